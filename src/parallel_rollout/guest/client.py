@@ -1,0 +1,260 @@
+"""GuestClient: the host's side of the guest agent protocol (see ``guest/server.py``).
+
+One client per VM address, ``unix:/path/to/sock`` (the process provider) or
+``http://host:port`` (docker, qemu, OSWorld images). Each call opens one connection, sends
+one request and reads one answer; the agent closes the connection after answering, so there
+is no pooled connection to go stale when a VM is reset underneath the client.
+
+Failures split in two, because the worker treats them differently:
+
+* the VM is not answering — connection refused or reset, no socket file, a socket timeout,
+  a 5xx — raises :class:`~parallel_rollout.errors.GuestUnreachable` / ``VMError``, an
+  infrastructure failure (the VM is marked dead, the attempt is retried elsewhere);
+* the agent answered that *our request* is wrong (4xx) raises :class:`GuestRequestError`, a
+  ``ValueError``: a bug in the caller or the task, not in the VM.
+
+A command that runs and fails (non-zero exit, not found, timed out) is neither: its answer
+dict comes back with ``status: "error"`` for the caller to judge.
+
+Every call has an HTTP timeout: the command's own timeout (which the agent enforces by
+killing the command) plus :data:`TIMEOUT_MARGIN_S`, so a hung agent never hangs the host.
+Only the standard library's ``http.client`` is used; worker processes import this.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json as jsonlib
+import socket
+import time
+import uuid
+from typing import Any
+
+from ..errors import GuestUnreachable, VMError
+
+#: extra seconds the host waits beyond a command's timeout, for the agent to answer
+TIMEOUT_MARGIN_S = 10.0
+#: the agent's own defaults, mirrored so the HTTP timeout can cover them
+_SERVER_DEFAULT_TIMEOUTS = {"execute": 120.0, "run_python": 30.0, "run_bash_script": 100.0}
+
+
+class GuestRequestError(ValueError):
+    """The guest agent rejected a request as malformed (HTTP 4xx); not a VM failure."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"guest agent answered {status}: {message}")
+        self.status = status
+        self.message = message
+
+
+class GuestResponse:
+    """One answer of the agent: status code, content type and raw body."""
+
+    __slots__ = ("status", "content_type", "body")
+
+    def __init__(self, status: int, content_type: str, body: bytes) -> None:
+        self.status = status
+        self.content_type = content_type
+        self.body = body
+
+    def json(self) -> Any:
+        """The body decoded as JSON."""
+        return jsonlib.loads(self.body)
+
+    @property
+    def text(self) -> str:
+        """The body decoded as UTF-8."""
+        return self.body.decode("utf-8", "replace")
+
+    def __repr__(self) -> str:
+        return f"GuestResponse({self.status}, {self.content_type!r}, {len(self.body)} bytes)"
+
+
+class _UnixHTTPConnection(http.client.HTTPConnection):
+    """http.client over an AF_UNIX socket."""
+
+    def __init__(self, socket_path: str, timeout: float) -> None:
+        super().__init__("localhost", timeout=timeout)
+        self.socket_path = socket_path
+
+    def connect(self) -> None:
+        """Connect to the unix socket instead of host:port."""
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        try:
+            sock.connect(self.socket_path)
+        except BaseException:
+            sock.close()
+            raise
+        self.sock = sock
+
+
+class GuestClient:
+    """Talks to one guest agent at ``unix:/path`` or ``http://host:port``."""
+
+    def __init__(self, address: str, timeout_s: float = 30.0) -> None:
+        self.address = address
+        self.timeout_s = timeout_s
+        if address.startswith("unix:"):
+            self._unix_path: str | None = address[len("unix:"):]
+            self._host, self._port = "", 0
+        elif address.startswith("http://"):
+            self._unix_path = None
+            hostport = address[len("http://"):].rstrip("/")
+            host, _, port = hostport.rpartition(":")
+            if not host or not port.isdigit():
+                raise ValueError(f"guest address needs host:port: {address!r}")
+            self._host, self._port = host.strip("[]"), int(port)
+        else:
+            raise ValueError(f"guest address must be unix:/path or http://host:port, "
+                             f"got {address!r}")
+
+    def __repr__(self) -> str:
+        return f"GuestClient({self.address!r})"
+
+    # ------------------------------------------------------------------ transport
+
+    def request(self, method: str, path: str, json: Any = None, *, data: bytes | None = None,
+                content_type: str | None = None, timeout: float | None = None,
+                check: bool = True) -> GuestResponse:
+        """Send one request; GuestUnreachable when the agent does not answer, and with
+        ``check`` GuestRequestError on 4xx and VMError on 5xx."""
+        headers = {}
+        if json is not None:
+            data = jsonlib.dumps(json).encode("utf-8")
+            content_type = "application/json"
+        if content_type:
+            headers["Content-Type"] = content_type
+        timeout = self.timeout_s if timeout is None else timeout
+        if self._unix_path is not None:
+            conn: http.client.HTTPConnection = _UnixHTTPConnection(self._unix_path, timeout)
+        else:
+            conn = http.client.HTTPConnection(self._host, self._port, timeout=timeout)
+        try:
+            conn.request(method, path, body=data, headers=headers)
+            answer = conn.getresponse()
+            body = answer.read()
+        except (OSError, http.client.HTTPException) as exc:
+            # socket.timeout, refused, reset, no socket file, a half-written answer
+            raise GuestUnreachable(
+                f"guest agent at {self.address} did not answer {method} {path}: "
+                f"{type(exc).__name__}: {exc}") from exc
+        finally:
+            conn.close()
+        response = GuestResponse(answer.status, answer.getheader("Content-Type", ""), body)
+        if check:
+            self._check(method, path, response)
+        return response
+
+    def _check(self, method: str, path: str, response: GuestResponse) -> None:
+        if response.status < 400:
+            return
+        message = _error_message(response)
+        if response.status < 500:
+            raise GuestRequestError(response.status, f"{method} {path}: {message}")
+        raise VMError(f"guest agent at {self.address} failed on {method} {path} "
+                      f"({response.status}): {message}")
+
+    def _json_call(self, path: str, payload: dict, command_timeout: float | None,
+                   default_key: str) -> dict:
+        wait = command_timeout if command_timeout is not None else \
+            _SERVER_DEFAULT_TIMEOUTS[default_key]
+        return self.request("POST", path, json=payload,
+                            timeout=wait + TIMEOUT_MARGIN_S).json()
+
+    # -------------------------------------------------------------------- routes
+
+    def health(self) -> dict:
+        """GET /health: ``{"status": "ok", "pid": ..., "vm": ...}``."""
+        return self.request("GET", "/health").json()
+
+    def wait_ready(self, timeout_s: float) -> None:
+        """Poll /health until the agent answers; GuestUnreachable after ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        delay = 0.005
+        while True:
+            remaining = deadline - time.monotonic()
+            try:
+                self.request("GET", "/health", timeout=max(0.05, min(remaining, 2.0)))
+                return
+            except GuestUnreachable as exc:
+                last = exc
+            if time.monotonic() + delay > deadline:
+                raise GuestUnreachable(
+                    f"guest agent at {self.address} not ready after {timeout_s:g}s "
+                    f"(last error: {last.__cause__!r})")
+            time.sleep(delay)
+            delay = min(delay * 2, 0.25)
+
+    def platform(self) -> str:
+        """GET /platform: the guest's ``platform.system()`` (e.g. ``Linux``)."""
+        return self.request("GET", "/platform").text
+
+    def execute(self, command: list[str] | str, shell: bool = False,
+                timeout: float | None = None, cwd: str | None = None,
+                env: dict[str, str] | None = None) -> dict:
+        """POST /execute: ``{status, output, error, returncode}`` (+ ``timeout``/``message``)."""
+        payload: dict[str, Any] = {"command": command, "shell": shell}
+        if timeout is not None:
+            payload["timeout"] = timeout
+        if cwd is not None:
+            payload["cwd"] = cwd
+        if env is not None:
+            payload["env"] = env
+        return self._json_call("/execute", payload, timeout, "execute")
+
+    def run_python(self, code: str, timeout: float | None = None) -> dict:
+        """POST /run_python: ``{status, message, need_more, output, error, return_code}``."""
+        payload: dict[str, Any] = {"code": code}
+        if timeout is not None:
+            payload["timeout"] = timeout
+        return self._json_call("/run_python", payload, timeout, "run_python")
+
+    def run_bash_script(self, script: str, timeout: float | None = None,
+                        working_dir: str | None = None) -> dict:
+        """POST /run_bash_script: ``{status, output, error: "", returncode}``."""
+        payload: dict[str, Any] = {"script": script}
+        if timeout is not None:
+            payload["timeout"] = timeout
+        if working_dir is not None:
+            payload["working_dir"] = working_dir
+        return self._json_call("/run_bash_script", payload, timeout, "run_bash_script")
+
+    def read_file(self, path: str) -> bytes:
+        """POST /file: the file's bytes; FileNotFoundError when the guest has no such file."""
+        from urllib.parse import urlencode
+
+        response = self.request("POST", "/file", data=urlencode({"file_path": path}).encode(),
+                                content_type="application/x-www-form-urlencoded",
+                                check=False)
+        if response.status == 404:
+            raise FileNotFoundError(f"{path} (in the guest at {self.address})")
+        self._check("POST", "/file", response)
+        return response.body
+
+    def write_file(self, path: str, data: bytes) -> None:
+        """POST /setup/upload (multipart, as OSWorld's clients send it); makes parent dirs."""
+        boundary = uuid.uuid4().hex
+        body = b"".join([
+            f"--{boundary}\r\nContent-Disposition: form-data; name=\"file_path\"\r\n\r\n"
+            .encode(), path.encode("utf-8"), b"\r\n",
+            f"--{boundary}\r\nContent-Disposition: form-data; name=\"file_data\"; "
+            f"filename=\"upload\"\r\nContent-Type: application/octet-stream\r\n\r\n".encode(),
+            data, f"\r\n--{boundary}--\r\n".encode(),
+        ])
+        self.request("POST", "/setup/upload", data=body,
+                     content_type=f"multipart/form-data; boundary={boundary}")
+
+    def list_directory(self, path: str) -> dict:
+        """POST /list_directory: ``{"directory_tree": {type, name, children}}``."""
+        return self.request("POST", "/list_directory", json={"path": path}).json()
+
+
+def _error_message(response: GuestResponse) -> str:
+    try:
+        payload = response.json()
+    except ValueError:
+        return response.text[:500]
+    if isinstance(payload, dict):
+        return str(payload.get("message") or payload.get("error") or payload)
+    return str(payload)
