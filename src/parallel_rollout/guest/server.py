@@ -70,6 +70,8 @@ _REASONS = {
 }
 
 _verbose = False
+#: RLIMIT_AS in bytes for every command this agent runs (``--limit-as``); None: no limit
+_limit_as: int | None = None
 
 
 def _log(message: str) -> None:
@@ -175,6 +177,7 @@ def _run(argv, *, shell: bool, timeout: float, cwd: str | None = None,
     """
     import subprocess
 
+    program = argv if isinstance(argv, str) else (argv[0] if argv else "")
     cwd = _expand(cwd) if cwd else _home()
     if not os.path.isdir(cwd):
         raise HTTPError(400, f"working directory does not exist: {cwd}")
@@ -182,6 +185,11 @@ def _run(argv, *, shell: bool, timeout: float, cwd: str | None = None,
     if env:
         full_env = dict(os.environ)
         full_env.update(env)
+    if _limit_as is not None:
+        argv, shell = _with_limits(argv, shell, full_env)
+        if argv is None:
+            return {"returncode": 127, "output": "", "error": "No such file or directory",
+                    "not_found": True, "message": f"command not found: {program}"}
     try:
         proc = subprocess.Popen(
             argv, shell=shell, cwd=cwd, env=full_env,
@@ -190,7 +198,6 @@ def _run(argv, *, shell: bool, timeout: float, cwd: str | None = None,
             start_new_session=True,  # its own process group, so a timeout kills its children
         )
     except (FileNotFoundError, PermissionError, NotADirectoryError) as exc:
-        program = argv if isinstance(argv, str) else (argv[0] if argv else "")
         code = 126 if isinstance(exc, PermissionError) else 127
         what = "permission denied" if code == 126 else "command not found"
         return {"returncode": code, "output": "", "error": str(exc),
@@ -220,6 +227,24 @@ def _run(argv, *, shell: bool, timeout: float, cwd: str | None = None,
         result["timeout"] = True
         result["message"] = f"timed out after {timeout:g}s; its process group was killed"
     return result
+
+
+def _with_limits(argv, shell: bool, env: dict | None):
+    """The command wrapped in util-linux ``prlimit``; (None, False) when it does not exist.
+
+    A wrapper binary, not ``preexec_fn``: Python code between fork and exec can deadlock in a
+    threaded server. prlimit execs the command itself, so a missing program would show up as
+    its exit code 127 with status "success"; look it up first to answer like the plain path.
+    """
+    if shell:
+        argv = ["/bin/sh", "-c", argv]
+    elif "/" not in argv[0]:
+        import shutil
+
+        path = (env or os.environ).get("PATH", os.defpath)
+        if shutil.which(argv[0], path=path) is None:
+            return None, False
+    return ["prlimit", f"--as={_limit_as}", "--"] + list(argv), False
 
 
 def _kill_group(pgid: int) -> None:
@@ -637,15 +662,17 @@ def make_server(*, unix: str | None = None, host: str = "127.0.0.1", port: int =
 
 
 _USAGE = """usage: server.py [--unix PATH | --host HOST --port PORT] [--ready-fd FD]
-                 [--max-body-mb MB] [--verbose]"""
+                 [--max-body-mb MB] [--limit-as BYTES] [--verbose]
+
+--limit-as BYTES   RLIMIT_AS of every command run (through util-linux prlimit)"""
 _OPTIONS = {"--unix": str, "--host": str, "--port": int, "--ready-fd": int,
-            "--max-body-mb": float}
+            "--max-body-mb": float, "--limit-as": int}
 
 
 def _parse_args(argv: list[str]) -> dict:
     # argparse (with the re and shutil it imports) would add ~5 ms to every VM reset
     args = {"unix": None, "host": "127.0.0.1", "port": 5000, "ready_fd": None,
-            "max_body_mb": 256.0, "verbose": False}
+            "max_body_mb": 256.0, "verbose": False, "limit_as": None}
     items = list(argv)
     while items:
         item = items.pop(0)
@@ -669,11 +696,19 @@ def _parse_args(argv: list[str]) -> dict:
     return args
 
 
+def _which_prlimit() -> bool:
+    return any(os.access(os.path.join(d, "prlimit"), os.X_OK)
+               for d in os.environ.get("PATH", os.defpath).split(os.pathsep) if d)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Serve until killed."""
-    global _verbose
+    global _verbose, _limit_as
     args = _parse_args(sys.argv[1:] if argv is None else argv)
     _verbose = args["verbose"]
+    _limit_as = args["limit_as"]
+    if _limit_as is not None and not _which_prlimit():
+        sys.exit("server.py: --limit-as needs util-linux prlimit on PATH")
     server = make_server(unix=args["unix"], host=args["host"], port=args["port"],
                          max_body_mb=args["max_body_mb"])
     where = args["unix"] or f"{args['host']}:{server.server_address[1]}"
