@@ -1,0 +1,270 @@
+"""The guest agent, run as a real subprocess on a unix socket and driven by GuestClient."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from parallel_rollout.errors import GuestUnreachable
+from parallel_rollout.guest import server as server_module
+from parallel_rollout.guest.client import GuestClient, GuestRequestError
+
+SERVER = Path(server_module.__file__)
+
+
+def _start_agent(sock: Path, home: Path, *extra: str) -> subprocess.Popen:
+    read_fd, write_fd = os.pipe()
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home)}
+    proc = subprocess.Popen(
+        ["/usr/bin/python3", "-I", "-S", str(SERVER), "--unix", str(sock),
+         "--ready-fd", str(write_fd), "--max-body-mb", "1", *extra],
+        pass_fds=(write_fd,), env=env, cwd=home)
+    os.close(write_fd)
+    assert os.read(read_fd, 16).startswith(b"ready")
+    os.close(read_fd)
+    return proc
+
+
+@pytest.fixture
+def agent(tmp_path):
+    """A running agent; yields (client, home); kills it and checks nothing is left."""
+    home = tmp_path / "home"
+    home.mkdir()
+    proc = _start_agent(tmp_path / "agent.sock", home)
+    yield GuestClient(f"unix:{tmp_path / 'agent.sock'}", timeout_s=10), home
+    assert proc.poll() is None, "the agent died during the test"
+    proc.kill()
+    proc.wait()
+
+
+def _raw(sock_path: str, payload: bytes) -> bytes:
+    """Send raw bytes, return the raw answer (for requests GuestClient would never send)."""
+    with socket.socket(socket.AF_UNIX) as conn:
+        conn.settimeout(10)
+        conn.connect(sock_path)
+        conn.sendall(payload)
+        conn.shutdown(socket.SHUT_WR)  # EOF: a truncated body is seen as truncated
+        chunks = []
+        while chunk := conn.recv(65536):
+            chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def test_health_and_platform(agent):
+    client, _ = agent
+    health = client.health()
+    assert health["status"] == "ok" and isinstance(health["pid"], int)
+    assert client.platform() == "Linux"
+
+
+def test_execute_list_string_and_shell(agent):
+    client, home = agent
+    result = client.execute(["echo", "hi"])
+    assert result == {"status": "success", "output": "hi\n", "error": "", "returncode": 0}
+    assert client.execute("echo 'two words'")["output"] == "two words\n"
+    result = client.execute("echo out; echo err >&2; exit 3", shell=True)
+    assert (result["status"], result["output"], result["error"], result["returncode"]) == \
+        ("success", "out\n", "err\n", 3)
+    assert client.execute("pwd")["output"].strip() == str(home)  # cwd defaults to $HOME
+    assert client.execute(["ls", "~"])["returncode"] == 0  # ~ expanded
+    assert client.execute("pwd", cwd="/tmp")["output"].strip() == "/tmp"
+    assert client.execute("echo $X", shell=True, env={"X": "y"})["output"] == "y\n"
+    assert client.request("POST", "/setup/execute", json={"command": "true"}).json()[
+        "returncode"] == 0
+
+
+def test_command_not_found_is_an_answer_not_a_500(agent):
+    client, _ = agent
+    result = client.execute(["definitely-not-a-command-xyz"])
+    assert result["status"] == "error" and result["returncode"] == 127
+    assert "command not found" in result["message"]
+
+
+def test_timeout_kills_the_whole_process_group(agent):
+    client, _ = agent
+    started = time.monotonic()
+    result = client.execute("sleep 300 & echo $!; sleep 300", shell=True, timeout=0.5)
+    assert time.monotonic() - started < 5
+    assert result["status"] == "error" and result["timeout"] is True
+    assert result["returncode"] == -9 and "timed out after 0.5s" in result["message"]
+    background = int(result["output"])
+    time.sleep(0.1)
+    assert not psutil.pid_exists(background) or \
+        psutil.Process(background).status() == psutil.STATUS_ZOMBIE
+    assert client.health()["status"] == "ok"
+
+
+def test_hung_command_does_not_block_other_requests(agent):
+    client, _ = agent
+    import threading
+
+    answers = []
+    slow = threading.Thread(target=lambda: answers.append(client.execute("sleep 2",
+                                                                         timeout=1.5)))
+    slow.start()
+    time.sleep(0.1)
+    started = time.monotonic()
+    assert client.execute("echo fast")["output"] == "fast\n"
+    assert time.monotonic() - started < 1.0  # served while the other one hangs
+    slow.join()
+    assert answers[0]["timeout"] is True
+
+
+def test_run_python(agent):
+    client, _ = agent
+    result = client.run_python("import sys; print('py', sys.version_info[0])")
+    assert result == {"status": "success", "message": "Command executed successfully",
+                      "need_more": False, "output": "py 3\n", "error": "", "return_code": 0}
+    failed = client.run_python("raise SystemExit('boom')")
+    assert failed["status"] == "error" and failed["return_code"] == 1
+    assert "boom" in failed["error"]
+    slow = client.run_python("import time; time.sleep(30)", timeout=0.3)
+    assert slow["status"] == "error" and slow["timeout"] is True
+
+
+def test_run_bash_script(agent, tmp_path):
+    client, _ = agent
+    result = client.run_bash_script("echo a; echo b >&2; pwd; exit 4", working_dir="/tmp")
+    assert result == {"status": "error", "output": "a\nb\n/tmp\n", "error": "",
+                      "returncode": 4}
+    assert client.run_bash_script("true")["status"] == "success"
+    slow = client.run_bash_script("sleep 30", timeout=0.3)
+    assert slow["timeout"] is True and slow["status"] == "error"
+
+
+def test_file_round_trip_and_listing(agent):
+    client, home = agent
+    payload = bytes(range(256)) * 100
+    client.write_file("~/deep/er/blob.bin", payload)
+    assert (home / "deep/er/blob.bin").read_bytes() == payload
+    assert client.read_file("~/deep/er/blob.bin") == payload
+    # JSON form of /file and of /setup/upload
+    assert client.request("POST", "/file", json={"file_path": str(home / "deep/er/blob.bin")}
+                          ).body == payload
+    answer = client.request("POST", "/setup/upload",
+                            json={"file_path": "~/j.txt", "content_b64": "aGk="})
+    assert answer.text == "File Uploaded: 2 bytes" and (home / "j.txt").read_text() == "hi"
+    with pytest.raises(FileNotFoundError):
+        client.read_file("~/missing")
+    tree = client.list_directory(str(home))["directory_tree"]
+    assert tree["type"] == "directory" and tree["name"] == "home"
+    deep = next(c for c in tree["children"] if c["name"] == "deep")
+    assert deep["children"][0]["children"] == [{"type": "file", "name": "blob.bin"}]
+    with pytest.raises(GuestRequestError) as exc:
+        client.list_directory(str(home / "missing"))
+    assert exc.value.status == 400
+
+
+@pytest.mark.parametrize("method,path,body,status,needle", [
+    ("POST", "/execute", b"{not json", 400, "not valid JSON"),
+    ("POST", "/execute", b"[1, 2]", 400, "JSON object"),
+    ("POST", "/execute", b"{}", 400, "missing required field 'command'"),
+    ("POST", "/execute", b'{"command": 5}', 400, "must be a list or a string"),
+    ("POST", "/execute", b'{"command": []}', 400, "non-empty list"),
+    ("POST", "/execute", b'{"command": "ls", "timeout": "x"}', 400, "'timeout'"),
+    ("POST", "/execute", b'{"command": "ls", "timeout": -1}', 400, "positive"),
+    ("POST", "/execute", b'{"command": "ls", "cwd": "/nope/nope"}', 400, "does not exist"),
+    ("POST", "/run_python", b'{"code": 3}', 400, "'code'"),
+    ("POST", "/run_bash_script", b"", 400, "empty body"),
+    ("POST", "/file", b"", 400, "file_path"),
+    ("POST", "/list_directory", b'{"path": 1}', 400, "'path'"),
+    ("GET", "/execute", b"", 405, "takes POST"),
+    ("GET", "/nope", b"", 404, "no such route"),
+])
+def test_malformed_requests_get_4xx_and_the_server_keeps_serving(
+        agent, method, path, body, status, needle):
+    client, _ = agent
+    response = client.request(method, path, data=body or None,
+                              content_type="application/json" if body else None, check=False)
+    assert response.status == status
+    assert response.json()["status"] == "error" and needle in response.json()["message"]
+    with pytest.raises(GuestRequestError):
+        client.request(method, path, data=body or None, content_type="application/json")
+    assert client.health()["status"] == "ok"
+
+
+def test_upload_without_file_part_is_400(agent):
+    client, _ = agent
+    body = b'--XX\r\nContent-Disposition: form-data; name="file_path"\r\n\r\n/tmp/x\r\n--XX--\r\n'
+    response = client.request("POST", "/setup/upload", data=body,
+                              content_type="multipart/form-data; boundary=XX", check=False)
+    assert response.status == 400 and "file_data" in response.json()["message"]
+
+
+def test_oversized_and_broken_http_is_rejected(agent):
+    client, _ = agent
+    sock = client.address[len("unix:"):]
+    huge = _raw(sock, b"POST /execute HTTP/1.1\r\nContent-Length: 999999999999\r\n\r\n")
+    assert huge.startswith(b"HTTP/1.1 413") and b"exceeds the limit" in huge
+    over = client.request("POST", "/setup/upload", data=b"x" * (2 * 1024 * 1024),
+                          content_type="application/json", check=False)
+    assert over.status == 413
+    assert _raw(sock, b"garbage\r\n\r\n").startswith(b"HTTP/1.1 400")
+    chunked = _raw(sock, b"POST /execute HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n")
+    assert chunked.startswith(b"HTTP/1.1 411")
+    short = _raw(sock, b"POST /execute HTTP/1.1\r\nContent-Length: 10\r\n\r\n{}")
+    assert short.startswith(b"HTTP/1.1 400") and b"body ended after 2 of 10" in short
+    body = json.loads(_raw(sock, b"GET /health HTTP/1.0\r\n\r\n").split(b"\r\n\r\n", 1)[1])
+    assert body["status"] == "ok"
+
+
+def test_unreachable_agent_raises_guest_unreachable(tmp_path):
+    client = GuestClient(f"unix:{tmp_path / 'no.sock'}", timeout_s=1)
+    with pytest.raises(GuestUnreachable, match="no.sock"):
+        client.health()
+    started = time.monotonic()
+    with pytest.raises(GuestUnreachable, match="not ready after 0.2s"):
+        client.wait_ready(0.2)
+    assert time.monotonic() - started < 2
+    with pytest.raises(GuestUnreachable):
+        GuestClient("http://127.0.0.1:1", timeout_s=1).health()
+
+
+def test_agent_that_never_answers_times_out(tmp_path):
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(str(tmp_path / "mute.sock"))
+    listener.listen()  # accepts connections, never answers
+    try:
+        with pytest.raises(GuestUnreachable, match="timed out|TimeoutError"):
+            GuestClient(f"unix:{tmp_path / 'mute.sock'}", timeout_s=0.3).health()
+    finally:
+        listener.close()
+
+
+def test_wait_ready_and_tcp_mode(tmp_path):
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, str(SERVER), "--host", "127.0.0.1",
+                             "--port", str(port)], cwd=tmp_path)
+    try:
+        client = GuestClient(f"http://127.0.0.1:{port}")
+        client.wait_ready(10)
+        assert client.execute(["echo", "tcp"])["output"] == "tcp\n"
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_limit_as_applies_to_commands(tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    proc = _start_agent(tmp_path / "a.sock", home, "--limit-as", str(200 * 1024 * 1024))
+    try:
+        client = GuestClient(f"unix:{tmp_path / 'a.sock'}")
+        big = client.run_python("x = bytearray(400 * 1024 * 1024)")
+        assert big["status"] == "error" and "MemoryError" in big["error"]
+        assert client.run_python("x = bytearray(10 * 1024 * 1024)")["status"] == "success"
+        assert client.execute(["no-such-cmd-abc"])["returncode"] == 127
+        assert client.execute("echo ok", shell=True)["output"] == "ok\n"
+    finally:
+        proc.kill()
+        proc.wait()
