@@ -1,0 +1,162 @@
+"""The command line: parse, validate, hand off to ``Runner`` / providers. No logic here.
+
+``parallel-rollout run --mode shell --data tasks.jsonl …`` runs a benchmark (``run`` may be
+left out, as in ``run_parallel_rollout.py --mode …``); ``parallel-rollout vms sweep``
+removes VMs that killed runs left behind.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Any
+
+import click
+from click.core import ParameterSource
+
+from .config import RunConfig, build_config
+from .errors import ConfigError, ProviderUnavailable
+
+_D = RunConfig()
+
+
+class _DefaultRunGroup(click.Group):
+    """A group that treats ``parallel-rollout --mode …`` as ``parallel-rollout run --mode …``."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if args and args[0] not in self.commands and args[0] not in ("--help", "-h", "--version"):
+            args = ["run", *args]
+        return super().parse_args(ctx, args)
+
+
+@click.group(cls=_DefaultRunGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="parallel-rollout")
+def main() -> None:
+    """Run agent rollouts in parallel: N worker processes share a pool of M reset-able VMs.
+
+    Without a command, the options are those of `run`.
+    """
+
+
+@main.command()
+@click.option("--mode", default=_D.mode, show_default=True,
+              help="Task family: decides the environment and how a rollout is graded (shell).")
+@click.option("--data", type=click.Path(dir_okay=False), help="Task file: a JSON list or JSONL, one task per line.")
+@click.option("--num-rollouts", type=int, default=_D.num_rollouts, show_default=True,
+              help="N: worker processes running rollouts.")
+@click.option("--num-vms", type=int, default=_D.num_vms, show_default=True,
+              help="M: VMs in the shared pool (needs --use-vm-pool).")
+@click.option("--use-vm-pool", is_flag=True,
+              help="Share M pooled VMs among the N workers; without it each worker owns one private VM.")
+@click.option("--output-dir", default=_D.output_dir, show_default=True,
+              help="Folder that holds one sub-folder per run (results/<run-id>/).")
+@click.option("--max-turns", type=int, default=_D.max_turns, show_default=True,
+              help="Agent actions allowed per rollout before it is stopped and graded.")
+@click.option("--max-retries", type=int, default=_D.max_retries, show_default=True,
+              help="Retries of an attempt lost to infrastructure (VM died, worker died, lease timeout).")
+@click.option("--provider-name", default=_D.provider_name, show_default=True,
+              help="VM technology: process (bubblewrap sandbox), or a plugin's name or module:Class.")
+@click.option("--snapshot-name", help="Snapshot VMs are reset to; for process: a folder copied as the home.")
+@click.option("--path-to-vm", help="VM image or .vmx file, for providers that boot one.")
+@click.option("--headless", is_flag=True, help="Run VMs without a window (process is always headless).")
+@click.option("--model", default=_D.model, show_default=True, help="Model name for model-backed agents.")
+@click.option("--action-space", default=_D.action_space, show_default=True,
+              help="Desktop action space (osworld modes): computer_13 or pyautogui.")
+@click.option("--screen-width", type=int, default=_D.screen_width, show_default=True, help="Desktop width (osworld).")
+@click.option("--screen-height", type=int, default=_D.screen_height, show_default=True, help="Desktop height (osworld).")
+@click.option("--client-password", default=_D.client_password, show_default=True,
+              help="Password of the desktop's user (osworld).")
+@click.option("--agent", default=_D.agent, show_default=True,
+              help="Who acts: oracle (replays each task's reference) or module:Class of your own Agent.")
+@click.option("--task-timeout", type=float, default=_D.task_timeout, show_default=True,
+              help="Seconds one attempt may take; past it the worker is killed and the attempt graded task_timeout.")
+@click.option("--envs-per-worker", type=int, default=_D.envs_per_worker, show_default=True,
+              help="K: env loops (threads) in each worker process.")
+@click.option("--max-concurrent-rollouts", type=int,
+              help="C: rollouts in flight at once across all workers (default N × K).")
+@click.option("--group-size", type=int, default=_D.group_size, show_default=True,
+              help="Samples per task, sharing its seed (GRPO groups; pass@k in the summary).")
+@click.option("--run-id", help="Name of the run's folder (default: mode and time).")
+@click.option("--resume", is_flag=True,
+              help="Continue the run --run-id: samples with a final record are never run again.")
+@click.option("--limit", type=int, help="Run only the first N tasks of --data.")
+@click.option("--config", "config_file", type=click.Path(dir_okay=False),
+              help="TOML file whose keys are these flags' names; flags given here win.")
+@click.option("--progress/--no-progress", default=None, help="Progress bar (default: when stderr is a terminal).")
+@click.pass_context
+def run(ctx: click.Context, config_file: str | None, **flags: Any) -> None:
+    """Run every task of --data as rollouts and write results/<run-id>/."""
+    from .runner import Runner
+
+    explicit = {
+        name: value for name, value in flags.items()
+        if ctx.get_parameter_source(name) in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
+    }
+    _console_logging()
+    try:
+        config = build_config(explicit, config_file)
+        outcome = Runner(config).run()
+    except ProviderUnavailable as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(format_summary(outcome.summary, outcome.run_dir), err=False)
+    if outcome.message:
+        click.echo(outcome.message, err=True)
+    sys.exit(outcome.exit_code)
+
+
+def format_summary(summary: dict[str, Any], run_dir: Any) -> str:
+    """A few readable lines from summary.json."""
+    lines = [
+        f"run {summary.get('run_id')}: {summary['finished']}/{summary['total_samples']} samples finished, "
+        f"{summary['successes']} succeeded (success rate {_pct(summary['success_rate'])}, "
+        f"mean reward {summary['mean_reward']})",
+        "statuses: " + (", ".join(f"{k} {v}" for k, v in summary["status_counts"].items()) or "none"),
+        f"attempts: {summary['attempts']} ({summary['retried_attempts']} retried)",
+    ]
+    timing = summary["timing_s"]
+    if timing.get("rollout"):
+        lines.append(f"rollout time p50 {timing['rollout']['p50']}s p90 {timing['rollout']['p90']}s, "
+                     f"wall {timing['wall']}s")
+    vm = summary.get("vm")
+    if vm:
+        lines.append(f"VMs: {vm['size']} {vm['provider']}, utilization {_pct(vm['utilization'])}, "
+                     f"{vm['resets']} resets, {vm['marked_dead']} died, {vm['replacements']} replaced")
+    lines.append(f"results: {run_dir}/")
+    return "\n".join(lines)
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1%}"
+
+
+def _console_logging() -> None:
+    root = logging.getLogger("parallel_rollout")
+    if not any(getattr(h, "_parallel_rollout_console", False) for h in root.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        handler._parallel_rollout_console = True  # type: ignore[attr-defined]
+        root.addHandler(handler)
+    root.setLevel(logging.INFO)
+
+
+@main.group()
+def vms() -> None:
+    """Inspect and clean up VMs."""
+
+
+@vms.command()
+@click.option("--provider-name", default="process", show_default=True, help="Which provider's VMs to sweep.")
+@click.option("--run-id", help="Only the VMs of this run (default: every run's).")
+def sweep(provider_name: str, run_id: str | None) -> None:
+    """Remove VMs (sandboxes, containers…) left behind by runs that were killed."""
+    from .pool.providers import get_provider
+
+    try:
+        removed = get_provider(provider_name).sweep(run_id)
+    except ConfigError:
+        raise
+    click.echo(f"removed {len(removed)} {provider_name} VM(s)" + (": " + ", ".join(removed) if removed else ""))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,199 @@
+"""RunConfig: every tunable of a run in one dataclass, from defaults < TOML file < flags.
+
+Tests shrink the timing fields (``lease_timeout_s``, ``shutdown_grace_s`` …) instead of
+patching code. ``explicit`` remembers which fields the user set, so a flag that the chosen
+mode, agent or provider cannot honour is rejected instead of silently ignored.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import ConfigError
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
+
+
+@dataclass
+class RunConfig:
+    """Every setting of a run; field names are the CLI flags with dashes as underscores."""
+
+    mode: str = "shell"
+    data: str | None = None
+    num_rollouts: int = 5
+    num_vms: int = 3
+    use_vm_pool: bool = False
+    output_dir: str = "results"
+    max_turns: int = 100
+    max_retries: int = 3
+    provider_name: str = "process"
+    snapshot_name: str | None = None
+    path_to_vm: str | None = None
+    headless: bool = False
+    model: str = "gpt-4.1-2025-04-14"
+    action_space: str = "pyautogui"
+    screen_width: int = 1920
+    screen_height: int = 1080
+    client_password: str = "password"
+    agent: str = "oracle"
+    task_timeout: float = 600.0
+    envs_per_worker: int = 1
+    max_concurrent_rollouts: int | None = None
+    group_size: int = 1
+    run_id: str | None = None
+    resume: bool = False
+    limit: int | None = None
+    # Tunables below have no flag of their own; tests and TOML files set them.
+    lease_timeout_s: float = 600.0
+    boot_timeout_s: float = 60.0
+    #: replacement VMs the pool may boot after deaths; None means 2 × the pool size
+    max_vm_replacements: int | None = None
+    shutdown_grace_s: float = 3.0
+    progress: bool | None = None
+    #: the fields the user set explicitly (flag or config file)
+    explicit: frozenset[str] = field(default_factory=frozenset, compare=False)
+
+    @property
+    def pool_size(self) -> int:
+        """VMs in the pool: M when shared, else one private VM per worker."""
+        return self.num_vms if self.use_vm_pool else self.num_rollouts
+
+    @property
+    def concurrency(self) -> int:
+        """Rollouts that may run at once across every loop of every worker."""
+        loops = self.num_rollouts * self.envs_per_worker
+        return min(loops, self.max_concurrent_rollouts or loops)
+
+    @property
+    def replacement_budget(self) -> int:
+        """How many replacement VMs the pool may boot."""
+        if self.max_vm_replacements is not None:
+            return self.max_vm_replacements
+        return 2 * self.pool_size
+
+    def to_json(self) -> dict[str, Any]:
+        """The resolved config as written to config.json."""
+        data = dataclasses.asdict(self)
+        data["explicit"] = sorted(self.explicit)
+        return data
+
+    def identity(self) -> dict[str, Any]:
+        """The fields that decide what a run computes; a resumed run must keep them."""
+        return {name: getattr(self, name) for name in _IDENTITY_FIELDS}
+
+    def identity_hash(self) -> str:
+        """A short hash of ``identity()``, stored in config.json."""
+        blob = json.dumps(self.identity(), sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]
+
+
+_IDENTITY_FIELDS = ("mode", "data", "agent", "model", "group_size", "max_turns", "action_space")
+_FIELDS = {f.name: f for f in dataclasses.fields(RunConfig) if f.name != "explicit"}
+
+
+def _coerce(name: str, value: Any, where: str) -> Any:
+    """Check a config-file value against the field's type."""
+    kind = _FIELDS[name].type
+    if value is None:
+        return value
+    if "bool" in kind:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where}: {name} must be true or false, got {value!r}")
+    elif "int" in kind and "float" not in kind:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{where}: {name} must be an integer, got {value!r}")
+    elif "float" in kind:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{where}: {name} must be a number, got {value!r}")
+        value = float(value)
+    elif "str" in kind and not isinstance(value, str):
+        raise ConfigError(f"{where}: {name} must be a string, got {value!r}")
+    return value
+
+
+def load_toml(path: str | Path) -> dict[str, Any]:
+    """Read a TOML config file whose keys are the flag names (dashes or underscores)."""
+    path = Path(path)
+    try:
+        with path.open("rb") as fh:
+            raw = tomllib.load(fh)
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: config file not found") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: invalid TOML: {exc}") from None
+    values = {}
+    for key, value in raw.items():
+        name = key.replace("-", "_")
+        if name not in _FIELDS or name == "explicit":
+            raise ConfigError(f"{path}: unknown key {key!r}; keys are the flag names, e.g. num-vms")
+        values[name] = _coerce(name, value, str(path))
+    return values
+
+
+def build_config(flags: dict[str, Any], config_file: str | None = None) -> RunConfig:
+    """Defaults, then the TOML file, then explicit flags; checks ranges."""
+    values: dict[str, Any] = {}
+    if config_file:
+        values.update(load_toml(config_file))
+    values.update(flags)
+    cfg = RunConfig(**values, explicit=frozenset(values))
+    validate_ranges(cfg)
+    return cfg
+
+
+def validate_ranges(cfg: RunConfig) -> None:
+    """Numbers that make no sense, and combinations that cannot work."""
+    positive = ("num_rollouts", "num_vms", "max_turns", "envs_per_worker", "group_size")
+    for name in positive:
+        if getattr(cfg, name) < 1:
+            raise ConfigError(f"--{name.replace('_', '-')} must be at least 1")
+    if cfg.max_retries < 0:
+        raise ConfigError("--max-retries must be 0 or more")
+    if cfg.task_timeout <= 0:
+        raise ConfigError("--task-timeout must be positive (seconds)")
+    if cfg.max_concurrent_rollouts is not None and cfg.max_concurrent_rollouts < 1:
+        raise ConfigError("--max-concurrent-rollouts must be at least 1")
+    if cfg.limit is not None and cfg.limit < 1:
+        raise ConfigError("--limit must be at least 1")
+    if not cfg.use_vm_pool:
+        if "num_vms" in cfg.explicit:
+            raise ConfigError(
+                "--num-vms sizes the shared pool and needs --use-vm-pool; without it each "
+                "worker owns one private VM (--num-rollouts VMs)"
+            )
+        if cfg.envs_per_worker > 1:
+            raise ConfigError(
+                "--envs-per-worker > 1 runs several env loops per worker that share VMs; "
+                "add --use-vm-pool (without it each worker owns exactly one private VM)"
+            )
+    if cfg.run_id is not None:
+        if not cfg.run_id or "/" in cfg.run_id or cfg.run_id in (".", ".."):
+            raise ConfigError(f"--run-id {cfg.run_id!r} must be a plain folder name")
+
+
+def check_honoured(cfg: RunConfig, owners: dict[str, tuple[str, frozenset[str]]]) -> None:
+    """Reject explicit settings nobody in this run uses.
+
+    ``owners`` maps a situational field to (who would use it, the set of things in this run
+    that do); an explicit field with an empty user set is an error that says who needs it.
+    """
+    for name, (needed_by, users) in owners.items():
+        if name in cfg.explicit and not users:
+            flag = "--" + name.replace("_", "-")
+            raise ConfigError(f"{flag} is not used by this run: it only applies to {needed_by}")
+
+
+def default_run_id(mode: str) -> str:
+    """A new run id: the mode and the local time, unique per second and process."""
+    import time
+
+    return f"{mode}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid() % 10000:04d}"

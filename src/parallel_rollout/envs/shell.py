@@ -1,0 +1,80 @@
+"""``shell`` mode: run commands in a VM, then grade with a check command (exit 0 = reward 1).
+
+A task: ``instruction``; optional ``setup`` commands run before the agent acts; ``check``, a
+command whose exit status grades the end state; ``reference``, the commands the oracle
+replays. An action is ``{"command": "..."}`` (or the bare command string); ``{"done": true}``
+or ``"DONE"`` ends the episode.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from .base import Env, StepResult, require, require_str_list
+
+#: seconds one command may run unless the task says otherwise
+DEFAULT_COMMAND_TIMEOUT_S = 60.0
+#: characters of command output kept in observations and trajectories
+OUTPUT_TAIL = 4000
+
+
+class ShellEnv(Env):
+    """Commands in a sandbox, graded by the task's check command."""
+
+    name = "shell"
+    needs_vm = True
+
+    @staticmethod
+    def validate_task(payload: Mapping[str, Any]) -> None:
+        """instruction and check are strings; setup and reference are lists of strings."""
+        require(payload, "instruction", str)
+        require(payload, "check", str)
+        require_str_list(payload, "setup")
+        require_str_list(payload, "reference")
+        require(payload, "timeout", (int, float), optional=True)
+        if isinstance(payload.get("timeout"), bool) or payload.get("timeout", 1) <= 0:
+            raise ValueError("field 'timeout' must be a positive number of seconds")
+
+    def reset(self, task, vm) -> dict[str, Any]:
+        """Run the task's setup commands; the first observation is the instruction."""
+        self.task = task
+        self.vm = vm
+        self.timeout_s = float(task.get("timeout", DEFAULT_COMMAND_TIMEOUT_S))
+        for index, command in enumerate(task.get("setup", []), start=1):
+            result = self._run(command)
+            if result["returncode"] != 0:
+                raise RuntimeError(
+                    f"setup command {index} of task {task.id!r} failed with exit status "
+                    f"{result['returncode']}: {command!r}: {result['error'][-500:]}"
+                )
+        return {"instruction": task.get("instruction"), "output": "", "returncode": None}
+
+    def step(self, action: Any) -> StepResult:
+        """Run one command; ``done`` ends the episode."""
+        if action in ("DONE", None) or (isinstance(action, dict) and action.get("done")):
+            return StepResult({"instruction": self.task.get("instruction")}, done=True)
+        command = action.get("command") if isinstance(action, dict) else action
+        if not isinstance(command, str):
+            raise ValueError(f"a shell action is {{'command': str}} or 'DONE', got {action!r}")
+        result = self._run(command)
+        observation = {
+            "instruction": self.task.get("instruction"),
+            "output": result["output"][-OUTPUT_TAIL:],
+            "error": result["error"][-OUTPUT_TAIL:],
+            "returncode": result["returncode"],
+        }
+        return StepResult(observation)
+
+    def evaluate(self) -> tuple[float, dict[str, Any]]:
+        """Reward 1 when the check command exits 0."""
+        result = self._run(self.task.get("check"))
+        details = {"check_returncode": result["returncode"], "check_output": result["output"][-500:]}
+        return (1.0 if result["returncode"] == 0 else 0.0), details
+
+    def _run(self, command: str) -> dict[str, Any]:
+        result = self.vm.execute(command, shell=True, timeout=self.timeout_s)
+        return {
+            "returncode": result.get("returncode"),
+            "output": result.get("output") or "",
+            "error": result.get("error") or result.get("message") or "",
+        }

@@ -1,0 +1,68 @@
+"""One exception class per cause of failure; every failure ends up as a record."""
+
+from __future__ import annotations
+
+import click
+
+
+class RolloutError(Exception):
+    """Base of every error the runner itself raises."""
+
+    #: the failure type written to results.jsonl
+    kind = "error"
+    #: infrastructure failures are retried on another VM and never graded
+    infrastructure = False
+
+
+class WorkerDied(RolloutError):
+    """A worker process exited while it held an attempt."""
+
+    kind = "worker_died"
+    infrastructure = True
+
+
+class TaskTimeout(RolloutError):
+    """An attempt ran past --task-timeout; graded as a failure, not retried."""
+
+    kind = "task_timeout"
+
+
+class LeaseTimeout(RolloutError):
+    """No VM became idle within the lease timeout."""
+
+    kind = "lease_timeout"
+    infrastructure = True
+
+
+class PoolExhausted(RolloutError):
+    """Every VM is dead and the replacement budget is spent: no lease can ever succeed."""
+
+    kind = "pool_exhausted"
+    infrastructure = True
+
+
+class VMError(RolloutError):
+    """A VM or its provider failed (boot, reset, crash)."""
+
+    kind = "vm_error"
+    infrastructure = True
+
+
+class GuestUnreachable(VMError):
+    """The guest agent inside a VM did not answer."""
+
+    kind = "guest_unreachable"
+
+
+class ProviderUnavailable(RolloutError):
+    """A provider cannot run on this machine (missing binary, no daemon); says how to fix it."""
+
+    kind = "provider_unavailable"
+
+
+class ConfigError(click.UsageError):
+    """A bad flag, config file or task file; reported before anything runs."""
+
+
+class TaskFileError(ConfigError):
+    """A task file that cannot be loaded; the message starts with ``file:line:``."""

@@ -1,0 +1,1 @@
+"""The VM pool and the providers behind it."""

@@ -1,0 +1,493 @@
+"""VMPoolManager: M VMs leased to many workers, reset off the workers' path.
+
+The pool object lives in a ``multiprocessing`` Manager server process (``start_pool``);
+workers hold proxies. The Manager serves each proxy connection in its own thread, so every
+method takes ``self._lock`` and every state change happens under it::
+
+    BOOTING ──► IDLE ──lease──► LEASED ──release──► RESETTING ──► IDLE
+       │                          │   └──reclaim (worker died)──┘    │
+       └────────────► DEAD ◄──mark_dead / failed reset / boot timeout┘
+                       └── a replacement boots while the budget lasts
+
+* ``lease`` blocks until an IDLE VM exists. It raises ``PoolExhausted`` at once when every
+  VM is DEAD and no replacement can come (never waits forever), ``LeaseTimeout`` after its
+  timeout, ``WorkerDied`` when the caller's pid was reclaimed meanwhile.
+* ``release`` hands the VM to the pool's reset threads and returns at once; the worker
+  never waits for a reset. A failed reset marks the VM DEAD.
+* ``reclaim(pid)`` is how the runner returns the VMs of a dead worker: they are reset, and
+  the pid can never lease again (a lease granted to a dead connection would leak the VM).
+* In private mode (no ``--use-vm-pool``) each owner (worker) is bound to one VM for the
+  run; its release still resets, and its next lease waits for that reset, as in the
+  one-env-per-worker runners.
+
+Every transition is appended to ``events.jsonl``. Provider calls run in the pool's own
+threads and never under the lock, so a slow boot or reset never blocks a lease.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import logging
+import os
+import signal
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from multiprocessing.managers import BaseManager
+from typing import Any, Iterator
+
+from ..errors import LeaseTimeout, PoolExhausted, RolloutError, VMError, WorkerDied
+from .providers import ProviderOptions, VMInfo, get_provider
+
+log = logging.getLogger(__name__)
+
+#: how often a blocked lease re-checks exhaustion and deadlines, seconds
+_WAIT_SLICE_S = 0.5
+
+
+class VMState(enum.Enum):
+    """Where a VM is in its life."""
+
+    BOOTING = "booting"
+    IDLE = "idle"
+    LEASED = "leased"
+    RESETTING = "resetting"
+    DEAD = "dead"
+
+
+class PoolClosed(RolloutError):
+    """The pool was shut down; no more leases."""
+
+    kind = "pool_closed"
+    infrastructure = True
+
+
+@dataclass
+class _VM:
+    vm_id: str
+    state: VMState = VMState.BOOTING
+    info: VMInfo | None = None
+    owner: str | None = None
+    worker_id: str | None = None
+    worker_pid: int | None = None
+    task_key: str | None = None
+    since: float = 0.0
+    boot_deadline: float = 0.0
+    leased_s: float = 0.0
+    resetting_s: float = 0.0
+    leases: int = 0
+
+
+class VMPoolManager:
+    """The pool of one run: boots, leases, resets, replaces and stops its VMs."""
+
+    def __init__(
+        self,
+        provider_name: str,
+        run_id: str,
+        size: int,
+        *,
+        options: ProviderOptions | None = None,
+        events_path: str | None = None,
+        replacement_budget: int | None = None,
+        private: bool = False,
+    ) -> None:
+        self.provider_name = provider_name
+        self.run_id = run_id
+        self.size = size
+        self.options = options or ProviderOptions()
+        self.private = private
+        self.replacements_left = 2 * size if replacement_budget is None else replacement_budget
+        self._provider = get_provider(provider_name)(run_id, self.options)
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        self._vms: dict[str, _VM] = {}
+        self._next_index = 0
+        self._dead_pids: set[int] = set()
+        self._running = True
+        self._started_at = time.time()
+        self._counters = {
+            "leases": 0, "resets": 0, "reset_failures": 0, "boots": 0, "boot_failures": 0,
+            "replacements": 0, "reclaimed": 0, "marked_dead": 0,
+        }
+        self._reset_times: list[float] = []
+        self._boot_times: list[float] = []
+        self._last_death = ""
+        self._events = open(events_path, "a", buffering=1, encoding="utf-8") if events_path else None
+        # Boots, resets and stops run in their own daemon threads, never under the lock; a
+        # provider call that hangs (a boot that never ends) can then never block shutdown.
+        self._threads: set[threading.Thread] = set()
+        self._watchdog = threading.Thread(target=self._watch_boots, name="boot-watchdog", daemon=True)
+        with self._lock:
+            for _ in range(size):
+                self._boot_new("initial boot")
+        self._watchdog.start()
+
+    def __repr__(self) -> str:
+        with self._lock:
+            counts = self._counts()
+        state = "running" if self._running else "closed"
+        return f"<VMPoolManager {self.provider_name} run={self.run_id} {state} {counts}>"
+
+    # -- leasing ---------------------------------------------------------------------------
+
+    def lease(self, worker_id: str, task_key: str, timeout: float, pid: int | None = None) -> VMInfo:
+        """Block until a VM is IDLE and lease it to ``worker_id`` for ``task_key``."""
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while True:
+                self._check_running()
+                if pid is not None and pid in self._dead_pids:
+                    raise WorkerDied(f"worker pid {pid} was reclaimed; it cannot lease")
+                vm = self._pick(worker_id)
+                if vm is not None:
+                    vm.owner = vm.owner or (worker_id if self.private else None)
+                    vm.worker_id, vm.worker_pid, vm.task_key = worker_id, pid, task_key
+                    vm.leases += 1
+                    self._counters["leases"] += 1
+                    self._move(vm, VMState.LEASED, "lease")
+                    return vm.info
+                if self._exhausted(worker_id):
+                    raise PoolExhausted(self._exhausted_message())
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise LeaseTimeout(
+                        f"no VM became idle within {timeout:.0f}s for {task_key} "
+                        f"({self._counts()})"
+                    )
+                self._changed.wait(min(remaining, _WAIT_SLICE_S))
+
+    def release(self, vm_id: str, healthy: bool = True, reason: str = "release") -> None:
+        """Return a leased VM; it is reset in the pool's threads (or killed if unhealthy)."""
+        with self._lock:
+            vm = self._vms.get(vm_id)
+            if vm is None or vm.state is not VMState.LEASED:
+                # A release that lost a race with reclaim or mark_dead: nothing to do.
+                self._event(vm_id, None, None, "stale release ignored", None, None)
+                return
+            if not healthy:
+                self._kill(vm, reason)
+                return
+            self._begin_reset(vm, reason)
+
+    def mark_dead(self, vm_id: str, reason: str) -> None:
+        """Stop a broken VM and boot a replacement while the budget lasts."""
+        with self._lock:
+            vm = self._vms.get(vm_id)
+            if vm is None or vm.state is VMState.DEAD:
+                return
+            self._kill(vm, reason)
+
+    def reclaim(self, worker_pid: int) -> list[str]:
+        """Reset every VM leased by a dead worker; that pid can never lease again."""
+        with self._lock:
+            self._dead_pids.add(worker_pid)
+            reclaimed = []
+            for vm in self._vms.values():
+                if vm.state is VMState.LEASED and vm.worker_pid == worker_pid:
+                    self._counters["reclaimed"] += 1
+                    self._begin_reset(vm, f"reclaimed from dead worker pid {worker_pid}")
+                    reclaimed.append(vm.vm_id)
+            return reclaimed
+
+    def stats(self) -> dict[str, Any]:
+        """VMs per state, counters, reset and boot times, utilization so far."""
+        with self._lock:
+            now = time.monotonic()
+            wall = max(time.time() - self._started_at, 1e-9)
+            leased_s = sum(vm.leased_s + (now - vm.since if vm.state is VMState.LEASED else 0)
+                           for vm in self._vms.values())
+            resetting_s = sum(vm.resetting_s for vm in self._vms.values())
+            return {
+                "provider": self.provider_name,
+                "size": self.size,
+                "private": self.private,
+                "states": self._counts(),
+                **self._counters,
+                "replacements_left": self.replacements_left,
+                "leased_s": round(leased_s, 3),
+                "resetting_s": round(resetting_s, 3),
+                "utilization": round(leased_s / (self.size * wall), 4),
+                "reset_s": _quantiles(self._reset_times),
+                "boot_s": _quantiles(self._boot_times),
+                "last_death": self._last_death,
+            }
+
+    def wait_ready(self, count: int, timeout: float) -> int:
+        """Block until ``count`` VMs are usable (or none can come); return how many are."""
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while True:
+                usable = sum(1 for vm in self._vms.values()
+                             if vm.state in (VMState.IDLE, VMState.LEASED, VMState.RESETTING))
+                booting = sum(1 for vm in self._vms.values() if vm.state is VMState.BOOTING)
+                if usable >= count or booting == 0 or time.monotonic() >= deadline:
+                    if usable == 0 and booting == 0:
+                        raise PoolExhausted(self._exhausted_message())
+                    return usable
+                self._changed.wait(min(deadline - time.monotonic(), _WAIT_SLICE_S))
+
+    def shutdown(self) -> None:
+        """Stop every VM (in parallel) and the pool's threads; idempotent."""
+        with self._lock:
+            if not self._running:
+                return
+            self._running = False
+            # Booting and resetting VMs are stopped by their own threads once those see
+            # the pool closed; stopping them here too would race with the provider call.
+            vms = [vm for vm in self._vms.values()
+                   if vm.info is not None and vm.state in (VMState.IDLE, VMState.LEASED)]
+            for vm in self._vms.values():
+                if vm.state is not VMState.DEAD:
+                    self._move(vm, VMState.DEAD, "pool shutdown")
+            self._changed.notify_all()
+        # Resets and boots already running finish on their own and then see the pool
+        # closed; they stop what they made (see _finish_boot / _finish_reset).
+        for vm in vms:
+            self._spawn(self._stop_quietly, vm.info)
+        deadline = time.monotonic() + self.options.boot_timeout_s + 10
+        for thread in list(self._threads):
+            thread.join(max(0.0, deadline - time.monotonic()))
+        if self._events is not None:
+            self._events.close()
+            self._events = None
+
+    # -- internals (callers hold the lock unless the name says otherwise) -------------------
+
+    def _check_running(self) -> None:
+        if not self._running:
+            raise PoolClosed("the VM pool is shut down")
+
+    def _pick(self, worker_id: str) -> _VM | None:
+        idle = [vm for vm in self._vms.values() if vm.state is VMState.IDLE]
+        if self.private:
+            own = [vm for vm in self._vms.values() if vm.owner == worker_id and vm.state is not VMState.DEAD]
+            if own:
+                return own[0] if own[0].state is VMState.IDLE else None
+            idle = [vm for vm in idle if vm.owner is None]
+        # The VM idle longest first: spreads wear and keeps lease order fair.
+        return min(idle, key=lambda vm: vm.since, default=None)
+
+    def _exhausted(self, worker_id: str) -> bool:
+        alive = [vm for vm in self._vms.values() if vm.state is not VMState.DEAD]
+        if self.private:
+            own = [vm for vm in alive if vm.owner == worker_id]
+            free = [vm for vm in alive if vm.owner is None]
+            return not own and not free and self.replacements_left <= 0
+        return not alive and self.replacements_left <= 0
+
+    def _exhausted_message(self) -> str:
+        return (
+            f"every VM of the {self.provider_name} pool is dead and the replacement budget is "
+            f"spent ({self._counters['boot_failures']} failed boots, "
+            f"{self._counters['reset_failures']} failed resets, "
+            f"{self._counters['marked_dead']} marked dead); last: {self._last_death or 'n/a'}"
+        )
+
+    def _counts(self) -> dict[str, int]:
+        counts = {state.value: 0 for state in VMState}
+        for vm in self._vms.values():
+            counts[vm.state.value] += 1
+        return counts
+
+    def _move(self, vm: _VM, to: VMState, reason: str) -> None:
+        now = time.monotonic()
+        if vm.state is VMState.LEASED:
+            vm.leased_s += now - vm.since
+        elif vm.state is VMState.RESETTING:
+            vm.resetting_s += now - vm.since
+        self._event(vm.vm_id, vm.state.value, to.value, reason, vm.task_key, vm.worker_id)
+        if to is not VMState.LEASED:
+            vm.worker_id = vm.worker_pid = vm.task_key = None
+        vm.state = to
+        vm.since = now
+        self._changed.notify_all()
+
+    def _event(self, vm_id, from_state, to_state, reason, task_key, worker_id) -> None:
+        if self._events is None:
+            return
+        event = {"time": round(time.time(), 4), "vm": vm_id, "from": from_state, "to": to_state,
+                 "task": task_key, "worker": worker_id, "reason": reason}
+        try:
+            self._events.write(json.dumps(event) + "\n")
+        except (OSError, ValueError):
+            log.exception("cannot write events.jsonl")
+
+    def _boot_new(self, reason: str, owner: str | None = None) -> None:
+        vm = _VM(vm_id=f"vm-{self._next_index}", owner=owner, since=time.monotonic())
+        self._next_index += 1
+        vm.boot_deadline = vm.since + self.options.boot_timeout_s + 5.0
+        self._vms[vm.vm_id] = vm
+        self._event(vm.vm_id, None, VMState.BOOTING.value, reason, None, None)
+        self._counters["boots"] += 1
+        self._spawn(self._boot_unlocked, vm)
+
+    def _boot_unlocked(self, vm: _VM) -> None:
+        started = time.monotonic()
+        try:
+            info = self._provider.start(vm.vm_id)
+        except BaseException as exc:  # noqa: BLE001 - any boot failure kills this VM only
+            with self._lock:
+                if vm.state is VMState.BOOTING:
+                    self._counters["boot_failures"] += 1
+                    self._kill(vm, f"boot failed: {type(exc).__name__}: {exc}")
+            return
+        with self._lock:
+            if vm.state is VMState.BOOTING and self._running:
+                vm.info = info
+                self._boot_times.append(time.monotonic() - started)
+                self._move(vm, VMState.IDLE, "booted")
+                return
+        # Too late: the watchdog gave up on this boot, or the pool closed meanwhile.
+        self._stop_quietly(info)
+
+    def _watch_boots(self) -> None:
+        """Declare dead any VM whose boot outlived its deadline (a start that hangs)."""
+        while True:
+            time.sleep(0.5)
+            with self._lock:
+                if not self._running:
+                    return
+                now = time.monotonic()
+                for vm in list(self._vms.values()):
+                    if vm.state is VMState.BOOTING and now > vm.boot_deadline:
+                        self._counters["boot_failures"] += 1
+                        self._kill(vm, f"boot timed out after {self.options.boot_timeout_s:.0f}s")
+
+    def _begin_reset(self, vm: _VM, reason: str) -> None:
+        self._move(vm, VMState.RESETTING, reason)
+        self._spawn(self._reset_unlocked, vm, vm.info)
+
+    def _reset_unlocked(self, vm: _VM, info: VMInfo) -> None:
+        started = time.monotonic()
+        try:
+            new_info = self._provider.reset(info)
+        except BaseException as exc:  # noqa: BLE001 - a failed reset kills this VM only
+            with self._lock:
+                if vm.state is VMState.RESETTING:
+                    self._counters["reset_failures"] += 1
+                    self._kill(vm, f"reset failed: {type(exc).__name__}: {exc}")
+            return
+        with self._lock:
+            self._counters["resets"] += 1
+            self._reset_times.append(time.monotonic() - started)
+            vm.info = new_info
+            if vm.state is VMState.RESETTING and self._running:
+                self._move(vm, VMState.IDLE, "reset done")
+                return
+        self._stop_quietly(new_info)
+
+    def _kill(self, vm: _VM, reason: str) -> None:
+        """Move ``vm`` to DEAD, stop it in the background, boot a replacement if allowed."""
+        self._counters["marked_dead"] += 1
+        self._last_death = f"{vm.vm_id}: {reason}"
+        info = vm.info
+        self._move(vm, VMState.DEAD, reason)
+        if info is not None:
+            self._spawn(self._stop_quietly, info)
+        if self._running and self.replacements_left > 0:
+            self.replacements_left -= 1
+            self._counters["replacements"] += 1
+            # The replacement inherits the dead VM's owner, so a private worker keeps a VM.
+            self._boot_new(f"replaces {vm.vm_id}", owner=vm.owner)
+            vm.owner = None
+
+    def _spawn(self, target, *args: Any) -> threading.Thread:
+        thread = threading.Thread(target=self._run_tracked, args=(target, *args), daemon=True)
+        self._threads.add(thread)
+        thread.start()
+        return thread
+
+    def _run_tracked(self, target, *args: Any) -> None:
+        try:
+            target(*args)
+        finally:
+            self._threads.discard(threading.current_thread())
+
+    def _stop_quietly(self, info: VMInfo | None) -> None:
+        if info is None:
+            return
+        try:
+            self._provider.stop(info)
+        except Exception:  # noqa: BLE001 - stopping is best effort; sweep cleans the rest
+            log.exception("stopping %s failed", info.vm_id)
+
+
+def _quantiles(values: list[float]) -> dict[str, float] | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return {
+        "count": len(ordered),
+        "p50": round(ordered[len(ordered) // 2], 4),
+        "p95": round(ordered[min(len(ordered) - 1, int(len(ordered) * 0.95))], 4),
+    }
+
+
+# -- the Manager server process ---------------------------------------------------------------
+
+_POOL_METHODS = ("lease", "release", "mark_dead", "reclaim", "stats", "wait_ready", "shutdown", "__repr__")
+_live_pools: list[VMPoolManager] = []
+
+
+def _make_pool(*args: Any, **kwargs: Any) -> VMPoolManager:
+    pool = VMPoolManager(*args, **kwargs)
+    _live_pools.append(pool)
+    return pool
+
+
+class PoolServer(BaseManager):
+    """The Manager whose server process owns the pool (and so every VM process)."""
+
+
+PoolServer.register("VMPoolManager", _make_pool, exposed=_POOL_METHODS)
+
+
+def _serve_init(parent_pid: int) -> None:
+    """Runs first in the Manager process: ignore Ctrl-C, follow the runner's death."""
+    # Ctrl-C reaches the whole process group; the runner decides the shutdown order.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    def follow_parent() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(0.2)
+        # The runner is gone (even SIGKILLed): stop every VM so nothing leaks, then go.
+        for pool in list(_live_pools):
+            try:
+                pool.shutdown()
+            except Exception:  # noqa: BLE001
+                pass
+        os._exit(3)
+
+    threading.Thread(target=follow_parent, name="follow-runner", daemon=True).start()
+
+
+def start_pool(ctx, *args: Any, **kwargs: Any) -> tuple[PoolServer, Any]:
+    """Start the Manager process and the pool inside it; return (manager, pool proxy)."""
+    server = PoolServer(ctx=ctx)
+    server.start(initializer=_serve_init, initargs=(os.getpid(),))
+    try:
+        pool = server.VMPoolManager(*args, **kwargs)
+    except BaseException:
+        server.shutdown()
+        raise
+    return server, pool
+
+
+@contextmanager
+def leased(pool: Any, worker_id: str, task_key: str, timeout: float, pid: int) -> Iterator[VMInfo]:
+    """``with leased(pool, …) as vm:`` — normal exit (or a task error) resets the VM; a
+    VM or guest failure marks it dead, so a broken VM never returns to IDLE."""
+    info = pool.lease(worker_id, task_key, timeout, pid)
+    try:
+        yield info
+    except VMError as exc:
+        pool.mark_dead(info.vm_id, f"{exc.kind} during {task_key}: {exc}")
+        raise
+    except BaseException:
+        pool.release(info.vm_id, True, "release after task error")
+        raise
+    else:
+        pool.release(info.vm_id, True, "release")

@@ -1,0 +1,228 @@
+"""The append-only results store, the resume index, and the run summary.
+
+``results.jsonl`` holds one line per attempt, written by the runner alone, flushed as each
+attempt finishes. A write either lands whole or not at all: a failed write (disk full) is
+cut back to the last complete line before the error is raised, so the file never holds a
+half line that a later append would glue onto. A torn last line left by a crash is moved
+aside to ``results.jsonl.torn`` and reported, then the run goes on from the complete lines.
+
+A record with ``final: true`` is the one that counts for its sample; resume never runs a
+sample that has one.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import statistics
+import time
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+from .errors import RolloutError
+
+log = logging.getLogger(__name__)
+
+
+class StorageError(RolloutError):
+    """The output folder cannot take another write (disk full, read-only, removed)."""
+
+    kind = "storage_error"
+
+
+@dataclass
+class ResumeIndex:
+    """What an earlier run of this folder already did."""
+
+    final: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: highest attempt number seen per sample, so retries keep counting
+    attempts: dict[str, int] = field(default_factory=dict)
+    records: int = 0
+    torn_bytes: int = 0
+
+
+class ResultStore:
+    """Appends attempt records to ``results.jsonl`` and reads them back for resume."""
+
+    def __init__(self, run_dir: str | Path) -> None:
+        self.path = Path(run_dir) / "results.jsonl"
+        self._fh = None
+
+    def load(self) -> ResumeIndex:
+        """Read every complete record; move a torn last line aside and report it."""
+        index = ResumeIndex()
+        if not self.path.exists():
+            return index
+        data = self.path.read_bytes()
+        complete_end = data.rfind(b"\n") + 1
+        if complete_end < len(data):
+            torn = data[complete_end:]
+            index.torn_bytes = len(torn)
+            with open(self.path.with_name("results.jsonl.torn"), "ab") as fh:
+                fh.write(torn + b"\n")
+            os.truncate(self.path, complete_end)
+            log.warning(
+                "%s: ignored a torn last line (%d bytes, from an interrupted write); "
+                "kept it in results.jsonl.torn", self.path, len(torn)
+            )
+        for lineno, line in enumerate(data[:complete_end].splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+                key = record["key"]
+                attempt = int(record["attempt"])
+            except (ValueError, KeyError, TypeError) as exc:
+                raise StorageError(
+                    f"{self.path}:{lineno}: corrupted record ({exc.__class__.__name__}: {exc}); "
+                    "fix or remove that line, then resume"
+                ) from None
+            index.records += 1
+            index.attempts[key] = max(index.attempts.get(key, -1), attempt)
+            if record.get("final"):
+                index.final[key] = record
+        return index
+
+    def append(self, record: dict[str, Any]) -> None:
+        """Write one record as one line and flush it; all or nothing."""
+        line = (json.dumps(record, ensure_ascii=False, default=str) + "\n").encode("utf-8")
+        if self._fh is None:
+            self._fh = open(self.path, "ab", buffering=0)
+        before = self._fh.tell()
+        try:
+            written = 0
+            while written < len(line):
+                written += self._fh.write(line[written:])
+        except OSError as exc:
+            self._cut_back(before)
+            raise StorageError(
+                f"cannot write {self.path}: {exc.strerror or exc}; every earlier result is "
+                "kept — free space (or fix the folder) and rerun with --resume"
+            ) from exc
+
+    def _cut_back(self, size: int) -> None:
+        try:
+            os.truncate(self.path, size)
+        except OSError:
+            log.exception("could not cut %s back to %d bytes", self.path, size)
+
+    def close(self) -> None:
+        """Close the file."""
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
+
+
+def read_records(path: str | Path) -> list[dict[str, Any]]:
+    """Every complete record of a results.jsonl (a torn last line is skipped)."""
+    records = []
+    with open(path, "rb") as fh:
+        for line in fh:
+            if line.endswith(b"\n") and line.strip():
+                records.append(json.loads(line))
+    return records
+
+
+def percentiles(values: Iterable[float]) -> dict[str, float] | None:
+    """p50/p90/p99/max of ``values`` (nearest rank), or None when there are none."""
+    ordered = sorted(values)
+    if not ordered:
+        return None
+
+    def rank(p: float) -> float:
+        return ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)]
+
+    return {
+        "p50": round(rank(50), 4),
+        "p90": round(rank(90), 4),
+        "p99": round(rank(99), 4),
+        "max": round(ordered[-1], 4),
+        "mean": round(statistics.fmean(ordered), 4),
+    }
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k estimate from n samples with c successes."""
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.prod((n - c - i) / (n - i) for i in range(k))
+
+
+def summarize(
+    records: list[dict[str, Any]],
+    *,
+    total_samples: int,
+    pool_stats: dict[str, Any] | None,
+    started_at: float,
+    interrupted: bool = False,
+) -> dict[str, Any]:
+    """The run's summary.json: counts, rates, timings, VM utilization."""
+    finals = {r["key"]: r for r in records if r.get("final")}
+    final_list = list(finals.values())
+    statuses = Counter(r["status"] for r in final_list)
+    graded = [r for r in final_list if not r.get("infrastructure")]
+    successes = sum(1 for r in final_list if r.get("success"))
+
+    def rate(part: int, whole: int) -> float | None:
+        return round(part / whole, 4) if whole else None
+
+    per_mode: dict[str, dict[str, Any]] = {}
+    by_mode: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in final_list:
+        by_mode[r.get("mode", "?")].append(r)
+    for mode, rs in sorted(by_mode.items()):
+        per_mode[mode] = {
+            "finished": len(rs),
+            "successes": sum(1 for r in rs if r.get("success")),
+            "success_rate": rate(sum(1 for r in rs if r.get("success")), len(rs)),
+            "mean_reward": round(statistics.fmean(r.get("reward") or 0.0 for r in rs), 4),
+        }
+    per_tag: dict[str, dict[str, Any]] = {}
+    by_tag: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in final_list:
+        for tag in r.get("tags") or []:
+            by_tag[tag].append(r)
+    for tag, rs in sorted(by_tag.items()):
+        per_tag[tag] = {"finished": len(rs), "success_rate": rate(sum(1 for r in rs if r.get("success")), len(rs))}
+
+    by_task: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in final_list:
+        by_task[r["task_id"]].append(r)
+    group = max((len(v) for v in by_task.values()), default=1)
+    pass_k = {}
+    if group > 1:
+        for k in sorted({1, group}):
+            scores = [pass_at_k(len(v), sum(1 for r in v if r.get("success")), k)
+                      for v in by_task.values() if len(v) >= k]
+            pass_k[f"pass@{k}"] = round(statistics.fmean(scores), 4) if scores else None
+
+    attempts = len(records)
+    retried = sum(1 for r in records if not r.get("final"))
+    wall = time.time() - started_at
+    summary = {
+        "total_samples": total_samples,
+        "finished": len(final_list),
+        "unfinished": total_samples - len(final_list),
+        "interrupted": interrupted,
+        "successes": successes,
+        "success_rate": rate(successes, len(final_list)),
+        "success_rate_graded": rate(sum(1 for r in graded if r.get("success")), len(graded)),
+        "mean_reward": round(statistics.fmean(r.get("reward") or 0.0 for r in final_list), 4) if final_list else None,
+        "status_counts": dict(sorted(statuses.items())),
+        "attempts": attempts,
+        "retried_attempts": retried,
+        "per_mode": per_mode,
+        "per_tag": per_tag,
+        **pass_k,
+        "timing_s": {
+            "rollout": percentiles(r["duration_s"] for r in records if r.get("duration_s") is not None),
+            "lease_wait": percentiles(r["lease_wait_s"] for r in records if r.get("lease_wait_s") is not None),
+            "wall": round(wall, 3),
+        },
+        "vm": pool_stats,
+    }
+    return summary

@@ -1,0 +1,156 @@
+"""Tasks: the model, loading from JSON/JSONL with line-numbered errors, and sample expansion.
+
+A task file is either a JSON list of objects (``.json``) or one object per line
+(``.jsonl``). Everything is validated before anything runs: a bad line is reported as
+``file:line: reason`` and the whole load fails, so a run never starts on half a benchmark.
+``group_size`` expands a task into samples that share its seed (GRPO groups); a sample is
+``(task_id, sample_idx)``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping
+
+from .errors import TaskFileError
+
+#: fields the Task model owns; everything else is the mode's payload
+_CORE_FIELDS = ("id", "mode", "seed", "tags")
+
+
+@dataclass(frozen=True)
+class Task:
+    """One task of a benchmark; ``payload`` holds the mode's own fields."""
+
+    id: str
+    mode: str
+    payload: Mapping[str, Any] = field(default_factory=dict)
+    seed: int | None = None
+    tags: tuple[str, ...] = ()
+    #: where it came from, ``file:line``, for messages
+    source: str = ""
+
+    def get(self, name: str, default: Any = None) -> Any:
+        """A payload field."""
+        return self.payload.get(name, default)
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One rollout of a task: samples of one task share its seed."""
+
+    task: Task
+    sample_idx: int = 0
+
+    @property
+    def key(self) -> str:
+        """The identity results are keyed on: ``task_id#sample_idx``."""
+        return sample_key(self.task.id, self.sample_idx)
+
+
+def sample_key(task_id: str, sample_idx: int) -> str:
+    """The identity of a sample in results.jsonl."""
+    return f"{task_id}#{sample_idx}"
+
+
+#: mode name -> payload validator that raises ValueError naming the bad field
+Validators = Mapping[str, Callable[[Mapping[str, Any]], None]]
+
+
+def _records(path: Path) -> Iterable[tuple[int, Any]]:
+    """(line number, parsed JSON value) for every record of a .json or .jsonl file."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise TaskFileError(f"{path}: task file not found") from None
+    except UnicodeDecodeError as exc:
+        raise TaskFileError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    except OSError as exc:
+        raise TaskFileError(f"{path}: cannot read task file: {exc.strerror}") from None
+    if path.suffix == ".json":
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise TaskFileError(f"{path}:{exc.lineno}: invalid JSON: {exc.msg}") from None
+        if isinstance(data, dict) and "tasks" in data:
+            data = data["tasks"]
+        if not isinstance(data, list):
+            raise TaskFileError(f"{path}:1: a .json task file holds a list of task objects")
+        # A JSON list has no line per task; report the item's position instead.
+        for index, item in enumerate(data):
+            yield index + 1, item
+        return
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            yield lineno, json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise TaskFileError(f"{path}:{lineno}: invalid JSON: {exc.msg}") from None
+
+
+def load_tasks(
+    path: str | Path,
+    *,
+    default_mode: str | None,
+    validators: Validators,
+) -> list[Task]:
+    """Load and validate every task of ``path``; TaskFileError on the first bad record."""
+    path = Path(path)
+    where_word = "item" if path.suffix == ".json" else "line"
+    tasks: list[Task] = []
+    seen: dict[str, str] = {}
+    for lineno, raw in _records(path):
+        where = f"{path}:{lineno}"
+        if where_word == "item":
+            where = f"{path}: item {lineno}"
+        task = _parse_task(raw, where, default_mode, validators)
+        if task.id in seen:
+            raise TaskFileError(f"{where}: duplicate task id {task.id!r} (first at {seen[task.id]})")
+        seen[task.id] = where
+        tasks.append(task)
+    if not tasks:
+        raise TaskFileError(f"{path}: no tasks in file")
+    return tasks
+
+
+def _parse_task(raw: Any, where: str, default_mode: str | None, validators: Validators) -> Task:
+    if not isinstance(raw, dict):
+        raise TaskFileError(f"{where}: a task is a JSON object, got {type(raw).__name__}")
+    task_id = raw.get("id", raw.get("task_id"))
+    if task_id is None:
+        raise TaskFileError(f"{where}: missing field 'id'")
+    if isinstance(task_id, bool) or not isinstance(task_id, (str, int)):
+        raise TaskFileError(f"{where}: field 'id' must be a string, got {type(task_id).__name__}")
+    task_id = str(task_id)
+    if not task_id.strip() or len(task_id) > 200 or any(c in task_id for c in "/\\\0\n"):
+        raise TaskFileError(f"{where}: field 'id' must be 1-200 characters without / \\ or newlines")
+    mode = raw.get("mode", default_mode)
+    if mode is None:
+        raise TaskFileError(f"{where}: task {task_id!r} has no 'mode' and no --mode was given")
+    if not isinstance(mode, str) or mode not in validators:
+        raise TaskFileError(
+            f"{where}: unknown mode {mode!r} in task {task_id!r}; "
+            f"known modes: {', '.join(sorted(validators))}"
+        )
+    if default_mode is not None and mode != default_mode:
+        raise TaskFileError(f"{where}: task {task_id!r} has mode {mode!r} but the run is --mode {default_mode}")
+    seed = raw.get("seed")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise TaskFileError(f"{where}: field 'seed' must be an integer")
+    tags = raw.get("tags", [])
+    if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
+        raise TaskFileError(f"{where}: field 'tags' must be a list of strings")
+    payload = {k: v for k, v in raw.items() if k not in _CORE_FIELDS}
+    try:
+        validators[mode](payload)
+    except (ValueError, TypeError) as exc:
+        raise TaskFileError(f"{where}: task {task_id!r}: {exc}") from None
+    return Task(id=task_id, mode=mode, payload=payload, seed=seed, tags=tuple(tags), source=where)
+
+
+def expand(tasks: Iterable[Task], group_size: int) -> list[Sample]:
+    """Every sample of every task, ``group_size`` per task, in task order."""
+    return [Sample(task, idx) for task in tasks for idx in range(group_size)]

@@ -1,0 +1,222 @@
+"""RolloutWorker: a process running K env loops; each loop turns an Assignment into a record.
+
+The runner talks to each worker over its own duplex pipe (see ``runner``). The worker's main
+thread reads the pipe and hands Assignments to K loop threads; a loop sends ``Started``
+before it runs an attempt (so the runner knows what this process holds if it dies) and
+``Finished`` with the record after. One attempt::
+
+    Started → lease a VM (if the mode needs one) → env.reset → agent/env turns
+            → env.evaluate → release (always; a VM failure marks the VM dead) → Finished
+
+Failures become records, never exceptions that escape: infrastructure errors (VM, guest,
+lease) are flagged ``infrastructure`` so the runner retries them on another VM; agent and
+task errors are graded outcomes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import sys
+import threading
+import time
+import traceback
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+from .agents import Agent, get_agent
+from .config import RunConfig
+from .envs import Env, get_env
+from .errors import RolloutError, VMError
+from .messages import Assignment, Finished, Started, Stop
+
+#: characters of a traceback kept in a record
+TRACEBACK_TAIL = 4000
+
+
+class RolloutWorker:
+    """One worker process: K env loops sharing the process's pool proxy."""
+
+    def __init__(self, worker_id: str, conn: Connection, pool: Any, config: RunConfig, run_dir: str) -> None:
+        self.worker_id = worker_id
+        self.conn = conn
+        self.pool = pool
+        self.config = config
+        self.run_dir = Path(run_dir)
+        self.pid = os.getpid()
+        self._inbox: queue.Queue[Assignment | Stop] = queue.Queue()
+        self._send_lock = threading.Lock()
+        self._env_cls = get_env(config.mode)
+        self._agent_cls = get_agent(config.agent)
+
+    def run(self) -> None:
+        """Read assignments until STOP (or the runner is gone), then let the loops finish."""
+        loops = [threading.Thread(target=self._loop, args=(slot,), name=f"env-loop-{slot}")
+                 for slot in range(self.config.envs_per_worker)]
+        for thread in loops:
+            thread.start()
+        while True:
+            try:
+                message = self.conn.recv()
+            except (EOFError, OSError):
+                # The runner died: nobody will read our results, so stop at once. The pool
+                # follows the runner too and stops the VMs.
+                os._exit(1)
+            if isinstance(message, Stop):
+                for _ in loops:
+                    self._inbox.put(message)
+                break
+            self._inbox.put(message)
+        for thread in loops:
+            thread.join()
+
+    def _send(self, message: Started | Finished) -> None:
+        with self._send_lock:
+            self.conn.send(message)
+
+    def _loop(self, slot: int) -> None:
+        env: Env = self._env_cls(self.config)
+        agent: Agent = self._agent_cls(self.config)
+        while True:
+            item = self._inbox.get()
+            if isinstance(item, Stop):
+                return
+            self._send(Started(item.key, item.attempt, self.worker_id, self.pid, slot, time.time()))
+            record = self.run_attempt(item, slot, env, agent)
+            self._send(Finished(item.key, item.attempt, record))
+
+    def run_attempt(self, item: Assignment, slot: int, env: Env, agent: Agent) -> dict[str, Any]:
+        """Run one attempt to its record; never raises."""
+        task = item.task
+        started = time.time()
+        record: dict[str, Any] = {
+            "key": item.key, "task_id": task.id, "sample_idx": item.sample_idx,
+            "attempt": item.attempt, "mode": task.mode, "tags": list(task.tags),
+            "status": None, "reward": 0.0, "success": False, "infrastructure": False,
+            "failure": None, "turns": 0, "worker": self.worker_id, "pid": self.pid,
+            "slot": slot, "vm": None, "lease_wait_s": None, "started_at": round(started, 4),
+        }
+        trajectory = _Trajectory(self.run_dir, task.id, item.sample_idx, item.attempt)
+        record["trajectory"] = trajectory.relpath
+        try:
+            if env.needs_vm:
+                from .guest.client import GuestClient
+                from .pool.manager import leased
+
+                lease_started = time.monotonic()
+                with leased(self.pool, self._owner(slot), item.key, self.config.lease_timeout_s, self.pid) as info:
+                    record["vm"] = info.vm_id
+                    record["lease_wait_s"] = round(time.monotonic() - lease_started, 4)
+                    vm = GuestClient(info.address)
+                    self._episode(env, agent, item, vm, record, trajectory)
+            else:
+                self._episode(env, agent, item, None, record, trajectory)
+        except RolloutError as exc:
+            record.update(status=exc.kind, infrastructure=exc.infrastructure, reward=0.0, success=False,
+                          failure=_failure(exc))
+        except (EOFError, ConnectionError, BrokenPipeError) as exc:
+            # The pool's Manager process is gone; the runner notices and stops the run.
+            record.update(status=VMError.kind, infrastructure=True, failure=_failure(exc, "pool unreachable"))
+        except Exception as exc:  # noqa: BLE001 - an agent or env error is this attempt's outcome
+            record.update(status="error", failure=_failure(exc))
+        finally:
+            trajectory.close()
+        record["usage"] = _safe_usage(agent)
+        record["ended_at"] = round(time.time(), 4)
+        record["duration_s"] = round(record["ended_at"] - started, 4)
+        return _serializable(record)
+
+    def _owner(self, slot: int) -> str:
+        # Private VMs are bound to a worker index, which survives a respawn of the worker.
+        return self.worker_id if self.config.envs_per_worker == 1 else f"{self.worker_id}.{slot}"
+
+    def _episode(self, env: Env, agent: Agent, item: Assignment, vm: Any,
+                 record: dict[str, Any], trajectory: "_Trajectory") -> None:
+        observation = env.reset(item.task, vm)
+        agent.reset(item.task)
+        done = False
+        for turn in range(1, self.config.max_turns + 1):
+            action = agent.act(observation)
+            step = env.step(action)
+            record["turns"] = turn
+            trajectory.write({"turn": turn, "action": action, "observation": step.observation,
+                              "done": step.done, "info": step.info})
+            observation = step.observation
+            if step.done:
+                done = True
+                break
+        reward, details = env.evaluate()
+        record["reward"] = float(reward)
+        record["success"] = reward >= 1.0
+        record["eval"] = details
+        if record["success"]:
+            record["status"] = "success"
+        else:
+            record["status"] = "failure" if done else "max_turns"
+
+
+class _Trajectory:
+    """``trajectories/<task>/<sample>/attempt-<n>.jsonl``: one line per turn."""
+
+    def __init__(self, run_dir: Path, task_id: str, sample_idx: int, attempt: int) -> None:
+        folder = run_dir / "trajectories" / task_id / str(sample_idx)
+        self.relpath = str(folder.relative_to(run_dir) / f"attempt-{attempt}.jsonl")
+        self._path = folder / f"attempt-{attempt}.jsonl"
+        self._fh = None
+
+    def write(self, entry: dict[str, Any]) -> None:
+        """Append one turn."""
+        if self._fh is None:
+            self._path.parent.mkdir(parents=True, exist_ok=True)
+            self._fh = open(self._path, "w", encoding="utf-8")
+        self._fh.write(json.dumps(entry, default=repr, ensure_ascii=False) + "\n")
+        self._fh.flush()
+
+    def close(self) -> None:
+        """Close the file, if one was opened."""
+        if self._fh is not None:
+            self._fh.close()
+
+
+def _failure(exc: BaseException, message: str | None = None) -> dict[str, Any]:
+    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    return {"type": type(exc).__name__, "message": message or str(exc)[:2000], "traceback": tb[-TRACEBACK_TAIL:]}
+
+
+def _safe_usage(agent: Agent) -> Any:
+    try:
+        return agent.usage()
+    except Exception as exc:  # noqa: BLE001
+        return {"error": repr(exc)}
+
+
+def _serializable(record: dict[str, Any]) -> dict[str, Any]:
+    """The record itself when it is plain JSON; otherwise an error record saying why.
+
+    Checked here, in the worker, because an object that cannot cross the pipe would
+    otherwise fail inside the runner or be lost."""
+    try:
+        json.dumps(record)
+        return record
+    except (TypeError, ValueError) as exc:
+        keep = {k: record.get(k) for k in ("key", "task_id", "sample_idx", "attempt", "mode", "tags",
+                                            "turns", "worker", "pid", "slot", "vm", "lease_wait_s",
+                                            "started_at", "ended_at", "duration_s", "trajectory")}
+        return {**keep, "status": "error", "reward": 0.0, "success": False, "infrastructure": False,
+                "failure": {"type": "UnserializableResult",
+                            "message": f"the attempt's record is not JSON-serializable: {exc}",
+                            "traceback": ""}}
+
+
+def worker_main(worker_id: str, conn: Connection, pool: Any, config: RunConfig, run_dir: str) -> None:
+    """Entry point of a worker process (spawn start method)."""
+    # Ctrl-C goes to the whole process group; the runner orders the shutdown.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:
+        RolloutWorker(worker_id, conn, pool, config, run_dir).run()
+    finally:
+        sys.stdout.flush()
