@@ -1,0 +1,311 @@
+"""ProcessProvider against real bubblewrap sandboxes: lifecycle, reset, isolation, sweep."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from parallel_rollout.errors import ConfigError, VMError
+from parallel_rollout.guest.client import GuestClient
+from parallel_rollout.pool.providers import get_provider
+from parallel_rollout.pool.providers.base import ProviderOptions
+from parallel_rollout.pool.providers.process import ProcessProvider, _pids_cgroup_root
+
+pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
+
+
+def _bwraps() -> set[int]:
+    return {p.pid for p in psutil.Process().children(recursive=True)
+            if p.name() == "bwrap" and p.status() != psutil.STATUS_ZOMBIE}
+
+
+@pytest.fixture(autouse=True)
+def no_leaked_sandbox():
+    """Every test must leave no bwrap process of its own behind."""
+    before = _bwraps()
+    yield
+    deadline = time.monotonic() + 3
+    while _bwraps() - before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _bwraps() - before, "a test leaked a sandbox"
+
+
+@pytest.fixture
+def base_dir():
+    # short, so socket paths stay under the unix limit (tmp_path is long)
+    path = Path(tempfile.mkdtemp(prefix="prt-", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def snapshot(tmp_path):
+    snap = tmp_path / "snap"
+    (snap / "sub").mkdir(parents=True)
+    (snap / "a.txt").write_text("initial")
+    (snap / "sub" / "b.txt").write_text("nested")
+    return snap
+
+
+@pytest.fixture
+def provider(base_dir, snapshot):
+    return ProcessProvider("run1", ProviderOptions(snapshot_name=str(snapshot),
+                                                   boot_timeout_s=10), base_dir=base_dir)
+
+
+@pytest.fixture
+def vm(provider):
+    info = provider.start("vm0")
+    yield info
+    provider.stop(info)
+
+
+def _sandbox_pids(info) -> set[int]:
+    """Host pids of bwrap, the namespace init and everything below it."""
+    pids = {info.private["pid"], info.private["init_pid"]}
+    try:
+        pids |= {p.pid for p in psutil.Process(info.private["init_pid"]).children(True)}
+    except psutil.NoSuchProcess:
+        pass
+    return pids
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def test_registered_and_available():
+    assert get_provider("process") is ProcessProvider
+    ProcessProvider.check_available()
+
+
+def test_start_execute_and_files(vm, base_dir):
+    client = GuestClient(vm.address)
+    assert vm.provider == "process" and vm.run_id == "run1"
+    assert client.health()["vm"] == "vm0"
+    result = client.execute("hostname; echo $HOME; pwd; cat a.txt", shell=True)
+    assert result["output"].split() == ["vm0", "/home/user", "/home/user", "initial"]
+    client.write_file("~/new/file.bin", b"\x00\x01data")
+    assert client.read_file("/home/user/new/file.bin") == b"\x00\x01data"
+    assert (base_dir / "run1/vm0/home/new/file.bin").read_bytes() == b"\x00\x01data"
+    meta = (base_dir / "run1/vm0/meta.json").read_text()
+    assert '"run_id": "run1"' in meta and str(vm.private["pid"]) in meta
+
+
+def test_isolation_no_network_and_readonly_system(vm):
+    client = GuestClient(vm.address)
+    with socket.socket() as listener:  # a service on the host's loopback
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        probe = client.run_python(textwrap.dedent(f"""
+            import socket
+            try:
+                socket.create_connection(("127.0.0.1", {port}), timeout=2)
+                print("connected")
+            except OSError as exc:
+                print("refused", exc)
+        """))
+    assert probe["output"].startswith("refused")
+    interfaces = client.execute("cat /proc/net/dev", shell=True)["output"]
+    assert [line.split(":")[0].strip() for line in interfaces.splitlines()[2:]] == ["lo"]
+    write = client.execute("touch /usr/pwned", shell=True)
+    assert write["returncode"] != 0 and "Read-only" in write["error"]
+    # its own pid namespace: the agent is pid 2, under bwrap's init
+    assert client.health()["pid"] == 2
+    env = client.execute(["env"])["output"]
+    assert "PARALLEL_ROLLOUT_VM=vm0" in env and "PYTEST" not in env
+
+
+def test_reset_restores_snapshot_and_kills_everything(provider, vm):
+    client = GuestClient(vm.address)
+    client.write_file("~/scratch.txt", b"after snapshot")
+    client.execute("echo changed > a.txt && rm sub/b.txt", shell=True)
+    # a daemon that escapes the agent's process group, as a leaky task would
+    client.execute("setsid sleep 1000 > /dev/null 2>&1 < /dev/null &", shell=True)
+    time.sleep(0.1)
+    old = _sandbox_pids(vm)
+    assert any(psutil.Process(p).name() == "sleep" for p in old if _alive(p))
+
+    new = provider.reset(vm)
+
+    assert not [p for p in old if _alive(p)], "a process of the old sandbox survived"
+    assert new.private["pid"] != vm.private["pid"]
+    client = GuestClient(new.address)
+    listing = client.execute("find . -type f | sort; cat a.txt", shell=True)["output"]
+    assert listing.split() == ["./a.txt", "./sub/b.txt", "initial"]
+    assert "sleep" not in client.execute(["ps", "-eo", "comm"])["output"]
+    vm.private.update(new.private)  # so the fixture stops the live one
+
+
+def test_reset_speed(provider, vm):
+    info, times = vm, []
+    for _ in range(15):
+        started = time.perf_counter()
+        info = provider.reset(info)
+        GuestClient(info.address).health()
+        times.append(time.perf_counter() - started)
+    vm.private.update(info.private)
+    p50 = statistics.median(times)
+    print(f"\nprocess reset (to a /health answer): p50 {p50 * 1000:.1f} ms, "
+          f"max {max(times) * 1000:.1f} ms")
+    assert p50 < 2.0  # sanity only; the number is a benchmark, not a test
+
+
+def test_healthy_false_after_outside_kill_and_stop_is_idempotent(provider, vm, base_dir):
+    assert provider.healthy(vm)
+    os.kill(vm.private["pid"], signal.SIGKILL)
+    deadline = time.monotonic() + 3
+    while provider.healthy(vm) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not provider.healthy(vm)
+    provider.stop(vm)
+    provider.stop(vm)
+    assert not (base_dir / "run1" / "vm0").exists()
+    assert not [p for p in _sandbox_pids(vm) if _alive(p)]
+
+
+def test_stop_removes_processes_and_folder(provider, base_dir):
+    info = provider.start("vm1")
+    GuestClient(info.address).execute("setsid sleep 1000 >/dev/null 2>&1 &", shell=True)
+    time.sleep(0.05)
+    pids = _sandbox_pids(info)
+    provider.stop(info)
+    assert not [p for p in pids if _alive(p)]
+    assert not (base_dir / "run1").exists()
+
+
+def test_sandbox_outlives_the_thread_that_started_it(provider):
+    box = {}
+    thread = threading.Thread(target=lambda: box.update(info=provider.start("vmt")))
+    thread.start()
+    thread.join()
+    time.sleep(0.3)  # PDEATHSIG would have fired by now if it followed this thread
+    try:
+        assert provider.healthy(box["info"])
+    finally:
+        provider.stop(box["info"])
+
+
+_OWNER = """
+import sys, time
+from parallel_rollout.pool.providers.process import ProcessProvider
+provider = ProcessProvider(sys.argv[1], base_dir=sys.argv[2])
+infos = [provider.start(f"vm{i}") for i in range(2)]
+print(" ".join(str(i.private["pid"]) for i in infos), flush=True)
+time.sleep(600)
+"""
+
+
+def _start_owner(run_id: str, base_dir: Path):
+    proc = subprocess.Popen([sys.executable, "-c", _OWNER, run_id, str(base_dir)],
+                            stdout=subprocess.PIPE, text=True)
+    pids = [int(p) for p in proc.stdout.readline().split()]
+    assert len(pids) == 2
+    return proc, pids
+
+
+def test_sweep_after_owner_is_killed(base_dir):
+    owner, pids = _start_owner("crashed", base_dir)
+    live_owner, live_pids = _start_owner("live", base_dir)
+    try:
+        owner.send_signal(signal.SIGKILL)
+        owner.wait()
+        deadline = time.monotonic() + 3
+        while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert not any(_alive(p) for p in pids), "sandboxes outlived their owner"
+        assert sorted(os.listdir(base_dir / "crashed")) == ["vm0", "vm1"]  # folders remain
+
+        # without a run id: only runs whose owner is gone
+        assert sorted(ProcessProvider.sweep(base_dir=base_dir)) == ["vm0", "vm1"]
+        assert not (base_dir / "crashed").exists()
+        assert all(_alive(p) for p in live_pids)
+
+        # with a run id: that run goes, even though its owner still lives
+        assert sorted(ProcessProvider.sweep("live", base_dir=base_dir)) == ["vm0", "vm1"]
+        assert not any(_alive(p) for p in live_pids)
+        assert not (base_dir / "live").exists()
+        assert ProcessProvider.sweep(base_dir=base_dir) == []
+    finally:
+        for proc in (owner, live_owner):
+            proc.kill()
+            proc.wait()
+
+
+def test_sweep_of_another_run_leaves_ours_alone(provider, vm, base_dir):
+    assert ProcessProvider.sweep("other-run", base_dir=base_dir) == []
+    assert ProcessProvider.sweep(base_dir=base_dir) == []  # our owner (this process) lives
+    assert provider.healthy(vm)
+
+
+def test_boot_failure_reports_the_agent_log(base_dir):
+    class BrokenAgent(ProcessProvider):
+        def _argv(self, vm_id, vm_dir, ready_fd, info_fd):
+            argv = super()._argv(vm_id, vm_dir, ready_fd, info_fd)
+            return argv[:argv.index("--") + 1] + [
+                "/bin/sh", "-c", "echo agent exploded >&2; sleep 100"]
+
+    provider = BrokenAgent("run2", ProviderOptions(boot_timeout_s=0.5), base_dir=base_dir)
+    started = time.monotonic()
+    with pytest.raises(VMError, match="agent exploded"):
+        provider.start("vm0")
+    assert time.monotonic() - started < 5
+
+
+def test_config_errors(base_dir, tmp_path):
+    with pytest.raises(ConfigError, match="path_to_vm"):
+        ProcessProvider("r", ProviderOptions(path_to_vm="/x.vmx"), base_dir=base_dir)
+    with pytest.raises(ConfigError, match="not a folder"):
+        ProcessProvider("r", ProviderOptions(snapshot_name=str(tmp_path / "nope")),
+                        base_dir=base_dir)
+    with pytest.raises(ConfigError, match="run id"):
+        ProcessProvider("../evil", base_dir=base_dir)
+    with pytest.raises(ConfigError, match="vm id"):
+        ProcessProvider("r", base_dir=base_dir).start("a/b")
+
+
+def test_empty_snapshot_and_memory_limit(base_dir):
+    provider = ProcessProvider("run3", ProviderOptions(memory_mb=200), base_dir=base_dir)
+    info = provider.start("vm0")
+    try:
+        client = GuestClient(info.address)
+        assert client.execute("ls -A", shell=True)["output"] == ""
+        big = client.run_python("x = bytearray(400 * 1024 * 1024)")
+        assert big["status"] == "error" and "MemoryError" in big["error"]
+        assert client.run_python("x = bytearray(20 * 1024 * 1024)")["status"] == "success"
+    finally:
+        provider.stop(info)
+
+
+@pytest.mark.skipif(_pids_cgroup_root() is None, reason="no writable pids cgroup")
+def test_max_processes(base_dir):
+    provider = ProcessProvider("run4", ProviderOptions(max_processes=12), base_dir=base_dir)
+    info = provider.start("vm0")
+    try:
+        client = GuestClient(info.address)
+        result = client.execute(
+            "for i in $(seq 30); do sleep 5 & done 2>&1; echo started", shell=True,
+            timeout=3)
+        assert "fork" in (result["output"] + result["error"]).lower()
+        info = provider.reset(info)  # the cgroup survives a reset, the limit still holds
+        assert GuestClient(info.address).execute(["true"])["returncode"] == 0
+    finally:
+        provider.stop(info)
+    assert not Path(info.private["cgroup"]).exists()
