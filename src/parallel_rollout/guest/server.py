@@ -41,6 +41,10 @@ in a page: request line, headers, a ``Content-Length`` body, one response per co
 ``ThreadingMixIn``, and the rarer modules (``subprocess``, ``urllib.parse``, ``base64``) are
 imported on first use.
 
+**Limits.** ``--limit-as BYTES`` runs every command under util-linux ``prlimit --as``
+(RLIMIT_AS per process, inherited by its children); the agent itself stays unlimited so that
+a greedy command cannot take the agent down with it.
+
 **Readiness.** With ``--ready-fd N`` the server writes ``ready\\n`` to file descriptor N once
 it listens, then closes it: the host waits on a pipe instead of polling the socket.
 """
