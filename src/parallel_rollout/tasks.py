@@ -62,13 +62,17 @@ Validators = Mapping[str, Callable[[Mapping[str, Any]], None]]
 def _records(path: Path) -> Iterable[tuple[int, Any]]:
     """(line number, parsed JSON value) for every record of a .json or .jsonl file."""
     try:
-        text = path.read_text(encoding="utf-8")
+        raw = path.read_bytes()
     except FileNotFoundError:
         raise TaskFileError(f"{path}: task file not found") from None
-    except UnicodeDecodeError as exc:
-        raise TaskFileError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     except OSError as exc:
         raise TaskFileError(f"{path}: cannot read task file: {exc.strerror}") from None
+    try:
+        # utf-8-sig: files saved by Windows editors start with a byte-order mark.
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        lineno = raw[: exc.start].count(b"\n") + 1
+        raise TaskFileError(f"{path}:{lineno}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     if path.suffix == ".json":
         try:
             data = json.loads(text)
@@ -82,7 +86,9 @@ def _records(path: Path) -> Iterable[tuple[int, Any]]:
         for index, item in enumerate(data):
             yield index + 1, item
         return
-    for lineno, line in enumerate(text.splitlines(), start=1):
+    # Split on "\n" only: str.splitlines() also breaks on U+2028, U+0085 …, which JSON
+    # allows raw inside strings, and would cut a record in two and shift line numbers.
+    for lineno, line in enumerate(text.split("\n"), start=1):
         if not line.strip():
             continue
         try:
@@ -125,8 +131,10 @@ def _parse_task(raw: Any, where: str, default_mode: str | None, validators: Vali
     if isinstance(task_id, bool) or not isinstance(task_id, (str, int)):
         raise TaskFileError(f"{where}: field 'id' must be a string, got {type(task_id).__name__}")
     task_id = str(task_id)
-    if not task_id.strip() or len(task_id) > 200 or any(c in task_id for c in "/\\\0\n"):
-        raise TaskFileError(f"{where}: field 'id' must be 1-200 characters without / \\ or newlines")
+    # The id names a folder under trajectories/, so "." and ".." would escape it.
+    if (not task_id.strip() or len(task_id) > 200 or task_id in (".", "..")
+            or any(c in task_id for c in "/\\\0\n")):
+        raise TaskFileError(f"{where}: field 'id' must be 1-200 characters without / \\ or newlines, not . or ..")
     mode = raw.get("mode", default_mode)
     if mode is None:
         raise TaskFileError(f"{where}: task {task_id!r} has no 'mode' and no --mode was given")

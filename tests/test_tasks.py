@@ -1,0 +1,211 @@
+"""Task files: every malformed file is rejected with a ``file:line:`` message before anything runs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from conftest import shell_task, write_tasks
+from parallel_rollout.cli import main
+from parallel_rollout.envs import task_validators
+from parallel_rollout.errors import ConfigError, TaskFileError
+from parallel_rollout.tasks import Sample, Task, expand, load_tasks, sample_key
+
+
+def _load(path: Path, default_mode: str | None = "shell") -> list[Task]:
+    return load_tasks(path, default_mode=default_mode, validators=task_validators())
+
+
+def _line(task: dict) -> str:
+    return json.dumps(task) + "\n"
+
+
+def _good_lines(count: int) -> str:
+    return "".join(_line(shell_task(f"t{i}")) for i in range(count))
+
+
+# (name, file name, file content, substrings the message must hold)
+MALFORMED = [
+    ("bad json on line 7", "tasks.jsonl", _good_lines(6) + '{"id": "t6", "mode": \n',
+     ["tasks.jsonl:7:", "invalid JSON"]),
+    ("not an object", "tasks.jsonl", _good_lines(1) + "[1, 2]\n", ["tasks.jsonl:2:", "JSON object", "list"]),
+    ("missing id", "tasks.jsonl",
+     _good_lines(2) + _line({k: v for k, v in shell_task("x").items() if k != "id"}),
+     ["tasks.jsonl:3:", "missing field 'id'"]),
+    ("id is a list", "tasks.jsonl", _line(shell_task("x", id=["a"])), ["tasks.jsonl:1:", "'id'", "string"]),
+    ("id is a bool", "tasks.jsonl", _line(shell_task("x", id=True)), ["tasks.jsonl:1:", "'id'", "string"]),
+    ("id is a float", "tasks.jsonl", _line(shell_task("x", id=1.5)), ["tasks.jsonl:1:", "'id'", "string"]),
+    ("id is blank", "tasks.jsonl", _line(shell_task("x", id="  ")), ["tasks.jsonl:1:", "'id'"]),
+    ("id has a slash", "tasks.jsonl", _line(shell_task("x", id="a/b")), ["tasks.jsonl:1:", "'id'"]),
+    # The id names a folder under trajectories/: '..' would write outside it.
+    ("id is ..", "tasks.jsonl", _line(shell_task("x", id="..")), ["tasks.jsonl:1:", "'id'"]),
+    ("id is .", "tasks.jsonl", _line(shell_task("x", id=".")), ["tasks.jsonl:1:", "'id'"]),
+    ("unknown mode", "tasks.jsonl", _line(shell_task("x", mode="nosuchmode")),
+     ["tasks.jsonl:1:", "unknown mode 'nosuchmode'", "known modes: shell"]),
+    ("mode is not a string", "tasks.jsonl", _line(shell_task("x", mode=3)), ["tasks.jsonl:1:", "unknown mode"]),
+    ("tags not a list", "tasks.jsonl", _line(shell_task("x", tags="files")), ["tasks.jsonl:1:", "'tags'", "list"]),
+    ("tags hold a number", "tasks.jsonl", _line(shell_task("x", tags=["a", 1])), ["tasks.jsonl:1:", "'tags'"]),
+    ("seed is a string", "tasks.jsonl", _line(shell_task("x", seed="7")), ["tasks.jsonl:1:", "'seed'", "integer"]),
+    ("seed is a float", "tasks.jsonl", _line(shell_task("x", seed=1.5)), ["tasks.jsonl:1:", "'seed'", "integer"]),
+    ("seed is a bool", "tasks.jsonl", _line(shell_task("x", seed=True)), ["tasks.jsonl:1:", "'seed'", "integer"]),
+    ("shell check missing", "tasks.jsonl",
+     _good_lines(1) + _line({k: v for k, v in shell_task("x").items() if k != "check"}),
+     ["tasks.jsonl:2:", "task 'x'", "missing field 'check'"]),
+    ("shell check not a string", "tasks.jsonl", _line(shell_task("x", check=["test 1"])),
+     ["tasks.jsonl:1:", "'check'"]),
+    ("shell setup is a string", "tasks.jsonl", _line(shell_task("x", setup="echo hi")),
+     ["tasks.jsonl:1:", "'setup'", "list"]),
+    ("shell setup holds a number", "tasks.jsonl", _line(shell_task("x", setup=["echo hi", 3])),
+     ["tasks.jsonl:1:", "'setup'", "list of strings"]),
+    ("shell reference not a list", "tasks.jsonl", _line(shell_task("x", reference="touch f")),
+     ["tasks.jsonl:1:", "'reference'"]),
+    ("shell timeout not positive", "tasks.jsonl", _line(shell_task("x", timeout=0)),
+     ["tasks.jsonl:1:", "'timeout'"]),
+    ("empty file", "tasks.jsonl", "", ["tasks.jsonl:", "no tasks"]),
+    ("only blank lines", "tasks.jsonl", "\n   \n\n", ["tasks.jsonl:", "no tasks"]),
+    ("non-UTF-8 on line 3", "tasks.jsonl", None, ["tasks.jsonl:3:", "UTF-8"]),
+    ("json file not a list", "tasks.json", json.dumps(shell_task("x")), ["tasks.json:1:", "list"]),
+    ("json file bad syntax", "tasks.json", '[\n{"id": "a",\n}\n]', ["tasks.json:3:", "invalid JSON"]),
+    ("json item 2 bad", "tasks.json", json.dumps([shell_task("a"), shell_task("b", seed="x")], indent=2),
+     ["tasks.json: item 2:", "'seed'"]),
+    ("json item missing id", "tasks.json", json.dumps([{"mode": "shell"}]), ["tasks.json: item 1:", "'id'"]),
+]
+
+
+@pytest.mark.parametrize("name, filename, content, expected", MALFORMED, ids=[m[0] for m in MALFORMED])
+def test_malformed_task_file_is_rejected_with_its_location(tmp_path, name, filename, content, expected):
+    """One body, one row per defect: TaskFileError (a ConfigError) whose message says where."""
+    path = tmp_path / filename
+    if content is None:  # a Latin-1 byte on line 3
+        path.write_bytes(_good_lines(2).encode() + b'{"id": "caf\xe9", "mode": "shell"}\n')
+    else:
+        path.write_text(content, encoding="utf-8")
+    with pytest.raises(TaskFileError) as info:
+        _load(path)
+    assert isinstance(info.value, ConfigError)
+    message = str(info.value)
+    assert message.startswith(str(path)), message
+    for part in expected:
+        assert part in message, f"{part!r} not in {message!r}"
+
+
+def test_duplicate_id_names_both_lines(tmp_path):
+    path = write_tasks(tmp_path / "tasks.jsonl", [shell_task("a"), shell_task("b"), shell_task("a")])
+    with pytest.raises(TaskFileError) as info:
+        _load(path)
+    message = str(info.value)
+    assert f"{path}:3:" in message and f"{path}:1" in message and "duplicate task id 'a'" in message
+
+
+def test_duplicate_id_in_json_list_names_both_items(tmp_path):
+    path = tmp_path / "tasks.json"
+    path.write_text(json.dumps([shell_task("a"), shell_task("a")]))
+    with pytest.raises(TaskFileError, match=r"item 2: duplicate task id 'a' \(first at .*item 1\)"):
+        _load(path)
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(TaskFileError, match="task file not found"):
+        _load(tmp_path / "nope.jsonl")
+
+
+def test_task_mode_differing_from_run_mode_is_rejected(tmp_path):
+    path = write_tasks(tmp_path / "tasks.jsonl", [shell_task("a")])
+    validators = {"shell": lambda payload: None, "other": lambda payload: None}
+    with pytest.raises(TaskFileError, match=r"tasks.jsonl:1: .*mode 'shell' but the run is --mode other"):
+        load_tasks(path, default_mode="other", validators=validators)
+
+
+def test_no_mode_anywhere_is_rejected(tmp_path):
+    task = shell_task("a")
+    del task["mode"]
+    path = write_tasks(tmp_path / "tasks.jsonl", [task])
+    with pytest.raises(TaskFileError, match=r"tasks.jsonl:1: .*no 'mode'"):
+        _load(path, default_mode=None)
+
+
+def test_blank_lines_are_skipped_and_line_numbers_stay_true(tmp_path):
+    path = tmp_path / "tasks.jsonl"
+    path.write_text("\n" + _line(shell_task("a")) + "   \n\n" + _line(shell_task("b")) + "\n")
+    tasks = _load(path)
+    assert [t.id for t in tasks] == ["a", "b"]
+    assert [t.source for t in tasks] == [f"{path}:2", f"{path}:5"]
+
+
+def test_crlf_and_utf8_bom_are_accepted(tmp_path):
+    """Files written on Windows: a byte-order mark and CRLF line ends."""
+    path = tmp_path / "tasks.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + _line(shell_task("a")).replace("\n", "\r\n").encode()
+                     + _line(shell_task("b")).replace("\n", "\r\n").encode())
+    assert [t.id for t in _load(path)] == ["a", "b"]
+
+
+def test_unicode_line_separator_inside_a_string_is_not_a_line_break(tmp_path):
+    """U+2028/U+2029/U+0085 are legal raw inside a JSON string; only newlines end a JSONL record."""
+    instruction = "one\u2028two\u2029three\x85four"
+    path = tmp_path / "tasks.jsonl"
+    path.write_text(json.dumps(shell_task("a", instruction=instruction), ensure_ascii=False) + "\n"
+                    + _line(shell_task("b")), encoding="utf-8")
+    assert "\u2028" in path.read_text(encoding="utf-8")  # written raw, as ensure_ascii=False does
+    tasks = _load(path)
+    assert [t.id for t in tasks] == ["a", "b"]
+    assert tasks[0].get("instruction") == instruction
+    assert tasks[1].source == f"{path}:2"
+
+
+def test_task_model_fields(tmp_path):
+    path = write_tasks(tmp_path / "tasks.jsonl", [
+        shell_task("a", seed=7, tags=["x", "y"]),
+        {**shell_task("b"), "id": 12},  # a numeric id is taken as its string
+        {k: v for k, v in shell_task("c").items() if k != "mode"},  # mode from --mode
+    ])
+    a, b, c = _load(path)
+    assert (a.id, a.mode, a.seed, a.tags) == ("a", "shell", 7, ("x", "y"))
+    assert a.get("check") == "test -e ~/a.done" and "id" not in a.payload and "seed" not in a.payload
+    assert b.id == "12" and b.seed is None and b.tags == ()
+    assert c.mode == "shell"
+
+
+def test_json_list_and_tasks_object(tmp_path):
+    listed = tmp_path / "list.json"
+    listed.write_text(json.dumps([shell_task("a"), shell_task("b")]))
+    wrapped = tmp_path / "wrapped.json"
+    wrapped.write_text(json.dumps({"tasks": [shell_task("c")]}))
+    assert [t.id for t in _load(listed)] == ["a", "b"]
+    assert _load(listed)[1].source == f"{listed}: item 2"
+    assert [t.id for t in _load(wrapped)] == ["c"]
+
+
+def test_shipped_benchmark_loads():
+    from conftest import SHELL_TASKS
+
+    tasks = _load(SHELL_TASKS)
+    assert len(tasks) == 25 and len({t.id for t in tasks}) == 25
+
+
+@pytest.mark.parametrize("group_size", [1, 3])
+def test_expand_keys_samples_by_task_and_index(group_size):
+    tasks = [Task("a", "shell", seed=5), Task("b", "shell")]
+    samples = expand(tasks, group_size)
+    assert [s.key for s in samples] == [f"{t}#{i}" for t in ("a", "b") for i in range(group_size)]
+    assert all(isinstance(s, Sample) for s in samples)
+    # a group shares its task, hence its seed
+    assert {s.task.seed for s in samples if s.task.id == "a"} == {5}
+    assert sample_key("a", 2) == "a#2"
+
+
+def test_cli_rejects_malformed_file_before_anything_runs(tmp_path):
+    """Exit code 2 (usage error), the file:line message, and no run folder at all."""
+    data = tmp_path / "tasks.jsonl"
+    data.write_text(_good_lines(6) + "{not json\n")
+    out = tmp_path / "out"
+    result = CliRunner().invoke(main, [
+        "--mode", "shell", "--data", str(data), "--num-rollouts", "2",
+        "--output-dir", str(out), "--run-id", "r", "--no-progress",
+    ])
+    assert result.exit_code == 2, result.output
+    assert "tasks.jsonl:7:" in result.output and "invalid JSON" in result.output
+    assert not out.exists(), f"a run folder was created: {list(out.rglob('*'))}"
