@@ -26,6 +26,7 @@ threads and never under the lock, so a slow boot or reset never blocks a lease.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import json
 import logging
@@ -78,6 +79,7 @@ class _VM:
     leased_s: float = 0.0
     resetting_s: float = 0.0
     leases: int = 0
+    lease_no: int | None = None
 
 
 class VMPoolManager:
@@ -118,7 +120,8 @@ class VMPoolManager:
         self._events = open(events_path, "a", buffering=1, encoding="utf-8") if events_path else None
         # Boots, resets and stops run in their own daemon threads, never under the lock; a
         # provider call that hangs (a boot that never ends) can then never block shutdown.
-        self._threads: set[threading.Thread] = set()
+        #: provider calls under way -> when shutdown stops waiting for each
+        self._threads: dict[threading.Thread, float] = {}
         self._watchdog = threading.Thread(target=self._watch_boots, name="boot-watchdog", daemon=True)
         with self._lock:
             for _ in range(size):
@@ -147,8 +150,9 @@ class VMPoolManager:
                     vm.worker_id, vm.worker_pid, vm.task_key = worker_id, pid, task_key
                     vm.leases += 1
                     self._counters["leases"] += 1
+                    vm.lease_no = self._counters["leases"]
                     self._move(vm, VMState.LEASED, "lease")
-                    return vm.info
+                    return dataclasses.replace(vm.info, lease=vm.lease_no)
                 if self._exhausted(worker_id):
                     raise PoolExhausted(self._exhausted_message())
                 remaining = deadline - time.monotonic()
@@ -159,11 +163,16 @@ class VMPoolManager:
                     )
                 self._changed.wait(min(remaining, _WAIT_SLICE_S))
 
-    def release(self, vm_id: str, healthy: bool = True, reason: str = "release") -> None:
-        """Return a leased VM; it is reset in the pool's threads (or killed if unhealthy)."""
+    def release(self, vm_id: str, healthy: bool = True, reason: str = "release",
+                lease: int | None = None) -> None:
+        """Return a leased VM; it is reset in the pool's threads (or killed if unhealthy).
+
+        ``lease`` (from the VMInfo that ``lease`` returned) makes a late release of an
+        earlier lease — a reclaimed worker's — a no-op instead of freeing someone else's VM.
+        """
         with self._lock:
             vm = self._vms.get(vm_id)
-            if vm is None or vm.state is not VMState.LEASED:
+            if vm is None or not self._holds(vm, lease):
                 # A release that lost a race with reclaim or mark_dead: nothing to do.
                 self._event(vm_id, None, None, "stale release ignored", None, None)
                 return
@@ -172,11 +181,14 @@ class VMPoolManager:
                 return
             self._begin_reset(vm, reason)
 
-    def mark_dead(self, vm_id: str, reason: str) -> None:
+    def mark_dead(self, vm_id: str, reason: str, lease: int | None = None) -> None:
         """Stop a broken VM and boot a replacement while the budget lasts."""
         with self._lock:
             vm = self._vms.get(vm_id)
             if vm is None or vm.state is VMState.DEAD:
+                return
+            if lease is not None and not self._holds(vm, lease):
+                self._event(vm_id, None, None, f"stale mark_dead ignored: {reason}", None, None)
                 return
             self._kill(vm, reason)
 
@@ -247,9 +259,10 @@ class VMPoolManager:
         # closed; they stop what they made (see _finish_boot / _finish_reset).
         for vm in vms:
             self._spawn(self._stop_quietly, vm.info)
-        deadline = time.monotonic() + self.options.boot_timeout_s + 10
-        for thread in list(self._threads):
-            thread.join(max(0.0, deadline - time.monotonic()))
+        # Wait for provider calls so that what they make is stopped, but never past each
+        # call's own deadline: a boot that hangs was already declared dead.
+        for thread, give_up in list(self._threads.items()):
+            thread.join(max(0.0, give_up - time.monotonic()))
         if self._events is not None:
             self._events.close()
             self._events = None
@@ -259,6 +272,10 @@ class VMPoolManager:
     def _check_running(self) -> None:
         if not self._running:
             raise PoolClosed("the VM pool is shut down")
+
+    @staticmethod
+    def _holds(vm: _VM, lease: int | None) -> bool:
+        return vm.state is VMState.LEASED and (lease is None or lease == vm.lease_no)
 
     def _pick(self, worker_id: str) -> _VM | None:
         idle = [vm for vm in self._vms.values() if vm.state is VMState.IDLE]
@@ -318,11 +335,12 @@ class VMPoolManager:
     def _boot_new(self, reason: str, owner: str | None = None) -> None:
         vm = _VM(vm_id=f"vm-{self._next_index}", owner=owner, since=time.monotonic())
         self._next_index += 1
-        vm.boot_deadline = vm.since + self.options.boot_timeout_s + 5.0
+        # The provider bounds its own boot; this catches a start() that ignores its timeout.
+        vm.boot_deadline = vm.since + self.options.boot_timeout_s + min(5.0, self.options.boot_timeout_s)
         self._vms[vm.vm_id] = vm
         self._event(vm.vm_id, None, VMState.BOOTING.value, reason, None, None)
         self._counters["boots"] += 1
-        self._spawn(self._boot_unlocked, vm)
+        self._spawn(self._boot_unlocked, vm, deadline=vm.boot_deadline)
 
     def _boot_unlocked(self, vm: _VM) -> None:
         started = time.monotonic()
@@ -394,9 +412,9 @@ class VMPoolManager:
             self._boot_new(f"replaces {vm.vm_id}", owner=vm.owner)
             vm.owner = None
 
-    def _spawn(self, target, *args: Any) -> threading.Thread:
+    def _spawn(self, target, *args: Any, deadline: float | None = None) -> threading.Thread:
         thread = threading.Thread(target=self._run_tracked, args=(target, *args), daemon=True)
-        self._threads.add(thread)
+        self._threads[thread] = deadline or time.monotonic() + self.options.boot_timeout_s + 30
         thread.start()
         return thread
 
@@ -404,7 +422,7 @@ class VMPoolManager:
         try:
             target(*args)
         finally:
-            self._threads.discard(threading.current_thread())
+            self._threads.pop(threading.current_thread(), None)
 
     def _stop_quietly(self, info: VMInfo | None) -> None:
         if info is None:
@@ -484,10 +502,10 @@ def leased(pool: Any, worker_id: str, task_key: str, timeout: float, pid: int) -
     try:
         yield info
     except VMError as exc:
-        pool.mark_dead(info.vm_id, f"{exc.kind} during {task_key}: {exc}")
+        pool.mark_dead(info.vm_id, f"{exc.kind} during {task_key}: {exc}", info.lease)
         raise
     except BaseException:
-        pool.release(info.vm_id, True, "release after task error")
+        pool.release(info.vm_id, True, "release after task error", info.lease)
         raise
     else:
-        pool.release(info.vm_id, True, "release")
+        pool.release(info.vm_id, True, "release", info.lease)

@@ -163,7 +163,7 @@ class ProcessProvider(Provider):
                 raise VMError(f"VM {vm_id} of run {self.run_id} is already running "
                               f"(pid {meta.get('pid')})")
             shutil.rmtree(vm_dir, ignore_errors=True)
-        (vm_dir / "sock").mkdir(parents=True)
+        _make_vm_dir(vm_dir)
         self._restore_home(vm_dir)
         if self._pids_cgroup is not None:
             _make_cgroup(self._cgroup_dir(vm_id), self.options.max_processes)
@@ -493,6 +493,18 @@ def _read_meta(vm_dir: Path) -> dict | None:
         return json.loads((vm_dir / "meta.json").read_text())
     except (OSError, ValueError):
         return None
+
+
+def _make_vm_dir(vm_dir: Path) -> None:
+    """Create ``vm_dir/sock``; a concurrent stop of the run's last VM may remove the run
+    folder between the creation of the parents, so try again when that happens."""
+    for _ in range(10):
+        try:
+            (vm_dir / "sock").mkdir(parents=True)
+            return
+        except FileNotFoundError:
+            continue
+    (vm_dir / "sock").mkdir(parents=True)
 
 
 def _remove_run_dir_if_empty(run_dir: Path) -> None:

@@ -1,0 +1,75 @@
+"""The contract every VM provider meets, and the small record that names a VM."""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+
+@dataclass(frozen=True)
+class VMInfo:
+    """A started VM: small and picklable, so it crosses the Manager's process boundary.
+
+    ``address`` says how to reach the guest agent: ``unix:/path/to/socket`` or
+    ``http://host:port``. ``private`` is the provider's own data (pids, paths, names).
+    """
+
+    vm_id: str
+    provider: str
+    address: str
+    run_id: str
+    private: dict[str, Any] = field(default_factory=dict, compare=False)
+    #: set by the pool on the copy it hands out: which lease this is, so a late release
+    #: from a worker that was reclaimed cannot touch the VM's next lease
+    lease: int | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
+class ProviderOptions:
+    """What the user may ask of a provider; a provider rejects what it cannot honour."""
+
+    snapshot_name: str | None = None
+    path_to_vm: str | None = None
+    headless: bool = True
+    boot_timeout_s: float = 60.0
+    #: per-VM resource limits; None keeps the provider's default
+    memory_mb: int | None = None
+    max_processes: int | None = None
+
+
+class Provider(abc.ABC):
+    """One VM technology. Every VM it makes is labelled with the run id, so ``sweep`` finds
+    what a killed run left behind."""
+
+    name: ClassVar[str] = ""
+
+    def __init__(self, run_id: str, options: ProviderOptions | None = None) -> None:
+        self.run_id = run_id
+        self.options = options or ProviderOptions()
+
+    @classmethod
+    def check_available(cls) -> None:
+        """Raise ProviderUnavailable (with an install hint) when this machine cannot run it."""
+
+    @abc.abstractmethod
+    def start(self, vm_id: str) -> VMInfo:
+        """Boot a VM, wait for its guest agent, make sure its snapshot exists."""
+
+    @abc.abstractmethod
+    def reset(self, info: VMInfo) -> VMInfo:
+        """Bring the VM back to its snapshot; raise VMError when that fails."""
+
+    @abc.abstractmethod
+    def healthy(self, info: VMInfo) -> bool:
+        """Whether the VM runs and its guest agent answers."""
+
+    @abc.abstractmethod
+    def stop(self, info: VMInfo) -> None:
+        """Stop the VM and remove everything it left; safe to call twice."""
+
+    @classmethod
+    @abc.abstractmethod
+    def sweep(cls, run_id: str | None = None) -> list[str]:
+        """Remove VMs left behind by crashed runs (of ``run_id``, or of every run);
+        return what was removed."""

@@ -1,0 +1,94 @@
+"""Fault injectors used by the crash tests: real parts that break on purpose.
+
+``ChaosAgent`` is the oracle agent, except that on the first attempt of a task whose payload
+has ``"chaos": KIND`` it breaks in that way. "First attempt" is tracked with a marker file in
+``$PR_CHAOS_DIR``, so a retried attempt behaves. The providers are the real process
+provider with one thing broken.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+from parallel_rollout.agents.oracle import OracleAgent
+from parallel_rollout.errors import VMError
+from parallel_rollout.pool.providers.process import ProcessProvider
+
+
+def first_time(name: str) -> bool:
+    """True exactly once per name per test (the marker file is created atomically)."""
+    marker = Path(os.environ["PR_CHAOS_DIR"]) / name
+    try:
+        fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    except FileExistsError:
+        return False
+    os.close(fd)
+    return True
+
+
+class ChaosAgent(OracleAgent):
+    """The oracle, breaking on a chaos task's first attempt."""
+
+    def reset(self, task) -> None:
+        super().reset(task)
+        self.kind = task.get("chaos")
+        self._unpicklable = False
+        self.armed = bool(self.kind) and first_time(f"{task.id}.{self.kind}")
+
+    def act(self, observation):
+        if self.armed:
+            self.armed = False
+            if self.kind == "exit":
+                os._exit(3)
+            if self.kind == "sigkill":
+                os.kill(os.getpid(), signal.SIGKILL)
+            if self.kind == "raise":
+                raise RuntimeError("chaos: the agent raised")
+            if self.kind == "hang":
+                time.sleep(3600)
+            if self.kind == "unpicklable":
+                self._unpicklable = True
+            if self.kind == "kill_sandbox":
+                # The shell's parent is the guest agent: the sandbox dies with it.
+                return {"command": "kill -9 $PPID; sleep 5"}
+        return super().act(observation)
+
+    def usage(self):
+        if self._unpicklable:
+            return {"callback": lambda: None}
+        return {}
+
+
+class FlakyResetProvider(ProcessProvider):
+    """A process provider whose first reset in the test fails."""
+
+    def reset(self, info):
+        if first_time("reset-fails"):
+            self.stop(info)
+            raise VMError("chaos: reset failed")
+        return super().reset(info)
+
+
+class NoResetProvider(ProcessProvider):
+    """A process provider that never resets: shows which tasks depend on resets."""
+
+    def reset(self, info):
+        return info
+
+
+class BootFailsProvider(ProcessProvider):
+    """Every boot fails."""
+
+    def start(self, vm_id):
+        raise VMError(f"chaos: {vm_id} does not boot")
+
+
+class BootHangsProvider(ProcessProvider):
+    """Every boot hangs (until the test's process ends)."""
+
+    def start(self, vm_id):
+        time.sleep(3600)
+        raise AssertionError("unreachable")

@@ -1,0 +1,112 @@
+"""Shared fixtures: a private sandbox folder per test session and a leak check after every test.
+
+Every test ends with a check that it left no child process and no sandbox behind; a test that
+leaks fails even when its own assertions passed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+# Sandboxes of this test session live in their own folder, so the leak check sees only ours
+# and a developer's real runs are never touched. Set before any worker is spawned: children
+# inherit it.
+_SANDBOX_ROOT = Path(tempfile.mkdtemp(prefix="pr-test-sandboxes-"))
+os.environ["PARALLEL_ROLLOUT_PROCESS_DIR"] = str(_SANDBOX_ROOT)
+
+ROOT = Path(__file__).resolve().parent.parent
+SHELL_TASKS = ROOT / "benchmarks" / "shell_tasks.jsonl"
+
+
+def leftover_sandboxes() -> list[str]:
+    """Sandbox folders still on disk under this session's sandbox root."""
+    if not _SANDBOX_ROOT.exists():
+        return []
+    return sorted(str(p.relative_to(_SANDBOX_ROOT)) for p in _SANDBOX_ROOT.glob("*/*") if p.is_dir())
+
+
+def live_descendants() -> list[psutil.Process]:
+    """Processes below this test process that are still running (zombies excluded)."""
+    alive = []
+    for proc in psutil.Process().children(recursive=True):
+        try:
+            # multiprocessing's resource tracker is one per test process, by design.
+            if proc.status() != psutil.STATUS_ZOMBIE and "resource_tracker" not in " ".join(proc.cmdline()):
+                alive.append(proc)
+        except psutil.NoSuchProcess:
+            pass
+    return alive
+
+
+@pytest.fixture(autouse=True)
+def no_leaks():
+    """Fail the test if it leaves a process or a sandbox behind (after a short grace)."""
+    before = {p.pid for p in live_descendants()}
+    yield
+    deadline = time.monotonic() + 10
+    while True:
+        procs = [p for p in live_descendants() if p.pid not in before]
+        dirs = leftover_sandboxes()
+        if (not procs and not dirs) or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    described = []
+    for proc in procs:
+        try:
+            described.append(f"{proc.pid} {' '.join(proc.cmdline())[:120]}")
+        except psutil.NoSuchProcess:
+            pass
+    for proc in procs:
+        try:
+            proc.kill()
+        except psutil.NoSuchProcess:
+            pass
+    assert not described, f"processes left behind: {described}"
+    assert not dirs, f"sandboxes left behind: {dirs}"
+
+
+def write_tasks(path: Path, tasks: list[dict]) -> Path:
+    """Write tasks as JSONL and return the path."""
+    path.write_text("".join(json.dumps(t) + "\n" for t in tasks))
+    return path
+
+
+def read_results(run_dir: Path) -> list[dict]:
+    """Every record of a run's results.jsonl."""
+    return [json.loads(line) for line in (run_dir / "results.jsonl").read_text().splitlines() if line.strip()]
+
+
+def finals_by_key(records: list[dict]) -> dict[str, list[dict]]:
+    """key -> the final records of that sample (exactly one is the only correct answer)."""
+    out: dict[str, list[dict]] = {}
+    for record in records:
+        if record.get("final"):
+            out.setdefault(record["key"], []).append(record)
+    return out
+
+
+def assert_exactly_once(run_dir: Path, keys: set[str]) -> dict[str, dict]:
+    """Every sample in ``keys`` has exactly one final record, and no attempt is written twice."""
+    records = read_results(run_dir)
+    finals = finals_by_key(records)
+    assert set(finals) == keys, f"missing: {keys - set(finals)}, unexpected: {set(finals) - keys}"
+    doubled = {k: len(v) for k, v in finals.items() if len(v) != 1}
+    assert not doubled, f"samples with more than one final record: {doubled}"
+    attempts = [(r["key"], r["attempt"]) for r in records]
+    assert len(attempts) == len(set(attempts)), "an attempt was recorded twice"
+    return {k: v[0] for k, v in finals.items()}
+
+
+def shell_task(task_id: str, **extra) -> dict:
+    """A small passing shell task."""
+    task = {"id": task_id, "mode": "shell", "instruction": f"create {task_id}",
+            "check": f"test -e ~/{task_id}.done", "reference": [f"touch ~/{task_id}.done"]}
+    task.update(extra)
+    return task

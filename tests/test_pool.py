@@ -1,0 +1,227 @@
+"""VMPoolManager: the state machine, leasing, resets, deaths and exhaustion, on real sandboxes.
+
+The pool runs in the test process here (the Manager only adds a process boundary, covered by
+the end-to-end tests); providers are the real process provider, or it with one part broken.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from contextlib import contextmanager
+
+import psutil
+import pytest
+
+from parallel_rollout.errors import LeaseTimeout, PoolExhausted, VMError, WorkerDied
+from parallel_rollout.guest.client import GuestClient
+from parallel_rollout.pool.manager import VMPoolManager, VMState, leased, start_pool
+from parallel_rollout.pool.providers import ProviderOptions
+
+
+@contextmanager
+def make_pool(tmp_path, size=1, provider="process", budget=None, private=False, boot_timeout_s=30.0):
+    pool = VMPoolManager(provider, f"t{time.monotonic_ns() % 10**9}", size,
+                         options=ProviderOptions(boot_timeout_s=boot_timeout_s),
+                         events_path=str(tmp_path / "events.jsonl"),
+                         replacement_budget=budget, private=private)
+    try:
+        yield pool
+    finally:
+        pool.shutdown()
+
+
+def events(tmp_path):
+    return [json.loads(line) for line in (tmp_path / "events.jsonl").read_text().splitlines()]
+
+
+def wait_for(predicate, timeout=15.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.02)
+    raise AssertionError("condition not reached in time")
+
+
+def test_lease_release_reset_cycle_is_logged(tmp_path):
+    with make_pool(tmp_path, size=2) as pool:
+        assert pool.wait_ready(2, timeout=30) == 2
+        info = pool.lease("w0", "task#0", timeout=10, pid=111)
+        assert pool.stats()["states"]["leased"] == 1
+        pool.release(info.vm_id)
+        # release returns at once; the reset happens in the pool's threads
+        wait_for(lambda: pool.stats()["states"]["idle"] == 2)
+        stats = pool.stats()
+        assert stats["leases"] == 1 and stats["resets"] == 1
+    transitions = [(e["vm"], e["from"], e["to"]) for e in events(tmp_path) if e["vm"] == info.vm_id]
+    assert transitions[:5] == [
+        (info.vm_id, None, "booting"), (info.vm_id, "booting", "idle"), (info.vm_id, "idle", "leased"),
+        (info.vm_id, "leased", "resetting"), (info.vm_id, "resetting", "idle"),
+    ]
+    leased_event = next(e for e in events(tmp_path) if e["to"] == "leased")
+    assert leased_event["task"] == "task#0" and leased_event["worker"] == "w0"
+    assert all({"time", "vm", "from", "to", "task", "worker", "reason"} <= set(e) for e in events(tmp_path))
+
+
+def test_lease_blocks_until_a_vm_is_released(tmp_path):
+    with make_pool(tmp_path, size=1) as pool:
+        first = pool.lease("w0", "a#0", timeout=30, pid=1)
+        got = []
+        thread = threading.Thread(target=lambda: got.append(pool.lease("w1", "b#0", timeout=30, pid=2)))
+        thread.start()
+        time.sleep(0.5)
+        assert not got, "a lease was granted while the only VM was leased"
+        pool.release(first.vm_id)
+        thread.join(10)
+        assert got and got[0].vm_id == first.vm_id
+        pool.release(got[0].vm_id)
+
+
+def test_lease_timeout(tmp_path):
+    with make_pool(tmp_path, size=1) as pool:
+        info = pool.lease("w0", "a#0", timeout=30, pid=1)
+        started = time.monotonic()
+        with pytest.raises(LeaseTimeout, match="no VM became idle"):
+            pool.lease("w1", "b#0", timeout=0.5, pid=2)
+        assert time.monotonic() - started < 5
+        pool.release(info.vm_id)
+
+
+def test_reset_restores_the_snapshot_and_kills_processes(tmp_path):
+    with make_pool(tmp_path, size=1) as pool:
+        info = pool.lease("w0", "a#0", timeout=30, pid=1)
+        vm = GuestClient(info.address)
+        vm.execute("echo dirty > ~/left.txt; bash -c 'exec -a stray-proc sleep 600' >/dev/null 2>&1 &", shell=True)
+        assert vm.execute("cat ~/left.txt", shell=True)["output"].strip() == "dirty"
+        stray = [p for p in psutil.process_iter(["cmdline"]) if (p.info["cmdline"] or [""])[0] == "stray-proc"]
+        assert stray, "the background process did not start"
+        pool.release(info.vm_id)
+        info2 = pool.lease("w0", "b#0", timeout=30, pid=1)
+        vm2 = GuestClient(info2.address)
+        assert vm2.execute("test -e ~/left.txt", shell=True)["returncode"] != 0
+        assert not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in stray)
+        pool.release(info2.vm_id)
+
+
+def test_mark_dead_boots_a_replacement_within_budget(tmp_path):
+    with make_pool(tmp_path, size=1, budget=1) as pool:
+        info = pool.lease("w0", "a#0", timeout=30, pid=1)
+        pool.mark_dead(info.vm_id, "test: broken")
+        replacement = pool.lease("w0", "b#0", timeout=30, pid=1)
+        assert replacement.vm_id != info.vm_id
+        assert pool.stats()["replacements_left"] == 0
+        pool.mark_dead(replacement.vm_id, "test: broken again")
+        started = time.monotonic()
+        with pytest.raises(PoolExhausted, match="every VM .* is dead"):
+            pool.lease("w0", "c#0", timeout=60, pid=1)
+        assert time.monotonic() - started < 5, "PoolExhausted must come at once, not after the timeout"
+    reasons = [e["reason"] for e in events(tmp_path) if e["to"] == "dead"]
+    assert "test: broken" in reasons and any(r.startswith("replaces") for r in
+                                               (e["reason"] for e in events(tmp_path) if e["to"] == "booting"))
+
+
+def test_unhealthy_release_kills_the_vm(tmp_path):
+    with make_pool(tmp_path, size=1, budget=0) as pool:
+        info = pool.lease("w0", "a#0", timeout=30, pid=1)
+        pool.release(info.vm_id, healthy=False, reason="guest broke")
+        with pytest.raises(PoolExhausted):
+            pool.lease("w0", "b#0", timeout=30, pid=1)
+
+
+def test_failed_reset_marks_dead_and_replaces(tmp_path, monkeypatch):
+    monkeypatch.setenv("PR_CHAOS_DIR", str(tmp_path))
+    with make_pool(tmp_path, size=1, provider="chaos_plugins:FlakyResetProvider", budget=1) as pool:
+        info = pool.lease("w0", "a#0", timeout=30, pid=1)
+        pool.release(info.vm_id)
+        again = pool.lease("w0", "b#0", timeout=30, pid=1)
+        assert again.vm_id != info.vm_id
+        stats = pool.stats()
+        assert stats["reset_failures"] == 1 and stats["replacements"] == 1
+        pool.release(again.vm_id)
+    assert any("reset failed" in e["reason"] for e in events(tmp_path) if e["to"] == "dead")
+
+
+def test_boot_failures_exhaust_the_pool_without_hanging(tmp_path):
+    with make_pool(tmp_path, size=2, provider="chaos_plugins:BootFailsProvider", budget=2) as pool:
+        started = time.monotonic()
+        with pytest.raises(PoolExhausted, match="4 failed boots"):
+            pool.lease("w0", "a#0", timeout=120, pid=1)
+        assert time.monotonic() - started < 10
+
+
+def test_hanging_boot_times_out(tmp_path):
+    with make_pool(tmp_path, size=1, provider="chaos_plugins:BootHangsProvider", budget=0,
+                   boot_timeout_s=0.5) as pool:
+        started = time.monotonic()
+        with pytest.raises(PoolExhausted, match="boot timed out"):
+            pool.lease("w0", "a#0", timeout=120, pid=1)
+        assert time.monotonic() - started < 15
+
+
+def test_reclaim_resets_a_dead_workers_vm_and_bars_the_pid(tmp_path):
+    with make_pool(tmp_path, size=1) as pool:
+        info = pool.lease("w0", "a#0", timeout=30, pid=4242)
+        GuestClient(info.address).execute("touch ~/mine", shell=True)
+        assert pool.reclaim(4242) == [info.vm_id]
+        with pytest.raises(WorkerDied):
+            pool.lease("w0", "b#0", timeout=5, pid=4242)
+        other = pool.lease("w1", "b#0", timeout=30, pid=5000)
+        assert GuestClient(other.address).execute("test -e ~/mine", shell=True)["returncode"] != 0
+        # the dead worker's late release must not free a VM someone else holds
+        pool.release(info.vm_id, True, "late", info.lease)
+        pool.mark_dead(info.vm_id, "late", info.lease)
+        assert pool.stats()["states"]["leased"] == 1 and pool.stats()["marked_dead"] == 0
+        pool.release(other.vm_id)
+        assert pool.stats()["reclaimed"] == 1
+
+
+def test_private_mode_binds_one_vm_per_worker(tmp_path):
+    with make_pool(tmp_path, size=2, private=True) as pool:
+        seen = {}
+        for round_ in range(3):
+            for worker in ("w0", "w1"):
+                info = pool.lease(worker, f"{worker}-{round_}#0", timeout=30, pid=1)
+                seen.setdefault(worker, set()).add(info.vm_id)
+                pool.release(info.vm_id)
+        assert all(len(v) == 1 for v in seen.values())
+        assert seen["w0"] != seen["w1"]
+
+
+def test_lease_context_manager(tmp_path):
+    with make_pool(tmp_path, size=1, budget=1) as pool:
+        with leased(pool, "w0", "a#0", 30, 1) as info:
+            assert pool.stats()["states"]["leased"] == 1
+        wait_for(lambda: pool.stats()["states"]["idle"] == 1)
+        with pytest.raises(ValueError):
+            with leased(pool, "w0", "b#0", 30, 1):
+                raise ValueError("task error: the VM is fine")
+        assert pool.stats()["marked_dead"] == 0
+        with pytest.raises(VMError):
+            with leased(pool, "w0", "c#0", 30, 1) as info:
+                raise VMError("the VM broke")
+        assert pool.stats()["marked_dead"] == 1
+    dead = [e for e in events(tmp_path) if e["to"] == "dead" and e["vm"] == info.vm_id]
+    assert dead and "the VM broke" in dead[0]["reason"]
+
+
+def test_pool_through_the_manager_process(tmp_path):
+    import multiprocessing
+
+    manager, pool = start_pool(multiprocessing.get_context("spawn"), "process", "mgr-test", 2,
+                               events_path=str(tmp_path / "events.jsonl"))
+    try:
+        assert pool.wait_ready(2, 30) == 2
+        info = pool.lease("w0", "a#0", 30, 1)
+        assert GuestClient(info.address).execute(["echo", "hi"])["output"].strip() == "hi"
+        pool.release(info.vm_id)
+        assert "VMPoolManager process" in repr(pool)
+        held = [pool.lease("w1", "c#0", 30, 2), pool.lease("w2", "d#0", 30, 3)]
+        with pytest.raises(LeaseTimeout):  # the exception crosses the process boundary intact
+            pool.lease("w0", "b#0", 0.3, 1)
+        assert {vm.vm_id for vm in held} == {"vm-0", "vm-1"}
+    finally:
+        pool.shutdown()
+        manager.shutdown()
+    assert VMState.DEAD.value in {e["to"] for e in events(tmp_path)}
