@@ -28,6 +28,17 @@ class _DefaultRunGroup(click.Group):
             args = ["run", *args]
         return super().parse_args(ctx, args)
 
+    def format_help(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The group's help, then every option of ``run``: it is the default command, so
+        ``run_parallel_rollout.py --help`` must show the flags it takes."""
+        super().format_help(ctx, formatter)
+        run_cmd = self.commands["run"]
+        with click.Context(run_cmd, info_name="run", parent=ctx) as run_ctx:
+            records = [rec for param in run_cmd.get_params(run_ctx)
+                       if (rec := param.get_help_record(run_ctx)) is not None]
+        with formatter.section("Options of run (the default command)"):
+            formatter.write_dl(records)
+
 
 @click.group(cls=_DefaultRunGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="parallel-rollout")
@@ -129,10 +140,24 @@ def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value:.1%}"
 
 
+class _StderrHandler(logging.StreamHandler):
+    """Writes to whatever ``sys.stderr`` is now, not the stream it was created with: a
+    second ``main()`` in one process (CliRunner, an embedding program) swaps sys.stderr, and
+    a handler bound to the first, closed stream would drop every later message."""
+
+    @property
+    def stream(self):  # type: ignore[override]
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value) -> None:
+        pass
+
+
 def _console_logging() -> None:
     root = logging.getLogger("parallel_rollout")
     if not any(getattr(h, "_parallel_rollout_console", False) for h in root.handlers):
-        handler = logging.StreamHandler(sys.stderr)
+        handler = _StderrHandler()
         handler.setFormatter(logging.Formatter("%(message)s"))
         handler._parallel_rollout_console = True  # type: ignore[attr-defined]
         root.addHandler(handler)
