@@ -135,6 +135,9 @@ def load_toml(path: str | Path) -> dict[str, Any]:
         name = key.replace("-", "_")
         if name not in _FIELDS or name == "explicit":
             raise ConfigError(f"{path}: unknown key {key!r}; keys are the flag names, e.g. num-vms")
+        if name in values:
+            # num-vms and num_vms are one setting; silently keeping the last would hide a typo.
+            raise ConfigError(f"{path}: {key!r} is given twice (as dashes and as underscores)")
         values[name] = _coerce(name, value, str(path))
     return values
 
@@ -152,13 +155,14 @@ def build_config(flags: dict[str, Any], config_file: str | None = None) -> RunCo
 
 def validate_ranges(cfg: RunConfig) -> None:
     """Numbers that make no sense, and combinations that cannot work."""
-    positive = ("num_rollouts", "num_vms", "max_turns", "envs_per_worker", "group_size")
+    positive = ("num_rollouts", "num_vms", "max_turns", "envs_per_worker", "group_size",
+                "screen_width", "screen_height")
     for name in positive:
         if getattr(cfg, name) < 1:
             raise ConfigError(f"--{name.replace('_', '-')} must be at least 1")
     if cfg.max_retries < 0:
         raise ConfigError("--max-retries must be 0 or more")
-    if cfg.task_timeout <= 0:
+    if not cfg.task_timeout > 0:  # also rejects NaN, which would disable every timeout
         raise ConfigError("--task-timeout must be positive (seconds)")
     if cfg.max_concurrent_rollouts is not None and cfg.max_concurrent_rollouts < 1:
         raise ConfigError("--max-concurrent-rollouts must be at least 1")

@@ -1,0 +1,235 @@
+"""RunConfig: TOML files, flag precedence, range checks, flags a run cannot honour, --help."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from multiprocessing import resource_tracker
+
+from conftest import ROOT, SHELL_TASKS, shell_task, write_tasks
+from parallel_rollout.cli import main
+from parallel_rollout.config import RunConfig, build_config, load_toml
+from parallel_rollout.errors import ConfigError
+
+
+# The spawn context starts multiprocessing's resource tracker on the first run and it lives as
+# long as this process: start it now so the leak check counts it as already there.
+resource_tracker.ensure_running()
+
+
+def invoke(tmp_path: Path, *args: str, data: Path | None = SHELL_TASKS):
+    """Run the CLI in-process with an output folder under tmp_path."""
+    argv = ["--output-dir", str(tmp_path / "out"), "--no-progress", *args]
+    if data is not None:
+        argv = ["--data", str(data), *argv]
+    return CliRunner().invoke(main, argv)
+
+
+def assert_usage_error(result, tmp_path: Path, *parts: str) -> None:
+    """Exit 2, every part in the message, and nothing written."""
+    assert result.exit_code == 2, (result.exit_code, result.output, result.exception)
+    flat = " ".join(result.output.split())
+    for part in parts:
+        assert part in flat, f"{part!r} not in {flat!r}"
+    assert not (tmp_path / "out").exists(), "a run folder was created before the error"
+
+
+# -- TOML files -----------------------------------------------------------------------------
+
+
+def test_toml_keys_take_dashes_or_underscores(tmp_path):
+    path = tmp_path / "run.toml"
+    path.write_text('num-rollouts = 2\nnum_vms = 4\nuse-vm-pool = true\ntask-timeout = 30\n'
+                    'max_concurrent_rollouts = 3\nmode = "shell"\nlease_timeout_s = 1.5\n')
+    cfg = build_config({}, str(path))
+    assert (cfg.num_rollouts, cfg.num_vms, cfg.use_vm_pool, cfg.max_concurrent_rollouts) == (2, 4, True, 3)
+    assert cfg.task_timeout == 30.0 and isinstance(cfg.task_timeout, float)
+    assert cfg.lease_timeout_s == 1.5
+    assert {"num_rollouts", "num_vms", "use_vm_pool", "task_timeout"} <= cfg.explicit
+    assert cfg.max_turns == 100 and "max_turns" not in cfg.explicit
+
+
+def test_flags_win_over_the_file(tmp_path):
+    path = tmp_path / "run.toml"
+    path.write_text("num-rollouts = 7\nmax-turns = 9\n")
+    cfg = build_config({"num_rollouts": 2}, str(path))
+    assert (cfg.num_rollouts, cfg.max_turns) == (2, 9)
+
+
+@pytest.mark.parametrize("text, parts", [
+    ("num-vmz = 2\n", ["unknown key 'num-vmz'"]),
+    ("explicit = []\n", ["unknown key 'explicit'"]),
+    ("[pool]\nsize = 2\n", ["unknown key 'pool'"]),
+    ("num-vms = 2\nnum_vms = 3\n", ["num_vms", "twice"]),
+    ('num-rollouts = "4"\n', ["num_rollouts must be an integer", "'4'"]),
+    ("num-rollouts = 2.5\n", ["num_rollouts must be an integer"]),
+    ("num-rollouts = true\n", ["num_rollouts must be an integer"]),
+    ('use-vm-pool = "yes"\n', ["use_vm_pool must be true or false"]),
+    ('task-timeout = "10"\n', ["task_timeout must be a number"]),
+    ("mode = 3\n", ["mode must be a string"]),
+    ("num-rollouts = \n", ["invalid TOML"]),
+], ids=["unknown", "explicit", "table", "twice", "int as string", "int as float", "int as bool",
+        "bool as string", "float as string", "string as int", "bad syntax"])
+def test_bad_config_file_is_rejected_naming_the_key(tmp_path, text, parts):
+    path = tmp_path / "run.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        load_toml(path)
+    assert str(info.value).startswith(str(path))
+    for part in parts:
+        assert part in str(info.value)
+
+
+def test_missing_config_file(tmp_path):
+    with pytest.raises(ConfigError, match="config file not found"):
+        load_toml(tmp_path / "nope.toml")
+
+
+def test_cli_config_file_errors_exit_2(tmp_path):
+    path = tmp_path / "run.toml"
+    path.write_text("num-vmz = 2\n")
+    assert_usage_error(invoke(tmp_path, "--config", str(path)), tmp_path, "unknown key 'num-vmz'")
+    path.write_text('num-rollouts = "many"\n')
+    assert_usage_error(invoke(tmp_path, "--config", str(path)), tmp_path, "num_rollouts must be an integer")
+
+
+# -- ranges and combinations ----------------------------------------------------------------
+
+
+RANGE_ERRORS = [
+    (["--num-rollouts", "0"], "--num-rollouts must be at least 1"),
+    (["--num-rollouts", "-3"], "--num-rollouts must be at least 1"),
+    (["--use-vm-pool", "--num-vms", "0"], "--num-vms must be at least 1"),
+    (["--max-turns", "0"], "--max-turns must be at least 1"),
+    (["--max-retries", "-1"], "--max-retries must be 0 or more"),
+    (["--task-timeout", "0"], "--task-timeout must be positive"),
+    (["--task-timeout", "nan"], "--task-timeout must be positive"),
+    (["--use-vm-pool", "--envs-per-worker", "0"], "--envs-per-worker must be at least 1"),
+    (["--max-concurrent-rollouts", "0"], "--max-concurrent-rollouts must be at least 1"),
+    (["--group-size", "0"], "--group-size must be at least 1"),
+    (["--limit", "0"], "--limit must be at least 1"),
+    (["--screen-width", "0"], "--screen-width must be at least 1"),
+    (["--run-id", ".."], "--run-id '..' must be a plain folder name"),
+    (["--run-id", "a/b"], "must be a plain folder name"),
+    (["--num-rollouts", "two"], "'two' is not a valid integer"),
+]
+
+
+@pytest.mark.parametrize("args, message", RANGE_ERRORS, ids=[" ".join(a) for a, _ in RANGE_ERRORS])
+def test_out_of_range_values_are_rejected_before_anything_runs(tmp_path, args, message):
+    assert_usage_error(invoke(tmp_path, *args), tmp_path, message)
+
+
+NOT_HONOURED = [
+    (["--screen-width", "800"], "--screen-width is not used by this run", "osworld"),
+    (["--screen-height", "600"], "--screen-height is not used by this run", "osworld"),
+    (["--action-space", "computer_13"], "--action-space is not used by this run", "osworld"),
+    (["--client-password", "hunter2"], "--client-password is not used by this run", "osworld"),
+    (["--model", "x"], "--model is not used by this run", "model-backed agents"),
+    (["--num-vms", "2"], "--num-vms sizes the shared pool and needs --use-vm-pool", "private VM"),
+    (["--envs-per-worker", "2"], "--envs-per-worker > 1", "add --use-vm-pool"),
+    (["--path-to-vm", "/images/ubuntu.vmx"], "process provider has no VM image", "path_to_vm cannot be honoured"),
+]
+
+
+@pytest.mark.parametrize("args, message, why", NOT_HONOURED, ids=[a[0] for a, _, _ in NOT_HONOURED])
+def test_flags_the_run_cannot_honour_are_rejected(tmp_path, args, message, why):
+    """shell mode + oracle agent + process provider: these flags would be silently ignored."""
+    result = invoke(tmp_path, "--mode", "shell", "--agent", "oracle", *args)
+    assert_usage_error(result, tmp_path, message, why)
+
+
+def test_unhonoured_key_in_config_file_is_rejected_too(tmp_path):
+    path = tmp_path / "run.toml"
+    path.write_text("screen-width = 800\n")
+    assert_usage_error(invoke(tmp_path, "--config", str(path)), tmp_path, "--screen-width is not used by this run")
+
+
+@pytest.mark.parametrize("args, parts", [
+    (["--mode", "nosuch"], ["unknown mode 'nosuch'", "known modes: shell"]),
+    (["--agent", "nosuch"], ["unknown agent 'nosuch'", "oracle"]),
+    (["--agent", "no_such_module_xyz:Agent"], ["cannot import module 'no_such_module_xyz'"]),
+    (["--agent", "json:JSONDecoder"], ["not an Agent subclass"]),
+    (["--provider-name", "nosuch"], ["unknown provider 'nosuch'", "known providers: process"]),
+], ids=["mode", "agent", "agent module", "agent class", "provider"])
+def test_unknown_names_list_the_known_ones(tmp_path, args, parts):
+    assert_usage_error(invoke(tmp_path, *args), tmp_path, *parts)
+
+
+def test_data_is_required(tmp_path):
+    assert_usage_error(invoke(tmp_path, data=None), tmp_path, "--data is required")
+
+
+# -- defaults and --help --------------------------------------------------------------------
+
+FLAGS = ("--mode --data --num-rollouts --num-vms --use-vm-pool --output-dir --max-turns --max-retries "
+         "--provider-name --snapshot-name --path-to-vm --headless --model --action-space --screen-width "
+         "--screen-height --client-password --agent --task-timeout --envs-per-worker "
+         "--max-concurrent-rollouts --group-size --run-id --resume --config").split()
+
+DEFAULTS = {"--num-rollouts": "5", "--num-vms": "3", "--max-turns": "100", "--max-retries": "3",
+            "--output-dir": "results"}
+
+
+def test_defaults():
+    cfg = RunConfig()
+    assert (cfg.num_rollouts, cfg.num_vms, cfg.max_turns, cfg.max_retries, cfg.output_dir) == (5, 3, 100, 3, "results")
+    assert cfg.concurrency == 5 and cfg.pool_size == 5  # no pool: one private VM per worker
+
+
+def check_help(text: str) -> None:
+    """Every flag is listed with an explanation; the documented defaults are shown."""
+    flat = " ".join(text.split())
+    for flag in FLAGS:
+        # the flag, its metavar (if any), then at least a few words of explanation
+        match = re.search(re.escape(flag) + r"(?: [A-Z]+)? ((?:[^-\s]\S* ){3})", flat)
+        assert match, f"{flag} is not listed with an explanation in --help"
+    for flag, default in DEFAULTS.items():
+        assert re.search(re.escape(flag) + r" \S+ [^\[]*\[default: " + re.escape(default) + r"\]", flat), \
+            f"{flag} does not show default {default}"
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["run", "--help"], ["-h"]])
+def test_help_lists_every_flag(argv):
+    result = CliRunner().invoke(main, argv)
+    assert result.exit_code == 0, result.output
+    check_help(result.output)
+
+
+def test_run_parallel_rollout_script_help():
+    """The entry point with the original runner's name, run from the repo root."""
+    proc = subprocess.run([sys.executable, "run_parallel_rollout.py", "--help"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    check_help(proc.stdout)
+
+
+# -- a real run: concurrency and the resolved config ----------------------------------------
+
+
+@pytest.mark.parametrize("extra, expected", [
+    ([], 4),  # C = N × K = 2 × 2
+    (["--max-concurrent-rollouts", "3"], 3),
+])
+def test_concurrency_is_logged_and_flags_beat_the_file(tmp_path, extra, expected):
+    data = write_tasks(tmp_path / "tasks.jsonl", [shell_task(f"t{i}") for i in range(4)])
+    config = tmp_path / "run.toml"
+    config.write_text("num-rollouts = 5\nuse_vm_pool = true\nnum-vms = 2\nenvs-per-worker = 2\n")
+    result = invoke(tmp_path, "--config", str(config), "--num-rollouts", "2", "--run-id", "c", *extra, data=data)
+    assert result.exit_code == 0, (result.output, result.exception)
+    run_dir = tmp_path / "out" / "c"
+    log = (run_dir / "run.log").read_text()
+    assert f"[Concurrency] Set max concurrent rollouts to {expected}" in log
+    resolved = json.loads((run_dir / "config.json").read_text())
+    assert resolved["config"]["num_rollouts"] == 2  # the flag, not the file's 5
+    assert (resolved["config"]["num_vms"], resolved["config"]["envs_per_worker"]) == (2, 2)
+    assert re.fullmatch(r"[0-9a-f]{16}", resolved["identity_hash"])
+    # console logging reaches this invocation's stderr, also on the second run in one process
+    assert f"[Concurrency] Set max concurrent rollouts to {expected}" in result.stderr
