@@ -95,8 +95,11 @@ def test_reset_restores_the_snapshot_and_kills_processes(tmp_path):
         vm = GuestClient(info.address)
         vm.execute("echo dirty > ~/left.txt; bash -c 'exec -a stray-proc sleep 600' >/dev/null 2>&1 &", shell=True)
         assert vm.execute("cat ~/left.txt", shell=True)["output"].strip() == "dirty"
-        stray = [p for p in psutil.process_iter(["cmdline"]) if (p.info["cmdline"] or [""])[0] == "stray-proc"]
-        assert stray, "the background process did not start"
+        def strays():
+            return [p for p in psutil.process_iter(["cmdline"]) if (p.info["cmdline"] or [""])[0] == "stray-proc"]
+
+        wait_for(lambda: strays())  # the shell returns before the background exec happens
+        stray = strays()
         pool.release(info.vm_id)
         info2 = pool.lease("w0", "b#0", timeout=30, pid=1)
         vm2 = GuestClient(info2.address)

@@ -1,0 +1,82 @@
+"""The crash table: one run body, one fault per row; every sample ends with exactly one final
+record and nothing is left behind (the leak check in conftest runs after each row).
+
+Faults are injected by real parts that break on purpose (``chaos_plugins``): a worker that
+exits or is SIGKILLed mid-attempt, an agent that raises or hangs, a record that cannot be
+serialized, a sandbox whose guest agent is killed mid-task, a reset that fails.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import assert_exactly_once, read_results, shell_task, write_tasks
+from parallel_rollout.config import build_config
+from parallel_rollout.runner import Runner
+
+#: fault -> (provider, final status of the chaos task, whether it was retried, event to find)
+CRASHES = {
+    "exit": ("process", "success", True, "worker_died"),
+    "sigkill": ("process", "success", True, "worker_died"),
+    "raise": ("process", "error", False, None),
+    "hang": ("process", "task_timeout", False, "task_timeout"),
+    "unpicklable": ("process", "error", False, None),
+    "kill_sandbox": ("process", "success", True, "retry"),
+    "reset_fails": ("chaos_plugins:FlakyResetProvider", "success", False, None),
+}
+
+
+def run(tmp_path, tasks, **overrides):
+    data = write_tasks(tmp_path / "tasks.jsonl", tasks)
+    flags = dict(mode="shell", data=str(data), agent="chaos_plugins:ChaosAgent", num_rollouts=3,
+                 num_vms=2, use_vm_pool=True, output_dir=str(tmp_path / "out"), run_id="crash",
+                 task_timeout=4.0, max_retries=2, progress=False)
+    flags.update(overrides)
+    return Runner(build_config(flags)).run()
+
+
+@pytest.mark.parametrize("fault", sorted(CRASHES))
+def test_crash_table(tmp_path, monkeypatch, fault):
+    provider, chaos_status, retried, event = CRASHES[fault]
+    monkeypatch.setenv("PR_CHAOS_DIR", str(tmp_path))
+    tasks = [shell_task(f"t{i}") for i in range(8)]
+    tasks[3]["chaos"] = fault if fault != "reset_fails" else None
+    outcome = run(tmp_path, tasks, provider_name=provider)
+    assert outcome.exit_code == 0, outcome.message
+    finals = assert_exactly_once(outcome.run_dir, {f"t{i}#0" for i in range(8)})
+    others = {k: r["status"] for k, r in finals.items() if k != "t3#0"}
+    assert set(others.values()) == {"success"}, others
+    assert finals["t3#0"]["status"] == chaos_status
+    attempts_of_t3 = [r for r in read_results(outcome.run_dir) if r["key"] == "t3#0"]
+    assert (len(attempts_of_t3) > 1) == retried
+    if retried:
+        first = attempts_of_t3[0]
+        assert first["infrastructure"] and not first["final"] and first["attempt"] == 0
+    events = [json.loads(line) for line in (outcome.run_dir / "events.jsonl").read_text().splitlines()]
+    if event:
+        assert any(e.get("event") == event and (e.get("task") in (None, "t3#0")) for e in events), event
+    if fault == "unpicklable":
+        assert finals["t3#0"]["failure"]["type"] == "UnserializableResult"
+    if fault == "raise":
+        assert "chaos: the agent raised" in finals["t3#0"]["failure"]["message"]
+    if fault == "kill_sandbox":
+        assert attempts_of_t3[0]["status"] in ("guest_unreachable", "vm_error")
+        assert any(e.get("to") == "dead" for e in events), "the broken VM was not marked dead"
+    if fault == "reset_fails":
+        assert any("reset failed" in (e.get("reason") or "") for e in events if e.get("to") == "dead")
+        assert outcome.summary["vm"]["replacements"] >= 1
+    summary = json.loads((outcome.run_dir / "summary.json").read_text())
+    assert summary["finished"] == 8 and summary["unfinished"] == 0
+
+
+def test_retries_stop_at_max_retries(tmp_path, monkeypatch):
+    """An infrastructure failure on every attempt ends as one final, ungraded record."""
+    monkeypatch.setenv("PR_CHAOS_DIR", str(tmp_path))
+    tasks = [shell_task("a"), shell_task("doomed", setup=["kill -9 $PPID"])]
+    outcome = run(tmp_path, tasks, max_retries=1)
+    finals = assert_exactly_once(outcome.run_dir, {"a#0", "doomed#0"})
+    assert finals["a#0"]["status"] == "success"
+    assert finals["doomed#0"]["infrastructure"] and finals["doomed#0"]["attempt"] == 1
+    assert [r["attempt"] for r in read_results(outcome.run_dir) if r["key"] == "doomed#0"] == [0, 1]
