@@ -92,7 +92,9 @@ class ResultStore:
         line = (json.dumps(record, ensure_ascii=False, default=str) + "\n").encode("utf-8")
         if self._fh is None:
             self._fh = open(self.path, "ab", buffering=0)
-        before = self._fh.tell()
+        # The file's size, not tell(): after a cut-back the append-mode position still points
+        # past the end, and cutting back to it would pad the file with NUL bytes.
+        before = os.fstat(self._fh.fileno()).st_size
         try:
             written = 0
             while written < len(line):
@@ -146,7 +148,10 @@ def percentiles(values: Iterable[float]) -> dict[str, float] | None:
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
-    """Unbiased pass@k estimate from n samples with c successes."""
+    """Unbiased pass@k estimate from n samples with c successes (1 <= k <= n)."""
+    if not 1 <= k <= n or not 0 <= c <= n:
+        # k > n has no unbiased estimate; the formula below would say 1.0 for c == 0.
+        raise ValueError(f"pass@k needs 1 <= k <= n and 0 <= c <= n, got n={n} c={c} k={k}")
     if n - c < k:
         return 1.0
     return 1.0 - math.prod((n - c - i) / (n - i) for i in range(k))
