@@ -148,6 +148,10 @@ def build_config(flags: dict[str, Any], config_file: str | None = None) -> RunCo
     if config_file:
         values.update(load_toml(config_file))
     values.update(flags)
+    if values.get("data"):
+        # Absolute, so a resume names the same file however the path is spelled (from a
+        # cron job's folder, ./tasks.jsonl …) and config.json says which file it was.
+        values["data"] = os.path.abspath(values["data"])
     cfg = RunConfig(**values, explicit=frozenset(values))
     validate_ranges(cfg)
     return cfg
