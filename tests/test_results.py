@@ -1,0 +1,392 @@
+"""results.jsonl, resume and the run folder: torn and corrupted lines, a full disk, summaries,
+resume identity, and the lock that keeps two runs out of one folder."""
+
+from __future__ import annotations
+
+import errno
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from multiprocessing import resource_tracker
+from pathlib import Path
+
+import filelock
+import pytest
+from click.testing import CliRunner
+
+from conftest import ROOT, assert_exactly_once, read_results, shell_task, write_tasks
+from parallel_rollout.agents.oracle import OracleAgent
+from parallel_rollout.cli import main
+from parallel_rollout.results import ResultStore, StorageError, pass_at_k, percentiles, read_records, summarize
+
+# Runs use the spawn context, whose resource tracker outlives the test that starts it.
+resource_tracker.ensure_running()
+
+
+class PatientOracle(OracleAgent):
+    """The oracle under another name: a run made with a different --agent."""
+
+
+def record(key: str, attempt: int = 0, *, final: bool = True, status: str = "success", reward: float = 1.0,
+           mode: str = "shell", tags: tuple[str, ...] = (), duration: float | None = 1.0,
+           infrastructure: bool = False, pad: int = 0) -> dict:
+    """An attempt record shaped like the worker's."""
+    task_id, _, sample = key.partition("#")
+    return {"key": key, "task_id": task_id, "sample_idx": int(sample or 0), "attempt": attempt,
+            "mode": mode, "tags": list(tags), "status": status, "reward": reward,
+            "success": status == "success", "infrastructure": infrastructure, "final": final,
+            "duration_s": duration, "lease_wait_s": 0.01, "pad": "x" * pad}
+
+
+# -- the store ------------------------------------------------------------------------------
+
+
+def test_append_load_round_trip(tmp_path):
+    store = ResultStore(tmp_path)
+    store.append(record("a#0", 0, final=False, status="vm_error", reward=0.0, infrastructure=True))
+    store.append(record("a#0", 1))
+    store.append(record("b#0", 0, status="failure", reward=0.0))
+    store.append(record("c#0", 0, final=False, status="worker_died", reward=0.0, infrastructure=True))
+    store.append({**record("d#0"), "note": "ünïcødé \u2028 line separator"})
+    store.close()
+    index = ResultStore(tmp_path).load()
+    assert index.records == 5 and index.torn_bytes == 0
+    assert set(index.final) == {"a#0", "b#0", "d#0"}  # c#0 still needs a final attempt
+    assert index.attempts == {"a#0": 1, "b#0": 0, "c#0": 0, "d#0": 0}
+    assert index.final["d#0"]["note"] == "ünïcødé \u2028 line separator"
+    assert [r["key"] for r in read_records(tmp_path / "results.jsonl")] == ["a#0", "a#0", "b#0", "c#0", "d#0"]
+
+
+def test_load_of_a_new_folder_is_empty(tmp_path):
+    index = ResultStore(tmp_path).load()
+    assert (index.records, index.final, index.attempts) == (0, {}, {})
+
+
+def test_torn_last_line_is_ignored_reported_and_moved_aside(tmp_path, caplog):
+    store = ResultStore(tmp_path)
+    store.append(record("a#0"))
+    store.append(record("b#0"))
+    store.close()
+    path = tmp_path / "results.jsonl"
+    whole = path.read_bytes()
+    torn = json.dumps(record("c#0")).encode()[:40]  # a crash mid-write: no newline
+    path.write_bytes(whole + torn)
+    store = ResultStore(tmp_path)
+    with caplog.at_level("WARNING", logger="parallel_rollout"):
+        index = store.load()
+    assert set(index.final) == {"a#0", "b#0"} and index.torn_bytes == len(torn)
+    assert "torn last line" in caplog.text and "results.jsonl.torn" in caplog.text
+    assert (tmp_path / "results.jsonl.torn").read_bytes() == torn + b"\n"
+    assert path.read_bytes() == whole
+    store.append(record("c#0"))  # starts on a fresh line, not glued to the torn bytes
+    store.close()
+    assert [r["key"] for r in read_records(path)] == ["a#0", "b#0", "c#0"]
+    assert set(ResultStore(tmp_path).load().final) == {"a#0", "b#0", "c#0"}
+
+
+@pytest.mark.parametrize("bad_line", [b"{not json", b'{"no_key": 1}', b"[1, 2]", b'{"key": "a#0", "attempt": "x"}'])
+def test_corrupted_middle_line_names_file_and_line(tmp_path, bad_line):
+    path = tmp_path / "results.jsonl"
+    lines = [json.dumps(record("a#0")).encode(), bad_line, json.dumps(record("b#0")).encode()]
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    with pytest.raises(StorageError, match=rf"{path}:2: corrupted record"):
+        ResultStore(tmp_path).load()
+
+
+class FailingFile:
+    """A fake results file: forwards to the real file, but its writes can be made to land
+    partly and then fail with ENOSPC, the way a filling disk behaves."""
+
+    def __init__(self, real) -> None:
+        self.real = real
+        #: bytes the next failing write lets through before ENOSPC; None = no failure
+        self.partial: int | None = None
+
+    def write(self, data: bytes) -> int:
+        if self.partial is None:
+            return self.real.write(data)
+        if self.partial:
+            count = self.real.write(data[: self.partial])
+            self.partial = 0
+            return count
+        self.partial = None
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    def tell(self) -> int:
+        return self.real.tell()
+
+    def fileno(self) -> int:
+        return self.real.fileno()
+
+    def close(self) -> None:
+        self.real.close()
+
+
+def test_failed_writes_are_cut_back_to_the_last_complete_line(tmp_path):
+    """Each failed append leaves exactly the earlier lines; later appends are whole lines."""
+    store = ResultStore(tmp_path)
+    store.append(record("a#0"))
+    good = (tmp_path / "results.jsonl").read_bytes()
+    fake = FailingFile(store._fh)
+    store._fh = fake
+    # a long partial write, then a shorter one: the second cut must not go by the first's size
+    for partial in (60, 20):
+        fake.partial = partial
+        with pytest.raises(StorageError) as info:
+            store.append(record("b#0", pad=100))
+        assert "No space left on device" in str(info.value) and "--resume" in str(info.value)
+        assert str(tmp_path / "results.jsonl") in str(info.value)
+        assert (tmp_path / "results.jsonl").read_bytes() == good
+    store.append(record("c#0"))
+    store.close()
+    data = (tmp_path / "results.jsonl").read_bytes()
+    assert b"\0" not in data and data.endswith(b"\n")
+    assert [r["key"] for r in read_records(tmp_path / "results.jsonl")] == ["a#0", "c#0"]
+    assert ResultStore(tmp_path).load().torn_bytes == 0
+
+
+@pytest.fixture
+def tiny_disk(tmp_path):
+    """A 64 KiB tmpfs: a real ENOSPC. Needs root (this container has it)."""
+    mount_point = tmp_path / "disk"
+    mount_point.mkdir()
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount_point)],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.strip()}")
+    try:
+        yield mount_point
+    finally:
+        subprocess.run(["umount", str(mount_point)], check=True)
+
+
+def test_full_disk_raises_storage_error_and_keeps_whole_lines(tiny_disk):
+    filler = tiny_disk / "filler"
+    filler.write_bytes(b"f" * 40 * 1024)
+    store = ResultStore(tiny_disk)
+    written = 0
+    with pytest.raises(StorageError) as info:
+        for i in range(100):  # ~1.9 KB each: the ~24 KiB left fill up within ~13
+            store.append(record(f"t{i}#0", pad=1800))
+            written += 1
+    assert 3 < written < 100
+    message = str(info.value)
+    assert f"cannot write {tiny_disk / 'results.jsonl'}: No space left on device" in message
+    assert "--resume" in message
+    data = (tiny_disk / "results.jsonl").read_bytes()
+    assert data.endswith(b"\n") and len(data.splitlines()) == written
+    # space freed: the same store goes on, on a fresh line
+    filler.unlink()
+    store.append(record("after#0", pad=1800))
+    store.close()
+    index = ResultStore(tiny_disk).load()
+    assert index.records == written + 1 and index.torn_bytes == 0 and "after#0" in index.final
+
+
+# -- summary --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("n, c, k", [(1, 0, 1), (1, 1, 1), (5, 0, 1), (5, 2, 1), (5, 2, 3), (5, 4, 2),
+                                     (10, 3, 5), (10, 9, 10), (4, 1, 4), (20, 7, 1)])
+def test_pass_at_k_matches_the_formula(n, c, k):
+    """pass@k = 1 - C(n-c, k) / C(n, k) (Chen et al. 2021)."""
+    assert pass_at_k(n, c, k) == pytest.approx(1 - math.comb(n - c, k) / math.comb(n, k))
+
+
+def test_pass_at_k_known_values():
+    assert pass_at_k(4, 1, 1) == pytest.approx(0.25)
+    assert pass_at_k(4, 1, 2) == pytest.approx(0.5)
+    assert pass_at_k(4, 2, 2) == pytest.approx(5 / 6)
+    assert pass_at_k(4, 0, 4) == 0.0 and pass_at_k(4, 1, 4) == 1.0
+
+
+@pytest.mark.parametrize("n, c, k", [(2, 0, 3), (3, 1, 0)])
+def test_pass_at_k_rejects_k_outside_1_to_n(n, c, k):
+    """k > n has no unbiased estimate (it used to say 1.0 for zero successes)."""
+    with pytest.raises(ValueError):
+        pass_at_k(n, c, k)
+
+
+def test_percentiles_nearest_rank():
+    p = percentiles(float(v) for v in range(1, 101))
+    assert (p["p50"], p["p90"], p["p99"], p["max"], p["mean"]) == (50.0, 90.0, 99.0, 100.0, 50.5)
+    assert percentiles([]) is None
+    assert percentiles([3.0])["p50"] == 3.0
+
+
+def test_summary_counts_rates_groups_and_timings():
+    records = [
+        # task a: 3 samples, 1 success; task b: 3 samples, 3 successes (one after a retry)
+        record("a#0", status="success", tags=("x",), duration=1.0),
+        record("a#1", status="failure", reward=0.0, tags=("x",), duration=2.0),
+        record("a#2", status="max_turns", reward=0.5, tags=("x",), duration=3.0),
+        record("b#0", 0, final=False, status="vm_error", reward=0.0, infrastructure=True, duration=4.0),
+        record("b#0", 1, status="success", tags=("x", "y"), duration=5.0),
+        record("b#1", status="success", tags=("y",), duration=6.0),
+        record("b#2", status="success", tags=("y",), duration=7.0),
+        # task c: 3 samples, an infrastructure failure that ran out of retries counts as 0
+        record("c#0", status="worker_died", reward=0.0, infrastructure=True, mode="other", duration=None),
+        record("c#1", status="failure", reward=0.0, mode="other", duration=8.0),
+        record("c#2", status="success", mode="other", duration=9.0),
+    ]
+    s = summarize(records, total_samples=10, pool_stats={"utilization": 0.5}, started_at=time.time() - 2)
+    assert s["total_samples"] == 10 and s["finished"] == 9 and s["unfinished"] == 1
+    assert s["status_counts"] == {"failure": 2, "max_turns": 1, "success": 5, "worker_died": 1}
+    assert s["successes"] == 5 and s["success_rate"] == round(5 / 9, 4)
+    assert s["success_rate_graded"] == round(5 / 8, 4)
+    assert s["mean_reward"] == round(5.5 / 9, 4)
+    assert s["attempts"] == 10 and s["retried_attempts"] == 1
+    assert s["per_mode"]["shell"] == {"finished": 6, "successes": 4, "success_rate": round(4 / 6, 4),
+                                      "mean_reward": round(4.5 / 6, 4)}
+    assert s["per_mode"]["other"]["finished"] == 3 and s["per_mode"]["other"]["successes"] == 1
+    assert s["per_tag"] == {"x": {"finished": 4, "success_rate": 0.5}, "y": {"finished": 3, "success_rate": 1.0}}
+    expected_k1 = (pass_at_k(3, 1, 1) + pass_at_k(3, 3, 1) + pass_at_k(3, 1, 1)) / 3
+    expected_k3 = (pass_at_k(3, 1, 3) + pass_at_k(3, 3, 3) + pass_at_k(3, 1, 3)) / 3
+    assert s["pass@1"] == round(expected_k1, 4) == round(5 / 9, 4)  # mean of 1/3, 3/3, 1/3
+    assert s["pass@3"] == round(expected_k3, 4) == 1.0  # every task solved at least once
+    rollout = s["timing_s"]["rollout"]
+    assert (rollout["p50"], rollout["max"]) == (5.0, 9.0)  # nearest rank over 9 timed attempts
+    assert s["timing_s"]["lease_wait"]["p50"] == 0.01
+    assert s["timing_s"]["wall"] >= 2 and s["vm"] == {"utilization": 0.5}
+
+
+def test_summary_pass_at_k_with_a_failing_group():
+    records = [record(f"a#{i}", status="failure", reward=0.0) for i in range(4)]
+    records += [record(f"b#{i}", status="success" if i == 0 else "failure", reward=float(i == 0)) for i in range(4)]
+    s = summarize(records, total_samples=8, pool_stats=None, started_at=time.time())
+    assert s["pass@1"] == pytest.approx((0 + 0.25) / 2)
+    assert s["pass@4"] == pytest.approx((0 + 1) / 2)
+
+
+def test_summary_without_groups_or_records():
+    s = summarize([record("a#0")], total_samples=1, pool_stats=None, started_at=time.time())
+    assert not any(k.startswith("pass@") for k in s)
+    empty = summarize([], total_samples=3, pool_stats=None, started_at=time.time())
+    assert (empty["finished"], empty["success_rate"], empty["mean_reward"], empty["status_counts"]) == (0, None, None, {})
+    assert empty["timing_s"]["rollout"] is None
+
+
+# -- the run folder through the CLI ---------------------------------------------------------
+
+
+def cli(tmp_path: Path, data: Path, *args: str):
+    return CliRunner().invoke(main, ["--mode", "shell", "--data", str(data), "--num-rollouts", "2",
+                                     "--output-dir", str(tmp_path / "out"), "--run-id", "r",
+                                     "--no-progress", *args])
+
+
+@pytest.fixture
+def finished_run(tmp_path):
+    """A small finished run in out/r; returns the task file."""
+    data = write_tasks(tmp_path / "tasks.jsonl", [shell_task(f"t{i}") for i in range(3)])
+    result = cli(tmp_path, data)
+    assert result.exit_code == 0, (result.output, result.exception)
+    return data
+
+
+def test_existing_results_without_resume_is_refused(tmp_path, finished_run):
+    before = (tmp_path / "out" / "r" / "results.jsonl").read_bytes()
+    result = cli(tmp_path, finished_run)
+    assert result.exit_code == 2
+    assert "already holds results; add --resume" in result.output
+    assert (tmp_path / "out" / "r" / "results.jsonl").read_bytes() == before
+
+
+def test_resume_of_a_finished_run_runs_nothing(tmp_path, finished_run):
+    run_dir = tmp_path / "out" / "r"
+    results_before = (run_dir / "results.jsonl").read_bytes()
+    leases_before = (run_dir / "events.jsonl").read_text().count('"to": "leased"')
+    result = cli(tmp_path, finished_run, "--resume")
+    assert result.exit_code == 0, (result.output, result.exception)
+    assert (run_dir / "results.jsonl").read_bytes() == results_before
+    assert (run_dir / "events.jsonl").read_text().count('"to": "leased"') == leases_before
+    assert "3 already final, 0 to run" in result.stderr
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert (summary["finished"], summary["successes"], summary["attempts"]) == (3, 3, 3)
+    assert_exactly_once(run_dir, {f"t{i}#0" for i in range(3)})
+
+
+def test_resume_runs_only_what_is_missing(tmp_path, finished_run):
+    """A crash after two of three records: resume runs the third, once."""
+    run_dir = tmp_path / "out" / "r"
+    lines = (run_dir / "results.jsonl").read_bytes().splitlines(keepends=True)
+    (run_dir / "results.jsonl").write_bytes(b"".join(lines[:2]) + lines[2][:25])  # torn third line
+    result = cli(tmp_path, finished_run, "--resume")
+    assert result.exit_code == 0, (result.output, result.exception)
+    assert "torn last line" in result.stderr
+    finals = assert_exactly_once(run_dir, {f"t{i}#0" for i in range(3)})
+    assert len(read_results(run_dir)) == 3 and all(r["success"] for r in finals.values())
+
+
+def test_resume_accepts_the_same_data_file_spelled_differently(tmp_path, finished_run, monkeypatch):
+    """A cron job resuming from another folder names the same file by another path."""
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(main, ["--mode", "shell", "--data", "tasks.jsonl", "--num-rollouts", "2",
+                                       "--output-dir", "out", "--run-id", "r", "--no-progress", "--resume"])
+    assert result.exit_code == 0, (result.output, result.exception)
+
+
+@pytest.mark.parametrize("change, field", [
+    (["--group-size", "2"], "group_size"),
+    (["--max-turns", "5"], "max_turns"),
+    (["--agent", "test_results:PatientOracle"], "agent"),
+    ("other-data", "data"),
+    ("other-mode", "mode"),
+], ids=["group-size", "max-turns", "agent", "data", "mode"])
+def test_resume_with_changed_identity_names_the_field(tmp_path, finished_run, change, field):
+    run_dir = tmp_path / "out" / "r"
+    data = finished_run
+    if change == "other-data":
+        data = write_tasks(tmp_path / "other.jsonl", [shell_task(f"t{i}") for i in range(3)])
+        change = []
+    elif change == "other-mode":
+        # Only shell exists so far: make the earlier run one of another mode.
+        config = json.loads((run_dir / "config.json").read_text())
+        config["config"]["mode"] = "math"
+        config["identity_hash"] = "0" * 16
+        (run_dir / "config.json").write_text(json.dumps(config))
+        change = []
+    before = (run_dir / "results.jsonl").read_bytes()
+    result = cli(tmp_path, data, "--resume", *change)
+    assert result.exit_code == 2, (result.output, result.exception)
+    assert "cannot resume r" in result.output
+    assert f"other settings for {field}" in " ".join(result.output.split())
+    assert (run_dir / "results.jsonl").read_bytes() == before
+
+
+def test_a_held_lock_refuses_a_second_run(tmp_path, finished_run):
+    run_dir = tmp_path / "out" / "r"
+    config_before = (run_dir / "config.json").read_bytes()
+    with filelock.FileLock(str(run_dir / ".lock"), timeout=0):
+        result = cli(tmp_path, finished_run, "--resume")
+    assert result.exit_code == 2
+    assert f"another run is writing to {run_dir}" in " ".join(result.output.split())
+    assert "lock is held" in result.output
+    assert (run_dir / "config.json").read_bytes() == config_before
+
+
+def test_a_concurrent_run_refuses_a_second_run(tmp_path):
+    """A real first run in a subprocess, the second in-process while it works."""
+    data = write_tasks(tmp_path / "tasks.jsonl", [shell_task("slow", reference=["sleep 3", "touch ~/slow.done"])])
+    out = tmp_path / "out"
+    first = subprocess.Popen(
+        [sys.executable, str(ROOT / "run_parallel_rollout.py"), "--mode", "shell", "--data", str(data),
+         "--num-rollouts", "1", "--output-dir", str(out), "--run-id", "r", "--no-progress"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not (out / "r" / "run.log").exists():
+            assert first.poll() is None, first.communicate()[0]
+            assert time.monotonic() < deadline, "the first run never started"
+            time.sleep(0.05)
+        result = cli(tmp_path, data)
+        assert first.poll() is None, "the first run ended before the second was tried"
+        assert result.exit_code == 2
+        assert "lock is held" in result.output
+    finally:
+        output, _ = first.communicate(timeout=60)
+    assert first.returncode == 0, output
+    assert_exactly_once(out / "r", {"slow#0"})
