@@ -129,7 +129,7 @@ class Runner:
         cfg = self.config
         self.env_cls = get_env(cfg.mode)
         self.agent_cls = get_agent(cfg.agent)
-        self.provider_cls = get_provider(cfg.provider_name) if self.env_cls.needs_vm else None
+        self.provider_cls = get_provider(cfg.provider_name) if self.env_cls.needs_vm() else None
         env_opts, agent_opts = self.env_cls.options, self.agent_cls.options
         check_honoured(cfg, {
             "action_space": ("desktop modes (osworld)", env_opts & {"action_space"}),

@@ -24,8 +24,9 @@ import threading
 import time
 import traceback
 from multiprocessing.connection import Connection
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from .agents import Agent, get_agent
 from .config import RunConfig
@@ -102,18 +103,12 @@ class RolloutWorker:
         trajectory = _Trajectory(self.run_dir, task.id, item.sample_idx, item.attempt)
         record["trajectory"] = trajectory.relpath
         try:
-            if env.needs_vm:
-                from .guest.client import GuestClient
-                from .pool.manager import leased
-
-                lease_started = time.monotonic()
-                with leased(self.pool, self._owner(slot), item.key, self.config.lease_timeout_s, self.pid) as info:
-                    record["vm"] = info.vm_id
-                    record["lease_wait_s"] = round(time.monotonic() - lease_started, 4)
-                    vm = GuestClient(info.address)
+            leaser = _Leaser(self.pool, self._owner(slot), item.key, self.config.lease_timeout_s, self.pid, record)
+            if env.vm_scope == "episode":
+                with leaser.lease() as vm:
                     self._episode(env, agent, item, vm, record, trajectory)
             else:
-                self._episode(env, agent, item, None, record, trajectory)
+                self._episode(env, agent, item, leaser if env.vm_scope else None, record, trajectory)
         except RolloutError as exc:
             record.update(status=exc.kind, infrastructure=exc.infrastructure, reward=0.0, success=False,
                           failure=_failure(exc))
@@ -156,6 +151,30 @@ class RolloutWorker:
             record["status"] = "success"
         else:
             record["status"] = "failure" if done else "max_turns"
+
+
+class _Leaser:
+    """Leases VMs for one attempt and notes them in its record (VM ids, total lease wait)."""
+
+    def __init__(self, pool: Any, owner: str, task_key: str, timeout_s: float, pid: int,
+                 record: dict[str, Any]) -> None:
+        self.pool, self.owner, self.task_key = pool, owner, task_key
+        self.timeout_s, self.pid, self.record = timeout_s, pid, record
+
+    @contextmanager
+    def lease(self) -> Iterator[Any]:
+        """``with leaser.lease() as client:`` a GuestClient on a leased VM, reset afterwards."""
+        from .guest.client import GuestClient
+        from .pool.manager import leased
+
+        started = time.monotonic()
+        with leased(self.pool, self.owner, self.task_key, self.timeout_s, self.pid) as info:
+            waited = time.monotonic() - started
+            self.record["lease_wait_s"] = round((self.record["lease_wait_s"] or 0.0) + waited, 4)
+            self.record["vm"] = info.vm_id  # the last one; "vms" lists every VM used
+            if info.vm_id not in self.record.setdefault("vms", []):
+                self.record["vms"].append(info.vm_id)
+            yield GuestClient(info.address)
 
 
 class _Trajectory:

@@ -4,23 +4,32 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..envs import get_env
 from .base import Agent
 
 
 class OracleAgent(Agent):
-    """Replays ``task.reference`` one action per turn, then says done."""
+    """Replays the mode's reference actions for the task (shell commands, HumanEval's
+    canonical solution, the math answer), one per turn."""
 
     name = "oracle"
 
+    @staticmethod
+    def check_task(task) -> None:
+        """Reject, before the run starts, a task the oracle cannot replay."""
+        from ..errors import TaskFileError
+
+        try:
+            get_env(task.mode).reference_actions(task)
+        except ValueError as exc:
+            raise TaskFileError(f"{task.source}: --agent oracle: {exc}") from None
+
     def reset(self, task) -> None:
         """Queue the task's reference actions."""
-        reference = task.get("reference")
-        if reference is None:
-            raise ValueError(f"task {task.id!r} has no 'reference' for the oracle agent to replay")
-        self._actions = list(reference)
+        self._actions = list(get_env(task.mode).reference_actions(task))
 
     def act(self, observation: dict[str, Any]) -> Any:
-        """The next reference action, then DONE."""
-        if self._actions:
-            return {"command": self._actions.pop(0)}
-        return "DONE"
+        """The next reference action (the last one again once they run out)."""
+        if len(self._actions) > 1:
+            return self._actions.pop(0)
+        return self._actions[0] if self._actions else "DONE"

@@ -4,12 +4,20 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, ContextManager, Mapping, Protocol
 
 if TYPE_CHECKING:
     from ..config import RunConfig
     from ..guest.client import GuestClient
     from ..tasks import Task
+
+
+class VMLeaser(Protocol):
+    """What a ``vm_scope == "call"`` env gets: ``with vm.lease() as client:`` holds a VM
+    (reset after the block) only while the env needs one."""
+
+    def lease(self) -> ContextManager["GuestClient"]:
+        """Lease a VM for the block."""
 
 
 @dataclass
@@ -25,21 +33,35 @@ class Env(abc.ABC):
     """One mode. The worker calls reset → step … → evaluate on one thread."""
 
     name: ClassVar[str] = ""
-    #: whether an episode needs a leased VM
-    needs_vm: ClassVar[bool] = True
+    #: how the mode uses VMs: ``"episode"`` — one lease held for the whole episode (state
+    #: carries over between turns); ``"call"`` — the env leases a VM only around each VM
+    #: call through ``vm.lease()``, so no VM waits while the agent thinks; None — no VM
+    vm_scope: ClassVar[str | None] = "episode"
     #: the situational RunConfig fields this mode honours (screen size, action space …)
     options: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, config: "RunConfig") -> None:
         self.config = config
 
+    @classmethod
+    def needs_vm(cls) -> bool:
+        """Whether a run of this mode needs a VM pool."""
+        return cls.vm_scope is not None
+
     @staticmethod
     def validate_task(payload: Mapping[str, Any]) -> None:
         """Raise ValueError naming the bad field when a task's payload is unusable."""
 
+    @staticmethod
+    def reference_actions(task: "Task") -> list[Any]:
+        """The actions that solve ``task`` (what the oracle agent replays); ValueError when
+        the task has no reference."""
+        raise ValueError(f"mode {task.mode!r} has no reference actions")
+
     @abc.abstractmethod
-    def reset(self, task: "Task", vm: "GuestClient | None") -> dict[str, Any]:
-        """Set up the task (in the VM) and return the first observation."""
+    def reset(self, task: "Task", vm: "GuestClient | VMLeaser | None") -> dict[str, Any]:
+        """Set up the task and return the first observation. ``vm`` is a GuestClient for
+        ``vm_scope == "episode"``, a VMLeaser for ``"call"``, None for no VM."""
 
     @abc.abstractmethod
     def step(self, action: Any) -> StepResult:

@@ -22,7 +22,7 @@ class ShellEnv(Env):
     """Commands in a sandbox, graded by the task's check command."""
 
     name = "shell"
-    needs_vm = True
+    vm_scope = "episode"
 
     @staticmethod
     def validate_task(payload: Mapping[str, Any]) -> None:
@@ -34,6 +34,13 @@ class ShellEnv(Env):
         require(payload, "timeout", (int, float), optional=True)
         if isinstance(payload.get("timeout"), bool) or payload.get("timeout", 1) <= 0:
             raise ValueError("field 'timeout' must be a positive number of seconds")
+
+    @staticmethod
+    def reference_actions(task) -> list[Any]:
+        """The reference commands, then DONE."""
+        if "reference" not in task.payload:
+            raise ValueError(f"task {task.id!r} has no 'reference' commands")
+        return [{"command": command} for command in task.get("reference")] + ["DONE"]
 
     def reset(self, task, vm) -> dict[str, Any]:
         """Run the task's setup commands; the first observation is the instruction."""
