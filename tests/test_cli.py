@@ -1,0 +1,147 @@
+"""End to end through the CLI: the shipped shell benchmark in real sandboxes, and every file
+a run leaves in its folder."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections import defaultdict
+from multiprocessing import resource_tracker
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from conftest import SHELL_TASKS, assert_exactly_once, read_results
+from parallel_rollout.cli import main
+from parallel_rollout.config import RunConfig
+
+pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
+
+# Runs use the spawn context, whose resource tracker outlives the test that starts it.
+resource_tracker.ensure_running()
+
+SHELL_IDS = [json.loads(line)["id"] for line in SHELL_TASKS.read_text().splitlines() if line.strip()]
+EVENT_FIELDS = {"time", "vm", "from", "to", "task", "worker", "reason"}
+
+
+def run_cli(out: Path, run_id: str, *args: str):
+    """One run of the shipped benchmark; fails the test unless it exits 0."""
+    result = CliRunner().invoke(main, ["--mode", "shell", "--data", str(SHELL_TASKS), "--output-dir", str(out),
+                                       "--run-id", run_id, "--no-progress", *args])
+    assert result.exit_code == 0, (result.output, result.exception)
+    return result
+
+
+def transitions(run_dir: Path) -> list[dict]:
+    """The pool's state transitions from events.jsonl (runner events have no 'to')."""
+    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    return [e for e in events if "to" in e]
+
+
+@pytest.fixture(scope="module")
+def pooled_run(tmp_path_factory):
+    """N=4 workers sharing M=2 VMs over the 25 shipped tasks, run once for the tests below."""
+    out = tmp_path_factory.mktemp("pooled")
+    result = run_cli(out, "pooled", "--num-rollouts", "4", "--num-vms", "2", "--use-vm-pool")
+    return out / "pooled", result
+
+
+def test_pooled_run_succeeds_on_every_task(pooled_run):
+    run_dir, result = pooled_run
+    assert "25/25 samples finished, 25 succeeded" in result.output
+    finals = assert_exactly_once(run_dir, {f"{task_id}#0" for task_id in SHELL_IDS})
+    assert all(r["success"] and r["status"] == "success" and r["reward"] == 1.0 for r in finals.values())
+    assert f"results: {run_dir}/" in result.output
+
+
+def test_pooled_run_summary(pooled_run):
+    run_dir, _ = pooled_run
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["run_id"] == "pooled"
+    assert (summary["total_samples"], summary["finished"], summary["unfinished"]) == (25, 25, 0)
+    assert summary["status_counts"] == {"success": 25}
+    assert (summary["success_rate"], summary["mean_reward"], summary["interrupted"]) == (1.0, 1.0, False)
+    assert summary["per_mode"] == {"shell": {"finished": 25, "successes": 25, "success_rate": 1.0, "mean_reward": 1.0}}
+    assert summary["per_tag"]["isolation"]["success_rate"] == 1.0
+    rollout = summary["timing_s"]["rollout"]
+    assert 0 < rollout["p50"] <= rollout["p90"] <= rollout["p99"] <= rollout["max"]
+    assert summary["timing_s"]["lease_wait"] is not None and summary["timing_s"]["wall"] > 0
+    vm = summary["vm"]
+    assert (vm["provider"], vm["size"], vm["private"]) == ("process", 2, False)
+    assert (vm["leases"], vm["marked_dead"], vm["replacements"]) == (25, 0, 0)
+    # Stats are taken at shutdown, which does not wait for the last release's reset.
+    assert vm["resets"] + vm["states"]["resetting"] == 25
+    assert 0 < vm["utilization"] <= 1 and vm["states"]["leased"] == 0
+
+
+def test_pooled_run_results_one_line_per_attempt(pooled_run):
+    run_dir, _ = pooled_run
+    records = read_results(run_dir)
+    assert len(records) == 25  # nothing retried: one attempt per sample
+    for r in records:
+        assert r["attempt"] == 0 and r["final"] is True and r["run_id"] == "pooled"
+        assert r["vm"] in {"vm-0", "vm-1"} and r["worker"] in {f"w{i}" for i in range(4)}
+        assert r["trajectory"] == f"trajectories/{r['task_id']}/0/attempt-0.jsonl"
+        turns = [json.loads(line) for line in (run_dir / r["trajectory"]).read_text().splitlines()]
+        assert turns and turns[-1]["done"] is True and len(turns) == r["turns"]
+
+
+def test_pooled_run_events_record_every_transition(pooled_run):
+    run_dir, _ = pooled_run
+    events = transitions(run_dir)
+    assert all(set(e) == EVENT_FIELDS for e in events)
+    by_vm: dict[str, list[dict]] = defaultdict(list)
+    for e in events:
+        by_vm[e["vm"]].append(e)
+    assert set(by_vm) == {"vm-0", "vm-1"}
+    for vm, seq in by_vm.items():
+        # one VM's transitions chain: each starts in the state the previous one ended in
+        assert all(a["to"] == b["from"] for a, b in zip(seq, seq[1:])), vm
+        assert all(a["time"] <= b["time"] for a, b in zip(seq, seq[1:])), vm
+    leases = [e for e in events if (e["from"], e["to"]) == ("idle", "leased")]
+    releases = [e for e in events if (e["from"], e["to"]) == ("leased", "resetting")]
+    resets = [e for e in events if (e["from"], e["to"]) == ("resetting", "idle")]
+    # a reset still running when the run ends is cut short by the pool's shutdown
+    cut = [e for e in events if (e["from"], e["to"], e["reason"]) == ("resetting", "dead", "pool shutdown")]
+    assert len(leases) == len(releases) == len(resets) + len(cut) == 25
+    assert len(cut) <= 2
+    # each lease and its release name the task and worker of the record that used the VM
+    records = {r["key"]: r for r in read_results(run_dir)}
+    for e in leases + releases:
+        assert (records[e["task"]]["vm"], records[e["task"]]["worker"]) == (e["vm"], e["worker"])
+
+
+def test_pooled_run_config_json(pooled_run):
+    run_dir, _ = pooled_run
+    saved = json.loads((run_dir / "config.json").read_text())
+    config = saved["config"]
+    assert saved["run_id"] == "pooled"
+    assert (config["num_rollouts"], config["num_vms"], config["use_vm_pool"]) == (4, 2, True)
+    assert config["max_turns"] == 100 and config["data"] == str(SHELL_TASKS)
+    assert {"num_rollouts", "num_vms", "use_vm_pool", "mode", "data"} <= set(config["explicit"])
+    rebuilt = RunConfig(**{k: v for k, v in config.items() if k != "explicit"})
+    assert saved["identity_hash"] == rebuilt.identity_hash()
+
+
+def test_sweep_after_a_clean_run_removes_nothing(pooled_run):
+    result = CliRunner().invoke(main, ["vms", "sweep", "--run-id", "pooled"])
+    assert result.exit_code == 0, result.output
+    assert result.output.strip() == "removed 0 process VM(s)"
+
+
+def test_private_vms_one_per_worker(tmp_path):
+    """Without --use-vm-pool each of the N=3 workers owns one VM and only that one."""
+    run_cli(tmp_path, "private", "--num-rollouts", "3")
+    run_dir = tmp_path / "private"
+    assert_exactly_once(run_dir, {f"{task_id}#0" for task_id in SHELL_IDS})
+    events = transitions(run_dir)
+    assert {e["vm"] for e in events} == {"vm-0", "vm-1", "vm-2"}
+    workers_of_vm: dict[str, set[str]] = defaultdict(set)
+    for e in events:
+        if e["to"] == "leased":
+            workers_of_vm[e["vm"]].add(e["worker"])
+    assert all(len(workers) == 1 for workers in workers_of_vm.values()), dict(workers_of_vm)
+    assert len(set().union(*workers_of_vm.values())) == len(workers_of_vm)  # no worker holds two
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert (summary["successes"], summary["vm"]["size"], summary["vm"]["private"]) == (25, 3, True)
