@@ -16,6 +16,7 @@ from multiprocessing import resource_tracker
 from conftest import ROOT, SHELL_TASKS, shell_task, write_tasks
 from parallel_rollout.cli import main
 from parallel_rollout.config import RunConfig, build_config, load_toml
+from parallel_rollout.envs.registry import mode_names
 from parallel_rollout.errors import ConfigError
 
 
@@ -153,7 +154,7 @@ def test_unhonoured_key_in_config_file_is_rejected_too(tmp_path):
 
 
 @pytest.mark.parametrize("args, parts", [
-    (["--mode", "nosuch"], ["unknown mode 'nosuch'", "known modes: shell"]),
+    (["--mode", "nosuch"], ["unknown mode 'nosuch'", "known modes: " + ", ".join(mode_names())]),
     (["--agent", "nosuch"], ["unknown agent 'nosuch'", "oracle"]),
     (["--agent", "no_such_module_xyz:Agent"], ["cannot import module 'no_such_module_xyz'"]),
     (["--agent", "json:JSONDecoder"], ["not an Agent subclass"]),

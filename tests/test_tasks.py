@@ -11,6 +11,7 @@ from click.testing import CliRunner
 from conftest import shell_task, write_tasks
 from parallel_rollout.cli import main
 from parallel_rollout.envs import task_validators
+from parallel_rollout.envs.registry import mode_names
 from parallel_rollout.errors import ConfigError, TaskFileError
 from parallel_rollout.tasks import Sample, Task, expand, load_tasks, sample_key
 
@@ -44,7 +45,7 @@ MALFORMED = [
     ("id is ..", "tasks.jsonl", _line(shell_task("x", id="..")), ["tasks.jsonl:1:", "'id'"]),
     ("id is .", "tasks.jsonl", _line(shell_task("x", id=".")), ["tasks.jsonl:1:", "'id'"]),
     ("unknown mode", "tasks.jsonl", _line(shell_task("x", mode="nosuchmode")),
-     ["tasks.jsonl:1:", "unknown mode 'nosuchmode'", "known modes: shell"]),
+     ["tasks.jsonl:1:", "unknown mode 'nosuchmode'", "known modes: " + ", ".join(mode_names())]),
     ("mode is not a string", "tasks.jsonl", _line(shell_task("x", mode=3)), ["tasks.jsonl:1:", "unknown mode"]),
     ("tags not a list", "tasks.jsonl", _line(shell_task("x", tags="files")), ["tasks.jsonl:1:", "'tags'", "list"]),
     ("tags hold a number", "tasks.jsonl", _line(shell_task("x", tags=["a", 1])), ["tasks.jsonl:1:", "'tags'"]),
