@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import shutil
 from collections import defaultdict
-from multiprocessing import resource_tracker
 from pathlib import Path
 
 import pytest
@@ -18,8 +17,6 @@ from parallel_rollout.config import RunConfig
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
 
-# Runs use the spawn context, whose resource tracker outlives the test that starts it.
-resource_tracker.ensure_running()
 
 SHELL_IDS = [json.loads(line)["id"] for line in SHELL_TASKS.read_text().splitlines() if line.strip()]
 EVENT_FIELDS = {"time", "vm", "from", "to", "task", "worker", "reason"}

@@ -11,18 +11,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from multiprocessing import resource_tracker
-
 from conftest import ROOT, SHELL_TASKS, shell_task, write_tasks
 from parallel_rollout.cli import main
 from parallel_rollout.config import RunConfig, build_config, load_toml
 from parallel_rollout.envs.registry import mode_names
 from parallel_rollout.errors import ConfigError
-
-
-# The spawn context starts multiprocessing's resource tracker on the first run and it lives as
-# long as this process: start it now so the leak check counts it as already there.
-resource_tracker.ensure_running()
 
 
 def invoke(tmp_path: Path, *args: str, data: Path | None = SHELL_TASKS):

@@ -10,7 +10,6 @@ import os
 import subprocess
 import sys
 import time
-from multiprocessing import resource_tracker
 from pathlib import Path
 
 import filelock
@@ -21,9 +20,6 @@ from conftest import ROOT, assert_exactly_once, read_results, shell_task, write_
 from parallel_rollout.agents.oracle import OracleAgent
 from parallel_rollout.cli import main
 from parallel_rollout.results import ResultStore, StorageError, pass_at_k, percentiles, read_records, summarize
-
-# Runs use the spawn context, whose resource tracker outlives the test that starts it.
-resource_tracker.ensure_running()
 
 
 class PatientOracle(OracleAgent):
