@@ -40,7 +40,7 @@ MALFORMED = [
     ("id is a bool", "tasks.jsonl", _line(shell_task("x", id=True)), ["tasks.jsonl:1:", "'id'", "string"]),
     ("id is a float", "tasks.jsonl", _line(shell_task("x", id=1.5)), ["tasks.jsonl:1:", "'id'", "string"]),
     ("id is blank", "tasks.jsonl", _line(shell_task("x", id="  ")), ["tasks.jsonl:1:", "'id'"]),
-    ("id has a slash", "tasks.jsonl", _line(shell_task("x", id="a/b")), ["tasks.jsonl:1:", "'id'"]),
+    ("id has a backslash", "tasks.jsonl", _line(shell_task("x", id="a\\b")), ["tasks.jsonl:1:", "'id'"]),
     # The id names a folder under trajectories/: '..' would write outside it.
     ("id is ..", "tasks.jsonl", _line(shell_task("x", id="..")), ["tasks.jsonl:1:", "'id'"]),
     ("id is .", "tasks.jsonl", _line(shell_task("x", id=".")), ["tasks.jsonl:1:", "'id'"]),
@@ -210,3 +210,16 @@ def test_cli_rejects_malformed_file_before_anything_runs(tmp_path):
     assert result.exit_code == 2, result.output
     assert "tasks.jsonl:7:" in result.output and "invalid JSON" in result.output
     assert not out.exists(), f"a run folder was created: {list(out.rglob('*'))}"
+
+
+def test_ids_with_slashes_load_and_get_distinct_safe_folders(tmp_path):
+    """HumanEval's ids look like HumanEval/0; their trajectory folders must stay inside."""
+    from parallel_rollout.tasks import safe_name
+
+    path = tmp_path / "tasks.jsonl"
+    path.write_text(_line(shell_task("x", id="HumanEval/0")) + _line(shell_task("y", id="HumanEval_0")))
+    tasks = load_tasks(path, default_mode="shell", validators=task_validators())
+    assert [t.id for t in tasks] == ["HumanEval/0", "HumanEval_0"]
+    names = {safe_name(t.id) for t in tasks}
+    assert len(names) == 2 and not any("/" in n or n.startswith(".") for n in names)
+    assert safe_name("plain-id_1.x") == "plain-id_1.x"

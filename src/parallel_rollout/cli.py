@@ -51,8 +51,10 @@ def main() -> None:
 
 @main.command()
 @click.option("--mode", default=_D.mode, show_default=True,
-              help="Task family: decides the environment and how a rollout is graded (shell).")
-@click.option("--data", type=click.Path(dir_okay=False), help="Task file: a JSON list or JSONL, one task per line.")
+              help="Task family: decides the environment and how a rollout is graded: shell, py "
+              "(HumanEval-style code in a VM), math (answers graded with math-verify).")
+@click.option("--data", type=click.Path(dir_okay=False),
+              help="Task file: a JSON list or JSONL (optionally .gz), or a named dataset: humaneval.")
 @click.option("--num-rollouts", type=int, default=_D.num_rollouts, show_default=True,
               help="N: worker processes running rollouts.")
 @click.option("--num-vms", type=int, default=_D.num_vms, show_default=True,
@@ -78,7 +80,18 @@ def main() -> None:
 @click.option("--client-password", default=_D.client_password, show_default=True,
               help="Password of the desktop's user (osworld).")
 @click.option("--agent", default=_D.agent, show_default=True,
-              help="Who acts: oracle (replays each task's reference) or module:Class of your own Agent.")
+              help="Who acts: oracle (replays each task's reference), openai (a model behind an "
+              "OpenAI-compatible API), command (--agent-cmd), or module:Class of your own Agent.")
+@click.option("--agent-cmd", help="Command of --agent command: an executable reading one JSON observation "
+              "per line on stdin and writing one JSON action per line on stdout.")
+@click.option("--base-url", help="OpenAI-compatible endpoint for --agent openai (vLLM, SGLang, Ollama …); "
+              "default: OpenAI's. The key comes from OPENAI_API_KEY.")
+@click.option("--temperature", type=float, help="Sampling temperature for --agent openai (default: the server's).")
+@click.option("--max-tokens", type=int, help="Completion token limit per reply for --agent openai.")
+@click.option("--vm-memory-mb", type=int,
+              help="Address-space limit per process inside each VM, in MB (py mode: 2048 unless set).")
+@click.option("--vm-max-processes", type=int,
+              help="Process limit per VM (py mode: 256 unless set, where the machine allows).")
 @click.option("--task-timeout", type=float, default=_D.task_timeout, show_default=True,
               help="Seconds one attempt may take; past it the worker is killed and the attempt graded task_timeout.")
 @click.option("--envs-per-worker", type=int, default=_D.envs_per_worker, show_default=True,

@@ -45,6 +45,10 @@ class RunConfig:
     screen_height: int = 1080
     client_password: str = "password"
     agent: str = "oracle"
+    agent_cmd: str | None = None
+    base_url: str | None = None
+    temperature: float | None = None
+    max_tokens: int | None = None
     task_timeout: float = 600.0
     envs_per_worker: int = 1
     max_concurrent_rollouts: int | None = None
@@ -52,6 +56,8 @@ class RunConfig:
     run_id: str | None = None
     resume: bool = False
     limit: int | None = None
+    vm_memory_mb: int | None = None
+    vm_max_processes: int | None = None
     # Tunables below have no flag of their own; tests and TOML files set them.
     lease_timeout_s: float = 600.0
     boot_timeout_s: float = 60.0
@@ -59,6 +65,8 @@ class RunConfig:
     max_vm_replacements: int | None = None
     shutdown_grace_s: float = 3.0
     progress: bool | None = None
+    #: seconds one model request may take before it is retried
+    api_timeout_s: float = 120.0
     #: the fields the user set explicitly (flag or config file)
     explicit: frozenset[str] = field(default_factory=frozenset, compare=False)
 
@@ -96,7 +104,7 @@ class RunConfig:
         return hashlib.sha256(blob).hexdigest()[:16]
 
 
-_IDENTITY_FIELDS = ("mode", "data", "agent", "model", "group_size", "max_turns", "action_space")
+_IDENTITY_FIELDS = ("mode", "data", "agent", "agent_cmd", "model", "group_size", "max_turns", "action_space")
 _FIELDS = {f.name: f for f in dataclasses.fields(RunConfig) if f.name != "explicit"}
 
 
@@ -148,7 +156,9 @@ def build_config(flags: dict[str, Any], config_file: str | None = None) -> RunCo
     if config_file:
         values.update(load_toml(config_file))
     values.update(flags)
-    if values.get("data"):
+    from .tasks import NAMED_DATASETS
+
+    if values.get("data") and values["data"].lower() not in NAMED_DATASETS:
         # Absolute, so a resume names the same file however the path is spelled (from a
         # cron job's folder, ./tasks.jsonl …) and config.json says which file it was.
         values["data"] = os.path.abspath(values["data"])
@@ -170,8 +180,12 @@ def validate_ranges(cfg: RunConfig) -> None:
         raise ConfigError("--task-timeout must be positive (seconds)")
     if cfg.max_concurrent_rollouts is not None and cfg.max_concurrent_rollouts < 1:
         raise ConfigError("--max-concurrent-rollouts must be at least 1")
-    if cfg.limit is not None and cfg.limit < 1:
-        raise ConfigError("--limit must be at least 1")
+    for name in ("limit", "max_tokens", "vm_memory_mb", "vm_max_processes"):
+        value = getattr(cfg, name)
+        if value is not None and value < 1:
+            raise ConfigError(f"--{name.replace('_', '-')} must be at least 1")
+    if cfg.temperature is not None and not 0 <= cfg.temperature <= 2:
+        raise ConfigError("--temperature must be between 0 and 2")
     if not cfg.use_vm_pool:
         if "num_vms" in cfg.explicit:
             raise ConfigError(

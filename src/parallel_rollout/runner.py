@@ -137,6 +137,12 @@ class Runner:
             "screen_height": ("desktop modes (osworld)", env_opts & {"screen_height"}),
             "client_password": ("desktop modes (osworld)", env_opts & {"client_password"}),
             "model": ("model-backed agents (openai)", agent_opts & {"model"}),
+            "base_url": ("the openai agent", agent_opts & {"base_url"}),
+            "temperature": ("the openai agent", agent_opts & {"temperature"}),
+            "max_tokens": ("the openai agent", agent_opts & {"max_tokens"}),
+            "agent_cmd": ("the command agent", agent_opts & {"agent_cmd"}),
+            "vm_memory_mb": ("modes that run in a VM", frozenset({"vm"} if self.provider_cls else ())),
+            "vm_max_processes": ("modes that run in a VM", frozenset({"vm"} if self.provider_cls else ())),
             "provider_name": ("modes that run in a VM", frozenset({"vm"} if self.provider_cls else ())),
             "snapshot_name": ("modes that run in a VM", frozenset({"vm"} if self.provider_cls else ())),
             "path_to_vm": ("modes that run in a VM", frozenset({"vm"} if self.provider_cls else ())),
@@ -144,7 +150,10 @@ class Runner:
             "use_vm_pool": ("modes that run in a VM", frozenset({"vm"} if self.provider_cls else ())),
         })
         if cfg.data is None:
-            raise ConfigError("--data is required: a .json or .jsonl task file")
+            raise ConfigError("--data is required: a .json or .jsonl task file, or humaneval")
+        check_config = getattr(self.agent_cls, "check_config", None)
+        if check_config is not None:
+            check_config(cfg)
         tasks = load_tasks(cfg.data, default_mode=cfg.mode, validators=task_validators())
         check_task = getattr(self.agent_cls, "check_task", None)
         if check_task is not None:
@@ -155,13 +164,27 @@ class Runner:
         if self.provider_cls is not None:
             self.provider_cls.check_available()
             # Constructing one checks the options it cannot honour (e.g. --path-to-vm).
-            self.provider_cls(self.run_id, self._provider_options())
+            self.provider_options = self._provider_options()
+            self.provider_cls(self.run_id, self.provider_options)
         return expand(tasks, cfg.group_size)
 
     def _provider_options(self) -> ProviderOptions:
         cfg = self.config
+        limits = {}
+        supported = self.provider_cls.supported_limits() if self.provider_cls else frozenset()
+        for name, value in self.env_cls.default_limits.items():
+            if name in supported:
+                limits[name] = value
+            else:
+                log.warning("the %s provider cannot enforce %s here; %s tasks run without it",
+                            cfg.provider_name, name, cfg.mode)
+        # Explicit limits always go through: a provider that cannot honour one says so.
+        for name in ("memory_mb", "max_processes"):
+            value = getattr(cfg, f"vm_{name}")
+            if value is not None:
+                limits[name] = value
         return ProviderOptions(snapshot_name=cfg.snapshot_name, path_to_vm=cfg.path_to_vm,
-                               headless=cfg.headless, boot_timeout_s=cfg.boot_timeout_s)
+                               headless=cfg.headless, boot_timeout_s=cfg.boot_timeout_s, **limits)
 
     def _open_run_dir(self) -> filelock.BaseFileLock:
         cfg = self.config
@@ -177,12 +200,13 @@ class Runner:
         try:
             config_path = self.run_dir / "config.json"
             results_path = self.run_dir / "results.jsonl"
-            if config_path.exists() and results_path.exists() and results_path.stat().st_size:
-                if not cfg.resume:
-                    raise ConfigError(
-                        f"{self.run_dir} already holds results; add --resume to continue that run "
-                        "or pick a new --run-id"
-                    )
+            has_results = results_path.exists() and results_path.stat().st_size > 0
+            if has_results and not cfg.resume:
+                raise ConfigError(
+                    f"{self.run_dir} already holds results; add --resume to continue that run "
+                    "or pick a new --run-id"
+                )
+            if has_results and config_path.exists():
                 old = json.loads(config_path.read_text())
                 if old.get("identity_hash") != cfg.identity_hash():
                     changed = [k for k, v in cfg.identity().items() if old.get("config", {}).get(k) != v]
@@ -260,7 +284,7 @@ class Runner:
 
             self._manager, self.pool = start_pool(
                 ctx, cfg.provider_name, self.run_id, cfg.pool_size,
-                options=self._provider_options(),
+                options=self.provider_options,
                 events_path=str(self.run_dir / "events.jsonl"),
                 replacement_budget=cfg.replacement_budget,
                 private=not cfg.use_vm_pool,
@@ -475,8 +499,8 @@ class Runner:
             del self._workers[w.index]
         if self.pool is not None:
             try:
-                self._pool_stats = self.pool.stats()
                 self.pool.shutdown()
+                self._pool_stats = self.pool.stats()  # after shutdown: every reset counted
             except (EOFError, OSError, ConnectionError, RolloutError):
                 log.warning("the pool's manager was already gone; sweeping its VMs")
         if self._manager is not None:
@@ -538,8 +562,9 @@ class Runner:
     def _event(self, kind: str, task: str | None = None, worker: str | None = None, reason: str = "") -> None:
         if self._events is None:
             return
-        line = json.dumps({"time": round(time.time(), 4), "event": kind, "task": task,
-                           "worker": worker, "reason": reason[:1000]})
+        # The pool's transition fields too (empty), so every line of the file has one shape.
+        line = json.dumps({"time": round(time.time(), 4), "event": kind, "vm": None, "from": None,
+                           "to": None, "task": task, "worker": worker, "reason": reason[:1000]})
         try:
             self._events.write(line + "\n")
         except OSError:

@@ -9,7 +9,12 @@ A task file is either a JSON list of objects (``.json``) or one object per line
 
 from __future__ import annotations
 
+import gzip
+import hashlib
+import importlib
 import json
+import re
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
@@ -59,10 +64,33 @@ def sample_key(task_id: str, sample_idx: int) -> str:
 Validators = Mapping[str, Callable[[Mapping[str, Any]], None]]
 
 
+#: names --data accepts instead of a path: datasets that ship inside a Python package
+NAMED_DATASETS = {
+    "humaneval": "parallel_rollout.envs.py:humaneval_path",
+}
+
+
+def resolve_data(data: str) -> Path:
+    """The file behind ``--data``: a path, or a named dataset (``humaneval``)."""
+    target = NAMED_DATASETS.get(data.lower())
+    if target is None:
+        return Path(data)
+    module_name, _, func = target.partition(":")
+    try:
+        return getattr(importlib.import_module(module_name), func)()
+    except (FileNotFoundError, ModuleNotFoundError) as exc:
+        raise TaskFileError(f"--data {data}: {exc}") from None
+
+
 def _records(path: Path) -> Iterable[tuple[int, Any]]:
-    """(line number, parsed JSON value) for every record of a .json or .jsonl file."""
+    """(line number, parsed JSON value) for every record of a .json or .jsonl file (or
+    their .gz)."""
     try:
         raw = path.read_bytes()
+        if path.suffix == ".gz":
+            raw = gzip.decompress(raw)
+    except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
+        raise TaskFileError(f"{path}: not a readable gzip file: {exc}") from None
     except FileNotFoundError:
         raise TaskFileError(f"{path}: task file not found") from None
     except OSError as exc:
@@ -73,7 +101,7 @@ def _records(path: Path) -> Iterable[tuple[int, Any]]:
     except UnicodeDecodeError as exc:
         lineno = raw[: exc.start].count(b"\n") + 1
         raise TaskFileError(f"{path}:{lineno}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-    if path.suffix == ".json":
+    if _kind(path) == ".json":
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
@@ -104,8 +132,8 @@ def load_tasks(
     validators: Validators,
 ) -> list[Task]:
     """Load and validate every task of ``path``; TaskFileError on the first bad record."""
-    path = Path(path)
-    where_word = "item" if path.suffix == ".json" else "line"
+    path = resolve_data(str(path))
+    where_word = "item" if _kind(path) == ".json" else "line"
     tasks: list[Task] = []
     seen: dict[str, str] = {}
     for lineno, raw in _records(path):
@@ -131,10 +159,10 @@ def _parse_task(raw: Any, where: str, default_mode: str | None, validators: Vali
     if isinstance(task_id, bool) or not isinstance(task_id, (str, int)):
         raise TaskFileError(f"{where}: field 'id' must be a string, got {type(task_id).__name__}")
     task_id = str(task_id)
-    # The id names a folder under trajectories/, so "." and ".." would escape it.
+    # Ids may hold "/" (HumanEval/0); folder names are made safe where they are used.
     if (not task_id.strip() or len(task_id) > 200 or task_id in (".", "..")
-            or any(c in task_id for c in "/\\\0\n")):
-        raise TaskFileError(f"{where}: field 'id' must be 1-200 characters without / \\ or newlines, not . or ..")
+            or any(c in task_id for c in "\\\0\n")):
+        raise TaskFileError(f"{where}: field 'id' must be 1-200 characters without \\ or newlines, not . or ..")
     mode = raw.get("mode", default_mode)
     if mode is None:
         raise TaskFileError(f"{where}: task {task_id!r} has no 'mode' and no --mode was given")
@@ -157,6 +185,20 @@ def _parse_task(raw: Any, where: str, default_mode: str | None, validators: Vali
     except (ValueError, TypeError) as exc:
         raise TaskFileError(f"{where}: task {task_id!r}: {exc}") from None
     return Task(id=task_id, mode=mode, payload=payload, seed=seed, tags=tuple(tags), source=where)
+
+
+def _kind(path: Path) -> str:
+    """.json or .jsonl, looking through a .gz suffix."""
+    return Path(path.stem).suffix if path.suffix == ".gz" else path.suffix
+
+
+def safe_name(task_id: str) -> str:
+    """A folder name for a task id: unchanged when already safe, else with the unsafe
+    characters replaced and a short hash added so two ids never share a folder."""
+    cleaned = re.sub(r"[^A-Za-z0-9._-]", "_", task_id)
+    if cleaned == task_id and not task_id.startswith("."):
+        return task_id
+    return f"{cleaned.lstrip('.')}-{hashlib.sha1(task_id.encode()).hexdigest()[:8]}"
 
 
 def expand(tasks: Iterable[Task], group_size: int) -> list[Sample]:

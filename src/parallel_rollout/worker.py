@@ -33,6 +33,7 @@ from .config import RunConfig
 from .envs import Env, get_env
 from .errors import RolloutError, VMError
 from .messages import Assignment, Finished, Started, Stop
+from .tasks import safe_name
 
 #: characters of a traceback kept in a record
 TRACEBACK_TAIL = 4000
@@ -133,7 +134,10 @@ class RolloutWorker:
         observation = env.reset(item.task, vm)
         agent.reset(item.task)
         done = False
-        for turn in range(1, self.config.max_turns + 1):
+        max_turns = self.config.max_turns
+        if "max_turns" not in self.config.explicit and env.default_max_turns:
+            max_turns = env.default_max_turns
+        for turn in range(1, max_turns + 1):
             action = agent.act(observation)
             step = env.step(action)
             record["turns"] = turn
@@ -181,7 +185,7 @@ class _Trajectory:
     """``trajectories/<task>/<sample>/attempt-<n>.jsonl``: one line per turn."""
 
     def __init__(self, run_dir: Path, task_id: str, sample_idx: int, attempt: int) -> None:
-        folder = run_dir / "trajectories" / task_id / str(sample_idx)
+        folder = run_dir / "trajectories" / safe_name(task_id) / str(sample_idx)
         self.relpath = str(folder.relative_to(run_dir) / f"attempt-{attempt}.jsonl")
         self._path = folder / f"attempt-{attempt}.jsonl"
         self._fh = None

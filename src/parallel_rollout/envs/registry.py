@@ -10,6 +10,8 @@ from .base import Env
 
 _MODES = {
     "shell": "parallel_rollout.envs.shell:ShellEnv",
+    "py": "parallel_rollout.envs.py:PyEnv",
+    "math": "parallel_rollout.envs.math:MathEnv",
 }
 
 
@@ -27,6 +29,21 @@ def get_env(mode: str) -> type[Env]:
     return getattr(importlib.import_module(module_name), class_name)
 
 
+class _Validators(Mapping):
+    """mode -> payload validator, importing a mode's module only when a task uses it."""
+
+    def __getitem__(self, mode: str) -> Callable[[Mapping[str, Any]], None]:
+        if mode not in _MODES:
+            raise KeyError(mode)
+        return get_env(mode).validate_task
+
+    def __iter__(self):
+        return iter(sorted(_MODES))
+
+    def __len__(self) -> int:
+        return len(_MODES)
+
+
 def task_validators() -> Mapping[str, Callable[[Mapping[str, Any]], None]]:
     """Payload validator per mode, for ``tasks.load_tasks``."""
-    return {mode: get_env(mode).validate_task for mode in _MODES}
+    return _Validators()

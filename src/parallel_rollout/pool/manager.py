@@ -325,8 +325,8 @@ class VMPoolManager:
     def _event(self, vm_id, from_state, to_state, reason, task_key, worker_id) -> None:
         if self._events is None:
             return
-        event = {"time": round(time.time(), 4), "vm": vm_id, "from": from_state, "to": to_state,
-                 "task": task_key, "worker": worker_id, "reason": reason}
+        event = {"time": round(time.time(), 4), "event": "vm", "vm": vm_id, "from": from_state,
+                 "to": to_state, "task": task_key, "worker": worker_id, "reason": reason}
         try:
             self._events.write(json.dumps(event) + "\n")
         except (OSError, ValueError):

@@ -52,6 +52,11 @@ class Provider(abc.ABC):
     def check_available(cls) -> None:
         """Raise ProviderUnavailable (with an install hint) when this machine cannot run it."""
 
+    @classmethod
+    def supported_limits(cls) -> frozenset[str]:
+        """The ProviderOptions limits (memory_mb, max_processes) this machine can enforce."""
+        return frozenset()
+
     @abc.abstractmethod
     def start(self, vm_id: str) -> VMInfo:
         """Boot a VM, wait for its guest agent, make sure its snapshot exists."""

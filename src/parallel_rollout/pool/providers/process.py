@@ -122,6 +122,16 @@ class ProcessProvider(Provider):
                     "the pids controller delegated); RLIMIT_NPROC cannot cap a sandbox")
         self._python = _guest_python()
 
+    @classmethod
+    def supported_limits(cls) -> frozenset[str]:
+        """memory_mb with util-linux prlimit; max_processes with a writable pids cgroup."""
+        limits = set()
+        if shutil.which("prlimit"):
+            limits.add("memory_mb")
+        if _pids_cgroup_root() is not None:
+            limits.add("max_processes")
+        return frozenset(limits)
+
     def __repr__(self) -> str:
         return f"ProcessProvider(run_id={self.run_id!r}, base_dir={str(self.base_dir)!r})"
 
