@@ -39,6 +39,11 @@ class Env(abc.ABC):
     vm_scope: ClassVar[str | None] = "episode"
     #: the situational RunConfig fields this mode honours (screen size, action space …)
     options: ClassVar[frozenset[str]] = frozenset()
+    #: turns per episode when --max-turns is not given (None: the flag's default)
+    default_max_turns: ClassVar[int | None] = None
+    #: per-VM limits (ProviderOptions fields) applied where the provider supports them,
+    #: unless the user sets them
+    default_limits: ClassVar[dict[str, int]] = {}
 
     def __init__(self, config: "RunConfig") -> None:
         self.config = config
