@@ -154,7 +154,7 @@ class RolloutWorker:
         if record["success"]:
             record["status"] = "success"
         else:
-            record["status"] = "failure" if done else "max_turns"
+            record["status"] = "failure" if done else env.turn_limit_status
 
 
 class _Leaser:

@@ -39,6 +39,9 @@ class Env(abc.ABC):
     vm_scope: ClassVar[str | None] = "episode"
     #: the situational RunConfig fields this mode honours (screen size, action space …)
     options: ClassVar[frozenset[str]] = frozenset()
+    #: the status of an episode that used every turn without success: "max_turns" when the
+    #: agent never finished, "failure" for modes where every turn is a graded try
+    turn_limit_status: ClassVar[str] = "max_turns"
     #: turns per episode when --max-turns is not given (None: the flag's default)
     default_max_turns: ClassVar[int | None] = None
     #: per-VM limits (ProviderOptions fields) applied where the provider supports them,

@@ -102,6 +102,7 @@ class PyEnv(Env):
     name = "py"
     vm_scope = "call"
     default_max_turns = 1
+    turn_limit_status = "failure"
     #: per-VM limits applied unless the user sets them: hostile code must not hurt the host
     default_limits = {"memory_mb": 2048, "max_processes": 256}
 
@@ -150,6 +151,7 @@ class PyEnv(Env):
         """Reward 1 when the last try passed every test."""
         passed = self.verdict["kind"] == "passed"
         return (1.0 if passed else 0.0), {"kind": self.verdict["kind"], "tries": self.tries,
+                                          "detail": self.verdict.get("detail", ""),
                                           "output_tail": self.verdict.get("output_tail", "")}
 
     def _execute(self, program: str) -> dict[str, Any]:
@@ -171,7 +173,8 @@ class PyEnv(Env):
             # No verdict: the program ended the interpreter itself (os._exit, a signal, a
             # memory limit that struck outside Python's reach).
             kind, detail = "killed", f"exit status {result.get('return_code')}"
-        tail = (head if marker else output)[-OUTPUT_TAIL:]
+        # The harness starts its verdict on a fresh line; that newline is not the program's.
+        tail = (head[:-1] if marker and head.endswith("\n") else head if marker else output)[-OUTPUT_TAIL:]
         return {"kind": kind, "detail": detail[-OUTPUT_TAIL:], "output_tail": tail,
                 "returncode": result.get("return_code")}
 

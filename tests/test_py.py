@@ -1,0 +1,151 @@
+"""py mode: HumanEval through the pool, failure kinds, multi-turn, hostile code in the VM."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from conftest import assert_exactly_once, read_results, write_tasks
+from parallel_rollout.config import build_config
+from parallel_rollout.envs.py import build_program, extract_code, load_humaneval
+from parallel_rollout.runner import Runner
+
+PROMPT = 'def add(a, b):\n    """Return a + b."""\n'
+TEST = "def check(candidate):\n    assert candidate(2, 3) == 5\n    assert candidate(-1, 1) == 0\n"
+GOOD = "    return a + b\n"
+
+
+def task(task_id, answers, **extra):
+    return {"id": task_id, "mode": "py", "prompt": PROMPT, "entry_point": "add", "test": TEST,
+            "canonical_solution": GOOD, "answers": answers, **extra}
+
+
+def run(tmp_path, tasks, run_id="py", **flags):
+    data = write_tasks(tmp_path / f"{run_id}.jsonl", tasks) if isinstance(tasks, list) else tasks
+    base = dict(mode="py", data=str(data), agent="py_agents:ScriptedAnswerAgent", num_rollouts=2,
+                num_vms=2, use_vm_pool=True, output_dir=str(tmp_path / "out"), run_id=run_id, progress=False)
+    base.update(flags)
+    return Runner(build_config(base)).run()
+
+
+def test_humaneval_oracle_passes_all_164_through_the_pool(tmp_path):
+    outcome = run(tmp_path, "humaneval", agent="oracle", num_rollouts=4, num_vms=2)
+    assert outcome.exit_code == 0
+    problems = load_humaneval()
+    assert len(problems) == 164
+    finals = assert_exactly_once(outcome.run_dir, {f"{p['task_id']}#0" for p in problems})
+    assert {r["status"] for r in finals.values()} == {"success"}
+    assert {r["eval"]["kind"] for r in finals.values()} == {"passed"}
+    assert outcome.summary["vm"]["resets"] == 164  # one execution, one lease, one reset each
+
+
+def test_humaneval_wrong_body_fails_all_with_failure_kinds(tmp_path):
+    outcome = run(tmp_path, "humaneval", agent="py_agents:WrongBodyAgent", num_rollouts=4, num_vms=2)
+    finals = assert_exactly_once(outcome.run_dir, {f"{p['task_id']}#0" for p in load_humaneval()})
+    assert outcome.summary["successes"] == 0
+    kinds = {r["eval"]["kind"] for r in finals.values()}
+    assert kinds <= {"assertion", "exception"} and "assertion" in kinds
+    some = next(r for r in finals.values() if r["eval"]["kind"] == "assertion")
+    assert "AssertionError" in some["eval"]["detail"]
+
+
+VERDICTS = {
+    "passed": "```python\ndef add(a, b):\n    return a + b\n```",
+    "syntax_error": "    return a +\n",
+    "assertion": "    return a - b\n",
+    "exception": "    raise KeyError('boom')\n",
+    "timeout": "    while True:\n        pass\n",
+    "killed": "    import os; os._exit(9)\n",
+}
+
+
+def test_failure_kinds_are_recorded(tmp_path):
+    tasks = [task(kind, [answer], timeout=2) for kind, answer in VERDICTS.items()]
+    outcome = run(tmp_path, tasks)
+    finals = assert_exactly_once(outcome.run_dir, {f"{k}#0" for k in VERDICTS})
+    for kind in VERDICTS:
+        assert finals[f"{kind}#0"]["eval"]["kind"] == kind, finals[f"{kind}#0"]["eval"]
+        assert finals[f"{kind}#0"]["success"] == (kind == "passed")
+    assert "KeyError: 'boom'" in finals["exception#0"]["eval"]["detail"]
+    assert "SyntaxError" in finals["syntax_error#0"]["eval"]["detail"]
+    assert {r["status"] for k, r in finals.items() if k != "passed#0"} == {"failure"}
+    # the timed-out VM was reset and reused, not lost
+    assert outcome.summary["vm"]["marked_dead"] == 0
+
+
+def test_more_turns_see_feedback_and_every_try_is_kept(tmp_path):
+    tasks = [task("retry", ["    return a +\n", "    return a - b\n", GOOD])]
+    outcome = run(tmp_path, tasks, max_turns=3)
+    record = assert_exactly_once(outcome.run_dir, {"retry#0"})["retry#0"]
+    assert record["status"] == "success" and record["turns"] == 3 and record["eval"]["tries"] == 3
+    turns = [json.loads(l) for l in (outcome.run_dir / record["trajectory"]).read_text().splitlines()]
+    assert [t["observation"]["feedback"]["kind"] for t in turns] == ["syntax_error", "assertion", "passed"]
+    one_turn = run(tmp_path, tasks, run_id="one")  # default: one try for py
+    assert assert_exactly_once(one_turn.run_dir, {"retry#0"})["retry#0"]["eval"]["kind"] == "syntax_error"
+
+
+def test_vm_is_leased_only_while_code_runs(tmp_path):
+    tasks = [task(f"think{i}", [GOOD], think_s=1.0) for i in range(4)]
+    outcome = run(tmp_path, tasks, num_rollouts=4, num_vms=1)
+    records = read_results(outcome.run_dir)
+    assert {r["status"] for r in records} == {"success"}
+    busy = sum(r["duration_s"] for r in records)
+    leased = outcome.summary["vm"]["leased_s"]
+    # four rollouts thought for 1 s each, in parallel, on one VM: the VM was held only
+    # for the executions, never during the thinking
+    assert busy >= 4.0 and leased < 2.0
+    assert max(r["lease_wait_s"] for r in records) < 2.0
+
+
+def host_can_spawn() -> bool:
+    return subprocess.run(["true"], timeout=10).returncode == 0
+
+
+HOSTILE = {
+    "infinite_loop": ("    while True:\n        pass\n", "timeout"),
+    "fork_bomb": ("    import os\n    while True:\n        try:\n            os.fork()\n"
+                  "        except OSError:\n            pass\n", "timeout"),
+    "memory_hog": ("    blocks = []\n    while True:\n        blocks.append(bytearray(50 * 2**20))\n", "exception"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE))
+def test_hostile_code_is_contained(tmp_path, name):
+    code, kind = HOSTILE[name]
+    tasks = [task(name, [code], timeout=3), task("after", [GOOD])]
+    outcome = run(tmp_path, tasks, num_rollouts=1, num_vms=1, vm_memory_mb=1024, vm_max_processes=64)
+    finals = assert_exactly_once(outcome.run_dir, {f"{name}#0", "after#0"})
+    assert finals[f"{name}#0"]["eval"]["kind"] == kind, finals[f"{name}#0"]["eval"]
+    assert finals["after#0"]["status"] == "success"  # the same VM, reset, still works
+    assert outcome.summary["vm"]["marked_dead"] == 0
+    assert host_can_spawn()
+
+
+def test_code_that_kills_the_guest_agent_is_retried_on_a_new_vm(tmp_path, monkeypatch):
+    monkeypatch.setenv("PR_CHAOS_DIR", str(tmp_path))
+    killer = "    import os, signal; os.kill(os.getppid(), signal.SIGKILL)\n"
+    tasks = [task("killer", [{"once": killer, "then": GOOD}])]
+    outcome = run(tmp_path, tasks, num_rollouts=1, num_vms=1)
+    records = read_results(outcome.run_dir)
+    assert [(r["attempt"], r["status"], r["final"]) for r in records] == [
+        (0, "guest_unreachable", False), (1, "success", True)]
+    assert records[0]["vm"] != records[1]["vm"]
+    assert outcome.summary["vm"]["replacements"] == 1
+
+
+@pytest.mark.parametrize("answer,expected", [
+    ("```python\ndef add(a, b):\n    return a + b\n```", "def add(a, b):\n    return a + b\n"),
+    ("Here:\n```py\nimport math\n```\nand\n```python\ndef add(a, b):\n    return 1\n```", "def add(a, b):\n    return 1\n"),
+    ("    return a + b\n", "    return a + b\n"),
+])
+def test_extract_code(answer, expected):
+    assert extract_code(answer, "add") == expected
+
+
+def test_build_program_body_or_whole_function():
+    prompt = "from typing import List\n\n\ndef f(xs: List[int]) -> int:\n    \"\"\"doc\"\"\"\n"
+    assert build_program(prompt, "    return 1\n", "f") == prompt + "    return 1\n"
+    whole = build_program(prompt, "def f(xs: List[int]) -> int:\n    return 1\n", "f")
+    assert whole.startswith("from typing import List\n") and whole.count("def f") == 1
