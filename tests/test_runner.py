@@ -192,3 +192,18 @@ def test_manager_death_stops_the_run_and_resume_finishes_it(tmp_path):
     out, err = resumed.communicate(timeout=120)
     assert resumed.returncode == 0, err
     assert_exactly_once(run_dir, keys)
+
+
+def test_missing_bubblewrap_is_a_clear_error_before_anything_runs(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from parallel_rollout.cli import main
+
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))
+    result = CliRunner().invoke(main, ["run", "--mode", "shell", "--data", str(SHELL_TASKS),
+                                       "--output-dir", str(tmp_path / "out"), "--run-id", "nobwrap"])
+    assert result.exit_code == 1
+    assert "apt-get install bubblewrap" in result.output
+    assert not (tmp_path / "out" / "nobwrap").exists()

@@ -72,6 +72,8 @@ EXIT_ABORTED = 1
 EXIT_INTERRUPTED = 130
 #: how long one wait for pipes and sentinels lasts; bounds the reaction to a signal
 _TICK_S = 0.2
+#: seconds between progress lines in the log when there is no progress bar
+_PROGRESS_LOG_S = 30.0
 
 
 @dataclass
@@ -277,6 +279,8 @@ class Runner:
     def _run_loop(self, total: int) -> None:
         cfg = self.config
         ctx = multiprocessing.get_context("spawn")
+        self._total = total
+        self._last_progress_log = time.monotonic()
         self._open_progress(total)
         if self.provider_cls is not None:
             self.provider_cls.sweep(self.run_id)  # leftovers of an earlier, killed run
@@ -593,8 +597,11 @@ class Runner:
                 vms = "pool unreachable"
         if self._progress is not None:
             self._progress.set_postfix_str(f"ok {rate} | VMs {vms}", refresh=False)
-        else:
-            log.debug("progress %d done, success %s, %s", done, rate, vms)
+        elif time.monotonic() - self._last_progress_log >= _PROGRESS_LOG_S:
+            # No terminal (cron, CI): a line now and then instead of a bar.
+            self._last_progress_log = time.monotonic()
+            log.info("progress: %d/%d done, success %s, in flight %d, VMs %s",
+                     done, self._total, rate, self._in_flight(), vms or "-")
 
 
 def _synthetic_record(item: Assignment, exc: RolloutError, w: _Worker, started_at: float) -> dict[str, Any]:
