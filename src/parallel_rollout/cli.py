@@ -178,6 +178,25 @@ def _console_logging() -> None:
 
 
 @main.group()
+def image() -> None:
+    """Build the guest images that VM providers boot (docker, qemu)."""
+
+
+@image.command("build")
+@click.option("--provider", "provider_name", required=True, help="Whose image: docker or qemu.")
+@click.option("--force", is_flag=True, help="Rebuild even when a cached image exists.")
+def image_build(provider_name: str, force: bool) -> None:
+    """Build the guest image (Debian from Debian's packages, python3, the guest agent) and cache it."""
+    from .pool.providers import get_provider
+
+    try:
+        where = get_provider(provider_name).build_image(force=force, log=lambda line: click.echo(line, err=True))
+    except ProviderUnavailable as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(where)
+
+
+@main.group()
 def vms() -> None:
     """Inspect and clean up VMs."""
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, Callable, ClassVar
+
+from ...errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,13 @@ class Provider(abc.ABC):
     @classmethod
     def check_available(cls) -> None:
         """Raise ProviderUnavailable (with an install hint) when this machine cannot run it."""
+
+    @classmethod
+    def build_image(cls, *, force: bool = False, log: Callable[[str], None] = print) -> str:
+        """Build (or find cached) the guest image this provider boots; return where it is.
+
+        Providers without an image (process) have nothing to build."""
+        raise ConfigError(f"the {cls.name or cls.__name__} provider has no image to build")
 
     @classmethod
     def supported_limits(cls) -> frozenset[str]:
