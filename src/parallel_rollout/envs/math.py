@@ -1,0 +1,369 @@
+"""``math`` mode: a problem, one answer in the reply, graded by math-verify; no VM.
+
+A task: ``problem`` (text, LaTeX allowed) and ``answer`` (LaTeX or plain: ``\\frac{1}{2}``,
+``2\\sqrt{3}``, ``[1,3)``, ``x^2+1``, or a number). The agent replies with text; the env
+takes one final answer out of it and grades it against the task's answer::
+
+    reply ─► extract: the last \\boxed{…}/\\fbox{…} (nested braces; "\\boxed 5" too)
+                    ─► else the last "Answer:" / "Final answer:" / "answer is" line
+                    ─► else the whole reply when it is one short formula
+                    ─► else the last number in the reply
+          ─► grade:  math-verify parse(answer), parse(extracted), verify(gold, pred)
+                     in a forked child with a deadline  ─► reward 1.0 / 0.0 + details
+
+So ``1/2``, ``0.5``, ``\\frac{1}{2}`` and ``\\dfrac12`` agree; decimals count when they match
+to six places (``0.333333`` is 1/3, ``0.33`` is not); intervals keep their brackets.
+
+Why a forked child: math-verify bounds its work with ``signal.alarm``, which Python allows
+only on the main thread, and envs run on a worker's loop threads. Its timeouts are turned off
+(``parsing_timeout=None``, ``timeout_seconds=None``) and the bound comes from outside: the
+grade runs in a child forked from the loop thread (about 3 ms: sympy is already imported),
+which the loop kills when ``grade_timeout_s`` passes. A short answer can still be ruinous —
+``9^{9^{9}}`` is ten characters and sympy will try to compute it — so a length cap alone
+would not do; the cap (``MAX_ANSWER_CHARS``) only keeps details small and skips the fork for
+junk. The child also limits its own CPU time, so it dies even if its parent is killed first.
+Where fork is unavailable (not Linux/macOS) the grade runs inline, bounded only by the cap
+and the runner's ``--task-timeout``.
+
+Turns: one answer ends the episode (``default_max_turns = 1``). With an explicit
+``--max-turns N`` > 1 a wrong or missing answer gets ``feedback`` ("incorrect" or "no
+answer found") and the agent may answer again, up to N tries; the last try is graded.
+A reply with no answer, garbage or an unparseable answer scores 0 with the reason in the
+details; nothing the agent sends makes the env raise.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import re
+import select
+import signal
+import threading
+import time
+from typing import Any, Mapping
+
+from .base import Env, StepResult, require
+
+#: longest extracted answer that is graded; longer ones score 0 without a grade
+MAX_ANSWER_CHARS = 1000
+#: seconds one grade (parse both answers and compare them) may take
+DEFAULT_GRADE_TIMEOUT_S = 5.0
+#: CPU seconds a grading child may use before the kernel stops it, even as an orphan
+_CHILD_CPU_LIMIT_S = 30
+
+_BOX = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])")
+# "Answer: 5", "**Final answer:** $5$", "The answer is 5." — the rest of the line is the answer.
+_ANSWER_LINE = re.compile(r"(?:final\s+answer|answer)\s*(?:\*\*)?\s*(?::|is\b)\s*(?:\*\*)?(.*)$",
+                          re.IGNORECASE | re.MULTILINE)
+# A sign counts only when it is not a binary minus ("3-5" ends in 5, not -5).
+_NUMBER = re.compile(r"(?:(?<![\w)\]}])-)?\d+(?:,\d{3})*(?:\.\d+)?(?:\s*/\s*\d+(?:\.\d+)?)?")
+_WORD = re.compile(r"(?<![\\A-Za-z])[A-Za-z]{2,}")
+#: words a bare formula may contain without being prose
+_FORMULA_WORDS = frozenset({"sqrt", "pi", "inf", "infty", "oo", "sin", "cos", "tan", "cot", "sec", "csc",
+                            "log", "ln", "exp", "arcsin", "arccos", "arctan"})
+
+
+def _braced(text: str, start: int) -> str | None:
+    """The content of the brace group opening at ``text[start]``, or None when it never closes."""
+    depth = 0
+    index = start
+    while index < len(text):
+        char = text[index]
+        if char == "\\":
+            index += 2  # \{ and \} are literal braces, not grouping
+            continue
+        if char == "{":
+            depth += 1
+        elif char == "}":
+            depth -= 1
+            if depth == 0:
+                return text[start + 1:index]
+        index += 1
+    return None
+
+
+def _last_boxed(text: str) -> str | None:
+    """The content of the last complete ``\\boxed``/``\\fbox`` in ``text``."""
+    for match in reversed(list(_BOX.finditer(text))):
+        rest = match.end()
+        while rest < len(text) and text[rest] in " \t":
+            rest += 1
+        if rest < len(text) and text[rest] == "{":
+            content = _braced(text, rest)
+        else:
+            # "\boxed 12": LaTeX would box one token, but a model means the whole number.
+            token = re.match(r"[^\s$]+", text[rest:])
+            content = token.group(0).rstrip(".,;") if token else None
+        if content and content.strip():
+            return content.strip()
+    return None
+
+
+def _unwrap(fragment: str) -> str:
+    """``fragment`` without markdown bold, math delimiters and a closing full stop."""
+    fragment = fragment.replace("**", "").strip().rstrip(".").strip()
+    for left, right in (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]")):
+        inner = fragment[len(left):len(fragment) - len(right)]
+        # "$5$ and $6$" is two formulas, not one wrapped in dollars.
+        if fragment.startswith(left) and fragment.endswith(right) and len(fragment) >= len(left) + len(right) \
+                and left not in inner:
+            fragment = inner.strip()
+            break
+    return fragment.rstrip(".").strip()
+
+
+def _is_formula(text: str) -> bool:
+    """One short line with no prose words: the reply is the answer itself."""
+    # An empty or unclosed \boxed is a failed answer, not a formula.
+    if not text or "\n" in text or len(text) > 200 or _BOX.search(text):
+        return False
+    return all(word.lower() in _FORMULA_WORDS for word in _WORD.findall(text))
+
+
+def _last_number(text: str) -> str | None:
+    numbers = _NUMBER.findall(text)
+    return re.sub(r"\s+", "", numbers[-1]).replace(",", "") if numbers else None
+
+
+def extract_answer(reply: str) -> tuple[str | None, str | None]:
+    """(final answer, how it was found) from a reply; (None, None) when it has none."""
+    boxed = _last_boxed(reply)
+    if boxed is not None:
+        return boxed, "boxed"
+    lines = [m.group(1) for m in _ANSWER_LINE.finditer(reply) if _unwrap(m.group(1))]
+    if lines:
+        fragment = _unwrap(lines[-1])
+        # "Answer: the width is 12 cm" — prose on the answer line: keep its number.
+        if not _is_formula(fragment) and _last_number(fragment) is not None:
+            return _last_number(fragment), "answer_line"
+        return fragment, "answer_line"
+    whole = _unwrap(reply)
+    if _is_formula(whole):
+        return whole, "formula"
+    number = _last_number(reply)
+    if number is not None:
+        return number, "last_number"
+    return None, None
+
+
+def _as_latex(answer: str) -> str:
+    # Python's power operator is common in replies; LaTeX parsing reads "**" as nonsense.
+    return "$\\boxed{" + answer.replace("**", "^") + "}$"
+
+
+def _grade_now(expected: str, extracted: str) -> dict[str, Any]:
+    """Parse both answers and compare them with math-verify, in this thread, unbounded."""
+    from math_verify import parse, verify
+
+    gold = parse(_as_latex(expected), parsing_timeout=None)
+    if not gold:
+        return {"correct": False, "reason": "unparseable_expected"}
+    pred = parse(_as_latex(extracted), parsing_timeout=None)
+    if not pred:
+        return {"correct": False, "reason": "unparseable"}
+    correct = bool(verify(gold, pred, timeout_seconds=None))
+    # parse() falls back to the raw string when LaTeX parsing fails; only strings equal then.
+    parsed = any(not isinstance(item, str) for item in pred)
+    reason = "correct" if correct else ("wrong" if parsed else "unparseable")
+    return {"correct": correct, "reason": reason, "parsed": str(pred[0])[:200]}
+
+
+_warm_lock = threading.Lock()
+_warm = False
+
+
+class _DropTimeoutWarning(logging.Filter):
+    """math-verify warns that its timeouts are off; they are, on purpose (see the docstring)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Timeout is disabled")
+
+
+def _warm_up() -> None:
+    """Import math-verify and parse once in this process, so forked children start warm.
+
+    The first parse builds the LaTeX parser (about 0.1 s); done in a child it would be
+    thrown away with the child and paid again by every grade."""
+    global _warm
+    with _warm_lock:
+        if _warm:
+            return
+        for name in ("math_verify.parser", "math_verify.grader"):
+            logging.getLogger(name).addFilter(_DropTimeoutWarning())
+        _grade_now("1", "\\frac{1}{2}")  # small fixed input: cannot hang
+        _warm = True
+
+
+def grade(expected: str, extracted: str, timeout_s: float = DEFAULT_GRADE_TIMEOUT_S) -> dict[str, Any]:
+    """``{"correct": bool, "reason": ...}`` for an extracted answer; safe on any thread, bounded
+    by ``timeout_s``, never raises."""
+    if len(extracted) > MAX_ANSWER_CHARS:
+        return {"correct": False, "reason": "answer_too_long"}
+    try:
+        _warm_up()
+    except ImportError:
+        return {"correct": False, "reason": "grader_error", "error": "math-verify is not installed"}
+    except Exception as exc:  # noqa: BLE001 - grading must not raise out of the env
+        return {"correct": False, "reason": "grader_error", "error": f"{type(exc).__name__}: {exc}"[:500]}
+    if not hasattr(os, "fork"):
+        return _grade_guarded(expected, extracted)
+    read_fd, write_fd = os.pipe()
+    try:
+        pid = os.fork()
+    except OSError:
+        os.close(read_fd)
+        os.close(write_fd)
+        raise  # out of processes or memory: the machine's trouble, not a wrong answer
+    if pid == 0:  # the child: grade, write one JSON line, leave without running any cleanup
+        try:
+            os.close(read_fd)
+            _limit_child()
+            result = _grade_guarded(expected, extracted)
+            data = json.dumps(result).encode()
+            while data:
+                data = data[os.write(write_fd, data):]
+        finally:
+            os._exit(0)
+    os.close(write_fd)
+    try:
+        return _read_result(read_fd, pid, timeout_s)
+    finally:
+        os.close(read_fd)
+
+
+def _grade_guarded(expected: str, extracted: str) -> dict[str, Any]:
+    try:
+        return _grade_now(expected, extracted)
+    except BaseException as exc:  # noqa: BLE001 - a grader crash is a 0, not an env error
+        return {"correct": False, "reason": "grader_error", "error": f"{type(exc).__name__}: {exc}"[:500]}
+
+
+def _limit_child() -> None:
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_CPU, (_CHILD_CPU_LIMIT_S, _CHILD_CPU_LIMIT_S + 1))
+
+
+def _read_result(read_fd: int, pid: int, timeout_s: float) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout_s
+    chunks: list[bytes] = []
+    timed_out = False
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            timed_out = True
+            break
+        ready, _, _ = select.select([read_fd], [], [], remaining)
+        if not ready:
+            continue
+        chunk = os.read(read_fd, 65536)
+        if not chunk:
+            break
+        chunks.append(chunk)
+    if timed_out:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    _, status = os.waitpid(pid, 0)
+    if timed_out:
+        return {"correct": False, "reason": "timeout", "error": f"grading took longer than {timeout_s:g}s"}
+    try:
+        return json.loads(b"".join(chunks))
+    except ValueError:
+        return {"correct": False, "reason": "grader_error", "error": f"grading child ended with status {status}"}
+
+
+def _reply_text(action: Any) -> tuple[str | None, bool]:
+    """(text, whether it is the answer itself rather than a reply to search) of an action."""
+    if isinstance(action, dict):
+        if "answer" in action:
+            action, direct = action["answer"], True
+        else:
+            action, direct = action.get("content"), False
+    else:
+        direct = False
+    if isinstance(action, bool) or action is None:
+        return None, direct
+    if isinstance(action, (int, float)):
+        return str(action), True
+    return (action, direct) if isinstance(action, str) else (None, direct)
+
+
+class MathEnv(Env):
+    """Math problems whose answers are graded by math-verify; no VM."""
+
+    name = "math"
+    vm_scope = None
+    default_max_turns = 1
+    #: seconds one grade may take; an instance attribute can shrink it
+    grade_timeout_s = DEFAULT_GRADE_TIMEOUT_S
+
+    @staticmethod
+    def validate_task(payload: Mapping[str, Any]) -> None:
+        """problem is a non-empty string; answer a non-empty string or a finite number."""
+        require(payload, "problem", str)
+        if not payload["problem"].strip():
+            raise ValueError("field 'problem' must not be empty")
+        require(payload, "answer", (str, int, float))
+        answer = payload["answer"]
+        if isinstance(answer, bool):
+            raise ValueError("field 'answer' must be str or int or float, got bool")
+        if isinstance(answer, float) and not math.isfinite(answer):
+            raise ValueError(f"field 'answer' must be a finite number, got {answer!r}")
+        if isinstance(answer, str):
+            if not answer.strip():
+                raise ValueError("field 'answer' must not be empty")
+            if len(answer) > MAX_ANSWER_CHARS:
+                raise ValueError(f"field 'answer' is longer than {MAX_ANSWER_CHARS} characters")
+            # The oracle's reply is \boxed{answer}: unbalanced braces would cut it short.
+            if _braced("{" + answer + "}", 0) != answer:
+                raise ValueError(f"field 'answer' has unbalanced braces: {answer!r}")
+
+    @staticmethod
+    def reference_actions(task) -> list[Any]:
+        """A reply that boxes the task's answer."""
+        return [f"The final answer is $\\boxed{{{task.get('answer')}}}$."]
+
+    def reset(self, task, vm) -> dict[str, Any]:
+        """Nothing to set up: the first observation is the problem."""
+        self.task = task
+        self.tries = 0
+        self.verdict: dict[str, Any] = {"correct": False, "reason": "no_reply", "extracted": None, "method": None}
+        explicit = "max_turns" in self.config.explicit
+        self.max_tries = self.config.max_turns if explicit else self.default_max_turns
+        return {"problem": task.get("problem")}
+
+    def step(self, action: Any) -> StepResult:
+        """Extract and grade one answer; done when it is right or the tries are used up."""
+        self.tries += 1
+        text, direct = _reply_text(action)
+        if text is None:
+            extracted, method = None, None
+            reason = f"the reply is a {type(action).__name__}, not text"
+        elif direct:
+            extracted, method = _unwrap(_last_boxed(text) or text) or None, "answer_field"
+            reason = "no answer in the reply"
+        else:
+            extracted, method = extract_answer(text)
+            reason = "no answer in the reply"
+        if extracted is None:
+            self.verdict = {"correct": False, "reason": "no_answer", "detail": reason,
+                            "extracted": None, "method": None}
+        else:
+            self.verdict = {**grade(str(self.task.get("answer")), extracted, self.grade_timeout_s),
+                            "extracted": extracted[:MAX_ANSWER_CHARS], "method": method}
+        done = self.verdict["correct"] or self.tries >= (self.max_tries or 1)
+        observation: dict[str, Any] = {"problem": self.task.get("problem")}
+        if not done:
+            observation["feedback"] = "no answer found" if extracted is None else "incorrect"
+            observation["tries"] = self.tries
+        return StepResult(observation, done=done, info={"extracted": extracted, "method": method})
+
+    def evaluate(self) -> tuple[float, dict[str, Any]]:
+        """Reward 1 when the last answer equals the task's answer."""
+        details = {**self.verdict, "expected": str(self.task.get("answer")), "tries": self.tries}
+        return (1.0 if self.verdict["correct"] else 0.0), details
