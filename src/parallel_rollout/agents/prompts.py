@@ -1,0 +1,186 @@
+"""What a model-backed agent says to the model, and how it reads the reply back, per mode.
+
+Everything mode-specific about talking to an LLM lives here, so a prompt is read and changed
+in one place::
+
+    observation ─► render(mode, observation) ─► user message ─► model
+    action      ◄─ parse(mode, reply_text)   ◄─ assistant message ◄┘
+
+``SYSTEM_PROMPTS[mode]`` opens each episode's conversation. Modes:
+
+- ``shell``: one command per reply in a ```` ```bash ```` block, or ``DONE`` alone when the
+  task is finished. ``parse`` returns ``{"command": ...}`` or ``"DONE"``.
+- ``py`` (HumanEval): the completed function in a ```` ```python ```` block. ``parse``
+  returns the reply text as is; the env picks the code out of the fences.
+- ``math``: reasoning, then the final answer in ``\\boxed{}``. ``parse`` returns the text;
+  the env extracts the boxed answer.
+
+A mode without an entry here gets a generic prompt: the observation as JSON, and the reply
+text as the action.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Mapping
+
+SHELL_SYSTEM = """\
+You are operating a Linux shell to complete a task. Each of your replies runs exactly one \
+shell command: put it in a single fenced block, like
+
+```bash
+ls -la ~
+```
+
+After each command you will see its exit status, standard output and standard error. \
+Commands run in a fresh shell each time (cd and variables do not carry over; files do). \
+Do not run interactive programs. When the task is complete, reply with the single word \
+DONE and nothing else."""
+
+PY_SYSTEM = """\
+You are an expert Python programmer. You will be given a function signature and docstring. \
+Reply with the complete function, including the signature and any imports it needs, in one \
+```python fenced block. Do not include tests or example usage."""
+
+MATH_SYSTEM = """\
+You are a careful mathematician. Solve the problem, reasoning step by step, then give the \
+final answer in the form \\boxed{ANSWER} at the end of your reply. Put only the final \
+answer inside the box, in its simplest exact form."""
+
+GENERIC_SYSTEM = """\
+You are an agent acting in an environment. Each user message is the current observation as \
+JSON. Reply with your next action."""
+
+#: the system message that opens an episode, per mode
+SYSTEM_PROMPTS = {"shell": SHELL_SYSTEM, "py": PY_SYSTEM, "math": MATH_SYSTEM}
+
+#: characters of command output or test output shown to the model per turn
+OUTPUT_TAIL = 3000
+
+
+def system_prompt(mode: str) -> str:
+    """The system message for ``mode`` (the generic one for a mode not listed here)."""
+    return SYSTEM_PROMPTS.get(mode, GENERIC_SYSTEM)
+
+
+def render(mode: str, observation: Mapping[str, Any]) -> str:
+    """The user message for one turn of ``mode``."""
+    renderer = _RENDERERS.get(mode, _render_generic)
+    return renderer(observation)
+
+
+def parse(mode: str, reply_text: str) -> Any:
+    """The action a model's reply stands for in ``mode``."""
+    parser = _PARSERS.get(mode)
+    return parser(reply_text) if parser else reply_text
+
+
+# -- shell ----------------------------------------------------------------------------------
+
+
+def _render_shell(observation: Mapping[str, Any]) -> str:
+    instruction = observation.get("instruction") or ""
+    if observation.get("returncode") is None:
+        # The first observation: nothing has run yet, so the task is all there is to say.
+        return f"Task: {instruction}\n\nReply with your first command."
+    parts = [f"Exit status: {observation.get('returncode')}"]
+    for label, key in (("stdout", "output"), ("stderr", "error")):
+        text = (observation.get(key) or "").rstrip("\n")
+        parts.append(f"{label}:\n{_tail(text)}" if text else f"{label}: (empty)")
+    parts.append("Reply with the next command, or DONE if the task is complete.")
+    return "\n\n".join(parts)
+
+
+_SHELL_TAGS = {"", "bash", "sh", "shell", "console", "zsh"}
+_DONE = re.compile(r"^[`*\s]*DONE[`*.!\s]*$")
+
+
+def parse_shell(reply_text: str) -> Any:
+    """``{"command": ...}`` from the reply's bash block (or its bare text), or ``"DONE"``."""
+    blocks = [body.strip() for tag, body in fenced_blocks(reply_text) if tag in _SHELL_TAGS]
+    blocks = [b for b in blocks if b]
+    if blocks:
+        if len(blocks) == 1 and _DONE.match(blocks[0]):
+            return "DONE"
+        # Several blocks despite the prompt: run them all rather than silently drop some.
+        return {"command": "\n".join(_strip_prompts(b) for b in blocks)}
+    text = reply_text.strip()
+    if any(_DONE.match(line) for line in text.splitlines()):
+        return "DONE"
+    return {"command": text}
+
+
+def fenced_blocks(text: str) -> list[tuple[str, str]]:
+    """(lower-case info tag, body) of every ``` fenced block; an unclosed last block counts
+    (a reply cut off by max_tokens)."""
+    blocks: list[tuple[str, str]] = []
+    tag: str | None = None
+    body: list[str] = []
+    for line in text.splitlines():
+        stripped = line.strip()
+        if tag is None:
+            if stripped.startswith("```"):
+                tag, body = stripped[3:].strip().lower(), []
+        elif stripped.startswith("```"):
+            blocks.append((tag, "\n".join(body)))
+            tag = None
+        else:
+            body.append(line)
+    if tag is not None:
+        blocks.append((tag, "\n".join(body)))
+    return blocks
+
+
+def _strip_prompts(block: str) -> str:
+    # Models copy the look of a terminal: "$ ls" means "ls".
+    lines = block.splitlines()
+    if lines and all(line.startswith("$ ") or not line.strip() for line in lines):
+        return "\n".join(line[2:] for line in lines)
+    return block
+
+
+# -- py (HumanEval) -------------------------------------------------------------------------
+
+
+def _render_py(observation: Mapping[str, Any]) -> str:
+    feedback = observation.get("feedback")
+    if not feedback:
+        return (f"Complete the function `{observation.get('entry_point')}`:\n\n"
+                f"```python\n{observation.get('prompt', '')}\n```")
+    parts = [f"Your solution failed the tests ({feedback.get('kind')})."]
+    if feedback.get("detail"):
+        parts.append(f"Details:\n{_tail(feedback['detail'])}")
+    if feedback.get("output_tail"):
+        parts.append(f"Output:\n{_tail(feedback['output_tail'])}")
+    parts.append("Reply with the corrected complete function in one ```python block.")
+    return "\n\n".join(parts)
+
+
+# -- math -----------------------------------------------------------------------------------
+
+
+def _render_math(observation: Mapping[str, Any]) -> str:
+    text = f"Problem: {observation.get('problem', '')}"
+    if observation.get("feedback"):
+        # Only if the math env ever gives a second turn; otherwise one problem, one reply.
+        text += f"\n\nFeedback: {observation['feedback']}"
+    return text + "\n\nGive the final answer as \\boxed{...}."
+
+
+# -- anything else --------------------------------------------------------------------------
+
+
+def _render_generic(observation: Mapping[str, Any]) -> str:
+    return json.dumps(observation, ensure_ascii=False, indent=2, default=str)
+
+
+def _tail(text: str) -> str:
+    if len(text) <= OUTPUT_TAIL:
+        return text
+    return f"[… {len(text) - OUTPUT_TAIL} characters cut …]\n{text[-OUTPUT_TAIL:]}"
+
+
+_RENDERERS = {"shell": _render_shell, "py": _render_py, "math": _render_math}
+# py and math hand the whole reply to the env, which knows how to pick out code or \boxed{}.
+_PARSERS = {"shell": parse_shell}
