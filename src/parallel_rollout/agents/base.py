@@ -6,7 +6,7 @@ import abc
 import importlib
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from ..errors import ConfigError
+from ..errors import ConfigError, RolloutError
 
 if TYPE_CHECKING:
     from ..config import RunConfig
@@ -14,7 +14,12 @@ if TYPE_CHECKING:
 
 _AGENTS = {
     "oracle": "parallel_rollout.agents.oracle:OracleAgent",
+    "openai": "parallel_rollout.agents.openai_agent:OpenAIAgent",
 }
+
+
+class AgentError(RolloutError):
+    """An agent could not produce an action (model API gave up, agent process broke); graded."""
 
 
 class Agent(abc.ABC):

@@ -1,0 +1,238 @@
+"""The ``openai`` agent: a chat model behind any OpenAI-compatible endpoint chooses the actions.
+
+One conversation per episode, kept by the agent (one instance per env loop, so no locking)::
+
+    reset(task)      messages = [system(mode)]
+    act(obs)         messages += user(render(mode, obs))
+                     POST {base_url}/chat/completions ──► retry loop ──► reply text
+                     messages += assistant(reply);  return parse(mode, reply)
+
+The official ``openai`` client does the HTTP with its own retries turned off
+(``max_retries=0``): the loop here decides, so that every request and retry is counted in
+``usage()`` and a malformed body is retried like a failed request. A turn is retried up to
+``--max-retries`` times on 429, 5xx, 408/409, timeouts, connection errors and malformed bodies
+(not JSON, no choices, no message, null content). The wait honours the server's
+``retry-after-ms`` / ``Retry-After`` (seconds or an HTTP date); otherwise it backs off
+exponentially with jitter, so many env loops hitting one rate limit do not retry in step.
+When the retries run out the turn raises ``AgentError`` naming the endpoint and what was
+wrong; the worker turns it into a graded ``error`` record. Other 4xx (bad key, unknown model)
+fail at once: retrying cannot fix them.
+
+The key comes from ``OPENAI_API_KEY``. It is required for OpenAI itself (no ``--base-url``);
+a local server (vLLM, SGLang, llama.cpp …) usually ignores it, so a placeholder is sent when
+it is unset. ``check_config`` says so before the run starts.
+"""
+
+from __future__ import annotations
+
+import datetime
+import email.utils
+import json
+import os
+import random
+import time
+from typing import Any, Mapping
+
+from ..errors import ConfigError
+from . import prompts
+from .base import Agent, AgentError
+
+#: where requests go without --base-url
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+#: sent as the key to a --base-url server when OPENAI_API_KEY is unset
+PLACEHOLDER_KEY = "EMPTY"
+#: longest server-requested wait honoured; a longer one is cut to this (a retry that comes
+#: early costs one more 429, a wait past the task timeout would cost the attempt)
+MAX_RETRY_AFTER_S = 120.0
+#: HTTP statuses worth retrying: rate limits, server trouble, request timeout, lock conflict
+RETRYABLE_STATUS = frozenset({408, 409, 429}) | frozenset(range(500, 600))
+#: characters of an error body quoted in messages
+BODY_EXCERPT = 300
+
+
+class OpenAIAgent(Agent):
+    """Chat completions from an OpenAI-compatible endpoint, one conversation per episode."""
+
+    name = "openai"
+    options = frozenset({"model", "base_url", "temperature", "max_tokens"})
+    #: first backoff wait in seconds, doubled per retry; tests shrink it
+    backoff_base_s = 1.0
+    #: longest backoff wait in seconds
+    backoff_max_s = 30.0
+
+    def __init__(self, config) -> None:
+        super().__init__(config)
+        self.base_url = config.base_url
+        self.endpoint = f"{(self.base_url or DEFAULT_BASE_URL).rstrip('/')}/chat/completions"
+        self.max_retries = config.max_retries
+        self.timeout_s = config.api_timeout_s
+        # Made on first use: the worker constructs agents outside any attempt, where an
+        # exception would end the env loop instead of becoming a record.
+        self._client = None
+        self._mode = ""
+        self._messages: list[dict[str, str]] = []
+        self._usage = _zero_usage(config.model)
+
+    @classmethod
+    def check_config(cls, config) -> None:
+        """Raise ConfigError before the run when the key is missing or openai is not installed
+        (config.py checks the ranges of --temperature and --max-tokens)."""
+        if config.base_url is None and not os.environ.get("OPENAI_API_KEY"):
+            raise ConfigError(_missing_key_message())
+        try:
+            import openai  # noqa: F401
+        except ImportError:
+            raise ConfigError("--agent openai needs the 'openai' package: pip install openai") from None
+
+    def reset(self, task) -> None:
+        """Start a new conversation with the mode's system prompt; usage starts from zero."""
+        self._mode = task.mode
+        self._messages = [{"role": "system", "content": prompts.system_prompt(task.mode)}]
+        self._usage = _zero_usage(self.config.model)
+
+    def act(self, observation: dict[str, Any]) -> Any:
+        """Send the observation, return the parsed reply; AgentError when retries run out."""
+        self._messages.append({"role": "user", "content": prompts.render(self._mode, observation)})
+        reply = self._complete()
+        self._messages.append({"role": "assistant", "content": reply})
+        return prompts.parse(self._mode, reply)
+
+    def usage(self) -> dict[str, Any]:
+        """Tokens, requests and retries of the episode so far."""
+        return dict(self._usage)
+
+    def _client_or_new(self):
+        if self._client is None:
+            from openai import OpenAI  # imported here: only runs with this agent need it
+
+            key = os.environ.get("OPENAI_API_KEY") or (PLACEHOLDER_KEY if self.base_url else None)
+            if key is None:
+                # check_config stops a run before this; here for direct (Python API) use.
+                raise ConfigError(_missing_key_message())
+            self._client = OpenAI(api_key=key, base_url=self.base_url or DEFAULT_BASE_URL,
+                                  max_retries=0, timeout=self.timeout_s)
+        return self._client
+
+    def _complete(self) -> str:
+        """One turn's reply text, retrying what a retry can fix."""
+        import openai
+
+        client = self._client_or_new()
+        request: dict[str, Any] = {"model": self.config.model, "messages": self._messages}
+        for name in ("temperature", "max_tokens"):
+            value = getattr(self.config, name)
+            if value is not None:
+                request[name] = value
+        for retry in range(self.max_retries + 1):
+            if retry:
+                self._usage["retries"] += 1
+            self._usage["requests"] += 1
+            retry_after = None
+            try:
+                raw = client.chat.completions.with_raw_response.create(**request)
+                text, usage = reply_of(raw.content)
+            except openai.APIStatusError as exc:
+                problem = f"HTTP {exc.status_code}: {_excerpt(exc.response.text)}"
+                if exc.status_code not in RETRYABLE_STATUS:
+                    raise AgentError(f"{self.endpoint}: {problem} (not retried)") from None
+                retry_after = parse_retry_after(exc.response.headers)
+            except openai.APITimeoutError:
+                problem = f"no response within {self.timeout_s} s"
+            except openai.APIConnectionError as exc:
+                problem = f"connection failed: {exc.__cause__ or exc}"
+            except MalformedResponse as exc:
+                problem = f"malformed response: {exc}"
+            else:
+                self._usage["prompt_tokens"] += usage.get("prompt_tokens", 0)
+                self._usage["completion_tokens"] += usage.get("completion_tokens", 0)
+                return text
+            if retry < self.max_retries:
+                time.sleep(self._delay(retry, retry_after))
+        raise AgentError(f"{self.endpoint}: gave up after {self._usage['requests']} requests this episode "
+                         f"({self.max_retries} retries for this turn); last error: {problem}")
+
+    def _delay(self, retry: int, retry_after: float | None) -> float:
+        """Seconds to wait before retry number ``retry + 1``."""
+        if retry_after is not None:
+            # A little jitter on top still spreads loops that got the same Retry-After.
+            return min(retry_after, MAX_RETRY_AFTER_S) * (1 + 0.1 * random.random())
+        # "Equal jitter": at least half the exponential step, so a retry never comes at once.
+        step = min(self.backoff_max_s, self.backoff_base_s * 2 ** retry)
+        return step * random.uniform(0.5, 1.0)
+
+
+class MalformedResponse(Exception):
+    """A 2xx response whose body is not a usable chat completion."""
+
+
+def reply_of(body: bytes | str) -> tuple[str, dict[str, int]]:
+    """(reply text, token usage) of a chat completion body; MalformedResponse saying what is
+    wrong otherwise."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        raise MalformedResponse(f"the body is not JSON: {_excerpt(body)!r}") from None
+    if not isinstance(data, dict):
+        raise MalformedResponse(f"the body is not a JSON object: {_excerpt(body)!r}")
+    choices = data.get("choices")
+    if not isinstance(choices, list) or not choices:
+        raise MalformedResponse(f"no 'choices' in the body: {_excerpt(body)!r}")
+    choice = choices[0] if isinstance(choices[0], dict) else {}
+    message = choice.get("message")
+    if not isinstance(message, dict):
+        raise MalformedResponse(f"choices[0] has no 'message': {_excerpt(body)!r}")
+    content = message.get("content")
+    if not isinstance(content, str):
+        why = f"finish_reason {choice.get('finish_reason')!r}"
+        if message.get("refusal"):
+            why += f", refusal {message['refusal']!r}"
+        if message.get("tool_calls"):
+            why += ", the model called a tool"
+        raise MalformedResponse(f"choices[0].message.content is {_json_type(content)} ({why})")
+    usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+    counts = {name: usage[name] for name in ("prompt_tokens", "completion_tokens")
+              if isinstance(usage.get(name), int) and not isinstance(usage.get(name), bool)}
+    return content, counts
+
+
+def parse_retry_after(headers: Mapping[str, str]) -> float | None:
+    """Seconds the server asked us to wait (``retry-after-ms``, or ``Retry-After`` as seconds
+    or an HTTP date), or None."""
+    value = headers.get("retry-after-ms")
+    if value is not None:
+        try:
+            return max(0.0, float(value) / 1000)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:  # "-0000" dates parse naive; HTTP dates are GMT
+        when = when.replace(tzinfo=datetime.timezone.utc)
+    return max(0.0, when.timestamp() - time.time())
+
+
+def _zero_usage(model: str) -> dict[str, Any]:
+    return {"prompt_tokens": 0, "completion_tokens": 0, "requests": 0, "retries": 0, "model": model}
+
+
+def _missing_key_message() -> str:
+    return ("--agent openai needs OPENAI_API_KEY in the environment to call the OpenAI API; "
+            "set it, or pass --base-url for another OpenAI-compatible server")
+
+
+def _excerpt(body: bytes | str) -> str:
+    text = body.decode("utf-8", "replace") if isinstance(body, bytes) else str(body)
+    return text if len(text) <= BODY_EXCERPT else text[:BODY_EXCERPT] + "…"
+
+
+def _json_type(value: Any) -> str:
+    return "null" if value is None else f"a {type(value).__name__}, not a string"
