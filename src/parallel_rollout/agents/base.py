@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 _AGENTS = {
     "oracle": "parallel_rollout.agents.oracle:OracleAgent",
     "openai": "parallel_rollout.agents.openai_agent:OpenAIAgent",
+    "command": "parallel_rollout.agents.command:CommandAgent",
 }
 
 
