@@ -229,5 +229,26 @@ def summarize(
             "wall": round(wall, 3),
         },
         "vm": pool_stats,
+        "usage": total_usage(records),
     }
     return summary
+
+
+#: the usage counters summed into summary.json (model-backed agents report them)
+USAGE_COUNTERS = ("prompt_tokens", "completion_tokens", "requests", "retries")
+
+
+def total_usage(records: Iterable[dict[str, Any]]) -> dict[str, int]:
+    """Token and request counts summed over every attempt, retried ones included: they were
+    paid for too."""
+    totals = dict.fromkeys(USAGE_COUNTERS, 0)
+    for record in records:
+        usage = record.get("usage")
+        if not isinstance(usage, dict):
+            continue
+        for name in USAGE_COUNTERS:
+            value = usage.get(name)
+            # bool is an int; a broken agent's usage must not count True as one token.
+            if isinstance(value, int) and not isinstance(value, bool):
+                totals[name] += value
+    return totals
