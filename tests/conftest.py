@@ -18,7 +18,11 @@ import pytest
 # Sandboxes of this test session live in their own folder, so the leak check sees only ours
 # and a developer's real runs are never touched. Set before any worker is spawned: children
 # inherit it.
-_SANDBOX_ROOT = Path(tempfile.mkdtemp(prefix="pr-test-sandboxes-"))
+# A worker process that imports a test module (a plugin agent defined there) imports this
+# file too: it reuses the session's folder instead of making one of its own.
+if "PR_TEST_SANDBOX_ROOT" not in os.environ:
+    os.environ["PR_TEST_SANDBOX_ROOT"] = tempfile.mkdtemp(prefix="pr-test-sandboxes-")
+_SANDBOX_ROOT = Path(os.environ["PR_TEST_SANDBOX_ROOT"])
 os.environ["PARALLEL_ROLLOUT_PROCESS_DIR"] = str(_SANDBOX_ROOT)
 
 ROOT = Path(__file__).resolve().parent.parent
