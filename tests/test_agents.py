@@ -1,0 +1,451 @@
+"""Model-backed agents: prompts, the openai agent against a local fake server, the command agent.
+
+The fake server (``llm_server``) is a real HTTP server on 127.0.0.1 that speaks the chat
+completions API and fails on cue: rate limits with Retry-After, 5xx, replies slower than the
+client's timeout, malformed bodies. Faults are a table over one test body. End-to-end runs
+drive the real Runner over the shipped shell benchmark with a "model" that replays each
+task's reference, so 25/25 proves the whole loop: render → request → parse → shell → grade,
+with token usage summed into summary.json. Nothing here talks to anything but 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from conftest import SHELL_TASKS, assert_exactly_once, read_results, shell_task, write_tasks
+from llm_server import completion, llm_server, lookup_solver, shell_solver  # noqa: F401 - fixture
+from parallel_rollout.agents import get_agent, prompts
+from parallel_rollout.agents.base import AgentError
+from parallel_rollout.agents.command import CommandAgent
+from parallel_rollout.agents.openai_agent import OpenAIAgent, parse_retry_after, reply_of
+from parallel_rollout.config import RunConfig, build_config
+from parallel_rollout.errors import ConfigError
+from parallel_rollout.runner import Runner
+from parallel_rollout.tasks import Task
+
+SHELL_LINES = [json.loads(line) for line in SHELL_TASKS.read_text().splitlines() if line.strip()]
+SHELL_KEYS = {f"{t['id']}#0" for t in SHELL_LINES}
+needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
+
+
+def make_config(**values) -> RunConfig:
+    """A RunConfig as the CLI would build it."""
+    return build_config(values)
+
+
+MATH_TASK = Task(id="m1", mode="math", payload={"problem": "What is 6 times 7?", "answer": "42"})
+
+
+def openai_agent(server, **overrides) -> OpenAIAgent:
+    """An openai agent on ``server`` with fast backoff, reset on MATH_TASK."""
+    values = dict(agent="openai", mode="math", base_url=server.url, max_retries=2, api_timeout_s=5.0)
+    values.update(overrides)
+    agent = OpenAIAgent(make_config(**values))
+    agent.backoff_base_s = 0.01
+    agent.reset(MATH_TASK)
+    return agent
+
+
+# -- prompts --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("reply, action", [
+    ("```bash\nls -la ~\n```", {"command": "ls -la ~"}),
+    ("I'll look first:\n```sh\n$ cat ~/a.txt\n```\nthen decide.", {"command": "cat ~/a.txt"}),
+    ("```bash\necho a > f\n```\nand\n```bash\ncat f\n```", {"command": "echo a > f\ncat f"}),
+    ("```bash\necho cut off by max_tokens", {"command": "echo cut off by max_tokens"}),
+    ("echo bare", {"command": "echo bare"}),
+    ("DONE", "DONE"),
+    ("`DONE`.", "DONE"),
+    ("The file is in place.\n\nDONE", "DONE"),
+    ("```\nDONE\n```", "DONE"),
+    ("```python\nprint(1)\n```\nDONE", "DONE"),
+    ("echo DONE > status.txt", {"command": "echo DONE > status.txt"}),
+])
+def test_parse_shell(reply, action):
+    assert prompts.parse("shell", reply) == action
+
+
+def test_render_shell_shows_the_task_then_each_command_result():
+    first = prompts.render("shell", {"instruction": "make hello.txt", "output": "", "returncode": None})
+    assert "make hello.txt" in first and "Exit status" not in first
+    later = prompts.render("shell", {"instruction": "make hello.txt", "output": "x" * 10_000 + "END",
+                                     "error": "cat: nope", "returncode": 1})
+    assert "Exit status: 1" in later and "cat: nope" in later and later.count("x") < 4000
+    assert "END" in later and "characters cut" in later
+
+
+def test_render_py_and_math_and_a_mode_without_prompts():
+    prompt = 'def add(a, b):\n    """Sum."""\n'
+    first = prompts.render("py", {"prompt": prompt, "entry_point": "add", "feedback": None})
+    assert prompt in first and "add" in first
+    retry = prompts.render("py", {"prompt": prompt, "entry_point": "add",
+                                  "feedback": {"kind": "assertion", "detail": "AssertionError at line 3",
+                                               "output_tail": "printed"}})
+    assert "assertion" in retry and "AssertionError at line 3" in retry and "printed" in retry
+    assert "What is 6 times 7?" in prompts.render("math", {"problem": "What is 6 times 7?"})
+    assert "\\boxed" in prompts.system_prompt("math") and "```python" in prompts.system_prompt("py")
+    reply = "```python\ndef add(a, b):\n    return a + b\n```"
+    assert prompts.parse("py", reply) == reply and prompts.parse("math", "\\boxed{42}") == "\\boxed{42}"
+    assert json.loads(prompts.render("rag", {"query": "q"})) == {"query": "q"}
+    assert prompts.parse("rag", " raw ") == " raw " and prompts.system_prompt("rag") == prompts.GENERIC_SYSTEM
+
+
+# -- the openai agent, one request at a time ------------------------------------------------
+
+
+def test_rate_limit_waits_for_retry_after(llm_server):
+    server = llm_server([{"status": 429, "retry_after": 1},
+                         {"reply": "6*7 = \\boxed{42}", "usage": {"prompt_tokens": 7, "completion_tokens": 3}}])
+    agent = openai_agent(server)
+    started = time.monotonic()
+    assert agent.act({"problem": "What is 6 times 7?"}) == "6*7 = \\boxed{42}"
+    assert time.monotonic() - started >= 1.0
+    assert server.requests[1]["time"] - server.requests[0]["time"] >= 1.0
+    assert agent.usage() == {"prompt_tokens": 7, "completion_tokens": 3, "requests": 2, "retries": 1,
+                             "model": "gpt-4.1-2025-04-14"}
+
+
+#: fault → what the give-up error must say about it
+FAULTS = {
+    "500": ({"status": 500}, "HTTP 500"),
+    "503 retry-after-ms": ({"status": 503, "retry_after_ms": 20}, "HTTP 503"),
+    "429 retry-after 0": ({"status": 429, "retry_after": 0}, "HTTP 429"),
+    "slow past the timeout": ({"sleep": 3, "reply": "too late"}, "no response within 0.5 s"),
+    "not json": ({"malformed": "not json"}, "the body is not JSON"),
+    "no choices": ({"malformed": "no choices"}, "no 'choices'"),
+    "null content": ({"malformed": "null content"}, "content is null"),
+}
+
+
+@pytest.mark.parametrize("fault", sorted(FAULTS))
+def test_a_fault_is_retried_once(llm_server, fault):
+    step, _ = FAULTS[fault]
+    server = llm_server([step, {"reply": "\\boxed{42}"}])
+    agent = openai_agent(server, api_timeout_s=0.5)
+    assert agent.act({"problem": "What is 6 times 7?"}) == "\\boxed{42}"
+    usage = agent.usage()
+    assert (usage["requests"], usage["retries"]) == (2, 1)
+    # Only the reply that arrived counts tokens (the server's default usage is 10 + 5).
+    assert (usage["prompt_tokens"], usage["completion_tokens"]) == (10, 5)
+    assert server.requests[0]["body"] == server.requests[1]["body"], "a retry must resend the same turn"
+
+
+@pytest.mark.parametrize("fault", sorted(FAULTS))
+def test_a_fault_past_max_retries_is_a_clear_error(llm_server, fault):
+    step, says = FAULTS[fault]
+    server = llm_server([step] * 3, policy=lambda body: pytest.fail("a 4th request was made"))
+    agent = openai_agent(server, api_timeout_s=0.5, max_retries=2)
+    with pytest.raises(AgentError) as caught:
+        agent.act({"problem": "What is 6 times 7?"})
+    message = str(caught.value)
+    assert f"{server.url}/chat/completions" in message and says in message and "gave up after 3" in message
+    assert agent.usage()["requests"] == 3 and agent.usage()["retries"] == 2
+
+
+def test_client_errors_are_not_retried(llm_server):
+    server = llm_server([{"status": 401}])
+    agent = openai_agent(server)
+    with pytest.raises(AgentError, match="HTTP 401.*not retried"):
+        agent.act({"problem": "What is 6 times 7?"})
+    assert len(server.requests) == 1
+
+
+def test_an_unreachable_endpoint_is_a_connection_error(llm_server):
+    server = llm_server()
+    server.stop()  # nothing listens on its port any more
+    agent = openai_agent(server, max_retries=1)
+    with pytest.raises(AgentError, match="connection failed"):
+        agent.act({"problem": "What is 6 times 7?"})
+    assert agent.usage()["requests"] == 2
+
+
+def test_one_conversation_per_episode(llm_server, monkeypatch):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    server = llm_server([{"reply": "```bash\necho hi > ~/a\n```"}, {"reply": "DONE"}, {"reply": "```bash\nls\n```"}])
+    agent = openai_agent(server, mode="shell")
+    task = Task(id="s1", mode="shell", payload={"instruction": "make ~/a", "check": "true"})
+    agent.reset(task)
+    assert agent.act({"instruction": "make ~/a", "output": "", "returncode": None}) == {"command": "echo hi > ~/a"}
+    assert agent.act({"instruction": "make ~/a", "output": "", "error": "", "returncode": 0}) == "DONE"
+    messages = server.requests[1]["body"]["messages"]
+    assert [m["role"] for m in messages] == ["system", "user", "assistant", "user"]
+    assert messages[0]["content"] == prompts.SHELL_SYSTEM and "make ~/a" in messages[1]["content"]
+    assert messages[2]["content"] == "```bash\necho hi > ~/a\n```" and "Exit status: 0" in messages[3]["content"]
+    assert server.requests[1]["body"]["model"] == "gpt-4.1-2025-04-14"
+    assert server.requests[0]["authorization"] == "Bearer EMPTY"  # no key set: the placeholder
+    assert agent.usage()["requests"] == 2
+    agent.reset(task)  # a new episode starts a new conversation and new counts
+    assert agent.usage()["requests"] == 0
+    agent.act({"instruction": "make ~/a", "output": "", "returncode": None})
+    assert [m["role"] for m in server.requests[2]["body"]["messages"]] == ["system", "user"]
+
+
+def test_sampling_settings_are_sent_only_when_set(llm_server, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    server = llm_server([{"reply": "a"}, {"reply": "b"}])
+    openai_agent(server).act({"problem": "p"})
+    openai_agent(server, temperature=0.2, max_tokens=64, model="local-model").act({"problem": "p"})
+    plain, tuned = (r["body"] for r in server.requests)
+    assert "temperature" not in plain and "max_tokens" not in plain
+    assert (tuned["temperature"], tuned["max_tokens"], tuned["model"]) == (0.2, 64, "local-model")
+    assert server.requests[0]["authorization"] == "Bearer sk-test"
+
+
+def test_check_config_needs_a_key_only_for_openai_itself(monkeypatch):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    with pytest.raises(ConfigError, match="OPENAI_API_KEY"):
+        OpenAIAgent.check_config(make_config(agent="openai", base_url=None))
+    with pytest.raises(ConfigError, match="OPENAI_API_KEY"):  # the Python API, without a Runner
+        agent = OpenAIAgent(make_config(agent="openai", base_url=None))
+        agent.reset(MATH_TASK)
+        agent.act({"problem": "1+1"})
+    OpenAIAgent.check_config(make_config(agent="openai", base_url="http://127.0.0.1:9/v1"))
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    OpenAIAgent.check_config(make_config(agent="openai", base_url=None))
+
+
+def test_retry_after_header_forms():
+    assert parse_retry_after({"retry-after": "2"}) == 2.0
+    assert parse_retry_after({"retry-after-ms": "1500", "retry-after": "9"}) == 1.5
+    assert parse_retry_after({"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"}) == 0.0  # in the past
+    from email.utils import formatdate
+    assert 3.0 <= parse_retry_after({"retry-after": formatdate(time.time() + 5, usegmt=True)}) <= 5.0
+    assert parse_retry_after({"retry-after": "soon"}) is None and parse_retry_after({}) is None
+
+
+def test_reply_of_reads_text_and_usage():
+    body = json.dumps(completion("hi", "m", {"prompt_tokens": 4, "completion_tokens": 1}))
+    assert reply_of(body) == ("hi", {"prompt_tokens": 4, "completion_tokens": 1})
+    assert reply_of(json.dumps({"choices": [{"message": {"content": "x"}}]})) == ("x", {})
+
+
+def test_builtin_agent_names():
+    assert get_agent("openai") is OpenAIAgent and get_agent("command") is CommandAgent
+    assert OpenAIAgent.options == {"model", "base_url", "temperature", "max_tokens"}
+    assert CommandAgent.options == {"agent_cmd"}
+
+
+# -- full runs --------------------------------------------------------------------------------
+
+
+def run_shell(tmp_path, data=SHELL_TASKS, **overrides):
+    values = dict(mode="shell", data=str(data), num_rollouts=2, output_dir=str(tmp_path / "out"),
+                  run_id="agents", task_timeout=60.0, max_retries=2, progress=False)
+    values.update(overrides)
+    return Runner(make_config(**values)).run()
+
+
+@needs_bwrap
+def test_openai_agent_solves_the_shell_benchmark(tmp_path, llm_server, monkeypatch):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    # A 429 and a 500 first, wherever they land, then a "model" that knows every reference.
+    server = llm_server([{"status": 429, "retry_after": 0}, {"status": 500, "retry_after_ms": 10}],
+                        policy=shell_solver(SHELL_TASKS))
+    outcome = run_shell(tmp_path, agent="openai", base_url=server.url)
+    assert outcome.exit_code == 0, outcome.message
+    finals = assert_exactly_once(outcome.run_dir, SHELL_KEYS)
+    failed = {k: (r["status"], r["failure"]) for k, r in finals.items() if r["status"] != "success"}
+    assert not failed
+    by_id = {t["id"]: t for t in SHELL_LINES}
+    records = read_results(outcome.run_dir)
+    for record in records:
+        usage = record["usage"]
+        assert usage["model"] == "gpt-4.1-2025-04-14"
+        assert usage["prompt_tokens"] > 0 and usage["completion_tokens"] > 0
+        # One request per reference command plus one for DONE, plus its retries.
+        assert usage["requests"] == len(by_id[record["task_id"]]["reference"]) + 1 + usage["retries"]
+    replies = [r["step"] for r in server.requests if "reply" in r["step"]]
+    summary = json.loads((outcome.run_dir / "summary.json").read_text())
+    assert summary["usage"] == {
+        "prompt_tokens": sum(s["usage"]["prompt_tokens"] for s in replies),
+        "completion_tokens": sum(s["usage"]["completion_tokens"] for s in replies),
+        "requests": len(server.requests),
+        "retries": 2,
+    }
+    assert sum(r["usage"]["retries"] for r in records) == 2
+
+
+MATH_TASKS = SHELL_TASKS.parent / "math_tasks.jsonl"
+
+
+@pytest.mark.skipif(not MATH_TASKS.exists(), reason="no math benchmark")
+def test_openai_agent_solves_the_math_benchmark(tmp_path, llm_server, monkeypatch):
+    """No VM: the problem must reach the model and the boxed answer must reach the grader."""
+    pytest.importorskip("math_verify")
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    tasks = [json.loads(line) for line in MATH_TASKS.read_text().splitlines() if line.strip()]
+    server = llm_server(policy=lookup_solver({t["problem"]: f"Working… so \\boxed{{{t['answer']}}}" for t in tasks}))
+    outcome = Runner(make_config(mode="math", data=str(MATH_TASKS), agent="openai", base_url=server.url,
+                                 num_rollouts=2, output_dir=str(tmp_path / "out"), run_id="math",
+                                 progress=False)).run()
+    assert outcome.exit_code == 0, outcome.message
+    finals = assert_exactly_once(outcome.run_dir, {f"{t['id']}#0" for t in tasks})
+    assert {r["status"] for r in finals.values()} == {"success"}
+    summary = json.loads((outcome.run_dir / "summary.json").read_text())
+    assert summary["usage"]["requests"] == len(tasks) == len(server.requests)
+
+
+@pytest.mark.parametrize("agent, says", [("openai", "OPENAI_API_KEY"), ("command", "needs --agent-cmd")])
+def test_the_runner_checks_the_agent_before_anything_runs(tmp_path, monkeypatch, agent, says):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    with pytest.raises(ConfigError, match=says):
+        run_shell(tmp_path, agent=agent)
+    assert not (tmp_path / "out").exists()
+
+
+REPLAY_AGENT = """\
+import json, os, sys
+log = open(sys.argv[1], "a")
+for line in sys.stdin:
+    msg = json.loads(line)
+    if msg["turn"] == 1:
+        commands = list(msg["task"]["reference"])
+        log.write(f"{os.getpid()}\\n"); log.flush()
+    action = {"command": commands[msg["turn"] - 1]} if msg["turn"] <= len(commands) else "DONE"
+    print(json.dumps(action), flush=True)
+"""
+
+
+def assert_all_exited(pids, expected: int | None = None) -> None:
+    """Every agent process in ``pids`` is gone. Checked here because an agent orphaned by its
+    worker is re-parented to init, where conftest's leak check (descendants) cannot see it."""
+    pids = [int(pid) for pid in pids]
+    if expected is not None:
+        assert len(pids) == expected, pids
+    deadline = time.monotonic() + 5
+    alive = pids
+    while alive and time.monotonic() < deadline:
+        alive = [pid for pid in pids if psutil.pid_exists(pid)
+                 and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
+        time.sleep(0.05)
+    for pid in alive:
+        psutil.Process(pid).kill()
+    assert not alive, f"agent processes left behind: {alive}"
+
+
+def command_line(script: Path, *args: str) -> str:
+    return " ".join(shlex.quote(part) for part in (sys.executable, str(script), *args))
+
+
+@needs_bwrap
+def test_command_agent_solves_the_shell_benchmark(tmp_path):
+    script = tmp_path / "replay_agent.py"
+    script.write_text(REPLAY_AGENT)
+    episodes = tmp_path / "episodes.log"
+    outcome = run_shell(tmp_path, agent="command", agent_cmd=command_line(script, str(episodes)))
+    assert outcome.exit_code == 0, outcome.message
+    finals = assert_exactly_once(outcome.run_dir, SHELL_KEYS)
+    assert {r["status"] for r in finals.values()} == {"success"}, {k: r["failure"] for k, r in finals.items()}
+    pids = episodes.read_text().split()
+    assert len(pids) == 25
+    assert len(set(pids)) <= 2, "one long-lived agent process per env loop, not one per episode"
+    assert_all_exited(set(pids))
+
+
+GARBAGE_AGENT = """\
+import os, sys, time
+open(sys.argv[1], "a").write(f"{os.getpid()}\\n")
+sys.stderr.write("garbage-agent: loaded the wrong model\\n"); sys.stderr.flush()
+print("Hello! I am a chatty agent.", flush=True)
+time.sleep(60)  # and ignores EOF on stdin: the agent must escalate to a signal
+"""
+
+
+@needs_bwrap
+def test_a_command_agent_that_prints_garbage_fails_each_attempt_cleanly(tmp_path):
+    script = tmp_path / "garbage_agent.py"
+    script.write_text(GARBAGE_AGENT)
+    data = write_tasks(tmp_path / "tasks.jsonl", [shell_task(f"g{i}") for i in range(3)])
+    pids = tmp_path / "pids.log"
+    outcome = run_shell(tmp_path, data=data, agent="command", agent_cmd=command_line(script, str(pids)))
+    assert outcome.exit_code == 0, outcome.message
+    finals = assert_exactly_once(outcome.run_dir, {"g0#0", "g1#0", "g2#0"})
+    for record in finals.values():
+        assert record["status"] == "error" and not record["infrastructure"]
+        message = record["failure"]["message"]
+        assert "the reply is not JSON: 'Hello! I am a chatty agent.'" in message
+        assert "garbage-agent: loaded the wrong model" in message
+    # One process per attempt (each is stopped after its bad reply), and none survives.
+    assert_all_exited(pids.read_text().split(), expected=3)
+
+
+def command_agent(tmp_path, source: str, **overrides) -> CommandAgent:
+    script = tmp_path / "agent.py"
+    script.write_text(source)
+    agent = CommandAgent(make_config(agent="command", agent_cmd=command_line(script), **overrides))
+    agent.reset(Task(id="c1", mode="math", payload={"problem": "1+1"}))
+    return agent
+
+
+def test_a_command_agent_that_exits_at_once(tmp_path):
+    agent = command_agent(tmp_path, "import sys\nsys.stderr.write('no model configured\\n')\nsys.exit(3)\n")
+    with pytest.raises(AgentError) as caught:
+        agent.act({"problem": "1+1"})
+    message = str(caught.value)
+    assert "exited with status 3" in message and "no model configured" in message
+    assert "task 'c1' turn 1" in message
+
+
+ECHO_AGENT = """\
+import json, os, sys
+for line in sys.stdin:
+    msg = json.loads(line)
+    print(json.dumps({"pid": os.getpid(), "turn": msg["turn"], "task": msg.get("task"),
+                      "observation": msg["observation"]}), flush=True)
+    if msg["observation"].get("problem") == "die":
+        sys.exit(0)
+    if msg["observation"].get("problem") == "hang":
+        import time; time.sleep(60)
+"""
+
+
+def test_command_protocol_and_restart_after_death(tmp_path):
+    agent = command_agent(tmp_path, ECHO_AGENT)
+    first = agent.act({"problem": "1+1"})
+    assert first["turn"] == 1 and first["observation"] == {"problem": "1+1"}
+    assert first["task"] == {"id": "c1", "mode": "math", "seed": None, "tags": [], "problem": "1+1"}
+    second = agent.act({"problem": "die"})
+    assert second["turn"] == 2 and second["task"] is None and second["pid"] == first["pid"]
+    agent.reset(Task(id="c2", mode="math", payload={"problem": "2+2"}))
+    third = agent.act({"problem": "2+2"})  # the process exited after "die": a new one answers
+    assert third["turn"] == 1 and third["task"]["id"] == "c2" and third["pid"] != first["pid"]
+    agent.close()
+
+
+def test_command_reply_timeout_stops_the_process(tmp_path):
+    agent = command_agent(tmp_path, ECHO_AGENT)
+    agent.reply_timeout_s = 0.5
+    agent.act({"problem": "hang"})  # answers, then hangs before reading the next turn
+    with pytest.raises(AgentError, match="no reply within 0.5 s"):
+        agent.act({"problem": "1+1"})
+    assert agent._process is None, "a process that missed a reply must not answer the next turn"
+
+
+def test_command_check_config(tmp_path):
+    with pytest.raises(ConfigError, match="needs --agent-cmd"):
+        CommandAgent.check_config(make_config(agent="command", agent_cmd=None))
+    with pytest.raises(ConfigError, match="not an executable"):
+        CommandAgent.check_config(make_config(agent="command", agent_cmd="no-such-agent-binary --x"))
+    with pytest.raises(ConfigError, match="No closing quotation"):
+        CommandAgent.check_config(make_config(agent="command", agent_cmd="python 'unterminated"))
+    CommandAgent.check_config(make_config(agent="command", agent_cmd=f"{sys.executable} agent.py"))
+
+
+def test_lookup_solver_answers_math_and_py_like_a_model(llm_server):
+    prompt = 'def add(a, b):\n    """Sum of a and b."""\n'
+    server = llm_server(policy=lookup_solver({"What is 6 times 7?": "So \\boxed{42}.",
+                                              prompt: f"```python\n{prompt}    return a + b\n```"}))
+    assert openai_agent(server).act({"problem": "What is 6 times 7?"}) == "So \\boxed{42}."
+    coder = openai_agent(server, mode="py")
+    coder.reset(Task(id="p1", mode="py", payload={"prompt": prompt, "entry_point": "add", "test": ""}))
+    answer = coder.act({"prompt": prompt, "entry_point": "add", "feedback": None})
+    assert answer.startswith("```python\ndef add(a, b):") and "return a + b" in answer
