@@ -148,8 +148,8 @@ class OpenAIAgent(Agent):
                 return text
             if retry < self.max_retries:
                 time.sleep(self._delay(retry, retry_after))
-        raise AgentError(f"{self.endpoint}: gave up after {self._usage['requests']} requests this episode "
-                         f"({self.max_retries} retries for this turn); last error: {problem}")
+        raise AgentError(f"{self.endpoint}: gave up after {self.max_retries + 1} requests for this turn "
+                         f"(--max-retries {self.max_retries}); last error: {problem}")
 
     def _delay(self, retry: int, retry_after: float | None) -> float:
         """Seconds to wait before retry number ``retry + 1``."""
