@@ -174,10 +174,19 @@ class ProcessProvider(Provider):
                               f"(pid {meta.get('pid')})")
             shutil.rmtree(vm_dir, ignore_errors=True)
         _make_vm_dir(vm_dir)
-        self._restore_home(vm_dir)
-        if self._pids_cgroup is not None:
-            _make_cgroup(self._cgroup_dir(vm_id), self.options.max_processes)
-        return self._boot(vm_id, vm_dir)
+        try:
+            self._restore_home(vm_dir)
+            if self._pids_cgroup is not None:
+                _make_cgroup(self._cgroup_dir(vm_id), self.options.max_processes)
+            return self._boot(vm_id, vm_dir)
+        except BaseException:
+            # The pool has no VMInfo for a VM that never booted, so nobody would ever call
+            # stop() on it: its folder (and cgroup) would stay until a sweep.
+            shutil.rmtree(vm_dir, ignore_errors=True)
+            _remove_run_dir_if_empty(vm_dir.parent)
+            if self._pids_cgroup is not None:
+                _remove_cgroup(self._cgroup_dir(vm_id))
+            raise
 
     def reset(self, info: VMInfo) -> VMInfo:
         """Kill every process of the sandbox, restore the home, start it again."""

@@ -1,0 +1,102 @@
+"""VMs that never boot: a start that raises, a start that hangs, a sandbox that dies while it
+boots. The run ends — never hangs — with PoolExhausted, a clear message and exit code 1, after
+a bounded number of replacement boots; no sample it could not run gets a final record, so a
+resume with a working provider runs every one of them, once. A failed boot leaves nothing
+on disk."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from click.testing import CliRunner
+
+from conftest import _SANDBOX_ROOT, assert_exactly_once, read_results, shell_task, write_tasks
+from parallel_rollout.cli import main
+from parallel_rollout.errors import VMError
+from parallel_rollout.pool.providers import ProviderOptions
+from parallel_rollout.pool.providers.process import ProcessProvider
+
+from chaos_support import read_events
+
+#: provider -> (what the last death says, the pool's boot timeout in seconds)
+NEVER_BOOTS = {
+    "raises": ("chaos_plugins:BootFailsProvider", "boot failed: VMError: chaos: vm-", 5.0),
+    "hangs": ("chaos_plugins:BootHangsProvider", "boot timed out after 1s", 1.0),
+}
+POOL = 2
+REPLACEMENTS = 2
+
+
+def cli(tmp_path, data, *args):
+    return CliRunner().invoke(main, ["run", "--mode", "shell", "--data", str(data), "--num-rollouts", "3",
+                                     "--use-vm-pool", "--num-vms", str(POOL), "--output-dir", str(tmp_path / "out"),
+                                     "--run-id", "boot", "--no-progress", "--config", str(tmp_path / "run.toml"),
+                                     *args])
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("case", sorted(NEVER_BOOTS))
+def test_a_vm_that_never_boots_ends_the_run_with_pool_exhausted(tmp_path, case):
+    provider, last_death, boot_timeout = NEVER_BOOTS[case]
+    (tmp_path / "run.toml").write_text(f"boot-timeout-s = {boot_timeout}\nmax-vm-replacements = {REPLACEMENTS}\n")
+    tasks = [shell_task(f"t{i}") for i in range(6)]
+    data = write_tasks(tmp_path / "tasks.jsonl", tasks)
+    run_dir = tmp_path / "out" / "boot"
+
+    started = time.monotonic()
+    result = cli(tmp_path, data, "--provider-name", provider)
+    elapsed = time.monotonic() - started
+    print(f"[never-boots:{case}] ended in {elapsed:.1f}s")
+    assert result.exit_code == 1, (result.output, result.exception)
+    assert "Traceback" not in result.output
+    message = " ".join(result.stderr.split())
+    assert "every VM of the" in message and "pool is dead and the replacement budget is spent" in message
+    assert last_death in message, message
+    assert "--resume" in message and "--run-id boot" in message
+    # Never a hang: the initial boots and every replacement die within two boot timeouts each.
+    generations = 1 + REPLACEMENTS // POOL
+    assert elapsed < 15 + generations * 2 * boot_timeout
+
+    events = read_events(run_dir)
+    boots = [e for e in events if e.get("to") == "booting"]
+    assert len(boots) == POOL + REPLACEMENTS, "the replacement budget does not bound the boots"
+    assert not [e for e in events if e.get("to") == "idle"]
+    records = read_results(run_dir) if (run_dir / "results.jsonl").exists() else []
+    assert not [r for r in records if r["final"]], "a sample that never ran got a final record"
+    assert {r["status"] for r in records} <= {"pool_exhausted", "pool_closed"}
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["finished"] == 0 and summary["unfinished"] == len(tasks)
+
+    resumed = cli(tmp_path, data, "--resume", "--provider-name", "process")
+    assert resumed.exit_code == 0, (resumed.output, resumed.exception)
+    finals = assert_exactly_once(run_dir, {f"{t['id']}#0" for t in tasks})
+    assert {r["status"] for r in finals.values()} == {"success"}
+
+
+class AgentExitsProvider(ProcessProvider):
+    """The sandbox starts, but its agent exits before it says ready."""
+
+    def _argv(self, vm_id, vm_dir, ready_fd, info_fd):
+        argv = super()._argv(vm_id, vm_dir, ready_fd, info_fd)
+        return argv[: argv.index("--") + 1] + ["/bin/true"]
+
+
+#: how a boot fails -> (provider class, boot timeout, what the error says)
+FAILED_BOOTS = {
+    "timeout": (ProcessProvider, 0.001, "timed out waiting for the guest agent"),
+    "agent-exits": (AgentExitsProvider, 10.0, "exited before it was ready"),
+}
+
+
+@pytest.mark.parametrize("how", sorted(FAILED_BOOTS))
+def test_a_failed_boot_leaves_no_folder_behind(how):
+    """The pool has no VMInfo for a VM whose start() raised, so it never calls stop() on it:
+    start() itself must leave nothing (it used to leave the VM's folder until a sweep)."""
+    cls, boot_timeout, says = FAILED_BOOTS[how]
+    provider = cls(f"failed-boot-{how}", ProviderOptions(boot_timeout_s=boot_timeout))
+    with pytest.raises(VMError, match=says):
+        provider.start("vm-0")
+    assert not (_SANDBOX_ROOT / f"failed-boot-{how}").exists()
+    assert ProcessProvider.sweep(f"failed-boot-{how}") == []
