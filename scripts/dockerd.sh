@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# Start or stop a Docker daemon for the docker provider's tests and benchmarks.
+#
+#   scripts/dockerd.sh start    if no daemon answers, start one and wait until it does;
+#                               prints "started PID" (ours) or "running" (someone else's)
+#   scripts/dockerd.sh stop     stop the daemon this script started (by its recorded pid)
+#   scripts/dockerd.sh status   "running", "ours PID" or "stopped"
+#
+# The daemon is started exactly as `dockerd --bridge=none --iptables=false`: containers of the
+# docker provider run with --network none, so no bridge, no NAT rule, nothing on the host's
+# network changes. Its pid and log live in $PARALLEL_ROLLOUT_DOCKERD_DIR (default
+# /tmp/parallel-rollout-dockerd); `stop` only ever signals that recorded pid, and only while
+# it is still a dockerd (a pid may be reused).
+set -euo pipefail
+
+state_dir="${PARALLEL_ROLLOUT_DOCKERD_DIR:-/tmp/parallel-rollout-dockerd}"
+pid_file="$state_dir/dockerd.pid"
+log_file="$state_dir/dockerd.log"
+wait_s="${PARALLEL_ROLLOUT_DOCKERD_WAIT_S:-60}"
+
+answers() { timeout 10 docker version --format '{{.Server.Version}}' >/dev/null 2>&1; }
+
+recorded_pid() {
+  # the recorded pid, if it is still a dockerd process
+  [ -f "$pid_file" ] || return 1
+  local pid
+  pid="$(cat "$pid_file")"
+  [ -n "$pid" ] && [ -r "/proc/$pid/cmdline" ] || return 1
+  tr '\0' ' ' < "/proc/$pid/cmdline" | grep -q '^[^ ]*dockerd ' || return 1
+  echo "$pid"
+}
+
+start() {
+  if answers; then
+    echo running
+    return 0
+  fi
+  if ! command -v dockerd >/dev/null 2>&1; then
+    echo "dockerd is not installed; install it with: apt-get install docker.io" >&2
+    return 1
+  fi
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "starting dockerd needs root; start it with: sudo dockerd --bridge=none --iptables=false" >&2
+    return 1
+  fi
+  if pid="$(recorded_pid)"; then
+    echo "dockerd $pid (started earlier by this script) does not answer; see $log_file" >&2
+    return 1
+  fi
+  mkdir -p "$state_dir"
+  # setsid: the daemon must not die with the shell or the test session's process group
+  setsid dockerd --bridge=none --iptables=false >>"$log_file" 2>&1 </dev/null &
+  pid=$!
+  echo "$pid" >"$pid_file"
+  deadline=$((SECONDS + wait_s))
+  until answers; do
+    if ! kill -0 "$pid" 2>/dev/null; then
+      echo "dockerd exited at start; its log ($log_file) ends with:" >&2
+      tail -n 15 "$log_file" >&2
+      rm -f "$pid_file"
+      return 1
+    fi
+    if [ "$SECONDS" -ge "$deadline" ]; then
+      echo "dockerd $pid did not answer within ${wait_s}s; see $log_file" >&2
+      return 1
+    fi
+    sleep 0.2
+  done
+  echo "started $pid"
+}
+
+stop() {
+  local pid
+  if ! pid="$(recorded_pid)"; then
+    rm -f "$pid_file"
+    echo "not ours"
+    return 0
+  fi
+  kill -TERM "$pid"
+  # dockerd stops its containers and its containerd first; give it the time it needs
+  for _ in $(seq 150); do
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.2
+  done
+  if kill -0 "$pid" 2>/dev/null; then
+    echo "dockerd $pid ignored SIGTERM for 30s; killing it" >&2
+    kill -KILL "$pid" 2>/dev/null || true
+  fi
+  rm -f "$pid_file"
+  echo "stopped $pid"
+}
+
+case "${1:-}" in
+  start) start ;;
+  stop) stop ;;
+  status)
+    if pid="$(recorded_pid)"; then echo "ours $pid"
+    elif answers; then echo running
+    else echo stopped; fi ;;
+  *) echo "usage: $0 start|stop|status" >&2; exit 2 ;;
+esac
