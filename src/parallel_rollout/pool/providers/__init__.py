@@ -13,6 +13,8 @@ __all__ = ["Provider", "ProviderOptions", "VMInfo", "get_provider", "provider_na
 #: name -> "module:Class"; imported lazily so an unused provider costs nothing
 BUILTIN = {
     "process": "parallel_rollout.pool.providers.process:ProcessProvider",
+    "docker": "parallel_rollout.pool.providers.docker:DockerProvider",
+    "qemu": "parallel_rollout.pool.providers.qemu:QemuProvider",
 }
 
 
