@@ -6,6 +6,7 @@ leaks fails even when its own assertions passed.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import tempfile
@@ -15,6 +16,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+_PR_SET_CHILD_SUBREAPER = 36
+
 # Sandboxes of this test session live in their own folder, so the leak check sees only ours
 # and a developer's real runs are never touched. Set before any worker is spawned: children
 # inherit it.
@@ -22,6 +25,9 @@ import pytest
 # file too: it reuses the session's folder instead of making one of its own.
 if "PR_TEST_SANDBOX_ROOT" not in os.environ:
     os.environ["PR_TEST_SANDBOX_ROOT"] = tempfile.mkdtemp(prefix="pr-test-sandboxes-")
+    # The test process adopts orphans (a child of a killed worker, say), so the leak check
+    # below sees them instead of losing them to init.
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 _SANDBOX_ROOT = Path(os.environ["PR_TEST_SANDBOX_ROOT"])
 os.environ["PARALLEL_ROLLOUT_PROCESS_DIR"] = str(_SANDBOX_ROOT)
 
@@ -72,8 +78,19 @@ def no_leaks():
             proc.kill()
         except psutil.NoSuchProcess:
             pass
+    _reap_adopted(before)
     assert not described, f"processes left behind: {described}"
     assert not dirs, f"sandboxes left behind: {dirs}"
+
+
+def _reap_adopted(before: set[int]) -> None:
+    """Collect the exit status of adopted orphans that have ended, so no zombie stays."""
+    for proc in psutil.Process().children():
+        try:
+            if proc.pid not in before and proc.status() == psutil.STATUS_ZOMBIE:
+                os.waitpid(proc.pid, os.WNOHANG)
+        except (psutil.NoSuchProcess, ChildProcessError):
+            pass
 
 
 def write_tasks(path: Path, tasks: list[dict]) -> Path:

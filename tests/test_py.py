@@ -103,18 +103,20 @@ def host_can_spawn() -> bool:
     return subprocess.run(["true"], timeout=10).returncode == 0
 
 
+#: name -> (answer, expected verdict, execution timeout: generous where the verdict must
+#: come from the limit, not the clock, even on a loaded machine)
 HOSTILE = {
-    "infinite_loop": ("    while True:\n        pass\n", "timeout"),
+    "infinite_loop": ("    while True:\n        pass\n", "timeout", 3),
     "fork_bomb": ("    import os\n    while True:\n        try:\n            os.fork()\n"
-                  "        except OSError:\n            pass\n", "timeout"),
-    "memory_hog": ("    blocks = []\n    while True:\n        blocks.append(bytearray(50 * 2**20))\n", "exception"),
+                  "        except OSError:\n            pass\n", "timeout", 3),
+    "memory_hog": ("    blocks = []\n    while True:\n        blocks.append(bytearray(50 * 2**20))\n", "exception", 30),
 }
 
 
 @pytest.mark.parametrize("name", sorted(HOSTILE))
 def test_hostile_code_is_contained(tmp_path, name):
-    code, kind = HOSTILE[name]
-    tasks = [task(name, [code], timeout=3), task("after", [GOOD])]
+    code, kind, timeout = HOSTILE[name]
+    tasks = [task(name, [code], timeout=timeout), task("after", [GOOD])]
     outcome = run(tmp_path, tasks, num_rollouts=1, num_vms=1, vm_memory_mb=1024, vm_max_processes=64)
     finals = assert_exactly_once(outcome.run_dir, {f"{name}#0", "after#0"})
     assert finals[f"{name}#0"]["eval"]["kind"] == kind, finals[f"{name}#0"]["eval"]
