@@ -28,13 +28,3 @@ class ScriptedAnswerAgent(Agent):
         if isinstance(answer, dict):
             answer = answer["once"] if first_time(f"{self.task.id}.{self.turn}") else answer["then"]
         return answer
-
-
-class WrongBodyAgent(Agent):
-    """Always answers a body that returns None."""
-
-    def reset(self, task) -> None:
-        pass
-
-    def act(self, observation):
-        return "    return None\n"

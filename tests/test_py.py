@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 
 import pytest
 
@@ -41,8 +42,19 @@ def test_humaneval_oracle_passes_all_164_through_the_pool(tmp_path):
     assert outcome.summary["vm"]["resets"] == 164  # one execution, one lease, one reset each
 
 
+WRONG_AGENT = """
+import json, sys
+for line in sys.stdin:
+    json.loads(line)                      # one observation per line
+    print(json.dumps("    return None\\n"), flush=True)   # one action per line
+"""
+
+
 def test_humaneval_wrong_body_fails_all_with_failure_kinds(tmp_path):
-    outcome = run(tmp_path, "humaneval", agent="py_agents:WrongBodyAgent", num_rollouts=4, num_vms=2)
+    script = tmp_path / "wrong_agent.py"
+    script.write_text(WRONG_AGENT)
+    outcome = run(tmp_path, "humaneval", agent="command", agent_cmd=f"{sys.executable} {script}",
+                  num_rollouts=4, num_vms=2)
     finals = assert_exactly_once(outcome.run_dir, {f"{p['task_id']}#0" for p in load_humaneval()})
     assert outcome.summary["successes"] == 0
     kinds = {r["eval"]["kind"] for r in finals.values()}
