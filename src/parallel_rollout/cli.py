@@ -141,6 +141,10 @@ def format_summary(summary: dict[str, Any], run_dir: Any) -> str:
     if timing.get("rollout"):
         lines.append(f"rollout time p50 {timing['rollout']['p50']}s p90 {timing['rollout']['p90']}s, "
                      f"wall {timing['wall']}s")
+    usage = summary.get("usage") or {}
+    if usage.get("requests"):
+        lines.append(f"model: {usage['requests']} requests ({usage.get('retries', 0)} retried), "
+                     f"{usage.get('prompt_tokens', 0)} prompt + {usage.get('completion_tokens', 0)} completion tokens")
     vm = summary.get("vm")
     if vm:
         lines.append(f"VMs: {vm['size']} {vm['provider']}, utilization {_pct(vm['utilization'])}, "
