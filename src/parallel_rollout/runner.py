@@ -512,7 +512,8 @@ class Runner:
                 self._manager.shutdown()
             except Exception:  # noqa: BLE001 - already dead is fine
                 pass
-            kill_tree(self._manager._process.pid) if self._manager._process.is_alive() else None
+            if self._manager._process.is_alive():
+                kill_tree(self._manager._process.pid)
         if self.provider_cls is not None and (self._abort or self._interrupted):
             # A manager that died (or was killed) could not stop its VMs itself.
             self.provider_cls.sweep(self.run_id)
