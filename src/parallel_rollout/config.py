@@ -156,6 +156,7 @@ def build_config(flags: dict[str, Any], config_file: str | None = None) -> RunCo
     if config_file:
         values.update(load_toml(config_file))
     values.update(flags)
+    values = {**_stored_settings(values), **values}
     from .tasks import NAMED_DATASETS
 
     if values.get("data") and values["data"].lower() not in NAMED_DATASETS:
@@ -165,6 +166,22 @@ def build_config(flags: dict[str, Any], config_file: str | None = None) -> RunCo
     cfg = RunConfig(**values, explicit=frozenset(values))
     validate_ranges(cfg)
     return cfg
+
+
+def _stored_settings(values: dict[str, Any]) -> dict[str, Any]:
+    """For ``--resume --run-id R``: the settings run R was started with (its config.json),
+    so a resume needs no other flag; anything given again overrides them."""
+    if not values.get("resume") or not values.get("run_id"):
+        return {}
+    path = Path(values.get("output_dir", RunConfig.output_dir)) / values["run_id"] / "config.json"
+    try:
+        stored = json.loads(path.read_text())["config"]
+        names = set(stored["explicit"])
+    except FileNotFoundError:
+        return {}
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ConfigError(f"{path}: unreadable run config ({exc}); resume with every flag given") from None
+    return {name: stored[name] for name in names & set(_FIELDS) if name not in ("resume", "run_id")}
 
 
 def validate_ranges(cfg: RunConfig) -> None:

@@ -541,20 +541,10 @@ class Runner:
         return RunOutcome(code, self.run_dir, summary, message)
 
     def _resume_command(self) -> str:
-        argv = [a for a in sys.argv if a != "--resume"] if sys.argv and sys.argv[0] else ["parallel-rollout", "run"]
-        cleaned, skip = [], False
-        for arg in argv:
-            if skip:
-                skip = False
-                continue
-            if arg == "--run-id":
-                skip = True
-                continue
-            if arg.startswith("--run-id="):
-                continue
-            cleaned.append(arg)
-        cleaned[0] = os.path.basename(cleaned[0])
-        return " ".join(shlex.quote(a) for a in cleaned + ["--run-id", self.run_id, "--resume"])
+        """The command that resumes this run (--resume reads the rest from config.json)."""
+        argv = ["parallel-rollout", "run", "--output-dir", self.config.output_dir,
+                "--run-id", self.run_id, "--resume"]
+        return " ".join(shlex.quote(a) for a in argv)
 
     # -- helpers --------------------------------------------------------------------------
 
