@@ -13,6 +13,7 @@ from click.testing import CliRunner
 
 from conftest import ROOT, SHELL_TASKS, shell_task, write_tasks
 from parallel_rollout.cli import main
+from parallel_rollout.pool.providers import provider_names
 from parallel_rollout.config import RunConfig, build_config, load_toml
 from parallel_rollout.envs.registry import mode_names
 from parallel_rollout.errors import ConfigError
@@ -151,7 +152,7 @@ def test_unhonoured_key_in_config_file_is_rejected_too(tmp_path):
     (["--agent", "nosuch"], ["unknown agent 'nosuch'", "oracle"]),
     (["--agent", "no_such_module_xyz:Agent"], ["cannot import module 'no_such_module_xyz'"]),
     (["--agent", "json:JSONDecoder"], ["not an Agent subclass"]),
-    (["--provider-name", "nosuch"], ["unknown provider 'nosuch'", "known providers: process"]),
+    (["--provider-name", "nosuch"], ["unknown provider 'nosuch'", "known providers: " + ", ".join(provider_names())]),
 ], ids=["mode", "agent", "agent module", "agent class", "provider"])
 def test_unknown_names_list_the_known_ones(tmp_path, args, parts):
     assert_usage_error(invoke(tmp_path, *args), tmp_path, *parts)
