@@ -18,6 +18,13 @@ pid_file="$state_dir/dockerd.pid"
 log_file="$state_dir/dockerd.log"
 wait_s="${PARALLEL_ROLLOUT_DOCKERD_WAIT_S:-60}"
 
+alive() {
+  # running, not a zombie (a test session that adopts orphans reaps it only later)
+  local state
+  state="$(sed -n 's/^[0-9]* (.*) \([A-Z]\).*/\1/p' "/proc/$1/stat" 2>/dev/null)" || return 1
+  [ -n "$state" ] && [ "$state" != Z ] && [ "$state" != X ]
+}
+
 answers() { timeout 10 docker version --format '{{.Server.Version}}' >/dev/null 2>&1; }
 
 recorded_pid() {
@@ -54,7 +61,7 @@ start() {
   echo "$pid" >"$pid_file"
   deadline=$((SECONDS + wait_s))
   until answers; do
-    if ! kill -0 "$pid" 2>/dev/null; then
+    if ! alive "$pid"; then
       echo "dockerd exited at start; its log ($log_file) ends with:" >&2
       tail -n 15 "$log_file" >&2
       rm -f "$pid_file"
@@ -79,10 +86,10 @@ stop() {
   kill -TERM "$pid"
   # dockerd stops its containers and its containerd first; give it the time it needs
   for _ in $(seq 150); do
-    kill -0 "$pid" 2>/dev/null || break
+    alive "$pid" || break
     sleep 0.2
   done
-  if kill -0 "$pid" 2>/dev/null; then
+  if alive "$pid"; then
     echo "dockerd $pid ignored SIGTERM for 30s; killing it" >&2
     kill -KILL "$pid" 2>/dev/null || true
   fi

@@ -93,6 +93,9 @@ KILL_WAIT_S = 5.0
 #: `docker import` of a ~100 MB tarball
 IMPORT_TIMEOUT_S = 900.0
 START_HINT = "dockerd --bridge=none --iptables=false (as root; or: scripts/dockerd.sh start)"
+_DEATHSIG = [shutil.which("setpriv"), "--pdeathsig", "KILL"] if shutil.which("setpriv") else []
+#: a sweep lists again after this long, for containers whose creation was under way
+SWEEP_SETTLE_S = 0.5
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _AGENT_SOURCE = images.GUEST_AGENT_SOURCE
 
@@ -286,15 +289,22 @@ class DockerProvider(Provider):
         base = Path(base_dir) if base_dir else base_dir_default()
         if run_id is not None:
             _check_name("run id", run_id)
-        doomed, removed = [], set()
+        removed: set[str] = set()
         host = socket.gethostname()
-        for container in _containers(f"{LABEL}.run={run_id}" if run_id else f"{LABEL}.run"):
-            if run_id is None and (container["host"] != host or _owner_alive(container["owner"])):
-                continue  # a live run's, or another machine's: not ours to sweep
-            doomed.append(container)
-            removed.add(container["vm"])
-        if doomed:
+        # A container whose creation was under way when its run died may appear just after
+        # a listing; after removing some, list again until one finds nothing more.
+        for _ in range(4):
+            doomed = []
+            for container in _containers(f"{LABEL}.run={run_id}" if run_id else f"{LABEL}.run"):
+                if run_id is None and (container["host"] != host
+                                       or _owner_alive(container["owner"])):
+                    continue  # a live run's, or another machine's: not ours to sweep
+                doomed.append(container)
+                removed.add(container["vm"])
+            if not doomed:
+                break
             _remove_containers([c["name"] for c in doomed], strict=False)
+            time.sleep(SWEEP_SETTLE_S)
         run_dirs = [base / run_id] if run_id else (
             sorted(p for p in base.iterdir() if p.is_dir()) if base.is_dir() else [])
         for run_dir in run_dirs:
@@ -476,8 +486,13 @@ class DockerProvider(Provider):
 
 
 def _docker(*args: str, timeout: float = DOCKER_TIMEOUT_S, check: bool = True) -> subprocess.CompletedProcess:
-    """Run one docker CLI command; VMError on failure or when it outlives ``timeout``."""
-    argv = ["docker", *args]
+    """Run one docker CLI command; VMError on failure or when it outlives ``timeout``.
+
+    The CLI runs under ``setpriv --pdeathsig KILL``: when the process that owns the VMs is
+    killed, a ``docker run`` it had under way dies too instead of making a container after
+    the sweep that follows the crash has already looked (the thread that forks it waits
+    for it, so the signal fires only when the whole process is gone)."""
+    argv = [*_DEATHSIG, "docker", *args]
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
                               stdin=subprocess.DEVNULL)

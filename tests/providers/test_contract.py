@@ -1,0 +1,278 @@
+"""The provider contract, one test body per clause, run against every provider.
+
+Parametrized over ``process``, ``docker`` and ``qemu`` by the ``harness`` fixture
+(tests/providers/conftest.py), which prepares each provider (a Docker daemon and the guest
+image for docker, the guest image for qemu) or skips it with the reason. After every test,
+nothing of its runs may be left: no container, qemu process, overlay, socket or folder.
+
+Then the docker provider's own promises (isolation, limits, errors, the image cache), and the
+shipped benchmarks through the pool on docker, which must end as they do on ``process``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from parallel_rollout.config import build_config
+from parallel_rollout.errors import ConfigError, ProviderUnavailable
+from parallel_rollout.guest.client import GuestClient
+from parallel_rollout.pool.providers.base import ProviderOptions
+
+ROOT = Path(__file__).resolve().parents[2]
+SHELL_TASKS = ROOT / "benchmarks" / "shell_tasks.jsonl"
+#: a process with this name in its command line is what a leaky task leaves running
+STRAY = "pr-contract-stray"
+
+
+@pytest.fixture
+def provider(harness):
+    return harness.provider()
+
+
+@pytest.fixture
+def vm(provider):
+    info = provider.start("vm0")
+    yield info
+    provider.stop(info)
+
+
+def _stray_running(client: GuestClient) -> bool:
+    probe = client.run_python(textwrap.dedent(f"""
+        import os
+        found = False
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                with open(f"/proc/{{pid}}/cmdline", "rb") as f:
+                    found |= f.read().startswith(b"{STRAY}")
+            except OSError:
+                pass
+        print(found)
+    """))
+    return probe["output"].strip() == "True"
+
+
+# ------------------------------------------------------------------------ contract
+
+
+def test_start_reaches_the_guest_agent(harness, provider, vm):
+    assert vm.provider == harness.name and vm.vm_id == "vm0" and vm.run_id == provider.run_id
+    assert GuestClient(vm.address).health()["status"] == "ok"
+    assert provider.healthy(vm)
+
+
+def test_execute(vm):
+    client = GuestClient(vm.address)
+    result = client.execute("echo $((6 * 7)); echo oops >&2; exit 3", shell=True)
+    assert (result["output"], result["error"].strip(), result["returncode"]) == ("42\n", "oops", 3)
+    assert client.execute(["python3", "-c", "print('py')"])["output"] == "py\n"
+    assert client.platform() == "Linux"
+
+
+def test_file_round_trip(vm):
+    client = GuestClient(vm.address)
+    payload = bytes(range(256)) * 64
+    client.write_file("~/sub/dir/blob.bin", payload)
+    assert client.read_file("~/sub/dir/blob.bin") == payload
+    client.write_file("/tmp/t.txt", b"tmp")
+    assert client.execute("cat /tmp/t.txt", shell=True)["output"] == "tmp"
+
+
+def test_reset_restores_the_snapshot(provider, vm):
+    client = GuestClient(vm.address)
+    client.write_file("~/after-snapshot.txt", b"written after the snapshot")
+    client.write_file("/tmp/after-snapshot.txt", b"also")
+    # a daemon that escapes the agent's process group, as a leaky task's would
+    client.execute(f"setsid bash -c 'exec -a {STRAY} sleep 1000' >/dev/null 2>&1 < /dev/null &",
+                   shell=True)
+    deadline = time.monotonic() + 10
+    while not _stray_running(client):
+        assert time.monotonic() < deadline, "the stray process never started"
+        time.sleep(0.05)
+
+    info = provider.reset(vm)
+    try:
+        client = GuestClient(info.address)
+        assert info.vm_id == "vm0" and provider.healthy(info)
+        listing = client.execute("ls -a ~ /tmp", shell=True)["output"]
+        assert "after-snapshot.txt" not in listing
+        assert not _stray_running(client), "a process started after the snapshot survived reset"
+        # and again, from the reset VM
+        client.write_file("~/second.txt", b"2")
+        info = provider.reset(info)
+        assert "second.txt" not in GuestClient(info.address).execute("ls ~", shell=True)["output"]
+    finally:
+        provider.stop(info)
+
+
+def test_healthy_turns_false_when_killed_from_outside(harness, provider, vm):
+    assert provider.healthy(vm)
+    harness.kill_from_outside(vm)
+    deadline = time.monotonic() + 10
+    while provider.healthy(vm):
+        assert time.monotonic() < deadline, "still healthy 10 s after it was killed"
+        time.sleep(0.1)
+    provider.stop(vm)  # stopping a dead VM works and cleans up (the fixture stops it again)
+
+
+def test_stop_leaves_nothing_and_is_idempotent(harness, provider):
+    infos = [provider.start(f"vm{i}") for i in range(2)]
+    assert harness.leftovers(provider.run_id)
+    for info in infos:
+        provider.stop(info)
+        provider.stop(info)
+    assert harness.leftovers(provider.run_id) == []
+    for info in infos:
+        assert not provider.healthy(info)
+
+
+SWEEP_CHILD = textwrap.dedent("""
+    import json, sys, time
+    from parallel_rollout.pool.providers import get_provider
+    from parallel_rollout.pool.providers.base import ProviderOptions
+    name, run_id, boot_timeout = sys.argv[1], sys.argv[2], float(sys.argv[3])
+    provider = get_provider(name)(run_id, ProviderOptions(boot_timeout_s=boot_timeout))
+    infos = [provider.start(f"vm{i}") for i in range(2)]
+    provider.reset(infos[0])  # the VM is mid-life: reset once, its spare (if any) exists
+    print(json.dumps([i.vm_id for i in infos]), flush=True)
+    time.sleep(3600)
+""")
+
+
+def test_sweep_after_a_sigkilled_owner_leaves_nothing(harness, provider, vm):
+    """A run killed with SIGKILL cannot stop its VMs; ``sweep()`` finds them by their labels
+    and owner, and leaves the VMs of live runs (``vm`` here) alone."""
+    dead_run = harness.new_run_id()
+    child = subprocess.Popen(
+        [sys.executable, "-c", SWEEP_CHILD, harness.name, dead_run, str(harness.boot_timeout_s)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = child.stdout.readline()
+        assert json.loads(line or "null") == ["vm0", "vm1"], child.stderr.read() if not line else line
+        assert harness.leftovers(dead_run)
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=30)
+        child.stdout.close()
+        child.stderr.close()
+    removed = harness.cls.sweep()
+    assert {"vm0", "vm1"} <= set(removed)
+    assert harness.leftovers(dead_run) == []
+    assert provider.healthy(vm), "sweep() removed a VM whose owner is alive"
+    assert harness.leftovers(provider.run_id)
+    harness.cls.sweep(provider.run_id)  # by run id: the owner's liveness does not matter
+    assert harness.leftovers(provider.run_id) == []
+
+
+# --------------------------------------------------------------------- docker only
+
+
+@pytest.fixture
+def docker(docker_harness):
+    return docker_harness
+
+
+def test_docker_isolation_network_none_fresh_tmp_and_limits(docker):
+    provider = docker.provider(memory_mb=256, max_processes=50)
+    info = provider.start("vm0")
+    try:
+        client = GuestClient(info.address)
+        assert client.execute(["hostname"])["output"].strip() == "vm0"
+        ifaces = client.run_python("import socket; print([n for _, n in socket.if_nameindex()])")
+        assert ifaces["output"].strip() == "['lo']"
+        assert client.execute("ls -A /tmp", shell=True)["output"] == ""
+        limits = client.execute("cat /sys/fs/cgroup/pids.max /sys/fs/cgroup/pids/pids.max "
+                                "/sys/fs/cgroup/memory.max "
+                                "/sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null",
+                                shell=True)["output"].split()
+        assert "50" in limits and str(256 * 1024 * 1024) in limits
+        env = client.execute(["env"])["output"]
+        assert "PARALLEL_ROLLOUT_VM=vm0" in env and "HOME=/home/user" in env
+    finally:
+        provider.stop(info)
+
+
+def test_docker_snapshot_name_is_an_image(docker, tmp_path):
+    provider = docker.provider()
+    info = provider.start("vm0")
+    snapshot = f"{provider.run_id.lower()}-snap:1"
+    try:
+        client = GuestClient(info.address)
+        client.write_file("~/prepared.txt", b"in the snapshot")
+        subprocess.run(["docker", "commit", info.private["name"], snapshot], check=True,
+                       capture_output=True, timeout=120)
+    finally:
+        provider.stop(info)
+    try:
+        with pytest.raises(ConfigError, match="not an image|does not exist"):
+            docker.provider(snapshot_name="no-such-image-pr:0")
+        snap_provider = docker.provider(snapshot_name=snapshot)
+        info = snap_provider.start("vm0")
+        try:
+            client = GuestClient(info.address)
+            client.write_file("~/later.txt", b"after")
+            info = snap_provider.reset(info)
+            listing = GuestClient(info.address).execute("ls ~", shell=True)["output"].split()
+            assert "prepared.txt" in listing and "later.txt" not in listing
+        finally:
+            snap_provider.stop(info)
+    finally:
+        subprocess.run(["docker", "rmi", "-f", snapshot], capture_output=True, timeout=120)
+
+
+def test_docker_without_a_daemon_says_how_to_start_one(docker, monkeypatch):
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+    with pytest.raises(ProviderUnavailable, match=r"no Docker daemon answers at "
+                       r"unix:///nonexistent/docker.sock; start one with: dockerd --bridge=none"):
+        docker.cls.check_available()
+
+
+def test_docker_image_build_is_cached(docker):
+    started = time.monotonic()
+    lines: list[str] = []
+    tag = docker.cls.build_image(log=lines.append)
+    assert time.monotonic() - started < 10 and "nothing to build" in lines[-1]
+    assert tag.startswith("parallel-rollout-guest:")
+
+
+def test_docker_rejects_what_it_cannot_honour(docker):
+    with pytest.raises(ConfigError, match="path_to_vm"):
+        docker.cls("r", ProviderOptions(path_to_vm="/x.qcow2"))
+    with pytest.raises(ConfigError, match="memory_mb"):
+        docker.cls("r", ProviderOptions(memory_mb=0))
+    assert docker.cls.supported_limits() == {"memory_mb", "max_processes"}
+
+
+# ------------------------------------------------------------ benchmarks on docker
+
+
+def _run(tmp_path, harness, **flags):
+    from parallel_rollout.runner import Runner
+
+    run_id = harness.new_run_id()
+    base = dict(output_dir=str(tmp_path / "out"), run_id=run_id, progress=False,
+                provider_name=harness.name, num_rollouts=4, num_vms=2, use_vm_pool=True)
+    base.update(flags)
+    return Runner(build_config(base)).run()
+
+
+def test_shell_benchmark_on_docker_matches_process(docker, tmp_path):
+    outcome = _run(tmp_path, docker, mode="shell", data=str(SHELL_TASKS))
+    assert outcome.exit_code == 0, outcome.message
+    assert outcome.summary["successes"] == 25
+    assert outcome.summary["status_counts"] == {"success": 25}
+    assert outcome.summary["vm"]["resets"] >= 24
+
+
+def test_py_benchmark_on_docker(docker, tmp_path):
+    outcome = _run(tmp_path, docker, mode="py", data="humaneval", agent="oracle", limit=20)
+    assert outcome.exit_code == 0, outcome.message
+    assert outcome.summary["status_counts"] == {"success": 20}
