@@ -9,7 +9,8 @@
                                                   ▼
                    guest: kernel ─► initramfs /init (busybox: insmod virtio + ext4, mount
                           /dev/vda, switch_root) ─► /usr/local/sbin/guest-init (python3, PID 1:
-                          mounts, lo + eth0, reaps orphans) ─► python3 server.py :5000
+                          mounts, eth0, relay :5000 ─► /run/guest/agent.sock, reaps orphans)
+                          ─► python3 server.py --unix … in a network namespace with only lo
 
     <cache>/qemu/          vmlinuz, initrd.img, base.qcow2, image.json   (build_image)
     <base>/<run_id>/<vm_id>/   base: $PARALLEL_ROLLOUT_QEMU_DIR or /tmp/parallel-rollout/qemu
@@ -36,9 +37,11 @@ in memory and in ``<cache>/qemu/accel.json`` for this host boot (``boot_id``) an
 version; ``$PARALLEL_ROLLOUT_QEMU_ACCEL=kvm|tcg`` skips the probe.
 
 **Reaching the guest.** User-mode networking with ``restrict=on`` (the guest cannot reach
-out, not even the host) and one forward from a free loopback port to the agent's port 5000.
-QMP on a unix socket in the VM folder controls the VM. Each call opens its own QMP
-connection, which a stuck QEMU cannot hold forever: every QMP read has a timeout.
+out, not even the host) and one forward from a free loopback port to guest port 5000. There
+guest-init relays each connection to the agent's unix socket: the agent and the commands it
+runs live in their own network namespace with only ``lo``, so a task sees no network at all,
+as on the other providers (the shell benchmark checks it). QMP on a unix socket in the VM
+folder controls the VM; each call opens its own connection and every read has a timeout.
 
 **Snapshot and reset.** Once the agent answers, ``savevm <snapshot_name>`` stores RAM,
 devices and disk state inside the VM's overlay (an internal qcow2 snapshot). Reset is
@@ -132,10 +135,18 @@ exec $bb switch_root /newroot GUEST_INIT
 # PID 1 of the guest. Python rather than a shell script: one process instead of a dozen
 # under TCG, and it must reap the orphans of every command the agent runs.
 GUEST_INIT = r'''#!/usr/bin/python3 -IS
-"""PID 1 of a parallel-rollout QEMU guest: mounts, network, then the guest agent."""
-import ctypes, fcntl, os, socket, struct, sys, time
+"""PID 1 of a parallel-rollout QEMU guest: mounts, network, the guest agent, a relay.
+
+The agent and every command it runs live in a network namespace of their own with only
+lo: a task sees no network interface, as in the other providers. The NIC that QEMU
+forwards the host's port to stays here, in PID 1's namespace, where a relay passes each
+connection on to the agent's unix socket (pathname sockets belong to no namespace).
+"""
+import ctypes, fcntl, os, select, socket, struct, sys, threading, time
 
 AGENT = "AGENT_PATH"
+AGENT_SOCKET = "/run/guest/agent.sock"
+CLONE_NEWNET = 0x40000000
 libc = ctypes.CDLL("libc.so.6", use_errno=True)
 
 
@@ -152,15 +163,14 @@ def mount(source, target, fstype, options=""):
             say("mount %s: %s" % (target, os.strerror(errno)))
 
 
-def ifup(name, address=None, netmask=None):
+def ifup(name, address, netmask):
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     def ifreq(payload):
         return struct.pack("16s", name.encode()) + payload.ljust(24, b"\0")
     def sockaddr(ip):
         return struct.pack("H2s4s", socket.AF_INET, b"", socket.inet_aton(ip))
-    if address:
-        fcntl.ioctl(s, 0x8916, ifreq(sockaddr(address)))       # SIOCSIFADDR
-        fcntl.ioctl(s, 0x891C, ifreq(sockaddr(netmask)))       # SIOCSIFNETMASK
+    fcntl.ioctl(s, 0x8916, ifreq(sockaddr(address)))       # SIOCSIFADDR
+    fcntl.ioctl(s, 0x891C, ifreq(sockaddr(netmask)))       # SIOCSIFNETMASK
     flags = struct.unpack("H", fcntl.ioctl(s, 0x8913, ifreq(b""))[16:18])[0]  # SIOCGIFFLAGS
     fcntl.ioctl(s, 0x8914, ifreq(struct.pack("H", flags | 0x1 | 0x40)))  # IFF_UP|IFF_RUNNING
     s.close()
@@ -170,14 +180,51 @@ def start_agent():
     pid = os.fork()
     if pid:
         return pid
-    os.setsid()
-    os.chdir("/root")
-    null = os.open("/dev/null", os.O_RDONLY)
-    os.dup2(null, 0)
-    env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-           "HOME": "/root", "USER": "root", "LANG": "C.UTF-8", "PARALLEL_ROLLOUT_VM": hostname}
-    os.execve("/usr/bin/python3", ["python3", "-I", "-S", AGENT, "--host", "0.0.0.0",
-                                   "--port", "PORT"], env)
+    try:
+        os.setsid()
+        os.chdir("/root")
+        os.dup2(os.open("/dev/null", os.O_RDONLY), 0)
+        if libc.unshare(CLONE_NEWNET):
+            raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWNET)")
+        ifup("lo", "127.0.0.1", "255.0.0.0")
+        if os.path.exists(AGENT_SOCKET):
+            os.unlink(AGENT_SOCKET)
+        env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+               "HOME": "/root", "USER": "root", "LANG": "C.UTF-8",
+               "PARALLEL_ROLLOUT_VM": hostname}
+        os.execve("/usr/bin/python3", ["python3", "-I", "-S", AGENT, "--unix", AGENT_SOCKET],
+                  env)
+    except BaseException as exc:
+        say("cannot start the agent: %r" % (exc,))
+    os._exit(1)
+
+
+def relay_one(outside):
+    inside = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        inside.connect(AGENT_SOCKET)
+        peer = {outside: inside, inside: outside}
+        open_ends = [outside, inside]
+        while open_ends:
+            for end in select.select(open_ends, [], [])[0]:
+                data = end.recv(262144)
+                if data:
+                    peer[end].sendall(data)
+                else:  # EOF one way: pass it on, keep the other way open
+                    peer[end].shutdown(socket.SHUT_WR)
+                    open_ends.remove(end)
+    except OSError:
+        pass  # the agent is not up yet, or either side went away: drop the connection
+    finally:
+        inside.close()
+        outside.close()
+
+
+def relay():
+    server = socket.create_server(("0.0.0.0", PORT), backlog=128)
+    while True:
+        outside, _ = server.accept()
+        threading.Thread(target=relay_one, args=(outside,), daemon=True).start()
 
 
 for source, target, fstype, options in (
@@ -186,16 +233,18 @@ for source, target, fstype, options in (
         ("tmpfs", "/dev/shm", "tmpfs", "mode=1777"), ("tmpfs", "/run", "tmpfs", "mode=755"),
         ("tmpfs", "/tmp", "tmpfs", "mode=1777")):
     mount(source, target, fstype, options)
+os.makedirs("/run/guest", exist_ok=True)
 cmdline = open("/proc/cmdline").read().split()
 hostname = next((a[12:] for a in cmdline if a.startswith("pr.hostname=")), "guest")
 libc.sethostname(hostname.encode(), len(hostname.encode()))
+agent = start_agent()  # before the relay's threads exist: fork a single-threaded process
 try:
     ifup("lo", "127.0.0.1", "255.0.0.0")
     nics = sorted(n for n in os.listdir("/sys/class/net") if n != "lo")
     ifup(nics[0], "10.0.2.15", "255.255.255.0")  # QEMU user networking's guest address
+    threading.Thread(target=relay, daemon=True).start()
 except (OSError, IndexError) as exc:
     say("network: %r" % (exc,))
-agent = start_agent()
 say("agent started (pid %d)" % agent)
 while True:  # reap every orphan; restart the agent if it dies
     try:
@@ -427,7 +476,7 @@ class QemuProvider(Provider):
         ]
         if self.user_image is None:
             argv += ["-kernel", str(image / "vmlinuz"), "-initrd", str(image / "initrd.img"),
-                     "-append", f"console=ttyS0 panic=-1 loglevel=4 8250.nr_uarts=1 "
+                     "-append", f"console=ttyS0 panic=-1 8250.nr_uarts=1 "
                                 f"pr.hostname={vm_id}"]
         return argv
 

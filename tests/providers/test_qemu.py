@@ -1,0 +1,304 @@
+"""The qemu provider's own promises; the shared contract lives in test_contract.py.
+
+KVM is probed (and bounded), reset is a loadvm of the internal snapshot, stop removes the
+overlay and sockets, a missing image or QEMU says how to fix it, a boot that does not finish
+says why (the serial console's tail), and the shell benchmark runs through the pool on qemu
+as it does on process. After every test: no QEMU process, overlay, socket or folder left.
+
+The guest image is built (or found current) once per session; the build is not part of the
+time budget. Boots run under TCG here (about 10-20 s each), so each test boots at most one
+VM itself, and the benchmark two.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from parallel_rollout.config import build_config
+from parallel_rollout.errors import ConfigError, ProviderUnavailable, VMError
+from parallel_rollout.guest.client import GuestClient
+from parallel_rollout.pool.providers import get_provider, qemu
+from parallel_rollout.pool.providers.base import ProviderOptions
+from parallel_rollout.pool.providers.qemu import QemuProvider
+
+ROOT = Path(__file__).resolve().parents[2]
+SHELL_TASKS = ROOT / "benchmarks" / "shell_tasks.jsonl"
+BOOT_TIMEOUT_S = 120.0
+
+pytestmark = pytest.mark.skipif(shutil.which(qemu.QEMU) is None,
+                                reason="qemu-system-x86_64 is not installed (./dev installs it)")
+
+
+@pytest.fixture(scope="session")
+def image():
+    """The guest image, built when missing (minutes, once) or skipped with the reason."""
+    try:
+        QemuProvider.build_image(log=lambda line: print(line, flush=True))
+        QemuProvider.check_available()
+    except ProviderUnavailable as exc:
+        pytest.skip(f"the qemu provider cannot run here: {exc}")
+    return qemu.image_dir()
+
+
+def _qemu_base() -> Path:
+    # tests/providers/conftest.py points this at a folder of this session
+    return qemu.base_dir_default()
+
+
+def _our_qemus() -> list[str]:
+    base = str(_qemu_base())
+    found = []
+    for proc in psutil.process_iter(["pid", "name", "cmdline"]):
+        try:
+            cmdline = " ".join(proc.info["cmdline"] or ())
+            if (proc.info["name"] in (qemu.QEMU, "setpriv") and base in cmdline
+                    and proc.status() != psutil.STATUS_ZOMBIE):
+                found.append(f"{proc.pid} {cmdline[:100]}")
+        except psutil.Error:
+            pass
+    return found
+
+
+@pytest.fixture(autouse=True)
+def no_qemu_left():
+    """Fail a test that leaves a QEMU process, an overlay, a socket or a folder behind."""
+    yield
+    deadline = time.monotonic() + 10
+    while True:
+        procs = _our_qemus()
+        files = sorted(str(p) for p in _qemu_base().rglob("*")) if _qemu_base().exists() else []
+        if (not procs and not files) or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    if procs or files:
+        QemuProvider.sweep()
+    assert not procs, f"QEMU processes left behind: {procs}"
+    assert not files, f"files left behind: {files}"
+
+
+def _run_id(request) -> str:
+    return f"qt{os.getpid()}-{request.node.name[5:20].strip('_')}"
+
+
+# ----------------------------------------------------------------------- KVM probe
+
+
+@pytest.fixture
+def fake_qemu(tmp_path, monkeypatch, image):
+    """Put a fake qemu-system-x86_64 first on PATH; write its body with the returned function."""
+    folder = tmp_path / "bin"
+    folder.mkdir()
+
+    def install(body: str) -> None:
+        script = folder / qemu.QEMU
+        script.write_text(f"#!/bin/sh\n{body}\n")
+        script.chmod(0o755)
+
+    monkeypatch.setenv("PATH", f"{folder}:{os.environ['PATH']}")
+    monkeypatch.delenv(qemu.ACCEL_ENV, raising=False)
+    return install
+
+
+def test_kvm_probe_is_bounded_in_time(fake_qemu):
+    fake_qemu("exec sleep 1000")  # a KVM guest that hangs, as they do on this machine
+    started = time.monotonic()
+    accel, reason = qemu._probe_kvm(timeout_s=1.0)
+    assert time.monotonic() - started < 5
+    if not os.access("/dev/kvm", os.R_OK | os.W_OK):
+        assert (accel, reason) == ("tcg", "/dev/kvm is missing or not accessible")
+    else:
+        assert accel == "tcg" and "did not boot within 1s" in reason
+    assert not [p for p in psutil.process_iter(["cmdline"])
+                if p.info["cmdline"] and p.info["cmdline"][:2] == ["sleep", "1000"]]
+
+
+def test_kvm_probe_crash_and_the_override(fake_qemu, monkeypatch):
+    fake_qemu("echo 'kvm: assertion failed' >&2; exit 134")
+    accel, reason = qemu._probe_kvm(timeout_s=10)
+    assert accel == "tcg"
+    if os.access("/dev/kvm", os.R_OK | os.W_OK):
+        assert "exit 134" in reason and "assertion failed" in reason
+    monkeypatch.setenv(qemu.ACCEL_ENV, "kvm")
+    assert qemu.detect_accelerator() == "kvm"  # no probe at all
+    monkeypatch.setenv(qemu.ACCEL_ENV, "hvf")
+    with pytest.raises(ConfigError, match="kvm or tcg"):
+        qemu.detect_accelerator()
+
+
+def test_kvm_is_tried_on_this_machine_and_tcg_is_the_fallback(image, monkeypatch):
+    """Here /dev/kvm exists but a KVM guest hangs or QEMU aborts: the real probe (the image's
+    kernel under KVM) must notice, within its bound, and choose TCG."""
+    monkeypatch.delenv(qemu.ACCEL_ENV, raising=False)
+    started = time.monotonic()
+    accel, reason = qemu._probe_kvm(timeout_s=qemu.KVM_PROBE_TIMEOUT_S)
+    assert time.monotonic() - started < qemu.KVM_PROBE_TIMEOUT_S + 5
+    if accel == "kvm":
+        assert "booted" in reason  # a machine where KVM works: fine too
+    else:
+        assert reason
+    assert qemu.detect_accelerator(use_cache=False) == accel
+    assert qemu.detect_accelerator() == accel  # cached now, per process and per host boot
+    cached = qemu._read_json(qemu.image_dir() / "accel.json")
+    assert cached["accel"] == accel and cached["key"].startswith(qemu._boot_id())
+
+
+# --------------------------------------------------------------- one VM, end to end
+
+
+def test_loadvm_reset_restores_state_and_stop_removes_the_overlay(image, request):
+    provider = QemuProvider(_run_id(request), ProviderOptions(boot_timeout_s=BOOT_TIMEOUT_S,
+                                                              memory_mb=384))
+    info = provider.start("vm0")
+    vm_dir = Path(info.private["vm_dir"])
+    try:
+        assert info.private["accel"] == qemu.detect_accelerator()
+        assert {p.name for p in vm_dir.iterdir()} >= {"overlay.qcow2", "qmp.sock", "meta.json",
+                                                      "serial.log"}
+        snapshots = subprocess.run([qemu.QEMU_IMG, "snapshot", "-U", "-l",
+                                    str(vm_dir / "overlay.qcow2")],
+                                   capture_output=True, text=True, check=True).stdout
+        assert " init " in snapshots
+        client = GuestClient(info.address)
+        # memory_mb is the guest's RAM; the guest cannot reach out (restrict=on)
+        mem_kb = int(client.execute("awk '/MemTotal/ {print $2}' /proc/meminfo",
+                                    shell=True)["output"])
+        assert 300_000 < mem_kb <= 384 * 1024
+        with socket.create_server(("127.0.0.1", 0)) as listener:
+            # without restrict=on the guest would reach this host listener at 10.0.2.2
+            port = listener.getsockname()[1]
+            outbound = client.run_python(
+                "import socket\ntry:\n"
+                f"    socket.create_connection(('10.0.2.2', {port}), timeout=2)\n"
+                "    print('connected')\nexcept OSError as e:\n    print('blocked', e)")
+        assert outbound["output"].startswith("blocked"), outbound
+
+        client.execute("echo changed > /etc/hostname; echo t > /tmp/t; "
+                       "setsid sleep 777 >/dev/null 2>&1 < /dev/null &", shell=True)
+        assert "sleep 777" in client.execute("cat /proc/[0-9]*/cmdline | tr '\\0' ' '",
+                                             shell=True)["output"]
+        qemu_pid = info.private["pid"]
+        info = provider.reset(info)
+        assert info.private["pid"] == qemu_pid  # the same VM, not a reboot
+        client = GuestClient(info.address)
+        assert client.execute("cat /etc/hostname", shell=True)["output"] == "guest\n"
+        assert client.execute("ls -A /tmp", shell=True)["output"] == ""
+        assert "sleep 777" not in client.execute("cat /proc/[0-9]*/cmdline | tr '\\0' ' '",
+                                                 shell=True)["output"]
+
+        # sub-second resets; the guest clock stays within a second of the host's
+        times = []
+        for _ in range(20):
+            started = time.monotonic()
+            info = provider.reset(info)
+            times.append(time.monotonic() - started)
+        p50 = statistics.median(times)
+        p95 = statistics.quantiles(times, n=20)[-1]
+        print(f"[qemu] {info.private['accel']} boot {info.private['boot_s']:.1f}s, "
+              f"reset p50 {p50 * 1000:.0f} ms p95 {p95 * 1000:.0f} ms")
+        assert p50 < 1.5, times  # about 0.3-0.5 s here; slack for a loaded CI machine
+        guest_time = float(client.execute(["date", "+%s.%N"])["output"])
+        assert abs(guest_time - time.time()) < 1.5
+        assert provider.healthy(info)
+    finally:
+        provider.stop(info)
+    assert not vm_dir.exists() and not vm_dir.parent.exists()
+    assert not psutil.pid_exists(info.private["pid"]) or \
+        psutil.Process(info.private["pid"]).status() == psutil.STATUS_ZOMBIE
+    assert not provider.healthy(info)
+    provider.stop(info)  # idempotent
+    with pytest.raises(VMError, match="QEMU process is gone"):
+        provider.reset(info)
+
+
+# ------------------------------------------------------------------- failure paths
+
+
+def test_boot_timeout_is_a_vm_error_with_the_serial_log_tail(image, request):
+    provider = QemuProvider(_run_id(request), ProviderOptions(boot_timeout_s=8.0))
+    started = time.monotonic()
+    with pytest.raises(VMError) as caught:
+        provider.start("vm0")
+    assert time.monotonic() - started < 8.0 + 10
+    message = str(caught.value)
+    assert "did not answer within the boot timeout" in message
+    tail = message.split("serial log tail:", 1)[1]
+    assert "[    " in tail  # kernel messages: the guest was booting, just not yet done
+
+
+def test_qemu_that_exits_at_once_says_why(image, request):
+    provider = QemuProvider(_run_id(request), ProviderOptions(memory_mb=64 * 1024 * 1024))
+    with pytest.raises(VMError, match=r"(?s)QEMU exited with status \d+.*qemu log: .*memory"):
+        provider.start("vm0")
+
+
+def test_without_an_image_or_qemu_the_error_says_how_to_fix_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("PARALLEL_ROLLOUT_CACHE", str(tmp_path / "empty-cache"))
+    with pytest.raises(ProviderUnavailable,
+                       match="no qemu guest image in .*empty-cache/qemu; build it with: "
+                             "parallel-rollout image build --provider qemu"):
+        QemuProvider.check_available()
+    with pytest.raises(ProviderUnavailable, match="build it with"):
+        QemuProvider("r").start("vm0")
+    monkeypatch.setenv("PATH", str(tmp_path))  # no QEMU on PATH
+    with pytest.raises(ProviderUnavailable, match="qemu-system-x86_64 is not installed; install "
+                       "it with: apt-get install qemu-system-x86 qemu-utils"):
+        QemuProvider.check_available()
+
+
+def test_a_stale_image_asks_for_a_rebuild(image, monkeypatch):
+    monkeypatch.setattr(qemu, "image_inputs", lambda: "another-agent")
+    with pytest.raises(ProviderUnavailable, match="--provider qemu --force"):
+        QemuProvider.check_available()
+
+
+def test_rejects_what_it_cannot_honour(tmp_path):
+    assert get_provider("qemu") is QemuProvider
+    assert QemuProvider.supported_limits() == {"memory_mb"}
+    with pytest.raises(ConfigError, match="max_processes cannot be enforced"):
+        QemuProvider("r", ProviderOptions(max_processes=10))
+    with pytest.raises(ConfigError, match="at least 128"):
+        QemuProvider("r", ProviderOptions(memory_mb=16))
+    with pytest.raises(ConfigError, match="not a disk image"):
+        QemuProvider("r", ProviderOptions(path_to_vm=str(tmp_path / "nope.qcow2")))
+    with pytest.raises(ConfigError, match="snapshot name"):
+        QemuProvider("r", ProviderOptions(snapshot_name="two words"))
+    disk = tmp_path / "mine.raw"
+    disk.write_bytes(b"\0" * 1024 * 1024)
+    provider = QemuProvider("r", ProviderOptions(path_to_vm=str(disk), snapshot_name="clean"))
+    assert (provider.user_image, provider.user_format, provider.snapshot_name) == \
+        (disk, "raw", "clean")
+    assert "-kernel" not in provider._argv("vm0", tmp_path, "tcg", 5555)  # it boots itself
+
+
+def test_image_build_is_a_no_op_when_current(image):
+    lines: list[str] = []
+    started = time.monotonic()
+    QemuProvider.build_image(log=lines.append)
+    assert time.monotonic() - started < 5
+    assert lines and "is current" in lines[-1]
+
+
+# ------------------------------------------------------------- the pool, end to end
+
+
+def test_shell_benchmark_through_the_pool_on_qemu(image, tmp_path, request):
+    """N=4 workers, M=2 VMs: 25/25, as on process (reset by loadvm gives a fresh /tmp)."""
+    from parallel_rollout.runner import Runner
+
+    config = build_config(dict(
+        mode="shell", data=str(SHELL_TASKS), output_dir=str(tmp_path / "out"),
+        run_id=_run_id(request), progress=False, provider_name="qemu", num_rollouts=4,
+        num_vms=2, use_vm_pool=True, boot_timeout_s=BOOT_TIMEOUT_S))
+    outcome = Runner(config).run()
+    assert outcome.exit_code == 0, outcome.message
+    assert outcome.summary["status_counts"] == {"success": 25}
+    assert outcome.summary["vm"]["resets"] >= 24
