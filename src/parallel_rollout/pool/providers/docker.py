@@ -124,6 +124,9 @@ class DockerProvider(Provider):
         if self.options.path_to_vm:
             raise ConfigError("the docker provider boots an image, not a VM file: path_to_vm "
                               "cannot be honoured (name an image with snapshot_name)")
+        if getattr(self.options, "desktop", False):
+            raise ConfigError("the docker guest image has no desktop (no X server): a mode that "
+                              "needs one cannot run on the docker provider")
         for limit in ("memory_mb", "max_processes"):
             value = getattr(self.options, limit)
             if value is not None and value <= 0:
