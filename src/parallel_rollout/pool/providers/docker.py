@@ -83,7 +83,7 @@ GUEST_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 #: what the guest image holds beyond Debian's minbase
 GUEST_PACKAGES = ("python3",)
 #: bump when the image recipe below changes in a way the key does not capture
-IMAGE_RECIPE_VERSION = 1
+IMAGE_RECIPE_VERSION = 2
 #: sun_path holds 108 bytes; keep a margin
 MAX_SOCKET_PATH = 100
 #: ordinary docker calls (inspect, create, start, rm); a daemon slower than this is sick
@@ -191,8 +191,8 @@ class DockerProvider(Provider):
                                          dir=images.cache_dir()) as work:
             tarball = images.copy_with_extra_files(rootfs, Path(work) / "guest.tar", {
                 images.GUEST_AGENT_PATH: (agent, 0o644),
-                GUEST_HOME + "/.keep": (b"", 0o644),
-                GUEST_SOCK_DIR + "/.keep": (b"", 0o644),
+                GUEST_HOME: (None, 0o755),
+                GUEST_SOCK_DIR: (None, 0o755),
             })
             log(f"[image] docker import {tarball.name} as {tag}")
             argv = ["import"]
@@ -200,6 +200,7 @@ class DockerProvider(Provider):
                 argv += ["--change", change]
             _docker(*argv, str(tarball), tag, timeout=IMPORT_TIMEOUT_S)
         _docker("tag", tag, f"{IMAGE_REPO}:latest")
+        _remove_old_guest_images(keep=tag, log=log)
         size = _docker("image", "inspect", "--format", "{{.Size}}", tag).stdout.strip()
         log(f"[image] built {tag} in {time.monotonic() - started:.0f}s "
             f"({int(size) / 1e6:.0f} MB)" if size.isdigit() else f"[image] built {tag}")
@@ -208,6 +209,7 @@ class DockerProvider(Provider):
     def start(self, vm_id: str) -> VMInfo:
         """Run a new container for ``vm_id``, wait for its agent, start the spare."""
         _check_name("vm id", vm_id)
+        deadline = time.monotonic() + self.options.boot_timeout_s
         vm_dir = self.run_dir / vm_id
         leftovers = _containers(f"{LABEL}.run={self.run_id}", f"{LABEL}.vm={vm_id}")
         for leftover in leftovers:
@@ -221,7 +223,7 @@ class DockerProvider(Provider):
             self._stopped.discard(vm_id)
         _make_dirs(vm_dir)
         self._write_meta(vm_id, vm_dir)
-        info = self._boot(vm_id, time.monotonic() + self.options.boot_timeout_s)
+        info = self._boot(vm_id, deadline)
         self._make_spare(vm_id)
         return info
 
@@ -235,13 +237,13 @@ class DockerProvider(Provider):
         if _kill_init(info.private):
             # Every process of the old container is gone; dockerd may tidy up at leisure.
             self._remove_later(vm_id, info.private)
-            new_info = self._take_spare(vm_id) or self._boot(vm_id, deadline)
+            new_info = self._take_spare(vm_id, deadline) or self._boot(vm_id, deadline)
         else:
             # The old container goes while we take (or, without a spare, boot) the new one;
             # its processes must be gone before the VM is leased again, so we wait for it.
             remover = _Background(self._remove, [info.private])
             try:
-                new_info = self._take_spare(vm_id) or self._boot(vm_id, deadline)
+                new_info = self._take_spare(vm_id, deadline) or self._boot(vm_id, deadline)
             finally:
                 remover.result()
         self._make_spare(vm_id)
@@ -261,7 +263,8 @@ class DockerProvider(Provider):
         """Remove the VM's container, its spare and its folder; a second call does nothing."""
         with self._lock:
             self._stopped.add(info.vm_id)
-        spare = self._take_spare(info.vm_id, check=False)
+        spare = self._take_spare(info.vm_id, time.monotonic() + self.options.boot_timeout_s,
+                                 check=False)
         with self._lock:
             pending = self._removals.pop(info.vm_id, [])
         try:
@@ -324,7 +327,7 @@ class DockerProvider(Provider):
 
     # ------------------------------------------------------------------- internals
 
-    def _run_container(self, vm_id: str) -> dict:
+    def _run_container(self, vm_id: str, deadline: float) -> dict:
         """``docker run -d`` a container of this VM; its private record (name, folders)."""
         cid = secrets.token_hex(3)
         vm_dir = self.run_dir / vm_id
@@ -358,7 +361,7 @@ class DockerProvider(Provider):
             argv += ["--pids-limit", str(self.options.max_processes)]
         argv += [self.image, *_agent_argv()]
         try:
-            _docker(*argv)
+            _docker(*argv, timeout=max(1.0, deadline - time.monotonic()))
         except VMError:
             shutil.rmtree(sock_dir, ignore_errors=True)
             # a create that timed out may still have made the container
@@ -401,7 +404,7 @@ class DockerProvider(Provider):
 
     def _boot(self, vm_id: str, deadline: float) -> VMInfo:
         """``docker run`` a container of ``vm_id`` and wait for its agent."""
-        container = self._run_container(vm_id)
+        container = self._run_container(vm_id, deadline)
         try:
             info = self._await_agent(vm_id, container, deadline)
             info.private.update(_init_process(container["name"]))
@@ -434,7 +437,7 @@ class DockerProvider(Provider):
 
         threading.Thread(target=boot, name=f"docker-spare-{vm_id}", daemon=True).start()
 
-    def _take_spare(self, vm_id: str, check: bool = True) -> VMInfo | None:
+    def _take_spare(self, vm_id: str, deadline: float, check: bool = True) -> VMInfo | None:
         """The VM's spare, once booted and (with ``check``) still answering; None when
         there is none, it failed to boot, or it died meanwhile (then it is removed)."""
         with self._lock:
@@ -442,8 +445,10 @@ class DockerProvider(Provider):
         if future is None:
             return None
         try:
-            spare = future.result(timeout=self.options.boot_timeout_s + DOCKER_TIMEOUT_S)
-        except Exception:  # noqa: BLE001 - a failed spare only costs the reset a boot
+            # its boot is bounded by its own deadline; this one bounds the caller's wait
+            spare = future.result(timeout=max(0.0, deadline - time.monotonic()))
+        except Exception:  # noqa: BLE001 - a failed or late spare only costs the reset a boot
+            future.add_done_callback(_remove_when_booted)
             return None
         if check and not self.healthy(spare):
             self._remove([spare.private])
@@ -539,6 +544,20 @@ def _remove_containers(names: list[str], *, strict: bool) -> None:
                     if line.strip() and "No such container" not in line]
         if problems and strict:
             raise VMError(f"docker rm failed: {' '.join(problems)[-800:]}")
+
+
+def _remove_old_guest_images(keep: str, log: Callable[[str], None]) -> None:
+    """Remove guest images of earlier agents or recipes (~100 MB each), and the one a
+    ``--force`` build untagged; one that a container still uses stays (``docker rmi``
+    without ``-f`` refuses)."""
+    keep_id = _docker("image", "inspect", "--format", "{{.Id}}", keep).stdout.strip()
+    listing = _docker("images", "--no-trunc", "--filter", f"label={LABEL}.image=guest",
+                      "--format", "{{.ID}} {{.Repository}}:{{.Tag}}", check=False).stdout
+    old = sorted({ref if not ref.endswith("<none>") else image_id
+                  for image_id, ref in (line.split() for line in listing.splitlines() if line)
+                  if image_id != keep_id})
+    if old and _docker("rmi", *old, check=False).returncode == 0:
+        log(f"[image] removed older guest images: {' '.join(old)}")
 
 
 def _image_exists(ref: str) -> bool:
@@ -652,6 +671,16 @@ def _same_process(pid: int, create_time: float | None) -> bool:
                 and proc.status() != psutil.STATUS_ZOMBIE)
     except psutil.Error:
         return False
+
+
+def _remove_when_booted(future: Future) -> None:
+    """Remove a spare that booted after the reset waiting for it had given up on it."""
+    try:
+        spare = future.result()
+    except BaseException:  # noqa: BLE001 - a failed boot removed its container itself
+        return
+    _remove_containers([spare.private["name"]], strict=False)
+    shutil.rmtree(spare.private["sock_dir"], ignore_errors=True)
 
 
 def _owner_alive(owner: str) -> bool:

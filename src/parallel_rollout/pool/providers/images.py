@@ -155,9 +155,11 @@ def build_rootfs(dest: str | os.PathLike, include: Iterable[str] = ("python3",),
     return dest
 
 
-def copy_with_extra_files(tarball: Path, dest: Path, files: dict[str, tuple[bytes, int]]) -> Path:
-    """Copy ``tarball`` to ``dest`` and append ``files`` (path inside -> (content, mode)),
-    creating their parent folders; return ``dest``. Used to add the guest agent."""
+def copy_with_extra_files(tarball: Path, dest: Path,
+                          files: dict[str, tuple[bytes | None, int]]) -> Path:
+    """Copy ``tarball`` to ``dest`` and append ``files`` (path inside -> (content, mode);
+    content None makes a folder), creating their parent folders; return ``dest``. Used to
+    add the guest agent."""
     shutil.copyfile(tarball, dest)
     with tarfile.open(dest, "a") as archive:
         present = set(archive.getnames())
@@ -172,8 +174,13 @@ def copy_with_extra_files(tarball: Path, dest: Path, files: dict[str, tuple[byte
                     archive.addfile(entry)
                     present.add(folder)
             entry = tarfile.TarInfo("./" + "/".join(parts))
-            entry.size, entry.mode, entry.mtime = len(content), mode, now
-            archive.addfile(entry, io.BytesIO(content))
+            entry.mode, entry.mtime = mode, now
+            if content is None:
+                entry.type = tarfile.DIRTYPE
+                archive.addfile(entry)
+            else:
+                entry.size = len(content)
+                archive.addfile(entry, io.BytesIO(content))
     return dest
 
 
