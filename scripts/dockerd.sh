@@ -12,6 +12,7 @@
 # /tmp/parallel-rollout-dockerd); `stop` only ever signals that recorded pid, and only while
 # it is still a dockerd (a pid may be reused).
 set -euo pipefail
+export PATH="$PATH:/usr/sbin:/sbin"  # dockerd lives in sbin, which a plain user's PATH lacks
 
 state_dir="${PARALLEL_ROLLOUT_DOCKERD_DIR:-/tmp/parallel-rollout-dockerd}"
 pid_file="$state_dir/dockerd.pid"

@@ -131,7 +131,7 @@ class DockerHarness(Harness):
         if shutil.which("docker") is None:
             pytest.skip("the docker CLI is not installed (./dev installs docker.io)")
         if not _docker_answers():
-            if shutil.which("dockerd") is None:
+            if shutil.which("dockerd", path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin") is None:
                 pytest.skip("no Docker daemon answers and dockerd is not installed "
                             "(./dev installs docker.io)")
             out = subprocess.run([str(DOCKERD_SCRIPT), "start"], capture_output=True, text=True,
