@@ -385,8 +385,9 @@ class Runner:
 
     def _record(self, record: dict[str, Any]) -> None:
         """Decide whether an attempt is final, retry it if not, append it to results.jsonl."""
-        if record.get("status") == PoolExhausted.kind or record.get("status") == "pool_closed":
-            # Not the sample's fault and not final: a resumed run (with working VMs) runs it.
+        if record.get("status") in (PoolExhausted.kind, "pool_closed", StorageError.kind):
+            # Not the sample's fault and not final: a resumed run (with working VMs, with
+            # space on the disk) runs it.
             record["final"] = False
             if self._abort is None and not self._interrupted:
                 self._abort = (record.get("failure") or {}).get("message") or "the VM pool is exhausted"

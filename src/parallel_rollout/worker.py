@@ -33,6 +33,7 @@ from .config import RunConfig
 from .envs import Env, get_env
 from .errors import RolloutError, VMError
 from .messages import Assignment, Finished, Started, Stop
+from .results import StorageError
 from .tasks import safe_name
 
 #: characters of a traceback kept in a record
@@ -191,17 +192,28 @@ class _Trajectory:
         self._fh = None
 
     def write(self, entry: dict[str, Any]) -> None:
-        """Append one turn."""
-        if self._fh is None:
-            self._path.parent.mkdir(parents=True, exist_ok=True)
-            self._fh = open(self._path, "w", encoding="utf-8")
-        self._fh.write(json.dumps(entry, default=repr, ensure_ascii=False) + "\n")
-        self._fh.flush()
+        """Append one turn; StorageError when the output folder cannot take it."""
+        line = json.dumps(entry, default=repr, ensure_ascii=False) + "\n"
+        try:
+            if self._fh is None:
+                self._path.parent.mkdir(parents=True, exist_ok=True)
+                self._fh = open(self._path, "w", encoding="utf-8")
+            self._fh.write(line)
+            self._fh.flush()
+        except OSError as exc:
+            # A full disk is not the sample's outcome: the runner stops the run and a
+            # resume runs the attempt again.
+            raise StorageError(f"cannot write {self._path}: {exc.strerror or exc}; free space "
+                               "(or fix the folder) and rerun with --resume") from exc
 
     def close(self) -> None:
-        """Close the file, if one was opened."""
+        """Close the file, if one was opened; never raises (it runs in a ``finally``)."""
         if self._fh is not None:
-            self._fh.close()
+            fh, self._fh = self._fh, None
+            try:
+                fh.close()
+            except OSError:
+                pass  # the unflushed tail of a failed write; write() already raised
 
 
 def _failure(exc: BaseException, message: str | None = None) -> dict[str, Any]:
