@@ -526,7 +526,7 @@ class Runner:
         summary = summarize(records, total_samples=total, pool_stats=getattr(self, "_pool_stats", None),
                             started_at=self._started_at, interrupted=bool(self._interrupted))
         summary["run_id"] = self.run_id
-        (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+        self._write_summary(summary)
         resume_cmd = self._resume_command()
         if self._interrupted:
             message = f"interrupted by signal {self._interrupted}; resume with: {resume_cmd}"
@@ -540,6 +540,21 @@ class Runner:
         if message:
             log.error(message)
         return RunOutcome(code, self.run_dir, summary, message)
+
+    def _write_summary(self, summary: dict[str, Any]) -> None:
+        # Whole or not at all, and never an exception: on a full disk the run must still
+        # release its lock and say how to resume; summary.json is rewritten by the resume.
+        path = self.run_dir / "summary.json"
+        tmp = path.with_name("summary.json.tmp")
+        try:
+            tmp.write_text(json.dumps(summary, indent=2))
+            tmp.replace(path)
+        except OSError as exc:
+            log.error("cannot write %s: %s", path, exc.strerror or exc)
+            try:
+                tmp.unlink()
+            except OSError:
+                pass
 
     def _resume_command(self) -> str:
         """The command that resumes this run (--resume reads the rest from config.json)."""
