@@ -264,8 +264,13 @@ class VMPoolManager:
         for thread, give_up in list(self._threads.items()):
             thread.join(max(0.0, give_up - time.monotonic()))
         if self._events is not None:
-            self._events.close()
-            self._events = None
+            events, self._events = self._events, None
+            try:
+                events.close()
+            except OSError:
+                # A full disk: the unflushed tail of a failed write. Raising here would tell
+                # the runner that the Manager is gone, when every VM was stopped as asked.
+                log.warning("cannot flush events.jsonl; its last lines are lost")
 
     # -- internals (callers hold the lock unless the name says otherwise) -------------------
 
