@@ -17,7 +17,10 @@ sandboxes and VM images that only have ``python3``::
 **Routes** follow OSWorld's guest server (``desktop_env/server/main.py``) where they overlap,
 with the same JSON shapes, so one client drives both: ``GET /health``, ``GET /platform``,
 ``POST /execute`` (alias ``/setup/execute``), ``POST /run_python``, ``POST /run_bash_script``,
-``POST /file``, ``POST /setup/upload``, ``POST /list_directory``.
+``POST /file``, ``POST /setup/upload``, ``POST /list_directory``. The desktop routes
+(``/screenshot``, ``/setup/launch``, ``/setup/open_file``, ``/accessibility``, recording …) live
+in ``desktop.py``, imported on their first call (or at start-up with ``--desktop WxH``, which
+starts Xvfb and a window manager before the agent says it is ready).
 
 **Errors.** A request the server cannot make sense of (bad JSON, a missing or mistyped field,
 a body over ``--max-body-mb``, a bad path) gets a 4xx with ``{"status": "error", "message":
@@ -499,6 +502,30 @@ def route_platform(req: Request):
     return 200, os.uname().sysname  # what platform.system() answers on POSIX, minus its import
 
 
+#: routes served by desktop.py, imported on first use (see _desktop_route)
+DESKTOP_ROUTES = frozenset({
+    "/screenshot", "/cursor_position", "/screen_size", "/window_size", "/accessibility",
+    "/setup/launch", "/setup/open_file", "/setup/activate_window", "/setup/close_window",
+    "/start_recording", "/end_recording",
+})
+
+
+def _desktop_module():
+    """desktop.py, next to this file: a package import in tests, a sibling file in a VM."""
+    if __package__:
+        from . import desktop
+    else:
+        here = os.path.dirname(os.path.abspath(__file__))
+        if here not in sys.path:
+            sys.path.insert(0, here)  # -I leaves the script's folder off sys.path
+        import desktop  # type: ignore[no-redef]
+    return desktop
+
+
+def _desktop_route(path: str):
+    return _desktop_module().ROUTES[path]
+
+
 ROUTES = {
     "/health": ("GET", route_health),
     "/platform": ("GET", route_platform),
@@ -538,6 +565,8 @@ class Handler(socketserver.StreamRequestHandler):
 
     def _dispatch(self, req: Request):
         route = ROUTES.get(req.path)
+        if route is None and req.path in DESKTOP_ROUTES:
+            route = _desktop_route(req.path)
         if route is None:
             return 404, {"status": "error", "message": f"no such route: {req.path}"}
         method, func = route
@@ -549,6 +578,8 @@ class Handler(socketserver.StreamRequestHandler):
         except HTTPError as exc:
             return exc.status, {"status": "error", "message": exc.message}
         except Exception as exc:  # a bug here must not take the agent down
+            if type(exc).__name__ == "DesktopError":  # desktop.py's refusals and failures
+                return exc.status, {"status": "error", "message": exc.message}
             import traceback
 
             _log(f"error in {req.path}:\n{traceback.format_exc()}")
@@ -597,7 +628,9 @@ class Handler(socketserver.StreamRequestHandler):
         return Request(method, target.split("?", 1)[0], headers, body)
 
     def _send(self, status: int, payload) -> None:
-        if isinstance(payload, bytes):
+        if isinstance(payload, tuple):  # (content type, bytes): a PNG, an mp4
+            ctype, data = payload
+        elif isinstance(payload, bytes):
             ctype, data = "application/octet-stream", payload
         elif isinstance(payload, str):
             ctype, data = "text/plain; charset=utf-8", payload.encode("utf-8")
@@ -666,17 +699,18 @@ def make_server(*, unix: str | None = None, host: str = "127.0.0.1", port: int =
 
 
 _USAGE = """usage: server.py [--unix PATH | --host HOST --port PORT] [--ready-fd FD]
-                 [--max-body-mb MB] [--limit-as BYTES] [--verbose]
+                 [--max-body-mb MB] [--limit-as BYTES] [--desktop WxH] [--verbose]
 
---limit-as BYTES   RLIMIT_AS of every command run (through util-linux prlimit)"""
+--limit-as BYTES   RLIMIT_AS of every command run (through util-linux prlimit)
+--desktop WxH      start Xvfb at WxH and a window manager before saying ready"""
 _OPTIONS = {"--unix": str, "--host": str, "--port": int, "--ready-fd": int,
-            "--max-body-mb": float, "--limit-as": int}
+            "--max-body-mb": float, "--limit-as": int, "--desktop": str}
 
 
 def _parse_args(argv: list[str]) -> dict:
     # argparse (with the re and shutil it imports) would add ~5 ms to every VM reset
     args = {"unix": None, "host": "127.0.0.1", "port": 5000, "ready_fd": None,
-            "max_body_mb": 256.0, "verbose": False, "limit_as": None}
+            "max_body_mb": 256.0, "verbose": False, "limit_as": None, "desktop": None}
     items = list(argv)
     while items:
         item = items.pop(0)
@@ -713,6 +747,11 @@ def main(argv: list[str] | None = None) -> int:
     _limit_as = args["limit_as"]
     if _limit_as is not None and not _which_prlimit():
         sys.exit("server.py: --limit-as needs util-linux prlimit on PATH")
+    if args["desktop"]:
+        width, _, height = args["desktop"].partition("x")
+        if not (width.isdigit() and height.isdigit()):
+            sys.exit(f"server.py: --desktop takes WIDTHxHEIGHT, got {args['desktop']!r}")
+        _desktop_module().start_desktop(int(width), int(height))
     server = make_server(unix=args["unix"], host=args["host"], port=args["port"],
                          max_body_mb=args["max_body_mb"])
     where = args["unix"] or f"{args['host']}:{server.server_address[1]}"

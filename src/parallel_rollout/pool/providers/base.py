@@ -38,6 +38,11 @@ class ProviderOptions:
     #: per-VM resource limits; None keeps the provider's default
     memory_mb: int | None = None
     max_processes: int | None = None
+    #: a desktop in every VM (osworld): an X display of screen_width × screen_height with
+    #: a window manager, part of the snapshot (a reset brings back a clean desktop)
+    desktop: bool = False
+    screen_width: int = 1920
+    screen_height: int = 1080
 
 
 class Provider(abc.ABC):

@@ -25,6 +25,15 @@ Then the home is replaced by a fresh copy of the snapshot and a new sandbox star
 cost is dominated by the agent's Python start-up (see ``guest/server.py``); readiness is a
 pipe the agent writes to once it listens, so nobody polls.
 
+**Desktop** (``options.desktop``, the osworld mode). The agent starts with ``--desktop WxH``:
+Xvfb on display :0 and openbox, inside the sandbox, before it says ready (see
+``guest/desktop.py``). The desktop is therefore part of the snapshot: a reset kills it with
+every window and app of the task and the next boot brings a clean one (~0.3 s on 2 cores; the
+agent alone is ~60 ms). ``guest/shim/pyautogui.py`` is on PYTHONPATH and ``python`` names
+the guest's python3, so OSWorld's ``python -c "import pyautogui; ..."`` actions run as they
+do in an OSWorld image. The apps come from the host's /usr (Debian packages ``./dev`` installs:
+xvfb, openbox, xterm, mousepad, pcmanfm, xdotool, wmctrl, ffmpeg).
+
 **The launcher thread.** ``--die-with-parent`` is PR_SET_PDEATHSIG, which fires when the
 *thread* that forked bwrap exits, not its process. The pool starts and resets VMs from
 short-lived threads, so every bwrap is forked by one long-lived daemon thread per process:
@@ -75,6 +84,13 @@ GUEST_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 KILL_WAIT_S = 5.0
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _AGENT_SOURCE = Path(__file__).resolve().parents[2] / "guest" / "server.py"
+_DESKTOP_SOURCE = _AGENT_SOURCE.with_name("desktop.py")
+_SHIM_DIR = _AGENT_SOURCE.parent / "shim"
+GUEST_SHIM = "/opt/parallel-rollout/shim"
+GUEST_BIN = "/opt/parallel-rollout/bin"
+#: what a desktop VM needs on the host's /usr, by the Debian package that has it
+DESKTOP_PROGRAMS = {"Xvfb": "xvfb", "openbox": "openbox", "xdotool": "xdotool",
+                    "wmctrl": "wmctrl", "xprop": "x11-utils"}
 
 
 def base_dir_default() -> Path:
@@ -121,6 +137,11 @@ class ProcessProvider(Provider):
                     "max_processes needs a writable pids cgroup (cgroup v1 pids, or v2 with "
                     "the pids controller delegated); RLIMIT_NPROC cannot cap a sandbox")
         self._python = _guest_python()
+        if self.options.desktop:
+            missing = sorted({pkg for prog, pkg in DESKTOP_PROGRAMS.items() if not shutil.which(prog)})
+            if missing:
+                raise ConfigError("a desktop VM needs " + ", ".join(missing)
+                                  + f"; install with: apt-get install {' '.join(missing)} (./dev does)")
 
     @classmethod
     def supported_limits(cls) -> frozenset[str]:
@@ -268,6 +289,18 @@ class ProcessProvider(Provider):
                  "--unix", f"{GUEST_SOCK_DIR}/{SOCKET_NAME}", "--ready-fd", str(ready_fd)]
         if self.options.memory_mb is not None:
             agent += ["--limit-as", str(self.options.memory_mb * 1024 * 1024)]
+        desktop: list[str] = []
+        path = GUEST_PATH
+        if self.options.desktop:
+            agent += ["--desktop", f"{self.options.screen_width}x{self.options.screen_height}"]
+            desktop = ["--ro-bind", str(_DESKTOP_SOURCE), str(Path(GUEST_AGENT).with_name("desktop.py")),
+                       "--ro-bind", str(_SHIM_DIR), GUEST_SHIM,
+                       "--ro-bind", self._python, f"{GUEST_BIN}/python",
+                       "--setenv", "PYTHONPATH", GUEST_SHIM]
+            if os.path.isdir("/var/cache/fontconfig"):
+                # without the system's font cache every app start rebuilds it (seconds)
+                desktop += ["--ro-bind", "/var/cache/fontconfig", "/var/cache/fontconfig"]
+            path = f"{GUEST_BIN}:{GUEST_PATH}"
         return [
             shutil.which("bwrap") or "bwrap",
             *_namespace_flags(), "--die-with-parent", "--new-session",
@@ -279,9 +312,10 @@ class ProcessProvider(Provider):
             "--ro-bind", str(_AGENT_SOURCE), GUEST_AGENT,
             "--chdir", GUEST_HOME,
             "--clearenv",
-            "--setenv", "PATH", GUEST_PATH, "--setenv", "HOME", GUEST_HOME,
+            "--setenv", "PATH", path, "--setenv", "HOME", GUEST_HOME,
             "--setenv", "LANG", "C.UTF-8", "--setenv", "USER", "user",
             "--setenv", "PARALLEL_ROLLOUT_VM", vm_id,
+            *desktop,
             "--info-fd", str(info_fd),
             "--", *agent,
         ]

@@ -1,0 +1,272 @@
+"""A small pyautogui-compatible module backed by xdotool, for guests without pyautogui.
+
+OSWorld runs every action as ``python -c "import pyautogui; ...; <code>"`` inside the VM.
+The process sandbox has no pip-installed pyautogui (it is not a Debian package), so the
+provider puts this folder on PYTHONPATH: the calls OSWorld's action spaces and agents use
+(moveTo, click, doubleClick, rightClick, middleClick, tripleClick, mouseDown, mouseUp, dragTo,
+scroll/vscroll/hscroll, typewrite/write, press, keyDown, keyUp, hotkey, position, size,
+screenshot) with pyautogui's argument names, executed with xdotool. Moves are instant: the
+``duration`` and ``tween`` arguments are accepted and ignored. An OSWorld image has the real pyautogui and
+never sees this folder.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+
+FAILSAFE = False
+PAUSE = 0.0
+MINIMUM_DURATION = 0.1
+
+KEYBOARD_KEYS = [
+    "\t", "\n", "\r", " ", "!", '"', "#", "$", "%", "&", "'", "(", ")", "*", "+", ",", "-",
+    ".", "/", "0", "1", "2", "3", "4", "5", "6", "7", "8", "9", ":", ";", "<", "=", ">", "?",
+    "@", "[", "\\", "]", "^", "_", "`", "a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k",
+    "l", "m", "n", "o", "p", "q", "r", "s", "t", "u", "v", "w", "x", "y", "z", "{", "|", "}",
+    "~", "accept", "add", "alt", "altleft", "altright", "apps", "backspace", "browserback",
+    "browserfavorites", "browserforward", "browserhome", "browserrefresh", "browsersearch",
+    "browserstop", "capslock", "clear", "convert", "ctrl", "ctrlleft", "ctrlright", "decimal",
+    "del", "delete", "divide", "down", "end", "enter", "esc", "escape", "execute", "f1", "f10",
+    "f11", "f12", "f13", "f14", "f15", "f16", "f17", "f18", "f19", "f2", "f20", "f21", "f22",
+    "f23", "f24", "f3", "f4", "f5", "f6", "f7", "f8", "f9", "final", "fn", "hanguel", "hangul",
+    "hanja", "help", "home", "insert", "junja", "kana", "kanji", "launchapp1", "launchapp2",
+    "launchmail", "launchmediaselect", "left", "modechange", "multiply", "nexttrack",
+    "nonconvert", "num0", "num1", "num2", "num3", "num4", "num5", "num6", "num7", "num8",
+    "num9", "numlock", "pagedown", "pageup", "pause", "pgdn", "pgup", "playpause", "prevtrack",
+    "print", "printscreen", "prntscrn", "prtsc", "prtscr", "return", "right", "scrolllock",
+    "select", "separator", "shift", "shiftleft", "shiftright", "sleep", "space", "stop",
+    "subtract", "tab", "up", "volumedown", "volumemute", "volumeup", "win", "winleft",
+    "winright", "yen", "command", "option", "optionleft", "optionright",
+]
+
+_KEYSYMS = {
+    "\t": "Tab", "\n": "Return", "\r": "Return", " ": "space", "!": "exclam",
+    '"': "quotedbl", "#": "numbersign", "$": "dollar", "%": "percent", "&": "ampersand",
+    "'": "apostrophe", "(": "parenleft", ")": "parenright", "*": "asterisk", "+": "plus",
+    ",": "comma", "-": "minus", ".": "period", "/": "slash", ":": "colon", ";": "semicolon",
+    "<": "less", "=": "equal", ">": "greater", "?": "question", "@": "at",
+    "[": "bracketleft", "\\": "backslash", "]": "bracketright", "^": "asciicircum",
+    "_": "underscore", "`": "grave", "{": "braceleft", "|": "bar", "}": "braceright",
+    "~": "asciitilde", "alt": "Alt_L", "altleft": "Alt_L", "altright": "Alt_R",
+    "apps": "Menu", "backspace": "BackSpace", "capslock": "Caps_Lock", "clear": "Clear",
+    "ctrl": "Control_L", "ctrlleft": "Control_L", "ctrlright": "Control_R", "del": "Delete",
+    "delete": "Delete", "down": "Down", "end": "End", "enter": "Return", "esc": "Escape",
+    "escape": "Escape", "execute": "Execute", "help": "Help", "home": "Home",
+    "insert": "Insert", "left": "Left", "numlock": "Num_Lock", "pagedown": "Next",
+    "pageup": "Prior", "pgdn": "Next", "pgup": "Prior", "pause": "Pause", "print": "Print",
+    "printscreen": "Print", "prntscrn": "Print", "prtsc": "Print", "prtscr": "Print",
+    "return": "Return", "right": "Right", "scrolllock": "Scroll_Lock", "select": "Select",
+    "shift": "Shift_L", "shiftleft": "Shift_L", "shiftright": "Shift_R", "space": "space",
+    "tab": "Tab", "up": "Up", "win": "Super_L", "winleft": "Super_L", "winright": "Super_R",
+    "command": "Super_L", "option": "Alt_L", "optionleft": "Alt_L", "optionright": "Alt_R",
+    "add": "KP_Add", "subtract": "KP_Subtract", "multiply": "KP_Multiply",
+    "divide": "KP_Divide", "decimal": "KP_Decimal", "separator": "KP_Separator",
+    "volumedown": "XF86AudioLowerVolume", "volumeup": "XF86AudioRaiseVolume",
+    "volumemute": "XF86AudioMute", "playpause": "XF86AudioPlay", "nexttrack": "XF86AudioNext",
+    "prevtrack": "XF86AudioPrev", "stop": "XF86AudioStop", "sleep": "XF86Sleep",
+    "browserback": "XF86Back", "browserforward": "XF86Forward", "browserhome": "XF86HomePage",
+    "browserrefresh": "XF86Refresh", "browsersearch": "XF86Search", "browserstop": "XF86Stop",
+    "browserfavorites": "XF86Favorites", "launchmail": "XF86Mail", "yen": "yen",
+    "modechange": "Mode_switch", "kana": "Kana_Shift", "kanji": "Kanji", "hangul": "Hangul",
+    "hanguel": "Hangul", "hanja": "Hangul_Hanja", "convert": "Henkan",
+    "nonconvert": "Muhenkan",
+}
+_BUTTONS = {"left": "1", "middle": "2", "right": "3", "primary": "1", "secondary": "3"}
+
+
+class FailSafeException(Exception):
+    """pyautogui's name, for code that catches it."""
+
+
+def _keysym(key: str) -> str:
+    key = key if len(key) == 1 else key.lower()
+    if key in _KEYSYMS:
+        return _KEYSYMS[key]
+    if len(key) > 1 and key.startswith("num") and key[3:].isdigit():
+        return f"KP_{key[3:]}"
+    if len(key) > 1 and key[0] == "f" and key[1:].isdigit():
+        return key.upper()
+    return key
+
+
+def _xdotool(*args: str) -> str:
+    result = subprocess.run(["xdotool", *args], capture_output=True, text=True, timeout=60)
+    if PAUSE:
+        time.sleep(PAUSE)
+    return result.stdout
+
+
+def size() -> tuple[int, int]:
+    """The screen's (width, height)."""
+    out = _xdotool("getdisplaygeometry").split()
+    return int(out[0]), int(out[1])
+
+
+def position() -> tuple[int, int]:
+    """The pointer's (x, y)."""
+    values = dict(part.split("=", 1) for part in _xdotool("getmouselocation", "--shell").split()
+                  if "=" in part)
+    return int(values.get("X", 0)), int(values.get("Y", 0))
+
+
+def _point(x, y) -> tuple[int, int]:
+    if isinstance(x, (tuple, list)):
+        x, y = x[0], x[1]
+    here = position() if x is None or y is None else (0, 0)
+    return int(round(here[0] if x is None else x)), int(round(here[1] if y is None else y))
+
+
+def moveTo(x=None, y=None, duration=0.0, tween=None, *args, **kwargs) -> None:
+    """Move the pointer to (x, y)."""
+    x, y = _point(x, y)
+    _xdotool("mousemove", "--sync", str(x), str(y))
+
+
+def moveRel(xOffset=0, yOffset=0, duration=0.0, *args, **kwargs) -> None:
+    """Move the pointer by an offset."""
+    _xdotool("mousemove_relative", "--sync", "--", str(int(xOffset)), str(int(yOffset)))
+
+
+move = moveRel
+
+
+def click(x=None, y=None, clicks=1, interval=0.0, button="left", duration=0.0, *args, **kwargs) -> None:
+    """Click ``clicks`` times at (x, y), or where the pointer is."""
+    if x is not None or y is not None:
+        moveTo(x, y)
+    _xdotool("click", "--repeat", str(int(clicks)), "--delay", str(int(interval * 1000) or 50),
+             _BUTTONS.get(str(button), "1"))
+
+
+def doubleClick(x=None, y=None, interval=0.0, button="left", *args, **kwargs) -> None:
+    """Two clicks."""
+    click(x, y, clicks=2, interval=interval, button=button)
+
+
+def tripleClick(x=None, y=None, interval=0.0, button="left", *args, **kwargs) -> None:
+    """Three clicks."""
+    click(x, y, clicks=3, interval=interval, button=button)
+
+
+def rightClick(x=None, y=None, *args, **kwargs) -> None:
+    """A right click."""
+    click(x, y, button="right")
+
+
+def middleClick(x=None, y=None, *args, **kwargs) -> None:
+    """A middle click."""
+    click(x, y, button="middle")
+
+
+def mouseDown(x=None, y=None, button="left", *args, **kwargs) -> None:
+    """Press a mouse button."""
+    if x is not None or y is not None:
+        moveTo(x, y)
+    _xdotool("mousedown", _BUTTONS.get(str(button), "1"))
+
+
+def mouseUp(x=None, y=None, button="left", *args, **kwargs) -> None:
+    """Release a mouse button."""
+    if x is not None or y is not None:
+        moveTo(x, y)
+    _xdotool("mouseup", _BUTTONS.get(str(button), "1"))
+
+
+def dragTo(x=None, y=None, duration=0.0, tween=None, button="left", *args, **kwargs) -> None:
+    """Press, move to (x, y), release."""
+    mouseDown(button=button)
+    time.sleep(0.05)
+    moveTo(x, y)
+    time.sleep(0.05)
+    mouseUp(button=button)
+
+
+def dragRel(xOffset=0, yOffset=0, duration=0.0, button="left", *args, **kwargs) -> None:
+    """Press, move by an offset, release."""
+    here = position()
+    dragTo(here[0] + xOffset, here[1] + yOffset, button=button)
+
+
+def scroll(clicks, x=None, y=None, *args, **kwargs) -> None:
+    """Scroll up (positive) or down (negative)."""
+    vscroll(clicks, x, y)
+
+
+def vscroll(clicks, x=None, y=None, *args, **kwargs) -> None:
+    """Vertical scroll: buttons 4 (up) and 5 (down)."""
+    if x is not None or y is not None:
+        moveTo(x, y)
+    clicks = int(clicks)
+    if clicks:
+        _xdotool("click", "--repeat", str(abs(clicks)), "--delay", "10", "4" if clicks > 0 else "5")
+
+
+def hscroll(clicks, x=None, y=None, *args, **kwargs) -> None:
+    """Horizontal scroll: buttons 7 (right) and 6 (left)."""
+    if x is not None or y is not None:
+        moveTo(x, y)
+    clicks = int(clicks)
+    if clicks:
+        _xdotool("click", "--repeat", str(abs(clicks)), "--delay", "10", "7" if clicks > 0 else "6")
+
+
+def typewrite(message, interval=0.0, *args, **kwargs) -> None:
+    """Type a string, or press each key name of a list."""
+    if isinstance(message, (list, tuple)):
+        for key in message:
+            press(key)
+        return
+    # xdotool type sends "\n" as Return already
+    delay = str(max(1, int(interval * 1000))) if interval else "3"
+    for line in _chunks(str(message)):
+        _xdotool("type", "--delay", delay, "--", line)
+
+
+write = typewrite
+
+
+def _chunks(text: str, size: int = 200):
+    for start in range(0, len(text), size):
+        yield text[start:start + size]
+
+
+def press(keys, presses=1, interval=0.0, *args, **kwargs) -> None:
+    """Press and release a key (or each key of a list) ``presses`` times."""
+    keys = [keys] if isinstance(keys, str) else list(keys)
+    for _ in range(int(presses)):
+        for key in keys:
+            _xdotool("key", "--", _keysym(key))
+            if interval:
+                time.sleep(interval)
+
+
+def keyDown(key, *args, **kwargs) -> None:
+    """Hold a key down."""
+    _xdotool("keydown", "--", _keysym(key))
+
+
+def keyUp(key, *args, **kwargs) -> None:
+    """Release a key."""
+    _xdotool("keyup", "--", _keysym(key))
+
+
+def hotkey(*keys, **kwargs) -> None:
+    """Press keys together, e.g. ``hotkey("ctrl", "s")``."""
+    if len(keys) == 1 and isinstance(keys[0], (list, tuple)):
+        keys = tuple(keys[0])
+    _xdotool("key", "--", "+".join(_keysym(k) for k in keys))
+
+
+def screenshot(imageFilename=None, *args, **kwargs):
+    """Save a PNG of the screen to ``imageFilename`` (no PIL here: returns the path)."""
+    path = imageFilename or "/tmp/screenshot.png"
+    subprocess.run(["import", "-window", "root", path], capture_output=True, timeout=30,
+                   env=dict(os.environ))
+    return path
+
+
+def sleep(seconds) -> None:
+    """time.sleep, as pyautogui.sleep."""
+    time.sleep(seconds)
