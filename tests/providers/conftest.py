@@ -18,6 +18,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -273,3 +274,15 @@ def no_provider_leftovers():
             h.cls.sweep(run_id)
     _runs_of_test.clear()
     assert not left, f"left behind: {left}"
+
+
+def pytest_plugin_registered(plugin, manager):
+    """Put tests/conftest.py back as the module ``conftest`` once this file is loaded.
+
+    Folders of tests/ are not packages, so pytest imports every conftest.py as the module
+    ``conftest``, each replacing the last in sys.modules; test modules collected after this
+    folder (tests/test_*.py) then ``from conftest import ...`` meaning the top one."""
+    if plugin is sys.modules.get(__name__) and __name__ == "conftest":
+        top = manager.get_plugin(str(Path(__file__).resolve().parents[1] / "conftest.py"))
+        if top is not None:
+            sys.modules["conftest"] = top
