@@ -79,6 +79,14 @@ def main() -> None:
 @click.option("--screen-height", type=int, default=_D.screen_height, show_default=True, help="Desktop height (osworld).")
 @click.option("--client-password", default=_D.client_password, show_default=True,
               help="Password of the desktop's user (osworld).")
+@click.option("--observation-type", default=_D.observation_type, show_default=True,
+              type=click.Choice(["screenshot", "a11y_tree", "screenshot_a11y_tree"]),
+              help="What an osworld observation holds.")
+@click.option("--sleep-after-execution", type=float, default=_D.sleep_after_execution, show_default=True,
+              help="Seconds to wait after each osworld action.")
+@click.option("--domain", default=_D.domain, show_default=True,
+              help="Domain of an OSWorld folder given as --data (examples/<domain>/), or all.")
+@click.option("--record", is_flag=True, help="Keep a recording.mp4 of each osworld attempt.")
 @click.option("--agent", default=_D.agent, show_default=True,
               help="Who acts: oracle (replays each task's reference), openai (a model behind an "
               "OpenAI-compatible API), command (--agent-cmd), or module:Class of your own Agent.")

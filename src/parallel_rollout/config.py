@@ -44,6 +44,14 @@ class RunConfig:
     screen_width: int = 1920
     screen_height: int = 1080
     client_password: str = "password"
+    #: osworld: what observations hold (screenshot, a11y_tree, screenshot_a11y_tree)
+    observation_type: str = "screenshot"
+    #: osworld: seconds to wait after each executed action (and for WAIT)
+    sleep_after_execution: float = 0.0
+    #: osworld: the domain of an OSWorld folder given as --data ("all": every domain)
+    domain: str = "all"
+    #: osworld: keep a recording.mp4 of each attempt
+    record: bool = False
     agent: str = "oracle"
     agent_cmd: str | None = None
     base_url: str | None = None
@@ -201,6 +209,10 @@ def validate_ranges(cfg: RunConfig) -> None:
         value = getattr(cfg, name)
         if value is not None and value < 1:
             raise ConfigError(f"--{name.replace('_', '-')} must be at least 1")
+    if cfg.observation_type not in ("screenshot", "a11y_tree", "screenshot_a11y_tree"):
+        raise ConfigError("--observation-type must be screenshot, a11y_tree or screenshot_a11y_tree")
+    if not cfg.sleep_after_execution >= 0:
+        raise ConfigError("--sleep-after-execution must be 0 or more (seconds)")
     if cfg.temperature is not None and not 0 <= cfg.temperature <= 2:
         raise ConfigError("--temperature must be between 0 and 2")
     if not cfg.use_vm_pool:

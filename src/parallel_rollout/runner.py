@@ -185,6 +185,8 @@ class Runner:
             value = getattr(cfg, f"vm_{name}")
             if value is not None:
                 limits[name] = value
+        if getattr(self.env_cls, "needs_desktop", False):
+            limits.update(desktop=True, screen_width=cfg.screen_width, screen_height=cfg.screen_height)
         return ProviderOptions(snapshot_name=cfg.snapshot_name, path_to_vm=cfg.path_to_vm,
                                headless=cfg.headless, boot_timeout_s=cfg.boot_timeout_s, **limits)
 

@@ -104,6 +104,8 @@ class RolloutWorker:
         }
         trajectory = _Trajectory(self.run_dir, task.id, item.sample_idx, item.attempt)
         record["trajectory"] = trajectory.relpath
+        # The hook for envs that write files of their own (osworld: traj.jsonl, step_N.png).
+        env.trajectory_dir = trajectory.extra_dir
         try:
             leaser = _Leaser(self.pool, self._owner(slot), item.key, self.config.lease_timeout_s, self.pid, record)
             if env.vm_scope == "episode":
@@ -189,6 +191,8 @@ class _Trajectory:
         folder = run_dir / "trajectories" / safe_name(task_id) / str(sample_idx)
         self.relpath = str(folder.relative_to(run_dir) / f"attempt-{attempt}.jsonl")
         self._path = folder / f"attempt-{attempt}.jsonl"
+        #: where the env may write extra files of this attempt (created by the env)
+        self.extra_dir = folder / f"attempt-{attempt}"
         self._fh = None
 
     def write(self, entry: dict[str, Any]) -> None:

@@ -12,6 +12,7 @@ _MODES = {
     "shell": "parallel_rollout.envs.shell:ShellEnv",
     "py": "parallel_rollout.envs.py:PyEnv",
     "math": "parallel_rollout.envs.math:MathEnv",
+    "osworld": "parallel_rollout.envs.osworld:OSWorldEnv",
 }
 
 

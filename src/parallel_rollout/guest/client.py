@@ -249,6 +249,71 @@ class GuestClient:
         """POST /list_directory: ``{"directory_tree": {type, name, children}}``."""
         return self.request("POST", "/list_directory", json={"path": path}).json()
 
+    # ------------------------------------------------------------- desktop routes
+
+    def screenshot(self, timeout: float = 10.0) -> bytes:
+        """GET /screenshot: PNG bytes (cursor drawn); VMError when they are not a PNG."""
+        body = self.request("GET", "/screenshot", timeout=timeout).body
+        if not body.startswith(b"\x89PNG") and not body.startswith(b"\xff\xd8"):
+            raise VMError(f"guest agent at {self.address}: /screenshot answered no image")
+        return body
+
+    def accessibility_tree(self, timeout: float = 10.0) -> str:
+        """GET /accessibility: the desktop as XML (OSWorld's ``{"AT": xml}``)."""
+        return self.request("GET", "/accessibility", timeout=timeout).json()["AT"]
+
+    def cursor_position(self) -> tuple[int, int]:
+        """GET /cursor_position: ``(x, y)``."""
+        x, y = self.request("GET", "/cursor_position", timeout=10.0).json()
+        return int(x), int(y)
+
+    def screen_size(self) -> tuple[int, int]:
+        """POST /screen_size: ``(width, height)``."""
+        size = self.request("POST", "/screen_size", timeout=10.0).json()
+        return int(size["width"]), int(size["height"])
+
+    def launch(self, command: list[str] | str, shell: bool = False) -> str:
+        """POST /setup/launch: start a program without waiting for it."""
+        return self.request("POST", "/setup/launch", json={"command": command, "shell": shell},
+                            timeout=30.0).text
+
+    def open_file(self, path: str, timeout: float = 30.0) -> str:
+        """POST /setup/open_file: open ``path`` and wait (at most ``timeout`` s) for its
+        window; TimeoutError when it does not appear, FileNotFoundError when there is no
+        such file. Neither is a VM failure: the VM answered."""
+        response = self.request("POST", "/setup/open_file", json={"path": path, "timeout": timeout},
+                                timeout=timeout + TIMEOUT_MARGIN_S, check=False)
+        if response.status == 404:
+            raise FileNotFoundError(f"{path} (in the guest at {self.address})")
+        if response.status == 500:
+            raise TimeoutError(f"open_file {path!r}: {_error_message(response)}")
+        self._check("POST", "/setup/open_file", response)
+        return response.text
+
+    def activate_window(self, window_name: str, strict: bool = False, by_class: bool = False) -> None:
+        """POST /setup/activate_window; LookupError when no window matches."""
+        self._window_call("/setup/activate_window", window_name, strict, by_class)
+
+    def close_window(self, window_name: str, strict: bool = False, by_class: bool = False) -> None:
+        """POST /setup/close_window; LookupError when no window matches."""
+        self._window_call("/setup/close_window", window_name, strict, by_class)
+
+    def _window_call(self, path: str, window_name: str, strict: bool, by_class: bool) -> None:
+        response = self.request("POST", path, json={"window_name": window_name, "strict": strict,
+                                                    "by_class": by_class},
+                                timeout=20.0, check=False)
+        if response.status == 404:
+            raise LookupError(f"{path}: {_error_message(response)}")
+        self._check("POST", path, response)
+
+    def start_recording(self) -> None:
+        """POST /start_recording (ffmpeg x11grab in the guest)."""
+        self.request("POST", "/start_recording", timeout=20.0)
+
+    def end_recording(self) -> bytes:
+        """POST /end_recording: the mp4's bytes."""
+        return self.request("POST", "/end_recording", timeout=60.0).body
+
 
 def _error_message(response: GuestResponse) -> str:
     try:

@@ -1,0 +1,203 @@
+"""``osworld`` mode: an agent acting on a desktop inside a leased VM, scored like OSWorld.
+
+::
+
+    reset(task, vm): [start recording] → config steps (setup.py) → observation
+    step(action):    WAIT/FAIL/DONE, or the action's pyautogui code via POST /execute
+                     → sleep --sleep-after-execution → screenshot (+ a11y tree) → observation
+    evaluate():      [end recording] → postconfig steps → getters → metrics → conj → score
+
+**Observations** are ``{"instruction", "screenshot_path", "accessibility_tree"}`` plus an
+``error`` when the last action was malformed: the screenshot is a PNG on disk (``step_N.png``)
+rather than bytes in the observation, so per-turn trajectory lines stay small; agents in the
+worker read the file (``agents/openai_agent.py`` sends it as an image).
+
+**Trajectory files** (OSWorld's layout) go to ``self.trajectory_dir``, which the worker sets
+to ``trajectories/<task>/<sample>/attempt-<n>/`` before ``reset`` (the hook; without it a
+temporary folder is used): ``traj.jsonl`` (step_num, action_timestamp, action, response,
+reward, done, info, screenshot_file), ``step_0.png`` … ``step_N.png``, ``result.txt``, and
+``recording.mp4`` with ``--record``.
+
+**Scoring** as OSWorld: ``func`` one or a list with ``conj``; ``infeasible`` is 1 iff the
+last action was FAIL; any other task whose last action was FAIL scores 0. Malformed actions
+are not executed: the observation says why and the episode goes on.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, ClassVar, Mapping
+
+from ..base import Env, StepResult, require
+from . import actions as acts
+from . import evaluators as ev
+from . import setup as steps
+
+#: the --observation-type values (OSWorld's)
+OBSERVATION_TYPES = ("screenshot", "a11y_tree", "screenshot_a11y_tree")
+#: seconds one action's code may run in the VM (OSWorld's client waits 90 s)
+ACTION_TIMEOUT_S = 90.0
+_PREFIX = "import pyautogui; import time; pyautogui.FAILSAFE = False; "
+
+
+class OSWorldEnv(Env):
+    """OSWorld tasks on a desktop VM."""
+
+    name = "osworld"
+    vm_scope = "episode"
+    #: the provider must give every VM a desktop (runner._provider_options)
+    needs_desktop: ClassVar[bool] = True
+    options = frozenset({"action_space", "screen_width", "screen_height", "client_password",
+                         "observation_type", "sleep_after_execution", "record"})
+    default_max_turns = 15
+
+    # ------------------------------------------------------------------ tasks
+
+    @staticmethod
+    def validate_task(payload: Mapping[str, Any]) -> None:
+        """OSWorld's task JSON: instruction, config steps, evaluator; reference when given."""
+        require(payload, "instruction", str)
+        require(payload, "evaluator", dict)
+        steps.check_steps(payload.get("config", []), "config")
+        steps.check_steps(payload["evaluator"].get("postconfig", []), "evaluator postconfig")
+        ev.check_evaluator(payload["evaluator"])
+        reference = payload.get("reference")
+        if reference is not None:
+            if not isinstance(reference, list):
+                raise ValueError("field 'reference' must be a list of computer_13 actions")
+            for index, action in enumerate(reference, start=1):
+                if acts.special(action):
+                    continue
+                try:
+                    acts.computer13_to_code(action, 100_000, 100_000)
+                except acts.ActionError as exc:
+                    raise ValueError(f"reference action {index}: {exc}") from None
+
+    @staticmethod
+    def reference_actions(task) -> list[Any]:
+        """The task's computer_13 reference, ending with DONE (unless it ends with FAIL)."""
+        reference = task.get("reference")
+        if reference is None:
+            raise ValueError(f"task {task.id!r} has no 'reference' actions")
+        reference = list(reference)
+        if not reference or not acts.special(reference[-1]) in ("DONE", "FAIL"):
+            reference.append("DONE")
+        return reference
+
+    # ---------------------------------------------------------------- episode
+
+    def reset(self, task, vm) -> dict[str, Any]:
+        """Run the task's config steps on the (freshly reset) desktop; first observation."""
+        cfg = self.config
+        self.task, self.vm = task, vm
+        self.action_space = cfg.action_space
+        if self.action_space not in acts.ACTION_SPACES:
+            raise ValueError(f"--action-space {self.action_space!r}: osworld supports "
+                             f"{', '.join(acts.ACTION_SPACES)}")
+        self.observation_type = getattr(cfg, "observation_type", "screenshot")
+        self.pause_s = float(getattr(cfg, "sleep_after_execution", 0.0) or 0.0)
+        self.record = bool(getattr(cfg, "record", False))
+        self.width, self.height = cfg.screen_width, cfg.screen_height
+        self.placeholders = steps.placeholders(self.width, self.height, cfg.client_password)
+        self.open_timeout_s = float(task.get("open_timeout", steps.OPEN_TIMEOUT_S))
+        folder = getattr(self, "trajectory_dir", None)
+        self.dir = Path(folder) if folder else Path(tempfile.mkdtemp(prefix="osworld-"))
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.cache_dir = self.dir / "cache"
+        self.cache_root = steps.cache_root()
+        self.step_no = 0
+        self.actions: list[Any] = []
+        self._traj = self.dir / "traj.jsonl"
+        self._traj.write_text("")
+        self.recording = False
+        if self.record:
+            vm.start_recording()
+            self.recording = True
+        steps.run_steps(self, task.get("config", []), "config")
+        return self._observe()
+
+    def step(self, action: Any) -> StepResult:
+        """One action; done on DONE or FAIL."""
+        self.step_no += 1
+        self.actions.append(action)
+        started = time.time()
+        info: dict[str, Any] = {}
+        kind = acts.special(action)
+        error = None
+        if kind == "WAIT":
+            time.sleep(self.pause_s)
+        elif kind in ("DONE", "FAIL"):
+            info = {kind.lower(): True}
+        else:
+            try:
+                code = acts.to_code(action, self.action_space, self.width, self.height)
+            except acts.ActionError as exc:
+                error = f"invalid action: {exc}"
+            else:
+                result = self.vm.execute(["python", "-c", _PREFIX + code], timeout=ACTION_TIMEOUT_S)
+                if result.get("returncode") != 0:
+                    error = (result.get("error") or result.get("message") or "")[-1000:]
+                time.sleep(self.pause_s)
+        if error:
+            info["error"] = error
+        done = kind in ("DONE", "FAIL")
+        observation = self._observe()
+        entry = {"step_num": self.step_no, "action_timestamp": time.strftime(
+                     "%Y%m%d@%H%M%S", time.localtime(started)),
+                 "action": action, "response": None, "reward": 0, "done": done, "info": info,
+                 "screenshot_file": Path(observation["screenshot_path"]).name
+                 if observation.get("screenshot_path") else None}
+        with self._traj.open("a", encoding="utf-8") as fh:
+            fh.write(json.dumps(entry, default=repr) + "\n")
+        if error:
+            observation["error"] = error
+        return StepResult(observation, done=done, info=info)
+
+    def evaluate(self) -> tuple[float, dict[str, Any]]:
+        """Postconfig, then the evaluator, scored as OSWorld scores it."""
+        evaluator = self.task.get("evaluator")
+        details: dict[str, Any] = {"steps": self.step_no}
+        if self.recording:
+            self.recording = False
+            video = self.vm.end_recording()
+            (self.dir / "recording.mp4").write_bytes(video)
+            details["recording"] = "recording.mp4"
+        last = acts.special(self.actions[-1]) if self.actions else None
+        funcs = evaluator["func"]
+        if funcs == "infeasible" or funcs == ["infeasible"]:
+            score = 1.0 if last == "FAIL" else 0.0
+            details["func"] = "infeasible"
+        elif last == "FAIL":
+            score = 0.0
+            details["reason"] = "the agent gave up (FAIL) on a feasible task"
+        else:
+            steps.run_steps(self, evaluator.get("postconfig", []), "postconfig")
+            scores = []
+            for func, result_cfg, expected_cfg, options in ev.normalized(evaluator):
+                try:
+                    result = ev.GETTERS[result_cfg["type"]](self, result_cfg)
+                    expected = ev.GETTERS[expected_cfg["type"]](self, expected_cfg) if expected_cfg else None
+                    scores.append(float(ev.METRICS[func](result, expected, **options)))
+                except (OSError, ValueError, KeyError, TypeError) as exc:
+                    scores.append(0.0)
+                    details.setdefault("errors", []).append(f"{func}: {type(exc).__name__}: {exc}")
+            score = ev.combine(scores, evaluator.get("conj", "and"))
+            details.update(func=funcs, scores=scores)
+        (self.dir / "result.txt").write_text(f"{score}\n")
+        return score, details
+
+    # ---------------------------------------------------------------- helpers
+
+    def _observe(self) -> dict[str, Any]:
+        observation: dict[str, Any] = {"instruction": self.task.get("instruction"),
+                                       "screenshot_path": None, "accessibility_tree": None}
+        if self.observation_type in ("screenshot", "screenshot_a11y_tree"):
+            path = self.dir / f"step_{self.step_no}.png"
+            path.write_bytes(self.vm.screenshot())
+            observation["screenshot_path"] = str(path)
+        if self.observation_type in ("a11y_tree", "screenshot_a11y_tree"):
+            observation["accessibility_tree"] = self.vm.accessibility_tree()
+        return observation

@@ -1,0 +1,164 @@
+"""OSWorld's ``config`` (and ``evaluator.postconfig``) steps, run through the guest routes.
+
+A step is ``{"type": T, "parameters": {...}}``. Supported types: ``execute`` (alias
+``command``), ``launch``, ``open``, ``sleep``, ``activate_window``, ``close_window``,
+``upload_file``, ``download``. Nothing is fetched from the network: ``download`` and
+``upload_file`` read ``file://`` URLs, local paths (relative ones from the task file's folder)
+or, for an https URL, ``<cache>/<task id>/<basename>`` in the local cache folder
+(``$PARALLEL_ROLLOUT_OSWORLD_CACHE``, default ``~/.cache/parallel-rollout/osworld``). Every
+step has a bounded wait; a failing step raises :class:`SetupError` naming the task, the
+step's index and its type.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+STEP_TYPES = ("execute", "command", "launch", "open", "sleep", "activate_window",
+              "close_window", "upload_file", "download")
+#: seconds ``open`` waits for the file's window (a task may say ``timeout``)
+OPEN_TIMEOUT_S = 30.0
+#: longest ``sleep`` a task may ask for
+MAX_SLEEP_S = 60.0
+
+
+class SetupError(RuntimeError):
+    """A setup or postconfig step failed; graded as the attempt's error, not a VM failure."""
+
+
+def check_steps(steps: Any, where: str) -> None:
+    """ValueError naming the first unsupported or malformed step."""
+    if not isinstance(steps, list):
+        raise ValueError(f"{where} must be a list of steps")
+    for index, step in enumerate(steps, start=1):
+        if not isinstance(step, dict) or not isinstance(step.get("type"), str):
+            raise ValueError(f"{where} step {index} must be an object with a 'type'")
+        if step["type"] not in STEP_TYPES:
+            raise ValueError(f"{where} step {index}: unsupported step type {step['type']!r}; "
+                             f"supported: {', '.join(STEP_TYPES)}")
+        if not isinstance(step.get("parameters", {}), dict):
+            raise ValueError(f"{where} step {index}: 'parameters' must be an object")
+
+
+def placeholders(width: int, height: int, password: str) -> dict[str, str]:
+    """The values OSWorld substitutes into ``execute`` commands."""
+    return {"{SCREEN_WIDTH}": str(width), "{SCREEN_HEIGHT}": str(height),
+            "{SCREEN_WIDTH_HALF}": str(width // 2), "{SCREEN_HEIGHT_HALF}": str(height // 2),
+            "{CLIENT_PASSWORD}": password}
+
+
+def substitute(command: Any, values: dict[str, str]) -> Any:
+    """``command`` (a string or a list of strings) with the placeholders replaced."""
+    def one(text: str) -> str:
+        for key, value in values.items():
+            text = text.replace(key, value)
+        return text
+
+    if isinstance(command, str):
+        return one(command)
+    if isinstance(command, list):
+        return [one(part) if isinstance(part, str) else part for part in command]
+    return command
+
+
+def cache_root() -> Path:
+    """Where https URLs of tasks are looked up (nothing is downloaded)."""
+    return Path(os.environ.get("PARALLEL_ROLLOUT_OSWORLD_CACHE")
+                or Path.home() / ".cache" / "parallel-rollout" / "osworld")
+
+
+def local_source(task, url: str, cache: Path) -> Path:
+    """The local file behind ``url``: file:// URL, a path, or the cache copy of an URL."""
+    if url.startswith("file://"):
+        path = Path(url[len("file://"):])
+    elif "://" in url:
+        path = cache / task.id / url.rstrip("/").rsplit("/", 1)[-1]
+        if not path.is_file():
+            raise SetupError(f"task {task.id!r}: {url} cannot be downloaded here (no network); "
+                             f"put the file at {path}")
+        return path
+    else:
+        path = Path(url).expanduser()
+        if not path.is_absolute():
+            base = Path(task.source.rsplit(":", 1)[0]).parent if task.source else Path.cwd()
+            path = base / path
+    if not path.is_file():
+        raise SetupError(f"task {task.id!r}: no such local file {path}")
+    return path
+
+
+def run_steps(env, steps: list[dict], what: str) -> None:
+    """Run ``steps`` in order; SetupError names the first that fails."""
+    for index, step in enumerate(steps, start=1):
+        kind, params = step["type"], dict(step.get("parameters") or {})
+        try:
+            _STEPS[kind](env, **params)
+        except SetupError:
+            raise
+        except TypeError as exc:
+            raise SetupError(f"task {env.task.id!r}: {what} step {index} ({kind}): bad parameters: {exc}") from None
+        except (OSError, ValueError, LookupError, TimeoutError) as exc:
+            raise SetupError(f"task {env.task.id!r}: {what} step {index} ({kind}) failed: {exc}") from None
+
+
+def _execute(env, command, shell: bool = False, stdout: str = "", stderr: str = "",
+             until: dict | None = None, timeout: float = 120.0, **_ignored) -> None:
+    command = substitute(command, env.placeholders)
+    deadline = time.monotonic() + float(timeout)
+    while True:
+        result = env.vm.execute(command, shell=shell, timeout=float(timeout))
+        if result.get("timeout"):
+            raise SetupError(f"task {env.task.id!r}: {command!r} timed out")
+        if not until or _until_holds(result, until) or time.monotonic() > deadline:
+            return
+        time.sleep(0.3)
+
+
+def _until_holds(result: dict, until: dict) -> bool:
+    if "returncode" in until and result.get("returncode") != until["returncode"]:
+        return False
+    if "stdout" in until and until["stdout"] not in (result.get("output") or ""):
+        return False
+    if "stderr" in until and until["stderr"] not in (result.get("error") or ""):
+        return False
+    return True
+
+
+def _launch(env, command, shell: bool = False) -> None:
+    env.vm.launch(substitute(command, env.placeholders), shell=shell)
+
+
+def _open(env, path: str, timeout: float = OPEN_TIMEOUT_S) -> None:
+    env.vm.open_file(path, timeout=min(float(timeout), env.open_timeout_s))
+
+
+def _sleep(env, seconds: float) -> None:
+    time.sleep(min(float(seconds), MAX_SLEEP_S))
+
+
+def _activate_window(env, window_name: str, strict: bool = False, by_class: bool = False) -> None:
+    env.vm.activate_window(window_name, strict=strict, by_class=by_class)
+
+
+def _close_window(env, window_name: str, strict: bool = False, by_class: bool = False) -> None:
+    env.vm.close_window(window_name, strict=strict, by_class=by_class)
+
+
+def _upload_file(env, files: list[dict]) -> None:
+    for item in files:
+        source = local_source(env.task, item["local_path"], env.cache_root)
+        env.vm.write_file(item["path"], source.read_bytes())
+
+
+def _download(env, files: list[dict]) -> None:
+    for item in files:
+        source = local_source(env.task, item["url"], env.cache_root)
+        env.vm.write_file(item["path"], source.read_bytes())
+
+
+_STEPS = {"execute": _execute, "command": _execute, "launch": _launch, "open": _open,
+          "sleep": _sleep, "activate_window": _activate_window, "close_window": _close_window,
+          "upload_file": _upload_file, "download": _download}
