@@ -194,7 +194,7 @@ def test_loadvm_reset_restores_state_and_stop_removes_the_overlay(image, request
         assert "sleep 777" not in client.execute("cat /proc/[0-9]*/cmdline | tr '\\0' ' '",
                                                  shell=True)["output"]
 
-        # sub-second resets; the guest clock stays within a second of the host's
+        # sub-second resets; the guest clock follows the host's (loadvm would turn it back)
         times = []
         for _ in range(20):
             started = time.monotonic()
@@ -206,7 +206,7 @@ def test_loadvm_reset_restores_state_and_stop_removes_the_overlay(image, request
               f"reset p50 {p50 * 1000:.0f} ms p95 {p95 * 1000:.0f} ms")
         assert p50 < 1.5, times  # about 0.3-0.5 s here; slack for a loaded CI machine
         guest_time = float(client.execute(["date", "+%s.%N"])["output"])
-        assert abs(guest_time - time.time()) < 1.5
+        assert abs(guest_time - time.time()) < 1.0
         assert provider.healthy(info)
     finally:
         provider.stop(info)
@@ -222,16 +222,18 @@ def test_loadvm_reset_restores_state_and_stop_removes_the_overlay(image, request
 # ------------------------------------------------------------------- failure paths
 
 
-def test_boot_timeout_is_a_vm_error_with_the_serial_log_tail(image, request):
-    provider = QemuProvider(_run_id(request), ProviderOptions(boot_timeout_s=8.0))
+def test_boot_timeout_is_a_vm_error_with_the_serial_log_tail(image, request, monkeypatch):
+    # the host's port leads to a guest port nobody listens on: this boot can never finish
+    monkeypatch.setattr(qemu, "GUEST_PORT", 5999)
+    provider = QemuProvider(_run_id(request), ProviderOptions(boot_timeout_s=12.0))
     started = time.monotonic()
     with pytest.raises(VMError) as caught:
         provider.start("vm0")
-    assert time.monotonic() - started < 8.0 + 10
+    assert time.monotonic() - started < 12.0 + 10
     message = str(caught.value)
     assert "did not answer within the boot timeout" in message
     tail = message.split("serial log tail:", 1)[1]
-    assert "[    " in tail  # kernel messages: the guest was booting, just not yet done
+    assert "[    " in tail  # kernel messages: the guest was booting
 
 
 def test_qemu_that_exits_at_once_says_why(image, request):
@@ -256,7 +258,8 @@ def test_without_an_image_or_qemu_the_error_says_how_to_fix_it(tmp_path, monkeyp
 
 def test_a_stale_image_asks_for_a_rebuild(image, monkeypatch):
     monkeypatch.setattr(qemu, "image_inputs", lambda: "another-agent")
-    with pytest.raises(ProviderUnavailable, match="--provider qemu --force"):
+    with pytest.raises(ProviderUnavailable, match="another guest agent or recipe; rebuild it "
+                       "with: parallel-rollout image build --provider qemu$"):
         QemuProvider.check_available()
 
 

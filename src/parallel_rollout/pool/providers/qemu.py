@@ -46,8 +46,10 @@ folder controls the VM; each call opens its own connection and every read has a 
 **Snapshot and reset.** Once the agent answers, ``savevm <snapshot_name>`` stores RAM,
 devices and disk state inside the VM's overlay (an internal qcow2 snapshot). Reset is
 ``loadvm``: the guest resumes at the instant it was saved, its agent already listening, so
-every file written, process started and ``/tmp`` entry made since is gone. Its clock,
-however, resumes at the snapshot's time too; reset sets it to the host's through the agent.
+every file written, process started and ``/tmp`` entry made since is gone. Its clock would
+fall behind (the wall-clock offset in the snapshot's RAM, less every pause), so reset sends
+the host's time to guest-init's relay (one line, no process started in the guest) and then
+checks that the agent answers.
 
 **Process lifetime.** QEMU runs under ``setpriv --pdeathsig KILL``, forked by the process
 provider's launcher thread (PR_SET_PDEATHSIG fires when the forking *thread* exits, and the
@@ -62,7 +64,7 @@ KVM probe still uses the built kernel, so ``image build`` is needed either way.
 
 from __future__ import annotations
 
-import dataclasses
+import fcntl
 import gzip
 import json
 import logging
@@ -110,8 +112,6 @@ PROBE_MARKER = "parallel-rollout-kvm-probe-ok"
 #: modules the initramfs loads (with their dependencies) to reach a virtio ext4 root and NIC
 INITRD_MODULES = ("virtio_pci", "virtio_blk", "virtio_net", "crc32c_generic", "ext4")
 QMP_TIMEOUT_S = 10.0
-#: how far the guest clock may fall behind (loadvm pauses it) before reset sets it
-CLOCK_SLACK_S = 0.5
 QUIT_WAIT_S = 5.0
 MAX_SOCKET_PATH = 100
 _SAFE_SNAPSHOT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
@@ -124,9 +124,11 @@ $bb mount -t proc proc /proc
 $bb mount -t devtmpfs dev /dev
 case " $($bb cat /proc/cmdline) " in *" pr.probe "*)
     echo PROBE_MARKER; $bb poweroff -f;; esac
-for m in $($bb cat /modules); do $bb insmod /lib/modules/$m.ko || echo "init: insmod $m failed"; done
+for m in $($bb cat /modules); do
+    $bb insmod /lib/modules/$m.ko || echo "init: insmod $m failed"; done
 n=0; while [ ! -b /dev/vda ] && [ $n -lt 100 ]; do $bb usleep 50000; n=$((n+1)); done
-$bb mount -t ext4 -o rw /dev/vda /newroot || { echo "init: cannot mount /dev/vda"; $bb poweroff -f; }
+$bb mount -t ext4 -o rw /dev/vda /newroot || {
+    echo "init: cannot mount /dev/vda"; $bb poweroff -f; }
 $bb mount --move /dev /newroot/dev
 $bb umount /proc
 exec $bb switch_root /newroot GUEST_INIT
@@ -202,7 +204,15 @@ def start_agent():
 def relay_one(outside):
     inside = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
+        outside.settimeout(60)
+        first = outside.recv(262144)
+        outside.settimeout(None)
+        if first.startswith(b"PR-SETTIME "):  # from the host after loadvm: no agent involved
+            time.clock_settime(time.CLOCK_REALTIME, float(first.split()[1]))
+            outside.sendall(b"ok\n")
+            return
         inside.connect(AGENT_SOCKET)
+        inside.sendall(first)
         peer = {outside: inside, inside: outside}
         open_ends = [outside, inside]
         while open_ends:
@@ -213,7 +223,7 @@ def relay_one(outside):
                 else:  # EOF one way: pass it on, keep the other way open
                     peer[end].shutdown(socket.SHUT_WR)
                     open_ends.remove(end)
-    except OSError:
+    except (OSError, ValueError):
         pass  # the agent is not up yet, or either side went away: drop the connection
     finally:
         inside.close()
@@ -319,12 +329,15 @@ class QemuProvider(Provider):
 
     @classmethod
     def check_available(cls) -> None:
-        """ProviderUnavailable unless QEMU, qemu-img and a current built image exist."""
+        """ProviderUnavailable unless QEMU, qemu-img, setpriv and a current image exist."""
         for binary in (QEMU, QEMU_IMG):
             if shutil.which(binary) is None:
                 raise ProviderUnavailable(
                     f"{binary} is not installed; install it with: "
                     "apt-get install qemu-system-x86 qemu-utils")
+        if shutil.which("setpriv") is None:
+            raise ProviderUnavailable("setpriv is not installed; install it with: "
+                                      "apt-get install util-linux")
         manifest = _read_json(image_dir() / "image.json")
         if manifest is None or not all((image_dir() / n).is_file() for n in _IMAGE_FILES):
             raise ProviderUnavailable(f"no qemu guest image in {image_dir()}; build it with: "
@@ -332,7 +345,7 @@ class QemuProvider(Provider):
         if manifest.get("inputs") != image_inputs():
             raise ProviderUnavailable(
                 f"the qemu guest image in {image_dir()} was built from another guest agent or "
-                f"recipe; rebuild it with: {BUILD_COMMAND} --force")
+                f"recipe; rebuild it with: {BUILD_COMMAND}")
 
     @classmethod
     def build_image(cls, *, force: bool = False, log: Callable[[str], None] = print) -> str:
@@ -368,10 +381,9 @@ class QemuProvider(Provider):
             started = time.monotonic()
             client = self._boot(vm_id, vm_dir, accel, private, deadline)
             # a freshly booted guest's clock is a second or two off (the RTC has whole seconds)
-            _set_guest_clock(client)
+            _set_guest_clock(private["port"], deadline)
             private["boot_s"] = round(time.monotonic() - started, 2)
             _qmp_hmp(vm_dir, f"savevm {self.snapshot_name}", timeout_s=120.0)
-            private["clock_debt_s"] = 0.0
         except BaseException as exc:
             detail = _failure_detail(vm_dir)
             _kill_qemu(private)
@@ -384,27 +396,20 @@ class QemuProvider(Provider):
                       run_id=self.run_id, private=private)
 
     def reset(self, info: VMInfo) -> VMInfo:
-        """loadvm the snapshot, wait for the agent, set the guest clock."""
+        """loadvm the snapshot, set the guest clock, check that the agent answers."""
         vm_dir = Path(info.private["vm_dir"])
         if not _same_process(info.private.get("pid"), info.private.get("create_time")):
             raise VMError(f"VM {info.vm_id}: its QEMU process is gone{_failure_detail(vm_dir)}")
-        started = time.monotonic()
         _qmp_hmp(vm_dir, f"loadvm {info.private['snapshot']}", timeout_s=60.0)
-        # The guest's clock resumes where it was, less the time loadvm kept it paused; set
-        # it from the host's once that debt could matter, not on every reset (an exec in
-        # the guest costs more than the loadvm).
-        debt = info.private.get("clock_debt_s", 0.0) + time.monotonic() - started
         from ...guest.client import GuestClient
 
-        client = GuestClient(info.address, timeout_s=5.0)
+        deadline = time.monotonic() + min(30.0, self.options.boot_timeout_s)
         try:
-            _wait_for_agent(client, None, time.monotonic() + min(30.0, self.options.boot_timeout_s))
-            if debt > CLOCK_SLACK_S:
-                _set_guest_clock(client)
-                debt = 0.0
+            _set_guest_clock(info.private["port"], deadline)
+            GuestClient(info.address, timeout_s=5.0).health()
         except VMError as exc:
             raise VMError(f"VM {info.vm_id}: after loadvm: {exc}") from None
-        return dataclasses.replace(info, private={**info.private, "clock_debt_s": debt})
+        return info
 
     def healthy(self, info: VMInfo) -> bool:
         """QEMU is the process we started and the agent answers /health quickly."""
@@ -691,11 +696,24 @@ def _wait_for_agent(client, proc: subprocess.Popen | None, deadline: float) -> N
         delay = min(delay * 2, 0.2)
 
 
-def _set_guest_clock(client) -> None:
-    """Set the guest's clock to the host's (through the agent)."""
-    answer = client.execute(["date", "-u", "-s", f"@{time.time():.3f}"], timeout=10)
-    if answer.get("returncode") != 0:
-        raise VMError(f"cannot set the guest clock: {answer.get('error') or answer}")
+def _set_guest_clock(port: int, deadline: float) -> None:
+    """Set the guest's clock to the host's: guest-init's relay takes a ``PR-SETTIME`` line
+    on the forwarded port (tasks cannot reach that port: their namespace has only lo).
+    Retried until ``deadline``, so it doubles as the wait for a guest resuming from loadvm."""
+    delay = 0.005
+    while True:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=5.0) as sock:
+                sock.sendall(b"PR-SETTIME %.6f\n" % time.time())
+                if sock.recv(16).startswith(b"ok"):
+                    return
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            raise VMError("the guest did not take the host's time (guest-init's relay does "
+                          "not answer)")
+        time.sleep(delay)
+        delay = min(delay * 2, 0.2)
 
 
 def _kill_qemu(private: dict, graceful: bool = False) -> None:
@@ -806,7 +824,8 @@ def _build_image(force: bool, log: Callable[[str], None]) -> str:
                                       f"with: apt-get install {package}")
     out = image_dir()
     out.mkdir(parents=True, exist_ok=True)
-    with images._locked(out / ".build.lock"):
+    with open(out / ".build.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # two builds at once: the second finds the first's
         manifest = _read_json(out / "image.json")
         if (not force and manifest and manifest.get("inputs") == image_inputs()
                 and all((out / n).is_file() for n in _IMAGE_FILES)):
