@@ -40,6 +40,8 @@ from . import setup as steps
 OBSERVATION_TYPES = ("screenshot", "a11y_tree", "screenshot_a11y_tree")
 #: seconds one action's code may run in the VM (OSWorld's client waits 90 s)
 ACTION_TIMEOUT_S = 90.0
+#: seconds WAIT sleeps when --sleep-after-execution is 0
+WAIT_S = 1.0
 _PREFIX = "import pyautogui; import time; pyautogui.FAILSAFE = False; "
 
 
@@ -128,7 +130,8 @@ class OSWorldEnv(Env):
         kind = acts.special(action)
         error = None
         if kind == "WAIT":
-            time.sleep(self.pause_s)
+            # OSWorld sleeps its pause; with no --sleep-after-execution that would be no wait
+            time.sleep(self.pause_s or WAIT_S)
         elif kind in ("DONE", "FAIL"):
             info = {kind.lower(): True}
         else:

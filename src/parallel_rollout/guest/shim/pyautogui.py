@@ -218,10 +218,15 @@ def typewrite(message, interval=0.0, *args, **kwargs) -> None:
         for key in message:
             press(key)
         return
-    # xdotool type sends "\n" as Return already
+    # xdotool types "\n" as Linefeed, which terminals take but GTK entries ignore: send
+    # Return (what pyautogui presses) between the lines instead
     delay = str(max(1, int(interval * 1000))) if interval else "3"
-    for line in _chunks(str(message)):
-        _xdotool("type", "--delay", delay, "--", line)
+    lines = str(message).replace("\r\n", "\n").split("\n")
+    for index, line in enumerate(lines):
+        for chunk in _chunks(line):
+            _xdotool("type", "--delay", delay, "--", chunk)
+        if index < len(lines) - 1:
+            _xdotool("key", "Return")
 
 
 write = typewrite
