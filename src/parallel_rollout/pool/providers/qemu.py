@@ -5,7 +5,7 @@
     owning process ── launcher thread ──fork──► setpriv --pdeathsig KILL qemu-system-x86_64
                                                   │ -name parallel-rollout-<run>-<vm>
        GuestClient ── http://127.0.0.1:PORT ──────┤ -netdev user,restrict=on,hostfwd=…-:5000
-       _QMP        ── unix:<vm_dir>/qmp.sock ─────┤ savevm / loadvm / quit
+       _qmp()      ── unix:<vm_dir>/qmp.sock ─────┤ savevm / loadvm / quit
                                                   ▼
                    guest: kernel ─► initramfs /init (busybox: insmod virtio + ext4, mount
                           /dev/vda, switch_root) ─► /usr/local/sbin/guest-init (python3, PID 1:
@@ -28,6 +28,7 @@ qcow2. Debian's kernel has virtio and ext4 as modules, so a tiny initramfs (Debi
 busybox, those modules in dependency order, a ten-line ``/init``) mounts the disk. Nothing
 else boots: no systemd, no udev; under TCG the guest is ready in seconds. ``image.json``
 records a hash of everything we put in; an image made from another guest agent is stale.
+``force`` rebuilds this layer; the debootstrap tarball under it is ``images``' own cache.
 
 **KVM is tried, not assumed.** ``/dev/kvm`` may exist while guests hang or QEMU aborts under
 it (nested virtualisation gone wrong). The first VM of a process boots the image's kernel
@@ -43,13 +44,13 @@ runs live in their own network namespace with only ``lo``, so a task sees no net
 as on the other providers (the shell benchmark checks it). QMP on a unix socket in the VM
 folder controls the VM; each call opens its own connection and every read has a timeout.
 
-**Snapshot and reset.** Once the agent answers, ``savevm <snapshot_name>`` stores RAM,
-devices and disk state inside the VM's overlay (an internal qcow2 snapshot). Reset is
-``loadvm``: the guest resumes at the instant it was saved, its agent already listening, so
-every file written, process started and ``/tmp`` entry made since is gone. Its clock would
-fall behind (the wall-clock offset in the snapshot's RAM, less every pause), so reset sends
-the host's time to guest-init's relay (one line, no process started in the guest) and then
-checks that the agent answers.
+**Snapshot and reset.** Once the agent answers, ``savevm <name>`` (``--snapshot-name``,
+default ``init``) stores RAM, devices and disk state inside the VM's overlay (an internal
+qcow2 snapshot). Reset is ``loadvm``: the guest resumes at the instant it was saved, its
+agent already listening, so every file written, process started and ``/tmp`` entry made
+since is gone. Its clock would fall behind (the wall-clock offset in the snapshot's RAM,
+less every pause), so reset sends the host's time to guest-init's relay (one line, no
+process started in the guest) and then checks that the agent answers.
 
 **Process lifetime.** QEMU runs under ``setpriv --pdeathsig KILL``, forked by the process
 provider's launcher thread (PR_SET_PDEATHSIG fires when the forking *thread* exits, and the
@@ -60,6 +61,11 @@ pool starts VMs from short-lived threads), so a VM dies with the process that ow
 from outside a VM: ConfigError. ``path_to_vm`` is a user's own disk image (qcow2 or raw) that
 boots by itself (BIOS) and serves the guest agent on port 5000, as OSWorld's images do; the
 KVM probe still uses the built kernel, so ``image build`` is needed either way.
+
+**Numbers** (2-core host, TCG, 512 MB guest): a boot, snapshot included, takes 9-18 s (so
+the default ``boot_timeout_s`` of 60 s holds, with two VMs booting at once); a reset 0.25-0.35
+s (loadvm about 0.2 s); a VM costs about 320 MB of host RSS. The image: 133 MB of qcow2, 8 MB
+of kernel, 2 MB of initramfs, built in about 10 s once the debootstrap tree is cached.
 """
 
 from __future__ import annotations
