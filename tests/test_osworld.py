@@ -1,0 +1,298 @@
+"""osworld mode: the shipped desktop tasks through a shared pool, a random agent, real
+screenshots, clean resets, bounded guest calls, and the action/evaluator tables."""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+import time
+import zlib
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, assert_exactly_once, read_results, write_tasks
+from parallel_rollout.agents.base import Agent
+from parallel_rollout.config import build_config
+from parallel_rollout.envs.osworld import actions as acts
+from parallel_rollout.envs.osworld import evaluators as ev
+from parallel_rollout.envs.osworld.env import OSWorldEnv
+from parallel_rollout.errors import TaskFileError
+from parallel_rollout.guest.client import GuestClient
+from parallel_rollout.pool.providers.base import ProviderOptions
+from parallel_rollout.pool.providers.process import ProcessProvider
+from parallel_rollout.runner import Runner
+from parallel_rollout.tasks import load_tasks
+from parallel_rollout.envs import task_validators
+
+TASKS = ROOT / "benchmarks" / "osworld_tasks.jsonl"
+WIDTH, HEIGHT = 1024, 768
+
+pytestmark = pytest.mark.skipif(
+    not all(shutil.which(p) for p in ("Xvfb", "openbox", "xterm", "mousepad", "pcmanfm", "xdotool", "wmctrl")),
+    reason="the desktop packages are missing (./dev installs them)")
+
+
+def shipped() -> list[dict]:
+    return [json.loads(line) for line in TASKS.read_text().splitlines() if line.strip()]
+
+
+def run(tmp_path, data, run_id, **flags):
+    base = dict(mode="osworld", data=str(data), agent="oracle", num_rollouts=3, num_vms=2,
+                use_vm_pool=True, output_dir=str(tmp_path / "out"), run_id=run_id, progress=False,
+                screen_width=WIDTH, screen_height=HEIGHT, action_space="computer_13")
+    base.update(flags)
+    return Runner(build_config(base)).run()
+
+
+# ------------------------------------------------------------------------ end to end
+
+
+def test_oracle_passes_every_shipped_task_through_a_shared_pool(tmp_path):
+    tasks = shipped()
+    assert len(tasks) >= 15
+    assert {t["snapshot"] for t in tasks} == {"terminal", "editor", "files"}
+    outcome = run(tmp_path, TASKS, "oracle")
+    assert outcome.exit_code == 0, outcome.message
+    finals = assert_exactly_once(outcome.run_dir, {f"{t['id']}#0" for t in tasks})
+    failed = {k: (r["status"], r.get("eval"), r.get("failure")) for k, r in finals.items()
+              if r["status"] != "success"}
+    assert not failed
+    assert outcome.summary["vm"]["resets"] >= len(tasks)
+    # OSWorld's trajectory layout next to the worker's attempt file
+    folder = outcome.run_dir / "trajectories" / "terminal-echo-file" / "0" / "attempt-0"
+    lines = [json.loads(l) for l in (folder / "traj.jsonl").read_text().splitlines()]
+    assert [l["step_num"] for l in lines] == [1, 2, 3] and lines[-1]["done"]
+    assert lines[1]["action"]["action_type"] == "TYPING"
+    for line in lines:
+        assert (folder / line["screenshot_file"]).read_bytes().startswith(b"\x89PNG")
+    assert (folder / "result.txt").read_text().strip() == "1.0"
+
+
+class RandomAgent(Agent):
+    """Random computer_13 actions (never DONE or FAIL): what a desktop task must not reward."""
+
+    name = "random"
+
+    def reset(self, task) -> None:
+        self.rng = random.Random(task.id)
+
+    def act(self, observation):
+        kind = self.rng.choice(["CLICK", "TYPING", "PRESS", "HOTKEY", "SCROLL", "MOVE_TO"])
+        x, y = self.rng.randrange(WIDTH), self.rng.randrange(HEIGHT)
+        params = {"CLICK": {"x": x, "y": y}, "MOVE_TO": {"x": x, "y": y},
+                  "TYPING": {"text": "".join(self.rng.choice("abcxyz ") for _ in range(6))},
+                  "PRESS": {"key": self.rng.choice(["a", "tab", "left", "space", "x"])},
+                  "HOTKEY": {"keys": ["shift", self.rng.choice("abc")]},
+                  "SCROLL": {"dx": 0, "dy": self.rng.choice([-2, 2])}}[kind]
+        return {"action_type": kind, "parameters": params}
+
+
+def test_a_random_agent_fails_nearly_every_task(tmp_path):
+    tasks = shipped()
+    outcome = run(tmp_path, TASKS, "random", agent="test_osworld:RandomAgent", max_turns=4)
+    finals = assert_exactly_once(outcome.run_dir, {f"{t['id']}#0" for t in tasks})
+    assert all(r["status"] in ("success", "failure", "max_turns") for r in finals.values()), \
+        {k: r.get("failure") for k, r in finals.items()}
+    assert outcome.summary["successes"] <= 1
+
+
+def test_a_hanging_open_times_out_and_the_run_goes_on(tmp_path):
+    good = next(t for t in shipped() if t["id"] == "terminal-mkdir")
+    # "cat" is a program on PATH that never opens a window: open_file waits for one in vain
+    hang = {**good, "id": "never-opens", "open_timeout": 2,
+            "config": [{"type": "open", "parameters": {"path": "cat"}}]}
+    data = write_tasks(tmp_path / "tasks.jsonl", [hang, good])
+    started = time.monotonic()
+    outcome = run(tmp_path, data, "hang", num_rollouts=2, num_vms=1)
+    assert time.monotonic() - started < 60
+    finals = assert_exactly_once(outcome.run_dir, {"never-opens#0", "terminal-mkdir#0"})
+    assert finals["terminal-mkdir#0"]["status"] == "success"
+    stuck = finals["never-opens#0"]
+    assert stuck["status"] == "error" and not stuck["infrastructure"]
+    assert "config step 1 (open)" in stuck["failure"]["message"]
+    assert "within 2s" in stuck["failure"]["message"]
+
+
+# ------------------------------------------------------------------ a desktop VM itself
+
+
+@pytest.fixture
+def desktop_vm(tmp_path):
+    provider = ProcessProvider("osw-vm", ProviderOptions(desktop=True, screen_width=WIDTH,
+                                                         screen_height=HEIGHT))
+    info = provider.start("vm0")
+    holder = {"info": info}
+    try:
+        yield provider, holder
+    finally:
+        provider.stop(holder["info"])
+
+
+def _pixels(png: bytes) -> tuple[int, int, bytes]:
+    """Width, height and RGB rows of one of our PNGs (8-bit RGB, filter 0 on every row)."""
+    width, height = int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")
+    data, at = b"", 8
+    while at < len(png):
+        length = int.from_bytes(png[at:at + 4], "big")
+        if png[at + 4:at + 8] == b"IDAT":
+            data += png[at + 8:at + 8 + length]
+        at += 12 + length
+    raw = zlib.decompress(data)
+    row = width * 3 + 1
+    assert all(raw[y * row] == 0 for y in range(height))
+    return width, height, b"".join(raw[y * row + 1:(y + 1) * row] for y in range(height))
+
+
+def _changed(before: bytes, after: bytes, width: int, box: tuple[int, int, int, int]) -> int:
+    x0, y0, x1, y1 = box
+    count = 0
+    for y in range(y0, y1):
+        a = before[(y * width + x0) * 3:(y * width + x1) * 3]
+        b = after[(y * width + x0) * 3:(y * width + x1) * 3]
+        count += sum(1 for i in range(0, len(a), 3) if a[i:i + 3] != b[i:i + 3])
+    return count
+
+
+def _wait_window(client: GuestClient, title: str, present: bool = True) -> None:
+    deadline = time.monotonic() + 15
+    while (f'name="{title}"' in client.accessibility_tree()) != present:
+        assert time.monotonic() < deadline, f"window {title!r} present={not present} after 15 s"
+        time.sleep(0.1)
+
+
+def test_a_screenshot_shows_what_the_oracle_typed(desktop_vm):
+    provider, holder = desktop_vm
+    client = GuestClient(holder["info"].address)
+    assert client.screen_size() == (WIDTH, HEIGHT)
+    client.launch(["xterm", "-T", "big", "-fa", "Monospace", "-fs", "28", "-geometry", "40x6+0+0"])
+    _wait_window(client, "big")
+    time.sleep(0.3)
+    width, height, before = _pixels(client.screenshot())
+    assert (width, height) == (WIDTH, HEIGHT)
+    code = acts.computer13_to_code({"action_type": "TYPING", "parameters": {"text": "WWWWWWWWWWWW"}})
+    result = client.execute(["python", "-c", "import pyautogui; " + code])
+    assert result["returncode"] == 0, result
+    time.sleep(0.3)
+    _, _, after = _pixels(client.screenshot())
+    # the typed line lies in the terminal's top rows, nowhere below the window
+    assert _changed(before, after, width, (0, 0, 600, 200)) > 500
+    assert _changed(before, after, width, (0, 400, WIDTH, HEIGHT)) == 0
+    # and the terminal is what the window list says it is: a title the shell sets
+    client.execute(["python", "-c", "import pyautogui; pyautogui.typewrite(" +
+                    repr("\nprintf '\\033]0;typed-title\\007'\n") + ")"])
+    _wait_window(client, "typed-title")
+    assert client.cursor_position() == client.cursor_position()
+
+
+def test_reset_leaves_no_window_file_or_process_and_is_fast(desktop_vm):
+    provider, holder = desktop_vm
+    client = GuestClient(holder["info"].address)
+    client.launch(["xterm", "-T", "leftover"])
+    client.execute("echo x > ~/leftover.txt", shell=True)
+    client.launch(["sleep", "300"])
+    _wait_window(client, "leftover")
+    client.open_file("~/leftover.txt", timeout=20)
+    timings = []
+    for _ in range(3):
+        started = time.monotonic()
+        holder["info"] = provider.reset(holder["info"])
+        timings.append(time.monotonic() - started)
+    client = GuestClient(holder["info"].address)
+    tree = client.accessibility_tree()
+    assert "<application" not in tree, tree
+    # the home is the snapshot's again (plus what openbox writes at boot: ~/.cache/openbox)
+    assert client.execute("ls -A ~", shell=True)["output"].split() == [".cache"]
+    procs = client.execute(["ps", "-eo", "comm"])["output"].split()
+    assert not {"xterm", "sleep", "mousepad"} & set(procs), procs
+    assert {"Xvfb", "openbox"} <= set(procs)
+    assert sorted(timings)[1] < 1.0, timings
+
+
+def test_recording_and_bounded_window_calls(desktop_vm):
+    provider, holder = desktop_vm
+    client = GuestClient(holder["info"].address)
+    client.start_recording()
+    client.launch(["xterm", "-T", "rec"])
+    _wait_window(client, "rec")
+    client.activate_window("rec", strict=True)
+    client.close_window("rec")
+    _wait_window(client, "rec", present=False)
+    with pytest.raises(LookupError):
+        client.close_window("no-such-window")
+    video = client.end_recording()
+    assert video[4:8] == b"ftyp"
+    with pytest.raises(FileNotFoundError):
+        client.open_file("~/missing.txt", timeout=1)
+
+
+# ------------------------------------------------------------------------ tables
+
+
+@pytest.mark.parametrize("action, message", [
+    ({"action_type": "CLICK", "parameters": {"x": 5000, "y": 1}}, "'x' must be within"),
+    ({"action_type": "CLICK", "parameters": {"x": 5}}, "go together"),
+    ({"action_type": "CLICK", "parameters": {"num_clicks": 4}}, "num_clicks"),
+    ({"action_type": "CLICK", "parameters": {"button": "side"}}, "button"),
+    ({"action_type": "MOVE_TO", "parameters": {}}, "missing parameter 'x'"),
+    ({"action_type": "DRAG_TO", "parameters": {"x": 1}}, "missing parameter 'y'"),
+    ({"action_type": "SCROLL", "parameters": {"dy": 1.5}}, "'dy' must be an integer"),
+    ({"action_type": "TYPING", "parameters": {"text": 3}}, "'text' must be a string"),
+    ({"action_type": "PRESS", "parameters": {"key": "hyper"}}, "key name"),
+    ({"action_type": "HOTKEY", "parameters": {"keys": []}}, "non-empty list"),
+    ({"action_type": "JUMP", "parameters": {}}, "unknown action_type"),
+    ("pyautogui.click()", "a computer_13 action is a dict"),
+])
+def test_computer_13_validation(action, message):
+    with pytest.raises(acts.ActionError, match=message):
+        acts.to_code(action, "computer_13", 1920, 1080)
+
+
+def test_all_16_action_types_translate():
+    examples = {
+        "MOVE_TO": {"x": 1, "y": 2}, "CLICK": {"x": 1, "y": 2, "button": "right", "num_clicks": 2},
+        "MOUSE_DOWN": {}, "MOUSE_UP": {"button": "middle"}, "RIGHT_CLICK": {}, "DOUBLE_CLICK": {"x": 3, "y": 4},
+        "DRAG_TO": {"x": 5, "y": 6}, "SCROLL": {"dx": 1, "dy": -2}, "TYPING": {"text": "a'b"},
+        "PRESS": {"key": "enter"}, "KEY_DOWN": {"key": "shift"}, "KEY_UP": {"key": "shift"},
+        "HOTKEY": {"keys": ["ctrl", "s"]},
+    }
+    for kind, params in examples.items():
+        code = acts.computer13_to_code({"action_type": kind, "parameters": params})
+        compile(code, kind, "exec")
+    # flat parameters, as OSWorld also accepts
+    assert acts.computer13_to_code({"action_type": "MOVE_TO", "x": 1, "y": 2}) == "pyautogui.moveTo(1, 2)"
+    assert [acts.special(a) for a in ("WAIT", {"action_type": "FAIL"}, " DONE ")] == ["WAIT", "FAIL", "DONE"]
+    assert len(set(examples) | set(acts.SPECIAL)) == 16
+
+
+def test_pyautogui_space_and_less_than_fix():
+    assert acts.to_code("pyautogui.press('<')", "pyautogui", 10, 10) == 'pyautogui.hotkey("shift", ",")'
+    assert acts.to_code("pyautogui.typewrite('a<b')", "pyautogui", 10, 10) == \
+        "pyautogui.typewrite('a'); pyautogui.hotkey(\"shift\", \",\"); pyautogui.typewrite('b')"
+    assert acts.to_code({"command": "pyautogui.click()"}, "pyautogui", 10, 10) == "pyautogui.click()"
+
+
+def test_scores_combine_like_osworld():
+    assert ev.combine([1.0, 0.0], "and") == 0.0
+    assert ev.combine([1.0, 0.5], "and") == 0.75
+    assert ev.combine([0.0, 1.0], "or") == 1.0
+    assert ev.combine([0.2, 0.4], "or") == 0.4
+    assert ev.check_include_exclude("a b", {"include": ["a"], "exclude": ["c"]}) == 1.0
+    assert ev.check_direct_json_object('{"k": 1, "j": 2}', {"expected": {"k": 1}}) == 1.0
+    assert ev.exact_match(None, {"expected": ""}) == 0.0
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"config": [{"type": "googledrive", "parameters": {}}]}, "unsupported step type 'googledrive'"),
+    ({"evaluator": {"func": "compare_table", "result": {"type": "vm_file", "path": "x"}}}, "unsupported metric 'compare_table'"),
+    ({"evaluator": {"func": "exact_match", "result": {"type": "open_tabs_info"}}}, "unsupported result getter type 'open_tabs_info'"),
+    ({"evaluator": {"func": ["exact_match", "exact_match"], "result": [{"type": "rule", "rules": {}}]}}, "as long as 'func'"),
+    ({"reference": [{"action_type": "PRESS", "parameters": {"key": "nope"}}]}, "reference action 1"),
+])
+def test_unsupported_pieces_fail_at_load_naming_the_task(tmp_path, change, message):
+    task = {**shipped()[0], **change, "id": "bad-task"}
+    data = write_tasks(tmp_path / "bad.jsonl", [task])
+    with pytest.raises(TaskFileError, match="bad-task") as info:
+        load_tasks(data, default_mode="osworld", validators=task_validators())
+    assert message in str(info.value)
