@@ -296,3 +296,22 @@ def test_unsupported_pieces_fail_at_load_naming_the_task(tmp_path, change, messa
     with pytest.raises(TaskFileError, match="bad-task") as info:
         load_tasks(data, default_mode="osworld", validators=task_validators())
     assert message in str(info.value)
+
+
+def test_openai_agent_messages_carry_the_screenshot_and_parse_both_spaces(tmp_path):
+    from parallel_rollout.agents import prompts
+    from parallel_rollout.agents.openai_agent import _drop_old_images
+
+    png = tmp_path / "step_0.png"
+    png.write_bytes(b"\x89PNG fake")
+    content = prompts.render("osworld", {"instruction": "do it", "screenshot_path": str(png),
+                                         "accessibility_tree": "<desktop-frame/>"})
+    assert content[0]["type"] == "text" and "<desktop-frame/>" in content[0]["text"]
+    assert content[1]["image_url"]["url"].startswith("data:image/png;base64,")
+    messages = [{"role": "user", "content": [dict(p) for p in content]} for _ in range(5)]
+    _drop_old_images(messages, 3)
+    assert sum(p["type"] == "image_url" for m in messages for p in m["content"]) == 3
+    assert prompts.parse("osworld", 'I click.\n```json\n{"action_type": "CLICK", "parameters": {}}\n```') == \
+        {"action_type": "CLICK", "parameters": {}}
+    assert prompts.parse("osworld", "```python\npyautogui.press('enter')\n```") == "pyautogui.press('enter')"
+    assert prompts.parse("osworld", "All finished.\nDONE") == "DONE"

@@ -93,6 +93,7 @@ class OpenAIAgent(Agent):
     def act(self, observation: dict[str, Any]) -> Any:
         """Send the observation, return the parsed reply; AgentError when retries run out."""
         self._messages.append({"role": "user", "content": prompts.render(self._mode, observation)})
+        _drop_old_images(self._messages, KEEP_IMAGES)
         reply = self._complete()
         self._messages.append({"role": "assistant", "content": reply})
         return prompts.parse(self._mode, reply)
@@ -163,6 +164,24 @@ class OpenAIAgent(Agent):
 
 class MalformedResponse(Exception):
     """A 2xx response whose body is not a usable chat completion."""
+
+
+#: screenshots kept in the conversation (older ones become a note), as OSWorld's agents do
+KEEP_IMAGES = 3
+
+
+def _drop_old_images(messages: list[dict[str, Any]], keep: int) -> None:
+    """Replace every image but the last ``keep`` with a short text part."""
+    seen = 0
+    for message in reversed(messages):
+        content = message.get("content")
+        if not isinstance(content, list):
+            continue
+        for index, part in enumerate(content):
+            if part.get("type") == "image_url":
+                seen += 1
+                if seen > keep:
+                    content[index] = {"type": "text", "text": "[older screenshot omitted]"}
 
 
 def reply_of(body: bytes | str) -> tuple[str, dict[str, int]]:

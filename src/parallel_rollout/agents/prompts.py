@@ -64,8 +64,9 @@ def system_prompt(mode: str) -> str:
     return SYSTEM_PROMPTS.get(mode, GENERIC_SYSTEM)
 
 
-def render(mode: str, observation: Mapping[str, Any]) -> str:
-    """The user message for one turn of ``mode``."""
+def render(mode: str, observation: Mapping[str, Any]) -> str | list[dict[str, Any]]:
+    """The user message for one turn of ``mode``: text, or OpenAI content parts (osworld:
+    text and a screenshot image)."""
     renderer = _RENDERERS.get(mode, _render_generic)
     return renderer(observation)
 
@@ -181,6 +182,66 @@ def _tail(text: str) -> str:
     return f"[… {len(text) - OUTPUT_TAIL} characters cut …]\n{text[-OUTPUT_TAIL:]}"
 
 
-_RENDERERS = {"shell": _render_shell, "py": _render_py, "math": _render_math}
+# -- osworld --------------------------------------------------------------------------------
+
+OSWORLD_SYSTEM = """\
+You operate a Linux desktop (openbox, xterm, mousepad, pcmanfm) to complete the user's task.
+Each turn you get the task, a screenshot and/or the window list as XML. Answer with ONE action:
+- computer_13: a ```json block such as {"action_type": "CLICK", "parameters": {"x": 200, "y": 150}}.
+  Types: MOVE_TO, CLICK, MOUSE_DOWN, MOUSE_UP, RIGHT_CLICK, DOUBLE_CLICK, DRAG_TO, SCROLL (dx, dy),
+  TYPING (text), PRESS/KEY_DOWN/KEY_UP (key), HOTKEY (keys: list), WAIT, FAIL, DONE.
+- pyautogui: a ```python block of pyautogui calls, e.g. pyautogui.typewrite('ls\\n').
+Reply DONE when the task is complete, FAIL if it cannot be done, WAIT to let the screen settle."""
+SYSTEM_PROMPTS["osworld"] = OSWORLD_SYSTEM
+
+
+def _render_osworld(observation: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """OpenAI vision content: the task (+ a11y tree, + last error) as text, the screenshot
+    as a base64 PNG image."""
+    import base64
+
+    text = f"Task: {observation.get('instruction')}"
+    if observation.get("error"):
+        text += f"\nYour last action was not executed: {observation['error']}"
+    if observation.get("accessibility_tree"):
+        text += "\nWindows (accessibility tree):\n" + _tail(observation["accessibility_tree"])
+    content: list[dict[str, Any]] = [{"type": "text", "text": text}]
+    path = observation.get("screenshot_path")
+    if path:
+        with open(path, "rb") as fh:
+            data = base64.b64encode(fh.read()).decode("ascii")
+        content.append({"type": "image_url", "image_url": {"url": f"data:image/png;base64,{data}"}})
+    return content
+
+
+_SPECIAL = re.compile(r"^[`*\s]*(WAIT|FAIL|DONE)[`*.!\s]*$")
+
+
+def parse_osworld(reply_text: str) -> Any:
+    """A computer_13 dict from a ```json block, pyautogui code from a ```python block,
+    WAIT/FAIL/DONE from a bare word; otherwise the reply itself (the env says what is wrong)."""
+    for tag, body in fenced_blocks(reply_text):
+        body = body.strip()
+        if tag in ("json", "") and body.startswith("{"):
+            try:
+                return json.loads(body)
+            except ValueError:
+                continue
+        if tag in ("python", "py", ""):
+            special = _SPECIAL.match(body)
+            return special.group(1) if special else body
+    stripped = reply_text.strip()
+    special = _SPECIAL.match(stripped.splitlines()[-1] if stripped else "")
+    if special:
+        return special.group(1)
+    if stripped.startswith("{"):
+        try:
+            return json.loads(stripped)
+        except ValueError:
+            pass
+    return stripped
+
+
+_RENDERERS = {"shell": _render_shell, "py": _render_py, "math": _render_math, "osworld": _render_osworld}
 # py and math hand the whole reply to the env, which knows how to pick out code or \boxed{}.
-_PARSERS = {"shell": parse_shell}
+_PARSERS = {"shell": parse_shell, "osworld": parse_osworld}
