@@ -223,3 +223,53 @@ def test_ids_with_slashes_load_and_get_distinct_safe_folders(tmp_path):
     names = {safe_name(t.id) for t in tasks}
     assert len(names) == 2 and not any("/" in n or n.startswith(".") for n in names)
     assert safe_name("plain-id_1.x") == "plain-id_1.x"
+
+
+def _osworld_folder(tmp_path):
+    """An OSWorld-layout folder made from the shipped desktop tasks: two domains."""
+    shipped = [json.loads(line) for line in
+               (Path(__file__).parent.parent / "benchmarks" / "osworld_tasks.jsonl").read_text().splitlines()]
+    folder = tmp_path / "evaluation_examples"
+    index = {"os": [], "editor": []}
+    for n, task in enumerate(shipped[:4]):
+        domain = "os" if n % 2 == 0 else "editor"
+        task.pop("mode", None)
+        index[domain].append(task["id"])
+        path = folder / "examples" / domain / f"{task['id']}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(task, indent=2))
+    (folder / "test_all.json").write_text(json.dumps(index))
+    return folder, index
+
+
+def test_osworld_folder_loads_every_domain_or_one(tmp_path):
+    folder, index = _osworld_folder(tmp_path)
+    every = load_tasks(folder, default_mode="osworld", validators=task_validators())
+    assert sorted(t.id for t in every) == sorted(index["os"] + index["editor"])
+    editor = load_tasks(folder, default_mode="osworld", validators=task_validators(), domain="editor")
+    assert [t.id for t in editor] == index["editor"] and all("editor" in t.tags for t in editor)
+    with pytest.raises(TaskFileError, match="no domain 'chrome'; domains: editor, os"):
+        load_tasks(folder, default_mode="osworld", validators=task_validators(), domain="chrome")
+
+
+@pytest.mark.parametrize("breakage,expected", [
+    ("no index", "needs test_all.json"),
+    ("missing task file", "has no file"),
+    ("bad task json", "invalid JSON"),
+])
+def test_osworld_folder_errors_name_the_file(tmp_path, breakage, expected):
+    folder, index = _osworld_folder(tmp_path)
+    if breakage == "no index":
+        (folder / "test_all.json").unlink()
+    elif breakage == "missing task file":
+        (folder / "examples" / "os" / f"{index['os'][0]}.json").unlink()
+    else:
+        (folder / "examples" / "os" / f"{index['os'][0]}.json").write_text("{oops")
+    with pytest.raises(TaskFileError, match=expected):
+        load_tasks(folder, default_mode="osworld", validators=task_validators())
+
+
+def test_domain_with_a_task_file_is_refused(tmp_path):
+    path = write_tasks(tmp_path / "t.jsonl", [shell_task("a")])
+    with pytest.raises(TaskFileError, match="--domain os applies to an OSWorld folder"):
+        load_tasks(path, default_mode="shell", validators=task_validators(), domain="os")

@@ -112,7 +112,7 @@ class RunConfig:
         return hashlib.sha256(blob).hexdigest()[:16]
 
 
-_IDENTITY_FIELDS = ("mode", "data", "agent", "agent_cmd", "model", "group_size", "max_turns", "action_space")
+_IDENTITY_FIELDS = ("mode", "data", "domain", "agent", "agent_cmd", "model", "group_size", "max_turns", "action_space")
 _FIELDS = {f.name: f for f in dataclasses.fields(RunConfig) if f.name != "explicit"}
 
 
@@ -211,10 +211,6 @@ def validate_ranges(cfg: RunConfig) -> None:
             raise ConfigError(f"--{name.replace('_', '-')} must be at least 1")
     if cfg.observation_type not in ("screenshot", "a11y_tree", "screenshot_a11y_tree"):
         raise ConfigError("--observation-type must be screenshot, a11y_tree or screenshot_a11y_tree")
-    if "domain" in cfg.explicit:
-        # the flag is reserved: loading an OSWorld folder (examples/<domain>/) is not built yet
-        raise ConfigError("--domain selects a domain of an OSWorld folder given as --data; "
-                          "folders are not supported yet: convert the tasks to a JSONL file")
     if not cfg.sleep_after_execution >= 0:
         raise ConfigError("--sleep-after-execution must be 0 or more (seconds)")
     if cfg.temperature is not None and not 0 <= cfg.temperature <= 2:

@@ -138,6 +138,9 @@ class Runner:
             "screen_width": ("desktop modes (osworld)", env_opts & {"screen_width"}),
             "screen_height": ("desktop modes (osworld)", env_opts & {"screen_height"}),
             "client_password": ("desktop modes (osworld)", env_opts & {"client_password"}),
+            "observation_type": ("desktop modes (osworld)", env_opts & {"observation_type"}),
+            "sleep_after_execution": ("desktop modes (osworld)", env_opts & {"sleep_after_execution"}),
+            "record": ("desktop modes (osworld)", env_opts & {"record"}),
             "model": ("model-backed agents (openai)", agent_opts & {"model"}),
             "base_url": ("the openai agent", agent_opts & {"base_url"}),
             "temperature": ("the openai agent", agent_opts & {"temperature"}),
@@ -156,7 +159,7 @@ class Runner:
         check_config = getattr(self.agent_cls, "check_config", None)
         if check_config is not None:
             check_config(cfg)
-        tasks = load_tasks(cfg.data, default_mode=cfg.mode, validators=task_validators())
+        tasks = load_tasks(cfg.data, default_mode=cfg.mode, validators=task_validators(), domain=cfg.domain)
         check_task = getattr(self.agent_cls, "check_task", None)
         if check_task is not None:
             for task in tasks:

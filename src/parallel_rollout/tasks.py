@@ -125,21 +125,59 @@ def _records(path: Path) -> Iterable[tuple[int, Any]]:
             raise TaskFileError(f"{path}:{lineno}: invalid JSON: {exc.msg}") from None
 
 
+def _folder_records(folder: Path, domain: str) -> Iterable[tuple[str, Any]]:
+    """(where, task) for an OSWorld folder: ``test_all.json`` maps each domain to task ids,
+    whose files are ``examples/<domain>/<id>.json``; ``domain`` picks one, or ``all``."""
+    index_path = folder / "test_all.json"
+    if not index_path.is_file():
+        raise TaskFileError(f"{folder}: a task folder needs test_all.json (OSWorld's layout: "
+                            "test_all.json + examples/<domain>/<id>.json)")
+    try:
+        index = json.loads(index_path.read_text(encoding="utf-8-sig"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise TaskFileError(f"{index_path}:1: invalid JSON: {exc}") from None
+    if not isinstance(index, dict) or not all(
+            isinstance(ids, list) and all(isinstance(i, str) for i in ids) for ids in index.values()):
+        raise TaskFileError(f"{index_path}:1: expected {{\"domain\": [\"task id\", ...]}}")
+    if domain != "all" and domain not in index:
+        raise TaskFileError(f"{index_path}: no domain {domain!r}; domains: {', '.join(sorted(index)) or 'none'}")
+    for name in sorted(index) if domain == "all" else [domain]:
+        for task_id in index[name]:
+            task_path = folder / "examples" / name / f"{task_id}.json"
+            try:
+                raw = json.loads(task_path.read_text(encoding="utf-8-sig"))
+            except FileNotFoundError:
+                raise TaskFileError(f"{index_path}: task {task_id!r} of domain {name!r} has no file "
+                                    f"{task_path}") from None
+            except (ValueError, UnicodeDecodeError) as exc:
+                raise TaskFileError(f"{task_path}:1: invalid JSON: {exc}") from None
+            if isinstance(raw, dict) and isinstance(raw.get("tags", []), list) and name not in raw.get("tags", []):
+                raw["tags"] = [*raw.get("tags", []), name]  # per-domain numbers in the summary
+            yield f"{task_path}:1", raw
+
+
 def load_tasks(
     path: str | Path,
     *,
     default_mode: str | None,
     validators: Validators,
+    domain: str = "all",
 ) -> list[Task]:
-    """Load and validate every task of ``path``; TaskFileError on the first bad record."""
+    """Load and validate every task of ``path`` (a file, a named dataset, or an OSWorld
+    folder filtered by ``domain``); TaskFileError on the first bad record."""
     path = resolve_data(str(path))
-    where_word = "item" if _kind(path) == ".json" else "line"
+    if path.is_dir():
+        records = _folder_records(path, domain)
+    elif domain != "all":
+        raise TaskFileError(f"{path}: --domain {domain} applies to an OSWorld folder given as --data, "
+                            "not to a task file")
+    elif _kind(path) == ".json":
+        records = ((f"{path}: item {n}", raw) for n, raw in _records(path))
+    else:
+        records = ((f"{path}:{n}", raw) for n, raw in _records(path))
     tasks: list[Task] = []
     seen: dict[str, str] = {}
-    for lineno, raw in _records(path):
-        where = f"{path}:{lineno}"
-        if where_word == "item":
-            where = f"{path}: item {lineno}"
+    for where, raw in records:
         task = _parse_task(raw, where, default_mode, validators)
         if task.id in seen:
             raise TaskFileError(f"{where}: duplicate task id {task.id!r} (first at {seen[task.id]})")
