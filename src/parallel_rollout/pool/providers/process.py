@@ -451,7 +451,10 @@ def _kill_sandbox(private: dict) -> None:
     """SIGKILL bwrap and the namespace init, and wait until the init (hence every process
     of the namespace) is gone; VMError if it outlives KILL_WAIT_S."""
     pid, init_pid = private.get("pid"), private.get("init_pid")
-    for target, created in ((init_pid, private.get("init_create_time")),
+    init_created = private.get("init_create_time")
+    if init_pid is None and _same_process(pid, private.get("create_time")):
+        init_pid, init_created = _unreported_init(pid)
+    for target, created in ((init_pid, init_created),
                             (pid, private.get("create_time"))):
         if _same_process(target, created):
             try:
@@ -468,13 +471,40 @@ def _kill_sandbox(private: dict) -> None:
     # exiting only after every other process of its pid namespace has.
     deadline = time.monotonic() + KILL_WAIT_S
     delay = 0.0005
-    while _same_process(init_pid, private.get("init_create_time")) or \
+    while _same_process(init_pid, init_created) or \
             _same_process(pid, private.get("create_time")):
         if time.monotonic() > deadline:
             raise VMError(f"sandbox {private.get('vm_dir')} survived SIGKILL "
                           f"for {KILL_WAIT_S}s")
         time.sleep(delay)
         delay = min(delay * 2, 0.05)
+
+
+def _unreported_init(pid: int) -> tuple[int | None, float | None]:
+    """The namespace init of a bwrap that has not reported it yet (a boot that failed before
+    --info-fd said), as (pid, create time), or (None, None).
+
+    It must be killed by hand: bwrap's --die-with-parent is set up by the init itself, and an
+    init whose bwrap dies before that outlives it as an orphan sandbox. bwrap is stopped
+    first, so that it cannot fork the init after we looked."""
+    try:
+        os.kill(pid, signal.SIGSTOP)
+        bwrap = psutil.Process(pid)
+        # kill() returns before the signal lands; until then bwrap may still fork
+        deadline = time.monotonic() + KILL_WAIT_S
+        while bwrap.status() not in (psutil.STATUS_STOPPED, psutil.STATUS_ZOMBIE):
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.0005)
+        children = bwrap.children()
+    except (ProcessLookupError, psutil.Error):
+        return None, None
+    for child in children:
+        try:
+            return child.pid, child.create_time()
+        except psutil.Error:
+            continue
+    return None, None
 
 
 def _sandbox_alive(meta: dict, vm_dir: Path) -> bool:
