@@ -13,12 +13,15 @@ from __future__ import annotations
 import json
 import os
 import random
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import psutil
+import pytest
 
-from conftest import _SANDBOX_ROOT, read_results, shell_task, write_tasks
+from conftest import _SANDBOX_ROOT, ROOT, read_results, shell_task, write_tasks
 
 #: environment variable whose value marks every process of one CLI run of a test
 CHAOS_MARK = "PR_CHAOS_MARK"
@@ -44,13 +47,14 @@ def isolated_task(task_id: str, *, sleep: float = 0.0, passes: bool = True) -> d
     return shell_task(task_id, check=check, reference=reference)
 
 
-def mixed_tasks(count: int, rng: random.Random, fail_every: int = 10) -> list[dict]:
-    """``count`` short tasks: most instant, some sleeping up to 0.2 s, every ``fail_every``-th
-    one failing its check on purpose."""
+def mixed_tasks(count: int, rng: random.Random, fail_every: int = 10,
+                sleeps: tuple[float, ...] = (0, 0, 0, 0.05, 0.1, 0.2)) -> list[dict]:
+    """``count`` short tasks, each sleeping one of ``sleeps`` seconds (drawn at random), every
+    ``fail_every``-th one failing its check on purpose."""
     tasks = []
     for i in range(count):
         passes = i % fail_every != fail_every - 1
-        sleep = rng.choice([0, 0, 0, 0.05, 0.1, 0.2])
+        sleep = rng.choice(sleeps)
         tasks.append(isolated_task(f"{'p' if passes else 'f'}{i:04d}", sleep=sleep, passes=passes))
     return tasks
 
@@ -75,6 +79,22 @@ def assert_events_explain_retries(run_dir: Path) -> list[dict]:
         if record["status"] == "worker_died":
             assert f"pid {record['pid']}:" in deaths, f"no worker_died event for pid {record['pid']}"
     return events
+
+
+def start_marked_cli(tmp_path: Path, mark: str, *args: str) -> subprocess.Popen:
+    """``run_parallel_rollout.py *args`` as a subprocess whose processes carry ``mark``.
+
+    Its output goes to files, not pipes: a pipe would make the test wait for every child that
+    inherited it, hiding how long they outlive a kill."""
+    argv = [sys.executable, str(ROOT / "run_parallel_rollout.py"), *args]
+    env = {**os.environ, CHAOS_MARK: mark}
+    with open(tmp_path / f"{mark}.out", "w") as out, open(tmp_path / f"{mark}.err", "w") as err:
+        return subprocess.Popen(argv, stdout=out, stderr=err, env=env)
+
+
+def stderr_of(tmp_path: Path, mark: str) -> str:
+    """What the CLI started with ``mark`` wrote to stderr."""
+    return (tmp_path / f"{mark}.err").read_text()
 
 
 def stray_processes(mark: str | None = None) -> list[str]:
@@ -108,5 +128,52 @@ def wait_until_gone(mark: str | None = None, timeout: float = 15.0) -> list[str]
         time.sleep(0.1)
 
 
-__all__ = ["CHAOS_MARK", "INFRASTRUCTURE", "assert_events_explain_retries", "isolated_task", "mixed_tasks",
-           "read_events", "seeded_rng", "stray_processes", "wait_until_gone", "write_tasks"]
+def adopted_sandbox_zombies() -> list[psutil.Process]:
+    """Zombie sandbox inits that this test process adopted.
+
+    conftest makes the test process a child subreaper, so the pid-namespace init of a sandbox
+    whose bwrap was killed (every reset kills one) is re-parented here instead of to pid 1.
+    Nothing here waits for it: outside the tests init reaps it; here it stays a zombie."""
+    found = []
+    for proc in psutil.Process().children():
+        try:
+            if proc.status() == psutil.STATUS_ZOMBIE and proc.name() == "bwrap":
+                found.append(proc)
+        except psutil.Error:
+            pass
+    return found
+
+
+def assert_no_zombies_of_the_run() -> None:
+    """No zombie below this process except the sandbox inits it adopted as a subreaper."""
+    adopted = {p.pid for p in adopted_sandbox_zombies()}
+    zombies = []
+    for proc in psutil.Process().children(recursive=True):
+        try:
+            if proc.pid not in adopted and proc.status() == psutil.STATUS_ZOMBIE:
+                zombies.append(f"{proc.pid} {proc.name()} (parent {proc.ppid()})")
+        except psutil.Error:
+            pass
+    assert zombies == [], f"zombie processes: {zombies}"
+
+
+@pytest.fixture(autouse=True)
+def reap_adopted_sandboxes():
+    """Reap the zombie sandbox inits a test made this process adopt (see above), so a soak of
+    thousands of resets leaves no zombies behind for the rest of the session. Never touches
+    a child this process started itself: those are python processes, or bwraps still tracked
+    by the process provider."""
+    yield
+    from parallel_rollout.pool.providers.process import _children
+
+    for proc in adopted_sandbox_zombies():
+        if proc.pid not in _children:
+            try:
+                os.waitpid(proc.pid, os.WNOHANG)
+            except ChildProcessError:
+                pass
+
+
+__all__ = ["CHAOS_MARK", "INFRASTRUCTURE", "adopted_sandbox_zombies", "assert_events_explain_retries",
+           "assert_no_zombies_of_the_run", "isolated_task", "mixed_tasks",
+           "read_events", "reap_adopted_sandboxes", "seeded_rng", "start_marked_cli", "stderr_of", "stray_processes", "wait_until_gone", "write_tasks"]

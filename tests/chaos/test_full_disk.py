@@ -16,6 +16,7 @@ import subprocess
 import pytest
 from click.testing import CliRunner
 
+from chaos_support import reap_adopted_sandboxes  # noqa: F401 - an autouse fixture
 from conftest import assert_exactly_once, shell_task, write_tasks
 from parallel_rollout.cli import main
 
