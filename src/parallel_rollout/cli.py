@@ -71,6 +71,12 @@ def main() -> None:
               help="VM technology: process (bubblewrap sandbox), or a plugin's name or module:Class.")
 @click.option("--snapshot-name", help="Snapshot VMs are reset to; for process: a folder copied as the home.")
 @click.option("--path-to-vm", help="VM image or .vmx file, for providers that boot one.")
+@click.option("--vm-address", multiple=True,
+              help="Guest agent of one VM for --provider-name remote: HOST[:PORT] (port 5000 by "
+                   "default) or http://HOST:PORT; repeat it or give a comma list, one per VM.")
+@click.option("--reset-command",
+              help="For --provider-name remote: shell command run on this host to reset the VM at "
+                   "{address} ({host}, {port}, {vm_id}); 'none' never resets (no isolation).")
 @click.option("--headless", is_flag=True, help="Run VMs without a window (process is always headless).")
 @click.option("--model", default=_D.model, show_default=True, help="Model name for model-backed agents.")
 @click.option("--action-space", default=_D.action_space, show_default=True,

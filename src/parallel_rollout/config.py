@@ -38,6 +38,11 @@ class RunConfig:
     provider_name: str = "process"
     snapshot_name: str | None = None
     path_to_vm: str | None = None
+    #: remote provider: one guest address per VM (HOST[:PORT] or http://HOST:PORT); the
+    #: flag repeats or takes a comma list
+    vm_address: tuple[str, ...] = ()
+    #: remote provider: shell command that resets the VM at {address}; "none": never reset
+    reset_command: str | None = None
     headless: bool = False
     model: str = "gpt-4.1-2025-04-14"
     action_space: str = "pyautogui"
@@ -78,6 +83,11 @@ class RunConfig:
     #: the fields the user set explicitly (flag or config file)
     explicit: frozenset[str] = field(default_factory=frozenset, compare=False)
 
+    def __post_init__(self) -> None:
+        # one tuple of addresses, however given: repeated flags, a comma list, a TOML list,
+        # or the JSON list of a resumed run's config.json
+        self.vm_address = split_addresses(self.vm_address)
+
     @property
     def pool_size(self) -> int:
         """VMs in the pool: M when shared, else one private VM per worker."""
@@ -116,11 +126,23 @@ _IDENTITY_FIELDS = ("mode", "data", "domain", "agent", "agent_cmd", "model", "gr
 _FIELDS = {f.name: f for f in dataclasses.fields(RunConfig) if f.name != "explicit"}
 
 
+def split_addresses(value: Any) -> tuple[str, ...]:
+    """``--vm-address`` values as one tuple: each item may be a comma list."""
+    items = [value] if isinstance(value, str) else list(value or ())
+    return tuple(part.strip() for item in items for part in str(item).split(",") if part.strip())
+
+
 def _coerce(name: str, value: Any, where: str) -> Any:
     """Check a config-file value against the field's type."""
     kind = _FIELDS[name].type
     if value is None:
         return value
+    if kind.startswith("tuple"):
+        if isinstance(value, str):
+            return split_addresses(value)
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise ConfigError(f"{where}: {name} must be a list of strings, got {value!r}")
+        return split_addresses(value)
     if "bool" in kind:
         if not isinstance(value, bool):
             raise ConfigError(f"{where}: {name} must be true or false, got {value!r}")
@@ -226,6 +248,12 @@ def validate_ranges(cfg: RunConfig) -> None:
                 "--envs-per-worker > 1 runs several env loops per worker that share VMs; "
                 "add --use-vm-pool (without it each worker owns exactly one private VM)"
             )
+    if cfg.provider_name == "remote" and cfg.vm_address and cfg.pool_size > len(cfg.vm_address):
+        raise ConfigError(
+            f"the remote provider has {len(cfg.vm_address)} VM address(es) (--vm-address) but "
+            f"the pool needs {cfg.pool_size} VMs (--num-vms with --use-vm-pool, else "
+            "--num-rollouts): give one address per VM, or fewer VMs"
+        )
     if cfg.run_id is not None:
         if not cfg.run_id or "/" in cfg.run_id or cfg.run_id in (".", ".."):
             raise ConfigError(f"--run-id {cfg.run_id!r} must be a plain folder name")

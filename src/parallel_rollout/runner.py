@@ -153,6 +153,10 @@ class Runner:
             "path_to_vm": ("modes that run in a VM", frozenset({"vm"} if self.provider_cls else ())),
             "num_vms": ("modes that run in a VM", frozenset({"vm"} if self.provider_cls else ())),
             "use_vm_pool": ("modes that run in a VM", frozenset({"vm"} if self.provider_cls else ())),
+            "vm_address": ("the remote provider", frozenset(
+                {"remote"} if self.provider_cls and self.provider_cls.name == "remote" else ())),
+            "reset_command": ("the remote provider", frozenset(
+                {"remote"} if self.provider_cls and self.provider_cls.name == "remote" else ())),
         })
         if cfg.data is None:
             raise ConfigError("--data is required: a .json or .jsonl task file, or humaneval")
@@ -191,7 +195,8 @@ class Runner:
         if getattr(self.env_cls, "needs_desktop", False):
             limits.update(desktop=True, screen_width=cfg.screen_width, screen_height=cfg.screen_height)
         return ProviderOptions(snapshot_name=cfg.snapshot_name, path_to_vm=cfg.path_to_vm,
-                               headless=cfg.headless, boot_timeout_s=cfg.boot_timeout_s, **limits)
+                               headless=cfg.headless, boot_timeout_s=cfg.boot_timeout_s,
+                               vm_addresses=cfg.vm_address, reset_command=cfg.reset_command, **limits)
 
     def _open_run_dir(self) -> filelock.BaseFileLock:
         cfg = self.config

@@ -15,6 +15,7 @@ BUILTIN = {
     "process": "parallel_rollout.pool.providers.process:ProcessProvider",
     "docker": "parallel_rollout.pool.providers.docker:DockerProvider",
     "qemu": "parallel_rollout.pool.providers.qemu:QemuProvider",
+    "remote": "parallel_rollout.pool.providers.remote:RemoteProvider",
 }
 
 

@@ -43,6 +43,10 @@ class ProviderOptions:
     desktop: bool = False
     screen_width: int = 1920
     screen_height: int = 1080
+    #: remote provider: the guest agents' addresses (one per VM) and the shell command that
+    #: resets one ("none": no reset); other providers ignore them (the runner rejects them)
+    vm_addresses: tuple[str, ...] = ()
+    reset_command: str | None = None
 
 
 class Provider(abc.ABC):

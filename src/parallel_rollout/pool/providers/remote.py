@@ -1,0 +1,316 @@
+"""RemoteProvider: VMs that already run somewhere, given as guest addresses, reset by the user.
+
+For OSWorld VM images (or any machine running our guest agent, whose routes match OSWorld's)
+that the user runs themselves, e.g. on a VMware host or in a cloud::
+
+    pool ── start(vm_id) ──► takes the next unused address ──► reset command ──► GET /platform
+         ── reset(info)  ──► the user's reset command (on this host) ─────────► GET /platform
+         ── stop(info)   ──► gives the address back (the machine keeps running)
+
+    --vm-address 10.0.0.5:5000 --vm-address 10.0.0.6     (port 5000, OSWorld's, when omitted)
+    --reset-command 'ssh vmhost vmrun revertToSnapshot /vms/{host}.vmx init_state'
+
+**One address is one VM.** The pool needs one address per VM (``--num-vms`` with
+``--use-vm-pool``, else ``--num-rollouts``); fewer is a ConfigError before the run (config.py).
+``start`` takes an address no other VM of this provider holds and waits, up to
+``boot_timeout_s``, for one to be given back (a replacement VM boots while its dead
+predecessor is still being stopped). Two runs must not share addresses: nothing here can see
+another run's leases.
+
+**Reset = the user's command.** Only the user knows how their machines go back to a snapshot
+(``vmrun revertToSnapshot``, ``virsh snapshot-revert``, a cloud API, a script that restarts the
+agent in a clean home …), so ``--reset-command`` is a shell command run on this host (``/bin/sh
+-c``) with these placeholders replaced, each shell-quoted: ``{address}``
+(``http://host:port``), ``{host}``, ``{port}``, ``{vm_id}``, ``{run_id}``; the same values are
+in its environment as ``PARALLEL_ROLLOUT_VM_ADDRESS``, ``…_VM_HOST``, ``…_VM_PORT``,
+``…_VM_ID`` and ``PARALLEL_ROLLOUT_RUN_ID``. Other braces are left alone (shell and awk use
+them). The command and the agent's answer afterwards must fit in ``boot_timeout_s``: past it
+the command's process group is killed. A non-zero exit is a VMError quoting the end of its
+output (the pool then marks the VM dead). The command should return once the old state is
+gone: the first answer to ``GET /platform`` afterwards counts as ready. ``start`` runs it too,
+so the first task on a machine starts from the snapshot whatever ran there before.
+
+Without a reset command a remote VM could not be brought back, so there is no default:
+``--reset-command none`` says so explicitly and accepts that each task sees what earlier
+tasks left (no isolation; a warning is logged).
+
+**Readiness and health** use ``GET /platform``: OSWorld's server has no ``/health``, and
+``/screenshot`` is costly. With a desktop mode, ``start`` also checks ``POST /screen_size``
+against ``--screen-width``/``--screen-height``, since tasks click at pixel positions.
+
+**Not ours to remove.** ``stop`` only gives the address back; it never stops a machine this
+provider did not start. ``sweep`` has nothing to remove (it makes no containers, processes or
+files) and returns ``[]``. ``snapshot_name``, ``path_to_vm`` and resource limits cannot be
+honoured (the snapshot is whatever the reset command restores): ConfigError.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shlex
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+
+from ...errors import ConfigError, GuestUnreachable, VMError
+from .base import Provider, ProviderOptions, VMInfo
+
+log = logging.getLogger(__name__)
+
+#: OSWorld's guest server listens on Flask's default port
+DEFAULT_PORT = 5000
+#: the --reset-command value that accepts no reset at all
+NO_RESET = "none"
+#: the route readiness and health ask: OSWorld's server and ours both have it
+READY_ROUTE = "/platform"
+#: how long one health probe may take
+HEALTH_TIMEOUT_S = 2.0
+#: characters of the reset command's output quoted in a VMError
+OUTPUT_TAIL = 2000
+#: placeholder -> the environment variable that holds the same value for the reset command
+ENV_NAMES = {"address": "PARALLEL_ROLLOUT_VM_ADDRESS", "host": "PARALLEL_ROLLOUT_VM_HOST",
+             "port": "PARALLEL_ROLLOUT_VM_PORT", "vm_id": "PARALLEL_ROLLOUT_VM_ID",
+             "run_id": "PARALLEL_ROLLOUT_RUN_ID"}
+
+
+class RemoteProvider(Provider):
+    """VMs at fixed guest addresses (``http://host:port``), reset by a user-given command."""
+
+    name = "remote"
+
+    def __init__(self, run_id: str, options: ProviderOptions | None = None) -> None:
+        super().__init__(run_id, options)
+        opts = self.options
+        for field, why in (("path_to_vm", "it does not boot VM files"),
+                           ("snapshot_name", "the snapshot is whatever --reset-command restores")):
+            if getattr(opts, field):
+                raise ConfigError(f"the remote provider cannot honour {field}: {why}")
+        for limit in ("memory_mb", "max_processes"):
+            if getattr(opts, limit) is not None:
+                raise ConfigError(f"the remote provider cannot enforce {limit}: it does not "
+                                  "own the machines (limit them where they run)")
+        raw = tuple(getattr(opts, "vm_addresses", ()) or ())
+        if not raw:
+            raise ConfigError("the remote provider needs the guest addresses of its VMs: "
+                              "--vm-address HOST[:PORT] (repeat it, or a comma list), one per VM")
+        self.addresses = [normalize_address(a) for a in raw]
+        doubled = sorted({a for a in self.addresses if self.addresses.count(a) > 1})
+        if doubled:
+            raise ConfigError(f"--vm-address names {', '.join(doubled)} more than once; "
+                              "two VMs on one machine would reset each other")
+        command = getattr(opts, "reset_command", None)
+        if command is None or not command.strip():
+            raise ConfigError(
+                "remote VMs cannot be reset without --reset-command: a shell command run on "
+                "this host that brings the machine at {address} ({host}, {port}) back to its "
+                "snapshot; --reset-command none accepts no reset (each task sees what earlier "
+                "tasks left)")
+        self.reset_command = None if command.strip().lower() == NO_RESET else command
+        if self.reset_command is None:
+            log.warning("remote provider: --reset-command none: VMs are never reset; tasks "
+                        "see what earlier tasks on the same machine left")
+        self._lock = threading.Condition()
+        #: address -> the vm id that holds it
+        self._held: dict[str, str] = {}
+
+    def __repr__(self) -> str:
+        return (f"RemoteProvider(run_id={self.run_id!r}, addresses={self.addresses!r}, "
+                f"held={len(self._held)})")
+
+    # ------------------------------------------------------------------- contract
+
+    def start(self, vm_id: str) -> VMInfo:
+        """Take an unused address, reset that machine, wait until its agent answers."""
+        deadline = time.monotonic() + self.options.boot_timeout_s
+        address = self._acquire(vm_id, deadline)
+        host, port = split_address(address)
+        info = VMInfo(vm_id=vm_id, provider=self.name, address=address, run_id=self.run_id,
+                      private={"host": host, "port": port})
+        try:
+            self._reset_and_wait(info, deadline)
+            if self.options.desktop:
+                self._check_screen(info)
+        except BaseException:
+            self._release(info)
+            raise
+        return info
+
+    def reset(self, info: VMInfo) -> VMInfo:
+        """Run the reset command for this machine, then wait until its agent answers."""
+        with self._lock:
+            if self._held.get(info.address) != info.vm_id:
+                raise VMError(f"VM {info.vm_id} ({info.address}) was stopped; it cannot be reset")
+        self._reset_and_wait(info, time.monotonic() + self.options.boot_timeout_s)
+        return info
+
+    def healthy(self, info: VMInfo) -> bool:
+        """The address is still this VM's and its agent answers GET /platform quickly."""
+        with self._lock:
+            if self._held.get(info.address) != info.vm_id:
+                return False
+        return _answers(info.address, HEALTH_TIMEOUT_S)
+
+    def stop(self, info: VMInfo) -> None:
+        """Give the address back; the machine is not ours to stop. Safe to call twice."""
+        self._release(info)
+
+    @classmethod
+    def sweep(cls, run_id: str | None = None) -> list[str]:
+        """Nothing to remove: this provider makes no containers, processes or files."""
+        return []
+
+    # ------------------------------------------------------------------- internals
+
+    def _acquire(self, vm_id: str, deadline: float) -> str:
+        with self._lock:
+            while True:
+                held_by_me = [a for a, v in self._held.items() if v == vm_id]
+                if held_by_me:
+                    raise VMError(f"VM {vm_id} already holds {held_by_me[0]}")
+                free = [a for a in self.addresses if a not in self._held]
+                if free:
+                    self._held[free[0]] = vm_id
+                    return free[0]
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise VMError(f"all {len(self.addresses)} remote addresses are in use "
+                                  f"({', '.join(self.addresses)}); VM {vm_id} has none")
+                self._lock.wait(remaining)
+
+    def _release(self, info: VMInfo) -> None:
+        with self._lock:
+            if self._held.get(info.address) == info.vm_id:
+                del self._held[info.address]
+                self._lock.notify_all()
+
+    def _reset_and_wait(self, info: VMInfo, deadline: float) -> None:
+        if self.reset_command is not None:
+            self._run_reset_command(info, deadline)
+        _wait_ready(info.address, deadline, self.options.boot_timeout_s)
+
+    def _run_reset_command(self, info: VMInfo, deadline: float) -> None:
+        values = {"address": info.address, "host": info.private["host"],
+                  "port": str(info.private["port"]), "vm_id": info.vm_id, "run_id": self.run_id}
+        command = self.reset_command
+        for name, value in values.items():
+            command = command.replace("{" + name + "}", shlex.quote(value))
+        env = dict(os.environ)
+        env.update({ENV_NAMES[name]: value for name, value in values.items()})
+        timeout = max(0.0, deadline - time.monotonic())
+        # Output goes to a file, not a pipe: a reset command that starts a daemon (a new
+        # guest agent) would otherwise hold the pipe open and keep us waiting.
+        with tempfile.TemporaryFile() as output:
+            try:
+                proc = subprocess.Popen(["/bin/sh", "-c", command], stdin=subprocess.DEVNULL,
+                                        stdout=output, stderr=subprocess.STDOUT, env=env,
+                                        start_new_session=True)
+            except OSError as exc:
+                raise VMError(f"VM {info.vm_id}: cannot run the reset command: {exc}") from exc
+            try:
+                code = proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                _kill_group(proc)
+                raise VMError(f"VM {info.vm_id} ({info.address}): the reset command did not "
+                              f"finish within {self.options.boot_timeout_s:g}s (killed); "
+                              f"output: {_tail(output)}") from None
+            except BaseException:
+                _kill_group(proc)
+                raise
+            if code != 0:
+                raise VMError(f"VM {info.vm_id} ({info.address}): the reset command exited "
+                              f"with {code}: {_tail(output)}")
+
+    def _check_screen(self, info: VMInfo) -> None:
+        from ...guest.client import GuestClient
+
+        want = (self.options.screen_width, self.options.screen_height)
+        try:
+            have = GuestClient(info.address, timeout_s=10.0).screen_size()
+        except (GuestUnreachable, VMError, ValueError, KeyError) as exc:
+            raise VMError(f"VM {info.vm_id} ({info.address}) has no usable desktop: "
+                          f"POST /screen_size failed: {exc}") from None
+        if tuple(have) != want:
+            raise VMError(f"VM {info.vm_id} ({info.address}) has a {have[0]}x{have[1]} screen; "
+                          f"the run asks for {want[0]}x{want[1]} (set --screen-width and "
+                          "--screen-height to the machine's)")
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def normalize_address(raw: str) -> str:
+    """``http://host:port`` from ``host``, ``host:port`` or ``http://host[:port]``;
+    ConfigError for anything else."""
+    text = raw.strip().rstrip("/")
+    if text.startswith("https://"):
+        raise ConfigError(f"--vm-address {raw!r}: the guest agent speaks plain http")
+    if text.startswith("http://"):
+        text = text[len("http://"):]
+    if not text or "/" in text or "@" in text:
+        raise ConfigError(f"--vm-address {raw!r} must be HOST, HOST:PORT or http://HOST:PORT")
+    if text.startswith("["):  # [v6]:port
+        host, _, rest = text[1:].partition("]")
+        port = rest[1:] if rest.startswith(":") else (None if not rest else "bad")
+        host = f"[{host}]"
+    elif text.count(":") == 1:
+        host, port = text.split(":")
+    elif ":" in text:  # a bare IPv6 address
+        host, port = f"[{text}]", None
+    else:
+        host, port = text, None
+    if port is None:
+        port = str(DEFAULT_PORT)
+    if not host.strip("[]") or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(f"--vm-address {raw!r} must be HOST, HOST:PORT or http://HOST:PORT "
+                          "with a port from 1 to 65535")
+    return f"http://{host}:{int(port)}"
+
+
+def split_address(address: str) -> tuple[str, int]:
+    """(host, port) of a normalized address; an IPv6 host keeps no brackets."""
+    host, _, port = address[len("http://"):].rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+def _answers(address: str, timeout_s: float) -> bool:
+    from ...guest.client import GuestClient
+
+    try:
+        response = GuestClient(address, timeout_s=timeout_s).request(
+            "GET", READY_ROUTE, timeout=timeout_s, check=False)
+    except GuestUnreachable:
+        return False
+    return response.status == 200 and bool(response.body.strip())
+
+
+def _wait_ready(address: str, deadline: float, budget_s: float) -> None:
+    """Poll GET /platform until it answers; GuestUnreachable at the deadline."""
+    delay = 0.01
+    while True:
+        remaining = deadline - time.monotonic()
+        if _answers(address, max(0.05, min(remaining, HEALTH_TIMEOUT_S))):
+            return
+        if time.monotonic() + delay > deadline:
+            raise GuestUnreachable(f"the guest agent at {address} did not answer GET "
+                                   f"{READY_ROUTE} within {budget_s:g}s")
+        time.sleep(delay)
+        delay = min(delay * 2, 0.5)
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.wait()
+
+
+def _tail(output) -> str:
+    output.seek(0)
+    text = output.read().decode("utf-8", "replace").strip()
+    if len(text) > OUTPUT_TAIL:
+        text = "…" + text[-OUTPUT_TAIL:]
+    return text or "(no output)"
