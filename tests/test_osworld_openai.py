@@ -1,0 +1,162 @@
+"""The ``openai`` agent end to end on shipped osworld tasks, against a local test LLM server.
+
+The "model" (tests/llm_server.py on 127.0.0.1) is strict about what it is sent and perfect in
+what it answers. Each request must carry, in its newest user message, the task as text and the
+screenshot as an OpenAI vision part ``{"type": "image_url", "image_url": {"url":
+"data:image/png;base64,…"}}`` that decodes to a PNG of the run's screen size; with
+``--observation-type screenshot_a11y_tree`` also the accessibility tree (the window list XML)
+as text; never more than the three newest screenshots in the conversation. It answers with the
+task's reference actions, one per turn, then DONE: as computer_13 JSON in a ```json block, or
+with ``--action-space pyautogui`` as the same actions' pyautogui code in a ```python block. The
+tasks then succeed only if the whole loop works: screenshot → message → reply → parse →
+action in the desktop VM → evaluator. Problems the server sees are collected and asserted in
+the test (an assertion inside the server thread would only look like a 500 to the agent).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import shutil
+import threading
+from typing import Any
+
+import pytest
+
+from conftest import ROOT, assert_exactly_once, write_tasks
+from llm_server import llm_server, reply_with_counts  # noqa: F401 - fixture
+from parallel_rollout.agents.openai_agent import KEEP_IMAGES
+from parallel_rollout.config import build_config
+from parallel_rollout.envs.osworld import actions as acts
+from parallel_rollout.runner import Runner
+
+TASKS = ROOT / "benchmarks" / "osworld_tasks.jsonl"
+WIDTH, HEIGHT = 1024, 768
+#: a terminal task, an editor task with 6 actions (past KEEP_IMAGES screenshots), an
+#: infeasible one (the reply is FAIL), a file-manager task
+SUBSET = ("terminal-echo-file", "editor-delete-line", "terminal-bluetooth-infeasible",
+          "files-new-folder")
+
+pytestmark = pytest.mark.skipif(
+    not all(shutil.which(p) for p in ("Xvfb", "openbox", "xterm", "mousepad", "pcmanfm", "xdotool", "wmctrl")),
+    reason="the desktop packages are missing (./dev installs them)")
+
+
+def subset() -> list[dict]:
+    tasks = {t["id"]: t for t in map(json.loads, TASKS.read_text().splitlines()) if t}
+    return [tasks[task_id] for task_id in SUBSET]
+
+
+class DesktopModel:
+    """The server's policy: check each request like a vision model's API would need it, then
+    answer the task's next reference action in the run's action space."""
+
+    def __init__(self, tasks: list[dict], action_space: str, a11y: bool) -> None:
+        self.tasks = tasks
+        self.action_space = action_space
+        self.a11y = a11y
+        self.problems: list[str] = []
+        self.images_seen = 0
+        self._lock = threading.Lock()
+
+    def __call__(self, body: dict[str, Any]) -> dict[str, Any]:
+        messages = body["messages"]
+        task = self._task_of(messages)
+        turn = sum(1 for m in messages if m["role"] == "assistant")
+        self._check(task["id"], turn, messages)
+        reference = list(task["reference"])
+        if acts.special(reference[-1]) not in ("DONE", "FAIL"):
+            reference.append("DONE")
+        action = reference[min(turn, len(reference) - 1)]
+        return reply_with_counts(body, self._reply(action))
+
+    def _reply(self, action: Any) -> str:
+        special = acts.special(action)
+        if special:
+            return f"The screen shows the result.\n{special}"
+        if self.action_space == "computer_13":
+            return f"Next:\n```json\n{json.dumps(action)}\n```"
+        code = acts.computer13_to_code(action, WIDTH, HEIGHT)
+        return f"Next:\n```python\n{code}\n```"
+
+    def _task_of(self, messages: list[dict]) -> dict:
+        first = next(m for m in messages if m["role"] == "user")
+        text = " ".join(p.get("text", "") for p in first["content"] if isinstance(p, dict))
+        for task in self.tasks:
+            if f"Task: {task['instruction']}" in text:
+                return task
+        raise AssertionError(f"no task's instruction in the first user message: {text[:200]!r}")
+
+    def _check(self, task_id: str, turn: int, messages: list[dict]) -> None:
+        where = f"{task_id} turn {turn}"
+        last = messages[-1]
+        problems = []
+        if last["role"] != "user" or not isinstance(last["content"], list):
+            problems.append(f"{where}: the last message is not a user message with content parts")
+        else:
+            texts = [p["text"] for p in last["content"] if p.get("type") == "text"]
+            images = [p for p in last["content"] if p.get("type") == "image_url"]
+            if not texts or not texts[0].startswith("Task: "):
+                problems.append(f"{where}: no text part with the task")
+            if len(images) != 1:
+                problems.append(f"{where}: {len(images)} image parts, expected 1")
+            for image in images:
+                problems += [f"{where}: {p}" for p in _png_problems(image)]
+            tree = "\n".join(texts)
+            if self.a11y and not ("<desktop-frame" in tree and "</desktop-frame>" in tree):
+                problems.append(f"{where}: no accessibility tree in the text")
+            if not self.a11y and "<desktop-frame" in tree:
+                problems.append(f"{where}: an accessibility tree nobody asked for")
+        kept = sum(1 for m in messages if isinstance(m.get("content"), list)
+                   for p in m["content"] if p.get("type") == "image_url")
+        if kept > KEEP_IMAGES:
+            problems.append(f"{where}: {kept} screenshots in the conversation")
+        with self._lock:
+            self.images_seen += 1
+            self.problems += problems
+
+
+def _png_problems(part: dict) -> list[str]:
+    """What is wrong with one image part (OpenAI's vision format, a PNG of the screen)."""
+    url = (part.get("image_url") or {}).get("url", "")
+    prefix = "data:image/png;base64,"
+    if not url.startswith(prefix):
+        return [f"image url is not a base64 PNG data URL: {url[:40]!r}"]
+    try:
+        png = base64.b64decode(url[len(prefix):], validate=True)
+    except ValueError as exc:
+        return [f"image is not valid base64: {exc}"]
+    if not png.startswith(b"\x89PNG\r\n\x1a\n") or png[12:16] != b"IHDR":
+        return ["image does not decode to a PNG"]
+    size = int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")
+    return [] if size == (WIDTH, HEIGHT) else [f"screenshot is {size}, not {(WIDTH, HEIGHT)}"]
+
+
+@pytest.mark.parametrize("action_space, observation_type", [
+    ("computer_13", "screenshot_a11y_tree"),
+    ("pyautogui", "screenshot"),
+])
+def test_openai_agent_solves_desktop_tasks_from_screenshots(tmp_path, llm_server, monkeypatch,
+                                                            action_space, observation_type):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    tasks = subset()
+    model = DesktopModel(tasks, action_space, a11y=observation_type == "screenshot_a11y_tree")
+    server = llm_server(policy=model)
+    data = write_tasks(tmp_path / "tasks.jsonl", tasks)
+    cfg = build_config(dict(
+        mode="osworld", data=str(data), agent="openai", base_url=server.url, model="test-vision",
+        action_space=action_space, observation_type=observation_type, num_rollouts=2, num_vms=2,
+        use_vm_pool=True, output_dir=str(tmp_path / "out"), run_id=action_space, progress=False,
+        screen_width=WIDTH, screen_height=HEIGHT, max_turns=10))
+    outcome = Runner(cfg).run()
+    assert not model.problems, model.problems
+    finals = assert_exactly_once(outcome.run_dir, {f"{t['id']}#0" for t in tasks})
+    failed = {k: (r["status"], r.get("eval"), r.get("failure")) for k, r in finals.items()
+              if r["status"] != "success"}
+    assert not failed
+    assert outcome.exit_code == 0, outcome.message
+    # one request per turn: each reference action (+ DONE where the reference has none)
+    turns = sum(len(t["reference"]) + (acts.special(t["reference"][-1]) not in ("DONE", "FAIL"))
+                for t in tasks)
+    assert len(server.requests) == model.images_seen == turns
+    assert {r["body"]["model"] for r in server.requests} == {"test-vision"}
