@@ -1,0 +1,443 @@
+"""The pool against the physical limit and against other runners' designs, in one run.
+
+    python benchmarks/perf/pool.py            # full: 1,000 tasks per run (long: see README)
+    python benchmarks/perf/pool.py --quick    # a subset, under 5 minutes on 2 cores
+    python benchmarks/perf/pool.py --smoke --out DIR   # seconds; what the test suite runs
+
+Every run below is a real ``Runner`` run (workers spawned, pool in its Manager process,
+bubblewrap sandboxes of the process provider, results.jsonl and events.jsonl written). The
+workload (``workload.py``): a task thinks ``think_s`` in the worker (a model call), then runs
+``command`` in a VM through the guest agent; each release costs the provider's real reset.
+
+What is measured, and how (all from the run's own files):
+
+* **makespan** — first attempt start (or the first VM up, whichever is later) to the last
+  attempt end, from results.jsonl. Spawning workers and booting the first VM is outside it;
+  the ramp while the other workers start is inside it.
+* **bound** — Σ(VM time + reset time) / M: VM time is each command's time in the guest (the
+  env times its ``/execute`` call), reset time is leases × the mean reset measured from
+  events.jsonl (RESETTING → IDLE). No schedule can beat it with M VMs.
+* **busy** — (leased + resetting time inside the makespan) / (M × makespan), events.jsonl.
+* **lease wait** — p50/p95 of the records' ``lease_wait_s``.
+* **overhead** — zero-length tasks (no VM, no think): makespan / tasks, in ms per task.
+* **memory** — RSS and PSS of every worker process, sampled once half-way through a run.
+
+Designs, same tasks: (a) ours: N = 4·M rollouts share M VMs, a VM is leased only around
+the command, resets run in the pool's threads; (b) one VM per worker (N = M) held for the
+episode, reset on the worker's path (private mode: the next lease waits for the reset), as
+OSWorld's multi-env runner; (c) a brand-new sandbox per task (N = M), started and stopped on
+the worker's path, as harbor, inspect_ai and the SWE-bench harness do.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import platform
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))  # workload.py; spawned workers inherit sys.path
+
+import psutil  # noqa: E402
+
+import workload  # noqa: E402,F401 - registers the perf_* modes (in workers too: see workload)
+from parallel_rollout.config import build_config  # noqa: E402
+from parallel_rollout.runner import Runner  # noqa: E402
+
+RESULTS_DIR = HERE / "results"
+AGENT = "workload:ThinkAgent"
+FRESH_PROVIDER = "workload:FreshSandboxProvider"
+
+#: what each size runs; full follows the issue (1,000 tasks, the whole N × M grid)
+PROFILES: dict[str, dict[str, Any]] = {
+    "full": {
+        "overhead": {"tasks": 2000, "workers": [(1, 1), (4, 1)]},
+        "designs": {"tasks": 1000, "vms": 4, "rollouts_per_vm": 4, "think_s": 0.2, "vm_s": 0.05},
+        "scaling": {"tasks": 1000, "n": [1, 2, 4, 8, 16, 32, 64], "m": [1, 2, 4, 8],
+                    "think_s": 0.1, "vm_s": 0.02},
+        "concurrent": {"tasks": 1280, "workers": 8, "envs_per_worker": 8, "vms": 8,
+                       "think_s": 1.0, "vm_s": 0.02},
+    },
+    "quick": {
+        "overhead": {"tasks": 500, "workers": [(1, 1), (4, 1)]},
+        "designs": {"tasks": 160, "vms": 2, "rollouts_per_vm": 4, "think_s": 0.2, "vm_s": 0.05},
+        "scaling": {"tasks": 100, "n": [1, 4, 16, 64], "m": [1, 4], "think_s": 0.1, "vm_s": 0.02},
+        "concurrent": {"tasks": 320, "workers": 8, "envs_per_worker": 8, "vms": 8,
+                       "think_s": 1.0, "vm_s": 0.02},
+    },
+    "smoke": {
+        "overhead": {"tasks": 20, "workers": [(1, 1)]},
+        "designs": {"tasks": 6, "vms": 1, "rollouts_per_vm": 2, "think_s": 0.02, "vm_s": 0.01},
+        "scaling": {"tasks": 4, "n": [1, 2], "m": [1], "think_s": 0.01, "vm_s": 0.01},
+        "concurrent": {"tasks": 8, "workers": 2, "envs_per_worker": 2, "vms": 1,
+                       "think_s": 0.01, "vm_s": 0.01},
+    },
+}
+
+
+# -- one run ------------------------------------------------------------------------------
+
+def write_tasks(path: Path, count: int, mode: str, think_s: float, vm_s: float | None) -> Path:
+    """``count`` identical tasks: think ``think_s``, then ``sleep vm_s`` in the VM."""
+    with path.open("w") as fh:
+        for i in range(count):
+            task: dict[str, Any] = {"id": f"t{i:05d}", "mode": mode, "think_s": think_s}
+            if vm_s is not None:
+                task["command"] = f"sleep {vm_s:g}"
+            fh.write(json.dumps(task) + "\n")
+    return path
+
+
+class Sampler(threading.Thread):
+    """Samples every worker's RSS/PSS once, when half the run's attempts are final, and the
+    pool Manager's CPU time until it exits (the last sample is its total, ±0.25 s)."""
+
+    def __init__(self, runner: Runner, total: int) -> None:
+        super().__init__(daemon=True)
+        self.runner, self.total = runner, total
+        self.done = threading.Event()
+        self.rss_mb: list[float] = []
+        self.pss_mb: list[float] = []
+        self.manager_cpu_s = 0.0
+
+    def run(self) -> None:
+        sampled = False
+        while not self.done.wait(0.25):
+            manager = self.runner._manager  # noqa: SLF001
+            if manager is not None:
+                try:
+                    times = psutil.Process(manager._process.pid).cpu_times()  # noqa: SLF001
+                    self.manager_cpu_s = times.user + times.system
+                except (psutil.Error, AttributeError, ValueError, TypeError):
+                    pass
+            if not sampled and len(self.runner._finished_keys) >= self.total / 2:  # noqa: SLF001
+                self._memory()
+                sampled = True
+
+    def _memory(self) -> None:
+        for worker in list(self.runner._workers.values()):  # noqa: SLF001
+            try:
+                full = psutil.Process(worker.process.pid).memory_full_info()
+            except (psutil.Error, ValueError, TypeError):
+                continue
+            self.rss_mb.append(full.rss / 2**20)
+            self.pss_mb.append(getattr(full, "pss", full.rss) / 2**20)
+
+
+def run_one(workdir: Path, label: str, *, mode: str, tasks: int, think_s: float, vm_s: float | None,
+            workers: int, vms: int | None, envs_per_worker: int = 1, shared: bool = True,
+            provider: str = "process") -> dict[str, Any]:
+    """One Runner run of ``tasks`` workload tasks; its measured numbers."""
+    data = write_tasks(workdir / f"{label}.jsonl", tasks, mode, think_s, vm_s)
+    flags: dict[str, Any] = dict(mode=mode, data=str(data), agent=AGENT, num_rollouts=workers,
+                                 envs_per_worker=envs_per_worker, output_dir=str(workdir / "runs"),
+                                 run_id=label, progress=False, max_retries=0)
+    if mode != "perf_none":
+        flags.update(use_vm_pool=shared, provider_name=provider)
+        if shared:
+            flags["num_vms"] = vms
+    runner = Runner(build_config(flags))
+    sampler = Sampler(runner, tasks)
+    sampler.start()
+    started = time.time()
+    cpu_before = psutil.Process().cpu_times()
+    outcome = runner.run()
+    cpu_after = psutil.Process().cpu_times()
+    sampler.done.set()
+    sampler.join()
+    runner_cpu_s = (cpu_after.user + cpu_after.system) - (cpu_before.user + cpu_before.system)
+    pool_size = (vms if shared else workers) if mode != "perf_none" else 0
+    metrics = measure(outcome.run_dir, pool_size, started)
+    metrics.update(label=label, mode=mode, n=workers, k=envs_per_worker, m=pool_size,
+                   shared=shared, provider=provider if pool_size else None,
+                   think_s=think_s, vm_cmd_s=vm_s, exit_code=outcome.exit_code,
+                   rss_mb_per_worker=_mean(sampler.rss_mb), pss_mb_per_worker=_mean(sampler.pss_mb),
+                   # CPU per task of the main process (runner) and the pool's Manager process:
+                   # unlike wall time, it hardly depends on what else the machine runs
+                   runner_cpu_ms_per_task=round(1000 * runner_cpu_s / max(metrics["tasks"], 1), 3),
+                   manager_cpu_ms_per_task=round(1000 * sampler.manager_cpu_s / max(metrics["tasks"], 1), 3))
+    return metrics
+
+
+def measure(run_dir: Path, pool_size: int, run_started: float) -> dict[str, Any]:
+    """Makespan, bound, busy fraction, lease waits and resets of a finished run."""
+    records = [json.loads(line) for line in (run_dir / "results.jsonl").read_text().splitlines() if line]
+    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines() if line]
+    vm_events = [e for e in events if e.get("event") == "vm" and e.get("to")]
+    first_start = min(r["started_at"] for r in records)
+    end = max(r["ended_at"] for r in records)
+    booted = [e["time"] for e in vm_events if e["reason"] == "booted"]
+    start = max(first_start, min(booted)) if booted else first_start
+    makespan = end - start
+
+    # Time per VM state from the transitions, clipped to [start, end].
+    in_state = {"leased": 0.0, "resetting": 0.0}
+    resets: list[float] = []
+    last: dict[str, tuple[str, float]] = {}
+    for e in vm_events:
+        previous = last.get(e["vm"])
+        if previous is not None:
+            state, since = previous
+            if state in in_state:
+                in_state[state] += max(0.0, min(e["time"], end) - max(since, start))
+            if state == "resetting" and e["to"] == "idle":
+                resets.append(e["time"] - since)
+        last[e["vm"]] = (e["to"], e["time"])
+    leases = sum(1 for e in vm_events if e["to"] == "leased")
+    vm_time = sum((r.get("eval") or {}).get("vm_s", 0.0) for r in records)
+    reset_time = leases * statistics.fmean(resets) if resets else 0.0
+    bound = (vm_time + reset_time) / pool_size if pool_size else None
+    waits = [r["lease_wait_s"] for r in records if r.get("lease_wait_s") is not None]
+    return {
+        "tasks": len(records),
+        "failures": sum(1 for r in records if r.get("status") != "success"),
+        "startup_s": round(first_start - run_started, 3),
+        "makespan_s": round(makespan, 3),
+        "tasks_per_s": round(len(records) / makespan, 2) if makespan > 0 else None,
+        "ms_per_task": round(1000 * makespan / len(records), 3),
+        "vm_time_s": round(vm_time, 3),
+        "reset_time_s": round(reset_time, 3),
+        "bound_s": round(bound, 3) if bound else None,
+        "makespan_over_bound": round(makespan / bound, 4) if bound else None,
+        "busy_fraction": (round((in_state["leased"] + in_state["resetting"]) / (pool_size * makespan), 4)
+                          if pool_size and makespan > 0 else None),
+        "leased_fraction": (round(in_state["leased"] / (pool_size * makespan), 4)
+                            if pool_size and makespan > 0 else None),
+        "lease_wait_p50_s": _quantile(waits, 0.5),
+        "lease_wait_p95_s": _quantile(waits, 0.95),
+        "reset_p50_s": _quantile(resets, 0.5),
+        "reset_p95_s": _quantile(resets, 0.95),
+        "resets": len(resets),
+        "peak_concurrency": _peak_overlap(records),
+    }
+
+
+def _quantile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 4)
+
+
+def _mean(values: list[float]) -> float | None:
+    return round(statistics.fmean(values), 1) if values else None
+
+
+def _peak_overlap(records: list[dict[str, Any]]) -> int:
+    points = sorted([(r["started_at"], 1) for r in records] + [(r["ended_at"], -1) for r in records])
+    level = peak = 0
+    for _, delta in points:
+        level += delta
+        peak = max(peak, level)
+    return peak
+
+
+# -- the sections -------------------------------------------------------------------------
+
+def section_overhead(workdir: Path, spec: dict[str, Any]) -> list[dict[str, Any]]:
+    """Zero-length tasks: what the runner itself costs per task."""
+    rows = []
+    for workers, loops in spec["workers"]:
+        rows.append(run_one(workdir, f"ovh-n{workers}k{loops}", mode="perf_none", tasks=spec["tasks"],
+                            think_s=0.0, vm_s=None, workers=workers, vms=None, envs_per_worker=loops))
+    return rows
+
+
+def section_designs(workdir: Path, spec: dict[str, Any]) -> dict[str, Any]:
+    """(a) ours, (b) one VM per worker with the reset on its path, (c) a sandbox per task."""
+    m, common = spec["vms"], dict(tasks=spec["tasks"], think_s=spec["think_s"], vm_s=spec["vm_s"])
+    designs = {
+        "a": run_one(workdir, "design-a", mode="perf_call", workers=spec["rollouts_per_vm"] * m,
+                     vms=m, **common),
+        "b": run_one(workdir, "design-b", mode="perf_episode", workers=m, vms=None, shared=False,
+                     **common),
+        "c": run_one(workdir, "design-c", mode="perf_episode", workers=m, vms=None, shared=False,
+                     provider=FRESH_PROVIDER, **common),
+    }
+    a = designs["a"]["makespan_s"]
+    return {"designs": designs,
+            "ratios": {"b_over_a": round(designs["b"]["makespan_s"] / a, 3),
+                       "c_over_a": round(designs["c"]["makespan_s"] / a, 3)}}
+
+
+def section_scaling(workdir: Path, spec: dict[str, Any]) -> list[dict[str, Any]]:
+    """Design (a) over the N × M grid."""
+    rows = []
+    for m in spec["m"]:
+        for n in spec["n"]:
+            row = run_one(workdir, f"scale-n{n}m{m}", mode="perf_call", tasks=spec["tasks"],
+                          think_s=spec["think_s"], vm_s=spec["vm_s"], workers=n, vms=m)
+            # What N rollouts could do with unlimited VMs: every task thinks, then runs.
+            per_task = spec["think_s"] + row["vm_time_s"] / max(row["tasks"], 1)
+            row["rollout_bound_s"] = round(row["tasks"] * per_task / n, 3)
+            rows.append(row)
+            print(f"  scaling N={n:>2} M={m}: {row['makespan_s']:7.2f} s, "
+                  f"{row['makespan_over_bound']:.2f} × bound", file=sys.stderr, flush=True)
+    return rows
+
+
+def section_concurrent(workdir: Path, spec: dict[str, Any]) -> dict[str, Any]:
+    """N × K concurrent I/O-bound rollouts (64 in full and quick) on this machine."""
+    n, k = spec["workers"], spec["envs_per_worker"]
+    row = run_one(workdir, f"conc-n{n}k{k}", mode="perf_call", tasks=spec["tasks"],
+                  think_s=spec["think_s"], vm_s=spec["vm_s"], workers=n, vms=spec["vms"],
+                  envs_per_worker=k)
+    per_task = spec["think_s"] + row["vm_time_s"] / max(row["tasks"], 1)
+    row["rollouts"] = n * k
+    row["rollout_bound_s"] = round(row["tasks"] * per_task / (n * k), 3)
+    row["best_bound_s"] = max(row["rollout_bound_s"], row["bound_s"] or 0.0)
+    row["makespan_over_best_bound"] = round(row["makespan_s"] / row["best_bound_s"], 4)
+    return row
+
+
+# -- output -------------------------------------------------------------------------------
+
+def _fmt(value: Any, spec: str = "") -> str:
+    if value is None:
+        return "-"
+    return format(value, spec) if spec else str(value)
+
+
+def table(report: dict[str, Any]) -> str:
+    """The report as the plain-text tables the command prints."""
+    lines = [f"parallel-rollout pool benchmark ({report['profile']}) — {report['machine']['cpus']} CPUs, "
+             f"load {report['machine']['load_before']} → {report['machine']['load_after']}", ""]
+    lines.append("runner overhead, zero-length tasks (no VM, no think)")
+    for row in report["overhead"]:
+        lines.append(f"  N={row['n']} K={row['k']}  {row['tasks']} tasks  {row['tasks_per_s']:>8} tasks/s  "
+                     f"{row['ms_per_task']:.2f} ms/task  (runner CPU {row['runner_cpu_ms_per_task']:.2f} ms/task; "
+                     f"startup {row['startup_s']:.2f} s, not counted)")
+    lines += ["", "designs, same tasks "
+              f"(think {report['profile_spec']['designs']['think_s']} s, "
+              f"`sleep {report['profile_spec']['designs']['vm_s']}` in the VM)",
+              f"  {'design':<34}{'N':>4}{'VMs':>5}{'makespan':>10}{'bound':>8}{'÷bound':>8}{'busy':>7}"
+              f"{'wait p50':>9}{'p95':>7}{'reset':>7}{'tasks/s':>9}"]
+    names = {"a": "(a) ours: shared pool, call scope", "b": "(b) VM per worker, reset on path",
+             "c": "(c) fresh sandbox per task"}
+    for key, row in report["designs"].items():
+        lines.append(f"  {names[key]:<34}{row['n']:>4}{row['m']:>5}{row['makespan_s']:>9.2f}s"
+                     f"{_fmt(row['bound_s'], '.2f'):>7}s{_fmt(row['makespan_over_bound'], '.3f'):>8}"
+                     f"{_fmt(row['busy_fraction'], '.2f'):>7}{_fmt(row['lease_wait_p50_s'], '.3f'):>9}"
+                     f"{_fmt(row['lease_wait_p95_s'], '.3f'):>7}{_fmt(row['reset_p50_s'], '.3f'):>7}"
+                     f"{_fmt(row['tasks_per_s']):>9}")
+    ratios = report["ratios"]
+    lines.append(f"  (b)/(a) = {ratios['b_over_a']:.2f}×   (c)/(a) = {ratios['c_over_a']:.2f}×")
+    lines += ["", "scaling, design (a) "
+              f"(think {report['profile_spec']['scaling']['think_s']} s, "
+              f"`sleep {report['profile_spec']['scaling']['vm_s']}`)",
+              f"  {'N':>3}{'M':>3}{'tasks':>6}{'makespan':>10}{'bound':>8}{'÷bound':>8}{'N-bound':>9}"
+              f"{'busy':>6}{'wait p95':>9}{'tasks/s':>9}{'RSS/worker':>11}{'PSS/worker':>11}{'pool CPU/task':>14}"]
+    for row in report["scaling"]:
+        lines.append(f"  {row['n']:>3}{row['m']:>3}{row['tasks']:>6}{row['makespan_s']:>9.2f}s"
+                     f"{_fmt(row['bound_s'], '.2f'):>7}s{_fmt(row['makespan_over_bound'], '.3f'):>8}"
+                     f"{row['rollout_bound_s']:>8.2f}s{_fmt(row['busy_fraction'], '.2f'):>6}"
+                     f"{_fmt(row['lease_wait_p95_s'], '.3f'):>9}{_fmt(row['tasks_per_s']):>9}"
+                     f"{_fmt(row['rss_mb_per_worker'], '.1f'):>9}MB{_fmt(row['pss_mb_per_worker'], '.1f'):>9}MB"
+                     f"{row['manager_cpu_ms_per_task']:>11.2f} ms")
+    c = report["concurrent"]
+    lines += ["", f"{c['rollouts']} concurrent rollouts (N={c['n']} × K={c['k']}, {c['m']} VMs, think "
+              f"{c['think_s']} s): peak {c['peak_concurrency']} at once, makespan {c['makespan_s']:.2f} s, "
+              f"bound {c['best_bound_s']:.2f} s (VMs {_fmt(c['bound_s'], '.2f')} s, rollouts "
+              f"{c['rollout_bound_s']:.2f} s) → {c['makespan_over_best_bound']:.3f} × bound, "
+              f"PSS/worker {_fmt(c['pss_mb_per_worker'], '.1f')} MB"]
+    return "\n".join(lines)
+
+
+def chart(report: dict[str, Any], path: Path) -> bool:
+    """Designs (makespan vs the bound) and scaling (tasks/s over N per M) as one PNG."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed (pip install -e '.[bench]'): no chart", file=sys.stderr)
+        return False
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
+    keys = list(report["designs"])
+    rows = [report["designs"][k] for k in keys]
+    left.bar([f"({k})" for k in keys], [r["makespan_s"] for r in rows], color=["tab:green", "tab:orange", "tab:red"])
+    left.axhline(rows[0]["bound_s"] or 0, color="k", linestyle="--", label="bound of (a): Σ(VM+reset)/M")
+    left.set_ylabel("makespan, s")
+    left.set_title(f"same {rows[0]['tasks']} tasks, {rows[0]['m']} VMs: (b)/(a) "
+                   f"{report['ratios']['b_over_a']:.2f}×, (c)/(a) {report['ratios']['c_over_a']:.2f}×")
+    left.legend()
+    for m in sorted({r["m"] for r in report["scaling"]}):
+        pts = [r for r in report["scaling"] if r["m"] == m]
+        right.plot([r["n"] for r in pts], [r["tasks_per_s"] for r in pts], marker="o", label=f"M={m}")
+    right.set_xscale("log", base=2)
+    right.set_xlabel("N rollouts (workers)")
+    right.set_ylabel("tasks/s")
+    right.set_title("scaling, design (a)")
+    right.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return True
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    size = parser.add_mutually_exclusive_group()
+    size.add_argument("--quick", action="store_true", help="a subset: under 5 minutes on 2 cores")
+    size.add_argument("--smoke", action="store_true", help="seconds; checks the report, not the speed")
+    parser.add_argument("--out", type=Path, default=RESULTS_DIR, help="where the JSON and PNG go")
+    parser.add_argument("--keep", action="store_true", help="keep the runs' folders (printed)")
+    args = parser.parse_args(argv)
+    profile = "smoke" if args.smoke else "quick" if args.quick else "full"
+    spec = PROFILES[profile]
+    logging.getLogger("parallel_rollout").setLevel(logging.WARNING)
+
+    workdir = Path(tempfile.mkdtemp(prefix="pr-perf-"))
+    load_before = [round(x, 2) for x in os.getloadavg()]
+    began = time.time()
+    try:
+        print("overhead …", file=sys.stderr, flush=True)
+        overhead = section_overhead(workdir, spec["overhead"])
+        print("designs …", file=sys.stderr, flush=True)
+        designs = section_designs(workdir, spec["designs"])
+        print("scaling …", file=sys.stderr, flush=True)
+        scaling = section_scaling(workdir, spec["scaling"])
+        print("concurrent rollouts …", file=sys.stderr, flush=True)
+        concurrent = section_concurrent(workdir, spec["concurrent"])
+    finally:
+        if args.keep:
+            print(f"runs kept in {workdir}", file=sys.stderr)
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
+    report = {
+        "version": 1,
+        "profile": profile,
+        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "duration_s": round(time.time() - began, 1),
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
+                    "platform": platform.platform(), "load_before": load_before,
+                    "load_after": [round(x, 2) for x in os.getloadavg()]},
+        "profile_spec": spec,
+        "overhead": overhead,
+        **designs,
+        "scaling": scaling,
+        "concurrent": concurrent,
+    }
+    text = table(report)
+    print(text)
+    args.out.mkdir(parents=True, exist_ok=True)
+    stem = time.strftime("%Y-%m-%d") + ("" if profile == "full" else f"-{profile}")
+    (args.out / f"{stem}.json").write_text(json.dumps(report, indent=1) + "\n")
+    drew = chart(report, args.out / f"{stem}.png")
+    print(f"\nwrote {args.out / (stem + '.json')}" + (f" and {stem}.png" if drew else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,52 @@
+"""The performance benchmark in miniature: it runs end to end and writes a well-formed report.
+
+Seconds, not minutes, and no speed is asserted: the machine running the suite may be busy.
+The benchmark is run as the command a user types, because its plugin modes reach spawned
+workers through the benchmark's main module (see benchmarks/perf/workload.py).
+"""
+
+from __future__ import annotations
+
+import json
+import numbers
+import subprocess
+import sys
+
+from conftest import ROOT
+
+BENCH = ROOT / "benchmarks" / "perf" / "pool.py"
+RUN_FIELDS = ("tasks", "failures", "makespan_s", "tasks_per_s", "ms_per_task", "bound_s",
+              "makespan_over_bound", "busy_fraction", "lease_wait_p50_s", "lease_wait_p95_s",
+              "reset_p50_s", "peak_concurrency", "rss_mb_per_worker", "pss_mb_per_worker")
+
+
+def is_number(value) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and value == value
+
+
+def test_smoke_benchmark_writes_a_well_formed_report(tmp_path):
+    proc = subprocess.run([sys.executable, str(BENCH), "--smoke", "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    [report_path] = tmp_path.glob("*-smoke.json")
+    report = json.loads(report_path.read_text())
+    assert report["profile"] == "smoke"
+    assert set(report["ratios"]) == {"b_over_a", "c_over_a"}
+    assert all(is_number(v) and v > 0 for v in report["ratios"].values())
+    assert set(report["designs"]) == {"a", "b", "c"}
+    runs = [*report["overhead"], *report["designs"].values(), *report["scaling"], report["concurrent"]]
+    for run in runs:
+        assert run["exit_code"] == 0 and run["failures"] == 0, run
+        numeric = ("tasks", "makespan_s", "ms_per_task", "peak_concurrency")
+        if run["m"]:
+            numeric = RUN_FIELDS
+        for name in numeric:
+            assert is_number(run[name]), (run["label"], name, run[name])
+    assert report["designs"]["a"]["m"] == report["designs"]["b"]["m"] == report["designs"]["c"]["m"]
+    assert report["designs"]["a"]["n"] > report["designs"]["a"]["m"]
+    assert report["designs"]["b"]["n"] == report["designs"]["b"]["m"]
+    assert is_number(report["overhead"][0]["ms_per_task"])
+    assert {(r["n"], r["m"]) for r in report["scaling"]} == {(1, 1), (2, 1)}
+    assert report["concurrent"]["rollouts"] == 4 and is_number(report["concurrent"]["makespan_over_best_bound"])
+    assert "(b)/(a)" in proc.stdout and "ms/task" in proc.stdout
+    assert (tmp_path / report_path.name.replace(".json", ".png")).exists() or "no chart" in proc.stderr
