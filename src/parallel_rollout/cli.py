@@ -68,7 +68,8 @@ def main() -> None:
 @click.option("--max-retries", type=int, default=_D.max_retries, show_default=True,
               help="Retries of an attempt lost to infrastructure (VM died, worker died, lease timeout).")
 @click.option("--provider-name", default=_D.provider_name, show_default=True,
-              help="VM technology: process (bubblewrap sandbox), or a plugin's name or module:Class.")
+              help="VM technology: process (bubblewrap sandbox, the default), docker, qemu, "
+              "remote (--vm-address), or a plugin's name or module:Class.")
 @click.option("--snapshot-name", help="Snapshot VMs are reset to; for process: a folder copied as the home.")
 @click.option("--path-to-vm", help="VM image or .vmx file, for providers that boot one.")
 @click.option("--vm-address", multiple=True,
