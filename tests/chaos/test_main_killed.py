@@ -33,12 +33,13 @@ from conftest import _SANDBOX_ROOT, assert_exactly_once, finals_by_key, read_res
 from parallel_rollout.cli import main
 
 KILLS = 10
-TASKS = 80
-#: seconds each task sleeps, drawn at random: about 6 tasks a second on 2 VMs, so ten kills
-#: at most 2.5 s after each start leave work for the last resume
+TASKS = 100
+#: seconds each task sleeps, drawn at random: at most ~7 tasks a second on 2 VMs however
+#: fast the machine, and a run needs ~0.6-1.3 s to start, so ten runs killed within 2.2 s
+#: each finish ~0-50 samples and leave work for the last resume
 SLEEPS = (0.1, 0.2, 0.3, 0.4)
 #: seconds after the start of each run at which it is killed, drawn uniformly
-KILL_AFTER_S = (0.2, 2.5)
+KILL_AFTER_S = (0.2, 2.2)
 RUN_ID = "killed"
 
 
