@@ -1,11 +1,11 @@
 """Helpers shared by the chaos tests: seeded randomness, task sets, event checks, and a
 machine-wide search for processes a run left behind.
 
-The conftest leak check looks at descendants of the test process; a sandbox whose parent was
-killed is re-parented to init and drops out of that tree. ``stray_processes`` looks at every
-process on the machine instead: a sandbox's bwrap carries this session's sandbox folder in
-its command line, and a process started with ``CHAOS_MARK`` in its environment carries the
-mark (workers and the Manager inherit it from the CLI process of the test).
+The conftest leak check looks at descendants of the test process. ``stray_processes`` looks
+at every process on the machine instead, so that nothing escapes by being re-parented
+elsewhere: a sandbox's bwrap carries this session's sandbox folder in its command line, and a
+process started with ``CHAOS_MARK`` in its environment carries the mark (workers and the
+Manager inherit it from the CLI process of the test).
 """
 
 from __future__ import annotations
@@ -174,6 +174,8 @@ def reap_adopted_sandboxes():
                 pass
 
 
-__all__ = ["CHAOS_MARK", "INFRASTRUCTURE", "adopted_sandbox_zombies", "assert_events_explain_retries",
-           "assert_no_zombies_of_the_run", "isolated_task", "mixed_tasks",
-           "read_events", "reap_adopted_sandboxes", "seeded_rng", "start_marked_cli", "stderr_of", "stray_processes", "wait_until_gone", "write_tasks"]
+__all__ = [
+    "CHAOS_MARK", "INFRASTRUCTURE", "adopted_sandbox_zombies", "assert_events_explain_retries",
+    "assert_no_zombies_of_the_run", "isolated_task", "mixed_tasks", "read_events", "reap_adopted_sandboxes",
+    "seeded_rng", "start_marked_cli", "stderr_of", "stray_processes", "wait_until_gone", "write_tasks",
+]
