@@ -6,7 +6,6 @@ leaks fails even when its own assertions passed.
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import tempfile
@@ -16,8 +15,6 @@ from pathlib import Path
 import psutil
 import pytest
 
-_PR_SET_CHILD_SUBREAPER = 36
-
 # Sandboxes of this test session live in their own folder, so the leak check sees only ours
 # and a developer's real runs are never touched. Set before any worker is spawned: children
 # inherit it.
@@ -25,9 +22,6 @@ _PR_SET_CHILD_SUBREAPER = 36
 # file too: it reuses the session's folder instead of making one of its own.
 if "PR_TEST_SANDBOX_ROOT" not in os.environ:
     os.environ["PR_TEST_SANDBOX_ROOT"] = tempfile.mkdtemp(prefix="pr-test-sandboxes-")
-    # The test process adopts orphans (a child of a killed worker, say), so the leak check
-    # below sees them instead of losing them to init.
-    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 _SANDBOX_ROOT = Path(os.environ["PR_TEST_SANDBOX_ROOT"])
 os.environ["PARALLEL_ROLLOUT_PROCESS_DIR"] = str(_SANDBOX_ROOT)
 
@@ -42,10 +36,28 @@ def leftover_sandboxes() -> list[str]:
     return sorted(str(p.relative_to(_SANDBOX_ROOT)) for p in _SANDBOX_ROOT.glob("*/*") if p.is_dir())
 
 
+#: every process this session starts inherits this, orphans included: the leak check
+#: finds them by it even after their parent died and init adopted them
+_MARKER = ("PR_TEST_SANDBOX_ROOT", os.environ["PR_TEST_SANDBOX_ROOT"])
+
+
+def _ours(proc: psutil.Process) -> bool:
+    try:
+        return proc.environ().get(_MARKER[0]) == _MARKER[1]
+    except (psutil.AccessDenied, psutil.NoSuchProcess, psutil.ZombieProcess, OSError):
+        return False
+
+
 def live_descendants() -> list[psutil.Process]:
-    """Processes below this test process that are still running (zombies excluded)."""
+    """Running processes of this test session other than the test process: its children,
+    and any process carrying the session's marker (an orphan a killed worker left)."""
+    me = os.getpid()
+    found = {p.pid: p for p in psutil.Process().children(recursive=True)}
+    for proc in psutil.process_iter():
+        if proc.pid != me and proc.pid not in found and _ours(proc):
+            found[proc.pid] = proc
     alive = []
-    for proc in psutil.Process().children(recursive=True):
+    for proc in found.values():
         try:
             # multiprocessing's resource tracker is one per test process, by design.
             if proc.status() != psutil.STATUS_ZOMBIE and "resource_tracker" not in " ".join(proc.cmdline()):
@@ -78,19 +90,8 @@ def no_leaks():
             proc.kill()
         except psutil.NoSuchProcess:
             pass
-    _reap_adopted(before)
     assert not described, f"processes left behind: {described}"
     assert not dirs, f"sandboxes left behind: {dirs}"
-
-
-def _reap_adopted(before: set[int]) -> None:
-    """Collect the exit status of adopted orphans that have ended, so no zombie stays."""
-    for proc in psutil.Process().children():
-        try:
-            if proc.pid not in before and proc.status() == psutil.STATUS_ZOMBIE:
-                os.waitpid(proc.pid, os.WNOHANG)
-        except (psutil.NoSuchProcess, ChildProcessError):
-            pass
 
 
 def write_tasks(path: Path, tasks: list[dict]) -> Path:
@@ -101,7 +102,8 @@ def write_tasks(path: Path, tasks: list[dict]) -> Path:
 
 def read_results(run_dir: Path) -> list[dict]:
     """Every record of a run's results.jsonl."""
-    return [json.loads(line) for line in (run_dir / "results.jsonl").read_text().splitlines() if line.strip()]
+    # split on "\n" only: a record may hold U+2028, which str.splitlines() would split on
+    return [json.loads(line) for line in (run_dir / "results.jsonl").read_text().split("\n") if line.strip()]
 
 
 def finals_by_key(records: list[dict]) -> dict[str, list[dict]]:

@@ -131,9 +131,10 @@ def wait_until_gone(mark: str | None = None, timeout: float = 15.0) -> list[str]
 def adopted_sandbox_zombies() -> list[psutil.Process]:
     """Zombie sandbox inits that this test process adopted.
 
-    conftest makes the test process a child subreaper, so the pid-namespace init of a sandbox
-    whose bwrap was killed (every reset kills one) is re-parented here instead of to pid 1.
-    Nothing here waits for it: outside the tests init reaps it; here it stays a zombie."""
+    Only a test process that is a child subreaper has any: the pid-namespace init of a
+    sandbox whose bwrap was killed (every reset kills one) is then re-parented here instead of
+    to pid 1, and nothing here waits for it. conftest no longer makes the test process a
+    subreaper (it finds orphans by an environment marker instead), so this is a safety net."""
     found = []
     for proc in psutil.Process().children():
         try:

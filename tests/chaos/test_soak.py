@@ -86,7 +86,7 @@ class Sampler(threading.Thread):
                 if proc.status() != psutil.STATUS_ZOMBIE:
                     continue
                 if proc.ppid() == me and proc.name() == "bwrap":
-                    adopted += 1  # a sandbox init re-parented to this subreaper; see chaos_support
+                    adopted += 1  # a sandbox init adopted by this process, if it is a subreaper; see chaos_support
                 else:
                     zombies += 1
             except psutil.Error:

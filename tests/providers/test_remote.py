@@ -157,8 +157,7 @@ def _free_port() -> int:
 
 
 def _reap_children() -> None:
-    # the agents' parent, the reset script, exits at once: this process adopts them
-    # (tests/conftest.py makes it a subreaper), so their exit statuses are ours to collect
+    # collect the exit status of any agent this process started (or adopted) that has ended
     for proc in psutil.Process().children():
         try:
             if proc.status() == psutil.STATUS_ZOMBIE:
