@@ -226,10 +226,14 @@ class Runner:
                         f"cannot resume {self.run_id}: the run was made with other settings for "
                         f"{', '.join(changed) or 'its identity'}; resume with the same values"
                     )
-            config_path.write_text(json.dumps({
+            # Written aside and renamed: a kill mid-write must not leave a config.json that
+            # a resume cannot read.
+            tmp_path = config_path.with_name("config.json.tmp")
+            tmp_path.write_text(json.dumps({
                 "run_id": self.run_id, "identity_hash": cfg.identity_hash(),
                 "config": cfg.to_json(), "written_at": time.time(),
             }, indent=2))
+            os.replace(tmp_path, config_path)
         except BaseException:
             lock.release()
             raise
