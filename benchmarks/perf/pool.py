@@ -109,8 +109,16 @@ class Sampler(threading.Thread):
         self.rss_mb: list[float] = []
         self.pss_mb: list[float] = []
         self.manager_cpu_s = 0.0
+        #: this thread's own CPU (reading 64 workers' smaps is not the runner's cost)
+        self.own_cpu_s = 0.0
 
     def run(self) -> None:
+        try:
+            self._sample()
+        finally:
+            self.own_cpu_s = time.thread_time()
+
+    def _sample(self) -> None:
         sampled = False
         while not self.done.wait(0.25):
             manager = self.runner._manager  # noqa: SLF001
@@ -155,7 +163,8 @@ def run_one(workdir: Path, label: str, *, mode: str, tasks: int, think_s: float,
     cpu_after = psutil.Process().cpu_times()
     sampler.done.set()
     sampler.join()
-    runner_cpu_s = (cpu_after.user + cpu_after.system) - (cpu_before.user + cpu_before.system)
+    runner_cpu_s = ((cpu_after.user + cpu_after.system) - (cpu_before.user + cpu_before.system)
+                    - sampler.own_cpu_s)
     pool_size = (vms if shared else workers) if mode != "perf_none" else 0
     metrics = measure(outcome.run_dir, pool_size, started)
     metrics.update(label=label, mode=mode, n=workers, k=envs_per_worker, m=pool_size,
