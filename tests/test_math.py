@@ -271,3 +271,14 @@ def test_wrong_answers_score_zero_with_reasons(tmp_path):
         else:
             assert details["reason"] == "wrong" and details["extracted"] == "0", details
         assert details["expected"] and details["tries"] == 1
+
+
+def test_envs_per_worker_without_a_pool_is_fine_for_a_mode_without_vms(tmp_path):
+    """--envs-per-worker needs --use-vm-pool only where VMs exist; math has none."""
+    from parallel_rollout.config import build_config
+    from parallel_rollout.runner import Runner
+
+    outcome = Runner(build_config(dict(
+        mode="math", data=str(MATH_TASKS), agent="oracle", num_rollouts=1, envs_per_worker=4,
+        limit=8, output_dir=str(tmp_path), run_id="k4", progress=False))).run()
+    assert outcome.exit_code == 0 and outcome.summary["successes"] == 8

@@ -243,11 +243,6 @@ def validate_ranges(cfg: RunConfig) -> None:
                 "--num-vms sizes the shared pool and needs --use-vm-pool; without it each "
                 "worker owns one private VM (--num-rollouts VMs)"
             )
-        if cfg.envs_per_worker > 1:
-            raise ConfigError(
-                "--envs-per-worker > 1 runs several env loops per worker that share VMs; "
-                "add --use-vm-pool (without it each worker owns exactly one private VM)"
-            )
     if cfg.provider_name == "remote" and cfg.vm_address and cfg.pool_size > len(cfg.vm_address):
         raise ConfigError(
             f"the remote provider has {len(cfg.vm_address)} VM address(es) (--vm-address) but "

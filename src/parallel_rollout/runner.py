@@ -158,6 +158,11 @@ class Runner:
             "reset_command": ("the remote provider", frozenset(
                 {"remote"} if self.provider_cls and self.provider_cls.name == "remote" else ())),
         })
+        if self.provider_cls is not None and not cfg.use_vm_pool and cfg.envs_per_worker > 1:
+            raise ConfigError(
+                "--envs-per-worker > 1 runs several env loops per worker that share VMs; "
+                "add --use-vm-pool (without it each worker owns exactly one private VM)"
+            )
         if cfg.data is None:
             raise ConfigError("--data is required: a .json or .jsonl task file, or humaneval")
         check_config = getattr(self.agent_cls, "check_config", None)
