@@ -64,6 +64,7 @@ import threading
 import time
 from concurrent.futures import Future
 from pathlib import Path
+from typing import Callable
 
 import psutil
 
@@ -246,29 +247,12 @@ class ProcessProvider(Provider):
               base_dir: str | os.PathLike | None = None) -> list[str]:
         """Kill and remove the sandboxes of ``run_id`` (any state), or, without a run id,
         those whose owning process is gone; return the removed VM ids."""
-        base = Path(base_dir) if base_dir else base_dir_default()
-        if run_id is not None:
-            _check_name("run id", run_id)
-            run_dirs = [base / run_id]
-        else:
-            run_dirs = sorted(p for p in base.iterdir() if p.is_dir()) if base.is_dir() else []
-        removed = []
-        for run_dir in run_dirs:
-            if not run_dir.is_dir():
-                continue
-            for vm_dir in sorted(p for p in run_dir.iterdir() if p.is_dir()):
-                meta = _read_meta(vm_dir) or {}
-                if run_id is None and _same_process(meta.get("owner_pid"),
-                                                    meta.get("owner_create_time")):
-                    continue  # a live run: not ours to sweep
-                _kill_recorded(meta, vm_dir)
-                shutil.rmtree(vm_dir, ignore_errors=True)
-                cgroup = meta.get("cgroup")
-                if cgroup:
-                    _remove_cgroup(Path(cgroup))
-                removed.append(vm_dir.name)
-            _remove_run_dir_if_empty(run_dir)
-        return removed
+        def kill(meta: dict, vm_dir: Path) -> None:
+            _kill_recorded(meta, vm_dir)
+            if meta.get("cgroup"):
+                _remove_cgroup(Path(meta["cgroup"]))
+
+        return sweep_vm_folders(Path(base_dir) if base_dir else base_dir_default(), run_id, kill)
 
     # ------------------------------------------------------------------- internals
 
@@ -588,6 +572,30 @@ def _make_vm_dir(vm_dir: Path) -> None:
         except FileNotFoundError:
             continue
     (vm_dir / "sock").mkdir(parents=True)
+
+
+def sweep_vm_folders(base: Path, run_id: str | None, kill: Callable[[dict, Path], None]) -> list[str]:
+    """The sweep of providers that keep a labelled folder per VM (``<base>/<run>/<vm>/``
+    with meta.json): every VM of ``run_id``, or, without one, those whose owning process is
+    gone; ``kill(meta, vm_dir)`` stops what the folder records. Returns the removed VM ids."""
+    if run_id is not None:
+        _check_name("run id", run_id)
+        run_dirs = [base / run_id]
+    else:
+        run_dirs = sorted(p for p in base.iterdir() if p.is_dir()) if base.is_dir() else []
+    removed = []
+    for run_dir in run_dirs:
+        if not run_dir.is_dir():
+            continue
+        for vm_dir in sorted(p for p in run_dir.iterdir() if p.is_dir()):
+            meta = _read_meta(vm_dir) or {}
+            if run_id is None and _same_process(meta.get("owner_pid"), meta.get("owner_create_time")):
+                continue  # a live run: not ours to sweep
+            kill(meta, vm_dir)
+            shutil.rmtree(vm_dir, ignore_errors=True)
+            removed.append(vm_dir.name)
+        _remove_run_dir_if_empty(run_dir)
+    return removed
 
 
 def _remove_run_dir_if_empty(run_dir: Path) -> None:

@@ -94,7 +94,7 @@ from . import images
 from .base import Provider, ProviderOptions, VMInfo
 # Shared with the process provider: same labelling, same pid checks, same launcher thread.
 from .process import (_check_name, _create_time, _launcher, _read_meta,
-                      _remove_run_dir_if_empty, _same_process, _tail)
+                      _remove_run_dir_if_empty, _same_process, _tail, sweep_vm_folders)
 
 log = logging.getLogger(__name__)
 
@@ -443,27 +443,11 @@ class QemuProvider(Provider):
               base_dir: str | os.PathLike | None = None) -> list[str]:
         """Kill and remove the VMs of ``run_id`` (any state), or, without a run id, those
         whose owning process is gone; return the removed VM ids."""
-        base = Path(base_dir) if base_dir else base_dir_default()
-        if run_id is not None:
-            _check_name("run id", run_id)
-            run_dirs = [base / run_id]
-        else:
-            run_dirs = sorted(p for p in base.iterdir() if p.is_dir()) if base.is_dir() else []
-        removed = []
-        for run_dir in run_dirs:
-            if not run_dir.is_dir():
-                continue
-            for vm_dir in sorted(p for p in run_dir.iterdir() if p.is_dir()):
-                meta = _read_meta(vm_dir) or {}
-                if run_id is None and _same_process(meta.get("owner_pid"),
-                                                    meta.get("owner_create_time")):
-                    continue  # a live run: not ours to sweep
-                if _is_our_qemu(meta.get("pid"), meta.get("create_time"), vm_dir):
-                    _kill_qemu(meta)
-                shutil.rmtree(vm_dir, ignore_errors=True)
-                removed.append(vm_dir.name)
-            _remove_run_dir_if_empty(run_dir)
-        return removed
+        def kill(meta: dict, vm_dir: Path) -> None:
+            if _is_our_qemu(meta.get("pid"), meta.get("create_time"), vm_dir):
+                _kill_qemu(meta)
+
+        return sweep_vm_folders(Path(base_dir) if base_dir else base_dir_default(), run_id, kill)
 
     # ------------------------------------------------------------------- internals
 
