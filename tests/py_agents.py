@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import time
 
 from parallel_rollout.agents.base import Agent

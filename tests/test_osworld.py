@@ -8,16 +8,14 @@ import random
 import shutil
 import time
 import zlib
-from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, assert_exactly_once, read_results, write_tasks
+from conftest import ROOT, assert_exactly_once, write_tasks
 from parallel_rollout.agents.base import Agent
 from parallel_rollout.config import build_config
 from parallel_rollout.envs.osworld import actions as acts
 from parallel_rollout.envs.osworld import evaluators as ev
-from parallel_rollout.envs.osworld.env import OSWorldEnv
 from parallel_rollout.errors import TaskFileError
 from parallel_rollout.guest.client import GuestClient
 from parallel_rollout.pool.providers.base import ProviderOptions

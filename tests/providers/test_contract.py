@@ -12,7 +12,6 @@ shipped benchmarks through the pool on docker, which must end as they do on ``pr
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
