@@ -123,6 +123,12 @@ def test_random_kills_lose_nothing_and_double_nothing(tmp_path):
     expected = {f"{t['id']}#0" for t in tasks if t["id"].startswith("p")}
     assert succeeded == expected, (f"lost successes: {sorted(expected - succeeded)[:10]}, "
                                    f"unexpected: {sorted(succeeded - expected)[:10]}")
+    # And literally: an undisturbed run of the same tasks has the same successes.
+    calm = Runner(build_config(dict(
+        mode="shell", data=str(data), num_rollouts=8, num_vms=3, use_vm_pool=True,
+        output_dir=str(tmp_path / "out"), run_id="calm", progress=False))).run()
+    calm_finals = assert_exactly_once(calm.run_dir, {f"{t['id']}#0" for t in tasks})
+    assert {k for k, r in calm_finals.items() if r["success"]} == succeeded
     wrong = {k: r["status"] for k, r in finals.items() if k not in expected and r["status"] != "failure"}
     assert not wrong, f"failing tasks must end as graded failures, not {wrong}"
 
