@@ -1,0 +1,424 @@
+"""The qemu provider's guest image: a Debian kernel, a busybox initramfs, and a disk.
+
+``parallel-rollout image build --provider qemu`` (``QemuProvider.build_image``) makes three
+files under ``<cache>/qemu/``: ``vmlinuz`` from the package ``linux-image-amd64`` depends on
+(``apt-get download``); ``initrd.img``, a tiny gzipped cpio written here — static busybox,
+the virtio/ext4 modules in dependency order and an ``/init`` that loads them and hands over to
+the real root; and ``base.qcow2``, the debootstrap tree of ``images.build_rootfs`` plus the
+guest agent and ``guest-init`` (a Python PID 1), turned into ext4 with ``mkfs.ext4 -d`` (no
+mount needed) and then into qcow2. ``image.json`` records a hash of every input, so a changed
+agent or init makes the image stale and a build with nothing changed is a no-op.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import gzip
+import json
+import os
+import shutil
+import struct
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable
+
+from ...errors import ProviderUnavailable, VMError
+from . import images
+
+QEMU_IMG = "qemu-img"
+#: the guest agent's TCP port inside the VM (OSWorld's)
+GUEST_PORT = 5000
+#: what the initramfs prints when booted to probe KVM
+PROBE_MARKER = "parallel-rollout-kvm-probe-ok"
+
+
+def _read_bytes(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return b""
+
+
+
+GUEST_INIT_PATH = "/usr/local/sbin/guest-init"
+
+
+#: bump when the image recipe changes in a way the input hash does not capture
+IMAGE_VERSION = 1
+
+
+#: free space the guest gets on top of the tree (the ext4 image is sparse until written)
+DISK_HEADROOM_MB = 1536
+
+
+#: modules the initramfs loads (with their dependencies) to reach a virtio ext4 root and NIC
+INITRD_MODULES = ("virtio_pci", "virtio_blk", "virtio_net", "crc32c_generic", "ext4")
+
+
+_AGENT_SOURCE = images.GUEST_AGENT_SOURCE
+
+
+# The initramfs: load the modules, mount the disk, hand over to guest-init on it.
+INITRD_INIT = """#!/bin/busybox sh
+bb=/bin/busybox
+$bb mount -t proc proc /proc
+$bb mount -t devtmpfs dev /dev
+case " $($bb cat /proc/cmdline) " in *" pr.probe "*)
+    echo PROBE_MARKER; $bb poweroff -f;; esac
+for m in $($bb cat /modules); do
+    $bb insmod /lib/modules/$m.ko || echo "init: insmod $m failed"; done
+n=0; while [ ! -b /dev/vda ] && [ $n -lt 100 ]; do $bb usleep 50000; n=$((n+1)); done
+$bb mount -t ext4 -o rw /dev/vda /newroot || {
+    echo "init: cannot mount /dev/vda"; $bb poweroff -f; }
+$bb mount --move /dev /newroot/dev
+$bb umount /proc
+exec $bb switch_root /newroot GUEST_INIT
+""".replace("PROBE_MARKER", PROBE_MARKER).replace("GUEST_INIT", GUEST_INIT_PATH)
+
+
+# PID 1 of the guest. Python rather than a shell script: one process instead of a dozen
+# under TCG, and it must reap the orphans of every command the agent runs.
+GUEST_INIT = r'''#!/usr/bin/python3 -IS
+"""PID 1 of a parallel-rollout QEMU guest: mounts, network, the guest agent, a relay.
+
+The agent and every command it runs live in a network namespace of their own with only
+lo: a task sees no network interface, as in the other providers. The NIC that QEMU
+forwards the host's port to stays here, in PID 1's namespace, where a relay passes each
+connection on to the agent's unix socket (pathname sockets belong to no namespace).
+"""
+import ctypes, fcntl, os, select, socket, struct, sys, threading, time
+
+AGENT = "AGENT_PATH"
+AGENT_SOCKET = "/run/guest/agent.sock"
+CLONE_NEWNET = 0x40000000
+libc = ctypes.CDLL("libc.so.6", use_errno=True)
+
+
+def say(message):
+    sys.stderr.write("guest-init: %s\n" % message)
+    sys.stderr.flush()
+
+
+def mount(source, target, fstype, options=""):
+    os.makedirs(target, exist_ok=True)
+    if libc.mount(source.encode(), target.encode(), fstype.encode(), 0, options.encode()):
+        errno = ctypes.get_errno()
+        if errno != 16:  # EBUSY: already mounted (the initramfs moved /dev here)
+            say("mount %s: %s" % (target, os.strerror(errno)))
+
+
+def ifup(name, address, netmask):
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    def ifreq(payload):
+        return struct.pack("16s", name.encode()) + payload.ljust(24, b"\0")
+    def sockaddr(ip):
+        return struct.pack("H2s4s", socket.AF_INET, b"", socket.inet_aton(ip))
+    fcntl.ioctl(s, 0x8916, ifreq(sockaddr(address)))       # SIOCSIFADDR
+    fcntl.ioctl(s, 0x891C, ifreq(sockaddr(netmask)))       # SIOCSIFNETMASK
+    flags = struct.unpack("H", fcntl.ioctl(s, 0x8913, ifreq(b""))[16:18])[0]  # SIOCGIFFLAGS
+    fcntl.ioctl(s, 0x8914, ifreq(struct.pack("H", flags | 0x1 | 0x40)))  # IFF_UP|IFF_RUNNING
+    s.close()
+
+
+def start_agent():
+    pid = os.fork()
+    if pid:
+        return pid
+    try:
+        os.setsid()
+        os.chdir("/root")
+        os.dup2(os.open("/dev/null", os.O_RDONLY), 0)
+        if libc.unshare(CLONE_NEWNET):
+            raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWNET)")
+        ifup("lo", "127.0.0.1", "255.0.0.0")
+        if os.path.exists(AGENT_SOCKET):
+            os.unlink(AGENT_SOCKET)
+        env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+               "HOME": "/root", "USER": "root", "LANG": "C.UTF-8",
+               "PARALLEL_ROLLOUT_VM": hostname}
+        os.execve("/usr/bin/python3", ["python3", "-I", "-S", AGENT, "--unix", AGENT_SOCKET],
+                  env)
+    except BaseException as exc:
+        say("cannot start the agent: %r" % (exc,))
+    os._exit(1)
+
+
+def relay_one(outside):
+    inside = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        outside.settimeout(60)
+        first = outside.recv(262144)
+        outside.settimeout(None)
+        if first.startswith(b"PR-SETTIME "):  # from the host after loadvm: no agent involved
+            time.clock_settime(time.CLOCK_REALTIME, float(first.split()[1]))
+            outside.sendall(b"ok\n")
+            return
+        inside.connect(AGENT_SOCKET)
+        inside.sendall(first)
+        peer = {outside: inside, inside: outside}
+        open_ends = [outside, inside]
+        while open_ends:
+            for end in select.select(open_ends, [], [])[0]:
+                data = end.recv(262144)
+                if data:
+                    peer[end].sendall(data)
+                else:  # EOF one way: pass it on, keep the other way open
+                    peer[end].shutdown(socket.SHUT_WR)
+                    open_ends.remove(end)
+    except (OSError, ValueError):
+        pass  # the agent is not up yet, or either side went away: drop the connection
+    finally:
+        inside.close()
+        outside.close()
+
+
+def relay():
+    server = socket.create_server(("0.0.0.0", PORT), backlog=128)
+    while True:
+        outside, _ = server.accept()
+        threading.Thread(target=relay_one, args=(outside,), daemon=True).start()
+
+
+for source, target, fstype, options in (
+        ("proc", "/proc", "proc", ""), ("sysfs", "/sys", "sysfs", ""),
+        ("devtmpfs", "/dev", "devtmpfs", ""), ("devpts", "/dev/pts", "devpts", "ptmxmode=666"),
+        ("tmpfs", "/dev/shm", "tmpfs", "mode=1777"), ("tmpfs", "/run", "tmpfs", "mode=755"),
+        ("tmpfs", "/tmp", "tmpfs", "mode=1777")):
+    mount(source, target, fstype, options)
+os.makedirs("/run/guest", exist_ok=True)
+cmdline = open("/proc/cmdline").read().split()
+hostname = next((a[12:] for a in cmdline if a.startswith("pr.hostname=")), "guest")
+libc.sethostname(hostname.encode(), len(hostname.encode()))
+agent = start_agent()  # before the relay's threads exist: fork a single-threaded process
+try:
+    ifup("lo", "127.0.0.1", "255.0.0.0")
+    nics = sorted(n for n in os.listdir("/sys/class/net") if n != "lo")
+    ifup(nics[0], "10.0.2.15", "255.255.255.0")  # QEMU user networking's guest address
+    threading.Thread(target=relay, daemon=True).start()
+except (OSError, IndexError) as exc:
+    say("network: %r" % (exc,))
+say("agent started (pid %d)" % agent)
+while True:  # reap every orphan; restart the agent if it dies
+    try:
+        pid, status = os.wait()
+    except ChildProcessError:
+        time.sleep(1)
+        continue
+    if pid == agent:
+        say("agent exited (status %d); restarting it" % status)
+        time.sleep(0.5)
+        agent = start_agent()
+'''.replace("AGENT_PATH", images.GUEST_AGENT_PATH).replace("PORT", str(GUEST_PORT))
+
+
+def image_dir() -> Path:
+    """Where the built kernel, initramfs and base image live."""
+    return images.cache_dir() / "qemu"
+
+
+def image_inputs() -> str:
+    """Hash of what we put into an image; a built image with another hash is stale."""
+    return images.recipe_key("qemu-image", IMAGE_VERSION, INITRD_INIT, GUEST_INIT,
+                             INITRD_MODULES, images.file_digest(_AGENT_SOURCE))
+
+
+_IMAGE_FILES = ("vmlinuz", "initrd.img", "base.qcow2")
+
+
+def _read_json(path: Path) -> dict | None:
+    try:
+        value = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _write_json(path: Path, value: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(value, indent=1))
+    tmp.replace(path)
+
+
+def _run(argv: list[str], what: str, timeout_s: float = 600.0, **kwargs) -> str:
+    """Run a tool; its stdout, or VMError with its stderr."""
+    try:
+        done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True,
+                              timeout=timeout_s, **kwargs)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise VMError(f"{what}: {exc}") from None
+    if done.returncode != 0:
+        raise VMError(f"{what} failed (exit {done.returncode}): "
+                      + done.stderr.decode(errors="replace").strip()[-1000:])
+    return done.stdout.decode(errors="replace")
+
+
+def _image_format(path: Path) -> str:
+    info = json.loads(_run([QEMU_IMG, "info", "--output=json", str(path)], "qemu-img info"))
+    return info.get("format", "raw")
+
+
+def _build_image(force: bool, log: Callable[[str], None]) -> str:
+    """The build behind QemuProvider.build_image (see the module doc)."""
+    for tool, package in ((QEMU_IMG, "qemu-utils"), ("mkfs.ext4", "e2fsprogs"),
+                          ("apt-get", "apt"), ("dpkg-deb", "dpkg")):
+        if shutil.which(tool) is None:
+            raise ProviderUnavailable(f"building the qemu image needs {tool}; install it "
+                                      f"with: apt-get install {package}")
+    out = image_dir()
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / ".build.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # two builds at once: the second finds the first's
+        manifest = _read_json(out / "image.json")
+        if (not force and manifest and manifest.get("inputs") == image_inputs()
+                and all((out / n).is_file() for n in _IMAGE_FILES)):
+            log(f"[image] qemu image is current: {out} (built {manifest.get('built')}); "
+                "--force rebuilds it")
+            return str(out / "base.qcow2")
+        started = time.monotonic()
+        with tempfile.TemporaryDirectory(prefix=".build-", dir=out) as work_name:
+            work = Path(work_name)
+            kernel_version = _fetch_packages(work, log)
+            modules = work / "pkgs" / "lib" / "modules" / kernel_version
+            log(f"[image] initramfs: busybox + {', '.join(INITRD_MODULES)} (and dependencies)")
+            _write_initrd(work / "initrd.img", work / "pkgs" / "bin" / "busybox", modules)
+            tree = images.build_rootfs(work / "rootfs", log=log)
+            _install_guest(tree)
+            log("[image] ext4 filesystem from the tree (mkfs.ext4 -d), then qcow2")
+            _make_disk(tree, work / "disk.ext4", work / "base.qcow2")
+            shutil.copyfile(next((work / "pkgs" / "boot").glob("vmlinuz-*")),
+                            work / "vmlinuz")
+            for name in _IMAGE_FILES:
+                (work / name).replace(out / name)  # a running VM keeps its open old inode
+        sizes = {n: (out / n).stat().st_size for n in _IMAGE_FILES}
+        build_s = time.monotonic() - started
+        _write_json(out / "image.json", {
+            "inputs": image_inputs(), "kernel": kernel_version,
+            "built": time.strftime("%Y-%m-%d %H:%M:%S"), "build_s": round(build_s, 1),
+            "sizes": sizes})
+        log(f"[image] qemu image built in {build_s:.0f}s: {out} (kernel {kernel_version}; "
+            + ", ".join(f"{n} {s / 1e6:.0f} MB" for n, s in sizes.items()) + ")")
+        return str(out / "base.qcow2")
+
+
+def _fetch_packages(work: Path, log: Callable[[str], None]) -> str:
+    """apt-get download the kernel (what linux-image-amd64 depends on) and busybox-static,
+    unpack both into work/pkgs; return the kernel version."""
+    depends = _run(["apt-cache", "depends", "linux-image-amd64"], "apt-cache depends")
+    kernel_pkg = next((line.split(":", 1)[1].strip() for line in depends.splitlines()
+                       if line.strip().startswith("Depends:")
+                       and "linux-image-" in line), None)
+    if kernel_pkg is None:
+        raise VMError("apt-cache knows no linux-image-amd64; run apt-get update first")
+    debs = work / "debs"
+    debs.mkdir()
+    os.chmod(debs, 0o777)  # apt's download sandbox user must be able to write here
+    log(f"[image] apt-get download {kernel_pkg} busybox-static")
+    _run(["apt-get", "download", "-q", kernel_pkg, "busybox-static"], "apt-get download",
+         cwd=debs)
+    for deb in sorted(debs.glob("*.deb")):
+        _run(["dpkg-deb", "-x", str(deb), str(work / "pkgs")], "dpkg-deb -x")
+    return kernel_pkg[len("linux-image-"):]
+
+
+def _install_guest(tree: Path) -> None:
+    """The guest agent and guest-init into the tree; a root home and hostname."""
+    agent = tree / images.GUEST_AGENT_PATH.lstrip("/")
+    agent.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(_AGENT_SOURCE, agent)
+    agent.chmod(0o644)
+    init = tree / GUEST_INIT_PATH.lstrip("/")
+    init.parent.mkdir(parents=True, exist_ok=True)
+    init.write_text(GUEST_INIT)
+    init.chmod(0o755)
+    (tree / "root").mkdir(mode=0o700, exist_ok=True)
+    (tree / "etc" / "hostname").write_text("guest\n")
+
+
+def _make_disk(tree: Path, raw: Path, qcow2: Path) -> None:
+    used = sum(p.lstat().st_size for p in tree.rglob("*") if not p.is_symlink())
+    size_mb = used // 2**20 + DISK_HEADROOM_MB
+    with open(raw, "wb") as handle:
+        handle.truncate(size_mb * 2**20)  # sparse
+    # no journal: overlays are thrown away, never recovered after a crash
+    _run(["mkfs.ext4", "-q", "-F", "-L", "pr-root", "-O", "^has_journal",
+          "-E", "root_owner=0:0", "-d", str(tree), str(raw)], "mkfs.ext4 -d")
+    _run([QEMU_IMG, "convert", "-q", "-f", "raw", "-O", "qcow2", str(raw), str(qcow2)],
+         "qemu-img convert")
+    raw.unlink()
+
+
+def _write_initrd(dest: Path, busybox: Path, modules_dir: Path) -> None:
+    """A gzipped newc cpio: /init, busybox, the modules and the order to load them in."""
+    order = _module_order(modules_dir, INITRD_MODULES)
+    entries: list[tuple[str, int, bytes]] = [  # (path, mode, content)
+        ("bin", 0o40755, b""), ("dev", 0o40755, b""), ("proc", 0o40755, b""),
+        ("newroot", 0o40755, b""), ("lib", 0o40755, b""), ("lib/modules", 0o40755, b""),
+        ("init", 0o100755, INITRD_INIT.encode()),
+        ("bin/busybox", 0o100755, busybox.read_bytes()),
+        ("modules", 0o100644, "".join(f"{name}\n" for name, _ in order).encode()),
+    ]
+    entries += [(f"lib/modules/{name}.ko", 0o100644, path.read_bytes()) for name, path in order]
+    archive = bytearray()
+    for ino, (path, mode, data) in enumerate(entries, start=1):
+        archive += _cpio_entry(path, mode, data, ino)
+    # the kernel opens /dev/console for init's stdio before /init runs
+    archive += _cpio_entry("dev/console", 0o20600, b"", len(entries) + 1, rdev=(5, 1))
+    archive += _cpio_entry("TRAILER!!!", 0, b"", 0)
+    dest.write_bytes(gzip.compress(bytes(archive), compresslevel=6))
+
+
+def _cpio_entry(path: str, mode: int, data: bytes, ino: int,
+                rdev: tuple[int, int] = (0, 0)) -> bytes:
+    name = path.encode() + b"\0"
+    fields = (ino, mode, 0, 0, 1, 0, len(data), 0, 0, rdev[0], rdev[1], len(name), 0)
+    header = b"070701" + b"".join(b"%08X" % f for f in fields)
+    pad = lambda n: b"\0" * (-n % 4)  # noqa: E731
+    return header + name + pad(len(header) + len(name)) + data + pad(len(data))
+
+
+def _module_order(modules_dir: Path, wanted: tuple[str, ...]) -> list[tuple[str, Path]]:
+    """``wanted`` and their dependencies (from each .ko's modinfo), dependencies first;
+    modules built into the kernel are skipped."""
+    paths = {p.name[:-3].replace("-", "_"): p for p in modules_dir.rglob("*.ko")}
+    builtin = {Path(line).name[:-3].replace("-", "_")
+               for line in _read_bytes(modules_dir / "modules.builtin").decode().split()}
+    order: list[tuple[str, Path]] = []
+    seen: set[str] = set()
+
+    def visit(name: str) -> None:
+        if name in seen or name in builtin:
+            return
+        seen.add(name)
+        if name not in paths:
+            raise VMError(f"kernel module {name} is neither built in nor in {modules_dir}")
+        for dep in _modinfo(paths[name]).get("depends", "").split(","):
+            if dep:
+                visit(dep.replace("-", "_"))
+        order.append((name, paths[name]))
+
+    for name in wanted:
+        visit(name)
+    return order
+
+
+def _modinfo(path: Path) -> dict[str, str]:
+    """The key=value pairs of an ELF64 kernel module's .modinfo section."""
+    data = path.read_bytes()
+    shoff, = struct.unpack_from("<Q", data, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
+
+    def section(index: int) -> tuple[int, int, int]:
+        name, _type, _flags, _addr, offset, size = struct.unpack_from(
+            "<IIQQQQ", data, shoff + index * shentsize)
+        return name, offset, size
+
+    _, strtab, _ = section(shstrndx)
+    for index in range(shnum):
+        name, offset, size = section(index)
+        if data[strtab + name:data.index(b"\0", strtab + name)] == b".modinfo":
+            pairs = data[offset:offset + size].split(b"\0")
+            return dict(p.decode(errors="replace").partition("=")[::2] for p in pairs if b"=" in p)
+    return {}
