@@ -20,7 +20,7 @@ What is measured, and how (all from the run's own files):
 * **busy** — (leased + resetting time inside the makespan) / (M × makespan), events.jsonl.
 * **lease wait** — p50/p95 of the records' ``lease_wait_s``.
 * **overhead** — zero-length tasks (no VM, no think): makespan / tasks, in ms per task.
-* **memory** — RSS and PSS of every worker process, sampled once half-way through a run.
+* **memory** — RSS and PSS of every worker process, sampled half-way through a run.
 
 Designs, same tasks: (a) ours: N = 4·M rollouts share M VMs, a VM is leased only around
 the command, resets run in the pool's threads; (b) one VM per worker (N = M) held for the
@@ -99,7 +99,7 @@ def write_tasks(path: Path, count: int, mode: str, think_s: float, vm_s: float |
 
 
 class Sampler(threading.Thread):
-    """Samples every worker's RSS/PSS once, when half the run's attempts are final, and the
+    """Samples every worker's RSS/PSS when half the run's attempts are final, and the
     pool Manager's CPU time until it exits (the last sample is its total, ±0.25 s)."""
 
     def __init__(self, runner: Runner, total: int) -> None:
@@ -119,8 +119,11 @@ class Sampler(threading.Thread):
             self.own_cpu_s = time.thread_time()
 
     def _sample(self) -> None:
-        sampled = False
-        while not self.done.wait(0.25):
+        half_way = False
+        # Memory is sampled when the first attempt is final and again half-way (that one
+        # counts): a run too short to be seen half-way (the smoke runs) still gets a figure,
+        # and reading every worker's smaps only twice keeps the sampler off the CPU.
+        while not self.done.wait(0.25 if self.rss_mb else 0.05):
             manager = self.runner._manager  # noqa: SLF001
             if manager is not None:
                 try:
@@ -128,18 +131,22 @@ class Sampler(threading.Thread):
                     self.manager_cpu_s = times.user + times.system
                 except (psutil.Error, AttributeError, ValueError, TypeError):
                     pass
-            if not sampled and len(self.runner._finished_keys) >= self.total / 2:  # noqa: SLF001
+            finished = len(self.runner._finished_keys)  # noqa: SLF001
+            if (not self.rss_mb and finished) or (not half_way and finished >= self.total / 2):
                 self._memory()
-                sampled = True
+                half_way = finished >= self.total / 2
 
     def _memory(self) -> None:
+        rss, pss = [], []
         for worker in list(self.runner._workers.values()):  # noqa: SLF001
             try:
                 full = psutil.Process(worker.process.pid).memory_full_info()
             except (psutil.Error, ValueError, TypeError):
                 continue
-            self.rss_mb.append(full.rss / 2**20)
-            self.pss_mb.append(getattr(full, "pss", full.rss) / 2**20)
+            rss.append(full.rss / 2**20)
+            pss.append(getattr(full, "pss", full.rss) / 2**20)
+        if rss:
+            self.rss_mb, self.pss_mb = rss, pss
 
 
 def run_one(workdir: Path, label: str, *, mode: str, tasks: int, think_s: float, vm_s: float | None,
