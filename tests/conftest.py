@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import psutil
@@ -133,3 +135,18 @@ def shell_task(task_id: str, **extra) -> dict:
             "check": f"test -e ~/{task_id}.done", "reference": [f"touch ~/{task_id}.done"]}
     task.update(extra)
     return task
+
+
+@contextmanager
+def small_tmpfs(folder: Path, size: str):
+    """A tmpfs of ``size`` mounted on ``folder``: a real ENOSPC for storage-fault tests.
+    Needs root; skips the test where mounting is not allowed."""
+    folder.mkdir()
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.strip()}")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=True)

@@ -16,7 +16,7 @@ import filelock
 import pytest
 from click.testing import CliRunner
 
-from conftest import ROOT, assert_exactly_once, read_results, shell_task, write_tasks
+from conftest import ROOT, assert_exactly_once, read_results, shell_task, write_tasks, small_tmpfs
 from parallel_rollout.agents.oracle import OracleAgent
 from parallel_rollout.cli import main
 from parallel_rollout.results import ResultStore, StorageError, pass_at_k, percentiles, read_records, summarize
@@ -147,16 +147,8 @@ def test_failed_writes_are_cut_back_to_the_last_complete_line(tmp_path):
 @pytest.fixture
 def tiny_disk(tmp_path):
     """A 64 KiB tmpfs: a real ENOSPC. Needs root (this container has it)."""
-    mount_point = tmp_path / "disk"
-    mount_point.mkdir()
-    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount_point)],
-                          capture_output=True, text=True)
-    if proc.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.strip()}")
-    try:
-        yield mount_point
-    finally:
-        subprocess.run(["umount", str(mount_point)], check=True)
+    with small_tmpfs(tmp_path / "disk", "64k") as folder:
+        yield folder
 
 
 def test_full_disk_raises_storage_error_and_keeps_whole_lines(tiny_disk):

@@ -11,13 +11,12 @@ trajectories, events and the summary share the full disk with results.jsonl.
 from __future__ import annotations
 
 import json
-import subprocess
 
 import pytest
 from click.testing import CliRunner
 
 from chaos_support import reap_adopted_sandboxes  # noqa: F401 - an autouse fixture
-from conftest import assert_exactly_once, shell_task, write_tasks
+from conftest import assert_exactly_once, shell_task, small_tmpfs, write_tasks
 from parallel_rollout.cli import main
 
 TASKS = 40
@@ -26,16 +25,8 @@ TASKS = 40
 @pytest.fixture
 def small_disk(tmp_path):
     """A 256 KiB tmpfs (a real ENOSPC); needs root, skipped elsewhere."""
-    mount_point = tmp_path / "disk"
-    mount_point.mkdir()
-    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mount_point)],
-                          capture_output=True, text=True)
-    if proc.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.strip()}")
-    try:
-        yield mount_point
-    finally:
-        subprocess.run(["umount", "-l", str(mount_point)], check=True)
+    with small_tmpfs(tmp_path / "disk", "256k") as folder:
+        yield folder
 
 
 def cli(tmp_path, disk, *args):
