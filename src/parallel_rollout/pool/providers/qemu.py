@@ -112,15 +112,9 @@ MAX_SOCKET_PATH = 100
 _SAFE_SNAPSHOT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
-
-
 def base_dir_default() -> Path:
     """Where VM folders live unless told otherwise: $PARALLEL_ROLLOUT_QEMU_DIR or /tmp/..."""
     return Path(os.environ.get(BASE_DIR_ENV) or DEFAULT_BASE_DIR)
-
-
-
-
 
 
 class QemuProvider(Provider):
@@ -581,7 +575,6 @@ def _failure_detail(vm_dir: Path) -> str:
 # ---------------------------------------------------------------------- filesystem
 
 
-
 def _make_dir(vm_dir: Path) -> None:
     # a concurrent stop of the run's last VM may remove the run folder meanwhile: retry
     for _ in range(10):
@@ -593,28 +586,6 @@ def _make_dir(vm_dir: Path) -> None:
     vm_dir.mkdir(parents=True)
 
 
-
-
-
-
-
-
-
-
 # --------------------------------------------------------------------------- image
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 
 

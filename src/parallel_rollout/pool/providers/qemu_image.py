@@ -41,7 +41,6 @@ def _read_bytes(path: Path) -> bytes:
         return b""
 
 
-
 GUEST_INIT_PATH = "/usr/local/sbin/guest-init"
 
 
