@@ -7,11 +7,11 @@ import json
 import random
 import shutil
 import time
-import zlib
 
 import pytest
 
 from conftest import ROOT, assert_exactly_once, write_tasks
+from desktop_support import changed, pixels
 from parallel_rollout.agents.base import Agent
 from parallel_rollout.config import build_config
 from parallel_rollout.envs.osworld import actions as acts
@@ -128,31 +128,6 @@ def desktop_vm(tmp_path):
         provider.stop(holder["info"])
 
 
-def _pixels(png: bytes) -> tuple[int, int, bytes]:
-    """Width, height and RGB rows of one of our PNGs (8-bit RGB, filter 0 on every row)."""
-    width, height = int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")
-    data, at = b"", 8
-    while at < len(png):
-        length = int.from_bytes(png[at:at + 4], "big")
-        if png[at + 4:at + 8] == b"IDAT":
-            data += png[at + 8:at + 8 + length]
-        at += 12 + length
-    raw = zlib.decompress(data)
-    row = width * 3 + 1
-    assert all(raw[y * row] == 0 for y in range(height))
-    return width, height, b"".join(raw[y * row + 1:(y + 1) * row] for y in range(height))
-
-
-def _changed(before: bytes, after: bytes, width: int, box: tuple[int, int, int, int]) -> int:
-    x0, y0, x1, y1 = box
-    count = 0
-    for y in range(y0, y1):
-        a = before[(y * width + x0) * 3:(y * width + x1) * 3]
-        b = after[(y * width + x0) * 3:(y * width + x1) * 3]
-        count += sum(1 for i in range(0, len(a), 3) if a[i:i + 3] != b[i:i + 3])
-    return count
-
-
 def _wait_window(client: GuestClient, title: str, present: bool = True) -> None:
     deadline = time.monotonic() + 15
     while (f'name="{title}"' in client.accessibility_tree()) != present:
@@ -167,16 +142,16 @@ def test_a_screenshot_shows_what_the_oracle_typed(desktop_vm):
     client.launch(["xterm", "-T", "big", "-fa", "Monospace", "-fs", "28", "-geometry", "40x6+0+0"])
     _wait_window(client, "big")
     time.sleep(0.3)
-    width, height, before = _pixels(client.screenshot())
+    width, height, before = pixels(client.screenshot())
     assert (width, height) == (WIDTH, HEIGHT)
     code = acts.computer13_to_code({"action_type": "TYPING", "parameters": {"text": "WWWWWWWWWWWW"}})
     result = client.execute(["python", "-c", "import pyautogui; " + code])
     assert result["returncode"] == 0, result
     time.sleep(0.3)
-    _, _, after = _pixels(client.screenshot())
+    _, _, after = pixels(client.screenshot())
     # the typed line lies in the terminal's top rows, nowhere below the window
-    assert _changed(before, after, width, (0, 0, 600, 200)) > 500
-    assert _changed(before, after, width, (0, 400, WIDTH, HEIGHT)) == 0
+    assert changed(before, after, width, (0, 0, 600, 200)) > 500
+    assert changed(before, after, width, (0, 400, WIDTH, HEIGHT)) == 0
     # and the terminal is what the window list says it is: a title the shell sets
     client.execute(["python", "-c", "import pyautogui; pyautogui.typewrite(" +
                     repr("\nprintf '\\033]0;typed-title\\007'\n") + ")"])

@@ -204,12 +204,16 @@ def image() -> None:
 @image.command("build")
 @click.option("--provider", "provider_name", required=True, help="Whose image: docker or qemu.")
 @click.option("--force", is_flag=True, help="Rebuild even when a cached image exists.")
-def image_build(provider_name: str, force: bool) -> None:
+@click.option("--desktop", is_flag=True,
+              help="The image of desktop modes (osworld): adds Xvfb, openbox, xterm, mousepad, "
+                   "pcmanfm, xdotool, wmctrl, ffmpeg and AT-SPI (a few hundred MB more).")
+def image_build(provider_name: str, force: bool, desktop: bool) -> None:
     """Build the guest image (Debian from Debian's packages, python3, the guest agent) and cache it."""
     from .pool.providers import get_provider
 
     try:
-        where = get_provider(provider_name).build_image(force=force, log=lambda line: click.echo(line, err=True))
+        where = get_provider(provider_name).build_image(
+            force=force, desktop=desktop, log=lambda line: click.echo(line, err=True))
     except ProviderUnavailable as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(where)

@@ -244,6 +244,23 @@ def docker_harness() -> Harness:
     return chosen
 
 
+@pytest.fixture(scope="session", params=("docker", "qemu"))
+def desktop(request) -> Harness:
+    """docker, then qemu, each with its desktop image (osworld mode) built once per session
+    (minutes the first time: a debootstrap of the desktop's packages), or skipped saying why."""
+    chosen = HARNESSES[request.param]
+    if not getattr(chosen, "_prepared", False):
+        chosen.prepare()
+        chosen._prepared = True
+    started = time.monotonic()
+    try:
+        where = chosen.cls.build_image(desktop=True, log=lambda line: print(line, flush=True))
+    except ProviderUnavailable as exc:
+        pytest.skip(f"no {chosen.name} desktop image here: {exc}")
+    print(f"[{chosen.name}] desktop image {where} ready after {time.monotonic() - started:.1f}s")
+    return chosen
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _session_end():
     """Stop the daemon if this session started it; remove this session's (empty) folders."""

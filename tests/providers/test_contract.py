@@ -242,6 +242,16 @@ def test_docker_image_build_is_cached(docker):
     assert tag.startswith("parallel-rollout-guest:")
 
 
+def test_docker_desktop_without_its_image_says_how_to_build_it(docker, monkeypatch):
+    from parallel_rollout.pool.providers import docker as docker_module
+
+    monkeypatch.setattr(docker_module, "image_tag", lambda desktop=False: "pr-missing:desktop"
+                        if desktop else "pr-missing:plain")
+    with pytest.raises(ProviderUnavailable, match=r"image pr-missing:desktop is not built; build "
+                       r"it with: parallel-rollout image build --provider docker --desktop$"):
+        docker.cls("r", ProviderOptions(desktop=True))
+
+
 def test_docker_rejects_what_it_cannot_honour(docker):
     with pytest.raises(ConfigError, match="path_to_vm"):
         docker.cls("r", ProviderOptions(path_to_vm="/x.qcow2"))

@@ -246,10 +246,12 @@ def test_without_an_image_or_qemu_the_error_says_how_to_fix_it(tmp_path, monkeyp
     monkeypatch.setenv("PARALLEL_ROLLOUT_CACHE", str(tmp_path / "empty-cache"))
     with pytest.raises(ProviderUnavailable,
                        match="no qemu guest image in .*empty-cache/qemu; build it with: "
-                             "parallel-rollout image build --provider qemu"):
-        QemuProvider.check_available()
-    with pytest.raises(ProviderUnavailable, match="build it with"):
-        QemuProvider("r").start("vm0")
+                             "parallel-rollout image build --provider qemu$"):
+        QemuProvider("r")
+    with pytest.raises(ProviderUnavailable,
+                       match="no qemu guest image in .*empty-cache/qemu-desktop; build it with: "
+                             "parallel-rollout image build --provider qemu --desktop$"):
+        QemuProvider("r", ProviderOptions(desktop=True))
     monkeypatch.setenv("PATH", str(tmp_path))  # no QEMU on PATH
     with pytest.raises(ProviderUnavailable, match="qemu-system-x86_64 is not installed; install "
                        "it with: apt-get install qemu-system-x86 qemu-utils"):
@@ -257,10 +259,10 @@ def test_without_an_image_or_qemu_the_error_says_how_to_fix_it(tmp_path, monkeyp
 
 
 def test_a_stale_image_asks_for_a_rebuild(image, monkeypatch):
-    monkeypatch.setattr(qemu, "image_inputs", lambda: "another-agent")
+    monkeypatch.setattr(qemu, "image_inputs", lambda desktop=False: "another-agent")
     with pytest.raises(ProviderUnavailable, match="another guest agent or recipe; rebuild it "
                        "with: parallel-rollout image build --provider qemu$"):
-        QemuProvider.check_available()
+        QemuProvider("r")
 
 
 def test_rejects_what_it_cannot_honour(tmp_path):

@@ -64,8 +64,10 @@ class Provider(abc.ABC):
         """Raise ProviderUnavailable (with an install hint) when this machine cannot run it."""
 
     @classmethod
-    def build_image(cls, *, force: bool = False, log: Callable[[str], None] = print) -> str:
+    def build_image(cls, *, force: bool = False, desktop: bool = False,
+                    log: Callable[[str], None] = print) -> str:
         """Build (or find cached) the guest image this provider boots; return where it is.
+        ``desktop``: the image for desktop modes (osworld), with an X desktop and its apps.
 
         Providers without an image (process) have nothing to build."""
         raise ConfigError(f"the {cls.name or cls.__name__} provider has no image to build")

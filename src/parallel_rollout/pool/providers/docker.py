@@ -18,8 +18,16 @@ alone (no registry is reachable where this runs): a debootstrapped bookworm tree
 CMD/ENV/WORKDIR/LABEL set through ``--change``. ``<key>`` hashes the agent and the recipe, so
 a changed agent gets a new image and an unchanged one is never rebuilt (unless ``force``).
 ``--snapshot-name`` names another image instead, e.g. one made by ``docker commit`` from a
-container prepared by hand; it needs ``python3``. The host's own ``guest/server.py`` is
-bind-mounted read-only over the image's copy, so the agent always matches the host's client.
+container prepared by hand; it needs ``python3``. The host's own guest package (``guest/``:
+the agent, its desktop routes, the pyautogui shim) is bind-mounted read-only over the
+image's copy, so the agent always matches the host's client.
+
+**Desktop.** Desktop modes (osworld; ``options.desktop``) boot ``parallel-rollout-desktop:<key>``
+(``image build --provider docker --desktop``): the same recipe plus
+``images.DESKTOP_PACKAGES`` (Xvfb, openbox, xterm, mousepad, pcmanfm, xdotool, wmctrl,
+ffmpeg, D-Bus and AT-SPI; ~700 MB). The agent starts with ``--desktop WxH``, so the desktop
+is up before the container counts as booted and is part of the snapshot: the spare a reset
+hands out has a fresh one.
 
 **Isolation.** ``--network none`` (only ``lo``), a fresh writable layer and a tmpfs ``/tmp``
 per container, ``--init`` so orphans are reaped, ``--memory``/``--memory-swap`` from
@@ -84,6 +92,8 @@ from .base import Provider, ProviderOptions, VMInfo
 DEFAULT_BASE_DIR = "/tmp/parallel-rollout/docker"
 BASE_DIR_ENV = "PARALLEL_ROLLOUT_DOCKER_DIR"
 IMAGE_REPO = "parallel-rollout-guest"
+#: the image of desktop modes: the same recipe plus images.DESKTOP_PACKAGES
+DESKTOP_IMAGE_REPO = "parallel-rollout-desktop"
 LABEL = "parallel-rollout"
 GUEST_HOME = "/home/user"
 GUEST_SOCK_DIR = "/run/guest"
@@ -92,21 +102,20 @@ GUEST_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 #: what the guest image holds beyond Debian's minbase
 GUEST_PACKAGES = ("python3",)
 #: bump when the image recipe below changes in a way the key does not capture
-IMAGE_RECIPE_VERSION = 2
+IMAGE_RECIPE_VERSION = 3
 #: sun_path holds 108 bytes; keep a margin
 MAX_SOCKET_PATH = 100
 #: ordinary docker calls (inspect, create, start, rm); a daemon slower than this is sick
 DOCKER_TIMEOUT_S = 60.0
 #: how long a SIGKILLed container init may take to disappear before we ask dockerd instead
 KILL_WAIT_S = 5.0
-#: `docker import` of a ~100 MB tarball
+#: `docker import` of a ~100 MB tarball (~600 MB with the desktop)
 IMPORT_TIMEOUT_S = 900.0
 START_HINT = "dockerd --bridge=none --iptables=false (as root; or: scripts/dockerd.sh start)"
 _DEATHSIG = [shutil.which("setpriv"), "--pdeathsig", "KILL"] if shutil.which("setpriv") else []
 #: a sweep lists again after this long, for containers whose creation was under way
 SWEEP_SETTLE_S = 0.5
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-_AGENT_SOURCE = images.GUEST_AGENT_SOURCE
 
 
 def base_dir_default() -> Path:
@@ -114,11 +123,12 @@ def base_dir_default() -> Path:
     return Path(os.environ.get(BASE_DIR_ENV) or DEFAULT_BASE_DIR)
 
 
-def image_tag() -> str:
-    """The guest image this version of the agent and recipe builds: ``parallel-rollout-guest:<key>``."""
-    key = images.recipe_key("docker-guest", IMAGE_RECIPE_VERSION, GUEST_PACKAGES, _import_changes(),
-                            images.file_digest(_AGENT_SOURCE))
-    return f"{IMAGE_REPO}:{key}"
+def image_tag(desktop: bool = False) -> str:
+    """The guest image this version of the agent and recipe builds:
+    ``parallel-rollout-guest:<key>``, or ``parallel-rollout-desktop:<key>`` with a desktop."""
+    key = images.recipe_key("docker-guest", IMAGE_RECIPE_VERSION, _packages(desktop),
+                            _import_changes(desktop), images.guest_digest())
+    return f"{DESKTOP_IMAGE_REPO if desktop else IMAGE_REPO}:{key}"
 
 
 class DockerProvider(Provider):
@@ -133,9 +143,6 @@ class DockerProvider(Provider):
         if self.options.path_to_vm:
             raise ConfigError("the docker provider boots an image, not a VM file: path_to_vm "
                               "cannot be honoured (name an image with snapshot_name)")
-        if getattr(self.options, "desktop", False):
-            raise ConfigError("the docker guest image has no desktop (no X server): a mode that "
-                              "needs one cannot run on the docker provider")
         for limit in ("memory_mb", "max_processes"):
             value = getattr(self.options, limit)
             if value is not None and value <= 0:
@@ -144,7 +151,8 @@ class DockerProvider(Provider):
             raise ConfigError(f"docker needs memory_mb >= 6, got {self.options.memory_mb}")
         self.base_dir = Path(base_dir) if base_dir else base_dir_default()
         self.run_dir = self.base_dir / run_id
-        self.image = self.options.snapshot_name or image_tag()
+        self.desktop = self.options.desktop
+        self.image = self.options.snapshot_name or image_tag(self.desktop)
         self._check_image()
         me = psutil.Process()
         self._owner = f"{me.pid}:{me.create_time():.3f}"
@@ -186,30 +194,29 @@ class DockerProvider(Provider):
                 + (f" (docker said: {detail[0]})" if detail else ""))
 
     @classmethod
-    def build_image(cls, *, force: bool = False, log: Callable[[str], None] = print) -> str:
-        """Build (or find) ``parallel-rollout-guest:<key>``; return its tag."""
+    def build_image(cls, *, force: bool = False, desktop: bool = False,
+                    log: Callable[[str], None] = print) -> str:
+        """Build (or find) ``parallel-rollout-guest:<key>`` (``-desktop`` with ``desktop``);
+        return its tag."""
         cls.check_available()
-        tag = image_tag()
+        tag = image_tag(desktop)
         if not force and _image_exists(tag):
             log(f"[image] {tag} exists; nothing to build (--force rebuilds it)")
             return tag
         started = time.monotonic()
-        rootfs = images.rootfs_tarball(GUEST_PACKAGES, force=force, log=log)
-        agent = _AGENT_SOURCE.read_bytes()
+        rootfs = images.rootfs_tarball(_packages(desktop), force=force, log=log)
+        extra = {name: (data, 0o644) for name, data in images.guest_files().items()}
+        extra.update({GUEST_HOME: (None, 0o755), GUEST_SOCK_DIR: (None, 0o755)})
         with tempfile.TemporaryDirectory(prefix="pr-docker-image-",
                                          dir=images.cache_dir()) as work:
-            tarball = images.copy_with_extra_files(rootfs, Path(work) / "guest.tar", {
-                images.GUEST_AGENT_PATH: (agent, 0o644),
-                GUEST_HOME: (None, 0o755),
-                GUEST_SOCK_DIR: (None, 0o755),
-            })
+            tarball = images.copy_with_extra_files(rootfs, Path(work) / "guest.tar", extra)
             log(f"[image] docker import {tarball.name} as {tag}")
             argv = ["import"]
-            for change in _import_changes():
+            for change in _import_changes(desktop):
                 argv += ["--change", change]
             _docker(*argv, str(tarball), tag, timeout=IMPORT_TIMEOUT_S)
-        _docker("tag", tag, f"{IMAGE_REPO}:latest")
-        _remove_old_guest_images(keep=tag, log=log)
+        _docker("tag", tag, f"{tag.partition(':')[0]}:latest")
+        _remove_old_guest_images(keep=tag, kind=_image_kind(desktop), log=log)
         size = _docker("image", "inspect", "--format", "{{.Size}}", tag).stdout.strip()
         log(f"[image] built {tag} in {time.monotonic() - started:.0f}s "
             f"({int(size) / 1e6:.0f} MB)" if size.isdigit() else f"[image] built {tag}")
@@ -358,17 +365,19 @@ class DockerProvider(Provider):
             "--network", "none", "--init", "--tmpfs", "/tmp:mode=1777",
             "--log-opt", "max-size=1m",
             "-v", f"{sock_dir}:{GUEST_SOCK_DIR}",
-            "-v", f"{_AGENT_SOURCE}:{images.GUEST_AGENT_PATH}:ro",
+            "-v", f"{images.GUEST_SOURCE_DIR}:{images.GUEST_DIR}:ro",
             "-w", GUEST_HOME,
             "-e", f"HOME={GUEST_HOME}", "-e", f"PATH={GUEST_PATH}", "-e", "LANG=C.UTF-8",
             "-e", "USER=root", "-e", f"PARALLEL_ROLLOUT_VM={vm_id}",
         ]
+        if self.desktop:
+            argv += ["-e", f"PYTHONPATH={images.GUEST_SHIM_DIR}"]
         if self.options.memory_mb is not None:
             memory = f"{self.options.memory_mb}m"
             argv += ["--memory", memory, "--memory-swap", memory]
         if self.options.max_processes is not None:
             argv += ["--pids-limit", str(self.options.max_processes)]
-        argv += [self.image, *_agent_argv()]
+        argv += [self.image, *_agent_argv(self._screen())]
         try:
             _docker(*argv, timeout=max(1.0, deadline - time.monotonic()))
         except VMError:
@@ -488,8 +497,15 @@ class DockerProvider(Provider):
                     "my-snapshot")
             raise ConfigError(f"docker snapshot image {self.image!r} does not exist "
                               "(docker image ls lists the images there are)")
-        raise ProviderUnavailable(f"the docker guest image {self.image} is not built; build it "
-                                  "with: parallel-rollout image build --provider docker")
+        raise ProviderUnavailable(
+            f"the docker guest image {self.image} is not built; build it with: parallel-rollout "
+            "image build --provider docker" + (" --desktop" if self.desktop else ""))
+
+    def _screen(self) -> str | None:
+        """``WxH`` of the desktop the agent starts, or None without one."""
+        if not self.desktop:
+            return None
+        return f"{self.options.screen_width}x{self.options.screen_height}"
 
     def _write_meta(self, vm_id: str, vm_dir: Path) -> None:
         meta = {"run_id": self.run_id, "vm_id": vm_id, "created": time.time(),
@@ -555,12 +571,12 @@ def _remove_containers(names: list[str], *, strict: bool) -> None:
             raise VMError(f"docker rm failed: {' '.join(problems)[-800:]}")
 
 
-def _remove_old_guest_images(keep: str, log: Callable[[str], None]) -> None:
-    """Remove guest images of earlier agents or recipes (~100 MB each), and the one a
-    ``--force`` build untagged; one that a container still uses stays (``docker rmi``
-    without ``-f`` refuses)."""
+def _remove_old_guest_images(keep: str, kind: str, log: Callable[[str], None]) -> None:
+    """Remove guest images of this kind (guest, desktop) made from earlier agents or recipes
+    (~100 MB each, ~600 MB with a desktop), and the one a ``--force`` build untagged; one
+    that a container still uses stays (``docker rmi`` without ``-f`` refuses)."""
     keep_id = _docker("image", "inspect", "--format", "{{.Id}}", keep).stdout.strip()
-    listing = _docker("images", "--no-trunc", "--filter", f"label={LABEL}.image=guest",
+    listing = _docker("images", "--no-trunc", "--filter", f"label={LABEL}.image={kind}",
                       "--format", "{{.ID}} {{.Repository}}:{{.Tag}}", check=False).stdout
     old = sorted({ref if not ref.endswith("<none>") else image_id
                   for image_id, ref in (line.split() for line in listing.splitlines() if line)
@@ -588,20 +604,31 @@ def _daemon_address() -> str:
     return os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
 
 
-def _agent_argv() -> list[str]:
+def _agent_argv(screen: str | None = None) -> list[str]:
     # -S: site.py costs ~5 ms per start; -I: the image's environment cannot redirect imports
-    return ["python3", "-I", "-S", images.GUEST_AGENT_PATH,
+    argv = ["python3", "-I", "-S", images.GUEST_AGENT_PATH,
             "--unix", f"{GUEST_SOCK_DIR}/{SOCKET_NAME}"]
+    return argv + ["--desktop", screen] if screen else argv
 
 
-def _import_changes() -> list[str]:
-    """Dockerfile instructions the imported image gets (what a standalone `docker run` uses)."""
-    return [
-        f"CMD {json.dumps(_agent_argv())}",
+def _packages(desktop: bool) -> tuple[str, ...]:
+    return images.DESKTOP_PACKAGES if desktop else GUEST_PACKAGES
+
+
+def _image_kind(desktop: bool) -> str:
+    return "desktop" if desktop else "guest"
+
+
+def _import_changes(desktop: bool = False) -> list[str]:
+    """Dockerfile instructions the imported image gets (what a standalone `docker run` uses:
+    the desktop image starts a 1920x1080 desktop)."""
+    changes = [
+        f"CMD {json.dumps(_agent_argv('1920x1080' if desktop else None))}",
         f"ENV HOME={GUEST_HOME}", f"ENV PATH={GUEST_PATH}", "ENV LANG=C.UTF-8",
         f"WORKDIR {GUEST_HOME}",
-        f"LABEL {LABEL}.image=guest",
+        f"LABEL {LABEL}.image={_image_kind(desktop)}",
     ]
+    return changes + [f"ENV PYTHONPATH={images.GUEST_SHIM_DIR}"] if desktop else changes
 
 
 class _Background:

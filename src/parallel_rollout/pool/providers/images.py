@@ -60,8 +60,22 @@ DEBOOTSTRAP_TIMEOUT_S = 1800.0
 SLIM_DIRS = ("usr/share/doc", "usr/share/man", "usr/share/info", "usr/share/locale",
              "usr/share/lintian", "var/lib/apt/lists", "var/cache/apt", "var/log")
 GUEST_AGENT_SOURCE = Path(__file__).resolve().parents[2] / "guest" / "server.py"
-#: where images put the guest agent; providers run it from here
-GUEST_AGENT_PATH = "/opt/parallel-rollout/server.py"
+#: the guest package on the host: the agent, its desktop routes, the shims
+GUEST_SOURCE_DIR = GUEST_AGENT_SOURCE.parent
+#: where images put the guest package; providers run the agent from here
+GUEST_DIR = "/opt/parallel-rollout"
+GUEST_AGENT_PATH = f"{GUEST_DIR}/server.py"
+#: on the PYTHONPATH of desktop guests: the xdotool-backed ``pyautogui`` module
+GUEST_SHIM_DIR = f"{GUEST_DIR}/shim"
+#: what a desktop guest image (osworld mode) holds beyond minbase: the X server and a window
+#: manager, the apps the desktop tasks use (terminal, editor, file manager), input and window
+#: tools, ffmpeg for recordings, a D-Bus session bus and AT-SPI for the accessibility tree.
+#: ``dbus-x11`` is named because debootstrap does not resolve virtual packages (GTK's
+#: dconf needs a ``dbus-session-bus``).
+DESKTOP_PACKAGES = ("python3", "python-is-python3", "xvfb", "openbox", "xterm", "mousepad",
+                    "pcmanfm", "xdotool", "wmctrl", "x11-utils", "ffmpeg", "fonts-dejavu-core",
+                    "libx11-6", "libxfixes3", "dbus", "dbus-x11", "at-spi2-core",
+                    "python3-pyatspi")
 
 Log = Callable[[str], None]
 
@@ -153,6 +167,18 @@ def build_rootfs(dest: str | os.PathLike, include: Iterable[str] = ("python3",),
     _run_logged(["tar", "-C", str(dest), "--numeric-owner", "-xpf", str(tarball)], log,
                 timeout=600, what="tar")
     return dest
+
+
+def guest_files() -> dict[str, bytes]:
+    """Every source file of the guest package, by the path an image puts it at."""
+    return {f"{GUEST_DIR}/{path.relative_to(GUEST_SOURCE_DIR).as_posix()}": path.read_bytes()
+            for path in sorted(GUEST_SOURCE_DIR.rglob("*.py")) if "__pycache__" not in path.parts}
+
+
+def guest_digest() -> str:
+    """A hash of the guest package: an image made from another one is stale."""
+    return recipe_key(sorted((name, hashlib.sha256(data).hexdigest())
+                             for name, data in guest_files().items()))
 
 
 def copy_with_extra_files(tarball: Path, dest: Path,

@@ -7,7 +7,10 @@ the virtio/ext4 modules in dependency order and an ``/init`` that loads them and
 the real root; and ``base.qcow2``, the debootstrap tree of ``images.build_rootfs`` plus the
 guest agent and ``guest-init`` (a Python PID 1), turned into ext4 with ``mkfs.ext4 -d`` (no
 mount needed) and then into qcow2. ``image.json`` records a hash of every input, so a changed
-agent or init makes the image stale and a build with nothing changed is a no-op.
+agent or init makes the image stale and a build with nothing changed is a no-op. With
+``--desktop`` the same three files go to ``<cache>/qemu-desktop/``, the tree holding
+``images.DESKTOP_PACKAGES`` as well. The guest's user works in ``/home/user``, as on OSWorld's
+images and the other providers.
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ GUEST_INIT_PATH = "/usr/local/sbin/guest-init"
 
 
 #: bump when the image recipe changes in a way the input hash does not capture
-IMAGE_VERSION = 1
+IMAGE_VERSION = 2
 
 
 #: free space the guest gets on top of the tree (the ext4 image is sparse until written)
@@ -54,9 +57,6 @@ DISK_HEADROOM_MB = 1536
 
 #: modules the initramfs loads (with their dependencies) to reach a virtio ext4 root and NIC
 INITRD_MODULES = ("virtio_pci", "virtio_blk", "virtio_net", "crc32c_generic", "ext4")
-
-
-_AGENT_SOURCE = images.GUEST_AGENT_SOURCE
 
 
 # The initramfs: load the modules, mount the disk, hand over to guest-init on it.
@@ -90,7 +90,9 @@ connection on to the agent's unix socket (pathname sockets belong to no namespac
 import ctypes, fcntl, os, select, socket, struct, sys, threading, time
 
 AGENT = "AGENT_PATH"
+SHIM = "SHIM_PATH"
 AGENT_SOCKET = "/run/guest/agent.sock"
+HOME = "/home/user"
 CLONE_NEWNET = 0x40000000
 libc = ctypes.CDLL("libc.so.6", use_errno=True)
 
@@ -127,7 +129,7 @@ def start_agent():
         return pid
     try:
         os.setsid()
-        os.chdir("/root")
+        os.chdir(HOME)
         os.dup2(os.open("/dev/null", os.O_RDONLY), 0)
         if libc.unshare(CLONE_NEWNET):
             raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWNET)")
@@ -135,10 +137,13 @@ def start_agent():
         if os.path.exists(AGENT_SOCKET):
             os.unlink(AGENT_SOCKET)
         env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-               "HOME": "/root", "USER": "root", "LANG": "C.UTF-8",
+               "HOME": HOME, "USER": "root", "LANG": "C.UTF-8",
                "PARALLEL_ROLLOUT_VM": hostname}
-        os.execve("/usr/bin/python3", ["python3", "-I", "-S", AGENT, "--unix", AGENT_SOCKET],
-                  env)
+        argv = ["python3", "-I", "-S", AGENT, "--unix", AGENT_SOCKET]
+        if desktop:  # WxH from the kernel command line; pyautogui is the shim's
+            argv += ["--desktop", desktop]
+            env["PYTHONPATH"] = SHIM
+        os.execve("/usr/bin/python3", argv, env)
     except BaseException as exc:
         say("cannot start the agent: %r" % (exc,))
     os._exit(1)
@@ -189,6 +194,7 @@ for source, target, fstype, options in (
 os.makedirs("/run/guest", exist_ok=True)
 cmdline = open("/proc/cmdline").read().split()
 hostname = next((a[12:] for a in cmdline if a.startswith("pr.hostname=")), "guest")
+desktop = next((a[11:] for a in cmdline if a.startswith("pr.desktop=")), "")
 libc.sethostname(hostname.encode(), len(hostname.encode()))
 agent = start_agent()  # before the relay's threads exist: fork a single-threaded process
 try:
@@ -209,18 +215,24 @@ while True:  # reap every orphan; restart the agent if it dies
         say("agent exited (status %d); restarting it" % status)
         time.sleep(0.5)
         agent = start_agent()
-'''.replace("AGENT_PATH", images.GUEST_AGENT_PATH).replace("PORT", str(GUEST_PORT))
+'''.replace("AGENT_PATH", images.GUEST_AGENT_PATH).replace("SHIM_PATH", images.GUEST_SHIM_DIR) \
+    .replace("PORT", str(GUEST_PORT))
 
 
-def image_dir() -> Path:
-    """Where the built kernel, initramfs and base image live."""
-    return images.cache_dir() / "qemu"
+def image_dir(desktop: bool = False) -> Path:
+    """Where the built kernel, initramfs and base image live (those of desktop modes apart)."""
+    return images.cache_dir() / ("qemu-desktop" if desktop else "qemu")
 
 
-def image_inputs() -> str:
+def image_packages(desktop: bool = False) -> tuple[str, ...]:
+    """What the image's Debian tree holds beyond minbase."""
+    return images.DESKTOP_PACKAGES if desktop else ("python3",)
+
+
+def image_inputs(desktop: bool = False) -> str:
     """Hash of what we put into an image; a built image with another hash is stale."""
     return images.recipe_key("qemu-image", IMAGE_VERSION, INITRD_INIT, GUEST_INIT,
-                             INITRD_MODULES, images.file_digest(_AGENT_SOURCE))
+                             INITRD_MODULES, image_packages(desktop), images.guest_digest())
 
 
 _IMAGE_FILES = ("vmlinuz", "initrd.img", "base.qcow2")
@@ -259,19 +271,19 @@ def _image_format(path: Path) -> str:
     return info.get("format", "raw")
 
 
-def _build_image(force: bool, log: Callable[[str], None]) -> str:
+def _build_image(force: bool, log: Callable[[str], None], desktop: bool = False) -> str:
     """The build behind QemuProvider.build_image (see the module doc)."""
     for tool, package in ((QEMU_IMG, "qemu-utils"), ("mkfs.ext4", "e2fsprogs"),
                           ("apt-get", "apt"), ("dpkg-deb", "dpkg")):
         if shutil.which(tool) is None:
             raise ProviderUnavailable(f"building the qemu image needs {tool}; install it "
                                       f"with: apt-get install {package}")
-    out = image_dir()
+    out = image_dir(desktop)
     out.mkdir(parents=True, exist_ok=True)
     with open(out / ".build.lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # two builds at once: the second finds the first's
         manifest = _read_json(out / "image.json")
-        if (not force and manifest and manifest.get("inputs") == image_inputs()
+        if (not force and manifest and manifest.get("inputs") == image_inputs(desktop)
                 and all((out / n).is_file() for n in _IMAGE_FILES)):
             log(f"[image] qemu image is current: {out} (built {manifest.get('built')}); "
                 "--force rebuilds it")
@@ -283,7 +295,7 @@ def _build_image(force: bool, log: Callable[[str], None]) -> str:
             modules = work / "pkgs" / "lib" / "modules" / kernel_version
             log(f"[image] initramfs: busybox + {', '.join(INITRD_MODULES)} (and dependencies)")
             _write_initrd(work / "initrd.img", work / "pkgs" / "bin" / "busybox", modules)
-            tree = images.build_rootfs(work / "rootfs", log=log)
+            tree = images.build_rootfs(work / "rootfs", image_packages(desktop), log=log)
             _install_guest(tree)
             log("[image] ext4 filesystem from the tree (mkfs.ext4 -d), then qcow2")
             _make_disk(tree, work / "disk.ext4", work / "base.qcow2")
@@ -294,7 +306,7 @@ def _build_image(force: bool, log: Callable[[str], None]) -> str:
         sizes = {n: (out / n).stat().st_size for n in _IMAGE_FILES}
         build_s = time.monotonic() - started
         _write_json(out / "image.json", {
-            "inputs": image_inputs(), "kernel": kernel_version,
+            "inputs": image_inputs(desktop), "kernel": kernel_version,
             "built": time.strftime("%Y-%m-%d %H:%M:%S"), "build_s": round(build_s, 1),
             "sizes": sizes})
         log(f"[image] qemu image built in {build_s:.0f}s: {out} (kernel {kernel_version}; "
@@ -323,16 +335,18 @@ def _fetch_packages(work: Path, log: Callable[[str], None]) -> str:
 
 
 def _install_guest(tree: Path) -> None:
-    """The guest agent and guest-init into the tree; a root home and hostname."""
-    agent = tree / images.GUEST_AGENT_PATH.lstrip("/")
-    agent.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(_AGENT_SOURCE, agent)
-    agent.chmod(0o644)
+    """The guest package and guest-init into the tree; the user's home and a hostname."""
+    for name, data in images.guest_files().items():
+        path = tree / name.lstrip("/")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+        path.chmod(0o644)
     init = tree / GUEST_INIT_PATH.lstrip("/")
     init.parent.mkdir(parents=True, exist_ok=True)
     init.write_text(GUEST_INIT)
     init.chmod(0o755)
     (tree / "root").mkdir(mode=0o700, exist_ok=True)
+    (tree / "home" / "user").mkdir(mode=0o755, parents=True, exist_ok=True)
     (tree / "etc" / "hostname").write_text("guest\n")
 
 

@@ -1,0 +1,64 @@
+"""What desktop tests read off a VM: the pixels of a /screenshot, the window list, processes."""
+
+from __future__ import annotations
+
+import time
+import zlib
+
+from parallel_rollout.guest.client import GuestClient
+
+
+def pixels(png: bytes) -> tuple[int, int, bytes]:
+    """Width, height and RGB rows of one of our PNGs (8-bit RGB, filter 0 on every row)."""
+    width, height = int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")
+    data, at = b"", 8
+    while at < len(png):
+        length = int.from_bytes(png[at:at + 4], "big")
+        if png[at + 4:at + 8] == b"IDAT":
+            data += png[at + 8:at + 8 + length]
+        at += 12 + length
+    raw = zlib.decompress(data)
+    row = width * 3 + 1
+    assert all(raw[y * row] == 0 for y in range(height))
+    return width, height, b"".join(raw[y * row + 1:(y + 1) * row] for y in range(height))
+
+
+def changed(before: bytes, after: bytes, width: int, box: tuple[int, int, int, int]) -> int:
+    """How many pixels of ``box`` (x0, y0, x1, y1) differ between two RGB frames."""
+    x0, y0, x1, y1 = box
+    count = 0
+    for y in range(y0, y1):
+        a = before[(y * width + x0) * 3:(y * width + x1) * 3]
+        b = after[(y * width + x0) * 3:(y * width + x1) * 3]
+        count += sum(1 for i in range(0, len(a), 3) if a[i:i + 3] != b[i:i + 3])
+    return count
+
+
+def window_titles(client: GuestClient) -> list[str]:
+    """The titles of the desktop's windows, as ``wmctrl -l`` lists them."""
+    listing = client.execute(["wmctrl", "-l"])
+    if listing["returncode"] != 0 and "client list" in listing["error"]:
+        return []  # openbox publishes the list with the first window it manages
+    assert listing["returncode"] == 0, listing
+    return [line.split(None, 3)[3] if len(line.split(None, 3)) == 4 else ""
+            for line in listing["output"].splitlines()]
+
+
+def wait_window(client: GuestClient, title: str, present: bool = True,
+                timeout_s: float = 15.0) -> None:
+    """Wait until a window titled ``title`` is there (or gone, with ``present=False``)."""
+    deadline = time.monotonic() + timeout_s
+    while (title in window_titles(client)) != present:
+        assert time.monotonic() < deadline, \
+            f"window {title!r} present={not present} after {timeout_s:g} s"
+        time.sleep(0.2)
+
+
+def process_names(client: GuestClient) -> set[str]:
+    """The names of every process in the VM (from /proc: images need not have ps)."""
+    code = ("import os\nfor p in os.listdir('/proc'):\n    if p.isdigit():\n        try:\n"
+            "            print(open(f'/proc/{p}/comm').read().strip())\n"
+            "        except OSError:\n            pass\n")
+    result = client.execute(["python3", "-c", code])
+    assert result["returncode"] == 0, result
+    return set(result["output"].split())

@@ -1,0 +1,105 @@
+"""The desktop in the docker and qemu guest images (osworld mode), as on the process provider.
+
+Each image is built with ``--desktop`` (Debian's Xvfb, openbox, xterm, mousepad, pcmanfm,
+xdotool, wmctrl, ffmpeg, AT-SPI) once per session. A VM of it must boot a desktop of the
+requested size, show typed text in its screenshot's pixels, come back from a reset without
+the task's windows, files or processes, and pass the shipped desktop tasks through a pool.
+tests/test_osworld.py checks the same on the process provider, with every shipped task.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from conftest import assert_exactly_once
+from desktop_support import changed, pixels, process_names, wait_window
+from parallel_rollout.config import build_config
+from parallel_rollout.envs.osworld import actions as acts
+from parallel_rollout.guest.client import GuestClient
+
+ROOT = Path(__file__).resolve().parents[2]
+TASKS = ROOT / "benchmarks" / "osworld_tasks.jsonl"
+WIDTH, HEIGHT = 1024, 768
+#: boots under TCG take longer with a desktop; two at once on two cores longer still
+BOOT_TIMEOUT_S = {"docker": 60.0, "qemu": 300.0}
+
+
+def _provider(harness):
+    return harness.provider(desktop=True, screen_width=WIDTH, screen_height=HEIGHT,
+                            boot_timeout_s=BOOT_TIMEOUT_S[harness.name])
+
+
+def test_a_desktop_vm_shows_typed_text_and_resets_clean(desktop):
+    provider = _provider(desktop)
+    info = provider.start("vm0")
+    try:
+        client = GuestClient(info.address, timeout_s=60.0)
+        assert client.screen_size() == (WIDTH, HEIGHT)
+        assert {"Xvfb", "openbox"} <= process_names(client)
+        client.launch(["xterm", "-T", "big", "-fa", "Monospace", "-fs", "28",
+                       "-geometry", "40x6+0+0"])
+        wait_window(client, "big", timeout_s=60)
+        time.sleep(1.0)
+        width, height, before = pixels(client.screenshot())
+        assert (width, height) == (WIDTH, HEIGHT)
+        # the agent's own action code, through the image's pyautogui (the xdotool shim)
+        code = acts.computer13_to_code({"action_type": "TYPING",
+                                        "parameters": {"text": "WWWWWWWWWWWW"}})
+        typed = client.execute(["python", "-c", "import pyautogui; " + code])
+        assert typed["returncode"] == 0, typed
+        time.sleep(1.0)
+        _, _, after = pixels(client.screenshot())
+        assert changed(before, after, width, (0, 0, 600, 200)) > 500
+        assert changed(before, after, width, (0, 400, WIDTH, HEIGHT)) == 0
+
+        # what a task leaves: a file, a process, a window
+        client.execute("echo x > ~/leftover.txt", shell=True)
+        client.launch(["sleep", "300"])
+        assert "sleep" in process_names(client)
+        info = provider.reset(info)
+        client = GuestClient(info.address, timeout_s=60.0)
+        assert "big" not in client.execute(["wmctrl", "-l"])["output"]
+        assert "leftover.txt" not in client.execute("ls -A ~", shell=True)["output"]
+        left = process_names(client)
+        assert not {"xterm", "sleep"} & left, left
+        assert {"Xvfb", "openbox"} <= left
+        assert client.screen_size() == (WIDTH, HEIGHT)
+    finally:
+        provider.stop(info)
+
+
+def _shipped(snapshots_once: bool) -> list[dict]:
+    tasks = [json.loads(line) for line in TASKS.read_text().splitlines() if line.strip()]
+    if not snapshots_once:
+        return tasks
+    first: dict[str, dict] = {}
+    for task in tasks:
+        first.setdefault(task["snapshot"], task)
+    return list(first.values())
+
+
+def test_the_oracle_passes_shipped_desktop_tasks_through_a_shared_pool(desktop, tmp_path):
+    from parallel_rollout.runner import Runner
+
+    # docker: every shipped task (N=3, M=2); qemu under TCG: one task of each kind
+    # (terminal, editor, file manager) through one VM, reset between them
+    under_tcg = desktop.name == "qemu"
+    tasks = _shipped(snapshots_once=under_tcg)
+    data = tmp_path / "tasks.jsonl"
+    data.write_text("".join(json.dumps(t) + "\n" for t in tasks))
+    (tmp_path / "osworld_files").symlink_to(TASKS.with_name("osworld_files"))  # their inputs
+    flags = dict(mode="osworld", data=str(data), agent="oracle", provider_name=desktop.name,
+                 num_rollouts=2 if under_tcg else 3, num_vms=1 if under_tcg else 2,
+                 use_vm_pool=True, output_dir=str(tmp_path / "out"),
+                 run_id=desktop.new_run_id(), progress=False, screen_width=WIDTH,
+                 screen_height=HEIGHT, action_space="computer_13",
+                 boot_timeout_s=BOOT_TIMEOUT_S[desktop.name])
+    outcome = Runner(build_config(flags)).run()
+    assert outcome.exit_code == 0, outcome.message
+    finals = assert_exactly_once(outcome.run_dir, {f"{t['id']}#0" for t in tasks})
+    failed = {k: (r["status"], r.get("eval"), r.get("failure")) for k, r in finals.items()
+              if r["status"] != "success"}
+    assert not failed
+    assert outcome.summary["vm"]["resets"] >= len(tasks) - 1
