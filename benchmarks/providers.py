@@ -3,6 +3,7 @@
     python benchmarks/providers.py                       # every available provider
     python benchmarks/providers.py --providers docker --resets 40 --gap 0.5
     python benchmarks/providers.py --start-dockerd       # start (and then stop) a daemon
+    python benchmarks/providers.py --desktop             # VMs with a desktop (osworld mode)
 
 For each provider: ``--boots`` starts of one VM (each stopped again), then one VM reset
 ``--resets`` times, twice: with ``--gap`` seconds of use between resets (a command runs, a
@@ -98,10 +99,11 @@ def docker_stats(name: str) -> str:
 def bench(name: str, args) -> dict:
     cls = get_provider(name)
     if args.build_images and name != "process":
-        cls.build_image(log=lambda line: print(line, file=sys.stderr))
+        cls.build_image(desktop=args.desktop, log=lambda line: print(line, file=sys.stderr))
     cls.check_available()
     run_id = f"bench-{os.getpid()}-{name}"
-    provider = cls(run_id, ProviderOptions(boot_timeout_s=args.boot_timeout))
+    provider = cls(run_id, ProviderOptions(boot_timeout_s=args.boot_timeout, desktop=args.desktop,
+                                           screen_width=1280, screen_height=720))
     result: dict = {"provider": name}
     try:
         boots = []
@@ -149,6 +151,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="start dockerd with scripts/dockerd.sh when none answers (stopped at the end)")
     parser.add_argument("--build-images", action="store_true",
                         help="build (or find cached) each provider's guest image first")
+    parser.add_argument("--desktop", action="store_true",
+                        help="VMs with a 1280x720 desktop (the osworld mode's; docker and qemu "
+                             "boot their desktop image)")
     parser.add_argument("--json", action="store_true", help="print the raw numbers as JSON too")
     args = parser.parse_args(argv)
 

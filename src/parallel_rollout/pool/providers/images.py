@@ -92,11 +92,6 @@ def recipe_key(*parts: object) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def file_digest(path: Path) -> str:
-    """sha256 of a file's bytes, hex."""
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-
-
 def check_debootstrap() -> str:
     """The debootstrap executable; ProviderUnavailable (with the fix) when it cannot run."""
     found = shutil.which("debootstrap") or next(
