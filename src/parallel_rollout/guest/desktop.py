@@ -1,13 +1,24 @@
-"""Desktop routes of the guest agent: an X display (Xvfb) with a window manager, and OSWorld's
-desktop routes on top of it. Imported by ``server.py`` only when a desktop route is called or
-``--desktop WxH`` is given, so an agent without a desktop starts as fast as before.
+"""Desktop routes of the guest agent: an X display (Xvfb) with a window manager, a D-Bus
+session with the AT-SPI accessibility bus, and OSWorld's desktop routes on top of them.
+Imported by ``server.py`` only when a desktop route is called or ``--desktop WxH`` is given,
+so an agent without a desktop starts as fast as before.
 
 ::
 
     server.py --desktop 1920x1080
-        └─ start_desktop(): Xvfb :0 (ready when it writes its display number to -displayfd)
+        └─ start_desktop(): dbus-daemon --session (ready when it prints its address)
+                            Xvfb :0 (ready when it writes its display number to -displayfd)
                             openbox (ready when the root window has _NET_SUPPORTING_WM_CHECK)
-           then "ready" to the host; every command the agent runs inherits DISPLAY=:0
+           then "ready" to the host; every command the agent runs inherits DISPLAY=:0 and
+           DBUS_SESSION_BUS_ADDRESS
+        on the first AT-SPI client (a GTK app's atk-bridge, or the walker), the session bus
+        activates at-spi-bus-launcher (org.a11y.Bus), which starts the accessibility bus
+        (a second dbus-daemon) and at-spi2-registryd; GTK apps (mousepad, pcmanfm) register
+        on it, xterm does not
+
+Every process of the desktop is a child of the agent's sandbox or VM and dies with it; the
+bus starts while Xvfb does and the AT-SPI bus only when asked, so they add next to nothing
+to a reset.
 
 Like the rest of the agent this is standard library only: screenshots read the frame buffer
 with ``XGetImage`` and the pointer with ``XFixesGetCursorImage`` through ctypes (libX11 and
@@ -15,12 +26,20 @@ libXfixes come with Xvfb's dependencies), paste the cursor at the pointer as OSW
 encode the PNG with zlib. Windows are handled with ``wmctrl``/``xdotool``, recordings with
 ``ffmpeg -f x11grab``.
 
+**Accessibility.** ``GET /accessibility`` answers OSWorld's ``{"AT": xml}``: a
+``desktop-frame`` root with OSWorld's namespaces, then the AT-SPI tree of each app that
+exposes one (walked by ``atspi_tree.py`` in a child ``python3`` that can import the system's
+pyatspi), then, for every window whose process has no such tree (xterm, a hung app), an
+``application``/``frame`` pair with its title, class and geometry from the window list. The
+walker gets :data:`ATSPI_TIMEOUT_S` and is killed after that; a walk that fails or times out,
+a missing pyatspi, or a desktop without a bus (dbus-daemon or at-spi2-core not installed, or
+``PARALLEL_ROLLOUT_ATSPI=0``; GTK apps then run with ``NO_AT_BRIDGE=1``) leaves the window
+list alone, so the answer always comes, in bounded time.
+
 **Bounded waits.** Every route finishes in bounded time: ``/setup/open_file`` waits for the
 window at most ``timeout`` seconds (default :data:`OPEN_TIMEOUT_S`, never OSWorld's 1800 s)
 and answers 500 ``{"status": "error", "message": ...}`` when it does not appear (OSWorld's
-shape); helper commands have short timeouts. ``/accessibility`` answers with the window list
-(titles, classes, pids, geometry) as XML in OSWorld's ``{"AT": xml}`` shape: this desktop runs
-no AT-SPI bus (a missing bus is what makes AT-SPI clients hang), so the tree is what X knows.
+shape); helper commands have short timeouts; the AT-SPI walk has its own (above).
 """
 
 from __future__ import annotations
@@ -32,7 +51,6 @@ import subprocess
 import threading
 import time
 import zlib
-from xml.sax.saxutils import quoteattr
 
 #: the display every desktop VM uses: the sandbox has its own /tmp and network namespace
 DISPLAY = ":0"
@@ -42,9 +60,34 @@ OPEN_TIMEOUT_S = 30.0
 HELPER_TIMEOUT_S = 10.0
 #: seconds Xvfb and the window manager may take to come up
 START_TIMEOUT_S = 20.0
+#: seconds the session bus may take; a later one is killed and the desktop has no AT-SPI
+BUS_TIMEOUT_S = 5.0
 RECORDING_PATH = "/tmp/recording.mp4"
+#: seconds the AT-SPI walker may take before /accessibility answers with the window list:
+#: below GuestClient.accessibility_tree's 10 s, so the fallback reaches the caller in time
+ATSPI_TIMEOUT_S = 8.0
+#: ``0`` in the agent's environment: no session bus, no AT-SPI, the window list only
+ATSPI_ENV = "PARALLEL_ROLLOUT_ATSPI"
+#: the AT-SPI bus launcher, dbus-activated (org.a11y.Bus) on the session bus
+BUS_LAUNCHER = "at-spi-bus-launcher"
+LIBEXEC_DIRS = ("/usr/libexec", "/usr/lib/at-spi2-core")
+#: the walker, next to this file in every guest (the sandbox binds it, the images copy it),
+#: and who runs it
+WALKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "atspi_tree.py")
+SYSTEM_PYTHON = "/usr/bin/python3"
+#: OSWorld's namespaces (desktop_env/server/main.py, Ubuntu): declared on the root element
+NAMESPACES = {
+    "st": "https://accessibility.ubuntu.example.org/ns/state",
+    "attr": "https://accessibility.ubuntu.example.org/ns/attributes",
+    "cp": "https://accessibility.ubuntu.example.org/ns/component",
+    "doc": "https://accessibility.ubuntu.example.org/ns/document",
+    "docattr": "https://accessibility.ubuntu.example.org/ns/document/attributes",
+    "txt": "https://accessibility.ubuntu.example.org/ns/text",
+    "val": "https://accessibility.ubuntu.example.org/ns/value",
+    "act": "https://accessibility.ubuntu.example.org/ns/action",
+}
 
-_state = {"width": 0, "height": 0, "xvfb": None, "wm": None}
+_state = {"width": 0, "height": 0, "xvfb": None, "wm": None, "bus": None}
 _recorder_lock = threading.Lock()
 _recorder: dict = {"proc": None}
 
@@ -62,8 +105,15 @@ class DesktopError(Exception):
 
 
 def start_desktop(width: int, height: int, wm: str = "openbox") -> None:
-    """Start Xvfb at WxH and the window manager; return once both are ready."""
+    """Start the session bus, Xvfb at WxH and the window manager; return once all are ready
+    (a session bus that cannot start leaves a desktop without AT-SPI, see the module doc)."""
     deadline = time.monotonic() + START_TIMEOUT_S
+    # GTK apps and the AT-SPI bus: a private runtime folder, where the bus puts its socket
+    runtime = "/tmp/xdg-runtime"
+    os.makedirs(runtime, mode=0o700, exist_ok=True)
+    os.environ.setdefault("XDG_RUNTIME_DIR", runtime)
+    bus = _spawn_session_bus()  # comes up while Xvfb does
+    bus_deadline = time.monotonic() + BUS_TIMEOUT_S
     read_fd, write_fd = os.pipe()
     xvfb = subprocess.Popen(
         ["Xvfb", DISPLAY, "-screen", "0", f"{width}x{height}x24", "-nolisten", "tcp", "-noreset",
@@ -72,15 +122,7 @@ def start_desktop(width: int, height: int, wm: str = "openbox") -> None:
         stderr=None, start_new_session=True)  # into agent.log
     os.close(write_fd)
     try:
-        # Read up to the newline: closing the pipe while Xvfb is still writing would make
-        # its write fail, which Xvfb treats as fatal.
-        got = b""
-        while not got.endswith(b"\n"):
-            _wait_readable(read_fd, deadline, "Xvfb")
-            chunk = os.read(read_fd, 64)
-            if not chunk:
-                raise RuntimeError("Xvfb exited before its display was ready")
-            got += chunk
+        _read_line(read_fd, deadline, "Xvfb")
     finally:
         os.close(read_fd)
     os.environ["DISPLAY"] = DISPLAY
@@ -97,11 +139,7 @@ def start_desktop(width: int, height: int, wm: str = "openbox") -> None:
             raise RuntimeError(f"Xvfb never accepted a connection on {DISPLAY}")
         time.sleep(delay)
         delay = min(delay * 2, 0.05)
-    # GTK apps: a private runtime folder, and no accessibility bus to wait for
-    runtime = "/tmp/xdg-runtime"
-    os.makedirs(runtime, mode=0o700, exist_ok=True)
-    os.environ.setdefault("XDG_RUNTIME_DIR", runtime)
-    os.environ.setdefault("NO_AT_BRIDGE", "1")
+    _await_session_bus(bus, deadline, bus_deadline)
     _state.update(width=width, height=height, xvfb=xvfb)
     manager = subprocess.Popen([wm, "--sm-disable"] if wm == "openbox" else [wm],
                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
@@ -118,12 +156,99 @@ def start_desktop(width: int, height: int, wm: str = "openbox") -> None:
         delay = min(delay * 2, 0.05)
 
 
+def _read_line(fd: int, deadline: float, what: str) -> bytes:
+    """Read a pipe up to its first newline: what Xvfb and dbus-daemon write once ready."""
+    # Read up to the newline: closing the pipe while the writer is still writing would make
+    # its write fail, which Xvfb treats as fatal.
+    got = b""
+    while not got.endswith(b"\n"):
+        _wait_readable(fd, deadline, what)
+        chunk = os.read(fd, 256)
+        if not chunk:
+            raise RuntimeError(f"{what} exited before it was ready")
+        got += chunk
+    return got
+
+
+def _spawn_session_bus():
+    """Start dbus-daemon for the desktop's session, or say in agent.log why there is none;
+    (process, read end of its address pipe) or None."""
+    if os.environ.get(ATSPI_ENV, "1") == "0":
+        reason = f"{ATSPI_ENV}=0"
+    elif not _find(BUS_LAUNCHER, LIBEXEC_DIRS):
+        reason = "at-spi2-core is not installed"
+    elif not _find("dbus-daemon"):
+        reason = "dbus-daemon is not installed"
+    else:
+        read_fd, write_fd = os.pipe()
+        try:
+            bus = subprocess.Popen(
+                ["dbus-daemon", "--session", "--nofork", "--nopidfile",
+                 f"--print-address={write_fd}"],
+                # what the services it activates get: at-spi-bus-launcher marks the display
+                env={**os.environ, "DISPLAY": DISPLAY},
+                pass_fds=(write_fd,), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                stderr=None, start_new_session=True)  # into agent.log
+        except OSError as exc:
+            os.close(read_fd)
+            reason = f"dbus-daemon does not start: {exc}"
+        else:
+            return bus, read_fd
+        finally:
+            os.close(write_fd)
+    _no_accessibility(reason)
+    return None
+
+
+def _await_session_bus(spawned, deadline: float, bus_deadline: float) -> None:
+    """Export the bus's address to every command the agent runs once dbus-daemon has said
+    it; a bus that fails or is late is killed and the desktop goes on without AT-SPI."""
+    if spawned is None:
+        return
+    bus, read_fd = spawned
+    try:
+        address = _read_line(read_fd, min(deadline, bus_deadline), "dbus-daemon").decode().strip()
+    except RuntimeError as exc:
+        bus.kill()
+        bus.wait()
+        _no_accessibility(str(exc))
+        return
+    finally:
+        os.close(read_fd)
+    os.environ["DBUS_SESSION_BUS_ADDRESS"] = address
+    # GTK 3 apps (mousepad) bring their bridge along; GTK 2 apps (pcmanfm) load it as a
+    # module (Debian's libatk-adaptor), and GTK 3 skips these two names
+    modules = [m for m in os.environ.get("GTK_MODULES", "").split(":") if m]
+    os.environ["GTK_MODULES"] = ":".join(modules + [m for m in ("gail", "atk-bridge")
+                                                    if m not in modules])
+    _state["bus"] = bus
+
+
+def _no_accessibility(reason: str) -> None:
+    import sys
+
+    print(f"desktop: no AT-SPI bus ({reason}); /accessibility answers with the window list",
+          file=sys.stderr)
+    # without a bus, GTK's atk-bridge would look for one (dbus-launch --autolaunch) in every app
+    os.environ.setdefault("NO_AT_BRIDGE", "1")
+
+
+def _find(program: str, extra_dirs: tuple[str, ...] = ()) -> str | None:
+    """``program`` on PATH or in ``extra_dirs`` (shutil.which: ~3 ms more of start-up)."""
+    dirs = [d for d in os.environ.get("PATH", os.defpath).split(os.pathsep) if d]
+    for folder in (*dirs, *extra_dirs):
+        path = os.path.join(folder, program)
+        if os.path.isfile(path) and os.access(path, os.X_OK):
+            return path
+    return None
+
+
 def _wait_readable(fd: int, deadline: float, what: str) -> None:
     import select
 
     remaining = deadline - time.monotonic()
     if remaining <= 0 or not select.select([fd], [], [], remaining)[0]:
-        raise RuntimeError(f"{what} did not start within {START_TIMEOUT_S:g}s")
+        raise RuntimeError(f"{what} was not ready in time")
 
 
 def _wm_ready() -> bool:
@@ -310,25 +435,94 @@ def _active_window_id() -> int | None:
 
 
 def accessibility_xml() -> str:
-    """The desktop as OSWorld-style XML: one application node per window."""
+    """The desktop as OSWorld's XML: the AT-SPI tree of every app that exposes one, and an
+    application node per window (title, class, geometry) for the windows of the others."""
     windows = list_windows()
+    apps = _atspi_apps()
+    covered = {app["pid"] for app in apps}
     active = _active_window_id()
-    lines = [f'<desktop-frame xmlns:st="https://accessibility.ubuntu.example.org/ns/state" '
-             f'xmlns:cp="https://accessibility.ubuntu.example.org/ns/component" '
-             f'name="Desktop" cp:screencoord="(0, 0)" '
-             f'cp:size="({_state["width"]}, {_state["height"]})">']
+    fragments = [app["xml"] for app in apps]
     for win in windows:
+        if win["pid"] in covered:
+            continue
         app = win["class"].split(".")[-1]
         is_active = active is not None and int(win["id"], 16) == active
-        lines.append(
-            f'  <application name={quoteattr(app)} st:pid="{win["pid"]}">\n'
-            f'    <frame name={quoteattr(win["title"])} class={quoteattr(win["class"])} '
+        fragments.append(
+            f'<application name={_quote(app)} st:pid="{win["pid"]}">'
+            f'<frame name={_quote(win["title"])} class={_quote(win["class"])} '
             f'window-id="{win["id"]}" st:active="{str(is_active).lower()}" '
             f'cp:screencoord="({win["x"]}, {win["y"]})" '
-            f'cp:size="({win["width"]}, {win["height"]})"/>\n'
-            f'  </application>')
-    lines.append("</desktop-frame>")
-    return "\n".join(lines)
+            f'cp:size="({win["width"]}, {win["height"]})"/></application>')
+    declarations = " ".join(f"xmlns:{prefix}={_quote(uri)}" for prefix, uri in NAMESPACES.items())
+    return "\n".join([f'<desktop-frame {declarations} name="Desktop" cp:screencoord="(0, 0)" '
+                      f'cp:size="({_state["width"]}, {_state["height"]})">',
+                      *fragments, "</desktop-frame>"])
+
+
+def _atspi_apps() -> list[dict]:
+    """The walker's apps (``{"pid", "name", "xml"}``): [] when there is no AT-SPI bus or the
+    walker fails, those it finished when it outlives ATSPI_TIMEOUT_S (reasons: agent.log)."""
+    if not os.environ.get("DBUS_SESSION_BUS_ADDRESS") or os.environ.get(ATSPI_ENV) == "0":
+        return []
+    # Debian's python3-pyatspi is for the system's interpreter, which a python3 earlier on
+    # PATH (/usr/local/bin) may not be
+    python = SYSTEM_PYTHON if os.access(SYSTEM_PYTHON, os.X_OK) else _find("python3")
+    if python is None:
+        return _walk_failed("no python3")
+    try:
+        # -I, not -S: pyatspi is in the system's dist-packages, which site.py adds
+        walker = subprocess.Popen([python, "-I", WALKER], stdin=subprocess.DEVNULL,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  start_new_session=True)
+    except OSError as exc:
+        return _walk_failed(f"cannot start {python}: {exc}")
+    try:
+        out, err = walker.communicate(timeout=ATSPI_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        _walk_failed(f"killed after {ATSPI_TIMEOUT_S:g}s")
+        try:
+            os.killpg(walker.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass  # it ended on its own meanwhile
+        try:
+            out, err = walker.communicate(timeout=1.0)  # what it printed before the kill
+        except subprocess.TimeoutExpired:
+            # something outside its group holds its pipes: the answer does not wait for it
+            walker.stdout.close()
+            walker.stderr.close()
+            walker.wait()
+            return []
+    if walker.returncode not in (0, -signal.SIGKILL):
+        _walk_failed(f"exit status {walker.returncode}: "
+                     f"{err.decode('utf-8', 'replace').strip()[-500:]}")
+    import json
+
+    apps = []
+    for line in out.decode("utf-8", "replace").splitlines():
+        try:
+            result = json.loads(line)
+        except ValueError:
+            continue  # the line the kill cut short
+        if "error" in result:
+            _walk_failed(result["error"])
+        else:
+            apps.append(result)
+    return apps
+
+
+def _walk_failed(reason: str) -> list:
+    import sys
+
+    print(f"desktop: AT-SPI walk: {reason}; the window list stands in", file=sys.stderr)
+    return []
+
+
+def _quote(value: str) -> str:
+    """``value`` as a double-quoted XML attribute (xml.sax.saxutils costs ~20 ms of start-up)."""
+    for char, entity in (("&", "&amp;"), ("<", "&lt;"), (">", "&gt;"), ('"', "&quot;"),
+                         ("\n", "&#10;"), ("\r", "&#13;"), ("\t", "&#9;")):
+        value = value.replace(char, entity)
+    return f'"{value}"'
 
 
 def _wmctrl_window(action: str, window_name: str, strict: bool, by_class: bool) -> None:

@@ -26,13 +26,16 @@ cost is dominated by the agent's Python start-up (see ``guest/server.py``); read
 pipe the agent writes to once it listens, so nobody polls.
 
 **Desktop** (``options.desktop``, the osworld mode). The agent starts with ``--desktop WxH``:
-Xvfb on display :0 and openbox, inside the sandbox, before it says ready (see
-``guest/desktop.py``). The desktop is therefore part of the snapshot: a reset kills it with
-every window and app of the task and the next boot brings a clean one (~0.3 s on 2 cores; the
-agent alone is ~60 ms). ``guest/shim/pyautogui.py`` is on PYTHONPATH and ``python`` names
-the guest's python3, so OSWorld's ``python -c "import pyautogui; ..."`` actions run as they
-do in an OSWorld image. The apps come from the host's /usr (Debian packages ``./dev`` installs:
-xvfb, openbox, xterm, mousepad, pcmanfm, xdotool, wmctrl, ffmpeg).
+a D-Bus session bus, Xvfb on display :0 and openbox, inside the sandbox, before it says ready
+(see ``guest/desktop.py``; the AT-SPI bus is dbus-activated inside too, and its walker
+``guest/atspi_tree.py`` is bound next to the agent). The desktop is therefore part of the
+snapshot: a reset kills it with every window, app and bus of the task and the next boot
+brings a clean one (~0.2 s on 2 cores; the agent alone is ~60 ms). ``PARALLEL_ROLLOUT_ATSPI``
+in the host's environment is passed on (``0``: no bus, the window list only).
+``guest/shim/pyautogui.py`` is on PYTHONPATH and ``python`` names the guest's python3, so
+OSWorld's ``python -c "import pyautogui; ..."`` actions run as they do in an OSWorld image.
+The apps come from the host's /usr (Debian packages ``./dev`` installs: xvfb, openbox, xterm,
+mousepad, pcmanfm, xdotool, wmctrl, ffmpeg, dbus, at-spi2-core, python3-pyatspi).
 
 **The launcher thread.** ``--die-with-parent`` is PR_SET_PDEATHSIG, which fires when the
 *thread* that forked bwrap exits, not its process. The pool starts and resets VMs from
@@ -85,7 +88,10 @@ GUEST_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 KILL_WAIT_S = 5.0
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _AGENT_SOURCE = Path(__file__).resolve().parents[2] / "guest" / "server.py"
-_DESKTOP_SOURCE = _AGENT_SOURCE.with_name("desktop.py")
+#: guest files a desktop VM needs next to the agent: the desktop routes and the AT-SPI walker
+_DESKTOP_SOURCES = tuple(_AGENT_SOURCE.with_name(name) for name in ("desktop.py", "atspi_tree.py"))
+#: the guest's AT-SPI switch (see guest/desktop.py), passed on from the host when set
+ATSPI_ENV = "PARALLEL_ROLLOUT_ATSPI"
 _SHIM_DIR = _AGENT_SOURCE.parent / "shim"
 GUEST_SHIM = "/opt/parallel-rollout/shim"
 GUEST_BIN = "/opt/parallel-rollout/bin"
@@ -277,10 +283,13 @@ class ProcessProvider(Provider):
         path = GUEST_PATH
         if self.options.desktop:
             agent += ["--desktop", f"{self.options.screen_width}x{self.options.screen_height}"]
-            desktop = ["--ro-bind", str(_DESKTOP_SOURCE), str(Path(GUEST_AGENT).with_name("desktop.py")),
-                       "--ro-bind", str(_SHIM_DIR), GUEST_SHIM,
+            desktop = [arg for source in _DESKTOP_SOURCES for arg in
+                       ("--ro-bind", str(source), str(Path(GUEST_AGENT).with_name(source.name)))]
+            desktop += ["--ro-bind", str(_SHIM_DIR), GUEST_SHIM,
                        "--ro-bind", self._python, f"{GUEST_BIN}/python",
                        "--setenv", "PYTHONPATH", GUEST_SHIM]
+            if os.environ.get(ATSPI_ENV):
+                desktop += ["--setenv", ATSPI_ENV, os.environ[ATSPI_ENV]]
             if os.path.isdir("/var/cache/fontconfig"):
                 # without the system's font cache every app start rebuilds it (seconds)
                 desktop += ["--ro-bind", "/var/cache/fontconfig", "/var/cache/fontconfig"]
