@@ -4,7 +4,7 @@ The "model" (tests/llm_server.py on 127.0.0.1) is strict about what it is sent a
 what it answers. Each request must carry, in its newest user message, the task as text and the
 screenshot as an OpenAI vision part ``{"type": "image_url", "image_url": {"url":
 "data:image/png;base64,…"}}`` that decodes to a PNG of the run's screen size; with
-``--observation-type screenshot_a11y_tree`` also the accessibility tree (the window list XML)
+``--observation-type screenshot_a11y_tree`` also the accessibility tree (OSWorld's XML)
 as text; never more than the three newest screenshots in the conversation. It answers with the
 task's reference actions, one per turn, then DONE: as computer_13 JSON in a ```json block, or
 with ``--action-space pyautogui`` as the same actions' pyautogui code in a ```python block. The

@@ -182,11 +182,19 @@ def _tail(text: str) -> str:
     return f"[… {len(text) - OUTPUT_TAIL} characters cut …]\n{text[-OUTPUT_TAIL:]}"
 
 
+def _ends(text: str) -> str:
+    """Both ends of a long text, cut in the middle: an XML tree keeps its root's tags."""
+    if len(text) <= OUTPUT_TAIL:
+        return text
+    half = OUTPUT_TAIL // 2
+    return f"{text[:half]}\n[… {len(text) - 2 * half} characters cut …]\n{text[-half:]}"
+
+
 # -- osworld --------------------------------------------------------------------------------
 
 OSWORLD_SYSTEM = """\
 You operate a Linux desktop (openbox, xterm, mousepad, pcmanfm) to complete the user's task.
-Each turn you get the task, a screenshot and/or the window list as XML. Answer with ONE action:
+Each turn you get the task, a screenshot and/or the accessibility tree as XML. Answer with ONE action:
 - computer_13: a ```json block such as {"action_type": "CLICK", "parameters": {"x": 200, "y": 150}}.
   Types: MOVE_TO, CLICK, MOUSE_DOWN, MOUSE_UP, RIGHT_CLICK, DOUBLE_CLICK, DRAG_TO, SCROLL (dx, dy),
   TYPING (text), PRESS/KEY_DOWN/KEY_UP (key), HOTKEY (keys: list), WAIT, FAIL, DONE.
@@ -204,7 +212,7 @@ def _render_osworld(observation: Mapping[str, Any]) -> list[dict[str, Any]]:
     if observation.get("error"):
         text += f"\nYour last action was not executed: {observation['error']}"
     if observation.get("accessibility_tree"):
-        text += "\nWindows (accessibility tree):\n" + _tail(observation["accessibility_tree"])
+        text += "\nAccessibility tree:\n" + _ends(observation["accessibility_tree"])
     content: list[dict[str, Any]] = [{"type": "text", "text": text}]
     path = observation.get("screenshot_path")
     if path:
