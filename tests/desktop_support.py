@@ -1,11 +1,19 @@
-"""What desktop tests read off a VM: the pixels of a /screenshot, the window list, processes."""
+"""What desktop tests read off a VM (the pixels of a /screenshot, the window list, processes)
+and a random agent. Workers import the agent by name (``desktop_support:RandomAgent``), so
+this module imports nothing of tests/: which ``conftest`` a worker would find depends on the
+order pytest put the test folders on sys.path."""
 
 from __future__ import annotations
 
+import random
 import time
 import zlib
 
+from parallel_rollout.agents.base import Agent
 from parallel_rollout.guest.client import GuestClient
+
+#: the screen of the desktop tests
+WIDTH, HEIGHT = 1024, 768
 
 
 def pixels(png: bytes) -> tuple[int, int, bytes]:
@@ -62,3 +70,22 @@ def process_names(client: GuestClient) -> set[str]:
     result = client.execute(["python3", "-c", code])
     assert result["returncode"] == 0, result
     return set(result["output"].split())
+
+
+class RandomAgent(Agent):
+    """Random computer_13 actions (never DONE or FAIL): what a desktop task must not reward."""
+
+    name = "random"
+
+    def reset(self, task) -> None:
+        self.rng = random.Random(task.id)
+
+    def act(self, observation):
+        kind = self.rng.choice(["CLICK", "TYPING", "PRESS", "HOTKEY", "SCROLL", "MOVE_TO"])
+        x, y = self.rng.randrange(WIDTH), self.rng.randrange(HEIGHT)
+        params = {"CLICK": {"x": x, "y": y}, "MOVE_TO": {"x": x, "y": y},
+                  "TYPING": {"text": "".join(self.rng.choice("abcxyz ") for _ in range(6))},
+                  "PRESS": {"key": self.rng.choice(["a", "tab", "left", "space", "x"])},
+                  "HOTKEY": {"keys": ["shift", self.rng.choice("abc")]},
+                  "SCROLL": {"dx": 0, "dy": self.rng.choice([-2, 2])}}[kind]
+        return {"action_type": kind, "parameters": params}

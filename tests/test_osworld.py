@@ -4,15 +4,13 @@ screenshots, clean resets, bounded guest calls, and the action/evaluator tables.
 from __future__ import annotations
 
 import json
-import random
 import shutil
 import time
 
 import pytest
 
 from conftest import ROOT, assert_exactly_once, write_tasks
-from desktop_support import changed, pixels
-from parallel_rollout.agents.base import Agent
+from desktop_support import HEIGHT, WIDTH, changed, pixels
 from parallel_rollout.config import build_config
 from parallel_rollout.envs.osworld import actions as acts
 from parallel_rollout.envs.osworld import evaluators as ev
@@ -25,10 +23,10 @@ from parallel_rollout.tasks import load_tasks
 from parallel_rollout.envs import task_validators
 
 TASKS = ROOT / "benchmarks" / "osworld_tasks.jsonl"
-WIDTH, HEIGHT = 1024, 768
 
 pytestmark = pytest.mark.skipif(
-    not all(shutil.which(p) for p in ("Xvfb", "openbox", "xterm", "mousepad", "pcmanfm", "xdotool", "wmctrl")),
+    not all(shutil.which(p) for p in ("Xvfb", "openbox", "xterm", "mousepad", "pcmanfm", "xdotool", "wmctrl",
+                                       "soffice")),
     reason="the desktop packages are missing (./dev installs them)")
 
 
@@ -50,7 +48,7 @@ def run(tmp_path, data, run_id, **flags):
 def test_oracle_passes_every_shipped_task_through_a_shared_pool(tmp_path):
     tasks = shipped()
     assert len(tasks) >= 15
-    assert {t["snapshot"] for t in tasks} == {"terminal", "editor", "files"}
+    assert {t["snapshot"] for t in tasks} == {"terminal", "editor", "files", "office"}
     outcome = run(tmp_path, TASKS, "oracle")
     assert outcome.exit_code == 0, outcome.message
     finals = assert_exactly_once(outcome.run_dir, {f"{t['id']}#0" for t in tasks})
@@ -68,28 +66,9 @@ def test_oracle_passes_every_shipped_task_through_a_shared_pool(tmp_path):
     assert (folder / "result.txt").read_text().strip() == "1.0"
 
 
-class RandomAgent(Agent):
-    """Random computer_13 actions (never DONE or FAIL): what a desktop task must not reward."""
-
-    name = "random"
-
-    def reset(self, task) -> None:
-        self.rng = random.Random(task.id)
-
-    def act(self, observation):
-        kind = self.rng.choice(["CLICK", "TYPING", "PRESS", "HOTKEY", "SCROLL", "MOVE_TO"])
-        x, y = self.rng.randrange(WIDTH), self.rng.randrange(HEIGHT)
-        params = {"CLICK": {"x": x, "y": y}, "MOVE_TO": {"x": x, "y": y},
-                  "TYPING": {"text": "".join(self.rng.choice("abcxyz ") for _ in range(6))},
-                  "PRESS": {"key": self.rng.choice(["a", "tab", "left", "space", "x"])},
-                  "HOTKEY": {"keys": ["shift", self.rng.choice("abc")]},
-                  "SCROLL": {"dx": 0, "dy": self.rng.choice([-2, 2])}}[kind]
-        return {"action_type": kind, "parameters": params}
-
-
 def test_a_random_agent_fails_nearly_every_task(tmp_path):
     tasks = shipped()
-    outcome = run(tmp_path, TASKS, "random", agent="test_osworld:RandomAgent", max_turns=4)
+    outcome = run(tmp_path, TASKS, "random", agent="desktop_support:RandomAgent", max_turns=4)
     finals = assert_exactly_once(outcome.run_dir, {f"{t['id']}#0" for t in tasks})
     assert all(r["status"] in ("success", "failure", "max_turns") for r in finals.values()), \
         {k: r.get("failure") for k, r in finals.items()}
