@@ -69,13 +69,15 @@ GUEST_AGENT_PATH = f"{GUEST_DIR}/server.py"
 GUEST_SHIM_DIR = f"{GUEST_DIR}/shim"
 #: what a desktop guest image (osworld mode) holds beyond minbase: the X server and a window
 #: manager, the apps the desktop tasks use (terminal, editor, file manager), input and window
-#: tools, ffmpeg for recordings, a D-Bus session bus and AT-SPI for the accessibility tree.
+#: tools, ffmpeg for recordings, a D-Bus session bus and AT-SPI for the accessibility tree
+#: (with the GTK 2 bridge, for pcmanfm). LibreOffice is not in it: debootstrap cannot
+#: resolve its virtual dependencies; the process provider has it from the host's packages.
 #: ``dbus-x11`` is named because debootstrap does not resolve virtual packages (GTK's
 #: dconf needs a ``dbus-session-bus``).
 DESKTOP_PACKAGES = ("python3", "python-is-python3", "xvfb", "openbox", "xterm", "mousepad",
                     "pcmanfm", "xdotool", "wmctrl", "x11-utils", "ffmpeg", "fonts-dejavu-core",
                     "libx11-6", "libxfixes3", "dbus", "dbus-x11", "at-spi2-core",
-                    "python3-pyatspi")
+                    "python3-pyatspi", "libatk-adaptor", "libgail-common")
 
 Log = Callable[[str], None]
 
