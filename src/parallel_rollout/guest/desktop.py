@@ -600,6 +600,9 @@ def route_launch(req):
 #: the program that opens a file of a given suffix when the request names none
 OPENERS = {".txt": "mousepad", ".md": "mousepad", ".py": "mousepad", ".json": "mousepad",
            ".csv": "mousepad", ".log": "mousepad", ".sh": "mousepad", ".conf": "mousepad"}
+#: office documents open in LibreOffice where the desktop has it (as on OSWorld's images)
+OFFICE_SUFFIXES = (".odt", ".ods", ".odp", ".doc", ".docx", ".xls", ".xlsx", ".ppt", ".pptx",
+                   ".rtf")
 
 
 def route_open_file(req):
@@ -619,7 +622,10 @@ def route_open_file(req):
     if os.path.isdir(full):
         argv = [body.get("opener") or "pcmanfm", full]
     elif os.path.exists(full):
-        opener = body.get("opener") or OPENERS.get(os.path.splitext(full)[1].lower())
+        suffix = os.path.splitext(full)[1].lower()
+        opener = body.get("opener") or OPENERS.get(suffix)
+        if opener is None and suffix in OFFICE_SUFFIXES and shutil.which("soffice"):
+            opener = "soffice"
         opener = opener or ("xdg-open" if shutil.which("xdg-open") else "mousepad")
         argv = [opener, full]
     elif shutil.which(path):
