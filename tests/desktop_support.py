@@ -54,9 +54,10 @@ def window_titles(client: GuestClient) -> list[str]:
 
 def wait_window(client: GuestClient, title: str, present: bool = True,
                 timeout_s: float = 15.0) -> None:
-    """Wait until a window titled ``title`` is there (or gone, with ``present=False``)."""
+    """Wait until a window whose title holds ``title`` is there (or gone, with
+    ``present=False``)."""
     deadline = time.monotonic() + timeout_s
-    while (title in window_titles(client)) != present:
+    while any(title in shown for shown in window_titles(client)) != present:
         assert time.monotonic() < deadline, \
             f"window {title!r} present={not present} after {timeout_s:g} s"
         time.sleep(0.2)

@@ -69,6 +69,29 @@ def test_a_desktop_vm_shows_typed_text_and_resets_clean(desktop):
         provider.stop(info)
 
 
+def test_the_accessibility_tree_of_a_gtk_app_in_the_image(desktop):
+    provider = _provider(desktop)
+    info = provider.start("vm0")
+    try:
+        client = GuestClient(info.address, timeout_s=60.0)
+        client.launch(["mousepad"])
+        wait_window(client, "Mousepad", timeout_s=60)
+        time.sleep(1.0)
+        started = time.monotonic()
+        tree = client.accessibility_tree(timeout=15.0)
+        took = time.monotonic() - started
+        assert tree.startswith("<desktop-frame ") and "Mousepad" in tree
+        if desktop.name == "docker":
+            # mousepad's own AT-SPI nodes (attr:toolkit is never in the window-list form)
+            assert '<application name="mousepad"' in tree and 'attr:toolkit="gtk"' in tree
+            assert "<menu-bar" in tree
+        else:
+            # under TCG the walk may outlive its 8 s bound: then the window list, in bounded time
+            assert took < 12.0
+    finally:
+        provider.stop(info)
+
+
 def _shipped(snapshots_once: bool) -> list[dict]:
     # the images have no LibreOffice (see images.DESKTOP_PACKAGES): not the office tasks
     tasks = [json.loads(line) for line in TASKS.read_text().splitlines() if line.strip()]
