@@ -48,6 +48,11 @@ class ProviderOptions:
     vm_addresses: tuple[str, ...] = ()
     reset_command: str | None = None
 
+    @property
+    def screen(self) -> str | None:
+        """``WxH`` of the desktop a VM's agent starts (``--desktop WxH``), None without one."""
+        return f"{self.screen_width}x{self.screen_height}" if self.desktop else None
+
 
 class Provider(abc.ABC):
     """One VM technology. Every VM it makes is labelled with the run id, so ``sweep`` finds

@@ -99,8 +99,6 @@ GUEST_HOME = "/home/user"
 GUEST_SOCK_DIR = "/run/guest"
 SOCKET_NAME = "agent.sock"
 GUEST_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-#: what the guest image holds beyond Debian's minbase
-GUEST_PACKAGES = ("python3",)
 #: bump when the image recipe below changes in a way the key does not capture
 IMAGE_RECIPE_VERSION = 3
 #: sun_path holds 108 bytes; keep a margin
@@ -126,7 +124,7 @@ def base_dir_default() -> Path:
 def image_tag(desktop: bool = False) -> str:
     """The guest image this version of the agent and recipe builds:
     ``parallel-rollout-guest:<key>``, or ``parallel-rollout-desktop:<key>`` with a desktop."""
-    key = images.recipe_key("docker-guest", IMAGE_RECIPE_VERSION, _packages(desktop),
+    key = images.recipe_key("docker-guest", IMAGE_RECIPE_VERSION, images.guest_packages(desktop),
                             _import_changes(desktop), images.guest_digest())
     return f"{DESKTOP_IMAGE_REPO if desktop else IMAGE_REPO}:{key}"
 
@@ -204,7 +202,7 @@ class DockerProvider(Provider):
             log(f"[image] {tag} exists; nothing to build (--force rebuilds it)")
             return tag
         started = time.monotonic()
-        rootfs = images.rootfs_tarball(_packages(desktop), force=force, log=log)
+        rootfs = images.rootfs_tarball(images.guest_packages(desktop), force=force, log=log)
         extra = {name: (data, 0o644) for name, data in images.guest_files().items()}
         extra.update({GUEST_HOME: (None, 0o755), GUEST_SOCK_DIR: (None, 0o755)})
         with tempfile.TemporaryDirectory(prefix="pr-docker-image-",
@@ -377,7 +375,7 @@ class DockerProvider(Provider):
             argv += ["--memory", memory, "--memory-swap", memory]
         if self.options.max_processes is not None:
             argv += ["--pids-limit", str(self.options.max_processes)]
-        argv += [self.image, *_agent_argv(self._screen())]
+        argv += [self.image, *_agent_argv(self.options.screen)]
         try:
             _docker(*argv, timeout=max(1.0, deadline - time.monotonic()))
         except VMError:
@@ -501,12 +499,6 @@ class DockerProvider(Provider):
             f"the docker guest image {self.image} is not built; build it with: parallel-rollout "
             "image build --provider docker" + (" --desktop" if self.desktop else ""))
 
-    def _screen(self) -> str | None:
-        """``WxH`` of the desktop the agent starts, or None without one."""
-        if not self.desktop:
-            return None
-        return f"{self.options.screen_width}x{self.options.screen_height}"
-
     def _write_meta(self, vm_id: str, vm_dir: Path) -> None:
         meta = {"run_id": self.run_id, "vm_id": vm_id, "created": time.time(),
                 "owner": self._owner, "image": self.image}
@@ -609,10 +601,6 @@ def _agent_argv(screen: str | None = None) -> list[str]:
     argv = ["python3", "-I", "-S", images.GUEST_AGENT_PATH,
             "--unix", f"{GUEST_SOCK_DIR}/{SOCKET_NAME}"]
     return argv + ["--desktop", screen] if screen else argv
-
-
-def _packages(desktop: bool) -> tuple[str, ...]:
-    return images.DESKTOP_PACKAGES if desktop else GUEST_PACKAGES
 
 
 def _image_kind(desktop: bool) -> str:

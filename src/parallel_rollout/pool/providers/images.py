@@ -67,6 +67,8 @@ GUEST_DIR = "/opt/parallel-rollout"
 GUEST_AGENT_PATH = f"{GUEST_DIR}/server.py"
 #: on the PYTHONPATH of desktop guests: the xdotool-backed ``pyautogui`` module
 GUEST_SHIM_DIR = f"{GUEST_DIR}/shim"
+#: what every guest image holds beyond minbase
+GUEST_PACKAGES = ("python3",)
 #: what a desktop guest image (osworld mode) holds beyond minbase: the X server and a window
 #: manager, the apps the desktop tasks use (terminal, editor, file manager), input and window
 #: tools, ffmpeg for recordings, a D-Bus session bus and AT-SPI for the accessibility tree
@@ -164,6 +166,11 @@ def build_rootfs(dest: str | os.PathLike, include: Iterable[str] = ("python3",),
     _run_logged(["tar", "-C", str(dest), "--numeric-owner", "-xpf", str(tarball)], log,
                 timeout=600, what="tar")
     return dest
+
+
+def guest_packages(desktop: bool = False) -> tuple[str, ...]:
+    """What a guest image's Debian tree holds beyond minbase, with a desktop or without."""
+    return DESKTOP_PACKAGES if desktop else GUEST_PACKAGES
 
 
 def guest_files() -> dict[str, bytes]:

@@ -72,13 +72,14 @@ from typing import Callable
 import psutil
 
 from ...errors import ConfigError, ProviderUnavailable, VMError
+from . import images
 from .base import Provider, ProviderOptions, VMInfo
 
 DEFAULT_BASE_DIR = "/tmp/parallel-rollout/process"
 BASE_DIR_ENV = "PARALLEL_ROLLOUT_PROCESS_DIR"
 GUEST_HOME = "/home/user"
 GUEST_SOCK_DIR = "/run/guest"
-GUEST_AGENT = "/opt/parallel-rollout/server.py"
+GUEST_AGENT = images.GUEST_AGENT_PATH
 SOCKET_NAME = "agent.sock"
 #: sun_path holds 108 bytes; keep a margin
 MAX_SOCKET_PATH = 100
@@ -87,14 +88,14 @@ GUEST_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 #: how long a killed sandbox may take to disappear before we call it stuck
 KILL_WAIT_S = 5.0
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-_AGENT_SOURCE = Path(__file__).resolve().parents[2] / "guest" / "server.py"
+_AGENT_SOURCE = images.GUEST_AGENT_SOURCE
 #: guest files a desktop VM needs next to the agent: the desktop routes and the AT-SPI walker
 _DESKTOP_SOURCES = tuple(_AGENT_SOURCE.with_name(name) for name in ("desktop.py", "atspi_tree.py"))
 #: the guest's AT-SPI switch (see guest/desktop.py), passed on from the host when set
 ATSPI_ENV = "PARALLEL_ROLLOUT_ATSPI"
-_SHIM_DIR = _AGENT_SOURCE.parent / "shim"
-GUEST_SHIM = "/opt/parallel-rollout/shim"
-GUEST_BIN = "/opt/parallel-rollout/bin"
+_SHIM_DIR = images.GUEST_SOURCE_DIR / "shim"
+GUEST_SHIM = images.GUEST_SHIM_DIR
+GUEST_BIN = f"{images.GUEST_DIR}/bin"
 #: what a desktop VM needs on the host's /usr, by the Debian package that has it
 DESKTOP_PROGRAMS = {"Xvfb": "xvfb", "openbox": "openbox", "xdotool": "xdotool",
                     "wmctrl": "wmctrl", "xprop": "x11-utils"}
@@ -282,7 +283,7 @@ class ProcessProvider(Provider):
         desktop: list[str] = []
         path = GUEST_PATH
         if self.options.desktop:
-            agent += ["--desktop", f"{self.options.screen_width}x{self.options.screen_height}"]
+            agent += ["--desktop", self.options.screen]
             desktop = [arg for source in _DESKTOP_SOURCES for arg in
                        ("--ro-bind", str(source), str(Path(GUEST_AGENT).with_name(source.name)))]
             desktop += ["--ro-bind", str(_SHIM_DIR), GUEST_SHIM,

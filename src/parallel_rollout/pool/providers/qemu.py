@@ -307,8 +307,8 @@ class QemuProvider(Provider):
         ]
         if self.user_image is None:
             append = f"console=ttyS0 panic=-1 8250.nr_uarts=1 pr.hostname={vm_id}"
-            if self.desktop:
-                append += f" pr.desktop={self.options.screen_width}x{self.options.screen_height}"
+            if self.options.screen:
+                append += f" pr.desktop={self.options.screen}"
             argv += ["-kernel", str(image / "vmlinuz"), "-initrd", str(image / "initrd.img"),
                      "-append", append]
         return argv

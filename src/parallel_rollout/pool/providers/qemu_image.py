@@ -224,15 +224,10 @@ def image_dir(desktop: bool = False) -> Path:
     return images.cache_dir() / ("qemu-desktop" if desktop else "qemu")
 
 
-def image_packages(desktop: bool = False) -> tuple[str, ...]:
-    """What the image's Debian tree holds beyond minbase."""
-    return images.DESKTOP_PACKAGES if desktop else ("python3",)
-
-
 def image_inputs(desktop: bool = False) -> str:
     """Hash of what we put into an image; a built image with another hash is stale."""
     return images.recipe_key("qemu-image", IMAGE_VERSION, INITRD_INIT, GUEST_INIT,
-                             INITRD_MODULES, image_packages(desktop), images.guest_digest())
+                             INITRD_MODULES, images.guest_packages(desktop), images.guest_digest())
 
 
 _IMAGE_FILES = ("vmlinuz", "initrd.img", "base.qcow2")
@@ -295,7 +290,7 @@ def _build_image(force: bool, log: Callable[[str], None], desktop: bool = False)
             modules = work / "pkgs" / "lib" / "modules" / kernel_version
             log(f"[image] initramfs: busybox + {', '.join(INITRD_MODULES)} (and dependencies)")
             _write_initrd(work / "initrd.img", work / "pkgs" / "bin" / "busybox", modules)
-            tree = images.build_rootfs(work / "rootfs", image_packages(desktop), log=log)
+            tree = images.build_rootfs(work / "rootfs", images.guest_packages(desktop), log=log)
             _install_guest(tree)
             log("[image] ext4 filesystem from the tree (mkfs.ext4 -d), then qcow2")
             _make_disk(tree, work / "disk.ext4", work / "base.qcow2")
