@@ -15,7 +15,7 @@ import click
 from click.core import ParameterSource
 
 from .config import RunConfig, build_config
-from .errors import ConfigError, ProviderUnavailable
+from .errors import ConfigError, ProviderUnavailable, VMError
 
 _D = RunConfig()
 
@@ -206,7 +206,8 @@ def image() -> None:
 @click.option("--force", is_flag=True, help="Rebuild even when a cached image exists.")
 @click.option("--desktop", is_flag=True,
               help="The image of desktop modes (osworld): adds Xvfb, openbox, xterm, mousepad, "
-                   "pcmanfm, xdotool, wmctrl, ffmpeg and AT-SPI (a few hundred MB more).")
+                   "pcmanfm, xdotool, wmctrl, ffmpeg, AT-SPI and LibreOffice Writer and Calc "
+                   "(about 1 GB more).")
 def image_build(provider_name: str, force: bool, desktop: bool) -> None:
     """Build the guest image (Debian from Debian's packages, python3, the guest agent) and cache it."""
     from .pool.providers import get_provider
@@ -214,8 +215,8 @@ def image_build(provider_name: str, force: bool, desktop: bool) -> None:
     try:
         where = get_provider(provider_name).build_image(
             force=force, desktop=desktop, log=lambda line: click.echo(line, err=True))
-    except ProviderUnavailable as exc:
-        raise click.ClickException(str(exc)) from None
+    except (ProviderUnavailable, VMError) as exc:
+        raise click.ClickException(f"image build failed: {exc}") from None
     click.echo(where)
 
 

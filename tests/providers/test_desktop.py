@@ -93,9 +93,7 @@ def test_the_accessibility_tree_of_a_gtk_app_in_the_image(desktop):
 
 
 def _shipped(snapshots_once: bool) -> list[dict]:
-    # the images have no LibreOffice (see images.DESKTOP_PACKAGES): not the office tasks
     tasks = [json.loads(line) for line in TASKS.read_text().splitlines() if line.strip()]
-    tasks = [task for task in tasks if task["snapshot"] != "office"]
     if not snapshots_once:
         return tasks
     first: dict[str, dict] = {}
@@ -107,8 +105,8 @@ def _shipped(snapshots_once: bool) -> list[dict]:
 def test_the_oracle_passes_shipped_desktop_tasks_through_a_shared_pool(desktop, tmp_path):
     from parallel_rollout.runner import Runner
 
-    # docker: every shipped task but the office ones (N=3, M=2); qemu under TCG: one task of each kind
-    # (terminal, editor, file manager) through one VM, reset between them
+    # docker: every shipped task (N=3, M=2); qemu under TCG: one task of each kind (terminal, editor,
+    # file manager, LibreOffice) through one VM, reset between them
     under_tcg = desktop.name == "qemu"
     tasks = _shipped(snapshots_once=under_tcg)
     data = tmp_path / "tasks.jsonl"

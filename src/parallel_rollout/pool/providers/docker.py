@@ -25,7 +25,8 @@ image's copy, so the agent always matches the host's client.
 **Desktop.** Desktop modes (osworld; ``options.desktop``) boot ``parallel-rollout-desktop:<key>``
 (``image build --provider docker --desktop``): the same recipe plus
 ``images.DESKTOP_PACKAGES`` (Xvfb, openbox, xterm, mousepad, pcmanfm, xdotool, wmctrl,
-ffmpeg, D-Bus and AT-SPI; ~700 MB). The agent starts with ``--desktop WxH``, so the desktop
+ffmpeg, D-Bus and AT-SPI) and ``images.DESKTOP_APT_PACKAGES`` (LibreOffice Writer and Calc).
+The agent starts with ``--desktop WxH``, so the desktop
 is up before the container counts as booted and is part of the snapshot: the spare a reset
 hands out has a fresh one.
 
@@ -92,7 +93,7 @@ from .base import Provider, ProviderOptions, VMInfo
 DEFAULT_BASE_DIR = "/tmp/parallel-rollout/docker"
 BASE_DIR_ENV = "PARALLEL_ROLLOUT_DOCKER_DIR"
 IMAGE_REPO = "parallel-rollout-guest"
-#: the image of desktop modes: the same recipe plus images.DESKTOP_PACKAGES
+#: the image of desktop modes: images.guest_recipe(desktop=True)
 DESKTOP_IMAGE_REPO = "parallel-rollout-desktop"
 LABEL = "parallel-rollout"
 GUEST_HOME = "/home/user"
@@ -124,7 +125,7 @@ def base_dir_default() -> Path:
 def image_tag(desktop: bool = False) -> str:
     """The guest image this version of the agent and recipe builds:
     ``parallel-rollout-guest:<key>``, or ``parallel-rollout-desktop:<key>`` with a desktop."""
-    key = images.recipe_key("docker-guest", IMAGE_RECIPE_VERSION, images.guest_packages(desktop),
+    key = images.recipe_key("docker-guest", IMAGE_RECIPE_VERSION, images.guest_recipe(desktop),
                             _import_changes(desktop), images.guest_digest())
     return f"{DESKTOP_IMAGE_REPO if desktop else IMAGE_REPO}:{key}"
 
@@ -202,7 +203,7 @@ class DockerProvider(Provider):
             log(f"[image] {tag} exists; nothing to build (--force rebuilds it)")
             return tag
         started = time.monotonic()
-        rootfs = images.rootfs_tarball(images.guest_packages(desktop), force=force, log=log)
+        rootfs = images.rootfs_tarball(**images.guest_recipe(desktop), force=force, log=log)
         extra = {name: (data, 0o644) for name, data in images.guest_files().items()}
         extra.update({GUEST_HOME: (None, 0o755), GUEST_SOCK_DIR: (None, 0o755)})
         with tempfile.TemporaryDirectory(prefix="pr-docker-image-",

@@ -4,6 +4,7 @@
 
     build_rootfs(dest, include=[...])          debootstrap --variant=minbase --include=...
         │                                       (downloads kept in <cache>/debs)
+        │  apt_install=[...]                    then apt-get install in the tree, in bwrap
         ▼
     <cache>/rootfs/<key>.tar   ◄── cached: a second call only extracts it (or hands it over)
         │
@@ -25,6 +26,12 @@ makes device nodes): :func:`check_debootstrap` says so, with the install hint.
 recipe at once: the build holds an ``flock`` on ``<key>.lock``, and the finished tarball
 appears by an atomic rename, so a reader never sees half a file and the second builder
 finds the first one's result.
+
+**Two stages.** debootstrap resolves plain dependencies only: a package that needs a virtual
+one (LibreOffice needs ``perl:any`` and a ``dbus-system-bus``) makes it fail. Those packages
+go to ``apt_install``: after debootstrap, ``apt-get install --no-install-recommends`` runs in
+the tree, which bwrap makes the root (with /proc, /dev, the host's resolv.conf and the same
+download cache); a ``policy-rc.d`` keeps package scripts from starting services.
 
 **Slim.** ``slim=True`` drops documentation, man pages, locales and apt's package lists from
 the tree (about a third of a minbase+python3 rootfs); the package database stays, so apt
@@ -69,12 +76,15 @@ GUEST_AGENT_PATH = f"{GUEST_DIR}/server.py"
 GUEST_SHIM_DIR = f"{GUEST_DIR}/shim"
 #: what every guest image holds beyond minbase
 GUEST_PACKAGES = ("python3",)
+#: apt-get installs these into the desktop image after debootstrap (see "Two stages")
+DESKTOP_APT_PACKAGES = ("libreoffice-writer", "libreoffice-calc")
+#: an apt-get stage (update + install) that has not finished by then is stuck
+APT_TIMEOUT_S = 1800.0
 #: what a desktop guest image (osworld mode) holds beyond minbase: the X server and a window
 #: manager, the apps the desktop tasks use (terminal, editor, file manager), input and window
 #: tools, ffmpeg for recordings, a D-Bus session bus and AT-SPI for the accessibility tree
-#: (with the GTK 2 bridge, for pcmanfm). LibreOffice is not in it: debootstrap cannot
-#: resolve its virtual dependencies; the process provider has it from the host's packages.
-#: ``dbus-x11`` is named because debootstrap does not resolve virtual packages (GTK's
+#: (with the GTK 2 bridge, for pcmanfm); LibreOffice comes in the second stage
+#: (``DESKTOP_APT_PACKAGES``). ``dbus-x11`` is named because debootstrap does not resolve virtual packages (GTK's
 #: dconf needs a ``dbus-session-bus``).
 DESKTOP_PACKAGES = ("python3", "python-is-python3", "xvfb", "openbox", "xterm", "mousepad",
                     "pcmanfm", "xdotool", "wmctrl", "x11-utils", "ffmpeg", "fonts-dejavu-core",
@@ -109,16 +119,25 @@ def check_debootstrap() -> str:
     return found
 
 
-def rootfs_tarball(include: Iterable[str] = ("python3",), *, suite: str = DEFAULT_SUITE,
-                   variant: str = "minbase", mirror: str = DEFAULT_MIRROR, slim: bool = True,
-                   force: bool = False, log: Log = print) -> Path:
-    """The cached tarball of a debootstrapped Debian tree (built now when missing or ``force``).
+def rootfs_tarball(include: Iterable[str] = ("python3",), *, apt_install: Iterable[str] = (),
+                   suite: str = DEFAULT_SUITE, variant: str = "minbase",
+                   mirror: str = DEFAULT_MIRROR, slim: bool = True, force: bool = False,
+                   log: Log = print) -> Path:
+    """The cached tarball of a debootstrapped Debian tree with ``include``, plus
+    ``apt_install`` installed by apt-get over it (built now when missing or ``force``).
 
     The tarball holds the tree's content at its top level (``./usr``, ``./etc``, ...), with
-    owners, modes and device nodes as debootstrap made them.
+    owners, modes and device nodes as debootstrap made them. With ``apt_install`` the
+    debootstrap stage is a tarball of its own, cached as well.
     """
     packages = sorted(set(include))
+    second = sorted(set(apt_install))
     key = recipe_key("rootfs", RECIPE_VERSION, suite, variant, packages, mirror, slim)
+    base = None
+    if second:
+        base = rootfs_tarball(packages, suite=suite, variant=variant, mirror=mirror, slim=slim,
+                              force=force, log=log)
+        key = recipe_key("rootfs+apt", key, second)
     store = cache_dir() / "rootfs"
     store.mkdir(parents=True, exist_ok=True)
     tarball = store / f"{suite}-{variant}-{key}.tar"
@@ -126,17 +145,23 @@ def rootfs_tarball(include: Iterable[str] = ("python3",), *, suite: str = DEFAUL
         if tarball.exists() and not force:
             log(f"[image] rootfs cached: {tarball} ({_size_mb(tarball):.0f} MB)")
             return tarball
-        debootstrap = check_debootstrap()
         started = time.monotonic()
+        debs = cache_dir() / "debs"
+        debs.mkdir(parents=True, exist_ok=True)
         # the tree is made next to the cache, not in /tmp: tmpfs may be small or noexec
         with tempfile.TemporaryDirectory(prefix=f".build-{key}-", dir=store) as work:
             tree = Path(work) / "rootfs"
-            debs = cache_dir() / "debs"
-            debs.mkdir(parents=True, exist_ok=True)
-            argv = [debootstrap, f"--variant={variant}", f"--include={','.join(packages)}",
-                    f"--cache-dir={debs}", suite, str(tree), mirror]
-            log(f"[image] debootstrap {suite} ({variant}, +{','.join(packages)}) from {mirror}")
-            _run_logged(argv, log, timeout=DEBOOTSTRAP_TIMEOUT_S, what="debootstrap")
+            if base is None:
+                argv = [check_debootstrap(), f"--variant={variant}",
+                        f"--include={','.join(packages)}", f"--cache-dir={debs}", suite,
+                        str(tree), mirror]
+                log(f"[image] debootstrap {suite} ({variant}, +{','.join(packages)}) "
+                    f"from {mirror}")
+                _run_logged(argv, log, timeout=DEBOOTSTRAP_TIMEOUT_S, what="debootstrap")
+            else:
+                bwrap = _check_bwrap()
+                _extract(base, tree, log)
+                _apt_install(bwrap, tree, second, suite=suite, mirror=mirror, debs=debs, log=log)
             if slim:
                 freed = _slim(tree)
                 log(f"[image] slimmed the tree by {freed / 1e6:.0f} MB")
@@ -150,27 +175,34 @@ def rootfs_tarball(include: Iterable[str] = ("python3",), *, suite: str = DEFAUL
 
 
 def build_rootfs(dest: str | os.PathLike, include: Iterable[str] = ("python3",), *,
-                 suite: str = DEFAULT_SUITE, variant: str = "minbase",
-                 mirror: str = DEFAULT_MIRROR, slim: bool = True, force: bool = False,
-                 log: Log = print) -> Path:
+                 apt_install: Iterable[str] = (), suite: str = DEFAULT_SUITE,
+                 variant: str = "minbase", mirror: str = DEFAULT_MIRROR, slim: bool = True,
+                 force: bool = False, log: Log = print) -> Path:
     """A Debian tree at ``dest`` (which must not exist or be empty), from the cached tarball
     of the recipe; debootstrap runs only when that tarball is missing or ``force``."""
     dest = Path(dest)
     if dest.exists() and any(dest.iterdir()):
         raise VMError(f"build_rootfs: {dest} exists and is not empty")
-    tarball = rootfs_tarball(include, suite=suite, variant=variant, mirror=mirror, slim=slim,
-                             force=force, log=log)
-    dest.mkdir(parents=True, exist_ok=True)
-    log(f"[image] extracting the rootfs into {dest}")
-    # tar(1), not tarfile: it restores device nodes, owners and hard links faithfully and fast
-    _run_logged(["tar", "-C", str(dest), "--numeric-owner", "-xpf", str(tarball)], log,
-                timeout=600, what="tar")
+    tarball = rootfs_tarball(include, apt_install=apt_install, suite=suite, variant=variant,
+                             mirror=mirror, slim=slim, force=force, log=log)
+    _extract(tarball, dest, log)
     return dest
 
 
-def guest_packages(desktop: bool = False) -> tuple[str, ...]:
-    """What a guest image's Debian tree holds beyond minbase, with a desktop or without."""
-    return DESKTOP_PACKAGES if desktop else GUEST_PACKAGES
+def _extract(tarball: Path, dest: Path, log: Log) -> None:
+    dest.mkdir(parents=True, exist_ok=True)
+    log(f"[image] extracting {tarball.name} into {dest}")
+    # tar(1), not tarfile: it restores device nodes, owners and hard links faithfully and fast
+    _run_logged(["tar", "-C", str(dest), "--numeric-owner", "-xpf", str(tarball)], log,
+                timeout=600, what="tar")
+
+
+def guest_recipe(desktop: bool = False) -> dict[str, tuple[str, ...]]:
+    """What a guest image's Debian tree holds beyond minbase, with a desktop or without: the
+    ``include`` and ``apt_install`` arguments of :func:`rootfs_tarball`."""
+    if desktop:
+        return {"include": DESKTOP_PACKAGES, "apt_install": DESKTOP_APT_PACKAGES}
+    return {"include": GUEST_PACKAGES, "apt_install": ()}
 
 
 def guest_files() -> dict[str, bytes]:
@@ -227,6 +259,39 @@ def _locked(path: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+def _check_bwrap() -> str:
+    found = shutil.which("bwrap")
+    if found is None:
+        raise ProviderUnavailable("installing packages into a guest image needs bubblewrap; "
+                                  "install it with: apt-get install bubblewrap")
+    return found
+
+
+def _apt_install(bwrap: str, tree: Path, packages: list[str], *, suite: str, mirror: str,
+                 debs: Path, log: Log) -> None:
+    """apt-get install ``packages`` (no recommends) in ``tree``, made the root by bwrap."""
+    (tree / "etc" / "apt" / "sources.list").write_text(f"deb {mirror} {suite} main\n")
+    policy = tree / "usr" / "sbin" / "policy-rc.d"
+    policy.write_text("#!/bin/sh\n# no service starts while the image is built\nexit 101\n")
+    policy.chmod(0o755)
+    (debs / "partial").mkdir(parents=True, exist_ok=True)
+    apt = "apt-get -q -o Acquire::Languages=none -o Acquire::Check-Valid-Until=false"
+    script = (f"{apt} update && {apt} install -y --no-install-recommends "
+              + " ".join(packages))
+    argv = [bwrap, "--bind", str(tree), "/", "--proc", "/proc", "--dev", "/dev",
+            "--perms", "1777", "--tmpfs", "/tmp",
+            "--ro-bind", "/etc/resolv.conf", "/etc/resolv.conf",
+            "--bind", str(debs), "/var/cache/apt/archives",
+            "--unshare-pid", "--unshare-ipc", "--die-with-parent",
+            "--setenv", "DEBIAN_FRONTEND", "noninteractive",
+            "--setenv", "PATH", "/usr/sbin:/usr/bin:/sbin:/bin", "--", "/bin/sh", "-c", script]
+    log(f"[image] apt-get install {' '.join(packages)} (without recommends) in the tree")
+    try:
+        _run_logged(argv, log, timeout=APT_TIMEOUT_S, what="apt-get")
+    finally:
+        policy.unlink()
+
+
 def _run_logged(argv: list[str], log: Log, *, timeout: float, what: str) -> None:
     """Run ``argv``, passing its output lines to ``log``; VMError with the tail on failure."""
     tail: list[str] = []
@@ -239,7 +304,9 @@ def _run_logged(argv: list[str], log: Log, *, timeout: float, what: str) -> None
             line = line.rstrip()
             tail = (tail + [line])[-20:]
             if line.startswith(("I: Retrieving", "I: Validating", "I: Extracting",
-                                "I: Unpacking", "I: Configuring")):
+                                "I: Unpacking", "I: Configuring", "Get:", "Selecting ",
+                                "Preparing to unpack", "Unpacking ", "Setting up ",
+                                "(Reading database")):
                 continue  # one line per package: too chatty for a progress log
             log(f"[{what}] {line}")
             if time.monotonic() > deadline:

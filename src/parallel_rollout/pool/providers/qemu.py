@@ -40,7 +40,8 @@ version; ``$PARALLEL_ROLLOUT_QEMU_ACCEL=kvm|tcg`` skips the probe.
 **Desktop.** Desktop modes (osworld; ``options.desktop``) boot the image of
 ``image build --provider qemu --desktop`` in ``<cache>/qemu-desktop/``: the same kernel,
 initramfs and guest-init over a tree with ``images.DESKTOP_PACKAGES`` (Xvfb, openbox, xterm,
-mousepad, pcmanfm, xdotool, wmctrl, ffmpeg, D-Bus and AT-SPI). ``pr.desktop=WxH`` on the
+mousepad, pcmanfm, xdotool, wmctrl, ffmpeg, D-Bus and AT-SPI) and
+``images.DESKTOP_APT_PACKAGES`` (LibreOffice Writer and Calc). ``pr.desktop=WxH`` on the
 kernel command line makes guest-init start the agent with ``--desktop WxH``, so the desktop is
 up before the snapshot is taken and a loadvm brings back a clean one. The guest gets
 ``DESKTOP_MEMORY_MB`` unless ``memory_mb`` says otherwise. Under TCG here: boot ~13 s, reset

@@ -9,8 +9,8 @@ guest agent and ``guest-init`` (a Python PID 1), turned into ext4 with ``mkfs.ex
 mount needed) and then into qcow2. ``image.json`` records a hash of every input, so a changed
 agent or init makes the image stale and a build with nothing changed is a no-op. With
 ``--desktop`` the same three files go to ``<cache>/qemu-desktop/``, the tree holding
-``images.DESKTOP_PACKAGES`` as well. The guest's user works in ``/home/user``, as on OSWorld's
-images and the other providers.
+``images.guest_recipe(desktop=True)`` (the desktop and LibreOffice). The guest's user works in
+``/home/user``, as on OSWorld's images and the other providers.
 """
 
 from __future__ import annotations
@@ -227,7 +227,7 @@ def image_dir(desktop: bool = False) -> Path:
 def image_inputs(desktop: bool = False) -> str:
     """Hash of what we put into an image; a built image with another hash is stale."""
     return images.recipe_key("qemu-image", IMAGE_VERSION, INITRD_INIT, GUEST_INIT,
-                             INITRD_MODULES, images.guest_packages(desktop), images.guest_digest())
+                             INITRD_MODULES, images.guest_recipe(desktop), images.guest_digest())
 
 
 _IMAGE_FILES = ("vmlinuz", "initrd.img", "base.qcow2")
@@ -290,7 +290,7 @@ def _build_image(force: bool, log: Callable[[str], None], desktop: bool = False)
             modules = work / "pkgs" / "lib" / "modules" / kernel_version
             log(f"[image] initramfs: busybox + {', '.join(INITRD_MODULES)} (and dependencies)")
             _write_initrd(work / "initrd.img", work / "pkgs" / "bin" / "busybox", modules)
-            tree = images.build_rootfs(work / "rootfs", images.guest_packages(desktop), log=log)
+            tree = images.build_rootfs(work / "rootfs", **images.guest_recipe(desktop), log=log)
             _install_guest(tree)
             log("[image] ext4 filesystem from the tree (mkfs.ext4 -d), then qcow2")
             _make_disk(tree, work / "disk.ext4", work / "base.qcow2")

@@ -1,0 +1,68 @@
+"""The second stage of a guest image: apt-get install over the cached debootstrap tree.
+
+Both tests start from the cached minbase+python3 tarball (built once by whichever test needs
+it first) copied into a cache folder of their own, so nothing here debootstraps and nothing
+touches the real cache's other entries. apt-get reaches Debian's package mirror, as the image
+builds do.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tarfile
+
+import pytest
+
+from parallel_rollout.errors import VMError
+from parallel_rollout.pool.providers import images
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("bwrap") is None
+                                or shutil.which("debootstrap") is None,
+                                reason="image builds need root, bwrap and debootstrap")
+
+
+@pytest.fixture
+def own_cache(tmp_path, monkeypatch):
+    """A cache folder holding only a copy of the plain guest tree's tarball."""
+    base = images.rootfs_tarball(images.GUEST_PACKAGES, log=lambda line: None)
+    cache = tmp_path / "cache"
+    (cache / "rootfs").mkdir(parents=True)
+    shutil.copyfile(base, cache / "rootfs" / base.name)
+    monkeypatch.setenv(images.CACHE_ENV, str(cache))
+    return cache
+
+
+def test_apt_stage_installs_over_the_cached_tree_and_is_cached_itself(own_cache):
+    lines: list[str] = []
+    built = images.rootfs_tarball(images.GUEST_PACKAGES, apt_install=["hello"], log=lines.append)
+    assert not any("debootstrap" in line for line in lines), "stage 1 should come from the cache"
+    assert any("apt-get install hello" in line for line in lines)
+    with tarfile.open(built) as archive:
+        names = set(archive.getnames())
+    assert "./usr/bin/hello" in names and "./usr/bin/python3" in names
+    assert "./usr/sbin/policy-rc.d" not in names, "the build's policy-rc.d stayed in the image"
+    tree = own_cache / "tree"
+    images.build_rootfs(tree, images.GUEST_PACKAGES, apt_install=["hello"], log=lines.append)
+    assert subprocess.run(["chroot", str(tree), "/usr/bin/hello"], capture_output=True,
+                          text=True, timeout=30).stdout.strip() == "Hello, world!"
+
+    again: list[str] = []
+    assert images.rootfs_tarball(images.GUEST_PACKAGES, apt_install=["hello"], log=again.append) == built
+    assert any("rootfs cached" in line for line in again) and not any("apt-get" in line for line in again)
+    # the plain tree and the one with the second stage are cached apart
+    plain = images.rootfs_tarball(images.GUEST_PACKAGES, log=lambda line: None)
+    assert plain != built and "./usr/bin/hello" not in set(tarfile.open(plain).getnames())
+
+
+def test_a_package_apt_cannot_find_is_a_clear_error_and_leaves_nothing(own_cache):
+    before = sorted(p.name for p in (own_cache / "rootfs").iterdir())
+    with pytest.raises(VMError) as failure:
+        images.rootfs_tarball(images.GUEST_PACKAGES, apt_install=["no-such-package-pr"],
+                              log=lambda line: None)
+    message = str(failure.value)
+    assert message.startswith("apt-get failed") and "no-such-package-pr" in message
+    after = sorted(p.name for p in (own_cache / "rootfs").iterdir() if not p.name.endswith(".lock"))
+    assert after == [name for name in before if not name.endswith(".lock")], \
+        "a failed build left a tarball or a build folder"
