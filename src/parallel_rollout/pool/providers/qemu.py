@@ -44,7 +44,7 @@ mousepad, pcmanfm, xdotool, wmctrl, ffmpeg, D-Bus and AT-SPI) and
 ``images.DESKTOP_APT_PACKAGES`` (LibreOffice Writer and Calc). ``pr.desktop=WxH`` on the
 kernel command line makes guest-init start the agent with ``--desktop WxH``, so the desktop is
 up before the snapshot is taken and a loadvm brings back a clean one. The guest gets
-``DESKTOP_MEMORY_MB`` unless ``memory_mb`` says otherwise. Under TCG here: boot ~13 s, reset
+``DESKTOP_MEMORY_MB`` unless ``memory_mb`` says otherwise. Under TCG here: boot ~15 s, reset
 ~0.6 s, a 1024x768 screenshot ~0.8 s.
 
 **Reaching the guest.** User-mode networking with ``restrict=on`` (the guest cannot reach
