@@ -157,7 +157,7 @@ def start_desktop(width: int, height: int, wm: str = "openbox") -> None:
             raise RuntimeError(f"{wm} did not come up within {START_TIMEOUT_S:g}s")
         time.sleep(delay)
         delay = min(delay * 2, 0.05)
-    if "bus" in _state:
+    if _state["bus"] is not None:
         _start_accessibility_bus(deadline)
 
 
