@@ -84,8 +84,8 @@ APT_TIMEOUT_S = 1800.0
 #: manager, the apps the desktop tasks use (terminal, editor, file manager), input and window
 #: tools, ffmpeg for recordings, a D-Bus session bus and AT-SPI for the accessibility tree
 #: (with the GTK 2 bridge, for pcmanfm); LibreOffice comes in the second stage
-#: (``DESKTOP_APT_PACKAGES``). ``dbus-x11`` is named because debootstrap does not resolve virtual packages (GTK's
-#: dconf needs a ``dbus-session-bus``).
+#: (``DESKTOP_APT_PACKAGES``). ``dbus-x11`` is named because debootstrap does not resolve
+#: virtual packages (GTK's dconf needs a ``dbus-session-bus``).
 DESKTOP_PACKAGES = ("python3", "python-is-python3", "xvfb", "openbox", "xterm", "mousepad",
                     "pcmanfm", "xdotool", "wmctrl", "x11-utils", "ffmpeg", "fonts-dejavu-core",
                     "libx11-6", "libxfixes3", "dbus", "dbus-x11", "at-spi2-core",

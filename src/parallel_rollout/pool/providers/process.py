@@ -27,7 +27,7 @@ pipe the agent writes to once it listens, so nobody polls.
 
 **Desktop** (``options.desktop``, the osworld mode). The agent starts with ``--desktop WxH``:
 a D-Bus session bus, Xvfb on display :0 and openbox, inside the sandbox, before it says ready
-(see ``guest/desktop.py``; the AT-SPI bus is dbus-activated inside too, and its walker
+(see ``guest/desktop.py``; the AT-SPI bus and its registry start there too, and the walker
 ``guest/atspi_tree.py`` is bound next to the agent). The desktop is therefore part of the
 snapshot: a reset kills it with every window, app and bus of the task and the next boot
 brings a clean one (~0.2 s on 2 cores; the agent alone is ~60 ms). ``PARALLEL_ROLLOUT_ATSPI``
@@ -91,7 +91,8 @@ _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _AGENT_SOURCE = images.GUEST_AGENT_SOURCE
 #: guest files a desktop VM needs next to the agent: the desktop routes and the AT-SPI walker
 _DESKTOP_SOURCES = tuple(_AGENT_SOURCE.with_name(name) for name in ("desktop.py", "atspi_tree.py"))
-#: the guest's AT-SPI switch (see guest/desktop.py), passed on from the host when set
+#: the guest's AT-SPI switch (guest/desktop.py's, not imported: ctypes and all for a name),
+#: passed on from the host when set
 ATSPI_ENV = "PARALLEL_ROLLOUT_ATSPI"
 _SHIM_DIR = images.GUEST_SOURCE_DIR / "shim"
 GUEST_SHIM = images.GUEST_SHIM_DIR
