@@ -10,6 +10,7 @@ import time
 import zlib
 
 from parallel_rollout.agents.base import Agent
+from parallel_rollout.envs.osworld import actions as acts
 from parallel_rollout.guest.client import GuestClient
 
 #: the screen of the desktop tests
@@ -40,6 +41,25 @@ def changed(before: bytes, after: bytes, width: int, box: tuple[int, int, int, i
         b = after[(y * width + x0) * 3:(y * width + x1) * 3]
         count += sum(1 for i in range(0, len(a), 3) if a[i:i + 3] != b[i:i + 3])
     return count
+
+
+#: a terminal with big letters in the screen's top-left corner, titled "big"
+BIG_TERMINAL = ["xterm", "-T", "big", "-fa", "Monospace", "-fs", "28", "-geometry", "40x6+0+0"]
+
+
+def assert_typing_shows(client: GuestClient, settle_s: float) -> None:
+    """Type a row of W's through the VM's pyautogui into the focused BIG_TERMINAL (already
+    shown) and check the screenshot: its top rows change, nothing below the window does."""
+    width, height, before = pixels(client.screenshot())
+    assert (width, height) == (WIDTH, HEIGHT)
+    # the agent's own action code, through the guest's pyautogui (the xdotool shim)
+    code = acts.computer13_to_code({"action_type": "TYPING", "parameters": {"text": "WWWWWWWWWWWW"}})
+    typed = client.execute(["python", "-c", "import pyautogui; " + code])
+    assert typed["returncode"] == 0, typed
+    time.sleep(settle_s)
+    _, _, after = pixels(client.screenshot())
+    assert changed(before, after, width, (0, 0, 600, 200)) > 500
+    assert changed(before, after, width, (0, 400, WIDTH, HEIGHT)) == 0
 
 
 def window_titles(client: GuestClient) -> list[str]:
