@@ -150,3 +150,19 @@ def small_tmpfs(folder: Path, size: str):
         yield folder
     finally:
         subprocess.run(["umount", "-l", str(folder)], check=True)
+
+
+def pytest_addoption(parser):
+    parser.addoption("--slow", action="store_true", default=False,
+                     help="also run the tests marked slow (long acceptance checks)")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Leave the tests marked ``slow`` out of the default run, so it stays lean; ``--slow`` or
+    PR_SLOW=1 runs them too."""
+    if config.getoption("--slow") or os.environ.get("PR_SLOW") == "1":
+        return
+    skip = pytest.mark.skip(reason="slow: run with ./dev test --slow")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)
