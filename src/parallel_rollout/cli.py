@@ -52,9 +52,10 @@ def main() -> None:
 @main.command()
 @click.option("--mode", default=_D.mode, show_default=True,
               help="Task family: decides the environment and how a rollout is graded: shell, py "
-              "(HumanEval-style code in a VM), math (answers graded with math-verify).")
+              "(HumanEval-style code in a VM), math (answers graded with math-verify), gym (FrozenLake; "
+              "no VM; needs the [rl] extra).")
 @click.option("--data", type=click.Path(dir_okay=False),
-              help="Task file: a JSON list or JSONL (optionally .gz), or a named dataset: humaneval.")
+              help="Task file: a JSON list or JSONL (optionally .gz), or a named dataset: humaneval, frozenlake.")
 @click.option("--num-rollouts", type=int, default=_D.num_rollouts, show_default=True,
               help="N: worker processes running rollouts.")
 @click.option("--num-vms", type=int, default=_D.num_vms, show_default=True,

@@ -67,6 +67,7 @@ Validators = Mapping[str, Callable[[Mapping[str, Any]], None]]
 #: names --data accepts instead of a path: datasets that ship inside a Python package
 NAMED_DATASETS = {
     "humaneval": "parallel_rollout.envs.py:humaneval_path",
+    "frozenlake": "parallel_rollout.envs.gym:frozenlake_path",
 }
 
 

@@ -10,7 +10,8 @@ from .base import Agent
 
 class OracleAgent(Agent):
     """Replays the mode's reference actions for the task (shell commands, HumanEval's
-    canonical solution, the math answer), one per turn."""
+    canonical solution, the math answer), one per turn; a mode whose env has
+    ``replan(task, observation)`` (gym) is asked for each move instead."""
 
     name = "oracle"
 
@@ -26,10 +27,14 @@ class OracleAgent(Agent):
 
     def reset(self, task) -> None:
         """Queue the task's reference actions."""
+        self._task = task
+        self._replan = getattr(get_env(task.mode), "replan", None)
         self._actions = list(get_env(task.mode).reference_actions(task))
 
     def act(self, observation: dict[str, Any]) -> Any:
         """The next reference action (the last one again once they run out)."""
+        if self._replan is not None:
+            return self._replan(self._task, observation)
         if len(self._actions) > 1:
             return self._actions.pop(0)
         return self._actions[0] if self._actions else "DONE"

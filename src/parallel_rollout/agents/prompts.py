@@ -14,6 +14,8 @@ in one place::
   returns the reply text as is; the env picks the code out of the fences.
 - ``math``: reasoning, then the final answer in ``\\boxed{}``. ``parse`` returns the text;
   the env extracts the boxed answer.
+- ``gym`` (FrozenLake): the grid, then one move as ``<answer>Right</answer>``. ``parse``
+  returns the text; the env finds the move.
 
 A mode without an entry here gets a generic prompt: the observation as JSON, and the reply
 text as the action.
@@ -250,6 +252,28 @@ def parse_osworld(reply_text: str) -> Any:
     return stripped
 
 
-_RENDERERS = {"shell": _render_shell, "py": _render_py, "math": _render_math, "osworld": _render_osworld}
-# py and math hand the whole reply to the env, which knows how to pick out code or \boxed{}.
+# -- gym (FrozenLake) -----------------------------------------------------------------------
+
+GYM_SYSTEM = """\
+You are playing FrozenLake. The lake is a grid: S is the start, F frozen ice (safe), H a hole \
+(the game ends, you lose), G the goal (you win). P marks where you stand. Each turn, choose \
+one move: Left, Down, Right or Up. Moving off the grid leaves you where you are; on a \
+slippery lake you may slide sideways. Reply with your move as <answer>Right</answer>."""
+SYSTEM_PROMPTS["gym"] = GYM_SYSTEM
+
+
+def _render_gym(observation: Mapping[str, Any]) -> str:
+    row, col = observation.get("position", (0, 0))
+    text = f"{observation.get('grid', '')}\n\nYou are at row {row}, column {col}."
+    if observation.get("error"):
+        text += f"\nYour last reply was not a move: {observation['error']}"
+    elif observation.get("last_action"):
+        text += f"\nYour last move: {observation['last_action']}."
+    left = observation.get("max_steps", 0) - observation.get("steps", 0)
+    return text + f"\nMoves left: {left}. Your move?"
+
+
+_RENDERERS = {"shell": _render_shell, "py": _render_py, "math": _render_math, "osworld": _render_osworld,
+              "gym": _render_gym}
+# py, math and gym hand the whole reply to the env, which knows how to pick out code or \boxed{}.
 _PARSERS = {"shell": parse_shell, "osworld": parse_osworld}

@@ -13,6 +13,7 @@ _MODES = {
     "py": "parallel_rollout.envs.py:PyEnv",
     "math": "parallel_rollout.envs.math:MathEnv",
     "osworld": "parallel_rollout.envs.osworld:OSWorldEnv",
+    "gym": "parallel_rollout.envs.gym:GymEnv",
 }
 
 

@@ -1,0 +1,248 @@
+"""``gym`` mode: gymnasium's FrozenLake as a multi-turn text game for RL; no VM.
+
+ROLL's example environment. A task names the lake and the rules; the seed makes it
+reproducible (the map when it is generated, and the slips on a slippery lake)::
+
+    {"id": "fl-4x4-3", "mode": "gym", "game": "FrozenLake", "size": 4, "seed": 3,
+     "is_slippery": false}
+    {"id": "fl-classic", "mode": "gym", "map_name": "4x4", "is_slippery": true, "max_steps": 30}
+    {"id": "fl-mine", "mode": "gym", "desc": ["SFF", "FHF", "FFG"]}
+
+The map is ``desc`` when given, else gymnasium's named map ``map_name`` ("4x4", "8x8"),
+else a random solvable ``size`` × ``size`` map (frozen with probability ``p``, 0.8 by
+default) generated from the task's seed. ``max_steps`` (default size², at least 8) ends the
+episode like a time limit.
+
+One turn::
+
+    observation (grid text, position, last move) ─► agent ─► reply text
+    reply ─► action: the last <answer>…</answer>, else the last of Left/Down/Right/Up
+          ─► gymnasium FrozenLakeEnv.step ─► next observation; done on a hole, the goal
+             or max_steps; a reply with no action costs a turn and moves nothing
+
+The reward is the env's own: 1.0 when the goal was reached, else 0.0. gymnasium is the
+``[rl]`` extra, imported only when a map is generated or an episode starts. The oracle agent
+plans a shortest path (BFS) from the current cell each turn, so it also finishes slippery
+lakes when the slips allow it.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import re
+from collections import deque
+from typing import Any, Mapping
+
+from .base import Env, StepResult, require
+
+#: action names in gymnasium's numbering (LEFT=0, DOWN=1, RIGHT=2, UP=3)
+ACTIONS = ("Left", "Down", "Right", "Up")
+_MOVES = {0: (0, -1), 1: (1, 0), 2: (0, 1), 3: (-1, 0)}
+_ANSWER = re.compile(r"<answer>\s*([A-Za-z0-9]+)\s*</answer>", re.IGNORECASE)
+_WORD = re.compile(r"\b(left|down|right|up)\b", re.IGNORECASE)
+_GAMES = ("FrozenLake",)
+#: the sizes a generated map may have
+_SIZES = range(2, 17)
+
+
+def parse_action(reply: Any) -> int | None:
+    """The action index a reply stands for, or None: an int 0-3, an action name, the last
+    ``<answer>NAME</answer>``, else the last direction word of the text."""
+    if isinstance(reply, int) and not isinstance(reply, bool):
+        return reply if 0 <= reply < len(ACTIONS) else None
+    if not isinstance(reply, str):
+        return None
+    answers = _ANSWER.findall(reply)
+    text = answers[-1] if answers else reply
+    if text.strip().isdigit():
+        value = int(text.strip())
+        return value if value < len(ACTIONS) else None
+    words = _WORD.findall(text)
+    return ACTIONS.index(words[-1].capitalize()) if words else None
+
+
+def lake_map(payload: Mapping[str, Any], seed: int | None) -> list[str]:
+    """The task's map as rows of S/F/H/G."""
+    if "desc" in payload:
+        return list(payload["desc"])
+    from gymnasium.envs.toy_text import frozen_lake
+
+    if "map_name" in payload:
+        return list(frozen_lake.MAPS[payload["map_name"]])
+    return frozen_lake.generate_random_map(size=payload.get("size", 4), p=payload.get("p", 0.8),
+                                           seed=0 if seed is None else seed)
+
+
+def shortest_path(desc: list[str], start: tuple[int, int] | None = None) -> list[int] | None:
+    """Actions of a shortest path from ``start`` (the S cell by default) to G that steps on
+    no hole (a breadth-first search), or None when there is none."""
+    rows, cols = len(desc), len(desc[0])
+    if start is None:
+        start = next((r, c) for r in range(rows) for c in range(cols) if desc[r][c] == "S")
+    previous: dict[tuple[int, int], tuple[tuple[int, int], int] | None] = {start: None}
+    frontier = deque([start])
+    while frontier:
+        cell = frontier.popleft()
+        if desc[cell[0]][cell[1]] == "G":
+            path: list[int] = []
+            while previous[cell] is not None:
+                cell, action = previous[cell]  # type: ignore[misc]
+                path.append(action)
+            return path[::-1]
+        for action, (dr, dc) in _MOVES.items():
+            nxt = (cell[0] + dr, cell[1] + dc)
+            if 0 <= nxt[0] < rows and 0 <= nxt[1] < cols and nxt not in previous and desc[nxt[0]][nxt[1]] != "H":
+                previous[nxt] = (cell, action)
+                frontier.append(nxt)
+    return None
+
+
+@functools.lru_cache(maxsize=64)
+def safest_moves(desc: tuple[str, ...], sweeps: int = 200) -> dict[tuple[int, int], int]:
+    """Per cell, the move that maximises the chance of reaching G on a slippery lake, where a
+    move goes the chosen way or either way across it, a third each (value iteration)."""
+    rows, cols = len(desc), len(desc[0])
+    cells = [(r, c) for r in range(rows) for c in range(cols)]
+
+    def land(cell: tuple[int, int], action: int) -> tuple[int, int]:
+        dr, dc = _MOVES[action]
+        return (min(max(cell[0] + dr, 0), rows - 1), min(max(cell[1] + dc, 0), cols - 1))
+
+    def worth(cell: tuple[int, int], action: int, value: dict[tuple[int, int], float]) -> float:
+        return sum(value[land(cell, (action + turn) % 4)] for turn in (-1, 0, 1)) / 3
+
+    value = {cell: 1.0 if desc[cell[0]][cell[1]] == "G" else 0.0 for cell in cells}
+    for _ in range(sweeps):
+        for cell in cells:
+            if desc[cell[0]][cell[1]] in "FS":
+                value[cell] = max(worth(cell, a, value) for a in _MOVES)
+    return {cell: max(_MOVES, key=lambda a: worth(cell, a, value)) for cell in cells}
+
+
+class GymEnv(Env):
+    """FrozenLake through gymnasium, one episode per task; the agent sends one move a turn."""
+
+    name = "gym"
+    vm_scope = None
+
+    @staticmethod
+    def validate_task(payload: Mapping[str, Any]) -> None:
+        """The game, the map fields and the rules."""
+        if importlib.util.find_spec("gymnasium") is None:
+            raise ValueError("the gym mode needs gymnasium: pip install 'parallel-rollout[rl]'")
+        game = payload.get("game", "FrozenLake")
+        if game not in _GAMES:
+            raise ValueError(f"field 'game' must be one of {', '.join(_GAMES)}, got {game!r}")
+        require(payload, "is_slippery", bool, optional=True)
+        require(payload, "desc", list, optional=True)
+        require(payload, "map_name", str, optional=True)
+        require(payload, "p", (int, float), optional=True)
+        for name in ("size", "max_steps"):
+            require(payload, name, int, optional=True)
+            if isinstance(payload.get(name), bool):
+                raise ValueError(f"field {name!r} must be int, got bool")
+        if sum(name in payload for name in ("desc", "map_name", "size")) > 1:
+            raise ValueError("give one of the fields 'desc', 'map_name' and 'size', not several")
+        if "desc" in payload:
+            _check_desc(payload["desc"])
+        if "map_name" in payload and payload["map_name"] not in ("4x4", "8x8"):
+            raise ValueError(f"field 'map_name' must be 4x4 or 8x8, got {payload['map_name']!r}")
+        if "size" in payload and payload["size"] not in _SIZES:
+            raise ValueError(f"field 'size' must be {_SIZES.start}-{_SIZES.stop - 1}, got {payload['size']}")
+        if "p" in payload and not 0 < payload["p"] <= 1:
+            raise ValueError(f"field 'p' must be in (0, 1], got {payload['p']}")
+        if "max_steps" in payload and payload["max_steps"] < 1:
+            raise ValueError("field 'max_steps' must be at least 1")
+
+    @staticmethod
+    def reference_actions(task) -> list[Any]:
+        """A shortest path from S to G (exact on a non-slippery lake)."""
+        path = shortest_path(lake_map(task.payload, task.seed))
+        if path is None:
+            raise ValueError(f"task {task.id!r}: the lake has no path from S to G")
+        return [ACTIONS[a] for a in path]
+
+    @staticmethod
+    def replan(task, observation: Mapping[str, Any]) -> Any:
+        """The oracle's next move from where the observation says the player stands: the
+        shortest path's first move, or on a slippery lake the move most likely to reach G."""
+        desc, position = observation["grid_map"], tuple(observation["position"])
+        if task.get("is_slippery", False):
+            return ACTIONS[safest_moves(tuple(desc))[position]]
+        path = shortest_path(desc, position)
+        return ACTIONS[path[0]] if path else ACTIONS[0]
+
+    def reset(self, task, vm) -> dict[str, Any]:
+        """Build the lake and place the player on S."""
+        from gymnasium.envs.toy_text.frozen_lake import FrozenLakeEnv
+
+        self._desc = lake_map(task.payload, task.seed)
+        self._game = FrozenLakeEnv(desc=self._desc, is_slippery=bool(task.get("is_slippery", False)))
+        self._state, _ = self._game.reset(seed=task.seed)
+        size = len(self._desc) * len(self._desc[0])
+        self._max_steps = task.get("max_steps", max(8, size))
+        self._steps = self._invalid = 0
+        self._reward = 0.0
+        self._actions: list[str | None] = []
+        self._ended: str | None = None
+        return self._observation(last=None, error=None)
+
+    def step(self, action: Any) -> StepResult:
+        """One move; a reply without a move costs the turn."""
+        self._steps += 1
+        index = parse_action(action)
+        error = None
+        if index is None:
+            self._invalid += 1
+            error = f"no move found in your reply; answer with one of {', '.join(ACTIONS)} as <answer>MOVE</answer>"
+            self._actions.append(None)
+        else:
+            self._state, reward, terminated, _, _ = self._game.step(index)
+            self._reward += float(reward)
+            self._actions.append(ACTIONS[index])
+            if terminated:
+                self._ended = "goal" if self._reward > 0 else "hole"
+        if self._ended is None and self._steps >= self._max_steps:
+            self._ended = "max_steps"
+        observation = self._observation(last=ACTIONS[index] if index is not None else None, error=error)
+        return StepResult(observation, done=self._ended is not None,
+                          info={"reward": self._reward, "ended": self._ended})
+
+    def evaluate(self) -> tuple[float, dict[str, Any]]:
+        """The env's reward: 1.0 on the goal, else 0.0."""
+        return min(1.0, self._reward), {
+            "ended": self._ended, "steps": self._steps, "invalid_actions": self._invalid,
+            "position": list(self._position()), "actions": self._actions,
+        }
+
+    def _position(self) -> tuple[int, int]:
+        return divmod(int(self._state), len(self._desc[0]))
+
+    def _observation(self, last: str | None, error: str | None) -> dict[str, Any]:
+        row, col = self._position()
+        rows = [list(line) for line in self._desc]
+        rows[row][col] = "P"
+        return {"grid": "\n".join("".join(r) for r in rows), "grid_map": list(self._desc),
+                "position": [row, col], "last_action": last, "error": error,
+                "steps": self._steps, "max_steps": self._max_steps, "ended": self._ended}
+
+
+def _check_desc(desc: list[Any]) -> None:
+    if not desc or not all(isinstance(row, str) and row for row in desc):
+        raise ValueError("field 'desc' must be a non-empty list of non-empty strings")
+    if len({len(row) for row in desc}) != 1:
+        raise ValueError("field 'desc' must have rows of one length")
+    cells = "".join(desc)
+    if set(cells) - set("SFHG"):
+        raise ValueError(f"field 'desc' may hold only S, F, H and G, found {sorted(set(cells) - set('SFHG'))}")
+    if cells.count("S") != 1 or "G" not in cells:
+        raise ValueError("field 'desc' needs exactly one S and at least one G")
+
+
+def frozenlake_path():
+    """The shipped FrozenLake task set (``--data frozenlake``)."""
+    from importlib import resources
+    from pathlib import Path
+
+    return Path(str(resources.files("parallel_rollout.envs") / "data" / "frozenlake.jsonl"))
