@@ -9,6 +9,9 @@ A step is one of::
     {"status": 500}
     {"sleep": 5, "reply": "late"}              # answers after the client has given up
     {"malformed": "not json" | "no choices" | "null content"}
+    {"reply": "text", "token_ids": [3], "logprobs": [-0.2], "prompt_token_ids": [...]}  # as vLLM
+
+``routes`` adds POST endpoints (path → handler(body) → JSON answer), e.g. a trainer's weight push.
 
 Every request is recorded (``requests``: body, arrival time, step, Authorization header) for assertions. The
 solvers are policies that answer like a perfect model would: ``shell_solver`` replays each
@@ -36,9 +39,12 @@ Policy = Callable[[dict[str, Any]], Step]
 class LLMServer:
     """The server, its script and its request log; ``url`` is the base URL (``…/v1``)."""
 
-    def __init__(self, script: list[Step] | None = None, policy: Policy | None = None) -> None:
+    def __init__(self, script: list[Step] | None = None, policy: Policy | None = None,
+                 routes: dict[str, Callable[[dict[str, Any]], Any]] | None = None) -> None:
         self.script = list(script or [])
         self.policy = policy
+        #: extra POST routes: path -> handler(body) -> JSON answer (a trainer's weight push)
+        self.routes = dict(routes or {})
         self.requests: list[dict[str, Any]] = []
         self._lock = threading.Lock()
         # Set at shutdown so a sleeping step ends instead of holding a thread.
@@ -94,6 +100,8 @@ def _handler(server: LLMServer) -> type[BaseHTTPRequestHandler]:
         def do_POST(self):
             length = int(self.headers.get("Content-Length") or 0)
             body = json.loads(self.rfile.read(length) or b"{}")
+            if self.path.rstrip("/") in server.routes:
+                return self._send(200, server.routes[self.path.rstrip("/")](body))
             if self.path.rstrip("/") != "/v1/chat/completions":
                 return self._send(404, {"error": {"message": f"no route {self.path}"}})
             step = server.next_step(body, self.headers.get("Authorization"))
@@ -123,7 +131,15 @@ def _handler(server: LLMServer) -> type[BaseHTTPRequestHandler]:
                 return self._send(200, completion(None, body.get("model", "?")))
             if kind is not None:
                 raise AssertionError(f"unknown malformed kind {kind!r}")
-            self._send(200, completion(step["reply"], body.get("model", "?"), step.get("usage")))
+            answer = completion(step["reply"], body.get("model", "?"), step.get("usage"))
+            if "token_ids" in step:  # as vLLM answers with return_token_ids and logprobs
+                choice = answer["choices"][0]
+                choice["token_ids"] = step["token_ids"]
+                choice["logprobs"] = {"content": [{"token": f"token_id:{t}", "logprob": lp, "top_logprobs": []}
+                                                  for t, lp in zip(step["token_ids"], step["logprobs"])]}
+                answer["prompt_token_ids"] = step.get("prompt_token_ids", [])
+                answer.update(step.get("extra", {}))
+            self._send(200, answer)
 
         def _send(self, status: int, payload: Any, headers: dict[str, str] | None = None) -> None:
             self._send_raw(status, json.dumps(payload).encode(), headers)
@@ -196,8 +212,8 @@ def llm_server():
     """``llm_server(script=…, policy=…)`` starts a server; all are stopped after the test."""
     servers: list[LLMServer] = []
 
-    def start(script: list[Step] | None = None, policy: Policy | None = None) -> LLMServer:
-        server = LLMServer(script, policy).start()
+    def start(script: list[Step] | None = None, policy: Policy | None = None, routes=None) -> LLMServer:
+        server = LLMServer(script, policy, routes).start()
         servers.append(server)
         return server
 

@@ -80,6 +80,8 @@ class RunConfig:
     progress: bool | None = None
     #: seconds one model request may take before it is retried
     api_timeout_s: float = 120.0
+    #: RL schedulers: the unix socket of the policy gate model requests pass (rl.gate)
+    policy_gate: str | None = None
     #: the fields the user set explicitly (flag or config file)
     explicit: frozenset[str] = field(default_factory=frozenset, compare=False)
 

@@ -145,7 +145,7 @@ class RolloutWorker:
             step = env.step(action)
             record["turns"] = turn
             trajectory.write({"turn": turn, "action": action, "observation": step.observation,
-                              "done": step.done, "info": step.info})
+                              "done": step.done, "info": step.info, **agent.turn_record()})
             observation = step.observation
             if step.done:
                 done = True

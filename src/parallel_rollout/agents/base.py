@@ -41,6 +41,11 @@ class Agent(abc.ABC):
     def act(self, observation: dict[str, Any]) -> Any:
         """The next action for the environment."""
 
+    def turn_record(self) -> dict[str, Any]:
+        """What the last ``act`` exchanged with a model (request, reply, token ids, logprobs,
+        policy version), added to the turn's trajectory line; {} for agents without one."""
+        return {}
+
     def usage(self) -> dict[str, Any]:
         """Resource use of the episode so far (token counts), recorded with the attempt."""
         return {}

@@ -72,6 +72,13 @@ class OpenAIAgent(Agent):
         self._mode = ""
         self._messages: list[dict[str, str]] = []
         self._usage = _zero_usage(config.model)
+        # RL schedulers: a gate each model request passes (weight updates, policy versions)
+        self._gate = None
+        if getattr(config, "policy_gate", None):
+            from ..rl.gate import GateClient
+
+            self._gate = GateClient(config.policy_gate)
+        self._turn: dict[str, Any] = {}
 
     @classmethod
     def check_config(cls, config) -> None:
@@ -94,9 +101,16 @@ class OpenAIAgent(Agent):
         """Send the observation, return the parsed reply; AgentError when retries run out."""
         self._messages.append({"role": "user", "content": prompts.render(self._mode, observation)})
         _drop_old_images(self._messages, KEEP_IMAGES)
+        self._turn = {"request": list(self._messages)} if self._gate is not None else {}
         reply = self._complete()
         self._messages.append({"role": "assistant", "content": reply})
+        self._turn["reply"] = reply
         return prompts.parse(self._mode, reply)
+
+    def turn_record(self) -> dict[str, Any]:
+        """The last turn's model exchange: the reply, and under an RL scheduler the request,
+        the policy version, and token ids / logprobs when the server sent them."""
+        return dict(self._turn)
 
     def usage(self) -> dict[str, Any]:
         """Tokens, requests and retries of the episode so far."""
@@ -130,7 +144,9 @@ class OpenAIAgent(Agent):
             self._usage["requests"] += 1
             retry_after = None
             try:
-                raw = client.chat.completions.with_raw_response.create(**request)
+                raw = self._request(client, request)
+                if raw is None:
+                    continue  # a weight update threw the reply away: ask the new policy
                 text, usage = reply_of(raw.content)
             except openai.APIStatusError as exc:
                 problem = f"HTTP {exc.status_code}: {_excerpt(exc.response.text)}"
@@ -146,11 +162,39 @@ class OpenAIAgent(Agent):
             else:
                 self._usage["prompt_tokens"] += usage.get("prompt_tokens", 0)
                 self._usage["completion_tokens"] += usage.get("completion_tokens", 0)
+                if self._gate is not None:
+                    self._turn.update(token_info(raw.content))
                 return text
             if retry < self.max_retries:
                 time.sleep(self._delay(retry, retry_after))
         raise AgentError(f"{self.endpoint}: gave up after {self.max_retries + 1} requests for this turn "
                          f"(--max-retries {self.max_retries}); last error: {problem}")
+
+    def _request(self, client, request: dict[str, Any]):
+        """One HTTP request, through the policy gate when there is one; None when the gate
+        says a weight update aborted it (its reply must not be used)."""
+        if self._gate is None:
+            return client.chat.completions.with_raw_response.create(**request)
+        try:
+            version, waited = self._gate.begin()
+        except ConnectionError as exc:
+            raise AgentError(f"the RL scheduler's policy gate is gone: {exc}") from None
+        self._turn["gate_wait_s"] = round(self._turn.get("gate_wait_s", 0.0) + waited, 4)
+        started = time.time()
+        try:
+            raw = client.chat.completions.with_raw_response.create(
+                **request, logprobs=True, extra_body={"return_token_ids": True})
+        finally:
+            try:
+                redo = self._gate.end()
+            except ConnectionError:
+                redo = False
+        if redo:
+            self._turn["redone"] = self._turn.get("redone", 0) + 1
+            return None
+        self._turn.update(policy_version=version, model_started_at=round(started, 4),
+                          model_ended_at=round(time.time(), 4))
+        return raw
 
     def _delay(self, retry: int, retry_after: float | None) -> float:
         """Seconds to wait before retry number ``retry + 1``."""
@@ -212,6 +256,27 @@ def reply_of(body: bytes | str) -> tuple[str, dict[str, int]]:
     counts = {name: usage[name] for name in ("prompt_tokens", "completion_tokens")
               if isinstance(usage.get(name), int) and not isinstance(usage.get(name), bool)}
     return content, counts
+
+
+def token_info(body: bytes | str) -> dict[str, Any]:
+    """Token ids and logprobs of a completion, where the server sent them: vLLM's
+    ``choices[0].token_ids`` / ``prompt_token_ids`` (``return_token_ids``) and OpenAI's
+    ``choices[0].logprobs.content[].logprob``."""
+    try:
+        data = json.loads(body)
+        choice = data["choices"][0]
+    except (ValueError, KeyError, IndexError, TypeError):
+        return {}
+    info: dict[str, Any] = {}
+    if isinstance(choice.get("token_ids"), list):
+        info["token_ids"] = choice["token_ids"]
+    prompt_ids = data.get("prompt_token_ids", choice.get("prompt_token_ids"))
+    if isinstance(prompt_ids, list):
+        info["prompt_token_ids"] = prompt_ids
+    content = (choice.get("logprobs") or {}).get("content") if isinstance(choice.get("logprobs"), dict) else None
+    if isinstance(content, list):
+        info["logprobs"] = [item.get("logprob") for item in content if isinstance(item, dict)]
+    return info
 
 
 def parse_retry_after(headers: Mapping[str, str]) -> float | None:

@@ -1,0 +1,143 @@
+"""The policy gate: suspend waits for requests in flight, nothing starts while suspended,
+resume hands out the new policy version, abort makes the agent redo the turn, and a killed
+process never holds the gate shut. Then the openai agent through the gate against the local
+test server's table policy: each turn records its policy version, token ids and logprobs."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+from llm_server import llm_server  # noqa: F401 - fixture
+from parallel_rollout.agents.openai_agent import OpenAIAgent
+from parallel_rollout.config import RunConfig
+from parallel_rollout.rl.gate import GateClient, PolicyGate
+from parallel_rollout.tasks import Task
+from table_policy import TablePolicy
+
+
+@pytest.fixture
+def gate():
+    gate = PolicyGate(version=3)
+    yield gate
+    gate.close()
+
+
+def test_suspend_waits_for_the_request_in_flight(gate):
+    client = GateClient(gate.path)
+    assert client.begin()[0] == 3
+    done = threading.Event()
+    threading.Thread(target=lambda: (gate.suspend(), done.set()), daemon=True).start()
+    assert not done.wait(0.3), "suspend returned while a request was in flight"
+    assert client.end() is False
+    assert done.wait(2)
+    client.close()
+
+
+def test_nothing_starts_while_suspended_and_resume_gives_the_new_version(gate):
+    gate.suspend()
+    client = GateClient(gate.path)
+    got: list[tuple[int, float]] = []
+    thread = threading.Thread(target=lambda: got.append(client.begin()), daemon=True)
+    thread.start()
+    time.sleep(0.3)
+    assert not got and gate.in_flight == 0
+    gate.resume(version=4)
+    thread.join(2)
+    assert got[0][0] == 4 and got[0][1] >= 0.25
+    client.end()
+    client.close()
+
+
+def test_abort_returns_at_once_and_the_reply_is_redone(gate):
+    client = GateClient(gate.path)
+    client.begin()
+    started = time.monotonic()
+    gate.suspend(abort=True)
+    assert time.monotonic() - started < 0.5
+    assert client.end() is True
+    assert gate.aborted == 1
+    gate.resume(5)
+    assert client.begin()[0] == 5 and client.end() is False
+    client.close()
+
+
+def _hold_the_gate(path: str) -> None:
+    client = GateClient(path)
+    client.begin()
+    time.sleep(60)
+    client.end()
+
+
+def test_a_killed_process_never_holds_the_gate_shut(gate):
+    child = multiprocessing.get_context("spawn").Process(target=_hold_the_gate, args=(gate.path,))
+    child.start()
+    deadline = time.monotonic() + 20
+    while gate.in_flight == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert gate.in_flight == 1
+    os.kill(child.pid, signal.SIGKILL)
+    child.join(5)
+    gate.suspend(timeout=5)  # returns: the dead holder's request counts as ended
+    assert gate.in_flight == 0
+
+
+def test_suspend_timeout_says_how_many_are_in_flight(gate):
+    client = GateClient(gate.path)
+    client.begin()
+    with pytest.raises(TimeoutError, match="1 model request"):
+        gate.suspend(timeout=0.2)
+    client.close()
+
+
+def _agent(server_url: str, gate_path: str) -> OpenAIAgent:
+    config = RunConfig(mode="gym", agent="openai", base_url=server_url, model="table", policy_gate=gate_path)
+    agent = OpenAIAgent(config)
+    agent.reset(Task(id="lake", mode="gym", payload={"size": 4}))
+    return agent
+
+
+OBSERVATION = {"grid": "PFFF\nFHFH\nFFFH\nHFFG", "position": [0, 0], "steps": 0, "max_steps": 16}
+
+
+def test_agent_records_version_tokens_and_logprobs(gate, llm_server):
+    policy = TablePolicy(seed=1)
+    server = llm_server(policy=policy, routes=policy.routes())
+    agent = _agent(server.url, gate.path)
+    action = agent.act(OBSERVATION)
+    turn = agent.turn_record()
+    assert turn["reply"] == action and turn["policy_version"] == 3
+    assert turn["prompt_token_ids"] == [0] and len(turn["token_ids"]) == 1
+    assert turn["logprobs"] == [pytest.approx(-1.3862944, abs=1e-6)]  # log 1/4: uniform table
+    assert turn["request"][-1]["role"] == "user" and "row 0, column 0" in turn["request"][-1]["content"]
+    body = server.requests[-1]["body"]
+    assert body["logprobs"] is True and body["return_token_ids"] is True
+    gate.suspend()
+    gate.resume(version=4)
+    agent.act(OBSERVATION)
+    assert agent.turn_record()["policy_version"] == 4
+
+
+def test_agent_waits_while_suspended_and_redoes_an_aborted_turn(gate, llm_server):
+    policy = TablePolicy(seed=1, delay_s=0.4)
+    server = llm_server(policy=policy, routes=policy.routes())
+    agent = _agent(server.url, gate.path)
+    result: list = []
+    thread = threading.Thread(target=lambda: result.append(agent.act(OBSERVATION)), daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 5
+    while gate.in_flight == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    gate.suspend(abort=True)  # the request is in the server; its reply will be thrown away
+    time.sleep(0.8)
+    assert not result and len(server.requests) == 1, "a request started while suspended"
+    gate.resume(version=9)
+    thread.join(5)
+    turn = agent.turn_record()
+    assert result and turn["policy_version"] == 9 and turn["redone"] == 1
+    assert len(server.requests) == 2
