@@ -1,8 +1,8 @@
 """The performance benchmark in miniature: it runs end to end and writes a well-formed report.
 
 Seconds, not minutes, and no speed is asserted: the machine running the suite may be busy.
-The benchmark is run as the command a user types, because its plugin modes reach spawned
-workers through the benchmark's main module (see benchmarks/perf/workload.py).
+The benchmark is run as the command a user types; its modes, agent and provider are
+``module:Class`` plugins (see benchmarks/perf/workload.py).
 """
 
 from __future__ import annotations

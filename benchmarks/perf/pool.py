@@ -50,7 +50,7 @@ sys.path.insert(0, str(HERE))  # workload.py; spawned workers inherit sys.path
 
 import psutil  # noqa: E402
 
-import workload  # noqa: E402,F401 - registers the perf_* modes (in workers too: see workload)
+from workload import MODES  # noqa: E402
 from parallel_rollout.config import build_config  # noqa: E402
 from parallel_rollout.runner import Runner  # noqa: E402
 
@@ -91,7 +91,7 @@ def write_tasks(path: Path, count: int, mode: str, think_s: float, vm_s: float |
     """``count`` identical tasks: think ``think_s``, then ``sleep vm_s`` in the VM."""
     with path.open("w") as fh:
         for i in range(count):
-            task: dict[str, Any] = {"id": f"t{i:05d}", "mode": mode, "think_s": think_s}
+            task: dict[str, Any] = {"id": f"t{i:05d}", "mode": MODES[mode], "think_s": think_s}
             if vm_s is not None:
                 task["command"] = f"sleep {vm_s:g}"
             fh.write(json.dumps(task) + "\n")
@@ -154,7 +154,7 @@ def run_one(workdir: Path, label: str, *, mode: str, tasks: int, think_s: float,
             provider: str = "process") -> dict[str, Any]:
     """One Runner run of ``tasks`` workload tasks; its measured numbers."""
     data = write_tasks(workdir / f"{label}.jsonl", tasks, mode, think_s, vm_s)
-    flags: dict[str, Any] = dict(mode=mode, data=str(data), agent=AGENT, num_rollouts=workers,
+    flags: dict[str, Any] = dict(mode=MODES[mode], data=str(data), agent=AGENT, num_rollouts=workers,
                                  envs_per_worker=envs_per_worker, output_dir=str(workdir / "runs"),
                                  run_id=label, progress=False, max_retries=0)
     if mode != "perf_none":

@@ -6,9 +6,8 @@ worker, outside any VM) and which command then runs in a VM through the guest ag
 (``vm_s``, measured around the ``/execute`` call) so the benchmark can add up the VM time
 the tasks really needed.
 
-Three modes register themselves into the env registry when this module is imported
-(``register()``; the registry has no plugin hook for envs, and spawned workers import the
-benchmark's main module, which imports this one, before they look the mode up):
+Three modes, named to the runner by their ``module:Class`` path (``MODES``; spawned workers
+import this module by that path: the benchmark's folder is on the ``sys.path`` they inherit):
 
 * ``perf_call``    — vm_scope "call": the VM is leased only around the command (design a);
 * ``perf_episode`` — vm_scope "episode": the VM is held for the whole episode, think time
@@ -25,7 +24,6 @@ import time
 from typing import Any
 
 from parallel_rollout.agents.base import Agent
-from parallel_rollout.envs import registry
 from parallel_rollout.envs.base import Env, StepResult, require
 from parallel_rollout.pool.providers.base import VMInfo
 from parallel_rollout.pool.providers.process import ProcessProvider
@@ -35,11 +33,6 @@ MODES = {
     "perf_episode": "workload:EpisodeEnv",
     "perf_none": "workload:NoVMEnv",
 }
-
-
-def register() -> None:
-    """Make the benchmark's modes known to this process's env registry."""
-    registry._MODES.update(MODES)  # noqa: SLF001 - the registry has no public hook for envs
 
 
 class ThinkAgent(Agent):
@@ -133,6 +126,3 @@ class FreshSandboxProvider(ProcessProvider):
         """Stop the sandbox and everything it left, then boot a new one from the snapshot."""
         self.stop(info)
         return self.start(info.vm_id)
-
-
-register()

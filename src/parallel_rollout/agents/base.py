@@ -3,20 +3,14 @@
 from __future__ import annotations
 
 import abc
-import importlib
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from ..errors import ConfigError, RolloutError
+from ..errors import RolloutError
+from ..plugins import Registry
 
 if TYPE_CHECKING:
     from ..config import RunConfig
     from ..tasks import Task
-
-_AGENTS = {
-    "oracle": "parallel_rollout.agents.oracle:OracleAgent",
-    "openai": "parallel_rollout.agents.openai_agent:OpenAIAgent",
-    "command": "parallel_rollout.agents.command:CommandAgent",
-}
 
 
 class AgentError(RolloutError):
@@ -51,24 +45,19 @@ class Agent(abc.ABC):
         return {}
 
 
+#: built-in agents, ``parallel_rollout.agents`` entry points and ``module:Class`` paths
+AGENTS: Registry[Agent] = Registry("agent", {
+    "oracle": "parallel_rollout.agents.oracle:OracleAgent",
+    "openai": "parallel_rollout.agents.openai_agent:OpenAIAgent",
+    "command": "parallel_rollout.agents.command:CommandAgent",
+}, Agent)
+
+
 def agent_names() -> list[str]:
-    """The built-in agent names (plugins are ``module:Class``)."""
-    return sorted(_AGENTS)
+    """The agent names this installation knows (built-in and installed plugins)."""
+    return AGENTS.names()
 
 
 def get_agent(name: str) -> type[Agent]:
-    """The agent class for a built-in name or a ``module:Class`` import path."""
-    target = _AGENTS.get(name, name)
-    if ":" not in target:
-        raise ConfigError(
-            f"unknown agent {name!r}; use one of {', '.join(agent_names())} or module:Class"
-        )
-    module_name, _, class_name = target.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ConfigError(f"--agent {name}: cannot import module {module_name!r}: {exc}") from None
-    cls = getattr(module, class_name, None)
-    if not (isinstance(cls, type) and issubclass(cls, Agent)):
-        raise ConfigError(f"--agent {name}: {class_name!r} in {module_name} is not an Agent subclass")
-    return cls
+    """The agent class for a name (built-in or plugin) or a ``module:Class`` import path."""
+    return AGENTS.load(name)

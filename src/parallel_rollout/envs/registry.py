@@ -1,49 +1,48 @@
-"""Mode name → Env class, imported lazily so a run pays only for its own mode."""
+"""Mode name → Env class: the built-in modes, ``parallel_rollout.modes`` entry points and
+``module:Class`` paths (one lookup for every plugin kind: see ``plugins``)."""
 
 from __future__ import annotations
 
-import importlib
 from typing import Any, Callable, Mapping
 
-from ..errors import ConfigError
+from ..plugins import Registry
 from .base import Env
 
-_MODES = {
+MODES: Registry[Env] = Registry("mode", {
     "shell": "parallel_rollout.envs.shell:ShellEnv",
     "py": "parallel_rollout.envs.py:PyEnv",
     "math": "parallel_rollout.envs.math:MathEnv",
     "osworld": "parallel_rollout.envs.osworld:OSWorldEnv",
     "gym": "parallel_rollout.envs.gym:GymEnv",
-}
+}, Env)
 
 
 def mode_names() -> list[str]:
-    """Every mode this installation knows."""
-    return sorted(_MODES)
+    """Every mode this installation knows (built-in and installed plugins)."""
+    return MODES.names()
 
 
 def get_env(mode: str) -> type[Env]:
     """The Env class of ``mode``; ConfigError for an unknown mode."""
-    target = _MODES.get(mode)
-    if target is None:
-        raise ConfigError(f"unknown mode {mode!r}; known modes: {', '.join(mode_names())}")
-    module_name, _, class_name = target.partition(":")
-    return getattr(importlib.import_module(module_name), class_name)
+    return MODES.load(mode)
 
 
 class _Validators(Mapping):
     """mode -> payload validator, importing a mode's module only when a task uses it."""
 
     def __getitem__(self, mode: str) -> Callable[[Mapping[str, Any]], None]:
-        if mode not in _MODES:
+        if mode not in MODES:
             raise KeyError(mode)
         return get_env(mode).validate_task
 
+    def __contains__(self, mode: object) -> bool:
+        return mode in MODES
+
     def __iter__(self):
-        return iter(sorted(_MODES))
+        return iter(mode_names())
 
     def __len__(self) -> int:
-        return len(_MODES)
+        return len(mode_names())
 
 
 def task_validators() -> Mapping[str, Callable[[Mapping[str, Any]], None]]:

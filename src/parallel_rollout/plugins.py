@@ -1,0 +1,103 @@
+"""One lookup for everything a run names by a string: modes, agents and providers.
+
+A name given to ``--mode``, ``--agent`` or ``--provider-name`` resolves, in this order, to
+
+1. a built-in: a table of ``name -> "module:Class"`` inside this package, imported only when
+   a run asks for it, so a run pays for its own mode and nothing else;
+2. an entry point of a third-party package, in the group ``parallel_rollout.modes``,
+   ``parallel_rollout.agents`` or ``parallel_rollout.providers``::
+
+       [options.entry_points]
+       parallel_rollout.modes =
+           trivia = my_package.trivia:TriviaEnv
+
+   Built-in names win over a plugin that reuses one. Entry points are read once per process
+   (``importlib.metadata`` scans every installed distribution; a spawned worker pays it only
+   when a name is not built in);
+3. a ``module:Class`` import path, for code that is not packaged (tests, benchmarks).
+
+Every failure is a ``ConfigError`` that names the kind, the name and what went wrong (unknown
+name with the known ones listed, a module that does not import, a class of the wrong kind), so
+the CLI reports it before anything starts.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+from dataclasses import dataclass
+from importlib import metadata
+from typing import Generic, Mapping, TypeVar
+
+from .errors import ConfigError
+
+T = TypeVar("T")
+
+#: prefix of the entry point groups: ``parallel_rollout.modes`` etc.
+GROUP_PREFIX = "parallel_rollout."
+
+
+@functools.lru_cache(maxsize=None)
+def entry_point_targets(group: str) -> dict[str, str]:
+    """name -> "module:attr" of every entry point installed in ``group`` (read once)."""
+    return {ep.name: f"{ep.module}:{ep.attr}" for ep in metadata.entry_points(group=group)}
+
+
+@dataclass(frozen=True)
+class Registry(Generic[T]):
+    """Built-in names, entry points and ``module:Class`` paths of one kind of plugin."""
+
+    #: singular noun used in messages: "mode", "agent", "provider"
+    kind: str
+    #: name -> "module:Class" of the built-ins
+    builtin: Mapping[str, str]
+    #: the class every plugin of this kind must subclass
+    base: type
+
+    @property
+    def group(self) -> str:
+        """The entry point group third-party packages declare: ``parallel_rollout.<kind>s``."""
+        return f"{GROUP_PREFIX}{self.kind}s"
+
+    def names(self) -> list[str]:
+        """Every name this installation knows: built-ins and installed plugins."""
+        return sorted({**entry_point_targets(self.group), **self.builtin})
+
+    def target(self, name: str) -> str | None:
+        """The "module:Class" behind ``name``, or None when no name or path matches."""
+        if name in self.builtin:
+            return self.builtin[name]
+        found = entry_point_targets(self.group).get(name)
+        if found is not None:
+            return found
+        module_name, sep, class_name = name.partition(":")
+        return name if sep and module_name and class_name else None
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and self.target(name) is not None
+
+    def load(self, name: str) -> type[T]:
+        """The class registered as ``name``; ConfigError naming what is wrong otherwise."""
+        target = self.target(name)
+        if target is None:
+            raise ConfigError(
+                f"unknown {self.kind} {name!r}; known {self.kind}s: {', '.join(self.names())} "
+                f"(or module:Class of your own {self.base.__name__})"
+            )
+        module_name, _, class_name = target.partition(":")
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as exc:
+            raise ConfigError(
+                f"{self.kind} {name!r}: cannot import module {module_name!r}: {exc}"
+            ) from None
+        cls = module
+        for part in class_name.split("."):  # entry points may name a nested attribute
+            cls = getattr(cls, part, None)
+        if not (isinstance(cls, type) and issubclass(cls, self.base)):
+            article = "an" if self.base.__name__[:1] in "AEIOU" else "a"
+            raise ConfigError(
+                f"{self.kind} {name!r}: {class_name!r} in {module_name} is not "
+                f"{article} {self.base.__name__} subclass"
+            )
+        return cls
