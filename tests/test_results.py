@@ -350,7 +350,7 @@ def test_a_held_lock_refuses_a_second_run(tmp_path, finished_run):
     config_before = (run_dir / "config.json").read_bytes()
     with filelock.FileLock(str(run_dir / ".lock"), timeout=0):
         result = cli(tmp_path, finished_run, "--resume")
-    assert result.exit_code == 2
+    assert result.exit_code == 75  # EX_TEMPFAIL: a cron wrapper retries later
     assert f"another run is writing to {run_dir}" in " ".join(result.output.split())
     assert "lock is held" in result.output
     assert (run_dir / "config.json").read_bytes() == config_before
@@ -372,7 +372,7 @@ def test_a_concurrent_run_refuses_a_second_run(tmp_path):
             time.sleep(0.05)
         result = cli(tmp_path, data)
         assert first.poll() is None, "the first run ended before the second was tried"
-        assert result.exit_code == 2
+        assert result.exit_code == 75  # EX_TEMPFAIL
         assert "lock is held" in result.output
     finally:
         output, _ = first.communicate(timeout=60)

@@ -15,7 +15,8 @@ import click
 from click.core import ParameterSource
 
 from .config import RunConfig, build_config
-from .errors import ConfigError, ProviderUnavailable, VMError
+from .errors import ConfigError, ProviderUnavailable, RunLocked, VMError
+from .exit_codes import EXIT_LOCKED
 
 _D = RunConfig()
 
@@ -122,10 +123,22 @@ def main() -> None:
 @click.option("--limit", type=int, help="Run only the first N tasks of --data.")
 @click.option("--config", "config_file", type=click.Path(dir_okay=False),
               help="TOML file whose keys are these flags' names; flags given here win.")
+@click.option("--fail-under", type=float,
+              help="Exit 3 when the finished run's success rate is below this fraction (0.8 means 80%).")
+@click.option("--compare-to", help="Exit 4 when the run is significantly worse (McNemar exact, p < 0.05) than "
+              "this earlier run of --output-dir.")
+@click.option("--junit-xml", type=click.Path(dir_okay=False),
+              help="Write JUnit XML here: one test case per sample, for CI.")
 @click.option("--progress/--no-progress", default=None, help="Progress bar (default: when stderr is a terminal).")
 @click.pass_context
 def run(ctx: click.Context, config_file: str | None, **flags: Any) -> None:
-    """Run every task of --data as rollouts and write results/<run-id>/."""
+    """Run every task of --data as rollouts and write results/<run-id>/.
+
+    \b
+    Exit codes: 0 finished, 1 aborted (pool exhausted, manager died; --resume continues),
+    2 bad usage, 3 below --fail-under, 4 significant regression against --compare-to,
+    75 another run holds the folder's lock (retry later), 130 interrupted.
+    """
     from .runner import Runner
 
     explicit = {
@@ -138,6 +151,10 @@ def run(ctx: click.Context, config_file: str | None, **flags: Any) -> None:
         outcome = Runner(config).run()
     except ProviderUnavailable as exc:
         raise click.ClickException(str(exc)) from None
+    except RunLocked as exc:
+        # not a usage error: the same command succeeds once the other run is done
+        click.echo(f"Error: {exc}", err=True)
+        sys.exit(EXIT_LOCKED)
     click.echo(format_summary(outcome.summary, outcome.run_dir), err=False)
     if outcome.message:
         click.echo(outcome.message, err=True)

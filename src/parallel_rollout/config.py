@@ -71,6 +71,12 @@ class RunConfig:
     limit: int | None = None
     vm_memory_mb: int | None = None
     vm_max_processes: int | None = None
+    #: gates of a finished run (report.gate): exit 3 below this success rate (a fraction)
+    fail_under: float | None = None
+    #: exit 4 on a significant regression against this run id of the same output folder
+    compare_to: str | None = None
+    #: where to write the run's JUnit XML (one testcase per sample)
+    junit_xml: str | None = None
     # Tunables below have no flag of their own; tests and TOML files set them.
     lease_timeout_s: float = 600.0
     boot_timeout_s: float = 60.0
@@ -195,6 +201,8 @@ def build_config(flags: dict[str, Any], config_file: str | None = None) -> RunCo
         # Absolute, so a resume names the same file however the path is spelled (from a
         # cron job's folder, ./tasks.jsonl …) and config.json says which file it was.
         values["data"] = os.path.abspath(values["data"])
+    if values.get("junit_xml"):
+        values["junit_xml"] = os.path.abspath(values["junit_xml"])
     cfg = RunConfig(**values, explicit=frozenset(values))
     validate_ranges(cfg)
     return cfg
@@ -251,6 +259,9 @@ def validate_ranges(cfg: RunConfig) -> None:
             f"the pool needs {cfg.pool_size} VMs (--num-vms with --use-vm-pool, else "
             "--num-rollouts): give one address per VM, or fewer VMs"
         )
+    from .report.gate import check_gate_settings
+
+    check_gate_settings(cfg)
     if cfg.run_id is not None:
         if not cfg.run_id or "/" in cfg.run_id or cfg.run_id in (".", ".."):
             raise ConfigError(f"--run-id {cfg.run_id!r} must be a plain folder name")

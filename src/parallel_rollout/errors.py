@@ -66,3 +66,7 @@ class ConfigError(click.UsageError):
 
 class TaskFileError(ConfigError):
     """A task file that cannot be loaded; the message starts with ``file:line:``."""
+
+
+class RunLocked(ConfigError):
+    """Another run holds the run folder's lock; the CLI exits 75 (EX_TEMPFAIL) so cron retries."""

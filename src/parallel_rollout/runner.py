@@ -59,7 +59,8 @@ import psutil
 from .agents import get_agent
 from .config import RunConfig, check_honoured, default_run_id
 from .envs import get_env, task_validators
-from .errors import ConfigError, PoolExhausted, RolloutError, TaskTimeout, WorkerDied
+from .errors import ConfigError, PoolExhausted, RolloutError, RunLocked, TaskTimeout, WorkerDied
+from .exit_codes import EXIT_ABORTED, EXIT_INTERRUPTED, EXIT_OK
 from .messages import STOP, Assignment, Finished, Started
 from .pool.providers import ProviderOptions, get_provider
 from .results import ResultStore, StorageError, read_records, summarize
@@ -67,9 +68,6 @@ from .tasks import Sample, expand, load_tasks
 
 log = logging.getLogger("parallel_rollout")
 
-EXIT_OK = 0
-EXIT_ABORTED = 1
-EXIT_INTERRUPTED = 130
 #: how long one wait for pipes and sentinels lasts; bounds the reaction to a signal
 _TICK_S = 0.2
 #: seconds between progress lines in the log when there is no progress bar
@@ -210,7 +208,7 @@ class Runner:
         try:
             lock.acquire(timeout=0)
         except filelock.Timeout:
-            raise ConfigError(
+            raise RunLocked(
                 f"another run is writing to {self.run_dir} (its lock is held); wait for it to "
                 "finish or choose another --run-id"
             ) from None
@@ -558,6 +556,9 @@ class Runner:
             code = EXIT_OK
         if message:
             log.error(message)
+        from .report.gate import after_run
+
+        code, message = after_run(self.config, self.run_dir, code, message)
         return RunOutcome(code, self.run_dir, summary, message)
 
     def _write_summary(self, summary: dict[str, Any]) -> None:

@@ -1,0 +1,29 @@
+"""The exit statuses of ``parallel-rollout run``: what a cron job or CI step branches on.
+
+=====  ==============================================================================
+code   meaning
+=====  ==============================================================================
+0      finished: every sample has a final record (and every gate passed)
+1      aborted: the VM pool is exhausted, its manager process died, the disk is full …;
+       every finished result is kept, ``--resume`` continues
+2      bad usage: a flag, config file or task file is wrong; nothing ran
+3      finished below ``--fail-under``: the success rate is under the threshold
+4      finished with a significant regression against ``--compare-to`` (McNemar exact,
+       p < 0.05, lower success rate)
+75     another run holds this run folder's lock (EX_TEMPFAIL: try again later)
+130    interrupted by SIGINT or SIGTERM; ``--resume`` continues
+=====  ==============================================================================
+
+When both gates fail, the run exits 3 (the threshold is the harder promise).
+"""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_ABORTED = 1
+EXIT_USAGE = 2
+EXIT_BELOW_THRESHOLD = 3
+EXIT_REGRESSION = 4
+#: sysexits.h EX_TEMPFAIL: a cron wrapper retries later
+EXIT_LOCKED = 75
+EXIT_INTERRUPTED = 130

@@ -1,0 +1,164 @@
+"""Two runs side by side: what changed from run A (the baseline) to run B.
+
+Only samples final in both runs are paired (their keys, ``task#sample``, match). When the
+two runs cover different samples the comparison is made on the intersection and says how
+many samples each run had alone. Over the shared samples:
+
+* success rate and mean reward of each run, and McNemar's exact test on pass/fail;
+* the Wilcoxon signed-rank test on the rewards (B - A per sample);
+* the samples that flipped (pass→fail, fail→pass), by key;
+* failure types B has that A never had (``status`` of its final records);
+* the speed difference: rollout time p50/mean of each run and wall time from the summaries.
+
+``Comparison.regressed`` is what ``--compare-to`` gates on: B's success rate is lower and
+McNemar's test calls the difference significant.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from .run_data import RunData
+from .stats import PairedResult, mcnemar_exact, signed_rank_test
+
+
+def _timing(data: RunData) -> dict[str, float | None]:
+    durations = sorted(r["duration_s"] for r in data.records if isinstance(r.get("duration_s"), (int, float)))
+    wall = ((data.summary or {}).get("timing_s") or {}).get("wall")
+    return {
+        "rollout_p50_s": round(statistics.median(durations), 4) if durations else None,
+        "rollout_mean_s": round(statistics.fmean(durations), 4) if durations else None,
+        "wall_s": wall,
+    }
+
+
+@dataclass
+class Comparison:
+    """The difference from run A to run B over their shared samples."""
+
+    run_a: str
+    run_b: str
+    shared: int
+    only_a: int
+    only_b: int
+    success_rate_a: float | None
+    success_rate_b: float | None
+    mean_reward_a: float | None
+    mean_reward_b: float | None
+    pass_fail: PairedResult
+    rewards: PairedResult
+    pass_to_fail: list[str] = field(default_factory=list)
+    fail_to_pass: list[str] = field(default_factory=list)
+    new_failure_types: dict[str, int] = field(default_factory=dict)
+    speed_a: dict[str, float | None] = field(default_factory=dict)
+    speed_b: dict[str, float | None] = field(default_factory=dict)
+
+    @property
+    def same_samples(self) -> bool:
+        """Whether both runs had exactly the same final samples."""
+        return self.only_a == 0 and self.only_b == 0
+
+    @property
+    def regressed(self) -> bool:
+        """B is worse than A on pass/fail and McNemar's exact test says it is no accident."""
+        return len(self.pass_to_fail) > len(self.fail_to_pass) and self.pass_fail.significant
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain JSON of the comparison (what compare.json holds)."""
+        return {
+            "run_a": self.run_a, "run_b": self.run_b,
+            "shared_samples": self.shared, "only_in_a": self.only_a, "only_in_b": self.only_b,
+            "success_rate": {"a": self.success_rate_a, "b": self.success_rate_b},
+            "mean_reward": {"a": self.mean_reward_a, "b": self.mean_reward_b},
+            "pass_fail_test": vars(self.pass_fail) | {"significant": self.pass_fail.significant},
+            "reward_test": vars(self.rewards) | {"significant": self.rewards.significant},
+            "pass_to_fail": self.pass_to_fail, "fail_to_pass": self.fail_to_pass,
+            "new_failure_types": self.new_failure_types,
+            "speed": {"a": self.speed_a, "b": self.speed_b},
+            "regressed": self.regressed,
+        }
+
+
+def compare_runs(a: RunData, b: RunData) -> Comparison:
+    """Compare run B against the baseline run A."""
+    finals_a, finals_b = a.finals, b.finals
+    shared = sorted(set(finals_a) & set(finals_b))
+    pairs = [(finals_a[k], finals_b[k]) for k in shared]
+    pass_to_fail = [k for k, (ra, rb) in zip(shared, pairs) if ra.get("success") and not rb.get("success")]
+    fail_to_pass = [k for k, (ra, rb) in zip(shared, pairs) if not ra.get("success") and rb.get("success")]
+
+    def rate(rs: list[dict[str, Any]]) -> float | None:
+        return round(sum(1 for r in rs if r.get("success")) / len(rs), 4) if rs else None
+
+    def mean_reward(rs: list[dict[str, Any]]) -> float | None:
+        return round(statistics.fmean(_reward(r) for r in rs), 4) if rs else None
+
+    side_a = [ra for ra, _ in pairs]
+    side_b = [rb for _, rb in pairs]
+    types_a = {r.get("status") for r in finals_a.values()}
+    failures_b = Counter(r.get("status") for r in side_b if not r.get("success"))
+    return Comparison(
+        run_a=a.run_id, run_b=b.run_id, shared=len(shared),
+        only_a=len(finals_a) - len(shared), only_b=len(finals_b) - len(shared),
+        success_rate_a=rate(side_a), success_rate_b=rate(side_b),
+        mean_reward_a=mean_reward(side_a), mean_reward_b=mean_reward(side_b),
+        pass_fail=mcnemar_exact(len(pass_to_fail), len(fail_to_pass)),
+        rewards=signed_rank_test([_reward(rb) - _reward(ra) for ra, rb in pairs]),
+        pass_to_fail=pass_to_fail, fail_to_pass=fail_to_pass,
+        new_failure_types={str(t): n for t, n in sorted(failures_b.items(), key=str) if t not in types_a},
+        speed_a=_timing(a), speed_b=_timing(b),
+    )
+
+
+def _reward(record: dict[str, Any]) -> float:
+    value = record.get("reward")
+    return float(value) if isinstance(value, (int, float)) else 0.0
+
+
+def format_comparison(c: Comparison, *, max_keys: int = 50) -> str:
+    """The comparison as plain text, for the terminal and compare.txt."""
+
+    def pct(v: float | None) -> str:
+        return "-" if v is None else f"{v:.1%}"
+
+    def num(v: float | None) -> str:
+        return "-" if v is None else f"{v:g}"
+
+    lines = [f"compare {c.run_a} (A) -> {c.run_b} (B)"]
+    if c.same_samples:
+        lines.append(f"samples: {c.shared} in both runs")
+    else:
+        lines.append(f"samples: the task sets differ; compared on the intersection of {c.shared} samples "
+                     f"({c.only_a} only in A, {c.only_b} only in B)")
+    pf, rw = c.pass_fail, c.rewards
+    lines += [
+        f"success rate: {pct(c.success_rate_a)} -> {pct(c.success_rate_b)}  "
+        f"(McNemar exact p={pf.p_value:.4g}, {'significant' if pf.significant else 'not significant'})",
+        f"mean reward:  {num(c.mean_reward_a)} -> {num(c.mean_reward_b)}  "
+        f"(Wilcoxon signed-rank p={rw.p_value:.4g} over {rw.pairs} differing samples, "
+        f"{'significant' if rw.significant else 'not significant'})",
+    ]
+    for label, keys in (("pass -> fail", c.pass_to_fail), ("fail -> pass", c.fail_to_pass)):
+        shown = ", ".join(keys[:max_keys]) + (f", … ({len(keys) - max_keys} more)" if len(keys) > max_keys else "")
+        lines.append(f"{label}: {len(keys)}" + (f": {shown}" if keys else ""))
+    if c.new_failure_types:
+        lines.append("new failure types in B: " + ", ".join(f"{t} ({n})" for t, n in c.new_failure_types.items()))
+    else:
+        lines.append("new failure types in B: none")
+    sa, sb = c.speed_a, c.speed_b
+    lines.append(f"rollout time p50: {num(sa.get('rollout_p50_s'))}s -> {num(sb.get('rollout_p50_s'))}s"
+                 f"{_ratio(sa.get('rollout_p50_s'), sb.get('rollout_p50_s'))}; "
+                 f"wall: {num(sa.get('wall_s'))}s -> {num(sb.get('wall_s'))}s"
+                 f"{_ratio(sa.get('wall_s'), sb.get('wall_s'))}")
+    if c.regressed:
+        lines.append("verdict: B regressed significantly")
+    return "\n".join(lines)
+
+
+def _ratio(a: float | None, b: float | None) -> str:
+    if not a or b is None:
+        return ""
+    return f" ({b / a:.2f}x)"

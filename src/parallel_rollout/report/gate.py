@@ -1,0 +1,102 @@
+"""The end of a run: write its report files, then judge it against the run's gates.
+
+``after_run`` is the one call the runner makes once ``summary.json`` is written. It writes
+``--junit-xml`` when asked (for every run, finished or not), then, for a run that finished
+(exit 0), applies the gates a nightly job sets:
+
+* ``--fail-under RATE``: the success rate (final samples) below RATE → exit 3;
+* ``--compare-to RUN_ID``: a significant regression against that run of the same
+  ``--output-dir`` (``compare.Comparison.regressed``) → exit 4; the comparison is kept
+  as ``compare-<RUN_ID>.txt`` in the run folder.
+
+An aborted or interrupted run keeps its own exit code: a gate judges finished runs only.
+Nothing here may raise into the runner (it must still release its lock): a report that
+cannot be written is logged and the run's exit code stands.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from ..exit_codes import EXIT_BELOW_THRESHOLD, EXIT_OK, EXIT_REGRESSION
+from .compare import compare_runs, format_comparison
+from .junit import write_junit
+from .run_data import RunData
+
+log = logging.getLogger("parallel_rollout")
+
+
+def check_gate_settings(config: Any) -> None:
+    """Reject gate settings that cannot work, before anything runs (ConfigError)."""
+    from ..errors import ConfigError
+
+    if config.fail_under is not None and not 0.0 <= config.fail_under <= 1.0:
+        raise ConfigError(f"--fail-under {config.fail_under:g} must be a fraction between 0 and 1 "
+                          "(0.8 means 80%)")
+    if config.compare_to is not None:
+        if not config.compare_to or "/" in config.compare_to or config.compare_to in (".", ".."):
+            raise ConfigError(f"--compare-to {config.compare_to!r} must be a run id (a folder of --output-dir)")
+        if config.run_id is not None and config.compare_to == config.run_id:
+            raise ConfigError("--compare-to names this run itself; give the baseline run's id")
+        baseline = Path(config.output_dir) / config.compare_to
+        if not (baseline / "results.jsonl").exists():
+            raise ConfigError(f"--compare-to {config.compare_to}: {baseline} holds no results.jsonl "
+                              "(no such run in --output-dir)")
+
+
+def gate(config: Any, data: RunData) -> tuple[int, str]:
+    """The exit code and message of a finished run's gates (EXIT_OK and "" when all pass)."""
+    failed: list[tuple[int, str]] = []
+    if config.compare_to is not None:
+        baseline = RunData.load(Path(config.output_dir) / config.compare_to, with_events=False)
+        comparison = compare_runs(baseline, data)
+        text = format_comparison(comparison)
+        (data.run_dir / f"compare-{config.compare_to}.txt").write_text(text + "\n", encoding="utf-8")
+        log.info("%s", text)
+        if comparison.regressed:
+            failed.append((EXIT_REGRESSION,
+                           f"significant regression against {config.compare_to}: success rate "
+                           f"{_pct(comparison.success_rate_a)} -> {_pct(comparison.success_rate_b)} on "
+                           f"{comparison.shared} shared samples, {len(comparison.pass_to_fail)} pass->fail, "
+                           f"McNemar exact p={comparison.pass_fail.p_value:.4g}"))
+    if config.fail_under is not None:
+        rate = (data.summary or {}).get("success_rate")
+        if rate is None or rate < config.fail_under:
+            failed.append((EXIT_BELOW_THRESHOLD,
+                           f"success rate {_pct(rate)} is below --fail-under {config.fail_under:g} "
+                           f"({_pct(config.fail_under)})"))
+    if not failed:
+        return EXIT_OK, ""
+    # The threshold wins over the regression: it is the promise a nightly job states.
+    failed.sort(key=lambda item: item[0] != EXIT_BELOW_THRESHOLD)
+    return failed[0][0], "\n".join(message for _, message in failed)
+
+
+def after_run(config: Any, run_dir: Path, exit_code: int, message: str) -> tuple[int, str]:
+    """Write the run's report files and apply its gates; returns the final (code, message)."""
+    try:
+        data = RunData.load(run_dir)
+    except Exception:  # noqa: BLE001 - a report must never cost the run its lock release
+        log.exception("cannot read %s back for its report", run_dir)
+        return exit_code, message
+    if config.junit_xml:
+        try:
+            write_junit(data, config.junit_xml)
+        except Exception:  # noqa: BLE001
+            log.exception("cannot write the JUnit XML %s", config.junit_xml)
+    if exit_code != EXIT_OK:
+        return exit_code, message
+    try:
+        code, gate_message = gate(config, data)
+    except Exception:  # noqa: BLE001
+        log.exception("cannot apply the run's gates")
+        return exit_code, message
+    if gate_message:
+        log.error("%s", gate_message)
+    return code, "\n".join(m for m in (message, gate_message) if m)
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1%}"

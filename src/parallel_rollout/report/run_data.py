@@ -1,0 +1,128 @@
+"""One run folder read back: what the report, ``compare``, ``runs list`` and the gates see.
+
+A run folder (``results/<run-id>/``) holds ``config.json``, ``results.jsonl`` (one line per
+attempt), ``events.jsonl`` (VM transitions and runner events), ``summary.json`` and
+``trajectories/``. ``RunData.load`` reads them without writing anything, so it works on a
+folder another run is still writing to; a torn last line (a write in progress) is skipped,
+as the results store does.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError
+from ..results import read_records
+
+log = logging.getLogger(__name__)
+
+
+class NotARunFolder(ConfigError):
+    """A path given as a run folder that holds no run."""
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except ValueError as exc:
+        log.warning("%s: unreadable (%s); going on without it", path, exc)
+        return None
+
+
+def read_events(path: Path) -> list[dict[str, Any]]:
+    """Every complete line of an events.jsonl; a broken line is skipped and logged."""
+    events: list[dict[str, Any]] = []
+    if not path.exists():
+        return events
+    with open(path, "rb") as fh:
+        for lineno, line in enumerate(fh, start=1):
+            if not line.endswith(b"\n") or not line.strip():
+                continue
+            try:
+                events.append(json.loads(line))
+            except ValueError:
+                log.warning("%s:%d: not JSON; skipped", path, lineno)
+    return events
+
+
+@dataclass
+class RunData:
+    """Everything a run folder says about its run."""
+
+    run_dir: Path
+    run_id: str
+    config: dict[str, Any]
+    summary: dict[str, Any] | None
+    records: list[dict[str, Any]]
+    events: list[dict[str, Any]] = field(default_factory=list)
+
+    @classmethod
+    def load(cls, run_dir: str | Path, *, with_events: bool = True) -> "RunData":
+        """Read a run folder; NotARunFolder when it holds neither results nor a config."""
+        run_dir = Path(run_dir)
+        results = run_dir / "results.jsonl"
+        config_doc = _read_json(run_dir / "config.json")
+        if not run_dir.is_dir() or (config_doc is None and not results.exists()):
+            raise NotARunFolder(f"{run_dir}: not a run folder (no config.json or results.jsonl)")
+        try:
+            records = read_records(results) if results.exists() else []
+        except ValueError as exc:
+            raise NotARunFolder(f"{results}: unreadable ({exc})") from None
+        config_doc = config_doc or {}
+        return cls(
+            run_dir=run_dir,
+            run_id=config_doc.get("run_id") or run_dir.name,
+            config=config_doc.get("config") or {},
+            summary=_read_json(run_dir / "summary.json"),
+            records=records,
+            events=read_events(run_dir / "events.jsonl") if with_events else [],
+        )
+
+    @property
+    def finals(self) -> dict[str, dict[str, Any]]:
+        """Sample key -> the record that counts for it (the last final one)."""
+        return {r["key"]: r for r in self.records if r.get("final")}
+
+    @property
+    def mode(self) -> str:
+        """The run's mode, from its config or its records."""
+        if self.config.get("mode"):
+            return str(self.config["mode"])
+        modes = sorted({str(r.get("mode")) for r in self.records if r.get("mode")})
+        return ",".join(modes) or "?"
+
+    @property
+    def started_at(self) -> float | None:
+        """When the first attempt (or the config) was written, seconds since the epoch."""
+        times = [r["started_at"] for r in self.records if isinstance(r.get("started_at"), (int, float))]
+        return min(times) if times else None
+
+    def status(self) -> str:
+        """complete (every sample final), interrupted (stopped by a signal), or partial."""
+        if self.summary is None:
+            return "partial"
+        if self.summary.get("interrupted"):
+            return "interrupted"
+        total = self.summary.get("total_samples")
+        if total is not None and len(self.finals) >= total:
+            return "complete"
+        return "partial"
+
+
+def resolve_run(ref: str | Path, output_dir: str | Path | None = None) -> Path:
+    """A run folder from a path, or from a run id under ``output_dir``."""
+    path = Path(ref)
+    if path.is_dir():
+        return path
+    if output_dir is not None and "/" not in str(ref):
+        candidate = Path(output_dir) / str(ref)
+        if candidate.is_dir():
+            return candidate
+    where = f" (nor {Path(output_dir) / str(ref)})" if output_dir is not None else ""
+    raise NotARunFolder(f"{ref}: no such run folder{where}")

@@ -1,0 +1,165 @@
+"""Gating a nightly job: exit codes from real runs, --fail-under, --compare-to, --junit-xml.
+
+Exit 1 (manager killed) and 130 (SIGINT) come from real runs in tests/test_runner.py
+(test_manager_death_stops_the_run_and_resume_finishes_it, test_sigint_stops_cleanly_with_130…),
+exit 75 (lock held by a second run) from tests/test_results.py; this file holds the rest and
+checks the statistics against scipy.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import xmlschema
+from click.testing import CliRunner
+
+from conftest import ROOT, shell_task, write_tasks
+from parallel_rollout import exit_codes
+from parallel_rollout.cli import main
+from parallel_rollout.report.junit import junit_tree
+from parallel_rollout.report.run_data import RunData
+from parallel_rollout.report.stats import mcnemar_exact, signed_rank_test, wilson_interval
+
+scipy_stats = pytest.importorskip("scipy.stats")
+
+JUNIT_XSD = Path(__file__).parent / "data" / "junit.xsd"
+
+
+def failing_task(task_id: str, **extra) -> dict:
+    """A shell task whose reference does not satisfy its check: a graded failure."""
+    return shell_task(task_id, reference=[f"printf 'bad\\033[0m\\x01 output' > ~/{task_id}.other"], **extra)
+
+
+def run_cli(tmp_path: Path, tasks: list[dict], run_id: str, *args: str):
+    data = write_tasks(tmp_path / f"{run_id}.jsonl", tasks)
+    return CliRunner().invoke(main, ["run", "--mode", "shell", "--data", str(data), "--num-rollouts", "2",
+                                     "--output-dir", str(tmp_path / "out"), "--run-id", run_id,
+                                     "--no-progress", *args])
+
+
+# -- statistics against a reference -------------------------------------------------------
+
+@pytest.mark.parametrize("b,c", [(0, 0), (6, 0), (5, 1), (3, 9), (20, 11), (140, 100)])
+def test_mcnemar_exact_matches_scipy_binomtest(b, c):
+    result = mcnemar_exact(b, c)
+    expected = 1.0 if b + c == 0 else scipy_stats.binomtest(b, b + c, 0.5).pvalue
+    assert math.isclose(result.p_value, expected, rel_tol=1e-9, abs_tol=1e-15)
+
+
+def test_mcnemar_hand_computed():
+    # 6 discordant pairs all one way: 2 * (1/2)^6
+    assert mcnemar_exact(6, 0).p_value == 2 / 64 and mcnemar_exact(6, 0).significant
+    assert not mcnemar_exact(5, 0).significant  # 2/32 = 0.0625
+
+
+@pytest.mark.parametrize("diffs", [
+    [0.5, -0.2, 0.9, 0.1, -0.05, 0.7, 0.3, 0.25],
+    [1.5, 2.25, -0.75, 3.5, 0.125, -2.0, 4.0, 1.0, 0.5, 2.75, -0.3, 5.0],
+])
+def test_signed_rank_exact_matches_scipy(diffs):
+    result = signed_rank_test(diffs)
+    expected = scipy_stats.wilcoxon(diffs, method="exact", alternative="two-sided")
+    assert result.test.endswith("exact")
+    assert math.isclose(result.p_value, expected.pvalue, rel_tol=1e-9)
+
+
+def test_signed_rank_with_ties_matches_a_permutation_count():
+    # ties and zeros: the exact distribution over 2^n sign patterns, counted by brute force
+    diffs = [1.0, 1.0, -1.0, 0.5, 0.5, 2.0, 0.0, 1.0, -0.5, 2.0]
+    result = signed_rank_test(diffs)
+    nonzero = [d for d in diffs if d]
+    ranks = scipy_stats.rankdata([abs(d) for d in nonzero])
+    observed = sum(r for r, d in zip(ranks, nonzero) if d > 0)
+    centre = sum(ranks) / 2
+    count = 0
+    for mask in range(2 ** len(nonzero)):
+        w = sum(r for i, r in enumerate(ranks) if mask >> i & 1)
+        count += abs(w - centre) >= abs(observed - centre) - 1e-9
+    assert math.isclose(result.p_value, count / 2 ** len(nonzero), rel_tol=1e-9)
+
+
+def test_signed_rank_normal_matches_scipy_for_many_pairs():
+    diffs = [((i * 37) % 23 - 9) / 7 for i in range(200)]
+    result = signed_rank_test(diffs)
+    expected = scipy_stats.wilcoxon(diffs, method="approx", correction=False, zero_method="wilcox")
+    assert result.test.endswith("normal")
+    assert math.isclose(result.p_value, expected.pvalue, rel_tol=1e-6)
+
+
+def test_wilson_interval_hand_computed():
+    low, high = wilson_interval(8, 10)
+    assert (round(low, 4), round(high, 4)) == (0.4902, 0.9433)
+    assert wilson_interval(0, 5)[0] == 0.0 and wilson_interval(5, 5)[1] == 1.0
+    assert wilson_interval(0, 0) is None
+
+
+# -- gates on real runs -------------------------------------------------------------------
+
+def test_fail_under_exits_3_and_junit_validates(tmp_path):
+    tasks = [shell_task("ok1"), shell_task("ok2"), failing_task("bad1", tags=["x"]), failing_task("bad2")]
+    junit = tmp_path / "ci" / "junit.xml"
+    below = run_cli(tmp_path, tasks, "below", "--fail-under", "0.75", "--junit-xml", str(junit))
+    assert below.exit_code == exit_codes.EXIT_BELOW_THRESHOLD, below.output
+    assert "success rate 50.0% is below --fail-under 0.75" in below.output
+
+    xmlschema.XMLSchema(str(JUNIT_XSD)).validate(str(junit))
+    tree = junit_tree(RunData.load(tmp_path / "out" / "below")).getroot()
+    suite = tree.find("testsuite")
+    assert suite.get("tests") == "4" and suite.get("failures") == "2" and suite.get("errors") == "0"
+    cases = {c.get("name"): c for c in suite.iter("testcase")}
+    assert set(cases) == {"ok1#0", "ok2#0", "bad1#0", "bad2#0"}
+    assert cases["bad1#0"].find("failure").get("type") == "failure"
+    assert cases["ok1#0"].find("failure") is None
+
+    passing = run_cli(tmp_path, tasks, "at", "--fail-under", "0.5")
+    assert passing.exit_code == exit_codes.EXIT_OK, passing.output
+
+
+def test_fail_under_is_a_fraction(tmp_path):
+    result = run_cli(tmp_path, [shell_task("a")], "pct", "--fail-under", "80")
+    assert result.exit_code == exit_codes.EXIT_USAGE
+    assert "must be a fraction between 0 and 1" in result.output
+    assert not (tmp_path / "out" / "pct").exists()
+
+
+def test_compare_to_exits_4_on_a_significant_regression_only(tmp_path):
+    ids = [f"t{i}" for i in range(8)]
+    base = run_cli(tmp_path, [shell_task(i) for i in ids], "base")
+    assert base.exit_code == 0, base.output
+    # two flips: worse, but McNemar's p = 0.5, not significant
+    mild = run_cli(tmp_path, [failing_task(i) if i in ids[:2] else shell_task(i) for i in ids], "mild",
+                   "--compare-to", "base")
+    assert mild.exit_code == exit_codes.EXIT_OK, mild.output
+    # six flips one way: p = 2/64
+    worse = run_cli(tmp_path, [failing_task(i) if i in ids[:6] else shell_task(i) for i in ids], "worse",
+                    "--compare-to", "base", "--fail-under", "0.1")
+    assert worse.exit_code == exit_codes.EXIT_REGRESSION, worse.output
+    assert "significant regression against base" in worse.output
+    text = (tmp_path / "out" / "worse" / "compare-base.txt").read_text()
+    assert "pass -> fail: 6: t0#0, t1#0, t2#0, t3#0, t4#0, t5#0" in text
+
+    missing = run_cli(tmp_path, [shell_task("a")], "nobase", "--compare-to", "nope")
+    assert missing.exit_code == exit_codes.EXIT_USAGE and "no such run" in missing.output
+
+
+def test_exit_codes_are_documented_in_the_cli_help():
+    result = CliRunner().invoke(main, ["run", "--help"])
+    for code in (0, 1, 2, 3, 4, 75, 130):
+        assert f"{code} " in result.output
+
+
+def test_resumed_cron_run_keeps_its_gates(tmp_path):
+    """A cron line repeats --run-id … --resume; the gates stored in config.json still apply."""
+    tasks = [shell_task("ok"), failing_task("bad")]
+    first = run_cli(tmp_path, tasks, "nightly", "--fail-under", "0.9")
+    assert first.exit_code == exit_codes.EXIT_BELOW_THRESHOLD
+    resumed = subprocess.run(
+        [sys.executable, str(ROOT / "run_parallel_rollout.py"), "--output-dir", str(tmp_path / "out"),
+         "--run-id", "nightly", "--resume", "--no-progress"], capture_output=True, text=True, timeout=120)
+    assert resumed.returncode == exit_codes.EXIT_BELOW_THRESHOLD, resumed.stderr
+    assert json.loads((tmp_path / "out" / "nightly" / "config.json").read_text())["config"]["fail_under"] == 0.9
