@@ -198,9 +198,11 @@ def test_pass_at_k_rejects_k_outside_1_to_n(n, c, k):
         pass_at_k(n, c, k)
 
 
-def test_percentiles_nearest_rank():
+def test_percentiles_interpolate_between_order_statistics():
+    """statistics.quantiles' inclusive rule (numpy's default): p90 of 1..100 is 90.1."""
     p = percentiles(float(v) for v in range(1, 101))
-    assert (p["p50"], p["p90"], p["p99"], p["max"], p["mean"]) == (50.0, 90.0, 99.0, 100.0, 50.5)
+    assert (p["p50"], p["p90"], p["p99"], p["max"], p["mean"]) == (50.5, 90.1, 99.01, 100.0, 50.5)
+    assert p["count"] == 100 and percentiles([1.0, 2.0], points=(95,))["p95"] == 1.95
     assert percentiles([]) is None
     assert percentiles([3.0])["p50"] == 3.0
 
@@ -236,7 +238,7 @@ def test_summary_counts_rates_groups_and_timings():
     assert s["pass@1"] == round(expected_k1, 4) == round(5 / 9, 4)  # mean of 1/3, 3/3, 1/3
     assert s["pass@3"] == round(expected_k3, 4) == 1.0  # every task solved at least once
     rollout = s["timing_s"]["rollout"]
-    assert (rollout["p50"], rollout["max"]) == (5.0, 9.0)  # nearest rank over 9 timed attempts
+    assert (rollout["p50"], rollout["max"]) == (5.0, 9.0)  # the middle of 9 timed attempts
     assert s["timing_s"]["lease_wait"]["p50"] == 0.01
     assert s["timing_s"]["wall"] >= 2 and s["vm"] == {"utilization": 0.5}
 

@@ -129,19 +129,20 @@ def read_records(path: str | Path) -> list[dict[str, Any]]:
     return records
 
 
-def percentiles(values: Iterable[float]) -> dict[str, float] | None:
-    """p50/p90/p99/max of ``values`` (nearest rank), or None when there are none."""
+def percentiles(values: Iterable[float], points: tuple[int, ...] = (50, 90, 99)) -> dict[str, float] | None:
+    """count, p50/p90/p99 (``points``), max and mean of ``values``, or None when there are none.
+
+    One rank rule for every figure of summary.json (run timings and the pool's reset and
+    boot times): ``statistics.quantiles``' inclusive method, the linear interpolation
+    between order statistics that numpy and spreadsheets default to."""
     ordered = sorted(values)
     if not ordered:
         return None
-
-    def rank(p: float) -> float:
-        return ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)]
-
+    # quantiles() wants two points at least; one value is every quantile of itself
+    cuts = statistics.quantiles(ordered, n=100, method="inclusive") if len(ordered) > 1 else ordered * 99
     return {
-        "p50": round(rank(50), 4),
-        "p90": round(rank(90), 4),
-        "p99": round(rank(99), 4),
+        "count": len(ordered),
+        **{f"p{p}": round(cuts[p - 1], 4) for p in points},
         "max": round(ordered[-1], 4),
         "mean": round(statistics.fmean(ordered), 4),
     }

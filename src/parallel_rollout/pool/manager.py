@@ -40,6 +40,7 @@ from multiprocessing.managers import BaseManager
 from typing import Any, Iterator
 
 from ..errors import LeaseTimeout, PoolExhausted, RolloutError, VMError, WorkerDied
+from ..results import percentiles
 from .providers import ProviderOptions, VMInfo, get_provider
 
 log = logging.getLogger(__name__)
@@ -234,8 +235,8 @@ class VMPoolManager:
                 "leased_s": round(leased_s, 3),
                 "resetting_s": round(resetting_s, 3),
                 "utilization": round(leased_s / (self.size * wall), 4),
-                "reset_s": _quantiles(self._reset_times),
-                "boot_s": _quantiles(self._boot_times),
+                "reset_s": percentiles(self._reset_times, points=(50, 95)),
+                "boot_s": percentiles(self._boot_times, points=(50, 95)),
                 "last_death": self._last_death,
             }
 
@@ -454,17 +455,6 @@ class VMPoolManager:
             self._provider.stop(info)
         except Exception:  # noqa: BLE001 - stopping is best effort; sweep cleans the rest
             log.exception("stopping %s failed", info.vm_id)
-
-
-def _quantiles(values: list[float]) -> dict[str, float] | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    return {
-        "count": len(ordered),
-        "p50": round(ordered[len(ordered) // 2], 4),
-        "p95": round(ordered[min(len(ordered) - 1, int(len(ordered) * 0.95))], 4),
-    }
 
 
 # -- the Manager server process ---------------------------------------------------------------
