@@ -222,15 +222,18 @@ def test_scores_combine_like_osworld():
     assert ev.combine([1.0, 0.5], "and") == 0.75
     assert ev.combine([0.0, 1.0], "or") == 1.0
     assert ev.combine([0.2, 0.4], "or") == 0.4
-    assert ev.check_include_exclude("a b", {"include": ["a"], "exclude": ["c"]}) == 1.0
-    assert ev.check_direct_json_object('{"k": 1, "j": 2}', {"expected": {"k": 1}}) == 1.0
-    assert ev.exact_match(None, {"expected": ""}) == 0.0
+    assert ev.METRICS["check_include_exclude"]("a b", {"include": ["a"], "exclude": ["c"]}) == 1.0
+    assert ev.METRICS["check_direct_json_object"]('{"k": 1, "j": 2}', {"expected": {"k": 1}}) == 1.0
+    assert ev.METRICS["exact_match"](None, {"expected": ""}) == 0.0
 
 
 @pytest.mark.parametrize("change, message", [
-    ({"config": [{"type": "googledrive", "parameters": {}}]}, "unsupported step type 'googledrive'"),
-    ({"evaluator": {"func": "compare_table", "result": {"type": "vm_file", "path": "x"}}}, "unsupported metric 'compare_table'"),
-    ({"evaluator": {"func": "exact_match", "result": {"type": "open_tabs_info"}}}, "unsupported result getter type 'open_tabs_info'"),
+    ({"config": [{"type": "no_such_step", "parameters": {}}]}, "unsupported step type 'no_such_step'"),
+    ({"evaluator": {"func": ["no_such_metric", "other_metric"], "result": [
+        {"type": "vm_file", "path": "x"}, {"type": "no_such_getter"}]}},
+     "unsupported metric 'no_such_metric'; unsupported metric 'other_metric'; "
+     "unsupported result getter type 'no_such_getter'"),
+    ({"evaluator": {"func": "exact_match", "result": {"type": "no_such_getter"}}}, "unsupported result getter type 'no_such_getter'"),
     ({"evaluator": {"func": ["exact_match", "exact_match"], "result": [{"type": "rule", "rules": {}}]}}, "as long as 'func'"),
     ({"reference": [{"action_type": "PRESS", "parameters": {"key": "nope"}}]}, "reference action 1"),
 ])

@@ -182,9 +182,15 @@ class OSWorldEnv(Env):
             for func, result_cfg, expected_cfg, options in ev.normalized(evaluator):
                 try:
                     result = ev.GETTERS[result_cfg["type"]](self, result_cfg)
-                    expected = ev.GETTERS[expected_cfg["type"]](self, expected_cfg) if expected_cfg else None
-                    scores.append(float(ev.METRICS[func](result, expected, **options)))
-                except (OSError, ValueError, KeyError, TypeError) as exc:
+                    if expected_cfg:  # OSWorld passes the expected state only when there is one
+                        expected = ev.GETTERS[expected_cfg["type"]](self, expected_cfg)
+                        score = ev.METRICS[func](result, expected, **options)
+                    else:
+                        score = ev.METRICS[func](result, **options)
+                    scores.append(float(score))
+                except steps.SetupError:
+                    raise
+                except Exception as exc:  # a metric failing on the agent's output scores 0
                     scores.append(0.0)
                     details.setdefault("errors", []).append(f"{func}: {type(exc).__name__}: {exc}")
             score = ev.combine(scores, evaluator.get("conj", "and"))

@@ -36,9 +36,8 @@ def check_steps(steps: Any, where: str) -> None:
     for index, step in enumerate(steps, start=1):
         if not isinstance(step, dict) or not isinstance(step.get("type"), str):
             raise ValueError(f"{where} step {index} must be an object with a 'type'")
-        if step["type"] not in STEP_TYPES:
-            raise ValueError(f"{where} step {index}: unsupported step type {step['type']!r}; "
-                             f"supported: {', '.join(STEP_TYPES)}")
+        if step["type"] not in STEPS:
+            raise ValueError(f"{where} step {index}: unsupported step type {step['type']!r}")
         if not isinstance(step.get("parameters", {}), dict):
             raise ValueError(f"{where} step {index}: 'parameters' must be an object")
 
@@ -162,3 +161,5 @@ def _download(env, files: list[dict]) -> None:
 _STEPS = {"execute": _execute, "command": _execute, "launch": _launch, "open": _open,
           "sleep": _sleep, "activate_window": _activate_window, "close_window": _close_window,
           "upload_file": _upload_file, "download": _download}
+#: the registry of step types (type -> function called as ``step(env, **parameters)``)
+STEPS = _STEPS

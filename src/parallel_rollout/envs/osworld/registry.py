@@ -1,0 +1,84 @@
+"""What the ``osworld`` mode supports: the names of config steps, getters and metrics, and a
+census of the features a task (or a whole task set) uses.
+
+A task is supported when every one of its features is: its ``config`` and ``postconfig`` step
+types (:data:`setup.STEPS <parallel_rollout.envs.osworld.setup>`), its ``result``/``expected``
+getter types (:data:`getters.GETTERS`) and its metric names (:data:`metrics.METRICS`).
+
+::
+
+    features(payload)     -> {"step": {...}, "getter": {...}, "metric": {...}}
+    unsupported(payload)  -> ["metric compare_table", "step googledrive", ...]  (all, sorted)
+    supported(kind, name) -> bool
+    census(payloads)      -> {"step": Counter(name -> tasks), "getter": ..., "metric": ...}
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any, Iterable, Mapping
+
+KINDS = ("step", "getter", "metric")
+
+
+def _tables() -> dict[str, Mapping[str, Any]]:
+    from . import setup
+    from .getters import GETTERS
+    from .metrics import METRICS
+
+    return {"step": setup.STEPS, "getter": GETTERS, "metric": METRICS}
+
+
+def supported(kind: str, name: str) -> bool:
+    """True when the mode implements the step type, getter type or metric ``name``."""
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
+    return name in _tables()[kind]
+
+
+def names(kind: str) -> list[str]:
+    """Every supported name of one kind, sorted."""
+    return sorted(_tables()[kind])
+
+
+def _getter_configs(evaluator: Mapping[str, Any]) -> Iterable[Any]:
+    for role in ("result", "expected"):
+        value = evaluator.get(role)
+        for item in value if isinstance(value, list) else [value]:
+            if item is not None:
+                yield item
+
+
+def features(payload: Mapping[str, Any]) -> dict[str, set[str]]:
+    """The step types, getter types and metric names one OSWorld task uses (malformed parts
+    are left out here; the loader's checks name them)."""
+    found: dict[str, set[str]] = {kind: set() for kind in KINDS}
+    evaluator = payload.get("evaluator") if isinstance(payload.get("evaluator"), dict) else {}
+    steps = list(payload.get("config") or []) + list(evaluator.get("postconfig") or [])
+    for step in steps:
+        if isinstance(step, dict) and isinstance(step.get("type"), str):
+            found["step"].add(step["type"])
+    funcs = evaluator.get("func")
+    for func in funcs if isinstance(funcs, list) else [funcs]:
+        if isinstance(func, str):
+            found["metric"].add(func)
+    for getter in _getter_configs(evaluator):
+        if isinstance(getter, dict) and isinstance(getter.get("type"), str):
+            found["getter"].add(getter["type"])
+    return found
+
+
+def unsupported(payload: Mapping[str, Any]) -> list[str]:
+    """Every unsupported feature of one task as ``"<kind> <name>"``, sorted (empty: runnable)."""
+    tables = _tables()
+    return sorted(f"{kind} {name}" for kind, found in features(payload).items()
+                  for name in found if name not in tables[kind])
+
+
+def census(payloads: Iterable[Mapping[str, Any]]) -> dict[str, Counter]:
+    """Per kind, how many tasks use each name."""
+    counts: dict[str, Counter] = {kind: Counter() for kind in KINDS}
+    for payload in payloads:
+        for kind, found in features(payload).items():
+            counts[kind].update(found)
+    return counts
