@@ -39,7 +39,7 @@ ODD_TITLE = 'odd "term" <&> title'
 
 needs_atspi = pytest.mark.skipif(
     not all(shutil.which(p) for p in ("Xvfb", "openbox", "xterm", "mousepad", "dbus-daemon"))
-    or not desktop._find(desktop.BUS_LAUNCHER, desktop.LIBEXEC_DIRS)
+    or not desktop.find(desktop.BUS_LAUNCHER, desktop.LIBEXEC_DIRS)
     or not os.path.isdir("/usr/lib/python3/dist-packages/pyatspi"),
     reason="the desktop or AT-SPI packages are missing (./dev installs them)")
 

@@ -72,6 +72,11 @@ GUEST_SOURCE_DIR = GUEST_AGENT_SOURCE.parent
 #: where images put the guest package; providers run the agent from here
 GUEST_DIR = "/opt/parallel-rollout"
 GUEST_AGENT_PATH = f"{GUEST_DIR}/server.py"
+#: the agent's files, siblings of server.py (guest/server.py says what each holds)
+GUEST_AGENT_FILES = ("server.py", "agent_http.py", "agent_commands.py", "agent_files.py")
+#: what a desktop guest needs next to them: the desktop's routes and the AT-SPI walker
+GUEST_DESKTOP_FILES = ("desktop.py", "desktop_screen.py", "desktop_windows.py",
+                       "desktop_routes.py", "atspi_tree.py")
 #: on the PYTHONPATH of desktop guests: the xdotool-backed ``pyautogui`` module
 GUEST_SHIM_DIR = f"{GUEST_DIR}/shim"
 #: what every guest image holds beyond minbase

@@ -88,9 +88,9 @@ GUEST_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 #: how long a killed sandbox may take to disappear before we call it stuck
 KILL_WAIT_S = 5.0
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-_AGENT_SOURCE = images.GUEST_AGENT_SOURCE
+_AGENT_SOURCES = tuple(images.GUEST_SOURCE_DIR / name for name in images.GUEST_AGENT_FILES)
 #: guest files a desktop VM needs next to the agent: the desktop routes and the AT-SPI walker
-_DESKTOP_SOURCES = tuple(_AGENT_SOURCE.with_name(name) for name in ("desktop.py", "atspi_tree.py"))
+_DESKTOP_SOURCES = tuple(images.GUEST_SOURCE_DIR / name for name in images.GUEST_DESKTOP_FILES)
 #: the guest's AT-SPI switch (guest/desktop.py's, not imported: ctypes and all for a name),
 #: passed on from the host when set
 ATSPI_ENV = "PARALLEL_ROLLOUT_ATSPI"
@@ -304,7 +304,8 @@ class ProcessProvider(Provider):
             "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
             "--bind", str(vm_dir / "home"), GUEST_HOME,
             "--bind", str(vm_dir / "sock"), GUEST_SOCK_DIR,
-            "--ro-bind", str(_AGENT_SOURCE), GUEST_AGENT,
+            *[arg for source in _AGENT_SOURCES for arg in
+              ("--ro-bind", str(source), str(Path(GUEST_AGENT).with_name(source.name)))],
             "--chdir", GUEST_HOME,
             "--clearenv",
             "--setenv", "PATH", path, "--setenv", "HOME", GUEST_HOME,

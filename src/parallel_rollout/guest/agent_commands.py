@@ -1,0 +1,244 @@
+"""Commands of the guest agent: ``/execute``, ``/run_python``, ``/run_bash_script``, each run in
+its own session so that a timeout kills the command's whole process group.
+
+::
+
+    route ──► run(argv) ── subprocess.Popen(start_new_session) ──► the command's process group
+                                 │ outlives its timeout
+                                 ▼
+                         killpg(SIGKILL), then what it printed so far
+
+A command that *runs but fails* is not an HTTP error: the answer is 200 with ``status:
+"error"``, because the request itself was fine. Not found / not executable: returncode 127 /
+126 (the shell's codes) with ``message: "command not found: ..."``; a timeout: ``timeout:
+true``, the group's exit code (-9 unless the leader had already exited) and what was captured
+before the kill.
+
+**Limits.** ``--limit-as BYTES`` (:data:`limit_as`) runs every command under util-linux
+``prlimit --as`` (RLIMIT_AS per process, inherited by its children); the agent itself stays
+unlimited so that a greedy command cannot take the agent down with it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+try:
+    from .agent_http import HTTPError, Request, field, timeout_field
+except ImportError:  # a sibling file in the guest, not a package
+    from agent_http import HTTPError, Request, field, timeout_field  # type: ignore[no-redef]
+
+DEFAULT_EXECUTE_TIMEOUT_S = 120.0
+DEFAULT_PYTHON_TIMEOUT_S = 30.0
+DEFAULT_BASH_TIMEOUT_S = 100.0
+#: RLIMIT_AS in bytes for every command this agent runs (``--limit-as``); None: no limit
+limit_as: int | None = None
+
+
+def expand(path: str) -> str:
+    """``~`` and ``$VARS`` of a guest path expanded."""
+    return os.path.expandvars(os.path.expanduser(path))
+
+
+def home() -> str:
+    """The guest user's home: commands run there unless told otherwise."""
+    return os.environ.get("HOME") or os.getcwd()
+
+
+# ------------------------------------------------------------------------------ commands
+
+
+def run(argv, *, shell: bool, timeout: float, cwd: str | None = None,
+        env: dict | None = None, merge_stderr: bool = False) -> dict:
+    """Run a command in its own session; the whole group is killed when it times out.
+
+    Returns ``{returncode, output, error}`` plus ``timeout: True, message`` on a timeout, or
+    ``not_found: True, message`` when the program cannot be started.
+    """
+    import subprocess
+
+    program = argv if isinstance(argv, str) else (argv[0] if argv else "")
+    cwd = expand(cwd) if cwd else home()
+    if not os.path.isdir(cwd):
+        raise HTTPError(400, f"working directory does not exist: {cwd}")
+    full_env = None
+    if env:
+        full_env = dict(os.environ)
+        full_env.update(env)
+    if limit_as is not None:
+        argv, shell = _with_limits(argv, shell, full_env)
+        if argv is None:
+            return {"returncode": 127, "output": "", "error": "No such file or directory",
+                    "not_found": True, "message": f"command not found: {program}"}
+    try:
+        proc = subprocess.Popen(
+            argv, shell=shell, cwd=cwd, env=full_env,
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
+            start_new_session=True,  # its own process group, so a timeout kills its children
+        )
+    except (FileNotFoundError, PermissionError, NotADirectoryError) as exc:
+        code = 126 if isinstance(exc, PermissionError) else 127
+        what = "permission denied" if code == 126 else "command not found"
+        return {"returncode": code, "output": "", "error": str(exc),
+                "not_found": True, "message": f"{what}: {program}"}
+    try:
+        out, err = proc.communicate(timeout=timeout)
+        timed_out = False
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        _kill_group(proc.pid)
+        try:
+            # a child that escaped the group (setsid) may still hold the pipes open
+            out, err = proc.communicate(timeout=2.0)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = b"", b""
+            for stream in (proc.stdout, proc.stderr):
+                if stream is not None:
+                    stream.close()
+            proc.wait()
+    result = {
+        "returncode": proc.returncode,
+        "output": (out or b"").decode("utf-8", "replace"),
+        "error": (err or b"").decode("utf-8", "replace"),
+    }
+    if timed_out:
+        result["timeout"] = True
+        result["message"] = f"timed out after {timeout:g}s; its process group was killed"
+    return result
+
+
+def _with_limits(argv, shell: bool, env: dict | None):
+    """The command wrapped in util-linux ``prlimit``; (None, False) when it does not exist.
+
+    A wrapper binary, not ``preexec_fn``: Python code between fork and exec can deadlock in a
+    threaded server. prlimit execs the command itself, so a missing program would show up as
+    its exit code 127 with status "success"; look it up first to answer like the plain path.
+    """
+    if shell:
+        argv = ["/bin/sh", "-c", argv]
+    elif "/" not in argv[0]:
+        import shutil
+
+        path = (env or os.environ).get("PATH", os.defpath)
+        if shutil.which(argv[0], path=path) is None:
+            return None, False
+    return ["prlimit", f"--as={limit_as}", "--"] + list(argv), False
+
+
+def _kill_group(pgid: int) -> None:
+    import signal
+
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def _command_argv(body: dict):
+    command = field(body, "command", (list, str), required=True)
+    shell = field(body, "shell", (bool,), False)
+    if isinstance(command, list):
+        if not command or not all(isinstance(part, str) for part in command):
+            raise HTTPError(400, "field 'command' must be a non-empty list of strings")
+        if shell:
+            import shlex
+
+            command = shlex.join(command)
+    elif not shell:
+        import shlex
+
+        try:
+            command = shlex.split(command)
+        except ValueError as exc:
+            raise HTTPError(400, f"cannot split command: {exc}") from None
+        if not command:
+            raise HTTPError(400, "field 'command' is empty")
+    if isinstance(command, list):
+        # like OSWorld: "~/x" arguments mean the guest user's home
+        command = [os.path.expanduser(p) if p.startswith("~") else p for p in command]
+    return command, shell
+
+
+def route_execute(req: Request):
+    """POST /execute: run a command, OSWorld's ``{status, output, error, returncode}``."""
+    body = req.json()
+    argv, shell = _command_argv(body)
+    timeout = timeout_field(body, DEFAULT_EXECUTE_TIMEOUT_S)
+    cwd = field(body, "cwd", (str,))
+    env = field(body, "env", (dict,))
+    if env and not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
+        raise HTTPError(400, "field 'env' must map strings to strings")
+    result = run(argv, shell=shell, timeout=timeout, cwd=cwd, env=env)
+    failed = result.pop("not_found", False) or result.get("timeout", False)
+    result["status"] = "error" if failed else "success"
+    return 200, result
+
+
+def route_run_python(req: Request):
+    """POST /run_python: run code with python3 from a temp file, OSWorld's shape."""
+    body = req.json()
+    code = field(body, "code", (str,), required=True)
+    timeout = timeout_field(body, DEFAULT_PYTHON_TIMEOUT_S)
+    path = _temp_script(code, ".py")
+    try:
+        result = run([sys.executable, path], shell=False, timeout=timeout)
+    finally:
+        _remove(path)
+    ok = result["returncode"] == 0
+    answer = {
+        "status": "success" if ok else "error",
+        "message": result.get("message")
+        or ("Command executed successfully" if ok else "Command failed"),
+        "need_more": False,
+        "output": result["output"],
+        "error": result["error"],
+        "return_code": result["returncode"],
+    }
+    if result.get("timeout"):
+        answer["timeout"] = True
+    return 200, answer
+
+
+def route_run_bash_script(req: Request):
+    """POST /run_bash_script: bash with stderr merged into stdout, OSWorld's shape."""
+    body = req.json()
+    script = field(body, "script", (str,), required=True)
+    timeout = timeout_field(body, DEFAULT_BASH_TIMEOUT_S)
+    working_dir = field(body, "working_dir", (str,))
+    path = _temp_script(script, ".sh")
+    try:
+        result = run(["/bin/bash", path], shell=False, timeout=timeout,
+                      cwd=working_dir, merge_stderr=True)
+    finally:
+        _remove(path)
+    answer = {
+        "status": "success" if result["returncode"] == 0 else "error",
+        "output": result["output"],
+        "error": "",
+        "returncode": result["returncode"],
+    }
+    if "message" in result:
+        answer["message"] = result["message"]
+    if result.get("timeout"):
+        answer["timeout"] = True
+    return 200, answer
+
+
+def _temp_script(text: str, suffix: str) -> str:
+    import tempfile
+
+    fd, path = tempfile.mkstemp(prefix="guest_exec_", suffix=suffix)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(text)
+    return path
+
+
+def _remove(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+

@@ -1,0 +1,106 @@
+"""Files of the guest agent: read one (``/file``), write one (``/setup/upload``), list a tree
+(``/list_directory``), with OSWorld's request and answer shapes.
+
+``/file`` takes a url-encoded form or a JSON body and answers the raw bytes, or OSWorld's
+exact ``404 {"error": "File not found"}`` that its clients look for. ``/setup/upload`` takes
+OSWorld's multipart form (``file_path`` and ``file_data``) or JSON with ``content_b64`` and
+creates the parent folders. ``/list_directory`` answers OSWorld's nested ``directory_tree``,
+cut short after :data:`MAX_LIST_ENTRIES` entries (and then says ``truncated``).
+"""
+
+from __future__ import annotations
+
+import os
+
+try:
+    from .agent_commands import expand
+    from .agent_http import HTTPError, Request, field, parse_multipart
+except ImportError:  # a sibling file in the guest, not a package
+    from agent_commands import expand  # type: ignore[no-redef]
+    from agent_http import HTTPError, Request, field, parse_multipart  # type: ignore[no-redef]
+
+#: a directory listing bigger than this is cut short (and says so)
+MAX_LIST_ENTRIES = 20_000
+
+
+def route_file(req: Request):
+    """POST /file: the bytes of ``file_path`` (form or JSON); 404 when it does not exist."""
+    file_path = req.form().get("file_path")
+    if not file_path:
+        raise HTTPError(400, "missing required field 'file_path'")
+    path = expand(file_path)
+    if not os.path.isfile(path):
+        # OSWorld's exact shape, which its clients look for
+        return 404, {"error": "File not found"}
+    try:
+        with open(path, "rb") as handle:
+            return 200, handle.read()
+    except OSError as exc:
+        raise HTTPError(400, f"cannot read {path}: {exc.strerror}") from None
+
+
+def route_upload(req: Request):
+    """POST /setup/upload: write ``file_data`` to ``file_path``, creating parent folders."""
+    ctype = req.headers.get("content-type", "")
+    if ctype.startswith("multipart/form-data"):
+        fields = parse_multipart(ctype, req.body)
+        file_path = fields.get("file_path", b"").decode("utf-8", "replace")
+        if "file_data" not in fields:
+            raise HTTPError(400, "missing multipart file field 'file_data'")
+        data = fields["file_data"]
+    elif ctype.startswith("application/json"):
+        body = req.json()
+        file_path = field(body, "file_path", (str,), required=True)
+        import base64
+        import binascii
+
+        try:
+            data = base64.b64decode(field(body, "content_b64", (str,), required=True),
+                                    validate=True)
+        except binascii.Error as exc:
+            raise HTTPError(400, f"field 'content_b64' is not base64: {exc}") from None
+    else:
+        raise HTTPError(400, "expected a multipart/form-data or JSON body")
+    if not file_path:
+        raise HTTPError(400, "missing required field 'file_path'")
+    path = expand(file_path)
+    try:
+        parent = os.path.dirname(path)
+        if parent:
+            os.makedirs(parent, exist_ok=True)
+        with open(path, "wb") as handle:
+            handle.write(data)
+    except OSError as exc:
+        raise HTTPError(400, f"cannot write {path}: {exc.strerror}") from None
+    return 200, f"File Uploaded: {len(data)} bytes"
+
+
+
+def route_list_directory(req: Request):
+    """POST /list_directory: the tree under ``path``, OSWorld's ``{directory_tree}``."""
+    path = expand(field(req.json(), "path", (str,), required=True))
+    if not os.path.isdir(path):
+        raise HTTPError(400, f"not a directory: {path}")
+    budget = [MAX_LIST_ENTRIES]
+    tree = _tree(path, os.path.basename(path.rstrip("/")) or path, budget)
+    answer = {"directory_tree": tree}
+    if budget[0] <= 0:
+        answer["truncated"] = True
+    return 200, answer
+
+
+def _tree(path: str, name: str, budget: list) -> dict:
+    node = {"type": "directory", "name": name, "children": []}
+    try:
+        entries = sorted(os.scandir(path), key=lambda e: e.name)
+    except OSError:
+        return node  # unreadable: shown empty, as OSWorld does
+    for entry in entries:
+        if budget[0] <= 0:
+            break
+        budget[0] -= 1
+        if entry.is_dir(follow_symlinks=False):
+            node["children"].append(_tree(entry.path, entry.name, budget))
+        else:
+            node["children"].append({"type": "file", "name": entry.name})
+    return node

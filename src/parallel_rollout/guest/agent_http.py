@@ -1,0 +1,329 @@
+"""The guest agent's HTTP layer: parse one request, dispatch it to a route, write one answer.
+
+::
+
+    client ──► Handler.handle: request line, headers, a Content-Length body ──► Request
+                 │ server.resolve(path) -> (method, route function)   (server.py's table)
+                 ▼
+               route(Request) -> (status, payload) ──► one response, ``Connection: close``
+
+**Why not http.server.** Start-up time is the cost of a ``process`` VM reset: the sandbox is
+torn down and the agent starts afresh each time. ``http.server`` drags in ``email``,
+``http.client`` and ``ssl`` (about 35 ms of a 60 ms start) for a protocol subset that fits in
+a page, so the layer here is our own, on ``socketserver`` with ``ThreadingMixIn``.
+
+**Errors.** A route raises :class:`HTTPError` for a request it cannot make sense of; the
+answer is that status with ``{"status": "error", "message"}``. An unknown route is 404, a
+known route with the wrong method 405, an unexpected exception 500 with its text (a bug, never
+a user error); the server keeps serving in every case. Request bodies are JSON objects, url-
+encoded forms or multipart/form-data (:func:`parse_multipart`); :func:`field` checks a JSON
+field's type and says what is wrong.
+
+Standard library only: this file is copied next to ``server.py`` into every guest.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import socketserver
+import sys
+
+#: a slow or silent client must not pin a thread forever
+IO_TIMEOUT_S = 60.0
+MAX_HEADER_LINE = 16 * 1024
+MAX_HEADERS = 100
+
+_REASONS = {
+    100: "Continue", 200: "OK", 400: "Bad Request", 404: "Not Found",
+    405: "Method Not Allowed", 408: "Request Timeout", 411: "Length Required",
+    413: "Payload Too Large", 500: "Internal Server Error", 501: "Not Implemented",
+    503: "Service Unavailable",
+}
+
+#: ``--verbose``: log every request's method, path and status
+verbose = False
+
+
+def log(message: str) -> None:
+    """One line to the agent's stderr (agent.log on the host)."""
+    sys.stderr.write(f"guest-agent[{os.getpid()}]: {message}\n")
+    sys.stderr.flush()
+
+
+class HTTPError(Exception):
+    """A request the server refuses; becomes a JSON ``{"status": "error", "message"}``."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+class Request:
+    """One parsed HTTP request: method, path, lower-cased headers and the raw body."""
+
+    __slots__ = ("method", "path", "headers", "body")
+
+    def __init__(self, method: str, path: str, headers: dict[str, str], body: bytes) -> None:
+        self.method = method
+        self.path = path
+        self.headers = headers
+        self.body = body
+
+    def json(self) -> dict:
+        """The body as a JSON object; HTTPError 400 when it is anything else."""
+        if not self.body:
+            raise HTTPError(400, "expected a JSON object body, got an empty body")
+        try:
+            value = json.loads(self.body)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise HTTPError(400, f"body is not valid JSON: {exc}") from None
+        if not isinstance(value, dict):
+            raise HTTPError(400, f"expected a JSON object body, got {type(value).__name__}")
+        return value
+
+    def form(self) -> dict[str, str]:
+        """Fields of a url-encoded form, or of a JSON object body (both are accepted)."""
+        ctype = self.headers.get("content-type", "")
+        if ctype.startswith("application/json"):
+            return {k: v for k, v in self.json().items() if isinstance(v, str)}
+        from urllib.parse import parse_qs
+
+        try:
+            text = self.body.decode("utf-8")
+        except UnicodeDecodeError:
+            raise HTTPError(400, "form body is not UTF-8") from None
+        return {k: v[0] for k, v in parse_qs(text, keep_blank_values=True).items()}
+
+
+# ---------------------------------------------------------------------------- validation
+
+
+def field(body: dict, name: str, types: tuple, default=None, required: bool = False):
+    """``body[name]`` checked against ``types``; HTTPError 400 saying what is wrong."""
+    if name not in body or body[name] is None:
+        if required:
+            raise HTTPError(400, f"missing required field {name!r}")
+        return default
+    value = body[name]
+    # bool is an int subclass: a timeout of `true` is a client bug, not one second
+    if isinstance(value, bool) and bool not in types:
+        raise HTTPError(400, f"field {name!r} must be {_type_names(types)}, got bool")
+    if not isinstance(value, types):
+        raise HTTPError(
+            400, f"field {name!r} must be {_type_names(types)}, got {type(value).__name__}"
+        )
+    return value
+
+
+def _type_names(types: tuple) -> str:
+    names = {str: "a string", list: "a list", bool: "a boolean", dict: "an object",
+             int: "a number", float: "a number"}
+    return " or ".join(dict.fromkeys(names[t] for t in types))
+
+
+def timeout_field(body: dict, default: float) -> float:
+    """The request's positive ``timeout`` in seconds, or ``default``."""
+    value = field(body, "timeout", (int, float), default)
+    if not value > 0:
+        raise HTTPError(400, f"field 'timeout' must be positive, got {value}")
+    return float(value)
+
+
+def parse_multipart(ctype: str, body: bytes) -> dict[str, bytes]:
+    """Fields of a multipart/form-data body by name (files and plain fields alike)."""
+    boundary = None
+    for param in ctype.split(";")[1:]:
+        key, _, value = param.strip().partition("=")
+        if key.lower() == "boundary":
+            boundary = value.strip('"')
+    if not boundary:
+        raise HTTPError(400, "multipart body without a boundary")
+    delimiter = b"--" + boundary.encode("latin-1")
+    fields: dict[str, bytes] = {}
+    # the preamble before the first delimiter and the epilogue after "--" are ignored
+    for part in body.split(delimiter)[1:]:
+        if part.startswith(b"--"):
+            break
+        head, sep, content = part.partition(b"\r\n\r\n")
+        if not sep:
+            raise HTTPError(400, "malformed multipart part (no blank line after headers)")
+        if content.endswith(b"\r\n"):
+            content = content[:-2]
+        name = None
+        for line in head.decode("utf-8", "replace").split("\r\n"):
+            key, _, value = line.partition(":")
+            if key.strip().lower() == "content-disposition":
+                for param in value.split(";")[1:]:
+                    pkey, _, pvalue = param.strip().partition("=")
+                    if pkey.lower() == "name":
+                        name = pvalue.strip('"')
+        if name is None:
+            raise HTTPError(400, "multipart part without a name")
+        fields[name] = content
+    return fields
+
+
+# --------------------------------------------------------------------------------- HTTP
+
+
+class Handler(socketserver.StreamRequestHandler):
+    """Reads one request, dispatches it, writes one response, closes the connection."""
+
+    def handle(self) -> None:
+        """Serve one connection; every failure becomes an HTTP answer or a closed socket."""
+        self.connection.settimeout(IO_TIMEOUT_S)
+        try:
+            req = self._read_request()
+        except HTTPError as exc:
+            self._send(exc.status, {"status": "error", "message": exc.message})
+            self._discard_rest()
+            return
+        except (OSError, ValueError):
+            return  # the client went away or stalled: nobody to answer
+        if req is None:
+            return
+        status, payload = self._dispatch(req)
+        if verbose:
+            log(f"{req.method} {req.path} -> {status}")
+        self._send(status, payload)
+
+    def _dispatch(self, req: Request):
+        route = self.server.resolve(req.path)
+        if route is None:
+            return 404, {"status": "error", "message": f"no such route: {req.path}"}
+        method, func = route
+        if req.method != method:
+            return 405, {"status": "error",
+                         "message": f"{req.path} takes {method}, not {req.method}"}
+        try:
+            return func(req)
+        except HTTPError as exc:
+            return exc.status, {"status": "error", "message": exc.message}
+        except Exception as exc:  # a bug here must not take the agent down
+            import traceback
+
+            log(f"error in {req.path}:\n{traceback.format_exc()}")
+            return 500, {"status": "error", "message": f"{type(exc).__name__}: {exc}"}
+
+    def _read_request(self) -> Request | None:
+        line = self.rfile.readline(MAX_HEADER_LINE + 1)
+        if not line:
+            return None
+        if len(line) > MAX_HEADER_LINE:
+            raise HTTPError(400, "request line too long")
+        parts = line.decode("latin-1").split()
+        if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
+            raise HTTPError(400, f"malformed request line: {line[:80]!r}")
+        method, target, _ = parts
+        headers: dict[str, str] = {}
+        while True:
+            line = self.rfile.readline(MAX_HEADER_LINE + 1)
+            if len(line) > MAX_HEADER_LINE:
+                raise HTTPError(400, "header line too long")
+            if line in (b"\r\n", b"\n", b""):
+                break
+            if len(headers) >= MAX_HEADERS:
+                raise HTTPError(400, "too many headers")
+            key, sep, value = line.decode("latin-1").partition(":")
+            if not sep:
+                raise HTTPError(400, f"malformed header line: {line[:80]!r}")
+            headers[key.strip().lower()] = value.strip()
+        if "chunked" in headers.get("transfer-encoding", "").lower():
+            raise HTTPError(411, "chunked bodies are not supported; send Content-Length")
+        try:
+            length = int(headers.get("content-length", "0"))
+        except ValueError:
+            raise HTTPError(400, "Content-Length is not a number") from None
+        if length < 0:
+            raise HTTPError(400, "negative Content-Length")
+        if length > self.server.max_body_bytes:
+            raise HTTPError(
+                413, f"body of {length} bytes exceeds the limit of "
+                     f"{self.server.max_body_bytes} bytes")
+        if headers.get("expect", "").lower() == "100-continue":
+            self.wfile.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        body = self.rfile.read(length) if length else b""
+        if len(body) < length:
+            raise HTTPError(400, f"body ended after {len(body)} of {length} bytes")
+        return Request(method, target.split("?", 1)[0], headers, body)
+
+    def _send(self, status: int, payload) -> None:
+        if isinstance(payload, tuple):  # (content type, bytes): a PNG, an mp4
+            ctype, data = payload
+        elif isinstance(payload, bytes):
+            ctype, data = "application/octet-stream", payload
+        elif isinstance(payload, str):
+            ctype, data = "text/plain; charset=utf-8", payload.encode("utf-8")
+        else:
+            ctype, data = "application/json", json.dumps(payload).encode("utf-8")
+        head = (f"HTTP/1.1 {status} {_REASONS.get(status, 'Unknown')}\r\n"
+                f"Content-Type: {ctype}\r\nContent-Length: {len(data)}\r\n"
+                f"Connection: close\r\n\r\n")
+        try:
+            self.wfile.write(head.encode("latin-1") + data)
+            self.wfile.flush()
+        except OSError:
+            pass  # the client gave up; nothing to do
+
+    def _discard_rest(self) -> None:
+        # Closing with unread bytes makes the kernel send RST, which can destroy the error
+        # answer before the client reads it; swallow a bounded amount first.
+        try:
+            self.connection.shutdown(socket.SHUT_WR)
+            self.connection.settimeout(1.0)
+            budget = 64 * 1024 * 1024
+            while budget > 0:
+                chunk = self.connection.recv(65536)
+                if not chunk:
+                    break
+                budget -= len(chunk)
+        except OSError:
+            pass
+
+
+class _ServerMixin:
+    daemon_threads = True  # a hung request must not block shutdown
+    max_body_bytes = 256 * 1024 * 1024
+
+    @staticmethod
+    def resolve(path: str):
+        """``(method, route)`` for a path, or None: make_server gives the agent's table."""
+        return None
+
+    def handle_error(self, request, client_address) -> None:  # noqa: D401
+        """Log a handler crash in one block instead of socketserver's bare print."""
+        import traceback
+
+        log(f"unhandled error:\n{traceback.format_exc()}")
+
+
+class ThreadingUnixServer(_ServerMixin, socketserver.ThreadingMixIn,
+                          socketserver.UnixStreamServer):
+    """One thread per connection on a unix socket (client_address is '' there)."""
+
+
+class ThreadingTCPServer(_ServerMixin, socketserver.ThreadingMixIn, socketserver.TCPServer):
+    """One thread per connection on TCP."""
+
+    allow_reuse_address = True
+
+
+def make_server(resolve, *, unix: str | None = None, host: str = "127.0.0.1", port: int = 5000,
+                max_body_mb: float = 256):
+    """A bound, listening server (not yet serving) for a unix socket path or host:port;
+    ``resolve(path)`` answers ``(method, route)`` or None for an unknown path."""
+    if unix:
+        try:
+            os.unlink(unix)  # a stale socket from a previous life of this VM
+        except FileNotFoundError:
+            pass
+        server = ThreadingUnixServer(unix, Handler)
+    else:
+        server = ThreadingTCPServer((host, port), Handler)
+    server.max_body_bytes = int(max_body_mb * 1024 * 1024)
+    server.resolve = resolve
+    return server
+

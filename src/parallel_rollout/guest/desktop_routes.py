@@ -1,0 +1,235 @@
+"""OSWorld's desktop routes of the guest agent: screenshot, pointer and sizes, the
+accessibility tree, launching and opening, window focus and close, screen recording.
+
+Each takes the server's Request and returns ``(status, payload)``; a desktop that is missing
+or a helper that fails raises :class:`~desktop.DesktopError`, which the HTTP layer answers.
+
+**Bounded waits.** Every route finishes in bounded time: ``/setup/open_file`` waits for the
+window at most ``timeout`` seconds (default :data:`OPEN_TIMEOUT_S`, never OSWorld's 1800 s)
+and answers 500 ``{"status": "error", "message": ...}`` when it does not appear (OSWorld's
+shape); helper commands have short timeouts.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+
+try:
+    from .desktop import helper, require_desktop, state
+    from .desktop_screen import screenshot_png
+    from .desktop_windows import accessibility_xml, list_windows, wmctrl_window
+except ImportError:  # sibling files in the guest, not a package
+    from desktop import helper, require_desktop, state  # type: ignore[no-redef]
+    from desktop_screen import screenshot_png  # type: ignore[no-redef]
+    from desktop_windows import accessibility_xml, list_windows, wmctrl_window  # type: ignore[no-redef]
+
+#: seconds /setup/open_file waits for the file's window unless the request says otherwise
+OPEN_TIMEOUT_S = 30.0
+RECORDING_PATH = "/tmp/recording.mp4"
+_recorder_lock = threading.Lock()
+_recorder: dict = {"proc": None}
+
+
+def _json(req) -> dict:
+    return req.json() if req.body else {}
+
+
+def route_screenshot(req):
+    """GET /screenshot: PNG of the screen with the cursor drawn."""
+    return 200, ("image/png", screenshot_png())
+
+
+def route_cursor_position(req):
+    """GET /cursor_position: ``[x, y]``."""
+    require_desktop()
+    result = helper(["xdotool", "getmouselocation", "--shell"])
+    values = dict(line.split("=", 1) for line in result.stdout.split() if "=" in line)
+    return 200, [int(values.get("X", 0)), int(values.get("Y", 0))]
+
+
+def route_screen_size(req):
+    """POST /screen_size: ``{width, height}``."""
+    require_desktop()
+    return 200, {"width": state["width"], "height": state["height"]}
+
+
+def route_window_size(req):
+    """POST /window_size: ``{width, height}`` of the first window of WM_CLASS ``app_class_name``."""
+    name = req.form().get("app_class_name")
+    if not name:
+        return 400, {"status": "error", "message": "missing required field 'app_class_name'"}
+    for win in list_windows():
+        if name.lower() in win["class"].lower().split("."):
+            return 200, {"width": win["width"], "height": win["height"]}
+    return 404, {"status": "error", "message": f"no window of class {name!r}"}
+
+
+def route_accessibility(req):
+    """GET /accessibility: ``{"AT": xml}``."""
+    return 200, {"AT": accessibility_xml()}
+
+
+def route_launch(req):
+    """POST /setup/launch: start a command without waiting for it."""
+    require_desktop()
+    body = _json(req)
+    command, shell = body.get("command"), bool(body.get("shell", False))
+    if isinstance(command, str) and not shell:
+        import shlex
+
+        command = shlex.split(command)
+    if not command or not (isinstance(command, str) or all(isinstance(p, str) for p in command)):
+        return 400, {"status": "error", "message": "field 'command' must be a string or a list of strings"}
+    if isinstance(command, list):
+        command = [os.path.expanduser(p) if p.startswith("~") else p for p in command]
+    try:
+        subprocess.Popen(command, shell=shell, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL, start_new_session=True,
+                         cwd=os.environ.get("HOME"))
+    except OSError as exc:
+        return 500, {"status": "error", "message": f"cannot launch {command!r}: {exc}"}
+    return 200, f"{command} launched successfully"
+
+
+#: the program that opens a file of a given suffix when the request names none
+OPENERS = {".txt": "mousepad", ".md": "mousepad", ".py": "mousepad", ".json": "mousepad",
+           ".csv": "mousepad", ".log": "mousepad", ".sh": "mousepad", ".conf": "mousepad"}
+#: office documents open in LibreOffice where the desktop has it (as on OSWorld's images)
+OFFICE_SUFFIXES = (".odt", ".ods", ".odp", ".doc", ".docx", ".xls", ".xlsx", ".ppt", ".pptx",
+                   ".rtf")
+
+
+def route_open_file(req):
+    """POST /setup/open_file: open ``path`` (a file or a program on PATH) and wait, at most
+    ``timeout`` seconds, for a window whose title holds its name."""
+    require_desktop()
+    body = _json(req)
+    path = body.get("path")
+    if not isinstance(path, str) or not path:
+        return 400, {"status": "error", "message": "missing required field 'path'"}
+    timeout = body.get("timeout", OPEN_TIMEOUT_S)
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
+        return 400, {"status": "error", "message": "field 'timeout' must be a positive number"}
+    full = os.path.expandvars(os.path.expanduser(path))
+    import shutil
+
+    if os.path.isdir(full):
+        argv = [body.get("opener") or "pcmanfm", full]
+    elif os.path.exists(full):
+        suffix = os.path.splitext(full)[1].lower()
+        opener = body.get("opener") or OPENERS.get(suffix)
+        if opener is None and suffix in OFFICE_SUFFIXES and shutil.which("soffice"):
+            opener = "soffice"
+        opener = opener or ("xdg-open" if shutil.which("xdg-open") else "mousepad")
+        argv = [opener, full]
+    elif shutil.which(path):
+        argv = [path]
+    else:
+        return 404, {"status": "error", "message": f"File not found: {path}"}
+    try:
+        subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL, start_new_session=True,
+                         cwd=os.environ.get("HOME"))
+    except OSError as exc:
+        return 500, {"status": "error", "message": f"cannot open {path}: {exc}"}
+    name = os.path.basename(full.rstrip("/")) or full
+    deadline = time.monotonic() + float(timeout)
+    while time.monotonic() < deadline:
+        if any(name in win["title"] for win in list_windows()):
+            return 200, f"{path} opened successfully"
+        time.sleep(0.1)
+    return 500, {"status": "error", "timeout": True,
+                 "message": f"no window for {path} appeared within {float(timeout):g}s"}
+
+
+def route_activate_window(req):
+    """POST /setup/activate_window: ``wmctrl -a`` (``-F`` strict, ``-x`` by class)."""
+    body = _json(req)
+    name = body.get("window_name")
+    if not isinstance(name, str) or not name:
+        return 400, {"status": "error", "message": "missing required field 'window_name'"}
+    require_desktop()
+    wmctrl_window("a", name, bool(body.get("strict")), bool(body.get("by_class")))
+    return 200, "Window activated successfully"
+
+
+def route_close_window(req):
+    """POST /setup/close_window: ``wmctrl -c`` (``-F`` strict, ``-x`` by class)."""
+    body = _json(req)
+    name = body.get("window_name")
+    if not isinstance(name, str) or not name:
+        return 400, {"status": "error", "message": "missing required field 'window_name'"}
+    require_desktop()
+    wmctrl_window("c", name, bool(body.get("strict")), bool(body.get("by_class")))
+    return 200, "Window closed successfully"
+
+
+def route_start_recording(req):
+    """POST /start_recording: ffmpeg x11grab into /tmp/recording.mp4; one recorder per VM."""
+    require_desktop()
+    with _recorder_lock:
+        proc = _recorder["proc"]
+        if proc is not None and proc.poll() is None:
+            return 400, {"status": "error", "message": "Recording is already in progress."}
+        try:
+            os.unlink(RECORDING_PATH)
+        except FileNotFoundError:
+            pass
+        size = f"{state['width']}x{state['height']}"
+        argv = ["ffmpeg", "-y", "-loglevel", "error", "-f", "x11grab", "-draw_mouse", "1",
+                "-video_size", size, "-framerate", "10", "-i", os.environ["DISPLAY"],
+                "-c:v", "libx264", "-preset", "ultrafast", "-pix_fmt", "yuv420p", RECORDING_PATH]
+        try:
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.PIPE, start_new_session=True)
+        except OSError as exc:
+            return 500, {"status": "error", "message": f"cannot start ffmpeg: {exc}"}
+        try:
+            proc.wait(timeout=1.0)
+            message = (proc.stderr.read() or b"").decode("utf-8", "replace")[-500:]
+            return 500, {"status": "error", "message": f"ffmpeg exited at once: {message}"}
+        except subprocess.TimeoutExpired:
+            pass
+        _recorder["proc"] = proc
+    return 200, {"status": "success", "message": "Started recording successfully."}
+
+
+def route_end_recording(req):
+    """POST /end_recording: stop ffmpeg (SIGINT, then kill after 15 s); the mp4's bytes."""
+    with _recorder_lock:
+        proc, _recorder["proc"] = _recorder["proc"], None
+    if proc is None:
+        return 400, {"status": "error", "message": "No recording in progress to stop."}
+    try:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    finally:
+        if proc.stderr is not None:
+            proc.stderr.close()
+    if not os.path.isfile(RECORDING_PATH):
+        return 500, {"status": "error", "message": "Recording failed: no file was written"}
+    with open(RECORDING_PATH, "rb") as handle:
+        return 200, ("video/mp4", handle.read())
+
+
+#: path -> (method, function) for the server's dispatcher
+ROUTES = {
+    "/screenshot": ("GET", route_screenshot),
+    "/cursor_position": ("GET", route_cursor_position),
+    "/screen_size": ("POST", route_screen_size),
+    "/window_size": ("POST", route_window_size),
+    "/accessibility": ("GET", route_accessibility),
+    "/setup/launch": ("POST", route_launch),
+    "/setup/open_file": ("POST", route_open_file),
+    "/setup/activate_window": ("POST", route_activate_window),
+    "/setup/close_window": ("POST", route_close_window),
+    "/start_recording": ("POST", route_start_recording),
+    "/end_recording": ("POST", route_end_recording),
+}
