@@ -2,7 +2,7 @@
 implements (name -> function called as ``metric(result, expected, **options)``).
 
 Modules: ``general`` (values, text, JSON, lists, accessibility tree), ``table``
-(spreadsheets; ``xlsx`` reads their parts), ``rules`` (the value rules several share). The
+(spreadsheets; ``xlsx`` reads their parts), ``slides`` (presentations), ``rules`` (the value rules several share). The
 libraries they read files with are the ``[osworld]`` extra, imported only when a metric
 runs, so this registry imports cheaply.
 """
@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from typing import Callable
 
-from . import general, table
+from . import general, slides, table
 
 METRICS: dict[str, Callable[..., float]] = {}
-for _module in (general, table):
+for _module in (general, table, slides):
     METRICS.update(_module.METRICS)
 
 __all__ = ["METRICS"]
