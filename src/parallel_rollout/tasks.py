@@ -68,6 +68,7 @@ Validators = Mapping[str, Callable[[Mapping[str, Any]], None]]
 NAMED_DATASETS = {
     "humaneval": "parallel_rollout.envs.py:humaneval_path",
     "frozenlake": "parallel_rollout.envs.gym:frozenlake_path",
+    "miniwob": "parallel_rollout.envs.web.catalog:miniwob_path",
 }
 
 

@@ -16,6 +16,9 @@ in one place::
   the env extracts the boxed answer.
 - ``gym`` (FrozenLake): the grid, then one move as ``<answer>Right</answer>``. ``parse``
   returns the text; the env finds the move.
+- ``web`` (MiniWoB++): the task and the page's elements as an indented list (a screenshot
+  too when the task asks); one action as a ```` ```json ```` object or a BrowserGym-style
+  call. ``parse`` returns the dict, the call string, or ``"DONE"``.
 
 A mode without an entry here gets a generic prompt: the observation as JSON, and the reply
 text as the action.
@@ -277,3 +280,95 @@ _RENDERERS = {"shell": _render_shell, "py": _render_py, "math": _render_math, "o
               "gym": _render_gym}
 # py, math and gym hand the whole reply to the env, which knows how to pick out code or \boxed{}.
 _PARSERS = {"shell": parse_shell, "osworld": parse_osworld}
+
+
+# -- web (MiniWoB++) ------------------------------------------------------------------------
+
+WEB_SYSTEM = """\
+You operate a web page in a browser to complete the task stated at the top of each message. \
+You see the page's elements as a list, one per line, indented by nesting:
+[ref] tag id="..." class="..." text="..." value=... options=[...] @left,top widthxheight focused
+Answer with ONE action per reply, as JSON in a ```json block, for example:
+{"action": "click", "ref": 12}                       click an element by its ref
+{"action": "click", "x": 80, "y": 100}               click at page coordinates
+{"action": "type", "ref": 5, "text": "hello"}        type into a field (its text is replaced)
+{"action": "press", "key": "Enter"}                  press a key (Tab, ArrowDown, ctrl+a, ...)
+{"action": "scroll", "ref": 7, "dy": 100}            scroll an element (or the page) down
+{"action": "select", "ref": 4, "option": "Peru"}     choose an option of a list
+{"action": "wait", "ms": 500}                        let the page change
+BrowserGym-style calls work too: click("12"), fill("5", "hello"), keyboard_press("Enter"). \
+The episode ends by itself when the task is graded; reply DONE only if there is nothing left to do."""
+SYSTEM_PROMPTS["web"] = WEB_SYSTEM
+
+#: elements of the page shown to the model per turn
+WEB_MAX_ELEMENTS = 200
+
+
+def web_element_line(el: Mapping[str, Any]) -> str:
+    """One element of the DOM list as the model sees it (``[ref] tag … @left,top wxh``)."""
+    parts = [f"{'  ' * int(el.get('depth', 0))}[{el['ref']}] {el['tag']}"]
+    for name, key in (("id", "id"), ("class", "classes"), ("text", "text"), ("value", "value"),
+                      ("options", "options")):
+        if el.get(key) not in (None, ""):
+            parts.append(f"{name}={json.dumps(el[key], ensure_ascii=False)}")
+    parts.append(f"@{el['left']},{el['top']} {el['width']}x{el['height']}")
+    if el.get("focused"):
+        parts.append("focused")
+    return " ".join(parts)
+
+
+def _render_web(observation: Mapping[str, Any]) -> str | list[dict[str, Any]]:
+    dom = observation.get("dom") or []
+    lines = [f"Task: {observation.get('utterance', '')}"]
+    if observation.get("error"):
+        lines.append(f"Your last action did nothing: {observation['error']}")
+    lines.append("Elements:")
+    lines += [web_element_line(el) for el in dom[:WEB_MAX_ELEMENTS]]
+    if len(dom) > WEB_MAX_ELEMENTS:
+        lines.append(f"[… {len(dom) - WEB_MAX_ELEMENTS} more elements cut …]")
+    lines.append("Your next action?")
+    text = "\n".join(lines)
+    if not observation.get("screenshot_path"):
+        return text
+    import base64
+
+    with open(observation["screenshot_path"], "rb") as fh:
+        data = base64.b64encode(fh.read()).decode("ascii")
+    return [{"type": "text", "text": text},
+            {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{data}"}}]
+
+
+#: a BrowserGym-style call anywhere in a reply: name(args), string arguments may hold parentheses
+_CALL = re.compile(r"\b((?:click|dblclick|mouse_click|fill|keyboard_type|keyboard_press|press|scroll|"
+                   r"select_option|noop|done|send_msg_to_user)\((?:[^()\"']|\"(?:\\.|[^\"\\])*\"|"
+                   r"'(?:\\.|[^'\\])*')*\))")
+
+
+def parse_web(reply_text: str) -> Any:
+    """The action dict of a ```json block (or a bare JSON object), a BrowserGym-style call,
+    or DONE; otherwise the reply itself (the env says what is wrong with it)."""
+    for tag, body in fenced_blocks(reply_text):
+        body = body.strip()
+        if body.startswith("{"):
+            try:
+                return json.loads(body)
+            except ValueError:
+                continue
+        calls = _CALL.findall(body)
+        if calls:
+            return calls[-1]
+    stripped = reply_text.strip()
+    if _DONE.match(stripped.splitlines()[-1] if stripped else ""):
+        return "DONE"
+    start, end = stripped.find("{"), stripped.rfind("}")
+    if 0 <= start < end:
+        try:
+            return json.loads(stripped[start:end + 1])
+        except ValueError:
+            pass
+    calls = _CALL.findall(stripped)
+    return calls[-1] if calls else stripped
+
+
+_RENDERERS["web"] = _render_web
+_PARSERS["web"] = parse_web

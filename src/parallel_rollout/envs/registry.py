@@ -14,6 +14,7 @@ MODES: Registry[Env] = Registry("mode", {
     "math": "parallel_rollout.envs.math:MathEnv",
     "osworld": "parallel_rollout.envs.osworld:OSWorldEnv",
     "gym": "parallel_rollout.envs.gym:GymEnv",
+    "web": "parallel_rollout.envs.web:WebEnv",
 }, Env)
 
 

@@ -1,0 +1,5 @@
+"""``web`` mode: MiniWoB++ in Chromium inside the VM (see ``env``)."""
+
+from .env import WebEnv
+
+__all__ = ["WebEnv"]

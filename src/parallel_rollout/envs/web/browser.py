@@ -1,0 +1,406 @@
+"""The browser driver that runs inside the VM: Chromium headless, spoken to over the DevTools
+protocol (CDP) on a loopback port. Standard library only: this file's source is sent to the
+guest with each ``/run_python`` call, followed by one call of ``main(request)``::
+
+    host (WebEnv) ──/run_python: this source + main({...})──► guest python3
+                                                                 │ websocket, 127.0.0.1:PORT
+                                                                 ▼
+                                                   chromium --headless --no-sandbox
+                                                     └─ http://127.0.0.1:HTTP/miniwob/<env>.html
+                                                        (python3 -m http.server, in the VM)
+
+``start`` unpacks the MiniWoB files into the VM's home, starts the loopback file server and
+Chromium (its profile under the home, so a VM reset takes cookies, local storage and pages
+with it), opens the task's page, seeds MiniWoB's random generator and starts the episode.
+``act`` carries out one action; ``observe`` reads the page. Each answers one JSON line after
+``MARKER``: the utterance, the DOM as a flat element list, MiniWoB's reward globals, and a PNG
+screenshot (base64) when asked.
+
+Chromium runs with ``--no-sandbox``: its own sandbox needs user namespaces, which the VM's
+sandbox (bubblewrap, a container) may refuse; the VM is the boundary.
+"""
+
+import base64
+import json
+import os
+import socket
+import struct
+import sys
+import time
+
+MARKER = "__PARALLEL_ROLLOUT_WEB__"
+CDP_PORT = 9222
+HTTP_PORT = 8765
+ROOT = os.path.join(os.path.expanduser("~"), "miniwob")
+PROFILE = os.path.join(os.path.expanduser("~"), ".cache", "web-profile")
+LOG = os.path.join(os.path.expanduser("~"), ".cache", "web-browser.log")
+CHROMIUM = ("chromium", "chromium-browser", "google-chrome")
+
+# -- a minimal websocket client (RFC 6455, text frames, client-masked) ----------------------
+
+
+class Socket:
+    """One websocket connection to a DevTools target."""
+
+    def __init__(self, url, timeout):
+        rest = url.split("://", 1)[1]
+        hostport, _, path = rest.partition("/")
+        host, _, port = hostport.partition(":")
+        self.sock = socket.create_connection((host, int(port)), timeout=timeout)
+        key = base64.b64encode(os.urandom(16)).decode()
+        self.sock.sendall((f"GET /{path} HTTP/1.1\r\nHost: {hostport}\r\nUpgrade: websocket\r\n"
+                           f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\n"
+                           "Sec-WebSocket-Version: 13\r\n\r\n").encode())
+        head = b""
+        while b"\r\n\r\n" not in head:
+            chunk = self.sock.recv(4096)
+            if not chunk:
+                raise ConnectionError("the DevTools port closed during the handshake")
+            head += chunk
+        head, _, self.buffer = head.partition(b"\r\n\r\n")
+        if b" 101 " not in head.split(b"\r\n", 1)[0]:
+            raise ConnectionError(f"DevTools refused the websocket: {head[:200]!r}")
+        self.next_id = 0
+
+    def send(self, text):
+        data = text.encode()
+        mask = os.urandom(4)
+        n = len(data)
+        if n < 126:
+            header = struct.pack("!BB", 0x81, 0x80 | n)
+        elif n < 65536:
+            header = struct.pack("!BBH", 0x81, 0x80 | 126, n)
+        else:
+            header = struct.pack("!BBQ", 0x81, 0x80 | 127, n)
+        body = bytes(b ^ mask[i % 4] for i, b in enumerate(data))
+        self.sock.sendall(header + mask + body)
+
+    def _read(self, n):
+        while len(self.buffer) < n:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise ConnectionError("the DevTools connection closed")
+            self.buffer += chunk
+        data, self.buffer = self.buffer[:n], self.buffer[n:]
+        return data
+
+    def recv(self):
+        message = b""
+        while True:
+            first, second = self._read(2)
+            n = second & 0x7F
+            if n == 126:
+                n = struct.unpack("!H", self._read(2))[0]
+            elif n == 127:
+                n = struct.unpack("!Q", self._read(8))[0]
+            payload = self._read(n)
+            opcode = first & 0x0F
+            if opcode == 8:
+                raise ConnectionError("the DevTools connection was closed by the browser")
+            if opcode in (0, 1, 2):
+                message += payload
+                if first & 0x80:
+                    return message.decode("utf-8", "replace")
+
+    def call(self, method, **params):
+        """Send one CDP command and return its result (events in between are skipped)."""
+        self.next_id += 1
+        self.send(json.dumps({"id": self.next_id, "method": method, "params": params}))
+        while True:
+            reply = json.loads(self.recv())
+            if reply.get("id") == self.next_id:
+                if "error" in reply:
+                    raise RuntimeError(f"{method}: {reply['error'].get('message')}")
+                return reply.get("result", {})
+
+
+# -- starting the browser ---------------------------------------------------------------------
+
+
+def _http_get(port, path, timeout=2.0):
+    """(status, body) of a GET on a loopback port; no urllib: its imports cost ~100 ms."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+        sock.sendall(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n".encode())
+        data, length = b"", None
+        while True:
+            if length is None and b"\r\n\r\n" in data:
+                for line in data.partition(b"\r\n\r\n")[0].split(b"\r\n")[1:]:
+                    name, _, value = line.partition(b":")
+                    if name.strip().lower() == b"content-length":
+                        length = int(value.strip())
+            if length is not None and len(data.partition(b"\r\n\r\n")[2]) >= length:
+                break
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    status = head.split(b" ", 2)
+    if len(status) < 2 or not status[1].isdigit():
+        raise ConnectionError(f"not an HTTP answer from port {port}: {data[:100]!r}")
+    return int(status[1]), body
+
+
+def _http_json(path, timeout=2.0):
+    return json.loads(_http_get(CDP_PORT, path, timeout)[1])
+
+
+def _which_chromium():
+    for name in CHROMIUM:
+        for folder in os.environ.get("PATH", "/usr/bin:/bin").split(":"):
+            path = os.path.join(folder, name)
+            if os.access(path, os.X_OK):
+                return path
+    raise RuntimeError("no Chromium in the VM (looked for chromium, chromium-browser, google-chrome "
+                       "on PATH); install Debian's chromium package in the image")
+
+
+def _spawn(argv):
+    import subprocess
+
+    os.makedirs(os.path.dirname(LOG), exist_ok=True)
+    log = open(LOG, "ab")
+    return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                            start_new_session=True, cwd=os.path.expanduser("~"))
+
+
+def _wait(predicate, timeout, what):
+    deadline = time.time() + timeout
+    while True:
+        try:
+            value = predicate()
+            if value:
+                return value
+        except (OSError, ValueError):
+            pass
+        if time.time() > deadline:
+            tail = ""
+            if os.path.exists(LOG):
+                with open(LOG, "rb") as fh:
+                    tail = fh.read()[-1500:].decode("utf-8", "replace")
+            raise RuntimeError(f"{what} within {timeout:g} s; browser log tail: {tail}")
+        time.sleep(0.05)
+
+
+def _page_socket(timeout=10.0):
+    pages = _wait(lambda: [t for t in _http_json("/json/list") if t.get("type") == "page"],
+                  timeout, "no page target on the DevTools port")
+    return Socket(pages[0]["webSocketDebuggerUrl"], timeout=timeout)
+
+
+def start(req):
+    """Unpack the files, start the server and Chromium, open the page, begin the episode."""
+    import io
+    import tarfile
+
+    with tarfile.open(fileobj=io.BytesIO(base64.b64decode(req["bundle"])), mode="r:gz") as tar:
+        tar.extractall(ROOT)
+    os.makedirs(PROFILE, exist_ok=True)
+    _spawn([sys.executable, "-m", "http.server", str(HTTP_PORT), "--bind", "127.0.0.1",
+            "--directory", ROOT])
+    width, height = req.get("width", 800), req.get("height", 600)
+    _spawn([_which_chromium(), "--headless", "--no-sandbox", "--disable-gpu",
+            "--disable-dev-shm-usage", "--no-first-run", "--no-default-browser-check",
+            "--disable-extensions", "--disable-background-networking", "--disable-sync",
+            "--disable-component-update", "--disable-breakpad", "--disable-crash-reporter",
+            "--mute-audio", "--hide-scrollbars", f"--window-size={width},{height}",
+            f"--user-data-dir={PROFILE}", "--remote-debugging-address=127.0.0.1",
+            f"--remote-debugging-port={CDP_PORT}", "about:blank"])
+    _wait(lambda: _http_json("/json/version"), req.get("boot_timeout", 40.0), "Chromium did not answer")
+    url = f"http://127.0.0.1:{HTTP_PORT}/{req['page']}"
+    _wait(lambda: _http_get(HTTP_PORT, "/" + req["page"])[0] == 200, 10.0, "the file server did not answer")
+    ws = _page_socket()
+    ws.call("Page.enable")
+    ws.call("Page.bringToFront")  # the page has focus: focus and blur events fire as for a user
+    ws.call("Page.navigate", url=url)
+    _wait(lambda: _eval(ws, "typeof core !== 'undefined' && document.readyState === 'complete'"
+                        " && document.getElementById('sync-task-cover') !== null"), 20.0,
+          "the MiniWoB page did not load")
+    setup = f"Math.seedrandom({json.dumps(str(req['seed']))});"
+    if req.get("time_limit_ms"):
+        setup += f"core.EPISODE_MAX_TIME = {int(req['time_limit_ms'])};"
+    _eval(ws, setup + "core.startEpisodeReal(); true")
+    _wait(lambda: _eval(ws, "WOB_TASK_READY"), 10.0, "the MiniWoB task did not get ready")
+    time.sleep(req.get("settle_s", 0.05))
+    return observe(ws, req)
+
+
+# -- reading the page --------------------------------------------------------------------------
+
+_DOM_JS = r"""
+(function () {
+  var root = core.getDOMInfo(), out = [], texts = {};
+  function walk(node, parent, depth) {
+    var item = {ref: node.ref, parent: parent, depth: depth, tag: node.tag.toLowerCase(),
+                left: Math.round(node.left), top: Math.round(node.top),
+                width: Math.round(node.width), height: Math.round(node.height)};
+    if (node.text) item.text = node.text;
+    if (node.value !== undefined && node.value !== '') item.value = node.value;
+    if (node.id) item.id = node.id;
+    if (node.classes && typeof node.classes === 'string') item.classes = node.classes;
+    if (node.focused) item.focused = true;
+    var el = node.ref > 0 ? core.previousDOMInfo[node.ref] : null;
+    if (el && el.tagName === 'SELECT') {
+      item.options = Array.prototype.map.call(el.options, function (o) { return o.text.trim(); });
+      if (el.selectedIndex >= 0) item.value = el.options[el.selectedIndex].text.trim();
+    }
+    if (node.tag === 't') texts[node.ref] = [node.left + node.width / 2, node.top + node.height / 2];
+    out.push(item);
+    node.children.forEach(function (c) { walk(c, node.ref, depth + 1); });
+  }
+  walk(root, null, 0);
+  window.__prTextCenters = texts;
+  return JSON.stringify(out);
+})()
+"""
+
+_STATE_JS = ("JSON.stringify({done: WOB_DONE_GLOBAL, reward: WOB_REWARD_GLOBAL, "
+             "raw_reward: WOB_RAW_REWARD_GLOBAL, reason: WOB_REWARD_REASON, "
+             "utterance: core.getUtterance(), episode: WOB_EPISODE_ID})")
+
+
+def _eval(ws, expression):
+    result = ws.call("Runtime.evaluate", expression=expression, returnByValue=True, awaitPromise=True)
+    if result.get("exceptionDetails"):
+        details = result["exceptionDetails"]
+        text = (details.get("exception") or {}).get("description") or details.get("text")
+        raise RuntimeError(f"page script failed: {text}")
+    return result.get("result", {}).get("value")
+
+
+def observe(ws, req):
+    """The page as the agent sees it, and MiniWoB's reward globals."""
+    state = json.loads(_eval(ws, _STATE_JS))
+    state["dom"] = [] if state["done"] else json.loads(_eval(ws, _DOM_JS))
+    if req.get("screenshot"):
+        state["screenshot"] = ws.call("Page.captureScreenshot", format="png")["data"]
+    return state
+
+
+# -- acting ------------------------------------------------------------------------------------
+
+_KEYS = {
+    "enter": ("Enter", "Enter", 13, "\r"), "tab": ("Tab", "Tab", 9, ""),
+    "backspace": ("Backspace", "Backspace", 8, ""), "delete": ("Delete", "Delete", 46, ""),
+    "escape": ("Escape", "Escape", 27, ""), "space": (" ", "Space", 32, " "),
+    "arrowup": ("ArrowUp", "ArrowUp", 38, ""), "arrowdown": ("ArrowDown", "ArrowDown", 40, ""),
+    "arrowleft": ("ArrowLeft", "ArrowLeft", 37, ""), "arrowright": ("ArrowRight", "ArrowRight", 39, ""),
+    "home": ("Home", "Home", 36, ""), "end": ("End", "End", 35, ""),
+    "pageup": ("PageUp", "PageUp", 33, ""), "pagedown": ("PageDown", "PageDown", 34, ""),
+}
+_MODIFIERS = {"alt": 1, "ctrl": 2, "control": 2, "meta": 4, "cmd": 4, "shift": 8}
+
+
+def _mouse(ws, x, y, button="left", clicks=1):
+    ws.call("Input.dispatchMouseEvent", type="mouseMoved", x=x, y=y)
+    for count in range(1, clicks + 1):
+        ws.call("Input.dispatchMouseEvent", type="mousePressed", x=x, y=y, button=button, clickCount=count)
+        ws.call("Input.dispatchMouseEvent", type="mouseReleased", x=x, y=y, button=button, clickCount=count)
+
+
+def _key(ws, combo):
+    parts = [p for p in combo.replace("-", "+").split("+") if p] if len(combo) > 1 else [combo]
+    modifiers = sum(_MODIFIERS.get(p.lower(), 0) for p in parts[:-1])
+    name = parts[-1]
+    if name.lower() in _KEYS:
+        key, code, vk, text = _KEYS[name.lower()]
+    elif len(name) == 1:
+        key, text = name, name
+        code = f"Key{name.upper()}" if name.isalpha() else (f"Digit{name}" if name.isdigit() else "")
+        vk = ord(name.upper()) if name.isalnum() else 0
+    else:
+        raise ValueError(f"unknown key {name!r}")
+    if modifiers & ~8:
+        text = ""  # ctrl+a selects, it types nothing
+    down = {"type": "keyDown" if text else "rawKeyDown", "key": key, "code": code,
+            "windowsVirtualKeyCode": vk, "modifiers": modifiers}
+    if text:
+        down["text"] = down["unmodifiedText"] = text
+    ws.call("Input.dispatchKeyEvent", **down)
+    ws.call("Input.dispatchKeyEvent", type="keyUp", key=key, code=code, windowsVirtualKeyCode=vk,
+            modifiers=modifiers)
+
+
+def _element_center(ws, ref):
+    ref = int(ref)
+    center = _eval(ws, f"""(function () {{
+      if ({ref} < 0) {{ var c = (window.__prTextCenters || {{}})[{ref}]; return c || null; }}
+      var el = core.previousDOMInfo[{ref}]; if (!el) return null;
+      var r = el.getBoundingClientRect(); return [r.left + r.width / 2, r.top + r.height / 2];
+    }})()""")
+    if center is None:
+        raise ValueError(f"no element with ref {ref} on the page (refs come from the last observation)")
+    return center
+
+
+def act(ws, action):
+    """Carry out one action (a dict already checked by the host)."""
+    kind = action["action"]
+    if kind == "click":
+        if "ref" in action and int(action["ref"]) > 0:
+            ok = _eval(ws, f"core.previousDOMInfo[{int(action['ref'])}] !== undefined "
+                           f"&& core.elementClick({int(action['ref'])})")
+            if ok is not True:
+                raise ValueError(f"no element with ref {action['ref']} on the page "
+                                 "(refs come from the last observation)")
+        else:
+            x, y = _element_center(ws, action["ref"]) if "ref" in action else (action["x"], action["y"])
+            _mouse(ws, x, y, clicks=action.get("clicks", 1))
+    elif kind == "type":
+        if "ref" in action:
+            _eval(ws, f"(function () {{ var el = core.previousDOMInfo[{int(action['ref'])}];"
+                      " if (!el) throw new Error('no element with ref ' + " + str(int(action["ref"])) + ");"
+                      " el.focus(); return true; })()")
+            if action.get("clear", True):
+                _eval(ws, f"(function () {{ var el = core.previousDOMInfo[{int(action['ref'])}];"
+                          " if ('value' in el) el.value = ''; return true; })()")
+        for char in action["text"]:
+            if char == "\n":
+                _key(ws, "Enter")
+            else:
+                ws.call("Input.dispatchKeyEvent", type="keyDown", key=char, text=char, unmodifiedText=char)
+                ws.call("Input.dispatchKeyEvent", type="keyUp", key=char)
+    elif kind == "press":
+        _key(ws, action["key"])
+    elif kind == "scroll":
+        x, y = _element_center(ws, action["ref"]) if "ref" in action else (action.get("x", 80), action.get("y", 130))
+        ws.call("Input.dispatchMouseEvent", type="mouseWheel", x=x, y=y,
+                deltaX=action.get("dx", 0), deltaY=action.get("dy", 0))
+    elif kind == "select":
+        ok = _eval(ws, f"""(function () {{
+          var el = core.previousDOMInfo[{int(action['ref'])}], want = {json.dumps(str(action['option']))};
+          if (!el || !el.options) return false;
+          for (var i = 0; i < el.options.length; i++) {{
+            if (el.options[i].text.trim() === want || el.options[i].value === want) {{
+              el.selectedIndex = i; el.dispatchEvent(new Event('input', {{bubbles: true}}));
+              el.dispatchEvent(new Event('change', {{bubbles: true}})); return true; }}
+          }}
+          return false; }})()""")
+        if ok is not True:
+            raise ValueError(f"element {action['ref']} is not a list with the option {action['option']!r}")
+    elif kind == "wait":
+        pass
+    else:
+        raise ValueError(f"unknown action {kind!r}")
+    time.sleep(max(0.0, float(action.get("ms", 0))) / 1000 + 0.03)
+
+
+def main(req):
+    """Run one request and print its answer on a MARKER line."""
+    try:
+        if req["op"] == "start":
+            answer = start(req)
+        else:
+            ws = _page_socket()
+            error = None
+            if req["op"] == "act":
+                try:
+                    act(ws, req["action"])
+                except (ValueError, RuntimeError) as exc:
+                    error = str(exc)
+            answer = observe(ws, req)
+            answer["error"] = error
+    except Exception as exc:  # noqa: BLE001 - everything goes back to the host
+        answer = {"fatal": f"{type(exc).__name__}: {exc}"}
+    sys.stdout.write("\n" + MARKER + json.dumps(answer) + "\n")
+    sys.stdout.flush()

@@ -1,0 +1,176 @@
+"""``web`` mode: MiniWoB++ tasks in Chromium inside the leased VM, scored by MiniWoB's own
+JavaScript.
+
+A task names a MiniWoB++ environment and a seed::
+
+    {"id": "click-button-0", "mode": "web", "env": "click-button", "seed": 0}
+    {"id": "slow-reader", "mode": "web", "env": "read-table", "seed": 7, "time_limit_s": 60,
+     "screenshot": true}
+
+One episode, all of it inside the VM (``browser.py`` runs there through ``/run_python``)::
+
+    reset  bundle(env) ─► unpack in ~/miniwob, python3 -m http.server on 127.0.0.1,
+           chromium --headless --no-sandbox (profile in ~/.cache) ─► open the page,
+           Math.seedrandom(seed), core.startEpisodeReal() ─► observation
+    step   action (JSON or click("12")) ─► checked here ─► CDP: core.elementClick(ref) | mouse
+           and key events | wheel ─► observation: utterance, DOM list, WOB_* reward globals
+    end    when MiniWoB's page says done (a graded action, or its time limit ran out), the
+           agent says done, or --max-turns
+
+The reward is MiniWoB's raw reward (``WOB_RAW_REWARD_GLOBAL``: 1 for success, -1 for failure,
+partial credit in between for a few tasks) clipped to [0, 1]; the time-discounted
+``WOB_REWARD_GLOBAL`` and the page's reason are in the details. The time limit is the page's
+own (``core.EPISODE_MAX_TIME``, 10 s for most) unless the task sets ``time_limit_s``: a
+model that thinks longer than that needs it. The VM reset after the episode takes the
+browser, its profile (cookies, local storage) and the files with it.
+
+Observations: ``utterance`` (the task in words), ``dom`` (MiniWoB's ``core.getDOMInfo`` as
+a flat list: ref, parent, tag, text, value, id, classes, left/top/width/height, focused),
+``error`` (why the last action did nothing), ``done``, ``reward``, and ``screenshot_path``
+(a PNG in the trajectory folder) when the task asks for ``screenshot``.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import tempfile
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any, Mapping
+
+from ...errors import VMError
+from ..base import Env, StepResult, require
+from . import catalog
+from .actions import ActionError, parse_action
+
+#: seconds the guest may take to start the browser and open the page
+START_TIMEOUT_S = 90.0
+#: seconds one action and the observation after it may take
+STEP_TIMEOUT_S = 30.0
+#: browser window size; MiniWoB's task area is the top-left 160 x 210 pixels
+WINDOW = (500, 400)
+
+
+@lru_cache(maxsize=1)
+def driver_source() -> str:
+    """``browser.py``, the guest-side driver, as text."""
+    return (resources.files(__package__) / "browser.py").read_text(encoding="utf-8")
+
+
+class WebEnv(Env):
+    """A MiniWoB++ page in Chromium inside the VM; one episode per task."""
+
+    name = "web"
+    vm_scope = "episode"
+    default_max_turns = 20
+    turn_limit_status = "max_turns"
+
+    @staticmethod
+    def validate_task(payload: Mapping[str, Any]) -> None:
+        """``env`` is a MiniWoB++ environment of the installed package; the options' types."""
+        require(payload, "env", str)
+        try:
+            catalog.check_env(payload["env"])
+        except catalog.MiniwobMissing as exc:
+            raise ValueError(str(exc)) from None
+        require(payload, "screenshot", bool, optional=True)
+        limit = payload.get("time_limit_s")
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, (int, float)) or limit <= 0):
+            raise ValueError("field 'time_limit_s' must be a positive number of seconds")
+
+    @staticmethod
+    def reference_actions(task) -> list[Any]:
+        """None are stored: the oracle reads each observation (see ``replan``)."""
+        return [{"action": "wait"}]
+
+    @staticmethod
+    def replan(task, observation: Mapping[str, Any]) -> Any:
+        """The oracle's next action: the scripted solver of the task's environment, or a wait
+        (the page's time limit then ends the episode) for one without a solver."""
+        from .oracle import next_action
+
+        return next_action(task.get("env"), observation)
+
+    def reset(self, task, vm) -> dict[str, Any]:
+        """Start the browser in the VM on the task's page, seeded, and begin the episode."""
+        self.task, self.vm = task, vm
+        self.env_name = task.get("env")
+        self.want_screenshot = bool(task.get("screenshot", False))
+        folder = getattr(self, "trajectory_dir", None)
+        self.dir = Path(folder) if folder else Path(tempfile.mkdtemp(prefix="web-"))
+        self.steps = 0
+        self.actions: list[Any] = []
+        self.ended_by: str | None = None
+        limit = task.get("time_limit_s")
+        seed = task.seed if task.seed is not None else 0
+        request = {"op": "start", "bundle": catalog.bundle(self.env_name), "page": catalog.page(self.env_name),
+                   "seed": seed, "width": WINDOW[0], "height": WINDOW[1],
+                   "time_limit_ms": int(limit * 1000) if limit else None}
+        self.state = self._call(request, START_TIMEOUT_S)
+        return self._observation(None)
+
+    def step(self, action: Any) -> StepResult:
+        """One action in the browser; done when MiniWoB's page says so or the agent does."""
+        self.steps += 1
+        self.actions.append(action)
+        try:
+            parsed = parse_action(action)
+        except ActionError as exc:
+            return StepResult(self._observation(str(exc)), done=False, info={"invalid": True})
+        if parsed["action"] == "done":
+            self.ended_by = "agent"
+            self.state = self._call({"op": "observe"}, STEP_TIMEOUT_S)
+            return StepResult(self._observation(None), done=True, info=self._info())
+        self.state = self._call({"op": "act", "action": parsed}, STEP_TIMEOUT_S)
+        if self.state["done"]:
+            self.ended_by = "page"
+        return StepResult(self._observation(self.state.get("error")), done=bool(self.state["done"]),
+                          info=self._info())
+
+    def evaluate(self) -> tuple[float, dict[str, Any]]:
+        """MiniWoB's raw reward clipped to [0, 1]; 0 when the page never finished."""
+        done = bool(self.state.get("done"))
+        raw = float(self.state.get("raw_reward") or 0.0) if done else 0.0
+        return max(0.0, min(1.0, raw)), {
+            "env": self.env_name, "done": done, "raw_reward": self.state.get("raw_reward"),
+            "env_reward": self.state.get("reward"), "reason": self.state.get("reason"),
+            "ended_by": self.ended_by, "steps": self.steps,
+        }
+
+    # ---------------------------------------------------------------- helpers
+
+    def _info(self) -> dict[str, Any]:
+        return {"raw_reward": self.state.get("raw_reward"), "reason": self.state.get("reason")}
+
+    def _call(self, request: dict[str, Any], timeout: float) -> dict[str, Any]:
+        """Run the driver in the guest with one request; its answer. VMError when the guest
+        or the browser broke (an infrastructure failure: the attempt is retried)."""
+        request = {**request, "screenshot": self.want_screenshot}
+        from .browser import MARKER
+
+        code = f"{driver_source()}\nmain(json.loads({json.dumps(json.dumps(request))}))\n"
+        result = self.vm.run_python(code, timeout=timeout)
+        output = result.get("output") or ""
+        _, marker, answer = output.rpartition(MARKER)
+        if result.get("timeout") or not marker:
+            why = "timed out" if result.get("timeout") else f"exit status {result.get('return_code')}"
+            raise VMError(f"web: the browser driver in the VM gave no answer ({why}): "
+                          f"{(result.get('error') or output)[-500:]}")
+        state = json.loads(answer.strip().splitlines()[0])
+        if "fatal" in state:
+            raise VMError(f"web: {request['op']} failed in the VM: {state['fatal']}")
+        return state
+
+    def _observation(self, error: str | None) -> dict[str, Any]:
+        observation = {"env": self.env_name, "utterance": self.state.get("utterance"),
+                       "dom": self.state.get("dom", []), "error": error, "done": bool(self.state.get("done")),
+                       "reward": self.state.get("raw_reward") if self.state.get("done") else None,
+                       "steps": self.steps}
+        if self.state.get("screenshot"):
+            path = self.dir / f"step_{self.steps}.png"
+            self.dir.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(base64.b64decode(self.state.pop("screenshot")))
+            observation["screenshot_path"] = str(path)
+        return observation

@@ -1,0 +1,163 @@
+"""web mode: MiniWoB++ pages in Chromium inside process-sandbox VMs, the oracle's solvers, the
+openai agent's prompt and parser, resets that leave no browser state, bad input."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import assert_exactly_once, write_tasks
+from llm_server import completion, llm_server  # noqa: F401 - fixture
+from parallel_rollout.agents import prompts
+from parallel_rollout.config import build_config
+from parallel_rollout.envs.web import catalog, oracle
+from parallel_rollout.envs.web.actions import ActionError, parse_action
+from parallel_rollout.errors import TaskFileError
+from parallel_rollout.runner import Runner
+from parallel_rollout.tasks import load_tasks
+from parallel_rollout.envs.registry import task_validators
+
+pytestmark = pytest.mark.skipif(shutil.which("chromium") is None, reason="Debian's chromium is not installed")
+
+#: a few environments of different kinds for the default run: one click, a form, checkboxes, a list
+QUICK = ("click-button", "enter-text", "click-checkboxes", "choose-list")
+
+
+def web_task(env, seed=0, **extra):
+    return {"id": f"{env}-{seed}", "mode": "web", "env": env, "seed": seed, **extra}
+
+
+def run(tmp_path, tasks, run_id="web", **flags):
+    data = write_tasks(tmp_path / f"{run_id}.jsonl", tasks) if isinstance(tasks, list) else tasks
+    base = dict(mode="web", data=str(data), agent="oracle", num_rollouts=2, num_vms=2, use_vm_pool=True,
+                output_dir=str(tmp_path / "out"), run_id=run_id, progress=False)
+    base.update(flags)
+    return Runner(build_config(base)).run()
+
+
+# -- no VM: the task set, bad input, actions, prompt -------------------------------------------
+
+
+def test_shipped_set_has_20_envs_with_a_solver_each_and_3_seeds():
+    tasks = load_tasks("miniwob", default_mode="web", validators=task_validators())
+    envs = {t.get("env") for t in tasks}
+    assert len(envs) >= 20 and envs <= set(oracle.SOLVERS)
+    assert {t.seed for t in tasks} == {0, 1, 2} and len(tasks) == 3 * len(envs)
+    assert set(envs) <= set(catalog.environments())
+
+
+def test_unknown_environment_is_refused_naming_file_and_line(tmp_path):
+    path = write_tasks(tmp_path / "bad.jsonl", [web_task("click-button"), web_task("click-buton")])
+    with pytest.raises(TaskFileError, match=r"bad\.jsonl:2: .*unknown MiniWoB\+\+ environment 'click-buton'.*click-button"):
+        load_tasks(str(path), default_mode="web", validators=task_validators())
+    path = write_tasks(tmp_path / "bad2.jsonl", [{"id": "a", "mode": "web", "seed": 1}])
+    with pytest.raises(TaskFileError, match=r"bad2\.jsonl:1: .*'env'"):
+        load_tasks(str(path), default_mode="web", validators=task_validators())
+    path = write_tasks(tmp_path / "bad3.jsonl", [web_task("click-button", time_limit_s=-1)])
+    with pytest.raises(TaskFileError, match=r"bad3\.jsonl:1: .*time_limit_s"):
+        load_tasks(str(path), default_mode="web", validators=task_validators())
+
+
+def test_cli_refuses_unknown_environment_before_anything_runs(tmp_path):
+    path = write_tasks(tmp_path / "bad.jsonl", [web_task("enter-txt")])
+    proc = subprocess.run([sys.executable, "-m", "parallel_rollout.cli", "run", "--mode", "web", "--data", str(path),
+                           "--agent", "oracle", "--output-dir", str(tmp_path / "out")],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0
+    assert f"{path}:1:" in proc.stderr and "enter-txt" in proc.stderr and "enter-text" in proc.stderr
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").rglob("results.jsonl"))
+
+
+@pytest.mark.parametrize("text, expected", [
+    ('{"action": "click", "ref": 4}', {"action": "click", "ref": 4, "clicks": 1}),
+    ('click("12")', {"action": "click", "ref": 12, "clicks": 1}),
+    ("mouse_click(80, 100.5)", {"action": "click", "x": 80, "y": 100.5, "clicks": 1}),
+    ('fill("5", "hi there")', {"action": "type", "ref": 5, "text": "hi there"}),
+    ('keyboard_press("ctrl+a")', {"action": "press", "key": "ctrl+a"}),
+    ("scroll(0, 200)", {"action": "scroll", "dx": 0, "dy": 200}),
+    ('select_option("7", "Peru")', {"action": "select", "ref": 7, "option": "Peru"}),
+    ("noop()", {"action": "wait", "ms": 500}),
+    ("DONE", {"action": "done"}),
+])
+def test_actions_parse_from_json_and_browsergym_calls(text, expected):
+    assert parse_action(text) == expected
+
+
+@pytest.mark.parametrize("bad, message", [
+    ('{"action": "click"}', "must be a number"), ('{"action": "fly"}', "must be one of"),
+    ('click("abc")', "'ref' must be"), ("os.system('x')", "unknown action call"),
+    ('{"action": "type", "ref": 3}', "'text' must be a string"), ("click the button", "not an action"), (42, "got int"),
+])
+def test_bad_actions_say_what_is_wrong(bad, message):
+    with pytest.raises(ActionError, match=re.escape(message)):
+        parse_action(bad)
+
+
+def test_prompt_renders_the_dom_and_the_parser_reads_replies():
+    observation = {"utterance": 'Click on the "No" button.', "error": None, "dom": [
+        {"ref": 1, "depth": 0, "tag": "body", "left": 0, "top": 0, "width": 500, "height": 210},
+        {"ref": 4, "parent": 1, "depth": 1, "tag": "button", "text": 'say "No"', "left": 2, "top": 52,
+         "width": 34, "height": 21, "focused": True}]}
+    text = prompts.render("web", observation)
+    assert 'Task: Click on the "No" button.' in text
+    assert '  [4] button text="say \\"No\\"" @2,52 34x21 focused' in text
+    assert prompts.parse("web", 'I will click it.\n```json\n{"action": "click", "ref": 4}\n```') == {"action": "click", "ref": 4}
+    assert prompts.parse("web", 'Fill it: fill("5", "x")') == 'fill("5", "x")'
+    assert prompts.parse("web", "DONE") == "DONE"
+    assert prompts.system_prompt("web").startswith("You operate a web page")
+
+
+# -- through the pool --------------------------------------------------------------------------
+
+
+def _check_oracle_run(outcome, tasks):
+    finals = assert_exactly_once(outcome.run_dir, {f"{t['id']}#0" for t in tasks})
+    failed = {k: (r["status"], r.get("eval"), r.get("failure")) for k, r in finals.items() if r["status"] != "success"}
+    assert not failed
+    assert all(r["reward"] > 0 and r["eval"]["done"] and r["eval"]["raw_reward"] > 0 for r in finals.values())
+    return finals
+
+
+def test_oracle_solves_a_few_tasks_through_the_pool(tmp_path):
+    tasks = [web_task(env) for env in QUICK]
+    outcome = run(tmp_path, tasks)
+    assert outcome.exit_code == 0
+    finals = _check_oracle_run(outcome, tasks)
+    assert finals["click-checkboxes-0#0"]["turns"] >= 2  # ticks boxes, then submits
+    assert outcome.summary["vm"]["resets"] >= len(tasks)
+
+
+@pytest.mark.slow
+def test_oracle_solves_every_shipped_task_with_3_seeds_on_a_shared_pool(tmp_path):
+    tasks = catalog.default_tasks()
+    assert len({t["env"] for t in tasks}) >= 20
+    outcome = run(tmp_path, "miniwob", num_rollouts=4, num_vms=2, envs_per_worker=1)
+    _check_oracle_run(outcome, tasks)
+    assert outcome.exit_code == 0
+
+
+def test_unsolvable_task_ends_with_reward_0_at_the_page_time_limit(tmp_path):
+    tasks = [web_task("tic-tac-toe", time_limit_s=3)]
+    started = time.time()
+    outcome = run(tmp_path, tasks, num_rollouts=1, num_vms=1)
+    record = assert_exactly_once(outcome.run_dir, {"tic-tac-toe-0#0"})["tic-tac-toe-0#0"]
+    assert record["status"] == "failure" and record["reward"] == 0.0
+    assert record["eval"]["done"] and record["eval"]["reason"] == "timed out" and record["eval"]["raw_reward"] == -1
+    assert time.time() - started < 90
+
+
+def test_cli_runs_the_oracle(tmp_path):
+    path = write_tasks(tmp_path / "t.jsonl", [web_task("click-test-2", seed=5), web_task("focus-text-2", seed=3)])
+    proc = subprocess.run([sys.executable, "-m", "parallel_rollout.cli", "run", "--mode", "web", "--data", str(path),
+                           "--agent", "oracle", "--num-rollouts", "2", "--num-vms", "2", "--use-vm-pool",
+                           "--output-dir", str(tmp_path / "out"), "--run-id", "cli", "--no-progress"],
+                          capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    summary = json.loads((tmp_path / "out" / "cli" / "summary.json").read_text())
+    assert summary["successes"] == 2
