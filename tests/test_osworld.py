@@ -228,12 +228,11 @@ def test_scores_combine_like_osworld():
 
 
 @pytest.mark.parametrize("change, message", [
-    ({"config": [{"type": "no_such_step", "parameters": {}}]}, "unsupported step type 'no_such_step'"),
+    ({"config": [{"type": "no_such_step", "parameters": {}}]}, "step no_such_step"),
     ({"evaluator": {"func": ["no_such_metric", "other_metric"], "result": [
         {"type": "vm_file", "path": "x"}, {"type": "no_such_getter"}]}},
-     "unsupported metric 'no_such_metric'; unsupported metric 'other_metric'; "
-     "unsupported result getter type 'no_such_getter'"),
-    ({"evaluator": {"func": "exact_match", "result": {"type": "no_such_getter"}}}, "unsupported result getter type 'no_such_getter'"),
+     "getter no_such_getter, metric no_such_metric, metric other_metric"),
+    ({"evaluator": {"func": "exact_match", "result": {"type": "no_such_getter"}}}, "getter no_such_getter"),
     ({"evaluator": {"func": ["exact_match", "exact_match"], "result": [{"type": "rule", "rules": {}}]}}, "as long as 'func'"),
     ({"reference": [{"action_type": "PRESS", "parameters": {"key": "nope"}}]}, "reference action 1"),
 ])

@@ -253,7 +253,7 @@ def test_osworld_folder_loads_every_domain_or_one(tmp_path):
 
 
 @pytest.mark.parametrize("breakage,expected", [
-    ("no index", "needs test_all.json"),
+    ("no index", "no index test_all.json"),
     ("missing task file", "has no file"),
     ("bad task json", "invalid JSON"),
 ])

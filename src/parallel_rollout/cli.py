@@ -55,8 +55,9 @@ def main() -> None:
               help="Task family: decides the environment and how a rollout is graded: shell, py "
               "(HumanEval-style code in a VM), math (answers graded with math-verify), gym (FrozenLake; "
               "no VM; needs the [rl] extra).")
-@click.option("--data", type=click.Path(dir_okay=False),
-              help="Task file: a JSON list or JSONL (optionally .gz), or a named dataset: humaneval, frozenlake.")
+@click.option("--data", type=click.Path(),
+              help="Task file: a JSON list or JSONL (optionally .gz), an OSWorld folder (or its "
+                   "evaluation_examples/), or a named dataset: humaneval, frozenlake.")
 @click.option("--num-rollouts", type=int, default=_D.num_rollouts, show_default=True,
               help="N: worker processes running rollouts.")
 @click.option("--num-vms", type=int, default=_D.num_vms, show_default=True,
@@ -95,6 +96,15 @@ def main() -> None:
               help="Seconds to wait after each osworld action.")
 @click.option("--domain", default=_D.domain, show_default=True,
               help="Domain of an OSWorld folder given as --data (examples/<domain>/), or all.")
+@click.option("--osworld-index", default=_D.osworld_index, show_default=True,
+              help="Index file of an OSWorld folder given as --data: test_all.json, test_small.json, "
+                   "test_nogdrive.json …")
+@click.option("--skip-unsupported", is_flag=True,
+              help="Run the tasks this version supports and give each other task an 'unsupported' "
+                   "record (scored 0); without it, a --data with unsupported tasks is refused.")
+@click.option("--dry-run", is_flag=True,
+              help="Load and check every task of --data, start nothing, and print per domain the "
+                   "tasks, the runnable ones and the unsupported features.")
 @click.option("--record", is_flag=True, help="Keep a recording.mp4 of each osworld attempt.")
 @click.option("--agent", default=_D.agent, show_default=True,
               help="Who acts: oracle (replays each task's reference), openai (a model behind an "
@@ -131,7 +141,7 @@ def main() -> None:
               help="Write JUnit XML here: one test case per sample, for CI.")
 @click.option("--progress/--no-progress", default=None, help="Progress bar (default: when stderr is a terminal).")
 @click.pass_context
-def run(ctx: click.Context, config_file: str | None, **flags: Any) -> None:
+def run(ctx: click.Context, config_file: str | None, dry_run: bool, **flags: Any) -> None:
     """Run every task of --data as rollouts and write results/<run-id>/.
 
     \b
@@ -139,7 +149,7 @@ def run(ctx: click.Context, config_file: str | None, **flags: Any) -> None:
     2 bad usage, 3 below --fail-under, 4 significant regression against --compare-to,
     75 another run holds the folder's lock (retry later), 130 interrupted.
     """
-    from .runner import Runner
+    from .runner import Runner, census
 
     explicit = {
         name: value for name, value in flags.items()
@@ -148,6 +158,9 @@ def run(ctx: click.Context, config_file: str | None, **flags: Any) -> None:
     _console_logging()
     try:
         config = build_config(explicit, config_file)
+        if dry_run:
+            click.echo(census(config))
+            return
         outcome = Runner(config).run()
     except ProviderUnavailable as exc:
         raise click.ClickException(str(exc)) from None

@@ -55,6 +55,11 @@ class RunConfig:
     sleep_after_execution: float = 0.0
     #: osworld: the domain of an OSWorld folder given as --data ("all": every domain)
     domain: str = "all"
+    #: osworld: the index file of an OSWorld folder (test_all.json, test_small.json …)
+    osworld_index: str = "test_all.json"
+    #: run the supported tasks of --data and give each unsupported one an 'unsupported'
+    #: record, instead of refusing the whole set
+    skip_unsupported: bool = False
     #: osworld: keep a recording.mp4 of each attempt
     record: bool = False
     agent: str = "oracle"

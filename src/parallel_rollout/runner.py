@@ -59,12 +59,13 @@ import psutil
 from .agents import get_agent
 from .config import RunConfig, check_honoured, default_run_id
 from .envs import get_env, task_validators
-from .errors import ConfigError, PoolExhausted, RolloutError, RunLocked, TaskTimeout, WorkerDied
+from .errors import (ConfigError, PoolExhausted, RolloutError, RunLocked, TaskFileError, TaskTimeout,
+                     WorkerDied)
 from .exit_codes import EXIT_ABORTED, EXIT_INTERRUPTED, EXIT_OK
 from .messages import STOP, Assignment, Finished, Started
 from .pool.providers import ProviderOptions, get_provider
-from .results import ResultStore, StorageError, read_records, summarize
-from .tasks import Sample, expand, load_tasks
+from .results import ResultStore, StorageError, read_records, summarize, unsupported_record
+from .tasks import Sample, census_lines, expand, load_task_set, unsupported_message
 
 log = logging.getLogger("parallel_rollout")
 
@@ -121,6 +122,8 @@ class Runner:
         self.pool = None
         self._progress = None
         self._events = None
+        #: (sample, features) of each unsupported task left out by --skip-unsupported
+        self._skipped: list[tuple[Sample, tuple[str, ...]]] = []
 
     # -- preparation ----------------------------------------------------------------------
 
@@ -166,7 +169,16 @@ class Runner:
         check_config = getattr(self.agent_cls, "check_config", None)
         if check_config is not None:
             check_config(cfg)
-        tasks = load_tasks(cfg.data, default_mode=cfg.mode, validators=task_validators(), domain=cfg.domain)
+        task_set = load_task_set(cfg.data, default_mode=cfg.mode, validators=task_validators(),
+                                 domain=cfg.domain, index=cfg.osworld_index)
+        if task_set.unsupported and not cfg.skip_unsupported:
+            raise TaskFileError(unsupported_message(task_set))
+        tasks = task_set.tasks
+        # --skip-unsupported: each skipped sample gets a final 'unsupported' record, so the
+        # score's denominator is the whole set (with --limit only the first N tasks count)
+        self._skipped = [] if cfg.limit else [
+            (sample, item.features) for item in task_set.unsupported
+            for sample in expand([item.task], cfg.group_size)]
         check_task = getattr(self.agent_cls, "check_task", None)
         if check_task is not None:
             for task in tasks:
@@ -255,6 +267,7 @@ class Runner:
     def run(self) -> RunOutcome:
         """Run every pending sample to a final record, or stop cleanly trying."""
         samples = self.prepare()
+        total = len(samples) + len(self._skipped)
         lock = self._open_run_dir()
         handler = self._setup_logging()
         self._started_at = time.time()
@@ -265,17 +278,20 @@ class Runner:
             index = store.load()
             self._queue_samples(samples, index)
             log.info("run %s: %d samples, %d already final, %d to run; output in %s",
-                     self.run_id, len(samples), len(self._finished_keys), len(self._pending), self.run_dir)
+                     self.run_id, total, len(self._finished_keys), len(self._pending), self.run_dir)
             log.info("[Concurrency] Set max concurrent rollouts to %d", self.config.concurrency)
             self._store = store
+            for sample, features in self._skipped:
+                if sample.key not in index.final:
+                    self._record(unsupported_record(sample, features))
             if self._pending and not self._interrupted:
-                self._run_loop(len(samples))
+                self._run_loop(total)
         finally:
             self._shutdown()
             store.close()
             for sig, handler_ in previous.items():
                 signal.signal(sig, handler_)
-            outcome = self._finish(len(samples))
+            outcome = self._finish(total)
             if self._events is not None:
                 self._events.close()
             logging.getLogger("parallel_rollout").removeHandler(handler)
@@ -629,6 +645,17 @@ class Runner:
             self._last_progress_log = time.monotonic()
             log.info("progress: %d/%d done, success %s, in flight %d, VMs %s",
                      done, self._total, rate, self._in_flight(), vms or "-")
+
+
+def census(cfg: RunConfig) -> str:
+    """What --dry-run prints: every task of --data loaded and checked, per domain the tasks,
+    the runnable ones and the unsupported features; nothing is started."""
+    if cfg.data is None:
+        raise ConfigError("--data is required: a .json or .jsonl task file, an OSWorld folder, "
+                          "or humaneval")
+    task_set = load_task_set(cfg.data, default_mode=cfg.mode, validators=task_validators(),
+                             domain=cfg.domain, index=cfg.osworld_index)
+    return "\n".join(census_lines(task_set))
 
 
 def _synthetic_record(item: Assignment, exc: RolloutError, w: _Worker, started_at: float) -> dict[str, Any]:

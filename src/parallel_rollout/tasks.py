@@ -64,6 +64,39 @@ def sample_key(task_id: str, sample_idx: int) -> str:
 Validators = Mapping[str, Callable[[Mapping[str, Any]], None]]
 
 
+class UnsupportedTask(ValueError):
+    """A well-formed task that uses features its mode lacks (``"metric compare_pdfs"`` …):
+    the loader lists every such task apart instead of stopping at the first."""
+
+    def __init__(self, features: Iterable[str]) -> None:
+        self.features = tuple(features)
+        self.task: Task | None = None  # set by the loader
+        super().__init__("unsupported: " + ", ".join(self.features))
+
+
+@dataclass(frozen=True)
+class Unsupported:
+    """One task left out of a run, with every feature that keeps it out."""
+
+    task: Task
+    features: tuple[str, ...]
+
+
+@dataclass
+class TaskSet:
+    """What ``--data`` holds: the runnable tasks and the unsupported ones, each with its
+    domain (the OSWorld folder's, else ``all``)."""
+
+    tasks: list[Task]
+    unsupported: list[Unsupported]
+    domains: dict[str, str]
+
+    @property
+    def total(self) -> int:
+        """Every task of --data, runnable or not."""
+        return len(self.tasks) + len(self.unsupported)
+
+
 #: names --data accepts instead of a path: datasets that ship inside a Python package
 NAMED_DATASETS = {
     "humaneval": "parallel_rollout.envs.py:humaneval_path",
@@ -127,13 +160,30 @@ def _records(path: Path) -> Iterable[tuple[int, Any]]:
             raise TaskFileError(f"{path}:{lineno}: invalid JSON: {exc.msg}") from None
 
 
-def _folder_records(folder: Path, domain: str) -> Iterable[tuple[str, Any]]:
-    """(where, task) for an OSWorld folder: ``test_all.json`` maps each domain to task ids,
-    whose files are ``examples/<domain>/<id>.json``; ``domain`` picks one, or ``all``."""
-    index_path = folder / "test_all.json"
+#: OSWorld's index of every task; --osworld-index picks another (test_small.json …)
+DEFAULT_INDEX = "test_all.json"
+
+
+def osworld_folder(folder: Path, index: str = DEFAULT_INDEX) -> tuple[Path, Path]:
+    """(examples folder, index file) of an OSWorld checkout or its ``evaluation_examples``."""
+    if not (folder / "examples").is_dir() and (folder / "evaluation_examples").is_dir():
+        folder = folder / "evaluation_examples"
+    index_path = Path(index) if Path(index).is_absolute() else folder / index
     if not index_path.is_file():
-        raise TaskFileError(f"{folder}: a task folder needs test_all.json (OSWorld's layout: "
-                            "test_all.json + examples/<domain>/<id>.json)")
+        found = sorted(p.name for p in folder.glob("test_*.json"))
+        raise TaskFileError(
+            f"{folder}: no index {index_path.name} (OSWorld's layout: an index such as "
+            f"test_all.json + examples/<domain>/<id>.json; indexes here: "
+            f"{', '.join(found) or 'none'})")
+    return folder, index_path
+
+
+def _folder_records(folder: Path, domain: str, index: str = DEFAULT_INDEX
+                    ) -> Iterable[tuple[str, Any, str]]:
+    """(where, task, domain) for an OSWorld folder: the index (``test_all.json``) maps each
+    domain to task ids, whose files are ``examples/<domain>/<id>.json``; ``domain`` picks
+    one, or ``all``."""
+    folder, index_path = osworld_folder(folder, index)
     try:
         index = json.loads(index_path.read_text(encoding="utf-8-sig"))
     except (ValueError, UnicodeDecodeError) as exc:
@@ -155,7 +205,7 @@ def _folder_records(folder: Path, domain: str) -> Iterable[tuple[str, Any]]:
                 raise TaskFileError(f"{task_path}:1: invalid JSON: {exc}") from None
             if isinstance(raw, dict) and isinstance(raw.get("tags", []), list) and name not in raw.get("tags", []):
                 raw["tags"] = [*raw.get("tags", []), name]  # per-domain numbers in the summary
-            yield f"{task_path}:1", raw
+            yield f"{task_path}:1", raw, name
 
 
 def load_tasks(
@@ -164,30 +214,85 @@ def load_tasks(
     default_mode: str | None,
     validators: Validators,
     domain: str = "all",
+    index: str = DEFAULT_INDEX,
 ) -> list[Task]:
     """Load and validate every task of ``path`` (a file, a named dataset, or an OSWorld
-    folder filtered by ``domain``); TaskFileError on the first bad record."""
+    folder filtered by ``domain``); TaskFileError on the first bad record, or listing every
+    unsupported task at once."""
+    task_set = load_task_set(path, default_mode=default_mode, validators=validators,
+                             domain=domain, index=index)
+    if task_set.unsupported:
+        raise TaskFileError(unsupported_message(task_set))
+    return task_set.tasks
+
+
+def load_task_set(
+    path: str | Path,
+    *,
+    default_mode: str | None,
+    validators: Validators,
+    domain: str = "all",
+    index: str = DEFAULT_INDEX,
+) -> TaskSet:
+    """Like :func:`load_tasks`, but an unsupported task is set aside (with every feature it
+    lacks) instead of failing the load; a malformed one still does."""
     path = resolve_data(str(path))
     if path.is_dir():
-        records = _folder_records(path, domain)
+        records = _folder_records(path, domain, index)
     elif domain != "all":
         raise TaskFileError(f"{path}: --domain {domain} applies to an OSWorld folder given as --data, "
                             "not to a task file")
     elif _kind(path) == ".json":
-        records = ((f"{path}: item {n}", raw) for n, raw in _records(path))
+        records = ((f"{path}: item {n}", raw, "all") for n, raw in _records(path))
     else:
-        records = ((f"{path}:{n}", raw) for n, raw in _records(path))
-    tasks: list[Task] = []
+        records = ((f"{path}:{n}", raw, "all") for n, raw in _records(path))
+    task_set = TaskSet([], [], {})
     seen: dict[str, str] = {}
-    for where, raw in records:
-        task = _parse_task(raw, where, default_mode, validators)
+    for where, raw, task_domain in records:
+        try:
+            task = _parse_task(raw, where, default_mode, validators)
+        except UnsupportedTask as exc:
+            task_set.unsupported.append(Unsupported(exc.task, exc.features))
+            task = exc.task
+        else:
+            task_set.tasks.append(task)
         if task.id in seen:
             raise TaskFileError(f"{where}: duplicate task id {task.id!r} (first at {seen[task.id]})")
         seen[task.id] = where
-        tasks.append(task)
-    if not tasks:
+        task_set.domains[task.id] = task_domain
+    if not task_set.total:
         raise TaskFileError(f"{path}: no tasks in file")
-    return tasks
+    return task_set
+
+
+def census_lines(task_set: TaskSet) -> list[str]:
+    """Per domain: tasks, runnable, and the unsupported features with their task counts;
+    the last line is ``runnable N of M tasks``."""
+    from collections import Counter
+
+    totals: Counter = Counter(task_set.domains.values())
+    runnable: Counter = Counter(task_set.domains[t.id] for t in task_set.tasks)
+    features: dict[str, Counter] = {}
+    for item in task_set.unsupported:
+        features.setdefault(task_set.domains[item.task.id], Counter()).update(item.features)
+    lines = []
+    for name in sorted(totals):
+        lines.append(f"{name}: {totals[name]} tasks, {runnable[name]} runnable")
+        for feature, count in sorted(features.get(name, Counter()).items(),
+                                     key=lambda kv: (-kv[1], kv[0])):
+            lines.append(f"  unsupported {feature}: {count} task{'s' if count != 1 else ''}")
+    lines.append(f"runnable {len(task_set.tasks)} of {task_set.total} tasks")
+    return lines
+
+
+def unsupported_message(task_set: TaskSet) -> str:
+    """Every unsupported task (where, features), then the census: why a load is refused."""
+    lines = [f"{len(task_set.unsupported)} of {task_set.total} tasks use features this "
+             "version does not support (add --skip-unsupported to run the rest; each skipped "
+             "task then gets an 'unsupported' record):"]
+    lines += [f"  {item.task.source}: task {item.task.id!r}: {', '.join(item.features)}"
+              for item in task_set.unsupported]
+    return "\n".join(lines + census_lines(task_set))
 
 
 def _parse_task(raw: Any, where: str, default_mode: str | None, validators: Validators) -> Task:
@@ -220,11 +325,15 @@ def _parse_task(raw: Any, where: str, default_mode: str | None, validators: Vali
     if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
         raise TaskFileError(f"{where}: field 'tags' must be a list of strings")
     payload = {k: v for k, v in raw.items() if k not in _CORE_FIELDS}
+    task = Task(id=task_id, mode=mode, payload=payload, seed=seed, tags=tuple(tags), source=where)
     try:
         validators[mode](payload)
+    except UnsupportedTask as exc:
+        exc.task = task
+        raise
     except (ValueError, TypeError) as exc:
         raise TaskFileError(f"{where}: task {task_id!r}: {exc}") from None
-    return Task(id=task_id, mode=mode, payload=payload, seed=seed, tags=tuple(tags), source=where)
+    return task
 
 
 def _kind(path: Path) -> str:

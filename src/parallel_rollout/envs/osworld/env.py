@@ -31,9 +31,11 @@ import time
 from pathlib import Path
 from typing import Any, ClassVar, Mapping
 
+from ...tasks import UnsupportedTask
 from ..base import Env, StepResult, require
 from . import actions as acts
 from . import evaluators as ev
+from . import registry
 from . import setup as steps
 
 #: the --observation-type values (OSWorld's)
@@ -60,9 +62,14 @@ class OSWorldEnv(Env):
 
     @staticmethod
     def validate_task(payload: Mapping[str, Any]) -> None:
-        """OSWorld's task JSON: instruction, config steps, evaluator; reference when given."""
+        """OSWorld's task JSON: instruction, config steps, evaluator; reference when given.
+        UnsupportedTask (listing every step, getter and metric this mode lacks) when it is
+        well-formed but not runnable here."""
         require(payload, "instruction", str)
         require(payload, "evaluator", dict)
+        lacking = registry.unsupported(payload)
+        if lacking:
+            raise UnsupportedTask(lacking)
         steps.check_steps(payload.get("config", []), "config")
         steps.check_steps(payload["evaluator"].get("postconfig", []), "evaluator postconfig")
         ev.check_evaluator(payload["evaluator"])

@@ -1,0 +1,158 @@
+"""OSWorld's own task set through the CLI: ``--data`` takes the folder, ``--dry-run`` counts
+what runs, unsupported tasks are listed all at once, ``--skip-unsupported`` scores them 0."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from parallel_rollout.cli import main
+from parallel_rollout.envs.osworld import registry
+
+OSWORLD = Path("/work/shared/osworld")
+EXAMPLES = OSWORLD / "evaluation_examples"
+
+needs_set = pytest.mark.skipif(not (EXAMPLES / "test_all.json").is_file(),
+                               reason="OSWorld's task set is not at /work/shared/osworld")
+
+
+def cli(*args: str):
+    return CliRunner().invoke(main, ["run", "--mode", "osworld", *args], catch_exceptions=False)
+
+
+def index_of(name: str) -> dict[str, list[str]]:
+    return json.loads((EXAMPLES / name).read_text())
+
+
+def runnable_by_registry(index: dict[str, list[str]]) -> dict[str, int]:
+    """Per domain, the tasks whose every feature the registry has, counted from the files."""
+    counts = {}
+    for domain, ids in index.items():
+        payloads = [json.loads((EXAMPLES / "examples" / domain / f"{i}.json").read_text()) for i in ids]
+        counts[domain] = sum(1 for p in payloads if not registry.unsupported(p))
+    return counts
+
+
+def domain_lines(output: str) -> dict[str, tuple[int, int]]:
+    found = re.findall(r"^(\w+): (\d+) tasks, (\d+) runnable$", output, re.M)
+    return {name: (int(total), int(runnable)) for name, total, runnable in found}
+
+
+@needs_set
+def test_dry_run_counts_every_task_of_test_all_per_domain():
+    result = cli("--data", str(EXAMPLES), "--dry-run")
+    assert result.exit_code == 0, result.output
+    assert "Traceback" not in result.output
+    index = index_of("test_all.json")
+    total = sum(len(ids) for ids in index.values())
+    expected = runnable_by_registry(index)
+    lines = domain_lines(result.output)
+    assert lines == {d: (len(ids), expected[d]) for d, ids in index.items()}
+    last = result.output.strip().splitlines()[-1]
+    assert last == f"runnable {sum(expected.values())} of {total} tasks"
+    # each unsupported feature is counted under its domain with the tasks that use it
+    chrome = result.output.split("chrome:")[1].split("\ngimp:")[0]
+    if expected["chrome"] < len(index["chrome"]):
+        assert re.search(r"  unsupported (step|getter|metric) \S+: \d+ tasks?", chrome)
+
+
+@needs_set
+def test_the_parent_folder_another_index_and_one_domain():
+    whole = cli("--data", str(OSWORLD), "--osworld-index", "test_small.json", "--dry-run")
+    assert whole.exit_code == 0, whole.output
+    small = index_of("test_small.json")
+    assert domain_lines(whole.output) == {
+        d: (len(ids), n) for (d, ids), n in zip(small.items(), runnable_by_registry(small).values())}
+    one = cli("--data", str(EXAMPLES), "--domain", "os", "--dry-run")
+    assert list(domain_lines(one.output)) == ["os"]
+    assert one.output.strip().endswith(f"of {len(index_of('test_all.json')['os'])} tasks")
+
+
+@needs_set
+def test_bad_index_and_domain_say_what_exists():
+    result = cli("--data", str(EXAMPLES), "--osworld-index", "test_nope.json", "--dry-run")
+    assert result.exit_code == 2
+    assert "no index test_nope.json" in result.output and "test_small.json" in result.output
+    result = cli("--data", str(EXAMPLES), "--domain", "nope", "--dry-run")
+    assert result.exit_code == 2 and "no domain 'nope'" in result.output and "chrome" in result.output
+
+
+@needs_set
+def test_a_folder_with_unsupported_tasks_is_refused_listing_every_one():
+    index = index_of("test_all.json")
+    domain = next(d for d, n in runnable_by_registry(index).items() if n < len(index[d]) - 1)
+    lacking = [i for i in index[domain] if registry.unsupported(
+        json.loads((EXAMPLES / "examples" / domain / f"{i}.json").read_text()))]
+    result = cli("--data", str(EXAMPLES), "--domain", domain)
+    assert result.exit_code == 2
+    assert f"{len(lacking)} of {len(index[domain])} tasks use features" in result.output
+    for task_id in lacking:
+        assert f"task {task_id!r}:" in result.output
+    assert "--skip-unsupported" in result.output
+
+
+def osworld_folder(root: Path, tasks: dict[str, dict]) -> Path:
+    """A folder in OSWorld's layout: test_all.json + examples/<domain>/<id>.json."""
+    index: dict[str, list[str]] = {}
+    for task_id, task in tasks.items():
+        domain = task.pop("domain")
+        index.setdefault(domain, []).append(task_id)
+        path = root / "evaluation_examples" / "examples" / domain / f"{task_id}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"id": task_id, **task}))
+    (root / "evaluation_examples" / "test_all.json").write_text(json.dumps(index))
+    return root
+
+
+def test_skip_unsupported_gives_each_skipped_task_one_final_record(tmp_path):
+    lacking = {"func": "no_such_metric", "result": {"type": "vm_file", "path": "/tmp/x", "dest": "x"}}
+    data = osworld_folder(tmp_path / "set", {
+        "a": {"domain": "os", "instruction": "a", "config": [], "evaluator": lacking},
+        "b": {"domain": "gimp", "instruction": "b", "evaluator": {**lacking, "postconfig": [
+            {"type": "no_such_step", "parameters": {}}]}},
+    })
+    out = tmp_path / "out"
+    refused = cli("--data", str(data), "--output-dir", str(out), "--run-id", "r")
+    assert refused.exit_code == 2 and "2 of 2 tasks" in refused.output
+    assert not (out / "r").exists()
+    result = cli("--data", str(data), "--skip-unsupported", "--output-dir", str(out),
+                 "--run-id", "r", "--group-size", "2", "--no-progress")
+    assert result.exit_code == 0, result.output
+    records = [json.loads(l) for l in (out / "r" / "results.jsonl").read_text().splitlines()]
+    assert sorted(r["key"] for r in records) == ["a#0", "a#1", "b#0", "b#1"]
+    assert all(r["status"] == "unsupported" and r["final"] and r["reward"] == 0.0 for r in records)
+    assert "metric no_such_metric, step no_such_step" in next(
+        r for r in records if r["key"] == "b#0")["failure"]["message"]
+    summary = json.loads((out / "r" / "summary.json").read_text())
+    assert summary["finished"] == 4 and summary["success_rate"] == 0.0
+    # a resumed run writes no second record
+    again = cli("--data", str(data), "--skip-unsupported", "--output-dir", str(out),
+                "--run-id", "r", "--group-size", "2", "--resume", "--no-progress")
+    assert again.exit_code == 0, again.output
+    assert len((out / "r" / "results.jsonl").read_text().splitlines()) == 4
+
+
+@pytest.mark.skipif(not all(shutil.which(p) for p in ("Xvfb", "openbox", "xdotool", "wmctrl")),
+                    reason="the desktop packages are missing (./dev installs them)")
+def test_skip_unsupported_runs_the_rest_and_scores_over_the_whole_set(tmp_path):
+    data = osworld_folder(tmp_path / "set", {
+        "runs": {"domain": "os", "instruction": "cannot be done", "config": [],
+                 "evaluator": {"func": "infeasible"}, "reference": ["FAIL"]},
+        "skipped": {"domain": "os", "instruction": "x", "config": [{"type": "no_such_step"}],
+                    "evaluator": {"func": "infeasible"}},
+    })
+    out = tmp_path / "out"
+    result = cli("--data", str(data), "--skip-unsupported", "--output-dir", str(out), "--run-id", "r",
+                 "--num-rollouts", "1", "--no-progress", "--screen-width", "640", "--screen-height", "480")
+    assert result.exit_code == 0, result.output
+    finals = {r["key"]: r for r in map(json.loads, (out / "r" / "results.jsonl").read_text().splitlines())
+              if r["final"]}
+    assert finals["runs#0"]["status"] == "success", finals["runs#0"]
+    assert finals["skipped#0"]["status"] == "unsupported"
+    summary = json.loads((out / "r" / "summary.json").read_text())
+    assert summary["success_rate"] == 0.5
