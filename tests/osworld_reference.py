@@ -46,6 +46,24 @@ def reference(module: str, kind: str = "metrics"):
     _package("desktop_env.evaluators", root / "evaluators")
     _package(f"desktop_env.evaluators.{kind}", root / "evaluators" / kind)
     for name in _UNUSED_IMPORTS.get(module, ()):
-        if importlib.util.find_spec(name) is None:
+        if name not in sys.modules and importlib.util.find_spec(name) is None:
             sys.modules.setdefault(name, types.ModuleType(name))
     return importlib.import_module(f"desktop_env.evaluators.{kind}.{module}")
+
+
+def check_all(cases, run, tmp_path) -> None:
+    """Run ``run(folder, *case)`` for every case, each in its own folder, and fail naming
+    every case whose ``(ours, theirs, wanted)`` disagree. One test for many cases: the
+    per-test leak check of conftest costs more than a case."""
+    failures = []
+    for index, case in enumerate(cases):
+        folder = tmp_path / f"case{index}"
+        folder.mkdir()
+        try:
+            ours, theirs, wanted = run(folder, *case)
+        except Exception as exc:  # report every case, not the first broken one
+            failures.append(f"{index} {case[0]!r}: {type(exc).__name__}: {exc}")
+            continue
+        if ours != theirs or (wanted is None and not 0.0 < ours < 1.0) or (wanted is not None and ours != wanted):
+            failures.append(f"{index} {case[0]!r}: ours {ours}, OSWorld's {theirs}, wanted {wanted}")
+    assert not failures, "\n".join(failures)

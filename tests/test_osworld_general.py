@@ -8,7 +8,7 @@ import sqlite3
 
 import pytest
 
-from osworld_reference import reference
+from osworld_reference import check_all, reference
 from parallel_rollout.envs.osworld.metrics import general
 
 
@@ -75,31 +75,27 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("name, result, expected, options, score", CASES,
-                         ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)])
-def test_general_metric_scores_as_osworld(tmp_path, name, result, expected, options, score):
-    made = files(tmp_path, left_txt="one\ntwo\nthree\n", right_txt="one\n2\nthree\nfour\n",
-                 table_csv="name,age\nann,3\ncid,5\n",
-                 settings_json=json.dumps({"editor": {"size": 14, "font": "Monospace"}}),
-                 broken_json="{nope", conf_yaml="a:\n  b: [1, 2]\n",
-                 log_txt="12:00:01 start\nnothing\n23:59:59 end\n",
-                 a_py="#!/usr/bin/env python\nx = 1\n\n\tif x:\n\t\tprint(x)   \n",
-                 b_py="x = 1\n    if x:\n        print(x)\n")
-    db = sqlite3.connect(tmp_path / "db")
-    db.execute("create table t (v int)")
-    db.executemany("insert into t values (?)", [(1,), (2,), (3,)])
-    db.commit()
-    db.close()
-    made["db"] = str(tmp_path / "db")
+def test_general_metrics_score_as_osworld(tmp_path):
+    def run(folder, name, result, expected, options, score):
+        made = files(folder, left_txt="one\ntwo\nthree\n", right_txt="one\n2\nthree\nfour\n",
+                     table_csv="name,age\nann,3\ncid,5\n",
+                     settings_json=json.dumps({"editor": {"size": 14, "font": "Monospace"}}),
+                     broken_json="{nope", conf_yaml="a:\n  b: [1, 2]\n",
+                     log_txt="12:00:01 start\nnothing\n23:59:59 end\n",
+                     a_py="#!/usr/bin/env python\nx = 1\n\n\tif x:\n\t\tprint(x)   \n",
+                     b_py="x = 1\n    if x:\n        print(x)\n")
+        db = sqlite3.connect(folder / "db")
+        db.execute("create table t (v int)")
+        db.executemany("insert into t values (?)", [(1,), (2,), (3,)])
+        db.commit()
+        db.close()
+        made["db"] = str(folder / "db")
 
-    def resolve(value):
-        return made[value[1:]] if isinstance(value, str) and value.startswith("@") else value
+        def resolve(value):
+            return made[value[1:]] if isinstance(value, str) and value.startswith("@") else value
 
-    args = (resolve(result), resolve(expected))
-    ours = general.METRICS[name](*args, **options)
-    theirs = getattr(reference("general"), name)(*args, **options)
-    assert ours == theirs
-    if score is not None:
-        assert ours == score
-    else:
-        assert 0.0 < ours < 1.0
+        args = (resolve(result), resolve(expected))
+        return (general.METRICS[name](*args, **options),
+                getattr(reference("general"), name)(*args, **options), score)
+
+    check_all(CASES, run, tmp_path)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from osworld_reference import reference
+from osworld_reference import check_all, reference
 from parallel_rollout.envs.osworld.metrics import slides
 
 pptx = pytest.importorskip("pptx")
@@ -151,10 +151,11 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("name, edit, options, score", CASES, ids=[c[0] for c in CASES])
-def test_compare_pptx_files_scores_as_osworld(tmp_path, name, edit, options, score):
-    expected = deck(tmp_path / "expected.pptx", blue if edit == "blue-vs-red" else None)
-    result = deck(tmp_path / "result.pptx", color if edit == "blue-vs-red" else edit)
-    theirs = reference("slides").compare_pptx_files(result, expected, enable_debug=False, **options)
-    ours = slides.compare_pptx_files(result, expected, **options)
-    assert (ours, theirs) == (score, score)
+def test_compare_pptx_files_scores_as_osworld(tmp_path):
+    def run(folder, name, edit, options, score):
+        expected = deck(folder / "expected.pptx", blue if edit == "blue-vs-red" else None)
+        result = deck(folder / "result.pptx", color if edit == "blue-vs-red" else edit)
+        theirs = reference("slides").compare_pptx_files(result, expected, enable_debug=False, **options)
+        return slides.compare_pptx_files(result, expected, **options), theirs, score
+
+    check_all(CASES, run, tmp_path)

@@ -2,7 +2,8 @@
 implements (name -> function called as ``metric(result, expected, **options)``).
 
 Modules: ``general`` (values, text, JSON, lists, accessibility tree), ``table``
-(spreadsheets; ``xlsx`` reads their parts), ``slides`` (presentations), ``rules`` (the value rules several share). The
+(spreadsheets; ``xlsx`` reads their parts), ``slides`` (presentations), ``docs`` and
+``docs_format`` (documents' text and formatting), ``rules`` (the value rules several share). The
 libraries they read files with are the ``[osworld]`` extra, imported only when a metric
 runs, so this registry imports cheaply.
 """
@@ -11,10 +12,10 @@ from __future__ import annotations
 
 from typing import Callable
 
-from . import general, slides, table
+from . import docs, docs_format, general, slides, table
 
 METRICS: dict[str, Callable[..., float]] = {}
-for _module in (general, table, slides):
+for _module in (general, table, slides, docs, docs_format):
     METRICS.update(_module.METRICS)
 
 __all__ = ["METRICS"]
