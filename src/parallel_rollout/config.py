@@ -183,6 +183,8 @@ def load_toml(path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"{path}: invalid TOML: {exc}") from None
     values = {}
     for key, value in raw.items():
+        if key == "task_sets":
+            continue  # the RL schedulers' named task sets (rl.config.load_task_sets)
         name = key.replace("-", "_")
         if name not in _FIELDS or name == "explicit":
             raise ConfigError(f"{path}: unknown key {key!r}; keys are the flag names, e.g. num-vms")

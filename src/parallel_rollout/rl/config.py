@@ -1,0 +1,175 @@
+"""EnvManagerConfig (ROLL's env manager settings) and the task sets its tags name.
+
+``EnvManagerConfig(num_env_groups, group_size, group_size_redundancy, tags,
+num_groups_partition, max_env_num_per_worker)``: ``num_env_groups`` groups run at once,
+split over the tags by ``num_groups_partition`` (an even split when left out); each group is
+``group_size`` members of one task and seed, plus ``group_size_redundancy`` spares of which
+the slowest are cancelled. Every bad value is a ConfigError that names the field.
+
+A tag names a task set: a ``TaskSet(mode, data, tags=…, limit=…)`` given in ``task_sets``
+(Python, or ``[task_sets.NAME]`` tables of a TOML file read by ``load_task_sets``), else a
+built-in set (``FrozenLake``: the shipped lakes, non-slippery 4x4), else a mode's name, which
+stands for that mode with the run config's ``--data``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from ..errors import ConfigError
+
+
+@dataclass(frozen=True)
+class TaskSet:
+    """Where a tag's tasks come from: a mode, its data, and optionally only the tasks that
+    carry every one of ``tags``, at most ``limit`` of them."""
+
+    mode: str
+    data: str | None = None
+    tags: tuple[str, ...] = ()
+    limit: int | None = None
+
+
+#: task sets every scheduler knows by name
+BUILTIN_TASK_SETS = {
+    "FrozenLake": TaskSet("gym", "frozenlake", tags=("4x4", "non-slippery")),
+    "FrozenLakeSlippery": TaskSet("gym", "frozenlake", tags=("4x4", "slippery")),
+    "FrozenLake8x8": TaskSet("gym", "frozenlake", tags=("8x8",)),
+}
+
+
+@dataclass
+class EnvManagerConfig:
+    """ROLL's env manager settings for one scheduler (train, validation, baseline …)."""
+
+    #: groups running at once; None: as many as the engine's concurrency fits
+    num_env_groups: int | None = None
+    group_size: int = 1
+    #: extra members started per group; the first ``group_size`` to finish make the group
+    group_size_redundancy: int = 0
+    #: task set names; None: the run config's mode (with its --data)
+    tags: list[str] | None = None
+    #: groups per tag, in the order of ``tags``; None: an even split
+    num_groups_partition: list[int] | None = None
+    #: env loops per worker process (the engine's --envs-per-worker)
+    max_env_num_per_worker: int | None = None
+    #: tag name -> TaskSet, for tags that are neither built in nor a mode's name
+    task_sets: dict[str, TaskSet] = field(default_factory=dict)
+
+    @property
+    def members(self) -> int:
+        """Members started per group."""
+        return self.group_size + self.group_size_redundancy
+
+    def check(self) -> None:
+        """ConfigError naming the field when a value cannot work."""
+        for name in ("num_env_groups", "max_env_num_per_worker"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ConfigError(f"EnvManagerConfig.{name} must be a whole number of at least 1, got {value!r}")
+        if isinstance(self.group_size, bool) or not isinstance(self.group_size, int) or self.group_size < 1:
+            raise ConfigError(f"EnvManagerConfig.group_size must be a whole number of at least 1, got {self.group_size!r}")
+        redundancy = self.group_size_redundancy
+        if isinstance(redundancy, bool) or not isinstance(redundancy, int) or redundancy < 0:
+            raise ConfigError(f"EnvManagerConfig.group_size_redundancy must be 0 or more, got {redundancy!r}")
+        if self.tags is not None:
+            if isinstance(self.tags, str) or not self.tags or not all(isinstance(t, str) and t for t in self.tags):
+                raise ConfigError(f"EnvManagerConfig.tags must be a non-empty list of names, got {self.tags!r}")
+            doubled = sorted({t for t in self.tags if self.tags.count(t) > 1})
+            if doubled:
+                raise ConfigError(f"EnvManagerConfig.tags names {', '.join(doubled)} twice")
+        partition = self.num_groups_partition
+        if partition is not None:
+            tags = self.tags or ["<the run's mode>"]
+            if not isinstance(partition, (list, tuple)) or not all(
+                    isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in partition):
+                raise ConfigError(f"EnvManagerConfig.num_groups_partition must be a list of counts >= 0, got {partition!r}")
+            if len(partition) != len(tags):
+                raise ConfigError(f"EnvManagerConfig.num_groups_partition has {len(partition)} entries for "
+                                  f"{len(tags)} tags ({', '.join(tags)}); give one count per tag")
+            if self.num_env_groups is not None and sum(partition) != self.num_env_groups:
+                raise ConfigError(f"EnvManagerConfig.num_groups_partition {list(partition)} sums to {sum(partition)}, "
+                                  f"not num_env_groups={self.num_env_groups}")
+            if sum(partition) == 0:
+                raise ConfigError("EnvManagerConfig.num_groups_partition gives no tag a group")
+
+    def partition(self, tags: list[str], num_env_groups: int) -> dict[str, int]:
+        """Groups at once per tag: the given partition, or ``num_env_groups`` split evenly
+        (the first tags get one more when it does not divide), at least one per tag."""
+        if self.num_groups_partition is not None:
+            return dict(zip(tags, self.num_groups_partition))
+        base, extra = divmod(max(num_env_groups, len(tags)), len(tags))
+        return {tag: base + (index < extra) for index, tag in enumerate(tags)}
+
+
+def resolve_task_set(tag: str, config: EnvManagerConfig, run_mode: str, run_data: str | None) -> TaskSet:
+    """The TaskSet a tag stands for; ConfigError saying how to define it when unknown."""
+    from ..envs import mode_names
+
+    if tag in config.task_sets:
+        return config.task_sets[tag]
+    if tag in BUILTIN_TASK_SETS:
+        return BUILTIN_TASK_SETS[tag]
+    if tag in mode_names():
+        if tag != run_mode or run_data is None:
+            raise ConfigError(f"tag {tag!r} is a mode, which stands for that mode with the run config's --data, "
+                              f"but the run config is --mode {run_mode} with --data {run_data}; define it in "
+                              f"EnvManagerConfig.task_sets={{{tag!r}: TaskSet({tag!r}, 'tasks.jsonl')}}")
+        return TaskSet(tag, run_data)
+    known = sorted(set(config.task_sets) | set(BUILTIN_TASK_SETS) | set(mode_names()))
+    raise ConfigError(f"unknown tag {tag!r}: define it in EnvManagerConfig.task_sets (or a [task_sets.{tag}] "
+                      f"table of a TOML file); known: {', '.join(known)}")
+
+
+def load_tasks_of(tag: str, task_set: TaskSet) -> list[Any]:
+    """The tasks of one tag's set, validated; ConfigError/TaskFileError saying which tag."""
+    from ..envs import task_validators
+    from ..tasks import load_tasks
+
+    if task_set.data is None:
+        raise ConfigError(f"tag {tag!r}: its task set (mode {task_set.mode}) has no data")
+    tasks = load_tasks(task_set.data, default_mode=task_set.mode, validators=task_validators())
+    if task_set.tags:
+        tasks = [t for t in tasks if set(task_set.tags) <= set(t.tags)]
+    if task_set.limit:
+        tasks = tasks[: task_set.limit]
+    if not tasks:
+        raise ConfigError(f"tag {tag!r}: no task of {task_set.data} carries the tags {list(task_set.tags)}")
+    return tasks
+
+
+def load_task_sets(path: str | Path) -> dict[str, TaskSet]:
+    """``[task_sets.NAME]`` tables (mode, data, tags, limit) of a TOML file."""
+    from ..config import tomllib
+
+    path = Path(path)
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+    sets: dict[str, TaskSet] = {}
+    for name, table in (raw.get("task_sets") or {}).items():
+        sets[name] = _task_set(table, f"{path}: [task_sets.{name}]")
+    return sets
+
+
+def _task_set(table: Mapping[str, Any], where: str) -> TaskSet:
+    if not isinstance(table, Mapping):
+        raise ConfigError(f"{where} must be a table")
+    unknown = set(table) - {"mode", "data", "tags", "limit"}
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}; keys are mode, data, tags, limit")
+    if not isinstance(table.get("mode"), str):
+        raise ConfigError(f"{where}: 'mode' (a string) is required")
+    data = table.get("data")
+    if data is not None and not isinstance(data, str):
+        raise ConfigError(f"{where}: 'data' must be a string")
+    tags = table.get("tags", [])
+    if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
+        raise ConfigError(f"{where}: 'tags' must be a list of strings")
+    limit = table.get("limit")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise ConfigError(f"{where}: 'limit' must be a whole number of at least 1")
+    return TaskSet(table["mode"], data, tuple(tags), limit)

@@ -1,0 +1,68 @@
+"""EnvManagerConfig: every bad value is a clear error naming the field; the partition of
+groups over tags; what a tag stands for (built-in set, mode + --data, TOML task sets)."""
+
+from __future__ import annotations
+
+import pytest
+
+from parallel_rollout.config import load_toml
+from parallel_rollout.errors import ConfigError
+from parallel_rollout.rl.config import EnvManagerConfig, TaskSet, load_task_sets, load_tasks_of, resolve_task_set
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"group_size": 0}, "group_size must be a whole number of at least 1"),
+    ({"group_size": 2.5}, "group_size must be"),
+    ({"group_size_redundancy": -1}, "group_size_redundancy must be 0 or more"),
+    ({"num_env_groups": 0}, "num_env_groups must be"),
+    ({"max_env_num_per_worker": 0}, "max_env_num_per_worker must be"),
+    ({"tags": "FrozenLake"}, "tags must be a non-empty list"),
+    ({"tags": ["a", "a"]}, "tags names a twice"),
+    ({"num_env_groups": 8, "tags": ["a", "b"], "num_groups_partition": [4, 3]},
+     r"num_groups_partition \[4, 3\] sums to 7, not num_env_groups=8"),
+    ({"num_env_groups": 8, "tags": ["a", "b"], "num_groups_partition": [8]},
+     "has 1 entries for 2 tags"),
+    ({"tags": ["a"], "num_groups_partition": [-1]}, "list of counts >= 0"),
+    ({"tags": ["a", "b"], "num_groups_partition": [0, 0]}, "gives no tag a group"),
+])
+def test_bad_values_name_the_field(kwargs, message):
+    with pytest.raises(ConfigError, match=message):
+        EnvManagerConfig(**kwargs).check()
+
+
+def test_partition_even_split_and_given():
+    config = EnvManagerConfig(num_env_groups=8, tags=["a", "b", "c"])
+    assert config.partition(["a", "b", "c"], 8) == {"a": 3, "b": 3, "c": 2}
+    given = EnvManagerConfig(num_env_groups=8, tags=["a", "b"], num_groups_partition=[6, 2])
+    given.check()
+    assert given.partition(["a", "b"], 8) == {"a": 6, "b": 2}
+    assert EnvManagerConfig(group_size=4, group_size_redundancy=2).members == 6
+
+
+def test_tags_resolve_to_task_sets(tmp_path):
+    config = EnvManagerConfig(task_sets={"mine": TaskSet("gym", "frozenlake", tags=("8x8",))})
+    assert resolve_task_set("FrozenLake", config, "shell", None).mode == "gym"
+    assert resolve_task_set("math", config, "math", "m.jsonl") == TaskSet("math", "m.jsonl")
+    with pytest.raises(ConfigError, match="tag 'math' is a mode.*--mode gym"):
+        resolve_task_set("math", config, "gym", "frozenlake")
+    with pytest.raises(ConfigError, match="unknown tag 'nope'.*task_sets"):
+        resolve_task_set("nope", config, "gym", None)
+    lakes = load_tasks_of("mine", config.task_sets["mine"])
+    assert lakes and all("8x8" in t.tags for t in lakes)
+    plain = load_tasks_of("FrozenLake", resolve_task_set("FrozenLake", config, "gym", None))
+    assert len(plain) == 17 and all("4x4" in t.tags and not t.get("is_slippery") for t in plain)
+    with pytest.raises(ConfigError, match="no task of frozenlake carries"):
+        load_tasks_of("x", TaskSet("gym", "frozenlake", tags=("16x16",)))
+
+
+def test_task_sets_from_the_toml_config(tmp_path):
+    path = tmp_path / "run.toml"
+    path.write_text('num-rollouts = 2\n[task_sets.lakes]\nmode = "gym"\ndata = "frozenlake"\ntags = ["8x8"]\nlimit = 2\n')
+    assert load_toml(path) == {"num_rollouts": 2}  # the batch config ignores the table
+    assert load_task_sets(path) == {"lakes": TaskSet("gym", "frozenlake", ("8x8",), 2)}
+    path.write_text('[task_sets.lakes]\ndata = "frozenlake"\n')
+    with pytest.raises(ConfigError, match=r"\[task_sets.lakes\]: 'mode' \(a string\) is required"):
+        load_task_sets(path)
+    path.write_text('[task_sets.lakes]\nmode = "gym"\nsize = 3\n')
+    with pytest.raises(ConfigError, match="unknown key.*size"):
+        load_task_sets(path)
