@@ -270,5 +270,17 @@ def sweep(provider_name: str, run_id: str | None) -> None:
     click.echo(f"removed {len(removed)} {provider_name} VM(s)" + (": " + ", ".join(removed) if removed else ""))
 
 
+@main.command("report")
+@click.argument("run_dir", type=click.Path(file_okay=False))
+@click.option("--output", "-o", type=click.Path(dir_okay=False),
+              help="Where to write the page (default: RUN_DIR/report.html; screenshots are linked "
+                   "relative to the run folder).")
+def report_cmd(run_dir: str, output: str | None) -> None:
+    """Write the self-contained HTML report of a run folder and print its path."""
+    from .report.html import write_report
+
+    click.echo(write_report(run_dir, output))
+
+
 if __name__ == "__main__":
     main()

@@ -1,7 +1,7 @@
 """The end of a run: write its report files, then judge it against the run's gates.
 
 ``after_run`` is the one call the runner makes once ``summary.json`` is written. It writes
-``--junit-xml`` when asked (for every run, finished or not), then, for a run that finished
+``report.html`` and ``--junit-xml`` when asked (for every run, finished or not), then, for a run that finished
 (exit 0), applies the gates a nightly job sets:
 
 * ``--fail-under RATE``: the success rate (final samples) below RATE → exit 3;
@@ -22,6 +22,7 @@ from typing import Any
 
 from ..exit_codes import EXIT_BELOW_THRESHOLD, EXIT_OK, EXIT_REGRESSION
 from .compare import compare_runs, format_comparison
+from .html import write_report
 from .junit import write_junit
 from .run_data import RunData
 
@@ -81,6 +82,10 @@ def after_run(config: Any, run_dir: Path, exit_code: int, message: str) -> tuple
     except Exception:  # noqa: BLE001 - a report must never cost the run its lock release
         log.exception("cannot read %s back for its report", run_dir)
         return exit_code, message
+    try:
+        write_report(data)
+    except Exception:  # noqa: BLE001
+        log.exception("cannot write %s", run_dir / "report.html")
     if config.junit_xml:
         try:
             write_junit(data, config.junit_xml)

@@ -1,0 +1,202 @@
+"""``report.html``: one self-contained page per run, readable from disk with no server.
+
+Everything is in the file: the stylesheet and script (``page_assets``), the charts as
+inline SVG (``charts``), the sample rows and the embedded trajectories as JSON in a
+``<script type="application/json">`` element. Only screenshots are linked, not embedded:
+they are files of the run folder, next to report.html, so the page still needs no network.
+
+``write_report(run_dir)`` is what the runner calls at the end of every run and what
+``parallel-rollout report RUN_DIR`` calls on demand.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+from html import escape
+from pathlib import Path
+from typing import Any
+
+from . import charts, model
+from .page_assets import CSS, JS
+from .run_data import RunData
+
+_VM_STATES = ("booting", "idle", "leased", "resetting", "dead")
+_OUTCOMES = ("success", "failure", "infra")
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1%}"
+
+
+def _num(value: Any) -> str:
+    return "-" if value is None else (f"{value:g}" if isinstance(value, float) else str(value))
+
+
+def _ci(ci: tuple[float, float] | None) -> str:
+    return "" if ci is None else f"95% CI {ci[0]:.1%}–{ci[1]:.1%}"
+
+
+def _card(metric: str, value: Any, shown: str, label: str, note: str = "") -> str:
+    raw = "" if value is None else json.dumps(value)
+    return (f'<div class="card"><div class="v" data-metric="{metric}" data-value="{escape(raw)}">{escape(shown)}</div>'
+            f'<div class="l">{escape(label)}</div><div class="l">{escape(note)}</div></div>')
+
+
+def _headline_html(head: dict[str, Any]) -> str:
+    cards = [
+        _card("success_rate", head.get("success_rate"), _pct(head.get("success_rate")), "success rate",
+              _ci(head.get("success_ci"))),
+        _card("mean_reward", head.get("mean_reward"), _num(head.get("mean_reward")), "mean reward"),
+        _card("finished", head.get("finished"), f"{head.get('finished')}/{head.get('total_samples')}",
+              "samples finished", f"{head.get('successes')} succeeded"),
+        _card("attempts", head.get("attempts"), _num(head.get("attempts")), "attempts",
+              f"{head.get('retried_attempts')} retried"),
+    ]
+    for name, value in head["pass_at_k"].items():
+        cards.append(_card(name, value, _num(value), name, "unbiased estimator"))
+    wall = (head.get("timing_s") or {}).get("wall")
+    cards.append(_card("wall", wall, charts._fmt_s(wall) if wall is not None else "-", "wall time"))
+    parts = [f'<div class="cards">{"".join(cards)}</div>']
+    statuses = head.get("status_counts") or {}
+    parts.append('<p>statuses: ' + (", ".join(f'<span data-status="{escape(k)}">{escape(k)} {v}</span>'
+                                              for k, v in statuses.items()) or "none") + "</p>")
+    for title, rows, key in (("per mode", head["per_mode"], "mode"), ("per tag", head["per_tag"], "tag")):
+        if not rows:
+            continue
+        body = "".join(
+            f'<tr data-{key}="{escape(name)}"><td>{escape(name)}</td><td class="num">{row.get("finished")}</td>'
+            f'<td class="num">{_num(row.get("successes"))}</td>'
+            f'<td class="num" data-value="{escape(json.dumps(row.get("success_rate")))}">{_pct(row.get("success_rate"))}</td>'
+            f'<td>{_ci(row.get("ci"))}</td><td class="num">{_num(row.get("mean_reward"))}</td></tr>'
+            for name, row in rows.items())
+        parts.append(f'<h3>{title}</h3><table class="per-{key}"><tr><th>{key}</th><th class="num">finished</th>'
+                     f'<th class="num">successes</th><th class="num">success rate</th><th>interval</th>'
+                     f'<th class="num">mean reward</th></tr>{body}</table>')
+    return "".join(parts)
+
+
+def _failures_html(groups: list[dict[str, Any]]) -> str:
+    if not groups:
+        return '<p class="muted">no failed samples</p>'
+    parts = []
+    for group in groups:
+        kind = "infrastructure" if group["infrastructure"] else "graded"
+        items = "".join(
+            f'<li><span class="num">{m["count"]}×</span> <span class="msg">{escape(m["message"])}</span> '
+            + " ".join(f'<a href="#sample={escape(k)}" class="sample-link">{escape(k)}</a>' for k in m["keys"])
+            + "</li>" for m in group["messages"])
+        more = f'<li class="muted">{group["more_messages"]} more messages</li>' if group["more_messages"] else ""
+        parts.append(f'<details class="fail" data-type="{escape(group["type"])}" open><summary>'
+                     f'<b>{escape(group["type"])}</b> ({kind}): {group["count"]} samples</summary>'
+                     f"<ul>{items}{more}</ul></details>")
+    return "".join(parts)
+
+
+def _runner_events_html(data: RunData) -> str:
+    events = [e for e in data.events if e.get("event") not in (None, "vm")]
+    if not events:
+        return '<p class="muted">no retries, worker deaths or timeouts</p>'
+    t0 = events[0].get("time") or 0
+    rows = "".join(
+        f'<tr><td class="num">{charts._fmt_s((e.get("time") or t0) - t0)}</td><td>{escape(str(e.get("event")))}</td>'
+        f'<td>{escape(str(e.get("worker") or ""))}</td><td>{escape(str(e.get("task") or ""))}</td>'
+        f'<td class="msg">{escape(str(e.get("reason") or "")[:300])}</td></tr>' for e in events[:500])
+    more = f'<p class="muted">{len(events) - 500} more in events.jsonl</p>' if len(events) > 500 else ""
+    return (f'<table class="runner-events"><tr><th class="num">at</th><th>event</th><th>worker</th><th>sample</th>'
+            f"<th>reason</th></tr>{rows}</table>{more}")
+
+
+def _timelines_html(data: RunData) -> str:
+    span = model.time_span(data)
+    if span is None:
+        return '<p class="muted">nothing recorded yet</p>'
+    t0, t1 = span
+    vms = model.vm_segments(data, t1)
+    workers = model.worker_segments(data)
+    parts = ["<h3>VMs</h3>"]
+    if vms:
+        parts += [charts.legend(_VM_STATES), '<div class="timeline-wrap">',
+                  charts.timeline_svg(vms, t0, t1, kind="vm"), "</div>"]
+    else:
+        parts.append('<p class="muted">this mode runs without VMs</p>')
+    parts += ["<h3>Workers (env loops)</h3>", charts.legend(_OUTCOMES), '<div class="timeline-wrap">',
+              charts.timeline_svg(workers, t0, t1, kind="worker"), "</div>"]
+    return "".join(parts)
+
+
+def _distributions_html(data: RunData, head: dict[str, Any]) -> str:
+    timing = head.get("timing_s") or {}
+    parts = []
+    for name, field, label in (("rollout", "duration_s", "rollout time"), ("lease_wait", "lease_wait_s", "lease wait")):
+        values = [r[field] for r in data.records if isinstance(r.get(field), (int, float))]
+        stats = timing.get(name) or {}
+        markers = {p: stats.get(p) for p in ("p50", "p90", "p99") if stats.get(p) is not None}
+        figures = ", ".join(f"{p} {charts._fmt_s(v)}" for p, v in markers.items())
+        parts.append(f'<div style="display:inline-block;margin-right:24px"><h3>{label}</h3>'
+                     f'{charts.histogram_svg(values, label=label, markers=markers)}'
+                     f'<div class="muted">{len(values)} attempts; {figures}</div></div>')
+    return "".join(parts)
+
+
+def _samples_html() -> str:
+    headers = [("key", "sample", ""), ("status", "status", ""), ("reward", "reward", "num"),
+               ("turns", "turns", "num"), ("duration_s", "time (s)", "num"), ("lease_wait_s", "lease wait (s)", "num"),
+               ("vm", "VM", ""), ("worker", "worker", ""), ("attempts", "attempts (trajectories)", ""),
+               ("message", "failure message", "")]
+    ths = "".join(f'<th class="{cls} {"sortable" if col not in ("attempts",) else ""}" data-col="{col}">{label}</th>'
+                  for col, label, cls in headers)
+    outcomes = "".join(f'<option value="{o}">{o}</option>' for o in (*_OUTCOMES, "unfinished"))
+    return (f'<div class="pager"><select id="f-outcome"><option value="">every outcome</option>{outcomes}</select>'
+            '<input type="search" id="f-text" placeholder="filter: key, status, message, tag">'
+            '<button id="prev">&larr; previous</button><button id="next">next &rarr;</button>'
+            '<select id="f-size"><option>50</option><option>200</option><option>1000</option></select>'
+            '<span id="page-info"></span></div>'
+            f'<table id="samples"><thead><tr>{ths}</tr></thead><tbody id="samples-body"></tbody></table>')
+
+
+def render(data: RunData) -> str:
+    """The whole page of a run, as one string."""
+    head = model.headline(data)
+    columns, rows = model.sample_rows(data)
+    payload = {"columns": columns, "rows": rows, "trajectories": model.trajectories(data)}
+    # "</" would end the script element early; "<\/" means the same in JSON strings
+    blob = json.dumps(payload, ensure_ascii=False, separators=(",", ":"), default=str)
+    blob = blob.replace("</", "<\\/").replace("<!--", "<\\u0021--")
+    started = data.started_at
+    when = datetime.datetime.fromtimestamp(started).strftime("%Y-%m-%d %H:%M:%S") if started else "-"
+    cfg = data.config
+    meta = " · ".join(escape(str(x)) for x in (
+        f"mode {data.mode}", f"agent {cfg.get('agent', '-')}", f"provider {cfg.get('provider_name', '-')}",
+        f"data {os.path.basename(str(cfg.get('data') or '-'))}", f"started {when}", f"status {data.status()}"))
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>run {escape(data.run_id)} · parallel-rollout report</title>
+<style>{CSS}</style></head>
+<body>
+<header><h1>run <span id="run-id">{escape(data.run_id)}</span></h1><div class="meta">{meta}</div></header>
+<main>
+<section id="headline"><h2>Headline</h2>{_headline_html(head)}</section>
+<section id="failures"><h2>Failures by type</h2>{_failures_html(model.failure_groups(data))}</section>
+<section id="timelines"><h2>Timelines</h2>{_timelines_html(data)}</section>
+<section id="distributions"><h2>Distributions</h2>{_distributions_html(data, head)}</section>
+<section id="samples-section"><h2>Samples</h2>{_samples_html()}</section>
+<section id="events"><h2>Runner events</h2>{_runner_events_html(data)}</section>
+</main>
+<div id="traj"><button class="close" id="traj-close">close</button><div id="traj-content"></div></div>
+<script type="application/json" id="report-data">{blob}</script>
+<script>{JS}</script>
+</body></html>
+"""
+
+
+def write_report(run: RunData | str | Path, output: str | Path | None = None) -> Path:
+    """Write ``report.html`` of a run (folder) into its folder, or to ``output``; whole or not at all."""
+    data = run if isinstance(run, RunData) else RunData.load(run)
+    path = Path(output) if output is not None else data.run_dir / "report.html"
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(render(data), encoding="utf-8")
+    os.replace(tmp, path)
+    return path

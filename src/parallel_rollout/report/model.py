@@ -1,0 +1,225 @@
+"""What the HTML report shows, computed from a run folder: plain data, no markup.
+
+* ``headline``: the numbers of summary.json (success rate, mean reward, pass@k, per mode and
+  tag) with a Wilson 95% interval beside every rate; a folder without summary.json (a run
+  killed hard) is summarised from its records the same way the runner would.
+* ``failure_groups``: final non-successes by type (status), then by message, with counts and
+  a few sample keys each.
+* ``vm_segments`` / ``worker_segments``: the timelines, as (row, start, end, state) from
+  events.jsonl (one row per VM) and from the attempts' start and end (one row per env loop).
+* ``sample_rows``: one compact row per sample for the paged table, each naming its attempts'
+  trajectories; ``trajectories`` embeds the turns of as many attempts as a size budget
+  allows (the table links to the raw file for the rest).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from ..results import summarize
+from .run_data import RunData
+from .stats import wilson_interval
+
+#: characters of one observation or action kept in the embedded trajectory
+TURN_TEXT_LIMIT = 2000
+#: total characters of embedded trajectories; a 10,000-sample report stays a few MB
+TRAJECTORY_BUDGET = 8_000_000
+#: files in an attempt's extra folder shown as images (desktop modes' screenshots)
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".gif", ".webp")
+
+
+def headline(data: RunData) -> dict[str, Any]:
+    """summary.json's numbers, each rate with its Wilson interval."""
+    summary = data.summary
+    if summary is None:
+        summary = summarize(data.records, total_samples=len({r["key"] for r in data.records}),
+                            pool_stats=None, started_at=data.started_at or time.time())
+        summary["run_id"] = data.run_id
+    out = dict(summary)
+    out["success_ci"] = wilson_interval(summary.get("successes") or 0, summary.get("finished") or 0)
+    finals = list(data.finals.values())
+    per_mode = {}
+    for mode, row in (summary.get("per_mode") or {}).items():
+        per_mode[mode] = {**row, "ci": wilson_interval(row.get("successes") or 0, row.get("finished") or 0)}
+    per_tag = {}
+    for tag, row in (summary.get("per_tag") or {}).items():
+        tagged = [r for r in finals if tag in (r.get("tags") or [])]
+        successes = sum(1 for r in tagged if r.get("success"))
+        mean_reward = round(sum(r.get("reward") or 0.0 for r in tagged) / len(tagged), 4) if tagged else None
+        per_tag[tag] = {"mean_reward": mean_reward, **row, "successes": successes,
+                        "ci": wilson_interval(successes, row.get("finished") or 0)}
+    out["per_mode"], out["per_tag"] = per_mode, per_tag
+    out["pass_at_k"] = {k: v for k, v in summary.items() if k.startswith("pass@")}
+    return out
+
+
+def _message(record: dict[str, Any]) -> str:
+    failure = record.get("failure") or {}
+    if failure.get("message"):
+        return str(failure["message"])[:300]
+    details = record.get("eval")
+    if details:
+        return json.dumps(details, ensure_ascii=False, default=str)[:300]
+    return f"{record.get('status')} with reward {record.get('reward')}"
+
+
+def failure_groups(data: RunData, examples: int = 5) -> list[dict[str, Any]]:
+    """Final failures by type, most common first; each with its messages, most common first."""
+    by_type: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for record in data.finals.values():
+        if not record.get("success"):
+            by_type[str(record.get("status"))].append(record)
+    groups = []
+    for status, records in sorted(by_type.items(), key=lambda item: (-len(item[1]), item[0])):
+        by_message: dict[str, list[str]] = defaultdict(list)
+        for record in records:
+            by_message[_message(record)].append(record["key"])
+        messages = [{"message": m, "count": len(keys), "keys": sorted(keys)[:examples]}
+                    for m, keys in sorted(by_message.items(), key=lambda item: (-len(item[1]), item[0]))]
+        groups.append({"type": status, "count": len(records),
+                       "infrastructure": any(r.get("infrastructure") for r in records),
+                       "messages": messages[:20], "more_messages": max(0, len(messages) - 20)})
+    return groups
+
+
+def time_span(data: RunData) -> tuple[float, float] | None:
+    """(first, last) moment the run folder records, seconds since the epoch."""
+    moments = [e["time"] for e in data.events if isinstance(e.get("time"), (int, float))]
+    for record in data.records:
+        for name in ("started_at", "ended_at"):
+            if isinstance(record.get(name), (int, float)):
+                moments.append(record[name])
+    if not moments:
+        return None
+    return min(moments), max(moments)
+
+
+def vm_segments(data: RunData, end: float) -> dict[str, list[tuple[float, float, str]]]:
+    """VM id -> its states over time, from the pool's transitions in events.jsonl."""
+    rows: dict[str, list[tuple[float, float, str]]] = {}
+    current: dict[str, tuple[float, str]] = {}
+    for event in data.events:
+        vm, to, at = event.get("vm"), event.get("to"), event.get("time")
+        if event.get("event") != "vm" or not vm or not to or not isinstance(at, (int, float)):
+            continue
+        rows.setdefault(vm, [])
+        if vm in current:
+            since, state = current[vm]
+            rows[vm].append((since, at, state))
+        current[vm] = (at, to)
+    for vm, (since, state) in current.items():
+        rows[vm].append((since, max(end, since), state))
+    return dict(sorted(rows.items(), key=lambda item: _natural(item[0])))
+
+
+def worker_segments(data: RunData) -> dict[str, list[tuple[float, float, str, str]]]:
+    """Env loop (``w0`` or ``w0.1``) -> its attempts: (start, end, outcome, key)."""
+    multi_slot = any((r.get("slot") or 0) > 0 for r in data.records)
+    rows: dict[str, list[tuple[float, float, str, str]]] = defaultdict(list)
+    for record in data.records:
+        start, end = record.get("started_at"), record.get("ended_at")
+        if not isinstance(start, (int, float)) or not isinstance(end, (int, float)):
+            continue
+        row = str(record.get("worker") or "?")
+        if multi_slot and record.get("slot") is not None:
+            row += f".{record['slot']}"
+        rows[row].append((start, end, outcome_class(record), record["key"]))
+    return dict(sorted(rows.items(), key=lambda item: _natural(item[0])))
+
+
+def outcome_class(record: dict[str, Any]) -> str:
+    """success, failure (graded) or infra (an infrastructure failure): the colour of a cell."""
+    if record.get("success"):
+        return "success"
+    return "infra" if record.get("infrastructure") else "failure"
+
+
+def _natural(name: str) -> tuple:
+    """vm-2 before vm-10."""
+    head = name.rstrip("0123456789.")
+    tail = name[len(head):]
+    try:
+        return (head, [int(part) for part in tail.split(".") if part])
+    except ValueError:
+        return (name, [])
+
+
+def sample_rows(data: RunData) -> tuple[list[str], list[list[Any]]]:
+    """Columns and one row per sample (its final record, else its last attempt)."""
+    attempts: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for record in data.records:
+        attempts[record["key"]].append(record)
+    finals = data.finals
+    columns = ["key", "task", "mode", "status", "outcome", "reward", "turns", "duration_s",
+               "lease_wait_s", "vm", "worker", "attempts", "tags", "message"]
+    rows = []
+    for key in sorted(attempts, key=_natural):
+        tries = attempts[key]
+        record = finals.get(key) or tries[-1]
+        rows.append([
+            key, record.get("task_id"), record.get("mode"),
+            record.get("status") if key in finals else f"unfinished ({record.get('status')})",
+            outcome_class(record) if key in finals else "unfinished",
+            record.get("reward"), record.get("turns"), record.get("duration_s"), record.get("lease_wait_s"),
+            record.get("vm"), record.get("worker"),
+            [[t.get("attempt"), t.get("status"), t.get("trajectory")] for t in tries],
+            record.get("tags") or [],
+            "" if record.get("success") else _message(record)[:200],
+        ])
+    return columns, rows
+
+
+def _clip(value: Any) -> Any:
+    if isinstance(value, str):
+        return value if len(value) <= TURN_TEXT_LIMIT else value[:TURN_TEXT_LIMIT] + f"… ({len(value)} chars)"
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    return value if len(text) <= TURN_TEXT_LIMIT else text[:TURN_TEXT_LIMIT] + f"… ({len(text)} chars)"
+
+
+def trajectories(data: RunData, budget: int = TRAJECTORY_BUDGET) -> dict[str, dict[str, Any]]:
+    """Trajectory path -> its turns (clipped) and images, while the budget lasts."""
+    out: dict[str, dict[str, Any]] = {}
+    used = 0
+    for record in data.records:
+        rel = record.get("trajectory")
+        if not rel or rel in out:
+            continue
+        path = data.run_dir / rel
+        turns = _read_turns(path)
+        if turns is None:
+            continue
+        entry = {"turns": [{name: _clip(value) for name, value in turn.items()} for turn in turns],
+                 "images": _images(path.with_suffix(""), data.run_dir)}
+        size = len(json.dumps(entry, ensure_ascii=False, default=str))
+        if used + size > budget:
+            break
+        used += size
+        out[rel] = entry
+    return out
+
+
+def _read_turns(path: Path) -> list[dict[str, Any]] | None:
+    try:
+        raw = path.read_bytes()
+    except OSError:
+        return None
+    turns = []
+    for line in raw.split(b"\n"):
+        if line.strip():
+            try:
+                turns.append(json.loads(line))
+            except ValueError:
+                turns.append({"unreadable line": line[:200].decode("utf-8", "replace")})
+    return turns
+
+
+def _images(folder: Path, run_dir: Path) -> list[str]:
+    """Screenshots of an attempt (its extra folder), relative to the run folder, in step order."""
+    if not folder.is_dir():
+        return []
+    files = [p for p in folder.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES]
+    return [str(p.relative_to(run_dir)) for p in sorted(files, key=lambda p: _natural(p.stem))]

@@ -1,0 +1,137 @@
+"""report.html of real runs, opened in headless Chromium (Debian's package) through Playwright.
+
+The page is checked as a person would read it: the headline numbers are summary.json's, the
+VM timeline has one row per VM of events.jsonl, a trajectory link opens that attempt's turns,
+the sample table pages, and nothing is logged to the console. A screenshot of the page is
+kept in the test's tmp folder (its path is printed).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from conftest import ROOT, shell_task, write_tasks
+from parallel_rollout.cli import main
+from parallel_rollout.config import build_config
+from parallel_rollout.runner import Runner
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
+                  "--disable-component-update", "--disable-sync"]
+
+
+@pytest.fixture(scope="module")
+def shell_run(tmp_path_factory):
+    """A real pooled shell run: 26 tasks × 2 samples, some failing, one printing </script>."""
+    tmp = tmp_path_factory.mktemp("report-run")
+    tasks = [shell_task(f"t{i:02d}", tags=["even" if i % 2 == 0 else "odd"]) for i in range(23)]
+    tasks += [shell_task(f"bad{i}", reference=["echo '</script><script>alert(1)</script>'"]) for i in range(3)]
+    data = write_tasks(tmp / "tasks.jsonl", tasks)
+    outcome = Runner(build_config(dict(mode="shell", data=str(data), output_dir=str(tmp / "out"), run_id="r",
+                                       num_rollouts=2, num_vms=2, use_vm_pool=True, group_size=2,
+                                       progress=False))).run()
+    assert outcome.exit_code == 0, outcome.message
+    return outcome.run_dir
+
+
+@pytest.fixture
+def page(tmp_path):
+    """A page of a fresh headless Chromium; console errors and page errors collected."""
+    playwright_api = pytest.importorskip("playwright.sync_api")
+    assert Path(CHROMIUM).exists(), "Debian's chromium is missing: ./dev test installs it"
+    with playwright_api.sync_playwright() as pw:
+        context = pw.chromium.launch_persistent_context(
+            str(tmp_path / "chromium-profile"), executable_path=CHROMIUM, headless=True, args=CHROMIUM_FLAGS,
+            viewport={"width": 1300, "height": 900})
+        try:
+            pg = context.new_page()
+            pg.errors = []
+            pg.on("console", lambda m: pg.errors.append(m.text) if m.type == "error" else None)
+            pg.on("pageerror", lambda e: pg.errors.append(str(e)))
+            yield pg
+        finally:
+            context.close()
+
+
+def open_report(page, run_dir: Path):
+    page.goto((run_dir / "report.html").as_uri())
+    page.wait_for_selector("body[data-ready='1']", timeout=15000)
+
+
+def test_report_of_a_real_run_in_chromium(shell_run, page, tmp_path):
+    run_dir = shell_run
+    summary = json.loads((run_dir / "summary.json").read_text())
+    open_report(page, run_dir)
+    shot = tmp_path / "report.png"
+    page.screenshot(path=str(shot), full_page=True)
+    print(f"\n[report] screenshot: {shot}")
+
+    # headline numbers are summary.json's
+    def metric(name):
+        return json.loads(page.get_attribute(f"[data-metric='{name}']", "data-value"))
+    assert metric("success_rate") == summary["success_rate"] == round(46 / 52, 4)
+    assert metric("mean_reward") == summary["mean_reward"]
+    assert metric("pass@1") == summary["pass@1"] and metric("pass@2") == summary["pass@2"]
+    assert page.text_content("[data-metric='success_rate']") == f"{summary['success_rate']:.1%}"
+    assert "95% CI" in page.text_content("#headline")
+    assert json.loads(page.get_attribute("tr[data-tag='even'] td[data-value]", "data-value")) == \
+        summary["per_tag"]["even"]["success_rate"]
+    assert page.locator("details.fail[data-type='failure']").count() == 1
+    assert "6 samples" in page.text_content("details.fail[data-type='failure'] summary")
+
+    # one timeline row per VM of events.jsonl, one per worker
+    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    vms = sorted({e["vm"] for e in events if e.get("event") == "vm"})
+    rows = page.eval_on_selector_all("svg[data-kind='vm'] g.row", "els => els.map(e => e.dataset.row)")
+    assert sorted(rows) == vms == ["vm-0", "vm-1"]
+    assert page.locator("svg[data-kind='vm'] rect.s-leased").count() > 0
+    assert page.locator("svg[data-kind='worker'] g.row").count() == 2
+
+    # the table pages: 52 samples, 50 a page
+    assert page.text_content("#page-info").startswith("page 1 of 2 (52 of 52")
+    assert page.locator("#samples-body tr").count() == 50
+    page.click("#next")
+    assert page.locator("#samples-body tr").count() == 2
+    page.select_option("#f-outcome", "failure")
+    assert page.locator("#samples-body tr").count() == 6
+
+    # a trajectory link opens its turns
+    page.click("#samples-body tr[data-key='bad1#1'] a.traj-link")
+    page.wait_for_selector("#traj.open")
+    turns = [json.loads(line) for line in
+             (run_dir / "trajectories" / "bad1" / "1" / "attempt-0.jsonl").read_text().splitlines()]
+    text = page.text_content("#traj-content")
+    assert f"{len(turns)} turns" in text and "turn 1" in text
+    assert "</script><script>alert(1)</script>" in text  # shown as text, not run
+    page.click("#traj-close")
+    assert not page.is_visible("#traj")
+    assert page.errors == []
+
+
+def test_report_is_self_contained(shell_run):
+    html = (shell_run / "report.html").read_text()
+    assert not re.search(r"<(script|link|img)[^>]+(src|href)=\"?https?:", html)
+    assert "@import" not in html and "url(http" not in html
+    assert re.findall(r"https?://[^\s\"'<]+", html) == ["http://www.w3.org/2000/svg"] * html.count(
+        "http://www.w3.org/2000/svg")
+
+
+def test_report_command_on_a_run_without_vms(tmp_path):
+    """math mode needs no VM: the page says so, and ``report`` rewrites it on demand."""
+    result = CliRunner().invoke(main, ["run", "--mode", "math", "--data", str(ROOT / "benchmarks" / "math_tasks.jsonl"),
+                                       "--limit", "3", "--num-rollouts", "1", "--output-dir", str(tmp_path),
+                                       "--run-id", "m", "--no-progress"])
+    assert result.exit_code == 0, result.output
+    report = tmp_path / "m" / "report.html"
+    report.unlink()
+    again = CliRunner().invoke(main, ["report", str(tmp_path / "m")])
+    assert again.exit_code == 0 and again.output.strip() == str(report)
+    assert "this mode runs without VMs" in report.read_text()
+    missing = CliRunner().invoke(main, ["report", str(tmp_path / "nothing")])
+    assert missing.exit_code == 2 and "not a run folder" in missing.output
