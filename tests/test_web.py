@@ -161,3 +161,113 @@ def test_cli_runs_the_oracle(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     summary = json.loads((tmp_path / "out" / "cli" / "summary.json").read_text())
     assert summary["successes"] == 2
+
+
+# -- resets ------------------------------------------------------------------------------------
+
+_STATE = ("JSON.stringify({local: localStorage.getItem('carried'), session: sessionStorage.getItem('carried'), "
+          "cookie: document.cookie})")
+_OPEN_PAGE = """
+import socket
+s = socket.create_connection(("127.0.0.1", 9222), timeout=10)
+s.sendall(b"PUT /json/new?about:blank HTTP/1.1\\r\\nHost: 127.0.0.1:9222\\r\\nConnection: close\\r\\n\\r\\n")
+print(s.recv(4096).split(b"\\r\\n")[0].decode())
+"""
+
+
+def test_a_reset_leaves_no_browser_state_for_the_next_task(tmp_path):
+    from parallel_rollout.envs.web.env import WebEnv
+    from parallel_rollout.guest.client import GuestClient
+    from parallel_rollout.pool.providers.process import ProcessProvider
+    from parallel_rollout.tasks import Task
+
+    provider = ProcessProvider("webreset", base_dir=tmp_path / "vms")
+    info = provider.start("vm0")
+    try:
+        env = WebEnv(build_config({"mode": "web"}))
+        env.reset(Task(id="a", mode="web", payload={"env": "click-button"}, seed=1), GuestClient(info.address))
+        dirty = env._call({"op": "eval", "expression": "localStorage.setItem('carried', 'yes');"
+                           "sessionStorage.setItem('carried', 'yes');"
+                           "document.cookie = 'carried=yes; max-age=86400; path=/'; " + _STATE}, 30)
+        assert json.loads(dirty["value"]) == {"local": "yes", "session": "yes", "cookie": "carried=yes"}
+        assert "200" in GuestClient(info.address).run_python(_OPEN_PAGE)["output"]
+        assert env._call({"op": "eval", "expression": "1"}, 30)["pages"] == 2
+        # the same VM, reset as the pool resets it on release, then the next task
+        info = provider.reset(info)
+        env = WebEnv(build_config({"mode": "web"}))
+        first = env.reset(Task(id="b", mode="web", payload={"env": "click-button"}, seed=1), GuestClient(info.address))
+        clean = env._call({"op": "eval", "expression": _STATE}, 30)
+        assert json.loads(clean["value"]) == {"local": None, "session": None, "cookie": ""}
+        assert clean["pages"] == 1
+        assert first["utterance"] and first["dom"]
+    finally:
+        provider.stop(info)
+
+
+# -- the openai agent, against the local test server ------------------------------------------
+
+_LINE = re.compile(r"^( *)\[(-?\d+)\] (\S+)(.*?) @(-?\d+),(-?\d+) (\d+)x(\d+)( focused)?$")
+_FIELDS = {"id": "id", "class": "classes", "text": "text", "value": "value", "options": "options"}
+
+
+def read_rendered(text):
+    """The observation back from the prompt's text: utterance and DOM list (refs, nesting)."""
+    utterance = re.search(r"^Task: (.*)$", text, re.MULTILINE).group(1)
+    dom, parents = [], []
+    for line in text.splitlines():
+        match = _LINE.match(line)
+        if not match:
+            continue
+        depth = len(match.group(1)) // 2
+        el = {"ref": int(match.group(2)), "tag": match.group(3), "depth": depth,
+              "parent": parents[depth - 1] if depth else None,
+              "left": int(match.group(5)), "top": int(match.group(6)),
+              "width": int(match.group(7)), "height": int(match.group(8))}
+        rest, decoder = match.group(4).strip(), json.JSONDecoder()
+        while rest:
+            name, _, rest = rest.partition("=")
+            value, end = decoder.raw_decode(rest)
+            el[_FIELDS[name]] = value
+            rest = rest[end:].strip()
+        parents[depth:] = [el["ref"]]
+        dom.append(el)
+    return {"utterance": utterance, "dom": dom, "done": False}
+
+
+def as_call(action):
+    """The BrowserGym-style string of an oracle action."""
+    if action["action"] == "click":
+        return f'click("{action["ref"]}")'
+    if action["action"] == "type":
+        return f'fill("{action["ref"]}", {json.dumps(action["text"])})'
+    if action["action"] == "select":
+        return f'select_option("{action["ref"]}", {json.dumps(action["option"])})'
+    return f'noop({action.get("ms", 500)})'
+
+
+_ENV_OF = (("button.", "click-button"), ("into the text field", "enter-text"),
+           ("from the list", "choose-list"), ("and click Submit", "click-checkboxes"))
+
+
+def web_model(body):
+    """A model that reads the rendered page like the oracle and answers in turn as a ```json
+    block and as a BrowserGym call."""
+    assert body["messages"][0]["content"] == prompts.system_prompt("web")
+    observation = read_rendered(body["messages"][-1]["content"])
+    env = next(env for key, env in _ENV_OF if key in observation["utterance"])
+    action = oracle.next_action(env, observation)
+    turn = sum(1 for m in body["messages"] if m["role"] == "assistant")
+    if turn % 2:
+        return {"reply": f"I will do this next: {as_call(action)}"}
+    return {"reply": f"Next:\n```json\n{json.dumps(action)}\n```"}
+
+
+def test_openai_agent_solves_episodes_through_the_prompt_and_parser(tmp_path, llm_server, monkeypatch):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    server = llm_server(policy=web_model)
+    # a model's turns take longer than MiniWoB's 10 s allow: the tasks give it a minute
+    tasks = [web_task(env, seed=4, time_limit_s=60) for env in QUICK]
+    outcome = run(tmp_path, tasks, agent="openai", model="test-model", base_url=server.url)
+    finals = _check_oracle_run(outcome, tasks)
+    assert len(server.requests) == sum(r["turns"] for r in finals.values())
+    assert any(r["turns"] >= 3 for r in finals.values())  # some episodes used both reply forms

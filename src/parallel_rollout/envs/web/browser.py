@@ -12,7 +12,8 @@ guest with each ``/run_python`` call, followed by one call of ``main(request)``:
 ``start`` unpacks the MiniWoB files into the VM's home, starts the loopback file server and
 Chromium (its profile under the home, so a VM reset takes cookies, local storage and pages
 with it), opens the task's page, seeds MiniWoB's random generator and starts the episode.
-``act`` carries out one action; ``observe`` reads the page. Each answers one JSON line after
+``act`` carries out one action; ``observe`` reads the page; ``eval`` (tests, debugging)
+evaluates an expression in it. Each answers one JSON line after
 ``MARKER``: the utterance, the DOM as a flat element list, MiniWoB's reward globals, and a PNG
 screenshot (base64) when asked.
 
@@ -183,9 +184,11 @@ def _wait(predicate, timeout, what):
 
 
 def _page_socket(timeout=10.0):
+    """A connection to the task's page (the first page when none shows it yet)."""
     pages = _wait(lambda: [t for t in _http_json("/json/list") if t.get("type") == "page"],
                   timeout, "no page target on the DevTools port")
-    return Socket(pages[0]["webSocketDebuggerUrl"], timeout=timeout)
+    ours = [t for t in pages if t.get("url", "").startswith(f"http://127.0.0.1:{HTTP_PORT}/")]
+    return Socket((ours or pages)[0]["webSocketDebuggerUrl"], timeout=timeout)
 
 
 def start(req):
@@ -400,6 +403,9 @@ def main(req):
                     error = str(exc)
             answer = observe(ws, req)
             answer["error"] = error
+            if req["op"] == "eval":  # for tests and debugging: not an agent's action
+                answer["value"] = _eval(ws, req["expression"])
+                answer["pages"] = len([t for t in _http_json("/json/list") if t.get("type") == "page"])
     except Exception as exc:  # noqa: BLE001 - everything goes back to the host
         answer = {"fatal": f"{type(exc).__name__}: {exc}"}
     sys.stdout.write("\n" + MARKER + json.dumps(answer) + "\n")
