@@ -129,6 +129,17 @@ def assert_exactly_once(run_dir: Path, keys: set[str]) -> dict[str, dict]:
     return {k: v[0] for k, v in finals.items()}
 
 
+def max_overlap(records: list[dict]) -> int:
+    """The most attempts running at one moment, from the records' start and end times."""
+    points = sorted([(r["started_at"], 1) for r in records] + [(r["ended_at"], -1) for r in records],
+                    key=lambda p: (p[0], p[1]))
+    level = peak = 0
+    for _, delta in points:
+        level += delta
+        peak = max(peak, level)
+    return peak
+
+
 def shell_task(task_id: str, **extra) -> dict:
     """A small passing shell task."""
     task = {"id": task_id, "mode": "shell", "instruction": f"create {task_id}",

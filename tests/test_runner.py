@@ -14,7 +14,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import ROOT, SHELL_TASKS, assert_exactly_once, leftover_sandboxes, read_results, shell_task, write_tasks
+from conftest import (ROOT, SHELL_TASKS, assert_exactly_once, leftover_sandboxes, max_overlap, read_results,
+                      shell_task, write_tasks)
 from parallel_rollout.config import build_config
 from parallel_rollout.pool.providers.process import ProcessProvider
 from parallel_rollout.runner import Runner
@@ -55,16 +56,6 @@ def test_200_tasks_eight_workers_three_vms_two_loops(tmp_path):
     assert len({r["worker"] for r in finals.values()}) == 8
     assert {r["slot"] for r in finals.values()} == {0, 1}
     assert outcome.summary["vm"]["resets"] >= 199
-
-
-def max_overlap(records):
-    points = sorted([(r["started_at"], 1) for r in records] + [(r["ended_at"], -1) for r in records],
-                    key=lambda p: (p[0], p[1]))
-    level = peak = 0
-    for _, delta in points:
-        level += delta
-        peak = max(peak, level)
-    return peak
 
 
 def test_max_concurrent_rollouts_is_one_limit_across_workers(tmp_path):

@@ -27,6 +27,12 @@ class TaskTimeout(RolloutError):
     kind = "task_timeout"
 
 
+class AttemptCancelled(RolloutError):
+    """A front end cancelled the attempt; its record is dropped by the engine."""
+
+    kind = "cancelled"
+
+
 class LeaseTimeout(RolloutError):
     """No VM became idle within the lease timeout."""
 

@@ -1,14 +1,15 @@
 """The frozen dataclasses that cross process boundaries, one per role.
 
-runner → worker: ``Assignment`` (one attempt of one sample) or ``STOP``.
-worker → runner: ``Started`` (the worker acknowledges an attempt before running it, so the
-runner always knows what a dying worker held) and ``Finished`` (the attempt's record).
+engine → worker: ``Assignment`` (one attempt of one sample), ``Cancel`` (drop an attempt) or
+``STOP``.
+worker → engine: ``Started`` (the worker acknowledges an attempt before running it, so the
+engine always knows what a dying worker held) and ``Finished`` (the attempt's record).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Mapping
 
 from .tasks import Task, sample_key
 
@@ -29,11 +30,24 @@ class Assignment:
     task: Task
     sample_idx: int
     attempt: int
+    #: a front end's own name for the sample, unique within an engine (default task#sample);
+    #: it names the record's ``key`` and the trajectory's folder
+    name: str | None = None
+    #: the front end's metadata, copied into the record as ``meta`` (JSON values)
+    meta: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def key(self) -> str:
         """The sample this attempt belongs to."""
-        return sample_key(self.task.id, self.sample_idx)
+        return self.name or sample_key(self.task.id, self.sample_idx)
+
+
+@dataclass(frozen=True)
+class Cancel:
+    """Tells a worker to abandon an attempt (at its next turn); its VM is reset."""
+
+    key: str
+    attempt: int
 
 
 @dataclass(frozen=True)

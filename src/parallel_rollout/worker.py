@@ -1,16 +1,18 @@
 """RolloutWorker: a process running K env loops; each loop turns an Assignment into a record.
 
-The runner talks to each worker over its own duplex pipe (see ``runner``). The worker's main
+The engine talks to each worker over its own duplex pipe (see ``engine``). The worker's main
 thread reads the pipe and hands Assignments to K loop threads; a loop sends ``Started``
-before it runs an attempt (so the runner knows what this process holds if it dies) and
-``Finished`` with the record after. One attempt::
+before it runs an attempt (so the engine knows what this process holds if it dies) and
+``Finished`` with the record after. A loop makes one Env per mode (on first use) and one
+Agent; the tasks of one worker may mix modes. A ``Cancel`` makes the attempt stop at its
+next turn (status ``cancelled``; the engine drops that record). One attempt::
 
     Started → lease a VM (if the mode needs one) → env.reset → agent/env turns
             → env.evaluate → release (always; a VM failure marks the VM dead) → Finished
 
 Failures become records, never exceptions that escape: infrastructure errors (VM, guest,
-lease) are flagged ``infrastructure`` so the runner retries them on another VM; agent and
-task errors are graded outcomes.
+lease) are flagged ``infrastructure`` so the engine retries them on another VM; agent and
+task errors (a constructor that raises included) are graded outcomes.
 """
 
 from __future__ import annotations
@@ -31,8 +33,8 @@ from typing import Any, Iterator
 from .agents import Agent, get_agent
 from .config import RunConfig
 from .envs import Env, get_env
-from .errors import RolloutError, VMError
-from .messages import Assignment, Finished, Started, Stop
+from .errors import AttemptCancelled, RolloutError, VMError
+from .messages import Assignment, Cancel, Finished, Started, Stop
 from .results import StorageError
 from .tasks import safe_name
 
@@ -52,11 +54,11 @@ class RolloutWorker:
         self.pid = os.getpid()
         self._inbox: queue.Queue[Assignment | Stop] = queue.Queue()
         self._send_lock = threading.Lock()
-        self._env_cls = get_env(config.mode)
-        self._agent_cls = get_agent(config.agent)
+        #: (key, attempt) of attempts the engine cancelled
+        self._cancelled: set[tuple[str, int]] = set()
 
     def run(self) -> None:
-        """Read assignments until STOP (or the runner is gone), then let the loops finish."""
+        """Read assignments until STOP (or the engine is gone), then let the loops finish."""
         loops = [threading.Thread(target=self._loop, args=(slot,), name=f"env-loop-{slot}")
                  for slot in range(self.config.envs_per_worker)]
         for thread in loops:
@@ -65,13 +67,16 @@ class RolloutWorker:
             try:
                 message = self.conn.recv()
             except (EOFError, OSError):
-                # The runner died: nobody will read our results, so stop at once. The pool
-                # follows the runner too and stops the VMs.
+                # The engine (its process) died: nobody will read our results, so stop at once. The pool
+                # follows that process too and stops the VMs.
                 os._exit(1)
             if isinstance(message, Stop):
                 for _ in loops:
                     self._inbox.put(message)
                 break
+            if isinstance(message, Cancel):
+                self._cancelled.add((message.key, message.attempt))
+                continue
             self._inbox.put(message)
         for thread in loops:
             thread.join()
@@ -81,17 +86,21 @@ class RolloutWorker:
             self.conn.send(message)
 
     def _loop(self, slot: int) -> None:
-        env: Env = self._env_cls(self.config)
-        agent: Agent = self._agent_cls(self.config)
+        parts = _LoopParts(self.config)
         while True:
             item = self._inbox.get()
             if isinstance(item, Stop):
                 return
             self._send(Started(item.key, item.attempt, self.worker_id, self.pid, slot, time.time()))
-            record = self.run_attempt(item, slot, env, agent)
+            record = self.run_attempt(item, slot, parts)
+            self._cancelled.discard((item.key, item.attempt))
             self._send(Finished(item.key, item.attempt, record))
 
-    def run_attempt(self, item: Assignment, slot: int, env: Env, agent: Agent) -> dict[str, Any]:
+    def _check_cancelled(self, item: Assignment) -> None:
+        if (item.key, item.attempt) in self._cancelled:
+            raise AttemptCancelled(f"attempt {item.attempt} of {item.key} was cancelled")
+
+    def run_attempt(self, item: Assignment, slot: int, parts: "_LoopParts") -> dict[str, Any]:
         """Run one attempt to its record; never raises."""
         task = item.task
         started = time.time()
@@ -102,11 +111,16 @@ class RolloutWorker:
             "failure": None, "turns": 0, "worker": self.worker_id, "pid": self.pid,
             "slot": slot, "vm": None, "lease_wait_s": None, "started_at": round(started, 4),
         }
-        trajectory = _Trajectory(self.run_dir, task.id, item.sample_idx, item.attempt)
+        if item.meta:
+            record["meta"] = dict(item.meta)
+        trajectory = _Trajectory(self.run_dir, item)
         record["trajectory"] = trajectory.relpath
-        # The hook for envs that write files of their own (osworld: traj.jsonl, step_N.png).
-        env.trajectory_dir = trajectory.extra_dir
+        agent = None
         try:
+            self._check_cancelled(item)
+            env, agent = parts.env(task.mode), parts.agent()
+            # The hook for envs that write files of their own (osworld: traj.jsonl, step_N.png).
+            env.trajectory_dir = trajectory.extra_dir
             leaser = _Leaser(self.pool, self._owner(slot), item.key, self.config.lease_timeout_s, self.pid, record)
             if env.vm_scope == "episode":
                 with leaser.lease() as vm:
@@ -117,13 +131,13 @@ class RolloutWorker:
             record.update(status=exc.kind, infrastructure=exc.infrastructure, reward=0.0, success=False,
                           failure=_failure(exc))
         except (EOFError, ConnectionError, BrokenPipeError) as exc:
-            # The pool's Manager process is gone; the runner notices and stops the run.
+            # The pool's Manager process is gone; the engine notices and stops the run.
             record.update(status=VMError.kind, infrastructure=True, failure=_failure(exc, "pool unreachable"))
         except Exception as exc:  # noqa: BLE001 - an agent or env error is this attempt's outcome
             record.update(status="error", failure=_failure(exc))
         finally:
             trajectory.close()
-        record["usage"] = _safe_usage(agent)
+        record["usage"] = _safe_usage(agent) if agent is not None else {}
         record["ended_at"] = round(time.time(), 4)
         record["duration_s"] = round(record["ended_at"] - started, 4)
         return _serializable(record)
@@ -141,6 +155,7 @@ class RolloutWorker:
         if "max_turns" not in self.config.explicit and env.default_max_turns:
             max_turns = env.default_max_turns
         for turn in range(1, max_turns + 1):
+            self._check_cancelled(item)
             action = agent.act(observation)
             step = env.step(action)
             record["turns"] = turn
@@ -158,6 +173,27 @@ class RolloutWorker:
             record["status"] = "success"
         else:
             record["status"] = "failure" if done else env.turn_limit_status
+
+
+class _LoopParts:
+    """One env loop's Env per mode and its Agent, each made on first use."""
+
+    def __init__(self, config: RunConfig) -> None:
+        self.config = config
+        self._envs: dict[str, Env] = {}
+        self._agent: Agent | None = None
+
+    def env(self, mode: str) -> Env:
+        """This loop's Env of ``mode``."""
+        if mode not in self._envs:
+            self._envs[mode] = get_env(mode)(self.config)
+        return self._envs[mode]
+
+    def agent(self) -> Agent:
+        """This loop's Agent."""
+        if self._agent is None:
+            self._agent = get_agent(self.config.agent)(self.config)
+        return self._agent
 
 
 class _Leaser:
@@ -185,10 +221,15 @@ class _Leaser:
 
 
 class _Trajectory:
-    """``trajectories/<task>/<sample>/attempt-<n>.jsonl``: one line per turn."""
+    """``trajectories/<task>/<sample>/attempt-<n>.jsonl`` (``trajectories/<name>/…`` for a
+    named Assignment): one line per turn."""
 
-    def __init__(self, run_dir: Path, task_id: str, sample_idx: int, attempt: int) -> None:
-        folder = run_dir / "trajectories" / safe_name(task_id) / str(sample_idx)
+    def __init__(self, run_dir: Path, item: Assignment) -> None:
+        attempt = item.attempt
+        if item.name:
+            folder = run_dir / "trajectories" / safe_name(item.name)
+        else:
+            folder = run_dir / "trajectories" / safe_name(item.task.id) / str(item.sample_idx)
         self.relpath = str(folder.relative_to(run_dir) / f"attempt-{attempt}.jsonl")
         self._path = folder / f"attempt-{attempt}.jsonl"
         #: where the env may write extra files of this attempt (created by the env)
@@ -205,7 +246,7 @@ class _Trajectory:
             self._fh.write(line)
             self._fh.flush()
         except OSError as exc:
-            # A full disk is not the sample's outcome: the runner stops the run and a
+            # A full disk is not the sample's outcome: the engine stops and a
             # resume runs the attempt again.
             raise StorageError(f"cannot write {self._path}: {exc.strerror or exc}; free space "
                                "(or fix the folder) and rerun with --resume") from exc
@@ -236,7 +277,7 @@ def _serializable(record: dict[str, Any]) -> dict[str, Any]:
     """The record itself when it is plain JSON; otherwise an error record saying why.
 
     Checked here, in the worker, because an object that cannot cross the pipe would
-    otherwise fail inside the runner or be lost."""
+    otherwise fail inside the engine or be lost."""
     try:
         json.dumps(record)
         return record
@@ -252,7 +293,7 @@ def _serializable(record: dict[str, Any]) -> dict[str, Any]:
 
 def worker_main(worker_id: str, conn: Connection, pool: Any, config: RunConfig, run_dir: str) -> None:
     """Entry point of a worker process (spawn start method)."""
-    # Ctrl-C goes to the whole process group; the runner orders the shutdown.
+    # Ctrl-C goes to the whole process group; the engine orders the shutdown.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     try:

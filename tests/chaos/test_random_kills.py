@@ -50,10 +50,10 @@ class Killer(threading.Thread):
         self.me = psutil.Process()
 
     def targets(self, kind: str) -> list[psutil.Process]:
-        manager = self.runner._manager
-        if manager is None or manager._process.pid is None:
+        engine = self.runner.engine
+        manager_pid = engine.manager_pid if engine is not None else None
+        if manager_pid is None:
             return []
-        manager_pid = manager._process.pid
         try:
             if kind == "worker":
                 procs = [p for p in self.me.children() if p.pid != manager_pid]

@@ -74,8 +74,8 @@ class Sampler(threading.Thread):
 
     def processes(self) -> list[tuple[str, psutil.Process]]:
         me = psutil.Process()
-        manager = self.runner._manager
-        manager_pid = manager._process.pid if manager is not None else None
+        engine = self.runner.engine
+        manager_pid = engine.manager_pid if engine is not None else None
         found = [("runner", me)]
         for child in me.children():
             try:

@@ -1,0 +1,444 @@
+"""The run engine: one pool, N workers and the dispatch loop, shared by every front end.
+
+Data flow::
+
+    front ends (batch Runner, RL schedulers …)
+        │ submit(Assignment, on_final) · cancel(key) · pause() / resume()
+        ▼
+    pending (deque, retries first) ──dispatch while in flight < C──► RolloutWorker 1..N
+        ▲                                                              │ Started … Finished
+        └── retry (infrastructure failure)  ◄── engine thread ◄════════╛ (one pipe each)
+                                                   │
+                                  record_sink(every attempt) · on_final(final record)
+
+**The API** (every method may be called from any thread; callbacks run on the engine's
+thread, or on the thread that calls ``close``, and must not block for long)::
+
+    engine = Engine(config, run_dir, run_id="r", modes=["shell"], record_sink=store.append)
+    engine.start()               # sweep leftovers, start the pool (if a mode needs VMs) and
+                                 # the workers, log "[Concurrency] Set max concurrent
+                                 # rollouts to C" once; returns at once
+    engine.submit(Assignment(task, sample_idx, attempt, name=..., meta={...}), on_final)
+                                 # on_final(record) is called once, with the FINAL record
+                                 # (after the engine's own retries of infrastructure failures)
+    engine.cancel(key)           # pending: dropped; running: the worker stops it at its next
+                                 # turn and its VM is reset (its process tree is killed if it
+                                 # does not within cancel_grace_s); on_final is never called
+    engine.pause(); engine.resume()   # stop / restart dispatching new attempts
+    engine.wait_idle(timeout)    # True once nothing is pending or running
+    engine.error                 # None, or why the engine stopped (pool exhausted, manager
+                                 # died, results file unwritable); submit then raises
+    engine.close(grace=None)     # idempotent: STOP to each worker, records that finish
+                                 # within ``grace`` are delivered, the rest killed, every VM
+                                 # stopped
+
+* Several front ends share one engine: each submits with its own callback; a key (the
+  Assignment's ``name``, else ``task#sample``) names one live submission engine-wide.
+  ``--max-concurrent-rollouts`` (``config.concurrency``) is the one limit for all of them:
+  an attempt counts from dispatch until its worker reports it (or dies).
+* **Workers** (``worker``) each have their own duplex pipe rather than one shared task
+  queue and result queue: a worker SIGKILLed while holding a shared queue's lock would stall
+  every other worker (the multiprocessing.Pool hang of bpo-22393). The engine thread waits on
+  every pipe and every ``Process.sentinel`` at once; a dead worker is handled by
+  ``supervision``: its acknowledged attempts are recorded ``worker_died`` (and retried), its
+  unacknowledged ones go back to the queue, its VMs are reclaimed, a new worker replaces it.
+  The in-flight counter is the one semaphore shared by every loop of every worker; unlike a
+  ``multiprocessing.Semaphore`` it cannot leak a permit when a holder is killed.
+* **Failure policy.** Infrastructure failures (``vm_error``, ``guest_unreachable``,
+  ``worker_died``, ``lease_timeout``) are retried up to ``--max-retries`` and never graded;
+  everything else is a graded, final outcome. The engine accepts at most one record per
+  attempt, so nothing is counted twice; every attempt's record goes to ``record_sink``
+  (with ``final`` and ``run_id`` set) before the final one goes to ``on_final``.
+* **Pool** (``pool.manager``) lives in its own Manager process; if it dies the engine stops
+  with ``error`` set and every finished record already delivered.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import multiprocessing
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from .config import RunConfig
+from .envs import get_env
+from .errors import PoolExhausted, RolloutError
+from .messages import Assignment, Cancel
+from .pool.providers import ProviderOptions, get_provider
+from .results import StorageError
+from .supervision import Supervision
+
+log = logging.getLogger("parallel_rollout")
+
+#: how long one wait for pipes and sentinels lasts; bounds the reaction to a deadline
+_TICK_S = 0.2
+
+OnFinal = Callable[[dict[str, Any]], None]
+
+
+class EngineStopped(RolloutError):
+    """The engine is closed or stopped on an error; it takes no more submissions."""
+
+    kind = "engine_stopped"
+
+
+@dataclass
+class _Submission:
+    """One sample a front end submitted; lives until its final record (or a cancel)."""
+
+    item: Assignment
+    on_final: OnFinal | None
+    #: set by cancel(): the attempt under way is abandoned, no record is delivered
+    cancelled: bool = False
+    #: when a cancelled running attempt's worker gets killed if it has not let go
+    cancel_deadline: float | None = None
+    #: the worker was told to drop it
+    cancel_sent: bool = False
+
+
+@dataclass
+class _Stats:
+    submitted: int = 0
+    finals: int = 0
+    retries: int = 0
+    cancelled: int = 0
+
+
+class Engine:
+    """Long-lived: the pool, the workers, dispatch, deaths, timeouts, retries, shutdown."""
+
+    #: seconds a cancelled running attempt has to stop before its worker is killed
+    cancel_grace_s = 5.0
+
+    def __init__(self, config: RunConfig, run_dir: str | Path, *, run_id: str | None = None,
+                 modes: Iterable[str] | None = None,
+                 record_sink: Callable[[dict[str, Any]], None] | None = None) -> None:
+        self.config = config
+        self.run_dir = Path(run_dir)
+        self.run_id = run_id or config.run_id or self.run_dir.name
+        self.modes = tuple(dict.fromkeys(modes or (config.mode,)))
+        env_classes = [get_env(mode) for mode in self.modes]
+        vm_envs = [cls for cls in env_classes if cls.needs_vm()]
+        self.provider_cls = get_provider(config.provider_name) if vm_envs else None
+        self.provider_options: ProviderOptions | None = None
+        if self.provider_cls is not None:
+            self.provider_cls.check_available()
+            self.provider_options = provider_options(config, self.provider_cls, vm_envs)
+            # Constructing one checks the options it cannot honour (e.g. --path-to-vm).
+            self.provider_cls(self.run_id, self.provider_options)
+        self._sink = record_sink
+        #: why the engine stopped on its own, or None
+        self.error: str | None = None
+        #: the pool's stats taken after its shutdown (every reset counted), for summaries
+        self.final_pool_stats: dict[str, Any] | None = None
+        self._lock = threading.RLock()
+        self._changed = threading.Condition(self._lock)
+        self._pending: deque[Assignment] = deque()
+        self._subs: dict[str, _Submission] = {}
+        self._paused = False
+        self._closing = False
+        self._closed = False
+        self._thread: threading.Thread | None = None
+        self._wake_r = self._wake_w = None
+        self._events = None
+        self.stats = _Stats()
+        self._ctx = multiprocessing.get_context("spawn")
+        self.supervision = Supervision(self)
+
+    # -- the API ---------------------------------------------------------------------------
+
+    @property
+    def concurrency(self) -> int:
+        """The limit on rollouts in flight, shared by every front end."""
+        return self.config.concurrency
+
+    @property
+    def manager_pid(self) -> int | None:
+        """The pid of the pool's Manager process (None without a pool)."""
+        return self.supervision.manager_pid
+
+    def start(self) -> None:
+        """Start the pool and the workers and the engine thread; returns at once."""
+        with self._lock:
+            if self._thread is not None or self._closed:
+                raise EngineStopped("the engine was already started")
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            (self.run_dir / "trajectories").mkdir(exist_ok=True)
+            self._events = open(self.run_dir / "events.jsonl", "a", buffering=1, encoding="utf-8")
+            self._wake_r, self._wake_w = self._ctx.Pipe(duplex=False)
+            log.info("[Concurrency] Set max concurrent rollouts to %d", self.concurrency)
+            self.supervision.start()
+            self._thread = threading.Thread(target=self._serve, name="rollout-engine", daemon=True)
+            self._thread.start()
+
+    def submit(self, item: Assignment, on_final: OnFinal | None = None) -> None:
+        """Queue one attempt; ``on_final(record)`` gets the sample's final record."""
+        with self._lock:
+            if self._closing or self.error is not None:
+                raise EngineStopped(self.error or "the engine is closed")
+            if item.key in self._subs:
+                raise ValueError(f"{item.key} is already submitted to this engine")
+            self._subs[item.key] = _Submission(item, on_final)
+            self._pending.append(item)
+            self.stats.submitted += 1
+        self._wake()
+
+    def cancel(self, key: str) -> bool:
+        """Abandon a submitted sample; False when it is unknown or already final."""
+        with self._lock:
+            sub = self._subs.get(key)
+            if sub is None or sub.cancelled:
+                return False
+            self.stats.cancelled += 1
+            queued = [item for item in self._pending if item.key == key]
+            if queued:
+                self._pending.remove(queued[0])
+                del self._subs[key]
+                self._changed.notify_all()
+                return True
+            sub.cancelled = True
+            sub.cancel_deadline = time.monotonic() + self.cancel_grace_s
+        self._wake()
+        return True
+
+    def pause(self) -> None:
+        """Dispatch no new attempt until ``resume``; those running go on."""
+        with self._lock:
+            self._paused = True
+
+    def resume(self) -> None:
+        """Dispatch again."""
+        with self._lock:
+            self._paused = False
+        self._wake()
+
+    def in_flight(self) -> int:
+        """Attempts sent to workers and not settled."""
+        return self.supervision.in_flight()
+
+    def pending(self) -> int:
+        """Attempts waiting for a worker."""
+        with self._lock:
+            return len(self._pending)
+
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        """Block until nothing is submitted and unsettled (True), or ``timeout`` passes."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._changed:
+            while self._subs and self.error is None and not self._closed:
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    return False
+                self._changed.wait(remaining if remaining is not None else _TICK_S)
+            return not self._subs
+
+    def pool_stats(self) -> dict[str, Any] | None:
+        """The pool's live stats (None without a pool or when it cannot answer)."""
+        return self.supervision.pool_stats()
+
+    def close(self, grace: float | None = None) -> None:
+        """Stop everything; idempotent. ``grace``: seconds attempts under way may take to
+        finish (default: none after an error, ``--shutdown-grace-s`` when attempts are
+        running, enough for idle workers to exit otherwise)."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closing = True
+            self._changed.notify_all()
+        self._wake()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
+        clean = self.error is None and not self.in_flight()
+        if grace is None:
+            if self.error is not None:
+                grace = 0.0
+            elif not self.in_flight():
+                grace = 10.0  # clean completion: workers exit at once anyway
+            else:
+                grace = self.config.shutdown_grace_s
+        try:
+            # A manager that died (or was killed) could not stop its VMs itself.
+            self.supervision.shutdown(grace, sweep=not clean)
+        finally:
+            with self._lock:
+                self._closed = True
+                self._changed.notify_all()
+            for conn in (self._wake_r, self._wake_w):
+                if conn is not None:
+                    conn.close()
+            if self._events is not None:
+                events, self._events = self._events, None
+                events.close()
+
+    def __enter__(self) -> "Engine":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # -- the engine thread -----------------------------------------------------------------
+
+    def _wake(self) -> None:
+        try:
+            if self._wake_w is not None:
+                self._wake_w.send_bytes(b"!")
+        except OSError:
+            pass
+
+    def _serve(self) -> None:
+        try:
+            while not self._closing and self.error is None:
+                self._dispatch()
+                ready = self.supervision.wait(extra=[self._wake_r], timeout=_TICK_S)
+                if self._wake_r in ready:
+                    while self._wake_r.poll():
+                        self._wake_r.recv_bytes()
+                self.supervision.handle(ready)
+                self.supervision.check_timeouts()
+                self._enforce_cancels()
+        except BaseException as exc:  # noqa: BLE001 - the engine must report, never vanish
+            log.exception("the engine thread failed")
+            self.stop(f"the engine thread failed: {type(exc).__name__}: {exc}")
+
+    def stop(self, reason: str) -> None:
+        """Stop dispatching for good: the engine cannot go on (``error`` says why)."""
+        with self._lock:
+            if self.error is None and not self._closing:
+                self.error = reason
+                log.error("stopping: %s", reason)
+            self._changed.notify_all()
+
+    def _dispatch(self) -> None:
+        # Under the lock, so that a cancel never falls between the queue and the worker.
+        with self._lock:
+            while not self._paused and self._pending and self.in_flight() < self.concurrency:
+                item = self._pending.popleft()
+                if not self.supervision.send(item):
+                    self._pending.appendleft(item)
+                    return
+
+    def _enforce_cancels(self) -> None:
+        now = time.monotonic()
+        with self._lock:
+            cancelled = [sub for sub in self._subs.values() if sub.cancelled]
+        for sub in cancelled:
+            item = sub.item
+            if not self.supervision.holds(item):
+                with self._lock:  # settled meanwhile (its record was dropped)
+                    self._subs.pop(item.key, None)
+                    self._changed.notify_all()
+                continue
+            if not sub.cancel_sent:
+                sub.cancel_sent = True
+                self.supervision.send_cancel(Cancel(item.key, item.attempt))
+            elif sub.cancel_deadline is not None and now > sub.cancel_deadline:
+                sub.cancel_deadline = None
+                self.supervision.kill_holder(item, f"cancelled attempt {item.attempt} of {item.key} "
+                                                   f"did not stop within {self.cancel_grace_s:g}s")
+
+    # -- records ---------------------------------------------------------------------------
+
+    def requeue(self, item: Assignment) -> None:
+        """Put an attempt a worker never acknowledged back at the head of the queue."""
+        with self._lock:
+            sub = self._subs.get(item.key)
+            if sub is None or sub.cancelled:
+                self._subs.pop(item.key, None)
+                self._changed.notify_all()
+                return
+            self._pending.appendleft(item)
+
+    def record(self, record: dict[str, Any]) -> None:
+        """Settle one attempt: retry it or make it final, write it, tell its front end."""
+        key = record["key"]
+        with self._lock:
+            sub = self._subs.get(key)
+            if sub is None or sub.cancelled:
+                # Cancelled (or a front end's leftover): no record, its VM was released.
+                self._subs.pop(key, None)
+                self._changed.notify_all()
+                return
+        if record.get("status") in (PoolExhausted.kind, "pool_closed", StorageError.kind):
+            # Not the sample's fault and not final: a resumed run (with working VMs, with
+            # space on the disk) runs it.
+            record["final"] = False
+            if not self._closing:
+                self.stop((record.get("failure") or {}).get("message") or "the VM pool is exhausted")
+        elif record.get("infrastructure") and record["attempt"] < self.config.max_retries:
+            record["final"] = False
+            retry = Assignment(sub.item.task, sub.item.sample_idx, record["attempt"] + 1,
+                               name=sub.item.name, meta=sub.item.meta)
+            with self._lock:
+                sub.item = retry
+                # Retries go first: the sample has already waited its turn once.
+                self._pending.appendleft(retry)
+                self.stats.retries += 1
+            self.event("retry", task=key, worker=record.get("worker"),
+                       reason=f"attempt {record['attempt']} failed with {record['status']}: "
+                              f"{(record.get('failure') or {}).get('message', '')[:300]}")
+        else:
+            record["final"] = True
+        record["run_id"] = self.run_id
+        if self._sink is not None:
+            try:
+                self._sink(record)
+            except StorageError as exc:
+                self.stop(str(exc))
+                return
+        if not record["final"]:
+            return
+        with self._lock:
+            self._subs.pop(key, None)
+            self.stats.finals += 1
+            self._changed.notify_all()
+        if sub.on_final is not None:
+            try:
+                sub.on_final(record)
+            except Exception:  # noqa: BLE001 - a front end's bug must not stop the engine
+                log.exception("the on_final callback of %s failed", key)
+
+    def event(self, kind: str, task: str | None = None, worker: str | None = None, reason: str = "") -> None:
+        """Append one line to events.jsonl (the pool's transition fields left empty)."""
+        if self._events is None:
+            return
+        line = json.dumps({"time": round(time.time(), 4), "event": kind, "vm": None, "from": None,
+                           "to": None, "task": task, "worker": worker, "reason": reason[:1000]})
+        try:
+            self._events.write(line + "\n")
+        except (OSError, ValueError):
+            log.exception("cannot write events.jsonl")
+
+    @property
+    def closing(self) -> bool:
+        """True once close() began or the engine stopped on an error: no respawns, no dispatch."""
+        return self._closing or self.error is not None
+
+
+def provider_options(config: RunConfig, provider_cls: Any, vm_envs: list[Any]) -> ProviderOptions:
+    """The VM settings of a pool serving ``vm_envs``: their default limits where the
+    provider supports them, the user's explicit limits always."""
+    limits: dict[str, Any] = {}
+    supported = provider_cls.supported_limits()
+    for env_cls in vm_envs:
+        for name, value in env_cls.default_limits.items():
+            if name in supported:
+                limits[name] = max(value, limits.get(name, value))
+            else:
+                log.warning("the %s provider cannot enforce %s here; %s tasks run without it",
+                            config.provider_name, name, env_cls.name or config.mode)
+    # Explicit limits always go through: a provider that cannot honour one says so.
+    for name in ("memory_mb", "max_processes"):
+        value = getattr(config, f"vm_{name}")
+        if value is not None:
+            limits[name] = value
+    if any(getattr(env_cls, "needs_desktop", False) for env_cls in vm_envs):
+        limits.update(desktop=True, screen_width=config.screen_width, screen_height=config.screen_height)
+    return ProviderOptions(snapshot_name=config.snapshot_name, path_to_vm=config.path_to_vm,
+                           headless=config.headless, boot_timeout_s=config.boot_timeout_s,
+                           vm_addresses=config.vm_address, reset_command=config.reset_command, **limits)

@@ -1,0 +1,108 @@
+"""The engine's API as a front end other than the batch Runner uses it: several front ends on
+one engine, one shared concurrency limit, cancel (queued and running), pause/resume, close."""
+
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import time
+
+import pytest
+
+from conftest import leftover_sandboxes, max_overlap, shell_task, write_tasks
+from parallel_rollout.config import build_config
+from parallel_rollout.engine import Engine, EngineStopped
+from parallel_rollout.envs import task_validators
+from parallel_rollout.messages import Assignment
+from parallel_rollout.results import ResultStore
+from parallel_rollout.tasks import load_tasks
+
+
+def tasks(tmp_path, specs, name="tasks.jsonl"):
+    path = write_tasks(tmp_path / name, specs)
+    return {t.id: t for t in load_tasks(str(path), default_mode="shell", validators=task_validators())}
+
+
+def engine_for(tmp_path, sink=None, **flags):
+    base = dict(mode="shell", output_dir=str(tmp_path / "out"), run_id="eng", num_rollouts=2,
+                envs_per_worker=2, num_vms=3, use_vm_pool=True, progress=False)
+    base.update(flags)
+    config = build_config(base)
+    return Engine(config, tmp_path / "out" / "eng", record_sink=sink)
+
+
+def test_two_front_ends_share_one_engine_and_one_limit(tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="parallel_rollout")
+    by_id = tasks(tmp_path, [shell_task(f"s{i}", reference=["sleep 0.3", f"touch ~/s{i}.done"]) for i in range(6)])
+    store = ResultStore(tmp_path / "out" / "eng")
+    (tmp_path / "out" / "eng").mkdir(parents=True)
+    engine = engine_for(tmp_path, sink=store.append, max_concurrent_rollouts=3)
+    train, val = queue.Queue(), queue.Queue()
+    with engine:
+        engine.start()
+        for task in by_id.values():
+            # The same task in both front ends: the names keep the samples apart.
+            engine.submit(Assignment(task, 0, 0, name=f"train/{task.id}", meta={"front": "train"}), train.put)
+            engine.submit(Assignment(task, 0, 0, name=f"val/{task.id}", meta={"front": "val"}), val.put)
+        with pytest.raises(ValueError, match="already submitted"):
+            engine.submit(Assignment(by_id["s0"], 0, 0, name="train/s0"), train.put)
+        assert engine.wait_idle(timeout=120)
+    finals = [train.get_nowait() for _ in range(6)] + [val.get_nowait() for _ in range(6)]
+    assert train.empty() and val.empty()
+    assert {r["status"] for r in finals} == {"success"}
+    assert {r["key"] for r in finals} == {f"{f}/s{i}" for f in ("train", "val") for i in range(6)}
+    assert all(r["meta"]["front"] == r["key"].split("/")[0] for r in finals)
+    assert max_overlap(finals) <= 3
+    # every attempt went to the sink, with final and run_id set, and its own trajectory file
+    lines = [json.loads(line) for line in (tmp_path / "out" / "eng" / "results.jsonl").read_text().splitlines()]
+    assert len(lines) == 12 and all(r["final"] and r["run_id"] == "eng" for r in lines)
+    assert len({r["trajectory"] for r in lines}) == 12
+    said = [r for r in caplog.records if "[Concurrency] Set max concurrent rollouts to 3" in r.getMessage()]
+    assert len(said) == 1
+    with pytest.raises(EngineStopped):
+        engine.submit(Assignment(by_id["s1"], 0, 0, name="late"), train.put)
+    engine.close()  # idempotent
+    assert not leftover_sandboxes()
+
+
+def test_cancel_queued_and_running_and_pause(tmp_path):
+    long = shell_task("long", reference=["sleep 0.2"] * 100 + ["touch ~/long.done"])
+    by_id = tasks(tmp_path, [long] + [shell_task(f"q{i}") for i in range(3)])
+    finals = queue.Queue()
+    engine = engine_for(tmp_path, num_rollouts=1, envs_per_worker=1, num_vms=1, max_turns=200)
+    with engine:
+        engine.start()
+        engine.submit(Assignment(by_id["long"], 0, 0), finals.put)
+        engine.submit(Assignment(by_id["q0"], 0, 0), finals.put)
+        deadline = time.monotonic() + 60
+        while not (engine.in_flight() == 1 and engine.pending() == 1):
+            # q0 waits behind "long" (C = 1)
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert engine.cancel("q0#0")  # queued: dropped
+        assert not engine.cancel("q0#0")
+        turns = tmp_path / "out" / "eng" / "trajectories" / "long" / "0" / "attempt-0.jsonl"
+        while not (turns.exists() and turns.read_text().count("\n") >= 2):  # "long" holds its VM
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        pid_before = engine.supervision._workers[0].process.pid
+        assert engine.cancel("long#0")  # running: stops at its next turn
+        engine.pause()
+        engine.submit(Assignment(by_id["q1"], 0, 0), finals.put)
+        time.sleep(1.5)
+        assert engine.in_flight() == 0 and engine.pending() == 1, "dispatched while paused"
+        assert finals.empty()
+        engine.resume()
+        assert engine.wait_idle(timeout=60)
+        # the soft cancel did not cost the worker: same process, no death
+        assert engine.supervision._workers[0].process.pid == pid_before
+    record = finals.get_nowait()
+    assert record["key"] == "q1#0" and record["status"] == "success"
+    assert finals.empty(), "a cancelled sample reached its front end"
+    events = [json.loads(line) for line in (tmp_path / "out" / "eng" / "events.jsonl").read_text().splitlines()]
+    assert not [e for e in events if e["event"] == "worker_died"]
+    # the cancelled attempt's VM went back through a reset before q1 got it
+    released = [e for e in events if e.get("task") == "long#0" and e.get("to") == "resetting"]
+    assert released, ("the cancelled attempt's VM was not reset", events)
+    assert engine.stats.cancelled == 2
