@@ -5,7 +5,9 @@ package ``__init__`` files import every metric module and with them torch, easyo
 ``desktop-env`` is installed with ``--no-deps`` by ``./dev`` with the libraries its metric
 modules use (the ``osworld`` and ``osworld-reference`` extras). Modules that import a library
 only one untested function of theirs uses (``easyocr`` in ``docs``) get an empty module for
-that import; nothing of a compared function's logic is replaced.
+that import; nothing of a compared function's logic is replaced. ``tldextract.extract`` (which
+OSWorld's URL comparison calls) is pointed at tldextract's bundled public suffix list, as ours
+is, so no test reaches for the network.
 """
 
 from __future__ import annotations
@@ -48,7 +50,18 @@ def reference(module: str, kind: str = "metrics"):
     for name in _UNUSED_IMPORTS.get(module, ()):
         if name not in sys.modules and importlib.util.find_spec(name) is None:
             sys.modules.setdefault(name, types.ModuleType(name))
+    _offline_tldextract()
     return importlib.import_module(f"desktop_env.evaluators.{kind}.{module}")
+
+
+def _offline_tldextract() -> None:
+    try:
+        import tldextract
+    except ImportError:
+        return
+    if not getattr(tldextract.extract, "_offline", False):
+        tldextract.extract = tldextract.TLDExtract(suffix_list_urls=())
+        tldextract.extract._offline = True
 
 
 def check_all(cases, run, tmp_path) -> None:

@@ -3,19 +3,20 @@ implements (name -> function called as ``metric(result, expected, **options)``).
 
 Modules: ``general`` (values, text, JSON, lists, accessibility tree), ``table``
 (spreadsheets; ``xlsx`` reads their parts), ``slides`` (presentations), ``docs`` and
-``docs_format`` (documents' text and formatting), ``rules`` (the value rules several share). The
-libraries they read files with are the ``[osworld]`` extra, imported only when a metric
-runs, so this registry imports cheaply.
+``docs_format`` (documents' text and formatting), ``editor`` (settings and text files),
+``browser`` (URLs, tabs, bookmarks), ``pdfs`` (PDFs and archives), ``rules`` (the value
+rules several share). The libraries they read files with are the ``[osworld]`` extra,
+imported only when a metric runs, so this registry imports cheaply.
 """
 
 from __future__ import annotations
 
 from typing import Callable
 
-from . import docs, docs_format, general, slides, table
+from . import browser, docs, docs_format, editor, general, pdfs, slides, table
 
 METRICS: dict[str, Callable[..., float]] = {}
-for _module in (general, table, slides, docs, docs_format):
+for _module in (general, table, slides, docs, docs_format, editor, browser, pdfs):
     METRICS.update(_module.METRICS)
 
 __all__ = ["METRICS"]
