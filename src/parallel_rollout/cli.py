@@ -57,7 +57,7 @@ def main() -> None:
               "no VM; needs the [rl] extra).")
 @click.option("--data", type=click.Path(),
               help="Task file: a JSON list or JSONL (optionally .gz), an OSWorld folder (or its "
-                   "evaluation_examples/), or a named dataset: humaneval, frozenlake.")
+                   "evaluation_examples/), or a named dataset: humaneval, frozenlake, miniwob.")
 @click.option("--num-rollouts", type=int, default=_D.num_rollouts, show_default=True,
               help="N: worker processes running rollouts.")
 @click.option("--num-vms", type=int, default=_D.num_vms, show_default=True,
