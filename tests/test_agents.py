@@ -95,8 +95,9 @@ def test_render_py_and_math_and_a_mode_without_prompts():
     assert "\\boxed" in prompts.system_prompt("math") and "```python" in prompts.system_prompt("py")
     reply = "```python\ndef add(a, b):\n    return a + b\n```"
     assert prompts.parse("py", reply) == reply and prompts.parse("math", "\\boxed{42}") == "\\boxed{42}"
-    assert json.loads(prompts.render("rag", {"query": "q"})) == {"query": "q"}
-    assert prompts.parse("rag", " raw ") == " raw " and prompts.system_prompt("rag") == prompts.GENERIC_SYSTEM
+    assert json.loads(prompts.render("unprompted", {"query": "q"})) == {"query": "q"}
+    assert prompts.parse("unprompted", " raw ") == " raw "
+    assert prompts.system_prompt("unprompted") == prompts.GENERIC_SYSTEM
 
 
 # -- the openai agent, one request at a time ------------------------------------------------

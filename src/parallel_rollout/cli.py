@@ -106,6 +106,8 @@ def main() -> None:
               help="Load and check every task of --data, start nothing, and print per domain the "
                    "tasks, the runnable ones and the unsupported features.")
 @click.option("--record", is_flag=True, help="Keep a recording.mp4 of each osworld attempt.")
+@click.option("--rag-metric", type=click.Choice(["f1", "em"]), default=_D.rag_metric, show_default=True,
+              help="The rag mode's reward: token F1 or exact match of the answer (both are recorded).")
 @click.option("--agent", default=_D.agent, show_default=True,
               help="Who acts: oracle (replays each task's reference), openai (a model behind an "
               "OpenAI-compatible API), command (--agent-cmd), or module:Class of your own Agent.")

@@ -62,6 +62,8 @@ class RunConfig:
     skip_unsupported: bool = False
     #: osworld: keep a recording.mp4 of each attempt
     record: bool = False
+    #: rag: the reward, token F1 ("f1") or exact match ("em") of the answer
+    rag_metric: str = "f1"
     agent: str = "oracle"
     agent_cmd: str | None = None
     base_url: str | None = None
@@ -135,7 +137,8 @@ class RunConfig:
         return hashlib.sha256(blob).hexdigest()[:16]
 
 
-_IDENTITY_FIELDS = ("mode", "data", "domain", "agent", "agent_cmd", "model", "group_size", "max_turns", "action_space")
+_IDENTITY_FIELDS = ("mode", "data", "domain", "agent", "agent_cmd", "model", "group_size", "max_turns", "action_space",
+                    "rag_metric")
 _FIELDS = {f.name: f for f in dataclasses.fields(RunConfig) if f.name != "explicit"}
 
 
@@ -250,6 +253,8 @@ def validate_ranges(cfg: RunConfig) -> None:
             raise ConfigError(f"--{name.replace('_', '-')} must be at least 1")
     if cfg.observation_type not in ("screenshot", "a11y_tree", "screenshot_a11y_tree"):
         raise ConfigError("--observation-type must be screenshot, a11y_tree or screenshot_a11y_tree")
+    if cfg.rag_metric not in ("f1", "em"):
+        raise ConfigError("--rag-metric must be f1 or em")
     if not cfg.sleep_after_execution >= 0:
         raise ConfigError("--sleep-after-execution must be 0 or more (seconds)")
     if cfg.temperature is not None and not 0 <= cfg.temperature <= 2:

@@ -94,6 +94,7 @@ class Runner:
             "observation_type": ("desktop modes (osworld)", env_opts & {"observation_type"}),
             "sleep_after_execution": ("desktop modes (osworld)", env_opts & {"sleep_after_execution"}),
             "record": ("desktop modes (osworld)", env_opts & {"record"}),
+            "rag_metric": ("the rag mode", env_opts & {"rag_metric"}),
             "model": ("model-backed agents (openai)", agent_opts & {"model"}),
             "base_url": ("the openai agent", agent_opts & {"base_url"}),
             "temperature": ("the openai agent", agent_opts & {"temperature"}),
@@ -137,6 +138,7 @@ class Runner:
                 check_task(task)
         if cfg.limit:
             tasks = tasks[: cfg.limit]
+        self.env_cls.prepare_run(tasks)
         # The engine checks its provider (available here, options it can honour).
         self.engine = Engine(cfg, self.run_dir, run_id=self.run_id, record_sink=self._store_record)
         return expand(tasks, cfg.group_size)

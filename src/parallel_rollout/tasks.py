@@ -102,6 +102,7 @@ NAMED_DATASETS = {
     "humaneval": "parallel_rollout.envs.py:humaneval_path",
     "frozenlake": "parallel_rollout.envs.gym:frozenlake_path",
     "miniwob": "parallel_rollout.envs.web.catalog:miniwob_path",
+    "rag": "parallel_rollout.envs.rag:rag_path",
 }
 
 

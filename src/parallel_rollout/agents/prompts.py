@@ -19,6 +19,8 @@ in one place::
 - ``web`` (MiniWoB++): the task and the page's elements as an indented list (a screenshot
   too when the task asks); one action as a ```` ```json ```` object or a BrowserGym-style
   call. ``parse`` returns the dict, the call string, or ``"DONE"``.
+- ``rag``: the question, then each search's results; one JSON action per reply,
+  ``{"search": "...", "k": 5}`` or ``{"answer": "..."}``. ``parse`` returns that object.
 
 A mode without an entry here gets a generic prompt: the observation as JSON, and the reply
 text as the action.
@@ -276,10 +278,57 @@ def _render_gym(observation: Mapping[str, Any]) -> str:
     return text + f"\nMoves left: {left}. Your move?"
 
 
+# -- rag ------------------------------------------------------------------------------------
+
+RAG_SYSTEM = """\
+You answer a question using a search tool over a document collection. Each reply is ONE \
+action, a JSON object in a ```json block:
+- {"search": "<query>", "k": 5} searches the collection (BM25 keyword search; k from 1 to \
+20) and shows you the best documents;
+- {"answer": "<text>"} gives your final answer and ends the episode.
+Answer with the shortest exact words or phrase (as the documents spell it), not a sentence."""
+SYSTEM_PROMPTS["rag"] = RAG_SYSTEM
+
+
+def _render_rag(observation: Mapping[str, Any]) -> str:
+    text = f"Question: {observation.get('question', '')}"
+    if observation.get("error"):
+        return text + f"\n\nYour last reply was not an action: {observation['error']}"
+    results = observation.get("results")
+    if results is None:
+        return text + f"\n\nThe collection holds {observation.get('documents', '?')} documents. Your first action?"
+    if not results:
+        return text + f"\n\nNo document matches {observation.get('query')!r}. Try other words, or answer."
+    lines = [f"[{i}] {doc.get('title') or doc.get('id')} (id {doc.get('id')}): {doc.get('text')}"
+             for i, doc in enumerate(results, start=1)]
+    return "\n\n".join([text, f"Results for {observation.get('query')!r}:", *lines,
+                         "Search again, or answer."])
+
+
+def parse_rag(reply_text: str) -> Any:
+    """The JSON action of the reply (a ```json block, else the first JSON object in the
+    text); the reply itself when it holds none (the env says what an action looks like)."""
+    bodies = [body.strip() for tag, body in fenced_blocks(reply_text) if tag in ("json", "")]
+    for body in [*bodies, reply_text]:
+        start = body.find("{")
+        while start != -1:
+            try:
+                action, _ = _JSON.raw_decode(body, start)
+            except ValueError:
+                action = None
+            if isinstance(action, dict):
+                return action
+            start = body.find("{", start + 1)
+    return reply_text.strip()
+
+
+_JSON = json.JSONDecoder()
+
+
 _RENDERERS = {"shell": _render_shell, "py": _render_py, "math": _render_math, "osworld": _render_osworld,
-              "gym": _render_gym}
+              "gym": _render_gym, "rag": _render_rag}
 # py, math and gym hand the whole reply to the env, which knows how to pick out code or \boxed{}.
-_PARSERS = {"shell": parse_shell, "osworld": parse_osworld}
+_PARSERS = {"shell": parse_shell, "osworld": parse_osworld, "rag": parse_rag}
 
 
 # -- web (MiniWoB++) ------------------------------------------------------------------------

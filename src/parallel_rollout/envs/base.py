@@ -60,6 +60,12 @@ class Env(abc.ABC):
     def validate_task(payload: Mapping[str, Any]) -> None:
         """Raise ValueError naming the bad field when a task's payload is unusable."""
 
+    @classmethod
+    def prepare_run(cls, tasks: "list[Task]") -> None:
+        """Once per run, in the main process before any worker starts: check what the tasks
+        need beyond their own fields and build shared read-only state (rag's search index);
+        raise TaskFileError naming the task's file and line."""
+
     @staticmethod
     def reference_actions(task: "Task") -> list[Any]:
         """The actions that solve ``task`` (what the oracle agent replays); ValueError when

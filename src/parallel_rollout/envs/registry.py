@@ -15,6 +15,7 @@ MODES: Registry[Env] = Registry("mode", {
     "osworld": "parallel_rollout.envs.osworld:OSWorldEnv",
     "gym": "parallel_rollout.envs.gym:GymEnv",
     "web": "parallel_rollout.envs.web:WebEnv",
+    "rag": "parallel_rollout.envs.rag:RagEnv",
 }, Env)
 
 
