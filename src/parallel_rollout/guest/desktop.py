@@ -263,7 +263,8 @@ def _wm_ready() -> bool:
 
 def require_desktop() -> None:
     if not os.environ.get("DISPLAY"):
-        raise DesktopError(404, "this VM has no desktop (start the agent with --desktop WxH)")
+        # 503, not 404: the route exists, this VM cannot serve it
+        raise DesktopError(503, "this VM has no desktop (start the agent with --desktop WxH)")
 
 
 def helper(argv: list[str], check: bool = True, timeout: float = HELPER_TIMEOUT_S):

@@ -1,5 +1,6 @@
 """OSWorld's desktop routes of the guest agent: screenshot, pointer and sizes, the
-accessibility tree, launching and opening, window focus and close, screen recording.
+accessibility tree, launching and opening, window focus and close, screen recording, the
+terminal's text and the wallpaper.
 
 Each takes the server's Request and returns ``(status, payload)``; a desktop that is missing
 or a helper that fails raises :class:`~desktop.DesktopError`, which the HTTP layer answers.
@@ -219,8 +220,87 @@ def route_end_recording(req):
         return 200, ("video/mp4", handle.read())
 
 
+#: where /setup/change_wallpaper records the wallpaper's path (the VM's /tmp: a reset forgets it)
+WALLPAPER_RECORD = "/tmp/.parallel-rollout-wallpaper"
+#: programs that paint an image on the root window, tried in turn (ImageMagick comes with
+#: the desktop image), with the exit codes that mean done: ImageMagick 6's ``display -window
+#: root`` exits 1 after painting; each gets HELPER_TIMEOUT_S
+WALLPAPER_SETTERS = (
+    ("xwallpaper", lambda path, w, h: ["xwallpaper", "--zoom", path], (0,)),
+    ("feh", lambda path, w, h: ["feh", "--no-fehbg", "--bg-scale", path], (0,)),
+    ("display", lambda path, w, h: ["display", "-window", "root", "-resize", f"{w}x{h}!", path],
+     (0, 1)),
+)
+
+
+def route_terminal(req):
+    """GET /terminal: OSWorld's ``{"output": text or null, "status": "success"}``, the text
+    of the focused terminal of the active window, from the accessibility tree (null when no
+    such terminal exposes one: xterm does not)."""
+    require_desktop()
+    import xml.etree.ElementTree as ET
+
+    tree = ET.fromstring(accessibility_xml())
+    state = "{https://accessibility.ubuntu.example.org/ns/state}"
+    found = [node for frame in tree.iter("frame") if frame.get(f"{state}active") == "true"
+             for node in frame.iter("terminal") if node.get(f"{state}focused") == "true"]
+    output = (found[0].text or "").rstrip() if len(found) == 1 else None
+    return 200, {"output": output, "status": "success"}
+
+
+def route_change_wallpaper(req):
+    """POST /setup/change_wallpaper ``{path}``: paint the image on the root window (and tell
+    GNOME's gsettings where there is one), remembered for /wallpaper."""
+    require_desktop()
+    path = _json(req).get("path")
+    if not isinstance(path, str) or not path:
+        return 400, {"status": "error", "message": "Path not supplied!"}
+    full = os.path.expandvars(os.path.expanduser(path))
+    if not os.path.isfile(full):
+        return 404, {"status": "error", "message": f"File not found: {full}"}
+    import shutil
+
+    painted = None
+    for program, argv, done in WALLPAPER_SETTERS:
+        if shutil.which(program):
+            result = helper(argv(full, state["width"], state["height"]), check=False)
+            if result.returncode not in done:
+                return 500, {"status": "error", "message": f"{program} failed "
+                             f"({result.returncode}): {result.stderr.strip()[:500]}"}
+            painted = program
+            break
+    if shutil.which("gsettings"):
+        helper(["gsettings", "set", "org.gnome.desktop.background", "picture-uri",
+                f"file://{full}"], check=False)
+        painted = painted or "gsettings"
+    if painted is None:
+        return 500, {"status": "error", "message": "no wallpaper setter in this VM "
+                     f"(one of {', '.join(p for p, _, _ in WALLPAPER_SETTERS)})"}
+    with open(WALLPAPER_RECORD, "w", encoding="utf-8") as handle:
+        handle.write(full)
+    return 200, "Wallpaper changed successfully"
+
+
+def route_wallpaper(req):
+    """POST /wallpaper: the wallpaper image's bytes (OSWorld's answer); 404 when none is set."""
+    require_desktop()
+    try:
+        with open(WALLPAPER_RECORD, encoding="utf-8") as handle:
+            path = handle.read().strip()
+    except FileNotFoundError:
+        return 404, {"status": "error", "message": "no wallpaper has been set in this VM"}
+    try:
+        with open(path, "rb") as handle:
+            return 200, ("application/octet-stream", handle.read())
+    except OSError as exc:
+        return 404, {"status": "error", "message": f"wallpaper {path}: {exc.strerror}"}
+
+
 #: path -> (method, function) for the server's dispatcher
 ROUTES = {
+    "/terminal": ("GET", route_terminal),
+    "/wallpaper": ("POST", route_wallpaper),
+    "/setup/change_wallpaper": ("POST", route_change_wallpaper),
     "/screenshot": ("GET", route_screenshot),
     "/cursor_position": ("GET", route_cursor_position),
     "/screen_size": ("POST", route_screen_size),

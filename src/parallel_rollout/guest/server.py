@@ -17,7 +17,8 @@ into sandboxes and VM images that only have ``python3``::
     python3 server.py --host 0.0.0.0 --port 5000  # what a VM image does (OSWorld's port)
 
 **Modules.** ``agent_http`` is the HTTP layer (request parsing, multipart, dispatch, errors),
-``agent_commands`` runs commands, ``agent_files`` reads and writes files, ``desktop`` starts
+``agent_commands`` runs commands, ``agent_files`` reads and writes files, ``agent_setup``
+holds OSWorld's rarer setup routes, ``desktop`` starts
 the X display and ``desktop_routes`` serves the desktop. In a guest they are sibling files,
 not a package: each imports the others relatively when it is part of ``parallel_rollout``
 (tests) and as top-level modules otherwise.
@@ -26,9 +27,12 @@ not a package: each imports the others relatively when it is part of ``parallel_
 with the same JSON shapes, so one client drives both: ``GET /health``, ``GET /platform``,
 ``POST /execute`` (alias ``/setup/execute``), ``POST /run_python``, ``POST /run_bash_script``,
 ``POST /file``, ``POST /setup/upload``, ``POST /list_directory``. The desktop routes
-(``/screenshot``, ``/setup/launch``, ``/setup/open_file``, ``/accessibility``, recording …) live
-in ``desktop_routes.py``, imported on their first call (or at start-up with ``--desktop WxH``,
-which starts Xvfb and a window manager before the agent says it is ready).
+(``/screenshot``, ``/setup/launch``, ``/setup/open_file``, ``/accessibility``, recording,
+``/terminal``, ``/wallpaper`` …) live in ``desktop_routes.py``, imported on their first call (or
+at start-up with ``--desktop WxH``, which starts Xvfb and a window manager before the agent
+says it is ready); ``/setup/download_file``, ``/desktop_path`` and
+``/execute_with_verification`` in ``agent_setup.py``, also imported on first use. A desktop
+route on an agent without a desktop answers 503 ("no desktop"), an unknown route 404.
 
 **Errors** (see ``agent_http``): a request the server cannot make sense of gets a 4xx with
 ``{"status": "error", "message"}``; an unknown route 404, a known route with the wrong method
@@ -70,12 +74,17 @@ def route_platform(req: Request):
     return 200, os.uname().sysname  # what platform.system() answers on POSIX, minus its import
 
 
-#: routes served by desktop_routes.py, imported on first use (see resolve)
-DESKTOP_ROUTES = frozenset({
-    "/screenshot", "/cursor_position", "/screen_size", "/window_size", "/accessibility",
-    "/setup/launch", "/setup/open_file", "/setup/activate_window", "/setup/close_window",
-    "/start_recording", "/end_recording",
-})
+#: routes of modules imported on first use (see resolve): the desktop's, and OSWorld's
+#: rarer setup routes
+LAZY_ROUTES = {
+    **dict.fromkeys((
+        "/screenshot", "/cursor_position", "/screen_size", "/window_size", "/accessibility",
+        "/setup/launch", "/setup/open_file", "/setup/activate_window", "/setup/close_window",
+        "/start_recording", "/end_recording", "/terminal", "/wallpaper",
+        "/setup/change_wallpaper"), "desktop_routes"),
+    **dict.fromkeys(("/desktop_path", "/setup/download_file", "/execute_with_verification",
+                     "/setup/execute_with_verification"), "agent_setup"),
+}
 
 
 def _sibling(name: str):
@@ -102,8 +111,8 @@ def resolve(path: str):
     """``(method, route)`` for a path, importing the desktop's routes on first use; None for
     an unknown path."""
     route = ROUTES.get(path)
-    if route is None and path in DESKTOP_ROUTES:
-        route = _sibling("desktop_routes").ROUTES[path]
+    if route is None and path in LAZY_ROUTES:
+        route = _sibling(LAZY_ROUTES[path]).ROUTES[path]
     return route
 
 

@@ -111,6 +111,50 @@ def position() -> tuple[int, int]:
     return int(values.get("X", 0)), int(values.get("Y", 0))
 
 
+# pyautogui's tweening functions (pytweening's formulas): OSWorld's PythonController passes
+# one as moveTo's tween; moves here are instant, but the names must exist.
+def linear(n: float) -> float:
+    """The identity tween."""
+    return n
+
+
+def easeInQuad(n: float) -> float:
+    """Quadratic ease in."""
+    return n * n
+
+
+def easeOutQuad(n: float) -> float:
+    """Quadratic ease out."""
+    return -n * (n - 2)
+
+
+def easeInOutQuad(n: float) -> float:
+    """Quadratic ease in, then out."""
+    return 2 * n * n if n < 0.5 else -2 * n * n + 4 * n - 1
+
+
+def easeOutBounce(n: float) -> float:
+    """A bounce at the end."""
+    for edge, shift, base in ((1 / 2.75, 0.0, 0.0), (2 / 2.75, 1.5 / 2.75, 0.75),
+                              (2.5 / 2.75, 2.25 / 2.75, 0.9375)):
+        if n < edge:
+            return 7.5625 * (n - shift) ** 2 + base
+    return 7.5625 * (n - 2.625 / 2.75) ** 2 + 0.984375
+
+
+def easeInBounce(n: float) -> float:
+    """A bounce at the start."""
+    return 1 - easeOutBounce(1 - n)
+
+
+def easeInElastic(n: float, amplitude: float = 1, period: float = 0.3) -> float:
+    """An elastic start."""
+    import math
+
+    return 1 - (1 - n) if n in (0, 1) else -(amplitude * 2 ** (10 * (n - 1)) * math.sin(
+        ((n - 1) - period / (2 * math.pi) * math.asin(1 / amplitude)) * (2 * math.pi) / period))
+
+
 def _point(x, y) -> tuple[int, int]:
     if isinstance(x, (tuple, list)):
         x, y = x[0], x[1]
