@@ -161,5 +161,10 @@ def _download(env, files: list[dict]) -> None:
 _STEPS = {"execute": _execute, "command": _execute, "launch": _launch, "open": _open,
           "sleep": _sleep, "activate_window": _activate_window, "close_window": _close_window,
           "upload_file": _upload_file, "download": _download}
+from .account_steps import STEPS as _ACCOUNT_STEPS  # noqa: E402  (they use SetupError)
+from .browser_steps import STEPS as _BROWSER_STEPS  # noqa: E402
+
+_STEPS.update(_BROWSER_STEPS)
+_STEPS.update(_ACCOUNT_STEPS)
 #: the registry of step types (type -> function called as ``step(env, **parameters)``)
 STEPS = _STEPS

@@ -1,15 +1,20 @@
 """OSWorld's getters by concept, and :data:`GETTERS`, the registry of every one this mode
 implements (type -> function called as ``getter(env, config)``, giving the state a metric
-compares)."""
+compares).
+
+Modules: ``files`` (VM, URL and cache files), ``general`` (commands, accessibility tree, the
+task's rules), ``browser`` (tabs over DevTools, the address bar), ``browser_profile`` (the
+browser's profile files); the Google Drive getter lives with the account steps."""
 
 from __future__ import annotations
 
 from typing import Any, Callable
 
-from . import files, general
+from .. import account_steps
+from . import browser, browser_profile, files, general
 
 GETTERS: dict[str, Callable[[Any, dict], Any]] = {}
-for _module in (files, general):
+for _module in (files, general, browser, browser_profile, account_steps):
     GETTERS.update(_module.GETTERS)
 
 __all__ = ["GETTERS"]

@@ -1,0 +1,235 @@
+"""The guest's Chrome (or Chromium) over the DevTools protocol, spoken to from inside the
+guest: OSWorld's chrome steps and getters connect to its remote-debugging port (9222, which
+OSWorld's tasks forward to Chrome's 1337); here a small standard-library program runs in the
+guest through ``/run_python`` and uses that port on the guest's loopback, so nothing but the
+guest agent needs to be reachable from the host.
+
+The guest program is the web mode's DevTools client (``envs/web/browser.py``: a websocket
+client and a loopback HTTP GET) followed by the operations below; each call prints one JSON
+line after :data:`MARKER`. Operations: ``pages`` (the open tabs: id, title, url), ``open``
+(new tabs on URLs, waiting for each to load, optionally closing the tab that was first),
+``close`` (tabs by id), ``read`` (a URL opened in a new tab: title, final url and HTML,
+then the tab is closed), ``html`` (the HTML of an open tab) and ``form`` (a URL opened in a
+new tab, then selectors waited for and filled or clicked in turn).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from importlib import resources
+from typing import Any
+
+MARKER = "__PARALLEL_ROLLOUT_OSWORLD_CHROME__"
+#: the guest ports tried for DevTools, in order (OSWorld's forwarded one, Chrome's own);
+#: ``$PARALLEL_ROLLOUT_OSWORLD_CDP_PORTS`` (comma-separated) replaces them
+PORTS = (9222, 1337)
+#: seconds to wait for Chrome's DevTools port (OSWorld retries for ~75 s)
+CONNECT_TIMEOUT_S = 60.0
+#: seconds a page may take to load
+LOAD_TIMEOUT_S = 60.0
+
+_OPERATIONS = r'''
+def _osworld_connect(ports, timeout):
+    global CDP_PORT
+    deadline = time.time() + timeout
+    while True:
+        for port in ports:
+            try:
+                status, body = _http_get(port, "/json/version", 2.0)
+                if status == 200:
+                    CDP_PORT = port
+                    return Socket(json.loads(body)["webSocketDebuggerUrl"], timeout=30)
+            except (OSError, ValueError, KeyError):
+                pass
+        if time.time() > deadline:
+            raise RuntimeError("Chrome's DevTools port (%s) did not answer within %g s; start Chrome "
+                               "with --remote-debugging-port" % (", ".join(map(str, ports)), timeout))
+        time.sleep(0.5)
+
+
+def _osworld_pages():
+    return [{"id": t["id"], "title": t.get("title", ""), "url": t.get("url", ""),
+             "ws": t.get("webSocketDebuggerUrl")}
+            for t in _http_json("/json/list") if t.get("type") == "page"]
+
+
+def _osworld_wait_loaded(target, timeout):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        page = [p for p in _osworld_pages() if p["id"] == target]
+        if not page:
+            return
+        try:
+            ws = Socket(page[0]["ws"], timeout=10)
+            state = ws.call("Runtime.evaluate", expression="document.readyState", returnByValue=True)
+            ws.sock.close()
+            if state.get("result", {}).get("value") == "complete" and page[0]["url"] != "about:blank":
+                return
+        except (OSError, RuntimeError, ValueError):
+            pass
+        time.sleep(0.3)
+
+
+def _osworld_html(ws_url):
+    ws = Socket(ws_url, timeout=30)
+    try:
+        result = ws.call("Runtime.evaluate", returnByValue=True, expression=
+                         "(document.doctype ? new XMLSerializer().serializeToString(document.doctype) : '')"
+                         " + document.documentElement.outerHTML")
+        return result.get("result", {}).get("value") or ""
+    finally:
+        ws.sock.close()
+
+
+def _osworld_form(ws_url, steps, timeout):
+    """Fill and click through a page's form: each step waits for its selector, then fills
+    it with ``value`` or clicks it."""
+    ws = Socket(ws_url, timeout=30)
+    try:
+        for step in steps:
+            selector = json.dumps(step["selector"])
+            deadline = time.time() + step.get("timeout", timeout)
+            while True:
+                found = ws.call("Runtime.evaluate", returnByValue=True, expression=
+                                "!!document.querySelector(%s)" % selector)
+                if found.get("result", {}).get("value"):
+                    break
+                if time.time() > deadline:
+                    raise RuntimeError("no %s on the page within %g s" % (step["selector"], timeout))
+                time.sleep(0.3)
+            if "value" in step:
+                script = ("(e => {e.focus(); e.value = %s; e.dispatchEvent(new Event('input', {bubbles: true}));"
+                          " e.dispatchEvent(new Event('change', {bubbles: true}));})(document.querySelector(%s))"
+                          % (json.dumps(step["value"]), selector))
+            else:
+                script = "document.querySelector(%s).click()" % selector
+            ws.call("Runtime.evaluate", expression=script)
+    finally:
+        ws.sock.close()
+
+
+def osworld_main(req):
+    try:
+        answer = _osworld_run(req)
+    except Exception as exc:  # noqa: BLE001 - everything goes back to the host
+        answer = {"fatal": "%s: %s" % (type(exc).__name__, exc)}
+    sys.stdout.write("\n" + MARKER + json.dumps(answer) + "\n")
+    sys.stdout.flush()
+
+
+def _osworld_run(req):
+    browser = _osworld_connect(req["ports"], req["connect_timeout"])
+    op = req["op"]
+    if op == "pages":
+        answer = _osworld_pages()
+    elif op == "open":
+        first = _osworld_pages()
+        for index, url in enumerate(req["urls"]):
+            target = browser.call("Target.createTarget", url=url)["targetId"]
+            _osworld_wait_loaded(target, req["load_timeout"])
+            if index == 0 and req.get("close_first") and first:
+                browser.call("Target.closeTarget", targetId=first[0]["id"])
+        answer = _osworld_pages()
+    elif op == "close":
+        for target in req["ids"]:
+            browser.call("Target.closeTarget", targetId=target)
+        answer = _osworld_pages()
+    elif op == "read":
+        target = browser.call("Target.createTarget", url=req["url"])["targetId"]
+        _osworld_wait_loaded(target, req["load_timeout"])
+        page = [p for p in _osworld_pages() if p["id"] == target][0]
+        answer = {"title": page["title"], "url": page["url"], "content": _osworld_html(page["ws"])}
+        browser.call("Target.closeTarget", targetId=target)
+    elif op == "html":
+        page = [p for p in _osworld_pages() if p["id"] == req["id"]][0]
+        answer = _osworld_html(page["ws"])
+    elif op == "form":
+        target = browser.call("Target.createTarget", url=req["url"])["targetId"]
+        _osworld_wait_loaded(target, req["load_timeout"])
+        page = [p for p in _osworld_pages() if p["id"] == target][0]
+        _osworld_form(page["ws"], req["steps"], req["load_timeout"])
+        answer = _osworld_pages()
+    else:
+        raise ValueError("unknown operation %r" % op)
+    browser.sock.close()
+    return answer
+'''
+
+
+class ChromeError(OSError):
+    """Chrome's DevTools port did not answer, or an operation failed in the guest."""
+
+
+def guest_program(request: dict) -> str:
+    """The Python source run in the guest for one operation."""
+    from ..web import browser
+
+    client = (resources.files(browser.__package__) / "browser.py").read_text(encoding="utf-8")
+    return "\n".join([client, f"MARKER = {MARKER!r}", _OPERATIONS,
+                      f"osworld_main(json.loads({json.dumps(json.dumps(request))}))", ""])
+
+
+def call(vm, op: str, timeout: float | None = None, **params: Any) -> Any:
+    """Run one operation in the guest; its answer."""
+    ports = os.environ.get("PARALLEL_ROLLOUT_OSWORLD_CDP_PORTS")
+    ports = [int(p) for p in ports.split(",")] if ports else list(PORTS)
+    request = {"op": op, "ports": ports, "connect_timeout": CONNECT_TIMEOUT_S,
+               "load_timeout": LOAD_TIMEOUT_S, **params}
+    limit = timeout or CONNECT_TIMEOUT_S + LOAD_TIMEOUT_S * max(1, len(params.get("urls", [])) or 1) + 30
+    result = vm.run_python(guest_program(request), timeout=limit)
+    output = result.get("output") or ""
+    for line in output.splitlines():
+        if line.startswith(MARKER):
+            answer = json.loads(line[len(MARKER):])
+            if isinstance(answer, dict) and "fatal" in answer:
+                raise ChromeError(f"chrome {op} in the guest failed: {answer['fatal']}")
+            return answer
+    detail = (result.get("error") or result.get("message") or output or "no output")[-1500:]
+    raise ChromeError(f"chrome {op} in the guest failed: {detail}")
+
+
+def pages(vm) -> list[dict]:
+    """The open tabs: [{id, title, url, ws}] (most recently active first, as Chrome lists them)."""
+    return call(vm, "pages")
+
+
+def open_tabs(vm, urls: list[str], close_first: bool = True) -> list[dict]:
+    """Open each URL in a new tab (OSWorld closes the tab that was there after the first)."""
+    return call(vm, "open", urls=list(urls), close_first=close_first)
+
+
+def close_tabs(vm, ids: list[str]) -> list[dict]:
+    return call(vm, "close", ids=list(ids))
+
+
+def read(vm, url: str) -> dict:
+    """{title, url, content} of ``url`` loaded in a new tab (closed afterwards)."""
+    return call(vm, "read", url=url)
+
+
+def html(vm, target: str) -> str:
+    return call(vm, "html", id=target)
+
+
+def fill_form(vm, url: str, steps: list[dict]) -> list[dict]:
+    """Open ``url`` in a new tab and fill/click ``steps`` ({selector, value?}) in order."""
+    return call(vm, "form", url=url, steps=steps)
+
+
+#: Chrome's profile folders OSWorld reads, then Debian's Chromium
+PROFILES = ("~/.config/google-chrome/Default", "~/.config/chromium/Default",
+            "~/snap/chromium/common/chromium/Default")
+
+
+def profile_dir(vm) -> str:
+    """The guest's browser profile folder: the first of :data:`PROFILES` that exists (the
+    first when none does yet)."""
+    code = ("import os\n"
+            f"paths = [os.path.expanduser(p) for p in {list(PROFILES)!r}]\n"
+            "print(next((p for p in paths if os.path.isdir(p)), paths[0]))\n")
+    result = vm.execute(["python3", "-c", code], timeout=30)
+    path = (result.get("output") or "").strip()
+    if not path:
+        raise ChromeError(f"cannot find the browser profile in the guest: {result.get('error')}")
+    return path
