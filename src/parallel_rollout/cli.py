@@ -284,5 +284,49 @@ def report_cmd(run_dir: str, output: str | None) -> None:
     click.echo(write_report(run_dir, output))
 
 
+@main.command("compare")
+@click.argument("run_a")
+@click.argument("run_b")
+@click.option("--output-dir", default=_D.output_dir, show_default=True,
+              help="Where run ids given instead of folders are looked up.")
+@click.option("--html", "html_path", type=click.Path(dir_okay=False),
+              help="Where to write the page (default: RUN_B/compare-<A>.html; the text goes beside it as .txt).")
+@click.option("--check", is_flag=True, help="Exit 4 when B is significantly worse than A (McNemar exact, p < 0.05).")
+def compare_cmd(run_a: str, run_b: str, output_dir: str, html_path: str | None, check: bool) -> None:
+    """Compare run B with the baseline run A (folders or run ids) over their shared samples."""
+    from .exit_codes import EXIT_REGRESSION
+    from .report.compare_html import write_comparison
+    from .report.run_data import resolve_run
+
+    comparison, text, page = write_comparison(resolve_run(run_a, output_dir), resolve_run(run_b, output_dir),
+                                              html_path)
+    click.echo(text)
+    click.echo(f"written: {page} and {page.with_suffix('.txt')}")
+    if check and comparison.regressed:
+        sys.exit(EXIT_REGRESSION)
+
+
+@main.group()
+def runs() -> None:
+    """The runs of an output folder."""
+
+
+@runs.command("list")
+@click.option("--output-dir", default=_D.output_dir, show_default=True, help="The folder that holds the runs.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per run instead of a table.")
+def runs_list(output_dir: str, as_json: bool) -> None:
+    """Every run with its date, mode, samples, success rate and status (complete, partial, interrupted)."""
+    import json
+
+    from .report.runs import format_runs, list_runs
+
+    lines = list_runs(output_dir)
+    if as_json:
+        for line in lines:
+            click.echo(json.dumps(line.to_json()))
+    else:
+        click.echo(format_runs(lines))
+
+
 if __name__ == "__main__":
     main()

@@ -7,7 +7,7 @@
 * ``--fail-under RATE``: the success rate (final samples) below RATE → exit 3;
 * ``--compare-to RUN_ID``: a significant regression against that run of the same
   ``--output-dir`` (``compare.Comparison.regressed``) → exit 4; the comparison is kept
-  as ``compare-<RUN_ID>.txt`` in the run folder.
+  as ``compare-<RUN_ID>.txt`` and ``.html`` in the run folder.
 
 An aborted or interrupted run keeps its own exit code: a gate judges finished runs only.
 Nothing here may raise into the runner (it must still release its lock): a report that
@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..exit_codes import EXIT_BELOW_THRESHOLD, EXIT_OK, EXIT_REGRESSION
-from .compare import compare_runs, format_comparison
+from .compare_html import write_comparison
 from .html import write_report
 from .junit import write_junit
 from .run_data import RunData
@@ -51,10 +51,7 @@ def gate(config: Any, data: RunData) -> tuple[int, str]:
     """The exit code and message of a finished run's gates (EXIT_OK and "" when all pass)."""
     failed: list[tuple[int, str]] = []
     if config.compare_to is not None:
-        baseline = RunData.load(Path(config.output_dir) / config.compare_to, with_events=False)
-        comparison = compare_runs(baseline, data)
-        text = format_comparison(comparison)
-        (data.run_dir / f"compare-{config.compare_to}.txt").write_text(text + "\n", encoding="utf-8")
+        comparison, text, _ = write_comparison(Path(config.output_dir) / config.compare_to, data)
         log.info("%s", text)
         if comparison.regressed:
             failed.append((EXIT_REGRESSION,

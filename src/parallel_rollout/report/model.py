@@ -180,6 +180,25 @@ def _clip(value: Any) -> Any:
     return value if len(text) <= TURN_TEXT_LIMIT else text[:TURN_TEXT_LIMIT] + f"… ({len(text)} chars)"
 
 
+def _clip_turn(line: bytes) -> tuple[dict[str, Any], int]:
+    """One trajectory line as a turn whose fields are clipped, and its size in characters."""
+    if len(line) <= TURN_TEXT_LIMIT:  # the common case: small enough whole, no re-encoding
+        try:
+            turn = json.loads(line)
+            if isinstance(turn, dict):
+                return turn, len(line)
+        except ValueError:
+            pass
+    try:
+        turn = json.loads(line)
+    except ValueError:
+        return {"unreadable line": line[:200].decode("utf-8", "replace")}, 250
+    if not isinstance(turn, dict):
+        turn = {"value": turn}
+    clipped = {name: _clip(value) for name, value in turn.items()}
+    return clipped, len(json.dumps(clipped, ensure_ascii=False, default=str))
+
+
 def trajectories(data: RunData, budget: int = TRAJECTORY_BUDGET) -> dict[str, dict[str, Any]]:
     """Trajectory path -> its turns (clipped) and images, while the budget lasts."""
     out: dict[str, dict[str, Any]] = {}
@@ -189,32 +208,21 @@ def trajectories(data: RunData, budget: int = TRAJECTORY_BUDGET) -> dict[str, di
         if not rel or rel in out:
             continue
         path = data.run_dir / rel
-        turns = _read_turns(path)
-        if turns is None:
+        try:
+            raw = path.read_bytes()
+        except OSError:
             continue
-        entry = {"turns": [{name: _clip(value) for name, value in turn.items()} for turn in turns],
-                 "images": _images(path.with_suffix(""), data.run_dir)}
-        size = len(json.dumps(entry, ensure_ascii=False, default=str))
+        turns, size = [], 0
+        for line in raw.split(b"\n"):
+            if line.strip():
+                turn, turn_size = _clip_turn(line)
+                turns.append(turn)
+                size += turn_size
         if used + size > budget:
             break
         used += size
-        out[rel] = entry
+        out[rel] = {"turns": turns, "images": _images(path.with_suffix(""), data.run_dir)}
     return out
-
-
-def _read_turns(path: Path) -> list[dict[str, Any]] | None:
-    try:
-        raw = path.read_bytes()
-    except OSError:
-        return None
-    turns = []
-    for line in raw.split(b"\n"):
-        if line.strip():
-            try:
-                turns.append(json.loads(line))
-            except ValueError:
-                turns.append({"unreadable line": line[:200].decode("utf-8", "replace")})
-    return turns
 
 
 def _images(folder: Path, run_dir: Path) -> list[str]:

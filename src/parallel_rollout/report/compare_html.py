@@ -1,0 +1,93 @@
+"""``compare`` written out: the comparison of two runs as text and as one self-contained page.
+
+``write_comparison`` is what ``parallel-rollout compare RUN_A RUN_B`` and ``run
+--compare-to`` both call: it writes ``compare-<A>.txt`` and ``compare-<A>.html`` into run
+B's folder (or where asked). The page links each flipped sample to its row in either run's
+report.html, by a path relative to the page.
+"""
+
+from __future__ import annotations
+
+import os
+from html import escape
+from pathlib import Path
+
+from .compare import Comparison, compare_runs, format_comparison
+from .page_assets import CSS
+from .run_data import RunData
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1%}"
+
+
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:g}"
+
+
+def _sample_links(keys: list[str], report_a: str, report_b: str) -> str:
+    if not keys:
+        return '<p class="muted">none</p>'
+    items = "".join(
+        f'<li data-key="{escape(k)}">{escape(k)}: <a href="{escape(report_a)}#sample={escape(k)}">A</a> · '
+        f'<a href="{escape(report_b)}#sample={escape(k)}">B</a></li>' for k in keys)
+    return f"<ul>{items}</ul>"
+
+
+def render_comparison(c: Comparison, report_a: str, report_b: str) -> str:
+    """The comparison page; ``report_a``/``report_b`` are the runs' report.html, relative to it."""
+    scope = (f"{c.shared} samples in both runs" if c.same_samples else
+             f"<b>the task sets differ</b>: compared on the intersection of {c.shared} samples "
+             f"({c.only_a} only in A, {c.only_b} only in B)")
+
+    def verdict(result) -> str:
+        return "significant" if result.significant else "not significant"
+
+    sa, sb = c.speed_a, c.speed_b
+    rows = [
+        ("success rate", _pct(c.success_rate_a), _pct(c.success_rate_b),
+         f"McNemar exact p={c.pass_fail.p_value:.4g} ({verdict(c.pass_fail)})", "success_rate"),
+        ("mean reward", _num(c.mean_reward_a), _num(c.mean_reward_b),
+         f"Wilcoxon signed-rank p={c.rewards.p_value:.4g} over {c.rewards.pairs} differing samples "
+         f"({verdict(c.rewards)})", "mean_reward"),
+        ("rollout time p50", _num(sa.get("rollout_p50_s")), _num(sb.get("rollout_p50_s")), "seconds", "rollout_p50"),
+        ("rollout time mean", _num(sa.get("rollout_mean_s")), _num(sb.get("rollout_mean_s")), "seconds",
+         "rollout_mean"),
+        ("wall time", _num(sa.get("wall_s")), _num(sb.get("wall_s")), "seconds", "wall"),
+    ]
+    table = "".join(f'<tr data-metric="{m}"><td>{label}</td><td class="num">{a}</td><td class="num">{b}</td>'
+                    f"<td>{escape(note)}</td></tr>" for label, a, b, note, m in rows)
+    new_types = ("".join(f"<li>{escape(t)}: {n}</li>" for t, n in c.new_failure_types.items())
+                 if c.new_failure_types else '<li class="muted">none</li>')
+    banner = ('<p class="o-failure"><b>B regressed significantly.</b></p>' if c.regressed else "")
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>compare {escape(c.run_a)} → {escape(c.run_b)}</title>
+<style>{CSS}</style></head><body>
+<header><h1>compare {escape(c.run_a)} (A) → {escape(c.run_b)} (B)</h1><div class="meta">{scope}</div></header>
+<main>
+<section id="numbers"><h2>Numbers</h2>{banner}<table><tr><th>metric</th><th class="num">A</th><th class="num">B</th>
+<th>test</th></tr>{table}</table></section>
+<section id="pass-to-fail"><h2>pass → fail ({len(c.pass_to_fail)})</h2>
+{_sample_links(c.pass_to_fail, report_a, report_b)}</section>
+<section id="fail-to-pass"><h2>fail → pass ({len(c.fail_to_pass)})</h2>
+{_sample_links(c.fail_to_pass, report_a, report_b)}</section>
+<section id="new-failures"><h2>Failure types new in B</h2><ul>{new_types}</ul></section>
+</main></body></html>
+"""
+
+
+def write_comparison(run_a: RunData | str | Path, run_b: RunData | str | Path,
+                     html_path: str | Path | None = None) -> tuple[Comparison, str, Path]:
+    """Compare two runs (or their folders); write the text and the page (default: into B's folder)."""
+    a = run_a if isinstance(run_a, RunData) else RunData.load(run_a, with_events=False)
+    b = run_b if isinstance(run_b, RunData) else RunData.load(run_b, with_events=False)
+    comparison = compare_runs(a, b)
+    text = format_comparison(comparison)
+    html_path = Path(html_path) if html_path is not None else b.run_dir / f"compare-{a.run_id}.html"
+    html_path.parent.mkdir(parents=True, exist_ok=True)
+    where = html_path.parent.resolve()
+    report_a = os.path.relpath(a.run_dir.resolve() / "report.html", where)
+    report_b = os.path.relpath(b.run_dir.resolve() / "report.html", where)
+    html_path.with_suffix(".txt").write_text(text + "\n", encoding="utf-8")
+    html_path.write_text(render_comparison(comparison, report_a, report_b), encoding="utf-8")
+    return comparison, text, html_path

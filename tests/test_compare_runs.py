@@ -1,0 +1,114 @@
+"""``compare`` on two real runs that differ in known samples, and ``runs list`` over real runs
+that ended complete, interrupted (SIGINT) and partial (pool exhausted)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from click.testing import CliRunner
+
+from conftest import ROOT, shell_task, write_tasks
+from parallel_rollout import exit_codes
+from parallel_rollout.cli import main
+from parallel_rollout.config import build_config
+from parallel_rollout.runner import Runner
+
+scipy_stats = pytest.importorskip("scipy.stats")
+
+
+def failing(task_id: str) -> dict:
+    return shell_task(task_id, reference=["true"])
+
+
+def too_long(task_id: str) -> dict:
+    """More commands than --max-turns 3 allows: ends max_turns."""
+    return shell_task(task_id, reference=["true", "true", "true", f"touch ~/{task_id}.done"])
+
+
+def real_run(tmp_path, run_id: str, tasks: list[dict], **flags):
+    data = write_tasks(tmp_path / f"{run_id}.jsonl", tasks)
+    config = dict(mode="shell", data=str(data), output_dir=str(tmp_path / "out"), run_id=run_id, num_rollouts=2,
+                  max_turns=3, progress=False)
+    config.update(flags)
+    return Runner(build_config(config)).run()
+
+
+def test_compare_names_exactly_the_flipped_samples_on_the_intersection(tmp_path):
+    # A: t0..t9, t0-t2 fail. B: t1..t11 (t0 dropped, t10 and t11 new); t1 now passes,
+    # t3 and t4 now fail, t5 now runs out of turns (a failure type A never had).
+    a_tasks = [failing(f"t{i}") if i < 3 else shell_task(f"t{i}") for i in range(10)]
+    b_tasks = []
+    for i in range(1, 12):
+        tid = f"t{i}"
+        b_tasks.append(failing(tid) if i in (2, 3, 4) else too_long(tid) if i == 5 else shell_task(tid))
+    assert real_run(tmp_path, "a", a_tasks).exit_code == 0
+    assert real_run(tmp_path, "b", b_tasks).exit_code == 0
+
+    result = CliRunner().invoke(main, ["compare", "a", "b", "--output-dir", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    out = result.output
+    assert "the task sets differ; compared on the intersection of 9 samples (1 only in A, 2 only in B)" in out
+    assert "pass -> fail: 3: t3#0, t4#0, t5#0" in out
+    assert "fail -> pass: 1: t1#0" in out
+    assert "new failure types in B: max_turns (1)" in out
+    # over the 9 shared: A 7/9 pass, B 5/9
+    assert "success rate: 77.8% -> 55.6%" in out
+    expected_p = scipy_stats.binomtest(3, 4, 0.5).pvalue  # McNemar exact: 3 of 4 discordant one way
+    assert f"McNemar exact p={expected_p:.4g}, not significant" in out
+
+    page = tmp_path / "out" / "b" / "compare-a.html"
+    html = page.read_text()
+    for key in ("t3#0", "t4#0", "t5#0", "t1#0"):
+        assert f'data-key="{key}"' in html
+    assert 'href="../a/report.html#sample=t3#0"' in html
+    assert (tmp_path / "out" / "b" / "compare-a.txt").read_text().startswith("compare a (A) -> b (B)")
+
+    check = CliRunner().invoke(main, ["compare", str(tmp_path / "out" / "a"), str(tmp_path / "out" / "b"),
+                                      "--check", "--html", str(tmp_path / "cmp.html")])
+    assert check.exit_code == 0  # worse, but not significantly
+    missing = CliRunner().invoke(main, ["compare", "a", "zzz", "--output-dir", str(tmp_path / "out")])
+    assert missing.exit_code == 2 and "zzz: no such run folder" in missing.output
+
+
+def test_runs_list_shows_complete_interrupted_and_partial_runs(tmp_path):
+    out = tmp_path / "out"
+    assert real_run(tmp_path, "done", [shell_task("a"), failing("b")]).exit_code == 0
+    exhausted = real_run(tmp_path, "broken", [shell_task("c")], provider_name="chaos_plugins:BootFailsProvider",
+                         use_vm_pool=True, num_vms=1, max_vm_replacements=0)
+    assert exhausted.exit_code == exit_codes.EXIT_ABORTED
+
+    slow = write_tasks(tmp_path / "slow.jsonl",
+                       [shell_task(f"s{i}", reference=["sleep 0.5", f"touch ~/s{i}.done"]) for i in range(12)])
+    proc = subprocess.Popen([sys.executable, str(ROOT / "run_parallel_rollout.py"), "--mode", "shell", "--data",
+                             str(slow), "--num-rollouts", "1", "--output-dir", str(out), "--run-id", "stopped",
+                             "--no-progress"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    results = out / "stopped" / "results.jsonl"
+    while not (results.exists() and results.read_text().count("\n") >= 1):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=60)
+    assert proc.returncode == exit_codes.EXIT_INTERRUPTED
+
+    result = CliRunner().invoke(main, ["runs", "list", "--output-dir", str(out)])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[0].split() == ["RUN", "ID", "STARTED", "MODE", "SAMPLES", "SUCCESS", "STATUS"]
+    by_id = {line.split()[0]: line.split() for line in lines[1:]}
+    assert list(by_id) == ["done", "broken", "stopped"]  # oldest first
+    assert by_id["done"][-4:] == ["shell", "2/2", "50.0%", "complete"]
+    assert by_id["broken"][-4:] == ["shell", "0/1", "-", "partial"]
+    assert by_id["stopped"][-1] == "interrupted" and by_id["stopped"][-4] == "shell"
+
+    as_json = CliRunner().invoke(main, ["runs", "list", "--output-dir", str(out), "--json"])
+    rows = [json.loads(line) for line in as_json.output.splitlines()]
+    assert [r["status"] for r in rows] == ["complete", "partial", "interrupted"]
+    assert rows[0]["success_rate"] == 0.5 and rows[0]["finished"] == 2 and rows[0]["total"] == 2
+    empty = CliRunner().invoke(main, ["runs", "list", "--output-dir", str(tmp_path / "none")])
+    assert empty.exit_code == 2 and "no such output folder" in empty.output
