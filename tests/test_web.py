@@ -69,7 +69,7 @@ def test_cli_refuses_unknown_environment_before_anything_runs(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "parallel_rollout.cli", "run", "--mode", "web", "--data", str(path),
                            "--agent", "oracle", "--output-dir", str(tmp_path / "out")],
                           capture_output=True, text=True, timeout=60)
-    assert proc.returncode != 0
+    assert proc.returncode == 2
     assert f"{path}:1:" in proc.stderr and "enter-txt" in proc.stderr and "enter-text" in proc.stderr
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").rglob("results.jsonl"))
 
@@ -124,15 +124,6 @@ def _check_oracle_run(outcome, tasks):
     return finals
 
 
-def test_oracle_solves_a_few_tasks_through_the_pool(tmp_path):
-    tasks = [web_task(env) for env in QUICK]
-    outcome = run(tmp_path, tasks)
-    assert outcome.exit_code == 0
-    finals = _check_oracle_run(outcome, tasks)
-    assert finals["click-checkboxes-0#0"]["turns"] >= 2  # ticks boxes, then submits
-    assert outcome.summary["vm"]["resets"] >= len(tasks)
-
-
 @pytest.mark.slow
 def test_oracle_solves_every_shipped_task_with_3_seeds_on_a_shared_pool(tmp_path):
     tasks = catalog.default_tasks()
@@ -142,25 +133,27 @@ def test_oracle_solves_every_shipped_task_with_3_seeds_on_a_shared_pool(tmp_path
     assert outcome.exit_code == 0
 
 
-def test_unsolvable_task_ends_with_reward_0_at_the_page_time_limit(tmp_path):
-    tasks = [web_task("tic-tac-toe", time_limit_s=3)]
+def test_cli_runs_the_oracle_through_the_pool_and_an_unsolvable_task_ends_at_its_time_limit(tmp_path):
+    """A few environments of different kinds (a click, a form, checkboxes, a list) and one
+    the oracle has no solver for, which must end with reward 0 when the page's time runs out."""
+    tasks = [web_task(env, seed=5) for env in QUICK] + [web_task("tic-tac-toe", time_limit_s=3)]
+    path = write_tasks(tmp_path / "t.jsonl", tasks)
     started = time.time()
-    outcome = run(tmp_path, tasks, num_rollouts=1, num_vms=1)
-    record = assert_exactly_once(outcome.run_dir, {"tic-tac-toe-0#0"})["tic-tac-toe-0#0"]
-    assert record["status"] == "failure" and record["reward"] == 0.0
-    assert record["eval"]["done"] and record["eval"]["reason"] == "timed out" and record["eval"]["raw_reward"] == -1
-    assert time.time() - started < 90
-
-
-def test_cli_runs_the_oracle(tmp_path):
-    path = write_tasks(tmp_path / "t.jsonl", [web_task("click-test-2", seed=5), web_task("focus-text-2", seed=3)])
     proc = subprocess.run([sys.executable, "-m", "parallel_rollout.cli", "run", "--mode", "web", "--data", str(path),
                            "--agent", "oracle", "--num-rollouts", "2", "--num-vms", "2", "--use-vm-pool",
                            "--output-dir", str(tmp_path / "out"), "--run-id", "cli", "--no-progress"],
-                          capture_output=True, text=True, timeout=240)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    summary = json.loads((tmp_path / "out" / "cli" / "summary.json").read_text())
-    assert summary["successes"] == 2
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]  # finished (one task failed: graded, not an abort)
+    run_dir = tmp_path / "out" / "cli"
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["successes"] == len(QUICK)
+    finals = assert_exactly_once(run_dir, {f"{t['id']}#0" for t in tasks})
+    unsolved = finals.pop("tic-tac-toe-0#0")
+    assert unsolved["status"] == "failure" and unsolved["reward"] == 0.0
+    assert unsolved["eval"]["reason"] == "timed out" and unsolved["eval"]["raw_reward"] == -1
+    assert all(r["status"] == "success" and r["reward"] > 0 and r["eval"]["done"] for r in finals.values())
+    assert finals["click-checkboxes-5#0"]["turns"] >= 2  # ticks boxes, then submits
+    assert time.time() - started < 240
 
 
 # -- resets ------------------------------------------------------------------------------------
@@ -266,8 +259,8 @@ def test_openai_agent_solves_episodes_through_the_prompt_and_parser(tmp_path, ll
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     server = llm_server(policy=web_model)
     # a model's turns take longer than MiniWoB's 10 s allow: the tasks give it a minute
-    tasks = [web_task(env, seed=4, time_limit_s=60) for env in QUICK]
+    tasks = [web_task(env, seed=4, time_limit_s=60) for env in ("click-checkboxes", "enter-text")]
     outcome = run(tmp_path, tasks, agent="openai", model="test-model", base_url=server.url)
     finals = _check_oracle_run(outcome, tasks)
     assert len(server.requests) == sum(r["turns"] for r in finals.values())
-    assert any(r["turns"] >= 3 for r in finals.values())  # some episodes used both reply forms
+    assert all(r["turns"] >= 2 for r in finals.values())  # both reply forms were used

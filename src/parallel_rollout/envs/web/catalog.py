@@ -29,7 +29,7 @@ DEFAULT_ENVS = (
     "enter-text-2", "enter-text-dynamic", "enter-password", "login-user", "click-tab",
     "click-tab-2", "click-collapsible", "click-collapsible-2", "choose-list", "use-autocomplete",
     "find-word", "read-table", "simple-arithmetic", "copy-paste", "scroll-text", "unicode-test",
-    "button-delay", "text-transform",
+    "text-transform",
 )
 #: seeds of each environment in the shipped set
 DEFAULT_SEEDS = (0, 1, 2)

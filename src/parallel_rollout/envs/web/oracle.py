@@ -194,10 +194,10 @@ def click_tab_2(obs):
 
 
 def click_collapsible(obs):
-    buttons = [el for el in find(obs["dom"], "button") if visible(el)]
-    if buttons:
-        return click(buttons[0])
-    return click(find(obs["dom"], "h3")[0])
+    header = find(obs["dom"], "h3")[0]
+    if "ui-accordion-header-collapsed" in header.get("classes", "").split():
+        return click(header)
+    return submit(obs["dom"])
 
 
 def click_collapsible_2(obs):
@@ -269,17 +269,12 @@ def scroll_text(obs):
     return fill(find(dom, "input_text")[0], words[-1] if words else "", dom)
 
 
-def button_delay(obs):
-    word = re.search(r"button (\w+)", obs["utterance"])
-    buttons = find(obs["dom"], "button", word.group(1)) if word else find(obs["dom"], "button")
-    return click(buttons[0]) if buttons else {"action": "wait", "ms": 300}
-
-
 def text_transform(obs):
     dom = obs["dom"]
     field = find(dom, "input_text")[0]
-    shown = next(el for el in dom if el["tag"] == "span" and el.get("text") and el is not field)
-    return fill(field, shown["text"].replace(" ", ""), dom)
+    captcha = find(dom, id="captcha")[0]
+    shown = "".join(el.get("text", "") for el in dom if el.get("parent") == captcha["ref"])
+    return fill(field, shown.replace(" ", ""), dom)
 
 
 SOLVERS: dict[str, Callable[[Mapping[str, Any]], Any]] = {
@@ -295,7 +290,7 @@ SOLVERS: dict[str, Callable[[Mapping[str, Any]], Any]] = {
     "click-collapsible-2": click_collapsible_2, "choose-list": choose_list,
     "use-autocomplete": use_autocomplete, "find-word": find_word, "read-table": read_table,
     "simple-arithmetic": simple_arithmetic, "copy-paste": copy_paste, "scroll-text": scroll_text,
-    "button-delay": button_delay, "text-transform": text_transform,
+    "text-transform": text_transform,
 }
 
 
