@@ -2,17 +2,16 @@
 
 A step is ``{"type": T, "parameters": {...}}``. Supported types: ``execute`` (alias
 ``command``), ``launch``, ``open``, ``sleep``, ``activate_window``, ``close_window``,
-``upload_file``, ``download``. Nothing is fetched from the network: ``download`` and
-``upload_file`` read ``file://`` URLs, local paths (relative ones from the task file's folder)
-or, for an https URL, ``<cache>/<task id>/<basename>`` in the local cache folder
-(``$PARALLEL_ROLLOUT_OSWORLD_CACHE``, default ``~/.cache/parallel-rollout/osworld``). Every
+``upload_file``, ``download``. ``download`` and ``upload_file`` read ``file://`` URLs, local
+paths (relative ones from the task file's folder) or http(s) URLs, fetched once per machine
+into the download cache keyed by URL (:mod:`.downloads`; ``$PARALLEL_ROLLOUT_OSWORLD_CACHE``,
+default ``~/.cache/parallel-rollout/osworld``). Every
 step has a bounded wait; a failing step raises :class:`SetupError` naming the task, the
 step's index and its type.
 """
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -64,21 +63,27 @@ def substitute(command: Any, values: dict[str, str]) -> Any:
 
 
 def cache_root() -> Path:
-    """Where https URLs of tasks are looked up (nothing is downloaded)."""
-    return Path(os.environ.get("PARALLEL_ROLLOUT_OSWORLD_CACHE")
-                or Path.home() / ".cache" / "parallel-rollout" / "osworld")
+    """The download cache of http(s) URLs (see :mod:`.downloads`)."""
+    from .downloads import cache_root as root
+
+    return root()
 
 
 def local_source(task, url: str, cache: Path) -> Path:
-    """The local file behind ``url``: file:// URL, a path, or the cache copy of an URL."""
+    """The local file behind ``url``: a file:// URL, a path (relative ones from the task
+    file's folder), or an http(s) URL fetched once into the download cache."""
+    from . import downloads
+
     if url.startswith("file://"):
         path = Path(url[len("file://"):])
+    elif downloads.is_remote(url):
+        try:
+            return downloads.fetch(url, cache, legacy=cache / task.id / downloads.basename(url))
+        except downloads.DownloadError as exc:
+            raise SetupError(f"task {task.id!r}: {exc}") from None
     elif "://" in url:
-        path = cache / task.id / url.rstrip("/").rsplit("/", 1)[-1]
-        if not path.is_file():
-            raise SetupError(f"task {task.id!r}: {url} cannot be downloaded here (no network); "
-                             f"put the file at {path}")
-        return path
+        raise SetupError(f"task {task.id!r}: unsupported URL scheme in {url!r} "
+                         "(http, https, file or a local path)")
     else:
         path = Path(url).expanduser()
         if not path.is_absolute():

@@ -1,0 +1,104 @@
+"""The osworld download cache: http(s) URLs of ``download`` steps and ``cloud_file`` getters are
+fetched once (from a loopback HTTP server here), kept under a name keyed by the URL, and
+delivered into the guest through the agent."""
+
+from __future__ import annotations
+
+import functools
+import threading
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from types import SimpleNamespace
+
+import pytest
+
+from parallel_rollout.envs.osworld import downloads
+from parallel_rollout.envs.osworld import setup as steps
+from parallel_rollout.envs.osworld.getters import GETTERS
+from parallel_rollout.tasks import Task
+from test_guest import agent  # noqa: F401  (the fixture: a running agent, no desktop)
+
+
+@pytest.fixture
+def served(tmp_path):
+    """A loopback HTTP server for tmp_path/www that counts GETs per path."""
+    folder = tmp_path / "www"
+    folder.mkdir()
+    hits: dict[str, int] = {}
+
+    class Handler(SimpleHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 (http.server's name)
+            hits[self.path] = hits.get(self.path, 0) + 1
+            super().do_GET()
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Handler, directory=str(folder)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield SimpleNamespace(url=f"http://127.0.0.1:{server.server_address[1]}", folder=folder, hits=hits)
+    server.shutdown()
+    server.server_close()
+
+
+def test_a_url_is_fetched_once_and_kept_under_its_own_name(served, tmp_path):
+    cache = tmp_path / "cache"
+    (served.folder / "a").mkdir()
+    (served.folder / "b").mkdir()
+    (served.folder / "a" / "data.xlsx").write_bytes(b"first")
+    (served.folder / "b" / "data.xlsx").write_bytes(b"second")
+    first = downloads.fetch(f"{served.url}/a/data.xlsx", cache)
+    again = downloads.fetch(f"{served.url}/a/data.xlsx", cache)
+    other = downloads.fetch(f"{served.url}/b/data.xlsx", cache)
+    assert first == again == downloads.cache_path(f"{served.url}/a/data.xlsx", cache)
+    assert first.name == other.name == "data.xlsx" and first != other
+    assert (first.read_bytes(), other.read_bytes()) == (b"first", b"second")
+    assert served.hits == {"/a/data.xlsx": 1, "/b/data.xlsx": 1}
+
+
+def test_concurrent_fetches_of_one_url_download_it_once(served, tmp_path):
+    (served.folder / "big.bin").write_bytes(b"x" * 3_000_000)
+    url = f"{served.url}/big.bin"
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(downloads.fetch(url, tmp_path / "c")))
+               for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert len(set(results)) == 1 and len(results) == 4
+    assert results[0].stat().st_size == 3_000_000
+    assert served.hits == {"/big.bin": 1}
+
+
+def test_a_url_that_cannot_be_fetched_says_where_to_put_it(served, tmp_path):
+    url = f"{served.url}/missing.pdf"
+    with pytest.raises(downloads.DownloadError) as info:
+        downloads.fetch(url, tmp_path / "cache")
+    message = str(info.value)
+    assert url in message and "404" in message
+    assert str(downloads.cache_path(url, tmp_path / "cache")) in message
+    assert not any(p.is_file() for p in (tmp_path / "cache").rglob("missing.pdf*"))
+    # a file put there by hand is used without the network
+    downloads.cache_path(url, tmp_path / "cache").write_bytes(b"%PDF by hand")
+    assert downloads.fetch(url, tmp_path / "cache").read_bytes() == b"%PDF by hand"
+
+
+def test_the_download_step_and_cloud_file_getter_use_the_cache(served, agent, tmp_path):
+    client, home = agent
+    (served.folder / "input.csv").write_text("a,b\n1,2\n")
+    (served.folder / "gold.txt").write_text("expected")
+    task = Task(id="t1", mode="osworld", payload={}, source=str(tmp_path / "t1.json:1"))
+    env = SimpleNamespace(task=task, vm=client, cache_root=tmp_path / "cache",
+                          cache_dir=str(tmp_path / "attempt"))
+    steps.run_steps(env, [{"type": "download", "parameters": {"files": [
+        {"url": f"{served.url}/input.csv", "path": "~/work/input.csv"}]}}], "config")
+    assert (home / "work" / "input.csv").read_text() == "a,b\n1,2\n"
+    local = GETTERS["cloud_file"](env, {"type": "cloud_file", "path": f"{served.url}/gold.txt",
+                                        "dest": "gold.txt"})
+    assert open(local).read() == "expected" and local.startswith(str(tmp_path / "attempt"))
+    steps.run_steps(env, [{"type": "download", "parameters": {"files": [
+        {"url": f"{served.url}/input.csv", "path": "~/again.csv"}]}}], "config")
+    assert served.hits["/input.csv"] == 1
+    with pytest.raises(steps.SetupError, match="t1.*missing.xlsx"):
+        steps.run_steps(env, [{"type": "download", "parameters": {"files": [
+            {"url": f"{served.url}/missing.xlsx", "path": "~/m.xlsx"}]}}], "config")
