@@ -3,7 +3,8 @@ implements (type -> function called as ``getter(env, config)``, giving the state
 compares).
 
 Modules: ``files`` (VM, URL and cache files), ``general`` (commands, accessibility tree, the
-task's rules), ``browser`` (tabs over DevTools, the address bar), ``browser_profile`` (the
+task's rules), ``time_rules`` (dates relative to today), ``desktop`` (desktop routes, app
+settings files, slide media), ``browser`` (tabs over DevTools, the address bar), ``browser_profile`` (the
 browser's profile files); the Google Drive getter lives with the account steps."""
 
 from __future__ import annotations
@@ -11,10 +12,10 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from .. import account_steps
-from . import browser, browser_profile, files, general
+from . import browser, browser_profile, desktop, files, general, time_rules
 
 GETTERS: dict[str, Callable[[Any, dict], Any]] = {}
-for _module in (files, general, browser, browser_profile, account_steps):
+for _module in (files, general, time_rules, desktop, browser, browser_profile, account_steps):
     GETTERS.update(_module.GETTERS)
 
 __all__ = ["GETTERS"]
