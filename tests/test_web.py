@@ -188,11 +188,16 @@ def test_a_reset_leaves_no_browser_state_for_the_next_task(tmp_path):
         # the same VM, reset as the pool resets it on release, then the next task
         info = provider.reset(info)
         env = WebEnv(build_config({"mode": "web"}))
-        first = env.reset(Task(id="b", mode="web", payload={"env": "click-button"}, seed=1), GuestClient(info.address))
+        env.trajectory_dir = tmp_path / "traj"
+        first = env.reset(Task(id="b", mode="web", payload={"env": "click-button", "screenshot": True}, seed=1),
+                          GuestClient(info.address))
         clean = env._call({"op": "eval", "expression": _STATE}, 30)
         assert json.loads(clean["value"]) == {"local": None, "session": None, "cookie": ""}
         assert clean["pages"] == 1
         assert first["utterance"] and first["dom"]
+        png = (tmp_path / "traj" / "step_0.png").read_bytes()  # the screenshot the task asked for
+        assert png.startswith(b"\x89PNG") and first["screenshot_path"].endswith("step_0.png")
+        assert isinstance(prompts.render("web", first), list)  # text and the image for the model
     finally:
         provider.stop(info)
 

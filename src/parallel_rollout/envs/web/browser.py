@@ -197,7 +197,8 @@ def start(req):
     import tarfile
 
     with tarfile.open(fileobj=io.BytesIO(base64.b64decode(req["bundle"])), mode="r:gz") as tar:
-        tar.extractall(ROOT)
+        # the files come from the host's miniwob package; "data" refuses links and absolute paths
+        tar.extractall(ROOT, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
     os.makedirs(PROFILE, exist_ok=True)
     _spawn([sys.executable, "-m", "http.server", str(HTTP_PORT), "--bind", "127.0.0.1",
             "--directory", ROOT])
