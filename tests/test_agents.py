@@ -115,6 +115,17 @@ def test_rate_limit_waits_for_retry_after(llm_server):
                              "model": "gpt-4.1-2025-04-14"}
 
 
+def test_backoff_without_retry_after_grows_and_never_retries_at_once(llm_server):
+    # equal jitter: wait n is at least half of base * 2**n
+    server = llm_server([{"status": 500}, {"status": 502}, {"reply": "\\boxed{42}"}])
+    agent = openai_agent(server)
+    agent.backoff_base_s = 0.4
+    assert agent.act({"problem": "What is 6 times 7?"}) == "\\boxed{42}"
+    times = [r["time"] for r in server.requests]
+    assert times[1] - times[0] >= 0.2 and times[2] - times[1] >= 0.4
+    assert (agent.usage()["requests"], agent.usage()["retries"]) == (3, 2)
+
+
 #: fault → what the give-up error must say about it
 FAULTS = {
     "500": ({"status": 500}, "HTTP 500"),

@@ -8,12 +8,15 @@ One conversation per episode, kept by the agent (one instance per env loop, so n
                      messages += assistant(reply);  return parse(mode, reply)
 
 The official ``openai`` client does the HTTP with its own retries turned off
-(``max_retries=0``): the loop here decides, so that every request and retry is counted in
-``usage()`` and a malformed body is retried like a failed request. A turn is retried up to
-``--max-retries`` times on 429, 5xx, 408/409, timeouts, connection errors and malformed bodies
-(not JSON, no choices, no message, null content). The wait honours the server's
-``retry-after-ms`` / ``Retry-After`` (seconds or an HTTP date); otherwise it backs off
-exponentially with jitter, so many env loops hitting one rate limit do not retry in step.
+(``max_retries=0``): its retry loop has no hook to count requests and retries into
+``usage()``, and it would not retry a malformed body. ``tenacity`` runs the retries instead
+(``_retrying``): a ``before`` hook counts every request and retry, a ``retry`` predicate
+retries only ``_Retryable`` failures, and the wait honours what the server asked for. A turn
+is retried up to ``--max-retries`` times on 429, 5xx, 408/409, timeouts, connection errors and
+malformed bodies (not JSON, no choices, no message, null content). The wait honours the
+server's ``retry-after-ms`` / ``Retry-After`` (seconds or an HTTP date); otherwise it backs off
+exponentially with "equal jitter" (half the step fixed, half random), so many env loops
+hitting one rate limit do not retry in step.
 When the retries run out the turn raises ``AgentError`` naming the endpoint and what was
 wrong; the worker turns it into a graded ``error`` record. Other 4xx (bad key, unknown model)
 fail at once: retrying cannot fix them.
@@ -32,6 +35,8 @@ import os
 import random
 import time
 from typing import Any, Mapping
+
+import tenacity
 
 from ..errors import ConfigError
 from . import prompts
@@ -130,45 +135,71 @@ class OpenAIAgent(Agent):
 
     def _complete(self) -> str:
         """One turn's reply text, retrying what a retry can fix."""
-        import openai
-
         client = self._client_or_new()
         request: dict[str, Any] = {"model": self.config.model, "messages": self._messages}
         for name in ("temperature", "max_tokens"):
             value = getattr(self.config, name)
             if value is not None:
                 request[name] = value
-        for retry in range(self.max_retries + 1):
-            if retry:
-                self._usage["retries"] += 1
-            self._usage["requests"] += 1
-            retry_after = None
-            try:
-                raw = self._request(client, request)
-                if raw is None:
-                    continue  # a weight update threw the reply away: ask the new policy
-                text, usage = reply_of(raw.content)
-            except openai.APIStatusError as exc:
-                problem = f"HTTP {exc.status_code}: {_excerpt(exc.response.text)}"
-                if exc.status_code not in RETRYABLE_STATUS:
-                    raise AgentError(f"{self.endpoint}: {problem} (not retried)") from None
-                retry_after = parse_retry_after(exc.response.headers)
-            except openai.APITimeoutError:
-                problem = f"no response within {self.timeout_s} s"
-            except openai.APIConnectionError as exc:
-                problem = f"connection failed: {exc.__cause__ or exc}"
-            except MalformedResponse as exc:
-                problem = f"malformed response: {exc}"
-            else:
-                self._usage["prompt_tokens"] += usage.get("prompt_tokens", 0)
-                self._usage["completion_tokens"] += usage.get("completion_tokens", 0)
-                if self._gate is not None:
-                    self._turn.update(token_info(raw.content))
-                return text
-            if retry < self.max_retries:
-                time.sleep(self._delay(retry, retry_after))
-        raise AgentError(f"{self.endpoint}: gave up after {self.max_retries + 1} requests for this turn "
-                         f"(--max-retries {self.max_retries}); last error: {problem}")
+        try:
+            return self._retrying()(self._attempt, client, request)
+        except _Retryable as exc:
+            raise AgentError(f"{self.endpoint}: gave up after {self.max_retries + 1} requests for this turn "
+                             f"(--max-retries {self.max_retries}); last error: {exc}") from None
+
+    def _retrying(self) -> tenacity.Retrying:
+        """The retry policy of one turn (made per turn: tests shrink the backoff)."""
+        half = self.backoff_base_s / 2
+        backoff = (tenacity.wait_exponential(multiplier=half, max=self.backoff_max_s / 2)
+                   + tenacity.wait_random_exponential(multiplier=half, max=self.backoff_max_s / 2))
+
+        def wait(state: tenacity.RetryCallState) -> float:
+            retry_after = getattr(state.outcome.exception(), "retry_after", None)
+            if retry_after is not None:
+                # A little jitter on top still spreads loops that got the same Retry-After.
+                return min(retry_after, MAX_RETRY_AFTER_S) * (1 + 0.1 * random.random())
+            return backoff(state)
+
+        return tenacity.Retrying(
+            stop=tenacity.stop_after_attempt(self.max_retries + 1),
+            wait=wait,
+            retry=tenacity.retry_if_exception_type(_Retryable),
+            before=self._count_request,
+            reraise=True,
+        )
+
+    def _count_request(self, state: tenacity.RetryCallState) -> None:
+        """tenacity's ``before`` hook: every attempt is a request, every later one a retry."""
+        self._usage["requests"] += 1
+        if state.attempt_number > 1:
+            self._usage["retries"] += 1
+
+    def _attempt(self, client, request: dict[str, Any]) -> str:
+        """One request: the reply text; _Retryable for what a retry may fix, AgentError for
+        what it cannot."""
+        import openai
+
+        try:
+            raw = self._request(client, request)
+            if raw is None:  # a weight update threw the reply away: ask the new policy now
+                raise _Retryable("a policy update aborted the reply", retry_after=0.0)
+            text, usage = reply_of(raw.content)
+        except openai.APIStatusError as exc:
+            problem = f"HTTP {exc.status_code}: {_excerpt(exc.response.text)}"
+            if exc.status_code not in RETRYABLE_STATUS:
+                raise AgentError(f"{self.endpoint}: {problem} (not retried)") from None
+            raise _Retryable(problem, parse_retry_after(exc.response.headers)) from None
+        except openai.APITimeoutError:
+            raise _Retryable(f"no response within {self.timeout_s} s") from None
+        except openai.APIConnectionError as exc:
+            raise _Retryable(f"connection failed: {exc.__cause__ or exc}") from None
+        except MalformedResponse as exc:
+            raise _Retryable(f"malformed response: {exc}") from None
+        self._usage["prompt_tokens"] += usage.get("prompt_tokens", 0)
+        self._usage["completion_tokens"] += usage.get("completion_tokens", 0)
+        if self._gate is not None:
+            self._turn.update(token_info(raw.content))
+        return text
 
     def _request(self, client, request: dict[str, Any]):
         """One HTTP request, through the policy gate when there is one; None when the gate
@@ -196,14 +227,13 @@ class OpenAIAgent(Agent):
                           model_ended_at=round(time.time(), 4))
         return raw
 
-    def _delay(self, retry: int, retry_after: float | None) -> float:
-        """Seconds to wait before retry number ``retry + 1``."""
-        if retry_after is not None:
-            # A little jitter on top still spreads loops that got the same Retry-After.
-            return min(retry_after, MAX_RETRY_AFTER_S) * (1 + 0.1 * random.random())
-        # "Equal jitter": at least half the exponential step, so a retry never comes at once.
-        step = min(self.backoff_max_s, self.backoff_base_s * 2 ** retry)
-        return step * random.uniform(0.5, 1.0)
+
+class _Retryable(Exception):
+    """A failed request a retry may fix; ``retry_after``: the wait the server asked for."""
+
+    def __init__(self, problem: str, retry_after: float | None = None) -> None:
+        super().__init__(problem)
+        self.retry_after = retry_after
 
 
 class MalformedResponse(Exception):
