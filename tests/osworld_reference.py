@@ -5,7 +5,8 @@ package ``__init__`` files import every metric module and with them torch, easyo
 ``desktop-env`` is installed with ``--no-deps`` by ``./dev`` with the libraries its metric
 modules use (the ``osworld`` and ``osworld-reference`` extras). Modules that import a library
 only one untested function of theirs uses (``easyocr`` in ``docs``) get an empty module for
-that import; nothing of a compared function's logic is replaced. ``tldextract.extract`` (which
+that import (and ``vlc`` for the audio libraries of its untested audio comparison); nothing
+of a compared function's logic is replaced. ``tldextract.extract`` (which
 OSWorld's URL comparison calls) is pointed at tldextract's bundled public suffix list, as ours
 is, so no test reaches for the network.
 """
@@ -21,7 +22,20 @@ from pathlib import Path
 import pytest
 
 #: libraries a reference module imports at load time that none of the compared functions uses
-_UNUSED_IMPORTS = {"docs": ("easyocr",)}
+_UNUSED_IMPORTS = {"docs": ("easyocr",), "vlc": ("acoustid", "librosa", "fastdtw")}
+
+
+class _Unused(types.ModuleType):
+    """An import no compared function uses: any name taken from it is a placeholder that
+    fails loudly if called."""
+
+    def __getattr__(self, attr: str):
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+
+        def unused(*args, **kwargs):
+            raise AssertionError(f"{self.__name__}.{attr} is not installed for the equality tests")
+        return unused
 
 
 def _package(name: str, path: Path) -> None:
@@ -49,7 +63,7 @@ def reference(module: str, kind: str = "metrics"):
     _package(f"desktop_env.evaluators.{kind}", root / "evaluators" / kind)
     for name in _UNUSED_IMPORTS.get(module, ()):
         if name not in sys.modules and importlib.util.find_spec(name) is None:
-            sys.modules.setdefault(name, types.ModuleType(name))
+            sys.modules.setdefault(name, _Unused(name))
     _offline_tldextract()
     return importlib.import_module(f"desktop_env.evaluators.{kind}.{module}")
 

@@ -4,8 +4,10 @@ implements (name -> function called as ``metric(result, expected, **options)``).
 Modules: ``general`` (values, text, JSON, lists, accessibility tree), ``table``
 (spreadsheets; ``xlsx`` reads their parts), ``slides`` (presentations), ``docs`` and
 ``docs_format`` (documents' text and formatting), ``editor`` (settings and text files),
-``browser`` (URLs, tabs, bookmarks), ``pdfs`` (PDFs and archives), ``rules`` (the value
-rules several share). The libraries they read files with are the ``[osworld]`` extra,
+``browser`` (URLs, tabs, bookmarks), ``pdfs`` (PDFs and archives), ``slides_checks``
+(single-deck and Impress checks), ``images`` and ``images_checks`` (image similarity and GIMP
+checks), ``desktop_apps`` (Thunderbird, GNOME, MP3 tags), ``rules`` (the value rules several
+share). The libraries they read files with are the ``[osworld]`` extra,
 imported only when a metric runs, so this registry imports cheaply.
 """
 
@@ -13,10 +15,12 @@ from __future__ import annotations
 
 from typing import Callable
 
-from . import browser, docs, docs_format, editor, general, pdfs, slides, table
+from . import (browser, desktop_apps, docs, docs_format, editor, general, images, images_checks, pdfs,
+               slides, slides_checks, table)
 
 METRICS: dict[str, Callable[..., float]] = {}
-for _module in (general, table, slides, docs, docs_format, editor, browser, pdfs):
+for _module in (general, table, slides, slides_checks, docs, docs_format, editor, browser, pdfs, images,
+                images_checks, desktop_apps):
     METRICS.update(_module.METRICS)
 
 __all__ = ["METRICS"]
