@@ -42,7 +42,9 @@ def shell_run(tmp_path_factory):
 
 @pytest.fixture
 def page(tmp_path):
-    """A page of a fresh headless Chromium; console errors and page errors collected."""
+    """A page of a fresh headless Chromium; console errors and page errors collected in
+    ``page.errors``. One browser per test: the leak check after each test wants every
+    process it started gone."""
     playwright_api = pytest.importorskip("playwright.sync_api")
     assert Path(CHROMIUM).exists(), "Debian's chromium is missing: ./dev test installs it"
     with playwright_api.sync_playwright() as pw:
@@ -135,3 +137,33 @@ def test_report_command_on_a_run_without_vms(tmp_path):
     assert "this mode runs without VMs" in report.read_text()
     missing = CliRunner().invoke(main, ["report", str(tmp_path / "nothing")])
     assert missing.exit_code == 2 and "not a run folder" in missing.output
+
+
+DESKTOP_TOOLS = ("Xvfb", "openbox", "xterm", "xdotool", "wmctrl")
+
+
+@pytest.mark.skipif(not all(shutil.which(p) for p in DESKTOP_TOOLS),
+                    reason="the desktop packages are missing (./dev installs them)")
+def test_a_desktop_attempt_shows_its_screenshots(tmp_path, page):
+    """osworld on the process provider: each turn's screenshot (step_N.png) shows under it."""
+    task = next(line for line in (ROOT / "benchmarks" / "osworld_tasks.jsonl").read_text().splitlines()
+                if '"terminal-echo-file"' in line)
+    data = tmp_path / "one.jsonl"
+    data.write_text(task + "\n")
+    outcome = Runner(build_config(dict(mode="osworld", data=str(data), num_rollouts=1, output_dir=str(tmp_path / "out"),
+                                       run_id="desk", progress=False, screen_width=800, screen_height=600,
+                                       action_space="computer_13"))).run()
+    assert outcome.exit_code == 0 and outcome.summary["successes"] == 1, outcome.message
+    open_report(page, outcome.run_dir)
+    page.click("a.traj-link")
+    page.wait_for_selector("#traj.open")
+    assert "3 turns" in page.text_content("#traj-content")
+    sources = page.eval_on_selector_all(".turn img", "els => els.map(e => e.getAttribute('src'))")
+    assert sources == [f"trajectories/terminal-echo-file/0/attempt-0/step_{n}.png" for n in (1, 2, 3)]
+    page.wait_for_function("[...document.querySelectorAll('#traj img')].every(i => i.complete)")
+    widths = page.eval_on_selector_all("#traj img", "els => els.map(e => e.naturalWidth)")
+    assert widths == [800] * 4  # the three turns' and step_0, loaded from the run folder
+    shot = tmp_path / "desktop-trajectory.png"
+    page.screenshot(path=str(shot))
+    print(f"\n[report] screenshot: {shot}")
+    assert page.errors == []
