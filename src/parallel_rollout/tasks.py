@@ -5,6 +5,15 @@ A task file is either a JSON list of objects (``.json``) or one object per line
 ``file:line: reason`` and the whole load fails, so a run never starts on half a benchmark.
 ``group_size`` expands a task into samples that share its seed (GRPO groups); a sample is
 ``(task_id, sample_idx)``.
+
+JSON lines are read (here, and by the report) and written (``results.ResultStore``) with the
+standard ``json`` module, not the ``jsonlines`` package, which is therefore no dependency:
+a task's line number must outlive parsing (validation errors name ``file:line``), which
+``jsonlines.Reader`` does not expose per record; lines are split on ``\n`` only (JSON allows
+a raw U+2028 inside strings); an append to results.jsonl must land whole or be cut back on a
+failed write, and a reader must skip the torn last line of a file another process is still
+appending to. ``jsonlines.Writer``/``Reader`` do none of that, and the code they would
+replace is the one ``json.loads``/``json.dumps`` call per line that is left.
 """
 
 from __future__ import annotations
