@@ -42,6 +42,12 @@ def browser_env(tmp_path, monkeypatch):
     for name in ("one", "two", "three"):
         (site / f"{name}.html").write_text(f"<html><head><title>Page {name}</title></head>"
                                            f"<body><p id=x>{name} body</p></body></html>")
+    (site / "shop.html").write_text(
+        "<html><body><div class=price> $12 </div><div class=price>$15</div>"
+        "<div class=route>SEA<div class=sep></div>NYC</div><div class=card><h3> Tent </h3></div>"
+        "<div class=card><p>none</p></div><ul class=cats><li class=catAllProducts><span>Boots</span></li>"
+        "<li class=catAllProducts><span>Hats</span></li></ul><div class=tag>Red</div><div class=tag>Blue</div>"
+        "<form><input id=q value=' camping '></form><table><tr><td>Total</td><td>42</td></tr></table></body></html>")
     handler = lambda *a, **k: http.server.SimpleHTTPRequestHandler(*a, directory=str(site), **k)  # noqa: E731
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -93,6 +99,28 @@ def test_tabs_open_close_and_are_read_like_osworld(browser_env):
     assert page["title"] == "Page one" and page["url"] == f"{site}/one.html"
     assert page["content"] == '<html><head><title>Page one</title></head><body><p id="x">one body</p></body></html>'
     assert [t["url"] for t in chrome.pages(env.vm)] == [f"{site}/three.html"]  # read closed its tab
+
+
+def test_page_texts_are_read_as_osworld_reads_them(browser_env):
+    from parallel_rollout.envs.osworld.getters.page_content import parse_page
+
+    env, site, _, _ = browser_env
+    url = f"{site}/shop.html?Color=red"
+    chrome.open_tabs(env.vm, [url], close_first=False)
+    assert parse_page(env.vm, url, {"category": "class", "class_singleObject": {"price": "first"},
+                                    "class_multiObject": {"price": {"1": "second", "5": "sixth"}},
+                                    "class_multiObject_child": {"route": {"0": "from", "1": "to"}},
+                                    "class_multiObject_only_child": {"card": {"0": "card"}}}) == {
+        "second": "$15", "sixth": "", "from": "SEA", "to": "NYC", "card": "Tent", "first": "$12"}
+    assert parse_page(env.vm, url, {"category": "class", "class_multiObject_search_exist": {
+        "tag": ["Red", "Green", "is_other_exist"]}}) == {"Red": True, "Green": False, "is_other_exist": True}
+    assert parse_page(env.vm, url, {"category": "xpath", "xpathObject": {
+        "/html/body/table/tbody/tr/td[2]": "total", "//div[@class='nope']": "none"}}) == {"total": "42", "none": ""}
+    assert parse_page(env.vm, url, {"category": "input", "inputObject": {"//*[@id='q']": "query"}}) == {"query": "camping"}
+    assert parse_page(env.vm, url, {"category": "class&url", "class_multiObject_li": {"cats": ["boots", "hats"]},
+                                    "url_include_expected_multichoice": {"color=red": "red", "size=9": "nine"}}) == {
+        "boots": True, "hats": True, "is_other_exist": False, "red": True, "nine": False}
+    assert parse_page(env.vm, f"{site}/not-open.html", {"category": "xpath", "xpathObject": {"/html": "x"}}) == {}
 
 
 def test_history_visits_are_written_into_the_profile(browser_env):

@@ -9,8 +9,9 @@ client and a loopback HTTP GET) followed by the operations below; each call prin
 line after :data:`MARKER`. Operations: ``pages`` (the open tabs: id, title, url), ``open``
 (new tabs on URLs, waiting for each to load, optionally closing the tab that was first),
 ``close`` (tabs by id), ``read`` (a URL opened in a new tab: title, final url and HTML,
-then the tab is closed), ``html`` (the HTML of an open tab) and ``form`` (a URL opened in a
-new tab, then selectors waited for and filled or clicked in turn).
+then the tab is closed), ``html`` (the HTML of an open tab), ``query`` (DOM queries run in
+the open tab showing a URL) and ``form`` (a URL opened in a new tab, then selectors waited
+for and filled or clicked in turn).
 """
 
 from __future__ import annotations
@@ -29,7 +30,42 @@ CONNECT_TIMEOUT_S = 60.0
 #: seconds a page may take to load
 LOAD_TIMEOUT_S = 60.0
 
+#: the page-side query runner of the ``query`` operation (see :func:`query`)
+QUERY_JS = r"""(queries) => queries.map((q) => {
+  const trim = (t) => (t || "").trim();
+  const all = (css) => { try { return Array.from(document.querySelectorAll(css)); } catch (e) { return []; } };
+  const first = (path) => {
+    try {
+      const node = document.evaluate(path, document, null, XPathResult.FIRST_ORDERED_NODE_TYPE, null).singleNodeValue;
+      if (node) return node;
+    } catch (e) {}
+    try { return document.querySelector(path); } catch (e) { return null; }
+  };
+  if (q.kind === "texts") return all(q.selector).map((e) => trim(e.textContent));
+  if (q.kind === "direct_texts") {
+    const e = all(q.selector)[0];
+    return e ? Array.from(e.childNodes).filter((n) => n.nodeType === Node.TEXT_NODE)
+                                       .map((n) => trim(n.textContent)).filter(Boolean) : [];
+  }
+  if (q.kind === "child_texts")
+    return all(q.selector).filter((e) => e.querySelector(q.child)).map((e) => trim(e.querySelector(q.child).textContent));
+  if (q.kind === "child_inner_texts")
+    return all(q.selector).filter((e) => e.querySelector(q.child)).map((e) => trim(e.querySelector(q.child).innerText));
+  if (q.kind === "xpath_text") { const e = first(q.xpath); return e ? trim(e.textContent) : ""; }
+  if (q.kind === "xpath_value") { const e = first(q.xpath); return e && e.value ? trim(e.value) : ""; }
+  if (q.kind === "label") {
+    const want = q.text.toLowerCase();
+    const hits = all("body *").filter((e) => (e.textContent || "").toLowerCase().includes(want));
+    const inner = hits.filter((e) => !Array.from(e.children).some((c) => hits.includes(c)));
+    return inner.length ? trim(inner[0].textContent) : "";
+  }
+  return null;
+})"""
+
 _OPERATIONS = r'''
+import urllib.parse
+
+
 def _osworld_connect(ports, timeout):
     global CDP_PORT
     deadline = time.time() + timeout
@@ -144,6 +180,21 @@ def _osworld_run(req):
     elif op == "html":
         page = [p for p in _osworld_pages() if p["id"] == req["id"]][0]
         answer = _osworld_html(page["ws"])
+    elif op == "query":
+        def same(url):
+            return urllib.parse.unquote(url).rstrip("/")
+        pages = [p for p in _osworld_pages() if same(p["url"]) == same(req["url"])]
+        if not pages:
+            answer = None
+        else:
+            _osworld_wait_loaded(pages[0]["id"], req["load_timeout"])
+            ws = Socket(pages[0]["ws"], timeout=30)
+            try:
+                script = "(%s)(%s)" % (QUERY_JS, json.dumps(req["queries"]))
+                result = ws.call("Runtime.evaluate", expression=script, returnByValue=True)
+                answer = {"url": pages[0]["url"], "results": result.get("result", {}).get("value")}
+            finally:
+                ws.sock.close()
     elif op == "form":
         target = browser.call("Target.createTarget", url=req["url"])["targetId"]
         _osworld_wait_loaded(target, req["load_timeout"])
@@ -166,7 +217,7 @@ def guest_program(request: dict) -> str:
     from ..web import browser
 
     client = (resources.files(browser.__package__) / "browser.py").read_text(encoding="utf-8")
-    return "\n".join([client, f"MARKER = {MARKER!r}", _OPERATIONS,
+    return "\n".join([client, f"MARKER = {MARKER!r}", f"QUERY_JS = {QUERY_JS!r}", _OPERATIONS,
                       f"osworld_main(json.loads({json.dumps(json.dumps(request))}))", ""])
 
 
@@ -215,6 +266,16 @@ def html(vm, target: str) -> str:
 def fill_form(vm, url: str, steps: list[dict]) -> list[dict]:
     """Open ``url`` in a new tab and fill/click ``steps`` ({selector, value?}) in order."""
     return call(vm, "form", url=url, steps=steps)
+
+
+def query(vm, url: str, queries: list[dict]) -> dict | None:
+    """Run DOM queries in the open tab showing ``url`` (compared unquoted, without a trailing
+    slash): {url, results}, None when no tab shows it. Query kinds: ``texts`` (trimmed
+    textContent of every CSS match), ``direct_texts`` (the first match's own text nodes),
+    ``child_texts`` / ``child_inner_texts`` (a ``child`` element's text in each match),
+    ``xpath_text`` / ``xpath_value`` (the first XPath (or CSS) match's text or input value),
+    ``label`` (the innermost element containing ``text``)."""
+    return call(vm, "query", url=url, queries=queries)
 
 
 #: Chrome's profile folders OSWorld reads, then Debian's Chromium

@@ -1,0 +1,107 @@
+"""Getters that read what a page shows: ``active_tab_html_parse`` picks texts, input values
+and URL facts out of the open tab showing the active URL, by CSS class, XPath or label, as
+OSWorld's getter does with Playwright (here DOM queries through :func:`..chrome.query`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import chrome
+from .browser import get_active_url_from_accessTree
+
+
+def _by_rank(found: dict, texts: list, ranks: dict) -> None:
+    for rank, key in ranks.items():
+        index = int(rank)
+        found[key] = texts[index] if len(texts) > index else ""
+
+
+def _presence(found: dict, texts: list[str], wanted: list[str]) -> None:
+    """class&url: each wanted text shown (case-insensitive) is True; anything shown that no
+    wanted text contains sets is_other_exist."""
+    for key in wanted:
+        if any(key.lower() == text.lower() for text in texts):
+            found[key.lower()] = True
+    if any(all(text.lower() not in item.lower() for item in wanted) for text in texts):
+        found["is_other_exist"] = True
+    found.setdefault("is_other_exist", False)
+
+
+def _queries(config: dict) -> list[tuple[str, Any, dict]]:
+    """(what, argument, query) for every DOM read the config asks for, in OSWorld's order."""
+    category, plan = config["category"], []
+    if category == "class":
+        for name, ranks in config.get("class_multiObject", {}).items():
+            plan.append(("rank", ranks, {"kind": "texts", "selector": "." + name}))
+        for name, ranks in config.get("class_multiObject_child", {}).items():
+            plan.append(("rank", ranks, {"kind": "direct_texts", "selector": "." + name}))
+        for name, ranks in config.get("class_multiObject_only_child", {}).items():
+            plan.append(("rank", ranks, {"kind": "child_texts", "selector": "." + name, "child": "h3"}))
+        for name, wanted in config.get("class_multiObject_search_exist", {}).items():
+            plan.append(("exist", wanted, {"kind": "texts", "selector": "." + name}))
+        for name, key in config.get("class_singleObject", {}).items():
+            plan.append(("single", key, {"kind": "texts", "selector": "." + name}))
+    elif category == "label":
+        for text, key in config.get("labelObject", {}).items():
+            plan.append(("value", key, {"kind": "label", "text": text}))
+    elif category == "xpath":
+        for xpath, key in config.get("xpathObject", {}).items():
+            plan.append(("value", key, {"kind": "xpath_text", "xpath": xpath}))
+    elif category == "input":
+        for xpath, key in config.get("inputObject", {}).items():
+            plan.append(("value", key, {"kind": "xpath_value", "xpath": xpath}))
+    elif category == "class&url":
+        for name, wanted in config.get("class_multiObject", {}).items():
+            plan.append(("present", wanted, {"kind": "texts", "selector": "." + name}))
+        for name, wanted in config.get("class_multiObject_li", {}).items():
+            plan.append(("present", wanted, {"kind": "child_inner_texts", "selector": f".{name} li.catAllProducts",
+                                              "child": "span"}))
+    return plan
+
+
+def get_active_tab_html_parse(env, config: dict) -> dict | None:
+    """The texts the config names, keyed as it says; {} when no tab shows the active URL."""
+    url = get_active_url_from_accessTree(env, config)
+    if not isinstance(url, str):
+        return None
+    return parse_page(env.vm, url, config)
+
+
+def parse_page(vm, url: str, config: dict) -> dict:
+    """The texts the config names from the open tab showing ``url`` ({} when none does)."""
+    plan = _queries(config)
+    try:
+        answer = chrome.query(vm, url, [query for _, _, query in plan])
+    except chrome.ChromeError:
+        answer = None
+    if answer is None:
+        return {}
+    found: dict[str, Any] = {}
+    for (what, argument, _), result in zip(plan, answer["results"] or []):
+        if what == "rank":
+            _by_rank(found, result or [], argument)
+        elif what == "single":
+            found[argument] = result[0] if result else ""
+        elif what == "value":
+            found[argument] = result or ""
+        elif what == "present":
+            _presence(found, result or [], argument)
+        elif what == "exist":
+            texts = result or []
+            for item in argument:
+                if item != "is_other_exist":
+                    found[item] = item in texts
+            if "is_other_exist" in argument:
+                if any(text not in argument for text in texts):
+                    found["is_other_exist"] = True
+                found.setdefault("is_other_exist", False)
+    if config["category"] == "class&url":
+        page_url = answer["url"].lower()
+        for key in config.get("url_include_expected", []):
+            found.setdefault(key.lower(), key.lower() in page_url)
+        for key, value in config.get("url_include_expected_multichoice", {}).items():
+            found.setdefault(value.lower(), key.lower() in page_url)
+    return found
+
+
+GETTERS = {"active_tab_html_parse": get_active_tab_html_parse}
