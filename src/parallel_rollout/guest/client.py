@@ -273,9 +273,14 @@ class GuestClient:
         return int(size["width"]), int(size["height"])
 
     def launch(self, command: list[str] | str, shell: bool = False) -> str:
-        """POST /setup/launch: start a program without waiting for it."""
-        return self.request("POST", "/setup/launch", json={"command": command, "shell": shell},
-                            timeout=30.0).text
+        """POST /setup/launch: start a program without waiting for it; FileNotFoundError
+        ("app not installed") when the guest has no such program: the VM answered."""
+        response = self.request("POST", "/setup/launch", json={"command": command, "shell": shell},
+                                timeout=30.0, check=False)
+        if response.status == 404:
+            raise FileNotFoundError(_error_message(response))
+        self._check("POST", "/setup/launch", response)
+        return response.text
 
     def open_file(self, path: str, timeout: float = 30.0) -> str:
         """POST /setup/open_file: open ``path`` and wait (at most ``timeout`` s) for its

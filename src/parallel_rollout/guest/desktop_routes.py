@@ -20,11 +20,11 @@ import threading
 import time
 
 try:
-    from .desktop import helper, require_desktop, state
+    from .desktop import DesktopError, helper, require_desktop, state
     from .desktop_screen import screenshot_png
     from .desktop_windows import accessibility_xml, list_windows, wmctrl_window
 except ImportError:  # sibling files in the guest, not a package
-    from desktop import helper, require_desktop, state  # type: ignore[no-redef]
+    from desktop import DesktopError, helper, require_desktop, state  # type: ignore[no-redef]
     from desktop_screen import screenshot_png  # type: ignore[no-redef]
     from desktop_windows import accessibility_xml, list_windows, wmctrl_window  # type: ignore[no-redef]
 
@@ -74,8 +74,35 @@ def route_accessibility(req):
     return 200, {"AT": accessibility_xml()}
 
 
+#: programs OSWorld's tasks launch that Debian names otherwise: where the first is missing,
+#: the second runs (OSWorld's own server does the same for google-chrome on arm). Chromium
+#: gets --no-sandbox: its sandbox needs user namespaces, which the VM's sandbox does not give.
+APP_ALIASES = {
+    "google-chrome": ("chromium", "--no-sandbox", "--no-first-run", "--no-default-browser-check",
+                      "--password-store=basic"),
+    "google-chrome-stable": ("chromium", "--no-sandbox", "--no-first-run",
+                             "--no-default-browser-check", "--password-store=basic"),
+}
+
+
+def resolve_app(command: list[str]) -> list[str]:
+    """``command`` with an aliased program replaced (see APP_ALIASES); DesktopError 404 "app
+    not installed" when its program is on neither PATH nor the alias table."""
+    import shutil
+
+    program = command[0]
+    if "/" in program or shutil.which(program):
+        return command
+    alias = APP_ALIASES.get(program)
+    if alias and shutil.which(alias[0]):
+        return [*alias, *command[1:]]
+    raise DesktopError(404, f"app not installed: {program} is not in this VM"
+                            f"{' (nor ' + alias[0] + ')' if alias else ''}")
+
+
 def route_launch(req):
-    """POST /setup/launch: start a command without waiting for it."""
+    """POST /setup/launch: start a command without waiting for it; 404 "app not installed"
+    when its program is missing."""
     require_desktop()
     body = _json(req)
     command, shell = body.get("command"), bool(body.get("shell", False))
@@ -86,7 +113,7 @@ def route_launch(req):
     if not command or not (isinstance(command, str) or all(isinstance(p, str) for p in command)):
         return 400, {"status": "error", "message": "field 'command' must be a string or a list of strings"}
     if isinstance(command, list):
-        command = [os.path.expanduser(p) if p.startswith("~") else p for p in command]
+        command = resolve_app([os.path.expanduser(p) if p.startswith("~") else p for p in command])
     try:
         subprocess.Popen(command, shell=shell, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                          stderr=subprocess.DEVNULL, start_new_session=True,

@@ -369,7 +369,9 @@ class DockerProvider(Provider):
             "-e", "USER=root", "-e", f"PARALLEL_ROLLOUT_VM={vm_id}",
         ]
         if self.desktop:
-            argv += ["-e", f"PYTHONPATH={images.GUEST_SHIM_DIR}"]
+            # shim/bin: wrappers of apps that refuse to run as root (vlc)
+            argv += ["-e", f"PYTHONPATH={images.GUEST_SHIM_DIR}",
+                     "-e", f"PATH={images.GUEST_SHIM_DIR}/bin:{GUEST_PATH}"]
         if self.options.memory_mb is not None:
             memory = f"{self.options.memory_mb}m"
             argv += ["--memory", memory, "--memory-swap", memory]

@@ -295,7 +295,8 @@ class ProcessProvider(Provider):
             if os.path.isdir("/var/cache/fontconfig"):
                 # without the system's font cache every app start rebuilds it (seconds)
                 desktop += ["--ro-bind", "/var/cache/fontconfig", "/var/cache/fontconfig"]
-            path = f"{GUEST_BIN}:{GUEST_PATH}"
+            # shim/bin: wrappers of apps that refuse to run as the sandbox's root (vlc)
+            path = f"{GUEST_BIN}:{GUEST_SHIM}/bin:{GUEST_PATH}"
         return [
             shutil.which("bwrap") or "bwrap",
             *_namespace_flags(), "--die-with-parent", "--new-session",

@@ -1,0 +1,104 @@
+"""The apps of OSWorld's domains in a desktop VM (process provider): Chrome as OSWorld's tasks
+start it (``google-chrome --remote-debugging-port=1337`` plus socat 9222 -> 1337, Debian's
+Chromium standing in), a missing app (VS Code) as a clear setup error that never hangs, and
+GIMP, VLC, Thunderbird and LibreOffice Impress opening their windows."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from types import SimpleNamespace
+
+import pytest
+
+from parallel_rollout.envs.osworld import setup as steps
+from parallel_rollout.guest.client import GuestClient
+from parallel_rollout.pool.providers.base import ProviderOptions
+from parallel_rollout.pool.providers.process import ProcessProvider
+from parallel_rollout.tasks import Task
+
+WIDTH, HEIGHT = 1024, 768
+
+pytestmark = pytest.mark.skipif(
+    not all(shutil.which(p) for p in ("Xvfb", "openbox", "xdotool", "wmctrl", "chromium", "socat")),
+    reason="the desktop packages are missing (./dev installs them)")
+
+CDP_CHECK = """
+import json, time, urllib.request
+deadline = time.time() + 60
+while True:
+    try:
+        print(json.load(urllib.request.urlopen("http://127.0.0.1:9222/json/version", timeout=2))["Browser"])
+        break
+    except OSError:
+        if time.time() > deadline:
+            raise
+        time.sleep(0.5)
+"""
+
+
+@pytest.fixture
+def desktop():
+    provider = ProcessProvider("osw-apps", ProviderOptions(desktop=True, screen_width=WIDTH,
+                                                           screen_height=HEIGHT))
+    info = provider.start("vm0")
+    try:
+        yield GuestClient(info.address)
+    finally:
+        provider.stop(info)
+
+
+def env_on(client, task_id="apps"):
+    """What run_steps needs of an OSWorldEnv, on a real guest."""
+    return SimpleNamespace(task=Task(id=task_id, mode="osworld"), vm=client, open_timeout_s=60.0,
+                           placeholders=steps.placeholders(WIDTH, HEIGHT, "password"))
+
+
+def wait_window(client: GuestClient, word: str, timeout: float = 90.0) -> str:
+    """The title of the first window whose title or class holds ``word`` (case-insensitive)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        listed = client.execute(["wmctrl", "-lx"])["output"]
+        lines = [line for line in listed.splitlines() if word.lower() in line.lower()]
+        if lines:
+            return lines[0]
+        assert time.monotonic() < deadline, f"no {word} window after {timeout:g}s: {listed}"
+        time.sleep(0.5)
+
+
+def test_chrome_steps_of_osworld_reach_devtools_on_9222(desktop):
+    # the first two config steps of OSWorld's chrome tasks, as they are
+    steps.run_steps(env_on(desktop), [
+        {"type": "launch", "parameters": {"command": ["google-chrome", "--remote-debugging-port=1337"]}},
+        {"type": "launch", "parameters": {"command": ["socat", "tcp-listen:9222,fork", "tcp:localhost:1337"]}},
+    ], "config")
+    answer = desktop.run_python(CDP_CHECK, timeout=90)
+    assert answer["status"] == "success", answer
+    assert answer["output"].startswith(("Chrome/", "HeadlessChrome/", "Chromium/"))
+    wait_window(desktop, "chromium")
+
+
+def test_a_missing_app_is_a_setup_error_at_once(desktop):
+    started = time.monotonic()
+    with pytest.raises(steps.SetupError, match=r"config step 1 \(launch\).*app not installed: code"):
+        steps.run_steps(env_on(desktop, "vscode-task"), [
+            {"type": "launch", "parameters": {"command": ["code", "/home/user/project"]}},
+        ], "config")
+    with pytest.raises(steps.SetupError, match="config step 1 \\(open\\)"):
+        steps.run_steps(env_on(desktop, "vscode-task"), [
+            {"type": "open", "parameters": {"path": "code"}}], "config")
+    assert time.monotonic() - started < 10
+    assert desktop.health()["status"] == "ok"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command, word", [
+    (["gimp"], "gimp"),
+    (["vlc"], "vlc"),
+    (["thunderbird"], "thunderbird"),
+    (["soffice", "--impress"], "impress"),
+])
+def test_the_apps_of_osworlds_domains_open_their_windows(desktop, command, word):
+    assert shutil.which(command[0]), f"{command[0]} is not installed (./dev installs it)"
+    steps.run_steps(env_on(desktop), [{"type": "launch", "parameters": {"command": command}}], "config")
+    wait_window(desktop, word, timeout=180)
