@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import functools
 import importlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Generic, Mapping, TypeVar
 
@@ -53,6 +53,8 @@ class Registry(Generic[T]):
     builtin: Mapping[str, str]
     #: the class every plugin of this kind must subclass
     base: type
+    #: name -> class already loaded in this process (a worker looks its mode up per task)
+    _loaded: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def group(self) -> str:
@@ -78,6 +80,12 @@ class Registry(Generic[T]):
 
     def load(self, name: str) -> type[T]:
         """The class registered as ``name``; ConfigError naming what is wrong otherwise."""
+        cls = self._loaded.get(name)
+        if cls is None:
+            cls = self._loaded[name] = self._import(name)
+        return cls
+
+    def _import(self, name: str) -> type[T]:
         target = self.target(name)
         if target is None:
             raise ConfigError(
