@@ -124,21 +124,29 @@ class Sampler(threading.Thread):
         # counts): a run too short to be seen half-way (the smoke runs) still gets a figure,
         # and reading every worker's smaps only twice keeps the sampler off the CPU.
         while not self.done.wait(0.25 if self.rss_mb else 0.05):
-            manager = self.runner._manager  # noqa: SLF001
-            if manager is not None:
+            supervision = self._supervision()
+            manager_pid = supervision.manager_pid if supervision is not None else None
+            if manager_pid is not None:
                 try:
-                    times = psutil.Process(manager._process.pid).cpu_times()  # noqa: SLF001
+                    times = psutil.Process(manager_pid).cpu_times()
                     self.manager_cpu_s = times.user + times.system
-                except (psutil.Error, AttributeError, ValueError, TypeError):
+                except (psutil.Error, ValueError, TypeError):
                     pass
             finished = len(self.runner._finished_keys)  # noqa: SLF001
             if (not self.rss_mb and finished) or (not half_way and finished >= self.total / 2):
                 self._memory()
                 half_way = finished >= self.total / 2
 
+    def _supervision(self):
+        """The engine's workers and pool, once the runner has made its engine."""
+        engine = getattr(self.runner, "engine", None)
+        return getattr(engine, "supervision", None)
+
     def _memory(self) -> None:
         rss, pss = [], []
-        for worker in list(self.runner._workers.values()):  # noqa: SLF001
+        supervision = self._supervision()
+        workers = list(supervision._workers.values()) if supervision is not None else []  # noqa: SLF001
+        for worker in workers:
             try:
                 full = psutil.Process(worker.process.pid).memory_full_info()
             except (psutil.Error, ValueError, TypeError):
