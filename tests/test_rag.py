@@ -13,7 +13,9 @@ from __future__ import annotations
 import json
 import re
 import string
+import sys
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from click.testing import CliRunner
@@ -156,6 +158,24 @@ def test_search_ranks_by_bm25_and_bounds_k(small_corpus):
     assert index.search("the of and", 3) == [] and index.search("zebra", 3) == []
     # loaded once per process: a second open is the same object
     assert open_index(resolve_corpus(str(small_corpus))) is index
+
+
+def test_env_loops_of_a_worker_search_one_index_at_once(small_corpus):
+    """K env loops are threads sharing one mapped index: each gets its own query's documents."""
+    index = open_index(resolve_corpus(str(small_corpus)))
+    queries = {d["id"]: d["text"] for d in DOCS}
+    expected = {doc_id: index.search(text, 4) for doc_id, text in queries.items()}
+
+    def searches(doc_id):
+        return all(index.search(queries[doc_id], 4) == expected[doc_id] for _ in range(50))
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as possible: find any interleaving
+    try:
+        with ThreadPoolExecutor(8) as pool:
+            assert all(pool.map(searches, list(queries) * 4))
+    finally:
+        sys.setswitchinterval(interval)
 
 
 # -- bad input: refused before anything runs, naming file and line ---------------------------------

@@ -199,6 +199,9 @@ class Index:
         self.folder = folder
         self.retriever = bm25s.BM25.load(str(folder), load_corpus=True, mmap=True, show_progress=False)
         self.size = int(self.retriever.scores["num_docs"])
+        # bm25s reads a document by seek + readline on one shared mmap: the env loops
+        # (threads) of a worker must not interleave those
+        self._lock = threading.Lock()
 
     def search(self, query: str, k: int = 5) -> list[dict[str, Any]]:
         """The ``k`` best documents for ``query``, best first, each with its BM25 score."""
@@ -208,7 +211,8 @@ class Index:
                   if t in self.retriever.vocab_dict]
         if not tokens:
             return []
-        ids, scores = self.retriever.retrieve([tokens], k=k, show_progress=False, n_threads=1)
+        with self._lock:
+            ids, scores = self.retriever.retrieve([tokens], k=k, show_progress=False, n_threads=1)
         found = []
         for doc_index, score in zip(ids[0], scores[0]):
             if score <= 0:
