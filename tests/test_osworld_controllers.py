@@ -24,6 +24,7 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from hypervisor_standin import relay
 from parallel_rollout.guest.client import GuestClient
 from parallel_rollout.pool.providers.base import ProviderOptions
 from parallel_rollout.pool.providers.process import ProcessProvider
@@ -54,24 +55,7 @@ class _RelayHandler(socketserver.BaseRequestHandler):
     def handle(self) -> None:
         upstream = socket.socket(socket.AF_UNIX)
         upstream.connect(self.server.unix_path)
-
-        def pump(src, dst):
-            try:
-                while chunk := src.recv(65536):
-                    dst.sendall(chunk)
-            except OSError:
-                pass
-            finally:
-                try:
-                    dst.shutdown(socket.SHUT_WR)
-                except OSError:
-                    pass
-
-        back = threading.Thread(target=pump, args=(upstream, self.request), daemon=True)
-        back.start()
-        pump(self.request, upstream)
-        back.join(timeout=120)
-        upstream.close()
+        relay(self.request, upstream)
 
 
 @pytest.fixture

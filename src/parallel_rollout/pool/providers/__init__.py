@@ -14,6 +14,8 @@ PROVIDERS: Registry[Provider] = Registry("provider", {
     "docker": "parallel_rollout.pool.providers.docker:DockerProvider",
     "qemu": "parallel_rollout.pool.providers.qemu:QemuProvider",
     "remote": "parallel_rollout.pool.providers.remote:RemoteProvider",
+    "vmware": "parallel_rollout.pool.providers.hypervisors:VMwareProvider",
+    "virtualbox": "parallel_rollout.pool.providers.hypervisors:VirtualBoxProvider",
 }, Provider)
 
 

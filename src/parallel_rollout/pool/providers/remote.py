@@ -52,11 +52,11 @@ import shlex
 import signal
 import subprocess
 import tempfile
-import threading
 import time
 
 from ...errors import ConfigError, GuestUnreachable, VMError
 from .base import Provider, ProviderOptions, VMInfo
+from .slots import Slots
 
 log = logging.getLogger(__name__)
 
@@ -112,20 +112,19 @@ class RemoteProvider(Provider):
         if self.reset_command is None:
             log.warning("remote provider: --reset-command none: VMs are never reset; tasks "
                         "see what earlier tasks on the same machine left")
-        self._lock = threading.Condition()
-        #: address -> the vm id that holds it
-        self._held: dict[str, str] = {}
+        #: which VM holds which address
+        self.slots = Slots(self.addresses, "remote addresses")
 
     def __repr__(self) -> str:
         return (f"RemoteProvider(run_id={self.run_id!r}, addresses={self.addresses!r}, "
-                f"held={len(self._held)})")
+                f"held={len(self.slots)})")
 
     # ------------------------------------------------------------------- contract
 
     def start(self, vm_id: str) -> VMInfo:
         """Take an unused address, reset that machine, wait until its agent answers."""
         deadline = time.monotonic() + self.options.boot_timeout_s
-        address = self._acquire(vm_id, deadline)
+        address = self.slots.acquire(vm_id, deadline)
         host, port = split_address(address)
         info = VMInfo(vm_id=vm_id, provider=self.name, address=address, run_id=self.run_id,
                       private={"host": host, "port": port})
@@ -134,28 +133,26 @@ class RemoteProvider(Provider):
             if self.options.desktop:
                 self._check_screen(info)
         except BaseException:
-            self._release(info)
+            self.slots.release(info.address, info.vm_id)
             raise
         return info
 
     def reset(self, info: VMInfo) -> VMInfo:
         """Run the reset command for this machine, then wait until its agent answers."""
-        with self._lock:
-            if self._held.get(info.address) != info.vm_id:
-                raise VMError(f"VM {info.vm_id} ({info.address}) was stopped; it cannot be reset")
+        if not self.slots.holds(info.address, info.vm_id):
+            raise VMError(f"VM {info.vm_id} ({info.address}) was stopped; it cannot be reset")
         self._reset_and_wait(info, time.monotonic() + self.options.boot_timeout_s)
         return info
 
     def healthy(self, info: VMInfo) -> bool:
         """The address is still this VM's and its agent answers GET /platform quickly."""
-        with self._lock:
-            if self._held.get(info.address) != info.vm_id:
-                return False
+        if not self.slots.holds(info.address, info.vm_id):
+            return False
         return _answers(info.address, HEALTH_TIMEOUT_S)
 
     def stop(self, info: VMInfo) -> None:
         """Give the address back; the machine is not ours to stop. Safe to call twice."""
-        self._release(info)
+        self.slots.release(info.address, info.vm_id)
 
     @classmethod
     def sweep(cls, run_id: str | None = None) -> list[str]:
@@ -163,28 +160,6 @@ class RemoteProvider(Provider):
         return []
 
     # ------------------------------------------------------------------- internals
-
-    def _acquire(self, vm_id: str, deadline: float) -> str:
-        with self._lock:
-            while True:
-                held_by_me = [a for a, v in self._held.items() if v == vm_id]
-                if held_by_me:
-                    raise VMError(f"VM {vm_id} already holds {held_by_me[0]}")
-                free = [a for a in self.addresses if a not in self._held]
-                if free:
-                    self._held[free[0]] = vm_id
-                    return free[0]
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise VMError(f"all {len(self.addresses)} remote addresses are in use "
-                                  f"({', '.join(self.addresses)}); VM {vm_id} has none")
-                self._lock.wait(remaining)
-
-    def _release(self, info: VMInfo) -> None:
-        with self._lock:
-            if self._held.get(info.address) == info.vm_id:
-                del self._held[info.address]
-                self._lock.notify_all()
 
     def _reset_and_wait(self, info: VMInfo, deadline: float) -> None:
         if self.reset_command is not None:

@@ -1,0 +1,259 @@
+"""VMwareProvider and VirtualBoxProvider: OSWorld's own VM images on the user's hypervisor,
+driven the way OSWorld's runner drives them, so its command line works here::
+
+    --provider-name vmware --path-to-vm /vms/ubuntu.vmx --snapshot-name init_state
+
+::
+
+    pool ── start(vm_id) ──► a free VM file ──► revert to the snapshot ──► start ──► guest IP
+                                                                   ──► GET /platform on IP:5000
+         ── reset(info)  ──► revert to the snapshot ──► start ──► guest IP ──► GET /platform
+         ── stop(info)   ──► stop the VM (vmware) / save its state (virtualbox, as OSWorld)
+
+    vmware:      vmrun -T ws|fusion revertToSnapshot VMX SNAP, start VMX nogui|gui,
+                 getGuestIPAddress VMX -wait, stop VMX
+    virtualbox:  VBoxManage list vms (the VM whose name is the file's stem, or a name/uuid),
+                 controlvm UUID savestate, snapshot UUID restore SNAP, startvm UUID --type
+                 headless|gui, guestproperty get UUID /VirtualBox/GuestInfo/Net/0/V4/IP
+
+**One VM file is one VM.** ``--path-to-vm`` takes one file, or a comma list with one per VM of
+the pool; ``start`` takes a file no other VM of this provider holds and waits, up to
+``boot_timeout_s``, for one to be given back. The guest agent is OSWorld's (or ours) on port
+5000 of the address the hypervisor reports. ``--snapshot-name`` is required: without it a VM
+could not be brought back between tasks.
+
+**Every command is bounded**: each gets the time left of ``boot_timeout_s`` and its process
+group is killed past it; a failure is a VMError quoting the command and the end of its output,
+so the pool marks the VM dead. Neither product can be installed on the machines this project
+is tested on: the tests drive stand-in ``vmrun`` and ``VBoxManage`` programs that run this
+machine's VMs (``tests/hypervisor_standin.py``); the real products are untested.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+from ...errors import ConfigError, ProviderUnavailable, VMError
+from .base import Provider, ProviderOptions, VMInfo
+from .remote import DEFAULT_PORT, HEALTH_TIMEOUT_S, _answers, _kill_group, _wait_ready
+from .slots import Slots
+
+#: characters of a failed command's output quoted in its VMError
+OUTPUT_TAIL = 1500
+#: seconds between two polls of VirtualBox's guest-IP property
+IP_POLL_S = 1.0
+
+
+class _HypervisorProvider(Provider):
+    """What both products share: VM files as slots, revert/start/IP/stop as commands."""
+
+    #: the command line program and the package that has it
+    program = ""
+
+    def __init__(self, run_id: str, options: ProviderOptions | None = None) -> None:
+        super().__init__(run_id, options)
+        opts = self.options
+        if not opts.path_to_vm:
+            raise ConfigError(f"the {self.name} provider needs --path-to-vm: the VM file "
+                              "(a comma list gives one per VM of the pool)")
+        if not opts.snapshot_name:
+            raise ConfigError(f"the {self.name} provider needs --snapshot-name: the snapshot "
+                              "every task starts from (OSWorld's images have init_state)")
+        for limit in ("memory_mb", "max_processes"):
+            if getattr(opts, limit) is not None:
+                raise ConfigError(f"the {self.name} provider cannot enforce {limit}: set it "
+                                  "in the VM's settings")
+        self.vm_files = [p.strip() for p in opts.path_to_vm.split(",") if p.strip()]
+        doubled = sorted({p for p in self.vm_files if self.vm_files.count(p) > 1})
+        if doubled:
+            raise ConfigError(f"--path-to-vm names {', '.join(doubled)} more than once")
+        #: which VM holds which VM file
+        self.slots = Slots(self.vm_files, "VM files of --path-to-vm (give one per VM, comma-separated)")
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}(run_id={self.run_id!r}, vm_files={self.vm_files!r}, "
+                f"held={len(self.slots)})")
+
+    @classmethod
+    def check_available(cls) -> None:
+        """ProviderUnavailable unless the product's command line program is on PATH."""
+        if shutil.which(cls.program) is None:
+            raise ProviderUnavailable(f"the {cls.name} provider needs {cls.program} on PATH "
+                                      f"({cls.install_hint})")
+
+    # ------------------------------------------------------------------- contract
+
+    def start(self, vm_id: str) -> VMInfo:
+        """Take a free VM file, bring it to the snapshot, wait for its agent."""
+        deadline = time.monotonic() + self.options.boot_timeout_s
+        vm_file = self.slots.acquire(vm_id, deadline)
+        try:
+            return self._restore(VMInfo(vm_id=vm_id, provider=self.name, address="",
+                                        run_id=self.run_id, private={"vm_file": vm_file}),
+                                 deadline)
+        except BaseException:
+            self.slots.release(vm_file, vm_id)
+            raise
+
+    def reset(self, info: VMInfo) -> VMInfo:
+        """Revert to the snapshot, start, and wait for the agent at the (new) guest IP."""
+        if not self.slots.holds(info.private["vm_file"], info.vm_id):
+            raise VMError(f"VM {info.vm_id} was stopped; it cannot be reset")
+        return self._restore(info, time.monotonic() + self.options.boot_timeout_s)
+
+    def healthy(self, info: VMInfo) -> bool:
+        """The VM file is still this VM's and its agent answers quickly."""
+        if not self.slots.holds(info.private["vm_file"], info.vm_id):
+            return False
+        return bool(info.address) and _answers(info.address, HEALTH_TIMEOUT_S)
+
+    def stop(self, info: VMInfo) -> None:
+        """Stop the VM as OSWorld does and give its file back; safe to call twice."""
+        vm_file = info.private["vm_file"]
+        if not self.slots.holds(vm_file, info.vm_id):
+            return
+        try:
+            self._stop(vm_file, time.monotonic() + self.options.boot_timeout_s)
+        finally:
+            self.slots.release(vm_file, info.vm_id)
+
+    @classmethod
+    def sweep(cls, run_id: str | None = None) -> list[str]:
+        """Nothing to remove: the VM files are the user's, and stop() stops each VM."""
+        return []
+
+    # ------------------------------------------------------------------- internals
+
+    def _restore(self, info: VMInfo, deadline: float) -> VMInfo:
+        vm_file = info.private["vm_file"]
+        self._revert(vm_file, deadline)
+        self._start(vm_file, deadline)
+        address = f"http://{self._guest_ip(vm_file, deadline)}:{DEFAULT_PORT}"
+        _wait_ready(address, deadline, self.options.boot_timeout_s)
+        return VMInfo(vm_id=info.vm_id, provider=self.name, address=address,
+                      run_id=self.run_id, private=dict(info.private))
+
+    def _run(self, args: list[str], deadline: float, check: bool = True) -> str:
+        """``program *args`` in its own process group, bounded by ``deadline``; its output."""
+        argv = [self.program, *args]
+        timeout = max(0.5, deadline - time.monotonic())
+        try:
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, start_new_session=True)
+        except OSError as exc:
+            raise VMError(f"cannot run {self.program}: {exc}") from exc
+        try:
+            out, _ = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            raise VMError(f"{' '.join(argv)} did not finish within {timeout:.0f}s (killed)") from None
+        except BaseException:
+            _kill_group(proc)
+            raise
+        text = out.decode("utf-8", "replace").strip()
+        if check and proc.returncode != 0:
+            raise VMError(f"{' '.join(argv)} exited with {proc.returncode}: "
+                          f"{text[-OUTPUT_TAIL:] or '(no output)'}")
+        return text
+
+    # each product says how
+    def _revert(self, vm_file: str, deadline: float) -> None:
+        raise NotImplementedError
+
+    def _start(self, vm_file: str, deadline: float) -> None:
+        raise NotImplementedError
+
+    def _guest_ip(self, vm_file: str, deadline: float) -> str:
+        raise NotImplementedError
+
+    def _stop(self, vm_file: str, deadline: float) -> None:
+        raise NotImplementedError
+
+
+class VMwareProvider(_HypervisorProvider):
+    """VMware Workstation (Linux, Windows) or Fusion (macOS) through ``vmrun``."""
+
+    name = "vmware"
+    program = "vmrun"
+    install_hint = "it comes with VMware Workstation or Fusion"
+
+    def _host_type(self) -> list[str]:
+        return ["-T", "fusion" if sys.platform == "darwin" else "ws"]
+
+    def _revert(self, vm_file: str, deadline: float) -> None:
+        self._run([*self._host_type(), "revertToSnapshot", vm_file, self.options.snapshot_name],
+                  deadline)
+
+    def _start(self, vm_file: str, deadline: float) -> None:
+        running = self._run([*self._host_type(), "list"], deadline, check=False)
+        if vm_file not in running.splitlines()[1:]:
+            self._run([*self._host_type(), "start", vm_file,
+                       "nogui" if self.options.headless else "gui"], deadline)
+
+    def _guest_ip(self, vm_file: str, deadline: float) -> str:
+        text = self._run([*self._host_type(), "getGuestIPAddress", vm_file, "-wait"], deadline)
+        return _ip_in(text, f"vmrun getGuestIPAddress {vm_file}")
+
+    def _stop(self, vm_file: str, deadline: float) -> None:
+        self._run([*self._host_type(), "stop", vm_file], deadline, check=False)
+
+
+class VirtualBoxProvider(_HypervisorProvider):
+    """VirtualBox through ``VBoxManage``; a VM file names the VM by its stem (or is its name
+    or uuid), as OSWorld finds it."""
+
+    name = "virtualbox"
+    program = "VBoxManage"
+    install_hint = "it comes with VirtualBox"
+
+    def _uuid(self, vm_file: str, deadline: float) -> str:
+        wanted = {vm_file, os.path.splitext(os.path.basename(vm_file))[0]}
+        for line in self._run(["list", "vms"], deadline).splitlines():
+            found = re.match(r'^"(.*)" \{([0-9a-fA-F-]+)\}$', line.strip())
+            if found and (found.group(1) in wanted or found.group(2) in wanted):
+                return found.group(2)
+        raise VMError(f"VBoxManage list vms has no VM named {sorted(wanted)}")
+
+    def _running(self, uuid: str, deadline: float) -> bool:
+        return uuid in self._run(["list", "runningvms"], deadline, check=False)
+
+    def _revert(self, vm_file: str, deadline: float) -> None:
+        uuid = self._uuid(vm_file, deadline)
+        if self._running(uuid, deadline):
+            self._run(["controlvm", uuid, "savestate"], deadline)
+        self._run(["snapshot", uuid, "restore", self.options.snapshot_name], deadline)
+
+    def _start(self, vm_file: str, deadline: float) -> None:
+        uuid = self._uuid(vm_file, deadline)
+        if not self._running(uuid, deadline):
+            self._run(["startvm", uuid, "--type", "headless" if self.options.headless else "gui"],
+                      deadline)
+
+    def _guest_ip(self, vm_file: str, deadline: float) -> str:
+        uuid = self._uuid(vm_file, deadline)
+        while True:
+            text = self._run(["guestproperty", "get", uuid, "/VirtualBox/GuestInfo/Net/0/V4/IP"],
+                             deadline, check=False)
+            if text.startswith("Value:"):
+                return _ip_in(text, f"VBoxManage guestproperty get {uuid}")
+            if time.monotonic() + IP_POLL_S > deadline:
+                raise VMError(f"VirtualBox VM {vm_file} reported no guest IP within the boot "
+                              f"timeout ({text or 'no value'}); are the Guest Additions running?")
+            time.sleep(IP_POLL_S)
+
+    def _stop(self, vm_file: str, deadline: float) -> None:
+        uuid = self._uuid(vm_file, deadline)
+        if self._running(uuid, deadline):
+            self._run(["controlvm", uuid, "savestate"], deadline, check=False)
+
+
+def _ip_in(text: str, what: str) -> str:
+    found = re.search(r"\b(\d{1,3}(?:\.\d{1,3}){3})\b", text)
+    if found is None:
+        raise VMError(f"{what} gave no IPv4 address: {text[-OUTPUT_TAIL:] or '(no output)'}")
+    return found.group(1)

@@ -1,0 +1,131 @@
+"""The vmware and virtualbox providers, driven as OSWorld drives them, against stand-in
+``vmrun`` and ``VBoxManage`` programs on PATH (``tests/hypervisor_standin.py``) that run this
+machine's VMs: a process sandbox in the default run, QEMU in the slow one. The real products
+cannot be installed here and are untested."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from parallel_rollout.cli import main
+from parallel_rollout.errors import ConfigError, ProviderUnavailable, VMError
+from parallel_rollout.guest.client import GuestClient
+from parallel_rollout.pool.providers import get_provider
+from parallel_rollout.pool.providers.base import ProviderOptions
+
+STANDIN = Path(__file__).resolve().parents[1] / "hypervisor_standin.py"
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def standins(tmp_path, monkeypatch):
+    """vmrun and VBoxManage on PATH, two .vmx files and two VirtualBox VMs; (vmx paths, state)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for role in ("vmrun", "VBoxManage"):
+        script = bin_dir / role
+        script.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{STANDIN}" {role} "$@"\n')
+        script.chmod(0o755)
+    state = tmp_path / "state"
+    state.mkdir()
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.setenv("STANDIN_DIR", str(state))
+    monkeypatch.setenv("STANDIN_BACKEND", "process")
+    vmx = []
+    for name in ("ubuntu0", "ubuntu1"):
+        path = tmp_path / "vms" / f"{name}.vmx"
+        path.parent.mkdir(exist_ok=True)
+        path.write_text('displayName = "Ubuntu"\nsnapshot = "init_state"\n')
+        vmx.append(str(path))
+    (state / "vbox.json").write_text(json.dumps({
+        "ubuntu0": {"uuid": "11111111-2222-3333-4444-555555555555", "snapshots": ["init_state"]},
+        "ubuntu1": {"uuid": "66666666-7777-8888-9999-000000000000", "snapshots": ["init_state"]}}))
+    yield vmx, state
+    # nothing may outlive the test: every daemon was stopped through the provider
+    assert not list(state.glob("*.pid")), "a stand-in VM was left running"
+
+
+def _cycle(name: str, vm_files: list[str], boot_timeout_s: float = 60.0) -> None:
+    """Start two VMs, isolate them, reset one, stop both."""
+    provider = get_provider(name)("hv", ProviderOptions(
+        path_to_vm=",".join(vm_files), snapshot_name="init_state", boot_timeout_s=boot_timeout_s))
+    first = provider.start("vm0")
+    second = provider.start("vm1")
+    try:
+        assert first.address != second.address and first.address.endswith(":5000")
+        client = GuestClient(first.address)
+        client.execute("echo mine > ~/mark", shell=True)
+        assert client.execute("cat ~/mark", shell=True)["output"] == "mine\n"
+        assert GuestClient(second.address).execute("ls ~/mark", shell=True)["returncode"] != 0
+        assert provider.healthy(first) and provider.healthy(second)
+        with pytest.raises(VMError, match="in use"):  # a third VM has no file (no wait)
+            provider.slots.acquire("vm2", time.monotonic())
+        first = provider.reset(first)
+        assert GuestClient(first.address).execute("ls ~/mark", shell=True)["returncode"] != 0
+    finally:
+        provider.stop(first)
+        provider.stop(second)
+        provider.stop(second)  # twice is fine
+    assert not provider.healthy(first)
+
+
+def test_vmware_start_reset_stop_through_vmrun(standins):
+    vmx, _ = standins
+    _cycle("vmware", vmx)
+
+
+def test_virtualbox_start_reset_stop_through_vboxmanage(standins):
+    _cycle("virtualbox", ["/vms/ubuntu0.vbox", "ubuntu1"])
+
+
+def test_the_original_runners_vmware_command_runs_tasks(standins, tmp_path):
+    vmx, _ = standins
+    tasks = [json.loads(line) for line in (ROOT / "benchmarks" / "shell_tasks.jsonl").read_text().splitlines()
+             if line.strip()][:3]
+    data = tmp_path / "tasks.jsonl"
+    data.write_text("".join(json.dumps(t) + "\n" for t in tasks))
+    result = CliRunner().invoke(main, [
+        "--mode", "shell", "--data", str(data), "--num-rollouts", "1", "--output-dir",
+        str(tmp_path / "out"), "--run-id", "vmw", "--no-progress",
+        "--provider-name", "vmware", "--path-to-vm", vmx[0], "--snapshot-name", "init_state"])
+    assert result.exit_code == 0, result.output
+    finals = [json.loads(line) for line in (tmp_path / "out" / "vmw" / "results.jsonl").read_text().splitlines()]
+    assert {r["task_id"]: r["status"] for r in finals if r["final"]} == {t["id"]: "success" for t in tasks}
+
+
+@pytest.mark.parametrize("name", ["vmware", "virtualbox"])
+def test_bad_settings_say_what_is_missing(standins, name, monkeypatch):
+    vmx, _ = standins
+    cls = get_provider(name)
+    with pytest.raises(ConfigError, match="--path-to-vm"):
+        cls("hv", ProviderOptions(snapshot_name="init_state"))
+    with pytest.raises(ConfigError, match="--snapshot-name"):
+        cls("hv", ProviderOptions(path_to_vm=vmx[0]))
+    with pytest.raises(ConfigError, match="more than once"):
+        cls("hv", ProviderOptions(path_to_vm=f"{vmx[0]},{vmx[0]}", snapshot_name="s"))
+    provider = cls("hv", ProviderOptions(path_to_vm=vmx[0] if name == "vmware" else "ubuntu0",
+                                         snapshot_name="no_such_snapshot", boot_timeout_s=20))
+    with pytest.raises(VMError, match="(?i)snapshot"):
+        provider.start("vm0")
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    with pytest.raises(ProviderUnavailable, match=cls.program):
+        cls.check_available()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["vmware", "virtualbox"])
+def test_the_providers_drive_qemu_vms(standins, name, monkeypatch):
+    if shutil.which("qemu-system-x86_64") is None:
+        pytest.skip("qemu-system-x86_64 is not installed")
+    get_provider("qemu").build_image(log=lambda line: print(line, flush=True))
+    monkeypatch.setenv("STANDIN_BACKEND", "qemu")
+    vmx, _ = standins
+    _cycle(name, vmx if name == "vmware" else ["ubuntu0", "ubuntu1"], boot_timeout_s=300.0)
