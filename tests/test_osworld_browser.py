@@ -99,6 +99,8 @@ def test_tabs_open_close_and_are_read_like_osworld(browser_env):
     assert page["title"] == "Page one" and page["url"] == f"{site}/one.html"
     assert page["content"] == '<html><head><title>Page one</title></head><body><p id="x">one body</p></body></html>'
     assert [t["url"] for t in chrome.pages(env.vm)] == [f"{site}/three.html"]  # read closed its tab
+    info = GETTERS["page_info"](env, {"url": f"{site}/two.html"})
+    assert (info["title"], info["url"]) == ("Page two", f"{site}/two.html")
 
 
 def test_page_texts_are_read_as_osworld_reads_them(browser_env):

@@ -107,3 +107,17 @@ def test_desktop_getters_through_a_real_guest_agent(guest):
     assert background.endswith("ppt/media/bg.png") and open(background, "rb").read().startswith(b"\x89PNG")
     assert GETTERS["vlc_playing_info"](env, {"dest": "status.xml"}) is None  # no VLC answering
     assert GETTERS["background_image_in_slide"](env, {**slide, "slide_index": 3}) is None
+
+
+def test_url_path_parse_reads_shop_filters():
+    from parallel_rollout.envs.osworld.getters.browser import _path_facts
+
+    url = ("https://www.macys.com/shop/mens-clothing/mens-shirts/Men_regular_size_t,Price_discount_range,"
+           "Sleeve_length/L,50_PERCENT_%20off%20%26%20more,Short%20Sleeve?id=20626")
+    assert _path_facts(url, ["Men_regular_size_t", "Price_discount_range", "Sleeve_length"]) == {
+        "mens_clothing": True, "shirts": True, "short_sleeve": True, "Men_regular_size_t": "L",
+        "Price_discount_range": "50_PERCENT_ off & more", "Sleeve_length": "Short Sleeve"}
+    assert _path_facts("https://www.macys.com/shop/womens/Price_discount_range,x/"
+                       "20_PERCENT_%20off%20%26%20more|50_PERCENT_%20off%20%26%20more,y", ["Price_discount_range"]) == {
+        "mens_clothing": None, "shirts": None, "short_sleeve": None,
+        "Price_discount_range": "not_50_PERCENT_ off & more"}

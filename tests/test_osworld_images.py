@@ -181,3 +181,15 @@ def test_check_mp3_meta_scores_as_osworld(tmp_path):
     for meta, score in (({"title": {"method": "eq", "ref": "Blue"}, "artist": {"method": "eq", "ref": "Ann,Bob"}}, 1.0),
                         ({"album": {"method": "eq", "ref": "X"}}, 0.0)):
         assert METRICS["check_mp3_meta"](str(song), meta) == others.check_mp3_meta(str(song), meta) == score
+
+
+def test_structure_sim_with_threshold(tmp_path):
+    gold = picture(tmp_path / "g.png")
+    bigger = picture(tmp_path / "b.png", upscale=True)
+    noise = picture(tmp_path / "n.png", noise=True)
+    check = METRICS["check_structure_sim_with_threshold"]
+    assert check(gold, gold) == 1.0
+    assert check(bigger, gold) == 1.0  # resized to the expected size first
+    assert check(bigger, gold, ssim_threshold=1.0) == 0.0
+    assert check(noise, gold) == 0.0
+    assert check(None, gold) == 0.0 and check(str(tmp_path / "missing.png"), gold) == 0.0

@@ -71,3 +71,12 @@ def test_compare_videos_scores_as_osworld(tmp_path):
         assert ours == vlc.compare_videos(other, gold)
         if score is not None:
             assert ours == score
+
+
+def test_play_and_exit_follows_the_other_vlcrc_settings(tmp_path):
+    rc = tmp_path / "vlcrc"
+    rc.write_text("#play-and-exit=0\nplay-and-exit=1\n")
+    assert METRICS["check_play_and_exit"](str(rc), {"expected_play_and_exit": 1}) == 1.0
+    assert METRICS["check_play_and_exit"](str(rc), {"expected_play_and_exit": "0"}) == 0.0
+    rc.write_text("[qt]\n")
+    assert METRICS["check_play_and_exit"](str(rc), {"expected_play_and_exit": 0}) == 1.0

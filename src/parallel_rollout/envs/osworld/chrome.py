@@ -98,9 +98,12 @@ def _osworld_wait_loaded(target, timeout):
             return
         try:
             ws = Socket(page[0]["ws"], timeout=10)
-            state = ws.call("Runtime.evaluate", expression="document.readyState", returnByValue=True)
+            state = ws.call("Runtime.evaluate", returnByValue=True,
+                            expression="[document.readyState, location.href]")
             ws.sock.close()
-            if state.get("result", {}).get("value") == "complete" and page[0]["url"] != "about:blank":
+            ready, href = state.get("result", {}).get("value") or ["", ""]
+            # a new tab shows about:blank (complete) before its URL's document arrives
+            if ready == "complete" and href != "about:blank":
                 return
         except (OSError, RuntimeError, ValueError):
             pass

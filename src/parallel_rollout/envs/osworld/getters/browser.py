@@ -98,3 +98,55 @@ def get_url_dashPart(env, config: dict) -> Any:
 GETTERS = {"active_url_from_accessTree": get_active_url_from_accessTree, "active_tab_info": get_active_tab_info,
            "open_tabs_info": get_open_tabs_info, "active_tab_url_parse": get_active_tab_url_parse,
            "url_dashPart": get_url_dashPart}
+
+
+def _path_facts(url: str, parse_keys: list[str]) -> dict:
+    """url_path_parse: a shop's path of ``key,key/value,value`` filter segments read as
+    OSWorld's getter reads Macy's product URLs."""
+    from urllib.parse import unquote
+
+    path = unquote(urlparse(url).path)
+    parts = path.strip("/").split("/")
+    pairs: dict[str, Any] = {}
+    shirts, short_sleeve = "shirts" in path, "short-sleeve" in path
+    for keys_part, values_part in zip(parts, parts[1:]):
+        if "," in keys_part and "," in values_part:
+            for key, value in zip((k.strip() for k in keys_part.split(",")), (v.strip() for v in values_part.split(","))):
+                if key == "Price_discount_range":
+                    pairs[key] = [item.strip() for item in value.split("|")] if value else None
+                else:
+                    pairs[key] = value or None
+                shirts = shirts or (key == "Product_department" and value in ("shirts", "Shirts", "Shirt"))
+                short_sleeve = short_sleeve or (key == "Sleeve_length" and value in ("short-sleeve", "Short Sleeve"))
+            break
+    for field in ("Men_regular_size_t", "Price_discount_range"):
+        pairs.setdefault(field, None)
+    found: dict[str, Any] = {"mens_clothing": True if "mens-clothing" in path else None,
+                             "shirts": True if shirts else None, "short_sleeve": True if short_sleeve else None}
+    for key in parse_keys:
+        if key not in pairs:
+            continue
+        if key == "Price_discount_range":
+            ranges = pairs[key]
+            best = ranges is not None and "50_PERCENT_ off & more" in ranges and \
+                "30_PERCENT_ off & more" not in ranges and "20_PERCENT_ off & more" not in ranges
+            found[key] = "50_PERCENT_ off & more" if best else "not_50_PERCENT_ off & more"
+        else:
+            found[key] = pairs[key]
+    return found
+
+
+def get_url_path_parse(env, config: dict) -> dict | None:
+    url = get_active_url_from_accessTree(env, config)
+    return None if url is None else _path_facts(url, config["parse_keys"])
+
+
+def get_page_info(env, config: dict) -> dict:
+    """{title, url, content} of ``config["url"]`` loaded in a new tab."""
+    try:
+        return chrome.read(env.vm, config["url"])
+    except chrome.ChromeError:
+        return {"title": "Connection failed", "url": config["url"], "content": ""}
+
+
+GETTERS.update({"url_path_parse": get_url_path_parse, "page_info": get_page_info})

@@ -103,6 +103,32 @@ def check_structure_sim(result: str | None, expected: str | None, **options: Any
         return 0.0
 
 
+def check_structure_sim_with_threshold(result: str | None, expected: str | None, **options: Any) -> float:
+    """The result, resized to the expected size, is alike it with SSIM at least
+    ``ssim_threshold`` (default 0.85). (OSWorld's newer metric, not in desktop-env 1.0.2:
+    written from its source at commit 87df18f.)"""
+    import numpy as np
+    from PIL import Image
+    from skimage.metrics import structural_similarity
+
+    if result is None or expected is None:
+        return 0.0
+    try:
+        first, second = _open(result), _open(expected)
+        if first.size != second.size:
+            first = first.resize(second.size, Image.Resampling.LANCZOS)
+        a = np.array(first if first.mode == "RGB" else first.convert("RGB"))
+        b = np.array(second if second.mode == "RGB" else second.convert("RGB"))
+        smallest = min(a.shape[0], a.shape[1])
+        window = 7 if smallest >= 7 else (smallest if smallest % 2 else smallest - 1)
+        if window < 1:
+            return 0.0
+        score = structural_similarity(a, b, win_size=window, channel_axis=2)
+        return float(score >= options.get("ssim_threshold", 0.85))
+    except Exception:
+        return 0.0
+
+
 def check_file_exists_and_structure_sim(result: str | None, expected: str | None, **options: Any) -> float:
     """The exported file exists and is alike the expected one."""
     if result is None or expected is None or not os.path.isfile(result):
@@ -150,5 +176,6 @@ def check_palette_and_structure_sim(result: str | None, expected: str | None, **
 
 
 METRICS = {f.__name__: f for f in (
-    compare_images, compare_image_list, check_structure_sim, check_file_exists_and_structure_sim,
+    compare_images, compare_image_list, check_structure_sim, check_structure_sim_with_threshold,
+    check_file_exists_and_structure_sim,
     check_structure_sim_resized, check_image_mirror, check_palette_and_structure_sim)}

@@ -109,6 +109,11 @@ def check_one_instance_when_started_from_file(result: str, rule: dict, **options
     return float(value == _expected(rule, "expected_one_instance_when_started_from_file"))
 
 
+def check_play_and_exit(result: str, rule: dict, **options: Any) -> float:
+    """(OSWorld's newer metric, not in desktop-env 1.0.2.)"""
+    return float(_setting(_vlcrc(result), "play-and-exit=", "0") == _expected(rule, "expected_play_and_exit"))
+
+
 def check_global_key_play_pause(result: str, rule: dict, **options: Any) -> float:
     """The global play/pause key is set ("1") or empty ("0")."""
     value = "0"
@@ -159,5 +164,5 @@ def compare_videos(result: str, expected: str, max_frames_to_check: int = 100, t
 
 METRICS = {f.__name__: f for f in (
     is_vlc_playing, is_vlc_recordings_folder, is_vlc_fullscreen, check_qt_bgcone, check_qt_max_volume,
-    check_qt_minimal_view, check_one_instance_when_started_from_file, check_global_key_play_pause,
+    check_qt_minimal_view, check_one_instance_when_started_from_file, check_play_and_exit, check_global_key_play_pause,
     check_qt_slider_colours, compare_videos)}
