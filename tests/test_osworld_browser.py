@@ -99,6 +99,11 @@ def test_tabs_open_close_and_are_read_like_osworld(browser_env):
     assert page["title"] == "Page one" and page["url"] == f"{site}/one.html"
     assert page["content"] == '<html><head><title>Page one</title></head><body><p id="x">one body</p></body></html>'
     assert [t["url"] for t in chrome.pages(env.vm)] == [f"{site}/three.html"]  # read closed its tab
+    printed = GETTERS["pdf_from_url"](env, {"path": f"{site}/two.html", "dest": "two.pdf"})
+    import fitz
+
+    with fitz.open(printed) as document:  # the headless browser prints; its text is the page's
+        assert "two body" in document[0].get_text()
     info = GETTERS["page_info"](env, {"url": f"{site}/two.html"})
     assert (info["title"], info["url"]) == ("Page two", f"{site}/two.html")
 
@@ -152,6 +157,9 @@ def test_a_browser_that_never_answers_is_a_setup_error(tmp_path, monkeypatch):
         with pytest.raises(setup.SetupError, match=r"t9.*chrome_open_tabs.*DevTools port .* did not answer"):
             setup.run_steps(env, [{"type": "chrome_open_tabs", "parameters": {"urls_to_open": ["x"]}}], "config")
         assert GETTERS["open_tabs_info"](env, {}) == []
+        env.cache_dir = str(tmp_path / "cache")
+        with open(GETTERS["pdf_from_url"](env, {"path": "http://x", "dest": "x.pdf"}), "rb") as handle:
+            assert handle.read() == b"%PDF-1.4\n%EOF\n"  # OSWorld's stand-in when printing fails
     finally:
         agent.kill()
         agent.wait()

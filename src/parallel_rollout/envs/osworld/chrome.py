@@ -9,8 +9,8 @@ client and a loopback HTTP GET) followed by the operations below; each call prin
 line after :data:`MARKER`. Operations: ``pages`` (the open tabs: id, title, url), ``open``
 (new tabs on URLs, waiting for each to load, optionally closing the tab that was first),
 ``close`` (tabs by id), ``read`` (a URL opened in a new tab: title, final url and HTML,
-then the tab is closed), ``html`` (the HTML of an open tab), ``query`` (DOM queries run in
-the open tab showing a URL) and ``form`` (a URL opened in a new tab, then selectors waited
+then the tab is closed), ``html`` (the HTML of an open tab), ``pdf`` (a URL printed to PDF in a new
+tab), ``query`` (DOM queries run in the open tab showing a URL) and ``form`` (a URL opened in a new tab, then selectors waited
 for and filled or clicked in turn).
 """
 
@@ -180,6 +180,18 @@ def _osworld_run(req):
         page = [p for p in _osworld_pages() if p["id"] == target][0]
         answer = {"title": page["title"], "url": page["url"], "content": _osworld_html(page["ws"])}
         browser.call("Target.closeTarget", targetId=target)
+    elif op == "pdf":
+        target = browser.call("Target.createTarget", url=req["url"])["targetId"]
+        try:
+            _osworld_wait_loaded(target, req["load_timeout"])
+            page = [p for p in _osworld_pages() if p["id"] == target][0]
+            ws = Socket(page["ws"], timeout=60)
+            try:
+                answer = ws.call("Page.printToPDF")["data"]
+            finally:
+                ws.sock.close()
+        finally:
+            browser.call("Target.closeTarget", targetId=target)
     elif op == "html":
         page = [p for p in _osworld_pages() if p["id"] == req["id"]][0]
         answer = _osworld_html(page["ws"])
@@ -269,6 +281,13 @@ def html(vm, target: str) -> str:
 def fill_form(vm, url: str, steps: list[dict]) -> list[dict]:
     """Open ``url`` in a new tab and fill/click ``steps`` ({selector, value?}) in order."""
     return call(vm, "form", url=url, steps=steps)
+
+
+def pdf(vm, url: str) -> bytes:
+    """``url`` loaded in a new tab and printed to PDF (Chrome prints only when headless)."""
+    import base64
+
+    return base64.b64decode(call(vm, "pdf", url=url))
 
 
 def query(vm, url: str, queries: list[dict]) -> dict | None:

@@ -1,4 +1,5 @@
-"""Getters that read what a page shows: ``active_tab_html_parse`` picks texts, input values
+"""Getters that read what a page shows (``pdf_from_url`` prints a page to PDF):
+``active_tab_html_parse`` picks texts, input values
 and URL facts out of the open tab showing the active URL, by CSS class, XPath or label, as
 OSWorld's getter does with Playwright (here DOM queries through :func:`..chrome.query`)."""
 
@@ -104,4 +105,24 @@ def parse_page(vm, url: str, config: dict) -> dict:
     return found
 
 
-GETTERS = {"active_tab_html_parse": get_active_tab_html_parse}
+#: what OSWorld's getter writes when printing fails (a headful Chrome cannot print)
+EMPTY_PDF = b"%PDF-1.4\n%EOF\n"
+
+
+def get_pdf_from_url(env, config: dict) -> str:
+    """``path`` printed to PDF by the guest's browser, saved as ``dest`` (OSWorld's stand-in
+    empty PDF when printing fails)."""
+    import os
+
+    target = os.path.join(env.cache_dir, config["dest"])
+    os.makedirs(env.cache_dir, exist_ok=True)
+    try:
+        data = chrome.pdf(env.vm, config["path"])
+    except chrome.ChromeError:
+        data = EMPTY_PDF
+    with open(target, "wb") as handle:
+        handle.write(data)
+    return target
+
+
+GETTERS = {"active_tab_html_parse": get_active_tab_html_parse, "pdf_from_url": get_pdf_from_url}
