@@ -84,6 +84,8 @@ def test_report_of_a_real_run_in_chromium(shell_run, page, tmp_path):
     assert "95% CI" in page.text_content("#headline")
     assert json.loads(page.get_attribute("tr[data-tag='even'] td[data-value]", "data-value")) == \
         summary["per_tag"]["even"]["success_rate"]
+    # pass@k per mode: one mode, so the run's own figure
+    assert page.text_content("tr[data-mode='shell'] td[data-k='pass@2']") == f"{summary['pass@2']:g}"
     assert page.locator("details.fail[data-type='failure']").count() == 1
     assert "6 samples" in page.text_content("details.fail[data-type='failure'] summary")
 
@@ -167,3 +169,21 @@ def test_a_desktop_attempt_shows_its_screenshots(tmp_path, page):
     page.screenshot(path=str(shot))
     print(f"\n[report] screenshot: {shot}")
     assert page.errors == []
+
+
+def test_pass_at_k_per_tag_is_the_unbiased_estimator_over_that_tags_tasks():
+    from parallel_rollout.report.model import headline
+    from parallel_rollout.report.run_data import RunData
+    from parallel_rollout.results import pass_at_k, summarize
+
+    def rec(task, idx, success, tags):
+        return {"key": f"{task}#{idx}", "task_id": task, "sample_idx": idx, "attempt": 0, "mode": "shell",
+                "tags": tags, "status": "success" if success else "failure", "reward": float(success),
+                "success": success, "final": True}
+    records = [rec("a", i, i == 0, ["x"]) for i in range(3)] + [rec("b", i, i < 2, ["x", "y"]) for i in range(3)]
+    summary = summarize(records, total_samples=6, pool_stats=None, started_at=0)
+    head = headline(RunData(Path("."), "r", {}, summary, records))
+    assert head["per_tag"]["x"]["pass_at_k"] == {"pass@1": round((1 / 3 + 2 / 3) / 2, 4),
+                                                 "pass@3": round((pass_at_k(3, 1, 3) + pass_at_k(3, 2, 3)) / 2, 4)}
+    assert head["per_tag"]["y"]["pass_at_k"]["pass@1"] == round(2 / 3, 4)
+    assert head["per_mode"]["shell"]["pass_at_k"]["pass@3"] == summary["pass@3"] == 1.0

@@ -174,6 +174,23 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - math.prod((n - c - i) / (n - i) for i in range(k))
 
 
+def pass_at_ks(finals: Iterable[dict[str, Any]], ks: Iterable[int] | None = None) -> dict[str, float | None]:
+    """``{"pass@k": mean over tasks}`` of final records, for ``ks`` (default 1 and the group
+    size, when samples come in groups); a task with fewer than k samples is left out of pass@k."""
+    by_task: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in finals:
+        by_task[r["task_id"]].append(r)
+    if ks is None:
+        group = max((len(v) for v in by_task.values()), default=1)
+        ks = sorted({1, group}) if group > 1 else []
+    out: dict[str, float | None] = {}
+    for k in ks:
+        scores = [pass_at_k(len(v), sum(1 for r in v if r.get("success")), k)
+                  for v in by_task.values() if len(v) >= k]
+        out[f"pass@{k}"] = round(statistics.fmean(scores), 4) if scores else None
+    return out
+
+
 def summarize(
     records: list[dict[str, Any]],
     *,
@@ -211,16 +228,7 @@ def summarize(
     for tag, rs in sorted(by_tag.items()):
         per_tag[tag] = {"finished": len(rs), "success_rate": rate(sum(1 for r in rs if r.get("success")), len(rs))}
 
-    by_task: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for r in final_list:
-        by_task[r["task_id"]].append(r)
-    group = max((len(v) for v in by_task.values()), default=1)
-    pass_k = {}
-    if group > 1:
-        for k in sorted({1, group}):
-            scores = [pass_at_k(len(v), sum(1 for r in v if r.get("success")), k)
-                      for v in by_task.values() if len(v) >= k]
-            pass_k[f"pass@{k}"] = round(statistics.fmean(scores), 4) if scores else None
+    pass_k = pass_at_ks(final_list)
 
     attempts = len(records)
     retried = sum(1 for r in records if not r.get("final"))

@@ -62,6 +62,7 @@ def _headline_html(head: dict[str, Any]) -> str:
     statuses = head.get("status_counts") or {}
     parts.append('<p>statuses: ' + (", ".join(f'<span data-status="{escape(k)}">{escape(k)} {v}</span>'
                                               for k, v in statuses.items()) or "none") + "</p>")
+    ks = list(head["pass_at_k"])
     for title, rows, key in (("per mode", head["per_mode"], "mode"), ("per tag", head["per_tag"], "tag")):
         if not rows:
             continue
@@ -69,11 +70,13 @@ def _headline_html(head: dict[str, Any]) -> str:
             f'<tr data-{key}="{escape(name)}"><td>{escape(name)}</td><td class="num">{row.get("finished")}</td>'
             f'<td class="num">{_num(row.get("successes"))}</td>'
             f'<td class="num" data-value="{escape(json.dumps(row.get("success_rate")))}">{_pct(row.get("success_rate"))}</td>'
-            f'<td>{_ci(row.get("ci"))}</td><td class="num">{_num(row.get("mean_reward"))}</td></tr>'
-            for name, row in rows.items())
+            f'<td>{_ci(row.get("ci"))}</td><td class="num">{_num(row.get("mean_reward"))}</td>'
+            + "".join(f'<td class="num" data-k="{k}">{_num(row["pass_at_k"].get(k))}</td>' for k in ks)
+            + "</tr>" for name, row in rows.items())
         parts.append(f'<h3>{title}</h3><table class="per-{key}"><tr><th>{key}</th><th class="num">finished</th>'
                      f'<th class="num">successes</th><th class="num">success rate</th><th>interval</th>'
-                     f'<th class="num">mean reward</th></tr>{body}</table>')
+                     f'<th class="num">mean reward</th>' + "".join(f'<th class="num">{k}</th>' for k in ks)
+                     + f"</tr>{body}</table>")
     return "".join(parts)
 
 

@@ -1,7 +1,7 @@
 """What the HTML report shows, computed from a run folder: plain data, no markup.
 
 * ``headline``: the numbers of summary.json (success rate, mean reward, pass@k, per mode and
-  tag) with a Wilson 95% interval beside every rate; a folder without summary.json (a run
+  tag, pass@k per mode and tag too) with a Wilson 95% interval beside every rate; a folder without summary.json (a run
   killed hard) is summarised from its records the same way the runner would.
 * ``failure_groups``: final non-successes by type (status), then by message, with counts and
   a few sample keys each.
@@ -20,7 +20,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from ..results import summarize
+from ..results import pass_at_ks, summarize
 from .run_data import RunData
 from .stats import wilson_interval
 
@@ -41,19 +41,22 @@ def headline(data: RunData) -> dict[str, Any]:
         summary["run_id"] = data.run_id
     out = dict(summary)
     out["success_ci"] = wilson_interval(summary.get("successes") or 0, summary.get("finished") or 0)
+    out["pass_at_k"] = {k: v for k, v in summary.items() if k.startswith("pass@")}
+    ks = [int(name[len("pass@"):]) for name in out["pass_at_k"]]
     finals = list(data.finals.values())
     per_mode = {}
     for mode, row in (summary.get("per_mode") or {}).items():
-        per_mode[mode] = {**row, "ci": wilson_interval(row.get("successes") or 0, row.get("finished") or 0)}
+        moded = [r for r in finals if r.get("mode", "?") == mode]
+        per_mode[mode] = {**row, "ci": wilson_interval(row.get("successes") or 0, row.get("finished") or 0),
+                          "pass_at_k": pass_at_ks(moded, ks)}
     per_tag = {}
     for tag, row in (summary.get("per_tag") or {}).items():
         tagged = [r for r in finals if tag in (r.get("tags") or [])]
         successes = sum(1 for r in tagged if r.get("success"))
         mean_reward = round(sum(r.get("reward") or 0.0 for r in tagged) / len(tagged), 4) if tagged else None
         per_tag[tag] = {"mean_reward": mean_reward, **row, "successes": successes,
-                        "ci": wilson_interval(successes, row.get("finished") or 0)}
+                        "ci": wilson_interval(successes, row.get("finished") or 0), "pass_at_k": pass_at_ks(tagged, ks)}
     out["per_mode"], out["per_tag"] = per_mode, per_tag
-    out["pass_at_k"] = {k: v for k, v in summary.items() if k.startswith("pass@")}
     return out
 
 
