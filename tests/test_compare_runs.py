@@ -105,6 +105,9 @@ def test_runs_list_shows_complete_interrupted_and_partial_runs(tmp_path):
     assert by_id["done"][-4:] == ["shell", "2/2", "50.0%", "complete"]
     assert by_id["broken"][-4:] == ["shell", "0/1", "-", "partial"]
     assert by_id["stopped"][-1] == "interrupted" and by_id["stopped"][-4] == "shell"
+    # aborted and interrupted runs get their report.html too
+    for run_id in ("broken", "stopped"):
+        assert f"run <span id=\"run-id\">{run_id}</span>" in (out / run_id / "report.html").read_text()
 
     as_json = CliRunner().invoke(main, ["runs", "list", "--output-dir", str(out), "--json"])
     rows = [json.loads(line) for line in as_json.output.splitlines()]
