@@ -115,3 +115,16 @@ def test_runs_list_shows_complete_interrupted_and_partial_runs(tmp_path):
     assert rows[0]["success_rate"] == 0.5 and rows[0]["finished"] == 2 and rows[0]["total"] == 2
     empty = CliRunner().invoke(main, ["runs", "list", "--output-dir", str(tmp_path / "none")])
     assert empty.exit_code == 2 and "no such output folder" in empty.output
+
+
+def test_a_corrupted_results_line_is_named_by_file_and_line(tmp_path):
+    run_dir = tmp_path / "out" / "c"
+    run_dir.mkdir(parents=True)
+    good = {"key": "a#0", "task_id": "a", "sample_idx": 0, "attempt": 0, "status": "success", "success": True,
+            "final": True}
+    (run_dir / "results.jsonl").write_text(json.dumps(good) + "\n{not json\n" + '{"key": "torn')
+    result = CliRunner().invoke(main, ["report", str(run_dir)])
+    assert result.exit_code == 2
+    assert f"{run_dir / 'results.jsonl'}:2: corrupted record" in " ".join(result.output.split())
+    (run_dir / "results.jsonl").write_text(json.dumps(good) + "\n" + '{"key": "torn')  # a write in progress
+    assert CliRunner().invoke(main, ["report", str(run_dir)]).exit_code == 0

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
-from ..results import read_records
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +50,24 @@ def read_events(path: Path) -> list[dict[str, Any]]:
     return events
 
 
+def _read_results(path: Path) -> list[dict[str, Any]]:
+    """Every complete record of a results.jsonl (a torn last line, a write in progress, is
+    skipped); a corrupted line is an error naming ``file:line``."""
+    records = []
+    with open(path, "rb") as fh:
+        for lineno, line in enumerate(fh, start=1):
+            if not line.endswith(b"\n") or not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+                if not isinstance(record, dict) or not isinstance(record.get("key"), str):
+                    raise ValueError("not an attempt record (no key)")
+            except ValueError as exc:
+                raise NotARunFolder(f"{path}:{lineno}: corrupted record ({exc}); fix or remove that line") from None
+            records.append(record)
+    return records
+
+
 @dataclass
 class RunData:
     """Everything a run folder says about its run."""
@@ -70,10 +87,7 @@ class RunData:
         config_doc = _read_json(run_dir / "config.json")
         if not run_dir.is_dir() or (config_doc is None and not results.exists()):
             raise NotARunFolder(f"{run_dir}: not a run folder (no config.json or results.jsonl)")
-        try:
-            records = read_records(results) if results.exists() else []
-        except ValueError as exc:
-            raise NotARunFolder(f"{results}: unreadable ({exc})") from None
+        records = _read_results(results) if results.exists() else []
         config_doc = config_doc or {}
         return cls(
             run_dir=run_dir,
