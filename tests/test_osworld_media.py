@@ -80,3 +80,32 @@ def test_play_and_exit_follows_the_other_vlcrc_settings(tmp_path):
     assert METRICS["check_play_and_exit"](str(rc), {"expected_play_and_exit": "0"}) == 0.0
     rc.write_text("[qt]\n")
     assert METRICS["check_play_and_exit"](str(rc), {"expected_play_and_exit": 0}) == 1.0
+
+
+def test_compare_audios_scores_as_osworld(tmp_path):
+    import wave
+
+    np = pytest.importorskip("numpy")
+    pytest.importorskip("librosa")
+
+    def tone(name, *freqs):
+        rate = 8000
+        t = np.arange(rate // 2) / rate
+        signal = np.concatenate([np.sin(2 * np.pi * f * t) for f in freqs])
+        path = tmp_path / name
+        with wave.open(str(path), "wb") as out:
+            out.setnchannels(1)
+            out.setsampwidth(2)
+            out.setframerate(rate)
+            out.writeframes((signal * 20000).astype("<i2").tobytes())
+        return str(path)
+
+    gold = tone("gold.wav", 440, 660)
+    broken = tmp_path / "broken.wav"
+    broken.write_bytes(b"not audio")
+    vlc = reference("vlc")
+    for other, check in ((tone("same.wav", 440, 660), lambda s: s > 0.99), (tone("other.wav", 300, 1200), lambda s: s < 0.9),
+                         (str(broken), lambda s: s == 0.0)):
+        ours = METRICS["compare_audios"](other, gold)
+        assert ours == pytest.approx(vlc.compare_audios(other, gold)) and check(ours), other
+    assert METRICS["compare_audios"](str(broken), str(broken)) == vlc.compare_audios(str(broken), str(broken)) == 1.0

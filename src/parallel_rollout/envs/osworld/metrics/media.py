@@ -1,7 +1,8 @@
 """Media-player metrics (OSWorld's VLC tasks): what VLC is playing (its status.xml), its
 settings in ``vlcrc`` (recordings folder, Qt interface options, global keys, one instance),
-fullscreen, and two videos compared frame by frame by perceptual hash (OpenCV reads them;
-``opencv-python-headless`` and ``imagehash`` are the ``[osworld]`` extra).
+fullscreen, two sounds compared by MFCC and dynamic time warping (librosa, fastdtw), and two
+videos compared frame by frame by perceptual hash (OpenCV); these libraries are the
+``[osworld]`` extra.
 
 ``vlcrc`` settings are read as OSWorld reads them: the last line containing ``key=`` wins,
 commented-out default lines included, and an absent key has VLC's default.
@@ -138,6 +139,38 @@ def check_qt_slider_colours(result: str, rule: dict, **options: Any) -> float:
     return None
 
 
+def compare_audios(result: str | None, expected: str | None, **options: Any) -> float:
+    """exp(-d) for d the DTW distance per step (cosine distances) between the two sounds'
+    normalised MFCC frames (librosa, fastdtw, scipy: the ``[osworld]`` extra); 1 when neither
+    file decodes, 0 when one does not."""
+    import librosa
+    import numpy as np
+    from fastdtw import fastdtw
+    from scipy.spatial.distance import cosine
+
+    if not result or not expected:
+        return 0.0
+    loaded = []
+    for path in (result, expected):
+        try:
+            loaded.append(librosa.load(path))
+        except Exception:
+            loaded.append((None, None))
+    (y1, sr1), (y2, sr2) = loaded
+    bad1, bad2 = y1 is None or y1.shape[0] == 0, y2 is None or y2.shape[0] == 0
+    if bad1 and bad2:
+        return 1.0
+    if bad1 or bad2:
+        return 0.0
+    try:
+        mfcc1 = librosa.util.normalize(librosa.feature.mfcc(y=y1, sr=sr1), axis=1)
+        mfcc2 = librosa.util.normalize(librosa.feature.mfcc(y=y2, sr=sr2), axis=1)
+    except Exception:
+        return 0.0
+    distance, path = fastdtw(mfcc1.T, mfcc2.T, dist=cosine)
+    return np.exp(-(distance / len(path) if len(path) else np.inf))
+
+
 def compare_videos(result: str, expected: str, max_frames_to_check: int = 100, threshold: int = 5,
                    **options: Any) -> float:
     """The first frames (up to ``max_frames_to_check``) differ by more than ``threshold``
@@ -165,4 +198,4 @@ def compare_videos(result: str, expected: str, max_frames_to_check: int = 100, t
 METRICS = {f.__name__: f for f in (
     is_vlc_playing, is_vlc_recordings_folder, is_vlc_fullscreen, check_qt_bgcone, check_qt_max_volume,
     check_qt_minimal_view, check_one_instance_when_started_from_file, check_play_and_exit, check_global_key_play_pause,
-    check_qt_slider_colours, compare_videos)}
+    check_qt_slider_colours, compare_audios, compare_videos)}
