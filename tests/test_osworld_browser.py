@@ -47,7 +47,7 @@ def browser_env(tmp_path, monkeypatch):
         "<div class=route>SEA<div class=sep></div>NYC</div><div class=card><h3> Tent </h3></div>"
         "<div class=card><p>none</p></div><ul class=cats><li class=catAllProducts><span>Boots</span></li>"
         "<li class=catAllProducts><span>Hats</span></li></ul><div class=tag>Red</div><div class=tag>Blue</div>"
-        "<form><input id=q value=' camping '></form><table><tr><td>Total</td><td>42</td></tr></table></body></html>")
+        "<a id=more href='two.html'>more</a><form><input id=q value=' camping '></form><table><tr><td>Total</td><td>42</td></tr></table></body></html>")
     handler = lambda *a, **k: http.server.SimpleHTTPRequestHandler(*a, directory=str(site), **k)  # noqa: E731
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -128,6 +128,13 @@ def test_page_texts_are_read_as_osworld_reads_them(browser_env):
                                     "url_include_expected_multichoice": {"color=red": "red", "size=9": "nine"}}) == {
         "boots": True, "hats": True, "is_other_exist": False, "red": True, "nine": False}
     assert parse_page(env.vm, f"{site}/not-open.html", {"category": "xpath", "xpathObject": {"/html": "x"}}) == {}
+    shop = f"{site}/shop.html"
+    assert GETTERS["info_from_website"](env, {"url": shop, "infos": [
+        {"action": "inner_text", "selector": ".price"}, {"action": "attribute", "selector": "#q", "attribute": "value"},
+        {"action": "click_and_inner_text", "selector": ["#more", "#x"]}, {"action": "inner_text", "selector": ".tag"}],
+        "backups": ["b"]}) == ["$12", " camping ", "two body", "Red"]
+    assert GETTERS["info_from_website"](env, {"url": shop, "infos": [{"selector": ".missing"}],
+                                              "backups": ["b"]}) == ["b"]
 
 
 def test_history_visits_are_written_into_the_profile(browser_env):

@@ -10,7 +10,7 @@ line after :data:`MARKER`. Operations: ``pages`` (the open tabs: id, title, url)
 (new tabs on URLs, waiting for each to load, optionally closing the tab that was first),
 ``close`` (tabs by id), ``read`` (a URL opened in a new tab: title, final url and HTML,
 then the tab is closed), ``html`` (the HTML of an open tab), ``pdf`` (a URL printed to PDF in a new
-tab), ``query`` (DOM queries run in the open tab showing a URL) and ``form`` (a URL opened in a new tab, then selectors waited
+tab), ``infos`` (texts and attributes read after clicks, in a new tab), ``query`` (DOM queries run in the open tab showing a URL) and ``form`` (a URL opened in a new tab, then selectors waited
 for and filled or clicked in turn).
 """
 
@@ -148,6 +148,48 @@ def _osworld_form(ws_url, steps, timeout):
         ws.sock.close()
 
 
+def _osworld_infos(ws_url, target, req):
+    """OSWorld's info_from_website: per info, back on the URL, click through all but the
+    last selector, then read the last one's innerText or an attribute."""
+    ws = Socket(ws_url, timeout=30)
+
+    def value(expression):
+        return ws.call("Runtime.evaluate", expression=expression, returnByValue=True).get("result", {}).get("value")
+
+    def wait_for(selector, timeout=10.0):
+        deadline = time.time() + timeout
+        while not value("!!document.querySelector(%s)" % json.dumps(selector)):
+            if time.time() > deadline:
+                raise RuntimeError("no %s on the page within %g s" % (selector, timeout))
+            time.sleep(0.2)
+
+    infos = []
+    try:
+        for info in req["infos"]:
+            if value("location.href") != req["url"]:
+                ws.call("Page.navigate", url=req["url"])
+                time.sleep(0.5)
+                _osworld_wait_loaded(target, req["load_timeout"])
+            action = info.get("action", "inner_text")
+            selectors = info["selector"] if action.startswith("click_and_") else [info["selector"]]
+            for selector in selectors[:-1]:
+                wait_for(selector)
+                value("document.querySelector(%s).click()" % json.dumps(selector))
+                time.sleep(0.5)
+                _osworld_wait_loaded(target, req["load_timeout"])
+            wait_for(selectors[-1])
+            element = "document.querySelector(%s)" % json.dumps(selectors[-1])
+            if action in ("inner_text", "click_and_inner_text"):
+                infos.append(value(element + ".innerText"))
+            elif action in ("attribute", "click_and_attribute"):
+                infos.append(value("%s.getAttribute(%s)" % (element, json.dumps(info["attribute"]))))
+            else:
+                raise ValueError("info action %r is not supported" % action)
+    finally:
+        ws.sock.close()
+    return infos
+
+
 def osworld_main(req):
     try:
         answer = _osworld_run(req)
@@ -190,6 +232,14 @@ def _osworld_run(req):
                 answer = ws.call("Page.printToPDF")["data"]
             finally:
                 ws.sock.close()
+        finally:
+            browser.call("Target.closeTarget", targetId=target)
+    elif op == "infos":
+        target = browser.call("Target.createTarget", url=req["url"])["targetId"]
+        try:
+            _osworld_wait_loaded(target, req["load_timeout"])
+            page = [p for p in _osworld_pages() if p["id"] == target][0]
+            answer = _osworld_infos(page["ws"], target, req)
         finally:
             browser.call("Target.closeTarget", targetId=target)
     elif op == "html":
@@ -281,6 +331,12 @@ def html(vm, target: str) -> str:
 def fill_form(vm, url: str, steps: list[dict]) -> list[dict]:
     """Open ``url`` in a new tab and fill/click ``steps`` ({selector, value?}) in order."""
     return call(vm, "form", url=url, steps=steps)
+
+
+def infos(vm, url: str, items: list[dict]) -> list:
+    """OSWorld's info_from_website reads (innerText or attribute, after clicks) on ``url``
+    in a new tab."""
+    return call(vm, "infos", url=url, infos=items)
 
 
 def pdf(vm, url: str) -> bytes:

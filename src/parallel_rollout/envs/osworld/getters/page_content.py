@@ -125,4 +125,14 @@ def get_pdf_from_url(env, config: dict) -> str:
     return target
 
 
-GETTERS = {"active_tab_html_parse": get_active_tab_html_parse, "pdf_from_url": get_pdf_from_url}
+def get_info_from_website(env, config: dict) -> Any:
+    """The ``infos`` read from ``url`` (innerText or attribute, after clicking through
+    selectors); ``backups`` when any read fails."""
+    try:
+        return chrome.infos(env.vm, config["url"], config.get("infos", []))
+    except chrome.ChromeError:
+        return config.get("backups", None)
+
+
+GETTERS = {"active_tab_html_parse": get_active_tab_html_parse, "pdf_from_url": get_pdf_from_url,
+           "info_from_website": get_info_from_website}
