@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import io
+import json
 import zipfile
 from types import SimpleNamespace
 
@@ -107,6 +108,15 @@ def test_desktop_getters_through_a_real_guest_agent(guest):
     assert background.endswith("ppt/media/bg.png") and open(background, "rb").read().startswith(b"\x89PNG")
     assert GETTERS["vlc_playing_info"](env, {"dest": "status.xml"}) is None  # no VLC answering
     assert GETTERS["background_image_in_slide"](env, {**slide, "slide_index": 3}) is None
+    assert GETTERS["chrome_appearance_mode_ui"](env, {}) == "system"  # no profile yet
+    profile = home / ".config" / "google-chrome" / "Default"
+    profile.mkdir(parents=True)
+    for prefs, mode in (({"browser": {"theme": {"color_scheme2": 2}}}, "dark"),
+                        ({"browser": {"theme": {"color_scheme": "Light"}}}, "light"),
+                        ({"browser": {"theme": {"color_scheme2": 2}}, "extensions": {"theme": {"system_theme": 0}}}, "light"),
+                        ({}, "system")):
+        (profile / "Preferences").write_text(json.dumps(prefs))
+        assert GETTERS["chrome_appearance_mode_ui"](env, {}) == mode
 
 
 def test_url_path_parse_reads_shop_filters():

@@ -72,6 +72,33 @@ def get_find_installed_extension_name(env, config: dict) -> Any:
                                                for e in d.get("extensions", {}).get("settings", {}).values()])
 
 
+_SCHEMES = {"system": "system", "default": "system", "0": "system", "light": "light", "1": "light",
+            "dark": "dark", "2": "dark"}
+
+
+def appearance(preferences: dict) -> str:
+    """light, dark or system from Preferences: ``browser.theme.color_scheme2`` (or the older
+    ``color_scheme``); a GTK/system theme switched off (``extensions.theme.system_theme`` 0)
+    means light."""
+    theme = preferences.get("browser", {}).get("theme", {})
+    raw = theme.get("color_scheme2", theme.get("color_scheme", None))
+    if isinstance(raw, bool):
+        mode = None
+    elif isinstance(raw, (int, float)):
+        mode = {0: "system", 1: "light", 2: "dark"}.get(int(raw))
+    else:
+        mode = _SCHEMES.get(raw.strip().lower()) if isinstance(raw, str) else None
+    if preferences.get("extensions", {}).get("theme", {}).get("system_theme", None) in (0, "0", False):
+        return "light"
+    return mode or "system"
+
+
+def get_chrome_appearance_mode_ui(env, config: dict) -> str:
+    """The browser's appearance mode as OSWorld's newer getter reads it when the settings page
+    cannot be probed: from the profile's Preferences ("system" when unreadable)."""
+    return _prefs_or(env, "system", appearance)
+
+
 def get_bookmarks(env, config: dict) -> Any:
     data = env.vm.read_file(f"{chrome.profile_dir(env.vm)}/Bookmarks")
     if not data:
@@ -113,4 +140,5 @@ def get_shortcuts_on_desktop(env, config: dict) -> dict:
 GETTERS = {f.__name__[4:]: f for f in (
     get_default_search_engine, get_profile_name, get_chrome_font_size, get_enable_do_not_track,
     get_enable_safe_browsing, get_new_startup_page, get_data_delete_automacally, get_find_unpacked_extension_path,
-    get_find_installed_extension_name, get_bookmarks, get_cookie_data, get_history, get_shortcuts_on_desktop)}
+    get_find_installed_extension_name, get_chrome_appearance_mode_ui, get_bookmarks, get_cookie_data,
+    get_history, get_shortcuts_on_desktop)}
