@@ -107,7 +107,7 @@ MAX_SOCKET_PATH = 100
 DOCKER_TIMEOUT_S = 60.0
 #: how long a SIGKILLed container init may take to disappear before we ask dockerd instead
 KILL_WAIT_S = 5.0
-#: `docker import` of a ~100 MB tarball (~1 GB with the desktop)
+#: `docker import` of a ~100 MB tarball (~1.9 GB with the desktop)
 IMPORT_TIMEOUT_S = 900.0
 START_HINT = "dockerd --bridge=none --iptables=false (as root; or: scripts/dockerd.sh start)"
 _DEATHSIG = [shutil.which("setpriv"), "--pdeathsig", "KILL"] if shutil.which("setpriv") else []
@@ -567,7 +567,7 @@ def _remove_containers(names: list[str], *, strict: bool) -> None:
 
 def _remove_old_guest_images(keep: str, kind: str, log: Callable[[str], None]) -> None:
     """Remove guest images of this kind (guest, desktop) made from earlier agents or recipes
-    (~100 MB each, ~1 GB with a desktop), and the one a ``--force`` build untagged; one
+    (~100 MB each, ~1.9 GB with a desktop), and the one a ``--force`` build untagged; one
     that a container still uses stays (``docker rmi`` without ``-f`` refuses)."""
     keep_id = _docker("image", "inspect", "--format", "{{.Id}}", keep).stdout.strip()
     listing = _docker("images", "--no-trunc", "--filter", f"label={LABEL}.image={kind}",
