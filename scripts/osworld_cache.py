@@ -24,17 +24,6 @@ from parallel_rollout.envs.osworld import downloads
 from parallel_rollout.tasks import DEFAULT_INDEX, osworld_folder
 
 
-def _urls(value) -> list[str]:
-    """Every http(s) URL string anywhere in a task's JSON."""
-    if isinstance(value, str):
-        return [value] if downloads.is_remote(value) else []
-    if isinstance(value, dict):
-        value = list(value.values())
-    if isinstance(value, list):
-        return [url for item in value for url in _urls(item)]
-    return []
-
-
 def main(argv: list[str] | None = None) -> int:
     """The command line above."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -62,7 +51,8 @@ def main(argv: list[str] | None = None) -> int:
         for domain in sorted(index) if args.domain == "all" else [args.domain]:
             for task_id in index[domain]:
                 task = json.loads((folder / "examples" / domain / f"{task_id}.json").read_text())
-                for url in dict.fromkeys(_urls(task.get("config", [])) + _urls(task.get("evaluator", {}))):
+                urls = downloads.urls_in([task.get("config", []), task.get("evaluator", {})])
+                for url in dict.fromkeys(urls):
                     if not downloads.cache_path(url).is_file():
                         print(f"{domain}/{task_id}\t{url}")
     return 0

@@ -78,6 +78,17 @@ def test_chrome_steps_of_osworld_reach_devtools_on_9222(desktop):
     wait_window(desktop, "chromium")
 
 
+def test_ctrl_alt_t_opens_a_terminal_as_on_ubuntu(desktop):
+    # what OSWorld's os tasks do before activating the window "Terminal"
+    steps.run_steps(env_on(desktop), [
+        {"type": "execute", "parameters": {"command": ["python", "-c", "import pyautogui; import time; "
+                                                       "pyautogui.hotkey('ctrl', 'alt', 't'); time.sleep(0.5)"]}}],
+        "config")
+    assert "Terminal" in wait_window(desktop, "Terminal", timeout=30)
+    steps.run_steps(env_on(desktop), [{"type": "activate_window", "parameters": {"window_name": "Terminal"}}],
+                    "config")
+
+
 def test_a_missing_app_is_a_setup_error_at_once(desktop):
     started = time.monotonic()
     with pytest.raises(steps.SetupError, match=r"config step 1 \(launch\).*app not installed: code"):

@@ -123,7 +123,11 @@ def start_desktop(width: int, height: int, wm: str = "openbox") -> None:
         delay = min(delay * 2, 0.05)
     _await_session_bus(bus, deadline, bus_deadline)
     state.update(width=width, height=height, xvfb=xvfb)
-    manager = subprocess.Popen([wm, "--sm-disable"] if wm == "openbox" else [wm],
+    argv = [wm]
+    if wm == "openbox":
+        config = _openbox_config()
+        argv += ["--sm-disable"] + (["--config-file", config] if config else [])
+    manager = subprocess.Popen(argv,
                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                stderr=None, start_new_session=True)  # into agent.log
     state["wm"] = manager
@@ -138,6 +142,28 @@ def start_desktop(width: int, height: int, wm: str = "openbox") -> None:
         delay = min(delay * 2, 0.05)
     if state["bus"] is not None:
         _start_accessibility_bus(deadline)
+
+
+#: the system's openbox configuration, and where ours (with OSWorld's keys added) is written
+OPENBOX_RC = "/etc/xdg/openbox/rc.xml"
+OPENBOX_OURS = "/tmp/openbox-rc.xml"
+#: keys Ubuntu's GNOME desktop has that OSWorld's tasks press: ctrl+alt+t opens a terminal
+#: titled "Terminal" (tasks then activate the window of that name)
+OPENBOX_KEYS = '<keybind key="C-A-t"><action name="Execute"><command>xterm -title Terminal</command></action></keybind>'
+
+
+def _openbox_config() -> str | None:
+    """The system's rc.xml with OSWorld's keys added, written to /tmp; None without one."""
+    try:
+        with open(OPENBOX_RC, encoding="utf-8") as handle:
+            text = handle.read()
+    except OSError:
+        return None
+    if "<keyboard>" not in text:
+        return None
+    with open(OPENBOX_OURS, "w", encoding="utf-8") as handle:
+        handle.write(text.replace("<keyboard>", "<keyboard>" + OPENBOX_KEYS, 1))
+    return OPENBOX_OURS
 
 
 def _start_accessibility_bus(deadline: float) -> None:

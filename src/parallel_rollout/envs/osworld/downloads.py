@@ -47,6 +47,17 @@ def is_remote(url: str) -> bool:
     return url.startswith(("http://", "https://"))
 
 
+def urls_in(value) -> list[str]:
+    """Every http(s) URL string anywhere in a task's JSON (its steps, its evaluator)."""
+    if isinstance(value, str):
+        return [value] if is_remote(value) else []
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, list):
+        return [url for item in value for url in urls_in(item)]
+    return []
+
+
 def basename(url: str) -> str:
     """The file name a URL's path ends with (``file`` when it has none)."""
     path = urllib.parse.urlsplit(url).path

@@ -87,10 +87,14 @@ class OSWorldEnv(Env):
 
     @staticmethod
     def reference_actions(task) -> list[Any]:
-        """The task's computer_13 reference, ending with DONE (unless it ends with FAIL)."""
-        reference = task.get("reference")
+        """The task's reference (its own ``reference``, else the project's for that OSWorld
+        task id, see :mod:`.references`), ending with DONE (unless it ends with FAIL)."""
+        from .references import reference_of
+
+        reference = task.get("reference") or reference_of(task.id)
         if reference is None:
-            raise ValueError(f"task {task.id!r} has no 'reference' actions")
+            raise ValueError(f"task {task.id!r} has no 'reference' actions (and the project "
+                             "has written none for it: see envs/data/osworld_references.jsonl)")
         reference = list(reference)
         if not reference or not acts.special(reference[-1]) in ("DONE", "FAIL"):
             reference.append("DONE")
