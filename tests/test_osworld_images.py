@@ -193,3 +193,19 @@ def test_structure_sim_with_threshold(tmp_path):
     assert check(bigger, gold, ssim_threshold=1.0) == 0.0
     assert check(noise, gold) == 0.0
     assert check(None, gold) == 0.0 and check(str(tmp_path / "missing.png"), gold) == 0.0
+
+
+def test_compare_image_text_reads_the_text(tmp_path):
+    import shutil
+
+    from PIL import ImageDraw, ImageFont
+
+    if shutil.which("tesseract") is None:
+        pytest.fail("tesseract is missing: ./dev installs tesseract-ocr for the tests")
+    image = Image.new("RGB", (640, 120), "white")
+    ImageDraw.Draw(image).text((20, 30), "total 42 files", fill="black", font=ImageFont.load_default(size=40))
+    png, xwd = tmp_path / "shot.png", tmp_path / "missing.xwd"
+    image.save(png)
+    assert METRICS["compare_image_text"](str(png), {"type": "text", "text": "42 files"}) == 1.0
+    assert METRICS["compare_image_text"](str(png), {"type": "text", "text": "ls -l"}) == 0.0
+    assert METRICS["compare_image_text"](str(xwd), {"type": "text", "text": "x"}) == 0.0
