@@ -48,6 +48,15 @@ def browser_env(tmp_path, monkeypatch):
         "<div class=card><p>none</p></div><ul class=cats><li class=catAllProducts><span>Boots</span></li>"
         "<li class=catAllProducts><span>Hats</span></li></ul><div class=tag>Red</div><div class=tag>Blue</div>"
         "<a id=more href='two.html'>more</a><form><input id=q value=' camping '></form><table><tr><td>Total</td><td>42</td></tr></table></body></html>")
+    (site / "rec.html").write_text(
+        "<html><body><input id=hero-search-input><button class=nav-search-button onclick=\""
+        "document.getElementById('r').innerHTML='<a class=search-result-highlight--success target=_blank "
+        "href=camp.html>'+document.getElementById('hero-search-input').value+'</a>'\">Go</button>"
+        "<div id=r></div></body></html>")
+    (site / "camp.html").write_text(
+        "<html><body><button class=next-available onclick=\"document.getElementById('t').innerHTML="
+        "'<th class=h>Site</th><th class=h>Loop</th><th class=h>Jun 5</th>'\">Next</button>"
+        "<table><tr id=t></tr></table></body></html>")
     handler = lambda *a, **k: http.server.SimpleHTTPRequestHandler(*a, directory=str(site), **k)  # noqa: E731
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -135,6 +144,16 @@ def test_page_texts_are_read_as_osworld_reads_them(browser_env):
         "backups": ["b"]}) == ["$12", " camping ", "two body", "Red"]
     assert GETTERS["info_from_website"](env, {"url": shop, "infos": [{"selector": ".missing"}],
                                               "backups": ["b"]}) == ["b"]
+
+
+def test_the_recreation_walk_follows_the_new_tab(browser_env):
+    env, site, _, _ = browser_env
+    walk = GETTERS["gotoRecreationPage_and_get_html_content"]
+    config = {"type": "gotoRecreationPage_and_get_html_content", "selector": "class", "class": "h",
+              "order": "2", "url": f"{site}/rec.html"}
+    assert walk(env, config) == {"expected": {"h": "Jun 5"}}
+    assert walk(env, {**config, "order": "7"}) == {"expected": {"h": "__EVALUATION_FAILED__"}}
+    assert [p["url"] for p in chrome.pages(env.vm)] == [f"{site}/one.html"]  # its tabs are closed
 
 
 def test_history_visits_are_written_into_the_profile(browser_env):

@@ -10,7 +10,8 @@ line after :data:`MARKER`. Operations: ``pages`` (the open tabs: id, title, url)
 (new tabs on URLs, waiting for each to load, optionally closing the tab that was first),
 ``close`` (tabs by id), ``read`` (a URL opened in a new tab: title, final url and HTML,
 then the tab is closed), ``html`` (the HTML of an open tab), ``pdf`` (a URL printed to PDF in a new
-tab), ``infos`` (texts and attributes read after clicks, in a new tab), ``query`` (DOM queries run in the open tab showing a URL) and ``form`` (a URL opened in a new tab, then selectors waited
+tab), ``infos`` (texts and attributes read after clicks, in a new tab), ``browse``
+(fills and clicks through a site, following the tab a click opens), ``query`` (DOM queries run in the open tab showing a URL) and ``form`` (a URL opened in a new tab, then selectors waited
 for and filled or clicked in turn).
 """
 
@@ -190,6 +191,72 @@ def _osworld_infos(ws_url, target, req):
     return infos
 
 
+def _osworld_browse(browser, req):
+    """Steps on a page, following pop-ups: fill, click, click_popup (the tab the click opens
+    becomes the page), click_any (the first selector that shows up), texts (CSS match
+    texts, the last step's answer)."""
+    first = browser.call("Target.createTarget", url=req["url"])["targetId"]
+    targets, answer = [first], None
+    try:
+        _osworld_wait_loaded(first, req["load_timeout"])
+        ws = Socket([p for p in _osworld_pages() if p["id"] == first][0]["ws"], timeout=60)
+
+        def value(expression):
+            # as a user's input: a click may open a tab (pop-up blockers let it)
+            return ws.call("Runtime.evaluate", expression=expression, returnByValue=True,
+                           userGesture=True).get("result", {}).get("value")
+
+        def wait_for(selector, timeout):
+            deadline = time.time() + timeout
+            while not value("!!document.querySelector(%s)" % json.dumps(selector)):
+                if time.time() > deadline:
+                    return False
+                time.sleep(0.3)
+            return True
+
+        for step in req["steps"]:
+            kind, timeout = step["kind"], step.get("timeout", req["load_timeout"])
+            if kind == "click_any":
+                hit = next((sel for sel in step["selectors"] if wait_for(sel, timeout)), None)
+                if hit:
+                    value("document.querySelector(%s).click()" % json.dumps(hit))
+                continue
+            if not wait_for(step["selector"], timeout):
+                raise RuntimeError("no %s on the page within %g s" % (step["selector"], timeout))
+            element = "document.querySelector(%s)" % json.dumps(step["selector"])
+            if kind == "fill":
+                value("(e => {e.focus(); e.value = %s; e.dispatchEvent(new Event('input', {bubbles: true}));})(%s)"
+                      % (json.dumps(step["value"]), element))
+            elif kind == "click":
+                value(element + ".click()")
+            elif kind == "click_popup":
+                before = {p["id"] for p in _osworld_pages()}
+                value(element + ".click()")
+                deadline = time.time() + timeout
+                while True:
+                    new = [p for p in _osworld_pages() if p["id"] not in before]
+                    if new:
+                        break
+                    if time.time() > deadline:
+                        raise RuntimeError("clicking %s opened no tab" % step["selector"])
+                    time.sleep(0.3)
+                targets.append(new[0]["id"])
+                _osworld_wait_loaded(new[0]["id"], req["load_timeout"])
+                ws.sock.close()
+                ws = Socket(new[0]["ws"], timeout=60)
+            elif kind == "texts":
+                answer = value("Array.from(document.querySelectorAll(%s)).map(e => (e.textContent || '').trim())"
+                               % json.dumps(step["selector"]))
+        ws.sock.close()
+    finally:
+        for target in targets:
+            try:
+                browser.call("Target.closeTarget", targetId=target)
+            except Exception:
+                pass
+    return answer
+
+
 def osworld_main(req):
     try:
         answer = _osworld_run(req)
@@ -242,6 +309,8 @@ def _osworld_run(req):
             answer = _osworld_infos(page["ws"], target, req)
         finally:
             browser.call("Target.closeTarget", targetId=target)
+    elif op == "browse":
+        answer = _osworld_browse(browser, req)
     elif op == "html":
         page = [p for p in _osworld_pages() if p["id"] == req["id"]][0]
         answer = _osworld_html(page["ws"])
@@ -337,6 +406,12 @@ def infos(vm, url: str, items: list[dict]) -> list:
     """OSWorld's info_from_website reads (innerText or attribute, after clicks) on ``url``
     in a new tab."""
     return call(vm, "infos", url=url, infos=items)
+
+
+def browse(vm, url: str, steps: list[dict]) -> Any:
+    """Open ``url`` in a new tab and carry out ``steps`` (see the guest's ``_osworld_browse``);
+    the last ``texts`` step's texts. The tabs it opened are closed afterwards."""
+    return call(vm, "browse", url=url, steps=steps, timeout=CONNECT_TIMEOUT_S + LOAD_TIMEOUT_S * (len(steps) + 2))
 
 
 def pdf(vm, url: str) -> bytes:

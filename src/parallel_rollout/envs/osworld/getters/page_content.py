@@ -134,5 +134,33 @@ def get_info_from_website(env, config: dict) -> Any:
         return config.get("backups", None)
 
 
+#: recreation.gov's home page, as OSWorld's getter tries it
+RECREATION_URL = "https://www.recreation.gov/"
+#: the "next available" button, by the selectors OSWorld's getter tries in turn
+_NEXT_AVAILABLE = ["button.next-available", "button[class*='next-available']", "button[class*='next']",
+                   ".next-available", "[data-testid*='next']"]
+
+
+def get_gotoRecreationPage_and_get_html_content(env, config: dict) -> dict:
+    """OSWorld's recreation.gov walk: search "Diamond", open the first highlighted result (a
+    new tab), press "next available", then read the ``class`` element's text (the
+    ``order``-th one): ``{"expected": {class: text}}``, ``__EVALUATION_FAILED__`` when the
+    walk or the read fails. ``config["url"]`` may stand in for the site (tests)."""
+    name = config["class"]
+    steps = [{"kind": "fill", "selector": "input#hero-search-input", "value": "Diamond"},
+             {"kind": "click", "selector": "button.nav-search-button"},
+             {"kind": "click_popup", "selector": ".search-result-highlight--success"},
+             {"kind": "click_any", "selectors": _NEXT_AVAILABLE, "timeout": 10},
+             {"kind": "texts", "selector": "." + name}]
+    try:
+        texts = chrome.browse(env.vm, config.get("url", RECREATION_URL), steps)
+    except chrome.ChromeError as exc:
+        return {"expected": {"error": "__EVALUATION_FAILED__", "error_message": str(exc)}}
+    index = int(config["order"]) if "order" in config else 0
+    text = texts[index] if texts and len(texts) > index else "__EVALUATION_FAILED__"
+    return {"expected": {name: text}}
+
+
 GETTERS = {"active_tab_html_parse": get_active_tab_html_parse, "pdf_from_url": get_pdf_from_url,
-           "info_from_website": get_info_from_website}
+           "info_from_website": get_info_from_website,
+           "gotoRecreationPage_and_get_html_content": get_gotoRecreationPage_and_get_html_content}
