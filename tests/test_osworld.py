@@ -235,6 +235,10 @@ def test_scores_combine_like_osworld():
     ({"evaluator": {"func": "exact_match", "result": {"type": "no_such_getter"}}}, "getter no_such_getter"),
     ({"evaluator": {"func": ["exact_match", "exact_match"], "result": [{"type": "rule", "rules": {}}]}}, "as long as 'func'"),
     ({"reference": [{"action_type": "PRESS", "parameters": {"key": "nope"}}]}, "reference action 1"),
+    ({"evaluator": {"func": "exact_match", "result": {"type": "vm_file", "multi": True, "path": ["a", "b"],
+                                                      "dest": "a"}}}, "must be lists of the same length"),
+    ({"evaluator": {"func": "exact_match", "result": {"type": "cloud_file", "multi": True, "path": ["a"],
+                                                      "dest": ["a"], "gives": [1]}}}, "'gives'"),
 ])
 def test_unsupported_pieces_fail_at_load_naming_the_task(tmp_path, change, message):
     task = {**shipped()[0], **change, "id": "bad-task"}
