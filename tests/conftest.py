@@ -74,9 +74,14 @@ def no_leaks():
     """Fail the test if it leaves a process or a sandbox behind (after a short grace)."""
     before = {p.pid for p in live_descendants()}
     yield
-    deadline = time.monotonic() + 10
+    check_no_leaks(before)
+
+
+def check_no_leaks(before: set[int], allowed=lambda proc: False, grace_s: float = 10.0) -> None:
+    """Fail when a process (other than ``before`` and those ``allowed``) or a sandbox is left."""
+    deadline = time.monotonic() + grace_s
     while True:
-        procs = [p for p in live_descendants() if p.pid not in before]
+        procs = [p for p in live_descendants() if p.pid not in before and not allowed(p)]
         dirs = leftover_sandboxes()
         if (not procs and not dirs) or time.monotonic() > deadline:
             break

@@ -141,6 +141,11 @@ def main() -> None:
               "this earlier run of --output-dir.")
 @click.option("--junit-xml", type=click.Path(dir_okay=False),
               help="Write JUnit XML here: one test case per sample, for CI.")
+@click.option("--backend", type=click.Choice(["local", "ray"]), default=_D.backend, show_default=True,
+              help="local: worker processes on this host; ray: workers and one VM pool per node as Ray "
+              "actors (--num-rollouts and --num-vms count per node; needs parallel-rollout[ray]).")
+@click.option("--ray-address", help="--backend ray: 'auto' or HOST:PORT of a running cluster (default: a "
+              "local Ray instance started and stopped by the run).")
 @click.option("--progress/--no-progress", default=None, help="Progress bar (default: when stderr is a terminal).")
 @click.pass_context
 def run(ctx: click.Context, config_file: str | None, dry_run: bool, **flags: Any) -> None:
@@ -261,14 +266,16 @@ def vms() -> None:
 @vms.command()
 @click.option("--provider-name", default="process", show_default=True, help="Which provider's VMs to sweep.")
 @click.option("--run-id", help="Only the VMs of this run (default: every run's).")
-def sweep(provider_name: str, run_id: str | None) -> None:
+@click.option("--backend", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+              help="local: this host; ray: every node of the Ray cluster.")
+@click.option("--ray-address", help="--backend ray: 'auto' or HOST:PORT (default: a local Ray instance).")
+def sweep(provider_name: str, run_id: str | None, backend: str, ray_address: str | None) -> None:
     """Remove VMs (sandboxes, containers…) left behind by runs that were killed."""
-    from .pool.providers import get_provider
+    from .backends import sweep as sweep_vms
 
-    try:
-        removed = get_provider(provider_name).sweep(run_id)
-    except ConfigError:
-        raise
+    if ray_address is not None and backend != "ray":
+        raise ConfigError("--ray-address needs --backend ray")
+    removed = sweep_vms(provider_name, run_id, backend, ray_address)
     click.echo(f"removed {len(removed)} {provider_name} VM(s)" + (": " + ", ".join(removed) if removed else ""))
 
 

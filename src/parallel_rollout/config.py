@@ -95,6 +95,12 @@ class RunConfig:
     api_timeout_s: float = 120.0
     #: RL schedulers: the unix socket of the policy gate model requests pass (rl.gate)
     policy_gate: str | None = None
+    #: where workers and pools run: "local" (processes on this host) or "ray" (actors on
+    #: every node of a Ray cluster; backends/ray_backend.py)
+    backend: str = "local"
+    #: --backend ray: "auto", HOST:PORT of a running cluster, or None (a local Ray instance
+    #: started and stopped by the run)
+    ray_address: str | None = None
     #: the fields the user set explicitly (flag or config file)
     explicit: frozenset[str] = field(default_factory=frozenset, compare=False)
 
@@ -253,6 +259,14 @@ def validate_ranges(cfg: RunConfig) -> None:
             raise ConfigError(f"--{name.replace('_', '-')} must be at least 1")
     if cfg.observation_type not in ("screenshot", "a11y_tree", "screenshot_a11y_tree"):
         raise ConfigError("--observation-type must be screenshot, a11y_tree or screenshot_a11y_tree")
+    if cfg.backend not in ("local", "ray"):
+        raise ConfigError("--backend must be local or ray")
+    if cfg.ray_address is not None and cfg.backend != "ray":
+        raise ConfigError("--ray-address needs --backend ray")
+    if cfg.backend == "ray":
+        from .backends import check_ray
+
+        check_ray()
     if cfg.rag_metric not in ("f1", "em"):
         raise ConfigError("--rag-metric must be f1 or em")
     if not cfg.sleep_after_execution >= 0:

@@ -71,7 +71,7 @@ from .errors import PoolExhausted, RolloutError
 from .messages import Assignment, Cancel
 from .pool.providers import ProviderOptions, get_provider
 from .results import StorageError
-from .supervision import Supervision
+from .backends import make_supervision
 
 log = logging.getLogger("parallel_rollout")
 
@@ -148,14 +148,15 @@ class Engine:
         self._events = None
         self.stats = _Stats()
         self._ctx = multiprocessing.get_context("spawn")
-        self.supervision = Supervision(self)
+        #: the workers and pools: local processes or Ray actors (``backends``)
+        self.supervision = make_supervision(self)
 
     # -- the API ---------------------------------------------------------------------------
 
     @property
     def concurrency(self) -> int:
         """The limit on rollouts in flight, shared by every front end."""
-        return self.config.concurrency
+        return self.supervision.concurrency
 
     @property
     def manager_pid(self) -> int | None:
@@ -171,8 +172,8 @@ class Engine:
             (self.run_dir / "trajectories").mkdir(exist_ok=True)
             self._events = open(self.run_dir / "events.jsonl", "a", buffering=1, encoding="utf-8")
             self._wake_r, self._wake_w = self._ctx.Pipe(duplex=False)
-            log.info("[Concurrency] Set max concurrent rollouts to %d", self.concurrency)
             self.supervision.start()
+            log.info("[Concurrency] Set max concurrent rollouts to %d", self.concurrency)
             self._thread = threading.Thread(target=self._serve, name="rollout-engine", daemon=True)
             self._thread.start()
 

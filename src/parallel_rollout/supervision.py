@@ -58,7 +58,26 @@ class WorkerHandle:
         return f"w{self.index}"
 
 
-class Supervision:
+class WorkerTable:
+    """What every backend's supervision knows: its workers (``_workers``, each with the
+    attempts it was ``assigned``)."""
+
+    _workers: dict[int, Any]
+
+    def in_flight(self) -> int:
+        """Attempts sent to workers and not settled (safe from any thread)."""
+        return sum(len(w.assigned) for w in list(self._workers.values()))
+
+    def holds(self, item: Assignment) -> bool:
+        """Whether a worker holds this attempt."""
+        return self._holder(item) is not None
+
+    def _holder(self, item: Assignment) -> Any:
+        ident = (item.key, item.attempt)
+        return next((w for w in list(self._workers.values()) if ident in w.assigned), None)
+
+
+class Supervision(WorkerTable):
     """The worker processes and the pool of one engine."""
 
     def __init__(self, engine: "Engine") -> None:
@@ -73,6 +92,11 @@ class Supervision:
     def manager_pid(self) -> int | None:
         """The pool's Manager process id, or None."""
         return self._manager._process.pid if self._manager is not None else None
+
+    @property
+    def concurrency(self) -> int:
+        """The limit on rollouts in flight: every env loop, capped by --max-concurrent-rollouts."""
+        return self.config.concurrency
 
     def start(self) -> None:
         """Start the pool (sweeping an earlier run's leftovers first) and N workers."""
@@ -106,18 +130,6 @@ class Supervision:
         self._workers[index] = WorkerHandle(index, process, parent_conn)
 
     # -- what the engine asks --------------------------------------------------------------
-
-    def in_flight(self) -> int:
-        """Attempts sent to workers and not settled (safe from any thread)."""
-        return sum(len(w.assigned) for w in list(self._workers.values()))
-
-    def holds(self, item: Assignment) -> bool:
-        """Whether a worker holds this attempt."""
-        return self._holder(item) is not None
-
-    def _holder(self, item: Assignment) -> WorkerHandle | None:
-        ident = (item.key, item.attempt)
-        return next((w for w in list(self._workers.values()) if ident in w.assigned), None)
 
     def send(self, item: Assignment) -> bool:
         """Hand ``item`` to the live worker with the most free env loops; False if none."""

@@ -96,12 +96,15 @@ class VMPoolManager:
         events_path: str | None = None,
         replacement_budget: int | None = None,
         private: bool = False,
+        vm_prefix: str = "vm-",
     ) -> None:
         self.provider_name = provider_name
         self.run_id = run_id
         self.size = size
         self.options = options or ProviderOptions()
         self.private = private
+        #: VM ids are this plus a number; pools of one run on several nodes differ by it
+        self.vm_prefix = vm_prefix
         self.replacements_left = 2 * size if replacement_budget is None else replacement_budget
         self._provider = get_provider(provider_name)(run_id, self.options)
         self._lock = threading.Lock()
@@ -357,7 +360,7 @@ class VMPoolManager:
             log.exception("cannot write events.jsonl")
 
     def _boot_new(self, reason: str, owner: str | None = None) -> None:
-        vm = _VM(vm_id=f"vm-{self._next_index}", owner=owner, since=time.monotonic())
+        vm = _VM(vm_id=f"{self.vm_prefix}{self._next_index}", owner=owner, since=time.monotonic())
         self._next_index += 1
         # The provider bounds its own boot; this catches a start() that ignores its timeout.
         vm.boot_deadline = vm.since + self.options.boot_timeout_s + min(5.0, self.options.boot_timeout_s)

@@ -1,0 +1,141 @@
+"""The Ray actors of the ray backend: a node's VM pool, and a worker that runs attempts.
+
+Both are plain classes here (this module imports no Ray at load); ``ray_backend`` wraps them
+with ``ray.remote`` and pins each to a node. They run inside Ray's worker processes:
+
+* ``PoolActor`` hosts one ``VMPoolManager`` (the same class the local backend serves from
+  its Manager process). It is threaded: ``lease`` blocks, so many calls run at once, and the
+  pool's own lock orders them. ``watch`` blocks until the pool shuts down: the driver holds
+  its reference, which fails when the actor or its node dies.
+* ``WorkerActor`` runs attempts with the local backend's ``RolloutWorker.run_attempt``; one
+  thread per env loop (``slot``). It leases from its node's pool through ``RayPool``, which
+  turns a lost pool into ``ConnectionError`` (an infrastructure failure, retried) and a pool
+  exception into itself (``LeaseTimeout``, ``PoolExhausted`` …).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from typing import Any
+
+import psutil
+
+from ..messages import Assignment
+from ..pool.manager import VMPoolManager
+from ..worker import RolloutWorker, _LoopParts
+
+
+def _node_id() -> str:
+    import ray
+
+    return ray.get_runtime_context().get_node_id()
+
+
+def _ignore_sigint() -> None:
+    # Ctrl-C reaches the whole process group; the driver orders the shutdown.
+    try:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except ValueError:  # not the main thread
+        pass
+
+
+class PoolActor:
+    """One node's VM pool."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        _ignore_sigint()
+        self.pool = VMPoolManager(*args, **kwargs)
+        self._closed = threading.Event()
+
+    def call(self, name: str, *args: Any) -> Any:
+        """``pool.<name>(*args)``; exceptions travel to the caller."""
+        if name == "shutdown":
+            try:
+                return self.pool.shutdown()
+            finally:
+                self._closed.set()
+        return getattr(self.pool, name)(*args)
+
+    def ready(self) -> dict[str, Any]:
+        """Where the pool runs."""
+        return {"pid": os.getpid(), "node": _node_id()}
+
+    def watch(self) -> None:
+        """Return when the pool shuts down; the reference fails if the actor dies first."""
+        self._closed.wait()
+
+
+class RayPool:
+    """The pool interface ``worker`` expects, over a pool actor's handle."""
+
+    def __init__(self, handle: Any) -> None:
+        self.handle = handle
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+
+        def call(*args: Any) -> Any:
+            import ray
+            from ray.exceptions import RayActorError, RayTaskError
+
+            try:
+                return ray.get(self.handle.call.remote(name, *args))
+            except RayTaskError as exc:
+                cause = getattr(exc, "cause", None)
+                if isinstance(cause, BaseException):
+                    raise cause from None
+                raise ConnectionError(f"the node's VM pool failed: {exc}") from None
+            except RayActorError as exc:
+                raise ConnectionError(f"the node's VM pool is gone: {exc}") from None
+
+        return call
+
+
+class WorkerActor:
+    """One worker: runs attempts, up to ``envs_per_worker`` at once (one per slot)."""
+
+    def __init__(self, worker_id: str, pool_handle: Any, config: Any, run_dir: str) -> None:
+        _ignore_sigint()
+        pool = RayPool(pool_handle) if pool_handle is not None else None
+        self.worker = RolloutWorker(worker_id, None, pool, config, run_dir)
+        self._parts: dict[int, _LoopParts] = {}
+        self._node = _node_id()
+
+    def ready(self) -> dict[str, Any]:
+        """The actor's pid and node."""
+        return {"pid": os.getpid(), "node": self._node}
+
+    def run(self, item: Assignment, slot: int) -> dict[str, Any]:
+        """Run one attempt to its record (never raises)."""
+        parts = self._parts.setdefault(slot, _LoopParts(self.worker.config))
+        record = self.worker.run_attempt(item, slot, parts)
+        self.worker._cancelled.discard((item.key, item.attempt))
+        record["node"] = self._node
+        return record
+
+    def cancel(self, key: str, attempt: int) -> None:
+        """Stop an attempt at its next turn."""
+        self.worker._cancelled.add((key, attempt))
+
+    def die(self) -> None:
+        """SIGKILL every descendant (agent subprocesses), then exit."""
+        try:
+            children = psutil.Process().children(recursive=True)
+        except psutil.Error:
+            children = []
+        for child in children:
+            try:
+                child.kill()
+            except psutil.Error:
+                pass
+        os._exit(1)
+
+
+def sweep_here(provider_name: str, run_id: str | None) -> list[str]:
+    """A provider's leftover VMs on the node this runs on, removed."""
+    from ..pool.providers import get_provider
+
+    return list(get_provider(provider_name).sweep(run_id))

@@ -1,0 +1,511 @@
+"""The ray backend: an engine's workers and VM pools as Ray actors on every node of a cluster.
+
+A drop-in for ``supervision.Supervision`` (same methods, called by the same engine thread)::
+
+    driver (engine + RaySupervision) ── the only writer of results.jsonl
+      │ ray.get/wait                         node A                      node B
+      ├──► WorkerActor w0.. (pinned to A) ── lease ──► PoolActor A   WorkerActor … ──► PoolActor B
+      └──► …                                           (its VMs, reached by local sockets)
+
+* **Placement.** One pool actor per alive node (``NodeAffinitySchedulingStrategy``, hard),
+  sized by ``--num-vms`` (``pool_size``); ``--num-rollouts`` worker actors per node, each
+  leasing from its own node's pool, because a process sandbox or a container is reached by a
+  unix socket on that node. Actors take no CPU from Ray's accounting (``num_cpus=0``): they
+  wait on VMs and models, and a node's size is what ``--num-vms`` says.
+* **One record per attempt.** An attempt is a method call (``WorkerActor.run``); the driver
+  settles it once, from its result or from the actor's death, never both. Actors have
+  ``max_restarts=0`` and calls ``max_task_retries=0``: Ray never reruns an attempt behind
+  the driver's back. A dead worker actor (or its node) → each attempt it held is recorded
+  ``worker_died`` and the engine retries it on another worker; a replacement worker starts on
+  the same node if it is alive, else on the node with the fewest workers.
+* **Lost nodes.** The driver holds a ``PoolActor.watch`` reference per pool and polls
+  ``ray.nodes()``: a pool or node that dies has its workers killed (their attempts
+  ``worker_died``), its VMs counted dead in the stats, and no new worker.
+* **Deadlines, cancels.** ``--task-timeout`` counts from dispatch (a worker gets an attempt
+  only when it has a free slot and has started); a late attempt is recorded
+  ``task_timeout`` and its actor killed with its process tree (``WorkerActor.die``).
+* **Ray itself.** ``--ray-address`` (``auto`` or ``HOST:PORT``) joins a running cluster;
+  without it a local instance is started (loopback, 200 MB object store, no dashboard) and
+  stopped at the end. An engine started inside a process already connected to Ray (an RL
+  trainer) uses that connection and leaves it up.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from multiprocessing.connection import wait as mp_wait
+from typing import TYPE_CHECKING, Any
+
+from ..errors import TaskTimeout, WorkerDied
+from ..messages import Assignment, Cancel
+from ..supervision import WorkerTable, synthetic_record
+from .ray_actors import PoolActor, WorkerActor, sweep_here
+
+if TYPE_CHECKING:
+    from ..engine import Engine
+
+log = logging.getLogger("parallel_rollout")
+
+_LOOPBACK = ("127.0.0.1", "localhost")
+#: the object store of a Ray instance the run starts itself
+LOCAL_OBJECT_STORE_BYTES = 200 * 1024 * 1024
+#: seconds between two looks at the cluster's nodes
+_NODE_POLL_S = 1.0
+#: how often wait() looks at its pipes while waiting on Ray
+_SLICE_S = 0.05
+#: what the pool actor may serve at once (blocked leases included)
+_POOL_CONCURRENCY = 512
+
+
+def connect(address: str | None) -> bool:
+    """Connect to Ray; True when this call connected (and the caller must disconnect)."""
+    if not address or address.split(":")[0] in _LOOPBACK:
+        # Ray takes this host's address from the route to the internet; a local instance
+        # (or a cluster on loopback) must be reached on 127.0.0.1. Read when Ray is imported.
+        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    import ray
+
+    if ray.is_initialized():
+        return False
+    kwargs: dict[str, Any] = dict(log_to_driver=False, logging_level=logging.WARNING)
+    if address:
+        ray.init(address=address, **kwargs)
+    else:
+        ray.init(num_cpus=os.cpu_count() or 1, object_store_memory=LOCAL_OBJECT_STORE_BYTES,
+                 include_dashboard=False, **kwargs)
+    return True
+
+
+def alive_nodes() -> list[str]:
+    """The ids of the cluster's alive nodes, in a stable order."""
+    import ray
+
+    return sorted(n["NodeID"] for n in ray.nodes() if n.get("Alive"))
+
+
+def _pinned(cls: Any, node_id: str, **options: Any) -> Any:
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    # Never rerun behind the driver's back: no actor restarts, no task retries.
+    retries = dict(max_restarts=0, max_task_retries=0) if isinstance(cls, type) else dict(max_retries=0)
+    return ray.remote(cls).options(
+        num_cpus=0, **retries,
+        scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node_id, soft=False), **options)
+
+
+@dataclass
+class _Node:
+    node_id: str
+    pool: Any = None
+    watch_ref: Any = None
+    alive: bool = True
+    #: the pool's stats taken at shutdown
+    final_stats: dict[str, Any] | None = None
+
+
+@dataclass
+class _Worker:
+    index: int
+    node_id: str
+    actor: Any
+    ready_ref: Any
+    pid: int | None = None
+    #: attempts sent and not settled, by (key, attempt), with their slots
+    assigned: dict[tuple[str, int], Assignment] = field(default_factory=dict)
+    slots: dict[tuple[str, int], int] = field(default_factory=dict)
+    #: (key, attempt) -> monotonic dispatch time
+    started: dict[tuple[str, int], float] = field(default_factory=dict)
+
+    @property
+    def worker_id(self) -> str:
+        return f"w{self.index}"
+
+    @property
+    def ready(self) -> bool:
+        return self.ready_ref is None and self.pid is not None
+
+    @property
+    def process(self) -> Any:  # what synthetic_record reads
+        return self
+
+
+class RaySupervision(WorkerTable):
+    """Worker actors and per-node pool actors of one engine."""
+
+    def __init__(self, engine: "Engine") -> None:
+        self.engine = engine
+        self.config = engine.config
+        self._owns_ray = False
+        self._nodes: dict[str, _Node] = {}
+        self._workers: dict[int, _Worker] = {}
+        self._refs: dict[Any, tuple[_Worker, tuple[str, int]]] = {}
+        self._next_index = 0
+        self._respawns = 0
+        self._last_poll = 0.0
+        self.pool = None  # the local backend's attribute; pools live in self._nodes
+
+    # -- start -----------------------------------------------------------------------------
+
+    @property
+    def manager_pid(self) -> int | None:
+        return None
+
+    @property
+    def concurrency(self) -> int:
+        """Every env loop of every node, capped by --max-concurrent-rollouts."""
+        loops = self.config.num_rollouts * self.config.envs_per_worker * max(1, len(self._nodes))
+        return min(loops, self.config.max_concurrent_rollouts or loops)
+
+    def start(self) -> None:
+        """Connect to Ray; a pool (if a mode needs VMs) and N workers on every alive node."""
+        import ray
+
+        self._owns_ray = connect(self.config.ray_address)
+        engine, cfg = self.engine, self.config
+        nodes = alive_nodes()
+        if not nodes:
+            raise RuntimeError("the Ray cluster has no alive node")
+        if engine.provider_cls is not None:
+            # leftovers of an earlier, killed run, on every node
+            ray.get([_pinned(sweep_here, n).remote(cfg.provider_name, engine.run_id) for n in nodes])
+        for number, node_id in enumerate(nodes):
+            node = self._nodes[node_id] = _Node(node_id)
+            if engine.provider_cls is not None:
+                node.pool = _pinned(PoolActor, node_id, max_concurrency=_POOL_CONCURRENCY).remote(
+                    cfg.provider_name, engine.run_id, cfg.pool_size,
+                    options=engine.provider_options,
+                    events_path=str(engine.run_dir / "events.jsonl"),
+                    replacement_budget=cfg.replacement_budget,
+                    private=not cfg.use_vm_pool, vm_prefix=f"n{number}-vm-")
+                node.watch_ref = node.pool.watch.remote()
+        for node_id in nodes:
+            for _ in range(cfg.num_rollouts):
+                self._spawn(node_id)
+        log.info("[Ray] %d node(s), %d worker(s)%s", len(nodes), len(self._workers),
+                 f", {cfg.pool_size} VM(s) per node" if engine.provider_cls is not None else "")
+
+    def _spawn(self, node_id: str, index: int | None = None) -> None:
+        if index is None:
+            index, self._next_index = self._next_index, self._next_index + 1
+        node = self._nodes[node_id]
+        actor = _pinned(WorkerActor, node_id, max_concurrency=self.config.envs_per_worker + 2).remote(
+            f"w{index}", node.pool, self.config, str(self.engine.run_dir))
+        self._workers[index] = _Worker(index, node_id, actor, actor.ready.remote())
+
+    # -- what the engine asks --------------------------------------------------------------
+
+    def send(self, item: Assignment) -> bool:
+        """Start ``item`` on the started worker with the most free slots; False if none."""
+        capacity = self.config.envs_per_worker
+        free = [w for w in self._workers.values() if w.ready and len(w.assigned) < capacity]
+        if not free:
+            return False
+        worker = min(free, key=lambda w: (len(w.assigned), w.index))
+        slot = min(set(range(capacity)) - set(worker.slots.values()))
+        ident = (item.key, item.attempt)
+        ref = worker.actor.run.remote(item, slot)
+        worker.assigned[ident] = item
+        worker.slots[ident] = slot
+        worker.started[ident] = time.monotonic()
+        self._refs[ref] = (worker, ident)
+        return True
+
+    def send_cancel(self, cancel: Cancel) -> None:
+        ident = (cancel.key, cancel.attempt)
+        worker = next((w for w in self._workers.values() if ident in w.assigned), None)
+        if worker is not None:
+            worker.actor.cancel.remote(cancel.key, cancel.attempt)
+
+    def kill_holder(self, item: Assignment, reason: str) -> None:
+        worker = self._holder(item)
+        if worker is not None:
+            self._kill(worker)
+            self._on_worker_death(worker, reason)
+
+    def pool_stats(self) -> dict[str, Any] | None:
+        """Every node's pool stats summed (a lost node's VMs counted dead); None without pools."""
+        import ray
+
+        if self.engine.provider_cls is None or not self._nodes:
+            return None
+        per_node: dict[str, dict[str, Any] | None] = {}
+        for node in self._nodes.values():
+            stats = node.final_stats
+            if stats is None and node.alive and node.pool is not None:
+                try:
+                    stats = ray.get(node.pool.call.remote("stats"), timeout=10)
+                except Exception:  # noqa: BLE001 - a pool that cannot answer counts as lost
+                    stats = None
+            per_node[node.node_id] = stats
+        return merge_stats(per_node, self.config.pool_size, self.config.provider_name)
+
+    # -- watching --------------------------------------------------------------------------
+
+    def _watched(self) -> list[Any]:
+        refs = list(self._refs)
+        refs += [w.ready_ref for w in self._workers.values() if w.ready_ref is not None]
+        refs += [n.watch_ref for n in self._nodes.values() if n.watch_ref is not None and n.alive]
+        return refs
+
+    def wait(self, extra: list[Any], timeout: float) -> set[Any]:
+        """Block until an attempt ends, a worker starts, a pool dies, or ``extra`` is ready."""
+        import ray
+
+        deadline = time.monotonic() + timeout
+        while True:
+            refs = self._watched()
+            done: list[Any] = []
+            if refs:
+                done, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+            ready = set(done) | set(mp_wait(extra, timeout=0))
+            remaining = deadline - time.monotonic()
+            if ready or remaining <= 0:
+                return ready
+            if refs:
+                ray.wait(refs, num_returns=1, timeout=min(_SLICE_S, remaining))
+            else:
+                mp_wait(extra, timeout=min(_SLICE_S, remaining))
+
+    def handle(self, ready: set[Any]) -> None:
+        """Settle finished attempts, note started workers, handle lost pools and nodes."""
+        import ray
+
+        for ref in [r for r in ready if r in self._refs]:
+            if ref not in self._refs:
+                continue  # its worker's death settled it meanwhile
+            worker, ident = self._refs.pop(ref)
+            try:
+                record = ray.get(ref)
+            except Exception as exc:  # noqa: BLE001 - the actor (or its node) died
+                self._refs[ref] = (worker, ident)  # settled with the others below
+                self._on_worker_death(worker, _why(exc))
+                continue
+            if ident in worker.assigned:  # else already settled (timed out): one record
+                self._settle(worker, ident)
+                self.engine.record(record)
+        for worker in [w for w in list(self._workers.values()) if w.ready_ref in ready]:
+            try:
+                worker.pid = ray.get(worker.ready_ref)["pid"]
+                worker.ready_ref = None
+            except Exception as exc:  # noqa: BLE001
+                self._on_worker_death(worker, f"worker actor did not start: {_why(exc)}")
+        for node in list(self._nodes.values()):
+            if node.alive and node.watch_ref in ready:
+                try:
+                    ray.get(node.watch_ref)
+                    node.watch_ref = None  # shut down in order
+                except Exception as exc:  # noqa: BLE001
+                    self._lose_node(node, f"the pool of node {node.node_id[:8]} died: {_why(exc)}")
+        if time.monotonic() - self._last_poll > _NODE_POLL_S:
+            self._last_poll = time.monotonic()
+            try:
+                alive = set(alive_nodes())
+            except Exception:  # noqa: BLE001 - the GCS did not answer this time
+                return
+            for node in list(self._nodes.values()):
+                if node.alive and node.node_id not in alive:
+                    self._lose_node(node, f"node {node.node_id[:8]} left the cluster")
+
+    def _settle(self, worker: _Worker, ident: tuple[str, int]) -> None:
+        worker.assigned.pop(ident, None)
+        worker.slots.pop(ident, None)
+        worker.started.pop(ident, None)
+
+    def _lose_node(self, node: _Node, reason: str) -> None:
+        node.alive = False
+        log.warning("%s; its VMs are counted dead, its attempts retried elsewhere", reason)
+        self.engine.event("node_lost", reason=reason)
+        for worker in [w for w in list(self._workers.values()) if w.node_id == node.node_id]:
+            self._kill(worker)
+            self._on_worker_death(worker, reason)
+        if not any(n.alive for n in self._nodes.values()) and not self.engine.closing:
+            self.engine.stop("every node of the Ray cluster is lost; every finished result is kept "
+                             f"in {self.engine.run_dir / 'results.jsonl'}")
+
+    def _on_worker_death(self, w: _Worker, reason: str) -> None:
+        """Record what the worker held as worker_died, reclaim its VMs, replace it."""
+        import ray
+
+        if self._workers.get(w.index) is not w:
+            return
+        del self._workers[w.index]
+        for ref in [r for r, (owner, _) in self._refs.items() if owner is w]:
+            del self._refs[ref]
+        self._kill(w)
+        node = self._nodes[w.node_id]
+        reclaimed: list[str] = []
+        if node.alive and node.pool is not None and w.pid is not None:
+            try:
+                reclaimed = ray.get(node.pool.call.remote("reclaim", w.pid), timeout=10)
+            except Exception:  # noqa: BLE001 - the pool is going too
+                pass
+        self.engine.event("worker_died", worker=w.worker_id,
+                          reason=f"node {w.node_id[:8]} pid {w.pid}: {reason}; VMs reclaimed: {reclaimed}")
+        log.warning("worker %s (node %s, pid %s) died: %s", w.worker_id, w.node_id[:8], w.pid, reason)
+        for ident, item in list(w.assigned.items()):
+            started_at = time.time() - (time.monotonic() - w.started[ident])
+            self._settle(w, ident)
+            exc = WorkerDied(f"{reason} while running attempt {item.attempt} of {item.key}")
+            self.engine.record(synthetic_record(item, exc, w, started_at))
+        if self.engine.closing:
+            return
+        self._respawns += 1
+        if self._respawns > 10 * self.config.num_rollouts * len(self._nodes) + 10:
+            self.engine.stop(f"workers keep dying ({self._respawns} respawns); last: {reason}")
+            return
+        alive = [n for n in self._nodes.values() if n.alive]
+        if not alive:
+            return
+        home = self._nodes[w.node_id]
+        if not home.alive:
+            counts = {n.node_id: 0 for n in alive}
+            for other in self._workers.values():
+                if other.node_id in counts:
+                    counts[other.node_id] += 1
+            home = self._nodes[min(counts, key=lambda n: (counts[n], n))]
+        self._spawn(home.node_id, w.index)
+
+    def _kill(self, w: _Worker) -> None:
+        """Kill a worker actor and its process tree (best effort: it may be gone)."""
+        import ray
+
+        try:
+            w.actor.die.remote()
+        except Exception:  # noqa: BLE001
+            pass
+        try:
+            ray.kill(w.actor, no_restart=True)
+        except Exception:  # noqa: BLE001
+            pass
+
+    def check_timeouts(self) -> None:
+        """Record attempts past --task-timeout and kill their workers."""
+        limit = self.config.task_timeout
+        now = time.monotonic()
+        for w in list(self._workers.values()):
+            late = [ident for ident, started in w.started.items() if now - started > limit]
+            if not late:
+                continue
+            self.handle(_done([ref for ref, (owner, _) in self._refs.items() if owner is w]))
+            late = [ident for ident in late if ident in w.assigned]
+            if not late or self._workers.get(w.index) is not w:
+                continue
+            for ident in late:
+                item = w.assigned[ident]
+                started = w.started[ident]
+                self._settle(w, ident)
+                exc = TaskTimeout(f"attempt ran past --task-timeout {limit:g}s; worker actor killed")
+                self.engine.record(synthetic_record(item, exc, w, time.time() - (now - started)))
+                self.engine.event("task_timeout", task=item.key, worker=w.worker_id, reason=str(exc))
+            self._kill(w)
+            self._on_worker_death(w, reason="killed after --task-timeout")
+
+    # -- the end ---------------------------------------------------------------------------
+
+    def shutdown(self, grace: float, sweep: bool) -> None:
+        """Let attempts under way finish within ``grace``, kill every worker, shut every pool
+        down (its stats kept), sweep the nodes when a pool could not, disconnect."""
+        import ray
+
+        try:
+            deadline = time.monotonic() + grace
+            while self._refs and time.monotonic() < deadline:
+                ready = self.wait([], timeout=min(0.2, max(0.0, deadline - time.monotonic())))
+                self.handle(ready)
+            for w in list(self._workers.values()):
+                self._kill(w)
+            self._workers.clear()
+            self._refs.clear()
+            # A lost node's pool could not stop its VMs: sweep the run's VMs wherever a node
+            # can still see them (nodes sharing a host or a Docker daemon).
+            unclean = sweep or any(not n.alive for n in self._nodes.values())
+            for node in self._nodes.values():
+                if node.pool is None:
+                    continue
+                if node.alive:
+                    try:
+                        ray.get(node.pool.call.remote("shutdown"), timeout=120)
+                        node.final_stats = ray.get(node.pool.call.remote("stats"), timeout=10)
+                    except Exception:  # noqa: BLE001
+                        log.warning("the pool of node %s did not shut down; sweeping it", node.node_id[:8])
+                        unclean = True
+                try:
+                    ray.kill(node.pool, no_restart=True)
+                except Exception:  # noqa: BLE001
+                    pass
+            if self.engine.provider_cls is not None:
+                self.engine.final_pool_stats = self.pool_stats()
+                if unclean:
+                    sweep_cluster(self.config.provider_name, self.engine.run_id, None)
+        finally:
+            if self._owns_ray:
+                self._owns_ray = False
+                ray.shutdown()
+
+
+def _done(refs: list[Any]) -> set[Any]:
+    import ray
+
+    if not refs:
+        return set()
+    done, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+    return set(done)
+
+
+def _why(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"[:500]
+
+
+def merge_stats(per_node: dict[str, dict[str, Any] | None], size: int, provider: str) -> dict[str, Any]:
+    """One pool's stats shape summed over nodes; a node without stats counts ``size`` dead VMs.
+    Reset and boot percentiles are the worst node's (percentiles do not add up)."""
+    total: dict[str, Any] = {"provider": provider, "size": 0, "states": {}, "nodes": {}}
+    util_weighted = 0.0
+    for node_id, stats in per_node.items():
+        if stats is None:
+            total["size"] += size
+            total["states"]["dead"] = total["states"].get("dead", 0) + size
+            total["nodes"][node_id] = {"lost": True, "size": size}
+            continue
+        total["nodes"][node_id] = stats
+        total["size"] += stats.get("size", 0)
+        for state, count in stats.get("states", {}).items():
+            total["states"][state] = total["states"].get(state, 0) + count
+        for name, value in stats.items():
+            if name in ("size", "states", "utilization"):
+                continue
+            if isinstance(value, bool) or value is None:
+                total.setdefault(name, value)
+            elif isinstance(value, (int, float)):
+                total[name] = round(total.get(name, 0) + value, 3)
+            elif isinstance(value, dict) and name.endswith("_s"):
+                worst = total.get(name)
+                if not isinstance(worst, dict):
+                    worst = total[name] = {}
+                for point, seconds in value.items():
+                    if isinstance(seconds, (int, float)):
+                        worst[point] = max(worst.get(point, seconds), seconds)
+            else:
+                total.setdefault(name, value)
+        util_weighted += stats.get("utilization", 0.0) * stats.get("size", 0)
+    total["utilization"] = round(util_weighted / total["size"], 4) if total["size"] else 0.0
+    return total
+
+
+def sweep_cluster(provider_name: str, run_id: str | None, address: str | None) -> list[str]:
+    """Run the provider's sweep on every alive node; the removed VMs of all of them."""
+    import ray
+
+    owned = connect(address)
+    try:
+        nodes = alive_nodes()
+        removed = ray.get([_pinned(sweep_here, n).remote(provider_name, run_id) for n in nodes])
+        return [vm for per_node in removed for vm in per_node]
+    finally:
+        if owned:
+            ray.shutdown()

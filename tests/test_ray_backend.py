@@ -1,0 +1,130 @@
+"""--backend ray on a real multi-node Ray cluster on this machine (ray.cluster_utils.Cluster:
+one head and two worker nodes, each its own raylet on 127.0.0.1).
+
+The CLI runs in a subprocess that joins the cluster with --ray-address; every node gets its
+own process-sandbox pool and its own worker actors. One cluster serves the whole module (Ray
+start-up is the expensive part); the node-removal test goes last and removes a node of its own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from conftest import SHELL_TASKS, assert_exactly_once, check_no_leaks, live_descendants, read_results
+
+# Every Ray process of this module on 127.0.0.1 (else Ray takes the address of the route out)
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+ray = pytest.importorskip("ray")
+from ray.cluster_utils import Cluster  # noqa: E402
+
+SHELL_IDS = [json.loads(line)["id"] for line in SHELL_TASKS.read_text().splitlines() if line.strip()]
+#: Ray's own processes, which outlive a run by design (the cluster is the module's)
+_RAY_SYSTEM = ("raylet", "gcs_server", "ray::IDLE", "ray/_private", "ray/dashboard", "ray/autoscaler",
+               "runtime_env", "log_monitor", "monitor.py", "plasma")
+_NODE = dict(num_cpus=1, object_store_memory=80 * 1024 * 1024)
+
+
+def _is_ray_system(proc: psutil.Process) -> bool:
+    try:
+        text = " ".join(proc.cmdline()) or proc.name()
+    except psutil.Error:
+        return True
+    return any(part in text for part in _RAY_SYSTEM)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    cluster = Cluster(initialize_head=True, connect=False, head_node_args=dict(
+        _NODE, include_dashboard=False,
+        # a node that goes away is declared dead within ~2 s, not ~30 s
+        _system_config={"health_check_period_ms": 500, "health_check_failure_threshold": 3}))
+    nodes = [cluster.add_node(**_NODE) for _ in range(2)]
+    cluster.wait_for_nodes()
+    yield cluster, nodes
+    cluster.shutdown()
+
+
+@pytest.fixture(autouse=True)
+def no_leaks():
+    """conftest's check, with the module's Ray cluster allowed to stay up: no sandbox, no
+    worker or pool actor, no agent subprocess outlives a run."""
+    before = {p.pid for p in live_descendants()}
+    yield
+    check_no_leaks(before, allowed=_is_ray_system, grace_s=15)
+
+
+def _cli(out: Path, address: str, run_id: str, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "parallel_rollout.cli", "--mode", "shell", "--data", str(SHELL_TASKS),
+            "--output-dir", str(out), "--run-id", run_id, "--backend", "ray", "--ray-address", address,
+            "--num-rollouts", "1", "--num-vms", "1", "--use-vm-pool", "--no-progress", *extra]
+
+
+def test_shell_benchmark_spread_over_nodes(cluster, tmp_path):
+    cl, _ = cluster
+    proc = subprocess.run(_cli(tmp_path, cl.address, "spread"), capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_dir = tmp_path / "spread"
+    finals = assert_exactly_once(run_dir, {f"{i}#0" for i in SHELL_IDS})
+    assert all(r["status"] == "success" for r in finals.values()), \
+        {k: r["status"] for k, r in finals.items() if r["status"] != "success"}
+    nodes = {r["node"] for r in finals.values()}
+    assert len(nodes) >= 2, f"every task ran on one node: {nodes}"
+    # each node leased from its own pool: a VM id never shows up on two nodes' records
+    vm_nodes: dict[str, set[str]] = {}
+    for record in read_results(run_dir):
+        vm_nodes.setdefault(record["vm"], set()).add(record["node"])
+    assert all(len(n) == 1 for n in vm_nodes.values()), vm_nodes
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["vm"]["size"] == 3  # one VM on each of the three nodes
+    assert len(summary["vm"]["nodes"]) == 3
+    assert "[Concurrency] Set max concurrent rollouts to 3" in proc.stderr
+
+
+def test_without_ray_address_flag_needs_backend_ray(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "parallel_rollout.cli", "--mode", "shell", "--data",
+                           str(SHELL_TASKS), "--output-dir", str(tmp_path), "--ray-address", "auto"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert "--ray-address needs --backend ray" in proc.stderr
+
+
+def test_node_removed_mid_run_loses_and_doubles_nothing(cluster, tmp_path):
+    cl, nodes = cluster
+    victim = nodes[-1]
+    # three samples a task, so that the node dies with attempts in flight
+    cmd = _cli(tmp_path, cl.address, "lossy", "--max-retries", "2", "--group-size", "3")
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    results = tmp_path / "lossy" / "results.jsonl"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        if results.exists() and len(results.read_text().splitlines()) >= 3:
+            break
+        time.sleep(0.05)
+    assert proc.poll() is None, "the run ended before a node could be removed"
+    cl.remove_node(victim, allow_graceful=False)
+    stdout, stderr = proc.communicate(timeout=240)
+    assert proc.returncode == 0, stderr[-3000:]
+    run_dir = tmp_path / "lossy"
+    finals = assert_exactly_once(run_dir, {f"{i}#{s}" for i in SHELL_IDS for s in range(3)})
+    assert all(r["status"] == "success" for r in finals.values()), \
+        {k: r["status"] for k, r in finals.items() if r["status"] != "success"}
+    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    assert any(e["event"] == "node_lost" for e in events), "the lost node was not noticed"
+    # every attempt of the lost node that had no result was recorded worker_died and retried
+    for record in read_results(run_dir):
+        if record["status"] == "worker_died":
+            assert not record["final"]
+            retry = [r for r in read_results(run_dir) if r["key"] == record["key"]
+                     and r["attempt"] == record["attempt"] + 1]
+            assert retry and retry[0]["node"] != victim.unique_id
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["vm"]["states"].get("dead", 0) >= 1  # the lost node's VM
+    assert {"lost": True, "size": 1} in summary["vm"]["nodes"].values()
