@@ -18,7 +18,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import SHELL_TASKS, assert_exactly_once, check_no_leaks, live_descendants, read_results
+from conftest import (SHELL_TASKS, assert_exactly_once, check_no_leaks, leftover_sandboxes, live_descendants,
+                      read_results)
 
 # Every Ray process of this module on 127.0.0.1 (else Ray takes the address of the route out)
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
@@ -96,6 +97,64 @@ def test_without_ray_address_flag_needs_backend_ray(tmp_path):
     assert "--ray-address needs --backend ray" in proc.stderr
 
 
+def test_missing_ray_says_how_to_install(monkeypatch):
+    import importlib.util
+
+    from parallel_rollout.backends import check_ray
+    from parallel_rollout.config import build_config
+    from parallel_rollout.errors import ConfigError
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "ray" else real(name, *a))
+    with pytest.raises(ConfigError, match=r"pip install 'parallel-rollout\[ray\]'"):
+        check_ray()
+    with pytest.raises(ConfigError, match="parallel-rollout"):
+        build_config({"backend": "ray"})
+
+
+def test_task_timeout_kills_the_worker_actor_on_its_node(cluster, tmp_path):
+    cl, _ = cluster
+    data = tmp_path / "tasks.jsonl"
+    data.write_text(json.dumps({"id": "stuck", "mode": "shell", "instruction": "wait", "check": "true",
+                                "reference": ["sleep 60"]}) + "\n"
+                    + json.dumps({"id": "quick", "mode": "shell", "instruction": "x", "check": "true",
+                                  "reference": ["true"]}) + "\n")
+    cmd = _cli(tmp_path, cl.address, "late", "--task-timeout", "4")
+    cmd[cmd.index("--data") + 1] = str(data)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    finals = assert_exactly_once(tmp_path / "late", {"stuck#0", "quick#0"})
+    assert finals["stuck#0"]["status"] == "task_timeout", proc.stderr[-2000:]
+    assert finals["quick#0"]["status"] == "success"
+    events = (tmp_path / "late" / "events.jsonl").read_text()
+    assert '"event": "task_timeout"' in events and '"event": "worker_died"' in events
+
+
+def test_vms_sweep_backend_ray_cleans_every_node(cluster, tmp_path):
+    """A driver SIGKILLed mid-run leaves sandboxes on every node; the sweep removes them all."""
+    cl, _ = cluster
+    data = tmp_path / "tasks.jsonl"
+    data.write_text("".join(json.dumps({"id": f"s{i}", "mode": "shell", "instruction": "wait", "check": "true",
+                                        "reference": ["sleep 30"]}) + "\n" for i in range(3)))
+    cmd = _cli(tmp_path, cl.address, "killed")
+    cmd[cmd.index("--data") + 1] = str(data)
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    events = tmp_path / "killed" / "events.jsonl"
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline and (not events.exists() or events.read_text().count('"to": "leased"') < 3):
+        time.sleep(0.1)
+    proc.kill()
+    proc.wait()
+    assert [d for d in leftover_sandboxes() if d.startswith("killed/")], "the killed run left nothing to sweep"
+    sweep = subprocess.run([sys.executable, "-m", "parallel_rollout.cli", "vms", "sweep", "--backend", "ray",
+                            "--ray-address", cl.address, "--run-id", "killed"],
+                           capture_output=True, text=True, timeout=120)
+    assert sweep.returncode == 0, sweep.stderr[-2000:]
+    removed = sweep.stdout.split(":", 1)[1].split(", ") if ":" in sweep.stdout else []
+    # what Ray did not stop itself when the driver died, the sweep did, on every node
+    assert not leftover_sandboxes()
+    assert removed and all(vm.strip().split("-vm-")[0] in ("n0", "n1", "n2") for vm in removed if vm.strip()), sweep.stdout
+
+
 def test_node_removed_mid_run_loses_and_doubles_nothing(cluster, tmp_path):
     cl, nodes = cluster
     victim = nodes[-1]
@@ -119,6 +178,8 @@ def test_node_removed_mid_run_loses_and_doubles_nothing(cluster, tmp_path):
     events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
     assert any(e["event"] == "node_lost" for e in events), "the lost node was not noticed"
     # every attempt of the lost node that had no result was recorded worker_died and retried
+    # (its worker always holds one: dispatch keeps every worker busy)
+    assert any(r["status"] == "worker_died" for r in read_results(run_dir))
     for record in read_results(run_dir):
         if record["status"] == "worker_died":
             assert not record["final"]

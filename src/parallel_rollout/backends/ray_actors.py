@@ -120,18 +120,19 @@ class WorkerActor:
         """Stop an attempt at its next turn."""
         self.worker._cancelled.add((key, attempt))
 
-    def die(self) -> None:
-        """SIGKILL every descendant (agent subprocesses), then exit."""
+    def kill_children(self) -> int:
+        """SIGKILL every descendant (agent subprocesses) before the driver kills the actor,
+        which would leave them orphaned; how many there were."""
         try:
             children = psutil.Process().children(recursive=True)
         except psutil.Error:
-            children = []
+            return 0
         for child in children:
             try:
                 child.kill()
             except psutil.Error:
                 pass
-        os._exit(1)
+        return len(children)
 
 
 def sweep_here(provider_name: str, run_id: str | None) -> list[str]:

@@ -23,7 +23,7 @@ A drop-in for ``supervision.Supervision`` (same methods, called by the same engi
   ``worker_died``), its VMs counted dead in the stats, and no new worker.
 * **Deadlines, cancels.** ``--task-timeout`` counts from dispatch (a worker gets an attempt
   only when it has a free slot and has started); a late attempt is recorded
-  ``task_timeout`` and its actor killed with its process tree (``WorkerActor.die``).
+  ``task_timeout`` and its actor killed with its process tree (``WorkerActor.kill_children``).
 * **Ray itself.** ``--ray-address`` (``auto`` or ``HOST:PORT``) joins a running cluster;
   without it a local instance is started (loopback, 200 MB object store, no dashboard) and
   stopped at the end. An engine started inside a process already connected to Ray (an RL
@@ -33,7 +33,6 @@ A drop-in for ``supervision.Supervision`` (same methods, called by the same engi
 from __future__ import annotations
 
 import logging
-import os
 import time
 from dataclasses import dataclass, field
 from multiprocessing.connection import wait as mp_wait
@@ -43,58 +42,19 @@ from ..errors import TaskTimeout, WorkerDied
 from ..messages import Assignment, Cancel
 from ..supervision import WorkerTable, synthetic_record
 from .ray_actors import PoolActor, WorkerActor, sweep_here
+from .ray_cluster import alive_nodes, connect, merge_stats, pinned, sweep_cluster
 
 if TYPE_CHECKING:
     from ..engine import Engine
 
 log = logging.getLogger("parallel_rollout")
 
-_LOOPBACK = ("127.0.0.1", "localhost")
-#: the object store of a Ray instance the run starts itself
-LOCAL_OBJECT_STORE_BYTES = 200 * 1024 * 1024
 #: seconds between two looks at the cluster's nodes
 _NODE_POLL_S = 1.0
 #: how often wait() looks at its pipes while waiting on Ray
 _SLICE_S = 0.05
 #: what the pool actor may serve at once (blocked leases included)
 _POOL_CONCURRENCY = 512
-
-
-def connect(address: str | None) -> bool:
-    """Connect to Ray; True when this call connected (and the caller must disconnect)."""
-    if not address or address.split(":")[0] in _LOOPBACK:
-        # Ray takes this host's address from the route to the internet; a local instance
-        # (or a cluster on loopback) must be reached on 127.0.0.1. Read when Ray is imported.
-        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-    import ray
-
-    if ray.is_initialized():
-        return False
-    kwargs: dict[str, Any] = dict(log_to_driver=False, logging_level=logging.WARNING)
-    if address:
-        ray.init(address=address, **kwargs)
-    else:
-        ray.init(num_cpus=os.cpu_count() or 1, object_store_memory=LOCAL_OBJECT_STORE_BYTES,
-                 include_dashboard=False, **kwargs)
-    return True
-
-
-def alive_nodes() -> list[str]:
-    """The ids of the cluster's alive nodes, in a stable order."""
-    import ray
-
-    return sorted(n["NodeID"] for n in ray.nodes() if n.get("Alive"))
-
-
-def _pinned(cls: Any, node_id: str, **options: Any) -> Any:
-    import ray
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-    # Never rerun behind the driver's back: no actor restarts, no task retries.
-    retries = dict(max_restarts=0, max_task_retries=0) if isinstance(cls, type) else dict(max_retries=0)
-    return ray.remote(cls).options(
-        num_cpus=0, **retries,
-        scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node_id, soft=False), **options)
 
 
 @dataclass
@@ -119,6 +79,8 @@ class _Worker:
     slots: dict[tuple[str, int], int] = field(default_factory=dict)
     #: (key, attempt) -> monotonic dispatch time
     started: dict[tuple[str, int], float] = field(default_factory=dict)
+    #: its node is gone
+    lost: bool = False
 
     @property
     def worker_id(self) -> str:
@@ -171,11 +133,11 @@ class RaySupervision(WorkerTable):
             raise RuntimeError("the Ray cluster has no alive node")
         if engine.provider_cls is not None:
             # leftovers of an earlier, killed run, on every node
-            ray.get([_pinned(sweep_here, n).remote(cfg.provider_name, engine.run_id) for n in nodes])
+            ray.get([pinned(sweep_here, n).remote(cfg.provider_name, engine.run_id) for n in nodes])
         for number, node_id in enumerate(nodes):
             node = self._nodes[node_id] = _Node(node_id)
             if engine.provider_cls is not None:
-                node.pool = _pinned(PoolActor, node_id, max_concurrency=_POOL_CONCURRENCY).remote(
+                node.pool = pinned(PoolActor, node_id, max_concurrency=_POOL_CONCURRENCY).remote(
                     cfg.provider_name, engine.run_id, cfg.pool_size,
                     options=engine.provider_options,
                     events_path=str(engine.run_dir / "events.jsonl"),
@@ -192,7 +154,7 @@ class RaySupervision(WorkerTable):
         if index is None:
             index, self._next_index = self._next_index, self._next_index + 1
         node = self._nodes[node_id]
-        actor = _pinned(WorkerActor, node_id, max_concurrency=self.config.envs_per_worker + 2).remote(
+        actor = pinned(WorkerActor, node_id, max_concurrency=self.config.envs_per_worker + 2).remote(
             f"w{index}", node.pool, self.config, str(self.engine.run_dir))
         self._workers[index] = _Worker(index, node_id, actor, actor.ready.remote())
 
@@ -223,7 +185,6 @@ class RaySupervision(WorkerTable):
     def kill_holder(self, item: Assignment, reason: str) -> None:
         worker = self._holder(item)
         if worker is not None:
-            self._kill(worker)
             self._on_worker_death(worker, reason)
 
     def pool_stats(self) -> dict[str, Any] | None:
@@ -320,7 +281,7 @@ class RaySupervision(WorkerTable):
         log.warning("%s; its VMs are counted dead, its attempts retried elsewhere", reason)
         self.engine.event("node_lost", reason=reason)
         for worker in [w for w in list(self._workers.values()) if w.node_id == node.node_id]:
-            self._kill(worker)
+            worker.lost = True  # nothing to ask it: ray.kill only
             self._on_worker_death(worker, reason)
         if not any(n.alive for n in self._nodes.values()) and not self.engine.closing:
             self.engine.stop("every node of the Ray cluster is lost; every finished result is kept "
@@ -369,18 +330,25 @@ class RaySupervision(WorkerTable):
             home = self._nodes[min(counts, key=lambda n: (counts[n], n))]
         self._spawn(home.node_id, w.index)
 
-    def _kill(self, w: _Worker) -> None:
-        """Kill a worker actor and its process tree (best effort: it may be gone)."""
+    def _kill(self, *workers: _Worker) -> None:
+        """Kill worker actors and their process trees (best effort: they may be gone)."""
         import ray
 
-        try:
-            w.actor.die.remote()
-        except Exception:  # noqa: BLE001
-            pass
-        try:
-            ray.kill(w.actor, no_restart=True)
-        except Exception:  # noqa: BLE001
-            pass
+        refs = []
+        for w in workers:
+            if w.lost:
+                continue
+            try:
+                refs.append(w.actor.kill_children.remote())
+            except Exception:  # noqa: BLE001
+                pass
+        if refs:
+            ray.wait(refs, num_returns=len(refs), timeout=5)
+        for w in workers:
+            try:
+                ray.kill(w.actor, no_restart=True)
+            except Exception:  # noqa: BLE001
+                pass
 
     def check_timeouts(self) -> None:
         """Record attempts past --task-timeout and kill their workers."""
@@ -401,7 +369,6 @@ class RaySupervision(WorkerTable):
                 exc = TaskTimeout(f"attempt ran past --task-timeout {limit:g}s; worker actor killed")
                 self.engine.record(synthetic_record(item, exc, w, time.time() - (now - started)))
                 self.engine.event("task_timeout", task=item.key, worker=w.worker_id, reason=str(exc))
-            self._kill(w)
             self._on_worker_death(w, reason="killed after --task-timeout")
 
     # -- the end ---------------------------------------------------------------------------
@@ -416,8 +383,7 @@ class RaySupervision(WorkerTable):
             while self._refs and time.monotonic() < deadline:
                 ready = self.wait([], timeout=min(0.2, max(0.0, deadline - time.monotonic())))
                 self.handle(ready)
-            for w in list(self._workers.values()):
-                self._kill(w)
+            self._kill(*self._workers.values())
             self._workers.clear()
             self._refs.clear()
             # A lost node's pool could not stop its VMs: sweep the run's VMs wherever a node
@@ -459,53 +425,3 @@ def _done(refs: list[Any]) -> set[Any]:
 def _why(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0] if text else ''}"[:500]
-
-
-def merge_stats(per_node: dict[str, dict[str, Any] | None], size: int, provider: str) -> dict[str, Any]:
-    """One pool's stats shape summed over nodes; a node without stats counts ``size`` dead VMs.
-    Reset and boot percentiles are the worst node's (percentiles do not add up)."""
-    total: dict[str, Any] = {"provider": provider, "size": 0, "states": {}, "nodes": {}}
-    util_weighted = 0.0
-    for node_id, stats in per_node.items():
-        if stats is None:
-            total["size"] += size
-            total["states"]["dead"] = total["states"].get("dead", 0) + size
-            total["nodes"][node_id] = {"lost": True, "size": size}
-            continue
-        total["nodes"][node_id] = stats
-        total["size"] += stats.get("size", 0)
-        for state, count in stats.get("states", {}).items():
-            total["states"][state] = total["states"].get(state, 0) + count
-        for name, value in stats.items():
-            if name in ("size", "states", "utilization"):
-                continue
-            if isinstance(value, bool) or value is None:
-                total.setdefault(name, value)
-            elif isinstance(value, (int, float)):
-                total[name] = round(total.get(name, 0) + value, 3)
-            elif isinstance(value, dict) and name.endswith("_s"):
-                worst = total.get(name)
-                if not isinstance(worst, dict):
-                    worst = total[name] = {}
-                for point, seconds in value.items():
-                    if isinstance(seconds, (int, float)):
-                        worst[point] = max(worst.get(point, seconds), seconds)
-            else:
-                total.setdefault(name, value)
-        util_weighted += stats.get("utilization", 0.0) * stats.get("size", 0)
-    total["utilization"] = round(util_weighted / total["size"], 4) if total["size"] else 0.0
-    return total
-
-
-def sweep_cluster(provider_name: str, run_id: str | None, address: str | None) -> list[str]:
-    """Run the provider's sweep on every alive node; the removed VMs of all of them."""
-    import ray
-
-    owned = connect(address)
-    try:
-        nodes = alive_nodes()
-        removed = ray.get([_pinned(sweep_here, n).remote(provider_name, run_id) for n in nodes])
-        return [vm for per_node in removed for vm in per_node]
-    finally:
-        if owned:
-            ray.shutdown()
