@@ -14,6 +14,16 @@ A command that *runs but fails* is not an HTTP error: the answer is 200 with ``s
 true``, the group's exit code (-9 unless the leader had already exited) and what was captured
 before the kill.
 
+**Who runs what.** With ``--run-as UID:GID`` (:data:`run_as`; the process provider as root,
+docker) the agent keeps its own user and runs every command as that other, unprivileged
+user, through util-linux ``setpriv`` (no capabilities, an empty bounding set, no new
+privileges): the graded code cannot signal, trace or replace the agent, and cannot reach
+its socket (0600, in a folder it cannot write). Temp scripts and uploads are handed to that
+user. ``POST /reap`` kills every process of that user (``kill -9 -1`` as that user): what a
+task left running (daemons, a process that left its group) is gone before its ``check``
+runs. Without ``--run-as`` (a non-root runner: one uid in the sandbox's user namespace)
+``/reap`` kills every process but the agent and the namespace's init.
+
 **Limits.** ``--limit-as BYTES`` (:data:`limit_as`) runs every command under util-linux
 ``prlimit --as`` (RLIMIT_AS per process, inherited by its children); the agent itself stays
 unlimited so that a greedy command cannot take the agent down with it.
@@ -34,6 +44,8 @@ DEFAULT_PYTHON_TIMEOUT_S = 30.0
 DEFAULT_BASH_TIMEOUT_S = 100.0
 #: RLIMIT_AS in bytes for every command this agent runs (``--limit-as``); None: no limit
 limit_as: int | None = None
+#: (uid, gid) every command runs as (``--run-as``); None: the agent's own
+run_as: tuple[int, int] | None = None
 
 
 def expand(path: str) -> str:
@@ -66,7 +78,7 @@ def run(argv, *, shell: bool, timeout: float, cwd: str | None = None,
     if env:
         full_env = dict(os.environ)
         full_env.update(env)
-    if limit_as is not None:
+    if limit_as is not None or run_as is not None:
         argv, shell = _with_limits(argv, shell, full_env)
         if argv is None:
             return {"returncode": 127, "output": "", "error": "No such file or directory",
@@ -111,11 +123,12 @@ def run(argv, *, shell: bool, timeout: float, cwd: str | None = None,
 
 
 def _with_limits(argv, shell: bool, env: dict | None):
-    """The command wrapped in util-linux ``prlimit``; (None, False) when it does not exist.
+    """The command wrapped in util-linux ``setpriv`` (``--run-as``) and ``prlimit``
+    (``--limit-as``); (None, False) when the program does not exist.
 
-    A wrapper binary, not ``preexec_fn``: Python code between fork and exec can deadlock in a
-    threaded server. prlimit execs the command itself, so a missing program would show up as
-    its exit code 127 with status "success"; look it up first to answer like the plain path.
+    Wrapper binaries, not ``preexec_fn``: Python code between fork and exec can deadlock in a
+    threaded server. They exec the command themselves, so a missing program would show up as
+    their exit code 127 with status "success"; look it up first to answer like the plain path.
     """
     if shell:
         argv = ["/bin/sh", "-c", argv]
@@ -125,7 +138,64 @@ def _with_limits(argv, shell: bool, env: dict | None):
         path = (env or os.environ).get("PATH", os.defpath)
         if shutil.which(argv[0], path=path) is None:
             return None, False
-    return ["prlimit", f"--as={limit_as}", "--"] + list(argv), False
+    wrapper = _setpriv() if run_as is not None else []
+    if limit_as is not None:
+        wrapper += ["prlimit", f"--as={limit_as}", "--"]
+    return wrapper + list(argv), False
+
+
+def _setpriv() -> list[str]:
+    uid, gid = run_as
+    return ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups",
+            "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--"]
+
+
+def give(path: str) -> None:
+    """Hand a file the agent made to the user commands run as (no-op without --run-as)."""
+    if run_as is not None:
+        os.lchown(path, *run_as)
+
+
+def seed_home(source: str, target: str) -> None:
+    """Copy the snapshot's tree into the (empty) home, owned by the commands' user."""
+    import shutil
+
+    give(target)
+    for root, dirs, files in os.walk(source):
+        here = os.path.normpath(os.path.join(target, os.path.relpath(root, source)))
+        if here != os.path.normpath(target):
+            os.mkdir(here)
+            shutil.copystat(root, here)
+            give(here)
+        links = [d for d in dirs if os.path.islink(os.path.join(root, d))]
+        for name in files + links:
+            src, dst = os.path.join(root, name), os.path.join(here, name)
+            if os.path.islink(src):
+                os.symlink(os.readlink(src), dst)
+            else:
+                shutil.copy2(src, dst)
+            give(dst)
+        dirs[:] = [d for d in dirs if d not in links]
+
+
+def route_reap(req: Request):
+    """POST /reap: kill every process the commands left (see "Who runs what")."""
+    import signal
+
+    if run_as is not None:
+        # as that user, kill(-1) reaches exactly that user's processes, not the agent (the
+        # shell's builtin: procps' kill does not take -1)
+        result = run("kill -9 -1", shell=True, timeout=10.0)
+        return 200, {"status": "success", "returncode": result["returncode"]}
+    me, killed = os.getpid(), 0
+    for name in os.listdir("/proc"):
+        if name.isdigit() and int(name) not in (1, me):
+            try:
+                os.kill(int(name), signal.SIGKILL)
+                killed += 1
+            except OSError:
+                pass
+    return 200, {"status": "success", "killed": killed}
 
 
 def _kill_group(pgid: int) -> None:
@@ -233,6 +303,7 @@ def _temp_script(text: str, suffix: str) -> str:
     fd, path = tempfile.mkstemp(prefix="guest_exec_", suffix=suffix)
     with os.fdopen(fd, "w", encoding="utf-8") as handle:
         handle.write(text)
+    give(path)
     return path
 
 

@@ -13,10 +13,10 @@ from __future__ import annotations
 import os
 
 try:
-    from .agent_commands import expand
+    from .agent_commands import expand, give
     from .agent_http import HTTPError, Request, field, parse_multipart
 except ImportError:  # a sibling file in the guest, not a package
-    from agent_commands import expand  # type: ignore[no-redef]
+    from agent_commands import expand, give  # type: ignore[no-redef]
     from agent_http import HTTPError, Request, field, parse_multipart  # type: ignore[no-redef]
 
 #: a directory listing bigger than this is cut short (and says so)
@@ -67,13 +67,24 @@ def route_upload(req: Request):
     try:
         parent = os.path.dirname(path)
         if parent:
-            os.makedirs(parent, exist_ok=True)
+            _makedirs(parent)
         with open(path, "wb") as handle:
             handle.write(data)
+        give(path)
     except OSError as exc:
         raise HTTPError(400, f"cannot write {path}: {exc.strerror}") from None
     return 200, f"File Uploaded: {len(data)} bytes"
 
+def _makedirs(path: str) -> None:
+    """os.makedirs, each new folder handed to the commands' user."""
+    if os.path.isdir(path):
+        return
+    _makedirs(os.path.dirname(path))
+    try:
+        os.mkdir(path)
+    except FileExistsError:
+        return
+    give(path)
 
 
 def route_list_directory(req: Request):

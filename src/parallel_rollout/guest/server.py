@@ -104,6 +104,7 @@ ROUTES = {
     "/file": ("POST", agent_files.route_file),
     "/setup/upload": ("POST", agent_files.route_upload),
     "/list_directory": ("POST", agent_files.route_list_directory),
+    "/reap": ("POST", agent_commands.route_reap),
 }
 
 
@@ -117,18 +118,23 @@ def resolve(path: str):
 
 
 _USAGE = """usage: server.py [--unix PATH | --host HOST --port PORT] [--ready-fd FD]
-                 [--max-body-mb MB] [--limit-as BYTES] [--desktop WxH] [--verbose]
+                 [--max-body-mb MB] [--limit-as BYTES] [--run-as UID:GID]
+                 [--seed-home DIR] [--desktop WxH] [--verbose]
 
 --limit-as BYTES   RLIMIT_AS of every command run (through util-linux prlimit)
+--run-as UID:GID   run every command as this user (through util-linux setpriv)
+--seed-home DIR    copy DIR into $HOME (given to --run-as's user) before saying ready
 --desktop WxH      start Xvfb at WxH and a window manager before saying ready"""
 _OPTIONS = {"--unix": str, "--host": str, "--port": int, "--ready-fd": int,
-            "--max-body-mb": float, "--limit-as": int, "--desktop": str}
+            "--max-body-mb": float, "--limit-as": int, "--desktop": str, "--run-as": str,
+            "--seed-home": str}
 
 
 def _parse_args(argv: list[str]) -> dict:
     # argparse (with the re and shutil it imports) would add ~5 ms to every VM reset
     args = {"unix": None, "host": "127.0.0.1", "port": 5000, "ready_fd": None,
-            "max_body_mb": 256.0, "verbose": False, "limit_as": None, "desktop": None}
+            "max_body_mb": 256.0, "verbose": False, "limit_as": None, "desktop": None,
+            "run_as": None, "seed_home": None}
     items = list(argv)
     while items:
         item = items.pop(0)
@@ -152,8 +158,8 @@ def _parse_args(argv: list[str]) -> dict:
     return args
 
 
-def _which_prlimit() -> bool:
-    return any(os.access(os.path.join(d, "prlimit"), os.X_OK)
+def _which(program: str) -> bool:
+    return any(os.access(os.path.join(d, program), os.X_OK)
                for d in os.environ.get("PATH", os.defpath).split(os.pathsep) if d)
 
 
@@ -162,8 +168,18 @@ def main(argv: list[str] | None = None) -> int:
     args = _parse_args(sys.argv[1:] if argv is None else argv)
     agent_http.verbose = args["verbose"]
     agent_commands.limit_as = args["limit_as"]
-    if agent_commands.limit_as is not None and not _which_prlimit():
+    if agent_commands.limit_as is not None and not _which("prlimit"):
         sys.exit("server.py: --limit-as needs util-linux prlimit on PATH")
+    if args["run_as"]:
+        uid, _, gid = args["run_as"].partition(":")
+        if not (uid.isdigit() and gid.isdigit()) or int(uid) == os.getuid():
+            sys.exit(f"server.py: --run-as takes UID:GID of another user, got {args['run_as']!r}")
+        if not _which("setpriv"):
+            sys.exit("server.py: --run-as needs util-linux setpriv on PATH")
+        agent_commands.run_as = (int(uid), int(gid))
+        agent_commands.give(agent_commands.home())
+    if args["seed_home"]:
+        agent_commands.seed_home(args["seed_home"], agent_commands.home())
     if args["desktop"]:
         width, _, height = args["desktop"].partition("x")
         if not (width.isdigit() and height.isdigit()):
@@ -171,6 +187,8 @@ def main(argv: list[str] | None = None) -> int:
         _sibling("desktop").start_desktop(int(width), int(height))
     server = agent_http.make_server(resolve, unix=args["unix"], host=args["host"], port=args["port"],
                                     max_body_mb=args["max_body_mb"])
+    if args["unix"] and agent_commands.run_as is not None:
+        os.chmod(args["unix"], 0o600)  # the commands' user must not talk to the agent
     where = args["unix"] or f"{args['host']}:{server.server_address[1]}"
     if args["ready_fd"] is not None:
         os.write(args["ready_fd"], b"ready\n")

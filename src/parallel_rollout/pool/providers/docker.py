@@ -32,8 +32,12 @@ booted and is part of the snapshot: the spare a reset hands out has a fresh one.
 **Isolation.** ``--network none`` (only ``lo``), a fresh writable layer and a tmpfs ``/tmp``
 per container, ``--init`` so orphans are reaped, ``--memory``/``--memory-swap`` from
 ``memory_mb`` (the container's total, unlike the process provider's per-process limit) and
-``--pids-limit`` from ``max_processes``. Processes run as the image's root, inside the
-container's namespaces.
+``--pids-limit`` from ``max_processes`` (4096 when unset), a sized ``/tmp``, no privileged
+flags, every capability dropped but the few the agent needs to run commands as another user
+(``AGENT_CAPS``), ``no-new-privileges``. The agent is the container's root; every command
+runs as uid 64000 through ``setpriv`` with no capabilities (``--run-as``, see
+``guest/server.py``), so the graded code can neither signal the agent nor reach its socket.
+A desktop container runs its commands as the agent's user (its session bus admits one uid).
 
 **Reset = recreate, with a spare.** A container cannot be rolled back in place, but a new
 one from the same image is the snapshot. What costs is ``docker start`` (namespaces, mounts,
@@ -90,6 +94,12 @@ from . import images
 from .base import Provider, ProviderOptions, VMInfo
 
 DEFAULT_BASE_DIR = "/tmp/parallel-rollout/docker"
+#: the unprivileged user commands run as (the agent stays the container's root, with
+#: AGENT_CAPS only), the size of /tmp, and the process cap when max_processes is not set
+SANDBOX_UID = 64000
+AGENT_CAPS = ("SETUID", "SETGID", "SETPCAP", "KILL", "CHOWN", "FOWNER", "DAC_OVERRIDE")
+TMP_SIZE_MB = 512
+DEFAULT_PIDS_LIMIT = 4096
 BASE_DIR_ENV = "PARALLEL_ROLLOUT_DOCKER_DIR"
 IMAGE_REPO = "parallel-rollout-guest"
 #: the image of desktop modes: images.guest_recipe(desktop=True)
@@ -360,7 +370,11 @@ class DockerProvider(Provider):
             "--label", f"{LABEL}.run={self.run_id}", "--label", f"{LABEL}.vm={vm_id}",
             "--label", f"{LABEL}.owner={self._owner}",
             "--label", f"{LABEL}.host={socket.gethostname()}",
-            "--network", "none", "--init", "--tmpfs", "/tmp:mode=1777",
+            "--network", "none", "--init",
+            "--tmpfs", f"/tmp:mode=1777,size={TMP_SIZE_MB}m",
+            # the agent keeps what running commands as another user takes; they get nothing
+            "--cap-drop", "ALL", *[a for cap in AGENT_CAPS for a in ("--cap-add", cap)],
+            "--security-opt", "no-new-privileges",
             "--log-opt", "max-size=1m",
             "-v", f"{sock_dir}:{GUEST_SOCK_DIR}",
             "-v", f"{images.GUEST_SOURCE_DIR}:{images.GUEST_DIR}:ro",
@@ -375,9 +389,11 @@ class DockerProvider(Provider):
         if self.options.memory_mb is not None:
             memory = f"{self.options.memory_mb}m"
             argv += ["--memory", memory, "--memory-swap", memory]
-        if self.options.max_processes is not None:
-            argv += ["--pids-limit", str(self.options.max_processes)]
-        argv += [self.image, *_agent_argv(self.options.screen)]
+        argv += ["--pids-limit", str(self.options.max_processes or DEFAULT_PIDS_LIMIT)]
+        agent = _agent_argv(self.options.screen)
+        if not self.desktop:  # the desktop's session bus admits one uid
+            agent += ["--run-as", f"{SANDBOX_UID}:{SANDBOX_UID}"]
+        argv += [self.image, *agent]
         try:
             _docker(*argv, timeout=max(1.0, deadline - time.monotonic()))
         except VMError:

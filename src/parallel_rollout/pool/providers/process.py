@@ -2,28 +2,45 @@
 
 ::
 
-    owning process ── launcher thread ──fork──► bwrap (host pid = info.private["pid"])
+    owning process ── launcher thread ──fork──► sh (joins the VM's cgroups) ─exec─► bwrap
                                                   └─ pid 1 of a new pid namespace
                                                        └─ python3 guest/server.py --unix ...
-                                                            └─ the commands the host asks for
+                                                            └─ setpriv (uid 64000) ─► commands
 
     <base>/<run_id>/<vm_id>/      base: $PARALLEL_ROLLOUT_PROCESS_DIR or /tmp/parallel-rollout/process
-        home/        bound read-write at /home/user (HOME, the cwd): the VM's disk
         sock/        bound at /run/guest; the agent listens on sock/agent.sock
         meta.json    run id, vm id, owner pid, bwrap pid and start times: what sweep() reads
         agent.log    the agent's (and bwrap's) stderr, quoted when a boot fails
 
-**Isolation.** Own pid, ipc, uts and network namespaces (only ``lo`` inside), system folders
-bound read-only, fresh ``/proc``, ``/dev`` and ``/tmp``, a clean environment, ``setsid``.
-It is a sandbox against accidents and runaway processes, not a security boundary against a
-hostile root user: the sandbox runs as the caller's uid.
+**The boundary.** Own pid, ipc, uts and network namespaces (only ``lo`` inside), system
+folders bound read-only, the host's secrets (``/etc/shadow`` and kin) replaced by empty
+files, fresh ``/proc`` and ``/dev``, a clean environment, ``setsid``, and:
 
-**Reset = restart.** A snapshot is a folder whose content is the initial home. Reset kills
-the bwrap process and the pid namespace's init; the kernel then kills every process in the
-namespace, and we wait until the init is gone, which happens only after all of them are.
-Then the home is replaced by a fresh copy of the snapshot and a new sandbox starts. The
-cost is dominated by the agent's Python start-up (see ``guest/server.py``); readiness is a
-pipe the agent writes to once it listens, so nobody polls.
+* *no capabilities.* As root, bwrap keeps for the agent only what it needs to run commands
+  as another user (setuid/setgid, kill, chown, reading the home), and the agent runs every
+  command as the unprivileged uid ``$PARALLEL_ROLLOUT_SANDBOX_UID`` (64000) with no
+  capabilities, an empty bounding set and no-new-privileges; that user cannot signal the
+  agent or reach its socket. As another user, bwrap makes a user namespace in which nobody
+  has a capability (the agent and the commands then share that uid: see the README).
+* *a seccomp filter* (``seccomp.py``): no mount, namespaces, ptrace, keyring, bpf, kernel
+  modules, kexec, perf events.
+* *per-VM cgroups* (``cgroups.py``): ``memory.max``, ``pids.max`` and an equal CPU weight
+  for the whole sandbox. Without a writable memory cgroup ``memory_mb`` falls back to a
+  per-process RLIMIT_AS through ``prlimit`` (logged); without a pids cgroup
+  ``max_processes`` is a ConfigError.
+* *sized tmpfs* for ``/tmp`` and the home, so filling either fills the VM's own memory
+  (which its cgroup bounds), not the host's disk.
+
+It is not a VM: the sandbox shares the host's kernel, so a kernel bug reachable through the
+allowed calls is a way out. The docker and qemu providers are the stronger walls.
+
+**Reset = restart.** A snapshot is a folder whose content becomes the home: bound read-only
+at /run/snapshot and copied into the home's tmpfs by the agent at start (``--seed-home``).
+Reset kills the bwrap process and the pid namespace's init; the kernel then kills every
+process in the namespace, and we wait until the init is gone, which happens only after all
+of them are (``sandbox_processes.py``). The socket folder is emptied and a new sandbox
+starts. The cost is dominated by the agent's Python start-up (see ``guest/server.py``);
+readiness is a pipe the agent writes to once it listens, so nobody polls.
 
 **Desktop** (``options.desktop``, the osworld mode). The agent starts with ``--desktop WxH``:
 a D-Bus session bus, Xvfb on display :0 and openbox, inside the sandbox, before it says ready
@@ -35,18 +52,9 @@ in the host's environment is passed on (``0``: no bus, the window list only).
 ``guest/shim/pyautogui.py`` is on PYTHONPATH and ``python`` names the guest's python3, so
 OSWorld's ``python -c "import pyautogui; ..."`` actions run as they do in an OSWorld image.
 The apps come from the host's /usr (Debian packages ``./dev`` installs: xvfb, openbox, xterm,
-mousepad, pcmanfm, xdotool, wmctrl, ffmpeg, dbus, at-spi2-core, python3-pyatspi).
-
-**The launcher thread.** ``--die-with-parent`` is PR_SET_PDEATHSIG, which fires when the
-*thread* that forked bwrap exits, not its process. The pool starts and resets VMs from
-short-lived threads, so every bwrap is forked by one long-lived daemon thread per process:
-sandboxes live exactly as long as the process that owns them.
-
-**Limits.** ``memory_mb`` is RLIMIT_AS (address space, per process) on every command the
-agent runs, through util-linux ``prlimit``; the agent itself is not limited. It bounds each
-process, not the sandbox's sum. ``max_processes`` is the ``pids.max`` of a cgroup per VM
-(RLIMIT_NPROC cannot work: it counts per uid across the host, and root is exempt); a machine
-without a writable pids cgroup gets a ConfigError rather than a silently ignored limit.
+mousepad, pcmanfm, xdotool, wmctrl, ffmpeg, dbus, at-spi2-core, python3-pyatspi). The
+desktop's session bus admits one uid, so in a desktop VM the commands run as the agent's
+user, without capabilities (no separate user).
 
 **Sweep.** Every VM folder is labelled with its run id and its owner. ``sweep(run_id)``
 kills and removes every sandbox of that run; ``sweep()`` removes those whose owning process
@@ -57,37 +65,49 @@ VM folder in its command line), never a recycled pid.
 from __future__ import annotations
 
 import json
+import logging
 import os
-import queue
-import re
+import secrets
 import shutil
-import signal
 import subprocess
-import threading
 import time
-from concurrent.futures import Future
 from pathlib import Path
-from typing import Callable
-
-import psutil
 
 from ...errors import ConfigError, ProviderUnavailable, VMError
-from . import images
+from . import cgroups, images, seccomp
 from .base import Provider, ProviderOptions, VMInfo
+from .common import (check_name, create_time, log_tail, owner_label, read_meta,
+                     remove_vm_dir, make_vm_dir, same_process, secure_base_dir,
+                     sweep_vm_folders, write_meta)
+from .sandbox_processes import (_children, kill_recorded, kill_sandbox, launcher,
+                                read_until, sandbox_alive)
+
+log = logging.getLogger(__name__)
 
 DEFAULT_BASE_DIR = "/tmp/parallel-rollout/process"
 BASE_DIR_ENV = "PARALLEL_ROLLOUT_PROCESS_DIR"
 GUEST_HOME = "/home/user"
 GUEST_SOCK_DIR = "/run/guest"
+GUEST_SNAPSHOT = "/run/snapshot"
 GUEST_AGENT = images.GUEST_AGENT_PATH
 SOCKET_NAME = "agent.sock"
 #: sun_path holds 108 bytes; keep a margin
 MAX_SOCKET_PATH = 100
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
 GUEST_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-#: how long a killed sandbox may take to disappear before we call it stuck
-KILL_WAIT_S = 5.0
-_SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+#: host files no sandbox may read, replaced by empty ones where they exist
+SECRET_FILES = ("/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-",
+                "/etc/security/opasswd", "/etc/sudoers")
+#: the unprivileged user commands run as when the runner is root
+SANDBOX_UID_ENV = "PARALLEL_ROLLOUT_SANDBOX_UID"
+DEFAULT_SANDBOX_UID = 64000
+#: what the agent keeps when the runner is root: switch to the commands' user and drop its
+#: bounding set (setpriv), signal its processes, and hand it files
+AGENT_CAPS = ("CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP", "CAP_KILL", "CAP_CHOWN",
+              "CAP_FOWNER", "CAP_DAC_OVERRIDE")
+#: sizes of the sandbox's tmpfs folders
+TMP_SIZE_MB = 512
+HOME_SIZE_MB = 1024
 _AGENT_SOURCES = tuple(images.GUEST_SOURCE_DIR / name for name in images.GUEST_AGENT_FILES)
 #: guest files a desktop VM needs next to the agent: the desktop routes and the AT-SPI walker
 _DESKTOP_SOURCES = tuple(images.GUEST_SOURCE_DIR / name for name in images.GUEST_DESKTOP_FILES)
@@ -107,6 +127,14 @@ def base_dir_default() -> Path:
     return Path(os.environ.get(BASE_DIR_ENV) or DEFAULT_BASE_DIR)
 
 
+def sandbox_uid() -> int:
+    """The uid (and gid) commands run as when the runner is root."""
+    value = os.environ.get(SANDBOX_UID_ENV) or str(DEFAULT_SANDBOX_UID)
+    if not value.isdigit() or int(value) == 0:
+        raise ConfigError(f"{SANDBOX_UID_ENV} must be a non-zero uid, got {value!r}")
+    return int(value)
+
+
 class ProcessProvider(Provider):
     """VMs as bubblewrap sandboxes; a snapshot is a folder copied into the home."""
 
@@ -115,7 +143,7 @@ class ProcessProvider(Provider):
     def __init__(self, run_id: str, options: ProviderOptions | None = None,
                  base_dir: str | os.PathLike | None = None) -> None:
         super().__init__(run_id, options)
-        _check_name("run id", run_id)
+        check_name("run id", run_id)
         if self.options.path_to_vm:
             raise ConfigError(
                 "the process provider has no VM image: path_to_vm cannot be honoured "
@@ -129,22 +157,34 @@ class ProcessProvider(Provider):
                 raise ConfigError(
                     f"process provider snapshot {self.options.snapshot_name!r} is not a folder "
                     f"({self.snapshot}); a snapshot is a folder whose content becomes the home")
+        controllers = cgroups.available()
+        #: RLIMIT_AS per command: only where no memory cgroup can bound the whole sandbox
+        self._limit_as = False
         if self.options.memory_mb is not None:
             if self.options.memory_mb <= 0:
                 raise ConfigError(f"memory_mb must be positive, got {self.options.memory_mb}")
-            if shutil.which("prlimit") is None:
-                raise ConfigError("memory_mb needs util-linux prlimit (apt-get install "
-                                  "util-linux); the process provider cannot enforce it")
-        self._pids_cgroup: Path | None = None
+            if "memory" not in controllers:
+                if shutil.which("prlimit") is None:
+                    raise ConfigError("memory_mb needs a writable memory cgroup or util-linux "
+                                      "prlimit (apt-get install util-linux)")
+                log.warning("no writable memory cgroup (v2 memory.max or v1 memory): "
+                            "memory_mb=%d falls back to RLIMIT_AS per process, which does "
+                            "not bound the sandbox's sum", self.options.memory_mb)
+                self._limit_as = True
         if self.options.max_processes is not None:
             if self.options.max_processes <= 0:
                 raise ConfigError(
                     f"max_processes must be positive, got {self.options.max_processes}")
-            self._pids_cgroup = _pids_cgroup_root()
-            if self._pids_cgroup is None:
+            if "pids" not in controllers:
                 raise ConfigError(
                     "max_processes needs a writable pids cgroup (cgroup v1 pids, or v2 with "
                     "the pids controller delegated); RLIMIT_NPROC cannot cap a sandbox")
+        #: cgroups are host-wide: two runs with one run id (two output folders) must not
+        #: share, or remove, each other's
+        self._cgroup_name = f"{run_id}.{secrets.token_hex(4)}"
+        #: root runs commands as another user; the desktop's session bus admits one uid
+        self._run_as = (sandbox_uid() if os.geteuid() == 0 and not self.options.desktop
+                        else None)
         self._python = _guest_python()
         if self.options.desktop:
             missing = sorted({pkg for prog, pkg in DESKTOP_PROGRAMS.items() if not shutil.which(prog)})
@@ -154,11 +194,12 @@ class ProcessProvider(Provider):
 
     @classmethod
     def supported_limits(cls) -> frozenset[str]:
-        """memory_mb with util-linux prlimit; max_processes with a writable pids cgroup."""
+        """memory_mb with a memory cgroup (else prlimit); max_processes with a pids cgroup."""
+        controllers = cgroups.available()
         limits = set()
-        if shutil.which("prlimit"):
+        if "memory" in controllers or shutil.which("prlimit"):
             limits.add("memory_mb")
-        if _pids_cgroup_root() is not None:
+        if "pids" in controllers:
             limits.add("max_processes")
         return frozenset(limits)
 
@@ -169,13 +210,15 @@ class ProcessProvider(Provider):
 
     @classmethod
     def check_available(cls) -> None:
-        """ProviderUnavailable unless bwrap exists and can create the namespaces we use."""
+        """ProviderUnavailable unless bwrap exists and can create the namespaces we use,
+        and libseccomp can compile the filter."""
         bwrap = shutil.which("bwrap")
         if bwrap is None:
             raise ProviderUnavailable("bubblewrap (bwrap) is not installed; install it with: "
                                       "apt-get install bubblewrap")
         if _guest_python() is None:
             raise ProviderUnavailable("the process provider needs python3 under /usr")
+        seccomp.program()
         argv = [bwrap, *_namespace_flags(), *_system_binds(), "--proc", "/proc",
                 "--dev", "/dev", "--", "/bin/true"]
         try:
@@ -189,48 +232,48 @@ class ProcessProvider(Provider):
                 + probe.stderr.decode(errors="replace").strip())
 
     def start(self, vm_id: str) -> VMInfo:
-        """Create the VM folder from the snapshot, start the sandbox, wait for its agent."""
-        _check_name("vm id", vm_id)
+        """Create the VM folder and cgroups, start the sandbox, wait for its agent."""
+        check_name("vm id", vm_id)
         vm_dir = self.run_dir / vm_id
         socket_path = vm_dir / "sock" / SOCKET_NAME
         if len(str(socket_path)) > MAX_SOCKET_PATH:
             raise ConfigError(
                 f"socket path {socket_path} is longer than {MAX_SOCKET_PATH} characters; "
                 f"set {BASE_DIR_ENV} to a shorter folder or use shorter run/vm ids")
+        secure_base_dir(self.base_dir)
         if vm_dir.exists():
-            meta = _read_meta(vm_dir)
-            if meta and _sandbox_alive(meta, vm_dir):
+            meta = read_meta(vm_dir)
+            if meta and sandbox_alive(meta, vm_dir):
                 raise VMError(f"VM {vm_id} of run {self.run_id} is already running "
                               f"(pid {meta.get('pid')})")
             shutil.rmtree(vm_dir, ignore_errors=True)
-        _make_vm_dir(vm_dir)
+        make_vm_dir(vm_dir, "sock")
+        group = self._cgroup(vm_id)
         try:
-            self._restore_home(vm_dir)
-            if self._pids_cgroup is not None:
-                _make_cgroup(self._cgroup_dir(vm_id), self.options.max_processes)
-            return self._boot(vm_id, vm_dir)
+            group.create()
+            return self._boot(vm_id, vm_dir, group)
         except BaseException:
             # The pool has no VMInfo for a VM that never booted, so nobody would ever call
-            # stop() on it: its folder (and cgroup) would stay until a sweep.
-            shutil.rmtree(vm_dir, ignore_errors=True)
-            _remove_run_dir_if_empty(vm_dir.parent)
-            if self._pids_cgroup is not None:
-                _remove_cgroup(self._cgroup_dir(vm_id))
+            # stop() on it: its folder (and cgroups) would stay until a sweep.
+            remove_vm_dir(vm_dir)
+            group.remove()
             raise
 
     def reset(self, info: VMInfo) -> VMInfo:
-        """Kill every process of the sandbox, restore the home, start it again."""
+        """Kill every process of the sandbox, empty /run/guest, start it again (the home is
+        a tmpfs of the sandbox: it dies with it and is seeded afresh)."""
         vm_dir = Path(info.private["vm_dir"])
         if not vm_dir.is_dir():
             raise VMError(f"VM {info.vm_id}: its folder {vm_dir} is gone; it was stopped "
                           "or swept")
-        _kill_sandbox(info.private)
-        self._restore_home(vm_dir)
-        return self._boot(info.vm_id, vm_dir)
+        kill_sandbox(info.private)
+        shutil.rmtree(vm_dir / "sock", ignore_errors=True)
+        make_vm_dir(vm_dir, "sock")
+        return self._boot(info.vm_id, vm_dir, self._cgroup(info.vm_id))
 
     def healthy(self, info: VMInfo) -> bool:
         """The bwrap process is the one we started and its agent answers /health quickly."""
-        if not _same_process(info.private.get("pid"), info.private.get("create_time")):
+        if not same_process(info.private.get("pid"), info.private.get("create_time")):
             return False
         from ...guest.client import GuestClient
 
@@ -241,14 +284,12 @@ class ProcessProvider(Provider):
         return True
 
     def stop(self, info: VMInfo) -> None:
-        """Kill the sandbox and remove its folder (and cgroup); a second call does nothing."""
+        """Kill the sandbox and remove its folder and cgroups; a second call does nothing."""
         try:
-            _kill_sandbox(info.private)
+            kill_sandbox(info.private)
         finally:
-            shutil.rmtree(info.private["vm_dir"], ignore_errors=True)
-            _remove_run_dir_if_empty(Path(info.private["vm_dir"]).parent)
-            if self._pids_cgroup is not None:
-                _remove_cgroup(self._cgroup_dir(info.vm_id))
+            remove_vm_dir(Path(info.private["vm_dir"]))
+            cgroups.remove_paths(info.private.get("cgroups") or [])
 
     @classmethod
     def sweep(cls, run_id: str | None = None,
@@ -256,31 +297,36 @@ class ProcessProvider(Provider):
         """Kill and remove the sandboxes of ``run_id`` (any state), or, without a run id,
         those whose owning process is gone; return the removed VM ids."""
         def kill(meta: dict, vm_dir: Path) -> None:
-            _kill_recorded(meta, vm_dir)
-            if meta.get("cgroup"):
-                _remove_cgroup(Path(meta["cgroup"]))
+            kill_recorded(meta, vm_dir)
+            cgroups.remove_paths(meta.get("cgroups") or [])
 
         return sweep_vm_folders(Path(base_dir) if base_dir else base_dir_default(), run_id, kill)
 
     # ------------------------------------------------------------------- internals
 
-    def _cgroup_dir(self, vm_id: str) -> Path:
-        return self._pids_cgroup / "parallel-rollout" / self.run_id / vm_id
-
-    def _restore_home(self, vm_dir: Path) -> None:
-        home = vm_dir / "home"
-        if home.exists():
-            shutil.rmtree(home)
-        if self.snapshot is None:
-            home.mkdir()
-        else:
-            shutil.copytree(self.snapshot, home, symlinks=True)
+    def _cgroup(self, vm_id: str) -> cgroups.VMCgroup:
+        memory = self.options.memory_mb
+        return cgroups.VMCgroup(
+            self._cgroup_name, vm_id, max_processes=self.options.max_processes,
+            memory_bytes=None if memory is None or self._limit_as else memory * 2**20)
 
     def _argv(self, vm_id: str, vm_dir: Path, ready_fd: int, info_fd: int) -> list[str]:
         agent = [self._python, "-I", "-S", GUEST_AGENT,  # -S: site.py costs ~5 ms per boot
                  "--unix", f"{GUEST_SOCK_DIR}/{SOCKET_NAME}", "--ready-fd", str(ready_fd)]
-        if self.options.memory_mb is not None:
+        if self._limit_as:
             agent += ["--limit-as", str(self.options.memory_mb * 1024 * 1024)]
+        if self._run_as is not None:
+            agent += ["--run-as", f"{self._run_as}:{self._run_as}"]
+            privileges = ["--cap-drop", "ALL"] + [a for cap in AGENT_CAPS
+                                                  for a in ("--cap-add", cap)]
+        elif os.geteuid() == 0:
+            privileges = ["--cap-drop", "ALL"]
+        else:
+            privileges = ["--unshare-user", "--disable-userns", "--cap-drop", "ALL"]
+        snapshot: list[str] = []
+        if self.snapshot is not None:
+            snapshot = ["--ro-bind", str(self.snapshot), GUEST_SNAPSHOT]
+            agent += ["--seed-home", GUEST_SNAPSHOT]
         desktop: list[str] = []
         path = GUEST_PATH
         if self.options.desktop:
@@ -299,11 +345,13 @@ class ProcessProvider(Provider):
             path = f"{GUEST_BIN}:{GUEST_SHIM}/bin:{GUEST_PATH}"
         return [
             shutil.which("bwrap") or "bwrap",
-            *_namespace_flags(), "--die-with-parent", "--new-session",
+            *_namespace_flags(), *privileges, "--die-with-parent", "--new-session",
             "--hostname", vm_id,
-            *_system_binds(),
-            "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
-            "--bind", str(vm_dir / "home"), GUEST_HOME,
+            *_system_binds(), *_secret_masks(vm_dir / "empty"),
+            "--proc", "/proc", "--dev", "/dev",
+            "--perms", "1777", "--size", str(TMP_SIZE_MB * 2**20), "--tmpfs", "/tmp",
+            "--perms", "0755", "--size", str(HOME_SIZE_MB * 2**20), "--tmpfs", GUEST_HOME,
+            *snapshot,
             "--bind", str(vm_dir / "sock"), GUEST_SOCK_DIR,
             *[arg for source in _AGENT_SOURCES for arg in
               ("--ro-bind", str(source), str(Path(GUEST_AGENT).with_name(source.name)))],
@@ -317,48 +365,47 @@ class ProcessProvider(Provider):
             "--", *agent,
         ]
 
-    def _boot(self, vm_id: str, vm_dir: Path) -> VMInfo:
+    def _boot(self, vm_id: str, vm_dir: Path, group: cgroups.VMCgroup) -> VMInfo:
         """Start the sandbox and wait for the agent's ready line; VMError (with the agent's
         log) when it does not come within boot_timeout_s."""
         ready_r, ready_w = os.pipe()
         info_r, info_w = os.pipe()
+        seccomp_fd = seccomp.program_fd()
+        # join the cgroups before bwrap forks anything: a shell that moves itself, then execs
         argv = self._argv(vm_id, vm_dir, ready_w, info_w)
-        cgroup = None
-        if self._pids_cgroup is not None:
-            cgroup = self._cgroup_dir(vm_id)
-            # join the cgroup before bwrap forks anything: a shell that moves itself, then execs
-            argv = ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"',
-                    str(cgroup / "cgroup.procs"), *argv]
+        argv = group.join_argv([argv[0], "--seccomp", str(seccomp_fd), *argv[1:]])
         log_path = vm_dir / "agent.log"
         try:
-            with open(log_path, "ab") as log:
-                proc = _launcher().popen(argv, stdin=subprocess.DEVNULL, stdout=log,
-                                         stderr=log, pass_fds=(ready_w, info_w),
-                                         start_new_session=True)
+            with open(log_path, "ab") as agent_log:
+                proc = launcher().popen(argv, stdin=subprocess.DEVNULL, stdout=agent_log,
+                                        stderr=agent_log, pass_fds=(ready_w, info_w, seccomp_fd),
+                                        start_new_session=True)
         except OSError as exc:
             for fd in (ready_r, ready_w, info_r, info_w):
                 os.close(fd)
             raise VMError(f"VM {vm_id}: cannot start bwrap: {exc}") from exc
+        finally:
+            os.close(seccomp_fd)
         os.close(ready_w)
         os.close(info_w)
         _children[proc.pid] = proc
-        private = {"pid": proc.pid, "create_time": _create_time(proc.pid),
-                   "vm_dir": str(vm_dir), "cgroup": str(cgroup) if cgroup else None}
+        private = {"pid": proc.pid, "create_time": create_time(proc.pid),
+                   "vm_dir": str(vm_dir), "cgroups": group.paths}
         try:
             deadline = time.monotonic() + self.options.boot_timeout_s
-            info = _read_until(info_r, b"}", deadline)
+            info = read_until(info_r, b"}", deadline)
             try:
                 init_pid = json.loads(info)["child-pid"]
             except (ValueError, KeyError) as exc:
                 raise VMError(f"bwrap gave no child pid (got {info!r})") from exc
             private["init_pid"] = init_pid
-            private["init_create_time"] = _create_time(init_pid)
+            private["init_create_time"] = create_time(init_pid)
             self._write_meta(vm_id, vm_dir, private)
-            if not _read_until(ready_r, b"\n", deadline).startswith(b"ready"):
+            if not read_until(ready_r, b"\n", deadline).startswith(b"ready"):
                 raise VMError("the guest agent exited before it was ready")
         except VMError as exc:
-            _kill_sandbox(private)
-            tail = _tail(log_path)
+            kill_sandbox(private)
+            tail = log_tail(log_path)
             raise VMError(f"VM {vm_id} did not boot: {exc}; agent log: {tail}") from None
         finally:
             os.close(ready_r)
@@ -368,254 +415,12 @@ class ProcessProvider(Provider):
                       private=private)
 
     def _write_meta(self, vm_id: str, vm_dir: Path, private: dict) -> None:
-        me = psutil.Process()
-        meta = {"run_id": self.run_id, "vm_id": vm_id, "created": time.time(),
-                "owner_pid": me.pid, "owner_create_time": me.create_time(), **private}
-        tmp = vm_dir / "meta.json.tmp"
-        tmp.write_text(json.dumps(meta, indent=1))
-        tmp.replace(vm_dir / "meta.json")  # sweep must never read half a file
+        write_meta(vm_dir, {"run_id": self.run_id, "vm_id": vm_id, "created": time.time(),
+                            **owner_label(), **private})
         (vm_dir / "pid").write_text(f"{private['pid']}\n")
 
 
-# ------------------------------------------------------------------------- launcher
-
-#: bwrap processes this process started, so it can reap them (no zombies)
-_children: dict[int, subprocess.Popen] = {}
-
-
-class _Launcher:
-    """The one long-lived thread that forks every sandbox of this process (see module doc)."""
-
-    def __init__(self) -> None:
-        self.pid = os.getpid()
-        self._requests: queue.SimpleQueue = queue.SimpleQueue()
-        thread = threading.Thread(target=self._loop, name="bwrap-launcher", daemon=True)
-        thread.start()
-
-    def _loop(self) -> None:
-        while True:
-            future, argv, kwargs = self._requests.get()
-            if not future.set_running_or_notify_cancel():
-                continue
-            try:
-                future.set_result(subprocess.Popen(argv, **kwargs))
-            except BaseException as exc:  # hand every failure back to the caller
-                future.set_exception(exc)
-
-    def popen(self, argv: list[str], **kwargs) -> subprocess.Popen:
-        """subprocess.Popen, forked from the launcher thread."""
-        future: Future = Future()
-        self._requests.put((future, argv, kwargs))
-        return future.result()
-
-
-_launcher_lock = threading.Lock()
-_launcher_instance: _Launcher | None = None
-
-
-def _launcher() -> _Launcher:
-    global _launcher_instance
-    with _launcher_lock:
-        # after a fork the thread is gone from the child: start a new one there
-        if _launcher_instance is None or _launcher_instance.pid != os.getpid():
-            _launcher_instance = _Launcher()
-        return _launcher_instance
-
-
-# ------------------------------------------------------------------------ processes
-
-
-def _create_time(pid: int) -> float | None:
-    try:
-        return psutil.Process(pid).create_time()
-    except psutil.Error:
-        return None
-
-
-def _same_process(pid, create_time) -> bool:
-    """Whether ``pid`` runs and is the process that had ``create_time`` (not a reused pid)."""
-    if not pid or create_time is None:
-        return False
-    try:
-        proc = psutil.Process(pid)
-        return (abs(proc.create_time() - create_time) < 0.01
-                and proc.status() != psutil.STATUS_ZOMBIE)
-    except psutil.Error:
-        return False
-
-
-def _kill_sandbox(private: dict) -> None:
-    """SIGKILL bwrap and the namespace init, and wait until the init (hence every process
-    of the namespace) is gone; VMError if it outlives KILL_WAIT_S."""
-    pid, init_pid = private.get("pid"), private.get("init_pid")
-    init_created = private.get("init_create_time")
-    if init_pid is None and _same_process(pid, private.get("create_time")):
-        init_pid, init_created = _unreported_init(pid)
-    for target, created in ((init_pid, init_created),
-                            (pid, private.get("create_time"))):
-        if _same_process(target, created):
-            try:
-                os.kill(target, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-    proc = _children.pop(pid, None)
-    if proc is not None:
-        try:
-            proc.wait(timeout=KILL_WAIT_S)
-        except subprocess.TimeoutExpired:
-            raise VMError(f"bwrap {pid} survived SIGKILL for {KILL_WAIT_S}s") from None
-    # The init is bwrap's child, re-parented when bwrap dies; the kernel lets it finish
-    # exiting only after every other process of its pid namespace has.
-    deadline = time.monotonic() + KILL_WAIT_S
-    delay = 0.0005
-    while _same_process(init_pid, init_created) or \
-            _same_process(pid, private.get("create_time")):
-        if time.monotonic() > deadline:
-            raise VMError(f"sandbox {private.get('vm_dir')} survived SIGKILL "
-                          f"for {KILL_WAIT_S}s")
-        time.sleep(delay)
-        delay = min(delay * 2, 0.05)
-
-
-def _unreported_init(pid: int) -> tuple[int | None, float | None]:
-    """The namespace init of a bwrap that has not reported it yet (a boot that failed before
-    --info-fd said), as (pid, create time), or (None, None).
-
-    It must be killed by hand: bwrap's --die-with-parent is set up by the init itself, and an
-    init whose bwrap dies before that outlives it as an orphan sandbox. bwrap is stopped
-    first, so that it cannot fork the init after we looked."""
-    try:
-        os.kill(pid, signal.SIGSTOP)
-        bwrap = psutil.Process(pid)
-        # kill() returns before the signal lands; until then bwrap may still fork
-        deadline = time.monotonic() + KILL_WAIT_S
-        while bwrap.status() not in (psutil.STATUS_STOPPED, psutil.STATUS_ZOMBIE):
-            if time.monotonic() > deadline:
-                break
-            time.sleep(0.0005)
-        children = bwrap.children()
-    except (ProcessLookupError, psutil.Error):
-        return None, None
-    for child in children:
-        try:
-            return child.pid, child.create_time()
-        except psutil.Error:
-            continue
-    return None, None
-
-
-def _sandbox_alive(meta: dict, vm_dir: Path) -> bool:
-    return _is_our_bwrap(meta.get("pid"), meta.get("create_time"), vm_dir)
-
-
-def _is_our_bwrap(pid, create_time, vm_dir: Path) -> bool:
-    if not _same_process(pid, create_time):
-        return False
-    try:
-        return str(vm_dir) in " ".join(psutil.Process(pid).cmdline())
-    except psutil.Error:
-        return False
-
-
-def _kill_recorded(meta: dict, vm_dir: Path) -> None:
-    """Kill what meta.json records, if it is still that sandbox."""
-    if _is_our_bwrap(meta.get("pid"), meta.get("create_time"), vm_dir):
-        private = dict(meta)
-    else:
-        # bwrap is gone; its init may linger for a moment, and is known by its start time
-        private = {"init_pid": meta.get("init_pid"),
-                   "init_create_time": meta.get("init_create_time")}
-    try:
-        _kill_sandbox(private)
-    except VMError:
-        pass  # sweep is best effort; the folder goes regardless
-
-
-def _read_until(fd: int, terminator: bytes, deadline: float) -> bytes:
-    """Bytes from a pipe up to ``terminator`` or EOF; VMError at the deadline."""
-    import select
-
-    data = b""
-    while terminator not in data:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise VMError("timed out waiting for the guest agent")
-        readable, _, _ = select.select([fd], [], [], remaining)
-        if not readable:
-            continue
-        chunk = os.read(fd, 4096)
-        if not chunk:
-            break
-        data += chunk
-    return data
-
-
-def _tail(path: Path, limit: int = 2000) -> str:
-    try:
-        text = path.read_bytes()[-limit:].decode("utf-8", "replace").strip()
-    except OSError:
-        return "(no log)"
-    return text or "(empty)"
-
-
-# ---------------------------------------------------------------------- filesystem
-
-
-def _check_name(what: str, value: str) -> None:
-    # these become folder names and a hostname: no slashes, no dot-dot, nothing odd
-    if not isinstance(value, str) or not _SAFE_NAME.match(value):
-        raise ConfigError(f"{what} {value!r} must be 1-64 characters of letters, digits, "
-                          "'.', '_' or '-' (starting with a letter or digit)")
-
-
-def _read_meta(vm_dir: Path) -> dict | None:
-    try:
-        return json.loads((vm_dir / "meta.json").read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def _make_vm_dir(vm_dir: Path) -> None:
-    """Create ``vm_dir/sock``; a concurrent stop of the run's last VM may remove the run
-    folder between the creation of the parents, so try again when that happens."""
-    for _ in range(10):
-        try:
-            (vm_dir / "sock").mkdir(parents=True)
-            return
-        except FileNotFoundError:
-            continue
-    (vm_dir / "sock").mkdir(parents=True)
-
-
-def sweep_vm_folders(base: Path, run_id: str | None, kill: Callable[[dict, Path], None]) -> list[str]:
-    """The sweep of providers that keep a labelled folder per VM (``<base>/<run>/<vm>/``
-    with meta.json): every VM of ``run_id``, or, without one, those whose owning process is
-    gone; ``kill(meta, vm_dir)`` stops what the folder records. Returns the removed VM ids."""
-    if run_id is not None:
-        _check_name("run id", run_id)
-        run_dirs = [base / run_id]
-    else:
-        run_dirs = sorted(p for p in base.iterdir() if p.is_dir()) if base.is_dir() else []
-    removed = []
-    for run_dir in run_dirs:
-        if not run_dir.is_dir():
-            continue
-        for vm_dir in sorted(p for p in run_dir.iterdir() if p.is_dir()):
-            meta = _read_meta(vm_dir) or {}
-            if run_id is None and _same_process(meta.get("owner_pid"), meta.get("owner_create_time")):
-                continue  # a live run: not ours to sweep
-            kill(meta, vm_dir)
-            shutil.rmtree(vm_dir, ignore_errors=True)
-            removed.append(vm_dir.name)
-        _remove_run_dir_if_empty(run_dir)
-    return removed
-
-
-def _remove_run_dir_if_empty(run_dir: Path) -> None:
-    try:
-        run_dir.rmdir()
-    except OSError:
-        pass  # not empty, or already gone
+# ------------------------------------------------------------------------ helpers
 
 
 def _namespace_flags() -> list[str]:
@@ -633,81 +438,15 @@ def _system_binds() -> list[str]:
     return args
 
 
+def _secret_masks(empty: Path) -> list[str]:
+    """An empty file over each of the host's secrets (/dev/null would not do: binds are
+    nodev, so opening it fails instead of reading nothing)."""
+    empty.touch(mode=0o444)
+    return [arg for path in SECRET_FILES if os.path.isfile(path)
+            for arg in ("--ro-bind", str(empty), path)]
+
+
 def _guest_python() -> str | None:
     # only an interpreter under the bound system folders exists inside the sandbox
     found = shutil.which("python3", path="/usr/local/bin:/usr/bin")
     return found if found and found.startswith("/usr/") else None
-
-
-# -------------------------------------------------------------------------- cgroups
-
-
-def _pids_cgroup_root() -> Path | None:
-    """Our own cgroup in a writable pids hierarchy (v1 or v2), or None."""
-    try:
-        mounts = Path("/proc/self/mounts").read_text().splitlines()
-        own = Path("/proc/self/cgroup").read_text().splitlines()
-    except OSError:
-        return None
-    for line in mounts:
-        fields = line.split()
-        if len(fields) < 4:
-            continue
-        mountpoint, fstype, opts = fields[1], fields[2], fields[3].split(",")
-        if fstype == "cgroup" and "pids" in opts:
-            rel = next((l.split(":", 2)[2] for l in own if "pids" in l.split(":")[1].split(",")),
-                       "/")
-        elif fstype == "cgroup2":
-            rel = next((l.split(":", 2)[2] for l in own if l.startswith("0::")), "/")
-            if "pids" not in _read(Path(mountpoint) / rel.lstrip("/") / "cgroup.controllers"):
-                continue
-        else:
-            continue
-        root = Path(mountpoint) / rel.lstrip("/")
-        if os.access(root, os.W_OK):
-            return root
-    return None
-
-
-def _read(path: Path) -> str:
-    try:
-        return path.read_text()
-    except OSError:
-        return ""
-
-
-def _make_cgroup(path: Path, max_processes: int) -> None:
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        if not (path / "pids.max").exists():
-            # cgroup v2: the controller must be enabled down the chain of parents
-            for parent in reversed(path.parents):
-                control = parent / "cgroup.subtree_control"
-                if parent in path.parents and control.exists():
-                    try:
-                        control.write_text("+pids")
-                    except OSError:
-                        pass
-        (path / "pids.max").write_text(str(max_processes))
-    except OSError as exc:
-        raise VMError(f"cannot set up the pids cgroup {path}: {exc}") from exc
-
-
-def _remove_cgroup(path: Path) -> None:
-    # a cgroup can be removed once its last process is reaped, which may lag a moment
-    deadline = time.monotonic() + 2.0
-    while True:
-        try:
-            path.rmdir()
-            break
-        except FileNotFoundError:
-            break
-        except OSError:
-            if time.monotonic() > deadline:
-                return
-            time.sleep(0.01)
-    for parent in (path.parent, path.parent.parent):
-        try:
-            parent.rmdir()  # the run's and our top folder, when they are empty
-        except OSError:
-            break

@@ -102,8 +102,11 @@ from .qemu_image import (_IMAGE_FILES, GUEST_PORT, PROBE_MARKER, QEMU_IMG,
                          _build_image, _image_format, _read_bytes, _read_json, _run, _write_json,
                          image_dir, image_inputs)
 # Shared with the process provider: same labelling, same pid checks, same launcher thread.
-from .process import (_check_name, _create_time, _launcher, _read_meta,
-                      _remove_run_dir_if_empty, _same_process, _tail, sweep_vm_folders)
+from .common import (check_name as _check_name, create_time as _create_time,
+                     log_tail as _tail, read_meta as _read_meta,
+                     remove_run_dir_if_empty as _remove_run_dir_if_empty,
+                     same_process as _same_process, sweep_vm_folders)
+from .sandbox_processes import launcher as _launcher
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,202 @@
+"""Per-VM cgroups: the memory, process-count and CPU limits of a whole sandbox.
+
+A process sandbox is a tree of processes that the kernel can only limit as a whole through
+a cgroup; per-process rlimits (RLIMIT_AS, RLIMIT_NPROC) bound one process, or one uid across
+the host, never the sandbox's sum. Each VM gets ``<our cgroup>/parallel-rollout/<run>/<vm>``
+in every writable hierarchy that has a controller we use, with:
+
+=============  ===================  =========================================
+limit          cgroup v2            cgroup v1
+=============  ===================  =========================================
+memory_mb      ``memory.max``       ``memory.limit_in_bytes`` (+ ``memsw``)
+max_processes  ``pids.max``         ``pids.max``
+CPU share      ``cpu.weight`` 100   ``cpu.shares`` 1024 (every VM the same)
+=============  ===================  =========================================
+
+Both versions are handled because both exist in the wild: a pure v2 host, a hybrid host
+whose v2 mount has no controllers (v1 does the work), or a container with a delegated v2
+subtree. A controller without a writable hierarchy is simply absent from :func:`available`,
+and the provider says what it falls back to.
+
+The sandbox joins its cgroups before bubblewrap forks anything (:func:`join_argv`), so no
+process of the VM ever runs outside them.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ...errors import VMError
+
+#: controller -> (v2 file, v1 file) of the limit we set
+LIMIT_FILES = {"memory": ("memory.max", "memory.limit_in_bytes"),
+               "pids": ("pids.max", "pids.max"),
+               "cpu": ("cpu.weight", "cpu.shares")}
+#: the CPU share every VM gets: the defaults, written so that each VM is its own group
+CPU_WEIGHT = {2: 100, 1: 1024}
+TOP = "parallel-rollout"
+
+
+@dataclass(frozen=True)
+class Hierarchy:
+    """A writable cgroup hierarchy: our own cgroup in it, its version and controllers."""
+
+    root: Path
+    version: int
+    controllers: frozenset[str]
+
+
+def hierarchies() -> list[Hierarchy]:
+    """The writable hierarchies that have a controller we use, v2 first."""
+    try:
+        mounts = Path("/proc/self/mounts").read_text().splitlines()
+        own = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return []
+    found = []
+    for line in mounts:
+        fields = line.split()
+        if len(fields) < 4:
+            continue
+        mountpoint, fstype, opts = fields[1], fields[2], set(fields[3].split(","))
+        if fstype == "cgroup2":
+            rel = next((l.split(":", 2)[2] for l in own if l.startswith("0::")), "/")
+            root = Path(mountpoint) / rel.lstrip("/")
+            controllers = set(_read(root / "cgroup.subtree_control").split())
+            if rel == "/" or not _read(root / "cgroup.procs").strip():
+                # we may delegate what we have (a cgroup holding processes cannot, in v2)
+                controllers |= set(_read(root / "cgroup.controllers").split())
+            version = 2
+        elif fstype == "cgroup":
+            controllers = opts & set(LIMIT_FILES)
+            rel = next((l.split(":", 2)[2] for l in own
+                        if controllers & set(l.split(":")[1].split(","))), "/")
+            root = Path(mountpoint) / rel.lstrip("/")
+            version = 1
+        else:
+            continue
+        controllers &= set(LIMIT_FILES)
+        if controllers and os.access(root, os.W_OK):
+            found.append(Hierarchy(root, version, frozenset(controllers)))
+    return sorted(found, key=lambda h: -h.version)
+
+
+def available() -> frozenset[str]:
+    """The controllers (memory, pids, cpu) some writable hierarchy offers."""
+    return frozenset(c for h in hierarchies() for c in h.controllers)
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
+
+
+class VMCgroup:
+    """The cgroups of one VM, one per hierarchy that carries a limit we set."""
+
+    def __init__(self, run_id: str, vm_id: str, *, memory_bytes: int | None = None,
+                 max_processes: int | None = None) -> None:
+        wanted = {"cpu": None}
+        if memory_bytes is not None:
+            wanted["memory"] = memory_bytes
+        if max_processes is not None:
+            wanted["pids"] = max_processes
+        #: cgroup folder -> (version, {controller: value})
+        self.groups: dict[Path, tuple[int, dict[str, int | None]]] = {}
+        for controller, value in wanted.items():
+            hierarchy = next((h for h in hierarchies() if controller in h.controllers), None)
+            if hierarchy is None:
+                if controller != "cpu":
+                    raise VMError(f"no writable cgroup hierarchy has the {controller} controller")
+                continue
+            path = hierarchy.root / TOP / run_id / vm_id
+            self.groups.setdefault(path, (hierarchy.version, {}))[1][controller] = value
+
+    @property
+    def paths(self) -> list[str]:
+        """The cgroup folders, as recorded in the VM's meta.json for a sweep."""
+        return [str(path) for path in self.groups]
+
+    def create(self) -> None:
+        """Make the folders and write the limits; VMError when the kernel refuses."""
+        for path, (version, limits) in self.groups.items():
+            try:
+                path.mkdir(parents=True, exist_ok=True)
+                if version == 2:
+                    _enable_controllers(path, set(limits))
+                for controller, value in limits.items():
+                    if value is None:
+                        value = CPU_WEIGHT[version]
+                    name = LIMIT_FILES[controller][0 if version == 2 else 1]
+                    if controller == "cpu" and not (path / name).exists():
+                        continue  # an equal share is a nicety, not a limit anyone asked for
+                    (path / name).write_text(str(value))
+                    if controller == "memory":
+                        _no_swap(path, version, value)
+            except OSError as exc:
+                raise VMError(f"cannot set up the cgroup {path}: {exc}") from exc
+
+    def join_argv(self, argv: list[str]) -> list[str]:
+        """``argv`` behind a shell that moves itself into every cgroup, then execs it."""
+        if not self.groups:
+            return argv
+        procs = [str(path / "cgroup.procs") for path in self.groups]
+        script = 'while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; ' \
+                 'shift; exec "$@"'
+        return ["/bin/sh", "-c", script, "join-cgroups", *procs, "--", *argv]
+
+    def remove(self) -> None:
+        """Remove the folders (and the run's, when empty)."""
+        remove_paths(self.paths)
+
+
+def _enable_controllers(path: Path, controllers: set[str]) -> None:
+    # v2: a controller's files exist in a cgroup only when every parent delegates it
+    if all((path / LIMIT_FILES[c][0]).exists() for c in controllers if c != "cpu"):
+        return
+    for parent in reversed(path.parents):
+        control = parent / "cgroup.subtree_control"
+        if parent in path.parents and control.exists():
+            for controller in controllers:
+                try:
+                    control.write_text(f"+{controller}")
+                except OSError:
+                    pass  # the parent holds processes, or does not delegate: checked below
+
+
+def _no_swap(path: Path, version: int, limit: int) -> None:
+    # without this a memory hog swaps instead of meeting its limit, where there is swap
+    swap = path / ("memory.swap.max" if version == 2 else "memory.memsw.limit_in_bytes")
+    if swap.exists():
+        try:
+            swap.write_text("0" if version == 2 else str(limit))
+        except OSError:
+            pass
+
+
+def remove_paths(paths: list[str]) -> None:
+    """Remove cgroup folders once their last process is reaped (which may lag a moment),
+    then the run's and our top folder when they are empty."""
+    for name in paths:
+        path = Path(name)
+        deadline = time.monotonic() + 2.0
+        while True:
+            try:
+                path.rmdir()
+                break
+            except FileNotFoundError:
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(0.01)
+        for parent in (path.parent, path.parent.parent):
+            try:
+                parent.rmdir()
+            except OSError:
+                break

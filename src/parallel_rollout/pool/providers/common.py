@@ -1,0 +1,182 @@
+"""Plumbing every local provider shares: names, VM folders, "is it still that process", sweeps.
+
+The process, docker and qemu providers all keep one labelled folder per VM::
+
+    <base>/<run_id>/<vm_id>/meta.json     run id, vm id, owner pid and start time, pids ...
+
+``sweep_vm_folders`` walks those folders: every VM of a run, or, without a run id, those whose
+owning process is gone. A recorded pid is trusted only while it is the same process
+(``same_process``: psutil's create time, so a recycled pid is never killed).
+
+**The base folder** is created 0700 and must be ours: under a shared ``/tmp`` another user
+could have made ``/tmp/parallel-rollout`` first (or a symlink in its place) and would then
+own, or redirect, every sandbox's files. ``secure_base_dir`` refuses such a folder instead of
+following it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import stat
+from pathlib import Path
+from typing import Callable
+
+import psutil
+
+from ...errors import ConfigError
+
+_SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+#: the shared parent every default base folder lives in
+SHARED_TMP = Path("/tmp")
+
+
+def check_name(what: str, value: str) -> None:
+    """ConfigError unless ``value`` is a safe folder name and hostname (no slash, no ..)."""
+    if not isinstance(value, str) or not _SAFE_NAME.match(value):
+        raise ConfigError(f"{what} {value!r} must be 1-64 characters of letters, digits, "
+                          "'.', '_' or '-' (starting with a letter or digit)")
+
+
+def create_time(pid: int) -> float | None:
+    """The start time of ``pid`` (psutil's), None when it is gone."""
+    try:
+        return psutil.Process(pid).create_time()
+    except psutil.Error:
+        return None
+
+
+def same_process(pid, created) -> bool:
+    """Whether ``pid`` runs and is the process that started at ``created`` (not a reused pid,
+    not a zombie)."""
+    if not pid or created is None:
+        return False
+    try:
+        proc = psutil.Process(pid)
+        return (abs(proc.create_time() - created) < 0.01
+                and proc.status() != psutil.STATUS_ZOMBIE)
+    except psutil.Error:
+        return False
+
+
+def owner_label() -> dict:
+    """This process as the owner a VM folder records."""
+    me = psutil.Process()
+    return {"owner_pid": me.pid, "owner_create_time": me.create_time()}
+
+
+def owner_alive(meta: dict) -> bool:
+    """Whether the process a meta.json names as owner still runs."""
+    return same_process(meta.get("owner_pid"), meta.get("owner_create_time"))
+
+
+def read_meta(vm_dir: Path) -> dict | None:
+    """A VM folder's meta.json, None when missing or unreadable."""
+    try:
+        return json.loads((vm_dir / "meta.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def write_meta(vm_dir: Path, meta: dict) -> None:
+    """Replace meta.json atomically: a sweep must never read half a file."""
+    tmp = vm_dir / "meta.json.tmp"
+    tmp.write_text(json.dumps(meta, indent=1))
+    tmp.replace(vm_dir / "meta.json")
+
+
+def secure_base_dir(base: Path) -> Path:
+    """Create ``base`` (and the folders between it and a shared /tmp) mode 0700, and check
+    that each is a real folder of ours that nobody else can write; ConfigError otherwise."""
+    base = Path(os.path.abspath(base))
+    try:
+        below_tmp = base.relative_to(SHARED_TMP).parts
+    except ValueError:
+        below_tmp = ()
+    if below_tmp:
+        chain = [SHARED_TMP.joinpath(*below_tmp[:i + 1]) for i in range(len(below_tmp))]
+    else:
+        base.parent.mkdir(parents=True, exist_ok=True)  # a folder the user chose: theirs
+        chain = [base]
+    for folder in chain:
+        try:
+            folder.mkdir(mode=0o700)
+        except FileExistsError:
+            pass
+        except OSError as exc:
+            raise ConfigError(f"cannot create the VM folder {folder}: {exc}") from None
+        info = os.lstat(folder)
+        if not stat.S_ISDIR(info.st_mode):
+            raise ConfigError(f"{folder} is not a folder (a symlink?); refusing to keep VMs "
+                              "there: remove it or set another base folder")
+        if info.st_uid != os.geteuid():
+            raise ConfigError(f"{folder} belongs to uid {info.st_uid}, not to us "
+                              f"(uid {os.geteuid()}); refusing to keep VMs there: remove it "
+                              "or set another base folder")
+        if info.st_mode & 0o022:
+            os.chmod(folder, 0o700)
+    return base
+
+
+def make_vm_dir(vm_dir: Path, *subdirs: str) -> None:
+    """Create ``vm_dir`` (and ``subdirs`` in it); a concurrent stop of the run's last VM may
+    remove the run folder between the creation of the parents, so try again then."""
+    targets = [vm_dir / sub for sub in subdirs] or [vm_dir]
+    for attempt in range(10):
+        try:
+            for target in targets:
+                target.mkdir(parents=True, exist_ok=True)
+            return
+        except FileNotFoundError:
+            if attempt == 9:
+                raise
+
+
+def remove_vm_dir(vm_dir: Path) -> None:
+    """Remove a VM folder, then its run folder when that is empty."""
+    shutil.rmtree(vm_dir, ignore_errors=True)
+    remove_run_dir_if_empty(vm_dir.parent)
+
+
+def remove_run_dir_if_empty(run_dir: Path) -> None:
+    """rmdir, quietly: another VM of the run may still be there, or it is gone already."""
+    try:
+        run_dir.rmdir()
+    except OSError:
+        pass
+
+
+def sweep_vm_folders(base: Path, run_id: str | None,
+                     kill: Callable[[dict, Path], None]) -> list[str]:
+    """Every VM folder of ``run_id``, or, without one, those whose owner is gone:
+    ``kill(meta, vm_dir)`` stops what the folder records, then the folder goes. Returns the
+    removed VM ids."""
+    if run_id is not None:
+        check_name("run id", run_id)
+        run_dirs = [base / run_id]
+    else:
+        run_dirs = sorted(p for p in base.iterdir() if p.is_dir()) if base.is_dir() else []
+    removed = []
+    for run_dir in run_dirs:
+        if not run_dir.is_dir():
+            continue
+        for vm_dir in sorted(p for p in run_dir.iterdir() if p.is_dir()):
+            meta = read_meta(vm_dir) or {}
+            if run_id is None and owner_alive(meta):
+                continue  # a live run: not ours to sweep
+            kill(meta, vm_dir)
+            shutil.rmtree(vm_dir, ignore_errors=True)
+            removed.append(vm_dir.name)
+        remove_run_dir_if_empty(run_dir)
+    return removed
+
+
+def log_tail(path: Path, limit: int = 2000) -> str:
+    """The end of a log file, for an error message."""
+    try:
+        text = path.read_bytes()[-limit:].decode("utf-8", "replace").strip()
+    except OSError:
+        return "(no log)"
+    return text or "(empty)"

@@ -1,0 +1,181 @@
+"""The processes of a bubblewrap sandbox: who forks them, how they are killed and waited for.
+
+**The launcher thread.** ``bwrap --die-with-parent`` is PR_SET_PDEATHSIG, which fires when
+the *thread* that forked bwrap exits, not its process. The pool starts and resets VMs from
+short-lived threads, so every bwrap is forked by one long-lived daemon thread per process:
+sandboxes live exactly as long as the process that owns them.
+
+**Killing.** A sandbox is bwrap (host pid ``pid``) and the init of its pid namespace
+(``init_pid``, reported on bwrap's ``--info-fd``). Both get SIGKILL; the kernel lets the init
+finish exiting only after every other process of its namespace has, so waiting for the
+init is waiting for the whole sandbox. A recorded pid is signalled only while it is the same
+process (start time), never a recycled pid.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import subprocess
+import threading
+import time
+from concurrent.futures import Future
+from pathlib import Path
+
+import psutil
+
+from ...errors import VMError
+from .common import same_process
+
+#: how long a killed sandbox may take to disappear before we call it stuck
+KILL_WAIT_S = 5.0
+
+
+#: bwrap processes this process started, so it can reap them (no zombies)
+_children: dict[int, subprocess.Popen] = {}
+
+
+class _Launcher:
+    """The one long-lived thread that forks every sandbox of this process (see module doc)."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self._requests: queue.SimpleQueue = queue.SimpleQueue()
+        thread = threading.Thread(target=self._loop, name="bwrap-launcher", daemon=True)
+        thread.start()
+
+    def _loop(self) -> None:
+        while True:
+            future, argv, kwargs = self._requests.get()
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(subprocess.Popen(argv, **kwargs))
+            except BaseException as exc:  # hand every failure back to the caller
+                future.set_exception(exc)
+
+    def popen(self, argv: list[str], **kwargs) -> subprocess.Popen:
+        """subprocess.Popen, forked from the launcher thread."""
+        future: Future = Future()
+        self._requests.put((future, argv, kwargs))
+        return future.result()
+
+
+_launcher_lock = threading.Lock()
+_launcher_instance: _Launcher | None = None
+
+
+def launcher() -> _Launcher:
+    global _launcher_instance
+    with _launcher_lock:
+        # after a fork the thread is gone from the child: start a new one there
+        if _launcher_instance is None or _launcher_instance.pid != os.getpid():
+            _launcher_instance = _Launcher()
+        return _launcher_instance
+
+
+def kill_sandbox(private: dict) -> None:
+    """SIGKILL bwrap and the namespace init, and wait until the init (hence every process
+    of the namespace) is gone; VMError if it outlives KILL_WAIT_S."""
+    pid, init_pid = private.get("pid"), private.get("init_pid")
+    init_created = private.get("init_create_time")
+    if init_pid is None and same_process(pid, private.get("create_time")):
+        init_pid, init_created = _unreported_init(pid)
+    for target, created in ((init_pid, init_created),
+                            (pid, private.get("create_time"))):
+        if same_process(target, created):
+            try:
+                os.kill(target, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    proc = _children.pop(pid, None)
+    if proc is not None:
+        try:
+            proc.wait(timeout=KILL_WAIT_S)
+        except subprocess.TimeoutExpired:
+            raise VMError(f"bwrap {pid} survived SIGKILL for {KILL_WAIT_S}s") from None
+    # The init is bwrap's child, re-parented when bwrap dies; the kernel lets it finish
+    # exiting only after every other process of its pid namespace has.
+    deadline = time.monotonic() + KILL_WAIT_S
+    delay = 0.0005
+    while same_process(init_pid, init_created) or \
+            same_process(pid, private.get("create_time")):
+        if time.monotonic() > deadline:
+            raise VMError(f"sandbox {private.get('vm_dir')} survived SIGKILL "
+                          f"for {KILL_WAIT_S}s")
+        time.sleep(delay)
+        delay = min(delay * 2, 0.05)
+
+
+def _unreported_init(pid: int) -> tuple[int | None, float | None]:
+    """The namespace init of a bwrap that has not reported it yet (a boot that failed before
+    --info-fd said), as (pid, create time), or (None, None).
+
+    It must be killed by hand: bwrap's --die-with-parent is set up by the init itself, and an
+    init whose bwrap dies before that outlives it as an orphan sandbox. bwrap is stopped
+    first, so that it cannot fork the init after we looked."""
+    try:
+        os.kill(pid, signal.SIGSTOP)
+        bwrap = psutil.Process(pid)
+        # kill() returns before the signal lands; until then bwrap may still fork
+        deadline = time.monotonic() + KILL_WAIT_S
+        while bwrap.status() not in (psutil.STATUS_STOPPED, psutil.STATUS_ZOMBIE):
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.0005)
+        children = bwrap.children()
+    except (ProcessLookupError, psutil.Error):
+        return None, None
+    for child in children:
+        try:
+            return child.pid, child.create_time()
+        except psutil.Error:
+            continue
+    return None, None
+
+
+def sandbox_alive(meta: dict, vm_dir: Path) -> bool:
+    return is_our_bwrap(meta.get("pid"), meta.get("create_time"), vm_dir)
+
+
+def is_our_bwrap(pid, create_time, vm_dir: Path) -> bool:
+    if not same_process(pid, create_time):
+        return False
+    try:
+        return str(vm_dir) in " ".join(psutil.Process(pid).cmdline())
+    except psutil.Error:
+        return False
+
+
+def kill_recorded(meta: dict, vm_dir: Path) -> None:
+    """Kill what meta.json records, if it is still that sandbox."""
+    if is_our_bwrap(meta.get("pid"), meta.get("create_time"), vm_dir):
+        private = dict(meta)
+    else:
+        # bwrap is gone; its init may linger for a moment, and is known by its start time
+        private = {"init_pid": meta.get("init_pid"),
+                   "init_create_time": meta.get("init_create_time")}
+    try:
+        kill_sandbox(private)
+    except VMError:
+        pass  # sweep is best effort; the folder goes regardless
+
+
+def read_until(fd: int, terminator: bytes, deadline: float) -> bytes:
+    """Bytes from a pipe up to ``terminator`` or EOF; VMError at the deadline."""
+    import select
+
+    data = b""
+    while terminator not in data:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise VMError("timed out waiting for the guest agent")
+        readable, _, _ = select.select([fd], [], [], remaining)
+        if not readable:
+            continue
+        chunk = os.read(fd, 4096)
+        if not chunk:
+            break
+        data += chunk
+    return data
