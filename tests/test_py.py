@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
 import pytest
 
 from conftest import assert_exactly_once, read_results, write_tasks
+from parallel_rollout.pool.providers import cgroups
 from parallel_rollout.config import build_config
 from parallel_rollout.envs.py import build_program, extract_code, load_humaneval
 from parallel_rollout.runner import Runner
@@ -121,7 +123,9 @@ HOSTILE = {
     "infinite_loop": ("    while True:\n        pass\n", "timeout", 3),
     "fork_bomb": ("    import os\n    while True:\n        try:\n            os.fork()\n"
                   "        except OSError:\n            pass\n", "timeout", 3),
-    "memory_hog": ("    blocks = []\n    while True:\n        blocks.append(bytearray(50 * 2**20))\n", "exception", 30),
+    # the VM's memory cgroup kills the hog (killed); without one, RLIMIT_AS: a MemoryError
+    "memory_hog": ("    blocks = []\n    while True:\n        blocks.append(bytearray(50 * 2**20))\n",
+                   "killed" if "memory" in cgroups.available() else "exception", 30),
 }
 
 
@@ -143,6 +147,13 @@ def test_code_that_kills_the_guest_agent_is_retried_on_a_new_vm(tmp_path, monkey
     tasks = [task("killer", [{"once": killer, "then": GOOD}])]
     outcome = run(tmp_path, tasks, num_rollouts=1, num_vms=1)
     records = read_results(outcome.run_dir)
+    if os.geteuid() == 0:
+        # as root the code runs as another user than the agent: it cannot kill it
+        assert [(r["attempt"], r["status"], r["final"]) for r in records] == [
+            (0, "failure", True)]
+        assert "PermissionError" in records[0]["eval"]["detail"], records[0]["eval"]
+        assert outcome.summary["vm"]["replacements"] == 0
+        return
     assert [(r["attempt"], r["status"], r["final"]) for r in records] == [
         (0, "guest_unreachable", False), (1, "success", True)]
     assert records[0]["vm"] != records[1]["vm"]

@@ -11,9 +11,12 @@ program, with or without markdown fences. Each try runs in a VM with the task's 
 
 The VM is leased only around the execution (``vm_scope = "call"``), so a rollout holds no VM
 while the model thinks. With ``--max-turns`` > 1 a failed try's verdict and output tail go
-back to the agent, which may try again; every try is in the trajectory. The harness reports
-its verdict on a marker line; a program that kills the guest agent makes the VM unreachable,
-which is an infrastructure failure (the VM is replaced and the attempt retried).
+back to the agent, which may try again; every try is in the trajectory.
+
+**The verdict cannot be forged** (``py_judge.py``): the tests run in a judge process that
+calls the answer in another process and passes values, not objects, between them; the
+judge's stdout carries nothing but its verdict, and the answer has no way to write there.
+What the answer prints is kept as the output tail, never parsed.
 """
 
 from __future__ import annotations
@@ -32,37 +35,14 @@ from .base import Env, StepResult, require
 DEFAULT_EXEC_TIMEOUT_S = 10.0
 #: characters of program output kept in feedback and records
 OUTPUT_TAIL = 2000
-_MARKER = "__PARALLEL_ROLLOUT_VERDICT__"
-
-# Runs inside the VM with the VM's python3: compile, exec, run check(), print one verdict line.
-_HARNESS = r'''
-import json, sys, traceback
-def _verdict(kind, detail=""):
-    sys.stdout.flush()
-    print("\n" + MARKER + json.dumps({"kind": kind, "detail": detail[-2000:]}), flush=True)
-    sys.exit(0 if kind == "passed" else 1)
-try:
-    code = compile(PROGRAM, "solution.py", "exec")
-except SyntaxError as exc:
-    _verdict("syntax_error", "".join(traceback.format_exception_only(type(exc), exc)))
-namespace = {"__name__": "__solution__"}
-try:
-    exec(code, namespace)
-    exec(compile(TESTS, "tests.py", "exec"), namespace)
-    namespace["check"](namespace[ENTRY_POINT])
-except AssertionError:
-    _verdict("assertion", traceback.format_exc())
-except SystemExit:
-    raise
-except BaseException as exc:
-    _verdict("exception", traceback.format_exc())
-_verdict("passed")
-'''
+#: the judge that runs inside the VM (see its docstring): the tests in one process, the
+#: answer in another, one JSON verdict on the judge's stdout
+_JUDGE = Path(__file__).with_name("py_judge.py")
 
 
-def _harness(program: str, tests: str, entry_point: str) -> str:
+def _harness(program: str, tests: str, entry_point: str, prompt: str) -> str:
     return (f"PROGRAM = {program!r}\nTESTS = {tests!r}\nENTRY_POINT = {entry_point!r}\n"
-            f"MARKER = {_MARKER!r}\n" + _HARNESS)
+            f"PROMPT = {prompt!r}\n" + _JUDGE.read_text())
 
 
 _FENCE = re.compile(r"```[ \t]*(?:python|py|python3)?[ \t]*\n(.*?)(?:```|\Z)", re.DOTALL | re.IGNORECASE)
@@ -156,26 +136,23 @@ class PyEnv(Env):
 
     def _execute(self, program: str) -> dict[str, Any]:
         timeout = float(self.task.get("timeout", DEFAULT_EXEC_TIMEOUT_S))
-        code = _harness(program, self.task.get("test"), self.task.get("entry_point"))
+        code = _harness(program, self.task.get("test"), self.task.get("entry_point"),
+                        self.task.get("prompt"))
         with self.vm.lease() as client:
             result = client.run_python(code, timeout=timeout)
-        output = (result.get("output") or "") + (result.get("error") or "")
-        head, marker, verdict_json = output.rpartition(_MARKER)
+        try:
+            verdict = json.loads(result.get("output") or "")
+            kind, detail = str(verdict["kind"]), str(verdict.get("detail", ""))
+            tail = str(verdict.get("output", ""))
+        except (ValueError, KeyError, TypeError):
+            verdict, tail = None, ""
         if result.get("timeout"):
             kind, detail = "timeout", f"timed out after {timeout:g}s"
-        elif marker:
-            try:
-                verdict = json.loads(verdict_json.strip().splitlines()[0])
-                kind, detail = verdict["kind"], verdict.get("detail", "")
-            except (ValueError, KeyError, IndexError):
-                kind, detail = "exception", "unreadable verdict"
-        else:
-            # No verdict: the program ended the interpreter itself (os._exit, a signal, a
-            # memory limit that struck outside Python's reach).
-            kind, detail = "killed", f"exit status {result.get('return_code')}"
-        # The harness starts its verdict on a fresh line; that newline is not the program's.
-        tail = (head[:-1] if marker and head.endswith("\n") else head if marker else output)[-OUTPUT_TAIL:]
-        return {"kind": kind, "detail": detail[-OUTPUT_TAIL:], "output_tail": tail,
+        elif verdict is None:
+            # No verdict: the judge itself was ended (a memory limit, a kill from the answer)
+            kind = "killed"
+            detail = f"exit status {result.get('return_code')}: {(result.get('error') or '')[-500:]}"
+        return {"kind": kind, "detail": detail[-OUTPUT_TAIL:], "output_tail": tail[-OUTPUT_TAIL:],
                 "returncode": result.get("return_code")}
 
 

@@ -3,7 +3,8 @@
 A task: ``instruction``; optional ``setup`` commands run before the agent acts; ``check``, a
 command whose exit status grades the end state; ``reference``, the commands the oracle
 replays. An action is ``{"command": "..."}`` (or the bare command string); ``{"done": true}``
-or ``"DONE"`` ends the episode.
+or ``"DONE"`` ends the episode. Before the check runs, the agent kills every process the
+answer left behind (``/reap``): a daemon cannot change the end state while it is graded.
 """
 
 from __future__ import annotations
@@ -73,7 +74,9 @@ class ShellEnv(Env):
         return StepResult(observation)
 
     def evaluate(self) -> tuple[float, dict[str, Any]]:
-        """Reward 1 when the check command exits 0."""
+        """Reward 1 when the check command exits 0, run once every process the answer
+        left is gone: a daemon of the answer cannot fake or race the check."""
+        self.vm.reap()
         result = self._run(self.task.get("check"))
         details = {"check_returncode": result["returncode"], "check_output": result["output"][-500:]}
         return (1.0 if result["returncode"] == 0 else 0.0), details

@@ -203,6 +203,15 @@ class GuestClient:
             payload["env"] = env
         return self._json_call("/execute", payload, timeout, "execute")
 
+    def reap(self) -> bool:
+        """POST /reap: kill every process the VM's commands left; False when the agent is
+        older than the route (a remote VM's own agent)."""
+        response = self.request("POST", "/reap", json={}, check=False, timeout=20.0)
+        if response.status == 404:
+            return False
+        self._check("POST", "/reap", response)
+        return True
+
     def run_python(self, code: str, timeout: float | None = None) -> dict:
         """POST /run_python: ``{status, message, need_more, output, error, return_code}``."""
         payload: dict[str, Any] = {"code": code}

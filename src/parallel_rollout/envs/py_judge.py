@@ -1,0 +1,238 @@
+"""The ``py`` mode's judge: runs inside the VM, calls the answer in another process, prints
+the verdict. Not imported on the host: ``envs/py.py`` sends this file's text, after the
+task's ``PROGRAM``, ``TESTS``, ``ENTRY_POINT`` and ``PROMPT``, to ``/run_python``.
+
+::
+
+    judge (this process: the task's tests, check(candidate))
+      │  calls: {"args": [...]} ──pipe──►  answer process (the program, exec'd)
+      │  ◄──pipe── {"value": ...} | {"error": traceback}
+      │  ◄──pipe── the answer's stdout and stderr (kept for the output tail)
+      ▼
+    stdout: ONE JSON verdict {"kind", "detail", "output", "returncode"}
+
+Why two processes: a verdict printed by the process that runs the answer can be printed by
+the answer too (a fixed marker on stdout, a write to fd 1, a forged exit code). Here the
+answer's process has no handle on the judge's stdout: its own stdout and stderr are a pipe
+the judge reads, and the judge is not dumpable, so ``/proc/<judge>/fd``, ``/proc/<judge>/mem``
+and ptrace are closed to a process of the same user. What the answer can still do is return
+values, and those cross as plain data (JSON of None, bools, numbers, strings, lists, tuples,
+sets, dicts, bytes): an object whose ``__eq__`` always says yes cannot cross. Killing the
+judge leaves no verdict, which the host grades ``killed``. The answer's process is a fresh
+interpreter, not a fork: it never holds the tests, and this script, which does, is unlinked
+before it starts.
+"""
+import builtins, ctypes, json, os, subprocess, sys, threading, traceback
+
+TAIL = 2000
+CHILD = r'''
+import json, os, sys, traceback
+def enc(x):
+    if x is None or isinstance(x, (bool, int, str)):
+        return x
+    if isinstance(x, float):
+        return {"f": repr(x)}
+    if isinstance(x, list):
+        return [enc(v) for v in x]
+    if isinstance(x, tuple):
+        return {"t": [enc(v) for v in x]}
+    if isinstance(x, (set, frozenset)):
+        return {"s": [enc(v) for v in x]}
+    if isinstance(x, dict):
+        return {"d": [[enc(k), enc(v)] for k, v in x.items()]}
+    if isinstance(x, bytes):
+        return {"b": x.hex()}
+    if isinstance(x, complex):
+        return {"c": [repr(x.real), repr(x.imag)]}
+    raise TypeError(f"a return value of type {type(x).__name__} cannot be checked")
+def dec(x):
+    if isinstance(x, list):
+        return [dec(v) for v in x]
+    if not isinstance(x, dict):
+        return x
+    (tag, v), = x.items()
+    if tag == "f": return float(v)
+    if tag == "t": return tuple(dec(i) for i in v)
+    if tag == "s": return {dec(i) for i in v}
+    if tag == "d": return {dec(k): dec(w) for k, w in v}
+    if tag == "b": return bytes.fromhex(v)
+    return complex(float(v[0]), float(v[1]))
+rpc_in = os.fdopen(int(sys.argv[1]), "r")
+rpc_out = os.fdopen(int(sys.argv[2]), "w")
+def send(message):
+    rpc_out.write(json.dumps(message) + "\n"); rpc_out.flush()
+job = json.loads(rpc_in.readline())
+try:
+    code = compile(job["program"], "solution.py", "exec")
+except SyntaxError as exc:
+    send({"syntax_error": "".join(traceback.format_exception_only(type(exc), exc))}); sys.exit(0)
+namespace = {"__name__": "__solution__"}
+try:
+    exec(code, namespace)
+    function = namespace[job["entry_point"]]
+except BaseException as exc:
+    send({"error": traceback.format_exc(), "type": type(exc).__name__}); sys.exit(0)
+send({"ready": True})
+for line in rpc_in:
+    call = json.loads(line)
+    try:
+        result = function(*dec(call["args"]), **{k: dec(v) for k, v in call["kwargs"]})
+        answer = {"value": enc(result)}
+    except BaseException as exc:
+        answer = {"error": traceback.format_exc(), "type": type(exc).__name__,
+                  "message": str(exc)}
+    sys.stdout.flush(); sys.stderr.flush()
+    send(answer)
+'''
+
+
+class ChildDied(Exception):
+    """The answer's process ended on its own (os._exit, a signal, a memory limit)."""
+
+
+def _enc(x):
+    if x is None or isinstance(x, (bool, int, str)):
+        return x
+    if isinstance(x, float):
+        return {"f": repr(x)}
+    if isinstance(x, list):
+        return [_enc(v) for v in x]
+    if isinstance(x, tuple):
+        return {"t": [_enc(v) for v in x]}
+    if isinstance(x, (set, frozenset)):
+        return {"s": [_enc(v) for v in x]}
+    if isinstance(x, dict):
+        return {"d": [[_enc(k), _enc(v)] for k, v in x.items()]}
+    if isinstance(x, bytes):
+        return {"b": x.hex()}
+    if isinstance(x, complex):
+        return {"c": [repr(x.real), repr(x.imag)]}
+    raise TypeError(f"the tests pass a {type(x).__name__}, which cannot cross to the answer")
+
+
+def _dec(x):
+    if isinstance(x, list):
+        return [_dec(v) for v in x]
+    if not isinstance(x, dict) or len(x) != 1:
+        return x
+    (tag, v), = x.items()
+    if tag == "f": return float(v)
+    if tag == "t": return tuple(_dec(i) for i in v)
+    if tag == "s": return {_dec(i) for i in v}
+    if tag == "d": return {_dec(k): _dec(w) for k, w in v}
+    if tag == "b": return bytes.fromhex(v)
+    if tag == "c": return complex(float(v[0]), float(v[1]))
+    raise ValueError(f"unknown value tag {tag!r}")
+
+
+def main():
+    # This script holds the tests: gone before the answer's process starts, so it cannot
+    # read them (the agent would remove it afterwards, too late).
+    try:
+        os.unlink(sys.argv[0])
+    except OSError:
+        pass
+    # Not dumpable: a process of the same user cannot open /proc/<judge>/fd or /mem, or
+    # trace the judge (PR_SET_DUMPABLE = 4).
+    try:
+        ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)
+    except Exception:
+        pass
+    calls_r, calls_w = os.pipe()
+    answers_r, answers_w = os.pipe()
+    output_r, output_w = os.pipe()
+    child = subprocess.Popen([sys.executable, "-c", CHILD, str(calls_r), str(answers_w)],
+                             stdin=subprocess.DEVNULL, stdout=output_w, stderr=output_w,
+                             pass_fds=(calls_r, answers_w))
+    for fd in (calls_r, answers_w, output_w):
+        os.close(fd)
+    output = bytearray()
+
+    def drain():
+        while True:
+            chunk = os.read(output_r, 65536)
+            if not chunk:
+                return
+            output.extend(chunk)
+            del output[:-4 * TAIL]
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    calls = os.fdopen(calls_w, "w")
+    answers = os.fdopen(answers_r, "r")
+
+    def exchange(message):
+        try:
+            calls.write(json.dumps(message) + "\n")
+            calls.flush()
+        except BrokenPipeError:
+            pass
+        line = answers.readline()
+        if not line:
+            raise ChildDied()
+        try:
+            return json.loads(line)
+        except ValueError:
+            raise ValueError("the answer's process sent an unreadable reply") from None
+
+    def candidate(*args, **kwargs):
+        answer = exchange({"args": _enc(list(args)),
+                           "kwargs": [[k, _enc(v)] for k, v in kwargs.items()]})
+        if "error" in answer:
+            kind = getattr(builtins, str(answer.get("type")), None)
+            if not (isinstance(kind, type) and issubclass(kind, Exception)):
+                kind = RuntimeError
+            try:
+                error = kind(answer.get("message", ""))
+            except Exception:
+                error = RuntimeError(answer.get("message", ""))
+            error.remote_traceback = answer["error"]
+            raise error
+        return _dec(answer["value"])
+
+    candidate.__name__ = ENTRY_POINT
+    verdict = None
+    try:
+        first = exchange({"program": PROGRAM, "entry_point": ENTRY_POINT})
+        if "syntax_error" in first:
+            verdict = ("syntax_error", first["syntax_error"])
+        elif "error" in first:
+            verdict = ("exception", first["error"])
+        else:
+            namespace = {"__name__": "__tests__"}
+            try:
+                exec(compile(PROMPT, "prompt.py", "exec"), namespace)
+            except BaseException:
+                namespace = {"__name__": "__tests__"}  # the tests may not need it
+            namespace[ENTRY_POINT] = candidate
+            exec(compile(TESTS, "tests.py", "exec"), namespace)
+            namespace["check"](candidate)
+            verdict = ("passed", "")
+    except ChildDied:
+        verdict = None
+    except AssertionError:
+        verdict = ("assertion", traceback.format_exc())
+    except BaseException as exc:
+        detail = getattr(exc, "remote_traceback", None) or traceback.format_exc()
+        verdict = ("exception", detail)
+    try:
+        calls.close()
+    except OSError:
+        pass
+    try:
+        code = child.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        code = child.wait()
+    reader.join(timeout=5)
+    if verdict is None:
+        verdict = ("killed", f"exit status {code}")
+    text = output.decode("utf-8", "replace")[-TAIL:]
+    sys.stdout.write(json.dumps({"kind": verdict[0], "detail": verdict[1][-TAIL:],
+                                 "output": text, "returncode": code}))
+    sys.stdout.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()

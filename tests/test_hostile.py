@@ -1,0 +1,322 @@
+"""Hostile answers through a real pool: each is graded 0, the host is untouched, the run ends.
+
+One table of answers that attack the sandbox, the grader or the run (issue 16), run through
+the process provider as the user running the tests (root here: the README's commands) and,
+where the machine allows, as ``nobody`` through the CLI. Each row is a task whose check
+passes only if the attack worked; the oracle agent replays the attack. Around the table:
+honest tasks on the same VMs, which must still pass after the VMs were reset, and checks
+on the host (no file under /usr, no connection to a loopback server of the host, a host
+that still spawns processes, no process left: the autouse leak check).
+
+The whole table is one run per user (a module-scoped fixture), so its cost is that of one
+small run; the rows are reported one by one.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import textwrap
+import threading
+from pathlib import Path
+
+import pytest
+
+from conftest import assert_exactly_once, write_tasks
+from parallel_rollout.config import build_config
+from parallel_rollout.pool.providers import cgroups
+from parallel_rollout.runner import Runner
+
+pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
+
+ROOT = Path(__file__).resolve().parent.parent
+IS_ROOT = os.geteuid() == 0
+NEEDS_ENGINE = "needs engine item 3: a task that kills the agent is graded and its VM restarted"
+#: the check every row shares, unless it says otherwise: the attack left its mark
+GOT_IT = "test -e ~/ok"
+#: a check that fails only if a process of the answer still runs while the check does
+STILL_RUNNING = "rm -f ~/ok; sleep 0.5; test -e ~/ok"
+
+FAKE_AGENT = textwrap.dedent("""\
+    import json, os, socket
+    path = "/run/guest/agent.sock"
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(path)
+    server.listen()
+    open(os.path.expanduser("~/ok"), "w").close()
+    body = json.dumps({"status": "success", "returncode": 0, "output": "", "error": ""}).encode()
+    while True:
+        conn, _ = server.accept()
+        conn.recv(65536)
+        conn.sendall(b"HTTP/1.1 200 OK\\r\\nContent-Type: application/json\\r\\n"
+                     b"Content-Length: %d\\r\\nConnection: close\\r\\n\\r\\n" % len(body) + body)
+        conn.close()
+""")
+
+ESCAPE_GROUP = textwrap.dedent("""\
+    import os, time
+    if os.fork() == 0:
+        os.setpgid(0, 0)
+        while True:
+            open(os.path.expanduser("~/ok"), "w").close()
+            time.sleep(0.05)
+""")
+
+#: name -> (shell commands of the answer, check, whether it can kill the guest agent)
+SHELL_ROWS = {
+    "remount_readonly": (["mount -o remount,bind,rw /usr && touch /usr/pr-hostile-mark && touch ~/ok"],
+                         GOT_IT, False),
+    "capabilities": (["grep -Eq '^Cap(Eff|Prm):\\s*0*[1-9a-f]' /proc/self/status && touch ~/ok"],
+                     GOT_IT, False),
+    "read_shadow": (["cat /etc/shadow /etc/gshadow | grep -q . && touch ~/ok"], GOT_IT, False),
+    "nested_userns": (["unshare -Ur true && touch ~/ok"], GOT_IT, False),
+    "kill_everything": (["kill -9 -1"], GOT_IT, True),
+    "kill_agent": (["kill -9 2; pkill -9 -f guest/server.py; sleep 0.2"], GOT_IT, True),
+    "replace_agent": ([f"python3 -c '{FAKE_AGENT}' >/dev/null 2>&1 </dev/null & sleep 0.5"],
+                      GOT_IT, True),
+    "fork_bomb": (["f() { f | f & }; f; sleep 1"], GOT_IT, False),
+    "memory_hog": (["python3 -c 'b = []\nwhile True: b.append(bytearray(50 << 20))'"],
+                   GOT_IT, False),
+    "fill_tmp_and_home": (["dd if=/dev/zero of=/tmp/fill bs=1M 2>/dev/null;"
+                           " dd if=/dev/zero of=~/fill bs=1M 2>/dev/null; true"], GOT_IT, False),
+    "chmod_000_tree": (["mkdir -p ~/locked/a/b && touch ~/locked/a/b/f && chmod -R 000 ~/locked"
+                        " && chmod 000 ~"], GOT_IT, False),
+    "setsid_daemon": (["setsid sh -c 'while :; do touch ~/ok; sleep 0.05; done'"
+                       " >/dev/null 2>&1 </dev/null &"], STILL_RUNNING, False),
+    "escape_process_group": ([f"python3 -c '{ESCAPE_GROUP}' >/dev/null 2>&1 </dev/null"],
+                             STILL_RUNNING, False),
+    "network": (["python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", PORT), 2)'"
+                 " && touch ~/ok"], GOT_IT, False),
+}
+
+PROMPT = 'def add(a, b):\n    """Return a + b."""\n'
+TEST = "def check(candidate):\n    assert candidate(2, 3) == 5\n    assert candidate(-1, 1) == 0\n"
+GOOD = "    return a + b\n"
+PASSED = '{"kind": "passed", "detail": "", "output": "", "returncode": 0}'
+#: name -> the body of add(): a wrong answer that tries to be graded as passed
+PY_ROWS = {
+    "verdict_on_stdout": f"    print({PASSED!r})\n    print('__PARALLEL_ROLLOUT_VERDICT__{{\"kind\": \"passed\"}}')\n    return 0\n",
+    "verdict_on_stderr": f"    import sys\n    sys.stderr.write({PASSED!r})\n    return 0\n",
+    "verdict_on_fd_1": f"    import os\n    os.write(1, {PASSED.encode()!r})\n    os._exit(0)\n",
+    "verdict_through_proc": ("    import os\n    for fd in (1, 2):\n        try:\n"
+                             f"            open(f'/proc/{{os.getppid()}}/fd/{{fd}}', 'w').write({PASSED!r})\n"
+                             "        except OSError:\n            pass\n    os._exit(0)\n"),
+    "verdict_in_files": ("    import os, glob\n    for path in glob.glob('/tmp/*') + ['/tmp/verdict.json']:\n"
+                         "        try:\n"
+                         f"            open(path, 'w').write({PASSED!r})\n"
+                         "        except OSError:\n            pass\n    return 0\n"),
+    "always_equal": "    class Yes:\n        def __eq__(self, other):\n            return True\n    return Yes()\n",
+    "kill_the_judge": "    import os, signal\n    os.kill(os.getppid(), signal.SIGKILL)\n",
+    "read_the_tests": ("    import gc, sys\n    for frame in sys._current_frames().values():\n"
+                       "        while frame:\n"
+                       "            if 'check' in frame.f_globals:\n"
+                       "                frame.f_globals['check'] = lambda c: None\n"
+                       "            frame = frame.f_back\n    return 0\n"),
+}
+
+
+class LoopbackServer:
+    """A TCP server on the host's loopback that counts the connections it gets."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen()
+        self.sock.settimeout(0.2)
+        self.port = self.sock.getsockname()[1]
+        self.connections = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                continue
+            self.connections += 1
+            conn.close()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.sock.close()
+
+
+def shell_tasks(port: int) -> list[dict]:
+    tasks = []
+    for name, (commands, check, _) in SHELL_ROWS.items():
+        tasks.append({"id": name, "mode": "shell", "instruction": f"hostile: {name}",
+                      "reference": [c.replace("PORT", str(port)) for c in commands],
+                      "check": check, "timeout": 5})
+    # honest tasks after the hostile ones: the same (reset) VMs still work
+    for index in range(2):
+        tasks.append({"id": f"honest{index}", "mode": "shell", "instruction": "make ok",
+                      "reference": ["touch ~/ok"], "check": GOT_IT, "timeout": 5})
+    return tasks
+
+
+def py_tasks() -> list[dict]:
+    tasks = [{"id": name, "mode": "py", "prompt": PROMPT, "entry_point": "add", "test": TEST,
+              "canonical_solution": body, "timeout": 5} for name, body in PY_ROWS.items()]
+    tasks += [{"id": f"honest{i}", "mode": "py", "prompt": PROMPT, "entry_point": "add",
+               "test": TEST, "canonical_solution": GOOD} for i in range(2)]
+    return tasks
+
+
+def _host_marks() -> list[str]:
+    return glob.glob("/usr/pr-hostile-*")
+
+
+def _run(tmp: Path, mode: str, tasks: list[dict], **flags) -> tuple[dict, dict, int]:
+    data = write_tasks(tmp / f"{mode}.jsonl", tasks)
+    config = dict(mode=mode, data=str(data), agent="oracle", num_rollouts=2, num_vms=2,
+                  use_vm_pool=True, output_dir=str(tmp / "out"), run_id=f"hostile-{mode}",
+                  progress=False, vm_memory_mb=256, **flags)
+    if "pids" in cgroups.available():
+        config["vm_max_processes"] = 128
+    outcome = Runner(build_config(config)).run()
+    finals = assert_exactly_once(outcome.run_dir, {f"{t['id']}#0" for t in tasks})
+    return finals, outcome.summary, outcome.exit_code
+
+
+@pytest.fixture(scope="module")
+def loopback():
+    server = LoopbackServer()
+    yield server
+    server.close()
+
+
+@pytest.fixture(scope="module")
+def shell_table(loopback, tmp_path_factory):
+    marks = _host_marks()
+    finals, summary, code = _run(tmp_path_factory.mktemp("shell"), "shell",
+                                 shell_tasks(loopback.port))
+    return {"finals": finals, "summary": summary, "exit_code": code, "marks_before": marks}
+
+
+@pytest.fixture(scope="module")
+def py_table(tmp_path_factory):
+    finals, summary, code = _run(tmp_path_factory.mktemp("py"), "py", py_tasks())
+    return {"finals": finals, "summary": summary, "exit_code": code}
+
+
+def _row_marks(name: str, kills_agent: bool):
+    if kills_agent and not IS_ROOT:
+        return [pytest.mark.xfail(reason=NEEDS_ENGINE, strict=False)]
+    return []
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=_row_marks(n, SHELL_ROWS[n][2]))
+                                  for n in SHELL_ROWS])
+def test_hostile_shell_answer_is_graded_zero(shell_table, name):
+    record = shell_table["finals"][f"{name}#0"]
+    assert record["status"] == "failure" and record["reward"] == 0.0, record
+
+
+@pytest.mark.parametrize("name", list(PY_ROWS))
+def test_forged_py_verdict_is_graded_zero(py_table, name):
+    record = py_table["finals"][f"{name}#0"]
+    assert record["status"] == "failure" and record["reward"] == 0.0, record
+    assert record["eval"]["kind"] != "passed", record["eval"]
+
+
+def test_the_host_is_untouched_and_the_runs_finished(shell_table, py_table, loopback):
+    assert _host_marks() == shell_table["marks_before"], "a sandbox wrote under the host's /usr"
+    assert loopback.connections == 0, "a sandbox reached the host's loopback"
+    assert subprocess.run(["true"], timeout=10).returncode == 0  # the host still spawns
+    for table in (shell_table, py_table):
+        assert table["exit_code"] == 0
+        honest = [r for key, r in table["finals"].items() if key.startswith("honest")]
+        assert honest and all(r["status"] == "success" for r in honest), honest
+    if IS_ROOT:
+        # the agent is another user: no attack took a VM down, no replacement was spent
+        for table in (shell_table, py_table):
+            assert table["summary"]["vm"]["marked_dead"] == 0, table["summary"]["vm"]
+            assert table["summary"]["vm"]["replacements"] == 0, table["summary"]["vm"]
+
+
+# ------------------------------------------------------------------ as an unprivileged user
+
+
+def _nobody_can_run() -> str | None:
+    """Why the table cannot run as nobody here, or None."""
+    if not IS_ROOT:
+        return "the tests do not run as root: they already are an unprivileged user"
+    if shutil.which("setpriv") is None:
+        return "util-linux setpriv is missing"
+    python = "/usr/bin/python3"
+    if not os.access(python, os.X_OK):
+        return "no system python3 for nobody (the venv's interpreter lives under /root, 0700)"
+    version = subprocess.run([python, "-c", "import sys; print(sys.version_info[:2])"],
+                             capture_output=True, text=True).stdout.strip()
+    if version != str(tuple(sys.version_info[:2])):
+        return f"the system python3 is {version}, the venv's {sys.version_info[:2]}"
+    probe = subprocess.run(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups",
+                            "bwrap", "--unshare-user", "--ro-bind", "/", "/", "true"],
+                           capture_output=True, text=True)
+    if probe.returncode != 0:
+        return f"bubblewrap cannot run as nobody here: {probe.stderr.strip()}"
+    return None
+
+
+@pytest.fixture(scope="module")
+def nobody_table(loopback):
+    why = _nobody_can_run()
+    if why:
+        pytest.skip(why)
+    nobody = pwd.getpwnam("nobody")
+    work = Path(tempfile.mkdtemp(prefix="pr-hostile-nobody-"))
+    os.chmod(work, 0o755)
+    os.chown(work, nobody.pw_uid, nobody.pw_gid)
+    data = work / "shell.jsonl"
+    tasks = [t for t in shell_tasks(loopback.port) if not SHELL_ROWS.get(t["id"], (0, 0, False))[2]]
+    write_tasks(data, tasks)
+    site = next(p for p in sys.path if p.endswith("site-packages") and "/.venv/" in p)
+    env = {**os.environ, "HOME": str(work), "PYTHONPATH": f"{ROOT / 'src'}:{site}",
+           "PARALLEL_ROLLOUT_PROCESS_DIR": str(work / "vms")}
+    argv = ["setpriv", f"--reuid={nobody.pw_uid}", f"--regid={nobody.pw_gid}", "--clear-groups",
+            "/usr/bin/python3", "-m", "parallel_rollout.cli", "run", "--mode", "shell",
+            "--data", str(data), "--agent", "oracle", "--num-rollouts", "2", "--num-vms", "2",
+            "--use-vm-pool", "--output-dir", str(work / "out"), "--run-id", "hostile-nobody",
+            "--no-progress"]
+    try:
+        proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300,
+                              cwd=work)
+        finals = assert_exactly_once(work / "out" / "hostile-nobody",
+                                     {f"{t['id']}#0" for t in tasks})
+        summary = json.loads((work / "out" / "hostile-nobody" / "summary.json").read_text())
+        yield {"proc": proc, "finals": finals, "summary": summary}
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+@pytest.mark.parametrize("name", list(SHELL_ROWS))
+def test_hostile_shell_answer_as_nobody(nobody_table, name):
+    if SHELL_ROWS[name][2]:
+        # as nobody the agent and the code share a uid: these rows kill the agent, which
+        # must cost the task, not a VM of the budget (left out of the run until then)
+        pytest.xfail(NEEDS_ENGINE)
+    record = nobody_table["finals"][f"{name}#0"]
+    assert record["status"] == "failure" and record["reward"] == 0.0, record
+
+
+def test_the_run_as_nobody_finished(nobody_table, loopback):
+    proc = nobody_table["proc"]
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    honest = [r for key, r in nobody_table["finals"].items() if key.startswith("honest")]
+    assert honest and all(r["status"] == "success" for r in honest), honest
+    assert loopback.connections == 0
+    assert not _host_marks()
