@@ -101,16 +101,17 @@ def test_more_turns_see_feedback_and_every_try_is_kept(tmp_path):
 
 
 def test_vm_is_leased_only_while_code_runs(tmp_path):
-    tasks = [task(f"think{i}", [GOOD], think_s=1.0) for i in range(4)]
+    tasks = [task(f"think{i}", [GOOD], think_s=2.0) for i in range(4)]
     outcome = run(tmp_path, tasks, num_rollouts=4, num_vms=1)
     records = read_results(outcome.run_dir)
     assert {r["status"] for r in records} == {"success"}
     busy = sum(r["duration_s"] for r in records)
     leased = outcome.summary["vm"]["leased_s"]
-    # four rollouts thought for 1 s each, in parallel, on one VM: the VM was held only
-    # for the executions, never during the thinking
-    assert busy >= 4.0 and leased < 2.0
-    assert max(r["lease_wait_s"] for r in records) < 2.0
+    # four rollouts thought for 2 s each, in parallel, on one VM: the VM was held only
+    # for the executions (a judge and the answer's interpreter each), never during the
+    # thinking, which alone would be 8 s
+    assert busy >= 8.0 and leased < 4.0
+    assert max(r["lease_wait_s"] for r in records) < 4.0
 
 
 def host_can_spawn() -> bool:
@@ -143,7 +144,10 @@ def test_hostile_code_is_contained(tmp_path, name):
 
 def test_code_that_kills_the_guest_agent_is_retried_on_a_new_vm(tmp_path, monkeypatch):
     monkeypatch.setenv("PR_CHAOS_DIR", str(tmp_path))
-    killer = "    import os, signal; os.kill(os.getppid(), signal.SIGKILL)\n"
+    # the answer's parent is the judge; the judge's parent is the guest agent
+    killer = ("    import os, signal\n"
+              "    stat = open(f'/proc/{os.getppid()}/stat').read()\n"
+              "    os.kill(int(stat.rsplit(')', 1)[1].split()[1]), signal.SIGKILL)\n")
     tasks = [task("killer", [{"once": killer, "then": GOOD}])]
     outcome = run(tmp_path, tasks, num_rollouts=1, num_vms=1)
     records = read_results(outcome.run_dir)
