@@ -126,6 +126,10 @@ def _dec(x):
 
 
 def main():
+    # set by the preamble envs/py.py writes before this file's text
+    task = globals()
+    PROGRAM, TESTS, ENTRY_POINT, PROMPT = (task[name] for name in
+                                           ("PROGRAM", "TESTS", "ENTRY_POINT", "PROMPT"))
     # This script holds the tests: gone before the answer's process starts, so it cannot
     # read them (the agent would remove it afterwards, too late).
     try:

@@ -28,7 +28,7 @@ import json as jsonlib
 import socket
 import time
 import uuid
-from typing import Any
+from typing import Any, Callable
 
 from ..errors import GuestUnreachable, VMError
 
@@ -170,21 +170,7 @@ class GuestClient:
 
     def wait_ready(self, timeout_s: float) -> None:
         """Poll /health until the agent answers; GuestUnreachable after ``timeout_s``."""
-        deadline = time.monotonic() + timeout_s
-        delay = 0.005
-        while True:
-            remaining = deadline - time.monotonic()
-            try:
-                self.request("GET", "/health", timeout=max(0.05, min(remaining, 2.0)))
-                return
-            except GuestUnreachable as exc:
-                last = exc
-            if time.monotonic() + delay > deadline:
-                raise GuestUnreachable(
-                    f"guest agent at {self.address} not ready after {timeout_s:g}s "
-                    f"(last error: {last.__cause__!r})")
-            time.sleep(delay)
-            delay = min(delay * 2, 0.25)
+        wait_ready(self, time.monotonic() + timeout_s, budget_s=timeout_s)
 
     def platform(self) -> str:
         """GET /platform: the guest's ``platform.system()`` (e.g. ``Linux``)."""
@@ -337,3 +323,38 @@ def _error_message(response: GuestResponse) -> str:
     if isinstance(payload, dict):
         return str(payload.get("message") or payload.get("error") or payload)
     return str(payload)
+
+
+def wait_ready(client: GuestClient, deadline: float, *, route: str = "/health",
+               accept: Callable[[GuestResponse], bool] | None = None,
+               check_alive: Callable[[], None] | None = None, budget_s: float | None = None,
+               max_delay_s: float = 0.25) -> GuestResponse:
+    """THE readiness wait of every provider: poll ``GET route`` until the agent answers 200
+    and ``accept(response)`` holds, backing off from 5 ms to ``max_delay_s``.
+
+    ``check_alive()`` runs between tries (at most once a second) and raises when the VM is
+    gone for good (its QEMU exited, its container stopped), so nobody waits for a corpse.
+    GuestUnreachable at ``deadline``, saying the last thing that went wrong."""
+    delay, next_check, last = 0.005, time.monotonic(), "no answer"
+    while True:
+        remaining = deadline - time.monotonic()
+        try:
+            response = client.request("GET", route, timeout=max(0.05, min(remaining, 2.0)),
+                                      check=False)
+            if response.status == 200 and (accept is None or accept(response)):
+                return response
+            last = f"answered {response.status}: {response.body[:200]!r}"
+        except GuestUnreachable as exc:
+            last = repr(exc.__cause__ or exc)
+        except ValueError as exc:  # accept() could not read a half-started agent's answer
+            last = str(exc)
+        if check_alive is not None and time.monotonic() >= next_check:
+            check_alive()
+            next_check = time.monotonic() + 1.0
+        if time.monotonic() + delay > deadline:
+            budget = f"{budget_s:g}s" if budget_s is not None else "the boot timeout"
+            raise GuestUnreachable(f"guest agent at {client.address} not ready after {budget} "
+                                   f"(GET {route}; last error: {last})")
+        time.sleep(delay)
+        delay = min(delay * 2, max_delay_s)
+

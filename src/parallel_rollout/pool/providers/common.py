@@ -61,6 +61,31 @@ def same_process(pid, created) -> bool:
         return False
 
 
+def runs_vm(pid, created, vm_dir: Path) -> bool:
+    """Whether ``pid`` is still the process we started for ``vm_dir`` (bwrap, QEMU): the
+    same process, and its command line names the folder."""
+    if not same_process(pid, created):
+        return False
+    try:
+        return str(vm_dir) in " ".join(psutil.Process(pid).cmdline())
+    except psutil.Error:
+        return False
+
+
+def process_and_agent_healthy(info, timeout_s: float) -> bool:
+    """The VM's recorded process (``pid``, ``create_time``) runs and its agent answers
+    /health within ``timeout_s``: the ``healthy`` of providers that own a process per VM."""
+    if not same_process(info.private.get("pid"), info.private.get("create_time")):
+        return False
+    from ...guest.client import GuestClient
+
+    try:
+        GuestClient(info.address, timeout_s=timeout_s).health()
+    except Exception:  # unreachable, malformed: either way not healthy
+        return False
+    return True
+
+
 def owner_label() -> dict:
     """This process as the owner a VM folder records."""
     me = psutil.Process()

@@ -39,7 +39,7 @@ runs as uid 64000 through ``setpriv`` with no capabilities (``--run-as``, see
 ``guest/server.py``), so the graded code can neither signal the agent nor reach its socket.
 A desktop container runs its commands as the agent's user (its session bus admits one uid).
 
-**Reset = recreate, with a spare.** A container cannot be rolled back in place, but a new
+**Reset = recreate, with a spare** (``docker_spare.py``; the CLI calls are in ``docker_cli.py``). A container cannot be rolled back in place, but a new
 one from the same image is the snapshot. What costs is ``docker start`` (namespaces, mounts,
 cgroups: ~300 ms here) and the agent's start-up, while ``docker create`` is ~30 ms: so after
 every start and reset a background thread boots the VM's *next* container, the spare, until
@@ -74,24 +74,28 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import secrets
 import shutil
-import signal
 import socket
 import subprocess
 import tempfile
-import threading
 import time
-from concurrent.futures import Future
 from pathlib import Path
 from typing import Callable
 
 import psutil
 
-from ...errors import ConfigError, ProviderUnavailable, VMError
+from ...errors import ConfigError, GuestUnreachable, ProviderUnavailable, VMError
 from . import images
 from .base import Provider, ProviderOptions, VMInfo
+from .common import check_name as _check_name, make_vm_dir, read_meta as _read_meta
+from .common import remove_run_dir_if_empty as _remove_run_dir_if_empty
+from .docker_cli import (GUEST_HOME, GUEST_PATH, GUEST_SOCK_DIR, LABEL, SOCKET_NAME,
+                         START_HINT, _agent_argv, _container_state, _containers,
+                         _daemon_address, _docker, _image_exists, _image_kind,
+                         _import_changes, _init_process, _kill_init, _logs, _owner_alive,
+                         _remove_containers, _remove_old_guest_images)
+from .docker_spare import SpareContainers, _Background
 
 DEFAULT_BASE_DIR = "/tmp/parallel-rollout/docker"
 #: the unprivileged user commands run as (the agent stays the container's root, with
@@ -104,26 +108,14 @@ BASE_DIR_ENV = "PARALLEL_ROLLOUT_DOCKER_DIR"
 IMAGE_REPO = "parallel-rollout-guest"
 #: the image of desktop modes: images.guest_recipe(desktop=True)
 DESKTOP_IMAGE_REPO = "parallel-rollout-desktop"
-LABEL = "parallel-rollout"
-GUEST_HOME = "/home/user"
-GUEST_SOCK_DIR = "/run/guest"
-SOCKET_NAME = "agent.sock"
-GUEST_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 #: bump when the image recipe below changes in a way the key does not capture
 IMAGE_RECIPE_VERSION = 3
 #: sun_path holds 108 bytes; keep a margin
 MAX_SOCKET_PATH = 100
-#: ordinary docker calls (inspect, create, start, rm); a daemon slower than this is sick
-DOCKER_TIMEOUT_S = 60.0
-#: how long a SIGKILLed container init may take to disappear before we ask dockerd instead
-KILL_WAIT_S = 5.0
-#: `docker import` of a ~100 MB tarball (~1.9 GB with the desktop)
+#: `docker import` of a ~100 MB tarball (~1 GB with the desktop)
 IMPORT_TIMEOUT_S = 900.0
-START_HINT = "dockerd --bridge=none --iptables=false (as root; or: scripts/dockerd.sh start)"
-_DEATHSIG = [shutil.which("setpriv"), "--pdeathsig", "KILL"] if shutil.which("setpriv") else []
 #: a sweep lists again after this long, for containers whose creation was under way
 SWEEP_SETTLE_S = 0.5
-_SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
 def base_dir_default() -> Path:
@@ -139,7 +131,7 @@ def image_tag(desktop: bool = False) -> str:
     return f"{DESKTOP_IMAGE_REPO if desktop else IMAGE_REPO}:{key}"
 
 
-class DockerProvider(Provider):
+class DockerProvider(SpareContainers, Provider):
     """VMs as containers of one image; a reset starts a fresh container made ahead of time."""
 
     name = "docker"
@@ -164,13 +156,7 @@ class DockerProvider(Provider):
         self._check_image()
         me = psutil.Process()
         self._owner = f"{me.pid}:{me.create_time():.3f}"
-        self._lock = threading.Lock()
-        #: vm id -> the spare container being created for its next reset
-        self._spares: dict[str, Future] = {}
-        #: vm id -> removals of its old containers still under way (stop waits for them)
-        self._removals: dict[str, list[_Background]] = {}
-        #: vm ids stopped by this instance: no spare may be made for them any more
-        self._stopped: set[str] = set()
+        self._init_spares()
 
     def __repr__(self) -> str:
         return (f"DockerProvider(run_id={self.run_id!r}, image={self.image!r}, "
@@ -245,7 +231,7 @@ class DockerProvider(Provider):
         shutil.rmtree(vm_dir, ignore_errors=True)
         with self._lock:
             self._stopped.discard(vm_id)
-        _make_dirs(vm_dir)
+        make_vm_dir(vm_dir)
         self._write_meta(vm_id, vm_dir)
         info = self._boot(vm_id, deadline)
         self._make_spare(vm_id)
@@ -302,7 +288,7 @@ class DockerProvider(Provider):
             self.sweep_vm(info.vm_id)
         finally:
             shutil.rmtree(info.private["vm_dir"], ignore_errors=True)
-            _remove_if_empty(self.run_dir)
+            _remove_run_dir_if_empty(self.run_dir)
 
     def sweep_vm(self, vm_id: str) -> None:
         """Remove every container and the folder of one VM of this run."""
@@ -346,7 +332,7 @@ class DockerProvider(Provider):
                     continue
                 shutil.rmtree(vm_dir, ignore_errors=True)
                 removed.add(vm_dir.name)
-            _remove_if_empty(run_dir)
+            _remove_run_dir_if_empty(run_dir)
         return sorted(removed)
 
     # ------------------------------------------------------------------- internals
@@ -361,7 +347,7 @@ class DockerProvider(Provider):
             raise ConfigError(
                 f"socket path {socket_path} is longer than {MAX_SOCKET_PATH} characters; "
                 f"set {BASE_DIR_ENV} to a shorter folder or use shorter run/vm ids")
-        _make_dirs(sock_dir)
+        make_vm_dir(sock_dir)
         name = f"pr-{self.run_id}-{vm_id}-{cid}"
         private = {"name": name, "sock_dir": str(sock_dir), "vm_dir": str(vm_dir)}
         argv = [
@@ -405,34 +391,24 @@ class DockerProvider(Provider):
 
     def _await_agent(self, vm_id: str, container: dict, deadline: float) -> VMInfo:
         """Poll the container's socket until its agent answers as ``vm_id``."""
-        from ...guest.client import GuestClient
+        from ...guest.client import GuestClient, wait_ready
 
         address = f"unix:{Path(container['sock_dir']) / SOCKET_NAME}"
-        client = GuestClient(address)
-        delay, next_check = 0.002, time.monotonic() + 1.0
-        last = "no answer"
-        while True:
-            remaining = deadline - time.monotonic()
-            try:
-                answer = client.request("GET", "/health",
-                                        timeout=max(0.05, min(remaining, 2.0))).json()
-                if answer.get("vm") == vm_id:
-                    break
-                last = f"the agent answered as {answer.get('vm')!r}"
-            except Exception as exc:  # not listening yet, or a half-started agent
-                last = str(exc)
-            if time.monotonic() >= next_check:
-                state = _container_state(container["name"])
-                if state not in ("running", "created"):
-                    raise VMError(f"VM {vm_id}: container {container['name']} is {state} "
-                                  f"before its agent answered; log: {_logs(container['name'])}")
-                next_check = time.monotonic() + 1.0
-            if time.monotonic() + delay > deadline:
-                raise VMError(f"VM {vm_id}: the agent of {container['name']} did not answer "
-                              f"within {self.options.boot_timeout_s:g}s ({last}); log: "
-                              f"{_logs(container['name'])}")
-            time.sleep(delay)
-            delay = min(delay * 1.5, 0.02)
+
+        def running() -> None:
+            state = _container_state(container["name"])
+            if state not in ("running", "created"):
+                raise VMError(f"VM {vm_id}: container {container['name']} is {state} "
+                              f"before its agent answered; log: {_logs(container['name'])}")
+
+        try:
+            # the answer must come from this VM's agent, not a stale one on a reused socket
+            wait_ready(GuestClient(address), deadline, check_alive=running, max_delay_s=0.02,
+                       accept=lambda response: response.json().get("vm") == vm_id,
+                       budget_s=self.options.boot_timeout_s)
+        except GuestUnreachable as exc:
+            raise VMError(f"VM {vm_id}: the agent of {container['name']} did not answer "
+                          f"({exc}); log: {_logs(container['name'])}") from None
         return VMInfo(vm_id=vm_id, provider=self.name, address=address, run_id=self.run_id,
                       private={**container, "image": self.image})
 
@@ -446,48 +422,6 @@ class DockerProvider(Provider):
         except BaseException:
             self._remove([container])
             raise
-
-    def _remove_later(self, vm_id: str, container: dict) -> None:
-        """Remove a container in the background; ``stop`` waits for it."""
-        with self._lock:
-            pending = [r for r in self._removals.get(vm_id, []) if not r.done()]
-            pending.append(_Background(self._remove, [container]))
-            self._removals[vm_id] = pending
-
-    def _make_spare(self, vm_id: str) -> None:
-        """Boot the VM's next container in the background, ready for the next reset."""
-        with self._lock:
-            if vm_id in self._stopped or vm_id in self._spares:
-                return
-            future: Future = Future()
-            self._spares[vm_id] = future
-
-        def boot() -> None:
-            try:
-                deadline = time.monotonic() + self.options.boot_timeout_s
-                future.set_result(self._boot(vm_id, deadline))
-            except BaseException as exc:  # the reset that wants it boots one itself
-                future.set_exception(exc)
-
-        threading.Thread(target=boot, name=f"docker-spare-{vm_id}", daemon=True).start()
-
-    def _take_spare(self, vm_id: str, deadline: float, check: bool = True) -> VMInfo | None:
-        """The VM's spare, once booted and (with ``check``) still answering; None when
-        there is none, it failed to boot, or it died meanwhile (then it is removed)."""
-        with self._lock:
-            future = self._spares.pop(vm_id, None)
-        if future is None:
-            return None
-        try:
-            # its boot is bounded by its own deadline; this one bounds the caller's wait
-            spare = future.result(timeout=max(0.0, deadline - time.monotonic()))
-        except Exception:  # noqa: BLE001 - a failed or late spare only costs the reset a boot
-            future.add_done_callback(_remove_when_booted)
-            return None
-        if check and not self.healthy(spare):
-            self._remove([spare.private])
-            return None
-        return spare
 
     def _remove(self, containers: list[dict]) -> None:
         """``docker rm -f`` the containers and remove their socket folders."""
@@ -523,240 +457,3 @@ class DockerProvider(Provider):
         tmp = vm_dir / "meta.json.tmp"
         tmp.write_text(json.dumps(meta, indent=1))
         tmp.replace(vm_dir / "meta.json")  # sweep must never read half a file
-
-
-# ----------------------------------------------------------------------- docker CLI
-
-
-def _docker(*args: str, timeout: float = DOCKER_TIMEOUT_S, check: bool = True) -> subprocess.CompletedProcess:
-    """Run one docker CLI command; VMError on failure or when it outlives ``timeout``.
-
-    The CLI runs under ``setpriv --pdeathsig KILL``: when the process that owns the VMs is
-    killed, a ``docker run`` it had under way dies too instead of making a container after
-    the sweep that follows the crash has already looked (the thread that forks it waits
-    for it, so the signal fires only when the whole process is gone)."""
-    argv = [*_DEATHSIG, "docker", *args]
-    try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
-                              stdin=subprocess.DEVNULL)
-    except FileNotFoundError:
-        raise ProviderUnavailable("the docker CLI is not installed; install it with: "
-                                  "apt-get install docker.io") from None
-    except subprocess.TimeoutExpired:
-        raise VMError(f"docker {args[0]} did not finish within {timeout:.0f}s") from None
-    if check and done.returncode != 0:
-        message = done.stderr.strip() or done.stdout.strip()
-        if "Cannot connect to the Docker daemon" in message or "Is the docker daemon running" in message:
-            raise ProviderUnavailable(f"no Docker daemon answers at {_daemon_address()}; start "
-                                      f"one with: {START_HINT}")
-        raise VMError(f"docker {' '.join(args[:2])} failed: {message[-800:]}")
-    return done
-
-
-def _containers(*label_filters: str) -> list[dict]:
-    """Containers (any state) whose labels match every filter; name, state, vm, owner, host."""
-    fields = ["{{.Names}}", "{{.State}}", f'{{{{.Label "{LABEL}.run"}}}}',
-              f'{{{{.Label "{LABEL}.vm"}}}}', f'{{{{.Label "{LABEL}.owner"}}}}',
-              f'{{{{.Label "{LABEL}.host"}}}}']
-    argv = ["ps", "-a", "--no-trunc", "--format", "\t".join(fields)]
-    for label in label_filters:
-        argv += ["--filter", f"label={label}"]
-    found = []
-    for line in _docker(*argv).stdout.splitlines():
-        parts = line.split("\t")
-        if len(parts) == 6:
-            found.append(dict(zip(("name", "state", "run", "vm", "owner", "host"), parts)))
-    return found
-
-
-def _remove_containers(names: list[str], *, strict: bool) -> None:
-    """``docker rm -f -v``; a container that is already gone is fine."""
-    if not names:
-        return
-    done = _docker("rm", "-f", "-v", *names, check=False)
-    if done.returncode != 0:
-        problems = [line for line in done.stderr.splitlines()
-                    if line.strip() and "No such container" not in line]
-        if problems and strict:
-            raise VMError(f"docker rm failed: {' '.join(problems)[-800:]}")
-
-
-def _remove_old_guest_images(keep: str, kind: str, log: Callable[[str], None]) -> None:
-    """Remove guest images of this kind (guest, desktop) made from earlier agents or recipes
-    (~100 MB each, ~1.9 GB with a desktop), and the one a ``--force`` build untagged; one
-    that a container still uses stays (``docker rmi`` without ``-f`` refuses)."""
-    keep_id = _docker("image", "inspect", "--format", "{{.Id}}", keep).stdout.strip()
-    listing = _docker("images", "--no-trunc", "--filter", f"label={LABEL}.image={kind}",
-                      "--format", "{{.ID}} {{.Repository}}:{{.Tag}}", check=False).stdout
-    old = sorted({ref if not ref.endswith("<none>") else image_id
-                  for image_id, ref in (line.split() for line in listing.splitlines() if line)
-                  if image_id != keep_id})
-    if old and _docker("rmi", *old, check=False).returncode == 0:
-        log(f"[image] removed older guest images: {' '.join(old)}")
-
-
-def _image_exists(ref: str) -> bool:
-    return _docker("image", "inspect", "--format", "{{.Id}}", ref, check=False).returncode == 0
-
-
-def _container_state(name: str) -> str:
-    done = _docker("container", "inspect", "--format", "{{.State.Status}}", name, check=False)
-    return done.stdout.strip() if done.returncode == 0 else "missing"
-
-
-def _logs(name: str) -> str:
-    done = _docker("logs", "--tail", "20", name, check=False, timeout=10)
-    text = (done.stdout + done.stderr).strip()
-    return text[-1500:] or "(empty)"
-
-
-def _daemon_address() -> str:
-    return os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
-
-
-def _agent_argv(screen: str | None = None) -> list[str]:
-    # -S: site.py costs ~5 ms per start; -I: the image's environment cannot redirect imports
-    argv = ["python3", "-I", "-S", images.GUEST_AGENT_PATH,
-            "--unix", f"{GUEST_SOCK_DIR}/{SOCKET_NAME}"]
-    return argv + ["--desktop", screen] if screen else argv
-
-
-def _image_kind(desktop: bool) -> str:
-    return "desktop" if desktop else "guest"
-
-
-def _import_changes(desktop: bool = False) -> list[str]:
-    """Dockerfile instructions the imported image gets (what a standalone `docker run` uses:
-    the desktop image starts a 1920x1080 desktop)."""
-    changes = [
-        f"CMD {json.dumps(_agent_argv('1920x1080' if desktop else None))}",
-        f"ENV HOME={GUEST_HOME}", f"ENV PATH={GUEST_PATH}", "ENV LANG=C.UTF-8",
-        f"WORKDIR {GUEST_HOME}",
-        f"LABEL {LABEL}.image={_image_kind(desktop)}",
-    ]
-    return changes + [f"ENV PYTHONPATH={images.GUEST_SHIM_DIR}"] if desktop else changes
-
-
-class _Background:
-    """Run ``target(*args)`` in a thread now; ``result()`` joins it and re-raises."""
-
-    def __init__(self, target, *args) -> None:
-        self._future: Future = Future()
-
-        def run() -> None:
-            try:
-                self._future.set_result(target(*args))
-            except BaseException as exc:
-                self._future.set_exception(exc)
-
-        threading.Thread(target=run, name="docker-background", daemon=True).start()
-
-    def result(self):
-        return self._future.result(timeout=DOCKER_TIMEOUT_S + 5)
-
-    def done(self) -> bool:
-        return self._future.done()
-
-
-# ------------------------------------------------------------------------- helpers
-
-
-def _check_name(what: str, value: str) -> None:
-    # these become container names, folder names and a hostname
-    if not isinstance(value, str) or not _SAFE_NAME.match(value):
-        raise ConfigError(f"{what} {value!r} must be 1-64 characters of letters, digits, "
-                          "'.', '_' or '-' (starting with a letter or digit)")
-
-
-def _init_process(name: str) -> dict:
-    """The host pid and start time of the container's init (docker-init), when this host
-    sees it (a local daemon, in our pid namespace); {} otherwise."""
-    done = _docker("inspect", "--format", "{{.State.Pid}}", name, check=False)
-    try:
-        proc = psutil.Process(int(done.stdout.strip()))
-        if "init" not in proc.name():
-            return {}
-        return {"init_pid": proc.pid, "init_create_time": proc.create_time()}
-    except (ValueError, psutil.Error):
-        return {}
-
-
-def _kill_init(private: dict) -> bool:
-    """SIGKILL the container's init and wait until it is gone; True when it is. The kernel
-    lets a pid namespace's init finish exiting only after every other process of the
-    namespace has, so then nothing of the container runs any more. False (the caller falls
-    back to ``docker rm -f``) when we cannot: no recorded pid, not allowed, or too slow."""
-    pid, created = private.get("init_pid"), private.get("init_create_time")
-    if not pid or not _same_process(pid, created):
-        return False
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    deadline = time.monotonic() + KILL_WAIT_S
-    delay = 0.0005
-    while _same_process(pid, created):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(delay)
-        delay = min(delay * 2, 0.02)
-    return True
-
-
-def _same_process(pid: int, create_time: float | None) -> bool:
-    """Whether ``pid`` runs and is the process that started at ``create_time``."""
-    try:
-        proc = psutil.Process(pid)
-        return (create_time is not None and abs(proc.create_time() - create_time) < 0.01
-                and proc.status() != psutil.STATUS_ZOMBIE)
-    except psutil.Error:
-        return False
-
-
-def _remove_when_booted(future: Future) -> None:
-    """Remove a spare that booted after the reset waiting for it had given up on it."""
-    try:
-        spare = future.result()
-    except BaseException:  # noqa: BLE001 - a failed boot removed its container itself
-        return
-    _remove_containers([spare.private["name"]], strict=False)
-    shutil.rmtree(spare.private["sock_dir"], ignore_errors=True)
-
-
-def _owner_alive(owner: str) -> bool:
-    """Whether ``pid:create_time`` names a running process (not a reused pid)."""
-    pid, _, created = (owner or "").partition(":")
-    try:
-        proc = psutil.Process(int(pid))
-        return (abs(proc.create_time() - float(created)) < 0.01
-                and proc.status() != psutil.STATUS_ZOMBIE)
-    except (ValueError, psutil.Error):
-        return False
-
-
-def _read_meta(vm_dir: Path) -> dict | None:
-    try:
-        return json.loads((vm_dir / "meta.json").read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def _make_dirs(vm_dir: Path) -> None:
-    """Create ``vm_dir``; a concurrent stop of the run's last VM may remove the run folder
-    between the creation of the parents, so try again when that happens."""
-    for _ in range(10):
-        try:
-            vm_dir.mkdir(parents=True, exist_ok=True)
-            return
-        except FileNotFoundError:
-            continue
-    vm_dir.mkdir(parents=True, exist_ok=True)
-
-
-def _remove_if_empty(folder: Path) -> None:
-    try:
-        folder.rmdir()
-    except OSError:
-        pass  # not empty, or already gone

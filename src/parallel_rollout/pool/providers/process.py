@@ -77,8 +77,8 @@ from pathlib import Path
 from ...errors import ConfigError, ProviderUnavailable, VMError
 from . import cgroups, images, seccomp
 from .base import Provider, ProviderOptions, VMInfo
-from .common import (check_name, create_time, log_tail, owner_label, read_meta,
-                     remove_vm_dir, make_vm_dir, same_process, secure_base_dir,
+from .common import (check_name, create_time, log_tail, make_vm_dir, owner_label,
+                     process_and_agent_healthy, read_meta, remove_vm_dir, secure_base_dir,
                      sweep_vm_folders, write_meta)
 from .sandbox_processes import (_children, kill_recorded, kill_sandbox, launcher,
                                 read_until, sandbox_alive)
@@ -274,15 +274,7 @@ class ProcessProvider(Provider):
 
     def healthy(self, info: VMInfo) -> bool:
         """The bwrap process is the one we started and its agent answers /health quickly."""
-        if not same_process(info.private.get("pid"), info.private.get("create_time")):
-            return False
-        from ...guest.client import GuestClient
-
-        try:
-            GuestClient(info.address, timeout_s=2.0).health()
-        except Exception:  # unreachable, malformed: either way not healthy
-            return False
-        return True
+        return process_and_agent_healthy(info, timeout_s=2.0)
 
     def stop(self, info: VMInfo) -> None:
         """Kill the sandbox and remove its folder and cgroups; a second call does nothing."""

@@ -95,7 +95,7 @@ from typing import Callable
 
 import psutil
 
-from ...errors import ConfigError, ProviderUnavailable, VMError
+from ...errors import ConfigError, GuestUnreachable, ProviderUnavailable, VMError
 from .base import Provider, ProviderOptions, VMInfo
 # The image build lives in its own module; these are what booting and tests use of it.
 from .qemu_image import (_IMAGE_FILES, GUEST_PORT, PROBE_MARKER, QEMU_IMG,
@@ -105,6 +105,7 @@ from .qemu_image import (_IMAGE_FILES, GUEST_PORT, PROBE_MARKER, QEMU_IMG,
 from .common import (check_name as _check_name, create_time as _create_time,
                      log_tail as _tail, read_meta as _read_meta,
                      remove_run_dir_if_empty as _remove_run_dir_if_empty,
+                     process_and_agent_healthy, runs_vm,
                      same_process as _same_process, sweep_vm_folders)
 from .sandbox_processes import launcher as _launcher
 
@@ -259,15 +260,7 @@ class QemuProvider(Provider):
 
     def healthy(self, info: VMInfo) -> bool:
         """QEMU is the process we started and the agent answers /health quickly."""
-        if not _same_process(info.private.get("pid"), info.private.get("create_time")):
-            return False
-        from ...guest.client import GuestClient
-
-        try:
-            GuestClient(info.address, timeout_s=5.0).health()
-        except Exception:  # unreachable, malformed: either way not healthy
-            return False
-        return True
+        return process_and_agent_healthy(info, timeout_s=5.0)
 
     def stop(self, info: VMInfo) -> None:
         """Quit QEMU (QMP, then SIGKILL) and remove the VM folder; safe to call twice."""
@@ -518,30 +511,22 @@ def _free_port() -> int:
 
 def _is_our_qemu(pid, create_time, vm_dir: Path) -> bool:
     """Whether ``pid`` is still the QEMU (or its setpriv) that runs ``vm_dir``."""
-    if not _same_process(pid, create_time):
-        return False
-    try:
-        return str(vm_dir) in " ".join(psutil.Process(pid).cmdline())
-    except psutil.Error:
-        return False
+    return runs_vm(pid, create_time, vm_dir)
 
 
 def _wait_for_agent(client, proc: subprocess.Popen | None, deadline: float) -> None:
     """Poll the agent's /health until it answers; VMError when QEMU exits or time is up."""
-    delay = 0.01
-    while True:
+    from ...guest.client import wait_ready
+
+    def qemu_alive() -> None:
         if proc is not None and proc.poll() is not None:
             raise VMError(f"QEMU exited with status {proc.returncode} before the guest "
                           "agent answered")
-        try:
-            client.health()
-            return
-        except VMError:
-            pass
-        if time.monotonic() > deadline:
-            raise VMError("the guest agent did not answer within the boot timeout")
-        time.sleep(delay)
-        delay = min(delay * 2, 0.2)
+
+    try:
+        wait_ready(client, deadline, check_alive=qemu_alive, max_delay_s=0.2)
+    except GuestUnreachable as exc:
+        raise VMError(f"the guest agent did not answer within the boot timeout ({exc})") from None
 
 
 def _set_guest_clock(port: int, deadline: float) -> None:

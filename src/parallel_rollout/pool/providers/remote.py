@@ -262,17 +262,12 @@ def _answers(address: str, timeout_s: float) -> bool:
 
 
 def _wait_ready(address: str, deadline: float, budget_s: float) -> None:
-    """Poll GET /platform until it answers; GuestUnreachable at the deadline."""
-    delay = 0.01
-    while True:
-        remaining = deadline - time.monotonic()
-        if _answers(address, max(0.05, min(remaining, HEALTH_TIMEOUT_S))):
-            return
-        if time.monotonic() + delay > deadline:
-            raise GuestUnreachable(f"the guest agent at {address} did not answer GET "
-                                   f"{READY_ROUTE} within {budget_s:g}s")
-        time.sleep(delay)
-        delay = min(delay * 2, 0.5)
+    """Poll GET /platform until it answers (the one readiness wait of guest/client.py)."""
+    from ...guest.client import GuestClient, wait_ready
+
+    wait_ready(GuestClient(address, timeout_s=HEALTH_TIMEOUT_S), deadline, route=READY_ROUTE,
+               accept=lambda response: bool(response.body.strip()), budget_s=budget_s,
+               max_delay_s=0.5)
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

@@ -26,7 +26,7 @@ from pathlib import Path
 import psutil
 
 from ...errors import VMError
-from .common import same_process
+from .common import runs_vm, same_process
 
 #: how long a killed sandbox may take to disappear before we call it stuck
 KILL_WAIT_S = 5.0
@@ -140,12 +140,8 @@ def sandbox_alive(meta: dict, vm_dir: Path) -> bool:
 
 
 def is_our_bwrap(pid, create_time, vm_dir: Path) -> bool:
-    if not same_process(pid, create_time):
-        return False
-    try:
-        return str(vm_dir) in " ".join(psutil.Process(pid).cmdline())
-    except psutil.Error:
-        return False
+    """Whether ``pid`` is still the bwrap of ``vm_dir``."""
+    return runs_vm(pid, create_time, vm_dir)
 
 
 def kill_recorded(meta: dict, vm_dir: Path) -> None:

@@ -1,0 +1,191 @@
+"""Talking to dockerd: the docker CLI, labelled containers, the container's init, the image's
+agent command. What the docker provider and its spare containers share; no policy here.
+
+Containers carry labels ``parallel-rollout.run``, ``.vm``, ``.owner`` (pid and start time of
+the process that made them) and ``.host``; ``_containers`` lists them by label. A container's
+init (docker-init) is found by its host pid when this host sees it, so that a reset can kill
+it directly and wait for the pid namespace to empty (see docker.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from typing import Callable
+
+import psutil
+
+from ...errors import ProviderUnavailable, VMError
+from . import images
+from .common import same_process as _same_process
+
+LABEL = "parallel-rollout"
+GUEST_HOME = "/home/user"
+GUEST_SOCK_DIR = "/run/guest"
+SOCKET_NAME = "agent.sock"
+GUEST_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+#: ordinary docker calls (inspect, create, start, rm); a daemon slower than this is sick
+DOCKER_TIMEOUT_S = 60.0
+#: how long a SIGKILLed container init may take to disappear before we ask dockerd instead
+KILL_WAIT_S = 5.0
+START_HINT = "dockerd --bridge=none --iptables=false (as root; or: scripts/dockerd.sh start)"
+_DEATHSIG = [shutil.which("setpriv"), "--pdeathsig", "KILL"] if shutil.which("setpriv") else []
+
+
+def _docker(*args: str, timeout: float = DOCKER_TIMEOUT_S, check: bool = True) -> subprocess.CompletedProcess:
+    """Run one docker CLI command; VMError on failure or when it outlives ``timeout``.
+
+    The CLI runs under ``setpriv --pdeathsig KILL``: when the process that owns the VMs is
+    killed, a ``docker run`` it had under way dies too instead of making a container after
+    the sweep that follows the crash has already looked (the thread that forks it waits
+    for it, so the signal fires only when the whole process is gone)."""
+    argv = [*_DEATHSIG, "docker", *args]
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
+                              stdin=subprocess.DEVNULL)
+    except FileNotFoundError:
+        raise ProviderUnavailable("the docker CLI is not installed; install it with: "
+                                  "apt-get install docker.io") from None
+    except subprocess.TimeoutExpired:
+        raise VMError(f"docker {args[0]} did not finish within {timeout:.0f}s") from None
+    if check and done.returncode != 0:
+        message = done.stderr.strip() or done.stdout.strip()
+        if "Cannot connect to the Docker daemon" in message or "Is the docker daemon running" in message:
+            raise ProviderUnavailable(f"no Docker daemon answers at {_daemon_address()}; start "
+                                      f"one with: {START_HINT}")
+        raise VMError(f"docker {' '.join(args[:2])} failed: {message[-800:]}")
+    return done
+
+
+def _containers(*label_filters: str) -> list[dict]:
+    """Containers (any state) whose labels match every filter; name, state, vm, owner, host."""
+    fields = ["{{.Names}}", "{{.State}}", f'{{{{.Label "{LABEL}.run"}}}}',
+              f'{{{{.Label "{LABEL}.vm"}}}}', f'{{{{.Label "{LABEL}.owner"}}}}',
+              f'{{{{.Label "{LABEL}.host"}}}}']
+    argv = ["ps", "-a", "--no-trunc", "--format", "\t".join(fields)]
+    for label in label_filters:
+        argv += ["--filter", f"label={label}"]
+    found = []
+    for line in _docker(*argv).stdout.splitlines():
+        parts = line.split("\t")
+        if len(parts) == 6:
+            found.append(dict(zip(("name", "state", "run", "vm", "owner", "host"), parts)))
+    return found
+
+
+def _remove_containers(names: list[str], *, strict: bool) -> None:
+    """``docker rm -f -v``; a container that is already gone is fine."""
+    if not names:
+        return
+    done = _docker("rm", "-f", "-v", *names, check=False)
+    if done.returncode != 0:
+        problems = [line for line in done.stderr.splitlines()
+                    if line.strip() and "No such container" not in line]
+        if problems and strict:
+            raise VMError(f"docker rm failed: {' '.join(problems)[-800:]}")
+
+
+def _remove_old_guest_images(keep: str, kind: str, log: Callable[[str], None]) -> None:
+    """Remove guest images of this kind (guest, desktop) made from earlier agents or recipes
+    (~100 MB each, ~1 GB with a desktop), and the one a ``--force`` build untagged; one
+    that a container still uses stays (``docker rmi`` without ``-f`` refuses)."""
+    keep_id = _docker("image", "inspect", "--format", "{{.Id}}", keep).stdout.strip()
+    listing = _docker("images", "--no-trunc", "--filter", f"label={LABEL}.image={kind}",
+                      "--format", "{{.ID}} {{.Repository}}:{{.Tag}}", check=False).stdout
+    old = sorted({ref if not ref.endswith("<none>") else image_id
+                  for image_id, ref in (line.split() for line in listing.splitlines() if line)
+                  if image_id != keep_id})
+    if old and _docker("rmi", *old, check=False).returncode == 0:
+        log(f"[image] removed older guest images: {' '.join(old)}")
+
+
+def _image_exists(ref: str) -> bool:
+    return _docker("image", "inspect", "--format", "{{.Id}}", ref, check=False).returncode == 0
+
+
+def _container_state(name: str) -> str:
+    done = _docker("container", "inspect", "--format", "{{.State.Status}}", name, check=False)
+    return done.stdout.strip() if done.returncode == 0 else "missing"
+
+
+def _logs(name: str) -> str:
+    done = _docker("logs", "--tail", "20", name, check=False, timeout=10)
+    text = (done.stdout + done.stderr).strip()
+    return text[-1500:] or "(empty)"
+
+
+def _daemon_address() -> str:
+    return os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+
+
+def _agent_argv(screen: str | None = None) -> list[str]:
+    # -S: site.py costs ~5 ms per start; -I: the image's environment cannot redirect imports
+    argv = ["python3", "-I", "-S", images.GUEST_AGENT_PATH,
+            "--unix", f"{GUEST_SOCK_DIR}/{SOCKET_NAME}"]
+    return argv + ["--desktop", screen] if screen else argv
+
+
+def _image_kind(desktop: bool) -> str:
+    return "desktop" if desktop else "guest"
+
+
+def _import_changes(desktop: bool = False) -> list[str]:
+    """Dockerfile instructions the imported image gets (what a standalone `docker run` uses:
+    the desktop image starts a 1920x1080 desktop)."""
+    changes = [
+        f"CMD {json.dumps(_agent_argv('1920x1080' if desktop else None))}",
+        f"ENV HOME={GUEST_HOME}", f"ENV PATH={GUEST_PATH}", "ENV LANG=C.UTF-8",
+        f"WORKDIR {GUEST_HOME}",
+        f"LABEL {LABEL}.image={_image_kind(desktop)}",
+    ]
+    return changes + [f"ENV PYTHONPATH={images.GUEST_SHIM_DIR}"] if desktop else changes
+
+
+def _init_process(name: str) -> dict:
+    """The host pid and start time of the container's init (docker-init), when this host
+    sees it (a local daemon, in our pid namespace); {} otherwise."""
+    done = _docker("inspect", "--format", "{{.State.Pid}}", name, check=False)
+    try:
+        proc = psutil.Process(int(done.stdout.strip()))
+        if "init" not in proc.name():
+            return {}
+        return {"init_pid": proc.pid, "init_create_time": proc.create_time()}
+    except (ValueError, psutil.Error):
+        return {}
+
+
+def _kill_init(private: dict) -> bool:
+    """SIGKILL the container's init and wait until it is gone; True when it is. The kernel
+    lets a pid namespace's init finish exiting only after every other process of the
+    namespace has, so then nothing of the container runs any more. False (the caller falls
+    back to ``docker rm -f``) when we cannot: no recorded pid, not allowed, or too slow."""
+    pid, created = private.get("init_pid"), private.get("init_create_time")
+    if not pid or not _same_process(pid, created):
+        return False
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    deadline = time.monotonic() + KILL_WAIT_S
+    delay = 0.0005
+    while _same_process(pid, created):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(delay)
+        delay = min(delay * 2, 0.02)
+    return True
+
+
+def _owner_alive(owner: str) -> bool:
+    """Whether the ``pid:create_time`` of a container label names a running process."""
+    pid, _, created = (owner or "").partition(":")
+    try:
+        return _same_process(int(pid), float(created))
+    except ValueError:
+        return False
