@@ -98,31 +98,29 @@ import psutil
 from ...errors import ConfigError, GuestUnreachable, ProviderUnavailable, VMError
 from .base import Provider, ProviderOptions, VMInfo
 # The image build lives in its own module; these are what booting and tests use of it.
-from .qemu_image import (_IMAGE_FILES, GUEST_PORT, PROBE_MARKER, QEMU_IMG,
-                         _build_image, _image_format, _read_bytes, _read_json, _run, _write_json,
-                         image_dir, image_inputs)
+from .qemu_image import (_IMAGE_FILES, GUEST_PORT, QEMU_IMG, _build_image, _image_format,
+                         _read_bytes, _read_json, _run, image_dir, image_inputs)
 # Shared with the process provider: same labelling, same pid checks, same launcher thread.
 from .common import (check_name as _check_name, create_time as _create_time,
                      log_tail as _tail, read_meta as _read_meta,
                      remove_run_dir_if_empty as _remove_run_dir_if_empty,
                      process_and_agent_healthy, runs_vm,
-                     same_process as _same_process, sweep_vm_folders)
+                     same_process as _same_process, sweep_vm_folders, make_vm_dir)
 from .sandbox_processes import launcher as _launcher
+# KVM detection and QMP; the accelerator names are part of this module's face (tests,
+# benchmarks and the CLI reach them as qemu.X)
+from .qemu_machine import (ACCEL_ENV, KVM_PROBE_TIMEOUT_S,  # noqa: F401
+                           BUILD_COMMAND, QEMU, _boot_id, _probe_kvm, _qmp,
+                           _qmp_hmp, detect_accelerator)
 
 log = logging.getLogger(__name__)
 
 DEFAULT_BASE_DIR = "/tmp/parallel-rollout/qemu"
 BASE_DIR_ENV = "PARALLEL_ROLLOUT_QEMU_DIR"
-ACCEL_ENV = "PARALLEL_ROLLOUT_QEMU_ACCEL"
-QEMU = "qemu-system-x86_64"
-BUILD_COMMAND = "parallel-rollout image build --provider qemu"
 DEFAULT_SNAPSHOT = "init"
 DEFAULT_MEMORY_MB = 512
 #: a desktop guest runs Xvfb, a window manager and GTK apps besides the agent
 DESKTOP_MEMORY_MB = 1024
-#: a working KVM boots the probe in about a second; a broken one hangs
-KVM_PROBE_TIMEOUT_S = 15.0
-QMP_TIMEOUT_S = 10.0
 QUIT_WAIT_S = 5.0
 MAX_SOCKET_PATH = 100
 _SAFE_SNAPSHOT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
@@ -214,7 +212,7 @@ class QemuProvider(Provider):
                 raise VMError(f"VM {vm_id} of run {self.run_id} is already running "
                               f"(pid {meta.get('pid')})")
             shutil.rmtree(vm_dir, ignore_errors=True)
-        _make_dir(vm_dir)
+        make_vm_dir(vm_dir)
         private = {"vm_dir": str(vm_dir), "snapshot": self.snapshot_name}
         try:
             if self.user_image is not None:
@@ -350,86 +348,7 @@ class QemuProvider(Provider):
         tmp.replace(vm_dir / "meta.json")  # sweep must never read half a file
 
 
-# --------------------------------------------------------------------- accelerator
-
-_accel_lock = threading.Lock()
-_accel_cache: dict[str, str] = {}
-
-
-def detect_accelerator(probe_timeout_s: float = KVM_PROBE_TIMEOUT_S, *,
-                       use_cache: bool = True) -> str:
-    """"kvm" when a guest really boots under KVM here, else "tcg" (see the module doc)."""
-    forced = os.environ.get(ACCEL_ENV)
-    if forced:
-        if forced not in ("kvm", "tcg"):
-            raise ConfigError(f"{ACCEL_ENV} must be kvm or tcg, got {forced!r}")
-        return forced
-    key = f"{_boot_id()}|{_qemu_version()}"
-    cache_file = image_dir() / "accel.json"
-    with _accel_lock:
-        if use_cache and key in _accel_cache:
-            return _accel_cache[key]
-        cached = _read_json(cache_file) if use_cache else None
-        if cached and cached.get("key") == key and cached.get("accel") in ("kvm", "tcg"):
-            _accel_cache[key] = cached["accel"]
-            return cached["accel"]
-        accel, reason = _probe_kvm(probe_timeout_s)
-        log.info("qemu accelerator: %s (%s)", accel, reason)
-        _accel_cache[key] = accel
-        try:
-            _write_json(cache_file, {"key": key, "accel": accel, "reason": reason,
-                                     "probed": time.time()})
-        except OSError:
-            pass  # a read-only cache only costs a probe per process
-        return accel
-
-
-def _probe_kvm(timeout_s: float) -> tuple[str, str]:
-    """Boot the image's kernel under KVM until its initramfs prints the marker."""
-    if not os.access("/dev/kvm", os.R_OK | os.W_OK):
-        return "tcg", "/dev/kvm is missing or not accessible"
-    # either image's kernel will do: both come from linux-image-amd64
-    built = next((d for d in (image_dir(), image_dir(desktop=True))
-                  if (d / "vmlinuz").is_file() and (d / "initrd.img").is_file()), image_dir())
-    kernel, initrd = built / "vmlinuz", built / "initrd.img"
-    if not (kernel.is_file() and initrd.is_file()):
-        return "tcg", f"no built kernel to probe KVM with ({BUILD_COMMAND})"
-    argv = [shutil.which(QEMU) or QEMU, "-machine", "pc", "-accel", "kvm", "-cpu", "host",
-            "-m", "128", "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
-            "-serial", "stdio", "-kernel", str(kernel), "-initrd", str(initrd),
-            "-append", "console=ttyS0 panic=-1 loglevel=1 pr.probe"]
-    started = time.monotonic()
-    try:
-        # run() kills (SIGKILL) and reaps the probe when it outlives its timeout
-        probe = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True,
-                               timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        return "tcg", f"a KVM guest did not boot within {timeout_s:.0f}s"
-    except OSError as exc:
-        return "tcg", f"cannot run {QEMU}: {exc}"
-    output = (probe.stdout + probe.stderr).decode(errors="replace")
-    if PROBE_MARKER in output:
-        return "kvm", f"a KVM guest booted in {time.monotonic() - started:.1f}s"
-    last = output.strip().splitlines()[-1:] or ["no output"]
-    return "tcg", f"a KVM guest failed (exit {probe.returncode}): {last[0][:200]}"
-
-
-def _boot_id() -> str:
-    try:
-        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    except OSError:
-        return "unknown"
-
-
-def _qemu_version() -> str:
-    binary = shutil.which(QEMU)
-    if binary is None:
-        return "none"
-    stat = os.stat(binary)
-    return f"{binary}:{stat.st_size}:{stat.st_mtime_ns}"
-
-
-# ---------------------------------------------------------------------------- QMP
+# -------------------------------------------------------------------------- image
 
 
 def _check_image(desktop: bool) -> None:
@@ -443,48 +362,6 @@ def _check_image(desktop: bool) -> None:
         raise ProviderUnavailable(
             f"the qemu guest image in {where} was built from another guest agent or "
             f"recipe; rebuild it with: {command}")
-
-
-def _qmp_hmp(vm_dir: Path, command: str, timeout_s: float = QMP_TIMEOUT_S) -> str:
-    """Run a silent human-monitor command over QMP; VMError when it fails or prints."""
-    output = _qmp(vm_dir, "human-monitor-command", {"command-line": command}, timeout_s)
-    # HMP reports failures as text, not as QMP errors; savevm and loadvm print nothing else
-    if output:
-        raise VMError(f"QEMU {command!r}: {str(output).strip()}")
-    return output
-
-
-def _qmp(vm_dir: Path, execute: str, arguments: dict | None = None,
-         timeout_s: float = QMP_TIMEOUT_S):
-    """One QMP command on a fresh connection; its "return" value, or VMError."""
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.settimeout(timeout_s)
-    try:
-        sock.connect(str(vm_dir / "qmp.sock"))
-        stream = sock.makefile("rwb")
-        _qmp_read(stream)  # the greeting
-        for name, args in (("qmp_capabilities", None), (execute, arguments)):
-            message = {"execute": name, **({"arguments": args} if args else {})}
-            stream.write(json.dumps(message).encode() + b"\n")
-            stream.flush()
-            answer = _qmp_read(stream)
-            if "error" in answer:
-                raise VMError(f"QMP {name}: {answer['error'].get('desc', answer['error'])}")
-        return answer.get("return")
-    except OSError as exc:
-        raise VMError(f"QMP {execute} on {vm_dir / 'qmp.sock'}: {exc}") from None
-    finally:
-        sock.close()
-
-
-def _qmp_read(stream) -> dict:
-    while True:
-        line = stream.readline()
-        if not line:
-            raise VMError("QEMU closed the QMP connection")
-        message = json.loads(line)
-        if "event" not in message:  # events may arrive between commands and answers
-            return message
 
 
 # ----------------------------------------------------------------------- processes
@@ -587,20 +464,6 @@ def _wait_gone(pid, created, proc: subprocess.Popen | None, timeout_s: float) ->
 def _failure_detail(vm_dir: Path) -> str:
     return (f"; qemu log: {_tail(vm_dir / 'qemu.log', 600)}; "
             f"serial log tail: {_tail(vm_dir / 'serial.log', 1500)}")
-
-
-# ---------------------------------------------------------------------- filesystem
-
-
-def _make_dir(vm_dir: Path) -> None:
-    # a concurrent stop of the run's last VM may remove the run folder meanwhile: retry
-    for _ in range(10):
-        try:
-            vm_dir.mkdir(parents=True)
-            return
-        except FileNotFoundError:
-            continue
-    vm_dir.mkdir(parents=True)
 
 
 # --------------------------------------------------------------------------- image

@@ -33,6 +33,8 @@ from . import images
 QEMU_IMG = "qemu-img"
 #: the guest agent's TCP port inside the VM (OSWorld's)
 GUEST_PORT = 5000
+#: the user graded code runs as in a guest without a desktop (the agent is the VM's root)
+SANDBOX_UID = 64000
 #: what the initramfs prints when booted to probe KVM
 PROBE_MARKER = "parallel-rollout-kvm-probe-ok"
 
@@ -143,6 +145,8 @@ def start_agent():
         if desktop:  # WxH from the kernel command line; pyautogui is the shim's
             argv += ["--desktop", desktop]
             env["PYTHONPATH"] = SHIM
+        else:  # the agent is the VM's root; the graded code an unprivileged user
+            argv += ["--run-as", "SANDBOX_UID:SANDBOX_UID"]
         os.execve("/usr/bin/python3", argv, env)
     except BaseException as exc:
         say("cannot start the agent: %r" % (exc,))
@@ -216,7 +220,7 @@ while True:  # reap every orphan; restart the agent if it dies
         time.sleep(0.5)
         agent = start_agent()
 '''.replace("AGENT_PATH", images.GUEST_AGENT_PATH).replace("SHIM_PATH", images.GUEST_SHIM_DIR) \
-    .replace("PORT", str(GUEST_PORT))
+    .replace("PORT", str(GUEST_PORT)).replace("SANDBOX_UID", str(SANDBOX_UID))
 
 
 def image_dir(desktop: bool = False) -> Path:
