@@ -321,3 +321,35 @@ def test_max_processes(base_dir):
     finally:
         provider.stop(info)
     assert info.private["cgroups"] and not any(Path(p).exists() for p in info.private["cgroups"])
+
+
+def test_run_guest_is_emptied_by_a_reset(provider, vm):
+    client = GuestClient(vm.address)
+    client.write_file("/run/guest/leftover", b"from the last task")
+    assert client.read_file("/run/guest/leftover") == b"from the last task"
+    new = provider.reset(vm)
+    vm.private.update(new.private)
+    listing = GuestClient(new.address).execute("ls -A /run/guest", shell=True)
+    assert "leftover" not in listing["output"] + listing["error"]
+
+
+def test_the_base_folder_must_be_ours(tmp_path):
+    from parallel_rollout.pool.providers.common import secure_base_dir
+
+    made = secure_base_dir(tmp_path / "new" / "base")
+    assert made.stat().st_mode & 0o777 == 0o700
+    loose = tmp_path / "loose"
+    loose.mkdir()
+    os.chmod(loose, 0o777)
+    with pytest.raises(ConfigError, match="writable by other users"):
+        ProcessProvider("r", base_dir=loose).start("vm0")
+    link = tmp_path / "link"
+    link.symlink_to(loose)
+    with pytest.raises(ConfigError, match="not a folder"):
+        ProcessProvider("r", base_dir=link).start("vm0")
+    if os.geteuid() == 0:
+        theirs = tmp_path / "theirs"
+        theirs.mkdir()
+        os.chown(theirs, 65534, 65534)
+        with pytest.raises(ConfigError, match="belongs to uid 65534"):
+            ProcessProvider("r", base_dir=theirs).start("vm0")

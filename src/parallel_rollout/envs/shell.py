@@ -4,7 +4,8 @@ A task: ``instruction``; optional ``setup`` commands run before the agent acts; 
 command whose exit status grades the end state; ``reference``, the commands the oracle
 replays. An action is ``{"command": "..."}`` (or the bare command string); ``{"done": true}``
 or ``"DONE"`` ends the episode. Before the check runs, the agent kills every process the
-answer left behind (``/reap``): a daemon cannot change the end state while it is graded.
+answer left behind (``/reap``): a daemon cannot change the end state while it is graded. A
+task whose check is about a process left running says ``"reap": false``.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ class ShellEnv(Env):
         require(payload, "check", str)
         require_str_list(payload, "setup")
         require_str_list(payload, "reference")
+        require(payload, "reap", bool, optional=True)
         require(payload, "timeout", (int, float), optional=True)
         if isinstance(payload.get("timeout"), bool) or payload.get("timeout", 1) <= 0:
             raise ValueError("field 'timeout' must be a positive number of seconds")
@@ -76,7 +78,8 @@ class ShellEnv(Env):
     def evaluate(self) -> tuple[float, dict[str, Any]]:
         """Reward 1 when the check command exits 0, run once every process the answer
         left is gone: a daemon of the answer cannot fake or race the check."""
-        self.vm.reap()
+        if self.task.get("reap", True):
+            self.vm.reap()
         result = self._run(self.task.get("check"))
         details = {"check_returncode": result["returncode"], "check_output": result["output"][-500:]}
         return (1.0 if result["returncode"] == 0 else 0.0), details

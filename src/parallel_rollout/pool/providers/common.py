@@ -128,6 +128,7 @@ def secure_base_dir(base: Path) -> Path:
     for folder in chain:
         try:
             folder.mkdir(mode=0o700)
+            continue  # ours, and mkdir's mode is exact (no umask can widen 0700)
         except FileExistsError:
             pass
         except OSError as exc:
@@ -141,7 +142,9 @@ def secure_base_dir(base: Path) -> Path:
                               f"(uid {os.geteuid()}); refusing to keep VMs there: remove it "
                               "or set another base folder")
         if info.st_mode & 0o022:
-            os.chmod(folder, 0o700)
+            raise ConfigError(f"{folder} is writable by other users (mode "
+                              f"{stat.S_IMODE(info.st_mode):o}); refusing to keep VMs there: "
+                              f"chmod 700 {folder} or set another base folder")
     return base
 
 

@@ -89,6 +89,7 @@ from ...errors import ConfigError, GuestUnreachable, ProviderUnavailable, VMErro
 from . import images
 from .base import Provider, ProviderOptions, VMInfo
 from .common import check_name as _check_name, make_vm_dir, read_meta as _read_meta
+from .common import secure_base_dir
 from .common import remove_run_dir_if_empty as _remove_run_dir_if_empty
 from .docker_cli import (GUEST_HOME, GUEST_PATH, GUEST_SOCK_DIR, LABEL, SOCKET_NAME,
                          START_HINT, _agent_argv, _container_state, _containers,
@@ -231,6 +232,7 @@ class DockerProvider(SpareContainers, Provider):
         shutil.rmtree(vm_dir, ignore_errors=True)
         with self._lock:
             self._stopped.discard(vm_id)
+        secure_base_dir(self.base_dir)  # 0700 and ours, not another user's folder
         make_vm_dir(vm_dir)
         self._write_meta(vm_id, vm_dir)
         info = self._boot(vm_id, deadline)

@@ -28,8 +28,8 @@ files, fresh ``/proc`` and ``/dev``, a clean environment, ``setsid``, and:
   for the whole sandbox. Without a writable memory cgroup ``memory_mb`` falls back to a
   per-process RLIMIT_AS through ``prlimit`` (logged); without a pids cgroup
   ``max_processes`` is a ConfigError.
-* *sized tmpfs* for ``/tmp`` (512 MB) and the home (1 GB), each at most a quarter of
-  ``memory_mb``: filling them fills the VM's own memory (which its cgroup bounds), never the
+* *sized tmpfs* for ``/tmp`` and ``/dev/shm`` (512 MB) and the home (1 GB), each at most a
+  sixth of ``memory_mb``: filling them fills the VM's own memory (which its cgroup bounds), never the
   host's disk, and leaves the agent room to live.
 
 It is not a VM: the sandbox shares the host's kernel, so a kernel bug reachable through the
@@ -305,11 +305,11 @@ class ProcessProvider(Provider):
 
     def _tmpfs_mb(self, size_mb: int) -> int:
         """A tmpfs's size: its pages are charged to the VM's memory cgroup and never freed
-        by a kill, so /tmp and the home together stay under half of memory_mb (a full
-        disk must not leave the agent without memory)."""
+        by a kill, so /tmp, /dev/shm and the home together stay under half of memory_mb (a
+        full disk must not leave the agent without memory)."""
         if self.options.memory_mb is None or self._limit_as:
             return size_mb
-        return max(1, min(size_mb, self.options.memory_mb // 4))
+        return max(1, min(size_mb, self.options.memory_mb // 6))
 
     def _argv(self, vm_id: str, vm_dir: Path, ready_fd: int, info_fd: int) -> list[str]:
         agent = [self._python, "-I", "-S", GUEST_AGENT,  # -S: site.py costs ~5 ms per boot
@@ -350,6 +350,9 @@ class ProcessProvider(Provider):
             "--hostname", vm_id,
             *_system_binds(), *_secret_masks(vm_dir / "empty"),
             "--proc", "/proc", "--dev", "/dev",
+            # shared memory (Chromium, multiprocessing) for the commands' user too
+            "--perms", "1777", "--size", str(self._tmpfs_mb(TMP_SIZE_MB) * 2**20),
+            "--tmpfs", "/dev/shm",
             "--perms", "1777", "--size", str(self._tmpfs_mb(TMP_SIZE_MB) * 2**20), "--tmpfs", "/tmp",
             "--perms", "0755", "--size", str(self._tmpfs_mb(HOME_SIZE_MB) * 2**20),
             "--tmpfs", GUEST_HOME,

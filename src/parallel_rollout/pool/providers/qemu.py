@@ -105,7 +105,8 @@ from .common import (check_name as _check_name, create_time as _create_time,
                      log_tail as _tail, read_meta as _read_meta,
                      remove_run_dir_if_empty as _remove_run_dir_if_empty,
                      process_and_agent_healthy, runs_vm,
-                     same_process as _same_process, sweep_vm_folders, make_vm_dir)
+                     same_process as _same_process, sweep_vm_folders, make_vm_dir,
+                     secure_base_dir)
 from .sandbox_processes import launcher as _launcher
 # KVM detection and QMP; the accelerator names are part of this module's face (tests,
 # benchmarks and the CLI reach them as qemu.X)
@@ -212,6 +213,7 @@ class QemuProvider(Provider):
                 raise VMError(f"VM {vm_id} of run {self.run_id} is already running "
                               f"(pid {meta.get('pid')})")
             shutil.rmtree(vm_dir, ignore_errors=True)
+        secure_base_dir(self.base_dir)  # 0700 and ours, not another user's folder
         make_vm_dir(vm_dir)
         private = {"vm_dir": str(vm_dir), "snapshot": self.snapshot_name}
         try:
