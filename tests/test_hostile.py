@@ -184,7 +184,8 @@ def _run(tmp: Path, mode: str, tasks: list[dict], **flags) -> tuple[dict, dict, 
     data = write_tasks(tmp / f"{mode}.jsonl", tasks)
     config = dict(mode=mode, data=str(data), agent="oracle", num_rollouts=2, num_vms=2,
                   use_vm_pool=True, output_dir=str(tmp / "out"), run_id=f"hostile-{mode}",
-                  progress=False, vm_memory_mb=256, **flags)
+                  progress=False, vm_memory_mb=256)
+    config.update(flags)
     if "pids" in cgroups.available():
         config["vm_max_processes"] = 128
     outcome = Runner(build_config(config)).run()
@@ -320,3 +321,28 @@ def test_the_run_as_nobody_finished(nobody_table, loopback):
     assert honest and all(r["status"] == "success" for r in honest), honest
     assert loopback.connections == 0
     assert not _host_marks()
+
+
+@pytest.mark.slow
+def test_200_tasks_50_hostile_on_two_vms(tmp_path, loopback):
+    """The acceptance run of issue 16: 200 shell tasks of which 50 are hostile (the table's
+    rows in turn), M=2: every hostile one 0, every honest one 1, no VM budget spent."""
+    rows = [t for t in shell_tasks(loopback.port) if not t["id"].startswith("honest")]
+    if not IS_ROOT:
+        rows = [t for t in rows if not SHELL_ROWS[t["id"]][2]]  # needs engine item 3
+    tasks = []
+    for index in range(200):
+        if index % 4 == 0:
+            row = dict(rows[(index // 4) % len(rows)])
+            row["id"] = f"hostile{index}-{row['id']}"
+        else:
+            row = {"id": f"honest{index}", "mode": "shell", "instruction": "make ok",
+                   "reference": ["touch ~/ok"], "check": GOT_IT, "timeout": 5}
+        tasks.append(row)
+    finals, summary, code = _run(tmp_path, "shell", tasks, num_rollouts=4)
+    assert code == 0
+    for key, record in finals.items():
+        expected = 0.0 if key.startswith("hostile") else 1.0
+        assert record["reward"] == expected, record
+    assert summary["vm"]["replacements"] == 0 and summary["vm"]["marked_dead"] == 0
+    assert loopback.connections == 0 and not _host_marks()
