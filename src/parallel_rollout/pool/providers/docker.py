@@ -113,7 +113,7 @@ DESKTOP_IMAGE_REPO = "parallel-rollout-desktop"
 IMAGE_RECIPE_VERSION = 3
 #: sun_path holds 108 bytes; keep a margin
 MAX_SOCKET_PATH = 100
-#: `docker import` of a ~100 MB tarball (~1 GB with the desktop)
+#: `docker import` of a ~100 MB tarball (~1.9 GB with the desktop)
 IMPORT_TIMEOUT_S = 900.0
 #: a sweep lists again after this long, for containers whose creation was under way
 SWEEP_SETTLE_S = 0.5

@@ -91,7 +91,7 @@ def _remove_containers(names: list[str], *, strict: bool) -> None:
 
 def _remove_old_guest_images(keep: str, kind: str, log: Callable[[str], None]) -> None:
     """Remove guest images of this kind (guest, desktop) made from earlier agents or recipes
-    (~100 MB each, ~1 GB with a desktop), and the one a ``--force`` build untagged; one
+    (~100 MB each, ~1.9 GB with a desktop), and the one a ``--force`` build untagged; one
     that a container still uses stays (``docker rmi`` without ``-f`` refuses)."""
     keep_id = _docker("image", "inspect", "--format", "{{.Id}}", keep).stdout.strip()
     listing = _docker("images", "--no-trunc", "--filter", f"label={LABEL}.image={kind}",

@@ -23,7 +23,7 @@ files, fresh ``/proc`` and ``/dev``, a clean environment, ``setsid``, and:
   agent or reach its socket. As another user, bwrap makes a user namespace in which nobody
   has a capability (the agent and the commands then share that uid: see the README).
 * *a seccomp filter* (``seccomp.py``): no mount, namespaces, ptrace, keyring, bpf, kernel
-  modules, kexec, perf events.
+  modules, kexec, perf events (a desktop VM may make user namespaces: its VLC needs one).
 * *per-VM cgroups* (``cgroups.py``): ``memory.max``, ``pids.max`` and an equal CPU weight
   for the whole sandbox. Without a writable memory cgroup ``memory_mb`` falls back to a
   per-process RLIMIT_AS through ``prlimit`` (logged); without a pids cgroup
@@ -375,7 +375,7 @@ class ProcessProvider(Provider):
         log) when it does not come within boot_timeout_s."""
         ready_r, ready_w = os.pipe()
         info_r, info_w = os.pipe()
-        seccomp_fd = seccomp.program_fd()
+        seccomp_fd = seccomp.program_fd(allow_userns=self.options.desktop)
         # join the cgroups before bwrap forks anything: a shell that moves itself, then execs
         argv = self._argv(vm_id, vm_dir, ready_w, info_w)
         argv = group.join_argv([argv[0], "--seccomp", str(seccomp_fd), *argv[1:]])

@@ -20,7 +20,12 @@ What is refused, with ``EPERM`` (programs see an ordinary "operation not permitt
   ``open_by_handle_at``, ``reboot``, ``swapon``, ``swapoff``, ``acct``, ``quotactl``,
   ``iopl``, ``ioperm``, ``syslog``.
 
-The program is compiled once per process and copied into a fresh memfd for every sandbox.
+A desktop VM (osworld) gets the same filter but for user namespaces (``unshare`` and
+``clone`` with ``CLONE_NEWUSER``): its apps need them (VLC refuses root and runs as uid 1000
+in a user namespace of its own, see ``guest/shim/bin/vlc``). Everything else stays refused.
+
+The program is compiled once per process and kind and copied into a fresh memfd for every
+sandbox.
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ DENIED = (
 #: every CLONE_NEW* flag: cgroup, uts, ipc, user, pid, net, mount, time
 CLONE_NEW_FLAGS = (0x02000000, 0x04000000, 0x08000000, 0x10000000, 0x20000000,
                    0x40000000, 0x00020000, 0x00000080)
+CLONE_NEWUSER = 0x10000000
 
 _SCMP_ACT_ALLOW = 0x7FFF0000
 _SCMP_CMP_MASKED_EQ = 7
@@ -61,7 +67,8 @@ class _ArgCmp(ctypes.Structure):
 
 
 _lock = threading.Lock()
-_program: bytes | None = None
+#: allow_userns -> the compiled program
+_programs: dict[bool, bytes] = {}
 
 
 def _library() -> ctypes.CDLL:
@@ -82,7 +89,7 @@ def _library() -> ctypes.CDLL:
     return lib
 
 
-def _compile() -> bytes:
+def _compile(allow_userns: bool) -> bytes:
     lib = _library()
     ctx = lib.seccomp_init(_SCMP_ACT_ALLOW)
     if not ctx:
@@ -99,9 +106,12 @@ def _compile() -> bytes:
                                           f"{os.strerror(-rc)}")
 
         for name in DENIED:
-            rule(name, _act_errno(errno.EPERM))
+            if not (allow_userns and name == "unshare"):
+                rule(name, _act_errno(errno.EPERM))
         for flag in CLONE_NEW_FLAGS:  # rules of one syscall are or-ed: any flag refuses
-            rule("clone", _act_errno(errno.EPERM), _ArgCmp(0, _SCMP_CMP_MASKED_EQ, flag, flag))
+            if not (allow_userns and flag == CLONE_NEWUSER):
+                rule("clone", _act_errno(errno.EPERM),
+                     _ArgCmp(0, _SCMP_CMP_MASKED_EQ, flag, flag))
         rule("clone3", _act_errno(errno.ENOSYS))
         read_fd, write_fd = os.pipe()
         try:
@@ -123,20 +133,19 @@ def _compile() -> bytes:
         lib.seccomp_release(ctx)
 
 
-def program() -> bytes:
+def program(allow_userns: bool = False) -> bytes:
     """The compiled BPF program (compiled on first use); ProviderUnavailable without
     libseccomp."""
-    global _program
     with _lock:
-        if _program is None:
-            _program = _compile()
-        return _program
+        if allow_userns not in _programs:
+            _programs[allow_userns] = _compile(allow_userns)
+        return _programs[allow_userns]
 
 
-def program_fd() -> int:
+def program_fd(allow_userns: bool = False) -> int:
     """A fresh file descriptor positioned at the start of the BPF program, for bwrap's
     ``--seccomp``; the caller closes it once bwrap has started."""
-    data = program()
+    data = program(allow_userns)
     fd = os.memfd_create("parallel-rollout-seccomp", os.MFD_CLOEXEC)
     os.write(fd, data)
     os.lseek(fd, 0, os.SEEK_SET)
