@@ -288,8 +288,12 @@ def nobody_table(loopback):
     site = next(p for p in sys.path if p.endswith("site-packages") and "/.venv/" in p)
     env = {**os.environ, "HOME": str(work), "PYTHONPATH": f"{ROOT / 'src'}:{site}",
            "PARALLEL_ROLLOUT_PROCESS_DIR": str(work / "vms")}
-    argv = ["setpriv", f"--reuid={nobody.pw_uid}", f"--regid={nobody.pw_gid}", "--clear-groups",
+    # nobody has no cgroup of its own: RLIMIT_NPROC (per uid, and nobody runs nothing else
+    # here) bounds the fork bomb, and --vm-memory-mb falls back to RLIMIT_AS per process
+    argv = ["prlimit", "--nproc=400", "--",
+            "setpriv", f"--reuid={nobody.pw_uid}", f"--regid={nobody.pw_gid}", "--clear-groups",
             "/usr/bin/python3", "-m", "parallel_rollout.cli", "run", "--mode", "shell",
+            "--vm-memory-mb", "256",
             "--data", str(data), "--agent", "oracle", "--num-rollouts", "2", "--num-vms", "2",
             "--use-vm-pool", "--output-dir", str(work / "out"), "--run-id", "hostile-nobody",
             "--no-progress"]
