@@ -1,0 +1,48 @@
+"""The hostile table of tests/test_hostile.py on the docker provider: every row graded 0, the
+host untouched, the run finished, no container lost.
+
+One row stays out: filling the home. A container's home is its writable layer, on the
+host's disk, with no size of its own (overlay2 sizes it only on xfs with project quotas);
+the process provider's home is a sized tmpfs instead.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from test_hostile import (SHELL_ROWS, LoopbackServer, _host_marks, _run, shell_tasks)
+
+#: rows left out on docker, and why
+NOT_ON_DOCKER = {"fill_tmp_and_home": "a container's home is its writable layer on the "
+                                      "host's disk, with no size limit"}
+
+
+@pytest.fixture(scope="module")
+def docker_table(docker_harness, tmp_path_factory):
+    server = LoopbackServer()
+    marks = _host_marks()
+    try:
+        tasks = [t for t in shell_tasks(server.port) if t["id"] not in NOT_ON_DOCKER]
+        finals, summary, code = _run(tmp_path_factory.mktemp("docker"), "shell", tasks,
+                                     provider_name="docker", vm_max_processes=128)
+        yield {"finals": finals, "summary": summary, "exit_code": code,
+               "connections": server.connections, "marks_before": marks}
+    finally:
+        server.close()
+
+
+@pytest.mark.parametrize("name", list(SHELL_ROWS))
+def test_hostile_shell_answer_on_docker(docker_table, name):
+    if name in NOT_ON_DOCKER:
+        pytest.skip(NOT_ON_DOCKER[name])
+    record = docker_table["finals"][f"{name}#0"]
+    assert record["status"] == "failure" and record["reward"] == 0.0, record
+
+
+def test_docker_host_untouched_and_the_run_finished(docker_table):
+    assert docker_table["exit_code"] == 0
+    assert docker_table["connections"] == 0 and _host_marks() == docker_table["marks_before"]
+    honest = [r for key, r in docker_table["finals"].items() if key.startswith("honest")]
+    assert honest and all(r["status"] == "success" for r in honest), honest
+    assert docker_table["summary"]["vm"]["marked_dead"] == 0
+    assert docker_table["summary"]["vm"]["replacements"] == 0
