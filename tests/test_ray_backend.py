@@ -28,8 +28,9 @@ from ray.cluster_utils import Cluster  # noqa: E402
 
 SHELL_IDS = [json.loads(line)["id"] for line in SHELL_TASKS.read_text().splitlines() if line.strip()]
 #: Ray's own processes, which outlive a run by design (the cluster is the module's)
-_RAY_SYSTEM = ("raylet", "gcs_server", "ray::IDLE", "ray/_private", "ray/dashboard", "ray/autoscaler",
-               "runtime_env", "log_monitor", "monitor.py", "plasma")
+_RAY_SYSTEM = ("raylet", "gcs_server", "ray::IDLE", "ray::DashboardAgent", "ray::RuntimeEnvAgent",
+               "ray/_private", "ray/dashboard", "ray/autoscaler", "runtime_env", "log_monitor", "monitor.py",
+               "plasma")
 _NODE = dict(num_cpus=1, object_store_memory=80 * 1024 * 1024)
 
 
@@ -119,7 +120,7 @@ def test_task_timeout_kills_the_worker_actor_on_its_node(cluster, tmp_path):
                                 "reference": ["sleep 60"]}) + "\n"
                     + json.dumps({"id": "quick", "mode": "shell", "instruction": "x", "check": "true",
                                   "reference": ["true"]}) + "\n")
-    cmd = _cli(tmp_path, cl.address, "late", "--task-timeout", "4")
+    cmd = _cli(tmp_path, cl.address, "late", "--task-timeout", "2")
     cmd[cmd.index("--data") + 1] = str(data)
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     finals = assert_exactly_once(tmp_path / "late", {"stuck#0", "quick#0"})
@@ -155,11 +156,13 @@ def test_vms_sweep_backend_ray_cleans_every_node(cluster, tmp_path):
     assert removed and all(vm.strip().split("-vm-")[0] in ("n0", "n1", "n2") for vm in removed if vm.strip()), sweep.stdout
 
 
-def test_node_removed_mid_run_loses_and_doubles_nothing(cluster, tmp_path):
+def test_node_removed_and_node_added_mid_run(cluster, tmp_path):
+    """Nothing lost or doubled when a node dies mid-run; a node that joins gets a pool."""
     cl, nodes = cluster
     victim = nodes[-1]
-    # three samples a task, so that the node dies with attempts in flight
-    cmd = _cli(tmp_path, cl.address, "lossy", "--max-retries", "2", "--group-size", "3")
+    # four samples a task, so that the node dies with attempts in flight and the run is long
+    # enough for a new node to join
+    cmd = _cli(tmp_path, cl.address, "lossy", "--max-retries", "2", "--group-size", "4")
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     results = tmp_path / "lossy" / "results.jsonl"
     deadline = time.monotonic() + 120
@@ -169,10 +172,11 @@ def test_node_removed_mid_run_loses_and_doubles_nothing(cluster, tmp_path):
         time.sleep(0.05)
     assert proc.poll() is None, "the run ended before a node could be removed"
     cl.remove_node(victim, allow_graceful=False)
+    joined = cl.add_node(**_NODE)  # a node that joins mid-run adds its pool and workers
     stdout, stderr = proc.communicate(timeout=240)
     assert proc.returncode == 0, stderr[-3000:]
     run_dir = tmp_path / "lossy"
-    finals = assert_exactly_once(run_dir, {f"{i}#{s}" for i in SHELL_IDS for s in range(3)})
+    finals = assert_exactly_once(run_dir, {f"{i}#{s}" for i in SHELL_IDS for s in range(4)})
     assert all(r["status"] == "success" for r in finals.values()), \
         {k: r["status"] for k, r in finals.items() if r["status"] != "success"}
     events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
@@ -185,7 +189,9 @@ def test_node_removed_mid_run_loses_and_doubles_nothing(cluster, tmp_path):
             assert not record["final"]
             retry = [r for r in read_results(run_dir) if r["key"] == record["key"]
                      and r["attempt"] == record["attempt"] + 1]
-            assert retry and retry[0]["node"] != victim.unique_id
+            assert retry and retry[0]["node"] != victim.node_id
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["vm"]["states"].get("dead", 0) >= 1  # the lost node's VM
     assert {"lost": True, "size": 1} in summary["vm"]["nodes"].values()
+    assert any(e["event"] == "node_joined" for e in events), "the new node was not noticed"
+    assert joined.node_id in summary["vm"]["nodes"] and len(summary["vm"]["nodes"]) == 4

@@ -18,9 +18,10 @@ A drop-in for ``supervision.Supervision`` (same methods, called by the same engi
   the driver's back. A dead worker actor (or its node) → each attempt it held is recorded
   ``worker_died`` and the engine retries it on another worker; a replacement worker starts on
   the same node if it is alive, else on the node with the fewest workers.
-* **Lost nodes.** The driver holds a ``PoolActor.watch`` reference per pool and polls
+* **Lost and new nodes.** The driver holds a ``PoolActor.watch`` reference per pool and polls
   ``ray.nodes()``: a pool or node that dies has its workers killed (their attempts
-  ``worker_died``), its VMs counted dead in the stats, and no new worker.
+  ``worker_died``), its VMs counted dead in the stats, and no new worker; a node that joins
+  mid-run gets its pool and workers. The concurrency limit follows the alive nodes.
 * **Deadlines, cancels.** ``--task-timeout`` counts from dispatch (a worker gets an attempt
   only when it has a free slot and has started); a late attempt is recorded
   ``task_timeout`` and its actor killed with its process tree (``WorkerActor.kill_children``).
@@ -119,7 +120,8 @@ class RaySupervision(WorkerTable):
     @property
     def concurrency(self) -> int:
         """Every env loop of every node, capped by --max-concurrent-rollouts."""
-        loops = self.config.num_rollouts * self.config.envs_per_worker * max(1, len(self._nodes))
+        nodes = sum(1 for node in self._nodes.values() if node.alive)
+        loops = self.config.num_rollouts * self.config.envs_per_worker * max(1, nodes)
         return min(loops, self.config.max_concurrent_rollouts or loops)
 
     def start(self) -> None:
@@ -134,21 +136,25 @@ class RaySupervision(WorkerTable):
         if engine.provider_cls is not None:
             # leftovers of an earlier, killed run, on every node
             ray.get([pinned(sweep_here, n).remote(cfg.provider_name, engine.run_id) for n in nodes])
-        for number, node_id in enumerate(nodes):
-            node = self._nodes[node_id] = _Node(node_id)
-            if engine.provider_cls is not None:
-                node.pool = pinned(PoolActor, node_id, max_concurrency=_POOL_CONCURRENCY).remote(
-                    cfg.provider_name, engine.run_id, cfg.pool_size,
-                    options=engine.provider_options,
-                    events_path=str(engine.run_dir / "events.jsonl"),
-                    replacement_budget=cfg.replacement_budget,
-                    private=not cfg.use_vm_pool, vm_prefix=f"n{number}-vm-")
-                node.watch_ref = node.pool.watch.remote()
         for node_id in nodes:
-            for _ in range(cfg.num_rollouts):
-                self._spawn(node_id)
+            self._add_node(node_id)
         log.info("[Ray] %d node(s), %d worker(s)%s", len(nodes), len(self._workers),
                  f", {cfg.pool_size} VM(s) per node" if engine.provider_cls is not None else "")
+
+    def _add_node(self, node_id: str) -> None:
+        """A pool (if a mode needs VMs) and --num-rollouts workers on one node."""
+        engine, cfg = self.engine, self.config
+        node = self._nodes[node_id] = _Node(node_id)
+        if engine.provider_cls is not None:
+            node.pool = pinned(PoolActor, node_id, max_concurrency=_POOL_CONCURRENCY).remote(
+                cfg.provider_name, engine.run_id, cfg.pool_size,
+                options=engine.provider_options,
+                events_path=str(engine.run_dir / "events.jsonl"),
+                replacement_budget=cfg.replacement_budget,
+                private=not cfg.use_vm_pool, vm_prefix=f"n{len(self._nodes) - 1}-vm-")
+            node.watch_ref = node.pool.watch.remote()
+        for _ in range(cfg.num_rollouts):
+            self._spawn(node_id)
 
     def _spawn(self, node_id: str, index: int | None = None) -> None:
         if index is None:
@@ -270,6 +276,20 @@ class RaySupervision(WorkerTable):
             for node in list(self._nodes.values()):
                 if node.alive and node.node_id not in alive:
                     self._lose_node(node, f"node {node.node_id[:8]} left the cluster")
+            for node_id in sorted(alive - set(self._nodes)):
+                if not self.engine.closing:
+                    self._join(node_id)
+
+    def _join(self, node_id: str) -> None:
+        """A node that joined mid-run: swept of this run's leftovers, then its pool and workers."""
+        import ray
+
+        if self.engine.provider_cls is not None:
+            ray.get(pinned(sweep_here, node_id).remote(self.config.provider_name, self.engine.run_id))
+        self._add_node(node_id)
+        self.engine.event("node_joined", reason=f"node {node_id[:8]}: a pool of {self.config.pool_size} "
+                                                f"and {self.config.num_rollouts} worker(s)")
+        log.info("[Ray] node %s joined", node_id[:8])
 
     def _settle(self, worker: _Worker, ident: tuple[str, int]) -> None:
         worker.assigned.pop(ident, None)
