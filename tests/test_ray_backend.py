@@ -120,7 +120,7 @@ def test_task_timeout_kills_the_worker_actor_on_its_node(cluster, tmp_path):
                                 "reference": ["sleep 60"]}) + "\n"
                     + json.dumps({"id": "quick", "mode": "shell", "instruction": "x", "check": "true",
                                   "reference": ["true"]}) + "\n")
-    cmd = _cli(tmp_path, cl.address, "late", "--task-timeout", "2")
+    cmd = _cli(tmp_path, cl.address, "late", "--task-timeout", "4")
     cmd[cmd.index("--data") + 1] = str(data)
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     finals = assert_exactly_once(tmp_path / "late", {"stuck#0", "quick#0"})
