@@ -54,10 +54,12 @@ class TablePolicy:
     def __call__(self, body: dict[str, Any]) -> dict[str, Any]:
         import time
 
-        last = [m["content"] for m in body["messages"] if m["role"] == "user"][-1]
-        match = _WHERE.search(last)
+        users = [m.get("content") for m in body.get("messages", []) if m.get("role") == "user"]
+        if not users:  # a torn request from a client killed mid-send
+            return {"status": 400}
+        match = _WHERE.search(str(users[-1]))
         if match is None:
-            raise AssertionError(f"no position in {last[:200]!r}")
+            raise AssertionError(f"no position in {str(users[-1])[:200]!r}")
         cell = int(match.group(1)) * self.cols + int(match.group(2))
         if self.delay_s:
             time.sleep(self.delay_s)

@@ -1,9 +1,13 @@
 """RL front end: a RolloutScheduler that hands a trainer batches of grouped trajectories.
 
-``config``: EnvManagerConfig (ROLL's env manager settings) and the task sets tags name;
-``gate``: weight updates (suspend/resume, policy versions).
+``from parallel_rollout.rl import RolloutScheduler, EnvManagerConfig`` — see ``scheduler``
+for the scheduling, ``groups`` for what a trajectory holds, ``config`` for the settings and
+the task sets tags name, ``gate`` for weight updates (suspend/resume, policy versions).
 """
 
 from .config import EnvManagerConfig, TaskSet, load_task_sets
+from .groups import Trajectory, drop_equal_rewards
+from .scheduler import RolloutScheduler, SchedulerClosed
 
-__all__ = ["EnvManagerConfig", "TaskSet", "load_task_sets"]
+__all__ = ["EnvManagerConfig", "RolloutScheduler", "SchedulerClosed", "TaskSet", "Trajectory",
+           "drop_equal_rewards", "load_task_sets"]

@@ -1,0 +1,348 @@
+"""RolloutScheduler on the real engine (worker processes, the openai agent, the local test
+server's table policy): whole groups, sync and async, stale groups, redundancy, failures,
+the group filter, validation alongside training, the shared limit, a SIGKILLed worker, and
+close() — also on Ctrl-C in a trainer process."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import psutil
+import pytest
+
+from llm_server import LLMServer
+from parallel_rollout.errors import ConfigError
+from parallel_rollout.results import read_records
+from parallel_rollout.rl import EnvManagerConfig, RolloutScheduler, SchedulerClosed, drop_equal_rewards
+from rl_support import TINY, Switch, lake_set, rl_config
+from table_policy import TablePolicy
+
+#: the shared engine's limit, for every scheduler of the module
+LIMIT = 6
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory):
+    """One test server (policy switchable per test) and one engine for the module: each test
+    makes its schedulers as siblings of ``base``, so workers start once."""
+    folder = tmp_path_factory.mktemp("rl-shared")
+    switch = Switch(TablePolicy(seed=0))
+    server = LLMServer(policy=switch).start()
+    base = RolloutScheduler(rl_config(folder, server, num_rollouts=2, envs_per_worker=4),
+                            EnvManagerConfig(tags=["FrozenLake"]), max_concurrent_rollouts=LIMIT, name="base")
+    yield base, switch, server, folder
+    base.close()
+    server.stop()
+
+
+@pytest.fixture
+def sibling(shared):
+    """``sibling(env_config, **options)``: a scheduler on the module's engine, closed after
+    the test; the model's policy is reset to the table policy."""
+    base, switch, _, _ = shared
+    made = []
+
+    def make(env_config, **options):
+        scheduler = base.sibling(env_config, **options)
+        made.append(scheduler)
+        return scheduler
+
+    yield make
+    for scheduler in made:
+        scheduler.close()
+    switch.policy = switch.default
+    base.resume(policy_version=0)
+
+
+def tiny(shared, **fields):
+    return lake_set(shared[3], name="tiny", desc=TINY, max_steps=2, **fields)
+
+
+def by_group(batch):
+    groups = defaultdict(list)
+    for trajectory in batch:
+        groups[trajectory.group_id].append(trajectory)
+    return groups
+
+
+def test_whole_groups_same_task_and_seed_oldest_first(shared, sibling):
+    train = sibling(EnvManagerConfig(num_env_groups=4, group_size=4, tags=["tiny", "FrozenLake"],
+                                     num_groups_partition=[2, 2], task_sets=tiny(shared)))
+    batch = train.get_batch(batch_size=8, step=0)
+    groups = by_group(batch)
+    assert len(batch) == 8 and len(groups) == 2
+    assert list(groups) == sorted(groups)  # oldest group first
+    for members in groups.values():
+        assert sorted(t.member for t in members) == [0, 1, 2, 3]
+        assert len({(t.task_id, t.seed, t.tag, t.episode_id) for t in members}) == 1
+    ids = [t.trajectory_id for t in batch]
+    assert len(set(ids)) == len(ids)
+    assert all(i == f"{t.tag}/g{t.group_id}/e{t.episode_id}/m{t.member}" for i, t in zip(ids, batch))
+    turn = batch[0].turns[0]
+    assert {"observation", "action", "request", "reply", "token_ids", "logprobs", "policy_version"} <= set(turn)
+    assert batch[0].timings["started_at"] <= batch[0].timings["ended_at"]
+    with pytest.raises(ConfigError, match="multiple of group_size"):
+        train.get_batch(batch_size=6, step=1)
+
+
+def test_fractional_ratio_and_bad_partition_are_refused(shared):
+    base = shared[0]
+    with pytest.raises(ConfigError, match="only whole numbers"):
+        base.sibling(EnvManagerConfig(tags=["FrozenLake"]), async_generation_ratio=0.5)
+    with pytest.raises(ConfigError, match="sums to 3, not num_env_groups=4"):
+        base.sibling(EnvManagerConfig(num_env_groups=4, tags=["FrozenLake", "FrozenLake8x8"],
+                                      num_groups_partition=[2, 1]))
+
+
+def test_sync_starts_nothing_between_batches(shared, sibling):
+    server = shared[2]
+    train = sibling(EnvManagerConfig(num_env_groups=4, group_size=2, tags=["tiny"], task_sets=tiny(shared)),
+                    async_generation_ratio=0)
+    for step in range(3):
+        train.get_batch(batch_size=8, step=step)
+        returned = time.monotonic()
+        time.sleep(0.5)  # the trainer trains
+        late = [r for r in server.requests if r["time"] > returned]
+        assert not late, f"{len(late)} model requests between batches in sync mode"
+    assert train.stats()["groups_started"] == 12
+
+
+def test_async_runs_ahead_and_stale_groups_are_dropped_and_counted(shared, sibling):
+    train = sibling(EnvManagerConfig(num_env_groups=4, group_size=2, tags=["tiny"], task_sets=tiny(shared)),
+                    async_generation_ratio=1)
+    train.get_batch(batch_size=4, step=0)
+    deadline = time.monotonic() + 20
+    while train.stats()["groups_ready"] < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)  # generation goes on while the trainer "trains"
+    time.sleep(0.3)
+    stats = train.stats()
+    assert stats["groups_ready"] == 2 and stats["groups_running"] == 0  # r=1: one batch ahead, no more
+    batch = train.get_batch(batch_size=4, step=3)  # 3 > 0 + 1: everything made at step 0 is stale
+    assert train.stats()["dropped_stale"] >= 2
+    assert all(t.created_step == 3 for t in batch)
+
+
+def test_redundancy_cancels_the_slowest_members(shared, sibling):
+    base, switch, _, _ = shared
+    policy = TablePolicy(seed=1)
+    rng = random.Random(5)
+
+    def slow_sometimes(body):
+        step = policy(body)
+        if rng.random() < 0.5:
+            time.sleep(1.0)
+        return step
+
+    switch.policy = slow_sometimes
+    train = sibling(EnvManagerConfig(num_env_groups=1, group_size=2, group_size_redundancy=2, tags=["tiny"],
+                                     task_sets=tiny(shared)))
+    batch = train.get_batch(batch_size=4, step=0)
+    assert train.stats()["members_cancelled"] >= 1
+    time.sleep(1.2)  # let a cancelled member that was mid-turn end, if it was going to
+    records = read_records(base.run_dir / "results.jsonl")
+    for members in by_group(batch).values():
+        assert len(members) == 2
+        kept = {t.record["key"] for t in members}
+        last_kept = max(t.timings["ended_at"] for t in members)
+        # every other member of the group that finished at all finished after the kept ones
+        others = [r for r in records if r["meta"]["scheduler"] == train.name
+                  and r["meta"]["group"] == members[0].group_id and r["key"] not in kept]
+        assert all(r["ended_at"] >= last_kept for r in others)
+
+
+def test_failed_members_drop_the_group_or_become_placeholders(shared, sibling):
+    switch = shared[1]
+    policy = TablePolicy(seed=2)
+    rng = random.Random(3)
+    switch.policy = lambda body: {"status": 400} if rng.random() < 0.3 else policy(body)
+    config = EnvManagerConfig(num_env_groups=4, group_size=2, tags=["tiny"], task_sets=tiny(shared))
+    drop = sibling(config)
+    batch = drop.get_batch(batch_size=8, step=0)
+    assert not any(t.failed or t.placeholder for t in batch)
+    assert drop.stats()["dropped_failed"] >= 1
+    keep = sibling(config, failed_member="placeholder")
+    batch = keep.get_batch(batch_size=16, step=0)
+    placeholders = [t for t in batch if t.placeholder]
+    assert placeholders and all(t.reward == 0.0 and t.status == "placeholder" for t in placeholders)
+    assert keep.stats()["placeholders"] == len(placeholders)
+    assert all(len(members) == 2 for members in by_group(batch).values())
+
+
+def test_group_filter_drops_equal_rewards(shared, sibling):
+    switch = shared[1]
+    policy = TablePolicy(seed=4)
+    answered = itertools.count()
+    # The first 8 requests (both members' two moves in the first two groups) walk into the
+    # wall: those groups are all reward 0 and must be dropped; then the random policy.
+    switch.policy = lambda body: ({"reply": "<answer>Left</answer>"} if next(answered) < 8 else policy(body))
+    train = sibling(EnvManagerConfig(num_env_groups=2, group_size=2, tags=["tiny"], task_sets=tiny(shared)),
+                    group_filter=drop_equal_rewards)
+    batch = train.get_batch(batch_size=4, step=0)
+    for members in by_group(batch).values():
+        assert len({t.reward for t in members}) == 2
+    stats = train.stats()
+    assert stats["dropped_filtered"] >= 2 and stats["groups_started"] >= 4
+
+
+def test_validation_runs_each_task_once_while_training_goes_on(shared, sibling):
+    base = shared[0]
+    train = sibling(EnvManagerConfig(num_env_groups=2, group_size=2, tags=["tiny"], task_sets=tiny(shared)),
+                    async_generation_ratio=1)
+    val = sibling(EnvManagerConfig(num_env_groups=2, group_size=1, tags=["FrozenLake", "lakes"],
+                                   task_sets=lake_set(shared[3], count=4, max_steps=4)))
+    train.get_batch(batch_size=4, step=0)
+    report: list = []
+    thread = threading.Thread(target=lambda: report.extend(val.get_batch(batch_size=-1, step=0)))
+    thread.start()
+    train_times = []
+    step = 1
+    while thread.is_alive() and step < 500:
+        train.get_batch(batch_size=4, step=step)
+        train_times.append(time.time())
+        step += 1
+    thread.join(120)
+    expected = Counter([*(f"lakes{i}" for i in range(4)), *(t.id for t in val._tasks["FrozenLake"])])
+    assert Counter(t.task_id for t in report) == expected
+    val_start = min(t.timings["started_at"] for t in report)
+    val_end = max(t.timings["ended_at"] for t in report)
+    assert sum(val_start < when < val_end for when in train_times) >= 2, "training paused during validation"
+    # one limit for every scheduler of the engine, never exceeded: measured from the start
+    # and end times of every record the engine wrote so far
+    records = read_records(base.run_dir / "results.jsonl")
+    events = sorted([(r["started_at"], 1) for r in records] + [(r["ended_at"], -1) for r in records])
+    running = peak = 0
+    for _, delta in events:
+        running += delta
+        peak = max(peak, running)
+    assert 1 < peak <= LIMIT
+
+
+def test_suspend_stops_model_requests_and_versions_are_recorded(shared, sibling):
+    server = shared[2]
+    train = sibling(EnvManagerConfig(num_env_groups=2, group_size=2, tags=["tiny"], task_sets=tiny(shared)),
+                    async_generation_ratio=2)
+    train.get_batch(batch_size=4, step=0)
+    train.suspend()
+    suspended = time.monotonic()
+    time.sleep(0.6)
+    assert not [r for r in server.requests if r["time"] > suspended + 0.05]
+    train.resume(policy_version=7)
+    batch = train.get_batch(batch_size=4, step=1)
+    assert {v for t in batch for v in t.policy_versions} <= {0, 7}
+    assert train.policy_version == 7
+
+
+def workers_since(before: set[int]) -> list[psutil.Process]:
+    """Worker processes of this test process started after ``before`` was taken (other
+    engines of the module have theirs)."""
+    return [p for p in psutil.Process().children()
+            if p.pid not in before and "spawn_main" in " ".join(p.cmdline())]
+
+
+def test_sigkilled_worker_loses_and_doubles_nothing(tmp_path, table, schedulers):
+    policy, server = table
+    policy.delay_s = 0.1
+    before = {p.pid for p in psutil.Process().children()}
+    train = schedulers(rl_config(tmp_path, server), EnvManagerConfig(
+        num_env_groups=4, group_size=4, tags=["lakes"], task_sets=lake_set(tmp_path, max_steps=6)))
+    engine = train._shared.engine
+    killed = []
+
+    def kill_one():
+        deadline = time.monotonic() + 60
+        while len(server.requests) < 12 and time.monotonic() < deadline:
+            time.sleep(0.02)  # both workers are up and mid-episode
+        pid = next(p.pid for p in workers_since(before) if p.pid != engine.manager_pid)
+        os.kill(pid, signal.SIGKILL)
+        killed.append(pid)
+
+    threading.Thread(target=kill_one, daemon=True).start()
+    batch = train.get_batch(batch_size=16, step=0)
+    assert killed
+    groups = by_group(batch)
+    assert len(groups) == 4 and all(sorted(t.member for t in m) == [0, 1, 2, 3] for m in groups.values())
+    assert len({t.trajectory_id for t in batch}) == 16
+    records = read_records(train.run_dir / "results.jsonl")
+    finals = Counter(r["key"] for r in records if r.get("final"))
+    assert all(n == 1 for n in finals.values())
+    assert len({(r["key"], r["attempt"]) for r in records}) == len(records)
+    died = [r for r in records if r["status"] == "worker_died"]
+    assert died and all(not r["final"] for r in died)
+    assert set(finals) == {t.record["key"] for t in batch}  # nothing lost, nothing extra
+
+
+TRAINER = textwrap.dedent("""
+    import sys, time
+    sys.path[:0] = [{tests!r}, {rl_tests!r}]
+    from llm_server import LLMServer
+    from table_policy import TablePolicy
+    from parallel_rollout.rl import EnvManagerConfig, RolloutScheduler
+    from rl_support import rl_config
+    from pathlib import Path
+    server = LLMServer(policy=TablePolicy(delay_s=0.2)).start()
+    train = RolloutScheduler(rl_config(Path({tmp!r}), server), EnvManagerConfig(
+        num_env_groups=4, group_size=2, tags=["FrozenLake"]), async_generation_ratio=1)
+    val = train.sibling(EnvManagerConfig(group_size=1, tags=["FrozenLake"]))
+    try:
+        step = 0
+        while True:
+            train.get_batch(batch_size=8, step=step)
+            print("batch", step, flush=True)
+            step += 1
+    finally:
+        train.close()
+        server.stop()
+""")
+
+
+def test_ctrl_c_in_the_trainer_leaves_nothing_running(tmp_path):
+    script = TRAINER.format(tests=str(Path(__file__).parent.parent), rl_tests=str(Path(__file__).parent),
+                            tmp=str(tmp_path))
+    trainer = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)
+    try:
+        assert trainer.stdout.readline().startswith("batch 0"), trainer.stderr.read()
+        family = psutil.Process(trainer.pid).children(recursive=True)
+        assert family, "the trainer runs no worker"
+        trainer.send_signal(signal.SIGINT)
+        trainer.wait(60)
+        assert "KeyboardInterrupt" in trainer.stderr.read()
+        gone, alive = psutil.wait_procs(family, timeout=10)
+        assert not alive, f"left running after Ctrl-C: {[p.pid for p in alive]}"
+    finally:
+        if trainer.poll() is None:
+            trainer.kill()
+            trainer.wait()
+
+
+def test_close_leaves_nothing_running_and_the_limit_is_logged_once(tmp_path, table, caplog):
+    _, server = table
+    caplog.set_level(logging.INFO, logger="parallel_rollout")
+    before = {p.pid for p in psutil.Process().children()}
+    train = RolloutScheduler(rl_config(tmp_path, server), EnvManagerConfig(
+        num_env_groups=4, group_size=2, tags=["lakes"], task_sets=lake_set(tmp_path)),
+        async_generation_ratio=2, max_concurrent_rollouts=3)
+    val = train.sibling(EnvManagerConfig(group_size=1, tags=["FrozenLake"]))
+    train.get_batch(batch_size=4, step=0)
+    family = workers_since(before)
+    assert len(family) == 2
+    train.close()
+    train.close()  # idempotent
+    gone, alive = psutil.wait_procs(family, timeout=10)
+    assert not alive
+    for scheduler in (train, val):
+        with pytest.raises(SchedulerClosed):
+            scheduler.get_batch(batch_size=4, step=1)
+    lines = [r.getMessage() for r in caplog.records if "[Concurrency]" in r.getMessage()]
+    assert lines == ["[Concurrency] Set max concurrent rollouts to 3"]
