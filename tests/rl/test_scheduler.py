@@ -346,3 +346,21 @@ def test_close_leaves_nothing_running_and_the_limit_is_logged_once(tmp_path, tab
             scheduler.get_batch(batch_size=4, step=1)
     lines = [r.getMessage() for r in caplog.records if "[Concurrency]" in r.getMessage()]
     assert lines == ["[Concurrency] Set max concurrent rollouts to 3"]
+
+
+def test_a_tags_mode_checks_its_tasks_before_the_engine_starts(tmp_path):
+    """rag's prepare_run (check every corpus, build the index once) runs for a scheduler's
+    tags as for the batch runner: a missing corpus names the task file and line at once."""
+    import json
+
+    from parallel_rollout.errors import TaskFileError
+    from parallel_rollout.rl import TaskSet
+
+    tasks = tmp_path / "questions.jsonl"
+    tasks.write_text(json.dumps({"id": "q0", "question": "What is JSON?", "answers": ["a format"],
+                                 "corpus": "missing.jsonl"}) + "\n")
+    before = {p.pid for p in psutil.Process().children()}
+    with pytest.raises(TaskFileError, match=r"questions.jsonl:1:.*missing.jsonl"):
+        RolloutScheduler(rl_config(tmp_path, LLMServer()), EnvManagerConfig(
+            tags=["docs"], task_sets={"docs": TaskSet("rag", str(tasks))}))
+    assert workers_since(before) == []

@@ -78,9 +78,7 @@ class RolloutScheduler:
         self._rng = random.Random(seed)
         self.run_config = run_config
         self.tags = list(self.env_config.tags or [run_config.mode])
-        self._tasks = {tag: load_tasks_of(tag, resolve_task_set(tag, self.env_config, run_config.mode,
-                                                                run_config.data))
-                       for tag in self.tags}
+        self._tasks = _load_tags(self.tags, self.env_config, run_config)
         self._owner = _shared is None
         if _shared is not None and any(other.name == name for other in _shared.schedulers):
             raise ConfigError(f"a scheduler named {name!r} already runs on this engine; give the sibling "
@@ -438,6 +436,19 @@ class RolloutScheduler:
                 self._all = None
         done.sort(key=lambda g: g.group_id)
         return [t for group in done for t in group.trajectories()]
+
+
+def _load_tags(tags: list[str], env_config: EnvManagerConfig, run_config: RunConfig) -> dict[str, list[Any]]:
+    """Each tag's tasks, checked by its mode's ``prepare_run`` (rag builds its index once
+    here, before any worker needs it) as the batch runner does."""
+    from ..envs import get_env
+
+    tasks = {}
+    for tag in tags:
+        task_set = resolve_task_set(tag, env_config, run_config.mode, run_config.data)
+        tasks[tag] = load_tasks_of(tag, task_set)
+        get_env(task_set.mode).prepare_run(tasks[tag])
+    return tasks
 
 
 def _whole_ratio(ratio: Any) -> int:
