@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -19,7 +22,7 @@ import psutil
 import pytest
 
 from conftest import (SHELL_TASKS, assert_exactly_once, check_no_leaks, leftover_sandboxes, live_descendants,
-                      read_results)
+                      max_overlap, read_results)
 
 # Every Ray process of this module on 127.0.0.1 (else Ray takes the address of the route out)
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
@@ -154,6 +157,68 @@ def test_vms_sweep_backend_ray_cleans_every_node(cluster, tmp_path):
     # what Ray did not stop itself when the driver died, the sweep did, on every node
     assert not leftover_sandboxes()
     assert removed and all(vm.strip().split("-vm-")[0] in ("n0", "n1", "n2") for vm in removed if vm.strip()), sweep.stdout
+
+
+@pytest.mark.slow
+def test_ctrl_c_across_nodes_then_resume_under_one_limit(cluster, tmp_path):
+    """SIGINT mid-run: exit 130 with nothing left running; --resume finishes every sample once;
+    --max-concurrent-rollouts is one limit over the three nodes."""
+    cl, _ = cluster
+    keys = {f"{i}#{s}" for i in SHELL_IDS for s in range(2)}
+    cmd = _cli(tmp_path, cl.address, "stopped", "--group-size", "2", "--max-concurrent-rollouts", "2")
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    results = tmp_path / "stopped" / "results.jsonl"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not (results.exists() and len(results.read_text().splitlines()) >= 4):
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stderr[-2000:]
+    first = read_results(tmp_path / "stopped")
+    assert 0 < len([r for r in first if r["final"]]) < len(keys)
+    resumed = subprocess.run(cmd + ["--resume"], capture_output=True, text=True, timeout=240)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert_exactly_once(tmp_path / "stopped", keys)
+    records = read_results(tmp_path / "stopped")
+    assert max_overlap(records) <= 2
+    assert len({r["node"] for r in records if r.get("node")}) >= 2
+
+
+@pytest.mark.slow
+def test_without_address_the_run_starts_and_stops_its_own_ray(cluster, tmp_path):
+    """No --ray-address: a Ray instance of the run's own (not the module's cluster, not the one
+    /tmp/ray/ray_current_cluster names), stopped when the run ends."""
+    ray_tmp = Path(tempfile.mkdtemp(prefix="pr-ray-", dir="/tmp"))  # short: Ray's socket paths
+
+    def own_servers() -> list[psutil.Process]:
+        found = []
+        for proc in psutil.process_iter(["name"]):
+            try:
+                if proc.info["name"] in ("gcs_server", "raylet") and str(ray_tmp) in " ".join(proc.cmdline()):
+                    found.append(proc)
+            except psutil.Error:
+                pass
+        return found
+
+    env = dict(os.environ, RAY_TMPDIR=str(ray_tmp))
+    try:
+        proc = subprocess.run([sys.executable, "-m", "parallel_rollout.cli", "--mode", "shell", "--data",
+                               str(SHELL_TASKS), "--output-dir", str(tmp_path), "--run-id", "own", "--backend", "ray",
+                               "--limit", "3", "--num-rollouts", "1", "--use-vm-pool", "--num-vms", "1",
+                               "--no-progress"], capture_output=True, text=True, timeout=180, env=env)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        finals = assert_exactly_once(tmp_path / "own", {f"{i}#0" for i in SHELL_IDS[:3]})
+        # one node, and not one of the module cluster's
+        assert len({r["node"] for r in finals.values()}) == 1
+        assert not {r["node"] for r in finals.values()} & {n.node_id for n in [cluster[0].head_node, *cluster[0].worker_nodes]}
+        deadline = time.monotonic() + 20
+        while own_servers() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not own_servers(), "the run's own Ray instance is still up"
+    finally:
+        for leftover in own_servers():  # only what this test's run started
+            leftover.kill()
+        shutil.rmtree(ray_tmp, ignore_errors=True)
 
 
 def test_node_removed_and_node_added_mid_run(cluster, tmp_path):

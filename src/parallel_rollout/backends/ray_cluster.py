@@ -31,7 +31,9 @@ def connect(address: str | None) -> bool:
     if address:
         ray.init(address=address, **kwargs)
     else:
-        ray.init(num_cpus=os.cpu_count() or 1, object_store_memory=LOCAL_OBJECT_STORE_BYTES,
+        # "local": a new instance even when RAY_ADDRESS or /tmp/ray/ray_current_cluster names
+        # another (possibly long dead) cluster, which ray.init() would otherwise join
+        ray.init(address="local", num_cpus=os.cpu_count() or 1, object_store_memory=LOCAL_OBJECT_STORE_BYTES,
                  include_dashboard=False, **kwargs)
     return True
 
