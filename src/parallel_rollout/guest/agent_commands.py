@@ -179,8 +179,11 @@ def seed_home(source: str, target: str) -> None:
 
 
 def route_reap(req: Request):
-    """POST /reap: kill every process the commands left (see "Who runs what")."""
+    """POST /reap: kill every process the commands left (see "Who runs what"); the body is
+    an empty JSON object, like every POST route's a JSON object."""
     import signal
+
+    req.json()  # 400 for anything else: a malformed request is refused, not obeyed
 
     if run_as is not None:
         # as that user, kill(-1) reaches exactly that user's processes, not the agent (the
