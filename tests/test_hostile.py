@@ -89,7 +89,7 @@ SHELL_ROWS = {
     "memory_hog": (["python3 -c 'b = []\nwhile True: b.append(bytearray(50 << 20))'"],
                    GOT_IT, False),
     "fill_tmp_and_home": (["dd if=/dev/zero of=/tmp/fill bs=1M 2>/dev/null;"
-                           " dd if=/dev/zero of=~/fill bs=1M 2>/dev/null; true"], GOT_IT, False),
+                           " dd if=/dev/zero of=$HOME/fill bs=1M 2>/dev/null; true"], GOT_IT, False),
     "chmod_000_tree": (["mkdir -p ~/locked/a/b && touch ~/locked/a/b/f && chmod -R 000 ~/locked"
                         " && chmod 000 ~"], GOT_IT, False),
     "setsid_daemon": (["setsid sh -c 'while :; do touch ~/ok; sleep 0.05; done'"
@@ -99,6 +99,21 @@ SHELL_ROWS = {
     "network": (["python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", PORT), 2)'"
                  " && touch ~/ok"], GOT_IT, False),
 }
+
+#: rows that must never run without a bound only a cgroup gives: row -> the controller. The
+#: fork bomb with no pids cgroup is bounded by nothing but the host's pid_max (RLIMIT_NPROC
+#: counts the uid host-wide): it would starve the machine, a CI runner's included. The memory
+#: hog is one process, which RLIMIT_AS bounds where no memory cgroup does (the provider's
+#: fallback), and the tmpfs folders are sized from memory_mb either way.
+NEEDS_CGROUP = {"fork_bomb": "pids"}
+
+
+def unbounded_rows() -> dict[str, str]:
+    """Rows this machine cannot bound, with why: left out of every run, reported as skips."""
+    return {row: f"no {controller} cgroup to bound it: {cgroups.why_unavailable(controller)}"
+            for row, controller in NEEDS_CGROUP.items()
+            if controller not in cgroups.available()}
+
 
 PROMPT = 'def add(a, b):\n    """Return a + b."""\n'
 TEST = "def check(candidate):\n    assert candidate(2, 3) == 5\n    assert candidate(-1, 1) == 0\n"
@@ -155,9 +170,12 @@ class LoopbackServer:
         self.sock.close()
 
 
-def shell_tasks(port: int) -> list[dict]:
+def shell_tasks(port: int, leave_out=()) -> list[dict]:
+    """The table's rows but ``leave_out``, then two honest tasks."""
     tasks = []
     for name, (commands, check, _) in SHELL_ROWS.items():
+        if name in leave_out:
+            continue
         tasks.append({"id": name, "mode": "shell", "instruction": f"hostile: {name}",
                       "reference": [c.replace("PORT", str(port)) for c in commands],
                       "check": check, "timeout": 5})
@@ -185,9 +203,9 @@ def _run(tmp: Path, mode: str, tasks: list[dict], **flags) -> tuple[dict, dict, 
     config = dict(mode=mode, data=str(data), agent="oracle", num_rollouts=2, num_vms=2,
                   use_vm_pool=True, output_dir=str(tmp / "out"), run_id=f"hostile-{mode}",
                   progress=False, vm_memory_mb=256)
-    config.update(flags)
-    if "pids" in cgroups.available():
+    if flags.get("provider_name", "process") == "process" and "pids" in cgroups.available():
         config["vm_max_processes"] = 128
+    config.update(flags)
     outcome = Runner(build_config(config)).run()
     finals = assert_exactly_once(outcome.run_dir, {f"{t['id']}#0" for t in tasks})
     return finals, outcome.summary, outcome.exit_code
@@ -204,7 +222,7 @@ def loopback():
 def shell_table(loopback, tmp_path_factory):
     marks = _host_marks()
     finals, summary, code = _run(tmp_path_factory.mktemp("shell"), "shell",
-                                 shell_tasks(loopback.port))
+                                 shell_tasks(loopback.port, unbounded_rows()))
     return {"finals": finals, "summary": summary, "exit_code": code, "marks_before": marks}
 
 
@@ -223,6 +241,8 @@ def _row_marks(name: str, kills_agent: bool):
 @pytest.mark.parametrize("name", [pytest.param(n, marks=_row_marks(n, SHELL_ROWS[n][2]))
                                   for n in SHELL_ROWS])
 def test_hostile_shell_answer_is_graded_zero(shell_table, name):
+    if name in unbounded_rows():
+        pytest.skip(unbounded_rows()[name])
     record = shell_table["finals"][f"{name}#0"]
     assert record["status"] == "failure" and record["reward"] == 0.0, record
 
@@ -289,8 +309,8 @@ def nobody_table(loopback):
     os.chmod(work, 0o755)
     os.chown(work, nobody.pw_uid, nobody.pw_gid)
     data = work / "shell.jsonl"
-    tasks = [t for t in shell_tasks(loopback.port)
-             if not SHELL_ROWS.get(t["id"], (0, 0, False))[2] and t["id"] not in NOT_AS_NOBODY]
+    tasks = [t for t in shell_tasks(loopback.port, {**NOT_AS_NOBODY, **unbounded_rows()})
+             if not SHELL_ROWS.get(t["id"], (0, 0, False))[2]]
     write_tasks(data, tasks)
     site = next(p for p in sys.path if p.endswith("site-packages") and "/.venv/" in p)
     env = {**os.environ, "HOME": str(work), "PYTHONPATH": f"{ROOT / 'src'}:{site}",
@@ -323,6 +343,8 @@ def test_hostile_shell_answer_as_nobody(nobody_table, name):
         pytest.xfail(NEEDS_ENGINE)
     if name in NOT_AS_NOBODY:
         pytest.skip(NOT_AS_NOBODY[name])
+    if name in unbounded_rows():
+        pytest.skip(unbounded_rows()[name])
     record = nobody_table["finals"][f"{name}#0"]
     assert record["status"] == "failure" and record["reward"] == 0.0, record
 
@@ -340,7 +362,7 @@ def test_the_run_as_nobody_finished(nobody_table, loopback):
 def test_200_tasks_50_hostile_on_two_vms(tmp_path, loopback):
     """The acceptance run of issue 16: 200 shell tasks of which 50 are hostile (the table's
     rows in turn), M=2: every hostile one 0, every honest one 1, no VM budget spent."""
-    rows = [t for t in shell_tasks(loopback.port) if not t["id"].startswith("honest")]
+    rows = [t for t in shell_tasks(loopback.port, unbounded_rows()) if not t["id"].startswith("honest")]
     if not IS_ROOT:
         rows = [t for t in rows if not SHELL_ROWS[t["id"]][2]]  # needs engine item 3
     tasks = []

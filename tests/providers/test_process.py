@@ -323,6 +323,42 @@ def test_max_processes(base_dir):
     assert info.private["cgroups"] and not any(Path(p).exists() for p in info.private["cgroups"])
 
 
+@pytest.fixture
+def no_cgroups(tmp_path, monkeypatch):
+    """A machine whose only cgroup hierarchy looks writable but refuses (a plain folder: no
+    limit files), as a CI runner's container or an undelegated cgroup v2 does."""
+    fake = cgroups.Hierarchy(tmp_path / "cg", 2, frozenset({"pids", "memory"}))
+    fake.root.mkdir()
+    monkeypatch.setattr(cgroups, "hierarchies", lambda: [fake])
+    cgroups._probe.cache_clear()
+    yield fake
+    cgroups._probe.cache_clear()
+
+
+def test_a_hierarchy_that_refuses_is_not_available(no_cgroups, base_dir):
+    assert cgroups.available() == frozenset()
+    assert "pids.max" in cgroups.why_unavailable("pids")
+    assert list(no_cgroups.root.iterdir()) == []  # the probe left nothing behind
+    with pytest.raises(ConfigError, match="pids cgroup.*pids.max"):
+        ProcessProvider("r", ProviderOptions(max_processes=5), base_dir=base_dir)
+    with pytest.raises(VMError, match="cannot limit pids here"):
+        cgroups.VMCgroup("r", "vm0", max_processes=5)
+
+
+def test_without_a_memory_cgroup_the_tmpfs_folders_are_still_sized(no_cgroups, base_dir):
+    provider = ProcessProvider("run5", ProviderOptions(memory_mb=60), base_dir=base_dir)
+    info = provider.start("vm0")
+    try:
+        client = GuestClient(info.address)
+        fill = client.execute("dd if=/dev/zero of=/tmp/f bs=1M 2>&1; dd if=/dev/zero of=$HOME/f "
+                              "bs=1M 2>&1; du -sm /tmp/f $HOME/f", shell=True, timeout=30)
+        sizes = [int(line.split()[0]) for line in fill["output"].splitlines()[-2:]]
+        # 60 MB // 6 each, not the 512 MB and 1 GB a host without cgroups would lend
+        assert fill["output"].count("No space left") == 2 and max(sizes) <= 10, fill
+    finally:
+        provider.stop(info)
+
+
 def test_run_guest_is_emptied_by_a_reset(provider, vm):
     client = GuestClient(vm.address)
     client.write_file("/run/guest/leftover", b"from the last task")

@@ -15,8 +15,13 @@ CPU share      ``cpu.weight`` 100   ``cpu.shares`` 1024 (every VM the same)
 
 Both versions are handled because both exist in the wild: a pure v2 host, a hybrid host
 whose v2 mount has no controllers (v1 does the work), or a container with a delegated v2
-subtree. A controller without a writable hierarchy is simply absent from :func:`available`,
-and the provider says what it falls back to.
+subtree. Whether a controller works is not guessed from permissions: :func:`available`
+probes once per process (a throw-away cgroup is made, its limit files written, a process
+moved in, all removed again), because a CI runner or a container often shows a writable
+hierarchy that still refuses (v2's "no internal processes" rule, a read-only mount, a
+cgroup namespace whose root holds the container's processes). A controller that fails the
+probe is absent from :func:`available`, :func:`why_unavailable` says why, and the provider
+says what it falls back to: never a hostile sandbox without the limit it was promised.
 
 The sandbox joins its cgroups before bubblewrap forks anything (:func:`join_argv`), so no
 process of the VM ever runs outside them.
@@ -24,7 +29,10 @@ process of the VM ever runs outside them.
 
 from __future__ import annotations
 
+import functools
 import os
+import secrets
+import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -85,8 +93,76 @@ def hierarchies() -> list[Hierarchy]:
 
 
 def available() -> frozenset[str]:
-    """The controllers (memory, pids, cpu) some writable hierarchy offers."""
-    return frozenset(c for h in hierarchies() for c in h.controllers)
+    """The controllers (memory, pids, cpu) that passed the probe on some hierarchy."""
+    return frozenset(_probe()[0])
+
+
+def why_unavailable(controller: str) -> str:
+    """Why ``controller`` cannot limit a sandbox here ("" when it can)."""
+    working, why = _probe()
+    if controller in working:
+        return ""
+    return why.get(controller) or (f"no writable cgroup hierarchy has the {controller} "
+                                   "controller (cgroup v2 not delegated to us, or not root?)")
+
+
+@functools.lru_cache(maxsize=None)
+def _probe() -> tuple[dict[str, Hierarchy], dict[str, str]]:
+    """controller -> the first hierarchy where a cgroup can be made, limited and joined;
+    controller -> why not, for the others that some hierarchy claims."""
+    working: dict[str, Hierarchy] = {}
+    why: dict[str, str] = {}
+    for hierarchy in hierarchies():
+        todo = set(hierarchy.controllers) - set(working)
+        if not todo:
+            continue
+        failed = _try(hierarchy, todo)
+        for controller in todo:
+            if controller in failed:
+                why.setdefault(controller, failed[controller])
+            else:
+                working[controller] = hierarchy
+    return working, why
+
+
+def _try(hierarchy: Hierarchy, controllers: set[str]) -> dict[str, str]:
+    """Make a throw-away cgroup in ``hierarchy``, rewrite each controller's limit file with
+    its own value and move a process in; controller -> what failed."""
+    top = hierarchy.root / TOP
+    path = top / f"probe-{os.getpid()}-{secrets.token_hex(3)}"
+    failed: dict[str, str] = {}
+    try:
+        path.mkdir(parents=True)
+    except OSError as exc:
+        return {c: f"cannot make a cgroup under {hierarchy.root}: {exc}" for c in controllers}
+    try:
+        if hierarchy.version == 2:
+            _enable_controllers(path, controllers)
+        for controller in controllers:
+            name = path / LIMIT_FILES[controller][0 if hierarchy.version == 2 else 1]
+            try:
+                name.write_text(name.read_text().strip())
+            except OSError as exc:
+                failed[controller] = (f"cannot set {name.name} in a cgroup under "
+                                      f"{hierarchy.root}: {exc}")
+        if len(failed) < len(controllers):
+            try:
+                join = subprocess.run(["/bin/sh", "-c", 'echo $$ > "$1"', "probe",
+                                       str(path / "cgroup.procs")],
+                                      capture_output=True, text=True, timeout=10)
+                error = join.stderr.strip() if join.returncode else ""
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                error = str(exc)
+            if error:
+                failed.update({c: f"cannot move a process into a cgroup under "
+                                  f"{hierarchy.root}: {error}" for c in controllers})
+    finally:
+        remove_paths([str(path)], parents=False)
+        try:
+            top.rmdir()
+        except OSError:
+            pass
+    return failed
 
 
 def _read(path: Path) -> str:
@@ -108,11 +184,13 @@ class VMCgroup:
             wanted["pids"] = max_processes
         #: cgroup folder -> (version, {controller: value})
         self.groups: dict[Path, tuple[int, dict[str, int | None]]] = {}
+        working = _probe()[0]
         for controller, value in wanted.items():
-            hierarchy = next((h for h in hierarchies() if controller in h.controllers), None)
+            hierarchy = working.get(controller)
             if hierarchy is None:
                 if controller != "cpu":
-                    raise VMError(f"no writable cgroup hierarchy has the {controller} controller")
+                    raise VMError(f"cannot limit {controller} here: "
+                                  f"{why_unavailable(controller)}")
                 continue
             path = hierarchy.root / TOP / run_id / vm_id
             self.groups.setdefault(path, (hierarchy.version, {}))[1][controller] = value
@@ -179,9 +257,9 @@ def _no_swap(path: Path, version: int, limit: int) -> None:
             pass
 
 
-def remove_paths(paths: list[str]) -> None:
+def remove_paths(paths: list[str], parents: bool = True) -> None:
     """Remove cgroup folders once their last process is reaped (which may lag a moment),
-    then the run's and our top folder when they are empty."""
+    then (``parents``) the run's and our top folder when they are empty."""
     for name in paths:
         path = Path(name)
         deadline = time.monotonic() + 2.0
@@ -195,7 +273,7 @@ def remove_paths(paths: list[str]) -> None:
                 if time.monotonic() > deadline:
                     break
                 time.sleep(0.01)
-        for parent in (path.parent, path.parent.parent):
+        for parent in (path.parent, path.parent.parent) if parents else ():
             try:
                 parent.rmdir()
             except OSError:

@@ -73,6 +73,7 @@ accepted.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import secrets
 import shutil
@@ -93,10 +94,12 @@ from .common import secure_base_dir
 from .common import remove_run_dir_if_empty as _remove_run_dir_if_empty
 from .docker_cli import (GUEST_HOME, GUEST_PATH, GUEST_SOCK_DIR, LABEL, SOCKET_NAME,
                          START_HINT, _agent_argv, _container_state, _containers,
-                         _daemon_address, _docker, _image_exists, _image_kind,
+                         _daemon_address, _docker, _image_exists, daemon_limits, _image_kind,
                          _import_changes, _init_process, _kill_init, _logs, _owner_alive,
                          _remove_containers, _remove_old_guest_images)
 from .docker_spare import SpareContainers, _Background
+
+log = logging.getLogger(__name__)
 
 DEFAULT_BASE_DIR = "/tmp/parallel-rollout/docker"
 #: the unprivileged user commands run as (the agent stays the container's root, with
@@ -155,6 +158,7 @@ class DockerProvider(SpareContainers, Provider):
         self.desktop = self.options.desktop
         self.image = self.options.snapshot_name or image_tag(self.desktop)
         self._check_image()
+        self._check_limits()
         me = psutil.Process()
         self._owner = f"{me.pid}:{me.create_time():.3f}"
         self._init_spares()
@@ -162,6 +166,21 @@ class DockerProvider(SpareContainers, Provider):
     def __repr__(self) -> str:
         return (f"DockerProvider(run_id={self.run_id!r}, image={self.image!r}, "
                 f"base_dir={str(self.base_dir)!r})")
+
+    def _check_limits(self) -> None:
+        """ConfigError when a limit asked for would be discarded by the daemon (it only warns),
+        so that no container runs without the bound it was promised."""
+        enforced = daemon_limits()
+        for limit, key, flag in (("max_processes", "pids", "--pids-limit"),
+                                 ("memory_mb", "memory", "--memory")):
+            if getattr(self.options, limit) is not None and not enforced[key]:
+                raise ConfigError(
+                    f"{limit} cannot be honoured: this Docker daemon does not enforce {flag} "
+                    f"(docker info: {key} limit false; its kernel or cgroup setup lacks the "
+                    f"{key} controller)")
+        if not enforced["pids"]:
+            log.warning("this Docker daemon does not enforce --pids-limit: containers run "
+                        "without a process cap")
 
     @classmethod
     def supported_limits(cls) -> frozenset[str]:

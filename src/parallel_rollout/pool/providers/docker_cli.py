@@ -61,6 +61,14 @@ def _docker(*args: str, timeout: float = DOCKER_TIMEOUT_S, check: bool = True) -
     return done
 
 
+def daemon_limits() -> dict[str, bool]:
+    """Which limits this daemon enforces (``docker info``): ``pids`` (--pids-limit) and
+    ``memory`` (--memory). A daemon without the kernel's cgroup support only warns and runs
+    the container without the limit."""
+    fields = _docker("info", "--format", "{{.PidsLimit}} {{.MemoryLimit}}").stdout.split()
+    return {"pids": fields[:1] == ["true"], "memory": fields[1:2] == ["true"]}
+
+
 def _containers(*label_filters: str) -> list[dict]:
     """Containers (any state) whose labels match every filter; name, state, vm, owner, host."""
     fields = ["{{.Names}}", "{{.State}}", f'{{{{.Label "{LABEL}.run"}}}}',

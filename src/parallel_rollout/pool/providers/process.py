@@ -25,9 +25,9 @@ files, fresh ``/proc`` and ``/dev``, a clean environment, ``setsid``, and:
 * *a seccomp filter* (``seccomp.py``): no mount, namespaces, ptrace, keyring, bpf, kernel
   modules, kexec, perf events (a desktop VM may make user namespaces: its VLC needs one).
 * *per-VM cgroups* (``cgroups.py``): ``memory.max``, ``pids.max`` and an equal CPU weight
-  for the whole sandbox. Without a writable memory cgroup ``memory_mb`` falls back to a
-  per-process RLIMIT_AS through ``prlimit`` (logged); without a pids cgroup
-  ``max_processes`` is a ConfigError.
+  for the whole sandbox, where a probe shows they work (``cgroups.available``). Without a
+  memory cgroup ``memory_mb`` falls back to a per-process RLIMIT_AS through ``prlimit``
+  (logged); without a pids cgroup ``max_processes`` is a ConfigError saying why.
 * *sized tmpfs* for ``/tmp`` and ``/dev/shm`` (512 MB) and the home (1 GB), each at most a
   sixth of ``memory_mb``: filling them fills the VM's own memory (which its cgroup bounds), never the
   host's disk, and leaves the agent room to live.
@@ -168,9 +168,9 @@ class ProcessProvider(Provider):
                 if shutil.which("prlimit") is None:
                     raise ConfigError("memory_mb needs a writable memory cgroup or util-linux "
                                       "prlimit (apt-get install util-linux)")
-                log.warning("no writable memory cgroup (v2 memory.max or v1 memory): "
-                            "memory_mb=%d falls back to RLIMIT_AS per process, which does "
-                            "not bound the sandbox's sum", self.options.memory_mb)
+                log.warning("no memory cgroup (%s): memory_mb=%d falls back to RLIMIT_AS "
+                            "per process, which does not bound the sandbox's sum",
+                            cgroups.why_unavailable("memory"), self.options.memory_mb)
                 self._limit_as = True
         if self.options.max_processes is not None:
             if self.options.max_processes <= 0:
@@ -178,8 +178,9 @@ class ProcessProvider(Provider):
                     f"max_processes must be positive, got {self.options.max_processes}")
             if "pids" not in controllers:
                 raise ConfigError(
-                    "max_processes needs a writable pids cgroup (cgroup v1 pids, or v2 with "
-                    "the pids controller delegated); RLIMIT_NPROC cannot cap a sandbox")
+                    "max_processes needs a working pids cgroup (cgroup v1 pids, or v2 with "
+                    "the pids controller delegated; RLIMIT_NPROC cannot cap a sandbox): "
+                    + cgroups.why_unavailable("pids"))
         #: cgroups are host-wide: two runs with one run id (two output folders) must not
         #: share, or remove, each other's
         self._cgroup_name = f"{run_id}.{secrets.token_hex(4)}"
@@ -306,8 +307,9 @@ class ProcessProvider(Provider):
     def _tmpfs_mb(self, size_mb: int) -> int:
         """A tmpfs's size: its pages are charged to the VM's memory cgroup and never freed
         by a kill, so /tmp, /dev/shm and the home together stay under half of memory_mb (a
-        full disk must not leave the agent without memory)."""
-        if self.options.memory_mb is None or self._limit_as:
+        full disk must not leave the agent without memory). Without a memory cgroup the
+        pages are the host's: the same sizes keep a full disk within what the user gave."""
+        if self.options.memory_mb is None:
             return size_mb
         return max(1, min(size_mb, self.options.memory_mb // 6))
 
