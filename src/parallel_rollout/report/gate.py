@@ -81,11 +81,15 @@ def after_run(config: Any, run_dir: Path, exit_code: int, message: str) -> tuple
         return exit_code, message
     try:
         write_report(data)
+    except OSError as exc:  # a full disk, a read-only folder: said, not a traceback
+        log.error("cannot write %s: %s", run_dir / "report.html", exc.strerror or exc)
     except Exception:  # noqa: BLE001
         log.exception("cannot write %s", run_dir / "report.html")
     if config.junit_xml:
         try:
             write_junit(data, config.junit_xml)
+        except OSError as exc:
+            log.error("cannot write the JUnit XML %s: %s", config.junit_xml, exc.strerror or exc)
         except Exception:  # noqa: BLE001
             log.exception("cannot write the JUnit XML %s", config.junit_xml)
     if exit_code != EXIT_OK:
