@@ -172,6 +172,9 @@ def test_loadvm_reset_restores_state_and_stop_removes_the_overlay(image, request
         mem_kb = int(client.execute("awk '/MemTotal/ {print $2}' /proc/meminfo",
                                     shell=True)["output"])
         assert 300_000 < mem_kb <= 384 * 1024
+        # the graded code is not the guest's root: uid 64000 without capabilities
+        who = client.execute("id -u; grep CapEff /proc/self/status", shell=True)["output"]
+        assert who.split()[0] == "64000" and int(who.split()[2], 16) == 0, who
         with socket.create_server(("127.0.0.1", 0)) as listener:
             # without restrict=on the guest would reach this host listener at 10.0.2.2
             port = listener.getsockname()[1]

@@ -1,0 +1,65 @@
+"""The hostile table of tests/test_hostile.py on the qemu provider: every row graded 0, the
+host untouched, the run finished, no VM lost.
+
+A QEMU VM is its own kernel: the graded code runs in the guest as uid 64000 without
+capabilities (the agent is the guest's root), ``-m`` bounds its memory (a fork bomb or a
+memory hog exhausts the guest, not the host: QEMU's RSS is fixed by ``-m``), and the
+network is QEMU's user mode with ``restrict=on`` (no way out, not even to the host's
+loopback). Slow: two TCG VMs boot (9-18 s each on 2 cores) before the table runs.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from parallel_rollout.errors import ProviderUnavailable
+from parallel_rollout.pool.providers import qemu
+from parallel_rollout.pool.providers.qemu import QemuProvider
+from test_hostile import SHELL_ROWS, LoopbackServer, _host_marks, _run, shell_tasks
+
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(shutil.which(qemu.QEMU) is None,
+                                 reason="qemu-system-x86_64 is not installed (./dev installs it)")]
+
+#: rows left out on qemu, and why
+NOT_ON_QEMU = {"nested_userns": "the guest's own kernel allows user namespaces (Debian's "
+                                "default): they reach nothing of the host's, the VM is the wall"}
+
+
+@pytest.fixture(scope="module")
+def qemu_table(tmp_path_factory):
+    try:
+        QemuProvider.build_image(log=lambda line: print(line, flush=True))
+        QemuProvider.check_available()
+    except ProviderUnavailable as exc:
+        pytest.skip(f"the qemu provider cannot run here: {exc}")
+    server = LoopbackServer()
+    marks = _host_marks()
+    try:
+        tasks = shell_tasks(server.port, NOT_ON_QEMU)
+        finals, summary, code = _run(tmp_path_factory.mktemp("qemu"), "shell", tasks,
+                                     provider_name="qemu", vm_memory_mb=384,
+                                     boot_timeout_s=120.0)
+        yield {"finals": finals, "summary": summary, "exit_code": code,
+               "connections": server.connections, "marks_before": marks}
+    finally:
+        server.close()
+
+
+@pytest.mark.parametrize("name", list(SHELL_ROWS))
+def test_hostile_shell_answer_on_qemu(qemu_table, name):
+    if name in NOT_ON_QEMU:
+        pytest.skip(NOT_ON_QEMU[name])
+    record = qemu_table["finals"][f"{name}#0"]
+    assert record["status"] == "failure" and record["reward"] == 0.0, record
+
+
+def test_qemu_host_untouched_and_the_run_finished(qemu_table):
+    assert qemu_table["exit_code"] == 0
+    assert qemu_table["connections"] == 0 and _host_marks() == qemu_table["marks_before"]
+    honest = [r for key, r in qemu_table["finals"].items() if key.startswith("honest")]
+    assert honest and all(r["status"] == "success" for r in honest), honest
+    assert qemu_table["summary"]["vm"]["marked_dead"] == 0
+    assert qemu_table["summary"]["vm"]["replacements"] == 0
