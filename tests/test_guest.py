@@ -268,3 +268,49 @@ def test_limit_as_applies_to_commands(tmp_path):
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_reap_on_a_shared_host_kills_only_what_its_commands_started(agent):
+    # An agent started without --reap-all (a `remote` VM that is a process on this machine)
+    # must not take the host down: /reap kills the sessions of its own commands; a process it
+    # did not start (this test's sleeper, the test process itself) lives on.
+    client, _ = agent
+    bystander = subprocess.Popen(["sleep", "300"])
+    try:
+        client.execute("sleep 300 >/dev/null 2>&1 &", shell=True)
+        left = [p for p in psutil.process_iter(["pid", "cmdline"])
+                if p.info["cmdline"] == ["sleep", "300"] and p.pid != bystander.pid]
+        assert len(left) == 1, left
+        client.reap()
+        gone, alive = psutil.wait_procs(left, timeout=5)
+        assert not alive, "the command's own sleeper survived /reap"
+        assert bystander.poll() is None, "the agent's /reap killed a process it did not start"
+    finally:
+        bystander.kill()
+        bystander.wait()
+
+
+def test_reap_all_kills_every_process_of_its_namespace(tmp_path):
+    # --reap-all is for an agent alone in its pid namespace: bwrap gives it one here
+    home = tmp_path / "home"
+    home.mkdir()
+    sock = tmp_path / "ns.sock"
+    bystander = subprocess.Popen(["sleep", "300"])
+    proc = subprocess.Popen(
+        ["bwrap", "--dev-bind", "/", "/", "--unshare-pid", "--proc", "/proc", "--die-with-parent", "--",
+         "/usr/bin/python3", "-I", "-S", str(SERVER), "--unix", str(sock), "--reap-all"],
+        env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home)}, cwd=home)
+    try:
+        client = GuestClient(f"unix:{sock}", timeout_s=10)
+        client.wait_ready(20)
+        client.execute("setsid sleep 301 >/dev/null 2>&1 &", shell=True)
+        assert client.execute("pgrep -x sleep", shell=True)["output"].strip(), "no sleeper started"
+        client.reap()
+        time.sleep(0.2)
+        assert client.execute("pgrep -x sleep", shell=True)["returncode"] == 1, "a sleeper survived /reap"
+        assert bystander.poll() is None, "--reap-all reached past the agent's pid namespace"
+    finally:
+        proc.kill()
+        proc.wait()
+        bystander.kill()
+        bystander.wait()

@@ -19,10 +19,13 @@ docker) the agent keeps its own user and runs every command as that other, unpri
 user, through util-linux ``setpriv`` (no capabilities, an empty bounding set, no new
 privileges): the graded code cannot signal, trace or replace the agent, and cannot reach
 its socket (0600, in a folder it cannot write). Temp scripts and uploads are handed to that
-user. ``POST /reap`` kills every process of that user (``kill -9 -1`` as that user): what a
-task left running (daemons, a process that left its group) is gone before its ``check``
-runs. Without ``--run-as`` (a non-root runner: one uid in the sandbox's user namespace)
-``/reap`` kills every process but the agent and the namespace's init.
+user. ``POST /reap`` kills what a task left running (daemons, a process that left its group)
+before its ``check`` runs. With ``--reap-all`` (given by a provider whose agent has a pid
+namespace or a VM of its own) it kills every process of the commands' user (``kill -9 -1``
+as that user), or without ``--run-as`` every process but the agent and the namespace's init.
+Without ``--reap-all`` (an agent started on a shared host, e.g. a ``remote`` VM that is a
+process on this machine) it kills only the sessions of the commands it started: never a
+process it cannot tell is its own.
 
 **Limits.** ``--limit-as BYTES`` (:data:`limit_as`) runs every command under util-linux
 ``prlimit --as`` (RLIMIT_AS per process, inherited by its children); the agent itself stays
@@ -46,6 +49,11 @@ DEFAULT_BASH_TIMEOUT_S = 100.0
 limit_as: int | None = None
 #: (uid, gid) every command runs as (``--run-as``); None: the agent's own
 run_as: tuple[int, int] | None = None
+#: whether /reap may kill every process it sees but itself and pid 1 (``--reap-all``)
+reap_all: bool = False
+#: the sessions of the commands started since the last /reap (without --run-as/--reap-all
+#: these are all /reap may kill)
+_sessions: set[int] = set()
 
 
 def expand(path: str) -> str:
@@ -95,6 +103,7 @@ def run(argv, *, shell: bool, timeout: float, cwd: str | None = None,
         what = "permission denied" if code == 126 else "command not found"
         return {"returncode": code, "output": "", "error": str(exc),
                 "not_found": True, "message": f"{what}: {program}"}
+    _sessions.add(proc.pid)
     try:
         out, err = proc.communicate(timeout=timeout)
         timed_out = False
@@ -185,19 +194,28 @@ def route_reap(req: Request):
 
     req.json()  # 400 for anything else: a malformed request is refused, not obeyed
 
-    if run_as is not None:
+    if run_as is not None and reap_all:
         # as that user, kill(-1) reaches exactly that user's processes, not the agent (the
         # shell's builtin: procps' kill does not take -1)
         result = run("kill -9 -1", shell=True, timeout=10.0)
         return 200, {"status": "success", "returncode": result["returncode"]}
     me, killed = os.getpid(), 0
     for name in os.listdir("/proc"):
-        if name.isdigit() and int(name) not in (1, me):
+        if not name.isdigit() or int(name) in (1, me):
+            continue
+        pid = int(name)
+        if not reap_all:
             try:
-                os.kill(int(name), signal.SIGKILL)
-                killed += 1
+                if os.getsid(pid) not in _sessions and os.getpgid(pid) not in _sessions:
+                    continue
             except OSError:
-                pass
+                continue
+        try:
+            os.kill(pid, signal.SIGKILL)
+            killed += 1
+        except OSError:
+            pass
+    _sessions.clear()
     return 200, {"status": "success", "killed": killed}
 
 

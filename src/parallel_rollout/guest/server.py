@@ -119,12 +119,14 @@ def resolve(path: str):
 
 _USAGE = """usage: server.py [--unix PATH | --host HOST --port PORT] [--ready-fd FD]
                  [--max-body-mb MB] [--limit-as BYTES] [--run-as UID:GID]
-                 [--seed-home DIR] [--desktop WxH] [--verbose]
+                 [--seed-home DIR] [--desktop WxH] [--reap-all] [--verbose]
 
 --limit-as BYTES   RLIMIT_AS of every command run (through util-linux prlimit)
 --run-as UID:GID   run every command as this user (through util-linux setpriv)
 --seed-home DIR    copy DIR into $HOME (given to --run-as's user) before saying ready
---desktop WxH      start Xvfb at WxH and a window manager before saying ready"""
+--desktop WxH      start Xvfb at WxH and a window manager before saying ready
+--reap-all         /reap kills every process but this agent and pid 1: only for an agent
+                   alone in its pid namespace (without it, the sessions it started)"""
 _OPTIONS = {"--unix": str, "--host": str, "--port": int, "--ready-fd": int,
             "--max-body-mb": float, "--limit-as": int, "--desktop": str, "--run-as": str,
             "--seed-home": str}
@@ -134,15 +136,15 @@ def _parse_args(argv: list[str]) -> dict:
     # argparse (with the re and shutil it imports) would add ~5 ms to every VM reset
     args = {"unix": None, "host": "127.0.0.1", "port": 5000, "ready_fd": None,
             "max_body_mb": 256.0, "verbose": False, "limit_as": None, "desktop": None,
-            "run_as": None, "seed_home": None}
+            "run_as": None, "seed_home": None, "reap_all": False}
     items = list(argv)
     while items:
         item = items.pop(0)
         if item in ("-h", "--help"):
             print(_USAGE)
             sys.exit(0)
-        if item == "--verbose":
-            args["verbose"] = True
+        if item in ("--verbose", "--reap-all"):
+            args[item[2:].replace("-", "_")] = True
             continue
         name, eq, value = item.partition("=")
         if name not in _OPTIONS:
@@ -168,6 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parse_args(sys.argv[1:] if argv is None else argv)
     agent_http.verbose = args["verbose"]
     agent_commands.limit_as = args["limit_as"]
+    agent_commands.reap_all = args["reap_all"]
     if agent_commands.limit_as is not None and not _which("prlimit"):
         sys.exit("server.py: --limit-as needs util-linux prlimit on PATH")
     if args["run_as"]:

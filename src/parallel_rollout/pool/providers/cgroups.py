@@ -257,6 +257,16 @@ def _no_swap(path: Path, version: int, limit: int) -> None:
             pass
 
 
+def kill_paths(paths: list[str]) -> None:
+    """SIGKILL every process left in these cgroups (cgroup v2's cgroup.kill; a v1 hierarchy
+    has none, and its processes are killed by their recorded pids alone)."""
+    for name in paths:
+        try:
+            (Path(name) / "cgroup.kill").write_text("1")
+        except OSError:
+            pass
+
+
 def remove_paths(paths: list[str], parents: bool = True) -> None:
     """Remove cgroup folders once their last process is reaped (which may lag a moment),
     then (``parents``) the run's and our top folder when they are empty."""

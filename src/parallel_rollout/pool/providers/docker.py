@@ -399,7 +399,7 @@ class DockerProvider(SpareContainers, Provider):
         argv += ["--pids-limit", str(self.options.max_processes or DEFAULT_PIDS_LIMIT)]
         agent = _agent_argv(self.options.screen)
         if not self.desktop:  # the desktop's session bus admits one uid
-            agent += ["--run-as", f"{SANDBOX_UID}:{SANDBOX_UID}"]
+            agent += ["--run-as", f"{SANDBOX_UID}:{SANDBOX_UID}", "--reap-all"]  # its pid namespace
         argv += [self.image, *agent]
         try:
             _docker(*argv, timeout=max(1.0, deadline - time.monotonic()))

@@ -292,6 +292,7 @@ class ProcessProvider(Provider):
         those whose owning process is gone; return the removed VM ids."""
         def kill(meta: dict, vm_dir: Path) -> None:
             kill_recorded(meta, vm_dir)
+            cgroups.kill_paths(meta.get("cgroups") or [])  # whatever escaped the pid records
             cgroups.remove_paths(meta.get("cgroups") or [])
 
         return sweep_vm_folders(Path(base_dir) if base_dir else base_dir_default(), run_id, kill)
@@ -318,14 +319,14 @@ class ProcessProvider(Provider):
                  "--unix", f"{GUEST_SOCK_DIR}/{SOCKET_NAME}", "--ready-fd", str(ready_fd)]
         if self._limit_as:
             agent += ["--limit-as", str(self.options.memory_mb * 1024 * 1024)]
+        agent += ["--reap-all"]  # bwrap's --unshare-pid: every process it sees is the VM's
         if self._run_as is not None:
             agent += ["--run-as", f"{self._run_as}:{self._run_as}"]
             privileges = ["--cap-drop", "ALL"] + [a for cap in AGENT_CAPS
                                                   for a in ("--cap-add", cap)]
-        elif os.geteuid() == 0:
-            privileges = ["--cap-drop", "ALL"]
         else:
-            privileges = ["--unshare-user", "--disable-userns", "--cap-drop", "ALL"]
+            privileges = ["--cap-drop", "ALL"] if os.geteuid() == 0 else \
+                ["--unshare-user", "--disable-userns", "--cap-drop", "ALL"]
         snapshot: list[str] = []
         if self.snapshot is not None:
             snapshot = ["--ro-bind", str(self.snapshot), GUEST_SNAPSHOT]
@@ -398,6 +399,9 @@ class ProcessProvider(Provider):
         _children[proc.pid] = proc
         private = {"pid": proc.pid, "create_time": create_time(proc.pid),
                    "vm_dir": str(vm_dir), "cgroups": group.paths}
+        # recorded at once: a manager killed before the agent is ready leaves a sandbox
+        # that a sweep must still find
+        self._write_meta(vm_id, vm_dir, private)
         try:
             deadline = time.monotonic() + self.options.boot_timeout_s
             info = read_until(info_r, b"}", deadline)

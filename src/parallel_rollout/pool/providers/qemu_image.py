@@ -146,7 +146,7 @@ def start_agent():
             argv += ["--desktop", desktop]
             env["PYTHONPATH"] = SHIM
         else:  # the agent is the VM's root; the graded code an unprivileged user
-            argv += ["--run-as", "SANDBOX_UID:SANDBOX_UID"]
+            argv += ["--run-as", "SANDBOX_UID:SANDBOX_UID", "--reap-all"]  # the VM is its own
         os.execve("/usr/bin/python3", argv, env)
     except BaseException as exc:
         say("cannot start the agent: %r" % (exc,))
