@@ -47,3 +47,11 @@ class Switch:
 
     def __call__(self, body):
         return self.policy(body)
+
+
+def random_moves(seed: int = 0):
+    """A model policy for the test server that answers a random FrozenLake move."""
+    import random
+
+    rng = random.Random(seed)
+    return lambda body: {"reply": f"<answer>{rng.choice(['Left', 'Down', 'Right', 'Up'])}</answer>"}

@@ -1,0 +1,64 @@
+"""The README's trainer snippet runs as printed, as a user runs it (``python train.py``): only
+the model server's address, the output folder and the number of steps change; the test's
+local OpenAI-compatible server answers random moves."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import psutil
+
+from llm_server import LLMServer
+from parallel_rollout.results import read_records
+from rl_support import random_moves
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def trainer_snippet() -> str:
+    section = (ROOT / "README.md").read_text(encoding="utf-8").split("## For RL trainers", 1)[1]
+    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
+
+
+def test_the_readme_trainer_snippet_runs(tmp_path):
+    code = trainer_snippet()
+    for printed in ('"http://127.0.0.1:8000/v1"', 'output_dir="results"', "    main()\n"):
+        assert printed in code
+    server = LLMServer(policy=random_moves(seed=0)).start()
+    code = (code.replace("http://127.0.0.1:8000/v1", server.url)
+            .replace('output_dir="results"', f"output_dir={str(tmp_path / 'results')!r}")
+            .replace("    main()\n", "    main(steps=2, eval_every=2)\n"))
+    (tmp_path / "train.py").write_text(code)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
+    trainer = subprocess.Popen([sys.executable, "train.py"], cwd=tmp_path, env=env, stdin=subprocess.DEVNULL,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    family: dict[int, psutil.Process] = {}
+    try:
+        while trainer.poll() is None:  # every process the trainer starts, to check they end
+            try:
+                family.update((p.pid, p) for p in psutil.Process(trainer.pid).children(recursive=True))
+            except psutil.NoSuchProcess:
+                pass
+            time.sleep(0.2)
+        out, err = trainer.communicate(timeout=60)
+    finally:
+        if trainer.poll() is None:
+            trainer.kill()
+            trainer.wait()
+        server.stop()
+    assert trainer.returncode == 0, err
+    assert re.search(r"^step 0: val success \d\.\d\d$", out, re.M), out
+    assert family, "the trainer started no worker"
+    _, alive = psutil.wait_procs(list(family.values()), timeout=10)
+    assert not alive, f"left running: {alive}"
+    records = [r for r in read_records(tmp_path / "results" / "grpo" / "results.jsonl") if r["final"]]
+    finals = Counter(r["meta"]["scheduler"] for r in records)
+    assert finals["train-sibling1"] == 17  # every FrozenLake val task once
+    assert finals["train"] >= 64  # two batches of 32 (async: a few more may have finished)
+    assert {r["meta"]["tag"] for r in records if r["meta"]["scheduler"] == "train"} == {"FrozenLake", "FrozenLake8x8"}
