@@ -90,6 +90,10 @@ def main() -> None:
         print(f"{ratio:>5} {row['batches_per_min']:>12.1f} {row['idle']:>6.0%} {row['wall_s']:>7.1f} "
               f"{row['dropped']:>8} {row['batches_per_min'] / base['batches_per_min']:>8.2f}x "
               f"{row['idle'] / base['idle'] if base['idle'] else 0:>9.2f}x")
+    # At ratio 0 a step is generate (G) then train (T); overlapped it is max(G, T).
+    generate_s = base["wall_s"] / args.steps - train_s
+    print(f"at ratio 0 a batch took {generate_s:.2f} s to generate and the trainer {train_s:.2f} s: "
+          f"full overlap would give {(generate_s + train_s) / max(generate_s, train_s):.2f}x")
 
 
 if __name__ == "__main__":

@@ -199,8 +199,8 @@ def test_validation_runs_each_task_once_while_training_goes_on(shared, sibling):
     base = shared[0]
     train = sibling(EnvManagerConfig(num_env_groups=2, group_size=2, tags=["tiny"], task_sets=tiny(shared)),
                     async_generation_ratio=1)
-    val = sibling(EnvManagerConfig(num_env_groups=2, group_size=1, tags=["FrozenLake", "lakes"],
-                                   task_sets=lake_set(shared[3], count=4, max_steps=4)))
+    val = sibling(EnvManagerConfig(num_env_groups=2, group_size=1, tags=["lakes", "tiny"],
+                                   task_sets={**lake_set(shared[3], count=6, max_steps=4), **tiny(shared)}))
     train.get_batch(batch_size=4, step=0)
     report: list = []
     thread = threading.Thread(target=lambda: report.extend(val.get_batch(batch_size=-1, step=0)))
@@ -212,7 +212,7 @@ def test_validation_runs_each_task_once_while_training_goes_on(shared, sibling):
         train_times.append(time.time())
         step += 1
     thread.join(120)
-    expected = Counter([*(f"lakes{i}" for i in range(4)), *(t.id for t in val._tasks["FrozenLake"])])
+    expected = Counter([*(f"lakes{i}" for i in range(6)), "tiny0"])
     assert Counter(t.task_id for t in report) == expected
     val_start = min(t.timings["started_at"] for t in report)
     val_end = max(t.timings["ended_at"] for t in report)
@@ -290,7 +290,7 @@ TRAINER = textwrap.dedent("""
     from parallel_rollout.rl import EnvManagerConfig, RolloutScheduler
     from rl_support import rl_config
     from pathlib import Path
-    server = LLMServer(policy=TablePolicy(delay_s=0.2)).start()
+    server = LLMServer(policy=TablePolicy(delay_s=0.05)).start()
     train = RolloutScheduler(rl_config(Path({tmp!r}), server), EnvManagerConfig(
         num_env_groups=4, group_size=2, tags=["FrozenLake"]), async_generation_ratio=1)
     val = train.sibling(EnvManagerConfig(group_size=1, tags=["FrozenLake"]))
