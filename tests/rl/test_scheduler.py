@@ -331,14 +331,30 @@ def test_close_leaves_nothing_running_and_the_limit_is_logged_once(tmp_path, tab
     caplog.set_level(logging.INFO, logger="parallel_rollout")
     before = {p.pid for p in psutil.Process().children()}
     train = RolloutScheduler(rl_config(tmp_path, server), EnvManagerConfig(
-        num_env_groups=4, group_size=2, tags=["lakes"], task_sets=lake_set(tmp_path)),
+        num_env_groups=4, group_size=2, tags=["lakes"], task_sets=lake_set(tmp_path), max_env_num_per_worker=2),
         async_generation_ratio=2, max_concurrent_rollouts=3)
+    assert train._shared.engine.config.envs_per_worker == 2
+    with pytest.raises(ConfigError, match="max_env_num_per_worker"):
+        train.sibling(EnvManagerConfig(tags=["FrozenLake"], max_env_num_per_worker=5))
     val = train.sibling(EnvManagerConfig(group_size=1, tags=["FrozenLake"]))
     train.get_batch(batch_size=4, step=0)
     family = workers_since(before)
     assert len(family) == 2
-    train.close()
+    outcome: list = []
+
+    def validate():
+        try:
+            val.get_batch(batch_size=-1, step=0)
+        except SchedulerClosed as exc:
+            outcome.append(exc)
+
+    waiting = threading.Thread(target=validate)
+    waiting.start()
+    time.sleep(0.3)
+    train.close()  # with a validation under way in another thread
     train.close()  # idempotent
+    waiting.join(10)
+    assert not waiting.is_alive() and len(outcome) == 1, "a get_batch blocked in another thread did not end"
     gone, alive = psutil.wait_procs(family, timeout=10)
     assert not alive
     for scheduler in (train, val):
