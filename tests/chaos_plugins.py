@@ -79,6 +79,24 @@ class NoResetProvider(ProcessProvider):
         return info
 
 
+class LeakyResetProvider(ProcessProvider):
+    """A reset with a bug: it copies the snapshot back over the home and nothing else, so
+    what a task leaves outside that copy survives (a daemon in a session of its own, a file
+    the snapshot does not have, /tmp). Reset verification must catch it."""
+
+    def reset(self, info):
+        from parallel_rollout.guest.client import GuestClient
+
+        client = GuestClient(info.address)
+        for path in sorted(self.snapshot.rglob("*")) if self.snapshot else ():
+            if path.is_file():
+                home_path = f"/home/user/{path.relative_to(self.snapshot)}"
+                client.write_file(home_path, path.read_bytes())
+                stamp = path.stat().st_mtime_ns
+                client.execute(["touch", "-m", "-d", f"@{stamp // 10**9}.{stamp % 10**9:09d}", home_path])
+        return info
+
+
 class BootFailsProvider(ProcessProvider):
     """Every boot fails."""
 

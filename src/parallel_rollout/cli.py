@@ -81,6 +81,10 @@ def main() -> None:
 @click.option("--reset-command",
               help="For --provider-name remote: shell command run on this host to reset the VM at "
                    "{address} ({host}, {port}, {vm_id}); 'none' never resets (no isolation).")
+@click.option("--verify-reset", type=click.Choice(["off", "fast", "full"]),
+              help="Check each reset before the VM is leased again (processes, /tmp, the home against "
+              "the snapshot: names, sizes, mtimes; full also hashes contents); a VM that differs is "
+              "quarantined. Default: fast for process and docker, off elsewhere.")
 @click.option("--headless", is_flag=True, help="Run VMs without a window (process is always headless).")
 @click.option("--model", default=_D.model, show_default=True, help="Model name for model-backed agents.")
 @click.option("--action-space", default=_D.action_space, show_default=True,

@@ -44,6 +44,9 @@ class RunConfig:
     #: remote provider: shell command that resets the VM at {address}; "none": never reset
     reset_command: str | None = None
     headless: bool = False
+    #: how each reset is checked before the VM is leased again: off, fast, full; None: the
+    #: provider's default (fast where it is cheap: process, docker)
+    verify_reset: str | None = None
     model: str = "gpt-4.1-2025-04-14"
     action_space: str = "pyautogui"
     screen_width: int = 1920
@@ -267,6 +270,8 @@ def validate_ranges(cfg: RunConfig) -> None:
         from .backends import check_ray
 
         check_ray()
+    if cfg.verify_reset not in (None, "off", "fast", "full"):
+        raise ConfigError(f"--verify-reset must be off, fast or full, got {cfg.verify_reset!r}")
     if cfg.rag_metric not in ("f1", "em"):
         raise ConfigError("--rag-metric must be f1 or em")
     if not cfg.sleep_after_execution >= 0:

@@ -442,4 +442,5 @@ def provider_options(config: RunConfig, provider_cls: Any, vm_envs: list[Any]) -
         limits.update(desktop=True, screen_width=config.screen_width, screen_height=config.screen_height)
     return ProviderOptions(snapshot_name=config.snapshot_name, path_to_vm=config.path_to_vm,
                            headless=config.headless, boot_timeout_s=config.boot_timeout_s,
-                           vm_addresses=config.vm_address, reset_command=config.reset_command, **limits)
+                           vm_addresses=config.vm_address, reset_command=config.reset_command,
+                           verify_reset=config.verify_reset, **limits)

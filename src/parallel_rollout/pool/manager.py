@@ -41,7 +41,7 @@ from typing import Any, Iterator
 
 from ..errors import LeaseTimeout, PoolExhausted, RolloutError, VMError, WorkerDied
 from ..results import percentiles
-from .providers import ProviderOptions, VMInfo, get_provider
+from .providers import ProviderOptions, VMInfo, get_provider, verify
 
 log = logging.getLogger(__name__)
 
@@ -121,7 +121,7 @@ class VMPoolManager:
         self._started_at = time.time()
         self._counters = {
             "leases": 0, "resets": 0, "reset_failures": 0, "boots": 0, "boot_failures": 0,
-            "replacements": 0, "reclaimed": 0, "marked_dead": 0,
+            "replacements": 0, "reclaimed": 0, "marked_dead": 0, "quarantined": 0,
         }
         self._reset_times: list[float] = []
         self._boot_times: list[float] = []
@@ -331,13 +331,13 @@ class VMPoolManager:
             counts[vm.state.value] += 1
         return counts
 
-    def _move(self, vm: _VM, to: VMState, reason: str) -> None:
+    def _move(self, vm: _VM, to: VMState, reason: str, **extra: Any) -> None:
         now = time.monotonic()
         if vm.state is VMState.LEASED:
             vm.leased_s += now - vm.since
         elif vm.state is VMState.RESETTING:
             vm.resetting_s += now - vm.since
-        self._event(vm.vm_id, vm.state.value, to.value, reason, vm.task_key, vm.worker_id)
+        self._event(vm.vm_id, vm.state.value, to.value, reason, vm.task_key, vm.worker_id, **extra)
         if to is not VMState.LEASED:
             vm.worker_id = vm.worker_pid = vm.task_key = None
         vm.state = to
@@ -349,11 +349,11 @@ class VMPoolManager:
             # a private VM is for its owner only; a death may exhaust the pool
             self._vm_free.notify_all()
 
-    def _event(self, vm_id, from_state, to_state, reason, task_key, worker_id) -> None:
+    def _event(self, vm_id, from_state, to_state, reason, task_key, worker_id, **extra) -> None:
         if self._events is None:
             return
         event = {"time": round(time.time(), 4), "event": "vm", "vm": vm_id, "from": from_state,
-                 "to": to_state, "task": task_key, "worker": worker_id, "reason": reason}
+                 "to": to_state, "task": task_key, "worker": worker_id, "reason": reason, **extra}
         try:
             self._events.write(json.dumps(event) + "\n")
         except (OSError, ValueError):
@@ -402,13 +402,16 @@ class VMPoolManager:
                         self._kill(vm, f"boot timed out after {self.options.boot_timeout_s:.0f}s")
 
     def _begin_reset(self, vm: _VM, reason: str) -> None:
+        task = vm.task_key  # what a failed verification blames
         self._move(vm, VMState.RESETTING, reason)
-        self._spawn(self._reset_unlocked, vm, vm.info)
+        self._spawn(self._reset_unlocked, vm, vm.info, task)
 
-    def _reset_unlocked(self, vm: _VM, info: VMInfo) -> None:
+    def _reset_unlocked(self, vm: _VM, info: VMInfo, task: str | None = None) -> None:
         started = time.monotonic()
         try:
             new_info = self._provider.reset(info)
+            # a reset that left something of the task: quarantined, never handed out
+            differences = self._provider.verify(new_info)
         except BaseException as exc:  # noqa: BLE001 - a failed reset kills this VM only
             with self._lock:
                 if vm.state is VMState.RESETTING:
@@ -419,17 +422,23 @@ class VMPoolManager:
             self._counters["resets"] += 1
             self._reset_times.append(time.monotonic() - started)
             vm.info = new_info
+            if differences and vm.state is VMState.RESETTING:
+                self._counters["quarantined"] += 1
+                self._kill(vm, verify.summarize(differences), differences=differences,
+                           after_task=task)
+                return
             if vm.state is VMState.RESETTING and self._running:
                 self._move(vm, VMState.IDLE, "reset done")
                 return
         self._stop_quietly(new_info)
 
-    def _kill(self, vm: _VM, reason: str) -> None:
-        """Move ``vm`` to DEAD, stop it in the background, boot a replacement if allowed."""
+    def _kill(self, vm: _VM, reason: str, **extra: Any) -> None:
+        """Move ``vm`` to DEAD, stop it in the background, boot a replacement if allowed;
+        ``extra`` goes into its event (a quarantine's differences)."""
         self._counters["marked_dead"] += 1
         self._last_death = f"{vm.vm_id}: {reason}"
         info = vm.info
-        self._move(vm, VMState.DEAD, reason)
+        self._move(vm, VMState.DEAD, reason, **extra)
         if info is not None:
             self._spawn(self._stop_quietly, info)
         if self._running and self.replacements_left > 0:

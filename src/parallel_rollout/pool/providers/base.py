@@ -47,6 +47,9 @@ class ProviderOptions:
     #: resets one ("none": no reset); other providers ignore them (the runner rejects them)
     vm_addresses: tuple[str, ...] = ()
     reset_command: str | None = None
+    #: how a reset is checked before the VM goes back to the pool: off, fast or full
+    #: (see ``verify.py``); None: the provider's ``verify_default``
+    verify_reset: str | None = None
 
     @property
     def screen(self) -> str | None:
@@ -89,6 +92,12 @@ class Provider(abc.ABC):
     @abc.abstractmethod
     def reset(self, info: VMInfo) -> VMInfo:
         """Bring the VM back to its snapshot; raise VMError when that fails."""
+
+    def verify(self, info: VMInfo) -> list[str]:
+        """After a reset: how the VM differs from its snapshot (``verify.py``), one line per
+        difference; empty when it is clean or when this provider does not check
+        (``options.verify_reset == "off"``, or no cheap way to look)."""
+        return []
 
     @abc.abstractmethod
     def healthy(self, info: VMInfo) -> bool:

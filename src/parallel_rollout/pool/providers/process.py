@@ -75,7 +75,7 @@ import time
 from pathlib import Path
 
 from ...errors import ConfigError, ProviderUnavailable, VMError
-from . import cgroups, images, seccomp
+from . import cgroups, images, seccomp, verify
 from .base import Provider, ProviderOptions, VMInfo
 from .common import (check_name, create_time, log_tail, make_vm_dir, owner_label,
                      process_and_agent_healthy, read_meta, remove_vm_dir, secure_base_dir,
@@ -121,6 +121,8 @@ GUEST_BIN = f"{images.GUEST_DIR}/bin"
 #: what a desktop VM needs on the host's /usr, by the Debian package that has it
 DESKTOP_PROGRAMS = {"Xvfb": "xvfb", "openbox": "openbox", "xdotool": "xdotool",
                     "wmctrl": "wmctrl", "xprop": "x11-utils"}
+#: desktop services that may start after the agent says ready (reset verification allows one)
+DESKTOP_LAZY = ("at-spi-bus-laun", "at-spi2-registr", "dbus-daemon")
 
 
 def base_dir_default() -> Path:
@@ -188,6 +190,9 @@ class ProcessProvider(Provider):
         self._run_as = (sandbox_uid() if os.geteuid() == 0 and not self.options.desktop
                         else None)
         self._python = _guest_python()
+        #: reset verification from the host, through /proc/<init>/root (a few ms: on by default)
+        self._view = verify.HostView(self.options.verify_reset or "fast", GUEST_HOME, self.snapshot,
+                                     spare_processes=DESKTOP_LAZY if self.options.desktop else ())
         if self.options.desktop:
             missing = sorted({pkg for prog, pkg in DESKTOP_PROGRAMS.items() if not shutil.which(prog)})
             if missing:
@@ -253,7 +258,9 @@ class ProcessProvider(Provider):
         group = self._cgroup(vm_id)
         try:
             group.create()
-            return self._boot(vm_id, vm_dir, group)
+            info = self._boot(vm_id, vm_dir, group)
+            self._view.baseline(vm_id, info.private["init_pid"])
+            return info
         except BaseException:
             # The pool has no VMInfo for a VM that never booted, so nobody would ever call
             # stop() on it: its folder (and cgroups) would stay until a sweep.
@@ -273,12 +280,18 @@ class ProcessProvider(Provider):
         make_vm_dir(vm_dir, "sock")
         return self._boot(info.vm_id, vm_dir, self._cgroup(info.vm_id))
 
+    def verify(self, info: VMInfo) -> list[str]:
+        """The home against the snapshot folder, /tmp, /dev/shm and the processes against
+        the VM's first boot, seen from the host (``verify.HostView``)."""
+        return self._view.check(info.vm_id, info.private["init_pid"])
+
     def healthy(self, info: VMInfo) -> bool:
         """The bwrap process is the one we started and its agent answers /health quickly."""
         return process_and_agent_healthy(info, timeout_s=2.0)
 
     def stop(self, info: VMInfo) -> None:
         """Kill the sandbox and remove its folder and cgroups; a second call does nothing."""
+        self._view.forget(info.vm_id)
         try:
             kill_sandbox(info.private)
         finally:

@@ -1,0 +1,246 @@
+"""Reset verification: what a VM must look like right after a reset, and how it differs.
+
+A provider checks a reset against a *fingerprint* of its snapshot taken once, at snapshot
+time: for every file of the home (or the provider's writable layer) its name, kind, size and
+mtime, and in ``full`` mode a hash of its content. After a reset the pool asks the provider
+to verify the VM (``Provider.verify_reset``); the provider fingerprints the VM's home again
+and lists the VM's processes and ``/tmp``, and this module compares them:
+
+* the home identical to the snapshot's fingerprint (directories by name only: copying a
+  tree changes a folder's mtime, never a file's);
+* ``/tmp`` (and ``/dev/shm``) as a fresh boot leaves them: empty, or only what the
+  desktop itself makes at boot;
+* no process but the guest agent's own (and the desktop's at boot).
+
+A VM with any difference is quarantined by the pool: marked dead with the differences in
+``events.jsonl``, never handed out. The modes (``--verify-reset``):
+
+``off``   nothing is checked;
+``fast``  names, kinds, sizes and mtimes, processes, /tmp (a few ms: the default where the
+          provider can look without booting anything, see each provider);
+``full``  as fast, plus a SHA-256 of every file's content.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+from pathlib import Path
+from typing import Iterable
+
+from ...errors import ConfigError
+
+MODES = ("off", "fast", "full")
+DEFAULT_MODE = "fast"
+#: differences listed in full; beyond that only their count
+MAX_DIFFERENCES = 20
+
+#: one entry of a tree's fingerprint: (kind, size, mtime_ns, sha256 or "")
+Entry = tuple[str, int, int, str]
+
+
+def check_mode(mode: str | None) -> str:
+    """``mode`` when it is one of MODES (None: the default), else a ConfigError naming them."""
+    if mode is None:
+        return DEFAULT_MODE
+    if mode not in MODES:
+        raise ConfigError(f"--verify-reset must be one of {', '.join(MODES)}, got {mode!r}")
+    return mode
+
+
+def tree_fingerprint(root: str | os.PathLike, full: bool = False) -> dict[str, Entry]:
+    """Every entry under ``root`` (not ``root`` itself) by its path relative to ``root``.
+
+    Symbolic links are not followed (their target is their content); a folder's size and
+    mtime are left out (0), since seeding a home changes them. ``full`` hashes each regular
+    file. A ``root`` that does not exist has an empty fingerprint."""
+    found: dict[str, Entry] = {}
+    stack = [(os.fspath(root), "")]
+    while stack:
+        folder, prefix = stack.pop()
+        try:
+            entries = list(os.scandir(folder))
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        for entry in entries:
+            rel = prefix + entry.name
+            st = entry.stat(follow_symlinks=False)
+            if stat.S_ISDIR(st.st_mode):
+                found[rel] = ("dir", 0, 0, "")
+                stack.append((entry.path, rel + "/"))
+            elif stat.S_ISLNK(st.st_mode):
+                found[rel] = ("link", 0, 0, os.readlink(entry.path))
+            elif stat.S_ISREG(st.st_mode):
+                found[rel] = ("file", st.st_size, st.st_mtime_ns,
+                              _sha256(entry.path) if full else "")
+            else:
+                found[rel] = ("other", 0, 0, "")
+    return found
+
+
+def _sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    try:
+        with open(path, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+    except OSError as exc:  # unreadable: a difference in itself, named by the error
+        return f"unreadable: {exc.strerror}"
+    return digest.hexdigest()
+
+
+def diff_trees(where: str, expected: dict[str, Entry], actual: dict[str, Entry]) -> list[str]:
+    """What differs between two fingerprints, one line per path: ``where``-prefixed."""
+    differences = []
+    for rel in sorted(expected.keys() | actual.keys()):
+        want, got = expected.get(rel), actual.get(rel)
+        if want == got:
+            continue
+        if got is None:
+            differences.append(f"{where}/{rel}: missing ({want[0]})")
+        elif want is None:
+            size = f", {got[1]} bytes" if got[0] == "file" else ""
+            differences.append(f"{where}/{rel}: not in the snapshot ({got[0]}{size})")
+        elif want[0] != got[0]:
+            differences.append(f"{where}/{rel}: a {got[0]}, the snapshot has a {want[0]}")
+        elif want[1] != got[1]:
+            differences.append(f"{where}/{rel}: {got[1]} bytes, the snapshot has {want[1]}")
+        elif want[2] != got[2]:
+            differences.append(f"{where}/{rel}: modified (mtime differs from the snapshot)")
+        else:
+            differences.append(f"{where}/{rel}: content differs from the snapshot")
+    return differences
+
+
+def unexpected_processes(processes: Iterable[tuple[int, str, str]],
+                         allowed: Iterable[str]) -> list[str]:
+    """One line per process whose name (comm) is not ``allowed``: ``(pid, comm, cmdline)``."""
+    allowed = set(allowed)
+    return [f"process {pid} ({comm}) left running: {cmdline[:120]}"
+            for pid, comm, cmdline in sorted(processes) if comm not in allowed]
+
+
+def namespace_processes(init_pid: int, proc: str = "/proc") -> list[tuple[int, str, str]]:
+    """``(host pid, comm, cmdline)`` of every process in ``init_pid``'s pid namespace, seen
+    from the host (no call into the guest); empty when ``init_pid`` is gone."""
+    try:
+        namespace = os.readlink(f"{proc}/{init_pid}/ns/pid")
+    except OSError:
+        return []
+    found = []
+    for name in os.listdir(proc):
+        if not name.isdigit():
+            continue
+        try:
+            if os.readlink(f"{proc}/{name}/ns/pid") != namespace:
+                continue
+            comm = Path(f"{proc}/{name}/comm").read_text().strip()
+            cmdline = Path(f"{proc}/{name}/cmdline").read_bytes().replace(b"\0", b" ")
+        except OSError:  # exited meanwhile, or not ours to read
+            continue
+        found.append((int(name), comm, cmdline.decode(errors="replace").strip()))
+    return found
+
+
+def summarize(differences: list[str]) -> str:
+    """The reason a quarantine gives: the count and the first few differences."""
+    shown = "; ".join(differences[:3])
+    more = f" (+{len(differences) - 3} more)" if len(differences) > 3 else ""
+    return f"reset verification failed, {len(differences)} difference(s): {shown}{more}"
+
+
+def capped(differences: list[str]) -> list[str]:
+    """At most MAX_DIFFERENCES lines, the last saying how many were left out."""
+    if len(differences) <= MAX_DIFFERENCES:
+        return differences
+    return differences[:MAX_DIFFERENCES] + [f"... and {len(differences) - MAX_DIFFERENCES} more"]
+
+
+class HostView:
+    """Verifies VMs whose root and pid namespace the host sees through ``/proc/<pid>``: a
+    bubblewrap sandbox (the process provider) or a container (docker). ``pid`` is the VM's
+    init as the host numbers it.
+
+    The home is compared with the snapshot folder's fingerprint (taken once, the first time
+    it is needed). ``/tmp``, ``/dev/shm`` and the processes are compared with what the VM
+    had at its first boot (``baseline``, called by the provider's start): the snapshot of a
+    sandbox is its first boot. Files a boot itself makes in the home (a desktop's caches)
+    are compared by name and kind only."""
+
+    def __init__(self, mode: str, home: str, snapshot: Path | None,
+                 spare_processes: Iterable[str] = ()) -> None:
+        self.mode = check_mode(mode)
+        self.home = home
+        self.snapshot = snapshot
+        #: processes that may come and go at boot (a desktop's lazily started services)
+        self.spare_processes = frozenset(spare_processes)
+        self._snapshot_print: dict[str, Entry] | None = None
+        self._baselines: dict[str, dict] = {}
+
+    def _root(self, pid: int) -> str:
+        return f"/proc/{pid}/root"
+
+    def snapshot_print(self) -> dict[str, Entry]:
+        if self._snapshot_print is None:
+            self._snapshot_print = ({} if self.snapshot is None else
+                                    tree_fingerprint(self.snapshot, self.mode == "full"))
+        return self._snapshot_print
+
+    def baseline(self, key: str, pid: int) -> None:
+        """Record what a freshly booted VM has besides its snapshot (no-op when off)."""
+        if self.mode == "off":
+            return
+        root = self._root(pid)
+        home = tree_fingerprint(root + self.home)
+        snap = self.snapshot_print()
+        self._baselines[key] = {
+            "tmp": _kinds(tree_fingerprint(root + "/tmp")),
+            "shm": _kinds(tree_fingerprint(root + "/dev/shm")),
+            "home_extra": {rel: entry[0] for rel, entry in home.items() if rel not in snap},
+            "processes": _count(comm for _, comm, _ in namespace_processes(pid)),
+        }
+
+    def forget(self, key: str) -> None:
+        self._baselines.pop(key, None)
+
+    def check(self, key: str, pid: int) -> list[str]:
+        """The differences of the VM ``key`` (init ``pid``) from its snapshot and first boot."""
+        if self.mode == "off" or key not in self._baselines:
+            return []
+        base, root = self._baselines[key], self._root(pid)
+        if not os.path.isdir(root + "/proc"):
+            return [f"the VM's init (pid {pid}) is gone"]
+        differences = []
+        home = tree_fingerprint(root + self.home, self.mode == "full")
+        extra = {rel: home.pop(rel) for rel in list(home) if rel in base["home_extra"]
+                 and home[rel][0] == base["home_extra"][rel]}
+        missing_extra = base["home_extra"].keys() - extra.keys() - home.keys()
+        differences += diff_trees(self.home, self.snapshot_print(), home)
+        differences += [f"{self.home}/{rel}: missing (made at boot)" for rel in sorted(missing_extra)]
+        for where, name in (("/tmp", "tmp"), ("/dev/shm", "shm")):
+            differences += diff_trees(where, base[name], _kinds(tree_fingerprint(root + where)))
+        processes = namespace_processes(pid)
+        room = dict(base["processes"])
+        for comm in self.spare_processes:
+            room[comm] = room.get(comm, 0) + 1
+        left = []
+        for pid_, comm, cmdline in sorted(processes):  # the oldest (lowest pids) are the boot's
+            if room.get(comm, 0) > 0:
+                room[comm] -= 1
+            else:
+                left.append((pid_, comm, cmdline))
+        differences += unexpected_processes(left, ())
+        return capped(differences)
+
+
+def _kinds(fingerprint: dict[str, Entry]) -> dict[str, Entry]:
+    """Names and kinds only: what a scratch folder may differ in from boot to boot."""
+    return {rel: (entry[0], 0, 0, "") for rel, entry in fingerprint.items()}
+
+
+def _count(names: Iterable[str]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for name in names:
+        counts[name] = counts.get(name, 0) + 1
+    return counts

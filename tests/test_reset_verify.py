@@ -1,0 +1,222 @@
+"""Reset verification (``--verify-reset``): a VM whose reset left something of its task is
+quarantined, never leased again; a clean reset passes.
+
+The escapes are real: a task's daemon in a session of its own, a file where the home copy
+does not look, a file in /tmp. The reset that lets them through is the process provider's
+with one bug (``chaos_plugins.LeakyResetProvider``: it copies the snapshot back over the
+home and does nothing else); the real reset must pass the same checks.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from conftest import read_results, shell_task, write_tasks
+from parallel_rollout.cli import main
+from parallel_rollout.config import build_config
+from parallel_rollout.errors import ConfigError
+from parallel_rollout.guest.client import GuestClient
+from parallel_rollout.pool.manager import VMPoolManager
+from parallel_rollout.pool.providers import ProviderOptions, verify
+from parallel_rollout.pool.providers.process import ProcessProvider
+
+pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
+
+LEAKY = "chaos_plugins:LeakyResetProvider"
+#: what a task leaves where a home copy does not reach
+ESCAPE = ("setsid sleep 600 > /dev/null 2>&1 < /dev/null & "
+          "mkdir -p ~/.cache && echo kept > ~/.cache/secret && echo kept > /tmp/stash && "
+          "echo changed > ~/a.txt")
+
+
+@pytest.fixture
+def snapshot(tmp_path):
+    """A home with a file, a hidden folder and a link: what a reset must bring back."""
+    snap = tmp_path / "snap"
+    (snap / ".config").mkdir(parents=True)
+    (snap / "a.txt").write_text("initial")
+    (snap / ".config" / "app.ini").write_text("[app]\n")
+    os.symlink(".config/app.ini", snap / "app.ini")
+    return snap
+
+
+def _events(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def _wait(predicate, timeout=30.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError("condition not reached in time")
+
+
+# -- the fingerprint --------------------------------------------------------------------------
+
+
+def test_fingerprint_sees_names_sizes_mtimes_and_full_sees_content(tmp_path):
+    tree = tmp_path / "t"
+    (tree / "d").mkdir(parents=True)
+    (tree / "d" / "f").write_text("abcd")
+    os.symlink("d/f", tree / "link")
+    fast, full = verify.tree_fingerprint(tree), verify.tree_fingerprint(tree, full=True)
+    assert set(fast) == {"d", "d/f", "link"} and fast["link"] == ("link", 0, 0, "d/f")
+    assert verify.diff_trees("/h", fast, verify.tree_fingerprint(tree)) == []
+    stamp = os.stat(tree / "d" / "f").st_mtime_ns
+    (tree / "d" / "f").write_text("wxyz")  # same size, and the old mtime put back
+    os.utime(tree / "d" / "f", ns=(stamp, stamp))
+    assert verify.diff_trees("/h", fast, verify.tree_fingerprint(tree)) == []
+    assert verify.diff_trees("/h", full, verify.tree_fingerprint(tree, full=True)) == [
+        "/h/d/f: content differs from the snapshot"]
+    (tree / "d" / "f").write_text("longer")
+    (tree / "new").write_text("x")
+    (tree / "link").unlink()
+    assert verify.diff_trees("/h", fast, verify.tree_fingerprint(tree)) == [
+        "/h/d/f: 6 bytes, the snapshot has 4", "/h/link: missing (link)",
+        "/h/new: not in the snapshot (file, 1 bytes)"]
+
+
+def test_mode_is_checked_with_a_clear_error(tmp_path):
+    assert verify.check_mode(None) == "fast"
+    with pytest.raises(ConfigError, match="--verify-reset must be one of off, fast, full"):
+        verify.check_mode("paranoid")
+    with pytest.raises(ConfigError, match="--verify-reset must be off, fast or full, got 'yes'"):
+        build_config({"verify_reset": "yes", "output_dir": str(tmp_path)})
+
+
+# -- the process provider ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["fast", "full"])
+def test_escapes_are_seen_and_a_real_reset_is_clean(tmp_path, snapshot, mode):
+    base = Path(os.environ["PARALLEL_ROLLOUT_PROCESS_DIR"])
+    provider = ProcessProvider(f"v{mode}{os.getpid()}", ProviderOptions(
+        snapshot_name=str(snapshot), boot_timeout_s=30, verify_reset=mode), base_dir=base)
+    info = provider.start("vm0")
+    try:
+        assert provider.verify(info) == []  # a fresh boot is its own snapshot
+        GuestClient(info.address).execute(ESCAPE, shell=True)
+        found = provider.verify(info)
+        assert any(line.startswith("process ") and "(sleep)" in line for line in found), found
+        assert "/home/user/.cache: not in the snapshot (dir)" in found
+        assert "/home/user/.cache/secret: not in the snapshot (file, 5 bytes)" in found
+        assert "/tmp/stash: not in the snapshot (file, 0 bytes)" in found
+        assert "/home/user/a.txt: 8 bytes, the snapshot has 7" in found
+        info = provider.reset(info)
+        assert provider.verify(info) == []
+    finally:
+        provider.stop(info)
+
+
+def test_off_checks_nothing(tmp_path, snapshot):
+    base = Path(os.environ["PARALLEL_ROLLOUT_PROCESS_DIR"])
+    provider = ProcessProvider(f"voff{os.getpid()}", ProviderOptions(
+        snapshot_name=str(snapshot), boot_timeout_s=30, verify_reset="off"), base_dir=base)
+    info = provider.start("vm0")
+    try:
+        GuestClient(info.address).execute(ESCAPE, shell=True)
+        assert provider.verify(info) == []
+    finally:
+        provider.stop(info)
+
+
+# -- the pool ---------------------------------------------------------------------------------
+
+
+def _pool(tmp_path, provider, snapshot, size=1, budget=2, mode=None):
+    return VMPoolManager(provider, f"q{time.monotonic_ns() % 10**9}", size,
+                         options=ProviderOptions(snapshot_name=str(snapshot), boot_timeout_s=30,
+                                                 verify_reset=mode),
+                         events_path=str(tmp_path / "events.jsonl"), replacement_budget=budget)
+
+
+def test_a_leaky_reset_is_quarantined_and_replaced(tmp_path, snapshot):
+    pool = _pool(tmp_path, LEAKY, snapshot)
+    try:
+        assert pool.wait_ready(1, timeout=30) == 1
+        first = pool.lease("w0", "escape#0", timeout=30, pid=1)
+        GuestClient(first.address).execute(ESCAPE, shell=True)
+        pool.release(first.vm_id)
+        second = pool.lease("w0", "next#0", timeout=30, pid=1)
+        assert second.vm_id != first.vm_id  # never handed out again
+        client = GuestClient(second.address)
+        assert client.execute("ls -A ~ /tmp; pgrep -x sleep", shell=True)["output"].split() == [
+            "/home/user:", ".config", "a.txt", "app.ini", "/tmp:"]
+        stats = pool.stats()
+        assert stats["quarantined"] == 1 and stats["replacements"] == 1
+        # a clean task on the leaky VM: nothing to catch, no quarantine
+        pool.release(second.vm_id)
+        _wait(lambda: pool.stats()["states"]["idle"] == 1)
+        assert pool.stats()["quarantined"] == 1
+    finally:
+        pool.shutdown()
+    dead = [e for e in _events(tmp_path / "events.jsonl") if e["to"] == "dead" and e["vm"] == first.vm_id]
+    assert len(dead) == 1 and dead[0]["from"] == "resetting"
+    assert dead[0]["reason"].startswith("reset verification failed, 4 difference(s)")
+    assert dead[0]["after_task"] == "escape#0"
+    differences = dead[0]["differences"]
+    assert "/tmp/stash: not in the snapshot (file, 0 bytes)" in differences
+    assert "/home/user/.cache/secret: not in the snapshot (file, 5 bytes)" in differences
+    assert any("(sleep) left running" in line for line in differences)
+    leases = [e["vm"] for e in _events(tmp_path / "events.jsonl") if e["to"] == "leased"]
+    assert leases == [first.vm_id, second.vm_id]
+
+
+def test_clean_resets_quarantine_nothing(tmp_path, snapshot):
+    pool = _pool(tmp_path, "process", snapshot, mode="full")
+    try:
+        for n in range(4):
+            info = pool.lease("w0", f"t#{n}", timeout=30, pid=1)
+            GuestClient(info.address).execute(ESCAPE, shell=True)
+            pool.release(info.vm_id)
+        _wait(lambda: pool.stats()["states"]["idle"] == 1)
+        stats = pool.stats()
+        assert stats["resets"] == 4 and stats["quarantined"] == 0 and stats["marked_dead"] == 0
+    finally:
+        pool.shutdown()
+
+
+# -- the CLI ----------------------------------------------------------------------------------
+
+
+def _cli(tmp_path, run_id, *flags):
+    tasks = [shell_task("escape", reap=False,  # the shell env would reap the daemon itself
+                        reference=[ESCAPE.replace("~/a.txt", "~/x"), "touch ~/escape.done"]),
+             shell_task("second"), shell_task("third")]
+    data = write_tasks(tmp_path / "tasks.jsonl", tasks)
+    result = CliRunner().invoke(main, ["--mode", "shell", "--data", str(data), "--output-dir",
+                                       str(tmp_path / "out"), "--run-id", run_id, "--no-progress",
+                                       "--use-vm-pool", "--num-vms", "1", "--num-rollouts", "1",
+                                       *flags])
+    assert result.exit_code == 0, (result.output, result.exception)
+    run_dir = tmp_path / "out" / run_id
+    assert {r["status"] for r in read_results(run_dir) if r.get("final")} == {"success"}
+    return [e for e in _events(run_dir / "events.jsonl") if e.get("event") == "vm"]
+
+
+def test_cli_flag_quarantines_a_leaky_reset_and_off_does_not(tmp_path):
+    events = _cli(tmp_path, "on", "--provider-name", LEAKY)  # the default: fast
+    # the leaky reset keeps every file a task makes: each task's VM is quarantined
+    quarantined = {e["after_task"]: e for e in events
+                   if e["reason"].startswith("reset verification failed")}
+    assert {"escape#0", "second#0"} <= set(quarantined)
+    assert any("(sleep) left running" in line for line in quarantined["escape#0"]["differences"]), quarantined
+    assert quarantined["second#0"]["differences"] == [
+        "/home/user/second.done: not in the snapshot (file, 0 bytes)"]
+    leased = [e["vm"] for e in events if e["to"] == "leased"]
+    assert len(leased) == len(set(leased)) == 3  # a quarantined VM is never leased again
+    events = _cli(tmp_path, "off", "--provider-name", LEAKY, "--verify-reset", "off")
+    assert not [e for e in events if e["to"] == "dead" and e["from"] != "idle"]
+    events = _cli(tmp_path, "full", "--verify-reset", "full")  # the real reset
+    assert not [e for e in events if e["reason"].startswith("reset verification")]
+    bad = CliRunner().invoke(main, ["--mode", "shell", "--verify-reset", "maybe"])
+    assert bad.exit_code != 0 and "'maybe' is not one of 'off', 'fast', 'full'" in bad.output
