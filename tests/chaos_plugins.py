@@ -97,6 +97,14 @@ class LeakyResetProvider(ProcessProvider):
         return info
 
 
+class SlowResetProvider(ProcessProvider):
+    """A process provider whose reset takes a second longer: what a spare hides."""
+
+    def reset(self, info):
+        time.sleep(1.0)
+        return super().reset(info)
+
+
 class BootFailsProvider(ProcessProvider):
     """Every boot fails."""
 

@@ -9,7 +9,6 @@ home and does nothing else); the real reset must pass the same checks.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import time
@@ -19,6 +18,7 @@ import pytest
 from click.testing import CliRunner
 
 from conftest import read_results, shell_task, write_tasks
+from pool_support import read_events, wait_until
 from parallel_rollout.cli import main
 from parallel_rollout.config import build_config
 from parallel_rollout.errors import ConfigError
@@ -47,17 +47,6 @@ def snapshot(tmp_path):
     return snap
 
 
-def _events(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines()]
-
-
-def _wait(predicate, timeout=30.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError("condition not reached in time")
 
 
 # -- the fingerprint --------------------------------------------------------------------------
@@ -155,11 +144,11 @@ def test_a_leaky_reset_is_quarantined_and_replaced(tmp_path, snapshot):
         assert stats["quarantined"] == 1 and stats["replacements"] == 1
         # a clean task on the leaky VM: nothing to catch, no quarantine
         pool.release(second.vm_id)
-        _wait(lambda: pool.stats()["states"]["idle"] == 1)
+        wait_until(lambda: pool.stats()["states"]["idle"] == 1)
         assert pool.stats()["quarantined"] == 1
     finally:
         pool.shutdown()
-    dead = [e for e in _events(tmp_path / "events.jsonl") if e["to"] == "dead" and e["vm"] == first.vm_id]
+    dead = [e for e in read_events(tmp_path / "events.jsonl") if e["to"] == "dead" and e["vm"] == first.vm_id]
     assert len(dead) == 1 and dead[0]["from"] == "resetting"
     assert dead[0]["reason"].startswith("reset verification failed, 4 difference(s)")
     assert dead[0]["after_task"] == "escape#0"
@@ -167,7 +156,7 @@ def test_a_leaky_reset_is_quarantined_and_replaced(tmp_path, snapshot):
     assert "/tmp/stash: not in the snapshot (file, 0 bytes)" in differences
     assert "/home/user/.cache/secret: not in the snapshot (file, 5 bytes)" in differences
     assert any("(sleep) left running" in line for line in differences)
-    leases = [e["vm"] for e in _events(tmp_path / "events.jsonl") if e["to"] == "leased"]
+    leases = [e["vm"] for e in read_events(tmp_path / "events.jsonl") if e["to"] == "leased"]
     assert leases == [first.vm_id, second.vm_id]
 
 
@@ -178,7 +167,7 @@ def test_clean_resets_quarantine_nothing(tmp_path, snapshot):
             info = pool.lease("w0", f"t#{n}", timeout=30, pid=1)
             GuestClient(info.address).execute(ESCAPE, shell=True)
             pool.release(info.vm_id)
-        _wait(lambda: pool.stats()["states"]["idle"] == 1)
+        wait_until(lambda: pool.stats()["states"]["idle"] == 1)
         stats = pool.stats()
         assert stats["resets"] == 4 and stats["quarantined"] == 0 and stats["marked_dead"] == 0
     finally:
@@ -200,7 +189,7 @@ def _cli(tmp_path, run_id, *flags):
     assert result.exit_code == 0, (result.output, result.exception)
     run_dir = tmp_path / "out" / run_id
     assert {r["status"] for r in read_results(run_dir) if r.get("final")} == {"success"}
-    return [e for e in _events(run_dir / "events.jsonl") if e.get("event") == "vm"]
+    return [e for e in read_events(run_dir / "events.jsonl") if e.get("event") == "vm"]
 
 
 def test_cli_flag_quarantines_a_leaky_reset_and_off_does_not(tmp_path):

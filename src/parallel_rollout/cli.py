@@ -85,6 +85,9 @@ def main() -> None:
               help="Check each reset before the VM is leased again (processes, /tmp, the home against "
               "the snapshot: names, sizes, mtimes; full also hashes contents); a VM that differs is "
               "quarantined. Default: fast for process and docker, off elsewhere.")
+@click.option("--spare-vms", type=int,
+              help="VMs booted ahead beyond the pool (at most --num-vms leased at once): a release hands "
+              "out a spare at once and resets the old VM in the background. Default: 1 for qemu, 0 elsewhere.")
 @click.option("--headless", is_flag=True, help="Run VMs without a window (process is always headless).")
 @click.option("--model", default=_D.model, show_default=True, help="Model name for model-backed agents.")
 @click.option("--action-space", default=_D.action_space, show_default=True,

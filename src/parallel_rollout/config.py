@@ -47,6 +47,9 @@ class RunConfig:
     #: how each reset is checked before the VM is leased again: off, fast, full; None: the
     #: provider's default (fast where it is cheap: process, docker)
     verify_reset: str | None = None
+    #: VMs booted ahead beyond the pool's size (a release hands one out at once); None:
+    #: the provider's default
+    spare_vms: int | None = None
     model: str = "gpt-4.1-2025-04-14"
     action_space: str = "pyautogui"
     screen_width: int = 1920
@@ -270,6 +273,8 @@ def validate_ranges(cfg: RunConfig) -> None:
         from .backends import check_ray
 
         check_ray()
+    if cfg.spare_vms is not None and cfg.spare_vms < 0:
+        raise ConfigError("--spare-vms must be 0 or more")
     if cfg.verify_reset not in (None, "off", "fast", "full"):
         raise ConfigError(f"--verify-reset must be off, fast or full, got {cfg.verify_reset!r}")
     if cfg.rag_metric not in ("f1", "em"):
@@ -284,11 +289,12 @@ def validate_ranges(cfg: RunConfig) -> None:
                 "--num-vms sizes the shared pool and needs --use-vm-pool; without it each "
                 "worker owns one private VM (--num-rollouts VMs)"
             )
-    if cfg.provider_name == "remote" and cfg.vm_address and cfg.pool_size > len(cfg.vm_address):
+    wanted = cfg.pool_size + (cfg.spare_vms or 0)
+    if cfg.provider_name == "remote" and cfg.vm_address and wanted > len(cfg.vm_address):
         raise ConfigError(
             f"the remote provider has {len(cfg.vm_address)} VM address(es) (--vm-address) but "
-            f"the pool needs {cfg.pool_size} VMs (--num-vms with --use-vm-pool, else "
-            "--num-rollouts): give one address per VM, or fewer VMs"
+            f"the pool needs {wanted} VMs (--num-vms with --use-vm-pool, else "
+            "--num-rollouts, plus --spare-vms): give one address per VM, or fewer VMs"
         )
     from .report.gate import check_gate_settings
 

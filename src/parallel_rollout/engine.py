@@ -443,4 +443,4 @@ def provider_options(config: RunConfig, provider_cls: Any, vm_envs: list[Any]) -
     return ProviderOptions(snapshot_name=config.snapshot_name, path_to_vm=config.path_to_vm,
                            headless=config.headless, boot_timeout_s=config.boot_timeout_s,
                            vm_addresses=config.vm_address, reset_command=config.reset_command,
-                           verify_reset=config.verify_reset, **limits)
+                           verify_reset=config.verify_reset, spare_vms=config.spare_vms, **limits)

@@ -340,6 +340,8 @@ class Runner:
             else:
                 states = stats["states"]
                 vms = f"busy {states['leased']} idle {states['idle']} reset {states['resetting']} dead {states['dead']}"
+                if stats.get("spare_vms"):
+                    vms += f" spares {stats['spares_ready']}/{stats['spare_vms']}"
         if self._progress is not None:
             self._progress.set_postfix_str(f"ok {rate} | VMs {vms}", refresh=False)
         elif time.monotonic() - self._last_progress_log >= _PROGRESS_LOG_S:

@@ -41,6 +41,7 @@ from typing import Any, Iterator
 
 from ..errors import LeaseTimeout, PoolExhausted, RolloutError, VMError, WorkerDied
 from ..results import percentiles
+from . import spares
 from .providers import ProviderOptions, VMInfo, get_provider, verify
 
 log = logging.getLogger(__name__)
@@ -107,6 +108,8 @@ class VMPoolManager:
         self.vm_prefix = vm_prefix
         self.replacements_left = 2 * size if replacement_budget is None else replacement_budget
         self._provider = get_provider(provider_name)(run_id, self.options)
+        #: VMs booted beyond ``size``; at most ``size`` are leased at once (spares.py)
+        self.spare_vms = spares.resolve(self.options.spare_vms, type(self._provider))
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         #: what blocked leases wait on; woken only by what can let one through (a VM
@@ -133,7 +136,7 @@ class VMPoolManager:
         self._threads: dict[threading.Thread, float] = {}
         self._watchdog = threading.Thread(target=self._watch_boots, name="boot-watchdog", daemon=True)
         with self._lock:
-            for _ in range(size):
+            for _ in range(size + self.spare_vms):
                 self._boot_new("initial boot")
         self._watchdog.start()
 
@@ -233,6 +236,7 @@ class VMPoolManager:
                 "size": self.size,
                 "private": self.private,
                 "states": self._counts(),
+                **spares.counts(self._vms.values(), self.size, self.spare_vms, self.private, VMState),
                 **self._counters,
                 "replacements_left": self.replacements_left,
                 "leased_s": round(leased_s, 3),
@@ -304,8 +308,12 @@ class VMPoolManager:
         if self.private:
             own = [vm for vm in self._vms.values() if vm.owner == worker_id and vm.state is not VMState.DEAD]
             if own:
-                return own[0] if own[0].state is VMState.IDLE else None
+                if own[0].state in (VMState.IDLE, VMState.LEASED) or not self.spare_vms:
+                    return own[0] if own[0].state is VMState.IDLE else None
+                return spares.claim(self._vms.values(), own[0], worker_id, VMState.IDLE)
             idle = [vm for vm in idle if vm.owner is None]
+        elif self.spare_vms and not spares.lease_room(self._vms.values(), self.size, VMState.LEASED):
+            return None
         # The VM idle longest first: spreads wear and keeps lease order fair.
         return min(idle, key=lambda vm: vm.since, default=None)
 
@@ -338,6 +346,8 @@ class VMPoolManager:
         elif vm.state is VMState.RESETTING:
             vm.resetting_s += now - vm.since
         self._event(vm.vm_id, vm.state.value, to.value, reason, vm.task_key, vm.worker_id, **extra)
+        if self.spare_vms and vm.state is VMState.LEASED:
+            self._vm_free.notify()  # a lease slot is free: a spare may be leased now
         if to is not VMState.LEASED:
             vm.worker_id = vm.worker_pid = vm.task_key = None
         vm.state = to

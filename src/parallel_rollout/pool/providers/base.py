@@ -50,6 +50,9 @@ class ProviderOptions:
     #: how a reset is checked before the VM goes back to the pool: off, fast or full
     #: (see ``verify.py``); None: the provider's ``verify_default``
     verify_reset: str | None = None
+    #: warm spares the pool keeps beyond its size (``pool/spares.py``); None: the
+    #: provider's ``default_spares``
+    spare_vms: int | None = None
 
     @property
     def screen(self) -> str | None:
@@ -62,6 +65,8 @@ class Provider(abc.ABC):
     what a killed run left behind."""
 
     name: ClassVar[str] = ""
+    #: warm spares when --spare-vms is not given: worth it where a reset or boot is slow
+    default_spares: ClassVar[int] = 0
 
     def __init__(self, run_id: str, options: ProviderOptions | None = None) -> None:
         self.run_id = run_id
