@@ -105,6 +105,34 @@ def test_fractional_ratio_and_bad_partition_are_refused(shared):
                                       num_groups_partition=[2, 1]))
 
 
+def test_tags_of_two_modes_share_one_engine(shared, sibling):
+    """A gym tag and a math tag (the issue's ["FrozenLake", "math"]) in one scheduler; a
+    sibling whose tags need VMs the engine's pool was not made for is refused."""
+    import json
+
+    from parallel_rollout.rl import TaskSet
+
+    switch, folder = shared[1], shared[3]
+    sums = folder / "sums.jsonl"
+    sums.write_text("".join(json.dumps({"id": f"sum{i}", "problem": f"What is {i} + 2?", "answer": str(i + 2)})
+                            + "\n" for i in range(3)))
+    coin = random.Random(1)
+    table = TablePolicy(seed=6)
+    switch.policy = lambda body: (table(body) if "You are at row" in str(body["messages"]) else
+                                  {"reply": f"\\boxed{{{coin.choice(['0', '1', '2', '3', '4'])}}}"})
+    train = sibling(EnvManagerConfig(num_env_groups=2, group_size=2, tags=["tiny", "sums"],
+                                     task_sets={**tiny(shared), "sums": TaskSet("math", str(sums))}))
+    batch = train.get_batch(batch_size=8, step=0)
+    assert train.modes == ["gym", "math"] and {t.tag for t in batch} == {"tiny", "sums"}
+    for trajectory in batch:
+        assert trajectory.status != "error" and trajectory.turns, trajectory.record
+        if trajectory.tag == "sums":
+            assert trajectory.task_id.startswith("sum") and trajectory.reward in (0.0, 1.0)
+    with pytest.raises(ConfigError, match="need VMs of mode shell"):
+        sibling(EnvManagerConfig(tags=["checks"], task_sets={"checks": TaskSet("shell", str(
+            Path(__file__).parents[2] / "benchmarks" / "shell_tasks.jsonl"))}))
+
+
 def test_sync_starts_nothing_between_batches(shared, sibling):
     server = shared[2]
     train = sibling(EnvManagerConfig(num_env_groups=4, group_size=2, tags=["tiny"], task_sets=tiny(shared)),

@@ -80,9 +80,9 @@ class RolloutScheduler:
         self.tags = list(self.env_config.tags or [run_config.mode])
         self._tasks = _load_tags(self.tags, self.env_config, run_config)
         self._owner = _shared is None
-        if _shared is not None and any(other.name == name for other in _shared.schedulers):
-            raise ConfigError(f"a scheduler named {name!r} already runs on this engine; give the sibling "
-                              "another name")
+        self.modes = sorted({task.mode for tasks in self._tasks.values() for task in tasks})
+        if _shared is not None:
+            _check_sibling(_shared, name, self.modes)
         self._shared = _shared or self._start_engine(run_config, max_concurrent_rollouts)
         self._shared.schedulers.append(self)
         engine = self._shared.engine
@@ -114,8 +114,6 @@ class RolloutScheduler:
         from ..engine import Engine
         from ..results import ResultStore
 
-        modes = sorted({resolve_task_set(tag, self.env_config, run_config.mode, run_config.data).mode
-                        for tag in self.tags})
         gate = PolicyGate(version=0)
         run_id = run_config.run_id or default_run_id("rl")
         changes: dict[str, Any] = {"policy_gate": gate.path, "run_id": run_id}
@@ -127,7 +125,7 @@ class RolloutScheduler:
         run_dir = Path(config.output_dir) / run_id
         run_dir.mkdir(parents=True, exist_ok=True)
         store = ResultStore(run_dir)
-        engine = Engine(config, run_dir, run_id=run_id, modes=modes, record_sink=store.append)
+        engine = Engine(config, run_dir, run_id=run_id, modes=self.modes, record_sink=store.append)
         shared = _Shared(engine, gate)
         shared.store = store  # type: ignore[attr-defined]
         try:
@@ -436,6 +434,20 @@ class RolloutScheduler:
                 self._all = None
         done.sort(key=lambda g: g.group_id)
         return [t for group in done for t in group.trajectories()]
+
+
+def _check_sibling(shared: _Shared, name: str, modes: list[str]) -> None:
+    """ConfigError when a sibling cannot run on ``shared``'s engine."""
+    from ..envs import get_env
+
+    if any(other.name == name for other in shared.schedulers):
+        raise ConfigError(f"a scheduler named {name!r} already runs on this engine; give the sibling another name")
+    engine = shared.engine
+    missing = [mode for mode in modes if mode not in engine.modes and get_env(mode).needs_vm()]
+    if missing:
+        raise ConfigError(f"a sibling's tags need VMs of mode {', '.join(missing)}, but its engine's pool was "
+                          f"made for modes {', '.join(engine.modes)}: give the first scheduler a tag of that "
+                          "mode too")
 
 
 def _load_tags(tags: list[str], env_config: EnvManagerConfig, run_config: RunConfig) -> dict[str, list[Any]]:
