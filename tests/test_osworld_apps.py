@@ -5,8 +5,11 @@ GIMP, VLC, Thunderbird and LibreOffice Impress opening their windows."""
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
 import time
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -113,3 +116,26 @@ def test_the_apps_of_osworlds_domains_open_their_windows(desktop, command, word)
     assert shutil.which(command[0]), f"{command[0]} is not installed (./dev installs it)"
     steps.run_steps(env_on(desktop), [{"type": "launch", "parameters": {"command": command}}], "config")
     wait_window(desktop, word, timeout=180)
+
+
+def test_google_chrome_runs_chromium_on_chromes_profile_folder(monkeypatch, tmp_path):
+    # OSWorld's setup steps edit ~/.config/google-chrome/Default before Chrome starts
+    from parallel_rollout.guest.desktop_routes import resolve_app
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    argv = resolve_app(["google-chrome", "--remote-debugging-port=1337"])
+    assert argv[0] == "chromium" and argv[-1] == "--remote-debugging-port=1337"
+    assert f"--user-data-dir={tmp_path}/.config/google-chrome" in argv
+
+
+def test_sudo_in_the_desktop_guest_runs_the_command_as_the_root_user_it_is():
+    # OSWorld's tasks pipe the password in: echo {CLIENT_PASSWORD} | sudo -S CMD
+    sudo = Path(steps.__file__).parents[2] / "guest" / "shim" / "bin" / "sudo"
+    if Path("/usr/bin/sudo").exists():
+        pytest.skip("the shim hands over to the real sudo here")
+    done = subprocess.run(["sh", "-c", f"printf 'password\\nnext\\n' | {sudo} -S -u root sh -c 'read rest; echo ran $rest'"],
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=30)
+    if os.geteuid() == 0:
+        assert (done.returncode, done.stdout) == (0, "ran next\n"), done
+    else:
+        assert done.returncode == 1 and "may not run commands as root" in done.stderr, done

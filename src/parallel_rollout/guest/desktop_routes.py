@@ -76,13 +76,17 @@ def route_accessibility(req):
 
 #: programs OSWorld's tasks launch that Debian names otherwise: where the first is missing,
 #: the second runs (OSWorld's own server does the same for google-chrome on arm). Chromium
-#: gets --no-sandbox: its sandbox needs user namespaces, which the VM's sandbox does not give.
-APP_ALIASES = {
-    "google-chrome": ("chromium", "--no-sandbox", "--no-first-run", "--no-default-browser-check",
-                      "--password-store=basic"),
-    "google-chrome-stable": ("chromium", "--no-sandbox", "--no-first-run",
-                             "--no-default-browser-check", "--password-store=basic"),
-}
+#: gets --no-sandbox: its sandbox needs user namespaces, which the VM's sandbox does not give;
+#: and Chrome's profile folder, which OSWorld's setup steps edit (Preferences, History …).
+CHROME_AS_CHROMIUM = ("chromium", "--no-sandbox", "--no-first-run", "--no-default-browser-check",
+                      "--password-store=basic", "--user-data-dir=~/.config/google-chrome")
+APP_ALIASES = {"google-chrome": CHROME_AS_CHROMIUM, "google-chrome-stable": CHROME_AS_CHROMIUM}
+
+
+def _home_option(part: str) -> str:
+    """``--option=~/path`` with the home folder filled in (other parts as they are)."""
+    name, _, value = part.partition("=")
+    return f"{name}={os.path.expanduser(value)}" if value.startswith("~") else part
 
 
 def resolve_app(command: list[str]) -> list[str]:
@@ -95,7 +99,7 @@ def resolve_app(command: list[str]) -> list[str]:
         return command
     alias = APP_ALIASES.get(program)
     if alias and shutil.which(alias[0]):
-        return [*alias, *command[1:]]
+        return [*(_home_option(part) for part in alias), *command[1:]]
     raise DesktopError(404, f"app not installed: {program} is not in this VM"
                             f"{' (nor ' + alias[0] + ')' if alias else ''}")
 

@@ -18,8 +18,9 @@ from typing import Any
 
 STEP_TYPES = ("execute", "command", "launch", "open", "sleep", "activate_window",
               "close_window", "upload_file", "download")
-#: seconds ``open`` waits for the file's window (a task may say ``timeout``)
-OPEN_TIMEOUT_S = 30.0
+#: seconds ``open`` waits for the file's window (a task may say ``timeout``); LibreOffice may
+#: take a minute on a loaded machine (OSWorld's own server waits far longer)
+OPEN_TIMEOUT_S = 90.0
 #: longest ``sleep`` a task may ask for
 MAX_SLEEP_S = 60.0
 
