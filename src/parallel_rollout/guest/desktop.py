@@ -86,10 +86,16 @@ class DesktopError(HTTPError):
 # ------------------------------------------------------------------------------ start-up
 
 
+#: the user folders a desktop's home has (OSWorld's tasks write to ~/Desktop without making it)
+HOME_FOLDERS = ("~/Desktop", "~/Documents", "~/Downloads", "~/Music", "~/Pictures", "~/Videos")
+
+
 def start_desktop(width: int, height: int, wm: str = "openbox") -> None:
     """Start the session bus, Xvfb at WxH and the window manager; return once all are ready
     (a session bus that cannot start leaves a desktop without AT-SPI, see the module doc)."""
     deadline = time.monotonic() + START_TIMEOUT_S
+    for folder in HOME_FOLDERS:  # as on OSWorld's Ubuntu, whose tasks take them for granted
+        os.makedirs(os.path.expanduser(folder), exist_ok=True)
     # GTK apps and the AT-SPI bus: a private runtime folder, where the bus puts its socket
     runtime = "/tmp/xdg-runtime"
     os.makedirs(runtime, mode=0o700, exist_ok=True)

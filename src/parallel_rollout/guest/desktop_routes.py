@@ -90,11 +90,15 @@ def _home_option(part: str) -> str:
 
 
 def resolve_app(command: list[str]) -> list[str]:
-    """``command`` with an aliased program replaced (see APP_ALIASES); DesktopError 404 "app
-    not installed" when its program is on neither PATH nor the alias table."""
+    """``command`` with an aliased program replaced (see APP_ALIASES), or a /usr/bin program
+    by its shim (``shim/bin``: vlc, thunderbird, sudo); DesktopError 404 "app not installed"
+    when its program is on neither PATH nor the alias table."""
     import shutil
 
     program = command[0]
+    shim = shutil.which(os.path.basename(program))
+    if program.startswith("/usr/bin/") and shim and "/shim/bin/" in shim:
+        return [shim, *command[1:]]  # /usr/bin/thunderbird as OSWorld launches it: the shim
     if "/" in program or shutil.which(program):
         return command
     alias = APP_ALIASES.get(program)

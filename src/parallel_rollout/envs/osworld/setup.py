@@ -12,9 +12,12 @@ step's index and its type.
 
 from __future__ import annotations
 
+import logging
 import time
 from pathlib import Path
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 STEP_TYPES = ("execute", "command", "launch", "open", "sleep", "activate_window",
               "close_window", "upload_file", "download")
@@ -145,11 +148,20 @@ def _sleep(env, seconds: float) -> None:
 
 
 def _activate_window(env, window_name: str, strict: bool = False, by_class: bool = False) -> None:
-    env.vm.activate_window(window_name, strict=strict, by_class=by_class)
+    _window_step(env, "activate", window_name, strict, by_class)
 
 
 def _close_window(env, window_name: str, strict: bool = False, by_class: bool = False) -> None:
-    env.vm.close_window(window_name, strict=strict, by_class=by_class)
+    _window_step(env, "close", window_name, strict, by_class)
+
+
+def _window_step(env, verb: str, window_name: str, strict: bool, by_class: bool) -> None:
+    """Activate or close a window; none matching is logged and the steps go on, as OSWorld's
+    SetupController does (a task's postconfig closes a dialog the agent may have closed)."""
+    try:
+        getattr(env.vm, f"{verb}_window")(window_name, strict=strict, by_class=by_class)
+    except LookupError as exc:
+        log.warning("task %r: %s_window %r: %s", env.task.id, verb, window_name, exc)
 
 
 def _upload_file(env, files: list[dict]) -> None:
