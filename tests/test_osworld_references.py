@@ -1,11 +1,17 @@
 """The project's oracle references for real OSWorld tasks: each names a task of OSWorld's set,
-in its domain, that this version supports, and replays as valid actions; the slow test runs
-them all through a pool of desktop VMs (benchmarks/osworld_oracle.py)."""
+in its domain, that this version supports, and replays as valid actions; through the CLI
+(``run --mode osworld --data <OSWorld folder> --osworld-index <ids> --agent oracle``) and a
+pool of desktop VMs, with the tasks' inputs in a local download cache, a few of them (default
+run) and all of them (slow) are graded 1 as OSWorld grades them."""
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -44,11 +50,66 @@ def test_a_task_without_any_reference_says_so():
         OSWorldEnv.reference_actions(Task(id="no-such-task", mode="osworld", payload={}))
 
 
-@needs_set
-@pytest.mark.slow
-def test_the_oracle_passes_the_referenced_tasks_through_a_pool(tmp_path, monkeypatch):
-    monkeypatch.setenv("PARALLEL_ROLLOUT_OSWORLD_CACHE", str(tmp_path / "cache"))
+needs_desktop = pytest.mark.skipif(
+    not all(shutil.which(p) for p in ("Xvfb", "openbox", "xdotool", "wmctrl", "chromium", "vlc")),
+    reason="the desktop packages are missing (./dev installs them)")
+
+#: a few real tasks, one a domain, none downloading anything: the default run's oracle check
+FAST = {"os": ["5ea617a3-0e86-4ba6-aab2-dac9aa2e8d57"],
+        "vlc": ["5ac2891a-eacd-4954-b339-98abba077adb"],
+        "chrome": ["9656a811-9b5b-4ddf-99c7-5117bcef0626"]}
+
+
+def oracle_through_cli(tmp_path: Path, index: dict[str, list[str]], timeout: float) -> dict[str, dict]:
+    """Run the tasks of ``index`` (OSWorld's index layout) with the oracle agent through the
+    CLI, a pool of 2 process desktop VMs, their inputs from a local download cache filled
+    here: task id -> the final record of its one sample."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
     import osworld_oracle
 
-    assert osworld_oracle.main(["--data", str(EXAMPLES), "--out", str(tmp_path / "out")]) == 0
+    cache = tmp_path / "cache"
+    osworld_oracle.fill_cache(EXAMPLES, index, cache)
+    environ = dict(os.environ, PARALLEL_ROLLOUT_OSWORLD_CACHE=str(cache))
+    (tmp_path / "index.json").write_text(json.dumps(index))
+    argv = [sys.executable, "-m", "parallel_rollout.cli", "run", "--mode", "osworld",
+            "--data", str(EXAMPLES), "--osworld-index", str(tmp_path / "index.json"),
+            "--agent", "oracle", "--action-space", "pyautogui", "--provider-name", "process",
+            "--use-vm-pool", "--num-vms", "2", "--num-rollouts", "2", "--max-turns", "5",
+            "--task-timeout", "600", "--output-dir", str(tmp_path / "out"), "--run-id", "oracle",
+            "--no-progress"]
+    done = subprocess.run(argv, env=environ, stdin=subprocess.DEVNULL, capture_output=True,
+                          text=True, timeout=timeout)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = (tmp_path / "out" / "oracle" / "results.jsonl").read_text().splitlines()
+    return {r["task_id"]: r for r in map(json.loads, lines) if r.get("final")}
+
+
+def failures(finals: dict[str, dict], index: dict[str, list[str]]) -> list[str]:
+    """The tasks of ``index`` not graded 1, each with why."""
+    wanted = [task_id for ids in index.values() for task_id in ids]
+    return [f"{task_id}: {finals[task_id]['status']} {finals[task_id].get('eval')} "
+            f"{(finals[task_id].get('failure') or {}).get('message')}" if task_id in finals
+            else f"{task_id}: no final record"
+            for task_id in wanted if finals.get(task_id, {}).get("reward") != 1.0]
+
+
+@needs_set
+@needs_desktop
+def test_the_oracle_passes_three_real_tasks_through_the_cli(tmp_path):
+    # a file restored from the Trash, a VLC option and a Chrome setting, as OSWorld grades them
+    finals = oracle_through_cli(tmp_path, FAST, timeout=240)
+    assert failures(finals, FAST) == []
+
+
+@needs_set
+@needs_desktop
+@pytest.mark.slow
+def test_the_oracle_passes_every_referenced_task_through_a_pool(tmp_path):
+    index = reference_index()
+    finals = oracle_through_cli(tmp_path, index, timeout=3600)
+    assert failures(finals, index) == []
+    feasible = Counter()
+    for entry in references().values():
+        payload = json.loads((EXAMPLES / "examples" / entry["domain"] / f"{entry['id']}.json").read_text())
+        feasible[entry["domain"]] += payload["evaluator"]["func"] != "infeasible"
+    assert sum(feasible.values()) >= 40 and len(+feasible) >= 7, feasible
