@@ -68,10 +68,13 @@ class PoolActor:
 
 
 class RayPool:
-    """The pool interface ``worker`` expects, over a pool actor's handle."""
+    """The pool interface ``worker`` expects, over a pool actor's handle. ``owner``: what the
+    worker's leases are made in the name of instead of its pid (a pool leased from several
+    nodes must not mix up two hosts' pids); ``reclaim(owner)`` returns its VMs."""
 
-    def __init__(self, handle: Any) -> None:
+    def __init__(self, handle: Any, owner: int | None = None) -> None:
         self.handle = handle
+        self.owner = owner
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):
@@ -80,6 +83,9 @@ class RayPool:
         def call(*args: Any) -> Any:
             import ray
             from ray.exceptions import RayActorError, RayTaskError
+
+            if name == "lease" and self.owner is not None:  # (worker_id, task_key, timeout, pid)
+                args = (*args[:3], self.owner)
 
             try:
                 return ray.get(self.handle.call.remote(name, *args))
@@ -97,9 +103,10 @@ class RayPool:
 class WorkerActor:
     """One worker: runs attempts, up to ``envs_per_worker`` at once (one per slot)."""
 
-    def __init__(self, worker_id: str, pool_handle: Any, config: Any, run_dir: str) -> None:
+    def __init__(self, worker_id: str, pool_handle: Any, config: Any, run_dir: str,
+                 lease_owner: int | None = None) -> None:
         _ignore_sigint()
-        pool = RayPool(pool_handle) if pool_handle is not None else None
+        pool = RayPool(pool_handle, lease_owner) if pool_handle is not None else None
         self.worker = RolloutWorker(worker_id, None, pool, config, run_dir)
         self._parts: dict[int, _LoopParts] = {}
         self._node = _node_id()

@@ -10,14 +10,17 @@ A drop-in for ``supervision.Supervision`` (same methods, called by the same engi
 * **Placement.** One pool actor per alive node (``NodeAffinitySchedulingStrategy``, hard),
   sized by ``--num-vms`` (``pool_size``); ``--num-rollouts`` worker actors per node, each
   leasing from its own node's pool, because a process sandbox or a container is reached by a
-  unix socket on that node. Actors take no CPU from Ray's accounting (``num_cpus=0``): they
+  unix socket on that node. A provider whose VMs are network addresses (``remote``,
+  ``reachable_from_any_node``) gets one pool, on the driver's node, leased from every node
+  (its addresses must not be handed out twice). Actors take no CPU from Ray's accounting (``num_cpus=0``): they
   wait on VMs and models, and a node's size is what ``--num-vms`` says.
 * **One record per attempt.** An attempt is a method call (``WorkerActor.run``); the driver
   settles it once, from its result or from the actor's death, never both. Actors have
   ``max_restarts=0`` and calls ``max_task_retries=0``: Ray never reruns an attempt behind
   the driver's back. A dead worker actor (or its node) → each attempt it held is recorded
   ``worker_died`` and the engine retries it on another worker; a replacement worker starts on
-  the same node if it is alive, else on the node with the fewest workers.
+  the same node if it is alive (none elsewhere: another node's pool is sized for its own).
+  Attempts go to the node with the fewest under way.
 * **Lost and new nodes.** The driver holds a ``PoolActor.watch`` reference per pool and polls
   ``ray.nodes()``: a pool or node that dies has its workers killed (their attempts
   ``worker_died``), its VMs counted dead in the stats, and no new worker; a node that joins
@@ -82,6 +85,8 @@ class _Worker:
     started: dict[tuple[str, int], float] = field(default_factory=dict)
     #: its node is gone
     lost: bool = False
+    #: who its leases of the shared pool are made for (unique in the run), else its pid
+    lease_owner: int | None = None
 
     @property
     def worker_id(self) -> str:
@@ -108,7 +113,10 @@ class RaySupervision(WorkerTable):
         self._refs: dict[Any, tuple[_Worker, tuple[str, int]]] = {}
         self._next_index = 0
         self._respawns = 0
+        self._spawns = 0
         self._last_poll = 0.0
+        #: the one pool's node when the provider's VMs are reachable from any node
+        self._shared_home: str | None = None
         self.pool = None  # the local backend's attribute; pools live in self._nodes
 
     # -- start -----------------------------------------------------------------------------
@@ -122,6 +130,8 @@ class RaySupervision(WorkerTable):
         """Every env loop of every node, capped by --max-concurrent-rollouts."""
         nodes = sum(1 for node in self._nodes.values() if node.alive)
         loops = self.config.num_rollouts * self.config.envs_per_worker * max(1, nodes)
+        if self._shared_home is not None:  # more would only wait for a lease
+            loops = min(loops, self.config.pool_size)
         return min(loops, self.config.max_concurrent_rollouts or loops)
 
     def start(self) -> None:
@@ -136,6 +146,10 @@ class RaySupervision(WorkerTable):
         if engine.provider_cls is not None:
             # leftovers of an earlier, killed run, on every node
             ray.get([pinned(sweep_here, n).remote(cfg.provider_name, engine.run_id) for n in nodes])
+        if getattr(engine.provider_cls, "reachable_from_any_node", False):
+            here = ray.get_runtime_context().get_node_id()
+            self._shared_home = here if here in nodes else nodes[0]
+            nodes.sort(key=lambda n: n != self._shared_home)  # its pool first
         for node_id in nodes:
             self._add_node(node_id)
         log.info("[Ray] %d node(s), %d worker(s)%s", len(nodes), len(self._workers),
@@ -145,7 +159,7 @@ class RaySupervision(WorkerTable):
         """A pool (if a mode needs VMs) and --num-rollouts workers on one node."""
         engine, cfg = self.engine, self.config
         node = self._nodes[node_id] = _Node(node_id)
-        if engine.provider_cls is not None:
+        if engine.provider_cls is not None and self._shared_home in (None, node_id):
             node.pool = pinned(PoolActor, node_id, max_concurrency=_POOL_CONCURRENCY).remote(
                 cfg.provider_name, engine.run_id, cfg.pool_size,
                 options=engine.provider_options,
@@ -159,20 +173,29 @@ class RaySupervision(WorkerTable):
     def _spawn(self, node_id: str, index: int | None = None) -> None:
         if index is None:
             index, self._next_index = self._next_index, self._next_index + 1
-        node = self._nodes[node_id]
+        self._spawns += 1
+        owner = self._spawns if self._shared_home is not None else None
         actor = pinned(WorkerActor, node_id, max_concurrency=self.config.envs_per_worker + 2).remote(
-            f"w{index}", node.pool, self.config, str(self.engine.run_dir))
-        self._workers[index] = _Worker(index, node_id, actor, actor.ready.remote())
+            f"w{index}", self._pool_of(node_id), self.config, str(self.engine.run_dir), owner)
+        self._workers[index] = _Worker(index, node_id, actor, actor.ready.remote(), lease_owner=owner)
+
+    def _pool_of(self, node_id: str) -> Any:
+        """The pool a worker on ``node_id`` leases from (None when no mode needs VMs)."""
+        return self._nodes[self._shared_home or node_id].pool
 
     # -- what the engine asks --------------------------------------------------------------
 
     def send(self, item: Assignment) -> bool:
-        """Start ``item`` on the started worker with the most free slots; False if none."""
+        """Start ``item`` on the started worker with the most free slots, on the node with the
+        fewest attempts under way; False if none."""
         capacity = self.config.envs_per_worker
         free = [w for w in self._workers.values() if w.ready and len(w.assigned) < capacity]
         if not free:
             return False
-        worker = min(free, key=lambda w: (len(w.assigned), w.index))
+        load: dict[str, int] = {}
+        for other in self._workers.values():
+            load[other.node_id] = load.get(other.node_id, 0) + len(other.assigned)
+        worker = min(free, key=lambda w: (len(w.assigned), load[w.node_id], w.index))
         slot = min(set(range(capacity)) - set(worker.slots.values()))
         ident = (item.key, item.attempt)
         ref = worker.actor.run.remote(item, slot)
@@ -201,6 +224,8 @@ class RaySupervision(WorkerTable):
             return None
         per_node: dict[str, dict[str, Any] | None] = {}
         for node in self._nodes.values():
+            if node.pool is None:
+                continue  # a node leasing from the shared pool
             stats = node.final_stats
             if stats is None and node.alive and node.pool is not None:
                 try:
@@ -287,8 +312,8 @@ class RaySupervision(WorkerTable):
         if self.engine.provider_cls is not None:
             ray.get(pinned(sweep_here, node_id).remote(self.config.provider_name, self.engine.run_id))
         self._add_node(node_id)
-        self.engine.event("node_joined", reason=f"node {node_id[:8]}: a pool of {self.config.pool_size} "
-                                                f"and {self.config.num_rollouts} worker(s)")
+        pool = "" if self._shared_home is not None else f"a pool of {self.config.pool_size} and "
+        self.engine.event("node_joined", reason=f"node {node_id[:8]}: {pool}{self.config.num_rollouts} worker(s)")
         log.info("[Ray] node %s joined", node_id[:8])
 
     def _settle(self, worker: _Worker, ident: tuple[str, int]) -> None:
@@ -303,9 +328,14 @@ class RaySupervision(WorkerTable):
         for worker in [w for w in list(self._workers.values()) if w.node_id == node.node_id]:
             worker.lost = True  # nothing to ask it: ray.kill only
             self._on_worker_death(worker, reason)
-        if not any(n.alive for n in self._nodes.values()) and not self.engine.closing:
+        if self.engine.closing:
+            return
+        if not any(n.alive for n in self._nodes.values()):
             self.engine.stop("every node of the Ray cluster is lost; every finished result is kept "
                              f"in {self.engine.run_dir / 'results.jsonl'}")
+        elif node.node_id == self._shared_home:
+            self.engine.stop(f"the node of the run's only VM pool is lost ({reason}); every finished "
+                             f"result is kept in {self.engine.run_dir / 'results.jsonl'}")
 
     def _on_worker_death(self, w: _Worker, reason: str) -> None:
         """Record what the worker held as worker_died, reclaim its VMs, replace it."""
@@ -317,11 +347,12 @@ class RaySupervision(WorkerTable):
         for ref in [r for r, (owner, _) in self._refs.items() if owner is w]:
             del self._refs[ref]
         self._kill(w)
-        node = self._nodes[w.node_id]
+        pool_node = self._nodes[self._shared_home or w.node_id]
         reclaimed: list[str] = []
-        if node.alive and node.pool is not None and w.pid is not None:
+        owner = w.lease_owner if w.lease_owner is not None else w.pid
+        if pool_node.alive and pool_node.pool is not None and owner is not None:
             try:
-                reclaimed = ray.get(node.pool.call.remote("reclaim", w.pid), timeout=10)
+                reclaimed = ray.get(pool_node.pool.call.remote("reclaim", owner), timeout=10)
             except Exception:  # noqa: BLE001 - the pool is going too
                 pass
         self.engine.event("worker_died", worker=w.worker_id,
@@ -338,17 +369,10 @@ class RaySupervision(WorkerTable):
         if self._respawns > 10 * self.config.num_rollouts * len(self._nodes) + 10:
             self.engine.stop(f"workers keep dying ({self._respawns} respawns); last: {reason}")
             return
-        alive = [n for n in self._nodes.values() if n.alive]
-        if not alive:
-            return
-        home = self._nodes[w.node_id]
-        if not home.alive:
-            counts = {n.node_id: 0 for n in alive}
-            for other in self._workers.values():
-                if other.node_id in counts:
-                    counts[other.node_id] += 1
-            home = self._nodes[min(counts, key=lambda n: (counts[n], n))]
-        self._spawn(home.node_id, w.index)
+        if self._nodes[w.node_id].alive:
+            self._spawn(w.node_id, w.index)
+        # else not replaced: a worker moved to another node would wait for that node's VMs
+        # (its pool is sized for its own workers); the limit shrinks with the alive nodes
 
     def _kill(self, *workers: _Worker) -> None:
         """Kill worker actors and their process trees (best effort: they may be gone)."""

@@ -80,6 +80,9 @@ class RemoteProvider(Provider):
     """VMs at fixed guest addresses (``http://host:port``), reset by a user-given command."""
 
     name = "remote"
+    #: its VMs are network addresses, not local sockets: the ray backend runs one pool (on the
+    #: driver's node, where --reset-command runs) that workers on every node lease from
+    reachable_from_any_node = True
 
     def __init__(self, run_id: str, options: ProviderOptions | None = None) -> None:
         super().__init__(run_id, options)
