@@ -263,6 +263,8 @@ def test_rl_scheduler_batches_on_the_nodes(cluster, tmp_path):
             rl_config(tmp_path, server, backend="ray", ray_address=cl.address, num_rollouts=1, envs_per_worker=2),
             EnvManagerConfig(num_env_groups=3, group_size=2, tags=["tiny"],
                              task_sets=lake_set(tmp_path, count=3, name="tiny", desc=TINY, max_steps=2)))
+        # on the ray backend the gate is served on TCP, at the address the nodes reach
+        assert train._shared.gate.path.startswith("tcp://127.0.0.1:")
         try:
             batches = [train.get_batch(batch_size=4, step=0)]
             train.suspend()
@@ -290,6 +292,30 @@ def test_rl_scheduler_batches_on_the_nodes(cluster, tmp_path):
     assert {t.record["key"] for t in returned} <= set(finals)  # nothing lost
     assert len({(r["key"], r["attempt"]) for r in records}) == len(records)  # nothing doubled
     assert len({r["node"] for r in records if r.get("node")}) >= 2, "every rollout ran on one node"
+
+
+def test_policy_gate_on_tcp_for_nodes_of_other_hosts():
+    """The gate a trainer serves to other hosts: TCP, same protocol; suspend holds a request."""
+    import threading
+
+    from parallel_rollout.backends.ray_cluster import driver_ip
+    from parallel_rollout.rl.gate import GateClient, PolicyGate
+
+    assert driver_ip(None) == driver_ip("127.0.0.1:6379") == driver_ip("localhost:6379") == "127.0.0.1"
+    gate = PolicyGate(version=1, host="127.0.0.1")
+    try:
+        assert gate.path.startswith("tcp://127.0.0.1:")
+        client = GateClient(gate.path)
+        assert client.begin()[0] == 1 and client.end() is False
+        gate.suspend()
+        started = threading.Event()
+        threading.Thread(target=lambda: (client.begin(), started.set()), daemon=True).start()
+        assert not started.wait(0.3), "a request started while the gate was suspended"
+        gate.resume(version=2)
+        assert started.wait(5) and client.end() is False
+        client.close()
+    finally:
+        gate.close()
 
 
 @pytest.mark.slow
@@ -352,6 +378,39 @@ def test_without_address_the_run_starts_and_stops_its_own_ray(cluster, tmp_path)
         for leftover in own_servers():  # only what this test's run started
             leftover.kill()
         shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
+@pytest.mark.slow
+def test_remote_vms_are_one_pool_leased_from_every_node(cluster, tmp_path):
+    """--provider-name remote: its addresses are one pool (on the driver's node) that workers of
+    every node lease from; an address is never leased twice at once."""
+    from providers.test_remote import HOST_SHARED, Machines
+
+    cl, _ = cluster
+    machines = Machines(tmp_path / "machines", 2)
+    try:
+        tasks = [json.loads(line) for line in SHELL_TASKS.read_text().splitlines() if line.strip()]
+        kept = [t for t in tasks if t["id"] not in HOST_SHARED][:8]
+        data = write_tasks(tmp_path / "tasks.jsonl", kept)
+        cmd = _cli(tmp_path, cl.address, "remote", "--provider-name", "remote", "--reset-command",
+                   machines.reset_command, "--num-vms", "2",
+                   *[arg for address in machines.addresses for arg in ("--vm-address", address)])
+        cmd[cmd.index("--data") + 1] = str(data)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        finals = assert_exactly_once(tmp_path / "remote", {f"{t['id']}#0" for t in kept})
+        assert {r["status"] for r in finals.values()} == {"success"}
+        assert len({r["node"] for r in finals.values()}) >= 2, "every task ran on one node"
+        summary = json.loads((tmp_path / "remote" / "summary.json").read_text())
+        assert summary["vm"]["size"] == 2 and len(summary["vm"]["nodes"]) == 1  # one pool, not one a node
+        assert "[Concurrency] Set max concurrent rollouts to 2" in proc.stderr
+        # one pool's two VMs, each leased only from idle: an address is never held twice
+        events = [json.loads(line) for line in (tmp_path / "remote" / "events.jsonl").read_text().splitlines()]
+        moves = [e for e in events if e.get("vm")]
+        assert {e["vm"] for e in moves} == {"n0-vm-0", "n0-vm-1"}
+        assert all(e["from"] == "idle" for e in moves if e["to"] == "leased")
+    finally:
+        machines.power_off()
 
 
 def test_node_removed_and_node_added_mid_run(cluster, tmp_path):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 from typing import Any
 
 from .ray_actors import sweep_here
@@ -36,6 +37,24 @@ def connect(address: str | None) -> bool:
         ray.init(address="local", num_cpus=os.cpu_count() or 1, object_store_memory=LOCAL_OBJECT_STORE_BYTES,
                  include_dashboard=False, **kwargs)
     return True
+
+
+def driver_ip(address: str | None) -> str:
+    """The IP the cluster's nodes reach this process at (for a server of the driver's, like
+    the RL policy gate): 127.0.0.1 for a local instance or a cluster on loopback, else this
+    host's address on the route to the head node (``auto``: the one Ray picks)."""
+    if not address:
+        return "127.0.0.1"
+    if address == "auto":
+        from ray.util import get_node_ip_address
+
+        return get_node_ip_address()
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if host in _LOOPBACK:
+        return "127.0.0.1"
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.connect((host, int(port)))  # a UDP "connect" sends nothing: it picks the route
+        return probe.getsockname()[0]
 
 
 def alive_nodes() -> list[str]:

@@ -3,7 +3,8 @@ policy version each turn was generated with.
 
 The gate lives in the trainer's process (one per engine, shared by every scheduler on it); the
 agents in the worker processes reach it over a unix socket whose path travels to them in
-``RunConfig.policy_gate``. One connection per env loop, a line protocol::
+``RunConfig.policy_gate``, or over TCP (``tcp://HOST:PORT``, ``PolicyGate(host=...)``) when
+they run on other hosts (the ray backend). One connection per env loop, a line protocol::
 
     agent                          gate
     "begin\\n"           ─►  waits while suspended ─►  "go <version>\\n"
@@ -34,9 +35,8 @@ _CONNECT_TIMEOUT_S = 10.0
 class PolicyGate:
     """The trainer's side: open/suspended, the policy version, requests in flight."""
 
-    def __init__(self, version: int = 0) -> None:
-        self._folder = tempfile.mkdtemp(prefix="pr-gate-")
-        self.path = str(Path(self._folder) / "gate.sock")
+    def __init__(self, version: int = 0, host: str | None = None) -> None:
+        """``host``: serve on TCP at that address (a free port) instead of a unix socket."""
         self._cond = threading.Condition()
         self._open = True
         self._closed = False
@@ -46,9 +46,18 @@ class PolicyGate:
         #: requests let through, and replies thrown away after an abort
         self.requests = 0
         self.aborted = 0
-        self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._listener.bind(self.path)
-        self._listener.listen(256)
+        self._folder: str | None = None
+        if host is None:
+            self._folder = tempfile.mkdtemp(prefix="pr-gate-")
+            self.path = str(Path(self._folder) / "gate.sock")
+            self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self._listener.bind(self.path)
+            self._listener.listen(256)
+        else:
+            family = socket.AF_INET6 if ":" in host else socket.AF_INET
+            self._listener = socket.create_server((host, 0), family=family, backlog=256)
+            shown = f"[{host}]" if family == socket.AF_INET6 else host
+            self.path = f"tcp://{shown}:{self._listener.getsockname()[1]}"
         self._conns: list[socket.socket] = []
         self._thread = threading.Thread(target=self._accept, name="policy-gate", daemon=True)
         self._thread.start()
@@ -91,6 +100,10 @@ class PolicyGate:
             self._closed = True
             self._cond.notify_all()
         try:
+            self._listener.shutdown(socket.SHUT_RDWR)  # wakes the accept() under way
+        except OSError:
+            pass
+        try:
             self._listener.close()
         except OSError:
             pass
@@ -101,11 +114,12 @@ class PolicyGate:
             except OSError:
                 pass
         self._thread.join(2)
-        try:
-            os.unlink(self.path)
-            os.rmdir(self._folder)
-        except OSError:
-            pass
+        if self._folder is not None:
+            try:
+                os.unlink(self.path)
+                os.rmdir(self._folder)
+            except OSError:
+                pass
 
     def _accept(self) -> None:
         while True:
@@ -113,6 +127,7 @@ class PolicyGate:
                 conn, _ = self._listener.accept()
             except OSError:
                 return  # closed
+            _no_delay(conn)
             self._conns.append(conn)
             threading.Thread(target=self._serve, args=(conn,), name="policy-gate-conn", daemon=True).start()
 
@@ -188,12 +203,9 @@ class GateClient:
 
     def _ask(self, command: str) -> str:
         if self._sock is None:
-            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            sock.settimeout(_CONNECT_TIMEOUT_S)
             try:
-                sock.connect(self.path)
+                sock = _connect(self.path)
             except OSError as exc:
-                sock.close()
                 raise ConnectionError(f"policy gate {self.path} unreachable: {exc}") from None
             sock.settimeout(None)  # "begin" waits as long as the trainer's weight update
             self._sock, self._reader = sock, sock.makefile("r", encoding="ascii", newline="\n")
@@ -207,3 +219,26 @@ class GateClient:
             self.close()
             raise ConnectionError(f"policy gate {self.path} closed")
         return answer.strip()
+
+
+def _connect(path: str) -> socket.socket:
+    """A connection to a gate at a unix socket path or ``tcp://HOST:PORT``."""
+    if path.startswith("tcp://"):
+        host, _, port = path[len("tcp://"):].rpartition(":")
+        sock = socket.create_connection((host.strip("[]"), int(port)), timeout=_CONNECT_TIMEOUT_S)
+        _no_delay(sock)
+        return sock
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(_CONNECT_TIMEOUT_S)
+    try:
+        sock.connect(path)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def _no_delay(sock: socket.socket) -> None:
+    # one short line each way per model request: no Nagle delay on TCP
+    if sock.family in (socket.AF_INET, socket.AF_INET6):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)

@@ -114,7 +114,7 @@ class RolloutScheduler:
         from ..engine import Engine
         from ..results import ResultStore
 
-        gate = PolicyGate(version=0)
+        gate = PolicyGate(version=0, host=_gate_host(run_config))
         run_id = run_config.run_id or default_run_id("rl")
         changes: dict[str, Any] = {"policy_gate": gate.path, "run_id": run_id}
         if max_concurrent_rollouts is not None:
@@ -461,6 +461,16 @@ def _load_tags(tags: list[str], env_config: EnvManagerConfig, run_config: RunCon
         tasks[tag] = load_tasks_of(tag, task_set)
         get_env(task_set.mode).prepare_run(tasks[tag])
     return tasks
+
+
+def _gate_host(run_config: RunConfig) -> str | None:
+    """Where the gate listens: a unix socket for local workers (None); on the ray backend TCP
+    at the address the cluster's nodes reach this process by."""
+    if run_config.backend != "ray":
+        return None
+    from ..backends.ray_cluster import driver_ip
+
+    return driver_ip(run_config.ray_address)
 
 
 def _whole_ratio(ratio: Any) -> int:
