@@ -117,6 +117,19 @@ def test_missing_ray_says_how_to_install(monkeypatch):
         build_config({"backend": "ray"})
 
 
+def test_missing_ray_through_the_cli(tmp_path):
+    """A user without Ray: exit 2 (bad usage), the install line, nothing run."""
+    hide_ray = ("import sys; sys.modules['ray'] = None; sys.argv[0] = 'parallel-rollout'; "
+                "from parallel_rollout.cli import main; main()")
+    for args in (["--mode", "shell", "--data", str(SHELL_TASKS), "--output-dir", str(tmp_path / "out"),
+                  "--backend", "ray", "--no-progress"],
+                 ["vms", "sweep", "--backend", "ray"]):
+        proc = subprocess.run([sys.executable, "-c", hide_ray, *args], capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 2, (args, proc.stderr[-2000:])
+        assert "pip install 'parallel-rollout[ray]'" in proc.stderr, proc.stderr[-2000:]
+    assert not (tmp_path / "out").exists()
+
+
 def test_task_timeout_kills_the_worker_actor_on_its_node(cluster, tmp_path):
     cl, _ = cluster
     data = tmp_path / "tasks.jsonl"
