@@ -33,7 +33,7 @@ def test_the_readme_trainer_snippet_runs(tmp_path):
     server = LLMServer(policy=random_moves(seed=0)).start()
     code = (code.replace("http://127.0.0.1:8000/v1", server.url)
             .replace('output_dir="results"', f"output_dir={str(tmp_path / 'results')!r}")
-            .replace("    main()\n", "    main(steps=2, eval_every=2)\n"))
+            .replace("    main()\n", "    main(steps=1, eval_every=1)\n"))
     (tmp_path / "train.py").write_text(code)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
     trainer = subprocess.Popen([sys.executable, "train.py"], cwd=tmp_path, env=env, stdin=subprocess.DEVNULL,
@@ -60,5 +60,5 @@ def test_the_readme_trainer_snippet_runs(tmp_path):
     records = [r for r in read_records(tmp_path / "results" / "grpo" / "results.jsonl") if r["final"]]
     finals = Counter(r["meta"]["scheduler"] for r in records)
     assert finals["train-sibling1"] == 17  # every FrozenLake val task once
-    assert finals["train"] >= 64  # two batches of 32 (async: a few more may have finished)
+    assert finals["train"] >= 32  # a batch of 32 (async: more may have finished)
     assert {r["meta"]["tag"] for r in records if r["meta"]["scheduler"] == "train"} == {"FrozenLake", "FrozenLake8x8"}

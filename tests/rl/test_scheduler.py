@@ -408,3 +408,41 @@ def test_a_tags_mode_checks_its_tasks_before_the_engine_starts(tmp_path):
         RolloutScheduler(rl_config(tmp_path, LLMServer()), EnvManagerConfig(
             tags=["docs"], task_sets={"docs": TaskSet("rag", str(tasks))}))
     assert workers_since(before) == []
+
+
+@pytest.mark.slow
+def test_a_timed_out_member_is_recorded_once_and_drops_its_group(tmp_path, schedulers):
+    """A member past --task-timeout is recorded task_timeout (final, not retried), its group is
+    dropped and counted; the attempts its killed worker held are retried; no key has two
+    final records and every returned trajectory is one of them. (The timeout leaves room for
+    a respawned worker's first episode on a loaded machine.)"""
+    release = threading.Event()
+    policy = TablePolicy(seed=8)
+
+    def stuck_on_the_long_lake(body):
+        if "FFFFG" in str(body["messages"][-1].get("content")):
+            release.wait(60)  # far past the task timeout
+        return policy(body)
+
+    server = LLMServer(policy=stuck_on_the_long_lake).start()
+    try:
+        sets = {**lake_set(tmp_path, name="tiny", desc=TINY, max_steps=2),
+                **lake_set(tmp_path, name="long", desc=["SFFFFG"], max_steps=2)}
+        train = schedulers(rl_config(tmp_path, server, task_timeout=15.0), EnvManagerConfig(
+            num_env_groups=2, group_size=2, tags=["tiny", "long"], num_groups_partition=[1, 1], task_sets=sets),
+            async_generation_ratio=1)
+        batch = train.get_batch(batch_size=4, step=0)
+        deadline = time.monotonic() + 90
+        while train.stats().get("dropped_failed", 0) < 1 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert train.stats()["dropped_failed"] >= 1
+        assert {t.tag for t in batch} == {"tiny"} and all(t.status != "task_timeout" for t in batch)
+        records = read_records(train.run_dir / "results.jsonl")
+        finals = Counter(r["key"] for r in records if r.get("final"))
+        assert all(n == 1 for n in finals.values())
+        timed_out = [r for r in records if r["status"] == "task_timeout"]
+        assert timed_out and all(r["final"] and r["task_id"] == "long0" for r in timed_out)
+        assert {t.record["key"] for t in batch} <= set(finals)
+    finally:
+        release.set()
+        server.stop()
