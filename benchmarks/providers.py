@@ -10,7 +10,8 @@ For each provider: ``--boots`` starts of one VM (each stopped again), then one V
 file is written, then the VM idles, as under a task), and back to back. Memory is what the
 VM's processes cost the host: RSS and PSS summed over them (PSS shares libraries fairly),
 for docker with each container's containerd-shim and the spare container started ahead
-(see providers/docker.py), plus the cgroup's own count from ``docker stats``. A provider that cannot run
+(see providers/docker.py), for process with its standby sandbox (providers/standby.py),
+plus the cgroup's own count from ``docker stats``. A provider that cannot run
 here is listed with the reason.
 """
 
@@ -49,7 +50,14 @@ def vm_roots(name: str, provider, info) -> list[int]:
     """Host pids at the top of the VM's process trees (the active VM and any spare)."""
     private = info.private
     if name == "process":
-        return [private["pid"]]
+        roots = [private["pid"]]
+        standby = provider._standby._next.get(info.vm_id)  # noqa: SLF001 - its standby sandbox
+        if standby is not None:
+            try:
+                roots.append(standby.result(timeout=60).private["pid"])
+            except Exception:  # noqa: BLE001 - no standby: nothing more to count
+                pass
+        return roots
     if name == "docker":
         roots = [private.get("init_pid")]
         spare = provider._spares.get(info.vm_id)  # noqa: SLF001 - a benchmark may look inside

@@ -50,3 +50,27 @@ def test_smoke_benchmark_writes_a_well_formed_report(tmp_path):
     assert report["concurrent"]["rollouts"] == 4 and is_number(report["concurrent"]["makespan_over_best_bound"])
     assert "(b)/(a)" in proc.stdout and "ms/task" in proc.stdout
     assert (tmp_path / report_path.name.replace(".json", ".png")).exists() or "no chart" in proc.stderr
+
+
+def test_resets_benchmark_smoke(tmp_path):
+    """benchmarks/perf/resets.py's reset section on the process provider: every verification
+    mode timed, none finds anything (the resets are real), the cold reset's parts add up."""
+    bench = ROOT / "benchmarks" / "perf" / "resets.py"
+    proc = subprocess.run([sys.executable, str(bench), "--smoke", "--sections", "resets",
+                           "--providers", "process", "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    [report_path] = tmp_path.glob("*-resets-smoke.json")
+    report = json.loads(report_path.read_text())
+    rows = {(r["target"], r["mode"]): r for r in report["resets"]}
+    assert set(rows) == {("process", "off"), ("process", "fast"), ("process", "full"),
+                         ("process (no standby)", "fast")}
+    for row in rows.values():
+        assert row["quarantined"] == 0 and row["reset"]["n"] == 3, row
+        assert is_number(row["reset"]["p50_ms"]) and is_number(row["verify"]["p95_ms"])
+    assert rows[("process", "off")]["verify"]["p95_ms"] < 1.0  # off checks nothing
+    cold = report["cold_process_reset"]
+    parts = sum(cold[name]["p50_ms"] for name in ("kill and wait", "folder + bwrap set-up",
+                                                  "agent start-up to ready"))
+    assert 0 < parts <= 1.5 * cold["total"]["p50_ms"] + 5
+    assert "reset and verification, ms" in proc.stdout

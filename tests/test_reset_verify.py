@@ -74,6 +74,19 @@ def test_fingerprint_sees_names_sizes_mtimes_and_full_sees_content(tmp_path):
         "/h/new: not in the snapshot (file, 1 bytes)"]
 
 
+def test_scratch_folders_match_by_pattern_and_count():
+    boot = verify.scratch_print({"dbus-hWWWE2S9A0": ("other", 0, 0, ""), ".X11-unix": ("dir", 0, 0, ""),
+                                 ".X11-unix/X0": ("other", 0, 0, "")})
+    again = {"dbus-Qz81kLm0aa": ("other", 0, 0, ""), ".X11-unix": ("dir", 0, 0, ""),
+             ".X11-unix/X0": ("other", 0, 0, "")}
+    assert verify.diff_scratch("/tmp", boot, verify.scratch_print(again)) == []
+    again.update({"dbus-Zz81kLm0ab": ("other", 0, 0, ""), "stash": ("file", 5, 1, "")})
+    assert verify.diff_scratch("/tmp", boot, verify.scratch_print(again)) == [
+        "/tmp/dbus-*: not in the snapshot (other)", "/tmp/stash: not in the snapshot (file)"]
+    assert verify.diff_scratch("/tmp", boot, {}) == [
+        "/tmp/.X11-unix: missing (dir)", "/tmp/.X11-unix/X0: missing (other)", "/tmp/dbus-*: missing (other)"]
+
+
 def test_mode_is_checked_with_a_clear_error(tmp_path):
     assert verify.check_mode(None) == "fast"
     with pytest.raises(ConfigError, match="--verify-reset must be one of off, fast, full"):
@@ -95,10 +108,10 @@ def test_escapes_are_seen_and_a_real_reset_is_clean(tmp_path, snapshot, mode):
         assert provider.verify(info) == []  # a fresh boot is its own snapshot
         GuestClient(info.address).execute(ESCAPE, shell=True)
         found = provider.verify(info)
-        assert any(line.startswith("process ") and "(sleep)" in line for line in found), found
+        assert any("sleep 600" in line and "left running" in line for line in found), found
         assert "/home/user/.cache: not in the snapshot (dir)" in found
         assert "/home/user/.cache/secret: not in the snapshot (file, 5 bytes)" in found
-        assert "/tmp/stash: not in the snapshot (file, 0 bytes)" in found
+        assert "/tmp/stash: not in the snapshot (file)" in found
         assert "/home/user/a.txt: 8 bytes, the snapshot has 7" in found
         info = provider.reset(info)
         assert provider.verify(info) == []
@@ -153,9 +166,9 @@ def test_a_leaky_reset_is_quarantined_and_replaced(tmp_path, snapshot):
     assert dead[0]["reason"].startswith("reset verification failed, 4 difference(s)")
     assert dead[0]["after_task"] == "escape#0"
     differences = dead[0]["differences"]
-    assert "/tmp/stash: not in the snapshot (file, 0 bytes)" in differences
+    assert "/tmp/stash: not in the snapshot (file)" in differences
     assert "/home/user/.cache/secret: not in the snapshot (file, 5 bytes)" in differences
-    assert any("(sleep) left running" in line for line in differences)
+    assert any("sleep 600" in line and "left running" in line for line in differences)
     leases = [e["vm"] for e in read_events(tmp_path / "events.jsonl") if e["to"] == "leased"]
     assert leases == [first.vm_id, second.vm_id]
 
@@ -198,7 +211,8 @@ def test_cli_flag_quarantines_a_leaky_reset_and_off_does_not(tmp_path):
     quarantined = {e["after_task"]: e for e in events
                    if e["reason"].startswith("reset verification failed")}
     assert {"escape#0", "second#0"} <= set(quarantined)
-    assert any("(sleep) left running" in line for line in quarantined["escape#0"]["differences"]), quarantined
+    assert any("sleep 600" in line and "left running" in line
+               for line in quarantined["escape#0"]["differences"]), quarantined
     assert quarantined["second#0"]["differences"] == [
         "/home/user/second.done: not in the snapshot (file, 0 bytes)"]
     leased = [e["vm"] for e in events if e["to"] == "leased"]
@@ -209,3 +223,30 @@ def test_cli_flag_quarantines_a_leaky_reset_and_off_does_not(tmp_path):
     assert not [e for e in events if e["reason"].startswith("reset verification")]
     bad = CliRunner().invoke(main, ["--mode", "shell", "--verify-reset", "maybe"])
     assert bad.exit_code != 0 and "'maybe' is not one of 'off', 'fast', 'full'" in bad.output
+
+
+# -- a desktop --------------------------------------------------------------------------------
+
+
+def test_a_window_left_open_on_a_desktop_is_seen(tmp_path):
+    from desktop_support import wait_window
+
+    base = Path(os.environ["PARALLEL_ROLLOUT_PROCESS_DIR"])
+    try:
+        provider = ProcessProvider(f"vd{os.getpid()}", ProviderOptions(
+            boot_timeout_s=60, desktop=True, screen_width=800, screen_height=600), base_dir=base)
+    except ConfigError as exc:
+        pytest.skip(f"no desktop here: {exc}")
+    info = provider.start("vm0")
+    try:
+        assert provider.verify(info) == []  # the desktop's own windows and processes
+        client = GuestClient(info.address, timeout_s=60.0)
+        client.launch(["xmessage", "-title", "big", "left open"])
+        wait_window(client, "big", timeout_s=60)
+        found = provider.verify(info)
+        assert "window 'big' left open" in found, found
+        assert any("(xmessage) left running" in line for line in found), found
+        info = provider.reset(info)
+        assert provider.verify(info) == []
+    finally:
+        provider.stop(info)

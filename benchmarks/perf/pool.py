@@ -159,17 +159,22 @@ class Sampler(threading.Thread):
 
 def run_one(workdir: Path, label: str, *, mode: str, tasks: int, think_s: float, vm_s: float | None,
             workers: int, vms: int | None, envs_per_worker: int = 1, shared: bool = True,
-            provider: str = "process") -> dict[str, Any]:
-    """One Runner run of ``tasks`` workload tasks; its measured numbers."""
+            provider: str = "process", extra_flags: dict[str, Any] | None = None,
+            on_runner=None) -> dict[str, Any]:
+    """One Runner run of ``tasks`` workload tasks; its measured numbers. ``extra_flags``
+    go to the run's config; ``on_runner(runner)`` is called before it runs (resets.py)."""
     data = write_tasks(workdir / f"{label}.jsonl", tasks, mode, think_s, vm_s)
     flags: dict[str, Any] = dict(mode=MODES[mode], data=str(data), agent=AGENT, num_rollouts=workers,
                                  envs_per_worker=envs_per_worker, output_dir=str(workdir / "runs"),
                                  run_id=label, progress=False, max_retries=0)
-    if mode != "perf_none":
+    if not mode.startswith("perf_none"):
         flags.update(use_vm_pool=shared, provider_name=provider)
         if shared:
             flags["num_vms"] = vms
+    flags.update(extra_flags or {})
     runner = Runner(build_config(flags))
+    if on_runner is not None:
+        on_runner(runner)
     sampler = Sampler(runner, tasks)
     sampler.start()
     started = time.time()
@@ -180,7 +185,7 @@ def run_one(workdir: Path, label: str, *, mode: str, tasks: int, think_s: float,
     sampler.join()
     runner_cpu_s = ((cpu_after.user + cpu_after.system) - (cpu_before.user + cpu_before.system)
                     - sampler.own_cpu_s)
-    pool_size = (vms if shared else workers) if mode != "perf_none" else 0
+    pool_size = (vms if shared else workers) if not mode.startswith("perf_none") else 0
     metrics = measure(outcome.run_dir, pool_size, started)
     metrics.update(label=label, mode=mode, n=workers, k=envs_per_worker, m=pool_size,
                    shared=shared, provider=provider if pool_size else None,

@@ -15,7 +15,8 @@ import this module by that path: the benchmark's folder is on the ``sys.path`` t
 * ``perf_none``    — no VM: the zero-length task that measures the runner's own overhead.
 
 ``FreshSandboxProvider`` is the process provider whose reset stops the sandbox (its folder
-removed) and starts a brand-new one: design c, a fresh sandbox for every task.
+removed) and starts a brand-new one: design c, a fresh sandbox for every task;
+``FreshDockerProvider`` and ``FreshQemuProvider`` the same on docker and qemu (resets.py).
 """
 
 from __future__ import annotations
@@ -26,12 +27,17 @@ from typing import Any
 from parallel_rollout.agents.base import Agent
 from parallel_rollout.envs.base import Env, StepResult, require
 from parallel_rollout.pool.providers.base import VMInfo
+from parallel_rollout.pool.providers.docker import DockerProvider
 from parallel_rollout.pool.providers.process import ProcessProvider
+from parallel_rollout.pool.providers.qemu import QemuProvider
 
 MODES = {
     "perf_call": "workload:CallEnv",
     "perf_episode": "workload:EpisodeEnv",
     "perf_none": "workload:NoVMEnv",
+    # the same on VMs with a desktop (resets.py: QEMU desktops)
+    "perf_call_desktop": "workload:DesktopCallEnv",
+    "perf_episode_desktop": "workload:DesktopEpisodeEnv",
 }
 
 
@@ -119,10 +125,39 @@ class NoVMEnv(_WorkloadEnv):
         pass
 
 
-class FreshSandboxProvider(ProcessProvider):
-    """A brand-new sandbox for every task: reset = stop (folder removed) + start."""
+class DesktopCallEnv(CallEnv):
+    """perf_call on VMs with a desktop."""
+
+    name = "perf_call_desktop"
+    needs_desktop = True
+
+
+class DesktopEpisodeEnv(EpisodeEnv):
+    """perf_episode on VMs with a desktop."""
+
+    name = "perf_episode_desktop"
+    needs_desktop = True
+
+
+class _Fresh:
+    """A brand-new VM for every task: reset = stop (everything of the VM removed) + start."""
 
     def reset(self, info: VMInfo) -> VMInfo:
-        """Stop the sandbox and everything it left, then boot a new one from the snapshot."""
+        """Stop the VM and everything it left, then boot a new one from the snapshot."""
         self.stop(info)
         return self.start(info.vm_id)
+
+
+class FreshSandboxProvider(_Fresh, ProcessProvider):
+    """Design c on the process provider."""
+
+
+class FreshDockerProvider(_Fresh, DockerProvider):
+    """Design c on docker: a new container from the image per task (no spare handed out)."""
+
+    def _make_spare(self, vm_id: str) -> None:
+        """No spare container: every task waits for its own boot."""
+
+
+class FreshQemuProvider(_Fresh, QemuProvider):
+    """Design c on qemu: a new QEMU process (and overlay) per task."""

@@ -87,7 +87,7 @@ from typing import Callable
 import psutil
 
 from ...errors import ConfigError, GuestUnreachable, ProviderUnavailable, VMError
-from . import images
+from . import images, verify
 from .base import Provider, ProviderOptions, VMInfo
 from .common import check_name as _check_name, make_vm_dir, read_meta as _read_meta
 from .common import secure_base_dir
@@ -162,6 +162,11 @@ class DockerProvider(SpareContainers, Provider):
         me = psutil.Process()
         self._owner = f"{me.pid}:{me.create_time():.3f}"
         self._init_spares()
+        #: reset verification from the host through /proc/<docker-init>/root; the image's
+        #: home is the snapshot (verify.py)
+        self._view = verify.HostView(self.options.verify_reset or "fast", GUEST_HOME, None,
+                                     spare_processes=verify.DESKTOP_LAZY if self.desktop else (),
+                                     windows=self.desktop)
 
     def __repr__(self) -> str:
         return (f"DockerProvider(run_id={self.run_id!r}, image={self.image!r}, "
@@ -255,6 +260,8 @@ class DockerProvider(SpareContainers, Provider):
         make_vm_dir(vm_dir)
         self._write_meta(vm_id, vm_dir)
         info = self._boot(vm_id, deadline)
+        if info.private.get("init_pid"):
+            self._view.baseline(vm_id, info.private["init_pid"], info.address)
         self._make_spare(vm_id)
         return info
 
@@ -280,6 +287,12 @@ class DockerProvider(SpareContainers, Provider):
         self._make_spare(vm_id)
         return new_info
 
+    def verify(self, info: VMInfo) -> list[str]:
+        """The home, /tmp and the processes of the new container, seen from the host; no
+        check where the host cannot see the container's init (a remote daemon)."""
+        pid = info.private.get("init_pid")
+        return self._view.check(info.vm_id, pid, info.address) if pid else []
+
     def healthy(self, info: VMInfo) -> bool:
         """Whether the container's agent answers /health as this VM (a killed container's
         socket refuses connections, a paused one times out)."""
@@ -292,6 +305,7 @@ class DockerProvider(SpareContainers, Provider):
 
     def stop(self, info: VMInfo) -> None:
         """Remove the VM's container, its spare and its folder; a second call does nothing."""
+        self._view.forget(info.vm_id)
         with self._lock:
             self._stopped.add(info.vm_id)
         spare = self._take_spare(info.vm_id, time.monotonic() + self.options.boot_timeout_s,

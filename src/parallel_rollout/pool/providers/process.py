@@ -37,11 +37,11 @@ allowed calls is a way out. The docker and qemu providers are the stronger walls
 
 **Reset = restart.** A snapshot is a folder whose content becomes the home: bound read-only
 at /run/snapshot and copied into the home's tmpfs by the agent at start (``--seed-home``).
-Reset kills the bwrap process and the pid namespace's init; the kernel then kills every
-process in the namespace, and we wait until the init is gone, which happens only after all
-of them are (``sandbox_processes.py``). The socket folder is emptied and a new sandbox
-starts. The cost is dominated by the agent's Python start-up (see ``guest/server.py``);
-readiness is a pipe the agent writes to once it listens, so nobody polls.
+Reset kills bwrap and the pid namespace's init; the kernel then kills every process of the
+namespace, and we wait until the init is gone, which happens only after all of them are
+(``sandbox_processes.py``). The new sandbox was booted ahead, the VM's *standby*
+(``standby.py``: after each reset the next one boots in the VM's other folder), or boots
+then. Readiness is a pipe the agent writes to once it listens, so nobody polls.
 
 **Desktop** (``options.desktop``, the osworld mode). The agent starts with ``--desktop WxH``:
 a D-Bus session bus, Xvfb on display :0 and openbox, inside the sandbox, before it says ready
@@ -75,11 +75,11 @@ import time
 from pathlib import Path
 
 from ...errors import ConfigError, ProviderUnavailable, VMError
-from . import cgroups, images, seccomp, verify
+from . import cgroups, images, seccomp, standby, verify
 from .base import Provider, ProviderOptions, VMInfo
 from .common import (check_name, create_time, log_tail, make_vm_dir, owner_label,
-                     process_and_agent_healthy, read_meta, remove_vm_dir, secure_base_dir,
-                     sweep_vm_folders, write_meta)
+                     process_and_agent_healthy, read_meta, remove_vm_dir, same_process,
+                     secure_base_dir, sweep_vm_folders, write_meta)
 from .sandbox_processes import (_children, kill_recorded, kill_sandbox, launcher,
                                 read_until, sandbox_alive)
 
@@ -121,8 +121,6 @@ GUEST_BIN = f"{images.GUEST_DIR}/bin"
 #: what a desktop VM needs on the host's /usr, by the Debian package that has it
 DESKTOP_PROGRAMS = {"Xvfb": "xvfb", "openbox": "openbox", "xdotool": "xdotool",
                     "wmctrl": "wmctrl", "xprop": "x11-utils"}
-#: desktop services that may start after the agent says ready (reset verification allows one)
-DESKTOP_LAZY = ("at-spi-bus-laun", "at-spi2-registr", "dbus-daemon")
 
 
 def base_dir_default() -> Path:
@@ -192,7 +190,12 @@ class ProcessProvider(Provider):
         self._python = _guest_python()
         #: reset verification from the host, through /proc/<init>/root (a few ms: on by default)
         self._view = verify.HostView(self.options.verify_reset or "fast", GUEST_HOME, self.snapshot,
-                                     spare_processes=DESKTOP_LAZY if self.options.desktop else ())
+                                     spare_processes=verify.DESKTOP_LAZY if self.options.desktop else (),
+                                     windows=self.options.desktop)
+        #: each VM's next sandbox, booted after a reset for the next one (standby.py)
+        self._standby = standby.Standby(
+            self._boot_in, lambda info: same_process(info.private["pid"], info.private["create_time"]),
+            lambda info: kill_sandbox(info.private), on=standby.enabled())
         if self.options.desktop:
             missing = sorted({pkg for prog, pkg in DESKTOP_PROGRAMS.items() if not shutil.which(prog)})
             if missing:
@@ -259,7 +262,7 @@ class ProcessProvider(Provider):
         try:
             group.create()
             info = self._boot(vm_id, vm_dir, group)
-            self._view.baseline(vm_id, info.private["init_pid"])
+            self._view.baseline(vm_id, info.private["init_pid"], info.address)
             return info
         except BaseException:
             # The pool has no VMInfo for a VM that never booted, so nobody would ever call
@@ -269,21 +272,23 @@ class ProcessProvider(Provider):
             raise
 
     def reset(self, info: VMInfo) -> VMInfo:
-        """Kill every process of the sandbox, empty /run/guest, start it again (the home is
-        a tmpfs of the sandbox: it dies with it and is seeded afresh)."""
+        """Kill every process of the sandbox and hand out the VM's standby, or start a new
+        sandbox with an empty /run/guest (the home is a tmpfs of the sandbox: it dies with
+        it and is seeded afresh); then boot the next standby (``standby.py``)."""
         vm_dir = Path(info.private["vm_dir"])
         if not vm_dir.is_dir():
             raise VMError(f"VM {info.vm_id}: its folder {vm_dir} is gone; it was stopped "
                           "or swept")
         kill_sandbox(info.private)
-        shutil.rmtree(vm_dir / "sock", ignore_errors=True)
-        make_vm_dir(vm_dir, "sock")
-        return self._boot(info.vm_id, vm_dir, self._cgroup(info.vm_id))
+        new = (self._standby.take(info.vm_id, self.options.boot_timeout_s)
+               or self._boot_in(info.vm_id, vm_dir))
+        self._standby.prepare(info.vm_id, standby.other_folder(
+            vm_dir.parent, info.vm_id, Path(new.private["vm_dir"])))
+        return new
 
     def verify(self, info: VMInfo) -> list[str]:
-        """The home against the snapshot folder, /tmp, /dev/shm and the processes against
-        the VM's first boot, seen from the host (``verify.HostView``)."""
-        return self._view.check(info.vm_id, info.private["init_pid"])
+        """The home, /tmp, /dev/shm and the processes, seen from the host (``verify.py``)."""
+        return self._view.check(info.vm_id, info.private["init_pid"], info.address)
 
     def healthy(self, info: VMInfo) -> bool:
         """The bwrap process is the one we started and its agent answers /health quickly."""
@@ -292,11 +297,14 @@ class ProcessProvider(Provider):
     def stop(self, info: VMInfo) -> None:
         """Kill the sandbox and remove its folder and cgroups; a second call does nothing."""
         self._view.forget(info.vm_id)
+        self._standby.drop(info.vm_id, self.options.boot_timeout_s)
         try:
             kill_sandbox(info.private)
         finally:
-            remove_vm_dir(Path(info.private["vm_dir"]))
             cgroups.remove_paths(info.private.get("cgroups") or [])
+            for folder in standby.folders(Path(info.private["vm_dir"]).parent, info.vm_id):
+                remove_vm_dir(folder)
+                cgroups.remove_paths(self._cgroup(folder.name).paths)
 
     @classmethod
     def sweep(cls, run_id: str | None = None,
@@ -308,14 +316,24 @@ class ProcessProvider(Provider):
             cgroups.kill_paths(meta.get("cgroups") or [])  # whatever escaped the pid records
             cgroups.remove_paths(meta.get("cgroups") or [])
 
-        return sweep_vm_folders(Path(base_dir) if base_dir else base_dir_default(), run_id, kill)
+        removed = sweep_vm_folders(Path(base_dir) if base_dir else base_dir_default(), run_id, kill)
+        return sorted({standby.vm_of_folder(name) for name in removed})
 
     # ------------------------------------------------------------------- internals
 
-    def _cgroup(self, vm_id: str) -> cgroups.VMCgroup:
+    def _boot_in(self, vm_id: str, vm_dir: Path) -> VMInfo:
+        """A new sandbox of ``vm_id`` in ``vm_dir`` (its folder or its standby's)."""
+        shutil.rmtree(vm_dir / "sock", ignore_errors=True)
+        make_vm_dir(vm_dir, "sock")
+        group = self._cgroup(vm_dir.name)
+        group.create()
+        return self._boot(vm_id, vm_dir, group)
+
+    def _cgroup(self, folder: str) -> cgroups.VMCgroup:
+        """The cgroups of one VM folder (a VM and its standby have one each)."""
         memory = self.options.memory_mb
         return cgroups.VMCgroup(
-            self._cgroup_name, vm_id, max_processes=self.options.max_processes,
+            self._cgroup_name, folder, max_processes=self.options.max_processes,
             memory_bytes=None if memory is None or self._limit_as else memory * 2**20)
 
     def _tmpfs_mb(self, size_mb: int) -> int:

@@ -10,7 +10,9 @@ and lists the VM's processes and ``/tmp``, and this module compares them:
   tree changes a folder's mtime, never a file's);
 * ``/tmp`` (and ``/dev/shm``) as a fresh boot leaves them: empty, or only what the
   desktop itself makes at boot;
-* no process but the guest agent's own (and the desktop's at boot).
+* no process but the guest agent's own (and the desktop's at boot);
+* on a desktop, no window but those of the desktop at boot (``wmctrl -l`` through the
+  guest agent: the one check that calls into the VM, ~10 ms, desktops only).
 
 A VM with any difference is quarantined by the pool: marked dead with the differences in
 ``events.jsonl``, never handed out. The modes (``--verify-reset``):
@@ -25,13 +27,18 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import stat
 from pathlib import Path
 from typing import Iterable
 
+import psutil
+
 from ...errors import ConfigError
 
 MODES = ("off", "fast", "full")
+#: desktop services that may start after the agent says ready: one more of each is allowed
+DESKTOP_LAZY = ("at-spi-bus-laun", "at-spi2-registr", "dbus-daemon")
 DEFAULT_MODE = "fast"
 #: differences listed in full; beyond that only their count
 MAX_DIFFERENCES = 20
@@ -143,6 +150,24 @@ def namespace_processes(init_pid: int, proc: str = "/proc") -> list[tuple[int, s
     return found
 
 
+def guest_windows(address: str) -> list[str]:
+    """The titles of the desktop's managed windows, asked of the VM's agent (``wmctrl -l``);
+    one line saying so when it cannot answer."""
+    from ...guest.client import GuestClient
+
+    try:
+        result = GuestClient(address, timeout_s=10.0).execute(["wmctrl", "-l"], timeout=10.0)
+    except Exception as exc:  # noqa: BLE001 - an agent that cannot list windows is a difference
+        return [f"(cannot list windows: {exc})"]
+    if result.get("returncode") != 0:
+        error = (result.get("error") or "").strip()
+        if "client list" in error:
+            return []  # openbox publishes its list with the first window it manages
+        return [f"(cannot list windows: {error[:120]})"]
+    return sorted((line.split(None, 3) + [""] * 4)[3] for line in result["output"].splitlines()
+                  if line.strip())
+
+
 def summarize(differences: list[str]) -> str:
     """The reason a quarantine gives: the count and the first few differences."""
     shown = "; ".join(differences[:3])
@@ -163,14 +188,18 @@ class HostView:
     init as the host numbers it.
 
     The home is compared with the snapshot folder's fingerprint (taken once, the first time
-    it is needed). ``/tmp``, ``/dev/shm`` and the processes are compared with what the VM
-    had at its first boot (``baseline``, called by the provider's start): the snapshot of a
-    sandbox is its first boot. Files a boot itself makes in the home (a desktop's caches)
-    are compared by name and kind only."""
+    it is needed); without a snapshot folder (docker: the image is the snapshot) with the
+    home of the VM's first boot, whose files older than that boot are the image's.
+    ``/tmp``, ``/dev/shm`` and the processes are compared with what the VM had at its first
+    boot (``baseline``, called by the provider's start): the snapshot of a sandbox is its
+    first boot. Files a boot itself makes in the home (a desktop's caches) are compared by
+    name and kind only."""
 
     def __init__(self, mode: str, home: str, snapshot: Path | None,
-                 spare_processes: Iterable[str] = ()) -> None:
+                 spare_processes: Iterable[str] = (), windows: bool = False) -> None:
         self.mode = check_mode(mode)
+        #: a desktop: its windows are checked too (through the agent at ``address``)
+        self.windows = windows
         self.home = home
         self.snapshot = snapshot
         #: processes that may come and go at boot (a desktop's lazily started services)
@@ -187,24 +216,30 @@ class HostView:
                                     tree_fingerprint(self.snapshot, self.mode == "full"))
         return self._snapshot_print
 
-    def baseline(self, key: str, pid: int) -> None:
+    def baseline(self, key: str, pid: int, address: str | None = None) -> None:
         """Record what a freshly booted VM has besides its snapshot (no-op when off)."""
         if self.mode == "off":
             return
         root = self._root(pid)
-        home = tree_fingerprint(root + self.home)
-        snap = self.snapshot_print()
+        home = tree_fingerprint(root + self.home, self.mode == "full")
+        if self.snapshot is None:  # the image's files are older than the VM's boot
+            booted_ns = int((psutil.Process(pid).create_time() - 1) * 1e9)
+            snap = {rel: e for rel, e in home.items() if e[0] != "file" or e[2] < booted_ns}
+        else:
+            snap = self.snapshot_print()
         self._baselines[key] = {
-            "tmp": _kinds(tree_fingerprint(root + "/tmp")),
-            "shm": _kinds(tree_fingerprint(root + "/dev/shm")),
+            "home": snap,
+            "tmp": scratch_print(tree_fingerprint(root + "/tmp")),
+            "shm": scratch_print(tree_fingerprint(root + "/dev/shm")),
             "home_extra": {rel: entry[0] for rel, entry in home.items() if rel not in snap},
             "processes": _count(comm for _, comm, _ in namespace_processes(pid)),
+            "windows": guest_windows(address) if self.windows and address else [],
         }
 
     def forget(self, key: str) -> None:
         self._baselines.pop(key, None)
 
-    def check(self, key: str, pid: int) -> list[str]:
+    def check(self, key: str, pid: int, address: str | None = None) -> list[str]:
         """The differences of the VM ``key`` (init ``pid``) from its snapshot and first boot."""
         if self.mode == "off" or key not in self._baselines:
             return []
@@ -216,10 +251,10 @@ class HostView:
         extra = {rel: home.pop(rel) for rel in list(home) if rel in base["home_extra"]
                  and home[rel][0] == base["home_extra"][rel]}
         missing_extra = base["home_extra"].keys() - extra.keys() - home.keys()
-        differences += diff_trees(self.home, self.snapshot_print(), home)
+        differences += diff_trees(self.home, base["home"], home)
         differences += [f"{self.home}/{rel}: missing (made at boot)" for rel in sorted(missing_extra)]
         for where, name in (("/tmp", "tmp"), ("/dev/shm", "shm")):
-            differences += diff_trees(where, base[name], _kinds(tree_fingerprint(root + where)))
+            differences += diff_scratch(where, base[name], scratch_print(tree_fingerprint(root + where)))
         processes = namespace_processes(pid)
         room = dict(base["processes"])
         for comm in self.spare_processes:
@@ -231,12 +266,48 @@ class HostView:
             else:
                 left.append((pid_, comm, cmdline))
         differences += unexpected_processes(left, ())
+        if self.windows and address:
+            windows = guest_windows(address)
+            for title in base["windows"]:
+                if title in windows:
+                    windows.remove(title)
+            differences += [f"window {title!r} left open" for title in windows]
         return capped(differences)
 
 
-def _kinds(fingerprint: dict[str, Entry]) -> dict[str, Entry]:
-    """Names and kinds only: what a scratch folder may differ in from boot to boot."""
-    return {rel: (entry[0], 0, 0, "") for rel, entry in fingerprint.items()}
+def scratch_print(fingerprint: dict[str, Entry]) -> dict[tuple[str, str], int]:
+    """A scratch folder (/tmp) as a boot leaves it: how many entries of each name pattern
+    and kind. Names a boot makes at random (``dbus-hWWWE2S9A0``) are a pattern
+    (``dbus-*``), so two boots match, and one more of them than the boot made still shows."""
+    counts: dict[tuple[str, str], int] = {}
+    for rel, entry in fingerprint.items():
+        key = ("/".join(_RANDOM_TAIL.sub(_star, part) for part in rel.split("/")), entry[0])
+        counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
+#: a random tail of a name: 6 or more letters and digits after a separator
+_RANDOM_TAIL = re.compile(r"(?<=[-_.])[A-Za-z0-9]{6,}$")
+
+
+def _star(match: re.Match) -> str:
+    token = match.group(0)
+    random = any(c.isdigit() for c in token) or (token.lower() != token and token.upper() != token)
+    return "*" if random else token
+
+
+def diff_scratch(where: str, expected: dict[tuple[str, str], int],
+                 actual: dict[tuple[str, str], int]) -> list[str]:
+    """What differs between two scratch folders' patterns, one line per pattern."""
+    differences = []
+    for name, kind in sorted(expected.keys() | actual.keys()):
+        want, got = expected.get((name, kind), 0), actual.get((name, kind), 0)
+        if got > want:
+            more = f", {got - want} of them" if got - want > 1 else ""
+            differences.append(f"{where}/{name}: not in the snapshot ({kind}{more})")
+        elif got < want:
+            differences.append(f"{where}/{name}: missing ({kind})")
+    return differences
 
 
 def _count(names: Iterable[str]) -> dict[str, int]:
