@@ -22,7 +22,7 @@ import psutil
 import pytest
 
 from llm_server import LLMServer
-from parallel_rollout.errors import ConfigError
+from parallel_rollout.errors import ConfigError, RolloutError
 from parallel_rollout.results import read_records
 from parallel_rollout.rl import EnvManagerConfig, RolloutScheduler, SchedulerClosed, drop_equal_rewards
 from rl_support import TINY, Switch, lake_set, rl_config
@@ -308,6 +308,9 @@ def test_sigkilled_worker_loses_and_doubles_nothing(tmp_path, table, schedulers)
     died = [r for r in records if r["status"] == "worker_died"]
     assert died and all(not r["final"] for r in died)
     assert set(finals) == {t.record["key"] for t in batch}  # nothing lost, nothing extra
+    engine.stop("the VM pool is exhausted (simulated)")  # the engine cannot go on: get_batch says why
+    with pytest.raises(RolloutError, match=r"engine stopped: .*exhausted \(simulated\)"):
+        train.get_batch(batch_size=16, step=1)
 
 
 TRAINER = textwrap.dedent("""
