@@ -69,6 +69,8 @@ def test_a_vm_that_never_boots_ends_the_run_with_pool_exhausted(tmp_path, case):
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["finished"] == 0 and summary["unfinished"] == len(tasks)
 
+    # the resume has a working provider, and a boot timeout a loaded machine can meet
+    (tmp_path / "run.toml").write_text(f"boot-timeout-s = 60\nmax-vm-replacements = {REPLACEMENTS}\n")
     resumed = cli(tmp_path, data, "--resume", "--provider-name", "process")
     assert resumed.exit_code == 0, (resumed.output, resumed.exception)
     finals = assert_exactly_once(run_dir, {f"{t['id']}#0" for t in tasks})
