@@ -10,6 +10,7 @@ home and does nothing else); the real reset must pass the same checks.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import time
 from pathlib import Path
@@ -250,3 +251,29 @@ def test_a_window_left_open_on_a_desktop_is_seen(tmp_path):
         assert provider.verify(info) == []
     finally:
         provider.stop(info)
+
+
+# -- through the guest agent (qemu, where the host cannot look in) -----------------------------
+
+
+def test_the_guest_probe_sees_what_the_host_sees(snapshot):
+    """GuestView (qemu's verification) on a sandbox, where the host's view is known."""
+    base = Path(os.environ["PARALLEL_ROLLOUT_PROCESS_DIR"])
+    provider = ProcessProvider(f"vg{os.getpid()}", ProviderOptions(
+        snapshot_name=str(snapshot), boot_timeout_s=30), base_dir=base)
+    info = provider.start("vm0")
+    view = verify.GuestView("full", "/home/user", None)
+    try:
+        view.baseline("vm0", None, info.address)
+        assert view.check("vm0", None, info.address) == []  # the probe's own file is left out
+        # (a.txt left alone: a sandbox's "boot" in the probe's eyes is the host kernel's)
+        GuestClient(info.address).execute(ESCAPE.replace("echo changed > ~/a.txt", "true"), shell=True)
+        found, host = view.check("vm0", None, info.address), provider.verify(info)
+        without_pids = lambda lines: sorted(re.sub(r"process \d+", "process N", x) for x in lines)  # noqa: E731
+        assert len(found) == 4 and without_pids(found) == without_pids(host), (found, host)
+        info = provider.reset(info)
+        assert view.check("vm0", None, info.address) == []
+    finally:
+        provider.stop(info)
+    assert view.check("vm0", None, "unix:/nonexistent/agent.sock")[0].startswith(
+        "the VM's agent did not answer the reset probe")

@@ -96,6 +96,7 @@ from typing import Callable
 import psutil
 
 from ...errors import ConfigError, GuestUnreachable, ProviderUnavailable, VMError
+from . import verify
 from .base import Provider, ProviderOptions, VMInfo
 # The image build lives in its own module; these are what booting and tests use of it.
 from .qemu_image import (_IMAGE_FILES, GUEST_PORT, QEMU_IMG, _build_image, _image_format,
@@ -166,6 +167,10 @@ class QemuProvider(Provider):
         self.base_dir = Path(base_dir) if base_dir else base_dir_default()
         self.run_dir = self.base_dir / run_id
         _check_image(self.desktop)
+        #: reset verification through the guest agent (a probe: off unless asked for)
+        self._view = verify.GuestView(opts.verify_reset or "off", "/home/user", None,
+                                      spare_processes=verify.DESKTOP_LAZY if self.desktop else (),
+                                      windows=self.desktop)
 
     def __repr__(self) -> str:
         return (f"QemuProvider(run_id={self.run_id!r}, base_dir={str(self.base_dir)!r}, "
@@ -241,8 +246,18 @@ class QemuProvider(Provider):
             if isinstance(exc, (VMError, ConfigError, ProviderUnavailable)):
                 raise type(exc)(f"VM {vm_id} did not boot: {exc}{detail}") from None
             raise
-        return VMInfo(vm_id=vm_id, provider=self.name, address=client.address,
+        info = VMInfo(vm_id=vm_id, provider=self.name, address=client.address,
                       run_id=self.run_id, private=private)
+        try:
+            self._view.baseline(vm_id, None, info.address)
+        except LookupError as exc:
+            self.stop(info)
+            raise VMError(f"VM {vm_id}: {exc}") from None
+        return info
+
+    def verify(self, info: VMInfo) -> list[str]:
+        """The guest's home, /tmp and processes through a probe its agent runs (verify.py)."""
+        return self._view.check(info.vm_id, None, info.address)
 
     def reset(self, info: VMInfo) -> VMInfo:
         """loadvm the snapshot, set the guest clock, check that the agent answers."""
@@ -267,6 +282,7 @@ class QemuProvider(Provider):
     def stop(self, info: VMInfo) -> None:
         """Quit QEMU (QMP, then SIGKILL) and remove the VM folder; safe to call twice."""
         vm_dir = Path(info.private["vm_dir"])
+        self._view.forget(info.vm_id)
         try:
             _kill_qemu(info.private, graceful=True)
         finally:

@@ -26,6 +26,8 @@ A VM with any difference is quarantined by the pool: marked dead with the differ
 from __future__ import annotations
 
 import hashlib
+import inspect
+import json
 import os
 import re
 import stat
@@ -207,8 +209,17 @@ class HostView:
         self._snapshot_print: dict[str, Entry] | None = None
         self._baselines: dict[str, dict] = {}
 
-    def _root(self, pid: int) -> str:
-        return f"/proc/{pid}/root"
+    def _observe(self, pid: int | None, address: str | None) -> dict:
+        """What the VM holds now, read from the host through ``/proc/<pid>/root``; raises
+        LookupError when its init is gone."""
+        root = f"/proc/{pid}/root"
+        if not os.path.isdir(root + "/proc"):
+            raise LookupError(f"the VM's init (pid {pid}) is gone")
+        return {"home": tree_fingerprint(root + self.home, self.mode == "full"),
+                "tmp": tree_fingerprint(root + "/tmp"),
+                "shm": tree_fingerprint(root + "/dev/shm"),
+                "processes": namespace_processes(pid),
+                "booted_ns": int((psutil.Process(pid).create_time() - 1) * 1e9)}
 
     def snapshot_print(self) -> dict[str, Entry]:
         if self._snapshot_print is None:
@@ -216,51 +227,52 @@ class HostView:
                                     tree_fingerprint(self.snapshot, self.mode == "full"))
         return self._snapshot_print
 
-    def baseline(self, key: str, pid: int, address: str | None = None) -> None:
+    def baseline(self, key: str, pid: int | None, address: str | None = None) -> None:
         """Record what a freshly booted VM has besides its snapshot (no-op when off)."""
         if self.mode == "off":
             return
-        root = self._root(pid)
-        home = tree_fingerprint(root + self.home, self.mode == "full")
+        seen = self._observe(pid, address)
+        home = seen["home"]
         if self.snapshot is None:  # the image's files are older than the VM's boot
-            booted_ns = int((psutil.Process(pid).create_time() - 1) * 1e9)
-            snap = {rel: e for rel, e in home.items() if e[0] != "file" or e[2] < booted_ns}
+            snap = {rel: e for rel, e in home.items() if e[0] != "file" or e[2] < seen["booted_ns"]}
         else:
             snap = self.snapshot_print()
         self._baselines[key] = {
             "home": snap,
-            "tmp": scratch_print(tree_fingerprint(root + "/tmp")),
-            "shm": scratch_print(tree_fingerprint(root + "/dev/shm")),
+            "tmp": scratch_print(seen["tmp"]),
+            "shm": scratch_print(seen["shm"]),
             "home_extra": {rel: entry[0] for rel, entry in home.items() if rel not in snap},
-            "processes": _count(comm for _, comm, _ in namespace_processes(pid)),
+            "processes": _count(comm for _, comm, _ in seen["processes"]),
             "windows": guest_windows(address) if self.windows and address else [],
         }
 
     def forget(self, key: str) -> None:
         self._baselines.pop(key, None)
 
-    def check(self, key: str, pid: int, address: str | None = None) -> list[str]:
-        """The differences of the VM ``key`` (init ``pid``) from its snapshot and first boot."""
+    def check(self, key: str, pid: int | None, address: str | None = None) -> list[str]:
+        """The differences of the VM ``key`` (init ``pid``, agent at ``address``) from its
+        snapshot and first boot."""
         if self.mode == "off" or key not in self._baselines:
             return []
-        base, root = self._baselines[key], self._root(pid)
-        if not os.path.isdir(root + "/proc"):
-            return [f"the VM's init (pid {pid}) is gone"]
+        base = self._baselines[key]
+        try:
+            seen = self._observe(pid, address)
+        except LookupError as exc:
+            return [str(exc)]
         differences = []
-        home = tree_fingerprint(root + self.home, self.mode == "full")
+        home = seen["home"]
         extra = {rel: home.pop(rel) for rel in list(home) if rel in base["home_extra"]
                  and home[rel][0] == base["home_extra"][rel]}
         missing_extra = base["home_extra"].keys() - extra.keys() - home.keys()
         differences += diff_trees(self.home, base["home"], home)
         differences += [f"{self.home}/{rel}: missing (made at boot)" for rel in sorted(missing_extra)]
         for where, name in (("/tmp", "tmp"), ("/dev/shm", "shm")):
-            differences += diff_scratch(where, base[name], scratch_print(tree_fingerprint(root + where)))
-        processes = namespace_processes(pid)
+            differences += diff_scratch(where, base[name], scratch_print(seen[name]))
         room = dict(base["processes"])
         for comm in self.spare_processes:
             room[comm] = room.get(comm, 0) + 1
         left = []
-        for pid_, comm, cmdline in sorted(processes):  # the oldest (lowest pids) are the boot's
+        for pid_, comm, cmdline in sorted(map(tuple, seen["processes"])):  # the boot's are oldest
             if room.get(comm, 0) > 0:
                 room[comm] -= 1
             else:
@@ -275,6 +287,53 @@ class HostView:
         return capped(differences)
 
 
+class GuestView(HostView):
+    """Verifies a VM the host cannot look into (qemu, remote): the same checks, with the
+    home, /tmp, /dev/shm and the processes read by a probe the guest agent runs (a Python
+    program of this module's tree walk; tens of ms, more under TCG: off unless asked for).
+    Kernel threads and the probe's own session are left out of the processes."""
+
+    def _observe(self, pid: int | None, address: str | None) -> dict:
+        from ...guest.client import GuestClient
+
+        try:
+            result = GuestClient(address, timeout_s=60.0).run_python(
+                _probe_source(self.home, self.mode == "full"), timeout=60.0)
+            seen = json.loads(result["output"].strip().splitlines()[-1])
+        except Exception as exc:  # noqa: BLE001 - unreachable, refused, garbled: all a difference
+            raise LookupError(f"the VM's agent did not answer the reset probe: {exc}") from None
+        seen["home"] = {rel: tuple(entry) for rel, entry in seen["home"].items()}
+        return seen
+
+
+def _probe_source(home: str, full: bool) -> str:
+    """The program GuestView runs in the guest: prints one JSON line of what it sees."""
+    functions = inspect.getsource(tree_fingerprint) + "\n" + inspect.getsource(_sha256)
+    return f"""from __future__ import annotations
+import hashlib, json, os, stat
+{functions}
+me, procs = os.getsid(0), []
+for name in os.listdir("/proc"):
+    try:
+        if not name.isdigit() or os.getsid(int(name)) == me:
+            continue
+        with open(f"/proc/{{name}}/cmdline", "rb") as fh:
+            cmdline = fh.read().replace(b"\\0", b" ").decode(errors="replace").strip()
+        with open(f"/proc/{{name}}/comm") as fh:
+            comm = fh.read().strip()
+    except OSError:
+        continue
+    if cmdline:  # a kernel thread has none
+        procs.append((int(name), comm, cmdline))
+boot = [float(line.split()[1]) for line in open("/proc/stat") if line.startswith("btime")][0]
+tmp = tree_fingerprint("/tmp")
+tmp.pop(os.path.basename(globals().get("__file__", "")), None)  # this probe's own file
+print(json.dumps({{"home": tree_fingerprint({home!r}, {full!r}), "tmp": tmp,
+                  "shm": tree_fingerprint("/dev/shm"), "processes": procs,
+                  "booted_ns": int((boot - 1) * 1e9)}}))
+"""
+
+
 def scratch_print(fingerprint: dict[str, Entry]) -> dict[tuple[str, str], int]:
     """A scratch folder (/tmp) as a boot leaves it: how many entries of each name pattern
     and kind. Names a boot makes at random (``dbus-hWWWE2S9A0``) are a pattern
@@ -287,7 +346,7 @@ def scratch_print(fingerprint: dict[str, Entry]) -> dict[tuple[str, str], int]:
 
 
 #: a random tail of a name: 6 or more letters and digits after a separator
-_RANDOM_TAIL = re.compile(r"(?<=[-_.])[A-Za-z0-9]{6,}$")
+_RANDOM_TAIL = re.compile(r"(?<=[-_.])[A-Za-z0-9]{6,}(?=(\.[A-Za-z0-9]{1,5})?$)")
 
 
 def _star(match: re.Match) -> str:
