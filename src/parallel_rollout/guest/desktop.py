@@ -207,6 +207,10 @@ def _read_line(fd: int, deadline: float, what: str) -> bytes:
     return got
 
 
+#: the desktop session bus's address
+SESSION_BUS = "unix:path=/tmp/dbus-session"
+
+
 def _spawn_session_bus():
     """Start dbus-daemon for the desktop's session, or say in agent.log why there is none;
     (process, read end of its address pipe) or None."""
@@ -220,7 +224,9 @@ def _spawn_session_bus():
         read_fd, write_fd = os.pipe()
         try:
             bus = subprocess.Popen(
-                ["dbus-daemon", "--session", "--nofork", "--nopidfile",
+                # a socket of a fixed name (the session config's is random): a reset VM's
+                # /tmp is then the same as at its first boot (pool/providers/verify.py)
+                ["dbus-daemon", "--session", "--nofork", "--nopidfile", f"--address={SESSION_BUS}",
                  f"--print-address={write_fd}"],
                 # what the services it activates get: at-spi-bus-launcher marks the display
                 env={**os.environ, "DISPLAY": DISPLAY},
