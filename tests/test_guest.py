@@ -58,6 +58,31 @@ def _raw(sock_path: str, payload: bytes) -> bytes:
     return b"".join(chunks)
 
 
+def test_reap_on_a_host_kills_only_what_the_commands_left(agent):
+    """An agent run on a host (a remote machine, this test) without --reap-all: /reap kills
+    its commands' leftovers, a daemon that left its session included, and nothing else of
+    the machine (it once killed every process it could signal: CI runners, shells, all)."""
+    client, _ = agent
+    bystander = subprocess.Popen(["sleep", "60"])  # not the agent's: must survive
+    try:
+        client.execute("(setsid sh -c 'sleep 61' & sleep 62 &) >/dev/null 2>&1 </dev/null",
+                       shell=True)
+        agent_pid = client.health()["pid"]
+        left = [p for p in psutil.Process(agent_pid).children(recursive=True)
+                if p.name() == "sleep"]
+        assert len(left) == 2, left  # both adopted by the agent (a subreaper), not by init
+        assert client.reap()
+        assert bystander.poll() is None, "/reap killed a process that is not the agent's"
+        psutil.wait_procs(left, timeout=5)
+        assert not [p for p in left if p.is_running()
+                    and p.status() != psutil.STATUS_ZOMBIE], left
+        assert not psutil.Process(agent_pid).children(), "adopted orphans left as zombies"
+        assert client.execute(["true"])["returncode"] == 0
+    finally:
+        bystander.kill()
+        bystander.wait()
+
+
 def test_health_and_platform(agent):
     client, _ = agent
     health = client.health()

@@ -211,6 +211,37 @@ def _run(tmp: Path, mode: str, tasks: list[dict], **flags) -> tuple[dict, dict, 
     return finals, outcome.summary, outcome.exit_code
 
 
+def run_table(tmp: Path, left_out: dict[str, str], **flags) -> dict:
+    """The shell table but the rows ``left_out`` (row -> why) through a pool, with a
+    loopback server of the host to reach: what a provider's table checks."""
+    server = LoopbackServer()
+    marks = _host_marks()
+    try:
+        finals, summary, code = _run(tmp, "shell", shell_tasks(server.port, left_out), **flags)
+    finally:
+        server.close()
+    return {"finals": finals, "summary": summary, "exit_code": code, "left_out": left_out,
+            "connections": server.connections, "marks_before": marks}
+
+
+def check_row(table: dict, name: str) -> None:
+    """The row graded 0 (or skipped with why it was left out)."""
+    if name in table["left_out"]:
+        pytest.skip(table["left_out"][name])
+    record = table["finals"][f"{name}#0"]
+    assert record["status"] == "failure" and record["reward"] == 0.0, record
+
+
+def check_finished(table: dict) -> None:
+    """The run finished, the host is untouched, honest tasks passed, no VM was lost."""
+    assert table["exit_code"] == 0
+    assert table["connections"] == 0 and _host_marks() == table["marks_before"]
+    honest = [r for key, r in table["finals"].items() if key.startswith("honest")]
+    assert honest and all(r["status"] == "success" for r in honest), honest
+    assert table["summary"]["vm"]["marked_dead"] == 0, table["summary"]["vm"]
+    assert table["summary"]["vm"]["replacements"] == 0, table["summary"]["vm"]
+
+
 @pytest.fixture(scope="module")
 def loopback():
     server = LoopbackServer()

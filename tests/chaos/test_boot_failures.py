@@ -80,8 +80,8 @@ def test_a_vm_that_never_boots_ends_the_run_with_pool_exhausted(tmp_path, case):
 class AgentExitsProvider(ProcessProvider):
     """The sandbox starts, but its agent exits before it says ready."""
 
-    def _argv(self, vm_id, vm_dir, ready_fd, info_fd):
-        argv = super()._argv(vm_id, vm_dir, ready_fd, info_fd)
+    def _argv(self, *args):
+        argv = super()._argv(*args)
         return argv[: argv.index("--") + 1] + ["/bin/true"]
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from parallel_rollout.pool.providers.docker_cli import daemon_limits
-from test_hostile import (SHELL_ROWS, LoopbackServer, _host_marks, _run, shell_tasks)
+from test_hostile import SHELL_ROWS, check_finished, check_row, run_table
 
 #: rows left out on docker, and why
 NOT_ON_DOCKER = {"fill_tmp_and_home": "a container's home is its writable layer on the "
@@ -31,37 +31,18 @@ def unbounded_on_docker() -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def docker_table(docker_harness, tmp_path_factory):
-    server = LoopbackServer()
-    marks = _host_marks()
     unbounded = unbounded_on_docker()
     limits = {"vm_max_processes": 128} if "fork_bomb" not in unbounded else {}
     if "memory_hog" in unbounded:
         limits["vm_memory_mb"] = None
-    try:
-        tasks = shell_tasks(server.port, {**NOT_ON_DOCKER, **unbounded})
-        finals, summary, code = _run(tmp_path_factory.mktemp("docker"), "shell", tasks,
-                                     provider_name="docker", **limits)
-        yield {"finals": finals, "summary": summary, "exit_code": code,
-               "connections": server.connections, "marks_before": marks,
-               "unbounded": unbounded}
-    finally:
-        server.close()
+    return run_table(tmp_path_factory.mktemp("docker"), {**NOT_ON_DOCKER, **unbounded},
+                     provider_name="docker", **limits)
 
 
 @pytest.mark.parametrize("name", list(SHELL_ROWS))
 def test_hostile_shell_answer_on_docker(docker_table, name):
-    if name in NOT_ON_DOCKER:
-        pytest.skip(NOT_ON_DOCKER[name])
-    if name in docker_table["unbounded"]:
-        pytest.skip(docker_table["unbounded"][name])
-    record = docker_table["finals"][f"{name}#0"]
-    assert record["status"] == "failure" and record["reward"] == 0.0, record
+    check_row(docker_table, name)
 
 
 def test_docker_host_untouched_and_the_run_finished(docker_table):
-    assert docker_table["exit_code"] == 0
-    assert docker_table["connections"] == 0 and _host_marks() == docker_table["marks_before"]
-    honest = [r for key, r in docker_table["finals"].items() if key.startswith("honest")]
-    assert honest and all(r["status"] == "success" for r in honest), honest
-    assert docker_table["summary"]["vm"]["marked_dead"] == 0
-    assert docker_table["summary"]["vm"]["replacements"] == 0
+    check_finished(docker_table)

@@ -17,7 +17,7 @@ import pytest
 from parallel_rollout.errors import ProviderUnavailable
 from parallel_rollout.pool.providers import qemu
 from parallel_rollout.pool.providers.qemu import QemuProvider
-from test_hostile import SHELL_ROWS, LoopbackServer, _host_marks, _run, shell_tasks
+from test_hostile import SHELL_ROWS, check_finished, check_row, run_table
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(shutil.which(qemu.QEMU) is None,
@@ -35,31 +35,14 @@ def qemu_table(tmp_path_factory):
         QemuProvider.check_available()
     except ProviderUnavailable as exc:
         pytest.skip(f"the qemu provider cannot run here: {exc}")
-    server = LoopbackServer()
-    marks = _host_marks()
-    try:
-        tasks = shell_tasks(server.port, NOT_ON_QEMU)
-        finals, summary, code = _run(tmp_path_factory.mktemp("qemu"), "shell", tasks,
-                                     provider_name="qemu", vm_memory_mb=384,
-                                     boot_timeout_s=120.0)
-        yield {"finals": finals, "summary": summary, "exit_code": code,
-               "connections": server.connections, "marks_before": marks}
-    finally:
-        server.close()
+    return run_table(tmp_path_factory.mktemp("qemu"), NOT_ON_QEMU, provider_name="qemu",
+                     vm_memory_mb=384, boot_timeout_s=120.0)
 
 
 @pytest.mark.parametrize("name", list(SHELL_ROWS))
 def test_hostile_shell_answer_on_qemu(qemu_table, name):
-    if name in NOT_ON_QEMU:
-        pytest.skip(NOT_ON_QEMU[name])
-    record = qemu_table["finals"][f"{name}#0"]
-    assert record["status"] == "failure" and record["reward"] == 0.0, record
+    check_row(qemu_table, name)
 
 
 def test_qemu_host_untouched_and_the_run_finished(qemu_table):
-    assert qemu_table["exit_code"] == 0
-    assert qemu_table["connections"] == 0 and _host_marks() == qemu_table["marks_before"]
-    honest = [r for key, r in qemu_table["finals"].items() if key.startswith("honest")]
-    assert honest and all(r["status"] == "success" for r in honest), honest
-    assert qemu_table["summary"]["vm"]["marked_dead"] == 0
-    assert qemu_table["summary"]["vm"]["replacements"] == 0
+    check_finished(qemu_table)

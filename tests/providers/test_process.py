@@ -260,8 +260,8 @@ def test_sweep_of_another_run_leaves_ours_alone(provider, vm, base_dir):
 
 def test_boot_failure_reports_the_agent_log(base_dir):
     class BrokenAgent(ProcessProvider):
-        def _argv(self, vm_id, vm_dir, ready_fd, info_fd):
-            argv = super()._argv(vm_id, vm_dir, ready_fd, info_fd)
+        def _argv(self, *args):
+            argv = super()._argv(*args)
             return argv[:argv.index("--") + 1] + [
                 "/bin/sh", "-c", "echo agent exploded >&2; sleep 100"]
 

@@ -24,8 +24,10 @@ before its ``check`` runs. With ``--reap-all`` (given by a provider whose agent 
 namespace or a VM of its own) it kills every process of the commands' user (``kill -9 -1``
 as that user), or without ``--run-as`` every process but the agent and the namespace's init.
 Without ``--reap-all`` (an agent started on a shared host, e.g. a ``remote`` VM that is a
-process on this machine) it kills only the sessions of the commands it started: never a
-process it cannot tell is its own.
+process on this machine) the agent is a child subreaper (``server.py``) and /reap kills
+only its own descendants, a daemon that left its session included (it was adopted by the
+agent, not by the machine's init), then collects their zombies: never a process of the
+machine it did not start.
 
 **Limits.** ``--limit-as BYTES`` (:data:`limit_as`) runs every command under util-linux
 ``prlimit --as`` (RLIMIT_AS per process, inherited by its children); the agent itself stays
@@ -49,11 +51,12 @@ DEFAULT_BASH_TIMEOUT_S = 100.0
 limit_as: int | None = None
 #: (uid, gid) every command runs as (``--run-as``); None: the agent's own
 run_as: tuple[int, int] | None = None
-#: whether /reap may kill every process it sees but itself and pid 1 (``--reap-all``)
-reap_all: bool = False
-#: the sessions of the commands started since the last /reap (without --run-as/--reap-all
-#: these are all /reap may kill)
-_sessions: set[int] = set()
+#: ``--reap-all``: the agent is alone in a pid namespace of its own (a sandbox, a container,
+#: a VM), so /reap may kill every process it sees but itself and pid 1. Never the default:
+#: an agent run on a host (a remote machine, a test) would kill the whole machine
+reap_all = False
+#: pids of the commands running now: their request's thread waits for each
+_running: set[int] = set()
 
 
 def expand(path: str) -> str:
@@ -103,7 +106,18 @@ def run(argv, *, shell: bool, timeout: float, cwd: str | None = None,
         what = "permission denied" if code == 126 else "command not found"
         return {"returncode": code, "output": "", "error": str(exc),
                 "not_found": True, "message": f"{what}: {program}"}
-    _sessions.add(proc.pid)
+    _running.add(proc.pid)
+    try:
+        return _finish(proc, timeout)
+    finally:
+        _running.discard(proc.pid)
+
+
+def _finish(proc, timeout: float) -> dict:
+    """What a started command printed and returned, killing its group when it outlives
+    ``timeout``."""
+    import subprocess
+
     try:
         out, err = proc.communicate(timeout=timeout)
         timed_out = False
@@ -199,24 +213,63 @@ def route_reap(req: Request):
         # shell's builtin: procps' kill does not take -1)
         result = run("kill -9 -1", shell=True, timeout=10.0)
         return 200, {"status": "success", "returncode": result["returncode"]}
-    me, killed = os.getpid(), 0
-    for name in os.listdir("/proc"):
-        if not name.isdigit() or int(name) in (1, me):
-            continue
-        pid = int(name)
-        if not reap_all:
-            try:
-                if os.getsid(pid) not in _sessions and os.getpgid(pid) not in _sessions:
-                    continue
-            except OSError:
-                continue
+    killed = 0
+    for pid in _reapable():
         try:
             os.kill(pid, signal.SIGKILL)
             killed += 1
         except OSError:
             pass
-    _sessions.clear()
+    if not reap_all:
+        _collect()
     return 200, {"status": "success", "killed": killed}
+
+
+def _reapable() -> dict[int, int]:
+    """What /reap kills without --run-as, pid -> parent pid: with --reap-all every process
+    but the agent and pid 1; else the agent's descendants (the agent is then a child
+    subreaper, so a daemon that left its session is still one), nothing else of the
+    machine."""
+    me = os.getpid()
+    parents = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat", "rb") as handle:
+                    parents[int(name)] = int(handle.read().rsplit(b")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                pass  # gone meanwhile
+    if reap_all:
+        return {pid: ppid for pid, ppid in parents.items() if pid not in (1, me)}
+    ours = {me}
+    grew = True
+    while grew:  # pid order is not parents first
+        grew = False
+        for pid, ppid in parents.items():
+            if ppid in ours and pid not in ours:
+                ours.add(pid)
+                grew = True
+    return {pid: parents[pid] for pid in ours if pid != me}
+
+
+def _collect() -> None:
+    """Wait for the agent's children that no request waits for: orphans it adopted as a
+    subreaper, which the kill made zombies (a grandchild may be adopted only as its
+    parent dies, so look until none is left, for at most 2 s)."""
+    import time
+
+    deadline = time.monotonic() + 2.0
+    while True:
+        adopted = [pid for pid, ppid in _reapable().items()
+                   if ppid == os.getpid() and pid not in _running]
+        for pid in adopted:
+            try:
+                os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                pass
+        if not adopted or time.monotonic() > deadline:
+            return
+        time.sleep(0.01)
 
 
 def _kill_group(pgid: int) -> None:

@@ -312,10 +312,18 @@ class ThreadingTCPServer(_ServerMixin, socketserver.ThreadingMixIn, socketserver
 
 
 def make_server(resolve, *, unix: str | None = None, host: str = "127.0.0.1", port: int = 5000,
-                max_body_mb: float = 256):
-    """A bound, listening server (not yet serving) for a unix socket path or host:port;
+                max_body_mb: float = 256, listen_fd: int | None = None):
+    """A bound, listening server (not yet serving) for a unix socket path, host:port, or a
+    unix socket the caller bound and listens on (``listen_fd``: its path is not ours to see);
     ``resolve(path)`` answers ``(method, route)`` or None for an unknown path."""
-    if unix:
+    if listen_fd is not None:
+        import socket
+
+        server = ThreadingUnixServer("", Handler, bind_and_activate=False)
+        server.socket.close()
+        server.socket = socket.socket(fileno=listen_fd)
+        server.socket.set_inheritable(False)  # no command the agent runs may hold it
+    elif unix:
         try:
             os.unlink(unix)  # a stale socket from a previous life of this VM
         except FileNotFoundError:

@@ -117,24 +117,27 @@ def resolve(path: str):
     return route
 
 
-_USAGE = """usage: server.py [--unix PATH | --host HOST --port PORT] [--ready-fd FD]
+_USAGE = """usage: server.py [--unix PATH | --listen-fd FD | --host HOST --port PORT] [--ready-fd FD]
                  [--max-body-mb MB] [--limit-as BYTES] [--run-as UID:GID]
                  [--seed-home DIR] [--desktop WxH] [--reap-all] [--verbose]
 
+--listen-fd FD      serve a unix socket the caller bound and listens on (the process
+                   sandbox: the socket's folder stays outside, where commands cannot
+                   unlink it and bind their own)
 --limit-as BYTES   RLIMIT_AS of every command run (through util-linux prlimit)
 --run-as UID:GID   run every command as this user (through util-linux setpriv)
 --seed-home DIR    copy DIR into $HOME (given to --run-as's user) before saying ready
 --desktop WxH      start Xvfb at WxH and a window manager before saying ready
---reap-all         /reap kills every process but this agent and pid 1: only for an agent
-                   alone in its pid namespace (without it, the sessions it started)"""
-_OPTIONS = {"--unix": str, "--host": str, "--port": int, "--ready-fd": int,
+--reap-all         /reap kills every process but this one and pid 1: only for an agent
+                   alone in its own pid namespace (without it, its descendants only)"""
+_OPTIONS = {"--unix": str, "--listen-fd": int, "--host": str, "--port": int, "--ready-fd": int,
             "--max-body-mb": float, "--limit-as": int, "--desktop": str, "--run-as": str,
             "--seed-home": str}
 
 
 def _parse_args(argv: list[str]) -> dict:
     # argparse (with the re and shutil it imports) would add ~5 ms to every VM reset
-    args = {"unix": None, "host": "127.0.0.1", "port": 5000, "ready_fd": None,
+    args = {"unix": None, "listen_fd": None, "host": "127.0.0.1", "port": 5000, "ready_fd": None,
             "max_body_mb": 256.0, "verbose": False, "limit_as": None, "desktop": None,
             "run_as": None, "seed_home": None, "reap_all": False}
     items = list(argv)
@@ -165,6 +168,13 @@ def _which(program: str) -> bool:
                for d in os.environ.get("PATH", os.defpath).split(os.pathsep) if d)
 
 
+def _prctl(option: int, value: int, what: str) -> None:
+    import ctypes
+
+    if ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0) != 0:
+        sys.exit(f"server.py: prctl({what}) failed: {os.strerror(ctypes.get_errno())}")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Serve until killed."""
     args = _parse_args(sys.argv[1:] if argv is None else argv)
@@ -181,6 +191,15 @@ def main(argv: list[str] | None = None) -> int:
             sys.exit("server.py: --run-as needs util-linux setpriv on PATH")
         agent_commands.run_as = (int(uid), int(gid))
         agent_commands.give(agent_commands.home())
+    else:
+        # commands run as the agent's own user: not dumpable, it is out of their reach
+        # (/proc/PID/mem, pidfd_getfd need CAP_SYS_PTRACE then); its commands are dumpable
+        # again, as execve resets the flag
+        _prctl(4, 0, "PR_SET_DUMPABLE")
+    if not agent_commands.reap_all:
+        # on a shared host: a daemon a command leaves is adopted by the agent, not by the
+        # machine's init, so /reap still finds it among the agent's descendants
+        _prctl(36, 1, "PR_SET_CHILD_SUBREAPER")
     if args["seed_home"]:
         agent_commands.seed_home(args["seed_home"], agent_commands.home())
     if args["desktop"]:
@@ -189,10 +208,13 @@ def main(argv: list[str] | None = None) -> int:
             sys.exit(f"server.py: --desktop takes WIDTHxHEIGHT, got {args['desktop']!r}")
         _sibling("desktop").start_desktop(int(width), int(height))
     server = agent_http.make_server(resolve, unix=args["unix"], host=args["host"], port=args["port"],
-                                    max_body_mb=args["max_body_mb"])
+                                    max_body_mb=args["max_body_mb"], listen_fd=args["listen_fd"])
     if args["unix"] and agent_commands.run_as is not None:
         os.chmod(args["unix"], 0o600)  # the commands' user must not talk to the agent
-    where = args["unix"] or f"{args['host']}:{server.server_address[1]}"
+    if args["listen_fd"] is not None:
+        where = f"fd {args['listen_fd']}"
+    else:
+        where = args["unix"] or f"{args['host']}:{server.server_address[1]}"
     if args["ready_fd"] is not None:
         os.write(args["ready_fd"], b"ready\n")
         os.close(args["ready_fd"])

@@ -4,11 +4,11 @@
 
     owning process ── launcher thread ──fork──► sh (joins the VM's cgroups) ─exec─► bwrap
                                                   └─ pid 1 of a new pid namespace
-                                                       └─ python3 guest/server.py --unix ...
+                                                       └─ python3 guest/server.py --listen-fd
                                                             └─ setpriv (uid 64000) ─► commands
 
     <base>/<run_id>/<vm_id>/      base: $PARALLEL_ROLLOUT_PROCESS_DIR or /tmp/parallel-rollout/process
-        sock/        bound at /run/guest; the agent listens on sock/agent.sock
+        sock/        sock/agent.sock: bound and listened on here, the agent serves its fd
         meta.json    run id, vm id, owner pid, bwrap pid and start times: what sweep() reads
         agent.log    the agent's (and bwrap's) stderr, quoted when a boot fails
 
@@ -20,8 +20,14 @@ files, fresh ``/proc`` and ``/dev``, a clean environment, ``setsid``, and:
   as another user (setuid/setgid, kill, chown, reading the home), and the agent runs every
   command as the unprivileged uid ``$PARALLEL_ROLLOUT_SANDBOX_UID`` (64000) with no
   capabilities, an empty bounding set and no-new-privileges; that user cannot signal the
-  agent or reach its socket. As another user, bwrap makes a user namespace in which nobody
-  has a capability (the agent and the commands then share that uid: see the README).
+  agent. As another user, bwrap makes a user namespace in which nobody has a capability
+  (the agent and the commands then share that uid: they can kill the agent, which costs
+  their attempt, but not replace it: see below).
+* *the agent's socket is outside.* The runner binds and listens on ``sock/agent.sock`` and
+  passes the listening fd in (``--listen-fd``); the sandbox never sees the folder, so no
+  command can unlink the socket and bind its own to answer a ``check``. The agent is not
+  dumpable when it shares the commands' uid, so they cannot write its memory
+  (``/proc/PID/mem``) either; ``pidfd_getfd`` and ``ptrace`` are refused by seccomp.
 * *a seccomp filter* (``seccomp.py``): no mount, namespaces, ptrace, keyring, bpf, kernel
   modules, kexec, perf events (a desktop VM may make user namespaces: its VLC needs one).
 * *per-VM cgroups* (``cgroups.py``): ``memory.max``, ``pids.max`` and an equal CPU weight
@@ -70,6 +76,7 @@ import logging
 import os
 import secrets
 import shutil
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -345,9 +352,10 @@ class ProcessProvider(Provider):
             return size_mb
         return max(1, min(size_mb, self.options.memory_mb // 6))
 
-    def _argv(self, vm_id: str, vm_dir: Path, ready_fd: int, info_fd: int) -> list[str]:
+    def _argv(self, vm_id: str, vm_dir: Path, ready_fd: int, info_fd: int,
+              listen_fd: int) -> list[str]:
         agent = [self._python, "-I", "-S", GUEST_AGENT,  # -S: site.py costs ~5 ms per boot
-                 "--unix", f"{GUEST_SOCK_DIR}/{SOCKET_NAME}", "--ready-fd", str(ready_fd)]
+                 "--listen-fd", str(listen_fd), "--ready-fd", str(ready_fd)]
         if self._limit_as:
             agent += ["--limit-as", str(self.options.memory_mb * 1024 * 1024)]
         agent += ["--reap-all"]  # bwrap's --unshare-pid: every process it sees is the VM's
@@ -391,7 +399,9 @@ class ProcessProvider(Provider):
             "--perms", "0755", "--size", str(self._tmpfs_mb(HOME_SIZE_MB) * 2**20),
             "--tmpfs", GUEST_HOME,
             *snapshot,
-            "--bind", str(vm_dir / "sock"), GUEST_SOCK_DIR,
+            # the agent's socket lives outside (its fd is passed in): nothing in here can
+            # unlink it and bind its own; /run/guest is the sandbox's own scratch folder
+            "--perms", "0755", "--size", str(16 * 2**20), "--tmpfs", GUEST_SOCK_DIR,
             *[arg for source in _AGENT_SOURCES for arg in
               ("--ro-bind", str(source), str(Path(GUEST_AGENT).with_name(source.name)))],
             "--chdir", GUEST_HOME,
@@ -407,17 +417,19 @@ class ProcessProvider(Provider):
     def _boot(self, vm_id: str, vm_dir: Path, group: cgroups.VMCgroup) -> VMInfo:
         """Start the sandbox and wait for the agent's ready line; VMError (with the agent's
         log) when it does not come within boot_timeout_s."""
+        listener = _listen(vm_dir / "sock" / SOCKET_NAME)
         ready_r, ready_w = os.pipe()
         info_r, info_w = os.pipe()
         seccomp_fd = seccomp.program_fd(allow_userns=self.options.desktop)
         # join the cgroups before bwrap forks anything: a shell that moves itself, then execs
-        argv = self._argv(vm_id, vm_dir, ready_w, info_w)
+        argv = self._argv(vm_id, vm_dir, ready_w, info_w, listener.fileno())
         argv = group.join_argv([argv[0], "--seccomp", str(seccomp_fd), *argv[1:]])
         log_path = vm_dir / "agent.log"
         try:
             with open(log_path, "ab") as agent_log:
                 proc = launcher().popen(argv, stdin=subprocess.DEVNULL, stdout=agent_log,
-                                        stderr=agent_log, pass_fds=(ready_w, info_w, seccomp_fd),
+                                        stderr=agent_log,
+                                        pass_fds=(ready_w, info_w, seccomp_fd, listener.fileno()),
                                         start_new_session=True)
         except OSError as exc:
             for fd in (ready_r, ready_w, info_r, info_w):
@@ -425,6 +437,8 @@ class ProcessProvider(Provider):
             raise VMError(f"VM {vm_id}: cannot start bwrap: {exc}") from exc
         finally:
             os.close(seccomp_fd)
+            # only the agent holds it now: when the agent dies, connecting is refused at once
+            listener.close()
         os.close(ready_w)
         os.close(info_w)
         _children[proc.pid] = proc
@@ -463,6 +477,23 @@ class ProcessProvider(Provider):
 
 
 # ------------------------------------------------------------------------ helpers
+
+
+def _listen(path: Path) -> socket.socket:
+    """The agent's listening unix socket, bound here (0600: only the runner talks to it)."""
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        pass
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        listener.bind(str(path))
+        os.chmod(path, 0o600)
+        listener.listen(128)
+    except OSError as exc:
+        listener.close()
+        raise VMError(f"cannot listen on {path}: {exc}") from exc
+    return listener
 
 
 def _namespace_flags() -> list[str]:

@@ -14,7 +14,8 @@ What is refused, with ``EPERM`` (programs see an ordinary "operation not permitt
   ``setns``, and ``clone`` asking for a new namespace (``CLONE_NEW*``); ``clone3`` answers
   ``ENOSYS`` so that the C library falls back to ``clone``, whose flags a filter can read;
 * other processes and the kernel's keyring: ``ptrace``, ``process_vm_readv/writev``,
-  ``keyctl``, ``add_key``, ``request_key``;
+  ``pidfd_getfd`` (another process's file descriptors: the agent's socket), ``keyctl``,
+  ``add_key``, ``request_key``;
 * the kernel itself: ``kexec_load``, ``kexec_file_load``, ``init_module``,
   ``finit_module``, ``delete_module``, ``bpf``, ``perf_event_open``, ``userfaultfd``,
   ``open_by_handle_at``, ``reboot``, ``swapon``, ``swapoff``, ``acct``, ``quotactl``,
@@ -40,7 +41,7 @@ from ...errors import ProviderUnavailable
 
 DENIED = (
     "mount", "umount2", "pivot_root", "chroot", "unshare", "setns",
-    "ptrace", "process_vm_readv", "process_vm_writev",
+    "ptrace", "process_vm_readv", "process_vm_writev", "pidfd_getfd",
     "keyctl", "add_key", "request_key",
     "kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module",
     "bpf", "perf_event_open", "userfaultfd", "open_by_handle_at", "reboot",
