@@ -41,8 +41,11 @@ def agent(tmp_path):
     proc = _start_agent(tmp_path / "agent.sock", home)
     yield GuestClient(f"unix:{tmp_path / 'agent.sock'}", timeout_s=10), home
     assert proc.poll() is None, "the agent died during the test"
+    left = psutil.Process(proc.pid).children(recursive=True)  # what a failed test left
     proc.kill()
     proc.wait()
+    for child in left:
+        child.kill()
 
 
 def _raw(sock_path: str, payload: bytes) -> bytes:
@@ -68,9 +71,14 @@ def test_reap_on_a_host_kills_only_what_the_commands_left(agent):
         client.execute("(setsid sh -c 'sleep 61' & sleep 62 &) >/dev/null 2>&1 </dev/null",
                        shell=True)
         agent_pid = client.health()["pid"]
-        left = [p for p in psutil.Process(agent_pid).children(recursive=True)
-                if p.name() == "sleep"]
-        assert len(left) == 2, left  # both adopted by the agent (a subreaper), not by init
+        deadline = time.monotonic() + 10
+        while True:  # both adopted by the agent (a subreaper), not by the machine's init
+            left = [p for p in psutil.Process(agent_pid).children(recursive=True)
+                    if p.name() == "sleep"]
+            if len(left) == 2 or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        assert len(left) == 2, left
         assert client.reap()
         assert bystander.poll() is None, "/reap killed a process that is not the agent's"
         psutil.wait_procs(left, timeout=5)
@@ -303,8 +311,8 @@ def test_reap_on_a_shared_host_kills_only_what_its_commands_started(agent):
     bystander = subprocess.Popen(["sleep", "300"])
     try:
         client.execute("sleep 300 >/dev/null 2>&1 &", shell=True)
-        left = [p for p in psutil.process_iter(["pid", "cmdline"])
-                if p.info["cmdline"] == ["sleep", "300"] and p.pid != bystander.pid]
+        left = [p for p in psutil.Process(client.health()["pid"]).children(recursive=True)
+                if p.cmdline() == ["sleep", "300"]]  # not another test's, on a shared machine
         assert len(left) == 1, left
         client.reap()
         gone, alive = psutil.wait_procs(left, timeout=5)
