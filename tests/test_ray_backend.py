@@ -331,6 +331,22 @@ def test_policy_gate_on_tcp_for_nodes_of_other_hosts():
         gate.close()
 
 
+def test_pool_stats_summed_over_nodes_and_lost_nodes_counted_dead():
+    from parallel_rollout.backends.ray_cluster import merge_stats
+
+    node = {"size": 2, "states": {"booting": 0, "idle": 1, "leased": 1, "resetting": 0, "dead": 0},
+            "utilization": 0.5, "leases": 4, "reset_s": {"p50": 0.2, "p95": 0.4}}
+    other = dict(node, utilization=1.0, leases=6, reset_s={"p50": 0.3, "p95": 0.35})
+    total = merge_stats({"a": node, "b": other, "c": None}, 2, "process")
+    assert total["size"] == 6 and total["leases"] == 10
+    assert total["states"] == {"booting": 0, "idle": 2, "leased": 2, "resetting": 0, "dead": 2}
+    assert total["reset_s"] == {"p50": 0.3, "p95": 0.4}  # the worst node's
+    assert total["utilization"] == 0.5 and total["nodes"]["c"] == {"lost": True, "size": 2}
+    # no node answers: every state still there (the progress bar reads each)
+    assert merge_stats({"a": None}, 1, "process")["states"] == \
+        {"booting": 0, "idle": 0, "leased": 0, "resetting": 0, "dead": 1}
+
+
 @pytest.mark.slow
 def test_ctrl_c_across_nodes_then_resume_under_one_limit(cluster, tmp_path):
     """SIGINT mid-run: exit 130 with nothing left running; --resume finishes every sample once;
@@ -424,6 +440,33 @@ def test_remote_vms_are_one_pool_leased_from_every_node(cluster, tmp_path):
         assert all(e["from"] == "idle" for e in moves if e["to"] == "leased")
     finally:
         machines.power_off()
+
+
+@pytest.mark.slow
+def test_every_pool_lost_exits_1_and_resume_finishes(cluster, tmp_path):
+    """The pool actors of every node SIGKILLed: the run stops with exit 1 (aborted, as when the
+    local backend's pool manager dies), nothing doubled; --resume finishes every sample once."""
+    cl, _ = cluster
+    keys = {f"{i}#{s}" for i in SHELL_IDS for s in range(2)}
+    cmd = _cli(tmp_path, cl.address, "aborted", "--group-size", "2")
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    events = tmp_path / "aborted" / "events.jsonl"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        if events.exists() and len({json.loads(line)["vm"] for line in events.read_text().splitlines()
+                                    if '"to": "leased"' in line}) >= 3:
+            break  # every node's pool has served
+        time.sleep(0.05)
+    pools = [p for p in live_descendants() if "ray::PoolActor" in " ".join(p.cmdline())]
+    assert len(pools) == 3, [" ".join(p.cmdline()) for p in pools]
+    for pool in pools:  # actors of this module's cluster
+        pool.kill()
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 1, stderr[-2000:]
+    assert "every node of the Ray cluster (or its VM pool) is lost" in stderr and "--resume" in stderr
+    resumed = subprocess.run(cmd + ["--resume"], capture_output=True, text=True, timeout=240)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert_exactly_once(tmp_path / "aborted", keys)
 
 
 def test_node_removed_and_node_added_mid_run(cluster, tmp_path):

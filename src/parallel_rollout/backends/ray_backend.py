@@ -331,8 +331,8 @@ class RaySupervision(WorkerTable):
         if self.engine.closing:
             return
         if not any(n.alive for n in self._nodes.values()):
-            self.engine.stop("every node of the Ray cluster is lost; every finished result is kept "
-                             f"in {self.engine.run_dir / 'results.jsonl'}")
+            self.engine.stop(f"every node of the Ray cluster (or its VM pool) is lost, the last: {reason}; "
+                             f"every finished result is kept in {self.engine.run_dir / 'results.jsonl'}")
         elif node.node_id == self._shared_home:
             self.engine.stop(f"the node of the run's only VM pool is lost ({reason}); every finished "
                              f"result is kept in {self.engine.run_dir / 'results.jsonl'}")

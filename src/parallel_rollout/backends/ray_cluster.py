@@ -78,7 +78,10 @@ def pinned(cls: Any, node_id: str, **options: Any) -> Any:
 def merge_stats(per_node: dict[str, dict[str, Any] | None], size: int, provider: str) -> dict[str, Any]:
     """One pool's stats shape summed over nodes; a node without stats counts ``size`` dead VMs.
     Reset and boot percentiles are the worst node's (percentiles do not add up)."""
-    total: dict[str, Any] = {"provider": provider, "size": 0, "states": {}, "nodes": {}}
+    from ..pool.manager import VMState
+
+    # every state counted, even when no node answers (the progress bar reads each)
+    total: dict[str, Any] = {"provider": provider, "size": 0, "states": {s.value: 0 for s in VMState}, "nodes": {}}
     util_weighted = 0.0
     for node_id, stats in per_node.items():
         if stats is None:
