@@ -2,8 +2,10 @@
 one head and two worker nodes, each its own raylet on 127.0.0.1).
 
 The CLI runs in a subprocess that joins the cluster with --ray-address; every node gets its
-own process-sandbox pool and its own worker actors. One cluster serves the whole module (Ray
-start-up is the expensive part); the node-removal test goes last and removes a node of its own.
+own process-sandbox pool and its own worker actors. The Engine API (what the RL scheduler
+uses) and the RolloutScheduler itself run in this process, joined to the same cluster. One
+cluster serves the whole module (Ray start-up is the expensive part); the node-removal test
+goes last and removes a node of its own. Without a cluster: tests/test_ray_config.py.
 """
 
 from __future__ import annotations
@@ -92,42 +94,6 @@ def test_shell_benchmark_spread_over_nodes(cluster, tmp_path):
     assert summary["vm"]["size"] == 3  # one VM on each of the three nodes
     assert len(summary["vm"]["nodes"]) == 3
     assert "[Concurrency] Set max concurrent rollouts to 3" in proc.stderr
-
-
-def test_without_ray_address_flag_needs_backend_ray(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "parallel_rollout.cli", "--mode", "shell", "--data",
-                           str(SHELL_TASKS), "--output-dir", str(tmp_path), "--ray-address", "auto"],
-                          capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 2
-    assert "--ray-address needs --backend ray" in proc.stderr
-
-
-def test_missing_ray_says_how_to_install(monkeypatch):
-    import importlib.util
-
-    from parallel_rollout.backends import check_ray
-    from parallel_rollout.config import build_config
-    from parallel_rollout.errors import ConfigError
-
-    real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "ray" else real(name, *a))
-    with pytest.raises(ConfigError, match=r"pip install 'parallel-rollout\[ray\]'"):
-        check_ray()
-    with pytest.raises(ConfigError, match="parallel-rollout"):
-        build_config({"backend": "ray"})
-
-
-def test_missing_ray_through_the_cli(tmp_path):
-    """A user without Ray: exit 2 (bad usage), the install line, nothing run."""
-    hide_ray = ("import sys; sys.modules['ray'] = None; sys.argv[0] = 'parallel-rollout'; "
-                "from parallel_rollout.cli import main; main()")
-    for args in (["--mode", "shell", "--data", str(SHELL_TASKS), "--output-dir", str(tmp_path / "out"),
-                  "--backend", "ray", "--no-progress"],
-                 ["vms", "sweep", "--backend", "ray"]):
-        proc = subprocess.run([sys.executable, "-c", hide_ray, *args], capture_output=True, text=True, timeout=60)
-        assert proc.returncode == 2, (args, proc.stderr[-2000:])
-        assert "pip install 'parallel-rollout[ray]'" in proc.stderr, proc.stderr[-2000:]
-    assert not (tmp_path / "out").exists()
 
 
 def test_task_timeout_kills_the_worker_actor_on_its_node(cluster, tmp_path):
@@ -305,46 +271,6 @@ def test_rl_scheduler_batches_on_the_nodes(cluster, tmp_path):
     assert {t.record["key"] for t in returned} <= set(finals)  # nothing lost
     assert len({(r["key"], r["attempt"]) for r in records}) == len(records)  # nothing doubled
     assert len({r["node"] for r in records if r.get("node")}) >= 2, "every rollout ran on one node"
-
-
-def test_policy_gate_on_tcp_for_nodes_of_other_hosts():
-    """The gate a trainer serves to other hosts: TCP, same protocol; suspend holds a request."""
-    import threading
-
-    from parallel_rollout.backends.ray_cluster import driver_ip
-    from parallel_rollout.rl.gate import GateClient, PolicyGate
-
-    assert driver_ip(None) == driver_ip("127.0.0.1:6379") == driver_ip("localhost:6379") == "127.0.0.1"
-    gate = PolicyGate(version=1, host="127.0.0.1")
-    try:
-        assert gate.path.startswith("tcp://127.0.0.1:")
-        client = GateClient(gate.path)
-        assert client.begin()[0] == 1 and client.end() is False
-        gate.suspend()
-        started = threading.Event()
-        threading.Thread(target=lambda: (client.begin(), started.set()), daemon=True).start()
-        assert not started.wait(0.3), "a request started while the gate was suspended"
-        gate.resume(version=2)
-        assert started.wait(5) and client.end() is False
-        client.close()
-    finally:
-        gate.close()
-
-
-def test_pool_stats_summed_over_nodes_and_lost_nodes_counted_dead():
-    from parallel_rollout.backends.ray_cluster import merge_stats
-
-    node = {"size": 2, "states": {"booting": 0, "idle": 1, "leased": 1, "resetting": 0, "dead": 0},
-            "utilization": 0.5, "leases": 4, "reset_s": {"p50": 0.2, "p95": 0.4}}
-    other = dict(node, utilization=1.0, leases=6, reset_s={"p50": 0.3, "p95": 0.35})
-    total = merge_stats({"a": node, "b": other, "c": None}, 2, "process")
-    assert total["size"] == 6 and total["leases"] == 10
-    assert total["states"] == {"booting": 0, "idle": 2, "leased": 2, "resetting": 0, "dead": 2}
-    assert total["reset_s"] == {"p50": 0.3, "p95": 0.4}  # the worst node's
-    assert total["utilization"] == 0.5 and total["nodes"]["c"] == {"lost": True, "size": 2}
-    # no node answers: every state still there (the progress bar reads each)
-    assert merge_stats({"a": None}, 1, "process")["states"] == \
-        {"booting": 0, "idle": 0, "leased": 0, "resetting": 0, "dead": 1}
 
 
 @pytest.mark.slow
