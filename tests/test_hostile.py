@@ -73,6 +73,41 @@ ESCAPE_GROUP = textwrap.dedent("""\
             time.sleep(0.05)
 """)
 
+#: the agent's pids as the answer sees them (its command line names server.py)
+FIND_AGENT = textwrap.dedent("""\
+    import ctypes, os, platform
+    def agents():
+        for pid in os.listdir("/proc"):
+            try:
+                line = open(f"/proc/{pid}/cmdline", "rb").read()
+            except OSError:
+                continue
+            if b"server.py" in line and int(pid) != os.getpid():
+                yield int(pid)
+    libc = ctypes.CDLL(None, use_errno=True)
+    def got_it():
+        open(os.path.expanduser("~/ok"), "w").close()
+""")
+PTRACE_AGENT = FIND_AGENT + textwrap.dedent("""\
+    for pid in agents():
+        if libc.ptrace(16, pid, 0, 0) == 0:  # PTRACE_ATTACH
+            got_it()
+            libc.ptrace(17, pid, 0, 0)
+""")
+AGENT_MEMORY = FIND_AGENT + textwrap.dedent("""\
+    for pid in agents():
+        try:
+            open(f"/proc/{pid}/mem", "r+b").close()
+            got_it()
+        except OSError:
+            pass
+""")
+KEYRING = FIND_AGENT + textwrap.dedent("""\
+    number = {"x86_64": 248, "aarch64": 217}[platform.machine()]  # add_key
+    if libc.syscall(number, b"user", b"pr-hostile", b"x", 1, -2) >= 0:
+        got_it()
+""")
+
 #: name -> (shell commands of the answer, check, whether it can kill the guest agent)
 SHELL_ROWS = {
     "remount_readonly": (["mount -o remount,bind,rw /usr && touch /usr/pr-hostile-mark && touch ~/ok"],
@@ -83,8 +118,12 @@ SHELL_ROWS = {
     "nested_userns": (["unshare -Ur true && touch ~/ok"], GOT_IT, False),
     "kill_everything": (["kill -9 -1"], GOT_IT, True),
     "kill_agent": (["kill -9 2; pkill -9 -f guest/server.py; sleep 0.2"], GOT_IT, True),
+    # the check fails on the real agent: it passes only if the fake one answers it
     "replace_agent": ([f"python3 -c '{FAKE_AGENT}' >/dev/null 2>&1 </dev/null & sleep 0.5"],
-                      GOT_IT, True),
+                      "false", False),
+    "ptrace_agent": ([f"python3 -c '{PTRACE_AGENT}'"], GOT_IT, False),
+    "agent_memory": ([f"python3 -c '{AGENT_MEMORY}'"], GOT_IT, False),
+    "kernel_keyring": ([f"python3 -c '{KEYRING}'"], GOT_IT, False),
     "fork_bomb": (["f() { f | f & }; f; sleep 1"], GOT_IT, False),
     "memory_hog": (["python3 -c 'b = []\nwhile True: b.append(bytearray(50 << 20))'"],
                    GOT_IT, False),
@@ -278,9 +317,12 @@ def test_hostile_shell_answer_is_graded_zero(shell_table, name):
     assert record["status"] == "failure" and record["reward"] == 0.0, record
 
 
+@pytest.mark.parametrize("user", ["runner", "nobody"])
 @pytest.mark.parametrize("name", list(PY_ROWS))
-def test_forged_py_verdict_is_graded_zero(py_table, name):
-    record = py_table["finals"][f"{name}#0"]
+def test_forged_py_verdict_is_graded_zero(request, user, name):
+    # as nobody the judge shares the answer's uid: only its process (not dumpable) guards it
+    table = request.getfixturevalue("py_table" if user == "runner" else "nobody_py_table")
+    record = table["finals"][f"{name}#0"]
     assert record["status"] == "failure" and record["reward"] == 0.0, record
     assert record["eval"]["kind"] != "passed", record["eval"]
 
@@ -330,8 +372,8 @@ def _nobody_can_run() -> str | None:
     return None
 
 
-@pytest.fixture(scope="module")
-def nobody_table(loopback):
+def _run_as_nobody(mode: str, tasks: list[dict]):
+    """The CLI run of ``tasks`` as nobody; yields {proc, finals, summary}."""
     why = _nobody_can_run()
     if why:
         pytest.skip(why)
@@ -339,10 +381,7 @@ def nobody_table(loopback):
     work = Path(tempfile.mkdtemp(prefix="pr-hostile-nobody-"))
     os.chmod(work, 0o755)
     os.chown(work, nobody.pw_uid, nobody.pw_gid)
-    data = work / "shell.jsonl"
-    tasks = [t for t in shell_tasks(loopback.port, {**NOT_AS_NOBODY, **unbounded_rows()})
-             if not SHELL_ROWS.get(t["id"], (0, 0, False))[2]]
-    write_tasks(data, tasks)
+    data = write_tasks(work / f"{mode}.jsonl", tasks)
     site = next(p for p in sys.path if p.endswith("site-packages") and "/.venv/" in p)
     env = {**os.environ, "HOME": str(work), "PYTHONPATH": f"{ROOT / 'src'}:{site}",
            "PARALLEL_ROLLOUT_PROCESS_DIR": str(work / "vms")}
@@ -350,7 +389,7 @@ def nobody_table(loopback):
     # the machine, and --vm-memory-mb falls back to RLIMIT_AS per process
     argv = ["prlimit", "--nproc=2000", "--",
             "setpriv", f"--reuid={nobody.pw_uid}", f"--regid={nobody.pw_gid}", "--clear-groups",
-            "/usr/bin/python3", "-m", "parallel_rollout.cli", "run", "--mode", "shell",
+            "/usr/bin/python3", "-m", "parallel_rollout.cli", "run", "--mode", mode,
             "--vm-memory-mb", "256",
             "--data", str(data), "--agent", "oracle", "--num-rollouts", "2", "--num-vms", "2",
             "--use-vm-pool", "--output-dir", str(work / "out"), "--run-id", "hostile-nobody",
@@ -364,6 +403,18 @@ def nobody_table(loopback):
         yield {"proc": proc, "finals": finals, "summary": summary}
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def nobody_table(loopback):
+    tasks = [t for t in shell_tasks(loopback.port, {**NOT_AS_NOBODY, **unbounded_rows()})
+             if not SHELL_ROWS.get(t["id"], (0, 0, False))[2]]
+    yield from _run_as_nobody("shell", tasks)
+
+
+@pytest.fixture(scope="module")
+def nobody_py_table():
+    yield from _run_as_nobody("py", py_tasks())
 
 
 @pytest.mark.parametrize("name", list(SHELL_ROWS))
@@ -380,11 +431,12 @@ def test_hostile_shell_answer_as_nobody(nobody_table, name):
     assert record["status"] == "failure" and record["reward"] == 0.0, record
 
 
-def test_the_run_as_nobody_finished(nobody_table, loopback):
-    proc = nobody_table["proc"]
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    honest = [r for key, r in nobody_table["finals"].items() if key.startswith("honest")]
-    assert honest and all(r["status"] == "success" for r in honest), honest
+def test_the_runs_as_nobody_finished(nobody_table, nobody_py_table, loopback):
+    for table in (nobody_table, nobody_py_table):
+        proc = table["proc"]
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        honest = [r for key, r in table["finals"].items() if key.startswith("honest")]
+        assert honest and all(r["status"] == "success" for r in honest), honest
     assert loopback.connections == 0
     assert not _host_marks()
 

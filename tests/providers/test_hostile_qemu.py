@@ -25,7 +25,8 @@ pytestmark = [pytest.mark.slow,
 
 #: rows left out on qemu, and why
 NOT_ON_QEMU = {"nested_userns": "the guest's own kernel allows user namespaces (Debian's "
-                                "default): they reach nothing of the host's, the VM is the wall"}
+                                "default): they reach nothing of the host's, the VM is the wall",
+               "kernel_keyring": "the guest's own kernel keyring: nothing of the host's"}
 
 
 @pytest.fixture(scope="module")
