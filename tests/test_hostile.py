@@ -14,6 +14,7 @@ small run; the rows are reported one by one.
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import json
 import os
@@ -347,8 +348,34 @@ def test_the_host_is_untouched_and_the_runs_finished(shell_table, py_table, loop
 
 #: rows an unprivileged runner cannot contain without a delegated pids cgroup: the fork bomb
 #: counts against the same RLIMIT_NPROC as the runner (one uid), so it starves the run itself
-NOT_AS_NOBODY = {"fork_bomb": "no pids cgroup for an unprivileged user on this machine: the "
-                              "bomb shares the runner's uid and RLIMIT_NPROC"}
+NOT_AS_NOBODY = {"fork_bomb": "no pids cgroup delegated to nobody on this machine (the test "
+                              "delegates a cgroup v1 pids one; v2 delegation is the host's "
+                              "business): the bomb would share the runner's RLIMIT_NPROC"}
+#: what the whole run as nobody may hold at once, whatever its VMs' own limits
+NOBODY_PIDS_MAX = 1000
+
+
+@contextlib.contextmanager
+def _delegated_pids_cgroup(uid: int, gid: int):
+    """A cgroup v1 pids cgroup handed to ``uid`` (as a host delegates one to a user) with
+    ``pids.max`` for the whole run, which nobody can raise; yields its cgroup.procs for the
+    run to join, or None where there is no such hierarchy (cgroup v2: delegating there
+    means moving this test's own processes, out of a test's reach)."""
+    hierarchy = next((h for h in cgroups.hierarchies()
+                      if h.version == 1 and "pids" in h.controllers), None)
+    if hierarchy is None or "pids" not in cgroups.available():
+        yield None
+        return
+    path = hierarchy.root / f"pr-hostile-nobody-{os.getpid()}"
+    path.mkdir()
+    try:
+        (path / "pids.max").write_text(str(NOBODY_PIDS_MAX))
+        for name in ("", "cgroup.procs", "tasks"):
+            os.chown(path / name, uid, gid)
+        yield path / "cgroup.procs"
+    finally:
+        inner = sorted((p for p in path.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts))
+        cgroups.remove_paths([str(p) for p in inner] + [str(path)], parents=False)
 
 
 def _nobody_can_run() -> str | None:
@@ -372,11 +399,9 @@ def _nobody_can_run() -> str | None:
     return None
 
 
-def _run_as_nobody(mode: str, tasks: list[dict]):
-    """The CLI run of ``tasks`` as nobody; yields {proc, finals, summary}."""
-    why = _nobody_can_run()
-    if why:
-        pytest.skip(why)
+def _run_as_nobody(mode: str, tasks: list[dict], join: Path | None = None, *flags: str):
+    """The CLI run of ``tasks`` as nobody, in the cgroup whose cgroup.procs is ``join``
+    (if any); yields {proc, finals, summary}."""
     nobody = pwd.getpwnam("nobody")
     work = Path(tempfile.mkdtemp(prefix="pr-hostile-nobody-"))
     os.chmod(work, 0o755)
@@ -387,13 +412,15 @@ def _run_as_nobody(mode: str, tasks: list[dict]):
            "PARALLEL_ROLLOUT_PROCESS_DIR": str(work / "vms")}
     # nobody has no cgroup of its own: RLIMIT_NPROC (per uid) keeps a runaway from loading
     # the machine, and --vm-memory-mb falls back to RLIMIT_AS per process
-    argv = ["prlimit", "--nproc=2000", "--",
+    enter = ["/bin/sh", "-c", 'echo $$ > "$1" && shift && exec "$@"', "join", str(join)] \
+        if join else []
+    argv = [*enter, "prlimit", "--nproc=2000", "--",
             "setpriv", f"--reuid={nobody.pw_uid}", f"--regid={nobody.pw_gid}", "--clear-groups",
             "/usr/bin/python3", "-m", "parallel_rollout.cli", "run", "--mode", mode,
             "--vm-memory-mb", "256",
             "--data", str(data), "--agent", "oracle", "--num-rollouts", "2", "--num-vms", "2",
             "--use-vm-pool", "--output-dir", str(work / "out"), "--run-id", "hostile-nobody",
-            "--no-progress"]
+            "--no-progress", *flags]
     try:
         proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300,
                               cwd=work)
@@ -407,13 +434,24 @@ def _run_as_nobody(mode: str, tasks: list[dict]):
 
 @pytest.fixture(scope="module")
 def nobody_table(loopback):
-    tasks = [t for t in shell_tasks(loopback.port, {**NOT_AS_NOBODY, **unbounded_rows()})
-             if not SHELL_ROWS.get(t["id"], (0, 0, False))[2]]
-    yield from _run_as_nobody("shell", tasks)
+    why = _nobody_can_run()
+    if why:
+        pytest.skip(why)
+    nobody = pwd.getpwnam("nobody")
+    with _delegated_pids_cgroup(nobody.pw_uid, nobody.pw_gid) as join:
+        left_out = {**unbounded_rows(), **({} if join else NOT_AS_NOBODY)}
+        tasks = [t for t in shell_tasks(loopback.port, left_out)
+                 if not SHELL_ROWS.get(t["id"], (0, 0, False))[2]]
+        flags = ("--vm-max-processes", "128") if join else ()
+        for table in _run_as_nobody("shell", tasks, join, *flags):
+            yield {**table, "left_out": left_out}
 
 
 @pytest.fixture(scope="module")
 def nobody_py_table():
+    why = _nobody_can_run()
+    if why:
+        pytest.skip(why)
     yield from _run_as_nobody("py", py_tasks())
 
 
@@ -423,10 +461,8 @@ def test_hostile_shell_answer_as_nobody(nobody_table, name):
         # as nobody the agent and the code share a uid: these rows kill the agent, which
         # must cost the task, not a VM of the budget (left out of the run until then)
         pytest.xfail(NEEDS_ENGINE)
-    if name in NOT_AS_NOBODY:
-        pytest.skip(NOT_AS_NOBODY[name])
-    if name in unbounded_rows():
-        pytest.skip(unbounded_rows()[name])
+    if name in nobody_table["left_out"]:
+        pytest.skip(nobody_table["left_out"][name])
     record = nobody_table["finals"][f"{name}#0"]
     assert record["status"] == "failure" and record["reward"] == 0.0, record
 
