@@ -327,9 +327,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--providers", default="process,docker,qemu-desktop",
                         help=f"comma list of {', '.join(TARGETS)}")
     parser.add_argument("--out", type=Path, default=perf_pool.RESULTS_DIR)
+    parser.add_argument("--gap", type=float, help="seconds of use between resets (default: the profile's)")
+    parser.add_argument("--tag", default="", help="added to the report's file name")
     args = parser.parse_args(argv)
     profile = "smoke" if args.smoke else "full"
-    spec = PROFILES[profile]
+    spec = dict(PROFILES[profile])
+    if args.gap is not None:
+        spec["gap_s"] = args.gap
     labels = [label for label in args.providers.split(",") if label]
     unknown = [label for label in labels if label not in TARGETS]
     if unknown:
@@ -338,7 +342,8 @@ def main(argv: list[str] | None = None) -> int:
 
     logging.getLogger("parallel_rollout").setLevel(logging.WARNING)
     args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / (time.strftime("%Y-%m-%d") + ("-resets" if profile == "full" else "-resets-smoke") + ".json")
+    path = args.out / (time.strftime("%Y-%m-%d") + ("-resets" if profile == "full" else "-resets-smoke")
+                       + (f"-{args.tag}" if args.tag else "") + ".json")
     report: dict[str, Any] = {"profile": profile, "date": time.strftime("%Y-%m-%d %H:%M:%S"), "spec": spec,
                               "machine": {"cpus": os.cpu_count(),
                                           "load_before": [round(x, 2) for x in os.getloadavg()]}}
