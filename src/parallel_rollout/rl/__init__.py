@@ -2,7 +2,8 @@
 
 ``from parallel_rollout.rl import RolloutScheduler, EnvManagerConfig`` — see ``scheduler``
 for the scheduling, ``groups`` for what a trajectory holds, ``config`` for the settings and
-the task sets tags name, ``gate`` for weight updates (suspend/resume, policy versions).
+the task sets tags name, ``gate`` for weight updates (suspend/resume, policy versions),
+``shared`` for the engine every scheduler of a trainer shares.
 """
 
 from .config import EnvManagerConfig, TaskSet, load_task_sets

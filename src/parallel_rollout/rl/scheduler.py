@@ -15,12 +15,12 @@ batches. A group created at step s is dropped (counted) once the step exceeds s 
 
 Siblings (``sibling(config)``) share the engine, its gate and its limit: a validation
 scheduler runs ``get_batch(-1)`` (every task of its tags once) while training generation
-goes on. ``close()`` of the scheduler that made the engine stops everything.
+goes on (``shared``: what they share). ``close()`` of the scheduler that made the engine
+stops everything.
 """
 
 from __future__ import annotations
 
-import atexit
 import dataclasses
 import itertools
 import logging
@@ -29,14 +29,14 @@ import threading
 import time
 from collections import Counter, deque
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ..config import RunConfig
 from ..errors import ConfigError, RolloutError
 from ..messages import Assignment
 from .config import EnvManagerConfig, load_tasks_of, resolve_task_set
-from .gate import PolicyGate
 from .groups import Group, GroupFilter, Trajectory, from_record, trajectory_id
+from .shared import SharedEngine
 
 log = logging.getLogger("parallel_rollout")
 
@@ -50,23 +50,13 @@ class SchedulerClosed(RolloutError):
     kind = "scheduler_closed"
 
 
-class _Shared:
-    """What schedulers on one engine share: the engine, the gate, the schedulers."""
-
-    def __init__(self, engine: Any, gate: PolicyGate) -> None:
-        self.engine = engine
-        self.gate = gate
-        self.schedulers: list["RolloutScheduler"] = []
-        self.closed = False
-
-
 class RolloutScheduler:
     """Hands out batches of whole groups; see the module docstring."""
 
     def __init__(self, run_config: RunConfig, env_config: EnvManagerConfig | None = None, *,
                  async_generation_ratio: float = 0, max_concurrent_rollouts: int | None = None,
                  group_filter: GroupFilter | None = None, failed_member: str = "drop",
-                 name: str = "train", seed: int = 0, _shared: _Shared | None = None) -> None:
+                 name: str = "train", seed: int = 0, _shared: SharedEngine | None = None) -> None:
         self.env_config = env_config or EnvManagerConfig()
         self.env_config.check()
         self.ratio = _whole_ratio(async_generation_ratio)
@@ -82,8 +72,10 @@ class RolloutScheduler:
         self._owner = _shared is None
         self.modes = sorted({task.mode for tasks in self._tasks.values() for task in tasks})
         if _shared is not None:
-            _check_sibling(_shared, name, self.modes)
-        self._shared = _shared or self._start_engine(run_config, max_concurrent_rollouts)
+            _shared.check_sibling(name, self.modes)
+        self._shared = _shared or SharedEngine.start(
+            run_config, self.modes, max_concurrent_rollouts=max_concurrent_rollouts,
+            envs_per_worker=self.env_config.max_env_num_per_worker)
         self._shared.schedulers.append(self)
         engine = self._shared.engine
         self.concurrency = engine.concurrency
@@ -108,34 +100,6 @@ class RolloutScheduler:
         self._outbox: list[tuple[str, Any]] = []
 
     # -- construction ---------------------------------------------------------------------
-
-    def _start_engine(self, run_config: RunConfig, max_concurrent_rollouts: int | None) -> _Shared:
-        from ..config import default_run_id
-        from ..engine import Engine
-        from ..results import ResultStore
-
-        gate = PolicyGate(version=0, host=_gate_host(run_config))
-        run_id = run_config.run_id or default_run_id("rl")
-        changes: dict[str, Any] = {"policy_gate": gate.path, "run_id": run_id}
-        if max_concurrent_rollouts is not None:
-            changes["max_concurrent_rollouts"] = max_concurrent_rollouts
-        if self.env_config.max_env_num_per_worker is not None:
-            changes["envs_per_worker"] = self.env_config.max_env_num_per_worker
-        config = dataclasses.replace(run_config, **changes)
-        run_dir = Path(config.output_dir) / run_id
-        run_dir.mkdir(parents=True, exist_ok=True)
-        store = ResultStore(run_dir)
-        engine = Engine(config, run_dir, run_id=run_id, modes=self.modes, record_sink=store.append)
-        shared = _Shared(engine, gate)
-        shared.store = store  # type: ignore[attr-defined]
-        try:
-            engine.start()
-        except BaseException:
-            self._close_shared(shared)
-            raise
-        # A trainer that dies without close() still leaves nothing behind.
-        atexit.register(self._close_shared, shared)
-        return shared
 
     def sibling(self, env_config: EnvManagerConfig, *, async_generation_ratio: float | None = None,
                 group_filter: GroupFilter | None = None, failed_member: str | None = None,
@@ -235,7 +199,7 @@ class RolloutScheduler:
         if not self._owner:
             self._flush()  # the engine goes on for the others: cancel what was ours
         else:
-            self._close_shared(self._shared)
+            self._shared.close()
 
     def __enter__(self) -> "RolloutScheduler":
         return self
@@ -243,23 +207,11 @@ class RolloutScheduler:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    @staticmethod
-    def _close_shared(shared: _Shared) -> None:
-        if shared.closed:
-            return
-        shared.closed = True
-        for scheduler in list(shared.schedulers):
-            with scheduler._cond:
-                scheduler._closed = True
-                scheduler._cond.notify_all()
-        shared.gate.resume()  # nobody stays parked at the gate while the workers stop
-        try:
-            shared.engine.close(grace=0.0)
-        finally:
-            shared.gate.close()
-            store = getattr(shared, "store", None)
-            if store is not None:
-                store.close()
+    def _mark_closed(self) -> None:
+        """The engine is stopping: no more generation, and a waiting get_batch ends."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
 
     # -- generation (under self._cond) ----------------------------------------------------
 
@@ -436,20 +388,6 @@ class RolloutScheduler:
         return [t for group in done for t in group.trajectories()]
 
 
-def _check_sibling(shared: _Shared, name: str, modes: list[str]) -> None:
-    """ConfigError when a sibling cannot run on ``shared``'s engine."""
-    from ..envs import get_env
-
-    if any(other.name == name for other in shared.schedulers):
-        raise ConfigError(f"a scheduler named {name!r} already runs on this engine; give the sibling another name")
-    engine = shared.engine
-    missing = [mode for mode in modes if mode not in engine.modes and get_env(mode).needs_vm()]
-    if missing:
-        raise ConfigError(f"a sibling's tags need VMs of mode {', '.join(missing)}, but its engine's pool was "
-                          f"made for modes {', '.join(engine.modes)}: give the first scheduler a tag of that "
-                          "mode too")
-
-
 def _load_tags(tags: list[str], env_config: EnvManagerConfig, run_config: RunConfig) -> dict[str, list[Any]]:
     """Each tag's tasks, checked by its mode's ``prepare_run`` (rag builds its index once
     here, before any worker needs it) as the batch runner does."""
@@ -461,16 +399,6 @@ def _load_tags(tags: list[str], env_config: EnvManagerConfig, run_config: RunCon
         tasks[tag] = load_tasks_of(tag, task_set)
         get_env(task_set.mode).prepare_run(tasks[tag])
     return tasks
-
-
-def _gate_host(run_config: RunConfig) -> str | None:
-    """Where the gate listens: a unix socket for local workers (None); on the ray backend TCP
-    at the address the cluster's nodes reach this process by."""
-    if run_config.backend != "ray":
-        return None
-    from ..backends.ray_cluster import driver_ip
-
-    return driver_ip(run_config.ray_address)
 
 
 def _whole_ratio(ratio: Any) -> int:

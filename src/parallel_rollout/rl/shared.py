@@ -1,0 +1,107 @@
+"""One engine, many schedulers: what every RolloutScheduler on one engine shares.
+
+The first scheduler starts it: the policy gate (a unix socket for local workers; TCP at the
+address the nodes reach this process by on ``--backend ray``), the engine with the gate's
+address in its run config, and the results file. Siblings (validation, a baseline
+evaluation) join it: they share the workers, the pool and the one concurrency limit, and must
+bring no mode that needs VMs the pool was not made for. ``close()`` (the first scheduler's,
+or the interpreter's exit when the trainer never called it) ends every scheduler's
+``get_batch``, reopens the gate so nobody stays parked at it, and stops the engine.
+"""
+
+from __future__ import annotations
+
+import atexit
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from ..config import RunConfig
+from ..errors import ConfigError
+from .gate import PolicyGate
+
+
+class SharedEngine:
+    """The engine, the gate, the results file and the schedulers using them."""
+
+    def __init__(self, engine: Any, gate: PolicyGate, store: Any) -> None:
+        self.engine = engine
+        self.gate = gate
+        self.store = store
+        #: every scheduler on this engine (each has ``_mark_closed()``)
+        self.schedulers: list[Any] = []
+        self.closed = False
+
+    @classmethod
+    def start(cls, run_config: RunConfig, modes: list[str], *, max_concurrent_rollouts: int | None,
+              envs_per_worker: int | None) -> "SharedEngine":
+        """Start the gate and the engine for ``modes``; nothing is left running if it fails."""
+        from ..config import default_run_id
+        from ..engine import Engine
+        from ..results import ResultStore
+
+        gate = PolicyGate(version=0, host=gate_host(run_config))
+        store = engine = None
+        try:
+            run_id = run_config.run_id or default_run_id("rl")
+            changes: dict[str, Any] = {"policy_gate": gate.path, "run_id": run_id}
+            if max_concurrent_rollouts is not None:
+                changes["max_concurrent_rollouts"] = max_concurrent_rollouts
+            if envs_per_worker is not None:
+                changes["envs_per_worker"] = envs_per_worker
+            config = dataclasses.replace(run_config, **changes)
+            run_dir = Path(config.output_dir) / run_id
+            run_dir.mkdir(parents=True, exist_ok=True)
+            store = ResultStore(run_dir)
+            engine = Engine(config, run_dir, run_id=run_id, modes=modes, record_sink=store.append)
+            shared = cls(engine, gate, store)
+            engine.start()
+        except BaseException:
+            if engine is not None:
+                engine.close(grace=0.0)
+            if store is not None:
+                store.close()
+            gate.close()
+            raise
+        # A trainer that dies without close() still leaves nothing behind.
+        atexit.register(shared.close)
+        return shared
+
+    def check_sibling(self, name: str, modes: list[str]) -> None:
+        """ConfigError when a scheduler named ``name`` serving ``modes`` cannot join."""
+        from ..envs import get_env
+
+        if any(other.name == name for other in self.schedulers):
+            raise ConfigError(f"a scheduler named {name!r} already runs on this engine; give the sibling "
+                              "another name")
+        missing = [mode for mode in modes if mode not in self.engine.modes and get_env(mode).needs_vm()]
+        if missing:
+            raise ConfigError(f"a sibling's tags need VMs of mode {', '.join(missing)}, but its engine's pool "
+                              f"was made for modes {', '.join(self.engine.modes)}: give the first scheduler a "
+                              "tag of that mode too")
+
+    def close(self) -> None:
+        """End every scheduler's generation and stop the engine, workers, pool and gate.
+        Idempotent; safe from ``finally`` after Ctrl-C and at interpreter exit."""
+        if self.closed:
+            return
+        self.closed = True
+        atexit.unregister(self.close)
+        for scheduler in list(self.schedulers):
+            scheduler._mark_closed()
+        self.gate.resume()  # nobody stays parked at the gate while the workers stop
+        try:
+            self.engine.close(grace=0.0)
+        finally:
+            self.gate.close()
+            self.store.close()
+
+
+def gate_host(run_config: RunConfig) -> str | None:
+    """Where the gate listens: a unix socket for local workers (None); on the ray backend TCP
+    at the address the cluster's nodes reach this process by."""
+    if run_config.backend != "ray":
+        return None
+    from ..backends.ray_cluster import driver_ip
+
+    return driver_ip(run_config.ray_address)
