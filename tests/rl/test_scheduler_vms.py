@@ -60,3 +60,25 @@ def test_groups_on_pooled_vms_cancel_the_spare_and_close_stops_every_vm(tmp_path
     finals = Counter(r["key"] for r in records if r.get("final"))
     assert all(n == 1 for n in finals.values())
     assert {t.record["key"] for t in batch} <= set(finals)
+
+
+def test_an_engine_that_cannot_start_leaves_no_gate_behind(tmp_path, monkeypatch):
+    """The gate (a unix socket in its own temp folder) is made before the engine; when the
+    engine cannot be made (an unknown provider for a shell tag) the error reaches the
+    trainer and the gate is closed, its folder gone."""
+    from parallel_rollout.errors import ConfigError
+    from parallel_rollout.rl import gate as gate_module, shared
+
+    made = []
+
+    class RecordedGate(gate_module.PolicyGate):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            made.append(self)
+
+    monkeypatch.setattr(shared, "PolicyGate", RecordedGate)
+    config = rl_config(tmp_path, LLMServer(), mode="shell", data=str(SHELL_TASKS), provider_name="no-such-provider")
+    with pytest.raises(ConfigError, match="unknown provider 'no-such-provider'"):
+        RolloutScheduler(config, EnvManagerConfig(tags=["shell"]))
+    assert len(made) == 1
+    assert not Path(made[0].path).parent.exists(), "the gate's socket folder was left behind"
