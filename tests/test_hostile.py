@@ -222,7 +222,7 @@ def shell_tasks(port: int, leave_out=()) -> list[dict]:
     # honest tasks after the hostile ones: the same (reset) VMs still work
     for index in range(2):
         tasks.append({"id": f"honest{index}", "mode": "shell", "instruction": "make ok",
-                      "reference": ["touch ~/ok"], "check": GOT_IT, "timeout": 5})
+                      "reference": ["touch ~/ok"], "check": GOT_IT, "timeout": 30})  # a loaded machine: no hurry
     return tasks
 
 
@@ -266,8 +266,11 @@ def run_table(tmp: Path, left_out: dict[str, str], **flags) -> dict:
 
 def check_row(table: dict, name: str) -> None:
     """The row graded 0 (or skipped with why it was left out)."""
-    if name in table["left_out"]:
-        pytest.skip(table["left_out"][name])
+    why = table["left_out"].get(name)
+    if why == NEEDS_ENGINE:
+        pytest.xfail(why)
+    if why:
+        pytest.skip(why)
     record = table["finals"][f"{name}#0"]
     assert record["status"] == "failure" and record["reward"] == 0.0, record
 
@@ -292,9 +295,11 @@ def loopback():
 @pytest.fixture(scope="module")
 def shell_table(loopback, tmp_path_factory):
     marks = _host_marks()
+    left_out = {**unbounded_rows(), **({} if IS_ROOT else agent_killers())}
     finals, summary, code = _run(tmp_path_factory.mktemp("shell"), "shell",
-                                 shell_tasks(loopback.port, unbounded_rows()))
-    return {"finals": finals, "summary": summary, "exit_code": code, "marks_before": marks}
+                                 shell_tasks(loopback.port, left_out))
+    return {"finals": finals, "summary": summary, "exit_code": code, "marks_before": marks,
+            "left_out": left_out}
 
 
 @pytest.fixture(scope="module")
@@ -303,19 +308,15 @@ def py_table(tmp_path_factory):
     return {"finals": finals, "summary": summary, "exit_code": code}
 
 
-def _row_marks(name: str, kills_agent: bool):
-    if kills_agent and not IS_ROOT:
-        return [pytest.mark.xfail(reason=NEEDS_ENGINE, strict=False)]
-    return []
+def agent_killers() -> dict[str, str]:
+    """Rows that kill the agent where it shares the code's uid (a non-root runner): left
+    out of such runs until a killed agent costs the task, not the run's VM budget."""
+    return {name: NEEDS_ENGINE for name, row in SHELL_ROWS.items() if row[2]}
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=_row_marks(n, SHELL_ROWS[n][2]))
-                                  for n in SHELL_ROWS])
+@pytest.mark.parametrize("name", list(SHELL_ROWS))
 def test_hostile_shell_answer_is_graded_zero(shell_table, name):
-    if name in unbounded_rows():
-        pytest.skip(unbounded_rows()[name])
-    record = shell_table["finals"][f"{name}#0"]
-    assert record["status"] == "failure" and record["reward"] == 0.0, record
+    check_row(shell_table, name)
 
 
 @pytest.mark.parametrize("user", ["runner", "nobody"])
@@ -439,9 +440,8 @@ def nobody_table(loopback):
         pytest.skip(why)
     nobody = pwd.getpwnam("nobody")
     with _delegated_pids_cgroup(nobody.pw_uid, nobody.pw_gid) as join:
-        left_out = {**unbounded_rows(), **({} if join else NOT_AS_NOBODY)}
-        tasks = [t for t in shell_tasks(loopback.port, left_out)
-                 if not SHELL_ROWS.get(t["id"], (0, 0, False))[2]]
+        left_out = {**unbounded_rows(), **({} if join else NOT_AS_NOBODY), **agent_killers()}
+        tasks = shell_tasks(loopback.port, left_out)
         flags = ("--vm-max-processes", "128") if join else ()
         for table in _run_as_nobody("shell", tasks, join, *flags):
             yield {**table, "left_out": left_out}
@@ -457,14 +457,7 @@ def nobody_py_table():
 
 @pytest.mark.parametrize("name", list(SHELL_ROWS))
 def test_hostile_shell_answer_as_nobody(nobody_table, name):
-    if SHELL_ROWS[name][2]:
-        # as nobody the agent and the code share a uid: these rows kill the agent, which
-        # must cost the task, not a VM of the budget (left out of the run until then)
-        pytest.xfail(NEEDS_ENGINE)
-    if name in nobody_table["left_out"]:
-        pytest.skip(nobody_table["left_out"][name])
-    record = nobody_table["finals"][f"{name}#0"]
-    assert record["status"] == "failure" and record["reward"] == 0.0, record
+    check_row(nobody_table, name)
 
 
 def test_the_runs_as_nobody_finished(nobody_table, nobody_py_table, loopback):
@@ -481,9 +474,8 @@ def test_the_runs_as_nobody_finished(nobody_table, nobody_py_table, loopback):
 def test_200_tasks_50_hostile_on_two_vms(tmp_path, loopback):
     """The acceptance run of issue 16: 200 shell tasks of which 50 are hostile (the table's
     rows in turn), M=2: every hostile one 0, every honest one 1, no VM budget spent."""
-    rows = [t for t in shell_tasks(loopback.port, unbounded_rows()) if not t["id"].startswith("honest")]
-    if not IS_ROOT:
-        rows = [t for t in rows if not SHELL_ROWS[t["id"]][2]]  # needs engine item 3
+    left_out = {**unbounded_rows(), **({} if IS_ROOT else agent_killers())}
+    rows = [t for t in shell_tasks(loopback.port, left_out) if not t["id"].startswith("honest")]
     tasks = []
     for index in range(200):
         if index % 4 == 0:
