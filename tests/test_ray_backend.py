@@ -353,11 +353,20 @@ def test_remote_vms_are_one_pool_leased_from_every_node(cluster, tmp_path):
         summary = json.loads((tmp_path / "remote" / "summary.json").read_text())
         assert summary["vm"]["size"] == 2 and len(summary["vm"]["nodes"]) == 1  # one pool, not one a node
         assert "[Concurrency] Set max concurrent rollouts to 2" in proc.stderr
-        # one pool's two VMs, each leased only from idle: an address is never held twice
+        # one pool's VMs (a replacement, if a reset failed, included), each leased only from
+        # idle, never more than the two addresses at once: an address is never held twice
         events = [json.loads(line) for line in (tmp_path / "remote" / "events.jsonl").read_text().splitlines()]
         moves = [e for e in events if e.get("vm")]
-        assert {e["vm"] for e in moves} == {"n0-vm-0", "n0-vm-1"}
+        assert all(e["vm"].startswith("n0-vm-") for e in moves)
         assert all(e["from"] == "idle" for e in moves if e["to"] == "leased")
+        held, peak = set(), 0
+        for e in moves:
+            if e["to"] in ("booting", "idle", "leased", "resetting"):
+                held.add(e["vm"])
+            else:
+                held.discard(e["vm"])
+            peak = max(peak, len(held))
+        assert peak <= 2, "more VMs than addresses at once"
     finally:
         machines.power_off()
 
