@@ -47,6 +47,8 @@ class ChaosAgent(OracleAgent):
                 os.kill(os.getpid(), signal.SIGKILL)
             if self.kind == "raise":
                 raise RuntimeError("chaos: the agent raised")
+            if self.kind == "system_exit":
+                raise SystemExit(3)
             if self.kind == "hang":
                 time.sleep(3600)
             if self.kind == "unpicklable":
@@ -60,6 +62,13 @@ class ChaosAgent(OracleAgent):
         if self._unpicklable:
             return {"callback": lambda: None}
         return {}
+
+
+class BrokenConstructorAgent(OracleAgent):
+    """An agent whose constructor raises (a missing API key, a bad option)."""
+
+    def __init__(self, config) -> None:
+        raise RuntimeError("chaos: the agent's constructor raised")
 
 
 class FlakyResetProvider(ProcessProvider):

@@ -21,6 +21,7 @@ CRASHES = {
     "exit": ("process", "success", True, "worker_died"),
     "sigkill": ("process", "success", True, "worker_died"),
     "raise": ("process", "error", False, None),
+    "system_exit": ("process", "error", False, None),
     "hang": ("process", "task_timeout", False, "task_timeout"),
     "unpicklable": ("process", "error", False, None),
     "kill_sandbox": ("process", "success", True, "retry"),
@@ -61,6 +62,8 @@ def test_crash_table(tmp_path, monkeypatch, fault):
         assert finals["t3#0"]["failure"]["type"] == "UnserializableResult"
     if fault == "raise":
         assert "chaos: the agent raised" in finals["t3#0"]["failure"]["message"]
+    if fault == "system_exit":  # at once, not after --task-timeout
+        assert finals["t3#0"]["failure"]["type"] == "SystemExit" and finals["t3#0"]["duration_s"] < 3
     if fault == "kill_sandbox":
         assert attempts_of_t3[0]["status"] in ("guest_unreachable", "vm_error")
         assert any(e.get("to") == "dead" for e in events), "the broken VM was not marked dead"

@@ -48,7 +48,7 @@ def wait_for(predicate, timeout=15.0):
 def test_lease_release_reset_cycle_is_logged(tmp_path):
     with make_pool(tmp_path, size=2) as pool:
         assert pool.wait_ready(2, timeout=30) == 2
-        info = pool.lease("w0", "task#0", timeout=10, pid=111)
+        info = pool.lease("w0", "task#0", timeout=10, holder="h111")
         assert pool.stats()["states"]["leased"] == 1
         pool.release(info.vm_id)
         # release returns at once; the reset happens in the pool's threads
@@ -67,9 +67,9 @@ def test_lease_release_reset_cycle_is_logged(tmp_path):
 
 def test_lease_blocks_until_a_vm_is_released(tmp_path):
     with make_pool(tmp_path, size=1) as pool:
-        first = pool.lease("w0", "a#0", timeout=30, pid=1)
+        first = pool.lease("w0", "a#0", timeout=30, holder="h1")
         got = []
-        thread = threading.Thread(target=lambda: got.append(pool.lease("w1", "b#0", timeout=30, pid=2)))
+        thread = threading.Thread(target=lambda: got.append(pool.lease("w1", "b#0", timeout=30, holder="h2")))
         thread.start()
         time.sleep(0.5)
         assert not got, "a lease was granted while the only VM was leased"
@@ -81,17 +81,17 @@ def test_lease_blocks_until_a_vm_is_released(tmp_path):
 
 def test_lease_timeout(tmp_path):
     with make_pool(tmp_path, size=1) as pool:
-        info = pool.lease("w0", "a#0", timeout=30, pid=1)
+        info = pool.lease("w0", "a#0", timeout=30, holder="h1")
         started = time.monotonic()
         with pytest.raises(LeaseTimeout, match="no VM became idle"):
-            pool.lease("w1", "b#0", timeout=0.5, pid=2)
+            pool.lease("w1", "b#0", timeout=0.5, holder="h2")
         assert time.monotonic() - started < 5
         pool.release(info.vm_id)
 
 
 def test_reset_restores_the_snapshot_and_kills_processes(tmp_path):
     with make_pool(tmp_path, size=1) as pool:
-        info = pool.lease("w0", "a#0", timeout=30, pid=1)
+        info = pool.lease("w0", "a#0", timeout=30, holder="h1")
         vm = GuestClient(info.address)
         vm.execute("echo dirty > ~/left.txt; bash -c 'exec -a stray-proc sleep 600' >/dev/null 2>&1 &", shell=True)
         assert vm.execute("cat ~/left.txt", shell=True)["output"].strip() == "dirty"
@@ -101,7 +101,7 @@ def test_reset_restores_the_snapshot_and_kills_processes(tmp_path):
         wait_for(lambda: strays())  # the shell returns before the background exec happens
         stray = strays()
         pool.release(info.vm_id)
-        info2 = pool.lease("w0", "b#0", timeout=30, pid=1)
+        info2 = pool.lease("w0", "b#0", timeout=30, holder="h1")
         vm2 = GuestClient(info2.address)
         assert vm2.execute("test -e ~/left.txt", shell=True)["returncode"] != 0
         assert not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in stray)
@@ -110,15 +110,15 @@ def test_reset_restores_the_snapshot_and_kills_processes(tmp_path):
 
 def test_mark_dead_boots_a_replacement_within_budget(tmp_path):
     with make_pool(tmp_path, size=1, budget=1) as pool:
-        info = pool.lease("w0", "a#0", timeout=30, pid=1)
+        info = pool.lease("w0", "a#0", timeout=30, holder="h1")
         pool.mark_dead(info.vm_id, "test: broken")
-        replacement = pool.lease("w0", "b#0", timeout=30, pid=1)
+        replacement = pool.lease("w0", "b#0", timeout=30, holder="h1")
         assert replacement.vm_id != info.vm_id
         assert pool.stats()["replacements_left"] == 0
         pool.mark_dead(replacement.vm_id, "test: broken again")
         started = time.monotonic()
         with pytest.raises(PoolExhausted, match="every VM .* is dead"):
-            pool.lease("w0", "c#0", timeout=60, pid=1)
+            pool.lease("w0", "c#0", timeout=60, holder="h1")
         assert time.monotonic() - started < 5, "PoolExhausted must come at once, not after the timeout"
     reasons = [e["reason"] for e in events(tmp_path) if e["to"] == "dead"]
     assert "test: broken" in reasons and any(r.startswith("replaces") for r in
@@ -127,18 +127,18 @@ def test_mark_dead_boots_a_replacement_within_budget(tmp_path):
 
 def test_unhealthy_release_kills_the_vm(tmp_path):
     with make_pool(tmp_path, size=1, budget=0) as pool:
-        info = pool.lease("w0", "a#0", timeout=30, pid=1)
+        info = pool.lease("w0", "a#0", timeout=30, holder="h1")
         pool.release(info.vm_id, healthy=False, reason="guest broke")
         with pytest.raises(PoolExhausted):
-            pool.lease("w0", "b#0", timeout=30, pid=1)
+            pool.lease("w0", "b#0", timeout=30, holder="h1")
 
 
 def test_failed_reset_marks_dead_and_replaces(tmp_path, monkeypatch):
     monkeypatch.setenv("PR_CHAOS_DIR", str(tmp_path))
     with make_pool(tmp_path, size=1, provider="chaos_plugins:FlakyResetProvider", budget=1) as pool:
-        info = pool.lease("w0", "a#0", timeout=30, pid=1)
+        info = pool.lease("w0", "a#0", timeout=30, holder="h1")
         pool.release(info.vm_id)
-        again = pool.lease("w0", "b#0", timeout=30, pid=1)
+        again = pool.lease("w0", "b#0", timeout=30, holder="h1")
         assert again.vm_id != info.vm_id
         stats = pool.stats()
         assert stats["reset_failures"] == 1 and stats["replacements"] == 1
@@ -150,7 +150,7 @@ def test_boot_failures_exhaust_the_pool_without_hanging(tmp_path):
     with make_pool(tmp_path, size=2, provider="chaos_plugins:BootFailsProvider", budget=2) as pool:
         started = time.monotonic()
         with pytest.raises(PoolExhausted, match="4 failed boots"):
-            pool.lease("w0", "a#0", timeout=120, pid=1)
+            pool.lease("w0", "a#0", timeout=120, holder="h1")
         assert time.monotonic() - started < 10
 
 
@@ -159,18 +159,22 @@ def test_hanging_boot_times_out(tmp_path):
                    boot_timeout_s=0.5) as pool:
         started = time.monotonic()
         with pytest.raises(PoolExhausted, match="boot timed out"):
-            pool.lease("w0", "a#0", timeout=120, pid=1)
+            pool.lease("w0", "a#0", timeout=120, holder="h1")
         assert time.monotonic() - started < 15
 
 
-def test_reclaim_resets_a_dead_workers_vm_and_bars_the_pid(tmp_path):
+def test_reclaim_resets_a_dead_workers_vm_and_bars_that_spawn_not_its_pid(tmp_path):
     with make_pool(tmp_path, size=1) as pool:
-        info = pool.lease("w0", "a#0", timeout=30, pid=4242)
+        # holders as the engine makes them: worker index, spawn number, pid
+        info = pool.lease("w0", "a#0", timeout=30, holder="w0.1.4242")
         GuestClient(info.address).execute("touch ~/mine", shell=True)
-        assert pool.reclaim(4242) == [info.vm_id]
+        assert pool.reclaim("w0.1.4242") == [info.vm_id]
         with pytest.raises(WorkerDied):
-            pool.lease("w0", "b#0", timeout=5, pid=4242)
-        other = pool.lease("w1", "b#0", timeout=30, pid=5000)
+            pool.lease("w0", "b#0", timeout=5, holder="w0.1.4242")
+        # the respawned worker got the same pid back from the kernel: it still leases
+        again = pool.lease("w0", "b#0", timeout=30, holder="w0.2.4242")
+        pool.release(again.vm_id)
+        other = pool.lease("w1", "b#0", timeout=30, holder="w1.1.5000")
         assert GuestClient(other.address).execute("test -e ~/mine", shell=True)["returncode"] != 0
         # the dead worker's late release must not free a VM someone else holds
         pool.release(info.vm_id, True, "late", info.lease)
@@ -185,7 +189,7 @@ def test_private_mode_binds_one_vm_per_worker(tmp_path):
         seen = {}
         for round_ in range(3):
             for worker in ("w0", "w1"):
-                info = pool.lease(worker, f"{worker}-{round_}#0", timeout=30, pid=1)
+                info = pool.lease(worker, f"{worker}-{round_}#0", timeout=30, holder="h1")
                 seen.setdefault(worker, set()).add(info.vm_id)
                 pool.release(info.vm_id)
         assert all(len(v) == 1 for v in seen.values())

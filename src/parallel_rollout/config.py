@@ -92,6 +92,8 @@ class RunConfig:
     junit_xml: str | None = None
     # Tunables below have no flag of their own; tests and TOML files set them.
     lease_timeout_s: float = 600.0
+    #: seconds a worker may take to acknowledge an assignment before it counts as stuck
+    ack_timeout_s: float = 120.0
     boot_timeout_s: float = 60.0
     #: replacement VMs the pool may boot after deaths; None means 2 × the pool size
     max_vm_replacements: int | None = None

@@ -3,7 +3,8 @@
 engine → worker: ``Assignment`` (one attempt of one sample), ``Cancel`` (drop an attempt) or
 ``STOP``.
 worker → engine: ``Started`` (the worker acknowledges an attempt before running it, so the
-engine always knows what a dying worker held) and ``Finished`` (the attempt's record).
+engine always knows what a dying worker held), ``LeaseWait`` (a wait for a VM begins or
+ends) and ``Finished`` (the attempt's record).
 """
 
 from __future__ import annotations
@@ -60,6 +61,16 @@ class Started:
     pid: int
     slot: int
     time: float
+
+
+@dataclass(frozen=True)
+class LeaseWait:
+    """An attempt began (``waiting``) or ended a wait for a VM: the task clock stops
+    meanwhile, and the wait has its own deadline (``lease_timeout_s``)."""
+
+    key: str
+    attempt: int
+    waiting: bool
 
 
 @dataclass(frozen=True)

@@ -120,12 +120,21 @@ class ResultStore:
 
 
 def read_records(path: str | Path) -> list[dict[str, Any]]:
-    """Every complete record of a results.jsonl (a torn last line is skipped)."""
+    """Every complete record of a results.jsonl (a torn last line is skipped); a line that
+    is not a JSON object is a StorageError naming the file and the line."""
     records = []
     with open(path, "rb") as fh:
-        for line in fh:
+        for lineno, line in enumerate(fh, start=1):
             if line.endswith(b"\n") and line.strip():
-                records.append(json.loads(line))
+                try:
+                    record = json.loads(line)
+                except ValueError as exc:
+                    raise StorageError(f"{path}:{lineno}: corrupted record ({exc}); fix or remove "
+                                       "that line") from None
+                if not isinstance(record, dict):
+                    raise StorageError(f"{path}:{lineno}: corrupted record (not a JSON object); "
+                                       "fix or remove that line")
+                records.append(record)
     return records
 
 

@@ -39,7 +39,7 @@ from .errors import ConfigError, RunLocked, TaskFileError
 from .exit_codes import EXIT_ABORTED, EXIT_INTERRUPTED, EXIT_OK
 from .messages import Assignment
 from .pool.providers import get_provider
-from .results import ResultStore, read_records, summarize, unsupported_record
+from .results import ResultStore, StorageError, read_records, summarize, unsupported_record
 from .tasks import Sample, census_lines, expand, load_task_set, unsupported_message
 
 log = logging.getLogger("parallel_rollout")
@@ -215,6 +215,11 @@ class Runner:
                     self._on_final(record)
             if pending and not self._interrupted:
                 self._run_engine(pending, total)
+        except BaseException:
+            failed = True
+            raise
+        else:
+            failed = False
         finally:
             try:
                 self.engine.close(grace=self.config.shutdown_grace_s if self._interrupted else None)
@@ -226,6 +231,11 @@ class Runner:
                     self._progress.close()
                 try:
                     outcome = self._finish(total)
+                except StorageError as exc:
+                    if not failed:
+                        raise
+                    # The error already on its way (e.g. the same corrupt line) says it.
+                    log.error("no summary: %s", exc)
                 finally:
                     logging.getLogger("parallel_rollout").removeHandler(handler)
                     handler.close()

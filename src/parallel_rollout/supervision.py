@@ -10,8 +10,18 @@ The engine (``engine``) decides what runs; this module keeps the processes that 
 * **Deaths.** A dead worker's acknowledged attempts are recorded ``worker_died`` (the engine
   retries them), its unacknowledged ones are requeued unrecorded, its VMs are reclaimed
   (reset), and a new worker takes its index. A Manager that dies stops the engine.
-* **Deadlines.** An attempt past ``--task-timeout`` is recorded ``task_timeout`` and its
-  worker's process tree is killed (terminate is not enough: agent subprocesses hold pipes).
+* **Deadlines.** The task clock of an attempt runs from its acknowledgement, except while
+  it waits for a VM (``LeaseWait``): with N ≫ M a queue for VMs is not the task's time. An
+  attempt past ``--task-timeout`` is recorded ``task_timeout``; a wait for a VM past
+  ``lease_timeout_s`` (plus a margin: the pool raises LeaseTimeout itself first) is recorded
+  ``lease_timeout`` (infrastructure, retried); an assignment a worker does not acknowledge
+  within ``ack_timeout_s`` means that worker is stuck. Each kills the worker's process tree
+  (terminate is not enough: agent subprocesses hold pipes).
+* **Crash loops.** Deliberate kills (timeouts, cancels) are not crashes. Workers that die on
+  their own more than ``10·N + 10`` times within a minute stop the engine; a long run with
+  occasional deaths goes on.
+* **Identity.** Each spawn of a worker gets a token (``w3.7``: index, spawn number); the pool
+  knows lease holders by it, never by pid, which the kernel recycles.
 * **Shutdown.** Ordered: STOP once per live worker → drain records while they finish (the
   grace period) → kill what is left → stop every VM → stop the Manager → sweep if the
   Manager could not stop its VMs itself.
@@ -21,14 +31,15 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from typing import TYPE_CHECKING, Any
 
 import psutil
 
-from .errors import RolloutError, TaskTimeout, WorkerDied
-from .messages import STOP, Assignment, Cancel, Finished, Started
+from .errors import LeaseTimeout, RolloutError, TaskTimeout, WorkerDied
+from .messages import STOP, Assignment, Cancel, Finished, LeaseWait, Started
 
 if TYPE_CHECKING:
     from .engine import Engine
@@ -37,6 +48,36 @@ log = logging.getLogger("parallel_rollout")
 
 #: how long one wait during shutdown lasts
 _TICK_S = 0.2
+#: seconds past lease_timeout_s before the engine gives up on a wait for a VM itself
+_LEASE_MARGIN_S = 30.0
+#: the window in which worker crashes are counted
+_CRASH_WINDOW_S = 60.0
+
+
+@dataclass
+class Clock:
+    """The task clock of one acknowledged attempt: it runs except while the attempt waits
+    for a VM."""
+
+    #: wall-clock time of the acknowledgement, for records
+    started_at: float
+    #: monotonic time the clock last resumed, None while waiting for a VM
+    running_since: float | None
+    ran_s: float = 0.0
+    #: monotonic time the current wait for a VM began
+    waiting_since: float | None = None
+
+    def elapsed(self, now: float) -> float:
+        """Seconds of task time so far."""
+        return self.ran_s + (now - self.running_since if self.running_since is not None else 0.0)
+
+    def lease_wait(self, waiting: bool, now: float) -> None:
+        """Stop the clock while a VM is awaited, restart it when one is held."""
+        if waiting and self.waiting_since is None:
+            self.ran_s = self.elapsed(now)
+            self.running_since, self.waiting_since = None, now
+        elif not waiting and self.waiting_since is not None:
+            self.running_since, self.waiting_since = now, None
 
 
 @dataclass
@@ -44,12 +85,16 @@ class WorkerHandle:
     """The engine's view of one worker process."""
 
     index: int
+    #: this spawn's token, what the pool knows its leases by
+    holder: str
     process: Any
     conn: Connection
     #: attempts sent to it and not settled, by (key, attempt)
     assigned: dict[tuple[str, int], Assignment] = field(default_factory=dict)
-    #: acknowledged attempts: (key, attempt) -> monotonic start time
-    started: dict[tuple[str, int], float] = field(default_factory=dict)
+    #: when each unacknowledged attempt was sent (monotonic)
+    sent: dict[tuple[str, int], float] = field(default_factory=dict)
+    #: the task clocks of acknowledged attempts
+    started: dict[tuple[str, int], Clock] = field(default_factory=dict)
     conn_open: bool = True
     stop_sent: bool = False
 
@@ -86,7 +131,9 @@ class Supervision(WorkerTable):
         self._workers: dict[int, WorkerHandle] = {}
         self._manager = None
         self.pool = None
-        self._respawns = 0
+        self._spawns = 0
+        #: monotonic times of workers' own deaths (not deliberate kills) in the last window
+        self._crashes: deque[float] = deque()
 
     @property
     def manager_pid(self) -> int | None:
@@ -119,15 +166,17 @@ class Supervision(WorkerTable):
         from .worker import worker_main
 
         ctx = self.engine._ctx
+        self._spawns += 1
+        holder = f"w{index}.{self._spawns}"
         parent_conn, child_conn = ctx.Pipe(duplex=True)
         process = ctx.Process(
             target=worker_main, name=f"rollout-worker-{index}",
-            args=(f"w{index}", child_conn, self.pool, self.config, str(self.engine.run_dir)),
+            args=(f"w{index}", holder, child_conn, self.pool, self.config, str(self.engine.run_dir)),
             daemon=True,
         )
         process.start()
         child_conn.close()
-        self._workers[index] = WorkerHandle(index, process, parent_conn)
+        self._workers[index] = WorkerHandle(index, holder, process, parent_conn)
 
     # -- what the engine asks --------------------------------------------------------------
 
@@ -146,6 +195,7 @@ class Supervision(WorkerTable):
                 worker.conn_open = False  # the death is handled with its sentinel
                 continue
             worker.assigned[(item.key, item.attempt)] = item
+            worker.sent[(item.key, item.attempt)] = time.monotonic()
             return True
 
     def send_cancel(self, cancel: Cancel) -> None:
@@ -163,9 +213,7 @@ class Supervision(WorkerTable):
         """Kill the process tree of the worker holding ``item`` and handle its death."""
         worker = self._holder(item)
         if worker is not None:
-            kill_tree(worker.process.pid)
-            worker.process.join(timeout=5)
-            self._on_worker_death(worker, reason)
+            self._kill(worker, reason)
 
     def pool_stats(self) -> dict[str, Any] | None:
         """The pool's live stats, or None."""
@@ -213,18 +261,29 @@ class Supervision(WorkerTable):
         except (EOFError, OSError):
             w.conn_open = False
 
-    def _handle(self, w: WorkerHandle, message: Started | Finished) -> None:
+    def _handle(self, w: WorkerHandle, message: Started | LeaseWait | Finished) -> None:
         ident = (message.key, message.attempt)
         if ident not in w.assigned:
             return  # an attempt already settled (timed out); one record per attempt
         if isinstance(message, Started):
-            w.started[ident] = time.monotonic()
+            w.sent.pop(ident, None)
+            w.started[ident] = Clock(started_at=time.time(), running_since=time.monotonic())
+        elif isinstance(message, LeaseWait):
+            if ident in w.started:
+                w.started[ident].lease_wait(message.waiting, time.monotonic())
         elif isinstance(message, Finished):
             del w.assigned[ident]
+            w.sent.pop(ident, None)
             w.started.pop(ident, None)
             self.engine.record(message.record)
 
-    def _on_worker_death(self, w: WorkerHandle, reason: str) -> None:
+    def _kill(self, w: WorkerHandle, reason: str, deliberate: bool = True) -> None:
+        """Kill a worker's process tree (on purpose: not a crash) and handle its death."""
+        kill_tree(w.process.pid)
+        w.process.join(timeout=5)
+        self._on_worker_death(w, reason, deliberate=deliberate)
+
+    def _on_worker_death(self, w: WorkerHandle, reason: str, deliberate: bool = False) -> None:
         """Fail what the worker had started, requeue what it had not, reclaim its VMs."""
         self._drain(w)
         w.process.join(timeout=1)
@@ -232,9 +291,9 @@ class Supervision(WorkerTable):
         w.conn.close()
         pid = w.process.pid
         reclaimed: list[str] = []
-        if self.pool is not None and pid is not None:
+        if self.pool is not None:
             try:
-                reclaimed = self.pool.reclaim(pid)
+                reclaimed = self.pool.reclaim(w.holder)
             except (EOFError, OSError, ConnectionError):
                 pass
         self.engine.event("worker_died", worker=w.worker_id,
@@ -243,39 +302,55 @@ class Supervision(WorkerTable):
         for ident, item in list(w.assigned.items()):
             if ident in w.started:
                 exc = WorkerDied(f"{reason} while running attempt {item.attempt} of {item.key}")
-                started_at = time.time() - (time.monotonic() - w.started[ident])
-                self.engine.record(synthetic_record(item, exc, w, started_at))
+                self.engine.record(synthetic_record(item, exc, w, w.started[ident].started_at))
             else:
                 self.engine.requeue(item)
         if self.engine.closing:
             return
-        self._respawns += 1
-        if self._respawns > 10 * self.config.num_rollouts + 10:
-            self.engine.stop(f"workers keep dying ({self._respawns} respawns); last: {reason}")
-            return
+        if not deliberate:
+            now = time.monotonic()
+            self._crashes.append(now)
+            while self._crashes and now - self._crashes[0] > _CRASH_WINDOW_S:
+                self._crashes.popleft()
+            limit = 10 * self.config.num_rollouts + 10
+            if len(self._crashes) > limit:
+                self.engine.stop(f"workers keep dying ({len(self._crashes)} deaths within "
+                                 f"{_CRASH_WINDOW_S:.0f}s); last: {reason}")
+                return
         self._spawn(w.index)
 
     def check_timeouts(self) -> None:
-        """Record attempts past --task-timeout and kill their workers' process trees."""
-        limit = self.config.task_timeout
+        """Settle attempts past their deadlines and kill their workers' process trees."""
+        cfg = self.config
         now = time.monotonic()
         for w in list(self._workers.values()):
-            late = [ident for ident, started in w.started.items() if now - started > limit]
-            if not late:
+            late = {ident: TaskTimeout(f"attempt ran past --task-timeout {cfg.task_timeout:g}s "
+                                       "(time waiting for a VM not counted); worker process tree killed")
+                    for ident, clock in w.started.items() if clock.elapsed(now) > cfg.task_timeout}
+            late.update({ident: LeaseTimeout(f"no VM within {cfg.lease_timeout_s:g}s (the pool did not "
+                                             "answer in time); worker process tree killed")
+                         for ident, clock in w.started.items() if clock.waiting_since is not None
+                         and now - clock.waiting_since > cfg.lease_timeout_s + _LEASE_MARGIN_S})
+            unacknowledged = [ident for ident, sent in w.sent.items() if now - sent > cfg.ack_timeout_s]
+            if not late and not unacknowledged:
                 continue
             self._drain(w)  # it may have just finished
-            late = [ident for ident in late if ident in w.assigned]
-            if not late:
+            late = {ident: exc for ident, exc in late.items() if ident in w.assigned}
+            unacknowledged = [ident for ident in unacknowledged if ident in w.sent]
+            if not late and not unacknowledged:
                 continue
-            for ident in late:
+            for ident, exc in late.items():
                 item = w.assigned.pop(ident)
-                started = w.started.pop(ident)
-                exc = TaskTimeout(f"attempt ran past --task-timeout {limit:g}s; worker process tree killed")
-                self.engine.record(synthetic_record(item, exc, w, time.time() - (now - started)))
-                self.engine.event("task_timeout", task=item.key, worker=w.worker_id, reason=str(exc))
-            kill_tree(w.process.pid)
-            w.process.join(timeout=5)
-            self._on_worker_death(w, reason="killed after --task-timeout")
+                clock = w.started.pop(ident)
+                self.engine.record(synthetic_record(item, exc, w, clock.started_at))
+                self.engine.event(exc.kind, task=item.key, worker=w.worker_id, reason=str(exc))
+            if late:
+                reason = f"killed after {', '.join(sorted({exc.kind for exc in late.values()}))}"
+            else:
+                reason = (f"did not acknowledge {len(unacknowledged)} assignment(s) within "
+                          f"{cfg.ack_timeout_s:g}s")
+            # A worker that does not acknowledge is stuck, not stopped on purpose: a crash.
+            self._kill(w, reason, deliberate=bool(late))
 
     # -- the end ---------------------------------------------------------------------------
 

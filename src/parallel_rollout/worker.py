@@ -12,7 +12,11 @@ next turn (status ``cancelled``; the engine drops that record). One attempt::
 
 Failures become records, never exceptions that escape: infrastructure errors (VM, guest,
 lease) are flagged ``infrastructure`` so the engine retries them on another VM; agent and
-task errors (a constructor that raises included) are graded outcomes.
+task errors (a constructor that raises, a ``SystemExit`` included) are graded outcomes. A
+lease wait is announced (``LeaseWait``) so that the engine stops the task clock meanwhile:
+the task clock measures the attempt, not the queue for a VM. A loop that fails outside an
+attempt (it cannot happen by design; a bug would) reports the attempt it held as an error
+and goes on.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ from .agents import Agent, get_agent
 from .config import RunConfig
 from .envs import Env, get_env
 from .errors import AttemptCancelled, RolloutError, VMError
-from .messages import Assignment, Cancel, Finished, Started, Stop
+from .messages import Assignment, Cancel, Finished, LeaseWait, Started, Stop
 from .results import StorageError
 from .tasks import safe_name
 
@@ -45,8 +49,11 @@ TRACEBACK_TAIL = 4000
 class RolloutWorker:
     """One worker process: K env loops sharing the process's pool proxy."""
 
-    def __init__(self, worker_id: str, conn: Connection, pool: Any, config: RunConfig, run_dir: str) -> None:
+    def __init__(self, worker_id: str, holder: str, conn: Connection, pool: Any, config: RunConfig,
+                 run_dir: str) -> None:
         self.worker_id = worker_id
+        #: this spawn's token: what the pool knows this process by (pids get reused)
+        self.holder = holder
         self.conn = conn
         self.pool = pool
         self.config = config
@@ -81,9 +88,12 @@ class RolloutWorker:
         for thread in loops:
             thread.join()
 
-    def _send(self, message: Started | Finished) -> None:
-        with self._send_lock:
-            self.conn.send(message)
+    def _send(self, message: Started | LeaseWait | Finished) -> None:
+        try:
+            with self._send_lock:
+                self.conn.send(message)
+        except (OSError, ValueError):
+            os._exit(1)  # the engine is gone (see run)
 
     def _loop(self, slot: int) -> None:
         parts = _LoopParts(self.config)
@@ -91,8 +101,17 @@ class RolloutWorker:
             item = self._inbox.get()
             if isinstance(item, Stop):
                 return
-            self._send(Started(item.key, item.attempt, self.worker_id, self.pid, slot, time.time()))
-            record = self.run_attempt(item, slot, parts)
+            try:
+                self._send(Started(item.key, item.attempt, self.worker_id, self.pid, slot, time.time()))
+                record = self.run_attempt(item, slot, parts)
+            except BaseException as exc:  # noqa: BLE001 - a loop must never die silently
+                record = {"key": item.key, "task_id": item.task.id, "sample_idx": item.sample_idx,
+                          "attempt": item.attempt, "mode": item.task.mode, "status": "error",
+                          "reward": 0.0, "success": False, "infrastructure": False,
+                          "failure": _failure(exc, f"the env loop failed: {type(exc).__name__}: {exc}"),
+                          "worker": self.worker_id, "pid": self.pid, "slot": slot,
+                          "started_at": round(time.time(), 4), "ended_at": round(time.time(), 4)}
+                parts = _LoopParts(self.config)  # start the next attempt afresh
             self._cancelled.discard((item.key, item.attempt))
             self._send(Finished(item.key, item.attempt, record))
 
@@ -121,7 +140,8 @@ class RolloutWorker:
             env, agent = parts.env(task.mode), parts.agent()
             # The hook for envs that write files of their own (osworld: traj.jsonl, step_N.png).
             env.trajectory_dir = trajectory.extra_dir
-            leaser = _Leaser(self.pool, self._owner(slot), item.key, self.config.lease_timeout_s, self.pid, record)
+            leaser = _Leaser(self.pool, self._owner(slot), item, self.config.lease_timeout_s, self.holder,
+                             record, self._send)
             if env.vm_scope == "episode":
                 with leaser.lease() as vm:
                     self._episode(env, agent, item, vm, record, trajectory)
@@ -133,7 +153,7 @@ class RolloutWorker:
         except (EOFError, ConnectionError, BrokenPipeError) as exc:
             # The pool's Manager process is gone; the engine notices and stops the run.
             record.update(status=VMError.kind, infrastructure=True, failure=_failure(exc, "pool unreachable"))
-        except Exception as exc:  # noqa: BLE001 - an agent or env error is this attempt's outcome
+        except BaseException as exc:  # noqa: BLE001 - an agent or env error (SystemExit too) is this attempt's outcome
             record.update(status="error", failure=_failure(exc))
         finally:
             trajectory.close()
@@ -197,12 +217,13 @@ class _LoopParts:
 
 
 class _Leaser:
-    """Leases VMs for one attempt and notes them in its record (VM ids, total lease wait)."""
+    """Leases VMs for one attempt and notes them in its record (VM ids, total lease wait);
+    tells the engine when a wait for a VM begins and ends."""
 
-    def __init__(self, pool: Any, owner: str, task_key: str, timeout_s: float, pid: int,
-                 record: dict[str, Any]) -> None:
-        self.pool, self.owner, self.task_key = pool, owner, task_key
-        self.timeout_s, self.pid, self.record = timeout_s, pid, record
+    def __init__(self, pool: Any, owner: str, item: Assignment, timeout_s: float, holder: str,
+                 record: dict[str, Any], send: Any) -> None:
+        self.pool, self.owner, self.item = pool, owner, item
+        self.timeout_s, self.holder, self.record, self.send = timeout_s, holder, record, send
 
     @contextmanager
     def lease(self) -> Iterator[Any]:
@@ -211,13 +232,22 @@ class _Leaser:
         from .pool.manager import leased
 
         started = time.monotonic()
-        with leased(self.pool, self.owner, self.task_key, self.timeout_s, self.pid) as info:
-            waited = time.monotonic() - started
-            self.record["lease_wait_s"] = round((self.record["lease_wait_s"] or 0.0) + waited, 4)
-            self.record["vm"] = info.vm_id  # the last one; "vms" lists every VM used
-            if info.vm_id not in self.record.setdefault("vms", []):
-                self.record["vms"].append(info.vm_id)
-            yield GuestClient(info.address)
+        key, attempt = self.item.key, self.item.attempt
+        self.send(LeaseWait(key, attempt, True))
+        waiting = True
+        try:
+            with leased(self.pool, self.owner, key, self.timeout_s, self.holder) as info:
+                self.send(LeaseWait(key, attempt, False))
+                waiting = False
+                waited = time.monotonic() - started
+                self.record["lease_wait_s"] = round((self.record["lease_wait_s"] or 0.0) + waited, 4)
+                self.record["vm"] = info.vm_id  # the last one; "vms" lists every VM used
+                if info.vm_id not in self.record.setdefault("vms", []):
+                    self.record["vms"].append(info.vm_id)
+                yield GuestClient(info.address)
+        finally:
+            if waiting:  # the lease itself failed
+                self.send(LeaseWait(key, attempt, False))
 
 
 class _Trajectory:
@@ -291,12 +321,13 @@ def _serializable(record: dict[str, Any]) -> dict[str, Any]:
                             "traceback": ""}}
 
 
-def worker_main(worker_id: str, conn: Connection, pool: Any, config: RunConfig, run_dir: str) -> None:
+def worker_main(worker_id: str, holder: str, conn: Connection, pool: Any, config: RunConfig,
+                run_dir: str) -> None:
     """Entry point of a worker process (spawn start method)."""
     # Ctrl-C goes to the whole process group; the engine orders the shutdown.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     try:
-        RolloutWorker(worker_id, conn, pool, config, run_dir).run()
+        RolloutWorker(worker_id, holder, conn, pool, config, run_dir).run()
     finally:
         sys.stdout.flush()

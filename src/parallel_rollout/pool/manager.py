@@ -11,11 +11,13 @@ method takes ``self._lock`` and every state change happens under it::
 
 * ``lease`` blocks until an IDLE VM exists. It raises ``PoolExhausted`` at once when every
   VM is DEAD and no replacement can come (never waits forever), ``LeaseTimeout`` after its
-  timeout, ``WorkerDied`` when the caller's pid was reclaimed meanwhile.
+  timeout, ``WorkerDied`` when the caller's holder token was reclaimed meanwhile.
 * ``release`` hands the VM to the pool's reset threads and returns at once; the worker
   never waits for a reset. A failed reset marks the VM DEAD.
-* ``reclaim(pid)`` is how the runner returns the VMs of a dead worker: they are reset, and
-  the pid can never lease again (a lease granted to a dead connection would leak the VM).
+* ``reclaim(holder)`` is how the engine returns the VMs of a dead worker: they are reset, and
+  that holder can never lease again (a lease granted to a dead connection would leak the
+  VM). A holder is a token made for each spawn of a worker, never its pid: a respawned worker
+  that gets a recycled pid must still be able to lease.
 * In private mode (no ``--use-vm-pool``) each owner (worker) is bound to one VM for the
   run; its release still resets, and its next lease waits for that reset, as in the
   one-env-per-worker runners.
@@ -74,7 +76,7 @@ class _VM:
     info: VMInfo | None = None
     owner: str | None = None
     worker_id: str | None = None
-    worker_pid: int | None = None
+    holder: str | None = None
     task_key: str | None = None
     since: float = 0.0
     boot_deadline: float = 0.0
@@ -119,7 +121,7 @@ class VMPoolManager:
         self._vm_free = threading.Condition(self._lock)
         self._vms: dict[str, _VM] = {}
         self._next_index = 0
-        self._dead_pids: set[int] = set()
+        self._dead_holders: set[str] = set()
         self._running = True
         self._started_at = time.time()
         self._counters = {
@@ -148,19 +150,20 @@ class VMPoolManager:
 
     # -- leasing ---------------------------------------------------------------------------
 
-    def lease(self, worker_id: str, task_key: str, timeout: float, pid: int | None = None) -> VMInfo:
-        """Block until a VM is IDLE and lease it to ``worker_id`` for ``task_key``."""
+    def lease(self, worker_id: str, task_key: str, timeout: float, holder: str | None = None) -> VMInfo:
+        """Block until a VM is IDLE and lease it to ``worker_id`` (process ``holder``, the
+        token of one spawn of a worker) for ``task_key``."""
         deadline = time.monotonic() + timeout
         with self._vm_free:
             try:
                 while True:
                     self._check_running()
-                    if pid is not None and pid in self._dead_pids:
-                        raise WorkerDied(f"worker pid {pid} was reclaimed; it cannot lease")
+                    if holder is not None and holder in self._dead_holders:
+                        raise WorkerDied(f"worker {holder} was reclaimed; it cannot lease")
                     vm = self._pick(worker_id)
                     if vm is not None:
                         vm.owner = vm.owner or (worker_id if self.private else None)
-                        vm.worker_id, vm.worker_pid, vm.task_key = worker_id, pid, task_key
+                        vm.worker_id, vm.holder, vm.task_key = worker_id, holder, task_key
                         vm.leases += 1
                         self._counters["leases"] += 1
                         vm.lease_no = self._counters["leases"]
@@ -210,17 +213,17 @@ class VMPoolManager:
                 return
             self._kill(vm, reason)
 
-    def reclaim(self, worker_pid: int) -> list[str]:
-        """Reset every VM leased by a dead worker; that pid can never lease again."""
+    def reclaim(self, holder: str) -> list[str]:
+        """Reset every VM leased by a dead worker; that holder can never lease again."""
         with self._lock:
-            self._dead_pids.add(worker_pid)
+            self._dead_holders.add(holder)
             reclaimed = []
             for vm in self._vms.values():
-                if vm.state is VMState.LEASED and vm.worker_pid == worker_pid:
+                if vm.state is VMState.LEASED and vm.holder == holder:
                     self._counters["reclaimed"] += 1
-                    self._begin_reset(vm, f"reclaimed from dead worker pid {worker_pid}")
+                    self._begin_reset(vm, f"reclaimed from dead worker {holder}")
                     reclaimed.append(vm.vm_id)
-            self._vm_free.notify_all()  # that pid's waiting leases must fail now
+            self._vm_free.notify_all()  # that holder's waiting leases must fail now
             return reclaimed
 
     def stats(self) -> dict[str, Any]:
@@ -349,7 +352,7 @@ class VMPoolManager:
         if self.spare_vms and vm.state is VMState.LEASED:
             self._vm_free.notify()  # a lease slot is free: a spare may be leased now
         if to is not VMState.LEASED:
-            vm.worker_id = vm.worker_pid = vm.task_key = None
+            vm.worker_id = vm.holder = vm.task_key = None
         vm.state = to
         vm.since = now
         self._changed.notify_all()  # wait_ready
@@ -530,10 +533,10 @@ def start_pool(ctx, *args: Any, **kwargs: Any) -> tuple[PoolServer, Any]:
 
 
 @contextmanager
-def leased(pool: Any, worker_id: str, task_key: str, timeout: float, pid: int) -> Iterator[VMInfo]:
+def leased(pool: Any, worker_id: str, task_key: str, timeout: float, holder: str) -> Iterator[VMInfo]:
     """``with leased(pool, …) as vm:`` — normal exit (or a task error) resets the VM; a
     VM or guest failure marks it dead, so a broken VM never returns to IDLE."""
-    info = pool.lease(worker_id, task_key, timeout, pid)
+    info = pool.lease(worker_id, task_key, timeout, holder)
     try:
         yield info
     except VMError as exc:

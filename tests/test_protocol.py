@@ -1,0 +1,75 @@
+"""The worker protocol never hangs and never aborts on ordinary events (issue 16 item 4): one
+test per defect. A raising agent, SystemExit and pid reuse have their rows in test_crash.py
+and test_pool.py."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import filelock
+import pytest
+
+from conftest import assert_exactly_once, shell_task, write_tasks
+from parallel_rollout.config import build_config
+from parallel_rollout.results import StorageError
+from parallel_rollout.runner import Runner
+
+
+def run(tmp_path, tasks, **flags):
+    data = write_tasks(tmp_path / "tasks.jsonl", tasks)
+    base = dict(mode="shell", data=str(data), output_dir=str(tmp_path / "out"), run_id="proto",
+                num_vms=1, use_vm_pool=True, progress=False)
+    base.update(flags)
+    return Runner(build_config(base)).run()
+
+
+def test_an_agent_whose_constructor_raises_gives_records_at_once(tmp_path):
+    tasks = [shell_task(f"t{i}") for i in range(3)]
+    started = time.monotonic()
+    outcome = run(tmp_path, tasks, agent="chaos_plugins:BrokenConstructorAgent", num_rollouts=2,
+                  task_timeout=120.0)
+    assert time.monotonic() - started < 60  # not a hang until the task timeout
+    finals = assert_exactly_once(outcome.run_dir, {f"t{i}#0" for i in range(3)})
+    for record in finals.values():
+        assert record["status"] == "error" and not record["infrastructure"]
+        assert "chaos: the agent's constructor raised" in record["failure"]["message"]
+
+
+@pytest.mark.parametrize("timeouts", [
+    21,  # more than the old lifetime limit of 10·N + 10 = 20 deaths
+    pytest.param(50, marks=pytest.mark.slow),
+])
+def test_many_task_timeouts_with_one_worker_finish_the_run(tmp_path, monkeypatch, timeouts):
+    monkeypatch.setenv("PR_CHAOS_DIR", str(tmp_path))
+    tasks = [shell_task(f"h{i}", chaos="hang") for i in range(timeouts)] + [shell_task("ok")]
+    outcome = run(tmp_path, tasks, agent="chaos_plugins:ChaosAgent", num_rollouts=1,
+                  task_timeout=0.3, max_retries=0)
+    assert outcome.exit_code == 0, outcome.message
+    finals = assert_exactly_once(outcome.run_dir, {f"h{i}#0" for i in range(timeouts)} | {"ok#0"})
+    assert {r["status"] for k, r in finals.items() if k != "ok#0"} == {"task_timeout"}
+    assert finals["ok#0"]["status"] == "success"
+
+
+def test_waiting_for_a_vm_is_not_task_time(tmp_path):
+    """N = 8 workers, M = 1 VM, episodes of ~1 s, --task-timeout 3 s: the last attempt waits
+    ~7 s for the VM and is still graded on its own time."""
+    tasks = [shell_task(f"e{i}", reference=["sleep 1", f"touch ~/e{i}.done"]) for i in range(8)]
+    outcome = run(tmp_path, tasks, num_rollouts=8, task_timeout=3.0)
+    assert outcome.exit_code == 0, outcome.message
+    finals = assert_exactly_once(outcome.run_dir, {f"e{i}#0" for i in range(8)})
+    assert {r["status"] for r in finals.values()} == {"success"}
+    assert max(r["lease_wait_s"] for r in finals.values()) > 3.0  # the test means something
+
+
+def test_a_corrupt_middle_line_is_a_storage_error_naming_it_and_releases_everything(tmp_path):
+    first = run(tmp_path, [shell_task("a"), shell_task("b")], num_rollouts=1)
+    results = first.run_dir / "results.jsonl"
+    lines = results.read_text().splitlines()
+    results.write_text(lines[0] + "\n" + '{"key": "x", "attempt": 0, oops\n' + lines[1] + "\n")
+    with pytest.raises(StorageError, match=r"results\.jsonl:2: corrupted record"):
+        run(tmp_path, [shell_task("a"), shell_task("b")], num_rollouts=1, resume=True)
+    # the lock is free and no handler still writes to run.log
+    filelock.FileLock(str(first.run_dir / ".lock")).acquire(timeout=0)
+    handlers = logging.getLogger("parallel_rollout").handlers
+    assert not [h for h in handlers if getattr(h, "baseFilename", "").startswith(str(first.run_dir))]
