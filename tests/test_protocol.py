@@ -4,13 +4,16 @@ and test_pool.py."""
 
 from __future__ import annotations
 
+import json
 import logging
+import subprocess
+import sys
 import time
 
 import filelock
 import pytest
 
-from conftest import assert_exactly_once, shell_task, write_tasks
+from conftest import ROOT, assert_exactly_once, shell_task, write_tasks
 from parallel_rollout.config import build_config
 from parallel_rollout.results import StorageError
 from parallel_rollout.runner import Runner
@@ -73,3 +76,31 @@ def test_a_corrupt_middle_line_is_a_storage_error_naming_it_and_releases_everyth
     filelock.FileLock(str(first.run_dir / ".lock")).acquire(timeout=0)
     handlers = logging.getLogger("parallel_rollout").handlers
     assert not [h for h in handlers if getattr(h, "baseFilename", "").startswith(str(first.run_dir))]
+
+
+def test_two_runs_of_one_run_id_in_two_folders_keep_their_own_sandboxes(tmp_path):
+    slow = [shell_task(f"k{i}", reference=["sleep 0.3", f"touch ~/k{i}.done"]) for i in range(16)]
+    data = write_tasks(tmp_path / "slow.jsonl", slow)
+    first = subprocess.Popen(
+        [sys.executable, str(ROOT / "run_parallel_rollout.py"), "--mode", "shell", "--data", str(data),
+         "--num-rollouts", "2", "--num-vms", "2", "--use-vm-pool", "--output-dir", str(tmp_path / "a"),
+         "--run-id", "same", "--no-progress"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    results = tmp_path / "a" / "same" / "results.jsonl"
+    deadline = time.monotonic() + 60
+    while not (results.exists() and results.read_text().count("\n") >= 2):
+        assert first.poll() is None and time.monotonic() < deadline, first.communicate()
+        time.sleep(0.05)
+    # the second run starts (and sweeps leftovers of "same") while the first one runs
+    second = Runner(build_config(dict(mode="shell", data=str(data), output_dir=str(tmp_path / "b"),
+                                      run_id="same", num_rollouts=2, num_vms=2, use_vm_pool=True,
+                                      progress=False, limit=2))).run()
+    assert second.exit_code == 0, second.message
+    out, err = first.communicate(timeout=120)
+    assert first.returncode == 0, err
+    records = assert_exactly_once(tmp_path / "a" / "same", {f"k{i}#0" for i in range(16)})
+    assert {r["status"] for r in records.values()} == {"success"}
+    events = [json.loads(line) for line in (tmp_path / "a" / "same" / "events.jsonl").read_text().splitlines()]
+    assert not [e for e in events if (e.get("to") == "dead" and e["reason"] != "pool shutdown")
+                or e["event"] == "retry"], \
+        "the second run swept the first run's sandboxes"

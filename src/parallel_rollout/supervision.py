@@ -149,7 +149,9 @@ class Supervision(WorkerTable):
         """Start the pool (sweeping an earlier run's leftovers first) and N workers."""
         engine, cfg = self.engine, self.config
         if engine.provider_cls is not None:
-            engine.provider_cls.sweep(engine.run_id)  # leftovers of an earlier, killed run
+            # Leftovers of an earlier, killed run of this run id; a live run of the same id
+            # in another output folder keeps its VMs.
+            engine.provider_cls.sweep(engine.run_id, orphans_only=True)
             from .pool.manager import start_pool
 
             self._manager, self.pool = start_pool(
@@ -397,7 +399,7 @@ class Supervision(WorkerTable):
         provider_cls = self.engine.provider_cls
         if provider_cls is not None and self._manager is not None and (sweep or self.engine.final_pool_stats is None):
             # A manager that died (or was killed) could not stop its VMs itself.
-            provider_cls.sweep(self.engine.run_id)
+            provider_cls.sweep(self.engine.run_id, orphans_only=True)
 
 
 def synthetic_record(item: Assignment, exc: RolloutError, w: WorkerHandle, started_at: float) -> dict[str, Any]:

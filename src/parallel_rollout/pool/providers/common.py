@@ -177,10 +177,10 @@ def remove_run_dir_if_empty(run_dir: Path) -> None:
 
 
 def sweep_vm_folders(base: Path, run_id: str | None,
-                     kill: Callable[[dict, Path], None]) -> list[str]:
-    """Every VM folder of ``run_id``, or, without one, those whose owner is gone:
-    ``kill(meta, vm_dir)`` stops what the folder records, then the folder goes. Returns the
-    removed VM ids."""
+                     kill: Callable[[dict, Path], None], orphans_only: bool = False) -> list[str]:
+    """Every VM folder of ``run_id``, or, without one (or with ``orphans_only``), those whose
+    owner is gone: ``kill(meta, vm_dir)`` stops what the folder records, then the folder
+    goes. Returns the removed VM ids."""
     if run_id is not None:
         check_name("run id", run_id)
         run_dirs = [base / run_id]
@@ -192,7 +192,7 @@ def sweep_vm_folders(base: Path, run_id: str | None,
             continue
         for vm_dir in sorted(p for p in run_dir.iterdir() if p.is_dir()):
             meta = read_meta(vm_dir) or {}
-            if run_id is None and owner_alive(meta):
+            if (run_id is None or orphans_only) and owner_alive(meta):
                 continue  # a live run: not ours to sweep
             kill(meta, vm_dir)
             shutil.rmtree(vm_dir, ignore_errors=True)

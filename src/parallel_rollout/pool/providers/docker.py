@@ -334,7 +334,7 @@ class DockerProvider(SpareContainers, Provider):
 
     @classmethod
     def sweep(cls, run_id: str | None = None,
-              base_dir: str | os.PathLike | None = None) -> list[str]:
+              base_dir: str | os.PathLike | None = None, *, orphans_only: bool = False) -> list[str]:
         """Remove the containers and folders of ``run_id`` (any state), or, without a run id,
         those whose owning process is gone; return the removed VM ids."""
         base = Path(base_dir) if base_dir else base_dir_default()
@@ -347,8 +347,8 @@ class DockerProvider(SpareContainers, Provider):
         for _ in range(4):
             doomed = []
             for container in _containers(f"{LABEL}.run={run_id}" if run_id else f"{LABEL}.run"):
-                if run_id is None and (container["host"] != host
-                                       or _owner_alive(container["owner"])):
+                if (run_id is None or orphans_only) and (container["host"] != host
+                                                         or _owner_alive(container["owner"])):
                     continue  # a live run's, or another machine's: not ours to sweep
                 doomed.append(container)
                 removed.add(container["vm"])
@@ -363,7 +363,7 @@ class DockerProvider(SpareContainers, Provider):
                 continue
             for vm_dir in sorted(p for p in run_dir.iterdir() if p.is_dir()):
                 meta = _read_meta(vm_dir) or {}
-                if run_id is None and _owner_alive(meta.get("owner", "")):
+                if (run_id is None or orphans_only) and _owner_alive(meta.get("owner", "")):
                     continue
                 shutil.rmtree(vm_dir, ignore_errors=True)
                 removed.add(vm_dir.name)

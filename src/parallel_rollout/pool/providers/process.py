@@ -315,7 +315,7 @@ class ProcessProvider(Provider):
 
     @classmethod
     def sweep(cls, run_id: str | None = None,
-              base_dir: str | os.PathLike | None = None) -> list[str]:
+              base_dir: str | os.PathLike | None = None, *, orphans_only: bool = False) -> list[str]:
         """Kill and remove the sandboxes of ``run_id`` (any state), or, without a run id,
         those whose owning process is gone; return the removed VM ids."""
         def kill(meta: dict, vm_dir: Path) -> None:
@@ -323,7 +323,8 @@ class ProcessProvider(Provider):
             cgroups.kill_paths(meta.get("cgroups") or [])  # whatever escaped the pid records
             cgroups.remove_paths(meta.get("cgroups") or [])
 
-        removed = sweep_vm_folders(Path(base_dir) if base_dir else base_dir_default(), run_id, kill)
+        removed = sweep_vm_folders(Path(base_dir) if base_dir else base_dir_default(), run_id, kill,
+                                   orphans_only=orphans_only)
         return sorted({standby.vm_of_folder(name) for name in removed})
 
     # ------------------------------------------------------------------- internals

@@ -291,14 +291,15 @@ class QemuProvider(Provider):
 
     @classmethod
     def sweep(cls, run_id: str | None = None,
-              base_dir: str | os.PathLike | None = None) -> list[str]:
+              base_dir: str | os.PathLike | None = None, *, orphans_only: bool = False) -> list[str]:
         """Kill and remove the VMs of ``run_id`` (any state), or, without a run id, those
         whose owning process is gone; return the removed VM ids."""
         def kill(meta: dict, vm_dir: Path) -> None:
             if _is_our_qemu(meta.get("pid"), meta.get("create_time"), vm_dir):
                 _kill_qemu(meta)
 
-        return sweep_vm_folders(Path(base_dir) if base_dir else base_dir_default(), run_id, kill)
+        return sweep_vm_folders(Path(base_dir) if base_dir else base_dir_default(), run_id, kill,
+                                orphans_only=orphans_only)
 
     # ------------------------------------------------------------------- internals
 

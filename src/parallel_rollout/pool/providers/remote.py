@@ -158,7 +158,7 @@ class RemoteProvider(Provider):
         self.slots.release(info.address, info.vm_id)
 
     @classmethod
-    def sweep(cls, run_id: str | None = None) -> list[str]:
+    def sweep(cls, run_id: str | None = None, *, orphans_only: bool = False) -> list[str]:
         """Nothing to remove: this provider makes no containers, processes or files."""
         return []
 
