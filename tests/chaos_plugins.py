@@ -8,10 +8,13 @@ provider with one thing broken.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
 from pathlib import Path
+
+import psutil
 
 from parallel_rollout.agents.oracle import OracleAgent
 from parallel_rollout.errors import VMError
@@ -39,6 +42,8 @@ class ChaosAgent(OracleAgent):
         self.armed = bool(self.kind) and first_time(f"{task.id}.{self.kind}")
 
     def act(self, observation):
+        if self.kind == "exit_always":  # an infrastructure failure on every attempt
+            os._exit(3)
         if self.armed:
             self.armed = False
             if self.kind == "exit":
@@ -54,14 +59,30 @@ class ChaosAgent(OracleAgent):
             if self.kind == "unpicklable":
                 self._unpicklable = True
             if self.kind == "kill_sandbox":
-                # The shell's parent is the guest agent: the sandbox dies with it.
-                return {"command": "kill -9 $PPID; sleep 5"}
+                # The guest agent is out of the answer's reach (another user), so the VM is
+                # broken from the host: every process of the sandbox this task leased.
+                kill_leased_sandbox(self.config, f"{self._task.id}#0")
+                return {"command": "true"}
         return super().act(observation)
 
     def usage(self):
         if self._unpicklable:
             return {"callback": lambda: None}
         return {}
+
+
+def kill_leased_sandbox(config, key: str) -> None:
+    """SIGKILL the process sandbox leased to ``key`` (found in the run's events.jsonl)."""
+    events = Path(config.output_dir) / config.run_id / "events.jsonl"
+    leases = [json.loads(line) for line in events.read_text().splitlines()]
+    vm = [e["vm"] for e in leases if e.get("to") == "leased" and e.get("task") == key][-1]
+    pid = int((Path(os.environ["PARALLEL_ROLLOUT_PROCESS_DIR"]) / config.run_id / vm / "pid").read_text())
+    root = psutil.Process(pid)
+    for proc in [root, *root.children(recursive=True)]:
+        try:
+            proc.kill()
+        except psutil.NoSuchProcess:
+            pass
 
 
 class BrokenConstructorAgent(OracleAgent):

@@ -24,7 +24,7 @@ CRASHES = {
     "system_exit": ("process", "error", False, None),
     "hang": ("process", "task_timeout", False, "task_timeout"),
     "unpicklable": ("process", "error", False, None),
-    "kill_sandbox": ("process", "success", True, "retry"),
+    "kill_sandbox": ("process", "sandbox_violation", False, None),
     "reset_fails": ("chaos_plugins:FlakyResetProvider", "success", False, None),
 }
 
@@ -64,12 +64,14 @@ def test_crash_table(tmp_path, monkeypatch, fault):
         assert "chaos: the agent raised" in finals["t3#0"]["failure"]["message"]
     if fault == "system_exit":  # at once, not after --task-timeout
         assert finals["t3#0"]["failure"]["type"] == "SystemExit" and finals["t3#0"]["duration_s"] < 3
-    if fault == "kill_sandbox":
-        assert attempts_of_t3[0]["status"] in ("guest_unreachable", "vm_error")
+    if fault == "kill_sandbox":  # the task's failure: graded, its VM restarted for free
+        assert finals["t3#0"]["reward"] == 0.0 and not finals["t3#0"]["infrastructure"]
         assert any(e.get("to") == "dead" for e in events), "the broken VM was not marked dead"
+        assert outcome.summary["vm"]["restarts"] >= 1 and outcome.summary["vm"]["replacements"] == 0
     if fault == "reset_fails":
         assert any("reset failed" in (e.get("reason") or "") for e in events if e.get("to") == "dead")
-        assert outcome.summary["vm"]["replacements"] >= 1
+        # a reset may fail because of what the task left: a restart, not the budget's
+        assert outcome.summary["vm"]["restarts"] >= 1 and outcome.summary["vm"]["replacements"] == 0
     summary = json.loads((outcome.run_dir / "summary.json").read_text())
     assert summary["finished"] == 8 and summary["unfinished"] == 0
 
@@ -77,9 +79,30 @@ def test_crash_table(tmp_path, monkeypatch, fault):
 def test_retries_stop_at_max_retries(tmp_path, monkeypatch):
     """An infrastructure failure on every attempt ends as one final, ungraded record."""
     monkeypatch.setenv("PR_CHAOS_DIR", str(tmp_path))
-    tasks = [shell_task("a"), shell_task("doomed", setup=["kill -9 $PPID"])]
+    tasks = [shell_task("a"), shell_task("doomed", chaos="exit_always")]
     outcome = run(tmp_path, tasks, max_retries=1)
     finals = assert_exactly_once(outcome.run_dir, {"a#0", "doomed#0"})
     assert finals["a#0"]["status"] == "success"
     assert finals["doomed#0"]["infrastructure"] and finals["doomed#0"]["attempt"] == 1
     assert [r["attempt"] for r in read_results(outcome.run_dir) if r["key"] == "doomed#0"] == [0, 1]
+
+
+def test_tasks_that_break_their_vm_are_graded_and_the_run_goes_on(tmp_path, monkeypatch):
+    """M = 1 and no replacement budget at all: tasks that kill their sandbox (from the host,
+    as a guest agent killed by the answer would look) or answer ``kill -9 -1`` are graded 0,
+    the VM restarts from its snapshot each time, and every honest task still succeeds."""
+    monkeypatch.setenv("PR_CHAOS_DIR", str(tmp_path))
+    tasks = [shell_task(f"honest{i}") for i in range(4)]
+    tasks += [shell_task(f"breaks{i}", chaos="kill_sandbox") for i in range(3)]
+    tasks += [shell_task(f"killall{i}", reference=["kill -9 -1"], check="test -e ~/never") for i in range(3)]
+    outcome = run(tmp_path, tasks, num_rollouts=1, num_vms=1, max_vm_replacements=0)
+    assert outcome.exit_code == 0, outcome.message
+    finals = assert_exactly_once(outcome.run_dir, {f"{t['id']}#0" for t in tasks})
+    for key, record in finals.items():
+        if key.startswith("honest"):
+            assert record["status"] == "success", record
+        else:
+            assert record["reward"] == 0.0 and not record["infrastructure"], record
+            assert record["attempt"] == 0  # graded, not retried as infrastructure
+    assert {finals[f"breaks{i}#0"]["status"] for i in range(3)} == {"sandbox_violation"}
+    assert outcome.summary["vm"]["restarts"] >= 3 and outcome.summary["vm"]["replacements"] == 0

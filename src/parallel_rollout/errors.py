@@ -54,6 +54,15 @@ class VMError(RolloutError):
     infrastructure = True
 
 
+class SandboxViolation(VMError):
+    """The VM broke while it ran the task's own actions (a killed guest agent, a VM that
+    stopped answering): the task's failure, graded 0 and not retried; the VM restarts from
+    its snapshot without spending the replacement budget."""
+
+    kind = "sandbox_violation"
+    infrastructure = False
+
+
 class GuestUnreachable(VMError):
     """The guest agent inside a VM did not answer."""
 

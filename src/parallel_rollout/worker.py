@@ -37,7 +37,7 @@ from typing import Any, Iterator
 from .agents import Agent, get_agent
 from .config import RunConfig
 from .envs import Env, get_env
-from .errors import AttemptCancelled, RolloutError, VMError
+from .errors import AttemptCancelled, RolloutError, SandboxViolation, VMError
 from .messages import Assignment, Cancel, Finished, LeaseWait, Started, Stop
 from .results import StorageError
 from .tasks import safe_name
@@ -177,7 +177,15 @@ class RolloutWorker:
         for turn in range(1, max_turns + 1):
             self._check_cancelled(item)
             action = agent.act(observation)
-            step = env.step(action)
+            try:
+                step = env.step(action)
+            except SandboxViolation:
+                raise
+            except VMError as exc:
+                # The VM broke while it ran the task's own action: the task's doing (a hostile
+                # answer kills its guest agent), not the pool's; indistinguishable from a VM
+                # that died of itself at that moment, and graded the same.
+                raise SandboxViolation(f"the VM broke during the task's action: {exc.kind}: {exc}") from exc
             record["turns"] = turn
             trajectory.write({"turn": turn, "action": action, "observation": step.observation,
                               "done": step.done, "info": step.info, **agent.turn_record()})

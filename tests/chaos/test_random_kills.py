@@ -121,15 +121,22 @@ def test_random_kills_lose_nothing_and_double_nothing(tmp_path):
     finals = assert_exactly_once(outcome.run_dir, {f"{t['id']}#0" for t in tasks})
     succeeded = {key for key, record in finals.items() if record["success"]}
     expected = {f"{t['id']}#0" for t in tasks if t["id"].startswith("p")}
-    assert succeeded == expected, (f"lost successes: {sorted(expected - succeeded)[:10]}, "
-                                   f"unexpected: {sorted(succeeded - expected)[:10]}")
-    # And literally: an undisturbed run of the same tasks has the same successes.
+    # A sandbox killed while it ran a task's action is graded as that task's failure
+    # (sandbox_violation: a hostile answer that kills its guest agent looks the same); every
+    # other kill is infrastructure and must cost nothing.
+    violated = {key for key, record in finals.items() if record["status"] == "sandbox_violation"}
+    sandbox_kills = sum(1 for _, kind, _ in killer.kills if kind != "worker")
+    assert len(violated) <= sandbox_kills, (violated, sandbox_kills)
+    assert succeeded == expected - violated, (f"lost successes: {sorted(expected - violated - succeeded)[:10]}, "
+                                              f"unexpected: {sorted(succeeded - expected)[:10]}")
+    # And literally: an undisturbed run of the same tasks has the expected successes.
     calm = Runner(build_config(dict(
         mode="shell", data=str(data), num_rollouts=8, num_vms=3, use_vm_pool=True,
         output_dir=str(tmp_path / "out"), run_id="calm", progress=False))).run()
     calm_finals = assert_exactly_once(calm.run_dir, {f"{t['id']}#0" for t in tasks})
-    assert {k for k, r in calm_finals.items() if r["success"]} == succeeded
-    wrong = {k: r["status"] for k, r in finals.items() if k not in expected and r["status"] != "failure"}
+    assert {k for k, r in calm_finals.items() if r["success"]} == expected
+    wrong = {k: r["status"] for k, r in finals.items()
+             if k not in expected and r["status"] not in ("failure", "sandbox_violation")}
     assert not wrong, f"failing tasks must end as graded failures, not {wrong}"
 
     events = assert_events_explain_retries(outcome.run_dir)

@@ -7,7 +7,9 @@ method takes ``self._lock`` and every state change happens under it::
     BOOTING ──► IDLE ──lease──► LEASED ──release──► RESETTING ──► IDLE
        │                          │   └──reclaim (worker died)──┘    │
        └────────────► DEAD ◄──mark_dead / failed reset / boot timeout┘
-                       └── a replacement boots while the budget lasts
+                       └── a VM that broke under a task (or failed its reset) restarts
+                           from its snapshot for free; one that failed to boot is replaced
+                           while the budget lasts
 
 * ``lease`` blocks until an IDLE VM exists. It raises ``PoolExhausted`` at once when every
   VM is DEAD and no replacement can come (never waits forever), ``LeaseTimeout`` after its
@@ -126,7 +128,7 @@ class VMPoolManager:
         self._started_at = time.time()
         self._counters = {
             "leases": 0, "resets": 0, "reset_failures": 0, "boots": 0, "boot_failures": 0,
-            "replacements": 0, "reclaimed": 0, "marked_dead": 0, "quarantined": 0,
+            "replacements": 0, "restarts": 0, "reclaimed": 0, "marked_dead": 0, "quarantined": 0,
         }
         self._reset_times: list[float] = []
         self._boot_times: list[float] = []
@@ -198,12 +200,14 @@ class VMPoolManager:
                 self._event(vm_id, None, None, "stale release ignored", None, None)
                 return
             if not healthy:
-                self._kill(vm, reason)
+                self._mark_dead_and_replace(vm, reason)
                 return
             self._begin_reset(vm, reason)
 
-    def mark_dead(self, vm_id: str, reason: str, lease: int | None = None) -> None:
-        """Stop a broken VM and boot a replacement while the budget lasts."""
+    def mark_dead(self, vm_id: str, reason: str, lease: int | None = None, by_task: bool = False) -> None:
+        """Stop a broken VM and boot a replacement while the budget lasts; ``by_task``: it
+        broke while a task held it, so it restarts from its snapshot without spending the
+        budget (a task's failure is not the pool's)."""
         with self._lock:
             vm = self._vms.get(vm_id)
             if vm is None or vm.state is VMState.DEAD:
@@ -211,7 +215,7 @@ class VMPoolManager:
             if lease is not None and not self._holds(vm, lease):
                 self._event(vm_id, None, None, f"stale mark_dead ignored: {reason}", None, None)
                 return
-            self._kill(vm, reason)
+            self._mark_dead_and_replace(vm, reason, charge=not by_task)
 
     def reclaim(self, holder: str) -> list[str]:
         """Reset every VM leased by a dead worker; that holder can never lease again."""
@@ -390,7 +394,7 @@ class VMPoolManager:
             with self._lock:
                 if vm.state is VMState.BOOTING:
                     self._counters["boot_failures"] += 1
-                    self._kill(vm, f"boot failed: {type(exc).__name__}: {exc}")
+                    self._mark_dead_and_replace(vm, f"boot failed: {type(exc).__name__}: {exc}")
             return
         with self._lock:
             if vm.state is VMState.BOOTING and self._running:
@@ -412,7 +416,7 @@ class VMPoolManager:
                 for vm in list(self._vms.values()):
                     if vm.state is VMState.BOOTING and now > vm.boot_deadline:
                         self._counters["boot_failures"] += 1
-                        self._kill(vm, f"boot timed out after {self.options.boot_timeout_s:.0f}s")
+                        self._mark_dead_and_replace(vm, f"boot timed out after {self.options.boot_timeout_s:.0f}s")
 
     def _begin_reset(self, vm: _VM, reason: str) -> None:
         task = vm.task_key  # what a failed verification blames
@@ -429,7 +433,11 @@ class VMPoolManager:
             with self._lock:
                 if vm.state is VMState.RESETTING:
                     self._counters["reset_failures"] += 1
-                    self._kill(vm, f"reset failed: {type(exc).__name__}: {exc}")
+                    # Every reset follows a task, whose leftovers (an undeletable folder) may
+                    # be what failed it: a restart from the snapshot, not the budget's. A
+                    # provider that cannot boot still spends it, at the boot.
+                    self._mark_dead_and_replace(vm, f"reset failed: {type(exc).__name__}: {exc}",
+                                                charge=False)
             return
         with self._lock:
             self._counters["resets"] += 1
@@ -437,16 +445,18 @@ class VMPoolManager:
             vm.info = new_info
             if differences and vm.state is VMState.RESETTING:
                 self._counters["quarantined"] += 1
-                self._kill(vm, verify.summarize(differences), differences=differences,
-                           after_task=task)
+                # what the task left: a restart from the snapshot, not the budget's
+                self._mark_dead_and_replace(vm, verify.summarize(differences), charge=False,
+                                            differences=differences, after_task=task)
                 return
             if vm.state is VMState.RESETTING and self._running:
                 self._move(vm, VMState.IDLE, "reset done")
                 return
         self._stop_quietly(new_info)
 
-    def _kill(self, vm: _VM, reason: str, **extra: Any) -> None:
-        """Move ``vm`` to DEAD, stop it in the background, boot a replacement if allowed;
+    def _mark_dead_and_replace(self, vm: _VM, reason: str, charge: bool = True, **extra: Any) -> None:
+        """Move ``vm`` to DEAD, stop it in the background, boot a replacement: from the
+        budget (``charge``) while it lasts, else as a free restart from the snapshot;
         ``extra`` goes into its event (a quarantine's differences)."""
         self._counters["marked_dead"] += 1
         self._last_death = f"{vm.vm_id}: {reason}"
@@ -454,7 +464,11 @@ class VMPoolManager:
         self._move(vm, VMState.DEAD, reason, **extra)
         if info is not None:
             self._spawn(self._stop_quietly, info)
-        if self._running and self.replacements_left > 0:
+        if self._running and not charge:
+            self._counters["restarts"] += 1
+            self._boot_new(f"restarts {vm.vm_id} from its snapshot", owner=vm.owner)
+            vm.owner = None
+        elif self._running and self.replacements_left > 0:
             self.replacements_left -= 1
             self._counters["replacements"] += 1
             # The replacement inherits the dead VM's owner, so a private worker keeps a VM.
@@ -540,7 +554,8 @@ def leased(pool: Any, worker_id: str, task_key: str, timeout: float, holder: str
     try:
         yield info
     except VMError as exc:
-        pool.mark_dead(info.vm_id, f"{exc.kind} during {task_key}: {exc}", info.lease)
+        # It broke while the task held it: restarted from its snapshot, the budget untouched.
+        pool.mark_dead(info.vm_id, f"{exc.kind} during {task_key}: {exc}", info.lease, True)
         raise
     except BaseException:
         pool.release(info.vm_id, True, "release after task error", info.lease)
