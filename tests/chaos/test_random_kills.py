@@ -127,7 +127,8 @@ def test_random_kills_lose_nothing_and_double_nothing(tmp_path):
     violated = {key for key, record in finals.items() if record["status"] == "sandbox_violation"}
     sandbox_kills = sum(1 for _, kind, _ in killer.kills if kind != "worker")
     assert len(violated) <= sandbox_kills, (violated, sandbox_kills)
-    assert succeeded == expected - violated, (f"lost successes: {sorted(expected - violated - succeeded)[:10]}, "
+    lost = {key: (finals[key]["status"], finals[key]["failure"]) for key in sorted(expected - violated - succeeded)}
+    assert succeeded == expected - violated, (f"lost successes: {dict(list(lost.items())[:10])}, "
                                               f"unexpected: {sorted(succeeded - expected)[:10]}")
     # And literally: an undisturbed run of the same tasks has the expected successes.
     calm = Runner(build_config(dict(
