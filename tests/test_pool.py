@@ -16,7 +16,9 @@ import pytest
 
 from parallel_rollout.errors import LeaseTimeout, PoolExhausted, VMError, WorkerDied
 from parallel_rollout.guest.client import GuestClient
-from parallel_rollout.pool.manager import VMPoolManager, VMState, leased, start_pool
+from parallel_rollout.pool.leasing import lease_vm
+from parallel_rollout.pool.manager import VMPoolManager, VMState
+from parallel_rollout.pool.server import start_pool
 from parallel_rollout.pool.providers import ProviderOptions
 
 
@@ -200,15 +202,15 @@ def test_private_mode_binds_one_vm_per_worker(tmp_path):
 
 def test_lease_context_manager(tmp_path):
     with make_pool(tmp_path, size=1, budget=1) as pool:
-        with leased(pool, "w0", "a#0", 30, 1) as info:
+        with lease_vm(pool, "w0", "a#0", 30, 1) as info:
             assert pool.stats()["states"]["leased"] == 1
         wait_for(lambda: pool.stats()["states"]["idle"] == 1)
         with pytest.raises(ValueError):
-            with leased(pool, "w0", "b#0", 30, 1):
+            with lease_vm(pool, "w0", "b#0", 30, 1):
                 raise ValueError("task error: the VM is fine")
         assert pool.stats()["marked_dead"] == 0
         with pytest.raises(VMError):
-            with leased(pool, "w0", "c#0", 30, 1) as info:
+            with lease_vm(pool, "w0", "c#0", 30, 1) as info:
                 raise VMError("the VM broke")
         assert pool.stats()["marked_dead"] == 1
     dead = [e for e in events(tmp_path) if e["to"] == "dead" and e["vm"] == info.vm_id]

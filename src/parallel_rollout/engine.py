@@ -49,7 +49,7 @@ thread, or on the thread that calls ``close``, and must not block for long)::
   everything else is a graded, final outcome. The engine accepts at most one record per
   attempt, so nothing is counted twice; every attempt's record goes to ``record_sink``
   (with ``final`` and ``run_id`` set) before the final one goes to ``on_final``.
-* **Pool** (``pool.manager``) lives in its own Manager process; if it dies the engine stops
+* **Pool** (``pool.manager``) lives in its own Manager process (``pool.server``); if it dies the engine stops
   with ``error`` set and every finished record already delivered.
 """
 

@@ -152,7 +152,7 @@ class Supervision(WorkerTable):
             # Leftovers of an earlier, killed run of this run id; a live run of the same id
             # in another output folder keeps its VMs.
             engine.provider_cls.sweep(engine.run_id, orphans_only=True)
-            from .pool.manager import start_pool
+            from .pool.server import start_pool
 
             self._manager, self.pool = start_pool(
                 engine._ctx, cfg.provider_name, engine.run_id, cfg.pool_size,

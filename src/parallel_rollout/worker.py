@@ -30,15 +30,15 @@ import threading
 import time
 import traceback
 from multiprocessing.connection import Connection
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from .agents import Agent, get_agent
 from .config import RunConfig
 from .envs import Env, get_env
 from .errors import AttemptCancelled, RolloutError, SandboxViolation, VMError
 from .messages import Assignment, Cancel, Finished, LeaseWait, Started, Stop
+from .pool.leasing import AttemptLeaser
 from .results import StorageError
 from .tasks import safe_name
 
@@ -140,7 +140,7 @@ class RolloutWorker:
             env, agent = parts.env(task.mode), parts.agent()
             # The hook for envs that write files of their own (osworld: traj.jsonl, step_N.png).
             env.trajectory_dir = trajectory.extra_dir
-            leaser = _Leaser(self.pool, self._owner(slot), item, self.config.lease_timeout_s, self.holder,
+            leaser = AttemptLeaser(self.pool, self._owner(slot), item, self.config.lease_timeout_s, self.holder,
                              record, self._send)
             if env.vm_scope == "episode":
                 with leaser.lease() as vm:
@@ -222,40 +222,6 @@ class _LoopParts:
         if self._agent is None:
             self._agent = get_agent(self.config.agent)(self.config)
         return self._agent
-
-
-class _Leaser:
-    """Leases VMs for one attempt and notes them in its record (VM ids, total lease wait);
-    tells the engine when a wait for a VM begins and ends."""
-
-    def __init__(self, pool: Any, owner: str, item: Assignment, timeout_s: float, holder: str,
-                 record: dict[str, Any], send: Any) -> None:
-        self.pool, self.owner, self.item = pool, owner, item
-        self.timeout_s, self.holder, self.record, self.send = timeout_s, holder, record, send
-
-    @contextmanager
-    def lease(self) -> Iterator[Any]:
-        """``with leaser.lease() as client:`` a GuestClient on a leased VM, reset afterwards."""
-        from .guest.client import GuestClient
-        from .pool.manager import leased
-
-        started = time.monotonic()
-        key, attempt = self.item.key, self.item.attempt
-        self.send(LeaseWait(key, attempt, True))
-        waiting = True
-        try:
-            with leased(self.pool, self.owner, key, self.timeout_s, self.holder) as info:
-                self.send(LeaseWait(key, attempt, False))
-                waiting = False
-                waited = time.monotonic() - started
-                self.record["lease_wait_s"] = round((self.record["lease_wait_s"] or 0.0) + waited, 4)
-                self.record["vm"] = info.vm_id  # the last one; "vms" lists every VM used
-                if info.vm_id not in self.record.setdefault("vms", []):
-                    self.record["vms"].append(info.vm_id)
-                yield GuestClient(info.address)
-        finally:
-            if waiting:  # the lease itself failed
-                self.send(LeaseWait(key, attempt, False))
 
 
 class _Trajectory:

@@ -1,7 +1,7 @@
 """VMPoolManager: M VMs leased to many workers, reset off the workers' path.
 
-The pool object lives in a ``multiprocessing`` Manager server process (``start_pool``);
-workers hold proxies. The Manager serves each proxy connection in its own thread, so every
+The pool object lives in a ``multiprocessing`` Manager server process (``pool.server``);
+workers hold proxies and hold VMs through ``pool.leasing``. The Manager serves each proxy connection in its own thread, so every
 method takes ``self._lock`` and every state change happens under it::
 
     BOOTING ──► IDLE ──lease──► LEASED ──release──► RESETTING ──► IDLE
@@ -34,16 +34,12 @@ import dataclasses
 import enum
 import json
 import logging
-import os
-import signal
 import threading
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass
-from multiprocessing.managers import BaseManager
-from typing import Any, Iterator
+from typing import Any
 
-from ..errors import LeaseTimeout, PoolExhausted, RolloutError, VMError, WorkerDied
+from ..errors import LeaseTimeout, PoolExhausted, RolloutError, WorkerDied
 from ..results import percentiles
 from . import spares
 from .providers import ProviderOptions, VMInfo, get_provider, verify
@@ -494,71 +490,3 @@ class VMPoolManager:
             self._provider.stop(info)
         except Exception:  # noqa: BLE001 - stopping is best effort; sweep cleans the rest
             log.exception("stopping %s failed", info.vm_id)
-
-
-# -- the Manager server process ---------------------------------------------------------------
-
-_POOL_METHODS = ("lease", "release", "mark_dead", "reclaim", "stats", "wait_ready", "shutdown", "__repr__")
-_live_pools: list[VMPoolManager] = []
-
-
-def _make_pool(*args: Any, **kwargs: Any) -> VMPoolManager:
-    pool = VMPoolManager(*args, **kwargs)
-    _live_pools.append(pool)
-    return pool
-
-
-class PoolServer(BaseManager):
-    """The Manager whose server process owns the pool (and so every VM process)."""
-
-
-PoolServer.register("VMPoolManager", _make_pool, exposed=_POOL_METHODS)
-
-
-def _serve_init(parent_pid: int) -> None:
-    """Runs first in the Manager process: ignore Ctrl-C, follow the runner's death."""
-    # Ctrl-C reaches the whole process group; the runner decides the shutdown order.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-    def follow_parent() -> None:
-        while os.getppid() == parent_pid:
-            time.sleep(0.2)
-        # The runner is gone (even SIGKILLed): stop every VM so nothing leaks, then go.
-        for pool in list(_live_pools):
-            try:
-                pool.shutdown()
-            except Exception:  # noqa: BLE001
-                pass
-        os._exit(3)
-
-    threading.Thread(target=follow_parent, name="follow-runner", daemon=True).start()
-
-
-def start_pool(ctx, *args: Any, **kwargs: Any) -> tuple[PoolServer, Any]:
-    """Start the Manager process and the pool inside it; return (manager, pool proxy)."""
-    server = PoolServer(ctx=ctx)
-    server.start(initializer=_serve_init, initargs=(os.getpid(),))
-    try:
-        pool = server.VMPoolManager(*args, **kwargs)
-    except BaseException:
-        server.shutdown()
-        raise
-    return server, pool
-
-
-@contextmanager
-def leased(pool: Any, worker_id: str, task_key: str, timeout: float, holder: str) -> Iterator[VMInfo]:
-    """``with leased(pool, …) as vm:`` — normal exit (or a task error) resets the VM; a
-    VM or guest failure marks it dead, so a broken VM never returns to IDLE."""
-    info = pool.lease(worker_id, task_key, timeout, holder)
-    try:
-        yield info
-    except VMError as exc:
-        # It broke while the task held it: restarted from its snapshot, the budget untouched.
-        pool.mark_dead(info.vm_id, f"{exc.kind} during {task_key}: {exc}", info.lease, True)
-        raise
-    except BaseException:
-        pool.release(info.vm_id, True, "release after task error", info.lease)
-        raise
-    else:
-        pool.release(info.vm_id, True, "release", info.lease)

@@ -1,0 +1,65 @@
+"""The pool's own process: a ``multiprocessing`` Manager whose server owns the VMPoolManager.
+
+Workers (and the engine) hold proxies to the pool; the Manager serves each proxy connection
+in its own thread, which is why every pool method takes the pool's lock. The server ignores
+Ctrl-C (the runner decides the shutdown order) and follows the runner: when the runner dies,
+even by SIGKILL, the server stops every VM of its pools and exits, so nothing leaks.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from multiprocessing.managers import BaseManager
+from typing import Any
+
+from .manager import VMPoolManager
+
+_POOL_METHODS = ("lease", "release", "mark_dead", "reclaim", "stats", "wait_ready", "shutdown", "__repr__")
+_live_pools: list[VMPoolManager] = []
+
+
+def _make_pool(*args: Any, **kwargs: Any) -> VMPoolManager:
+    pool = VMPoolManager(*args, **kwargs)
+    _live_pools.append(pool)
+    return pool
+
+
+class PoolServer(BaseManager):
+    """The Manager whose server process owns the pool (and so every VM process)."""
+
+
+PoolServer.register("VMPoolManager", _make_pool, exposed=_POOL_METHODS)
+
+
+def _serve_init(parent_pid: int) -> None:
+    """Runs first in the Manager process: ignore Ctrl-C, follow the runner's death."""
+    # Ctrl-C reaches the whole process group; the runner decides the shutdown order.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    def follow_parent() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(0.2)
+        # The runner is gone (even SIGKILLed): stop every VM so nothing leaks, then go.
+        for pool in list(_live_pools):
+            try:
+                pool.shutdown()
+            except Exception:  # noqa: BLE001
+                pass
+        os._exit(3)
+
+    threading.Thread(target=follow_parent, name="follow-runner", daemon=True).start()
+
+
+def start_pool(ctx, *args: Any, **kwargs: Any) -> tuple[PoolServer, Any]:
+    """Start the Manager process and the pool inside it; return (manager, pool proxy)."""
+    server = PoolServer(ctx=ctx)
+    server.start(initializer=_serve_init, initargs=(os.getpid(),))
+    try:
+        pool = server.VMPoolManager(*args, **kwargs)
+    except BaseException:
+        server.shutdown()
+        raise
+    return server, pool
