@@ -49,7 +49,7 @@ def wait_for(predicate, timeout=15.0):
 
 def test_lease_release_reset_cycle_is_logged(tmp_path):
     with make_pool(tmp_path, size=2) as pool:
-        assert pool.wait_ready(2, timeout=30) == 2
+        wait_for(lambda: pool.stats()["states"]["idle"] == 2, timeout=30)
         info = pool.lease("w0", "task#0", timeout=10, holder="h111")
         assert pool.stats()["states"]["leased"] == 1
         pool.release(info.vm_id)
@@ -223,7 +223,7 @@ def test_pool_through_the_manager_process(tmp_path):
     manager, pool = start_pool(multiprocessing.get_context("spawn"), "process", "mgr-test", 2,
                                events_path=str(tmp_path / "events.jsonl"))
     try:
-        assert pool.wait_ready(2, 30) == 2
+        wait_for(lambda: pool.stats()["states"]["idle"] == 2, timeout=30)
         info = pool.lease("w0", "a#0", 30, 1)
         assert GuestClient(info.address).execute(["echo", "hi"])["output"].strip() == "hi"
         pool.release(info.vm_id)

@@ -111,7 +111,6 @@ class VMPoolManager:
         #: VMs booted beyond ``size``; at most ``size`` are leased at once (spares.py)
         self.spare_vms = spares.resolve(self.options.spare_vms, type(self._provider))
         self._lock = threading.Lock()
-        self._changed = threading.Condition(self._lock)
         #: what blocked leases wait on; woken only by what can let one through (a VM
         #: becoming IDLE or DEAD, a reclaim, the shutdown), never by leases and resets
         #: starting: with 64 waiters, waking all on every transition cost ~4 ms of
@@ -250,20 +249,6 @@ class VMPoolManager:
                 "last_death": self._last_death,
             }
 
-    def wait_ready(self, count: int, timeout: float) -> int:
-        """Block until ``count`` VMs are usable (or none can come); return how many are."""
-        deadline = time.monotonic() + timeout
-        with self._changed:
-            while True:
-                usable = sum(1 for vm in self._vms.values()
-                             if vm.state in (VMState.IDLE, VMState.LEASED, VMState.RESETTING))
-                booting = sum(1 for vm in self._vms.values() if vm.state is VMState.BOOTING)
-                if usable >= count or booting == 0 or time.monotonic() >= deadline:
-                    if usable == 0 and booting == 0:
-                        raise PoolExhausted(self._exhausted_message())
-                    return usable
-                self._changed.wait(min(deadline - time.monotonic(), _WAIT_SLICE_S))
-
     def shutdown(self) -> None:
         """Stop every VM (in parallel) and the pool's threads; idempotent."""
         with self._lock:
@@ -277,7 +262,6 @@ class VMPoolManager:
             for vm in self._vms.values():
                 if vm.state is not VMState.DEAD:
                     self._move(vm, VMState.DEAD, "pool shutdown")
-            self._changed.notify_all()
             self._vm_free.notify_all()
         # Resets and boots already running finish on their own and then see the pool
         # closed; they stop what they made (see _finish_boot / _finish_reset).
@@ -355,7 +339,6 @@ class VMPoolManager:
             vm.worker_id = vm.holder = vm.task_key = None
         vm.state = to
         vm.since = now
-        self._changed.notify_all()  # wait_ready
         if to is VMState.IDLE and not self.private:
             self._vm_free.notify()  # any waiter can take it: wake one, not all
         elif to in (VMState.IDLE, VMState.DEAD):
