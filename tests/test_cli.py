@@ -65,7 +65,7 @@ def test_pooled_run_summary(pooled_run):
     assert 0 < rollout["p50"] <= rollout["p90"] <= rollout["p99"] <= rollout["max"]
     assert summary["timing_s"]["lease_wait"] is not None and summary["timing_s"]["wall"] > 0
     vm = summary["vm"]
-    assert (vm["provider"], vm["size"], vm["private"]) == ("process", 2, False)
+    assert (vm["provider"], vm["size"], vm["per_worker"]) == ("process", 2, False)
     assert (vm["leases"], vm["marked_dead"], vm["replacements"]) == (25, 0, 0)
     # Stats are taken after the pool's shutdown, which waits for the last reset.
     assert vm["resets"] == 25
@@ -127,7 +127,7 @@ def test_sweep_after_a_clean_run_removes_nothing(pooled_run):
     assert result.output.strip() == "removed 0 process VM(s)"
 
 
-def test_private_vms_one_per_worker(tmp_path):
+def test_per_worker_vms_one_per_worker(tmp_path):
     """Without --use-vm-pool each of the N=3 workers owns one VM and only that one."""
     run_cli(tmp_path, "private", "--num-rollouts", "3")
     run_dir = tmp_path / "private"
@@ -141,4 +141,4 @@ def test_private_vms_one_per_worker(tmp_path):
     assert all(len(workers) == 1 for workers in workers_of_vm.values()), dict(workers_of_vm)
     assert len(set().union(*workers_of_vm.values())) == len(workers_of_vm)  # no worker holds two
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert (summary["successes"], summary["vm"]["size"], summary["vm"]["private"]) == (25, 3, True)
+    assert (summary["successes"], summary["vm"]["size"], summary["vm"]["per_worker"]) == (25, 3, True)

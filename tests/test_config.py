@@ -131,7 +131,7 @@ NOT_HONOURED = [
     (["--sleep-after-execution", "1"], "--sleep-after-execution is not used by this run", "osworld"),
     (["--record"], "--record is not used by this run", "osworld"),
     (["--model", "x"], "--model is not used by this run", "model-backed agents"),
-    (["--num-vms", "2"], "--num-vms sizes the shared pool and needs --use-vm-pool", "private VM"),
+    (["--num-vms", "2"], "--num-vms sizes the shared pool and needs --use-vm-pool", "VM of its own"),
     (["--envs-per-worker", "2"], "--envs-per-worker > 1", "add --use-vm-pool"),
     (["--path-to-vm", "/images/ubuntu.vmx"], "process provider has no VM image", "path_to_vm cannot be honoured"),
 ]
@@ -179,7 +179,7 @@ DEFAULTS = {"--num-rollouts": "5", "--num-vms": "3", "--max-turns": "100", "--ma
 def test_defaults():
     cfg = RunConfig()
     assert (cfg.num_rollouts, cfg.num_vms, cfg.max_turns, cfg.max_retries, cfg.output_dir) == (5, 3, 100, 3, "results")
-    assert cfg.concurrency == 5 and cfg.pool_size == 5  # no pool: one private VM per worker
+    assert cfg.concurrency == 5 and cfg.pool_size == 5  # no pool: one VM of its own per worker
 
 
 def check_help(text: str) -> None:

@@ -23,11 +23,11 @@ from parallel_rollout.pool.providers import ProviderOptions
 
 
 @contextmanager
-def make_pool(tmp_path, size=1, provider="process", budget=None, private=False, boot_timeout_s=30.0):
+def make_pool(tmp_path, size=1, provider="process", budget=None, per_worker=False, boot_timeout_s=30.0):
     pool = VMPoolManager(provider, f"t{time.monotonic_ns() % 10**9}", size,
                          options=ProviderOptions(boot_timeout_s=boot_timeout_s),
                          events_path=str(tmp_path / "events.jsonl"),
-                         replacement_budget=budget, private=private)
+                         replacement_budget=budget, per_worker=per_worker)
     try:
         yield pool
     finally:
@@ -188,8 +188,8 @@ def test_reclaim_resets_a_dead_workers_vm_and_bars_that_spawn_not_its_pid(tmp_pa
         assert pool.stats()["reclaimed"] == 1
 
 
-def test_private_mode_binds_one_vm_per_worker(tmp_path):
-    with make_pool(tmp_path, size=2, private=True) as pool:
+def test_per_worker_mode_binds_one_vm_per_worker(tmp_path):
+    with make_pool(tmp_path, size=2, per_worker=True) as pool:
         seen = {}
         for round_ in range(3):
             for worker in ("w0", "w1"):

@@ -63,7 +63,7 @@ def main() -> None:
 @click.option("--num-vms", type=int, default=_D.num_vms, show_default=True,
               help="M: VMs in the shared pool (needs --use-vm-pool).")
 @click.option("--use-vm-pool", is_flag=True,
-              help="Share M pooled VMs among the N workers; without it each worker owns one private VM.")
+              help="Share M pooled VMs among the N workers; without it each worker owns one VM of its own.")
 @click.option("--output-dir", default=_D.output_dir, show_default=True,
               help="Folder that holds one sub-folder per run (results/<run-id>/).")
 @click.option("--max-turns", type=int, default=_D.max_turns, show_default=True,

@@ -119,7 +119,7 @@ class RunConfig:
 
     @property
     def pool_size(self) -> int:
-        """VMs in the pool: M when shared, else one private VM per worker."""
+        """VMs in the pool: M when shared, else one VM of its own per worker."""
         return self.num_vms if self.use_vm_pool else self.num_rollouts
 
     @property
@@ -289,7 +289,7 @@ def validate_ranges(cfg: RunConfig) -> None:
         if "num_vms" in cfg.explicit:
             raise ConfigError(
                 "--num-vms sizes the shared pool and needs --use-vm-pool; without it each "
-                "worker owns one private VM (--num-rollouts VMs)"
+                "worker owns one VM of its own (--num-rollouts VMs)"
             )
     wanted = cfg.pool_size + (cfg.spare_vms or 0)
     if cfg.provider_name == "remote" and cfg.vm_address and wanted > len(cfg.vm_address):

@@ -115,7 +115,7 @@ class Runner:
         if self.provider_cls is not None and not cfg.use_vm_pool and cfg.envs_per_worker > 1:
             raise ConfigError(
                 "--envs-per-worker > 1 runs several env loops per worker that share VMs; "
-                "add --use-vm-pool (without it each worker owns exactly one private VM)"
+                "add --use-vm-pool (without it each worker owns exactly one VM of its own)"
             )
         if cfg.data is None:
             raise ConfigError("--data is required: a .json or .jsonl task file, or humaneval")

@@ -159,7 +159,7 @@ class Supervision(WorkerTable):
                 options=engine.provider_options,
                 events_path=str(engine.run_dir / "events.jsonl"),
                 replacement_budget=cfg.replacement_budget,
-                private=not cfg.use_vm_pool,
+                per_worker=not cfg.use_vm_pool,
             )
         for index in range(cfg.num_rollouts):
             self._spawn(index)

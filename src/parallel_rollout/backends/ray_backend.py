@@ -165,7 +165,7 @@ class RaySupervision(WorkerTable):
                 options=engine.provider_options,
                 events_path=str(engine.run_dir / "events.jsonl"),
                 replacement_budget=cfg.replacement_budget,
-                private=not cfg.use_vm_pool, vm_prefix=f"n{len(self._nodes) - 1}-vm-")
+                per_worker=not cfg.use_vm_pool, vm_prefix=f"n{len(self._nodes) - 1}-vm-")
             node.watch_ref = node.pool.watch.remote()
         for _ in range(cfg.num_rollouts):
             self._spawn(node_id)

@@ -20,7 +20,7 @@ method takes ``self._lock`` and every state change happens under it::
   that holder can never lease again (a lease granted to a dead connection would leak the
   VM). A holder is a token made for each spawn of a worker, never its pid: a respawned worker
   that gets a recycled pid must still be able to lease.
-* In private mode (no ``--use-vm-pool``) each owner (worker) is bound to one VM for the
+* Per worker (no ``--use-vm-pool``) each owner (worker) is bound to one VM for the
   run; its release still resets, and its next lease waits for that reset, as in the
   one-env-per-worker runners.
 
@@ -96,14 +96,15 @@ class VMPoolManager:
         options: ProviderOptions | None = None,
         events_path: str | None = None,
         replacement_budget: int | None = None,
-        private: bool = False,
+        per_worker: bool = False,
         vm_prefix: str = "vm-",
     ) -> None:
         self.provider_name = provider_name
         self.run_id = run_id
         self.size = size
         self.options = options or ProviderOptions()
-        self.private = private
+        #: no shared pool (no ``--use-vm-pool``): each worker is bound to one VM of its own
+        self.per_worker = per_worker
         #: VM ids are this plus a number; pools of one run on several nodes differ by it
         self.vm_prefix = vm_prefix
         self.replacements_left = 2 * size if replacement_budget is None else replacement_budget
@@ -159,7 +160,7 @@ class VMPoolManager:
                         raise WorkerDied(f"worker {holder} was reclaimed; it cannot lease")
                     vm = self._pick(worker_id)
                     if vm is not None:
-                        vm.owner = vm.owner or (worker_id if self.private else None)
+                        vm.owner = vm.owner or (worker_id if self.per_worker else None)
                         vm.worker_id, vm.holder, vm.task_key = worker_id, holder, task_key
                         vm.leases += 1
                         self._counters["leases"] += 1
@@ -236,9 +237,9 @@ class VMPoolManager:
             return {
                 "provider": self.provider_name,
                 "size": self.size,
-                "private": self.private,
+                "per_worker": self.per_worker,
                 "states": self._counts(),
-                **spares.counts(self._vms.values(), self.size, self.spare_vms, self.private, VMState),
+                **spares.counts(self._vms.values(), self.size, self.spare_vms, self.per_worker, VMState),
                 **self._counters,
                 "replacements_left": self.replacements_left,
                 "leased_s": round(leased_s, 3),
@@ -280,7 +281,7 @@ class VMPoolManager:
                 # the runner that the Manager is gone, when every VM was stopped as asked.
                 log.warning("cannot flush events.jsonl; its last lines are lost")
 
-    # -- internals (callers hold the lock unless the name says otherwise) -------------------
+    # -- internals (callers hold the lock, except the *_thread bodies) -----------------------
 
     def _check_running(self) -> None:
         if not self._running:
@@ -292,7 +293,7 @@ class VMPoolManager:
 
     def _pick(self, worker_id: str) -> _VM | None:
         idle = [vm for vm in self._vms.values() if vm.state is VMState.IDLE]
-        if self.private:
+        if self.per_worker:
             own = [vm for vm in self._vms.values() if vm.owner == worker_id and vm.state is not VMState.DEAD]
             if own:
                 if own[0].state in (VMState.IDLE, VMState.LEASED) or not self.spare_vms:
@@ -306,7 +307,7 @@ class VMPoolManager:
 
     def _exhausted(self, worker_id: str) -> bool:
         alive = [vm for vm in self._vms.values() if vm.state is not VMState.DEAD]
-        if self.private:
+        if self.per_worker:
             own = [vm for vm in alive if vm.owner == worker_id]
             free = [vm for vm in alive if vm.owner is None]
             return not own and not free and self.replacements_left <= 0
@@ -339,10 +340,10 @@ class VMPoolManager:
             vm.worker_id = vm.holder = vm.task_key = None
         vm.state = to
         vm.since = now
-        if to is VMState.IDLE and not self.private:
+        if to is VMState.IDLE and not self.per_worker:
             self._vm_free.notify()  # any waiter can take it: wake one, not all
         elif to in (VMState.IDLE, VMState.DEAD):
-            # a private VM is for its owner only; a death may exhaust the pool
+            # a per-worker VM is for its owner only; a death may exhaust the pool
             self._vm_free.notify_all()
 
     def _event(self, vm_id, from_state, to_state, reason, task_key, worker_id, **extra) -> None:
@@ -363,9 +364,10 @@ class VMPoolManager:
         self._vms[vm.vm_id] = vm
         self._event(vm.vm_id, None, VMState.BOOTING.value, reason, None, None)
         self._counters["boots"] += 1
-        self._spawn(self._boot_unlocked, vm, deadline=vm.boot_deadline)
+        self._spawn(self._boot_thread, vm, deadline=vm.boot_deadline)
 
-    def _boot_unlocked(self, vm: _VM) -> None:
+    def _boot_thread(self, vm: _VM) -> None:
+        """A boot's own thread: ``provider.start`` without the lock, then IDLE (or DEAD)."""
         started = time.monotonic()
         try:
             info = self._provider.start(vm.vm_id)
@@ -400,9 +402,10 @@ class VMPoolManager:
     def _begin_reset(self, vm: _VM, reason: str) -> None:
         task = vm.task_key  # what a failed verification blames
         self._move(vm, VMState.RESETTING, reason)
-        self._spawn(self._reset_unlocked, vm, vm.info, task)
+        self._spawn(self._reset_thread, vm, vm.info, task)
 
-    def _reset_unlocked(self, vm: _VM, info: VMInfo, task: str | None = None) -> None:
+    def _reset_thread(self, vm: _VM, info: VMInfo, task: str | None = None) -> None:
+        """A reset's own thread: ``provider.reset`` without the lock, then IDLE (or a restart)."""
         started = time.monotonic()
         try:
             new_info = self._provider.reset(info)
@@ -450,7 +453,7 @@ class VMPoolManager:
         elif self._running and self.replacements_left > 0:
             self.replacements_left -= 1
             self._counters["replacements"] += 1
-            # The replacement inherits the dead VM's owner, so a private worker keeps a VM.
+            # The replacement inherits the dead VM's owner, so a per-worker VM stays its worker's.
             self._boot_new(f"replaces {vm.vm_id}", owner=vm.owner)
             vm.owner = None
 

@@ -8,7 +8,7 @@ spends resetting is then off every task's clock as long as a spare is ready.
 
 * *Shared pool* (``--use-vm-pool``): any IDLE VM may be leased while fewer than ``size`` are
   LEASED.
-* *Private VMs* (one per worker): a worker whose own VM is still resetting (or booting, or
+* *Per-worker VMs* (no shared pool): a worker whose own VM is still resetting (or booting, or
   was replaced) takes an unowned IDLE spare and gives up its own one, which becomes a spare
   once reset. Without spares it waits for its own reset, as before.
 
@@ -42,7 +42,7 @@ def lease_room(vms: Iterable[Any], size: int, leased_state: Any) -> bool:
 
 
 def claim(vms: Iterable[Any], own: Any, worker_id: str, idle_state: Any) -> Any | None:
-    """Private VMs: when the worker's ``own`` VM is not IDLE, an unowned IDLE spare becomes
+    """Per-worker VMs: when the worker's ``own`` VM is not IDLE, an unowned IDLE spare becomes
     its VM (the longest idle first) and ``own`` is given up; None when no spare is ready."""
     free = [vm for vm in vms if vm.state is idle_state and vm.owner is None]
     if not free:
@@ -52,13 +52,13 @@ def claim(vms: Iterable[Any], own: Any, worker_id: str, idle_state: Any) -> Any 
     return spare
 
 
-def counts(vms: Iterable[Any], size: int, spare_vms: int, private: bool,
+def counts(vms: Iterable[Any], size: int, spare_vms: int, per_worker: bool,
            states: Any) -> dict[str, int]:
     """What ``stats()`` says of spares: how many the pool keeps (``spare_vms``) and how many
     are ready now (IDLE VMs beyond the free lease slots: a lease would not need them)."""
     vms = list(vms)
     idle = [vm for vm in vms if vm.state is states.IDLE]
-    if private:
+    if per_worker:
         owners = {vm.owner for vm in vms if vm.owner is not None and vm.state is not states.DEAD}
         unowned_idle = sum(1 for vm in idle if vm.owner is None)
         ready = unowned_idle - max(0, size - len(owners))
