@@ -20,3 +20,8 @@ def wait_until(predicate, timeout: float = 30.0) -> None:
             return
         time.sleep(0.05)
     raise AssertionError("condition not reached in time")
+
+
+def wait_idle(pool, count: int, timeout: float = 30.0) -> None:
+    """Wait until ``count`` VMs of ``pool`` are IDLE (booted, not leased)."""
+    wait_until(lambda: pool.stats()["states"]["idle"] == count, timeout)

@@ -19,7 +19,7 @@ import pytest
 from click.testing import CliRunner
 
 from conftest import read_results, shell_task, write_tasks
-from pool_support import read_events, wait_until
+from pool_support import read_events, wait_idle, wait_until
 from parallel_rollout.cli import main
 from parallel_rollout.config import build_config
 from parallel_rollout.errors import ConfigError
@@ -142,20 +142,21 @@ def _pool(tmp_path, provider, snapshot, size=1, budget=2, mode=None):
                          events_path=str(tmp_path / "events.jsonl"), replacement_budget=budget)
 
 
-def test_a_leaky_reset_is_quarantined_and_replaced(tmp_path, snapshot):
+def test_a_leaky_reset_is_quarantined_and_restarted(tmp_path, snapshot):
     pool = _pool(tmp_path, LEAKY, snapshot)
     try:
-        assert pool.wait_ready(1, timeout=30) == 1
-        first = pool.lease("w0", "escape#0", timeout=30, pid=1)
+        wait_idle(pool, 1)
+        first = pool.lease("w0", "escape#0", timeout=30, holder="h1")
         GuestClient(first.address).execute(ESCAPE, shell=True)
         pool.release(first.vm_id)
-        second = pool.lease("w0", "next#0", timeout=30, pid=1)
+        second = pool.lease("w0", "next#0", timeout=30, holder="h1")
         assert second.vm_id != first.vm_id  # never handed out again
         client = GuestClient(second.address)
         assert client.execute("ls -A ~ /tmp; pgrep -x sleep", shell=True)["output"].split() == [
             "/home/user:", ".config", "a.txt", "app.ini", "/tmp:"]
         stats = pool.stats()
-        assert stats["quarantined"] == 1 and stats["replacements"] == 1
+        # what the task left: a restart from the snapshot, not the replacement budget's
+        assert stats["quarantined"] == 1 and stats["restarts"] == 1 and stats["replacements"] == 0
         # a clean task on the leaky VM: nothing to catch, no quarantine
         pool.release(second.vm_id)
         wait_until(lambda: pool.stats()["states"]["idle"] == 1)
@@ -178,7 +179,7 @@ def test_clean_resets_quarantine_nothing(tmp_path, snapshot):
     pool = _pool(tmp_path, "process", snapshot, mode="full")
     try:
         for n in range(4):
-            info = pool.lease("w0", f"t#{n}", timeout=30, pid=1)
+            info = pool.lease("w0", f"t#{n}", timeout=30, holder="h1")
             GuestClient(info.address).execute(ESCAPE, shell=True)
             pool.release(info.vm_id)
         wait_until(lambda: pool.stats()["states"]["idle"] == 1)

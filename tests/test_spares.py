@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from conftest import read_results, shell_task, write_tasks
-from pool_support import read_events, wait_until
+from pool_support import read_events, wait_idle, wait_until
 from parallel_rollout.cli import main
 from parallel_rollout.config import build_config
 from parallel_rollout.errors import ConfigError, LeaseTimeout
@@ -27,29 +27,29 @@ pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bub
 SLOW = "chaos_plugins:SlowResetProvider"
 
 
-def _pool(tmp_path, size, spares, private=False):
+def _pool(tmp_path, size, spares, per_worker=False):
     return VMPoolManager(SLOW, f"s{time.monotonic_ns() % 10**9}", size,
                          options=ProviderOptions(boot_timeout_s=30, spare_vms=spares),
-                         events_path=str(tmp_path / "events.jsonl"), private=private)
+                         events_path=str(tmp_path / "events.jsonl"), per_worker=per_worker)
 
 
 
 
 def _lease_at_once(pool, owner, key):
     started = time.monotonic()
-    info = pool.lease(owner, key, timeout=30, pid=1)
+    info = pool.lease(owner, key, timeout=30, holder="h1")
     return info, time.monotonic() - started
 
 
 def test_shared_pool_leases_a_spare_at_once_and_never_more_than_its_size(tmp_path):
     pool = _pool(tmp_path, size=1, spares=1)
     try:
-        assert pool.wait_ready(2, timeout=30) == 2
+        wait_idle(pool, 2)
         stats = pool.stats()
         assert stats["spare_vms"] == 1 and stats["spares_ready"] == 1
-        first = pool.lease("w0", "a#0", timeout=30, pid=1)
+        first = pool.lease("w0", "a#0", timeout=30, holder="h1")
         with pytest.raises(LeaseTimeout):  # the spare is idle, but one VM is leased already
-            pool.lease("w1", "b#0", timeout=0.6, pid=2)
+            pool.lease("w1", "b#0", timeout=0.6, holder="h2")
         pool.release(first.vm_id)
         second, waited = _lease_at_once(pool, "w1", "b#0")
         assert second.vm_id != first.vm_id and waited < 0.5
@@ -72,7 +72,7 @@ def test_shared_pool_leases_a_spare_at_once_and_never_more_than_its_size(tmp_pat
 def test_without_spares_the_next_lease_waits_for_the_reset(tmp_path):
     pool = _pool(tmp_path, size=1, spares=0)
     try:
-        first = pool.lease("w0", "a#0", timeout=30, pid=1)
+        first = pool.lease("w0", "a#0", timeout=30, holder="h1")
         pool.release(first.vm_id)
         second, waited = _lease_at_once(pool, "w0", "b#0")
         assert second.vm_id == first.vm_id and waited >= 0.9
@@ -82,19 +82,19 @@ def test_without_spares_the_next_lease_waits_for_the_reset(tmp_path):
         pool.shutdown()
 
 
-def test_private_vms_swap_in_a_spare(tmp_path):
-    pool = _pool(tmp_path, size=1, spares=1, private=True)
+def test_per_worker_vms_swap_in_a_spare(tmp_path):
+    pool = _pool(tmp_path, size=1, spares=1, per_worker=True)
     try:
-        assert pool.wait_ready(2, timeout=30) == 2
-        first = pool.lease("w0", "a#0", timeout=30, pid=1)
+        wait_idle(pool, 2)
+        first = pool.lease("w0", "a#0", timeout=30, holder="h1")
         pool.release(first.vm_id)
         second, waited = _lease_at_once(pool, "w0", "b#0")
         assert second.vm_id != first.vm_id and waited < 0.5
         pool.release(second.vm_id)
         wait_until(lambda: pool.stats()["states"]["idle"] == 2)
         # the given-up VM is nobody's: a second worker may take it, the first keeps its own
-        other = pool.lease("w1", "c#0", timeout=5, pid=2)
-        mine = pool.lease("w0", "d#0", timeout=5, pid=1)
+        other = pool.lease("w1", "c#0", timeout=5, holder="h2")
+        mine = pool.lease("w0", "d#0", timeout=5, holder="h1")
         assert {other.vm_id, mine.vm_id} == {first.vm_id, second.vm_id}
         assert mine.vm_id == second.vm_id
         pool.release(other.vm_id)
