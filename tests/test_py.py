@@ -148,7 +148,7 @@ def test_hostile_code_is_contained(tmp_path, name):
     assert host_can_spawn()
 
 
-def test_code_that_kills_the_guest_agent_is_retried_on_a_new_vm(tmp_path, monkeypatch):
+def test_code_that_kills_the_guest_agent_is_graded_and_its_vm_restarted(tmp_path, monkeypatch):
     monkeypatch.setenv("PR_CHAOS_DIR", str(tmp_path))
     # the answer's parent is the judge; the judge's parent is the guest agent
     killer = ("    import os, signal\n"
@@ -164,10 +164,10 @@ def test_code_that_kills_the_guest_agent_is_retried_on_a_new_vm(tmp_path, monkey
         assert "PermissionError" in records[0]["eval"]["detail"], records[0]["eval"]
         assert outcome.summary["vm"]["replacements"] == 0
         return
+    # the task's doing: graded 0, not retried; its VM restarts without spending the budget
     assert [(r["attempt"], r["status"], r["final"]) for r in records] == [
-        (0, "guest_unreachable", False), (1, "success", True)]
-    assert records[0]["vm"] != records[1]["vm"]
-    assert outcome.summary["vm"]["replacements"] == 1
+        (0, "sandbox_violation", True)]
+    assert outcome.summary["vm"]["restarts"] == 1 and outcome.summary["vm"]["replacements"] == 0
 
 
 @pytest.mark.parametrize("answer,expected", [

@@ -12,7 +12,9 @@ next turn (status ``cancelled``; the engine drops that record). One attempt::
 
 Failures become records, never exceptions that escape: infrastructure errors (VM, guest,
 lease) are flagged ``infrastructure`` so the engine retries them on another VM; agent and
-task errors (a constructor that raises, a ``SystemExit`` included) are graded outcomes. A
+task errors (a constructor that raises, a ``SystemExit`` included) are graded outcomes, and
+so is a VM that breaks once the task's own actions ran (``sandbox_violation``: the task's
+doing, and its VM restarts from its snapshot without spending the pool's budget). A
 lease wait is announced (``LeaseWait``) so that the engine stops the task clock meanwhile:
 the task clock measures the attempt, not the queue for a VM. A loop that fails outside an
 attempt (it cannot happen by design; a bug would) reports the attempt it held as an error
@@ -29,9 +31,10 @@ import sys
 import threading
 import time
 import traceback
+from contextlib import contextmanager
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from .agents import Agent, get_agent
 from .config import RunConfig
@@ -177,15 +180,8 @@ class RolloutWorker:
         for turn in range(1, max_turns + 1):
             self._check_cancelled(item)
             action = agent.act(observation)
-            try:
+            with _task_breaks_vm("action"):
                 step = env.step(action)
-            except SandboxViolation:
-                raise
-            except VMError as exc:
-                # The VM broke while it ran the task's own action: the task's doing (a hostile
-                # answer kills its guest agent), not the pool's; indistinguishable from a VM
-                # that died of itself at that moment, and graded the same.
-                raise SandboxViolation(f"the VM broke during the task's action: {exc.kind}: {exc}") from exc
             record["turns"] = turn
             trajectory.write({"turn": turn, "action": action, "observation": step.observation,
                               "done": step.done, "info": step.info, **agent.turn_record()})
@@ -193,7 +189,8 @@ class RolloutWorker:
             if step.done:
                 done = True
                 break
-        reward, details = env.evaluate()
+        with _task_breaks_vm("grading"):  # what the answer left running may break it too
+            reward, details = env.evaluate()
         record["reward"] = float(reward)
         record["success"] = reward >= 1.0
         record["eval"] = details
@@ -201,6 +198,20 @@ class RolloutWorker:
             record["status"] = "success"
         else:
             record["status"] = "failure" if done else env.turn_limit_status
+
+
+@contextmanager
+def _task_breaks_vm(phase: str) -> Iterator[None]:
+    """A VMError once the task's own actions ran is a ``SandboxViolation``: the task's doing
+    (a hostile answer kills its guest agent), not the pool's. A VM that died of itself at
+    that moment looks the same and is graded the same; a failure of ``env.reset`` (the
+    task's setup, before any action) stays infrastructure and is retried."""
+    try:
+        yield
+    except SandboxViolation:
+        raise
+    except VMError as exc:
+        raise SandboxViolation(f"the VM broke during the task's {phase}: {exc.kind}: {exc}") from exc
 
 
 class _LoopParts:
