@@ -92,6 +92,8 @@ class RolloutWorker:
             thread.join()
 
     def _send(self, message: Started | LeaseWait | Finished) -> None:
+        if self.conn is None:  # a Ray actor: the driver learns of an attempt by its reference
+            return
         try:
             with self._send_lock:
                 self.conn.send(message)

@@ -68,13 +68,12 @@ class PoolActor:
 
 
 class RayPool:
-    """The pool interface ``worker`` expects, over a pool actor's handle. ``owner``: what the
-    worker's leases are made in the name of instead of its pid (a pool leased from several
-    nodes must not mix up two hosts' pids); ``reclaim(owner)`` returns its VMs."""
+    """The pool interface ``worker`` expects, over a pool actor's handle (one pool may be
+    leased from several nodes: its workers are known by their spawn's holder token, never
+    by a pid, which two hosts may share)."""
 
-    def __init__(self, handle: Any, owner: int | None = None) -> None:
+    def __init__(self, handle: Any) -> None:
         self.handle = handle
-        self.owner = owner
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):
@@ -83,9 +82,6 @@ class RayPool:
         def call(*args: Any) -> Any:
             import ray
             from ray.exceptions import RayActorError, RayTaskError
-
-            if name == "lease" and self.owner is not None:  # (worker_id, task_key, timeout, pid)
-                args = (*args[:3], self.owner)
 
             try:
                 return ray.get(self.handle.call.remote(name, *args))
@@ -103,11 +99,10 @@ class RayPool:
 class WorkerActor:
     """One worker: runs attempts, up to ``envs_per_worker`` at once (one per slot)."""
 
-    def __init__(self, worker_id: str, pool_handle: Any, config: Any, run_dir: str,
-                 lease_owner: int | None = None) -> None:
+    def __init__(self, worker_id: str, holder: str, pool_handle: Any, config: Any, run_dir: str) -> None:
         _ignore_sigint()
-        pool = RayPool(pool_handle, lease_owner) if pool_handle is not None else None
-        self.worker = RolloutWorker(worker_id, None, pool, config, run_dir)
+        pool = RayPool(pool_handle) if pool_handle is not None else None
+        self.worker = RolloutWorker(worker_id, holder, None, pool, config, run_dir)
         self._parts: dict[int, _LoopParts] = {}
         self._node = _node_id()
 
@@ -142,8 +137,9 @@ class WorkerActor:
         return len(children)
 
 
-def sweep_here(provider_name: str, run_id: str | None) -> list[str]:
-    """A provider's leftover VMs on the node this runs on, removed."""
+def sweep_here(provider_name: str, run_id: str | None, orphans_only: bool = False) -> list[str]:
+    """A provider's leftover VMs on the node this runs on, removed; ``orphans_only``: keep
+    those whose pool is alive (a live run's: nodes may share one host)."""
     from ..pool.providers import get_provider
 
-    return list(get_provider(provider_name).sweep(run_id))
+    return list(get_provider(provider_name).sweep(run_id, orphans_only=orphans_only))

@@ -85,8 +85,8 @@ class _Worker:
     started: dict[tuple[str, int], float] = field(default_factory=dict)
     #: its node is gone
     lost: bool = False
-    #: who its leases of the shared pool are made for (unique in the run), else its pid
-    lease_owner: int | None = None
+    #: this spawn's token (unique in the run): what the pool knows its leases by
+    holder: str = ""
 
     @property
     def worker_id(self) -> str:
@@ -145,7 +145,7 @@ class RaySupervision(WorkerTable):
             raise RuntimeError("the Ray cluster has no alive node")
         if engine.provider_cls is not None:
             # leftovers of an earlier, killed run, on every node
-            ray.get([pinned(sweep_here, n).remote(cfg.provider_name, engine.run_id) for n in nodes])
+            ray.get([pinned(sweep_here, n).remote(cfg.provider_name, engine.run_id, True) for n in nodes])
         if getattr(engine.provider_cls, "reachable_from_any_node", False):
             here = ray.get_runtime_context().get_node_id()
             self._shared_home = here if here in nodes else nodes[0]
@@ -174,10 +174,10 @@ class RaySupervision(WorkerTable):
         if index is None:
             index, self._next_index = self._next_index, self._next_index + 1
         self._spawns += 1
-        owner = self._spawns if self._shared_home is not None else None
+        holder = f"w{index}.{self._spawns}"
         actor = pinned(WorkerActor, node_id, max_concurrency=self.config.envs_per_worker + 2).remote(
-            f"w{index}", self._pool_of(node_id), self.config, str(self.engine.run_dir), owner)
-        self._workers[index] = _Worker(index, node_id, actor, actor.ready.remote(), lease_owner=owner)
+            f"w{index}", holder, self._pool_of(node_id), self.config, str(self.engine.run_dir))
+        self._workers[index] = _Worker(index, node_id, actor, actor.ready.remote(), holder=holder)
 
     def _pool_of(self, node_id: str) -> Any:
         """The pool a worker on ``node_id`` leases from (None when no mode needs VMs)."""
@@ -310,7 +310,8 @@ class RaySupervision(WorkerTable):
         import ray
 
         if self.engine.provider_cls is not None:
-            ray.get(pinned(sweep_here, node_id).remote(self.config.provider_name, self.engine.run_id))
+            # orphans only: a node on a host of other nodes must not sweep their live VMs
+            ray.get(pinned(sweep_here, node_id).remote(self.config.provider_name, self.engine.run_id, True))
         self._add_node(node_id)
         pool = "" if self._shared_home is not None else f"a pool of {self.config.pool_size} and "
         self.engine.event("node_joined", reason=f"node {node_id[:8]}: {pool}{self.config.num_rollouts} worker(s)")
@@ -349,10 +350,9 @@ class RaySupervision(WorkerTable):
         self._kill(w)
         pool_node = self._nodes[self._shared_home or w.node_id]
         reclaimed: list[str] = []
-        owner = w.lease_owner if w.lease_owner is not None else w.pid
-        if pool_node.alive and pool_node.pool is not None and owner is not None:
+        if pool_node.alive and pool_node.pool is not None:
             try:
-                reclaimed = ray.get(pool_node.pool.call.remote("reclaim", owner), timeout=10)
+                reclaimed = ray.get(pool_node.pool.call.remote("reclaim", w.holder), timeout=10)
             except Exception:  # noqa: BLE001 - the pool is going too
                 pass
         self.engine.event("worker_died", worker=w.worker_id,
