@@ -72,17 +72,25 @@ class ChaosAgent(OracleAgent):
 
 
 def kill_leased_sandbox(config, key: str) -> None:
-    """SIGKILL the process sandbox leased to ``key`` (found in the run's events.jsonl)."""
+    """SIGKILL the process sandbox leased to ``key`` (its VM found in the run's events.jsonl):
+    every process of both folders of that VM (the leased one and its standby)."""
+    from parallel_rollout.pool.providers import standby
+
     events = Path(config.output_dir) / config.run_id / "events.jsonl"
     leases = [json.loads(line) for line in events.read_text().splitlines()]
     vm = [e["vm"] for e in leases if e.get("to") == "leased" and e.get("task") == key][-1]
-    pid = int((Path(os.environ["PARALLEL_ROLLOUT_PROCESS_DIR"]) / config.run_id / vm / "pid").read_text())
-    root = psutil.Process(pid)
-    for proc in [root, *root.children(recursive=True)]:
+    run_dir = Path(os.environ["PARALLEL_ROLLOUT_PROCESS_DIR"]) / config.run_id
+    for folder in (vm, vm + standby.SUFFIX):
         try:
-            proc.kill()
-        except psutil.NoSuchProcess:
-            pass
+            root = psutil.Process(int((run_dir / folder / "pid").read_text()))
+            procs = [root, *root.children(recursive=True)]
+        except (OSError, ValueError, psutil.Error):
+            continue
+        for proc in procs:
+            try:
+                proc.kill()
+            except psutil.NoSuchProcess:
+                pass
 
 
 class BrokenConstructorAgent(OracleAgent):

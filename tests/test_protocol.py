@@ -46,8 +46,9 @@ def test_an_agent_whose_constructor_raises_gives_records_at_once(tmp_path):
 def test_many_task_timeouts_with_one_worker_finish_the_run(tmp_path, monkeypatch, timeouts):
     monkeypatch.setenv("PR_CHAOS_DIR", str(tmp_path))
     tasks = [shell_task(f"h{i}", chaos="hang") for i in range(timeouts)] + [shell_task("ok")]
+    # 1 s: the honest task must fit in it on a loaded 2-core machine (0.3 s did not always)
     outcome = run(tmp_path, tasks, agent="chaos_plugins:ChaosAgent", num_rollouts=1,
-                  task_timeout=0.3, max_retries=0)
+                  task_timeout=1.0, max_retries=0)
     assert outcome.exit_code == 0, outcome.message
     finals = assert_exactly_once(outcome.run_dir, {f"h{i}#0" for i in range(timeouts)} | {"ok#0"})
     assert {r["status"] for k, r in finals.items() if k != "ok#0"} == {"task_timeout"}
