@@ -444,7 +444,10 @@ def test_a_timed_out_member_is_recorded_once_and_drops_its_group(tmp_path, sched
         finals = Counter(r["key"] for r in records if r.get("final"))
         assert all(n == 1 for n in finals.values())
         timed_out = [r for r in records if r["status"] == "task_timeout"]
-        assert timed_out and all(r["final"] and r["task_id"] == "long0" for r in timed_out)
+        # (a tiny member may time out too when a respawned worker's imports crawl on a loaded
+        # machine: the same rules hold for it)
+        assert any(r["task_id"] == "long0" for r in timed_out) and all(r["final"] for r in timed_out)
+        assert not {r["key"] for r in timed_out} & {t.record["key"] for t in batch}
         assert {t.record["key"] for t in batch} <= set(finals)
     finally:
         release.set()
