@@ -53,14 +53,11 @@ class Cancel:
 
 @dataclass(frozen=True)
 class Started:
-    """A worker's acknowledgement that it began an attempt."""
+    """A worker's acknowledgement that it began an attempt (the engine knows the rest: which
+    worker it sent the attempt to, and when the acknowledgement came)."""
 
     key: str
     attempt: int
-    worker_id: str
-    pid: int
-    slot: int
-    time: float
 
 
 @dataclass(frozen=True)

@@ -107,7 +107,7 @@ class RolloutWorker:
             if isinstance(item, Stop):
                 return
             try:
-                self._send(Started(item.key, item.attempt, self.worker_id, self.pid, slot, time.time()))
+                self._send(Started(item.key, item.attempt))
                 record = self.run_attempt(item, slot, parts)
             except BaseException as exc:  # noqa: BLE001 - a loop must never die silently
                 record = {"key": item.key, "task_id": item.task.id, "sample_idx": item.sample_idx,
