@@ -87,6 +87,24 @@ def test_missing_config_file(tmp_path):
         load_toml(tmp_path / "nope.toml")
 
 
+def test_config_error_is_the_core_own_and_every_command_maps_it_to_exit_2(tmp_path):
+    """The Python API raises ConfigError, no click exception; each CLI command exits 2 on it."""
+    import click
+
+    assert not issubclass(ConfigError, click.ClickException)
+    with pytest.raises(ConfigError, match="config file not found"):
+        build_config({}, str(tmp_path / "nope.toml"))
+    for args, message in [
+        (["run", "--config", str(tmp_path / "nope.toml")], "config file not found"),
+        (["report", str(tmp_path)], "not a run folder"),
+        (["compare", str(tmp_path), str(tmp_path)], "not a run folder"),
+        (["runs", "list", "--output-dir", str(tmp_path / "none")], "no such output folder"),
+        (["vms", "sweep", "--ray-address", "auto"], "--ray-address needs --backend ray"),
+    ]:
+        result = CliRunner().invoke(main, args)
+        assert result.exit_code == 2 and message in result.output, (args, result.output)
+
+
 def test_cli_config_file_errors_exit_2(tmp_path):
     path = tmp_path / "run.toml"
     path.write_text("num-vmz = 2\n")

@@ -29,6 +29,13 @@ class _DefaultRunGroup(click.Group):
             args = ["run", *args]
         return super().parse_args(ctx, args)
 
+    def invoke(self, ctx: click.Context) -> Any:
+        """Every command: a ConfigError of the core (bad input) is a usage error, exit 2."""
+        try:
+            return super().invoke(ctx)
+        except ConfigError as exc:
+            raise click.UsageError(str(exc)) from None
+
     def format_help(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         """The group's help, then every option of ``run``: it is the default command, so
         ``run_parallel_rollout.py --help`` must show the flags it takes."""

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import click
-
 
 class RolloutError(Exception):
     """Base of every error the runner itself raises."""
@@ -75,8 +73,9 @@ class ProviderUnavailable(RolloutError):
     kind = "provider_unavailable"
 
 
-class ConfigError(click.UsageError):
-    """A bad flag, config file or task file; reported before anything runs."""
+class ConfigError(Exception):
+    """A bad flag, config file or task file; reported before anything runs. The core and the
+    Python API raise it as is; the CLI maps it to a usage error (exit 2)."""
 
 
 class TaskFileError(ConfigError):
