@@ -121,8 +121,13 @@ def _execute(env, command, shell: bool = False, stdout: str = "", stderr: str = 
         if result.get("timeout"):
             raise SetupError(f"task {env.task.id!r}: {command!r} timed out")
         if not until or _until_holds(result, until) or time.monotonic() > deadline:
-            return
+            break
         time.sleep(0.3)
+    for name, key in ((stdout, "output"), (stderr, "error")):
+        if name:  # as OSWorld: the output kept in the cache folder, for a cache_file getter
+            folder = Path(env.cache_dir)
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / name).write_text(result.get(key) or "", encoding="utf-8")
 
 
 def _until_holds(result: dict, until: dict) -> bool:
