@@ -88,7 +88,7 @@ def _osworld_connect(ports, timeout):
 def _osworld_pages():
     return [{"id": t["id"], "title": t.get("title", ""), "url": t.get("url", ""),
              "ws": t.get("webSocketDebuggerUrl")}
-            for t in _http_json("/json/list") if t.get("type") == "page"]
+            for t in _http_json("/json/list", 20.0) if t.get("type") == "page"]  # slow when loaded
 
 
 def _osworld_wait_loaded(target, timeout):
