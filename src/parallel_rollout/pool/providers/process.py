@@ -76,13 +76,12 @@ import logging
 import os
 import secrets
 import shutil
-import socket
 import subprocess
 import time
 from pathlib import Path
 
 from ...errors import ConfigError, ProviderUnavailable, VMError
-from . import cgroups, images, seccomp, standby, verify
+from . import cgroups, images, sandbox_fs, seccomp, standby, verify
 from .base import Provider, ProviderOptions, VMInfo
 from .common import (check_name, create_time, log_tail, make_vm_dir, owner_label,
                      process_and_agent_healthy, read_meta, remove_vm_dir, same_process,
@@ -101,11 +100,7 @@ GUEST_AGENT = images.GUEST_AGENT_PATH
 SOCKET_NAME = "agent.sock"
 #: sun_path holds 108 bytes; keep a margin
 MAX_SOCKET_PATH = 100
-SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
 GUEST_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-#: host files no sandbox may read, replaced by empty ones where they exist
-SECRET_FILES = ("/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-",
-                "/etc/security/opasswd", "/etc/sudoers")
 #: the unprivileged user commands run as when the runner is root
 SANDBOX_UID_ENV = "PARALLEL_ROLLOUT_SANDBOX_UID"
 DEFAULT_SANDBOX_UID = 64000
@@ -194,7 +189,7 @@ class ProcessProvider(Provider):
         #: root runs commands as another user; the desktop's session bus admits one uid
         self._run_as = (sandbox_uid() if os.geteuid() == 0 and not self.options.desktop
                         else None)
-        self._python = _guest_python()
+        self._python = sandbox_fs.guest_python()
         #: reset verification from the host, through /proc/<init>/root (a few ms: on by default)
         self._view = verify.HostView(self.options.verify_reset or "fast", GUEST_HOME, self.snapshot,
                                      spare_processes=verify.DESKTOP_LAZY if self.options.desktop else (),
@@ -233,10 +228,10 @@ class ProcessProvider(Provider):
         if bwrap is None:
             raise ProviderUnavailable("bubblewrap (bwrap) is not installed; install it with: "
                                       "apt-get install bubblewrap")
-        if _guest_python() is None:
+        if sandbox_fs.guest_python() is None:
             raise ProviderUnavailable("the process provider needs python3 under /usr")
         seccomp.program()
-        argv = [bwrap, *_namespace_flags(), *_system_binds(), "--proc", "/proc",
+        argv = [bwrap, *_namespace_flags(), *sandbox_fs.system_binds(), "--proc", "/proc",
                 "--dev", "/dev", "--", "/bin/true"]
         try:
             probe = subprocess.run(argv, capture_output=True, timeout=10)
@@ -391,7 +386,7 @@ class ProcessProvider(Provider):
             shutil.which("bwrap") or "bwrap",
             *_namespace_flags(), *privileges, "--die-with-parent", "--new-session",
             "--hostname", vm_id,
-            *_system_binds(), *_secret_masks(vm_dir / "empty"),
+            *sandbox_fs.system_binds(), *sandbox_fs.secret_masks(vm_dir / "empty"),
             "--proc", "/proc", "--dev", "/dev",
             # shared memory (Chromium, multiprocessing) for the commands' user too
             "--perms", "1777", "--size", str(self._tmpfs_mb(TMP_SIZE_MB) * 2**20),
@@ -418,7 +413,7 @@ class ProcessProvider(Provider):
     def _boot(self, vm_id: str, vm_dir: Path, group: cgroups.VMCgroup) -> VMInfo:
         """Start the sandbox and wait for the agent's ready line; VMError (with the agent's
         log) when it does not come within boot_timeout_s."""
-        listener = _listen(vm_dir / "sock" / SOCKET_NAME)
+        listener = sandbox_fs.listen(vm_dir / "sock" / SOCKET_NAME)
         ready_r, ready_w = os.pipe()
         info_r, info_w = os.pipe()
         seccomp_fd = seccomp.program_fd(allow_userns=self.options.desktop)
@@ -480,47 +475,5 @@ class ProcessProvider(Provider):
 # ------------------------------------------------------------------------ helpers
 
 
-def _listen(path: Path) -> socket.socket:
-    """The agent's listening unix socket, bound here (0600: only the runner talks to it)."""
-    try:
-        path.unlink()
-    except FileNotFoundError:
-        pass
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        listener.bind(str(path))
-        os.chmod(path, 0o600)
-        listener.listen(128)
-    except OSError as exc:
-        listener.close()
-        raise VMError(f"cannot listen on {path}: {exc}") from exc
-    return listener
-
-
 def _namespace_flags() -> list[str]:
     return ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-net"]
-
-
-def _system_binds() -> list[str]:
-    """Read-only binds of the system folders; merged-/usr symlinks stay symlinks."""
-    args = []
-    for path in SYSTEM_DIRS:
-        if os.path.islink(path):
-            args += ["--symlink", os.readlink(path), path]
-        elif os.path.isdir(path):
-            args += ["--ro-bind", path, path]
-    return args
-
-
-def _secret_masks(empty: Path) -> list[str]:
-    """An empty file over each of the host's secrets (/dev/null would not do: binds are
-    nodev, so opening it fails instead of reading nothing)."""
-    empty.touch(mode=0o444)
-    return [arg for path in SECRET_FILES if os.path.isfile(path)
-            for arg in ("--ro-bind", str(empty), path)]
-
-
-def _guest_python() -> str | None:
-    # only an interpreter under the bound system folders exists inside the sandbox
-    found = shutil.which("python3", path="/usr/local/bin:/usr/bin")
-    return found if found and found.startswith("/usr/") else None
