@@ -109,9 +109,14 @@ def test_vm_is_leased_only_while_code_runs(tmp_path):
     leased = outcome.summary["vm"]["leased_s"]
     # four rollouts thought for 2 s each, in parallel, on one VM: the VM was held only
     # for the executions (a judge and the answer's interpreter each), never during the
-    # thinking, which alone would be 8 s
-    assert busy >= 8.0 and leased < 4.0
-    assert max(r["lease_wait_s"] for r in records) < 4.0
+    # thinking. Each rollout's time is its 2 s of thinking + its lease wait + its
+    # execution, so a VM held only for executions was leased at most busy - 8 s; one held
+    # while thinking would have been leased 8 s more. (Relative: a loaded machine slows
+    # the executions, not this bound.)
+    assert busy >= 8.0
+    assert leased <= busy - 8.0 + 0.5, (leased, busy)
+    # a lease waits only for the other rollouts' executions, never for their thinking
+    assert max(r["lease_wait_s"] for r in records) <= leased + 0.5
 
 
 def host_can_spawn() -> bool:
