@@ -110,6 +110,15 @@ class FlakyResetProvider(ProcessProvider):
         return super().reset(info)
 
 
+class HangingResetProvider(ProcessProvider):
+    """A process provider whose first reset in the test hangs (ignoring its timeout)."""
+
+    def reset(self, info):
+        if first_time("reset-hangs"):
+            time.sleep(60)
+        return super().reset(info)
+
+
 class NoResetProvider(ProcessProvider):
     """A process provider that never resets: shows which tasks depend on resets."""
 

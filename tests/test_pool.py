@@ -150,6 +150,23 @@ def test_failed_reset_marks_dead_and_restarts_for_free(tmp_path, monkeypatch):
     assert any("reset failed" in e["reason"] for e in events(tmp_path) if e["to"] == "dead")
 
 
+def test_a_hung_reset_is_given_up_and_the_vm_restarted(tmp_path, monkeypatch):
+    """A reset that never returns: the watchdog marks the VM dead after the call's deadline
+    and restarts it from its snapshot (free); it is never RESETTING forever."""
+    monkeypatch.setenv("PR_CHAOS_DIR", str(tmp_path))
+    with make_pool(tmp_path, size=1, provider="chaos_plugins:HangingResetProvider", budget=0,
+                   boot_timeout_s=6.0) as pool:
+        info = pool.lease("w0", "a#0", timeout=30, holder="h1")
+        pool.release(info.vm_id)
+        started = time.monotonic()
+        again = pool.lease("w0", "b#0", timeout=40, holder="h1")
+        assert again.vm_id != info.vm_id and time.monotonic() - started < 30
+        stats = pool.stats()
+        assert stats["reset_failures"] == 1 and stats["restarts"] == 1 and stats["replacements"] == 0
+        pool.release(again.vm_id)
+    assert any("reset hung" in e["reason"] for e in events(tmp_path) if e["to"] == "dead")
+
+
 def test_boot_failures_exhaust_the_pool_without_hanging(tmp_path):
     with make_pool(tmp_path, size=2, provider="chaos_plugins:BootFailsProvider", budget=2) as pool:
         started = time.monotonic()

@@ -77,7 +77,8 @@ class _VM:
     holder: str | None = None
     task_key: str | None = None
     since: float = 0.0
-    boot_deadline: float = 0.0
+    #: when the boot or reset under way is declared hung (the watchdog's)
+    deadline: float = 0.0
     leased_s: float = 0.0
     resetting_s: float = 0.0
     leases: int = 0
@@ -134,7 +135,7 @@ class VMPoolManager:
         # provider call that hangs (a boot that never ends) can then never block shutdown.
         #: provider calls under way -> when shutdown stops waiting for each
         self._threads: dict[threading.Thread, float] = {}
-        self._watchdog = threading.Thread(target=self._watch_boots, name="boot-watchdog", daemon=True)
+        self._watchdog = threading.Thread(target=self._watch_calls, name="pool-watchdog", daemon=True)
         with self._lock:
             for _ in range(size + self.spare_vms):
                 self._boot_new("initial boot")
@@ -360,11 +361,11 @@ class VMPoolManager:
         vm = _VM(vm_id=f"{self.vm_prefix}{self._next_index}", owner=owner, since=time.monotonic())
         self._next_index += 1
         # The provider bounds its own boot; this catches a start() that ignores its timeout.
-        vm.boot_deadline = vm.since + self.options.boot_timeout_s + min(5.0, self.options.boot_timeout_s)
+        vm.deadline = vm.since + self._call_timeout_s()
         self._vms[vm.vm_id] = vm
         self._event(vm.vm_id, None, VMState.BOOTING.value, reason, None, None)
         self._counters["boots"] += 1
-        self._spawn(self._boot_thread, vm, deadline=vm.boot_deadline)
+        self._spawn(self._boot_thread, vm, deadline=vm.deadline)
 
     def _boot_thread(self, vm: _VM) -> None:
         """A boot's own thread: ``provider.start`` without the lock, then IDLE (or DEAD)."""
@@ -386,8 +387,16 @@ class VMPoolManager:
         # Too late: the watchdog gave up on this boot, or the pool closed meanwhile.
         self._stop_quietly(info)
 
-    def _watch_boots(self) -> None:
-        """Declare dead any VM whose boot outlived its deadline (a start that hangs)."""
+    def _call_timeout_s(self) -> float:
+        """How long a boot or a reset (a restart, for most providers) may take before the
+        watchdog gives up on it: the provider bounds its own calls; this catches one that
+        ignores its timeout."""
+        return self.options.boot_timeout_s + min(5.0, self.options.boot_timeout_s)
+
+    def _watch_calls(self) -> None:
+        """Declare dead any VM whose boot or reset outlived its deadline (a provider call
+        that hangs): a boot spends the budget, a hung reset restarts the VM for free (what
+        the task left may be why); never a VM BOOTING or RESETTING forever."""
         while True:
             time.sleep(0.5)
             with self._lock:
@@ -395,14 +404,19 @@ class VMPoolManager:
                     return
                 now = time.monotonic()
                 for vm in list(self._vms.values()):
-                    if vm.state is VMState.BOOTING and now > vm.boot_deadline:
+                    if vm.state is VMState.BOOTING and now > vm.deadline:
                         self._counters["boot_failures"] += 1
                         self._mark_dead_and_replace(vm, f"boot timed out after {self.options.boot_timeout_s:.0f}s")
+                    elif vm.state is VMState.RESETTING and now > vm.deadline:
+                        self._counters["reset_failures"] += 1
+                        self._mark_dead_and_replace(vm, f"reset hung for {self._call_timeout_s():.0f}s",
+                                                    charge=False)
 
     def _begin_reset(self, vm: _VM, reason: str) -> None:
         task = vm.task_key  # what a failed verification blames
         self._move(vm, VMState.RESETTING, reason)
-        self._spawn(self._reset_thread, vm, vm.info, task)
+        vm.deadline = vm.since + self._call_timeout_s()
+        self._spawn(self._reset_thread, vm, vm.info, task, deadline=vm.deadline)
 
     def _reset_thread(self, vm: _VM, info: VMInfo, task: str | None = None) -> None:
         """A reset's own thread: ``provider.reset`` without the lock, then IDLE (or a restart)."""
