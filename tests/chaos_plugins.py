@@ -159,6 +159,15 @@ class BootFailsProvider(ProcessProvider):
         raise VMError(f"chaos: {vm_id} does not boot")
 
 
+class SlowBootProvider(ProcessProvider):
+    """Boots a real sandbox, then takes 30 s more to say so (a slow image, a loaded host)."""
+
+    def start(self, vm_id):
+        info = super().start(vm_id)
+        time.sleep(30)
+        return info
+
+
 class BootHangsProvider(ProcessProvider):
     """Every boot hangs (until the test's process ends)."""
 

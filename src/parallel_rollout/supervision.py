@@ -383,9 +383,10 @@ class Supervision(WorkerTable):
             kill_tree(w.process.pid)
             w.process.join(timeout=5)
             del self._workers[w.index]
+        booting = 0  # boots the pool stopped waiting for: swept below
         if self.pool is not None:
             try:
-                self.pool.shutdown()
+                booting = self.pool.shutdown() or 0
                 self.engine.final_pool_stats = self.pool.stats()  # after shutdown: every reset counted
             except (EOFError, OSError, ConnectionError, RolloutError):
                 log.warning("the pool's manager was already gone; sweeping its VMs")
@@ -397,8 +398,10 @@ class Supervision(WorkerTable):
             if self._manager._process.is_alive():
                 kill_tree(self._manager._process.pid)
         provider_cls = self.engine.provider_cls
-        if provider_cls is not None and self._manager is not None and (sweep or self.engine.final_pool_stats is None):
-            # A manager that died (or was killed) could not stop its VMs itself.
+        if provider_cls is not None and self._manager is not None and (
+                sweep or booting or self.engine.final_pool_stats is None):
+            # A manager that died (or was killed) could not stop its VMs itself, nor what a
+            # boot cut short by the shutdown made.
             provider_cls.sweep(self.engine.run_id, orphans_only=True)
 
 

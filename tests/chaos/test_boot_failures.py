@@ -7,7 +7,12 @@ on disk."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -107,3 +112,31 @@ def test_a_failed_boot_leaves_nothing_behind(how):
         assert not (_SANDBOX_ROOT / f"failed-boot-{how}").exists()
     assert stray_processes() == [], "a sandbox outlived its failed boot"
     assert ProcessProvider.sweep(f"failed-boot-{how}") == []
+
+
+@pytest.mark.timeout(120)
+def test_ctrl_c_during_a_slow_boot_does_not_wait_for_the_boot(tmp_path):
+    """Ctrl-C while the only VM boots (its sandbox runs, its start takes 30 s more): exit 130
+    at once, not after the boot; the half-booted sandbox is swept (the leak check)."""
+    data = write_tasks(tmp_path / "tasks.jsonl", [shell_task("t0")])
+    tests_dir = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [tests_dir, os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "parallel_rollout.cli", "run", "--mode", "shell", "--data", str(data),
+         "--num-rollouts", "1", "--use-vm-pool", "--num-vms", "1", "--output-dir", str(tmp_path / "out"),
+         "--run-id", "slowboot", "--no-progress", "--provider-name", "chaos_plugins:SlowBootProvider"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not list((_SANDBOX_ROOT / "slowboot").glob("vm-*/pid")):  # the boot is under way
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.05)
+        time.sleep(1.0)
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    assert time.monotonic() - sent < 15, "Ctrl-C waited for the slow boot"

@@ -438,7 +438,8 @@ class RaySupervision(WorkerTable):
                     continue
                 if node.alive:
                     try:
-                        ray.get(node.pool.call.remote("shutdown"), timeout=120)
+                        if ray.get(node.pool.call.remote("shutdown"), timeout=120):
+                            unclean = True  # boots it stopped waiting for: swept below
                         node.final_stats = ray.get(node.pool.call.remote("stats"), timeout=10)
                     except Exception:  # noqa: BLE001
                         log.warning("the pool of node %s did not shut down; sweeping it", node.node_id[:8])

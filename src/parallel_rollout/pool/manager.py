@@ -48,6 +48,8 @@ log = logging.getLogger(__name__)
 
 #: how often a blocked lease re-checks exhaustion and deadlines, seconds
 _WAIT_SLICE_S = 0.5
+#: how long shutdown waits for boots under way; what they make after that is swept
+_BOOT_GRACE_S = 2.0
 
 
 class VMState(enum.Enum):
@@ -135,6 +137,8 @@ class VMPoolManager:
         # provider call that hangs (a boot that never ends) can then never block shutdown.
         #: provider calls under way -> when shutdown stops waiting for each
         self._threads: dict[threading.Thread, float] = {}
+        #: the boots among them (shutdown does not wait for a slow boot: Ctrl-C is at once)
+        self._boot_threads: set[threading.Thread] = set()
         self._watchdog = threading.Thread(target=self._watch_calls, name="pool-watchdog", daemon=True)
         with self._lock:
             for _ in range(size + self.spare_vms):
@@ -251,11 +255,13 @@ class VMPoolManager:
                 "last_death": self._last_death,
             }
 
-    def shutdown(self) -> None:
-        """Stop every VM (in parallel) and the pool's threads; idempotent."""
+    def shutdown(self) -> int:
+        """Stop every VM (in parallel) and the pool's threads; idempotent. Returns how many
+        boots were still under way after a short grace: what they make is the caller's to
+        sweep once this process is gone (a slow boot never delays a Ctrl-C)."""
         with self._lock:
             if not self._running:
-                return
+                return 0
             self._running = False
             # Booting and resetting VMs are stopped by their own threads once those see
             # the pool closed; stopping them here too would race with the provider call.
@@ -266,13 +272,18 @@ class VMPoolManager:
                     self._move(vm, VMState.DEAD, "pool shutdown")
             self._vm_free.notify_all()
         # Resets and boots already running finish on their own and then see the pool
-        # closed; they stop what they made (see _finish_boot / _finish_reset).
+        # closed; they stop what they made (see _boot_thread / _reset_thread).
         for vm in vms:
             self._spawn(self._stop_quietly, vm.info)
         # Wait for provider calls so that what they make is stopped, but never past each
-        # call's own deadline: a boot that hangs was already declared dead.
+        # call's own deadline (a boot that hangs was already declared dead), nor a boot's
+        # past a short grace.
+        boots_give_up = time.monotonic() + _BOOT_GRACE_S
         for thread, give_up in list(self._threads.items()):
+            if thread in self._boot_threads:
+                give_up = min(give_up, boots_give_up)
             thread.join(max(0.0, give_up - time.monotonic()))
+        booting = sum(1 for thread in list(self._boot_threads) if thread.is_alive())
         if self._events is not None:
             events, self._events = self._events, None
             try:
@@ -281,6 +292,7 @@ class VMPoolManager:
                 # A full disk: the unflushed tail of a failed write. Raising here would tell
                 # the runner that the Manager is gone, when every VM was stopped as asked.
                 log.warning("cannot flush events.jsonl; its last lines are lost")
+        return booting
 
     # -- internals (callers hold the lock, except the *_thread bodies) -----------------------
 
@@ -365,7 +377,7 @@ class VMPoolManager:
         self._vms[vm.vm_id] = vm
         self._event(vm.vm_id, None, VMState.BOOTING.value, reason, None, None)
         self._counters["boots"] += 1
-        self._spawn(self._boot_thread, vm, deadline=vm.deadline)
+        self._boot_threads.add(self._spawn(self._boot_thread, vm, deadline=vm.deadline))
 
     def _boot_thread(self, vm: _VM) -> None:
         """A boot's own thread: ``provider.start`` without the lock, then IDLE (or DEAD)."""
@@ -482,6 +494,7 @@ class VMPoolManager:
             target(*args)
         finally:
             self._threads.pop(threading.current_thread(), None)
+            self._boot_threads.discard(threading.current_thread())
 
     def _stop_quietly(self, info: VMInfo | None) -> None:
         if info is None:
