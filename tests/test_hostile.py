@@ -39,7 +39,6 @@ pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bub
 
 ROOT = Path(__file__).resolve().parent.parent
 IS_ROOT = os.geteuid() == 0
-NEEDS_ENGINE = "needs engine item 3: a task that kills the agent is graded and its VM restarted"
 #: the check every row shares, unless it says otherwise: the attack left its mark
 GOT_IT = "test -e ~/ok"
 #: a check that fails only if a process of the answer still runs while the check does
@@ -267,12 +266,14 @@ def run_table(tmp: Path, left_out: dict[str, str], **flags) -> dict:
 def check_row(table: dict, name: str) -> None:
     """The row graded 0 (or skipped with why it was left out)."""
     why = table["left_out"].get(name)
-    if why == NEEDS_ENGINE:
-        pytest.xfail(why)
     if why:
         pytest.skip(why)
     record = table["finals"][f"{name}#0"]
-    assert record["status"] == "failure" and record["reward"] == 0.0, record
+    # where the agent shares the code's uid (a non-root runner) a row may kill it: that is
+    # the task's failure (sandbox_violation), graded 0 and not retried
+    statuses = ("failure", "sandbox_violation") if SHELL_ROWS.get(name, (None,) * 3)[2] else ("failure",)
+    assert record["status"] in statuses and record["reward"] == 0.0, record
+    assert not record["infrastructure"] and record["attempt"] == 0, record
 
 
 def check_finished(table: dict) -> None:
@@ -295,7 +296,7 @@ def loopback():
 @pytest.fixture(scope="module")
 def shell_table(loopback, tmp_path_factory):
     marks = _host_marks()
-    left_out = {**unbounded_rows(), **({} if IS_ROOT else agent_killers())}
+    left_out = unbounded_rows()
     finals, summary, code = _run(tmp_path_factory.mktemp("shell"), "shell",
                                  shell_tasks(loopback.port, left_out))
     return {"finals": finals, "summary": summary, "exit_code": code, "marks_before": marks,
@@ -306,12 +307,6 @@ def shell_table(loopback, tmp_path_factory):
 def py_table(tmp_path_factory):
     finals, summary, code = _run(tmp_path_factory.mktemp("py"), "py", py_tasks())
     return {"finals": finals, "summary": summary, "exit_code": code}
-
-
-def agent_killers() -> dict[str, str]:
-    """Rows that kill the agent where it shares the code's uid (a non-root runner): left
-    out of such runs until a killed agent costs the task, not the run's VM budget."""
-    return {name: NEEDS_ENGINE for name, row in SHELL_ROWS.items() if row[2]}
 
 
 @pytest.mark.parametrize("name", list(SHELL_ROWS))
@@ -440,7 +435,7 @@ def nobody_table(loopback):
         pytest.skip(why)
     nobody = pwd.getpwnam("nobody")
     with _delegated_pids_cgroup(nobody.pw_uid, nobody.pw_gid) as join:
-        left_out = {**unbounded_rows(), **({} if join else NOT_AS_NOBODY), **agent_killers()}
+        left_out = {**unbounded_rows(), **({} if join else NOT_AS_NOBODY)}
         tasks = shell_tasks(loopback.port, left_out)
         flags = ("--vm-max-processes", "128") if join else ()
         for table in _run_as_nobody("shell", tasks, join, *flags):
@@ -474,7 +469,7 @@ def test_the_runs_as_nobody_finished(nobody_table, nobody_py_table, loopback):
 def test_200_tasks_50_hostile_on_two_vms(tmp_path, loopback):
     """The acceptance run of issue 16: 200 shell tasks of which 50 are hostile (the table's
     rows in turn), M=2: every hostile one 0, every honest one 1, no VM budget spent."""
-    left_out = {**unbounded_rows(), **({} if IS_ROOT else agent_killers())}
+    left_out = unbounded_rows()
     rows = [t for t in shell_tasks(loopback.port, left_out) if not t["id"].startswith("honest")]
     tasks = []
     for index in range(200):
