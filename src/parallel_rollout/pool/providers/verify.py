@@ -350,11 +350,17 @@ def scratch_print(fingerprint: dict[str, Entry]) -> dict[tuple[str, str], int]:
     (``dbus-*``), so two boots match, and one more of them than the boot made still shows."""
     counts: dict[tuple[str, str], int] = {}
     for rel, entry in fingerprint.items():
+        if rel.startswith(_SESSION_RUNTIME):
+            continue
         key = ("/".join(_RANDOM_TAIL.sub(_star, part) for part in rel.split("/")), entry[0])
         counts[key] = counts.get(key, 0) + 1
     return counts
 
 
+#: a desktop session's runtime folder (XDG_RUNTIME_DIR): the AT-SPI bus and dconf make
+#: their entries in it when a client first asks, earlier or later from boot to boot, so its
+#: content is not compared (the folder itself is)
+_SESSION_RUNTIME = "xdg-runtime/"
 #: a random tail of a name: 6 or more letters and digits after a separator
 _RANDOM_TAIL = re.compile(r"(?<=[-_.])[A-Za-z0-9]{6,}(?=(\.[A-Za-z0-9]{1,5})?$)")
 
