@@ -61,7 +61,7 @@ OSWorld's ``python -c "import pyautogui; ..."`` actions run as they do in an OSW
 The apps come from the host's /usr (Debian packages ``./dev`` installs: xvfb, openbox, xterm,
 mousepad, pcmanfm, xdotool, wmctrl, ffmpeg, dbus, at-spi2-core, python3-pyatspi). The
 desktop's session bus admits one uid, so in a desktop VM the commands run as the agent's
-user, without capabilities (no separate user).
+user, root, with only ``DESKTOP_CAPS`` (what xterm and VLC need) and the tty group.
 
 **Sweep.** Every VM folder is labelled with its run id and its owner. ``sweep(run_id)``
 kills and removes every sandbox of that run; ``sweep()`` removes those whose owning process
@@ -108,6 +108,13 @@ DEFAULT_SANDBOX_UID = 64000
 #: bounding set (setpriv), signal its processes, and hand it files
 AGENT_CAPS = ("CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP", "CAP_KILL", "CAP_CHOWN",
               "CAP_FOWNER", "CAP_DAC_OVERRIDE")
+#: what a desktop VM's root keeps (its commands run as root: one uid on the session bus):
+#: xterm drops to its real ids and gives up on a failed setresuid; VLC refuses root and runs
+#: as uid 1000 in a user namespace, whose map of uid 0 needs CAP_SETFCAP. With
+#: no-new-privileges (bwrap's, for seccomp) no file capability is ever granted.
+DESKTOP_CAPS = ("CAP_SETUID", "CAP_SETGID", "CAP_SETFCAP")
+#: the tty group (Debian's gid 5): a desktop's terminal chowns its pty to it
+TTY_GID = 5
 #: sizes of the sandbox's tmpfs folders
 TMP_SIZE_MB = 512
 HOME_SIZE_MB = 1024
@@ -360,7 +367,9 @@ class ProcessProvider(Provider):
             privileges = ["--cap-drop", "ALL"] + [a for cap in AGENT_CAPS
                                                   for a in ("--cap-add", cap)]
         else:
-            privileges = ["--cap-drop", "ALL"] if os.geteuid() == 0 else \
+            kept = DESKTOP_CAPS if self.options.desktop else ()
+            privileges = ["--cap-drop", "ALL"] + [a for cap in kept for a in ("--cap-add", cap)] \
+                if os.geteuid() == 0 else \
                 ["--unshare-user", "--disable-userns", "--cap-drop", "ALL"]
         snapshot: list[str] = []
         if self.snapshot is not None:
@@ -419,7 +428,12 @@ class ProcessProvider(Provider):
         seccomp_fd = seccomp.program_fd(allow_userns=self.options.desktop)
         # join the cgroups before bwrap forks anything: a shell that moves itself, then execs
         argv = self._argv(vm_id, vm_dir, ready_w, info_w, listener.fileno())
-        argv = group.join_argv([argv[0], "--seccomp", str(seccomp_fd), *argv[1:]])
+        argv = [argv[0], "--seccomp", str(seccomp_fd), *argv[1:]]
+        if self.options.desktop and os.geteuid() == 0:
+            # the desktop's commands run as root with no capabilities: in the tty group a
+            # terminal (xterm) may give its pty to it, as it does on a desktop
+            argv = ["setpriv", "--groups", str(TTY_GID), "--", *argv]
+        argv = group.join_argv(argv)
         log_path = vm_dir / "agent.log"
         try:
             with open(log_path, "ab") as agent_log:
