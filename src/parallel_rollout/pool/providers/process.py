@@ -86,8 +86,8 @@ from .base import Provider, ProviderOptions, VMInfo
 from .common import (check_name, create_time, log_tail, make_vm_dir, owner_label,
                      process_and_agent_healthy, read_meta, remove_vm_dir, same_process,
                      secure_base_dir, sweep_vm_folders, write_meta)
-from .sandbox_processes import (_children, kill_recorded, kill_sandbox, launcher,
-                                read_until, sandbox_alive)
+from .sandbox_processes import (_children, kill_recorded, kill_sandbox, kill_unrecorded,
+                                launcher, read_until, sandbox_alive)
 
 log = logging.getLogger(__name__)
 
@@ -323,6 +323,7 @@ class ProcessProvider(Provider):
         def kill(meta: dict, vm_dir: Path) -> None:
             kill_recorded(meta, vm_dir)
             cgroups.kill_paths(meta.get("cgroups") or [])  # whatever escaped the pid records
+            kill_unrecorded(vm_dir)
             cgroups.remove_paths(meta.get("cgroups") or [])
 
         removed = sweep_vm_folders(Path(base_dir) if base_dir else base_dir_default(), run_id, kill,

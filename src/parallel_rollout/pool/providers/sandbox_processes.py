@@ -144,6 +144,20 @@ def is_our_bwrap(pid, create_time, vm_dir: Path) -> bool:
     return runs_vm(pid, create_time, vm_dir)
 
 
+def kill_unrecorded(vm_dir: Path) -> None:
+    """SIGKILL every bwrap whose command line names ``vm_dir``: one started by an owner
+    killed before it could record it in meta.json (its --die-with-parent not set up yet)."""
+    import psutil
+
+    folder = f"{vm_dir}/"
+    for proc in psutil.process_iter(["name", "cmdline"]):
+        try:
+            if proc.info["name"] == "bwrap" and any(folder in arg for arg in proc.info["cmdline"] or ()):
+                proc.kill()
+        except psutil.Error:
+            pass
+
+
 def kill_recorded(meta: dict, vm_dir: Path) -> None:
     """Kill what meta.json records, if it is still that sandbox."""
     if is_our_bwrap(meta.get("pid"), meta.get("create_time"), vm_dir):
