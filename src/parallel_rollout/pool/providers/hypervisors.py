@@ -123,7 +123,7 @@ class _HypervisorProvider(Provider):
             self.slots.release(vm_file, info.vm_id)
 
     @classmethod
-    def sweep(cls, run_id: str | None = None) -> list[str]:
+    def sweep(cls, run_id: str | None = None, *, orphans_only: bool = False) -> list[str]:
         """Nothing to remove: the VM files are the user's, and stop() stops each VM."""
         return []
 
