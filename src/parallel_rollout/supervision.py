@@ -23,8 +23,8 @@ The engine (``engine``) decides what runs; this module keeps the processes that 
 * **Identity.** Each spawn of a worker gets a token (``w3.7``: index, spawn number); the pool
   knows lease holders by it, never by pid, which the kernel recycles.
 * **Shutdown.** Ordered: STOP once per live worker → drain records while they finish (the
-  grace period) → kill what is left → stop every VM → stop the Manager → sweep if the
-  Manager could not stop its VMs itself.
+  grace period) → kill what is left → stop every VM → stop the Manager → sweep the run's
+  orphaned VMs: what a dead Manager could not stop, or a stop that raced a boot missed.
 """
 
 from __future__ import annotations
@@ -358,8 +358,9 @@ class Supervision(WorkerTable):
 
     def shutdown(self, grace: float, sweep: bool) -> None:
         """Ordered teardown: STOP once per live worker → drain results while they finish
-        (grace period) → kill what is left → stop every VM → stop the Manager → sweep the
-        run's VMs (``sweep``: the run did not end cleanly)."""
+        (grace period) → kill what is left → stop every VM → stop the Manager → sweep what
+        is left of the run's VMs (orphans once the Manager is gone; ``sweep``: the run did not
+        end cleanly, kept for the callers' sake: the sweep always runs)."""
         for w in self._workers.values():
             if w.conn_open and not w.stop_sent:
                 try:
@@ -383,10 +384,9 @@ class Supervision(WorkerTable):
             kill_tree(w.process.pid)
             w.process.join(timeout=5)
             del self._workers[w.index]
-        booting = 0  # boots the pool stopped waiting for: swept below
         if self.pool is not None:
             try:
-                booting = self.pool.shutdown() or 0
+                self.pool.shutdown()  # boots it stopped waiting for are swept below
                 self.engine.final_pool_stats = self.pool.stats()  # after shutdown: every reset counted
             except (EOFError, OSError, ConnectionError, RolloutError):
                 log.warning("the pool's manager was already gone; sweeping its VMs")
@@ -398,10 +398,10 @@ class Supervision(WorkerTable):
             if self._manager._process.is_alive():
                 kill_tree(self._manager._process.pid)
         provider_cls = self.engine.provider_cls
-        if provider_cls is not None and self._manager is not None and (
-                sweep or booting or self.engine.final_pool_stats is None):
+        if provider_cls is not None and self._manager is not None:
             # A manager that died (or was killed) could not stop its VMs itself, nor what a
-            # boot cut short by the shutdown made.
+            # boot cut short by the shutdown made; and a stop that raced a boot (a standby
+            # booting while its VM died) may have missed one. Its folders are orphans now.
             provider_cls.sweep(self.engine.run_id, orphans_only=True)
 
 
