@@ -69,6 +69,9 @@ class Provider(abc.ABC):
     default_spares: ClassVar[int] = 0
 
     def __init__(self, run_id: str, options: ProviderOptions | None = None) -> None:
+        from .common import check_name
+
+        check_name("run id", run_id)  # it names folders, containers and cgroups
         self.run_id = run_id
         self.options = options or ProviderOptions()
 

@@ -143,7 +143,6 @@ class DockerProvider(SpareContainers, Provider):
     def __init__(self, run_id: str, options: ProviderOptions | None = None,
                  base_dir: str | os.PathLike | None = None) -> None:
         super().__init__(run_id, options)
-        _check_name("run id", run_id)
         if self.options.path_to_vm:
             raise ConfigError("the docker provider boots an image, not a VM file: path_to_vm "
                               "cannot be honoured (name an image with snapshot_name)")

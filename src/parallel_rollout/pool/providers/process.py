@@ -153,7 +153,6 @@ class ProcessProvider(Provider):
     def __init__(self, run_id: str, options: ProviderOptions | None = None,
                  base_dir: str | os.PathLike | None = None) -> None:
         super().__init__(run_id, options)
-        check_name("run id", run_id)
         if self.options.path_to_vm:
             raise ConfigError(
                 "the process provider has no VM image: path_to_vm cannot be honoured "

@@ -143,7 +143,6 @@ class QemuProvider(Provider):
     def __init__(self, run_id: str, options: ProviderOptions | None = None,
                  base_dir: str | os.PathLike | None = None) -> None:
         super().__init__(run_id, options)
-        _check_name("run id", run_id)
         opts = self.options
         if opts.max_processes is not None:
             raise ConfigError("max_processes cannot be enforced from outside a QEMU VM; "
