@@ -196,8 +196,13 @@ def test_setup_controller_steps_work_against_the_agent(desktop, setup_module_of_
     assert client.read_file("/home/user/w") == f"{WIDTH}\n".encode()
     assert (cache / "out.txt").read_text() == ""
     assert client.execute(["ls", "/home/user/by-command", "/home/user/verified"])["returncode"] == 0
+    # close_window asks the window to close (wmctrl -c): the app closes it a moment later
+    deadline = time.monotonic() + 15
     titles = client.execute(["wmctrl", "-l"])["output"]
-    assert "setup-term" in titles and "l.txt" not in titles
+    while "l.txt" in titles and time.monotonic() < deadline:
+        time.sleep(0.2)
+        titles = client.execute(["wmctrl", "-l"])["output"]
+    assert "setup-term" in titles and "l.txt" not in titles, titles
 
 
 def _png(width: int, height: int, rgb: tuple[int, int, int]) -> bytes:
