@@ -31,17 +31,16 @@ threads and never under the lock, so a slow boot or reset never blocks a lease.
 from __future__ import annotations
 
 import dataclasses
-import enum
 import json
 import logging
 import threading
 import time
-from dataclasses import dataclass
 from typing import Any
 
-from ..errors import LeaseTimeout, PoolExhausted, RolloutError, WorkerDied
+from ..errors import LeaseTimeout, PoolExhausted, WorkerDied
 from ..results import percentiles
 from . import spares
+from .vm_record import PoolClosed, VMState, _VM  # noqa: F401 - VMState, PoolClosed: the pool's API
 from .providers import ProviderOptions, VMInfo, get_provider, verify
 
 log = logging.getLogger(__name__)
@@ -50,41 +49,6 @@ log = logging.getLogger(__name__)
 _WAIT_SLICE_S = 0.5
 #: how long shutdown waits for boots under way; what they make after that is swept
 _BOOT_GRACE_S = 2.0
-
-
-class VMState(enum.Enum):
-    """Where a VM is in its life."""
-
-    BOOTING = "booting"
-    IDLE = "idle"
-    LEASED = "leased"
-    RESETTING = "resetting"
-    DEAD = "dead"
-
-
-class PoolClosed(RolloutError):
-    """The pool was shut down; no more leases."""
-
-    kind = "pool_closed"
-    infrastructure = True
-
-
-@dataclass
-class _VM:
-    vm_id: str
-    state: VMState = VMState.BOOTING
-    info: VMInfo | None = None
-    owner: str | None = None
-    worker_id: str | None = None
-    holder: str | None = None
-    task_key: str | None = None
-    since: float = 0.0
-    #: when the boot or reset under way is declared hung (the watchdog's)
-    deadline: float = 0.0
-    leased_s: float = 0.0
-    resetting_s: float = 0.0
-    leases: int = 0
-    lease_no: int | None = None
 
 
 class VMPoolManager:
