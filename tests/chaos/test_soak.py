@@ -125,6 +125,7 @@ class Sampler(threading.Thread):
 
 
 @pytest.mark.soak
+@pytest.mark.slow  # ~165 s on 2 cores: a long measurement, kept out of the default run
 @pytest.mark.timeout(300)
 def test_soak_2000_tasks_memory_and_fds_stay_flat(tmp_path):
     tasks = [shell_task(f"s{i:04d}") for i in range(TASKS)]

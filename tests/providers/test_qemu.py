@@ -298,6 +298,7 @@ def test_image_build_is_a_no_op_when_current(image):
 # ------------------------------------------------------------- the pool, end to end
 
 
+@pytest.mark.slow  # ~50 s under TCG; the default run keeps the py benchmark on qemu below
 def test_shell_benchmark_through_the_pool_on_qemu(image, tmp_path, request):
     """N=4 workers, M=2 VMs: 25/25, as on process (reset by loadvm gives a fresh /tmp)."""
     from parallel_rollout.runner import Runner
