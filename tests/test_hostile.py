@@ -346,7 +346,7 @@ def test_the_host_is_untouched_and_the_runs_finished(shell_table, py_table, loop
 #: counts against the same RLIMIT_NPROC as the runner (one uid), so it starves the run itself
 NOT_AS_NOBODY = {"fork_bomb": "no pids cgroup delegated to nobody on this machine (the test "
                               "delegates a cgroup v1 pids one; v2 delegation is the host's "
-                              "business): the bomb would share the runner's RLIMIT_NPROC"}
+                              "business); RLIMIT_NPROC's cap is tested on its own below"}
 #: what the whole run as nobody may hold at once, whatever its VMs' own limits
 NOBODY_PIDS_MAX = 1000
 
@@ -463,6 +463,38 @@ def test_the_runs_as_nobody_finished(nobody_table, nobody_py_table, loopback):
         assert honest and all(r["status"] == "success" for r in honest), honest
     assert loopback.connections == 0
     assert not _host_marks()
+
+
+#: forks sleepers until the cap refuses one; writes how many it got
+COUNT_FORKS = ("import os, time\nn = 0\nfor _ in range(400):\n    try:\n        pid = os.fork()\n"
+               "    except OSError:\n        break\n    if pid == 0:\n        time.sleep(60)\n"
+               "        os._exit(0)\n    n += 1\nopen(os.path.expanduser('~/n'), 'w').write(str(n))\n")
+
+
+def test_without_a_pids_cgroup_rlimit_nproc_caps_each_vm_as_nobody(loopback):
+    """A runner that is not root and has no pids cgroup (nobody here: the v1 hierarchy is
+    root's) caps each VM with RLIMIT_NPROC in the sandbox's user namespace: a task gets fewer
+    than --vm-max-processes 128 processes even though nobody runs more than that on the
+    host, a fork bomb is contained, and the run finishes."""
+    why = _nobody_can_run()
+    if why:
+        pytest.skip(why)
+    if not subprocess.run(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups",
+                           sys.executable, "-c", "from parallel_rollout.pool.providers import "
+                           "cgroups; raise SystemExit(not cgroups.nproc_caps_a_sandbox())"],
+                          env={**os.environ, "PYTHONPATH": str(ROOT / "src")}).returncode == 0:
+        pytest.skip("RLIMIT_NPROC does not cap a sandbox here (Linux before 5.14)")
+    tasks = [{"id": "count_forks", "mode": "shell", "instruction": "fork until refused",
+              "reference": [f"python3 -c \"{COUNT_FORKS}\" >/dev/null 2>&1 </dev/null"], "timeout": 20,
+              "check": 'n=$(cat ~/n) && [ "$n" -ge 50 ] && [ "$n" -lt 128 ]'},
+             *[t for t in shell_tasks(loopback.port) if t["id"] in ("fork_bomb", "honest0")]]
+    for table in _run_as_nobody("shell", tasks, None, "--vm-max-processes", "128"):
+        proc = table["proc"]
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        finals = table["finals"]
+        assert finals["count_forks#0"]["status"] == "success", finals["count_forks#0"]
+        assert finals["fork_bomb#0"]["reward"] == 0.0 and finals["honest0#0"]["status"] == "success"
+        assert table["summary"]["vm"]["marked_dead"] == 0, table["summary"]["vm"]
 
 
 @pytest.mark.slow

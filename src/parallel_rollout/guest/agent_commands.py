@@ -30,8 +30,11 @@ agent, not by the machine's init), then collects their zombies: never a process 
 machine it did not start.
 
 **Limits.** ``--limit-as BYTES`` (:data:`limit_as`) runs every command under util-linux
-``prlimit --as`` (RLIMIT_AS per process, inherited by its children); the agent itself stays
-unlimited so that a greedy command cannot take the agent down with it.
+``prlimit --as`` (RLIMIT_AS per process, inherited by its children), ``--limit-nproc N``
+(:data:`limit_nproc`) under ``prlimit --nproc`` (RLIMIT_NPROC: in a user namespace of its own
+it counts that namespace's processes of the uid, so it caps the VM; on a host it counts the
+uid's processes host-wide); the agent itself stays unlimited so that a greedy command cannot
+take the agent down with it.
 """
 
 from __future__ import annotations
@@ -49,6 +52,8 @@ DEFAULT_PYTHON_TIMEOUT_S = 30.0
 DEFAULT_BASH_TIMEOUT_S = 100.0
 #: RLIMIT_AS in bytes for every command this agent runs (``--limit-as``); None: no limit
 limit_as: int | None = None
+#: RLIMIT_NPROC for every command this agent runs (``--limit-nproc``); None: no limit
+limit_nproc: int | None = None
 #: (uid, gid) every command runs as (``--run-as``); None: the agent's own
 run_as: tuple[int, int] | None = None
 #: ``--reap-all``: the agent is alone in a pid namespace of its own (a sandbox, a container,
@@ -89,7 +94,7 @@ def run(argv, *, shell: bool, timeout: float, cwd: str | None = None,
     if env:
         full_env = dict(os.environ)
         full_env.update(env)
-    if limit_as is not None or run_as is not None:
+    if limit_as is not None or limit_nproc is not None or run_as is not None:
         argv, shell = _with_limits(argv, shell, full_env)
         if argv is None:
             return {"returncode": 127, "output": "", "error": "No such file or directory",
@@ -147,7 +152,7 @@ def _finish(proc, timeout: float) -> dict:
 
 def _with_limits(argv, shell: bool, env: dict | None):
     """The command wrapped in util-linux ``setpriv`` (``--run-as``) and ``prlimit``
-    (``--limit-as``); (None, False) when the program does not exist.
+    (``--limit-as``, ``--limit-nproc``); (None, False) when the program does not exist.
 
     Wrapper binaries, not ``preexec_fn``: Python code between fork and exec can deadlock in a
     threaded server. They exec the command themselves, so a missing program would show up as
@@ -162,8 +167,10 @@ def _with_limits(argv, shell: bool, env: dict | None):
         if shutil.which(argv[0], path=path) is None:
             return None, False
     wrapper = _setpriv() if run_as is not None else []
-    if limit_as is not None:
-        wrapper += ["prlimit", f"--as={limit_as}", "--"]
+    limits = ([f"--as={limit_as}"] if limit_as is not None else []) + \
+        ([f"--nproc={limit_nproc}"] if limit_nproc is not None else [])
+    if limits:
+        wrapper += ["prlimit", *limits, "--"]
     return wrapper + list(argv), False
 
 

@@ -118,27 +118,29 @@ def resolve(path: str):
 
 
 _USAGE = """usage: server.py [--unix PATH | --listen-fd FD | --host HOST --port PORT] [--ready-fd FD]
-                 [--max-body-mb MB] [--limit-as BYTES] [--run-as UID:GID]
+                 [--max-body-mb MB] [--limit-as BYTES] [--limit-nproc N] [--run-as UID:GID]
                  [--seed-home DIR] [--desktop WxH] [--reap-all] [--verbose]
 
 --listen-fd FD      serve a unix socket the caller bound and listens on (the process
                    sandbox: the socket's folder stays outside, where commands cannot
                    unlink it and bind their own)
 --limit-as BYTES   RLIMIT_AS of every command run (through util-linux prlimit)
+--limit-nproc N    RLIMIT_NPROC of every command run (a cap on the VM's processes when the
+                   agent is in a user namespace of its own)
 --run-as UID:GID   run every command as this user (through util-linux setpriv)
 --seed-home DIR    copy DIR into $HOME (given to --run-as's user) before saying ready
 --desktop WxH      start Xvfb at WxH and a window manager before saying ready
 --reap-all         /reap kills every process but this one and pid 1: only for an agent
                    alone in its own pid namespace (without it, its descendants only)"""
 _OPTIONS = {"--unix": str, "--listen-fd": int, "--host": str, "--port": int, "--ready-fd": int,
-            "--max-body-mb": float, "--limit-as": int, "--desktop": str, "--run-as": str,
+            "--max-body-mb": float, "--limit-as": int, "--limit-nproc": int, "--desktop": str, "--run-as": str,
             "--seed-home": str}
 
 
 def _parse_args(argv: list[str]) -> dict:
     # argparse (with the re and shutil it imports) would add ~5 ms to every VM reset
     args = {"unix": None, "listen_fd": None, "host": "127.0.0.1", "port": 5000, "ready_fd": None,
-            "max_body_mb": 256.0, "verbose": False, "limit_as": None, "desktop": None,
+            "max_body_mb": 256.0, "verbose": False, "limit_as": None, "limit_nproc": None, "desktop": None,
             "run_as": None, "seed_home": None, "reap_all": False}
     items = list(argv)
     while items:
@@ -180,9 +182,11 @@ def main(argv: list[str] | None = None) -> int:
     args = _parse_args(sys.argv[1:] if argv is None else argv)
     agent_http.verbose = args["verbose"]
     agent_commands.limit_as = args["limit_as"]
+    agent_commands.limit_nproc = args["limit_nproc"]
     agent_commands.reap_all = args["reap_all"]
-    if agent_commands.limit_as is not None and not _which("prlimit"):
-        sys.exit("server.py: --limit-as needs util-linux prlimit on PATH")
+    for option in ("limit_as", "limit_nproc"):
+        if args[option] is not None and not _which("prlimit"):
+            sys.exit(f"server.py: --{option.replace('_', '-')} needs util-linux prlimit on PATH")
     if args["run_as"]:
         uid, _, gid = args["run_as"].partition(":")
         if not (uid.isdigit() and gid.isdigit()) or int(uid) == os.getuid():

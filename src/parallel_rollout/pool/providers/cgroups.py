@@ -2,7 +2,8 @@
 
 A process sandbox is a tree of processes that the kernel can only limit as a whole through
 a cgroup; per-process rlimits (RLIMIT_AS, RLIMIT_NPROC) bound one process, or one uid across
-the host, never the sandbox's sum. Each VM gets ``<our cgroup>/parallel-rollout/<run>/<vm>``
+the host, never the sandbox's sum (one exception, the fallback of :func:`process_cap`:
+RLIMIT_NPROC inside a sandbox's own user namespace). Each VM gets ``<our cgroup>/parallel-rollout/<run>/<vm>``
 in every writable hierarchy that has a controller we use, with:
 
 =============  ===================  =========================================
@@ -30,14 +31,22 @@ process of the VM ever runs outside them.
 from __future__ import annotations
 
 import functools
+import logging
 import os
+import re
+import shutil
 import secrets
 import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...errors import VMError
+from ...errors import ConfigError, VMError
+
+log = logging.getLogger(__name__)
+
+#: the first Linux whose RLIMIT_NPROC counts per user namespace (ucounts rlimits)
+NPROC_PER_USERNS = (5, 14)
 
 #: controller -> (v2 file, v1 file) of the limit we set
 LIMIT_FILES = {"memory": ("memory.max", "memory.limit_in_bytes"),
@@ -255,6 +264,43 @@ def _no_swap(path: Path, version: int, limit: int) -> None:
             swap.write_text("0" if version == 2 else str(limit))
         except OSError:
             pass
+
+
+def nproc_caps_a_sandbox() -> bool:
+    """Whether RLIMIT_NPROC set inside a sandbox caps that sandbox, as ``pids.max`` would.
+
+    Since Linux 5.14 rlimit counts are per user namespace (ucounts): a process's
+    RLIMIT_NPROC is checked against the processes of its uid *in its own namespace*, and the
+    parent namespace's count against the limit its creator had. A runner that is not root
+    gives each sandbox a user namespace of its own (bwrap ``--unshare-user``), so a limit set
+    there (util-linux ``prlimit``) caps that VM alone. As root there is no such namespace and
+    every VM's commands share one uid host-wide: only a cgroup can cap one VM."""
+    release = tuple(int(p) for p in re.findall(r"\d+", os.uname().release)[:2])
+    return (os.geteuid() != 0 and release >= NPROC_PER_USERNS
+            and shutil.which("prlimit") is not None)
+
+
+def process_cap(requested: int | None, default: int) -> tuple[int | None, int | None]:
+    """How a process sandbox caps a VM's processes at ``requested`` (``default`` when None):
+    ``(pids.max, None)`` with a pids cgroup, ``(None, RLIMIT_NPROC)`` where that caps a
+    sandbox, else ``(None, None)`` with a warning; ConfigError for a bad or uncappable
+    explicit ``requested``."""
+    if requested is not None and requested <= 0:
+        raise ConfigError(f"max_processes must be positive, got {requested}")
+    cap = requested or default
+    if "pids" in available():
+        return cap, None
+    if nproc_caps_a_sandbox():
+        return None, cap
+    if requested is not None:
+        raise ConfigError(
+            "max_processes needs a working pids cgroup (cgroup v1 pids, or v2 with the pids "
+            "controller delegated) or, for a runner that is not root, Linux 5.14 or later and "
+            "util-linux prlimit (RLIMIT_NPROC in the sandbox's user namespace): "
+            + why_unavailable("pids"))
+    log.warning("no pids cgroup (%s) and RLIMIT_NPROC cannot cap a sandbox here (root, or "
+                "Linux before 5.14): a VM's processes are not capped", why_unavailable("pids"))
+    return None, None
 
 
 def kill_paths(paths: list[str]) -> None:

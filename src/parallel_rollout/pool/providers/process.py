@@ -33,7 +33,9 @@ files, fresh ``/proc`` and ``/dev``, a clean environment, ``setsid``, and:
 * *per-VM cgroups* (``cgroups.py``): ``memory.max``, ``pids.max`` and an equal CPU weight
   for the whole sandbox, where a probe shows they work (``cgroups.available``). Without a
   memory cgroup ``memory_mb`` falls back to a per-process RLIMIT_AS through ``prlimit``
-  (logged); without a pids cgroup ``max_processes`` is a ConfigError saying why.
+  (logged). ``max_processes`` (DEFAULT_MAX_PROCESSES when unset) goes to ``pids.max``, or
+  without a pids cgroup to RLIMIT_NPROC where that caps a sandbox (not root: see
+  ``cgroups.nproc_caps_a_sandbox``); else an explicit one is a ConfigError saying why.
 * *sized tmpfs* for ``/tmp`` and ``/dev/shm`` (512 MB) and the home (1 GB), each at most a
   sixth of ``memory_mb``: filling them fills the VM's own memory (which its cgroup bounds), never the
   host's disk, and leaves the agent room to live.
@@ -115,6 +117,8 @@ AGENT_CAPS = ("CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP", "CAP_KILL", "CAP_CHOWN"
 DESKTOP_CAPS = ("CAP_SETUID", "CAP_SETGID", "CAP_SETFCAP")
 #: the tty group (Debian's gid 5): a desktop's terminal chowns its pty to it
 TTY_GID = 5
+#: a VM's process cap when max_processes is not set (docker's --pids-limit default too)
+DEFAULT_MAX_PROCESSES = 4096
 #: sizes of the sandbox's tmpfs folders
 TMP_SIZE_MB = 512
 HOME_SIZE_MB = 1024
@@ -180,15 +184,10 @@ class ProcessProvider(Provider):
                             "per process, which does not bound the sandbox's sum",
                             cgroups.why_unavailable("memory"), self.options.memory_mb)
                 self._limit_as = True
-        if self.options.max_processes is not None:
-            if self.options.max_processes <= 0:
-                raise ConfigError(
-                    f"max_processes must be positive, got {self.options.max_processes}")
-            if "pids" not in controllers:
-                raise ConfigError(
-                    "max_processes needs a working pids cgroup (cgroup v1 pids, or v2 with "
-                    "the pids controller delegated; RLIMIT_NPROC cannot cap a sandbox): "
-                    + cgroups.why_unavailable("pids"))
+        #: a VM's process cap, as (pids.max, RLIMIT_NPROC per command): one of them is set
+        #: wherever the machine can cap a sandbox (``cgroups.process_cap``)
+        self._pids_max, self._limit_nproc = cgroups.process_cap(
+            self.options.max_processes, DEFAULT_MAX_PROCESSES)
         #: cgroups are host-wide: two runs with one run id (two output folders) must not
         #: share, or remove, each other's
         self._cgroup_name = f"{run_id}.{secrets.token_hex(4)}"
@@ -212,12 +211,13 @@ class ProcessProvider(Provider):
 
     @classmethod
     def supported_limits(cls) -> frozenset[str]:
-        """memory_mb with a memory cgroup (else prlimit); max_processes with a pids cgroup."""
+        """memory_mb with a memory cgroup (else prlimit); max_processes with a pids cgroup
+        (else RLIMIT_NPROC, where it caps a sandbox: ``cgroups.nproc_caps_a_sandbox``)."""
         controllers = cgroups.available()
         limits = set()
         if "memory" in controllers or shutil.which("prlimit"):
             limits.add("memory_mb")
-        if "pids" in controllers:
+        if "pids" in controllers or cgroups.nproc_caps_a_sandbox():
             limits.add("max_processes")
         return frozenset(limits)
 
@@ -343,7 +343,8 @@ class ProcessProvider(Provider):
         """The cgroups of one VM folder (a VM and its standby have one each)."""
         memory = self.options.memory_mb
         return cgroups.VMCgroup(
-            self._cgroup_name, folder, max_processes=self.options.max_processes,
+            self._cgroup_name, folder,
+            max_processes=self._pids_max,
             memory_bytes=None if memory is None or self._limit_as else memory * 2**20)
 
     def _tmpfs_mb(self, size_mb: int) -> int:
@@ -361,6 +362,8 @@ class ProcessProvider(Provider):
                  "--listen-fd", str(listen_fd), "--ready-fd", str(ready_fd)]
         if self._limit_as:
             agent += ["--limit-as", str(self.options.memory_mb * 1024 * 1024)]
+        if self._limit_nproc:
+            agent += ["--limit-nproc", str(self._limit_nproc)]
         agent += ["--reap-all"]  # bwrap's --unshare-pid: every process it sees is the VM's
         if self._run_as is not None:
             agent += ["--run-as", f"{self._run_as}:{self._run_as}"]
@@ -491,3 +494,4 @@ class ProcessProvider(Provider):
 
 def _namespace_flags() -> list[str]:
     return ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-net"]
+
