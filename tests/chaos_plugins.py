@@ -144,6 +144,19 @@ class LeakyResetProvider(ProcessProvider):
         return info
 
 
+class DirtyBootProvider(ProcessProvider):
+    """A restore with a bug from the start: every VM it boots has a file its snapshot does
+    not (no task ran on it yet). The pool's check of a fresh VM must catch it and charge
+    the replacement budget."""
+
+    def start(self, vm_id):
+        from parallel_rollout.guest.client import GuestClient
+
+        info = super().start(vm_id)
+        GuestClient(info.address).write_file("/home/user/left-by-boot", b"stale\n")
+        return info
+
+
 class SlowResetProvider(ProcessProvider):
     """A process provider whose reset takes a second longer: what a spare hides."""
 

@@ -23,6 +23,7 @@ from pool_support import read_events, wait_idle, wait_until
 from parallel_rollout.cli import main
 from parallel_rollout.config import build_config
 from parallel_rollout.errors import ConfigError
+from parallel_rollout.exit_codes import EXIT_ABORTED
 from parallel_rollout.guest.client import GuestClient
 from parallel_rollout.pool.manager import VMPoolManager
 from parallel_rollout.pool.providers import ProviderOptions, verify
@@ -207,8 +208,16 @@ def _cli(tmp_path, run_id, *flags):
     return [e for e in read_events(run_dir / "events.jsonl") if e.get("event") == "vm"]
 
 
+def _no_budget(tmp_path) -> str:
+    """A run file that gives the pool no replacement budget at all."""
+    path = tmp_path / "no-budget.toml"
+    path.write_text("max-vm-replacements = 0\n")
+    return str(path)
+
+
 def test_cli_flag_quarantines_a_leaky_reset_and_off_does_not(tmp_path):
-    events = _cli(tmp_path, "on", "--provider-name", LEAKY)  # the default: fast
+    # the default (fast); with no replacement budget: a quarantine after a task is free
+    events = _cli(tmp_path, "on", "--provider-name", LEAKY, "--config", _no_budget(tmp_path))
     # the leaky reset keeps every file a task makes: each task's VM is quarantined
     quarantined = {e["after_task"]: e for e in events
                    if e["reason"].startswith("reset verification failed")}
@@ -225,6 +234,29 @@ def test_cli_flag_quarantines_a_leaky_reset_and_off_does_not(tmp_path):
     assert not [e for e in events if e["reason"].startswith("reset verification")]
     bad = CliRunner().invoke(main, ["--mode", "shell", "--verify-reset", "maybe"])
     assert bad.exit_code != 0 and "'maybe' is not one of 'off', 'fast', 'full'" in bad.output
+
+
+def test_a_fresh_vm_that_fails_its_check_spends_the_budget_and_ends_the_run(tmp_path):
+    """No task ran on a VM checked before its first lease: a difference is the provider's
+    fault (a restore that leaves a file), charged like a failed boot; the run ends clearly."""
+    budget = tmp_path / "budget.toml"
+    budget.write_text("max-vm-replacements = 2\n")
+    data = write_tasks(tmp_path / "tasks.jsonl", [shell_task("a"), shell_task("b")])
+    result = CliRunner().invoke(main, [
+        "--mode", "shell", "--data", str(data), "--output-dir", str(tmp_path / "out"),
+        "--run-id", "dirty", "--no-progress", "--use-vm-pool", "--num-vms", "1",
+        "--num-rollouts", "1", "--provider-name", "chaos_plugins:DirtyBootProvider",
+        "--config", str(budget)])
+    assert result.exit_code == EXIT_ABORTED, (result.output, result.exception)
+    assert ("replacement budget is spent (3 failed boots (3 of them a fresh VM that failed its "
+            "check)") in " ".join(result.output.split()), result.output
+    events = [e for e in read_events(tmp_path / "out" / "dirty" / "events.jsonl") if e.get("event") == "vm"]
+    dead = [e for e in events if e["to"] == "dead"]
+    assert len(dead) == 3 and {e["from"] for e in dead} == {"booting"}, dead
+    for event in dead:
+        assert event["reason"].startswith("verification of a fresh VM failed (no task ran on it")
+        assert event["differences"] == ["/home/user/left-by-boot: not in the snapshot (file, 6 bytes)"]
+    assert not [e for e in events if e["to"] in ("idle", "leased")]  # never handed out
 
 
 # -- a desktop --------------------------------------------------------------------------------

@@ -7,8 +7,9 @@ method takes ``self._lock`` and every state change happens under it::
     BOOTING ──► IDLE ──lease──► LEASED ──release──► RESETTING ──► IDLE
        │                          │   └──reclaim (worker died)──┘    │
        └────────────► DEAD ◄──mark_dead / failed reset / boot timeout┘
-                       └── a VM that broke under a task (or failed its reset) restarts
-                           from its snapshot for free; one that failed to boot is replaced
+                       └── a VM that broke under a task (or failed its reset or its
+                           check after one) restarts from its snapshot for free; one that
+                           failed to boot, or whose fresh boot fails its check, is replaced
                            while the budget lasts
 
 * ``lease`` blocks until an IDLE VM exists. It raises ``PoolExhausted`` at once when every
@@ -92,6 +93,7 @@ class VMPoolManager:
         self._counters = {
             "leases": 0, "resets": 0, "reset_failures": 0, "boots": 0, "boot_failures": 0,
             "replacements": 0, "restarts": 0, "reclaimed": 0, "marked_dead": 0, "quarantined": 0,
+            "dirty_boots": 0,
         }
         self._reset_times: list[float] = []
         self._boot_times: list[float] = []
@@ -291,9 +293,11 @@ class VMPoolManager:
         return not alive and self.replacements_left <= 0
 
     def _exhausted_message(self) -> str:
+        dirty = self._counters["dirty_boots"]
+        dirty = f" ({dirty} of them a fresh VM that failed its check)" if dirty else ""
         return (
             f"every VM of the {self.provider_name} pool is dead and the replacement budget is "
-            f"spent ({self._counters['boot_failures']} failed boots, "
+            f"spent ({self._counters['boot_failures']} failed boots{dirty}, "
             f"{self._counters['reset_failures']} failed resets, "
             f"{self._counters['marked_dead']} marked dead); last: {self._last_death or 'n/a'}"
         )
@@ -354,10 +358,23 @@ class VMPoolManager:
                     self._counters["boot_failures"] += 1
                     self._mark_dead_and_replace(vm, f"boot failed: {type(exc).__name__}: {exc}")
             return
+        # Checked once before its first lease, against the same fingerprint as every reset:
+        # no task ran on it, so a difference is the provider's fault (verify.py: it spends
+        # the replacement budget, as a failed boot does).
+        try:
+            differences = self._provider.verify(info)
+        except Exception as exc:  # noqa: BLE001 - a check that cannot run is a difference
+            differences = [f"the check of the fresh VM failed: {type(exc).__name__}: {exc}"]
         with self._lock:
             if vm.state is VMState.BOOTING and self._running:
                 vm.info = info
                 self._boot_times.append(time.monotonic() - started)
+                if differences:
+                    self._counters["boot_failures"] += 1
+                    self._counters["dirty_boots"] += 1
+                    self._mark_dead_and_replace(vm, verify.summarize(differences, fresh=True),
+                                                differences=differences)
+                    return
                 self._move(vm, VMState.IDLE, "booted")
                 return
         # Too late: the watchdog gave up on this boot, or the pool closed meanwhile.

@@ -15,7 +15,20 @@ and lists the VM's processes and ``/tmp``, and this module compares them:
   guest agent: the one check that calls into the VM, ~10 ms, desktops only).
 
 A VM with any difference is quarantined by the pool: marked dead with the differences in
-``events.jsonl``, never handed out. The modes (``--verify-reset``):
+``events.jsonl``, never handed out. Who pays for it (the replacement budget, issue 16):
+
+* **after a task** (the check that follows each reset): free. What the task left may be why
+  it differs, and no task may end a run: the VM restarts from its snapshot without spending
+  the budget (``after_task`` in its event names the task);
+* **before its first lease** (every VM the pool boots or restarts is checked once, against the
+  same fingerprint, before it goes IDLE): no task ran on it, so a difference is the
+  provider's fault (a snapshot or a restore that leaves something) and spends the budget
+  like a failed boot. When the budget is spent the run stops with the pool's usual message
+  ("every VM ... is dead and the replacement budget is spent ..."). On the remote provider a
+  ``--reset-command`` that does not take away what a task left shows here: the restart
+  runs it again and is still dirty.
+
+The modes (``--verify-reset``):
 
 ``off``   nothing is checked;
 ``fast``  names, kinds, sizes and mtimes, processes, /tmp (a few ms: the default where the
@@ -173,11 +186,14 @@ def guest_windows(address: str) -> list[str]:
                   if line.strip())
 
 
-def summarize(differences: list[str]) -> str:
-    """The reason a quarantine gives: the count and the first few differences."""
+def summarize(differences: list[str], fresh: bool = False) -> str:
+    """The reason a quarantine gives: the count and the first few differences; ``fresh``:
+    of a VM no task ran on (booted or restored, before its first lease)."""
     shown = "; ".join(differences[:3])
     more = f" (+{len(differences) - 3} more)" if len(differences) > 3 else ""
-    return f"reset verification failed, {len(differences)} difference(s): {shown}{more}"
+    what = ("verification of a fresh VM failed (no task ran on it: the provider's fault, "
+            "charged to the replacement budget)" if fresh else "reset verification failed")
+    return f"{what}, {len(differences)} difference(s): {shown}{more}"
 
 
 def capped(differences: list[str]) -> list[str]:
