@@ -18,6 +18,7 @@ import psutil
 
 from parallel_rollout.agents.oracle import OracleAgent
 from parallel_rollout.errors import VMError
+from parallel_rollout.pool.providers.base import Provider
 from parallel_rollout.pool.providers.process import ProcessProvider
 
 
@@ -155,6 +156,36 @@ class DirtyBootProvider(ProcessProvider):
         info = super().start(vm_id)
         GuestClient(info.address).write_file("/home/user/left-by-boot", b"stale\n")
         return info
+
+
+class UncheckedProvider(Provider):
+    """A plugin provider that cannot verify its resets (it does not implement ``verify``):
+    process sandboxes through a ProcessProvider it holds. An explicit --verify-reset fast or
+    full must be refused, not ignored."""
+
+    name = "unchecked"
+
+    def __init__(self, run_id, options=None):
+        import dataclasses
+
+        super().__init__(run_id, options)
+        self._inner = ProcessProvider(run_id, dataclasses.replace(self.options, verify_reset="off"))
+
+    def start(self, vm_id):
+        return self._inner.start(vm_id)
+
+    def reset(self, info):
+        return self._inner.reset(info)
+
+    def healthy(self, info):
+        return self._inner.healthy(info)
+
+    def stop(self, info):
+        self._inner.stop(info)
+
+    @classmethod
+    def sweep(cls, run_id=None, *, orphans_only=False):
+        return ProcessProvider.sweep(run_id, orphans_only=orphans_only)
 
 
 class SlowResetProvider(ProcessProvider):

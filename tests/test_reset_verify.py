@@ -259,6 +259,22 @@ def test_a_fresh_vm_that_fails_its_check_spends_the_budget_and_ends_the_run(tmp_
     assert not [e for e in events if e["to"] in ("idle", "leased")]  # never handed out
 
 
+def test_a_provider_that_cannot_verify_refuses_an_explicit_mode(tmp_path):
+    """Never silently ignored: fast or full on a provider without ``verify`` is exit 2,
+    naming the provider; left unset (or off) the run goes on, unchecked."""
+    data = write_tasks(tmp_path / "tasks.jsonl", [shell_task("a")])
+    run = ["--mode", "shell", "--data", str(data), "--output-dir", str(tmp_path / "out"),
+           "--no-progress", "--num-rollouts", "1", "--provider-name", "chaos_plugins:UncheckedProvider"]
+    for mode in ("fast", "full"):
+        result = CliRunner().invoke(main, [*run, "--run-id", mode, "--verify-reset", mode])
+        assert result.exit_code == 2, (result.output, result.exception)
+        assert (f"the unchecked provider cannot verify its resets: --verify-reset {mode} cannot "
+                "be honoured") in " ".join(result.output.split())
+    for flags in ([], ["--verify-reset", "off"]):
+        result = CliRunner().invoke(main, [*run, "--run-id", f"r{len(flags)}", *flags])
+        assert result.exit_code == 0, (result.output, result.exception)
+
+
 # -- a desktop --------------------------------------------------------------------------------
 
 

@@ -13,6 +13,7 @@ end if it started it and no other test session still uses it (each holds a share
 from __future__ import annotations
 
 import fcntl
+import json
 import itertools
 import os
 import shutil
@@ -32,6 +33,8 @@ from parallel_rollout.pool.providers.base import ProviderOptions
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERD_SCRIPT = ROOT / "scripts" / "dockerd.sh"
+#: stand-in vmrun and VBoxManage over this machine's VMs (the ``standins`` fixture)
+STANDIN = ROOT / "tests" / "hypervisor_standin.py"
 DOCKERD_DIR = Path(os.environ.get("PARALLEL_ROLLOUT_DOCKERD_DIR", "/tmp/parallel-rollout-dockerd"))
 PROVIDERS = ("process", "docker", "qemu")
 
@@ -259,6 +262,34 @@ def desktop(request) -> Harness:
         pytest.skip(f"no {chosen.name} desktop image here: {exc}")
     print(f"[{chosen.name}] desktop image {where} ready after {time.monotonic() - started:.1f}s")
     return chosen
+
+
+@pytest.fixture
+def standins(tmp_path, monkeypatch):
+    """vmrun and VBoxManage on PATH, two .vmx files and two VirtualBox VMs; (vmx paths, state)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for role in ("vmrun", "VBoxManage"):
+        script = bin_dir / role
+        script.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{STANDIN}" {role} "$@"\n')
+        script.chmod(0o755)
+    state = tmp_path / "state"
+    state.mkdir()
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.setenv("STANDIN_DIR", str(state))
+    monkeypatch.setenv("STANDIN_BACKEND", "process")
+    vmx = []
+    for name in ("ubuntu0", "ubuntu1"):
+        path = tmp_path / "vms" / f"{name}.vmx"
+        path.parent.mkdir(exist_ok=True)
+        path.write_text('displayName = "Ubuntu"\nsnapshot = "init_state"\n')
+        vmx.append(str(path))
+    (state / "vbox.json").write_text(json.dumps({
+        "ubuntu0": {"uuid": "11111111-2222-3333-4444-555555555555", "snapshots": ["init_state"]},
+        "ubuntu1": {"uuid": "66666666-7777-8888-9999-000000000000", "snapshots": ["init_state"]}}))
+    yield vmx, state
+    # nothing may outlive the test: every daemon was stopped through the provider
+    assert not list(state.glob("*.pid")), "a stand-in VM was left running"
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -21,36 +21,7 @@ from parallel_rollout.guest.client import GuestClient
 from parallel_rollout.pool.providers import get_provider
 from parallel_rollout.pool.providers.base import ProviderOptions
 
-STANDIN = Path(__file__).resolve().parents[1] / "hypervisor_standin.py"
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def standins(tmp_path, monkeypatch):
-    """vmrun and VBoxManage on PATH, two .vmx files and two VirtualBox VMs; (vmx paths, state)."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    for role in ("vmrun", "VBoxManage"):
-        script = bin_dir / role
-        script.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{STANDIN}" {role} "$@"\n')
-        script.chmod(0o755)
-    state = tmp_path / "state"
-    state.mkdir()
-    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
-    monkeypatch.setenv("STANDIN_DIR", str(state))
-    monkeypatch.setenv("STANDIN_BACKEND", "process")
-    vmx = []
-    for name in ("ubuntu0", "ubuntu1"):
-        path = tmp_path / "vms" / f"{name}.vmx"
-        path.parent.mkdir(exist_ok=True)
-        path.write_text('displayName = "Ubuntu"\nsnapshot = "init_state"\n')
-        vmx.append(str(path))
-    (state / "vbox.json").write_text(json.dumps({
-        "ubuntu0": {"uuid": "11111111-2222-3333-4444-555555555555", "snapshots": ["init_state"]},
-        "ubuntu1": {"uuid": "66666666-7777-8888-9999-000000000000", "snapshots": ["init_state"]}}))
-    yield vmx, state
-    # nothing may outlive the test: every daemon was stopped through the provider
-    assert not list(state.glob("*.pid")), "a stand-in VM was left running"
 
 
 def _cycle(name: str, vm_files: list[str], boot_timeout_s: float = 60.0) -> None:

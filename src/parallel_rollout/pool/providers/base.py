@@ -74,6 +74,11 @@ class Provider(abc.ABC):
         check_name("run id", run_id)  # it names folders, containers and cgroups
         self.run_id = run_id
         self.options = options or ProviderOptions()
+        mode = self.options.verify_reset
+        if mode not in (None, "off") and type(self).verify is Provider.verify:
+            raise ConfigError(
+                f"the {self.name or type(self).__name__} provider cannot verify its resets: "
+                f"--verify-reset {mode} cannot be honoured (leave it off for this provider)")
 
     @classmethod
     def check_available(cls) -> None:
@@ -102,9 +107,10 @@ class Provider(abc.ABC):
         """Bring the VM back to its snapshot; raise VMError when that fails."""
 
     def verify(self, info: VMInfo) -> list[str]:
-        """After a reset: how the VM differs from its snapshot (``verify.py``), one line per
-        difference; empty when it is clean or when this provider does not check
-        (``options.verify_reset == "off"``, or no cheap way to look)."""
+        """After a reset, and once after a boot: how the VM differs from its snapshot
+        (``verify.py``), one line per difference; empty when it is clean or when
+        ``options.verify_reset`` is off. A provider that does not override this cannot
+        verify, and ``__init__`` refuses an explicit ``fast`` or ``full`` (ConfigError)."""
         return []
 
     @abc.abstractmethod

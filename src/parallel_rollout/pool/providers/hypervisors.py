@@ -22,6 +22,10 @@ the pool; ``start`` takes a file no other VM of this provider holds and waits, u
 5000 of the address the hypervisor reports. ``--snapshot-name`` is required: without it a VM
 could not be brought back between tasks.
 
+**Verified resets** (``--verify-reset fast|full``, off by default: a round trip to the
+guest): as the remote provider's, through our guest agent in the VM, against what each VM
+file held at its first boot in this run.
+
 **Every command is bounded**: each gets the time left of ``boot_timeout_s`` and its process
 group is killed past it; a failure is a VMError quoting the command and the end of its output,
 so the pool marks the VM dead. Neither product can be installed on the machines this project
@@ -39,6 +43,7 @@ import sys
 import time
 
 from ...errors import ConfigError, ProviderUnavailable, VMError
+from . import verify
 from .base import Provider, ProviderOptions, VMInfo
 from .remote import DEFAULT_PORT, HEALTH_TIMEOUT_S, _answers, _kill_group, _wait_ready
 from .slots import Slots
@@ -74,6 +79,8 @@ class _HypervisorProvider(Provider):
             raise ConfigError(f"--path-to-vm names {', '.join(doubled)} more than once")
         #: which VM holds which VM file
         self.slots = Slots(self.vm_files, "VM files of --path-to-vm (give one per VM, comma-separated)")
+        #: reset verification through the guest agent, against each VM file's first boot
+        self._view = verify.machine_view(opts)
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(run_id={self.run_id!r}, vm_files={self.vm_files!r}, "
@@ -93,9 +100,11 @@ class _HypervisorProvider(Provider):
         deadline = time.monotonic() + self.options.boot_timeout_s
         vm_file = self.slots.acquire(vm_id, deadline)
         try:
-            return self._restore(VMInfo(vm_id=vm_id, provider=self.name, address="",
+            info = self._restore(VMInfo(vm_id=vm_id, provider=self.name, address="",
                                         run_id=self.run_id, private={"vm_file": vm_file}),
                                  deadline)
+            verify.baseline_machine(self._view, vm_file, info)
+            return info
         except BaseException:
             self.slots.release(vm_file, vm_id)
             raise
@@ -105,6 +114,11 @@ class _HypervisorProvider(Provider):
         if not self.slots.holds(info.private["vm_file"], info.vm_id):
             raise VMError(f"VM {info.vm_id} was stopped; it cannot be reset")
         return self._restore(info, time.monotonic() + self.options.boot_timeout_s)
+
+    def verify(self, info: VMInfo) -> list[str]:
+        """The guest's home (its agent's), /tmp and processes through a probe the agent runs,
+        against what that VM file had at its first boot in this run (``verify.py``)."""
+        return self._view.check(info.private["vm_file"], None, info.address)
 
     def healthy(self, info: VMInfo) -> bool:
         """The VM file is still this VM's and its agent answers quickly."""

@@ -38,6 +38,14 @@ tasks left (no isolation; a warning is logged).
 ``/screenshot`` is costly. With a desktop mode, ``start`` also checks ``POST /screen_size``
 against ``--screen-width``/``--screen-height``, since tasks click at pixel positions.
 
+**Verified resets** (``--verify-reset fast|full``; off by default: each check is a round
+trip to the machine). The first start of each address in a run records what the machine
+holds (the agent's home, ``/tmp``, its processes: ``verify.GuestView``); after every reset,
+and once after every later start, the machine must hold the same. A reset command that does
+not take away what a task left is found: the task's VM is quarantined (free), and the
+restart that runs the command again fails its check and spends the replacement budget. The
+machine must run our guest agent (OSWorld's server has no ``/run_python`` for the probe).
+
 **Not ours to remove.** ``stop`` only gives the address back; it never stops a machine this
 provider did not start. ``sweep`` has nothing to remove (it makes no containers, processes or
 files) and returns ``[]``. ``snapshot_name``, ``path_to_vm`` and resource limits cannot be
@@ -55,6 +63,7 @@ import tempfile
 import time
 
 from ...errors import ConfigError, GuestUnreachable, VMError
+from . import verify
 from .base import Provider, ProviderOptions, VMInfo
 from .slots import Slots
 
@@ -117,6 +126,8 @@ class RemoteProvider(Provider):
                         "see what earlier tasks on the same machine left")
         #: which VM holds which address
         self.slots = Slots(self.addresses, "remote addresses")
+        #: reset verification through each machine's agent, against its first boot
+        self._view = verify.machine_view(opts)
 
     def __repr__(self) -> str:
         return (f"RemoteProvider(run_id={self.run_id!r}, addresses={self.addresses!r}, "
@@ -135,6 +146,7 @@ class RemoteProvider(Provider):
             self._reset_and_wait(info, deadline)
             if self.options.desktop:
                 self._check_screen(info)
+            verify.baseline_machine(self._view, address, info)
         except BaseException:
             self.slots.release(info.address, info.vm_id)
             raise
@@ -146,6 +158,11 @@ class RemoteProvider(Provider):
             raise VMError(f"VM {info.vm_id} ({info.address}) was stopped; it cannot be reset")
         self._reset_and_wait(info, time.monotonic() + self.options.boot_timeout_s)
         return info
+
+    def verify(self, info: VMInfo) -> list[str]:
+        """The machine's home (the agent's), /tmp and processes through a probe its agent
+        runs, against what it had at its first boot in this run (``verify.py``)."""
+        return self._view.check(info.address, None, info.address)
 
     def healthy(self, info: VMInfo) -> bool:
         """The address is still this VM's and its agent answers GET /platform quickly."""

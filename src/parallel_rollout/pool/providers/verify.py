@@ -246,9 +246,12 @@ class HostView:
                                     tree_fingerprint(self.snapshot, self.mode == "full"))
         return self._snapshot_print
 
-    def baseline(self, key: str, pid: int | None, address: str | None = None) -> None:
-        """Record what a freshly booted VM has besides its snapshot (no-op when off)."""
-        if self.mode == "off":
+    def baseline(self, key: str, pid: int | None, address: str | None = None,
+                 keep: bool = False) -> None:
+        """Record what a freshly booted VM has besides its snapshot (no-op when off);
+        ``keep``: an existing baseline of ``key`` stays (a machine's, taken at its first
+        boot, against which every later restore of it is checked)."""
+        if self.mode == "off" or (keep and key in self._baselines):
             return
         try:
             seen = self._observe(pid, address)
@@ -314,10 +317,11 @@ class HostView:
 
 
 class GuestView(HostView):
-    """Verifies a VM the host cannot look into (qemu, remote): the same checks, with the
-    home, /tmp, /dev/shm and the processes read by a probe the guest agent runs (a Python
-    program of this module's tree walk; tens of ms, more under TCG: off unless asked for).
-    Kernel threads and the probe's own session are left out of the processes."""
+    """Verifies a VM the host cannot look into (qemu, remote, vmware, virtualbox): the same
+    checks, with the home, /tmp, /dev/shm and the processes read by a probe the guest agent
+    runs (a Python program of this module's tree walk; tens of ms, more under TCG: off unless
+    asked for). Kernel threads and the probe's own session are left out of the processes.
+    A ``home`` of ``~`` is the agent's own home (a machine the user set up)."""
 
     def _observe(self, pid: int | None, address: str | None) -> dict:
         from ...guest.client import GuestClient
@@ -330,6 +334,28 @@ class GuestView(HostView):
             raise LookupError(f"the VM's agent did not answer the reset probe: {exc}") from None
         seen["home"] = {rel: tuple(entry) for rel, entry in seen["home"].items()}
         return seen
+
+
+def machine_view(options, default: str = "off") -> GuestView:
+    """The view of a provider whose VMs are the user's machines running our guest agent
+    (remote, vmware, virtualbox): the agent's home, checked through it; ``default`` when
+    ``--verify-reset`` is not given (a probe is a round trip: off)."""
+    return GuestView(options.verify_reset or default, "~", None,
+                     spare_processes=DESKTOP_LAZY if options.desktop else (),
+                     windows=options.desktop)
+
+
+def baseline_machine(view: GuestView, slot: str, info) -> None:
+    """Take the baseline of the machine ``slot`` (an address, a VM file) at its first boot
+    and keep it: a restart of that machine is then checked against its first boot, so a
+    restore that does not take away what a task left shows before the next lease. VMError
+    when its agent cannot run the probe."""
+    from ...errors import VMError
+
+    try:
+        view.baseline(slot, None, info.address, keep=True)
+    except LookupError as exc:
+        raise VMError(f"VM {info.vm_id} ({info.address}): {exc}") from None
 
 
 def _probe_source(home: str, full: bool) -> str:
@@ -354,7 +380,7 @@ for name in os.listdir("/proc"):
 boot = [float(line.split()[1]) for line in open("/proc/stat") if line.startswith("btime")][0]
 tmp = tree_fingerprint("/tmp")
 tmp.pop(os.path.basename(globals().get("__file__", "")), None)  # this probe's own file
-print(json.dumps({{"home": tree_fingerprint({home!r}, {full!r}), "tmp": tmp,
+print(json.dumps({{"home": tree_fingerprint(os.path.expanduser({home!r}), {full!r}), "tmp": tmp,
                   "shm": tree_fingerprint("/dev/shm"), "processes": procs,
                   "booted_ns": int((boot - 1) * 1e9)}}))
 """
