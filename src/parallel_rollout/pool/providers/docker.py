@@ -98,6 +98,7 @@ from .docker_cli import (GUEST_HOME, GUEST_PATH, GUEST_SOCK_DIR, LABEL, SOCKET_N
                          _import_changes, _init_process, _kill_init, _logs, _owner_alive,
                          _remove_containers, _remove_old_guest_images)
 from .docker_spare import SpareContainers, _Background
+from .layer_diff import LayerView
 
 log = logging.getLogger(__name__)
 
@@ -162,10 +163,10 @@ class DockerProvider(SpareContainers, Provider):
         self._owner = f"{me.pid}:{me.create_time():.3f}"
         self._init_spares()
         #: reset verification from the host through /proc/<docker-init>/root; the image's
-        #: home is the snapshot (verify.py)
-        self._view = verify.HostView(self.options.verify_reset or "fast", GUEST_HOME, None,
-                                     spare_processes=verify.DESKTOP_LAZY if self.desktop else (),
-                                     windows=self.desktop)
+        #: home is the snapshot (verify.py); full adds the writable layer (layer_diff.py)
+        self._view = LayerView(self.options.verify_reset or "fast", GUEST_HOME, None,
+                               spare_processes=verify.DESKTOP_LAZY if self.desktop else (),
+                               windows=self.desktop)
 
     def __repr__(self) -> str:
         return (f"DockerProvider(run_id={self.run_id!r}, image={self.image!r}, "
@@ -260,7 +261,8 @@ class DockerProvider(SpareContainers, Provider):
         self._write_meta(vm_id, vm_dir)
         info = self._boot(vm_id, deadline)
         if info.private.get("init_pid"):
-            self._view.baseline(vm_id, info.private["init_pid"], info.address)
+            self._view.baseline(vm_id, info.private["init_pid"], info.address,
+                                container=info.private["name"])
         self._make_spare(vm_id)
         return info
 
@@ -287,10 +289,11 @@ class DockerProvider(SpareContainers, Provider):
         return new_info
 
     def verify(self, info: VMInfo) -> list[str]:
-        """The home, /tmp and the processes of the new container, seen from the host; no
-        check where the host cannot see the container's init (a remote daemon)."""
+        """The home, /tmp and the processes of the new container, seen from the host (and in
+        full its whole writable layer, docker diff); no check where the host cannot see the
+        container's init (a remote daemon)."""
         pid = info.private.get("init_pid")
-        return self._view.check(info.vm_id, pid, info.address) if pid else []
+        return self._view.check(info.vm_id, pid, info.address, info.private["name"]) if pid else []
 
     def healthy(self, info: VMInfo) -> bool:
         """Whether the container's agent answers /health as this VM (a killed container's

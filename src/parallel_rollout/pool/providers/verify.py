@@ -394,7 +394,7 @@ def scratch_print(fingerprint: dict[str, Entry]) -> dict[tuple[str, str], int]:
     for rel, entry in fingerprint.items():
         if rel.startswith(_SESSION_RUNTIME):
             continue
-        key = ("/".join(_RANDOM_TAIL.sub(_star, part) for part in rel.split("/")), entry[0])
+        key = (name_pattern(rel), entry[0])
         counts[key] = counts.get(key, 0) + 1
     return counts
 
@@ -405,6 +405,11 @@ def scratch_print(fingerprint: dict[str, Entry]) -> dict[tuple[str, str], int]:
 _SESSION_RUNTIME = "xdg-runtime/"
 #: a random tail of a name: 6 or more letters and digits after a separator
 _RANDOM_TAIL = re.compile(r"(?<=[-_.])[A-Za-z0-9]{6,}(?=(\.[A-Za-z0-9]{1,5})?$)")
+
+
+def name_pattern(path: str) -> str:
+    """``path`` with the parts of its names a boot makes at random as ``*``."""
+    return "/".join(_RANDOM_TAIL.sub(_star, part) for part in path.split("/"))
 
 
 def _star(match: re.Match) -> str:
