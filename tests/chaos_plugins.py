@@ -20,6 +20,7 @@ from parallel_rollout.agents.oracle import OracleAgent
 from parallel_rollout.errors import VMError
 from parallel_rollout.pool.providers.base import Provider
 from parallel_rollout.pool.providers.process import ProcessProvider
+from parallel_rollout.pool.providers.qemu import QemuProvider
 
 
 def first_time(name: str) -> bool:
@@ -186,6 +187,17 @@ class UncheckedProvider(Provider):
     @classmethod
     def sweep(cls, run_id=None, *, orphans_only=False):
         return ProcessProvider.sweep(run_id, orphans_only=orphans_only)
+
+
+class LeakyQemuProvider(QemuProvider):
+    """QEMU whose reset forgets its loadvm: what a task left stays in the VM. Reset
+    verification (through the guest agent) must catch it."""
+
+    def reset(self, info):
+        from parallel_rollout.guest.client import GuestClient
+
+        GuestClient(info.address, timeout_s=5.0).health()
+        return info
 
 
 class SlowResetProvider(ProcessProvider):

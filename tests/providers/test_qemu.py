@@ -325,3 +325,45 @@ def test_py_benchmark_runs_unchanged_on_qemu(image, tmp_path, request):
     assert outcome.exit_code == 0, outcome.message
     assert outcome.summary["status_counts"] == {"success": 12}
     assert outcome.summary["vm"]["provider"] == "qemu" and outcome.summary["vm"]["resets"] >= 11
+
+
+@pytest.mark.slow  # two boots under TCG
+def test_verify_reset_fast_quarantines_what_a_task_left_in_a_qemu_vm(image, tmp_path, request):
+    """--verify-reset fast on QEMU, through the guest agent's probe: a reset that forgets its
+    loadvm (chaos_plugins.LeakyQemuProvider) lets a task's daemon and home file through; the
+    VM is quarantined (free: no replacement budget at all here) and restarted; after a clean
+    task the same reset leaves nothing to catch."""
+    from click.testing import CliRunner
+
+    from conftest import read_results, write_tasks
+    from pool_support import read_events
+    from parallel_rollout.cli import main
+
+    escape = ("setsid sleep 600 > /dev/null 2>&1 < /dev/null & mkdir -p ~/.cache && "
+              "echo kept > ~/.cache/secret")
+    data = write_tasks(tmp_path / "tasks.jsonl", [
+        {"id": "escape", "mode": "shell", "instruction": "leave things", "reap": False,
+         "check": "test -e ~/.cache/secret", "reference": [escape]},
+        {"id": "clean", "mode": "shell", "instruction": "leave nothing",
+         "check": "test -d /", "reference": ["echo hello"]}])
+    settings = tmp_path / "run.toml"
+    settings.write_text(f"boot-timeout-s = {BOOT_TIMEOUT_S}\nmax-vm-replacements = 0\n")
+    run_id = _run_id(request)
+    result = CliRunner().invoke(main, [
+        "--mode", "shell", "--data", str(data), "--output-dir", str(tmp_path / "out"),
+        "--run-id", run_id, "--no-progress", "--provider-name", "chaos_plugins:LeakyQemuProvider",
+        "--verify-reset", "fast", "--use-vm-pool", "--num-vms", "1", "--spare-vms", "0",
+        "--num-rollouts", "1", "--config", str(settings)])
+    assert result.exit_code == 0, (result.output, result.exception)
+    run_dir = tmp_path / "out" / run_id
+    assert {r["task_id"]: r["status"] for r in read_results(run_dir) if r["final"]} == {
+        "escape": "success", "clean": "success"}
+    events = [e for e in read_events(run_dir / "events.jsonl") if e.get("event") == "vm"]
+    quarantined = {e["after_task"]: e["differences"] for e in events
+                   if e["to"] == "dead" and e["reason"].startswith("reset verification failed")}
+    assert list(quarantined) == ["escape#0"], events  # not after the clean task
+    found = quarantined["escape#0"]
+    assert "/home/user/.cache/secret: not in the snapshot (file, 5 bytes)" in found, found
+    assert any("sleep 600" in line and "left running" in line for line in found), found
+    leased = [e["vm"] for e in events if e["to"] == "leased"]
+    assert len(leased) == len(set(leased)) == 2  # the quarantined VM is never leased again

@@ -3,7 +3,7 @@
 A provider checks a reset against a *fingerprint* of its snapshot taken once, at snapshot
 time: for every file of the home (or the provider's writable layer) its name, kind, size and
 mtime, and in ``full`` mode a hash of its content. After a reset the pool asks the provider
-to verify the VM (``Provider.verify_reset``); the provider fingerprints the VM's home again
+to verify the VM (``Provider.verify``); the provider fingerprints the VM's home again
 and lists the VM's processes and ``/tmp``, and this module compares them:
 
 * the home identical to the snapshot's fingerprint (directories by name only: copying a
@@ -33,7 +33,14 @@ The modes (``--verify-reset``):
 ``off``   nothing is checked;
 ``fast``  names, kinds, sizes and mtimes, processes, /tmp (a few ms: the default where the
           provider can look without booting anything, see each provider);
-``full``  as fast, plus a SHA-256 of every file's content.
+``full``  as fast, plus a SHA-256 of every file's content; on docker also the container's
+          whole writable layer (``docker diff``, ``layer_diff.py``: fast does not see a file
+          a task leaves outside the home, /tmp and /dev/shm, such as /var/tmp).
+
+Where each provider looks: process and docker from the host (``HostView``, on by default);
+qemu, remote, vmware and virtualbox through a probe the guest agent runs (``GuestView``,
+off unless asked for). A provider without ``verify`` (a plugin) refuses an explicit fast or
+full with a ConfigError naming it (``Provider.__init__``); nothing is silently ignored.
 """
 
 from __future__ import annotations
