@@ -19,10 +19,11 @@ docker) the agent keeps its own user and runs every command as that other, unpri
 user, through util-linux ``setpriv`` (no capabilities, an empty bounding set, no new
 privileges): the graded code cannot signal, trace or replace the agent, and cannot reach
 its socket (0600, in a folder it cannot write). Temp scripts and uploads are handed to that
-user. ``POST /reap`` kills what a task left running (daemons, a process that left its group)
-before its ``check`` runs. With ``--reap-all`` (given by a provider whose agent has a pid
-namespace or a VM of its own) it kills every process of the commands' user (``kill -9 -1``
-as that user), or without ``--run-as`` every process but the agent and the namespace's init.
+user. A desktop (``desktop.py``) runs as that user too: its session, the apps it launches
+and its helpers, all through :func:`as_user`. ``POST /reap`` kills what a task left running
+(daemons, a process that left its group) before its ``check`` runs. With ``--reap-all``
+(given by a provider whose agent has a pid namespace or a VM of its own) it kills every
+process of the commands' user (``kill -9 -1`` as that user), or without ``--run-as`` every process but the agent and the namespace's init.
 Without ``--reap-all`` (an agent started on a shared host, e.g. a ``remote`` VM that is a
 process on this machine) the agent is a child subreaper (``server.py``) and /reap kills
 only its own descendants, a daemon that left its session included (it was adopted by the
@@ -94,11 +95,10 @@ def run(argv, *, shell: bool, timeout: float, cwd: str | None = None,
     if env:
         full_env = dict(os.environ)
         full_env.update(env)
-    if limit_as is not None or limit_nproc is not None or run_as is not None:
-        argv, shell = _with_limits(argv, shell, full_env)
-        if argv is None:
-            return {"returncode": 127, "output": "", "error": "No such file or directory",
-                    "not_found": True, "message": f"command not found: {program}"}
+    argv, shell = wrapped(argv, shell, full_env)
+    if argv is None:
+        return {"returncode": 127, "output": "", "error": "No such file or directory",
+                "not_found": True, "message": f"command not found: {program}"}
     try:
         proc = subprocess.Popen(
             argv, shell=shell, cwd=cwd, env=full_env,
@@ -150,14 +150,17 @@ def _finish(proc, timeout: float) -> dict:
     return result
 
 
-def _with_limits(argv, shell: bool, env: dict | None):
-    """The command wrapped in util-linux ``setpriv`` (``--run-as``) and ``prlimit``
-    (``--limit-as``, ``--limit-nproc``); (None, False) when the program does not exist.
+def wrapped(argv, shell: bool, env: dict | None = None):
+    """``(argv, shell)`` to start a command of the graded code with: wrapped in util-linux
+    ``setpriv`` (``--run-as``) and ``prlimit`` (``--limit-as``, ``--limit-nproc``), or as it
+    is without any; (None, False) when the program does not exist.
 
     Wrapper binaries, not ``preexec_fn``: Python code between fork and exec can deadlock in a
     threaded server. They exec the command themselves, so a missing program would show up as
     their exit code 127 with status "success"; look it up first to answer like the plain path.
     """
+    if limit_as is None and limit_nproc is None and run_as is None:
+        return argv, shell
     if shell:
         argv = ["/bin/sh", "-c", argv]
     elif "/" not in argv[0]:
@@ -172,6 +175,14 @@ def _with_limits(argv, shell: bool, env: dict | None):
     if limits:
         wrapper += ["prlimit", *limits, "--"]
     return wrapper + list(argv), False
+
+
+def as_user(argv: list[str]) -> list[str]:
+    """``argv`` run as the commands' user with no capabilities (``--run-as``), as it is
+    without: what a desktop's own processes (Xvfb, the buses, the window manager) and
+    helpers (wmctrl, the AT-SPI walker) are started with, so that its session bus sees one
+    user and nothing of the desktop holds a capability."""
+    return _setpriv() + list(argv) if run_as is not None else list(argv)
 
 
 def _setpriv() -> list[str]:

@@ -20,6 +20,13 @@ screenshot in ``desktop_screen.py``, windows and the accessibility tree in
            then "ready" to the host; GTK apps (mousepad, pcmanfm) register on the AT-SPI bus,
            xterm does not
 
+**Who runs it.** With ``--run-as`` (the process provider as root) every process of the
+desktop runs as the commands' unprivileged user with no capabilities (``agent_commands.as_user``):
+the session bus, Xvfb, the window manager, the apps ``/setup/launch`` and ``/setup/open_file``
+start, the recorder and every helper (wmctrl, xdotool, dbus-send, the AT-SPI walker). The
+session bus admits one uid, that one, and apps that refuse root (VLC) just run. The agent
+keeps its own user; the only X client it is itself is the screenshot (``desktop_screen.py``).
+
 Every process of the desktop is a child of the agent's sandbox or VM and dies with it. The
 AT-SPI bus is started before "ready", not on the first app's demand, so that it is part of
 the snapshot: when the first app (pcmanfm's GTK 2 bridge) and the registry came up at the
@@ -55,12 +62,16 @@ import subprocess
 import time
 
 try:
+    from .agent_commands import as_user, give
     from .agent_http import HTTPError
 except ImportError:  # a sibling file in the guest, not a package
+    from agent_commands import as_user, give  # type: ignore[no-redef]
     from agent_http import HTTPError  # type: ignore[no-redef]
 
 #: the display every desktop VM uses: the sandbox has its own /tmp and network namespace
 DISPLAY = ":0"
+#: where X servers put their sockets
+X11_SOCKETS = "/tmp/.X11-unix"
 #: seconds a helper command (wmctrl, xdotool) may take
 HELPER_TIMEOUT_S = 10.0
 #: seconds Xvfb and the window manager may take to come up
@@ -96,16 +107,23 @@ def start_desktop(width: int, height: int, wm: str = "openbox") -> None:
     deadline = time.monotonic() + START_TIMEOUT_S
     for folder in HOME_FOLDERS:  # as on OSWorld's Ubuntu, whose tasks take them for granted
         os.makedirs(os.path.expanduser(folder), exist_ok=True)
+        give(os.path.expanduser(folder))
     # GTK apps and the AT-SPI bus: a private runtime folder, where the bus puts its socket
     runtime = "/tmp/xdg-runtime"
     os.makedirs(runtime, mode=0o700, exist_ok=True)
+    give(runtime)
     os.environ.setdefault("XDG_RUNTIME_DIR", runtime)
     bus = _spawn_session_bus()  # comes up while Xvfb does
+    try:  # X's socket folder, made as a system's boot makes it (Xvfb as a user cannot)
+        os.makedirs(X11_SOCKETS, exist_ok=True)
+        os.chmod(X11_SOCKETS, 0o1777)
+    except OSError:
+        pass  # there already, not ours: Xvfb says in agent.log if it cannot use it
     bus_deadline = time.monotonic() + BUS_TIMEOUT_S
     read_fd, write_fd = os.pipe()
-    xvfb = subprocess.Popen(
+    xvfb = subprocess.Popen(as_user(
         ["Xvfb", DISPLAY, "-screen", "0", f"{width}x{height}x24", "-nolisten", "tcp", "-noreset",
-         "-displayfd", str(write_fd)],
+         "-displayfd", str(write_fd)]),
         pass_fds=(write_fd,), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
         stderr=None, start_new_session=True)  # into agent.log
     os.close(write_fd)
@@ -133,7 +151,7 @@ def start_desktop(width: int, height: int, wm: str = "openbox") -> None:
     if wm == "openbox":
         config = _openbox_config()
         argv += ["--sm-disable"] + (["--config-file", config] if config else [])
-    manager = subprocess.Popen(argv,
+    manager = subprocess.Popen(as_user(argv),
                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                stderr=None, start_new_session=True)  # into agent.log
     state["wm"] = manager
@@ -223,11 +241,11 @@ def _spawn_session_bus():
     else:
         read_fd, write_fd = os.pipe()
         try:
-            bus = subprocess.Popen(
+            bus = subprocess.Popen(as_user(
                 # a socket of a fixed name (the session config's is random): a reset VM's
                 # /tmp is then the same as at its first boot (pool/providers/verify.py)
                 ["dbus-daemon", "--session", "--nofork", "--nopidfile", f"--address={SESSION_BUS}",
-                 f"--print-address={write_fd}"],
+                 f"--print-address={write_fd}"]),
                 # what the services it activates get: at-spi-bus-launcher marks the display
                 env={**os.environ, "DISPLAY": DISPLAY},
                 pass_fds=(write_fd,), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
@@ -306,8 +324,12 @@ def require_desktop() -> None:
 
 
 def helper(argv: list[str], check: bool = True, timeout: float = HELPER_TIMEOUT_S):
+    """Run a desktop helper (wmctrl, xdotool, dbus-send …) as the desktop's user; its
+    result, DesktopError 500 when it is missing, late or (``check``) fails."""
+    if find(argv[0]) is None:  # setpriv would say it only as its own exit status
+        raise DesktopError(500, f"{argv[0]} is not installed in this VM")
     try:
-        result = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True,
+        result = subprocess.run(as_user(argv), stdin=subprocess.DEVNULL, capture_output=True,
                                 text=True, timeout=timeout)
     except FileNotFoundError:
         raise DesktopError(500, f"{argv[0]} is not installed in this VM") from None

@@ -20,10 +20,12 @@ import threading
 import time
 
 try:
+    from .agent_commands import as_user, wrapped
     from .desktop import DesktopError, helper, require_desktop, state
     from .desktop_screen import screenshot_png
     from .desktop_windows import accessibility_xml, list_windows, wmctrl_window
 except ImportError:  # sibling files in the guest, not a package
+    from agent_commands import as_user, wrapped  # type: ignore[no-redef]
     from desktop import DesktopError, helper, require_desktop, state  # type: ignore[no-redef]
     from desktop_screen import screenshot_png  # type: ignore[no-redef]
     from desktop_windows import accessibility_xml, list_windows, wmctrl_window  # type: ignore[no-redef]
@@ -122,8 +124,11 @@ def route_launch(req):
         return 400, {"status": "error", "message": "field 'command' must be a string or a list of strings"}
     if isinstance(command, list):
         command = resolve_app([os.path.expanduser(p) if p.startswith("~") else p for p in command])
+    argv, shell = wrapped(command, shell)  # as the commands' user, like /execute
+    if argv is None:
+        raise DesktopError(404, f"app not installed: {command[0]} is not in this VM")
     try:
-        subprocess.Popen(command, shell=shell, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+        subprocess.Popen(argv, shell=shell, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                          stderr=subprocess.DEVNULL, start_new_session=True,
                          cwd=os.environ.get("HOME"))
     except OSError as exc:
@@ -166,8 +171,12 @@ def route_open_file(req):
         argv = [path]
     else:
         return 404, {"status": "error", "message": f"File not found: {path}"}
+    started, _ = wrapped(argv, False)
+    if started is None:
+        return 500, {"status": "error", "message": f"cannot open {path}: {argv[0]} is not "
+                     "in this VM"}
     try:
-        subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+        subprocess.Popen(started, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                          stderr=subprocess.DEVNULL, start_new_session=True,
                          cwd=os.environ.get("HOME"))
     except OSError as exc:
@@ -220,8 +229,9 @@ def route_start_recording(req):
                 "-video_size", size, "-framerate", "10", "-i", os.environ["DISPLAY"],
                 "-c:v", "libx264", "-preset", "ultrafast", "-pix_fmt", "yuv420p", RECORDING_PATH]
         try:
-            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                    stderr=subprocess.PIPE, start_new_session=True)
+            proc = subprocess.Popen(as_user(argv), stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                    start_new_session=True)
         except OSError as exc:
             return 500, {"status": "error", "message": f"cannot start ffmpeg: {exc}"}
         try:

@@ -15,8 +15,10 @@ import signal
 import subprocess
 
 try:
+    from .agent_commands import as_user
     from .desktop import ATSPI_ENV, ATSPI_TIMEOUT_S, DesktopError, find, helper, require_desktop, state
 except ImportError:  # a sibling file in the guest, not a package
+    from agent_commands import as_user  # type: ignore[no-redef]
     from desktop import (ATSPI_ENV, ATSPI_TIMEOUT_S, DesktopError, find, helper,  # type: ignore[no-redef]
                          require_desktop, state)
 
@@ -98,7 +100,7 @@ def _atspi_apps() -> list[dict]:
         return _walk_failed("no python3")
     try:
         # -I, not -S: pyatspi is in the system's dist-packages, which site.py adds
-        walker = subprocess.Popen([python, "-I", WALKER], stdin=subprocess.DEVNULL,
+        walker = subprocess.Popen(as_user([python, "-I", WALKER]), stdin=subprocess.DEVNULL,
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                   start_new_session=True)
     except OSError as exc:

@@ -29,7 +29,7 @@ files, fresh ``/proc`` and ``/dev``, a clean environment, ``setsid``, and:
   dumpable when it shares the commands' uid, so they cannot write its memory
   (``/proc/PID/mem``) either; ``pidfd_getfd`` and ``ptrace`` are refused by seccomp.
 * *a seccomp filter* (``seccomp.py``): no mount, namespaces, ptrace, keyring, bpf, kernel
-  modules, kexec, perf events (a desktop VM may make user namespaces: its VLC needs one).
+  modules, kexec, perf events (the same for a desktop VM, see below).
 * *per-VM cgroups* (``cgroups.py``): ``memory.max``, ``pids.max`` and an equal CPU weight
   for the whole sandbox, where a probe shows they work (``cgroups.available``). Without a
   memory cgroup ``memory_mb`` falls back to a per-process RLIMIT_AS through ``prlimit``
@@ -61,9 +61,12 @@ in the host's environment is passed on (``0``: no bus, the window list only).
 ``guest/shim/pyautogui.py`` is on PYTHONPATH and ``python`` names the guest's python3, so
 OSWorld's ``python -c "import pyautogui; ..."`` actions run as they do in an OSWorld image.
 The apps come from the host's /usr (Debian packages ``./dev`` installs: xvfb, openbox, xterm,
-mousepad, pcmanfm, xdotool, wmctrl, ffmpeg, dbus, at-spi2-core, python3-pyatspi). The
-desktop's session bus admits one uid, so in a desktop VM the commands run as the agent's
-user, root, with only ``DESKTOP_CAPS`` (what xterm and VLC need) and the tty group.
+mousepad, pcmanfm, xdotool, wmctrl, ffmpeg, dbus, at-spi2-core, python3-pyatspi). As root
+the whole desktop runs as the commands' user, ``user`` (uid 64000, in the sandbox's own
+/etc/passwd: dbus-daemon and xterm look their user up): the session bus (which admits one
+uid), Xvfb, openbox, AT-SPI, every app and every helper of the agent, with no capabilities
+and no user namespaces; the agent keeps ``AGENT_CAPS`` like any VM's. As another user they
+all share the runner's uid in the sandbox's user namespace.
 
 **Sweep.** Every VM folder is labelled with its run id and its owner. ``sweep(run_id)``
 kills and removes every sandbox of that run; ``sweep()`` removes those whose owning process
@@ -107,16 +110,12 @@ GUEST_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 SANDBOX_UID_ENV = "PARALLEL_ROLLOUT_SANDBOX_UID"
 DEFAULT_SANDBOX_UID = 64000
 #: what the agent keeps when the runner is root: switch to the commands' user and drop its
-#: bounding set (setpriv), signal its processes, and hand it files
+#: bounding set (setpriv), signal its processes, and hand it files. A desktop VM's agent
+#: keeps the same and nothing more: the desktop (session bus, Xvfb, openbox, AT-SPI), the
+#: apps and the helpers all run as the commands' user with no capabilities (guest/desktop.py),
+#: so xterm has no ids to drop to and VLC no root to refuse, and no user namespace is needed
 AGENT_CAPS = ("CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP", "CAP_KILL", "CAP_CHOWN",
               "CAP_FOWNER", "CAP_DAC_OVERRIDE")
-#: what a desktop VM's root keeps (its commands run as root: one uid on the session bus):
-#: xterm drops to its real ids and gives up on a failed setresuid; VLC refuses root and runs
-#: as uid 1000 in a user namespace, whose map of uid 0 needs CAP_SETFCAP. With
-#: no-new-privileges (bwrap's, for seccomp) no file capability is ever granted.
-DESKTOP_CAPS = ("CAP_SETUID", "CAP_SETGID", "CAP_SETFCAP")
-#: the tty group (Debian's gid 5): a desktop's terminal chowns its pty to it
-TTY_GID = 5
 #: a VM's process cap when max_processes is not set (docker's --pids-limit default too)
 DEFAULT_MAX_PROCESSES = 4096
 #: sizes of the sandbox's tmpfs folders
@@ -191,9 +190,8 @@ class ProcessProvider(Provider):
         #: cgroups are host-wide: two runs with one run id (two output folders) must not
         #: share, or remove, each other's
         self._cgroup_name = f"{run_id}.{secrets.token_hex(4)}"
-        #: root runs commands as another user; the desktop's session bus admits one uid
-        self._run_as = (sandbox_uid() if os.geteuid() == 0 and not self.options.desktop
-                        else None)
+        #: root runs commands (and a desktop, whose session bus admits one uid) as another user
+        self._run_as = sandbox_uid() if os.geteuid() == 0 else None
         self._python = sandbox_fs.guest_python()
         #: reset verification from the host, through /proc/<init>/root (a few ms: on by default)
         self._view = verify.HostView(self.options.verify_reset or "fast", GUEST_HOME, self.snapshot,
@@ -370,10 +368,7 @@ class ProcessProvider(Provider):
             privileges = ["--cap-drop", "ALL"] + [a for cap in AGENT_CAPS
                                                   for a in ("--cap-add", cap)]
         else:
-            kept = DESKTOP_CAPS if self.options.desktop else ()
-            privileges = ["--cap-drop", "ALL"] + [a for cap in kept for a in ("--cap-add", cap)] \
-                if os.geteuid() == 0 else \
-                ["--unshare-user", "--disable-userns", "--cap-drop", "ALL"]
+            privileges = ["--unshare-user", "--disable-userns", "--cap-drop", "ALL"]
         snapshot: list[str] = []
         if self.snapshot is not None:
             snapshot = ["--ro-bind", str(self.snapshot), GUEST_SNAPSHOT]
@@ -391,14 +386,17 @@ class ProcessProvider(Provider):
                 desktop += ["--setenv", ATSPI_ENV, os.environ[ATSPI_ENV]]
             if os.path.isdir("/var/cache/fontconfig"):
                 # without the system's font cache every app start rebuilds it (seconds)
-                desktop += ["--ro-bind", "/var/cache/fontconfig", "/var/cache/fontconfig"]
-            # shim/bin: wrappers of apps that refuse to run as the sandbox's root (vlc)
+                desktop += [*_open_dirs("/var", "/var/cache"),
+                            "--ro-bind", "/var/cache/fontconfig", "/var/cache/fontconfig"]
+            # shim/bin: wrappers of apps as OSWorld's tasks start them (thunderbird, sudo)
             path = f"{GUEST_BIN}:{GUEST_SHIM}/bin:{GUEST_PATH}"
         return [
             shutil.which("bwrap") or "bwrap",
             *_namespace_flags(), *privileges, "--die-with-parent", "--new-session",
             "--hostname", vm_id,
             *sandbox_fs.system_binds(), *sandbox_fs.secret_masks(vm_dir / "empty"),
+            *(sandbox_fs.user_entries(vm_dir, self._run_as, GUEST_HOME)
+              if self._run_as is not None else ()),
             "--proc", "/proc", "--dev", "/dev",
             # shared memory (Chromium, multiprocessing) for the commands' user too
             "--perms", "1777", "--size", str(self._tmpfs_mb(TMP_SIZE_MB) * 2**20),
@@ -406,6 +404,8 @@ class ProcessProvider(Provider):
             "--perms", "1777", "--size", str(self._tmpfs_mb(TMP_SIZE_MB) * 2**20), "--tmpfs", "/tmp",
             "--perms", "0755", "--size", str(self._tmpfs_mb(HOME_SIZE_MB) * 2**20),
             "--tmpfs", GUEST_HOME,
+            # the guest's files (a desktop's shim and python among them) for its user too
+            *_open_dirs(*images.GUEST_DIR.rsplit("/", 1)[:1], images.GUEST_DIR),
             *snapshot,
             # the agent's socket lives outside (its fd is passed in): nothing in here can
             # unlink it and bind its own; /run/guest is the sandbox's own scratch folder
@@ -428,14 +428,10 @@ class ProcessProvider(Provider):
         listener = sandbox_fs.listen(vm_dir / "sock" / SOCKET_NAME)
         ready_r, ready_w = os.pipe()
         info_r, info_w = os.pipe()
-        seccomp_fd = seccomp.program_fd(allow_userns=self.options.desktop)
+        seccomp_fd = seccomp.program_fd()
         # join the cgroups before bwrap forks anything: a shell that moves itself, then execs
         argv = self._argv(vm_id, vm_dir, ready_w, info_w, listener.fileno())
         argv = [argv[0], "--seccomp", str(seccomp_fd), *argv[1:]]
-        if self.options.desktop and os.geteuid() == 0:
-            # the desktop's commands run as root with no capabilities: in the tty group a
-            # terminal (xterm) may give its pty to it, as it does on a desktop
-            argv = ["setpriv", "--groups", str(TTY_GID), "--", *argv]
         argv = group.join_argv(argv)
         log_path = vm_dir / "agent.log"
         try:
@@ -490,6 +486,12 @@ class ProcessProvider(Provider):
 
 
 # ------------------------------------------------------------------------ helpers
+
+
+def _open_dirs(*paths: str) -> list[str]:
+    """Folders made 0755 ahead of the binds in them: bwrap makes a bind's missing parents
+    with the runner's umask (0700 under ours), which would shut the commands' user out."""
+    return [arg for path in paths for arg in ("--perms", "0755", "--dir", path)]
 
 
 def _namespace_flags() -> list[str]:

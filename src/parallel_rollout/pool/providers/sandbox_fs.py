@@ -1,6 +1,6 @@
 """What a process sandbox sees of the host, and how the runner reaches its agent: the
 system folders bound read-only (merged-/usr symlinks kept), the host's secrets masked by an
-empty file, the guest's python3 (one under the bound folders), and the agent's listening
+empty file, the sandbox's user in its /etc/passwd, the guest's python3 (one under the bound folders), and the agent's listening
 socket, bound and listened on by the runner outside the sandbox so that no code inside can
 unlink it and answer in the agent's place (see process.py, "The boundary")."""
 
@@ -53,6 +53,29 @@ def secret_masks(empty: Path) -> list[str]:
     empty.touch(mode=0o444)
     return [arg for path in SECRET_FILES if os.path.isfile(path)
             for arg in ("--ro-bind", str(empty), path)]
+
+
+#: the sandbox's user's name, as OSWorld's guest calls its user (home /home/user)
+GUEST_USER = "user"
+
+
+def user_entries(folder: Path, uid: int, home: str) -> list[str]:
+    """The host's /etc/passwd and /etc/group with the sandbox's user (``uid``, group ``uid``)
+    added, written to ``folder`` and bound read-only over the host's: programs that look
+    their user up find it (dbus-daemon refuses to start without, xterm finds no shell)."""
+    args = []
+    for name, line in (("passwd", f"{GUEST_USER}:x:{uid}:{uid}::{home}:/bin/bash"),
+                       ("group", f"{GUEST_USER}:x:{uid}:")):
+        try:
+            host = Path("/etc", name).read_text(encoding="utf-8", errors="replace").splitlines()
+        except OSError:
+            host = []
+        # the host's entries of that name or id give way (their third field is the id)
+        kept = [entry for entry in host if entry.split(":")[0] != GUEST_USER
+                and entry.split(":")[2:3] != [str(uid)]]
+        (folder / name).write_text("\n".join([*kept, line]) + "\n", encoding="utf-8")
+        args += ["--ro-bind", str(folder / name), f"/etc/{name}"]
+    return args
 
 
 def guest_python() -> str | None:

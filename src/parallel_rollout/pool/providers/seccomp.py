@@ -21,12 +21,11 @@ What is refused, with ``EPERM`` (programs see an ordinary "operation not permitt
   ``open_by_handle_at``, ``reboot``, ``swapon``, ``swapoff``, ``acct``, ``quotactl``,
   ``iopl``, ``ioperm``, ``syslog``.
 
-A desktop VM (osworld) gets the same filter but for user namespaces (``unshare`` and
-``clone`` with ``CLONE_NEWUSER``): its apps need them (VLC refuses root and runs as uid 1000
-in a user namespace of its own, see ``guest/shim/bin/vlc``). Everything else stays refused.
+A desktop VM (osworld) gets the same filter: its desktop and apps run as the commands'
+unprivileged user, so VLC (which refuses root) needs no user namespace of its own, and
+Chromium runs with ``--no-sandbox`` (``guest/desktop_routes.py``), as it must without one.
 
-The program is compiled once per process and kind and copied into a fresh memfd for every
-sandbox.
+The program is compiled once per process and copied into a fresh memfd for every sandbox.
 """
 
 from __future__ import annotations
@@ -50,7 +49,6 @@ DENIED = (
 #: every CLONE_NEW* flag: cgroup, uts, ipc, user, pid, net, mount, time
 CLONE_NEW_FLAGS = (0x02000000, 0x04000000, 0x08000000, 0x10000000, 0x20000000,
                    0x40000000, 0x00020000, 0x00000080)
-CLONE_NEWUSER = 0x10000000
 
 _SCMP_ACT_ALLOW = 0x7FFF0000
 _SCMP_CMP_MASKED_EQ = 7
@@ -68,8 +66,8 @@ class _ArgCmp(ctypes.Structure):
 
 
 _lock = threading.Lock()
-#: allow_userns -> the compiled program
-_programs: dict[bool, bytes] = {}
+#: the compiled program, once compiled
+_program: list[bytes] = []
 
 
 def _library() -> ctypes.CDLL:
@@ -90,7 +88,7 @@ def _library() -> ctypes.CDLL:
     return lib
 
 
-def _compile(allow_userns: bool) -> bytes:
+def _compile() -> bytes:
     lib = _library()
     ctx = lib.seccomp_init(_SCMP_ACT_ALLOW)
     if not ctx:
@@ -107,12 +105,9 @@ def _compile(allow_userns: bool) -> bytes:
                                           f"{os.strerror(-rc)}")
 
         for name in DENIED:
-            if not (allow_userns and name == "unshare"):
-                rule(name, _act_errno(errno.EPERM))
+            rule(name, _act_errno(errno.EPERM))
         for flag in CLONE_NEW_FLAGS:  # rules of one syscall are or-ed: any flag refuses
-            if not (allow_userns and flag == CLONE_NEWUSER):
-                rule("clone", _act_errno(errno.EPERM),
-                     _ArgCmp(0, _SCMP_CMP_MASKED_EQ, flag, flag))
+            rule("clone", _act_errno(errno.EPERM), _ArgCmp(0, _SCMP_CMP_MASKED_EQ, flag, flag))
         rule("clone3", _act_errno(errno.ENOSYS))
         read_fd, write_fd = os.pipe()
         try:
@@ -134,19 +129,19 @@ def _compile(allow_userns: bool) -> bytes:
         lib.seccomp_release(ctx)
 
 
-def program(allow_userns: bool = False) -> bytes:
+def program() -> bytes:
     """The compiled BPF program (compiled on first use); ProviderUnavailable without
     libseccomp."""
     with _lock:
-        if allow_userns not in _programs:
-            _programs[allow_userns] = _compile(allow_userns)
-        return _programs[allow_userns]
+        if not _program:
+            _program.append(_compile())
+        return _program[0]
 
 
-def program_fd(allow_userns: bool = False) -> int:
+def program_fd() -> int:
     """A fresh file descriptor positioned at the start of the BPF program, for bwrap's
     ``--seccomp``; the caller closes it once bwrap has started."""
-    data = program(allow_userns)
+    data = program()
     fd = os.memfd_create("parallel-rollout-seccomp", os.MFD_CLOEXEC)
     os.write(fd, data)
     os.lseek(fd, 0, os.SEEK_SET)

@@ -1,0 +1,153 @@
+"""Hostile code in a desktop VM of the process provider (osworld mode): the desktop is the
+same boundary as any VM (issue 16). Every row is an attack run twice, as an agent's command
+(``/execute``) and inside an app the desktop starts (``/setup/launch``, as a task's config
+starts its apps); each must fail: no capability, a non-root uid, no new user namespace, no
+host secret, no remount, no signal to the agent. Then, seen from the host: every process of
+the desktop (the session bus, Xvfb, openbox, AT-SPI, the apps) runs as an unprivileged user
+with no capability, and as root the agent keeps only ``AGENT_CAPS``.
+
+One VM serves the whole module (a module-scoped fixture): about 5 s on 2 cores.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from parallel_rollout.guest.client import GuestClient
+from parallel_rollout.pool.providers import process
+from parallel_rollout.pool.providers.base import ProviderOptions
+from parallel_rollout.pool.providers.verify import namespace_processes
+
+pytestmark = pytest.mark.skipif(
+    not all(shutil.which(p) for p in ("bwrap", "Xvfb", "openbox", "xterm", "dbus-daemon")),
+    reason="the desktop packages are missing (./dev installs them)")
+
+IS_ROOT = os.geteuid() == 0
+#: name -> a shell probe that exits 0 only if the attack worked
+ROWS = {
+    "capabilities": "grep -Eq '^Cap(Eff|Prm|Inh|Amb):[[:space:]]*0*[1-9a-f]' /proc/self/status",
+    "root_uid": 'test "$(id -u)" = 0',
+    "nested_userns": "unshare -U true",
+    "nested_userns_as_root": "unshare -Ur true",
+    "read_shadow": "cat /etc/shadow /etc/gshadow | grep -q .",
+    "remount_readonly": "mount -o remount,bind,rw /usr",
+    # as root the agent is another user; a non-root runner's agent shares the commands'
+    # uid (the user namespace's one): signalling it is possible there, and costs the attempt
+    "signal_agent": "kill -0 2" if IS_ROOT else None,
+}
+#: what a healthy desktop runs besides the agent and the namespace's init (bwrap)
+SESSION = {"Xvfb", "openbox", "dbus-daemon", "at-spi-bus-laun", "at-spi2-registr"}
+
+
+@pytest.fixture(scope="module")
+def desktop() -> dict:
+    """One desktop VM, attacked by every row both ways, with an xterm and mousepad open; what
+    came of it, read before the VM is stopped (the leak check runs after every test)."""
+    provider = process.ProcessProvider("hostile-desktop", ProviderOptions(
+        desktop=True, screen_width=800, screen_height=600))
+    info = provider.start("vm0")
+    try:
+        client = GuestClient(info.address)
+        rows = [name for name, probe in ROWS.items() if probe]
+        for name in rows:  # launched first: they run while the commands do
+            record = f"~/launched-{name}.rc"
+            client.launch(["sh", "-c", f"{ROWS[name]}; echo $? > {record}.tmp; mv {record}.tmp {record}"])
+        commands = {name: client.execute(ROWS[name], shell=True, timeout=30) for name in rows}
+        launched = {name: _wait_record(client, f"~/launched-{name}.rc") for name in rows}
+        # an app of each kind: a terminal with its shell, and a GTK app (on the AT-SPI bus)
+        client.launch(["xterm", "-T", "hostile"])
+        wanted = SESSION | {"xterm", "bash"}
+        if shutil.which("mousepad"):
+            client.launch(["mousepad"])
+            wanted.add("mousepad")
+        deadline = time.monotonic() + 30
+        while True:
+            processes = {pid: (comm, cmdline, _status(pid))
+                         for pid, comm, cmdline in namespace_processes(info.private["init_pid"])}
+            if wanted <= {comm for comm, _, _ in processes.values()} or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        return {"commands": commands, "launched": launched, "processes": processes,
+                "wanted": wanted, "init": info.private["init_pid"],
+                "agent": client.health()["pid"]}
+    finally:
+        provider.stop(info)
+
+
+def _wait_record(client: GuestClient, record: str) -> str:
+    """The exit status a launched probe wrote to ``record``."""
+    deadline = time.monotonic() + 30
+    while (done := client.execute(f"cat {record}", shell=True))["returncode"] != 0:
+        assert time.monotonic() < deadline, f"the launched probe never wrote {record}"
+        time.sleep(0.1)
+    return done["output"].strip()
+
+
+@pytest.mark.parametrize("name", [name for name, probe in ROWS.items() if probe])
+def test_an_attack_from_a_desktop_command_fails(desktop, name):
+    done = desktop["commands"][name]
+    assert done["returncode"] not in (0, None), (name, done)
+
+
+@pytest.mark.parametrize("name", [name for name, probe in ROWS.items() if probe])
+def test_an_attack_from_an_app_the_desktop_launches_fails(desktop, name):
+    assert desktop["launched"][name] not in ("", "0"), (name, desktop["launched"][name])
+
+
+def test_every_process_of_the_desktop_is_unprivileged(desktop):
+    processes = desktop["processes"]
+    names = {comm for comm, _, _ in processes.values()}
+    assert desktop["wanted"] <= names, f"missing {desktop['wanted'] - names}: {sorted(names)}"
+    agents = [pid for pid, (comm, cmdline, _) in processes.items()
+              if comm == "python3" and "server.py" in cmdline]
+    assert len(agents) == 1, agents
+    assert desktop["agent"] == 2  # its pid inside, which the signal_agent row aims at
+    privileged = [f"{pid} {comm} uid {status['Uid']} CapEff {status['CapEff']}"
+                  for pid, (comm, _, status) in processes.items()
+                  if status and pid not in (desktop["init"], agents[0])
+                  and (status["Uid"].split()[1] == "0" or int(status["CapEff"], 16)
+                       or int(status["CapPrm"], 16))]
+    assert not privileged, privileged
+    if IS_ROOT:
+        assert int(processes[agents[0]][2]["CapEff"], 16) == _mask(process.AGENT_CAPS)
+
+
+def _status(pid: int) -> dict[str, str]:
+    try:
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except OSError:
+        return {}  # exited meanwhile
+    return {key: value.strip() for key, _, value in (line.partition(":") for line in lines)}
+
+
+#: capability numbers (linux/capability.h) of the names process.AGENT_CAPS uses
+_CAP_NUMBERS = {"CAP_CHOWN": 0, "CAP_DAC_OVERRIDE": 1, "CAP_FOWNER": 3, "CAP_KILL": 5,
+                "CAP_SETGID": 6, "CAP_SETUID": 7, "CAP_SETPCAP": 8}
+
+
+def _mask(names) -> int:
+    return sum(1 << _CAP_NUMBERS[name] for name in names)
+
+
+def test_the_probes_can_succeed_outside_the_sandbox():
+    # the probes detect what they claim: on the host as root, the capability, uid and
+    # shadow probes succeed (so a sandbox that leaked those would fail the rows above)
+    if not IS_ROOT:
+        pytest.skip("the host's own root is what the probes detect")
+    import subprocess
+
+    names = ["capabilities", "root_uid"] + (["read_shadow"] if _readable("/etc/shadow") else [])
+    for name in names:
+        assert subprocess.run(["sh", "-c", ROWS[name]], timeout=10).returncode == 0, name
+
+
+def _readable(path: str) -> bool:
+    try:
+        return bool(Path(path).read_bytes())
+    except OSError:
+        return False
