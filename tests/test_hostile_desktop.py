@@ -6,7 +6,7 @@ host secret, no remount, no signal to the agent. Then, seen from the host: every
 the desktop (the session bus, Xvfb, openbox, AT-SPI, the apps) runs as an unprivileged user
 with no capability, and as root the agent keeps only ``AGENT_CAPS``.
 
-One VM serves the whole module (a module-scoped fixture): about 5 s on 2 cores.
+One VM serves the table (a module-scoped fixture), one more the X server: ~7 s on 2 cores.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from parallel_rollout.errors import VMError
 from parallel_rollout.guest.client import GuestClient
 from parallel_rollout.pool.providers import process
 from parallel_rollout.pool.providers.base import ProviderOptions
@@ -115,6 +116,28 @@ def test_every_process_of_the_desktop_is_unprivileged(desktop):
     assert not privileged, privileged
     if IS_ROOT:
         assert int(processes[agents[0]][2]["CapEff"], 16) == _mask(process.AGENT_CAPS)
+
+
+def test_an_x_server_of_the_users_cannot_take_the_agent_down():
+    # the X server is the user's: a command replaces it with one smaller than the desktop,
+    # so reading the desktop's size is an X error, on which libX11 exits its process; that
+    # process is the screenshot's child, never the agent (which then answers 500)
+    provider = process.ProcessProvider("hostile-x", ProviderOptions(
+        desktop=True, screen_width=800, screen_height=600))
+    info = provider.start("vm0")
+    try:
+        client = GuestClient(info.address)
+        replaced = client.execute(
+            "pkill -x Xvfb; while [ -e /tmp/.X11-unix/X0 ]; do sleep 0.05; done;"
+            " setsid Xvfb :0 -screen 0 320x240x24 -nolisten tcp >/dev/null 2>&1 </dev/null &"
+            " for i in $(seq 100); do [ -S /tmp/.X11-unix/X0 ] && exit 0; sleep 0.1; done; exit 1",
+            shell=True, timeout=30)
+        assert replaced["returncode"] == 0, replaced
+        with pytest.raises(VMError, match="screenshot failed"):
+            client.screenshot()
+        assert client.health()["status"] == "ok"
+    finally:
+        provider.stop(info)
 
 
 def _status(pid: int) -> dict[str, str]:

@@ -25,7 +25,9 @@ desktop runs as the commands' unprivileged user with no capabilities (``agent_co
 the session bus, Xvfb, the window manager, the apps ``/setup/launch`` and ``/setup/open_file``
 start, the recorder and every helper (wmctrl, xdotool, dbus-send, the AT-SPI walker). The
 session bus admits one uid, that one, and apps that refuse root (VLC) just run. The agent
-keeps its own user; the only X client it is itself is the screenshot (``desktop_screen.py``).
+keeps its own user and is an X client only at boot, before any command runs (the probe that
+Xvfb is up): the X server is then the user's, and screenshots are taken by a child as that
+user (``desktop_screen.py``).
 
 Every process of the desktop is a child of the agent's sandbox or VM and dies with it. The
 AT-SPI bus is started before "ready", not on the first app's demand, so that it is part of

@@ -1,19 +1,25 @@
 """The desktop's screenshot: the X frame buffer read with ``XGetImage`` through ctypes, the
 cursor from ``XFixesGetCursorImage`` pasted at the pointer as OSWorld does, and the PNG
 encoded with zlib, all standard library (libX11 and libXfixes come with Xvfb).
+
+With ``--run-as`` the X server is the commands' user's (they may kill it and serve :0
+themselves), so its replies are never parsed inside the agent, which keeps capabilities:
+this file runs as a child, as that user (``python3 desktop_screen.py W H``: the PNG on its
+stdout: a process start more than in the agent, ~20-50 ms on 2 cores, as the child imports
+nothing but ctypes and zlib; and an X error, which makes libX11 exit, ends the child only).
 """
 
 from __future__ import annotations
 
 import ctypes
 import os
+import sys
 import threading
 import zlib
 
-try:
-    from .desktop import DesktopError, require_desktop, state
-except ImportError:  # a sibling file in the guest, not a package
-    from desktop import DesktopError, require_desktop, state  # type: ignore[no-redef]
+
+class CaptureError(Exception):
+    """The screen could not be read; the agent answers it as a DesktopError 500."""
 
 
 class _XImage(ctypes.Structure):
@@ -62,19 +68,48 @@ def xlib():
 
 
 def screenshot_png() -> bytes:
-    """The screen as PNG bytes, with the cursor pasted at the pointer."""
+    """The screen as PNG bytes, with the cursor pasted at the pointer (taken by a child as
+    the commands' user with ``--run-as``, see the module doc)."""
+    # the agent's modules, imported here: the child (below) must start fast
+    try:
+        from . import agent_commands
+        from .desktop import HELPER_TIMEOUT_S, DesktopError, require_desktop, state
+    except ImportError:  # a sibling file in the guest, not a package
+        import agent_commands  # type: ignore[no-redef]
+        from desktop import HELPER_TIMEOUT_S, DesktopError, require_desktop, state  # type: ignore[no-redef]
     require_desktop()
+    width, height = state["width"] or 0, state["height"] or 0
+    if agent_commands.run_as is None:
+        try:
+            return capture_png(width, height)
+        except CaptureError as exc:
+            raise DesktopError(500, str(exc)) from None
+    import subprocess
+
+    argv = [sys.executable, "-I", "-S", os.path.abspath(__file__), str(width), str(height)]
+    try:
+        child = subprocess.run(agent_commands.as_user(argv), stdin=subprocess.DEVNULL,
+                               capture_output=True, timeout=HELPER_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise DesktopError(500, f"the screenshot took over {HELPER_TIMEOUT_S:g}s") from None
+    if child.returncode != 0 or not child.stdout.startswith(b"\x89PNG"):
+        raise DesktopError(500, f"the screenshot failed ({child.returncode}): "
+                                f"{child.stderr.decode('utf-8', 'replace').strip()[-500:]}")
+    return child.stdout
+
+
+def capture_png(width: int, height: int) -> bytes:
+    """The screen's top-left ``width`` x ``height`` as PNG bytes, read in this process."""
     x11, fixes = xlib()
     with _x_lock:
         display = x11.XOpenDisplay(os.environ["DISPLAY"].encode())
         if not display:
-            raise DesktopError(500, f"cannot open display {os.environ['DISPLAY']}")
+            raise CaptureError(f"cannot open display {os.environ['DISPLAY']}")
         try:
-            width, height = state["width"] or 0, state["height"] or 0
             image = x11.XGetImage(display, x11.XDefaultRootWindow(display), 0, 0, width,
                                   height, 0xFFFFFFFF, 2)  # 2 = ZPixmap
             if not image:
-                raise DesktopError(500, "XGetImage failed")
+                raise CaptureError("XGetImage failed")
             try:
                 info = image.contents
                 stride = info.bytes_per_line
@@ -86,7 +121,7 @@ def screenshot_png() -> bytes:
         finally:
             x11.XCloseDisplay(display)
     if bpp != 32:
-        raise DesktopError(500, f"unsupported screen depth: {bpp} bits per pixel")
+        raise CaptureError(f"unsupported screen depth: {bpp} bits per pixel")
     rgb = bytearray(width * height * 3)
     pixels = raw if stride == width * 4 else b"".join(
         raw[row * stride:row * stride + width * 4] for row in range(height))
@@ -145,3 +180,10 @@ def _encode_png(rgb: bytes | bytearray, width: int, height: int) -> bytes:
     return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header)
             + chunk(b"IDAT", zlib.compress(scanlines, 1)) + chunk(b"IEND", b""))
 
+
+
+if __name__ == "__main__":
+    try:
+        sys.stdout.buffer.write(capture_png(int(sys.argv[1]), int(sys.argv[2])))
+    except CaptureError as exc:
+        sys.exit(f"desktop_screen.py: {exc}")
