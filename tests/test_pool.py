@@ -135,6 +135,34 @@ def test_unhealthy_release_kills_the_vm(tmp_path):
             pool.lease("w0", "b#0", timeout=30, holder="h1")
 
 
+def test_a_vm_killed_while_idle_is_replaced_before_a_task_gets_it(tmp_path, monkeypatch):
+    """Killed from outside while no task holds it: the idle check (three noes in a row) marks
+    it dead and a replacement from the budget serves the next lease; no task is blamed."""
+    import os
+    import signal
+
+    from parallel_rollout.pool import watchers
+
+    monkeypatch.setattr(watchers, "IDLE_CHECK_S", 0.2)
+    with make_pool(tmp_path, size=1, budget=1) as pool:
+        wait_for(lambda: pool.stats()["states"]["idle"] == 1, timeout=30)
+        victim = next(vm.info for vm in pool._vms.values() if vm.state is VMState.IDLE)
+        time.sleep(1.0)  # healthy VMs pass their checks: nothing happens
+        assert pool.stats()["marked_dead"] == 0
+        for pid in (victim.private["init_pid"], victim.private["pid"]):
+            os.kill(pid, signal.SIGKILL)
+        wait_for(lambda: pool.stats()["replacements"] == 1 and pool.stats()["states"]["idle"] == 1,
+                 timeout=30)
+        info = pool.lease("w0", "a#0", timeout=30, holder="h1")
+        assert info.vm_id != victim.vm_id
+        assert GuestClient(info.address).execute("echo ok", shell=True)["output"] == "ok\n"
+        assert pool.stats()["replacements_left"] == 0
+    deaths = [e for e in events(tmp_path) if e["to"] == "dead" and e["reason"] != "pool shutdown"]
+    assert [(e["vm"], e["reason"].startswith("stopped running while idle")) for e in deaths] == \
+        [(victim.vm_id, True)]
+    assert deaths[0]["task"] is None
+
+
 def test_failed_reset_marks_dead_and_restarts_for_free(tmp_path, monkeypatch):
     """What the task left may be why a reset failed: the VM restarts from its snapshot and
     the replacement budget (here none) is not spent."""

@@ -9,8 +9,9 @@ method takes ``self._lock`` and every state change happens under it::
        └────────────► DEAD ◄──mark_dead / failed reset / boot timeout┘
                        └── a VM that broke under a task (or failed its reset or its
                            check after one) restarts from its snapshot for free; one that
-                           failed to boot, or whose fresh boot fails its check, is replaced
-                           while the budget lasts
+                           failed to boot, or whose fresh boot fails its check, or that
+                           stopped running while IDLE (``watchers.py``), is replaced while
+                           the budget lasts
 
 * ``lease`` blocks until an IDLE VM exists. It raises ``PoolExhausted`` at once when every
   VM is DEAD and no replacement can come (never waits forever), ``LeaseTimeout`` after its
@@ -40,7 +41,7 @@ from typing import Any
 
 from ..errors import LeaseTimeout, PoolExhausted, WorkerDied
 from ..results import percentiles
-from . import spares
+from . import spares, watchers
 from .vm_record import PoolClosed, VMState, _VM  # noqa: F401 - VMState, PoolClosed: the pool's API
 from .providers import ProviderOptions, VMInfo, get_provider, verify
 
@@ -50,6 +51,7 @@ log = logging.getLogger(__name__)
 _WAIT_SLICE_S = 0.5
 #: how long shutdown waits for boots under way; what they make after that is swept
 _BOOT_GRACE_S = 2.0
+
 
 
 class VMPoolManager:
@@ -105,11 +107,14 @@ class VMPoolManager:
         self._threads: dict[threading.Thread, float] = {}
         #: the boots among them (shutdown does not wait for a slow boot: Ctrl-C is at once)
         self._boot_threads: set[threading.Thread] = set()
-        self._watchdog = threading.Thread(target=self._watch_calls, name="pool-watchdog", daemon=True)
+        self._watchdog = threading.Thread(target=watchers.watch_calls, args=(self,),
+                                          name="pool-watchdog", daemon=True)
         with self._lock:
             for _ in range(size + self.spare_vms):
                 self._boot_new("initial boot")
         self._watchdog.start()
+        threading.Thread(target=watchers.check_idle, args=(self,), name="pool-idle-check",
+                         daemon=True).start()
 
     def __repr__(self) -> str:
         with self._lock:
@@ -385,25 +390,6 @@ class VMPoolManager:
         watchdog gives up on it: the provider bounds its own calls; this catches one that
         ignores its timeout."""
         return self.options.boot_timeout_s + min(5.0, self.options.boot_timeout_s)
-
-    def _watch_calls(self) -> None:
-        """Declare dead any VM whose boot or reset outlived its deadline (a provider call
-        that hangs): a boot spends the budget, a hung reset restarts the VM for free (what
-        the task left may be why); never a VM BOOTING or RESETTING forever."""
-        while True:
-            time.sleep(0.5)
-            with self._lock:
-                if not self._running:
-                    return
-                now = time.monotonic()
-                for vm in list(self._vms.values()):
-                    if vm.state is VMState.BOOTING and now > vm.deadline:
-                        self._counters["boot_failures"] += 1
-                        self._mark_dead_and_replace(vm, f"boot timed out after {self.options.boot_timeout_s:.0f}s")
-                    elif vm.state is VMState.RESETTING and now > vm.deadline:
-                        self._counters["reset_failures"] += 1
-                        self._mark_dead_and_replace(vm, f"reset hung for {self._call_timeout_s():.0f}s",
-                                                    charge=False)
 
     def _begin_reset(self, vm: _VM, reason: str) -> None:
         task = vm.task_key  # what a failed verification blames

@@ -43,3 +43,5 @@ class _VM:
     resetting_s: float = 0.0
     leases: int = 0
     lease_no: int | None = None
+    #: idle checks in a row that found it not running (the idle check's)
+    failed_checks: int = 0

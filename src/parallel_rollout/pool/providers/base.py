@@ -115,7 +115,9 @@ class Provider(abc.ABC):
 
     @abc.abstractmethod
     def healthy(self, info: VMInfo) -> bool:
-        """Whether the VM runs and its guest agent answers."""
+        """Whether the VM runs and its guest agent answers. The pool asks it every few
+        seconds of each IDLE VM (``pool/watchers.py``): answer within a few seconds, never
+        raise; three noes in a row replace the VM."""
 
     @abc.abstractmethod
     def stop(self, info: VMInfo) -> None:
