@@ -67,6 +67,8 @@ def window_titles(client: GuestClient) -> list[str]:
     listing = client.execute(["wmctrl", "-l"])
     if listing["returncode"] != 0 and "client list" in listing["error"]:
         return []  # openbox publishes the list with the first window it manages
+    if listing["returncode"] != 0 and "BadWindow" in listing["error"]:
+        return []  # a window went while wmctrl read it (LibreOffice's splash): ask again
     assert listing["returncode"] == 0, listing
     return [line.split(None, 3)[3] if len(line.split(None, 3)) == 4 else ""
             for line in listing["output"].splitlines()]

@@ -34,6 +34,8 @@ OSWORLD_NAMESPACES = {
     "act": "https://accessibility.ubuntu.example.org/ns/action",
 }
 TYPED = "typed into mousepad 42"
+#: seconds the hung walks below get
+WALK_TIMEOUT_S = 4.0
 #: an xterm title with every character XML must escape
 ODD_TITLE = 'odd "term" <&> title'
 
@@ -113,6 +115,8 @@ def test_the_tree_holds_mousepad_and_what_was_typed_into_it(desktop_vm):
 def test_the_window_list_stands_in_in_bounded_time(request, monkeypatch, breaks_it):
     if breaks_it is None:
         monkeypatch.setenv("PARALLEL_ROLLOUT_ATSPI", "0")
+    # the agent's bound on the walk, shorter than its default (a LibreOffice walk's)
+    monkeypatch.setenv(desktop.ATSPI_TIMEOUT_ENV, str(WALK_TIMEOUT_S))
     provider, holder = request.getfixturevalue("desktop_vm")
     client = GuestClient(holder["info"].address)
     _open_editor_and_terminal(client)
@@ -127,7 +131,7 @@ def test_the_window_list_stands_in_in_bounded_time(request, monkeypatch, breaks_
         assert environment["output"].split() == ["1", "0"]
     started = time.monotonic()
     tree = client.accessibility_tree()
-    assert time.monotonic() - started < desktop.ATSPI_TIMEOUT_S + 1.5
+    assert time.monotonic() - started < WALK_TIMEOUT_S + 1.5
     apps = _applications(tree)
     assert "notes.txt" in _window_list_frame(apps["Mousepad"]).get("name")
     assert _window_list_frame(apps["XTerm"]).get("name") == ODD_TITLE
@@ -220,3 +224,27 @@ def test_the_walker_writes_osworld_nodes_that_always_parse():
     assert button.get(f"{{{OSWORLD_NAMESPACES['act']}}}click_kb") == "<Control>s"
     # the node budget cuts the walk, and what it wrote still parses
     assert len(list(_walked(frame, budget=1))) == 1
+
+
+class _FailingValue:
+    """Chromium's slider: a Value interface whose reads but one fail with ``error``."""
+
+    def __init__(self, error: str) -> None:
+        self.error = error
+
+    currentValue = 5.0
+
+    def __getattr__(self, name: str):
+        raise RuntimeError(self.error)
+
+
+def test_a_failing_value_read_costs_its_attribute_and_a_hung_app_its_walk():
+    slider = FakeNode("slider", "Zoom", states=["VISIBLE"])
+    slider.queryValue = lambda: _FailingValue("atspi_error: Get failed (1)")
+    node = _walked(FakeNode("frame", "page", children=[slider]))
+    values = {key.split("}")[1]: value for key, value in node[0].attrib.items()
+              if key.startswith(f"{{{OSWORLD_NAMESPACES['val']}}}")}
+    assert node[0].get("name") == "Zoom" and values == {"value": "5.0"}
+    slider.queryValue = lambda: _FailingValue("Timeout was reached")
+    with pytest.raises(RuntimeError, match="Timeout"):
+        _walked(FakeNode("frame", "page", children=[slider]))

@@ -66,7 +66,7 @@ def test_the_accessibility_tree_of_a_gtk_app_in_the_image(desktop):
         wait_window(client, "Mousepad", timeout_s=60)
         time.sleep(1.0)
         started = time.monotonic()
-        tree = client.accessibility_tree(timeout=15.0)
+        tree = client.accessibility_tree(timeout=30.0)
         took = time.monotonic() - started
         assert tree.startswith("<desktop-frame ") and "Mousepad" in tree
         if desktop.name == "docker":
@@ -74,8 +74,8 @@ def test_the_accessibility_tree_of_a_gtk_app_in_the_image(desktop):
             assert '<application name="mousepad"' in tree and 'attr:toolkit="gtk"' in tree
             assert "<menu-bar" in tree
         else:
-            # under TCG the walk may outlive its 8 s bound: then the window list, in bounded time
-            assert took < 12.0
+            # under TCG the walk may outlive its 20 s bound: then the window list, in bounded time
+            assert took < 24.0
     finally:
         provider.stop(info)
 

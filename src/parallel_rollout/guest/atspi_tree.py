@@ -81,6 +81,19 @@ def _interface(node, query: str):
         return None
 
 
+def _read(read, *args):
+    """``read(*args)``, or None when the app fails it: Chromium's sliders have a Value
+    interface whose reads answer "Get failed"; as OSWorld's walker, the node keeps the rest."""
+    try:
+        return read(*args)
+    except NotImplementedError:
+        return None
+    except Exception as exc:  # pyatspi raises GLib.GError, whose module we do not import
+        if any(word in str(exc).lower() for word in ("timeout", "timed out", "noreply")):
+            raise  # a hung app: its walk ends (see walk), not one timeout per node
+        return None
+
+
 def _attributes(node, pyatspi) -> tuple[dict[str, str], str]:
     """(attributes, text) of one node in OSWorld's naming."""
     attrs = {"name": node.name or ""}
@@ -107,7 +120,9 @@ def _attributes(node, pyatspi) -> tuple[dict[str, str], str]:
     if value is not None:
         for key, read in (("value", "currentValue"), ("min", "minimumValue"),
                           ("max", "maximumValue"), ("step", "minimumIncrement")):
-            attrs["val:" + key] = str(getattr(value, read))
+            number = _read(getattr, value, read)
+            if number is not None:
+                attrs["val:" + key] = str(number)
     action = _interface(node, "queryAction")
     if action is not None:
         for index in range(action.nActions):

@@ -253,7 +253,7 @@ class GuestClient:
             raise VMError(f"guest agent at {self.address}: /screenshot answered no image")
         return body
 
-    def accessibility_tree(self, timeout: float = 10.0) -> str:
+    def accessibility_tree(self, timeout: float = 30.0) -> str:
         """GET /accessibility: the desktop as XML (OSWorld's ``{"AT": xml}``)."""
         return self.request("GET", "/accessibility", timeout=timeout).json()["AT"]
 

@@ -45,8 +45,13 @@ encode the PNG with zlib. Windows are handled with ``wmctrl``/``xdotool``, recor
 ``desktop-frame`` root with OSWorld's namespaces, then the AT-SPI tree of each app that
 exposes one (walked by ``atspi_tree.py`` in a child ``python3`` that can import the system's
 pyatspi), then, for every window whose process has no such tree (xterm, a hung app), an
-``application``/``frame`` pair with its title, class and geometry from the window list. The
-walker gets :data:`ATSPI_TIMEOUT_S` and is killed after that; a walk that fails or times out,
+``application``/``frame`` pair with its title, class and geometry from the window list.
+Which apps have a tree: GTK apps always; once the bus is up the desktop says an assistive
+technology runs (``org.a11y.Status.IsEnabled``, as GNOME's accessibility switch does on
+OSWorld's Ubuntu), and only then do Chromium (the browser and the page) and Thunderbird join;
+LibreOffice runs on its GTK 3 plugin (``SAL_USE_VCLPLUGIN=gtk3`` where Debian's
+libreoffice-gtk3 is installed), its only one with an AT-SPI bridge. The
+walker gets :func:`atspi_timeout` seconds and is killed after that; a walk that fails or times out,
 a missing pyatspi, or a desktop without a bus (dbus-daemon or at-spi2-core not installed, or
 ``PARALLEL_ROLLOUT_ATSPI=0``; GTK apps then run with ``NO_AT_BRIDGE=1``) leaves the window
 list alone, so the answer always comes, in bounded time.
@@ -80,14 +85,20 @@ HELPER_TIMEOUT_S = 10.0
 START_TIMEOUT_S = 20.0
 #: seconds the session bus may take; a later one is killed and the desktop has no AT-SPI
 BUS_TIMEOUT_S = 5.0
-#: seconds the AT-SPI walker may take before /accessibility answers with the window list:
-#: below GuestClient.accessibility_tree's 10 s, so the fallback reaches the caller in time
-ATSPI_TIMEOUT_S = 8.0
+#: seconds the AT-SPI walker may take before /accessibility answers with the window list
+#: (LibreOffice's 2000 nodes take 2-7 s on a loaded machine); ``PARALLEL_ROLLOUT_ATSPI_TIMEOUT``
+#: in the agent's environment sets it. Below GuestClient.accessibility_tree's 30 s, so the
+#: fallback reaches the caller in time
+ATSPI_TIMEOUT_S = 20.0
+ATSPI_TIMEOUT_ENV = "PARALLEL_ROLLOUT_ATSPI_TIMEOUT"
 #: ``0`` in the agent's environment: no session bus, no AT-SPI, the window list only
 ATSPI_ENV = "PARALLEL_ROLLOUT_ATSPI"
 #: the AT-SPI bus launcher, dbus-activated (org.a11y.Bus) on the session bus
 BUS_LAUNCHER = "at-spi-bus-launcher"
 LIBEXEC_DIRS = ("/usr/libexec", "/usr/lib/at-spi2-core")
+#: LibreOffice's GTK 3 plugin (Debian's libreoffice-gtk3): the only one of its plugins with an
+#: AT-SPI bridge (the default, X11 "gen", has none); apps get SAL_USE_VCLPLUGIN=gtk3 with it
+LIBREOFFICE_GTK3 = "/usr/lib/libreoffice/program/libvclplug_gtk3lo.so"
 
 state = {"width": 0, "height": 0, "xvfb": None, "wm": None, "bus": None}
 
@@ -115,6 +126,8 @@ def start_desktop(width: int, height: int, wm: str = "openbox") -> None:
     os.makedirs(runtime, mode=0o700, exist_ok=True)
     give(runtime)
     os.environ.setdefault("XDG_RUNTIME_DIR", runtime)
+    if os.path.exists(LIBREOFFICE_GTK3):  # LibreOffice's AT-SPI bridge is its GTK 3 plugin's
+        os.environ.setdefault("SAL_USE_VCLPLUGIN", "gtk3")
     bus = _spawn_session_bus()  # comes up while Xvfb does
     try:  # X's socket folder, made as a system's boot makes it (Xvfb as a user cannot)
         os.makedirs(X11_SOCKETS, exist_ok=True)
@@ -206,6 +219,11 @@ def _start_accessibility_bus(deadline: float) -> None:
         helper(["dbus-send", f"--bus={address}", "--print-reply", reply,
                  "--dest=org.a11y.atspi.Registry", "/org/a11y/atspi/accessible/root",
                  "org.freedesktop.DBus.Peer.Ping"], timeout=timeout)
+        # "an assistive technology runs", as GNOME's toolkit-accessibility says on OSWorld's
+        # Ubuntu: Chromium and Thunderbird join the bus only then (GTK apps always do)
+        helper(["dbus-send", "--session", "--print-reply", reply, "--dest=org.a11y.Bus",
+                 "/org/a11y/bus", "org.freedesktop.DBus.Properties.Set", "string:org.a11y.Status",
+                 "string:IsEnabled", "variant:boolean:true"], timeout=timeout)
     except DesktopError as exc:
         import sys
 
@@ -285,6 +303,15 @@ def _await_session_bus(spawned, deadline: float, bus_deadline: float) -> None:
     os.environ["GTK_MODULES"] = ":".join(modules + [m for m in ("gail", "atk-bridge")
                                                     if m not in modules])
     state["bus"] = bus
+
+
+def atspi_timeout() -> float:
+    """:data:`ATSPI_TIMEOUT_S`, or the positive number of seconds ATSPI_TIMEOUT_ENV says."""
+    try:
+        seconds = float(os.environ.get(ATSPI_TIMEOUT_ENV, ATSPI_TIMEOUT_S))
+    except ValueError:
+        seconds = 0.0
+    return seconds if seconds > 0 else ATSPI_TIMEOUT_S
 
 
 def _no_accessibility(reason: str) -> None:

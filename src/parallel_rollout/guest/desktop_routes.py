@@ -79,9 +79,11 @@ def route_accessibility(req):
 #: programs OSWorld's tasks launch that Debian names otherwise: where the first is missing,
 #: the second runs (OSWorld's own server does the same for google-chrome on arm). Chromium
 #: gets --no-sandbox: its sandbox needs user namespaces, which the VM's sandbox does not give;
-#: and Chrome's profile folder, which OSWorld's setup steps edit (Preferences, History …).
+#: and Chrome's profile folder, which OSWorld's setup steps edit (Preferences, History …);
+#: and the page's content in the accessibility tree, not only the browser's own widgets.
 CHROME_AS_CHROMIUM = ("chromium", "--no-sandbox", "--no-first-run", "--no-default-browser-check",
-                      "--password-store=basic", "--user-data-dir=~/.config/google-chrome")
+                      "--password-store=basic", "--user-data-dir=~/.config/google-chrome",
+                      "--force-renderer-accessibility")
 APP_ALIASES = {"google-chrome": CHROME_AS_CHROMIUM, "google-chrome-stable": CHROME_AS_CHROMIUM}
 
 

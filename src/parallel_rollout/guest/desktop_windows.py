@@ -3,7 +3,7 @@
 Windows are listed and handled with ``wmctrl``/``xdotool``. ``GET /accessibility`` answers
 OSWorld's ``{"AT": xml}``: a ``desktop-frame`` root with OSWorld's namespaces, then the AT-SPI
 tree of each app that exposes one (walked by ``atspi_tree.py`` in a child ``python3`` that can
-import the system's pyatspi, killed after ``ATSPI_TIMEOUT_S``), then, for every window whose
+import the system's pyatspi, killed after ``desktop.atspi_timeout()``), then, for every window whose
 process has no such tree (xterm, a hung app), an ``application``/``frame`` pair with its
 title, class and geometry from the window list.
 """
@@ -16,10 +16,10 @@ import subprocess
 
 try:
     from .agent_commands import as_user
-    from .desktop import ATSPI_ENV, ATSPI_TIMEOUT_S, DesktopError, find, helper, require_desktop, state
+    from .desktop import ATSPI_ENV, DesktopError, atspi_timeout, find, helper, require_desktop, state
 except ImportError:  # a sibling file in the guest, not a package
     from agent_commands import as_user  # type: ignore[no-redef]
-    from desktop import (ATSPI_ENV, ATSPI_TIMEOUT_S, DesktopError, find, helper,  # type: ignore[no-redef]
+    from desktop import (ATSPI_ENV, DesktopError, atspi_timeout, find, helper,  # type: ignore[no-redef]
                          require_desktop, state)
 
 #: the walker, next to this file in every guest (the sandbox binds it, the images copy it),
@@ -42,14 +42,21 @@ NAMESPACES = {
 def list_windows() -> list[dict]:
     """Every managed window: id, pid, geometry, WM_CLASS and title (``wmctrl -lpGx``)."""
     require_desktop()
+    import re
+
     result = helper(["wmctrl", "-lpGx"], check=False)
+    # "<class> <machine> <title>": a class may hold spaces (Chromium's instance names its
+    # profile: "chromium (/tmp/p).Chromium"), so it ends at the machine, this VM's name or N/A
+    machine = re.compile(r"\s+(?:%s|N/A)(?:\s|$)" % re.escape(os.uname().nodename))
     windows = []
     for line in result.stdout.splitlines():
-        parts = line.split(None, 8)
+        parts = line.split(None, 7)
         if len(parts) < 8:
             continue
-        wid, desktop, pid, x, y, w, h, wm_class = parts[:8]
-        title = parts[8].split(None, 1)[1] if len(parts) > 8 and " " in parts[8] else ""
+        wid, desktop, pid, x, y, w, h, rest = parts
+        found = machine.search(rest)
+        wm_class, title = ((rest[:found.start()], rest[found.end():]) if found
+                           else (rest.split(None, 1)[0], ""))
         windows.append({"id": wid, "pid": int(pid), "x": int(x), "y": int(y), "width": int(w),
                         "height": int(h), "class": wm_class, "title": title})
     return windows
@@ -90,7 +97,7 @@ def accessibility_xml() -> str:
 
 def _atspi_apps() -> list[dict]:
     """The walker's apps (``{"pid", "name", "xml"}``): [] when there is no AT-SPI bus or the
-    walker fails, those it finished when it outlives ATSPI_TIMEOUT_S (reasons: agent.log)."""
+    walker fails, those it finished when it outlives atspi_timeout() (reasons: agent.log)."""
     if not os.environ.get("DBUS_SESSION_BUS_ADDRESS") or os.environ.get(ATSPI_ENV) == "0":
         return []
     # Debian's python3-pyatspi is for the system's interpreter, which a python3 earlier on
@@ -106,9 +113,9 @@ def _atspi_apps() -> list[dict]:
     except OSError as exc:
         return _walk_failed(f"cannot start {python}: {exc}")
     try:
-        out, err = walker.communicate(timeout=ATSPI_TIMEOUT_S)
+        out, err = walker.communicate(timeout=atspi_timeout())
     except subprocess.TimeoutExpired:
-        _walk_failed(f"killed after {ATSPI_TIMEOUT_S:g}s")
+        _walk_failed(f"killed after {atspi_timeout():g}s")
         try:
             os.killpg(walker.pid, signal.SIGKILL)
         except ProcessLookupError:

@@ -83,10 +83,12 @@ GUEST_SHIM_DIR = f"{GUEST_DIR}/shim"
 #: what every guest image holds beyond minbase
 GUEST_PACKAGES = ("python3",)
 #: apt-get installs these into the desktop image after debootstrap (see "Two stages")
-#: (OSWorld's domains that Debian packages: LibreOffice, Chromium with socat for OSWorld's
-#: 9222 -> 1337 DevTools forward, GIMP, VLC, Thunderbird; ImageMagick paints wallpapers)
+#: (OSWorld's domains that Debian packages: LibreOffice with its GTK 3 plugin, the one with an
+#: AT-SPI bridge, Chromium with socat for OSWorld's 9222 -> 1337 DevTools forward, GIMP, VLC,
+#: Thunderbird; ImageMagick paints wallpapers)
 DESKTOP_APT_PACKAGES = ("libreoffice-writer", "libreoffice-calc", "libreoffice-impress",
-                        "chromium", "socat", "gimp", "vlc", "thunderbird", "imagemagick")
+                        "libreoffice-gtk3", "chromium", "socat", "gimp", "vlc", "thunderbird",
+                        "imagemagick")
 #: an apt-get stage (update + install) that has not finished by then is stuck
 APT_TIMEOUT_S = 1800.0
 #: what a desktop guest image (osworld mode) holds beyond minbase: the X server and a window

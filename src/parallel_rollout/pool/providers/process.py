@@ -57,7 +57,8 @@ a D-Bus session bus, Xvfb on display :0 and openbox, inside the sandbox, before 
 ``guest/atspi_tree.py`` is bound next to the agent). The desktop is therefore part of the
 snapshot: a reset kills it with every window, app and bus of the task and the next boot
 brings a clean one (~0.2 s on 2 cores; the agent alone is ~60 ms). ``PARALLEL_ROLLOUT_ATSPI``
-in the host's environment is passed on (``0``: no bus, the window list only).
+in the host's environment is passed on (``0``: no bus, the window list only), and so is
+``PARALLEL_ROLLOUT_ATSPI_TIMEOUT`` (seconds a walk of the tree may take).
 ``guest/shim/pyautogui.py`` is on PYTHONPATH and ``python`` names the guest's python3, so
 OSWorld's ``python -c "import pyautogui; ..."`` actions run as they do in an OSWorld image.
 The apps come from the host's /usr (Debian packages ``./dev`` installs: xvfb, openbox, xterm,
@@ -124,9 +125,9 @@ HOME_SIZE_MB = 1024
 _AGENT_SOURCES = tuple(images.GUEST_SOURCE_DIR / name for name in images.GUEST_AGENT_FILES)
 #: guest files a desktop VM needs next to the agent: the desktop routes and the AT-SPI walker
 _DESKTOP_SOURCES = tuple(images.GUEST_SOURCE_DIR / name for name in images.GUEST_DESKTOP_FILES)
-#: the guest's AT-SPI switch (guest/desktop.py's, not imported: ctypes and all for a name),
-#: passed on from the host when set
-ATSPI_ENV = "PARALLEL_ROLLOUT_ATSPI"
+#: the guest's AT-SPI switch and the walk's time limit (guest/desktop.py's, not imported:
+#: ctypes and all for two names), passed on from the host when set
+ATSPI_ENVS = ("PARALLEL_ROLLOUT_ATSPI", "PARALLEL_ROLLOUT_ATSPI_TIMEOUT")
 _SHIM_DIR = images.GUEST_SOURCE_DIR / "shim"
 GUEST_SHIM = images.GUEST_SHIM_DIR
 GUEST_BIN = f"{images.GUEST_DIR}/bin"
@@ -382,8 +383,9 @@ class ProcessProvider(Provider):
             desktop += ["--ro-bind", str(_SHIM_DIR), GUEST_SHIM,
                        "--ro-bind", self._python, f"{GUEST_BIN}/python",
                        "--setenv", "PYTHONPATH", GUEST_SHIM]
-            if os.environ.get(ATSPI_ENV):
-                desktop += ["--setenv", ATSPI_ENV, os.environ[ATSPI_ENV]]
+            for name in ATSPI_ENVS:
+                if os.environ.get(name):
+                    desktop += ["--setenv", name, os.environ[name]]
             if os.path.isdir("/var/cache/fontconfig"):
                 # without the system's font cache every app start rebuilds it (seconds)
                 desktop += [*_open_dirs("/var", "/var/cache"),
