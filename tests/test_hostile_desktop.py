@@ -40,7 +40,11 @@ ROWS = {
     # as root the agent is another user; a non-root runner's agent shares the commands'
     # uid (the user namespace's one): signalling it is possible there, and costs the attempt
     "signal_agent": "kill -0 2" if IS_ROOT else None,
+    # OSWorld's sudo (guest/shim/bin/sudo) runs the command with the caller's rights only
+    "sudo_root": "echo password | sudo -S sh -c 'test \"$(id -u)\" = 0'",
 }
+#: what OSWorld's setup steps do with sudo and must still work: a folder in the home, the user's
+SUDO_IN_THE_HOME = "echo password | sudo -S mkdir ~/Desktop/by-sudo && test -O ~/Desktop/by-sudo"
 #: what a healthy desktop runs besides the agent and the namespace's init (bwrap)
 SESSION = {"Xvfb", "openbox", "dbus-daemon", "at-spi-bus-laun", "at-spi2-registr"}
 
@@ -59,6 +63,7 @@ def desktop() -> dict:
             record = f"~/launched-{name}.rc"
             client.launch(["sh", "-c", f"{ROWS[name]}; echo $? > {record}.tmp; mv {record}.tmp {record}"])
         commands = {name: client.execute(ROWS[name], shell=True, timeout=30) for name in rows}
+        sudo = client.execute(SUDO_IN_THE_HOME, shell=True, timeout=30)
         launched = {name: _wait_record(client, f"~/launched-{name}.rc") for name in rows}
         # an app of each kind: a terminal with its shell, and a GTK app (on the AT-SPI bus)
         client.launch(["xterm", "-T", "hostile"])
@@ -73,7 +78,7 @@ def desktop() -> dict:
             if wanted <= {comm for comm, _, _ in processes.values()} or time.monotonic() > deadline:
                 break
             time.sleep(0.2)
-        return {"commands": commands, "launched": launched, "processes": processes,
+        return {"commands": commands, "launched": launched, "processes": processes, "sudo": sudo,
                 "wanted": wanted, "init": info.private["init_pid"],
                 "agent": client.health()["pid"]}
     finally:
@@ -98,6 +103,10 @@ def test_an_attack_from_a_desktop_command_fails(desktop, name):
 @pytest.mark.parametrize("name", [name for name, probe in ROWS.items() if probe])
 def test_an_attack_from_an_app_the_desktop_launches_fails(desktop, name):
     assert desktop["launched"][name] not in ("", "0"), (name, desktop["launched"][name])
+
+
+def test_sudo_of_osworlds_setup_steps_works_in_the_home(desktop):
+    assert desktop["sudo"]["returncode"] == 0, desktop["sudo"]
 
 
 def test_every_process_of_the_desktop_is_unprivileged(desktop):
