@@ -78,9 +78,16 @@ def desktop() -> dict:
             if wanted <= {comm for comm, _, _ in processes.values()} or time.monotonic() > deadline:
                 break
             time.sleep(0.2)
+        agent = client.health()["pid"]
+        # last: every process the user may signal (as root that spares the agent)
+        client.execute("kill -9 -1", shell=True, timeout=30)
+        try:
+            after_kill = client.health()["status"]
+        except VMError as exc:
+            after_kill = str(exc)
         return {"commands": commands, "launched": launched, "processes": processes, "sudo": sudo,
-                "wanted": wanted, "init": info.private["init_pid"],
-                "agent": client.health()["pid"]}
+                "wanted": wanted, "init": info.private["init_pid"], "agent": agent,
+                "after_kill": after_kill}
     finally:
         provider.stop(info)
 
@@ -103,6 +110,11 @@ def test_an_attack_from_a_desktop_command_fails(desktop, name):
 @pytest.mark.parametrize("name", [name for name, probe in ROWS.items() if probe])
 def test_an_attack_from_an_app_the_desktop_launches_fails(desktop, name):
     assert desktop["launched"][name] not in ("", "0"), (name, desktop["launched"][name])
+
+
+@pytest.mark.skipif(not IS_ROOT, reason="a non-root runner's agent shares the commands' uid")
+def test_kill_everything_from_a_desktop_spares_the_agent(desktop):
+    assert desktop["after_kill"] == "ok", desktop["after_kill"]
 
 
 def test_sudo_of_osworlds_setup_steps_works_in_the_home(desktop):
