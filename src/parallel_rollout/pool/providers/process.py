@@ -388,7 +388,7 @@ class ProcessProvider(Provider):
                     desktop += ["--setenv", name, os.environ[name]]
             if os.path.isdir("/var/cache/fontconfig"):
                 # without the system's font cache every app start rebuilds it (seconds)
-                desktop += [*_open_dirs("/var", "/var/cache"),
+                desktop += [*sandbox_fs.open_dirs("/var", "/var/cache"),
                             "--ro-bind", "/var/cache/fontconfig", "/var/cache/fontconfig"]
             # shim/bin: wrappers of apps as OSWorld's tasks start them (thunderbird, sudo)
             path = f"{GUEST_BIN}:{GUEST_SHIM}/bin:{GUEST_PATH}"
@@ -407,7 +407,7 @@ class ProcessProvider(Provider):
             "--perms", "0755", "--size", str(self._tmpfs_mb(HOME_SIZE_MB) * 2**20),
             "--tmpfs", GUEST_HOME,
             # the guest's files (a desktop's shim and python among them) for its user too
-            *_open_dirs(*images.GUEST_DIR.rsplit("/", 1)[:1], images.GUEST_DIR),
+            *sandbox_fs.open_dirs(os.path.dirname(images.GUEST_DIR), images.GUEST_DIR),
             *snapshot,
             # the agent's socket lives outside (its fd is passed in): nothing in here can
             # unlink it and bind its own; /run/guest is the sandbox's own scratch folder
@@ -488,12 +488,6 @@ class ProcessProvider(Provider):
 
 
 # ------------------------------------------------------------------------ helpers
-
-
-def _open_dirs(*paths: str) -> list[str]:
-    """Folders made 0755 ahead of the binds in them: bwrap makes a bind's missing parents
-    with the runner's umask (0700 under ours), which would shut the commands' user out."""
-    return [arg for path in paths for arg in ("--perms", "0755", "--dir", path)]
 
 
 def _namespace_flags() -> list[str]:

@@ -55,6 +55,12 @@ def secret_masks(empty: Path) -> list[str]:
             for arg in ("--ro-bind", str(empty), path)]
 
 
+def open_dirs(*paths: str) -> list[str]:
+    """Folders made 0755 ahead of the binds in them: bwrap makes a bind's missing parents
+    with the runner's umask (0700 under ours), which would shut the commands' user out."""
+    return [arg for path in paths for arg in ("--perms", "0755", "--dir", path)]
+
+
 #: the sandbox's user's name, as OSWorld's guest calls its user (home /home/user)
 GUEST_USER = "user"
 
