@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from parallel_rollout.errors import VMError
+from parallel_rollout.errors import ConfigError, VMError
 from parallel_rollout.guest.client import GuestClient
 from parallel_rollout.pool.providers import process
 from parallel_rollout.pool.providers.base import ProviderOptions
@@ -159,6 +159,22 @@ def test_an_x_server_of_the_users_cannot_take_the_agent_down():
         assert client.health()["status"] == "ok"
     finally:
         provider.stop(info)
+
+
+@pytest.mark.skipif(not IS_ROOT, reason="as another user the desktop shares the runner's uid")
+def test_guest_files_the_desktops_user_cannot_read_are_a_clear_error(tmp_path, monkeypatch):
+    shim = tmp_path / "shim"
+    (shim / "bin").mkdir(parents=True)
+    (shim / "bin" / "vlc").write_text("#!/bin/sh\n")
+    (shim / "bin" / "vlc").chmod(0o700)  # a checkout made under umask 077
+    (shim / "pyautogui.py").write_text("")
+    (shim / "pyautogui.py").chmod(0o644)
+    monkeypatch.setattr(process, "_SHIM_DIR", shim)
+    with pytest.raises(ConfigError, match=r"cannot read the guest's .*shim/bin/vlc \(0o700\).*"
+                                          r"chmod -R o\+rX"):
+        process.ProcessProvider("hostile-modes", ProviderOptions(desktop=True))
+    (shim / "bin" / "vlc").chmod(0o755)
+    process.ProcessProvider("hostile-modes", ProviderOptions(desktop=True))
 
 
 def _status(pid: int) -> dict[str, str]:

@@ -207,6 +207,9 @@ class ProcessProvider(Provider):
             if missing:
                 raise ConfigError("a desktop VM needs " + ", ".join(missing)
                                   + f"; install with: apt-get install {' '.join(missing)} (./dev does)")
+            if self._run_as and (shut := sandbox_fs.unreadable_by_others([*_DESKTOP_SOURCES, _SHIM_DIR])):
+                raise ConfigError(f"the desktop's user (uid {self._run_as}) cannot read the guest's "
+                                  f"{', '.join(shut[:3])}: chmod -R o+rX {images.GUEST_SOURCE_DIR}")
 
     @classmethod
     def supported_limits(cls) -> frozenset[str]:

@@ -1,6 +1,7 @@
 """What a process sandbox sees of the host, and how the runner reaches its agent: the
 system folders bound read-only (merged-/usr symlinks kept), the host's secrets masked by an
-empty file, the sandbox's user in its /etc/passwd, the guest's python3 (one under the bound folders), and the agent's listening
+empty file, the sandbox's user in its /etc/passwd, folders and guest files its user can
+walk and read, the guest's python3 (one under the bound folders), and the agent's listening
 socket, bound and listened on by the runner outside the sandbox so that no code inside can
 unlink it and answer in the agent's place (see process.py, "The boundary")."""
 
@@ -56,9 +57,22 @@ def secret_masks(empty: Path) -> list[str]:
 
 
 def open_dirs(*paths: str) -> list[str]:
-    """Folders made 0755 ahead of the binds in them: bwrap makes a bind's missing parents
-    with the runner's umask (0700 under ours), which would shut the commands' user out."""
+    """Folders made 0755 ahead of the binds in them: bwrap (0.8) makes a bind's missing
+    parents 0700, whatever the umask, which would shut the commands' user out."""
     return [arg for path in paths for arg in ("--perms", "0755", "--dir", path)]
+
+
+def unreadable_by_others(paths) -> list[str]:
+    """The files (and files of folders) among ``paths`` that another user cannot read, or
+    run where the owner can: bound as they are, they would fail the sandbox's user."""
+    found = []
+    for top in map(Path, paths):
+        for path in [top, *sorted(top.rglob("*"))] if top.is_dir() else [top]:
+            mode = path.stat().st_mode
+            wanted = 0o005 if path.is_dir() or mode & 0o100 else 0o004
+            if mode & wanted != wanted and "__pycache__" not in path.parts:
+                found.append(f"{path} ({oct(mode & 0o777)})")
+    return found
 
 
 #: the sandbox's user's name, as OSWorld's guest calls its user (home /home/user)
