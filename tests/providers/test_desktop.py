@@ -5,6 +5,8 @@ xdotool, wmctrl, ffmpeg, AT-SPI) once per session. A VM of it must boot a deskto
 requested size, show typed text in its screenshot's pixels, come back from a reset without
 the task's windows, files or processes, and pass the shipped desktop tasks through a pool.
 tests/test_osworld.py checks the same on the process provider, with every shipped task.
+The desktop and its commands run as uid 64000 with no capability, out of the agent's reach
+(issue 16; tests/test_hostile_desktop.py has the process provider's table).
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+
+import pytest
 
 from conftest import assert_exactly_once
 from desktop_support import BIG_TERMINAL, HEIGHT, WIDTH, assert_typing_shows, process_names, wait_window
@@ -76,6 +80,37 @@ def test_the_accessibility_tree_of_a_gtk_app_in_the_image(desktop):
         else:
             # under TCG the walk may outlive its 20 s bound: then the window list, in bounded time
             assert took < 24.0
+    finally:
+        provider.stop(info)
+
+
+#: from a desktop command: the name, uid and effective capabilities of every process in the
+#: VM (from /proc: images need not have ps), its own first
+WHO_RUNS = ("for s in /proc/self/status /proc/[0-9]*/status; do awk '/^Name:/{n=$2} "
+            "/^Uid:/{u=$3} /^CapEff:/{c=$2} END{print n, u, c}' $s 2>/dev/null; done")
+
+
+@pytest.mark.parametrize("desktop", ["docker", pytest.param("qemu", marks=pytest.mark.slow)],
+                         indirect=True)
+def test_a_desktop_and_its_commands_are_unprivileged_and_spare_the_agent(desktop):
+    provider = _provider(desktop)
+    info = provider.start("vm0")
+    try:
+        client = GuestClient(info.address, timeout_s=60.0)
+        agent = client.health()["pid"]
+        rows = client.execute(WHO_RUNS, shell=True)["output"].split("\n")
+        seen = [row.split() for row in rows if len(row.split()) == 3]
+        assert seen[0][1:] == ["64000", "0000000000000000"], seen[0]  # the command itself
+        by_name = {name: (uid, caps) for name, uid, caps in seen[1:]}
+        for name in ("Xvfb", "openbox", "dbus-daemon"):  # the desktop is the same user's
+            assert by_name.get(name) == ("64000", "0000000000000000"), (name, by_name)
+        home = client.execute("id -un; test -O ~ && touch ~/mine", shell=True)  # its own home
+        assert (home["returncode"], home["output"].strip()) == (0, "user"), home
+        signal = client.execute(f"kill -9 {agent}", shell=True)
+        assert signal["returncode"] != 0, signal
+        client.execute("kill -9 -1", shell=True, timeout=30)  # all it may signal
+        assert client.health()["status"] == "ok"
+        assert client.health()["pid"] == agent
     finally:
         provider.stop(info)
 

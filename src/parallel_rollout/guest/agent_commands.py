@@ -15,7 +15,7 @@ true``, the group's exit code (-9 unless the leader had already exited) and what
 before the kill.
 
 **Who runs what.** With ``--run-as UID:GID`` (:data:`run_as`; the process provider as root,
-docker) the agent keeps its own user and runs every command as that other, unprivileged
+docker, qemu) the agent keeps its own user and runs every command as that other, unprivileged
 user, through util-linux ``setpriv`` (no capabilities, an empty bounding set, no new
 privileges): the graded code cannot signal, trace or replace the agent, and cannot reach
 its socket (0600, in a folder it cannot write). Temp scripts and uploads are handed to that

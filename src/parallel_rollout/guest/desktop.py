@@ -20,7 +20,7 @@ screenshot in ``desktop_screen.py``, windows and the accessibility tree in
            then "ready" to the host; GTK apps (mousepad, pcmanfm) register on the AT-SPI bus,
            xterm does not
 
-**Who runs it.** With ``--run-as`` (the process provider as root) every process of the
+**Who runs it.** With ``--run-as`` (the process provider as root, docker, qemu) every process of the
 desktop runs as the commands' unprivileged user with no capabilities (``agent_commands.as_user``):
 the session bus, Xvfb, the window manager, the apps ``/setup/launch`` and ``/setup/open_file``
 start, the recorder and every helper (wmctrl, xdotool, dbus-send, the AT-SPI walker). The

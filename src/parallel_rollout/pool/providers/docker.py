@@ -37,7 +37,9 @@ flags, every capability dropped but the few the agent needs to run commands as a
 (``AGENT_CAPS``), ``no-new-privileges``. The agent is the container's root; every command
 runs as uid 64000 through ``setpriv`` with no capabilities (``--run-as``, see
 ``guest/server.py``), so the graded code can neither signal the agent nor reach its socket.
-A desktop container runs its commands as the agent's user (its session bus admits one uid).
+A desktop container's whole desktop (session bus, X server, apps) runs as that user too
+(``guest/desktop.py``), who is ``user`` in the image's /etc/passwd (dbus-daemon and xterm
+look their user up); OSWorld's getters and the screenshots stay out of its reach.
 
 **Reset = recreate, with a spare** (``docker_spare.py``; the CLI calls are in ``docker_cli.py``). A container cannot be rolled back in place, but a new
 one from the same image is the snapshot. What costs is ``docker start`` (namespaces, mounts,
@@ -114,7 +116,7 @@ IMAGE_REPO = "parallel-rollout-guest"
 #: the image of desktop modes: images.guest_recipe(desktop=True)
 DESKTOP_IMAGE_REPO = "parallel-rollout-desktop"
 #: bump when the image recipe below changes in a way the key does not capture
-IMAGE_RECIPE_VERSION = 3
+IMAGE_RECIPE_VERSION = 4
 #: sun_path holds 108 bytes; keep a margin
 MAX_SOCKET_PATH = 100
 #: `docker import` of a ~100 MB tarball (~1.9 GB with the desktop)
@@ -226,6 +228,7 @@ class DockerProvider(SpareContainers, Provider):
         rootfs = images.rootfs_tarball(**images.guest_recipe(desktop), force=force, log=log)
         extra = {name: (data, 0o644) for name, data in images.guest_files().items()}
         extra.update({GUEST_HOME: (None, 0o755), GUEST_SOCK_DIR: (None, 0o755)})
+        extra.update(images.guest_user_files(rootfs, SANDBOX_UID))  # a desktop's bus needs it
         with tempfile.TemporaryDirectory(prefix="pr-docker-image-",
                                          dir=images.cache_dir()) as work:
             tarball = images.copy_with_extra_files(rootfs, Path(work) / "guest.tar", extra)
@@ -403,7 +406,7 @@ class DockerProvider(SpareContainers, Provider):
             "-v", f"{images.GUEST_SOURCE_DIR}:{images.GUEST_DIR}:ro",
             "-w", GUEST_HOME,
             "-e", f"HOME={GUEST_HOME}", "-e", f"PATH={GUEST_PATH}", "-e", "LANG=C.UTF-8",
-            "-e", "USER=root", "-e", f"PARALLEL_ROLLOUT_VM={vm_id}",
+            "-e", f"USER={images.GUEST_USER}", "-e", f"PARALLEL_ROLLOUT_VM={vm_id}",
         ]
         if self.desktop:
             # shim/bin: wrappers of apps that refuse to run as root (vlc)
@@ -413,9 +416,9 @@ class DockerProvider(SpareContainers, Provider):
             memory = f"{self.options.memory_mb}m"
             argv += ["--memory", memory, "--memory-swap", memory]
         argv += ["--pids-limit", str(self.options.max_processes or DEFAULT_PIDS_LIMIT)]
-        agent = _agent_argv(self.options.screen)
-        if not self.desktop:  # the desktop's session bus admits one uid
-            agent += ["--run-as", f"{SANDBOX_UID}:{SANDBOX_UID}", "--reap-all"]  # its pid namespace
+        # the desktop too runs as that user (guest/desktop.py); the agent alone in its pid namespace
+        agent = [*_agent_argv(self.options.screen),
+                 "--run-as", f"{SANDBOX_UID}:{SANDBOX_UID}", "--reap-all"]
         argv += [self.image, *agent]
         try:
             _docker(*argv, timeout=max(1.0, deadline - time.monotonic()))

@@ -228,12 +228,53 @@ def guest_digest() -> str:
                              for name, data in guest_files().items()))
 
 
+#: the user graded code (and a desktop) runs as in every guest, as OSWorld's guest calls it
+GUEST_USER = "user"
+GUEST_USER_HOME = "/home/user"
+
+
+def with_guest_user(kind: str, text: str, uid: int, home: str = GUEST_USER_HOME) -> str:
+    """``text``, an /etc/passwd or /etc/group (``kind``), with :data:`GUEST_USER` as ``uid``
+    (group ``uid``, home ``home``) in place of any entry of that name or id: programs look
+    their user up (dbus-daemon refuses to start without, xterm finds no shell)."""
+    line = (f"{GUEST_USER}:x:{uid}:{uid}::{home}:/bin/bash" if kind == "passwd"
+            else f"{GUEST_USER}:x:{uid}:")
+    # entries of that name or id give way (their third field is the id)
+    kept = [entry for entry in text.splitlines() if entry.split(":")[0] != GUEST_USER
+            and entry.split(":")[2:3] != [str(uid)]]
+    return "\n".join([*kept, line]) + "\n"
+
+
+def guest_user_files(tarball: Path, uid: int) -> dict[str, tuple[bytes, int]]:
+    """/etc/passwd and /etc/group of the tree in ``tarball`` with :data:`GUEST_USER` as
+    ``uid``, as :func:`copy_with_extra_files` takes them (they replace the tree's)."""
+    found: dict[str, str] = {}
+    with tarfile.open(tarball) as archive:
+        for member in archive:
+            kind = member.name.lstrip("./")
+            if kind in ("etc/passwd", "etc/group") and member.isfile():
+                handle = archive.extractfile(member)
+                found[kind] = handle.read().decode("utf-8", errors="replace") if handle else ""
+                if len(found) == 2:
+                    break
+    return {f"/etc/{kind}": (with_guest_user(kind, found.get(f"etc/{kind}", ""), uid).encode(), 0o644)
+            for kind in ("passwd", "group")}
+
+
 def copy_with_extra_files(tarball: Path, dest: Path,
                           files: dict[str, tuple[bytes | None, int]]) -> Path:
     """Copy ``tarball`` to ``dest`` and append ``files`` (path inside -> (content, mode);
     content None makes a folder), creating their parent folders; return ``dest``. Used to
-    add the guest agent."""
+    add the guest agent. A file the tarball has already is replaced (``tar --delete`` first:
+    ``docker import`` refuses a path twice)."""
     shutil.copyfile(tarball, dest)
+    with tarfile.open(dest) as archive:
+        present = set(archive.getnames())
+    replaced = [name for inner, (content, _) in files.items() if content is not None
+                for name in ("./" + inner.lstrip("/"), inner.lstrip("/")) if name in present]
+    if replaced:
+        subprocess.run(["tar", "--delete", "-f", str(dest), *replaced], check=True,
+                       timeout=600, capture_output=True)
     with tarfile.open(dest, "a") as archive:
         present = set(archive.getnames())
         now = time.time()

@@ -33,7 +33,7 @@ from . import images
 QEMU_IMG = "qemu-img"
 #: the guest agent's TCP port inside the VM (OSWorld's)
 GUEST_PORT = 5000
-#: the user graded code runs as in a guest without a desktop (the agent is the VM's root)
+#: the user graded code and a desktop run as (the agent is the VM's root)
 SANDBOX_UID = 64000
 #: what the initramfs prints when booted to probe KVM
 PROBE_MARKER = "parallel-rollout-kvm-probe-ok"
@@ -139,14 +139,14 @@ def start_agent():
         if os.path.exists(AGENT_SOCKET):
             os.unlink(AGENT_SOCKET)
         env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-               "HOME": HOME, "USER": "root", "LANG": "C.UTF-8",
+               "HOME": HOME, "USER": "user", "LANG": "C.UTF-8",
                "PARALLEL_ROLLOUT_VM": hostname}
-        argv = ["python3", "-I", "-S", AGENT, "--unix", AGENT_SOCKET]
+        # the agent is the VM's root; the graded code (and a desktop) an unprivileged user
+        argv = ["python3", "-I", "-S", AGENT, "--unix", AGENT_SOCKET,
+                "--run-as", "SANDBOX_UID:SANDBOX_UID", "--reap-all"]  # the VM is its own
         if desktop:  # WxH from the kernel command line; pyautogui is the shim's
             argv += ["--desktop", desktop]
             env["PYTHONPATH"] = SHIM
-        else:  # the agent is the VM's root; the graded code an unprivileged user
-            argv += ["--run-as", "SANDBOX_UID:SANDBOX_UID", "--reap-all"]  # the VM is its own
         os.execve("/usr/bin/python3", argv, env)
     except BaseException as exc:
         say("cannot start the agent: %r" % (exc,))
@@ -334,7 +334,7 @@ def _fetch_packages(work: Path, log: Callable[[str], None]) -> str:
 
 
 def _install_guest(tree: Path) -> None:
-    """The guest package and guest-init into the tree; the user's home and a hostname."""
+    """The guest package and guest-init into the tree; the user's home, name and a hostname."""
     for name, data in images.guest_files().items():
         path = tree / name.lstrip("/")
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -346,6 +346,9 @@ def _install_guest(tree: Path) -> None:
     init.chmod(0o755)
     (tree / "root").mkdir(mode=0o700, exist_ok=True)
     (tree / "home" / "user").mkdir(mode=0o755, parents=True, exist_ok=True)
+    for kind in ("passwd", "group"):  # the user's name: a desktop's bus and xterm need it
+        path = tree / "etc" / kind
+        path.write_text(images.with_guest_user(kind, path.read_text(), SANDBOX_UID))
     (tree / "etc" / "hostname").write_text("guest\n")
 
 

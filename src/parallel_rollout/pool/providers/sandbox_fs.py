@@ -13,6 +13,7 @@ import socket
 from pathlib import Path
 
 from ...errors import VMError
+from . import images
 
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
 #: host files no sandbox may read, replaced by empty ones where they exist
@@ -75,25 +76,17 @@ def unreadable_by_others(paths) -> list[str]:
     return found
 
 
-#: the sandbox's user's name, as OSWorld's guest calls its user (home /home/user)
-GUEST_USER = "user"
-
-
 def user_entries(folder: Path, uid: int, home: str) -> list[str]:
     """The host's /etc/passwd and /etc/group with the sandbox's user (``uid``, group ``uid``)
-    added, written to ``folder`` and bound read-only over the host's: programs that look
-    their user up find it (dbus-daemon refuses to start without, xterm finds no shell)."""
+    added (``images.with_guest_user``), written to ``folder`` and bound read-only over the
+    host's."""
     args = []
-    for name, line in (("passwd", f"{GUEST_USER}:x:{uid}:{uid}::{home}:/bin/bash"),
-                       ("group", f"{GUEST_USER}:x:{uid}:")):
+    for name in ("passwd", "group"):
         try:
-            host = Path("/etc", name).read_text(encoding="utf-8", errors="replace").splitlines()
+            host = Path("/etc", name).read_text(encoding="utf-8", errors="replace")
         except OSError:
-            host = []
-        # the host's entries of that name or id give way (their third field is the id)
-        kept = [entry for entry in host if entry.split(":")[0] != GUEST_USER
-                and entry.split(":")[2:3] != [str(uid)]]
-        (folder / name).write_text("\n".join([*kept, line]) + "\n", encoding="utf-8")
+            host = ""
+        (folder / name).write_text(images.with_guest_user(name, host, uid, home), encoding="utf-8")
         args += ["--ro-bind", str(folder / name), f"/etc/{name}"]
     return args
 
