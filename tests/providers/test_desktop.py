@@ -12,6 +12,7 @@ The desktop and its commands run as uid 64000 with no capability, out of the age
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -125,8 +126,13 @@ def _shipped(snapshots_once: bool) -> list[dict]:
     return list(first.values())
 
 
-def test_the_oracle_passes_shipped_desktop_tasks_through_a_shared_pool(desktop, tmp_path):
+def test_the_oracle_passes_shipped_desktop_tasks_through_a_shared_pool(desktop, tmp_path, request):
     from parallel_rollout.runner import Runner
+
+    if desktop.name == "qemu" and not (request.config.getoption("--slow") or os.environ.get("PR_SLOW") == "1"):
+        # ~200 s under TCG: the default run keeps the QEMU desktop's typed-text, reset and
+        # accessibility checks; the docker variant runs every shipped task through a pool
+        pytest.skip("slow: run with ./dev test --slow")
 
     # docker: every shipped task (N=3, M=2); qemu under TCG: one task of each kind (terminal, editor,
     # file manager, LibreOffice) through one VM, reset between them

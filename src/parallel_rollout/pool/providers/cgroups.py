@@ -213,7 +213,7 @@ class VMCgroup:
         """Make the folders and write the limits; VMError when the kernel refuses."""
         for path, (version, limits) in self.groups.items():
             try:
-                path.mkdir(parents=True, exist_ok=True)
+                _mkdir(path)
                 if version == 2:
                     _enable_controllers(path, set(limits))
                 for controller, value in limits.items():
@@ -311,6 +311,18 @@ def kill_paths(paths: list[str]) -> None:
             (Path(name) / "cgroup.kill").write_text("1")
         except OSError:
             pass
+
+
+def _mkdir(path: Path, attempts: int = 5) -> None:
+    """``mkdir -p`` that survives the race with ``remove_paths``: another VM's stop may
+    remove the run's folder, then empty, between making it and making ``path`` in it."""
+    for attempt in range(attempts):
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+            return
+        except FileNotFoundError:
+            if attempt == attempts - 1:
+                raise
 
 
 def remove_paths(paths: list[str], parents: bool = True) -> None:
