@@ -7,6 +7,7 @@ unlink it and answer in the agent's place (see process.py, "The boundary")."""
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import socket
@@ -81,14 +82,24 @@ def user_entries(folder: Path, uid: int, home: str) -> list[str]:
     added (``images.with_guest_user``), written to ``folder`` and bound read-only over the
     host's."""
     args = []
+    for name, text in _user_files(uid, home):
+        (folder / name).write_text(text, encoding="utf-8")
+        args += ["--ro-bind", str(folder / name), f"/etc/{name}"]
+    return args
+
+
+@functools.lru_cache(maxsize=4)
+def _user_files(uid: int, home: str) -> tuple[tuple[str, str], ...]:
+    """(name, text) of the sandbox's passwd and group: the same for every boot of a run, so
+    the host's files are read once per process, not at every sandbox (each reset boots one)."""
+    files = []
     for name in ("passwd", "group"):
         try:
             host = Path("/etc", name).read_text(encoding="utf-8", errors="replace")
         except OSError:
             host = ""
-        (folder / name).write_text(images.with_guest_user(name, host, uid, home), encoding="utf-8")
-        args += ["--ro-bind", str(folder / name), f"/etc/{name}"]
-    return args
+        files.append((name, images.with_guest_user(name, host, uid, home)))
+    return tuple(files)
 
 
 def guest_python() -> str | None:
