@@ -67,7 +67,7 @@ def test_two_front_ends_share_one_engine_and_one_limit(tmp_path, caplog):
 
 
 def test_cancel_queued_and_running_and_pause(tmp_path):
-    long = shell_task("long", reference=["sleep 0.2"] * 100 + ["touch ~/long.done"])
+    long = shell_task("long", reference=["sleep 0.1"] * 30 + ["touch ~/long.done"])
     by_id = tasks(tmp_path, [long] + [shell_task(f"q{i}") for i in range(3)])
     finals = queue.Queue()
     engine = engine_for(tmp_path, num_rollouts=1, envs_per_worker=1, num_vms=1, max_turns=200)
@@ -97,9 +97,14 @@ def test_cancel_queued_and_running_and_pause(tmp_path):
         assert engine.wait_idle(timeout=60)
         # the soft cancel did not cost the worker: same process, no death
         assert engine.supervision._workers[0].process.pid == pid_before
+        record = finals.get_nowait()
+        assert record["key"] == "q1#0" and record["status"] == "success"
+        assert finals.empty(), "a cancelled sample reached its front end"
+        # the settled cancel is forgotten: the same key submitted again runs to its end
+        engine.submit(Assignment(by_id["long"], 0, 1), finals.put)
+        assert engine.wait_idle(timeout=60)
     record = finals.get_nowait()
-    assert record["key"] == "q1#0" and record["status"] == "success"
-    assert finals.empty(), "a cancelled sample reached its front end"
+    assert record["key"] == "long#0" and record["status"] == "success", record
     events = [json.loads(line) for line in (tmp_path / "out" / "eng" / "events.jsonl").read_text().splitlines()]
     assert not [e for e in events if e["event"] == "worker_died"]
     # the cancelled attempt's VM went back through a reset before q1 got it

@@ -140,6 +140,9 @@ class Engine:
         self._changed = threading.Condition(self._lock)
         self._pending: deque[Assignment] = deque()
         self._subs: dict[str, _Submission] = {}
+        #: keys of cancelled submissions that may still be running: the engine loop looks at
+        #: these only, not at every submission (a scan of all is quadratic in a big run)
+        self._cancelled: set[str] = set()
         self._paused = False
         self._closing = False
         self._closed = False
@@ -204,6 +207,7 @@ class Engine:
                 return True
             sub.cancelled = True
             sub.cancel_deadline = time.monotonic() + self.cancel_grace_s
+            self._cancelled.add(key)
         self._wake()
         return True
 
@@ -327,7 +331,11 @@ class Engine:
     def _enforce_cancels(self) -> None:
         now = time.monotonic()
         with self._lock:
-            cancelled = [sub for sub in self._subs.values() if sub.cancelled]
+            if not self._cancelled:
+                return
+            # settled ones are gone (a key submitted again is a new, uncancelled submission)
+            cancelled = [sub for sub in map(self._subs.get, self._cancelled) if sub is not None and sub.cancelled]
+            self._cancelled = {sub.item.key for sub in cancelled}
         for sub in cancelled:
             item = sub.item
             if not self.supervision.holds(item):
