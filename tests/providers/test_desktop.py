@@ -34,7 +34,14 @@ def _provider(harness):
                             boot_timeout_s=BOOT_TIMEOUT_S[harness.name])
 
 
-def test_a_desktop_vm_shows_typed_text_and_resets_clean(desktop):
+def _slow_on_qemu(desktop, request, why: str) -> None:
+    if desktop.name == "qemu" and not (request.config.getoption("--slow") or os.environ.get("PR_SLOW") == "1"):
+        pytest.skip(f"slow on qemu ({why}): run with ./dev test --slow")
+
+
+def test_a_desktop_vm_shows_typed_text_and_resets_clean(desktop, request):
+    # ~50 s under TCG; the default run keeps the QEMU desktop's accessibility-tree test
+    _slow_on_qemu(desktop, request, "~50 s under TCG")
     provider = _provider(desktop)
     info = provider.start("vm0")
     try:
@@ -129,10 +136,8 @@ def _shipped(snapshots_once: bool) -> list[dict]:
 def test_the_oracle_passes_shipped_desktop_tasks_through_a_shared_pool(desktop, tmp_path, request):
     from parallel_rollout.runner import Runner
 
-    if desktop.name == "qemu" and not (request.config.getoption("--slow") or os.environ.get("PR_SLOW") == "1"):
-        # ~200 s under TCG: the default run keeps the QEMU desktop's typed-text, reset and
-        # accessibility checks; the docker variant runs every shipped task through a pool
-        pytest.skip("slow: run with ./dev test --slow")
+    # the docker variant runs every shipped task through a pool in the default run
+    _slow_on_qemu(desktop, request, "~200 s under TCG")
 
     # docker: every shipped task (N=3, M=2); qemu under TCG: one task of each kind (terminal, editor,
     # file manager, LibreOffice) through one VM, reset between them
