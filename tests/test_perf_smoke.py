@@ -9,8 +9,13 @@ from __future__ import annotations
 
 import json
 import numbers
+import re
+import shutil
 import subprocess
 import sys
+from pathlib import Path
+
+import pytest
 
 from conftest import ROOT
 
@@ -25,9 +30,16 @@ def is_number(value) -> bool:
 
 
 def test_smoke_benchmark_writes_a_well_formed_report(tmp_path):
-    proc = subprocess.run([sys.executable, str(BENCH), "--smoke", "--out", str(tmp_path)],
+    proc = subprocess.run([sys.executable, str(BENCH), "--smoke", "--out", str(tmp_path),
+                           "--run-setting", "verify_reset=off", "--keep"],
                           capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    kept = Path(re.search(r"runs kept in (\S+)", proc.stderr).group(1))
+    try:  # --run-setting reached every run
+        configs = [json.loads(p.read_text()) for p in kept.glob("runs/*/config.json")]
+        assert configs and {c["config"]["verify_reset"] for c in configs} == {"off"}, configs
+    finally:
+        shutil.rmtree(kept)
     [report_path] = tmp_path.glob("*-smoke.json")
     report = json.loads(report_path.read_text())
     assert report["profile"] == "smoke"
@@ -50,6 +62,13 @@ def test_smoke_benchmark_writes_a_well_formed_report(tmp_path):
     assert report["concurrent"]["rollouts"] == 4 and is_number(report["concurrent"]["makespan_over_best_bound"])
     assert "(b)/(a)" in proc.stdout and "ms/task" in proc.stdout
     assert (tmp_path / report_path.name.replace(".json", ".png")).exists() or "no chart" in proc.stderr
+
+
+@pytest.mark.parametrize("setting", ["verify_reset", "no_such_setting=1"])
+def test_a_bad_run_setting_is_refused(setting):
+    proc = subprocess.run([sys.executable, str(BENCH), "--smoke", "--run-setting", setting],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "--run-setting" in proc.stderr, proc.stderr
 
 
 def test_resets_benchmark_smoke(tmp_path):

@@ -32,6 +32,7 @@ the worker's path, as harbor, inspect_ai and the SWE-bench harness do.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import os
@@ -51,11 +52,13 @@ sys.path.insert(0, str(HERE))  # workload.py; spawned workers inherit sys.path
 import psutil  # noqa: E402
 
 from workload import MODES  # noqa: E402
-from parallel_rollout.config import build_config  # noqa: E402
+from parallel_rollout.config import RunConfig, build_config  # noqa: E402
 from parallel_rollout.runner import Runner  # noqa: E402
 
 RESULTS_DIR = HERE / "results"
 AGENT = "workload:ThinkAgent"
+#: run settings every run of this invocation gets (``--run-setting KEY=VALUE``)
+RUN_SETTINGS: dict[str, Any] = {}
 FRESH_PROVIDER = "workload:FreshSandboxProvider"
 
 #: what each size runs; full follows the issue (1,000 tasks, the whole N × M grid)
@@ -171,6 +174,7 @@ def run_one(workdir: Path, label: str, *, mode: str, tasks: int, think_s: float,
         flags.update(use_vm_pool=shared, provider_name=provider)
         if shared:
             flags["num_vms"] = vms
+    flags.update(RUN_SETTINGS)
     flags.update(extra_flags or {})
     runner = Runner(build_config(flags))
     if on_runner is not None:
@@ -415,6 +419,16 @@ def chart(report: dict[str, Any], path: Path) -> bool:
     return True
 
 
+def _value(text: str) -> Any:
+    """A --run-setting value: an int, a float, true/false, or the text."""
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return {"true": True, "false": False}.get(text.lower(), text)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     size = parser.add_mutually_exclusive_group()
@@ -422,7 +436,18 @@ def main(argv: list[str] | None = None) -> int:
     size.add_argument("--smoke", action="store_true", help="seconds; checks the report, not the speed")
     parser.add_argument("--out", type=Path, default=RESULTS_DIR, help="where the JSON and PNG go")
     parser.add_argument("--keep", action="store_true", help="keep the runs' folders (printed)")
+    parser.add_argument("--run-setting", action="append", default=[], metavar="KEY=VALUE",
+                        help="a run setting for every run, as in run.toml (e.g. verify_reset=off: "
+                             "what a feature costs, against the same invocation without it)")
     args = parser.parse_args(argv)
+    for setting in args.run_setting:
+        key, sep, value = setting.partition("=")
+        if not sep or not key:
+            parser.error(f"--run-setting {setting!r}: give KEY=VALUE")
+        key = key.replace("-", "_")
+        if key not in {field.name for field in dataclasses.fields(RunConfig)}:
+            parser.error(f"--run-setting {setting!r}: {key} is not a run setting")
+        RUN_SETTINGS[key] = _value(value)
     profile = "smoke" if args.smoke else "quick" if args.quick else "full"
     spec = PROFILES[profile]
     logging.getLogger("parallel_rollout").setLevel(logging.WARNING)
@@ -453,6 +478,7 @@ def main(argv: list[str] | None = None) -> int:
                     "platform": platform.platform(), "load_before": load_before,
                     "load_after": [round(x, 2) for x in os.getloadavg()]},
         "profile_spec": spec,
+        "run_settings": RUN_SETTINGS,
         "overhead": overhead,
         **designs,
         "scaling": scaling,
