@@ -1,7 +1,12 @@
 """The README's first command, run exactly as printed, the way a user types it: through ``./dev``
 from the repository's root, in a shell, with no stdin. It must set itself up (here the venv
 exists already: the suite runs under it), run HumanEval's 164 problems with the oracle through
-a pool of 2 sandboxes, print where its results are and a summary, and exit 0."""
+a pool of 2 sandboxes, print where its results are and a summary, and exit 0.
+
+The README's other commands that can run here (no internet, no API key) run the same way below:
+``Running``'s resume, config file and sweep lines, the nightly cron line over two nights and on a
+locked folder, the report/compare/runs list lines on what those nights left, and the
+``From Python`` snippet as a script."""
 
 from __future__ import annotations
 
@@ -10,9 +15,13 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
-from conftest import assert_exactly_once
+import filelock
+import pytest
+
+from conftest import assert_exactly_once, shell_task, write_tasks
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -54,3 +63,182 @@ def test_the_readme_first_command_runs_as_printed():
     finally:
         for name in made:
             shutil.rmtree(results / name, ignore_errors=True)
+
+
+# -- the other commands the README prints, run as printed -----------------------------------------
+#
+# Each is taken from the README's text, so a README edit that breaks one fails here. Only what
+# the README itself leaves to the reader is changed: a path, --output-dir (a temporary folder),
+# the cron line's `cd /srv/evals` and the day `date` says.
+
+ENV = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
+VENV_BIN = Path(sys.executable).parent  # the suite runs under .venv: parallel-rollout is there
+
+
+def readme_section(title: str) -> str:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    return text.split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def readme_lines(section: str, lang: str, start: str) -> list[str]:
+    """The command lines of a section's ``lang`` blocks that start with ``start`` (continuations
+    joined)."""
+    found = []
+    for block in re.findall(rf"```{lang}\n(.*?)```", readme_section(section), re.S):
+        for line in block.replace("\\\n", " ").splitlines():
+            if line.strip().startswith(start):
+                found.append(" ".join(line.split()))
+    assert found, f"no `{start}` command in README section {section!r}"
+    return found
+
+
+def bash(line: str, cwd: Path, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", "-c", line], cwd=cwd, env=kw.pop("env", ENV), stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=kw.pop("timeout", 300), **kw)
+
+
+def test_the_cron_safe_resume_command_starts_the_run_then_reruns_nothing(tmp_path):
+    [line] = readme_lines("Running", "bash", "./dev run --mode shell")
+    command, comment = line.split("#", 1)
+    assert "--run-id nightly --resume" in command and comment.strip() == "cron-safe"
+    command += f" --output-dir {tmp_path}"
+    first = bash(command, ROOT)
+    assert first.returncode == 0, first.stderr[-3000:]
+    run_dir = tmp_path / "nightly"
+    ids = [json.loads(t)["id"] for t in (ROOT / "benchmarks" / "shell_tasks.jsonl").read_text().splitlines()]
+    finals = assert_exactly_once(run_dir, {f"{i}#0" for i in ids})
+    assert {r["status"] for r in finals.values()} == {"success"}
+    lines = (run_dir / "results.jsonl").read_text()
+    again = bash(command, ROOT)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert (run_dir / "results.jsonl").read_text() == lines  # nothing ran again
+    assert f"{len(ids)}/{len(ids)} samples finished" in again.stdout + again.stderr
+
+
+def test_the_config_file_command_takes_the_flags_names(tmp_path):
+    [line] = readme_lines("Running", "bash", "./dev run --config")
+    command, comment = line.split("#", 1)
+    assert command.split() == ["./dev", "run", "--config", "run.toml"]
+    # the comment's keys, as a user copies them: "num-vms = 4, use-vm-pool = true …"
+    keys = [k.strip() for k in comment.split(":", 1)[1].replace("…", "").split(",") if k.strip()]
+    assert keys == ["num-vms = 4", "use-vm-pool = true"]
+    data = write_tasks(tmp_path / "tasks.jsonl", [shell_task("a"), shell_task("b")])
+    toml = tmp_path / "run.toml"
+    toml.write_text("\n".join([*keys, 'mode = "shell"', f'data = "{data}"', f'output-dir = "{tmp_path}"',
+                               'run-id = "toml"', ""]))
+    proc = bash(command.replace("run.toml", str(toml)), ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert_exactly_once(tmp_path / "toml", {"a#0", "b#0"})
+    summary = json.loads((tmp_path / "toml" / "summary.json").read_text())
+    assert (summary["successes"], summary["vm"]["size"], summary["vm"]["per_worker"]) == (2, 4, False)
+
+
+def test_the_sweep_command(tmp_path):
+    [line] = readme_lines("Running", "bash", "./dev vms sweep")
+    proc = bash(line, ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert re.fullmatch(r"removed \d+ process VM\(s\)(: .*)?", proc.stdout.strip()), proc.stdout
+
+
+# the cron line's two nights, and the report commands, which name the second night's run
+NIGHTS = ("2026-11-22", "2026-11-23")
+
+DATE_SHIM = """#!/bin/sh
+# `date +%F` says $NIGHT, `date -d yesterday +%F` the night before; nothing else is asked
+case "$*" in
+  "+%F") echo "$NIGHT" ;;
+  "-d yesterday +%F") echo "$EVE" ;;
+  *) echo "date shim: unexpected arguments: $*" >&2; exit 2 ;;
+esac
+"""
+
+
+@pytest.fixture(scope="module")
+def nightly(tmp_path_factory):
+    """/srv/evals after two nights of the README's cron line: nightly.toml and its tasks."""
+    evals = tmp_path_factory.mktemp("evals")
+    shim = evals / "bin"
+    shim.mkdir()
+    (shim / "date").write_text(DATE_SHIM)
+    (shim / "date").chmod(0o755)
+    write_tasks(evals / "tasks.jsonl", [shell_task(f"t{i}") for i in range(3)])
+    (evals / "nightly.toml").write_text('mode = "shell"\ndata = "tasks.jsonl"\nnum-rollouts = 2\n')
+    [cron] = readme_lines("Reports, comparisons, nightly jobs", "cron", "15 2 * * *")
+    line = cron.split(None, 5)[5].replace("\\%", "%")  # cron passes the rest to sh, \% as %
+    assert line.startswith("cd /srv/evals && parallel-rollout run --config nightly.toml")
+    line = line.replace("cd /srv/evals", f"cd {evals}", 1)
+
+    def night(day: str, eve: str, first: bool = False) -> subprocess.CompletedProcess:
+        text = re.sub(r" --compare-to \S*\$\([^)]*\)", "", line) if first else line  # the README: not the first night
+        env = {**ENV, "PATH": f"{shim}:{VENV_BIN}:{ENV['PATH']}", "NIGHT": day, "EVE": eve}
+        return subprocess.run(["sh", "-c", text], cwd="/", env=env, stdin=subprocess.DEVNULL,
+                              capture_output=True, text=True, timeout=300)
+
+    first = night(NIGHTS[0], "2026-11-21", first=True)
+    second = night(NIGHTS[1], NIGHTS[0])
+    return evals, night, (first, second)
+
+
+def test_the_cron_line_runs_two_nights_gated_and_compared(nightly):
+    evals, _, runs = nightly
+    for proc in runs:  # the line's own status: its `[ $? -eq 75 ]` is false
+        assert (proc.returncode, proc.stdout, proc.stderr) == (1, "", "")
+    log = (evals / "nightly.log").read_text()
+    assert log.count("3/3 samples finished, 3 succeeded") == 2, log
+    assert "below --fail-under" not in log and "regression" not in log and "folder locked" not in log
+    for day in NIGHTS:
+        run_dir = evals / "results" / f"nightly-{day}"
+        assert_exactly_once(run_dir, {"t0#0", "t1#0", "t2#0"})
+        config = json.loads((run_dir / "config.json").read_text())["config"]
+        assert config["fail_under"] == 0.8
+        junit = (evals / "junit" / f"nightly-{day}.xml").read_text()
+        assert 'tests="3"' in junit and 'failures="0"' in junit
+    second = evals / "results" / f"nightly-{NIGHTS[1]}"
+    assert f"pass -> fail: 0" in (second / f"compare-nightly-{NIGHTS[0]}.txt").read_text()
+    assert (second / f"compare-nightly-{NIGHTS[0]}.html").is_file()
+
+
+def test_the_cron_line_on_a_locked_folder_exits_75_and_logs_it(nightly):
+    evals, night, _ = nightly
+    with filelock.FileLock(str(evals / "results" / f"nightly-{NIGHTS[1]}" / ".lock"), timeout=0):
+        proc = night(NIGHTS[1], NIGHTS[0])
+    assert proc.returncode == 0, proc.stderr  # the echo ran: the run exited 75
+    log = (evals / "nightly.log").read_text()
+    assert log.rstrip().endswith("folder locked: still running, retry later")
+
+
+def test_the_report_compare_and_list_commands(nightly):
+    evals = nightly[0]
+    env = {**ENV, "PATH": f"{VENV_BIN}:{ENV['PATH']}"}
+    report, compare, runs_list = (readme_lines("Reports, comparisons, nightly jobs", "bash", f"parallel-rollout {c}")[0]
+                                  for c in ("report", "compare", "runs list"))
+    for day in NIGHTS:
+        assert f"nightly-{day}" in report + compare
+    second = evals / "results" / f"nightly-{NIGHTS[1]}"
+    (second / "report.html").unlink()
+    proc = bash(report, evals, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().endswith("report.html") and (second / "report.html").stat().st_size > 1000
+
+    for name in ("txt", "html"):
+        (second / f"compare-nightly-{NIGHTS[0]}.{name}").unlink()
+    proc = bash(compare, evals, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert "written: " in proc.stdout and (second / f"compare-nightly-{NIGHTS[0]}.txt").is_file()
+    assert (second / f"compare-nightly-{NIGHTS[0]}.html").is_file()
+
+    proc = bash(runs_list, evals, env=env)
+    assert proc.returncode == 0, proc.stderr
+    rows = [l for l in proc.stdout.splitlines() if "nightly-" in l]
+    assert len(rows) == 2 and all("shell" in r and "complete" in r and "100" in r for r in rows), proc.stdout
+
+
+@pytest.mark.slow  # ~20-30 s: HumanEval's 164 problems, as the first command (which runs by default)
+def test_the_python_api_snippet_runs_as_a_script(tmp_path):
+    [snippet] = re.findall(r"```python\n(.*?)```", readme_section("From Python"), re.S)
+    (tmp_path / "evaluate.py").write_text(snippet)
+    proc = subprocess.run([sys.executable, "evaluate.py"], cwd=tmp_path, env=ENV, stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip() == f"0 1.0 {Path('results') / 'he'}"
+    assert_exactly_once(tmp_path / "results" / "he", {f"HumanEval/{i}#0" for i in range(164)})
