@@ -22,6 +22,7 @@ import filelock
 import pytest
 
 from conftest import assert_exactly_once, shell_task, write_tasks
+from readme_support import ENV, VENV_BIN, bash, readme_lines, readme_section
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -70,31 +71,6 @@ def test_the_readme_first_command_runs_as_printed():
 # Each is taken from the README's text, so a README edit that breaks one fails here. Only what
 # the README itself leaves to the reader is changed: a path, --output-dir (a temporary folder),
 # the cron line's `cd /srv/evals` and the day `date` says.
-
-ENV = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
-VENV_BIN = Path(sys.executable).parent  # the suite runs under .venv: parallel-rollout is there
-
-
-def readme_section(title: str) -> str:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    return text.split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
-
-
-def readme_lines(section: str, lang: str, start: str) -> list[str]:
-    """The command lines of a section's ``lang`` blocks that start with ``start`` (continuations
-    joined)."""
-    found = []
-    for block in re.findall(rf"```{lang}\n(.*?)```", readme_section(section), re.S):
-        for line in block.replace("\\\n", " ").splitlines():
-            if line.strip().startswith(start):
-                found.append(" ".join(line.split()))
-    assert found, f"no `{start}` command in README section {section!r}"
-    return found
-
-
-def bash(line: str, cwd: Path, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", "-c", line], cwd=cwd, env=kw.pop("env", ENV), stdin=subprocess.DEVNULL,
-                          capture_output=True, text=True, timeout=kw.pop("timeout", 300), **kw)
 
 
 def test_the_cron_safe_resume_command_starts_the_run_then_reruns_nothing(tmp_path):

@@ -1,0 +1,48 @@
+"""The README's docker commands, run as printed (only --output-dir added), with the installed
+``parallel-rollout`` on PATH: the image build (a no-op once the session's image exists), a run
+of the shell benchmark through ``./dev`` on a pool of 2 containers, and the sweep of what
+killed runs left."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from conftest import SHELL_TASKS, assert_exactly_once
+from readme_support import ENV, ROOT, VENV_BIN, bash, readme_lines, readme_section
+
+SECTION = "Docker and QEMU providers"
+INSTALLED = {**ENV, "PATH": f"{VENV_BIN}:{ENV['PATH']}"}
+
+
+def test_the_image_build_command_keeps_the_built_image(docker_harness):
+    [line] = [l for l in readme_lines(SECTION, "", "parallel-rollout image build") if "--desktop" not in l]
+    command = line.split("#", 1)[0]
+    assert command.split() == ["parallel-rollout", "image", "build", "--provider", "docker"]
+    proc = bash(command, ROOT, env=INSTALLED)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "nothing to build (--force rebuilds it)" in proc.stderr
+    assert re.fullmatch(r"parallel-rollout-guest:\w+", proc.stdout.strip()), proc.stdout
+
+
+def test_the_docker_run_command_runs_the_shell_benchmark(docker_harness, tmp_path):
+    [line] = readme_lines(SECTION, "", "./dev run --mode shell")
+    assert "--provider-name docker" in line
+    proc = bash(f"{line} --output-dir {tmp_path}", ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    [run_dir] = tmp_path.iterdir()
+    ids = [json.loads(t)["id"] for t in SHELL_TASKS.read_text().splitlines() if t.strip()]
+    finals = assert_exactly_once(run_dir, {f"{i}#0" for i in ids})
+    assert {r["status"] for r in finals.values()} == {"success"}
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert (summary["vm"]["provider"], summary["vm"]["size"]) == ("docker", 2)
+    assert summary["vm"]["resets"] >= len(ids)
+    assert not docker_harness.leftovers(summary["run_id"])
+
+
+def test_the_docker_sweep_command(docker_harness):
+    command = "parallel-rollout vms sweep --provider-name docker"
+    assert f"(`{command}`" in readme_section(SECTION)
+    proc = bash(command, ROOT, env=INSTALLED)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert re.fullmatch(r"removed \d+ docker VM\(s\)(: .*)?", proc.stdout.strip()), proc.stdout

@@ -1,0 +1,40 @@
+"""The README's commands as text, and a shell to run them in the way a user does: tests that run
+what the README prints take it from here, so a README edit that breaks a command fails them."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+#: the environment a user's shell has: the test session's, without pytest's own variables
+ENV = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
+#: the suite runs under .venv: ``parallel-rollout`` is installed there
+VENV_BIN = Path(sys.executable).parent
+
+
+def readme_section(title: str) -> str:
+    """The text of the README's ``## title`` section."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    return text.split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def readme_lines(section: str, lang: str, start: str) -> list[str]:
+    """The command lines of a section's ``lang`` code blocks that start with ``start``, with
+    their continuation lines joined."""
+    found = []
+    for block in re.findall(rf"```{lang}\n(.*?)```", readme_section(section), re.S):
+        for line in block.replace("\\\n", " ").splitlines():
+            if line.strip().startswith(start):
+                found.append(" ".join(line.split()))
+    assert found, f"no `{start}` command in README section {section!r}"
+    return found
+
+
+def bash(line: str, cwd: Path, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    """Run ``line`` in bash as a user types it: no stdin, output captured."""
+    return subprocess.run(["bash", "-c", line], cwd=cwd, env=ENV if env is None else env,
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout)
