@@ -4,6 +4,8 @@ Each image is built with ``--desktop`` (Debian's Xvfb, openbox, xterm, mousepad,
 xdotool, wmctrl, ffmpeg, AT-SPI) once per session. A VM of it must boot a desktop of the
 requested size, show typed text in its screenshot's pixels, come back from a reset without
 the task's windows, files or processes, and pass the shipped desktop tasks through a pool.
+OSWorld's setup steps reach the shims as on the process provider: ``echo password | sudo -S
+CMD`` runs CMD, and ``sudo``, ``vlc`` and ``thunderbird`` are guest/shim/bin's, first on PATH.
 tests/test_osworld.py checks the same on the process provider, with every shipped task.
 The desktop and its commands run as uid 64000 with no capability, out of the agent's reach
 (issue 16; tests/test_hostile_desktop.py has the process provider's table).
@@ -22,6 +24,7 @@ from conftest import assert_exactly_once
 from desktop_support import BIG_TERMINAL, HEIGHT, WIDTH, assert_typing_shows, process_names, wait_window
 from parallel_rollout.config import build_config
 from parallel_rollout.guest.client import GuestClient
+from parallel_rollout.pool.providers import images
 
 ROOT = Path(__file__).resolve().parents[2]
 TASKS = ROOT / "benchmarks" / "osworld_tasks.jsonl"
@@ -32,6 +35,30 @@ BOOT_TIMEOUT_S = {"docker": 60.0, "qemu": 300.0}
 def _provider(harness):
     return harness.provider(desktop=True, screen_width=WIDTH, screen_height=HEIGHT,
                             boot_timeout_s=BOOT_TIMEOUT_S[harness.name])
+
+
+#: an OSWorld setup step as its tasks write them: the password piped into sudo -S
+OSWORLD_SUDO = "echo password | sudo -S sh -c 'id -u > ~/by-sudo.txt'"
+#: the programs OSWorld's tasks call by name or as /usr/bin/NAME, which the shims wrap
+SHIMMED = ("sudo", "vlc", "thunderbird")
+
+
+def assert_osworld_reaches_the_shims(client: GuestClient) -> None:
+    """OSWORLD_SUDO runs its command (as the commands' user: the sudo shim's rights are the
+    caller's), SHIMMED resolve to guest/shim/bin on the commands' PATH, and a launch of
+    /usr/bin/sudo is redirected to the shim and runs."""
+    sudo = client.execute(OSWORLD_SUDO, shell=True, timeout=30)
+    assert sudo["returncode"] == 0, sudo
+    assert client.execute("cat ~/by-sudo.txt", shell=True)["output"].strip() == "64000"
+    found = client.execute(f"for p in {' '.join(SHIMMED)}; do command -v $p; done",
+                           shell=True)["output"].split()
+    assert found == [f"{images.GUEST_SHIM_BIN}/{name}" for name in SHIMMED], found
+    launched = client.launch(["/usr/bin/sudo", "-S", "sh", "-c", "echo ran > ~/launched.txt"])
+    assert f"'{images.GUEST_SHIM_BIN}/sudo'" in launched, launched
+    deadline = time.monotonic() + 30  # the launch does not wait: poll for what it wrote
+    while (ran := client.execute("cat ~/launched.txt", shell=True))["output"] != "ran\n":
+        assert time.monotonic() < deadline, ran
+        time.sleep(0.5)
 
 
 def _slow_on_qemu(desktop, request, why: str) -> None:
@@ -88,6 +115,8 @@ def test_the_accessibility_tree_of_a_gtk_app_in_the_image(desktop):
         else:
             # under TCG the walk may outlive its 20 s bound: then the window list, in bounded time
             assert took < 24.0
+        # on the same VM (the QEMU desktop's one boot of the default run; ~2 s under TCG)
+        assert_osworld_reaches_the_shims(client)
     finally:
         provider.stop(info)
 

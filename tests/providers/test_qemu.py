@@ -26,7 +26,7 @@ import pytest
 from parallel_rollout.config import build_config
 from parallel_rollout.errors import ConfigError, ProviderUnavailable, VMError
 from parallel_rollout.guest.client import GuestClient
-from parallel_rollout.pool.providers import get_provider, qemu
+from parallel_rollout.pool.providers import get_provider, images, qemu, qemu_image
 from parallel_rollout.pool.providers.base import ProviderOptions
 from parallel_rollout.pool.providers.qemu import QemuProvider
 
@@ -266,6 +266,24 @@ def test_a_stale_image_asks_for_a_rebuild(image, monkeypatch):
     with pytest.raises(ProviderUnavailable, match="another guest agent or recipe; rebuild it "
                        "with: parallel-rollout image build --provider qemu$"):
         QemuProvider("r")
+
+
+def test_the_shims_go_into_images_and_a_changed_shim_makes_them_stale(tmp_path, monkeypatch):
+    # guest/shim/bin (OSWorld's sudo, vlc, thunderbird) is part of the guest package images hold
+    files = images.guest_files()
+    for name in ("sudo", "vlc", "thunderbird"):
+        data, mode = files[f"{images.GUEST_SHIM_BIN}/{name}"]
+        assert data.startswith(b"#!/bin/sh") and mode == 0o755, (name, oct(mode))
+    source = tmp_path / "guest"
+    shutil.copytree(images.GUEST_SOURCE_DIR, source, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(images, "GUEST_SOURCE_DIR", source)
+    seen = [qemu_image.image_inputs(desktop=True)]
+    vlc = source / "shim" / "bin" / "vlc"
+    vlc.write_text(vlc.read_text() + "# another shim\n")
+    seen.append(qemu_image.image_inputs(desktop=True))
+    vlc.chmod(0o644)  # no longer a program
+    seen.append(qemu_image.image_inputs(desktop=True))
+    assert len(set(seen)) == 3, seen
 
 
 def test_rejects_what_it_cannot_honour(tmp_path):

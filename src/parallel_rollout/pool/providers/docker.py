@@ -94,7 +94,7 @@ from .base import Provider, ProviderOptions, VMInfo
 from .common import check_name as _check_name, make_vm_dir, read_meta as _read_meta
 from .common import secure_base_dir
 from .common import remove_run_dir_if_empty as _remove_run_dir_if_empty
-from .docker_cli import (GUEST_HOME, GUEST_PATH, GUEST_SOCK_DIR, LABEL, SOCKET_NAME,
+from .docker_cli import (GUEST_HOME, GUEST_SOCK_DIR, LABEL, SOCKET_NAME,
                          START_HINT, _agent_argv, _container_state, _containers,
                          _daemon_address, _docker, _image_exists, daemon_limits, _image_kind,
                          _import_changes, _init_process, _kill_init, _logs, _owner_alive,
@@ -226,7 +226,7 @@ class DockerProvider(SpareContainers, Provider):
             return tag
         started = time.monotonic()
         rootfs = images.rootfs_tarball(**images.guest_recipe(desktop), force=force, log=log)
-        extra = {name: (data, 0o644) for name, data in images.guest_files().items()}
+        extra: dict[str, tuple[bytes | None, int]] = dict(images.guest_files())
         extra.update({GUEST_HOME: (None, 0o755), GUEST_SOCK_DIR: (None, 0o755)})
         extra.update(images.guest_user_files(rootfs, SANDBOX_UID))  # a desktop's bus needs it
         with tempfile.TemporaryDirectory(prefix="pr-docker-image-",
@@ -405,13 +405,12 @@ class DockerProvider(SpareContainers, Provider):
             "-v", f"{sock_dir}:{GUEST_SOCK_DIR}",
             "-v", f"{images.GUEST_SOURCE_DIR}:{images.GUEST_DIR}:ro",
             "-w", GUEST_HOME,
-            "-e", f"HOME={GUEST_HOME}", "-e", f"PATH={GUEST_PATH}", "-e", "LANG=C.UTF-8",
-            "-e", f"USER={images.GUEST_USER}", "-e", f"PARALLEL_ROLLOUT_VM={vm_id}",
+            "-e", f"HOME={GUEST_HOME}", "-e", f"PATH={images.guest_path(self.desktop)}",
+            "-e", "LANG=C.UTF-8", "-e", f"USER={images.GUEST_USER}",
+            "-e", f"PARALLEL_ROLLOUT_VM={vm_id}",
         ]
         if self.desktop:
-            # shim/bin: wrappers of apps that refuse to run as root (vlc)
-            argv += ["-e", f"PYTHONPATH={images.GUEST_SHIM_DIR}",
-                     "-e", f"PATH={images.GUEST_SHIM_DIR}/bin:{GUEST_PATH}"]
+            argv += ["-e", f"PYTHONPATH={images.GUEST_SHIM_DIR}"]
         if self.options.memory_mb is not None:
             memory = f"{self.options.memory_mb}m"
             argv += ["--memory", memory, "--memory-swap", memory]

@@ -27,7 +27,6 @@ LABEL = "parallel-rollout"
 GUEST_HOME = "/home/user"
 GUEST_SOCK_DIR = "/run/guest"
 SOCKET_NAME = "agent.sock"
-GUEST_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 #: ordinary docker calls (inspect, create, start, rm); a daemon slower than this is sick
 DOCKER_TIMEOUT_S = 60.0
 #: how long a SIGKILLed container init may take to disappear before we ask dockerd instead
@@ -146,7 +145,7 @@ def _import_changes(desktop: bool = False) -> list[str]:
     the desktop image starts a 1920x1080 desktop)."""
     changes = [
         f"CMD {json.dumps(_agent_argv('1920x1080' if desktop else None))}",
-        f"ENV HOME={GUEST_HOME}", f"ENV PATH={GUEST_PATH}", "ENV LANG=C.UTF-8",
+        f"ENV HOME={GUEST_HOME}", f"ENV PATH={images.guest_path(desktop)}", "ENV LANG=C.UTF-8",
         f"WORKDIR {GUEST_HOME}",
         f"LABEL {LABEL}.image={_image_kind(desktop)}",
     ]

@@ -80,6 +80,11 @@ GUEST_DESKTOP_FILES = ("desktop.py", "desktop_screen.py", "desktop_windows.py",
                        "desktop_routes.py", "atspi_tree.py")
 #: on the PYTHONPATH of desktop guests: the xdotool-backed ``pyautogui`` module
 GUEST_SHIM_DIR = f"{GUEST_DIR}/shim"
+#: wrappers of programs as OSWorld's tasks start them (``sudo -S``, ``/usr/bin/vlc``,
+#: ``/usr/bin/thunderbird``): first on the PATH of a desktop guest (:func:`guest_path`)
+GUEST_SHIM_BIN = f"{GUEST_SHIM_DIR}/bin"
+#: the PATH of a guest's agent and of the commands it runs
+GUEST_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 #: what every guest image holds beyond minbase
 GUEST_PACKAGES = ("python3",)
 #: apt-get installs these into the desktop image after debootstrap (see "Two stages")
@@ -216,16 +221,27 @@ def guest_recipe(desktop: bool = False) -> dict[str, tuple[str, ...]]:
     return {"include": GUEST_PACKAGES, "apt_install": ()}
 
 
-def guest_files() -> dict[str, bytes]:
-    """Every source file of the guest package, by the path an image puts it at."""
-    return {f"{GUEST_DIR}/{path.relative_to(GUEST_SOURCE_DIR).as_posix()}": path.read_bytes()
-            for path in sorted(GUEST_SOURCE_DIR.rglob("*.py")) if "__pycache__" not in path.parts}
+def guest_path(desktop: bool = False) -> str:
+    """The PATH of a guest's agent and of the commands and apps it starts: a desktop's has
+    :data:`GUEST_SHIM_BIN` first, so OSWorld's ``echo password | sudo -S CMD`` and its
+    ``/usr/bin/vlc`` launches (``guest/desktop_routes.resolve_app``) reach the shims."""
+    return f"{GUEST_SHIM_BIN}:{GUEST_PATH}" if desktop else GUEST_PATH
+
+
+def guest_files() -> dict[str, tuple[bytes, int]]:
+    """Every file of the guest package (its modules and the shims' programs) by the path an
+    image puts it at: (content, mode), the programs executable."""
+    sources = [*GUEST_SOURCE_DIR.rglob("*.py"), *(GUEST_SOURCE_DIR / "shim" / "bin").iterdir()]
+    return {f"{GUEST_DIR}/{path.relative_to(GUEST_SOURCE_DIR).as_posix()}":
+            (path.read_bytes(), 0o755 if path.stat().st_mode & 0o111 else 0o644)
+            for path in sorted(sources) if "__pycache__" not in path.parts}
 
 
 def guest_digest() -> str:
-    """A hash of the guest package: an image made from another one is stale."""
-    return recipe_key(sorted((name, hashlib.sha256(data).hexdigest())
-                             for name, data in guest_files().items()))
+    """A hash of the guest package (contents and modes): an image made from another one is
+    stale."""
+    return recipe_key(sorted((name, hashlib.sha256(data).hexdigest(), mode)
+                             for name, (data, mode) in guest_files().items()))
 
 
 #: the user graded code (and a desktop) runs as in every guest, as OSWorld's guest calls it

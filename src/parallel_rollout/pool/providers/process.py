@@ -106,7 +106,6 @@ GUEST_AGENT = images.GUEST_AGENT_PATH
 SOCKET_NAME = "agent.sock"
 #: sun_path holds 108 bytes; keep a margin
 MAX_SOCKET_PATH = 100
-GUEST_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 #: the unprivileged user commands run as when the runner is root
 SANDBOX_UID_ENV = "PARALLEL_ROLLOUT_SANDBOX_UID"
 DEFAULT_SANDBOX_UID = 64000
@@ -378,7 +377,7 @@ class ProcessProvider(Provider):
             snapshot = ["--ro-bind", str(self.snapshot), GUEST_SNAPSHOT]
             agent += ["--seed-home", GUEST_SNAPSHOT]
         desktop: list[str] = []
-        path = GUEST_PATH
+        path = images.guest_path()
         if self.options.desktop:
             agent += ["--desktop", self.options.screen]
             desktop = [arg for source in _DESKTOP_SOURCES for arg in
@@ -393,8 +392,7 @@ class ProcessProvider(Provider):
                 # without the system's font cache every app start rebuilds it (seconds)
                 desktop += [*sandbox_fs.open_dirs("/var", "/var/cache"),
                             "--ro-bind", "/var/cache/fontconfig", "/var/cache/fontconfig"]
-            # shim/bin: wrappers of apps as OSWorld's tasks start them (thunderbird, sudo)
-            path = f"{GUEST_BIN}:{GUEST_SHIM}/bin:{GUEST_PATH}"
+            path = f"{GUEST_BIN}:{images.guest_path(desktop=True)}"  # python, the shims
         return [
             shutil.which("bwrap") or "bwrap",
             *_namespace_flags(), *privileges, "--die-with-parent", "--new-session",

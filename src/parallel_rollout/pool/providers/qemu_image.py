@@ -5,9 +5,10 @@ files under ``<cache>/qemu/``: ``vmlinuz`` from the package ``linux-image-amd64`
 (``apt-get download``); ``initrd.img``, a tiny gzipped cpio written here — static busybox,
 the virtio/ext4 modules in dependency order and an ``/init`` that loads them and hands over to
 the real root; and ``base.qcow2``, the debootstrap tree of ``images.build_rootfs`` plus the
-guest agent and ``guest-init`` (a Python PID 1), turned into ext4 with ``mkfs.ext4 -d`` (no
-mount needed) and then into qcow2. ``image.json`` records a hash of every input, so a changed
-agent or init makes the image stale and a build with nothing changed is a no-op. With
+guest package (``images.guest_files``: the agent, the desktop's routes, the shims) and
+``guest-init`` (a Python PID 1), turned into ext4 with ``mkfs.ext4 -d`` (no mount needed) and
+then into qcow2. ``image.json`` records a hash of every input, so a changed agent, shim or
+init makes the image stale and a build with nothing changed is a no-op. With
 ``--desktop`` the same three files go to ``<cache>/qemu-desktop/``, the tree holding
 ``images.guest_recipe(desktop=True)`` (the desktop and LibreOffice). The guest's user works in
 ``/home/user``, as on OSWorld's images and the other providers.
@@ -138,15 +139,15 @@ def start_agent():
         ifup("lo", "127.0.0.1", "255.0.0.0")
         if os.path.exists(AGENT_SOCKET):
             os.unlink(AGENT_SOCKET)
-        env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-               "HOME": HOME, "USER": "user", "LANG": "C.UTF-8",
+        env = {"PATH": "BASE_PATH", "HOME": HOME, "USER": "user", "LANG": "C.UTF-8",
                "PARALLEL_ROLLOUT_VM": hostname}
         # the agent is the VM's root; the graded code (and a desktop) an unprivileged user
         argv = ["python3", "-I", "-S", AGENT, "--unix", AGENT_SOCKET,
                 "--run-as", "SANDBOX_UID:SANDBOX_UID", "--reap-all"]  # the VM is its own
-        if desktop:  # WxH from the kernel command line; pyautogui is the shim's
+        if desktop:  # WxH from the kernel command line
             argv += ["--desktop", desktop]
-            env["PYTHONPATH"] = SHIM
+            env["PYTHONPATH"] = SHIM  # pyautogui is the shim's; so are sudo and vlc on PATH
+            env["PATH"] = "DESKTOP_PATH"
         os.execve("/usr/bin/python3", argv, env)
     except BaseException as exc:
         say("cannot start the agent: %r" % (exc,))
@@ -220,7 +221,8 @@ while True:  # reap every orphan; restart the agent if it dies
         time.sleep(0.5)
         agent = start_agent()
 '''.replace("AGENT_PATH", images.GUEST_AGENT_PATH).replace("SHIM_PATH", images.GUEST_SHIM_DIR) \
-    .replace("PORT", str(GUEST_PORT)).replace("SANDBOX_UID", str(SANDBOX_UID))
+    .replace("PORT", str(GUEST_PORT)).replace("SANDBOX_UID", str(SANDBOX_UID)) \
+    .replace("BASE_PATH", images.guest_path()).replace("DESKTOP_PATH", images.guest_path(True))
 
 
 def image_dir(desktop: bool = False) -> Path:
@@ -335,11 +337,11 @@ def _fetch_packages(work: Path, log: Callable[[str], None]) -> str:
 
 def _install_guest(tree: Path) -> None:
     """The guest package and guest-init into the tree; the user's home, name and a hostname."""
-    for name, data in images.guest_files().items():
+    for name, (data, mode) in images.guest_files().items():
         path = tree / name.lstrip("/")
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(data)
-        path.chmod(0o644)
+        path.chmod(mode)
     init = tree / GUEST_INIT_PATH.lstrip("/")
     init.parent.mkdir(parents=True, exist_ok=True)
     init.write_text(GUEST_INIT)
