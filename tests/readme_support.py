@@ -16,13 +16,15 @@ ENV = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
 VENV_BIN = Path(sys.executable).parent
 
 
-def readme_section(title: str) -> str:
-    """The text of the README's ``## title`` section."""
+def readme_section(title: str | None) -> str:
+    """The text of the README's ``## title`` section (None: what comes before the first one)."""
     text = (ROOT / "README.md").read_text(encoding="utf-8")
-    return text.split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
+    if title is not None:
+        text = text.split(f"\n## {title}\n", 1)[1]
+    return text.split("\n## ", 1)[0]
 
 
-def readme_lines(section: str, lang: str, start: str) -> list[str]:
+def readme_lines(section: str | None, lang: str, start: str) -> list[str]:
     """The command lines of a section's ``lang`` code blocks that start with ``start``, with
     their continuation lines joined."""
     found = []

