@@ -274,3 +274,16 @@ def test_the_local_model_command_runs_against_an_openai_compatible_server(tmp_pa
     assert {r["body"]["model"] for r in server.requests} == {"Qwen/Qwen2.5-Coder-7B-Instruct"}
     config = json.loads((run_dir / "config.json").read_text())["config"]
     assert (config["num_rollouts"], config["num_vms"], config["use_vm_pool"]) == (16, 4, True)
+
+
+@pytest.mark.slow  # ~15 s with the WordNet index cached, ~60 s without
+def test_the_rag_question_script_writes_the_shipped_set_again(tmp_path):
+    """scripts/make_rag_questions.py "writes the rag mode's WordNet question set": the same file,
+    byte for byte (its candidates are drawn with a fixed seed)."""
+    assert "scripts/make_rag_questions.py" in readme_section("Modes")
+    env = {**ENV, "PATH": f"{VENV_BIN}:{ENV['PATH']}"}
+    proc = bash(f"python scripts/make_rag_questions.py --out {tmp_path / 'rag.jsonl'}", ROOT, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "300 questions" in proc.stdout + proc.stderr
+    shipped = ROOT / "src" / "parallel_rollout" / "envs" / "data" / "rag_wordnet.jsonl"
+    assert (tmp_path / "rag.jsonl").read_bytes() == shipped.read_bytes()
