@@ -286,7 +286,7 @@ def test_the_shims_go_into_images_and_a_changed_shim_makes_them_stale(tmp_path, 
     assert len(set(seen)) == 3, seen
 
 
-def test_rejects_what_it_cannot_honour(tmp_path):
+def test_rejects_what_it_cannot_honour(image, tmp_path):  # a stale image would be said first
     assert get_provider("qemu") is QemuProvider
     assert QemuProvider.supported_limits() == {"memory_mb"}
     with pytest.raises(ConfigError, match="max_processes cannot be enforced"):
