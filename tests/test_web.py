@@ -22,6 +22,7 @@ from parallel_rollout.errors import TaskFileError
 from parallel_rollout.runner import Runner
 from parallel_rollout.tasks import load_tasks
 from parallel_rollout.envs.registry import task_validators
+from readme_support import ROOT, bash, readme_lines
 
 pytestmark = pytest.mark.skipif(shutil.which("chromium") is None, reason="Debian's chromium is not installed")
 
@@ -116,8 +117,8 @@ def test_prompt_renders_the_dom_and_the_parser_reads_replies():
 # -- through the pool --------------------------------------------------------------------------
 
 
-def _check_oracle_run(outcome, tasks):
-    finals = assert_exactly_once(outcome.run_dir, {f"{t['id']}#0" for t in tasks})
+def _check_oracle_run(run_dir, tasks):
+    finals = assert_exactly_once(run_dir, {f"{t['id']}#0" for t in tasks})
     failed = {k: (r["status"], r.get("eval"), r.get("failure")) for k, r in finals.items() if r["status"] != "success"}
     assert not failed
     assert all(r["reward"] > 0 and r["eval"]["done"] and r["eval"]["raw_reward"] > 0 for r in finals.values())
@@ -127,11 +128,13 @@ def _check_oracle_run(outcome, tasks):
 @pytest.mark.slow
 @pytest.mark.timeout(1800)  # ~500 s on 2 loaded cores: 96 browser starts on 2 VMs
 def test_oracle_solves_every_shipped_task_with_3_seeds_on_a_shared_pool(tmp_path):
+    """The README's command, as printed (only --output-dir added): 32 environments x 3 seeds."""
     tasks = catalog.default_tasks()
-    assert len({t["env"] for t in tasks}) >= 20
-    outcome = run(tmp_path, "miniwob", num_rollouts=4, num_vms=2, envs_per_worker=1)
-    _check_oracle_run(outcome, tasks)
-    assert outcome.exit_code == 0
+    assert (len({t["env"] for t in tasks}), len(tasks)) == (32, 96)  # as the README says
+    [line] = readme_lines("Web tasks (web: MiniWoB++)", "", "./dev run --mode web --data miniwob")
+    proc = bash(f"{line} --output-dir {tmp_path} --run-id readme", ROOT, timeout=1700)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    _check_oracle_run(tmp_path / "readme", tasks)
 
 
 def test_cli_runs_the_oracle_through_the_pool_and_an_unsolvable_task_ends_at_its_time_limit(tmp_path):
@@ -267,6 +270,6 @@ def test_openai_agent_solves_episodes_through_the_prompt_and_parser(tmp_path, ll
     # a model's turns take longer than MiniWoB's 10 s allow: the tasks give it a minute
     tasks = [web_task(env, seed=4, time_limit_s=60) for env in ("click-checkboxes", "enter-text")]
     outcome = run(tmp_path, tasks, agent="openai", model="test-model", base_url=server.url)
-    finals = _check_oracle_run(outcome, tasks)
+    finals = _check_oracle_run(outcome.run_dir, tasks)
     assert len(server.requests) == sum(r["turns"] for r in finals.values())
     assert all(r["turns"] >= 2 for r in finals.values())  # both reply forms were used
