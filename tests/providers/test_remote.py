@@ -372,22 +372,22 @@ def test_flags_reach_the_config_as_one_tuple(tmp_path):
 
 
 def test_shell_benchmark_through_the_pool_on_two_remote_machines(machines, tmp_path):
-    from parallel_rollout.runner import Runner
-
+    """Through the CLI with the README's flags: --vm-address repeated, --reset-command, a pool."""
     tasks = [json.loads(l) for l in SHELL_TASKS.read_text().splitlines() if l.strip()]
     kept = [t for t in tasks if t["id"] not in HOST_SHARED]
     data = tmp_path / "tasks.jsonl"
     data.write_text("".join(json.dumps(t) + "\n" for t in kept))
-    cfg = build_config(dict(mode="shell", data=str(data), output_dir=str(tmp_path / "out"),
-                            run_id="remote", progress=False, provider_name="remote",
-                            vm_address=tuple(machines.addresses),
-                            reset_command=machines.reset_command,
-                            num_rollouts=4, num_vms=2, use_vm_pool=True))
-    outcome = Runner(cfg).run()
-    assert outcome.exit_code == 0, outcome.message
-    assert outcome.summary["status_counts"] == {"success": len(kept)}, outcome.summary
-    assert outcome.summary["vm"]["provider"] == "remote"
-    assert outcome.summary["vm"]["resets"] >= len(kept) - 2
+    first, second = machines.addresses
+    result = CliRunner().invoke(main, [
+        "--mode", "shell", "--data", str(data), "--provider-name", "remote", "--vm-address", first,
+        "--vm-address", second, "--use-vm-pool", "--num-vms", "2", "--num-rollouts", "4",
+        "--reset-command", machines.reset_command, "--output-dir", str(tmp_path / "out"), "--run-id", "remote",
+        "--no-progress"])
+    assert result.exit_code == 0, (result.output, result.exception)
+    summary = json.loads((tmp_path / "out" / "remote" / "summary.json").read_text())
+    assert summary["status_counts"] == {"success": len(kept)}, summary
+    assert summary["vm"]["provider"] == "remote"
+    assert summary["vm"]["resets"] >= len(kept) - 2
     # the machines are still running: the run stopped its VMs, not the user's machines
     for address in machines.addresses:
         assert GuestClient(f"http://{address}").platform() == "Linux"
