@@ -287,3 +287,17 @@ def test_the_rag_question_script_writes_the_shipped_set_again(tmp_path):
     assert "300 questions" in proc.stdout + proc.stderr
     shipped = ROOT / "src" / "parallel_rollout" / "envs" / "data" / "rag_wordnet.jsonl"
     assert (tmp_path / "rag.jsonl").read_bytes() == shipped.read_bytes()
+
+
+@pytest.mark.slow  # a few minutes: a desktop per VM, LibreOffice tasks among the shipped ones
+@pytest.mark.skipif(not all(shutil.which(p) for p in ("Xvfb", "openbox", "xdotool", "soffice")),
+                    reason="the desktop packages are missing (./dev installs them)")
+def test_the_desktop_tasks_command_passes_every_shipped_task(tmp_path):
+    [line] = readme_lines("Desktop tasks (osworld)", "", "./dev run --mode osworld --data benchmarks/")
+    assert "--action-space computer_13" in line and "--provider-name" not in line  # the process provider
+    proc = bash(f"{line} --output-dir {tmp_path} --run-id readme", ROOT, timeout=1700)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    tasks = [json.loads(t) for t in (ROOT / "benchmarks" / "osworld_tasks.jsonl").read_text().splitlines() if t.strip()]
+    finals = assert_exactly_once(tmp_path / "readme", {f"{t['id']}#0" for t in tasks})
+    failed = {k: (r["status"], r.get("eval"), r.get("failure")) for k, r in finals.items() if r["status"] != "success"}
+    assert not failed
