@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import re
 
+import pytest
+
 from conftest import SHELL_TASKS, assert_exactly_once
 from readme_support import ENV, ROOT, VENV_BIN, bash, readme_lines, readme_section
 
@@ -46,3 +48,23 @@ def test_the_docker_sweep_command(docker_harness):
     proc = bash(command, ROOT, env=INSTALLED)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert re.fullmatch(r"removed \d+ docker VM\(s\)(: .*)?", proc.stdout.strip()), proc.stdout
+
+
+@pytest.mark.slow  # the desktop image (~5.5 min to build when it is not cached), then a desktop per container
+def test_the_docker_desktop_commands_pass_every_shipped_desktop_task(docker_harness, tmp_path):
+    [build] = [l for l in readme_lines(SECTION, "", "parallel-rollout image build") if "--desktop" in l]
+    build = build.split("#", 1)[0]
+    assert build.split() == ["parallel-rollout", "image", "build", "--provider", "docker", "--desktop"]
+    proc = bash(build, ROOT, env=INSTALLED, timeout=1800)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert re.fullmatch(r"parallel-rollout-desktop:\w+", proc.stdout.strip()), proc.stdout
+
+    [line] = readme_lines(SECTION, "", "./dev run --mode osworld")
+    assert "--provider-name docker" in line
+    proc = bash(f"{line} --output-dir {tmp_path} --run-id readme", ROOT, timeout=1700)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    tasks = [json.loads(t) for t in (ROOT / "benchmarks" / "osworld_tasks.jsonl").read_text().splitlines() if t.strip()]
+    finals = assert_exactly_once(tmp_path / "readme", {f"{t['id']}#0" for t in tasks})
+    failed = {k: (r["status"], r.get("eval"), r.get("failure")) for k, r in finals.items() if r["status"] != "success"}
+    assert not failed
+    assert not docker_harness.leftovers("readme")
