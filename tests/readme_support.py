@@ -3,11 +3,14 @@ what the README prints take it from here, so a README edit that breaks a command
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
 import sys
 from pathlib import Path
+
+from conftest import assert_exactly_once
 
 ROOT = Path(__file__).resolve().parents[1]
 #: the environment a user's shell has: the test session's, without pytest's own variables
@@ -40,3 +43,15 @@ def bash(line: str, cwd: Path, env: dict | None = None, timeout: float = 300) ->
     """Run ``line`` in bash as a user types it: no stdin, output captured."""
     return subprocess.run(["bash", "-c", line], cwd=cwd, env=ENV if env is None else env,
                           stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout)
+
+
+def run_every_shipped_desktop_task(line: str, out: Path) -> None:
+    """Run a README command over benchmarks/osworld_tasks.jsonl into ``out/readme``: it exits
+    0 and every shipped desktop task succeeds, once."""
+    proc = bash(f"{line} --output-dir {out} --run-id readme", ROOT, timeout=1700)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    shipped = ROOT / "benchmarks" / "osworld_tasks.jsonl"
+    tasks = [json.loads(t) for t in shipped.read_text().splitlines() if t.strip()]
+    finals = assert_exactly_once(out / "readme", {f"{t['id']}#0" for t in tasks})
+    failed = {k: (r["status"], r.get("eval"), r.get("failure")) for k, r in finals.items() if r["status"] != "success"}
+    assert not failed

@@ -23,7 +23,7 @@ import pytest
 
 from conftest import assert_exactly_once, shell_task, write_tasks
 from llm_server import LLMServer, lookup_solver
-from readme_support import ENV, VENV_BIN, bash, readme_lines, readme_section
+from readme_support import ENV, VENV_BIN, bash, readme_lines, readme_section, run_every_shipped_desktop_task
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -295,9 +295,4 @@ def test_the_rag_question_script_writes_the_shipped_set_again(tmp_path):
 def test_the_desktop_tasks_command_passes_every_shipped_task(tmp_path):
     [line] = readme_lines("Desktop tasks (osworld)", "", "./dev run --mode osworld --data benchmarks/")
     assert "--action-space computer_13" in line and "--provider-name" not in line  # the process provider
-    proc = bash(f"{line} --output-dir {tmp_path} --run-id readme", ROOT, timeout=1700)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    tasks = [json.loads(t) for t in (ROOT / "benchmarks" / "osworld_tasks.jsonl").read_text().splitlines() if t.strip()]
-    finals = assert_exactly_once(tmp_path / "readme", {f"{t['id']}#0" for t in tasks})
-    failed = {k: (r["status"], r.get("eval"), r.get("failure")) for k, r in finals.items() if r["status"] != "success"}
-    assert not failed
+    run_every_shipped_desktop_task(line, tmp_path)

@@ -11,7 +11,7 @@ import re
 import pytest
 
 from conftest import SHELL_TASKS, assert_exactly_once
-from readme_support import ENV, ROOT, VENV_BIN, bash, readme_lines, readme_section
+from readme_support import ENV, ROOT, VENV_BIN, bash, readme_lines, readme_section, run_every_shipped_desktop_task
 
 SECTION = "Docker and QEMU providers"
 INSTALLED = {**ENV, "PATH": f"{VENV_BIN}:{ENV['PATH']}"}
@@ -61,10 +61,5 @@ def test_the_docker_desktop_commands_pass_every_shipped_desktop_task(docker_harn
 
     [line] = readme_lines(SECTION, "", "./dev run --mode osworld")
     assert "--provider-name docker" in line
-    proc = bash(f"{line} --output-dir {tmp_path} --run-id readme", ROOT, timeout=1700)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    tasks = [json.loads(t) for t in (ROOT / "benchmarks" / "osworld_tasks.jsonl").read_text().splitlines() if t.strip()]
-    finals = assert_exactly_once(tmp_path / "readme", {f"{t['id']}#0" for t in tasks})
-    failed = {k: (r["status"], r.get("eval"), r.get("failure")) for k, r in finals.items() if r["status"] != "success"}
-    assert not failed
+    run_every_shipped_desktop_task(line, tmp_path)
     assert not docker_harness.leftovers("readme")
