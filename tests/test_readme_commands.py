@@ -22,7 +22,7 @@ import filelock
 import pytest
 
 from conftest import assert_exactly_once, shell_task, write_tasks
-from llm_server import LLMServer, lookup_solver
+from llm_server import LLMServer, lookup_solver, reply_with_counts
 from readme_support import ENV, VENV_BIN, bash, readme_lines, readme_section, run_every_shipped_desktop_task
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -235,6 +235,48 @@ def test_the_osworld_cache_script_lists_and_fills_the_download_cache(tmp_path):
     where = Path(script(f"put {url} budget.xlsx").strip())
     assert where.is_relative_to(tmp_path / "cache") and where.read_bytes() == b"PK\x03\x04 a workbook"
     assert script(f"missing {folder}") == ""
+
+
+OSWORLD = Path("/work/shared/osworld")  # a checkout of OSWorld's task files: the README's `OSWorld`
+needs_osworld = pytest.mark.skipif(not (OSWORLD / "evaluation_examples" / "test_small.json").is_file(),
+                                   reason=f"OSWorld's task set is not at {OSWORLD}")
+
+
+@needs_osworld
+def test_the_osworld_dry_run_command_counts_per_domain_and_ends_with_the_total():
+    [line] = readme_lines("Desktop tasks (osworld)", "", "./dev run --mode osworld --data OSWorld/")
+    command = line.split("#", 1)[0].replace("--data OSWorld/", f"--data {OSWORLD}/")
+    proc = bash(command, ROOT, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout.strip().splitlines()
+    assert re.fullmatch(r"runnable (\d+) of (\d+) tasks", out[-1]), out[-1]
+    assert re.search(r"^os: \d+ tasks, \d+ runnable$", proc.stdout, re.M)
+
+
+@needs_osworld
+def test_the_osworld_task_set_command_runs_one_domain_against_a_local_model(tmp_path):
+    """OSWorld's os domain of test_small.json with the openai agent, the test's server at the
+    README's --base-url (its port is the server's): a model that gives up (FAIL) at once. Each
+    task gets one final record, graded or a setup error (no internet: a download fails)."""
+    [line] = readme_lines("Desktop tasks (osworld)", "", "./dev run --mode osworld --data OSWorld --domain")
+    printed = "--base-url http://127.0.0.1:8000/v1"
+    assert printed in line and "--data OSWorld " in line
+    server = LLMServer(policy=lambda body: reply_with_counts(body, "FAIL")).start()
+    env = {k: v for k, v in ENV.items() if k != "OPENAI_API_KEY"}
+    env["PARALLEL_ROLLOUT_OSWORLD_CACHE"] = str(tmp_path / "cache")  # nothing cached: no download works
+    command = line.replace(printed, f"--base-url {server.url}").replace("--data OSWorld ", f"--data {OSWORLD} ")
+    try:
+        proc = bash(f"{command} --output-dir {tmp_path} --run-id small --no-progress", ROOT, env=env, timeout=600)
+    finally:
+        server.stop()
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ids = json.loads((OSWORLD / "evaluation_examples" / "test_small.json").read_text())["os"]
+    finals = assert_exactly_once(tmp_path / "small", {f"{i}#0" for i in ids})
+    assert all(r["status"] in ("failure", "error") and not r["infrastructure"] for r in finals.values()), finals
+    assert server.requests, "the model was never asked"
+    images = [p for r in server.requests for m in r["body"]["messages"] if isinstance(m.get("content"), list)
+              for p in m["content"] if p.get("type") == "image_url"]
+    assert images, "no screenshot reached the model"
 
 
 @pytest.mark.slow  # ~20-30 s: HumanEval's 164 problems, as the first command (which runs by default)
