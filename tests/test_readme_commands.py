@@ -338,3 +338,17 @@ def test_the_desktop_tasks_command_passes_every_shipped_task(tmp_path):
     [line] = readme_lines("Desktop tasks (osworld)", "", "./dev run --mode osworld --data benchmarks/")
     assert "--action-space computer_13" in line and "--provider-name" not in line  # the process provider
     run_every_shipped_desktop_task(line, tmp_path)
+
+
+@pytest.mark.slow  # ~70 s: three schedulers, 8 training steps each
+def test_the_async_ratio_benchmark_prints_its_table():
+    """`python benchmarks/rl/async_ratio.py`, which the README's "What async buys" table comes
+    from: it runs and prints a row per ratio (no speed is asserted: the machine may be busy)."""
+    command = "python benchmarks/rl/async_ratio.py"
+    assert f"(`{command}`:" in readme_section("For RL trainers")
+    proc = bash(command, ROOT, env={**ENV, "PATH": f"{VENV_BIN}:{ENV['PATH']}"}, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = re.findall(r"^\s+([012])\s+([\d.]+)\s+(\d+)%\s+([\d.]+)\s+(\d+)\s+([\d.]+)x\s+([\d.]+)x$", proc.stdout, re.M)
+    assert [r[0] for r in rows] == ["0", "1", "2"], proc.stdout
+    assert all(float(r[1]) > 0 for r in rows) and rows[0][5] == "1.00"
+    assert "full overlap would give" in proc.stdout
