@@ -352,3 +352,19 @@ def test_the_async_ratio_benchmark_prints_its_table():
     assert [r[0] for r in rows] == ["0", "1", "2"], proc.stdout
     assert all(float(r[1]) > 0 for r in rows) and rows[0][5] == "1.00"
     assert "full overlap would give" in proc.stdout
+
+
+@pytest.mark.slow  # ~30 s: a Ray cluster of 1, 2 and 3 raylets on 127.0.0.1
+def test_the_ray_nodes_benchmark_smoke_writes_its_report(tmp_path):
+    """benchmarks/perf/ray_nodes.py, whose makespan ratios the README quotes, in its --smoke form:
+    it runs on 1-3 nodes and writes its JSON (no speed is asserted)."""
+    assert "`benchmarks/perf/ray_nodes.py`" in readme_section("Past one machine: `--backend ray`")
+    proc = bash(f"python benchmarks/perf/ray_nodes.py --smoke --out {tmp_path}", ROOT,
+                env={**ENV, "PATH": f"{VENV_BIN}:{ENV['PATH']}"}, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    [path] = tmp_path.glob("*-ray-smoke.json")
+    report = json.loads(path.read_text())
+    assert {r["label"]: r["failures"] for r in report["runs"]} == {
+        "local-ovh": 0, "local": 0, "ray-ovh": 0, "ray-1": 0, "ray-2": 0, "ray-3": 0}
+    names = ["ray_overhead_over_local", *(f"ray_{n}nodes_makespan_over_bound" for n in (1, 2, 3))]
+    assert all(report["ratios"][name] > 0 for name in names), report["ratios"]
