@@ -368,3 +368,19 @@ def test_the_ray_nodes_benchmark_smoke_writes_its_report(tmp_path):
         "local-ovh": 0, "local": 0, "ray-ovh": 0, "ray-1": 0, "ray-2": 0, "ray-3": 0}
     names = ["ray_overhead_over_local", *(f"ray_{n}nodes_makespan_over_bound" for n in (1, 2, 3))]
     assert all(report["ratios"][name] > 0 for name in names), report["ratios"]
+
+
+@pytest.mark.slow  # ~20-60 s: the WordNet index built once from an empty cache, then two runs
+def test_the_rag_index_benchmark_builds_the_index_once(tmp_path):
+    """benchmarks/rag_index.py "shows one build per corpus however many workers run": its cold run
+    (4 workers x 2 loops) builds the index once, its warm run builds nothing (20 questions)."""
+    assert "`benchmarks/rag_index.py` shows one build per corpus" in " ".join(readme_section("Modes").split())
+    proc = bash(f"python benchmarks/rag_index.py --limit 20 --out {tmp_path}", ROOT,
+                env={**ENV, "PATH": f"{VENV_BIN}:{ENV['PATH']}"}, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    [path] = tmp_path.glob("rag-index-*.json")
+    report = json.loads(path.read_text())
+    assert (report["workers"], report["envs_per_worker"], report["tasks"]) == (4, 2, 20)
+    assert report["cold"]["builds_so_far"] == report["warm"]["builds_so_far"] == 1
+    assert report["cold"]["finished"] == report["warm"]["finished"] == 20
+    assert report["documents"] == 117659  # WordNet 3.0's synsets, as the README says
