@@ -384,3 +384,20 @@ def test_the_rag_index_benchmark_builds_the_index_once(tmp_path):
     assert report["cold"]["builds_so_far"] == report["warm"]["builds_so_far"] == 1
     assert report["cold"]["finished"] == report["warm"]["finished"] == 20
     assert report["documents"] == 117659  # WordNet 3.0's synsets, as the README says
+
+
+@pytest.mark.slow  # ~20 s: one desktop task of OSWorld's os domain
+@needs_osworld
+def test_the_osworld_oracle_benchmark_reports_per_domain(tmp_path):
+    """`python benchmarks/osworld_oracle.py --data ../shared/osworld/evaluation_examples`, the
+    README's oracle-on-OSWorld numbers, on one task (its own --domain/--only) with the task
+    files where this machine keeps them: it passes and prints the per-domain and total lines."""
+    command = "python benchmarks/osworld_oracle.py --data ../shared/osworld/evaluation_examples"
+    assert f"`{command}`" in readme_section("Desktop tasks (osworld)")
+    command = command.replace("../shared/osworld", str(OSWORLD))
+    proc = bash(f"{command} --domain os --only 5ea617a3 --out {tmp_path}", ROOT,
+                env={**ENV, "PATH": f"{VENV_BIN}:{ENV['PATH']}"}, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "os: feasible 1 of 1 passed, infeasible 0 of 0" in proc.stdout
+    assert "feasible: 1 of 1 passed in 1 domains" in proc.stdout
+    assert f"run folder {tmp_path / 'oracle'}" in proc.stdout
