@@ -173,9 +173,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--num-vms", type=int, default=2)
     parser.add_argument("--domain", default="all")
     parser.add_argument("--only", default="", help="comma-separated task ids (or their prefixes)")
-    parser.add_argument("--out", default=tempfile.mkdtemp(prefix="osworld-oracle-"))
+    parser.add_argument("--out", help="output folder (default: a new temporary folder)")
     parser.add_argument("--run-id", default="oracle")
     args = parser.parse_args(argv)
+    if args.out is None:  # made only when used: not at every parse, and not with --out
+        args.out = tempfile.mkdtemp(prefix="osworld-oracle-")
     folder, _ = osworld_folder(args.data)
     index = reference_index()
     if args.domain != "all":
