@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from conftest import assert_exactly_once
+from readme_support import ENV, ROOT, VENV_BIN, bash, readme_lines
 from desktop_support import BIG_TERMINAL, HEIGHT, WIDTH, assert_typing_shows, process_names, wait_window
 from parallel_rollout.config import build_config
 from parallel_rollout.guest.client import GuestClient
@@ -59,6 +60,22 @@ def assert_osworld_reaches_the_shims(client: GuestClient) -> None:
     while (ran := client.execute("cat ~/launched.txt", shell=True))["output"] != "ran\n":
         assert time.monotonic() < deadline, ran
         time.sleep(0.5)
+
+
+def test_the_readme_desktop_image_build_command_keeps_the_built_image(desktop):
+    """``parallel-rollout image build --provider docker --desktop  # or --provider qemu
+    --desktop``, as the README prints it, once the session built the image: nothing to do."""
+    [line] = [l for l in readme_lines("Docker and QEMU providers", "", "parallel-rollout image build")
+              if "--desktop" in l]
+    command, _, alternative = line.partition("#")
+    assert alternative.split() == ["or", "--provider", "qemu", "--desktop"], line
+    if desktop.name == "qemu":
+        command = command.replace("--provider docker --desktop", alternative.split("or", 1)[1])
+    assert command.split() == ["parallel-rollout", "image", "build", "--provider", desktop.name, "--desktop"]
+    proc = bash(command, ROOT, env={**ENV, "PATH": f"{VENV_BIN}:{ENV['PATH']}"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "--force rebuilds it" in proc.stderr, proc.stderr[-3000:]
+    assert proc.stdout.strip(), "the built image is printed"
 
 
 def _slow_on_qemu(desktop, request, why: str) -> None:
