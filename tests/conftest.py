@@ -77,6 +77,20 @@ def no_leaks():
     check_no_leaks(before)
 
 
+def _where(proc: psutil.Process) -> str:
+    """What a leftover process is doing: its parent, state, wait channel and children, for
+    the failure message (a leftover bwrap with no child once had no other clue)."""
+    try:
+        wchan = Path(f"/proc/{proc.pid}/wchan").read_text().strip() or "-"
+    except OSError:
+        wchan = "?"
+    try:
+        return (f"[ppid {proc.ppid()}, {proc.status()}, wchan {wchan}, "
+                f"children {[c.pid for c in proc.children()]}]")
+    except psutil.Error:
+        return f"[wchan {wchan}]"
+
+
 def check_no_leaks(before: set[int], allowed=lambda proc: False, grace_s: float = 10.0) -> None:
     """Fail when a process (other than ``before`` and those ``allowed``) or a sandbox is left."""
     deadline = time.monotonic() + grace_s
@@ -89,7 +103,7 @@ def check_no_leaks(before: set[int], allowed=lambda proc: False, grace_s: float 
     described = []
     for proc in procs:
         try:
-            described.append(f"{proc.pid} {' '.join(proc.cmdline())[:120]}")
+            described.append(f"{proc.pid} {' '.join(proc.cmdline())[:120]} {_where(proc)}")
         except psutil.NoSuchProcess:
             pass
     for proc in procs:
