@@ -32,7 +32,6 @@ the worker's path, as harbor, inspect_ai and the SWE-bench harness do.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import logging
 import os
@@ -52,7 +51,8 @@ sys.path.insert(0, str(HERE))  # workload.py; spawned workers inherit sys.path
 import psutil  # noqa: E402
 
 from workload import MODES  # noqa: E402
-from parallel_rollout.config import RunConfig, build_config  # noqa: E402
+from parallel_rollout.config import build_config, settings, tomllib  # noqa: E402
+from parallel_rollout.errors import ConfigError  # noqa: E402
 from parallel_rollout.runner import Runner  # noqa: E402
 
 RESULTS_DIR = HERE / "results"
@@ -419,14 +419,17 @@ def chart(report: dict[str, Any], path: Path) -> bool:
     return True
 
 
-def _value(text: str) -> Any:
-    """A --run-setting value: an int, a float, true/false, or the text."""
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            pass
-    return {"true": True, "false": False}.get(text.lower(), text)
+def _run_setting(text: str) -> dict[str, Any]:
+    """``KEY=VALUE`` as a line of run.toml (a bare word is a string: verify_reset=off),
+    checked as run.toml is (``config.settings``); ConfigError when it is not one."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise ConfigError(f"--run-setting {text!r}: give KEY=VALUE")
+    try:
+        parsed = tomllib.loads(f"v = {value}")["v"]
+    except tomllib.TOMLDecodeError:
+        parsed = value
+    return settings({key.strip(): parsed}, f"--run-setting {text!r}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -441,13 +444,10 @@ def main(argv: list[str] | None = None) -> int:
                              "what a feature costs, against the same invocation without it)")
     args = parser.parse_args(argv)
     for setting in args.run_setting:
-        key, sep, value = setting.partition("=")
-        if not sep or not key:
-            parser.error(f"--run-setting {setting!r}: give KEY=VALUE")
-        key = key.replace("-", "_")
-        if key not in {field.name for field in dataclasses.fields(RunConfig)}:
-            parser.error(f"--run-setting {setting!r}: {key} is not a run setting")
-        RUN_SETTINGS[key] = _value(value)
+        try:
+            RUN_SETTINGS.update(_run_setting(setting))
+        except ConfigError as exc:
+            parser.error(str(exc))
     profile = "smoke" if args.smoke else "quick" if args.quick else "full"
     spec = PROFILES[profile]
     logging.getLogger("parallel_rollout").setLevel(logging.WARNING)

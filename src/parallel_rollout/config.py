@@ -198,17 +198,22 @@ def load_toml(path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"{path}: config file not found") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: invalid TOML: {exc}") from None
+    # task_sets: the RL schedulers' named task sets (rl.config.load_task_sets)
+    return settings({k: v for k, v in raw.items() if k != "task_sets"}, str(path))
+
+
+def settings(raw: dict[str, Any], where: str) -> dict[str, Any]:
+    """Run settings keyed by flag names (dashes or underscores), checked against the fields'
+    types; ConfigError naming ``where`` for an unknown key or a wrong type."""
     values = {}
     for key, value in raw.items():
-        if key == "task_sets":
-            continue  # the RL schedulers' named task sets (rl.config.load_task_sets)
         name = key.replace("-", "_")
         if name not in _FIELDS or name == "explicit":
-            raise ConfigError(f"{path}: unknown key {key!r}; keys are the flag names, e.g. num-vms")
+            raise ConfigError(f"{where}: unknown key {key!r}; keys are the flag names, e.g. num-vms")
         if name in values:
             # num-vms and num_vms are one setting; silently keeping the last would hide a typo.
-            raise ConfigError(f"{path}: {key!r} is given twice (as dashes and as underscores)")
-        values[name] = _coerce(name, value, str(path))
+            raise ConfigError(f"{where}: {key!r} is given twice (as dashes and as underscores)")
+        values[name] = _coerce(name, value, where)
     return values
 
 
