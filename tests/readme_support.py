@@ -17,6 +17,8 @@ ROOT = Path(__file__).resolve().parents[1]
 ENV = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
 #: the suite runs under .venv: ``parallel-rollout`` is installed there
 VENV_BIN = Path(sys.executable).parent
+#: a user's shell with the project installed: ``parallel-rollout`` on PATH
+INSTALLED = {**ENV, "PATH": f"{VENV_BIN}:{ENV['PATH']}"}
 
 
 def readme_section(title: str | None) -> str:

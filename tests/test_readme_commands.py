@@ -23,7 +23,7 @@ import pytest
 
 from conftest import assert_exactly_once, shell_task, write_tasks
 from llm_server import LLMServer, lookup_solver, reply_with_counts
-from readme_support import ENV, VENV_BIN, bash, readme_lines, readme_section, run_every_shipped_desktop_task
+from readme_support import ENV, INSTALLED, bash, readme_lines, readme_section, run_every_shipped_desktop_task
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -147,7 +147,7 @@ def nightly(tmp_path_factory):
 
     def night(day: str, eve: str, first: bool = False) -> subprocess.CompletedProcess:
         text = re.sub(r" --compare-to \S*\$\([^)]*\)", "", line) if first else line  # the README: not the first night
-        env = {**ENV, "PATH": f"{shim}:{VENV_BIN}:{ENV['PATH']}", "NIGHT": day, "EVE": eve}
+        env = {**INSTALLED, "PATH": f"{shim}:{INSTALLED['PATH']}", "NIGHT": day, "EVE": eve}
         return subprocess.run(["sh", "-c", text], cwd="/", env=env, stdin=subprocess.DEVNULL,
                               capture_output=True, text=True, timeout=300)
 
@@ -171,7 +171,7 @@ def test_the_cron_line_runs_two_nights_gated_and_compared(nightly):
         junit = (evals / "junit" / f"nightly-{day}.xml").read_text()
         assert 'tests="3"' in junit and 'failures="0"' in junit
     second = evals / "results" / f"nightly-{NIGHTS[1]}"
-    assert f"pass -> fail: 0" in (second / f"compare-nightly-{NIGHTS[0]}.txt").read_text()
+    assert "pass -> fail: 0" in (second / f"compare-nightly-{NIGHTS[0]}.txt").read_text()
     assert (second / f"compare-nightly-{NIGHTS[0]}.html").is_file()
 
 
@@ -186,7 +186,7 @@ def test_the_cron_line_on_a_locked_folder_exits_75_and_logs_it(nightly):
 
 def test_the_report_compare_and_list_commands(nightly):
     evals = nightly[0]
-    env = {**ENV, "PATH": f"{VENV_BIN}:{ENV['PATH']}"}
+    env = INSTALLED
     report, compare, runs_list = (readme_lines("Reports, comparisons, nightly jobs", "bash", f"parallel-rollout {c}")[0]
                                   for c in ("report", "compare", "runs list"))
     for day in NIGHTS:
@@ -224,7 +224,7 @@ def test_the_osworld_cache_script_lists_and_fills_the_download_cache(tmp_path):
             {"type": "download", "parameters": {"files": [{"url": url, "path": "/home/user/budget.xlsx"}]}}],
         "evaluator": {"func": "infeasible"}}))
     (tmp_path / "budget.xlsx").write_bytes(b"PK\x03\x04 a workbook")
-    env = {**ENV, "PATH": f"{VENV_BIN}:{ENV['PATH']}", "PARALLEL_ROLLOUT_OSWORLD_CACHE": str(tmp_path / "cache")}
+    env = {**INSTALLED, "PARALLEL_ROLLOUT_OSWORLD_CACHE": str(tmp_path / "cache")}
 
     def script(args: str) -> str:
         proc = bash(f"python {ROOT / 'scripts' / 'osworld_cache.py'} {args}", tmp_path, env=env, timeout=60)
@@ -323,7 +323,7 @@ def test_the_rag_question_script_writes_the_shipped_set_again(tmp_path):
     """scripts/make_rag_questions.py "writes the rag mode's WordNet question set": the same file,
     byte for byte (its candidates are drawn with a fixed seed)."""
     assert "scripts/make_rag_questions.py" in readme_section("Modes")
-    env = {**ENV, "PATH": f"{VENV_BIN}:{ENV['PATH']}"}
+    env = INSTALLED
     proc = bash(f"python scripts/make_rag_questions.py --out {tmp_path / 'rag.jsonl'}", ROOT, env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "300 questions" in proc.stdout + proc.stderr
@@ -346,7 +346,7 @@ def test_the_async_ratio_benchmark_prints_its_table():
     from: it runs and prints a row per ratio (no speed is asserted: the machine may be busy)."""
     command = "python benchmarks/rl/async_ratio.py"
     assert f"(`{command}`:" in readme_section("For RL trainers")
-    proc = bash(command, ROOT, env={**ENV, "PATH": f"{VENV_BIN}:{ENV['PATH']}"}, timeout=600)
+    proc = bash(command, ROOT, env=INSTALLED, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = re.findall(r"^\s+([012])\s+([\d.]+)\s+(\d+)%\s+([\d.]+)\s+(\d+)\s+([\d.]+)x\s+([\d.]+)x$", proc.stdout, re.M)
     assert [r[0] for r in rows] == ["0", "1", "2"], proc.stdout
@@ -360,7 +360,7 @@ def test_the_ray_nodes_benchmark_smoke_writes_its_report(tmp_path):
     it runs on 1-3 nodes and writes its JSON (no speed is asserted)."""
     assert "`benchmarks/perf/ray_nodes.py`" in readme_section("Past one machine: `--backend ray`")
     proc = bash(f"python benchmarks/perf/ray_nodes.py --smoke --out {tmp_path}", ROOT,
-                env={**ENV, "PATH": f"{VENV_BIN}:{ENV['PATH']}"}, timeout=600)
+                env=INSTALLED, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     [path] = tmp_path.glob("*-ray-smoke.json")
     report = json.loads(path.read_text())
@@ -376,7 +376,7 @@ def test_the_rag_index_benchmark_builds_the_index_once(tmp_path):
     (4 workers x 2 loops) builds the index once, its warm run builds nothing (20 questions)."""
     assert "`benchmarks/rag_index.py` shows one build per corpus" in " ".join(readme_section("Modes").split())
     proc = bash(f"python benchmarks/rag_index.py --limit 20 --out {tmp_path}", ROOT,
-                env={**ENV, "PATH": f"{VENV_BIN}:{ENV['PATH']}"}, timeout=900)
+                env=INSTALLED, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     [path] = tmp_path.glob("rag-index-*.json")
     report = json.loads(path.read_text())
@@ -396,7 +396,7 @@ def test_the_osworld_oracle_benchmark_reports_per_domain(tmp_path):
     assert f"`{command}`" in readme_section("Desktop tasks (osworld)")
     command = command.replace("../shared/osworld", str(OSWORLD))
     proc = bash(f"{command} --domain os --only 5ea617a3 --out {tmp_path}", ROOT,
-                env={**ENV, "PATH": f"{VENV_BIN}:{ENV['PATH']}"}, timeout=600)
+                env=INSTALLED, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "os: feasible 1 of 1 passed, infeasible 0 of 0" in proc.stdout
     assert "feasible: 1 of 1 passed in 1 domains" in proc.stdout

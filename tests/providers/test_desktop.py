@@ -16,18 +16,16 @@ from __future__ import annotations
 import json
 import os
 import time
-from pathlib import Path
 
 import pytest
 
 from conftest import assert_exactly_once
-from readme_support import ENV, ROOT, VENV_BIN, bash, readme_lines
+from readme_support import INSTALLED, ROOT, bash, readme_lines
 from desktop_support import BIG_TERMINAL, HEIGHT, WIDTH, assert_typing_shows, process_names, wait_window
 from parallel_rollout.config import build_config
 from parallel_rollout.guest.client import GuestClient
 from parallel_rollout.pool.providers import images
 
-ROOT = Path(__file__).resolve().parents[2]
 TASKS = ROOT / "benchmarks" / "osworld_tasks.jsonl"
 #: boots under TCG take longer with a desktop; two at once on two cores longer still
 BOOT_TIMEOUT_S = {"docker": 60.0, "qemu": 300.0}
@@ -72,7 +70,7 @@ def test_the_readme_desktop_image_build_command_keeps_the_built_image(desktop):
     if desktop.name == "qemu":
         command = command.replace("--provider docker --desktop", alternative.split("or", 1)[1])
     assert command.split() == ["parallel-rollout", "image", "build", "--provider", desktop.name, "--desktop"]
-    proc = bash(command, ROOT, env={**ENV, "PATH": f"{VENV_BIN}:{ENV['PATH']}"})
+    proc = bash(command, ROOT, env=INSTALLED)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "--force rebuilds it" in proc.stderr, proc.stderr[-3000:]
     assert proc.stdout.strip(), "the built image is printed"

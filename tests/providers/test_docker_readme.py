@@ -11,10 +11,9 @@ import re
 import pytest
 
 from conftest import SHELL_TASKS, assert_exactly_once
-from readme_support import ENV, ROOT, VENV_BIN, bash, readme_lines, readme_section, run_every_shipped_desktop_task
+from readme_support import INSTALLED, ROOT, bash, readme_lines, readme_section, run_every_shipped_desktop_task
 
 SECTION = "Docker and QEMU providers"
-INSTALLED = {**ENV, "PATH": f"{VENV_BIN}:{ENV['PATH']}"}
 
 
 def test_the_image_build_command_keeps_the_built_image(docker_harness):
