@@ -272,6 +272,65 @@ def test_boot_failure_reports_the_agent_log(base_dir):
     assert time.monotonic() - started < 5
 
 
+def _bwraps_naming(folder: Path) -> list[psutil.Process]:
+    """Every live bwrap on the host whose command line names ``folder`` (re-parented or not)."""
+    found = []
+    for proc in psutil.process_iter(["name", "cmdline", "status"]):
+        if proc.info["name"] == "bwrap" and proc.info["status"] != psutil.STATUS_ZOMBIE \
+                and any(f"{folder}/" in arg for arg in proc.info["cmdline"] or ()):
+            found.append(proc)
+    return found
+
+
+@pytest.mark.parametrize("machine", ["cgroups", "no cgroups"])
+def test_bwrap_killed_before_it_reports_its_init_leaves_no_orphan(machine, base_dir, request,
+                                                                  monkeypatch):
+    """bwrap forks its child, which waits for a word from bwrap before it execs the namespace
+    init. Killed in between (a chaos kill, an OOM), bwrap never reports the init on --info-fd
+    and the child waits forever, re-parented to pid 1. The failed boot must still kill it."""
+    if machine == "no cgroups":
+        request.getfixturevalue("no_cgroups")
+    from parallel_rollout.pool.providers import process
+
+    class Stuck(ProcessProvider):
+        def _argv(self, vm_id, vm_dir, ready_w, info_w, sock_fd):
+            # a full --info-fd pipe holds bwrap between its fork and that word to its child
+            os.set_blocking(info_w, False)
+            try:
+                while True:
+                    os.write(info_w, b"x" * 4096)
+            except BlockingIOError:
+                os.set_blocking(info_w, True)
+            return super()._argv(vm_id, vm_dir, ready_w, info_w, sock_fd)
+
+    real_read_until = process.read_until
+    held: list[psutil.Process] = []
+    vm_dir = base_dir / "orphan" / "vm0"
+
+    def kill_bwrap_then_read(fd, terminator, deadline):
+        if terminator == b"}":  # the --info-fd read: bwrap is stuck writing it
+            deadline = time.monotonic() + 10
+            while not held and time.monotonic() < deadline:
+                # the cgroup-joining shell becomes bwrap when it execs; then bwrap forks
+                bwraps = [p for p in psutil.Process().children() if _alive(p.pid)
+                          and p.name() == "bwrap" and f"{vm_dir}/" in " ".join(p.cmdline())]
+                held[:] = [c for b in bwraps for c in b.children()]
+                time.sleep(0.01)
+            assert held, "bwrap never forked its child"
+            bwrap, = bwraps
+            bwrap.kill()
+        return real_read_until(fd, terminator, deadline)
+
+    monkeypatch.setattr(process, "read_until", kill_bwrap_then_read)
+    provider = Stuck("orphan", ProviderOptions(boot_timeout_s=5), base_dir=base_dir)
+    with pytest.raises(VMError, match="did not boot"):
+        provider.start("vm0")
+    assert held and not any(_alive(child.pid) for child in held), \
+        f"bwrap's child outlived the failed boot: {[c.pid for c in held if _alive(c.pid)]}"
+    assert _bwraps_naming(vm_dir) == []
+    assert not vm_dir.exists()
+
+
 def test_config_errors(base_dir, tmp_path):
     with pytest.raises(ConfigError, match="path_to_vm"):
         ProcessProvider("r", ProviderOptions(path_to_vm="/x.vmx"), base_dir=base_dir)

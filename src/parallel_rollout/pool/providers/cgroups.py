@@ -36,6 +36,7 @@ import os
 import re
 import shutil
 import secrets
+import signal
 import subprocess
 import time
 from dataclasses import dataclass
@@ -304,13 +305,54 @@ def process_cap(requested: int | None, default: int) -> tuple[int | None, int | 
 
 
 def kill_paths(paths: list[str]) -> None:
-    """SIGKILL every process left in these cgroups (cgroup v2's cgroup.kill; a v1 hierarchy
-    has none, and its processes are killed by their recorded pids alone)."""
+    """SIGKILL every process in these cgroups: cgroup v2's ``cgroup.kill``, or, in a v1
+    hierarchy (which has none), each live pid its ``cgroup.procs`` lists, a few passes.
+
+    This is what reaches a process the pid records miss: bwrap's own child before it execs
+    the namespace init, orphaned when bwrap is killed in between (it then waits forever for
+    a word from its dead parent)."""
     for name in paths:
+        path = Path(name)
         try:
-            (Path(name) / "cgroup.kill").write_text("1")
+            (path / "cgroup.kill").write_text("1")
+            continue
+        except FileNotFoundError:
+            pass  # v1
         except OSError:
-            pass
+            continue
+        for _ in range(10):  # each pass kills what the last one raced with (a fork)
+            if not sum(_kill_member(pid, path) for pid in _members(path)):
+                break
+
+
+def _members(path: Path) -> list[int]:
+    try:
+        return [int(line) for line in (path / "cgroup.procs").read_text().split()]
+    except (OSError, ValueError):
+        return []
+
+
+def _kill_member(pid: int, path: Path) -> bool:
+    """SIGKILL ``pid`` if it is still a live process of the cgroup ``path``; whether it was.
+    A pidfd pins the process, so a pid recycled since cgroup.procs was read is never hit."""
+    try:
+        fd = os.pidfd_open(pid)
+    except OSError:
+        return False
+    try:
+        stat = _read(Path(f"/proc/{pid}/stat"))
+        if stat[stat.rfind(")") + 2:][:1] in ("Z", "X", ""):
+            return False  # exited, waiting for its parent: nothing left to kill
+        # v1 lines read "N:controllers:/relative/path"; ours ends with TOP/run/vm
+        rel = "/" + "/".join(path.parts[-3:])
+        if not any(line.endswith(rel) for line in _read(Path(f"/proc/{pid}/cgroup")).splitlines()):
+            return False
+        signal.pidfd_send_signal(fd, signal.SIGKILL)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def _mkdir(path: Path, attempts: int = 5) -> None:

@@ -471,8 +471,10 @@ class ProcessProvider(Provider):
             self._write_meta(vm_id, vm_dir, private)
             if not read_until(ready_r, b"\n", deadline).startswith(b"ready"):
                 raise VMError("the guest agent exited before it was ready")
-        except VMError as exc:
-            kill_sandbox(private)
+        except BaseException as exc:
+            kill_sandbox(private)  # whatever stopped the boot, even an interrupt
+            if not isinstance(exc, VMError):
+                raise
             tail = log_tail(log_path)
             raise VMError(f"VM {vm_id} did not boot: {exc}; agent log: {tail}") from None
         finally:

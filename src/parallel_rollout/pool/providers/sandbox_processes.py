@@ -9,7 +9,10 @@ sandboxes live exactly as long as the process that owns them.
 (``init_pid``, reported on bwrap's ``--info-fd``). Both get SIGKILL; the kernel lets the init
 finish exiting only after every other process of its namespace has, so waiting for the
 init is waiting for the whole sandbox. A recorded pid is signalled only while it is the same
-process (start time), never a recycled pid.
+process (start time), never a recycled pid. One process has no record: bwrap's child between
+its fork and the init's exec, which waits for a word from bwrap. If bwrap dies there (killed
+before it reported the init), that child waits forever as an orphan; the VM's cgroups (which
+it was forked into) and its folder in its command line still find it.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from pathlib import Path
 import psutil
 
 from ...errors import VMError
+from . import cgroups
 from .common import runs_vm, same_process
 
 #: how long a killed sandbox may take to disappear before we call it stuck
@@ -80,7 +84,8 @@ def kill_sandbox(private: dict) -> None:
     of the namespace) is gone; VMError if it outlives KILL_WAIT_S."""
     pid, init_pid = private.get("pid"), private.get("init_pid")
     init_created = private.get("init_create_time")
-    if init_pid is None and same_process(pid, private.get("create_time")):
+    unreported = init_pid is None
+    if unreported and same_process(pid, private.get("create_time")):
         init_pid, init_created = _unreported_init(pid)
     for target, created in ((init_pid, init_created),
                             (pid, private.get("create_time"))):
@@ -99,13 +104,20 @@ def kill_sandbox(private: dict) -> None:
     # exiting only after every other process of its pid namespace has.
     deadline = time.monotonic() + KILL_WAIT_S
     delay = 0.0005
-    while same_process(init_pid, init_created) or \
-            same_process(pid, private.get("create_time")):
-        if time.monotonic() > deadline:
-            raise VMError(f"sandbox {private.get('vm_dir')} survived SIGKILL "
-                          f"for {KILL_WAIT_S}s")
-        time.sleep(delay)
-        delay = min(delay * 2, 0.05)
+    try:
+        while same_process(init_pid, init_created) or \
+                same_process(pid, private.get("create_time")):
+            if time.monotonic() > deadline:
+                raise VMError(f"sandbox {private.get('vm_dir')} survived SIGKILL "
+                              f"for {KILL_WAIT_S}s")
+            time.sleep(delay)
+            delay = min(delay * 2, 0.05)
+    finally:
+        # what the pids above do not cover (the orphan of the module doc); after the wait,
+        # when a sandbox that went down whole has left its cgroups empty
+        cgroups.kill_paths(private.get("cgroups") or [])
+        if unreported and private.get("vm_dir"):
+            kill_unrecorded(Path(private["vm_dir"]))  # where there are no cgroups
 
 
 def _unreported_init(pid: int) -> tuple[int | None, float | None]:
@@ -146,9 +158,8 @@ def is_our_bwrap(pid, create_time, vm_dir: Path) -> bool:
 
 def kill_unrecorded(vm_dir: Path) -> None:
     """SIGKILL every bwrap whose command line names ``vm_dir``: one started by an owner
-    killed before it could record it in meta.json (its --die-with-parent not set up yet)."""
-    import psutil
-
+    killed before it could record it in meta.json (its --die-with-parent not set up yet), or
+    the orphaned child of a bwrap killed before it reported its init."""
     folder = f"{vm_dir}/"
     for proc in psutil.process_iter(["name", "cmdline"]):
         try:
