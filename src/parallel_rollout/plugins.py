@@ -76,7 +76,8 @@ class Registry(Generic[T]):
         return name if sep and module_name and class_name else None
 
     def __contains__(self, name: object) -> bool:
-        return isinstance(name, str) and self.target(name) is not None
+        # a loaded name first: task files ask once per task
+        return isinstance(name, str) and (name in self._loaded or self.target(name) is not None)
 
     def load(self, name: str) -> type[T]:
         """The class registered as ``name``; ConfigError naming what is wrong otherwise."""
