@@ -58,6 +58,7 @@ from __future__ import annotations
 import json
 import logging
 import multiprocessing
+import os
 import threading
 import time
 from collections import deque
@@ -147,7 +148,12 @@ class Engine:
         self._closing = False
         self._closed = False
         self._thread: threading.Thread | None = None
-        self._wake_r = self._wake_w = None
+        #: the engine thread's doorbell (a non-blocking pipe); one byte rings it however many
+        #: submits came meanwhile (``_wake``)
+        self._wake_r: int | None = None
+        self._wake_w: int | None = None
+        self._wake_lock = threading.Lock()
+        self._rung = False
         self._events = None
         self.stats = _Stats()
         self._ctx = multiprocessing.get_context("spawn")
@@ -174,7 +180,9 @@ class Engine:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             (self.run_dir / "trajectories").mkdir(exist_ok=True)
             self._events = open(self.run_dir / "events.jsonl", "a", buffering=1, encoding="utf-8")
-            self._wake_r, self._wake_w = self._ctx.Pipe(duplex=False)
+            self._wake_r, self._wake_w = os.pipe()
+            os.set_blocking(self._wake_r, False)
+            os.set_blocking(self._wake_w, False)
             self.supervision.start()
             log.info("[Concurrency] Set max concurrent rollouts to %d", self.concurrency)
             self._thread = threading.Thread(target=self._serve, name="rollout-engine", daemon=True)
@@ -202,8 +210,7 @@ class Engine:
             queued = [item for item in self._pending if item.key == key]
             if queued:
                 self._pending.remove(queued[0])
-                del self._subs[key]
-                self._changed.notify_all()
+                self._settle(key)
                 return True
             sub.cancelled = True
             sub.cancel_deadline = time.monotonic() + self.cancel_grace_s
@@ -274,9 +281,11 @@ class Engine:
             with self._lock:
                 self._closed = True
                 self._changed.notify_all()
-            for conn in (self._wake_r, self._wake_w):
-                if conn is not None:
-                    conn.close()
+            with self._wake_lock:
+                fds, self._wake_r, self._wake_w = (self._wake_r, self._wake_w), None, None
+            for fd in fds:
+                if fd is not None:
+                    os.close(fd)
             if self._events is not None:
                 events, self._events = self._events, None
                 events.close()
@@ -290,11 +299,18 @@ class Engine:
     # -- the engine thread -----------------------------------------------------------------
 
     def _wake(self) -> None:
-        try:
-            if self._wake_w is not None:
-                self._wake_w.send_bytes(b"!")
-        except OSError:
-            pass
+        """Ring the engine thread: at most one byte waits in the pipe (a batch that submits
+        thousands of samples costs one write and one read, not thousands)."""
+        if self._rung:
+            return  # the engine thread has yet to answer the last ring, and will see ours
+        with self._wake_lock:  # never a write to a closed (maybe reused) descriptor
+            if self._wake_w is None:
+                return
+            self._rung = True
+            try:
+                os.write(self._wake_w, b"!")
+            except OSError:
+                pass  # full (it rings already) or closing
 
     def _serve(self) -> None:
         try:
@@ -302,8 +318,14 @@ class Engine:
                 self._dispatch()
                 ready = self.supervision.wait(extra=[self._wake_r], timeout=_TICK_S)
                 if self._wake_r in ready:
-                    while self._wake_r.poll():
-                        self._wake_r.recv_bytes()
+                    # cleared before the pipe is read: a ring that comes after the read
+                    # writes again, and one before it is answered by this pass
+                    self._rung = False
+                    try:
+                        while os.read(self._wake_r, 4096):
+                            pass
+                    except BlockingIOError:
+                        pass
                 self.supervision.handle(ready)
                 self.supervision.check_timeouts()
                 self._enforce_cancels()
@@ -340,8 +362,7 @@ class Engine:
             item = sub.item
             if not self.supervision.holds(item):
                 with self._lock:  # settled meanwhile (its record was dropped)
-                    self._subs.pop(item.key, None)
-                    self._changed.notify_all()
+                    self._settle(item.key)
                 continue
             if not sub.cancel_sent:
                 sub.cancel_sent = True
@@ -353,13 +374,19 @@ class Engine:
 
     # -- records ---------------------------------------------------------------------------
 
+    def _settle(self, key: str) -> None:
+        """Forget a submission (under the lock); wake ``wait_idle`` once none is left, not
+        at every record: a waiter woken per record costs a thread switch per rollout."""
+        self._subs.pop(key, None)
+        if not self._subs:
+            self._changed.notify_all()
+
     def requeue(self, item: Assignment) -> None:
         """Put an attempt a worker never acknowledged back at the head of the queue."""
         with self._lock:
             sub = self._subs.get(item.key)
             if sub is None or sub.cancelled:
-                self._subs.pop(item.key, None)
-                self._changed.notify_all()
+                self._settle(item.key)
                 return
             self._pending.appendleft(item)
 
@@ -370,8 +397,7 @@ class Engine:
             sub = self._subs.get(key)
             if sub is None or sub.cancelled:
                 # Cancelled (or a front end's leftover): no record, its VM was released.
-                self._subs.pop(key, None)
-                self._changed.notify_all()
+                self._settle(key)
                 return
         if record.get("status") in (PoolExhausted.kind, "pool_closed", StorageError.kind):
             # Not the sample's fault and not final: a resumed run (with working VMs, with
@@ -403,9 +429,8 @@ class Engine:
         if not record["final"]:
             return
         with self._lock:
-            self._subs.pop(key, None)
+            self._settle(key)
             self.stats.finals += 1
-            self._changed.notify_all()
         if sub.on_final is not None:
             try:
                 sub.on_final(record)

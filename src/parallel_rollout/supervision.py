@@ -30,6 +30,7 @@ The engine (``engine``) decides what runs; this module keeps the processes that 
 from __future__ import annotations
 
 import logging
+import select
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -97,6 +98,13 @@ class WorkerHandle:
     started: dict[tuple[str, int], Clock] = field(default_factory=dict)
     conn_open: bool = True
     stop_sent: bool = False
+    #: a poll object on ``conn`` alone: ``Connection.poll`` builds a selector every call
+    readable: Any = None
+
+    def __post_init__(self) -> None:
+        poller = select.poll()
+        poller.register(self.conn.fileno(), select.POLLIN)
+        self.readable = lambda: bool(poller.poll(0))
 
     @property
     def worker_id(self) -> str:
@@ -134,6 +142,10 @@ class Supervision(WorkerTable):
         self._spawns = 0
         #: monotonic times of workers' own deaths (not deliberate kills) in the last window
         self._crashes: deque[float] = deque()
+        #: what ``wait`` polls: the objects, their poll object, fd -> object
+        self._watched: list[Any] = []
+        self._poller: Any = None
+        self._by_fd: dict[int, Any] = {}
 
     @property
     def manager_pid(self) -> int | None:
@@ -229,7 +241,12 @@ class Supervision(WorkerTable):
     # -- watching --------------------------------------------------------------------------
 
     def wait(self, extra: list[Any], timeout: float) -> set[Any]:
-        """Block until a pipe, a sentinel or one of ``extra`` is ready (or ``timeout``)."""
+        """Block until a pipe, a sentinel or one of ``extra`` (a connection or a file
+        descriptor) is ready (or ``timeout``).
+
+        One ``poll`` object serves every pass until the set of watched objects changes (a
+        spawn, a death, a pipe closed): ``multiprocessing.connection.wait`` builds and fills a
+        selector at each call, and the engine loop passes here once or twice per rollout."""
         objects: list[Any] = list(extra)
         for w in self._workers.values():
             if w.conn_open:
@@ -237,7 +254,15 @@ class Supervision(WorkerTable):
             objects.append(w.process.sentinel)
         if self._manager is not None:
             objects.append(self._manager._process.sentinel)
-        return set(wait(objects, timeout=timeout))
+        if objects != self._watched:
+            poller, by_fd = select.poll(), {}
+            for obj in objects:
+                fd = obj if isinstance(obj, int) else obj.fileno()
+                poller.register(fd, select.POLLIN)
+                by_fd[fd] = obj
+            self._watched, self._poller, self._by_fd = objects, poller, by_fd
+        # POLLHUP, POLLERR and POLLNVAL count as ready too: the read then says what it is
+        return {self._by_fd[fd] for fd, _ in self._poller.poll(timeout * 1000)}
 
     def handle(self, ready: set[Any]) -> None:
         """Handle what ``wait`` found: messages, a dead Manager, dead workers."""
@@ -258,7 +283,7 @@ class Supervision(WorkerTable):
     def _drain(self, w: WorkerHandle) -> None:
         """Handle every message already in a worker's pipe."""
         try:
-            while w.conn_open and w.conn.poll():
+            while w.conn_open and w.readable():
                 self._handle(w, w.conn.recv())
         except (EOFError, OSError):
             w.conn_open = False
