@@ -306,7 +306,8 @@ def process_cap(requested: int | None, default: int) -> tuple[int | None, int | 
 
 def kill_paths(paths: list[str]) -> None:
     """SIGKILL every process in these cgroups: cgroup v2's ``cgroup.kill``, or, in a v1
-    hierarchy (which has none), each live pid its ``cgroup.procs`` lists, a few passes.
+    hierarchy (which has none), each live pid its ``cgroup.procs`` lists until none is (at
+    most 2 s).
 
     This is what reaches a process the pid records miss: bwrap's own child before it execs
     the namespace init, orphaned when bwrap is killed in between (it then waits forever for
@@ -320,9 +321,12 @@ def kill_paths(paths: list[str]) -> None:
             pass  # v1
         except OSError:
             continue
-        for _ in range(10):  # each pass kills what the last one raced with (a fork)
-            if not sum(_kill_member(pid, path) for pid in _members(path)):
-                break
+        # until no live member is left: a pass kills what the last one raced with (a fork),
+        # and a process SIGKILLed a moment ago may not have finished exiting yet
+        deadline, delay = time.monotonic() + 2.0, 0.0005
+        while sum(_kill_member(pid, path) for pid in _members(path)) and time.monotonic() < deadline:
+            time.sleep(delay)
+            delay = min(delay * 2, 0.05)
 
 
 def _members(path: Path) -> list[int]:

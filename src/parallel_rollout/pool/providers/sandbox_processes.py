@@ -157,16 +157,31 @@ def is_our_bwrap(pid, create_time, vm_dir: Path) -> bool:
 
 
 def kill_unrecorded(vm_dir: Path) -> None:
-    """SIGKILL every bwrap whose command line names ``vm_dir``: one started by an owner
-    killed before it could record it in meta.json (its --die-with-parent not set up yet), or
-    the orphaned child of a bwrap killed before it reported its init."""
+    """SIGKILL every bwrap whose command line names ``vm_dir``, and wait (at most
+    KILL_WAIT_S) until each has exited: one started by an owner killed before it could
+    record it in meta.json (its --die-with-parent not set up yet), or the orphaned child of
+    a bwrap killed before it reported its init."""
     folder = f"{vm_dir}/"
+    killed = []
     for proc in psutil.process_iter(["name", "cmdline"]):
         try:
             if proc.info["name"] == "bwrap" and any(folder in arg for arg in proc.info["cmdline"] or ()):
                 proc.kill()
+                killed.append(proc)
         except psutil.Error:
             pass
+    deadline = time.monotonic() + KILL_WAIT_S
+    while killed and time.monotonic() < deadline:
+        time.sleep(0.005)
+        killed = [proc for proc in killed if _running(proc)]
+
+
+def _running(proc: psutil.Process) -> bool:
+    """Not exited (a zombie has: an orphan's may wait long for its reaper)."""
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE  # not a new pid
+    except psutil.Error:
+        return False
 
 
 def kill_recorded(meta: dict, vm_dir: Path) -> None:
