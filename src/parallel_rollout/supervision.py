@@ -53,6 +53,8 @@ _TICK_S = 0.2
 _LEASE_MARGIN_S = 30.0
 #: the window in which worker crashes are counted
 _CRASH_WINDOW_S = 60.0
+#: how often deadlines are looked at: far below any deadline, far above a loop pass
+_TIMEOUT_CHECK_S = 0.05
 
 
 @dataclass
@@ -142,6 +144,7 @@ class Supervision(WorkerTable):
         self._spawns = 0
         #: monotonic times of workers' own deaths (not deliberate kills) in the last window
         self._crashes: deque[float] = deque()
+        self._next_timeout_check = 0.0
         #: what ``wait`` polls: the objects, their poll object, fd -> object
         self._watched: list[Any] = []
         self._poller: Any = None
@@ -347,9 +350,13 @@ class Supervision(WorkerTable):
         self._spawn(w.index)
 
     def check_timeouts(self) -> None:
-        """Settle attempts past their deadlines and kill their workers' process trees."""
+        """Settle attempts past their deadlines and kill their workers' process trees; at
+        most every ``_TIMEOUT_CHECK_S`` (the engine loop passes here once per message)."""
         cfg = self.config
         now = time.monotonic()
+        if now < self._next_timeout_check:
+            return
+        self._next_timeout_check = now + _TIMEOUT_CHECK_S
         for w in list(self._workers.values()):
             late = {ident: TaskTimeout(f"attempt ran past --task-timeout {cfg.task_timeout:g}s "
                                        "(time waiting for a VM not counted); worker process tree killed")
