@@ -113,11 +113,12 @@ def kill_sandbox(private: dict) -> None:
             time.sleep(delay)
             delay = min(delay * 2, 0.05)
     finally:
-        # what the pids above do not cover (the orphan of the module doc); after the wait,
-        # when a sandbox that went down whole has left its cgroups empty
-        cgroups.kill_paths(private.get("cgroups") or [])
-        if unreported and private.get("vm_dir"):
-            kill_unrecorded(Path(private["vm_dir"]))  # where there are no cgroups
+        if unreported:
+            # the orphan of the module doc, which no pid names (a reported init is that very
+            # child, killed above): by the VM's cgroups, and where there are none, its folder
+            cgroups.kill_paths(private.get("cgroups") or [])
+            if private.get("vm_dir"):
+                kill_unrecorded(Path(private["vm_dir"]))
 
 
 def _unreported_init(pid: int) -> tuple[int | None, float | None]:
@@ -173,15 +174,8 @@ def kill_unrecorded(vm_dir: Path) -> None:
     deadline = time.monotonic() + KILL_WAIT_S
     while killed and time.monotonic() < deadline:
         time.sleep(0.005)
-        killed = [proc for proc in killed if _running(proc)]
-
-
-def _running(proc: psutil.Process) -> bool:
-    """Not exited (a zombie has: an orphan's may wait long for its reaper)."""
-    try:
-        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE  # not a new pid
-    except psutil.Error:
-        return False
+        # exited counts as gone even unreaped: an orphan's zombie may wait long for its reaper
+        killed = [proc for proc in killed if same_process(proc.pid, proc.create_time())]
 
 
 def kill_recorded(meta: dict, vm_dir: Path) -> None:
