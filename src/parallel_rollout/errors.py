@@ -45,6 +45,13 @@ class PoolExhausted(RolloutError):
     infrastructure = True
 
 
+class PoolClosed(RolloutError):
+    """The pool was shut down; no more leases."""
+
+    kind = "pool_closed"
+    infrastructure = True
+
+
 class VMError(RolloutError):
     """A VM or its provider failed (boot, reset, crash)."""
 

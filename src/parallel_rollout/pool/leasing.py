@@ -1,4 +1,4 @@
-"""Leasing: how an attempt holds VMs of the pool, one block at a time.
+"""Leasing: how an attempt holds a VM of the pool for one block of code.
 
 One idea under one name. A *lease* is a VM held by one attempt for a block of code and given
 back when the block ends:
@@ -9,20 +9,15 @@ back when the block ends:
   or a task error releases the VM (it is reset); a ``VMError`` marks it dead, so a broken VM
   never returns to IDLE. It broke while the task held it, so it restarts from its snapshot
   without spending the pool's replacement budget (a task's failure is not the pool's);
-* ``AttemptLeaser`` is the ``VMLeaser`` (``envs.base``) that an env gets:
-  ``with vm.lease() as client:`` yields a ``GuestClient``; it also notes the VMs and the
-  lease wait in the attempt's record and tells the engine when a wait for a VM begins and
-  ends (``LeaseWait``), so that the task clock stops while the attempt queues for a VM.
+* the worker's ``AttemptLeaser`` (``worker``) wraps it as the ``VMLeaser`` an env gets.
 """
 
 from __future__ import annotations
 
-import time
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 from ..errors import VMError
-from ..messages import Assignment, LeaseWait
 from .providers import VMInfo
 
 
@@ -40,36 +35,3 @@ def lease_vm(pool: Any, worker_id: str, task_key: str, timeout: float, holder: s
         raise
     else:
         pool.release(info.vm_id, True, "release", info.lease)
-
-
-class AttemptLeaser:
-    """The leases of one attempt: ``with leaser.lease() as client`` per block (an episode,
-    or each call of a ``vm_scope == "call"`` env); notes them in ``record``."""
-
-    def __init__(self, pool: Any, owner: str, item: Assignment, timeout_s: float, holder: str,
-                 record: dict[str, Any], send: Callable[[Any], None]) -> None:
-        self.pool, self.owner, self.item = pool, owner, item
-        self.timeout_s, self.holder, self.record, self.send = timeout_s, holder, record, send
-
-    @contextmanager
-    def lease(self) -> Iterator[Any]:
-        """``with leaser.lease() as client:`` a GuestClient on a leased VM, reset afterwards."""
-        from ..guest.client import GuestClient
-
-        started = time.monotonic()
-        key, attempt = self.item.key, self.item.attempt
-        self.send(LeaseWait(key, attempt, True))
-        waiting = True
-        try:
-            with lease_vm(self.pool, self.owner, key, self.timeout_s, self.holder) as info:
-                self.send(LeaseWait(key, attempt, False))
-                waiting = False
-                waited = time.monotonic() - started
-                self.record["lease_wait_s"] = round((self.record["lease_wait_s"] or 0.0) + waited, 4)
-                self.record["vm"] = info.vm_id  # the last one; "vms" lists every VM used
-                if info.vm_id not in self.record.setdefault("vms", []):
-                    self.record["vms"].append(info.vm_id)
-                yield GuestClient(info.address)
-        finally:
-            if waiting:  # the lease itself failed
-                self.send(LeaseWait(key, attempt, False))

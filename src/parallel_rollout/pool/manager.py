@@ -1,8 +1,9 @@
 """VMPoolManager: M VMs leased to many workers, reset off the workers' path.
 
 The pool object lives in a ``multiprocessing`` Manager server process (``pool.server``);
-workers hold proxies and hold VMs through ``pool.leasing``. The Manager serves each proxy connection in its own thread, so every
-method takes ``self._lock`` and every state change happens under it::
+workers hold proxies and hold VMs through ``pool.leasing``. The Manager serves each proxy
+connection in its own thread, so every method takes ``self._lock`` and every state change
+happens in a method of this class, under it::
 
     BOOTING ──► IDLE ──lease──► LEASED ──release──► RESETTING ──► IDLE
        │                          │   └──reclaim (worker died)──┘    │
@@ -39,10 +40,10 @@ import threading
 import time
 from typing import Any
 
-from ..errors import LeaseTimeout, PoolExhausted, WorkerDied
+from ..errors import LeaseTimeout, PoolClosed, PoolExhausted, WorkerDied
 from ..results import percentiles
 from . import spares, watchers
-from .vm_record import PoolClosed, VMState, _VM  # noqa: F401 - VMState, PoolClosed: the pool's API
+from .vm_record import VMRecord, VMState, busy_times, state_counts
 from .providers import ProviderOptions, VMInfo, get_provider, verify
 
 log = logging.getLogger(__name__)
@@ -53,22 +54,13 @@ _WAIT_SLICE_S = 0.5
 _BOOT_GRACE_S = 2.0
 
 
-
 class VMPoolManager:
     """The pool of one run: boots, leases, resets, replaces and stops its VMs."""
 
-    def __init__(
-        self,
-        provider_name: str,
-        run_id: str,
-        size: int,
-        *,
-        options: ProviderOptions | None = None,
-        events_path: str | None = None,
-        replacement_budget: int | None = None,
-        per_worker: bool = False,
-        vm_prefix: str = "vm-",
-    ) -> None:
+    def __init__(self, provider_name: str, run_id: str, size: int, *,
+                 options: ProviderOptions | None = None, events_path: str | None = None,
+                 replacement_budget: int | None = None, per_worker: bool = False,
+                 vm_prefix: str = "vm-") -> None:
         self.provider_name = provider_name
         self.run_id = run_id
         self.size = size
@@ -87,7 +79,7 @@ class VMPoolManager:
         #: starting: with 64 waiters, waking all on every transition cost ~4 ms of
         #: Manager CPU per task (benchmarks/perf)
         self._vm_free = threading.Condition(self._lock)
-        self._vms: dict[str, _VM] = {}
+        self._vms: dict[str, VMRecord] = {}
         self._next_index = 0
         self._dead_holders: set[str] = set()
         self._running = True
@@ -118,7 +110,7 @@ class VMPoolManager:
 
     def __repr__(self) -> str:
         with self._lock:
-            counts = self._counts()
+            counts = state_counts(self._vms.values())
         state = "running" if self._running else "closed"
         return f"<VMPoolManager {self.provider_name} run={self.run_id} {state} {counts}>"
 
@@ -149,7 +141,7 @@ class VMPoolManager:
                     if remaining <= 0:
                         raise LeaseTimeout(
                             f"no VM became idle within {timeout:.0f}s for {task_key} "
-                            f"({self._counts()})"
+                            f"({state_counts(self._vms.values())})"
                         )
                     self._vm_free.wait(min(remaining, _WAIT_SLICE_S))
             except BaseException:
@@ -205,17 +197,14 @@ class VMPoolManager:
     def stats(self) -> dict[str, Any]:
         """VMs per state, counters, reset and boot times, utilization so far."""
         with self._lock:
-            now = time.monotonic()
             wall = max(time.time() - self._started_at, 1e-9)
-            leased_s = sum(vm.leased_s + (now - vm.since if vm.state is VMState.LEASED else 0)
-                           for vm in self._vms.values())
-            resetting_s = sum(vm.resetting_s for vm in self._vms.values())
+            leased_s, resetting_s = busy_times(self._vms.values(), time.monotonic())
             return {
                 "provider": self.provider_name,
                 "size": self.size,
                 "per_worker": self.per_worker,
-                "states": self._counts(),
-                **spares.counts(self._vms.values(), self.size, self.spare_vms, self.per_worker, VMState),
+                "states": state_counts(self._vms.values()),
+                **spares.counts(self._vms.values(), self.size, self.spare_vms, self.per_worker),
                 **self._counters,
                 "replacements_left": self.replacements_left,
                 "leased_s": round(leased_s, 3),
@@ -265,6 +254,47 @@ class VMPoolManager:
                 log.warning("cannot flush events.jsonl; its last lines are lost")
         return booting
 
+    # -- the watchers' passes (watchers.py runs them in the pool's threads) -------------------
+
+    def expire_hung_calls(self) -> bool:
+        """The watchdog's pass: every VM whose boot or reset is past its deadline is declared
+        dead (a boot spends the budget, a hung reset restarts it for free); False once the
+        pool is shut down."""
+        with self._lock:
+            if not self._running:
+                return False
+            now = time.monotonic()
+            for vm in list(self._vms.values()):
+                if vm.state is VMState.BOOTING and now > vm.deadline:
+                    self._counters["boot_failures"] += 1
+                    self._mark_dead_and_replace(vm, f"boot timed out after {self.options.boot_timeout_s:.0f}s")
+                elif vm.state is VMState.RESETTING and now > vm.deadline:
+                    self._counters["reset_failures"] += 1
+                    self._mark_dead_and_replace(vm, f"reset hung for {self._call_timeout_s():.0f}s", charge=False)
+            return True
+
+    def check_idle_once(self, failures: int, interval_s: float) -> bool:
+        """The idle check's pass: ask the provider (outside the lock) whether each IDLE VM
+        still runs; one that said no ``failures`` times in a row is replaced from the budget.
+        A VM leased or reset meanwhile is left alone. False once the pool is shut down."""
+        with self._lock:
+            if not self._running:
+                return False
+            idle = [(vm, vm.info) for vm in self._vms.values() if vm.state is VMState.IDLE]
+        for vm, info in idle:
+            try:
+                healthy = self._provider.healthy(info)
+            except Exception:  # noqa: BLE001 - a provider that cannot tell: not running
+                healthy = False
+            with self._lock:
+                if vm.state is not VMState.IDLE or vm.info is not info or not self._running:
+                    continue
+                vm.failed_checks = 0 if healthy else vm.failed_checks + 1
+                if vm.failed_checks >= failures:
+                    self._mark_dead_and_replace(vm, f"stopped running while idle ({vm.failed_checks} "
+                                                    f"checks {interval_s:.0f}s apart)")
+        return True
+
     # -- internals (callers hold the lock, except the *_thread bodies) -----------------------
 
     def _check_running(self) -> None:
@@ -272,19 +302,19 @@ class VMPoolManager:
             raise PoolClosed("the VM pool is shut down")
 
     @staticmethod
-    def _holds(vm: _VM, lease: int | None) -> bool:
+    def _holds(vm: VMRecord, lease: int | None) -> bool:
         return vm.state is VMState.LEASED and (lease is None or lease == vm.lease_no)
 
-    def _pick(self, worker_id: str) -> _VM | None:
+    def _pick(self, worker_id: str) -> VMRecord | None:
         idle = [vm for vm in self._vms.values() if vm.state is VMState.IDLE]
         if self.per_worker:
             own = [vm for vm in self._vms.values() if vm.owner == worker_id and vm.state is not VMState.DEAD]
             if own:
                 if own[0].state in (VMState.IDLE, VMState.LEASED) or not self.spare_vms:
                     return own[0] if own[0].state is VMState.IDLE else None
-                return spares.claim(self._vms.values(), own[0], worker_id, VMState.IDLE)
+                return spares.claim(self._vms.values(), own[0], worker_id)
             idle = [vm for vm in idle if vm.owner is None]
-        elif self.spare_vms and not spares.lease_room(self._vms.values(), self.size, VMState.LEASED):
+        elif self.spare_vms and not spares.lease_room(self._vms.values(), self.size):
             return None
         # The VM idle longest first: spreads wear and keeps lease order fair.
         return min(idle, key=lambda vm: vm.since, default=None)
@@ -307,13 +337,7 @@ class VMPoolManager:
             f"{self._counters['marked_dead']} marked dead); last: {self._last_death or 'n/a'}"
         )
 
-    def _counts(self) -> dict[str, int]:
-        counts = {state.value: 0 for state in VMState}
-        for vm in self._vms.values():
-            counts[vm.state.value] += 1
-        return counts
-
-    def _move(self, vm: _VM, to: VMState, reason: str, **extra: Any) -> None:
+    def _move(self, vm: VMRecord, to: VMState, reason: str, **extra: Any) -> None:
         now = time.monotonic()
         if vm.state is VMState.LEASED:
             vm.leased_s += now - vm.since
@@ -343,7 +367,7 @@ class VMPoolManager:
             log.exception("cannot write events.jsonl")
 
     def _boot_new(self, reason: str, owner: str | None = None) -> None:
-        vm = _VM(vm_id=f"{self.vm_prefix}{self._next_index}", owner=owner, since=time.monotonic())
+        vm = VMRecord(vm_id=f"{self.vm_prefix}{self._next_index}", owner=owner, since=time.monotonic())
         self._next_index += 1
         # The provider bounds its own boot; this catches a start() that ignores its timeout.
         vm.deadline = vm.since + self._call_timeout_s()
@@ -352,7 +376,7 @@ class VMPoolManager:
         self._counters["boots"] += 1
         self._boot_threads.add(self._spawn(self._boot_thread, vm, deadline=vm.deadline))
 
-    def _boot_thread(self, vm: _VM) -> None:
+    def _boot_thread(self, vm: VMRecord) -> None:
         """A boot's own thread: ``provider.start`` without the lock, then IDLE (or DEAD)."""
         started = time.monotonic()
         try:
@@ -391,13 +415,13 @@ class VMPoolManager:
         ignores its timeout."""
         return self.options.boot_timeout_s + min(5.0, self.options.boot_timeout_s)
 
-    def _begin_reset(self, vm: _VM, reason: str) -> None:
+    def _begin_reset(self, vm: VMRecord, reason: str) -> None:
         task = vm.task_key  # what a failed verification blames
         self._move(vm, VMState.RESETTING, reason)
         vm.deadline = vm.since + self._call_timeout_s()
         self._spawn(self._reset_thread, vm, vm.info, task, deadline=vm.deadline)
 
-    def _reset_thread(self, vm: _VM, info: VMInfo, task: str | None = None) -> None:
+    def _reset_thread(self, vm: VMRecord, info: VMInfo, task: str | None = None) -> None:
         """A reset's own thread: ``provider.reset`` without the lock, then IDLE (or a restart)."""
         started = time.monotonic()
         try:
@@ -429,7 +453,7 @@ class VMPoolManager:
                 return
         self._stop_quietly(new_info)
 
-    def _mark_dead_and_replace(self, vm: _VM, reason: str, charge: bool = True, **extra: Any) -> None:
+    def _mark_dead_and_replace(self, vm: VMRecord, reason: str, charge: bool = True, **extra: Any) -> None:
         """Move ``vm`` to DEAD, stop it in the background, boot a replacement: from the
         budget (``charge``) while it lasts, else as a free restart from the snapshot;
         ``extra`` goes into its event (a quarantine's differences)."""

@@ -25,6 +25,7 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 from ..errors import ConfigError
+from .vm_record import VMState
 
 
 def resolve(requested: int | None, provider_cls: Any) -> int:
@@ -36,15 +37,15 @@ def resolve(requested: int | None, provider_cls: Any) -> int:
     return requested
 
 
-def lease_room(vms: Iterable[Any], size: int, leased_state: Any) -> bool:
+def lease_room(vms: Iterable[Any], size: int) -> bool:
     """Whether a shared pool may lease one more VM: fewer than ``size`` are leased."""
-    return sum(1 for vm in vms if vm.state is leased_state) < size
+    return sum(1 for vm in vms if vm.state is VMState.LEASED) < size
 
 
-def claim(vms: Iterable[Any], own: Any, worker_id: str, idle_state: Any) -> Any | None:
+def claim(vms: Iterable[Any], own: Any, worker_id: str) -> Any | None:
     """Per-worker VMs: when the worker's ``own`` VM is not IDLE, an unowned IDLE spare becomes
     its VM (the longest idle first) and ``own`` is given up; None when no spare is ready."""
-    free = [vm for vm in vms if vm.state is idle_state and vm.owner is None]
+    free = [vm for vm in vms if vm.state is VMState.IDLE and vm.owner is None]
     if not free:
         return None
     spare = min(free, key=lambda vm: vm.since)
@@ -52,17 +53,16 @@ def claim(vms: Iterable[Any], own: Any, worker_id: str, idle_state: Any) -> Any 
     return spare
 
 
-def counts(vms: Iterable[Any], size: int, spare_vms: int, per_worker: bool,
-           states: Any) -> dict[str, int]:
+def counts(vms: Iterable[Any], size: int, spare_vms: int, per_worker: bool) -> dict[str, int]:
     """What ``stats()`` says of spares: how many the pool keeps (``spare_vms``) and how many
     are ready now (IDLE VMs beyond the free lease slots: a lease would not need them)."""
     vms = list(vms)
-    idle = [vm for vm in vms if vm.state is states.IDLE]
+    idle = [vm for vm in vms if vm.state is VMState.IDLE]
     if per_worker:
-        owners = {vm.owner for vm in vms if vm.owner is not None and vm.state is not states.DEAD}
+        owners = {vm.owner for vm in vms if vm.owner is not None and vm.state is not VMState.DEAD}
         unowned_idle = sum(1 for vm in idle if vm.owner is None)
         ready = unowned_idle - max(0, size - len(owners))
     else:
-        leased = sum(1 for vm in vms if vm.state is states.LEASED)
+        leased = sum(1 for vm in vms if vm.state is VMState.LEASED)
         ready = len(idle) - max(0, size - leased)
     return {"spare_vms": spare_vms, "spares_ready": max(0, min(ready, spare_vms))}

@@ -1,12 +1,12 @@
 """A VM as the pool keeps it: its state (booting, idle, leased, resetting, dead), who holds
-it, and the times it spent leased and resetting; and the error of a pool that is closed."""
+it, and the times it spent leased and resetting."""
 
 from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from typing import Iterable
 
-from ..errors import RolloutError
 from .providers import VMInfo
 
 
@@ -20,15 +20,10 @@ class VMState(enum.Enum):
     DEAD = "dead"
 
 
-class PoolClosed(RolloutError):
-    """The pool was shut down; no more leases."""
-
-    kind = "pool_closed"
-    infrastructure = True
-
-
 @dataclass
-class _VM:
+class VMRecord:
+    """One VM of the pool: its state, holder, task and times (changed under the pool's lock)."""
+
     vm_id: str
     state: VMState = VMState.BOOTING
     info: VMInfo | None = None
@@ -45,3 +40,18 @@ class _VM:
     lease_no: int | None = None
     #: idle checks in a row that found it not running (the idle check's)
     failed_checks: int = 0
+
+
+def state_counts(vms: Iterable[VMRecord]) -> dict[str, int]:
+    """How many VMs are in each state (every state named, zeros included)."""
+    counts = {state.value: 0 for state in VMState}
+    for vm in vms:
+        counts[vm.state.value] += 1
+    return counts
+
+
+def busy_times(vms: Iterable[VMRecord], now: float) -> tuple[float, float]:
+    """Seconds the VMs spent leased (the current leases up to ``now`` included) and resetting."""
+    vms = list(vms)
+    leased = sum(vm.leased_s + (now - vm.since if vm.state is VMState.LEASED else 0.0) for vm in vms)
+    return leased, sum(vm.resetting_s for vm in vms)

@@ -1,7 +1,7 @@
 """The pool's two watchers: provider calls that hang, and VMs that die while idle.
 
-Each runs in a daemon thread of the pool (``VMPoolManager``) until it shuts down, and
-changes a VM's state only under the pool's lock, through the pool's own transitions:
+Each runs in a daemon thread of the pool (``VMPoolManager``) until it shuts down; each pass
+is a pool method (state transitions happen only in pool methods, under the pool's lock):
 
 * ``watch_calls`` declares dead any VM whose boot or reset outlived its deadline (a provider
   call that ignores its own timeout): a boot spends the replacement budget, a hung reset
@@ -18,12 +18,17 @@ changes a VM's state only under the pool's lock, through the pool's own transiti
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from .vm_record import VMState
 
-if TYPE_CHECKING:
-    from .manager import VMPoolManager
+class WatchedPool(Protocol):
+    """What the watchers call on the pool (``VMPoolManager``): each pass changes states
+    under the pool's lock, and says False once the pool is shut down."""
+
+    def expire_hung_calls(self) -> bool: ...
+
+    def check_idle_once(self, failures: int, interval_s: float) -> bool: ...
+
 
 #: how often the watchdog looks at deadlines, seconds
 WATCH_S = 0.5
@@ -32,43 +37,17 @@ IDLE_CHECK_S = 5.0
 IDLE_CHECK_FAILURES = 3
 
 
-def watch_calls(pool: VMPoolManager) -> None:
+def watch_calls(pool: WatchedPool) -> None:
     """Declare dead every VM whose boot or reset is past its deadline, until shutdown."""
     while True:
         time.sleep(WATCH_S)
-        with pool._lock:
-            if not pool._running:
-                return
-            now = time.monotonic()
-            for vm in list(pool._vms.values()):
-                if vm.state is VMState.BOOTING and now > vm.deadline:
-                    pool._counters["boot_failures"] += 1
-                    pool._mark_dead_and_replace(
-                        vm, f"boot timed out after {pool.options.boot_timeout_s:.0f}s")
-                elif vm.state is VMState.RESETTING and now > vm.deadline:
-                    pool._counters["reset_failures"] += 1
-                    pool._mark_dead_and_replace(
-                        vm, f"reset hung for {pool._call_timeout_s():.0f}s", charge=False)
+        if not pool.expire_hung_calls():
+            return
 
 
-def check_idle(pool: VMPoolManager) -> None:
+def check_idle(pool: WatchedPool) -> None:
     """Replace every IDLE VM the provider says no longer runs, until shutdown."""
     while True:
         time.sleep(IDLE_CHECK_S)
-        with pool._lock:
-            if not pool._running:
-                return
-            idle = [(vm, vm.info) for vm in pool._vms.values() if vm.state is VMState.IDLE]
-        for vm, info in idle:
-            try:
-                healthy = pool._provider.healthy(info)
-            except Exception:  # noqa: BLE001 - a provider that cannot tell: not running
-                healthy = False
-            with pool._lock:
-                if vm.state is not VMState.IDLE or vm.info is not info or not pool._running:
-                    continue
-                vm.failed_checks = 0 if healthy else vm.failed_checks + 1
-                if vm.failed_checks >= IDLE_CHECK_FAILURES:
-                    pool._mark_dead_and_replace(
-                        vm, f"stopped running while idle ({vm.failed_checks} checks "
-                            f"{IDLE_CHECK_S:.0f}s apart)")
+        if not pool.check_idle_once(IDLE_CHECK_FAILURES, IDLE_CHECK_S):
+            return
