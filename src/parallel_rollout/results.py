@@ -157,22 +157,6 @@ def percentiles(values: Iterable[float], points: tuple[int, ...] = (50, 90, 99))
     }
 
 
-def unsupported_record(sample, features) -> dict[str, Any]:
-    """The final record of a sample that --skip-unsupported left out: scored 0, so that the
-    success rate's denominator is the whole task set (OSWorld's)."""
-    now = round(time.time(), 4)
-    task = sample.task
-    return {
-        "key": sample.key, "task_id": task.id, "sample_idx": sample.sample_idx, "attempt": 0,
-        "mode": task.mode, "tags": list(task.tags), "status": "unsupported", "reward": 0.0,
-        "success": False, "infrastructure": False,
-        "failure": {"type": "Unsupported", "traceback": "",
-                    "message": f"{task.source}: unsupported: {', '.join(features)}"},
-        "turns": None, "worker": None, "pid": None, "slot": None, "vm": None,
-        "lease_wait_s": None, "started_at": now, "ended_at": now, "duration_s": 0.0, "usage": {},
-    }
-
-
 def pass_at_k(n: int, c: int, k: int) -> float:
     """Unbiased pass@k estimate from n samples with c successes (1 <= k <= n)."""
     if not 1 <= k <= n or not 0 <= c <= n:

@@ -39,7 +39,8 @@ from .errors import ConfigError, RunLocked, TaskFileError
 from .exit_codes import EXIT_ABORTED, EXIT_INTERRUPTED, EXIT_OK
 from .messages import Assignment
 from .pool.providers import get_provider
-from .results import ResultStore, StorageError, read_records, summarize, unsupported_record
+from .records import unsupported_record
+from .results import ResultStore, StorageError, read_records, summarize
 from .tasks import Sample, census_lines, expand, load_task_set, unsupported_message
 
 log = logging.getLogger("parallel_rollout")

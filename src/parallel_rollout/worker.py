@@ -30,23 +30,20 @@ import signal
 import sys
 import threading
 import time
-import traceback
 from contextlib import contextmanager
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
+from . import records
 from .agents import Agent, get_agent
 from .config import RunConfig
 from .envs import Env, get_env
 from .errors import AttemptCancelled, RolloutError, SandboxViolation, VMError
 from .messages import Assignment, Cancel, Finished, LeaseWait, Started, Stop
-from .pool.leasing import AttemptLeaser
+from .pool.leasing import lease_vm
 from .results import StorageError
 from .tasks import safe_name
-
-#: characters of a traceback kept in a record
-TRACEBACK_TAIL = 4000
 
 
 class RolloutWorker:
@@ -85,7 +82,7 @@ class RolloutWorker:
                     self._inbox.put(message)
                 break
             if isinstance(message, Cancel):
-                self._cancelled.add((message.key, message.attempt))
+                self.cancel(message.key, message.attempt)
                 continue
             self._inbox.put(message)
         for thread in loops:
@@ -101,42 +98,42 @@ class RolloutWorker:
             os._exit(1)  # the engine is gone (see run)
 
     def _loop(self, slot: int) -> None:
-        parts = _LoopParts(self.config)
+        parts = LoopParts(self.config)
         while True:
             item = self._inbox.get()
             if isinstance(item, Stop):
                 return
+            started = time.time()
             try:
                 self._send(Started(item.key, item.attempt))
                 record = self.run_attempt(item, slot, parts)
             except BaseException as exc:  # noqa: BLE001 - a loop must never die silently
-                record = {"key": item.key, "task_id": item.task.id, "sample_idx": item.sample_idx,
-                          "attempt": item.attempt, "mode": item.task.mode, "status": "error",
-                          "reward": 0.0, "success": False, "infrastructure": False,
-                          "failure": _failure(exc, f"the env loop failed: {type(exc).__name__}: {exc}"),
-                          "worker": self.worker_id, "pid": self.pid, "slot": slot,
-                          "started_at": round(time.time(), 4), "ended_at": round(time.time(), 4)}
-                parts = _LoopParts(self.config)  # start the next attempt afresh
-            self._cancelled.discard((item.key, item.attempt))
+                record = records.failed_record(
+                    item, exc, worker=self.worker_id, pid=self.pid, slot=slot, started_at=started,
+                    status="error", infrastructure=False, with_traceback=True,
+                    message=f"the env loop failed: {type(exc).__name__}: {exc}")
+                parts = LoopParts(self.config)  # start the next attempt afresh
+            self.forget(item.key, item.attempt)
             self._send(Finished(item.key, item.attempt, record))
+
+    def cancel(self, key: str, attempt: int) -> None:
+        """Stop an attempt at its next turn (its record is ``cancelled``, which the engine
+        drops); safe from any thread."""
+        self._cancelled.add((key, attempt))
+
+    def forget(self, key: str, attempt: int) -> None:
+        """Drop what is known of a settled attempt (its cancel, if any)."""
+        self._cancelled.discard((key, attempt))
 
     def _check_cancelled(self, item: Assignment) -> None:
         if (item.key, item.attempt) in self._cancelled:
             raise AttemptCancelled(f"attempt {item.attempt} of {item.key} was cancelled")
 
-    def run_attempt(self, item: Assignment, slot: int, parts: "_LoopParts") -> dict[str, Any]:
+    def run_attempt(self, item: Assignment, slot: int, parts: "LoopParts") -> dict[str, Any]:
         """Run one attempt to its record; never raises."""
         task = item.task
-        started = time.time()
-        record: dict[str, Any] = {
-            "key": item.key, "task_id": task.id, "sample_idx": item.sample_idx,
-            "attempt": item.attempt, "mode": task.mode, "tags": list(task.tags),
-            "status": None, "reward": 0.0, "success": False, "infrastructure": False,
-            "failure": None, "turns": 0, "worker": self.worker_id, "pid": self.pid,
-            "slot": slot, "vm": None, "lease_wait_s": None, "started_at": round(started, 4),
-        }
-        if item.meta:
-            record["meta"] = dict(item.meta)
+        record = records.new_record(item, worker=self.worker_id, pid=self.pid, slot=slot,
+                                    started_at=time.time())
         trajectory = _Trajectory(self.run_dir, item)
         record["trajectory"] = trajectory.relpath
         agent = None
@@ -145,8 +142,8 @@ class RolloutWorker:
             env, agent = parts.env(task.mode), parts.agent()
             # The hook for envs that write files of their own (osworld: traj.jsonl, step_N.png).
             env.trajectory_dir = trajectory.extra_dir
-            leaser = AttemptLeaser(self.pool, self._owner(slot), item, self.config.lease_timeout_s, self.holder,
-                             record, self._send)
+            leaser = AttemptLeaser(self.pool, self._owner(slot), item, self.config.lease_timeout_s,
+                                   self.holder, record, self._send)
             if env.vm_scope == "episode":
                 with leaser.lease() as vm:
                     self._episode(env, agent, item, vm, record, trajectory)
@@ -154,18 +151,17 @@ class RolloutWorker:
                 self._episode(env, agent, item, leaser if env.vm_scope else None, record, trajectory)
         except RolloutError as exc:
             record.update(status=exc.kind, infrastructure=exc.infrastructure, reward=0.0, success=False,
-                          failure=_failure(exc))
+                          failure=records.failure(exc))
         except (EOFError, ConnectionError, BrokenPipeError) as exc:
             # The pool's Manager process is gone; the engine notices and stops the run.
-            record.update(status=VMError.kind, infrastructure=True, failure=_failure(exc, "pool unreachable"))
+            record.update(status=VMError.kind, infrastructure=True,
+                          failure=records.failure(exc, "pool unreachable"))
         except BaseException as exc:  # noqa: BLE001 - an agent or env error (SystemExit too) is this attempt's outcome
-            record.update(status="error", failure=_failure(exc))
+            record.update(status="error", failure=records.failure(exc))
         finally:
             trajectory.close()
         record["usage"] = _safe_usage(agent) if agent is not None else {}
-        record["ended_at"] = round(time.time(), 4)
-        record["duration_s"] = round(record["ended_at"] - started, 4)
-        return _serializable(record)
+        return _serializable(records.finish(record))
 
     def _owner(self, slot: int) -> str:
         # Private VMs are bound to a worker index, which survives a respawn of the worker.
@@ -216,7 +212,7 @@ def _task_breaks_vm(phase: str) -> Iterator[None]:
         raise SandboxViolation(f"the VM broke during the task's {phase}: {exc.kind}: {exc}") from exc
 
 
-class _LoopParts:
+class LoopParts:
     """One env loop's Env per mode and its Agent, each made on first use."""
 
     def __init__(self, config: RunConfig) -> None:
@@ -235,6 +231,42 @@ class _LoopParts:
         if self._agent is None:
             self._agent = get_agent(self.config.agent)(self.config)
         return self._agent
+
+
+class AttemptLeaser:
+    """The ``VMLeaser`` (``envs.base``) an env gets: the leases of one attempt,
+    ``with leaser.lease() as client`` per block (an episode, or each call of a
+    ``vm_scope == "call"`` env). It notes the VMs and the lease wait in the attempt's record
+    and tells the engine when a wait for a VM begins and ends (``LeaseWait``), so that the
+    task clock stops while the attempt queues for a VM."""
+
+    def __init__(self, pool: Any, owner: str, item: Assignment, timeout_s: float, holder: str,
+                 record: dict[str, Any], send: Callable[[Any], None]) -> None:
+        self.pool, self.owner, self.item = pool, owner, item
+        self.timeout_s, self.holder, self.record, self.send = timeout_s, holder, record, send
+
+    @contextmanager
+    def lease(self) -> Iterator[Any]:
+        """``with leaser.lease() as client:`` a GuestClient on a leased VM, reset afterwards."""
+        from .guest.client import GuestClient
+
+        started = time.monotonic()
+        key, attempt = self.item.key, self.item.attempt
+        self.send(LeaseWait(key, attempt, True))
+        waiting = True
+        try:
+            with lease_vm(self.pool, self.owner, key, self.timeout_s, self.holder) as info:
+                self.send(LeaseWait(key, attempt, False))
+                waiting = False
+                waited = time.monotonic() - started
+                self.record["lease_wait_s"] = round((self.record["lease_wait_s"] or 0.0) + waited, 4)
+                self.record["vm"] = info.vm_id  # the last one; "vms" lists every VM used
+                if info.vm_id not in self.record.setdefault("vms", []):
+                    self.record["vms"].append(info.vm_id)
+                yield GuestClient(info.address)
+        finally:
+            if waiting:  # the lease itself failed
+                self.send(LeaseWait(key, attempt, False))
 
 
 class _Trajectory:
@@ -278,11 +310,6 @@ class _Trajectory:
                 pass  # the unflushed tail of a failed write; write() already raised
 
 
-def _failure(exc: BaseException, message: str | None = None) -> dict[str, Any]:
-    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    return {"type": type(exc).__name__, "message": message or str(exc)[:2000], "traceback": tb[-TRACEBACK_TAIL:]}
-
-
 def _safe_usage(agent: Agent) -> Any:
     try:
         return agent.usage()
@@ -299,13 +326,7 @@ def _serializable(record: dict[str, Any]) -> dict[str, Any]:
         json.dumps(record)
         return record
     except (TypeError, ValueError) as exc:
-        keep = {k: record.get(k) for k in ("key", "task_id", "sample_idx", "attempt", "mode", "tags",
-                                            "turns", "worker", "pid", "slot", "vm", "lease_wait_s",
-                                            "started_at", "ended_at", "duration_s", "trajectory")}
-        return {**keep, "status": "error", "reward": 0.0, "success": False, "infrastructure": False,
-                "failure": {"type": "UnserializableResult",
-                            "message": f"the attempt's record is not JSON-serializable: {exc}",
-                            "traceback": ""}}
+        return records.unserializable_record(record, exc)
 
 
 def worker_main(worker_id: str, holder: str, conn: Connection, pool: Any, config: RunConfig,

@@ -24,7 +24,7 @@ import psutil
 
 from ..messages import Assignment
 from ..pool.manager import VMPoolManager
-from ..worker import RolloutWorker, _LoopParts
+from ..worker import LoopParts, RolloutWorker
 
 
 def _node_id() -> str:
@@ -103,7 +103,7 @@ class WorkerActor:
         _ignore_sigint()
         pool = RayPool(pool_handle) if pool_handle is not None else None
         self.worker = RolloutWorker(worker_id, holder, None, pool, config, run_dir)
-        self._parts: dict[int, _LoopParts] = {}
+        self._parts: dict[int, LoopParts] = {}
         self._node = _node_id()
 
     def ready(self) -> dict[str, Any]:
@@ -112,15 +112,15 @@ class WorkerActor:
 
     def run(self, item: Assignment, slot: int) -> dict[str, Any]:
         """Run one attempt to its record (never raises)."""
-        parts = self._parts.setdefault(slot, _LoopParts(self.worker.config))
+        parts = self._parts.setdefault(slot, LoopParts(self.worker.config))
         record = self.worker.run_attempt(item, slot, parts)
-        self.worker._cancelled.discard((item.key, item.attempt))
+        self.worker.forget(item.key, item.attempt)
         record["node"] = self._node
         return record
 
     def cancel(self, key: str, attempt: int) -> None:
         """Stop an attempt at its next turn."""
-        self.worker._cancelled.add((key, attempt))
+        self.worker.cancel(key, attempt)
 
     def kill_children(self) -> int:
         """SIGKILL every descendant (agent subprocesses) before the driver kills the actor,
