@@ -23,7 +23,7 @@ def test_without_ray_address_flag_needs_backend_ray(tmp_path):
 def test_missing_ray_says_how_to_install(monkeypatch):
     import importlib.util
 
-    from parallel_rollout.backends import check_ray
+    from parallel_rollout.config import check_ray
     from parallel_rollout.config import build_config
     from parallel_rollout.errors import ConfigError
 
@@ -69,7 +69,7 @@ def test_policy_gate_on_tcp_for_nodes_of_other_hosts():
     import threading
 
     from parallel_rollout.backends.ray_cluster import driver_ip
-    from parallel_rollout.rl.gate import GateClient, PolicyGate
+    from parallel_rollout.policy_gate import GateClient, PolicyGate
 
     assert driver_ip(None) == driver_ip("127.0.0.1:6379") == driver_ip("localhost:6379") == "127.0.0.1"
     gate = PolicyGate(version=1, host="127.0.0.1")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import importlib.util
 import json
 import os
 from dataclasses import dataclass, field
@@ -101,7 +102,7 @@ class RunConfig:
     progress: bool | None = None
     #: seconds one model request may take before it is retried
     api_timeout_s: float = 120.0
-    #: RL schedulers: the unix socket of the policy gate model requests pass (rl.gate)
+    #: RL schedulers: the unix socket of the policy gate model requests pass (policy_gate)
     policy_gate: str | None = None
     #: where workers and pools run: "local" (processes on this host) or "ray" (actors on
     #: every node of a Ray cluster; backends/ray_backend.py)
@@ -224,8 +225,6 @@ def build_config(flags: dict[str, Any], config_file: str | None = None) -> RunCo
         values.update(load_toml(config_file))
     values.update(flags)
     values = {**_stored_settings(values), **values}
-    from .tasks import NAMED_DATASETS
-
     if values.get("data") and values["data"].lower() not in NAMED_DATASETS:
         # Absolute, so a resume names the same file however the path is spelled (from a
         # cron job's folder, ./tasks.jsonl …) and config.json says which file it was.
@@ -253,6 +252,26 @@ def _stored_settings(values: dict[str, Any]) -> dict[str, Any]:
     return {name: stored[name] for name in names & set(_FIELDS) if name not in ("resume", "run_id")}
 
 
+#: names --data accepts instead of a path: datasets that ship inside a Python package, and
+#: where each one's file is found (``tasks.resolve_data`` imports it when used)
+NAMED_DATASETS = {
+    "humaneval": "parallel_rollout.envs.py:humaneval_path",
+    "frozenlake": "parallel_rollout.envs.gym:frozenlake_path",
+    "miniwob": "parallel_rollout.envs.web.catalog:miniwob_path",
+    "rag": "parallel_rollout.envs.rag:rag_path",
+}
+
+#: what a user without Ray is told
+RAY_INSTALL_HINT = "--backend ray needs Ray: pip install 'parallel-rollout[ray]'"
+
+
+def check_ray() -> None:
+    """ConfigError (with how to install it) when Ray is not importable: the ``backend``
+    field's value ``ray`` is only valid where it is."""
+    if importlib.util.find_spec("ray") is None:
+        raise ConfigError(RAY_INSTALL_HINT)
+
+
 def validate_ranges(cfg: RunConfig) -> None:
     """Numbers that make no sense, and combinations that cannot work."""
     positive = ("num_rollouts", "num_vms", "max_turns", "envs_per_worker", "group_size",
@@ -277,8 +296,6 @@ def validate_ranges(cfg: RunConfig) -> None:
     if cfg.ray_address is not None and cfg.backend != "ray":
         raise ConfigError("--ray-address needs --backend ray")
     if cfg.backend == "ray":
-        from .backends import check_ray
-
         check_ray()
     if cfg.spare_vms is not None and cfg.spare_vms < 0:
         raise ConfigError("--spare-vms must be 0 or more")
@@ -303,9 +320,14 @@ def validate_ranges(cfg: RunConfig) -> None:
             f"the pool needs {wanted} VMs (--num-vms with --use-vm-pool, else "
             "--num-rollouts, plus --spare-vms): give one address per VM, or fewer VMs"
         )
-    from .report.gate import check_gate_settings
-
-    check_gate_settings(cfg)
+    if cfg.fail_under is not None and not 0.0 <= cfg.fail_under <= 1.0:
+        raise ConfigError(f"--fail-under {cfg.fail_under:g} must be a fraction between 0 and 1 "
+                          "(0.8 means 80%)")
+    if cfg.compare_to is not None:
+        if not cfg.compare_to or "/" in cfg.compare_to or cfg.compare_to in (".", ".."):
+            raise ConfigError(f"--compare-to {cfg.compare_to!r} must be a run id (a folder of --output-dir)")
+        if cfg.run_id is not None and cfg.compare_to == cfg.run_id:
+            raise ConfigError("--compare-to names this run itself; give the baseline run's id")
     if cfg.run_id is not None:
         if not cfg.run_id or "/" in cfg.run_id or cfg.run_id in (".", ".."):
             raise ConfigError(f"--run-id {cfg.run_id!r} must be a plain folder name")

@@ -118,6 +118,11 @@ class Runner:
                 "--envs-per-worker > 1 runs several env loops per worker that share VMs; "
                 "add --use-vm-pool (without it each worker owns exactly one VM of its own)"
             )
+        if cfg.compare_to is not None:
+            baseline = Path(cfg.output_dir) / cfg.compare_to
+            if not (baseline / "results.jsonl").exists():
+                raise ConfigError(f"--compare-to {cfg.compare_to}: {baseline} holds no results.jsonl "
+                                  "(no such run in --output-dir)")
         if cfg.data is None:
             raise ConfigError("--data is required: a .json or .jsonl task file, or humaneval")
         check_config = getattr(self.agent_cls, "check_config", None)

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
+from .config import NAMED_DATASETS
 from .errors import TaskFileError
 
 #: fields the Task model owns; everything else is the mode's payload
@@ -104,15 +105,6 @@ class TaskSet:
     def total(self) -> int:
         """Every task of --data, runnable or not."""
         return len(self.tasks) + len(self.unsupported)
-
-
-#: names --data accepts instead of a path: datasets that ship inside a Python package
-NAMED_DATASETS = {
-    "humaneval": "parallel_rollout.envs.py:humaneval_path",
-    "frozenlake": "parallel_rollout.envs.gym:frozenlake_path",
-    "miniwob": "parallel_rollout.envs.web.catalog:miniwob_path",
-    "rag": "parallel_rollout.envs.rag:rag_path",
-}
 
 
 def resolve_data(data: str) -> Path:

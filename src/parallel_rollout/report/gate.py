@@ -29,24 +29,6 @@ from .run_data import RunData
 log = logging.getLogger("parallel_rollout")
 
 
-def check_gate_settings(config: Any) -> None:
-    """Reject gate settings that cannot work, before anything runs (ConfigError)."""
-    from ..errors import ConfigError
-
-    if config.fail_under is not None and not 0.0 <= config.fail_under <= 1.0:
-        raise ConfigError(f"--fail-under {config.fail_under:g} must be a fraction between 0 and 1 "
-                          "(0.8 means 80%)")
-    if config.compare_to is not None:
-        if not config.compare_to or "/" in config.compare_to or config.compare_to in (".", ".."):
-            raise ConfigError(f"--compare-to {config.compare_to!r} must be a run id (a folder of --output-dir)")
-        if config.run_id is not None and config.compare_to == config.run_id:
-            raise ConfigError("--compare-to names this run itself; give the baseline run's id")
-        baseline = Path(config.output_dir) / config.compare_to
-        if not (baseline / "results.jsonl").exists():
-            raise ConfigError(f"--compare-to {config.compare_to}: {baseline} holds no results.jsonl "
-                              "(no such run in --output-dir)")
-
-
 def gate(config: Any, data: RunData) -> tuple[int, str]:
     """The exit code and message of a finished run's gates (EXIT_OK and "" when all pass)."""
     failed: list[tuple[int, str]] = []
