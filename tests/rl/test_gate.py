@@ -16,7 +16,7 @@ import pytest
 from llm_server import llm_server  # noqa: F401 - fixture
 from parallel_rollout.agents.openai_agent import OpenAIAgent
 from parallel_rollout.config import RunConfig
-from parallel_rollout.rl.gate import GateClient, PolicyGate
+from parallel_rollout.policy_gate import GateClient, PolicyGate
 from parallel_rollout.tasks import Task
 from table_policy import TablePolicy
 

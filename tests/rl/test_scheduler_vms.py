@@ -67,7 +67,8 @@ def test_an_engine_that_cannot_start_leaves_no_gate_behind(tmp_path, monkeypatch
     engine cannot be made (an unknown provider for a shell tag) the error reaches the
     trainer and the gate is closed, its folder gone."""
     from parallel_rollout.errors import ConfigError
-    from parallel_rollout.rl import gate as gate_module, shared
+    from parallel_rollout import policy_gate as gate_module
+    from parallel_rollout.rl import shared
 
     made = []
 

@@ -80,7 +80,7 @@ class OpenAIAgent(Agent):
         # RL schedulers: a gate each model request passes (weight updates, policy versions)
         self._gate = None
         if getattr(config, "policy_gate", None):
-            from ..rl.gate import GateClient
+            from ..policy_gate import GateClient
 
             self._gate = GateClient(config.policy_gate)
         self._turn: dict[str, Any] = {}

@@ -2,7 +2,7 @@
 
 ``from parallel_rollout.rl import RolloutScheduler, EnvManagerConfig`` — see ``scheduler``
 for the scheduling, ``groups`` for what a trajectory holds, ``config`` for the settings and
-the task sets tags name, ``gate`` for weight updates (suspend/resume, policy versions),
+the task sets tags name, ``policy_gate`` (below every agent) for weight updates (suspend/resume, policy versions),
 ``shared`` for the engine every scheduler of a trainer shares.
 """
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from ..config import RunConfig
 from ..errors import ConfigError
-from .gate import PolicyGate
+from ..policy_gate import PolicyGate
 
 
 class SharedEngine:
