@@ -86,7 +86,7 @@ def test_cancel_queued_and_running_and_pause(tmp_path):
         while not (turns.exists() and turns.read_text().count("\n") >= 2):  # "long" holds its VM
             assert time.monotonic() < deadline
             time.sleep(0.05)
-        pid_before = engine.supervision._workers[0].process.pid
+        pid_before = engine.worker_pids()["w0"]
         assert engine.cancel("long#0")  # running: stops at its next turn
         engine.pause()
         engine.submit(Assignment(by_id["q1"], 0, 0), finals.put)
@@ -96,7 +96,7 @@ def test_cancel_queued_and_running_and_pause(tmp_path):
         engine.resume()
         assert engine.wait_idle(timeout=60)
         # the soft cancel did not cost the worker: same process, no death
-        assert engine.supervision._workers[0].process.pid == pid_before
+        assert engine.worker_pids()["w0"] == pid_before
         record = finals.get_nowait()
         assert record["key"] == "q1#0" and record["status"] == "success"
         assert finals.empty(), "a cancelled sample reached its front end"

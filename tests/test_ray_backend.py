@@ -186,8 +186,7 @@ def test_engine_submit_cancel_pause_and_a_killed_worker_actor(cluster, tmp_path)
             time.sleep(0.05)
         assert engine.in_flight() == 2 and engine.pending() == 1  # q0 waits: one limit over 3 nodes
         assert engine.cancel("q0#0")  # queued: dropped
-        holder = next(w for w in engine.supervision._workers.values() if ("victim#0", 0) in w.assigned)
-        os.kill(holder.pid, signal.SIGKILL)  # a worker actor of this module's cluster
+        os.kill(engine.holder_pid("victim#0"), signal.SIGKILL)  # a worker actor of this module's cluster
         assert engine.cancel("long#0")  # running: stops at its next turn
         engine.pause()
         for i in range(1, 5):

@@ -127,8 +127,8 @@ class Sampler(threading.Thread):
         # counts): a run too short to be seen half-way (the smoke runs) still gets a figure,
         # and reading every worker's smaps only twice keeps the sampler off the CPU.
         while not self.done.wait(0.25 if self.rss_mb else 0.05):
-            supervision = self._supervision()
-            manager_pid = supervision.manager_pid if supervision is not None else None
+            engine = self._engine()
+            manager_pid = engine.manager_pid if engine is not None else None
             if manager_pid is not None:
                 try:
                     times = psutil.Process(manager_pid).cpu_times()
@@ -140,18 +140,17 @@ class Sampler(threading.Thread):
                 self._memory()
                 half_way = finished >= self.total / 2
 
-    def _supervision(self):
-        """The engine's workers and pool, once the runner has made its engine."""
-        engine = getattr(self.runner, "engine", None)
-        return getattr(engine, "supervision", None)
+    def _engine(self):
+        """The runner's engine, once it has made one."""
+        return getattr(self.runner, "engine", None)
 
     def _memory(self) -> None:
         rss, pss = [], []
-        supervision = self._supervision()
-        workers = list(supervision._workers.values()) if supervision is not None else []  # noqa: SLF001
-        for worker in workers:
+        engine = self._engine()
+        pids = list(engine.worker_pids().values()) if engine is not None else []
+        for pid in pids:
             try:
-                full = psutil.Process(worker.process.pid).memory_full_info()
+                full = psutil.Process(pid).memory_full_info()
             except (psutil.Error, ValueError, TypeError):
                 continue
             rss.append(full.rss / 2**20)

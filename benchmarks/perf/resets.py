@@ -176,8 +176,7 @@ class VMMemory(threading.Thread):
     def run(self) -> None:
         while not self.done.wait(0.25):
             if len(self.runner._finished_keys) >= self.total / 2:  # noqa: SLF001
-                supervision = getattr(getattr(self.runner, "engine", None), "supervision", None)
-                pid = getattr(supervision, "manager_pid", None)
+                pid = getattr(getattr(self.runner, "engine", None), "manager_pid", None)
                 if pid:
                     self.pss_mb = round(_tree_pss(pid), 1)
                     return

@@ -39,8 +39,8 @@ thread, or on the thread that calls ``close``, and must not block for long)::
 * **Workers** (``worker``) each have their own duplex pipe rather than one shared task
   queue and result queue: a worker SIGKILLed while holding a shared queue's lock would stall
   every other worker (the multiprocessing.Pool hang of bpo-22393). The engine thread waits on
-  every pipe and every ``Process.sentinel`` at once; a dead worker is handled by
-  ``supervision``: its acknowledged attempts are recorded ``worker_died`` (and retried), its
+  every pipe and every ``Process.sentinel`` at once; a dead worker is handled by its
+  backend (``backends``): its acknowledged attempts are recorded ``worker_died`` (and retried), its
   unacknowledged ones go back to the queue, its VMs are reclaimed, a new worker replaces it.
   The in-flight counter is the one semaphore shared by every loop of every worker; unlike a
   ``multiprocessing.Semaphore`` it cannot leak a permit when a holder is killed.
@@ -57,7 +57,6 @@ from __future__ import annotations
 
 import json
 import logging
-import multiprocessing
 import os
 import threading
 import time
@@ -72,7 +71,7 @@ from .errors import PoolClosed, PoolExhausted, RolloutError
 from .messages import Assignment, Cancel
 from .pool.providers import ProviderOptions, get_provider
 from .results import StorageError
-from .backends import make_supervision
+from .backends import BackendSpec, make_backend
 
 log = logging.getLogger("parallel_rollout")
 
@@ -156,21 +155,22 @@ class Engine:
         self._rung = False
         self._events = None
         self.stats = _Stats()
-        self._ctx = multiprocessing.get_context("spawn")
-        #: the workers and pools: local processes or Ray actors (``backends``)
-        self.supervision = make_supervision(self)
+        #: the workers and pools: local processes or Ray actors (``backends``); it calls back
+        #: only through this engine's ``EngineHooks`` methods
+        self.backend = make_backend(BackendSpec(config, self.run_dir, self.run_id, self.provider_cls,
+                                                self.provider_options), self)
 
     # -- the API ---------------------------------------------------------------------------
 
     @property
     def concurrency(self) -> int:
         """The limit on rollouts in flight, shared by every front end."""
-        return self.supervision.concurrency
+        return self.backend.concurrency
 
     @property
     def manager_pid(self) -> int | None:
         """The pid of the pool's Manager process (None without a pool)."""
-        return self.supervision.manager_pid
+        return self.backend.manager_pid
 
     def start(self) -> None:
         """Start the pool and the workers and the engine thread; returns at once."""
@@ -183,7 +183,7 @@ class Engine:
             self._wake_r, self._wake_w = os.pipe()
             os.set_blocking(self._wake_r, False)
             os.set_blocking(self._wake_w, False)
-            self.supervision.start()
+            self.backend.start()
             log.info("[Concurrency] Set max concurrent rollouts to %d", self.concurrency)
             self._thread = threading.Thread(target=self._serve, name="rollout-engine", daemon=True)
             self._thread.start()
@@ -231,7 +231,7 @@ class Engine:
 
     def in_flight(self) -> int:
         """Attempts sent to workers and not settled."""
-        return self.supervision.in_flight()
+        return self.backend.in_flight()
 
     def pending(self) -> int:
         """Attempts waiting for a worker."""
@@ -249,9 +249,17 @@ class Engine:
                 self._changed.wait(remaining if remaining is not None else _TICK_S)
             return not self._subs
 
+    def worker_pids(self) -> dict[str, int | None]:
+        """Each live worker's id and pid (None while a Ray actor starts)."""
+        return self.backend.worker_pids()
+
+    def holder_pid(self, key: str, attempt: int = 0) -> int | None:
+        """The pid of the worker running an attempt of ``key``, or None."""
+        return self.backend.holder_pid(key, attempt)
+
     def pool_stats(self) -> dict[str, Any] | None:
         """The pool's live stats (None without a pool or when it cannot answer)."""
-        return self.supervision.pool_stats()
+        return self.backend.pool_stats()
 
     def close(self, grace: float | None = None) -> None:
         """Stop everything; idempotent. ``grace``: seconds attempts under way may take to
@@ -276,7 +284,7 @@ class Engine:
                 grace = self.config.shutdown_grace_s
         try:
             # A manager that died (or was killed) could not stop its VMs itself.
-            self.supervision.shutdown(grace, sweep=not clean)
+            self.final_pool_stats = self.backend.shutdown(grace, sweep=not clean)
         finally:
             with self._lock:
                 self._closed = True
@@ -316,7 +324,7 @@ class Engine:
         try:
             while not self._closing and self.error is None:
                 self._dispatch()
-                ready = self.supervision.wait(extra=[self._wake_r], timeout=_TICK_S)
+                ready = self.backend.wait(extra=[self._wake_r], timeout=_TICK_S)
                 if self._wake_r in ready:
                     # cleared before the pipe is read: a ring that comes after the read
                     # writes again, and one before it is answered by this pass
@@ -326,8 +334,8 @@ class Engine:
                             pass
                     except BlockingIOError:
                         pass
-                self.supervision.handle(ready)
-                self.supervision.check_timeouts()
+                self.backend.handle(ready)
+                self.backend.check_timeouts()
                 self._enforce_cancels()
         except BaseException as exc:  # noqa: BLE001 - the engine must report, never vanish
             log.exception("the engine thread failed")
@@ -346,7 +354,7 @@ class Engine:
         with self._lock:
             while not self._paused and self._pending and self.in_flight() < self.concurrency:
                 item = self._pending.popleft()
-                if not self.supervision.send(item):
+                if not self.backend.send(item):
                     self._pending.appendleft(item)
                     return
 
@@ -360,16 +368,16 @@ class Engine:
             self._cancelled = {sub.item.key for sub in cancelled}
         for sub in cancelled:
             item = sub.item
-            if not self.supervision.holds(item):
+            if not self.backend.holds(item):
                 with self._lock:  # settled meanwhile (its record was dropped)
                     self._settle(item.key)
                 continue
             if not sub.cancel_sent:
                 sub.cancel_sent = True
-                self.supervision.send_cancel(Cancel(item.key, item.attempt))
+                self.backend.send_cancel(Cancel(item.key, item.attempt))
             elif sub.cancel_deadline is not None and now > sub.cancel_deadline:
                 sub.cancel_deadline = None
-                self.supervision.kill_holder(item, f"cancelled attempt {item.attempt} of {item.key} "
+                self.backend.kill_holder(item, f"cancelled attempt {item.attempt} of {item.key} "
                                                    f"did not stop within {self.cancel_grace_s:g}s")
 
     # -- records ---------------------------------------------------------------------------

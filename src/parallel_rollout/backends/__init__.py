@@ -1,41 +1,27 @@
-"""Backends: where an engine's workers and VM pools run, behind one supervision interface.
+"""Backends: where an engine's workers and VM pools run, behind one contract (``base``).
 
-``local`` (the default) is ``supervision.Supervision``: worker processes and one Manager-
-hosted pool on this host. ``ray`` is ``ray_backend.RaySupervision``: worker actors and one
-pool actor per node of a Ray cluster. The engine only calls ``make_supervision``; Ray is
-imported when (and only when) the ray backend is used.
+``local`` (the default) is ``local.LocalBackend``: worker processes and one Manager-hosted
+pool on this host. ``ray`` is ``ray_backend.RayBackend``: worker actors and one pool actor
+per node of a Ray cluster. The engine calls only ``make_backend``, which is the one place
+that names a concrete backend; Ray is imported when (and only when) the ray backend is used.
 """
 
 from __future__ import annotations
 
-import importlib.util
-from typing import TYPE_CHECKING, Any
-
-from ..errors import ConfigError
-
-if TYPE_CHECKING:
-    from ..engine import Engine
-
-#: what a user without Ray is told
-RAY_INSTALL_HINT = "--backend ray needs Ray: pip install 'parallel-rollout[ray]'"
+from ..config import check_ray
+from .base import Backend, BackendSpec, EngineHooks
 
 
-def check_ray() -> None:
-    """ConfigError (with how to install it) when Ray is not importable."""
-    if importlib.util.find_spec("ray") is None:
-        raise ConfigError(RAY_INSTALL_HINT)
-
-
-def make_supervision(engine: "Engine") -> Any:
-    """The supervision of ``engine``'s workers and pools for its config's backend."""
-    if engine.config.backend == "ray":
+def make_backend(spec: BackendSpec, hooks: EngineHooks) -> Backend:
+    """The backend of ``spec.config.backend`` for an engine (``hooks``)."""
+    if spec.config.backend == "ray":
         check_ray()
-        from .ray_backend import RaySupervision
+        from .ray_backend import RayBackend
 
-        return RaySupervision(engine)
-    from ..supervision import Supervision
+        return RayBackend(spec, hooks)
+    from .local import LocalBackend
 
-    return Supervision(engine)
+    return LocalBackend(spec, hooks)
 
 
 def sweep(provider_name: str, run_id: str | None, backend: str = "local",

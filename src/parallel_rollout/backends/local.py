@@ -1,6 +1,8 @@
-"""Supervision: the engine's worker processes and VM pool, their deaths, deadlines and end.
+"""The local backend: the engine's worker processes and VM pool on this host, their deaths,
+deadlines and end.
 
-The engine (``engine``) decides what runs; this module keeps the processes that run it:
+The engine (``engine``) decides what runs; this module keeps the processes that run it (the
+contract, the crash window and the clocks are ``backends.base``'s):
 
 * **Spawn.** N ``RolloutWorker`` processes (spawn start method), each with its own duplex
   pipe, and the pool's Manager process when a mode needs VMs.
@@ -17,9 +19,9 @@ The engine (``engine``) decides what runs; this module keeps the processes that 
   ``lease_timeout`` (infrastructure, retried); an assignment a worker does not acknowledge
   within ``ack_timeout_s`` means that worker is stuck. Each kills the worker's process tree
   (terminate is not enough: agent subprocesses hold pipes).
-* **Crash loops.** Deliberate kills (timeouts, cancels) are not crashes. Workers that die on
-  their own more than ``10·N + 10`` times within a minute stop the engine; a long run with
-  occasional deaths goes on.
+* **Crash loops** (``base.CrashWindow``). Deliberate kills (timeouts, cancels) are not
+  crashes. Workers that die on their own more than ``10·N + 10`` times within a minute stop
+  the engine; a long run with occasional deaths goes on.
 * **Identity.** Each spawn of a worker gets a token (``w3.7``: index, spawn number); the pool
   knows lease holders by it, never by pid, which the kernel recycles.
 * **Shutdown.** Ordered: STOP once per live worker → drain records while they finish (the
@@ -30,20 +32,16 @@ The engine (``engine``) decides what runs; this module keeps the processes that 
 from __future__ import annotations
 
 import logging
+import multiprocessing
 import select
 import time
-from collections import deque
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import psutil
-
-from .errors import LeaseTimeout, RolloutError, TaskTimeout, WorkerDied
-from .messages import STOP, Assignment, Cancel, Finished, LeaseWait, Started
-
-if TYPE_CHECKING:
-    from .engine import Engine
+from ..errors import LeaseTimeout, RolloutError, TaskTimeout, WorkerDied
+from ..messages import STOP, Assignment, Cancel, Finished, LeaseWait, Started
+from .base import BackendSpec, Clock, CrashWindow, EngineHooks, WorkerTable, died_record, kill_tree
 
 log = logging.getLogger("parallel_rollout")
 
@@ -51,36 +49,8 @@ log = logging.getLogger("parallel_rollout")
 _TICK_S = 0.2
 #: seconds past lease_timeout_s before the engine gives up on a wait for a VM itself
 _LEASE_MARGIN_S = 30.0
-#: the window in which worker crashes are counted
-_CRASH_WINDOW_S = 60.0
 #: how often deadlines are looked at: far below any deadline, far above a loop pass
 _TIMEOUT_CHECK_S = 0.05
-
-
-@dataclass
-class Clock:
-    """The task clock of one acknowledged attempt: it runs except while the attempt waits
-    for a VM."""
-
-    #: wall-clock time of the acknowledgement, for records
-    started_at: float
-    #: monotonic time the clock last resumed, None while waiting for a VM
-    running_since: float | None
-    ran_s: float = 0.0
-    #: monotonic time the current wait for a VM began
-    waiting_since: float | None = None
-
-    def elapsed(self, now: float) -> float:
-        """Seconds of task time so far."""
-        return self.ran_s + (now - self.running_since if self.running_since is not None else 0.0)
-
-    def lease_wait(self, waiting: bool, now: float) -> None:
-        """Stop the clock while a VM is awaited, restart it when one is held."""
-        if waiting and self.waiting_since is None:
-            self.ran_s = self.elapsed(now)
-            self.running_since, self.waiting_since = None, now
-        elif not waiting and self.waiting_since is not None:
-            self.running_since, self.waiting_since = now, None
 
 
 @dataclass
@@ -110,40 +80,36 @@ class WorkerHandle:
 
     @property
     def worker_id(self) -> str:
+        """The worker's id (its index; a respawn keeps it)."""
         return f"w{self.index}"
 
-
-class WorkerTable:
-    """What every backend's supervision knows: its workers (``_workers``, each with the
-    attempts it was ``assigned``)."""
-
-    _workers: dict[int, Any]
-
-    def in_flight(self) -> int:
-        """Attempts sent to workers and not settled (safe from any thread)."""
-        return sum(len(w.assigned) for w in list(self._workers.values()))
-
-    def holds(self, item: Assignment) -> bool:
-        """Whether a worker holds this attempt."""
-        return self._holder(item) is not None
-
-    def _holder(self, item: Assignment) -> Any:
-        ident = (item.key, item.attempt)
-        return next((w for w in list(self._workers.values()) if ident in w.assigned), None)
+    @property
+    def pid(self) -> int | None:
+        """The worker process's pid."""
+        return self.process.pid
 
 
-class Supervision(WorkerTable):
-    """The worker processes and the pool of one engine."""
+def manager_process(manager: Any) -> Any:
+    """The ``Process`` of a started ``BaseManager``: multiprocessing offers no public pid or
+    sentinel for it, so this is the one place that reads its private ``_process``."""
+    return manager._process  # noqa: SLF001
 
-    def __init__(self, engine: "Engine") -> None:
-        self.engine = engine
-        self.config = engine.config
+
+class LocalBackend(WorkerTable):
+    """The worker processes and the pool of one engine, on this host."""
+
+    def __init__(self, spec: BackendSpec, hooks: EngineHooks) -> None:
+        self.spec = spec
+        self.hooks = hooks
+        self.config = spec.config
+        #: workers and the Manager are spawned, never forked: a fork of the threaded engine
+        #: process could inherit a lock held at fork time
+        self._ctx = multiprocessing.get_context("spawn")
         self._workers: dict[int, WorkerHandle] = {}
         self._manager = None
         self.pool = None
         self._spawns = 0
-        #: monotonic times of workers' own deaths (not deliberate kills) in the last window
-        self._crashes: deque[float] = deque()
+        self._crashes = CrashWindow(self.config.num_rollouts)
         self._next_timeout_check = 0.0
         #: what ``wait`` polls: the objects, their poll object, fd -> object
         self._watched: list[Any] = []
@@ -153,7 +119,7 @@ class Supervision(WorkerTable):
     @property
     def manager_pid(self) -> int | None:
         """The pool's Manager process id, or None."""
-        return self._manager._process.pid if self._manager is not None else None
+        return manager_process(self._manager).pid if self._manager is not None else None
 
     @property
     def concurrency(self) -> int:
@@ -162,17 +128,17 @@ class Supervision(WorkerTable):
 
     def start(self) -> None:
         """Start the pool (sweeping an earlier run's leftovers first) and N workers."""
-        engine, cfg = self.engine, self.config
-        if engine.provider_cls is not None:
+        spec, cfg = self.spec, self.config
+        if spec.provider_cls is not None:
             # Leftovers of an earlier, killed run of this run id; a live run of the same id
             # in another output folder keeps its VMs.
-            engine.provider_cls.sweep(engine.run_id, orphans_only=True)
-            from .pool.server import start_pool
+            spec.provider_cls.sweep(spec.run_id, orphans_only=True)
+            from ..pool.server import start_pool
 
             self._manager, self.pool = start_pool(
-                engine._ctx, cfg.provider_name, engine.run_id, cfg.pool_size,
-                options=engine.provider_options,
-                events_path=str(engine.run_dir / "events.jsonl"),
+                self._ctx, cfg.provider_name, spec.run_id, cfg.pool_size,
+                options=spec.provider_options,
+                events_path=str(spec.run_dir / "events.jsonl"),
                 replacement_budget=cfg.replacement_budget,
                 per_worker=not cfg.use_vm_pool,
             )
@@ -180,15 +146,15 @@ class Supervision(WorkerTable):
             self._spawn(index)
 
     def _spawn(self, index: int) -> None:
-        from .worker import worker_main
+        from ..worker import worker_main
 
-        ctx = self.engine._ctx
+        ctx = self._ctx
         self._spawns += 1
         holder = f"w{index}.{self._spawns}"
         parent_conn, child_conn = ctx.Pipe(duplex=True)
         process = ctx.Process(
             target=worker_main, name=f"rollout-worker-{index}",
-            args=(f"w{index}", holder, child_conn, self.pool, self.config, str(self.engine.run_dir)),
+            args=(f"w{index}", holder, child_conn, self.pool, self.config, str(self.spec.run_dir)),
             daemon=True,
         )
         process.start()
@@ -228,7 +194,7 @@ class Supervision(WorkerTable):
 
     def kill_holder(self, item: Assignment, reason: str) -> None:
         """Kill the process tree of the worker holding ``item`` and handle its death."""
-        worker = self._holder(item)
+        worker = self._holder(item.key, item.attempt)
         if worker is not None:
             self._kill(worker, reason)
 
@@ -256,7 +222,7 @@ class Supervision(WorkerTable):
                 objects.append(w.conn)
             objects.append(w.process.sentinel)
         if self._manager is not None:
-            objects.append(self._manager._process.sentinel)
+            objects.append(manager_process(self._manager).sentinel)
         if objects != self._watched:
             poller, by_fd = select.poll(), {}
             for obj in objects:
@@ -272,11 +238,11 @@ class Supervision(WorkerTable):
         for w in list(self._workers.values()):
             if w.conn in ready:
                 self._drain(w)
-        if self._manager is not None and self._manager._process.sentinel in ready:
-            code = self._manager._process.exitcode
-            self.engine.stop(
+        if self._manager is not None and manager_process(self._manager).sentinel in ready:
+            code = manager_process(self._manager).exitcode
+            self.hooks.stop(
                 f"the VM pool's manager process died (exit code {code}); every finished result "
-                f"is kept in {self.engine.run_dir / 'results.jsonl'}"
+                f"is kept in {self.spec.run_dir / 'results.jsonl'}"
             )
             return
         for w in list(self._workers.values()):
@@ -305,7 +271,7 @@ class Supervision(WorkerTable):
             del w.assigned[ident]
             w.sent.pop(ident, None)
             w.started.pop(ident, None)
-            self.engine.record(message.record)
+            self.hooks.record(message.record)
 
     def _kill(self, w: WorkerHandle, reason: str, deliberate: bool = True) -> None:
         """Kill a worker's process tree (on purpose: not a crash) and handle its death."""
@@ -326,27 +292,21 @@ class Supervision(WorkerTable):
                 reclaimed = self.pool.reclaim(w.holder)
             except (EOFError, OSError, ConnectionError):
                 pass
-        self.engine.event("worker_died", worker=w.worker_id,
-                          reason=f"pid {pid}: {reason}; VMs reclaimed: {reclaimed}")
+        self.hooks.event("worker_died", worker=w.worker_id,
+                         reason=f"pid {pid}: {reason}; VMs reclaimed: {reclaimed}")
         log.warning("worker %s (pid %s) died: %s", w.worker_id, pid, reason)
         for ident, item in list(w.assigned.items()):
             if ident in w.started:
                 exc = WorkerDied(f"{reason} while running attempt {item.attempt} of {item.key}")
-                self.engine.record(synthetic_record(item, exc, w, w.started[ident].started_at))
+                self.hooks.record(died_record(item, exc, w, w.started[ident].started_at))
             else:
-                self.engine.requeue(item)
-        if self.engine.closing:
+                self.hooks.requeue(item)
+        if self.hooks.closing:
             return
-        if not deliberate:
-            now = time.monotonic()
-            self._crashes.append(now)
-            while self._crashes and now - self._crashes[0] > _CRASH_WINDOW_S:
-                self._crashes.popleft()
-            limit = 10 * self.config.num_rollouts + 10
-            if len(self._crashes) > limit:
-                self.engine.stop(f"workers keep dying ({len(self._crashes)} deaths within "
-                                 f"{_CRASH_WINDOW_S:.0f}s); last: {reason}")
-                return
+        if not deliberate and self._crashes.crashed():
+            self.hooks.stop(f"workers keep dying ({len(self._crashes)} deaths within "
+                            f"{self._crashes.window_s:.0f}s); last: {reason}")
+            return
         self._spawn(w.index)
 
     def check_timeouts(self) -> None:
@@ -376,8 +336,8 @@ class Supervision(WorkerTable):
             for ident, exc in late.items():
                 item = w.assigned.pop(ident)
                 clock = w.started.pop(ident)
-                self.engine.record(synthetic_record(item, exc, w, clock.started_at))
-                self.engine.event(exc.kind, task=item.key, worker=w.worker_id, reason=str(exc))
+                self.hooks.record(died_record(item, exc, w, clock.started_at))
+                self.hooks.event(exc.kind, task=item.key, worker=w.worker_id, reason=str(exc))
             if late:
                 reason = f"killed after {', '.join(sorted({exc.kind for exc in late.values()}))}"
             else:
@@ -388,11 +348,13 @@ class Supervision(WorkerTable):
 
     # -- the end ---------------------------------------------------------------------------
 
-    def shutdown(self, grace: float, sweep: bool) -> None:
+    def shutdown(self, grace: float, sweep: bool) -> dict[str, Any] | None:
         """Ordered teardown: STOP once per live worker → drain results while they finish
         (grace period) → kill what is left → stop every VM → stop the Manager → sweep what
         is left of the run's VMs (orphans once the Manager is gone; ``sweep``: the run did not
-        end cleanly, kept for the callers' sake: the sweep always runs)."""
+        end cleanly, kept for the callers' sake: the sweep always runs). Returns the pool's
+        stats taken after its shutdown (every reset counted), None without a pool."""
+        final_stats = None
         for w in self._workers.values():
             if w.conn_open and not w.stop_sent:
                 try:
@@ -419,7 +381,7 @@ class Supervision(WorkerTable):
         if self.pool is not None:
             try:
                 self.pool.shutdown()  # boots it stopped waiting for are swept below
-                self.engine.final_pool_stats = self.pool.stats()  # after shutdown: every reset counted
+                final_stats = self.pool.stats()  # after shutdown: every reset counted
             except (EOFError, OSError, ConnectionError, RolloutError):
                 log.warning("the pool's manager was already gone; sweeping its VMs")
         if self._manager is not None:
@@ -427,45 +389,12 @@ class Supervision(WorkerTable):
                 self._manager.shutdown()
             except Exception:  # noqa: BLE001 - already dead is fine
                 pass
-            if self._manager._process.is_alive():
-                kill_tree(self._manager._process.pid)
-        provider_cls = self.engine.provider_cls
+            if manager_process(self._manager).is_alive():
+                kill_tree(manager_process(self._manager).pid)
+        provider_cls = self.spec.provider_cls
         if provider_cls is not None and self._manager is not None:
             # A manager that died (or was killed) could not stop its VMs itself, nor what a
             # boot cut short by the shutdown made; and a stop that raced a boot (a standby
             # booting while its VM died) may have missed one. Its folders are orphans now.
-            provider_cls.sweep(self.engine.run_id, orphans_only=True)
-
-
-def synthetic_record(item: Assignment, exc: RolloutError, w: WorkerHandle, started_at: float) -> dict[str, Any]:
-    """The record of an attempt whose worker could not write one."""
-    now = time.time()
-    record = {
-        "key": item.key, "task_id": item.task.id, "sample_idx": item.sample_idx,
-        "attempt": item.attempt, "mode": item.task.mode, "tags": list(item.task.tags),
-        "status": exc.kind, "reward": 0.0, "success": False, "infrastructure": exc.infrastructure,
-        "failure": {"type": type(exc).__name__, "message": str(exc), "traceback": ""},
-        "turns": None, "worker": w.worker_id, "pid": w.process.pid, "slot": None, "vm": None,
-        "lease_wait_s": None, "started_at": round(started_at, 4), "ended_at": round(now, 4),
-        "duration_s": round(now - started_at, 4), "usage": {},
-    }
-    if item.meta:
-        record["meta"] = dict(item.meta)
-    return record
-
-
-def kill_tree(pid: int | None) -> None:
-    """SIGKILL a process and every descendant (a worker's agent subprocesses included)."""
-    if pid is None:
-        return
-    try:
-        root = psutil.Process(pid)
-        family = root.children(recursive=True) + [root]
-    except psutil.NoSuchProcess:
-        return
-    for proc in family:
-        try:
-            proc.kill()
-        except psutil.NoSuchProcess:
-            pass
-    psutil.wait_procs(family, timeout=5)
+            provider_cls.sweep(self.spec.run_id, orphans_only=True)
+        return final_stats

@@ -1,8 +1,9 @@
 """The ray backend: an engine's workers and VM pools as Ray actors on every node of a cluster.
 
-A drop-in for ``supervision.Supervision`` (same methods, called by the same engine thread)::
+The other ``backends.base.Backend`` beside ``local.LocalBackend`` (same contract, called by
+the same engine thread)::
 
-    driver (engine + RaySupervision) ── the only writer of results.jsonl
+    driver (engine + RayBackend) ── the only writer of results.jsonl
       │ ray.get/wait                         node A                      node B
       ├──► WorkerActor w0.. (pinned to A) ── lease ──► PoolActor A   WorkerActor … ──► PoolActor B
       └──► …                                           (its VMs, reached by local sockets)
@@ -26,8 +27,10 @@ A drop-in for ``supervision.Supervision`` (same methods, called by the same engi
   ``worker_died``), its VMs counted dead in the stats, and no new worker; a node that joins
   mid-run gets its pool and workers. The concurrency limit follows the alive nodes.
 * **Deadlines, cancels.** ``--task-timeout`` counts from dispatch (a worker gets an attempt
-  only when it has a free slot and has started); a late attempt is recorded
-  ``task_timeout`` and its actor killed with its process tree (``WorkerActor.kill_children``).
+  only when it has a free slot and has started), time waiting for a VM included; a late
+  attempt is recorded ``task_timeout`` and its actor killed with its process tree
+  (``WorkerActor.kill_children``). Such kills are deliberate: like a lost node, they never
+  count toward the crash limit (``base.CrashWindow``), only actors that die on their own.
 * **Ray itself.** ``--ray-address`` (``auto`` or ``HOST:PORT``) joins a running cluster;
   without it a local instance is started (loopback, 200 MB object store, no dashboard) and
   stopped at the end. An engine started inside a process already connected to Ray (an RL
@@ -40,16 +43,13 @@ import logging
 import time
 from dataclasses import dataclass, field
 from multiprocessing.connection import wait as mp_wait
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..errors import TaskTimeout, WorkerDied
 from ..messages import Assignment, Cancel
-from ..supervision import WorkerTable, synthetic_record
+from .base import BackendSpec, CrashWindow, EngineHooks, WorkerTable, died_record
 from .ray_actors import PoolActor, WorkerActor, sweep_here
 from .ray_cluster import alive_nodes, connect, merge_stats, pinned, sweep_cluster
-
-if TYPE_CHECKING:
-    from ..engine import Engine
 
 log = logging.getLogger("parallel_rollout")
 
@@ -90,29 +90,29 @@ class _Worker:
 
     @property
     def worker_id(self) -> str:
+        """The worker's id (its index; a replacement on the same node keeps it)."""
         return f"w{self.index}"
 
     @property
     def ready(self) -> bool:
+        """The actor started and said its pid."""
         return self.ready_ref is None and self.pid is not None
 
-    @property
-    def process(self) -> Any:  # what synthetic_record reads
-        return self
 
-
-class RaySupervision(WorkerTable):
+class RayBackend(WorkerTable):
     """Worker actors and per-node pool actors of one engine."""
 
-    def __init__(self, engine: "Engine") -> None:
-        self.engine = engine
-        self.config = engine.config
+    def __init__(self, spec: BackendSpec, hooks: EngineHooks) -> None:
+        self.spec = spec
+        self.hooks = hooks
+        self.config = spec.config
         self._owns_ray = False
         self._nodes: dict[str, _Node] = {}
         self._workers: dict[int, _Worker] = {}
         self._refs: dict[Any, tuple[_Worker, tuple[str, int]]] = {}
         self._next_index = 0
-        self._respawns = 0
+        #: actors that died on their own (not timeouts, cancels or lost nodes) in the window
+        self._crashes = CrashWindow(self.config.num_rollouts)
         self._spawns = 0
         self._last_poll = 0.0
         #: the one pool's node when the provider's VMs are reachable from any node
@@ -139,31 +139,31 @@ class RaySupervision(WorkerTable):
         import ray
 
         self._owns_ray = connect(self.config.ray_address)
-        engine, cfg = self.engine, self.config
+        spec, cfg = self.spec, self.config
         nodes = alive_nodes()
         if not nodes:
             raise RuntimeError("the Ray cluster has no alive node")
-        if engine.provider_cls is not None:
+        if spec.provider_cls is not None:
             # leftovers of an earlier, killed run, on every node
-            ray.get([pinned(sweep_here, n).remote(cfg.provider_name, engine.run_id, True) for n in nodes])
-        if getattr(engine.provider_cls, "reachable_from_any_node", False):
+            ray.get([pinned(sweep_here, n).remote(cfg.provider_name, spec.run_id, True) for n in nodes])
+        if getattr(spec.provider_cls, "reachable_from_any_node", False):
             here = ray.get_runtime_context().get_node_id()
             self._shared_home = here if here in nodes else nodes[0]
             nodes.sort(key=lambda n: n != self._shared_home)  # its pool first
         for node_id in nodes:
             self._add_node(node_id)
         log.info("[Ray] %d node(s), %d worker(s)%s", len(nodes), len(self._workers),
-                 f", {cfg.pool_size} VM(s) per node" if engine.provider_cls is not None else "")
+                 f", {cfg.pool_size} VM(s) per node" if spec.provider_cls is not None else "")
 
     def _add_node(self, node_id: str) -> None:
         """A pool (if a mode needs VMs) and --num-rollouts workers on one node."""
-        engine, cfg = self.engine, self.config
+        spec, cfg = self.spec, self.config
         node = self._nodes[node_id] = _Node(node_id)
-        if engine.provider_cls is not None and self._shared_home in (None, node_id):
+        if spec.provider_cls is not None and self._shared_home in (None, node_id):
             node.pool = pinned(PoolActor, node_id, max_concurrency=_POOL_CONCURRENCY).remote(
-                cfg.provider_name, engine.run_id, cfg.pool_size,
-                options=engine.provider_options,
-                events_path=str(engine.run_dir / "events.jsonl"),
+                cfg.provider_name, spec.run_id, cfg.pool_size,
+                options=spec.provider_options,
+                events_path=str(spec.run_dir / "events.jsonl"),
                 replacement_budget=cfg.replacement_budget,
                 per_worker=not cfg.use_vm_pool, vm_prefix=f"n{len(self._nodes) - 1}-vm-")
             node.watch_ref = node.pool.watch.remote()
@@ -176,7 +176,7 @@ class RaySupervision(WorkerTable):
         self._spawns += 1
         holder = f"w{index}.{self._spawns}"
         actor = pinned(WorkerActor, node_id, max_concurrency=self.config.envs_per_worker + 2).remote(
-            f"w{index}", holder, self._pool_of(node_id), self.config, str(self.engine.run_dir))
+            f"w{index}", holder, self._pool_of(node_id), self.config, str(self.spec.run_dir))
         self._workers[index] = _Worker(index, node_id, actor, actor.ready.remote(), holder=holder)
 
     def _pool_of(self, node_id: str) -> Any:
@@ -212,15 +212,15 @@ class RaySupervision(WorkerTable):
             worker.actor.cancel.remote(cancel.key, cancel.attempt)
 
     def kill_holder(self, item: Assignment, reason: str) -> None:
-        worker = self._holder(item)
+        worker = self._holder(item.key, item.attempt)
         if worker is not None:
-            self._on_worker_death(worker, reason)
+            self._on_worker_death(worker, reason, deliberate=True)
 
     def pool_stats(self) -> dict[str, Any] | None:
         """Every node's pool stats summed (a lost node's VMs counted dead); None without pools."""
         import ray
 
-        if self.engine.provider_cls is None or not self._nodes:
+        if self.spec.provider_cls is None or not self._nodes:
             return None
         per_node: dict[str, dict[str, Any] | None] = {}
         for node in self._nodes.values():
@@ -278,7 +278,7 @@ class RaySupervision(WorkerTable):
                 continue
             if ident in worker.assigned:  # else already settled (timed out): one record
                 self._settle(worker, ident)
-                self.engine.record(record)
+                self.hooks.record(record)
         for worker in [w for w in list(self._workers.values()) if w.ready_ref in ready]:
             try:
                 worker.pid = ray.get(worker.ready_ref)["pid"]
@@ -302,19 +302,19 @@ class RaySupervision(WorkerTable):
                 if node.alive and node.node_id not in alive:
                     self._lose_node(node, f"node {node.node_id[:8]} left the cluster")
             for node_id in sorted(alive - set(self._nodes)):
-                if not self.engine.closing:
+                if not self.hooks.closing:
                     self._join(node_id)
 
     def _join(self, node_id: str) -> None:
         """A node that joined mid-run: swept of this run's leftovers, then its pool and workers."""
         import ray
 
-        if self.engine.provider_cls is not None:
+        if self.spec.provider_cls is not None:
             # orphans only: a node on a host of other nodes must not sweep their live VMs
-            ray.get(pinned(sweep_here, node_id).remote(self.config.provider_name, self.engine.run_id, True))
+            ray.get(pinned(sweep_here, node_id).remote(self.config.provider_name, self.spec.run_id, True))
         self._add_node(node_id)
         pool = "" if self._shared_home is not None else f"a pool of {self.config.pool_size} and "
-        self.engine.event("node_joined", reason=f"node {node_id[:8]}: {pool}{self.config.num_rollouts} worker(s)")
+        self.hooks.event("node_joined", reason=f"node {node_id[:8]}: {pool}{self.config.num_rollouts} worker(s)")
         log.info("[Ray] node %s joined", node_id[:8])
 
     def _settle(self, worker: _Worker, ident: tuple[str, int]) -> None:
@@ -325,21 +325,22 @@ class RaySupervision(WorkerTable):
     def _lose_node(self, node: _Node, reason: str) -> None:
         node.alive = False
         log.warning("%s; its VMs are counted dead, its attempts retried elsewhere", reason)
-        self.engine.event("node_lost", reason=reason)
+        self.hooks.event("node_lost", reason=reason)
         for worker in [w for w in list(self._workers.values()) if w.node_id == node.node_id]:
             worker.lost = True  # nothing to ask it: ray.kill only
-            self._on_worker_death(worker, reason)
-        if self.engine.closing:
+            self._on_worker_death(worker, reason, deliberate=True)
+        if self.hooks.closing:
             return
         if not any(n.alive for n in self._nodes.values()):
-            self.engine.stop(f"every node of the Ray cluster (or its VM pool) is lost, the last: {reason}; "
-                             f"every finished result is kept in {self.engine.run_dir / 'results.jsonl'}")
+            self.hooks.stop(f"every node of the Ray cluster (or its VM pool) is lost, the last: {reason}; "
+                             f"every finished result is kept in {self.spec.run_dir / 'results.jsonl'}")
         elif node.node_id == self._shared_home:
-            self.engine.stop(f"the node of the run's only VM pool is lost ({reason}); every finished "
-                             f"result is kept in {self.engine.run_dir / 'results.jsonl'}")
+            self.hooks.stop(f"the node of the run's only VM pool is lost ({reason}); every finished "
+                             f"result is kept in {self.spec.run_dir / 'results.jsonl'}")
 
-    def _on_worker_death(self, w: _Worker, reason: str) -> None:
-        """Record what the worker held as worker_died, reclaim its VMs, replace it."""
+    def _on_worker_death(self, w: _Worker, reason: str, deliberate: bool = False) -> None:
+        """Record what the worker held as worker_died, reclaim its VMs, replace it;
+        ``deliberate``: killed on purpose (a timeout, a cancel, its node lost), not a crash."""
         import ray
 
         if self._workers.get(w.index) is not w:
@@ -355,19 +356,20 @@ class RaySupervision(WorkerTable):
                 reclaimed = ray.get(pool_node.pool.call.remote("reclaim", w.holder), timeout=10)
             except Exception:  # noqa: BLE001 - the pool is going too
                 pass
-        self.engine.event("worker_died", worker=w.worker_id,
+        self.hooks.event("worker_died", worker=w.worker_id,
                           reason=f"node {w.node_id[:8]} pid {w.pid}: {reason}; VMs reclaimed: {reclaimed}")
         log.warning("worker %s (node %s, pid %s) died: %s", w.worker_id, w.node_id[:8], w.pid, reason)
         for ident, item in list(w.assigned.items()):
             started_at = time.time() - (time.monotonic() - w.started[ident])
             self._settle(w, ident)
             exc = WorkerDied(f"{reason} while running attempt {item.attempt} of {item.key}")
-            self.engine.record(synthetic_record(item, exc, w, started_at))
-        if self.engine.closing:
+            self.hooks.record(died_record(item, exc, w, started_at))
+        if self.hooks.closing:
             return
-        self._respawns += 1
-        if self._respawns > 10 * self.config.num_rollouts * len(self._nodes) + 10:
-            self.engine.stop(f"workers keep dying ({self._respawns} respawns); last: {reason}")
+        self._crashes.resize(self.config.num_rollouts * max(1, len(self._nodes)))
+        if not deliberate and self._crashes.crashed():
+            self.hooks.stop(f"workers keep dying ({len(self._crashes)} deaths within "
+                            f"{self._crashes.window_s:.0f}s); last: {reason}")
             return
         if self._nodes[w.node_id].alive:
             self._spawn(w.node_id, w.index)
@@ -411,17 +413,19 @@ class RaySupervision(WorkerTable):
                 started = w.started[ident]
                 self._settle(w, ident)
                 exc = TaskTimeout(f"attempt ran past --task-timeout {limit:g}s; worker actor killed")
-                self.engine.record(synthetic_record(item, exc, w, time.time() - (now - started)))
-                self.engine.event("task_timeout", task=item.key, worker=w.worker_id, reason=str(exc))
-            self._on_worker_death(w, reason="killed after --task-timeout")
+                self.hooks.record(died_record(item, exc, w, time.time() - (now - started)))
+                self.hooks.event("task_timeout", task=item.key, worker=w.worker_id, reason=str(exc))
+            self._on_worker_death(w, reason="killed after --task-timeout", deliberate=True)
 
     # -- the end ---------------------------------------------------------------------------
 
-    def shutdown(self, grace: float, sweep: bool) -> None:
+    def shutdown(self, grace: float, sweep: bool) -> dict[str, Any] | None:
         """Let attempts under way finish within ``grace``, kill every worker, shut every pool
-        down (its stats kept), sweep the nodes when a pool could not, disconnect."""
+        down (its stats kept), sweep the nodes when a pool could not, disconnect. Returns the
+        pools' final stats, summed (None without pools)."""
         import ray
 
+        final_stats = None
         try:
             deadline = time.monotonic() + grace
             while self._refs and time.monotonic() < deadline:
@@ -448,14 +452,15 @@ class RaySupervision(WorkerTable):
                     ray.kill(node.pool, no_restart=True)
                 except Exception:  # noqa: BLE001
                     pass
-            if self.engine.provider_cls is not None:
-                self.engine.final_pool_stats = self.pool_stats()
+            if self.spec.provider_cls is not None:
+                final_stats = self.pool_stats()
                 if unclean:
-                    sweep_cluster(self.config.provider_name, self.engine.run_id, None)
+                    sweep_cluster(self.config.provider_name, self.spec.run_id, None)
         finally:
             if self._owns_ray:
                 self._owns_ray = False
                 ray.shutdown()
+        return final_stats
 
 
 def _done(refs: list[Any]) -> set[Any]:

@@ -1,0 +1,233 @@
+"""What every backend shares: the contract with the engine, the worker table, the crash
+window, task clocks and process-tree kills.
+
+The engine (``engine``) decides what runs; a backend keeps what runs it (``local``: worker
+processes and a Manager-hosted pool on this host; ``ray``: actors on every node). The two
+talk through two Protocols, so that neither names the other's class::
+
+    Engine ──Backend (start, send, wait, handle, check_timeouts, shutdown …)──► backend
+       ▲                                                                          │
+       └──────── EngineHooks (record, requeue, event, stop, closing) ◄────────────┘
+
+A backend gets its data in a frozen ``BackendSpec`` and calls back only through
+``EngineHooks``; ``shutdown`` returns the pool's final stats instead of writing them into the
+engine. The failure policy both follow lives here once:
+
+* **Deaths.** A dead worker's acknowledged attempts become ``failed_record`` s
+  (``worker_died``, retried by the engine); its unacknowledged ones are requeued.
+* **Crash loops** (``CrashWindow``). Deliberate kills (timeouts, cancels, a lost node) are
+  not crashes. Workers that die on their own more than ``10·W + 10`` times (W: the workers
+  of the engine) within a minute stop the engine; a long run with occasional deaths goes on.
+* **Task clocks** (``Clock``). An attempt's clock runs from its acknowledgement, except while
+  it waits for a VM (``LeaseWait``, local workers only: a Ray attempt's clock runs from its
+  dispatch, VM waits included).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import psutil
+
+from .. import records
+from ..config import RunConfig
+from ..errors import RolloutError
+from ..messages import Assignment, Cancel
+from ..pool.providers import ProviderOptions
+
+#: the window in which worker crashes are counted
+CRASH_WINDOW_S = 60.0
+
+
+@dataclass(frozen=True)
+class BackendSpec:
+    """What a backend needs to know of its engine's run."""
+
+    config: RunConfig
+    run_dir: Path
+    run_id: str
+    #: the provider class of the pool, None when no mode of the engine needs VMs
+    provider_cls: Any = None
+    provider_options: ProviderOptions | None = None
+
+
+class EngineHooks(Protocol):
+    """The engine's callbacks a backend may call (on the engine's thread)."""
+
+    def record(self, record: dict[str, Any]) -> None:
+        """Settle one attempt with its record."""
+
+    def requeue(self, item: Assignment) -> None:
+        """Put an attempt no worker acknowledged back at the head of the queue."""
+
+    def event(self, kind: str, task: str | None = None, worker: str | None = None,
+              reason: str = "") -> None:
+        """Append one line to events.jsonl."""
+
+    def stop(self, reason: str) -> None:
+        """Stop the engine for good (the pool's manager died, every node is lost …)."""
+
+    @property
+    def closing(self) -> bool:
+        """True once the engine is closing or stopped: no respawns."""
+
+
+class Backend(Protocol):
+    """What the engine calls on a backend; every call comes from the engine's thread."""
+
+    @property
+    def concurrency(self) -> int:
+        """The limit on rollouts in flight."""
+
+    @property
+    def manager_pid(self) -> int | None:
+        """The pid of the pool's Manager process on this host, or None."""
+
+    def start(self) -> None:
+        """Start the pool (when the spec has a provider) and the workers."""
+
+    def send(self, item: Assignment) -> bool:
+        """Hand ``item`` to a worker with a free env loop; False when none has one."""
+
+    def send_cancel(self, cancel: Cancel) -> None:
+        """Tell the worker holding an attempt to drop it."""
+
+    def wait(self, extra: list[Any], timeout: float) -> set[Any]:
+        """Block until something of the backend's or of ``extra`` is ready, or ``timeout``."""
+
+    def handle(self, ready: set[Any]) -> None:
+        """Handle what ``wait`` found: records, deaths, lost pools."""
+
+    def check_timeouts(self) -> None:
+        """Settle attempts past their deadlines and kill their workers."""
+
+    def kill_holder(self, item: Assignment, reason: str) -> None:
+        """Kill the worker holding ``item`` (a cancel it did not obey) and handle its death."""
+
+    def holds(self, item: Assignment) -> bool:
+        """Whether a worker holds this attempt."""
+
+    def in_flight(self) -> int:
+        """Attempts sent to workers and not settled (safe from any thread)."""
+
+    def pool_stats(self) -> dict[str, Any] | None:
+        """The pool's live stats, or None."""
+
+    def worker_pids(self) -> dict[str, int | None]:
+        """Each live worker's id and pid (None while a Ray actor starts)."""
+
+    def holder_pid(self, key: str, attempt: int) -> int | None:
+        """The pid of the worker holding an attempt, or None."""
+
+    def shutdown(self, grace: float, sweep: bool) -> dict[str, Any] | None:
+        """Stop workers and pools in order; returns the pool's final stats (None without)."""
+
+
+class WorkerTable:
+    """Every backend's table of its workers (``_workers``: index → a handle with
+    ``worker_id``, ``pid`` and the attempts it was ``assigned``)."""
+
+    _workers: dict[int, Any]
+
+    def in_flight(self) -> int:
+        """Attempts sent to workers and not settled (safe from any thread)."""
+        return sum(len(w.assigned) for w in list(self._workers.values()))
+
+    def holds(self, item: Assignment) -> bool:
+        """Whether a worker holds this attempt."""
+        return self._holder(item.key, item.attempt) is not None
+
+    def worker_pids(self) -> dict[str, int | None]:
+        """Each live worker's id and pid."""
+        return {w.worker_id: w.pid for w in list(self._workers.values())}
+
+    def holder_pid(self, key: str, attempt: int) -> int | None:
+        """The pid of the worker holding an attempt, or None."""
+        worker = self._holder(key, attempt)
+        return None if worker is None else worker.pid
+
+    def _holder(self, key: str, attempt: int) -> Any:
+        return next((w for w in list(self._workers.values()) if (key, attempt) in w.assigned), None)
+
+
+class CrashWindow:
+    """Counts workers' own deaths (never deliberate kills) in a sliding window; more than
+    ``limit`` within ``window_s`` is a crash loop."""
+
+    def __init__(self, workers: int, window_s: float = CRASH_WINDOW_S) -> None:
+        self.window_s = window_s
+        self._deaths: deque[float] = deque()
+        self.limit = 0
+        self.resize(workers)
+
+    def resize(self, workers: int) -> None:
+        """The limit for ``workers`` workers (the Ray backend's count follows its nodes)."""
+        self.limit = 10 * workers + 10
+
+    def crashed(self, now: float | None = None) -> bool:
+        """Count one crash; True when the crashes in the window are past the limit."""
+        now = time.monotonic() if now is None else now
+        self._deaths.append(now)
+        while self._deaths and now - self._deaths[0] > self.window_s:
+            self._deaths.popleft()
+        return len(self._deaths) > self.limit
+
+    def __len__(self) -> int:
+        return len(self._deaths)
+
+
+@dataclass
+class Clock:
+    """The task clock of one acknowledged attempt: it runs except while the attempt waits
+    for a VM."""
+
+    #: wall-clock time of the acknowledgement, for records
+    started_at: float
+    #: monotonic time the clock last resumed, None while waiting for a VM
+    running_since: float | None
+    ran_s: float = 0.0
+    #: monotonic time the current wait for a VM began
+    waiting_since: float | None = None
+
+    def elapsed(self, now: float) -> float:
+        """Seconds of task time so far."""
+        return self.ran_s + (now - self.running_since if self.running_since is not None else 0.0)
+
+    def lease_wait(self, waiting: bool, now: float) -> None:
+        """Stop the clock while a VM is awaited, restart it when one is held."""
+        if waiting and self.waiting_since is None:
+            self.ran_s = self.elapsed(now)
+            self.running_since, self.waiting_since = None, now
+        elif not waiting and self.waiting_since is not None:
+            self.running_since, self.waiting_since = now, None
+
+
+def died_record(item: Assignment, exc: RolloutError, worker: Any, started_at: float) -> dict[str, Any]:
+    """The record of an attempt whose worker could not write one (it died, or ran past a
+    deadline and was killed)."""
+    return records.failed_record(item, exc, worker=worker.worker_id, pid=worker.pid,
+                                 started_at=started_at)
+
+
+def kill_tree(pid: int | None) -> None:
+    """SIGKILL a process and every descendant (a worker's agent subprocesses included).
+
+    Straight to SIGKILL, no terminate first: a worker past its deadline is not trusted to
+    exit, and its agent subprocesses hold its pipes."""
+    if pid is None:
+        return
+    try:
+        root = psutil.Process(pid)
+        family = root.children(recursive=True) + [root]
+    except psutil.NoSuchProcess:
+        return
+    for proc in family:
+        try:
+            proc.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(family, timeout=5)
