@@ -111,6 +111,27 @@ def test_shell_benchmark_spread_over_nodes(cluster, tmp_path):
     assert "[Concurrency] Set max concurrent rollouts to 3" in proc.stderr
 
 
+@pytest.mark.slow
+def test_timeouts_are_not_crashes(cluster, tmp_path):
+    """Every task runs past --task-timeout: each timeout kills its worker actor on purpose, and
+    more of them than the crash limit (10 per worker of the 3 nodes + 10 = 40) is still a run
+    that finishes with one task_timeout per task, not one stopped as 'workers keep dying'."""
+    cl, _ = cluster
+    data = tmp_path / "tasks.jsonl"
+    tasks = 45
+    data.write_text("".join(json.dumps({"id": f"t{i}", "mode": "math", "problem": "1+1", "answer": "2"}) + "\n"
+                            for i in range(tasks)))
+    cmd = [sys.executable, "-m", "parallel_rollout.cli", "--mode", "math", "--data", str(data),
+           "--output-dir", str(tmp_path), "--run-id", "late", "--backend", "ray", "--ray-address", cl.address,
+           "--num-rollouts", "1", "--agent", "command", "--agent-cmd", "sleep 600",
+           "--task-timeout", "0.5", "--max-retries", "0", "--no-progress"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert "workers keep dying" not in proc.stderr, proc.stderr[-3000:]
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    finals = assert_exactly_once(tmp_path / "late", {f"t{i}#0" for i in range(tasks)})
+    assert {r["status"] for r in finals.values()} == {"task_timeout"}
+
+
 def test_vms_sweep_backend_ray_cleans_every_node(cluster, tmp_path):
     """A driver SIGKILLed mid-run leaves sandboxes on every node; the sweep removes them all."""
     cl, _ = cluster

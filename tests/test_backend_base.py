@@ -1,0 +1,86 @@
+"""What both backends share (backends/base.py) and the one record builder (records.py)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from parallel_rollout import records
+from parallel_rollout.backends.base import Clock, CrashWindow, WorkerTable
+from parallel_rollout.errors import TaskTimeout, WorkerDied
+from parallel_rollout.messages import Assignment
+from parallel_rollout.tasks import Task
+
+
+def _item(task_id: str = "t1", attempt: int = 0, **meta) -> Assignment:
+    task = Task(id=task_id, mode="shell", payload={"instruction": "x"}, tags=("easy", "unix"))
+    return Assignment(task, 0, attempt, meta=meta)
+
+
+def test_crash_window_counts_only_within_its_window():
+    window = CrashWindow(workers=1, window_s=60.0)
+    assert window.limit == 20
+    # 20 crashes spread over 20 minutes never make a crash loop
+    assert not any(window.crashed(now=60.0 * i) for i in range(20))
+    # 21 within one minute do
+    burst = CrashWindow(workers=1, window_s=60.0)
+    results = [burst.crashed(now=1000.0 + i) for i in range(21)]
+    assert results[:20] == [False] * 20 and results[20] is True
+
+
+def test_crash_window_limit_follows_the_worker_count():
+    window = CrashWindow(workers=2)
+    assert window.limit == 30
+    window.resize(6)
+    assert window.limit == 70
+
+
+def test_clock_stops_while_waiting_for_a_vm():
+    clock = Clock(started_at=0.0, running_since=10.0)
+    clock.lease_wait(True, 12.0)  # 2 s of task time, then a wait
+    assert clock.elapsed(100.0) == pytest.approx(2.0)
+    clock.lease_wait(False, 100.0)
+    assert clock.elapsed(103.0) == pytest.approx(5.0)
+
+
+class _Table(WorkerTable):
+    def __init__(self, workers):
+        self._workers = workers
+
+
+class _Handle:
+    def __init__(self, worker_id, pid, assigned):
+        self.worker_id, self.pid, self.assigned = worker_id, pid, assigned
+
+
+def test_worker_table_answers_in_flight_holders_and_pids():
+    a, b = _item("a"), _item("b")
+    table = _Table({0: _Handle("w0", 100, {(a.key, 0): a}), 1: _Handle("w1", 101, {(b.key, 0): b})})
+    assert table.in_flight() == 2
+    assert table.holds(a) and not table.holds(_item("c"))
+    assert table.holder_pid("b#0", 0) == 101 and table.holder_pid("b#0", 1) is None
+    assert table.worker_pids() == {"w0": 100, "w1": 101}
+
+
+def test_every_record_kind_has_every_field_and_is_json():
+    item = _item(group=3)
+    started = records.new_record(item, worker="w0", pid=1, slot=0, started_at=1.0)
+    finished = records.finish(dict(started), ended_at=3.5)
+    died = records.failed_record(item, WorkerDied("gone"), worker="w0", pid=1, started_at=1.0)
+    loop = records.failed_record(item, RuntimeError("bug"), worker="w0", pid=1, slot=2, started_at=1.0,
+                                 status="error", infrastructure=False, with_traceback=True)
+    odd = records.unserializable_record({**finished, "eval": object()}, TypeError("object"))
+    for record in (started, finished, died, loop, odd):
+        assert set(records.RECORD_FIELDS) <= set(record), set(records.RECORD_FIELDS) - set(record)
+        json.dumps(record)
+        assert record["tags"] == ["easy", "unix"]
+    assert finished["duration_s"] == 2.5
+    # the loop failure keeps what statistics per tag, duration and usage need
+    assert loop["status"] == "error" and not loop["infrastructure"] and loop["duration_s"] is not None
+    assert loop["usage"] == {} and loop["meta"] == {"group": 3}
+    assert died["status"] == "worker_died" and died["infrastructure"] is True
+    timeout = records.failed_record(item, TaskTimeout("late"), worker="w0", pid=1, started_at=1.0)
+    assert timeout["status"] == "task_timeout" and timeout["infrastructure"] is False
+    assert odd["status"] == "error" and odd["meta"] == {"group": 3}
+    assert odd["failure"]["type"] == "UnserializableResult"
