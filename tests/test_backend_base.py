@@ -84,3 +84,17 @@ def test_every_record_kind_has_every_field_and_is_json():
     assert timeout["status"] == "task_timeout" and timeout["infrastructure"] is False
     assert odd["status"] == "error" and odd["meta"] == {"group": 3}
     assert odd["failure"]["type"] == "UnserializableResult"
+
+
+def test_a_held_clock_stops_and_a_lease_wait_inside_a_hold_does_not_restart_it():
+    clock = Clock(started_at=0.0, running_since=0.0)
+    clock.hold(True, 1.0)              # 1 s ran, then a weight update
+    clock.lease_wait(True, 2.0)
+    clock.lease_wait(False, 3.0)       # a VM came during the update: still held
+    assert clock.elapsed(10.0) == pytest.approx(1.0)
+    clock.hold(False, 10.0)
+    assert clock.elapsed(12.0) == pytest.approx(3.0)
+    clock.lease_wait(True, 12.0)
+    clock.hold(True, 13.0)
+    clock.hold(False, 14.0)            # the update ended while the VM is still awaited
+    assert clock.elapsed(20.0) == pytest.approx(3.0)

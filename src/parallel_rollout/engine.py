@@ -25,6 +25,7 @@ thread, or on the thread that calls ``close``, and must not block for long)::
                                  # turn and its VM is reset (its process tree is killed if it
                                  # does not within cancel_grace_s); on_final is never called
     engine.pause(); engine.resume()   # stop / restart dispatching new attempts
+    engine.hold_clocks(True/False)    # a weight update: task clocks stop meanwhile
     engine.wait_idle(timeout)    # True once nothing is pending or running
     engine.error                 # None, or why the engine stopped (pool exhausted, manager
                                  # died, results file unwritable); submit then raises
@@ -144,6 +145,9 @@ class Engine:
         #: these only, not at every submission (a scan of all is quadratic in a big run)
         self._cancelled: set[str] = set()
         self._paused = False
+        #: task clocks held (wanted by a front end, applied by the engine thread)
+        self._clocks_held = False
+        self._clocks_applied = False
         self._closing = False
         self._closed = False
         self._thread: threading.Thread | None = None
@@ -227,6 +231,13 @@ class Engine:
         """Dispatch again."""
         with self._lock:
             self._paused = False
+        self._wake()
+
+    def hold_clocks(self, held: bool) -> None:
+        """Stop (``held``) or restart the task clocks of every attempt, those started
+        meanwhile included: time waiting for a weight update is not the task's time."""
+        with self._lock:
+            self._clocks_held = held
         self._wake()
 
     def in_flight(self) -> int:
@@ -334,6 +345,9 @@ class Engine:
                             pass
                     except BlockingIOError:
                         pass
+                if self._clocks_applied != self._clocks_held:
+                    self._clocks_applied = self._clocks_held
+                    self.backend.hold_clocks(self._clocks_applied)
                 self.backend.handle(ready)
                 self.backend.check_timeouts()
                 self._enforce_cancels()

@@ -20,7 +20,8 @@ engine. The failure policy both follow lives here once:
   of the engine) within a minute stop the engine; a long run with occasional deaths goes on.
 * **Task clocks** (``Clock``). An attempt's clock runs from its acknowledgement, except while
   it waits for a VM (``LeaseWait``, local workers only: a Ray attempt's clock runs from its
-  dispatch, VM waits included).
+  dispatch, VM waits included) and while a weight update holds every clock
+  (``hold_clocks``: an RL trainer's ``suspend`` until its ``resume``).
 """
 
 from __future__ import annotations
@@ -123,6 +124,9 @@ class Backend(Protocol):
     def holder_pid(self, key: str, attempt: int) -> int | None:
         """The pid of the worker holding an attempt, or None."""
 
+    def hold_clocks(self, held: bool) -> None:
+        """Stop or restart every attempt's task clock (a weight update under way)."""
+
     def shutdown(self, grace: float, sweep: bool) -> dict[str, Any] | None:
         """Stop workers and pools in order; returns the pool's final stats (None without)."""
 
@@ -132,6 +136,24 @@ class WorkerTable:
     ``worker_id``, ``pid`` and the attempts it was ``assigned``)."""
 
     _workers: dict[int, Any]
+    #: clocks are held (a weight update is under way): new ones start held
+    _clocks_held: bool = False
+
+    def hold_clocks(self, held: bool) -> None:
+        """Stop (``held``) or restart every task clock, and those of attempts acknowledged
+        meanwhile; called on the engine's thread."""
+        self._clocks_held = held
+        now = time.monotonic()
+        for worker in list(self._workers.values()):
+            for clock in worker.started.values():
+                clock.hold(held, now)
+
+    def new_clock(self) -> Clock:
+        """The task clock of an attempt acknowledged now (held if clocks are held)."""
+        now = time.monotonic()
+        clock = Clock(started_at=time.time(), running_since=now)
+        clock.hold(self._clocks_held, now)
+        return clock
 
     def in_flight(self) -> int:
         """Attempts sent to workers and not settled (safe from any thread)."""
@@ -183,15 +205,17 @@ class CrashWindow:
 @dataclass
 class Clock:
     """The task clock of one acknowledged attempt: it runs except while the attempt waits
-    for a VM."""
+    for a VM and while a weight update holds every clock (``hold``)."""
 
     #: wall-clock time of the acknowledgement, for records
     started_at: float
-    #: monotonic time the clock last resumed, None while waiting for a VM
+    #: monotonic time the clock last resumed, None while it is stopped
     running_since: float | None
     ran_s: float = 0.0
     #: monotonic time the current wait for a VM began
     waiting_since: float | None = None
+    #: a weight update (``suspend``) holds it: model requests wait at the gate meanwhile
+    held: bool = False
 
     def elapsed(self, now: float) -> float:
         """Seconds of task time so far."""
@@ -200,10 +224,29 @@ class Clock:
     def lease_wait(self, waiting: bool, now: float) -> None:
         """Stop the clock while a VM is awaited, restart it when one is held."""
         if waiting and self.waiting_since is None:
-            self.ran_s = self.elapsed(now)
-            self.running_since, self.waiting_since = None, now
+            self._stop(now)
+            self.waiting_since = now
         elif not waiting and self.waiting_since is not None:
-            self.running_since, self.waiting_since = now, None
+            self.waiting_since = None
+            self._restart(now)
+
+    def hold(self, held: bool, now: float) -> None:
+        """Stop the clock while a weight update holds model requests, restart it after."""
+        if held and not self.held:
+            self._stop(now)
+            self.held = True
+        elif not held and self.held:
+            self.held = False
+            self._restart(now)
+
+    def _stop(self, now: float) -> None:
+        if self.running_since is not None:
+            self.ran_s += now - self.running_since
+            self.running_since = None
+
+    def _restart(self, now: float) -> None:
+        if self.running_since is None and self.waiting_since is None and not self.held:
+            self.running_since = now
 
 
 def died_record(item: Assignment, exc: RolloutError, worker: Any, started_at: float) -> dict[str, Any]:

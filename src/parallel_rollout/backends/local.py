@@ -263,7 +263,7 @@ class LocalBackend(WorkerTable):
             return  # an attempt already settled (timed out); one record per attempt
         if isinstance(message, Started):
             w.sent.pop(ident, None)
-            w.started[ident] = Clock(started_at=time.time(), running_since=time.monotonic())
+            w.started[ident] = self.new_clock()
         elif isinstance(message, LeaseWait):
             if ident in w.started:
                 w.started[ident].lease_wait(message.waiting, time.monotonic())
@@ -319,7 +319,7 @@ class LocalBackend(WorkerTable):
         self._next_timeout_check = now + _TIMEOUT_CHECK_S
         for w in list(self._workers.values()):
             late = {ident: TaskTimeout(f"attempt ran past --task-timeout {cfg.task_timeout:g}s "
-                                       "(time waiting for a VM not counted); worker process tree killed")
+                                       "(time waiting for a VM or a weight update not counted); worker process tree killed")
                     for ident, clock in w.started.items() if clock.elapsed(now) > cfg.task_timeout}
             late.update({ident: LeaseTimeout(f"no VM within {cfg.lease_timeout_s:g}s (the pool did not "
                                              "answer in time); worker process tree killed")

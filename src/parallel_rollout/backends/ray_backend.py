@@ -47,7 +47,7 @@ from typing import Any
 
 from ..errors import TaskTimeout, WorkerDied
 from ..messages import Assignment, Cancel
-from .base import BackendSpec, CrashWindow, EngineHooks, WorkerTable, died_record
+from .base import BackendSpec, Clock, CrashWindow, EngineHooks, WorkerTable, died_record
 from .ray_actors import PoolActor, WorkerActor, sweep_here
 from .ray_cluster import alive_nodes, connect, merge_stats, pinned, sweep_cluster
 
@@ -81,8 +81,8 @@ class _Worker:
     #: attempts sent and not settled, by (key, attempt), with their slots
     assigned: dict[tuple[str, int], Assignment] = field(default_factory=dict)
     slots: dict[tuple[str, int], int] = field(default_factory=dict)
-    #: (key, attempt) -> monotonic dispatch time
-    started: dict[tuple[str, int], float] = field(default_factory=dict)
+    #: (key, attempt) -> its task clock, from dispatch
+    started: dict[tuple[str, int], Clock] = field(default_factory=dict)
     #: its node is gone
     lost: bool = False
     #: this spawn's token (unique in the run): what the pool knows its leases by
@@ -201,7 +201,7 @@ class RayBackend(WorkerTable):
         ref = worker.actor.run.remote(item, slot)
         worker.assigned[ident] = item
         worker.slots[ident] = slot
-        worker.started[ident] = time.monotonic()
+        worker.started[ident] = self.new_clock()
         self._refs[ref] = (worker, ident)
         return True
 
@@ -360,7 +360,7 @@ class RayBackend(WorkerTable):
                           reason=f"node {w.node_id[:8]} pid {w.pid}: {reason}; VMs reclaimed: {reclaimed}")
         log.warning("worker %s (node %s, pid %s) died: %s", w.worker_id, w.node_id[:8], w.pid, reason)
         for ident, item in list(w.assigned.items()):
-            started_at = time.time() - (time.monotonic() - w.started[ident])
+            started_at = w.started[ident].started_at
             self._settle(w, ident)
             exc = WorkerDied(f"{reason} while running attempt {item.attempt} of {item.key}")
             self.hooks.record(died_record(item, exc, w, started_at))
@@ -401,7 +401,7 @@ class RayBackend(WorkerTable):
         limit = self.config.task_timeout
         now = time.monotonic()
         for w in list(self._workers.values()):
-            late = [ident for ident, started in w.started.items() if now - started > limit]
+            late = [ident for ident, clock in w.started.items() if clock.elapsed(now) > limit]
             if not late:
                 continue
             self.handle(_done([ref for ref, (owner, _) in self._refs.items() if owner is w]))
@@ -410,10 +410,10 @@ class RayBackend(WorkerTable):
                 continue
             for ident in late:
                 item = w.assigned[ident]
-                started = w.started[ident]
+                started_at = w.started[ident].started_at
                 self._settle(w, ident)
                 exc = TaskTimeout(f"attempt ran past --task-timeout {limit:g}s; worker actor killed")
-                self.hooks.record(died_record(item, exc, w, time.time() - (now - started)))
+                self.hooks.record(died_record(item, exc, w, started_at))
                 self.hooks.event("task_timeout", task=item.key, worker=w.worker_id, reason=str(exc))
             self._on_worker_death(w, reason="killed after --task-timeout", deliberate=True)
 

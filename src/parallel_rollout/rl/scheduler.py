@@ -157,12 +157,15 @@ class RolloutScheduler:
 
     def suspend(self, abort: bool = False, timeout: float | None = None) -> None:
         """Stop new model requests (every scheduler of this engine) for a weight update; wait
-        for those in flight, or with ``abort`` have them redone after ``resume``."""
+        for those in flight, or with ``abort`` have them redone after ``resume``. Task clocks
+        stop until ``resume``: waiting for the update is not an episode's time."""
+        self._shared.engine.hold_clocks(True)
         self._shared.gate.suspend(abort=abort, timeout=timeout)
 
     def resume(self, policy_version: int) -> None:
         """Let model requests go on, recorded as ``policy_version`` from now on."""
         self._shared.gate.resume(policy_version)
+        self._shared.engine.hold_clocks(False)
 
     @property
     def run_dir(self) -> Path:
