@@ -6,9 +6,10 @@ the task sets tags name, ``policy_gate`` (below every agent) for weight updates 
 ``shared`` for the engine every scheduler of a trainer shares.
 """
 
+from .budget import BatchTimeout
 from .config import EnvManagerConfig, TaskSet, load_task_sets
 from .groups import Trajectory, drop_equal_rewards
 from .scheduler import RolloutScheduler, SchedulerClosed
 
-__all__ = ["EnvManagerConfig", "RolloutScheduler", "SchedulerClosed", "TaskSet", "Trajectory",
+__all__ = ["BatchTimeout", "EnvManagerConfig", "RolloutScheduler", "SchedulerClosed", "TaskSet", "Trajectory",
            "drop_equal_rewards", "load_task_sets"]

@@ -34,6 +34,7 @@ from typing import Any
 from ..config import RunConfig
 from ..errors import ConfigError, RolloutError
 from ..messages import Assignment
+from .budget import BatchBudget
 from .config import EnvManagerConfig, load_tasks_of, resolve_task_set
 from .groups import Group, GroupFilter, Trajectory, from_record, trajectory_id
 from .shared import SharedEngine
@@ -56,7 +57,9 @@ class RolloutScheduler:
     def __init__(self, run_config: RunConfig, env_config: EnvManagerConfig | None = None, *,
                  async_generation_ratio: float = 0, max_concurrent_rollouts: int | None = None,
                  group_filter: GroupFilter | None = None, failed_member: str = "drop",
-                 name: str = "train", seed: int = 0, _shared: SharedEngine | None = None) -> None:
+                 name: str = "train", seed: int = 0, max_failed_groups: int = 10,
+                 max_filtered_groups: int | None = None, filter_fallback: str = "raise",
+                 _shared: SharedEngine | None = None) -> None:
         self.env_config = env_config or EnvManagerConfig()
         self.env_config.check()
         self.ratio = _whole_ratio(async_generation_ratio)
@@ -64,6 +67,9 @@ class RolloutScheduler:
             raise ConfigError(f"failed_member must be 'drop' or 'placeholder', got {failed_member!r}")
         self.failed_member = failed_member
         self.group_filter = group_filter
+        #: bounds on a get_batch: its timeout, groups failed in a row, groups filtered (budget)
+        self._budget = BatchBudget(max_failed_groups, max_filtered_groups, filter_fallback,
+                                   endpoint=run_config.base_url or "")
         self.name = name
         self._rng = random.Random(seed)
         self.run_config = run_config
@@ -103,7 +109,7 @@ class RolloutScheduler:
 
     def sibling(self, env_config: EnvManagerConfig, *, async_generation_ratio: float | None = None,
                 group_filter: GroupFilter | None = None, failed_member: str | None = None,
-                name: str | None = None) -> "RolloutScheduler":
+                name: str | None = None, **budget: Any) -> "RolloutScheduler":
         """Another scheduler on the same engine, gate and concurrency limit (validation, a
         baseline evaluation)."""
         if (env_config.max_env_num_per_worker is not None
@@ -114,7 +120,7 @@ class RolloutScheduler:
             self.run_config, env_config,
             async_generation_ratio=self.ratio if async_generation_ratio is None else async_generation_ratio,
             group_filter=group_filter, failed_member=failed_member or self.failed_member,
-            name=name or f"{self.name}-sibling{len(self._shared.schedulers)}", _shared=self._shared)
+            name=name or f"{self.name}-sibling{len(self._shared.schedulers)}", _shared=self._shared, **budget)
 
     def _task_cycle(self, tag: str):
         tasks = list(self._tasks[tag])
@@ -124,17 +130,21 @@ class RolloutScheduler:
 
     # -- the trainer's calls --------------------------------------------------------------
 
-    def get_batch(self, batch_size: int, step: int) -> list[Trajectory]:
+    def get_batch(self, batch_size: int, step: int, timeout: float | None = None) -> list[Trajectory]:
         """Block until ``batch_size`` trajectories of whole groups are ready; return them,
-        oldest group first. ``batch_size=-1``: every task of the tags once (validation)."""
+        oldest group first. ``batch_size=-1``: every task of the tags once (validation).
+        Never waits without end (``budget``): ``BatchTimeout`` after ``timeout`` seconds,
+        ``RolloutError`` after ``max_failed_groups`` failed groups in a row (naming the
+        model endpoint and the last failure) or ``max_filtered_groups`` filtered ones."""
         if batch_size == -1:
-            return self._run_all(step)
+            return self._run_all(step, timeout)
         size = self.env_config.group_size
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1 or batch_size % size:
             raise ConfigError(f"batch_size must be a positive multiple of group_size ({size}) or -1, got {batch_size!r}")
         need = batch_size // size
         with self._cond:
             self._check_open()
+            self._budget.begin(need, timeout)
             self._step, self._need, self._waiting = step, need, True
             self._drop_stale()
             self._fill()
@@ -142,12 +152,18 @@ class RolloutScheduler:
             while True:
                 self._flush()
                 with self._cond:
-                    if len(self._ready) >= need:
+                    partial = self._budget.filter_spent() and self._budget.filter_fallback == "partial"
+                    if len(self._ready) >= need or partial:
                         batch, self._ready = self._ready[:need], self._ready[need:]
                         self._waiting = False
                         self._stats["groups_returned"] += len(batch)
+                        if len(batch) < need:
+                            self._stats["partial_batches"] += 1
+                            log.warning("get_batch(step=%d): the group filter dropped too many groups; "
+                                        "returning %d of %d", step, len(batch), need)
                         self._fill()
                         break
+                    self._budget.check(len(self._ready), len(self._groups))
                     self._wait()
         finally:
             with self._cond:
@@ -296,6 +312,7 @@ class RolloutScheduler:
             all_mode = group.purpose == "all"
             if trajectory.failed and not all_mode:
                 self._stats["members_failed"] += 1
+                self._budget.member_failed(record)
                 group.failed.append(trajectory)
                 if len(group.done) + len(group.running) < group.size:
                     if self.failed_member == "placeholder":
@@ -303,6 +320,7 @@ class RolloutScheduler:
                             group.done.append(group.placeholder())
                             self._stats["placeholders"] += 1
                     else:
+                        self._budget.group_failed()
                         self._drop(group, "failed")
                         self._cond.notify_all()
                         self._fill()
@@ -319,12 +337,17 @@ class RolloutScheduler:
             self._stats["members_cancelled"] += 1
         del self._groups[group.group_id]
         group.completed_at = time.time()
+        if any(not (t.failed or t.placeholder) for t in group.done):
+            self._budget.group_done()
+        else:
+            self._budget.group_failed()
         if group.purpose == "all":
             self._all_done.append(group)
         elif self._stale(group):
             self._stats["dropped_stale"] += 1
         elif self.group_filter is not None and self.group_filter(group.trajectories()):
             self._stats["dropped_filtered"] += 1
+            self._budget.group_filtered()
         else:
             self._ready.append(group)
             self._ready.sort(key=lambda g: g.group_id)
@@ -365,11 +388,12 @@ class RolloutScheduler:
         if self._closed:
             raise SchedulerClosed(f"scheduler {self.name!r} is closed")
 
-    def _run_all(self, step: int) -> list[Trajectory]:
+    def _run_all(self, step: int, timeout: float | None) -> list[Trajectory]:
         with self._cond:
             self._check_open()
             if self._all is not None:
                 raise RolloutError(f"scheduler {self.name!r} is already running get_batch(-1)")
+            self._budget.begin(1, timeout)
             self._step = step
             self._all = deque((tag, task) for tag in self.tags for task in self._tasks[tag])
             self._all_done = []
@@ -382,6 +406,7 @@ class RolloutScheduler:
                         done, self._all_done = self._all_done, []
                         self._stats["validation_runs"] += 1
                         break
+                    self._budget.check_time(len(self._all_done), len(self._groups))
                     self._wait()
                     self._fill()
         finally:

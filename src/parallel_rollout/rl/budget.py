@@ -1,0 +1,115 @@
+"""A batch's budget: how long ``get_batch`` may wait, and how much failure and filtering it
+takes before it says so instead of regenerating forever.
+
+Three things can keep a trainer's ``get_batch`` waiting without end, and each has a bound:
+
+* **Time** — ``get_batch(..., timeout=s)`` raises ``BatchTimeout`` after ``s`` seconds, with
+  what was ready and running.
+* **Failures** — a group whose members fail (the inference server is down, the agent raises)
+  is dropped and refilled; ``max_failed_groups`` such groups *in a row* (no group in between
+  that had a member finish) raise ``RolloutError`` naming the model endpoint and the last
+  failure. Failures are counted across batches: a server that is down stays down.
+* **Filtering** — a ``group_filter`` (DAPO's dynamic sampling, ``drop_equal_rewards``) drops
+  groups that teach nothing and more are generated; after ``max_filtered_groups`` dropped
+  within one ``get_batch`` (default: 10 batches' worth of groups, as NeMo-RL's
+  ``dynamic_sampling_max_gen_batches``), ``filter_fallback`` decides: ``"raise"`` (the
+  default) raises ``RolloutError``; ``"partial"`` returns the groups that passed, fewer than
+  asked (none, if none passed).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from ..errors import ConfigError, RolloutError
+
+#: filter_fallback's values
+FILTER_FALLBACKS = ("raise", "partial")
+#: groups per batch a get_batch may filter out before its fallback, by default
+FILTERED_BATCHES = 10
+
+
+class BatchTimeout(RolloutError):
+    """get_batch waited longer than its timeout."""
+
+    kind = "batch_timeout"
+
+
+class BatchBudget:
+    """One scheduler's bounds on a ``get_batch`` (see the module docstring)."""
+
+    def __init__(self, max_failed_groups: int = 10, max_filtered_groups: int | None = None,
+                 filter_fallback: str = "raise", endpoint: str = "") -> None:
+        if isinstance(max_failed_groups, bool) or not isinstance(max_failed_groups, int) or max_failed_groups < 1:
+            raise ConfigError(f"max_failed_groups must be a whole number >= 1, got {max_failed_groups!r}")
+        if max_filtered_groups is not None and (isinstance(max_filtered_groups, bool)
+                                                or not isinstance(max_filtered_groups, int)
+                                                or max_filtered_groups < 0):
+            raise ConfigError(f"max_filtered_groups must be a whole number >= 0 or None, got {max_filtered_groups!r}")
+        if filter_fallback not in FILTER_FALLBACKS:
+            raise ConfigError(f"filter_fallback must be one of {', '.join(FILTER_FALLBACKS)}, got {filter_fallback!r}")
+        self.max_failed_groups = max_failed_groups
+        self.max_filtered_groups = max_filtered_groups
+        self.filter_fallback = filter_fallback
+        self.endpoint = endpoint
+        #: groups failed in a row, and the last member failure seen
+        self.failed_in_a_row = 0
+        self.last_failure = ""
+        self._filtered = 0
+        self._filter_limit = 0
+        self._deadline: float | None = None
+        self._timeout: float | None = None
+
+    def begin(self, groups_needed: int, timeout: float | None) -> None:
+        """A ``get_batch`` of ``groups_needed`` groups starts now."""
+        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
+                                    or not timeout > 0):
+            raise ConfigError(f"get_batch timeout must be a positive number of seconds or None, got {timeout!r}")
+        self._timeout = timeout
+        self._deadline = None if timeout is None else time.monotonic() + timeout
+        self._filtered = 0
+        self._filter_limit = (FILTERED_BATCHES * groups_needed if self.max_filtered_groups is None
+                              else self.max_filtered_groups)
+
+    def member_failed(self, record: dict[str, Any]) -> None:
+        """Note a member's failure (what the error names if the budget runs out)."""
+        failure = record.get("failure") or {}
+        self.last_failure = f"{record.get('status')}: {failure.get('message', '')}"[:500]
+
+    def group_failed(self) -> None:
+        """A group was dropped (or completed) with every member failed."""
+        self.failed_in_a_row += 1
+
+    def group_done(self) -> None:
+        """A group had a member that did not fail: the model and envs work."""
+        self.failed_in_a_row = 0
+
+    def group_filtered(self) -> None:
+        """The group filter dropped a group during this get_batch."""
+        self._filtered += 1
+
+    def filter_spent(self) -> bool:
+        """Whether this get_batch dropped more groups by its filter than it may."""
+        return self._filtered > self._filter_limit
+
+    def check(self, ready: int, running: int) -> None:
+        """Raise when the batch cannot or must not wait any longer (failures, time, filter
+        with fallback ``raise``); called while get_batch waits."""
+        if self.failed_in_a_row >= self.max_failed_groups:
+            where = f"the model endpoint {self.endpoint}" if self.endpoint else "the agent"
+            raise RolloutError(f"{self.failed_in_a_row} groups in a row failed (max_failed_groups="
+                               f"{self.max_failed_groups}): is {where} up? last failure: "
+                               f"{self.last_failure or 'unknown'}")
+        if self.filter_spent() and self.filter_fallback == "raise":
+            raise RolloutError(f"the group filter dropped {self._filtered} groups in this get_batch "
+                               f"(max_filtered_groups={self._filter_limit}); {ready} group(s) passed. "
+                               "Rewards may all be equal (the policy always wins or always fails): "
+                               "raise max_filtered_groups, or pass filter_fallback='partial'")
+        self.check_time(ready, running)
+
+    def check_time(self, ready: int, running: int) -> None:
+        """Raise ``BatchTimeout`` once this get_batch is past its timeout."""
+        if self._deadline is not None and time.monotonic() > self._deadline:
+            raise BatchTimeout(f"get_batch timed out after {self._timeout:g}s with {ready} group(s) ready "
+                               f"and {running} running; last failure: {self.last_failure or 'none'}")

@@ -1,0 +1,86 @@
+"""get_batch never spins: a timeout, a budget of failed groups that names the endpoint, and a
+bound on the groups a filter may drop (rl/budget.py)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from llm_server import LLMServer
+from parallel_rollout.errors import ConfigError, RolloutError
+from parallel_rollout.rl import BatchTimeout, EnvManagerConfig, drop_equal_rewards
+from rl_support import TINY, lake_set, rl_config
+
+
+def _config(tmp_path, server, **changes):
+    return rl_config(tmp_path, server, num_rollouts=1, envs_per_worker=4, max_retries=0, **changes)
+
+
+def _tiny_lakes(tmp_path):
+    return EnvManagerConfig(group_size=2, tags=["tiny"],
+                            task_sets=lake_set(tmp_path, count=4, name="tiny", desc=TINY, max_steps=2))
+
+
+def test_a_server_that_fails_everything_raises_naming_the_endpoint(tmp_path, schedulers):
+    server = LLMServer(policy=lambda body: {"status": 500}).start()
+    try:
+        train = schedulers(_config(tmp_path, server), _tiny_lakes(tmp_path), max_failed_groups=3)
+        started = time.monotonic()
+        with pytest.raises(RolloutError) as caught:
+            train.get_batch(batch_size=8, step=0)
+        message = str(caught.value)
+        assert "3 groups in a row failed" in message and server.url in message, message
+        assert "500" in message, message  # the last failure says what the server answered
+        assert time.monotonic() - started < 60
+        assert train.stats()["dropped_failed"] >= 3
+    finally:
+        server.stop()
+
+
+def test_a_policy_that_always_wins_stops_after_max_filtered_groups(tmp_path, schedulers):
+    server = LLMServer(policy=lambda body: {"reply": "<answer>Right</answer>"}).start()  # S F G: two moves win
+    try:
+        train = schedulers(_config(tmp_path, server), _tiny_lakes(tmp_path), group_filter=drop_equal_rewards,
+                           max_filtered_groups=3)
+        with pytest.raises(RolloutError, match=r"filter dropped 4 groups .*max_filtered_groups=3"):
+            train.get_batch(batch_size=4, step=0)
+        partial = train.sibling(_tiny_lakes(tmp_path), group_filter=drop_equal_rewards, max_filtered_groups=2,
+                                filter_fallback="partial")
+        assert partial.get_batch(batch_size=4, step=0) == []  # nothing passed, and it says so
+        assert partial.stats()["partial_batches"] == 1
+        assert partial.stats()["dropped_filtered"] == 3
+    finally:
+        server.stop()
+
+
+def test_get_batch_times_out_and_the_scheduler_stays_usable(tmp_path, schedulers):
+    slow = {"on": True}
+
+    def policy(body):
+        if slow["on"]:
+            time.sleep(3)
+        return {"reply": "<answer>Right</answer>"}
+
+    server = LLMServer(policy=policy).start()
+    try:
+        train = schedulers(_config(tmp_path, server), _tiny_lakes(tmp_path), async_generation_ratio=1)
+        started = time.monotonic()
+        with pytest.raises(BatchTimeout, match=r"timed out after 0.5s with 0 group\(s\) ready"):
+            train.get_batch(batch_size=2, step=0, timeout=0.5)
+        assert time.monotonic() - started < 2.5
+        slow["on"] = False
+        assert len(train.get_batch(batch_size=2, step=0, timeout=60)) == 2
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize("settings, field", [
+    (dict(max_failed_groups=0), "max_failed_groups"),
+    (dict(max_filtered_groups=-1), "max_filtered_groups"),
+    (dict(filter_fallback="ignore"), "filter_fallback"),
+])
+def test_bad_budget_settings_are_refused_naming_the_field(tmp_path, schedulers, settings, field):
+    server = LLMServer(policy=lambda body: {"reply": "x"})
+    with pytest.raises(ConfigError, match=field):
+        schedulers(_config(tmp_path, server), _tiny_lakes(tmp_path), **settings)
