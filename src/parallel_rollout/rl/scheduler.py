@@ -37,6 +37,7 @@ from ..messages import Assignment
 from .budget import BatchBudget
 from .config import EnvManagerConfig, load_tasks_of, resolve_task_set
 from .groups import Group, GroupFilter, Trajectory, from_record, trajectory_id
+from .metrics import batch_metrics
 from .shared import SharedEngine
 
 log = logging.getLogger("parallel_rollout")
@@ -101,6 +102,9 @@ class RolloutScheduler:
         self._all: deque | None = None           # get_batch(-1): tasks still to start
         self._all_done: list[Group] = []
         self._stats = Counter()
+        #: the last batch returned, with the counters then and at the batch before (metrics())
+        self._last_batch: tuple[list[Trajectory], int, int, dict[str, Any], dict[str, Any]] | None = None
+        self._stats_at_batch: dict[str, Any] = {}
         # Engine calls queued under the lock and made after it is released: the engine calls
         # back (_on_final) from its own thread, so calling it under our lock could deadlock.
         self._outbox: list[tuple[str, Any]] = []
@@ -169,7 +173,12 @@ class RolloutScheduler:
             with self._cond:
                 self._waiting = False
             self._flush()
-        return [t for group in batch for t in group.trajectories()]
+        trajectories = [t for group in batch for t in group.trajectories()]
+        with self._cond:
+            now = dict(self._stats)
+            self._last_batch = (trajectories, self._shared.gate.version, step, now, self._stats_at_batch)
+            self._stats_at_batch = now
+        return trajectories
 
     def suspend(self, abort: bool = False, timeout: float | None = None) -> None:
         """Stop new model requests (every scheduler of this engine) for a weight update; wait
@@ -204,6 +213,14 @@ class RolloutScheduler:
                          partition=dict(self.partition))
             stats["groups_dropped"] = sum(v for k, v in self._stats.items() if k.startswith("dropped_"))
         return stats
+
+    def metrics(self) -> dict[str, float]:
+        """One flat dict of numbers for the last batch ``get_batch`` returned (per-tag counts
+        and rewards, success rate, staleness by version lag, model vs env time, drops and
+        failures since the batch before, tokens); see ``rl.metrics``. Empty before the first."""
+        with self._cond:
+            last = self._last_batch
+        return batch_metrics(*last) if last is not None else {}
 
     def close(self) -> None:
         """Stop this scheduler's generation; the scheduler that started the engine also

@@ -1,0 +1,113 @@
+"""A batch's metrics: one flat dict of numbers, ready for W&B or TensorBoard.
+
+``RolloutScheduler.metrics()`` returns it for the last batch ``get_batch`` returned. Keys are
+``/``-separated names (W&B groups panels by their first part); every value is an int or a
+float::
+
+    batch/trajectories, batch/groups, batch/placeholders     what the batch holds
+    reward/mean, reward/std, success_rate                    over its real (not placeholder) members
+    tag/<tag>/trajectories, tag/<tag>/reward_mean, tag/<tag>/success_rate
+    status/<status>                                          trajectories by final status
+    staleness/lag_<k>                                        trajectories whose oldest turn came from
+                                                             the policy version current - k
+    staleness/max_lag
+    time/episode_s_mean, time/model_s_mean, time/env_s_mean  per trajectory: the model's share
+                                                             (turns' requests), the rest is the env's
+    time/gate_wait_s_mean                                    waiting at the policy gate (updates)
+    tokens/prompt, tokens/completion                         the batch's model usage
+    dropped/<reason>, failed_members                         since the previous batch (stale, failed,
+                                                             filtered, closed …)
+    scheduler/policy_version, scheduler/step
+
+Nothing here needs a logger; ``log_metrics`` hands the dict to TensorBoard or W&B when one is
+installed (neither is a dependency).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from typing import Any, Iterable
+
+from .groups import Trajectory
+
+
+def batch_metrics(batch: list[Trajectory], current_version: int, step: int,
+                  stats_now: dict[str, Any], stats_before: dict[str, Any]) -> dict[str, float]:
+    """The metrics of one batch (see the module docstring); ``stats_*``: the scheduler's
+    counters now and at the previous batch, for what happened in between."""
+    real = [t for t in batch if not t.placeholder]
+    out: dict[str, float] = {
+        "batch/trajectories": len(batch),
+        "batch/groups": len({t.group_id for t in batch}),
+        "batch/placeholders": len(batch) - len(real),
+        "scheduler/policy_version": current_version,
+        "scheduler/step": step,
+    }
+    out.update(_rewards(real))
+    for tag in sorted({t.tag for t in real}):
+        tagged = [t for t in real if t.tag == tag]
+        out[f"tag/{tag}/trajectories"] = len(tagged)
+        rewards = _rewards(tagged)
+        out[f"tag/{tag}/reward_mean"] = rewards["reward/mean"]
+        out[f"tag/{tag}/success_rate"] = rewards["success_rate"]
+    for status, count in sorted(Counter(t.status for t in batch).items()):
+        out[f"status/{status}"] = count
+    lags = [lag for t in real if (lag := _lag(t, current_version)) is not None]
+    for lag, count in sorted(Counter(lags).items()):
+        out[f"staleness/lag_{lag}"] = count
+    out["staleness/max_lag"] = max(lags, default=0)
+    episode, model, gate = zip(*[_times(t) for t in real]) if real else ((), (), ())
+    out["time/episode_s_mean"] = _mean(episode)
+    out["time/model_s_mean"] = _mean(model)
+    out["time/env_s_mean"] = _mean([max(0.0, e - m) for e, m in zip(episode, model)])
+    out["time/gate_wait_s_mean"] = _mean(gate)
+    usage = [t.record.get("usage") or {} for t in real]
+    out["tokens/prompt"] = sum(int(u.get("prompt_tokens") or 0) for u in usage)
+    out["tokens/completion"] = sum(int(u.get("completion_tokens") or 0) for u in usage)
+    for name, value in stats_now.items():
+        if name.startswith("dropped_") and name != "dropped_":
+            out[f"dropped/{name[len('dropped_'):]}"] = value - stats_before.get(name, 0)
+    out["failed_members"] = stats_now.get("members_failed", 0) - stats_before.get("members_failed", 0)
+    return out
+
+
+def log_metrics(metrics: dict[str, float], step: int, logger: Any) -> None:
+    """Hand ``metrics`` to a TensorBoard ``SummaryWriter`` (``add_scalar``) or to W&B
+    (a run or the ``wandb`` module: ``log``)."""
+    if hasattr(logger, "add_scalar"):
+        for name, value in metrics.items():
+            logger.add_scalar(name, value, step)
+    elif hasattr(logger, "log"):
+        logger.log(dict(metrics), step=step)
+    else:
+        raise TypeError(f"{type(logger).__name__} is neither a SummaryWriter (add_scalar) nor a W&B run (log)")
+
+
+def _rewards(trajectories: list[Trajectory]) -> dict[str, float]:
+    rewards = [t.reward for t in trajectories]
+    return {"reward/mean": _mean(rewards),
+            "reward/std": statistics.pstdev(rewards) if len(rewards) > 1 else 0.0,
+            "success_rate": _mean([1.0 if t.success else 0.0 for t in trajectories])}
+
+
+def _lag(trajectory: Trajectory, current_version: int) -> int | None:
+    versions = [v for v in trajectory.policy_versions if isinstance(v, int)]
+    return current_version - min(versions) if versions else None
+
+
+def _times(trajectory: Trajectory) -> tuple[float, float, float]:
+    """(episode, model, gate wait) seconds of one trajectory."""
+    episode = float(trajectory.timings.get("duration_s") or 0.0)
+    model = gate = 0.0
+    for turn in trajectory.turns:
+        started, ended = turn.get("model_started_at"), turn.get("model_ended_at")
+        if isinstance(started, (int, float)) and isinstance(ended, (int, float)):
+            model += max(0.0, ended - started)
+        gate += float(turn.get("gate_wait_s") or 0.0)
+    return episode, model, gate
+
+
+def _mean(values: Iterable[float]) -> float:
+    values = list(values)
+    return float(statistics.fmean(values)) if values else 0.0
