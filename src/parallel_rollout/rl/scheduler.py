@@ -38,6 +38,7 @@ from .budget import BatchBudget
 from .config import EnvManagerConfig, load_tasks_of, resolve_task_set
 from .groups import Group, GroupFilter, Trajectory, from_record, trajectory_id
 from .metrics import batch_metrics
+from .sources import ShuffledTasks, TaskSource, check_batch_partition, quotas
 from .shared import SharedEngine
 
 log = logging.getLogger("parallel_rollout")
@@ -60,6 +61,7 @@ class RolloutScheduler:
                  group_filter: GroupFilter | None = None, failed_member: str = "drop",
                  name: str = "train", seed: int = 0, max_failed_groups: int = 10,
                  max_filtered_groups: int | None = None, filter_fallback: str = "raise",
+                 task_source: TaskSource | None = None, batch_partition: list[float] | None = None,
                  _shared: SharedEngine | None = None) -> None:
         self.env_config = env_config or EnvManagerConfig()
         self.env_config.check()
@@ -72,10 +74,13 @@ class RolloutScheduler:
         self._budget = BatchBudget(max_failed_groups, max_filtered_groups, filter_fallback,
                                    endpoint=run_config.base_url or "")
         self.name = name
-        self._rng = random.Random(seed)
+        self.seed = seed
         self.run_config = run_config
         self.tags = list(self.env_config.tags or [run_config.mode])
+        self.batch_partition = check_batch_partition(batch_partition, self.tags)
         self._tasks = _load_tags(self.tags, self.env_config, run_config)
+        #: which task each new group runs (``sources``): the built-in order, or the trainer's
+        self._source: TaskSource = task_source or ShuffledTasks(self._tasks, seed)
         self._owner = _shared is None
         self.modes = sorted({task.mode for tasks in self._tasks.values() for task in tasks})
         if _shared is not None:
@@ -92,7 +97,10 @@ class RolloutScheduler:
         self._groups: dict[int, Group] = {}      # running (not complete, not dropped)
         self._ready: list[Group] = []            # complete, waiting for get_batch
         self._by_key: dict[str, tuple[Group, int, float]] = {}
-        self._next_task = {tag: self._task_cycle(tag) for tag in self.tags}
+        #: groups to start again before drawing (load_state_dict): (tag, task, episode, seed)
+        self._replay: deque[tuple[str, Any, int, int | None]] = deque()
+        #: get_batch(tasks=[…]) under way: position in the given list -> its group
+        self._given: dict[int, Group] | None = None
         self._group_ids = itertools.count()
         self._episodes = Counter()
         self._step = 0
@@ -113,7 +121,7 @@ class RolloutScheduler:
 
     def sibling(self, env_config: EnvManagerConfig, *, async_generation_ratio: float | None = None,
                 group_filter: GroupFilter | None = None, failed_member: str | None = None,
-                name: str | None = None, **budget: Any) -> "RolloutScheduler":
+                name: str | None = None, **options: Any) -> "RolloutScheduler":
         """Another scheduler on the same engine, gate and concurrency limit (validation, a
         baseline evaluation)."""
         if (env_config.max_env_num_per_worker is not None
@@ -124,27 +132,27 @@ class RolloutScheduler:
             self.run_config, env_config,
             async_generation_ratio=self.ratio if async_generation_ratio is None else async_generation_ratio,
             group_filter=group_filter, failed_member=failed_member or self.failed_member,
-            name=name or f"{self.name}-sibling{len(self._shared.schedulers)}", _shared=self._shared, **budget)
-
-    def _task_cycle(self, tag: str):
-        tasks = list(self._tasks[tag])
-        while True:
-            self._rng.shuffle(tasks)
-            yield from tasks
+            name=name or f"{self.name}-sibling{len(self._shared.schedulers)}", _shared=self._shared, **options)
 
     # -- the trainer's calls --------------------------------------------------------------
 
-    def get_batch(self, batch_size: int, step: int, timeout: float | None = None) -> list[Trajectory]:
+    def get_batch(self, batch_size: int, step: int, timeout: float | None = None,
+                  tasks: list[Any] | None = None) -> list[Trajectory]:
         """Block until ``batch_size`` trajectories of whole groups are ready; return them,
         oldest group first. ``batch_size=-1``: every task of the tags once (validation).
-        Never waits without end (``budget``): ``BatchTimeout`` after ``timeout`` seconds,
-        ``RolloutError`` after ``max_failed_groups`` failed groups in a row (naming the
-        model endpoint and the last failure) or ``max_filtered_groups`` filtered ones."""
+        ``tasks``: run exactly these (``Task`` objects or ids of the tags' tasks), one group
+        each, returned in their order; with ``batch_partition`` every batch holds the tags in
+        those proportions. Never waits without end (``budget``): ``BatchTimeout`` after
+        ``timeout`` seconds, ``RolloutError`` after ``max_failed_groups`` failed groups in a
+        row (naming the model endpoint and the last failure) or ``max_filtered_groups``
+        filtered ones."""
         if batch_size == -1:
             return self._run_all(step, timeout)
         size = self.env_config.group_size
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1 or batch_size % size:
             raise ConfigError(f"batch_size must be a positive multiple of group_size ({size}) or -1, got {batch_size!r}")
+        if tasks is not None:
+            return self._run_given(batch_size, step, tasks, timeout)
         need = batch_size // size
         with self._cond:
             self._check_open()
@@ -157,8 +165,8 @@ class RolloutScheduler:
                 self._flush()
                 with self._cond:
                     partial = self._budget.filter_spent() and self._budget.filter_fallback == "partial"
-                    if len(self._ready) >= need or partial:
-                        batch, self._ready = self._ready[:need], self._ready[need:]
+                    batch = self._take_ready(need, partial)
+                    if batch is not None:
                         self._waiting = False
                         self._stats["groups_returned"] += len(batch)
                         if len(batch) < need:
@@ -173,12 +181,116 @@ class RolloutScheduler:
             with self._cond:
                 self._waiting = False
             self._flush()
+        return self._hand_out(batch, step)
+
+    def _hand_out(self, batch: list[Group], step: int) -> list[Trajectory]:
+        """The trajectories of ``batch``, noted for ``metrics()``."""
         trajectories = [t for group in batch for t in group.trajectories()]
         with self._cond:
             now = dict(self._stats)
             self._last_batch = (trajectories, self._shared.gate.version, step, now, self._stats_at_batch)
             self._stats_at_batch = now
         return trajectories
+
+    def _take_ready(self, need: int, partial: bool) -> list[Group] | None:
+        """The ready groups of the next batch, taken off ``_ready`` (oldest first; with
+        ``batch_partition`` each tag's quota); None while they are not all there (with
+        ``partial``: what is there)."""
+        if self.batch_partition is None:
+            if len(self._ready) < need and not partial:
+                return None
+            batch, self._ready = self._ready[:need], self._ready[need:]
+            return batch
+        wanted = quotas(self.batch_partition, need)
+        chosen: list[Group] = []
+        for tag, count in wanted.items():
+            mine = [g for g in self._ready if g.tag == tag][:count]
+            if len(mine) < count and not partial:
+                return None
+            chosen += mine
+        taken = {g.group_id for g in chosen}
+        self._ready = [g for g in self._ready if g.group_id not in taken]
+        return sorted(chosen, key=lambda g: g.group_id)
+
+    def _run_given(self, batch_size: int, step: int, tasks: list[Any], timeout: float | None) -> list[Trajectory]:
+        """get_batch(tasks=[…]): one group per given task, their groups in the given order. A
+        group whose members fail is run again (the budget counts it); the group filter, the
+        ratio and staleness do not apply: the trainer chose these tasks."""
+        given = [self._resolve(task) for task in tasks]
+        if batch_size != len(given) * self.env_config.group_size:
+            raise ConfigError(f"batch_size {batch_size} must be len(tasks) x group_size "
+                              f"({len(given)} x {self.env_config.group_size})")
+        with self._cond:
+            self._check_open()
+            if self._given is not None:
+                raise RolloutError(f"scheduler {self.name!r} is already running a get_batch(tasks=...)")
+            self._budget.begin(len(given), timeout)
+            self._step = step
+            self._given = {pos: self._start_group(tag, task, purpose="given") for pos, (tag, task) in enumerate(given)}
+        try:
+            while True:
+                self._flush()
+                with self._cond:
+                    if all(g.completed_at is not None for g in self._given.values()):
+                        batch = [self._given[pos] for pos in range(len(given))]
+                        self._stats["groups_returned"] += len(batch)
+                        break
+                    self._budget.check(0, len(self._groups))
+                    self._wait()
+        finally:
+            with self._cond:
+                for group in (self._given or {}).values():
+                    if group.completed_at is None and group.group_id in self._groups:
+                        self._drop(group, "closed")
+                self._given = None
+            self._flush()
+        return [t for group in batch for t in group.trajectories()]
+
+    def _resolve(self, task: Any) -> tuple[str, Any]:
+        """(tag, Task) of a task given to get_batch: a Task of an engine mode, or the id of a
+        task of one of the tags."""
+        if isinstance(task, str):
+            for tag in self.tags:
+                found = next((t for t in self._tasks[tag] if t.id == task), None)
+                if found is not None:
+                    return tag, found
+            raise ConfigError(f"get_batch(tasks=...): no task {task!r} in the tags {self.tags}")
+        mode = getattr(task, "mode", None)
+        if mode not in self.modes:
+            raise ConfigError(f"get_batch(tasks=...): task {getattr(task, 'id', task)!r} has mode {mode!r}; "
+                              f"this scheduler's engine runs {self.modes}")
+        tag = next((t for t in self.tags if task in self._tasks[t]), (task.tags or (mode,))[0])
+        return tag, task
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where task drawing stands, for the trainer's checkpoint: the source's state, the
+        episode counters, and the groups drawn but not yet handed out (started again first
+        by ``load_state_dict``)."""
+        with self._cond:
+            unreturned = sorted([*[g for g in self._groups.values() if g.purpose == "batch"], *self._ready],
+                                key=lambda g: g.group_id)
+            return {"source": self._source.state_dict(), "episodes": dict(self._episodes),
+                    "unreturned": [{"tag": g.tag, "task_id": g.task.id, "episode": g.episode_id, "seed": g.seed}
+                                   for g in unreturned]
+                                  + [{"tag": tag, "task_id": task.id, "episode": episode, "seed": seed}
+                                     for tag, task, episode, seed in self._replay]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from ``state_dict()`` of an earlier scheduler with the same tags; call it
+        before the first get_batch."""
+        with self._cond:
+            if self._groups or self._ready or self._stats["groups_started"]:
+                raise RolloutError("load_state_dict must come before the scheduler's first get_batch")
+            self._source.load_state_dict(state.get("source", {}))
+            self._episodes = Counter({tag: int(n) for tag, n in state.get("episodes", {}).items()})
+            self._replay.clear()
+            for entry in state.get("unreturned", []):
+                tag, task_id = entry["tag"], entry["task_id"]
+                task = next((t for t in self._tasks.get(tag, []) if t.id == task_id), None)
+                if task is None:
+                    raise ConfigError(f"the saved state names task {task_id!r} of tag {tag!r}, which this "
+                                      "scheduler does not have")
+                self._replay.append((tag, task, int(entry["episode"]), entry.get("seed")))
 
     def suspend(self, abort: bool = False, timeout: float | None = None) -> None:
         """Stop new model requests (every scheduler of this engine) for a weight update; wait
@@ -261,12 +373,25 @@ class RolloutScheduler:
                 self._start_group(tag, task, purpose="all")
             return
         cap = self._need * (self.ratio + (1 if self._waiting else 0))
-        while len(self._groups) + len(self._ready) < cap:
+        while self._outstanding() < cap:
+            if self._replay:
+                tag, task, episode, seed = self._replay.popleft()
+                self._start_group(tag, task, purpose="batch", episode_id=episode, seed=seed)
+                continue
             open_tags = [t for t in self.tags if self._start_allowed(t)]
+            if self.batch_partition is not None:
+                share = quotas(self.batch_partition, self._need)
+                open_tags = [t for t in open_tags
+                             if self._outstanding(t) < share[t] * (self.ratio + (1 if self._waiting else 0))]
             if not open_tags:
                 return
             tag = min(open_tags, key=lambda t: self._running(t) / self.partition[t])
-            self._start_group(tag, next(self._next_task[tag]), purpose="batch")
+            self._start_group(tag, self._source.next_task(tag), purpose="batch")
+
+    def _outstanding(self, tag: str | None = None) -> int:
+        """Batch groups running or ready (of ``tag``)."""
+        groups = [*[g for g in self._groups.values() if g.purpose == "batch"], *self._ready]
+        return sum(1 for g in groups if tag is None or g.tag == tag)
 
     def _running(self, tag: str) -> int:
         return sum(1 for g in self._groups.values() if g.tag == tag)
@@ -274,11 +399,17 @@ class RolloutScheduler:
     def _start_allowed(self, tag: str) -> bool:
         return self._running(tag) < self.partition[tag]
 
-    def _start_group(self, tag: str, task: Any, purpose: str) -> None:
+    def _start_group(self, tag: str, task: Any, purpose: str, episode_id: int | None = None,
+                     seed: int | None = None) -> Group:
         group_id = next(self._group_ids)
-        episode_id = self._episodes[tag]
-        self._episodes[tag] += 1
-        seed = task.seed if task.seed is not None else self._rng.randrange(2 ** 31)
+        if episode_id is None:
+            episode_id = self._episodes[tag]
+            self._episodes[tag] += 1
+        if seed is None:
+            # a function of the scheduler's seed, the tag and the episode: a restored scheduler
+            # (load_state_dict) gives its next groups the seeds an uninterrupted one would
+            seed = task.seed if task.seed is not None else \
+                random.Random(f"{self.seed}/{tag}/{episode_id}").randrange(2 ** 31)
         member_task = dataclasses.replace(task, seed=seed)
         size = self.env_config.group_size
         group = Group(group_id, tag, episode_id, task, seed, self._step, size, created_at=time.time(),
@@ -294,6 +425,7 @@ class RolloutScheduler:
             group.keys[member] = item.key
             self._by_key[item.key] = (group, member, now)
             self._outbox.append(("submit", item))
+        return group
 
     def _on_final(self, record: dict[str, Any]) -> None:
         """The engine's callback: a member's final record."""
@@ -339,6 +471,7 @@ class RolloutScheduler:
                     else:
                         self._budget.group_failed()
                         self._drop(group, "failed")
+                        self._rerun_given(group)
                         self._cond.notify_all()
                         self._fill()
                         return
@@ -360,6 +493,8 @@ class RolloutScheduler:
             self._budget.group_failed()
         if group.purpose == "all":
             self._all_done.append(group)
+        elif group.purpose == "given":
+            pass  # get_batch(tasks=…) collects it
         elif self._stale(group):
             self._stats["dropped_stale"] += 1
         elif self.group_filter is not None and self.group_filter(group.trajectories()):
@@ -369,6 +504,15 @@ class RolloutScheduler:
             self._ready.append(group)
             self._ready.sort(key=lambda g: g.group_id)
         self._fill()
+
+    def _rerun_given(self, group: Group) -> None:
+        """A dropped group of get_batch(tasks=…): the same task again, in its place."""
+        if group.purpose != "given" or self._given is None or self._closed:
+            return
+        for pos, current in self._given.items():
+            if current is group:
+                self._given[pos] = self._start_group(group.tag, group.task, purpose="given")
+                return
 
     def _drop(self, group: Group, reason: str) -> None:
         for member in group.running:

@@ -1,0 +1,107 @@
+"""Which task each new group runs: the scheduler's built-in order, or the trainer's.
+
+A scheduler starts a group with ``source.next_task(tag)``. The built-in ``ShuffledTasks``
+goes through each tag's tasks in an order reshuffled at every pass, from the scheduler's seed
+(the pass and the tag seed each shuffle, so its state is two numbers per tag). A trainer that
+wants curriculum, replay or its own dataloader passes a ``TaskSource`` of its own, or gives
+each batch's tasks to ``get_batch(..., tasks=[…])``.
+
+**Resume.** ``RolloutScheduler.state_dict()`` holds the source's state and the groups that
+were drawn but not yet handed to the trainer (running, or ready and waiting); a new
+scheduler given it with ``load_state_dict`` starts those groups again first (same task, same
+seed, same episode id), then draws on. A trainer that saves it with its checkpoint at step N
+and restarts gets the same next tasks as a run that never stopped.
+
+**Proportions.** ``batch_partition=[w1, w2, …]`` (one weight per tag) makes every batch hold
+the tags in those proportions (``quotas``: largest remainders), so a fast tag (math) cannot
+crowd a slow one (osworld) out of the batches; ``num_groups_partition`` still caps the groups
+of each tag running at once.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any, Protocol
+
+from ..errors import ConfigError
+
+
+class TaskSource(Protocol):
+    """Decides the task of each new group of a tag; saves and restores its position."""
+
+    def next_task(self, tag: str) -> Any:
+        """The task (``tasks.Task``) the next group of ``tag`` runs."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where the source stands, as JSON values."""
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Stand where ``state_dict`` said."""
+
+
+class ShuffledTasks:
+    """The built-in source: each tag's tasks in an order reshuffled at every pass."""
+
+    def __init__(self, tasks: dict[str, list[Any]], seed: int = 0) -> None:
+        self.tasks = {tag: list(items) for tag, items in tasks.items()}
+        self.seed = seed
+        #: per tag: the pass under way and how many of its tasks were drawn
+        self._pass = {tag: 0 for tag in self.tasks}
+        self._drawn = {tag: 0 for tag in self.tasks}
+        self._order: dict[str, list[Any]] = {}
+
+    def next_task(self, tag: str) -> Any:
+        """The next task of ``tag``'s current pass; a new pass, newly shuffled, after its last."""
+        order = self._order.get(tag)
+        if order is None:
+            order = self._order[tag] = self._shuffled(tag, self._pass[tag])
+        if self._drawn[tag] >= len(order):
+            self._pass[tag] += 1
+            self._drawn[tag] = 0
+            order = self._order[tag] = self._shuffled(tag, self._pass[tag])
+        task = order[self._drawn[tag]]
+        self._drawn[tag] += 1
+        return task
+
+    def state_dict(self) -> dict[str, Any]:
+        """The pass and the position in it, per tag."""
+        return {"seed": self.seed, "pass": dict(self._pass), "drawn": dict(self._drawn)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue where ``state`` stood (its tags must be this source's)."""
+        unknown = set(state.get("pass", {})) - set(self.tasks)
+        if unknown:
+            raise ConfigError(f"the saved task order names tags this scheduler does not have: {sorted(unknown)}")
+        self.seed = int(state.get("seed", self.seed))
+        self._pass.update({tag: int(n) for tag, n in state.get("pass", {}).items()})
+        self._drawn.update({tag: int(n) for tag, n in state.get("drawn", {}).items()})
+        self._order.clear()
+
+    def _shuffled(self, tag: str, number: int) -> list[Any]:
+        order = list(self.tasks[tag])
+        random.Random(f"{self.seed}/{tag}/{number}").shuffle(order)
+        return order
+
+
+def quotas(weights: dict[str, float], groups: int) -> dict[str, int]:
+    """``groups`` split over the tags in proportion to ``weights`` (largest remainders; ties
+    go to the tag listed first)."""
+    total = sum(weights.values())
+    exact = {tag: groups * w / total for tag, w in weights.items()}
+    out = {tag: int(share) for tag, share in exact.items()}
+    left = groups - sum(out.values())
+    order = sorted(weights, key=lambda tag: (-(exact[tag] - out[tag]), list(weights).index(tag)))
+    for tag in order[:left]:
+        out[tag] += 1
+    return out
+
+
+def check_batch_partition(partition: list[float] | None, tags: list[str]) -> dict[str, float] | None:
+    """``batch_partition`` as weights per tag; ConfigError for a wrong length or weight."""
+    if partition is None:
+        return None
+    if not isinstance(partition, (list, tuple)) or len(partition) != len(tags):
+        raise ConfigError(f"batch_partition must give one weight per tag ({len(tags)}: {tags}), got {partition!r}")
+    if any(isinstance(w, bool) or not isinstance(w, (int, float)) or not w > 0 for w in partition):
+        raise ConfigError(f"batch_partition weights must be positive numbers, got {partition!r}")
+    return dict(zip(tags, partition))

@@ -1,0 +1,108 @@
+"""The trainer's data: the built-in task order and its state (resume at step N), explicit
+tasks per batch, and batch_partition (rl/sources.py)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+
+import pytest
+
+from llm_server import LLMServer
+from parallel_rollout.errors import ConfigError
+from parallel_rollout.rl import EnvManagerConfig, TaskSet
+from parallel_rollout.rl.sources import ShuffledTasks, quotas
+from rl_support import TINY, lake_set, rl_config
+
+RIGHT = {"reply": "<answer>Right</answer>"}
+
+
+def _lakes(tmp_path, name, count, desc=TINY):
+    """``count`` different lakes (distinct ids) of one tag."""
+    path = tmp_path / f"{name}.jsonl"
+    path.write_text("".join(json.dumps({"id": f"{name}{i}", "mode": "gym", "desc": desc, "max_steps": 3,
+                                        "seed": i}) + "\n" for i in range(count)))
+    return {name: TaskSet("gym", str(path))}
+
+
+def test_shuffled_tasks_every_task_once_per_pass_and_state_round_trips():
+    tasks = {"a": [f"a{i}" for i in range(5)], "b": ["b0", "b1"]}
+    source = ShuffledTasks(tasks, seed=3)
+    first_pass = [source.next_task("a") for _ in range(5)]
+    assert sorted(first_pass) == tasks["a"]
+    drawn = [source.next_task("a") for _ in range(2)] + [source.next_task("b")]
+    state = json.loads(json.dumps(source.state_dict()))
+    uninterrupted = [source.next_task("a") for _ in range(6)] + [source.next_task("b") for _ in range(3)]
+    restored = ShuffledTasks(tasks, seed=0)
+    restored.load_state_dict(state)
+    assert [restored.next_task("a") for _ in range(6)] + [restored.next_task("b") for _ in range(3)] == uninterrupted
+    assert ShuffledTasks(tasks, seed=3).next_task("a") == first_pass[0]  # the seed decides the order
+    assert drawn  # (drawn before the state was taken)
+    with pytest.raises(ConfigError, match="tags"):
+        restored.load_state_dict({"pass": {"zzz": 1}})
+
+
+def test_quotas_split_in_proportion():
+    assert quotas({"a": 1, "b": 1}, 4) == {"a": 2, "b": 2}
+    assert quotas({"a": 1, "b": 1}, 3) == {"a": 2, "b": 1}
+    assert quotas({"a": 3, "b": 1}, 4) == {"a": 3, "b": 1}
+    assert sum(quotas({"a": 1, "b": 2, "c": 4}, 10).values()) == 10
+
+
+def test_a_restarted_scheduler_gets_the_same_next_tasks(tmp_path, schedulers):
+    server = LLMServer(policy=lambda body: RIGHT).start()
+    try:
+        config = EnvManagerConfig(group_size=2, tags=["lakes"], task_sets=_lakes(tmp_path, "lakes", 7))
+        first = schedulers(rl_config(tmp_path, server, num_rollouts=1), config, seed=5)
+        ids = []
+        for step in range(6):
+            ids.append([t.task_id for t in first.get_batch(batch_size=4, step=step)])
+            if step == 3:
+                state = json.loads(json.dumps(first.state_dict()))
+        first.close()
+        second = schedulers(rl_config(tmp_path, server, num_rollouts=1, run_id="restarted"), config, seed=5)
+        second.load_state_dict(state)
+        resumed = [[t.task_id for t in second.get_batch(batch_size=4, step=step)] for step in (4, 5)]
+        assert resumed == ids[4:], (ids, resumed)
+        assert len({tid for batch in ids for tid in batch}) == 7  # every task came round
+    finally:
+        server.stop()
+
+
+def test_explicit_tasks_run_exactly_and_in_order(tmp_path, schedulers):
+    server = LLMServer(policy=lambda body: RIGHT).start()
+    try:
+        sets = _lakes(tmp_path, "lakes", 4)
+        train = schedulers(rl_config(tmp_path, server, num_rollouts=1), EnvManagerConfig(
+            group_size=2, tags=["lakes"], task_sets=sets), async_generation_ratio=1)
+        batch = train.get_batch(batch_size=6, step=0, tasks=["lakes3", "lakes0", "lakes3"])
+        assert [t.task_id for t in batch] == ["lakes3"] * 2 + ["lakes0"] * 2 + ["lakes3"] * 2
+        assert len({t.group_id for t in batch}) == 3
+        with pytest.raises(ConfigError, match="no task 'nope'"):
+            train.get_batch(batch_size=2, step=1, tasks=["nope"])
+        with pytest.raises(ConfigError, match="len\\(tasks\\) x group_size"):
+            train.get_batch(batch_size=2, step=1, tasks=["lakes1", "lakes2"])
+    finally:
+        server.stop()
+
+
+def test_batch_partition_gives_half_and_half_batches(tmp_path, schedulers):
+    def policy(body):
+        if "FFFFFFG" in json.dumps(body["messages"]):
+            time.sleep(0.3)  # the slow tag's model calls take their time
+        return RIGHT
+
+    server = LLMServer(policy=policy).start()
+    try:
+        sets = {**_lakes(tmp_path, "fast", 4), **_lakes(tmp_path, "slow", 4, desc=["SFFFFFFG"])}
+        train = schedulers(rl_config(tmp_path, server), EnvManagerConfig(
+            group_size=2, tags=["fast", "slow"], task_sets=sets), async_generation_ratio=1,
+            batch_partition=[1, 1])
+        for step in range(3):
+            batch = train.get_batch(batch_size=8, step=step)
+            assert Counter(t.tag for t in batch) == {"fast": 4, "slow": 4}, [t.tag for t in batch]
+        with pytest.raises(ConfigError, match="one weight per tag"):
+            train.sibling(EnvManagerConfig(group_size=2, tags=["fast", "slow"], task_sets=sets), batch_partition=[1])
+    finally:
+        server.stop()
