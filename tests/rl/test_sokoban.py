@@ -1,6 +1,7 @@
 """gym mode's Sokoban: rooms by reverse play (deterministic, always solvable), ROLL's reward
 table one event at a time, the vocabulary and legend in the prompt, the shipped rooms through
-the CLI (oracle, and the openai agent against the local test server), and bad settings named.
+the CLI (oracle, and the openai agent against the local test server), the Sokoban tags in a
+scheduler (groups share a room, new groups get new rooms), and bad settings named.
 
 Nothing here starts a VM: the gym mode declares ``vm_scope = None``.
 """
@@ -28,7 +29,10 @@ from parallel_rollout.envs.sokoban import parse_move, sokoban_path
 from parallel_rollout.envs.sokoban_planner import plan
 from parallel_rollout.envs.sokoban_rooms import RoomError, generate_room
 from parallel_rollout.errors import TaskFileError
+from parallel_rollout.rl import EnvManagerConfig, TaskSet
+from parallel_rollout.rl.scheduler import TAG_SEED_STRIDE
 from parallel_rollout.tasks import Task, load_tasks
+from rl_support import rl_config
 
 ROOT = Path(__file__).resolve().parents[2]
 #: a user's shell with the project installed: ``parallel-rollout`` and ``python`` on PATH
@@ -332,3 +336,48 @@ def test_a_return_above_one_without_every_box_on_target_is_no_success(tmp_path):
     [record] = _records(tmp_path / "three")
     assert record["reward"] == pytest.approx(0.9 - 0.1 + 0.9) and record["eval"]["boxes_on_target"] == 2
     assert record["status"] == "failure" and not record["success"] and not record["eval"]["success"]
+
+
+# -- the RL tags ---------------------------------------------------------------------------
+
+def _random_move(body):
+    import random
+
+    return {"reply": f"<answer>{random.choice(['Left', 'Down', 'Right', 'Up'])}</answer>"}
+
+
+def test_scheduler_groups_share_a_room_and_new_groups_get_new_rooms(tmp_path, schedulers):
+    server = LLMServer(policy=_random_move).start()
+    try:
+        tags = ["SimpleSokoban", "LargerSokoban", "SokobanDifferentGridVocab", "FrozenLake"]
+        pinned = tmp_path / "pinned.jsonl"
+        pinned.write_text(json.dumps({"id": "pinned", "mode": "gym", "game": "Sokoban", "dim_room": [6, 6],
+                                      "num_boxes": 1, "max_steps": 3, "seed": 5}) + "\n")
+        train = schedulers(rl_config(tmp_path, server), EnvManagerConfig(
+            tags=tags, num_groups_partition=[2, 2, 2, 2], group_size=4), seed=0)
+        batch = train.get_batch(32, step=0)
+        pin = train.sibling(EnvManagerConfig(tags=["Pinned"], group_size=2, num_groups_partition=[2],
+                                             task_sets={"Pinned": TaskSet("gym", str(pinned))}))
+        pinned_batch = pin.get_batch(4, step=0)
+    finally:
+        server.stop()
+    groups = defaultdict(list)
+    for trajectory in batch:
+        groups[trajectory.group_id].append(trajectory)
+    assert len(groups) == 8 and all(len(members) == 4 for members in groups.values())
+    assert {t.tag for t in batch} == set(tags)
+    rooms = {}
+    for group_id, members in groups.items():
+        assert len({(t.tag, t.task_id, t.seed, t.episode_id) for t in members}) == 1
+        tag = members[0].tag
+        if tag != "FrozenLake":
+            # ROLL's episode seed: the tag's group seed + the episode id
+            assert members[0].seed == TAG_SEED_STRIDE * tags.index(tag) + members[0].episode_id
+            assert len({tuple(t.record["eval"]["room"]) for t in members}) == 1
+            rooms[group_id] = (tag, tuple(members[0].record["eval"]["room"]))
+            assert all(t.record["eval"]["steps"] == 10 or t.record["eval"]["success"] for t in members)
+    for tag in TAG_SETTINGS:
+        assert len({room for t, room in rooms.values() if t == tag}) == 2  # each group its own room
+    assert {t.seed for t in pinned_batch} == {5}
+    assert len({tuple(t.record["eval"]["room"]) for t in pinned_batch}) == 1
+    assert len({t.group_id for t in pinned_batch}) == 2

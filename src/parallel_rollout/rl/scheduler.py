@@ -13,6 +13,12 @@ outstanding (running or ready) while the trainer trains, ``need × (r + 1)`` whi
 ``get_batch`` (need = batch_size / group_size); r = 0 is synchronous — nothing starts between
 batches. A group created at step s is dropped (counted) once the step exceeds s + r.
 
+Seeds, as ROLL's env managers give them (episode seed = group seed + episode id): a group's
+members share one seed; a task that pins a seed keeps it, and an unseeded task (the Sokoban
+tags' source, a generated lake) gets ``seed + TAG_SEED_STRIDE × the tag's index + the group's
+episode id`` (its number within the tag), so each new group of a tag plays a new room and a
+scheduler's seed replays the same sequence.
+
 Siblings (``sibling(config)``) share the engine, its gate and its limit: a validation
 scheduler runs ``get_batch(-1)`` (every task of its tags once) while training generation
 goes on (``shared``: what they share). ``close()`` of the scheduler that made the engine
@@ -40,6 +46,8 @@ from .shared import SharedEngine
 
 log = logging.getLogger("parallel_rollout")
 
+#: how far apart the seeds of two tags start (episodes of one tag before they could meet)
+TAG_SEED_STRIDE = 1_000_000
 #: how often a blocked get_batch looks at the engine's health (seconds)
 _POLL_S = 0.2
 
@@ -66,6 +74,7 @@ class RolloutScheduler:
         self.group_filter = group_filter
         self.name = name
         self._rng = random.Random(seed)
+        self.seed = seed
         self.run_config = run_config
         self.tags = list(self.env_config.tags or [run_config.mode])
         self._tasks = _load_tags(self.tags, self.env_config, run_config)
@@ -242,7 +251,9 @@ class RolloutScheduler:
         group_id = next(self._group_ids)
         episode_id = self._episodes[tag]
         self._episodes[tag] += 1
-        seed = task.seed if task.seed is not None else self._rng.randrange(2 ** 31)
+        seed = task.seed
+        if seed is None:  # ROLL's episode seed: the tag's group seed + the episode id
+            seed = self.seed + TAG_SEED_STRIDE * self.tags.index(tag) + episode_id
         member_task = dataclasses.replace(task, seed=seed)
         size = self.env_config.group_size
         group = Group(group_id, tag, episode_id, task, seed, self._step, size, created_at=time.time(),
