@@ -79,9 +79,41 @@ def test_rooms_are_seeded_enclosed_and_every_one_is_solved_by_the_planner(tag):
         assert plan(tuple(room)) is not None
 
 
+#: rooms ROLL's own generator (roll/pipeline/agentic/env/sokoban/utils.py, run under its
+#: all_seed) gave for these settings and seeds: (dim_room, num_boxes, search_depth, seed, room)
+ROLL_ROOMS = [
+    ((6, 6), 1, 300, 42, ["######", "#@$_.#", "#____#", "######", "######", "######"]),
+    ((6, 6), 1, 30, 7, ["######", "##___#", "##@$_#", "###_.#", "###__#", "######"]),
+    ((8, 8), 2, 10, 123, ["########", "#_____##", "#__.__##", "#_$#__##", "#$@___##", "#.___###", "#_##_###",
+                          "########"]),
+    ((10, 10), 4, 300, 2024, ["##########", "###.######", "#.____.$_#", "#_$_$$__@#", "#____##__#", "#######__#",
+                              "########_#", "#######_.#", "#######__#", "##########"]),
+]
+
+
+@pytest.mark.parametrize("dim, boxes, depth, seed, room", ROLL_ROOMS)
+def test_a_seed_gives_the_room_roll_gives(dim, boxes, depth, seed, room):
+    assert generate_room(dim, boxes, seed, search_depth=depth) == room
+
+
 def test_a_room_too_small_for_its_boxes_is_a_room_error():
     with pytest.raises(RoomError, match="dim_room.*num_boxes"):
         generate_room((3, 3), 1, seed=0)
+
+
+def test_the_oracle_plans_once_per_room_and_follows_the_plan(monkeypatch):
+    from parallel_rollout.envs import sokoban
+
+    calls = []
+    monkeypatch.setattr(sokoban, "plan", lambda state: calls.append(state) or plan(state))
+    task = _task(room=["#######", "#@_$_.#", "#__$_.#", "#######"])
+    env = GymEnv(RunConfig(mode="gym"))
+    observation, done = env.reset(task, None), False
+    while not done:
+        step = env.step(GymEnv.replan(task, observation))
+        observation, done = step.observation, step.done
+    assert observation["ended"] == "solved" and len(calls) == 1
+    assert env.evaluate()[1]["actions"] == list(plan(tuple(task.get("room"))))
 
 
 def test_the_script_writes_the_shipped_rooms_again(tmp_path):

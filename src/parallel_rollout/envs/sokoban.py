@@ -209,9 +209,27 @@ def reference_moves(payload: Mapping[str, Any], seed: int | None) -> list[str]:
 
 
 def replan(observation: Mapping[str, Any]) -> str:
-    """The oracle's next move from the observation's state (Up when no plan exists)."""
-    moves = plan(tuple(observation["state"]))
-    return moves[0] if moves else ACTIONS[0]
+    """The oracle's next move from the observation's state (Up when no plan exists). A plan
+    is made once per room: every state along it is remembered with the moves left from there,
+    so the following turns only look it up (a large room's search takes seconds)."""
+    state = tuple(observation["state"])
+    moves = _FOLLOW.get(state)
+    if moves is None:
+        moves = plan(state)
+        if not moves:
+            return ACTIONS[0]
+        if len(_FOLLOW) > 10_000:
+            _FOLLOW.clear()
+        room = Room(list(state))
+        for index, name in enumerate(moves):
+            _FOLLOW[state] = moves[index:]
+            room.move(name)
+            state = tuple(room.render(_XSB))
+    return moves[0]
+
+
+#: state → the moves left of a plan through it (``replan``; shared by a worker's env loops)
+_FOLLOW: dict[tuple[str, ...], tuple[str, ...]] = {}
 
 
 def validate(payload: Mapping[str, Any]) -> None:
