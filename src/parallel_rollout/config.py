@@ -257,6 +257,8 @@ def _stored_settings(values: dict[str, Any]) -> dict[str, Any]:
 NAMED_DATASETS = {
     "humaneval": "parallel_rollout.envs.py:humaneval_path",
     "frozenlake": "parallel_rollout.envs.gym:frozenlake_path",
+    "sokoban": "parallel_rollout.envs.sokoban:sokoban_path",
+    "sokoban-endless": "parallel_rollout.envs.sokoban:sokoban_endless_path",
     "miniwob": "parallel_rollout.envs.web.catalog:miniwob_path",
     "rag": "parallel_rollout.envs.rag:rag_path",
 }

@@ -190,7 +190,8 @@ class RolloutWorker:
         with _task_breaks_vm("grading"):  # what the answer left running may break it too
             reward, details = env.evaluate()
         record["reward"] = float(reward)
-        record["success"] = reward >= 1.0
+        # An env whose reward is not a 0-1 score (Sokoban's return) says success itself.
+        record["success"] = bool(details.get("success", reward >= 1.0))
         record["eval"] = details
         if record["success"]:
             record["status"] = "success"

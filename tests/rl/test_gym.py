@@ -119,7 +119,7 @@ def test_generated_map_is_seeded_and_slips_are_seeded():
     ({"id": "x", "desc": ["SF", "FFG"]}, "rows of one length"),
     ({"id": "x", "size": 40}, "'size' must be 2-16"),
     ({"id": "x", "size": 4, "map_name": "4x4"}, "one of the fields"),
-    ({"id": "x", "game": "Sokoban"}, "'game' must be one of FrozenLake"),
+    ({"id": "x", "game": "Tetris"}, "'game' must be one of FrozenLake, Sokoban"),
     ({"id": "x", "is_slippery": "yes"}, "'is_slippery' must be bool"),
     ({"id": "x", "max_steps": 0}, "'max_steps' must be at least 1"),
 ])
@@ -175,5 +175,7 @@ def test_openai_agent_plays_from_the_rendered_grid(tmp_path, llm_server):
     records = [json.loads(line) for line in (tmp_path / "oa" / "results.jsonl").read_text().splitlines()]
     assert [r["reward"] for r in records] == [1.0, 1.0, 1.0]
     first = server.requests[0]["body"]["messages"]
-    assert first[0]["role"] == "system" and "FrozenLake" in first[0]["content"]
+    # the system message is game-neutral; the first observation explains the lake
+    assert first[0]["role"] == "system" and "<answer>" in first[0]["content"]
+    assert first[1]["role"] == "user" and "You are playing FrozenLake" in first[1]["content"]
     assert sum(r["turns"] for r in records) == len(server.requests)

@@ -14,8 +14,8 @@ in one place::
   returns the reply text as is; the env picks the code out of the fences.
 - ``math``: reasoning, then the final answer in ``\\boxed{}``. ``parse`` returns the text;
   the env extracts the boxed answer.
-- ``gym`` (FrozenLake): the grid, then one move as ``<answer>Right</answer>``. ``parse``
-  returns the text; the env finds the move.
+- ``gym`` (FrozenLake, Sokoban): the game's rules in the first message, the grid, then one
+  move as ``<answer>Right</answer>``. ``parse`` returns the text; the env finds the move.
 - ``web`` (MiniWoB++): the task and the page's elements as an indented list (a screenshot
   too when the task asks); one action as a ```` ```json ```` object or a BrowserGym-style
   call. ``parse`` returns the dict, the call string, or ``"DONE"``.
@@ -257,23 +257,31 @@ def parse_osworld(reply_text: str) -> Any:
     return stripped
 
 
-# -- gym (FrozenLake) -----------------------------------------------------------------------
+# -- gym (FrozenLake, Sokoban) --------------------------------------------------------------
 
+# As in ROLL, the system message is the game-neutral part; the first observation of an episode
+# carries the game's own rules (and Sokoban's legend), so one prompt serves every game.
 GYM_SYSTEM = """\
-You are playing FrozenLake. The lake is a grid: S is the start, F frozen ice (safe), H a hole \
-(the game ends, you lose), G the goal (you win). P marks where you stand. Each turn, choose \
-one move: Left, Down, Right or Up. Moving off the grid leaves you where you are; on a \
-slippery lake you may slide sideways. Reply with your move as <answer>Right</answer>."""
+You are a good game player, aiming for the highest reward. The first message explains the \
+game and its symbols; each message then shows the grid. Each turn, reply with one move as \
+<answer>Right</answer>."""
 SYSTEM_PROMPTS["gym"] = GYM_SYSTEM
 
 
 def _render_gym(observation: Mapping[str, Any]) -> str:
-    row, col = observation.get("position", (0, 0))
-    text = f"{observation.get('grid', '')}\n\nYou are at row {row}, column {col}."
+    text = str(observation.get("grid", ""))
+    if observation.get("instructions"):
+        text = f"{observation['instructions']}\n\n{text}"
+    if observation.get("game") == "Sokoban":
+        text += f"\n\nBoxes on targets: {observation.get('boxes_on_target')} of {observation.get('num_boxes')}."
+    else:
+        row, col = observation.get("position", (0, 0))
+        text += f"\n\nYou are at row {row}, column {col}."
     if observation.get("error"):
         text += f"\nYour last reply was not a move: {observation['error']}"
     elif observation.get("last_action"):
-        text += f"\nYour last move: {observation['last_action']}."
+        blocked = " (blocked: nothing moved)" if observation.get("moved") is False else ""
+        text += f"\nYour last move: {observation['last_action']}{blocked}."
     left = observation.get("max_steps", 0) - observation.get("steps", 0)
     return text + f"\nMoves left: {left}. Your move?"
 

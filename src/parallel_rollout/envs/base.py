@@ -83,7 +83,9 @@ class Env(abc.ABC):
 
     @abc.abstractmethod
     def evaluate(self) -> tuple[float, dict[str, Any]]:
-        """Score the episode: (reward in [0, 1], details for the record)."""
+        """Score the episode: (reward, details for the record). The reward is in [0, 1] and
+        success is reward 1, unless ``details["success"]`` says otherwise (an env with its own
+        reward scale, such as Sokoban's return)."""
 
 
 def require(payload: Mapping[str, Any], name: str, kind: type | tuple[type, ...], *, optional: bool = False) -> None:

@@ -1,7 +1,11 @@
-"""``gym`` mode: gymnasium's FrozenLake as a multi-turn text game for RL; no VM.
+"""``gym`` mode: text grid games for RL, gymnasium's FrozenLake and ROLL's Sokoban; no VM.
 
-ROLL's example environment. A task names the lake and the rules; the seed makes it
-reproducible (the map when it is generated, and the slips on a slippery lake)::
+Sokoban (``"game": "Sokoban"``) lives in ``sokoban`` (rules, rewards, rendering),
+``sokoban_rooms`` (rooms from a seed) and ``sokoban_planner`` (the oracle); this module hands
+its tasks there. The rest of this docstring is FrozenLake, ROLL's other example environment.
+
+A FrozenLake task names the lake and the rules; the seed makes it reproducible (the map when
+it is generated, and the slips on a slippery lake)::
 
     {"id": "fl-4x4-3", "mode": "gym", "game": "FrozenLake", "size": 4, "seed": 3,
      "is_slippery": false}
@@ -34,6 +38,7 @@ import re
 from collections import deque
 from typing import Any, Mapping
 
+from . import sokoban
 from .base import Env, StepResult, require
 
 #: action names in gymnasium's numbering (LEFT=0, DOWN=1, RIGHT=2, UP=3)
@@ -41,7 +46,13 @@ ACTIONS = ("Left", "Down", "Right", "Up")
 _MOVES = {0: (0, -1), 1: (1, 0), 2: (0, 1), 3: (-1, 0)}
 _ANSWER = re.compile(r"<answer>\s*([A-Za-z0-9]+)\s*</answer>", re.IGNORECASE)
 _WORD = re.compile(r"\b(left|down|right|up)\b", re.IGNORECASE)
-_GAMES = ("FrozenLake",)
+_GAMES = ("FrozenLake", "Sokoban")
+#: what the first observation of a FrozenLake episode explains
+FROZENLAKE_RULES = (
+    "You are playing FrozenLake. The lake is a grid: S is the start, F frozen ice (safe), H a hole "
+    "(the game ends, you lose), G the goal (you win). P marks where you stand. Each turn, choose one "
+    "move: Left, Down, Right or Up. Moving off the grid leaves you where you are; on a slippery lake "
+    "you may slide sideways. Reply with your move as <answer>Right</answer>.")
 #: the sizes a generated map may have
 _SIZES = range(2, 17)
 
@@ -121,7 +132,8 @@ def safest_moves(desc: tuple[str, ...], sweeps: int = 200) -> dict[tuple[int, in
 
 
 class GymEnv(Env):
-    """FrozenLake through gymnasium, one episode per task; the agent sends one move a turn."""
+    """FrozenLake through gymnasium, or Sokoban, one episode per task; the agent sends one
+    move a turn."""
 
     name = "gym"
     vm_scope = None
@@ -134,6 +146,9 @@ class GymEnv(Env):
         game = payload.get("game", "FrozenLake")
         if game not in _GAMES:
             raise ValueError(f"field 'game' must be one of {', '.join(_GAMES)}, got {game!r}")
+        if game == "Sokoban":
+            sokoban.validate(payload)
+            return
         require(payload, "is_slippery", bool, optional=True)
         require(payload, "desc", list, optional=True)
         require(payload, "map_name", str, optional=True)
@@ -157,7 +172,10 @@ class GymEnv(Env):
 
     @staticmethod
     def reference_actions(task) -> list[Any]:
-        """A shortest path from S to G (exact on a non-slippery lake)."""
+        """A shortest path from S to G (exact on a non-slippery lake); Sokoban: the planner's
+        shortest solution."""
+        if task.get("game") == "Sokoban":
+            return sokoban.reference_moves(task.payload, task.seed)
         path = shortest_path(lake_map(task.payload, task.seed))
         if path is None:
             raise ValueError(f"task {task.id!r}: the lake has no path from S to G")
@@ -166,7 +184,10 @@ class GymEnv(Env):
     @staticmethod
     def replan(task, observation: Mapping[str, Any]) -> Any:
         """The oracle's next move from where the observation says the player stands: the
-        shortest path's first move, or on a slippery lake the move most likely to reach G."""
+        shortest path's first move, or on a slippery lake the move most likely to reach G.
+        Sokoban: the first move of a plan from the observed state."""
+        if task.get("game") == "Sokoban":
+            return sokoban.replan(observation)
         desc, position = observation["grid_map"], tuple(observation["position"])
         if task.get("is_slippery", False):
             return ACTIONS[safest_moves(tuple(desc))[position]]
@@ -174,7 +195,10 @@ class GymEnv(Env):
         return ACTIONS[path[0]] if path else ACTIONS[0]
 
     def reset(self, task, vm) -> dict[str, Any]:
-        """Build the lake and place the player on S."""
+        """Build the lake and place the player on S (Sokoban: build or generate the room)."""
+        self._sokoban = sokoban.SokobanGame(task.payload, task.seed) if task.get("game") == "Sokoban" else None
+        if self._sokoban is not None:
+            return self._sokoban.reset()
         from gymnasium.envs.toy_text.frozen_lake import FrozenLakeEnv
 
         self._desc = lake_map(task.payload, task.seed)
@@ -186,10 +210,12 @@ class GymEnv(Env):
         self._reward = 0.0
         self._actions: list[str | None] = []
         self._ended: str | None = None
-        return self._observation(last=None, error=None)
+        return {**self._observation(last=None, error=None), "instructions": FROZENLAKE_RULES}
 
     def step(self, action: Any) -> StepResult:
         """One move; a reply without a move costs the turn."""
+        if self._sokoban is not None:
+            return StepResult(*self._sokoban.step(action))
         self._steps += 1
         index = parse_action(action)
         error = None
@@ -210,7 +236,9 @@ class GymEnv(Env):
                           info={"reward": self._reward, "ended": self._ended})
 
     def evaluate(self) -> tuple[float, dict[str, Any]]:
-        """The env's reward: 1.0 on the goal, else 0.0."""
+        """The env's reward: 1.0 on the goal, else 0.0 (Sokoban: ROLL's episode return)."""
+        if self._sokoban is not None:
+            return self._sokoban.evaluate()
         return min(1.0, self._reward), {
             "ended": self._ended, "steps": self._steps, "invalid_actions": self._invalid,
             "position": list(self._position()), "actions": self._actions,

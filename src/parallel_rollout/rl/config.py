@@ -8,8 +8,9 @@ the slowest are cancelled. Every bad value is a ConfigError that names the field
 
 A tag names a task set: a ``TaskSet(mode, data, tags=…, limit=…)`` given in ``task_sets``
 (Python, or ``[task_sets.NAME]`` tables of a TOML file read by ``load_task_sets``), else a
-built-in set (``FrozenLake``: the shipped lakes, non-slippery 4x4), else a mode's name, which
-stands for that mode with the run config's ``--data``.
+built-in set (``FrozenLake``: the shipped lakes, non-slippery 4x4; ``SimpleSokoban``,
+``LargerSokoban``, ``SokobanDifferentGridVocab``: ROLL's Sokoban settings, a new room per
+group), else a mode's name, which stands for that mode with the run config's ``--data``.
 """
 
 from __future__ import annotations
@@ -37,6 +38,10 @@ BUILTIN_TASK_SETS = {
     "FrozenLake": TaskSet("gym", "frozenlake", tags=("4x4", "non-slippery")),
     "FrozenLakeSlippery": TaskSet("gym", "frozenlake", tags=("4x4", "slippery")),
     "FrozenLake8x8": TaskSet("gym", "frozenlake", tags=("8x8",)),
+    # One unseeded task each: every group draws a new seed, so a new room (see the scheduler).
+    "SimpleSokoban": TaskSet("gym", "sokoban-endless", tags=("SimpleSokoban",)),
+    "LargerSokoban": TaskSet("gym", "sokoban-endless", tags=("LargerSokoban",)),
+    "SokobanDifferentGridVocab": TaskSet("gym", "sokoban-endless", tags=("SokobanDifferentGridVocab",)),
 }
 
 

@@ -13,6 +13,12 @@ outstanding (running or ready) while the trainer trains, ``need × (r + 1)`` whi
 ``get_batch`` (need = batch_size / group_size); r = 0 is synchronous — nothing starts between
 batches. A group created at step s is dropped (counted) once the step exceeds s + r.
 
+Seeds, as ROLL's env managers give them (episode seed = group seed + episode id): a group's
+members share one seed; a task that pins a seed keeps it, and an unseeded task (the Sokoban
+tags' source, a generated lake) gets ``seed + TAG_SEED_STRIDE × the tag's index + the group's
+episode id`` (its number within the tag), so each new group of a tag plays a new room and a
+scheduler's seed replays the same sequence.
+
 Siblings (``sibling(config)``) share the engine, its gate and its limit: a validation
 scheduler runs ``get_batch(-1)`` (every task of its tags once) while training generation
 goes on (``shared``: what they share). ``close()`` of the scheduler that made the engine
@@ -24,7 +30,6 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import logging
-import random
 import threading
 import time
 from collections import Counter, deque
@@ -43,6 +48,8 @@ from .shared import SharedEngine
 
 log = logging.getLogger("parallel_rollout")
 
+#: how far apart the seeds of two tags start (episodes of one tag before they could meet)
+TAG_SEED_STRIDE = 1_000_000
 #: how often a blocked get_batch looks at the engine's health (seconds)
 _POLL_S = 0.2
 
@@ -406,10 +413,10 @@ class RolloutScheduler:
             episode_id = self._episodes[tag]
             self._episodes[tag] += 1
         if seed is None:
-            # a function of the scheduler's seed, the tag and the episode: a restored scheduler
-            # (load_state_dict) gives its next groups the seeds an uninterrupted one would
+            # ROLL's episode seed: the tag's group seed + the episode id, so a restored
+            # scheduler (load_state_dict) gives its next groups the seeds an uninterrupted one would
             seed = task.seed if task.seed is not None else \
-                random.Random(f"{self.seed}/{tag}/{episode_id}").randrange(2 ** 31)
+                self.seed + TAG_SEED_STRIDE * self.tags.index(tag) + episode_id
         member_task = dataclasses.replace(task, seed=seed)
         size = self.env_config.group_size
         group = Group(group_id, tag, episode_id, task, seed, self._step, size, created_at=time.time(),
