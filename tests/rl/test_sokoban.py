@@ -30,7 +30,7 @@ from parallel_rollout.envs.sokoban_planner import plan
 from parallel_rollout.envs.sokoban_rooms import RoomError, generate_room
 from parallel_rollout.errors import TaskFileError
 from parallel_rollout.rl import EnvManagerConfig, TaskSet
-from parallel_rollout.rl.scheduler import TAG_SEED_STRIDE
+from parallel_rollout.rl.generation import TAG_SEED_STRIDE
 from parallel_rollout.tasks import Task, load_tasks
 from rl_support import rl_config
 

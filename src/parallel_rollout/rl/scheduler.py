@@ -15,7 +15,7 @@ batches. A group created at step s is dropped (counted) once the step exceeds s 
 
 Seeds, as ROLL's env managers give them (episode seed = group seed + episode id): a group's
 members share one seed; a task that pins a seed keeps it, and an unseeded task (the Sokoban
-tags' source, a generated lake) gets ``seed + TAG_SEED_STRIDE × the tag's index + the group's
+tags' source, a generated lake) gets ``seed + generation.TAG_SEED_STRIDE × the tag's index + the group's
 episode id`` (its number within the tag), so each new group of a tag plays a new room and a
 scheduler's seed replays the same sequence.
 
@@ -27,29 +27,25 @@ stops everything.
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import logging
 import threading
-import time
 from collections import Counter, deque
 from pathlib import Path
 from typing import Any
 
 from ..config import RunConfig
 from ..errors import ConfigError, RolloutError
-from ..messages import Assignment
 from .budget import BatchBudget
 from .config import EnvManagerConfig, load_tasks_of, resolve_task_set
-from .groups import Group, GroupFilter, Trajectory, from_record, trajectory_id
+from .generation import GroupGeneration
+from .groups import Group, GroupFilter, Trajectory
 from .metrics import batch_metrics
 from .sources import ShuffledTasks, TaskSource, check_batch_partition, quotas
 from .shared import SharedEngine
 
 log = logging.getLogger("parallel_rollout")
 
-#: how far apart the seeds of two tags start (episodes of one tag before they could meet)
-TAG_SEED_STRIDE = 1_000_000
 #: how often a blocked get_batch looks at the engine's health (seconds)
 _POLL_S = 0.2
 
@@ -60,8 +56,9 @@ class SchedulerClosed(RolloutError):
     kind = "scheduler_closed"
 
 
-class RolloutScheduler:
-    """Hands out batches of whole groups; see the module docstring."""
+class RolloutScheduler(GroupGeneration):
+    """Hands out batches of whole groups; see the module docstring (the generation side is
+    ``generation.GroupGeneration``)."""
 
     def __init__(self, run_config: RunConfig, env_config: EnvManagerConfig | None = None, *,
                  async_generation_ratio: float = 0, max_concurrent_rollouts: int | None = None,
@@ -367,182 +364,6 @@ class RolloutScheduler:
         with self._cond:
             self._closed = True
             self._cond.notify_all()
-
-    # -- generation (under self._cond) ----------------------------------------------------
-
-    def _fill(self) -> None:
-        """Start groups while the ratio and the partition allow."""
-        if self._closed:
-            return
-        if self._all is not None:
-            while self._all and self._start_allowed(self._all[0][0]):
-                tag, task = self._all.popleft()
-                self._start_group(tag, task, purpose="all")
-            return
-        cap = self._need * (self.ratio + (1 if self._waiting else 0))
-        while self._outstanding() < cap:
-            if self._replay:
-                tag, task, episode, seed = self._replay.popleft()
-                self._start_group(tag, task, purpose="batch", episode_id=episode, seed=seed)
-                continue
-            open_tags = [t for t in self.tags if self._start_allowed(t)]
-            if self.batch_partition is not None:
-                share = quotas(self.batch_partition, self._need)
-                open_tags = [t for t in open_tags
-                             if self._outstanding(t) < share[t] * (self.ratio + (1 if self._waiting else 0))]
-            if not open_tags:
-                return
-            tag = min(open_tags, key=lambda t: self._running(t) / self.partition[t])
-            self._start_group(tag, self._source.next_task(tag), purpose="batch")
-
-    def _outstanding(self, tag: str | None = None) -> int:
-        """Batch groups running or ready (of ``tag``)."""
-        groups = [*[g for g in self._groups.values() if g.purpose == "batch"], *self._ready]
-        return sum(1 for g in groups if tag is None or g.tag == tag)
-
-    def _running(self, tag: str) -> int:
-        return sum(1 for g in self._groups.values() if g.tag == tag)
-
-    def _start_allowed(self, tag: str) -> bool:
-        return self._running(tag) < self.partition[tag]
-
-    def _start_group(self, tag: str, task: Any, purpose: str, episode_id: int | None = None,
-                     seed: int | None = None) -> Group:
-        group_id = next(self._group_ids)
-        if episode_id is None:
-            episode_id = self._episodes[tag]
-            self._episodes[tag] += 1
-        if seed is None:
-            # ROLL's episode seed: the tag's group seed + the episode id, so a restored
-            # scheduler (load_state_dict) gives its next groups the seeds an uninterrupted one would
-            seed = task.seed if task.seed is not None else \
-                self.seed + TAG_SEED_STRIDE * self.tags.index(tag) + episode_id
-        member_task = dataclasses.replace(task, seed=seed)
-        size = self.env_config.group_size
-        group = Group(group_id, tag, episode_id, task, seed, self._step, size, created_at=time.time(),
-                      purpose=purpose)
-        self._groups[group_id] = group
-        self._stats["groups_started"] += 1
-        now = time.time()
-        for member in range(self.env_config.members):
-            ident = trajectory_id(tag, group_id, episode_id, member)
-            item = Assignment(member_task, member, 0, name=f"{self.name}:{ident}",
-                              meta={"scheduler": self.name, "tag": tag, "group": group_id,
-                                    "episode": episode_id, "member": member, "step": self._step})
-            group.keys[member] = item.key
-            self._by_key[item.key] = (group, member, now)
-            self._outbox.append(("submit", item))
-        return group
-
-    def _on_final(self, record: dict[str, Any]) -> None:
-        """The engine's callback: a member's final record."""
-        try:
-            self._take_record(record)
-        finally:
-            self._flush()
-
-    def _flush(self) -> None:
-        """Make the engine calls queued under the lock (never called under it)."""
-        with self._cond:
-            ops, self._outbox = self._outbox, []
-        engine = self._shared.engine
-        for op, arg in ops:
-            try:
-                if op == "submit":
-                    if not self._shared.closed:
-                        engine.submit(arg, self._on_final)
-                else:
-                    engine.cancel(arg)
-            except RolloutError:
-                pass  # the engine stopped: get_batch reports engine.error
-
-    def _take_record(self, record: dict[str, Any]) -> None:
-        with self._cond:
-            entry = self._by_key.pop(record.get("key"), None)
-            if entry is None:
-                return  # cancelled or dropped meanwhile
-            group, member, queued_at = entry
-            if group.group_id not in self._groups:
-                return
-            trajectory = from_record(group, member, record, Path(self._shared.engine.run_dir), queued_at)
-            all_mode = group.purpose == "all"
-            if trajectory.failed and not all_mode:
-                self._stats["members_failed"] += 1
-                self._budget.member_failed(record)
-                group.failed.append(trajectory)
-                if len(group.done) + len(group.running) < group.size:
-                    if self.failed_member == "placeholder":
-                        while len(group.done) + len(group.running) < group.size:
-                            group.done.append(group.placeholder())
-                            self._stats["placeholders"] += 1
-                    else:
-                        self._budget.group_failed()
-                        self._drop(group, "failed")
-                        self._rerun_given(group)
-                        self._cond.notify_all()
-                        self._fill()
-                        return
-            else:
-                group.done.append(trajectory)
-            if group.complete:
-                self._complete(group)
-            self._cond.notify_all()
-
-    def _complete(self, group: Group) -> None:
-        for member in group.running:
-            self._cancel_member(group, member)
-            self._stats["members_cancelled"] += 1
-        del self._groups[group.group_id]
-        group.completed_at = time.time()
-        if any(not (t.failed or t.placeholder) for t in group.done):
-            self._budget.group_done()
-        else:
-            self._budget.group_failed()
-        if group.purpose == "all":
-            self._all_done.append(group)
-        elif group.purpose == "given":
-            pass  # get_batch(tasks=…) collects it
-        elif self._stale(group):
-            self._stats["dropped_stale"] += 1
-        elif self.group_filter is not None and self.group_filter(group.trajectories()):
-            self._stats["dropped_filtered"] += 1
-            self._budget.group_filtered()
-        else:
-            self._ready.append(group)
-            self._ready.sort(key=lambda g: g.group_id)
-        self._fill()
-
-    def _rerun_given(self, group: Group) -> None:
-        """A dropped group of get_batch(tasks=…): the same task again, in its place."""
-        if group.purpose != "given" or self._given is None or self._closed:
-            return
-        for pos, current in self._given.items():
-            if current is group:
-                self._given[pos] = self._start_group(group.tag, group.task, purpose="given")
-                return
-
-    def _drop(self, group: Group, reason: str) -> None:
-        for member in group.running:
-            self._cancel_member(group, member)
-        self._groups.pop(group.group_id, None)
-        self._stats[f"dropped_{reason}"] += 1
-
-    def _cancel_member(self, group: Group, member: int) -> None:
-        key = group.keys[member]
-        group.cancelled.add(member)
-        if self._by_key.pop(key, None) is not None:
-            self._outbox.append(("cancel", key))
-
-    def _stale(self, group: Group) -> bool:
-        return self._step > group.created_step + self.ratio
-
-    def _drop_stale(self) -> None:
-        for group in [g for g in self._groups.values() if g.purpose == "batch"]:
-            if self._stale(group):
-                self._drop(group, "stale")
-        kept = [g for g in self._ready if not self._stale(g)]
-        self._stats["dropped_stale"] += len(self._ready) - len(kept)
-        self._ready = kept
 
     def _wait(self) -> None:
         self._check_open()
