@@ -207,7 +207,8 @@ def test_engine_submit_cancel_pause_and_a_killed_worker_actor(cluster, tmp_path)
             time.sleep(0.05)
         assert engine.in_flight() == 2 and engine.pending() == 1  # q0 waits: one limit over 3 nodes
         assert engine.cancel("q0#0")  # queued: dropped
-        os.kill(engine.holder_pid("victim#0"), signal.SIGKILL)  # a worker actor of this module's cluster
+        victim_pid = engine.holder_pid("victim#0")
+        os.kill(victim_pid, signal.SIGKILL)  # a worker actor of this module's cluster
         assert engine.cancel("long#0")  # running: stops at its next turn
         engine.pause()
         for i in range(1, 5):
@@ -233,7 +234,7 @@ def test_engine_submit_cancel_pause_and_a_killed_worker_actor(cluster, tmp_path)
     events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
     # one lease per attempt of victim: nothing ran it a third time
     assert len([e for e in events if e.get("task") == "victim#0" and e.get("to") == "leased"]) == 2
-    assert [e for e in events if e["event"] == "worker_died" and f"pid {holder.pid}" in e["reason"]]
+    assert [e for e in events if e["event"] == "worker_died" and f"pid {victim_pid}" in e["reason"]]
     assert max_overlap(records) <= 2
     assert len({r["node"] for r in records if r.get("node")}) >= 2
     assert not leftover_sandboxes()
