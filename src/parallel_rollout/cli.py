@@ -128,9 +128,14 @@ def main() -> None:
 @click.option("--agent-cmd", help="Command of --agent command: an executable reading one JSON observation "
               "per line on stdin and writing one JSON action per line on stdout.")
 @click.option("--base-url", help="OpenAI-compatible endpoint for --agent openai (vLLM, SGLang, Ollama …); "
-              "default: OpenAI's. The key comes from OPENAI_API_KEY.")
+              "default: OPENAI_BASE_URL, else OpenAI's. The key comes from OPENAI_API_KEY (not needed "
+              "for a local server).")
 @click.option("--temperature", type=float, help="Sampling temperature for --agent openai (default: the server's).")
-@click.option("--max-tokens", type=int, help="Completion token limit per reply for --agent openai.")
+@click.option("--max-tokens", type=int, help="Completion token limit per reply for --agent openai (sent as "
+              "max_completion_tokens where the endpoint wants that).")
+@click.option("--sampling", multiple=True, metavar="KEY=VALUE",
+              help="A generation parameter of --agent openai added to each request (top_p=0.9, seed=3, "
+              'stop=\'["END"]\' …); VALUE is JSON when it parses, else a string. Repeat it.')
 @click.option("--vm-memory-mb", type=int,
               help="Address-space limit per process inside each VM, in MB (py mode: 2048 unless set).")
 @click.option("--vm-max-processes", type=int,

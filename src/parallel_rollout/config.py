@@ -75,6 +75,12 @@ class RunConfig:
     base_url: str | None = None
     temperature: float | None = None
     max_tokens: int | None = None
+    #: --agent openai: generation parameters merged into each request body (top_p, seed,
+    #: stop …); the flag --sampling KEY=VALUE repeats, run.toml has a [sampling] table
+    sampling: dict[str, Any] = field(default_factory=dict)
+    #: --agent openai: server-specific body fields (vLLM's chat_template_kwargs, top_k …);
+    #: run.toml's [extra_body] table
+    extra_body: dict[str, Any] = field(default_factory=dict)
     task_timeout: float = 600.0
     envs_per_worker: int = 1
     max_concurrent_rollouts: int | None = None
@@ -116,6 +122,10 @@ class RunConfig:
         # one tuple of addresses, however given: repeated flags, a comma list, a TOML list,
         # or the JSON list of a resumed run's config.json
         self.vm_address = split_addresses(self.vm_address)
+        # KEY=VALUE strings from the flag, or the table of a TOML file / config.json
+        self.sampling = parse_sampling(self.sampling)
+        if not isinstance(self.extra_body, dict):
+            raise ConfigError(f"extra_body must be a table of request fields, got {self.extra_body!r}")
 
     @property
     def pool_size(self) -> int:
@@ -162,10 +172,40 @@ def split_addresses(value: Any) -> tuple[str, ...]:
     return tuple(part.strip() for item in items for part in str(item).split(",") if part.strip())
 
 
+#: request fields --sampling and extra_body may not set: the agent sends them itself
+RESERVED_REQUEST_FIELDS = frozenset({"model", "messages", "stream", "n"})
+
+
+def parse_sampling(value: Any) -> dict[str, Any]:
+    """``--sampling`` as a dict: KEY=VALUE strings (VALUE parsed as JSON when it parses,
+    else kept as a string), or a mapping as it is; ConfigError naming a bad item."""
+    if isinstance(value, dict):
+        items = dict(value)
+    else:
+        items = {}
+        for item in [value] if isinstance(value, str) else list(value or ()):
+            key, sep, raw = str(item).partition("=")
+            if not sep or not key.strip():
+                raise ConfigError(f"--sampling {item!r} must be KEY=VALUE, e.g. top_p=0.9")
+            try:
+                items[key.strip()] = json.loads(raw)
+            except ValueError:
+                items[key.strip()] = raw
+    reserved = sorted(RESERVED_REQUEST_FIELDS & set(items))
+    if reserved:
+        raise ConfigError(f"--sampling cannot set {', '.join(reserved)}: the agent sends it itself")
+    return items
+
+
 def _coerce(name: str, value: Any, where: str) -> Any:
     """Check a config-file value against the field's type."""
     kind = _FIELDS[name].type
     if value is None:
+        return value
+    if kind.startswith("dict"):
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: {name} must be a table (e.g. [{name}] with key = value lines), "
+                              f"got {value!r}")
         return value
     if kind.startswith("tuple"):
         if isinstance(value, str):
@@ -290,6 +330,15 @@ def validate_ranges(cfg: RunConfig) -> None:
         raise ConfigError("--sleep-after-execution must be 0 or more (seconds)")
     if cfg.temperature is not None and not 0 <= cfg.temperature <= 2:
         raise ConfigError("--temperature must be between 0 and 2")
+    extras = {**cfg.sampling, **cfg.extra_body}
+    reserved = sorted(RESERVED_REQUEST_FIELDS & set(cfg.extra_body))
+    if reserved:
+        raise ConfigError(f"extra_body cannot set {', '.join(reserved)}: the agent sends it itself")
+    for name in ("temperature", "max_tokens", "max_completion_tokens"):
+        flag = "max_tokens" if name == "max_completion_tokens" else name
+        if name in extras and getattr(cfg, flag) is not None:
+            raise ConfigError(f"--{flag.replace('_', '-')} and --sampling/extra_body {name} both set "
+                              "the same thing; give one")
     if not cfg.use_vm_pool:
         if "num_vms" in cfg.explicit:
             raise ConfigError(

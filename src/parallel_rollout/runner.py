@@ -99,6 +99,8 @@ class Runner:
             "base_url": ("the openai agent", agent_opts & {"base_url"}),
             "temperature": ("the openai agent", agent_opts & {"temperature"}),
             "max_tokens": ("the openai agent", agent_opts & {"max_tokens"}),
+            "sampling": ("the openai agent", agent_opts & {"sampling"}),
+            "extra_body": ("the openai agent", agent_opts & {"extra_body"}),
             "agent_cmd": ("the command agent", agent_opts & {"agent_cmd"}),
             "vm_memory_mb": ("modes that run in a VM", frozenset({"vm"} if self.provider_cls else ())),
             "vm_max_processes": ("modes that run in a VM", frozenset({"vm"} if self.provider_cls else ())),
