@@ -156,7 +156,8 @@ def main() -> None:
               help="TOML file whose keys are these flags' names; flags given here win.")
 @click.option("--fail-under", type=float,
               help="Exit 3 when the finished run's success rate is below this fraction (0.8 means 80%).")
-@click.option("--compare-to", help="Exit 4 when the run is significantly worse (McNemar exact, p < 0.05) than "
+@click.option("--compare-to", help="Exit 4 when the run is significantly worse (McNemar exact, p < 0.05; by task "
+              "with --group-size > 1) than "
               "this earlier run of --output-dir.")
 @click.option("--junit-xml", type=click.Path(dir_okay=False),
               help="Write JUnit XML here: one test case per sample, for CI.")
@@ -317,7 +318,8 @@ def report_cmd(run_dir: str, output: str | None) -> None:
               help="Where run ids given instead of folders are looked up.")
 @click.option("--html", "html_path", type=click.Path(dir_okay=False),
               help="Where to write the page (default: RUN_B/compare-<A>.html; the text goes beside it as .txt).")
-@click.option("--check", is_flag=True, help="Exit 4 when B is significantly worse than A (McNemar exact, p < 0.05).")
+@click.option("--check", is_flag=True, help="Exit 4 when B is significantly worse than A (McNemar exact, p < 0.05; with several "
+              "samples per task, Wilcoxon signed-rank over tasks).")
 def compare_cmd(run_a: str, run_b: str, output_dir: str, html_path: str | None, check: bool) -> None:
     """Compare run B with the baseline run A (folders or run ids) over their shared samples."""
     from .exit_codes import EXIT_REGRESSION
