@@ -16,7 +16,7 @@ from click.core import ParameterSource
 
 from .config import RunConfig, build_config
 from .errors import ConfigError, ProviderUnavailable, RunLocked, VMError
-from .exit_codes import EXIT_LOCKED
+from .exit_codes import EXIT_LOCKED, EXIT_USAGE
 
 _D = RunConfig()
 
@@ -117,8 +117,12 @@ def main() -> None:
               help="Run the tasks this version supports and give each other task an 'unsupported' "
                    "record (scored 0); without it, a --data with unsupported tasks is refused.")
 @click.option("--dry-run", is_flag=True,
-              help="Load and check every task of --data, start nothing, and print per domain the "
-                   "tasks, the runnable ones and the unsupported features.")
+              help="A preflight that starts nothing: load and check every task of --data (printing per "
+                   "domain the tasks, the runnable ones and the unsupported features), the agent's settings "
+                   "(the key), the provider's prerequisites (bwrap; docker's daemon and image; QEMU and its "
+                   "image) and free disk; exit 2 naming each thing missing.")
+@click.option("--check-endpoint", is_flag=True,
+              help="With --dry-run: also ask the model endpoint for its models (GET /models, 5 s timeout).")
 @click.option("--record", is_flag=True, help="Keep a recording.mp4 of each osworld attempt.")
 @click.option("--rag-metric", type=click.Choice(["f1", "em"]), default=_D.rag_metric, show_default=True,
               help="The rag mode's reward: token F1 or exact match of the answer (both are recorded).")
@@ -168,7 +172,7 @@ def main() -> None:
               "local Ray instance started and stopped by the run).")
 @click.option("--progress/--no-progress", default=None, help="Progress bar (default: when stderr is a terminal).")
 @click.pass_context
-def run(ctx: click.Context, config_file: str | None, dry_run: bool, **flags: Any) -> None:
+def run(ctx: click.Context, config_file: str | None, dry_run: bool, check_endpoint: bool, **flags: Any) -> None:
     """Run every task of --data as rollouts and write results/<run-id>/.
 
     \b
@@ -176,7 +180,7 @@ def run(ctx: click.Context, config_file: str | None, dry_run: bool, **flags: Any
     2 bad usage, 3 below --fail-under, 4 significant regression against --compare-to,
     75 another run holds the folder's lock (retry later), 130 interrupted.
     """
-    from .runner import Runner, census
+    from .runner import Runner
 
     explicit = {
         name: value for name, value in flags.items()
@@ -185,8 +189,18 @@ def run(ctx: click.Context, config_file: str | None, dry_run: bool, **flags: Any
     _console_logging()
     try:
         config = build_config(explicit, config_file)
+        if check_endpoint and not dry_run:
+            raise ConfigError("--check-endpoint is part of the preflight: add --dry-run")
         if dry_run:
-            click.echo(census(config))
+            from .preflight import preflight
+
+            found = preflight(config, check_endpoint=check_endpoint)
+            if found.ok:  # the census stays the last lines, as scripts read it
+                click.echo("preflight passed: " + "; ".join(found.passed), err=True)
+            click.echo("\n".join(found.census))
+            if not found.ok:
+                click.echo(found.problem_report(), err=True)
+                sys.exit(EXIT_USAGE)
             return
         outcome = Runner(config).run()
     except ProviderUnavailable as exc:

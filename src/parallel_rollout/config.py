@@ -105,6 +105,8 @@ class RunConfig:
     max_vm_replacements: int | None = None
     shutdown_grace_s: float = 3.0
     progress: bool | None = None
+    #: --dry-run: free MB the output folder's disk must have
+    min_free_disk_mb: int = 512
     #: seconds one model request may take before it is retried
     api_timeout_s: float = 120.0
     #: RL schedulers: the unix socket of the policy gate model requests pass (rl.gate)

@@ -92,6 +92,11 @@ class OpenAIAgent(Agent):
         except ImportError:
             raise ConfigError("--agent openai needs the 'openai' package: pip install openai") from None
 
+    @classmethod
+    def check_endpoint(cls, config) -> str:
+        """The preflight's probe of the endpoint (GET /models); ConfigError when unusable."""
+        return openai_request.probe_models(openai_request.resolve_base_url(config.base_url), config.model)
+
     def reset(self, task) -> None:
         """Start a new conversation with the mode's system prompt; usage starts from zero."""
         self._mode = task.mode

@@ -21,8 +21,11 @@
 from __future__ import annotations
 
 import ipaddress
+import json
 import os
 import threading
+import urllib.error
+import urllib.request
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -32,6 +35,8 @@ DEFAULT_BASE_URL = "https://api.openai.com/v1"
 PLACEHOLDER_KEY = "EMPTY"
 #: hosts whose API always needs a real key
 KEYED_HOSTS = frozenset({"api.openai.com"})
+#: seconds a preflight waits for GET /models
+PROBE_TIMEOUT_S = 5.0
 #: model name prefixes of OpenAI's reasoning models, which take only max_completion_tokens
 COMPLETION_TOKENS_PREFIXES = ("o1", "o3", "o4", "gpt-5")
 
@@ -104,3 +109,34 @@ def adopt_completion_tokens(request: dict[str, Any], endpoint: str, status: int,
 def body_extras(config: Any) -> dict[str, Any]:
     """The fields merged into every request body: ``sampling``, then ``extra_body``."""
     return {**(getattr(config, "sampling", None) or {}), **(getattr(config, "extra_body", None) or {})}
+
+
+def probe_models(url: str, model: str, timeout: float = PROBE_TIMEOUT_S) -> str:
+    """GET ``{url}/models`` as the client would (with the key): a note on what answered, or
+    ConfigError saying why the endpoint is unusable (unreachable, no answer in time, the key
+    refused)."""
+    from ..errors import ConfigError
+
+    if "unix" in urlsplit(url).scheme:
+        return f"{url}: a unix socket, not probed"
+    key = api_key(url)
+    if key is None:
+        raise ConfigError(missing_key_message(url))
+    request = urllib.request.Request(f"{url}/models", headers={"Authorization": f"Bearer {key}"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as answer:
+            body = answer.read(1_000_000)
+    except urllib.error.HTTPError as exc:
+        if exc.code in (401, 403):
+            raise ConfigError(f"{url}/models refused the key (HTTP {exc.code}); check OPENAI_API_KEY") from None
+        # some servers have no /models; one that answers at all is reachable
+        return f"{url} answers (GET /models: HTTP {exc.code})"
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise ConfigError(f"the model endpoint {url} is not reachable (GET /models: {reason})") from None
+    try:
+        ids = [str(m.get("id")) for m in json.loads(body).get("data", []) if isinstance(m, dict)]
+    except (ValueError, AttributeError):
+        return f"{url} answers (GET /models: not a model list)"
+    served = "" if not ids or model in ids else f"; it does not list {model!r} (it has {', '.join(ids[:5])})"
+    return f"{url} answers with {len(ids)} model(s){served}"
