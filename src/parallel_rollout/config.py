@@ -155,7 +155,7 @@ class RunConfig:
 
     def identity(self) -> dict[str, Any]:
         """The fields that decide what a run computes; a resumed run must keep them."""
-        return {name: getattr(self, name) for name in _IDENTITY_FIELDS}
+        return {name: getattr(self, name) for name in RESULT_FIELDS}
 
     def identity_hash(self) -> str:
         """A short hash of ``identity()``, stored in config.json."""
@@ -163,8 +163,30 @@ class RunConfig:
         return hashlib.sha256(blob).hexdigest()[:16]
 
 
-_IDENTITY_FIELDS = ("mode", "data", "domain", "agent", "agent_cmd", "model", "group_size", "max_turns", "action_space",
-                    "rag_metric")
+#: settings that change what a sample's result is: a resumed run must keep every one of them
+#: (the content of the task file is checked too: provenance.py)
+RESULT_FIELDS = (
+    # what runs
+    "mode", "data", "domain", "osworld_index", "group_size",
+    # who acts, and how the model samples
+    "agent", "agent_cmd", "model", "base_url", "temperature", "max_tokens", "sampling", "extra_body",
+    # what the agent sees and may do
+    "max_turns", "task_timeout", "action_space", "observation_type", "screen_width", "screen_height",
+    "sleep_after_execution",
+    # the machine it acts on, and how it is graded
+    "provider_name", "snapshot_name", "path_to_vm", "vm_memory_mb", "vm_max_processes", "rag_metric",
+)
+#: settings a resume may change: how fast, where and how watched a run goes, which samples it
+#: takes on (--limit, --skip-unsupported), how infrastructure failures are retried, and the
+#: gates judged at its end. None of them changes what a sample's result is.
+RUN_ONLY_FIELDS = (
+    "num_rollouts", "num_vms", "use_vm_pool", "envs_per_worker", "max_concurrent_rollouts", "spare_vms",
+    "output_dir", "run_id", "resume", "progress", "limit", "skip_unsupported", "record", "headless",
+    "max_retries", "verify_reset", "vm_address", "reset_command", "client_password",
+    "fail_under", "compare_to", "junit_xml",
+    "lease_timeout_s", "ack_timeout_s", "boot_timeout_s", "max_vm_replacements", "shutdown_grace_s",
+    "api_timeout_s", "min_free_disk_mb", "policy_gate", "backend", "ray_address",
+)
 _FIELDS = {f.name: f for f in dataclasses.fields(RunConfig) if f.name != "explicit"}
 
 
