@@ -117,6 +117,15 @@ def test_a_missing_docker_image_is_named(tmp_path):
     assert "docker snapshot image 'parallel-rollout-no-such-image:0' does not exist" in done.stderr, done.stderr
 
 
+@pytest.mark.skipif(shutil.which("qemu-system-x86_64") is None or shutil.which("qemu-img") is None,
+                    reason="needs QEMU")
+def test_a_missing_qemu_image_is_named(tmp_path):
+    cache = tmp_path / "empty-cache"  # no image was ever built here
+    done = dry_run(tmp_path, "--provider-name", "qemu", env={"PARALLEL_ROLLOUT_CACHE": str(cache)})
+    assert done.returncode == EXIT_USAGE
+    assert f"no qemu guest image in {cache}" in done.stderr, done.stderr
+
+
 def test_every_missing_thing_is_named_at_once(tmp_path):
     config = tmp_path / "run.toml"
     config.write_text("min-free-disk-mb = 1000000000\n")  # a petabyte: no disk has that
