@@ -27,10 +27,9 @@ from pathlib import Path
 
 from .agents import get_agent
 from .config import RunConfig
-from .envs import get_env, task_validators
+from .envs import get_env
 from .errors import ConfigError, ProviderUnavailable
 from .pool.providers import get_provider
-from .tasks import census_lines, load_task_set
 
 
 @dataclass
@@ -93,13 +92,12 @@ def _check(what: str, run, found: Preflight) -> None:
 
 
 def _check_tasks(cfg: RunConfig, found: Preflight) -> None:
+    from .runner import census
+
     try:
-        task_set = load_task_set(cfg.data, default_mode=cfg.mode, validators=task_validators(),
-                                 domain=cfg.domain, index=cfg.osworld_index)
+        found.census = census(cfg).splitlines()
     except ConfigError as exc:
         found.problems.append(f"tasks: {exc}")
-        return
-    found.census = census_lines(task_set)
 
 
 def _agent_settings(cfg: RunConfig, agent_cls) -> str:

@@ -41,7 +41,7 @@ from .messages import Assignment
 from .pool.providers import get_provider
 from .provenance import SCHEMA_VERSION, check_resume, provenance
 from .results import ResultStore, StorageError, read_records, summarize, unsupported_record
-from .tasks import Sample, expand, load_task_set, unsupported_message
+from .tasks import Sample, census_lines, expand, load_task_set, unsupported_message
 
 log = logging.getLogger("parallel_rollout")
 
@@ -362,3 +362,13 @@ class Runner:
             log.info("progress: %d/%d done, success %s, in flight %d, VMs %s",
                      done, self._total, rate, self.engine.in_flight(), vms or "-")
 
+
+def census(cfg: RunConfig) -> str:
+    """What --dry-run prints: every task of --data loaded and checked, per domain the tasks,
+    the runnable ones and the unsupported features; nothing is started."""
+    if cfg.data is None:
+        raise ConfigError("--data is required: a .json or .jsonl task file, an OSWorld folder, "
+                          "or humaneval")
+    task_set = load_task_set(cfg.data, default_mode=cfg.mode, validators=task_validators(),
+                             domain=cfg.domain, index=cfg.osworld_index)
+    return "\n".join(census_lines(task_set))
