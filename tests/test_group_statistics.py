@@ -78,6 +78,7 @@ def test_the_gate_stays_quiet_on_noise_between_two_seeds_of_one_policy(tmp_path)
     assert f"tests pair the {TASKS} tasks" in result.output
     assert "verdict: B regressed" not in result.output
     assert "not significant" in (tmp_path / "out" / "b" / "compare-a.txt").read_text()
+    assert f"the tests pair its {TASKS} tasks" in (tmp_path / "out" / "b" / "compare-a.html").read_text()
 
 
 def test_the_gate_still_fires_on_a_real_drop(tmp_path):

@@ -76,6 +76,19 @@ class Comparison:
         """B is worse than A on pass/fail and the pass/fail test says it is no accident."""
         return len(self.pass_to_fail) > len(self.fail_to_pass) and self.pass_fail.significant
 
+    def test_notes(self) -> tuple[str, str]:
+        """How the pass/fail and the reward tests came out, in words (text and page)."""
+        pf, rw = self.pass_fail, self.rewards
+
+        def verdict(result: PairedResult) -> str:
+            return "significant" if result.significant else "not significant"
+
+        if self.clustered:
+            return (f"Wilcoxon signed-rank by task p={pf.p_value:.4g} over {pf.pairs} differing tasks, {verdict(pf)}",
+                    f"Wilcoxon signed-rank by task p={rw.p_value:.4g} over {rw.pairs} differing tasks, {verdict(rw)}")
+        return (f"McNemar exact p={pf.p_value:.4g}, {verdict(pf)}",
+                f"Wilcoxon signed-rank p={rw.p_value:.4g} over {rw.pairs} differing samples, {verdict(rw)}")
+
     def to_json(self) -> dict[str, Any]:
         """Plain JSON of the comparison (what compare.json holds)."""
         return {
@@ -139,26 +152,14 @@ def format_comparison(c: Comparison, *, max_keys: int = 50) -> str:
     else:
         lines.append(f"samples: the task sets differ; compared on the intersection of {c.shared} samples "
                      f"({c.only_a} only in A, {c.only_b} only in B)")
-    pf, rw = c.pass_fail, c.rewards
     if c.clustered:
-        lines += [
-            f"tests pair the {c.tasks} tasks (their samples' means), not the {c.shared} samples: "
-            "a task's samples are not independent",
-            f"success rate: {pct(c.success_rate_a)} -> {pct(c.success_rate_b)}  "
-            f"(Wilcoxon signed-rank by task p={pf.p_value:.4g} over {pf.pairs} differing tasks, "
-            f"{'significant' if pf.significant else 'not significant'})",
-            f"mean reward:  {num(c.mean_reward_a)} -> {num(c.mean_reward_b)}  "
-            f"(Wilcoxon signed-rank by task p={rw.p_value:.4g} over {rw.pairs} differing tasks, "
-            f"{'significant' if rw.significant else 'not significant'})",
-        ]
-    else:
-        lines += [
-            f"success rate: {pct(c.success_rate_a)} -> {pct(c.success_rate_b)}  "
-            f"(McNemar exact p={pf.p_value:.4g}, {'significant' if pf.significant else 'not significant'})",
-            f"mean reward:  {num(c.mean_reward_a)} -> {num(c.mean_reward_b)}  "
-            f"(Wilcoxon signed-rank p={rw.p_value:.4g} over {rw.pairs} differing samples, "
-            f"{'significant' if rw.significant else 'not significant'})",
-        ]
+        lines.append(f"tests pair the {c.tasks} tasks (their samples' means), not the {c.shared} samples: "
+                     "a task's samples are not independent")
+    pass_fail_note, reward_note = c.test_notes()
+    lines += [
+        f"success rate: {pct(c.success_rate_a)} -> {pct(c.success_rate_b)}  ({pass_fail_note})",
+        f"mean reward:  {num(c.mean_reward_a)} -> {num(c.mean_reward_b)}  ({reward_note})",
+    ]
     for label, keys in (("pass -> fail", c.pass_to_fail), ("fail -> pass", c.fail_to_pass)):
         shown = ", ".join(keys[:max_keys]) + (f", … ({len(keys) - max_keys} more)" if len(keys) > max_keys else "")
         lines.append(f"{label}: {len(keys)}" + (f": {shown}" if keys else ""))
