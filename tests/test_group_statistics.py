@@ -122,3 +122,4 @@ def test_the_report_interval_is_clustered_by_task(tmp_path):
     naive_low, naive_high = wilson_interval(sum(r["success"] for r in records), len(records))
     assert high - low > 1.5 * (naive_high - naive_low)  # 8 samples that mostly agree ≈ far fewer trials
     assert f"95% CI {low:.1%}–{high:.1%} (clustered by task" in html
+    assert "<th>interval (clustered by task)</th>" in html  # the per-mode table says it too

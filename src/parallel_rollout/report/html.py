@@ -67,6 +67,7 @@ def _headline_html(head: dict[str, Any]) -> str:
     parts.append('<p>statuses: ' + (", ".join(f'<span data-status="{escape(k)}">{escape(k)} {v}</span>'
                                               for k, v in statuses.items()) or "none") + "</p>")
     ks = list(head["pass_at_k"])
+    interval_note = " (clustered by task)" if head.get("ci_by_task") else ""
     for title, rows, key in (("per mode", head["per_mode"], "mode"), ("per tag", head["per_tag"], "tag")):
         if not rows:
             continue
@@ -78,7 +79,7 @@ def _headline_html(head: dict[str, Any]) -> str:
             + "".join(f'<td class="num" data-k="{k}">{_num(row["pass_at_k"].get(k))}</td>' for k in ks)
             + "</tr>" for name, row in rows.items())
         parts.append(f'<h3>{title}</h3><table class="per-{key}"><tr><th>{key}</th><th class="num">finished</th>'
-                     f'<th class="num">successes</th><th class="num">success rate</th><th>interval</th>'
+                     f'<th class="num">successes</th><th class="num">success rate</th><th>interval{interval_note}</th>'
                      f'<th class="num">mean reward</th>' + "".join(f'<th class="num">{k}</th>' for k in ks)
                      + f"</tr>{body}</table>")
     return "".join(parts)
