@@ -116,3 +116,17 @@ def test_reasoning_models_get_max_completion_tokens_at_once(tmp_path, llm_server
     assert done.returncode == 0, done.stderr
     assert [b["body"].get("max_completion_tokens") for b in server.requests] == [64, 64, 64]
     assert not any("max_tokens" in r["body"] for r in server.requests)
+
+
+@pytest.mark.parametrize("url, needs", [
+    ("https://api.openai.com/v1", True),
+    ("http://localhost:8000/v1", False),
+    ("http://127.0.0.5:8000/v1", False),
+    ("http://[::1]:8000/v1", False),
+    ("http+unix://%2Frun%2Fvllm.sock/v1", False),
+    ("https://vllm.internal.example:8000/v1", False),  # another server: a placeholder, as before
+])
+def test_which_endpoints_need_a_key(url, needs):
+    from parallel_rollout.agents.openai_request import needs_key
+
+    assert needs_key(url) is needs
