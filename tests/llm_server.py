@@ -7,13 +7,17 @@ A step is one of::
     {"reply": "text", "usage": {"prompt_tokens": 3, "completion_tokens": 2}}   # usage optional
     {"status": 429, "retry_after": 1}          # also "retry_after_ms", "retry_after_date"
     {"status": 500}
+    {"status": 400, "error": {"message": "…", "param": "max_tokens"}}   # the error body's "error"
     {"sleep": 5, "reply": "late"}              # answers after the client has given up
     {"malformed": "not json" | "no choices" | "null content"}
     {"reply": "text", "token_ids": [3], "logprobs": [-0.2], "prompt_token_ids": [...]}  # as vLLM
 
 ``routes`` adds POST endpoints (path → handler(body) → JSON answer), e.g. a trainer's weight push.
 
-Every request is recorded (``requests``: body, arrival time, step, Authorization header) for assertions. The
+``GET /v1/models`` lists one model (what a preflight asks); ``model_listings`` counts those calls.
+
+Every request is recorded (``requests``: body, arrival time, step, Authorization header, every
+header) for assertions. The
 solvers are policies that answer like a perfect model would: ``shell_solver`` replays each
 task's reference commands, found by the instruction in the conversation's first user message;
 ``lookup_solver`` answers from a dict keyed by a text that occurs in the first user message
@@ -46,6 +50,8 @@ class LLMServer:
         #: extra POST routes: path -> handler(body) -> JSON answer (a trainer's weight push)
         self.routes = dict(routes or {})
         self.requests: list[dict[str, Any]] = []
+        #: GET /v1/models calls served
+        self.model_listings = 0
         self._lock = threading.Lock()
         # Set at shutdown so a sleeping step ends instead of holding a thread.
         self._closing = threading.Event()
@@ -72,11 +78,13 @@ class LLMServer:
         self._httpd.server_close()
         self._thread.join(5)
 
-    def next_step(self, body: dict[str, Any], authorization: str | None = None) -> Step:
+    def next_step(self, body: dict[str, Any], authorization: str | None = None,
+                  headers: dict[str, str] | None = None) -> Step:
         """The scripted step for this request (recorded), else the policy's."""
         with self._lock:
             step = self.script.pop(0) if self.script else None
-            entry = {"body": body, "time": time.monotonic(), "step": step, "authorization": authorization}
+            entry = {"body": body, "time": time.monotonic(), "step": step, "authorization": authorization,
+                     "headers": dict(headers or {})}
             self.requests.append(entry)
         if step is None:
             if self.policy is None:
@@ -104,11 +112,19 @@ def _handler(server: LLMServer) -> type[BaseHTTPRequestHandler]:
                 return self._send(200, server.routes[self.path.rstrip("/")](body))
             if self.path.rstrip("/") != "/v1/chat/completions":
                 return self._send(404, {"error": {"message": f"no route {self.path}"}})
-            step = server.next_step(body, self.headers.get("Authorization"))
+            step = server.next_step(body, self.headers.get("Authorization"),
+                                    {k.lower(): v for k, v in self.headers.items()})
             try:
                 self._answer(step, body)
             except (BrokenPipeError, ConnectionResetError):
                 pass  # the client timed out and hung up: that is what a sleep step tests
+
+        def do_GET(self):
+            if self.path.rstrip("/") != "/v1/models":
+                return self._send(404, {"error": {"message": f"no route {self.path}"}})
+            with server._lock:
+                server.model_listings += 1
+            self._send(200, {"object": "list", "data": [{"id": "test-model", "object": "model"}]})
 
         def _answer(self, step: Step, body: dict[str, Any]) -> None:
             if "sleep" in step:
@@ -121,7 +137,8 @@ def _handler(server: LLMServer) -> type[BaseHTTPRequestHandler]:
                     headers["retry-after-ms"] = str(step["retry_after_ms"])
                 if "retry_after_date" in step:
                     headers["Retry-After"] = formatdate(time.time() + step["retry_after_date"], usegmt=True)
-                return self._send(step["status"], {"error": {"message": f"scripted {step['status']}"}}, headers)
+                error = step.get("error", {"message": f"scripted {step['status']}"})
+                return self._send(step["status"], {"error": error}, headers)
             kind = step.get("malformed")
             if kind == "not json":
                 return self._send_raw(200, b"<html>upstream gateway hiccup</html>")

@@ -25,6 +25,11 @@ def cli(*args: str):
     return CliRunner().invoke(main, ["run", "--mode", "osworld", *args], catch_exceptions=False)
 
 
+#: a dry run is a preflight that checks the agent can run each task: the oracle needs a reference
+#: each OSWorld task lacks, a model behind a local URL (not asked without --check-endpoint) does not
+MODEL_AGENT = ("--agent", "openai", "--base-url", "http://127.0.0.1:9/v1")
+
+
 def index_of(name: str) -> dict[str, list[str]]:
     return json.loads((EXAMPLES / name).read_text())
 
@@ -45,7 +50,7 @@ def domain_lines(output: str) -> dict[str, tuple[int, int]]:
 
 @needs_set
 def test_dry_run_counts_every_task_of_test_all_per_domain():
-    result = cli("--data", str(EXAMPLES), "--dry-run")
+    result = cli("--data", str(EXAMPLES), "--dry-run", *MODEL_AGENT)
     assert result.exit_code == 0, result.output
     assert "Traceback" not in result.output
     index = index_of("test_all.json")
@@ -63,12 +68,12 @@ def test_dry_run_counts_every_task_of_test_all_per_domain():
 
 @needs_set
 def test_the_parent_folder_another_index_and_one_domain():
-    whole = cli("--data", str(OSWORLD), "--osworld-index", "test_small.json", "--dry-run")
+    whole = cli("--data", str(OSWORLD), "--osworld-index", "test_small.json", "--dry-run", *MODEL_AGENT)
     assert whole.exit_code == 0, whole.output
     small = index_of("test_small.json")
     assert domain_lines(whole.output) == {
         d: (len(ids), n) for (d, ids), n in zip(small.items(), runnable_by_registry(small).values())}
-    one = cli("--data", str(EXAMPLES), "--domain", "os", "--dry-run")
+    one = cli("--data", str(EXAMPLES), "--domain", "os", "--dry-run", *MODEL_AGENT)
     assert list(domain_lines(one.output)) == ["os"]
     assert one.output.strip().endswith(f"of {len(index_of('test_all.json')['os'])} tasks")
 

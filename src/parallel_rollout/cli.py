@@ -16,7 +16,7 @@ from click.core import ParameterSource
 
 from .config import RunConfig, build_config
 from .errors import ConfigError, ProviderUnavailable, RunLocked, VMError
-from .exit_codes import EXIT_LOCKED
+from .exit_codes import EXIT_LOCKED, EXIT_USAGE
 
 _D = RunConfig()
 
@@ -117,8 +117,12 @@ def main() -> None:
               help="Run the tasks this version supports and give each other task an 'unsupported' "
                    "record (scored 0); without it, a --data with unsupported tasks is refused.")
 @click.option("--dry-run", is_flag=True,
-              help="Load and check every task of --data, start nothing, and print per domain the "
-                   "tasks, the runnable ones and the unsupported features.")
+              help="A preflight that starts nothing: load and check every task of --data (printing per "
+                   "domain the tasks, the runnable ones and the unsupported features), the agent's settings "
+                   "(the key), the provider's prerequisites (bwrap; docker's daemon and image; QEMU and its "
+                   "image) and free disk; exit 2 naming each thing missing.")
+@click.option("--check-endpoint", is_flag=True,
+              help="With --dry-run: also ask the model endpoint for its models (GET /models, 5 s timeout).")
 @click.option("--record", is_flag=True, help="Keep a recording.mp4 of each osworld attempt.")
 @click.option("--rag-metric", type=click.Choice(["f1", "em"]), default=_D.rag_metric, show_default=True,
               help="The rag mode's reward: token F1 or exact match of the answer (both are recorded).")
@@ -128,9 +132,14 @@ def main() -> None:
 @click.option("--agent-cmd", help="Command of --agent command: an executable reading one JSON observation "
               "per line on stdin and writing one JSON action per line on stdout.")
 @click.option("--base-url", help="OpenAI-compatible endpoint for --agent openai (vLLM, SGLang, Ollama …); "
-              "default: OpenAI's. The key comes from OPENAI_API_KEY.")
+              "default: OPENAI_BASE_URL, else OpenAI's. The key comes from OPENAI_API_KEY (not needed "
+              "for a local server).")
 @click.option("--temperature", type=float, help="Sampling temperature for --agent openai (default: the server's).")
-@click.option("--max-tokens", type=int, help="Completion token limit per reply for --agent openai.")
+@click.option("--max-tokens", type=int, help="Completion token limit per reply for --agent openai (sent as "
+              "max_completion_tokens where the endpoint wants that).")
+@click.option("--sampling", multiple=True, metavar="KEY=VALUE",
+              help="A generation parameter of --agent openai added to each request (top_p=0.9, seed=3, "
+              'stop=\'["END"]\' …); VALUE is JSON when it parses, else a string. Repeat it.')
 @click.option("--vm-memory-mb", type=int,
               help="Address-space limit per process inside each VM, in MB (py mode: 2048 unless set).")
 @click.option("--vm-max-processes", type=int,
@@ -151,7 +160,8 @@ def main() -> None:
               help="TOML file whose keys are these flags' names; flags given here win.")
 @click.option("--fail-under", type=float,
               help="Exit 3 when the finished run's success rate is below this fraction (0.8 means 80%).")
-@click.option("--compare-to", help="Exit 4 when the run is significantly worse (McNemar exact, p < 0.05) than "
+@click.option("--compare-to", help="Exit 4 when the run is significantly worse (McNemar exact, p < 0.05; by task "
+              "with --group-size > 1) than "
               "this earlier run of --output-dir.")
 @click.option("--junit-xml", type=click.Path(dir_okay=False),
               help="Write JUnit XML here: one test case per sample, for CI.")
@@ -162,7 +172,7 @@ def main() -> None:
               "local Ray instance started and stopped by the run).")
 @click.option("--progress/--no-progress", default=None, help="Progress bar (default: when stderr is a terminal).")
 @click.pass_context
-def run(ctx: click.Context, config_file: str | None, dry_run: bool, **flags: Any) -> None:
+def run(ctx: click.Context, config_file: str | None, dry_run: bool, check_endpoint: bool, **flags: Any) -> None:
     """Run every task of --data as rollouts and write results/<run-id>/.
 
     \b
@@ -170,7 +180,7 @@ def run(ctx: click.Context, config_file: str | None, dry_run: bool, **flags: Any
     2 bad usage, 3 below --fail-under, 4 significant regression against --compare-to,
     75 another run holds the folder's lock (retry later), 130 interrupted.
     """
-    from .runner import Runner, census
+    from .runner import Runner
 
     explicit = {
         name: value for name, value in flags.items()
@@ -179,8 +189,18 @@ def run(ctx: click.Context, config_file: str | None, dry_run: bool, **flags: Any
     _console_logging()
     try:
         config = build_config(explicit, config_file)
+        if check_endpoint and not dry_run:
+            raise ConfigError("--check-endpoint is part of the preflight: add --dry-run")
         if dry_run:
-            click.echo(census(config))
+            from .preflight import preflight
+
+            found = preflight(config, check_endpoint=check_endpoint)
+            if found.ok:  # the census stays the last lines, as scripts read it
+                click.echo("preflight passed: " + "; ".join(found.passed), err=True)
+            click.echo("\n".join(found.census))
+            if not found.ok:
+                click.echo(found.problem_report(), err=True)
+                sys.exit(EXIT_USAGE)
             return
         outcome = Runner(config).run()
     except ProviderUnavailable as exc:
@@ -312,7 +332,8 @@ def report_cmd(run_dir: str, output: str | None) -> None:
               help="Where run ids given instead of folders are looked up.")
 @click.option("--html", "html_path", type=click.Path(dir_okay=False),
               help="Where to write the page (default: RUN_B/compare-<A>.html; the text goes beside it as .txt).")
-@click.option("--check", is_flag=True, help="Exit 4 when B is significantly worse than A (McNemar exact, p < 0.05).")
+@click.option("--check", is_flag=True, help="Exit 4 when B is significantly worse than A (McNemar exact, p < 0.05; with several "
+              "samples per task, Wilcoxon signed-rank over tasks).")
 def compare_cmd(run_a: str, run_b: str, output_dir: str, html_path: str | None, check: bool) -> None:
     """Compare run B with the baseline run A (folders or run ids) over their shared samples."""
     from .exit_codes import EXIT_REGRESSION

@@ -76,6 +76,12 @@ class RunConfig:
     base_url: str | None = None
     temperature: float | None = None
     max_tokens: int | None = None
+    #: --agent openai: generation parameters merged into each request body (top_p, seed,
+    #: stop …); the flag --sampling KEY=VALUE repeats, run.toml has a [sampling] table
+    sampling: dict[str, Any] = field(default_factory=dict)
+    #: --agent openai: server-specific body fields (vLLM's chat_template_kwargs, top_k …);
+    #: run.toml's [extra_body] table
+    extra_body: dict[str, Any] = field(default_factory=dict)
     task_timeout: float = 600.0
     envs_per_worker: int = 1
     max_concurrent_rollouts: int | None = None
@@ -100,6 +106,8 @@ class RunConfig:
     max_vm_replacements: int | None = None
     shutdown_grace_s: float = 3.0
     progress: bool | None = None
+    #: --dry-run: free MB the output folder's disk must have
+    min_free_disk_mb: int = 512
     #: seconds one model request may take before it is retried
     api_timeout_s: float = 120.0
     #: RL schedulers: the unix socket of the policy gate model requests pass (policy_gate)
@@ -117,6 +125,10 @@ class RunConfig:
         # one tuple of addresses, however given: repeated flags, a comma list, a TOML list,
         # or the JSON list of a resumed run's config.json
         self.vm_address = split_addresses(self.vm_address)
+        # KEY=VALUE strings from the flag, or the table of a TOML file / config.json
+        self.sampling = parse_sampling(self.sampling)
+        if not isinstance(self.extra_body, dict):
+            raise ConfigError(f"extra_body must be a table of request fields, got {self.extra_body!r}")
 
     @property
     def pool_size(self) -> int:
@@ -144,7 +156,7 @@ class RunConfig:
 
     def identity(self) -> dict[str, Any]:
         """The fields that decide what a run computes; a resumed run must keep them."""
-        return {name: getattr(self, name) for name in _IDENTITY_FIELDS}
+        return {name: getattr(self, name) for name in RESULT_FIELDS}
 
     def identity_hash(self) -> str:
         """A short hash of ``identity()``, stored in config.json."""
@@ -152,8 +164,30 @@ class RunConfig:
         return hashlib.sha256(blob).hexdigest()[:16]
 
 
-_IDENTITY_FIELDS = ("mode", "data", "domain", "agent", "agent_cmd", "model", "group_size", "max_turns", "action_space",
-                    "rag_metric")
+#: settings that change what a sample's result is: a resumed run must keep every one of them
+#: (the content of the task file is checked too: provenance.py)
+RESULT_FIELDS = (
+    # what runs
+    "mode", "data", "domain", "osworld_index", "group_size",
+    # who acts, and how the model samples
+    "agent", "agent_cmd", "model", "base_url", "temperature", "max_tokens", "sampling", "extra_body",
+    # what the agent sees and may do
+    "max_turns", "task_timeout", "action_space", "observation_type", "screen_width", "screen_height",
+    "sleep_after_execution",
+    # the machine it acts on, and how it is graded
+    "provider_name", "snapshot_name", "path_to_vm", "vm_memory_mb", "vm_max_processes", "rag_metric",
+)
+#: settings a resume may change: how fast, where and how watched a run goes, which samples it
+#: takes on (--limit, --skip-unsupported), how infrastructure failures are retried, and the
+#: gates judged at its end. None of them changes what a sample's result is.
+RUN_ONLY_FIELDS = (
+    "num_rollouts", "num_vms", "use_vm_pool", "envs_per_worker", "max_concurrent_rollouts", "spare_vms",
+    "output_dir", "run_id", "resume", "progress", "limit", "skip_unsupported", "record", "headless",
+    "max_retries", "verify_reset", "vm_address", "reset_command", "client_password",
+    "fail_under", "compare_to", "junit_xml",
+    "lease_timeout_s", "ack_timeout_s", "boot_timeout_s", "max_vm_replacements", "shutdown_grace_s",
+    "api_timeout_s", "min_free_disk_mb", "policy_gate", "backend", "ray_address",
+)
 _FIELDS = {f.name: f for f in dataclasses.fields(RunConfig) if f.name != "explicit"}
 
 
@@ -163,10 +197,40 @@ def split_addresses(value: Any) -> tuple[str, ...]:
     return tuple(part.strip() for item in items for part in str(item).split(",") if part.strip())
 
 
+#: request fields --sampling and extra_body may not set: the agent sends them itself
+RESERVED_REQUEST_FIELDS = frozenset({"model", "messages", "stream", "n"})
+
+
+def parse_sampling(value: Any) -> dict[str, Any]:
+    """``--sampling`` as a dict: KEY=VALUE strings (VALUE parsed as JSON when it parses,
+    else kept as a string), or a mapping as it is; ConfigError naming a bad item."""
+    if isinstance(value, dict):
+        items = dict(value)
+    else:
+        items = {}
+        for item in [value] if isinstance(value, str) else list(value or ()):
+            key, sep, raw = str(item).partition("=")
+            if not sep or not key.strip():
+                raise ConfigError(f"--sampling {item!r} must be KEY=VALUE, e.g. top_p=0.9")
+            try:
+                items[key.strip()] = json.loads(raw)
+            except ValueError:
+                items[key.strip()] = raw
+    reserved = sorted(RESERVED_REQUEST_FIELDS & set(items))
+    if reserved:
+        raise ConfigError(f"--sampling cannot set {', '.join(reserved)}: the agent sends it itself")
+    return items
+
+
 def _coerce(name: str, value: Any, where: str) -> Any:
     """Check a config-file value against the field's type."""
     kind = _FIELDS[name].type
     if value is None:
+        return value
+    if kind.startswith("dict"):
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: {name} must be a table (e.g. [{name}] with key = value lines), "
+                              f"got {value!r}")
         return value
     if kind.startswith("tuple"):
         if isinstance(value, str):
@@ -309,6 +373,15 @@ def validate_ranges(cfg: RunConfig) -> None:
         raise ConfigError("--sleep-after-execution must be 0 or more (seconds)")
     if cfg.temperature is not None and not 0 <= cfg.temperature <= 2:
         raise ConfigError("--temperature must be between 0 and 2")
+    extras = {**cfg.sampling, **cfg.extra_body}
+    reserved = sorted(RESERVED_REQUEST_FIELDS & set(cfg.extra_body))
+    if reserved:
+        raise ConfigError(f"extra_body cannot set {', '.join(reserved)}: the agent sends it itself")
+    for name in ("temperature", "max_tokens", "max_completion_tokens"):
+        flag = "max_tokens" if name == "max_completion_tokens" else name
+        if name in extras and getattr(cfg, flag) is not None:
+            raise ConfigError(f"--{flag.replace('_', '-')} and --sampling/extra_body {name} both set "
+                              "the same thing; give one")
     if not cfg.use_vm_pool:
         if "num_vms" in cfg.explicit:
             raise ConfigError(

@@ -9,7 +9,7 @@ code   meaning
 2      bad usage: a flag, config file or task file is wrong; nothing ran
 3      finished below ``--fail-under``: the success rate is under the threshold
 4      finished with a significant regression against ``--compare-to`` (McNemar exact,
-       p < 0.05, lower success rate)
+       p < 0.05, or over tasks with groups: report/clustered.py; lower success rate)
 75     another run holds this run folder's lock (EX_TEMPFAIL: try again later)
 130    interrupted by SIGINT or SIGTERM; ``--resume`` continues
 =====  ==============================================================================

@@ -39,6 +39,7 @@ from .errors import ConfigError, RunLocked, TaskFileError
 from .exit_codes import EXIT_ABORTED, EXIT_INTERRUPTED, EXIT_OK
 from .messages import Assignment
 from .pool.providers import get_provider
+from .provenance import SCHEMA_VERSION, check_resume, provenance
 from .records import unsupported_record
 from .results import ResultStore, StorageError, read_records, summarize
 from .tasks import Sample, census_lines, expand, load_task_set, unsupported_message
@@ -77,6 +78,8 @@ class Runner:
         self._lock = threading.Lock()
         #: (sample, features) of each unsupported task left out by --skip-unsupported
         self._skipped: list[tuple[Sample, tuple[str, ...]]] = []
+        #: versions and task-data hashes behind this run (provenance.py), set with the folder
+        self._provenance: dict[str, Any] | None = None
 
     # -- preparation ----------------------------------------------------------------------
 
@@ -100,6 +103,8 @@ class Runner:
             "base_url": ("the openai agent", agent_opts & {"base_url"}),
             "temperature": ("the openai agent", agent_opts & {"temperature"}),
             "max_tokens": ("the openai agent", agent_opts & {"max_tokens"}),
+            "sampling": ("the openai agent", agent_opts & {"sampling"}),
+            "extra_body": ("the openai agent", agent_opts & {"extra_body"}),
             "agent_cmd": ("the command agent", agent_opts & {"agent_cmd"}),
             "vm_memory_mb": ("modes that run in a VM", frozenset({"vm"} if self.provider_cls else ())),
             "vm_max_processes": ("modes that run in a VM", frozenset({"vm"} if self.provider_cls else ())),
@@ -169,20 +174,15 @@ class Runner:
                     f"{self.run_dir} already holds results; add --resume to continue that run "
                     "or pick a new --run-id"
                 )
+            self._provenance = provenance(cfg)
             if has_results and config_path.exists():
-                old = json.loads(config_path.read_text())
-                if old.get("identity_hash") != cfg.identity_hash():
-                    changed = [k for k, v in cfg.identity().items() if old.get("config", {}).get(k) != v]
-                    raise ConfigError(
-                        f"cannot resume {self.run_id}: the run was made with other settings for "
-                        f"{', '.join(changed) or 'its identity'}; resume with the same values"
-                    )
+                check_resume(self.run_id, json.loads(config_path.read_text()), cfg, self._provenance)
             # Written aside and renamed: a kill mid-write must not leave a config.json that
             # a resume cannot read.
             tmp_path = config_path.with_name("config.json.tmp")
             tmp_path.write_text(json.dumps({
-                "run_id": self.run_id, "identity_hash": cfg.identity_hash(),
-                "config": cfg.to_json(), "written_at": time.time(),
+                "schema_version": SCHEMA_VERSION, "run_id": self.run_id, "identity_hash": cfg.identity_hash(),
+                "config": cfg.to_json(), "provenance": self._provenance, "written_at": time.time(),
             }, indent=2))
             os.replace(tmp_path, config_path)
         except BaseException:
@@ -287,6 +287,8 @@ class Runner:
         summary = summarize(records, total_samples=total, pool_stats=self.engine.final_pool_stats if self.engine else None,
                             started_at=self._started_at, interrupted=bool(self._interrupted))
         summary["run_id"] = self.run_id
+        summary["schema_version"] = SCHEMA_VERSION
+        summary["provenance"] = self._provenance
         self._write_summary(summary)
         resume_cmd = self._resume_command()
         if self._interrupted:

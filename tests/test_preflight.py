@@ -1,0 +1,155 @@
+"""``--dry-run`` is a preflight: each missing prerequisite is named and the exit is 2.
+
+Every test runs the CLI in a subprocess as a user would, with the environment (PATH, the
+OPENAI_* variables) the case needs: no key for OpenAI's API, an endpoint on a closed
+loopback port with ``--check-endpoint``, a PATH without bwrap / docker / QEMU, a disk with
+too little room, a broken task file. The census is printed in every case; nothing starts and
+no run folder is made.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from conftest import shell_task, write_tasks
+from llm_server import llm_server  # noqa: F401 - fixture
+from parallel_rollout.exit_codes import EXIT_USAGE
+
+
+def dry_run(tmp_path, *args, env=None, path=None):
+    """``parallel-rollout run --dry-run …`` over three shell tasks, OPENAI_* unset."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI_")}
+    if path is not None:
+        base["PATH"] = path
+    data = write_tasks(tmp_path / "tasks.jsonl", [shell_task(f"t{i}") for i in range(3)])
+    argv = [sys.executable, "-m", "parallel_rollout.cli", "run", "--mode", "shell", "--data", str(data),
+            "--output-dir", str(tmp_path / "out"), "--dry-run", *args]
+    done = subprocess.run(argv, capture_output=True, text=True, env={**base, **(env or {})}, timeout=120)
+    assert done.stdout.strip().splitlines()[-1:] == ["runnable 3 of 3 tasks"] or "tasks:" in done.stderr
+    assert not (tmp_path / "out").exists()  # a preflight makes no run folder
+    return done
+
+
+def closed_port() -> int:
+    """A loopback port nothing listens on (bound, then closed)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def empty_path(tmp_path) -> str:
+    """A PATH with no programs at all: no bwrap, docker or QEMU."""
+    folder = tmp_path / "empty-bin"
+    folder.mkdir(exist_ok=True)
+    return str(folder)
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
+def test_everything_present_passes(tmp_path):
+    done = dry_run(tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "preflight passed" in done.stderr and "process provider" in done.stderr and "MB free" in done.stderr
+
+
+def test_no_key_for_openai_itself(tmp_path):
+    done = dry_run(tmp_path, "--agent", "openai")
+    assert done.returncode == EXIT_USAGE
+    assert "agent: --agent openai needs OPENAI_API_KEY" in done.stderr
+
+
+def test_an_unreachable_endpoint_with_check_endpoint(tmp_path):
+    url = f"http://127.0.0.1:{closed_port()}/v1"
+    done = dry_run(tmp_path, "--agent", "openai", "--base-url", url, "--check-endpoint")
+    assert done.returncode == EXIT_USAGE
+    assert f"endpoint: the model endpoint {url} is not reachable" in done.stderr
+    # without --check-endpoint the endpoint is not asked, and a local URL needs no key
+    if shutil.which("bwrap"):
+        assert dry_run(tmp_path, "--agent", "openai", "--base-url", url).returncode == 0
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
+def test_a_reachable_endpoint_is_asked_once(tmp_path, llm_server):
+    server = llm_server()
+    done = dry_run(tmp_path, "--agent", "openai", "--check-endpoint", "--model", "test-model",
+                   env={"OPENAI_BASE_URL": server.url})
+    assert done.returncode == 0, done.stderr
+    assert server.model_listings == 1 and f"{server.url} answers with 1 model(s)" in done.stderr
+
+
+@pytest.mark.parametrize("provider, says", [
+    ("process", "bubblewrap (bwrap) is not installed"),
+    ("docker", "the docker CLI is not installed"),
+    ("qemu", "qemu-system-x86_64 is not installed; install it with: apt-get install qemu-system-x86"),
+])
+def test_a_missing_provider_program_is_named(tmp_path, provider, says):
+    done = dry_run(tmp_path, "--provider-name", provider, path=empty_path(tmp_path))
+    assert done.returncode == EXIT_USAGE
+    assert f"provider: {says}" in done.stderr, done.stderr
+
+
+@pytest.mark.skipif(shutil.which("docker") is None, reason="needs the docker CLI")
+def test_no_docker_daemon_is_named(tmp_path):
+    socket_path = tmp_path / "no-daemon.sock"
+    done = dry_run(tmp_path, "--provider-name", "docker", env={"DOCKER_HOST": f"unix://{socket_path}"})
+    assert done.returncode == EXIT_USAGE
+    assert "provider: no Docker daemon answers at" in done.stderr, done.stderr
+
+
+def docker_answers() -> bool:
+    """Whether a Docker daemon answers here (the image check needs one)."""
+    if shutil.which("docker") is None:
+        return False
+    probe = subprocess.run(["docker", "version", "--format", "{{.Server.Version}}"], capture_output=True,
+                           text=True, timeout=20)
+    return probe.returncode == 0 and bool(probe.stdout.strip())
+
+
+@pytest.mark.skipif(not docker_answers(), reason="needs a Docker daemon")
+def test_a_missing_docker_image_is_named(tmp_path):
+    done = dry_run(tmp_path, "--provider-name", "docker", "--snapshot-name", "parallel-rollout-no-such-image:0")
+    assert done.returncode == EXIT_USAGE
+    assert "docker snapshot image 'parallel-rollout-no-such-image:0' does not exist" in done.stderr, done.stderr
+
+
+@pytest.mark.skipif(shutil.which("qemu-system-x86_64") is None or shutil.which("qemu-img") is None,
+                    reason="needs QEMU")
+def test_a_missing_qemu_image_is_named(tmp_path):
+    cache = tmp_path / "empty-cache"  # no image was ever built here
+    done = dry_run(tmp_path, "--provider-name", "qemu", env={"PARALLEL_ROLLOUT_CACHE": str(cache)})
+    assert done.returncode == EXIT_USAGE
+    assert f"no qemu guest image in {cache}" in done.stderr, done.stderr
+
+
+def test_every_missing_thing_is_named_at_once(tmp_path):
+    config = tmp_path / "run.toml"
+    config.write_text("min-free-disk-mb = 1000000000\n")  # a petabyte: no disk has that
+    done = dry_run(tmp_path, "--agent", "openai", "--check-endpoint", "--config", str(config),
+                   env={"OPENAI_BASE_URL": "https://api.openai.com/v1"}, path=empty_path(tmp_path))
+    assert done.returncode == EXIT_USAGE
+    assert "preflight found 4 problem(s)" in done.stderr, done.stderr
+    for says in ("agent: --agent openai needs OPENAI_API_KEY", "endpoint: --agent openai needs OPENAI_API_KEY",
+                 "provider: bubblewrap (bwrap) is not installed", "disk: "):
+        assert says in done.stderr
+    assert "MB free; a run wants at least 1000000000 MB" in done.stderr
+
+
+def test_a_broken_task_file_is_named_with_the_rest(tmp_path):
+    data = tmp_path / "bad.jsonl"
+    data.write_text('{"id": "a", "mode": "shell", "instruction": "x", "check": "true"}\n{not json\n')
+    done = dry_run(tmp_path, "--data", str(data), path=empty_path(tmp_path))
+    assert done.returncode == EXIT_USAGE
+    assert f"tasks: {data}:2:" in done.stderr and "provider: bubblewrap" in done.stderr
+
+
+def test_check_endpoint_needs_dry_run(tmp_path):
+    data = write_tasks(tmp_path / "tasks.jsonl", [shell_task("t0")])
+    done = subprocess.run([sys.executable, "-m", "parallel_rollout.cli", "run", "--data", str(data),
+                           "--check-endpoint", "--output-dir", str(tmp_path / "out")],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == EXIT_USAGE and "add --dry-run" in done.stderr

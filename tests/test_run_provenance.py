@@ -1,0 +1,98 @@
+"""Runs say what made them, and ``--resume`` keeps to it (through the CLI).
+
+A math run with the openai agent against the local chat server writes the package, Python
+and dependency versions (math-verify among them: it grades), a schema version and the task
+file's sha256 into config.json and summary.json. Resuming it after the task file changed,
+or with another ``--temperature``, is refused naming the file or the setting; a resume with
+another ``--num-rollouts`` (how fast, not what) goes ahead.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from importlib import metadata
+
+import pytest
+
+from llm_server import llm_server, lookup_solver  # noqa: F401 - fixture
+from parallel_rollout import __version__
+from parallel_rollout.config import RESULT_FIELDS, RUN_ONLY_FIELDS, RunConfig
+from parallel_rollout.exit_codes import EXIT_USAGE
+from parallel_rollout.provenance import SCHEMA_VERSION
+
+pytest.importorskip("math_verify")
+
+PROBLEMS = {"What is 6 times 7?": "42", "What is 10 minus 3?": "7"}
+
+
+@pytest.fixture
+def math_run(tmp_path, llm_server):
+    """(run folder, cli) after one finished run of two math problems at --temperature 0.2."""
+    data = tmp_path / "math.jsonl"
+    data.write_text("".join(json.dumps({"id": f"m{i}", "problem": p, "answer": a}) + "\n"
+                            for i, (p, a) in enumerate(PROBLEMS.items())))
+    server = llm_server(policy=lookup_solver({p: f"\\boxed{{{a}}}" for p, a in PROBLEMS.items()}))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI_")}
+
+    def cli(*args):
+        argv = [sys.executable, "-m", "parallel_rollout.cli", "run", "--output-dir", str(tmp_path / "out"),
+                "--run-id", "r", "--no-progress", *args]
+        return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120)
+
+    first = cli("--mode", "math", "--data", str(data), "--agent", "openai", "--base-url", server.url,
+                "--temperature", "0.2")
+    assert first.returncode == 0, first.stderr
+    return tmp_path / "out" / "r", data, cli
+
+
+def test_config_and_summary_record_versions_schema_and_data_hash(math_run):
+    run_dir, data, _ = math_run
+    expected_hash = hashlib.sha256(data.read_bytes()).hexdigest()
+    for name in ("config.json", "summary.json"):
+        doc = json.loads((run_dir / name).read_text())
+        assert doc["schema_version"] == SCHEMA_VERSION
+        made = doc["provenance"]
+        assert made["parallel_rollout"] == __version__ and made["python"].count(".") == 2
+        for dist in ("openai", "psutil", "click", "math-verify"):  # math-verify: the math mode's grader
+            assert made["dependencies"][dist] == metadata.version(dist)
+        assert made["data"] == [{"path": str(data), "sha256": expected_hash}]
+
+
+def test_resume_refuses_a_changed_task_file_naming_it(math_run):
+    run_dir, data, cli = math_run
+    before = (run_dir / "results.jsonl").read_bytes()
+    data.write_text(data.read_text().replace('"answer": "42"', '"answer": "41"'))
+    done = cli("--resume")
+    assert done.returncode == EXIT_USAGE
+    assert f"the task file {data} changed since the run started" in done.stderr
+    assert (run_dir / "results.jsonl").read_bytes() == before
+
+
+def test_resume_refuses_another_temperature_naming_it(math_run):
+    run_dir, _, cli = math_run
+    done = cli("--resume", "--temperature", "0.7")
+    assert done.returncode == EXIT_USAGE
+    assert "other settings for temperature (0.2 then, 0.7 now)" in " ".join(done.stderr.split())
+
+
+def test_resume_with_another_num_rollouts_goes_ahead(math_run):
+    run_dir, _, cli = math_run
+    done = cli("--resume", "--num-rollouts", "2")
+    assert done.returncode == 0, done.stderr
+    assert "2/2 samples finished" in done.stdout
+    assert json.loads((run_dir / "config.json").read_text())["config"]["num_rollouts"] == 2
+
+
+def test_every_setting_is_classified_once():
+    """A new setting must say whether it changes results (then a resume must keep it)."""
+    names = {f.name for f in dataclasses.fields(RunConfig)} - {"explicit"}
+    assert set(RESULT_FIELDS) | set(RUN_ONLY_FIELDS) == names
+    assert not set(RESULT_FIELDS) & set(RUN_ONLY_FIELDS)
+    for name in ("temperature", "max_tokens", "base_url", "observation_type", "screen_width", "screen_height",
+                 "osworld_index", "sampling", "extra_body"):
+        assert name in RESULT_FIELDS
