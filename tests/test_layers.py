@@ -5,8 +5,10 @@ layer table the check uses."""
 from __future__ import annotations
 
 import re
-import textwrap
+from textwrap import dedent
 from pathlib import Path
+
+import pytest
 
 from import_layers import LAYERS, check, cycles, layer_of, markdown
 
@@ -27,7 +29,7 @@ CLEAN = {
     "conf.py": "from .base import Error\n",
     "data.py": "from .base import Error\nfrom . import __version__\n",
     "core/__init__.py": "from .engine import run\n",
-    "core/engine.py": textwrap.dedent("""\
+    "core/engine.py": dedent("""\
         from typing import TYPE_CHECKING
         from ..data import Error
         from .. import base
@@ -55,13 +57,67 @@ def make_package(tmp_path: Path, files: dict[str, str]) -> Path:
     return root
 
 
-def fixture_check(tmp_path: Path, **changes: str) -> list[str]:
-    """The violations of the clean package with ``changes`` (file name with ``__`` for ``/``
-    and ``_py`` for ``.py`` -> its new text)."""
-    files = dict(CLEAN)
-    for key, text in changes.items():
-        files[key.replace("__", "/").replace("_py", ".py")] = textwrap.dedent(text)
-    return check(make_package(tmp_path, files), FIXTURE_LAYERS, FIXTURE_LEAVES)
+#: (what is broken, files replaced in the clean package, only the violations containing this
+#: text or None for all, the violations expected)
+BROKEN = [
+    ("a cycle in a function-level import",
+     {"core/helpers.py": "from ..base import Error\nfrom . import engine\n"}, None,
+     ["import cycle: core/engine.py -> core/helpers.py -> core/engine.py "
+      "(at core/engine.py:7, core/helpers.py:2; "
+      "2 modules in the cycle: core/engine.py, core/helpers.py)"]),
+    ("a cycle through a package __init__, closed under TYPE_CHECKING",
+     {"data.py": dedent("""\
+         from typing import TYPE_CHECKING
+         if TYPE_CHECKING:
+             import pkg.core
+     """)}, None,
+     ["data.py -> core/__init__.py: upward import (layer 2 [core/] above "
+      "3 [conf.py, data.py]) at data.py:3",
+      "import cycle: core/__init__.py -> core/engine.py -> data.py -> core/__init__.py "
+      "(at core/__init__.py:1, core/engine.py:2, data.py:3; "
+      "3 modules in the cycle: core/__init__.py, core/engine.py, data.py)"]),
+    ("upward imports at top level, under TYPE_CHECKING and in a function",
+     {"base.py": dedent("""\
+         from typing import TYPE_CHECKING
+         from .data import Error
+         if TYPE_CHECKING:
+             from .core.engine import run
+         def later():
+             from . import app
+     """)}, "upward",  # base.py then also closes cycles, left out here
+     ["base.py -> app.py: upward import (layer 1 [app.py, front/] above "
+      "4 [base.py, __init__.py]) at base.py:6",
+      "base.py -> core/engine.py: upward import (layer 2 [core/] above "
+      "4 [base.py, __init__.py]) at base.py:4",
+      "base.py -> data.py: upward import (layer 3 [conf.py, data.py] above "
+      "4 [base.py, __init__.py]) at base.py:2"]),
+    ("an upward import inside a function alone",
+     {"core/helpers.py": dedent("""\
+         def helper():
+             from .. import front
+             return front
+     """)}, None,
+     ["core/helpers.py -> front/__init__.py: upward import (layer 1 [app.py, front/] above "
+      "2 [core/]) at core/helpers.py:2"]),
+    ("a private name imported from a sibling module",
+     {"core/helpers.py": "from ..base import Error\n_cache = {}\ndef helper():\n    return 1\n",
+      "front/view.py": "from ..core.helpers import helper, _cache\n"}, None,
+     ["front/view.py -> core/helpers.py: private name _cache imported from another module "
+      "at front/view.py:1"]),
+    ("a private name from a package, relative, in a function",
+     {"front/view.py": "def f():\n    from ..core import _x\n"}, None,
+     ["front/view.py -> core/__init__.py: private name _x imported from another module "
+      "at front/view.py:2"]),
+    # data.py sits in conf.py's own layer and imports nothing back: only the leaf rule
+    # catches this import
+    ("a leaf importing more than it may",
+     {"conf.py": "from .base import Error\nfrom . import data\n"}, None,
+     ["conf.py -> data.py: conf.py may import only base.py of the project at conf.py:2"]),
+    ("a module outside the table that imports no module",
+     {"extra.py": "from .nowhere import thing\n"}, None,
+     ["extra.py: from .nowhere import … names no module at extra.py:1",
+      "extra.py: not in the layer table (add it to a layer)"]),
+]
 
 
 def test_the_source_follows_the_import_rules():
@@ -75,89 +131,12 @@ def test_a_clean_package_has_no_violations(tmp_path):
     assert check(make_package(tmp_path, CLEAN), FIXTURE_LAYERS, FIXTURE_LEAVES) == []
 
 
-def test_a_cycle_is_found_and_named_with_its_lines(tmp_path):
-    violations = fixture_check(
-        tmp_path, core__helpers_py="from ..base import Error\nfrom . import engine\n")
-    assert violations == [
-        "import cycle: core/engine.py -> core/helpers.py -> core/engine.py "
-        "(at core/engine.py:7, core/helpers.py:2; "
-        "2 modules in the cycle: core/engine.py, core/helpers.py)"]
-
-
-def test_a_cycle_through_a_package_init_and_a_type_checking_import(tmp_path):
-    # core/__init__ imports engine; engine -> data is fine; data imports the package core
-    # only for type hints: still a cycle, and an upward import
-    violations = fixture_check(tmp_path, data_py="""\
-        from typing import TYPE_CHECKING
-        if TYPE_CHECKING:
-            import pkg.core
-    """)
-    assert ("data.py -> core/__init__.py: upward import (layer 2 [core/] above "
-            "3 [conf.py, data.py]) at data.py:3") in violations
-    cycle = [v for v in violations if v.startswith("import cycle:")]
-    assert len(cycle) == 1
-    assert "3 modules in the cycle: core/__init__.py, core/engine.py, data.py" in cycle[0]
-
-
-def test_upward_imports_at_top_level_in_a_function_and_under_type_checking(tmp_path):
-    violations = fixture_check(tmp_path, base_py="""\
-        from typing import TYPE_CHECKING
-        from .data import Error
-        if TYPE_CHECKING:
-            from .core.engine import run
-        def later():
-            from . import app
-    """)
-    # base.py -> data.py -> conf.py -> base.py is also a cycle; the three upward arrows:
-    assert [v for v in violations if "upward" in v] == [
-        "base.py -> app.py: upward import (layer 1 [app.py, front/] above "
-        "4 [base.py, __init__.py]) at base.py:6",
-        "base.py -> core/engine.py: upward import (layer 2 [core/] above "
-        "4 [base.py, __init__.py]) at base.py:4",
-        "base.py -> data.py: upward import (layer 3 [conf.py, data.py] above "
-        "4 [base.py, __init__.py]) at base.py:2",
-    ]
-
-
-def test_an_upward_import_inside_a_function_alone(tmp_path):
-    violations = fixture_check(tmp_path, core__helpers_py="""\
-        def helper():
-            from .. import front
-            return front
-    """)
-    assert violations == ["core/helpers.py -> front/__init__.py: upward import (layer 1 "
-                          "[app.py, front/] above 2 [core/]) at core/helpers.py:2"]
-
-
-def test_a_private_name_imported_across_modules(tmp_path):
-    violations = fixture_check(
-        tmp_path,
-        core__helpers_py="from ..base import Error\n_cache = {}\ndef helper():\n    return 1\n",
-        front__view_py="from ..core.helpers import helper, _cache\n")
-    assert violations == ["front/view.py -> core/helpers.py: private name _cache imported "
-                          "from another module at front/view.py:1"]
-
-
-def test_a_private_name_through_a_relative_import_of_the_package(tmp_path):
-    violations = fixture_check(tmp_path, front__view_py="def f():\n    from ..core import _x\n")
-    assert violations == ["front/view.py -> core/__init__.py: private name _x imported "
-                          "from another module at front/view.py:2"]
-
-
-def test_a_leaf_importing_more_than_it_may(tmp_path):
-    # data.py sits in conf.py's own layer and imports nothing back: only the leaf rule
-    # catches this import
-    violations = fixture_check(tmp_path, conf_py="from .base import Error\nfrom . import data\n")
-    assert violations == ["conf.py -> data.py: conf.py may import only base.py of the project "
-                          "at conf.py:2"]
-
-
-def test_a_module_outside_the_table_and_an_import_of_no_module(tmp_path):
-    violations = fixture_check(tmp_path, extra_py="from .nowhere import thing\n")
-    assert violations == [
-        "extra.py: from .nowhere import … names no module at extra.py:1",
-        "extra.py: not in the layer table (add it to a layer)",
-    ]
+@pytest.mark.parametrize("changes, only, expected", [case[1:] for case in BROKEN],
+                         ids=[case[0] for case in BROKEN])
+def test_each_broken_rule_is_found_and_named_with_its_line(tmp_path, changes, only, expected):
+    violations = check(make_package(tmp_path, {**CLEAN, **changes}), FIXTURE_LAYERS,
+                       FIXTURE_LEAVES)
+    assert [v for v in violations if only is None or only in v] == expected
 
 
 def test_layer_of_takes_the_longest_matching_prefix():
