@@ -165,10 +165,10 @@ def reap_adopted_sandboxes():
     a child this process started itself: those are python processes, or bwraps still tracked
     by the process provider."""
     yield
-    from parallel_rollout.pool.providers.process import _children
+    from parallel_rollout.pool.providers.process import children
 
     for proc in adopted_sandbox_zombies():
-        if proc.pid not in _children:
+        if proc.pid not in children:
             try:
                 os.waitpid(proc.pid, os.WNOHANG)
             except ChildProcessError:

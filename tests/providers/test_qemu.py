@@ -111,7 +111,7 @@ def fake_qemu(tmp_path, monkeypatch, image):
 def test_kvm_probe_is_bounded_in_time(fake_qemu):
     fake_qemu("exec sleep 1000")  # a KVM guest that hangs, as they do on this machine
     started = time.monotonic()
-    accel, reason = qemu._probe_kvm(timeout_s=1.0)
+    accel, reason = qemu.probe_kvm(timeout_s=1.0)
     assert time.monotonic() - started < 5
     if not os.access("/dev/kvm", os.R_OK | os.W_OK):
         assert (accel, reason) == ("tcg", "/dev/kvm is missing or not accessible")
@@ -123,7 +123,7 @@ def test_kvm_probe_is_bounded_in_time(fake_qemu):
 
 def test_kvm_probe_crash_and_the_override(fake_qemu, monkeypatch):
     fake_qemu("echo 'kvm: assertion failed' >&2; exit 134")
-    accel, reason = qemu._probe_kvm(timeout_s=10)
+    accel, reason = qemu.probe_kvm(timeout_s=10)
     assert accel == "tcg"
     if os.access("/dev/kvm", os.R_OK | os.W_OK):
         assert "exit 134" in reason and "assertion failed" in reason
@@ -139,7 +139,7 @@ def test_kvm_is_tried_on_this_machine_and_tcg_is_the_fallback(image, monkeypatch
     kernel under KVM) must notice, within its bound, and choose TCG."""
     monkeypatch.delenv(qemu.ACCEL_ENV, raising=False)
     started = time.monotonic()
-    accel, reason = qemu._probe_kvm(timeout_s=qemu.KVM_PROBE_TIMEOUT_S)
+    accel, reason = qemu.probe_kvm(timeout_s=qemu.KVM_PROBE_TIMEOUT_S)
     assert time.monotonic() - started < qemu.KVM_PROBE_TIMEOUT_S + 5
     if accel == "kvm":
         assert "booted" in reason  # a machine where KVM works: fine too
@@ -147,8 +147,8 @@ def test_kvm_is_tried_on_this_machine_and_tcg_is_the_fallback(image, monkeypatch
         assert reason
     assert qemu.detect_accelerator(use_cache=False) == accel
     assert qemu.detect_accelerator() == accel  # cached now, per process and per host boot
-    cached = qemu._read_json(qemu.image_dir() / "accel.json")
-    assert cached["accel"] == accel and cached["key"].startswith(qemu._boot_id())
+    cached = qemu.read_json(qemu.image_dir() / "accel.json")
+    assert cached["accel"] == accel and cached["key"].startswith(qemu.boot_id())
 
 
 # --------------------------------------------------------------- one VM, end to end

@@ -53,11 +53,6 @@ AGENTS: Registry[Agent] = Registry("agent", {
 }, Agent)
 
 
-def agent_names() -> list[str]:
-    """The agent names this installation knows (built-in and installed plugins)."""
-    return AGENTS.names()
-
-
 def get_agent(name: str) -> type[Agent]:
     """The agent class for a name (built-in or plugin) or a ``module:Class`` import path."""
     return AGENTS.load(name)

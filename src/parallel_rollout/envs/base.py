@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, ContextManager, Mapping, Protocol
 
 if TYPE_CHECKING:
@@ -47,6 +48,9 @@ class Env(abc.ABC):
     #: per-VM limits (ProviderOptions fields) applied where the provider supports them,
     #: unless the user sets them
     default_limits: ClassVar[dict[str, int]] = {}
+    #: the folder where an env may write extra files of the attempt (screenshots, its own
+    #: trajectory), set by the worker before reset; None outside a worker
+    trajectory_dir: Path | None = None
 
     def __init__(self, config: "RunConfig") -> None:
         self.config = config

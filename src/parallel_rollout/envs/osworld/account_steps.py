@@ -20,12 +20,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-
-
-def SetupError(message: str):  # noqa: N802 - setup.py imports this module, so import lazily
-    from .setup import SetupError as error
-
-    return error(message)
+from .sources import SetupError, local_source
 
 _PREFIX = "evaluation_examples/settings/"
 DRIVE_URL = "https://drive.google.com/drive/my-drive"
@@ -79,8 +74,6 @@ def _folder(drive, names: list[str]) -> str:
 
 def googledrive(env, operation: list[str], args: list[dict],
                 settings_file: str = _PREFIX + "googledrive/settings.yml") -> None:
-    from .setup import local_source
-
     drive = _drive(env, settings_file)
     folder_type = "mimeType = 'application/vnd.google-apps.folder'"
     for kind, params in zip(operation, args):

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from . import chrome
 from .metrics.browser import compare_urls
+from .sources import local_source
 
 #: OSWorld's empty Chrome history database
 EMPTY_HISTORY_URL = ("https://huggingface.co/datasets/xlangai/ubuntu_osworld_file_cache/resolve/main/"
@@ -48,8 +49,6 @@ def _chrome_time(seconds_ago: float) -> int:
 
 
 def update_browse_history(env, history: list[dict]) -> None:
-    from .setup import local_source
-
     path = f"{chrome.profile_dir(env.vm)}/History"
     try:
         data = env.vm.read_file(path)

@@ -137,7 +137,7 @@ class OSWorldEnv(Env):
         self.width, self.height = cfg.screen_width, cfg.screen_height
         self.placeholders = steps.placeholders(self.width, self.height, cfg.client_password)
         self.open_timeout_s = float(task.get("open_timeout", steps.OPEN_TIMEOUT_S))
-        folder = getattr(self, "trajectory_dir", None)
+        folder = self.trajectory_dir
         self.dir = Path(folder) if folder else Path(tempfile.mkdtemp(prefix="osworld-"))
         self.dir.mkdir(parents=True, exist_ok=True)
         self.cache_dir = self.dir / "cache"

@@ -19,12 +19,6 @@ __all__ = ["GETTERS", "METRICS", "normalized", "check_evaluator", "combine"]
 # ------------------------------------------------------------------------- structure
 
 
-def _as_list(value: Any, count: int) -> list:
-    if isinstance(value, list) and count > 1:
-        return value
-    return [value] * count if count == 1 or value is None else value
-
-
 def normalized(evaluator: dict) -> list[tuple[str, Any, Any, dict]]:
     """(func, result config, expected config, options) per metric of an evaluator."""
     funcs = evaluator["func"]

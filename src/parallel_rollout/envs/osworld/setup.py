@@ -17,6 +17,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .account_steps import STEPS as ACCOUNT_STEPS
+from .browser_steps import STEPS as BROWSER_STEPS
+# SetupError and cache_root are read here as setup.X by the env and the tests
+from .sources import SetupError, cache_root, local_source  # noqa: F401
+
 log = logging.getLogger(__name__)
 
 STEP_TYPES = ("execute", "command", "launch", "open", "sleep", "activate_window",
@@ -26,10 +31,6 @@ STEP_TYPES = ("execute", "command", "launch", "open", "sleep", "activate_window"
 OPEN_TIMEOUT_S = 90.0
 #: longest ``sleep`` a task may ask for
 MAX_SLEEP_S = 60.0
-
-
-class SetupError(RuntimeError):
-    """A setup or postconfig step failed; graded as the attempt's error, not a VM failure."""
 
 
 def check_steps(steps: Any, where: str) -> None:
@@ -66,44 +67,12 @@ def substitute(command: Any, values: dict[str, str]) -> Any:
     return command
 
 
-def cache_root() -> Path:
-    """The download cache of http(s) URLs (see :mod:`.downloads`)."""
-    from .downloads import cache_root as root
-
-    return root()
-
-
-def local_source(task, url: str, cache: Path) -> Path:
-    """The local file behind ``url``: a file:// URL, a path (relative ones from the task
-    file's folder), or an http(s) URL fetched once into the download cache."""
-    from . import downloads
-
-    if url.startswith("file://"):
-        path = Path(url[len("file://"):])
-    elif downloads.is_remote(url):
-        try:
-            return downloads.fetch(url, cache, legacy=cache / task.id / downloads.basename(url))
-        except downloads.DownloadError as exc:
-            raise SetupError(f"task {task.id!r}: {exc}") from None
-    elif "://" in url:
-        raise SetupError(f"task {task.id!r}: unsupported URL scheme in {url!r} "
-                         "(http, https, file or a local path)")
-    else:
-        path = Path(url).expanduser()
-        if not path.is_absolute():
-            base = Path(task.source.rsplit(":", 1)[0]).parent if task.source else Path.cwd()
-            path = base / path
-    if not path.is_file():
-        raise SetupError(f"task {task.id!r}: no such local file {path}")
-    return path
-
-
 def run_steps(env, steps: list[dict], what: str) -> None:
     """Run ``steps`` in order; SetupError names the first that fails."""
     for index, step in enumerate(steps, start=1):
         kind, params = step["type"], dict(step.get("parameters") or {})
         try:
-            _STEPS[kind](env, **params)
+            STEPS[kind](env, **params)
         except SetupError:
             raise
         except TypeError as exc:
@@ -181,13 +150,7 @@ def _download(env, files: list[dict]) -> None:
         env.vm.write_file(item["path"], source.read_bytes())
 
 
-_STEPS = {"execute": _execute, "command": _execute, "launch": _launch, "open": _open,
-          "sleep": _sleep, "activate_window": _activate_window, "close_window": _close_window,
-          "upload_file": _upload_file, "download": _download}
-from .account_steps import STEPS as _ACCOUNT_STEPS  # noqa: E402  (they use SetupError)
-from .browser_steps import STEPS as _BROWSER_STEPS  # noqa: E402
-
-_STEPS.update(_BROWSER_STEPS)
-_STEPS.update(_ACCOUNT_STEPS)
 #: the registry of step types (type -> function called as ``step(env, **parameters)``)
-STEPS = _STEPS
+STEPS = {"execute": _execute, "command": _execute, "launch": _launch, "open": _open,
+         "sleep": _sleep, "activate_window": _activate_window, "close_window": _close_window,
+         "upload_file": _upload_file, "download": _download, **BROWSER_STEPS, **ACCOUNT_STEPS}

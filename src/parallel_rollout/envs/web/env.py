@@ -98,7 +98,7 @@ class WebEnv(Env):
         self.task, self.vm = task, vm
         self.env_name = task.get("env")
         self.want_screenshot = bool(task.get("screenshot", False))
-        folder = getattr(self, "trajectory_dir", None)
+        folder = self.trajectory_dir
         self.dir = Path(folder) if folder else Path(tempfile.mkdtemp(prefix="web-"))
         self.steps = 0
         self.actions: list[Any] = []

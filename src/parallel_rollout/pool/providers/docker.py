@@ -91,15 +91,12 @@ import psutil
 from ...errors import ConfigError, GuestUnreachable, ProviderUnavailable, VMError
 from . import images, verify
 from .base import Provider, ProviderOptions, VMInfo
-from .common import check_name as _check_name, make_vm_dir, read_meta as _read_meta
-from .common import secure_base_dir
-from .common import remove_run_dir_if_empty as _remove_run_dir_if_empty
-from .docker_cli import (GUEST_HOME, GUEST_SOCK_DIR, LABEL, SOCKET_NAME,
-                         START_HINT, _agent_argv, _container_state, _containers,
-                         _daemon_address, _docker, _image_exists, daemon_limits, _image_kind,
-                         _import_changes, _init_process, _kill_init, _logs, _owner_alive,
-                         _remove_containers, _remove_old_guest_images)
-from .docker_spare import SpareContainers, _Background
+from .common import check_name, make_vm_dir, read_meta, remove_run_dir_if_empty, secure_base_dir
+from .docker_cli import (GUEST_HOME, GUEST_SOCK_DIR, LABEL, SOCKET_NAME, START_HINT, agent_argv,
+                         container_state, containers, daemon_address, daemon_limits, docker,
+                         image_exists, image_kind, import_changes, init_process, kill_init, logs,
+                         owner_alive, remove_containers, remove_old_guest_images)
+from .docker_spare import Background, SpareContainers
 from .layer_diff import LayerView
 
 log = logging.getLogger(__name__)
@@ -134,7 +131,7 @@ def image_tag(desktop: bool = False) -> str:
     """The guest image this version of the agent and recipe builds:
     ``parallel-rollout-guest:<key>``, or ``parallel-rollout-desktop:<key>`` with a desktop."""
     key = images.recipe_key("docker-guest", IMAGE_RECIPE_VERSION, images.guest_recipe(desktop),
-                            _import_changes(desktop), images.guest_digest())
+                            import_changes(desktop), images.guest_digest())
     return f"{DESKTOP_IMAGE_REPO if desktop else IMAGE_REPO}:{key}"
 
 
@@ -211,7 +208,7 @@ class DockerProvider(SpareContainers, Provider):
             answered, detail = False, ["no answer within 15s"]
         if not answered:
             raise ProviderUnavailable(
-                f"no Docker daemon answers at {_daemon_address()}; start one with: {START_HINT}"
+                f"no Docker daemon answers at {daemon_address()}; start one with: {START_HINT}"
                 + (f" (docker said: {detail[0]})" if detail else ""))
 
     @classmethod
@@ -221,7 +218,7 @@ class DockerProvider(SpareContainers, Provider):
         return its tag."""
         cls.check_available()
         tag = image_tag(desktop)
-        if not force and _image_exists(tag):
+        if not force and image_exists(tag):
             log(f"[image] {tag} exists; nothing to build (--force rebuilds it)")
             return tag
         started = time.monotonic()
@@ -234,22 +231,22 @@ class DockerProvider(SpareContainers, Provider):
             tarball = images.copy_with_extra_files(rootfs, Path(work) / "guest.tar", extra)
             log(f"[image] docker import {tarball.name} as {tag}")
             argv = ["import"]
-            for change in _import_changes(desktop):
+            for change in import_changes(desktop):
                 argv += ["--change", change]
-            _docker(*argv, str(tarball), tag, timeout=IMPORT_TIMEOUT_S)
-        _docker("tag", tag, f"{tag.partition(':')[0]}:latest")
-        _remove_old_guest_images(keep=tag, kind=_image_kind(desktop), log=log)
-        size = _docker("image", "inspect", "--format", "{{.Size}}", tag).stdout.strip()
+            docker(*argv, str(tarball), tag, timeout=IMPORT_TIMEOUT_S)
+        docker("tag", tag, f"{tag.partition(':')[0]}:latest")
+        remove_old_guest_images(keep=tag, kind=image_kind(desktop), log=log)
+        size = docker("image", "inspect", "--format", "{{.Size}}", tag).stdout.strip()
         log(f"[image] built {tag} in {time.monotonic() - started:.0f}s "
             f"({int(size) / 1e6:.0f} MB)" if size.isdigit() else f"[image] built {tag}")
         return tag
 
     def start(self, vm_id: str) -> VMInfo:
         """Run a new container for ``vm_id``, wait for its agent, start the spare."""
-        _check_name("vm id", vm_id)
+        check_name("vm id", vm_id)
         deadline = time.monotonic() + self.options.boot_timeout_s
         vm_dir = self.run_dir / vm_id
-        leftovers = _containers(f"{LABEL}.run={self.run_id}", f"{LABEL}.vm={vm_id}")
+        leftovers = containers(f"{LABEL}.run={self.run_id}", f"{LABEL}.vm={vm_id}")
         for leftover in leftovers:
             if leftover["state"] == "running":
                 raise VMError(f"VM {vm_id} of run {self.run_id} is already running "
@@ -276,14 +273,14 @@ class DockerProvider(SpareContainers, Provider):
         if not vm_dir.is_dir():
             raise VMError(f"VM {vm_id}: its folder {vm_dir} is gone; it was stopped or swept")
         deadline = time.monotonic() + self.options.boot_timeout_s
-        if _kill_init(info.private):
+        if kill_init(info.private):
             # Every process of the old container is gone; dockerd may tidy up at leisure.
             self._remove_later(vm_id, info.private)
             new_info = self._take_spare(vm_id, deadline) or self._boot(vm_id, deadline)
         else:
             # The old container goes while we take (or, without a spare, boot) the new one;
             # its processes must be gone before the VM is leased again, so we wait for it.
-            remover = _Background(self._remove, [info.private])
+            remover = Background(self._remove, [info.private])
             try:
                 new_info = self._take_spare(vm_id, deadline) or self._boot(vm_id, deadline)
             finally:
@@ -328,11 +325,11 @@ class DockerProvider(SpareContainers, Provider):
             self.sweep_vm(info.vm_id)
         finally:
             shutil.rmtree(info.private["vm_dir"], ignore_errors=True)
-            _remove_run_dir_if_empty(self.run_dir)
+            remove_run_dir_if_empty(self.run_dir)
 
     def sweep_vm(self, vm_id: str) -> None:
         """Remove every container and the folder of one VM of this run."""
-        found = _containers(f"{LABEL}.run={self.run_id}", f"{LABEL}.vm={vm_id}")
+        found = containers(f"{LABEL}.run={self.run_id}", f"{LABEL}.vm={vm_id}")
         if found:
             self._remove(found)
         shutil.rmtree(self.run_dir / vm_id, ignore_errors=True)
@@ -344,22 +341,22 @@ class DockerProvider(SpareContainers, Provider):
         those whose owning process is gone; return the removed VM ids."""
         base = Path(base_dir) if base_dir else base_dir_default()
         if run_id is not None:
-            _check_name("run id", run_id)
+            check_name("run id", run_id)
         removed: set[str] = set()
         host = socket.gethostname()
         # A container whose creation was under way when its run died may appear just after
         # a listing; after removing some, list again until one finds nothing more.
         for _ in range(4):
             doomed = []
-            for container in _containers(f"{LABEL}.run={run_id}" if run_id else f"{LABEL}.run"):
+            for container in containers(f"{LABEL}.run={run_id}" if run_id else f"{LABEL}.run"):
                 if (run_id is None or orphans_only) and (container["host"] != host
-                                                         or _owner_alive(container["owner"])):
+                                                         or owner_alive(container["owner"])):
                     continue  # a live run's, or another machine's: not ours to sweep
                 doomed.append(container)
                 removed.add(container["vm"])
             if not doomed:
                 break
-            _remove_containers([c["name"] for c in doomed], strict=False)
+            remove_containers([c["name"] for c in doomed], strict=False)
             time.sleep(SWEEP_SETTLE_S)
         run_dirs = [base / run_id] if run_id else (
             sorted(p for p in base.iterdir() if p.is_dir()) if base.is_dir() else [])
@@ -367,12 +364,12 @@ class DockerProvider(SpareContainers, Provider):
             if not run_dir.is_dir():
                 continue
             for vm_dir in sorted(p for p in run_dir.iterdir() if p.is_dir()):
-                meta = _read_meta(vm_dir) or {}
-                if (run_id is None or orphans_only) and _owner_alive(meta.get("owner", "")):
+                meta = read_meta(vm_dir) or {}
+                if (run_id is None or orphans_only) and owner_alive(meta.get("owner", "")):
                     continue
                 shutil.rmtree(vm_dir, ignore_errors=True)
                 removed.add(vm_dir.name)
-            _remove_run_dir_if_empty(run_dir)
+            remove_run_dir_if_empty(run_dir)
         return sorted(removed)
 
     # ------------------------------------------------------------------- internals
@@ -416,11 +413,11 @@ class DockerProvider(SpareContainers, Provider):
             argv += ["--memory", memory, "--memory-swap", memory]
         argv += ["--pids-limit", str(self.options.max_processes or DEFAULT_PIDS_LIMIT)]
         # the desktop too runs as that user (guest/desktop.py); the agent alone in its pid namespace
-        agent = [*_agent_argv(self.options.screen),
+        agent = [*agent_argv(self.options.screen),
                  "--run-as", f"{SANDBOX_UID}:{SANDBOX_UID}", "--reap-all"]
         argv += [self.image, *agent]
         try:
-            _docker(*argv, timeout=max(1.0, deadline - time.monotonic()))
+            docker(*argv, timeout=max(1.0, deadline - time.monotonic()))
         except VMError:
             shutil.rmtree(sock_dir, ignore_errors=True)
             # a create that timed out may still have made the container
@@ -435,10 +432,10 @@ class DockerProvider(SpareContainers, Provider):
         address = f"unix:{Path(container['sock_dir']) / SOCKET_NAME}"
 
         def running() -> None:
-            state = _container_state(container["name"])
+            state = container_state(container["name"])
             if state not in ("running", "created"):
                 raise VMError(f"VM {vm_id}: container {container['name']} is {state} "
-                              f"before its agent answered; log: {_logs(container['name'])}")
+                              f"before its agent answered; log: {logs(container['name'])}")
 
         try:
             # the answer must come from this VM's agent, not a stale one on a reused socket
@@ -447,7 +444,7 @@ class DockerProvider(SpareContainers, Provider):
                        budget_s=self.options.boot_timeout_s)
         except GuestUnreachable as exc:
             raise VMError(f"VM {vm_id}: the agent of {container['name']} did not answer "
-                          f"({exc}); log: {_logs(container['name'])}") from None
+                          f"({exc}); log: {logs(container['name'])}") from None
         return VMInfo(vm_id=vm_id, provider=self.name, address=address, run_id=self.run_id,
                       private={**container, "image": self.image})
 
@@ -456,7 +453,7 @@ class DockerProvider(SpareContainers, Provider):
         container = self._run_container(vm_id, deadline)
         try:
             info = self._await_agent(vm_id, container, deadline)
-            info.private.update(_init_process(container["name"]))
+            info.private.update(init_process(container["name"]))
             return info
         except BaseException:
             self._remove([container])
@@ -465,7 +462,7 @@ class DockerProvider(SpareContainers, Provider):
     def _remove(self, containers: list[dict]) -> None:
         """``docker rm -f`` the containers and remove their socket folders."""
         try:
-            _remove_containers([c["name"] for c in containers], strict=True)
+            remove_containers([c["name"] for c in containers], strict=True)
         finally:
             for container in containers:
                 if container.get("sock_dir"):
@@ -476,10 +473,10 @@ class DockerProvider(SpareContainers, Provider):
         return max(1.0, deadline - time.monotonic())
 
     def _check_image(self) -> None:
-        if _image_exists(self.image):
+        if image_exists(self.image):
             return
         if self.options.snapshot_name:
-            if _container_state(self.image) != "missing":
+            if container_state(self.image) != "missing":
                 raise ConfigError(
                     f"docker snapshot {self.image!r} is a container, not an image; commit it "
                     f"first: docker commit {self.image} my-snapshot, then snapshot_name "

@@ -2,7 +2,7 @@
 agent command. What the docker provider and its spare containers share; no policy here.
 
 Containers carry labels ``parallel-rollout.run``, ``.vm``, ``.owner`` (pid and start time of
-the process that made them) and ``.host``; ``_containers`` lists them by label. A container's
+the process that made them) and ``.host``; ``containers`` lists them by label. A container's
 init (docker-init) is found by its host pid when this host sees it, so that a reset can kill
 it directly and wait for the pid namespace to empty (see docker.py).
 """
@@ -21,7 +21,7 @@ import psutil
 
 from ...errors import ProviderUnavailable, VMError
 from . import images
-from .common import same_process as _same_process
+from .common import same_process
 
 LABEL = "parallel-rollout"
 GUEST_HOME = "/home/user"
@@ -35,7 +35,7 @@ START_HINT = "dockerd --bridge=none --iptables=false (as root; or: scripts/docke
 _DEATHSIG = [shutil.which("setpriv"), "--pdeathsig", "KILL"] if shutil.which("setpriv") else []
 
 
-def _docker(*args: str, timeout: float = DOCKER_TIMEOUT_S, check: bool = True) -> subprocess.CompletedProcess:
+def docker(*args: str, timeout: float = DOCKER_TIMEOUT_S, check: bool = True) -> subprocess.CompletedProcess:
     """Run one docker CLI command; VMError on failure or when it outlives ``timeout``.
 
     The CLI runs under ``setpriv --pdeathsig KILL``: when the process that owns the VMs is
@@ -54,7 +54,7 @@ def _docker(*args: str, timeout: float = DOCKER_TIMEOUT_S, check: bool = True) -
     if check and done.returncode != 0:
         message = done.stderr.strip() or done.stdout.strip()
         if "Cannot connect to the Docker daemon" in message or "Is the docker daemon running" in message:
-            raise ProviderUnavailable(f"no Docker daemon answers at {_daemon_address()}; start "
+            raise ProviderUnavailable(f"no Docker daemon answers at {daemon_address()}; start "
                                       f"one with: {START_HINT}")
         raise VMError(f"docker {' '.join(args[:2])} failed: {message[-800:]}")
     return done
@@ -64,11 +64,11 @@ def daemon_limits() -> dict[str, bool]:
     """Which limits this daemon enforces (``docker info``): ``pids`` (--pids-limit) and
     ``memory`` (--memory). A daemon without the kernel's cgroup support only warns and runs
     the container without the limit."""
-    fields = _docker("info", "--format", "{{.PidsLimit}} {{.MemoryLimit}}").stdout.split()
+    fields = docker("info", "--format", "{{.PidsLimit}} {{.MemoryLimit}}").stdout.split()
     return {"pids": fields[:1] == ["true"], "memory": fields[1:2] == ["true"]}
 
 
-def _containers(*label_filters: str) -> list[dict]:
+def containers(*label_filters: str) -> list[dict]:
     """Containers (any state) whose labels match every filter; name, state, vm, owner, host."""
     fields = ["{{.Names}}", "{{.State}}", f'{{{{.Label "{LABEL}.run"}}}}',
               f'{{{{.Label "{LABEL}.vm"}}}}', f'{{{{.Label "{LABEL}.owner"}}}}',
@@ -77,18 +77,18 @@ def _containers(*label_filters: str) -> list[dict]:
     for label in label_filters:
         argv += ["--filter", f"label={label}"]
     found = []
-    for line in _docker(*argv).stdout.splitlines():
+    for line in docker(*argv).stdout.splitlines():
         parts = line.split("\t")
         if len(parts) == 6:
             found.append(dict(zip(("name", "state", "run", "vm", "owner", "host"), parts)))
     return found
 
 
-def _remove_containers(names: list[str], *, strict: bool) -> None:
+def remove_containers(names: list[str], *, strict: bool) -> None:
     """``docker rm -f -v``; a container that is already gone is fine."""
     if not names:
         return
-    done = _docker("rm", "-f", "-v", *names, check=False)
+    done = docker("rm", "-f", "-v", *names, check=False)
     if done.returncode != 0:
         problems = [line for line in done.stderr.splitlines()
                     if line.strip() and "No such container" not in line]
@@ -96,66 +96,72 @@ def _remove_containers(names: list[str], *, strict: bool) -> None:
             raise VMError(f"docker rm failed: {' '.join(problems)[-800:]}")
 
 
-def _remove_old_guest_images(keep: str, kind: str, log: Callable[[str], None]) -> None:
+def remove_old_guest_images(keep: str, kind: str, log: Callable[[str], None]) -> None:
     """Remove guest images of this kind (guest, desktop) made from earlier agents or recipes
     (~100 MB each, ~1.9 GB with a desktop), and the one a ``--force`` build untagged; one
     that a container still uses stays (``docker rmi`` without ``-f`` refuses)."""
-    keep_id = _docker("image", "inspect", "--format", "{{.Id}}", keep).stdout.strip()
-    listing = _docker("images", "--no-trunc", "--filter", f"label={LABEL}.image={kind}",
-                      "--format", "{{.ID}} {{.Repository}}:{{.Tag}}", check=False).stdout
+    keep_id = docker("image", "inspect", "--format", "{{.Id}}", keep).stdout.strip()
+    listing = docker("images", "--no-trunc", "--filter", f"label={LABEL}.image={kind}",
+                     "--format", "{{.ID}} {{.Repository}}:{{.Tag}}", check=False).stdout
     old = sorted({ref if not ref.endswith("<none>") else image_id
                   for image_id, ref in (line.split() for line in listing.splitlines() if line)
                   if image_id != keep_id})
-    if old and _docker("rmi", *old, check=False).returncode == 0:
+    if old and docker("rmi", *old, check=False).returncode == 0:
         log(f"[image] removed older guest images: {' '.join(old)}")
 
 
-def _image_exists(ref: str) -> bool:
-    return _docker("image", "inspect", "--format", "{{.Id}}", ref, check=False).returncode == 0
+def image_exists(ref: str) -> bool:
+    """Whether the daemon has the image ``ref``."""
+    return docker("image", "inspect", "--format", "{{.Id}}", ref, check=False).returncode == 0
 
 
-def _container_state(name: str) -> str:
-    done = _docker("container", "inspect", "--format", "{{.State.Status}}", name, check=False)
+def container_state(name: str) -> str:
+    """The container's status (``running``, ``exited``, …), or ``missing``."""
+    done = docker("container", "inspect", "--format", "{{.State.Status}}", name, check=False)
     return done.stdout.strip() if done.returncode == 0 else "missing"
 
 
-def _logs(name: str) -> str:
-    done = _docker("logs", "--tail", "20", name, check=False, timeout=10)
+def logs(name: str) -> str:
+    """The tail of the container's output (the last 1500 characters), for error messages."""
+    done = docker("logs", "--tail", "20", name, check=False, timeout=10)
     text = (done.stdout + done.stderr).strip()
     return text[-1500:] or "(empty)"
 
 
-def _daemon_address() -> str:
+def daemon_address() -> str:
+    """Where the Docker CLI looks for the daemon (``DOCKER_HOST`` or the default socket)."""
     return os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
 
 
-def _agent_argv(screen: str | None = None) -> list[str]:
+def agent_argv(screen: str | None = None) -> list[str]:
+    """The guest agent's command line in a container; ``screen`` adds a desktop of that size."""
     # -S: site.py costs ~5 ms per start; -I: the image's environment cannot redirect imports
     argv = ["python3", "-I", "-S", images.GUEST_AGENT_PATH,
             "--unix", f"{GUEST_SOCK_DIR}/{SOCKET_NAME}"]
     return argv + ["--desktop", screen] if screen else argv
 
 
-def _image_kind(desktop: bool) -> str:
+def image_kind(desktop: bool) -> str:
+    """The image label value of a guest or desktop image."""
     return "desktop" if desktop else "guest"
 
 
-def _import_changes(desktop: bool = False) -> list[str]:
+def import_changes(desktop: bool = False) -> list[str]:
     """Dockerfile instructions the imported image gets (what a standalone `docker run` uses:
     the desktop image starts a 1920x1080 desktop)."""
     changes = [
-        f"CMD {json.dumps(_agent_argv('1920x1080' if desktop else None))}",
+        f"CMD {json.dumps(agent_argv('1920x1080' if desktop else None))}",
         f"ENV HOME={GUEST_HOME}", f"ENV PATH={images.guest_path(desktop)}", "ENV LANG=C.UTF-8",
         f"WORKDIR {GUEST_HOME}",
-        f"LABEL {LABEL}.image={_image_kind(desktop)}",
+        f"LABEL {LABEL}.image={image_kind(desktop)}",
     ]
     return changes + [f"ENV PYTHONPATH={images.GUEST_SHIM_DIR}"] if desktop else changes
 
 
-def _init_process(name: str) -> dict:
+def init_process(name: str) -> dict:
     """The host pid and start time of the container's init (docker-init), when this host
     sees it (a local daemon, in our pid namespace); {} otherwise."""
-    done = _docker("inspect", "--format", "{{.State.Pid}}", name, check=False)
+    done = docker("inspect", "--format", "{{.State.Pid}}", name, check=False)
     try:
         proc = psutil.Process(int(done.stdout.strip()))
         if "init" not in proc.name():
@@ -165,13 +171,13 @@ def _init_process(name: str) -> dict:
         return {}
 
 
-def _kill_init(private: dict) -> bool:
+def kill_init(private: dict) -> bool:
     """SIGKILL the container's init and wait until it is gone; True when it is. The kernel
     lets a pid namespace's init finish exiting only after every other process of the
     namespace has, so then nothing of the container runs any more. False (the caller falls
     back to ``docker rm -f``) when we cannot: no recorded pid, not allowed, or too slow."""
     pid, created = private.get("init_pid"), private.get("init_create_time")
-    if not pid or not _same_process(pid, created):
+    if not pid or not same_process(pid, created):
         return False
     try:
         os.kill(pid, signal.SIGKILL)
@@ -181,7 +187,7 @@ def _kill_init(private: dict) -> bool:
         return False
     deadline = time.monotonic() + KILL_WAIT_S
     delay = 0.0005
-    while _same_process(pid, created):
+    while same_process(pid, created):
         if time.monotonic() > deadline:
             return False
         time.sleep(delay)
@@ -189,10 +195,10 @@ def _kill_init(private: dict) -> bool:
     return True
 
 
-def _owner_alive(owner: str) -> bool:
+def owner_alive(owner: str) -> bool:
     """Whether the ``pid:create_time`` of a container label names a running process."""
     pid, _, created = (owner or "").partition(":")
     try:
-        return _same_process(int(pid), float(created))
+        return same_process(int(pid), float(created))
     except ValueError:
         return False

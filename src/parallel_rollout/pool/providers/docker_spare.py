@@ -20,7 +20,7 @@ import time
 from concurrent.futures import Future
 
 from .base import VMInfo
-from .docker_cli import DOCKER_TIMEOUT_S, _remove_containers
+from .docker_cli import DOCKER_TIMEOUT_S, remove_containers
 
 
 class SpareContainers:
@@ -31,7 +31,7 @@ class SpareContainers:
         #: vm id -> the spare container being created for its next reset
         self._spares: dict[str, Future] = {}
         #: vm id -> removals of its old containers still under way (stop waits for them)
-        self._removals: dict[str, list[_Background]] = {}
+        self._removals: dict[str, list[Background]] = {}
         #: vm ids stopped by this instance: no spare may be made for them any more
         self._stopped: set[str] = set()
 
@@ -39,7 +39,7 @@ class SpareContainers:
         """Remove a container in the background; ``stop`` waits for it."""
         with self._lock:
             pending = [r for r in self._removals.get(vm_id, []) if not r.done()]
-            pending.append(_Background(self._remove, [container]))
+            pending.append(Background(self._remove, [container]))
             self._removals[vm_id] = pending
 
     def _make_spare(self, vm_id: str) -> None:
@@ -78,7 +78,7 @@ class SpareContainers:
         return spare
 
 
-class _Background:
+class Background:
     """Run ``target(*args)`` in a thread now; ``result()`` joins it and re-raises."""
 
     def __init__(self, target, *args) -> None:
@@ -108,5 +108,5 @@ def _remove_when_booted(future: Future) -> None:
         spare = future.result()
     except BaseException:  # noqa: BLE001 - a failed boot removed its container itself
         return
-    _remove_containers([spare.private["name"]], strict=False)
+    remove_containers([spare.private["name"]], strict=False)
     shutil.rmtree(spare.private["sock_dir"], ignore_errors=True)

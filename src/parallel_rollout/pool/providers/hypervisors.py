@@ -45,7 +45,7 @@ import time
 from ...errors import ConfigError, ProviderUnavailable, VMError
 from . import verify
 from .base import Provider, ProviderOptions, VMInfo
-from .remote import DEFAULT_PORT, HEALTH_TIMEOUT_S, _answers, _kill_group, _wait_ready
+from .remote import DEFAULT_PORT, HEALTH_TIMEOUT_S, answers, kill_group, wait_agent_ready
 from .slots import Slots
 
 #: characters of a failed command's output quoted in its VMError
@@ -124,7 +124,7 @@ class _HypervisorProvider(Provider):
         """The VM file is still this VM's and its agent answers quickly."""
         if not self.slots.holds(info.private["vm_file"], info.vm_id):
             return False
-        return bool(info.address) and _answers(info.address, HEALTH_TIMEOUT_S)
+        return bool(info.address) and answers(info.address, HEALTH_TIMEOUT_S)
 
     def stop(self, info: VMInfo) -> None:
         """Stop the VM as OSWorld does and give its file back; safe to call twice."""
@@ -148,7 +148,7 @@ class _HypervisorProvider(Provider):
         self._revert(vm_file, deadline)
         self._start(vm_file, deadline)
         address = f"http://{self._guest_ip(vm_file, deadline)}:{DEFAULT_PORT}"
-        _wait_ready(address, deadline, self.options.boot_timeout_s)
+        wait_agent_ready(address, deadline, self.options.boot_timeout_s)
         return VMInfo(vm_id=info.vm_id, provider=self.name, address=address,
                       run_id=self.run_id, private=dict(info.private))
 
@@ -164,10 +164,10 @@ class _HypervisorProvider(Provider):
         try:
             out, _ = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
-            _kill_group(proc)
+            kill_group(proc)
             raise VMError(f"{' '.join(argv)} did not finish within {timeout:.0f}s (killed)") from None
         except BaseException:
-            _kill_group(proc)
+            kill_group(proc)
             raise
         text = out.decode("utf-8", "replace").strip()
         if check and proc.returncode != 0:

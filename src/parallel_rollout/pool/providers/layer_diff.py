@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Iterable
 
 from . import verify
-from .docker_cli import _docker
+from .docker_cli import docker
 
 KINDS = {"A": "added", "C": "changed", "D": "deleted"}
 
@@ -47,7 +47,7 @@ class LayerView(verify.HostView):
     def _layer(self, container: str) -> list[tuple[str, str]]:
         """``docker diff`` of ``container``: (kind, path) with random name parts as ``*``;
         a VMError when docker cannot say."""
-        lines = _docker("diff", container).stdout.splitlines()
+        lines = docker("diff", container).stdout.splitlines()
         return [(line[0], verify.name_pattern(line[2:].strip())) for line in lines
                 if line[1:2] == " "]
 

@@ -92,7 +92,7 @@ from .base import Provider, ProviderOptions, VMInfo
 from .common import (check_name, create_time, log_tail, make_vm_dir, owner_label,
                      process_and_agent_healthy, read_meta, remove_vm_dir, same_process,
                      secure_base_dir, sweep_vm_folders, write_meta)
-from .sandbox_processes import (_children, kill_recorded, kill_sandbox, kill_unrecorded,
+from .sandbox_processes import (children, kill_recorded, kill_sandbox, kill_unrecorded,
                                 launcher, read_until, sandbox_alive)
 
 log = logging.getLogger(__name__)
@@ -453,7 +453,7 @@ class ProcessProvider(Provider):
             listener.close()
         os.close(ready_w)
         os.close(info_w)
-        _children[proc.pid] = proc
+        children[proc.pid] = proc
         private = {"pid": proc.pid, "create_time": create_time(proc.pid),
                    "vm_dir": str(vm_dir), "cgroups": group.paths}
         # recorded at once: a manager killed before the agent is ready leaves a sandbox

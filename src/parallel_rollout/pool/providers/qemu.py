@@ -5,7 +5,7 @@
     owning process ── launcher thread ──fork──► setpriv --pdeathsig KILL qemu-system-x86_64
                                                   │ -name parallel-rollout-<run>-<vm>
        GuestClient ── http://127.0.0.1:PORT ──────┤ -netdev user,restrict=on,hostfwd=…-:5000
-       _qmp()      ── unix:<vm_dir>/qmp.sock ─────┤ savevm / loadvm / quit
+       qmp()       ── unix:<vm_dir>/qmp.sock ─────┤ savevm / loadvm / quit
                                                   ▼
                    guest: kernel ─► initramfs /init (busybox: insmod virtio + ext4, mount
                           /dev/vda, switch_root) ─► /usr/local/sbin/guest-init (python3, PID 1:
@@ -96,24 +96,21 @@ from typing import Callable
 import psutil
 
 from ...errors import ConfigError, GuestUnreachable, ProviderUnavailable, VMError
-from . import verify
+from . import qemu_image, verify
 from .base import Provider, ProviderOptions, VMInfo
 # The image build lives in its own module; these are what booting and tests use of it.
-from .qemu_image import (_IMAGE_FILES, GUEST_PORT, QEMU_IMG, _build_image, _image_format,
-                         _read_bytes, _read_json, _run, image_dir, image_inputs)
+from .qemu_image import (GUEST_PORT, IMAGE_FILES, QEMU_IMG, image_dir, image_format,
+                         image_inputs, read_bytes, read_json, run)
 # Shared with the process provider: same labelling, same pid checks, same launcher thread.
-from .common import (check_name as _check_name, create_time as _create_time,
-                     log_tail as _tail, read_meta as _read_meta,
-                     remove_run_dir_if_empty as _remove_run_dir_if_empty,
-                     process_and_agent_healthy, runs_vm,
-                     same_process as _same_process, sweep_vm_folders, make_vm_dir,
-                     secure_base_dir)
-from .sandbox_processes import launcher as _launcher
+from .common import (check_name, create_time, log_tail, make_vm_dir, process_and_agent_healthy,
+                     read_meta, remove_run_dir_if_empty, runs_vm, same_process,
+                     secure_base_dir, sweep_vm_folders)
+from .sandbox_processes import launcher
 # KVM detection and QMP; the accelerator names are part of this module's face (tests,
 # benchmarks and the CLI reach them as qemu.X)
 from .qemu_machine import (ACCEL_ENV, KVM_PROBE_TIMEOUT_S,  # noqa: F401
-                           BUILD_COMMAND, QEMU, _boot_id, _probe_kvm, _qmp,
-                           _qmp_hmp, detect_accelerator)
+                           BUILD_COMMAND, QEMU, boot_id, detect_accelerator, probe_kvm, qmp,
+                           qmp_hmp)
 
 log = logging.getLogger(__name__)
 
@@ -162,7 +159,7 @@ class QemuProvider(Provider):
             self.user_image = Path(opts.path_to_vm).expanduser().resolve()
             if not self.user_image.is_file():
                 raise ConfigError(f"path_to_vm {opts.path_to_vm!r} is not a disk image file")
-            self.user_format = _image_format(self.user_image)
+            self.user_format = image_format(self.user_image)
         self.base_dir = Path(base_dir) if base_dir else base_dir_default()
         self.run_dir = self.base_dir / run_id
         _check_image(self.desktop)
@@ -201,11 +198,11 @@ class QemuProvider(Provider):
                     log: Callable[[str], None] = print) -> str:
         """Kernel, initramfs and base disk under <cache>/qemu (<cache>/qemu-desktop with
         ``desktop``); a no-op when current."""
-        return _build_image(force=force, log=log, desktop=desktop)
+        return qemu_image.build_image(force=force, log=log, desktop=desktop)
 
     def start(self, vm_id: str) -> VMInfo:
         """Create the overlay, boot QEMU, wait for the agent, take the snapshot."""
-        _check_name("vm id", vm_id)
+        check_name("vm id", vm_id)
         self.check_available()
         _check_image(self.desktop)
         vm_dir = self.run_dir / vm_id
@@ -214,7 +211,7 @@ class QemuProvider(Provider):
                               f"{MAX_SOCKET_PATH} characters; set {BASE_DIR_ENV} to a shorter "
                               "folder or use shorter run/vm ids")
         if vm_dir.exists():
-            meta = _read_meta(vm_dir) or {}
+            meta = read_meta(vm_dir) or {}
             if _is_our_qemu(meta.get("pid"), meta.get("create_time"), vm_dir):
                 raise VMError(f"VM {vm_id} of run {self.run_id} is already running "
                               f"(pid {meta.get('pid')})")
@@ -227,8 +224,8 @@ class QemuProvider(Provider):
                 backing, backing_format = self.user_image, self.user_format
             else:
                 backing, backing_format = image_dir(self.desktop) / "base.qcow2", "qcow2"
-            _run([QEMU_IMG, "create", "-q", "-f", "qcow2", "-b", str(backing),
-                  "-F", backing_format, str(vm_dir / "overlay.qcow2")], "qemu-img create")
+            run([QEMU_IMG, "create", "-q", "-f", "qcow2", "-b", str(backing),
+                 "-F", backing_format, str(vm_dir / "overlay.qcow2")], "qemu-img create")
             accel = detect_accelerator()
             deadline = time.monotonic() + self.options.boot_timeout_s
             started = time.monotonic()
@@ -236,12 +233,12 @@ class QemuProvider(Provider):
             # a freshly booted guest's clock is a second or two off (the RTC has whole seconds)
             _set_guest_clock(private["port"], deadline)
             private["boot_s"] = round(time.monotonic() - started, 2)
-            _qmp_hmp(vm_dir, f"savevm {self.snapshot_name}", timeout_s=120.0)
+            qmp_hmp(vm_dir, f"savevm {self.snapshot_name}", timeout_s=120.0)
         except BaseException as exc:
             detail = _failure_detail(vm_dir)
             _kill_qemu(private)
             shutil.rmtree(vm_dir, ignore_errors=True)
-            _remove_run_dir_if_empty(self.run_dir)
+            remove_run_dir_if_empty(self.run_dir)
             if isinstance(exc, (VMError, ConfigError, ProviderUnavailable)):
                 raise type(exc)(f"VM {vm_id} did not boot: {exc}{detail}") from None
             raise
@@ -261,9 +258,9 @@ class QemuProvider(Provider):
     def reset(self, info: VMInfo) -> VMInfo:
         """loadvm the snapshot, set the guest clock, check that the agent answers."""
         vm_dir = Path(info.private["vm_dir"])
-        if not _same_process(info.private.get("pid"), info.private.get("create_time")):
+        if not same_process(info.private.get("pid"), info.private.get("create_time")):
             raise VMError(f"VM {info.vm_id}: its QEMU process is gone{_failure_detail(vm_dir)}")
-        _qmp_hmp(vm_dir, f"loadvm {info.private['snapshot']}", timeout_s=60.0)
+        qmp_hmp(vm_dir, f"loadvm {info.private['snapshot']}", timeout_s=60.0)
         from ...guest.client import GuestClient
 
         deadline = time.monotonic() + min(30.0, self.options.boot_timeout_s)
@@ -286,7 +283,7 @@ class QemuProvider(Provider):
             _kill_qemu(info.private, graceful=True)
         finally:
             shutil.rmtree(vm_dir, ignore_errors=True)
-            _remove_run_dir_if_empty(vm_dir.parent)
+            remove_run_dir_if_empty(vm_dir.parent)
 
     @classmethod
     def sweep(cls, run_id: str | None = None,
@@ -340,12 +337,12 @@ class QemuProvider(Provider):
                     *self._argv(vm_id, vm_dir, accel, port)]
             with open(vm_dir / "qemu.log", "wb") as qemu_log:
                 try:
-                    proc = _launcher().popen(argv, stdin=subprocess.DEVNULL, stdout=qemu_log,
-                                             stderr=qemu_log, start_new_session=True)
+                    proc = launcher().popen(argv, stdin=subprocess.DEVNULL, stdout=qemu_log,
+                                            stderr=qemu_log, start_new_session=True)
                 except OSError as exc:
                     raise VMError(f"cannot start {QEMU}: {exc}") from exc
             _children[proc.pid] = proc
-            private.update(pid=proc.pid, create_time=_create_time(proc.pid), port=port,
+            private.update(pid=proc.pid, create_time=create_time(proc.pid), port=port,
                            accel=accel)
             self._write_meta(vm_id, vm_dir, private)
             client = GuestClient(f"http://127.0.0.1:{port}", timeout_s=2.0)
@@ -353,7 +350,7 @@ class QemuProvider(Provider):
                 _wait_for_agent(client, proc, deadline)
                 return client
             except VMError:
-                if proc.poll() is None or b"host forwarding" not in _read_bytes(
+                if proc.poll() is None or b"host forwarding" not in read_bytes(
                         vm_dir / "qemu.log"):
                     raise
                 _children.pop(proc.pid, None)  # the port was taken meanwhile: try another
@@ -375,8 +372,8 @@ def _check_image(desktop: bool) -> None:
     """ProviderUnavailable unless the image (plain or desktop) is built and current."""
     where = image_dir(desktop)
     command = BUILD_COMMAND + (" --desktop" if desktop else "")
-    manifest = _read_json(where / "image.json")
-    if manifest is None or not all((where / n).is_file() for n in _IMAGE_FILES):
+    manifest = read_json(where / "image.json")
+    if manifest is None or not all((where / n).is_file() for n in IMAGE_FILES):
         raise ProviderUnavailable(f"no qemu guest image in {where}; build it with: {command}")
     if manifest.get("inputs") != image_inputs(desktop):
         raise ProviderUnavailable(
@@ -450,14 +447,14 @@ def _kill_qemu(private: dict, graceful: bool = False) -> None:
     """Stop the recorded QEMU: QMP quit first when ``graceful``, then SIGKILL; wait for it."""
     pid, created = private.get("pid"), private.get("create_time")
     proc = _children.pop(pid, None) if pid else None
-    if _same_process(pid, created):
+    if same_process(pid, created):
         if graceful and private.get("vm_dir"):
             try:
-                _qmp(Path(private["vm_dir"]), "quit", timeout_s=2.0)
+                qmp(Path(private["vm_dir"]), "quit", timeout_s=2.0)
             except VMError:
                 pass  # QMP is stuck or gone: SIGKILL below
             _wait_gone(pid, created, proc, QUIT_WAIT_S)
-        if _same_process(pid, created):
+        if same_process(pid, created):
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
@@ -474,7 +471,7 @@ def _wait_gone(pid, created, proc: subprocess.Popen | None, timeout_s: float) ->
         except subprocess.TimeoutExpired:
             return False
     deadline = time.monotonic() + timeout_s
-    while _same_process(pid, created):
+    while same_process(pid, created):
         if time.monotonic() > deadline:
             return False
         time.sleep(0.02)
@@ -482,8 +479,8 @@ def _wait_gone(pid, created, proc: subprocess.Popen | None, timeout_s: float) ->
 
 
 def _failure_detail(vm_dir: Path) -> str:
-    return (f"; qemu log: {_tail(vm_dir / 'qemu.log', 600)}; "
-            f"serial log tail: {_tail(vm_dir / 'serial.log', 1500)}")
+    return (f"; qemu log: {log_tail(vm_dir / 'qemu.log', 600)}; "
+            f"serial log tail: {log_tail(vm_dir / 'serial.log', 1500)}")
 
 
 # --------------------------------------------------------------------------- image

@@ -40,7 +40,8 @@ SANDBOX_UID = 64000
 PROBE_MARKER = "parallel-rollout-kvm-probe-ok"
 
 
-def _read_bytes(path: Path) -> bytes:
+def read_bytes(path: Path) -> bytes:
+    """The file's bytes; empty when it cannot be read (a log not written yet)."""
     try:
         return path.read_bytes()
     except OSError:
@@ -236,10 +237,11 @@ def image_inputs(desktop: bool = False) -> str:
                              INITRD_MODULES, images.guest_recipe(desktop), images.guest_digest())
 
 
-_IMAGE_FILES = ("vmlinuz", "initrd.img", "base.qcow2")
+IMAGE_FILES = ("vmlinuz", "initrd.img", "base.qcow2")
 
 
-def _read_json(path: Path) -> dict | None:
+def read_json(path: Path) -> dict | None:
+    """The JSON object in ``path``; None when it is missing, unreadable or not an object."""
     try:
         value = json.loads(path.read_text())
     except (OSError, ValueError):
@@ -247,14 +249,15 @@ def _read_json(path: Path) -> dict | None:
     return value if isinstance(value, dict) else None
 
 
-def _write_json(path: Path, value: dict) -> None:
+def write_json(path: Path, value: dict) -> None:
+    """Write ``value`` to ``path`` atomically (a temporary file, then a rename)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(value, indent=1))
     tmp.replace(path)
 
 
-def _run(argv: list[str], what: str, timeout_s: float = 600.0, **kwargs) -> str:
+def run(argv: list[str], what: str, timeout_s: float = 600.0, **kwargs) -> str:
     """Run a tool; its stdout, or VMError with its stderr."""
     try:
         done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True,
@@ -267,12 +270,13 @@ def _run(argv: list[str], what: str, timeout_s: float = 600.0, **kwargs) -> str:
     return done.stdout.decode(errors="replace")
 
 
-def _image_format(path: Path) -> str:
-    info = json.loads(_run([QEMU_IMG, "info", "--output=json", str(path)], "qemu-img info"))
+def image_format(path: Path) -> str:
+    """The disk image's format as ``qemu-img info`` reports it (``raw`` when it names none)."""
+    info = json.loads(run([QEMU_IMG, "info", "--output=json", str(path)], "qemu-img info"))
     return info.get("format", "raw")
 
 
-def _build_image(force: bool, log: Callable[[str], None], desktop: bool = False) -> str:
+def build_image(force: bool, log: Callable[[str], None], desktop: bool = False) -> str:
     """The build behind QemuProvider.build_image (see the module doc)."""
     for tool, package in ((QEMU_IMG, "qemu-utils"), ("mkfs.ext4", "e2fsprogs"),
                           ("apt-get", "apt"), ("dpkg-deb", "dpkg")):
@@ -283,9 +287,9 @@ def _build_image(force: bool, log: Callable[[str], None], desktop: bool = False)
     out.mkdir(parents=True, exist_ok=True)
     with open(out / ".build.lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # two builds at once: the second finds the first's
-        manifest = _read_json(out / "image.json")
+        manifest = read_json(out / "image.json")
         if (not force and manifest and manifest.get("inputs") == image_inputs(desktop)
-                and all((out / n).is_file() for n in _IMAGE_FILES)):
+                and all((out / n).is_file() for n in IMAGE_FILES)):
             log(f"[image] qemu image is current: {out} (built {manifest.get('built')}); "
                 "--force rebuilds it")
             return str(out / "base.qcow2")
@@ -302,11 +306,11 @@ def _build_image(force: bool, log: Callable[[str], None], desktop: bool = False)
             _make_disk(tree, work / "disk.ext4", work / "base.qcow2")
             shutil.copyfile(next((work / "pkgs" / "boot").glob("vmlinuz-*")),
                             work / "vmlinuz")
-            for name in _IMAGE_FILES:
+            for name in IMAGE_FILES:
                 (work / name).replace(out / name)  # a running VM keeps its open old inode
-        sizes = {n: (out / n).stat().st_size for n in _IMAGE_FILES}
+        sizes = {n: (out / n).stat().st_size for n in IMAGE_FILES}
         build_s = time.monotonic() - started
-        _write_json(out / "image.json", {
+        write_json(out / "image.json", {
             "inputs": image_inputs(desktop), "kernel": kernel_version,
             "built": time.strftime("%Y-%m-%d %H:%M:%S"), "build_s": round(build_s, 1),
             "sizes": sizes})
@@ -318,7 +322,7 @@ def _build_image(force: bool, log: Callable[[str], None], desktop: bool = False)
 def _fetch_packages(work: Path, log: Callable[[str], None]) -> str:
     """apt-get download the kernel (what linux-image-amd64 depends on) and busybox-static,
     unpack both into work/pkgs; return the kernel version."""
-    depends = _run(["apt-cache", "depends", "linux-image-amd64"], "apt-cache depends")
+    depends = run(["apt-cache", "depends", "linux-image-amd64"], "apt-cache depends")
     kernel_pkg = next((line.split(":", 1)[1].strip() for line in depends.splitlines()
                        if line.strip().startswith("Depends:")
                        and "linux-image-" in line), None)
@@ -328,10 +332,10 @@ def _fetch_packages(work: Path, log: Callable[[str], None]) -> str:
     debs.mkdir()
     os.chmod(debs, 0o777)  # apt's download sandbox user must be able to write here
     log(f"[image] apt-get download {kernel_pkg} busybox-static")
-    _run(["apt-get", "download", "-q", kernel_pkg, "busybox-static"], "apt-get download",
-         cwd=debs)
+    run(["apt-get", "download", "-q", kernel_pkg, "busybox-static"], "apt-get download",
+        cwd=debs)
     for deb in sorted(debs.glob("*.deb")):
-        _run(["dpkg-deb", "-x", str(deb), str(work / "pkgs")], "dpkg-deb -x")
+        run(["dpkg-deb", "-x", str(deb), str(work / "pkgs")], "dpkg-deb -x")
     return kernel_pkg[len("linux-image-"):]
 
 
@@ -360,10 +364,10 @@ def _make_disk(tree: Path, raw: Path, qcow2: Path) -> None:
     with open(raw, "wb") as handle:
         handle.truncate(size_mb * 2**20)  # sparse
     # no journal: overlays are thrown away, never recovered after a crash
-    _run(["mkfs.ext4", "-q", "-F", "-L", "pr-root", "-O", "^has_journal",
-          "-E", "root_owner=0:0", "-d", str(tree), str(raw)], "mkfs.ext4 -d")
-    _run([QEMU_IMG, "convert", "-q", "-f", "raw", "-O", "qcow2", str(raw), str(qcow2)],
-         "qemu-img convert")
+    run(["mkfs.ext4", "-q", "-F", "-L", "pr-root", "-O", "^has_journal",
+         "-E", "root_owner=0:0", "-d", str(tree), str(raw)], "mkfs.ext4 -d")
+    run([QEMU_IMG, "convert", "-q", "-f", "raw", "-O", "qcow2", str(raw), str(qcow2)],
+        "qemu-img convert")
     raw.unlink()
 
 
@@ -401,7 +405,7 @@ def _module_order(modules_dir: Path, wanted: tuple[str, ...]) -> list[tuple[str,
     modules built into the kernel are skipped."""
     paths = {p.name[:-3].replace("-", "_"): p for p in modules_dir.rglob("*.ko")}
     builtin = {Path(line).name[:-3].replace("-", "_")
-               for line in _read_bytes(modules_dir / "modules.builtin").decode().split()}
+               for line in read_bytes(modules_dir / "modules.builtin").decode().split()}
     order: list[tuple[str, Path]] = []
     seen: set[str] = set()
 

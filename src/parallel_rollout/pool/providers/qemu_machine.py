@@ -6,8 +6,8 @@ until its initramfs prints a marker, and falls back to TCG otherwise. The answer
 per host boot and QEMU binary (``accel.json`` next to the image), and
 ``$PARALLEL_ROLLOUT_QEMU_ACCEL`` forces one.
 
-**QMP.** One command per fresh connection on the VM's ``qmp.sock`` (:func:`_qmp`), and
-HMP commands through it (``savevm``/``loadvm``, :func:`_qmp_hmp`), errors as VMError.
+**QMP.** One command per fresh connection on the VM's ``qmp.sock`` (:func:`qmp`), and
+HMP commands through it (``savevm``/``loadvm``, :func:`qmp_hmp`), errors as VMError.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from ...errors import ConfigError, VMError
-from .qemu_image import PROBE_MARKER, _read_json, _write_json, image_dir
+from .qemu_image import PROBE_MARKER, read_json, write_json, image_dir
 
 log = logging.getLogger(__name__)
 
@@ -46,27 +46,27 @@ def detect_accelerator(probe_timeout_s: float = KVM_PROBE_TIMEOUT_S, *,
         if forced not in ("kvm", "tcg"):
             raise ConfigError(f"{ACCEL_ENV} must be kvm or tcg, got {forced!r}")
         return forced
-    key = f"{_boot_id()}|{_qemu_version()}"
+    key = f"{boot_id()}|{_qemu_version()}"
     cache_file = image_dir() / "accel.json"
     with _accel_lock:
         if use_cache and key in _accel_cache:
             return _accel_cache[key]
-        cached = _read_json(cache_file) if use_cache else None
+        cached = read_json(cache_file) if use_cache else None
         if cached and cached.get("key") == key and cached.get("accel") in ("kvm", "tcg"):
             _accel_cache[key] = cached["accel"]
             return cached["accel"]
-        accel, reason = _probe_kvm(probe_timeout_s)
+        accel, reason = probe_kvm(probe_timeout_s)
         log.info("qemu accelerator: %s (%s)", accel, reason)
         _accel_cache[key] = accel
         try:
-            _write_json(cache_file, {"key": key, "accel": accel, "reason": reason,
-                                     "probed": time.time()})
+            write_json(cache_file, {"key": key, "accel": accel, "reason": reason,
+                                    "probed": time.time()})
         except OSError:
             pass  # a read-only cache only costs a probe per process
         return accel
 
 
-def _probe_kvm(timeout_s: float) -> tuple[str, str]:
+def probe_kvm(timeout_s: float) -> tuple[str, str]:
     """Boot the image's kernel under KVM until its initramfs prints the marker."""
     if not os.access("/dev/kvm", os.R_OK | os.W_OK):
         return "tcg", "/dev/kvm is missing or not accessible"
@@ -96,7 +96,8 @@ def _probe_kvm(timeout_s: float) -> tuple[str, str]:
     return "tcg", f"a KVM guest failed (exit {probe.returncode}): {last[0][:200]}"
 
 
-def _boot_id() -> str:
+def boot_id() -> str:
+    """This host boot's id (the accelerator cache is valid for one boot), or ``unknown``."""
     try:
         return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
     except OSError:
@@ -113,17 +114,17 @@ def _qemu_version() -> str:
 
 
 
-def _qmp_hmp(vm_dir: Path, command: str, timeout_s: float = QMP_TIMEOUT_S) -> str:
+def qmp_hmp(vm_dir: Path, command: str, timeout_s: float = QMP_TIMEOUT_S) -> str:
     """Run a silent human-monitor command over QMP; VMError when it fails or prints."""
-    output = _qmp(vm_dir, "human-monitor-command", {"command-line": command}, timeout_s)
+    output = qmp(vm_dir, "human-monitor-command", {"command-line": command}, timeout_s)
     # HMP reports failures as text, not as QMP errors; savevm and loadvm print nothing else
     if output:
         raise VMError(f"QEMU {command!r}: {str(output).strip()}")
     return output
 
 
-def _qmp(vm_dir: Path, execute: str, arguments: dict | None = None,
-         timeout_s: float = QMP_TIMEOUT_S):
+def qmp(vm_dir: Path, execute: str, arguments: dict | None = None,
+        timeout_s: float = QMP_TIMEOUT_S):
     """One QMP command on a fresh connection; its "return" value, or VMError."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.settimeout(timeout_s)

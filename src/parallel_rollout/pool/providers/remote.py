@@ -168,7 +168,7 @@ class RemoteProvider(Provider):
         """The address is still this VM's and its agent answers GET /platform quickly."""
         if not self.slots.holds(info.address, info.vm_id):
             return False
-        return _answers(info.address, HEALTH_TIMEOUT_S)
+        return answers(info.address, HEALTH_TIMEOUT_S)
 
     def stop(self, info: VMInfo) -> None:
         """Give the address back; the machine is not ours to stop. Safe to call twice."""
@@ -184,7 +184,7 @@ class RemoteProvider(Provider):
     def _reset_and_wait(self, info: VMInfo, deadline: float) -> None:
         if self.reset_command is not None:
             self._run_reset_command(info, deadline)
-        _wait_ready(info.address, deadline, self.options.boot_timeout_s)
+        wait_agent_ready(info.address, deadline, self.options.boot_timeout_s)
 
     def _run_reset_command(self, info: VMInfo, deadline: float) -> None:
         values = {"address": info.address, "host": info.private["host"],
@@ -207,12 +207,12 @@ class RemoteProvider(Provider):
             try:
                 code = proc.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
-                _kill_group(proc)
+                kill_group(proc)
                 raise VMError(f"VM {info.vm_id} ({info.address}): the reset command did not "
                               f"finish within {self.options.boot_timeout_s:g}s (killed); "
                               f"output: {_tail(output)}") from None
             except BaseException:
-                _kill_group(proc)
+                kill_group(proc)
                 raise
             if code != 0:
                 raise VMError(f"VM {info.vm_id} ({info.address}): the reset command exited "
@@ -270,7 +270,8 @@ def split_address(address: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-def _answers(address: str, timeout_s: float) -> bool:
+def answers(address: str, timeout_s: float) -> bool:
+    """Whether the guest agent at ``address`` answers GET /platform within ``timeout_s``."""
     from ...guest.client import GuestClient
 
     try:
@@ -281,7 +282,7 @@ def _answers(address: str, timeout_s: float) -> bool:
     return response.status == 200 and bool(response.body.strip())
 
 
-def _wait_ready(address: str, deadline: float, budget_s: float) -> None:
+def wait_agent_ready(address: str, deadline: float, budget_s: float) -> None:
     """Poll GET /platform until it answers (the one readiness wait of guest/client.py)."""
     from ...guest.client import GuestClient, wait_ready
 
@@ -290,7 +291,8 @@ def _wait_ready(address: str, deadline: float, budget_s: float) -> None:
                max_delay_s=0.5)
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
+def kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL the process group of ``proc`` (a tunnel or VM tool) and reap it."""
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):

@@ -37,7 +37,7 @@ KILL_WAIT_S = 5.0
 
 
 #: bwrap processes this process started, so it can reap them (no zombies)
-_children: dict[int, subprocess.Popen] = {}
+children: dict[int, subprocess.Popen] = {}
 
 
 class _Launcher:
@@ -94,7 +94,7 @@ def kill_sandbox(private: dict) -> None:
                 os.kill(target, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-    proc = _children.pop(pid, None)
+    proc = children.pop(pid, None)
     if proc is not None:
         try:
             proc.wait(timeout=KILL_WAIT_S)

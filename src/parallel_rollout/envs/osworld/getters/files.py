@@ -12,6 +12,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from ..sources import local_source
+
 
 def _pairs(config: dict) -> list[tuple[str, str]]:
     if config.get("multi", False):
@@ -48,8 +50,6 @@ def get_vm_file(env, config: dict):
 def get_cloud_file(env, config: dict):
     """The file behind a URL (file://, a path, or an http(s) URL through the download cache),
     copied into the cache folder as ``dest``; its local path (or paths, with ``multi``)."""
-    from ..setup import local_source
-
     local = []
     for url, dest in _pairs(config):
         source = local_source(env.task, url, env.cache_root)

@@ -14,7 +14,8 @@ import re
 from typing import Any
 
 
-def _docx(path: str):
+def open_docx(path: str):
+    """The Word document at ``path`` (python-docx), shared by the docx metrics."""
     from docx import Document
 
     return Document(path)
@@ -55,8 +56,8 @@ def compare_docx_files(result: str | None, expected: str | None, **options: Any)
     fuzzy = options.get("fuzzy_match", False)
     try:
         if result.endswith(".docx") and expected.endswith(".docx"):
-            first = [p.text for p in _docx(result).paragraphs]
-            second = [p.text for p in _docx(expected).paragraphs]
+            first = [p.text for p in open_docx(result).paragraphs]
+            second = [p.text for p in open_docx(expected).paragraphs]
         elif result.endswith(".odt") and expected.endswith(".odt"):
             first, second = _odt_paragraphs(result), _odt_paragraphs(expected)
         else:
@@ -90,8 +91,8 @@ def compare_docx_files_and_ignore_new_lines(result: str | None, expected: str | 
     if not (result.endswith(".docx") and expected.endswith(".docx")):
         return 0.0
     try:
-        first = [p.text for p in _docx(result).paragraphs if p.text != ""]
-        second = [p.text for p in _docx(expected).paragraphs if p.text != ""]
+        first = [p.text for p in open_docx(result).paragraphs if p.text != ""]
+        second = [p.text for p in open_docx(expected).paragraphs if p.text != ""]
     except Exception:
         return 0.0
     if options.get("ignore_blanks", True):
@@ -104,7 +105,7 @@ def compare_docx_tables(result: str | None, expected: str | None, **options: Any
     if not result or not expected:
         return 0.0
     try:
-        tables1, tables2 = _docx(result).tables, _docx(expected).tables
+        tables1, tables2 = open_docx(result).tables, open_docx(expected).tables
     except Exception:
         return 0.0
     if len(tables1) != len(tables2):
@@ -133,7 +134,7 @@ def compare_docx_images(result: str | None, expected: str | None, **options: Any
     if not result or not expected:
         return 0.0
     try:
-        doc1, doc2 = _docx(result), _docx(expected)
+        doc1, doc2 = open_docx(result), open_docx(expected)
     except Exception:
         return 0.0
     return float(_images(doc1) == _images(doc2))
@@ -144,7 +145,7 @@ def compare_line_spacing(result: str | None, expected: str | None, **options: An
     if not result or not expected or not compare_docx_files(result, expected):
         return 0.0
     try:
-        paras1, paras2 = _docx(result).paragraphs, _docx(expected).paragraphs
+        paras1, paras2 = open_docx(result).paragraphs, open_docx(expected).paragraphs
     except Exception:
         return 0.0
     return float(len(paras1) == len(paras2) and all(
@@ -161,8 +162,8 @@ def compare_references(result: str | None, expected: str | None, **options: Any)
     if not (result.endswith(".docx") and expected.endswith(".docx")):
         return 0.0
     try:
-        first = [p.text for p in _docx(result).paragraphs]
-        second = [p.text for p in _docx(expected).paragraphs]
+        first = [p.text for p in open_docx(result).paragraphs]
+        second = [p.text for p in open_docx(expected).paragraphs]
     except Exception:
         return 0.0
     if marker not in first and marker not in second:
@@ -178,7 +179,7 @@ def compare_references(result: str | None, expected: str | None, **options: Any)
 
 
 def _records(path: str):
-    lines = [p.text.strip() for p in _docx(path).paragraphs if p.text.strip()]
+    lines = [p.text.strip() for p in open_docx(path).paragraphs if p.text.strip()]
     return lines, [line.split(",")[1].strip() for line in lines if len(line.split(",")) == 4]
 
 
@@ -202,7 +203,7 @@ def fuzzy_place_math(result: str | None, rules: dict, **options: Any) -> float:
     against the acceptable answers."""
     if result is None:
         return 0.0
-    words = [w for p in _docx(result).paragraphs for w in p.text.split()]
+    words = [w for p in open_docx(result).paragraphs for w in p.text.split()]
     if len(words) != 3:
         return 0.0
     return sum(max([0] + [_ratio(w, a) for a in rules["expected"]]) for w in words) / 3

@@ -13,7 +13,7 @@ import re
 import xml.etree.ElementTree as ET
 from typing import Any
 
-from .docs import _docx, compare_docx_files
+from .docs import compare_docx_files, open_docx
 
 _W = "{http://schemas.openxmlformats.org/wordprocessingml/2006/main}"
 
@@ -27,7 +27,7 @@ def _open(path: str | None):
     if not path:
         return None
     try:
-        return _docx(path)
+        return open_docx(path)
     except Exception:
         return None
 

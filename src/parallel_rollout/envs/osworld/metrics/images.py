@@ -9,7 +9,8 @@ import os
 from typing import Any
 
 
-def _open(path: str):
+def open_image(path: str):
+    """The image at ``path`` (PIL, opened lazily; what every image metric compares)."""
     from PIL import Image
 
     return Image.open(path)
@@ -97,7 +98,7 @@ def check_structure_sim(result: str | None, expected: str | None, **options: Any
     if result is None or expected is None:
         return 0.0
     try:
-        first, second = _open(result), _open(expected)
+        first, second = open_image(result), open_image(expected)
         return float(first.size == second.size and ssim_holds(first, second))
     except Exception:
         return 0.0
@@ -114,7 +115,7 @@ def check_structure_sim_with_threshold(result: str | None, expected: str | None,
     if result is None or expected is None:
         return 0.0
     try:
-        first, second = _open(result), _open(expected)
+        first, second = open_image(result), open_image(expected)
         if first.size != second.size:
             first = first.resize(second.size, Image.Resampling.LANCZOS)
         a = np.array(first if first.mode == "RGB" else first.convert("RGB"))
@@ -133,7 +134,7 @@ def check_file_exists_and_structure_sim(result: str | None, expected: str | None
     """The exported file exists and is alike the expected one."""
     if result is None or expected is None or not os.path.isfile(result):
         return 0.0
-    return float(ssim_holds(_open(result), _open(expected)))
+    return float(ssim_holds(open_image(result), open_image(expected)))
 
 
 def check_structure_sim_resized(result: str | None, expected: str | None, **options: Any) -> float:
@@ -141,7 +142,7 @@ def check_structure_sim_resized(result: str | None, expected: str | None, **opti
     is alike it."""
     if result is None or expected is None:
         return 0.0
-    first, second = _open(result), _open(expected)
+    first, second = open_image(result), open_image(expected)
     if first.mode in ("RGBA", "LA") or "transparency" in first.info:
         first = first if first.mode == "RGBA" else first.convert("RGBA")
         box = first.split()[-1].getbbox()
@@ -159,7 +160,8 @@ def check_image_mirror(result: str | None, expected: str | None, **options: Any)
 
     if result is None or expected is None:
         return 0.0
-    return float(ssim_holds(_open(result).transpose(Image.FLIP_LEFT_RIGHT), _open(expected), 0.99))
+    mirrored = open_image(result).transpose(Image.FLIP_LEFT_RIGHT)
+    return float(ssim_holds(mirrored, open_image(expected), 0.99))
 
 
 def check_palette_and_structure_sim(result: str | None, expected: str | None, **options: Any) -> float:
@@ -167,7 +169,7 @@ def check_palette_and_structure_sim(result: str | None, expected: str | None, **
     if result is None or expected is None:
         return 0.0
     try:
-        first, second = _open(result), _open(expected)
+        first, second = open_image(result), open_image(expected)
         first.load()
         second.load()
         return float(first.mode == "P" and ssim_holds(first.convert("RGB"), second))

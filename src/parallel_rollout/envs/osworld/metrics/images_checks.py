@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from .images import _open, mse_holds, ssim_holds
+from .images import open_image, mse_holds, ssim_holds
 
 
 def _brightness(image) -> float:
@@ -27,7 +27,7 @@ def check_brightness_decrease_and_structure_sim(result: str | None, expected: st
     differs from it by an MSE under ``threshold``."""
     if result is None or expected is None:
         return 0.0
-    first, second = _open(result), _open(expected)
+    first, second = open_image(result), open_image(expected)
     darker = _brightness(second) > _brightness(first)
     return float(darker and mse_holds(_normalised(first), _normalised(second), threshold))
 
@@ -38,7 +38,7 @@ def check_saturation_increase_and_structure_sim(result: str | None, expected: st
 
     if result is None or expected is None:
         return 0.0
-    first, second = _open(result).convert("HSV"), _open(expected).convert("HSV")
+    first, second = open_image(result).convert("HSV"), open_image(expected).convert("HSV")
     h1, s1, v1 = first.split()
     h2, s2, v2 = second.split()
     more = np.mean(np.array(s2)) < np.mean(np.array(s1))
@@ -51,7 +51,7 @@ def check_contrast_increase_and_structure_sim(result: str | None, expected: str 
 
     if result is None or expected is None:
         return 0.0
-    first, second = _open(result), _open(expected)
+    first, second = open_image(result), open_image(expected)
     higher = np.std(np.asarray(second, dtype=np.float32)) < np.std(np.asarray(first, dtype=np.float32))
     return float(bool(higher) and ssim_holds(first, second, threshold=0.65))
 
@@ -62,7 +62,7 @@ def check_triangle_position(result: str | None, **options: Any) -> float:
 
     if result is None:
         return 0.0
-    pixels = np.array(_open(result))
+    pixels = np.array(open_image(result))
     colours, counts = np.unique(pixels.reshape(-1, pixels.shape[2]), axis=0, return_counts=True)
     triangle = colours[np.argsort(counts)][1]
     centroid = np.argwhere(np.all(pixels == triangle, axis=2)).mean(axis=0)
@@ -76,7 +76,7 @@ def check_textbox_on_leftside(result: str | None, **options: Any) -> float:
 
     if result is None:
         return 0.0
-    image = _open(result)
+    image = open_image(result)
     dark = np.argwhere(np.array(image.convert("L")) < 128)
     leftmost = int(dark[:, 1].min()) if len(dark) else image.size[0]
     return float(leftmost < image.size[0] * 0.05)
@@ -89,7 +89,7 @@ def check_green_background(result: str | None, expected: str | None, **options: 
 
     if result is None or expected is None:
         return 0.0
-    source, target = _open(result), _open(expected)
+    source, target = open_image(result), open_image(expected)
     mine, theirs = np.array(source), np.array(target)
     for x in range(target.width):
         for y in range(target.height):
@@ -105,7 +105,7 @@ def check_image_size(result: str | None, rule: dict, **options: Any) -> float:
     are the rule's."""
     if result is None:
         return 0.0
-    image = _open(result)
+    image = open_image(result)
     if (rule.get("ignore_transparent", False) and image.mode in ("RGBA", "LA")) or "transparency" in image.info:
         image = image if image.mode == "RGBA" else image.convert("RGBA")
         box = image.split()[-1].getbbox()

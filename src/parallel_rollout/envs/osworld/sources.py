@@ -1,0 +1,46 @@
+"""Where a setup step's files come from, and the error a failing step raises.
+
+The step registry (:mod:`.setup`) and the step modules it collects (:mod:`.account_steps`,
+:mod:`.browser_steps`) all need these; they live below all three so that the registry can
+import its step modules at the top and no step module imports the registry back.
+
+A step's file is a ``file://`` URL, a local path (a relative one from the task file's
+folder) or an http(s) URL fetched once per machine into the download cache
+(:mod:`.downloads`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from . import downloads
+from .downloads import cache_root
+
+__all__ = ["SetupError", "cache_root", "local_source"]
+
+
+class SetupError(RuntimeError):
+    """A setup or postconfig step failed; graded as the attempt's error, not a VM failure."""
+
+
+def local_source(task, url: str, cache: Path) -> Path:
+    """The local file behind ``url``: a file:// URL, a path (relative ones from the task
+    file's folder), or an http(s) URL fetched once into the download cache."""
+    if url.startswith("file://"):
+        path = Path(url[len("file://"):])
+    elif downloads.is_remote(url):
+        try:
+            return downloads.fetch(url, cache, legacy=cache / task.id / downloads.basename(url))
+        except downloads.DownloadError as exc:
+            raise SetupError(f"task {task.id!r}: {exc}") from None
+    elif "://" in url:
+        raise SetupError(f"task {task.id!r}: unsupported URL scheme in {url!r} "
+                         "(http, https, file or a local path)")
+    else:
+        path = Path(url).expanduser()
+        if not path.is_absolute():
+            base = Path(task.source.rsplit(":", 1)[0]).parent if task.source else Path.cwd()
+            path = base / path
+    if not path.is_file():
+        raise SetupError(f"task {task.id!r}: no such local file {path}")
+    return path
