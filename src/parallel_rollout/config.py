@@ -103,6 +103,16 @@ class RunConfig:
     api_timeout_s: float = 120.0
     #: RL schedulers: the unix socket of the policy gate model requests pass (rl.gate)
     policy_gate: str | None = None
+    #: the openai agent, token in / token out: a local Hugging Face tokenizer folder
+    #: (tokenizer.json, tokenizer_config.json with the chat template); the agent keeps the
+    #: token history and sends token ids to {base_url}/completions (agents/model_client.py)
+    tokenizer: str | None = None
+    #: with a tokenizer: the model's context in tokens; an episode that reaches it ends as
+    #: context_overflow (reward 0)
+    max_model_len: int | None = None
+    #: a reply cut at max_tokens (stop_reason "length"): "parse" it as an action, or "end"
+    #: the episode (status truncated, reward 0)
+    on_length: str = "parse"
     #: where workers and pools run: "local" (processes on this host) or "ray" (actors on
     #: every node of a Ray cluster; backends/ray_backend.py)
     backend: str = "local"
@@ -266,7 +276,9 @@ def validate_ranges(cfg: RunConfig) -> None:
         raise ConfigError("--task-timeout must be positive (seconds)")
     if cfg.max_concurrent_rollouts is not None and cfg.max_concurrent_rollouts < 1:
         raise ConfigError("--max-concurrent-rollouts must be at least 1")
-    for name in ("limit", "max_tokens", "vm_memory_mb", "vm_max_processes"):
+    if cfg.on_length not in ("parse", "end"):
+        raise ConfigError(f"on_length must be 'parse' or 'end', got {cfg.on_length!r}")
+    for name in ("limit", "max_tokens", "vm_memory_mb", "vm_max_processes", "max_model_len"):
         value = getattr(cfg, name)
         if value is not None and value < 1:
             raise ConfigError(f"--{name.replace('_', '-')} must be at least 1")

@@ -153,7 +153,7 @@ class RolloutScheduler:
             with self._cond:
                 self._waiting = False
             self._flush()
-        return [t for group in batch for t in group.trajectories()]
+        return _with_turns([t for group in batch for t in group.trajectories()])
 
     def suspend(self, abort: bool = False, timeout: float | None = None) -> None:
         """Stop new model requests (every scheduler of this engine) for a weight update; wait
@@ -289,6 +289,7 @@ class RolloutScheduler:
             group, member, queued_at = entry
             if group.group_id not in self._groups:
                 return
+            # notes the record only: its turns are read by get_batch, in the trainer's thread
             trajectory = from_record(group, member, record, Path(self._shared.engine.run_dir), queued_at)
             all_mode = group.purpose == "all"
             if trajectory.failed and not all_mode:
@@ -385,7 +386,15 @@ class RolloutScheduler:
             with self._cond:
                 self._all = None
         done.sort(key=lambda g: g.group_id)
-        return [t for group in done for t in group.trajectories()]
+        return _with_turns([t for group in done for t in group.trajectories()])
+
+
+def _with_turns(trajectories: list[Trajectory]) -> list[Trajectory]:
+    """The trajectories with their turns read, here in the trainer's thread (the engine's
+    callbacks only note the record: a parse there would hold up its dispatch)."""
+    for trajectory in trajectories:
+        trajectory.turns  # noqa: B018 - reads the file now; RolloutError if it is not here
+    return trajectories
 
 
 def _load_tags(tags: list[str], env_config: EnvManagerConfig, run_config: RunConfig) -> dict[str, list[Any]]:
