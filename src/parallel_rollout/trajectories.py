@@ -10,9 +10,11 @@ images, ``attempt-<n>.images.jsonl`` beside it::
 
 A chat agent's request is the whole conversation, re-sent every turn, with up to a few base64
 screenshots: stored as is, a T-turn trajectory costs O(T²) bytes and every screenshot is
-stored as often as it is re-sent. So a turn line holds ``request_delta``
-(``{"keep": k, "new": [...]}``: the previous turn's first ``k`` messages, then ``new``) instead
-of ``request``, and every ``data:`` image URL in it becomes ``sha256:<hex>``, whose data is a
+stored as often as it is re-sent (and a turn's ``prompt_token_ids``, the whole history in
+tokens, is O(T²) the same way). So a turn line holds ``request_delta`` (``{"keep": k, "new":
+[...]}``: the previous turn's first ``k`` messages, then ``new``) instead of ``request``, and
+``prompt_delta`` (the first ``k`` ids of the previous prompt + reply, then ``new``) instead of
+``prompt_token_ids``, and every ``data:`` image URL in it becomes ``sha256:<hex>``, whose data is a
 line of the images file (written before the turn that first uses it, so a turn never points
 at an image that is not on disk). Both files grow linearly with the turns. ``read_turns``
 reassembles ``request`` (messages shared between turns are the same objects, so reading is
@@ -52,6 +54,7 @@ class TrajectoryFile:
         self._images_fh = None
         self._stored: set[str] = set()
         self._previous: list[Any] = []
+        self._previous_ids: list[int] = []
 
     def write(self, entry: dict[str, Any]) -> None:
         """Append one turn; StorageError when the output folder cannot take it."""
@@ -59,9 +62,11 @@ class TrajectoryFile:
             if self._fh is None:
                 self._path.parent.mkdir(parents=True, exist_ok=True)
                 self._fh = open(self._path, "w", encoding="utf-8")
+            entry = dict(entry)
             if isinstance(entry.get("request"), list):
-                entry = dict(entry)
                 entry["request_delta"] = self._delta(entry.pop("request"))
+            if isinstance(entry.get("prompt_token_ids"), list):
+                entry["prompt_delta"] = self._prompt_delta(entry.pop("prompt_token_ids"), entry.get("token_ids"))
             self._fh.write(json.dumps(entry, default=repr, ensure_ascii=False) + "\n")
             self._fh.flush()
         except OSError as exc:
@@ -73,11 +78,15 @@ class TrajectoryFile:
     def _delta(self, request: list[Any]) -> dict[str, Any]:
         """The request as what changed since the previous turn's, its images stored once."""
         stored = [self._store_images(message) for message in request]
-        keep = 0
-        while keep < min(len(stored), len(self._previous)) and stored[keep] == self._previous[keep]:
-            keep += 1
+        keep = _common_prefix(stored, self._previous)
         self._previous = stored
         return {"keep": keep, "new": stored[keep:]}
+
+    def _prompt_delta(self, prompt: list[int], sampled: Any) -> dict[str, Any]:
+        """The prompt's ids as what follows the previous prompt + reply (all of it on drift)."""
+        keep = _common_prefix(prompt, self._previous_ids)
+        self._previous_ids = prompt + (sampled if isinstance(sampled, list) else [])
+        return {"keep": keep, "new": prompt[keep:]}
 
     def _store_images(self, message: Any) -> Any:
         """The message with each inline image replaced by its reference (written if new)."""
@@ -124,6 +133,7 @@ def read_turns(path: Path) -> list[dict[str, Any]]:
     lines = path.read_text(encoding="utf-8").splitlines()
     images: dict[str, str] | None = None
     previous: list[Any] = []
+    previous_ids: list[int] = []
     turns = []
     for number, line in enumerate(lines, 1):
         try:
@@ -141,8 +151,50 @@ def read_turns(path: Path) -> list[dict[str, Any]]:
                 raise TrajectoryError(f"{path}:{number}: the request refers to {exc.args[0]}, which "
                                       f"{images_path(path).name} does not hold") from None
             turn["request"] = previous = request
+        ids = turn.pop("prompt_delta", None) if isinstance(turn, dict) else None
+        if ids is not None:
+            turn["prompt_token_ids"] = previous_ids[: ids["keep"]] + ids["new"]
+            previous_ids = turn["prompt_token_ids"] + (turn["token_ids"] if isinstance(turn.get("token_ids"), list) else [])
         turns.append(turn)
     return turns
+
+
+def pack_files(run_dir: Path, relpath: str | None) -> dict[str, str]:
+    """An attempt's trajectory and images files by path relative to ``run_dir`` (what a
+    node without the driver's folder sends back with the record); {} when there are none."""
+    files: dict[str, str] = {}
+    if relpath:
+        path = Path(run_dir) / relpath
+        for each in (path, images_path(path)):
+            try:
+                files[str(each.relative_to(run_dir))] = each.read_text(encoding="utf-8")
+            except FileNotFoundError:
+                pass
+    return files
+
+
+def unpack_files(run_dir: Path, files: dict[str, str]) -> None:
+    """Write the files ``pack_files`` sent where this host lacks them (a node that shares the
+    folder wrote them already); StorageError when the folder cannot take them."""
+    for relpath, text in files.items():
+        path = Path(run_dir) / relpath
+        if path.exists():
+            continue
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+        except OSError as exc:
+            raise StorageError(f"cannot write {path}: {exc.strerror or exc}") from exc
+
+
+def _common_prefix(items: list[Any], previous: list[Any]) -> int:
+    """How many first items ``items`` shares with ``previous``."""
+    if items[: len(previous)] == previous:  # the usual append-only history, compared in C
+        return len(previous)
+    keep = 0
+    while keep < min(len(items), len(previous)) and items[keep] == previous[keep]:
+        keep += 1
+    return keep
 
 
 def _read_images(path: Path) -> dict[str, str]:
