@@ -45,7 +45,8 @@ from typing import TYPE_CHECKING, Any
 from ..errors import TaskTimeout, WorkerDied
 from ..messages import Assignment, Cancel
 from ..supervision import WorkerTable, synthetic_record
-from .ray_actors import PoolActor, WorkerActor, sweep_here
+from ..trajectories import unpack_files
+from .ray_actors import TRAJECTORY_FILES, PoolActor, WorkerActor, sweep_here
 from .ray_cluster import alive_nodes, connect, merge_stats, pinned, sweep_cluster
 
 if TYPE_CHECKING:
@@ -278,6 +279,7 @@ class RaySupervision(WorkerTable):
                 continue
             if ident in worker.assigned:  # else already settled (timed out): one record
                 self._settle(worker, ident)
+                unpack_files(self.engine.run_dir, record.pop(TRAJECTORY_FILES, None) or {})
                 self.engine.record(record)
         for worker in [w for w in list(self._workers.values()) if w.ready_ref in ready]:
             try:
