@@ -190,3 +190,30 @@ def test_a_server_without_token_ids_gets_a_clear_error(chat, tokenizer_dir):
     assert trajectory.status == "success" and trajectory.turns[0]["stop_reason"] == "stop"
     with pytest.raises(NoTokenIds, match="returned no token ids.*return_token_ids.*tokenizer="):
         trajectory.segments()
+
+
+def test_the_readme_tensors_snippet_builds_rows_from_segments(chat, tokenizer_dir):
+    """The README's trainer loop, as printed: one padded row per segment, the loss mask on
+    exactly the sampled ids."""
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    section = readme.split("### Training data: `segments()`", 1)[1]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    namespace: dict = {}
+    exec(compile(code, "README.md", "exec"), namespace)  # noqa: S102 - the snippet under test
+    batch, _ = _batch(chat, tokenizer_dir, three_rights, ["SFFG"])
+    rows = namespace["tensors"](batch, namespace["grpo_advantages"](batch, group_size=2))
+    assert len(rows["input_ids"]) == sum(len(t.segments()) for t in batch) == 4  # a drift break each
+    assert len({len(row) for field in rows.values() for row in field}) == 1  # one width
+    sampled = [i for row, mask in zip(rows["input_ids"], rows["loss_mask"]) for i, m in zip(row, mask) if m]
+    assert sampled == [i for t in batch for turn in t.turns for i in turn["token_ids"]]
+    trained = []
+
+    class Scheduler:
+        def get_batch(self, batch_size, step):
+            return batch
+
+    namespace["train_loop"](Scheduler(), trained.append, steps=2, group_size=2)
+    assert len(trained) == 2 and trained[0]["loss_mask"] == rows["loss_mask"]
