@@ -42,7 +42,6 @@ from .envs import Env, get_env
 from .errors import AttemptCancelled, RolloutError, SandboxViolation, VMError
 from .messages import Assignment, Cancel, Finished, LeaseWait, Started, Stop
 from .pool.leasing import AttemptLeaser
-from .results import StorageError
 from .tasks import safe_name
 from .trajectories import TrajectoryFile
 

@@ -65,3 +65,41 @@ def test_64_trajectories_of_100_screens(tmp_path, schedulers):
     train, batch, screens = _batch(tmp_path, schedulers, 64)
     assert len(batch) == 64
     _check(train, batch, screens)
+
+
+def test_deltas_read_back_exactly_and_a_lost_image_is_named(tmp_path):
+    """Requests that grow, drop an old image (a message changes) and restart; prompt ids that
+    extend and drift: read_turns gives back what was written; a torn last line ends the turns;
+    an images file that lost a line is an error naming the file and line."""
+    from parallel_rollout.trajectories import TrajectoryError, TrajectoryFile, read_turns
+
+    def image(n):
+        return {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{'QUJD' * 50}{n}"}}
+
+    system = {"role": "system", "content": "s"}
+    user = [{"role": "user", "content": [{"type": "text", "text": f"t{n}"}, image(n)]} for n in range(3)]
+    turns = [
+        {"turn": 1, "request": [system, user[0]], "prompt_token_ids": [1, 2], "token_ids": [3]},
+        {"turn": 2, "request": [system, user[0], {"role": "assistant", "content": "a"}, user[1]],
+         "prompt_token_ids": [1, 2, 3, 4], "token_ids": [5]},
+        {"turn": 3, "request": [system, {"role": "user", "content": "[older screenshot omitted]"}, user[2]],
+         "prompt_token_ids": [1, 9, 4, 6], "token_ids": [7]},   # drift: not prompt + reply
+        {"turn": 4, "reply": "no request"},
+    ]
+    file = TrajectoryFile(tmp_path / "t", tmp_path, 0)
+    for turn in turns:
+        file.write(turn)
+    file.close()
+    path = tmp_path / "t" / "attempt-0.jsonl"
+    assert read_turns(path) == turns
+    lines = path.read_text().splitlines()
+    assert json.loads(lines[1])["prompt_delta"] == {"keep": 3, "new": [4]}
+    assert json.loads(lines[2])["request_delta"]["keep"] == 1
+    with path.open("a") as fh:
+        fh.write('{"turn": 5, "torn')
+    assert read_turns(path) == turns
+    images = images_path(path)
+    assert len(images.read_text().splitlines()) == 3
+    images.write_text("\n".join(images.read_text().splitlines()[:2]) + "\n")
+    with pytest.raises(TrajectoryError, match=r"attempt-0.jsonl:3: .*attempt-0.images.jsonl"):
+        read_turns(path)

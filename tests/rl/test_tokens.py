@@ -217,3 +217,20 @@ def test_the_readme_tensors_snippet_builds_rows_from_segments(chat, tokenizer_di
 
     namespace["train_loop"](Scheduler(), trained.append, steps=2, group_size=2)
     assert len(trained) == 2 and trained[0]["loss_mask"] == rows["loss_mask"]
+
+
+def test_a_tokenizer_folder_that_does_not_load_is_refused_before_any_episode(tmp_path, tokenizer_dir):
+    from parallel_rollout.errors import ConfigError
+    from parallel_rollout.rl import RolloutScheduler
+
+    server = LLMServer(policy=TokenModel(tokenizer_dir, three_rights)).start()
+    try:
+        with pytest.raises(ConfigError, match="tokenizer=.*nowhere.*tokenizer.json"):
+            RolloutScheduler(rl_config(tmp_path, server, tokenizer=str(tmp_path / "nowhere")))
+        broken = tmp_path / "no-template"
+        write_tokenizer(broken)
+        (broken / "tokenizer_config.json").write_text("{}")
+        with pytest.raises(ConfigError, match="no-template/tokenizer_config.json: no 'chat_template'"):
+            RolloutScheduler(rl_config(tmp_path, server, tokenizer=str(broken)))
+    finally:
+        server.stop()

@@ -4,8 +4,14 @@ One conversation per episode, kept by the agent (one instance per env loop, so n
 
     reset(task)      messages = [system(mode)]
     act(obs)         messages += user(render(mode, obs))
-                     POST {base_url}/chat/completions ──► retry loop ──► reply text
+                     ModelClient.prepare ──► POST {base_url}/chat/completions ──► retry loop ──► reply text
+                     (tokenizer=: token ids to {base_url}/completions; agents/model_client.py)
                      messages += assistant(reply);  return parse(mode, reply)
+
+Every turn records the reply's ``stop_reason``. A reply cut at the token limit is parsed, or
+ends the episode (``on_length="end"``: ``LengthCut``, status truncated); a prompt past the
+model's context ends it as ``ContextOverflow`` (status context_overflow): graded at reward 0,
+never retried.
 
 The official ``openai`` client does the HTTP with its own retries turned off
 (``max_retries=0``): its retry loop has no hook to count requests and retries into
@@ -89,14 +95,19 @@ class OpenAIAgent(Agent):
 
     @classmethod
     def check_config(cls, config) -> None:
-        """Raise ConfigError before the run when the key is missing or openai is not installed
-        (config.py checks the ranges of --temperature and --max-tokens)."""
+        """Raise ConfigError before the run when the key is missing, openai is not installed or
+        the tokenizer folder does not load (config.py checks the ranges of --temperature and
+        --max-tokens)."""
         if config.base_url is None and not os.environ.get("OPENAI_API_KEY"):
             raise ConfigError(_missing_key_message())
         try:
             import openai  # noqa: F401
         except ImportError:
             raise ConfigError("--agent openai needs the 'openai' package: pip install openai") from None
+        if getattr(config, "tokenizer", None):
+            from .tokens import ChatTokenizer
+
+            ChatTokenizer(config.tokenizer)  # loads it: a bad folder stops the run before it starts
 
     def reset(self, task) -> None:
         """Start a new conversation with the mode's system prompt; usage starts from zero."""
@@ -122,8 +133,9 @@ class OpenAIAgent(Agent):
         return prompts.parse(self._mode, reply)
 
     def turn_record(self) -> dict[str, Any]:
-        """The last turn's model exchange: the reply, and under an RL scheduler the request,
-        the policy version, and token ids / logprobs when the server sent them."""
+        """The last turn's model exchange: the reply and its stop_reason, and under an RL
+        scheduler (or with a tokenizer) the request, the policy version, and token ids /
+        logprobs when the server sent them."""
         return dict(self._turn)
 
     def usage(self) -> dict[str, Any]:

@@ -70,6 +70,10 @@ class RolloutScheduler:
         self.tags = list(self.env_config.tags or [run_config.mode])
         self._tasks = _load_tags(self.tags, self.env_config, run_config)
         self._owner = _shared is None
+        if self._owner and run_config.tokenizer:
+            from ..agents.tokens import ChatTokenizer
+
+            ChatTokenizer(run_config.tokenizer)  # a bad folder: a ConfigError now, not every episode's error
         self.modes = sorted({task.mode for tasks in self._tasks.values() for task in tasks})
         if _shared is not None:
             _shared.check_sibling(name, self.modes)
