@@ -276,9 +276,8 @@ def validate_ranges(cfg: RunConfig) -> None:
         raise ConfigError("--task-timeout must be positive (seconds)")
     if cfg.max_concurrent_rollouts is not None and cfg.max_concurrent_rollouts < 1:
         raise ConfigError("--max-concurrent-rollouts must be at least 1")
-    if cfg.on_length not in ("parse", "end"):
-        raise ConfigError(f"on_length must be 'parse' or 'end', got {cfg.on_length!r}")
-    for name in ("limit", "max_tokens", "vm_memory_mb", "vm_max_processes", "max_model_len"):
+    check_token_settings(cfg)
+    for name in ("limit", "max_tokens", "vm_memory_mb", "vm_max_processes"):
         value = getattr(cfg, name)
         if value is not None and value < 1:
             raise ConfigError(f"--{name.replace('_', '-')} must be at least 1")
@@ -321,6 +320,14 @@ def validate_ranges(cfg: RunConfig) -> None:
     if cfg.run_id is not None:
         if not cfg.run_id or "/" in cfg.run_id or cfg.run_id in (".", ".."):
             raise ConfigError(f"--run-id {cfg.run_id!r} must be a plain folder name")
+
+
+def check_token_settings(cfg: RunConfig) -> None:
+    """on_length and max_model_len (the RL scheduler checks them too: it makes no batch run)."""
+    if cfg.on_length not in ("parse", "end"):
+        raise ConfigError(f"on_length must be 'parse' or 'end', got {cfg.on_length!r}")
+    if cfg.max_model_len is not None and (isinstance(cfg.max_model_len, bool) or cfg.max_model_len < 1):
+        raise ConfigError(f"max_model_len must be at least 1 (tokens), got {cfg.max_model_len}")
 
 
 def check_honoured(cfg: RunConfig, owners: dict[str, tuple[str, frozenset[str]]]) -> None:

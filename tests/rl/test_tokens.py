@@ -124,7 +124,7 @@ def test_chat_context_overflow_is_kept_in_its_group_at_reward_0(chat, tokenizer_
     batch, model = _batch(chat, tokenizer_dir, long_lefts, ["SFFG"], budget=BUDGET)
     for trajectory in batch:
         assert trajectory.status == "context_overflow" and trajectory.reward == 0.0, trajectory.record
-        assert not trajectory.failed and not trajectory.placeholder
+        assert trajectory.cut and not trajectory.failed and not trajectory.placeholder
         assert "maximum context length" in trajectory.record["failure"]["message"]
         assert len(trajectory.turns) >= 2  # the turns before the overflow are training data
         assert _masked_in(trajectory.segments()) == _sampled(trajectory)
@@ -174,6 +174,7 @@ def test_tokenizer_length_cut_with_on_length_end_is_truncated(tokens, tokenizer_
     batch, model = _batch(tokens, tokenizer_dir, three_rights, ["SFFG"], limit=4)
     for trajectory in batch:
         assert trajectory.status == "truncated" and trajectory.reward == 0.0, trajectory.record
+        assert trajectory.cut
         assert [t["stop_reason"] for t in trajectory.turns] == ["length"]
         assert _masked_in(trajectory.segments()) == trajectory.turns[0]["token_ids"]
 
@@ -234,3 +235,21 @@ def test_a_tokenizer_folder_that_does_not_load_is_refused_before_any_episode(tmp
             RolloutScheduler(rl_config(tmp_path, server, tokenizer=str(broken)))
     finally:
         server.stop()
+
+
+@pytest.mark.parametrize("field, value, message", [("on_length", "cut", "on_length must be 'parse' or 'end'"),
+                                                   ("max_model_len", 0, "max_model_len must be at least 1")])
+def test_bad_token_settings_are_refused(tmp_path, field, value, message):
+    """By the scheduler (the RL path) and by the batch runner's checks."""
+    from parallel_rollout.config import RunConfig, validate_ranges
+    from parallel_rollout.errors import ConfigError
+    from parallel_rollout.rl import RolloutScheduler
+
+    server = LLMServer(policy=lambda body: {"reply": "x"}).start()
+    try:
+        with pytest.raises(ConfigError, match=message):
+            RolloutScheduler(rl_config(tmp_path, server, **{field: value}))
+    finally:
+        server.stop()
+    with pytest.raises(ConfigError, match=message):
+        validate_ranges(RunConfig(**{field: value}))

@@ -1,7 +1,8 @@
 """RL front end: a RolloutScheduler that hands a trainer batches of grouped trajectories.
 
 ``from parallel_rollout.rl import RolloutScheduler, EnvManagerConfig`` — see ``scheduler``
-for the scheduling, ``groups`` for what a trajectory holds, ``config`` for the settings and
+for the scheduling, ``groups`` for what a trajectory holds, ``segments`` for its turns as
+token sequences a trainer trains on, ``config`` for the settings and
 the task sets tags name, ``gate`` for weight updates (suspend/resume, policy versions),
 ``shared`` for the engine every scheduler of a trainer shares.
 """
@@ -9,6 +10,7 @@ the task sets tags name, ``gate`` for weight updates (suspend/resume, policy ver
 from .config import EnvManagerConfig, TaskSet, load_task_sets
 from .groups import Trajectory, drop_equal_rewards
 from .scheduler import RolloutScheduler, SchedulerClosed
+from .segments import NoTokenIds, Segment
 
-__all__ = ["EnvManagerConfig", "RolloutScheduler", "SchedulerClosed", "TaskSet", "Trajectory",
-           "drop_equal_rewards", "load_task_sets"]
+__all__ = ["EnvManagerConfig", "NoTokenIds", "RolloutScheduler", "SchedulerClosed", "Segment", "TaskSet",
+           "Trajectory", "drop_equal_rewards", "load_task_sets"]

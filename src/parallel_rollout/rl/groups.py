@@ -26,6 +26,9 @@ from .segments import Segment, build_segments
 #: final statuses that are not an episode's outcome: the member failed to produce one
 FAILED_STATUSES = frozenset({"error", "vm_error", "guest_unreachable", "worker_died", "lease_timeout",
                              "pool_exhausted", "pool_closed", "storage_error", "task_timeout"})
+#: final statuses of an episode the model could not finish (its context ran out; a reply cut
+#: at the token limit under on_length="end"): outcomes at reward 0, kept in their group
+CUT_STATUSES = frozenset({"context_overflow", "truncated"})
 
 
 @dataclass
@@ -94,6 +97,12 @@ class Trajectory:
     def policy_versions(self) -> list[int | None]:
         """The policy version of each turn."""
         return [turn.get("policy_version") for turn in self.turns]
+
+    @property
+    def cut(self) -> bool:
+        """Whether the model could not finish the episode (``CUT_STATUSES``): the trainer
+        masks it or keeps its reward 0 as a penalty."""
+        return self.status in CUT_STATUSES
 
     @property
     def failed(self) -> bool:

@@ -31,7 +31,7 @@ from collections import Counter, deque
 from pathlib import Path
 from typing import Any
 
-from ..config import RunConfig
+from ..config import RunConfig, check_token_settings
 from ..errors import ConfigError, RolloutError
 from ..messages import Assignment
 from .config import EnvManagerConfig, load_tasks_of, resolve_task_set
@@ -70,6 +70,7 @@ class RolloutScheduler:
         self.tags = list(self.env_config.tags or [run_config.mode])
         self._tasks = _load_tags(self.tags, self.env_config, run_config)
         self._owner = _shared is None
+        check_token_settings(run_config)
         if self._owner and run_config.tokenizer:
             from ..agents.tokens import ChatTokenizer
 
