@@ -103,3 +103,30 @@ def test_deltas_read_back_exactly_and_a_lost_image_is_named(tmp_path):
     images.write_text("\n".join(images.read_text().splitlines()[:2]) + "\n")
     with pytest.raises(TrajectoryError, match=r"attempt-0.jsonl:3: .*attempt-0.images.jsonl"):
         read_turns(path)
+
+
+def test_turns_are_read_in_the_trainers_thread_not_the_engines(tmp_path, schedulers, monkeypatch):
+    """The engine calls the scheduler back on its dispatch thread: a trajectory is parsed
+    only by get_batch, in the caller's thread."""
+    import threading
+
+    from parallel_rollout.rl import groups
+
+    readers = []
+    real = groups.read_turns
+
+    def read_turns(path):
+        readers.append(threading.current_thread())
+        return real(path)
+
+    monkeypatch.setattr(groups, "read_turns", read_turns)
+    screens = write_screens(tmp_path / "screens", 3, 1000)
+    tasks = tmp_path / "desk.jsonl"
+    tasks.write_text(json.dumps({"id": "desk0", "mode": MODE, "turns": 3, "images": str(screens)}) + "\n")
+    config = RunConfig(mode=MODE, agent=AGENT, num_rollouts=1, envs_per_worker=2, output_dir=str(tmp_path / "out"),
+                       progress=False, max_turns=3)
+    train = schedulers(config, EnvManagerConfig(group_size=2, tags=["desk"],
+                                                task_sets={"desk": TaskSet(MODE, str(tasks))}))
+    batch = train.get_batch(batch_size=4, step=0)
+    assert all(len(t.turns) == 3 for t in batch)
+    assert len(readers) == 4 and set(readers) == {threading.current_thread()}
