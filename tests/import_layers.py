@@ -42,7 +42,7 @@ LAYERS: list[list[str]] = [
     ["guest/"],
     ["report/"],
     ["config.py", "messages.py", "records.py", "tasks.py", "results.py", "plugins.py",
-     "policy_gate.py", "provenance.py"],
+     "policy_gate.py", "provenance.py", "trajectories.py"],
     ["errors.py", "exit_codes.py", "__init__.py"],
 ]
 

@@ -288,6 +288,44 @@ def test_rl_scheduler_batches_on_the_nodes(cluster, tmp_path):
     assert len({r["node"] for r in records if r.get("node")}) >= 2, "every rollout ran on one node"
 
 
+def test_rl_turns_come_back_from_a_node_that_writes_elsewhere(cluster, tmp_path):
+    """A node whose disk is not the driver's (PARALLEL_ROLLOUT_NODE_DIR: it writes attempts'
+    files to a folder of its own): its trajectories come back with their records through Ray,
+    so the trainer gets every turn, never a reward without turns."""
+    from llm_server import LLMServer
+    from parallel_rollout.backends.ray_actors import NODE_DIR_ENV
+    from parallel_rollout.rl import EnvManagerConfig, RolloutScheduler
+    from rl_support import lake_set, rl_config
+    from table_policy import TablePolicy
+
+    cl, _ = cluster
+    node_disk = tmp_path / "node-disk"
+    node = cl.add_node(**_NODE, env_vars={NODE_DIR_ENV: str(node_disk)})
+    cl.wait_for_nodes()
+    server = LLMServer(policy=TablePolicy(seed=0)).start()
+    try:
+        train = RolloutScheduler(
+            rl_config(tmp_path, server, backend="ray", ray_address=cl.address, num_rollouts=1, envs_per_worker=2,
+                      run_id="apart"),
+            EnvManagerConfig(num_env_groups=4, group_size=2, tags=["lakes"],
+                             task_sets=lake_set(tmp_path, count=4, name="lakes", max_steps=4)))
+        try:
+            batch = train.get_batch(batch_size=8, step=0)
+        finally:
+            train.close()
+    finally:
+        server.stop()
+        cl.remove_node(node)
+    apart = [t for t in batch if t.record.get("node") == node.node_id]
+    assert apart, "no rollout ran on the node with its own folder"
+    for trajectory in batch:
+        assert len(trajectory.turns) == trajectory.record["turns"] >= 1, trajectory.record
+        assert "trajectory_files" not in trajectory.record  # taken out before the store
+    for trajectory in apart:  # written on the node's own disk, and by the driver in its folder
+        assert (node_disk / "apart" / trajectory.record["trajectory"]).is_file()
+        assert (train.run_dir / trajectory.record["trajectory"]).is_file()
+
+
 @pytest.mark.slow
 def test_ctrl_c_across_nodes_then_resume_under_one_limit(cluster, tmp_path):
     """SIGINT mid-run: exit 130 with nothing left running; --resume finishes every sample once;

@@ -112,6 +112,16 @@ class RunConfig:
     api_timeout_s: float = 120.0
     #: RL schedulers: the unix socket of the policy gate model requests pass (policy_gate)
     policy_gate: str | None = None
+    #: the openai agent, token in / token out: a local Hugging Face tokenizer folder
+    #: (tokenizer.json, tokenizer_config.json with the chat template); the agent keeps the
+    #: token history and sends token ids to {base_url}/completions (agents/model_client.py)
+    tokenizer: str | None = None
+    #: with a tokenizer: the model's context in tokens; an episode that reaches it ends as
+    #: context_overflow (reward 0)
+    max_model_len: int | None = None
+    #: a reply cut at max_tokens (stop_reason "length"): "parse" it as an action, or "end"
+    #: the episode (status truncated, reward 0)
+    on_length: str = "parse"
     #: where workers and pools run: "local" (processes on this host) or "ray" (actors on
     #: every node of a Ray cluster; backends/ray_backend.py)
     backend: str = "local"
@@ -351,6 +361,7 @@ def validate_ranges(cfg: RunConfig) -> None:
         raise ConfigError("--task-timeout must be positive (seconds)")
     if cfg.max_concurrent_rollouts is not None and cfg.max_concurrent_rollouts < 1:
         raise ConfigError("--max-concurrent-rollouts must be at least 1")
+    check_token_settings(cfg)
     for name in ("limit", "max_tokens", "vm_memory_mb", "vm_max_processes"):
         value = getattr(cfg, name)
         if value is not None and value < 1:
@@ -406,6 +417,14 @@ def validate_ranges(cfg: RunConfig) -> None:
     if cfg.run_id is not None:
         if not cfg.run_id or "/" in cfg.run_id or cfg.run_id in (".", ".."):
             raise ConfigError(f"--run-id {cfg.run_id!r} must be a plain folder name")
+
+
+def check_token_settings(cfg: RunConfig) -> None:
+    """on_length and max_model_len (the RL scheduler checks them too: it makes no batch run)."""
+    if cfg.on_length not in ("parse", "end"):
+        raise ConfigError(f"on_length must be 'parse' or 'end', got {cfg.on_length!r}")
+    if cfg.max_model_len is not None and (isinstance(cfg.max_model_len, bool) or cfg.max_model_len < 1):
+        raise ConfigError(f"max_model_len must be at least 1 (tokens), got {cfg.max_model_len}")
 
 
 def check_honoured(cfg: RunConfig, owners: dict[str, tuple[str, frozenset[str]]]) -> None:

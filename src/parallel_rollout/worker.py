@@ -36,14 +36,14 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from . import records
-from .agents import Agent, get_agent
+from .agents import Agent, EpisodeCut, get_agent
 from .config import RunConfig
 from .envs import Env, get_env
 from .errors import AttemptCancelled, RolloutError, SandboxViolation, VMError
 from .messages import Assignment, Cancel, Finished, LeaseWait, Started, Stop
 from .pool.leasing import lease_vm
-from .results import StorageError
 from .tasks import safe_name
+from .trajectories import TrajectoryFile
 
 
 class RolloutWorker:
@@ -134,7 +134,7 @@ class RolloutWorker:
         task = item.task
         record = records.new_record(item, worker=self.worker_id, pid=self.pid, slot=slot,
                                     started_at=time.time())
-        trajectory = _Trajectory(self.run_dir, item)
+        trajectory = _trajectory_file(self.run_dir, item)
         record["trajectory"] = trajectory.relpath
         agent = None
         try:
@@ -168,7 +168,7 @@ class RolloutWorker:
         return self.worker_id if self.config.envs_per_worker == 1 else f"{self.worker_id}.{slot}"
 
     def _episode(self, env: Env, agent: Agent, item: Assignment, vm: Any,
-                 record: dict[str, Any], trajectory: "_Trajectory") -> None:
+                 record: dict[str, Any], trajectory: TrajectoryFile) -> None:
         observation = env.reset(item.task, vm)
         agent.reset(item.task)
         done = False
@@ -177,7 +177,13 @@ class RolloutWorker:
             max_turns = env.default_max_turns
         for turn in range(1, max_turns + 1):
             self._check_cancelled(item)
-            action = agent.act(observation)
+            try:
+                action = agent.act(observation)
+            except EpisodeCut as cut:
+                if cut.turn:  # the reply's sampled tokens are part of the episode
+                    record["turns"] = turn
+                    trajectory.write({"turn": turn, "action": None, "done": True, **cut.turn})
+                raise
             with _task_breaks_vm("action"):
                 step = env.step(action)
             record["turns"] = turn
@@ -270,45 +276,14 @@ class AttemptLeaser:
                 self.send(LeaseWait(key, attempt, False))
 
 
-class _Trajectory:
+def _trajectory_file(run_dir: Path, item: Assignment) -> TrajectoryFile:
     """``trajectories/<task>/<sample>/attempt-<n>.jsonl`` (``trajectories/<name>/…`` for a
-    named Assignment): one line per turn."""
-
-    def __init__(self, run_dir: Path, item: Assignment) -> None:
-        attempt = item.attempt
-        if item.name:
-            folder = run_dir / "trajectories" / safe_name(item.name)
-        else:
-            folder = run_dir / "trajectories" / safe_name(item.task.id) / str(item.sample_idx)
-        self.relpath = str(folder.relative_to(run_dir) / f"attempt-{attempt}.jsonl")
-        self._path = folder / f"attempt-{attempt}.jsonl"
-        #: where the env may write extra files of this attempt (created by the env)
-        self.extra_dir = folder / f"attempt-{attempt}"
-        self._fh = None
-
-    def write(self, entry: dict[str, Any]) -> None:
-        """Append one turn; StorageError when the output folder cannot take it."""
-        line = json.dumps(entry, default=repr, ensure_ascii=False) + "\n"
-        try:
-            if self._fh is None:
-                self._path.parent.mkdir(parents=True, exist_ok=True)
-                self._fh = open(self._path, "w", encoding="utf-8")
-            self._fh.write(line)
-            self._fh.flush()
-        except OSError as exc:
-            # A full disk is not the sample's outcome: the engine stops and a
-            # resume runs the attempt again.
-            raise StorageError(f"cannot write {self._path}: {exc.strerror or exc}; free space "
-                               "(or fix the folder) and rerun with --resume") from exc
-
-    def close(self) -> None:
-        """Close the file, if one was opened; never raises (it runs in a ``finally``)."""
-        if self._fh is not None:
-            fh, self._fh = self._fh, None
-            try:
-                fh.close()
-            except OSError:
-                pass  # the unflushed tail of a failed write; write() already raised
+    named Assignment)."""
+    if item.name:
+        folder = run_dir / "trajectories" / safe_name(item.name)
+    else:
+        folder = run_dir / "trajectories" / safe_name(item.task.id) / str(item.sample_idx)
+    return TrajectoryFile(folder, run_dir, item.attempt)
 
 
 def _safe_usage(agent: Agent) -> Any:

@@ -17,6 +17,30 @@ class AgentError(RolloutError):
     """An agent could not produce an action (model API gave up, agent process broke); graded."""
 
 
+class EpisodeCut(AgentError):
+    """The model cannot go on with this episode; it ends graded at reward 0 and is kept (an
+    RL group keeps it as an outcome: the trainer masks or penalises it, it is not a failure).
+    ``turn``: the cut turn's model exchange, written as the episode's last turn when the
+    model did reply (its sampled tokens belong to the episode); {} when it did not."""
+
+    def __init__(self, message: str, turn: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.turn = dict(turn or {})
+
+
+class ContextOverflow(EpisodeCut):
+    """The conversation no longer fits the model's context (the server said so, or the
+    token budget ``max_model_len`` is reached)."""
+
+    kind = "context_overflow"
+
+
+class LengthCut(EpisodeCut):
+    """A reply cut at the token limit (``stop_reason == "length"``) under ``on_length="end"``."""
+
+    kind = "truncated"
+
+
 class Agent(abc.ABC):
     """Chooses the next action from an observation; one instance per env loop."""
 

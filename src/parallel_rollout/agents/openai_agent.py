@@ -4,8 +4,14 @@ One conversation per episode, kept by the agent (one instance per env loop, so n
 
     reset(task)      messages = [system(mode)]
     act(obs)         messages += user(render(mode, obs))
-                     POST {base_url}/chat/completions ──► retry loop ──► reply text
+                     ModelClient.prepare ──► POST {base_url}/chat/completions ──► retry loop ──► reply text
+                     (tokenizer=: token ids to {base_url}/completions; agents/model_client.py)
                      messages += assistant(reply);  return parse(mode, reply)
+
+Every turn records the reply's ``stop_reason``. A reply cut at the token limit is parsed, or
+ends the episode (``on_length="end"``: ``LengthCut``, status truncated); a prompt past the
+model's context ends it as ``ContextOverflow`` (status context_overflow): graded at reward 0,
+never retried.
 
 The official ``openai`` client does the HTTP with its own retries turned off
 (``max_retries=0``): its retry loop has no hook to count requests and retries into
@@ -30,7 +36,6 @@ from __future__ import annotations
 
 import datetime
 import email.utils
-import json
 import random
 import time
 from typing import Any, Mapping
@@ -39,15 +44,16 @@ import tenacity
 
 from ..errors import ConfigError
 from . import openai_request, prompts
-from .base import Agent, AgentError
+from .base import Agent, AgentError, ContextOverflow, LengthCut
+from .model_client import MalformedResponse, ModelClient, excerpt, is_overflow, reply_of
+
+__all__ = ["OpenAIAgent", "MalformedResponse", "parse_retry_after", "reply_of"]
 
 #: longest server-requested wait honoured; a longer one is cut to this (a retry that comes
 #: early costs one more 429, a wait past the task timeout would cost the attempt)
 MAX_RETRY_AFTER_S = 120.0
 #: HTTP statuses worth retrying: rate limits, server trouble, request timeout, lock conflict
 RETRYABLE_STATUS = frozenset({408, 409, 429}) | frozenset(range(500, 600))
-#: characters of an error body quoted in messages
-BODY_EXCERPT = 300
 
 
 class OpenAIAgent(Agent):
@@ -63,7 +69,9 @@ class OpenAIAgent(Agent):
     def __init__(self, config) -> None:
         super().__init__(config)
         self.base_url = openai_request.resolve_base_url(config.base_url)
-        self.endpoint = f"{self.base_url}/chat/completions"
+        #: how the policy is called: chat messages, or token ids with a tokenizer
+        self._model = ModelClient(config)
+        self.endpoint = f"{self.base_url.rstrip('/')}{self._model.path}"
         self.max_retries = config.max_retries
         self.timeout_s = config.api_timeout_s
         # Made on first use: the worker constructs agents outside any attempt, where an
@@ -82,8 +90,9 @@ class OpenAIAgent(Agent):
 
     @classmethod
     def check_config(cls, config) -> None:
-        """Raise ConfigError before the run when the key is missing or openai is not installed
-        (config.py checks the ranges of --temperature and --max-tokens)."""
+        """Raise ConfigError before the run when the key is missing, openai is not installed or
+        the tokenizer folder does not load (config.py checks the ranges of --temperature and
+        --max-tokens)."""
         url = openai_request.resolve_base_url(config.base_url)
         if openai_request.api_key(url) is None:
             raise ConfigError(openai_request.missing_key_message(url))
@@ -91,6 +100,10 @@ class OpenAIAgent(Agent):
             import openai  # noqa: F401
         except ImportError:
             raise ConfigError("--agent openai needs the 'openai' package: pip install openai") from None
+        if getattr(config, "tokenizer", None):
+            from .tokens import ChatTokenizer
+
+            ChatTokenizer(config.tokenizer)  # loads it: a bad folder stops the run before it starts
 
     @classmethod
     def check_endpoint(cls, config) -> str:
@@ -102,6 +115,7 @@ class OpenAIAgent(Agent):
         self._mode = task.mode
         self._messages = [{"role": "system", "content": prompts.system_prompt(task.mode)}]
         self._usage = _zero_usage(self.config.model)
+        self._model.reset()
 
     def act(self, observation: dict[str, Any]) -> Any:
         """Send the observation, return the parsed reply; AgentError when retries run out."""
@@ -111,11 +125,18 @@ class OpenAIAgent(Agent):
         reply = self._complete()
         self._messages.append({"role": "assistant", "content": reply})
         self._turn["reply"] = reply
+        if self._turn.get("stop_reason") == "length" and self._model.context_full():
+            raise ContextOverflow(f"the reply reached max_model_len={self.config.max_model_len} tokens",
+                                  turn=self._turn)
+        if self._turn.get("stop_reason") == "length" and self.config.on_length == "end":
+            raise LengthCut(f"{self.endpoint}: the reply was cut at the token limit (stop_reason length; "
+                            "on_length='end' ends the episode)", turn=self._turn)
         return prompts.parse(self._mode, reply)
 
     def turn_record(self) -> dict[str, Any]:
-        """The last turn's model exchange: the reply, and under an RL scheduler the request,
-        the policy version, and token ids / logprobs when the server sent them."""
+        """The last turn's model exchange: the reply and its stop_reason, and under an RL
+        scheduler (or with a tokenizer) the request, the policy version, and token ids /
+        logprobs when the server sent them."""
         return dict(self._turn)
 
     def usage(self) -> dict[str, Any]:
@@ -145,6 +166,7 @@ class OpenAIAgent(Agent):
         extras = openai_request.body_extras(self.config)
         if extras:
             request["extra_body"] = extras
+        request = self._model.prepare(request)  # once a turn: every retry sends the same
         try:
             return self._retrying()(self._attempt, client, request)
         except _Retryable as exc:
@@ -187,9 +209,11 @@ class OpenAIAgent(Agent):
             raw = self._send(client, request)
             if raw is None:  # a weight update threw the reply away: ask the new policy now
                 raise _Retryable("a policy update aborted the reply", retry_after=0.0)
-            text, usage = reply_of(raw.content)
+            text, usage, info = self._model.reply(raw.content)
         except openai.APIStatusError as exc:
-            problem = f"HTTP {exc.status_code}: {_excerpt(exc.response.text)}"
+            problem = f"HTTP {exc.status_code}: {excerpt(exc.response.text)}"
+            if is_overflow(exc.status_code, exc.response.text):
+                raise ContextOverflow(f"{self.endpoint}: {problem}") from None
             if exc.status_code not in RETRYABLE_STATUS:
                 raise AgentError(f"{self.endpoint}: {problem} (not retried)") from None
             raise _Retryable(problem, parse_retry_after(exc.response.headers)) from None
@@ -201,8 +225,9 @@ class OpenAIAgent(Agent):
             raise _Retryable(f"malformed response: {exc}") from None
         self._usage["prompt_tokens"] += usage.get("prompt_tokens", 0)
         self._usage["completion_tokens"] += usage.get("completion_tokens", 0)
-        if self._gate is not None:
-            self._turn.update(token_info(raw.content))
+        self._turn.update(info if self._gate is not None or self._model.tokenizer is not None
+                          else {"stop_reason": info.get("stop_reason")})
+        self._model.accept(info)
         return text
 
     def _send(self, client, request: dict[str, Any]):
@@ -223,7 +248,7 @@ class OpenAIAgent(Agent):
         """One HTTP request, through the policy gate when there is one; None when the gate
         says a weight update aborted it (its reply must not be used)."""
         if self._gate is None:
-            return client.chat.completions.with_raw_response.create(**request)
+            return self._model.send(client, dict(request), rl=False)
         try:
             version, waited = self._gate.begin()
         except ConnectionError as exc:
@@ -231,9 +256,7 @@ class OpenAIAgent(Agent):
         self._turn["gate_wait_s"] = round(self._turn.get("gate_wait_s", 0.0) + waited, 4)
         started = time.time()
         try:
-            extra_body = {**request.get("extra_body", {}), "return_token_ids": True}
-            raw = client.chat.completions.with_raw_response.create(
-                **{**request, "extra_body": extra_body}, logprobs=True)
+            raw = self._model.send(client, dict(request), rl=True)
         finally:
             try:
                 redo = self._gate.end()
@@ -255,10 +278,6 @@ class _Retryable(Exception):
         self.retry_after = retry_after
 
 
-class MalformedResponse(Exception):
-    """A 2xx response whose body is not a usable chat completion."""
-
-
 #: screenshots kept in the conversation (older ones become a note), as OSWorld's agents do
 KEEP_IMAGES = 3
 
@@ -275,57 +294,6 @@ def _drop_old_images(messages: list[dict[str, Any]], keep: int) -> None:
                 seen += 1
                 if seen > keep:
                     content[index] = {"type": "text", "text": "[older screenshot omitted]"}
-
-
-def reply_of(body: bytes | str) -> tuple[str, dict[str, int]]:
-    """(reply text, token usage) of a chat completion body; MalformedResponse saying what is
-    wrong otherwise."""
-    try:
-        data = json.loads(body)
-    except ValueError:
-        raise MalformedResponse(f"the body is not JSON: {_excerpt(body)!r}") from None
-    if not isinstance(data, dict):
-        raise MalformedResponse(f"the body is not a JSON object: {_excerpt(body)!r}")
-    choices = data.get("choices")
-    if not isinstance(choices, list) or not choices:
-        raise MalformedResponse(f"no 'choices' in the body: {_excerpt(body)!r}")
-    choice = choices[0] if isinstance(choices[0], dict) else {}
-    message = choice.get("message")
-    if not isinstance(message, dict):
-        raise MalformedResponse(f"choices[0] has no 'message': {_excerpt(body)!r}")
-    content = message.get("content")
-    if not isinstance(content, str):
-        why = f"finish_reason {choice.get('finish_reason')!r}"
-        if message.get("refusal"):
-            why += f", refusal {message['refusal']!r}"
-        if message.get("tool_calls"):
-            why += ", the model called a tool"
-        raise MalformedResponse(f"choices[0].message.content is {_json_type(content)} ({why})")
-    usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
-    counts = {name: usage[name] for name in ("prompt_tokens", "completion_tokens")
-              if isinstance(usage.get(name), int) and not isinstance(usage.get(name), bool)}
-    return content, counts
-
-
-def token_info(body: bytes | str) -> dict[str, Any]:
-    """Token ids and logprobs of a completion, where the server sent them: vLLM's
-    ``choices[0].token_ids`` / ``prompt_token_ids`` (``return_token_ids``) and OpenAI's
-    ``choices[0].logprobs.content[].logprob``."""
-    try:
-        data = json.loads(body)
-        choice = data["choices"][0]
-    except (ValueError, KeyError, IndexError, TypeError):
-        return {}
-    info: dict[str, Any] = {}
-    if isinstance(choice.get("token_ids"), list):
-        info["token_ids"] = choice["token_ids"]
-    prompt_ids = data.get("prompt_token_ids", choice.get("prompt_token_ids"))
-    if isinstance(prompt_ids, list):
-        info["prompt_token_ids"] = prompt_ids
-    content = (choice.get("logprobs") or {}).get("content") if isinstance(choice.get("logprobs"), dict) else None
-    if isinstance(content, list):
-        info["logprobs"] = [item.get("logprob") for item in content if isinstance(item, dict)]
-    return info
 
 
 def parse_retry_after(headers: Mapping[str, str]) -> float | None:
@@ -357,10 +325,3 @@ def _zero_usage(model: str) -> dict[str, Any]:
     return {"prompt_tokens": 0, "completion_tokens": 0, "requests": 0, "retries": 0, "model": model}
 
 
-def _excerpt(body: bytes | str) -> str:
-    text = body.decode("utf-8", "replace") if isinstance(body, bytes) else str(body)
-    return text if len(text) <= BODY_EXCERPT else text[:BODY_EXCERPT] + "…"
-
-
-def _json_type(value: Any) -> str:
-    return "null" if value is None else f"a {type(value).__name__}, not a string"

@@ -10,7 +10,10 @@ with ``ray.remote`` and pins each to a node. They run inside Ray's worker proces
 * ``WorkerActor`` runs attempts with the local backend's ``RolloutWorker.run_attempt``; one
   thread per env loop (``slot``). It leases from its node's pool through ``RayPool``, which
   turns a lost pool into ``ConnectionError`` (an infrastructure failure, retried) and a pool
-  exception into itself (``LeaseTimeout``, ``PoolExhausted`` …).
+  exception into itself (``LeaseTimeout``, ``PoolExhausted`` …). Its record carries the
+  attempt's trajectory files (``TRAJECTORY_FILES``), which the driver writes where its own
+  folder lacks them: nodes need not share the output folder. A node whose disk is not the
+  driver's says where to write with ``PARALLEL_ROLLOUT_NODE_DIR`` in its environment.
 """
 
 from __future__ import annotations
@@ -18,13 +21,21 @@ from __future__ import annotations
 import os
 import signal
 import threading
+from pathlib import Path
 from typing import Any
 
 import psutil
 
 from ..messages import Assignment
 from ..pool.manager import VMPoolManager
+from ..trajectories import pack_files
 from ..worker import LoopParts, RolloutWorker
+
+#: a node's own folder for attempts' files (its disk is not the driver's); the record brings
+#: the trajectory back through Ray either way
+NODE_DIR_ENV = "PARALLEL_ROLLOUT_NODE_DIR"
+#: the record key the trajectory files travel under (the driver takes it out)
+TRAJECTORY_FILES = "trajectory_files"
 
 
 def _node_id() -> str:
@@ -102,6 +113,9 @@ class WorkerActor:
     def __init__(self, worker_id: str, holder: str, pool_handle: Any, config: Any, run_dir: str) -> None:
         _ignore_sigint()
         pool = RayPool(pool_handle) if pool_handle is not None else None
+        local = os.environ.get(NODE_DIR_ENV)
+        if local:  # this node's own disk: the driver's folder is not here
+            run_dir = str(Path(local) / Path(run_dir).name)
         self.worker = RolloutWorker(worker_id, holder, None, pool, config, run_dir)
         self._parts: dict[int, LoopParts] = {}
         self._node = _node_id()
@@ -116,6 +130,9 @@ class WorkerActor:
         record = self.worker.run_attempt(item, slot, parts)
         self.worker.forget(item.key, item.attempt)
         record["node"] = self._node
+        # The turns travel with the record: the driver writes them where its folder lacks
+        # them (a node without a shared folder), so a trainer never gets a reward without turns.
+        record[TRAJECTORY_FILES] = pack_files(self.worker.run_dir, record.get("trajectory"))
         return record
 
     def cancel(self, key: str, attempt: int) -> None:

@@ -47,8 +47,9 @@ from typing import Any
 
 from ..errors import TaskTimeout, WorkerDied
 from ..messages import Assignment, Cancel
+from ..trajectories import unpack_files
 from .base import BackendSpec, Clock, CrashWindow, EngineHooks, WorkerTable, died_record
-from .ray_actors import PoolActor, WorkerActor, sweep_here
+from .ray_actors import TRAJECTORY_FILES, PoolActor, WorkerActor, sweep_here
 from .ray_cluster import alive_nodes, connect, merge_stats, pinned, sweep_cluster
 
 log = logging.getLogger("parallel_rollout")
@@ -278,6 +279,7 @@ class RayBackend(WorkerTable):
                 continue
             if ident in worker.assigned:  # else already settled (timed out): one record
                 self._settle(worker, ident)
+                unpack_files(self.spec.run_dir, record.pop(TRAJECTORY_FILES, None) or {})
                 self.hooks.record(record)
         for worker in [w for w in list(self._workers.values()) if w.ready_ref in ready]:
             try:

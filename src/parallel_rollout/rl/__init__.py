@@ -1,8 +1,9 @@
 """RL front end: a RolloutScheduler that hands a trainer batches of grouped trajectories.
 
 ``from parallel_rollout.rl import RolloutScheduler, EnvManagerConfig`` — see ``scheduler``
-for the scheduling, ``groups`` for what a trajectory holds, ``config`` for the settings and
-the task sets tags name, ``policy_gate`` (below every agent) for weight updates (suspend/resume, policy versions),
+for the scheduling, ``groups`` for what a trajectory holds, ``segments`` for its turns as
+token sequences a trainer trains on, ``config`` for the settings and the task sets tags name,
+``policy_gate`` (below every agent) for weight updates (suspend/resume, policy versions),
 ``shared`` for the engine every scheduler of a trainer shares.
 """
 
@@ -10,6 +11,7 @@ from .budget import BatchTimeout
 from .config import EnvManagerConfig, TaskSet, load_task_sets
 from .groups import Trajectory, drop_equal_rewards
 from .scheduler import RolloutScheduler, SchedulerClosed
+from .segments import NoTokenIds, Segment
 
-__all__ = ["BatchTimeout", "EnvManagerConfig", "RolloutScheduler", "SchedulerClosed", "TaskSet", "Trajectory",
-           "drop_equal_rewards", "load_task_sets"]
+__all__ = ["BatchTimeout", "EnvManagerConfig", "NoTokenIds", "RolloutScheduler", "SchedulerClosed", "Segment",
+           "TaskSet", "Trajectory", "drop_equal_rewards", "load_task_sets"]

@@ -131,6 +131,7 @@ class GroupGeneration:
             group, member, queued_at = entry
             if group.group_id not in self._groups:
                 return
+            # notes the record only: its turns are read by get_batch, in the trainer's thread
             trajectory = from_record(group, member, record, Path(self._shared.engine.run_dir), queued_at)
             all_mode = group.purpose == "all"
             if trajectory.failed and not all_mode:

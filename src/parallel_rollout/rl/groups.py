@@ -2,24 +2,33 @@
 
 A group is ``group_size`` members (+ redundant spares) of one task with one seed. Each member
 is one engine sample; its final record (after the engine's retries) becomes a Trajectory,
-with the turns read back from the attempt's trajectory file. The group is complete when
+whose turns are read back from the attempt's trajectory file when first asked for
+(``get_batch`` does it in the trainer's thread, never the engine's: the engine calls back on
+its dispatch thread, where a parse of a big multimodal file would hold up every dispatch). The group is complete when
 ``group_size`` members succeeded in producing an episode (the first to finish win; the
 spares still running are cancelled). A member whose final record is a failure (an
 infrastructure failure past its retries, an agent error) is replaced by a spare if one is
 left; otherwise the group is dropped, or completed with a placeholder member (reward 0,
-``placeholder=True``) so the trainer can mask it.
+``placeholder=True``) so the trainer can mask it. An episode the model could not finish
+(``context_overflow``, ``truncated``) is an outcome, not a failure: reward 0, kept in its group.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from ..errors import RolloutError
+from ..trajectories import read_turns
+from .segments import Segment, build_segments
+
 #: final statuses that are not an episode's outcome: the member failed to produce one
 FAILED_STATUSES = frozenset({"error", "vm_error", "guest_unreachable", "worker_died", "lease_timeout",
                              "pool_exhausted", "pool_closed", "storage_error", "task_timeout"})
+#: final statuses of an episode the model could not finish (its context ran out; a reply cut
+#: at the token limit under on_length="end"): outcomes at reward 0, kept in their group
+CUT_STATUSES = frozenset({"context_overflow", "truncated"})
 
 
 @dataclass
@@ -40,18 +49,60 @@ class Trajectory:
     success: bool = False
     #: a stand-in for a member that failed (reward 0): the trainer masks it
     placeholder: bool = False
-    #: per turn: observation, action, request, reply, token_ids, prompt_token_ids, logprobs,
-    #: policy_version (what the agent and the model server produced)
-    turns: list[dict[str, Any]] = field(default_factory=list)
     #: queued_at, started_at, ended_at, duration_s (epoch seconds)
     timings: dict[str, float | None] = field(default_factory=dict)
     #: the engine's final record of the member
     record: dict[str, Any] = field(default_factory=dict)
+    #: the attempt's trajectory file, read when ``turns`` is first asked for
+    turns_file: Path | None = field(default=None, repr=False)
+    _turns: list[dict[str, Any]] | None = field(default=None, repr=False)
+    _segments: list[Segment] | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def turns(self) -> list[dict[str, Any]]:
+        """Per turn: observation, action, request, reply, stop_reason, token_ids,
+        prompt_token_ids, logprobs, policy_version (what the agent and the model server
+        produced). RolloutError when the record has turns and its file is not on this host."""
+        if self._turns is None:
+            self._turns = self._read_turns()
+        return self._turns
+
+    def _read_turns(self) -> list[dict[str, Any]]:
+        if self.turns_file is None:
+            return []
+        try:
+            return read_turns(self.turns_file)
+        except FileNotFoundError:
+            if not self.record.get("turns"):
+                return []  # the attempt ended before its first turn
+            where = f" (it ran on node {self.record['node']})" if self.record.get("node") else ""
+            raise RolloutError(f"{self.trajectory_id}: its {self.record['turns']} turns are in {self.turns_file}, "
+                               f"which is not on this host{where}: give every node the output folder "
+                               "(a shared filesystem), or use a backend that returns the turns") from None
+
+    def segments(self) -> list[Segment]:
+        """The trajectory as training data: exact token sequences with ``loss_mask``,
+        ``logprobs`` and ``versions`` (``rl/segments.py``); more than one only where the
+        server's prompt did not extend the sequence so far (counted in ``drift``)."""
+        if self._segments is None:
+            self._segments = build_segments(self.turns, self.trajectory_id)
+        return self._segments
+
+    @property
+    def drift(self) -> int:
+        """Segment breaks: turns whose prompt did not extend the previous prompt + reply."""
+        return max(0, len(self.segments()) - 1)
 
     @property
     def policy_versions(self) -> list[int | None]:
         """The policy version of each turn."""
         return [turn.get("policy_version") for turn in self.turns]
+
+    @property
+    def cut(self) -> bool:
+        """Whether the model could not finish the episode (``CUT_STATUSES``): the trainer
+        masks it or keeps its reward 0 as a penalty."""
+        return self.status in CUT_STATUSES
 
     @property
     def failed(self) -> bool:
@@ -102,7 +153,8 @@ class Group:
         return Trajectory(self.tag, self.group_id, self.episode_id, index,
                           trajectory_id(self.tag, self.group_id, self.episode_id, index), self.task.id,
                           self.seed, self.created_step, reward=0.0, status="placeholder", placeholder=True,
-                          record=member.record if member else {}, timings=member.timings if member else {})
+                          record=member.record if member else {}, timings=member.timings if member else {},
+                          _turns=[])
 
 
 def trajectory_id(tag: str, group_id: int, episode_id: int, member: int) -> str:
@@ -112,26 +164,14 @@ def trajectory_id(tag: str, group_id: int, episode_id: int, member: int) -> str:
 
 def from_record(group: Group, member: int, record: dict[str, Any], run_dir: Path,
                 queued_at: float | None) -> Trajectory:
-    """The Trajectory of a member's final record, with its turns read from its file."""
-    turns: list[dict[str, Any]] = []
+    """The Trajectory of a member's final record; its turns are read from its file later."""
     relpath = record.get("trajectory")
-    if relpath:
-        path = run_dir / relpath
-        try:
-            lines = path.read_text(encoding="utf-8").splitlines()
-        except OSError:
-            lines = []
-        for line in lines:
-            try:
-                turns.append(json.loads(line))
-            except ValueError:
-                break  # a torn last line of a killed attempt
     return Trajectory(
         tag=group.tag, group_id=group.group_id, episode_id=group.episode_id, member=member,
         trajectory_id=trajectory_id(group.tag, group.group_id, group.episode_id, member),
         task_id=group.task.id, seed=group.seed, created_step=group.created_step,
         reward=float(record.get("reward") or 0.0), status=str(record.get("status")),
-        success=bool(record.get("success")), turns=turns,
+        success=bool(record.get("success")), turns_file=run_dir / relpath if relpath else None,
         timings={"queued_at": queued_at, "started_at": record.get("started_at"),
                  "ended_at": record.get("ended_at"), "duration_s": record.get("duration_s")},
         record=record)

@@ -34,7 +34,7 @@ from collections import Counter, deque
 from pathlib import Path
 from typing import Any
 
-from ..config import RunConfig
+from ..config import RunConfig, check_token_settings
 from ..errors import ConfigError, RolloutError
 from .budget import BatchBudget
 from .config import EnvManagerConfig, load_tasks_of, resolve_task_set
@@ -86,6 +86,11 @@ class RolloutScheduler(GroupGeneration):
         #: which task each new group runs (``sources``): the built-in order, or the trainer's
         self._source: TaskSource = task_source or ShuffledTasks(self._tasks, seed)
         self._owner = _shared is None
+        check_token_settings(run_config)
+        if self._owner and run_config.tokenizer:
+            from ..agents.tokens import ChatTokenizer
+
+            ChatTokenizer(run_config.tokenizer)  # a bad folder: a ConfigError now, not every episode's error
         self.modes = sorted({task.mode for tasks in self._tasks.values() for task in tasks})
         if _shared is not None:
             _shared.check_sibling(name, self.modes)
@@ -189,7 +194,7 @@ class RolloutScheduler(GroupGeneration):
 
     def _hand_out(self, batch: list[Group], step: int) -> list[Trajectory]:
         """The trajectories of ``batch``, noted for ``metrics()``."""
-        trajectories = [t for group in batch for t in group.trajectories()]
+        trajectories = _with_turns([t for group in batch for t in group.trajectories()])
         with self._cond:
             now = dict(self._stats)
             self._last_batch = (trajectories, self._shared.gate.version, step, now, self._stats_at_batch)
@@ -248,7 +253,7 @@ class RolloutScheduler(GroupGeneration):
                         self._drop(group, "closed")
                 self._given = None
             self._flush()
-        return [t for group in batch for t in group.trajectories()]
+        return _with_turns([t for group in batch for t in group.trajectories()])
 
     def _resolve(self, task: Any) -> tuple[str, Any]:
         """(tag, Task) of a task given to get_batch: a Task of an engine mode, or the id of a
@@ -402,7 +407,15 @@ class RolloutScheduler(GroupGeneration):
             with self._cond:
                 self._all = None
         done.sort(key=lambda g: g.group_id)
-        return [t for group in done for t in group.trajectories()]
+        return _with_turns([t for group in done for t in group.trajectories()])
+
+
+def _with_turns(trajectories: list[Trajectory]) -> list[Trajectory]:
+    """The trajectories with their turns read, here in the trainer's thread (the engine's
+    callbacks only note the record: a parse there would hold up its dispatch)."""
+    for trajectory in trajectories:
+        trajectory.turns  # noqa: B018 - reads the file now; RolloutError if it is not here
+    return trajectories
 
 
 def _load_tags(tags: list[str], env_config: EnvManagerConfig, run_config: RunConfig) -> dict[str, list[Any]]:

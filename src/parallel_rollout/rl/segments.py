@@ -1,0 +1,97 @@
+"""Segments: a trajectory's turns as training data, token for token.
+
+Each turn records what the server saw and sampled: ``prompt_token_ids`` (the whole prompt,
+as rendered), ``token_ids`` (sampled), ``logprobs`` (one per sampled token) and the
+``policy_version`` of the request. A trajectory is one sequence while every prompt extends
+the previous prompt + completion (append-only history: always so with a tokenizer, where the
+agent sends the ids itself)::
+
+    turn 1  [ prompt₁ ·························][ sampled₁ ]
+    turn 2  [ prompt₁ ·························][ sampled₁ ][ obs₂ ··· ][ sampled₂ ]
+    segment  input_ids  = prompt₁ + sampled₁ + obs₂ + sampled₂
+             loss_mask  =    0…0  +   1…1    +  0…0 +   1…1
+             logprobs   =    0.0  +  lp₁     +  0.0 +  lp₂
+             versions   =    -1   +  v₁      +  -1  +  v₂
+
+When a prompt does not start with the sequence so far (the server re-rendered the chat
+template differently: a template that drops earlier ``<think>`` blocks), the turn starts a
+new segment (tinker's ``trajectory_to_data`` and Agent Lightning merge the same way): never
+a sequence the model did not see. ``len(segments) - 1`` is the trajectory's ``drift``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..agents.model_client import NO_TOKEN_IDS_HINT
+from ..errors import RolloutError
+
+
+class NoTokenIds(RolloutError):
+    """A turn without token ids: the server did not return them."""
+
+    kind = "no_token_ids"
+
+
+@dataclass
+class Segment:
+    """One exact token sequence; every list has one entry per token."""
+
+    #: the tokens, prompt and sampled, in order
+    input_ids: list[int] = field(default_factory=list)
+    #: 1 on tokens the policy sampled, 0 on prompt, observation and template tokens
+    loss_mask: list[int] = field(default_factory=list)
+    #: the sampling logprob of each sampled token (NaN where the server sent none); 0.0 elsewhere
+    logprobs: list[float] = field(default_factory=list)
+    #: the policy version that sampled each token; -1 where loss_mask is 0
+    versions: list[int] = field(default_factory=list)
+    #: the trajectory's turns (0-based) in this segment
+    turns: list[int] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.input_ids)
+
+    def _context(self, ids: list[int]) -> None:
+        self.input_ids.extend(ids)
+        self.loss_mask.extend([0] * len(ids))
+        self.logprobs.extend([0.0] * len(ids))
+        self.versions.extend([-1] * len(ids))
+
+    def _sampled(self, ids: list[int], logprobs: list[float], version: int) -> None:
+        self.input_ids.extend(ids)
+        self.loss_mask.extend([1] * len(ids))
+        self.logprobs.extend(logprobs)
+        self.versions.extend([version] * len(ids))
+
+
+def build_segments(turns: list[dict[str, Any]], where: str = "trajectory") -> list[Segment]:
+    """The segments of ``turns`` (see the module docstring); NoTokenIds naming the turn when
+    one has no token ids, ValueError when its logprobs do not match its tokens."""
+    segments: list[Segment] = []
+    current: Segment | None = None
+    for index, turn in enumerate(turns):
+        prompt, sampled = turn.get("prompt_token_ids"), turn.get("token_ids")
+        if not isinstance(prompt, list) or not isinstance(sampled, list):
+            missing = "prompt_token_ids" if not isinstance(prompt, list) else "token_ids"
+            raise NoTokenIds(f"{where}: turn {turn.get('turn', index + 1)} has no {missing}: the model server "
+                             f"returned no token ids: {NO_TOKEN_IDS_HINT}")
+        logprobs = turn.get("logprobs")
+        if logprobs is None:
+            logprobs = [math.nan] * len(sampled)
+        if len(logprobs) != len(sampled):
+            raise ValueError(f"{where}: turn {turn.get('turn', index + 1)} has {len(sampled)} token ids but "
+                             f"{len(logprobs)} logprobs")
+        logprobs = [math.nan if lp is None else float(lp) for lp in logprobs]
+        version = turn.get("policy_version")
+        version = -1 if version is None else int(version)
+        if current is not None and prompt[: len(current)] == current.input_ids:
+            current._context(prompt[len(current):])
+        else:
+            current = Segment()
+            segments.append(current)
+            current._context(prompt)
+        current._sampled(sampled, logprobs, version)
+        current.turns.append(index)
+    return segments

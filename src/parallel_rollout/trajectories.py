@@ -1,0 +1,235 @@
+"""Trajectory files: how an attempt's turns are stored, and read back whole.
+
+One attempt writes ``trajectories/<task>/<sample>/attempt-<n>.jsonl`` (``trajectories/<name>/…``
+for a named Assignment), one line per turn, and, when a turn's model request carries inline
+images, ``attempt-<n>.images.jsonl`` beside it::
+
+    worker ── turn ──► TrajectoryFile.write ──► images.jsonl: {"sha256", "url"}  (each image once)
+                                            └─► attempt-n.jsonl: the turn, its request as a delta
+    trainer / report ◄── read_turns(path) ◄── the full request of every turn, images put back
+
+A chat agent's request is the whole conversation, re-sent every turn, with up to a few base64
+screenshots: stored as is, a T-turn trajectory costs O(T²) bytes and every screenshot is
+stored as often as it is re-sent (and a turn's ``prompt_token_ids``, the whole history in
+tokens, is O(T²) the same way). So a turn line holds ``request_delta`` (``{"keep": k, "new":
+[...]}``: the previous turn's first ``k`` messages, then ``new``) instead of ``request``, and
+``prompt_delta`` (the first ``k`` ids of the previous prompt + reply, then ``new``) instead of
+``prompt_token_ids``, and every ``data:`` image URL in it becomes ``sha256:<hex>``, whose data is a
+line of the images file (written before the turn that first uses it, so a turn never points
+at an image that is not on disk). Both files grow linearly with the turns. ``read_turns``
+reassembles ``request`` (messages shared between turns are the same objects, so reading is
+linear too); a line without ``request_delta`` is read as written, so older files still read.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from .results import StorageError
+
+#: the side file of an attempt's images, beside ``attempt-<n>.jsonl``
+IMAGES_SUFFIX = ".images.jsonl"
+#: what an image URL stored in the images file is replaced with in a turn line
+IMAGE_REF = "sha256:"
+
+
+class TrajectoryError(ValueError):
+    """A trajectory file that cannot be read back whole (a missing image, a bad delta)."""
+
+
+class TrajectoryFile:
+    """One attempt's trajectory file (and images file), written turn by turn."""
+
+    def __init__(self, folder: Path, run_dir: Path, attempt: int) -> None:
+        self._path = folder / f"attempt-{attempt}.jsonl"
+        self._images_path = images_path(self._path)
+        #: the file relative to the run folder (what the attempt's record names)
+        self.relpath = str(self._path.relative_to(run_dir))
+        #: where the env may write extra files of this attempt (created by the env)
+        self.extra_dir = folder / f"attempt-{attempt}"
+        self._fh = None
+        self._images_fh = None
+        self._stored: set[str] = set()
+        self._previous: list[Any] = []
+        self._previous_ids: list[int] = []
+
+    def write(self, entry: dict[str, Any]) -> None:
+        """Append one turn; StorageError when the output folder cannot take it."""
+        try:
+            if self._fh is None:
+                self._path.parent.mkdir(parents=True, exist_ok=True)
+                self._fh = open(self._path, "w", encoding="utf-8")
+            entry = dict(entry)
+            if isinstance(entry.get("request"), list):
+                entry["request_delta"] = self._delta(entry.pop("request"))
+            if isinstance(entry.get("prompt_token_ids"), list):
+                entry["prompt_delta"] = self._prompt_delta(entry.pop("prompt_token_ids"), entry.get("token_ids"))
+            self._fh.write(json.dumps(entry, default=repr, ensure_ascii=False) + "\n")
+            self._fh.flush()
+        except OSError as exc:
+            # A full disk is not the sample's outcome: the engine stops and a
+            # resume runs the attempt again.
+            raise StorageError(f"cannot write {self._path}: {exc.strerror or exc}; free space "
+                               "(or fix the folder) and rerun with --resume") from exc
+
+    def _delta(self, request: list[Any]) -> dict[str, Any]:
+        """The request as what changed since the previous turn's, its images stored once."""
+        stored = [self._store_images(message) for message in request]
+        keep = _common_prefix(stored, self._previous)
+        self._previous = stored
+        return {"keep": keep, "new": stored[keep:]}
+
+    def _prompt_delta(self, prompt: list[int], sampled: Any) -> dict[str, Any]:
+        """The prompt's ids as what follows the previous prompt + reply (all of it on drift)."""
+        keep = _common_prefix(prompt, self._previous_ids)
+        self._previous_ids = prompt + (sampled if isinstance(sampled, list) else [])
+        return {"keep": keep, "new": prompt[keep:]}
+
+    def _store_images(self, message: Any) -> Any:
+        """The message with each inline image replaced by its reference (written if new)."""
+        if not isinstance(message, dict) or not isinstance(message.get("content"), list):
+            return message
+        parts = []
+        for part in message["content"]:
+            url = _image_url(part)
+            if url is not None and url.startswith("data:"):
+                digest = hashlib.sha256(url.encode()).hexdigest()
+                if digest not in self._stored:
+                    if self._images_fh is None:
+                        self._images_fh = open(self._images_path, "a", encoding="utf-8")
+                    self._images_fh.write(json.dumps({"sha256": digest, "url": url}) + "\n")
+                    self._images_fh.flush()
+                    self._stored.add(digest)
+                part = {**part, "image_url": {**part["image_url"], "url": IMAGE_REF + digest}}
+            parts.append(part)
+        return {**message, "content": parts}
+
+    def close(self) -> None:
+        """Close the files, if opened; never raises (it runs in a ``finally``)."""
+        for name in ("_fh", "_images_fh"):
+            fh = getattr(self, name)
+            setattr(self, name, None)
+            if fh is not None:
+                try:
+                    fh.close()
+                except OSError:
+                    pass  # the unflushed tail of a failed write; write() already raised
+
+
+def images_path(path: Path) -> Path:
+    """The images file beside the trajectory file ``path``."""
+    return path.with_name(path.stem + IMAGES_SUFFIX)
+
+
+def read_turns(path: Path) -> list[dict[str, Any]]:
+    """Every turn of a trajectory file, each ``request`` whole again (images put back).
+
+    A torn last line (a killed attempt) ends the turns; OSError when the file is missing;
+    TrajectoryError when a turn points at an image the images file lacks."""
+    path = Path(path)
+    lines = path.read_text(encoding="utf-8").splitlines()
+    images: dict[str, str] | None = None
+    previous: list[Any] = []
+    previous_ids: list[int] = []
+    turns = []
+    for number, line in enumerate(lines, 1):
+        try:
+            turn = json.loads(line)
+        except ValueError:
+            break  # a torn last line of a killed attempt
+        delta = turn.pop("request_delta", None) if isinstance(turn, dict) else None
+        if delta is not None:
+            if images is None:
+                images = _read_images(images_path(path))
+            try:
+                new = [_restore_images(message, images) for message in delta["new"]]
+                request = previous[: delta["keep"]] + new
+            except KeyError as exc:
+                raise TrajectoryError(f"{path}:{number}: the request refers to {exc.args[0]}, which "
+                                      f"{images_path(path).name} does not hold") from None
+            turn["request"] = previous = request
+        ids = turn.pop("prompt_delta", None) if isinstance(turn, dict) else None
+        if ids is not None:
+            turn["prompt_token_ids"] = previous_ids[: ids["keep"]] + ids["new"]
+            previous_ids = turn["prompt_token_ids"] + (turn["token_ids"] if isinstance(turn.get("token_ids"), list) else [])
+        turns.append(turn)
+    return turns
+
+
+def pack_files(run_dir: Path, relpath: str | None) -> dict[str, str]:
+    """An attempt's trajectory and images files by path relative to ``run_dir`` (what a
+    node without the driver's folder sends back with the record); {} when there are none."""
+    files: dict[str, str] = {}
+    if relpath:
+        path = Path(run_dir) / relpath
+        for each in (path, images_path(path)):
+            try:
+                files[str(each.relative_to(run_dir))] = each.read_text(encoding="utf-8")
+            except FileNotFoundError:
+                pass
+    return files
+
+
+def unpack_files(run_dir: Path, files: dict[str, str]) -> None:
+    """Write the files ``pack_files`` sent where this host lacks them (a node that shares the
+    folder wrote them already); StorageError when the folder cannot take them."""
+    for relpath, text in files.items():
+        path = Path(run_dir) / relpath
+        if path.exists():
+            continue
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+        except OSError as exc:
+            raise StorageError(f"cannot write {path}: {exc.strerror or exc}") from exc
+
+
+def _common_prefix(items: list[Any], previous: list[Any]) -> int:
+    """How many first items ``items`` shares with ``previous``."""
+    if items[: len(previous)] == previous:  # the usual append-only history, compared in C
+        return len(previous)
+    keep = 0
+    while keep < min(len(items), len(previous)) and items[keep] == previous[keep]:
+        keep += 1
+    return keep
+
+
+def _read_images(path: Path) -> dict[str, str]:
+    images = {}
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return images
+    for line in text.splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            break
+        images[entry["sha256"]] = entry["url"]
+    return images
+
+
+def _restore_images(message: Any, images: dict[str, str]) -> Any:
+    if not isinstance(message, dict) or not isinstance(message.get("content"), list):
+        return message
+    parts = []
+    for part in message["content"]:
+        url = _image_url(part)
+        if url is not None and url.startswith(IMAGE_REF):
+            digest = url[len(IMAGE_REF):]
+            if digest not in images:
+                raise KeyError(url)
+            part = {**part, "image_url": {**part["image_url"], "url": images[digest]}}
+        parts.append(part)
+    return {**message, "content": parts}
+
+
+def _image_url(part: Any) -> str | None:
+    """The URL of an OpenAI ``image_url`` content part, else None."""
+    if isinstance(part, dict) and part.get("type") == "image_url" and isinstance(part.get("image_url"), dict):
+        url = part["image_url"].get("url")
+        return url if isinstance(url, str) else None
+    return None

@@ -1,0 +1,132 @@
+"""The data plane on an OSWorld-shaped batch (tests/rl/screens.py: a screenshot per turn, the
+openai agent's conversation with its last three screenshots inline): each screenshot is
+stored once per trajectory, a trajectory's files grow linearly with its turns, and the
+trainer gets every turn's full request back. The default run is 8 trajectories of 100 turns
+with 300 KB screens; the slow one is the full 64."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import pytest
+
+from parallel_rollout.config import RunConfig
+from parallel_rollout.rl import EnvManagerConfig, TaskSet
+from parallel_rollout.trajectories import images_path
+from screens import AGENT, MODE, write_screens
+
+TURNS = 100
+SCREEN_BYTES = 300 * 1024
+
+
+def _batch(tmp_path, schedulers, trajectories):
+    screens = write_screens(tmp_path / "screens", TURNS, SCREEN_BYTES)
+    tasks = tmp_path / "desk.jsonl"
+    tasks.write_text(json.dumps({"id": "desk0", "mode": MODE, "turns": TURNS, "images": str(screens)}) + "\n")
+    config = RunConfig(mode=MODE, agent=AGENT, num_rollouts=2, envs_per_worker=4, output_dir=str(tmp_path / "out"),
+                       progress=False, task_timeout=600.0, max_turns=TURNS)
+    train = schedulers(config, EnvManagerConfig(group_size=8, num_env_groups=1, tags=["desk"],
+                                                task_sets={"desk": TaskSet(MODE, str(tasks))}))
+    return train, train.get_batch(batch_size=trajectories, step=0), screens
+
+
+def _check(train, batch, screens):
+    expected = {f"sha{i}": base64.b64encode((screens / f"screen-{i}.png").read_bytes()).decode() for i in range(TURNS)}
+    for trajectory in batch:
+        assert trajectory.status == "success" and len(trajectory.turns) == TURNS, trajectory.record
+        path = train.run_dir / trajectory.record["trajectory"]
+        lines = path.read_bytes().splitlines()
+        # each screenshot once, in the images file; none inline in a turn line
+        images = [json.loads(line) for line in images_path(path).read_bytes().splitlines()]
+        assert len(images) == TURNS and len({i["sha256"] for i in images}) == TURNS
+        assert not any(b"base64" in line for line in lines)
+        assert max(len(line) for line in lines) < 20_000
+        # linear: the last 50 turns take about as many bytes as the first 50
+        first, last = sum(map(len, lines[:50])), sum(map(len, lines[50:]))
+        assert 0.8 < last / first < 1.25, (first, last)
+        assert images_path(path).stat().st_size < TURNS * (SCREEN_BYTES * 4 // 3 + 200)
+        # the trainer's turns carry the full request the agent sent
+        for number, turn in enumerate(trajectory.turns, 1):
+            urls = [part["image_url"]["url"] for message in turn["request"] if isinstance(message["content"], list)
+                    for part in message["content"] if part["type"] == "image_url"]
+            assert len(urls) == min(number, 3)
+            assert urls[-1] == "data:image/png;base64," + expected[f"sha{number - 1}"]
+        assert len(trajectory.segments()) == 1
+
+
+def test_screenshots_stored_once_and_files_linear_in_turns(tmp_path, schedulers):
+    train, batch, screens = _batch(tmp_path, schedulers, 8)
+    _check(train, batch, screens)
+
+
+@pytest.mark.slow
+def test_64_trajectories_of_100_screens(tmp_path, schedulers):
+    train, batch, screens = _batch(tmp_path, schedulers, 64)
+    assert len(batch) == 64
+    _check(train, batch, screens)
+
+
+def test_deltas_read_back_exactly_and_a_lost_image_is_named(tmp_path):
+    """Requests that grow, drop an old image (a message changes) and restart; prompt ids that
+    extend and drift: read_turns gives back what was written; a torn last line ends the turns;
+    an images file that lost a line is an error naming the file and line."""
+    from parallel_rollout.trajectories import TrajectoryError, TrajectoryFile, read_turns
+
+    def image(n):
+        return {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{'QUJD' * 50}{n}"}}
+
+    system = {"role": "system", "content": "s"}
+    user = [{"role": "user", "content": [{"type": "text", "text": f"t{n}"}, image(n)]} for n in range(3)]
+    turns = [
+        {"turn": 1, "request": [system, user[0]], "prompt_token_ids": [1, 2], "token_ids": [3]},
+        {"turn": 2, "request": [system, user[0], {"role": "assistant", "content": "a"}, user[1]],
+         "prompt_token_ids": [1, 2, 3, 4], "token_ids": [5]},
+        {"turn": 3, "request": [system, {"role": "user", "content": "[older screenshot omitted]"}, user[2]],
+         "prompt_token_ids": [1, 9, 4, 6], "token_ids": [7]},   # drift: not prompt + reply
+        {"turn": 4, "reply": "no request"},
+    ]
+    file = TrajectoryFile(tmp_path / "t", tmp_path, 0)
+    for turn in turns:
+        file.write(turn)
+    file.close()
+    path = tmp_path / "t" / "attempt-0.jsonl"
+    assert read_turns(path) == turns
+    lines = path.read_text().splitlines()
+    assert json.loads(lines[1])["prompt_delta"] == {"keep": 3, "new": [4]}
+    assert json.loads(lines[2])["request_delta"]["keep"] == 1
+    with path.open("a") as fh:
+        fh.write('{"turn": 5, "torn')
+    assert read_turns(path) == turns
+    images = images_path(path)
+    assert len(images.read_text().splitlines()) == 3
+    images.write_text("\n".join(images.read_text().splitlines()[:2]) + "\n")
+    with pytest.raises(TrajectoryError, match=r"attempt-0.jsonl:3: .*attempt-0.images.jsonl"):
+        read_turns(path)
+
+
+def test_turns_are_read_in_the_trainers_thread_not_the_engines(tmp_path, schedulers, monkeypatch):
+    """The engine calls the scheduler back on its dispatch thread: a trajectory is parsed
+    only by get_batch, in the caller's thread."""
+    import threading
+
+    from parallel_rollout.rl import groups
+
+    readers = []
+    real = groups.read_turns
+
+    def read_turns(path):
+        readers.append(threading.current_thread())
+        return real(path)
+
+    monkeypatch.setattr(groups, "read_turns", read_turns)
+    screens = write_screens(tmp_path / "screens", 3, 1000)
+    tasks = tmp_path / "desk.jsonl"
+    tasks.write_text(json.dumps({"id": "desk0", "mode": MODE, "turns": 3, "images": str(screens)}) + "\n")
+    config = RunConfig(mode=MODE, agent=AGENT, num_rollouts=1, envs_per_worker=2, output_dir=str(tmp_path / "out"),
+                       progress=False, max_turns=3)
+    train = schedulers(config, EnvManagerConfig(group_size=2, tags=["desk"],
+                                                task_sets={"desk": TaskSet(MODE, str(tasks))}))
+    batch = train.get_batch(batch_size=4, step=0)
+    assert all(len(t.turns) == 3 for t in batch)
+    assert len(readers) == 4 and set(readers) == {threading.current_thread()}
