@@ -7,7 +7,6 @@ removes VMs that killed runs left behind.
 
 from __future__ import annotations
 
-import logging
 import sys
 from typing import Any
 
@@ -17,6 +16,7 @@ from click.core import ParameterSource
 from .config import RunConfig, build_config
 from .errors import ConfigError, ProviderUnavailable, RunLocked, VMError
 from .exit_codes import EXIT_LOCKED
+from .logs import console_logging
 
 _D = RunConfig()
 
@@ -161,8 +161,14 @@ def main() -> None:
 @click.option("--ray-address", help="--backend ray: 'auto' or HOST:PORT of a running cluster (default: a "
               "local Ray instance started and stopped by the run).")
 @click.option("--progress/--no-progress", default=None, help="Progress bar (default: when stderr is a terminal).")
+@click.option("-v", "--verbose", count=True,
+              help="More log: -v DEBUG of parallel-rollout and INFO of other libraries (console and "
+                   "run.log), -vv DEBUG of everything.")
+@click.option("-q", "--quiet", count=True,
+              help="Less on the console: -q warnings and errors only, -qq errors only (run.log keeps INFO).")
 @click.pass_context
-def run(ctx: click.Context, config_file: str | None, dry_run: bool, **flags: Any) -> None:
+def run(ctx: click.Context, config_file: str | None, dry_run: bool, verbose: int, quiet: int,
+        **flags: Any) -> None:
     """Run every task of --data as rollouts and write results/<run-id>/.
 
     \b
@@ -176,7 +182,7 @@ def run(ctx: click.Context, config_file: str | None, dry_run: bool, **flags: Any
         name: value for name, value in flags.items()
         if ctx.get_parameter_source(name) in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
     }
-    _console_logging()
+    console_logging(verbose - quiet)
     try:
         config = build_config(explicit, config_file)
         if dry_run:
@@ -222,30 +228,6 @@ def format_summary(summary: dict[str, Any], run_dir: Any) -> str:
 
 def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value:.1%}"
-
-
-class _StderrHandler(logging.StreamHandler):
-    """Writes to whatever ``sys.stderr`` is now, not the stream it was created with: a
-    second ``main()`` in one process (CliRunner, an embedding program) swaps sys.stderr, and
-    a handler bound to the first, closed stream would drop every later message."""
-
-    @property
-    def stream(self):  # type: ignore[override]
-        return sys.stderr
-
-    @stream.setter
-    def stream(self, value) -> None:
-        pass
-
-
-def _console_logging() -> None:
-    root = logging.getLogger("parallel_rollout")
-    if not any(getattr(h, "_parallel_rollout_console", False) for h in root.handlers):
-        handler = _StderrHandler()
-        handler.setFormatter(logging.Formatter("%(message)s"))
-        handler._parallel_rollout_console = True  # type: ignore[attr-defined]
-        root.addHandler(handler)
-    root.setLevel(logging.INFO)
 
 
 @main.group()

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 import psutil
 
 from .errors import LeaseTimeout, RolloutError, TaskTimeout, WorkerDied
+from .logs import LogCollector, run_child
 from .messages import STOP, Assignment, Cancel, Finished, LeaseWait, Started
 
 if TYPE_CHECKING:
@@ -149,6 +150,8 @@ class Supervision(WorkerTable):
         self._watched: list[Any] = []
         self._poller: Any = None
         self._by_fd: dict[int, Any] = {}
+        #: reads the log records of the workers and the Manager into this process's loggers
+        self._logs: LogCollector | None = None
 
     @property
     def manager_pid(self) -> int | None:
@@ -163,19 +166,22 @@ class Supervision(WorkerTable):
     def start(self) -> None:
         """Start the pool (sweeping an earlier run's leftovers first) and N workers."""
         engine, cfg = self.engine, self.config
+        self._logs = LogCollector()
         if engine.provider_cls is not None:
             # Leftovers of an earlier, killed run of this run id; a live run of the same id
             # in another output folder keeps its VMs.
             engine.provider_cls.sweep(engine.run_id, orphans_only=True)
             from .pool.server import start_pool
 
+            pool_logs = self._logs.child()
             self._manager, self.pool = start_pool(
-                engine._ctx, cfg.provider_name, engine.run_id, cfg.pool_size,
+                engine._ctx, cfg.provider_name, engine.run_id, cfg.pool_size, log_to=pool_logs,
                 options=engine.provider_options,
                 events_path=str(engine.run_dir / "events.jsonl"),
                 replacement_budget=cfg.replacement_budget,
                 per_worker=not cfg.use_vm_pool,
             )
+            pool_logs.close()
         for index in range(cfg.num_rollouts):
             self._spawn(index)
 
@@ -186,13 +192,16 @@ class Supervision(WorkerTable):
         self._spawns += 1
         holder = f"w{index}.{self._spawns}"
         parent_conn, child_conn = ctx.Pipe(duplex=True)
+        child_logs = self._logs.child()
         process = ctx.Process(
-            target=worker_main, name=f"rollout-worker-{index}",
-            args=(f"w{index}", holder, child_conn, self.pool, self.config, str(self.engine.run_dir)),
+            target=run_child, name=f"rollout-worker-{index}",
+            args=(child_logs, worker_main, f"w{index}", holder, child_conn, self.pool, self.config,
+                  str(self.engine.run_dir)),
             daemon=True,
         )
         process.start()
         child_conn.close()
+        child_logs.close()
         self._workers[index] = WorkerHandle(index, holder, process, parent_conn)
 
     # -- what the engine asks --------------------------------------------------------------
@@ -435,6 +444,9 @@ class Supervision(WorkerTable):
             # boot cut short by the shutdown made; and a stop that raced a boot (a standby
             # booting while its VM died) may have missed one. Its folders are orphans now.
             provider_cls.sweep(self.engine.run_id, orphans_only=True)
+        if self._logs is not None:
+            self._logs.close()  # every child is gone: their last records are in the pipes
+            self._logs = None
 
 
 def synthetic_record(item: Assignment, exc: RolloutError, w: WorkerHandle, started_at: float) -> dict[str, Any]:
