@@ -33,7 +33,7 @@ from pathlib import Path
 #: (``"engine.py"`` one file, ``"pool/"`` a whole package). A module may import modules of
 #: its own layer and of every layer below it.
 LAYERS: list[list[str]] = [
-    ["cli.py", "__main__.py", "preflight.py"],
+    ["cli.py", "__main__.py", "cli_options.py", "cli_aliases.py", "preflight.py"],
     ["runner.py", "rl/"],
     ["engine.py"],
     ["backends/"],
@@ -42,7 +42,7 @@ LAYERS: list[list[str]] = [
     ["guest/"],
     ["report/"],
     ["config.py", "messages.py", "records.py", "tasks.py", "results.py", "plugins.py",
-     "policy_gate.py", "provenance.py", "trajectories.py"],
+     "policy_gate.py", "provenance.py", "trajectories.py", "logs.py"],
     ["errors.py", "exit_codes.py", "__init__.py"],
 ]
 

@@ -18,10 +18,18 @@ from parallel_rollout.agents import Agent
 from parallel_rollout.config import build_config
 from parallel_rollout.envs import task_validators
 from parallel_rollout.envs.math import MathEnv, extract_answer, grade
+from parallel_rollout.envs.math_grader import close_graders
 from parallel_rollout.runner import Runner
 from parallel_rollout.tasks import Task, load_tasks
 
 MATH_TASKS = Path(__file__).resolve().parent.parent / "benchmarks" / "math_tasks.jsonl"
+
+
+@pytest.fixture(autouse=True)
+def stop_graders():
+    """Grading in this process starts grader processes; stop them before the leak check."""
+    yield
+    close_graders()
 
 #: reply -> (extracted answer, how it was found)
 EXTRACTION = {
@@ -102,7 +110,7 @@ def test_grading_off_the_main_thread():
 
 
 def test_a_ruinous_answer_times_out_on_a_thread():
-    """Ten characters that sympy would spend hours on: the forked grader is killed."""
+    """Ten characters that sympy would spend hours on: the grader is killed."""
     results = []
     started = time.monotonic()
     thread = threading.Thread(target=lambda: results.append(grade("5", "9^{9^{9}}", timeout_s=1.0)))

@@ -7,7 +7,6 @@ removes VMs that killed runs left behind.
 
 from __future__ import annotations
 
-import logging
 import sys
 from typing import Any
 
@@ -16,7 +15,9 @@ from click.core import ParameterSource
 
 from .config import RunConfig, build_config
 from .errors import ConfigError, ProviderUnavailable, RunLocked, VMError
+from .cli_options import ENV_PREFIX, LazyHelpOption, RegistryOption, RunCommand, dataset_help
 from .exit_codes import EXIT_LOCKED, EXIT_USAGE
+from .logs import console_logging
 
 _D = RunConfig()
 
@@ -47,8 +48,18 @@ class _DefaultRunGroup(click.Group):
         with formatter.section("Options of run (the default command)"):
             formatter.write_dl(records)
 
+    def shell_complete(self, ctx: click.Context, incomplete: str) -> list[Any]:
+        """Commands and the group's options, and run's options too: ``parallel-rollout
+        --mo<TAB>`` is run's --mode, since run is the default command."""
+        items = super().shell_complete(ctx, incomplete)
+        if incomplete.startswith("-"):
+            run_cmd = self.commands["run"]
+            items += run_cmd.shell_complete(click.Context(run_cmd, info_name="run", parent=ctx), incomplete)
+        return items
 
-@click.group(cls=_DefaultRunGroup, context_settings={"help_option_names": ["-h", "--help"]})
+
+@click.group(cls=_DefaultRunGroup, context_settings={"help_option_names": ["-h", "--help"],
+                                                     "auto_envvar_prefix": ENV_PREFIX})
 @click.version_option(package_name="parallel-rollout")
 def main() -> None:
     """Run agent rollouts in parallel: N worker processes share a pool of M reset-able VMs.
@@ -57,14 +68,14 @@ def main() -> None:
     """
 
 
-@main.command()
-@click.option("--mode", default=_D.mode, show_default=True,
-              help="Task family: decides the environment and how a rollout is graded: shell, py "
-              "(HumanEval-style code in a VM), math (answers graded with math-verify), gym (FrozenLake; "
-              "no VM; needs the [rl] extra).")
-@click.option("--data", type=click.Path(),
-              help="Task file: a JSON list or JSONL (optionally .gz), an OSWorld folder (or its "
-                   "evaluation_examples/), or a named dataset: humaneval, frozenlake, miniwob.")
+# run's flags are PARALLEL_ROLLOUT_<FLAG> (not ..._RUN_<FLAG>): run is the default command
+@main.command(cls=RunCommand, context_settings={"auto_envvar_prefix": ENV_PREFIX})
+@click.option("--mode", default=_D.mode, show_default=True, cls=RegistryOption, registry="mode",
+              help_template="Task family: decides the environment and how a rollout is graded: "
+                            "{names}; or module:Class of your own Env.")
+@click.option("--data", type=click.Path(), cls=LazyHelpOption, help_builder=dataset_help(
+              "Task file: a JSON list or JSONL (optionally .gz), an OSWorld folder (or its "
+              "evaluation_examples/), or a named dataset: {names}."))
 @click.option("--num-rollouts", type=int, default=_D.num_rollouts, show_default=True,
               help="N: worker processes running rollouts.")
 @click.option("--num-vms", type=int, default=_D.num_vms, show_default=True,
@@ -77,9 +88,8 @@ def main() -> None:
               help="Agent actions allowed per rollout before it is stopped and graded.")
 @click.option("--max-retries", type=int, default=_D.max_retries, show_default=True,
               help="Retries of an attempt lost to infrastructure (VM died, worker died, lease timeout).")
-@click.option("--provider-name", default=_D.provider_name, show_default=True,
-              help="VM technology: process (bubblewrap sandbox, the default), docker, qemu, "
-              "remote (--vm-address), or a plugin's name or module:Class.")
+@click.option("--provider-name", default=_D.provider_name, show_default=True, cls=RegistryOption,
+              registry="provider", help_template="VM technology: {names}; or module:Class of your own Provider.")
 @click.option("--snapshot-name", help="Snapshot VMs are reset to; for process: a folder copied as the home.")
 @click.option("--path-to-vm", help="VM image or .vmx file, for providers that boot one.")
 @click.option("--vm-address", multiple=True,
@@ -126,9 +136,8 @@ def main() -> None:
 @click.option("--record", is_flag=True, help="Keep a recording.mp4 of each osworld attempt.")
 @click.option("--rag-metric", type=click.Choice(["f1", "em"]), default=_D.rag_metric, show_default=True,
               help="The rag mode's reward: token F1 or exact match of the answer (both are recorded).")
-@click.option("--agent", default=_D.agent, show_default=True,
-              help="Who acts: oracle (replays each task's reference), openai (a model behind an "
-              "OpenAI-compatible API), command (--agent-cmd), or module:Class of your own Agent.")
+@click.option("--agent", default=_D.agent, show_default=True, cls=RegistryOption, registry="agent",
+              help_template="Who acts: {names}; or module:Class of your own Agent.")
 @click.option("--agent-cmd", help="Command of --agent command: an executable reading one JSON observation "
               "per line on stdin and writing one JSON action per line on stdout.")
 @click.option("--base-url", help="OpenAI-compatible endpoint for --agent openai (vLLM, SGLang, Ollama …); "
@@ -141,7 +150,10 @@ def main() -> None:
               help="A generation parameter of --agent openai added to each request (top_p=0.9, seed=3, "
               'stop=\'["END"]\' …); VALUE is JSON when it parses, else a string. Repeat it.')
 @click.option("--vm-memory-mb", type=int,
-              help="Address-space limit per process inside each VM, in MB (py mode: 2048 unless set).")
+              help="Memory of each VM, in MB: the whole sandbox's memory cgroup (process; RLIMIT_AS per "
+                   "process only where no memory cgroup is writable), the container's --memory (docker), "
+                   "the guest's RAM (qemu); vmware and virtualbox take it from the VM's settings "
+                   "(py mode: 2048 unless set).")
 @click.option("--vm-max-processes", type=int,
               help="Process limit per VM (py mode: 256 unless set, where the machine allows).")
 @click.option("--task-timeout", type=float, default=_D.task_timeout, show_default=True,
@@ -156,7 +168,7 @@ def main() -> None:
 @click.option("--resume", is_flag=True,
               help="Continue the run --run-id: samples with a final record are never run again.")
 @click.option("--limit", type=int, help="Run only the first N tasks of --data.")
-@click.option("--config", "config_file", type=click.Path(dir_okay=False),
+@click.option("--config", "config_file", type=click.Path(dir_okay=False), envvar=f"{ENV_PREFIX}_CONFIG",
               help="TOML file whose keys are these flags' names; flags given here win.")
 @click.option("--fail-under", type=float,
               help="Exit 3 when the finished run's success rate is below this fraction (0.8 means 80%).")
@@ -171,8 +183,14 @@ def main() -> None:
 @click.option("--ray-address", help="--backend ray: 'auto' or HOST:PORT of a running cluster (default: a "
               "local Ray instance started and stopped by the run).")
 @click.option("--progress/--no-progress", default=None, help="Progress bar (default: when stderr is a terminal).")
+@click.option("-v", "--verbose", count=True,
+              help="More log: -v DEBUG of parallel-rollout and INFO of other libraries (console and "
+                   "run.log), -vv DEBUG of everything.")
+@click.option("-q", "--quiet", count=True,
+              help="Less on the console: -q warnings and errors only, -qq errors only (run.log keeps INFO).")
 @click.pass_context
-def run(ctx: click.Context, config_file: str | None, dry_run: bool, check_endpoint: bool, **flags: Any) -> None:
+def run(ctx: click.Context, config_file: str | None, dry_run: bool, check_endpoint: bool, verbose: int,
+        quiet: int, **flags: Any) -> None:
     """Run every task of --data as rollouts and write results/<run-id>/.
 
     \b
@@ -186,7 +204,7 @@ def run(ctx: click.Context, config_file: str | None, dry_run: bool, check_endpoi
         name: value for name, value in flags.items()
         if ctx.get_parameter_source(name) in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
     }
-    _console_logging()
+    console_logging(verbose - quiet)
     try:
         config = build_config(explicit, config_file)
         if check_endpoint and not dry_run:
@@ -244,30 +262,6 @@ def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value:.1%}"
 
 
-class _StderrHandler(logging.StreamHandler):
-    """Writes to whatever ``sys.stderr`` is now, not the stream it was created with: a
-    second ``main()`` in one process (CliRunner, an embedding program) swaps sys.stderr, and
-    a handler bound to the first, closed stream would drop every later message."""
-
-    @property
-    def stream(self):  # type: ignore[override]
-        return sys.stderr
-
-    @stream.setter
-    def stream(self, value) -> None:
-        pass
-
-
-def _console_logging() -> None:
-    root = logging.getLogger("parallel_rollout")
-    if not any(getattr(h, "_parallel_rollout_console", False) for h in root.handlers):
-        handler = _StderrHandler()
-        handler.setFormatter(logging.Formatter("%(message)s"))
-        handler._parallel_rollout_console = True  # type: ignore[attr-defined]
-        root.addHandler(handler)
-    root.setLevel(logging.INFO)
-
-
 @main.group()
 def image() -> None:
     """Build the guest images that VM providers boot (docker, qemu)."""
@@ -278,8 +272,8 @@ def image() -> None:
 @click.option("--force", is_flag=True, help="Rebuild even when a cached image exists.")
 @click.option("--desktop", is_flag=True,
               help="The image of desktop modes (osworld): adds Xvfb, openbox, xterm, mousepad, "
-                   "pcmanfm, xdotool, wmctrl, ffmpeg, AT-SPI and LibreOffice Writer and Calc "
-                   "(about 1 GB more).")
+                   "pcmanfm, xdotool, wmctrl, ffmpeg, AT-SPI, LibreOffice (Writer, Calc, Impress), "
+                   "Chromium, GIMP, VLC, Thunderbird and ImageMagick (a 1.9 GB docker image).")
 def image_build(provider_name: str, force: bool, desktop: bool) -> None:
     """Build the guest image (Debian from Debian's packages, python3, the guest agent) and cache it."""
     from .pool.providers import get_provider

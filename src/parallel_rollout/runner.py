@@ -37,6 +37,7 @@ from .engine import Engine
 from .envs import get_env, task_validators
 from .errors import ConfigError, RunLocked, TaskFileError
 from .exit_codes import EXIT_ABORTED, EXIT_INTERRUPTED, EXIT_OK
+from .logs import run_log_handler
 from .messages import Assignment
 from .pool.providers import get_provider
 from .provenance import SCHEMA_VERSION, check_resume, provenance
@@ -192,11 +193,8 @@ class Runner:
         return lock
 
     def _setup_logging(self) -> logging.Handler:
-        handler = logging.FileHandler(self.run_dir / "run.log", encoding="utf-8")
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-        logging.getLogger("parallel_rollout").addHandler(handler)
-        logging.getLogger("parallel_rollout").setLevel(logging.INFO)
-        return handler
+        # every process's records reach this handler (logs.py)
+        return run_log_handler(self.run_dir / "run.log")
 
     # -- the run --------------------------------------------------------------------------
 

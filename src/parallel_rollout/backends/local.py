@@ -40,6 +40,7 @@ from multiprocessing.connection import Connection, wait
 from typing import Any
 
 from ..errors import LeaseTimeout, RolloutError, TaskTimeout, WorkerDied
+from ..logs import LogCollector, run_child
 from ..messages import STOP, Assignment, Cancel, Finished, LeaseWait, Started
 from .base import BackendSpec, Clock, CrashWindow, EngineHooks, WorkerTable, died_record, kill_tree
 
@@ -115,6 +116,8 @@ class LocalBackend(WorkerTable):
         self._watched: list[Any] = []
         self._poller: Any = None
         self._by_fd: dict[int, Any] = {}
+        #: reads the log records of the workers and the Manager into this process's loggers
+        self._logs: LogCollector | None = None
 
     @property
     def manager_pid(self) -> int | None:
@@ -129,19 +132,22 @@ class LocalBackend(WorkerTable):
     def start(self) -> None:
         """Start the pool (sweeping an earlier run's leftovers first) and N workers."""
         spec, cfg = self.spec, self.config
+        self._logs = LogCollector()
         if spec.provider_cls is not None:
             # Leftovers of an earlier, killed run of this run id; a live run of the same id
             # in another output folder keeps its VMs.
             spec.provider_cls.sweep(spec.run_id, orphans_only=True)
             from ..pool.server import start_pool
 
+            pool_logs = self._logs.child()
             self._manager, self.pool = start_pool(
-                self._ctx, cfg.provider_name, spec.run_id, cfg.pool_size,
+                self._ctx, cfg.provider_name, spec.run_id, cfg.pool_size, log_to=pool_logs,
                 options=spec.provider_options,
                 events_path=str(spec.run_dir / "events.jsonl"),
                 replacement_budget=cfg.replacement_budget,
                 per_worker=not cfg.use_vm_pool,
             )
+            pool_logs.close()
         for index in range(cfg.num_rollouts):
             self._spawn(index)
 
@@ -152,13 +158,16 @@ class LocalBackend(WorkerTable):
         self._spawns += 1
         holder = f"w{index}.{self._spawns}"
         parent_conn, child_conn = ctx.Pipe(duplex=True)
+        child_logs = self._logs.child()
         process = ctx.Process(
-            target=worker_main, name=f"rollout-worker-{index}",
-            args=(f"w{index}", holder, child_conn, self.pool, self.config, str(self.spec.run_dir)),
+            target=run_child, name=f"rollout-worker-{index}",
+            args=(child_logs, worker_main, f"w{index}", holder, child_conn, self.pool, self.config,
+                  str(self.spec.run_dir)),
             daemon=True,
         )
         process.start()
         child_conn.close()
+        child_logs.close()
         self._workers[index] = WorkerHandle(index, holder, process, parent_conn)
 
     # -- what the engine asks --------------------------------------------------------------
@@ -397,4 +406,7 @@ class LocalBackend(WorkerTable):
             # boot cut short by the shutdown made; and a stop that raced a boot (a standby
             # booting while its VM died) may have missed one. Its folders are orphans now.
             provider_cls.sweep(self.spec.run_id, orphans_only=True)
+        if self._logs is not None:
+            self._logs.close()  # every child is gone: their last records are in the pipes
+            self._logs = None
         return final_stats

@@ -9,21 +9,16 @@ takes one final answer out of it and grades it against the task's answer::
                     ─► else the whole reply when it is one short formula
                     ─► else the last number in the reply
           ─► grade:  math-verify parse(answer), parse(extracted), verify(gold, pred)
-                     in a forked child with a deadline  ─► reward 1.0 / 0.0 + details
+                     in a grader process with a deadline  ─► reward 1.0 / 0.0 + details
 
 So ``1/2``, ``0.5``, ``\\frac{1}{2}`` and ``\\dfrac12`` agree; decimals count when they match
 to six places (``0.333333`` is 1/3, ``0.33`` is not); intervals keep their brackets.
 
-Why a forked child: math-verify bounds its work with ``signal.alarm``, which Python allows
-only on the main thread, and envs run on a worker's loop threads. Its timeouts are turned off
-(``parsing_timeout=None``, ``timeout_seconds=None``) and the bound comes from outside: the
-grade runs in a child forked from the loop thread (about 3 ms: sympy is already imported),
-which the loop kills when ``grade_timeout_s`` passes. A short answer can still be ruinous —
-``9^{9^{9}}`` is ten characters and sympy will try to compute it — so a length cap alone
-would not do; the cap (``MAX_ANSWER_CHARS``) only keeps details small and skips the fork for
-junk. The child also limits its own CPU time, so it dies even if its parent is killed first.
-Where fork is unavailable (not Linux/macOS) the grade runs inline, bounded only by the cap
-and the runner's ``--task-timeout``.
+The grade runs in a grader process with a deadline (``math_grader``: why a process, and why
+not a fork of the threaded worker). A short answer can still be ruinous — ``9^{9^{9}}`` is
+ten characters and sympy will try to compute it — so a length cap alone would not do; the
+cap (``MAX_ANSWER_CHARS``) only keeps details small and spares the grader junk. math-verify
+comes with the ``[math]`` extra: a run of this mode without it is refused before it starts.
 
 Turns: one answer ends the episode (``default_max_turns = 1``). With an explicit
 ``--max-turns N`` > 1 a wrong or missing answer gets ``feedback`` ("incorrect" or "no
@@ -34,25 +29,15 @@ details; nothing the agent sends makes the env raise.
 
 from __future__ import annotations
 
-import json
-import logging
 import math
-import os
 import re
-import select
-import signal
-import threading
-import time
 from typing import Any, Mapping
 
 from .base import Env, StepResult, require
+from .math_grader import DEFAULT_GRADE_TIMEOUT_S, INSTALL_HINT, grade_isolated
 
 #: longest extracted answer that is graded; longer ones score 0 without a grade
 MAX_ANSWER_CHARS = 1000
-#: seconds one grade (parse both answers and compare them) may take
-DEFAULT_GRADE_TIMEOUT_S = 5.0
-#: CPU seconds a grading child may use before the kernel stops it, even as an orphan
-_CHILD_CPU_LIMIT_S = 30
 
 _BOX = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])")
 # "Answer: 5", "**Final answer:** $5$", "The answer is 5." — the rest of the line is the answer.
@@ -149,132 +134,12 @@ def extract_answer(reply: str) -> tuple[str | None, str | None]:
     return None, None
 
 
-def _as_latex(answer: str) -> str:
-    # Python's power operator is common in replies; LaTeX parsing reads "**" as nonsense.
-    return "$\\boxed{" + answer.replace("**", "^") + "}$"
-
-
-def _grade_now(expected: str, extracted: str) -> dict[str, Any]:
-    """Parse both answers and compare them with math-verify, in this thread, unbounded."""
-    from math_verify import parse, verify
-
-    gold = parse(_as_latex(expected), parsing_timeout=None)
-    if not gold:
-        return {"correct": False, "reason": "unparseable_expected"}
-    pred = parse(_as_latex(extracted), parsing_timeout=None)
-    if not pred:
-        return {"correct": False, "reason": "unparseable"}
-    correct = bool(verify(gold, pred, timeout_seconds=None))
-    # parse() falls back to the raw string when LaTeX parsing fails; only strings equal then.
-    parsed = any(not isinstance(item, str) for item in pred)
-    reason = "correct" if correct else ("wrong" if parsed else "unparseable")
-    return {"correct": correct, "reason": reason, "parsed": str(pred[0])[:200]}
-
-
-_warm_lock = threading.Lock()
-_warm = False
-
-
-class _DropTimeoutWarning(logging.Filter):
-    """math-verify warns that its timeouts are off; they are, on purpose (see the docstring)."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not record.getMessage().startswith("Timeout is disabled")
-
-
-def _warm_up() -> None:
-    """Import math-verify and parse once in this process, so forked children start warm.
-
-    The first parse builds the LaTeX parser (about 0.1 s); done in a child it would be
-    thrown away with the child and paid again by every grade."""
-    global _warm
-    with _warm_lock:
-        if _warm:
-            return
-        for name in ("math_verify.parser", "math_verify.grader"):
-            logging.getLogger(name).addFilter(_DropTimeoutWarning())
-        _grade_now("1", "\\frac{1}{2}")  # small fixed input: cannot hang
-        _warm = True
-
-
 def grade(expected: str, extracted: str, timeout_s: float = DEFAULT_GRADE_TIMEOUT_S) -> dict[str, Any]:
     """``{"correct": bool, "reason": ...}`` for an extracted answer; safe on any thread, bounded
     by ``timeout_s``, never raises."""
     if len(extracted) > MAX_ANSWER_CHARS:
         return {"correct": False, "reason": "answer_too_long"}
-    try:
-        _warm_up()
-    except ImportError:
-        return {"correct": False, "reason": "grader_error", "error": "math-verify is not installed"}
-    except Exception as exc:  # noqa: BLE001 - grading must not raise out of the env
-        return {"correct": False, "reason": "grader_error", "error": f"{type(exc).__name__}: {exc}"[:500]}
-    if not hasattr(os, "fork"):
-        return _grade_guarded(expected, extracted)
-    read_fd, write_fd = os.pipe()
-    try:
-        pid = os.fork()
-    except OSError:
-        os.close(read_fd)
-        os.close(write_fd)
-        raise  # out of processes or memory: the machine's trouble, not a wrong answer
-    if pid == 0:  # the child: grade, write one JSON line, leave without running any cleanup
-        try:
-            os.close(read_fd)
-            _limit_child()
-            result = _grade_guarded(expected, extracted)
-            data = json.dumps(result).encode()
-            while data:
-                data = data[os.write(write_fd, data):]
-        finally:
-            os._exit(0)
-    os.close(write_fd)
-    try:
-        return _read_result(read_fd, pid, timeout_s)
-    finally:
-        os.close(read_fd)
-
-
-def _grade_guarded(expected: str, extracted: str) -> dict[str, Any]:
-    try:
-        return _grade_now(expected, extracted)
-    except BaseException as exc:  # noqa: BLE001 - a grader crash is a 0, not an env error
-        return {"correct": False, "reason": "grader_error", "error": f"{type(exc).__name__}: {exc}"[:500]}
-
-
-def _limit_child() -> None:
-    import resource
-
-    resource.setrlimit(resource.RLIMIT_CPU, (_CHILD_CPU_LIMIT_S, _CHILD_CPU_LIMIT_S + 1))
-
-
-def _read_result(read_fd: int, pid: int, timeout_s: float) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout_s
-    chunks: list[bytes] = []
-    timed_out = False
-    while True:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            timed_out = True
-            break
-        ready, _, _ = select.select([read_fd], [], [], remaining)
-        if not ready:
-            continue
-        chunk = os.read(read_fd, 65536)
-        if not chunk:
-            break
-        chunks.append(chunk)
-    if timed_out:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    _, status = os.waitpid(pid, 0)
-    if timed_out:
-        return {"correct": False, "reason": "timeout", "error": f"grading took longer than {timeout_s:g}s"}
-    try:
-        return json.loads(b"".join(chunks))
-    except ValueError:
-        return {"correct": False, "reason": "grader_error", "error": f"grading child ended with status {status}"}
+    return grade_isolated(expected, extracted, timeout_s)
 
 
 def _reply_text(action: Any) -> tuple[str | None, bool]:
@@ -322,6 +187,16 @@ class MathEnv(Env):
             # The oracle's reply is \boxed{answer}: unbalanced braces would cut it short.
             if _braced("{" + answer + "}", 0) != answer:
                 raise ValueError(f"field 'answer' has unbalanced braces: {answer!r}")
+
+    @classmethod
+    def prepare_run(cls, tasks) -> None:
+        """Refuse the run at once when math-verify (the ``[math]`` extra) is missing."""
+        import importlib.util
+
+        from ..errors import ConfigError
+
+        if importlib.util.find_spec("math_verify") is None:
+            raise ConfigError(f"the math mode grades with math-verify; {INSTALL_HINT}")
 
     @staticmethod
     def reference_actions(task) -> list[Any]:

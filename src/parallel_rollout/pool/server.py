@@ -15,6 +15,7 @@ import time
 from multiprocessing.managers import BaseManager
 from typing import Any
 
+from ..logs import ChildLogging
 from .manager import VMPoolManager
 
 _POOL_METHODS = ("lease", "release", "mark_dead", "reclaim", "stats", "shutdown", "__repr__")
@@ -34,8 +35,11 @@ class PoolServer(BaseManager):
 PoolServer.register("VMPoolManager", _make_pool, exposed=_POOL_METHODS)
 
 
-def _serve_init(parent_pid: int) -> None:
-    """Runs first in the Manager process: ignore Ctrl-C, follow the runner's death."""
+def _serve_init(parent_pid: int, log_to: ChildLogging | None) -> None:
+    """Runs first in the Manager process: forward its logs, ignore Ctrl-C, follow the
+    runner's death."""
+    if log_to is not None:
+        log_to.install(process_name="vm-pool")
     # Ctrl-C reaches the whole process group; the runner decides the shutdown order.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
@@ -53,10 +57,11 @@ def _serve_init(parent_pid: int) -> None:
     threading.Thread(target=follow_parent, name="follow-runner", daemon=True).start()
 
 
-def start_pool(ctx, *args: Any, **kwargs: Any) -> tuple[PoolServer, Any]:
-    """Start the Manager process and the pool inside it; return (manager, pool proxy)."""
+def start_pool(ctx, *args: Any, log_to: ChildLogging | None = None, **kwargs: Any) -> tuple[PoolServer, Any]:
+    """Start the Manager process and the pool inside it; return (manager, pool proxy).
+    ``log_to``: where the Manager forwards its log records (``logs``)."""
     server = PoolServer(ctx=ctx)
-    server.start(initializer=_serve_init, initargs=(os.getpid(),))
+    server.start(initializer=_serve_init, initargs=(os.getpid(), log_to))
     try:
         pool = server.VMPoolManager(*args, **kwargs)
     except BaseException:

@@ -5,9 +5,15 @@ The process sandbox has no pip-installed pyautogui (it is not a Debian package),
 provider puts this folder on PYTHONPATH: the calls OSWorld's action spaces and agents use
 (moveTo, click, doubleClick, rightClick, middleClick, tripleClick, mouseDown, mouseUp, dragTo,
 scroll/vscroll/hscroll, typewrite/write, press, keyDown, keyUp, hotkey, position, size,
-screenshot) with pyautogui's argument names, executed with xdotool. Moves are instant: the
-``duration`` and ``tween`` arguments are accepted and ignored. An OSWorld image has the real pyautogui and
-never sees this folder.
+screenshot, pixel, pixelMatchesColor) with pyautogui's argument names, executed with xdotool.
+An OSWorld image has the real pyautogui and never sees this folder.
+
+Where it matters to agents it behaves as pyautogui does: a move or drag with ``duration`` (at
+least ``MINIMUM_DURATION``) goes through the points of its ``tween`` over that time, so a drag
+is seen by the app as one; ``screenshot()`` returns an image (a PIL ``Image`` when the guest
+has Pillow, else a ``Screenshot`` with the same ``size``, ``getpixel``, ``save``, ``crop``),
+saved to ``imageFilename`` too when given; and a function this module lacks
+(``locateOnScreen`` …) raises an AttributeError that names it, not a bare one.
 """
 
 from __future__ import annotations
@@ -19,6 +25,8 @@ import time
 FAILSAFE = False
 PAUSE = 0.0
 MINIMUM_DURATION = 0.1
+#: seconds between the steps of a move with a duration (pyautogui's MINIMUM_SLEEP)
+MINIMUM_SLEEP = 0.05
 
 KEYBOARD_KEYS = [
     "\t", "\n", "\r", " ", "!", '"', "#", "$", "%", "&", "'", "(", ")", "*", "+", ",", "-",
@@ -163,13 +171,29 @@ def _point(x, y) -> tuple[int, int]:
 
 
 def moveTo(x=None, y=None, duration=0.0, tween=None, *args, **kwargs) -> None:
-    """Move the pointer to (x, y)."""
+    """Move the pointer to (x, y); over ``duration`` seconds along ``tween`` when it is at
+    least MINIMUM_DURATION (pyautogui's rule), at once otherwise."""
     x, y = _point(x, y)
+    duration = float(duration or 0.0)
+    if duration >= MINIMUM_DURATION:
+        start_x, start_y = position()
+        # pyautogui's stepping: a pixel per step, but never steps shorter than MINIMUM_SLEEP
+        steps = max(1, min(max(abs(x - start_x), abs(y - start_y)), int(duration / MINIMUM_SLEEP)))
+        tween = tween or linear
+        for step in range(1, steps):
+            share = tween(step / steps)
+            _xdotool("mousemove", "--sync", str(int(round(start_x + (x - start_x) * share))),
+                     str(int(round(start_y + (y - start_y) * share))))
+            time.sleep(duration / steps)
     _xdotool("mousemove", "--sync", str(x), str(y))
 
 
-def moveRel(xOffset=0, yOffset=0, duration=0.0, *args, **kwargs) -> None:
+def moveRel(xOffset=0, yOffset=0, duration=0.0, tween=None, *args, **kwargs) -> None:
     """Move the pointer by an offset."""
+    if float(duration or 0.0) >= MINIMUM_DURATION:
+        here = position()
+        moveTo(here[0] + int(xOffset), here[1] + int(yOffset), duration=duration, tween=tween)
+        return
     _xdotool("mousemove_relative", "--sync", "--", str(int(xOffset)), str(int(yOffset)))
 
 
@@ -219,18 +243,22 @@ def mouseUp(x=None, y=None, button="left", *args, **kwargs) -> None:
 
 
 def dragTo(x=None, y=None, duration=0.0, tween=None, button="left", *args, **kwargs) -> None:
-    """Press, move to (x, y), release."""
+    """Press, move to (x, y) (over ``duration`` seconds, as moveTo), release."""
+    x, y = _point(x, y)
     mouseDown(button=button)
     time.sleep(0.05)
-    moveTo(x, y)
+    moveTo(x, y, duration=duration, tween=tween)
     time.sleep(0.05)
     mouseUp(button=button)
 
 
-def dragRel(xOffset=0, yOffset=0, duration=0.0, button="left", *args, **kwargs) -> None:
+def dragRel(xOffset=0, yOffset=0, duration=0.0, tween=None, button="left", *args, **kwargs) -> None:
     """Press, move by an offset, release."""
     here = position()
-    dragTo(here[0] + xOffset, here[1] + yOffset, button=button)
+    dragTo(here[0] + xOffset, here[1] + yOffset, duration=duration, tween=tween, button=button)
+
+
+drag = dragRel
 
 
 def scroll(clicks, x=None, y=None, *args, **kwargs) -> None:
@@ -308,14 +336,121 @@ def hotkey(*keys, **kwargs) -> None:
     _xdotool("key", "--", "+".join(_keysym(k) for k in keys))
 
 
-def screenshot(imageFilename=None, *args, **kwargs):
-    """Save a PNG of the screen to ``imageFilename`` (no PIL here: returns the path)."""
-    path = imageFilename or "/tmp/screenshot.png"
-    subprocess.run(["import", "-window", "root", path], capture_output=True, timeout=30,
-                   env=dict(os.environ))
-    return path
+class Screenshot:
+    """An RGB image of the screen, for guests without Pillow: PIL's ``size``, ``width``,
+    ``height``, ``mode``, ``getpixel``, ``crop``, ``tobytes`` and ``save`` (PNG)."""
+
+    mode = "RGB"
+
+    def __init__(self, width: int, height: int, rgb: bytes) -> None:
+        self.width, self.height, self._rgb = width, height, rgb
+
+    @property
+    def size(self) -> tuple[int, int]:
+        """(width, height)."""
+        return self.width, self.height
+
+    def getpixel(self, xy) -> tuple[int, int, int]:
+        """The (r, g, b) at (x, y)."""
+        x, y = int(xy[0]), int(xy[1])
+        if not (0 <= x < self.width and 0 <= y < self.height):
+            raise IndexError(f"pixel ({x}, {y}) is outside the {self.width}x{self.height} image")
+        at = (y * self.width + x) * 3
+        return tuple(self._rgb[at:at + 3])  # type: ignore[return-value]
+
+    def crop(self, box) -> "Screenshot":
+        """The part (left, upper, right, lower), as PIL's crop."""
+        left, upper, right, lower = (int(v) for v in box)
+        rows = [self._rgb[(y * self.width + left) * 3:(y * self.width + right) * 3] for y in range(upper, lower)]
+        return Screenshot(right - left, lower - upper, b"".join(rows))
+
+    def tobytes(self) -> bytes:
+        """The pixels, row by row, 3 bytes each."""
+        return self._rgb
+
+    def save(self, fp, format=None, **kwargs) -> None:
+        """Write a PNG to a path or a binary file object."""
+        import struct
+        import zlib
+
+        def chunk(kind: bytes, data: bytes) -> bytes:
+            return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+        stride = self.width * 3
+        raw = b"".join(b"\0" + self._rgb[y * stride:(y + 1) * stride] for y in range(self.height))
+        png = (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", self.width, self.height, 8, 2, 0, 0, 0))
+               + chunk(b"IDAT", zlib.compress(raw, 6)) + chunk(b"IEND", b""))
+        if hasattr(fp, "write"):
+            fp.write(png)
+        else:
+            with open(fp, "wb") as out:
+                out.write(png)
+
+
+def _capture() -> tuple[int, int, bytes]:
+    """(width, height, RGB bytes) of the screen, from ImageMagick's ``import`` as a PPM."""
+    result = subprocess.run(["import", "-silent", "-window", "root", "-depth", "8", "ppm:-"],
+                            capture_output=True, timeout=30, env=dict(os.environ))
+    data = result.stdout
+    fields, at = [], 0
+    while len(fields) < 4:  # P6, width, height, maxval: whitespace and comments between
+        while at < len(data) and data[at:at + 1].isspace():
+            at += 1
+        if data[at:at + 1] == b"#":
+            at = data.index(b"\n", at)
+            continue
+        end = at
+        while end < len(data) and not data[end:end + 1].isspace():
+            end += 1
+        if end == at:
+            break
+        fields.append(data[at:end])
+        at = end
+    if result.returncode != 0 or len(fields) < 4 or fields[0] != b"P6":
+        raise OSError(f"screenshot failed: import exited {result.returncode}: "
+                      f"{result.stderr.decode(errors='replace').strip()[:300]}")
+    width, height = int(fields[1]), int(fields[2])
+    return width, height, data[at + 1:at + 1 + width * height * 3]
+
+
+def screenshot(imageFilename=None, region=None, *args, **kwargs):
+    """The screen as an image (PIL's when Pillow is importable, else a ``Screenshot``),
+    cropped to ``region`` (left, top, width, height), saved to ``imageFilename`` if given."""
+    width, height, rgb = _capture()
+    try:
+        from PIL import Image
+    except ImportError:
+        image = Screenshot(width, height, rgb)
+    else:
+        image = Image.frombytes("RGB", (width, height), rgb)
+    if region is not None:
+        left, top, w, h = (int(v) for v in region)
+        image = image.crop((left, top, left + w, top + h))
+    if imageFilename is not None:
+        image.save(imageFilename)
+    return image
+
+
+def pixel(x, y) -> tuple[int, int, int]:
+    """The (r, g, b) of the screen at (x, y)."""
+    return tuple(screenshot(region=(int(x), int(y), 1, 1)).getpixel((0, 0)))[:3]  # type: ignore[return-value]
+
+
+def pixelMatchesColor(x, y, expectedRGBColor, tolerance=0) -> bool:
+    """Whether the pixel at (x, y) is ``expectedRGBColor``, each channel within ``tolerance``."""
+    return all(abs(a - b) <= tolerance for a, b in zip(pixel(x, y), expectedRGBColor[:3]))
 
 
 def sleep(seconds) -> None:
     """time.sleep, as pyautogui.sleep."""
     time.sleep(seconds)
+
+
+def __getattr__(name: str):
+    """A function pyautogui has and this shim does not: say so by name."""
+    if name.startswith("__"):
+        raise AttributeError(name)
+    raise AttributeError(
+        f"pyautogui.{name} is not available: this guest has no real pyautogui, only "
+        f"parallel-rollout's xdotool shim of its mouse, keyboard and screenshot calls "
+        f"(moveTo, click, dragTo, scroll, typewrite, press, hotkey, screenshot, pixel …)")

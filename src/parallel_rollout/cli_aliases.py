@@ -1,0 +1,86 @@
+"""OSWorld's ``run.py`` flag spellings, read as this CLI's flags.
+
+OSWorld users' scripts call ``python run.py --path_to_vm … --observation_type screenshot
+--max_steps 15 --test_all_meta_path evaluation_examples/test_all.json --result_dir ./results``.
+``run`` accepts those spellings: each flag with an equivalent here is rewritten to it before
+click parses the command line (so help and completion show one name per flag), and each
+flag without one is refused with a message that says what to use instead, rather than
+click's bare "no such option".
+
+``--test_all_meta_path`` is a path from the current folder in OSWorld; here the index is
+``--osworld-index``, relative to ``--data`` unless absolute, so the path is made absolute,
+and when neither ``--data`` nor ``--test_config_base_dir`` is given, ``--data`` is the
+index's folder (where ``test_all.json`` sits beside ``examples/``, as in OSWorld's layout).
+"""
+
+from __future__ import annotations
+
+import os
+
+import click
+
+#: OSWorld's run.py / run_multienv.py flag -> this CLI's flag of the same meaning
+OSWORLD_ALIASES = {
+    "--path_to_vm": "--path-to-vm",
+    "--provider_name": "--provider-name",
+    "--snapshot_name": "--snapshot-name",
+    "--action_space": "--action-space",
+    "--observation_type": "--observation-type",
+    "--screen_width": "--screen-width",
+    "--screen_height": "--screen-height",
+    "--sleep_after_execution": "--sleep-after-execution",
+    "--max_steps": "--max-turns",
+    "--max_tokens": "--max-tokens",
+    "--client_password": "--client-password",
+    "--test_config_base_dir": "--data",
+    "--test_all_meta_path": "--osworld-index",
+    "--result_dir": "--output-dir",
+    "--num_envs": "--num-rollouts",
+    "--base_url": "--base-url",
+}
+
+#: OSWorld flags with no equivalent here -> what to do instead
+OSWORLD_REFUSED = {
+    "--top_p": "set it with --sampling top_p=VALUE (the openai agent's sampling parameters)",
+    "--stop_token": "set it with --sampling stop=TEXT (the openai agent's sampling parameters)",
+    "--max_trajectory_length": "the openai agent sends the whole episode; there is no window to set",
+    "--region": "cloud providers (aws, azure) are not built in; use --provider-name remote "
+                "with --vm-address for guests you started yourself",
+    "--log_level": "use -v (DEBUG) or -q (warnings only) for the console; run.log keeps INFO",
+    "--api_key": "the openai agent reads its key from OPENAI_API_KEY",
+    "--specific_task_id": "use --data with a task file that holds that task, or --domain",
+}
+
+
+def translate_osworld_flags(args: list[str]) -> list[str]:
+    """``args`` with OSWorld's flags rewritten to this CLI's; UsageError for one without an
+    equivalent, naming what to use instead."""
+    out: list[str] = []
+    index_path: str | None = None
+    has_data = False
+    rest = iter(args)
+    for arg in rest:
+        if arg == "--":
+            out.append(arg)
+            out.extend(rest)
+            break
+        flag, eq, value = arg.partition("=")
+        if flag in OSWORLD_REFUSED:
+            raise click.UsageError(f"{flag} (OSWorld's run.py) has no equivalent here: {OSWORLD_REFUSED[flag]}")
+        new = OSWORLD_ALIASES.get(flag)
+        if new is None:
+            has_data = has_data or flag == "--data"
+            out.append(arg)
+            continue
+        has_data = has_data or new == "--data"
+        if new == "--osworld-index":
+            if not eq:
+                value = next(rest, "")
+            index_path = value
+            value = os.path.abspath(value) if value else value
+            out.append(f"{new}={value}")
+            continue
+        out.append(f"{new}{eq}{value}" if eq else new)
+    if index_path and not has_data:
+        out.append(f"--data={os.path.dirname(os.path.abspath(index_path))}")
+    return out

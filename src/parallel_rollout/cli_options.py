@@ -1,0 +1,156 @@
+"""What makes the command line explain itself: help and completion built from the registries,
+flags from ``PARALLEL_ROLLOUT_<FLAG>`` environment variables, and OSWorld's spellings.
+
+* ``RegistryOption`` (``--mode``, ``--agent``, ``--provider-name``) lists in its help every
+  name the registry knows when the help is shown, built-ins and installed plugins alike, so
+  the help cannot go stale as modes are added; the same names complete the flag's value.
+  The registries are imported only then: a run pays nothing for it.
+* ``RunCommand`` is ``run``: its flags come from the environment too
+  (``PARALLEL_ROLLOUT_NUM_VMS=4``; the context's ``auto_envvar_prefix``), a bad value in a
+  variable is reported with the variable's name, and OSWorld's ``run.py`` spellings
+  (``--path_to_vm`` …) are read as this CLI's flags (``cli_aliases``) before parsing.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import click
+from click.core import ParameterSource
+from click.shell_completion import CompletionItem
+
+from .cli_aliases import translate_osworld_flags
+
+#: the prefix of every flag's environment variable: PARALLEL_ROLLOUT_<FLAG> for run's flags
+ENV_PREFIX = "PARALLEL_ROLLOUT"
+
+#: one line on each built-in name; a plugin's line names its module:Class instead
+BUILTIN_NOTES = {
+    "mode": {
+        "shell": "commands graded by a check command",
+        "py": "HumanEval-style code run against tests in a VM",
+        "math": "answers graded with math-verify; needs the [math] extra",
+        "osworld": "OSWorld desktop tasks in a desktop VM, scored by OSWorld's evaluators",
+        "web": "MiniWoB++ pages in a browser inside the VM; needs the [web] extra",
+        "rag": "questions answered with a search tool over a local corpus; needs the [rag] extra",
+        "gym": "gymnasium text envs such as FrozenLake, no VM; needs the [rl] extra",
+    },
+    "agent": {
+        "oracle": "replays each task's reference",
+        "openai": "a model behind an OpenAI-compatible API",
+        "command": "your executable (--agent-cmd), JSON lines on stdin/stdout",
+    },
+    "provider": {
+        "process": "bubblewrap sandbox, the default",
+        "docker": "containers; needs dockerd and `image build`",
+        "qemu": "full VMs, KVM when usable; needs `image build`",
+        "remote": "guest agents already running at --vm-address",
+        "vmware": "vmrun with --path-to-vm and --snapshot-name",
+        "virtualbox": "VBoxManage with --path-to-vm and --snapshot-name",
+    },
+}
+
+
+def _registry(kind: str) -> Any:
+    """The registry of ``kind``, imported on demand (help and completion only)."""
+    if kind == "mode":
+        from .envs.registry import MODES
+
+        return MODES
+    if kind == "agent":
+        from .agents.base import AGENTS
+
+        return AGENTS
+    from .pool.providers import PROVIDERS
+
+    return PROVIDERS
+
+
+def describe_names(kind: str) -> str:
+    """``name (what it is), …`` for every name the registry of ``kind`` knows."""
+    registry = _registry(kind)
+    notes = BUILTIN_NOTES.get(kind, {})
+    parts = []
+    for name in registry.names():
+        if name in registry.builtin:
+            note = notes.get(name)
+            parts.append(f"{name} ({note})" if note else name)
+        else:
+            parts.append(f"{name} (plugin: {registry.target(name)})")
+    return ", ".join(parts)
+
+
+class RegistryOption(click.Option):
+    """An option whose value is a registry name: help lists the names, completion offers them."""
+
+    def __init__(self, *args: Any, registry: str, help_template: str = "{names}", **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.registry = registry
+        self.help_template = help_template
+
+    def get_help_record(self, ctx: click.Context) -> tuple[str, str] | None:
+        """The help with the registry's names as they are now."""
+        self.help = self.help_template.format(names=describe_names(self.registry))
+        return super().get_help_record(ctx)
+
+    def shell_complete(self, ctx: click.Context, incomplete: str) -> list[CompletionItem]:
+        """The registry's names that start with what is typed."""
+        return [CompletionItem(name) for name in _registry(self.registry).names()
+                if name.startswith(incomplete)]
+
+
+def dataset_help(template: str) -> Callable[[], str]:
+    """--data's help with the named datasets of ``tasks.NAMED_DATASETS``."""
+    def build() -> str:
+        from .tasks import NAMED_DATASETS
+
+        return template.format(names=", ".join(sorted(NAMED_DATASETS)))
+    return build
+
+
+class LazyHelpOption(click.Option):
+    """An option whose help text is built when shown (``help_builder``)."""
+
+    def __init__(self, *args: Any, help_builder: Callable[[], str], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.help_builder = help_builder
+
+    def get_help_record(self, ctx: click.Context) -> tuple[str, str] | None:
+        """The help as built now."""
+        self.help = self.help_builder()
+        return super().get_help_record(ctx)
+
+
+def env_var_name(ctx: click.Context, param: click.Parameter) -> str:
+    """The environment variable a parameter is read from."""
+    if param.envvar:
+        return param.envvar if isinstance(param.envvar, str) else param.envvar[0]
+    return f"{ctx.auto_envvar_prefix}_{(param.name or '').upper()}"
+
+
+class RunCommand(click.Command):
+    """``run``: OSWorld's spellings translated, a bad environment variable named."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        """Translate OSWorld's flags, then parse; an invalid value read from the environment
+        says which variable held it."""
+        args = translate_osworld_flags(args)
+        try:
+            return super().parse_args(ctx, args)
+        except click.BadParameter as exc:
+            param = exc.param
+            if param is not None and param.name and \
+                    ctx.get_parameter_source(param.name) is ParameterSource.ENVIRONMENT:
+                exc.message = f"{exc.message} (from the environment variable {env_var_name(ctx, param)})"
+            raise
+
+    def format_help(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """Click's help, then where flags may come from besides the command line."""
+        super().format_help(ctx, formatter)
+        with formatter.section("Environment"):
+            formatter.write_text(
+                f"Every flag can be set as {ENV_PREFIX}_<FLAG> (upper case, '-' as '_'): "
+                f"{ENV_PREFIX}_NUM_VMS=4, {ENV_PREFIX}_USE_VM_POOL=1, {ENV_PREFIX}_VM_ADDRESS='h1 h2' "
+                "(a list: space-separated). The command line wins over the environment, the "
+                "environment over --config. OSWorld's run.py spellings (--path_to_vm, "
+                "--observation_type, --max_steps, --test_all_meta_path …) are accepted too.")

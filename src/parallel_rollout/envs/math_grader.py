@@ -1,0 +1,293 @@
+"""The math mode's grader: math-verify in a process of its own, bounded by a deadline.
+
+::
+
+    env loop thread ─► grade(expected, extracted, timeout_s)
+                          │ takes an idle grader (or starts one: ``python -m`` this module,
+                          │ math-verify imported and its LaTeX parser built once, ~1 s)
+                          ▼
+                        grader process ── one JSON line in, one JSON line out per grading
+                          └─ past timeout_s: SIGKILLed; the grading is ``timeout``, and the
+                             next one starts a fresh grader
+
+Why a process: math-verify bounds its work with ``signal.alarm``, which Python allows only
+on the main thread, and envs run on a worker's loop threads; and a short answer can be
+ruinous (``9^{9^{9}}`` is ten characters that sympy would spend hours on), so the bound
+must be able to kill. Why not ``os.fork()`` of the worker (the former way): the worker is
+multi-threaded, and a child forked while another thread holds a lock (an import, a stream,
+a library's cache) can hang on it forever, which scored a correct answer ``timeout``. Nor a
+``multiprocessing`` forkserver or pool: the worker is a daemonic process, and those may not
+have children. A grader is started with ``subprocess`` (vfork + exec: no code of the
+threaded parent runs in the child), is single-threaded itself, and serves many gradings.
+
+Graders are per process (one per env loop that grades at once, reused), follow their
+parent (its end closes their stdin and they exit; a worker's process-tree kill takes them
+too), and bound each grading's CPU time themselves, so a grader orphaned mid-grading dies
+within ``_CPU_LIMIT_S``. When math-verify is missing, every grading says how to install it.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import logging
+import os
+import select
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+#: seconds one grade (parse both answers and compare them) may take
+DEFAULT_GRADE_TIMEOUT_S = 5.0
+#: seconds a new grader may take to import math-verify (a loaded machine is slow)
+STARTUP_TIMEOUT_S = 120.0
+#: CPU seconds one grading may use before the kernel stops its grader, even as an orphan
+_CPU_LIMIT_S = 30
+#: what to do when math-verify is missing
+INSTALL_HINT = "math-verify is not installed: pip install 'parallel-rollout[math]'"
+
+
+# -- inside a grader ---------------------------------------------------------------------------
+
+
+def _as_latex(answer: str) -> str:
+    # Python's power operator is common in replies; LaTeX parsing reads "**" as nonsense.
+    return "$\\boxed{" + answer.replace("**", "^") + "}$"
+
+
+def grade_now(expected: str, extracted: str) -> dict[str, Any]:
+    """Parse both answers and compare them with math-verify, in this thread, unbounded."""
+    from math_verify import parse, verify
+
+    gold = parse(_as_latex(expected), parsing_timeout=None)
+    if not gold:
+        return {"correct": False, "reason": "unparseable_expected"}
+    pred = parse(_as_latex(extracted), parsing_timeout=None)
+    if not pred:
+        return {"correct": False, "reason": "unparseable"}
+    correct = bool(verify(gold, pred, timeout_seconds=None))
+    # parse() falls back to the raw string when LaTeX parsing fails; only strings equal then.
+    parsed = any(not isinstance(item, str) for item in pred)
+    reason = "correct" if correct else ("wrong" if parsed else "unparseable")
+    return {"correct": correct, "reason": reason, "parsed": str(pred[0])[:200]}
+
+
+def _grade_guarded(expected: str, extracted: str) -> dict[str, Any]:
+    try:
+        return grade_now(expected, extracted)
+    except BaseException as exc:  # noqa: BLE001 - a grader crash is a 0, not an env error
+        return {"correct": False, "reason": "grader_error", "error": f"{type(exc).__name__}: {exc}"[:500]}
+
+
+class _DropTimeoutWarning(logging.Filter):
+    """math-verify warns that its timeouts are off; they are, on purpose (the deadline is
+    the parent's)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Timeout is disabled")
+
+
+def _limit_cpu() -> None:
+    """Let this grading use ``_CPU_LIMIT_S`` more CPU seconds: past them SIGXCPU ends it."""
+    import resource
+
+    used = resource.getrusage(resource.RUSAGE_SELF)
+    spent = int(used.ru_utime + used.ru_stime) + 1
+    _, hard = resource.getrlimit(resource.RLIMIT_CPU)
+    soft = spent + _CPU_LIMIT_S
+    if hard != resource.RLIM_INFINITY:
+        soft = min(soft, hard)
+    resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
+
+
+def serve() -> None:
+    """A grader's main: warm up, say ready, then one JSON line out per JSON line in."""
+    # Answers go to a private copy of stdout; whatever a library prints goes to stderr.
+    out = os.fdopen(os.dup(1), "wb", buffering=0)
+    os.dup2(2, 1)
+
+    def answer(message: dict[str, Any]) -> None:
+        out.write(json.dumps(message).encode() + b"\n")
+
+    try:
+        for name in ("math_verify.parser", "math_verify.grader"):
+            logging.getLogger(name).addFilter(_DropTimeoutWarning())
+        grade_now("1", "\\frac{1}{2}")  # builds the LaTeX parser once; small: cannot hang
+    except ImportError:
+        answer({"error": INSTALL_HINT})
+        return
+    except Exception as exc:  # noqa: BLE001 - reported to the parent, which records it
+        answer({"error": f"{type(exc).__name__}: {exc}"[:500]})
+        return
+    answer({"ready": True})
+    for line in sys.stdin.buffer:
+        request = json.loads(line)
+        _limit_cpu()
+        answer(_grade_guarded(request["expected"], request["extracted"]))
+
+
+# -- in the process that grades ----------------------------------------------------------------
+
+
+class GraderError(Exception):
+    """A grader could not start or answer (math-verify missing, the process died)."""
+
+
+class Grader:
+    """One grader process and the pipe to it."""
+
+    def __init__(self) -> None:
+        package_root = str(Path(__file__).resolve().parents[2])
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", __name__], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL, env=env, close_fds=True)
+        self._buffer = b""
+        try:
+            hello = self._read_line(STARTUP_TIMEOUT_S)
+        except GraderError:
+            self.kill()
+            raise
+        if hello is None or "error" in hello:
+            self.kill()
+            raise GraderError(hello["error"] if hello else
+                              f"the grader did not start within {STARTUP_TIMEOUT_S:g}s")
+
+    @property
+    def pid(self) -> int:
+        """The grader's process id."""
+        return self.proc.pid
+
+    def grade(self, expected: str, extracted: str, timeout_s: float) -> dict[str, Any] | None:
+        """The verdict, or None when ``timeout_s`` passed (the grader is killed then)."""
+        try:
+            self.proc.stdin.write(json.dumps({"expected": expected, "extracted": extracted}).encode() + b"\n")
+            self.proc.stdin.flush()
+        except OSError as exc:
+            raise GraderError(f"the grader is gone: {exc}") from None
+        result = self._read_line(timeout_s)
+        if result is None:
+            self.kill()
+        return result
+
+    def _read_line(self, timeout_s: float) -> dict[str, Any] | None:
+        deadline = time.monotonic() + timeout_s
+        fd = self.proc.stdout.fileno()
+        while b"\n" not in self._buffer:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None
+            ready, _, _ = select.select([fd], [], [], remaining)
+            if not ready:
+                continue
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                code = self.proc.wait()
+                raise GraderError(f"the grader ended with status {code}")
+            self._buffer += chunk
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        return json.loads(line)
+
+    def alive(self) -> bool:
+        """Whether the process still runs."""
+        return self.proc.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL it and reap it."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        for stream in (self.proc.stdin, self.proc.stdout):
+            try:
+                stream.close()
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        """Let it exit (end of its input), then make sure it has."""
+        try:
+            self.proc.stdin.close()
+            self.proc.wait(timeout=5)
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+        self.kill()
+
+
+class GraderPool:
+    """This process's idle graders; a grading takes one, or starts one."""
+
+    def __init__(self) -> None:
+        self._idle: list[Grader] = []
+        self._lock = threading.Lock()
+        self._pid = os.getpid()
+
+    def grade(self, expected: str, extracted: str, timeout_s: float) -> dict[str, Any]:
+        """One grading on an idle grader; ``{"reason": "timeout"}`` past ``timeout_s``."""
+        grader = self._take()
+        try:
+            result = grader.grade(expected, extracted, timeout_s)
+        except GraderError:
+            grader.kill()
+            raise
+        except BaseException:
+            grader.kill()  # its answer would be read by the next grading: never reuse it
+            raise
+        if result is None:
+            return {"correct": False, "reason": "timeout", "error": f"grading took longer than {timeout_s:g}s"}
+        with self._lock:
+            self._idle.append(grader)
+        return result
+
+    def _take(self) -> Grader:
+        with self._lock:
+            if os.getpid() != self._pid:  # a forked copy of this process: not its graders
+                self._idle, self._pid = [], os.getpid()
+            while self._idle:
+                grader = self._idle.pop()
+                if grader.alive():
+                    return grader
+                grader.kill()
+        return Grader()
+
+    def close(self) -> None:
+        """Stop every idle grader."""
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for grader in idle:
+            grader.close()
+
+    def pids(self) -> list[int]:
+        """The idle graders' process ids."""
+        with self._lock:
+            return [g.pid for g in self._idle]
+
+
+_pool = GraderPool()
+atexit.register(_pool.close)
+
+
+def grade_isolated(expected: str, extracted: str, timeout_s: float) -> dict[str, Any]:
+    """``{"correct": bool, "reason": ...}`` from a grader process; safe on any thread,
+    bounded by ``timeout_s``, never raises."""
+    try:
+        return _pool.grade(expected, extracted, timeout_s)
+    except GraderError as exc:
+        return {"correct": False, "reason": "grader_error", "error": str(exc)[:500]}
+
+
+def close_graders() -> None:
+    """Stop this process's idle graders (they also stop when it exits)."""
+    _pool.close()
+
+
+def grader_pids() -> list[int]:
+    """The process ids of this process's idle graders."""
+    return _pool.pids()
+
+
+if __name__ == "__main__":
+    serve()

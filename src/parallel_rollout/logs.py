@@ -1,0 +1,241 @@
+"""One log for every process of a run: workers and the pool's Manager forward their log
+records to the main process, where ``run.log`` and the console take them.
+
+::
+
+    worker / Manager process                          main process
+    logging ─► ForwardHandler ── its own pipe ──► LogCollector thread
+                 (a QueueHandler)                    └─► logging.getLogger(name).handle(record)
+                                                           ├─► run.log   (the Runner's handler)
+                                                           └─► console   (ConsoleHandler: clears
+                                                                          and redraws the bar)
+
+* **Children** are spawned, so they start with no handler at all: without this their INFO
+  lines were lost and their warnings went to stderr through ``logging.lastResort``, across
+  the progress bar and never into ``run.log``. ``run_child`` (a worker's process target) and
+  ``ChildLogging.install`` (the Manager's initializer) put a ``ForwardHandler`` on the root
+  logger and copy the main process's levels, so a child logs what the main process would.
+* **One pipe per child**, not one ``multiprocessing.Queue`` for all: a Queue's writers share
+  a lock, and a worker SIGKILLed mid-write (task timeouts kill whole process trees) would
+  leave it held and block every other process's logging, and their exit. A kill cuts only
+  its own pipe; the collector reads EOF and forgets it.
+* **In the main process** a record keeps its logger name and process name. A record of the
+  project's loggers (``parallel_rollout.*``) is handled by that logger; any other (a plugin's
+  own logger, a library's warning) by ``parallel_rollout``, so it reaches ``run.log`` too.
+* **Levels** (``-v``/``-q``, see ``set_verbosity``): the project's loggers at INFO and other
+  libraries at WARNING by default; ``-v`` DEBUG and INFO, ``-vv`` DEBUG for everyone. ``-q``
+  and ``-qq`` only quiet the console (WARNING, ERROR): ``run.log`` always keeps INFO.
+
+Ray actors (``--backend ray``) are not covered: they log to their own stderr, which Ray
+forwards to the driver's terminal.
+"""
+
+from __future__ import annotations
+
+import logging
+import logging.handlers
+import os
+import sys
+import threading
+from multiprocessing.connection import Connection, Pipe, wait
+from typing import Any, Callable
+
+#: the project's logger: every module logs under it
+PROJECT_LOGGER = "parallel_rollout"
+#: run.log's line: the process name says which worker (rollout-worker-3) or the pool (vm-pool)
+RUN_LOG_FORMAT = "%(asctime)s %(levelname)s %(processName)s %(name)s: %(message)s"
+#: seconds the collector waits for the last records of children that have not exited
+_DRAIN_S = 0.5
+
+
+class ForwardHandler(logging.handlers.QueueHandler):
+    """A child's handler: each record, its message formatted (arguments and tracebacks made
+    text, so it pickles), sent down the child's own pipe to the main process."""
+
+    def __init__(self, conn: Connection) -> None:
+        super().__init__(queue=None)  # type: ignore[arg-type]
+        self.conn = conn
+
+    def enqueue(self, record: logging.LogRecord) -> None:
+        """Send the record; a main process that is gone (its pipe closed) drops it."""
+        try:
+            self.conn.send(record)
+        except (OSError, ValueError):
+            pass
+
+
+class ChildLogging:
+    """What a child needs to forward its logs: the write end of its pipe and the main
+    process's levels. Made by ``LogCollector.child``; picklable into a spawned process."""
+
+    def __init__(self, conn: Connection, project_level: int, other_level: int) -> None:
+        self.conn = conn
+        self.project_level = project_level
+        self.other_level = other_level
+
+    def install(self, process_name: str | None = None) -> None:
+        """In the child: forward every record from the main process's levels up."""
+        if process_name is not None:
+            import multiprocessing
+
+            multiprocessing.current_process().name = process_name
+        root = logging.getLogger()
+        for handler in list(root.handlers):
+            root.removeHandler(handler)
+        root.addHandler(ForwardHandler(self.conn))
+        root.setLevel(self.other_level)
+        logging.getLogger(PROJECT_LOGGER).setLevel(self.project_level)
+
+    def close(self) -> None:
+        """In the main process, once the child started: its copy of the write end."""
+        self.conn.close()
+
+
+def run_child(logs: ChildLogging, target: Callable[..., Any], *args: Any) -> Any:
+    """A spawned process's target: install log forwarding, then run ``target(*args)``."""
+    logs.install()
+    return target(*args)
+
+
+class LogCollector:
+    """One thread in the main process that reads every child's log pipe and hands each record
+    to this process's loggers. ``child()`` before each spawn, ``close()`` after the last child
+    exited (it reads what they sent last)."""
+
+    def __init__(self) -> None:
+        self._readers: list[Connection] = []
+        self._lock = threading.Lock()
+        self._wake_r, self._wake_w = os.pipe()
+        self._closing = False
+        self._thread = threading.Thread(target=self._serve, name="log-collector", daemon=True)
+        self._thread.start()
+
+    def child(self) -> ChildLogging:
+        """A new pipe for one child; pass the result to it, then ``close()`` it here."""
+        reader, writer = Pipe(duplex=False)
+        with self._lock:
+            self._readers.append(reader)
+        os.write(self._wake_w, b"x")
+        project = logging.getLogger(PROJECT_LOGGER)
+        return ChildLogging(writer, project.getEffectiveLevel(), logging.getLogger().getEffectiveLevel())
+
+    def close(self) -> None:
+        """Read what the children sent before they exited, then stop the thread."""
+        self._closing = True
+        os.write(self._wake_w, b"x")
+        self._thread.join(timeout=10)
+        for conn in self._readers:
+            conn.close()
+        os.close(self._wake_r)
+        os.close(self._wake_w)
+
+    def _serve(self) -> None:
+        while True:
+            with self._lock:
+                readers = list(self._readers)
+            if self._closing:
+                self._drain(readers)
+                return
+            for ready in wait([*readers, self._wake_r]):
+                if ready == self._wake_r:
+                    os.read(self._wake_r, 4096)
+                else:
+                    self._read(ready)
+
+    def _drain(self, readers: list[Connection]) -> None:
+        # The children have exited (or were killed): each pipe holds its last records, then
+        # EOF. A child still alive (a Manager that would not stop) gets _DRAIN_S.
+        while readers:
+            ready = wait(readers, timeout=_DRAIN_S)
+            if not ready:
+                return
+            for conn in ready:
+                if not self._read(conn):
+                    readers.remove(conn)
+
+    def _read(self, conn: Any) -> bool:
+        """Handle one record from ``conn``; False (and forget the pipe) at its end."""
+        try:
+            record = conn.recv()
+        except (EOFError, OSError):
+            with self._lock:
+                if conn in self._readers:
+                    self._readers.remove(conn)
+            conn.close()
+            return False
+        dispatch(record)
+        return True
+
+
+def dispatch(record: logging.LogRecord) -> None:
+    """Handle a child's record in this process: by its own logger when it is one of the
+    project's, else by the project's logger (so run.log has it too)."""
+    name = record.name
+    own = name == PROJECT_LOGGER or name.startswith(PROJECT_LOGGER + ".")
+    logging.getLogger(name if own else PROJECT_LOGGER).handle(record)
+
+
+class ConsoleHandler(logging.Handler):
+    """The console's handler: writes to whatever ``sys.stderr`` is now (a second ``main()``
+    in one process, CliRunner or an embedding program, swaps it), through ``tqdm.write`` once
+    tqdm is loaded, which clears the progress bar, writes the line and redraws the bar."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        """Write one line without breaking the progress bar."""
+        try:
+            line = self.format(record)
+            tqdm_module = sys.modules.get("tqdm")
+            if tqdm_module is not None:
+                tqdm_module.tqdm.write(line, file=sys.stderr)
+            else:
+                sys.stderr.write(line + "\n")
+                sys.stderr.flush()
+        except Exception:  # noqa: BLE001 - logging must never raise into the caller
+            self.handleError(record)
+
+
+class _ConsoleFormatter(logging.Formatter):
+    """The message alone from the main process; a child's says which process it is."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        message = super().format(record)
+        if record.processName != "MainProcess":
+            return f"[{record.processName}] {message}"
+        return message
+
+
+def console_logging(verbosity: int = 0) -> None:
+    """Log to the console at the level of ``verbosity`` (``-v`` count minus ``-q`` count);
+    installed once per process, the level updated on each call."""
+    project = logging.getLogger(PROJECT_LOGGER)
+    handler = next((h for h in project.handlers if isinstance(h, ConsoleHandler)), None)
+    if handler is None:
+        handler = ConsoleHandler()
+        handler.setFormatter(_ConsoleFormatter("%(message)s"))
+        project.addHandler(handler)
+    set_verbosity(verbosity, handler)
+
+
+def set_verbosity(verbosity: int, console: logging.Handler | None = None) -> None:
+    """The levels of ``verbosity``: -2 errors only on the console, -1 warnings, 0 INFO of the
+    project and WARNING of other libraries, 1 DEBUG of the project and INFO of others, 2
+    DEBUG of everything. The project's logger never drops INFO: run.log keeps it."""
+    console_level = {-2: logging.ERROR, -1: logging.WARNING, 0: logging.INFO}.get(
+        max(-2, verbosity), logging.DEBUG)
+    if console is not None:
+        console.setLevel(console_level)
+    logging.getLogger(PROJECT_LOGGER).setLevel(min(console_level, logging.INFO))
+    logging.getLogger().setLevel(logging.DEBUG if verbosity >= 2 else
+                                 logging.INFO if verbosity == 1 else logging.WARNING)
+
+
+def run_log_handler(path: Any) -> logging.Handler:
+    """The handler of a run's ``run.log``, on the project's logger, which is made to keep
+    INFO (DEBUG stays when ``-v`` asked for it)."""
+    handler = logging.FileHandler(path, encoding="utf-8")
+    handler.setFormatter(logging.Formatter(RUN_LOG_FORMAT))
+    project = logging.getLogger(PROJECT_LOGGER)
+    project.addHandler(handler)
+    if project.getEffectiveLevel() > logging.INFO:
+        project.setLevel(logging.INFO)
+    return handler

@@ -1,0 +1,33 @@
+"""Plugins that log, for tests/test_logs.py: an agent (runs in the worker processes) and a
+provider (runs in the pool's Manager process), each under its own logger, as a third
+party's code would."""
+
+from __future__ import annotations
+
+import logging
+
+from parallel_rollout.agents.oracle import OracleAgent
+from parallel_rollout.pool.providers.process import ProcessProvider
+
+log = logging.getLogger("log_plugins")
+project_log = logging.getLogger("parallel_rollout.log_plugins")
+
+
+class LoggingOracle(OracleAgent):
+    """The oracle, with a WARNING and two INFO lines (its own logger's, the project's) per task."""
+
+    def reset(self, task) -> None:
+        """Log, then queue the reference actions."""
+        log.warning("agent-warning for %s", task.id)
+        log.info("agent-info-foreign for %s", task.id)
+        project_log.info("agent-info for %s", task.id)
+        super().reset(task)
+
+
+class LoggingProcessProvider(ProcessProvider):
+    """The process provider, with a WARNING at each boot (in the Manager process)."""
+
+    def start(self, vm_id: str):
+        """Log, then boot the sandbox."""
+        log.warning("provider-warning booting %s", vm_id)
+        return super().start(vm_id)

@@ -1,0 +1,160 @@
+"""The command line explains itself: help from the registries, flags from environment
+variables, shell completion, ``python -m parallel_rollout``, OSWorld's flag spellings."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from conftest import ROOT, SHELL_TASKS
+from parallel_rollout import plugins
+from parallel_rollout.agents.base import agent_names
+from parallel_rollout.cli import main
+from parallel_rollout.envs import mode_names
+from parallel_rollout.pool.providers import provider_names
+
+needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
+EXAMPLES = Path("/work/shared/osworld/evaluation_examples")
+
+
+def python_m(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """``python -m parallel_rollout ARGS`` with this checkout's sources."""
+    full_env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), **(env or {}))
+    return subprocess.run([sys.executable, "-m", "parallel_rollout", *args], capture_output=True,
+                          text=True, env=full_env, timeout=120)
+
+
+def flat(text: str) -> str:
+    """Help text with click's line wrapping undone."""
+    return " ".join(text.split())
+
+
+def test_help_lists_every_registered_name_builtin_and_plugin(monkeypatch):
+    found = {"parallel_rollout.modes": {"trivia": "trivia_pkg.env:TriviaEnv"},
+             "parallel_rollout.providers": {"firecracker": "fc_pkg:FirecrackerProvider"}}
+    monkeypatch.setattr(plugins, "entry_point_targets", lambda group: found.get(group, {}))
+    result = CliRunner().invoke(main, ["run", "--help"])
+    assert result.exit_code == 0, result.output
+    text = flat(result.output)
+    for name in [*mode_names(), *agent_names(), *provider_names()]:
+        assert f"{name} (" in text, name
+    # the names the old, hand-written help left out
+    for name in ("osworld (", "web (", "rag (", "vmware (", "virtualbox ("):
+        assert name in text
+    assert "trivia (plugin: trivia_pkg.env:TriviaEnv)" in text
+    assert "firecracker (plugin: fc_pkg:FirecrackerProvider)" in text
+    # the named datasets of --data, rag included
+    assert "named dataset: frozenlake, humaneval, miniwob, rag." in text
+    # the corrected texts
+    assert "whole sandbox's memory cgroup" in text and "Address-space limit per process" not in text
+    assert "Every flag can be set as PARALLEL_ROLLOUT_<FLAG>" in text
+    desktop = flat(CliRunner().invoke(main, ["image", "build", "--help"]).output)
+    assert "Chromium, GIMP, VLC, Thunderbird" in desktop and "about 1 GB more" not in desktop
+
+
+def test_python_dash_m_runs_the_cli():
+    result = python_m("--version")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("parallel-rollout, version ")
+    assert "Usage: parallel-rollout" in python_m("run", "--help").stdout
+
+
+@pytest.mark.parametrize("variable, value, flag", [
+    ("PARALLEL_ROLLOUT_NUM_VMS", "three", "--num-vms"),
+    ("PARALLEL_ROLLOUT_USE_VM_POOL", "maybe", "--use-vm-pool"),
+    ("PARALLEL_ROLLOUT_PROGRESS", "sometimes", "--progress"),
+    ("PARALLEL_ROLLOUT_TASK_TIMEOUT", "soon", "--task-timeout"),
+])
+def test_a_bad_value_in_a_variable_names_the_variable(variable, value, flag, tmp_path):
+    result = CliRunner().invoke(main, ["--mode", "shell", "--data", str(SHELL_TASKS),
+                                       "--output-dir", str(tmp_path)], env={variable: value})
+    assert result.exit_code == 2, result.output
+    assert f"(from the environment variable {variable})" in result.output
+    assert flag in result.output
+
+
+@needs_bwrap
+def test_flags_come_from_the_environment_command_line_wins(tmp_path):
+    env = {"PARALLEL_ROLLOUT_MODE": "shell", "PARALLEL_ROLLOUT_DATA": str(SHELL_TASKS),
+           "PARALLEL_ROLLOUT_USE_VM_POOL": "true", "PARALLEL_ROLLOUT_NUM_VMS": "1",
+           "PARALLEL_ROLLOUT_NUM_ROLLOUTS": "2", "PARALLEL_ROLLOUT_LIMIT": "2",
+           "PARALLEL_ROLLOUT_PROGRESS": "0", "PARALLEL_ROLLOUT_OUTPUT_DIR": str(tmp_path),
+           "PARALLEL_ROLLOUT_RUN_ID": "from-env", "PARALLEL_ROLLOUT_MAX_TURNS": "50"}
+    result = CliRunner().invoke(main, ["--max-turns", "7"], env=env)
+    assert result.exit_code == 0, result.output
+    assert "2/2 samples finished, 2 succeeded" in result.output
+    config = json.loads((tmp_path / "from-env" / "config.json").read_text())["config"]
+    assert (config["use_vm_pool"], config["num_vms"], config["num_rollouts"], config["limit"]) == (True, 1, 2, 2)
+    assert config["max_turns"] == 7  # the command line wins over the environment
+
+
+def test_a_multiple_flag_splits_its_variable_on_spaces(tmp_path):
+    result = CliRunner().invoke(
+        main, ["--mode", "shell", "--data", str(SHELL_TASKS), "--provider-name", "remote",
+               "--num-rollouts", "3", "--output-dir", str(tmp_path)],
+        env={"PARALLEL_ROLLOUT_VM_ADDRESS": "127.0.0.1:5001 127.0.0.1:5002"})
+    # read as two addresses, one per VM: too few for three workers' VMs
+    assert result.exit_code == 2, result.output
+    assert "the remote provider has 2 VM address(es) (--vm-address)" in result.output
+
+
+def complete(words: str) -> list[str]:
+    """What bash completion offers for the command line ``words`` (the last word being typed)."""
+    parts = words.split(" ")
+    result = python_m(env={"_PARALLEL_ROLLOUT_COMPLETE": "bash_complete", "COMP_WORDS": words,
+                           "COMP_CWORD": str(len(parts) - 1)})
+    assert result.returncode == 0, result.stderr
+    return [line.split(",", 1)[1] for line in result.stdout.splitlines() if "," in line]
+
+
+def test_completion_offers_commands_flags_and_registry_names():
+    assert "osworld" in complete("parallel-rollout --mode o")
+    assert set(complete("parallel-rollout run --provider-name v")) == {"virtualbox", "vmware"}
+    assert "openai" in complete("parallel-rollout run --agent o")
+    assert "--num-vms" in complete("parallel-rollout --num-v")  # run is the default command
+    assert "sweep" in complete("parallel-rollout vms s")
+
+
+@needs_bwrap
+def test_osworld_spellings_are_read_as_this_clis_flags(tmp_path):
+    out = tmp_path / "out"
+    result = CliRunner().invoke(main, [
+        "--mode", "shell", "--data", str(SHELL_TASKS), "--limit", "1", "--no-progress", "--run-id", "r",
+        "--max_steps", "3", "--result_dir", str(out), "--num_envs", "1", "--sleep_after_execution=0.5"])
+    assert result.exit_code != 0  # --sleep-after-execution is a desktop flag: refused for shell
+    assert "--sleep-after-execution" in result.output
+    result = CliRunner().invoke(main, [
+        "--mode", "shell", "--data", str(SHELL_TASKS), "--limit", "1", "--no-progress", "--run-id", "r",
+        "--max_steps", "3", "--result_dir", str(out), "--num_envs=1"])
+    assert result.exit_code == 0, result.output
+    config = json.loads((out / "r" / "config.json").read_text())["config"]
+    assert (config["max_turns"], config["num_rollouts"], config["output_dir"]) == (3, 1, str(out))
+
+
+@pytest.mark.parametrize("flag, equivalent", [
+    ("--top_p", "--sampling top_p="), ("--max_trajectory_length", "whole episode"),
+    ("--log_level", "-v"), ("--region", "--provider-name remote")])
+def test_osworld_flags_without_an_equivalent_say_what_to_use(flag, equivalent):
+    result = CliRunner().invoke(main, ["--mode", "osworld", flag, "1"])
+    assert result.exit_code == 2
+    assert f"{flag} (OSWorld's run.py) has no equivalent here" in result.output
+    assert equivalent in result.output
+
+
+@pytest.mark.skipif(not (EXAMPLES / "test_small.json").is_file(), reason="OSWorld's task set is not here")
+def test_test_all_meta_path_is_the_index_and_its_folder_the_data(tmp_path, monkeypatch):
+    monkeypatch.chdir(EXAMPLES.parent)
+    ours = CliRunner().invoke(main, ["--mode", "osworld", "--data", str(EXAMPLES),
+                                     "--osworld-index", "test_small.json", "--dry-run"])
+    theirs = CliRunner().invoke(main, ["--mode", "osworld", "--test_all_meta_path",
+                                       "evaluation_examples/test_small.json", "--observation_type",
+                                       "screenshot", "--dry-run"])
+    assert (theirs.exit_code, theirs.output) == (ours.exit_code, ours.output)
+    assert "runnable" in ours.output

@@ -1,0 +1,42 @@
+"""What ``./dev run …`` installs: the extras of the mode, data and backend the command names
+(``./dev extras ARGS`` prints them and sets nothing up), so the README's first command gets
+the base package alone."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+
+from conftest import ROOT
+
+
+def extras(*args: str, env: dict | None = None) -> list[str]:
+    """The extras ``./dev run ARGS`` would install."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("PARALLEL_ROLLOUT_")}
+    proc = subprocess.run(["bash", str(ROOT / "dev"), "extras", *args], capture_output=True, text=True,
+                          env={**clean, **(env or {})}, timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.split()
+
+
+@pytest.mark.parametrize("args, expected", [
+    (("--mode", "py", "--data", "humaneval", "--agent", "oracle", "--num-rollouts", "4", "--num-vms", "2",
+      "--use-vm-pool"), []),
+    (("--mode", "shell", "--provider-name", "docker"), []),
+    (("--mode", "math", "--data", "benchmarks/math_tasks.jsonl"), ["math"]),
+    (("--mode=gym", "--data", "frozenlake"), ["rl"]),
+    (("--mode", "osworld", "--backend", "ray"), ["osworld", "ray"]),
+    (("--mode", "web", "--data", "miniwob"), ["web"]),
+    (("--mode", "rag", "--data", "rag"), ["rag"]),
+])
+def test_a_run_installs_the_extras_of_what_it_names(args, expected):
+    assert extras(*args) == expected
+
+
+def test_the_mode_may_come_from_a_variable_or_the_config_file(tmp_path):
+    assert extras(env={"PARALLEL_ROLLOUT_MODE": "math"}) == ["math"]
+    config = tmp_path / "run.toml"
+    config.write_text('mode = "gym"\nbackend = "ray"  # a cluster\nnum-vms = 4\n')
+    assert extras("--config", str(config)) == ["rl", "ray"]

@@ -1,0 +1,61 @@
+"""One log for every process: the workers' and the pool's records reach run.log and the
+console, the progress bar stays whole, and -v/-q set the levels (logs.py)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, SHELL_TASKS
+
+pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
+
+TESTS = Path(__file__).resolve().parent
+
+
+def run_cli(tmp_path: Path, *flags: str) -> tuple[subprocess.CompletedProcess, Path]:
+    """A pooled shell run with the logging agent and provider plugins, as a user types it."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(TESTS)]))
+    proc = subprocess.run(
+        [sys.executable, "-m", "parallel_rollout", "run", "--mode", "shell", "--data", str(SHELL_TASKS),
+         "--limit", "3", "--agent", "log_plugins:LoggingOracle",
+         "--provider-name", "log_plugins:LoggingProcessProvider", "--use-vm-pool", "--num-vms", "1",
+         "--num-rollouts", "2", "--output-dir", str(tmp_path), "--run-id", "logs", *flags],
+        capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return proc, tmp_path / "logs" / "run.log"
+
+
+def test_worker_and_pool_records_reach_run_log_and_spare_the_bar(tmp_path):
+    proc, run_log = run_cli(tmp_path, "--progress", "-q")
+    text = run_log.read_text()
+    # the workers' lines, with their process names: a plugin logger's warning, the project's INFO
+    assert re.search(r" WARNING rollout-worker-\d log_plugins: agent-warning for ", text), text
+    assert re.search(r" INFO rollout-worker-\d parallel_rollout.log_plugins: agent-info for ", text), text
+    # a third party's INFO stays out at the default level (WARNING for other libraries)
+    assert "agent-info-foreign" not in text
+    # the pool's Manager process
+    assert re.search(r" WARNING vm-pool log_plugins: provider-warning booting ", text), text
+    # -q: the console has the warnings, not the INFO lines
+    err = proc.stderr
+    assert "agent-warning for " in err and "provider-warning booting " in err
+    assert "agent-info for " not in err and "[Concurrency]" not in err
+    # the bar: each warning is a line of its own, never glued to a bar's text, and the bar ends whole
+    for line in err.split("\n"):
+        if "agent-warning" in line:
+            shown = line.split("\r")[-1]
+            assert re.fullmatch(r"\[rollout-worker-\d\] agent-warning for \S+", shown), repr(line)
+    assert re.search(r"logs: 100%\|[^\r\n]*\| 3/3 ", err), err
+
+
+def test_verbose_adds_debug_and_other_libraries_info(tmp_path):
+    proc, run_log = run_cli(tmp_path, "--no-progress", "-v")
+    text = run_log.read_text()
+    assert "agent-info-foreign for " in text and "agent-info-foreign for " in proc.stderr
+    assert "[Concurrency] Set max concurrent rollouts" in proc.stderr
