@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 from conftest import ROOT, SHELL_TASKS
 from parallel_rollout import plugins
-from parallel_rollout.agents.base import agent_names
+from parallel_rollout.agents.base import AGENTS
 from parallel_rollout.cli import main
 from parallel_rollout.envs import mode_names
 from parallel_rollout.pool.providers import provider_names
@@ -43,7 +43,7 @@ def test_help_lists_every_registered_name_builtin_and_plugin(monkeypatch):
     result = CliRunner().invoke(main, ["run", "--help"])
     assert result.exit_code == 0, result.output
     text = flat(result.output)
-    for name in [*mode_names(), *agent_names(), *provider_names()]:
+    for name in [*mode_names(), *AGENTS.names(), *provider_names()]:
         assert f"{name} (" in text, name
     # the names the old, hand-written help left out
     for name in ("osworld (", "web (", "rag (", "vmware (", "virtualbox ("):
