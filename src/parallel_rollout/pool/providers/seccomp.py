@@ -19,7 +19,13 @@ What is refused, with ``EPERM`` (programs see an ordinary "operation not permitt
 * the kernel itself: ``kexec_load``, ``kexec_file_load``, ``init_module``,
   ``finit_module``, ``delete_module``, ``bpf``, ``perf_event_open``, ``userfaultfd``,
   ``open_by_handle_at``, ``reboot``, ``swapon``, ``swapoff``, ``acct``, ``quotactl``,
-  ``iopl``, ``ioperm``, ``syslog``.
+  ``iopl``, ``ioperm``, ``syslog``;
+* io_uring (``io_uring_setup``, ``io_uring_enter``, ``io_uring_register``: a steady source
+  of kernel escapes, refused by Docker and containerd since 2023) and the new mount API
+  (``fsopen``, ``fsconfig``, ``fsmount``, ``fspick``, ``move_mount``, ``open_tree``,
+  ``mount_setattr``), which would otherwise fail only for want of a capability. A
+  libseccomp too old to know their names gets their numbers (:data:`NEW_SYSCALLS`, the
+  same on every architecture since Linux 5.1), so none is left out silently.
 
 A desktop VM (osworld) gets the same filter: its desktop and apps run as the commands'
 unprivileged user, so VLC (which refuses root) needs no user namespace of its own, and
@@ -45,7 +51,14 @@ DENIED = (
     "kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module",
     "bpf", "perf_event_open", "userfaultfd", "open_by_handle_at", "reboot",
     "swapon", "swapoff", "acct", "quotactl", "iopl", "ioperm", "syslog",
+    *("io_uring_setup", "io_uring_enter", "io_uring_register"),
+    *("fsopen", "fsconfig", "fsmount", "fspick", "move_mount", "open_tree", "mount_setattr"),
 )
+#: syscalls added after Linux 5.0, numbered alike on every architecture (the kernel's
+#: unified table): what a rule uses when libseccomp does not know the name
+NEW_SYSCALLS = {"io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
+                "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431,
+                "fsmount": 432, "fspick": 433, "mount_setattr": 442}
 #: every CLONE_NEW* flag: cgroup, uts, ipc, user, pid, net, mount, time
 CLONE_NEW_FLAGS = (0x02000000, 0x04000000, 0x08000000, 0x10000000, 0x20000000,
                    0x40000000, 0x00020000, 0x00000080)
@@ -96,6 +109,8 @@ def _compile() -> bytes:
     try:
         def rule(name: str, action: int, *cmps: _ArgCmp) -> None:
             number = lib.seccomp_syscall_resolve_name(name.encode())
+            if number < 0:
+                number = NEW_SYSCALLS.get(name, number)
             if number < 0:
                 return  # not a syscall of this architecture (iopl on arm64, say)
             array = (_ArgCmp * len(cmps))(*cmps) if cmps else None
