@@ -132,7 +132,10 @@ def main() -> None:
 @click.option("--temperature", type=float, help="Sampling temperature for --agent openai (default: the server's).")
 @click.option("--max-tokens", type=int, help="Completion token limit per reply for --agent openai.")
 @click.option("--vm-memory-mb", type=int,
-              help="Address-space limit per process inside each VM, in MB (py mode: 2048 unless set).")
+              help="Memory limit per VM, in MB: its memory cgroup (process provider; without one, "
+              "an address-space limit per process), --memory (docker), the guest's RAM (qemu). "
+              "Default: min(2048, 80% of the host's memory / --num-vms), 4096 with a desktop, "
+              "where a cgroup or container bounds the VM (py mode: 2048).")
 @click.option("--vm-max-processes", type=int,
               help="Process limit per VM (py mode: 256 unless set, where the machine allows).")
 @click.option("--task-timeout", type=float, default=_D.task_timeout, show_default=True,

@@ -31,10 +31,10 @@ booted and is part of the snapshot: the spare a reset hands out has a fresh one.
 
 **Isolation.** ``--network none`` (only ``lo``), a fresh writable layer and a tmpfs ``/tmp``
 per container, ``--init`` so orphans are reaped, ``--memory``/``--memory-swap`` from
-``memory_mb`` (the container's total, unlike the process provider's per-process limit) and
-``--pids-limit`` from ``max_processes`` (4096 when unset), a sized ``/tmp``, no privileged
-flags, every capability dropped but the few the agent needs to run commands as another user
-(``AGENT_CAPS``), ``no-new-privileges``. The agent is the container's root; every command
+``memory_mb`` (else the pool's ``default_memory_mb``, ``base.py``) and ``--pids-limit`` from
+``max_processes`` (4096 when unset), a sized ``/tmp``, no privileged flags, every capability
+dropped but the few the agent needs to run commands as another user (``AGENT_CAPS``),
+``no-new-privileges``. The agent is the container's root; every command
 runs as uid 64000 through ``setpriv`` with no capabilities (``--run-as``, see
 ``guest/server.py``), so the graded code can neither signal the agent nor reach its socket.
 A desktop container's whole desktop (session bus, X server, apps) runs as that user too
@@ -176,7 +176,7 @@ class DockerProvider(SpareContainers, Provider):
 
     def _check_limits(self) -> None:
         """ConfigError when a limit asked for would be discarded by the daemon (it only warns),
-        so that no container runs without the bound it was promised."""
+        so that no container runs without the bound it was promised; the memory default."""
         enforced = daemon_limits()
         for limit, key, flag in (("max_processes", "pids", "--pids-limit"),
                                  ("memory_mb", "memory", "--memory")):
@@ -185,6 +185,8 @@ class DockerProvider(SpareContainers, Provider):
                     f"{limit} cannot be honoured: this Docker daemon does not enforce {flag} "
                     f"(docker info: {key} limit false; its kernel or cgroup setup lacks the "
                     f"{key} controller)")
+        self._memory_mb = self.options.memory_mb or (
+            self.options.default_memory_mb if enforced["memory"] else None)
         if not enforced["pids"]:
             log.warning("this Docker daemon does not enforce --pids-limit: containers run "
                         "without a process cap")
@@ -411,8 +413,8 @@ class DockerProvider(SpareContainers, Provider):
         ]
         if self.desktop:
             argv += ["-e", f"PYTHONPATH={images.GUEST_SHIM_DIR}"]
-        if self.options.memory_mb is not None:
-            memory = f"{self.options.memory_mb}m"
+        if self._memory_mb is not None:
+            memory = f"{self._memory_mb}m"
             argv += ["--memory", memory, "--memory-swap", memory]
         argv += ["--pids-limit", str(self.options.max_processes or DEFAULT_PIDS_LIMIT)]
         # the desktop too runs as that user (guest/desktop.py); the agent alone in its pid namespace
