@@ -38,7 +38,7 @@ uid's processes host-wide); the agent itself stays unlimited so that a greedy co
 take the agent down with it.
 
 **Output** is read as it comes and only its tail kept (``agent_output.py``): the request's
-``tail`` (characters) or 1 MiB per stream; ``output_dropped`` / ``error_dropped`` say how
+``tail`` (characters) or 8 MiB per stream; ``output_dropped`` / ``error_dropped`` say how
 many bytes came before it.
 
 **Grading commands** (``isolated: true`` on ``/execute``, ``/run_python``,
@@ -118,9 +118,10 @@ def grading_env() -> dict[str, str]:
 
 
 def _system_folders(value: str) -> list[str]:
-    """The entries of a PATH-like ``value`` in system folders or the agent's own (read-only
-    in every guest), never in the home, ``/tmp`` or anything relative."""
-    agent_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    """The entries of a PATH-like ``value`` in system folders or the agent's own folder
+    (read-only in every guest: a desktop's shims are there), never in the home, ``/tmp`` or
+    anything relative."""
+    agent_dir = os.path.dirname(os.path.abspath(__file__))
     user_home = home()
     kept = []
     for entry in value.split(":"):

@@ -19,8 +19,9 @@ from __future__ import annotations
 import os
 import time
 
-#: bytes of each stream kept when the request names no ``tail``: 1 MiB
-DEFAULT_KEEP_BYTES = 1 << 20
+#: bytes of each stream kept when the request names no ``tail``: 8 MiB, more than any
+#: caller that reads a whole answer (an osworld getter, a browser's page) needs
+DEFAULT_KEEP_BYTES = 8 << 20
 #: bytes read from a pipe at a time
 CHUNK = 65536
 

@@ -17,7 +17,7 @@ A command that runs and fails (non-zero exit, not found, timed out) is neither: 
 dict comes back with ``status: "error"`` for the caller to judge.
 
 A command's answer is bounded: the agent keeps only the tail of its output (``tail``, or
-1 MiB per stream), and this side reads at most :data:`MAX_COMMAND_REPLY_BYTES` of it, so
+8 MiB per stream), and this side reads at most :data:`MAX_COMMAND_REPLY_BYTES` of it, so
 an answer that prints a gigabyte costs the worker no more than that.
 
 ``isolated=True`` (``execute``, ``run_python``, ``run_bash_script``) runs a grading
@@ -42,9 +42,9 @@ from ..errors import GuestUnreachable, VMError
 
 #: extra seconds the host waits beyond a command's timeout, for the agent to answer
 TIMEOUT_MARGIN_S = 10.0
-#: the most a command's answer may take: the agent keeps 1 MiB of each stream by default,
-#: which JSON's escapes can make six times larger
-MAX_COMMAND_REPLY_BYTES = 16 * 2**20
+#: the most a command's answer may take: the agent keeps 8 MiB of each stream by default,
+#: which JSON's escapes can make larger
+MAX_COMMAND_REPLY_BYTES = 64 * 2**20
 #: the agent's own defaults, mirrored so the HTTP timeout can cover them
 _SERVER_DEFAULT_TIMEOUTS = {"execute": 120.0, "run_python": 30.0, "run_bash_script": 100.0}
 
