@@ -121,16 +121,19 @@ def _system_folders(value: str) -> list[str]:
     """The entries of a PATH-like ``value`` in system folders or the agent's own folder
     (read-only in every guest: a desktop's shims are there), never in the home, ``/tmp`` or
     anything relative."""
-    agent_dir = os.path.dirname(os.path.abspath(__file__))
-    user_home = home()
+    trusted = ("/usr", "/bin", "/sbin", os.path.dirname(os.path.abspath(__file__)))
     kept = []
     for entry in value.split(":"):
-        entry = os.path.normpath(entry) if entry.startswith("/") else ""
-        inside = lambda top: entry == top or entry.startswith(top.rstrip("/") + "/")  # noqa: E731
-        if entry and not inside(user_home) and any(inside(top) for top in
-                                                    ("/usr", "/bin", "/sbin", agent_dir)):
+        if not entry.startswith("/"):
+            continue
+        entry = os.path.normpath(entry)
+        if not _inside(entry, home()) and any(_inside(entry, top) for top in trusted):
             kept.append(entry)
     return kept
+
+
+def _inside(path: str, top: str) -> bool:
+    return path == top or path.startswith(top.rstrip("/") + "/")
 
 
 def run(argv, *, shell: bool, timeout: float, cwd: str | None = None,
