@@ -59,6 +59,13 @@ class ProviderOptions:
     #: provider's ``default_spares``
     spare_vms: int | None = None
 
+    def memory_limit(self, bounded: bool) -> int | None:
+        """A VM's memory limit: ``memory_mb``, else ``default_memory_mb`` where the provider
+        can bound the VM's total (``bounded``: a memory cgroup, a container), else None."""
+        if self.memory_mb is not None:
+            return self.memory_mb
+        return self.default_memory_mb if bounded else None
+
     @property
     def screen(self) -> str | None:
         """``WxH`` of the desktop a VM's agent starts (``--desktop WxH``), None without one."""

@@ -176,8 +176,7 @@ class ProcessProvider(Provider):
                 self._limit_as = True
         #: the user's memory limit, else the pool's default where a memory cgroup bounds the
         #: sum (a default RLIMIT_AS would break browsers: see base.py)
-        self._memory_mb = self.options.memory_mb or (
-            self.options.default_memory_mb if "memory" in controllers else None)
+        self._memory_mb = self.options.memory_limit(bounded="memory" in controllers)
         #: a VM's process cap, as (pids.max, RLIMIT_NPROC per command): one of them is set
         #: wherever the machine can cap a sandbox (``cgroups.process_cap``)
         self._pids_max, self._limit_nproc = cgroups.process_cap(

@@ -32,6 +32,8 @@ unprivileged user, so VLC (which refuses root) needs no user namespace of its ow
 Chromium runs with ``--no-sandbox`` (``guest/desktop_routes.py``), as it must without one.
 
 The program is compiled once per process and copied into a fresh memfd for every sandbox.
+A docker container gets it too: its guest agent loads it from a file at start (``server.py
+--seccomp``), on top of Docker's own profile, which lets io_uring through on some daemons.
 """
 
 from __future__ import annotations
@@ -151,6 +153,12 @@ def program() -> bytes:
         if not _program:
             _program.append(_compile())
         return _program[0]
+
+
+def write(path) -> None:
+    """The program into the file ``path`` (a guest agent loads it: ``server.py --seccomp``)."""
+    with open(path, "wb") as handle:
+        handle.write(program())
 
 
 def program_fd() -> int:
