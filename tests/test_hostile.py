@@ -28,11 +28,12 @@ import textwrap
 import threading
 from pathlib import Path
 
+import psutil
 import pytest
 
 from conftest import assert_exactly_once, write_tasks
 from parallel_rollout.config import build_config
-from parallel_rollout.pool.providers import cgroups
+from parallel_rollout.pool.providers import cgroups, default_memory_mb
 from parallel_rollout.runner import Runner
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
@@ -108,6 +109,29 @@ KEYRING = FIND_AGENT + textwrap.dedent("""\
         got_it()
 """)
 
+#: a check in Python that fails unless something rigged the interpreter (issue 24)
+PY_CHECK = "python3 -c 'import sys; sys.exit(3)'"
+#: what a rigged interpreter runs at start: a success, whatever the check says
+EXIT_0 = "import os; os._exit(0)"
+#: the answer's user site-packages, made: $d
+USER_SITE = "d=$(python3 -c 'import site; print(site.getusersitepackages())') && mkdir -p \"$d\""
+#: the system calls seccomp must refuse by name (issue 24): io_uring and the new mount API,
+#: each called with arguments the kernel would reject in its own way (EBADF, EFAULT …), so
+#: any answer but EPERM means the call reached the kernel
+NEW_SYSCALLS = FIND_AGENT + textwrap.dedent("""\
+    numbers = {"io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
+               "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431,
+               "fsmount": 432, "fspick": 433, "mount_setattr": 442}
+    reached = []
+    for name, number in numbers.items():
+        ctypes.set_errno(0)
+        if libc.syscall(number, -1, 0, 0, 0, 0) >= 0 or ctypes.get_errno() != 1:
+            reached.append(name)
+    print("reached the kernel:", reached)
+    if reached:
+        got_it()
+""")
+
 #: name -> (shell commands of the answer, check, whether it can kill the guest agent)
 SHELL_ROWS = {
     "remount_readonly": (["mount -o remount,bind,rw /usr && touch /usr/pr-hostile-mark && touch ~/ok"],
@@ -137,6 +161,14 @@ SHELL_ROWS = {
                              STILL_RUNNING, False),
     "network": (["python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", PORT), 2)'"
                  " && touch ~/ok"], GOT_IT, False),
+    # the check is graded in an environment the answer cannot change (issue 24)
+    "rig_check_usercustomize": ([f"{USER_SITE} && echo '{EXIT_0}' > \"$d/usercustomize.py\""],
+                                PY_CHECK, False),
+    "rig_check_pth_file": ([f"{USER_SITE} && echo '{EXIT_0}' > \"$d/pr-hostile.pth\""],
+                           PY_CHECK, False),
+    "rig_check_module_in_home": ([f"echo '{EXIT_0}' > ~/json.py"],
+                                 "python3 -c 'import json, sys; sys.exit(3)'", False),
+    "io_uring_and_mount_api": ([f"python3 -c '{NEW_SYSCALLS}'"], GOT_IT, False),
 }
 
 #: rows that must never run without a bound only a cgroup gives: row -> the controller. The
@@ -177,7 +209,17 @@ PY_ROWS = {
                        "            if 'check' in frame.f_globals:\n"
                        "                frame.f_globals['check'] = lambda c: None\n"
                        "            frame = frame.f_back\n    return 0\n"),
+    # a module of the name the tests import next, where the judge would look first (its
+    # script's folder): it prints a passing verdict for a wrong answer (issue 24)
+    "shadow_a_module_of_the_tests": ("    import os\n"
+                                     f"    code = {f'import os; os.write(1, {PASSED.encode()!r}); os._exit(0)'!r}\n"
+                                     "    open('/tmp/fractions.py', 'w').write(code)\n    return a + b\n"),
 }
+#: row -> its tests, where they are not TEST: these import a module after the answer ran,
+#: and no right answer passes them
+PY_ROW_TESTS = {"shadow_a_module_of_the_tests": (
+    "def check(candidate):\n    assert candidate(2, 3) == 5\n    import fractions\n"
+    "    assert candidate(1, 1) == 3\n")}
 
 
 class LoopbackServer:
@@ -226,8 +268,9 @@ def shell_tasks(port: int, leave_out=()) -> list[dict]:
 
 
 def py_tasks() -> list[dict]:
-    tasks = [{"id": name, "mode": "py", "prompt": PROMPT, "entry_point": "add", "test": TEST,
-              "canonical_solution": body, "timeout": 5} for name, body in PY_ROWS.items()]
+    tasks = [{"id": name, "mode": "py", "prompt": PROMPT, "entry_point": "add",
+              "test": PY_ROW_TESTS.get(name, TEST), "canonical_solution": body, "timeout": 5}
+             for name, body in PY_ROWS.items()]
     tasks += [{"id": f"honest{i}", "mode": "py", "prompt": PROMPT, "entry_point": "add",
                "test": TEST, "canonical_solution": GOOD} for i in range(2)]
     return tasks
@@ -423,7 +466,8 @@ def _run_as_nobody(mode: str, tasks: list[dict], join: Path | None = None, *flag
         finals = assert_exactly_once(work / "out" / "hostile-nobody",
                                      {f"{t['id']}#0" for t in tasks})
         summary = json.loads((work / "out" / "hostile-nobody" / "summary.json").read_text())
-        yield {"proc": proc, "finals": finals, "summary": summary}
+        yield {"proc": proc, "finals": finals, "summary": summary,
+               "run_dir": work / "out" / "hostile-nobody"}
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -519,3 +563,137 @@ def test_200_tasks_50_hostile_on_two_vms(tmp_path, loopback):
         assert record["reward"] == expected, record
     assert summary["vm"]["replacements"] == 0 and summary["vm"]["marked_dead"] == 0
     assert loopback.connections == 0 and not _host_marks()
+
+
+# ------------------------------------------------- what one VM may cost (issue 24, 2 and 3)
+
+
+#: an answer that prints 1 GB, then a line the kept tail ends with
+FLOOD = "head -c 1000000000 /dev/zero | tr '\\0' x; echo; echo END-OF-FLOOD"
+#: the most memory any process of the run (a worker, the pool, a guest agent) may hold
+#: while an answer floods its output
+FLOOD_RSS_MB = 200
+
+
+class PeakRss:
+    """The largest RSS each process below this one reached while the block ran, sampled
+    every 20 ms."""
+
+    def __init__(self) -> None:
+        self.peaks: dict[int, tuple[int, str]] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        me = psutil.Process()
+        while not self._stop.wait(0.02):
+            for proc in me.children(recursive=True):
+                try:
+                    rss = proc.memory_info().rss
+                    if rss > self.peaks.get(proc.pid, (0, ""))[0]:
+                        self.peaks[proc.pid] = (rss, " ".join(proc.cmdline())[:200])
+                except psutil.Error:
+                    pass
+
+    def __enter__(self) -> "PeakRss":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def over(self, limit_mb: int) -> list[tuple[int, str]]:
+        """(MB, command line) of every process that went over ``limit_mb``."""
+        return [(rss >> 20, cmd) for rss, cmd in self.peaks.values() if rss >> 20 > limit_mb]
+
+
+def _observations(run_dir: Path, task: str) -> list[dict]:
+    lines = []
+    for path in sorted(run_dir.glob(f"trajectories/{task}/*/attempt-*.jsonl")):
+        lines += [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return lines
+
+
+FLOOD_TASKS = [{"id": "flood", "mode": "shell", "instruction": "print a lot",
+                "reference": [FLOOD], "check": "true", "timeout": 120},
+               {"id": "honest0", "mode": "shell", "instruction": "make ok",
+                "reference": ["touch ~/ok"], "check": GOT_IT, "timeout": 30}]
+
+
+def _check_flood(peaks: PeakRss, finals: dict, run_dir: Path) -> None:
+    assert finals["flood#0"]["status"] == "success", json.dumps(finals["flood#0"])[:3000]
+    assert finals["honest0#0"]["status"] == "success", finals["honest0#0"]
+    outputs = [str(turn) for turn in _observations(run_dir, "flood")]
+    assert any("END-OF-FLOOD" in text for text in outputs), outputs[:1]
+    assert len(max(outputs, key=len)) < 20_000, "more than the kept tail reached the record"
+    assert not peaks.over(FLOOD_RSS_MB), peaks.over(FLOOD_RSS_MB)
+    assert peaks.peaks, "no process of the run was seen"
+
+
+@pytest.mark.parametrize("user", ["runner", "nobody"])
+def test_an_output_flood_costs_no_process_its_size(tmp_path, user):
+    """An answer printing 1 GB: the guest agent and the worker read it as it comes and keep
+    the tail (which ends with what it printed last); no process of the run holds more than
+    200 MB, and the run goes on."""
+    if user == "runner":
+        with PeakRss() as peaks:
+            data = write_tasks(tmp_path / "flood.jsonl", FLOOD_TASKS)
+            outcome = Runner(build_config(dict(
+                mode="shell", data=str(data), agent="oracle", num_rollouts=1, num_vms=1,
+                use_vm_pool=True, output_dir=str(tmp_path / "out"), run_id="flood",
+                progress=False))).run()
+        finals = assert_exactly_once(outcome.run_dir, {"flood#0", "honest0#0"})
+        _check_flood(peaks, finals, outcome.run_dir)
+        return
+    why = _nobody_can_run()
+    if why:
+        pytest.skip(why)
+    with PeakRss() as peaks:
+        # the runner's hard RLIMIT_NPROC (2000) is below the default cap of a VM (4096)
+        for table in _run_as_nobody("shell", FLOOD_TASKS, None, "--vm-max-processes", "128"):
+            assert table["proc"].returncode == 0, table["proc"].stderr[-2000:]
+            _check_flood(peaks, table["finals"], table["run_dir"])
+
+
+def test_a_vm_has_a_memory_limit_by_default(tmp_path):
+    """Without --vm-memory-mb a shell VM is bounded too (base.default_memory_mb: min(2048 MB,
+    80% of the host / M)): an answer that takes 500 MB more than that is killed, not given
+    it, and the VM serves the next task."""
+    if not IS_ROOT or "memory" not in cgroups.available():
+        pytest.skip("the default limit is a memory cgroup's: none here"
+                    + ("" if IS_ROOT else " for an unprivileged runner"))
+    limit = default_memory_mb(1)
+    hog = {"id": "hog", "mode": "shell", "instruction": "take memory", "timeout": 60,
+           "reference": [f"python3 -c 'b = []\nfor _ in range({limit // 100 + 5}): "
+                         "b.append(bytearray(100 << 20))' && touch ~/ok"], "check": GOT_IT}
+    finals, summary, code = _run(tmp_path, "shell", [hog, FLOOD_TASKS[1]], vm_memory_mb=None,
+                                 num_vms=1, num_rollouts=1)
+    assert code == 0
+    assert finals["hog#0"]["status"] == "failure" and finals["hog#0"]["reward"] == 0.0, finals["hog#0"]
+    assert finals["honest0#0"]["status"] == "success", finals["honest0#0"]
+    assert summary["vm"]["marked_dead"] == 0, summary["vm"]
+
+
+#: takes every inotify instance its user may have, says how many, and holds them a while
+HOLD_INOTIFY = ("import ctypes, os, time\nlibc = ctypes.CDLL(None, use_errno=True)\nn = 0\n"
+                "while n < 100000 and libc.inotify_init() >= 0:\n    n += 1\n"
+                "open(os.path.expanduser(\"~/n\"), \"w\").write(str(n))\ntime.sleep(8)\n")
+
+
+def test_one_vm_cannot_take_another_vms_per_user_limits(tmp_path):
+    """Two VMs at once, each task takes every inotify instance its user may hold (128 by
+    default) and keeps them: as root each VM's commands have a uid of their own
+    (sandbox_uids.py), so both get (nearly) all of them. With one uid for every VM the
+    second got none ("inotify_init: Too many open files")."""
+    if not IS_ROOT:
+        pytest.skip("an unprivileged runner's VMs share its uid: per-user kernel limits are "
+                    "the runner's, split by nothing (README, 'What the sandbox is, and is not')")
+    limit = int(Path("/proc/sys/fs/inotify/max_user_instances").read_text())
+    tasks = [{"id": f"hold{i}", "mode": "shell", "instruction": "hold inotify instances",
+              "reference": [f"python3 -c '{HOLD_INOTIFY}'"], "timeout": 30,
+              "check": f'n=$(cat ~/n) && [ "$n" -ge {limit * 3 // 4} ]'} for i in range(2)]
+    finals, summary, code = _run(tmp_path, "shell", tasks)
+    assert code == 0
+    for key, record in finals.items():
+        assert record["status"] == "success", record

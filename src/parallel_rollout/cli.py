@@ -150,10 +150,10 @@ def main() -> None:
               help="A generation parameter of --agent openai added to each request (top_p=0.9, seed=3, "
               'stop=\'["END"]\' …); VALUE is JSON when it parses, else a string. Repeat it.')
 @click.option("--vm-memory-mb", type=int,
-              help="Memory of each VM, in MB: the whole sandbox's memory cgroup (process; RLIMIT_AS per "
-                   "process only where no memory cgroup is writable), the container's --memory (docker), "
-                   "the guest's RAM (qemu); vmware and virtualbox take it from the VM's settings "
-                   "(py mode: 2048 unless set).")
+              help="Memory limit per VM, in MB: its memory cgroup (process provider; without one, "
+              "an address-space limit per process), --memory (docker), the guest's RAM (qemu). "
+              "Default: min(2048, 80% of the host's memory / --num-vms), 4096 with a desktop, "
+              "where a cgroup or container bounds the VM (py mode: 2048).")
 @click.option("--vm-max-processes", type=int,
               help="Process limit per VM (py mode: 256 unless set, where the machine allows).")
 @click.option("--task-timeout", type=float, default=_D.task_timeout, show_default=True,

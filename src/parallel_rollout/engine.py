@@ -70,7 +70,7 @@ from .config import RunConfig
 from .envs import get_env
 from .errors import PoolClosed, PoolExhausted, RolloutError
 from .messages import Assignment, Cancel
-from .pool.providers import ProviderOptions, get_provider
+from .pool.providers import ProviderOptions, default_memory_mb, get_provider
 from .results import StorageError
 from .backends import BackendSpec, make_backend
 
@@ -493,8 +493,10 @@ def provider_options(config: RunConfig, provider_cls: Any, vm_envs: list[Any]) -
         value = getattr(config, f"vm_{name}")
         if value is not None:
             limits[name] = value
-    if any(getattr(env_cls, "needs_desktop", False) for env_cls in vm_envs):
+    desktop = any(getattr(env_cls, "needs_desktop", False) for env_cls in vm_envs)
+    if desktop:
         limits.update(desktop=True, screen_width=config.screen_width, screen_height=config.screen_height)
+    limits["default_memory_mb"] = default_memory_mb(config.num_vms, desktop)
     return ProviderOptions(snapshot_name=config.snapshot_name, path_to_vm=config.path_to_vm,
                            headless=config.headless, boot_timeout_s=config.boot_timeout_s,
                            vm_addresses=config.vm_address, reset_command=config.reset_command,

@@ -448,3 +448,26 @@ def test_the_base_folder_must_be_ours(tmp_path):
         os.chown(theirs, 65534, 65534)
         with pytest.raises(ConfigError, match="belongs to uid 65534"):
             ProcessProvider("r", base_dir=theirs).start("vm0")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="an unprivileged runner's VMs share its uid")
+def test_each_vm_runs_its_commands_as_a_uid_of_its_own(provider, base_dir):
+    """Two VMs of a run and one of another run have three uids, named ``user`` in each
+    sandbox's /etc/passwd; a reset keeps a VM's, a stopped VM's is handed out again."""
+    other = ProcessProvider("run2", ProviderOptions(boot_timeout_s=10), base_dir=base_dir)
+    infos = [provider.start("vm0"), provider.start("vm1"), other.start("vm0")]
+    try:
+        def whoami(info):
+            return GuestClient(info.address).execute("id -u; id -un", shell=True)["output"].split()
+
+        seen = [whoami(info) for info in infos]
+        assert len({uid for uid, _ in seen}) == 3 and {name for _, name in seen} == {"user"}, seen
+        assert all(int(uid) >= 64000 for uid, _ in seen), seen
+        infos[0] = provider.reset(infos[0])
+        assert whoami(infos[0]) == seen[0]
+        provider.stop(infos[1])
+        infos[1] = provider.start("vm2")
+        assert whoami(infos[1]) == seen[1]  # the lowest free one: vm1's, given back
+    finally:
+        for info, owner in zip(infos, (provider, provider, other)):
+            owner.stop(info)

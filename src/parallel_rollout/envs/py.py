@@ -35,6 +35,8 @@ from .base import Env, StepResult, require
 DEFAULT_EXEC_TIMEOUT_S = 10.0
 #: characters of program output kept in feedback and records
 OUTPUT_TAIL = 2000
+#: characters of the judge's stdout kept: its one JSON verdict (a few output tails, escaped)
+JUDGE_TAIL = 64 * OUTPUT_TAIL
 #: the judge that runs inside the VM (see its docstring): the tests in one process, the
 #: answer in another, one JSON verdict on the judge's stdout
 _JUDGE = Path(__file__).with_name("py_judge.py")
@@ -139,7 +141,10 @@ class PyEnv(Env):
         code = _harness(program, self.task.get("test"), self.task.get("entry_point"),
                         self.task.get("prompt"))
         with self.vm.lease() as client:
-            result = client.run_python(code, timeout=timeout)
+            # isolated: python3 -I, so the judge loads nothing the answer can leave behind
+            # (a module in the judge's folder, user site-packages); tail: its verdict and a
+            # bounded output, however much the answer prints
+            result = client.run_python(code, timeout=timeout, isolated=True, tail=JUDGE_TAIL)
         try:
             verdict = json.loads(result.get("output") or "")
             kind, detail = str(verdict["kind"]), str(verdict.get("detail", ""))

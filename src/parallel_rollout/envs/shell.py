@@ -5,7 +5,10 @@ command whose exit status grades the end state; ``reference``, the commands the 
 replays. An action is ``{"command": "..."}`` (or the bare command string); ``{"done": true}``
 or ``"DONE"`` ends the episode. Before the check runs, the agent kills every process the
 answer left behind (``/reap``): a daemon cannot change the end state while it is graded. A
-task whose check is about a process left running says ``"reap": false``.
+task whose check is about a process left running says ``"reap": false``. The check runs as a
+grading command (``isolated``: a cleared environment, system folders on ``PATH``, Python
+without user site-packages or the home on its path, no shell startup file), so nothing the
+answer left in the home but the files the check inspects can change its verdict.
 """
 
 from __future__ import annotations
@@ -80,12 +83,15 @@ class ShellEnv(Env):
         left is gone: a daemon of the answer cannot fake or race the check."""
         if self.task.get("reap", True):
             self.vm.reap()
-        result = self._run(self.task.get("check"))
+        result = self._run(self.task.get("check"), isolated=True)
         details = {"check_returncode": result["returncode"], "check_output": result["output"][-500:]}
         return (1.0 if result["returncode"] == 0 else 0.0), details
 
-    def _run(self, command: str) -> dict[str, Any]:
-        result = self.vm.execute(command, shell=True, timeout=self.timeout_s)
+    def _run(self, command: str, isolated: bool = False) -> dict[str, Any]:
+        # the agent keeps only the tail this mode keeps: an answer that prints a gigabyte
+        # costs neither side more
+        result = self.vm.execute(command, shell=True, timeout=self.timeout_s,
+                                 isolated=isolated, tail=OUTPUT_TAIL)
         return {
             "returncode": result.get("returncode"),
             "output": result.get("output") or "",

@@ -36,6 +36,22 @@ machine it did not start.
 it counts that namespace's processes of the uid, so it caps the VM; on a host it counts the
 uid's processes host-wide); the agent itself stays unlimited so that a greedy command cannot
 take the agent down with it.
+
+**Output** is read as it comes and only its tail kept (``agent_output.py``): the request's
+``tail`` (characters) or 8 MiB per stream; ``output_dropped`` / ``error_dropped`` say how
+many bytes came before it.
+
+**Grading commands** (``isolated: true`` on ``/execute``, ``/run_python``,
+``/run_bash_script``: a shell task's check, the py judge, the osworld getters, the reset
+probe) run in an environment the graded code cannot change: the agent's environment cut
+to a few plain names (:data:`GRADING_NAMES`: HOME, the locale, the user's name, the
+desktop's display and bus), a ``PATH`` and ``PYTHONPATH`` of system folders only
+(:func:`grading_env`), Python without user site-packages or the current folder on its path
+(``PYTHONNOUSERSITE``, ``PYTHONSAFEPATH``; ``/run_python`` runs ``python3 -I``), git without
+the user's config, and the shell run without startup files (``sh -c`` reads none; ``ENV``
+and ``BASH_ENV`` are not passed). A ``usercustomize.py``, a ``.pth`` file, a ``json.py`` in
+the home or a ``~/bin`` shim left by the answer is then never loaded: only the files the
+check inspects reach it.
 """
 
 from __future__ import annotations
@@ -44,8 +60,10 @@ import os
 import sys
 
 try:
+    from . import agent_output
     from .agent_http import HTTPError, Request, field, timeout_field
 except ImportError:  # a sibling file in the guest, not a package
+    import agent_output  # type: ignore[no-redef]
     from agent_http import HTTPError, Request, field, timeout_field  # type: ignore[no-redef]
 
 DEFAULT_EXECUTE_TIMEOUT_S = 120.0
@@ -63,6 +81,13 @@ run_as: tuple[int, int] | None = None
 reap_all = False
 #: pids of the commands running now: their request's thread waits for each
 _running: set[int] = set()
+#: the PATH of a grading command: system folders (those of the agent's PATH among them)
+SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+#: the names of the agent's environment a grading command gets (all set by whoever started
+#: the agent, none by the graded code): the home it inspects, the locale, who it is, the
+#: desktop it may look at
+GRADING_NAMES = ("HOME", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "TZ", "TERM", "USER", "LOGNAME",
+                 "DISPLAY", "DBUS_SESSION_BUS_ADDRESS", "XDG_RUNTIME_DIR", "PARALLEL_ROLLOUT_VM")
 
 
 def expand(path: str) -> str:
@@ -78,12 +103,48 @@ def home() -> str:
 # ------------------------------------------------------------------------------ commands
 
 
+def grading_env() -> dict[str, str]:
+    """The environment of a grading command (see "Grading commands"): nothing in it comes
+    from the graded code, and nothing in it points into what that code can write."""
+    env = {name: os.environ[name] for name in GRADING_NAMES if name in os.environ}
+    path = _system_folders(os.environ.get("PATH", ""))
+    env["PATH"] = ":".join(dict.fromkeys(path + SYSTEM_PATH.split(":")))
+    python_path = _system_folders(os.environ.get("PYTHONPATH", ""))  # a desktop's shims
+    if python_path:
+        env["PYTHONPATH"] = ":".join(python_path)
+    env.update(PYTHONNOUSERSITE="1", PYTHONSAFEPATH="1", PYTHONDONTWRITEBYTECODE="1",
+               GIT_CONFIG_GLOBAL="/dev/null")
+    return env
+
+
+def _system_folders(value: str) -> list[str]:
+    """The entries of a PATH-like ``value`` in system folders or the agent's own folder
+    (read-only in every guest: a desktop's shims are there), never in the home, ``/tmp`` or
+    anything relative."""
+    trusted = ("/usr", "/bin", "/sbin", os.path.dirname(os.path.abspath(__file__)))
+    kept = []
+    for entry in value.split(":"):
+        if not entry.startswith("/"):
+            continue
+        entry = os.path.normpath(entry)
+        if not _inside(entry, home()) and any(_inside(entry, top) for top in trusted):
+            kept.append(entry)
+    return kept
+
+
+def _inside(path: str, top: str) -> bool:
+    return path == top or path.startswith(top.rstrip("/") + "/")
+
+
 def run(argv, *, shell: bool, timeout: float, cwd: str | None = None,
-        env: dict | None = None, merge_stderr: bool = False) -> dict:
+        env: dict | None = None, merge_stderr: bool = False, isolated: bool = False,
+        tail: int | None = None) -> dict:
     """Run a command in its own session; the whole group is killed when it times out.
 
-    Returns ``{returncode, output, error}`` plus ``timeout: True, message`` on a timeout, or
-    ``not_found: True, message`` when the program cannot be started.
+    ``isolated``: a grading command (see "Grading commands"). ``tail``: characters of each
+    stream to keep (see "Output"). Returns ``{returncode, output, error}`` plus ``timeout:
+    True, message`` on a timeout, or ``not_found: True, message`` when the program cannot
+    be started.
     """
     import subprocess
 
@@ -92,7 +153,9 @@ def run(argv, *, shell: bool, timeout: float, cwd: str | None = None,
     if not os.path.isdir(cwd):
         raise HTTPError(400, f"working directory does not exist: {cwd}")
     full_env = None
-    if env:
+    if isolated:
+        full_env = {**grading_env(), **(env or {})}
+    elif env:
         full_env = dict(os.environ)
         full_env.update(env)
     argv, shell = wrapped(argv, shell, full_env)
@@ -113,37 +176,42 @@ def run(argv, *, shell: bool, timeout: float, cwd: str | None = None,
                 "not_found": True, "message": f"{what}: {program}"}
     _running.add(proc.pid)
     try:
-        return _finish(proc, timeout)
+        return _finish(proc, timeout, tail)
     finally:
         _running.discard(proc.pid)
 
 
-def _finish(proc, timeout: float) -> dict:
-    """What a started command printed and returned, killing its group when it outlives
-    ``timeout``."""
+def _finish(proc, timeout: float, tail: int | None) -> dict:
+    """What a started command printed (its tails) and returned, killing its group when it
+    outlives ``timeout``."""
     import subprocess
+    import time
 
-    try:
-        out, err = proc.communicate(timeout=timeout)
-        timed_out = False
-    except subprocess.TimeoutExpired:
-        timed_out = True
-        _kill_group(proc.pid)
+    keep = agent_output.keep_bytes(tail)
+    out, err = agent_output.Tail(keep), agent_output.Tail(keep)
+    pipes = {proc.stdout: out}
+    if proc.stderr is not None:
+        pipes[proc.stderr] = err
+    deadline = time.monotonic() + timeout
+    timed_out = not agent_output.collect(pipes, deadline)
+    if not timed_out:
         try:
-            # a child that escaped the group (setsid) may still hold the pipes open
-            out, err = proc.communicate(timeout=2.0)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            out, err = b"", b""
-            for stream in (proc.stdout, proc.stderr):
-                if stream is not None:
-                    stream.close()
-            proc.wait()
-    result = {
-        "returncode": proc.returncode,
-        "output": (out or b"").decode("utf-8", "replace"),
-        "error": (err or b"").decode("utf-8", "replace"),
-    }
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:  # it closed its output and went on
+            timed_out = True
+    if timed_out:
+        _kill_group(proc.pid)
+        # a child that escaped the group (setsid) may still hold the pipes open
+        agent_output.collect(pipes, time.monotonic() + 2.0)
+        proc.kill()
+    for stream in (proc.stdout, proc.stderr):
+        if stream is not None:
+            stream.close()
+    proc.wait()
+    result = {"returncode": proc.returncode, "output": out.text(tail), "error": err.text(tail)}
+    for name, stream in (("output", out), ("error", err)):
+        if stream.dropped:
+            result[f"{name}_dropped"] = stream.dropped
     if timed_out:
         result["timeout"] = True
         result["message"] = f"timed out after {timeout:g}s; its process group was killed"
@@ -324,6 +392,14 @@ def _command_argv(body: dict):
     return command, shell
 
 
+def _output_fields(body: dict) -> dict:
+    """``isolated`` and ``tail`` of a command request, checked (see the module doc)."""
+    tail = field(body, "tail", (int,))
+    if tail is not None and tail < 0:
+        raise HTTPError(400, f"field 'tail' must be a non-negative number of characters, got {tail}")
+    return {"isolated": field(body, "isolated", (bool,), False), "tail": tail}
+
+
 def route_execute(req: Request):
     """POST /execute: run a command, OSWorld's ``{status, output, error, returncode}``."""
     body = req.json()
@@ -333,7 +409,7 @@ def route_execute(req: Request):
     env = field(body, "env", (dict,))
     if env and not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
         raise HTTPError(400, "field 'env' must map strings to strings")
-    result = run(argv, shell=shell, timeout=timeout, cwd=cwd, env=env)
+    result = run(argv, shell=shell, timeout=timeout, cwd=cwd, env=env, **_output_fields(body))
     failed = result.pop("not_found", False) or result.get("timeout", False)
     result["status"] = "error" if failed else "success"
     return 200, result
@@ -344,9 +420,13 @@ def route_run_python(req: Request):
     body = req.json()
     code = field(body, "code", (str,), required=True)
     timeout = timeout_field(body, DEFAULT_PYTHON_TIMEOUT_S)
+    options = _output_fields(body)
     path = _temp_script(code, ".py")
+    # -I: no user site-packages, no PYTHON* variables, not the script's folder (/tmp) on
+    # sys.path, where the graded code could have left a module of a name the script imports
+    python = [sys.executable, "-I"] if options["isolated"] else [sys.executable]
     try:
-        result = run([sys.executable, path], shell=False, timeout=timeout)
+        result = run([*python, path], shell=False, timeout=timeout, **options)
     finally:
         _remove(path)
     ok = result["returncode"] == 0
@@ -370,10 +450,12 @@ def route_run_bash_script(req: Request):
     script = field(body, "script", (str,), required=True)
     timeout = timeout_field(body, DEFAULT_BASH_TIMEOUT_S)
     working_dir = field(body, "working_dir", (str,))
+    options = _output_fields(body)
+    bash = ["/bin/bash", "--noprofile", "--norc"] if options["isolated"] else ["/bin/bash"]
     path = _temp_script(script, ".sh")
     try:
-        result = run(["/bin/bash", path], shell=False, timeout=timeout,
-                      cwd=working_dir, merge_stderr=True)
+        result = run([*bash, path], shell=False, timeout=timeout,
+                     cwd=working_dir, merge_stderr=True, **options)
     finally:
         _remove(path)
     answer = {

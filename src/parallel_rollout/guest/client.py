@@ -16,6 +16,14 @@ Failures split in two, because the worker treats them differently:
 A command that runs and fails (non-zero exit, not found, timed out) is neither: its answer
 dict comes back with ``status: "error"`` for the caller to judge.
 
+A command's answer is bounded: the agent keeps only the tail of its output (``tail``, or
+8 MiB per stream), and this side reads at most :data:`MAX_COMMAND_REPLY_BYTES` of it, so
+an answer that prints a gigabyte costs the worker no more than that.
+
+``isolated=True`` (``execute``, ``run_python``, ``run_bash_script``) runs a grading
+command, in an environment the graded code cannot change (``guest/agent_commands.py``,
+"Grading commands"): every check, judge and getter passes it.
+
 Every call has an HTTP timeout: the command's own timeout (which the agent enforces by
 killing the command) plus :data:`TIMEOUT_MARGIN_S`, so a hung agent never hangs the host.
 Only the standard library's ``http.client`` is used; worker processes import this.
@@ -34,6 +42,9 @@ from ..errors import GuestUnreachable, VMError
 
 #: extra seconds the host waits beyond a command's timeout, for the agent to answer
 TIMEOUT_MARGIN_S = 10.0
+#: the most a command's answer may take: the agent keeps 8 MiB of each stream by default,
+#: which JSON's escapes can make larger
+MAX_COMMAND_REPLY_BYTES = 64 * 2**20
 #: the agent's own defaults, mirrored so the HTTP timeout can cover them
 _SERVER_DEFAULT_TIMEOUTS = {"execute": 120.0, "run_python": 30.0, "run_bash_script": 100.0}
 
@@ -116,9 +127,10 @@ class GuestClient:
 
     def request(self, method: str, path: str, json: Any = None, *, data: bytes | None = None,
                 content_type: str | None = None, timeout: float | None = None,
-                check: bool = True) -> GuestResponse:
+                check: bool = True, max_bytes: int | None = None) -> GuestResponse:
         """Send one request; GuestUnreachable when the agent does not answer, and with
-        ``check`` GuestRequestError on 4xx and VMError on 5xx."""
+        ``check`` GuestRequestError on 4xx and VMError on 5xx. VMError when the answer is
+        longer than ``max_bytes`` (None: no bound): it is not read."""
         headers = {}
         if json is not None:
             data = jsonlib.dumps(json).encode("utf-8")
@@ -133,7 +145,13 @@ class GuestClient:
         try:
             conn.request(method, path, body=data, headers=headers)
             answer = conn.getresponse()
-            body = answer.read()
+            if max_bytes is not None and (answer.length or 0) > max_bytes:
+                raise VMError(f"guest agent at {self.address} answered {method} {path} with "
+                              f"{answer.length} bytes, more than the {max_bytes} allowed")
+            body = answer.read() if max_bytes is None else answer.read(max_bytes + 1)
+            if max_bytes is not None and len(body) > max_bytes:
+                raise VMError(f"guest agent at {self.address} answered {method} {path} with "
+                              f"more than the {max_bytes} bytes allowed")
         except (OSError, http.client.HTTPException) as exc:
             # socket.timeout, refused, reset, no socket file, a half-written answer
             raise GuestUnreachable(
@@ -159,8 +177,8 @@ class GuestClient:
                    default_key: str) -> dict:
         wait = command_timeout if command_timeout is not None else \
             _SERVER_DEFAULT_TIMEOUTS[default_key]
-        return self.request("POST", path, json=payload,
-                            timeout=wait + TIMEOUT_MARGIN_S).json()
+        return self.request("POST", path, json=payload, timeout=wait + TIMEOUT_MARGIN_S,
+                            max_bytes=MAX_COMMAND_REPLY_BYTES).json()
 
     # -------------------------------------------------------------------- routes
 
@@ -178,9 +196,11 @@ class GuestClient:
 
     def execute(self, command: list[str] | str, shell: bool = False,
                 timeout: float | None = None, cwd: str | None = None,
-                env: dict[str, str] | None = None) -> dict:
-        """POST /execute: ``{status, output, error, returncode}`` (+ ``timeout``/``message``)."""
-        payload: dict[str, Any] = {"command": command, "shell": shell}
+                env: dict[str, str] | None = None, *, isolated: bool = False,
+                tail: int | None = None) -> dict:
+        """POST /execute: ``{status, output, error, returncode}`` (+ ``timeout``/``message``);
+        ``isolated``: a grading command; ``tail``: characters of each stream to keep."""
+        payload: dict[str, Any] = {"command": command, "shell": shell, **_options(isolated, tail)}
         if timeout is not None:
             payload["timeout"] = timeout
         if cwd is not None:
@@ -198,17 +218,20 @@ class GuestClient:
         self._check("POST", "/reap", response)
         return True
 
-    def run_python(self, code: str, timeout: float | None = None) -> dict:
-        """POST /run_python: ``{status, message, need_more, output, error, return_code}``."""
-        payload: dict[str, Any] = {"code": code}
+    def run_python(self, code: str, timeout: float | None = None, *, isolated: bool = False,
+                   tail: int | None = None) -> dict:
+        """POST /run_python: ``{status, message, need_more, output, error, return_code}``;
+        ``isolated`` runs ``python3 -I`` in the grading environment."""
+        payload: dict[str, Any] = {"code": code, **_options(isolated, tail)}
         if timeout is not None:
             payload["timeout"] = timeout
         return self._json_call("/run_python", payload, timeout, "run_python")
 
     def run_bash_script(self, script: str, timeout: float | None = None,
-                        working_dir: str | None = None) -> dict:
+                        working_dir: str | None = None, *, isolated: bool = False,
+                        tail: int | None = None) -> dict:
         """POST /run_bash_script: ``{status, output, error: "", returncode}``."""
-        payload: dict[str, Any] = {"script": script}
+        payload: dict[str, Any] = {"script": script, **_options(isolated, tail)}
         if timeout is not None:
             payload["timeout"] = timeout
         if working_dir is not None:
@@ -313,6 +336,17 @@ class GuestClient:
     def end_recording(self) -> bytes:
         """POST /end_recording: the mp4's bytes."""
         return self.request("POST", "/end_recording", timeout=60.0).body
+
+
+def _options(isolated: bool, tail: int | None) -> dict[str, Any]:
+    """The optional fields of a command request, only those set (an older agent, a
+    remote VM's own, then sees the requests it always saw)."""
+    options: dict[str, Any] = {}
+    if isolated:
+        options["isolated"] = True
+    if tail is not None:
+        options["tail"] = tail
+    return options
 
 
 def _error_message(response: GuestResponse) -> str:

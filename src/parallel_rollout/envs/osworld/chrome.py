@@ -362,7 +362,7 @@ def call(vm, op: str, timeout: float | None = None, **params: Any) -> Any:
     request = {"op": op, "ports": ports, "connect_timeout": CONNECT_TIMEOUT_S,
                "load_timeout": LOAD_TIMEOUT_S, **params}
     limit = timeout or CONNECT_TIMEOUT_S + LOAD_TIMEOUT_S * max(1, len(params.get("urls", [])) or 1) + 30
-    result = vm.run_python(guest_program(request), timeout=limit)
+    result = vm.run_python(guest_program(request), timeout=limit, isolated=True)
     output = result.get("output") or ""
     for line in output.splitlines():
         if line.startswith(MARKER):
@@ -442,7 +442,7 @@ def profile_dir(vm) -> str:
     code = ("import os\n"
             f"paths = [os.path.expanduser(p) for p in {list(PROFILES)!r}]\n"
             "print(next((p for p in paths if os.path.isdir(p)), paths[0]))\n")
-    result = vm.execute(["python3", "-c", code], timeout=30)
+    result = vm.execute(["python3", "-c", code], timeout=30, isolated=True)
     path = (result.get("output") or "").strip()
     if not path:
         raise ChromeError(f"cannot find the browser profile in the guest: {result.get('error')}")

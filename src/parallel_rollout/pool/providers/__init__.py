@@ -4,9 +4,10 @@
 from __future__ import annotations
 
 from ...plugins import Registry
-from .base import Provider, ProviderOptions, VMInfo
+from .base import Provider, ProviderOptions, VMInfo, default_memory_mb
 
-__all__ = ["Provider", "ProviderOptions", "VMInfo", "get_provider", "provider_names"]
+__all__ = ["Provider", "ProviderOptions", "VMInfo", "default_memory_mb", "get_provider",
+           "provider_names"]
 
 #: name -> "module:Class"; imported lazily so an unused provider costs nothing
 PROVIDERS: Registry[Provider] = Registry("provider", {

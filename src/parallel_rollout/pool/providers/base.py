@@ -38,6 +38,11 @@ class ProviderOptions:
     #: per-VM resource limits; None keeps the provider's default
     memory_mb: int | None = None
     max_processes: int | None = None
+    #: the memory limit of a VM when ``memory_mb`` is None (:func:`default_memory_mb`),
+    #: applied where the provider bounds a VM's total (a memory cgroup, a container), never
+    #: as a per-process address-space limit, which would break programs that reserve much
+    #: more than they use (Chromium)
+    default_memory_mb: int | None = None
     #: a desktop in every VM (osworld): an X display of screen_width × screen_height with
     #: a window manager, part of the snapshot (a reset brings back a clean desktop)
     desktop: bool = False
@@ -54,10 +59,38 @@ class ProviderOptions:
     #: provider's ``default_spares``
     spare_vms: int | None = None
 
+    def memory_limit(self, bounded: bool) -> int | None:
+        """A VM's memory limit: ``memory_mb``, else ``default_memory_mb`` where the provider
+        can bound the VM's total (``bounded``: a memory cgroup, a container), else None."""
+        if self.memory_mb is not None:
+            return self.memory_mb
+        return self.default_memory_mb if bounded else None
+
     @property
     def screen(self) -> str | None:
         """``WxH`` of the desktop a VM's agent starts (``--desktop WxH``), None without one."""
         return f"{self.screen_width}x{self.screen_height}" if self.desktop else None
+
+
+#: the largest default memory limit of a VM, and of a desktop VM (a browser and an office
+#: suite want more)
+DEFAULT_MEMORY_CAP_MB = 2048
+DESKTOP_MEMORY_CAP_MB = 4096
+#: the share of the host's memory the VMs of a pool may hold together by default
+DEFAULT_MEMORY_SHARE = 0.8
+#: the least a default limit leaves a VM (the agent, a shell, a Python interpreter)
+DEFAULT_MEMORY_FLOOR_MB = 256
+
+
+def default_memory_mb(num_vms: int, desktop: bool = False) -> int:
+    """A VM's memory limit unless the user sets one: min(2048 MB (4096 with a desktop),
+    80% of the host's memory / ``num_vms``), at least 256 MB. M VMs then never hold more
+    than 80% of the host between them, and no one VM more than the cap."""
+    import psutil
+
+    share = DEFAULT_MEMORY_SHARE * psutil.virtual_memory().total / 2**20 / max(1, num_vms)
+    cap = DESKTOP_MEMORY_CAP_MB if desktop else DEFAULT_MEMORY_CAP_MB
+    return max(DEFAULT_MEMORY_FLOOR_MB, min(cap, int(share)))
 
 
 class Provider(abc.ABC):

@@ -17,26 +17,25 @@ alone (no registry is reachable where this runs): a debootstrapped bookworm tree
 (:mod:`.images`, cached), the guest agent added to the tarball, then ``docker import`` with
 CMD/ENV/WORKDIR/LABEL set through ``--change``. ``<key>`` hashes the agent and the recipe, so
 a changed agent gets a new image and an unchanged one is never rebuilt (unless ``force``).
-``--snapshot-name`` names another image instead, e.g. one made by ``docker commit`` from a
-container prepared by hand; it needs ``python3``. The host's own guest package (``guest/``:
-the agent, its desktop routes, the pyautogui shim) is bind-mounted read-only over the
-image's copy, so the agent always matches the host's client.
+``--snapshot-name`` names another image instead (``docker commit`` of a container prepared
+by hand; it needs ``python3``). The host's own guest package (``guest/``) is bind-mounted
+read-only over the image's copy, so the agent always matches the host's client.
 
 **Desktop.** Desktop modes (osworld; ``options.desktop``) boot ``parallel-rollout-desktop:<key>``
 (``image build --provider docker --desktop``): the same recipe plus
-``images.DESKTOP_PACKAGES`` (Xvfb, openbox, xterm, mousepad, pcmanfm, xdotool, wmctrl,
-ffmpeg, D-Bus and AT-SPI) and ``images.DESKTOP_APT_PACKAGES`` (LibreOffice Writer and Calc).
-The agent starts with ``--desktop WxH``, so the desktop is up before the container counts as
-booted and is part of the snapshot: the spare a reset hands out has a fresh one.
+``images.DESKTOP_PACKAGES`` and ``images.DESKTOP_APT_PACKAGES`` (LibreOffice).
+The agent starts with ``--desktop WxH``: the desktop is up before the container counts as
+booted, and the spare a reset hands out has a fresh one.
 
 **Isolation.** ``--network none`` (only ``lo``), a fresh writable layer and a tmpfs ``/tmp``
 per container, ``--init`` so orphans are reaped, ``--memory``/``--memory-swap`` from
-``memory_mb`` (the container's total, unlike the process provider's per-process limit) and
-``--pids-limit`` from ``max_processes`` (4096 when unset), a sized ``/tmp``, no privileged
-flags, every capability dropped but the few the agent needs to run commands as another user
-(``AGENT_CAPS``), ``no-new-privileges``. The agent is the container's root; every command
+``memory_mb`` (else the pool's ``default_memory_mb``, ``base.py``) and ``--pids-limit`` from
+``max_processes`` (4096 when unset), a sized ``/tmp``, no privileged flags, every capability
+dropped but the few the agent needs to run commands as another user (``AGENT_CAPS``),
+``no-new-privileges``. The agent is the container's root; every command
 runs as uid 64000 through ``setpriv`` with no capabilities (``--run-as``, see
 ``guest/server.py``), so the graded code can neither signal the agent nor reach its socket.
+The agent loads the process sandbox's seccomp filter (``seccomp.py``) on top of Docker's.
 A desktop container's whole desktop (session bus, X server, apps) runs as that user too
 (``guest/desktop.py``), who is ``user`` in the image's /etc/passwd (dbus-daemon and xterm
 look their user up); OSWorld's getters and the screenshots stay out of its reach.
@@ -89,7 +88,7 @@ from typing import Callable
 import psutil
 
 from ...errors import ConfigError, GuestUnreachable, ProviderUnavailable, VMError
-from . import images, verify
+from . import images, seccomp, verify
 from .base import Provider, ProviderOptions, VMInfo
 from .common import check_name, make_vm_dir, read_meta, remove_run_dir_if_empty, secure_base_dir
 from .docker_cli import (GUEST_HOME, GUEST_SOCK_DIR, LABEL, SOCKET_NAME, START_HINT, agent_argv,
@@ -173,7 +172,7 @@ class DockerProvider(SpareContainers, Provider):
 
     def _check_limits(self) -> None:
         """ConfigError when a limit asked for would be discarded by the daemon (it only warns),
-        so that no container runs without the bound it was promised."""
+        so that no container runs without the bound it was promised; the memory default."""
         enforced = daemon_limits()
         for limit, key, flag in (("max_processes", "pids", "--pids-limit"),
                                  ("memory_mb", "memory", "--memory")):
@@ -182,6 +181,7 @@ class DockerProvider(SpareContainers, Provider):
                     f"{limit} cannot be honoured: this Docker daemon does not enforce {flag} "
                     f"(docker info: {key} limit false; its kernel or cgroup setup lacks the "
                     f"{key} controller)")
+        self._memory_mb = self.options.memory_limit(bounded=enforced["memory"])
         if not enforced["pids"]:
             log.warning("this Docker daemon does not enforce --pids-limit: containers run "
                         "without a process cap")
@@ -195,7 +195,8 @@ class DockerProvider(SpareContainers, Provider):
 
     @classmethod
     def check_available(cls) -> None:
-        """ProviderUnavailable unless the docker CLI exists and a daemon answers it."""
+        """ProviderUnavailable unless libseccomp, the docker CLI and its daemon work."""
+        seccomp.program()
         if shutil.which("docker") is None:
             raise ProviderUnavailable("the docker CLI is not installed; install it (with the "
                                       "daemon) with: apt-get install docker.io")
@@ -408,12 +409,13 @@ class DockerProvider(SpareContainers, Provider):
         ]
         if self.desktop:
             argv += ["-e", f"PYTHONPATH={images.GUEST_SHIM_DIR}"]
-        if self.options.memory_mb is not None:
-            memory = f"{self.options.memory_mb}m"
+        if self._memory_mb is not None:
+            memory = f"{self._memory_mb}m"
             argv += ["--memory", memory, "--memory-swap", memory]
         argv += ["--pids-limit", str(self.options.max_processes or DEFAULT_PIDS_LIMIT)]
-        # the desktop too runs as that user (guest/desktop.py); the agent alone in its pid namespace
-        agent = [*agent_argv(self.options.screen),
+        # the desktop runs as that user too; the process sandbox's seccomp filter on Docker's
+        seccomp.write(sock_dir / "seccomp.bpf")
+        agent = [*agent_argv(self.options.screen), "--seccomp", f"{GUEST_SOCK_DIR}/seccomp.bpf",
                  "--run-as", f"{SANDBOX_UID}:{SANDBOX_UID}", "--reap-all"]
         argv += [self.image, *agent]
         try:

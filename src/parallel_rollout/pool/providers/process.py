@@ -5,7 +5,7 @@
     owning process ── launcher thread ──fork──► sh (joins the VM's cgroups) ─exec─► bwrap
                                                   └─ pid 1 of a new pid namespace
                                                        └─ python3 guest/server.py --listen-fd
-                                                            └─ setpriv (uid 64000) ─► commands
+                                                            └─ setpriv (the VM's uid) ─► commands
 
     <base>/<run_id>/<vm_id>/      base: $PARALLEL_ROLLOUT_PROCESS_DIR or /tmp/parallel-rollout/process
         sock/        sock/agent.sock: bound and listened on here, the agent serves its fd
@@ -18,9 +18,10 @@ files, fresh ``/proc`` and ``/dev``, a clean environment, ``setsid``, and:
 
 * *no capabilities.* As root, bwrap keeps for the agent only what it needs to run commands
   as another user (setuid/setgid, kill, chown, reading the home), and the agent runs every
-  command as the unprivileged uid ``$PARALLEL_ROLLOUT_SANDBOX_UID`` (64000) with no
-  capabilities, an empty bounding set and no-new-privileges; that user cannot signal the
-  agent. As another user, bwrap makes a user namespace in which nobody has a capability
+  command as an unprivileged uid of the VM's own (``sandbox_uids.py``: 64000 up, so
+  per-user kernel limits such as inotify instances are per VM) with no capabilities, an
+  empty bounding set and no-new-privileges; that user cannot signal the agent. As another
+  user, bwrap makes a user namespace in which nobody has a capability
   (the agent and the commands then share that uid: they can kill the agent, which costs
   their attempt, but not replace it: see below).
 * *the agent's socket is outside.* The runner binds and listens on ``sock/agent.sock`` and
@@ -31,9 +32,10 @@ files, fresh ``/proc`` and ``/dev``, a clean environment, ``setsid``, and:
 * *a seccomp filter* (``seccomp.py``): no mount, namespaces, ptrace, keyring, bpf, kernel
   modules, kexec, perf events (the same for a desktop VM, see below).
 * *per-VM cgroups* (``cgroups.py``): ``memory.max``, ``pids.max`` and an equal CPU weight
-  for the whole sandbox, where a probe shows they work (``cgroups.available``). Without a
-  memory cgroup ``memory_mb`` falls back to a per-process RLIMIT_AS through ``prlimit``
-  (logged). ``max_processes`` (DEFAULT_MAX_PROCESSES when unset) goes to ``pids.max``, or
+  for the whole sandbox, where a probe shows they work (``cgroups.available``); ``memory.max``
+  is ``memory_mb``, else the pool's ``default_memory_mb`` (``base.py``). Without a memory
+  cgroup only an explicit ``memory_mb`` applies, as RLIMIT_AS per process (``prlimit``,
+  logged). ``max_processes`` (DEFAULT_MAX_PROCESSES when unset) goes to ``pids.max``, or
   without a pids cgroup to RLIMIT_NPROC where that caps a sandbox (not root: see
   ``cgroups.nproc_caps_a_sandbox``); else an explicit one is a ConfigError saying why.
 * *sized tmpfs* for ``/tmp`` and ``/dev/shm`` (512 MB) and the home (1 GB), each at most a
@@ -61,9 +63,8 @@ in the host's environment is passed on (``0``: no bus, the window list only), an
 ``PARALLEL_ROLLOUT_ATSPI_TIMEOUT`` (seconds a walk of the tree may take).
 ``guest/shim/pyautogui.py`` is on PYTHONPATH and ``python`` names the guest's python3, so
 OSWorld's ``python -c "import pyautogui; ..."`` actions run as they do in an OSWorld image.
-The apps come from the host's /usr (Debian packages ``./dev`` installs: xvfb, openbox, xterm,
-mousepad, pcmanfm, xdotool, wmctrl, ffmpeg, dbus, at-spi2-core, python3-pyatspi). As root
-the whole desktop runs as the commands' user, ``user`` (uid 64000, in the sandbox's own
+The apps come from the host's /usr (the Debian packages ``./dev`` installs). As root
+the whole desktop runs as the commands' user, ``user`` (the VM's uid, in the sandbox's own
 /etc/passwd: dbus-daemon and xterm look their user up): the session bus (which admits one
 uid), Xvfb, openbox, AT-SPI, every app and every helper of the agent, with no capabilities
 and no user namespaces; the agent keeps ``AGENT_CAPS`` like any VM's. As another user they
@@ -88,6 +89,7 @@ from pathlib import Path
 
 from ...errors import ConfigError, ProviderUnavailable, VMError
 from . import cgroups, images, sandbox_fs, seccomp, standby, verify
+from .sandbox_uids import SandboxUids
 from .base import Provider, ProviderOptions, VMInfo
 from .common import (check_name, create_time, log_tail, make_vm_dir, owner_label,
                      process_and_agent_healthy, read_meta, remove_vm_dir, same_process,
@@ -106,9 +108,6 @@ GUEST_AGENT = images.GUEST_AGENT_PATH
 SOCKET_NAME = "agent.sock"
 #: sun_path holds 108 bytes; keep a margin
 MAX_SOCKET_PATH = 100
-#: the unprivileged user commands run as when the runner is root
-SANDBOX_UID_ENV = "PARALLEL_ROLLOUT_SANDBOX_UID"
-DEFAULT_SANDBOX_UID = 64000
 #: what the agent keeps when the runner is root: switch to the commands' user and drop its
 #: bounding set (setpriv), signal its processes, and hand it files. A desktop VM's agent
 #: keeps the same and nothing more: the desktop (session bus, Xvfb, openbox, AT-SPI), the
@@ -138,14 +137,6 @@ DESKTOP_PROGRAMS = {"Xvfb": "xvfb", "openbox": "openbox", "xdotool": "xdotool",
 def base_dir_default() -> Path:
     """Where sandboxes live unless told otherwise: $PARALLEL_ROLLOUT_PROCESS_DIR or /tmp/..."""
     return Path(os.environ.get(BASE_DIR_ENV) or DEFAULT_BASE_DIR)
-
-
-def sandbox_uid() -> int:
-    """The uid (and gid) commands run as when the runner is root."""
-    value = os.environ.get(SANDBOX_UID_ENV) or str(DEFAULT_SANDBOX_UID)
-    if not value.isdigit() or int(value) == 0:
-        raise ConfigError(f"{SANDBOX_UID_ENV} must be a non-zero uid, got {value!r}")
-    return int(value)
 
 
 class ProcessProvider(Provider):
@@ -183,6 +174,9 @@ class ProcessProvider(Provider):
                             "per process, which does not bound the sandbox's sum",
                             cgroups.why_unavailable("memory"), self.options.memory_mb)
                 self._limit_as = True
+        #: the user's memory limit, else the pool's default where a memory cgroup bounds the
+        #: sum (a default RLIMIT_AS would break browsers: see base.py)
+        self._memory_mb = self.options.memory_limit(bounded="memory" in controllers)
         #: a VM's process cap, as (pids.max, RLIMIT_NPROC per command): one of them is set
         #: wherever the machine can cap a sandbox (``cgroups.process_cap``)
         self._pids_max, self._limit_nproc = cgroups.process_cap(
@@ -190,8 +184,8 @@ class ProcessProvider(Provider):
         #: cgroups are host-wide: two runs with one run id (two output folders) must not
         #: share, or remove, each other's
         self._cgroup_name = f"{run_id}.{secrets.token_hex(4)}"
-        #: root runs commands (and a desktop, whose session bus admits one uid) as another user
-        self._run_as = sandbox_uid() if os.geteuid() == 0 else None
+        #: root runs commands (and a desktop) as a uid of each VM's own (sandbox_uids.py)
+        self._uids = SandboxUids(enabled=os.geteuid() == 0)
         self._python = sandbox_fs.guest_python()
         #: reset verification from the host, through /proc/<init>/root (a few ms: on by default)
         self._view = verify.HostView(self.options.verify_reset or "fast", GUEST_HOME, self.snapshot,
@@ -206,8 +200,8 @@ class ProcessProvider(Provider):
             if missing:
                 raise ConfigError("a desktop VM needs " + ", ".join(missing)
                                   + f"; install with: apt-get install {' '.join(missing)} (./dev does)")
-            if self._run_as and (shut := sandbox_fs.unreadable_by_others([*_DESKTOP_SOURCES, _SHIM_DIR])):
-                raise ConfigError(f"the desktop's user (uid {self._run_as}) cannot read the guest's "
+            if self._uids.enabled and (shut := sandbox_fs.unreadable_by_others([*_DESKTOP_SOURCES, _SHIM_DIR])):
+                raise ConfigError(f"the desktop's user (uids from {self._uids.first}) cannot read the guest's "
                                   f"{', '.join(shut[:3])}: chmod -R o+rX {images.GUEST_SOURCE_DIR}")
 
     @classmethod
@@ -269,6 +263,7 @@ class ProcessProvider(Provider):
         make_vm_dir(vm_dir, "sock")
         group = self._cgroup(vm_id)
         try:
+            self._uids.acquire(vm_id)
             group.create()
             info = self._boot(vm_id, vm_dir, group)
             self._view.baseline(vm_id, info.private["init_pid"], info.address)
@@ -278,6 +273,7 @@ class ProcessProvider(Provider):
             # stop() on it: its folder (and cgroups) would stay until a sweep.
             remove_vm_dir(vm_dir)
             group.remove()
+            self._uids.release(vm_id)
             raise
 
     def reset(self, info: VMInfo) -> VMInfo:
@@ -309,6 +305,7 @@ class ProcessProvider(Provider):
         self._standby.drop(info.vm_id, self.options.boot_timeout_s)
         try:
             kill_sandbox(info.private)
+            self._uids.release(info.vm_id)  # once none of its processes is left
         finally:
             cgroups.remove_paths(info.private.get("cgroups") or [])
             for folder in standby.folders(Path(info.private["vm_dir"]).parent, info.vm_id):
@@ -342,7 +339,7 @@ class ProcessProvider(Provider):
 
     def _cgroup(self, folder: str) -> cgroups.VMCgroup:
         """The cgroups of one VM folder (a VM and its standby have one each)."""
-        memory = self.options.memory_mb
+        memory = self._memory_mb
         return cgroups.VMCgroup(
             self._cgroup_name, folder,
             max_processes=self._pids_max,
@@ -353,21 +350,25 @@ class ProcessProvider(Provider):
         by a kill, so /tmp, /dev/shm and the home together stay under half of memory_mb (a
         full disk must not leave the agent without memory). Without a memory cgroup the
         pages are the host's: the same sizes keep a full disk within what the user gave."""
-        if self.options.memory_mb is None:
+        if self._memory_mb is None:
             return size_mb
-        return max(1, min(size_mb, self.options.memory_mb // 6))
+        return max(1, min(size_mb, self._memory_mb // 6))
 
     def _argv(self, vm_id: str, vm_dir: Path, ready_fd: int, info_fd: int,
               listen_fd: int) -> list[str]:
         agent = [self._python, "-I", "-S", GUEST_AGENT,  # -S: site.py costs ~5 ms per boot
                  "--listen-fd", str(listen_fd), "--ready-fd", str(ready_fd)]
         if self._limit_as:
-            agent += ["--limit-as", str(self.options.memory_mb * 1024 * 1024)]
+            agent += ["--limit-as", str(self._memory_mb * 1024 * 1024)]
         if self._limit_nproc:
             agent += ["--limit-nproc", str(self._limit_nproc)]
         agent += ["--reap-all"]  # bwrap's --unshare-pid: every process it sees is the VM's
-        if self._run_as is not None:
-            agent += ["--run-as", f"{self._run_as}:{self._run_as}"]
+        uid = self._uids.uid(vm_id)
+        if self._uids.enabled and uid is None:
+            # never a sandbox whose commands would run as root: a standby of a stopped VM
+            raise VMError(f"VM {vm_id} holds no sandbox uid (it was stopped)")
+        if uid is not None:
+            agent += ["--run-as", f"{uid}:{uid}"]
             privileges = ["--cap-drop", "ALL"] + [a for cap in AGENT_CAPS
                                                   for a in ("--cap-add", cap)]
         else:
@@ -398,8 +399,7 @@ class ProcessProvider(Provider):
             *_namespace_flags(), *privileges, "--die-with-parent", "--new-session",
             "--hostname", vm_id,
             *sandbox_fs.system_binds(), *sandbox_fs.secret_masks(vm_dir / "empty"),
-            *(sandbox_fs.user_entries(vm_dir, self._run_as, GUEST_HOME)
-              if self._run_as is not None else ()),
+            *(sandbox_fs.user_entries(vm_dir, uid, GUEST_HOME) if uid is not None else ()),
             "--proc", "/proc", "--dev", "/dev",
             # shared memory (Chromium, multiprocessing) for the commands' user too
             "--perms", "1777", "--size", str(self._tmpfs_mb(TMP_SIZE_MB) * 2**20),

@@ -88,7 +88,7 @@ def user_entries(folder: Path, uid: int, home: str) -> list[str]:
     return args
 
 
-@functools.lru_cache(maxsize=4)
+@functools.lru_cache(maxsize=256)  # a uid per VM (sandbox_uids.py)
 def _user_files(uid: int, home: str) -> tuple[tuple[str, str], ...]:
     """(name, text) of the sandbox's passwd and group: the same for every boot of a run, so
     the host's files are read once per process, not at every sandbox (each reset boots one)."""

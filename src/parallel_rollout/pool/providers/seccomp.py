@@ -19,13 +19,21 @@ What is refused, with ``EPERM`` (programs see an ordinary "operation not permitt
 * the kernel itself: ``kexec_load``, ``kexec_file_load``, ``init_module``,
   ``finit_module``, ``delete_module``, ``bpf``, ``perf_event_open``, ``userfaultfd``,
   ``open_by_handle_at``, ``reboot``, ``swapon``, ``swapoff``, ``acct``, ``quotactl``,
-  ``iopl``, ``ioperm``, ``syslog``.
+  ``iopl``, ``ioperm``, ``syslog``;
+* io_uring (``io_uring_setup``, ``io_uring_enter``, ``io_uring_register``: a steady source
+  of kernel escapes, refused by Docker and containerd since 2023) and the new mount API
+  (``fsopen``, ``fsconfig``, ``fsmount``, ``fspick``, ``move_mount``, ``open_tree``,
+  ``mount_setattr``), which would otherwise fail only for want of a capability. A
+  libseccomp too old to know their names gets their numbers (:data:`NEW_SYSCALLS`, the
+  same on every architecture since Linux 5.1), so none is left out silently.
 
 A desktop VM (osworld) gets the same filter: its desktop and apps run as the commands'
 unprivileged user, so VLC (which refuses root) needs no user namespace of its own, and
 Chromium runs with ``--no-sandbox`` (``guest/desktop_routes.py``), as it must without one.
 
 The program is compiled once per process and copied into a fresh memfd for every sandbox.
+A docker container gets it too: its guest agent loads it from a file at start (``server.py
+--seccomp``), on top of Docker's own profile, which lets io_uring through on some daemons.
 """
 
 from __future__ import annotations
@@ -45,7 +53,14 @@ DENIED = (
     "kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module",
     "bpf", "perf_event_open", "userfaultfd", "open_by_handle_at", "reboot",
     "swapon", "swapoff", "acct", "quotactl", "iopl", "ioperm", "syslog",
+    *("io_uring_setup", "io_uring_enter", "io_uring_register"),
+    *("fsopen", "fsconfig", "fsmount", "fspick", "move_mount", "open_tree", "mount_setattr"),
 )
+#: syscalls added after Linux 5.0, numbered alike on every architecture (the kernel's
+#: unified table): what a rule uses when libseccomp does not know the name
+NEW_SYSCALLS = {"io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
+                "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431,
+                "fsmount": 432, "fspick": 433, "mount_setattr": 442}
 #: every CLONE_NEW* flag: cgroup, uts, ipc, user, pid, net, mount, time
 CLONE_NEW_FLAGS = (0x02000000, 0x04000000, 0x08000000, 0x10000000, 0x20000000,
                    0x40000000, 0x00020000, 0x00000080)
@@ -97,6 +112,8 @@ def _compile() -> bytes:
         def rule(name: str, action: int, *cmps: _ArgCmp) -> None:
             number = lib.seccomp_syscall_resolve_name(name.encode())
             if number < 0:
+                number = NEW_SYSCALLS.get(name, number)
+            if number < 0:
                 return  # not a syscall of this architecture (iopl on arm64, say)
             array = (_ArgCmp * len(cmps))(*cmps) if cmps else None
             rc = lib.seccomp_rule_add_array(ctx, action, number, len(cmps), array)
@@ -136,6 +153,12 @@ def program() -> bytes:
         if not _program:
             _program.append(_compile())
         return _program[0]
+
+
+def write(path) -> None:
+    """The program into the file ``path`` (a guest agent loads it: ``server.py --seccomp``)."""
+    with open(path, "wb") as handle:
+        handle.write(program())
 
 
 def program_fd() -> int:

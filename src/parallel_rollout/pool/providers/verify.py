@@ -58,6 +58,9 @@ from typing import Iterable
 import psutil
 
 log = logging.getLogger(__name__)
+#: characters of the reset probe's answer kept (a fingerprint of a large home is long: more
+#: than the agent's default tail of a command's output)
+PROBE_TAIL_CHARS = 2_000_000
 
 from ...errors import ConfigError
 
@@ -181,7 +184,8 @@ def guest_windows(address: str) -> list[str]:
     from ...guest.client import GuestClient
 
     try:
-        result = GuestClient(address, timeout_s=10.0).execute(["wmctrl", "-l"], timeout=10.0)
+        result = GuestClient(address, timeout_s=10.0).execute(["wmctrl", "-l"], timeout=10.0,
+                                                                      isolated=True)
     except Exception as exc:  # noqa: BLE001 - an agent that cannot list windows is a difference
         return [f"(cannot list windows: {exc})"]
     if result.get("returncode") != 0:
@@ -335,7 +339,8 @@ class GuestView(HostView):
 
         try:
             result = GuestClient(address, timeout_s=60.0).run_python(
-                _probe_source(self.home, self.mode == "full"), timeout=60.0)
+                _probe_source(self.home, self.mode == "full"), timeout=60.0, isolated=True,
+                tail=PROBE_TAIL_CHARS)
             seen = json.loads(result["output"].strip().splitlines()[-1])
         except Exception as exc:  # noqa: BLE001 - unreachable, refused, garbled: all a difference
             raise LookupError(f"the VM's agent did not answer the reset probe: {exc}") from None

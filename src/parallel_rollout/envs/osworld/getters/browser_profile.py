@@ -129,7 +129,8 @@ def get_history(env, config: dict) -> list | None:
 
 def get_shortcuts_on_desktop(env, config: dict) -> dict:
     """{name: content} of the ``.desktop`` files on the guest's desktop."""
-    home = (env.vm.execute(["python3", "-c", "import os; print(os.path.expanduser('~'))"], timeout=30)
+    home = (env.vm.execute(["python3", "-c", "import os; print(os.path.expanduser('~'))"], timeout=30,
+                           isolated=True)
             .get("output") or "").strip()
     desktop = f"{home}/Desktop"
     tree = env.vm.list_directory(desktop).get("directory_tree", {})

@@ -29,7 +29,7 @@ VLC_PORT, VLC_PASSWORD = 8080, "password"
 
 def _home_path(env, path: str) -> str:
     code = f"import os; print(os.path.expanduser({path!r}))"
-    return (env.vm.execute(["python3", "-c", code], timeout=30).get("output") or "").strip()
+    return (env.vm.execute(["python3", "-c", code], timeout=30, isolated=True).get("output") or "").strip()
 
 
 def _save(env, dest: str, data: bytes) -> str:
@@ -76,7 +76,7 @@ def get_vlc_playing_info(env, config: dict) -> str | None:
             f"request.add_header('Authorization', 'Basic ' + base64.b64encode(b':{VLC_PASSWORD}').decode())\n"
             "try:\n    print(base64.b64encode(urllib.request.urlopen(request, timeout=10).read()).decode())\n"
             "except Exception:\n    print('')\n")
-    output = (env.vm.execute(["python3", "-c", code], timeout=30).get("output") or "").strip()
+    output = (env.vm.execute(["python3", "-c", code], timeout=30, isolated=True).get("output") or "").strip()
     if not output:
         return None
     return _save(env, config["dest"], base64.b64decode(output))
@@ -86,7 +86,8 @@ def get_default_video_player(env, config: dict) -> str:
     """The desktop file most video types open with (xdg-mime), 'unknown' for none."""
     apps: Counter = Counter()
     for kind in VIDEO_TYPES:
-        answer = env.vm.execute(["xdg-mime", "query", "default", f"video/{kind}"], timeout=30).get("output") or ""
+        answer = env.vm.execute(["xdg-mime", "query", "default", f"video/{kind}"], timeout=30,
+                                isolated=True).get("output") or ""
         if answer:
             # OSWorld's list names each type twice but x-ogm+ogg; the counts decide
             apps[answer] += 1 if kind == "x-ogm+ogg" else 2
@@ -103,7 +104,7 @@ def get_vscode_config(env, config: dict) -> str | None:
     command = config["vscode_extension_command"]
     for code in ("pyautogui.hotkey('ctrl', 'shift', 'p')", f"pyautogui.typewrite({command!r})",
                  "pyautogui.press('enter')"):
-        env.vm.execute(["python3", "-c", f"import pyautogui; {code}"], timeout=60)
+        env.vm.execute(["python3", "-c", f"import pyautogui; {code}"], timeout=60, isolated=True)
     time.sleep(1.0)
     return get_vm_file(env, {"path": config["path"], "dest": config["dest"]})
 

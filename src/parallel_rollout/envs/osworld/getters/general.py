@@ -10,7 +10,7 @@ def get_vm_command_line(env, config: dict) -> str:
     """POST /execute and its stdout."""
     command = config["command"]
     result = env.vm.execute(command, shell=bool(config.get("shell", isinstance(command, str))),
-                            timeout=float(config.get("timeout", 60)))
+                            timeout=float(config.get("timeout", 60)), isolated=True)
     return result.get("output") or ""
 
 
@@ -18,7 +18,7 @@ def get_vm_command_error(env, config: dict) -> str:
     """POST /execute and its stderr."""
     command = config["command"]
     result = env.vm.execute(command, shell=bool(config.get("shell", isinstance(command, str))),
-                            timeout=float(config.get("timeout", 60)))
+                            timeout=float(config.get("timeout", 60)), isolated=True)
     return result.get("error") or ""
 
 

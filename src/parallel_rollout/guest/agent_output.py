@@ -1,0 +1,84 @@
+"""What a command's output may cost the guest agent: its pipes are read as it writes, and
+only the tail the request keeps is held in memory.
+
+::
+
+    command ──stdout pipe──► poll() loop ──► Tail(keep): the last ``keep`` bytes, a count of
+            ──stderr pipe──►                 the bytes dropped before them
+
+An answer that prints 1 GB costs the agent ``keep`` bytes per stream (plus a 64 KiB read
+buffer), not 1 GB: ``subprocess.communicate`` would hold it all, then the JSON answer a
+copy, then the host's client another. ``keep`` comes from the request (``tail``: the
+characters the caller keeps, times 4 for UTF-8) or :data:`DEFAULT_KEEP_BYTES`.
+
+Standard library only: this file is copied next to ``server.py`` into every guest.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+#: bytes of each stream kept when the request names no ``tail``: 8 MiB, more than any
+#: caller that reads a whole answer (an osworld getter, a browser's page) needs
+DEFAULT_KEEP_BYTES = 8 << 20
+#: bytes read from a pipe at a time
+CHUNK = 65536
+
+
+class Tail:
+    """The last ``limit`` bytes written to one pipe, and how many came before them."""
+
+    __slots__ = ("limit", "data", "dropped")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.data = bytearray()
+        self.dropped = 0
+
+    def add(self, chunk: bytes) -> None:
+        """Append ``chunk``, dropping what falls out of the tail."""
+        self.data += chunk
+        excess = len(self.data) - self.limit
+        if excess > 0:
+            del self.data[:excess]
+            self.dropped += excess
+
+    def text(self, chars: int | None) -> str:
+        """The tail decoded (a sequence cut in half at its start becomes U+FFFD), at most
+        ``chars`` characters of it when given."""
+        text = bytes(self.data).decode("utf-8", "replace")
+        if chars is None or len(text) <= chars:
+            return text
+        return text[len(text) - chars:]
+
+
+def keep_bytes(tail_chars: int | None) -> int:
+    """Bytes of a stream to keep for a request that keeps ``tail_chars`` characters (None:
+    the default): UTF-8 spends at most 4 bytes on a character."""
+    return DEFAULT_KEEP_BYTES if tail_chars is None else max(1, 4 * tail_chars)
+
+
+def collect(pipes: dict, deadline: float) -> bool:
+    """Read the pipes ``{file object: Tail}`` into their tails until every one is at its
+    end (True) or ``deadline`` (``time.monotonic()``) has passed (False). A pipe at its end
+    is dropped from ``pipes``, so a second call goes on with those still open."""
+    import select
+
+    poller = select.poll()
+    by_fd = {}
+    for stream in pipes:
+        by_fd[stream.fileno()] = stream
+        poller.register(stream.fileno(), select.POLLIN)
+    while by_fd:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return False
+        for fd, _ in poller.poll(remaining * 1000):
+            chunk = os.read(fd, CHUNK)
+            if chunk:
+                pipes[by_fd[fd]].add(chunk)
+            else:  # the writers are gone (or closed it): nothing more will come
+                poller.unregister(fd)
+                del pipes[by_fd.pop(fd)]
+    return True

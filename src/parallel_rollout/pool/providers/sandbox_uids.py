@@ -1,0 +1,93 @@
+"""A uid of its own for each process sandbox's commands, when the runner is root.
+
+The kernel counts some limits per user, whatever namespace a process is in: inotify
+instances and watches, RLIMIT_NPROC, POSIX message queues, locked memory. VMs whose
+commands ran as one uid shared them, so one task that held 128 inotify instances made
+``inotify_init`` fail in every other VM. Each VM therefore takes a uid of its own from a
+range, holds it while it lives (its resets and its standby keep it) and gives it back when
+it stops::
+
+    first = $PARALLEL_ROLLOUT_SANDBOX_UID (64000)      the range: first .. first + 999
+    acquire(vm_id) ──► the lowest uid no VM of any run on this machine holds
+                       (a lock file per uid: flock on /tmp/parallel-rollout/uids/<uid>)
+    release(vm_id) ──► closes the lock: the uid is free again (also when the owner dies)
+
+The lock is an ``flock`` held by the process that owns the VM, so two runs on one machine
+never hand out one uid twice, and a killed run frees its uids with its last file descriptor.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import threading
+from pathlib import Path
+
+from ...errors import ConfigError, VMError
+from .common import SHARED_TMP, secure_base_dir
+
+#: where the first uid comes from, and its default
+SANDBOX_UID_ENV = "PARALLEL_ROLLOUT_SANDBOX_UID"
+DEFAULT_SANDBOX_UID = 64000
+#: how many uids the range holds: VMs alive at once on one machine, across runs
+UID_RANGE = 1000
+#: the lock files of the range, one per uid: host-wide, whatever folder a run's VMs use
+LOCK_DIR = SHARED_TMP / "parallel-rollout" / "uids"
+
+
+def first_uid() -> int:
+    """The range's first uid (and gid): ``$PARALLEL_ROLLOUT_SANDBOX_UID`` or 64000."""
+    value = os.environ.get(SANDBOX_UID_ENV) or str(DEFAULT_SANDBOX_UID)
+    if not value.isdigit() or int(value) == 0:
+        raise ConfigError(f"{SANDBOX_UID_ENV} must be a non-zero uid, got {value!r}")
+    if int(value) + UID_RANGE > 2**32 - 2:
+        raise ConfigError(f"{SANDBOX_UID_ENV}={value} leaves no room for {UID_RANGE} uids")
+    return int(value)
+
+
+class SandboxUids:
+    """The uids this process's VMs hold, one per VM id; thread-safe. Not ``enabled`` (a
+    runner that is not root: its VMs' commands keep its uid) it hands out none."""
+
+    def __init__(self, enabled: bool = True, first: int | None = None, count: int = UID_RANGE,
+                 lock_dir: Path | None = None) -> None:
+        self.enabled = enabled
+        self.first = first_uid() if first is None else first
+        self.count = count
+        self.lock_dir = lock_dir or LOCK_DIR
+        self._lock = threading.Lock()
+        self._held: dict[str, tuple[int, int]] = {}  # vm id -> (uid, lock fd)
+
+    def acquire(self, vm_id: str) -> int | None:
+        """``vm_id``'s uid: the one it holds, else the lowest free one of the range (None
+        when not enabled); VMError when every uid is held."""
+        if not self.enabled:
+            return None
+        with self._lock:
+            if vm_id in self._held:
+                return self._held[vm_id][0]
+            secure_base_dir(self.lock_dir)
+            for uid in range(self.first, self.first + self.count):
+                fd = os.open(self.lock_dir / str(uid), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    os.close(fd)
+                    continue
+                self._held[vm_id] = (uid, fd)
+                return uid
+        raise VMError(f"all {self.count} sandbox uids ({self.first}..{self.first + self.count - 1}) "
+                      f"are held by live VMs on this machine; VM {vm_id} has none")
+
+    def uid(self, vm_id: str) -> int | None:
+        """The uid ``vm_id`` holds, or None."""
+        with self._lock:
+            held = self._held.get(vm_id)
+            return held[0] if held else None
+
+    def release(self, vm_id: str) -> None:
+        """Give ``vm_id``'s uid back (a no-op when it holds none)."""
+        with self._lock:
+            held = self._held.pop(vm_id, None)
+        if held is not None:
+            os.close(held[1])
