@@ -70,7 +70,7 @@ from .config import RunConfig
 from .envs import get_env
 from .errors import PoolClosed, PoolExhausted, RolloutError
 from .messages import Assignment, Cancel
-from .pool.providers import ProviderOptions, default_memory_mb, get_provider
+from .pool.providers import ProviderOptions, get_provider, provider_options
 from .results import StorageError
 from .backends import BackendSpec, make_backend
 
@@ -474,30 +474,3 @@ class Engine:
     def closing(self) -> bool:
         """True once close() began or the engine stopped on an error: no respawns, no dispatch."""
         return self._closing or self.error is not None
-
-
-def provider_options(config: RunConfig, provider_cls: Any, vm_envs: list[Any]) -> ProviderOptions:
-    """The VM settings of a pool serving ``vm_envs``: their default limits where the
-    provider supports them, the user's explicit limits always."""
-    limits: dict[str, Any] = {}
-    supported = provider_cls.supported_limits()
-    for env_cls in vm_envs:
-        for name, value in env_cls.default_limits.items():
-            if name in supported:
-                limits[name] = max(value, limits.get(name, value))
-            else:
-                log.warning("the %s provider cannot enforce %s here; %s tasks run without it",
-                            config.provider_name, name, env_cls.name or config.mode)
-    # Explicit limits always go through: a provider that cannot honour one says so.
-    for name in ("memory_mb", "max_processes"):
-        value = getattr(config, f"vm_{name}")
-        if value is not None:
-            limits[name] = value
-    desktop = any(getattr(env_cls, "needs_desktop", False) for env_cls in vm_envs)
-    if desktop:
-        limits.update(desktop=True, screen_width=config.screen_width, screen_height=config.screen_height)
-    limits["default_memory_mb"] = default_memory_mb(config.num_vms, desktop)
-    return ProviderOptions(snapshot_name=config.snapshot_name, path_to_vm=config.path_to_vm,
-                           headless=config.headless, boot_timeout_s=config.boot_timeout_s,
-                           vm_addresses=config.vm_address, reset_command=config.reset_command,
-                           verify_reset=config.verify_reset, spare_vms=config.spare_vms, **limits)

@@ -1,13 +1,20 @@
 """Provider registry: built-in providers, ``parallel_rollout.providers`` entry points and
-``module:Class`` paths (one lookup for every plugin kind: see ``plugins``)."""
+``module:Class`` paths (one lookup for every plugin kind: see ``plugins``); and
+``provider_options``, a run's VM settings as its pool's provider gets them."""
 
 from __future__ import annotations
 
+import logging
+from typing import Any
+
+from ...config import RunConfig
 from ...plugins import Registry
 from .base import Provider, ProviderOptions, VMInfo, default_memory_mb
 
 __all__ = ["Provider", "ProviderOptions", "VMInfo", "default_memory_mb", "get_provider",
-           "provider_names"]
+           "provider_names", "provider_options"]
+
+log = logging.getLogger("parallel_rollout")
 
 #: name -> "module:Class"; imported lazily so an unused provider costs nothing
 PROVIDERS: Registry[Provider] = Registry("provider", {
@@ -28,3 +35,30 @@ def provider_names() -> list[str]:
 def get_provider(name: str) -> type[Provider]:
     """The provider class registered under ``name`` (or a ``module:Class`` path)."""
     return PROVIDERS.load(name)
+
+
+def provider_options(config: RunConfig, provider_cls: Any, vm_envs: list[Any]) -> ProviderOptions:
+    """The VM settings of a pool serving ``vm_envs``: their default limits where the
+    provider supports them, the user's explicit limits always."""
+    limits: dict[str, Any] = {}
+    supported = provider_cls.supported_limits()
+    for env_cls in vm_envs:
+        for name, value in env_cls.default_limits.items():
+            if name in supported:
+                limits[name] = max(value, limits.get(name, value))
+            else:
+                log.warning("the %s provider cannot enforce %s here; %s tasks run without it",
+                            config.provider_name, name, env_cls.name or config.mode)
+    # Explicit limits always go through: a provider that cannot honour one says so.
+    for name in ("memory_mb", "max_processes"):
+        value = getattr(config, f"vm_{name}")
+        if value is not None:
+            limits[name] = value
+    desktop = any(getattr(env_cls, "needs_desktop", False) for env_cls in vm_envs)
+    if desktop:
+        limits.update(desktop=True, screen_width=config.screen_width, screen_height=config.screen_height)
+    limits["default_memory_mb"] = default_memory_mb(config.num_vms, desktop)
+    return ProviderOptions(snapshot_name=config.snapshot_name, path_to_vm=config.path_to_vm,
+                           headless=config.headless, boot_timeout_s=config.boot_timeout_s,
+                           vm_addresses=config.vm_address, reset_command=config.reset_command,
+                           verify_reset=config.verify_reset, spare_vms=config.spare_vms, **limits)
