@@ -51,7 +51,7 @@ def test_help_lists_every_registered_name_builtin_and_plugin(monkeypatch):
     assert "trivia (plugin: trivia_pkg.env:TriviaEnv)" in text
     assert "firecracker (plugin: fc_pkg:FirecrackerProvider)" in text
     # the named datasets of --data, rag included
-    assert "named dataset: frozenlake, humaneval, miniwob, rag." in text
+    assert "named dataset: frozenlake, humaneval, miniwob, rag, sokoban, sokoban-endless." in text
     # the corrected texts
     assert "whole sandbox's memory cgroup" in text and "Address-space limit per process" not in text
     assert "Every flag can be set as PARALLEL_ROLLOUT_<FLAG>" in text
