@@ -87,6 +87,17 @@ def test_a_bad_tool_call_is_told_to_the_model_not_run():
     assert [(m["tool_call_id"], m["content"]) for m in answers] == [("c1", "out"), ("c2", tools.NOT_RUN)]
 
 
+def test_tool_calls_in_a_mode_without_tools_or_with_a_tokenizer_stop_the_run_before_it_starts(tmp_path):
+    tasks = tmp_path / "math.jsonl"
+    tasks.write_text(json.dumps({"id": "m", "problem": "1+1?", "answer": "2"}) + "\n")
+    result = CliRunner().invoke(main, ["run", "--mode", "math", "--data", str(tasks), "--agent", "openai",
+                                       "--tool-calls", "--base-url", "http://127.0.0.1:9/v1", "--output-dir", str(tmp_path)])
+    assert result.exit_code == 2 and "mode 'math' has no tools" in result.output, result.output
+    with pytest.raises(ConfigError, match="tool_calls=True needs chat requests"):
+        OpenAIAgent.check_config(build_config({"agent": "openai", "mode": "gym", "tool_calls": True,
+                                               "base_url": "http://127.0.0.1:9/v1", "tokenizer": str(tmp_path)}))
+
+
 def test_a_reply_of_tool_calls_alone_is_a_reply_and_one_of_nothing_is_not():
     body = completion(None, "m")
     with pytest.raises(MalformedResponse, match="content is null"):

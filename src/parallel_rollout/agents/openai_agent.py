@@ -113,6 +113,9 @@ class OpenAIAgent(Agent):
         for url in openai_request.resolve_base_urls(config.base_url):
             if openai_request.api_key(url) is None:
                 raise ConfigError(openai_request.missing_key_message(url))
+        if getattr(config, "tool_calls", False) and config.mode not in tools.TOOLS:
+            raise ConfigError(f"--tool-calls: mode {config.mode!r} has no tools (modes with tools: "
+                              f"{', '.join(sorted(tools.TOOLS))})")
         if getattr(config, "tool_calls", False) and getattr(config, "tokenizer", None):
             raise ConfigError("tool_calls=True needs chat requests; token in, token out (tokenizer=) "
                               "sends no tools: give one of them")

@@ -78,7 +78,7 @@ class RolloutScheduler(GroupGeneration):
         self.group_filter = group_filter
         #: bounds on a get_batch: its timeout, groups failed in a row, groups filtered (budget)
         self._budget = BatchBudget(max_failed_groups, max_filtered_groups, filter_fallback,
-                                   endpoint=run_config.base_url or "")
+                                   endpoint=_endpoints(run_config.base_url))
         self.name = name
         self.seed = seed
         #: this scheduler's sampling overrides (validation at temperature 0 …), sent with
@@ -437,6 +437,11 @@ def _load_tags(tags: list[str], env_config: EnvManagerConfig, run_config: RunCon
         tasks[tag] = load_tasks_of(tag, task_set)
         get_env(task_set.mode).prepare_run(tasks[tag])
     return tasks
+
+
+def _endpoints(base_url: str | list[str] | None) -> str:
+    """The model server(s) an error names."""
+    return ", ".join(base_url) if isinstance(base_url, list) else base_url or ""
 
 
 def _whole_ratio(ratio: Any) -> int:
