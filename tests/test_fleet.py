@@ -271,3 +271,16 @@ def test_an_attempts_sampling_is_merged_over_the_run_configs():
         {"temperature": 0, "max_tokens": 100}, {"top_p": 1.0, "seed": 1})
     table = build_config({"sampling": ["temperature=1.0"]})
     assert sampled_fields(table, {"temperature": 0}) == ({"temperature": 0}, {})
+
+
+def test_cli_preflight_probes_every_server(tmp_path, servers, monkeypatch):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    a, b = servers(_echo, 2)
+    args = ["run", "--mode", "gym", "--data", "frozenlake", "--agent", "openai", "--base-url", a.url,
+            "--base-url", b.url, "--tool-calls", "--dry-run", "--check-endpoint", "--output-dir", str(tmp_path)]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    assert a.model_listings == 1 and b.model_listings == 1
+    b.stop()
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2 and f"the model endpoint {b.url} is not reachable" in result.output, result.output

@@ -138,7 +138,7 @@ def main() -> None:
               "(session header), new ones go to the least loaded, a failing one cools down.")
 @click.option("--session-header", default=_D.session_header, show_default=True,
               help="The header carrying each attempt's session id in every model request (--agent openai).")
-@click.option("--server-cooldown", "server_cooldown_s", type=float, default=_D.server_cooldown_s,
+@click.option("--server-cooldown", type=float, default=_D.server_cooldown,
               show_default=True, help="Seconds a failing server (of several --base-url) is left out.")
 @click.option("--tool-calls", is_flag=True,
               help="--agent openai offers the mode's actions as OpenAI tools and reads the reply's tool_calls.")

@@ -78,7 +78,7 @@ class RunConfig:
     #: --agent openai: the header carrying each attempt's session id in its model requests
     session_header: str = "X-Session-ID"
     #: --agent openai with several base URLs: seconds a failing server is left out
-    server_cooldown_s: float = 30.0
+    server_cooldown: float = 30.0
     #: --agent openai: offer the mode's actions as OpenAI tools (agents/tools.py)
     tool_calls: bool = False
     temperature: float | None = None
@@ -206,7 +206,7 @@ RUN_ONLY_FIELDS = (
     "fail_under", "compare_to", "junit_xml",
     "lease_timeout_s", "ack_timeout_s", "boot_timeout_s", "max_vm_replacements", "shutdown_grace_s",
     "api_timeout_s", "min_free_disk_mb", "policy_gate", "backend", "ray_address",
-    "session_header", "server_cooldown_s",
+    "session_header", "server_cooldown",
 )
 _FIELDS = {f.name: f for f in dataclasses.fields(RunConfig) if f.name != "explicit"}
 
@@ -425,7 +425,7 @@ def validate_ranges(cfg: RunConfig) -> None:
         raise ConfigError("--rag-metric must be f1 or em")
     if not cfg.sleep_after_execution >= 0:
         raise ConfigError("--sleep-after-execution must be 0 or more (seconds)")
-    if not cfg.server_cooldown_s >= 0:
+    if not cfg.server_cooldown >= 0:
         raise ConfigError("--server-cooldown must be 0 or more (seconds)")
     if not cfg.session_header.strip() or any(c in cfg.session_header for c in ":\r\n "):
         raise ConfigError(f"--session-header {cfg.session_header!r} must be an HTTP header name, e.g. X-Session-ID")

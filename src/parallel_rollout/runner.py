@@ -107,7 +107,7 @@ class Runner:
             "extra_body": ("the openai agent", agent_opts & {"extra_body"}),
             "tool_calls": ("the openai agent", agent_opts & {"tool_calls"}),
             "session_header": ("the openai agent", agent_opts & {"session_header"}),
-            "server_cooldown_s": ("the openai agent", agent_opts & {"server_cooldown_s"}),
+            "server_cooldown": ("the openai agent", agent_opts & {"server_cooldown"}),
             "agent_cmd": ("the command agent", agent_opts & {"agent_cmd"}),
             "vm_memory_mb": ("modes that run in a VM", frozenset({"vm"} if self.provider_cls else ())),
             "vm_max_processes": ("modes that run in a VM", frozenset({"vm"} if self.provider_cls else ())),

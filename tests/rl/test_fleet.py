@@ -63,7 +63,7 @@ def test_two_servers_keep_affinity_and_a_stopped_one_moves_its_trajectories(tmp_
 
     b.policy = b_policy
     try:
-        scheduler = schedulers(rl_config(tmp_path, a, base_url=[a.url, b.url], server_cooldown_s=600.0),
+        scheduler = schedulers(rl_config(tmp_path, a, base_url=[a.url, b.url], server_cooldown=600.0),
                                EnvManagerConfig(num_env_groups=4, group_size=2, tags=["lakes"],
                                                 task_sets=lake_set(tmp_path, count=8, max_steps=6)))
         first = scheduler.get_batch(batch_size=8, step=0)

@@ -71,7 +71,7 @@ class OpenAIAgent(Agent):
 
     name = "openai"
     options = frozenset({"model", "base_url", "temperature", "max_tokens", "sampling", "extra_body",
-                         "tool_calls", "session_header", "server_cooldown_s"})
+                         "tool_calls", "session_header", "server_cooldown"})
     #: first backoff wait in seconds, doubled per retry; tests shrink it
     backoff_base_s = 1.0
     #: longest backoff wait in seconds
@@ -81,7 +81,7 @@ class OpenAIAgent(Agent):
         super().__init__(config)
         #: which server each trajectory talks to, with which session id (servers.py)
         self._route = Route(openai_request.resolve_base_urls(config.base_url),
-                            getattr(config, "server_cooldown_s", 30.0),
+                            getattr(config, "server_cooldown", 30.0),
                             getattr(config, "session_header", "X-Session-ID"))
         #: how the policy is called: chat messages, or token ids with a tokenizer
         self._model = ModelClient(config)

@@ -8,7 +8,7 @@ the affinity too::
 
     agent.reset  ── ServerPool.acquire() ──► the least-loaded server not cooling down
     each request ── to that server, header {session_header: session id}
-    a failure    ── ServerPool.fail(url) ──► out for server_cooldown_s; acquire() another,
+    a failure    ── ServerPool.fail(url) ──► out for server_cooldown; acquire() another,
                     the move recorded in the turn and the record (server_moves)
     next reset   ── ServerPool.release(url)
 
@@ -27,7 +27,7 @@ from typing import Sequence
 
 #: the session header's name unless ``session_header`` says another
 DEFAULT_SESSION_HEADER = "X-Session-ID"
-#: seconds a failed server is left out unless ``server_cooldown_s`` says otherwise
+#: seconds a failed server is left out unless ``server_cooldown`` says otherwise
 DEFAULT_COOLDOWN_S = 30.0
 
 
