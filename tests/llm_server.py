@@ -11,6 +11,7 @@ A step is one of::
     {"sleep": 5, "reply": "late"}              # answers after the client has given up
     {"malformed": "not json" | "no choices" | "null content"}
     {"reply": "text", "token_ids": [3], "logprobs": [-0.2], "prompt_token_ids": [...]}  # as vLLM
+    {"reply": None, "tool_calls": [{"id": …, "type": "function", "function": {…}}]}  # tool calls
 
 ``POST /v1/completions`` (a token-id or text ``prompt``, as vLLM takes it) is answered the same
 way, in the completions shape: ``choices[0].text``, ``token_ids``, ``logprobs.token_logprobs``.
@@ -31,9 +32,10 @@ request's ``max_tokens``), takes token-id prompts on ``/v1/completions``, and an
 Every request is recorded (``requests``: body, arrival time, step, Authorization header, every
 header) for assertions. The
 solvers are policies that answer like a perfect model would: ``shell_solver`` replays each
-task's reference commands, found by the instruction in the conversation's first user message;
+task's reference commands (as text or as tool calls), found by the instruction in the conversation's first user message;
 ``lookup_solver`` answers from a dict keyed by a text that occurs in the first user message
-(a math problem → ``\\boxed{answer}``, a HumanEval prompt → its canonical solution).
+(a math problem → ``\\boxed{answer}``, a HumanEval prompt → its canonical solution);
+``lake_tool_solver`` calls the ``move`` tool along a FrozenLake's shortest path.
 """
 
 from __future__ import annotations
@@ -84,7 +86,7 @@ class LLMServer:
         return self
 
     def stop(self) -> None:
-        """Stop serving and close the socket."""
+        """Stop serving and close the socket; requests on open connections get no answer."""
         self._closing.set()
         self._httpd.shutdown()
         self._httpd.server_close()
@@ -120,6 +122,11 @@ def _handler(server: LLMServer) -> type[BaseHTTPRequestHandler]:
         def do_POST(self):
             length = int(self.headers.get("Content-Length") or 0)
             body = json.loads(self.rfile.read(length) or b"{}")
+            if server._closing.is_set():
+                # stopped: a kept-alive connection is hung up on without an answer, as a
+                # killed server's would be (shutdown alone ends only new connections)
+                self.close_connection = True
+                return
             if self.path.rstrip("/") in server.routes:
                 return self._send(200, server.routes[self.path.rstrip("/")](body))
             if self.path.rstrip("/") not in ("/v1/chat/completions", "/v1/completions"):
@@ -171,7 +178,10 @@ def _handler(server: LLMServer) -> type[BaseHTTPRequestHandler]:
                                                   for t, lp in zip(step["token_ids"], step["logprobs"])]}
                 answer["prompt_token_ids"] = step.get("prompt_token_ids", [])
                 answer.update(step.get("extra", {}))
-            answer["choices"][0]["finish_reason"] = step.get("finish_reason", "stop")
+            if step.get("tool_calls"):
+                answer["choices"][0]["message"]["tool_calls"] = step["tool_calls"]
+            answer["choices"][0]["finish_reason"] = step.get(
+                "finish_reason", "tool_calls" if step.get("tool_calls") else "stop")
             self._send(200, answer)
 
         def _answer_completion(self, step: Step, body: dict[str, Any]) -> None:
@@ -218,13 +228,46 @@ def reply_with_counts(body: dict[str, Any], text: str) -> Step:
     return {"reply": text, "usage": {"prompt_tokens": prompt_words, "completion_tokens": len(text.split())}}
 
 
+def call_tool(body: dict[str, Any], name: str, **arguments: Any) -> Step:
+    """A reply step of one tool call (content null, as the API sends it), checking first that
+    the request offered the tool and that the last reply's call was answered by its id."""
+    offered = [t["function"]["name"] for t in body.get("tools") or []]
+    if name not in offered:
+        raise AssertionError(f"the request offers no tool {name!r} (tools: {offered})")
+    turn = sum(1 for m in body["messages"] if m["role"] == "assistant")
+    if turn:
+        last = [m for m in body["messages"] if m["role"] == "assistant"][-1]
+        answered = [m.get("tool_call_id") for m in body["messages"] if m["role"] == "tool"]
+        if not last.get("tool_calls") or last["tool_calls"][0]["id"] not in answered:
+            raise AssertionError(f"the last reply's tool call is not answered by a tool message: {body['messages'][-2:]}")
+    call = {"id": f"call_{turn}", "type": "function",
+            "function": {"name": name, "arguments": json.dumps(arguments)}}
+    return {"reply": None, "tool_calls": [call], "usage": {"prompt_tokens": 10, "completion_tokens": 3}}
+
+
+def lake_tool_solver(body: dict[str, Any]) -> Step:
+    """A FrozenLake player calling ``move`` along a shortest path from the latest grid (the
+    first user message, then each tool message)."""
+    import re
+
+    from parallel_rollout.envs.gym import ACTIONS, shortest_path
+
+    last = [m["content"] for m in body["messages"] if m["role"] in ("user", "tool")][-1]
+    grid = [line for line in last.splitlines() if re.fullmatch(r"[SFHGP]+", line)]
+    row = next(i for i, line in enumerate(grid) if "P" in line)
+    col = grid[row].index("P")
+    path = shortest_path([line.replace("P", "F") for line in grid], (row, col))
+    return call_tool(body, "move", direction=ACTIONS[path[0]])
+
+
 def first_user_message(body: dict[str, Any]) -> str:
     """The content of the conversation's first user message."""
     return next(m["content"] for m in body["messages"] if m["role"] == "user")
 
 
-def shell_solver(tasks_path: Path) -> Policy:
-    """Replays each shell task's reference commands, one per turn in a ```bash block, then DONE."""
+def shell_solver(tasks_path: Path, tools: bool = False) -> Policy:
+    """Replays each shell task's reference commands, one per turn in a ```bash block, then DONE
+    (``tools``: as ``run`` tool calls, then a ``done`` call)."""
     tasks = [json.loads(line) for line in Path(tasks_path).read_text().splitlines() if line.strip()]
 
     def policy(body: dict[str, Any]) -> Step:
@@ -234,6 +277,8 @@ def shell_solver(tasks_path: Path) -> Policy:
             raise AssertionError(f"no task's instruction is in the first user message: {first[:200]!r}")
         turn = sum(1 for m in body["messages"] if m["role"] == "assistant")
         commands = task["reference"]
+        if tools:
+            return call_tool(body, "run", command=commands[turn]) if turn < len(commands) else call_tool(body, "done")
         text = f"```bash\n{commands[turn]}\n```" if turn < len(commands) else "DONE"
         return reply_with_counts(body, text)
 

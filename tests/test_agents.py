@@ -242,7 +242,8 @@ def test_reply_of_reads_text_and_usage():
 
 def test_builtin_agent_names():
     assert get_agent("openai") is OpenAIAgent and get_agent("command") is CommandAgent
-    assert OpenAIAgent.options == {"model", "base_url", "temperature", "max_tokens", "sampling", "extra_body"}
+    assert OpenAIAgent.options == {"model", "base_url", "temperature", "max_tokens", "sampling", "extra_body",
+                                   "tool_calls", "session_header", "server_cooldown"}
     assert CommandAgent.options == {"agent_cmd"}
 
 

@@ -140,9 +140,17 @@ def main() -> None:
               help_template="Who acts: {names}; or module:Class of your own Agent.")
 @click.option("--agent-cmd", help="Command of --agent command: an executable reading one JSON observation "
               "per line on stdin and writing one JSON action per line on stdout.")
-@click.option("--base-url", help="OpenAI-compatible endpoint for --agent openai (vLLM, SGLang, Ollama …); "
+@click.option("--base-url", multiple=True,
+              help="OpenAI-compatible endpoint for --agent openai (vLLM, SGLang, Ollama …); "
               "default: OPENAI_BASE_URL, else OpenAI's. The key comes from OPENAI_API_KEY (not needed "
-              "for a local server).")
+              "for a local server). Repeat it for several servers: each trajectory stays on one "
+              "(session header), new ones go to the least loaded, a failing one cools down.")
+@click.option("--session-header", default=_D.session_header, show_default=True,
+              help="The header carrying each attempt's session id in every model request (--agent openai).")
+@click.option("--server-cooldown", type=float, default=_D.server_cooldown,
+              show_default=True, help="Seconds a failing server (of several --base-url) is left out.")
+@click.option("--tool-calls", is_flag=True,
+              help="--agent openai offers the mode's actions as OpenAI tools and reads the reply's tool_calls.")
 @click.option("--temperature", type=float, help="Sampling temperature for --agent openai (default: the server's).")
 @click.option("--max-tokens", type=int, help="Completion token limit per reply for --agent openai (sent as "
               "max_completion_tokens where the endpoint wants that).")

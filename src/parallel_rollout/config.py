@@ -73,7 +73,14 @@ class RunConfig:
     rag_metric: str = "f1"
     agent: str = "oracle"
     agent_cmd: str | None = None
-    base_url: str | None = None
+    #: --agent openai: one server, or several (a trajectory stays on one; agents/servers.py)
+    base_url: str | list[str] | None = None
+    #: --agent openai: the header carrying each attempt's session id in its model requests
+    session_header: str = "X-Session-ID"
+    #: --agent openai with several base URLs: seconds a failing server is left out
+    server_cooldown: float = 30.0
+    #: --agent openai: offer the mode's actions as OpenAI tools (agents/tools.py)
+    tool_calls: bool = False
     temperature: float | None = None
     max_tokens: int | None = None
     #: --agent openai: generation parameters merged into each request body (top_p, seed,
@@ -137,6 +144,7 @@ class RunConfig:
         self.vm_address = split_addresses(self.vm_address)
         # KEY=VALUE strings from the flag, or the table of a TOML file / config.json
         self.sampling = parse_sampling(self.sampling)
+        self.base_url = _one_or_list(self.base_url)
         if not isinstance(self.extra_body, dict):
             raise ConfigError(f"extra_body must be a table of request fields, got {self.extra_body!r}")
 
@@ -181,6 +189,7 @@ RESULT_FIELDS = (
     "mode", "data", "domain", "osworld_index", "group_size",
     # who acts, and how the model samples
     "agent", "agent_cmd", "model", "base_url", "temperature", "max_tokens", "sampling", "extra_body",
+    "tool_calls",
     # what the agent sees and may do
     "max_turns", "task_timeout", "action_space", "observation_type", "screen_width", "screen_height",
     "sleep_after_execution",
@@ -197,8 +206,19 @@ RUN_ONLY_FIELDS = (
     "fail_under", "compare_to", "junit_xml",
     "lease_timeout_s", "ack_timeout_s", "boot_timeout_s", "max_vm_replacements", "shutdown_grace_s",
     "api_timeout_s", "min_free_disk_mb", "policy_gate", "backend", "ray_address",
+    "session_header", "server_cooldown",
 )
 _FIELDS = {f.name: f for f in dataclasses.fields(RunConfig) if f.name != "explicit"}
+
+
+def _one_or_list(value: Any) -> str | list[str] | None:
+    """``base_url`` as a string (one server: as it always was) or a list of several."""
+    if value is None or isinstance(value, str):
+        return value or None
+    urls = [str(item) for item in value if str(item).strip()]
+    if not urls:
+        return None
+    return urls[0] if len(urls) == 1 else urls
 
 
 def split_addresses(value: Any) -> tuple[str, ...]:
@@ -232,6 +252,25 @@ def parse_sampling(value: Any) -> dict[str, Any]:
     return items
 
 
+def check_sampling(value: Any, where: str = "sampling") -> dict[str, Any]:
+    """A scheduler's (or an attempt's) sampling overrides as a dict: request fields such as
+    temperature, top_p, max_tokens, seed; ConfigError naming ``where`` and the bad field."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where} must be a dict of request fields, e.g. {{'temperature': 0}}, got {value!r}")
+    items = parse_sampling(value)
+    temperature = items.get("temperature")
+    if temperature is not None and (isinstance(temperature, bool) or not isinstance(temperature, (int, float))
+                                    or not 0 <= temperature <= 2):
+        raise ConfigError(f"{where}: temperature must be a number between 0 and 2, got {temperature!r}")
+    for name in ("max_tokens", "max_completion_tokens"):
+        limit = items.get(name)
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+            raise ConfigError(f"{where}: {name} must be an integer of at least 1, got {limit!r}")
+    return items
+
+
 def _coerce(name: str, value: Any, where: str) -> Any:
     """Check a config-file value against the field's type."""
     kind = _FIELDS[name].type
@@ -242,6 +281,10 @@ def _coerce(name: str, value: Any, where: str) -> Any:
             raise ConfigError(f"{where}: {name} must be a table (e.g. [{name}] with key = value lines), "
                               f"got {value!r}")
         return value
+    if kind.startswith("str | list"):
+        if isinstance(value, str) or (isinstance(value, list) and value and all(isinstance(v, str) for v in value)):
+            return value
+        raise ConfigError(f"{where}: {name} must be a string or a list of strings, got {value!r}")
     if kind.startswith("tuple"):
         if isinstance(value, str):
             return split_addresses(value)
@@ -382,6 +425,10 @@ def validate_ranges(cfg: RunConfig) -> None:
         raise ConfigError("--rag-metric must be f1 or em")
     if not cfg.sleep_after_execution >= 0:
         raise ConfigError("--sleep-after-execution must be 0 or more (seconds)")
+    if not cfg.server_cooldown >= 0:
+        raise ConfigError("--server-cooldown must be 0 or more (seconds)")
+    if not cfg.session_header.strip() or any(c in cfg.session_header for c in ":\r\n "):
+        raise ConfigError(f"--session-header {cfg.session_header!r} must be an HTTP header name, e.g. X-Session-ID")
     if cfg.temperature is not None and not 0 <= cfg.temperature <= 2:
         raise ConfigError("--temperature must be between 0 and 2")
     extras = {**cfg.sampling, **cfg.extra_body}

@@ -430,7 +430,7 @@ class Engine:
         elif record.get("infrastructure") and record["attempt"] < self.config.max_retries:
             record["final"] = False
             retry = Assignment(sub.item.task, sub.item.sample_idx, record["attempt"] + 1,
-                               name=sub.item.name, meta=sub.item.meta)
+                               name=sub.item.name, meta=sub.item.meta, sampling=sub.item.sampling)
             with self._lock:
                 sub.item = retry
                 # Retries go first: the sample has already waited its turn once.

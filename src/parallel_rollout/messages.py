@@ -36,6 +36,9 @@ class Assignment:
     name: str | None = None
     #: the front end's metadata, copied into the record as ``meta`` (JSON values)
     meta: Mapping[str, Any] = field(default_factory=dict)
+    #: sampling overrides of the attempt (a scheduler's ``sampling=``: temperature, top_p …),
+    #: merged over the run config's in each model request
+    sampling: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def key(self) -> str:

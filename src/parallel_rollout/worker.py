@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from . import records
-from .agents import Agent, EpisodeCut, get_agent
+from .agents import Agent, AttemptInfo, EpisodeCut, get_agent
 from .config import RunConfig
 from .envs import Env, get_env
 from .errors import AttemptCancelled, RolloutError, SandboxViolation, VMError
@@ -170,6 +170,7 @@ class RolloutWorker:
     def _episode(self, env: Env, agent: Agent, item: Assignment, vm: Any,
                  record: dict[str, Any], trajectory: TrajectoryFile) -> None:
         observation = env.reset(item.task, vm)
+        agent.attempt_info = AttemptInfo(item.key, item.attempt, dict(item.sampling))
         agent.reset(item.task)
         done = False
         max_turns = self.config.max_turns

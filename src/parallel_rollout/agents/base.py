@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import abc
-from typing import TYPE_CHECKING, Any, ClassVar
+import dataclasses
+from typing import TYPE_CHECKING, Any, ClassVar, Mapping
 
 from ..errors import RolloutError
 from ..plugins import Registry
@@ -41,12 +42,31 @@ class LengthCut(EpisodeCut):
     kind = "truncated"
 
 
+@dataclasses.dataclass(frozen=True)
+class AttemptInfo:
+    """The attempt an agent's next episode belongs to, set by the worker before ``reset``."""
+
+    #: the sample's key (unique within an engine)
+    key: str
+    attempt: int
+    #: sampling overrides of this attempt (a scheduler's ``sampling=``): merged over the run
+    #: config's temperature, max_tokens and ``sampling`` table in each model request
+    sampling: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    @property
+    def session_id(self) -> str:
+        """An id unique per attempt: the session header's value (agents/servers.py)."""
+        return f"{self.key}@{self.attempt}"
+
+
 class Agent(abc.ABC):
     """Chooses the next action from an observation; one instance per env loop."""
 
     name: ClassVar[str] = ""
     #: the situational RunConfig fields this agent honours (model, temperature …)
     options: ClassVar[frozenset[str]] = frozenset()
+    #: the attempt of the episode ``reset`` starts (None outside a worker, e.g. in a test)
+    attempt_info: AttemptInfo | None = None
 
     def __init__(self, config: "RunConfig") -> None:
         self.config = config

@@ -19,7 +19,8 @@ bounds it: a prompt that reaches it ends the episode as ``context_overflow``, an
 may take at most what is left.
 
 Every turn records ``stop_reason`` (the server's ``finish_reason``: stop, length, tool_calls,
-abort …). A server's "maximum context length" / "too long" 4xx is a ``ContextOverflow``
+abort …) and a reply's ``tool_calls`` as they came (a reply of tool calls alone, content null,
+is a reply, not a malformed one; ``tools.py`` makes actions of them). A server's "maximum context length" / "too long" 4xx is a ``ContextOverflow``
 (``is_overflow``), not an error.
 """
 
@@ -166,6 +167,8 @@ def reply_of(body: bytes | str) -> tuple[str, dict[str, int]]:
     if not isinstance(message, dict):
         raise MalformedResponse(f"choices[0] has no 'message': {excerpt(body)!r}")
     content = message.get("content")
+    if content is None and isinstance(message.get("tool_calls"), list) and message["tool_calls"]:
+        return "", _usage(data)  # a reply of tool calls only: turn_info carries them
     if not isinstance(content, str):
         why = f"finish_reason {choice.get('finish_reason')!r}"
         if message.get("refusal"):
@@ -186,6 +189,9 @@ def turn_info(body: bytes | str) -> dict[str, Any]:
     except (ValueError, KeyError, IndexError, TypeError):
         return {}
     info: dict[str, Any] = {"stop_reason": choice.get("finish_reason") or "unknown"}
+    calls = (choice.get("message") or {}).get("tool_calls") if isinstance(choice.get("message"), dict) else None
+    if isinstance(calls, list) and calls:
+        info["tool_calls"] = calls  # as they came: the agent (or a trainer) reads them
     if isinstance(choice.get("token_ids"), list):
         info["token_ids"] = choice["token_ids"]
     prompt_ids = data.get("prompt_token_ids", choice.get("prompt_token_ids"))

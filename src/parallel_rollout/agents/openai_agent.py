@@ -30,6 +30,14 @@ fail at once: retrying cannot fix them.
 Where requests go, the key, the token limit's name and the extra generation parameters
 follow the OpenAI client's conventions: ``openai_request.py`` says how. ``check_config`` says
 before the run starts when a key is needed and missing.
+
+With ``tool_calls=True`` each request offers the mode's actions as tools and a reply's
+``tool_calls`` become the action, its observation answered as a ``tool`` message
+(``tools.py``). With several ``base_url`` servers every request of an attempt goes to the
+server ``servers.Route`` chose at ``reset`` with the attempt's session id header; a server
+that refuses the connection, or whose retries run out, cools down and the turn moves on to
+another (``server_moves`` in the turn and in ``usage()``). An attempt's sampling overrides
+(``attempt_info.sampling``: a scheduler's ``sampling=``) are merged over the run config's.
 """
 
 from __future__ import annotations
@@ -38,14 +46,16 @@ import datetime
 import email.utils
 import random
 import time
+import uuid
 from typing import Any, Mapping
 
 import tenacity
 
 from ..errors import ConfigError
-from . import openai_request, prompts
+from . import openai_request, prompts, tools
 from .base import Agent, AgentError, ContextOverflow, LengthCut
 from .model_client import MalformedResponse, ModelClient, excerpt, is_overflow, reply_of
+from .servers import Route
 
 __all__ = ["OpenAIAgent", "MalformedResponse", "parse_retry_after", "reply_of"]
 
@@ -60,7 +70,8 @@ class OpenAIAgent(Agent):
     """Chat completions from an OpenAI-compatible endpoint, one conversation per episode."""
 
     name = "openai"
-    options = frozenset({"model", "base_url", "temperature", "max_tokens", "sampling", "extra_body"})
+    options = frozenset({"model", "base_url", "temperature", "max_tokens", "sampling", "extra_body",
+                         "tool_calls", "session_header", "server_cooldown"})
     #: first backoff wait in seconds, doubled per retry; tests shrink it
     backoff_base_s = 1.0
     #: longest backoff wait in seconds
@@ -68,16 +79,22 @@ class OpenAIAgent(Agent):
 
     def __init__(self, config) -> None:
         super().__init__(config)
-        self.base_url = openai_request.resolve_base_url(config.base_url)
+        #: which server each trajectory talks to, with which session id (servers.py)
+        self._route = Route(openai_request.resolve_base_urls(config.base_url),
+                            getattr(config, "server_cooldown", 30.0),
+                            getattr(config, "session_header", "X-Session-ID"))
         #: how the policy is called: chat messages, or token ids with a tokenizer
         self._model = ModelClient(config)
-        self.endpoint = f"{self.base_url.rstrip('/')}{self._model.path}"
+        self._use_server(self._route.url)
         self.max_retries = config.max_retries
         self.timeout_s = config.api_timeout_s
         # Made on first use: the worker constructs agents outside any attempt, where an
         # exception would end the env loop instead of becoming a record.
-        self._client = None
+        self._clients: dict[str, Any] = {}
         self._mode = ""
+        #: the mode's tools (tool_calls=True), and the last reply's calls awaiting answers
+        self._tools: list[dict[str, Any]] | None = None
+        self._calls: list[dict[str, Any]] = []
         self._messages: list[dict[str, str]] = []
         self._usage = _zero_usage(config.model)
         # RL schedulers: a gate each model request passes (weight updates, policy versions)
@@ -93,9 +110,15 @@ class OpenAIAgent(Agent):
         """Raise ConfigError before the run when the key is missing, openai is not installed or
         the tokenizer folder does not load (config.py checks the ranges of --temperature and
         --max-tokens)."""
-        url = openai_request.resolve_base_url(config.base_url)
-        if openai_request.api_key(url) is None:
-            raise ConfigError(openai_request.missing_key_message(url))
+        for url in openai_request.resolve_base_urls(config.base_url):
+            if openai_request.api_key(url) is None:
+                raise ConfigError(openai_request.missing_key_message(url))
+        if getattr(config, "tool_calls", False) and config.mode not in tools.TOOLS:
+            raise ConfigError(f"--tool-calls: mode {config.mode!r} has no tools (modes with tools: "
+                              f"{', '.join(sorted(tools.TOOLS))})")
+        if getattr(config, "tool_calls", False) and getattr(config, "tokenizer", None):
+            raise ConfigError("tool_calls=True needs chat requests; token in, token out (tokenizer=) "
+                              "sends no tools: give one of them")
         try:
             import openai  # noqa: F401
         except ImportError:
@@ -107,8 +130,9 @@ class OpenAIAgent(Agent):
 
     @classmethod
     def check_endpoint(cls, config) -> str:
-        """The preflight's probe of the endpoint (GET /models); ConfigError when unusable."""
-        return openai_request.probe_models(openai_request.resolve_base_url(config.base_url), config.model)
+        """The preflight's probe of every server (GET /models); ConfigError when one is unusable."""
+        return "; ".join(openai_request.probe_models(url, config.model)
+                         for url in openai_request.resolve_base_urls(config.base_url))
 
     def reset(self, task) -> None:
         """Start a new conversation with the mode's system prompt; usage starts from zero."""
@@ -116,22 +140,35 @@ class OpenAIAgent(Agent):
         self._messages = [{"role": "system", "content": prompts.system_prompt(task.mode)}]
         self._usage = _zero_usage(self.config.model)
         self._model.reset()
+        self._tools = tools.tools_for(task.mode) if getattr(self.config, "tool_calls", False) else None
+        self._calls = []
+        # the least-loaded server keeps every request of this attempt (its prefix cache)
+        info = self.attempt_info
+        self._route.start(info.session_id if info else f"{task.id}-{uuid.uuid4().hex[:12]}")
+        self._use_server(self._route.url)
 
     def act(self, observation: dict[str, Any]) -> Any:
         """Send the observation, return the parsed reply; AgentError when retries run out."""
-        self._messages.append({"role": "user", "content": prompts.render(self._mode, observation)})
+        content = prompts.render(self._mode, observation)
+        if self._calls:  # the observation answers the last reply's tool call
+            self._messages += tools.tool_messages(self._calls, content)
+        else:
+            self._messages.append({"role": "user", "content": content})
         _drop_old_images(self._messages, KEEP_IMAGES)
         self._turn = {"request": list(self._messages)} if self._gate is not None else {}
         reply = self._complete()
-        self._messages.append({"role": "assistant", "content": reply})
+        self._calls = list(self._turn.get("tool_calls") or [])
+        self._messages.append(tools.assistant_message(reply, self._calls))
         self._turn["reply"] = reply
+        if self._route.pool is not None:
+            self._turn["server"] = self._route.url
         if self._turn.get("stop_reason") == "length" and self._model.context_full():
             raise ContextOverflow(f"the reply reached max_model_len={self.config.max_model_len} tokens",
                                   turn=self._turn)
         if self._turn.get("stop_reason") == "length" and self.config.on_length == "end":
             raise LengthCut(f"{self.endpoint}: the reply was cut at the token limit (stop_reason length; "
                             "on_length='end' ends the episode)", turn=self._turn)
-        return prompts.parse(self._mode, reply)
+        return tools.action_of(self._mode, self._calls) if self._calls else prompts.parse(self._mode, reply)
 
     def turn_record(self) -> dict[str, Any]:
         """The last turn's model exchange: the reply and its stop_reason, and under an RL
@@ -140,38 +177,55 @@ class OpenAIAgent(Agent):
         return dict(self._turn)
 
     def usage(self) -> dict[str, Any]:
-        """Tokens, requests and retries of the episode so far."""
-        return dict(self._usage)
+        """Tokens, requests and retries of the episode so far; with several servers, the
+        server it ended on and its moves (``server_moves``)."""
+        if self._route.pool is None:
+            return dict(self._usage)
+        return {**self._usage, "server": self._route.url, "server_moves": list(self._route.moves)}
+
+    def _use_server(self, url: str) -> None:
+        """Send the next requests to ``url``."""
+        self.base_url = url
+        self.endpoint = f"{url.rstrip('/')}{self._model.path}"
 
     def _client_or_new(self):
-        if self._client is None:
+        if self.base_url not in self._clients:
             from openai import OpenAI  # imported here: only runs with this agent need it
 
             key = openai_request.api_key(self.base_url)
             if key is None:
                 # check_config stops a run before this; here for direct (Python API) use.
                 raise ConfigError(openai_request.missing_key_message(self.base_url))
-            self._client = OpenAI(api_key=key, base_url=self.base_url,
-                                  max_retries=0, timeout=self.timeout_s)
-        return self._client
+            self._clients[self.base_url] = OpenAI(api_key=key, base_url=self.base_url,
+                                                  max_retries=0, timeout=self.timeout_s)
+        return self._clients[self.base_url]
 
     def _complete(self) -> str:
-        """One turn's reply text, retrying what a retry can fix."""
-        client = self._client_or_new()
+        """One turn's reply text, retrying what a retry can fix; a server that fails moves
+        the trajectory on to another (several servers)."""
         request: dict[str, Any] = {"model": self.config.model, "messages": self._messages}
-        if self.config.temperature is not None:
-            request["temperature"] = self.config.temperature
-        if self.config.max_tokens is not None:
-            request[openai_request.token_limit_name(self.endpoint, self.config.model)] = self.config.max_tokens
-        extras = openai_request.body_extras(self.config)
+        info = self.attempt_info
+        own, extras = openai_request.sampled_fields(self.config, info.sampling if info else None)
+        if "temperature" in own:
+            request["temperature"] = own["temperature"]
+        if "max_tokens" in own:
+            request[openai_request.token_limit_name(self.endpoint, self.config.model)] = own["max_tokens"]
         if extras:
             request["extra_body"] = extras
+        if self._tools:
+            request["tools"] = self._tools
+        request["extra_headers"] = self._route.headers()
         request = self._model.prepare(request)  # once a turn: every retry sends the same
-        try:
-            return self._retrying()(self._attempt, client, request)
-        except _Retryable as exc:
-            raise AgentError(f"{self.endpoint}: gave up after {self.max_retries + 1} requests for this turn "
-                             f"(--max-retries {self.max_retries}); last error: {exc}") from None
+        while True:
+            try:
+                return self._retrying()(self._attempt, self._client_or_new(), request)
+            except _Retryable as exc:
+                if not self._route.can_move():
+                    raise AgentError(f"{self.endpoint}: gave up after {self.max_retries + 1} requests for "
+                                     f"this turn (--max-retries {self.max_retries}); last error: {exc}") from None
+                move = self._route.move(f"{self.endpoint}: {exc}")
+                self._use_server(self._route.url)
+                self._turn.setdefault("server_moves", []).append(move)
 
     def _retrying(self) -> tenacity.Retrying:
         """The retry policy of one turn (made per turn: tests shrink the backoff)."""
@@ -189,7 +243,9 @@ class OpenAIAgent(Agent):
         return tenacity.Retrying(
             stop=tenacity.stop_after_attempt(self.max_retries + 1),
             wait=wait,
-            retry=tenacity.retry_if_exception_type(_Retryable),
+            # a refused or reset connection moves on at once when another server is up
+            retry=tenacity.retry_if_exception(lambda exc: isinstance(exc, _Retryable) and not (
+                exc.server_down and self._route.can_move())),
             before=self._count_request,
             reraise=True,
         )
@@ -220,13 +276,14 @@ class OpenAIAgent(Agent):
         except openai.APITimeoutError:
             raise _Retryable(f"no response within {self.timeout_s} s") from None
         except openai.APIConnectionError as exc:
-            raise _Retryable(f"connection failed: {exc.__cause__ or exc}") from None
+            raise _Retryable(f"connection failed: {exc.__cause__ or exc}", server_down=True) from None
         except MalformedResponse as exc:
             raise _Retryable(f"malformed response: {exc}") from None
         self._usage["prompt_tokens"] += usage.get("prompt_tokens", 0)
         self._usage["completion_tokens"] += usage.get("completion_tokens", 0)
         self._turn.update(info if self._gate is not None or self._model.tokenizer is not None
-                          else {"stop_reason": info.get("stop_reason")})
+                          else {"stop_reason": info.get("stop_reason"),
+                                **({"tool_calls": info["tool_calls"]} if "tool_calls" in info else {})})
         self._model.accept(info)
         return text
 
@@ -273,9 +330,11 @@ class OpenAIAgent(Agent):
 class _Retryable(Exception):
     """A failed request a retry may fix; ``retry_after``: the wait the server asked for."""
 
-    def __init__(self, problem: str, retry_after: float | None = None) -> None:
+    def __init__(self, problem: str, retry_after: float | None = None, server_down: bool = False) -> None:
         super().__init__(problem)
         self.retry_after = retry_after
+        #: the server refused or reset the connection (worth moving to another)
+        self.server_down = server_down
 
 
 #: screenshots kept in the conversation (older ones become a note), as OSWorld's agents do

@@ -15,7 +15,10 @@
 * **Generation parameters.** ``--sampling KEY=VALUE`` (``RunConfig.sampling``, ``[sampling]``
   in run.toml) and ``extra_body`` (a ``[extra_body]`` table) are merged into the request's
   JSON body as they are: ``top_p``, ``seed``, ``stop``, vLLM's ``top_k`` or
-  ``chat_template_kwargs`` … (``body_extras``).
+  ``chat_template_kwargs`` … (``body_extras``). An attempt's overrides (a scheduler's
+  ``sampling=``) are merged over all of them (``sampled_fields``).
+* **Several servers.** ``base_url`` may be a list (``resolve_base_urls``); OPENAI_BASE_URL
+  stands in only when none is given. Which one a trajectory uses: ``servers.py``.
 """
 
 from __future__ import annotations
@@ -45,9 +48,18 @@ _adopted: set[tuple[str, str]] = set()
 _adopted_lock = threading.Lock()
 
 
-def resolve_base_url(flag: str | None) -> str:
-    """The endpoint's base URL: the flag, else OPENAI_BASE_URL, else OpenAI's API."""
-    return (flag or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
+def resolve_base_url(flag: str | list[str] | None) -> str:
+    """The endpoint's base URL: the flag (the first of several), else OPENAI_BASE_URL, else
+    OpenAI's API."""
+    return resolve_base_urls(flag)[0]
+
+
+def resolve_base_urls(flag: str | list[str] | None) -> list[str]:
+    """Every server's base URL: the flag's (one or several), else OPENAI_BASE_URL, else
+    OpenAI's API."""
+    urls = [flag] if isinstance(flag, str) else list(flag or ())
+    urls = [url.rstrip("/") for url in urls if url]
+    return urls or [(os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")]
 
 
 def is_local(url: str) -> bool:
@@ -109,6 +121,25 @@ def adopt_completion_tokens(request: dict[str, Any], endpoint: str, status: int,
 def body_extras(config: Any) -> dict[str, Any]:
     """The fields merged into every request body: ``sampling``, then ``extra_body``."""
     return {**(getattr(config, "sampling", None) or {}), **(getattr(config, "extra_body", None) or {})}
+
+
+def sampled_fields(config: Any, overrides: dict[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the request's own sampling fields: temperature, max_tokens; the body extras) of the run
+    config with an attempt's ``overrides`` (a scheduler's ``sampling=``) merged over them:
+    an override of temperature or max_tokens replaces the config's, any other joins the
+    extras, replacing the same key of ``sampling``/``extra_body``."""
+    overrides = dict(overrides or {})
+    own = {name: getattr(config, name, None) for name in ("temperature", "max_tokens")}
+    for name in ("temperature", "max_tokens"):
+        if name in overrides:
+            own[name] = overrides.pop(name)
+    if "max_completion_tokens" in overrides:
+        own["max_tokens"] = overrides.pop("max_completion_tokens")
+    extras = body_extras(config)
+    for name in ("temperature", "max_tokens", "max_completion_tokens"):
+        if own.get("temperature" if name == "temperature" else "max_tokens") is not None:
+            extras.pop(name, None)  # the override wins over the config's table
+    return {k: v for k, v in own.items() if v is not None}, {**extras, **overrides}
 
 
 def probe_models(url: str, model: str, timeout: float = PROBE_TIMEOUT_S) -> str:

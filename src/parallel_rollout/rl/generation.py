@@ -95,7 +95,8 @@ class GroupGeneration:
             ident = trajectory_id(tag, group_id, episode_id, member)
             item = Assignment(member_task, member, 0, name=f"{self.name}:{ident}",
                               meta={"scheduler": self.name, "tag": tag, "group": group_id,
-                                    "episode": episode_id, "member": member, "step": self._step})
+                                    "episode": episode_id, "member": member, "step": self._step},
+                              sampling=self.sampling)
             group.keys[member] = item.key
             self._by_key[item.key] = (group, member, now)
             self._outbox.append(("submit", item))

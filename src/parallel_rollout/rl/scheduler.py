@@ -22,7 +22,9 @@ scheduler's seed replays the same sequence.
 Siblings (``sibling(config)``) share the engine, its gate and its limit: a validation
 scheduler runs ``get_batch(-1)`` (every task of its tags once) while training generation
 goes on (``shared``: what they share). ``close()`` of the scheduler that made the engine
-stops everything.
+stops everything. ``sampling=`` (a sibling inherits its maker's unless given its own) travels
+with each attempt to the agent and overrides the run config's temperature, max_tokens and
+``sampling`` table: validation at temperature 0 beside training at 1, on one engine.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from collections import Counter, deque
 from pathlib import Path
 from typing import Any
 
-from ..config import RunConfig, check_token_settings
+from ..config import RunConfig, check_sampling, check_token_settings
 from ..errors import ConfigError, RolloutError
 from .budget import BatchBudget
 from .config import EnvManagerConfig, load_tasks_of, resolve_task_set
@@ -66,7 +68,7 @@ class RolloutScheduler(GroupGeneration):
                  name: str = "train", seed: int = 0, max_failed_groups: int = 10,
                  max_filtered_groups: int | None = None, filter_fallback: str = "raise",
                  task_source: TaskSource | None = None, batch_partition: list[float] | None = None,
-                 _shared: SharedEngine | None = None) -> None:
+                 sampling: dict[str, Any] | None = None, _shared: SharedEngine | None = None) -> None:
         self.env_config = env_config or EnvManagerConfig()
         self.env_config.check()
         self.ratio = _whole_ratio(async_generation_ratio)
@@ -76,9 +78,12 @@ class RolloutScheduler(GroupGeneration):
         self.group_filter = group_filter
         #: bounds on a get_batch: its timeout, groups failed in a row, groups filtered (budget)
         self._budget = BatchBudget(max_failed_groups, max_filtered_groups, filter_fallback,
-                                   endpoint=run_config.base_url or "")
+                                   endpoint=_endpoints(run_config.base_url))
         self.name = name
         self.seed = seed
+        #: this scheduler's sampling overrides (validation at temperature 0 …), sent with
+        #: every attempt and merged over the run config's in each request
+        self.sampling = check_sampling(sampling)
         self.run_config = run_config
         self.tags = list(self.env_config.tags or [run_config.mode])
         self.batch_partition = check_batch_partition(batch_partition, self.tags)
@@ -130,9 +135,11 @@ class RolloutScheduler(GroupGeneration):
 
     def sibling(self, env_config: EnvManagerConfig, *, async_generation_ratio: float | None = None,
                 group_filter: GroupFilter | None = None, failed_member: str | None = None,
-                name: str | None = None, **options: Any) -> "RolloutScheduler":
+                name: str | None = None, sampling: dict[str, Any] | None = None,
+                **options: Any) -> "RolloutScheduler":
         """Another scheduler on the same engine, gate and concurrency limit (validation, a
-        baseline evaluation)."""
+        baseline evaluation). ``sampling``: its own overrides (e.g. ``{"temperature": 0}``);
+        without it, this scheduler's."""
         if (env_config.max_env_num_per_worker is not None
                 and env_config.max_env_num_per_worker != self._shared.engine.config.envs_per_worker):
             raise ConfigError(f"a sibling's max_env_num_per_worker ({env_config.max_env_num_per_worker}) must be "
@@ -141,7 +148,8 @@ class RolloutScheduler(GroupGeneration):
             self.run_config, env_config,
             async_generation_ratio=self.ratio if async_generation_ratio is None else async_generation_ratio,
             group_filter=group_filter, failed_member=failed_member or self.failed_member,
-            name=name or f"{self.name}-sibling{len(self._shared.schedulers)}", _shared=self._shared, **options)
+            name=name or f"{self.name}-sibling{len(self._shared.schedulers)}",
+            sampling=self.sampling if sampling is None else sampling, _shared=self._shared, **options)
 
     # -- the trainer's calls --------------------------------------------------------------
 
@@ -429,6 +437,11 @@ def _load_tags(tags: list[str], env_config: EnvManagerConfig, run_config: RunCon
         tasks[tag] = load_tasks_of(tag, task_set)
         get_env(task_set.mode).prepare_run(tasks[tag])
     return tasks
+
+
+def _endpoints(base_url: str | list[str] | None) -> str:
+    """The model server(s) an error names."""
+    return ", ".join(base_url) if isinstance(base_url, list) else base_url or ""
 
 
 def _whole_ratio(ratio: Any) -> int:

@@ -1,0 +1,153 @@
+"""Which of several policy servers a trajectory talks to: affinity, balance, cool-down.
+
+``base_url`` may name several OpenAI-compatible servers (``--base-url`` repeated, a TOML
+list). Every request of one trajectory goes to the server chosen when it started (its
+prefix cache holds the conversation) and carries the attempt's session id in a header
+(``X-Session-ID`` by default, ``session_header``), so a router in front of a fleet can keep
+the affinity too::
+
+    agent.reset  ── ServerPool.acquire() ──► the least-loaded server not cooling down
+    each request ── to that server, header {session_header: session id}
+    a failure    ── ServerPool.fail(url) ──► out for server_cooldown; acquire() another,
+                    the move recorded in the turn and the record (server_moves)
+    next reset   ── ServerPool.release(url)
+
+Load is the number of trajectories a server holds. The pool is one per set of URLs per
+process (``pool_for``): every env loop of a worker process shares it; separate worker
+processes (and Ray actors) balance on their own, which spreads evenly too when their
+trajectories are alike. When every server cools down, the one whose cool-down ends first is
+used (a request that fails again moves on again).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Sequence
+
+#: the session header's name unless ``session_header`` says another
+DEFAULT_SESSION_HEADER = "X-Session-ID"
+#: seconds a failed server is left out unless ``server_cooldown`` says otherwise
+DEFAULT_COOLDOWN_S = 30.0
+
+
+class ServerPool:
+    """Trajectories held by each server, and the servers cooling down (thread-safe)."""
+
+    def __init__(self, urls: Sequence[str], cooldown_s: float = DEFAULT_COOLDOWN_S) -> None:
+        if not urls:
+            raise ValueError("a ServerPool needs at least one URL")
+        self.urls = tuple(urls)
+        self.cooldown_s = cooldown_s
+        self._load = {url: 0 for url in self.urls}
+        self._down_until = {url: 0.0 for url in self.urls}
+        self._lock = threading.Lock()
+
+    def acquire(self, avoid: str | None = None) -> str:
+        """A server for a new (or moving) trajectory: the least-loaded one that is up, other
+        than ``avoid``; its load counts the trajectory until ``release``."""
+        with self._lock:
+            now = time.monotonic()
+            candidates = [u for u in self.urls if u != avoid] or list(self.urls)
+            up = [u for u in candidates if self._down_until[u] <= now]
+            if up:
+                # ties go to the earliest listed, so one trajectory alone always uses the first
+                url = min(up, key=lambda u: (self._load[u], self.urls.index(u)))
+            else:
+                url = min(candidates, key=lambda u: self._down_until[u])
+            self._load[url] += 1
+            return url
+
+    def release(self, url: str) -> None:
+        """A trajectory on ``url`` ended (or moved away)."""
+        with self._lock:
+            if self._load.get(url, 0) > 0:
+                self._load[url] -= 1
+
+    def fail(self, url: str) -> None:
+        """``url`` failed: leave it out of ``acquire`` for the cool-down."""
+        with self._lock:
+            self._down_until[url] = time.monotonic() + self.cooldown_s
+
+    def available(self, avoid: str) -> bool:
+        """Whether a server other than ``avoid`` is up (worth moving to)."""
+        with self._lock:
+            now = time.monotonic()
+            return any(u != avoid and self._down_until[u] <= now for u in self.urls)
+
+    def load(self) -> dict[str, int]:
+        """Trajectories held per server now."""
+        with self._lock:
+            return dict(self._load)
+
+
+_pools: dict[tuple[tuple[str, ...], float], ServerPool] = {}
+_pools_lock = threading.Lock()
+
+
+def pool_for(urls: Sequence[str], cooldown_s: float = DEFAULT_COOLDOWN_S) -> ServerPool:
+    """The process's one pool for these URLs (every agent of a worker process shares it)."""
+    key = (tuple(urls), float(cooldown_s))
+    with _pools_lock:
+        if key not in _pools:
+            _pools[key] = ServerPool(key[0], cooldown_s)
+        return _pools[key]
+
+
+def base_urls(value: str | Sequence[str] | None) -> list[str]:
+    """``base_url`` as a list of URLs (a string is one server; None: none given)."""
+    if value is None:
+        return []
+    items = [value] if isinstance(value, str) else list(value)
+    return [str(item).rstrip("/") for item in items if str(item).strip()]
+
+
+class Route:
+    """One agent's way to the servers: the current trajectory's server, its session id and
+    the moves it made (one Route per agent, so no locking beyond the pool's)."""
+
+    def __init__(self, urls: Sequence[str], cooldown_s: float = DEFAULT_COOLDOWN_S,
+                 header: str = DEFAULT_SESSION_HEADER) -> None:
+        self.pool = pool_for(urls, cooldown_s) if len(urls) > 1 else None
+        #: the server the trajectory's requests go to
+        self.url = urls[0]
+        self.header = header
+        #: the trajectory's session id, sent in ``header`` with each request
+        self.session = ""
+        #: the trajectory's moves: {"from", "to", "reason", "at"}
+        self.moves: list[dict[str, object]] = []
+        self._held = False
+
+    def start(self, session: str) -> None:
+        """A new trajectory: give back the last one's server, take the least-loaded one."""
+        self.end()
+        if self.pool is not None:
+            self.url = self.pool.acquire()
+            self._held = True
+        self.session = session
+        self.moves = []
+
+    def end(self) -> None:
+        """The trajectory ended: its server's load drops."""
+        if self.pool is not None and self._held:
+            self.pool.release(self.url)
+            self._held = False
+
+    def can_move(self) -> bool:
+        """Whether another server is up to move to."""
+        return self.pool is not None and self.pool.available(self.url)
+
+    def move(self, reason: str) -> dict[str, object]:
+        """The current server failed: cool it down and go on at another; the move made."""
+        assert self.pool is not None
+        old = self.url
+        self.pool.fail(old)
+        self.pool.release(old)
+        self.url = self.pool.acquire(avoid=old)
+        move = {"from": old, "to": self.url, "reason": reason, "at": round(time.time(), 4)}
+        self.moves.append(move)
+        return move
+
+    def headers(self) -> dict[str, str]:
+        """The headers every request of the trajectory carries."""
+        return {self.header: self.session} if self.session else {}

@@ -1,0 +1,85 @@
+"""A trainer's inference fleet under the RolloutScheduler: each scheduler's sampling visible
+in its requests (validation at temperature 0 beside training at 1 on one engine), and two
+servers with session affinity, one stopped mid-batch."""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict
+
+import pytest
+
+from llm_server import LLMServer
+from parallel_rollout.errors import ConfigError
+from parallel_rollout.rl import EnvManagerConfig
+from rl_support import lake_set, rl_config
+from table_policy import TablePolicy
+
+
+def test_each_scheduler_sends_its_own_temperature(tmp_path, table, schedulers):
+    _, server = table
+    tasks = lake_set(tmp_path, count=4, max_steps=4)
+    train = schedulers(rl_config(tmp_path, server, temperature=0.7),
+                       EnvManagerConfig(num_env_groups=2, group_size=2, tags=["lakes"], task_sets=tasks),
+                       name="train", sampling={"temperature": 1.0, "top_p": 0.95})
+    val = train.sibling(EnvManagerConfig(num_env_groups=2, group_size=1, tags=["lakes"], task_sets=tasks),
+                        name="val", sampling={"temperature": 0})
+    inherits = train.sibling(EnvManagerConfig(num_env_groups=1, group_size=1, tags=["lakes"], task_sets=tasks),
+                             name="again")
+    train.get_batch(batch_size=4, step=0)
+    val.get_batch(batch_size=-1, step=0)
+    inherits.get_batch(batch_size=1, step=0)
+    val.close()
+    inherits.close()
+    seen = defaultdict(set)
+    for request in server.requests:
+        scheduler = request["headers"]["x-session-id"].split(":", 1)[0]
+        body = request["body"]
+        seen[scheduler].add((body.get("temperature"), body.get("top_p")))
+    assert seen == {"train": {(1.0, 0.95)}, "val": {(0, None)}, "again": {(1.0, 0.95)}}
+
+
+def test_bad_sampling_is_refused_naming_the_field(tmp_path, table, schedulers):
+    _, server = table
+    with pytest.raises(ConfigError, match="temperature must be a number between 0 and 2"):
+        schedulers(rl_config(tmp_path, server), EnvManagerConfig(tags=["lakes"], task_sets=lake_set(tmp_path)),
+                   sampling={"temperature": 5})
+    with pytest.raises(ConfigError, match="cannot set messages"):
+        schedulers(rl_config(tmp_path, server), EnvManagerConfig(tags=["lakes"], task_sets=lake_set(tmp_path)),
+                   sampling={"messages": []})
+
+
+def test_two_servers_keep_affinity_and_a_stopped_one_moves_its_trajectories(tmp_path, schedulers):
+    policy = TablePolicy(seed=1)
+    a, b = LLMServer(policy=policy).start(), LLMServer(policy=policy).start()
+    answered = {"b": 0}
+    stopped = threading.Event()
+
+    def b_policy(body):
+        answered["b"] += 1
+        if answered["b"] == 40:  # b dies in the middle of the second batch
+            threading.Thread(target=lambda: (b.stop(), stopped.set())).start()
+        return policy(body)
+
+    b.policy = b_policy
+    try:
+        scheduler = schedulers(rl_config(tmp_path, a, base_url=[a.url, b.url], server_cooldown=600.0),
+                               EnvManagerConfig(num_env_groups=4, group_size=2, tags=["lakes"],
+                                                task_sets=lake_set(tmp_path, count=8, max_steps=6)))
+        first = scheduler.get_batch(batch_size=8, step=0)
+        on = {server.url: {r["headers"]["x-session-id"] for r in server.requests} for server in (a, b)}
+        # affinity and balance before any failure: no session on both, both servers used
+        assert not on[a.url] & on[b.url]
+        assert len(on[a.url]) >= 2 and len(on[b.url]) >= 2, {u: len(s) for u, s in on.items()}
+        batches = [scheduler.get_batch(batch_size=8, step=step) for step in range(1, 6)]
+    finally:
+        a.stop()
+        b.stop()
+    assert stopped.is_set()
+    assert len(first) == 8 and all(len(batch) == 8 for batch in batches)
+    records = [r for batch in [first, *batches] for r in batch]
+    moves = [m for t in records for m in (t.record.get("usage") or {}).get("server_moves", [])]
+    assert moves and all(m["from"] == b.url and m["to"] == a.url for m in moves)
+    # after the stop every request went to a
+    late = [r for r in a.requests if r["time"] > b.requests[-1]["time"]]
+    assert late

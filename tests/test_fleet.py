@@ -1,0 +1,286 @@
+"""A team's own inference fleet: tool calls, several servers with session affinity, balance
+and fail-over, and per-attempt sampling — through the CLI as a user types it, against local
+test servers (tests/llm_server.py)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from llm_server import LLMServer, call_tool, completion, lake_tool_solver, shell_solver
+from parallel_rollout.agents import AttemptInfo, tools
+from parallel_rollout.agents.model_client import MalformedResponse, reply_of, turn_info
+from parallel_rollout.agents.openai_agent import OpenAIAgent
+from parallel_rollout.agents.openai_request import sampled_fields
+from parallel_rollout.agents.servers import ServerPool
+from parallel_rollout.cli import main
+from parallel_rollout.config import build_config, load_toml
+from parallel_rollout.errors import ConfigError
+from parallel_rollout.tasks import Task
+
+SHELL_TASKS = Path(__file__).resolve().parent.parent / "benchmarks" / "shell_tasks.jsonl"
+needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
+
+
+@pytest.fixture
+def servers():
+    """``servers(policy, n)``: n test servers sharing a policy; stopped after the test."""
+    made: list[LLMServer] = []
+
+    def start(policy, count: int = 1) -> list[LLMServer]:
+        new = [LLMServer(policy=policy).start() for _ in range(count)]
+        made.extend(new)
+        return new
+
+    yield start
+    for server in made:
+        server.stop()
+
+
+def results(folder: Path) -> list[dict]:
+    return [json.loads(line) for line in (folder / "results.jsonl").read_text().splitlines()]
+
+
+def run_cli(*args: str):
+    result = CliRunner().invoke(main, ["run", *args])
+    assert result.exit_code == 0, result.output
+    return result
+
+
+# -- tools ------------------------------------------------------------------------------------
+
+
+def _call(name: str, **arguments) -> list[dict]:
+    return [{"id": "c1", "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}]
+
+
+@pytest.mark.parametrize("mode, call, action", [
+    ("shell", _call("run", command="ls -la"), {"command": "ls -la"}),
+    ("shell", _call("done"), "DONE"),
+    ("py", _call("submit", code="def f():\n    return 1"), "```python\ndef f():\n    return 1\n```"),
+    ("rag", _call("search", query="eiffel tower", k=3), {"search": "eiffel tower", "k": 3}),
+    ("rag", _call("answer", text="Paris"), {"answer": "Paris"}),
+    ("web", _call("click", ref=12), {"action": "click", "ref": 12}),
+    ("web", _call("type", ref=5, text="hi"), {"action": "type", "ref": 5, "text": "hi"}),
+    ("web", _call("select", ref=4, option="Peru"), {"action": "select", "ref": 4, "option": "Peru"}),
+    ("osworld", _call("click", x=10, y=20), {"action_type": "CLICK", "parameters": {"x": 10, "y": 20}}),
+    ("osworld", _call("hotkey", keys=["ctrl", "c"]), {"action_type": "HOTKEY", "parameters": {"keys": ["ctrl", "c"]}}),
+    ("osworld", _call("done"), "DONE"),
+    ("gym", _call("move", direction="Right"), "<answer>Right</answer>"),
+])
+def test_tool_calls_become_the_modes_actions(mode, call, action):
+    assert tools.action_of(mode, call) == action
+    assert call[0]["function"]["name"] in {t["function"]["name"] for t in tools.tools_for(mode)}
+
+
+def test_a_bad_tool_call_is_told_to_the_model_not_run():
+    assert "unknown tool 'rm'" in tools.action_of("shell", _call("rm"))
+    bad = [{"id": "c", "function": {"name": "run", "arguments": "{not json"}}]
+    assert "not JSON" in tools.action_of("shell", bad)
+    answers = tools.tool_messages(_call("run", command="a") + [{"id": "c2", "function": {"name": "done"}}], "out")
+    assert [(m["tool_call_id"], m["content"]) for m in answers] == [("c1", "out"), ("c2", tools.NOT_RUN)]
+
+
+def test_tool_calls_in_a_mode_without_tools_or_with_a_tokenizer_stop_the_run_before_it_starts(tmp_path):
+    tasks = tmp_path / "math.jsonl"
+    tasks.write_text(json.dumps({"id": "m", "problem": "1+1?", "answer": "2"}) + "\n")
+    result = CliRunner().invoke(main, ["run", "--mode", "math", "--data", str(tasks), "--agent", "openai",
+                                       "--tool-calls", "--base-url", "http://127.0.0.1:9/v1", "--output-dir", str(tmp_path)])
+    assert result.exit_code == 2 and "mode 'math' has no tools" in result.output, result.output
+    with pytest.raises(ConfigError, match="tool_calls=True needs chat requests"):
+        OpenAIAgent.check_config(build_config({"agent": "openai", "mode": "gym", "tool_calls": True,
+                                               "base_url": "http://127.0.0.1:9/v1", "tokenizer": str(tmp_path)}))
+
+
+def test_a_reply_of_tool_calls_alone_is_a_reply_and_one_of_nothing_is_not():
+    body = completion(None, "m")
+    with pytest.raises(MalformedResponse, match="content is null"):
+        reply_of(json.dumps(body))
+    body["choices"][0]["message"]["tool_calls"] = _call("run", command="ls")
+    assert reply_of(json.dumps(body))[0] == ""
+    assert turn_info(json.dumps(body))["tool_calls"] == _call("run", command="ls")
+
+
+def test_tool_calls_are_sent_answered_by_id_and_recorded_as_they_came(servers):
+    server, = servers(lambda body: call_tool(body, "move", direction="Down"))
+    agent = OpenAIAgent(build_config({"agent": "openai", "mode": "gym", "base_url": server.url,
+                                      "tool_calls": True}))
+    agent.reset(Task(id="lake", mode="gym", payload={}))
+    assert agent.act({"grid": "SF\nFG"}) == "<answer>Down</answer>"
+    turn = agent.turn_record()
+    assert turn["tool_calls"][0]["function"] == {"name": "move", "arguments": '{"direction": "Down"}'}
+    assert turn["stop_reason"] == "tool_calls"
+    agent.act({"grid": "SF\nPG"})  # call_tool checks the second request answers call_0 by its id
+    second = server.requests[1]["body"]
+    assert [t["function"]["name"] for t in second["tools"]] == ["move"]
+    assert second["messages"][-1] == {"role": "tool", "tool_call_id": "call_0", "content": second["messages"][-1]["content"]}
+    assert second["messages"][-2]["content"] is None and second["messages"][-2]["tool_calls"]
+
+
+@needs_bwrap
+@pytest.mark.slow
+def test_cli_openai_agent_solves_the_shell_tasks_through_tools(tmp_path, servers, monkeypatch):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    server, = servers(shell_solver(SHELL_TASKS, tools=True))
+    run_cli("--mode", "shell", "--data", str(SHELL_TASKS), "--agent", "openai", "--base-url", server.url,
+            "--tool-calls", "--num-rollouts", "2", "--task-timeout", "60", "--output-dir", str(tmp_path),
+            "--run-id", "tools")
+    records = results(tmp_path / "tools")
+    assert len(records) == len(SHELL_TASKS.read_text().splitlines())
+    assert all(r["status"] == "success" for r in records), [(r["task_id"], r["status"]) for r in records]
+    # every request offered the tools and every reply was a tool call (none was text)
+    assert all(r["body"]["tools"] and r["step"]["tool_calls"] for r in server.requests)
+
+
+def test_cli_openai_agent_plays_frozenlake_through_tools(tmp_path, servers, monkeypatch):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    server, = servers(lake_tool_solver)
+    run_cli("--mode", "gym", "--data", "frozenlake", "--agent", "openai", "--base-url", server.url,
+            "--tool-calls", "--num-rollouts", "2", "--output-dir", str(tmp_path), "--run-id", "lakes")
+    records = results(tmp_path / "lakes")
+    plain = [r for r in records if "slippery" not in r["tags"]]
+    assert len(records) == 30 and plain
+    assert all(r["reward"] == 1.0 for r in plain), [(r["task_id"], r["status"]) for r in plain]
+    first = server.requests[0]["body"]
+    assert [t["function"]["name"] for t in first["tools"]] == ["move"]
+
+
+# -- several servers ----------------------------------------------------------------------------
+
+
+def test_base_url_one_string_or_a_list_from_flags_and_toml(tmp_path):
+    assert build_config({"base_url": "http://a/v1"}).base_url == "http://a/v1"
+    assert build_config({"base_url": ("http://a/v1",)}).base_url == "http://a/v1"
+    assert build_config({"base_url": ("http://a/v1", "http://b/v1")}).base_url == ["http://a/v1", "http://b/v1"]
+    toml = tmp_path / "run.toml"
+    toml.write_text('base-url = ["http://a/v1", "http://b/v1"]\nsession-header = "X-Trace"\n')
+    assert load_toml(toml)["base_url"] == ["http://a/v1", "http://b/v1"]
+    toml.write_text("base-url = 3\n")
+    with pytest.raises(ConfigError, match="run.toml: base_url must be a string or a list of strings"):
+        load_toml(toml)
+    with pytest.raises(ConfigError, match="--session-header"):
+        build_config({"session_header": "bad header"})
+
+
+def test_the_pool_takes_the_least_loaded_and_skips_a_cooling_server():
+    pool = ServerPool(["a", "b"], cooldown_s=60)
+    assert [pool.acquire() for _ in range(4)] == ["a", "b", "a", "b"]
+    pool.release("a")
+    assert pool.acquire() == "a"
+    pool.fail("b")
+    assert not pool.available("a") and pool.acquire() == "a"
+    assert pool.acquire(avoid="a") == "b"  # every other server cools: the first back is used
+
+
+def _echo(body):
+    return {"reply": "<answer>Right</answer>"}
+
+
+def test_every_request_of_an_attempt_goes_to_one_server_with_its_session_id(servers):
+    a, b = servers(_echo, 2)
+    config = build_config({"agent": "openai", "mode": "gym", "base_url": [a.url, b.url]})
+    agents = [OpenAIAgent(config) for _ in range(4)]
+    for index, agent in enumerate(agents):
+        agent.attempt_info = AttemptInfo(f"lake#{index}", 0)
+        agent.reset(Task(id="lake", mode="gym", payload={}))
+    for _ in range(3):
+        for agent in agents:
+            agent.act({"grid": "SG"})
+    where = defaultdict(set)
+    for server in (a, b):
+        for request in server.requests:
+            where[request["headers"]["x-session-id"]].add(server.url)
+    assert sorted(where) == [f"lake#{i}@0" for i in range(4)]
+    assert all(len(urls) == 1 for urls in where.values())
+    assert len(a.requests) == len(b.requests) == 6  # two attempts each
+
+
+def test_cli_two_servers_balance_and_one_stopped_mid_run_moves_its_trajectories(tmp_path, servers,
+                                                                                monkeypatch):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    stopped = threading.Event()
+    answered: Counter = Counter()
+
+    def policy(body):
+        return lake_tool_solver(body)
+
+    a, b = servers(policy, 2)
+
+    def b_policy(body):
+        # server b dies after its 30th answer, in the middle of the batch
+        answered["b"] += 1
+        if answered["b"] == 30:
+            threading.Thread(target=lambda: (b.stop(), stopped.set())).start()
+        return policy(body)
+
+    b.policy = b_policy
+    run_cli("--mode", "gym", "--data", "frozenlake", "--agent", "openai", "--base-url", a.url,
+            "--base-url", b.url, "--tool-calls", "--num-rollouts", "2", "--envs-per-worker", "2",
+            "--session-header", "X-Trajectory", "--server-cooldown", "600",
+            "--output-dir", str(tmp_path), "--run-id", "fleet")
+    assert stopped.is_set()
+    records = results(tmp_path / "fleet")
+    assert len(records) == 30
+    plain = [r for r in records if "slippery" not in r["tags"]]
+    assert all(r["reward"] == 1.0 for r in plain), [(r["task_id"], r["status"], r.get("failure")) for r in plain]
+    # affinity: one session id per attempt, each on one server until the move
+    sessions = defaultdict(set)
+    for server in (a, b):
+        for request in server.requests:
+            sessions[request["headers"]["x-trajectory"]].add(server.url)
+    assert len(sessions) == 30
+    moves = [m for r in records for m in r["usage"].get("server_moves", [])]
+    assert moves and all(m["from"] == b.url and m["to"] == a.url for m in moves)
+    moved = {f"{r['key']}@{r['attempt']}" for r in records if r["usage"].get("server_moves")}
+    assert all(len(urls) == 2 for s, urls in sessions.items() if s in moved)
+    assert all(len(urls) == 1 for s, urls in sessions.items() if s not in moved)
+    # the moves are in the turn records too
+    turns = [json.loads(line) for r in records if r["usage"].get("server_moves")
+             for line in (tmp_path / "fleet" / r["trajectory"]).read_text().splitlines()]
+    assert any(t.get("server_moves") for t in turns)
+    # balance until b died: both servers started trajectories (the moved ones began on b)
+    starts = Counter(next(iter(urls)) for s, urls in sessions.items() if s not in moved)
+    assert starts[b.url] + len(moved) >= 3 and starts[a.url] >= 3
+
+
+def test_cli_two_servers_spread_trajectories_evenly(tmp_path, servers, monkeypatch):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    a, b = servers(lake_tool_solver, 2)
+    run_cli("--mode", "gym", "--data", "frozenlake", "--agent", "openai", "--base-url", a.url,
+            "--base-url", b.url, "--tool-calls", "--num-rollouts", "2", "--envs-per-worker", "2",
+            "--output-dir", str(tmp_path), "--run-id", "even")
+    sessions = {server.url: {r["headers"]["x-session-id"] for r in server.requests} for server in (a, b)}
+    assert not sessions[a.url] & sessions[b.url]
+    assert len(sessions[a.url]) + len(sessions[b.url]) == 30
+    assert abs(len(sessions[a.url]) - len(sessions[b.url])) <= 10, {u: len(s) for u, s in sessions.items()}
+
+
+# -- sampling per attempt ---------------------------------------------------------------------
+
+
+def test_an_attempts_sampling_is_merged_over_the_run_configs():
+    config = build_config({"temperature": 0.7, "max_tokens": 100, "sampling": ["top_p=0.9", "seed=1"]})
+    assert sampled_fields(config) == ({"temperature": 0.7, "max_tokens": 100}, {"top_p": 0.9, "seed": 1})
+    assert sampled_fields(config, {"temperature": 0, "top_p": 1.0}) == (
+        {"temperature": 0, "max_tokens": 100}, {"top_p": 1.0, "seed": 1})
+    table = build_config({"sampling": ["temperature=1.0"]})
+    assert sampled_fields(table, {"temperature": 0}) == ({"temperature": 0}, {})
+
+
+def test_cli_preflight_probes_every_server(tmp_path, servers, monkeypatch):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    a, b = servers(_echo, 2)
+    args = ["run", "--mode", "gym", "--data", "frozenlake", "--agent", "openai", "--base-url", a.url,
+            "--base-url", b.url, "--tool-calls", "--dry-run", "--check-endpoint", "--output-dir", str(tmp_path)]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    assert a.model_listings == 1 and b.model_listings == 1
+    b.stop()
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2 and f"the model endpoint {b.url} is not reachable" in result.output, result.output
