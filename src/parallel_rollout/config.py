@@ -189,17 +189,20 @@ RESULT_FIELDS = (
     "mode", "data", "domain", "osworld_index", "group_size",
     # who acts, and how the model samples
     "agent", "agent_cmd", "model", "base_url", "temperature", "max_tokens", "sampling", "extra_body",
-    "tool_calls",
+    "tool_calls", "tokenizer", "max_model_len", "on_length",
     # what the agent sees and may do
     "max_turns", "task_timeout", "action_space", "observation_type", "screen_width", "screen_height",
     "sleep_after_execution",
     # the machine it acts on, and how it is graded
-    "provider_name", "snapshot_name", "path_to_vm", "vm_memory_mb", "vm_max_processes", "rag_metric",
+    "snapshot_name", "path_to_vm", "vm_memory_mb", "vm_max_processes", "rag_metric",
 )
 #: settings a resume may change: how fast, where and how watched a run goes, which samples it
 #: takes on (--limit, --skip-unsupported), how infrastructure failures are retried, and the
-#: gates judged at its end. None of them changes what a sample's result is.
+#: gates judged at its end, and which provider runs the VMs (a run stopped because its provider's
+#: VMs never boot resumes on another that runs the same guest). None of them changes what a
+#: sample's result is.
 RUN_ONLY_FIELDS = (
+    "provider_name",
     "num_rollouts", "num_vms", "use_vm_pool", "envs_per_worker", "max_concurrent_rollouts", "spare_vms",
     "output_dir", "run_id", "resume", "progress", "limit", "skip_unsupported", "record", "headless",
     "max_retries", "verify_reset", "vm_address", "reset_command", "client_password",
