@@ -112,6 +112,10 @@ class RunConfig:
     api_timeout_s: float = 120.0
     #: RL schedulers: the unix socket of the policy gate model requests pass (policy_gate)
     policy_gate: str | None = None
+    #: RL schedulers: a reply aborted by a weight update keeps its sampled tokens and goes
+    #: on from them after resume (each token records its policy version), instead of being
+    #: generated again from scratch (agents/streaming.py)
+    partial_rollout: bool = False
     #: the openai agent, token in / token out: a local Hugging Face tokenizer folder
     #: (tokenizer.json, tokenizer_config.json with the chat template); the agent keeps the
     #: token history and sends token ids to {base_url}/completions (agents/model_client.py)

@@ -7,25 +7,37 @@ agents in the worker processes reach it over a unix socket whose path travels to
 they run on other hosts (the ray backend). One connection per env loop, a line protocol::
 
     agent                          gate
-    "begin\\n"           ─►  waits while suspended ─►  "go <version>\\n"
-    … the model request …
-    "end\\n"             ─►  "ok\\n" | "redo\\n" (the request was aborted by suspend(abort=True))
+    "begin [<key>]\\n"   ─►  waits while suspended ─►  "go <version>\\n"
+    … the model request (streamed) …
+                         ◄─  "abort\\n"   (unsolicited, at most once, only between go and end:
+                                           suspend(abort=True) or abort(key))
+    "end\\n"             ─►  "ok\\n" | "redo\\n" (the request was aborted)
 
 ``suspend()`` closes the gate and waits until no request is between begin and end;
-``suspend(abort=True)`` returns at once and marks the requests in flight, whose replies the
-agents then throw away and ask again after ``resume``. ``resume(version)`` reopens it with a
-new policy version. A worker that dies between begin and end closes its connection, which
-counts as its end: a killed process never holds the gate shut.
+``suspend(abort=True)`` returns at once: it marks the requests in flight and sends each of
+their connections "abort", on which the agent closes its streaming HTTP request, so the
+model server stops decoding it (vLLM aborts a request whose client hung up). The agent then
+asks again after ``resume`` (from scratch, or continuing its partial reply). Every line the
+gate sends is written under its lock, so "abort" always falls between "go" and the answer to
+"end". ``resume(version)`` reopens it with a new policy version.
+
+``<key>`` names the sample a request belongs to (the engine's key of an RL group member): the
+gate keeps the oldest policy version each key's requests got (``oldest_version``), which is
+how a scheduler judges a running group's staleness by version. A worker that dies between
+begin and end closes its connection, which counts as its end: a killed process never holds
+the gate shut.
 """
 
 from __future__ import annotations
 
 import os
+import queue
 import socket
 import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Callable
 
 #: how long an agent waits for the gate's answer to a line before it gives up (seconds);
 #: "begin" itself may wait as long as the trainer keeps the gate suspended
@@ -43,6 +55,10 @@ class PolicyGate:
         self.version = version
         self._in_flight: set[int] = set()
         self._aborted: set[int] = set()
+        #: connection id -> (its socket, the key of its request in flight)
+        self._peers: dict[int, tuple[socket.socket, str | None]] = {}
+        #: sample key -> the oldest policy version its requests got
+        self._oldest: dict[str, int] = {}
         #: requests let through, and replies thrown away after an abort
         self.requests = 0
         self.aborted = 0
@@ -80,11 +96,44 @@ class PolicyGate:
         with self._cond:
             self._open = False
             if abort:
-                self._aborted |= self._in_flight
+                for ident in self._in_flight:
+                    self._abort_locked(ident)
                 self._in_flight.clear()
                 return
             if not self._cond.wait_for(lambda: not self._in_flight or self._closed, timeout):
                 raise TimeoutError(f"{len(self._in_flight)} model request(s) still in flight after {timeout} s")
+
+    def abort(self, key: str) -> bool:
+        """Abort the request in flight of sample ``key`` (a cancelled member); False when it
+        has none."""
+        with self._cond:
+            for ident, (_, peer_key) in list(self._peers.items()):
+                if peer_key == key and ident in self._in_flight:
+                    self._abort_locked(ident)
+                    self._in_flight.discard(ident)
+                    self._cond.notify_all()
+                    return True
+        return False
+
+    def oldest_version(self, key: str) -> int | None:
+        """The oldest policy version any request of sample ``key`` got; None when none began."""
+        with self._cond:
+            return self._oldest.get(key)
+
+    def forget(self, key: str) -> None:
+        """Drop what is kept of sample ``key`` (it is settled)."""
+        with self._cond:
+            self._oldest.pop(key, None)
+
+    def _abort_locked(self, ident: int) -> None:
+        """Mark a request aborted and tell its agent (under the lock: see the docstring)."""
+        self._aborted.add(ident)
+        peer = self._peers.get(ident)
+        if peer is not None:
+            try:
+                peer[0].sendall(b"abort\n")
+            except OSError:
+                pass  # its agent is gone: the connection's end counts as the request's end
 
     def resume(self, version: int | None = None) -> None:
         """Let model requests start again, generated by policy ``version`` from now on."""
@@ -136,30 +185,34 @@ class PolicyGate:
         reader = conn.makefile("r", encoding="ascii", newline="\n")
         try:
             for line in reader:
-                command = line.strip()
+                command, _, key = line.strip().partition(" ")
                 if command == "begin":
                     with self._cond:
                         self._cond.wait_for(lambda: self._open or self._closed)
                         if self._closed:
                             return
                         self._in_flight.add(ident)
+                        self._peers[ident] = (conn, key or None)
                         self.requests += 1
-                        version = self.version
-                    conn.sendall(f"go {version}\n".encode())
+                        if key:
+                            self._oldest[key] = min(self._oldest.get(key, self.version), self.version)
+                        conn.sendall(f"go {self.version}\n".encode())
                 elif command == "end":
                     with self._cond:
                         redo = ident in self._aborted
                         self._aborted.discard(ident)
                         self._in_flight.discard(ident)
+                        self._peers.pop(ident, None)
                         self.aborted += redo
                         self._cond.notify_all()
-                    conn.sendall(b"redo\n" if redo else b"ok\n")
+                        conn.sendall(b"redo\n" if redo else b"ok\n")
         except OSError:
             pass
         finally:
             with self._cond:
                 self._in_flight.discard(ident)
                 self._aborted.discard(ident)
+                self._peers.pop(ident, None)
                 self._cond.notify_all()
             if conn in self._conns:
                 self._conns.remove(conn)
@@ -171,35 +224,78 @@ class PolicyGate:
 
 
 class GateClient:
-    """The agent's side: one connection per env loop, made on first use."""
+    """The agent's side: one connection per env loop, made on first use.
+
+    Between ``begin`` and ``end`` a reader thread owns the connection's incoming lines: an
+    unsolicited "abort" calls the ``on_abort`` given to ``begin`` (which closes the model
+    request), and the answer to "end" is handed to ``end``."""
 
     def __init__(self, path: str) -> None:
         self.path = path
         self._sock: socket.socket | None = None
         self._reader = None
+        self._answers: "queue.Queue[str]" = queue.Queue()
+        self._watcher: threading.Thread | None = None
+        #: whether the gate aborted the request under way (or the last one)
+        self.aborted = False
 
-    def begin(self) -> tuple[int, float]:
-        """Wait until model requests may start: (policy version, seconds waited).
-        ConnectionError when the gate is gone."""
+    def begin(self, key: str | None = None, on_abort: Callable[[], None] | None = None) -> tuple[int, float]:
+        """Wait until model requests may start: (policy version, seconds waited). ``key``:
+        the sample the request belongs to; ``on_abort``: called (from another thread) when
+        the gate aborts the request. ConnectionError when the gate is gone."""
         started = time.monotonic()
-        answer = self._ask("begin")
+        answer = self._ask(f"begin {key}" if key else "begin")
         if not answer.startswith("go "):
             raise ConnectionError(f"policy gate {self.path}: unexpected answer {answer!r}")
+        self.aborted = False
+        self._watcher = threading.Thread(target=self._watch, args=(on_abort,), name="policy-gate-watch",
+                                         daemon=True)
+        self._watcher.start()
         return int(answer[3:]), time.monotonic() - started
 
     def end(self) -> bool:
-        """Tell the gate the request is over; True when its reply must be thrown away and the
-        request made again (a weight update aborted it)."""
-        return self._ask("end") == "redo"
+        """Tell the gate the request is over; True when it was aborted (by a weight update or
+        a cancel): its reply, if whole, is still the old policy's."""
+        try:
+            self._sock.sendall(b"end\n")
+        except (OSError, AttributeError) as exc:
+            self.close()
+            raise ConnectionError(f"policy gate {self.path}: {exc}") from None
+        answer = self._answers.get()
+        self._watcher = None
+        if not answer:
+            self.close()
+            raise ConnectionError(f"policy gate {self.path} closed")
+        return answer == "redo" or self.aborted
 
     def close(self) -> None:
         """Hang up (the gate counts any open request as ended)."""
         if self._sock is not None:
             sock, self._sock = self._sock, None
             try:
+                sock.shutdown(socket.SHUT_RDWR)  # wakes a reader thread blocked on it
+            except OSError:
+                pass
+            try:
                 sock.close()
             except OSError:
                 pass
+
+    def _watch(self, on_abort: Callable[[], None] | None) -> None:
+        """The reader thread of one request: "abort" lines, then the answer to "end"."""
+        while True:
+            try:
+                line = self._reader.readline()
+            except (OSError, ValueError, AttributeError):
+                line = ""
+            answer = line.strip()
+            if answer == "abort":
+                self.aborted = True
+                if on_abort is not None:
+                    on_abort()
+                continue
+            self._answers.put(answer)
+            return
 
     def _ask(self, command: str) -> str:
         if self._sock is None:

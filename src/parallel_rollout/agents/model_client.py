@@ -113,6 +113,31 @@ class ModelClient:
         extra = {**request.pop("extra_body", {}), "return_token_ids": True}
         return client.chat.completions.with_raw_response.create(**request, logprobs=True, extra_body=extra)
 
+    def send_streamed(self, client, request: dict[str, Any], abortable):
+        """The request streamed (RL: abortable mid-reply), asking for token ids and logprobs:
+        a ``streaming.StreamedReply``; ``streaming.Aborted`` when ``abortable`` ended it."""
+        from . import streaming
+
+        request = dict(request)
+        extra = {**request.pop("extra_body", {}), "return_token_ids": True}
+        logprobs = 1 if self.tokenizer is not None else True
+        return streaming.stream(client, self.path, {**request, "logprobs": logprobs, "extra_body": extra}, abortable)
+
+    def streamed_reply(self, partial) -> tuple[str, dict[str, Any]]:
+        """(reply text, turn info) of a whole streamed reply (``streaming.Partial``, every
+        token with its version); AgentError when a token-id prompt got no token ids."""
+        info: dict[str, Any] = {"stop_reason": partial.finish_reason or "unknown"}
+        if self.tokenizer is not None:
+            if not partial.has_token_ids:
+                raise AgentError(f"the server returned no token ids for a token-id prompt: {NO_TOKEN_IDS_HINT}")
+            info["prompt_token_ids"] = self._pending[0]
+        elif partial.prompt_token_ids is not None:
+            info["prompt_token_ids"] = partial.prompt_token_ids
+        if partial.has_token_ids:
+            info["token_ids"] = partial.token_ids
+            info["logprobs"] = partial.logprobs if len(partial.logprobs) == len(partial.token_ids) else None
+        return partial.text, info
+
     def reply(self, body: bytes | str) -> tuple[str, dict[str, int], dict[str, Any]]:
         """(reply text, token usage, turn info) of a response body; MalformedResponse saying
         what is wrong otherwise."""

@@ -1,0 +1,180 @@
+"""Weight updates in flight, against the test server streaming tokens at a fixed rate:
+suspend(abort=True) ends every model request at the server within a second; after resume the
+turn is regenerated, or continued from its partial tokens with each token's version; an abort
+is never a retry; max_version_lag drops a group holding tokens of an older policy; a cancelled
+member's request is aborted without killing its worker."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from llm_server import llm_server  # noqa: F401 - fixture
+from parallel_rollout.agents.openai_agent import OpenAIAgent
+from parallel_rollout.config import RunConfig
+from parallel_rollout.policy_gate import PolicyGate
+from parallel_rollout.results import read_records
+from parallel_rollout.rl import EnvManagerConfig
+from parallel_rollout.rl.segments import build_segments
+from parallel_rollout.tasks import Task
+from rl_support import TINY, lake_set, rl_config
+from table_policy import TablePolicy
+
+OBSERVATION = {"grid": "PFFF\nFHFH\nFFFH\nHFFG", "position": [0, 0], "steps": 0, "max_steps": 16}
+#: a reply of one character per token, ending in a move the gym mode parses
+REPLY = "thinking " * 6 + "<answer>Right</answer>"
+IDS = [1000 + k for k in range(len(REPLY))]
+PROMPT = [1, 2, 3]
+
+
+def continuing(body):
+    """The reply, continued after a partial assistant message (continue_final_message), as a
+    server keeps sampling from where the aborted request stopped."""
+    done = 0
+    if body.get("continue_final_message"):
+        assert body["messages"][-1]["role"] == "assistant" and body.get("add_generation_prompt") is False
+        done = len(body["messages"][-1]["content"])
+        assert REPLY.startswith(body["messages"][-1]["content"])
+    return {"reply": REPLY[done:], "token_ids": IDS[done:], "logprobs": [-0.5] * (len(IDS) - done),
+            "prompt_token_ids": PROMPT + IDS[:done]}
+
+
+def _agent(url: str, gate: PolicyGate, **changes) -> OpenAIAgent:
+    config = RunConfig(mode="gym", agent="openai", base_url=url, model="m", policy_gate=gate.path,
+                       max_retries=2, **changes)
+    agent = OpenAIAgent(config)
+    agent.backoff_base_s = 0.01
+    agent.reset(Task(id="lake", mode="gym", payload={"size": 4}))
+    return agent
+
+
+def _wait(predicate, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out waiting"
+        time.sleep(0.005)
+
+
+@pytest.fixture
+def gate():
+    gate = PolicyGate(version=6)
+    yield gate
+    gate.close()
+
+
+@pytest.mark.parametrize("partial", [False, True], ids=["regenerate", "partial"])
+def test_suspend_aborts_eight_turns_at_the_server(gate, llm_server, partial):
+    server = llm_server(policy=continuing, token_rate=40)  # 58 tokens: about 1.5 s a reply
+    agents = [_agent(server.url, gate, partial_rollout=partial) for _ in range(8)]
+    results: list = []
+    threads = [threading.Thread(target=lambda a=a: results.append(a.act(OBSERVATION)), daemon=True)
+               for a in agents]
+    for thread in threads:
+        thread.start()
+    _wait(lambda: gate.in_flight == 8 and server.tokens_streamed >= 8 * 5)
+    time.sleep(0.2)  # every stream has sent a few tokens
+    started = time.monotonic()
+    gate.suspend(abort=True)
+    assert time.monotonic() - started < 1.0
+    _wait(lambda: len(server.aborts) == 8, timeout=1.0)
+    assert max(a["time"] for a in server.aborts) - started < 1.0
+    time.sleep(0.3)
+    assert len(server.requests) == 8 and not results, "a request started while suspended"
+    gate.resume(7)
+    for thread in threads:
+        thread.join(10)
+    assert results == [REPLY] * 8
+    for agent in agents:
+        turn = agent.turn_record()
+        assert turn["reply"] == REPLY and turn["token_ids"] == IDS and turn["policy_version"] == 7
+        assert turn["redone"] == 1 and agent.usage()["retries"] == 0
+        assert turn["prompt_token_ids"] == PROMPT
+        (segment,) = build_segments([turn])
+        sampled = [v for v, m in zip(segment.versions, segment.loss_mask) if m]
+        if partial:
+            assert turn["partial"] is True
+            assert sampled[0] == 6 and sampled[-1] == 7 and sampled == sorted(sampled)
+            assert 1 <= sampled.count(6) < len(IDS)
+        else:
+            assert "partial" not in turn and sampled == [7] * len(IDS)
+    continued = [r["body"] for r in server.requests[8:]]
+    assert all(bool(b.get("continue_final_message")) == partial for b in continued)
+    assert all(b["stream"] is True and b["stream_options"] == {"include_usage": True} for b in continued)
+
+
+def test_an_abort_is_never_a_retry(gate, llm_server):
+    server = llm_server(policy=continuing, token_rate=100)
+    agent = _agent(server.url, gate)  # max_retries=2
+    results: list = []
+    thread = threading.Thread(target=lambda: results.append(agent.act(OBSERVATION)), daemon=True)
+    thread.start()
+    for version in range(7, 12):  # five aborts in a row
+        streamed = server.tokens_streamed
+        _wait(lambda: gate.in_flight == 1 and server.tokens_streamed > streamed + 2)
+        gate.suspend(abort=True)
+        gate.resume(version)
+    thread.join(10)
+    assert results == [REPLY]
+    turn = agent.turn_record()
+    assert turn["redone"] == 5 and turn["policy_version"] == 11 and turn["token_ids"] == IDS
+    assert agent.usage()["retries"] == 0 and agent.usage()["requests"] == 6
+    assert len(server.aborts) == 5
+
+
+def test_max_version_lag_drops_a_group_with_older_tokens(tmp_path, llm_server, schedulers):
+    server = llm_server(policy=TablePolicy(seed=2, delay_s=0.3))
+    train = schedulers(rl_config(tmp_path, server, num_rollouts=1, envs_per_worker=4),
+                       EnvManagerConfig(num_env_groups=1, group_size=2, tags=["tiny"],
+                                        task_sets=lake_set(tmp_path, name="tiny", desc=TINY, max_steps=2)),
+                       max_version_lag=1)
+    got: list = []
+    thread = threading.Thread(target=lambda: got.append(train.get_batch(batch_size=2, step=0)), daemon=True)
+    thread.start()
+    _wait(lambda: train.stats()["model_requests"] >= 1, timeout=60)
+    # two weight updates while the first group's turns are in flight (sampled by version 0)
+    train.suspend(abort=True)
+    train.resume(1)
+    train.suspend(abort=True)
+    train.resume(2)
+    thread.join(60)
+    (batch,) = got
+    stats = train.stats()
+    assert stats["dropped_version_lag"] >= 1 and stats["dropped_stale"] == 0
+    assert all(v >= 1 for t in batch for v in t.policy_versions)
+    assert all(t.created_step == 0 and not t.version_stale for t in batch)
+
+
+def test_a_cancelled_member_is_aborted_without_killing_its_worker(tmp_path, llm_server, schedulers):
+    table = TablePolicy(seed=3)
+    answered = [0]
+    lock = threading.Lock()
+
+    def first_blocks(body):
+        with lock:
+            answered[0] += 1
+            first = answered[0] == 1
+        if first:  # the loser: a reply streamed over 30 s
+            return {"reply": "x" * 150, "token_ids": [7] * 150, "logprobs": [-1.0] * 150,
+                    "prompt_token_ids": [0], "token_rate": 5}
+        return table(body)
+
+    server = llm_server(policy=first_blocks)
+    train = schedulers(rl_config(tmp_path, server, num_rollouts=1, envs_per_worker=4, task_timeout=60.0),
+                       EnvManagerConfig(num_env_groups=1, group_size=2, group_size_redundancy=1, tags=["tiny"],
+                                        task_sets=lake_set(tmp_path, name="tiny", desc=TINY, max_steps=2)))
+    started = time.monotonic()
+    batch = train.get_batch(batch_size=2, step=0)
+    assert time.monotonic() - started < 20
+    _wait(lambda: len(server.aborts) == 1, timeout=5)  # the loser's request ended at the server
+    assert server.aborts[0]["request"] == 0
+    assert train.stats()["members_cancelled"] == 1
+    _wait(lambda: train._shared.engine.in_flight() == 0, timeout=5)  # the cancelled attempt ended
+    records = read_records(Path(train.run_dir) / "results.jsonl")
+    assert not [r for r in records if r["status"] == "worker_died"]
+    assert {r["attempt"] for r in records} == {0}
+    assert len({r["pid"] for r in records}) == 1
+    assert sorted(t.record["key"] for t in batch) == sorted(r["key"] for r in records if r["key"] in
+                                                            {t.record["key"] for t in batch})
