@@ -28,7 +28,7 @@ request's ``max_tokens``), takes token-id prompts on ``/v1/completions``, and an
 
 **Streaming.** A request with ``"stream": true`` is answered as Server-Sent Events, as vLLM
 streams: one chunk per token (a token-id step's ids, each with its logprob and a share of
-the text; otherwise a word), ``token_rate`` tokens a second (None: at once; a step's
+the text, or the step's ``"pieces"``: one text per token; otherwise a word), ``token_rate`` tokens a second (None: at once; a step's
 ``"token_rate"`` overrides it), ``prompt_token_ids`` in the first chunk, finish_reason in the
 last, then a usage chunk and ``[DONE]``. A client that hangs up mid-stream is an abort: it is
 logged in ``aborts`` (``time`` monotonic, ``request`` index, ``tokens`` sent before it).
@@ -206,7 +206,7 @@ def _handler(server: LLMServer) -> type[BaseHTTPRequestHandler]:
         def _stream(self, step: Step, body: dict[str, Any], index: int) -> None:
             chat = self.path.rstrip("/") == "/v1/chat/completions"
             text, ids = step["reply"], step.get("token_ids")
-            pieces = _pieces(text, len(ids) if ids is not None else None)
+            pieces = step.get("pieces") or _pieces(text, len(ids) if ids is not None else None)
             rate = step.get("token_rate", server.token_rate)
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")

@@ -21,10 +21,9 @@ thread, or on the thread that calls ``close``, and must not block for long)::
     engine.submit(Assignment(task, sample_idx, attempt, name=..., meta={...}), on_final)
                                  # on_final(record) is called once, with the FINAL record
                                  # (after the engine's own retries of infrastructure failures)
-    engine.cancel(key)           # pending: dropped; running: the worker aborts its model request
-                                 # and ends its episode (else at its next turn), its VM is reset;
-                                 # no worker is killed for it (a loop that ignores it still meets
-                                 # --task-timeout); on_final is never called
+    engine.cancel(key)           # pending: dropped; running: the worker aborts its model request and
+                                 # ends the episode (else at its next turn; no worker is killed, a loop
+                                 # ignoring it meets --task-timeout); on_final is never called
     engine.pause(); engine.resume()   # stop / restart dispatching new attempts
     engine.hold_clocks(True/False)    # a weight update: task clocks stop meanwhile
     engine.wait_idle(timeout)    # True once nothing is pending or running
@@ -114,9 +113,7 @@ class _Stats:
 class Engine:
     """Long-lived: the pool, the workers, dispatch, deaths, timeouts, retries, shutdown."""
 
-    #: seconds a cancelled running attempt has to stop before its worker is killed; None
-    #: (the default): never, since the kill would end the worker's other env loops too; an
-    #: attempt that ignores its cancel still meets --task-timeout
+    #: seconds a cancelled attempt has before its worker (and its other loops) is killed; None: never
     cancel_grace_s: float | None = None
 
     def __init__(self, config: RunConfig, run_dir: str | Path, *, run_id: str | None = None,

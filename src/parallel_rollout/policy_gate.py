@@ -10,7 +10,7 @@ they run on other hosts (the ray backend). One connection per env loop, a line p
     "begin [<key>]\\n"   ─►  waits while suspended ─►  "go <version>\\n"
     … the model request (streamed) …
                          ◄─  "abort\\n"   (unsolicited, at most once, only between go and end:
-                                           suspend(abort=True) or abort(key))
+                                           suspend(abort=True))
     "end\\n"             ─►  "ok\\n" | "redo\\n" (the request was aborted)
 
 ``suspend()`` closes the gate and waits until no request is between begin and end;
@@ -102,18 +102,6 @@ class PolicyGate:
                 return
             if not self._cond.wait_for(lambda: not self._in_flight or self._closed, timeout):
                 raise TimeoutError(f"{len(self._in_flight)} model request(s) still in flight after {timeout} s")
-
-    def abort(self, key: str) -> bool:
-        """Abort the request in flight of sample ``key`` (a cancelled member); False when it
-        has none."""
-        with self._cond:
-            for ident, (_, peer_key) in list(self._peers.items()):
-                if peer_key == key and ident in self._in_flight:
-                    self._abort_locked(ident)
-                    self._in_flight.discard(ident)
-                    self._cond.notify_all()
-                    return True
-        return False
 
     def oldest_version(self, key: str) -> int | None:
         """The oldest policy version any request of sample ``key`` got; None when none began."""

@@ -178,3 +178,46 @@ def test_a_cancelled_member_is_aborted_without_killing_its_worker(tmp_path, llm_
     assert len({r["pid"] for r in records}) == 1
     assert sorted(t.record["key"] for t in batch) == sorted(r["key"] for r in records if r["key"] in
                                                             {t.record["key"] for t in batch})
+
+
+def test_partial_rollout_with_a_tokenizer_continues_from_the_token_ids(gate, llm_server, tmp_path):
+    from llm_server import write_tokenizer
+    from tokenizers import Tokenizer
+
+    folder = write_tokenizer(tmp_path / "tok")
+    tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    ids = tokenizer.encode("<think>go right</think> <answer>Right</answer>" * 3).ids
+    ids.append(tokenizer.token_to_id("<|im_end|>"))
+    pieces = [tokenizer.decode([i], skip_special_tokens=False) for i in ids]
+    state: dict = {}
+
+    def policy(body):
+        prompt = body["prompt"]
+        base = state.setdefault("base", prompt)
+        if prompt[:len(base) + len(ids)] == base + ids:  # the next turn
+            return {"reply": "DONE", "token_ids": [ids[0]], "logprobs": [-0.1], "pieces": ["DONE"]}
+        done = len(prompt) - len(base)
+        assert prompt == base + ids[:done], "a continuation must be the prompt + the partial ids"
+        return {"reply": "".join(pieces[done:]), "token_ids": ids[done:], "logprobs": [-0.2] * (len(ids) - done),
+                "pieces": pieces[done:], "prompt_token_ids": prompt}
+
+    server = llm_server(policy=policy, token_rate=len(ids) / 1.0)  # a reply takes about a second
+    agent = _agent(server.url, gate, partial_rollout=True, tokenizer=str(folder), max_tokens=200)
+    results: list = []
+    thread = threading.Thread(target=lambda: results.append(agent.act(OBSERVATION)), daemon=True)
+    thread.start()
+    _wait(lambda: gate.in_flight == 1 and server.tokens_streamed >= 3)
+    gate.suspend(abort=True)
+    _wait(lambda: len(server.aborts) == 1, timeout=1.0)
+    gate.resume(7)
+    thread.join(10)
+    turn = agent.turn_record()
+    second = server.requests[1]["body"]
+    done = len(second["prompt"]) - len(state["base"])  # what the client had when it hung up
+    assert 1 <= done <= server.aborts[0]["tokens"]
+    assert turn["token_ids"] == ids and turn["prompt_token_ids"] == state["base"] and turn["partial"] is True
+    assert turn["versions"][:done] == [6] * done and set(turn["versions"][done:]) == {7}
+    assert turn["reply"] == "".join(pieces)
+    assert second["prompt"] == state["base"] + ids[:done] and second["max_tokens"] == 200 - done
+    agent.act(OBSERVATION)  # the next turn's prompt extends the whole reply's ids
+    assert server.requests[2]["body"]["prompt"][:len(state["base"]) + len(ids)] == state["base"] + ids

@@ -3,9 +3,9 @@
 Each turn records what the server saw and sampled: ``prompt_token_ids`` (the whole prompt,
 as rendered), ``token_ids`` (sampled), ``logprobs`` (one per sampled token) and the
 ``policy_version`` of the request (a turn continued across a weight update, ``partial``,
-has ``versions``: one per sampled token, e.g. ``[6, 6, …, 7, 7]``). A trajectory is one sequence while every prompt extends
-the previous prompt + completion (append-only history: always so with a tokenizer, where the
-agent sends the ids itself)::
+has ``versions``: one per sampled token, e.g. ``[6, 6, …, 7, 7]``). A trajectory is one
+sequence while every prompt extends the previous prompt + completion (append-only history:
+always so with a tokenizer, where the agent sends the ids itself)::
 
     turn 1  [ prompt₁ ·························][ sampled₁ ]
     turn 2  [ prompt₁ ·························][ sampled₁ ][ obs₂ ··· ][ sampled₂ ]
