@@ -11,7 +11,7 @@ they run on other hosts (the ray backend). One connection per env loop, a line p
     … the model request (streamed) …
                          ◄─  "abort\\n"   (unsolicited, at most once, only between go and end:
                                            suspend(abort=True))
-    "end\\n"             ─►  "ok\\n" | "redo\\n" (the request was aborted)
+    "end [<kept>]\\n"    ─►  "ok\\n" | "redo\\n" (the request was aborted)
 
 ``suspend()`` closes the gate and waits until no request is between begin and end;
 ``suspend(abort=True)`` returns at once: it marks the requests in flight and sends each of
@@ -21,9 +21,11 @@ asks again after ``resume`` (from scratch, or continuing its partial reply). Eve
 gate sends is written under its lock, so "abort" always falls between "go" and the answer to
 "end". ``resume(version)`` reopens it with a new policy version.
 
-``<key>`` names the sample a request belongs to (the engine's key of an RL group member): the
-gate keeps the oldest policy version each key's requests got (``oldest_version``), which is
-how a scheduler judges a running group's staleness by version. A worker that dies between
+``<key>`` names the sample a request belongs to (the engine's key of an RL group member);
+``<kept>`` is the oldest policy version among the tokens the agent keeps after this request
+(its reply, or a partial reply it will continue; none when an aborted turn starts over). The
+gate keeps the oldest per key (``oldest_version``): how a scheduler judges a group's
+staleness by the versions that sampled its tokens, running or complete. A worker that dies between
 begin and end closes its connection, which counts as its end: a killed process never holds
 the gate shut.
 """
@@ -104,7 +106,7 @@ class PolicyGate:
                 raise TimeoutError(f"{len(self._in_flight)} model request(s) still in flight after {timeout} s")
 
     def oldest_version(self, key: str) -> int | None:
-        """The oldest policy version any request of sample ``key`` got; None when none began."""
+        """The oldest policy version among the tokens sample ``key`` kept; None when none yet."""
         with self._cond:
             return self._oldest.get(key)
 
@@ -182,11 +184,12 @@ class PolicyGate:
                         self._in_flight.add(ident)
                         self._peers[ident] = (conn, key or None)
                         self.requests += 1
-                        if key:
-                            self._oldest[key] = min(self._oldest.get(key, self.version), self.version)
                         conn.sendall(f"go {self.version}\n".encode())
                 elif command == "end":
                     with self._cond:
+                        peer = self._peers.get(ident)
+                        if key and peer is not None and peer[1]:  # "end <kept version>"
+                            self._oldest[peer[1]] = min(self._oldest.get(peer[1], int(key)), int(key))
                         redo = ident in self._aborted
                         self._aborted.discard(ident)
                         self._in_flight.discard(ident)
@@ -241,11 +244,12 @@ class GateClient:
         self._watcher.start()
         return int(answer[3:]), time.monotonic() - started
 
-    def end(self) -> bool:
-        """Tell the gate the request is over; True when it was aborted (by a weight update or
-        a cancel): its reply, if whole, is still the old policy's."""
+    def end(self, kept: int | None = None) -> bool:
+        """Tell the gate the request is over, and ``kept``: the oldest policy version among
+        the tokens kept after it (None: none kept). True when it was aborted (by a weight
+        update or a cancel)."""
         try:
-            self._sock.sendall(b"end\n")
+            self._sock.sendall(b"end\n" if kept is None else f"end {int(kept)}\n".encode())
         except (OSError, AttributeError) as exc:
             self.close()
             raise ConnectionError(f"policy gate {self.path}: {exc}") from None

@@ -15,7 +15,7 @@ import pytest
 from llm_server import llm_server  # noqa: F401 - fixture
 from parallel_rollout.agents.openai_agent import OpenAIAgent
 from parallel_rollout.config import RunConfig
-from parallel_rollout.policy_gate import PolicyGate
+from parallel_rollout.policy_gate import GateClient, PolicyGate
 from parallel_rollout.results import read_records
 from parallel_rollout.rl import EnvManagerConfig
 from parallel_rollout.rl.segments import build_segments
@@ -124,17 +124,38 @@ def test_an_abort_is_never_a_retry(gate, llm_server):
     assert len(server.aborts) == 5
 
 
-def test_max_version_lag_drops_a_group_with_older_tokens(tmp_path, llm_server, schedulers):
-    server = llm_server(policy=TablePolicy(seed=2, delay_s=0.3))
+def test_the_gate_keeps_the_oldest_version_of_the_tokens_kept(gate):
+    client = GateClient(gate.path)
+    client.begin("k")
+    gate.suspend(abort=True)
+    assert client.end() is True and gate.oldest_version("k") is None  # aborted, starting over
+    gate.resume(7)
+    client.begin("k")
+    gate.suspend(abort=True)
+    client.end(kept=7)  # a partial reply sampled by 7 is kept and continued
+    gate.resume(8)
+    client.begin("k")
+    client.end(kept=7)
+    assert gate.oldest_version("k") == 7
+    gate.forget("k")
+    assert gate.oldest_version("k") is None
+    client.close()
+
+
+@pytest.mark.parametrize("stale_versions", ["drop", "keep"])
+def test_max_version_lag_judges_a_group_by_its_tokens_versions(tmp_path, llm_server, schedulers, stale_versions):
+    table = TablePolicy(seed=2, delay_s=0.3)
+    server = llm_server(policy=table)
     train = schedulers(rl_config(tmp_path, server, num_rollouts=1, envs_per_worker=4),
                        EnvManagerConfig(num_env_groups=1, group_size=2, tags=["tiny"],
                                         task_sets=lake_set(tmp_path, name="tiny", desc=TINY, max_steps=2)),
-                       max_version_lag=1)
+                       max_version_lag=1, stale_versions=stale_versions)
     got: list = []
     thread = threading.Thread(target=lambda: got.append(train.get_batch(batch_size=2, step=0)), daemon=True)
     thread.start()
-    _wait(lambda: train.stats()["model_requests"] >= 1, timeout=60)
-    # two weight updates while the first group's turns are in flight (sampled by version 0)
+    _wait(lambda: len(table.served) >= 1, timeout=60)  # a first turn's reply, sampled by version 0
+    time.sleep(0.15)
+    # two weight updates while the group (created at this step) runs its next turns
     train.suspend(abort=True)
     train.resume(1)
     train.suspend(abort=True)
@@ -142,9 +163,13 @@ def test_max_version_lag_drops_a_group_with_older_tokens(tmp_path, llm_server, s
     thread.join(60)
     (batch,) = got
     stats = train.stats()
-    assert stats["dropped_version_lag"] >= 1 and stats["dropped_stale"] == 0
-    assert all(v >= 1 for t in batch for v in t.policy_versions)
-    assert all(t.created_step == 0 and not t.version_stale for t in batch)
+    assert stats["dropped_stale"] == 0 and all(t.created_step == 0 for t in batch)
+    if stale_versions == "drop":
+        assert stats["dropped_version_lag"] >= 1
+        assert all(v >= 1 for t in batch for v in t.policy_versions) and not any(t.version_stale for t in batch)
+    else:
+        assert "dropped_version_lag" not in stats
+        assert any(t.version_stale for t in batch) and min(v for t in batch for v in t.policy_versions) == 0
 
 
 def test_a_cancelled_member_is_aborted_without_killing_its_worker(tmp_path, llm_server, schedulers):

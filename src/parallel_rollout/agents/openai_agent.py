@@ -285,20 +285,27 @@ class OpenAIAgent(Agent):
             raise AgentError(f"the RL scheduler's policy gate is gone: {exc}") from None
         self._turn["gate_wait_s"] = round(self._turn.get("gate_wait_s", 0.0) + waited, 4)
         started = time.time()
+        kept = None  # the oldest version among the tokens kept: the gate judges staleness by it
         try:
             reply = self._model.send_streamed(client, dict(request), abortable)
         except streaming.Aborted as exc:
             exc.partial = (partial or streaming.Partial()).extend(exc.reply, version)
+            if getattr(self.config, "partial_rollout", False):
+                kept = exc.partial.oldest
             raise
+        else:
+            # a reply that came whole before an abort is kept: its versions say whose it is
+            whole = (partial or streaming.Partial()).extend(reply, version)
+            kept = whole.oldest
         finally:
             self._abortable = None
             try:
-                self._gate.end()  # a reply that came whole before an abort is kept: its versions say whose it is
+                self._gate.end(kept)
             except ConnectionError:
                 pass
         self._turn.update(policy_version=version, model_started_at=round(started, 4),
                           model_ended_at=round(time.time(), 4))
-        return (partial or streaming.Partial()).extend(reply, version)
+        return whole
 
     def abort(self) -> None:
         """The episode was cancelled: close the model request under way (the server stops

@@ -64,6 +64,8 @@ class Partial:
     requests: int = 0
     #: prompt tokens the server counted, over its requests
     prompt_tokens: int = 0
+    #: the oldest policy version that sampled any of it (None: nothing yet)
+    oldest: int | None = None
 
     def extend(self, reply: "StreamedReply", version: int) -> "Partial":
         """This partial followed by ``reply`` (sampled by ``version``)."""
@@ -72,7 +74,9 @@ class Partial:
                        self.versions + [version] * len(reply.token_ids),
                        self.prompt_token_ids if self.prompt_token_ids is not None else reply.prompt_token_ids,
                        reply.finish_reason, self.has_token_ids or reply.has_token_ids, self.requests + 1,
-                       self.prompt_tokens + reply.usage.get("prompt_tokens", 0))
+                       self.prompt_tokens + reply.usage.get("prompt_tokens", 0),
+                       self.oldest if not (reply.text or reply.token_ids)
+                       else version if self.oldest is None else min(self.oldest, version))
 
 
 @dataclass

@@ -7,10 +7,12 @@ version in a rollout): a group any of whose tokens were sampled by a version old
 ``current - k`` is dropped, or, with ``stale_versions="keep"``, kept and marked
 (``Trajectory.version_stale``) for the trainer to weigh or mask.
 
-The policy gate knows which version each request of a sample got (the agent names its sample
-on "begin"; ``PolicyGate.oldest_version``), so a group is judged the same way running or
-complete, without reading its trajectory files: a running group already known to hold such
-tokens is dropped when the trainer resumes with a new version (in flight included), a complete
+The policy gate knows the oldest version among the tokens each sample keeps (the agent names
+its sample on "begin" and the oldest version it keeps on "end": a whole reply's, or a partial
+reply's it will continue; nothing for a turn aborted to start over;
+``PolicyGate.oldest_version``), so a group is judged the same way running or complete, without
+reading its trajectory files: a running group already known to hold such tokens (a partial
+reply in flight included) is dropped when the trainer resumes with a new version, a complete
 one when it completes or when ``get_batch`` takes it.
 """
 
