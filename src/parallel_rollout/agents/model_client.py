@@ -18,6 +18,9 @@ observation (``tokens.ChatTokenizer``): one exact sequence per episode. ``max_mo
 bounds it: a prompt that reaches it ends the episode as ``context_overflow``, and each reply
 may take at most what is left.
 
+Under a policy gate the request streams instead (``send_streamed``; ``streaming.py``), so a
+weight update can abort it mid-reply; ``streamed_reply`` makes the same turn info of it.
+
 Every turn records ``stop_reason`` (the server's ``finish_reason``: stop, length, tool_calls,
 abort …). A server's "maximum context length" / "too long" 4xx is a ``ContextOverflow``
 (``is_overflow``), not an error.

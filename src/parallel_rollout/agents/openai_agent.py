@@ -27,6 +27,12 @@ When the retries run out the turn raises ``AgentError`` naming the endpoint and 
 wrong; the worker turns it into a graded ``error`` record. Other 4xx (bad key, unknown model)
 fail at once: retrying cannot fix them.
 
+Under an RL scheduler (a policy gate) every request streams (``streaming.py``): the gate's
+"abort" (a weight update) or ``abort()`` (a cancelled member) closes it at once, and the
+server stops decoding. An aborted turn is asked again after the update, from scratch or, with
+``partial_rollout``, continuing its partial reply; it never spends a retry. A cancel ends the
+episode (``AttemptCancelled``).
+
 Where requests go, the key, the token limit's name and the extra generation parameters
 follow the OpenAI client's conventions: ``openai_request.py`` says how. ``check_config`` says
 before the run starts when a key is needed and missing.
