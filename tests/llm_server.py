@@ -31,7 +31,8 @@ streams: one chunk per token (a token-id step's ids, each with its logprob and a
 the text, or the step's ``"pieces"``: one text per token; otherwise a word), ``token_rate`` tokens a second (None: at once; a step's
 ``"token_rate"`` overrides it), ``prompt_token_ids`` in the first chunk, finish_reason in the
 last, then a usage chunk and ``[DONE]``. A client that hangs up mid-stream is an abort: it is
-logged in ``aborts`` (``time`` monotonic, ``request`` index, ``tokens`` sent before it).
+logged in ``aborts`` (``time`` monotonic, ``request`` index, ``tokens`` sent before it). A stream's id is
+``cmpl-<request index>`` (what an ``abort_url`` is told).
 
 ``GET /v1/models`` lists one model (what a preflight asks); ``model_listings`` counts those calls.
 
@@ -231,7 +232,7 @@ def _handler(server: LLMServer) -> type[BaseHTTPRequestHandler]:
                                               else {"token_logprobs": [logprob], "tokens": [f"token_id:{ids[k]}"]})
                     if k == len(pieces) - 1:
                         choice["finish_reason"] = step.get("finish_reason", "stop")
-                    chunk: dict[str, Any] = {"id": "chatcmpl-test", "object": "chat.completion.chunk",
+                    chunk: dict[str, Any] = {"id": f"cmpl-{index}", "object": "chat.completion.chunk",
                                              "model": body.get("model", "?"), "choices": [choice]}
                     if k == 0 and ids is not None:
                         chunk["prompt_token_ids"] = step.get("prompt_token_ids", [])
@@ -240,7 +241,7 @@ def _handler(server: LLMServer) -> type[BaseHTTPRequestHandler]:
                     with server._lock:
                         server.tokens_streamed += 1
                 usage = step.get("usage") or {"prompt_tokens": 10, "completion_tokens": len(pieces)}
-                self._event({"id": "chatcmpl-test", "choices": [], "usage": usage})
+                self._event({"id": f"cmpl-{index}", "choices": [], "usage": usage})
                 self.wfile.write(b"data: [DONE]\n\n")
                 self.wfile.flush()
             except (BrokenPipeError, ConnectionResetError):

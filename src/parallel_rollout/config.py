@@ -116,6 +116,9 @@ class RunConfig:
     #: on from them after resume (each token records its policy version), instead of being
     #: generated again from scratch (agents/streaming.py)
     partial_rollout: bool = False
+    #: RL schedulers, for a model server that keeps decoding after its client hangs up: on an
+    #: abort the agent also POSTs {"request_id": <the stream's id>} to this URL
+    abort_url: str | None = None
     #: the openai agent, token in / token out: a local Hugging Face tokenizer folder
     #: (tokenizer.json, tokenizer_config.json with the chat template); the agent keeps the
     #: token history and sends token ids to {base_url}/completions (agents/model_client.py)

@@ -124,6 +124,21 @@ def test_an_abort_is_never_a_retry(gate, llm_server):
     assert len(server.aborts) == 5
 
 
+def test_an_abort_url_is_told_the_aborted_streams_id(gate, llm_server):
+    told: list = []
+    server = llm_server(policy=continuing, token_rate=40, routes={"/v1/abort": lambda body: told.append(body) or {}})
+    agent = _agent(server.url, gate, abort_url=server.url + "/abort")
+    thread = threading.Thread(target=lambda: agent.act(OBSERVATION), daemon=True)
+    thread.start()
+    _wait(lambda: gate.in_flight == 1 and server.tokens_streamed >= 2)
+    gate.suspend(abort=True)
+    _wait(lambda: told, timeout=2.0)
+    assert told == [{"request_id": "cmpl-0"}]
+    gate.resume(7)
+    thread.join(10)
+    assert agent.turn_record()["redone"] == 1 and len(told) == 1
+
+
 def test_the_gate_keeps_the_oldest_version_of_the_tokens_kept(gate):
     client = GateClient(gate.path)
     client.begin("k")

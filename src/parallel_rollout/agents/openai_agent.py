@@ -281,7 +281,7 @@ class OpenAIAgent(Agent):
         ``abort()`` (a cancel) closes the stream: ``streaming.Aborted``."""
         if self._gate is None:
             return self._model.send(client, dict(request), rl=False)
-        abortable = streaming.Abortable()
+        abortable = streaming.Abortable(getattr(self.config, "abort_url", None))
         self._abortable = abortable
         if self._cancelled:
             abortable.abort()

@@ -11,7 +11,8 @@ Under an RL scheduler every model request streams (SSE, ``stream=True`` with
 
 vLLM streams the sampled ``token_ids`` of each chunk (``return_token_ids``), the prompt's in
 the first, and per-token logprobs; the reply is assembled from them (``StreamedReply``). Closing
-the connection is how a vLLM request is aborted (and SGLang's, with its abort-on-disconnect).
+the connection is how a vLLM request is aborted; for a server that needs to be told, ``RunConfig.abort_url`` is POSTed ``{"request_id": …}``
+(the stream's id) on every abort.
 
 **Partial rollouts.** The tokens of an aborted reply are kept (``Partial``): after the update
 the request continues from them (``continued``) instead of starting over, with token ids
@@ -23,12 +24,15 @@ the policy version that sampled it (``versions``).
 from __future__ import annotations
 
 import json
+import logging
 import socket
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from .base import AgentError
+
+log = logging.getLogger("parallel_rollout")
 
 
 class Aborted(Exception):
@@ -124,12 +128,25 @@ class StreamedReply:
 class Abortable:
     """One streamed request's kill switch, safe from any thread: ``abort()`` before the
     response arrives makes ``attach`` close it at once; after, it shuts its socket, which
-    wakes the reading thread and tells the server."""
+    wakes the reading thread and tells the server. ``abort_url``: also POST the stream's id
+    there (a server that does not stop decoding when its client hangs up)."""
 
-    def __init__(self) -> None:
+    def __init__(self, abort_url: str | None = None) -> None:
         self._lock = threading.Lock()
         self._sock: socket.socket | None = None
         self.aborted = False
+        self.abort_url = abort_url
+        #: the stream's id (its first chunk's "id"), what ``abort_url`` is told
+        self.request_id: str | None = None
+        self._told = False
+
+    def identify(self, request_id: Any) -> None:
+        """The stream's id is known (its first chunk)."""
+        with self._lock:
+            if self.request_id is None and isinstance(request_id, str):
+                self.request_id = request_id
+                if self.aborted:
+                    self._tell()
 
     def attach(self, http_response) -> None:
         """The streaming response (an httpx.Response) whose socket ``abort`` shuts."""
@@ -145,6 +162,28 @@ class Abortable:
         with self._lock:
             self.aborted = True
             _shutdown(self._sock)
+            if self.request_id is not None:
+                self._tell()
+
+    def _tell(self) -> None:
+        """POST the id to ``abort_url`` once, from a thread of its own (under the lock)."""
+        if self.abort_url is None or self._told:
+            return
+        self._told = True
+        threading.Thread(target=_post_abort, args=(self.abort_url, self.request_id), name="abort-url",
+                         daemon=True).start()
+
+
+def _post_abort(url: str, request_id: str) -> None:
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(url, data=json.dumps({"request_id": request_id}).encode(),
+                                     headers={"Content-Type": "application/json"}, method="POST")
+    try:
+        urllib.request.urlopen(request, timeout=10).close()
+    except (OSError, urllib.error.URLError, ValueError) as exc:
+        log.warning("abort_url %s: the abort of %s was not delivered: %s", url, request_id, exc)
 
 
 def _shutdown(sock: socket.socket | None) -> None:
@@ -188,6 +227,7 @@ def stream(client, path: str, request: dict[str, Any], abortable: Abortable) -> 
         with resource.with_streaming_response.create(**body, extra_body=extra) as response:
             abortable.attach(response.http_response)
             for event in read_events(response.iter_lines()):
+                abortable.identify(event.get("id"))
                 if abortable.aborted:  # what arrived after the abort is not kept: leaving closes it
                     raise Aborted(reply)
                 reply.add(event)
