@@ -182,7 +182,7 @@ class OpenAIAgent(Agent):
         partial = None  # the reply sampled before a weight update, with partial_rollout
         while True:
             sent = request
-            if partial is not None and partial.token_ids:
+            if partial is not None:
                 sent = streaming.continued(request, partial, tokens=self._model.tokenizer is not None)
             try:
                 return self._retrying()(self._attempt, client, sent, partial)
@@ -194,7 +194,8 @@ class OpenAIAgent(Agent):
                 self._turn["redone"] = self._turn.get("redone", 0) + 1
                 if self._cancelled:
                     raise AttemptCancelled("the episode was cancelled during a model request") from None
-                partial = exc.partial if getattr(self.config, "partial_rollout", False) else None
+                kept = exc.partial.text or exc.partial.token_ids
+                partial = exc.partial if kept and getattr(self.config, "partial_rollout", False) else None
 
     def _retrying(self) -> tenacity.Retrying:
         """The retry policy of one turn (made per turn: tests shrink the backoff)."""

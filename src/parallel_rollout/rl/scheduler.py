@@ -12,6 +12,8 @@ trains. How far ahead: with ``async_generation_ratio`` r, at most ``need × r`` 
 outstanding (running or ready) while the trainer trains, ``need × (r + 1)`` while it waits in
 ``get_batch`` (need = batch_size / group_size); r = 0 is synchronous — nothing starts between
 batches. A group created at step s is dropped (counted) once the step exceeds s + r.
+``max_version_lag=k`` also bounds the policy versions that sampled a group's tokens
+(``staleness``); ``suspend(abort=True)`` ends the model requests in flight at the server.
 
 Seeds, as ROLL's env managers give them (episode seed = group seed + episode id): a group's
 members share one seed; a task that pins a seed keeps it, and an unseeded task (the Sokoban
