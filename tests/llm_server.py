@@ -207,7 +207,10 @@ def _handler(server: LLMServer) -> type[BaseHTTPRequestHandler]:
         def _stream(self, step: Step, body: dict[str, Any], index: int) -> None:
             chat = self.path.rstrip("/") == "/v1/chat/completions"
             text, ids = step["reply"], step.get("token_ids")
-            pieces = step.get("pieces") or _pieces(text, len(ids) if ids is not None else None)
+            # a reply with nothing left (a continuation at its end) still ends with a finish_reason
+            pieces = step.get("pieces") or _pieces(text, len(ids) if ids is not None else None) or [""]
+            if ids is not None and len(ids) < len(pieces):
+                ids, step = ids + [None], {**step, "logprobs": list(step["logprobs"]) + [None]}
             rate = step.get("token_rate", server.token_rate)
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
@@ -224,7 +227,9 @@ def _handler(server: LLMServer) -> type[BaseHTTPRequestHandler]:
                         choice["delta"] = {"content": piece} if k else {"role": "assistant", "content": piece}
                     else:
                         choice["text"] = piece
-                    if ids is not None:
+                    if ids is not None and ids[k] is None:
+                        choice["token_ids"] = []
+                    elif ids is not None:
                         choice["token_ids"] = [ids[k]]
                         logprob = step["logprobs"][k]
                         choice["logprobs"] = ({"content": [{"token": f"token_id:{ids[k]}", "logprob": logprob,
@@ -237,9 +242,10 @@ def _handler(server: LLMServer) -> type[BaseHTTPRequestHandler]:
                     if k == 0 and ids is not None:
                         chunk["prompt_token_ids"] = step.get("prompt_token_ids", [])
                     self._event(chunk)
-                    sent += 1
-                    with server._lock:
-                        server.tokens_streamed += 1
+                    if piece or (ids is not None and ids[k] is not None):  # not the empty last chunk
+                        sent += 1
+                        with server._lock:
+                            server.tokens_streamed += 1
                 usage = step.get("usage") or {"prompt_tokens": 10, "completion_tokens": len(pieces)}
                 self._event({"id": f"cmpl-{index}", "choices": [], "usage": usage})
                 self.wfile.write(b"data: [DONE]\n\n")
