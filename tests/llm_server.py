@@ -27,6 +27,14 @@ the prompt's and the reply's token ids, logprobs and finish_reason (``length`` p
 request's ``max_tokens``), takes token-id prompts on ``/v1/completions``, and answers 400
 "maximum context length" past its token budget.
 
+**Streaming.** A request with ``"stream": true`` is answered as Server-Sent Events, as vLLM
+streams: one chunk per token (a token-id step's ids, each with its logprob and a share of
+the text, or the step's ``"pieces"``: one text per token; otherwise a word), ``token_rate`` tokens a second (None: at once; a step's
+``"token_rate"`` overrides it), ``prompt_token_ids`` in the first chunk, finish_reason in the
+last, then a usage chunk and ``[DONE]``. A client that hangs up mid-stream is an abort: it is
+logged in ``aborts`` (``time`` monotonic, ``request`` index, ``tokens`` sent before it). A stream's id is
+``cmpl-<request index>`` (what an ``abort_url`` is told).
+
 ``GET /v1/models`` lists one model (what a preflight asks); ``model_listings`` counts those calls.
 
 Every request is recorded (``requests``: body, arrival time, step, Authorization header, every
@@ -58,8 +66,15 @@ class LLMServer:
     """The server, its script and its request log; ``url`` is the base URL (``…/v1``)."""
 
     def __init__(self, script: list[Step] | None = None, policy: Policy | None = None,
-                 routes: dict[str, Callable[[dict[str, Any]], Any]] | None = None) -> None:
+                 routes: dict[str, Callable[[dict[str, Any]], Any]] | None = None,
+                 token_rate: float | None = None) -> None:
         self.script = list(script or [])
+        #: streamed tokens a second (None: all at once)
+        self.token_rate = token_rate
+        #: streams the client hung up on: {"time", "request", "tokens"}
+        self.aborts: list[dict[str, Any]] = []
+        #: tokens streamed, in all
+        self.tokens_streamed = 0
         self.policy = policy
         #: extra POST routes: path -> handler(body) -> JSON answer (a trainer's weight push)
         self.routes = dict(routes or {})
@@ -134,7 +149,9 @@ def _handler(server: LLMServer) -> type[BaseHTTPRequestHandler]:
             step = server.next_step(body, self.headers.get("Authorization"),
                                     {k.lower(): v for k, v in self.headers.items()})
             try:
-                if self.path.rstrip("/") == "/v1/completions":
+                if body.get("stream") and "reply" in step and "sleep" not in step:
+                    self._stream(step, body, len(server.requests) - 1)
+                elif self.path.rstrip("/") == "/v1/completions":
                     self._answer_completion(step, body)
                 else:
                     self._answer(step, body)
@@ -197,6 +214,60 @@ def _handler(server: LLMServer) -> type[BaseHTTPRequestHandler]:
             self._send(200, {"id": "cmpl-test", "object": "text_completion", "created": int(time.time()),
                              "model": body.get("model", "?"), "choices": [choice], "usage": usage})
 
+        def _stream(self, step: Step, body: dict[str, Any], index: int) -> None:
+            chat = self.path.rstrip("/") == "/v1/chat/completions"
+            text, ids = step["reply"], step.get("token_ids")
+            # a reply with nothing left (a continuation at its end) still ends with a finish_reason
+            pieces = step.get("pieces") or _pieces(text, len(ids) if ids is not None else None) or [""]
+            if ids is not None and len(ids) < len(pieces):
+                ids, step = ids + [None], {**step, "logprobs": list(step["logprobs"]) + [None]}
+            rate = step.get("token_rate", server.token_rate)
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            self.close_connection = True
+            sent = 0
+            try:
+                for k, piece in enumerate(pieces):
+                    if rate:
+                        server.sleep(1.0 / rate)
+                    choice: dict[str, Any] = {"index": 0, "finish_reason": None}
+                    if chat:
+                        choice["delta"] = {"content": piece} if k else {"role": "assistant", "content": piece}
+                    else:
+                        choice["text"] = piece
+                    if ids is not None and ids[k] is None:
+                        choice["token_ids"] = []
+                    elif ids is not None:
+                        choice["token_ids"] = [ids[k]]
+                        logprob = step["logprobs"][k]
+                        choice["logprobs"] = ({"content": [{"token": f"token_id:{ids[k]}", "logprob": logprob,
+                                                            "top_logprobs": []}]} if chat
+                                              else {"token_logprobs": [logprob], "tokens": [f"token_id:{ids[k]}"]})
+                    if k == len(pieces) - 1:
+                        choice["finish_reason"] = step.get("finish_reason", "stop")
+                    chunk: dict[str, Any] = {"id": f"cmpl-{index}", "object": "chat.completion.chunk",
+                                             "model": body.get("model", "?"), "choices": [choice]}
+                    if k == 0 and ids is not None:
+                        chunk["prompt_token_ids"] = step.get("prompt_token_ids", [])
+                    self._event(chunk)
+                    if piece or (ids is not None and ids[k] is not None):  # not the empty last chunk
+                        sent += 1
+                        with server._lock:
+                            server.tokens_streamed += 1
+                usage = step.get("usage") or {"prompt_tokens": 10, "completion_tokens": len(pieces)}
+                self._event({"id": f"cmpl-{index}", "choices": [], "usage": usage})
+                self.wfile.write(b"data: [DONE]\n\n")
+                self.wfile.flush()
+            except (BrokenPipeError, ConnectionResetError):
+                with server._lock:
+                    server.aborts.append({"time": time.monotonic(), "request": index, "tokens": sent})
+
+        def _event(self, payload: Any) -> None:
+            self.wfile.write(b"data: " + json.dumps(payload).encode() + b"\n\n")
+            self.wfile.flush()
+
         def _send(self, status: int, payload: Any, headers: dict[str, str] | None = None) -> None:
             self._send_raw(status, json.dumps(payload).encode(), headers)
 
@@ -210,6 +281,17 @@ def _handler(server: LLMServer) -> type[BaseHTTPRequestHandler]:
             self.wfile.write(data)
 
     return Handler
+
+
+def _pieces(text: str, count: int | None) -> list[str]:
+    """``text`` in ``count`` pieces (one per token id), or in words."""
+    if count is None:
+        words = text.split(" ")
+        return [w if k == 0 else " " + w for k, w in enumerate(words)]
+    if count == 0:
+        return []
+    step = len(text) / count
+    return [text[round(k * step): round((k + 1) * step)] for k in range(count)]
 
 
 def completion(content: str | None, model: str, usage: dict[str, int] | None = None) -> dict[str, Any]:
@@ -383,8 +465,9 @@ def llm_server():
     """``llm_server(script=…, policy=…)`` starts a server; all are stopped after the test."""
     servers: list[LLMServer] = []
 
-    def start(script: list[Step] | None = None, policy: Policy | None = None, routes=None) -> LLMServer:
-        server = LLMServer(script, policy, routes).start()
+    def start(script: list[Step] | None = None, policy: Policy | None = None, routes=None,
+              token_rate: float | None = None) -> LLMServer:
+        server = LLMServer(script, policy, routes, token_rate).start()
         servers.append(server)
         return server
 

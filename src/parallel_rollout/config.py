@@ -119,6 +119,13 @@ class RunConfig:
     api_timeout_s: float = 120.0
     #: RL schedulers: the unix socket of the policy gate model requests pass (policy_gate)
     policy_gate: str | None = None
+    #: RL schedulers: a reply aborted by a weight update keeps its sampled tokens and goes
+    #: on from them after resume (each token records its policy version), instead of being
+    #: generated again from scratch (agents/streaming.py)
+    partial_rollout: bool = False
+    #: RL schedulers, for a model server that keeps decoding after its client hangs up: on an
+    #: abort the agent also POSTs {"request_id": <the stream's id>} to this URL
+    abort_url: str | None = None
     #: the openai agent, token in / token out: a local Hugging Face tokenizer folder
     #: (tokenizer.json, tokenizer_config.json with the chat template); the agent keeps the
     #: token history and sends token ids to {base_url}/completions (agents/model_client.py)
@@ -475,18 +482,6 @@ def check_token_settings(cfg: RunConfig) -> None:
         raise ConfigError(f"on_length must be 'parse' or 'end', got {cfg.on_length!r}")
     if cfg.max_model_len is not None and (isinstance(cfg.max_model_len, bool) or cfg.max_model_len < 1):
         raise ConfigError(f"max_model_len must be at least 1 (tokens), got {cfg.max_model_len}")
-
-
-def check_honoured(cfg: RunConfig, owners: dict[str, tuple[str, frozenset[str]]]) -> None:
-    """Reject explicit settings nobody in this run uses.
-
-    ``owners`` maps a situational field to (who would use it, the set of things in this run
-    that do); an explicit field with an empty user set is an error that says who needs it.
-    """
-    for name, (needed_by, users) in owners.items():
-        if name in cfg.explicit and not users:
-            flag = "--" + name.replace("_", "-")
-            raise ConfigError(f"{flag} is not used by this run: it only applies to {needed_by}")
 
 
 def default_run_id(mode: str) -> str:

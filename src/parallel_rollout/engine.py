@@ -21,9 +21,9 @@ thread, or on the thread that calls ``close``, and must not block for long)::
     engine.submit(Assignment(task, sample_idx, attempt, name=..., meta={...}), on_final)
                                  # on_final(record) is called once, with the FINAL record
                                  # (after the engine's own retries of infrastructure failures)
-    engine.cancel(key)           # pending: dropped; running: the worker stops it at its next
-                                 # turn and its VM is reset (its process tree is killed if it
-                                 # does not within cancel_grace_s); on_final is never called
+    engine.cancel(key)           # pending: dropped; running: the worker aborts its model request and
+                                 # ends the episode (else at its next turn; no worker is killed, a loop
+                                 # ignoring it meets --task-timeout); on_final is never called
     engine.pause(); engine.resume()   # stop / restart dispatching new attempts
     engine.hold_clocks(True/False)    # a weight update: task clocks stop meanwhile
     engine.wait_idle(timeout)    # True once nothing is pending or running
@@ -113,8 +113,8 @@ class _Stats:
 class Engine:
     """Long-lived: the pool, the workers, dispatch, deaths, timeouts, retries, shutdown."""
 
-    #: seconds a cancelled running attempt has to stop before its worker is killed
-    cancel_grace_s = 5.0
+    #: seconds a cancelled attempt has before its worker (and its other loops) is killed; None: never
+    cancel_grace_s: float | None = None
 
     def __init__(self, config: RunConfig, run_dir: str | Path, *, run_id: str | None = None,
                  modes: Iterable[str] | None = None,
@@ -217,7 +217,7 @@ class Engine:
                 self._settle(key)
                 return True
             sub.cancelled = True
-            sub.cancel_deadline = time.monotonic() + self.cancel_grace_s
+            sub.cancel_deadline = None if self.cancel_grace_s is None else time.monotonic() + self.cancel_grace_s
             self._cancelled.add(key)
         self._wake()
         return True

@@ -32,7 +32,7 @@ from typing import Any
 import filelock
 
 from .agents import get_agent
-from .config import RunConfig, check_honoured, default_run_id
+from .config import RunConfig, default_run_id
 from .engine import Engine
 from .envs import get_env, task_validators
 from .errors import ConfigError, RunLocked, TaskFileError
@@ -379,3 +379,15 @@ def census(cfg: RunConfig) -> str:
     task_set = load_task_set(cfg.data, default_mode=cfg.mode, validators=task_validators(),
                              domain=cfg.domain, index=cfg.osworld_index)
     return "\n".join(census_lines(task_set))
+
+
+def check_honoured(cfg: RunConfig, owners: dict[str, tuple[str, frozenset[str]]]) -> None:
+    """Reject explicit settings nobody in this run uses.
+
+    ``owners`` maps a situational field to (who would use it, the set of things in this run
+    that do); an explicit field with an empty user set is an error that says who needs it.
+    """
+    for name, (needed_by, users) in owners.items():
+        if name in cfg.explicit and not users:
+            flag = "--" + name.replace("_", "-")
+            raise ConfigError(f"{flag} is not used by this run: it only applies to {needed_by}")

@@ -4,8 +4,9 @@ The engine talks to each worker over its own duplex pipe (see ``engine``). The w
 thread reads the pipe and hands Assignments to K loop threads; a loop sends ``Started``
 before it runs an attempt (so the engine knows what this process holds if it dies) and
 ``Finished`` with the record after. A loop makes one Env per mode (on first use) and one
-Agent; the tasks of one worker may mix modes. A ``Cancel`` makes the attempt stop at its
-next turn (status ``cancelled``; the engine drops that record). One attempt::
+Agent; the tasks of one worker may mix modes. A ``Cancel`` (read by the pipe's thread) calls
+the attempt's ``Agent.abort()``, which ends its model request at once, and stops it at its
+next turn otherwise (status ``cancelled``; the engine drops that record). One attempt::
 
     Started → lease a VM (if the mode needs one) → env.reset → agent/env turns
             → env.evaluate → release (always; a VM failure marks the VM dead) → Finished
@@ -63,6 +64,9 @@ class RolloutWorker:
         self._send_lock = threading.Lock()
         #: (key, attempt) of attempts the engine cancelled
         self._cancelled: set[tuple[str, int]] = set()
+        #: (key, attempt) -> the agent running it: a cancel aborts its model request
+        self._agents: dict[tuple[str, int], Agent] = {}
+        self._agents_lock = threading.Lock()
 
     def run(self) -> None:
         """Read assignments until STOP (or the engine is gone), then let the loops finish."""
@@ -117,9 +121,14 @@ class RolloutWorker:
             self._send(Finished(item.key, item.attempt, record))
 
     def cancel(self, key: str, attempt: int) -> None:
-        """Stop an attempt at its next turn (its record is ``cancelled``, which the engine
-        drops); safe from any thread."""
+        """Stop an attempt: its agent's model request is aborted and the episode ends at once
+        (or at its next turn); its record is ``cancelled``, which the engine drops. The
+        worker's other loops never notice. Safe from any thread."""
         self._cancelled.add((key, attempt))
+        with self._agents_lock:
+            agent = self._agents.get((key, attempt))
+            if agent is not None:
+                agent.abort()
 
     def forget(self, key: str, attempt: int) -> None:
         """Drop what is known of a settled attempt (its cancel, if any)."""
@@ -140,6 +149,10 @@ class RolloutWorker:
         try:
             self._check_cancelled(item)
             env, agent = parts.env(task.mode), parts.agent()
+            agent.sample_key = item.key
+            with self._agents_lock:
+                self._agents[(item.key, item.attempt)] = agent
+            self._check_cancelled(item)  # a cancel that came before the agent was known
             # The hook for envs that write files of their own (osworld: traj.jsonl, step_N.png).
             env.trajectory_dir = trajectory.extra_dir
             leaser = AttemptLeaser(self.pool, self._owner(slot), item, self.config.lease_timeout_s,
@@ -159,6 +172,8 @@ class RolloutWorker:
         except BaseException as exc:  # noqa: BLE001 - an agent or env error (SystemExit too) is this attempt's outcome
             record.update(status="error", failure=records.failure(exc))
         finally:
+            with self._agents_lock:
+                self._agents.pop((item.key, item.attempt), None)
             trajectory.close()
         record["usage"] = _safe_usage(agent) if agent is not None else {}
         return _serializable(records.finish(record))

@@ -70,6 +70,9 @@ class Agent(abc.ABC):
 
     def __init__(self, config: "RunConfig") -> None:
         self.config = config
+        #: the engine's key of the sample the episode under way belongs to (set by the
+        #: worker; the policy gate keeps the policy versions each key's requests got)
+        self.sample_key: str | None = None
 
     @abc.abstractmethod
     def reset(self, task: "Task") -> None:
@@ -87,6 +90,11 @@ class Agent(abc.ABC):
     def usage(self) -> dict[str, Any]:
         """Resource use of the episode so far (token counts), recorded with the attempt."""
         return {}
+
+    def abort(self) -> None:
+        """The episode was cancelled: end the model request under way at once (called from
+        another thread) and raise ``AttemptCancelled`` from ``act``. The default does
+        nothing: the worker stops the episode at its next turn."""
 
 
 #: built-in agents, ``parallel_rollout.agents`` entry points and ``module:Class`` paths

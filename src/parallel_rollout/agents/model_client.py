@@ -18,6 +18,9 @@ observation (``tokens.ChatTokenizer``): one exact sequence per episode. ``max_mo
 bounds it: a prompt that reaches it ends the episode as ``context_overflow``, and each reply
 may take at most what is left.
 
+Under a policy gate the request streams instead (``send_streamed``; ``streaming.py``), so a
+weight update can abort it mid-reply; ``streamed_reply`` makes the same turn info of it.
+
 Every turn records ``stop_reason`` (the server's ``finish_reason``: stop, length, tool_calls,
 abort …) and a reply's ``tool_calls`` as they came (a reply of tool calls alone, content null,
 is a reply, not a malformed one; ``tools.py`` makes actions of them). A server's "maximum context length" / "too long" 4xx is a ``ContextOverflow``
@@ -113,6 +116,31 @@ class ModelClient:
             return client.chat.completions.with_raw_response.create(**request)
         extra = {**request.pop("extra_body", {}), "return_token_ids": True}
         return client.chat.completions.with_raw_response.create(**request, logprobs=True, extra_body=extra)
+
+    def send_streamed(self, client, request: dict[str, Any], abortable):
+        """The request streamed (RL: abortable mid-reply), asking for token ids and logprobs:
+        a ``streaming.StreamedReply``; ``streaming.Aborted`` when ``abortable`` ended it."""
+        from . import streaming
+
+        request = dict(request)
+        extra = {**request.pop("extra_body", {}), "return_token_ids": True}
+        logprobs = 1 if self.tokenizer is not None else True
+        return streaming.stream(client, self.path, {**request, "logprobs": logprobs, "extra_body": extra}, abortable)
+
+    def streamed_reply(self, partial) -> tuple[str, dict[str, Any]]:
+        """(reply text, turn info) of a whole streamed reply (``streaming.Partial``, every
+        token with its version); AgentError when a token-id prompt got no token ids."""
+        info: dict[str, Any] = {"stop_reason": partial.finish_reason or "unknown"}
+        if self.tokenizer is not None:
+            if not partial.has_token_ids:
+                raise AgentError(f"the server returned no token ids for a token-id prompt: {NO_TOKEN_IDS_HINT}")
+            info["prompt_token_ids"] = self._pending[0]
+        elif partial.prompt_token_ids is not None:
+            info["prompt_token_ids"] = partial.prompt_token_ids
+        if partial.has_token_ids:
+            info["token_ids"] = partial.token_ids
+            info["logprobs"] = partial.logprobs if len(partial.logprobs) == len(partial.token_ids) else None
+        return partial.text, info
 
     def reply(self, body: bytes | str) -> tuple[str, dict[str, int], dict[str, Any]]:
         """(reply text, token usage, turn info) of a response body; MalformedResponse saying

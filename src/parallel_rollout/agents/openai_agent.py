@@ -27,6 +27,12 @@ When the retries run out the turn raises ``AgentError`` naming the endpoint and 
 wrong; the worker turns it into a graded ``error`` record. Other 4xx (bad key, unknown model)
 fail at once: retrying cannot fix them.
 
+Under an RL scheduler (a policy gate) every request streams (``streaming.py``): the gate's
+"abort" (a weight update) or ``abort()`` (a cancelled member) closes it at once, and the
+server stops decoding. An aborted turn is asked again after the update, from scratch or, with
+``partial_rollout``, continuing its partial reply; it never spends a retry. A cancel ends the
+episode (``AttemptCancelled``).
+
 Where requests go, the key, the token limit's name and the extra generation parameters
 follow the OpenAI client's conventions: ``openai_request.py`` says how. ``check_config`` says
 before the run starts when a key is needed and missing.
@@ -51,8 +57,8 @@ from typing import Any, Mapping
 
 import tenacity
 
-from ..errors import ConfigError
-from . import openai_request, prompts, tools
+from ..errors import AttemptCancelled, ConfigError
+from . import openai_request, prompts, streaming, tools
 from .base import Agent, AgentError, ContextOverflow, LengthCut
 from .model_client import MalformedResponse, ModelClient, excerpt, is_overflow, reply_of
 from .servers import Route
@@ -104,6 +110,9 @@ class OpenAIAgent(Agent):
 
             self._gate = GateClient(config.policy_gate)
         self._turn: dict[str, Any] = {}
+        #: the streamed request under way (abort() closes it) and whether the episode was cancelled
+        self._abortable = None
+        self._cancelled = False
 
     @classmethod
     def check_config(cls, config) -> None:
@@ -147,8 +156,12 @@ class OpenAIAgent(Agent):
         self._route.start(info.session_id if info else f"{task.id}-{uuid.uuid4().hex[:12]}")
         self._use_server(self._route.url)
 
+        self._cancelled = False
+
     def act(self, observation: dict[str, Any]) -> Any:
         """Send the observation, return the parsed reply; AgentError when retries run out."""
+        if self._cancelled:
+            raise AttemptCancelled("the episode was cancelled")
         content = prompts.render(self._mode, observation)
         if self._calls:  # the observation answers the last reply's tool call
             self._messages += tools.tool_messages(self._calls, content)
@@ -216,9 +229,13 @@ class OpenAIAgent(Agent):
             request["tools"] = self._tools
         request["extra_headers"] = self._route.headers()
         request = self._model.prepare(request)  # once a turn: every retry sends the same
+        partial = None  # the reply sampled before a weight update, with partial_rollout
         while True:
+            sent = request
+            if partial is not None:
+                sent = streaming.continued(request, partial, tokens=self._model.tokenizer is not None)
             try:
-                return self._retrying()(self._attempt, self._client_or_new(), request)
+                return self._retrying()(self._attempt, self._client_or_new(), sent, partial)
             except _Retryable as exc:
                 if not self._route.can_move():
                     raise AgentError(f"{self.endpoint}: gave up after {self.max_retries + 1} requests for "
@@ -226,6 +243,13 @@ class OpenAIAgent(Agent):
                 move = self._route.move(f"{self.endpoint}: {exc}")
                 self._use_server(self._route.url)
                 self._turn.setdefault("server_moves", []).append(move)
+            except streaming.Aborted as exc:
+                # Not a retry: an abort never spends --max-retries, however often it happens.
+                self._turn["redone"] = self._turn.get("redone", 0) + 1
+                if self._cancelled:
+                    raise AttemptCancelled("the episode was cancelled during a model request") from None
+                kept = exc.partial.text or exc.partial.token_ids
+                partial = exc.partial if kept and getattr(self.config, "partial_rollout", False) else None
 
     def _retrying(self) -> tenacity.Retrying:
         """The retry policy of one turn (made per turn: tests shrink the backoff)."""
@@ -256,16 +280,21 @@ class OpenAIAgent(Agent):
         if state.attempt_number > 1:
             self._usage["retries"] += 1
 
-    def _attempt(self, client, request: dict[str, Any]) -> str:
+    def _attempt(self, client, request: dict[str, Any], partial=None) -> str:
         """One request: the reply text; _Retryable for what a retry may fix, AgentError for
-        what it cannot."""
+        what it cannot, streaming.Aborted when a weight update or a cancel ended it."""
         import openai
 
         try:
-            raw = self._send(client, request)
-            if raw is None:  # a weight update threw the reply away: ask the new policy now
-                raise _Retryable("a policy update aborted the reply", retry_after=0.0)
-            text, usage, info = self._model.reply(raw.content)
+            raw = self._send(client, request, partial)
+            if isinstance(raw, streaming.Partial):  # streamed through the policy gate
+                text, info = self._model.streamed_reply(raw)
+                usage = {"prompt_tokens": raw.prompt_tokens,
+                         "completion_tokens": len(raw.token_ids) if raw.has_token_ids else 0}
+                if raw.requests > 1:
+                    info.update(versions=raw.versions, partial=True)
+            else:
+                text, usage, info = self._model.reply(raw.content)
         except openai.APIStatusError as exc:
             problem = f"HTTP {exc.status_code}: {excerpt(exc.response.text)}"
             if is_overflow(exc.status_code, exc.response.text):
@@ -277,6 +306,8 @@ class OpenAIAgent(Agent):
             raise _Retryable(f"no response within {self.timeout_s} s") from None
         except openai.APIConnectionError as exc:
             raise _Retryable(f"connection failed: {exc.__cause__ or exc}", server_down=True) from None
+        except streaming.StreamBroken as exc:
+            raise _Retryable(f"the reply stream broke: {exc}") from None
         except MalformedResponse as exc:
             raise _Retryable(f"malformed response: {exc}") from None
         self._usage["prompt_tokens"] += usage.get("prompt_tokens", 0)
@@ -287,44 +318,66 @@ class OpenAIAgent(Agent):
         self._model.accept(info)
         return text
 
-    def _send(self, client, request: dict[str, Any]):
+    def _send(self, client, request: dict[str, Any], partial=None):
         """``_request``, sent again once with ``max_completion_tokens`` when the server
         refuses ``max_tokens`` (OpenAI's reasoning models; openai_request.py)."""
         import openai
 
         try:
-            return self._request(client, request)
+            return self._request(client, request, partial)
         except openai.APIStatusError as exc:
             if not openai_request.adopt_completion_tokens(request, self.endpoint, exc.status_code,
                                                           exc.response.text):
                 raise
         self._usage["requests"] += 1
-        return self._request(client, request)
+        return self._request(client, request, partial)
 
-    def _request(self, client, request: dict[str, Any]):
-        """One HTTP request, through the policy gate when there is one; None when the gate
-        says a weight update aborted it (its reply must not be used)."""
+    def _request(self, client, request: dict[str, Any], partial=None):
+        """One HTTP request: the raw response; through the policy gate when there is one, a
+        streamed request whose reply (``partial`` followed by it, every token with its
+        policy version) is a ``streaming.Partial``. The gate's "abort" (a weight update) or
+        ``abort()`` (a cancel) closes the stream: ``streaming.Aborted``."""
         if self._gate is None:
             return self._model.send(client, dict(request), rl=False)
+        abortable = streaming.Abortable(getattr(self.config, "abort_url", None))
+        self._abortable = abortable
+        if self._cancelled:
+            abortable.abort()
         try:
-            version, waited = self._gate.begin()
+            version, waited = self._gate.begin(self.sample_key, on_abort=abortable.abort)
         except ConnectionError as exc:
             raise AgentError(f"the RL scheduler's policy gate is gone: {exc}") from None
         self._turn["gate_wait_s"] = round(self._turn.get("gate_wait_s", 0.0) + waited, 4)
         started = time.time()
+        kept = None  # the oldest version among the tokens kept: the gate judges staleness by it
         try:
-            raw = self._model.send(client, dict(request), rl=True)
+            reply = self._model.send_streamed(client, dict(request), abortable)
+        except streaming.Aborted as exc:
+            exc.partial = (partial or streaming.Partial()).extend(exc.reply, version)
+            if getattr(self.config, "partial_rollout", False):
+                kept = exc.partial.oldest
+            raise
+        else:
+            # a reply that came whole before an abort is kept: its versions say whose it is
+            whole = (partial or streaming.Partial()).extend(reply, version)
+            kept = whole.oldest
         finally:
+            self._abortable = None
             try:
-                redo = self._gate.end()
+                self._gate.end(kept)
             except ConnectionError:
-                redo = False
-        if redo:
-            self._turn["redone"] = self._turn.get("redone", 0) + 1
-            return None
+                pass
         self._turn.update(policy_version=version, model_started_at=round(started, 4),
                           model_ended_at=round(time.time(), 4))
-        return raw
+        return whole
+
+    def abort(self) -> None:
+        """The episode was cancelled: close the model request under way (the server stops
+        decoding it); ``act`` raises AttemptCancelled."""
+        self._cancelled = True
+        abortable = self._abortable
+        if abortable is not None:
+            abortable.abort()
 
 
 class _Retryable(Exception):

@@ -173,6 +173,8 @@ class GroupGeneration:
             pass  # get_batch(tasks=…) collects it
         elif self._stale(group):
             self._stats["dropped_stale"] += 1
+        elif self._lag.drops(group.keys.values()):
+            self._stats["dropped_version_lag"] += 1
         elif self.group_filter is not None and self.group_filter(group.trajectories()):
             self._stats["dropped_filtered"] += 1
             self._budget.group_filtered()
@@ -195,6 +197,21 @@ class GroupGeneration:
             self._cancel_member(group, member)
         self._groups.pop(group.group_id, None)
         self._stats[f"dropped_{reason}"] += 1
+        self._lag.forget(group.keys.values())
+
+    def _drop_version_stale(self, current: int | None = None) -> None:
+        """Drop running and ready groups holding tokens older than ``max_version_lag`` allows
+        (``current``: the version about to be current); "keep" marks the ready ones."""
+        for group in [g for g in self._groups.values() if g.purpose == "batch"]:
+            if self._lag.drops(group.keys.values(), current):
+                self._drop(group, "version_lag")
+        kept = []
+        for group in self._ready:
+            if self._lag.drops(group.keys.values(), current):
+                self._stats["dropped_version_lag"] += 1
+                continue
+            kept.append(group)
+        self._ready = kept
 
     def _cancel_member(self, group: Group, member: int) -> None:
         key = group.keys[member]
@@ -206,6 +223,7 @@ class GroupGeneration:
         return self._step > group.created_step + self.ratio
 
     def _drop_stale(self) -> None:
+        self._drop_version_stale()
         for group in [g for g in self._groups.values() if g.purpose == "batch"]:
             if self._stale(group):
                 self._drop(group, "stale")

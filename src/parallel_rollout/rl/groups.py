@@ -49,6 +49,9 @@ class Trajectory:
     success: bool = False
     #: a stand-in for a member that failed (reward 0): the trainer masks it
     placeholder: bool = False
+    #: some of its group's tokens were sampled by a policy older than ``max_version_lag``
+    #: allows (kept under ``stale_versions="keep"``; rl/staleness.py)
+    version_stale: bool = False
     #: queued_at, started_at, ended_at, duration_s (epoch seconds)
     timings: dict[str, float | None] = field(default_factory=dict)
     #: the engine's final record of the member

@@ -12,6 +12,8 @@ trains. How far ahead: with ``async_generation_ratio`` r, at most ``need × r`` 
 outstanding (running or ready) while the trainer trains, ``need × (r + 1)`` while it waits in
 ``get_batch`` (need = batch_size / group_size); r = 0 is synchronous — nothing starts between
 batches. A group created at step s is dropped (counted) once the step exceeds s + r.
+``max_version_lag=k`` also bounds the policy versions that sampled a group's tokens
+(``staleness``); ``suspend(abort=True)`` ends the model requests in flight at the server.
 
 Seeds, as ROLL's env managers give them (episode seed = group seed + episode id): a group's
 members share one seed; a task that pins a seed keeps it, and an unseeded task (the Sokoban
@@ -43,6 +45,7 @@ from .config import EnvManagerConfig, load_tasks_of, resolve_task_set
 from .generation import GroupGeneration
 from .groups import Group, GroupFilter, Trajectory
 from .metrics import batch_metrics
+from .staleness import VersionLag
 from .sources import ShuffledTasks, TaskSource, check_batch_partition, quotas
 from .shared import SharedEngine
 
@@ -67,6 +70,7 @@ class RolloutScheduler(GroupGeneration):
                  group_filter: GroupFilter | None = None, failed_member: str = "drop",
                  name: str = "train", seed: int = 0, max_failed_groups: int = 10,
                  max_filtered_groups: int | None = None, filter_fallback: str = "raise",
+                 max_version_lag: int | None = None, stale_versions: str = "drop",
                  task_source: TaskSource | None = None, batch_partition: list[float] | None = None,
                  sampling: dict[str, Any] | None = None, _shared: SharedEngine | None = None) -> None:
         self.env_config = env_config or EnvManagerConfig()
@@ -103,6 +107,8 @@ class RolloutScheduler(GroupGeneration):
             run_config, self.modes, max_concurrent_rollouts=max_concurrent_rollouts,
             envs_per_worker=self.env_config.max_env_num_per_worker)
         self._shared.schedulers.append(self)
+        #: staleness by the policy versions that sampled a group's tokens (``staleness``)
+        self._lag = VersionLag(self._shared.gate, max_version_lag, stale_versions)
         engine = self._shared.engine
         self.concurrency = engine.concurrency
         groups = self.env_config.num_env_groups or max(1, self.concurrency // self.env_config.members)
@@ -202,6 +208,11 @@ class RolloutScheduler(GroupGeneration):
 
     def _hand_out(self, batch: list[Group], step: int) -> list[Trajectory]:
         """The trajectories of ``batch``, noted for ``metrics()``."""
+        for group in batch:
+            stale = self._lag.stale(group.keys.values())  # only a "keep" scheduler hands out stale ones
+            for trajectory in group.trajectories():
+                trajectory.version_stale = stale
+            self._lag.forget(group.keys.values())
         trajectories = _with_turns([t for group in batch for t in group.trajectories()])
         with self._cond:
             now = dict(self._stats)
@@ -317,7 +328,15 @@ class RolloutScheduler(GroupGeneration):
         self._shared.gate.suspend(abort=abort, timeout=timeout)
 
     def resume(self, policy_version: int) -> None:
-        """Let model requests go on, recorded as ``policy_version`` from now on."""
+        """Let model requests go on, recorded as ``policy_version`` from now on; with
+        ``max_version_lag``, running groups already holding tokens older than it allows are
+        dropped first (their members cancelled, requests in flight aborted)."""
+        with self._cond:
+            if not self._closed:
+                self._drop_version_stale(policy_version)
+                self._fill()  # in the dropped groups' place
+                self._cond.notify_all()
+        self._flush()
         self._shared.gate.resume(policy_version)
         self._shared.engine.hold_clocks(False)
 

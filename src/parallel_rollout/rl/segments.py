@@ -2,9 +2,10 @@
 
 Each turn records what the server saw and sampled: ``prompt_token_ids`` (the whole prompt,
 as rendered), ``token_ids`` (sampled), ``logprobs`` (one per sampled token) and the
-``policy_version`` of the request. A trajectory is one sequence while every prompt extends
-the previous prompt + completion (append-only history: always so with a tokenizer, where the
-agent sends the ids itself)::
+``policy_version`` of the request (a turn continued across a weight update, ``partial``,
+has ``versions``: one per sampled token, e.g. ``[6, 6, …, 7, 7]``). A trajectory is one
+sequence while every prompt extends the previous prompt + completion (append-only history:
+always so with a tokenizer, where the agent sends the ids itself)::
 
     turn 1  [ prompt₁ ·························][ sampled₁ ]
     turn 2  [ prompt₁ ·························][ sampled₁ ][ obs₂ ··· ][ sampled₂ ]
@@ -59,11 +60,11 @@ class Segment:
         self.logprobs.extend([0.0] * len(ids))
         self.versions.extend([-1] * len(ids))
 
-    def _sampled(self, ids: list[int], logprobs: list[float], version: int) -> None:
+    def _sampled(self, ids: list[int], logprobs: list[float], versions: list[int]) -> None:
         self.input_ids.extend(ids)
         self.loss_mask.extend([1] * len(ids))
         self.logprobs.extend(logprobs)
-        self.versions.extend([version] * len(ids))
+        self.versions.extend(versions)
 
 
 def build_segments(turns: list[dict[str, Any]], where: str = "trajectory") -> list[Segment]:
@@ -85,13 +86,15 @@ def build_segments(turns: list[dict[str, Any]], where: str = "trajectory") -> li
                              f"{len(logprobs)} logprobs")
         logprobs = [math.nan if lp is None else float(lp) for lp in logprobs]
         version = turn.get("policy_version")
-        version = -1 if version is None else int(version)
+        versions = turn.get("versions")  # a partial rollout's turn: one version per token
+        if not isinstance(versions, list) or len(versions) != len(sampled):
+            versions = [-1 if version is None else int(version)] * len(sampled)
         if current is not None and prompt[: len(current)] == current.input_ids:
             current._context(prompt[len(current):])
         else:
             current = Segment()
             segments.append(current)
             current._context(prompt)
-        current._sampled(sampled, logprobs, version)
+        current._sampled(sampled, logprobs, [int(v) for v in versions])
         current.turns.append(index)
     return segments

@@ -1,0 +1,263 @@
+"""Streamed model requests that can be aborted mid-reply, and the partial replies they leave.
+
+Under an RL scheduler every model request streams (SSE, ``stream=True`` with
+``stream_options.include_usage``), so a weight update or a cancel can end it at once::
+
+    agent thread                                   gate-watch thread (policy_gate.GateClient)
+    send(stream=True) ─► headers ─► Abortable.attach(socket)
+    read chunks: text, token_ids, logprobs …       ◄── "abort" ── Abortable.abort()
+                 ◄── recv fails ───────────────────    socket.shutdown(): the server sees the
+    Aborted(partial)                                   client hang up and stops decoding
+
+vLLM streams the sampled ``token_ids`` of each chunk (``return_token_ids``), the prompt's in
+the first, and per-token logprobs; the reply is assembled from them (``StreamedReply``). Closing
+the connection is how a vLLM request is aborted; for a server that needs to be told, ``RunConfig.abort_url`` is POSTed ``{"request_id": …}``
+(the stream's id) on every abort.
+
+**Partial rollouts.** The tokens of an aborted reply are kept (``Partial``): after the update
+the request continues from them (``continued``) instead of starting over, with token ids
+(prompt + partial ids to ``/completions``) or, in chat, by the server's continue-final-message
+(the partial text as the last assistant message, ``continue_final_message``). Each token keeps
+the policy version that sampled it (``versions``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from .base import AgentError
+
+log = logging.getLogger("parallel_rollout")
+
+
+class Aborted(Exception):
+    """The request was aborted mid-reply (a weight update or a cancel). ``reply``: what the
+    server streamed before; ``partial``: the whole turn's tokens so far (set by the agent,
+    which knows the policy version)."""
+
+    def __init__(self, reply: "StreamedReply", partial: "Partial | None" = None) -> None:
+        super().__init__("the model request was aborted")
+        self.reply = reply
+        self.partial = partial
+
+
+class StreamBroken(Exception):
+    """The stream broke or ended early, not by an abort (a retry may fix it)."""
+
+
+@dataclass
+class Partial:
+    """A turn's reply so far, over one or more requests: its text and, per token, id,
+    logprob and the policy version that sampled it."""
+
+    text: str = ""
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[float | None] = field(default_factory=list)
+    versions: list[int] = field(default_factory=list)
+    #: the prompt's ids as the server saw them on the turn's first request
+    prompt_token_ids: list[int] | None = None
+    #: the last request's finish_reason (None while aborted)
+    finish_reason: str | None = None
+    has_token_ids: bool = False
+    #: requests the reply took (1 + continuations)
+    requests: int = 0
+    #: prompt tokens the server counted, over its requests
+    prompt_tokens: int = 0
+    #: the oldest policy version that sampled any of it (None: nothing yet)
+    oldest: int | None = None
+
+    def extend(self, reply: "StreamedReply", version: int) -> "Partial":
+        """This partial followed by ``reply`` (sampled by ``version``)."""
+        logprobs = reply.logprobs if len(reply.logprobs) == len(reply.token_ids) else [None] * len(reply.token_ids)
+        return Partial(self.text + reply.text, self.token_ids + reply.token_ids, self.logprobs + logprobs,
+                       self.versions + [version] * len(reply.token_ids),
+                       self.prompt_token_ids if self.prompt_token_ids is not None else reply.prompt_token_ids,
+                       reply.finish_reason, self.has_token_ids or reply.has_token_ids, self.requests + 1,
+                       self.prompt_tokens + reply.usage.get("prompt_tokens", 0),
+                       self.oldest if not (reply.text or reply.token_ids)
+                       else version if self.oldest is None else min(self.oldest, version))
+
+
+@dataclass
+class StreamedReply:
+    """What the chunks of a streamed reply add up to."""
+
+    text: str = ""
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[float | None] = field(default_factory=list)
+    prompt_token_ids: list[int] | None = None
+    finish_reason: str | None = None
+    usage: dict[str, int] = field(default_factory=dict)
+    #: whether the server sent token ids at all
+    has_token_ids: bool = False
+
+    def add(self, chunk: dict[str, Any]) -> None:
+        """Fold one SSE chunk (chat or completions shape) in."""
+        if isinstance(chunk.get("prompt_token_ids"), list):
+            self.prompt_token_ids = chunk["prompt_token_ids"]
+        if isinstance(chunk.get("usage"), dict):
+            self.usage = {k: v for k, v in chunk["usage"].items()
+                          if k in ("prompt_tokens", "completion_tokens") and isinstance(v, int)}
+        for choice in chunk.get("choices") or []:
+            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta") if isinstance(choice.get("delta"), dict) else None
+            text = delta.get("content") if delta is not None else choice.get("text")
+            if isinstance(text, str):
+                self.text += text
+            if isinstance(choice.get("prompt_token_ids"), list):
+                self.prompt_token_ids = choice["prompt_token_ids"]
+            if isinstance(choice.get("token_ids"), list):
+                self.has_token_ids = True
+                self.token_ids.extend(choice["token_ids"])
+            logprobs = choice.get("logprobs")
+            if isinstance(logprobs, dict):
+                if isinstance(logprobs.get("content"), list):  # chat
+                    self.logprobs.extend(item.get("logprob") for item in logprobs["content"] if isinstance(item, dict))
+                elif isinstance(logprobs.get("token_logprobs"), list):  # completions
+                    self.logprobs.extend(logprobs["token_logprobs"])
+            if choice.get("finish_reason"):
+                self.finish_reason = choice["finish_reason"]
+
+
+class Abortable:
+    """One streamed request's kill switch, safe from any thread: ``abort()`` before the
+    response arrives makes ``attach`` close it at once; after, it shuts its socket, which
+    wakes the reading thread and tells the server. ``abort_url``: also POST the stream's id
+    there (a server that does not stop decoding when its client hangs up)."""
+
+    def __init__(self, abort_url: str | None = None) -> None:
+        self._lock = threading.Lock()
+        self._sock: socket.socket | None = None
+        self.aborted = False
+        self.abort_url = abort_url
+        #: the stream's id (its first chunk's "id"), what ``abort_url`` is told
+        self.request_id: str | None = None
+        self._told = False
+
+    def identify(self, request_id: Any) -> None:
+        """The stream's id is known (its first chunk)."""
+        with self._lock:
+            if self.request_id is None and isinstance(request_id, str):
+                self.request_id = request_id
+                if self.aborted:
+                    self._tell()
+
+    def attach(self, http_response) -> None:
+        """The streaming response (an httpx.Response) whose socket ``abort`` shuts."""
+        stream = (getattr(http_response, "extensions", None) or {}).get("network_stream")
+        sock = stream.get_extra_info("socket") if stream is not None else None
+        with self._lock:
+            self._sock = sock
+            if self.aborted:
+                _shutdown(sock)
+
+    def abort(self) -> None:
+        """End the request now (its reader sees the connection end)."""
+        with self._lock:
+            self.aborted = True
+            _shutdown(self._sock)
+            if self.request_id is not None:
+                self._tell()
+
+    def _tell(self) -> None:
+        """POST the id to ``abort_url`` once, from a thread of its own (under the lock)."""
+        if self.abort_url is None or self._told:
+            return
+        self._told = True
+        threading.Thread(target=_post_abort, args=(self.abort_url, self.request_id), name="abort-url",
+                         daemon=True).start()
+
+
+def _post_abort(url: str, request_id: str) -> None:
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(url, data=json.dumps({"request_id": request_id}).encode(),
+                                     headers={"Content-Type": "application/json"}, method="POST")
+    try:
+        urllib.request.urlopen(request, timeout=10).close()
+    except (OSError, urllib.error.URLError, ValueError) as exc:
+        log.warning("abort_url %s: the abort of %s was not delivered: %s", url, request_id, exc)
+
+
+def _shutdown(sock: socket.socket | None) -> None:
+    if sock is None:
+        return
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass  # already closed
+
+
+def read_events(lines: Iterable[str]) -> Iterable[dict[str, Any]]:
+    """The JSON objects of an SSE stream's ``data:`` lines, up to ``[DONE]``."""
+    for line in lines:
+        if not line.startswith("data:"):
+            continue
+        data = line[5:].strip()
+        if data == "[DONE]":
+            return
+        try:
+            event = json.loads(data)
+        except ValueError:
+            raise AgentError(f"the model server streamed a line that is not JSON: {data[:200]!r}") from None
+        if isinstance(event, dict) and "error" in event and "choices" not in event:
+            raise AgentError(f"the model server streamed an error: {json.dumps(event['error'])[:300]}")
+        yield event
+
+
+def stream(client, path: str, request: dict[str, Any], abortable: Abortable) -> StreamedReply:
+    """Send ``request`` streamed to ``path`` (``/chat/completions`` or ``/completions``) and
+    read the reply; Aborted when ``abortable`` ended it. openai's status errors propagate."""
+    import openai
+
+    body = {**request, "stream": True, "stream_options": {"include_usage": True}}
+    extra = body.pop("extra_body", None) or {}
+    resource = client.completions if path == "/completions" else client.chat.completions
+    reply = StreamedReply()
+    if abortable.aborted:
+        raise Aborted(reply)
+    try:
+        with resource.with_streaming_response.create(**body, extra_body=extra) as response:
+            abortable.attach(response.http_response)
+            for event in read_events(response.iter_lines()):
+                abortable.identify(event.get("id"))
+                if abortable.aborted:  # what arrived after the abort is not kept: leaving closes it
+                    raise Aborted(reply)
+                reply.add(event)
+    except (Aborted, AgentError, openai.APIStatusError):
+        raise
+    except Exception as exc:  # noqa: BLE001 - the HTTP library's own errors, whichever it is
+        if abortable.aborted:
+            raise Aborted(reply) from None
+        if isinstance(exc, openai.APIError):
+            raise
+        raise StreamBroken(f"{type(exc).__name__}: {exc}") from None
+    if reply.finish_reason is None:
+        if abortable.aborted:
+            raise Aborted(reply)
+        raise StreamBroken("the stream ended without a finish_reason")
+    return reply
+
+
+def continued(request: dict[str, Any], partial: Partial, tokens: bool) -> dict[str, Any]:
+    """``request`` continuing after ``partial``: token ids appended to the prompt, or (chat)
+    the partial text as the last assistant message the server continues; max_tokens less by
+    what was already sampled."""
+    request = dict(request)
+    if tokens:
+        request["prompt"] = list(request["prompt"]) + partial.token_ids
+    else:
+        request["messages"] = list(request["messages"]) + [{"role": "assistant", "content": partial.text}]
+        request["extra_body"] = {**request.get("extra_body", {}), "add_generation_prompt": False,
+                                 "continue_final_message": True}
+    for name in ("max_tokens", "max_completion_tokens"):
+        if request.get(name) is not None:
+            request[name] = max(1, request[name] - len(partial.token_ids))
+    return request

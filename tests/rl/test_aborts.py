@@ -1,0 +1,263 @@
+"""Weight updates in flight, against the test server streaming tokens at a fixed rate:
+suspend(abort=True) ends every model request at the server within a second; after resume the
+turn is regenerated, or continued from its partial tokens with each token's version; an abort
+is never a retry; max_version_lag drops a group holding tokens of an older policy; a cancelled
+member's request is aborted without killing its worker."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from llm_server import llm_server  # noqa: F401 - fixture
+from parallel_rollout.agents.openai_agent import OpenAIAgent
+from parallel_rollout.config import RunConfig
+from parallel_rollout.policy_gate import GateClient, PolicyGate
+from parallel_rollout.results import read_records
+from parallel_rollout.rl import EnvManagerConfig
+from parallel_rollout.rl.segments import build_segments
+from parallel_rollout.tasks import Task
+from rl_support import TINY, lake_set, rl_config
+from table_policy import TablePolicy
+
+OBSERVATION = {"grid": "PFFF\nFHFH\nFFFH\nHFFG", "position": [0, 0], "steps": 0, "max_steps": 16}
+#: a reply of one character per token, ending in a move the gym mode parses
+REPLY = "thinking " * 6 + "<answer>Right</answer>"
+IDS = [1000 + k for k in range(len(REPLY))]
+PROMPT = [1, 2, 3]
+
+
+def continuing(body):
+    """The reply, continued after a partial assistant message (continue_final_message), as a
+    server keeps sampling from where the aborted request stopped."""
+    done = 0
+    if body.get("continue_final_message"):
+        assert body["messages"][-1]["role"] == "assistant" and body.get("add_generation_prompt") is False
+        done = len(body["messages"][-1]["content"])
+        assert REPLY.startswith(body["messages"][-1]["content"])
+    return {"reply": REPLY[done:], "token_ids": IDS[done:], "logprobs": [-0.5] * (len(IDS) - done),
+            "prompt_token_ids": PROMPT + IDS[:done]}
+
+
+def _agent(url: str, gate: PolicyGate, **changes) -> OpenAIAgent:
+    config = RunConfig(mode="gym", agent="openai", base_url=url, model="m", policy_gate=gate.path,
+                       max_retries=2, **changes)
+    agent = OpenAIAgent(config)
+    agent.backoff_base_s = 0.01
+    agent.reset(Task(id="lake", mode="gym", payload={"size": 4}))
+    return agent
+
+
+def _wait(predicate, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out waiting"
+        time.sleep(0.005)
+
+
+@pytest.fixture
+def gate():
+    gate = PolicyGate(version=6)
+    yield gate
+    gate.close()
+
+
+@pytest.mark.parametrize("partial", [False, True], ids=["regenerate", "partial"])
+def test_suspend_aborts_eight_turns_at_the_server(gate, llm_server, partial):
+    server = llm_server(policy=continuing, token_rate=40)  # 58 tokens: about 1.5 s a reply
+    agents = [_agent(server.url, gate, partial_rollout=partial) for _ in range(8)]
+    results: list = []
+    threads = [threading.Thread(target=lambda a=a: results.append(a.act(OBSERVATION)), daemon=True)
+               for a in agents]
+    for thread in threads:
+        thread.start()
+    _wait(lambda: gate.in_flight == 8 and server.tokens_streamed >= 8 * 5)
+    time.sleep(0.2)  # every stream has sent a few tokens
+    started = time.monotonic()
+    gate.suspend(abort=True)
+    assert time.monotonic() - started < 1.0
+    _wait(lambda: len(server.aborts) == 8, timeout=1.0)
+    assert max(a["time"] for a in server.aborts) - started < 1.0
+    time.sleep(0.3)
+    assert len(server.requests) == 8 and not results, "a request started while suspended"
+    gate.resume(7)
+    for thread in threads:
+        thread.join(10)
+    assert results == [REPLY] * 8
+    for agent in agents:
+        turn = agent.turn_record()
+        assert turn["reply"] == REPLY and turn["token_ids"] == IDS and turn["policy_version"] == 7
+        assert turn["redone"] == 1 and agent.usage()["retries"] == 0
+        assert turn["prompt_token_ids"] == PROMPT
+        (segment,) = build_segments([turn])
+        sampled = [v for v, m in zip(segment.versions, segment.loss_mask) if m]
+        if partial:
+            assert turn["partial"] is True
+            assert sampled[0] == 6 and sampled[-1] == 7 and sampled == sorted(sampled)
+            assert 1 <= sampled.count(6) < len(IDS)
+        else:
+            assert "partial" not in turn and sampled == [7] * len(IDS)
+    continued = [r["body"] for r in server.requests[8:]]
+    assert all(bool(b.get("continue_final_message")) == partial for b in continued)
+    assert all(b["stream"] is True and b["stream_options"] == {"include_usage": True} for b in continued)
+
+
+def test_an_abort_is_never_a_retry(gate, llm_server):
+    server = llm_server(policy=continuing, token_rate=100)
+    agent = _agent(server.url, gate)  # max_retries=2
+    results: list = []
+    thread = threading.Thread(target=lambda: results.append(agent.act(OBSERVATION)), daemon=True)
+    thread.start()
+    for version in range(7, 12):  # five aborts in a row
+        streamed = server.tokens_streamed
+        _wait(lambda: gate.in_flight == 1 and server.tokens_streamed > streamed + 2)
+        gate.suspend(abort=True)
+        gate.resume(version)
+    thread.join(10)
+    assert results == [REPLY]
+    turn = agent.turn_record()
+    assert turn["redone"] == 5 and turn["policy_version"] == 11 and turn["token_ids"] == IDS
+    assert agent.usage()["retries"] == 0 and agent.usage()["requests"] == 6
+    assert len(server.aborts) == 5
+
+
+def test_an_abort_url_is_told_the_aborted_streams_id(gate, llm_server):
+    told: list = []
+    server = llm_server(policy=continuing, token_rate=40, routes={"/v1/abort": lambda body: told.append(body) or {}})
+    agent = _agent(server.url, gate, abort_url=server.url + "/abort")
+    thread = threading.Thread(target=lambda: agent.act(OBSERVATION), daemon=True)
+    thread.start()
+    _wait(lambda: gate.in_flight == 1 and server.tokens_streamed >= 2)
+    gate.suspend(abort=True)
+    _wait(lambda: told, timeout=2.0)
+    assert told == [{"request_id": "cmpl-0"}]
+    gate.resume(7)
+    thread.join(10)
+    assert agent.turn_record()["redone"] == 1 and len(told) == 1
+
+
+def test_the_gate_keeps_the_oldest_version_of_the_tokens_kept(gate):
+    client = GateClient(gate.path)
+    client.begin("k")
+    gate.suspend(abort=True)
+    assert client.end() is True and gate.oldest_version("k") is None  # aborted, starting over
+    gate.resume(7)
+    client.begin("k")
+    gate.suspend(abort=True)
+    client.end(kept=7)  # a partial reply sampled by 7 is kept and continued
+    gate.resume(8)
+    client.begin("k")
+    client.end(kept=7)
+    assert gate.oldest_version("k") == 7
+    gate.forget("k")
+    assert gate.oldest_version("k") is None
+    client.close()
+
+
+@pytest.mark.parametrize("stale_versions", ["drop", "keep"])
+def test_max_version_lag_judges_a_group_by_its_tokens_versions(tmp_path, llm_server, schedulers, stale_versions):
+    table = TablePolicy(seed=2, delay_s=0.3)
+    server = llm_server(policy=table)
+    train = schedulers(rl_config(tmp_path, server, num_rollouts=1, envs_per_worker=4),
+                       EnvManagerConfig(num_env_groups=1, group_size=2, tags=["tiny"],
+                                        task_sets=lake_set(tmp_path, name="tiny", desc=TINY, max_steps=2)),
+                       max_version_lag=1, stale_versions=stale_versions)
+    got: list = []
+    thread = threading.Thread(target=lambda: got.append(train.get_batch(batch_size=2, step=0)), daemon=True)
+    thread.start()
+    _wait(lambda: len(table.served) >= 1, timeout=60)  # a first turn's reply, sampled by version 0
+    time.sleep(0.15)
+    # two weight updates while the group (created at this step) runs its next turns
+    train.suspend(abort=True)
+    train.resume(1)
+    train.suspend(abort=True)
+    train.resume(2)
+    thread.join(60)
+    (batch,) = got
+    stats = train.stats()
+    assert stats["dropped_stale"] == 0 and all(t.created_step == 0 for t in batch)
+    if stale_versions == "drop":
+        assert stats["dropped_version_lag"] >= 1
+        assert all(v >= 1 for t in batch for v in t.policy_versions) and not any(t.version_stale for t in batch)
+    else:
+        assert "dropped_version_lag" not in stats
+        assert any(t.version_stale for t in batch) and min(v for t in batch for v in t.policy_versions) == 0
+
+
+def test_a_cancelled_member_is_aborted_without_killing_its_worker(tmp_path, llm_server, schedulers):
+    table = TablePolicy(seed=3)
+    answered = [0]
+    lock = threading.Lock()
+
+    def first_blocks(body):
+        with lock:
+            answered[0] += 1
+            first = answered[0] == 1
+        if first:  # the loser: a reply streamed over 30 s
+            return {"reply": "x" * 150, "token_ids": [7] * 150, "logprobs": [-1.0] * 150,
+                    "prompt_token_ids": [0], "token_rate": 5}
+        return table(body)
+
+    server = llm_server(policy=first_blocks)
+    train = schedulers(rl_config(tmp_path, server, num_rollouts=1, envs_per_worker=4, task_timeout=60.0),
+                       EnvManagerConfig(num_env_groups=1, group_size=2, group_size_redundancy=1, tags=["tiny"],
+                                        task_sets=lake_set(tmp_path, name="tiny", desc=TINY, max_steps=2)))
+    started = time.monotonic()
+    batch = train.get_batch(batch_size=2, step=0)
+    assert time.monotonic() - started < 20
+    _wait(lambda: len(server.aborts) == 1, timeout=5)  # the loser's request ended at the server
+    assert server.aborts[0]["request"] == 0
+    assert train.stats()["members_cancelled"] == 1
+    _wait(lambda: train._shared.engine.in_flight() == 0, timeout=5)  # the cancelled attempt ended
+    records = read_records(Path(train.run_dir) / "results.jsonl")
+    assert not [r for r in records if r["status"] == "worker_died"]
+    assert {r["attempt"] for r in records} == {0}
+    assert len({r["pid"] for r in records}) == 1
+    assert sorted(t.record["key"] for t in batch) == sorted(r["key"] for r in records if r["key"] in
+                                                            {t.record["key"] for t in batch})
+
+
+def test_partial_rollout_with_a_tokenizer_continues_from_the_token_ids(gate, llm_server, tmp_path):
+    from llm_server import write_tokenizer
+    from tokenizers import Tokenizer
+
+    folder = write_tokenizer(tmp_path / "tok")
+    tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    ids = tokenizer.encode("<think>go right</think> <answer>Right</answer>" * 3).ids
+    ids.append(tokenizer.token_to_id("<|im_end|>"))
+    pieces = [tokenizer.decode([i], skip_special_tokens=False) for i in ids]
+    state: dict = {}
+
+    def policy(body):
+        prompt = body["prompt"]
+        base = state.setdefault("base", prompt)
+        if prompt[:len(base) + len(ids)] == base + ids:  # the next turn
+            return {"reply": "DONE", "token_ids": [ids[0]], "logprobs": [-0.1], "pieces": ["DONE"]}
+        done = len(prompt) - len(base)
+        assert prompt == base + ids[:done], "a continuation must be the prompt + the partial ids"
+        return {"reply": "".join(pieces[done:]), "token_ids": ids[done:], "logprobs": [-0.2] * (len(ids) - done),
+                "pieces": pieces[done:], "prompt_token_ids": prompt}
+
+    server = llm_server(policy=policy, token_rate=len(ids) / 1.0)  # a reply takes about a second
+    agent = _agent(server.url, gate, partial_rollout=True, tokenizer=str(folder), max_tokens=200)
+    results: list = []
+    thread = threading.Thread(target=lambda: results.append(agent.act(OBSERVATION)), daemon=True)
+    thread.start()
+    _wait(lambda: gate.in_flight == 1 and server.tokens_streamed >= 3)
+    gate.suspend(abort=True)
+    _wait(lambda: len(server.aborts) == 1, timeout=1.0)
+    gate.resume(7)
+    thread.join(10)
+    turn = agent.turn_record()
+    second = server.requests[1]["body"]
+    done = len(second["prompt"]) - len(state["base"])  # what the client had when it hung up
+    assert 1 <= done <= server.aborts[0]["tokens"]
+    assert turn["token_ids"] == ids and turn["prompt_token_ids"] == state["base"] and turn["partial"] is True
+    assert turn["versions"][:done] == [6] * done and set(turn["versions"][done:]) == {7}
+    assert turn["reply"] == "".join(pieces)
+    assert second["prompt"] == state["base"] + ids[:done] and second["max_tokens"] == 200 - done
+    agent.act(OBSERVATION)  # the next turn's prompt extends the whole reply's ids
+    assert server.requests[2]["body"]["prompt"][:len(state["base"]) + len(ids)] == state["base"] + ids
