@@ -149,7 +149,7 @@ def _handler(server: LLMServer) -> type[BaseHTTPRequestHandler]:
             step = server.next_step(body, self.headers.get("Authorization"),
                                     {k.lower(): v for k, v in self.headers.items()})
             try:
-                if body.get("stream") and "reply" in step and "sleep" not in step:
+                if body.get("stream") and ("reply" in step or "tool_calls" in step) and "sleep" not in step:
                     self._stream(step, body, len(server.requests) - 1)
                 elif self.path.rstrip("/") == "/v1/completions":
                     self._answer_completion(step, body)
@@ -216,7 +216,7 @@ def _handler(server: LLMServer) -> type[BaseHTTPRequestHandler]:
 
         def _stream(self, step: Step, body: dict[str, Any], index: int) -> None:
             chat = self.path.rstrip("/") == "/v1/chat/completions"
-            text, ids = step["reply"], step.get("token_ids")
+            text, ids = step.get("reply") or "", step.get("token_ids")
             # a reply with nothing left (a continuation at its end) still ends with a finish_reason
             pieces = step.get("pieces") or _pieces(text, len(ids) if ids is not None else None) or [""]
             if ids is not None and len(ids) < len(pieces):
@@ -245,8 +245,20 @@ def _handler(server: LLMServer) -> type[BaseHTTPRequestHandler]:
                         choice["logprobs"] = ({"content": [{"token": f"token_id:{ids[k]}", "logprob": logprob,
                                                             "top_logprobs": []}]} if chat
                                               else {"token_logprobs": [logprob], "tokens": [f"token_id:{ids[k]}"]})
+                    if k == len(pieces) - 1 and step.get("tool_calls") and chat:
+                        # as OpenAI streams them: the name in one delta, the arguments in two
+                        for i, call in enumerate(step["tool_calls"]):
+                            args = call["function"]["arguments"]
+                            for part in ({"index": i, "id": call["id"], "type": "function",
+                                          "function": {"name": call["function"]["name"], "arguments": ""}},
+                                         {"index": i, "function": {"arguments": args[:len(args) // 2]}},
+                                         {"index": i, "function": {"arguments": args[len(args) // 2:]}}):
+                                self._event({"id": f"cmpl-{index}", "object": "chat.completion.chunk",
+                                             "choices": [{"index": 0, "finish_reason": None,
+                                                          "delta": {"tool_calls": [part]}}]})
                     if k == len(pieces) - 1:
-                        choice["finish_reason"] = step.get("finish_reason", "stop")
+                        choice["finish_reason"] = step.get("finish_reason",
+                                                           "tool_calls" if step.get("tool_calls") else "stop")
                     chunk: dict[str, Any] = {"id": f"cmpl-{index}", "object": "chat.completion.chunk",
                                              "model": body.get("model", "?"), "choices": [choice]}
                     if k == 0 and ids is not None:

@@ -9,7 +9,7 @@ from collections import defaultdict
 
 import pytest
 
-from llm_server import LLMServer
+from llm_server import LLMServer, lake_tool_solver
 from parallel_rollout.errors import ConfigError
 from parallel_rollout.rl import EnvManagerConfig
 from rl_support import lake_set, rl_config
@@ -83,3 +83,19 @@ def test_two_servers_keep_affinity_and_a_stopped_one_moves_its_trajectories(tmp_
     # after the stop every request went to a
     late = [r for r in a.requests if r["time"] > b.requests[-1]["time"]]
     assert late
+
+
+def test_tool_calls_under_the_policy_gate_come_through_the_stream(tmp_path, schedulers):
+    """Under a scheduler every request streams: a reply's tool calls arrive as deltas (the
+    name, then the arguments in pieces) and still become the moves that solve the lakes."""
+    server = LLMServer(policy=lake_tool_solver).start()
+    try:
+        train = schedulers(rl_config(tmp_path, server, tool_calls=True, num_rollouts=1),
+                           EnvManagerConfig(group_size=2, tags=["lakes"], task_sets=lake_set(tmp_path, count=2)))
+        batch = train.get_batch(batch_size=4, step=0)
+        assert all(t.success for t in batch), [(t.status, t.reward) for t in batch]
+        calls = [turn["tool_calls"] for t in batch for turn in t.turns]
+        assert calls and all(c and c[0]["function"]["name"] == "move" for c in calls)
+        assert all(r["body"].get("stream") for r in server.requests)  # the gate's streamed path
+    finally:
+        server.stop()

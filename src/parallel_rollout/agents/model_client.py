@@ -140,6 +140,8 @@ class ModelClient:
         if partial.has_token_ids:
             info["token_ids"] = partial.token_ids
             info["logprobs"] = partial.logprobs if len(partial.logprobs) == len(partial.token_ids) else None
+        if partial.tool_calls:
+            info["tool_calls"] = partial.tool_calls
         return partial.text, info
 
     def reply(self, body: bytes | str) -> tuple[str, dict[str, int], dict[str, Any]]:

@@ -70,6 +70,8 @@ class Partial:
     prompt_tokens: int = 0
     #: the oldest policy version that sampled any of it (None: nothing yet)
     oldest: int | None = None
+    #: the reply's tool calls, whole (the last request's: a continued reply adds none)
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
 
     def extend(self, reply: "StreamedReply", version: int) -> "Partial":
         """This partial followed by ``reply`` (sampled by ``version``)."""
@@ -80,7 +82,8 @@ class Partial:
                        reply.finish_reason, self.has_token_ids or reply.has_token_ids, self.requests + 1,
                        self.prompt_tokens + reply.usage.get("prompt_tokens", 0),
                        self.oldest if not (reply.text or reply.token_ids)
-                       else version if self.oldest is None else min(self.oldest, version))
+                       else version if self.oldest is None else min(self.oldest, version),
+                       reply.whole_tool_calls() or self.tool_calls)
 
 
 @dataclass
@@ -95,6 +98,25 @@ class StreamedReply:
     usage: dict[str, int] = field(default_factory=dict)
     #: whether the server sent token ids at all
     has_token_ids: bool = False
+    #: tool calls as their deltas build them, by index (id, type, function name, arguments)
+    tool_calls: dict[int, dict[str, Any]] = field(default_factory=dict)
+
+    def whole_tool_calls(self) -> list[dict[str, Any]]:
+        """The tool calls the deltas made, in index order, shaped as a non-streamed reply's."""
+        return [self.tool_calls[index] for index in sorted(self.tool_calls)]
+
+    def _add_tool_call(self, part: Any) -> None:
+        if not isinstance(part, dict):
+            return
+        call = self.tool_calls.setdefault(int(part.get("index") or 0),
+                                          {"id": None, "type": "function", "function": {"name": "", "arguments": ""}})
+        if part.get("id"):
+            call["id"] = part["id"]
+        function = part.get("function") if isinstance(part.get("function"), dict) else {}
+        if isinstance(function.get("name"), str):
+            call["function"]["name"] += function["name"]
+        if isinstance(function.get("arguments"), str):
+            call["function"]["arguments"] += function["arguments"]
 
     def add(self, chunk: dict[str, Any]) -> None:
         """Fold one SSE chunk (chat or completions shape) in."""
@@ -110,6 +132,9 @@ class StreamedReply:
             text = delta.get("content") if delta is not None else choice.get("text")
             if isinstance(text, str):
                 self.text += text
+            if delta is not None and isinstance(delta.get("tool_calls"), list):
+                for part in delta["tool_calls"]:
+                    self._add_tool_call(part)
             if isinstance(choice.get("prompt_token_ids"), list):
                 self.prompt_token_ids = choice["prompt_token_ids"]
             if isinstance(choice.get("token_ids"), list):
