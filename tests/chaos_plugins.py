@@ -70,6 +70,11 @@ class ChaosAgent(OracleAgent):
     def usage(self):
         if self._unpicklable:
             return {"callback": lambda: None}
+        # what no JSON line can hold, from an agent: a NaN, a lone surrogate
+        if self.kind == "nan_result" and first_time(f"{self._task.id}.usage"):
+            return {"cost_usd": float("nan")}
+        if self.kind == "unencodable_result" and first_time(f"{self._task.id}.usage"):
+            return {"note": "caf\u00e9 \ud800"}
         return {}
 
 

@@ -26,6 +26,8 @@ CRASHES = {
     "unpicklable": ("process", "error", False, None),
     "kill_sandbox": ("process", "sandbox_violation", False, None),
     "reset_fails": ("chaos_plugins:FlakyResetProvider", "success", False, None),
+    "nan_result": ("process", "unstorable_result", False, None),
+    "unencodable_result": ("process", "unstorable_result", False, None),
 }
 
 
@@ -68,6 +70,9 @@ def test_crash_table(tmp_path, monkeypatch, fault):
         assert finals["t3#0"]["reward"] == 0.0 and not finals["t3#0"]["infrastructure"]
         assert any(e.get("to") == "dead" for e in events), "the broken VM was not marked dead"
         assert outcome.summary["vm"]["restarts"] >= 1 and outcome.summary["vm"]["replacements"] == 0
+    if fault in ("nan_result", "unencodable_result"):
+        assert finals["t3#0"]["failure"]["type"] == "UnstorableResult"
+        assert "field 'usage'" in finals["t3#0"]["failure"]["message"]
     if fault == "reset_fails":
         assert any("reset failed" in (e.get("reason") or "") for e in events if e.get("to") == "dead")
         # a reset may fail because of what the task left: a restart, not the budget's
@@ -106,3 +111,38 @@ def test_tasks_that_break_their_vm_are_graded_and_the_run_goes_on(tmp_path, monk
             assert record["attempt"] == 0  # graded, not retried as infrastructure
     assert {finals[f"breaks{i}#0"]["status"] for i in range(3)} == {"sandbox_violation"}
     assert outcome.summary["vm"]["restarts"] >= 3 and outcome.summary["vm"]["replacements"] == 0
+
+
+def test_a_result_no_json_line_can_hold_fails_its_sample_not_the_run(tmp_path, monkeypatch):
+    """Through the CLI: an agent whose result holds a NaN or a lone surrogate (once, the
+    engine thread died on it: exit 1, a traceback, no results.jsonl) fails that sample as
+    ``unstorable_result``; the rest of the run completes and every line of results.jsonl is
+    strict JSON in UTF-8."""
+    from click.testing import CliRunner
+
+    from parallel_rollout.cli import main
+
+    monkeypatch.setenv("PR_CHAOS_DIR", str(tmp_path))
+    tasks = [shell_task(f"t{i}") for i in range(6)]
+    tasks[1]["chaos"], tasks[4]["chaos"] = "nan_result", "unencodable_result"
+    data = write_tasks(tmp_path / "tasks.jsonl", tasks)
+    result = CliRunner().invoke(main, [
+        "--mode", "shell", "--data", str(data), "--agent", "chaos_plugins:ChaosAgent",
+        "--num-rollouts", "2", "--num-vms", "2", "--use-vm-pool", "--output-dir", str(tmp_path / "out"),
+        "--run-id", "r", "--no-progress"])
+    assert result.exit_code == 0, result.output
+    raw = (tmp_path / "out" / "r" / "results.jsonl").read_bytes().decode("utf-8")  # strict UTF-8
+
+    def no_constants(name):
+        raise AssertionError(f"results.jsonl holds {name}, which is not JSON")
+
+    records = [json.loads(line, parse_constant=no_constants) for line in raw.split("\n") if line]
+    finals = {r["key"]: r for r in records if r["final"]}
+    assert len(finals) == 6 and len(records) == 6
+    assert {k: r["status"] for k, r in finals.items() if k not in ("t1#0", "t4#0")} == \
+        {f"t{i}#0": "success" for i in (0, 2, 3, 5)}
+    for key in ("t1#0", "t4#0"):
+        assert finals[key]["status"] == "unstorable_result" and finals[key]["reward"] == 0.0, finals[key]
+        assert not finals[key]["infrastructure"] and finals[key]["attempt"] == 0
+    assert "nan" in finals["t1#0"]["failure"]["message"]
+    assert "lone surrogate" in finals["t4#0"]["failure"]["message"]

@@ -42,7 +42,7 @@ from .envs import Env, get_env
 from .errors import AttemptCancelled, RolloutError, SandboxViolation, VMError
 from .messages import Assignment, Cancel, Finished, LeaseWait, Started, Stop
 from .pool.leasing import AttemptLeaser
-from .results import StorageError
+from .results import StorageError, storable_record
 from .tasks import safe_name
 
 #: characters of a traceback kept in a record
@@ -297,7 +297,7 @@ def _serializable(record: dict[str, Any]) -> dict[str, Any]:
     otherwise fail inside the engine or be lost."""
     try:
         json.dumps(record)
-        return record
+        return storable_record(record)  # NaN or a lone surrogate: its own failure
     except (TypeError, ValueError) as exc:
         keep = {k: record.get(k) for k in ("key", "task_id", "sample_idx", "attempt", "mode", "tags",
                                             "turns", "worker", "pid", "slot", "vm", "lease_wait_s",
