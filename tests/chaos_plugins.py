@@ -61,8 +61,8 @@ class ChaosAgent(OracleAgent):
             if self.kind == "unpicklable":
                 self._unpicklable = True
             if self.kind == "kill_sandbox":
-                # The guest agent is out of the answer's reach (another user), so the VM is
-                # broken from the host: every process of the sandbox this task leased.
+                # What a host's OOM killer or an operator does: every process of the sandbox
+                # this task leased, from the host.
                 kill_leased_sandbox(self.config, f"{self._task.id}#0")
                 return {"command": "true"}
         return super().act(observation)

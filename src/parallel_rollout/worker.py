@@ -205,9 +205,9 @@ class RolloutWorker:
 @contextmanager
 def _task_breaks_vm(phase: str) -> Iterator[None]:
     """A VMError once the task's own actions ran is a ``SandboxViolation``: the task's doing
-    (a hostile answer kills its guest agent), not the pool's. A VM that died of itself at
-    that moment looks the same and is graded the same; a failure of ``env.reset`` (the
-    task's setup, before any action) stays infrastructure and is retried."""
+    (a hostile answer kills its guest agent), not the pool's, unless its provider tells it
+    was killed from outside (``leasing.lease_vm``: ``VMKilled``, retried); a failure of
+    ``env.reset`` (the task's setup, before any action) stays infrastructure and is retried."""
     try:
         yield
     except SandboxViolation:

@@ -184,6 +184,45 @@ def test_healthy_false_after_outside_kill_and_stop_is_idempotent(provider, vm, b
     assert not [p for p in _sandbox_pids(vm) if _alive(p)]
 
 
+@pytest.mark.parametrize("victim", ["bwrap", "init", "agent"])
+def test_death_cause_names_a_kill_from_outside(provider, vm, victim):
+    """A sandbox SIGKILLed from outside (its bwrap, its namespace init, or, the runner being
+    root, its agent: the task's user can signal neither) is not the task's doing, and the
+    provider says why: the pool then retries the task on another VM instead of blaming it."""
+    if victim != "bwrap" and os.geteuid() != 0:
+        pytest.skip("as another user the task shares its agent's uid: it could have killed it")
+    init = vm.private["init_pid"]
+    pid = {"bwrap": vm.private["pid"], "init": init,
+           "agent": psutil.Process(init).children()[0].pid}[victim]
+    os.kill(pid, signal.SIGKILL)
+    cause = provider.death_cause(vm)
+    assert cause and "SIGKILL" in cause, cause
+    assert ("bwrap" in cause) == (victim == "bwrap"), cause
+
+
+def test_death_cause_is_none_while_it_runs_and_after_the_pools_own_kill(provider, vm, monkeypatch):
+    from parallel_rollout.pool.providers import sandbox_processes
+
+    monkeypatch.setattr(sandbox_processes, "DEATH_WAIT_S", 0.2)
+    assert provider.death_cause(vm) is None  # alive: whatever broke, the task may have
+    provider.stop(vm)
+    assert provider.death_cause(vm) is None  # the pool's own kill
+
+
+@pytest.mark.skipif("memory" not in cgroups.available(), reason="no writable memory cgroup")
+def test_death_cause_blames_the_task_once_its_vm_reached_its_memory_limit(base_dir):
+    """A task that ran its VM into its memory limit may have brought down what died next
+    (the VM's own OOM kills): no cause outside it is claimed."""
+    provider = ProcessProvider("run5", ProviderOptions(memory_mb=200), base_dir=base_dir)
+    info = provider.start("vm0")
+    try:
+        assert GuestClient(info.address).run_python("x = bytearray(400 << 20)")["return_code"] == -9
+        os.kill(info.private["pid"], signal.SIGKILL)
+        assert provider.death_cause(info) is None
+    finally:
+        provider.stop(info)
+
+
 def test_stop_removes_processes_and_folder(provider, base_dir):
     info = provider.start("vm1")
     GuestClient(info.address).execute("setsid sleep 1000 >/dev/null 2>&1 &", shell=True)

@@ -189,6 +189,21 @@ class VMPoolManager:
                 return
             self._mark_dead_and_replace(vm, reason, charge=not by_task)
 
+    def death_cause(self, vm_id: str, lease: int | None = None) -> str | None:
+        """Why a leased VM that broke under its task died, when the cause is outside the
+        task (``Provider.death_cause``); None when the task may have done it, or when the
+        VM is not (or no longer) held by ``lease``. Asked before ``mark_dead`` stops it."""
+        with self._lock:
+            vm = self._vms.get(vm_id)
+            if vm is None or vm.info is None or (lease is not None and not self._holds(vm, lease)):
+                return None
+            info = vm.info
+        try:  # without the lock: the provider may wait a moment for a dying VM
+            return self._provider.death_cause(info)
+        except Exception:  # noqa: BLE001 - no answer is "the task may have done it"
+            log.exception("the death cause of %s could not be read", vm_id)
+            return None
+
     def reclaim(self, holder: str) -> list[str]:
         """Reset every VM leased by a dead worker; that holder can never lease again."""
         with self._lock:

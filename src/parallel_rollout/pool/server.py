@@ -17,7 +17,8 @@ from typing import Any
 
 from .manager import VMPoolManager
 
-_POOL_METHODS = ("lease", "release", "mark_dead", "reclaim", "stats", "shutdown", "__repr__")
+_POOL_METHODS = ("lease", "release", "mark_dead", "death_cause", "reclaim", "stats", "shutdown",
+                 "__repr__")
 _live_pools: list[VMPoolManager] = []
 
 

@@ -94,8 +94,8 @@ from .base import Provider, ProviderOptions, VMInfo
 from .common import check_name as _check_name, make_vm_dir, read_meta as _read_meta
 from .common import secure_base_dir
 from .common import remove_run_dir_if_empty as _remove_run_dir_if_empty
-from .docker_cli import (GUEST_HOME, GUEST_SOCK_DIR, LABEL, SOCKET_NAME,
-                         START_HINT, _agent_argv, _container_state, _containers,
+from .docker_cli import (GUEST_HOME, GUEST_SOCK_DIR, LABEL, SOCKET_NAME, START_HINT,
+                         _agent_argv, _container_state, _containers, container_death_cause,
                          _daemon_address, _docker, _image_exists, daemon_limits, _image_kind,
                          _import_changes, _init_process, _kill_init, _logs, _owner_alive,
                          _remove_containers, _remove_old_guest_images)
@@ -307,6 +307,10 @@ class DockerProvider(SpareContainers, Provider):
             return GuestClient(info.address, timeout_s=2.0).health().get("vm") == info.vm_id
         except Exception:  # unreachable, malformed: either way not healthy
             return False
+
+    def death_cause(self, info: VMInfo) -> str | None:
+        """Why the container died, when its task cannot have done it (``docker_cli``)."""
+        return container_death_cause(info.private["name"], self.options.memory_mb is not None)
 
     def stop(self, info: VMInfo) -> None:
         """Remove the VM's container, its spare and its folder; a second call does nothing."""

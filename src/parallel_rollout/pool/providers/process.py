@@ -92,8 +92,8 @@ from .base import Provider, ProviderOptions, VMInfo
 from .common import (check_name, create_time, log_tail, make_vm_dir, owner_label,
                      process_and_agent_healthy, read_meta, remove_vm_dir, same_process,
                      secure_base_dir, sweep_vm_folders, write_meta)
-from .sandbox_processes import (_children, kill_recorded, kill_sandbox, kill_unrecorded,
-                                launcher, read_until, sandbox_alive)
+from .sandbox_processes import (_children, death_cause, kill_recorded, kill_sandbox,
+                                kill_unrecorded, launcher, read_until, sandbox_alive)
 
 log = logging.getLogger(__name__)
 
@@ -303,6 +303,10 @@ class ProcessProvider(Provider):
         """The bwrap process is the one we started and its agent answers /health quickly."""
         return process_and_agent_healthy(info, timeout_s=2.0)
 
+    def death_cause(self, info: VMInfo) -> str | None:
+        """Why the sandbox died, when its task cannot have done it (``sandbox_processes``)."""
+        return death_cause(info.private, self._run_as)
+
     def stop(self, info: VMInfo) -> None:
         """Kill the sandbox and remove its folder and cgroups; a second call does nothing."""
         self._view.forget(info.vm_id)
@@ -455,7 +459,8 @@ class ProcessProvider(Provider):
         os.close(info_w)
         _children[proc.pid] = proc
         private = {"pid": proc.pid, "create_time": create_time(proc.pid),
-                   "vm_dir": str(vm_dir), "cgroups": group.paths}
+                   "vm_dir": str(vm_dir), "cgroups": group.paths,
+                   "oom_baseline": cgroups.oom_counts(group.paths)}  # the folder's so far
         # recorded at once: a manager killed before the agent is ready leaves a sandbox
         # that a sweep must still find
         self._write_meta(vm_id, vm_dir, private)

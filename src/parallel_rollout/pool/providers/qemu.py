@@ -107,7 +107,7 @@ from .common import (check_name as _check_name, create_time as _create_time,
                      remove_run_dir_if_empty as _remove_run_dir_if_empty,
                      process_and_agent_healthy, runs_vm,
                      same_process as _same_process, sweep_vm_folders, make_vm_dir,
-                     secure_base_dir)
+                     secure_base_dir, exit_status as _exit_status, signal_name as _signal_name)
 from .sandbox_processes import launcher as _launcher
 # KVM detection and QMP; the accelerator names are part of this module's face (tests,
 # benchmarks and the CLI reach them as qemu.X)
@@ -277,6 +277,12 @@ class QemuProvider(Provider):
     def healthy(self, info: VMInfo) -> bool:
         """QEMU is the process we started and the agent answers /health quickly."""
         return process_and_agent_healthy(info, timeout_s=5.0)
+
+    def death_cause(self, info: VMInfo) -> str | None:
+        """QEMU killed by a signal (which no guest can send its host's process), else None."""
+        proc, pid = _children.get(info.private.get("pid")), info.private.get("pid")
+        status = _exit_status(proc, 2.0) if proc is not None else None
+        return f"its QEMU (pid {pid}) was killed by {_signal_name(-status)}" if status and status < 0 else None
 
     def stop(self, info: VMInfo) -> None:
         """Quit QEMU (QMP, then SIGKILL) and remove the VM folder; safe to call twice."""

@@ -30,10 +30,12 @@ import psutil
 
 from ...errors import VMError
 from . import cgroups
-from .common import runs_vm, same_process
+from .common import exit_status, runs_vm, same_process, signal_name
 
 #: how long a killed sandbox may take to disappear before we call it stuck
 KILL_WAIT_S = 5.0
+#: how long death_cause waits for a sandbox whose agent stopped answering to finish exiting
+DEATH_WAIT_S = 2.0
 
 
 #: bwrap processes this process started, so it can reap them (no zombies)
@@ -87,6 +89,9 @@ def kill_sandbox(private: dict) -> None:
     unreported = init_pid is None
     if unreported and same_process(pid, private.get("create_time")):
         init_pid, init_created = _unreported_init(pid)
+    # forgotten before it is killed: a death_cause asked meanwhile must not take the
+    # pool's own kill for one from outside
+    proc = _children.pop(pid, None)
     for target, created in ((init_pid, init_created),
                             (pid, private.get("create_time"))):
         if same_process(target, created):
@@ -94,7 +99,6 @@ def kill_sandbox(private: dict) -> None:
                 os.kill(target, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-    proc = _children.pop(pid, None)
     if proc is not None:
         try:
             proc.wait(timeout=KILL_WAIT_S)
@@ -119,6 +123,35 @@ def kill_sandbox(private: dict) -> None:
             cgroups.kill_paths(private.get("cgroups") or [])
             if private.get("vm_dir"):
                 kill_unrecorded(Path(private["vm_dir"]))
+
+
+def death_cause(private: dict, run_as: int | None) -> str | None:
+    """Why a sandbox died, when its task cannot have done it; None while it still runs
+    (its agent stopped answering, as far as anyone can tell) or when the task may have:
+
+    * its bwrap killed by a signal: nothing inside can signal it (it is outside the pid
+      namespace) and the pool's own kills forget it first (``kill_sandbox``);
+    * the host's OOM killer: a kill in the VM's memory cgroup whose limit was never reached
+      (reached, the task used its memory up: its own doing);
+    * ``run_as`` set (the runner is root): its agent or namespace init killed by a signal,
+      which the task's user cannot send (bwrap then exits 128 + the signal). As another
+      user the task shares the agent's uid and may have killed it itself."""
+    proc = _children.get(private.get("pid"))  # None: stopped by the pool, or not ours
+    status = exit_status(proc, DEATH_WAIT_S) if proc is not None else None
+    if status is None:
+        return None
+    kills, limit_hits = (now - then for now, then in zip(
+        cgroups.oom_counts(private.get("cgroups") or []), private.get("oom_baseline") or (0, 0)))
+    if limit_hits:
+        return None
+    if kills:
+        return f"the host's OOM killer killed {kills} of its processes (its memory limit was never reached)"
+    if status < 0:
+        return f"its bwrap (pid {private['pid']}) was killed by {signal_name(-status)}, which the pool did not send"
+    if status > 128 and run_as is not None:
+        return (f"its guest agent or namespace init died of {signal_name(status - 128)}, which the "
+                f"task's user (uid {run_as}) cannot send")
+    return None
 
 
 def _unreported_init(pid: int) -> tuple[int | None, float | None]:
