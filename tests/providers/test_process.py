@@ -291,6 +291,61 @@ def test_sweep_after_owner_is_killed(base_dir):
             proc.wait()
 
 
+_DYING_OWNER = """
+import sys, time
+from parallel_rollout.pool.providers import cgroups
+from parallel_rollout.pool.providers.process import ProcessProvider
+
+real = cgroups.VMCgroup.join_argv
+# a second between the fork and bwrap's exec: the window where bwrap has no parent-death
+# signal of its own yet (it sets it up when it starts)
+cgroups.VMCgroup.join_argv = lambda self, argv: ["/bin/sh", "-c", 'sleep 1; exec "$@"', "slow",
+                                                 *real(self, argv)]
+provider = ProcessProvider("dying", base_dir=sys.argv[1])
+print("booting", flush=True)
+provider.start("vm0")
+time.sleep(600)
+"""
+
+
+def _processes_naming(folder: Path) -> list[psutil.Process]:
+    """Every live process on the host whose command line names ``folder``."""
+    found = []
+    for proc in psutil.process_iter(["cmdline", "status"]):
+        if proc.info["status"] != psutil.STATUS_ZOMBIE \
+                and any(f"{folder}/" in arg for arg in proc.info["cmdline"] or ()):
+            found.append(proc)
+    return found
+
+
+def test_an_owner_killed_while_it_forks_a_sandbox_leaves_nothing(base_dir):
+    """The owner of the sandboxes (the pool's Manager) SIGKILLed after its fork of a sandbox
+    and before bwrap set up its own parent-death signal: that bwrap used to start anyway,
+    re-parented, after the sweep that follows the crash had looked, and leave its child (a
+    bare bwrap with no child of its own) waiting forever. The fork now dies with its owner
+    from its first instruction on."""
+    owner = subprocess.Popen([sys.executable, "-c", _DYING_OWNER, str(base_dir)],
+                             stdout=subprocess.PIPE, text=True)
+    vm_dir = base_dir / "dying" / "vm0"
+    try:
+        assert owner.stdout.readline().strip() == "booting"
+        deadline = time.monotonic() + 10
+        while not _processes_naming(vm_dir) and time.monotonic() < deadline:
+            time.sleep(0.01)  # the fork is under way: the slow shell names the folder
+        assert _processes_naming(vm_dir), "the owner never forked the sandbox"
+        owner.kill()
+        owner.wait()
+        time.sleep(2.5)  # the slow shell would have exec'd bwrap by now
+        left = [f"{p.pid} {' '.join(p.cmdline())[:80]}" for p in _processes_naming(vm_dir)]
+        assert not left, f"the dead owner's sandbox lives on: {left}"
+    finally:
+        owner.kill()
+        owner.wait()
+        ProcessProvider.sweep(base_dir=base_dir)
+        for proc in _processes_naming(vm_dir):
+            proc.kill()
+
+
 def test_sweep_of_another_run_leaves_ours_alone(provider, vm, base_dir):
     assert ProcessProvider.sweep("other-run", base_dir=base_dir) == []
     assert ProcessProvider.sweep(base_dir=base_dir) == []  # our owner (this process) lives

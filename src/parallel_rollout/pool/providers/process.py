@@ -446,7 +446,7 @@ class ProcessProvider(Provider):
                 proc = launcher().popen(argv, stdin=subprocess.DEVNULL, stdout=agent_log,
                                         stderr=agent_log,
                                         pass_fds=(ready_w, info_w, seccomp_fd, listener.fileno()),
-                                        start_new_session=True)
+                                        start_new_session=True, die_with_owner=True)
         except OSError as exc:
             for fd in (ready_r, ready_w, info_r, info_w):
                 os.close(fd)

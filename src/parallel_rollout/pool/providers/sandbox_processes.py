@@ -5,6 +5,14 @@ the *thread* that forked bwrap exits, not its process. The pool starts and reset
 short-lived threads, so every bwrap is forked by one long-lived daemon thread per process:
 sandboxes live exactly as long as the process that owns them.
 
+**Dying with the owner from the first instruction.** bwrap sets up its parent-death signal
+when it starts, so an owner killed between the fork and that moment (the pool's Manager
+SIGKILLed while a boot or a reset forks) left a bwrap that started anyway, re-parented,
+after the sweep that follows the crash had looked; killed by SIGPIPE at its first word on
+--info-fd, it left its child waiting forever (a bare bwrap with no child). So the fork first
+runs ``setpriv --pdeathsig KILL``, then a shell that exits unless its parent is still the
+owner (the owner died before the signal was set), then execs the sandbox (``guarded``).
+
 **Killing.** A sandbox is bwrap (host pid ``pid``) and the init of its pid namespace
 (``init_pid``, reported on bwrap's ``--info-fd``). Both get SIGKILL; the kernel lets the init
 finish exiting only after every other process of its namespace has, so waiting for the
@@ -17,8 +25,11 @@ it was forked into) and its folder in its command line still find it.
 
 from __future__ import annotations
 
+import functools
+import logging
 import os
 import queue
+import shutil
 import signal
 import subprocess
 import threading
@@ -31,6 +42,8 @@ import psutil
 from ...errors import VMError
 from . import cgroups
 from .common import exit_status, runs_vm, same_process, signal_name
+
+log = logging.getLogger(__name__)
 
 #: how long a killed sandbox may take to disappear before we call it stuck
 KILL_WAIT_S = 5.0
@@ -61,11 +74,40 @@ class _Launcher:
             except BaseException as exc:  # hand every failure back to the caller
                 future.set_exception(exc)
 
-    def popen(self, argv: list[str], **kwargs) -> subprocess.Popen:
-        """subprocess.Popen, forked from the launcher thread."""
+    def popen(self, argv: list[str], *, die_with_owner: bool = False, **kwargs) -> subprocess.Popen:
+        """subprocess.Popen, forked from the launcher thread; ``die_with_owner``: SIGKILLed
+        when this process dies, from the fork on (``guarded``)."""
         future: Future = Future()
-        self._requests.put((future, argv, kwargs))
+        self._requests.put((future, guarded(argv, self.pid) if die_with_owner else argv, kwargs))
         return future.result()
+
+
+#: the guard's shell: $0 is the owner's pid; the parent-death signal is already set here
+_GUARD = 'if [ "$PPID" != "$0" ]; then exit 125; fi; exec "$@"'
+
+
+def guarded(argv: list[str], owner: int) -> list[str]:
+    """``argv`` behind ``setpriv --pdeathsig KILL`` and a shell that exits unless its parent
+    is still ``owner``: killed when the forking thread dies, from the fork on (see the
+    module doc). Without a setpriv that has --pdeathsig (util-linux 2.33+), ``argv`` as is."""
+    setpriv = _setpriv()
+    if setpriv is None:
+        return argv
+    return [setpriv, "--pdeathsig", "KILL", "--", "/bin/sh", "-c", _GUARD, str(owner), *argv]
+
+
+@functools.lru_cache(maxsize=None)
+def _setpriv() -> str | None:
+    path = shutil.which("setpriv")
+    try:
+        if path and subprocess.run([path, "--pdeathsig", "KILL", "--", "true"],
+                                   capture_output=True, timeout=10).returncode == 0:
+            return path
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+    log.warning("no setpriv with --pdeathsig (util-linux 2.33+): a sandbox forked just as "
+                "its owner is killed may outlive it until the next sweep")
+    return None
 
 
 _launcher_lock = threading.Lock()
