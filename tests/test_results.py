@@ -83,6 +83,16 @@ def test_a_record_no_line_can_hold_is_written_as_its_failure(tmp_path, field, va
     assert ResultStore(tmp_path).load().final.keys() == {"ok#0", "bad#0"}
 
 
+def test_an_unstorable_result_is_a_failed_rl_member():
+    """An RL group member whose record could not be stored produced no episode: the
+    scheduler drops its group (or masks it), it never trains on a reward of 0 it did not earn."""
+    from parallel_rollout.rl.groups import Trajectory
+
+    member = Trajectory(tag="t", group_id=0, episode_id=0, member=0, trajectory_id="t/0/0",
+                        task_id="a", seed=None, created_step=0, status="unstorable_result")
+    assert member.failed
+
+
 def test_load_of_a_new_folder_is_empty(tmp_path):
     index = ResultStore(tmp_path).load()
     assert (index.records, index.final, index.attempts) == (0, {}, {})

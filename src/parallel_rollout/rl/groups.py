@@ -19,7 +19,8 @@ from typing import Any, Callable
 
 #: final statuses that are not an episode's outcome: the member failed to produce one
 FAILED_STATUSES = frozenset({"error", "vm_error", "guest_unreachable", "worker_died", "lease_timeout",
-                             "pool_exhausted", "pool_closed", "storage_error", "task_timeout"})
+                             "pool_exhausted", "pool_closed", "storage_error", "task_timeout",
+                             "unstorable_result"})
 
 
 @dataclass
