@@ -346,6 +346,63 @@ def test_an_owner_killed_while_it_forks_a_sandbox_leaves_nothing(base_dir):
             proc.kill()
 
 
+_EXITING_OWNER = """
+import os, sys, threading, time
+import psutil
+sys.path.insert(0, sys.argv[3])
+from test_process import StuckProvider as Stuck
+from parallel_rollout.pool.providers import process
+process.read_until = lambda fd, terminator, deadline: time.sleep(600)  # nobody reads it
+
+def owner(base_dir):
+    provider = Stuck("exiting", base_dir=base_dir)
+    threading.Thread(target=provider.start, args=("vm0",), daemon=True).start()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        bwraps = [p for p in psutil.Process().children() if p.name() == "bwrap"]
+        if bwraps and bwraps[0].children():
+            break
+        time.sleep(0.01)
+    print("held" if bwraps and bwraps[0].children() else "not held", flush=True)
+    sys.exit(0)  # a boot under way, as when the pool's Manager exits after a shutdown
+
+if __name__ == "__main__":
+    if sys.argv[2] == "multiprocessing":  # the pool's Manager is one
+        import multiprocessing
+        child = multiprocessing.get_context("spawn").Process(target=owner, args=(sys.argv[1],))
+        child.start()
+        child.join()
+    else:
+        owner(sys.argv[1])
+"""
+
+
+@pytest.mark.parametrize("how", ["script", "multiprocessing"])
+def test_an_owner_that_exits_during_a_boot_leaves_no_child_of_bwrap(base_dir, tmp_path, how):
+    """An owner that exits (the pool's Manager at the end of a run, or following a dead
+    runner) while a boot is under way: --die-with-parent kills that bwrap, but its child,
+    which waits for bwrap's word before it execs the init and has no parent-death signal
+    of its own yet, stayed behind (a bare bwrap with no child), with no sweep to come when
+    the runner is gone too. The owner now kills what it launched on its way out."""
+    script = tmp_path / "owner.py"  # a file: a spawned child imports its target from it
+    script.write_text(_EXITING_OWNER)
+    owner = subprocess.run([sys.executable, str(script), str(base_dir), how,
+                            str(Path(__file__).parent)], capture_output=True, text=True, timeout=60)
+    vm_dir = base_dir / "exiting" / "vm0"
+    try:
+        assert owner.stdout.strip() == "held", owner.stderr[-2000:]
+        deadline = time.monotonic() + 3
+        while _processes_naming(vm_dir) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        left = [f"{p.pid} {' '.join(p.cmdline())[:80]} children {p.children()}"
+                for p in _processes_naming(vm_dir)]
+        assert not left, f"left behind by an owner that exited: {left}"
+    finally:
+        ProcessProvider.sweep(base_dir=base_dir)
+        for proc in _processes_naming(vm_dir):
+            proc.kill()
+
+
 def test_sweep_of_another_run_leaves_ours_alone(provider, vm, base_dir):
     assert ProcessProvider.sweep("other-run", base_dir=base_dir) == []
     assert ProcessProvider.sweep(base_dir=base_dir) == []  # our owner (this process) lives
@@ -376,6 +433,20 @@ def _bwraps_naming(folder: Path) -> list[psutil.Process]:
     return found
 
 
+class StuckProvider(ProcessProvider):
+    """A process provider whose bwrap is held between its fork and its word to the child
+    (which then execs the init): a full --info-fd pipe, as long as nobody reads it."""
+
+    def _argv(self, vm_id, vm_dir, ready_w, info_w, sock_fd):
+        os.set_blocking(info_w, False)
+        try:
+            while True:
+                os.write(info_w, b"x" * 4096)
+        except BlockingIOError:
+            os.set_blocking(info_w, True)
+        return super()._argv(vm_id, vm_dir, ready_w, info_w, sock_fd)
+
+
 @pytest.mark.parametrize("machine", ["cgroups", "no cgroups"])
 def test_bwrap_killed_before_it_reports_its_init_leaves_no_orphan(machine, base_dir, request,
                                                                   monkeypatch):
@@ -386,17 +457,7 @@ def test_bwrap_killed_before_it_reports_its_init_leaves_no_orphan(machine, base_
         request.getfixturevalue("no_cgroups")
     from parallel_rollout.pool.providers import process
 
-    class Stuck(ProcessProvider):
-        def _argv(self, vm_id, vm_dir, ready_w, info_w, sock_fd):
-            # a full --info-fd pipe holds bwrap between its fork and that word to its child
-            os.set_blocking(info_w, False)
-            try:
-                while True:
-                    os.write(info_w, b"x" * 4096)
-            except BlockingIOError:
-                os.set_blocking(info_w, True)
-            return super()._argv(vm_id, vm_dir, ready_w, info_w, sock_fd)
-
+    Stuck = StuckProvider
     real_read_until = process.read_until
     held: list[psutil.Process] = []
     vm_dir = base_dir / "orphan" / "vm0"

@@ -16,6 +16,7 @@ from multiprocessing.managers import BaseManager
 from typing import Any
 
 from .manager import VMPoolManager
+from .providers.sandbox_processes import kill_all
 
 _POOL_METHODS = ("lease", "release", "mark_dead", "death_cause", "reclaim", "stats", "shutdown",
                  "__repr__")
@@ -49,6 +50,7 @@ def _serve_init(parent_pid: int) -> None:
                 pool.shutdown()
             except Exception:  # noqa: BLE001
                 pass
+        kill_all()  # boots still under way; os._exit runs no atexit hook
         os._exit(3)
 
     threading.Thread(target=follow_parent, name="follow-runner", daemon=True).start()

@@ -13,6 +13,11 @@ after the sweep that follows the crash had looked; killed by SIGPIPE at its firs
 runs ``setpriv --pdeathsig KILL``, then a shell that exits unless its parent is still the
 owner (the owner died before the signal was set), then execs the sandbox (``guarded``).
 
+**On the way out.** --die-with-parent kills a bwrap when its owner exits, but not bwrap's
+child while it waits for bwrap's word (below): it has no parent-death signal yet. An owner
+that exits with a boot under way (the pool's Manager after a shutdown, or following a dead
+runner, with no sweep to come) kills what it still runs first (``kill_all``, at exit).
+
 **Killing.** A sandbox is bwrap (host pid ``pid``) and the init of its pid namespace
 (``init_pid``, reported on bwrap's ``--info-fd``). Both get SIGKILL; the kernel lets the init
 finish exiting only after every other process of its namespace has, so waiting for the
@@ -25,8 +30,10 @@ it was forked into) and its folder in its command line still find it.
 
 from __future__ import annotations
 
+import atexit
 import functools
 import logging
+import multiprocessing.util
 import os
 import queue
 import shutil
@@ -41,7 +48,7 @@ import psutil
 
 from ...errors import VMError
 from . import cgroups
-from .common import exit_status, runs_vm, same_process, signal_name
+from .common import create_time, exit_status, runs_vm, same_process, signal_name
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +67,10 @@ class _Launcher:
 
     def __init__(self) -> None:
         self.pid = os.getpid()
+        # atexit for a plain process; a multiprocessing child (the pool's Manager) runs
+        # multiprocessing's finalizers instead
+        atexit.register(kill_all)
+        multiprocessing.util.Finalize(None, kill_all, exitpriority=10)
         self._requests: queue.SimpleQueue = queue.SimpleQueue()
         thread = threading.Thread(target=self._loop, name="bwrap-launcher", daemon=True)
         thread.start()
@@ -194,6 +205,20 @@ def death_cause(private: dict, run_as: int | None) -> str | None:
         return (f"its guest agent or namespace init died of {signal_name(status - 128)}, which the "
                 f"task's user (uid {run_as}) cannot send")
     return None
+
+
+def kill_all() -> None:
+    """Kill every sandbox this process started and has not stopped, each with bwrap's child
+    too (``kill_sandbox`` stops a bwrap that has not reported it and kills both): what an
+    owner does on its way out (see the module doc). Never raises."""
+    if _launcher_instance is None or _launcher_instance.pid != os.getpid():
+        return  # a forked child's copy of the parent's list: not its sandboxes
+    for pid, proc in list(_children.items()):
+        if proc.poll() is None:  # ours and unreaped: the pid cannot have been reused
+            try:
+                kill_sandbox({"pid": pid, "create_time": create_time(pid)})
+            except Exception:  # noqa: BLE001 - best effort on the way out
+                pass
 
 
 def _unreported_init(pid: int) -> tuple[int | None, float | None]:
