@@ -96,7 +96,7 @@ class Killer(threading.Thread):
             self.kills.append((round(time.monotonic() - started, 2), kind, victim.pid))
 
 
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(600)  # ~100 s on a quiet machine; several times that under a CPU hog
 def test_random_kills_lose_nothing_and_double_nothing(tmp_path):
     rng, seed = seeded_rng("random-kills")
     tasks = mixed_tasks(TASKS, rng)
