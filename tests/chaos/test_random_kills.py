@@ -71,6 +71,11 @@ class Killer(threading.Thread):
             try:
                 if kind == "outer" and proc.ppid() != manager_pid:
                     continue  # the sandbox's own bwrap, not its namespace init
+                if kind == "agent" and getattr(proc.parent(), "name", lambda: None)() != "bwrap":
+                    # the agent is the namespace init's child; a child of the agent between
+                    # its fork and exec (a command starting) has the agent's command line too,
+                    # and killing that is killing the task's command, not its agent
+                    continue
                 if proc.status() != psutil.STATUS_ZOMBIE and wanted in " ".join(proc.cmdline()):
                     found.append(proc)
             except psutil.Error:
