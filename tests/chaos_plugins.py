@@ -61,8 +61,8 @@ class ChaosAgent(OracleAgent):
             if self.kind == "unpicklable":
                 self._unpicklable = True
             if self.kind == "kill_sandbox":
-                # The guest agent is out of the answer's reach (another user), so the VM is
-                # broken from the host: every process of the sandbox this task leased.
+                # What a host's OOM killer or an operator does: every process of the sandbox
+                # this task leased, from the host.
                 kill_leased_sandbox(self.config, f"{self._task.id}#0")
                 return {"command": "true"}
         return super().act(observation)
@@ -70,6 +70,11 @@ class ChaosAgent(OracleAgent):
     def usage(self):
         if self._unpicklable:
             return {"callback": lambda: None}
+        # what no JSON line can hold, from an agent: a NaN, a lone surrogate
+        if self.kind == "nan_result" and first_time(f"{self._task.id}.usage"):
+            return {"cost_usd": float("nan")}
+        if self.kind == "unencodable_result" and first_time(f"{self._task.id}.usage"):
+            return {"note": "caf\u00e9 \ud800"}
         return {}
 
 

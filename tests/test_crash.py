@@ -24,8 +24,11 @@ CRASHES = {
     "system_exit": ("process", "error", False, None),
     "hang": ("process", "task_timeout", False, "task_timeout"),
     "unpicklable": ("process", "error", False, None),
-    "kill_sandbox": ("process", "sandbox_violation", False, None),
+    # killed from the host, not by the task: infrastructure, retried on another VM
+    "kill_sandbox": ("process", "success", True, None),
     "reset_fails": ("chaos_plugins:FlakyResetProvider", "success", False, None),
+    "nan_result": ("process", "unstorable_result", False, None),
+    "unencodable_result": ("process", "unstorable_result", False, None),
 }
 
 
@@ -64,10 +67,15 @@ def test_crash_table(tmp_path, monkeypatch, fault):
         assert "chaos: the agent raised" in finals["t3#0"]["failure"]["message"]
     if fault == "system_exit":  # at once, not after --task-timeout
         assert finals["t3#0"]["failure"]["type"] == "SystemExit" and finals["t3#0"]["duration_s"] < 3
-    if fault == "kill_sandbox":  # the task's failure: graded, its VM restarted for free
-        assert finals["t3#0"]["reward"] == 0.0 and not finals["t3#0"]["infrastructure"]
-        assert any(e.get("to") == "dead" for e in events), "the broken VM was not marked dead"
+    if fault == "kill_sandbox":  # not the task's failure: retried; its VM restarted for free
+        failure = attempts_of_t3[0]["failure"]
+        assert attempts_of_t3[0]["status"] == "vm_error" and failure["type"] == "VMKilled", failure
+        assert "killed from outside" in failure["message"] and "SIGKILL" in failure["message"], failure
+        assert any(e.get("to") == "dead" and "killed from outside" in e.get("reason", "") for e in events)
         assert outcome.summary["vm"]["restarts"] >= 1 and outcome.summary["vm"]["replacements"] == 0
+    if fault in ("nan_result", "unencodable_result"):
+        assert finals["t3#0"]["failure"]["type"] == "UnstorableResult"
+        assert "field 'usage'" in finals["t3#0"]["failure"]["message"]
     if fault == "reset_fails":
         assert any("reset failed" in (e.get("reason") or "") for e in events if e.get("to") == "dead")
         # a reset may fail because of what the task left: a restart, not the budget's
@@ -87,22 +95,62 @@ def test_retries_stop_at_max_retries(tmp_path, monkeypatch):
     assert [r["attempt"] for r in read_results(outcome.run_dir) if r["key"] == "doomed#0"] == [0, 1]
 
 
-def test_tasks_that_break_their_vm_are_graded_and_the_run_goes_on(tmp_path, monkeypatch):
-    """M = 1 and no replacement budget at all: tasks that kill their sandbox (from the host,
-    as a guest agent killed by the answer would look) or answer ``kill -9 -1`` are graded 0,
-    the VM restarts from its snapshot each time, and every honest task still succeeds."""
+def test_vms_killed_under_tasks_cost_neither_the_tasks_nor_the_budget(tmp_path, monkeypatch):
+    """M = 1 and no replacement budget at all: tasks whose sandbox is killed from the host
+    mid-task are retried (not the task's doing) and succeed on the restarted VM; tasks that
+    answer ``kill -9 -1`` are graded 0; the VM restarts from its snapshot each time, for
+    free, and every honest task still succeeds. (A VM broken from inside by the answer is
+    the task's ``sandbox_violation``: test_hostile's kill_agent row as nobody.)"""
     monkeypatch.setenv("PR_CHAOS_DIR", str(tmp_path))
     tasks = [shell_task(f"honest{i}") for i in range(4)]
-    tasks += [shell_task(f"breaks{i}", chaos="kill_sandbox") for i in range(3)]
+    tasks += [shell_task(f"killed{i}", chaos="kill_sandbox") for i in range(3)]
     tasks += [shell_task(f"killall{i}", reference=["kill -9 -1"], check="test -e ~/never") for i in range(3)]
     outcome = run(tmp_path, tasks, num_rollouts=1, num_vms=1, max_vm_replacements=0)
     assert outcome.exit_code == 0, outcome.message
     finals = assert_exactly_once(outcome.run_dir, {f"{t['id']}#0" for t in tasks})
     for key, record in finals.items():
-        if key.startswith("honest"):
-            assert record["status"] == "success", record
-        else:
+        if key.startswith("killall"):
             assert record["reward"] == 0.0 and not record["infrastructure"], record
             assert record["attempt"] == 0  # graded, not retried as infrastructure
-    assert {finals[f"breaks{i}#0"]["status"] for i in range(3)} == {"sandbox_violation"}
+        else:
+            assert record["status"] == "success", record
+    for i in range(3):
+        first = [r for r in read_results(outcome.run_dir) if r["key"] == f"killed{i}#0"][0]
+        assert first["infrastructure"] and first["failure"]["type"] == "VMKilled", first
+        assert finals[f"killed{i}#0"]["attempt"] == 1
     assert outcome.summary["vm"]["restarts"] >= 3 and outcome.summary["vm"]["replacements"] == 0
+
+
+def test_a_result_no_json_line_can_hold_fails_its_sample_not_the_run(tmp_path, monkeypatch):
+    """Through the CLI: an agent whose result holds a NaN or a lone surrogate (once, the
+    engine thread died on it: exit 1, a traceback, no results.jsonl) fails that sample as
+    ``unstorable_result``; the rest of the run completes and every line of results.jsonl is
+    strict JSON in UTF-8."""
+    from click.testing import CliRunner
+
+    from parallel_rollout.cli import main
+
+    monkeypatch.setenv("PR_CHAOS_DIR", str(tmp_path))
+    tasks = [shell_task(f"t{i}") for i in range(6)]
+    tasks[1]["chaos"], tasks[4]["chaos"] = "nan_result", "unencodable_result"
+    data = write_tasks(tmp_path / "tasks.jsonl", tasks)
+    result = CliRunner().invoke(main, [
+        "--mode", "shell", "--data", str(data), "--agent", "chaos_plugins:ChaosAgent",
+        "--num-rollouts", "2", "--num-vms", "2", "--use-vm-pool", "--output-dir", str(tmp_path / "out"),
+        "--run-id", "r", "--no-progress"])
+    assert result.exit_code == 0, result.output
+    raw = (tmp_path / "out" / "r" / "results.jsonl").read_bytes().decode("utf-8")  # strict UTF-8
+
+    def no_constants(name):
+        raise AssertionError(f"results.jsonl holds {name}, which is not JSON")
+
+    records = [json.loads(line, parse_constant=no_constants) for line in raw.split("\n") if line]
+    finals = {r["key"]: r for r in records if r["final"]}
+    assert len(finals) == 6 and len(records) == 6
+    assert {k: r["status"] for k, r in finals.items() if k not in ("t1#0", "t4#0")} == \
+        {f"t{i}#0": "success" for i in (0, 2, 3, 5)}
+    for key in ("t1#0", "t4#0"):
+        assert finals[key]["status"] == "unstorable_result" and finals[key]["reward"] == 0.0, finals[key]
+        assert not finals[key]["infrastructure"] and finals[key]["attempt"] == 0
+    assert "nan" in finals["t1#0"]["failure"]["message"]
+    assert "lone surrogate" in finals["t4#0"]["failure"]["message"]

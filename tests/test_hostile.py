@@ -499,6 +499,17 @@ def test_hostile_shell_answer_as_nobody(nobody_table, name):
     check_row(nobody_table, name)
 
 
+def test_an_agent_killed_by_its_own_answer_is_that_tasks_sandbox_violation(nobody_table):
+    """As nobody the answer shares its agent's uid and kills it (the kill_agent row): a VM
+    broken from inside, so the task's ``sandbox_violation``, graded 0 and not retried; no
+    cause outside the task is claimed (a VM killed from outside is retried instead:
+    test_crash, tests/chaos/test_random_kills.py)."""
+    record = nobody_table["finals"]["kill_agent#0"]
+    assert record["status"] == "sandbox_violation" and record["reward"] == 0.0, record
+    assert not record["infrastructure"] and record["attempt"] == 0, record
+    assert "broke during the task's action" in record["failure"]["message"], record["failure"]
+
+
 def test_the_runs_as_nobody_finished(nobody_table, nobody_py_table, loopback):
     for table in (nobody_table, nobody_py_table):
         proc = table["proc"]

@@ -56,6 +56,43 @@ def test_append_load_round_trip(tmp_path):
     assert [r["key"] for r in read_records(tmp_path / "results.jsonl")] == ["a#0", "a#0", "b#0", "c#0", "d#0"]
 
 
+@pytest.mark.parametrize("field, value, says", [
+    ("reward", float("nan"), "field 'reward' is nan"),
+    ("eval", {"detail": ["ok", float("-inf")]}, "field 'eval'['detail'][1] is -inf"),
+    ("eval", {"out": "caf\u00e9 \udcff"}, "field 'eval'['out'] holds a lone surrogate"),
+    ("task_id", "a\ud800", "field 'task_id' holds a lone surrogate"),
+])
+def test_a_record_no_line_can_hold_is_written_as_its_failure(tmp_path, field, value, says):
+    """The store's own guard (whatever got past the worker's): the record becomes, in place,
+    its sample's unstorable_result failure; the line written is strict JSON in UTF-8."""
+    store = ResultStore(tmp_path)
+    store.append(record("ok#0"))
+    bad = {**record("bad#0"), "run_id": "r", field: value}
+    store.append(bad)
+    store.close()
+    assert bad["status"] == "unstorable_result" and bad["reward"] == 0.0 and not bad["success"]
+    assert bad["final"] and bad["run_id"] == "r" and bad["key"] == "bad#0"
+    assert says in bad["failure"]["message"], bad["failure"]
+
+    def refuse(name):
+        raise AssertionError(f"{name} written")
+
+    lines = (tmp_path / "results.jsonl").read_bytes().decode("utf-8").splitlines()
+    written = [json.loads(line, parse_constant=refuse) for line in lines]
+    assert [r["key"] for r in written] == ["ok#0", "bad#0"] and written[1] == bad
+    assert ResultStore(tmp_path).load().final.keys() == {"ok#0", "bad#0"}
+
+
+def test_an_unstorable_result_is_a_failed_rl_member():
+    """An RL group member whose record could not be stored produced no episode: the
+    scheduler drops its group (or masks it), it never trains on a reward of 0 it did not earn."""
+    from parallel_rollout.rl.groups import Trajectory
+
+    member = Trajectory(tag="t", group_id=0, episode_id=0, member=0, trajectory_id="t/0/0",
+                        task_id="a", seed=None, created_step=0, status="unstorable_result")
+    assert member.failed
+
+
 def test_load_of_a_new_folder_is_empty(tmp_path):
     index = ResultStore(tmp_path).load()
     assert (index.records, index.final, index.attempts) == (0, {}, {})

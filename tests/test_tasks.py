@@ -73,6 +73,24 @@ MALFORMED = [
     ("json item 2 bad", "tasks.json", json.dumps([shell_task("a"), shell_task("b", seed="x")], indent=2),
      ["tasks.json: item 2:", "'seed'"]),
     ("json item missing id", "tasks.json", json.dumps([{"mode": "shell"}]), ["tasks.json: item 1:", "'id'"]),
+    # What results.jsonl cannot store: refused at load, not at the first write of a result.
+    ("lone surrogate in the id", "tasks.jsonl", _good_lines(2) + _line(shell_task("x", id="b\ud800")),
+     ["tasks.jsonl:3:", "field 'id'", "lone surrogate, \\ud800"]),
+    ("lone low surrogate deep in the payload", "tasks.jsonl",
+     _line(shell_task("x", setup=["echo ok", "echo \udc01 caf\u00e9"])),
+     ["tasks.jsonl:1:", "field 'setup'", "\\udc01"]),
+    ("lone surrogate in a field name", "tasks.jsonl", _good_lines(1) + _line({**shell_task("x"), "k\ud83d": 1}),
+     ["tasks.jsonl:2:", "field name", "\\ud83d"]),
+    ("NaN", "tasks.jsonl", _good_lines(3) + '{"id": "x", "mode": "shell", "check": "true", "timeout": NaN}\n',
+     ["tasks.jsonl:4:", "NaN is not a JSON number"]),
+    ("Infinity", "tasks.jsonl", _line(shell_task("x"))[:-2] + ', "seed": Infinity}\n',
+     ["tasks.jsonl:1:", "Infinity is not a JSON number"]),
+    ("-Infinity in a json file, after the word inside strings", "tasks.json",
+     '[\n {"id": "a", "mode": "shell", "check": "echo NaN Infinity"},\n {"id": "b", "mode": "shell",\n'
+     '  "check": "true", "timeout": -Infinity}\n]\n', ["tasks.json:4:", "-Infinity is not a JSON number"]),
+    ("lone surrogate escape in upper case in a json file", "tasks.json",
+     '[{"id": "a", "mode": "shell", "check": "true"},\n\n {"id": "b", "mode": "shell", "check": "\\uD800"}]',
+     ["tasks.json:3:", "field 'check'", "\\ud800"]),
 ]
 
 
@@ -209,6 +227,38 @@ def test_cli_rejects_malformed_file_before_anything_runs(tmp_path):
     ])
     assert result.exit_code == 2, result.output
     assert "tasks.jsonl:7:" in result.output and "invalid JSON" in result.output
+    assert not out.exists(), f"a run folder was created: {list(out.rglob('*'))}"
+
+
+def _raw(task_id: str, extra: str) -> str:
+    """A good shell task's line with raw JSON text (``"k": v``) added inside its object."""
+    return _line(shell_task(task_id))[:-2] + ", " + extra + "}\n"
+
+
+UNSTORABLE = {
+    "surrogate id": (_good_lines(2) + _line(shell_task("x", id="b\ud800")), "tasks.jsonl:3:"),
+    "surrogate instruction": (_good_lines(1) + _line(shell_task("x", instruction="a\udfff")), "tasks.jsonl:2:"),
+    "NaN": (_good_lines(4) + _raw("x", '"timeout": NaN'), "tasks.jsonl:5:"),
+    "Infinity": (_raw("x", '"timeout": Infinity'), "tasks.jsonl:1:"),
+    "-Infinity": (_good_lines(1) + _raw("x", '"note": -Infinity'), "tasks.jsonl:2:"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(UNSTORABLE))
+def test_cli_refuses_what_results_cannot_store(tmp_path, name):
+    """A lone surrogate (once: a traceback and exit 1 at the first result, no results.jsonl)
+    or a non-JSON number (once: every such task failed at run time) is a usage error naming
+    file:line; nothing runs."""
+    content, where = UNSTORABLE[name]
+    data = tmp_path / "tasks.jsonl"
+    data.write_text(content, encoding="utf-8")
+    out = tmp_path / "out"
+    result = CliRunner().invoke(main, [
+        "--mode", "shell", "--data", str(data), "--output-dir", str(out), "--run-id", "r", "--no-progress",
+    ])
+    assert result.exit_code == 2, result.output
+    assert f"{data.parent}/{where}" in result.output, result.output
+    assert "Traceback" not in result.output and result.exception is None or isinstance(result.exception, SystemExit)
     assert not out.exists(), f"a run folder was created: {list(out.rglob('*'))}"
 
 

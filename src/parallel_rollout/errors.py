@@ -61,11 +61,23 @@ class VMError(RolloutError):
 
 class SandboxViolation(VMError):
     """The VM broke while it ran the task's own actions (a killed guest agent, a VM that
-    stopped answering): the task's failure, graded 0 and not retried; the VM restarts from
-    its snapshot without spending the replacement budget."""
+    stopped answering) and its provider found no cause outside the task (else ``VMKilled``):
+    the task's failure, graded 0 and not retried; the VM restarts from its snapshot without
+    spending the replacement budget."""
 
     kind = "sandbox_violation"
     infrastructure = False
+
+
+class VMKilled(RolloutError):
+    """A VM died under a task of something the task did not do, as its provider tells
+    (``Provider.death_cause``: its sandbox killed by a signal the pool did not send, the
+    host's OOM killer, the machine gone): infrastructure, retried on another VM, never the
+    task's ``sandbox_violation``. Recorded as ``vm_error``; its message says why. Not a
+    VMError, so that nothing on its way out grades it as the task's again."""
+
+    kind = "vm_error"
+    infrastructure = True
 
 
 class GuestUnreachable(VMError):

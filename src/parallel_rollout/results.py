@@ -88,8 +88,20 @@ class ResultStore:
         return index
 
     def append(self, record: dict[str, Any]) -> None:
-        """Write one record as one line and flush it; all or nothing."""
-        line = (json.dumps(record, ensure_ascii=False, default=str) + "\n").encode("utf-8")
+        """Write one record as one line and flush it; all or nothing.
+
+        A record that no JSON line can hold (a NaN reward, text with a lone surrogate, from
+        an agent or env) is replaced, in place, by its sample's ``unstorable_result``
+        failure: the caller's dict (which the engine then hands to ``on_final``) says what
+        was written, and the run goes on."""
+        try:
+            line = encode_record(record)
+        except ValueError as exc:
+            replacement = unstorable_record(record, exc)
+            log.error("%s: %s", record.get("key"), replacement["failure"]["message"])
+            record.clear()
+            record.update(replacement)
+            line = encode_record(record)
         if self._fh is None:
             self._fh = open(self.path, "ab", buffering=0)
         # The file's size, not tell(): after a cut-back the append-mode position still points
@@ -117,6 +129,84 @@ class ResultStore:
         if self._fh is not None:
             self._fh.close()
             self._fh = None
+
+
+class UnstorableResult(RolloutError):
+    """An attempt's record holds what results.jsonl cannot: the sample's failure."""
+
+    kind = "unstorable_result"
+
+
+#: the fields of a record that say which attempt it was; kept when its content is dropped
+_IDENTITY = ("key", "task_id", "sample_idx", "attempt", "mode", "tags", "turns", "worker", "pid",
+             "slot", "vm", "vms", "lease_wait_s", "started_at", "ended_at", "duration_s",
+             "trajectory", "meta", "final", "run_id")
+
+
+def encode_record(record: dict[str, Any]) -> bytes:
+    """A record as one JSON line of UTF-8; ValueError when none can hold it: a NaN or an
+    infinity (no JSON number; Python's json would write ``NaN``, which other readers
+    refuse) or text with a lone surrogate (no UTF-8)."""
+    return (json.dumps(record, ensure_ascii=False, allow_nan=False, default=str) + "\n").encode("utf-8")
+
+
+def storable_record(record: dict[str, Any]) -> dict[str, Any]:
+    """``record`` when results.jsonl can hold it, else its sample's ``unstorable_result``
+    failure (see :func:`unstorable_record`)."""
+    try:
+        encode_record(record)
+    except ValueError as exc:
+        return unstorable_record(record, exc)
+    return record
+
+
+def unstorable_record(record: dict[str, Any], exc: ValueError) -> dict[str, Any]:
+    """The failure that stands for a record results.jsonl cannot hold: which attempt it was
+    (its identity fields, made storable) and which value was the trouble; graded 0, final."""
+    what = _unstorable_value(record) or str(exc)
+    keep = {name: _storable(record[name]) for name in _IDENTITY if name in record}
+    return {**keep, "status": UnstorableResult.kind, "reward": 0.0, "success": False,
+            "infrastructure": False,
+            "failure": {"type": UnstorableResult.__name__, "traceback": "",
+                        "message": f"the attempt's record cannot be stored in results.jsonl: {what}; "
+                                   "its agent or env returned a value no JSON line can hold"}}
+
+
+def _unstorable_value(value: Any, where: str = "the record") -> str | None:
+    """Which value of a record cannot be stored, and why, or None."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"{where} is {value} (not a JSON number)"
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            return f"{where} holds a lone surrogate ({value[exc.start]!r}, not Unicode text)"
+        return None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            found = _unstorable_value(key, f"a key of {where}") or _unstorable_value(
+                item, f"{where}[{_storable(key)!r}]" if where != "the record" else f"field {_storable(key)!r}")
+            if found:
+                return found
+    elif isinstance(value, (list, tuple)):
+        for index, item in enumerate(value):
+            found = _unstorable_value(item, f"{where}[{index}]")
+            if found:
+                return found
+    return None
+
+
+def _storable(value: Any) -> Any:
+    """``value`` with every non-finite float made None and every lone surrogate escaped."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, str):
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(value, dict):
+        return {_storable(k): _storable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_storable(v) for v in value]
+    return value
 
 
 def read_records(path: str | Path) -> list[dict[str, Any]]:

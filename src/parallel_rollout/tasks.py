@@ -139,10 +139,7 @@ def _records(path: Path) -> Iterable[tuple[int, Any]]:
         lineno = raw[: exc.start].count(b"\n") + 1
         raise TaskFileError(f"{path}:{lineno}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     if _kind(path) == ".json":
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise TaskFileError(f"{path}:{exc.lineno}: invalid JSON: {exc.msg}") from None
+        data = _parse(text, path, 1)
         if isinstance(data, dict) and "tasks" in data:
             data = data["tasks"]
         if not isinstance(data, list):
@@ -156,10 +153,77 @@ def _records(path: Path) -> Iterable[tuple[int, Any]]:
     for lineno, line in enumerate(text.split("\n"), start=1):
         if not line.strip():
             continue
-        try:
-            yield lineno, json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise TaskFileError(f"{path}:{lineno}: invalid JSON: {exc.msg}") from None
+        yield lineno, _parse(line, path, lineno)
+
+
+class _NotJSON(ValueError):
+    """A number JSON does not have (``NaN``, ``Infinity``, ``-Infinity``)."""
+
+
+def _refuse_constant(name: str) -> Any:
+    raise _NotJSON(name)
+
+
+def _parse(text: str, path: Path | str, first_line: int) -> Any:
+    """``json.loads(text)``, refusing what results.jsonl could not store: a non-JSON number
+    (``NaN``, ``Infinity``: Python's json reads them, no other JSON reader does, and each
+    such task would fail at run time) or text that is not Unicode (a lone surrogate such as
+    ``"\\ud800"``: valid JSON, but no UTF-8 file can hold it). TaskFileError names the line
+    (``first_line`` is that of ``text``'s first line)."""
+    try:
+        data = json.loads(text, parse_constant=_refuse_constant)
+    except _NotJSON as exc:
+        lineno = first_line + text.count("\n", 0, _offset_of(text, str(exc)))
+        raise TaskFileError(f"{path}:{lineno}: {exc} is not a JSON number (use a number or "
+                            "null)") from None
+    except json.JSONDecodeError as exc:
+        raise TaskFileError(f"{path}:{first_line + exc.lineno - 1}: invalid JSON: {exc.msg}") from None
+    where = _unencodable(data)
+    if where is not None:
+        field, value = where
+        bad = next(c for c in value if 0xD800 <= ord(c) <= 0xDFFF)
+        lineno = first_line + text.count("\n", 0, _offset_of(text, f"\\u{ord(bad):04x}"))
+        raise TaskFileError(f"{path}:{lineno}: {field} holds text that is not Unicode (a lone "
+                            f"surrogate, \\u{ord(bad):04x}); results.jsonl could not store it")
+    return data
+
+
+def _unencodable(value: Any, field: str = "the task") -> tuple[str, str] | None:
+    """(where, the string) of the first string (key or value) that UTF-8 cannot encode."""
+    if isinstance(value, str):
+        if not value.isascii():
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                return field, value
+        return None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            found = _unencodable(key, f"a field name in {field}") or _unencodable(item, f"field {key!r}")
+            if found:
+                return found
+    elif isinstance(value, list):
+        for item in value:
+            found = _unencodable(item, field)
+            if found:
+                return found
+    return None
+
+
+def _offset_of(text: str, token: str) -> int:
+    """Where ``token`` first appears in ``text``: a constant outside any JSON string, or a
+    ``\\uXXXX`` escape; 0 when not found (the message still names the field)."""
+    if token in ("NaN", "Infinity", "-Infinity"):
+        for match in _TOKENS.finditer(text):
+            if match.group(1) is not None:
+                return match.start(1)
+        return 0
+    # the file may write the escape in either case (\\uD800)
+    return max(text.lower().find(token.lower()), 0)
+
+
+#: a JSON string, or a non-JSON constant (group 1) outside any string
+_TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|(-?Infinity|NaN)')
 
 
 #: OSWorld's index of every task; --osworld-index picks another (test_small.json …)
@@ -187,8 +251,8 @@ def _folder_records(folder: Path, domain: str, index: str = DEFAULT_INDEX
     one, or ``all``."""
     folder, index_path = osworld_folder(folder, index)
     try:
-        index = json.loads(index_path.read_text(encoding="utf-8-sig"))
-    except (ValueError, UnicodeDecodeError) as exc:
+        index = _parse(index_path.read_text(encoding="utf-8-sig"), index_path, 1)
+    except UnicodeDecodeError as exc:
         raise TaskFileError(f"{index_path}:1: invalid JSON: {exc}") from None
     if not isinstance(index, dict) or not all(
             isinstance(ids, list) and all(isinstance(i, str) for i in ids) for ids in index.values()):
@@ -199,11 +263,11 @@ def _folder_records(folder: Path, domain: str, index: str = DEFAULT_INDEX
         for task_id in index[name]:
             task_path = folder / "examples" / name / f"{task_id}.json"
             try:
-                raw = json.loads(task_path.read_text(encoding="utf-8-sig"))
+                raw = _parse(task_path.read_text(encoding="utf-8-sig"), task_path, 1)
             except FileNotFoundError:
                 raise TaskFileError(f"{index_path}: task {task_id!r} of domain {name!r} has no file "
                                     f"{task_path}") from None
-            except (ValueError, UnicodeDecodeError) as exc:
+            except UnicodeDecodeError as exc:
                 raise TaskFileError(f"{task_path}:1: invalid JSON: {exc}") from None
             if isinstance(raw, dict) and isinstance(raw.get("tags", []), list) and name not in raw.get("tags", []):
                 raw["tags"] = [*raw.get("tags", []), name]  # per-domain numbers in the summary

@@ -43,6 +43,7 @@ from .envs import Env, get_env
 from .errors import AttemptCancelled, RolloutError, SandboxViolation, VMError
 from .messages import Assignment, Cancel, Finished, LeaseWait, Started, Stop
 from .pool.leasing import lease_vm
+from .results import storable_record
 from .tasks import safe_name
 from .trajectories import TrajectoryFile
 
@@ -224,9 +225,9 @@ class RolloutWorker:
 @contextmanager
 def _task_breaks_vm(phase: str) -> Iterator[None]:
     """A VMError once the task's own actions ran is a ``SandboxViolation``: the task's doing
-    (a hostile answer kills its guest agent), not the pool's. A VM that died of itself at
-    that moment looks the same and is graded the same; a failure of ``env.reset`` (the
-    task's setup, before any action) stays infrastructure and is retried."""
+    (a hostile answer kills its guest agent), not the pool's, unless its provider tells it
+    was killed from outside (``leasing.lease_vm``: ``VMKilled``, retried); a failure of
+    ``env.reset`` (the task's setup, before any action) stays infrastructure and is retried."""
     try:
         yield
     except SandboxViolation:
@@ -316,7 +317,7 @@ def _serializable(record: dict[str, Any]) -> dict[str, Any]:
     otherwise fail inside the engine or be lost."""
     try:
         json.dumps(record)
-        return record
+        return storable_record(record)  # NaN or a lone surrogate: its own failure
     except (TypeError, ValueError) as exc:
         return records.unserializable_record(record, exc)
 

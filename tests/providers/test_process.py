@@ -184,6 +184,45 @@ def test_healthy_false_after_outside_kill_and_stop_is_idempotent(provider, vm, b
     assert not [p for p in _sandbox_pids(vm) if _alive(p)]
 
 
+@pytest.mark.parametrize("victim", ["bwrap", "init", "agent"])
+def test_death_cause_names_a_kill_from_outside(provider, vm, victim):
+    """A sandbox SIGKILLed from outside (its bwrap, its namespace init, or, the runner being
+    root, its agent: the task's user can signal neither) is not the task's doing, and the
+    provider says why: the pool then retries the task on another VM instead of blaming it."""
+    if victim != "bwrap" and os.geteuid() != 0:
+        pytest.skip("as another user the task shares its agent's uid: it could have killed it")
+    init = vm.private["init_pid"]
+    pid = {"bwrap": vm.private["pid"], "init": init,
+           "agent": psutil.Process(init).children()[0].pid}[victim]
+    os.kill(pid, signal.SIGKILL)
+    cause = provider.death_cause(vm)
+    assert cause and "SIGKILL" in cause, cause
+    assert ("bwrap" in cause) == (victim == "bwrap"), cause
+
+
+def test_death_cause_is_none_while_it_runs_and_after_the_pools_own_kill(provider, vm, monkeypatch):
+    from parallel_rollout.pool.providers import sandbox_processes
+
+    monkeypatch.setattr(sandbox_processes, "DEATH_WAIT_S", 0.2)
+    assert provider.death_cause(vm) is None  # alive: whatever broke, the task may have
+    provider.stop(vm)
+    assert provider.death_cause(vm) is None  # the pool's own kill
+
+
+@pytest.mark.skipif("memory" not in cgroups.available(), reason="no writable memory cgroup")
+def test_death_cause_blames_the_task_once_its_vm_reached_its_memory_limit(base_dir):
+    """A task that ran its VM into its memory limit may have brought down what died next
+    (the VM's own OOM kills): no cause outside it is claimed."""
+    provider = ProcessProvider("run5", ProviderOptions(memory_mb=200), base_dir=base_dir)
+    info = provider.start("vm0")
+    try:
+        assert GuestClient(info.address).run_python("x = bytearray(400 << 20)")["return_code"] == -9
+        os.kill(info.private["pid"], signal.SIGKILL)
+        assert provider.death_cause(info) is None
+    finally:
+        provider.stop(info)
+
+
 def test_stop_removes_processes_and_folder(provider, base_dir):
     info = provider.start("vm1")
     GuestClient(info.address).execute("setsid sleep 1000 >/dev/null 2>&1 &", shell=True)
@@ -252,6 +291,118 @@ def test_sweep_after_owner_is_killed(base_dir):
             proc.wait()
 
 
+_DYING_OWNER = """
+import sys, time
+from parallel_rollout.pool.providers import cgroups
+from parallel_rollout.pool.providers.process import ProcessProvider
+
+real = cgroups.VMCgroup.join_argv
+# a second between the fork and bwrap's exec: the window where bwrap has no parent-death
+# signal of its own yet (it sets it up when it starts)
+cgroups.VMCgroup.join_argv = lambda self, argv: ["/bin/sh", "-c", 'sleep 1; exec "$@"', "slow",
+                                                 *real(self, argv)]
+provider = ProcessProvider("dying", base_dir=sys.argv[1])
+print("booting", flush=True)
+provider.start("vm0")
+time.sleep(600)
+"""
+
+
+def _processes_naming(folder: Path) -> list[psutil.Process]:
+    """Every live process on the host whose command line names ``folder``."""
+    found = []
+    for proc in psutil.process_iter(["cmdline", "status"]):
+        if proc.info["status"] != psutil.STATUS_ZOMBIE \
+                and any(f"{folder}/" in arg for arg in proc.info["cmdline"] or ()):
+            found.append(proc)
+    return found
+
+
+def test_an_owner_killed_while_it_forks_a_sandbox_leaves_nothing(base_dir):
+    """The owner of the sandboxes (the pool's Manager) SIGKILLed after its fork of a sandbox
+    and before bwrap set up its own parent-death signal: that bwrap used to start anyway,
+    re-parented, after the sweep that follows the crash had looked, and leave its child (a
+    bare bwrap with no child of its own) waiting forever. The fork now dies with its owner
+    from its first instruction on."""
+    owner = subprocess.Popen([sys.executable, "-c", _DYING_OWNER, str(base_dir)],
+                             stdout=subprocess.PIPE, text=True)
+    vm_dir = base_dir / "dying" / "vm0"
+    try:
+        assert owner.stdout.readline().strip() == "booting"
+        deadline = time.monotonic() + 10
+        while not _processes_naming(vm_dir) and time.monotonic() < deadline:
+            time.sleep(0.01)  # the fork is under way: the slow shell names the folder
+        assert _processes_naming(vm_dir), "the owner never forked the sandbox"
+        owner.kill()
+        owner.wait()
+        time.sleep(2.5)  # the slow shell would have exec'd bwrap by now
+        left = [f"{p.pid} {' '.join(p.cmdline())[:80]}" for p in _processes_naming(vm_dir)]
+        assert not left, f"the dead owner's sandbox lives on: {left}"
+    finally:
+        owner.kill()
+        owner.wait()
+        ProcessProvider.sweep(base_dir=base_dir)
+        for proc in _processes_naming(vm_dir):
+            proc.kill()
+
+
+_EXITING_OWNER = """
+import os, sys, threading, time
+import psutil
+sys.path.insert(0, sys.argv[3])
+from test_process import StuckProvider as Stuck
+from parallel_rollout.pool.providers import process
+process.read_until = lambda fd, terminator, deadline: time.sleep(600)  # nobody reads it
+
+def owner(base_dir):
+    provider = Stuck("exiting", base_dir=base_dir)
+    threading.Thread(target=provider.start, args=("vm0",), daemon=True).start()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        bwraps = [p for p in psutil.Process().children() if p.name() == "bwrap"]
+        if bwraps and bwraps[0].children():
+            break
+        time.sleep(0.01)
+    print("held" if bwraps and bwraps[0].children() else "not held", flush=True)
+    sys.exit(0)  # a boot under way, as when the pool's Manager exits after a shutdown
+
+if __name__ == "__main__":
+    if sys.argv[2] == "multiprocessing":  # the pool's Manager is one
+        import multiprocessing
+        child = multiprocessing.get_context("spawn").Process(target=owner, args=(sys.argv[1],))
+        child.start()
+        child.join()
+    else:
+        owner(sys.argv[1])
+"""
+
+
+@pytest.mark.parametrize("how", ["script", "multiprocessing"])
+def test_an_owner_that_exits_during_a_boot_leaves_no_child_of_bwrap(base_dir, tmp_path, how):
+    """An owner that exits (the pool's Manager at the end of a run, or following a dead
+    runner) while a boot is under way: --die-with-parent kills that bwrap, but its child,
+    which waits for bwrap's word before it execs the init and has no parent-death signal
+    of its own yet, stayed behind (a bare bwrap with no child), with no sweep to come when
+    the runner is gone too. The owner now kills what it launched on its way out."""
+    script = tmp_path / "owner.py"  # a file: a spawned child imports its target from it
+    script.write_text(_EXITING_OWNER)
+    owner = subprocess.run([sys.executable, str(script), str(base_dir), how,
+                            str(Path(__file__).parent)], capture_output=True, text=True, timeout=60)
+    vm_dir = base_dir / "exiting" / "vm0"
+    try:
+        assert owner.stdout.strip() == "held", owner.stderr[-2000:]
+        deadline = time.monotonic() + 3
+        while _processes_naming(vm_dir) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        left = [f"{p.pid} {' '.join(p.cmdline())[:80]} children {p.children()}"
+                for p in _processes_naming(vm_dir)]
+        assert not left, f"left behind by an owner that exited: {left}"
+    finally:
+        ProcessProvider.sweep(base_dir=base_dir)
+        for proc in _processes_naming(vm_dir):
+            proc.kill()
+
+
 def test_sweep_of_another_run_leaves_ours_alone(provider, vm, base_dir):
     assert ProcessProvider.sweep("other-run", base_dir=base_dir) == []
     assert ProcessProvider.sweep(base_dir=base_dir) == []  # our owner (this process) lives
@@ -282,6 +433,20 @@ def _bwraps_naming(folder: Path) -> list[psutil.Process]:
     return found
 
 
+class StuckProvider(ProcessProvider):
+    """A process provider whose bwrap is held between its fork and its word to the child
+    (which then execs the init): a full --info-fd pipe, as long as nobody reads it."""
+
+    def _argv(self, vm_id, vm_dir, ready_w, info_w, sock_fd):
+        os.set_blocking(info_w, False)
+        try:
+            while True:
+                os.write(info_w, b"x" * 4096)
+        except BlockingIOError:
+            os.set_blocking(info_w, True)
+        return super()._argv(vm_id, vm_dir, ready_w, info_w, sock_fd)
+
+
 @pytest.mark.parametrize("machine", ["cgroups", "no cgroups"])
 def test_bwrap_killed_before_it_reports_its_init_leaves_no_orphan(machine, base_dir, request,
                                                                   monkeypatch):
@@ -292,17 +457,7 @@ def test_bwrap_killed_before_it_reports_its_init_leaves_no_orphan(machine, base_
         request.getfixturevalue("no_cgroups")
     from parallel_rollout.pool.providers import process
 
-    class Stuck(ProcessProvider):
-        def _argv(self, vm_id, vm_dir, ready_w, info_w, sock_fd):
-            # a full --info-fd pipe holds bwrap between its fork and that word to its child
-            os.set_blocking(info_w, False)
-            try:
-                while True:
-                    os.write(info_w, b"x" * 4096)
-            except BlockingIOError:
-                os.set_blocking(info_w, True)
-            return super()._argv(vm_id, vm_dir, ready_w, info_w, sock_fd)
-
+    Stuck = StuckProvider
     real_read_until = process.read_until
     held: list[psutil.Process] = []
     vm_dir = base_dir / "orphan" / "vm0"

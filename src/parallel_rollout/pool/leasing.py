@@ -8,7 +8,11 @@ back when the block ends:
 * ``lease_vm(pool, …)`` is the block: ``with lease_vm(pool, …) as info:`` — a normal exit
   or a task error releases the VM (it is reset); a ``VMError`` marks it dead, so a broken VM
   never returns to IDLE. It broke while the task held it, so it restarts from its snapshot
-  without spending the pool's replacement budget (a task's failure is not the pool's);
+  without spending the pool's replacement budget (a task's failure is not the pool's).
+  Before that the pool asks the provider why it died (``death_cause``): a VM killed from
+  outside (a signal the pool did not send, the host's OOM killer, the machine gone) is not
+  the task's doing, and the block raises ``VMKilled`` (infrastructure: retried on another
+  VM) instead of the error the task saw;
 * the worker's ``AttemptLeaser`` (``worker``) wraps it as the ``VMLeaser`` an env gets.
 """
 
@@ -17,7 +21,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 from typing import Any, Iterator
 
-from ..errors import VMError
+from ..errors import VMError, VMKilled
 from .providers import VMInfo
 
 
@@ -28,6 +32,12 @@ def lease_vm(pool: Any, worker_id: str, task_key: str, timeout: float, holder: s
     try:
         yield info
     except VMError as exc:
+        cause = pool.death_cause(info.vm_id, info.lease)
+        if cause:
+            killed = VMKilled(f"VM {info.vm_id} was killed from outside during {task_key}, not by "
+                              f"the task: {cause} (the task saw: {exc.kind}: {exc})")
+            pool.mark_dead(info.vm_id, f"killed from outside during {task_key}: {cause}", info.lease, True)
+            raise killed from exc
         pool.mark_dead(info.vm_id, f"{exc.kind} during {task_key}: {exc}", info.lease, True)
         raise
     except BaseException:

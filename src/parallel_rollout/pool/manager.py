@@ -43,8 +43,9 @@ from typing import Any
 from ..errors import LeaseTimeout, PoolClosed, PoolExhausted, WorkerDied
 from ..results import percentiles
 from . import spares, watchers
+from .provider_calls import ProviderCalls
 from .vm_record import VMRecord, VMState, busy_times, state_counts
-from .providers import ProviderOptions, VMInfo, get_provider, verify
+from .providers import ProviderOptions, VMInfo, get_provider
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +55,7 @@ _WAIT_SLICE_S = 0.5
 _BOOT_GRACE_S = 2.0
 
 
-class VMPoolManager:
+class VMPoolManager(ProviderCalls):
     """The pool of one run: boots, leases, resets, replaces and stops its VMs."""
 
     def __init__(self, provider_name: str, run_id: str, size: int, *,
@@ -180,6 +181,21 @@ class VMPoolManager:
                 self._event(vm_id, None, None, f"stale mark_dead ignored: {reason}", None, None)
                 return
             self._mark_dead_and_replace(vm, reason, charge=not by_task)
+
+    def death_cause(self, vm_id: str, lease: int | None = None) -> str | None:
+        """Why a leased VM that broke under its task died, when the cause is outside the
+        task (``Provider.death_cause``); None when the task may have done it, or when the
+        VM is not (or no longer) held by ``lease``. Asked before ``mark_dead`` stops it."""
+        with self._lock:
+            vm = self._vms.get(vm_id)
+            if vm is None or vm.info is None or (lease is not None and not self._holds(vm, lease)):
+                return None
+            info = vm.info
+        try:  # without the lock: the provider may wait a moment for a dying VM
+            return self._provider.death_cause(info)
+        except Exception:  # noqa: BLE001 - no answer is "the task may have done it"
+            log.exception("the death cause of %s could not be read", vm_id)
+            return None
 
     def reclaim(self, holder: str) -> list[str]:
         """Reset every VM leased by a dead worker; that holder can never lease again."""
@@ -366,93 +382,6 @@ class VMPoolManager:
         except (OSError, ValueError):
             log.exception("cannot write events.jsonl")
 
-    def _boot_new(self, reason: str, owner: str | None = None) -> None:
-        vm = VMRecord(vm_id=f"{self.vm_prefix}{self._next_index}", owner=owner, since=time.monotonic())
-        self._next_index += 1
-        # The provider bounds its own boot; this catches a start() that ignores its timeout.
-        vm.deadline = vm.since + self._call_timeout_s()
-        self._vms[vm.vm_id] = vm
-        self._event(vm.vm_id, None, VMState.BOOTING.value, reason, None, None)
-        self._counters["boots"] += 1
-        self._boot_threads.add(self._spawn(self._boot_thread, vm, deadline=vm.deadline))
-
-    def _boot_thread(self, vm: VMRecord) -> None:
-        """A boot's own thread: ``provider.start`` without the lock, then IDLE (or DEAD)."""
-        started = time.monotonic()
-        try:
-            info = self._provider.start(vm.vm_id)
-        except BaseException as exc:  # noqa: BLE001 - any boot failure kills this VM only
-            with self._lock:
-                if vm.state is VMState.BOOTING:
-                    self._counters["boot_failures"] += 1
-                    self._mark_dead_and_replace(vm, f"boot failed: {type(exc).__name__}: {exc}")
-            return
-        # Checked once before its first lease, against the same fingerprint as every reset:
-        # no task ran on it, so a difference is the provider's fault (verify.py: it spends
-        # the replacement budget, as a failed boot does).
-        try:
-            differences = self._provider.verify(info)
-        except Exception as exc:  # noqa: BLE001 - a check that cannot run is a difference
-            differences = [f"the check of the fresh VM failed: {type(exc).__name__}: {exc}"]
-        with self._lock:
-            if vm.state is VMState.BOOTING and self._running:
-                vm.info = info
-                self._boot_times.append(time.monotonic() - started)
-                if differences:
-                    self._counters["boot_failures"] += 1
-                    self._counters["dirty_boots"] += 1
-                    self._mark_dead_and_replace(vm, verify.summarize(differences, fresh=True),
-                                                differences=differences)
-                    return
-                self._move(vm, VMState.IDLE, "booted")
-                return
-        # Too late: the watchdog gave up on this boot, or the pool closed meanwhile.
-        self._stop_quietly(info)
-
-    def _call_timeout_s(self) -> float:
-        """How long a boot or a reset (a restart, for most providers) may take before the
-        watchdog gives up on it: the provider bounds its own calls; this catches one that
-        ignores its timeout."""
-        return self.options.boot_timeout_s + min(5.0, self.options.boot_timeout_s)
-
-    def _begin_reset(self, vm: VMRecord, reason: str) -> None:
-        task = vm.task_key  # what a failed verification blames
-        self._move(vm, VMState.RESETTING, reason)
-        vm.deadline = vm.since + self._call_timeout_s()
-        self._spawn(self._reset_thread, vm, vm.info, task, deadline=vm.deadline)
-
-    def _reset_thread(self, vm: VMRecord, info: VMInfo, task: str | None = None) -> None:
-        """A reset's own thread: ``provider.reset`` without the lock, then IDLE (or a restart)."""
-        started = time.monotonic()
-        try:
-            new_info = self._provider.reset(info)
-            # a reset that left something of the task: quarantined, never handed out
-            differences = self._provider.verify(new_info)
-        except BaseException as exc:  # noqa: BLE001 - a failed reset kills this VM only
-            with self._lock:
-                if vm.state is VMState.RESETTING:
-                    self._counters["reset_failures"] += 1
-                    # Every reset follows a task, whose leftovers (an undeletable folder) may
-                    # be what failed it: a restart from the snapshot, not the budget's. A
-                    # provider that cannot boot still spends it, at the boot.
-                    self._mark_dead_and_replace(vm, f"reset failed: {type(exc).__name__}: {exc}",
-                                                charge=False)
-            return
-        with self._lock:
-            self._counters["resets"] += 1
-            self._reset_times.append(time.monotonic() - started)
-            vm.info = new_info
-            if differences and vm.state is VMState.RESETTING:
-                self._counters["quarantined"] += 1
-                # what the task left: a restart from the snapshot, not the budget's
-                self._mark_dead_and_replace(vm, verify.summarize(differences), charge=False,
-                                            differences=differences, after_task=task)
-                return
-            if vm.state is VMState.RESETTING and self._running:
-                self._move(vm, VMState.IDLE, "reset done")
-                return
-        self._stop_quietly(new_info)
-
     def _mark_dead_and_replace(self, vm: VMRecord, reason: str, charge: bool = True, **extra: Any) -> None:
         """Move ``vm`` to DEAD, stop it in the background, boot a replacement: from the
         budget (``charge``) while it lasts, else as a free restart from the snapshot;
@@ -473,24 +402,3 @@ class VMPoolManager:
             # The replacement inherits the dead VM's owner, so a per-worker VM stays its worker's.
             self._boot_new(f"replaces {vm.vm_id}", owner=vm.owner)
             vm.owner = None
-
-    def _spawn(self, target, *args: Any, deadline: float | None = None) -> threading.Thread:
-        thread = threading.Thread(target=self._run_tracked, args=(target, *args), daemon=True)
-        self._threads[thread] = deadline or time.monotonic() + self.options.boot_timeout_s + 30
-        thread.start()
-        return thread
-
-    def _run_tracked(self, target, *args: Any) -> None:
-        try:
-            target(*args)
-        finally:
-            self._threads.pop(threading.current_thread(), None)
-            self._boot_threads.discard(threading.current_thread())
-
-    def _stop_quietly(self, info: VMInfo | None) -> None:
-        if info is None:
-            return
-        try:
-            self._provider.stop(info)
-        except Exception:  # noqa: BLE001 - stopping is best effort; sweep cleans the rest
-            log.exception("stopping %s failed", info.vm_id)

@@ -17,8 +17,10 @@ from typing import Any
 
 from ..logs import ChildLogging
 from .manager import VMPoolManager
+from .providers.sandbox_processes import kill_all
 
-_POOL_METHODS = ("lease", "release", "mark_dead", "reclaim", "stats", "shutdown", "__repr__")
+_POOL_METHODS = ("lease", "release", "mark_dead", "death_cause", "reclaim", "stats", "shutdown",
+                 "__repr__")
 _live_pools: list[VMPoolManager] = []
 
 
@@ -52,6 +54,7 @@ def _serve_init(parent_pid: int, log_to: ChildLogging | None) -> None:
                 pool.shutdown()
             except Exception:  # noqa: BLE001
                 pass
+        kill_all()  # boots still under way; os._exit runs no atexit hook
         os._exit(3)
 
     threading.Thread(target=follow_parent, name="follow-runner", daemon=True).start()

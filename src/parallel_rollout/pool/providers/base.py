@@ -152,6 +152,16 @@ class Provider(abc.ABC):
         seconds of each IDLE VM (``pool/watchers.py``): answer within a few seconds, never
         raise; three noes in a row replace the VM."""
 
+    def death_cause(self, info: VMInfo) -> str | None:
+        """Why a VM that broke under a task died, when the cause is outside the task: its
+        VM, sandbox or agent killed by a signal the pool did not send, the host's OOM
+        killer, the machine gone. The VM is then an infrastructure failure, retried on
+        another VM; with None (the default: the provider cannot tell, or the task's own
+        code could have done it) it is the task's ``sandbox_violation``. Asked right after
+        the task's call failed, before the VM is stopped; may wait a few seconds for a
+        dying VM to finish; never raises."""
+        return None
+
     @abc.abstractmethod
     def stop(self, info: VMInfo) -> None:
         """Stop the VM and remove everything it left; safe to call twice."""

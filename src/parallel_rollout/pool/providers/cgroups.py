@@ -226,6 +226,8 @@ class VMCgroup:
                     (path / name).write_text(str(value))
                     if controller == "memory":
                         _no_swap(path, version, value)
+                        if version == 1:  # the folder's last sandbox's peak (oom_counts)
+                            (path / "memory.max_usage_in_bytes").write_text("0")
             except OSError as exc:
                 raise VMError(f"cannot set up the cgroup {path}: {exc}") from exc
 
@@ -327,6 +329,30 @@ def kill_paths(paths: list[str]) -> None:
         while sum(_kill_member(pid, path) for pid in _members(path)) and time.monotonic() < deadline:
             time.sleep(delay)
             delay = min(delay * 2, 0.05)
+
+
+def oom_counts(paths: list[str]) -> tuple[int, int]:
+    """(processes of these cgroups killed by any OOM killer, times their memory limit was
+    reached) so far: v2's ``memory.events`` (``oom_kill``, ``oom``), v1's
+    ``memory.oom_control`` (``oom_kill``) and ``memory.failcnt``, plus one when the peak
+    usage met the limit (some kernels leave failcnt at 0; ``create`` resets the peak); (0, 0)
+    without a memory cgroup. A kill with no limit reached is the host's OOM killer."""
+    kills = limit_hits = 0
+    for name in paths:
+        path = Path(name)
+        events = dict(line.split() for line in _read(path / "memory.events").splitlines()
+                      if len(line.split()) == 2)
+        if events:
+            kills += int(events.get("oom_kill", 0))
+            limit_hits += int(events.get("oom", 0))
+            continue
+        control = dict(line.split() for line in _read(path / "memory.oom_control").splitlines()
+                       if len(line.split()) == 2)
+        kills += int(control.get("oom_kill", 0))
+        limit_hits += int(_read(path / "memory.failcnt").strip() or 0)
+        peak, limit = _read(path / "memory.max_usage_in_bytes").strip(), _read(path / "memory.limit_in_bytes").strip()
+        limit_hits += bool(peak and limit and int(peak) >= int(limit))
+    return kills, limit_hits
 
 
 def _members(path: Path) -> list[int]:

@@ -20,7 +20,9 @@ import json
 import os
 import re
 import shutil
+import signal
 import stat
+import subprocess
 from pathlib import Path
 from typing import Callable
 
@@ -84,6 +86,23 @@ def process_and_agent_healthy(info, timeout_s: float) -> bool:
     except Exception:  # unreachable, malformed: either way not healthy
         return False
     return True
+
+
+def exit_status(proc, wait_s: float) -> int | None:
+    """``proc``'s exit status once it exits within ``wait_s`` (a VM whose agent stopped
+    answering is usually still dying), else None (it runs)."""
+    try:
+        return proc.wait(timeout=wait_s)
+    except subprocess.TimeoutExpired:
+        return None
+
+
+def signal_name(number: int) -> str:
+    """``SIGKILL`` for 9; ``signal N`` for a number Python does not name."""
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
 
 
 def owner_label() -> dict:

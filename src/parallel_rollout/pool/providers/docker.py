@@ -22,9 +22,8 @@ by hand; it needs ``python3``). The host's own guest package (``guest/``) is bin
 read-only over the image's copy, so the agent always matches the host's client.
 
 **Desktop.** Desktop modes (osworld; ``options.desktop``) boot ``parallel-rollout-desktop:<key>``
-(``image build --provider docker --desktop``): the same recipe plus
-``images.DESKTOP_PACKAGES`` and ``images.DESKTOP_APT_PACKAGES`` (LibreOffice).
-The agent starts with ``--desktop WxH``: the desktop is up before the container counts as
+(``image build --provider docker --desktop``): the same recipe plus ``images.DESKTOP_PACKAGES``
+and ``images.DESKTOP_APT_PACKAGES`` (LibreOffice). The agent starts with ``--desktop WxH``: the desktop is up before the container counts as
 booted, and the spare a reset hands out has a fresh one.
 
 **Isolation.** ``--network none`` (only ``lo``), a fresh writable layer and a tmpfs ``/tmp``
@@ -92,9 +91,9 @@ from . import images, seccomp, verify
 from .base import Provider, ProviderOptions, VMInfo
 from .common import check_name, make_vm_dir, read_meta, remove_run_dir_if_empty, secure_base_dir
 from .docker_cli import (GUEST_HOME, GUEST_SOCK_DIR, LABEL, SOCKET_NAME, START_HINT, agent_argv,
-                         container_state, containers, daemon_address, daemon_limits, docker,
-                         image_exists, image_kind, import_changes, init_process, kill_init, logs,
-                         owner_alive, remove_containers, remove_old_guest_images)
+                         container_death_cause, container_state, containers, daemon_address,
+                         daemon_limits, docker, image_exists, image_kind, import_changes, init_process,
+                         kill_init, logs, owner_alive, remove_containers, remove_old_guest_images)
 from .docker_spare import Background, SpareContainers
 from .layer_diff import LayerView
 
@@ -305,6 +304,10 @@ class DockerProvider(SpareContainers, Provider):
             return GuestClient(info.address, timeout_s=2.0).health().get("vm") == info.vm_id
         except Exception:  # unreachable, malformed: either way not healthy
             return False
+
+    def death_cause(self, info: VMInfo) -> str | None:
+        """Why the container died, when its task cannot have done it (``docker_cli``)."""
+        return container_death_cause(info.private["name"], self._memory_mb is not None)
 
     def stop(self, info: VMInfo) -> None:
         """Remove the VM's container, its spare and its folder; a second call does nothing."""

@@ -21,7 +21,7 @@ import psutil
 
 from ...errors import ProviderUnavailable, VMError
 from . import images
-from .common import same_process
+from .common import same_process, signal_name
 
 LABEL = "parallel-rollout"
 GUEST_HOME = "/home/user"
@@ -119,6 +119,31 @@ def container_state(name: str) -> str:
     """The container's status (``running``, ``exited``, …), or ``missing``."""
     done = docker("container", "inspect", "--format", "{{.State.Status}}", name, check=False)
     return done.stdout.strip() if done.returncode == 0 else "missing"
+
+
+def container_death_cause(name: str, memory_limited: bool) -> str | None:
+    """Why a container died, when the task in it cannot have done it (``Provider.
+    death_cause``): removed, paused, or its init (or agent) killed by a signal with no OOM
+    of its own memory limit. The task runs as another user than the agent and docker-init,
+    so it can signal neither. An OOM kill is the task's when the container has a memory
+    limit (it used it up), the host's otherwise."""
+    done = docker("container", "inspect", "--format", "{{json .State}}", name, check=False)
+    if done.returncode != 0:
+        return f"its container {name} is gone (removed from outside)"
+    try:
+        state = json.loads(done.stdout)
+    except ValueError:
+        return None
+    if state.get("Paused"):
+        return f"its container {name} was paused from outside"
+    if state.get("Running"):
+        return None  # alive: its agent stopped answering, as far as anyone can tell
+    if state.get("OOMKilled"):
+        return None if memory_limited else "the host's OOM killer killed it"
+    code = state.get("ExitCode") or 0
+    if code > 128:
+        return f"its container {name} was stopped by {signal_name(code - 128)} from outside (exit code {code})"
+    return None
 
 
 def logs(name: str) -> str:

@@ -94,10 +94,12 @@ from .base import Provider, ProviderOptions, VMInfo
 from .common import (check_name, create_time, log_tail, make_vm_dir, owner_label,
                      process_and_agent_healthy, read_meta, remove_vm_dir, same_process,
                      secure_base_dir, sweep_vm_folders, write_meta)
-from .sandbox_processes import (children, kill_recorded, kill_sandbox, kill_unrecorded,
-                                launcher, read_until, sandbox_alive)
+from .sandbox_processes import (children, death_cause, kill_recorded, kill_sandbox,
+                                kill_unrecorded, launcher, read_until, sandbox_alive)
 
 log = logging.getLogger(__name__)
+#: the namespaces every sandbox (and the standby it boots from) gets of its own
+NAMESPACE_FLAGS = ("--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-net")
 
 DEFAULT_BASE_DIR = "/tmp/parallel-rollout/process"
 BASE_DIR_ENV = "PARALLEL_ROLLOUT_PROCESS_DIR"
@@ -232,7 +234,7 @@ class ProcessProvider(Provider):
         if sandbox_fs.guest_python() is None:
             raise ProviderUnavailable("the process provider needs python3 under /usr")
         seccomp.program()
-        argv = [bwrap, *_namespace_flags(), *sandbox_fs.system_binds(), "--proc", "/proc",
+        argv = [bwrap, *NAMESPACE_FLAGS, *sandbox_fs.system_binds(), "--proc", "/proc",
                 "--dev", "/dev", "--", "/bin/true"]
         try:
             probe = subprocess.run(argv, capture_output=True, timeout=10)
@@ -298,6 +300,10 @@ class ProcessProvider(Provider):
     def healthy(self, info: VMInfo) -> bool:
         """The bwrap process is the one we started and its agent answers /health quickly."""
         return process_and_agent_healthy(info, timeout_s=2.0)
+
+    def death_cause(self, info: VMInfo) -> str | None:
+        """Why the sandbox died, when its task cannot have done it (``sandbox_processes``)."""
+        return death_cause(info.private, self._run_as)
 
     def stop(self, info: VMInfo) -> None:
         """Kill the sandbox and remove its folder and cgroups; a second call does nothing."""
@@ -396,7 +402,7 @@ class ProcessProvider(Provider):
             path = f"{GUEST_BIN}:{images.guest_path(desktop=True)}"  # python, the shims
         return [
             shutil.which("bwrap") or "bwrap",
-            *_namespace_flags(), *privileges, "--die-with-parent", "--new-session",
+            *NAMESPACE_FLAGS, *privileges, "--die-with-parent", "--new-session",
             "--hostname", vm_id,
             *sandbox_fs.system_binds(), *sandbox_fs.secret_masks(vm_dir / "empty"),
             *(sandbox_fs.user_entries(vm_dir, uid, GUEST_HOME) if uid is not None else ()),
@@ -442,7 +448,7 @@ class ProcessProvider(Provider):
                 proc = launcher().popen(argv, stdin=subprocess.DEVNULL, stdout=agent_log,
                                         stderr=agent_log,
                                         pass_fds=(ready_w, info_w, seccomp_fd, listener.fileno()),
-                                        start_new_session=True)
+                                        start_new_session=True, die_with_owner=True)
         except OSError as exc:
             for fd in (ready_r, ready_w, info_r, info_w):
                 os.close(fd)
@@ -455,7 +461,8 @@ class ProcessProvider(Provider):
         os.close(info_w)
         children[proc.pid] = proc
         private = {"pid": proc.pid, "create_time": create_time(proc.pid),
-                   "vm_dir": str(vm_dir), "cgroups": group.paths}
+                   "vm_dir": str(vm_dir), "cgroups": group.paths,
+                   "oom_baseline": cgroups.oom_counts(group.paths)}  # the folder's so far
         # recorded at once: a manager killed before the agent is ready leaves a sandbox
         # that a sweep must still find
         self._write_meta(vm_id, vm_dir, private)
@@ -488,11 +495,3 @@ class ProcessProvider(Provider):
         write_meta(vm_dir, {"run_id": self.run_id, "vm_id": vm_id, "created": time.time(),
                             **owner_label(), **private})
         (vm_dir / "pid").write_text(f"{private['pid']}\n")
-
-
-# ------------------------------------------------------------------------ helpers
-
-
-def _namespace_flags() -> list[str]:
-    return ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-net"]
-

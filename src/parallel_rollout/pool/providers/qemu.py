@@ -102,9 +102,9 @@ from .base import Provider, ProviderOptions, VMInfo
 from .qemu_image import (GUEST_PORT, IMAGE_FILES, QEMU_IMG, image_dir, image_format,
                          image_inputs, read_bytes, read_json, run)
 # Shared with the process provider: same labelling, same pid checks, same launcher thread.
-from .common import (check_name, create_time, log_tail, make_vm_dir, process_and_agent_healthy,
-                     read_meta, remove_run_dir_if_empty, runs_vm, same_process,
-                     secure_base_dir, sweep_vm_folders)
+from .common import (check_name, create_time, exit_status, log_tail, make_vm_dir,
+                     process_and_agent_healthy, read_meta, remove_run_dir_if_empty, runs_vm,
+                     same_process, secure_base_dir, signal_name, sweep_vm_folders)
 from .sandbox_processes import launcher
 # KVM detection and QMP; the accelerator names are part of this module's face (tests,
 # benchmarks and the CLI reach them as qemu.X)
@@ -274,6 +274,12 @@ class QemuProvider(Provider):
     def healthy(self, info: VMInfo) -> bool:
         """QEMU is the process we started and the agent answers /health quickly."""
         return process_and_agent_healthy(info, timeout_s=5.0)
+
+    def death_cause(self, info: VMInfo) -> str | None:
+        """QEMU killed by a signal (which no guest can send its host's process), else None."""
+        proc, pid = _children.get(info.private.get("pid")), info.private.get("pid")
+        status = exit_status(proc, 2.0) if proc is not None else None
+        return f"its QEMU (pid {pid}) was killed by {signal_name(-status)}" if status and status < 0 else None
 
     def stop(self, info: VMInfo) -> None:
         """Quit QEMU (QMP, then SIGKILL) and remove the VM folder; safe to call twice."""

@@ -5,6 +5,19 @@ the *thread* that forked bwrap exits, not its process. The pool starts and reset
 short-lived threads, so every bwrap is forked by one long-lived daemon thread per process:
 sandboxes live exactly as long as the process that owns them.
 
+**Dying with the owner from the first instruction.** bwrap sets up its parent-death signal
+when it starts, so an owner killed between the fork and that moment (the pool's Manager
+SIGKILLed while a boot or a reset forks) left a bwrap that started anyway, re-parented,
+after the sweep that follows the crash had looked; killed by SIGPIPE at its first word on
+--info-fd, it left its child waiting forever (a bare bwrap with no child). So the fork first
+runs ``setpriv --pdeathsig KILL``, then a shell that exits unless its parent is still the
+owner (the owner died before the signal was set), then execs the sandbox (``guarded``).
+
+**On the way out.** --die-with-parent kills a bwrap when its owner exits, but not bwrap's
+child while it waits for bwrap's word (below): it has no parent-death signal yet. An owner
+that exits with a boot under way (the pool's Manager after a shutdown, or following a dead
+runner, with no sweep to come) kills what it still runs first (``kill_all``, at exit).
+
 **Killing.** A sandbox is bwrap (host pid ``pid``) and the init of its pid namespace
 (``init_pid``, reported on bwrap's ``--info-fd``). Both get SIGKILL; the kernel lets the init
 finish exiting only after every other process of its namespace has, so waiting for the
@@ -17,8 +30,13 @@ it was forked into) and its folder in its command line still find it.
 
 from __future__ import annotations
 
+import atexit
+import functools
+import logging
+import multiprocessing.util
 import os
 import queue
+import shutil
 import signal
 import subprocess
 import threading
@@ -30,10 +48,14 @@ import psutil
 
 from ...errors import VMError
 from . import cgroups
-from .common import runs_vm, same_process
+from .common import create_time, exit_status, runs_vm, same_process, signal_name
+
+log = logging.getLogger(__name__)
 
 #: how long a killed sandbox may take to disappear before we call it stuck
 KILL_WAIT_S = 5.0
+#: how long death_cause waits for a sandbox whose agent stopped answering to finish exiting
+DEATH_WAIT_S = 2.0
 
 
 #: bwrap processes this process started, so it can reap them (no zombies)
@@ -45,6 +67,10 @@ class _Launcher:
 
     def __init__(self) -> None:
         self.pid = os.getpid()
+        # atexit for a plain process; a multiprocessing child (the pool's Manager) runs
+        # multiprocessing's finalizers instead
+        atexit.register(kill_all)
+        multiprocessing.util.Finalize(None, kill_all, exitpriority=10)
         self._requests: queue.SimpleQueue = queue.SimpleQueue()
         thread = threading.Thread(target=self._loop, name="bwrap-launcher", daemon=True)
         thread.start()
@@ -59,11 +85,40 @@ class _Launcher:
             except BaseException as exc:  # hand every failure back to the caller
                 future.set_exception(exc)
 
-    def popen(self, argv: list[str], **kwargs) -> subprocess.Popen:
-        """subprocess.Popen, forked from the launcher thread."""
+    def popen(self, argv: list[str], *, die_with_owner: bool = False, **kwargs) -> subprocess.Popen:
+        """subprocess.Popen, forked from the launcher thread; ``die_with_owner``: SIGKILLed
+        when this process dies, from the fork on (``guarded``)."""
         future: Future = Future()
-        self._requests.put((future, argv, kwargs))
+        self._requests.put((future, guarded(argv, self.pid) if die_with_owner else argv, kwargs))
         return future.result()
+
+
+#: the guard's shell: $0 is the owner's pid; the parent-death signal is already set here
+_GUARD = 'if [ "$PPID" != "$0" ]; then exit 125; fi; exec "$@"'
+
+
+def guarded(argv: list[str], owner: int) -> list[str]:
+    """``argv`` behind ``setpriv --pdeathsig KILL`` and a shell that exits unless its parent
+    is still ``owner``: killed when the forking thread dies, from the fork on (see the
+    module doc). Without a setpriv that has --pdeathsig (util-linux 2.33+), ``argv`` as is."""
+    setpriv = _setpriv()
+    if setpriv is None:
+        return argv
+    return [setpriv, "--pdeathsig", "KILL", "--", "/bin/sh", "-c", _GUARD, str(owner), *argv]
+
+
+@functools.lru_cache(maxsize=None)
+def _setpriv() -> str | None:
+    path = shutil.which("setpriv")
+    try:
+        if path and subprocess.run([path, "--pdeathsig", "KILL", "--", "true"],
+                                   capture_output=True, timeout=10).returncode == 0:
+            return path
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+    log.warning("no setpriv with --pdeathsig (util-linux 2.33+): a sandbox forked just as "
+                "its owner is killed may outlive it until the next sweep")
+    return None
 
 
 _launcher_lock = threading.Lock()
@@ -87,6 +142,9 @@ def kill_sandbox(private: dict) -> None:
     unreported = init_pid is None
     if unreported and same_process(pid, private.get("create_time")):
         init_pid, init_created = _unreported_init(pid)
+    # forgotten before it is killed: a death_cause asked meanwhile must not take the
+    # pool's own kill for one from outside
+    proc = children.pop(pid, None)
     for target, created in ((init_pid, init_created),
                             (pid, private.get("create_time"))):
         if same_process(target, created):
@@ -94,7 +152,6 @@ def kill_sandbox(private: dict) -> None:
                 os.kill(target, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-    proc = children.pop(pid, None)
     if proc is not None:
         try:
             proc.wait(timeout=KILL_WAIT_S)
@@ -119,6 +176,49 @@ def kill_sandbox(private: dict) -> None:
             cgroups.kill_paths(private.get("cgroups") or [])
             if private.get("vm_dir"):
                 kill_unrecorded(Path(private["vm_dir"]))
+
+
+def death_cause(private: dict, run_as: int | None) -> str | None:
+    """Why a sandbox died, when its task cannot have done it; None while it still runs
+    (its agent stopped answering, as far as anyone can tell) or when the task may have:
+
+    * its bwrap killed by a signal: nothing inside can signal it (it is outside the pid
+      namespace) and the pool's own kills forget it first (``kill_sandbox``);
+    * the host's OOM killer: a kill in the VM's memory cgroup whose limit was never reached
+      (reached, the task used its memory up: its own doing);
+    * ``run_as`` set (the runner is root): its agent or namespace init killed by a signal,
+      which the task's user cannot send (bwrap then exits 128 + the signal). As another
+      user the task shares the agent's uid and may have killed it itself."""
+    proc = children.get(private.get("pid"))  # None: stopped by the pool, or not ours
+    status = exit_status(proc, DEATH_WAIT_S) if proc is not None else None
+    if status is None:
+        return None
+    kills, limit_hits = (now - then for now, then in zip(
+        cgroups.oom_counts(private.get("cgroups") or []), private.get("oom_baseline") or (0, 0)))
+    if limit_hits:
+        return None
+    if kills:
+        return f"the host's OOM killer killed {kills} of its processes (its memory limit was never reached)"
+    if status < 0:
+        return f"its bwrap (pid {private['pid']}) was killed by {signal_name(-status)}, which the pool did not send"
+    if status > 128 and run_as is not None:
+        return (f"its guest agent or namespace init died of {signal_name(status - 128)}, which the "
+                f"task's user (uid {run_as}) cannot send")
+    return None
+
+
+def kill_all() -> None:
+    """Kill every sandbox this process started and has not stopped, each with bwrap's child
+    too (``kill_sandbox`` stops a bwrap that has not reported it and kills both): what an
+    owner does on its way out (see the module doc). Never raises."""
+    if _launcher_instance is None or _launcher_instance.pid != os.getpid():
+        return  # a forked child's copy of the parent's list: not its sandboxes
+    for pid, proc in list(children.items()):
+        if proc.poll() is None:  # ours and unreaped: the pid cannot have been reused
+            try:
+                kill_sandbox({"pid": pid, "create_time": create_time(pid)})
+            except Exception:  # noqa: BLE001 - best effort on the way out
+                pass
 
 
 def _unreported_init(pid: int) -> tuple[int | None, float | None]:
