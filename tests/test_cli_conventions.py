@@ -53,7 +53,7 @@ def test_help_lists_every_registered_name_builtin_and_plugin(monkeypatch):
     # the named datasets of --data, rag included
     assert "named dataset: frozenlake, humaneval, miniwob, rag, sokoban, sokoban-endless." in text
     # the corrected texts
-    assert "whole sandbox's memory cgroup" in text and "Address-space limit per process" not in text
+    assert "Memory limit per VM, in MB: its memory cgroup" in text and "Address-space limit per process" not in text
     assert "Every flag can be set as PARALLEL_ROLLOUT_<FLAG>" in text
     desktop = flat(CliRunner().invoke(main, ["image", "build", "--help"]).output)
     assert "Chromium, GIMP, VLC, Thunderbird" in desktop and "about 1 GB more" not in desktop

@@ -467,8 +467,9 @@ class Engine:
                            "to": None, "task": task, "worker": worker, "reason": reason[:1000]})
         try:
             self._events.write(line + "\n")
-        except (OSError, ValueError):
-            log.exception("cannot write events.jsonl")
+        except (OSError, ValueError) as exc:
+            # a full disk is the run's to report (it stops on results.jsonl), not a traceback
+            log.warning("cannot write events.jsonl: %s", exc)
 
     @property
     def closing(self) -> bool:

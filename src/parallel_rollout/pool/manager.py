@@ -379,8 +379,9 @@ class VMPoolManager(ProviderCalls):
                  "to": to_state, "task": task_key, "worker": worker_id, "reason": reason, **extra}
         try:
             self._events.write(json.dumps(event) + "\n")
-        except (OSError, ValueError):
-            log.exception("cannot write events.jsonl")
+        except (OSError, ValueError) as exc:
+            # a full disk is the run's to report (it stops on results.jsonl), not a traceback
+            log.warning("cannot write events.jsonl: %s", exc)
 
     def _mark_dead_and_replace(self, vm: VMRecord, reason: str, charge: bool = True, **extra: Any) -> None:
         """Move ``vm`` to DEAD, stop it in the background, boot a replacement: from the
