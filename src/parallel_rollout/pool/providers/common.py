@@ -23,6 +23,7 @@ import shutil
 import signal
 import stat
 import subprocess
+import time
 from pathlib import Path
 from typing import Callable
 
@@ -181,9 +182,15 @@ def make_vm_dir(vm_dir: Path, *subdirs: str) -> None:
                 raise
 
 
-def remove_vm_dir(vm_dir: Path) -> None:
-    """Remove a VM folder, then its run folder when that is empty."""
-    shutil.rmtree(vm_dir, ignore_errors=True)
+def remove_vm_dir(vm_dir: Path, tries: int = 20) -> None:
+    """Remove a VM folder, then its run folder when that is empty. Tried again a few times
+    when something is still there: a sandbox killed a moment ago may still be letting go of
+    the files it was writing."""
+    for _ in range(tries):
+        shutil.rmtree(vm_dir, ignore_errors=True)
+        if not vm_dir.exists():
+            break
+        time.sleep(0.05)
     remove_run_dir_if_empty(vm_dir.parent)
 
 

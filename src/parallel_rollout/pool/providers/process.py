@@ -78,6 +78,7 @@ VM folder in its command line), never a recycled pid.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -222,7 +223,6 @@ class ProcessProvider(Provider):
         return f"ProcessProvider(run_id={self.run_id!r}, base_dir={str(self.base_dir)!r})"
 
     # ------------------------------------------------------------------- contract
-
     @classmethod
     def check_available(cls) -> None:
         """ProviderUnavailable unless bwrap exists and can create the namespaces we use,
@@ -264,6 +264,7 @@ class ProcessProvider(Provider):
             shutil.rmtree(vm_dir, ignore_errors=True)
         make_vm_dir(vm_dir, "sock")
         group = self._cgroup(vm_id)
+        info = None
         try:
             self._uids.acquire(vm_id)
             group.create()
@@ -271,8 +272,11 @@ class ProcessProvider(Provider):
             self._view.baseline(vm_id, info.private["init_pid"], info.address)
             return info
         except BaseException:
-            # The pool has no VMInfo for a VM that never booted, so nobody would ever call
-            # stop() on it: its folder (and cgroups) would stay until a sweep.
+            # No VMInfo reaches the pool, so no stop() ever comes: the sandbox (when what
+            # failed came after the boot), folder and cgroups would stay until a sweep.
+            if info is not None:
+                with contextlib.suppress(Exception):
+                    kill_sandbox(info.private)
             remove_vm_dir(vm_dir)
             group.remove()
             self._uids.release(vm_id)
@@ -303,7 +307,7 @@ class ProcessProvider(Provider):
 
     def death_cause(self, info: VMInfo) -> str | None:
         """Why the sandbox died, when its task cannot have done it (``sandbox_processes``)."""
-        return death_cause(info.private, self._run_as)
+        return death_cause(info.private, self._uids.uid(info.vm_id))
 
     def stop(self, info: VMInfo) -> None:
         """Kill the sandbox and remove its folder and cgroups; a second call does nothing."""
@@ -334,7 +338,6 @@ class ProcessProvider(Provider):
         return sorted({standby.vm_of_folder(name) for name in removed})
 
     # ------------------------------------------------------------------- internals
-
     def _boot_in(self, vm_id: str, vm_dir: Path) -> VMInfo:
         """A new sandbox of ``vm_id`` in ``vm_dir`` (its folder or its standby's)."""
         shutil.rmtree(vm_dir / "sock", ignore_errors=True)
