@@ -196,7 +196,7 @@ RESULT_FIELDS = (
     "mode", "data", "domain", "osworld_index", "group_size",
     # who acts, and how the model samples
     "agent", "agent_cmd", "model", "base_url", "temperature", "max_tokens", "sampling", "extra_body",
-    "tool_calls", "tokenizer", "max_model_len", "on_length",
+    "tool_calls", "tokenizer", "max_model_len", "on_length", "partial_rollout",
     # what the agent sees and may do
     "max_turns", "task_timeout", "action_space", "observation_type", "screen_width", "screen_height",
     "sleep_after_execution",
@@ -216,7 +216,7 @@ RUN_ONLY_FIELDS = (
     "fail_under", "compare_to", "junit_xml",
     "lease_timeout_s", "ack_timeout_s", "boot_timeout_s", "max_vm_replacements", "shutdown_grace_s",
     "api_timeout_s", "min_free_disk_mb", "policy_gate", "backend", "ray_address",
-    "session_header", "server_cooldown",
+    "session_header", "server_cooldown", "abort_url",
 )
 _FIELDS = {f.name: f for f in dataclasses.fields(RunConfig) if f.name != "explicit"}
 
