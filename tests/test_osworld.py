@@ -66,6 +66,7 @@ def test_oracle_passes_every_shipped_task_through_a_shared_pool(tmp_path):
     assert (folder / "result.txt").read_text().strip() == "1.0"
 
 
+@pytest.mark.slow  # ~25-60 s: every shipped desktop task, 4 turns each; the oracle's run stays
 def test_a_random_agent_fails_nearly_every_task(tmp_path):
     tasks = shipped()
     outcome = run(tmp_path, TASKS, "random", agent="desktop_support:RandomAgent", max_turns=4)

@@ -82,7 +82,7 @@ def _slow_on_qemu(desktop, request, why: str) -> None:
 
 
 def test_a_desktop_vm_shows_typed_text_and_resets_clean(desktop, request):
-    # ~50 s under TCG; the default run keeps the QEMU desktop's accessibility-tree test
+    # ~50 s under TCG; the default run keeps the QEMU desktop image's build and README check
     _slow_on_qemu(desktop, request, "~50 s under TCG")
     provider = _provider(desktop)
     info = provider.start("vm0")
@@ -111,7 +111,9 @@ def test_a_desktop_vm_shows_typed_text_and_resets_clean(desktop, request):
         provider.stop(info)
 
 
-def test_the_accessibility_tree_of_a_gtk_app_in_the_image(desktop):
+def test_the_accessibility_tree_of_a_gtk_app_in_the_image(desktop, request):
+    # ~40-80 s under TCG; the default run keeps the QEMU desktop image's build and README check
+    _slow_on_qemu(desktop, request, "~40-80 s under TCG")
     provider = _provider(desktop)
     info = provider.start("vm0")
     try:
