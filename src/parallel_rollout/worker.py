@@ -315,11 +315,16 @@ def _serializable(record: dict[str, Any]) -> dict[str, Any]:
 
     Checked here, in the worker, because an object that cannot cross the pipe would
     otherwise fail inside the engine or be lost."""
+    try:  # one strict encoding on the common path: plain JSON, finite numbers, UTF-8 text
+        json.dumps(record, ensure_ascii=False, allow_nan=False).encode("utf-8")
+        return record
+    except (TypeError, ValueError):
+        pass  # rare: find out which kind of failure it is
     try:
         json.dumps(record)
-        return storable_record(record)  # NaN or a lone surrogate: its own failure
     except (TypeError, ValueError) as exc:
         return records.unserializable_record(record, exc)
+    return storable_record(record)  # NaN or a lone surrogate: its own failure
 
 
 def worker_main(worker_id: str, holder: str, conn: Connection, pool: Any, config: RunConfig,
