@@ -23,6 +23,7 @@ import time
 from typing import Any
 
 from ..errors import ConfigError, RolloutError
+from .config import check_count
 
 #: filter_fallback's values
 FILTER_FALLBACKS = ("raise", "partial")
@@ -41,12 +42,8 @@ class BatchBudget:
 
     def __init__(self, max_failed_groups: int = 10, max_filtered_groups: int | None = None,
                  filter_fallback: str = "raise", endpoint: str = "") -> None:
-        if isinstance(max_failed_groups, bool) or not isinstance(max_failed_groups, int) or max_failed_groups < 1:
-            raise ConfigError(f"max_failed_groups must be a whole number >= 1, got {max_failed_groups!r}")
-        if max_filtered_groups is not None and (isinstance(max_filtered_groups, bool)
-                                                or not isinstance(max_filtered_groups, int)
-                                                or max_filtered_groups < 0):
-            raise ConfigError(f"max_filtered_groups must be a whole number >= 0 or None, got {max_filtered_groups!r}")
+        check_count("max_failed_groups", max_failed_groups, 1)
+        check_count("max_filtered_groups", max_filtered_groups, 0, optional=True)
         if filter_fallback not in FILTER_FALLBACKS:
             raise ConfigError(f"filter_fallback must be one of {', '.join(FILTER_FALLBACKS)}, got {filter_fallback!r}")
         self.max_failed_groups = max_failed_groups

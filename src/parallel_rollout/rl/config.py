@@ -178,3 +178,13 @@ def _task_set(table: Mapping[str, Any], where: str) -> TaskSet:
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         raise ConfigError(f"{where}: 'limit' must be a whole number of at least 1")
     return TaskSet(table["mode"], data, tuple(tags), limit)
+
+
+def check_count(name: str, value: Any, minimum: int, optional: bool = False) -> None:
+    """ConfigError naming ``name`` unless ``value`` is a whole number >= ``minimum`` (or
+    None, when ``optional``): a scheduler's counts and bounds."""
+    if optional and value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(f"{name} must be a whole number >= {minimum}{' or None' if optional else ''}, "
+                          f"got {value!r}")

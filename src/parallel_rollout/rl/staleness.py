@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import Iterable
 
 from ..errors import ConfigError
+from .config import check_count
 
 #: what a group behind the lag becomes
 STALE_VERSIONS = ("drop", "keep")
@@ -30,9 +31,7 @@ class VersionLag:
     """``max_version_lag`` and ``stale_versions`` of a scheduler, judged through its gate."""
 
     def __init__(self, gate, max_version_lag: int | None, stale_versions: str = "drop") -> None:
-        if max_version_lag is not None and (isinstance(max_version_lag, bool) or not isinstance(max_version_lag, int)
-                                            or max_version_lag < 0):
-            raise ConfigError(f"max_version_lag must be a whole number >= 0 or None, got {max_version_lag!r}")
+        check_count("max_version_lag", max_version_lag, 0, optional=True)
         if stale_versions not in STALE_VERSIONS:
             raise ConfigError(f"stale_versions must be 'drop' or 'keep', got {stale_versions!r}")
         self.gate = gate
