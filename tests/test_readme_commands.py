@@ -356,6 +356,30 @@ def test_the_weight_updates_benchmark_prints_its_table():
     assert float(rows[3][3]) <= 2.0  # partial rollouts keep what was sampled
 
 
+def test_the_data_plane_benchmark_prints_both_paths():
+    """`python benchmarks/rl/data_plane.py`, which the README's data-plane figures come from,
+    on a small batch: a row per path (old parse on the engine thread, new) and the goal line
+    (no speed is asserted: the machine may be busy)."""
+    command = "python benchmarks/rl/data_plane.py"
+    assert f"`{command}`" in readme_section("For RL trainers")
+    proc = bash(f"{command} --trajectories 8 --turns 5 --image-kb 10", ROOT, env=INSTALLED, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = re.findall(r"^\| (old|new) \| 8 \| ([\d.]+) \| ([\d.]+) \|", proc.stdout, re.M)
+    assert [r[0] for r in rows] == ["old", "new"], proc.stdout
+    assert "goal p99 < 50 ms" in proc.stdout, proc.stdout
+
+
+def test_the_layer_check_commands_run_as_printed():
+    """`python tests/import_layers.py --check` (the violations: none) and
+    `python tests/import_layers.py` (the README's block), as the Layout section prints them."""
+    section = readme_section("Layout")
+    assert "`python tests/import_layers.py --check`" in section and "`python tests/import_layers.py`" in section
+    check = bash("python tests/import_layers.py --check", ROOT, env=INSTALLED, timeout=120)
+    assert check.returncode == 0 and "no violations" in check.stdout, check.stdout + check.stderr
+    block = bash("python tests/import_layers.py", ROOT, env=INSTALLED, timeout=120)
+    assert block.returncode == 0 and block.stdout.strip() in (ROOT / "README.md").read_text(), block.stdout
+
+
 @pytest.mark.slow  # ~30 s: a Ray cluster of 1, 2 and 3 raylets on 127.0.0.1
 def test_the_ray_nodes_benchmark_smoke_writes_its_report(tmp_path):
     """benchmarks/perf/ray_nodes.py, whose makespan ratios the README quotes, in its --smoke form:
