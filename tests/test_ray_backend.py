@@ -461,9 +461,15 @@ def test_node_removed_and_node_added_mid_run(cluster, tmp_path):
     """Nothing lost or doubled when a node dies mid-run; a node that joins gets a pool."""
     cl, nodes = cluster
     victim = nodes[-1]
-    # three samples a task, so that the node dies with attempts in flight and the run is long
-    # enough for a new node to join and take its share
+    # three samples a task, so that the node dies with attempts in flight; a tail of slower
+    # tasks last in the file, so that work is still pending when the joined node's worker has
+    # started (on a loaded machine that takes seconds: without the tail the others had
+    # finished everything by then)
+    tail = [shell_task(f"tail{i}", reference=["sleep 0.5"] * 6 + [f"touch ~/tail{i}.done"]) for i in range(4)]
+    data = write_tasks(tmp_path / "tasks.jsonl",
+                       [json.loads(line) for line in SHELL_TASKS.read_text().splitlines() if line.strip()] + tail)
     cmd = _cli(tmp_path, cl.address, "lossy", "--max-retries", "2", "--group-size", "3")
+    cmd[cmd.index("--data") + 1] = str(data)
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     results = tmp_path / "lossy" / "results.jsonl"
     deadline = time.monotonic() + 120
@@ -477,7 +483,8 @@ def test_node_removed_and_node_added_mid_run(cluster, tmp_path):
     stdout, stderr = proc.communicate(timeout=240)
     assert proc.returncode == 0, stderr[-3000:]
     run_dir = tmp_path / "lossy"
-    finals = assert_exactly_once(run_dir, {f"{i}#{s}" for i in SHELL_IDS for s in range(3)})
+    ids = SHELL_IDS + [t["id"] for t in tail]
+    finals = assert_exactly_once(run_dir, {f"{i}#{s}" for i in ids for s in range(3)})
     assert all(r["status"] == "success" for r in finals.values()), \
         {k: r["status"] for k, r in finals.items() if r["status"] != "success"}
     events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
