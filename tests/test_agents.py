@@ -25,7 +25,9 @@ from llm_server import completion, llm_server, lookup_solver, shell_solver  # no
 from parallel_rollout.agents import get_agent, prompts
 from parallel_rollout.agents.base import AgentError
 from parallel_rollout.agents.command import CommandAgent
-from parallel_rollout.agents.openai_agent import OpenAIAgent, parse_retry_after, reply_of
+from parallel_rollout.agents.openai_agent import OpenAIAgent
+from parallel_rollout.agents.retries import parse_retry_after
+from parallel_rollout.agents.wire import reply_of
 from parallel_rollout.config import RunConfig, build_config
 from parallel_rollout.errors import ConfigError
 from parallel_rollout.runner import Runner
@@ -49,7 +51,7 @@ def openai_agent(server, **overrides) -> OpenAIAgent:
     values = dict(agent="openai", mode="math", base_url=server.url, max_retries=2, api_timeout_s=5.0)
     values.update(overrides)
     agent = OpenAIAgent(make_config(**values))
-    agent.backoff_base_s = 0.01
+    agent.model.backoff_base_s = 0.01
     agent.reset(MATH_TASK)
     return agent
 
@@ -119,7 +121,7 @@ def test_backoff_without_retry_after_grows_and_never_retries_at_once(llm_server)
     # equal jitter: wait n is at least half of base * 2**n
     server = llm_server([{"status": 500}, {"status": 502}, {"reply": "\\boxed{42}"}])
     agent = openai_agent(server)
-    agent.backoff_base_s = 0.4
+    agent.model.backoff_base_s = 0.4
     assert agent.act({"problem": "What is 6 times 7?"}) == "\\boxed{42}"
     times = [r["time"] for r in server.requests]
     assert times[1] - times[0] >= 0.2 and times[2] - times[1] >= 0.4

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 from llm_server import LLMServer, call_tool, completion, lake_tool_solver, shell_solver
 from parallel_rollout.agents import AttemptInfo, tools
-from parallel_rollout.agents.model_client import MalformedResponse, reply_of, turn_info
+from parallel_rollout.agents.wire import MalformedResponse, reply_of, turn_info
 from parallel_rollout.agents.openai_agent import OpenAIAgent
 from parallel_rollout.agents.openai_request import sampled_fields
 from parallel_rollout.agents.servers import ServerPool

@@ -253,7 +253,7 @@ def test_unsupported_pieces_fail_at_load_naming_the_task(tmp_path, change, messa
 
 def test_openai_agent_messages_carry_the_screenshot_and_parse_both_spaces(tmp_path):
     from parallel_rollout.agents import prompts
-    from parallel_rollout.agents.openai_agent import _drop_old_images
+    from parallel_rollout.agents.openai_agent import drop_old_images
 
     png = tmp_path / "step_0.png"
     png.write_bytes(b"\x89PNG fake")
@@ -262,7 +262,7 @@ def test_openai_agent_messages_carry_the_screenshot_and_parse_both_spaces(tmp_pa
     assert content[0]["type"] == "text" and "<desktop-frame/>" in content[0]["text"]
     assert content[1]["image_url"]["url"].startswith("data:image/png;base64,")
     messages = [{"role": "user", "content": [dict(p) for p in content]} for _ in range(5)]
-    _drop_old_images(messages, 3)
+    drop_old_images(messages, 3)
     assert sum(p["type"] == "image_url" for m in messages for p in m["content"]) == 3
     assert prompts.parse("osworld", 'I click.\n```json\n{"action_type": "CLICK", "parameters": {}}\n```') == \
         {"action_type": "CLICK", "parameters": {}}

@@ -128,7 +128,7 @@ class RunConfig:
     abort_url: str | None = None
     #: the openai agent, token in / token out: a local Hugging Face tokenizer folder
     #: (tokenizer.json, tokenizer_config.json with the chat template); the agent keeps the
-    #: token history and sends token ids to {base_url}/completions (agents/model_client.py)
+    #: token history and sends token ids to {base_url}/completions (agents/wire.py)
     tokenizer: str | None = None
     #: with a tokenizer: the model's context in tokens; an episode that reaches it ends as
     #: context_overflow (reward 0)

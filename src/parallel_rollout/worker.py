@@ -24,6 +24,7 @@ and goes on.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import queue
@@ -38,6 +39,7 @@ from typing import Any, Callable, Iterator
 
 from . import records
 from .agents import Agent, AttemptInfo, EpisodeCut, get_agent
+from .agents.base import run_maybe_async
 from .config import RunConfig
 from .envs import Env, get_env
 from .errors import AttemptCancelled, RolloutError, SandboxViolation, VMError
@@ -150,7 +152,7 @@ class RolloutWorker:
         try:
             self._check_cancelled(item)
             env, agent = parts.env(task.mode), parts.agent()
-            agent.sample_key = item.key
+            agent.begin_attempt(AttemptInfo(item.key, item.attempt, dict(item.sampling)))
             with self._agents_lock:
                 self._agents[(item.key, item.attempt)] = agent
             self._check_cancelled(item)  # a cancel that came before the agent was known
@@ -160,9 +162,9 @@ class RolloutWorker:
                                    self.holder, record, self._send)
             if env.vm_scope == "episode":
                 with leaser.lease() as vm:
-                    self._episode(env, agent, item, vm, record, trajectory)
+                    self._episode(env, agent, parts, item, vm, record, trajectory)
             else:
-                self._episode(env, agent, item, leaser if env.vm_scope else None, record, trajectory)
+                self._episode(env, agent, parts, item, leaser if env.vm_scope else None, record, trajectory)
         except RolloutError as exc:
             record.update(status=exc.kind, infrastructure=exc.infrastructure, reward=0.0, success=False,
                           failure=records.failure(exc))
@@ -183,11 +185,10 @@ class RolloutWorker:
         # Private VMs are bound to a worker index, which survives a respawn of the worker.
         return self.worker_id if self.config.envs_per_worker == 1 else f"{self.worker_id}.{slot}"
 
-    def _episode(self, env: Env, agent: Agent, item: Assignment, vm: Any,
+    def _episode(self, env: Env, agent: Agent, parts: "LoopParts", item: Assignment, vm: Any,
                  record: dict[str, Any], trajectory: TrajectoryFile) -> None:
         observation = env.reset(item.task, vm)
-        agent.attempt_info = AttemptInfo(item.key, item.attempt, dict(item.sampling))
-        agent.reset(item.task)
+        run_maybe_async(agent.reset(item.task), parts.event_loop)  # an async agent's on its loop
         done = False
         max_turns = self.config.max_turns
         if "max_turns" not in self.config.explicit and env.default_max_turns:
@@ -195,7 +196,7 @@ class RolloutWorker:
         for turn in range(1, max_turns + 1):
             self._check_cancelled(item)
             try:
-                action = agent.act(observation)
+                action = run_maybe_async(agent.act(observation), parts.event_loop)
             except EpisodeCut as cut:
                 if cut.turn:  # the reply's sampled tokens are part of the episode
                     record["turns"] = turn
@@ -243,6 +244,7 @@ class LoopParts:
         self.config = config
         self._envs: dict[str, Env] = {}
         self._agent: Agent | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     def env(self, mode: str) -> Env:
         """This loop's Env of ``mode``."""
@@ -255,6 +257,13 @@ class LoopParts:
         if self._agent is None:
             self._agent = get_agent(self.config.agent)(self.config)
         return self._agent
+
+    def event_loop(self) -> asyncio.AbstractEventLoop:
+        """This loop's asyncio event loop, where an ``async def`` agent's methods run: one for
+        the loop's life, so what an async agent keeps (clients, sessions) stays usable."""
+        if self._loop is None:
+            self._loop = asyncio.new_event_loop()
+        return self._loop
 
 
 class AttemptLeaser:

@@ -21,7 +21,7 @@ from typing import Any
 
 from parallel_rollout.agents import Agent
 from parallel_rollout.agents import prompts
-from parallel_rollout.agents.openai_agent import KEEP_IMAGES, _drop_old_images
+from parallel_rollout.agents.openai_agent import KEEP_IMAGES, drop_old_images
 from parallel_rollout.envs.base import Env, StepResult
 
 MODE = "screens:ScreenEnv"
@@ -75,7 +75,7 @@ class ScreenAgent(Agent):
     def act(self, observation: dict[str, Any]) -> Any:
         """The osworld rendering of the observation, then a WAIT."""
         self._messages.append({"role": "user", "content": prompts.render("osworld", observation)})
-        _drop_old_images(self._messages, KEEP_IMAGES)
+        drop_old_images(self._messages, KEEP_IMAGES)
         sampled = [7, 8, 9]
         self._turn = {"request": list(self._messages), "reply": "WAIT", "prompt_token_ids": list(self._prompt),
                       "token_ids": sampled, "logprobs": [-0.5] * 3, "stop_reason": "stop", "policy_version": 0}

@@ -46,7 +46,7 @@ def _agent(url: str, gate: PolicyGate, **changes) -> OpenAIAgent:
     config = RunConfig(mode="gym", agent="openai", base_url=url, model="m", policy_gate=gate.path,
                        max_retries=2, **changes)
     agent = OpenAIAgent(config)
-    agent.backoff_base_s = 0.01
+    agent.model.backoff_base_s = 0.01
     agent.reset(Task(id="lake", mode="gym", payload={"size": 4}))
     return agent
 

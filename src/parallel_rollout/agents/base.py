@@ -1,62 +1,29 @@
-"""The Agent interface and the lookup of built-in and plugin agents."""
+"""The Agent interface and the lookup of built-in and plugin agents.
+
+An agent chooses actions; it calls the policy through its ``model`` (a ``ModelClient``, made
+on first use), which brings routing, retries, the RL policy gate, token capture and stop
+reasons with it: an agent that calls only ``self.model.chat`` records in the trajectory what
+the built-in ``openai`` agent records (``turn_record`` and ``usage`` default to the client's).
+``reset`` and ``act`` may be ``async def``: the worker runs them on the env loop's own event
+loop (``self.model.achat`` then awaits the call).
+"""
 
 from __future__ import annotations
 
 import abc
-import dataclasses
-from typing import TYPE_CHECKING, Any, ClassVar, Mapping
+import inspect
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from ..errors import RolloutError
 from ..plugins import Registry
+from .episode import AgentError, AttemptInfo, ContextOverflow, EpisodeCut, LengthCut
 
 if TYPE_CHECKING:
     from ..config import RunConfig
     from ..tasks import Task
+    from .model_client import ModelClient
 
-
-class AgentError(RolloutError):
-    """An agent could not produce an action (model API gave up, agent process broke); graded."""
-
-
-class EpisodeCut(AgentError):
-    """The model cannot go on with this episode; it ends graded at reward 0 and is kept (an
-    RL group keeps it as an outcome: the trainer masks or penalises it, it is not a failure).
-    ``turn``: the cut turn's model exchange, written as the episode's last turn when the
-    model did reply (its sampled tokens belong to the episode); {} when it did not."""
-
-    def __init__(self, message: str, turn: dict[str, Any] | None = None) -> None:
-        super().__init__(message)
-        self.turn = dict(turn or {})
-
-
-class ContextOverflow(EpisodeCut):
-    """The conversation no longer fits the model's context (the server said so, or the
-    token budget ``max_model_len`` is reached)."""
-
-    kind = "context_overflow"
-
-
-class LengthCut(EpisodeCut):
-    """A reply cut at the token limit (``stop_reason == "length"``) under ``on_length="end"``."""
-
-    kind = "truncated"
-
-
-@dataclasses.dataclass(frozen=True)
-class AttemptInfo:
-    """The attempt an agent's next episode belongs to, set by the worker before ``reset``."""
-
-    #: the sample's key (unique within an engine)
-    key: str
-    attempt: int
-    #: sampling overrides of this attempt (a scheduler's ``sampling=``): merged over the run
-    #: config's temperature, max_tokens and ``sampling`` table in each model request
-    sampling: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-
-    @property
-    def session_id(self) -> str:
-        """An id unique per attempt: the session header's value (agents/servers.py)."""
-        return f"{self.key}@{self.attempt}"
+__all__ = ["AGENTS", "Agent", "AgentError", "AttemptInfo", "ContextOverflow", "EpisodeCut", "LengthCut",
+           "get_agent", "run_maybe_async"]
 
 
 class Agent(abc.ABC):
@@ -73,6 +40,26 @@ class Agent(abc.ABC):
         #: the engine's key of the sample the episode under way belongs to (set by the
         #: worker; the policy gate keeps the policy versions each key's requests got)
         self.sample_key: str | None = None
+        self._model_client: "ModelClient | None" = None
+
+    @property
+    def model(self) -> "ModelClient":
+        """This agent's way to the policy (``ModelClient``), made on first use and started
+        on the attempt under way."""
+        if self.__dict__.get("_model_client") is None:  # a subclass may skip __init__'s field
+            from .model_client import ModelClient  # tenacity and the HTTP parts only when used
+
+            self._model_client = ModelClient(self.config)
+            self._model_client.start(self.attempt_info)
+        return self._model_client
+
+    def begin_attempt(self, info: AttemptInfo) -> None:
+        """The worker's call before ``reset``: the episode belongs to attempt ``info``; the
+        model client (if made) starts it (its server, session id, usage)."""
+        self.attempt_info = info
+        self.sample_key = info.key
+        if self.__dict__.get("_model_client") is not None:
+            self._model_client.start(info)
 
     @abc.abstractmethod
     def reset(self, task: "Task") -> None:
@@ -84,17 +71,32 @@ class Agent(abc.ABC):
 
     def turn_record(self) -> dict[str, Any]:
         """What the last ``act`` exchanged with a model (request, reply, token ids, logprobs,
-        policy version), added to the turn's trajectory line; {} for agents without one."""
-        return {}
+        policy version), added to the turn's trajectory line: the model client's last call;
+        {} for agents that never called it."""
+        client = self.__dict__.get("_model_client")
+        return client.turn_record() if client is not None else {}
 
     def usage(self) -> dict[str, Any]:
-        """Resource use of the episode so far (token counts), recorded with the attempt."""
-        return {}
+        """Resource use of the episode so far (token counts, requests, retries), recorded
+        with the attempt: the model client's; {} for agents that never called it."""
+        client = self.__dict__.get("_model_client")
+        return client.usage() if client is not None else {}
 
     def abort(self) -> None:
-        """The episode was cancelled: end the model request under way at once (called from
-        another thread) and raise ``AttemptCancelled`` from ``act``. The default does
-        nothing: the worker stops the episode at its next turn."""
+        """The episode was cancelled (called from another thread): the model client closes
+        the request under way and its calls raise ``AttemptCancelled``; the worker stops the
+        episode at its next turn in any case."""
+        client = self.__dict__.get("_model_client")
+        if client is not None:
+            client.abort()
+
+
+def run_maybe_async(value: Any, loop_of: Any) -> Any:
+    """``value`` itself, or what it resolves to when an ``async def`` agent method returned
+    an awaitable: run on the event loop ``loop_of()`` gives (one per env loop, kept)."""
+    if inspect.isawaitable(value):
+        return loop_of().run_until_complete(value)
+    return value
 
 
 #: built-in agents, ``parallel_rollout.agents`` entry points and ``module:Class`` paths

@@ -48,7 +48,8 @@ import weakref
 from typing import IO, Any
 
 from ..errors import ConfigError
-from .base import Agent, AgentError
+from .base import Agent
+from .episode import AgentError
 
 log = logging.getLogger(__name__)
 

@@ -1,266 +1,388 @@
-"""ModelClient: how an agent calls the policy, and what each call leaves for a trainer.
+"""ModelClient: the one way an agent calls the policy, with what a trainer needs built in.
 
-The openai agent keeps the conversation and the retries; its ModelClient turns a turn's
-request into what is sent, sends it, and reads the answer::
+Every agent has one (``Agent.model``, made on first use); the ``openai`` agent uses nothing
+else, so a ``module:Class`` agent that calls only its ModelClient gets all the openai agent
+gets::
 
-    agent ── prepare(request) ──► chat:   {"messages": …}                  POST …/chat/completions
-                                  tokens: {"prompt": [ids …]} (history)  POST …/completions
-          ── send(client, request) ──► raw HTTP response
-          ── reply(body) ──► (text, usage, turn info: stop_reason, token_ids, prompt_token_ids, logprobs)
-          ── accept(info)  (tokens: the sampled ids join the history)
+    reply = self.model.chat(messages, tools=None, temperature=…)     # chat messages
+    reply = self.model.generate(prompt_token_ids, max_tokens=…)      # the token-in form
+    reply.text, reply.tool_calls (as they came), reply.stop_reason,
+    reply.token_ids, reply.logprobs, reply.prompt_token_ids, reply.policy_version
+    await self.model.achat(…) / agenerate(…)                         # for async agents
 
-**Chat** (no tokenizer): any OpenAI-compatible chat endpoint. Under an RL scheduler it asks for
-``logprobs`` and vLLM's ``return_token_ids`` and records what comes back; the server renders
-the chat template every turn, so a trajectory may break into segments (``rl/segments.py``).
-**Tokens** (``RunConfig.tokenizer``): the client keeps the token history and sends token ids to
-``/v1/completions`` (vLLM takes a list of ids as ``prompt``), tokenizing only each new
-observation (``tokens.ChatTokenizer``): one exact sequence per episode. ``max_model_len``
-bounds it: a prompt that reaches it ends the episode as ``context_overflow``, and each reply
-may take at most what is left.
+What a call does for the agent:
 
-Under a policy gate the request streams instead (``send_streamed``; ``streaming.py``), so a
-weight update can abort it mid-reply; ``streamed_reply`` makes the same turn info of it.
+* **Routing.** Every request of an attempt goes to one server (several ``base_url``: the
+  least-loaded at the attempt's start, ``servers.Route``) with the attempt's session id header;
+  a server that refuses the connection, or whose retries run out, cools down and the call
+  moves on to another (``server_moves`` in the turn and in ``usage()``).
+* **Sampling.** The run config's temperature, max_tokens and ``sampling`` table, then the
+  attempt's overrides (a scheduler's ``sampling=``), then the call's keyword arguments.
+* **Retries** (``retries.py``): 429, 5xx, timeouts, connection errors, malformed bodies, up to
+  ``--max-retries``; then ``AgentError`` naming the endpoint. Other 4xx fail at once.
+* **The policy gate** (under an RL scheduler): each request waits while weights update and
+  streams (``streaming.py``), so a weight update or a cancel (``abort()``) closes it at once
+  and the server stops decoding. An aborted call is asked again after the update, from
+  scratch or, with ``partial_rollout``, continuing its partial reply, each token with the
+  version that sampled it; an abort never spends a retry.
+* **Token capture.** Under a gate, or with ``tokenizer=`` (the Wire keeps the episode's
+  token history and sends ids: ``wire.py``), the turn records the request, token ids,
+  logprobs and policy version; every turn records ``stop_reason``.
+* **Stop reasons.** A reply cut at the token limit under ``on_length="end"`` raises
+  ``LengthCut``; a prompt past the model's context raises ``ContextOverflow``: the episode
+  ends graded at reward 0 (statuses truncated / context_overflow), never retried.
 
-Every turn records ``stop_reason`` (the server's ``finish_reason``: stop, length, tool_calls,
-abort …) and a reply's ``tool_calls`` as they came (a reply of tool calls alone, content null,
-is a reply, not a malformed one; ``tools.py`` makes actions of them). A server's "maximum context length" / "too long" 4xx is a ``ContextOverflow``
-(``is_overflow``), not an error.
+The worker starts the client at each attempt (``start``: a new route, usage from zero, an
+empty token history) and writes ``turn_record()`` of the last call into the trajectory, with
+``usage()`` in the record. With ``tokenizer=`` a ``chat`` call takes the whole conversation,
+the last reply appended as an assistant message: only what is new since is tokenized.
 """
 
 from __future__ import annotations
 
-import json
-from typing import Any
+import asyncio
+import dataclasses
+import time
+import uuid
+from typing import Any, Sequence
 
-from .base import AgentError, ContextOverflow
+from ..errors import AttemptCancelled, ConfigError
+from . import openai_request, streaming
+from .episode import AgentError, AttemptInfo, ContextOverflow, LengthCut
+from .retries import RETRYABLE_STATUS, Retryable, parse_retry_after, retrying
+from .servers import Route
+from .wire import MalformedResponse, Wire, excerpt, is_overflow
 
-#: characters of an error body quoted in messages
-BODY_EXCERPT = 300
-#: words of a 4xx body that mean the prompt no longer fits the model's context
-_OVERFLOW_WORDS = ("maximum context length", "context length", "context_length_exceeded", "too long",
-                   "prompt is too long", "exceeds the context")
-#: what to do when a server answers without token ids
-NO_TOKEN_IDS_HINT = ("serve the policy with vLLM >= 0.10.2 (the agent asks for return_token_ids and logprobs), "
-                     "or set tokenizer= in the run config so the agent sends and keeps token ids itself")
+__all__ = ["ModelClient", "Reply"]
 
 
-class MalformedResponse(Exception):
-    """A 2xx response whose body is not a usable completion."""
+@dataclasses.dataclass(frozen=True)
+class Reply:
+    """One call's answer: the text, the tool calls as they came, the stop reason, and the
+    turn's record (what ``turn_record()`` returns: token ids, logprobs, versions …)."""
+
+    text: str
+    tool_calls: list[dict[str, Any]]
+    stop_reason: str
+    turn: dict[str, Any]
+
+    @property
+    def token_ids(self) -> list[int] | None:
+        """The sampled token ids (under a gate, with a tokenizer, or from ``generate``)."""
+        return self.turn.get("token_ids")
+
+    @property
+    def logprobs(self) -> list[float] | None:
+        """One logprob per sampled token, where the server sent them."""
+        return self.turn.get("logprobs")
+
+    @property
+    def prompt_token_ids(self) -> list[int] | None:
+        """The prompt's token ids, where known."""
+        return self.turn.get("prompt_token_ids")
+
+    @property
+    def policy_version(self) -> int | None:
+        """The policy version that answered (under an RL scheduler's gate)."""
+        return self.turn.get("policy_version")
 
 
 class ModelClient:
-    """One agent's calls to the policy: chat messages, or token ids with a tokenizer."""
+    """One agent's calls to the policy (one per agent: no locking; ``abort`` may come from
+    another thread)."""
+
+    #: first backoff wait in seconds, doubled per retry; tests shrink it
+    backoff_base_s = 1.0
+    #: longest backoff wait in seconds
+    backoff_max_s = 30.0
 
     def __init__(self, config) -> None:
         self.config = config
-        self._folder = getattr(config, "tokenizer", None)
-        #: a ChatTokenizer (token in, token out; loaded by the first reset), or None (chat)
-        self.tokenizer = None
-        self._history: list[int] = []
-        self._sampled: list[int] = []
-        self._pending: tuple[list[int], int] = ([], 0)
-        #: messages of the conversation already in the history
-        self._tokenized = 0
+        #: which server each trajectory talks to, with which session id (servers.py)
+        self._route = Route(openai_request.resolve_base_urls(config.base_url),
+                            getattr(config, "server_cooldown", 30.0),
+                            getattr(config, "session_header", "X-Session-ID"))
+        #: what is sent: chat messages, or token ids with a tokenizer
+        self.wire = Wire(config)
+        self._path = self.wire.path
+        self._use_server(self._route.url)
+        self.max_retries = config.max_retries
+        self.timeout_s = config.api_timeout_s
+        # Made on first use: the worker constructs agents outside any attempt, where an
+        # exception would end the env loop instead of becoming a record.
+        self._clients: dict[str, Any] = {}
+        self._gate = None
+        if getattr(config, "policy_gate", None):
+            from ..policy_gate import GateClient
+
+            self._gate = GateClient(config.policy_gate)
+        self._usage = _zero_usage(config.model)
+        self._turn: dict[str, Any] = {}
+        #: the attempt started (None: outside a worker), its key and sampling overrides
+        self._started: AttemptInfo | None = None
+        self._key: str | None = None
+        self._sampling: dict[str, Any] = {}
+        #: the streamed request under way (abort() closes it) and whether the episode was cancelled
+        self._abortable = None
+        self._cancelled = False
 
     @property
-    def path(self) -> str:
-        """The endpoint's path under the base URL."""
-        return "/completions" if self._folder else "/chat/completions"
+    def gated(self) -> bool:
+        """Whether calls pass an RL scheduler's policy gate."""
+        return self._gate is not None
 
-    def reset(self) -> None:
-        """A new episode: an empty token history (the tokenizer is loaded on the first one:
-        the worker makes agents outside any attempt, where an error would not be a record)."""
-        if self._folder and self.tokenizer is None:
-            from .tokens import ChatTokenizer
+    @property
+    def endpoint(self) -> str:
+        """The URL the last (or next) request goes to."""
+        return f"{self.base_url.rstrip('/')}{self._path}"
 
-            self.tokenizer = ChatTokenizer(self._folder)
-        self._history, self._sampled, self._tokenized = [], [], 0
-
-    def prepare(self, request: dict[str, Any]) -> dict[str, Any]:
-        """The request to send for a chat request (``model``, ``messages``, sampling); made
-        once per turn, so retries send the same. ContextOverflow when the token budget is
-        spent."""
-        if self.tokenizer is None:
-            return request
-        request = dict(request)
-        messages = request.pop("messages")
-        new = messages[self._tokenized:]
-        for message in new:
-            if not isinstance(message.get("content"), str):
-                raise AgentError("tokenizer=: token in, token out takes text messages only; this "
-                                 "observation has content parts (images); run without a tokenizer")
-        if self._history:
-            # The sampled ids of the last reply are already in the history: start after its end.
-            prompt = self._history + self.tokenizer.continuation(self._sampled, new)
-        else:
-            prompt = self.tokenizer.first_prompt(new)
-        self._pending = (prompt, len(messages))
-        request["prompt"] = prompt
-        # /completions knows max_tokens only
-        limit = request.pop("max_completion_tokens", None) or request.pop("max_tokens", None)
-        budget = getattr(self.config, "max_model_len", None)
-        if budget is not None:
-            if len(prompt) >= budget:
-                raise ContextOverflow(f"the episode's {len(prompt)} prompt tokens reach max_model_len={budget}")
-            limit = min(limit or budget, budget - len(prompt))
-        if limit is not None:
-            request["max_tokens"] = limit
-        return request
-
-    def send(self, client, request: dict[str, Any], rl: bool):
-        """One HTTP request; with ``rl`` (or tokens) it asks for token ids and logprobs."""
-        if self.tokenizer is not None:
-            extra = {**request.pop("extra_body", {}), "return_token_ids": True}
-            return client.completions.with_raw_response.create(**request, logprobs=1, extra_body=extra)
-        if not rl:
-            return client.chat.completions.with_raw_response.create(**request)
-        extra = {**request.pop("extra_body", {}), "return_token_ids": True}
-        return client.chat.completions.with_raw_response.create(**request, logprobs=True, extra_body=extra)
-
-    def send_streamed(self, client, request: dict[str, Any], abortable):
-        """The request streamed (RL: abortable mid-reply), asking for token ids and logprobs:
-        a ``streaming.StreamedReply``; ``streaming.Aborted`` when ``abortable`` ended it."""
-        from . import streaming
-
-        request = dict(request)
-        extra = {**request.pop("extra_body", {}), "return_token_ids": True}
-        logprobs = 1 if self.tokenizer is not None else True
-        return streaming.stream(client, self.path, {**request, "logprobs": logprobs, "extra_body": extra}, abortable)
-
-    def streamed_reply(self, partial) -> tuple[str, dict[str, Any]]:
-        """(reply text, turn info) of a whole streamed reply (``streaming.Partial``, every
-        token with its version); AgentError when a token-id prompt got no token ids."""
-        info: dict[str, Any] = {"stop_reason": partial.finish_reason or "unknown"}
-        if self.tokenizer is not None:
-            if not partial.has_token_ids:
-                raise AgentError(f"the server returned no token ids for a token-id prompt: {NO_TOKEN_IDS_HINT}")
-            info["prompt_token_ids"] = self._pending[0]
-        elif partial.prompt_token_ids is not None:
-            info["prompt_token_ids"] = partial.prompt_token_ids
-        if partial.has_token_ids:
-            info["token_ids"] = partial.token_ids
-            info["logprobs"] = partial.logprobs if len(partial.logprobs) == len(partial.token_ids) else None
-        if partial.tool_calls:
-            info["tool_calls"] = partial.tool_calls
-        return partial.text, info
-
-    def reply(self, body: bytes | str) -> tuple[str, dict[str, int], dict[str, Any]]:
-        """(reply text, token usage, turn info) of a response body; MalformedResponse saying
-        what is wrong otherwise."""
-        if self.tokenizer is None:
-            text, usage = reply_of(body)
-            return text, usage, turn_info(body)
-        data = _body_object(body)
-        choice = _first_choice(data, body)
-        text = choice.get("text")
-        if not isinstance(text, str):
-            raise MalformedResponse(f"choices[0].text is {_json_type(text)}")
-        sampled = choice.get("token_ids")
-        if not isinstance(sampled, list):
-            raise AgentError(f"the server returned no token ids for a token-id prompt: {NO_TOKEN_IDS_HINT}")
-        prompt, _ = self._pending
-        logprobs = (choice.get("logprobs") or {}).get("token_logprobs") if isinstance(choice.get("logprobs"), dict) else None
-        info = {"prompt_token_ids": prompt, "token_ids": sampled,
-                "logprobs": logprobs if isinstance(logprobs, list) else None,
-                "stop_reason": choice.get("finish_reason") or "unknown"}
-        return text, _usage(data), info
-
-    def accept(self, info: dict[str, Any]) -> None:
-        """A reply was taken: its sampled ids extend the token history (tokens only)."""
-        if self.tokenizer is None:
+    def start(self, info: AttemptInfo | None = None, label: str = "episode") -> None:
+        """A new episode: its server and session id, usage from zero, an empty token history.
+        The worker calls it at each attempt; again with the same attempt it does nothing, so
+        an agent's ``reset`` may call it too (outside a worker, ``info`` None, each call starts
+        afresh, its session id made of ``label``)."""
+        if info is not None and info == self._started:
             return
-        prompt, count = self._pending
-        self._sampled = list(info["token_ids"])
-        self._history = prompt + self._sampled
-        self._tokenized = count + 1  # the agent appends the reply as the next message
+        self._started = info
+        self._key = info.key if info else None
+        self._sampling = dict(info.sampling) if info else {}
+        self._usage = _zero_usage(self.config.model)
+        self._turn = {}
+        self.wire.reset()
+        # the least-loaded server keeps every request of this attempt (its prefix cache)
+        self._route.start(info.session_id if info else f"{label}-{uuid.uuid4().hex[:12]}")
+        self._use_server(self._route.url)
+        self._cancelled = False
+
+    def chat(self, messages: Sequence[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
+             **sampling: Any) -> Reply:
+        """One chat turn: the reply to ``messages`` (``tools`` offered as the request's tools;
+        ``sampling`` over the run's and the attempt's). ``AgentError`` when retries run out,
+        ``LengthCut``/``ContextOverflow`` when the episode cannot go on, ``AttemptCancelled``
+        after ``abort()``."""
+        self._begin({"request": list(messages)} if self._gate is not None else {})
+        request: dict[str, Any] = {"model": self.config.model, "messages": list(messages)}
+        self._path = "/chat/completions"
+        self._sample(request, sampling)
+        if tools:
+            request["tools"] = tools
+        return self._finish(self._complete(self.wire.prepare(request)))
+
+    def generate(self, prompt_token_ids: Sequence[int], **sampling: Any) -> Reply:
+        """The token-in form: the reply to the agent's own prompt ids, sent as they are to
+        ``{base_url}/completions`` (vLLM takes a list of ids as ``prompt``); the reply's
+        ``token_ids`` are what was sampled. Errors as ``chat``."""
+        self._begin({"request": {"prompt_token_ids": list(prompt_token_ids)}} if self._gate is not None else {})
+        request: dict[str, Any] = {"model": self.config.model, "prompt": list(prompt_token_ids)}
+        self._path = "/completions"
+        self._sample(request, sampling)
+        return self._finish(self._complete(self.wire.prepare_ids(request)))
+
+    async def achat(self, messages: Sequence[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
+                    **sampling: Any) -> Reply:
+        """``chat`` for async agents (the call runs in a thread; ``abort()`` still ends it)."""
+        return await asyncio.to_thread(self.chat, messages, tools, **sampling)
+
+    async def agenerate(self, prompt_token_ids: Sequence[int], **sampling: Any) -> Reply:
+        """``generate`` for async agents."""
+        return await asyncio.to_thread(self.generate, prompt_token_ids, **sampling)
+
+    def turn_record(self) -> dict[str, Any]:
+        """The last call's record: the reply and its stop_reason (and tool_calls); under an RL
+        scheduler (or with a tokenizer) the request, the policy version, and token ids /
+        logprobs when the server sent them; the server and its moves with several servers."""
+        return dict(self._turn)
+
+    def usage(self) -> dict[str, Any]:
+        """Tokens, requests and retries of the episode so far; with several servers, the
+        server it ended on and its moves (``server_moves``)."""
+        if self._route.pool is None:
+            return dict(self._usage)
+        return {**self._usage, "server": self._route.url, "server_moves": list(self._route.moves)}
+
+    def abort(self) -> None:
+        """The episode was cancelled (from any thread): close the request under way (the
+        server stops decoding it); this call and every later one raise AttemptCancelled."""
+        self._cancelled = True
+        abortable = self._abortable
+        if abortable is not None:
+            abortable.abort()
+
+    # -- one call ----------------------------------------------------------------------------
+
+    def _begin(self, turn: dict[str, Any]) -> None:
+        if self._cancelled:
+            raise AttemptCancelled("the episode was cancelled")
+        if self._started is None and not self._route.session:
+            self.start()  # used without a worker and without start(): an episode of its own
+        self._turn = turn
+
+    def _sample(self, request: dict[str, Any], sampling: dict[str, Any]) -> None:
+        """The request's sampling fields: the run's, the attempt's overrides, the call's."""
+        own, extras = openai_request.sampled_fields(self.config, {**self._sampling, **sampling})
+        if "temperature" in own:
+            request["temperature"] = own["temperature"]
+        if "max_tokens" in own:
+            request[openai_request.token_limit_name(self.endpoint, self.config.model)] = own["max_tokens"]
+        if extras:
+            request["extra_body"] = extras
+        request["extra_headers"] = self._route.headers()
+
+    def _finish(self, text: str) -> Reply:
+        """The Reply of a whole turn; the episode's end when its stop reason says so."""
+        turn = self._turn
+        turn["reply"] = text
+        if self._route.pool is not None:
+            turn["server"] = self._route.url
+        stop = turn.get("stop_reason") or "unknown"
+        if stop == "length" and self.wire.context_full():
+            raise ContextOverflow(f"the reply reached max_model_len={self.config.max_model_len} tokens",
+                                  turn=turn)
+        if stop == "length" and getattr(self.config, "on_length", "parse") == "end":
+            raise LengthCut(f"{self.endpoint}: the reply was cut at the token limit (stop_reason length; "
+                            "on_length='end' ends the episode)", turn=turn)
+        return Reply(text, list(turn.get("tool_calls") or []), stop, dict(turn))
+
+    def _use_server(self, url: str) -> None:
+        """Send the next requests to ``url``."""
+        self.base_url = url
+
+    def _client_or_new(self):
+        if self.base_url not in self._clients:
+            from openai import OpenAI  # imported here: only runs that call a model need it
+
+            key = openai_request.api_key(self.base_url)
+            if key is None:
+                # check_config stops a run before this; here for direct (Python API) use.
+                raise ConfigError(openai_request.missing_key_message(self.base_url))
+            self._clients[self.base_url] = OpenAI(api_key=key, base_url=self.base_url,
+                                                  max_retries=0, timeout=self.timeout_s)
+        return self._clients[self.base_url]
+
+    def _complete(self, request: dict[str, Any]) -> str:
+        """One turn's reply text, retrying what a retry can fix; a server that fails moves
+        the trajectory on to another (several servers); an abort asks again."""
+        partial = None  # the reply sampled before a weight update, with partial_rollout
+        while True:
+            sent = request
+            if partial is not None:
+                sent = streaming.continued(request, partial, tokens="prompt" in request)
+            try:
+                policy = retrying(self.max_retries, self.backoff_base_s, self.backoff_max_s,
+                                  self._route.can_move, self._count_request)
+                return policy(self._attempt, self._client_or_new(), sent, partial)
+            except Retryable as exc:
+                if not self._route.can_move():
+                    raise AgentError(f"{self.endpoint}: gave up after {self.max_retries + 1} requests for "
+                                     f"this turn (--max-retries {self.max_retries}); last error: {exc}") from None
+                move = self._route.move(f"{self.endpoint}: {exc}")
+                self._use_server(self._route.url)
+                self._turn.setdefault("server_moves", []).append(move)
+            except streaming.Aborted as exc:
+                # Not a retry: an abort never spends --max-retries, however often it happens.
+                self._turn["redone"] = self._turn.get("redone", 0) + 1
+                if self._cancelled:
+                    raise AttemptCancelled("the episode was cancelled during a model request") from None
+                kept = exc.partial.text or exc.partial.token_ids
+                partial = exc.partial if kept and getattr(self.config, "partial_rollout", False) else None
+
+    def _count_request(self, state) -> None:
+        """tenacity's ``before`` hook: every attempt is a request, every later one a retry."""
+        self._usage["requests"] += 1
+        if state.attempt_number > 1:
+            self._usage["retries"] += 1
+
+    def _attempt(self, client, request: dict[str, Any], partial=None) -> str:
+        """One request: the reply text; Retryable for what a retry may fix, AgentError for
+        what it cannot, streaming.Aborted when a weight update or a cancel ended it."""
+        import openai
+
+        try:
+            raw = self._send(client, request, partial)
+            if isinstance(raw, streaming.Partial):  # streamed through the policy gate
+                text, info = self.wire.streamed_reply(raw)
+                usage = {"prompt_tokens": raw.prompt_tokens,
+                         "completion_tokens": len(raw.token_ids) if raw.has_token_ids else 0}
+                if raw.requests > 1:
+                    info.update(versions=raw.versions, partial=True)
+            else:
+                text, usage, info = self.wire.reply(raw.content)
+        except openai.APIStatusError as exc:
+            problem = f"HTTP {exc.status_code}: {excerpt(exc.response.text)}"
+            if is_overflow(exc.status_code, exc.response.text):
+                raise ContextOverflow(f"{self.endpoint}: {problem}") from None
+            if exc.status_code not in RETRYABLE_STATUS:
+                raise AgentError(f"{self.endpoint}: {problem} (not retried)") from None
+            raise Retryable(problem, parse_retry_after(exc.response.headers)) from None
+        except openai.APITimeoutError:
+            raise Retryable(f"no response within {self.timeout_s} s") from None
+        except openai.APIConnectionError as exc:
+            raise Retryable(f"connection failed: {exc.__cause__ or exc}", server_down=True) from None
+        except streaming.StreamBroken as exc:
+            raise Retryable(f"the reply stream broke: {exc}") from None
+        except MalformedResponse as exc:
+            raise Retryable(f"malformed response: {exc}") from None
+        self._usage["prompt_tokens"] += usage.get("prompt_tokens", 0)
+        self._usage["completion_tokens"] += usage.get("completion_tokens", 0)
+        self._turn.update(info if self._gate is not None or self.wire.sends_ids
+                          else {"stop_reason": info.get("stop_reason"),
+                                **({"tool_calls": info["tool_calls"]} if "tool_calls" in info else {})})
+        self.wire.accept(info)
+        return text
+
+    def _send(self, client, request: dict[str, Any], partial=None):
+        """``_request``, sent again once with ``max_completion_tokens`` when the server
+        refuses ``max_tokens`` (OpenAI's reasoning models; openai_request.py)."""
+        import openai
+
+        try:
+            return self._request(client, request, partial)
+        except openai.APIStatusError as exc:
+            if not openai_request.adopt_completion_tokens(request, self.endpoint, exc.status_code,
+                                                          exc.response.text):
+                raise
+        self._usage["requests"] += 1
+        return self._request(client, request, partial)
+
+    def _request(self, client, request: dict[str, Any], partial=None):
+        """One HTTP request: the raw response; through the policy gate when there is one, a
+        streamed request whose reply (``partial`` followed by it, every token with its
+        policy version) is a ``streaming.Partial``. The gate's "abort" (a weight update) or
+        ``abort()`` (a cancel) closes the stream: ``streaming.Aborted``."""
+        if self._gate is None:
+            return self.wire.send(client, dict(request), rl=False)
+        abortable = streaming.Abortable(getattr(self.config, "abort_url", None))
+        self._abortable = abortable
+        if self._cancelled:
+            abortable.abort()
+        try:
+            version, waited = self._gate.begin(self._key, on_abort=abortable.abort)
+        except ConnectionError as exc:
+            raise AgentError(f"the RL scheduler's policy gate is gone: {exc}") from None
+        self._turn["gate_wait_s"] = round(self._turn.get("gate_wait_s", 0.0) + waited, 4)
+        started = time.time()
+        kept = None  # the oldest version among the tokens kept: the gate judges staleness by it
+        try:
+            reply = self.wire.send_streamed(client, dict(request), abortable)
+        except streaming.Aborted as exc:
+            exc.partial = (partial or streaming.Partial()).extend(exc.reply, version)
+            if getattr(self.config, "partial_rollout", False):
+                kept = exc.partial.oldest
+            raise
+        else:
+            # a reply that came whole before an abort is kept: its versions say whose it is
+            whole = (partial or streaming.Partial()).extend(reply, version)
+            kept = whole.oldest
+        finally:
+            self._abortable = None
+            try:
+                self._gate.end(kept)
+            except ConnectionError:
+                pass
+        self._turn.update(policy_version=version, model_started_at=round(started, 4),
+                          model_ended_at=round(time.time(), 4))
+        return whole
 
 
-    def context_full(self) -> bool:
-        """Whether the token history fills ``max_model_len`` (tokens only): a reply cut
-        there ran out of context, not out of ``max_tokens``."""
-        budget = getattr(self.config, "max_model_len", None)
-        return self.tokenizer is not None and budget is not None and len(self._history) >= budget
-
-
-def is_overflow(status: int, body: str) -> bool:
-    """Whether an HTTP error says the prompt no longer fits the model's context."""
-    text = body.lower()
-    return status in (400, 413, 422) and any(word in text for word in _OVERFLOW_WORDS)
-
-
-def reply_of(body: bytes | str) -> tuple[str, dict[str, int]]:
-    """(reply text, token usage) of a chat completion body; MalformedResponse saying what is
-    wrong otherwise."""
-    data = _body_object(body)
-    choice = _first_choice(data, body)
-    message = choice.get("message")
-    if not isinstance(message, dict):
-        raise MalformedResponse(f"choices[0] has no 'message': {excerpt(body)!r}")
-    content = message.get("content")
-    if content is None and isinstance(message.get("tool_calls"), list) and message["tool_calls"]:
-        return "", _usage(data)  # a reply of tool calls only: turn_info carries them
-    if not isinstance(content, str):
-        why = f"finish_reason {choice.get('finish_reason')!r}"
-        if message.get("refusal"):
-            why += f", refusal {message['refusal']!r}"
-        if message.get("tool_calls"):
-            why += ", the model called a tool"
-        raise MalformedResponse(f"choices[0].message.content is {_json_type(content)} ({why})")
-    return content, _usage(data)
-
-
-def turn_info(body: bytes | str) -> dict[str, Any]:
-    """A chat completion's stop reason, and its token ids and logprobs where the server sent
-    them: vLLM's ``choices[0].token_ids`` / ``prompt_token_ids`` (``return_token_ids``) and
-    OpenAI's ``choices[0].logprobs.content[].logprob``."""
-    try:
-        data = json.loads(body)
-        choice = data["choices"][0]
-    except (ValueError, KeyError, IndexError, TypeError):
-        return {}
-    info: dict[str, Any] = {"stop_reason": choice.get("finish_reason") or "unknown"}
-    calls = (choice.get("message") or {}).get("tool_calls") if isinstance(choice.get("message"), dict) else None
-    if isinstance(calls, list) and calls:
-        info["tool_calls"] = calls  # as they came: the agent (or a trainer) reads them
-    if isinstance(choice.get("token_ids"), list):
-        info["token_ids"] = choice["token_ids"]
-    prompt_ids = data.get("prompt_token_ids", choice.get("prompt_token_ids"))
-    if isinstance(prompt_ids, list):
-        info["prompt_token_ids"] = prompt_ids
-    content = (choice.get("logprobs") or {}).get("content") if isinstance(choice.get("logprobs"), dict) else None
-    if isinstance(content, list):
-        info["logprobs"] = [item.get("logprob") for item in content if isinstance(item, dict)]
-    return info
-
-
-def excerpt(body: bytes | str) -> str:
-    """The start of a body, for an error message."""
-    text = body.decode("utf-8", "replace") if isinstance(body, bytes) else str(body)
-    return text if len(text) <= BODY_EXCERPT else text[:BODY_EXCERPT] + "…"
-
-
-def _body_object(body: bytes | str) -> dict[str, Any]:
-    try:
-        data = json.loads(body)
-    except ValueError:
-        raise MalformedResponse(f"the body is not JSON: {excerpt(body)!r}") from None
-    if not isinstance(data, dict):
-        raise MalformedResponse(f"the body is not a JSON object: {excerpt(body)!r}")
-    return data
-
-
-def _first_choice(data: dict[str, Any], body: bytes | str) -> dict[str, Any]:
-    choices = data.get("choices")
-    if not isinstance(choices, list) or not choices:
-        raise MalformedResponse(f"no 'choices' in the body: {excerpt(body)!r}")
-    return choices[0] if isinstance(choices[0], dict) else {}
-
-
-def _usage(data: dict[str, Any]) -> dict[str, int]:
-    usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
-    return {name: usage[name] for name in ("prompt_tokens", "completion_tokens")
-            if isinstance(usage.get(name), int) and not isinstance(usage.get(name), bool)}
-
-
-def _json_type(value: Any) -> str:
-    return "null" if value is None else f"a {type(value).__name__}, not a string"
+def _zero_usage(model: str) -> dict[str, Any]:
+    return {"prompt_tokens": 0, "completion_tokens": 0, "requests": 0, "retries": 0, "model": model}

@@ -30,7 +30,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from .base import AgentError
+from .episode import AgentError
 
 log = logging.getLogger("parallel_rollout")
 

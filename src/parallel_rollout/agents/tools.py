@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 from typing import Any, Mapping
 
-from .base import AgentError
+from .episode import AgentError
 
 #: what each of the other calls of a reply is told
 NOT_RUN = "not run: one action per turn; call one tool per reply"

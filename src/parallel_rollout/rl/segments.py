@@ -26,7 +26,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..agents.model_client import NO_TOKEN_IDS_HINT
+from ..agents.wire import NO_TOKEN_IDS_HINT
 from ..errors import RolloutError
 
 

@@ -1,0 +1,53 @@
+"""What an episode's agent-side failures are, and which attempt an episode belongs to."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping
+
+from ..errors import RolloutError
+
+
+class AgentError(RolloutError):
+    """An agent could not produce an action (model API gave up, agent process broke); graded."""
+
+
+class EpisodeCut(AgentError):
+    """The model cannot go on with this episode; it ends graded at reward 0 and is kept (an
+    RL group keeps it as an outcome: the trainer masks or penalises it, it is not a failure).
+    ``turn``: the cut turn's model exchange, written as the episode's last turn when the
+    model did reply (its sampled tokens belong to the episode); {} when it did not."""
+
+    def __init__(self, message: str, turn: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.turn = dict(turn or {})
+
+
+class ContextOverflow(EpisodeCut):
+    """The conversation no longer fits the model's context (the server said so, or the
+    token budget ``max_model_len`` is reached)."""
+
+    kind = "context_overflow"
+
+
+class LengthCut(EpisodeCut):
+    """A reply cut at the token limit (``stop_reason == "length"``) under ``on_length="end"``."""
+
+    kind = "truncated"
+
+
+@dataclasses.dataclass(frozen=True)
+class AttemptInfo:
+    """The attempt an agent's next episode belongs to, set by the worker before ``reset``."""
+
+    #: the sample's key (unique within an engine)
+    key: str
+    attempt: int
+    #: sampling overrides of this attempt (a scheduler's ``sampling=``): merged over the run
+    #: config's temperature, max_tokens and ``sampling`` table in each model request
+    sampling: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    @property
+    def session_id(self) -> str:
+        """An id unique per attempt: the session header's value (agents/servers.py)."""
+        return f"{self.key}@{self.attempt}"

@@ -1,0 +1,93 @@
+"""The retry policy of one model call: which failures a retry may fix, and how long to wait.
+
+``tenacity`` runs the retries (``retrying``): a ``before`` hook counts every request and
+retry into the episode's usage, a predicate retries only ``Retryable`` failures, and the wait
+honours what the server asked for. A call is retried up to ``--max-retries`` times on 429,
+5xx, 408/409, timeouts, connection errors and malformed bodies (not JSON, no choices, no
+message, null content). The wait honours the server's ``retry-after-ms`` / ``Retry-After``
+(seconds or an HTTP date); otherwise it backs off exponentially with "equal jitter" (half the
+step fixed, half random), so many env loops hitting one rate limit do not retry in step.
+Other 4xx (bad key, unknown model) fail at once: retrying cannot fix them.
+
+The official ``openai`` client does the HTTP with its own retries turned off
+(``max_retries=0``): its retry loop has no hook to count requests and retries, and it would
+not retry a malformed body.
+"""
+
+from __future__ import annotations
+
+import datetime
+import email.utils
+import random
+import time
+from typing import Callable, Mapping
+
+import tenacity
+
+#: longest server-requested wait honoured; a longer one is cut to this (a retry that comes
+#: early costs one more 429, a wait past the task timeout would cost the attempt)
+MAX_RETRY_AFTER_S = 120.0
+#: HTTP statuses worth retrying: rate limits, server trouble, request timeout, lock conflict
+RETRYABLE_STATUS = frozenset({408, 409, 429}) | frozenset(range(500, 600))
+
+
+class Retryable(Exception):
+    """A failed request a retry may fix; ``retry_after``: the wait the server asked for."""
+
+    def __init__(self, problem: str, retry_after: float | None = None, server_down: bool = False) -> None:
+        super().__init__(problem)
+        self.retry_after = retry_after
+        #: the server refused or reset the connection (worth moving to another)
+        self.server_down = server_down
+
+
+def retrying(max_retries: int, backoff_base_s: float, backoff_max_s: float,
+             can_move: Callable[[], bool],
+             before: Callable[[tenacity.RetryCallState], None]) -> tenacity.Retrying:
+    """The retry policy of one call: ``max_retries`` retries of ``Retryable`` failures; a
+    refused or reset connection is not retried here when ``can_move()`` (another server is
+    up: the caller moves on at once); ``before`` runs before every request."""
+    half = backoff_base_s / 2
+    backoff = (tenacity.wait_exponential(multiplier=half, max=backoff_max_s / 2)
+               + tenacity.wait_random_exponential(multiplier=half, max=backoff_max_s / 2))
+
+    def wait(state: tenacity.RetryCallState) -> float:
+        retry_after = getattr(state.outcome.exception(), "retry_after", None)
+        if retry_after is not None:
+            # A little jitter on top still spreads loops that got the same Retry-After.
+            return min(retry_after, MAX_RETRY_AFTER_S) * (1 + 0.1 * random.random())
+        return backoff(state)
+
+    return tenacity.Retrying(
+        stop=tenacity.stop_after_attempt(max_retries + 1),
+        wait=wait,
+        retry=tenacity.retry_if_exception(lambda exc: isinstance(exc, Retryable) and not (
+            exc.server_down and can_move())),
+        before=before,
+        reraise=True,
+    )
+
+
+def parse_retry_after(headers: Mapping[str, str]) -> float | None:
+    """Seconds the server asked us to wait (``retry-after-ms``, or ``Retry-After`` as seconds
+    or an HTTP date), or None."""
+    value = headers.get("retry-after-ms")
+    if value is not None:
+        try:
+            return max(0.0, float(value) / 1000)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:  # "-0000" dates parse naive; HTTP dates are GMT
+        when = when.replace(tzinfo=datetime.timezone.utc)
+    return max(0.0, when.timestamp() - time.time())

@@ -1,0 +1,287 @@
+"""Wire: what one model request looks like on the wire, chat messages or token ids.
+
+``ModelClient`` (model_client.py) does the calling; its Wire turns a turn's request into what
+is sent and reads what comes back::
+
+    chat:   {"messages": …}                  POST …/chat/completions
+    tokens: {"prompt": [ids …]} (history)  POST …/completions
+    prepare(request) ─► send / send_streamed ─► reply / streamed_reply ─► (text, usage, turn info)
+    accept(info)  (tokens: the sampled ids join the history)
+
+**Chat** (no tokenizer): any OpenAI-compatible chat endpoint. Under an RL scheduler it asks for
+``logprobs`` and vLLM's ``return_token_ids`` and records what comes back; the server renders
+the chat template every turn, so a trajectory may break into segments (``rl/segments.py``).
+**Tokens** (``RunConfig.tokenizer``): the Wire keeps the token history and sends token ids to
+``/v1/completions`` (vLLM takes a list of ids as ``prompt``), tokenizing only each new
+observation (``tokens.ChatTokenizer``): one exact sequence per episode. ``max_model_len``
+bounds it: a prompt that reaches it ends the episode as ``context_overflow``, and each reply
+may take at most what is left. A request that already holds a ``prompt`` of ids (an agent's
+own token-in call, ``ModelClient.generate``) goes to ``/completions`` as it is.
+
+Every turn records ``stop_reason`` (the server's ``finish_reason``: stop, length, tool_calls,
+abort …) and a reply's ``tool_calls`` as they came (a reply of tool calls alone, content null,
+is a reply, not a malformed one; ``tools.py`` makes actions of them). A server's "maximum
+context length" / "too long" 4xx is a ``ContextOverflow`` (``is_overflow``), not an error.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from .episode import AgentError, ContextOverflow
+
+#: characters of an error body quoted in messages
+BODY_EXCERPT = 300
+#: words of a 4xx body that mean the prompt no longer fits the model's context
+_OVERFLOW_WORDS = ("maximum context length", "context length", "context_length_exceeded", "too long",
+                   "prompt is too long", "exceeds the context")
+#: what to do when a server answers without token ids
+NO_TOKEN_IDS_HINT = ("serve the policy with vLLM >= 0.10.2 (the agent asks for return_token_ids and logprobs), "
+                     "or set tokenizer= in the run config so the agent sends and keeps token ids itself")
+
+
+class MalformedResponse(Exception):
+    """A 2xx response whose body is not a usable completion."""
+
+
+class Wire:
+    """The wire format of one agent's model requests: chat messages, or token ids with a
+    tokenizer (one token history per episode)."""
+
+    def __init__(self, config) -> None:
+        self.config = config
+        self._folder = getattr(config, "tokenizer", None)
+        #: a ChatTokenizer (token in, token out; loaded by the first reset), or None (chat)
+        self.tokenizer = None
+        self._history: list[int] = []
+        self._sampled: list[int] = []
+        #: the turn's prompt ids and message count (None: an agent's own ids, no history)
+        self._pending: tuple[list[int], int | None] = ([], 0)
+        #: messages of the conversation already in the history
+        self._tokenized = 0
+        #: whether the turn under way sends token ids (tokenizer=, or ``prepare_ids``)
+        self.sends_ids = False
+
+    @property
+    def path(self) -> str:
+        """The endpoint's path under the base URL for the run's requests."""
+        return "/completions" if self._folder else "/chat/completions"
+
+    @staticmethod
+    def path_of(request: dict[str, Any]) -> str:
+        """The endpoint's path for one prepared request: ids go to ``/completions``."""
+        return "/completions" if "prompt" in request else "/chat/completions"
+
+    def reset(self) -> None:
+        """A new episode: an empty token history (the tokenizer is loaded on the first one:
+        the worker makes agents outside any attempt, where an error would not be a record)."""
+        if self._folder and self.tokenizer is None:
+            from .tokens import ChatTokenizer
+
+            self.tokenizer = ChatTokenizer(self._folder)
+        self._history, self._sampled, self._tokenized = [], [], 0
+
+    def prepare(self, request: dict[str, Any]) -> dict[str, Any]:
+        """The request to send for a chat request (``model``, ``messages``, sampling); made
+        once per turn, so retries send the same. ContextOverflow when the token budget is
+        spent."""
+        self.sends_ids = self.tokenizer is not None
+        if self.tokenizer is None:
+            return request
+        request = dict(request)
+        messages = request.pop("messages")
+        new = messages[self._tokenized:]
+        for message in new:
+            if not isinstance(message.get("content"), str):
+                raise AgentError("tokenizer=: token in, token out takes text messages only; this "
+                                 "observation has content parts (images); run without a tokenizer")
+        if self._history:
+            # The sampled ids of the last reply are already in the history: start after its end.
+            prompt = self._history + self.tokenizer.continuation(self._sampled, new)
+        else:
+            prompt = self.tokenizer.first_prompt(new)
+        self._pending = (prompt, len(messages))
+        request["prompt"] = prompt
+        return self._bounded(request, prompt)
+
+    def prepare_ids(self, request: dict[str, Any]) -> dict[str, Any]:
+        """The request for an agent's own token ids (``request["prompt"]``): sent as they are,
+        bounded by ``max_model_len`` like the history; the history is not touched."""
+        prompt = request["prompt"]
+        if not isinstance(prompt, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in prompt):
+            raise AgentError("generate(): prompt_token_ids must be a list of int token ids")
+        self.sends_ids = True
+        self._pending = (list(prompt), None)
+        return self._bounded(dict(request), list(prompt))
+
+    def _bounded(self, request: dict[str, Any], prompt: list[int]) -> dict[str, Any]:
+        """A token-id request's ``max_tokens`` within what ``max_model_len`` leaves."""
+        # /completions knows max_tokens only
+        limit = request.pop("max_completion_tokens", None) or request.pop("max_tokens", None)
+        budget = getattr(self.config, "max_model_len", None)
+        if budget is not None:
+            if len(prompt) >= budget:
+                raise ContextOverflow(f"the episode's {len(prompt)} prompt tokens reach max_model_len={budget}")
+            limit = min(limit or budget, budget - len(prompt))
+        if limit is not None:
+            request["max_tokens"] = limit
+        return request
+
+    def send(self, client, request: dict[str, Any], rl: bool):
+        """One HTTP request; with ``rl`` (or tokens) it asks for token ids and logprobs."""
+        if "prompt" in request:
+            extra = {**request.pop("extra_body", {}), "return_token_ids": True}
+            return client.completions.with_raw_response.create(**request, logprobs=1, extra_body=extra)
+        if not rl:
+            return client.chat.completions.with_raw_response.create(**request)
+        extra = {**request.pop("extra_body", {}), "return_token_ids": True}
+        return client.chat.completions.with_raw_response.create(**request, logprobs=True, extra_body=extra)
+
+    def send_streamed(self, client, request: dict[str, Any], abortable):
+        """The request streamed (RL: abortable mid-reply), asking for token ids and logprobs:
+        a ``streaming.StreamedReply``; ``streaming.Aborted`` when ``abortable`` ended it."""
+        from . import streaming
+
+        request = dict(request)
+        extra = {**request.pop("extra_body", {}), "return_token_ids": True}
+        logprobs = 1 if "prompt" in request else True
+        return streaming.stream(client, self.path_of(request), {**request, "logprobs": logprobs, "extra_body": extra}, abortable)
+
+    def streamed_reply(self, partial) -> tuple[str, dict[str, Any]]:
+        """(reply text, turn info) of a whole streamed reply (``streaming.Partial``, every
+        token with its version); AgentError when a token-id prompt got no token ids."""
+        info: dict[str, Any] = {"stop_reason": partial.finish_reason or "unknown"}
+        if self.sends_ids:
+            if not partial.has_token_ids:
+                raise AgentError(f"the server returned no token ids for a token-id prompt: {NO_TOKEN_IDS_HINT}")
+            info["prompt_token_ids"] = self._pending[0]
+        elif partial.prompt_token_ids is not None:
+            info["prompt_token_ids"] = partial.prompt_token_ids
+        if partial.has_token_ids:
+            info["token_ids"] = partial.token_ids
+            info["logprobs"] = partial.logprobs if len(partial.logprobs) == len(partial.token_ids) else None
+        if partial.tool_calls:
+            info["tool_calls"] = partial.tool_calls
+        return partial.text, info
+
+    def reply(self, body: bytes | str) -> tuple[str, dict[str, int], dict[str, Any]]:
+        """(reply text, token usage, turn info) of a response body; MalformedResponse saying
+        what is wrong otherwise."""
+        if not self.sends_ids:
+            text, usage = reply_of(body)
+            return text, usage, turn_info(body)
+        data = _body_object(body)
+        choice = _first_choice(data, body)
+        text = choice.get("text")
+        if not isinstance(text, str):
+            raise MalformedResponse(f"choices[0].text is {_json_type(text)}")
+        sampled = choice.get("token_ids")
+        if not isinstance(sampled, list):
+            raise AgentError(f"the server returned no token ids for a token-id prompt: {NO_TOKEN_IDS_HINT}")
+        prompt, _ = self._pending
+        logprobs = (choice.get("logprobs") or {}).get("token_logprobs") if isinstance(choice.get("logprobs"), dict) else None
+        info = {"prompt_token_ids": prompt, "token_ids": sampled,
+                "logprobs": logprobs if isinstance(logprobs, list) else None,
+                "stop_reason": choice.get("finish_reason") or "unknown"}
+        return text, _usage(data), info
+
+    def accept(self, info: dict[str, Any]) -> None:
+        """A reply was taken: its sampled ids extend the token history (tokenizer= only)."""
+        prompt, count = self._pending
+        if self.tokenizer is None or count is None:
+            return
+        self._sampled = list(info["token_ids"])
+        self._history = prompt + self._sampled
+        self._tokenized = count + 1  # the agent appends the reply as the next message
+
+
+    def context_full(self) -> bool:
+        """Whether the token history fills ``max_model_len`` (tokens only): a reply cut
+        there ran out of context, not out of ``max_tokens``."""
+        budget = getattr(self.config, "max_model_len", None)
+        return self.tokenizer is not None and budget is not None and len(self._history) >= budget
+
+
+def is_overflow(status: int, body: str) -> bool:
+    """Whether an HTTP error says the prompt no longer fits the model's context."""
+    text = body.lower()
+    return status in (400, 413, 422) and any(word in text for word in _OVERFLOW_WORDS)
+
+
+def reply_of(body: bytes | str) -> tuple[str, dict[str, int]]:
+    """(reply text, token usage) of a chat completion body; MalformedResponse saying what is
+    wrong otherwise."""
+    data = _body_object(body)
+    choice = _first_choice(data, body)
+    message = choice.get("message")
+    if not isinstance(message, dict):
+        raise MalformedResponse(f"choices[0] has no 'message': {excerpt(body)!r}")
+    content = message.get("content")
+    if content is None and isinstance(message.get("tool_calls"), list) and message["tool_calls"]:
+        return "", _usage(data)  # a reply of tool calls only: turn_info carries them
+    if not isinstance(content, str):
+        why = f"finish_reason {choice.get('finish_reason')!r}"
+        if message.get("refusal"):
+            why += f", refusal {message['refusal']!r}"
+        if message.get("tool_calls"):
+            why += ", the model called a tool"
+        raise MalformedResponse(f"choices[0].message.content is {_json_type(content)} ({why})")
+    return content, _usage(data)
+
+
+def turn_info(body: bytes | str) -> dict[str, Any]:
+    """A chat completion's stop reason, and its token ids and logprobs where the server sent
+    them: vLLM's ``choices[0].token_ids`` / ``prompt_token_ids`` (``return_token_ids``) and
+    OpenAI's ``choices[0].logprobs.content[].logprob``."""
+    try:
+        data = json.loads(body)
+        choice = data["choices"][0]
+    except (ValueError, KeyError, IndexError, TypeError):
+        return {}
+    info: dict[str, Any] = {"stop_reason": choice.get("finish_reason") or "unknown"}
+    calls = (choice.get("message") or {}).get("tool_calls") if isinstance(choice.get("message"), dict) else None
+    if isinstance(calls, list) and calls:
+        info["tool_calls"] = calls  # as they came: the agent (or a trainer) reads them
+    if isinstance(choice.get("token_ids"), list):
+        info["token_ids"] = choice["token_ids"]
+    prompt_ids = data.get("prompt_token_ids", choice.get("prompt_token_ids"))
+    if isinstance(prompt_ids, list):
+        info["prompt_token_ids"] = prompt_ids
+    content = (choice.get("logprobs") or {}).get("content") if isinstance(choice.get("logprobs"), dict) else None
+    if isinstance(content, list):
+        info["logprobs"] = [item.get("logprob") for item in content if isinstance(item, dict)]
+    return info
+
+
+def excerpt(body: bytes | str) -> str:
+    """The start of a body, for an error message."""
+    text = body.decode("utf-8", "replace") if isinstance(body, bytes) else str(body)
+    return text if len(text) <= BODY_EXCERPT else text[:BODY_EXCERPT] + "…"
+
+
+def _body_object(body: bytes | str) -> dict[str, Any]:
+    try:
+        data = json.loads(body)
+    except ValueError:
+        raise MalformedResponse(f"the body is not JSON: {excerpt(body)!r}") from None
+    if not isinstance(data, dict):
+        raise MalformedResponse(f"the body is not a JSON object: {excerpt(body)!r}")
+    return data
+
+
+def _first_choice(data: dict[str, Any], body: bytes | str) -> dict[str, Any]:
+    choices = data.get("choices")
+    if not isinstance(choices, list) or not choices:
+        raise MalformedResponse(f"no 'choices' in the body: {excerpt(body)!r}")
+    return choices[0] if isinstance(choices[0], dict) else {}
+
+
+def _usage(data: dict[str, Any]) -> dict[str, int]:
+    usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+    return {name: usage[name] for name in ("prompt_tokens", "completion_tokens")
+            if isinstance(usage.get(name), int) and not isinstance(usage.get(name), bool)}
+
+
+def _json_type(value: Any) -> str:
+    return "null" if value is None else f"a {type(value).__name__}, not a string"

@@ -1,0 +1,59 @@
+"""A team's own agents, as plugins (``client_agents:ToolLakeAgent``): their own prompt and
+tool, their own conversation, and nothing of the openai agent; they call the policy only
+through ``self.model`` (the ModelClient every agent has). ``AsyncToolLakeAgent`` is the same
+harness written with ``async def`` and ``await self.model.achat``."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from parallel_rollout.agents import Agent
+
+MOVE = {"type": "function", "function": {
+    "name": "move", "description": "Move one square on the lake.",
+    "parameters": {"type": "object", "properties": {"direction": {"enum": ["Left", "Down", "Right", "Up"]}},
+                   "required": ["direction"]}}}
+
+
+class ToolLakeAgent(Agent):
+    """FrozenLake by the ``move`` tool; records the tool calls exactly as it received them."""
+
+    def reset(self, task) -> None:
+        """A conversation of the team's own making."""
+        self.messages: list[dict[str, Any]] = [{"role": "system", "content": "Reach G with the move tool."}]
+        self.received: list[Any] = []
+
+    def _ask(self, observation: dict[str, Any]) -> None:
+        last = self.received[-1] if self.received else None
+        if last:  # answer the last call by its id, as the tools API wants
+            self.messages.append({"role": "tool", "tool_call_id": last[0]["id"], "content": observation["grid"]})
+        else:
+            self.messages.append({"role": "user", "content": observation["grid"]})
+
+    def _take(self, reply) -> str:
+        self.received.append(reply.tool_calls)
+        self.messages.append({"role": "assistant", "content": reply.text or None, "tool_calls": reply.tool_calls})
+        return json.loads(reply.tool_calls[0]["function"]["arguments"])["direction"]
+
+    def act(self, observation: dict[str, Any]) -> str:
+        """One ``self.model.chat`` call; the call's direction is the move."""
+        self._ask(observation)
+        return self._take(self.model.chat(self.messages, tools=[MOVE]))
+
+    def turn_record(self) -> dict[str, Any]:
+        """The model client's record of the turn, and what this agent was handed."""
+        return {**super().turn_record(), "agent_received": self.received[-1] if self.received else None}
+
+
+class AsyncToolLakeAgent(ToolLakeAgent):
+    """The same harness, async: ``reset`` and ``act`` are coroutines."""
+
+    async def reset(self, task) -> None:
+        """As ToolLakeAgent's."""
+        ToolLakeAgent.reset(self, task)
+
+    async def act(self, observation: dict[str, Any]) -> str:
+        """One awaited ``self.model.achat`` call."""
+        self._ask(observation)
+        return self._take(await self.model.achat(self.messages, tools=[MOVE]))

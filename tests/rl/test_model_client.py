@@ -1,0 +1,149 @@
+"""The ModelClient every agent has: a team's own ``module:Class`` agent that calls only
+``self.model.chat`` (or, async, ``await self.model.achat``) gets what the openai agent gets
+under an RL scheduler (policy versions across a weight update, token ids, logprobs, aborts),
+and its tool calls come to it as the server sent them; the token-in form ``generate``; the
+client's retries, stop reasons and cancel outside any worker."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+
+from llm_server import lake_tool_solver, llm_server  # noqa: F401 - fixture
+from parallel_rollout.agents import LengthCut, ModelClient
+from parallel_rollout.agents.base import Agent
+from parallel_rollout.config import RunConfig
+from parallel_rollout.errors import AttemptCancelled
+from parallel_rollout.policy_gate import PolicyGate
+from parallel_rollout.rl import EnvManagerConfig
+from rl_support import lake_set, rl_config
+
+#: the sampled ids and logprobs every reply carries, as vLLM sends them with return_token_ids
+IDS = [500 + k for k in range(8)]
+
+
+def tokened_tool_solver(body):
+    """lake_tool_solver's call, with token ids, logprobs and prompt ids, as vLLM answers."""
+    return {**lake_tool_solver(body), "token_ids": IDS, "logprobs": [-0.25] * len(IDS), "prompt_token_ids": [1, 2, 3]}
+
+
+@pytest.mark.parametrize("agent", ["client_agents:ToolLakeAgent", "client_agents:AsyncToolLakeAgent"],
+                         ids=["sync", "async"])
+def test_a_plugin_agent_calling_only_the_model_client_gets_versions_tokens_and_tool_calls(
+        tmp_path, llm_server, schedulers, agent):
+    server = llm_server(policy=tokened_tool_solver, token_rate=40)  # 8 tokens: 0.2 s a reply
+    train = schedulers(rl_config(tmp_path, server, agent=agent, num_rollouts=1, envs_per_worker=4),
+                       EnvManagerConfig(num_env_groups=2, group_size=2, tags=["lakes"],
+                                        task_sets=lake_set(tmp_path, count=2, max_steps=8)))
+    got: list = []
+    thread = threading.Thread(target=lambda: got.append(train.get_batch(batch_size=4, step=0)), daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while len(server.requests) < 6:  # first turns done at version 0, later ones under way
+        assert time.monotonic() < deadline, "the model requests did not come"
+        time.sleep(0.01)
+    train.suspend(abort=True)  # the request that just came is mid-stream: aborted at the server
+    time.sleep(0.3)
+    train.resume(1)
+    thread.join(120)
+    (batch,) = got
+    assert len(batch) == 4 and all(t.success for t in batch), [(t.status, t.record.get("failure")) for t in batch]
+    assert server.aborts, "suspend(abort=True) did not end a request at the server"
+    turns = [turn for t in batch for turn in t.turns]
+    assert all(turn["token_ids"] == IDS and turn["logprobs"] == [-0.25] * len(IDS) for turn in turns)
+    assert all(turn["stop_reason"] == "tool_calls" for turn in turns)
+    versions = {turn["policy_version"] for turn in turns}
+    assert versions == {0, 1}, versions
+    assert any(turn.get("redone") for turn in turns)  # the aborted turn, asked again after the update
+    # the agent got the calls as they came (streamed as deltas, assembled), ids and all
+    for turn in turns:
+        assert turn["agent_received"] == turn["tool_calls"]
+        (call,) = turn["agent_received"]
+        assert call["id"].startswith("call_") and call["type"] == "function"
+        assert json.loads(call["function"]["arguments"])["direction"] in ("Left", "Down", "Right", "Up")
+    assert all(r["body"]["tools"][0]["function"]["name"] == "move" and r["body"]["stream"] for r in server.requests)
+    # one session id per trajectory, sent with every request of it
+    sessions = {r["headers"]["x-session-id"] for r in server.requests}
+    assert len(sessions) >= 4
+    usage = [t.record["usage"] for t in batch]
+    assert all(u["requests"] >= 1 and u["completion_tokens"] > 0 for u in usage)
+
+
+def _client(server, **changes) -> ModelClient:
+    config = RunConfig(mode="gym", agent="openai", base_url=server.url, model="m", max_retries=2, **changes)
+    client = ModelClient(config)
+    client.backoff_base_s = 0.01
+    return client
+
+
+def test_generate_sends_the_agents_own_token_ids_and_returns_the_sampled_ones(llm_server):
+    server = llm_server(script=[{"reply": "ab", "token_ids": [7, 8], "logprobs": [-0.1, -0.2]}])
+    client = _client(server, max_model_len=100)
+    reply = client.generate([1, 2, 3], max_tokens=50, temperature=0.5)
+    (request,) = server.requests
+    assert "messages" not in request["body"]  # /v1/completions: a token-id prompt
+    assert request["body"]["prompt"] == [1, 2, 3] and request["body"]["temperature"] == 0.5
+    assert request["body"]["max_tokens"] == 50
+    assert reply.text == "ab" and reply.token_ids == [7, 8] and reply.logprobs == [-0.1, -0.2]
+    assert reply.prompt_token_ids == [1, 2, 3] and reply.stop_reason == "stop"
+    with pytest.raises(Exception, match="list of int token ids"):
+        client.generate(["a"])
+
+
+def test_the_client_retries_counts_and_ends_an_episode_at_the_token_limit(llm_server):
+    server = llm_server(script=[{"status": 500}, {"reply": "hi"},
+                                {"reply": "cut", "finish_reason": "length"}])
+    client = _client(server, on_length="end")
+    reply = client.chat([{"role": "user", "content": "x"}], temperature=0)
+    assert reply.text == "hi" and reply.stop_reason == "stop" and reply.tool_calls == []
+    assert client.usage()["requests"] == 2 and client.usage()["retries"] == 1
+    assert server.requests[1]["body"]["temperature"] == 0
+    with pytest.raises(LengthCut) as cut:
+        client.chat([{"role": "user", "content": "y"}])
+    assert cut.value.turn["reply"] == "cut" and cut.value.turn["stop_reason"] == "length"
+
+
+class _Plain(Agent):
+    """An agent that calls only self.model.chat, with the default abort()."""
+
+    def reset(self, task) -> None:
+        """Nothing to keep."""
+
+    def act(self, observation):
+        """One chat call."""
+        return self.model.chat([{"role": "user", "content": "go"}]).text
+
+
+def test_a_plugin_agents_default_abort_ends_its_request_at_the_server(llm_server):
+    gate = PolicyGate(version=0)
+    try:
+        server = llm_server(script=[{"reply": "x" * 100, "token_ids": [9] * 100, "logprobs": [-1.0] * 100,
+                                     "token_rate": 10}])
+        agent = _Plain(RunConfig(mode="gym", agent="openai", base_url=server.url, model="m", policy_gate=gate.path))
+        raised: list = []
+
+        def act():
+            try:
+                agent.act({})
+            except AttemptCancelled as exc:
+                raised.append(exc)
+
+        thread = threading.Thread(target=act, daemon=True)
+        thread.start()
+        deadline = time.monotonic() + 10
+        while server.tokens_streamed < 2:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        started = time.monotonic()
+        agent.abort()
+        thread.join(5)
+        assert raised and time.monotonic() - started < 2
+        deadline = time.monotonic() + 2
+        while not server.aborts:
+            assert time.monotonic() < deadline, "the server saw no abort"
+            time.sleep(0.01)
+    finally:
+        gate.close()
