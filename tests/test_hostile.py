@@ -280,7 +280,9 @@ def _host_marks() -> list[str]:
     return glob.glob("/usr/pr-hostile-*")
 
 
-def _run(tmp: Path, mode: str, tasks: list[dict], **flags) -> tuple[dict, dict, int]:
+def run_pool(tmp: Path, mode: str, tasks: list[dict], **flags) -> tuple[dict, dict, int]:
+    """``tasks`` through a real pool (the oracle, two VMs of 256 MB; ``flags`` override):
+    (final records by key, summary, exit code)."""
     data = write_tasks(tmp / f"{mode}.jsonl", tasks)
     config = dict(mode=mode, data=str(data), agent="oracle", num_rollouts=2, num_vms=2,
                   use_vm_pool=True, output_dir=str(tmp / "out"), run_id=f"hostile-{mode}",
@@ -299,7 +301,7 @@ def run_table(tmp: Path, left_out: dict[str, str], **flags) -> dict:
     server = LoopbackServer()
     marks = _host_marks()
     try:
-        finals, summary, code = _run(tmp, "shell", shell_tasks(server.port, left_out), **flags)
+        finals, summary, code = run_pool(tmp, "shell", shell_tasks(server.port, left_out), **flags)
     finally:
         server.close()
     return {"finals": finals, "summary": summary, "exit_code": code, "left_out": left_out,
@@ -340,15 +342,15 @@ def loopback():
 def shell_table(loopback, tmp_path_factory):
     marks = _host_marks()
     left_out = unbounded_rows()
-    finals, summary, code = _run(tmp_path_factory.mktemp("shell"), "shell",
-                                 shell_tasks(loopback.port, left_out))
+    finals, summary, code = run_pool(tmp_path_factory.mktemp("shell"), "shell",
+                                     shell_tasks(loopback.port, left_out))
     return {"finals": finals, "summary": summary, "exit_code": code, "marks_before": marks,
             "left_out": left_out}
 
 
 @pytest.fixture(scope="module")
 def py_table(tmp_path_factory):
-    finals, summary, code = _run(tmp_path_factory.mktemp("py"), "py", py_tasks())
+    finals, summary, code = run_pool(tmp_path_factory.mktemp("py"), "py", py_tasks())
     return {"finals": finals, "summary": summary, "exit_code": code}
 
 
@@ -567,7 +569,7 @@ def test_200_tasks_50_hostile_on_two_vms(tmp_path, loopback):
             row = {"id": f"honest{index}", "mode": "shell", "instruction": "make ok",
                    "reference": ["touch ~/ok"], "check": GOT_IT, "timeout": 5}
         tasks.append(row)
-    finals, summary, code = _run(tmp_path, "shell", tasks, num_rollouts=4)
+    finals, summary, code = run_pool(tmp_path, "shell", tasks, num_rollouts=4)
     assert code == 0
     for key, record in finals.items():
         expected = 0.0 if key.startswith("hostile") else 1.0
@@ -678,8 +680,8 @@ def test_a_vm_has_a_memory_limit_by_default(tmp_path):
     hog = {"id": "hog", "mode": "shell", "instruction": "take memory", "timeout": 60,
            "reference": [f"python3 -c 'b = []\nfor _ in range({limit // 100 + 5}): "
                          "b.append(bytearray(100 << 20))' && touch ~/ok"], "check": GOT_IT}
-    finals, summary, code = _run(tmp_path, "shell", [hog, FLOOD_TASKS[1]], vm_memory_mb=None,
-                                 num_vms=1, num_rollouts=1)
+    finals, summary, code = run_pool(tmp_path, "shell", [hog, FLOOD_TASKS[1]], vm_memory_mb=None,
+                                     num_vms=1, num_rollouts=1)
     assert code == 0
     assert finals["hog#0"]["status"] == "failure" and finals["hog#0"]["reward"] == 0.0, finals["hog#0"]
     assert finals["honest0#0"]["status"] == "success", finals["honest0#0"]
@@ -700,11 +702,22 @@ def test_one_vm_cannot_take_another_vms_per_user_limits(tmp_path):
     if not IS_ROOT:
         pytest.skip("an unprivileged runner's VMs share its uid: per-user kernel limits are "
                     "the runner's, split by nothing (README, 'What the sandbox is, and is not')")
+    check_own_per_user_limits(*run_pool(tmp_path, "shell", hold_inotify_tasks()))
+
+
+def hold_inotify_tasks() -> list[dict]:
+    """Two tasks that each take every inotify instance their user may hold, and pass only
+    if they got at least three quarters of them."""
     limit = int(Path("/proc/sys/fs/inotify/max_user_instances").read_text())
-    tasks = [{"id": f"hold{i}", "mode": "shell", "instruction": "hold inotify instances",
-              "reference": [f"python3 -c '{HOLD_INOTIFY}'"], "timeout": 30,
-              "check": f'n=$(cat ~/n) && [ "$n" -ge {limit * 3 // 4} ]'} for i in range(2)]
-    finals, summary, code = _run(tmp_path, "shell", tasks)
+    return [{"id": f"hold{i}", "mode": "shell", "instruction": "hold inotify instances",
+             "reference": [f"python3 -c '{HOLD_INOTIFY}'"], "timeout": 30,
+             "check": f'n=$(cat ~/n) && [ "$n" -ge {limit * 3 // 4} ]'} for i in range(2)]
+
+
+def check_own_per_user_limits(finals: dict, summary: dict, code: int) -> None:
+    """Both hold_inotify_tasks succeeded, on two VMs at once (not one after the other)."""
     assert code == 0
     for key, record in finals.items():
         assert record["status"] == "success", record
+    first, second = sorted(finals.values(), key=lambda record: record["started_at"])
+    assert first["vm"] != second["vm"] and second["started_at"] < first["ended_at"], (first, second)

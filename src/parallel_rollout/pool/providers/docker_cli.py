@@ -11,15 +11,19 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
 import signal
 import subprocess
+import tempfile
+import threading
 import time
+from pathlib import Path
 from typing import Callable
 
 import psutil
 
-from ...errors import ProviderUnavailable, VMError
+from ...errors import ConfigError, ProviderUnavailable, VMError
 from . import images
 from .common import same_process, signal_name
 
@@ -144,6 +148,63 @@ def container_death_cause(name: str, memory_limited: bool) -> str | None:
     if code > 128:
         return f"its container {name} was stopped by {signal_name(code - 128)} from outside (exit code {code})"
     return None
+
+
+def check_image(image: str, snapshot_named: bool, desktop: bool) -> None:
+    """ConfigError when a snapshot image the user named is missing (or is a container),
+    ProviderUnavailable (how to build it) when the guest image is not built."""
+    if image_exists(image):
+        return
+    if snapshot_named:
+        if container_state(image) != "missing":
+            raise ConfigError(
+                f"docker snapshot {image!r} is a container, not an image; commit it "
+                f"first: docker commit {image} my-snapshot, then snapshot_name my-snapshot")
+        raise ConfigError(f"docker snapshot image {image!r} does not exist "
+                          "(docker image ls lists the images there are)")
+    raise ProviderUnavailable(
+        f"the docker guest image {image} is not built; build it with: parallel-rollout "
+        "image build --provider docker" + (" --desktop" if desktop else ""))
+
+
+def write_user_files(image: str, folder: Path, uid: int, labels: list[str]) -> None:
+    """``folder``/passwd and ``folder``/group: the image's, with ``user`` as ``uid``
+    (``images.with_guest_user``), for a VM's containers to bind over the image's. ``labels``
+    go on the container that reads them (the VM's: a sweep finds it if we die meanwhile)."""
+    for kind, text in image_user_files(image, labels).items():
+        (folder / kind).write_text(images.with_guest_user(kind, text, uid), encoding="utf-8")
+        (folder / kind).chmod(0o644)
+
+
+def image_user_files(image: str, labels: list[str]) -> dict[str, str]:
+    """The text of ``image``'s /etc/passwd and /etc/group (empty where it has none), read
+    from a container that is created with ``labels`` (a sweep's), never started, and
+    removed; cached per image id, so a process reads an image once."""
+    image_id = docker("image", "inspect", "--format", "{{.Id}}", image).stdout.strip()
+    with _user_files_lock:
+        if image_id in _user_files:
+            return _user_files[image_id]
+        name = f"pr-users-{secrets.token_hex(4)}"
+        argv = ["create", "--name", name, "--network", "none"]
+        for label in labels:
+            argv += ["--label", label]
+        docker(*argv, image_id, "true")
+        found = {}
+        try:
+            with tempfile.TemporaryDirectory(prefix="pr-docker-users-") as work:
+                for kind in ("passwd", "group"):
+                    copied = docker("cp", "-L", f"{name}:/etc/{kind}", f"{work}/{kind}", check=False)
+                    found[kind] = (Path(work, kind).read_text(encoding="utf-8", errors="replace")
+                                   if copied.returncode == 0 else "")
+        finally:
+            remove_containers([name], strict=False)
+        _user_files[image_id] = found
+        return found
+
+
+_user_files_lock = threading.Lock()
+#: image id -> {"passwd": text, "group": text}
+_user_files: dict[str, dict[str, str]] = {}
 
 
 def logs(name: str) -> str:
