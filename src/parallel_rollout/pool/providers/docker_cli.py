@@ -35,6 +35,8 @@ SOCKET_NAME = "agent.sock"
 DOCKER_TIMEOUT_S = 60.0
 #: how long a SIGKILLed container init may take to disappear before we ask dockerd instead
 KILL_WAIT_S = 5.0
+#: how long death_cause waits for a container whose agent stopped answering to stop running
+DEATH_WAIT_S = 2.0
 START_HINT = "dockerd --bridge=none --iptables=false (as root; or: scripts/dockerd.sh start)"
 _DEATHSIG = [shutil.which("setpriv"), "--pdeathsig", "KILL"] if shutil.which("setpriv") else []
 
@@ -130,18 +132,24 @@ def container_death_cause(name: str, memory_limited: bool) -> str | None:
     death_cause``): removed, paused, or its init (or agent) killed by a signal with no OOM
     of its own memory limit. The task runs as another user than the agent and docker-init,
     so it can signal neither. An OOM kill is the task's when the container has a memory
-    limit (it used it up), the host's otherwise."""
-    done = docker("container", "inspect", "--format", "{{json .State}}", name, check=False)
-    if done.returncode != 0:
-        return f"its container {name} is gone (removed from outside)"
-    try:
-        state = json.loads(done.stdout)
-    except ValueError:
-        return None
-    if state.get("Paused"):
-        return f"its container {name} was paused from outside"
-    if state.get("Running"):
-        return None  # alive: its agent stopped answering, as far as anyone can tell
+    limit (it used it up), the host's otherwise. A container that still runs is waited for
+    (DEATH_WAIT_S): dockerd learns of a killed init a moment after its agent's socket closed."""
+    deadline = time.monotonic() + DEATH_WAIT_S
+    while True:
+        done = docker("container", "inspect", "--format", "{{json .State}}", name, check=False)
+        if done.returncode != 0:
+            return f"its container {name} is gone (removed from outside)"
+        try:
+            state = json.loads(done.stdout)
+        except ValueError:
+            return None
+        if state.get("Paused"):
+            return f"its container {name} was paused from outside"
+        if not state.get("Running"):
+            break
+        if time.monotonic() > deadline:
+            return None  # alive: its agent stopped answering, as far as anyone can tell
+        time.sleep(0.05)
     if state.get("OOMKilled"):
         return None if memory_limited else "the host's OOM killer killed it"
     code = state.get("ExitCode") or 0
