@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import time
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from parallel_rollout.agents.oracle import OracleAgent
 from parallel_rollout.errors import VMError
 from parallel_rollout.pool.providers.base import Provider
 from parallel_rollout.pool.providers.process import ProcessProvider
+from parallel_rollout.pool.providers import qemu
 from parallel_rollout.pool.providers.qemu import QemuProvider
 
 
@@ -79,13 +81,28 @@ class ChaosAgent(OracleAgent):
 
 
 def kill_leased_sandbox(config, key: str) -> None:
-    """SIGKILL the process sandbox leased to ``key`` (its VM found in the run's events.jsonl):
-    every process of both folders of that VM (the leased one and its standby)."""
+    """Kill the VM leased to ``key`` (found in the run's events.jsonl) from the host, as its
+    provider's VMs die of an operator or the host's OOM killer: a process sandbox's every
+    process of both its folders (the leased one and its standby), a docker VM's running
+    containers (``docker kill``: the leased one and its spare), a QEMU VM's process."""
     from parallel_rollout.pool.providers import standby
 
     events = Path(config.output_dir) / config.run_id / "events.jsonl"
     leases = [json.loads(line) for line in events.read_text().splitlines()]
     vm = [e["vm"] for e in leases if e.get("to") == "leased" and e.get("task") == key][-1]
+    if config.provider_name == "docker":
+        names = subprocess.run(
+            ["docker", "ps", "-q", "--filter", f"label=parallel-rollout.run={config.run_id}",
+             "--filter", f"label=parallel-rollout.vm={vm}"],
+            capture_output=True, text=True, timeout=60, check=True).stdout.split()
+        subprocess.run(["docker", "kill", *names], capture_output=True, timeout=60, check=True)
+        return
+    if config.provider_name == "qemu":
+        marker = f"parallel-rollout-{config.run_id}-{vm}"
+        for proc in psutil.process_iter(["name", "cmdline"]):
+            if proc.info["name"] == qemu.QEMU and marker in (proc.info["cmdline"] or ()):
+                proc.kill()
+        return
     run_dir = Path(os.environ["PARALLEL_ROLLOUT_PROCESS_DIR"]) / config.run_id
     for folder in (vm, vm + standby.SUFFIX):
         try:

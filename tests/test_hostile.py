@@ -31,7 +31,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import assert_exactly_once, write_tasks
+from conftest import assert_exactly_once, read_results, shell_task, write_tasks
 from parallel_rollout.config import build_config
 from parallel_rollout.pool.providers import cgroups, default_memory_mb
 from parallel_rollout.runner import Runner
@@ -280,7 +280,9 @@ def _host_marks() -> list[str]:
     return glob.glob("/usr/pr-hostile-*")
 
 
-def _run(tmp: Path, mode: str, tasks: list[dict], **flags) -> tuple[dict, dict, int]:
+def run_pool(tmp: Path, mode: str, tasks: list[dict], **flags) -> tuple[dict, dict, int]:
+    """``tasks`` through a real pool (the oracle, two VMs of 256 MB; ``flags`` override):
+    (final records by key, summary, exit code)."""
     data = write_tasks(tmp / f"{mode}.jsonl", tasks)
     config = dict(mode=mode, data=str(data), agent="oracle", num_rollouts=2, num_vms=2,
                   use_vm_pool=True, output_dir=str(tmp / "out"), run_id=f"hostile-{mode}",
@@ -299,7 +301,7 @@ def run_table(tmp: Path, left_out: dict[str, str], **flags) -> dict:
     server = LoopbackServer()
     marks = _host_marks()
     try:
-        finals, summary, code = _run(tmp, "shell", shell_tasks(server.port, left_out), **flags)
+        finals, summary, code = run_pool(tmp, "shell", shell_tasks(server.port, left_out), **flags)
     finally:
         server.close()
     return {"finals": finals, "summary": summary, "exit_code": code, "left_out": left_out,
@@ -340,15 +342,15 @@ def loopback():
 def shell_table(loopback, tmp_path_factory):
     marks = _host_marks()
     left_out = unbounded_rows()
-    finals, summary, code = _run(tmp_path_factory.mktemp("shell"), "shell",
-                                 shell_tasks(loopback.port, left_out))
+    finals, summary, code = run_pool(tmp_path_factory.mktemp("shell"), "shell",
+                                     shell_tasks(loopback.port, left_out))
     return {"finals": finals, "summary": summary, "exit_code": code, "marks_before": marks,
             "left_out": left_out}
 
 
 @pytest.fixture(scope="module")
 def py_table(tmp_path_factory):
-    finals, summary, code = _run(tmp_path_factory.mktemp("py"), "py", py_tasks())
+    finals, summary, code = run_pool(tmp_path_factory.mktemp("py"), "py", py_tasks())
     return {"finals": finals, "summary": summary, "exit_code": code}
 
 
@@ -438,17 +440,21 @@ def _nobody_can_run() -> str | None:
     return None
 
 
-def _run_as_nobody(mode: str, tasks: list[dict], join: Path | None = None, *flags: str):
-    """The CLI run of ``tasks`` as nobody, in the cgroup whose cgroup.procs is ``join``
-    (if any); yields {proc, finals, summary}."""
+def _run_as_nobody(mode: str, tasks: list[dict], join: Path | None = None, *flags: str,
+                   agent: str = "oracle", memory_mb: int | None = 256):
+    """The CLI run of ``tasks`` as nobody with ``agent`` (tests/ is on its path: the chaos
+    agents) and ``--vm-memory-mb memory_mb`` (None: none), in the cgroup whose cgroup.procs
+    is ``join`` (if any); yields {proc, finals, summary}."""
     nobody = pwd.getpwnam("nobody")
     work = Path(tempfile.mkdtemp(prefix="pr-hostile-nobody-"))
     os.chmod(work, 0o755)
     os.chown(work, nobody.pw_uid, nobody.pw_gid)
     data = write_tasks(work / f"{mode}.jsonl", tasks)
+    (work / "chaos").mkdir()
+    os.chown(work / "chaos", nobody.pw_uid, nobody.pw_gid)
     site = next(p for p in sys.path if p.endswith("site-packages") and "/.venv/" in p)
-    env = {**os.environ, "HOME": str(work), "PYTHONPATH": f"{ROOT / 'src'}:{site}",
-           "PARALLEL_ROLLOUT_PROCESS_DIR": str(work / "vms")}
+    env = {**os.environ, "HOME": str(work), "PYTHONPATH": f"{ROOT / 'src'}:{ROOT / 'tests'}:{site}",
+           "PARALLEL_ROLLOUT_PROCESS_DIR": str(work / "vms"), "PR_CHAOS_DIR": str(work / "chaos")}
     # nobody has no cgroup of its own: RLIMIT_NPROC (per uid) keeps a runaway from loading
     # the machine, and --vm-memory-mb falls back to RLIMIT_AS per process
     enter = ["/bin/sh", "-c", 'echo $$ > "$1" && shift && exec "$@"', "join", str(join)] \
@@ -456,8 +462,8 @@ def _run_as_nobody(mode: str, tasks: list[dict], join: Path | None = None, *flag
     argv = [*enter, "prlimit", "--nproc=2000", "--",
             "setpriv", f"--reuid={nobody.pw_uid}", f"--regid={nobody.pw_gid}", "--clear-groups",
             "/usr/bin/python3", "-m", "parallel_rollout.cli", "run", "--mode", mode,
-            "--vm-memory-mb", "256",
-            "--data", str(data), "--agent", "oracle", "--num-rollouts", "2", "--num-vms", "2",
+            *(("--vm-memory-mb", str(memory_mb)) if memory_mb is not None else ()),
+            "--data", str(data), "--agent", agent, "--num-rollouts", "2", "--num-vms", "2",
             "--use-vm-pool", "--output-dir", str(work / "out"), "--run-id", "hostile-nobody",
             "--no-progress", *flags]
     try:
@@ -520,6 +526,48 @@ def test_the_runs_as_nobody_finished(nobody_table, nobody_py_table, loopback):
     assert not _host_marks()
 
 
+def test_a_sandbox_killed_from_outside_is_retried_as_nobody():
+    """As nobody, a sandbox killed from outside under a task (its bwrap and every process of
+    it, SIGKILLed by the same user: an operator, a crashing provider) is infrastructure,
+    retried on another VM, its cause recorded, and the task succeeds: the task's code, in the
+    sandbox's pid namespace, cannot signal bwrap. (Its agent alone, killed from outside,
+    cannot be told from the code's own kill as nobody: README, "What the sandbox is, and is
+    not"; the kill_agent row above is that task's.)"""
+    why = _nobody_can_run()
+    if why:
+        pytest.skip(why)
+    tasks = [shell_task(f"t{i}") for i in range(3)]
+    tasks[1]["chaos"] = "kill_sandbox"
+    for table in _run_as_nobody("shell", tasks, None, "--vm-max-processes", "128",
+                                "--max-retries", "2", agent="chaos_plugins:ChaosAgent"):
+        assert table["proc"].returncode == 0, table["proc"].stderr[-2000:]
+        finals = table["finals"]
+        assert {key: r["status"] for key, r in finals.items()} == \
+            {f"t{i}#0": "success" for i in range(3)}, finals
+        first = [r for r in read_results(table["run_dir"]) if r["key"] == "t1#0"][0]
+        failure = first["failure"]
+        assert first["infrastructure"] and first["attempt"] == 0 and not first["final"], first
+        assert failure["type"] == "VMKilled" and "killed from outside" in failure["message"], failure
+        assert "its bwrap" in failure["message"] and "SIGKILL" in failure["message"], failure
+        assert finals["t1#0"]["attempt"] == 1
+
+
+def test_without_a_memory_cgroup_nobody_is_told_its_vms_have_no_memory_limit():
+    """A runner that is not root has no memory cgroup here (none is delegated to nobody), and
+    an unprivileged user has no other way to bound a sandbox's total memory: no default limit
+    applies (a default RLIMIT_AS per process would break browsers), and the run says so on
+    the console; with --vm-memory-mb a memory hog is stopped (the memory_hog row as nobody)."""
+    why = _nobody_can_run()
+    if why:
+        pytest.skip(why)
+    tasks = [t for t in FLOOD_TASKS if t["id"] == "honest0"]
+    for table in _run_as_nobody("shell", tasks, None, "--vm-max-processes", "128", memory_mb=None):
+        proc = table["proc"]
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert table["finals"]["honest0#0"]["status"] == "success", table["finals"]
+        assert "the VMs have no memory limit; --vm-memory-mb sets one" in proc.stderr, proc.stderr[-2000:]
+
+
 #: forks sleepers until the cap refuses one; writes how many it got
 COUNT_FORKS = ("import os, time\nn = 0\nfor _ in range(400):\n    try:\n        pid = os.fork()\n"
                "    except OSError:\n        break\n    if pid == 0:\n        time.sleep(60)\n"
@@ -567,7 +615,7 @@ def test_200_tasks_50_hostile_on_two_vms(tmp_path, loopback):
             row = {"id": f"honest{index}", "mode": "shell", "instruction": "make ok",
                    "reference": ["touch ~/ok"], "check": GOT_IT, "timeout": 5}
         tasks.append(row)
-    finals, summary, code = _run(tmp_path, "shell", tasks, num_rollouts=4)
+    finals, summary, code = run_pool(tmp_path, "shell", tasks, num_rollouts=4)
     assert code == 0
     for key, record in finals.items():
         expected = 0.0 if key.startswith("hostile") else 1.0
@@ -678,8 +726,8 @@ def test_a_vm_has_a_memory_limit_by_default(tmp_path):
     hog = {"id": "hog", "mode": "shell", "instruction": "take memory", "timeout": 60,
            "reference": [f"python3 -c 'b = []\nfor _ in range({limit // 100 + 5}): "
                          "b.append(bytearray(100 << 20))' && touch ~/ok"], "check": GOT_IT}
-    finals, summary, code = _run(tmp_path, "shell", [hog, FLOOD_TASKS[1]], vm_memory_mb=None,
-                                 num_vms=1, num_rollouts=1)
+    finals, summary, code = run_pool(tmp_path, "shell", [hog, FLOOD_TASKS[1]], vm_memory_mb=None,
+                                     num_vms=1, num_rollouts=1)
     assert code == 0
     assert finals["hog#0"]["status"] == "failure" and finals["hog#0"]["reward"] == 0.0, finals["hog#0"]
     assert finals["honest0#0"]["status"] == "success", finals["honest0#0"]
@@ -700,11 +748,22 @@ def test_one_vm_cannot_take_another_vms_per_user_limits(tmp_path):
     if not IS_ROOT:
         pytest.skip("an unprivileged runner's VMs share its uid: per-user kernel limits are "
                     "the runner's, split by nothing (README, 'What the sandbox is, and is not')")
+    check_own_per_user_limits(*run_pool(tmp_path, "shell", hold_inotify_tasks()))
+
+
+def hold_inotify_tasks() -> list[dict]:
+    """Two tasks that each take every inotify instance their user may hold, and pass only
+    if they got at least three quarters of them."""
     limit = int(Path("/proc/sys/fs/inotify/max_user_instances").read_text())
-    tasks = [{"id": f"hold{i}", "mode": "shell", "instruction": "hold inotify instances",
-              "reference": [f"python3 -c '{HOLD_INOTIFY}'"], "timeout": 30,
-              "check": f'n=$(cat ~/n) && [ "$n" -ge {limit * 3 // 4} ]'} for i in range(2)]
-    finals, summary, code = _run(tmp_path, "shell", tasks)
+    return [{"id": f"hold{i}", "mode": "shell", "instruction": "hold inotify instances",
+             "reference": [f"python3 -c '{HOLD_INOTIFY}'"], "timeout": 30,
+             "check": f'n=$(cat ~/n) && [ "$n" -ge {limit * 3 // 4} ]'} for i in range(2)]
+
+
+def check_own_per_user_limits(finals: dict, summary: dict, code: int) -> None:
+    """Both hold_inotify_tasks succeeded, on two VMs at once (not one after the other)."""
     assert code == 0
     for key, record in finals.items():
         assert record["status"] == "success", record
+    first, second = sorted(finals.values(), key=lambda record: record["started_at"])
+    assert first["vm"] != second["vm"] and second["started_at"] < first["ended_at"], (first, second)

@@ -122,6 +122,16 @@ def test_healthy_turns_false_when_killed_from_outside(harness, provider, vm):
     provider.stop(vm)  # stopping a dead VM works and cleans up (the fixture stops it again)
 
 
+def test_death_cause_names_a_kill_from_outside(harness, provider, vm):
+    """A VM killed from outside (an operator, the host's OOM killer) is not its task's doing:
+    the provider says so, and why, and the pool retries the task on another VM instead of
+    blaming it. While the VM runs, no cause is claimed (whatever broke, the task may have)."""
+    assert provider.death_cause(vm) is None
+    harness.kill_from_outside(vm)
+    cause = provider.death_cause(vm)
+    assert cause and "SIGKILL" in cause, cause
+
+
 def test_stop_leaves_nothing_and_is_idempotent(harness, provider):
     infos = [provider.start(f"vm{i}") for i in range(2)]
     assert harness.leftovers(provider.run_id)

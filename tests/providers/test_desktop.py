@@ -7,7 +7,8 @@ the task's windows, files or processes, and pass the shipped desktop tasks throu
 OSWorld's setup steps reach the shims as on the process provider: ``echo password | sudo -S
 CMD`` runs CMD, and ``sudo``, ``vlc`` and ``thunderbird`` are guest/shim/bin's, first on PATH.
 tests/test_osworld.py checks the same on the process provider, with every shipped task.
-The desktop and its commands run as uid 64000 with no capability, out of the agent's reach
+The desktop and its commands run as the VM's uid (64000 in a QEMU guest, one of the
+sandbox range per container: sandbox_uids.py) with no capability, out of the agent's reach
 (issue 16; tests/test_hostile_desktop.py has the process provider's table).
 """
 
@@ -42,13 +43,18 @@ OSWORLD_SUDO = "echo password | sudo -S sh -c 'id -u > ~/by-sudo.txt'"
 SHIMMED = ("sudo", "vlc", "thunderbird")
 
 
-def assert_osworld_reaches_the_shims(client: GuestClient) -> None:
+def commands_uid(info) -> str:
+    """The uid a VM's commands run as: the container's own on docker, 64000 in a QEMU guest."""
+    return str(info.private.get("uid", 64000))
+
+
+def assert_osworld_reaches_the_shims(client: GuestClient, uid: str) -> None:
     """OSWORLD_SUDO runs its command (as the commands' user: the sudo shim's rights are the
     caller's), SHIMMED resolve to guest/shim/bin on the commands' PATH, and a launch of
     /usr/bin/sudo is redirected to the shim and runs."""
     sudo = client.execute(OSWORLD_SUDO, shell=True, timeout=30)
     assert sudo["returncode"] == 0, sudo
-    assert client.execute("cat ~/by-sudo.txt", shell=True)["output"].strip() == "64000"
+    assert client.execute("cat ~/by-sudo.txt", shell=True)["output"].strip() == uid
     found = client.execute(f"for p in {' '.join(SHIMMED)}; do command -v $p; done",
                            shell=True)["output"].split()
     assert found == [f"{images.GUEST_SHIM_BIN}/{name}" for name in SHIMMED], found
@@ -133,7 +139,7 @@ def test_the_accessibility_tree_of_a_gtk_app_in_the_image(desktop, request):
             # under TCG the walk may outlive its 20 s bound: then the window list, in bounded time
             assert took < 24.0
         # on the same VM (the QEMU desktop's one boot of the default run; ~2 s under TCG)
-        assert_osworld_reaches_the_shims(client)
+        assert_osworld_reaches_the_shims(client, commands_uid(info))
     finally:
         provider.stop(info)
 
@@ -154,10 +160,11 @@ def test_a_desktop_and_its_commands_are_unprivileged_and_spare_the_agent(desktop
         agent = client.health()["pid"]
         rows = client.execute(WHO_RUNS, shell=True)["output"].split("\n")
         seen = [row.split() for row in rows if len(row.split()) == 3]
-        assert seen[0][1:] == ["64000", "0000000000000000"], seen[0]  # the command itself
+        uid = commands_uid(info)
+        assert seen[0][1:] == [uid, "0000000000000000"], seen[0]  # the command itself
         by_name = {name: (uid, caps) for name, uid, caps in seen[1:]}
         for name in ("Xvfb", "openbox", "dbus-daemon"):  # the desktop is the same user's
-            assert by_name.get(name) == ("64000", "0000000000000000"), (name, by_name)
+            assert by_name.get(name) == (uid, "0000000000000000"), (name, by_name)
         home = client.execute("id -un; test -O ~ && touch ~/mine", shell=True)  # its own home
         assert (home["returncode"], home["output"].strip()) == (0, "user"), home
         signal = client.execute(f"kill -9 {agent}", shell=True)

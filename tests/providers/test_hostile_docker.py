@@ -11,7 +11,8 @@ from __future__ import annotations
 import pytest
 
 from parallel_rollout.pool.providers.docker_cli import daemon_limits
-from test_hostile import SHELL_ROWS, check_finished, check_row, run_table
+from test_hostile import (SHELL_ROWS, check_finished, check_own_per_user_limits, check_row,
+                          hold_inotify_tasks, run_pool, run_table)
 
 #: rows left out on docker, and why
 NOT_ON_DOCKER = {"fill_tmp_and_home": "a container's home is its writable layer on the "
@@ -46,3 +47,10 @@ def test_hostile_shell_answer_on_docker(docker_table, name):
 
 def test_docker_host_untouched_and_the_run_finished(docker_table):
     check_finished(docker_table)
+
+
+def test_one_container_cannot_take_another_containers_per_user_limits(docker_harness, tmp_path):
+    """Two containers at once, each task takes every inotify instance its user may hold:
+    containers share the host's user namespace, so with one uid for every container's
+    commands (64000, once) the second got none; each VM has a uid of its own now."""
+    check_own_per_user_limits(*run_pool(tmp_path, "shell", hold_inotify_tasks(), provider_name="docker"))

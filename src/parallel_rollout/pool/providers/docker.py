@@ -23,21 +23,24 @@ read-only over the image's copy, so the agent always matches the host's client.
 
 **Desktop.** Desktop modes (osworld; ``options.desktop``) boot ``parallel-rollout-desktop:<key>``
 (``image build --provider docker --desktop``): the same recipe plus ``images.DESKTOP_PACKAGES``
-and ``images.DESKTOP_APT_PACKAGES`` (LibreOffice). The agent starts with ``--desktop WxH``: the desktop is up before the container counts as
-booted, and the spare a reset hands out has a fresh one.
+and ``images.DESKTOP_APT_PACKAGES`` (LibreOffice). The agent starts with ``--desktop WxH``:
+the desktop is up before the container counts as booted, and a reset's spare has a fresh one.
 
 **Isolation.** ``--network none`` (only ``lo``), a fresh writable layer and a tmpfs ``/tmp``
 per container, ``--init`` so orphans are reaped, ``--memory``/``--memory-swap`` from
 ``memory_mb`` (else the pool's ``default_memory_mb``, ``base.py``) and ``--pids-limit`` from
 ``max_processes`` (4096 when unset), a sized ``/tmp``, no privileged flags, every capability
 dropped but the few the agent needs to run commands as another user (``AGENT_CAPS``),
-``no-new-privileges``. The agent is the container's root; every command
-runs as uid 64000 through ``setpriv`` with no capabilities (``--run-as``, see
-``guest/server.py``), so the graded code can neither signal the agent nor reach its socket.
+``no-new-privileges``. The agent is the container's root; every command runs as a uid of
+the VM's own through ``setpriv`` with no capabilities (``--run-as``, see ``guest/server.py``),
+so the graded code can neither signal the agent nor reach its socket. Containers share the
+host's user namespace, where the kernel counts some limits per uid (inotify instances): each
+VM holds a uid of the process sandboxes' range (``sandbox_uids.py``) across resets, named
+``user`` in an /etc/passwd and /etc/group bound over the image's.
 The agent loads the process sandbox's seccomp filter (``seccomp.py``) on top of Docker's.
 A desktop container's whole desktop (session bus, X server, apps) runs as that user too
-(``guest/desktop.py``), who is ``user`` in the image's /etc/passwd (dbus-daemon and xterm
-look their user up); OSWorld's getters and the screenshots stay out of its reach.
+(``guest/desktop.py``), who is ``user`` in that /etc/passwd (dbus-daemon and xterm look
+their user up); OSWorld's getters and the screenshots stay out of its reach.
 
 **Reset = recreate, with a spare** (``docker_spare.py``; the CLI calls are in ``docker_cli.py``). A container cannot be rolled back in place, but a new
 one from the same image is the snapshot. What costs is ``docker start`` (namespaces, mounts,
@@ -91,16 +94,18 @@ from . import images, seccomp, verify
 from .base import Provider, ProviderOptions, VMInfo
 from .common import check_name, make_vm_dir, read_meta, remove_run_dir_if_empty, secure_base_dir
 from .docker_cli import (GUEST_HOME, GUEST_SOCK_DIR, LABEL, SOCKET_NAME, START_HINT, agent_argv,
-                         container_death_cause, container_state, containers, daemon_address,
-                         daemon_limits, docker, image_exists, image_kind, import_changes, init_process,
-                         kill_init, logs, owner_alive, remove_containers, remove_old_guest_images)
+                         check_image, container_death_cause, container_state, containers,
+                         daemon_address, daemon_limits, docker, image_exists, image_kind,
+                         import_changes, init_process, kill_init, logs, owner_alive,
+                         remove_containers, remove_old_guest_images, write_user_files)
 from .docker_spare import Background, SpareContainers
 from .layer_diff import LayerView
+from .sandbox_uids import SandboxUids
 
 log = logging.getLogger(__name__)
 
 DEFAULT_BASE_DIR = "/tmp/parallel-rollout/docker"
-#: the unprivileged user commands run as (the agent stays the container's root, with
+#: the image's ``user`` (a VM's commands run as a uid of its own; the agent stays root, with
 #: AGENT_CAPS only), the size of /tmp, and the process cap when max_processes is not set
 SANDBOX_UID = 64000
 AGENT_CAPS = ("SETUID", "SETGID", "SETPCAP", "KILL", "CHOWN", "FOWNER", "DAC_OVERRIDE")
@@ -154,11 +159,13 @@ class DockerProvider(SpareContainers, Provider):
         self.run_dir = self.base_dir / run_id
         self.desktop = self.options.desktop
         self.image = self.options.snapshot_name or image_tag(self.desktop)
-        self._check_image()
+        check_image(self.image, bool(self.options.snapshot_name), self.desktop)
         self._check_limits()
         me = psutil.Process()
         self._owner = f"{me.pid}:{me.create_time():.3f}"
         self._init_spares()
+        #: a uid of each VM's own for its commands: per-user kernel limits are per VM
+        self._uids = SandboxUids()
         #: reset verification from the host through /proc/<docker-init>/root; the image's
         #: home is the snapshot (verify.py); full adds the writable layer (layer_diff.py)
         self._view = LayerView(self.options.verify_reset or "fast", GUEST_HOME, None,
@@ -259,7 +266,14 @@ class DockerProvider(SpareContainers, Provider):
         secure_base_dir(self.base_dir)  # 0700 and ours, not another user's folder
         make_vm_dir(vm_dir)
         self._write_meta(vm_id, vm_dir)
-        info = self._boot(vm_id, deadline)
+        labels = [f"{LABEL}.{key}={value}" for key, value in (
+            ("run", self.run_id), ("vm", vm_id), ("owner", self._owner), ("host", socket.gethostname()))]
+        try:
+            write_user_files(self.image, vm_dir, self._uids.acquire(vm_id), labels)
+            info = self._boot(vm_id, deadline)
+        except BaseException:
+            self._uids.release(vm_id)  # no container of the VM holds it (_boot removes its own)
+            raise
         if info.private.get("init_pid"):
             self._view.baseline(vm_id, info.private["init_pid"], info.address,
                                 container=info.private["name"])
@@ -327,6 +341,7 @@ class DockerProvider(SpareContainers, Provider):
             self._remove([c.private for c in (info, spare) if c])
             # anything of this VM the bookkeeping above missed (another instance's spare)
             self.sweep_vm(info.vm_id)
+            self._uids.release(info.vm_id)  # once no container of it is left
         finally:
             shutil.rmtree(info.private["vm_dir"], ignore_errors=True)
             remove_run_dir_if_empty(self.run_dir)
@@ -390,7 +405,10 @@ class DockerProvider(SpareContainers, Provider):
                 f"set {BASE_DIR_ENV} to a shorter folder or use shorter run/vm ids")
         make_vm_dir(sock_dir)
         name = f"pr-{self.run_id}-{vm_id}-{cid}"
-        private = {"name": name, "sock_dir": str(sock_dir), "vm_dir": str(vm_dir)}
+        uid = self._uids.uid(vm_id)
+        if uid is None:  # never a container whose commands would run as root: a late spare
+            raise VMError(f"VM {vm_id} holds no sandbox uid (it was stopped)")
+        private = {"name": name, "sock_dir": str(sock_dir), "vm_dir": str(vm_dir), "uid": uid}
         argv = [
             "run", "-d",
             "--name", name, "--hostname", vm_id[:63],
@@ -405,6 +423,7 @@ class DockerProvider(SpareContainers, Provider):
             "--log-opt", "max-size=1m",
             "-v", f"{sock_dir}:{GUEST_SOCK_DIR}",
             "-v", f"{images.GUEST_SOURCE_DIR}:{images.GUEST_DIR}:ro",
+            "-v", f"{vm_dir / 'passwd'}:/etc/passwd:ro", "-v", f"{vm_dir / 'group'}:/etc/group:ro",
             "-w", GUEST_HOME,
             "-e", f"HOME={GUEST_HOME}", "-e", f"PATH={images.guest_path(self.desktop)}",
             "-e", "LANG=C.UTF-8", "-e", f"USER={images.GUEST_USER}",
@@ -419,7 +438,7 @@ class DockerProvider(SpareContainers, Provider):
         # the desktop runs as that user too; the process sandbox's seccomp filter on Docker's
         seccomp.write(sock_dir / "seccomp.bpf")
         agent = [*agent_argv(self.options.screen), "--seccomp", f"{GUEST_SOCK_DIR}/seccomp.bpf",
-                 "--run-as", f"{SANDBOX_UID}:{SANDBOX_UID}", "--reap-all"]
+                 "--run-as", f"{uid}:{uid}", "--reap-all"]
         argv += [self.image, *agent]
         try:
             docker(*argv, timeout=max(1.0, deadline - time.monotonic()))
@@ -472,25 +491,6 @@ class DockerProvider(SpareContainers, Provider):
             for container in containers:
                 if container.get("sock_dir"):
                     shutil.rmtree(container["sock_dir"], ignore_errors=True)
-
-    @staticmethod
-    def _remaining(deadline: float) -> float:
-        return max(1.0, deadline - time.monotonic())
-
-    def _check_image(self) -> None:
-        if image_exists(self.image):
-            return
-        if self.options.snapshot_name:
-            if container_state(self.image) != "missing":
-                raise ConfigError(
-                    f"docker snapshot {self.image!r} is a container, not an image; commit it "
-                    f"first: docker commit {self.image} my-snapshot, then snapshot_name "
-                    "my-snapshot")
-            raise ConfigError(f"docker snapshot image {self.image!r} does not exist "
-                              "(docker image ls lists the images there are)")
-        raise ProviderUnavailable(
-            f"the docker guest image {self.image} is not built; build it with: parallel-rollout "
-            "image build --provider docker" + (" --desktop" if self.desktop else ""))
 
     def _write_meta(self, vm_id: str, vm_dir: Path) -> None:
         meta = {"run_id": self.run_id, "vm_id": vm_id, "created": time.time(),

@@ -11,15 +11,19 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
 import signal
 import subprocess
+import tempfile
+import threading
 import time
+from pathlib import Path
 from typing import Callable
 
 import psutil
 
-from ...errors import ProviderUnavailable, VMError
+from ...errors import ConfigError, ProviderUnavailable, VMError
 from . import images
 from .common import same_process, signal_name
 
@@ -31,6 +35,8 @@ SOCKET_NAME = "agent.sock"
 DOCKER_TIMEOUT_S = 60.0
 #: how long a SIGKILLed container init may take to disappear before we ask dockerd instead
 KILL_WAIT_S = 5.0
+#: how long death_cause waits for a container whose agent stopped answering to stop running
+DEATH_WAIT_S = 2.0
 START_HINT = "dockerd --bridge=none --iptables=false (as root; or: scripts/dockerd.sh start)"
 _DEATHSIG = [shutil.which("setpriv"), "--pdeathsig", "KILL"] if shutil.which("setpriv") else []
 
@@ -126,24 +132,87 @@ def container_death_cause(name: str, memory_limited: bool) -> str | None:
     death_cause``): removed, paused, or its init (or agent) killed by a signal with no OOM
     of its own memory limit. The task runs as another user than the agent and docker-init,
     so it can signal neither. An OOM kill is the task's when the container has a memory
-    limit (it used it up), the host's otherwise."""
-    done = docker("container", "inspect", "--format", "{{json .State}}", name, check=False)
-    if done.returncode != 0:
-        return f"its container {name} is gone (removed from outside)"
-    try:
-        state = json.loads(done.stdout)
-    except ValueError:
-        return None
-    if state.get("Paused"):
-        return f"its container {name} was paused from outside"
-    if state.get("Running"):
-        return None  # alive: its agent stopped answering, as far as anyone can tell
+    limit (it used it up), the host's otherwise. A container that still runs is waited for
+    (DEATH_WAIT_S): dockerd learns of a killed init a moment after its agent's socket closed."""
+    deadline = time.monotonic() + DEATH_WAIT_S
+    while True:
+        done = docker("container", "inspect", "--format", "{{json .State}}", name, check=False)
+        if done.returncode != 0:
+            return f"its container {name} is gone (removed from outside)"
+        try:
+            state = json.loads(done.stdout)
+        except ValueError:
+            return None
+        if state.get("Paused"):
+            return f"its container {name} was paused from outside"
+        if not state.get("Running"):
+            break
+        if time.monotonic() > deadline:
+            return None  # alive: its agent stopped answering, as far as anyone can tell
+        time.sleep(0.05)
     if state.get("OOMKilled"):
         return None if memory_limited else "the host's OOM killer killed it"
     code = state.get("ExitCode") or 0
     if code > 128:
         return f"its container {name} was stopped by {signal_name(code - 128)} from outside (exit code {code})"
     return None
+
+
+def check_image(image: str, snapshot_named: bool, desktop: bool) -> None:
+    """ConfigError when a snapshot image the user named is missing (or is a container),
+    ProviderUnavailable (how to build it) when the guest image is not built."""
+    if image_exists(image):
+        return
+    if snapshot_named:
+        if container_state(image) != "missing":
+            raise ConfigError(
+                f"docker snapshot {image!r} is a container, not an image; commit it "
+                f"first: docker commit {image} my-snapshot, then snapshot_name my-snapshot")
+        raise ConfigError(f"docker snapshot image {image!r} does not exist "
+                          "(docker image ls lists the images there are)")
+    raise ProviderUnavailable(
+        f"the docker guest image {image} is not built; build it with: parallel-rollout "
+        "image build --provider docker" + (" --desktop" if desktop else ""))
+
+
+def write_user_files(image: str, folder: Path, uid: int, labels: list[str]) -> None:
+    """``folder``/passwd and ``folder``/group: the image's, with ``user`` as ``uid``
+    (``images.with_guest_user``), for a VM's containers to bind over the image's. ``labels``
+    go on the container that reads them (the VM's: a sweep finds it if we die meanwhile)."""
+    for kind, text in image_user_files(image, labels).items():
+        (folder / kind).write_text(images.with_guest_user(kind, text, uid), encoding="utf-8")
+        (folder / kind).chmod(0o644)
+
+
+def image_user_files(image: str, labels: list[str]) -> dict[str, str]:
+    """The text of ``image``'s /etc/passwd and /etc/group (empty where it has none), read
+    from a container that is created with ``labels`` (a sweep's), never started, and
+    removed; cached per image id, so a process reads an image once."""
+    image_id = docker("image", "inspect", "--format", "{{.Id}}", image).stdout.strip()
+    with _user_files_lock:
+        if image_id in _user_files:
+            return _user_files[image_id]
+        name = f"pr-users-{secrets.token_hex(4)}"
+        argv = ["create", "--name", name, "--network", "none"]
+        for label in labels:
+            argv += ["--label", label]
+        docker(*argv, image_id, "true")
+        found = {}
+        try:
+            with tempfile.TemporaryDirectory(prefix="pr-docker-users-") as work:
+                for kind in ("passwd", "group"):
+                    copied = docker("cp", "-L", f"{name}:/etc/{kind}", f"{work}/{kind}", check=False)
+                    found[kind] = (Path(work, kind).read_text(encoding="utf-8", errors="replace")
+                                   if copied.returncode == 0 else "")
+        finally:
+            remove_containers([name], strict=False)
+        _user_files[image_id] = found
+        return found
+
+
+_user_files_lock = threading.Lock()
+#: image id -> {"passwd": text, "group": text}
+_user_files: dict[str, dict[str, str]] = {}
 
 
 def logs(name: str) -> str:

@@ -34,8 +34,7 @@ files, fresh ``/proc`` and ``/dev``, a clean environment, ``setsid``, and:
 * *per-VM cgroups* (``cgroups.py``): ``memory.max``, ``pids.max`` and an equal CPU weight
   for the whole sandbox, where a probe shows they work (``cgroups.available``); ``memory.max``
   is ``memory_mb``, else the pool's ``default_memory_mb`` (``base.py``). Without a memory
-  cgroup only an explicit ``memory_mb`` applies, as RLIMIT_AS per process (``prlimit``,
-  logged). ``max_processes`` (DEFAULT_MAX_PROCESSES when unset) goes to ``pids.max``, or
+  cgroup only an explicit ``memory_mb`` applies, as RLIMIT_AS per process (logged either way). ``max_processes`` (DEFAULT_MAX_PROCESSES when unset) goes to ``pids.max``, or
   without a pids cgroup to RLIMIT_NPROC where that caps a sandbox (not root: see
   ``cgroups.nproc_caps_a_sandbox``); else an explicit one is a ConfigError saying why.
 * *sized tmpfs* for ``/tmp`` and ``/dev/shm`` (512 MB) and the home (1 GB), each at most a
@@ -177,11 +176,12 @@ class ProcessProvider(Provider):
                             "per process, which does not bound the sandbox's sum",
                             cgroups.why_unavailable("memory"), self.options.memory_mb)
                 self._limit_as = True
-        #: the user's memory limit, else the pool's default where a memory cgroup bounds the
-        #: sum (a default RLIMIT_AS would break browsers: see base.py)
+        elif "memory" not in controllers:  # no default RLIMIT_AS: it would break browsers (base.py)
+            log.warning("no memory cgroup (%s): the VMs have no memory limit; --vm-memory-mb sets "
+                        "one per process (RLIMIT_AS)", cgroups.why_unavailable("memory"))
+        #: the user's memory limit, else the pool's default where a memory cgroup bounds the sum
         self._memory_mb = self.options.memory_limit(bounded="memory" in controllers)
-        #: a VM's process cap, as (pids.max, RLIMIT_NPROC per command): one of them is set
-        #: wherever the machine can cap a sandbox (``cgroups.process_cap``)
+        #: a VM's process cap, (pids.max, RLIMIT_NPROC per command): ``cgroups.process_cap``
         self._pids_max, self._limit_nproc = cgroups.process_cap(
             self.options.max_processes, DEFAULT_MAX_PROCESSES)
         #: cgroups are host-wide: two runs with one run id (two output folders) must not

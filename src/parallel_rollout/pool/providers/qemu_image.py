@@ -5,21 +5,24 @@ files under ``<cache>/qemu/``: ``vmlinuz`` from the package ``linux-image-amd64`
 (``apt-get download``); ``initrd.img``, a tiny gzipped cpio written here — static busybox,
 the virtio/ext4 modules in dependency order and an ``/init`` that loads them and hands over to
 the real root; and ``base.qcow2``, the debootstrap tree of ``images.build_rootfs`` plus the
-guest package (``images.guest_files``: the agent, the desktop's routes, the shims) and
-``guest-init`` (a Python PID 1), turned into ext4 with ``mkfs.ext4 -d`` (no mount needed) and
-then into qcow2. ``image.json`` records a hash of every input, so a changed agent, shim or
-init makes the image stale and a build with nothing changed is a no-op. With
-``--desktop`` the same three files go to ``<cache>/qemu-desktop/``, the tree holding
-``images.guest_recipe(desktop=True)`` (the desktop and LibreOffice). The guest's user works in
-``/home/user``, as on OSWorld's images and the other providers.
+guest package (``images.guest_files``: the agent, the desktop's routes, the shims), the
+process sandbox's seccomp filter (the agent loads it) and ``guest-init`` (a Python PID 1),
+turned into ext4 with ``mkfs.ext4 -d`` (no mount needed) and then into qcow2. ``image.json``
+records a hash of every input, so a changed agent, shim, filter or init makes the image stale
+and a build with nothing changed is a no-op. With ``--desktop`` the same three files go to
+``<cache>/qemu-desktop/``, the tree holding ``images.guest_recipe(desktop=True)`` (the desktop
+and LibreOffice). The guest's user works in ``/home/user``, as on OSWorld's images and the
+other providers.
 """
 
 from __future__ import annotations
 
 import fcntl
 import gzip
+import hashlib
 import json
 import os
+import platform
 import shutil
 import struct
 import subprocess
@@ -29,7 +32,7 @@ from pathlib import Path
 from typing import Callable
 
 from ...errors import ProviderUnavailable, VMError
-from . import images
+from . import images, seccomp
 
 QEMU_IMG = "qemu-img"
 #: the guest agent's TCP port inside the VM (OSWorld's)
@@ -49,6 +52,10 @@ def read_bytes(path: Path) -> bytes:
 
 
 GUEST_INIT_PATH = "/usr/local/sbin/guest-init"
+#: the process sandbox's seccomp filter (``seccomp.py``), which the guest agent loads at start
+#: (``server.py --seccomp``): the graded code runs on the guest's own kernel, but a way into
+#: it (io_uring, the new mount API, …) is a way to the guest's root, who grades the answer
+GUEST_SECCOMP_PATH = f"{images.GUEST_DIR}/seccomp.bpf"
 
 
 #: bump when the image recipe changes in a way the input hash does not capture
@@ -95,6 +102,7 @@ import ctypes, fcntl, os, select, socket, struct, sys, threading, time
 
 AGENT = "AGENT_PATH"
 SHIM = "SHIM_PATH"
+SECCOMP = "SECCOMP_PATH"
 AGENT_SOCKET = "/run/guest/agent.sock"
 HOME = "/home/user"
 CLONE_NEWNET = 0x40000000
@@ -145,6 +153,8 @@ def start_agent():
         # the agent is the VM's root; the graded code (and a desktop) an unprivileged user
         argv = ["python3", "-I", "-S", AGENT, "--unix", AGENT_SOCKET,
                 "--run-as", "SANDBOX_UID:SANDBOX_UID", "--reap-all"]  # the VM is its own
+        if os.path.exists(SECCOMP):  # the host's seccomp filter, as in every provider
+            argv += ["--seccomp", SECCOMP]
         if desktop:  # WxH from the kernel command line
             argv += ["--desktop", desktop]
             env["PYTHONPATH"] = SHIM  # pyautogui is the shim's; so are sudo and vlc on PATH
@@ -222,6 +232,7 @@ while True:  # reap every orphan; restart the agent if it dies
         time.sleep(0.5)
         agent = start_agent()
 '''.replace("AGENT_PATH", images.GUEST_AGENT_PATH).replace("SHIM_PATH", images.GUEST_SHIM_DIR) \
+    .replace("SECCOMP_PATH", GUEST_SECCOMP_PATH) \
     .replace("PORT", str(GUEST_PORT)).replace("SANDBOX_UID", str(SANDBOX_UID)) \
     .replace("BASE_PATH", images.guest_path()).replace("DESKTOP_PATH", images.guest_path(True))
 
@@ -234,7 +245,15 @@ def image_dir(desktop: bool = False) -> Path:
 def image_inputs(desktop: bool = False) -> str:
     """Hash of what we put into an image; a built image with another hash is stale."""
     return images.recipe_key("qemu-image", IMAGE_VERSION, INITRD_INIT, GUEST_INIT,
-                             INITRD_MODULES, images.guest_recipe(desktop), images.guest_digest())
+                             INITRD_MODULES, images.guest_recipe(desktop), images.guest_digest(),
+                             hashlib.sha256(guest_seccomp()).hexdigest())
+
+
+def guest_seccomp() -> bytes:
+    """The BPF program the guest's agent loads: the host's compiled filter, which is the
+    guest's only where both are x86_64 (a filter checks the calling convention); empty
+    otherwise, and the guest then runs without one."""
+    return seccomp.program() if platform.machine() == "x86_64" else b""
 
 
 IMAGE_FILES = ("vmlinuz", "initrd.img", "base.qcow2")
@@ -346,6 +365,8 @@ def _install_guest(tree: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(data)
         path.chmod(mode)
+    if program := guest_seccomp():
+        (tree / GUEST_SECCOMP_PATH.lstrip("/")).write_bytes(program)
     init = tree / GUEST_INIT_PATH.lstrip("/")
     init.parent.mkdir(parents=True, exist_ok=True)
     init.write_text(GUEST_INIT)

@@ -1,9 +1,11 @@
-"""A uid of its own for each process sandbox's commands, when the runner is root.
+"""A uid of its own for each VM's commands: a process sandbox's when the runner is root,
+a docker container's always (the agent is the container's root).
 
 The kernel counts some limits per user, whatever namespace a process is in: inotify
 instances and watches, RLIMIT_NPROC, POSIX message queues, locked memory. VMs whose
 commands ran as one uid shared them, so one task that held 128 inotify instances made
-``inotify_init`` fail in every other VM. Each VM therefore takes a uid of its own from a
+``inotify_init`` fail in every other VM. Both providers take from one range, so a sandbox
+and a container never share a uid either. Each VM therefore takes a uid of its own from a
 range, holds it while it lives (its resets and its standby keep it) and gives it back when
 it stops::
 
