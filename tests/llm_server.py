@@ -62,6 +62,13 @@ Step = dict[str, Any]
 Policy = Callable[[dict[str, Any]], Step]
 
 
+class _Listener(ThreadingHTTPServer):
+    # A model server's listen backlog (uvicorn's is 2048), not socketserver's 5: every streamed
+    # reply closes its connection, so env loops that end their turns together connect
+    # together, and a full backlog drops their SYNs for a second-long retransmit each.
+    request_queue_size = 128
+
+
 class LLMServer:
     """The server, its script and its request log; ``url`` is the base URL (``…/v1``)."""
 
@@ -84,7 +91,7 @@ class LLMServer:
         self._lock = threading.Lock()
         # Set at shutdown so a sleeping step ends instead of holding a thread.
         self._closing = threading.Event()
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
+        self._httpd = _Listener(("127.0.0.1", 0), _handler(self))
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05},
                                         name="llm-server", daemon=True)

@@ -340,7 +340,7 @@ def test_the_desktop_tasks_command_passes_every_shipped_task(tmp_path):
     run_every_shipped_desktop_task(line, tmp_path)
 
 
-@pytest.mark.slow  # ~90 s: four schedulers, 2 training steps each
+@pytest.mark.slow  # ~3 min: a calibration and four schedulers, a warm-up and 2 training steps each
 def test_the_weight_updates_benchmark_prints_its_table():
     """`python benchmarks/rl/weight_updates.py`, which the README's "What async buys" table
     comes from: it runs and prints a row per mode (no speed is asserted: the machine may be

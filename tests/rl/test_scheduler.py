@@ -161,6 +161,30 @@ def test_async_runs_ahead_and_stale_groups_are_dropped_and_counted(shared, sibli
     assert all(t.created_step == 3 for t in batch)
 
 
+def test_finished_members_free_their_slots_and_a_last_chance_group_is_waited_for(shared, sibling):
+    """ratio 1, one straggling member in each of the first two groups: their finished
+    members' env slots start the next groups, which make step 0's batch (slots bound what
+    runs, not groups); at step 1, the last step the stragglers' groups may go out in, the batch
+    waits for them instead of taking newer groups that finished first, so none is dropped."""
+    server, switch = shared[2], shared[1]
+
+    def straggling_m1(body):
+        headers = next(e["headers"] for e in reversed(server.requests) if e["body"] is body)
+        session = headers.get("x-session-id", "")
+        if "/m1@" in session and ("/g0/" in session or "/g1/" in session):
+            time.sleep(2.0)  # member 1 of each of the first two groups, every turn
+        return switch.default(body)
+
+    switch.policy = straggling_m1
+    train = sibling(EnvManagerConfig(num_env_groups=2, group_size=2, tags=["tiny"], task_sets=tiny(shared)),
+                    async_generation_ratio=1)
+    first = train.get_batch(batch_size=4, step=0)
+    assert sorted({t.group_id for t in first}) == [2, 3]  # on the slots of groups 0 and 1's member 0
+    second = train.get_batch(batch_size=4, step=1)
+    assert sorted({t.group_id for t in second}) == [0, 1]  # not 4 and 5, which finished first
+    assert train.stats()["groups_dropped"] == 0
+
+
 def test_redundancy_cancels_the_slowest_members(shared, sibling):
     base, switch, _, _ = shared
     policy = TablePolicy(seed=1)

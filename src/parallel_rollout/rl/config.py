@@ -1,10 +1,11 @@
 """EnvManagerConfig (ROLL's env manager settings) and the task sets its tags name.
 
 ``EnvManagerConfig(num_env_groups, group_size, group_size_redundancy, tags,
-num_groups_partition, max_env_num_per_worker)``: ``num_env_groups`` groups run at once,
-split over the tags by ``num_groups_partition`` (an even split when left out); each group is
-``group_size`` members of one task and seed, plus ``group_size_redundancy`` spares of which
-the slowest are cancelled. Every bad value is a ConfigError that names the field.
+num_groups_partition, max_env_num_per_worker)``: ``num_env_groups`` groups' worth of env
+slots (× members) run at once, split over the tags by ``num_groups_partition`` (an even split
+when left out); each group is ``group_size`` members of one task and seed, plus
+``group_size_redundancy`` spares of which the slowest are cancelled. A member that is done
+frees its slot for the next group while its group's stragglers run. Every bad value is a ConfigError that names the field.
 
 A tag names a task set: a ``TaskSet(mode, data, tags=…, limit=…)`` given in ``task_sets``
 (Python, or ``[task_sets.NAME]`` tables of a TOML file read by ``load_task_sets``), else a
@@ -49,7 +50,8 @@ BUILTIN_TASK_SETS = {
 class EnvManagerConfig:
     """ROLL's env manager settings for one scheduler (train, validation, baseline …)."""
 
-    #: groups running at once; None: as many as the engine's concurrency fits
+    #: groups' worth of env slots (× members) running at once; None: as many as the engine's
+    #: concurrency fits
     num_env_groups: int | None = None
     group_size: int = 1
     #: extra members started per group; the first ``group_size`` to finish make the group

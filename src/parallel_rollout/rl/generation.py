@@ -7,9 +7,12 @@ fills). ``RolloutScheduler`` (``scheduler``) is the trainer's side and holds the
 this class is its half that keeps generation going:
 
 * **Filling** (``_fill``): while fewer groups are outstanding (running or ready) than the
-  ratio allows, start one: groups to replay first (``load_state_dict``), then the tag with the
-  fewest running for its share of ``num_groups_partition`` (and, with ``batch_partition``, a
-  tag short of its quota), its next task from the task source.
+  ratio allows and a whole group fits in a tag's free env slots (its share of
+  ``num_groups_partition`` × members; a member that is in frees its slot), start one: groups
+  to replay first (``load_state_dict``), then the tag with the fewest slots busy for its share
+  (and, with ``batch_partition``, a tag short of its quota), its next task from the task
+  source. Counting slots, not groups, lets the next batch start on the loops a batch's early
+  finishers leave while the trainer waits for its stragglers.
 * **Members' records** (``_take_record``): a member that produced an episode joins its group;
   one that failed is replaced by a spare, or drops its group (counted in the batch budget),
   or becomes a placeholder. A complete group cancels its spares and is ready, unless it is
@@ -68,10 +71,17 @@ class GroupGeneration:
         return sum(1 for g in groups if tag is None or g.tag == tag)
 
     def _running(self, tag: str) -> int:
-        return sum(1 for g in self._groups.values() if g.tag == tag)
+        """Env slots the tag's groups hold: their members still running. A member that is
+        in frees its slot though its group waits on a slower one."""
+        return sum(len(g.running) for g in self._groups.values() if g.tag == tag)
 
     def _start_allowed(self, tag: str) -> bool:
-        return self._running(tag) < self.partition[tag]
+        """Whether a whole group fits in the tag's free slots (its share of
+        ``num_env_groups`` × members). Counted in slots, not groups, so the next group
+        starts on the slots of a group's finished members while its stragglers run (within
+        the ratio's cap), as env managers that each run their next episode would."""
+        members = self.env_config.members
+        return self._running(tag) + members <= self.partition[tag] * members
 
     def _start_group(self, tag: str, task: Any, purpose: str, episode_id: int | None = None,
                      seed: int | None = None) -> Group:
@@ -155,6 +165,8 @@ class GroupGeneration:
                 group.done.append(trajectory)
             if group.complete:
                 self._complete(group)
+            else:
+                self._fill()  # its slot is free: the next group may fit
             self._cond.notify_all()
 
     def _complete(self, group: Group) -> None:

@@ -11,7 +11,8 @@ Generation runs in the engine's thread through callbacks, so it goes on while th
 trains. How far ahead: with ``async_generation_ratio`` r, at most ``need × r`` groups are
 outstanding (running or ready) while the trainer trains, ``need × (r + 1)`` while it waits in
 ``get_batch`` (need = batch_size / group_size); r = 0 is synchronous — nothing starts between
-batches. A group created at step s is dropped (counted) once the step exceeds s + r.
+batches. A group created at step s is dropped (counted) once the step exceeds s + r; the
+batch of step s + r waits for it rather than take a newer group that finished first.
 ``max_version_lag=k`` also bounds the policy versions that sampled a group's tokens
 (``staleness``); ``suspend(abort=True)`` ends the model requests in flight at the server.
 
@@ -225,7 +226,7 @@ class RolloutScheduler(GroupGeneration):
         ``batch_partition`` each tag's quota); None while they are not all there (with
         ``partial``: what is there)."""
         if self.batch_partition is None:
-            if len(self._ready) < need and not partial:
+            if (len(self._ready) < need or self._last_chance_running(need)) and not partial:
                 return None
             batch, self._ready = self._ready[:need], self._ready[need:]
             return batch
@@ -239,6 +240,16 @@ class RolloutScheduler(GroupGeneration):
         taken = {g.group_id for g in chosen}
         self._ready = [g for g in self._ready if g.group_id not in taken]
         return sorted(chosen, key=lambda g: g.group_id)
+
+    def _last_chance_running(self, need: int) -> bool:
+        """Whether one of the ``need`` oldest batch groups is still running and this step is
+        the last it may be handed out in (``async_generation_ratio``). The batch waits for it:
+        a newer group that finished first (it started on the slots of finished members) can
+        go in the next batch, where this one would be dropped as stale, its tokens wasted and
+        the batches biased toward short episodes."""
+        outstanding = sorted([*[g for g in self._groups.values() if g.purpose == "batch"], *self._ready],
+                             key=lambda g: g.group_id)[:need]
+        return any(g.completed_at is None and g.created_step + self.ratio <= self._step for g in outstanding)
 
     def _run_given(self, batch_size: int, step: int, tasks: list[Any], timeout: float | None) -> list[Trajectory]:
         """get_batch(tasks=[…]): one group per given task, their groups in the given order. A
