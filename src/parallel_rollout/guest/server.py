@@ -231,16 +231,18 @@ def _seal() -> bool:
     try:
         _libc_call("prctl", 38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS
         _libc_call("prctl", 47, 4, 0, 0, 0)  # PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL
-        with open("/proc/sys/kernel/cap_last_cap") as handle:
-            last = int(handle.read())
-        for cap in range(last + 1):
-            _libc_call("prctl", 24, cap, 0, 0, 0)  # PR_CAPBSET_DROP (needs CAP_SETPCAP)
         held = _status_fields("CapEff", "CapPrm")
         effective, permitted = (int(held[name], 16) for name in ("CapEff", "CapPrm"))
         header = (0x20080522).to_bytes(4, sys.byteorder) + bytes(4)  # version 3, this process
         data = b"".join(word.to_bytes(4, sys.byteorder) for word in (
             effective & 0xFFFFFFFF, permitted & 0xFFFFFFFF, 0, effective >> 32, permitted >> 32, 0))
         _libc_call("capset", header, data)  # the inheritable set emptied
+        # last: with the bounding set kept, root can still exec setpriv (a seal that failed
+        # before here leaves commands their setpriv; this one fails whole, at its first cap)
+        with open("/proc/sys/kernel/cap_last_cap") as handle:
+            last = int(handle.read())
+        for cap in range(last + 1):
+            _libc_call("prctl", 24, cap, 0, 0, 0)  # PR_CAPBSET_DROP (needs CAP_SETPCAP)
         now = _status_fields("CapInh", "CapAmb", "CapBnd", "NoNewPrivs")
     except (OSError, ValueError, TypeError):
         return False
