@@ -271,8 +271,9 @@ def main(argv: list[str] | None = None) -> int:
         agent_commands.run_as = (int(uid), int(gid))
         agent_commands.give(agent_commands.home())
         # a desktop starts its session through setpriv as root (agent_commands.as_user),
-        # which needs the bounding set: it keeps it, and its commands keep setpriv
-        agent_commands.direct = not args["desktop"] and _seal()
+        # which needs the bounding set: it keeps it, and its commands keep setpriv; so does
+        # a guest's Python older than 3.9 (no Popen(user=))
+        agent_commands.direct = not args["desktop"] and sys.version_info >= (3, 9) and _seal()
     else:
         # commands run as the agent's own user: not dumpable, it is out of their reach
         # (/proc/PID/mem, pidfd_getfd need CAP_SYS_PTRACE then); its commands are dumpable
