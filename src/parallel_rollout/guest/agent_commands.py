@@ -15,11 +15,11 @@ true``, the group's exit code (-9 unless the leader had already exited) and what
 before the kill.
 
 **Who runs what.** With ``--run-as UID:GID`` (:data:`run_as`; the process provider as root,
-docker, qemu) the agent keeps its own user and runs every command as that other, unprivileged
-user, with no capabilities, an empty bounding set and no new privileges: started by the
-fork itself (``Popen(user=...)``) once the agent has given up what only a root command could
-use (:data:`direct`, ``server._seal``: one exec per command), else through util-linux
-``setpriv`` (a desktop agent, whose session starts through it): the graded code cannot signal, trace or replace the agent, and cannot reach
+docker, qemu) the agent keeps its own user and runs every command as that other,
+unprivileged user, with no capabilities, an empty bounding set and no new privileges: from
+its own fork (``Popen(user=...)``) once it has given up what only a root command could use
+(:data:`direct`, ``server._seal``), else (a desktop agent) through util-linux ``setpriv``:
+the graded code cannot signal, trace or replace the agent, and cannot reach
 its socket (0600, in a folder it cannot write). Temp scripts and uploads are handed to that
 user. A desktop (``desktop.py``) runs as that user too: its session, the apps it launches
 and its helpers, all through :func:`as_user`. ``POST /reap`` kills what a task left running
@@ -77,8 +77,7 @@ limit_as: int | None = None
 limit_nproc: int | None = None
 #: (uid, gid) every command runs as (``--run-as``); None: the agent's own
 run_as: tuple[int, int] | None = None
-#: the agent gave up what only a root command could use (``server._seal``): commands start
-#: as ``run_as`` directly (``Popen(user=...)``: one exec), not through setpriv
+#: commands start as ``run_as`` from the fork (``Popen(user=...)``), not through setpriv
 direct = False
 #: ``--reap-all``: the agent is alone in a pid namespace of its own (a sandbox, a container,
 #: a VM), so /reap may kill every process it sees but itself and pid 1. Never the default:
@@ -163,14 +162,9 @@ def run(argv, *, shell: bool, timeout: float, cwd: str | None = None,
     elif env:
         full_env = dict(os.environ)
         full_env.update(env)
-    switch = {}
-    if direct and run_as is not None:
-        # what setpriv did, done by the fork itself (see ``direct``); a prlimit left runs as
-        # the user (lowering a limit takes no privilege)
-        switch = dict(user=run_as[0], group=run_as[1], extra_groups=[])
-        argv, shell = _limited(argv, shell, full_env, [])
-    else:
-        argv, shell = wrapped(argv, shell, full_env)
+    # setpriv's work done by the fork itself (``direct``); a prlimit then runs as the user
+    switch = dict(user=run_as[0], group=run_as[1], extra_groups=[]) if direct and run_as else {}
+    argv, shell = _limited(argv, shell, full_env, [] if switch else _setpriv() if run_as else [])
     if argv is None:
         return {"returncode": 127, "output": "", "error": "No such file or directory",
                 "not_found": True, "message": f"command not found: {program}"}
