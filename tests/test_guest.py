@@ -347,3 +347,34 @@ def test_reap_all_kills_every_process_of_its_namespace(tmp_path):
         proc.wait()
         bystander.kill()
         bystander.wait()
+
+
+#: run in a child as root: seal it as the agent does, then start a command as another user
+SEALED_COMMAND = """
+import json, sys
+sys.path.insert(0, sys.argv[1])  # the guest's files, as a sandbox runs them
+import agent_commands, server
+agent_commands.run_as = (64000, 64000)
+agent_commands.direct = sealed = server._seal()
+agent_commands._setpriv = None  # a command through setpriv would raise
+result = agent_commands.run("id -u; id -G; grep -E '^(Cap|NoNewPrivs)' /proc/self/status",
+                            shell=True, timeout=10)
+print(json.dumps({"sealed": sealed, **result}))
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="an agent switches users only as root")
+def test_a_sealed_agent_starts_commands_as_its_user_with_what_setpriv_gave_them(tmp_path):
+    guest = Path(server_module.__file__).parent
+    child = subprocess.run([sys.executable, "-I", "-c", SEALED_COMMAND, str(guest)],
+                           capture_output=True, text=True, timeout=30, cwd=tmp_path,
+                           env={"HOME": str(tmp_path), "PATH": os.environ["PATH"]})
+    assert child.returncode == 0, child.stderr
+    answer = json.loads(child.stdout)
+    assert answer["sealed"] and answer["returncode"] == 0, answer
+    lines = answer["output"].splitlines()
+    assert lines[:2] == ["64000", "64000"]  # its uid, and no group but its own
+    status = dict(line.split(":\t") for line in lines[2:])
+    assert {name: int(status[name], 16) for name in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")} \
+        == dict.fromkeys(("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"), 0)
+    assert status["NoNewPrivs"] == "1"

@@ -136,8 +136,9 @@ NEW_SYSCALLS = FIND_AGENT + textwrap.dedent("""\
 SHELL_ROWS = {
     "remount_readonly": (["mount -o remount,bind,rw /usr && touch /usr/pr-hostile-mark && touch ~/ok"],
                          GOT_IT, False),
-    "capabilities": (["grep -Eq '^Cap(Eff|Prm):\\s*0*[1-9a-f]' /proc/self/status && touch ~/ok"],
-                     GOT_IT, False),
+    # none held, none to gain: an empty bounding set and no new privileges too
+    "capabilities": (["grep -Eq '^(Cap(Eff|Prm|Inh|Amb|Bnd):\\s*0*[1-9a-f]|NoNewPrivs:\\s*0)'"
+                      " /proc/self/status && touch ~/ok"], GOT_IT, False),
     "read_shadow": (["cat /etc/shadow /etc/gshadow | grep -q . && touch ~/ok"], GOT_IT, False),
     "nested_userns": (["unshare -Ur true && touch ~/ok"], GOT_IT, False),
     "kill_everything": (["kill -9 -1"], GOT_IT, True),

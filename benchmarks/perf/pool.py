@@ -37,7 +37,6 @@ import logging
 import os
 import platform
 import shutil
-import statistics
 import sys
 import tempfile
 import threading
@@ -50,6 +49,7 @@ sys.path.insert(0, str(HERE))  # workload.py; spawned workers inherit sys.path
 
 import psutil  # noqa: E402
 
+from measure import mean, measure  # noqa: E402,F401 - measure: ray_nodes.py imports it from here
 from workload import MODES  # noqa: E402
 from parallel_rollout.config import build_config, settings, tomllib  # noqa: E402
 from parallel_rollout.errors import ConfigError  # noqa: E402
@@ -193,88 +193,13 @@ def run_one(workdir: Path, label: str, *, mode: str, tasks: int, think_s: float,
     metrics.update(label=label, mode=mode, n=workers, k=envs_per_worker, m=pool_size,
                    shared=shared, provider=provider if pool_size else None,
                    think_s=think_s, vm_cmd_s=vm_s, exit_code=outcome.exit_code,
-                   rss_mb_per_worker=_mean(sampler.rss_mb), pss_mb_per_worker=_mean(sampler.pss_mb),
+                   rss_mb_per_worker=mean(sampler.rss_mb), pss_mb_per_worker=mean(sampler.pss_mb),
                    # CPU per task of the main process (runner) and the pool's Manager process:
                    # unlike wall time, it hardly depends on what else the machine runs
                    runner_cpu_ms_per_task=round(1000 * runner_cpu_s / max(metrics["tasks"], 1), 3),
                    manager_cpu_ms_per_task=round(1000 * sampler.manager_cpu_s / max(metrics["tasks"], 1), 3))
     return metrics
 
-
-def measure(run_dir: Path, pool_size: int, run_started: float) -> dict[str, Any]:
-    """Makespan, bound, busy fraction, lease waits and resets of a finished run."""
-    records = [json.loads(line) for line in (run_dir / "results.jsonl").read_text().splitlines() if line]
-    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines() if line]
-    vm_events = [e for e in events if e.get("event") == "vm" and e.get("to")]
-    first_start = min(r["started_at"] for r in records)
-    end = max(r["ended_at"] for r in records)
-    booted = [e["time"] for e in vm_events if e["reason"] == "booted"]
-    start = max(first_start, min(booted)) if booted else first_start
-    makespan = end - start
-
-    # Time per VM state from the transitions, clipped to [start, end].
-    in_state = {"leased": 0.0, "resetting": 0.0}
-    resets: list[float] = []
-    last: dict[str, tuple[str, float]] = {}
-    for e in vm_events:
-        previous = last.get(e["vm"])
-        if previous is not None:
-            state, since = previous
-            if state in in_state:
-                in_state[state] += max(0.0, min(e["time"], end) - max(since, start))
-            if state == "resetting" and e["to"] == "idle":
-                resets.append(e["time"] - since)
-        last[e["vm"]] = (e["to"], e["time"])
-    leases = sum(1 for e in vm_events if e["to"] == "leased")
-    vm_time = sum((r.get("eval") or {}).get("vm_s", 0.0) for r in records)
-    reset_time = leases * statistics.fmean(resets) if resets else 0.0
-    bound = (vm_time + reset_time) / pool_size if pool_size else None
-    waits = [r["lease_wait_s"] for r in records if r.get("lease_wait_s") is not None]
-    return {
-        "tasks": len(records),
-        "failures": sum(1 for r in records if r.get("status") != "success"),
-        "startup_s": round(first_start - run_started, 3),
-        "makespan_s": round(makespan, 3),
-        "tasks_per_s": round(len(records) / makespan, 2) if makespan > 0 else None,
-        "ms_per_task": round(1000 * makespan / len(records), 3),
-        "vm_time_s": round(vm_time, 3),
-        "reset_time_s": round(reset_time, 3),
-        "bound_s": round(bound, 3) if bound else None,
-        "makespan_over_bound": round(makespan / bound, 4) if bound else None,
-        "busy_fraction": (round((in_state["leased"] + in_state["resetting"]) / (pool_size * makespan), 4)
-                          if pool_size and makespan > 0 else None),
-        "leased_fraction": (round(in_state["leased"] / (pool_size * makespan), 4)
-                            if pool_size and makespan > 0 else None),
-        "lease_wait_p50_s": _quantile(waits, 0.5),
-        "lease_wait_p95_s": _quantile(waits, 0.95),
-        "reset_p50_s": _quantile(resets, 0.5),
-        "reset_p95_s": _quantile(resets, 0.95),
-        "resets": len(resets),
-        "peak_concurrency": _peak_overlap(records),
-    }
-
-
-def _quantile(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 4)
-
-
-def _mean(values: list[float]) -> float | None:
-    return round(statistics.fmean(values), 1) if values else None
-
-
-def _peak_overlap(records: list[dict[str, Any]]) -> int:
-    points = sorted([(r["started_at"], 1) for r in records] + [(r["ended_at"], -1) for r in records])
-    level = peak = 0
-    for _, delta in points:
-        level += delta
-        peak = max(peak, level)
-    return peak
-
-
-# -- the sections -------------------------------------------------------------------------
 
 def section_overhead(workdir: Path, spec: dict[str, Any]) -> list[dict[str, Any]]:
     """Zero-length tasks: what the runner itself costs per task."""
@@ -364,6 +289,12 @@ def table(report: dict[str, Any]) -> str:
                      f"{_fmt(row['tasks_per_s']):>9}")
     ratios = report["ratios"]
     lines.append(f"  (b)/(a) = {ratios['b_over_a']:.2f}×   (c)/(a) = {ratios['c_over_a']:.2f}×")
+    a = report["designs"]["a"]
+    if "handoff_ms" in a:
+        lines.append(f"  (a) VMs idle {a['idle_before_first_lease_s']:.2f} VM-s before their first lease, "
+                     f"{a['handoff_ms']:.2f} ms a hand-off (IDLE → next lease), {a['idle_after_last_s']:.2f} "
+                     f"VM-s after the last; a lease lasts {_fmt(a['lease_beyond_command_ms'], '.2f')} ms "
+                     f"beyond its command; pool CPU {a['manager_cpu_ms_per_task']:.2f} ms/task")
     lines += ["", "scaling, design (a) "
               f"(think {report['profile_spec']['scaling']['think_s']} s, "
               f"`sleep {report['profile_spec']['scaling']['vm_s']}`)",

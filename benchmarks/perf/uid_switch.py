@@ -2,9 +2,10 @@
 
     python benchmarks/perf/uid_switch.py      # as root: the agent switches uid only as root
 
-The guest agent, running as root inside a sandbox, starts every graded command through
+The guest agent, running as root inside a sandbox, started every graded command through
 util-linux ``setpriv`` (uid 64000, no capabilities, an empty bounding set, no new privileges:
-``guest/agent_commands.py``): one more exec per command. This times ``/bin/true`` started
+``guest/agent_commands.py``): one more exec per command. Since issue 30 only a desktop agent
+(or one that could not seal itself) does; the others switch the uid in their own fork. This times ``/bin/true`` started
 directly and through the same ``setpriv`` flags, in interleaved blocks, and prints the median
 of each and their difference: the part of the perf benchmark's VM time per command that the
 uid switch explains.

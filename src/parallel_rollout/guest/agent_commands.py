@@ -15,9 +15,11 @@ true``, the group's exit code (-9 unless the leader had already exited) and what
 before the kill.
 
 **Who runs what.** With ``--run-as UID:GID`` (:data:`run_as`; the process provider as root,
-docker, qemu) the agent keeps its own user and runs every command as that other, unprivileged
-user, through util-linux ``setpriv`` (no capabilities, an empty bounding set, no new
-privileges): the graded code cannot signal, trace or replace the agent, and cannot reach
+docker, qemu) the agent keeps its own user and runs every command as that other,
+unprivileged user, with no capabilities, an empty bounding set and no new privileges: from
+its own fork (``Popen(user=...)``) once it has given up what only a root command could use
+(:data:`direct`, ``server._seal``), else (a desktop agent) through util-linux ``setpriv``:
+the graded code cannot signal, trace or replace the agent, and cannot reach
 its socket (0600, in a folder it cannot write). Temp scripts and uploads are handed to that
 user. A desktop (``desktop.py``) runs as that user too: its session, the apps it launches
 and its helpers, all through :func:`as_user`. ``POST /reap`` kills what a task left running
@@ -75,6 +77,8 @@ limit_as: int | None = None
 limit_nproc: int | None = None
 #: (uid, gid) every command runs as (``--run-as``); None: the agent's own
 run_as: tuple[int, int] | None = None
+#: commands start as ``run_as`` from the fork (``Popen(user=...)``), not through setpriv
+direct = False
 #: ``--reap-all``: the agent is alone in a pid namespace of its own (a sandbox, a container,
 #: a VM), so /reap may kill every process it sees but itself and pid 1. Never the default:
 #: an agent run on a host (a remote machine, a test) would kill the whole machine
@@ -158,13 +162,15 @@ def run(argv, *, shell: bool, timeout: float, cwd: str | None = None,
     elif env:
         full_env = dict(os.environ)
         full_env.update(env)
-    argv, shell = wrapped(argv, shell, full_env)
+    # setpriv's work done by the fork itself (``direct``); a prlimit then runs as the user
+    switch = dict(user=run_as[0], group=run_as[1], extra_groups=[]) if direct and run_as else {}
+    argv, shell = _limited(argv, shell, full_env, [] if switch else _setpriv() if run_as else [])
     if argv is None:
         return {"returncode": 127, "output": "", "error": "No such file or directory",
                 "not_found": True, "message": f"command not found: {program}"}
     try:
         proc = subprocess.Popen(
-            argv, shell=shell, cwd=cwd, env=full_env,
+            argv, shell=shell, cwd=cwd, env=full_env, **switch,
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
             start_new_session=True,  # its own process group, so a timeout kills its children
@@ -227,7 +233,14 @@ def wrapped(argv, shell: bool, env: dict | None = None):
     threaded server. They exec the command themselves, so a missing program would show up as
     their exit code 127 with status "success"; look it up first to answer like the plain path.
     """
-    if limit_as is None and limit_nproc is None and run_as is None:
+    return _limited(argv, shell, env, _setpriv() if run_as is not None else [])
+
+
+def _limited(argv, shell: bool, env: dict | None, wrapper: list[str]):
+    """``argv`` behind ``wrapper`` and prlimit (when limits are set); as it is when neither."""
+    limits = ([f"--as={limit_as}"] if limit_as is not None else []) + \
+        ([f"--nproc={limit_nproc}"] if limit_nproc is not None else [])
+    if not (wrapper or limits):
         return argv, shell
     if shell:
         argv = ["/bin/sh", "-c", argv]
@@ -237,11 +250,8 @@ def wrapped(argv, shell: bool, env: dict | None = None):
         path = (env or os.environ).get("PATH", os.defpath)
         if shutil.which(argv[0], path=path) is None:
             return None, False
-    wrapper = _setpriv() if run_as is not None else []
-    limits = ([f"--as={limit_as}"] if limit_as is not None else []) + \
-        ([f"--nproc={limit_nproc}"] if limit_nproc is not None else [])
     if limits:
-        wrapper += ["prlimit", *limits, "--"]
+        wrapper = [*wrapper, "prlimit", *limits, "--"]
     return wrapper + list(argv), False
 
 

@@ -16,6 +16,7 @@ following it.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -108,8 +109,13 @@ def signal_name(number: int) -> str:
 
 def owner_label() -> dict:
     """This process as the owner a VM folder records."""
-    me = psutil.Process()
-    return {"owner_pid": me.pid, "owner_create_time": me.create_time()}
+    return dict(_owner_label(os.getpid()))
+
+
+@functools.lru_cache(maxsize=4)  # by pid: a forked child is another owner
+def _owner_label(pid: int) -> tuple:
+    # once per process, not at every meta.json (two a boot, one boot a reset)
+    return (("owner_pid", pid), ("owner_create_time", psutil.Process(pid).create_time()))
 
 
 def owner_alive(meta: dict) -> bool:

@@ -5,7 +5,7 @@
     owning process ── launcher thread ──fork──► sh (joins the VM's cgroups) ─exec─► bwrap
                                                   └─ pid 1 of a new pid namespace
                                                        └─ python3 guest/server.py --listen-fd
-                                                            └─ setpriv (the VM's uid) ─► commands
+                                                            └─ the VM's uid ─► commands
 
     <base>/<run_id>/<vm_id>/      base: $PARALLEL_ROLLOUT_PROCESS_DIR or /tmp/parallel-rollout/process
         sock/        sock/agent.sock: bound and listened on here, the agent serves its fd
@@ -16,14 +16,14 @@
 folders bound read-only, the host's secrets (``/etc/shadow`` and kin) replaced by empty
 files, fresh ``/proc`` and ``/dev``, a clean environment, ``setsid``, and:
 
-* *no capabilities.* As root, bwrap keeps for the agent only what it needs to run commands
-  as another user (setuid/setgid, kill, chown, reading the home), and the agent runs every
-  command as an unprivileged uid of the VM's own (``sandbox_uids.py``: 64000 up, so
-  per-user kernel limits such as inotify instances are per VM) with no capabilities, an
-  empty bounding set and no-new-privileges; that user cannot signal the agent. As another
-  user, bwrap makes a user namespace in which nobody has a capability
-  (the agent and the commands then share that uid: they can kill the agent, which costs
-  their attempt, but not replace it: see below).
+* *no capabilities.* As root, bwrap keeps for the agent only what it needs to run commands as
+  another user (setuid/setgid, kill, chown, reading the home), and the agent runs every
+  command as an unprivileged uid of the VM's own (``sandbox_uids.py``: 64000 up, so per-user
+  kernel limits such as inotify instances are per VM) with no capabilities, an empty bounding
+  set and no-new-privileges (``guest/agent_commands.py``); that user cannot signal the agent.
+  As another user, bwrap makes a user namespace in which nobody has a capability (the agent
+  and the commands then share that uid: they can kill the agent, which costs their attempt,
+  but not replace it: see below).
 * *the agent's socket is outside.* The runner binds and listens on ``sock/agent.sock`` and
   passes the listening fd in (``--listen-fd``); the sandbox never sees the folder, so no
   command can unlink the socket and bind its own to answer a ``check``. The agent is not
@@ -62,12 +62,12 @@ in the host's environment is passed on (``0``: no bus, the window list only), an
 ``PARALLEL_ROLLOUT_ATSPI_TIMEOUT`` (seconds a walk of the tree may take).
 ``guest/shim/pyautogui.py`` is on PYTHONPATH and ``python`` names the guest's python3, so
 OSWorld's ``python -c "import pyautogui; ..."`` actions run as they do in an OSWorld image.
-The apps come from the host's /usr (the Debian packages ``./dev`` installs). As root
-the whole desktop runs as the commands' user, ``user`` (the VM's uid, in the sandbox's own
-/etc/passwd: dbus-daemon and xterm look their user up): the session bus (which admits one
-uid), Xvfb, openbox, AT-SPI, every app and every helper of the agent, with no capabilities
-and no user namespaces; the agent keeps ``AGENT_CAPS`` like any VM's. As another user they
-all share the runner's uid in the sandbox's user namespace.
+The apps come from the host's /usr (the Debian packages ``./dev`` installs). As root the whole
+desktop runs as the commands' user, ``user`` (the VM's uid, in the sandbox's own /etc/passwd:
+dbus-daemon and xterm look their user up): the session bus (which admits one uid), Xvfb,
+openbox, AT-SPI, every app and every helper of the agent, with no capabilities and no user
+namespaces; the agent keeps ``AGENT_CAPS`` like any VM's. As another user they all share the
+runner's uid in the sandbox's user namespace.
 
 **Sweep.** Every VM folder is labelled with its run id and its owner. ``sweep(run_id)``
 kills and removes every sandbox of that run; ``sweep()`` removes those whose owning process
@@ -197,7 +197,7 @@ class ProcessProvider(Provider):
         #: each VM's next sandbox, booted after a reset for the next one (standby.py)
         self._standby = standby.Standby(
             self._boot_in, lambda info: same_process(info.private["pid"], info.private["create_time"]),
-            lambda info: kill_sandbox(info.private), on=standby.enabled())
+            lambda info: kill_sandbox(info.private), on=standby.enabled(), check=self.verify)
         if self.options.desktop:
             missing = sorted({pkg for prog, pkg in DESKTOP_PROGRAMS.items() if not shutil.which(prog)})
             if missing:
@@ -293,13 +293,13 @@ class ProcessProvider(Provider):
         kill_sandbox(info.private)
         new = (self._standby.take(info.vm_id, self.options.boot_timeout_s)
                or self._boot_in(info.vm_id, vm_dir))
-        self._standby.prepare(info.vm_id, standby.other_folder(
-            vm_dir.parent, info.vm_id, Path(new.private["vm_dir"])))
+        self._standby.prepare(info.vm_id, standby.other_folder(vm_dir.parent, info.vm_id, Path(new.private["vm_dir"])))
         return new
 
     def verify(self, info: VMInfo) -> list[str]:
         """The home, /tmp, /dev/shm and the processes, seen from the host (``verify.py``)."""
-        return self._view.check(info.vm_id, info.private["init_pid"], info.address)
+        checked = info.private.pop(standby.BOOT_CHECK, None)  # a standby's, from its boot
+        return self._view.check(info.vm_id, info.private["init_pid"], info.address) if checked is None else checked
 
     def healthy(self, info: VMInfo) -> bool:
         """The bwrap process is the one we started and its agent answers /health quickly."""
@@ -497,4 +497,4 @@ class ProcessProvider(Provider):
     def _write_meta(self, vm_id: str, vm_dir: Path, private: dict) -> None:
         write_meta(vm_dir, {"run_id": self.run_id, "vm_id": vm_id, "created": time.time(),
                             **owner_label(), **private})
-        (vm_dir / "pid").write_text(f"{private['pid']}\n")
+        sandbox_fs.write_new(vm_dir / "pid", f"{private['pid']}\n")

@@ -15,6 +15,11 @@ boot is (reset verification checks it like any other reset).
 * A standby that failed to boot, or died meanwhile, only costs that reset a boot of its own.
 * ``stop`` waits for a boot under way (bounded) and kills the standby with the VM.
 * Each folder has its own cgroups, so a standby never counts against the VM's memory.
+* Its reset check runs once it has booted (``check``), while the VM's task still runs, not
+  after the reset that hands it out: nothing can change it in between. No task ever ran in
+  it, and the task next door has its own pid, mount, ipc and network namespaces and tmpfs
+  folders, cannot reach its socket (outside both sandboxes), and can neither mount, trace
+  nor make namespaces (seccomp). The provider's ``verify`` returns what that check found.
 * ``PARALLEL_ROLLOUT_PROCESS_STANDBY=0`` turns it off (half the sandboxes, slower resets).
 """
 
@@ -35,6 +40,8 @@ log = logging.getLogger(__name__)
 STANDBY_ENV = "PARALLEL_ROLLOUT_PROCESS_STANDBY"
 #: the folder a VM's standby alternates with: ``<vm id>`` and ``<vm id>.b``
 SUFFIX = ".b"
+#: in a standby's VMInfo.private until it is handed out: the differences its check found
+BOOT_CHECK = "boot_check"
 
 
 def enabled() -> bool:
@@ -62,11 +69,14 @@ class Standby:
     """Per VM, the future of its next sandbox.
 
     ``boot(vm_id, folder)`` boots a sandbox in ``folder`` and returns its VMInfo;
-    ``alive(info)`` says whether a booted standby still runs; ``discard(info)`` kills it."""
+    ``alive(info)`` says whether a booted standby still runs; ``discard(info)`` kills it;
+    ``check(info)``, the reset check, runs once it has booted (its differences go in
+    ``info.private[BOOT_CHECK]``; a check that raises leaves none: it is checked at hand-out)."""
 
     def __init__(self, boot: Callable[[str, Path], VMInfo], alive: Callable[[VMInfo], bool],
-                 discard: Callable[[VMInfo], None], on: bool = True) -> None:
-        self._boot, self._alive, self._discard = boot, alive, discard
+                 discard: Callable[[VMInfo], None], on: bool = True,
+                 check: Callable[[VMInfo], list[str]] | None = None) -> None:
+        self._boot, self._alive, self._discard, self._check = boot, alive, discard, check
         self.on = on
         self._lock = threading.Lock()
         self._next: dict[str, Future] = {}
@@ -83,7 +93,13 @@ class Standby:
 
         def boot() -> None:
             try:
-                future.set_result(self._boot(vm_id, folder))
+                info = self._boot(vm_id, folder)
+                if self._check is not None:
+                    try:
+                        info.private[BOOT_CHECK] = self._check(info)
+                    except Exception:  # noqa: BLE001 - checked when handed out instead
+                        log.debug("check of %s's standby at boot failed", vm_id, exc_info=True)
+                future.set_result(info)
             except BaseException as exc:  # noqa: BLE001 - the reset that wants it boots itself
                 future.set_exception(exc)
 

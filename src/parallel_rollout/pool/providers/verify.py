@@ -158,23 +158,52 @@ def unexpected_processes(processes: Iterable[tuple[int, str, str]],
 
 def namespace_processes(init_pid: int, proc: str = "/proc") -> list[tuple[int, str, str]]:
     """``(host pid, comm, cmdline)`` of every process in ``init_pid``'s pid namespace, seen
-    from the host (no call into the guest); empty when ``init_pid`` is gone."""
+    from the host (no call into the guest); empty when ``init_pid`` is gone.
+
+    Every process of the namespace descends from its init (orphans are re-parented to it),
+    and the namespace's own /proc (``/proc/<init>/root/proc``) counts them: when the init's
+    descendants are as many, they are all of them, found in a few reads; otherwise (a
+    process came or went meanwhile, or the VM has no /proc of its own) every process of the
+    host is looked at."""
     try:
         namespace = os.readlink(f"{proc}/{init_pid}/ns/pid")
     except OSError:
         return []
+    pids = _descendants(init_pid, proc)
+    try:
+        inside = sum(name.isdigit() for name in os.listdir(f"{proc}/{init_pid}/root/proc"))
+    except OSError:
+        inside = -1
+    if pids is None or len(pids) != inside:
+        pids = [int(name) for name in os.listdir(proc) if name.isdigit()]
     found = []
-    for name in os.listdir(proc):
-        if not name.isdigit():
-            continue
+    for pid in pids:
         try:
-            if os.readlink(f"{proc}/{name}/ns/pid") != namespace:
+            if os.readlink(f"{proc}/{pid}/ns/pid") != namespace:
                 continue
-            comm = Path(f"{proc}/{name}/comm").read_text().strip()
-            cmdline = Path(f"{proc}/{name}/cmdline").read_bytes().replace(b"\0", b" ")
+            comm = Path(f"{proc}/{pid}/comm").read_text().strip()
+            cmdline = Path(f"{proc}/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
         except OSError:  # exited meanwhile, or not ours to read
             continue
-        found.append((int(name), comm, cmdline.decode(errors="replace").strip()))
+        found.append((pid, comm, cmdline.decode(errors="replace").strip()))
+    return found
+
+
+def _descendants(pid: int, proc: str) -> list[int] | None:
+    """``pid`` and every process below it (each thread's ``children``), None when a
+    ``children`` file cannot be read."""
+    found, todo = [], [pid]
+    while todo:
+        parent = todo.pop()
+        found.append(parent)
+        try:
+            for tid in os.listdir(f"{proc}/{parent}/task"):
+                with open(f"{proc}/{parent}/task/{tid}/children") as handle:
+                    todo += map(int, handle.read().split())
+        except FileNotFoundError:
+            continue  # exited meanwhile: the count decides
+        except OSError:
+            return None
     return found
 
 

@@ -1,0 +1,124 @@
+"""The process provider's own costs, one VM at a time: a guest command's overhead and the
+owner's CPU per reset.
+
+    python benchmarks/perf/guest_costs.py            # as root: the sandbox user is root's only
+    python benchmarks/perf/guest_costs.py --commands 400 --resets 60
+
+Two figures of ``benchmarks/perf/README.md`` ("The pool's own costs"), measured without the
+runner, the workers or the Manager around them, so that each is the provider's alone:
+
+* **guest overhead per command**: ``/execute`` of ``sleep 0`` (a shell and a program that
+  does nothing) timed around the client call, p50 and p95, against the same ``sh -c 'sleep
+  0'`` started on the host with ``subprocess.run``; the difference is what the guest path
+  adds: the HTTP request over the unix socket, the agent's thread, the uid switch, the
+  process group, the output capture.
+* **CPU per reset**: ``reset`` then ``verify`` (what the pool's reset thread calls) of one
+  VM, back to back with ``--gap`` seconds between them (the standby boots in that gap); the
+  CPU of this process (every thread: the standby's boot, the launcher's forks) per reset,
+  and each call's wall time, p50.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
+
+from parallel_rollout.guest.client import GuestClient  # noqa: E402
+from parallel_rollout.pool.providers.base import ProviderOptions  # noqa: E402
+from parallel_rollout.pool.providers.process import ProcessProvider  # noqa: E402
+
+
+def _p(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000, 3)
+
+
+def commands(provider: ProcessProvider, count: int) -> dict:
+    """``sleep 0`` through the guest and on the host, interleaved; ms."""
+    info = provider.start("gc0")
+    try:
+        client = GuestClient(info.address, timeout_s=30)
+        guest, host = [], []
+        for _ in range(10):  # warm both paths (the agent's first imports)
+            client.execute("sleep 0", shell=True, timeout=30)
+            subprocess.run("sleep 0", shell=True, check=True)
+        for _ in range(count):
+            started = time.perf_counter()
+            result = client.execute("sleep 0", shell=True, timeout=30)
+            guest.append(time.perf_counter() - started)
+            if result.get("returncode") != 0:
+                raise SystemExit(f"sleep 0 failed in the guest: {result}")
+            started = time.perf_counter()
+            subprocess.run("sleep 0", shell=True, check=True)
+            host.append(time.perf_counter() - started)
+    finally:
+        provider.stop(info)
+    return {"commands": count, "guest_p50_ms": _p(guest, 0.5), "guest_p95_ms": _p(guest, 0.95),
+            "host_p50_ms": _p(host, 0.5),
+            "overhead_p50_ms": round(_p(guest, 0.5) - _p(host, 0.5), 3)}
+
+
+def resets(provider: ProcessProvider, count: int, gap_s: float) -> dict:
+    """``reset`` + ``verify`` of one VM ``count`` times; CPU of this process per reset, ms."""
+    info = provider.start("gc1")
+    reset_s, verify_s = [], []
+    cpu = 0.0
+    try:
+        info = provider.reset(info)  # the first reset boots the standby: not counted
+        time.sleep(gap_s)
+        for _ in range(count):
+            before = time.process_time()
+            started = time.perf_counter()
+            info = provider.reset(info)
+            reset_s.append(time.perf_counter() - started)
+            started = time.perf_counter()
+            differences = provider.verify(info)
+            verify_s.append(time.perf_counter() - started)
+            if differences:
+                raise SystemExit(f"a clean reset failed its check: {differences}")
+            time.sleep(gap_s)  # the standby boots meanwhile (its CPU is counted below)
+            cpu += time.process_time() - before
+    finally:
+        provider.stop(info)
+    return {"resets": count, "gap_s": gap_s, "cpu_ms_per_reset": round(1000 * cpu / count, 3),
+            "reset_p50_ms": _p(reset_s, 0.5), "verify_p50_ms": _p(verify_s, 0.5)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--commands", type=int, default=300)
+    parser.add_argument("--resets", type=int, default=40)
+    parser.add_argument("--gap", type=float, default=0.3, help="seconds between resets")
+    parser.add_argument("--verify-reset", default="fast", choices=("off", "fast", "full"))
+    parser.add_argument("--json", type=Path, help="append the figures to this JSON-lines file")
+    args = parser.parse_args(argv)
+    load = os.getloadavg()[0]
+    with tempfile.TemporaryDirectory(prefix="pr-gc-", dir="/tmp") as base:
+        provider = ProcessProvider(f"gc{os.getpid()}", ProviderOptions(verify_reset=args.verify_reset),
+                                   base_dir=base)
+        row = {"load_before": round(load, 2), "root": os.geteuid() == 0,
+               "verify_reset": args.verify_reset,
+               **commands(provider, args.commands), **resets(provider, args.resets, args.gap),
+               "load_after": round(os.getloadavg()[0], 2)}
+    print(f"guest overhead per command (sleep 0): p50 {row['guest_p50_ms']:.2f} ms "
+          f"(p95 {row['guest_p95_ms']:.2f}) against {row['host_p50_ms']:.2f} ms on the host: "
+          f"+{row['overhead_p50_ms']:.2f} ms")
+    print(f"reset + verify ({args.verify_reset}): CPU {row['cpu_ms_per_reset']:.2f} ms per reset, "
+          f"reset p50 {row['reset_p50_ms']:.2f} ms, verify p50 {row['verify_p50_ms']:.2f} ms   "
+          f"load {row['load_before']} → {row['load_after']}")
+    if args.json:
+        with args.json.open("a") as out:
+            out.write(json.dumps(row) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,120 @@
+"""What a finished benchmark run measured, from its own files (results.jsonl, events.jsonl):
+the definitions ``pool.py``'s docstring and ``README.md`` give (makespan, bound, busy, lease
+waits, resets), and where the VMs stood idle inside the makespan.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+from typing import Any
+
+
+def measure(run_dir: Path, pool_size: int, run_started: float) -> dict[str, Any]:
+    """Makespan, bound, busy fraction, lease waits and resets of a finished run."""
+    records = [json.loads(line) for line in (run_dir / "results.jsonl").read_text().splitlines() if line]
+    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines() if line]
+    vm_events = [e for e in events if e.get("event") == "vm" and e.get("to")]
+    first_start = min(r["started_at"] for r in records)
+    end = max(r["ended_at"] for r in records)
+    booted = [e["time"] for e in vm_events if e["reason"] == "booted"]
+    start = max(first_start, min(booted)) if booted else first_start
+    makespan = end - start
+
+    # Time per VM state from the transitions, clipped to [start, end].
+    in_state = {"leased": 0.0, "resetting": 0.0}
+    resets: list[float] = []
+    last: dict[str, tuple[str, float]] = {}
+    for e in vm_events:
+        previous = last.get(e["vm"])
+        if previous is not None:
+            state, since = previous
+            if state in in_state:
+                in_state[state] += max(0.0, min(e["time"], end) - max(since, start))
+            if state == "resetting" and e["to"] == "idle":
+                resets.append(e["time"] - since)
+        last[e["vm"]] = (e["to"], e["time"])
+    leases = sum(1 for e in vm_events if e["to"] == "leased")
+    idle = _idle(vm_events, start, end)
+    vm_time = sum((r.get("eval") or {}).get("vm_s", 0.0) for r in records)
+    reset_time = leases * statistics.fmean(resets) if resets else 0.0
+    bound = (vm_time + reset_time) / pool_size if pool_size else None
+    waits = [r["lease_wait_s"] for r in records if r.get("lease_wait_s") is not None]
+    return {
+        "tasks": len(records),
+        "failures": sum(1 for r in records if r.get("status") != "success"),
+        "startup_s": round(first_start - run_started, 3),
+        "makespan_s": round(makespan, 3),
+        "tasks_per_s": round(len(records) / makespan, 2) if makespan > 0 else None,
+        "ms_per_task": round(1000 * makespan / len(records), 3),
+        "vm_time_s": round(vm_time, 3),
+        "reset_time_s": round(reset_time, 3),
+        "bound_s": round(bound, 3) if bound else None,
+        "makespan_over_bound": round(makespan / bound, 4) if bound else None,
+        "busy_fraction": (round((in_state["leased"] + in_state["resetting"]) / (pool_size * makespan), 4)
+                          if pool_size and makespan > 0 else None),
+        "leased_fraction": (round(in_state["leased"] / (pool_size * makespan), 4)
+                            if pool_size and makespan > 0 else None),
+        "lease_wait_p50_s": _quantile(waits, 0.5),
+        "lease_wait_p95_s": _quantile(waits, 0.95),
+        "reset_p50_s": _quantile(resets, 0.5),
+        "reset_p95_s": _quantile(resets, 0.95),
+        "resets": len(resets),
+        "peak_concurrency": _peak_overlap(records),
+        # VM-seconds with no lease or reset inside the makespan, and where: before each VM's
+        # first lease (the workers' start and first think), between a VM going IDLE and its
+        # next lease (the hand-off), after its last reset; and each lease's time beyond the
+        # command (the lease and release round trips, the guest client)
+        **idle,
+        "handoff_ms": round(1000 * idle["idle_between_s"] / max(leases - len(last), 1), 3),
+        "lease_beyond_command_ms": (round(1000 * (in_state["leased"] - vm_time) / leases, 3)
+                                    if leases else None),
+    }
+
+
+def _idle(vm_events: list[dict[str, Any]], start: float, end: float) -> dict[str, float]:
+    """VM-seconds inside [start, end] in no lease and no reset: before each VM's first lease,
+    between IDLE and the next lease, and after the VM's last transition to IDLE."""
+    before = between = after = 0.0
+    first_lease: dict[str, float] = {}
+    idle_since: dict[str, float] = {}
+    for e in vm_events:
+        vm, now = e["vm"], min(max(e["time"], start), end)
+        if e["to"] == "leased":
+            if vm not in first_lease:
+                first_lease[vm] = now
+                before += now - start
+            elif vm in idle_since:
+                between += now - idle_since[vm]
+            idle_since.pop(vm, None)
+        elif e["to"] == "idle" and vm in first_lease:
+            idle_since[vm] = now
+        elif e["to"] != "idle":
+            idle_since.pop(vm, None)
+    after = sum(end - since for since in idle_since.values())
+    return {"idle_before_first_lease_s": round(before, 3), "idle_between_s": round(between, 3),
+            "idle_after_last_s": round(after, 3)}
+
+
+def _quantile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 4)
+
+
+def mean(values: list[float]) -> float | None:
+    return round(statistics.fmean(values), 1) if values else None
+
+
+def _peak_overlap(records: list[dict[str, Any]]) -> int:
+    points = sorted([(r["started_at"], 1) for r in records] + [(r["ended_at"], -1) for r in records])
+    level = peak = 0
+    for _, delta in points:
+        level += delta
+        peak = max(peak, level)
+    return peak
+
+
+# -- the sections -------------------------------------------------------------------------
