@@ -134,6 +134,7 @@ def test_kvm_probe_crash_and_the_override(fake_qemu, monkeypatch):
         qemu.detect_accelerator()
 
 
+@pytest.mark.slow  # ~30 s: the probe waits out a KVM guest that hangs here
 def test_kvm_is_tried_on_this_machine_and_tcg_is_the_fallback(image, monkeypatch):
     """Here /dev/kvm exists but a KVM guest hangs or QEMU aborts: the real probe (the image's
     kernel under KVM) must notice, within its bound, and choose TCG."""
