@@ -352,7 +352,7 @@ def test_the_weight_updates_benchmark_prints_its_table():
     rows = re.findall(r"^\s*(sync|wait|regenerate|partial)\s+([\d.]+)\s+(\d+)%\s+([\d.]+)%\s+(\d+) ms\s+(\d+) ms"
                       r"\s+(\d+)\s+([\d.]+)x$", proc.stdout, re.M)
     assert [r[0] for r in rows] == ["sync", "wait", "regenerate", "partial"], proc.stdout
-    assert all(float(r[1]) > 0 for r in rows) and rows[0][7] == "1.00"
+    assert all(float(r[1]) > 0 for r in rows) and rows[0][7] == "1.000"
     assert float(rows[3][3]) <= 2.0  # partial rollouts keep what was sampled
 
 

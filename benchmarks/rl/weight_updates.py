@@ -184,7 +184,7 @@ def main() -> None:
     for mode, row in results.items():
         print(f"{mode:>10} {row['batches_per_min']:>12.1f} {row['idle']:>6.0%} {row['wasted']:>7.1%} "
               f"{row['suspend_p50'] * 1000:>9.0f} ms {row['suspend_p99'] * 1000:>5.0f} ms {row['dropped']:>8} "
-              f"{row['batches_per_min'] / base['batches_per_min']:>8.2f}x")
+              f"{row['batches_per_min'] / base['batches_per_min']:>8.3f}x")
     print(f"load after: {os.getloadavg()[0]:.1f}")
 
 
