@@ -71,7 +71,9 @@ def test_every_record_kind_has_every_field_and_is_json():
     loop = records.failed_record(item, RuntimeError("bug"), worker="w0", pid=1, slot=2, started_at=1.0,
                                  status="error", infrastructure=False, with_traceback=True)
     odd = records.unserializable_record({**finished, "eval": object()}, TypeError("object"))
-    for record in (started, finished, died, loop, odd):
+    unstorable = records.unstorable_record({"key": "a#0", "task_id": "a", "tags": ["easy", "unix"],
+                                            "meta": {"group": 3}}, "field 'reward' is nan")
+    for record in (started, finished, died, loop, odd, unstorable):
         assert set(records.RECORD_FIELDS) <= set(record), set(records.RECORD_FIELDS) - set(record)
         json.dumps(record)
         assert record["tags"] == ["easy", "unix"]
@@ -84,6 +86,9 @@ def test_every_record_kind_has_every_field_and_is_json():
     assert timeout["status"] == "task_timeout" and timeout["infrastructure"] is False
     assert odd["status"] == "error" and odd["meta"] == {"group": 3}
     assert odd["failure"]["type"] == "UnserializableResult"
+    assert unstorable["status"] == "unstorable_result" and unstorable["reward"] == 0.0
+    assert unstorable["usage"] == {} and unstorable["meta"] == {"group": 3}
+    assert "field 'reward' is nan" in unstorable["failure"]["message"]
 
 
 def test_a_held_clock_stops_and_a_lease_wait_inside_a_hold_does_not_restart_it():

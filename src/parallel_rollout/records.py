@@ -10,6 +10,8 @@ per status and per worker see every attempt, whoever wrote it:
   outside ``run_attempt``, or one its worker could not write at all (the worker died, or
   ran past its deadline: the backend writes it);
 * ``unserializable_record`` — what is kept of a record that is not plain JSON;
+* ``unstorable_record`` — what stands for a record results.jsonl cannot hold (a NaN, a lone
+  surrogate): its sample's final ``unstorable_result`` failure;
 * ``unsupported_record`` — a sample ``--skip-unsupported`` left out (never attempted).
 
 Fields added later by their owners: ``trajectory`` (the worker), ``vms`` and ``lease_wait_s``
@@ -87,6 +89,20 @@ def unserializable_record(record: dict[str, Any], exc: BaseException) -> dict[st
                          "message": f"the attempt's record is not JSON-serializable: {exc}",
                          "traceback": ""})
     return kept
+
+
+def unstorable_record(kept: dict[str, Any], what: str) -> dict[str, Any]:
+    """The failure that stands for a record results.jsonl cannot hold: ``kept`` is what stays
+    of it (its identity and times, made storable by the caller), ``what`` names the value that
+    was the trouble; graded 0, final."""
+    record = {name: kept.get(name) for name in RECORD_FIELDS}
+    record.update(kept)
+    record.update(status="unstorable_result", reward=0.0, success=False, infrastructure=False,
+                  usage=record["usage"] or {},
+                  failure={"type": "UnstorableResult", "traceback": "",
+                           "message": f"the attempt's record cannot be stored in results.jsonl: {what}; "
+                                      "its agent or env returned a value no JSON line can hold"})
+    return record
 
 
 def unsupported_record(sample: Any, features: list[str]) -> dict[str, Any]:

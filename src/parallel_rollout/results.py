@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from .errors import RolloutError
+from .records import unstorable_record
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +98,7 @@ class ResultStore:
         try:
             line = encode_record(record)
         except ValueError as exc:
-            replacement = unstorable_record(record, exc)
+            replacement = _replacement(record, exc)
             log.error("%s: %s", record.get("key"), replacement["failure"]["message"])
             record.clear()
             record.update(replacement)
@@ -134,7 +135,7 @@ class ResultStore:
 class UnstorableResult(RolloutError):
     """An attempt's record holds what results.jsonl cannot: the sample's failure."""
 
-    kind = "unstorable_result"
+    kind = "unstorable_result"  # the status records.unstorable_record gives it
 
 
 #: the fields of a record that say which attempt it was; kept when its content is dropped
@@ -152,24 +153,21 @@ def encode_record(record: dict[str, Any]) -> bytes:
 
 def storable_record(record: dict[str, Any]) -> dict[str, Any]:
     """``record`` when results.jsonl can hold it, else its sample's ``unstorable_result``
-    failure (see :func:`unstorable_record`)."""
+    failure (see :func:`records.unstorable_record`)."""
     try:
         encode_record(record)
     except ValueError as exc:
-        return unstorable_record(record, exc)
+        return _replacement(record, exc)
     return record
 
 
-def unstorable_record(record: dict[str, Any], exc: ValueError) -> dict[str, Any]:
-    """The failure that stands for a record results.jsonl cannot hold: which attempt it was
-    (its identity fields, made storable) and which value was the trouble; graded 0, final."""
+def _replacement(record: dict[str, Any], exc: ValueError) -> dict[str, Any]:
+    """The failure that stands for a record results.jsonl cannot hold (see
+    :func:`records.unstorable_record`): which attempt it was, its fields made storable, and
+    which value was the trouble."""
     what = _unstorable_value(record) or str(exc)
-    keep = {name: _storable(record[name]) for name in _IDENTITY if name in record}
-    return {**keep, "status": UnstorableResult.kind, "reward": 0.0, "success": False,
-            "infrastructure": False,
-            "failure": {"type": UnstorableResult.__name__, "traceback": "",
-                        "message": f"the attempt's record cannot be stored in results.jsonl: {what}; "
-                                   "its agent or env returned a value no JSON line can hold"}}
+    return unstorable_record({name: _storable(record[name]) for name in _IDENTITY if name in record},
+                             what)
 
 
 def _unstorable_value(value: Any, where: str = "the record") -> str | None:
