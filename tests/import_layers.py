@@ -17,7 +17,8 @@ package's ``__init__``). Names imported through ``importlib`` or registry string
 - a cycle between modules (only import edges, whatever their kind);
 - an upward import: a module imports one in a higher layer (within a layer any import is
   fine while it stays acyclic);
-- a private name (``_x``, not a dunder) imported from another module;
+- a private name (``_x``, not a dunder) imported from another module, or read through the
+  name of a project module it imported (``from . import charts`` … ``charts._fmt``);
 - a leaf module (``config.py``) importing a project module other than the ones it may;
 - a module the layer table does not place, and a project import that names no module.
 """
@@ -239,6 +240,35 @@ def _a_cycle(component: list[str], graph: dict[str, set[str]]) -> list[str]:
     return component + [start]  # not reached: every member of a component reaches start
 
 
+def private_reads(root: Path) -> list[str]:
+    """Every ``name._x`` where ``name`` is a project module the reading module imported (by
+    ``import pkg.mod as name`` or ``from … import mod``), as violation lines."""
+    root = Path(root)
+    problems = []
+    by_module: dict[str, dict[str, int]] = {}
+    for edge in edges(root)[0]:
+        if edge.source != edge.target and not edge.names:
+            by_module.setdefault(edge.source, {})[edge.target] = edge.line
+    for module, targets in by_module.items():
+        tree = ast.parse((root / module).read_text(), filename=module)
+        names = {}  # local name -> the module it stands for
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                for alias in node.names:
+                    local = alias.asname or alias.name.split(".")[-1]
+                    for target in targets:
+                        stem = target.removesuffix("/__init__.py").removesuffix(".py")
+                        if stem.split("/")[-1] == alias.name.split(".")[-1]:
+                            names[local] = target
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                    and node.value.id in names and node.attr.startswith("_")
+                    and not node.attr.startswith("__")):
+                problems.append(f"{module} -> {names[node.value.id]}: private name {node.attr} "
+                                f"read from another module at {module}:{node.lineno}")
+    return problems
+
+
 def check(root: Path, layers: list[list[str]] = LAYERS,
           leaves: dict[str, tuple[str, ...]] = LEAVES) -> list[str]:
     """Every violation of the import rules in the package at ``root``, one line each."""
@@ -270,6 +300,7 @@ def check(root: Path, layers: list[list[str]] = LAYERS,
             allowed = ", ".join(leaves[edge.source]) or "nothing"
             problems.append(f"{edge.source} -> {edge.target}: {edge.source} may import only "
                             f"{allowed} of the project {where}")
+    problems += private_reads(root)
     for component in cycles(graph):
         path = _a_cycle(component, graph)
         steps = ", ".join(f"{a}:{first_line[(a, b)]}" for a, b in zip(path, path[1:]))

@@ -108,6 +108,11 @@ BROKEN = [
      {"front/view.py": "def f():\n    from ..core import _x\n"}, None,
      ["front/view.py -> core/__init__.py: private name _x imported from another module "
       "at front/view.py:2"]),
+    ("a private name read through an imported module's name",
+     {"core/helpers.py": "from ..base import Error\n_cache = {}\ndef helper():\n    return 1\n",
+      "front/view.py": "from ..core import helpers as h\ndef f():\n    return h._cache, h.helper\n"}, None,
+     ["front/view.py -> core/helpers.py: private name _cache read from another module "
+      "at front/view.py:3"]),
     # data.py sits in conf.py's own layer and imports nothing back: only the leaf rule
     # catches this import
     ("a leaf importing more than it may",

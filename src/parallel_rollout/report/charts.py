@@ -22,7 +22,8 @@ _LABEL_W = 90
 _ROW_H = 16
 
 
-def _fmt_s(seconds: float) -> str:
+def fmt_s(seconds: float) -> str:
+    """A duration as the charts and cards print it: 1.2h, 3.4m or three figures of seconds."""
     if seconds >= 3600:
         return f"{seconds / 3600:.1f}h"
     if seconds >= 60:
@@ -74,14 +75,14 @@ def timeline_svg(rows: dict[str, list[Sequence]], t0: float, t1: float, *, kind:
                 parts.append(
                     f'<rect x="{_LABEL_W + col}" y="{y + 2}" width="{run_end - col + 1}" height="{_ROW_H - 4}" '
                     f'fill="{COLOURS.get(state, "#999")}" class="s-{escape(state)}">'
-                    f'<title>{escape(name)}: {escape(state)} {_fmt_s(start_s)}–{_fmt_s(end_s)}</title></rect>')
+                    f'<title>{escape(name)}: {escape(state)} {fmt_s(start_s)}–{fmt_s(end_s)}</title></rect>')
             col = run_end + 1
         parts.append("</g>")
     axis_y = _ROW_H * len(rows) + 4
     for tick in range(6):
         x = _LABEL_W + tick * width / 5
         parts.append(f'<line x1="{x:.1f}" y1="0" x2="{x:.1f}" y2="{axis_y}" class="grid"/>'
-                     f'<text x="{x:.1f}" y="{axis_y + 14}" text-anchor="middle">{_fmt_s(span * tick / 5)}</text>')
+                     f'<text x="{x:.1f}" y="{axis_y + 14}" text-anchor="middle">{fmt_s(span * tick / 5)}</text>')
     parts.append("</svg>")
     return "".join(parts)
 
@@ -113,7 +114,7 @@ def histogram_svg(values: Sequence[float], *, label: str, markers: dict[str, flo
         bar_h = plot_h * count / top
         lo = low + index * step
         parts.append(f'<rect x="{pad + index * bar_w:.1f}" y="{plot_h - bar_h + 4:.1f}" width="{max(bar_w - 1, 1):.1f}" '
-                     f'height="{bar_h:.1f}" fill="#6baed6"><title>{_fmt_s(lo)}–{_fmt_s(lo + step)}: {count}'
+                     f'height="{bar_h:.1f}" fill="#6baed6"><title>{fmt_s(lo)}–{fmt_s(lo + step)}: {count}'
                      f'</title></rect>')
     for index, (name, value) in enumerate((markers or {}).items()):
         if value is None:
@@ -123,8 +124,8 @@ def histogram_svg(values: Sequence[float], *, label: str, markers: dict[str, flo
         anchor = "end" if x > width * 0.6 else "start"
         parts.append(f'<line x1="{x:.1f}" y1="4" x2="{x:.1f}" y2="{plot_h + 4}" class="marker"/>'
                      f'<text x="{x + (-3 if anchor == "end" else 3):.1f}" y="{14 + 12 * index}" text-anchor="{anchor}" '
-                     f'class="marker-label">{escape(name)} {_fmt_s(value)}</text>')
-    parts.append(f'<text x="{pad}" y="{height - 6}">{_fmt_s(low)}</text>'
-                 f'<text x="{width - 10}" y="{height - 6}" text-anchor="end">{_fmt_s(high)}</text>'
+                     f'class="marker-label">{escape(name)} {fmt_s(value)}</text>')
+    parts.append(f'<text x="{pad}" y="{height - 6}">{fmt_s(low)}</text>'
+                 f'<text x="{width - 10}" y="{height - 6}" text-anchor="end">{fmt_s(high)}</text>'
                  f'<text x="4" y="14">{top}</text></svg>')
     return "".join(parts)

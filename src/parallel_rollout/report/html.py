@@ -61,7 +61,7 @@ def _headline_html(head: dict[str, Any]) -> str:
     for name, value in head["pass_at_k"].items():
         cards.append(_card(name, value, _num(value), name, "unbiased estimator"))
     wall = (head.get("timing_s") or {}).get("wall")
-    cards.append(_card("wall", wall, charts._fmt_s(wall) if wall is not None else "-", "wall time"))
+    cards.append(_card("wall", wall, charts.fmt_s(wall) if wall is not None else "-", "wall time"))
     parts = [f'<div class="cards">{"".join(cards)}</div>']
     statuses = head.get("status_counts") or {}
     parts.append('<p>statuses: ' + (", ".join(f'<span data-status="{escape(k)}">{escape(k)} {v}</span>'
@@ -108,7 +108,7 @@ def _runner_events_html(data: RunData) -> str:
         return '<p class="muted">no retries, worker deaths or timeouts</p>'
     t0 = events[0].get("time") or 0
     rows = "".join(
-        f'<tr><td class="num">{charts._fmt_s((e.get("time") or t0) - t0)}</td><td>{escape(str(e.get("event")))}</td>'
+        f'<tr><td class="num">{charts.fmt_s((e.get("time") or t0) - t0)}</td><td>{escape(str(e.get("event")))}</td>'
         f'<td>{escape(str(e.get("worker") or ""))}</td><td>{escape(str(e.get("task") or ""))}</td>'
         f'<td class="msg">{escape(str(e.get("reason") or "")[:300])}</td></tr>' for e in events[:500])
     more = f'<p class="muted">{len(events) - 500} more in events.jsonl</p>' if len(events) > 500 else ""
@@ -141,7 +141,7 @@ def _distributions_html(data: RunData, head: dict[str, Any]) -> str:
         values = [r[field] for r in data.records if isinstance(r.get(field), (int, float))]
         stats = timing.get(name) or {}
         markers = {p: stats.get(p) for p in ("p50", "p90", "p99") if stats.get(p) is not None}
-        figures = ", ".join(f"{p} {charts._fmt_s(v)}" for p, v in markers.items())
+        figures = ", ".join(f"{p} {charts.fmt_s(v)}" for p, v in markers.items())
         parts.append(f'<div style="display:inline-block;margin-right:24px"><h3>{label}</h3>'
                      f'{charts.histogram_svg(values, label=label, markers=markers)}'
                      f'<div class="muted">{len(values)} attempts; {figures}</div></div>')

@@ -402,8 +402,9 @@ class RolloutScheduler(GroupGeneration):
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def _mark_closed(self) -> None:
-        """The engine is stopping: no more generation, and a waiting get_batch ends."""
+    def mark_closed(self) -> None:
+        """The engine is stopping (its owner calls this on close): no more generation, and a
+        waiting get_batch ends."""
         with self._cond:
             self._closed = True
             self._cond.notify_all()

@@ -28,7 +28,7 @@ class SharedEngine:
         self.engine = engine
         self.gate = gate
         self.store = store
-        #: every scheduler on this engine (each has ``_mark_closed()``)
+        #: every scheduler on this engine (each has ``mark_closed()``)
         self.schedulers: list[Any] = []
         self.closed = False
 
@@ -88,7 +88,7 @@ class SharedEngine:
         self.closed = True
         atexit.unregister(self.close)
         for scheduler in list(self.schedulers):
-            scheduler._mark_closed()
+            scheduler.mark_closed()
         self.gate.resume()  # nobody stays parked at the gate while the workers stop
         try:
             self.engine.close(grace=0.0)

@@ -72,7 +72,7 @@ class OSWorldEnv(Env):
 
     name = "osworld"
     vm_scope = "episode"
-    #: the provider must give every VM a desktop (runner._provider_options)
+    #: the provider must give every VM a desktop (pool.providers.provider_options)
     needs_desktop: ClassVar[bool] = True
     options = frozenset({"action_space", "screen_width", "screen_height", "client_password",
                          "observation_type", "sleep_after_execution", "record"})
