@@ -61,5 +61,7 @@ def test_workers_that_keep_dying_on_their_own_stop_the_run(tmp_path, monkeypatch
     assert "workers keep dying (21 deaths within 3600s)" in result.output, result.output[-3000:]
     deaths = worker_deaths(tmp_path / "loop")
     assert len(deaths) == LIMIT_N1 + 1, [d["reason"] for d in deaths]
+    # each says how its worker died (not 'code None': read before the exit code was there)
+    assert all("worker exited with code -9" in d["reason"] for d in deaths), [d["reason"] for d in deaths]
     died = [r for r in read_results(tmp_path / "loop") if r["status"] == "worker_died"]
     assert len(died) == LIMIT_N1 + 1 and all(r["infrastructure"] for r in died)
