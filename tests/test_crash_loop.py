@@ -41,10 +41,10 @@ def worker_deaths(run_dir: Path) -> list[dict]:
 
 
 def test_timeouts_past_the_crash_limit_are_not_a_crash_loop(tmp_path, monkeypatch):
-    """30 attempts past --task-timeout with N=1: 30 workers killed on purpose, more than the
+    """24 attempts past --task-timeout with N=1: 24 workers killed on purpose, more than the
     limit of 20, and the run finishes with one task_timeout per task."""
-    tasks = 30
-    result = run_cli(tmp_path, monkeypatch, tasks, "sleep 600", "--task-timeout", "0.5")
+    tasks = 24
+    result = run_cli(tmp_path, monkeypatch, tasks, "sleep 600", "--task-timeout", "0.3")
     assert "workers keep dying" not in result.output, result.output[-3000:]
     assert result.exit_code == 0, (result.output[-3000:], result.exception)
     finals = assert_exactly_once(tmp_path / "loop", {f"t{i}#0" for i in range(tasks)})
