@@ -19,6 +19,9 @@ package's ``__init__``). Names imported through ``importlib`` or registry string
   fine while it stays acyclic);
 - a private name (``_x``, not a dunder) imported from another module, or read through the
   name of a project module it imported (``from . import charts`` … ``charts._fmt``);
+- a private attribute of another module's object (``pool._vms``, not ``self._vms``): one
+  that this module never defines and another project module does (a library's private
+  attribute that shares such a name is marked ``# noqa: SLF001`` on its line);
 - a leaf module (``config.py``) importing a project module other than the ones it may;
 - a module the layer table does not place, and a project import that names no module.
 """
@@ -63,7 +66,9 @@ RULES = (
     "`TYPE_CHECKING`. A lower layer that must call up declares a Protocol of its own.",
     "No import cycle between modules (a module is a `.py` file; a package's `__init__.py` "
     "is a module of its own).",
-    "No `from x import _name` across modules: a name another module needs is public.",
+    "No `from x import _name` across modules, no `module._name` and no `obj._attr` on "
+    "another module's object: a name another module needs is public, and an object's "
+    "state changes only in its own class's methods.",
     "`config.py` imports nothing of the project but `errors`.",
 )
 
@@ -243,8 +248,13 @@ def _a_cycle(component: list[str], graph: dict[str, set[str]]) -> list[str]:
 def private_reads(root: Path) -> list[str]:
     """Every ``name._x`` where ``name`` is a project module the reading module imported (by
     ``import pkg.mod as name`` or ``from … import mod``), as violation lines."""
+    return list(_module_private_reads(root).values())
+
+
+def _module_private_reads(root: Path) -> dict[tuple[str, int, str], str]:
+    """:func:`private_reads` by (module, line, name)."""
     root = Path(root)
-    problems = []
+    problems = {}
     by_module: dict[str, dict[str, int]] = {}
     for edge in edges(root)[0]:
         if edge.source != edge.target and not edge.names:
@@ -264,8 +274,53 @@ def private_reads(root: Path) -> list[str]:
             if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
                     and node.value.id in names and node.attr.startswith("_")
                     and not node.attr.startswith("__")):
-                problems.append(f"{module} -> {names[node.value.id]}: private name {node.attr} "
-                                f"read from another module at {module}:{node.lineno}")
+                problems[(module, node.lineno, node.attr)] = (
+                    f"{module} -> {names[node.value.id]}: private name {node.attr} "
+                    f"read from another module at {module}:{node.lineno}")
+    return problems
+
+
+def _private_defined(tree: ast.AST) -> set[str]:
+    """The private names a module defines: functions, classes, names it assigns (class
+    fields included) and attributes it assigns on ``self`` or ``cls``."""
+    defined = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            defined.add(node.name)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            defined.add(node.id)
+        elif (isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store)
+              and isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")):
+            defined.add(node.attr)
+    return {name for name in defined if name.startswith("_") and not name.startswith("__")}
+
+
+def foreign_attributes(root: Path) -> list[str]:
+    """Every ``obj._x`` (read or written, ``obj`` not ``self``, ``cls`` or ``super()``) whose
+    ``_x`` this module does not define and another project module does, as violation lines
+    (``module._x`` is :func:`private_reads`'s)."""
+    root = Path(root)
+    module_reads = _module_private_reads(root)
+    trees = {m: ast.parse((root / m).read_text(), filename=m) for m in modules(root)}
+    defined = {m: _private_defined(tree) for m, tree in trees.items()}
+    problems = []
+    for module, tree in trees.items():
+        lines = (root / module).read_text().splitlines()
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Attribute) and node.attr.startswith("_")
+                    and not node.attr.startswith("__") and node.attr not in defined[module]):
+                continue
+            owner = ast.unparse(node.value)
+            if owner in ("self", "cls") or owner.startswith("super("):
+                continue
+            if ("noqa: SLF001" in lines[node.lineno - 1]
+                    or (module, node.lineno, node.attr) in module_reads):
+                continue
+            others = sorted(m for m, names in defined.items() if node.attr in names and m != module)
+            if others:
+                problems.append(f"{module}: private attribute {owner}.{node.attr} of another "
+                                f"module's object (defined in {', '.join(others)}) "
+                                f"at {module}:{node.lineno}")
     return problems
 
 
@@ -301,6 +356,7 @@ def check(root: Path, layers: list[list[str]] = LAYERS,
             problems.append(f"{edge.source} -> {edge.target}: {edge.source} may import only "
                             f"{allowed} of the project {where}")
     problems += private_reads(root)
+    problems += foreign_attributes(root)
     for component in cycles(graph):
         path = _a_cycle(component, graph)
         steps = ", ".join(f"{a}:{first_line[(a, b)]}" for a, b in zip(path, path[1:]))

@@ -113,6 +113,40 @@ BROKEN = [
       "front/view.py": "from ..core import helpers as h\ndef f():\n    return h._cache, h.helper\n"}, None,
      ["front/view.py -> core/helpers.py: private name _cache read from another module "
       "at front/view.py:3"]),
+    ("a private attribute of another module's object, read and written",
+     {"core/helpers.py": dedent("""\
+         from ..base import Error
+         class Pool:
+             def __init__(self):
+                 self._vms = {}
+         def helper():
+             return 1
+     """),
+      "front/view.py": dedent("""\
+         from ..core.helpers import Pool
+         def drain(pool: Pool):
+             pool._vms.clear()
+             pool._vms = {}
+     """)}, None,
+     ["front/view.py: private attribute pool._vms of another module's object (defined in "
+      "core/helpers.py) at front/view.py:3",
+      "front/view.py: private attribute pool._vms of another module's object (defined in "
+      "core/helpers.py) at front/view.py:4"]),
+    # a library's private attribute of the same name, marked; a private attribute of an
+    # object of this module's own class
+    ("no private attribute of another module's object, but a marked one and an own one",
+     {"core/helpers.py": dedent("""\
+         from ..base import Error
+         class Pool:
+             def __init__(self):
+                 self._vms = {}
+             def merge(self, other):
+                 self._vms.update(other._vms)
+         def helper():
+             return 1
+     """),
+      "front/view.py": "def pid(manager):\n    return manager._vms  # noqa: SLF001\n"}, None,
+     []),
     # data.py sits in conf.py's own layer and imports nothing back: only the leaf rule
     # catches this import
     ("a leaf importing more than it may",

@@ -240,6 +240,28 @@ def test_grid_vocab_draws_the_room_and_the_first_prompt_holds_the_legend():
     assert "Sokoban" not in prompts.system_prompt("gym") and "<answer>" in prompts.system_prompt("gym")
 
 
+#: ROLL's SokobanDifferentGridVocab env_config as its traj_envs.yaml gives it (a JSON line's
+#: keys are strings): grid_lookup code → symbol, grid_vocab symbol → meaning
+ROLL_LOOKUP = {"0": "W", "1": ".", "2": "G", "3": "C", "4": "B", "5": "A", "6": "@"}
+ROLL_VOCAB = {"W": "wall", ".": "empty", "G": "target", "C": "box on target", "B": "box", "A": "player",
+              "@": "player on target"}
+
+
+@pytest.mark.parametrize("fields", [{"grid_lookup": ROLL_LOOKUP, "grid_vocab": ROLL_VOCAB},
+                                    {"grid_vocab": ROLL_VOCAB}, {"grid_lookup": ROLL_LOOKUP}],
+                         ids=["both", "roll_grid_vocab", "grid_lookup"])
+def test_rolls_own_grid_fields_draw_what_ours_draws(tmp_path, fields):
+    """ROLL's env_config pasted into a task file: the same grid and legend as grid_vocab here."""
+    path = tmp_path / "rooms.jsonl"
+    path.write_text(json.dumps({"id": "roll", "game": "Sokoban", "room": TWO_BOXES, **fields}) + "\n")
+    [task] = load_tasks(path, default_mode="gym", validators=task_validators())
+    env = GymEnv(RunConfig(mode="gym"))
+    theirs = env.reset(task, None)
+    _, ours = _env(room=TWO_BOXES, grid_vocab=VOCAB)
+    assert theirs["grid"] == ours["grid"] == "WWWWWW\nWABG.W\nW.BG.W\nWWWWWW"
+    assert theirs["instructions"] == ours["instructions"]
+
+
 # -- bad settings --------------------------------------------------------------------------
 
 @pytest.mark.parametrize("line, message", [
@@ -253,6 +275,10 @@ def test_grid_vocab_draws_the_room_and_the_first_prompt_holds_the_legend():
     ({"game": "Sokoban", "grid_vocab": {"wall": "WW"}}, "'wall' must be one visible character"),
     ({"game": "Sokoban", "grid_vocab": {"wall": "_"}}, "'grid_vocab' gives two meanings one symbol"),
     ({"game": "Sokoban", "grid_vocab": {"lava": "L"}}, "'grid_vocab' names 'lava'"),
+    ({"game": "Sokoban", "grid_lookup": {"7": "L"}}, "'grid_lookup' names '7'; the codes are 0-6: 0 wall"),
+    ({"game": "Sokoban", "grid_lookup": {"0": "##"}}, "'grid_lookup': 'wall' must be one visible character"),
+    ({"game": "Sokoban", "grid_lookup": {"0": "W"}, "grid_vocab": {"V": "wall"}},
+     "'grid_lookup' and 'grid_vocab' give 'wall' different symbols: 'W' and 'V'"),
     ({"game": "Sokoban", "room": ["#@$.#", "#####"]}, "'room' must be enclosed"),
     ({"game": "Sokoban", "room": ["#####", "#@$_#", "#####"]}, "as many targets as boxes"),
     ({"game": "Sokoban", "room": ["#####", "#@$.#", "#####"], "num_boxes": 2}, "'num_boxes' is 2"),

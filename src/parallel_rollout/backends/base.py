@@ -40,7 +40,8 @@ from ..errors import RolloutError
 from ..messages import Assignment, Cancel
 from ..pool.providers import ProviderOptions
 
-#: the window in which worker crashes are counted
+#: the window in which worker crashes are counted (read when a backend starts: a test may
+#: widen it, so that a slow machine's spread-out deaths still fall in one window)
 CRASH_WINDOW_S = 60.0
 
 
@@ -180,8 +181,8 @@ class CrashWindow:
     """Counts workers' own deaths (never deliberate kills) in a sliding window; more than
     ``limit`` within ``window_s`` is a crash loop."""
 
-    def __init__(self, workers: int, window_s: float = CRASH_WINDOW_S) -> None:
-        self.window_s = window_s
+    def __init__(self, workers: int, window_s: float | None = None) -> None:
+        self.window_s = CRASH_WINDOW_S if window_s is None else window_s
         self._deaths: deque[float] = deque()
         self.limit = 0
         self.resize(workers)

@@ -256,6 +256,8 @@ class LocalBackend(WorkerTable):
             return
         for w in list(self._workers.values()):
             if w.process.sentinel in ready:
+                # the sentinel closes as the process exits, a moment before its exit code is there
+                w.process.join(timeout=1)
                 self._on_worker_death(w, reason=f"worker exited with code {w.process.exitcode}")
 
     def _drain(self, w: WorkerHandle) -> None:

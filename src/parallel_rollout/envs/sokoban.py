@@ -21,8 +21,9 @@ One turn::
 
 The episode's reward is the sum of its step rewards (what ROLL's trajectory collects);
 success is every box on a target. The grid is drawn with ``grid_vocab`` (meaning → one
-character; ROLL's symbols by default) and the first observation carries the instructions
-with the legend. The oracle plans from the observation's ``state`` (XSB rows) each turn.
+character; ROLL's symbols by default; ROLL's own ``grid_vocab``, symbol → meaning, and its
+``grid_lookup``, code 0-6 → symbol, are read too, so its env_config can be pasted) and the
+first observation carries the instructions with the legend. The oracle plans from the observation's ``state`` (XSB rows) each turn.
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ STEP_PENALTY, BOX_ON_TARGET, BOX_OFF_TARGET, ALL_ON_TARGET = -0.1, 1.0, -1.0, 10
 #: ROLL's symbols, meaning → character (its GRID_LOOKUP / GRID_VOCAB)
 DEFAULT_VOCAB = {"wall": "#", "empty": "_", "target": "O", "box on target": "√", "box": "X",
                  "player": "P", "player on target": "S"}
+#: ROLL's cell codes (the keys of its GRID_LOOKUP), meaning by code
+_CODES = dict(enumerate(DEFAULT_VOCAB))
 #: the XSB character of each meaning (the task's ``room`` and the observation's ``state``)
 _XSB = {"wall": "#", "empty": "_", "target": ".", "box on target": "*", "box": "$",
         "player": "@", "player on target": "+"}
@@ -130,7 +133,7 @@ class SokobanGame:
         self.rows = task_room(payload, seed)
         self.room = Room(self.rows)
         self.num_boxes = len(self.room.boxes)
-        self.vocab = {**DEFAULT_VOCAB, **payload.get("grid_vocab", {})}
+        self.vocab = vocabulary(payload)
         self.max_steps = payload.get("max_steps", DEFAULTS["max_steps"])
         self.format_penalty = float(payload.get("format_penalty", 0.0))
         self.steps = self.invalid = 0
@@ -191,6 +194,23 @@ class SokobanGame:
                 "steps": self.steps, "max_steps": self.max_steps, "ended": self.ended}
 
 
+def vocabulary(payload: Mapping[str, Any]) -> dict[str, str]:
+    """The task's symbols, meaning → character: ROLL's, then its ``grid_lookup`` (code →
+    symbol), then ``grid_vocab`` (meaning → symbol, or ROLL's way round: symbol → meaning)."""
+    vocab = dict(DEFAULT_VOCAB)
+    for code, symbol in payload.get("grid_lookup", {}).items():
+        vocab[_CODES[int(code)]] = symbol
+    return {**vocab, **_meaning_to_symbol(payload.get("grid_vocab", {}))}
+
+
+def _meaning_to_symbol(vocab: Mapping[str, str]) -> dict[str, str]:
+    """``grid_vocab`` as meaning → symbol; ROLL's (every value a meaning, no key one) inverted."""
+    if (vocab and all(isinstance(v, str) and v in DEFAULT_VOCAB for v in vocab.values())
+            and not set(vocab) & set(DEFAULT_VOCAB)):
+        return {meaning: symbol for symbol, meaning in vocab.items()}
+    return dict(vocab)
+
+
 def task_room(payload: Mapping[str, Any], seed: int | None) -> list[str]:
     """The task's room: its ``room`` rows, else the room generated from its seed."""
     if "room" in payload:
@@ -237,7 +257,7 @@ def validate(payload: Mapping[str, Any]) -> None:
     for name in _FROZENLAKE_FIELDS:
         if name in payload:
             raise ValueError(f"field {name!r} is a FrozenLake field; a Sokoban task takes room, dim_room, "
-                             "num_boxes, search_depth, max_steps, grid_vocab and format_penalty")
+                             "num_boxes, search_depth, max_steps, grid_vocab, grid_lookup and format_penalty")
     for name in ("num_boxes", "search_depth", "max_steps"):
         value = payload.get(name)
         if name in payload and (isinstance(value, bool) or not isinstance(value, int)):
@@ -248,8 +268,8 @@ def validate(payload: Mapping[str, Any]) -> None:
     penalty = payload.get("format_penalty", 0.0)
     if isinstance(penalty, bool) or not isinstance(penalty, (int, float)):
         raise ValueError(f"field 'format_penalty' must be a number, got {penalty!r}")
-    if "grid_vocab" in payload:
-        _check_vocab(payload["grid_vocab"])
+    if "grid_vocab" in payload or "grid_lookup" in payload:
+        _check_vocab(payload.get("grid_vocab", {}), payload.get("grid_lookup", {}))
     if "room" in payload:
         _check_room(payload)
         return
@@ -264,19 +284,33 @@ def validate(payload: Mapping[str, Any]) -> None:
                          f"and num_boxes={boxes} boxes with their targets (at least num_boxes + 2)")
 
 
-def _check_vocab(vocab: Any) -> None:
+def _check_vocab(vocab: Any, lookup: Any) -> None:
     if not isinstance(vocab, Mapping):
         raise ValueError("field 'grid_vocab' must be an object mapping a meaning to its symbol")
-    unknown = sorted(set(vocab) - set(DEFAULT_VOCAB))
+    if not isinstance(lookup, Mapping):
+        raise ValueError("field 'grid_lookup' must be an object mapping a cell code 0-6 to its symbol")
+    odd = [code for code in lookup if str(code) not in {str(c) for c in _CODES}]
+    if odd:
+        raise ValueError(f"field 'grid_lookup' names {', '.join(map(repr, odd))}; the codes are 0-6: "
+                         + ", ".join(f"{code} {meaning}" for code, meaning in _CODES.items()))
+    given = _meaning_to_symbol(vocab)
+    unknown = sorted(set(given) - set(DEFAULT_VOCAB))
     if unknown:
         raise ValueError(f"field 'grid_vocab' names {', '.join(map(repr, unknown))}; the meanings are "
-                         f"{', '.join(DEFAULT_VOCAB)}")
-    merged = {**DEFAULT_VOCAB, **vocab}
+                         f"{', '.join(DEFAULT_VOCAB)} (meaning → symbol, or symbol → meaning as in ROLL)")
+    from_lookup = {_CODES[int(code)]: symbol for code, symbol in lookup.items()}
+    clash = sorted(m for m in set(given) & set(from_lookup) if given[m] != from_lookup[m])
+    if clash:
+        raise ValueError(f"fields 'grid_lookup' and 'grid_vocab' give {clash[0]!r} different symbols: "
+                         f"{from_lookup[clash[0]]!r} and {given[clash[0]]!r}")
+    merged = vocabulary({"grid_vocab": vocab, "grid_lookup": lookup})
     for meaning, symbol in merged.items():
         if not isinstance(symbol, str) or len(symbol) != 1 or symbol.isspace():
-            raise ValueError(f"field 'grid_vocab': {meaning!r} must be one visible character, got {symbol!r}")
+            field = "grid_vocab" if meaning in given else "grid_lookup"
+            raise ValueError(f"field '{field}': {meaning!r} must be one visible character, got {symbol!r}")
     if len(set(merged.values())) < len(merged):
-        raise ValueError(f"field 'grid_vocab' gives two meanings one symbol: {merged}")
+        field = "grid_vocab" if given else "grid_lookup"
+        raise ValueError(f"field '{field}' gives two meanings one symbol: {merged}")
 
 
 def _check_room(payload: Mapping[str, Any]) -> None:

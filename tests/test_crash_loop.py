@@ -1,0 +1,67 @@
+"""The crash-loop policy (``backends.base.CrashWindow``) in the local backend, through the CLI:
+workers killed on purpose (past --task-timeout) are never crashes, however many; workers that
+die on their own more than the limit (10·N + 10) within the window stop the run.
+
+The window is widened to an hour for these runs: on a loaded machine the deaths of a run
+spread over more than the real minute, and a window that drops the early ones would let a
+policy that counts timeouts pass (tests/test_ray_backend.py does the same for Ray).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from conftest import assert_exactly_once, read_results
+from parallel_rollout.backends import base
+from parallel_rollout.cli import main
+
+#: the crash limit of one worker: 10·1 + 10
+LIMIT_N1 = 20
+
+
+def run_cli(tmp_path: Path, monkeypatch, tasks: int, agent_cmd: str, *flags: str):
+    """``tasks`` math tasks, one worker, the command agent ``agent_cmd``, in a one-hour window."""
+    monkeypatch.setattr(base, "CRASH_WINDOW_S", 3600.0)
+    data = tmp_path / "tasks.jsonl"
+    data.write_text("".join(json.dumps({"id": f"t{i}", "mode": "math", "problem": "1+1", "answer": "2"}) + "\n"
+                            for i in range(tasks)))
+    return CliRunner().invoke(main, [
+        "--mode", "math", "--data", str(data), "--output-dir", str(tmp_path), "--run-id", "loop",
+        "--num-rollouts", "1", "--agent", "command", "--agent-cmd", agent_cmd, "--max-retries", "0",
+        "--no-progress", *flags])
+
+
+def worker_deaths(run_dir: Path) -> list[dict]:
+    """The worker_died events of a run."""
+    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    return [e for e in events if e["event"] == "worker_died"]
+
+
+def test_timeouts_past_the_crash_limit_are_not_a_crash_loop(tmp_path, monkeypatch):
+    """24 attempts past --task-timeout with N=1: 24 workers killed on purpose, more than the
+    limit of 20, and the run finishes with one task_timeout per task."""
+    tasks = 24
+    result = run_cli(tmp_path, monkeypatch, tasks, "sleep 600", "--task-timeout", "0.3")
+    assert "workers keep dying" not in result.output, result.output[-3000:]
+    assert result.exit_code == 0, (result.output[-3000:], result.exception)
+    finals = assert_exactly_once(tmp_path / "loop", {f"t{i}#0" for i in range(tasks)})
+    assert {r["status"] for r in finals.values()} == {"task_timeout"}
+    assert len(worker_deaths(tmp_path / "loop")) == tasks > LIMIT_N1
+
+
+def test_workers_that_keep_dying_on_their_own_stop_the_run(tmp_path, monkeypatch):
+    """Every attempt's agent SIGKILLs its worker process (then exits, as the protocol asks,
+    when its stdin closes): the 21st death within the window (limit 20 for N=1) stops the
+    run with 'workers keep dying'."""
+    result = run_cli(tmp_path, monkeypatch, 30, "sh -c 'kill -9 $PPID; exec cat >/dev/null'")
+    assert result.exit_code != 0, result.output[-3000:]
+    assert "workers keep dying (21 deaths within 3600s)" in result.output, result.output[-3000:]
+    deaths = worker_deaths(tmp_path / "loop")
+    assert len(deaths) == LIMIT_N1 + 1, [d["reason"] for d in deaths]
+    # each says how its worker died (not 'code None': read before the exit code was there)
+    assert all("worker exited with code -9" in d["reason"] for d in deaths), [d["reason"] for d in deaths]
+    died = [r for r in read_results(tmp_path / "loop") if r["status"] == "worker_died"]
+    assert len(died) == LIMIT_N1 + 1 and all(r["infrastructure"] for r in died)
