@@ -393,6 +393,41 @@ def test_a_command_agent_that_prints_garbage_fails_each_attempt_cleanly(tmp_path
     assert_all_exited(pids.read_text().split(), expected=3)
 
 
+ORPHANED_AGENT = """\
+import json, os, signal, sys, time
+pids, marker = sys.argv[1], sys.argv[2]
+open(pids, "a").write(f"{os.getpid()}\\n")
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+for line in sys.stdin:
+    if not os.path.exists(marker):
+        open(marker, "w").close()
+        os.kill(os.getppid(), signal.SIGKILL)  # its worker dies, not by the runner's hand
+        while True:
+            time.sleep(1)  # ignores EOF and SIGTERM
+    print(json.dumps("2"), flush=True)
+"""
+
+
+def test_a_command_agent_dies_with_a_worker_that_died_on_its_own(tmp_path):
+    """A worker killed from outside (here by its own agent; an OOM kill alike) leaves no agent
+    behind, even one that ignores EOF and SIGTERM: the runner kills only the trees of workers
+    it kills itself, and the orphan would be init's. The retry on a new worker succeeds."""
+    from click.testing import CliRunner
+    from parallel_rollout.cli import main
+
+    script, pids = tmp_path / "agent.py", tmp_path / "pids.log"
+    script.write_text(ORPHANED_AGENT)
+    data = write_tasks(tmp_path / "tasks.jsonl", [{"id": "m1", "mode": "math", "problem": "1+1", "answer": "2"}])
+    result = CliRunner().invoke(main, [
+        "--mode", "math", "--data", str(data), "--output-dir", str(tmp_path), "--run-id", "orphan",
+        "--num-rollouts", "1", "--agent", "command", "--no-progress",
+        "--agent-cmd", command_line(script, str(pids), str(tmp_path / "killed"))])
+    assert result.exit_code == 0, result.output[-3000:]
+    statuses = [r["status"] for r in read_results(tmp_path / "orphan")]
+    assert statuses == ["worker_died", "success"], statuses
+    assert_all_exited(pids.read_text().split(), expected=2)
+
+
 def command_agent(tmp_path, source: str, **overrides) -> CommandAgent:
     script = tmp_path / "agent.py"
     script.write_text(source)

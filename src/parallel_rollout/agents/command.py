@@ -29,7 +29,9 @@ No agent process outlives its agent: each runs in its own session (a Ctrl-C at t
 is the runner's to handle, not the agent's), and a ``weakref.finalize`` stops its whole
 process group when the agent is garbage-collected or the worker exits — EOF on stdin
 first, then SIGTERM, then SIGKILL. A worker killed outright (task timeout, SIGKILL) has its
-process tree, this process included, killed by the runner.
+process tree, this process included, killed by the runner; a worker that dies by another's
+hand (the OOM killer, an operator) takes its agents with it: each starts with a parent-death
+signal (SIGKILL), though what an agent started itself outlives it then.
 """
 
 from __future__ import annotations
@@ -160,7 +162,7 @@ class _AgentProcess:
         self._stderr = tempfile.TemporaryFile(prefix="pr-agent-stderr-")
         try:
             self._popen = subprocess.Popen(
-                argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
+                _dies_with_its_loop(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
                 text=True, encoding="utf-8", errors="replace", bufsize=1, start_new_session=True,
             )
         except OSError as exc:
@@ -212,6 +214,18 @@ class _AgentProcess:
         if code < 0:
             return f"it was killed by signal {-code}"
         return f"it exited with status {code}"
+
+
+def _dies_with_its_loop(argv: list[str]) -> list[str]:
+    """``argv`` under ``setpriv --pdeathsig KILL``: the kernel kills the agent when the env
+    loop's thread that started it ends, the worker's death included (a worker killed from
+    outside has no runner's hand on its tree, and its orphans would be init's). setpriv
+    sets it and execs, rather than a ``preexec_fn``, which is unsafe in a threaded worker."""
+    return [_SETPRIV, "--pdeathsig", "KILL", "--", *argv] if _SETPRIV else argv
+
+
+#: util-linux's setpriv (./dev installs it); without it an orphan is possible, not a failure
+_SETPRIV = shutil.which("setpriv")
 
 
 def _read_lines(stream: IO[str], lines: "queue.Queue[str | None]") -> None:
