@@ -38,7 +38,7 @@ logged in ``aborts`` (``time`` monotonic, ``request`` index, ``tokens`` sent bef
 ``GET /v1/models`` lists one model (what a preflight asks); ``model_listings`` counts those calls.
 
 Every request is recorded (``requests``: body, arrival time, step, Authorization header, every
-header) for assertions. The
+header, the path) for assertions. The
 solvers are policies that answer like a perfect model would: ``shell_solver`` replays each
 task's reference commands (as text or as tool calls), found by the instruction in the conversation's first user message;
 ``lookup_solver`` answers from a dict keyed by a text that occurs in the first user message
@@ -115,12 +115,12 @@ class LLMServer:
         self._thread.join(5)
 
     def next_step(self, body: dict[str, Any], authorization: str | None = None,
-                  headers: dict[str, str] | None = None) -> Step:
+                  headers: dict[str, str] | None = None, path: str | None = None) -> Step:
         """The scripted step for this request (recorded), else the policy's."""
         with self._lock:
             step = self.script.pop(0) if self.script else None
             entry = {"body": body, "time": time.monotonic(), "step": step, "authorization": authorization,
-                     "headers": dict(headers or {})}
+                     "headers": dict(headers or {}), "path": path}
             self.requests.append(entry)
         if step is None:
             if self.policy is None:
@@ -154,7 +154,7 @@ def _handler(server: LLMServer) -> type[BaseHTTPRequestHandler]:
             if self.path.rstrip("/") not in ("/v1/chat/completions", "/v1/completions"):
                 return self._send(404, {"error": {"message": f"no route {self.path}"}})
             step = server.next_step(body, self.headers.get("Authorization"),
-                                    {k.lower(): v for k, v in self.headers.items()})
+                                    {k.lower(): v for k, v in self.headers.items()}, self.path.rstrip("/"))
             try:
                 if body.get("stream") and ("reply" in step or "tool_calls" in step) and "sleep" not in step:
                     self._stream(step, body, len(server.requests) - 1)
