@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from llm_server import LLMServer, TokenModel, write_tokenizer
+from llm_server import LAST_REPLY_TEMPLATE, LLMServer, TokenModel, write_tokenizer
 from parallel_rollout.rl import EnvManagerConfig
 from parallel_rollout.rl.segments import NoTokenIds
 from rl_support import Switch, lake_set, rl_config
@@ -354,6 +354,51 @@ def test_the_readme_tensors_snippet_builds_rows_from_segments(chat, tokenizer_di
         assert all(v in (-1, base.policy_version) for row in step["versions"] for v in row)
 
 
+def test_a_template_that_writes_the_last_reply_apart_still_extends_the_history(tmp_path):
+    """Qwen3's template writes a conversation's last reply with an empty <think> block and the
+    same reply without it once a user message follows: the history grows by the sampled ids,
+    the end of turn the template adds (only the part not sampled: a reply cut at the token
+    limit has no <|im_end|>) and the new message, never a re-rendered reply."""
+    from parallel_rollout.agents.tokens import ChatTokenizer
+
+    tokenizer = ChatTokenizer(write_tokenizer(tmp_path, template=LAST_REPLY_TEMPLATE))
+    ids = tokenizer.first_prompt([{"role": "system", "content": "s"}, {"role": "user", "content": "u1"}])
+    for reply, user in (("<think>x</think>\n\nA<|im_end|>", "u2"), ("B B", "u3")):  # the second one cut
+        sampled = tokenizer.encode(reply)
+        ids += sampled + tokenizer.continuation(sampled, [{"role": "user", "content": user}])
+    assert tokenizer.decode(ids) == (
+        "<|im_start|>system\ns<|im_end|>\n<|im_start|>user\nu1<|im_end|>\n<|im_start|>assistant\n"
+        "<think>x</think>\n\nA<|im_end|>\n<|im_start|>user\nu2<|im_end|>\n<|im_start|>assistant\n"
+        "B B<|im_end|>\n<|im_start|>user\nu3<|im_end|>\n<|im_start|>assistant\n")
+
+
+def test_a_template_that_writes_the_last_reply_apart_gives_one_segment(tmp_path, tokenizer_dir):
+    """The same template through a scheduler: the episode plays to the goal on token ids, one
+    segment of exactly what the server saw and sampled."""
+    from parallel_rollout.rl import RolloutScheduler
+
+    model = TokenModel(tokenizer_dir, three_rights)
+    server = LLMServer(policy=model).start()
+    folder = write_tokenizer(tmp_path / "last-reply", template=LAST_REPLY_TEMPLATE)
+    train = RolloutScheduler(rl_config(tmp_path, server, num_rollouts=1, envs_per_worker=2, tokenizer=str(folder)),
+                             EnvManagerConfig(group_size=2, tags=["line"],
+                                              task_sets=lake_set(tmp_path, name="line", desc=["SFFG"], max_steps=60)))
+    try:
+        batch = train.get_batch(batch_size=2, step=0)
+    finally:
+        train.close()
+        server.stop()
+    assert [r["path"] for r in server.requests] == ["/v1/completions"] * 6
+    for trajectory in batch:
+        assert trajectory.status == "success" and len(trajectory.turns) == 3, trajectory.record
+        (segment,) = trajectory.segments()
+        last = trajectory.turns[-1]
+        assert segment.input_ids == last["prompt_token_ids"] + last["token_ids"] and last["prompt_token_ids"] in model.prompts
+        assert _masked_in([segment]) == _server_sampled(model, three_rights, 3)
+        text = model.tokenizer.decode(segment.input_ids, skip_special_tokens=False)
+        assert text.count("<think>") == 1 and text.count("<|im_start|>assistant") == 3
+
+
 def test_a_tokenizer_folder_that_does_not_load_is_refused_before_any_episode(tmp_path, tokenizer_dir):
     from parallel_rollout.errors import ConfigError
     from parallel_rollout.rl import RolloutScheduler
@@ -369,6 +414,38 @@ def test_a_tokenizer_folder_that_does_not_load_is_refused_before_any_episode(tmp
             RolloutScheduler(rl_config(tmp_path, server, tokenizer=str(broken)))
     finally:
         server.stop()
+
+
+def test_a_template_file_beside_the_config_is_read_and_a_broken_one_named(tmp_path):
+    """transformers' newer folders keep the template in chat_template.jinja (older processors in
+    chat_template.json): both load; one that does not render is refused naming its file;
+    ``{% break %}`` works as transformers allows it."""
+    import json
+
+    from parallel_rollout.agents.tokens import ChatTokenizer
+    from parallel_rollout.errors import ConfigError
+
+    messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
+    breaking = LAST_REPLY_TEMPLATE.replace("{%- endif %}{%- endfor %}", "{%- endif %}{%- if false %}{% break %}"
+                                                                       "{%- endif %}{%- endfor %}", 1)
+    assert "{% break %}" in breaking
+    for name, text in (("chat_template.jinja", breaking),
+                       ("chat_template.json", json.dumps({"chat_template": LAST_REPLY_TEMPLATE}))):
+        folder = write_tokenizer(tmp_path / name)
+        (folder / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<|im_end|>"}))
+        (folder / name).write_text(text)
+        tokenizer = ChatTokenizer(folder)
+        assert tokenizer.decode(tokenizer.first_prompt(messages)) == \
+            "<|im_start|>system\ns<|im_end|>\n<|im_start|>user\nu<|im_end|>\n<|im_start|>assistant\n"
+    (folder / "chat_template.json").unlink()
+    (folder / "chat_template.jinja").write_text("{% for m in messages %}{{ m['content'] }")
+    with pytest.raises(ConfigError, match=r"chat_template\.jinja: the chat template does not render a "
+                                          r"conversation: TemplateSyntaxError"):
+        ChatTokenizer(folder)
+    (folder / "chat_template.jinja").unlink()
+    with pytest.raises(ConfigError, match=r"tokenizer_config\.json: no 'chat_template' \(a string\), and no "
+                                          r"chat_template\.jinja beside it"):
+        ChatTokenizer(folder)
 
 
 @pytest.mark.parametrize("field, value, message", [("on_length", "cut", "on_length must be 'parse' or 'end'"),
