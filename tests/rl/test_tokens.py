@@ -464,3 +464,21 @@ def test_bad_token_settings_are_refused(tmp_path, field, value, message):
         server.stop()
     with pytest.raises(ConfigError, match=message):
         validate_ranges(RunConfig(**{field: value}))
+
+
+def test_max_model_len_without_a_tokenizer_is_refused_for_the_openai_agent(tmp_path):
+    """It would bound nothing: the openai agent's chat requests are the server's to bound."""
+    from parallel_rollout.config import RunConfig, validate_ranges
+    from parallel_rollout.errors import ConfigError
+    from parallel_rollout.rl import RolloutScheduler
+
+    server = LLMServer(policy=lambda body: {"reply": "x"}).start()
+    try:
+        with pytest.raises(ConfigError, match="max_model_len=2000 bounds token-id prompts.*set tokenizer="):
+            RolloutScheduler(rl_config(tmp_path, server, max_model_len=2000))
+    finally:
+        server.stop()
+    with pytest.raises(ConfigError, match="max_model_len=2000 bounds token-id prompts"):
+        validate_ranges(RunConfig(agent="openai", max_model_len=2000))
+    validate_ranges(RunConfig(agent="my_agents:TokenAgent", max_model_len=2000))  # generate() is bounded by it
+
