@@ -38,7 +38,7 @@ logged in ``aborts`` (``time`` monotonic, ``request`` index, ``tokens`` sent bef
 ``GET /v1/models`` lists one model (what a preflight asks); ``model_listings`` counts those calls.
 
 Every request is recorded (``requests``: body, arrival time, step, Authorization header, every
-header) for assertions. The
+header, the path) for assertions. The
 solvers are policies that answer like a perfect model would: ``shell_solver`` replays each
 task's reference commands (as text or as tool calls), found by the instruction in the conversation's first user message;
 ``lookup_solver`` answers from a dict keyed by a text that occurs in the first user message
@@ -115,12 +115,12 @@ class LLMServer:
         self._thread.join(5)
 
     def next_step(self, body: dict[str, Any], authorization: str | None = None,
-                  headers: dict[str, str] | None = None) -> Step:
+                  headers: dict[str, str] | None = None, path: str | None = None) -> Step:
         """The scripted step for this request (recorded), else the policy's."""
         with self._lock:
             step = self.script.pop(0) if self.script else None
             entry = {"body": body, "time": time.monotonic(), "step": step, "authorization": authorization,
-                     "headers": dict(headers or {})}
+                     "headers": dict(headers or {}), "path": path}
             self.requests.append(entry)
         if step is None:
             if self.policy is None:
@@ -154,7 +154,7 @@ def _handler(server: LLMServer) -> type[BaseHTTPRequestHandler]:
             if self.path.rstrip("/") not in ("/v1/chat/completions", "/v1/completions"):
                 return self._send(404, {"error": {"message": f"no route {self.path}"}})
             step = server.next_step(body, self.headers.get("Authorization"),
-                                    {k.lower(): v for k, v in self.headers.items()})
+                                    {k.lower(): v for k, v in self.headers.items()}, self.path.rstrip("/"))
             try:
                 if body.get("stream") and ("reply" in step or "tool_calls" in step) and "sleep" not in step:
                     self._stream(step, body, len(server.requests) - 1)
@@ -405,12 +405,26 @@ THINK_DROPPING_TEMPLATE = (
     "{{ '<|im_start|>assistant\\n' + m['content'].split('</think>')[-1].lstrip() + '<|im_end|>\\n' }}"
     "{% else %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}{% endif %}{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
+#: Qwen3's other habit: the last assistant message, when it answers the last user message, is
+#: written with an empty <think> block; the same message is written without one once a new
+#: user message follows (so a conversation ending in a reply is no prefix of the next one)
+LAST_REPLY_TEMPLATE = (
+    "{%- set ns = namespace(last_user=-1) %}"
+    "{%- for m in messages %}{%- if m['role'] == 'user' %}{%- set ns.last_user = loop.index0 %}{%- endif %}"
+    "{%- endfor %}"
+    "{%- for m in messages %}{%- if m['role'] == 'assistant' %}"
+    "{%- set body = m['content'].split('</think>')[-1].lstrip('\\n') %}"
+    "{%- if loop.last and loop.index0 > ns.last_user %}"
+    "{{- '<|im_start|>assistant\\n<think>\\n\\n</think>\\n\\n' + body + '<|im_end|>\\n' }}"
+    "{%- else %}{{- '<|im_start|>assistant\\n' + body + '<|im_end|>\\n' }}{%- endif %}"
+    "{%- else %}{{- '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}{%- endif %}{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}")
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 
 
-def write_tokenizer(folder: Path, corpus: list[str] | None = None) -> Path:
-    """A byte-level BPE tokenizer (tokenizer.json) with the think-dropping chat template
-    (tokenizer_config.json) in ``folder``: what ``RunConfig.tokenizer`` points at."""
+def write_tokenizer(folder: Path, corpus: list[str] | None = None, template: str = THINK_DROPPING_TEMPLATE) -> Path:
+    """A byte-level BPE tokenizer (tokenizer.json) with a chat template (tokenizer_config.json;
+    the think-dropping one unless told) in ``folder``: what ``RunConfig.tokenizer`` points at."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     tokenizer = Tokenizer(models.BPE())
@@ -425,7 +439,7 @@ def write_tokenizer(folder: Path, corpus: list[str] | None = None) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     tokenizer.save(str(folder / "tokenizer.json"))
     (folder / "tokenizer_config.json").write_text(json.dumps({
-        "chat_template": THINK_DROPPING_TEMPLATE, "eos_token": "<|im_end|>", "bos_token": None}))
+        "chat_template": template, "eos_token": "<|im_end|>", "bos_token": None}))
     return folder
 
 

@@ -297,16 +297,26 @@ def test_rl_scheduler_batches_on_the_nodes(cluster, tmp_path):
     assert len({r["node"] for r in records if r.get("node")}) >= 2, "every rollout ran on one node"
 
 
-def test_rl_turns_come_back_from_a_node_that_writes_elsewhere(cluster, tmp_path):
+def test_rl_turns_come_back_from_a_node_that_writes_elsewhere(cluster, tmp_path, monkeypatch):
     """A node whose disk is not the driver's (PARALLEL_ROLLOUT_NODE_DIR: it writes attempts'
     files to a folder of its own): its trajectories come back with their records through Ray,
-    so the trainer gets every turn, never a reward without turns."""
+    so the trainer gets every turn, never a reward without turns. The nodes that share the
+    driver's folder send no files (the driver reads them where they are)."""
     from llm_server import LLMServer
+    from parallel_rollout.backends import ray_backend
     from parallel_rollout.backends.ray_actors import NODE_DIR_ENV
     from parallel_rollout.rl import EnvManagerConfig, RolloutScheduler
     from rl_support import lake_set, rl_config
     from table_policy import TablePolicy
 
+    carried: set[str] = set()  # the trajectory files that came with a record, through Ray
+    unpack = ray_backend.unpack_files
+
+    def unpack_files(run_dir, files):
+        carried.update(files)
+        return unpack(run_dir, files)
+
+    monkeypatch.setattr(ray_backend, "unpack_files", unpack_files)
     cl, _ = cluster
     node_disk = tmp_path / "node-disk"
     node = cl.add_node(**_NODE, env_vars={NODE_DIR_ENV: str(node_disk)})
@@ -333,6 +343,7 @@ def test_rl_turns_come_back_from_a_node_that_writes_elsewhere(cluster, tmp_path)
     for trajectory in apart:  # written on the node's own disk, and by the driver in its folder
         assert (node_disk / "apart" / trajectory.record["trajectory"]).is_file()
         assert (train.run_dir / trajectory.record["trajectory"]).is_file()
+    assert {t.record["trajectory"] for t in apart} == {p for p in carried if not p.endswith(".images.jsonl")}
 
 
 @pytest.mark.slow

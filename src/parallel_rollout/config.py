@@ -482,6 +482,12 @@ def check_token_settings(cfg: RunConfig) -> None:
         raise ConfigError(f"on_length must be 'parse' or 'end', got {cfg.on_length!r}")
     if cfg.max_model_len is not None and (isinstance(cfg.max_model_len, bool) or cfg.max_model_len < 1):
         raise ConfigError(f"max_model_len must be at least 1 (tokens), got {cfg.max_model_len}")
+    if cfg.max_model_len is not None and cfg.agent == "openai" and not cfg.tokenizer:
+        # it would be ignored: the openai agent sends token ids (what it bounds) only with a tokenizer
+        raise ConfigError(f"max_model_len={cfg.max_model_len} bounds token-id prompts, which the openai agent "
+                          "sends with tokenizer= only; without one the server renders the chat and its own "
+                          "context limit applies (its 'too long' error ends the episode as context_overflow): "
+                          "set tokenizer= or leave max_model_len out")
 
 
 def default_run_id(mode: str) -> str:

@@ -159,6 +159,24 @@ def read_turns(path: Path) -> list[dict[str, Any]]:
     return turns
 
 
+def shown_turn(turn: dict[str, Any]) -> dict[str, Any]:
+    """A stored turn line as a person reads it (the report's turn viewer): ``request_delta``
+    becomes ``request`` and ``prompt_delta`` becomes ``prompt_token_ids``, each what the turn
+    added, after a note of what it kept from the previous turn; the rest as stored. Images stay
+    ``sha256:<hex>`` references (their data is in the images file)."""
+    shown = dict(turn)
+    for stored, name, what in (("request_delta", "request", "messages of the previous turn's request"),
+                               ("prompt_delta", "prompt_token_ids", "ids of the previous turn's prompt + reply")):
+        delta = shown.pop(stored, None)
+        if not isinstance(delta, dict) or not isinstance(delta.get("new"), list):
+            if delta is not None:
+                shown[stored] = delta
+            continue
+        keep = delta.get("keep") or 0
+        shown[name] = ([f"… the first {keep} {what}, then:"] if keep else []) + delta["new"]
+    return shown
+
+
 def pack_files(run_dir: Path, relpath: str | None) -> dict[str, str]:
     """An attempt's trajectory and images files by path relative to ``run_dir`` (what a
     node without the driver's folder sends back with the record); {} when there are none."""

@@ -31,6 +31,17 @@ def _batch(tmp_path, schedulers, trajectories):
     return train, train.get_batch(batch_size=trajectories, step=0), screens
 
 
+def _small(tmp_path, schedulers, turns, size):
+    """A scheduler of one group of 2 on a ``turns``-turn desk task (1 worker × 2 env loops)."""
+    screens = write_screens(tmp_path / "screens", turns, size)
+    tasks = tmp_path / "desk.jsonl"
+    tasks.write_text(json.dumps({"id": "desk0", "mode": MODE, "turns": turns, "images": str(screens)}) + "\n")
+    config = RunConfig(mode=MODE, agent=AGENT, num_rollouts=1, envs_per_worker=2, output_dir=str(tmp_path / "out"),
+                       progress=False, max_turns=turns)
+    return schedulers(config, EnvManagerConfig(group_size=2, tags=["desk"],
+                                               task_sets={"desk": TaskSet(MODE, str(tasks))}))
+
+
 def _check(train, batch, screens):
     expected = {f"sha{i}": base64.b64encode((screens / f"screen-{i}.png").read_bytes()).decode() for i in range(TURNS)}
     for trajectory in batch:
@@ -120,13 +131,78 @@ def test_turns_are_read_in_the_trainers_thread_not_the_engines(tmp_path, schedul
         return real(path)
 
     monkeypatch.setattr(groups, "read_turns", read_turns)
-    screens = write_screens(tmp_path / "screens", 3, 1000)
-    tasks = tmp_path / "desk.jsonl"
-    tasks.write_text(json.dumps({"id": "desk0", "mode": MODE, "turns": 3, "images": str(screens)}) + "\n")
-    config = RunConfig(mode=MODE, agent=AGENT, num_rollouts=1, envs_per_worker=2, output_dir=str(tmp_path / "out"),
-                       progress=False, max_turns=3)
-    train = schedulers(config, EnvManagerConfig(group_size=2, tags=["desk"],
-                                                task_sets={"desk": TaskSet(MODE, str(tasks))}))
+    train = _small(tmp_path, schedulers, turns=3, size=1000)
     batch = train.get_batch(batch_size=4, step=0)
     assert all(len(t.turns) == 3 for t in batch)
     assert len(readers) == 4 and set(readers) == {threading.current_thread()}
+
+
+def test_the_report_shows_each_turn_as_what_it_added(tmp_path, schedulers):
+    """``parallel-rollout report`` on a scheduler's run folder: the turn viewer gets each
+    stored delta as a ``request`` / ``prompt_token_ids`` of what the turn added after a note
+    of what it kept (images as their sha256 references), never the storage's delta fields."""
+    import hashlib
+    import re
+
+    from click.testing import CliRunner
+
+    from parallel_rollout.cli import main
+
+    turns = 5  # the fourth and fifth drop an older screenshot: a message changes, less is kept
+    train = _small(tmp_path, schedulers, turns=turns, size=3000)
+    batch = train.get_batch(batch_size=2, step=0)
+    result = CliRunner().invoke(main, ["report", str(train.run_dir)])
+    assert result.exit_code == 0, result.output
+    html = (train.run_dir / "report.html").read_text()
+    data = json.loads(re.search(r'<script type="application/json" id="report-data">(.*?)</script>', html, re.S).group(1))
+
+    def referenced(message):  # a message with its inline images as the report holds them
+        if not isinstance(message.get("content"), list):
+            return message
+        return {**message, "content": [
+            {**part, "image_url": {"url": "sha256:" + hashlib.sha256(part["image_url"]["url"].encode()).hexdigest()}}
+            if part["type"] == "image_url" else part for part in message["content"]]}
+
+    for trajectory in batch:
+        shown = data["trajectories"][trajectory.record["trajectory"]]["turns"]
+        assert len(shown) == turns
+        previous, previous_ids, kept = [], [], []
+        for turn, view in zip(trajectory.turns, shown):
+            assert not {"request_delta", "prompt_delta"} & set(view), view.keys()
+            request = [referenced(m) for m in turn["request"]]
+            keep = 0
+            if isinstance(view["request"][0], str):
+                keep = int(re.fullmatch(r"… the first (\d+) messages of the previous turn's request, then:",
+                                        view["request"][0]).group(1))
+            assert previous[:keep] + view["request"][1 if keep else 0:] == request
+            kept.append(keep)
+            ids = view["prompt_token_ids"]
+            keep_ids = int(re.search(r"the first (\d+) ids", ids[0]).group(1)) if isinstance(ids[0], str) else 0
+            assert previous_ids[:keep_ids] + ids[1 if keep_ids else 0:] == turn["prompt_token_ids"]
+            previous, previous_ids = request, turn["prompt_token_ids"] + turn["token_ids"]
+        assert kept == [0, 2, 4, 1, 3], kept  # turns 4 and 5 changed an older screenshot's message
+        assert shown[1]["prompt_token_ids"] == ["… the first 6 ids of the previous turn's prompt + reply, then:", 4, 5]
+
+
+def test_turns_that_are_not_on_this_host_make_get_batch_raise(tmp_path, schedulers):
+    """A record whose trajectory file this host does not have (a node that wrote to its own
+    disk, on a backend that did not carry the turns back): get_batch raises naming the file
+    and the node, never a trajectory with its reward and no turns."""
+    from parallel_rollout.errors import RolloutError
+    from parallel_rollout.trajectories import images_path
+
+    train = _small(tmp_path, schedulers, turns=3, size=1000)
+    on_final, gone = train._on_final, []
+
+    def elsewhere(record):  # the engine's callback, as if the attempt had run on another host
+        path = train.run_dir / record["trajectory"]
+        path.unlink()
+        images_path(path).unlink()
+        gone.append(path)
+        on_final({**record, "node": "a1b2c3"})
+
+    train._on_final = elsewhere
+    with pytest.raises(RolloutError, match=r"its 3 turns are in .*attempt-0\.jsonl, which is not on this host "
+                                           r"\(it ran on node a1b2c3\)"):
+        train.get_batch(batch_size=2, step=0)
+    assert len(gone) == 2 and train.stats()["groups_started"] == 1

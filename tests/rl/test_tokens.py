@@ -10,9 +10,12 @@ Tokens (``tokenizer=``): the agent sends token ids and a trajectory is one exact
 
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
 
-from llm_server import LLMServer, TokenModel, write_tokenizer
+from llm_server import LAST_REPLY_TEMPLATE, LLMServer, TokenModel, write_tokenizer
 from parallel_rollout.rl import EnvManagerConfig
 from parallel_rollout.rl.segments import NoTokenIds
 from rl_support import Switch, lake_set, rl_config
@@ -30,6 +33,14 @@ def three_rights(turn: int) -> str:
 def long_lefts(turn: int) -> str:
     """Left at the start stays there: the conversation grows by a long reply a turn."""
     return "Left " * 120 + "<answer>Left</answer>"
+
+
+ANSWER = "<answer>Right</answer>"
+
+
+def rights_and_more(turn: int) -> str:
+    """Right, then words a reply cut at len(ANSWER)'s tokens loses: still a move when parsed."""
+    return ANSWER + " because the goal is to the right of me"
 
 
 @pytest.fixture(scope="module")
@@ -67,9 +78,11 @@ def tokens(tmp_path_factory, tokenizer_dir):
     server.stop()
 
 
-def _batch(engine, tokenizer_dir, replies, desc, budget=None, limit=None, name="line"):
+def _batch(engine, tokenizer_dir, replies, desc, budget=None, limit=None, name="line", wrap=None):
+    """A batch of one group of 2 on ``engine``; ``wrap(model)`` is the server's policy if given."""
     base, switch, server, folder = engine
-    switch.policy = TokenModel(tokenizer_dir, replies, budget=budget, limit=limit)
+    model = TokenModel(tokenizer_dir, replies, budget=budget, limit=limit)
+    switch.policy = wrap(model) if wrap else model
     del server.requests[:]
     train = base.sibling(EnvManagerConfig(group_size=2, tags=[name],
                                           task_sets=lake_set(folder, name=name, desc=desc, max_steps=60)))
@@ -79,19 +92,34 @@ def _batch(engine, tokenizer_dir, replies, desc, budget=None, limit=None, name="
     finally:
         train.close()
     assert len(batch) == 2 and {t.group_id for t in batch} == {batch[0].group_id}
-    return batch, switch.policy
+    return batch, model
 
 
-def _check_fields(segment):
-    """Equal lengths; nothing but sampled tokens carries a logprob or a version."""
-    n = len(segment.input_ids)
-    assert len(segment.loss_mask) == len(segment.logprobs) == len(segment.versions) == n
-    for mask, logprob, version in zip(segment.loss_mask, segment.logprobs, segment.versions):
-        assert mask in (0, 1)
-        if mask:
-            assert logprob < 0 and version == 0
-        else:
-            assert logprob == 0.0 and version == -1
+def _check_fields(trajectory):
+    """Equal lengths; nothing but sampled tokens carries a logprob or a version; each sampled
+    token has its turn's logprob and its turn's policy version."""
+    sampled_logprobs, sampled_versions = [], []
+    for segment in trajectory.segments():
+        n = len(segment.input_ids)
+        assert len(segment.loss_mask) == len(segment.logprobs) == len(segment.versions) == n
+        for mask, logprob, version in zip(segment.loss_mask, segment.logprobs, segment.versions):
+            assert mask in (0, 1)
+            if mask:
+                assert logprob < 0 and version >= 0
+                sampled_logprobs.append(logprob)
+                sampled_versions.append(version)
+            else:
+                assert logprob == 0.0 and version == -1
+    turns = trajectory.turns
+    assert sampled_logprobs == [lp for turn in turns for lp in turn["logprobs"]]
+    assert sampled_versions == [turn["policy_version"] for turn in turns for _ in turn["token_ids"]]
+
+
+def _server_sampled(model, replies, turns, limit=None):
+    """What the test model sampled in turns 1..``turns`` (its reply ids, cut at ``limit``),
+    worked out from the model, not from what the agent recorded."""
+    ids = [model.encode(replies(turn)) + [model.end_id] for turn in range(1, turns + 1)]
+    return [i for each in ids for i in each[:limit]]
 
 
 def _sampled(trajectory):
@@ -111,11 +139,12 @@ def test_chat_drift_is_a_segment_break_and_masked_in_ids_are_the_sampled_ones(ch
         segments = trajectory.segments()
         # turn 2's prompt lost turn 1's <think> block: a new segment starts there
         assert trajectory.drift == 1 and [s.turns for s in segments] == [[0], [1, 2]]
-        assert _masked_in(segments) == _sampled(trajectory)
+        assert _masked_in(segments) == _sampled(trajectory) == _server_sampled(model, three_rights, 3)
         assert segments[0].input_ids == turns[0]["prompt_token_ids"] + turns[0]["token_ids"]
         assert segments[1].input_ids == turns[2]["prompt_token_ids"] + turns[2]["token_ids"]
-        for segment in segments:
-            _check_fields(segment)
+        _check_fields(trajectory)
+        # every prompt is one the server rendered and answered
+        assert all(turn["prompt_token_ids"] in model.prompts for turn in turns)
         # the server saw the re-rendered prompt; nothing was stitched across the break
         assert turns[1]["prompt_token_ids"][: len(segments[0])] != segments[0].input_ids
 
@@ -130,28 +159,70 @@ def test_chat_context_overflow_is_kept_in_its_group_at_reward_0(chat, tokenizer_
         assert _masked_in(trajectory.segments()) == _sampled(trajectory)
 
 
-def test_chat_length_cut_carries_its_stop_reason(chat, tokenizer_dir):
-    batch, model = _batch(chat, tokenizer_dir, three_rights, ["SFFG"], limit=4)
+class OverflowOnce:
+    """The test model, but the first request of a second turn is refused as too long (vLLM's
+    400): one member of the group overflows, the other goes on."""
+
+    def __init__(self, model) -> None:
+        self.model, self.refused, self._lock = model, [], threading.Lock()
+
+    def __call__(self, body):
+        turn = 1 + sum(1 for m in body["messages"] if m["role"] == "assistant")
+        with self._lock:
+            if turn == 2 and not self.refused:
+                self.refused.append(body)
+                return {"status": 400, "message": f"This model's maximum context length is {BUDGET} tokens. "
+                                                  f"However, you requested {BUDGET + 1} tokens in the messages."}
+        return self.model(body)
+
+
+def test_chat_one_member_overflows_and_its_group_is_kept(chat, tokenizer_dir):
+    """A group whose members end differently: the overflow is the member's outcome (reward 0,
+    one turn of training data), the other member's success stands beside it, nothing retried."""
+    wrappers = []
+    batch, model = _batch(chat, tokenizer_dir, three_rights, ["SFFG"],
+                          wrap=lambda m: wrappers.append(OverflowOnce(m)) or wrappers[-1])
+    _, _, server, _ = chat
+    assert len(wrappers[0].refused) == 1 and len(server.requests) == 1 + 3 + 1  # the 400 was not retried
+    by_status = {t.status: t for t in batch}
+    assert sorted(by_status) == ["context_overflow", "success"], [t.record for t in batch]
+    overflow, success = by_status["context_overflow"], by_status["success"]
+    assert overflow.reward == 0.0 and overflow.cut and not overflow.failed and not overflow.placeholder
+    assert success.reward == 1.0 and len(success.turns) == 3
+    assert len(overflow.turns) == 1 and overflow.record["turns"] == 1
+    assert _masked_in(overflow.segments()) == _server_sampled(model, three_rights, 1)
+    assert overflow.group_id == success.group_id and sorted(t.member for t in batch) == [0, 1]
+
+
+def test_chat_length_cut_carries_its_stop_reason_and_is_parsed(chat, tokenizer_dir):
+    """on_length="parse" (the default): a reply cut at the token limit is still the move it
+    holds, so the episode goes on to the goal; every turn says it was cut."""
+    limit = len(TokenModel(tokenizer_dir, rights_and_more).encode(ANSWER))
+    batch, model = _batch(chat, tokenizer_dir, rights_and_more, ["SFFG"], limit=limit)
+    assert model.encode(rights_and_more(1))[:limit] == model.encode(ANSWER)  # the cut keeps the answer
     for trajectory in batch:
-        # on_length="parse" (the default): the cut reply was parsed and the episode went on
-        assert trajectory.turns and all(t["stop_reason"] == "length" for t in trajectory.turns)
-        assert all(len(t["token_ids"]) == 4 for t in trajectory.turns)
+        assert trajectory.status == "success" and trajectory.reward == 1.0, trajectory.record
+        assert len(trajectory.turns) == 3 and not trajectory.cut
+        assert [t["stop_reason"] for t in trajectory.turns] == ["length"] * 3
+        assert [t["reply"] for t in trajectory.turns] == [ANSWER] * 3
+        assert _masked_in(trajectory.segments()) == _server_sampled(model, rights_and_more, 3, limit)
 
 
 def test_tokenizer_one_segment_and_the_server_gets_token_ids(tokens, tokenizer_dir):
     batch, model = _batch(tokens, tokenizer_dir, three_rights, ["SFFG"])
     _, _, server, _ = tokens
     bodies = [r["body"] for r in server.requests]
+    assert [r["path"] for r in server.requests] == ["/v1/completions"] * 6
     assert len(bodies) == 6 and all("messages" not in b and isinstance(b["prompt"], list) for b in bodies)
     assert all(isinstance(i, int) for b in bodies for i in b["prompt"])
     for trajectory in batch:
         assert trajectory.status == "success" and len(trajectory.turns) == 3, trajectory.record
         segments = trajectory.segments()
         assert len(segments) == 1 and trajectory.drift == 0
-        assert _masked_in(segments) == _sampled(trajectory)
+        assert _masked_in(segments) == _sampled(trajectory) == _server_sampled(model, three_rights, 3)
         last = trajectory.turns[-1]
         assert segments[0].input_ids == last["prompt_token_ids"] + last["token_ids"]
-        _check_fields(segments[0])
+        _check_fields(trajectory)
         # the first reply's <think> block stays in the history: nothing is re-rendered
         text = model.tokenizer.decode(segments[0].input_ids, skip_special_tokens=False)
         assert text.count("<think>") == 1 and text.count("<|im_start|>assistant") == 3
@@ -171,12 +242,16 @@ def test_tokenizer_max_model_len_ends_the_episode_as_context_overflow(tokens, to
 
 
 def test_tokenizer_length_cut_with_on_length_end_is_truncated(tokens, tokenizer_dir):
-    batch, model = _batch(tokens, tokenizer_dir, three_rights, ["SFFG"], limit=4)
+    """on_length="end": the same cut reply, which "parse" plays to the goal, ends the episode
+    at its first turn as truncated, reward 0, its sampled tokens kept."""
+    limit = len(TokenModel(tokenizer_dir, rights_and_more).encode(ANSWER))
+    batch, model = _batch(tokens, tokenizer_dir, rights_and_more, ["SFFG"], limit=limit)
     for trajectory in batch:
         assert trajectory.status == "truncated" and trajectory.reward == 0.0, trajectory.record
-        assert trajectory.cut
+        assert trajectory.cut and not trajectory.failed
         assert [t["stop_reason"] for t in trajectory.turns] == ["length"]
-        assert _masked_in(trajectory.segments()) == trajectory.turns[0]["token_ids"]
+        assert "on_length='end'" in trajectory.record["failure"]["message"]
+        assert _masked_in(trajectory.segments()) == _server_sampled(model, rights_and_more, 1, limit)
 
 
 def test_a_server_without_token_ids_gets_a_clear_error(chat, tokenizer_dir):
@@ -193,6 +268,59 @@ def test_a_server_without_token_ids_gets_a_clear_error(chat, tokenizer_dir):
         trajectory.segments()
 
 
+class UpdateAtTurn2:
+    """The test model, but the first request of a second turn starts a weight update
+    (``suspend(); resume(version)`` in another thread, as a trainer does) and is answered once
+    the gate is shut: the turns after it are sampled by the new version."""
+
+    def __init__(self, model, scheduler, version: int) -> None:
+        self.model, self.scheduler, self.version = model, scheduler, version
+        self.thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def __call__(self, body):
+        turn = 1 + sum(1 for m in body["messages"] if m["role"] == "assistant")
+        with self._lock:
+            first = turn == 2 and self.thread is None
+            if first:
+                self.thread = threading.Thread(target=self._update, daemon=True)
+                self.thread.start()
+        if first:
+            gate = self.scheduler._shared.gate
+            deadline = time.monotonic() + 10
+            while gate.is_open and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert not gate.is_open, "the update never shut the gate"
+        return self.model(body)
+
+    def _update(self):
+        self.scheduler.suspend()  # waits for this request, which is in flight
+        self.scheduler.resume(policy_version=self.version)
+
+
+def test_versions_per_token_across_a_weight_update(chat, tokenizer_dir):
+    """A weight update in the middle of the episodes: each sampled token of a segment carries
+    the version of the policy that sampled its turn, and a trajectory holds both."""
+    base = chat[0]
+    old = base.policy_version
+    updates = []
+    batch, model = _batch(chat, tokenizer_dir, three_rights, ["SFFG"],
+                          wrap=lambda m: updates.append(UpdateAtTurn2(m, base, old + 1)) or updates[-1])
+    updates[0].thread.join(10)
+    assert base.policy_version == old + 1
+    seen = []
+    for trajectory in batch:
+        assert trajectory.status == "success" and len(trajectory.turns) == 3, trajectory.record
+        versions = trajectory.policy_versions
+        seen.append(versions)
+        assert versions == sorted(versions) and set(versions) <= {old, old + 1} and versions[-1] == old + 1
+        _check_fields(trajectory)  # every sampled token: its turn's version
+        masked = [v for s in trajectory.segments() for v, m in zip(s.versions, s.loss_mask) if m]
+        assert masked == [v for turn in trajectory.turns for v in [turn["policy_version"]] * len(turn["token_ids"])]
+    # the member whose request started the update: turns 1 and 2 by the old policy, 3 by the new
+    assert [old, old, old + 1] in seen, seen
+
+
 def test_the_readme_tensors_snippet_builds_rows_from_segments(chat, tokenizer_dir):
     """The README's trainer loop, as printed: one padded row per segment, the loss mask on
     exactly the sampled ids."""
@@ -204,20 +332,71 @@ def test_the_readme_tensors_snippet_builds_rows_from_segments(chat, tokenizer_di
     code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
     namespace: dict = {}
     exec(compile(code, "README.md", "exec"), namespace)  # noqa: S102 - the snippet under test
-    batch, _ = _batch(chat, tokenizer_dir, three_rights, ["SFFG"])
+    batch, model = _batch(chat, tokenizer_dir, three_rights, ["SFFG"])
     rows = namespace["tensors"](batch, namespace["grpo_advantages"](batch, group_size=2))
     assert len(rows["input_ids"]) == sum(len(t.segments()) for t in batch) == 4  # a drift break each
     assert len({len(row) for field in rows.values() for row in field}) == 1  # one width
     sampled = [i for row, mask in zip(rows["input_ids"], rows["loss_mask"]) for i, m in zip(row, mask) if m]
     assert sampled == [i for t in batch for turn in t.turns for i in turn["token_ids"]]
+    # and the loop, on a real scheduler: two steps of one group of 2
+    base, folder = chat[0], chat[3]
     trained = []
+    train = base.sibling(EnvManagerConfig(group_size=2, tags=["loop"],
+                                          task_sets=lake_set(folder, name="loop", desc=["SFFG"], max_steps=60)))
+    try:
+        namespace["train_loop"](train, trained.append, steps=2, batch_size=2, group_size=2)
+    finally:
+        train.close()
+    assert len(trained) == 2
+    for step in trained:
+        assert len(step["input_ids"]) == 4  # 2 trajectories, a drift break each
+        assert sum(map(sum, step["loss_mask"])) == 2 * len(_server_sampled(model, three_rights, 3))
+        assert all(v in (-1, base.policy_version) for row in step["versions"] for v in row)
 
-    class Scheduler:
-        def get_batch(self, batch_size, step):
-            return batch
 
-    namespace["train_loop"](Scheduler(), trained.append, steps=2, group_size=2)
-    assert len(trained) == 2 and trained[0]["loss_mask"] == rows["loss_mask"]
+def test_a_template_that_writes_the_last_reply_apart_still_extends_the_history(tmp_path):
+    """Qwen3's template writes a conversation's last reply with an empty <think> block and the
+    same reply without it once a user message follows: the history grows by the sampled ids,
+    the end of turn the template adds (only the part not sampled: a reply cut at the token
+    limit has no <|im_end|>) and the new message, never a re-rendered reply."""
+    from parallel_rollout.agents.tokens import ChatTokenizer
+
+    tokenizer = ChatTokenizer(write_tokenizer(tmp_path, template=LAST_REPLY_TEMPLATE))
+    ids = tokenizer.first_prompt([{"role": "system", "content": "s"}, {"role": "user", "content": "u1"}])
+    for reply, user in (("<think>x</think>\n\nA<|im_end|>", "u2"), ("B B", "u3")):  # the second one cut
+        sampled = tokenizer.encode(reply)
+        ids += sampled + tokenizer.continuation(sampled, [{"role": "user", "content": user}])
+    assert tokenizer.decode(ids) == (
+        "<|im_start|>system\ns<|im_end|>\n<|im_start|>user\nu1<|im_end|>\n<|im_start|>assistant\n"
+        "<think>x</think>\n\nA<|im_end|>\n<|im_start|>user\nu2<|im_end|>\n<|im_start|>assistant\n"
+        "B B<|im_end|>\n<|im_start|>user\nu3<|im_end|>\n<|im_start|>assistant\n")
+
+
+def test_a_template_that_writes_the_last_reply_apart_gives_one_segment(tmp_path, tokenizer_dir):
+    """The same template through a scheduler: the episode plays to the goal on token ids, one
+    segment of exactly what the server saw and sampled."""
+    from parallel_rollout.rl import RolloutScheduler
+
+    model = TokenModel(tokenizer_dir, three_rights)
+    server = LLMServer(policy=model).start()
+    folder = write_tokenizer(tmp_path / "last-reply", template=LAST_REPLY_TEMPLATE)
+    train = RolloutScheduler(rl_config(tmp_path, server, num_rollouts=1, envs_per_worker=2, tokenizer=str(folder)),
+                             EnvManagerConfig(group_size=2, tags=["line"],
+                                              task_sets=lake_set(tmp_path, name="line", desc=["SFFG"], max_steps=60)))
+    try:
+        batch = train.get_batch(batch_size=2, step=0)
+    finally:
+        train.close()
+        server.stop()
+    assert [r["path"] for r in server.requests] == ["/v1/completions"] * 6
+    for trajectory in batch:
+        assert trajectory.status == "success" and len(trajectory.turns) == 3, trajectory.record
+        (segment,) = trajectory.segments()
+        last = trajectory.turns[-1]
+        assert segment.input_ids == last["prompt_token_ids"] + last["token_ids"] and last["prompt_token_ids"] in model.prompts
+        assert _masked_in([segment]) == _server_sampled(model, three_rights, 3)
+        text = model.tokenizer.decode(segment.input_ids, skip_special_tokens=False)
+        assert text.count("<think>") == 1 and text.count("<|im_start|>assistant") == 3
 
 
 def test_a_tokenizer_folder_that_does_not_load_is_refused_before_any_episode(tmp_path, tokenizer_dir):
@@ -237,6 +416,38 @@ def test_a_tokenizer_folder_that_does_not_load_is_refused_before_any_episode(tmp
         server.stop()
 
 
+def test_a_template_file_beside_the_config_is_read_and_a_broken_one_named(tmp_path):
+    """transformers' newer folders keep the template in chat_template.jinja (older processors in
+    chat_template.json): both load; one that does not render is refused naming its file;
+    ``{% break %}`` works as transformers allows it."""
+    import json
+
+    from parallel_rollout.agents.tokens import ChatTokenizer
+    from parallel_rollout.errors import ConfigError
+
+    messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
+    breaking = LAST_REPLY_TEMPLATE.replace("{%- endif %}{%- endfor %}", "{%- endif %}{%- if false %}{% break %}"
+                                                                       "{%- endif %}{%- endfor %}", 1)
+    assert "{% break %}" in breaking
+    for name, text in (("chat_template.jinja", breaking),
+                       ("chat_template.json", json.dumps({"chat_template": LAST_REPLY_TEMPLATE}))):
+        folder = write_tokenizer(tmp_path / name)
+        (folder / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<|im_end|>"}))
+        (folder / name).write_text(text)
+        tokenizer = ChatTokenizer(folder)
+        assert tokenizer.decode(tokenizer.first_prompt(messages)) == \
+            "<|im_start|>system\ns<|im_end|>\n<|im_start|>user\nu<|im_end|>\n<|im_start|>assistant\n"
+    (folder / "chat_template.json").unlink()
+    (folder / "chat_template.jinja").write_text("{% for m in messages %}{{ m['content'] }")
+    with pytest.raises(ConfigError, match=r"chat_template\.jinja: the chat template does not render a "
+                                          r"conversation: TemplateSyntaxError"):
+        ChatTokenizer(folder)
+    (folder / "chat_template.jinja").unlink()
+    with pytest.raises(ConfigError, match=r"tokenizer_config\.json: no 'chat_template' \(a string\), and no "
+                                          r"chat_template\.jinja beside it"):
+        ChatTokenizer(folder)
+
+
 @pytest.mark.parametrize("field, value, message", [("on_length", "cut", "on_length must be 'parse' or 'end'"),
                                                    ("max_model_len", 0, "max_model_len must be at least 1")])
 def test_bad_token_settings_are_refused(tmp_path, field, value, message):
@@ -253,3 +464,21 @@ def test_bad_token_settings_are_refused(tmp_path, field, value, message):
         server.stop()
     with pytest.raises(ConfigError, match=message):
         validate_ranges(RunConfig(**{field: value}))
+
+
+def test_max_model_len_without_a_tokenizer_is_refused_for_the_openai_agent(tmp_path):
+    """It would bound nothing: the openai agent's chat requests are the server's to bound."""
+    from parallel_rollout.config import RunConfig, validate_ranges
+    from parallel_rollout.errors import ConfigError
+    from parallel_rollout.rl import RolloutScheduler
+
+    server = LLMServer(policy=lambda body: {"reply": "x"}).start()
+    try:
+        with pytest.raises(ConfigError, match="max_model_len=2000 bounds token-id prompts.*set tokenizer="):
+            RolloutScheduler(rl_config(tmp_path, server, max_model_len=2000))
+    finally:
+        server.stop()
+    with pytest.raises(ConfigError, match="max_model_len=2000 bounds token-id prompts"):
+        validate_ranges(RunConfig(agent="openai", max_model_len=2000))
+    validate_ranges(RunConfig(agent="my_agents:TokenAgent", max_model_len=2000))  # generate() is bounded by it
+

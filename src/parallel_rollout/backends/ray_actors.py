@@ -10,10 +10,14 @@ with ``ray.remote`` and pins each to a node. They run inside Ray's worker proces
 * ``WorkerActor`` runs attempts with the local backend's ``RolloutWorker.run_attempt``; one
   thread per env loop (``slot``). It leases from its node's pool through ``RayPool``, which
   turns a lost pool into ``ConnectionError`` (an infrastructure failure, retried) and a pool
-  exception into itself (``LeaseTimeout``, ``PoolExhausted`` …). Its record carries the
-  attempt's trajectory files (``TRAJECTORY_FILES``), which the driver writes where its own
-  folder lacks them: nodes need not share the output folder. A node whose disk is not the
-  driver's says where to write with ``PARALLEL_ROLLOUT_NODE_DIR`` in its environment.
+  exception into itself (``LeaseTimeout``, ``PoolExhausted`` …). Unless it sees the driver's
+  folder, its record carries the attempt's trajectory files (``TRAJECTORY_FILES``), which the
+  driver writes into its own: nodes need not share the output folder. A node whose disk is
+  not the driver's says where to write with ``PARALLEL_ROLLOUT_NODE_DIR`` in its environment.
+  Whether a node shares the folder is seen, not assumed: the driver writes a fresh token in
+  ``FOLDER_MARK`` of its run folder, and a worker that reads the same token there sends no
+  files (an OSWorld attempt's screenshots are tens of MB: through Ray and the engine's thread
+  for nothing where the driver has them already).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +41,30 @@ from ..worker import LoopParts, RolloutWorker
 NODE_DIR_ENV = "PARALLEL_ROLLOUT_NODE_DIR"
 #: the record key the trajectory files travel under (the driver takes it out)
 TRAJECTORY_FILES = "trajectory_files"
+#: the file of the run folder holding the driver's token: a worker that reads it shares the folder
+FOLDER_MARK = ".ray-driver-folder"
+
+
+def mark_folder(run_dir: str | Path) -> str | None:
+    """Write a fresh token in ``run_dir``'s ``FOLDER_MARK`` (the driver, at start); None when
+    the folder cannot take it (then every node sends its files)."""
+    token = uuid.uuid4().hex
+    try:
+        Path(run_dir).mkdir(parents=True, exist_ok=True)
+        (Path(run_dir) / FOLDER_MARK).write_text(token + "\n", encoding="utf-8")
+    except OSError:
+        return None
+    return token
+
+
+def shares_folder(run_dir: str | Path, token: str | None) -> bool:
+    """Whether ``run_dir`` here is the driver's: its ``FOLDER_MARK`` holds ``token``."""
+    if not token:
+        return False
+    try:
+        return (Path(run_dir) / FOLDER_MARK).read_text(encoding="utf-8").strip() == token
+    except OSError:
+        return False
 
 
 def _node_id() -> str:
@@ -110,12 +139,15 @@ class RayPool:
 class WorkerActor:
     """One worker: runs attempts, up to ``envs_per_worker`` at once (one per slot)."""
 
-    def __init__(self, worker_id: str, holder: str, pool_handle: Any, config: Any, run_dir: str) -> None:
+    def __init__(self, worker_id: str, holder: str, pool_handle: Any, config: Any, run_dir: str,
+                 folder_token: str | None = None) -> None:
         _ignore_sigint()
         pool = RayPool(pool_handle) if pool_handle is not None else None
         local = os.environ.get(NODE_DIR_ENV)
         if local:  # this node's own disk: the driver's folder is not here
             run_dir = str(Path(local) / Path(run_dir).name)
+        #: the driver reads this node's files itself: records need not carry them
+        self.shares_folder = shares_folder(run_dir, folder_token)
         self.worker = RolloutWorker(worker_id, holder, None, pool, config, run_dir)
         self._parts: dict[int, LoopParts] = {}
         self._node = _node_id()
@@ -130,9 +162,10 @@ class WorkerActor:
         record = self.worker.run_attempt(item, slot, parts)
         self.worker.forget(item.key, item.attempt)
         record["node"] = self._node
-        # The turns travel with the record: the driver writes them where its folder lacks
-        # them (a node without a shared folder), so a trainer never gets a reward without turns.
-        record[TRAJECTORY_FILES] = pack_files(self.worker.run_dir, record.get("trajectory"))
+        # Where the driver's folder is not this node's, the turns travel with the record and
+        # the driver writes them: a trainer never gets a reward without turns.
+        if not self.shares_folder:
+            record[TRAJECTORY_FILES] = pack_files(self.worker.run_dir, record.get("trajectory"))
         return record
 
     def cancel(self, key: str, attempt: int) -> None:

@@ -49,7 +49,7 @@ from ..errors import TaskTimeout, WorkerDied
 from ..messages import Assignment, Cancel
 from ..trajectories import unpack_files
 from .base import BackendSpec, Clock, CrashWindow, EngineHooks, WorkerTable, died_record
-from .ray_actors import TRAJECTORY_FILES, PoolActor, WorkerActor, sweep_here
+from .ray_actors import TRAJECTORY_FILES, PoolActor, WorkerActor, mark_folder, sweep_here
 from .ray_cluster import alive_nodes, connect, merge_stats, pinned, sweep_cluster
 
 log = logging.getLogger("parallel_rollout")
@@ -119,6 +119,8 @@ class RayBackend(WorkerTable):
         #: the one pool's node when the provider's VMs are reachable from any node
         self._shared_home: str | None = None
         self.pool = None  # the local backend's attribute; pools live in self._nodes
+        #: the token in the run folder's FOLDER_MARK (None: not written; every node sends its files)
+        self._folder_token: str | None = None
 
     # -- start -----------------------------------------------------------------------------
 
@@ -151,6 +153,7 @@ class RayBackend(WorkerTable):
             here = ray.get_runtime_context().get_node_id()
             self._shared_home = here if here in nodes else nodes[0]
             nodes.sort(key=lambda n: n != self._shared_home)  # its pool first
+        self._folder_token = mark_folder(spec.run_dir)
         for node_id in nodes:
             self._add_node(node_id)
         log.info("[Ray] %d node(s), %d worker(s)%s", len(nodes), len(self._workers),
@@ -177,7 +180,7 @@ class RayBackend(WorkerTable):
         self._spawns += 1
         holder = f"w{index}.{self._spawns}"
         actor = pinned(WorkerActor, node_id, max_concurrency=self.config.envs_per_worker + 2).remote(
-            f"w{index}", holder, self._pool_of(node_id), self.config, str(self.spec.run_dir))
+            f"w{index}", holder, self._pool_of(node_id), self.config, str(self.spec.run_dir), self._folder_token)
         self._workers[index] = _Worker(index, node_id, actor, actor.ready.remote(), holder=holder)
 
     def _pool_of(self, node_id: str) -> Any:

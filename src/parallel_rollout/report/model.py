@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..results import pass_at_ks, summarize
+from ..trajectories import shown_turn
 from .run_data import RunData
 from .clustered import is_grouped, success_interval
 
@@ -186,20 +187,20 @@ def _clip(value: Any) -> Any:
 
 
 def _clip_turn(line: bytes) -> tuple[dict[str, Any], int]:
-    """One trajectory line as a turn whose fields are clipped, and its size in characters."""
+    """One trajectory line as a turn whose fields are clipped, and its size in characters; a
+    request or prompt stored as a delta is shown as what the turn added (``shown_turn``)."""
     if len(line) <= TURN_TEXT_LIMIT:  # the common case: small enough whole, no re-encoding
         try:
             turn = json.loads(line)
             if isinstance(turn, dict):
-                return turn, len(line)
+                return shown_turn(turn), len(line)
         except ValueError:
             pass
     try:
         turn = json.loads(line)
     except ValueError:
         return {"unreadable line": line[:200].decode("utf-8", "replace")}, 250
-    if not isinstance(turn, dict):
-        turn = {"value": turn}
+    turn = shown_turn(turn) if isinstance(turn, dict) else {"value": turn}
     clipped = {name: _clip(value) for name, value in turn.items()}
     return clipped, len(json.dumps(clipped, ensure_ascii=False, default=str))
 
