@@ -188,6 +188,7 @@ class RolloutScheduler(GroupGeneration):
             while True:
                 self._flush()
                 with self._cond:
+                    self._budget.check_failures()
                     partial = self._budget.filter_spent() and self._budget.filter_fallback == "partial"
                     batch = self._take_ready(need, partial)
                     if batch is not None:
