@@ -6,6 +6,7 @@ member's request is aborted without killing its worker."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from pathlib import Path
@@ -17,7 +18,7 @@ from parallel_rollout.agents.openai_agent import OpenAIAgent
 from parallel_rollout.config import RunConfig
 from parallel_rollout.policy_gate import GateClient, PolicyGate
 from parallel_rollout.results import read_records
-from parallel_rollout.rl import EnvManagerConfig
+from parallel_rollout.rl import EnvManagerConfig, SchedulerClosed
 from parallel_rollout.rl.segments import build_segments
 from parallel_rollout.tasks import Task
 from rl_support import TINY, lake_set, rl_config
@@ -103,6 +104,51 @@ def test_suspend_aborts_eight_turns_at_the_server(gate, llm_server, partial):
     continued = [r["body"] for r in server.requests[8:]]
     assert all(bool(b.get("continue_final_message")) == partial for b in continued)
     assert all(b["stream"] is True and b["stream_options"] == {"include_usage": True} for b in continued)
+
+
+@pytest.mark.parametrize("partial", [False, True], ids=["regenerate", "partial"])
+def test_a_scheduler_aborts_eight_env_loops_mid_turn(tmp_path, llm_server, schedulers, partial):
+    """The same through a RolloutScheduler: 2 workers x 4 env loops, each mid-turn;
+    suspend(abort=True) returns within a second and the server logs 8 aborts within a second;
+    nothing starts while suspended; after resume(7) every turn completes (regenerated at 7,
+    or continued: versions [6…, 7…]) and no attempt spent a retry."""
+    server = llm_server(policy=continuing, token_rate=20)  # 58 tokens: about 3 s a reply
+    train = schedulers(rl_config(tmp_path, server, num_rollouts=2, envs_per_worker=4, partial_rollout=partial,
+                                 max_retries=1),
+                       EnvManagerConfig(num_env_groups=2, group_size=4, tags=["tiny"],
+                                        task_sets=lake_set(tmp_path, name="tiny", desc=TINY, max_steps=2)))
+    train.resume(6)  # the policy the first turns are sampled by
+    got: list = []
+    thread = threading.Thread(target=lambda: got.append(train.get_batch(batch_size=8, step=0)), daemon=True)
+    thread.start()
+    _wait(lambda: len(server.requests) == 8, timeout=120)  # every loop is in its first model request
+    _wait(lambda: time.monotonic() - server.requests[-1]["time"] > 0.3)  # each has streamed a few tokens
+    assert not server.aborts
+    started = time.monotonic()
+    train.suspend(abort=True)
+    assert time.monotonic() - started < 1.0
+    _wait(lambda: len(server.aborts) == 8, timeout=1.0)
+    assert max(a["time"] for a in server.aborts) - started < 1.0
+    assert sorted(a["request"] for a in server.aborts) == list(range(8)) and all(a["tokens"] for a in server.aborts)
+    time.sleep(0.3)
+    assert len(server.requests) == 8, "a model request started while suspended"
+    train.resume(7)
+    thread.join(120)
+    (batch,) = got
+    assert len(batch) == 8 and all(t.success for t in batch), [(t.status, t.record.get("failure")) for t in batch]
+    for trajectory in batch:
+        first, second = trajectory.turns
+        assert first["redone"] == 1 and first["policy_version"] == 7 and first["token_ids"] == IDS
+        assert second["policy_version"] == 7 and "redone" not in second
+        assert trajectory.record["usage"]["retries"] == 0
+        sampled = [v for v, m in zip(trajectory.segments()[0].versions, trajectory.segments()[0].loss_mask) if m]
+        if partial:
+            assert first["partial"] is True
+            assert sampled[0] == 6 and sampled == sorted(sampled) and sampled[-1] == 7, sampled
+        else:
+            assert "partial" not in first and set(sampled) == {7}
+    continued = [r["body"] for r in server.requests[8:16]]
+    assert all(bool(b.get("continue_final_message")) == partial for b in continued)
 
 
 def test_an_abort_is_never_a_retry(gate, llm_server):
@@ -218,6 +264,49 @@ def test_a_cancelled_member_is_aborted_without_killing_its_worker(tmp_path, llm_
     assert len({r["pid"] for r in records}) == 1
     assert sorted(t.record["key"] for t in batch) == sorted(r["key"] for r in records if r["key"] in
                                                             {t.record["key"] for t in batch})
+
+
+def test_close_aborts_the_model_requests_in_flight(tmp_path, llm_server, schedulers):
+    """close() cancels what runs: a sibling's close aborts its members' requests at the server
+    (the worker lives on, the other scheduler's requests go on streaming); the owner's close
+    ends the rest."""
+    server = llm_server(policy=continuing, token_rate=10)  # 58 tokens: about 6 s a reply
+    train = schedulers(rl_config(tmp_path, server, num_rollouts=1, envs_per_worker=4),
+                       EnvManagerConfig(num_env_groups=1, group_size=2, tags=["tiny"],
+                                        task_sets=lake_set(tmp_path, name="tiny", desc=TINY, max_steps=2)))
+    val = train.sibling(EnvManagerConfig(num_env_groups=1, group_size=2, tags=["wide"],
+                                         task_sets=lake_set(tmp_path, name="wide", desc=["SFFG"], max_steps=3)))
+    ended: list = []
+
+    def batch(scheduler):
+        try:
+            scheduler.get_batch(batch_size=2, step=0)
+        except SchedulerClosed as exc:
+            ended.append((scheduler.name, exc))
+
+    threads = [threading.Thread(target=batch, args=(s,), daemon=True) for s in (train, val)]
+    for thread in threads:
+        thread.start()
+    _wait(lambda: len(server.requests) == 4, timeout=120)  # every member is in a model request
+    _wait(lambda: time.monotonic() - server.requests[-1]["time"] > 0.3)
+    wide = {k for k, r in enumerate(server.requests) if "PFFG" in json.dumps(r["body"]["messages"])}
+    assert len(wide) == 2 and not server.aborts
+    started = time.monotonic()
+    val.close()
+    _wait(lambda: len(server.aborts) == 2, timeout=1.0)
+    assert {a["request"] for a in server.aborts} == wide and max(a["time"] for a in server.aborts) - started < 1.0
+    time.sleep(0.5)
+    assert len(server.aborts) == 2, "the other scheduler's requests were ended too"
+    assert [name for name, _ in ended] == [val.name]
+    results = train.run_dir / "results.jsonl"  # cancelled attempts leave no record; a dead worker would
+    assert not [r for r in (read_records(results) if results.exists() else []) if r["status"] == "worker_died"]
+    started = time.monotonic()
+    train.close()
+    _wait(lambda: len(server.aborts) == 4, timeout=2.0)
+    assert max(a["time"] for a in server.aborts) - started < 2.0
+    for thread in threads:
+        thread.join(10)
+    assert sorted(name for name, _ in ended) == sorted([train.name, val.name])
 
 
 def test_partial_rollout_with_a_tokenizer_continues_from_the_token_ids(gate, llm_server, tmp_path):
