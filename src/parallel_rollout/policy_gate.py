@@ -105,6 +105,13 @@ class PolicyGate:
             if not self._cond.wait_for(lambda: not self._in_flight or self._closed, timeout):
                 raise TimeoutError(f"{len(self._in_flight)} model request(s) still in flight after {timeout} s")
 
+    def wait_aborted(self, timeout: float) -> bool:
+        """Wait (at most ``timeout`` seconds) until every request aborted so far has ended:
+        its agent said "end" with what it keeps, or hung up. False on timeout. What
+        ``oldest_version`` says is then complete, even right after ``suspend(abort=True)``."""
+        with self._cond:
+            return self._cond.wait_for(lambda: not self._aborted or self._closed, timeout)
+
     def oldest_version(self, key: str) -> int | None:
         """The oldest policy version among the tokens sample ``key`` kept; None when none yet."""
         with self._cond:

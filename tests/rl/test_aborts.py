@@ -203,6 +203,28 @@ def test_the_gate_keeps_the_oldest_version_of_the_tokens_kept(gate):
     client.close()
 
 
+def test_wait_aborted_waits_for_the_agents_to_say_what_they_keep(gate):
+    client = GateClient(gate.path)
+    client.begin("k")
+    gate.suspend(abort=True)
+    threading.Timer(0.3, lambda: client.end(kept=6)).start()  # an agent slow to hang up
+    started = time.monotonic()
+    assert gate.oldest_version("k") is None  # not said yet
+    assert gate.wait_aborted(5.0) is True
+    assert time.monotonic() - started >= 0.25 and gate.oldest_version("k") == 6
+    gate.resume(7)
+    client.begin("j")
+    client.end()
+    assert gate.wait_aborted(0.1) is True  # nothing aborted is pending
+    other = GateClient(gate.path)
+    other.begin("i")
+    gate.suspend(abort=True)
+    assert gate.wait_aborted(0.2) is False  # its agent never answers: bounded
+    other.close()  # hanging up counts as its end
+    assert gate.wait_aborted(5.0) is True
+    client.close()
+
+
 @pytest.mark.parametrize("stale_versions", ["drop", "keep"])
 def test_max_version_lag_judges_a_group_by_its_tokens_versions(tmp_path, llm_server, schedulers, stale_versions):
     table = TablePolicy(seed=2, delay_s=0.3)
@@ -231,6 +253,29 @@ def test_max_version_lag_judges_a_group_by_its_tokens_versions(tmp_path, llm_ser
     else:
         assert "dropped_version_lag" not in stats
         assert any(t.version_stale for t in batch) and min(v for t in batch for v in t.policy_versions) == 0
+
+
+def test_a_partial_reply_aborted_by_an_update_counts_at_the_resume_right_after(tmp_path, llm_server, schedulers):
+    """max_version_lag with partial rollouts: the partial tokens an abort leaves are judged
+    at resume even when the trainer resumes at once (the agents' "end" lines are awaited),
+    so the group is dropped there, not after the rest of its episode ran on stale tokens."""
+    server = llm_server(policy=continuing, token_rate=20)
+    train = schedulers(rl_config(tmp_path, server, num_rollouts=1, envs_per_worker=2, partial_rollout=True),
+                       EnvManagerConfig(num_env_groups=1, group_size=2, tags=["tiny"],
+                                        task_sets=lake_set(tmp_path, name="tiny", desc=TINY, max_steps=2)),
+                       max_version_lag=0)
+    got: list = []
+    thread = threading.Thread(target=lambda: got.append(train.get_batch(batch_size=2, step=0)), daemon=True)
+    thread.start()
+    _wait(lambda: len(server.requests) == 2, timeout=120)
+    _wait(lambda: time.monotonic() - server.requests[-1]["time"] > 0.3)  # tokens sampled by version 0
+    train.suspend(abort=True)
+    train.resume(1)  # an instant update: the agents may not have said what they keep yet
+    assert train.stats().get("dropped_version_lag") == 1
+    assert train.stats()["groups_started"] == 2  # another in its place
+    thread.join(120)
+    (batch,) = got
+    assert all(set(t.policy_versions) == {1} for t in batch)
 
 
 def test_a_cancelled_member_is_aborted_without_killing_its_worker(tmp_path, llm_server, schedulers):
