@@ -16,6 +16,7 @@ import pytest
 from llm_server import llm_server  # noqa: F401 - fixture
 from parallel_rollout.agents.openai_agent import OpenAIAgent
 from parallel_rollout.config import RunConfig
+from parallel_rollout.errors import ConfigError
 from parallel_rollout.policy_gate import GateClient, PolicyGate
 from parallel_rollout.results import read_records
 from parallel_rollout.rl import EnvManagerConfig, SchedulerClosed
@@ -179,10 +180,34 @@ def test_an_abort_url_is_told_the_aborted_streams_id(gate, llm_server):
     _wait(lambda: gate.in_flight == 1 and server.tokens_streamed >= 2)
     gate.suspend(abort=True)
     _wait(lambda: told, timeout=2.0)
-    assert told == [{"request_id": "cmpl-0"}]
+    assert told == [{"request_id": "cmpl-0", "rid": "cmpl-0"}]  # "rid": SGLang's /abort_request
     gate.resume(7)
     thread.join(10)
     assert agent.turn_record()["redone"] == 1 and len(told) == 1
+
+
+def test_an_abort_url_path_is_on_each_requests_own_server(gate, llm_server):
+    """Several servers, abort_url="/abort_request": each is told of the streams it serves."""
+    told: dict = {0: [], 1: []}
+    servers = [llm_server(policy=continuing, token_rate=40,
+                          routes={"/abort_request": lambda body, k=k: told[k].append(body) or {}}) for k in (0, 1)]
+    agents = [_agent([s.url for s in servers], gate, abort_url="/abort_request") for _ in range(2)]
+    threads = [threading.Thread(target=lambda a=a: a.act(OBSERVATION), daemon=True) for a in agents]
+    for thread in threads:
+        thread.start()
+    _wait(lambda: gate.in_flight == 2 and all(s.tokens_streamed >= 2 for s in servers))
+    gate.suspend(abort=True)
+    _wait(lambda: told[0] and told[1], timeout=2.0)
+    assert told == {0: [{"request_id": "cmpl-0", "rid": "cmpl-0"}], 1: [{"request_id": "cmpl-0", "rid": "cmpl-0"}]}
+    gate.resume(7)
+    for thread in threads:
+        thread.join(10)
+
+
+@pytest.mark.parametrize("url", ["localhost:8000/abort_request", "abort_request"])
+def test_an_abort_url_that_is_neither_a_url_nor_a_path_is_refused(url):
+    with pytest.raises(ConfigError, match="abort_url"):
+        RunConfig(mode="gym", agent="openai", abort_url=url)
 
 
 def test_the_gate_keeps_the_oldest_version_of_the_tokens_kept(gate):

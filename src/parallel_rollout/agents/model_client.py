@@ -351,7 +351,8 @@ class ModelClient:
         ``abort()`` (a cancel) closes the stream: ``streaming.Aborted``."""
         if self._gate is None:
             return self.wire.send(client, dict(request), rl=False)
-        abortable = streaming.Abortable(getattr(self.config, "abort_url", None))
+        abortable = streaming.Abortable(streaming.abort_endpoint(getattr(self.config, "abort_url", None),
+                                                                 self.base_url))
         self._abortable = abortable
         if self._cancelled:
             abortable.abort()

@@ -11,8 +11,10 @@ Under an RL scheduler every model request streams (SSE, ``stream=True`` with
 
 vLLM streams the sampled ``token_ids`` of each chunk (``return_token_ids``), the prompt's in
 the first, and per-token logprobs; the reply is assembled from them (``StreamedReply``). Closing
-the connection is how a vLLM request is aborted; for a server that needs to be told, ``RunConfig.abort_url`` is POSTed ``{"request_id": …}``
-(the stream's id) on every abort.
+the connection is how a vLLM request is aborted; for a server that needs to be told,
+``RunConfig.abort_url`` is POSTed ``{"request_id": id, "rid": id}`` (the stream's id; SGLang's
+``/abort_request`` reads ``rid``) on every abort, a path there being on the request's own server
+(``abort_endpoint``).
 
 **Partial rollouts.** The tokens of an aborted reply are kept (``Partial``): after the update
 the request continues from them (``continued``) instead of starting over, with token ids
@@ -29,6 +31,7 @@ import socket
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Iterable
+from urllib.parse import urlsplit
 
 from .episode import AgentError
 
@@ -199,11 +202,22 @@ class Abortable:
                          daemon=True).start()
 
 
+def abort_endpoint(abort_url: str | None, base_url: str) -> str | None:
+    """Where an abort is POSTed: ``abort_url``, or, when it is a path (``/abort_request``),
+    that path on the server the request went to (``base_url``'s scheme, host and port)."""
+    if not abort_url or not abort_url.startswith("/"):
+        return abort_url
+    parts = urlsplit(base_url)
+    return f"{parts.scheme}://{parts.netloc}{abort_url}"
+
+
 def _post_abort(url: str, request_id: str) -> None:
     import urllib.error
     import urllib.request
 
-    request = urllib.request.Request(url, data=json.dumps({"request_id": request_id}).encode(),
+    # "rid": what SGLang's /abort_request reads; "request_id" for everything else
+    body = {"request_id": request_id, "rid": request_id}
+    request = urllib.request.Request(url, data=json.dumps(body).encode(),
                                      headers={"Content-Type": "application/json"}, method="POST")
     try:
         urllib.request.urlopen(request, timeout=10).close()
