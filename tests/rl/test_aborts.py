@@ -16,7 +16,7 @@ import pytest
 from llm_server import llm_server  # noqa: F401 - fixture
 from parallel_rollout.agents.openai_agent import OpenAIAgent
 from parallel_rollout.config import RunConfig
-from parallel_rollout.errors import ConfigError
+from parallel_rollout.errors import AttemptCancelled, ConfigError
 from parallel_rollout.policy_gate import GateClient, PolicyGate
 from parallel_rollout.results import read_records
 from parallel_rollout.rl import EnvManagerConfig, SchedulerClosed
@@ -208,6 +208,34 @@ def test_an_abort_url_path_is_on_each_requests_own_server(gate, llm_server):
 def test_an_abort_url_that_is_neither_a_url_nor_a_path_is_refused(url):
     with pytest.raises(ConfigError, match="abort_url"):
         RunConfig(mode="gym", agent="openai", abort_url=url)
+
+
+def test_a_cancel_ends_a_request_waiting_at_a_suspended_gate(gate, llm_server):
+    """A member cancelled while its request waits for a weight update (a spare of a group
+    that completed meanwhile, a sibling closed) ends at once, not at resume, and sends nothing."""
+    server = llm_server(policy=continuing)
+    agent = _agent(server.url, gate)
+    agent.act(OBSERVATION)  # connected to the gate, one turn done
+    gate.suspend()
+    raised: list = []
+
+    def act():
+        try:
+            agent.act(OBSERVATION)
+        except AttemptCancelled as exc:
+            raised.append(exc)
+
+    thread = threading.Thread(target=act, daemon=True)
+    thread.start()
+    time.sleep(0.3)  # parked at the gate
+    assert thread.is_alive() and len(server.requests) == 1
+    started = time.monotonic()
+    agent.abort()
+    thread.join(5)
+    assert raised and time.monotonic() - started < 1.0, "the cancel waited for resume"
+    gate.resume(7)
+    time.sleep(0.2)
+    assert len(server.requests) == 1 and gate.in_flight == 0
 
 
 def test_the_gate_keeps_the_oldest_version_of_the_tokens_kept(gate):

@@ -202,11 +202,14 @@ class ModelClient:
 
     def abort(self) -> None:
         """The episode was cancelled (from any thread): close the request under way (the
-        server stops decoding it); this call and every later one raise AttemptCancelled."""
+        server stops decoding it), or end its wait at a suspended gate; this call and every
+        later one raise AttemptCancelled."""
         self._cancelled = True
         abortable = self._abortable
         if abortable is not None:
             abortable.abort()
+        if self._gate is not None:
+            self._gate.close()  # a request waiting at a suspended gate ends too (reconnects next attempt)
 
     # -- one call ----------------------------------------------------------------------------
 
@@ -354,11 +357,15 @@ class ModelClient:
         abortable = streaming.Abortable(streaming.abort_endpoint(getattr(self.config, "abort_url", None),
                                                                  self.base_url))
         self._abortable = abortable
-        if self._cancelled:
-            abortable.abort()
+        if self._cancelled:  # after the abortable is known: a cancel sees it, or is seen here
+            self._abortable = None
+            raise AttemptCancelled("the episode was cancelled")
         try:
             version, waited = self._gate.begin(self._key, on_abort=abortable.abort)
         except ConnectionError as exc:
+            if self._cancelled:  # abort() hung up on the gate while the request waited there
+                raise AttemptCancelled("the episode was cancelled while its model request waited for a "
+                                       "weight update") from None
             raise AgentError(f"the RL scheduler's policy gate is gone: {exc}") from None
         self._turn["gate_wait_s"] = round(self._turn.get("gate_wait_s", 0.0) + waited, 4)
         started = time.time()
