@@ -238,6 +238,41 @@ def test_a_cancel_ends_a_request_waiting_at_a_suspended_gate(gate, llm_server):
     assert len(server.requests) == 1 and gate.in_flight == 0
 
 
+def test_a_request_queued_at_the_server_is_aborted_before_its_reply_begins(gate, llm_server):
+    """No response yet (the server queues the request): suspend(abort=True) still ends it
+    at the server within a second, and the turn is asked again after resume; a cancel too."""
+    queued = {"queue_s": 30, **continuing({})}
+    server = llm_server(script=[queued, queued], policy=continuing)
+    agent = _agent(server.url, gate)
+    outcome: list = []
+
+    def act():
+        try:
+            outcome.append(agent.act(OBSERVATION))
+        except AttemptCancelled as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=act, daemon=True)
+    thread.start()
+    _wait(lambda: len(server.requests) == 1)
+    time.sleep(0.2)
+    started = time.monotonic()
+    gate.suspend(abort=True)
+    _wait(lambda: len(server.aborts) == 1, timeout=1.0)
+    assert server.aborts[0]["tokens"] == 0 and gate.wait_aborted(1.0)
+    assert time.monotonic() - started < 1.0
+    gate.resume(7)
+    _wait(lambda: len(server.requests) == 2)  # asked again, queued again: now the episode is cancelled
+    time.sleep(0.2)
+    started = time.monotonic()
+    agent.abort()
+    thread.join(5)
+    assert len(outcome) == 1 and isinstance(outcome[0], AttemptCancelled), outcome
+    assert time.monotonic() - started < 1.0, "the cancel waited for the server's queue"
+    _wait(lambda: len(server.aborts) == 2, timeout=1.0)
+    assert agent.turn_record()["redone"] == 2 and agent.usage()["retries"] == 0
+
+
 def test_the_gate_keeps_the_oldest_version_of_the_tokens_kept(gate):
     client = GateClient(gate.path)
     client.begin("k")
@@ -331,7 +366,10 @@ def test_a_partial_reply_aborted_by_an_update_counts_at_the_resume_right_after(t
     assert all(set(t.policy_versions) == {1} for t in batch)
 
 
-def test_a_cancelled_member_is_aborted_without_killing_its_worker(tmp_path, llm_server, schedulers):
+@pytest.mark.parametrize("blocked", ["streaming", "queued"])
+def test_a_cancelled_member_is_aborted_without_killing_its_worker(tmp_path, llm_server, schedulers, blocked):
+    """group_size_redundancy=1, the loser blocked 30 s in a model request: streaming slowly,
+    or queued at the server before its first byte (no response to close yet)."""
     table = TablePolicy(seed=3)
     answered = [0]
     lock = threading.Lock()
@@ -340,9 +378,11 @@ def test_a_cancelled_member_is_aborted_without_killing_its_worker(tmp_path, llm_
         with lock:
             answered[0] += 1
             first = answered[0] == 1
-        if first:  # the loser: a reply streamed over 30 s
+        if first and blocked == "streaming":  # the loser: a reply streamed over 30 s
             return {"reply": "x" * 150, "token_ids": [7] * 150, "logprobs": [-1.0] * 150,
                     "prompt_token_ids": [0], "token_rate": 5}
+        if first:  # the loser: 30 s in the server's queue
+            return {**table(body), "queue_s": 30}
         return table(body)
 
     server = llm_server(policy=first_blocks)

@@ -125,6 +125,8 @@ class ModelClient:
         #: the streamed request under way (abort() closes it) and whether the episode was cancelled
         self._abortable = None
         self._cancelled = False
+        #: the connections of the HTTP clients, which an abort before the response shuts
+        self._sockets = streaming.Sockets()
 
     @property
     def gated(self) -> bool:
@@ -258,8 +260,13 @@ class ModelClient:
             if key is None:
                 # check_config stops a run before this; here for direct (Python API) use.
                 raise ConfigError(openai_request.missing_key_message(self.base_url))
+            extra = {}
+            if self._gate is not None:  # abortable requests: their connections are traced
+                from openai import DefaultHttpxClient
+
+                extra["http_client"] = DefaultHttpxClient(event_hooks={"request": [self._sockets.hook]})
             self._clients[self.base_url] = OpenAI(api_key=key, base_url=self.base_url,
-                                                  max_retries=0, timeout=self.timeout_s)
+                                                  max_retries=0, timeout=self.timeout_s, **extra)
         return self._clients[self.base_url]
 
     def _complete(self, request: dict[str, Any]) -> str:
@@ -355,7 +362,7 @@ class ModelClient:
         if self._gate is None:
             return self.wire.send(client, dict(request), rl=False)
         abortable = streaming.Abortable(streaming.abort_endpoint(getattr(self.config, "abort_url", None),
-                                                                 self.base_url))
+                                                                 self.base_url), self._sockets)
         self._abortable = abortable
         if self._cancelled:  # after the abortable is known: a cancel sees it, or is seen here
             self._abortable = None
