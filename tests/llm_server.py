@@ -33,7 +33,8 @@ the text, or the step's ``"pieces"``: one text per token; otherwise a word), ``t
 ``"token_rate"`` overrides it), ``prompt_token_ids`` in the first chunk, finish_reason in the
 last, then a usage chunk and ``[DONE]``. A client that hangs up mid-stream is an abort: it is
 logged in ``aborts`` (``time`` monotonic, ``request`` index, ``tokens`` sent before it). A stream's id is
-``cmpl-<request index>`` (what an ``abort_url`` is told).
+``cmpl-<request index>`` (what an ``abort_url`` is told). A step's ``"queue_s"`` holds the reply
+that long before its first byte, as a busy server's queue does; a hang-up meanwhile is an abort.
 
 ``GET /v1/models`` lists one model (what a preflight asks); ``model_listings`` counts those calls.
 
@@ -49,6 +50,8 @@ task's reference commands (as text or as tool calls), found by the instruction i
 from __future__ import annotations
 
 import json
+import select
+import socket
 import threading
 import time
 from email.utils import formatdate
@@ -229,6 +232,10 @@ def _handler(server: LLMServer) -> type[BaseHTTPRequestHandler]:
             if ids is not None and len(ids) < len(pieces):
                 ids, step = ids + [None], {**step, "logprobs": list(step["logprobs"]) + [None]}
             rate = step.get("token_rate", server.token_rate)
+            if step.get("queue_s") and not self._still_there(step["queue_s"]):
+                with server._lock:
+                    server.aborts.append({"time": time.monotonic(), "request": index, "tokens": 0})
+                return
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.send_header("Connection", "close")
@@ -282,6 +289,14 @@ def _handler(server: LLMServer) -> type[BaseHTTPRequestHandler]:
             except (BrokenPipeError, ConnectionResetError):
                 with server._lock:
                     server.aborts.append({"time": time.monotonic(), "request": index, "tokens": sent})
+
+        def _still_there(self, seconds: float) -> bool:
+            """Wait ``seconds`` (a queued request); False as soon as the client hangs up."""
+            deadline = time.monotonic() + seconds
+            while time.monotonic() < deadline and not server._closing.is_set():
+                if select.select([self.connection], [], [], 0.02)[0] and not self.connection.recv(1, socket.MSG_PEEK):
+                    return False
+            return True
 
         def _event(self, payload: Any) -> None:
             self.wfile.write(b"data: " + json.dumps(payload).encode() + b"\n\n")

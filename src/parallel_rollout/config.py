@@ -124,7 +124,9 @@ class RunConfig:
     #: generated again from scratch (agents/streaming.py)
     partial_rollout: bool = False
     #: RL schedulers, for a model server that keeps decoding after its client hangs up: on an
-    #: abort the agent also POSTs {"request_id": <the stream's id>} to this URL
+    #: abort the agent also POSTs {"request_id": id, "rid": id} (the stream's id; SGLang's
+    #: /abort_request reads "rid") to this URL; a path ("/abort_request") is on the server
+    #: the request went to, so each of several servers is told of its own requests
     abort_url: str | None = None
     #: the openai agent, token in / token out: a local Hugging Face tokenizer folder
     #: (tokenizer.json, tokenizer_config.json with the chat template); the agent keeps the
@@ -154,6 +156,9 @@ class RunConfig:
         self.base_url = _one_or_list(self.base_url)
         if not isinstance(self.extra_body, dict):
             raise ConfigError(f"extra_body must be a table of request fields, got {self.extra_body!r}")
+        if self.abort_url is not None and not str(self.abort_url).startswith(("http://", "https://", "/")):
+            raise ConfigError(f"abort_url must be an http(s) URL, or a path on each model server such as "
+                              f"'/abort_request', got {self.abort_url!r}")
 
     @property
     def pool_size(self) -> int:

@@ -105,6 +105,13 @@ class PolicyGate:
             if not self._cond.wait_for(lambda: not self._in_flight or self._closed, timeout):
                 raise TimeoutError(f"{len(self._in_flight)} model request(s) still in flight after {timeout} s")
 
+    def wait_aborted(self, timeout: float) -> bool:
+        """Wait (at most ``timeout`` seconds) until every request aborted so far has ended:
+        its agent said "end" with what it keeps, or hung up. False on timeout. What
+        ``oldest_version`` says is then complete, even right after ``suspend(abort=True)``."""
+        with self._cond:
+            return self._cond.wait_for(lambda: not self._aborted or self._closed, timeout)
+
     def oldest_version(self, key: str) -> int | None:
         """The oldest policy version among the tokens sample ``key`` kept; None when none yet."""
         with self._cond:
@@ -239,8 +246,11 @@ class GateClient:
         if not answer.startswith("go "):
             raise ConnectionError(f"policy gate {self.path}: unexpected answer {answer!r}")
         self.aborted = False
-        self._watcher = threading.Thread(target=self._watch, args=(on_abort,), name="policy-gate-watch",
-                                         daemon=True)
+        # the reader and the queue of this request's connection: a watcher outliving a
+        # close() (a cancel hangs up mid-request) never reads another connection's lines
+        self._answers = queue.Queue()
+        self._watcher = threading.Thread(target=self._watch, args=(self._reader, self._answers, on_abort),
+                                         name="policy-gate-watch", daemon=True)
         self._watcher.start()
         return int(answer[3:]), time.monotonic() - started
 
@@ -261,7 +271,9 @@ class GateClient:
         return answer == "redo" or self.aborted
 
     def close(self) -> None:
-        """Hang up (the gate counts any open request as ended)."""
+        """Hang up (the gate counts any open request as ended); safe from another thread,
+        where it ends a ``begin`` waiting at a suspended gate (ConnectionError). The next
+        ``begin`` connects again."""
         if self._sock is not None:
             sock, self._sock = self._sock, None
             try:
@@ -273,11 +285,11 @@ class GateClient:
             except OSError:
                 pass
 
-    def _watch(self, on_abort: Callable[[], None] | None) -> None:
+    def _watch(self, reader, answers: "queue.Queue[str]", on_abort: Callable[[], None] | None) -> None:
         """The reader thread of one request: "abort" lines, then the answer to "end"."""
         while True:
             try:
-                line = self._reader.readline()
+                line = reader.readline()
             except (OSError, ValueError, AttributeError):
                 line = ""
             answer = line.strip()
@@ -286,7 +298,7 @@ class GateClient:
                 if on_abort is not None:
                     on_abort()
                 continue
-            self._answers.put(answer)
+            answers.put(answer)
             return
 
     def _ask(self, command: str) -> str:

@@ -6,6 +6,7 @@ member's request is aborted without killing its worker."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from pathlib import Path
@@ -15,9 +16,10 @@ import pytest
 from llm_server import llm_server  # noqa: F401 - fixture
 from parallel_rollout.agents.openai_agent import OpenAIAgent
 from parallel_rollout.config import RunConfig
+from parallel_rollout.errors import AttemptCancelled, ConfigError
 from parallel_rollout.policy_gate import GateClient, PolicyGate
 from parallel_rollout.results import read_records
-from parallel_rollout.rl import EnvManagerConfig
+from parallel_rollout.rl import EnvManagerConfig, SchedulerClosed
 from parallel_rollout.rl.segments import build_segments
 from parallel_rollout.tasks import Task
 from rl_support import TINY, lake_set, rl_config
@@ -105,6 +107,51 @@ def test_suspend_aborts_eight_turns_at_the_server(gate, llm_server, partial):
     assert all(b["stream"] is True and b["stream_options"] == {"include_usage": True} for b in continued)
 
 
+@pytest.mark.parametrize("partial", [False, True], ids=["regenerate", "partial"])
+def test_a_scheduler_aborts_eight_env_loops_mid_turn(tmp_path, llm_server, schedulers, partial):
+    """The same through a RolloutScheduler: 2 workers x 4 env loops, each mid-turn;
+    suspend(abort=True) returns within a second and the server logs 8 aborts within a second;
+    nothing starts while suspended; after resume(7) every turn completes (regenerated at 7,
+    or continued: versions [6…, 7…]) and no attempt spent a retry."""
+    server = llm_server(policy=continuing, token_rate=20)  # 58 tokens: about 3 s a reply
+    train = schedulers(rl_config(tmp_path, server, num_rollouts=2, envs_per_worker=4, partial_rollout=partial,
+                                 max_retries=1),
+                       EnvManagerConfig(num_env_groups=2, group_size=4, tags=["tiny"],
+                                        task_sets=lake_set(tmp_path, name="tiny", desc=TINY, max_steps=2)))
+    train.resume(6)  # the policy the first turns are sampled by
+    got: list = []
+    thread = threading.Thread(target=lambda: got.append(train.get_batch(batch_size=8, step=0)), daemon=True)
+    thread.start()
+    _wait(lambda: len(server.requests) == 8, timeout=120)  # every loop is in its first model request
+    _wait(lambda: time.monotonic() - server.requests[-1]["time"] > 0.3)  # each has streamed a few tokens
+    assert not server.aborts
+    started = time.monotonic()
+    train.suspend(abort=True)
+    assert time.monotonic() - started < 1.0
+    _wait(lambda: len(server.aborts) == 8, timeout=1.0)
+    assert max(a["time"] for a in server.aborts) - started < 1.0
+    assert sorted(a["request"] for a in server.aborts) == list(range(8)) and all(a["tokens"] for a in server.aborts)
+    time.sleep(0.3)
+    assert len(server.requests) == 8, "a model request started while suspended"
+    train.resume(7)
+    thread.join(120)
+    (batch,) = got
+    assert len(batch) == 8 and all(t.success for t in batch), [(t.status, t.record.get("failure")) for t in batch]
+    for trajectory in batch:
+        first, second = trajectory.turns
+        assert first["redone"] == 1 and first["policy_version"] == 7 and first["token_ids"] == IDS
+        assert second["policy_version"] == 7 and "redone" not in second
+        assert trajectory.record["usage"]["retries"] == 0
+        sampled = [v for v, m in zip(trajectory.segments()[0].versions, trajectory.segments()[0].loss_mask) if m]
+        if partial:
+            assert first["partial"] is True
+            assert sampled[0] == 6 and sampled == sorted(sampled) and sampled[-1] == 7, sampled
+        else:
+            assert "partial" not in first and set(sampled) == {7}
+    continued = [r["body"] for r in server.requests[8:16]]
+    assert all(bool(b.get("continue_final_message")) == partial for b in continued)
+
+
 def test_an_abort_is_never_a_retry(gate, llm_server):
     server = llm_server(policy=continuing, token_rate=100)
     agent = _agent(server.url, gate)  # max_retries=2
@@ -133,10 +180,97 @@ def test_an_abort_url_is_told_the_aborted_streams_id(gate, llm_server):
     _wait(lambda: gate.in_flight == 1 and server.tokens_streamed >= 2)
     gate.suspend(abort=True)
     _wait(lambda: told, timeout=2.0)
-    assert told == [{"request_id": "cmpl-0"}]
+    assert told == [{"request_id": "cmpl-0", "rid": "cmpl-0"}]  # "rid": SGLang's /abort_request
     gate.resume(7)
     thread.join(10)
     assert agent.turn_record()["redone"] == 1 and len(told) == 1
+
+
+def test_an_abort_url_path_is_on_each_requests_own_server(gate, llm_server):
+    """Several servers, abort_url="/abort_request": each is told of the streams it serves."""
+    told: dict = {0: [], 1: []}
+    servers = [llm_server(policy=continuing, token_rate=40,
+                          routes={"/abort_request": lambda body, k=k: told[k].append(body) or {}}) for k in (0, 1)]
+    agents = [_agent([s.url for s in servers], gate, abort_url="/abort_request") for _ in range(2)]
+    threads = [threading.Thread(target=lambda a=a: a.act(OBSERVATION), daemon=True) for a in agents]
+    for thread in threads:
+        thread.start()
+    _wait(lambda: gate.in_flight == 2 and all(s.tokens_streamed >= 2 for s in servers))
+    gate.suspend(abort=True)
+    _wait(lambda: told[0] and told[1], timeout=2.0)
+    assert told == {0: [{"request_id": "cmpl-0", "rid": "cmpl-0"}], 1: [{"request_id": "cmpl-0", "rid": "cmpl-0"}]}
+    gate.resume(7)
+    for thread in threads:
+        thread.join(10)
+
+
+@pytest.mark.parametrize("url", ["localhost:8000/abort_request", "abort_request"])
+def test_an_abort_url_that_is_neither_a_url_nor_a_path_is_refused(url):
+    with pytest.raises(ConfigError, match="abort_url"):
+        RunConfig(mode="gym", agent="openai", abort_url=url)
+
+
+def test_a_cancel_ends_a_request_waiting_at_a_suspended_gate(gate, llm_server):
+    """A member cancelled while its request waits for a weight update (a spare of a group
+    that completed meanwhile, a sibling closed) ends at once, not at resume, and sends nothing."""
+    server = llm_server(policy=continuing)
+    agent = _agent(server.url, gate)
+    agent.act(OBSERVATION)  # connected to the gate, one turn done
+    gate.suspend()
+    raised: list = []
+
+    def act():
+        try:
+            agent.act(OBSERVATION)
+        except AttemptCancelled as exc:
+            raised.append(exc)
+
+    thread = threading.Thread(target=act, daemon=True)
+    thread.start()
+    time.sleep(0.3)  # parked at the gate
+    assert thread.is_alive() and len(server.requests) == 1
+    started = time.monotonic()
+    agent.abort()
+    thread.join(5)
+    assert raised and time.monotonic() - started < 1.0, "the cancel waited for resume"
+    gate.resume(7)
+    time.sleep(0.2)
+    assert len(server.requests) == 1 and gate.in_flight == 0
+
+
+def test_a_request_queued_at_the_server_is_aborted_before_its_reply_begins(gate, llm_server):
+    """No response yet (the server queues the request): suspend(abort=True) still ends it
+    at the server within a second, and the turn is asked again after resume; a cancel too."""
+    queued = {"queue_s": 30, **continuing({})}
+    server = llm_server(script=[queued, queued], policy=continuing)
+    agent = _agent(server.url, gate)
+    outcome: list = []
+
+    def act():
+        try:
+            outcome.append(agent.act(OBSERVATION))
+        except AttemptCancelled as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=act, daemon=True)
+    thread.start()
+    _wait(lambda: len(server.requests) == 1)
+    time.sleep(0.2)
+    started = time.monotonic()
+    gate.suspend(abort=True)
+    _wait(lambda: len(server.aborts) == 1, timeout=1.0)
+    assert server.aborts[0]["tokens"] == 0 and gate.wait_aborted(1.0)
+    assert time.monotonic() - started < 1.0
+    gate.resume(7)
+    _wait(lambda: len(server.requests) == 2)  # asked again, queued again: now the episode is cancelled
+    time.sleep(0.2)
+    started = time.monotonic()
+    agent.abort()
+    thread.join(5)
+    assert len(outcome) == 1 and isinstance(outcome[0], AttemptCancelled), outcome
+    assert time.monotonic() - started < 1.0, "the cancel waited for the server's queue"
+    _wait(lambda: len(server.aborts) == 2, timeout=1.0)
+    assert agent.turn_record()["redone"] == 2 and agent.usage()["retries"] == 0
 
 
 def test_the_gate_keeps_the_oldest_version_of_the_tokens_kept(gate):
@@ -154,6 +288,28 @@ def test_the_gate_keeps_the_oldest_version_of_the_tokens_kept(gate):
     assert gate.oldest_version("k") == 7
     gate.forget("k")
     assert gate.oldest_version("k") is None
+    client.close()
+
+
+def test_wait_aborted_waits_for_the_agents_to_say_what_they_keep(gate):
+    client = GateClient(gate.path)
+    client.begin("k")
+    gate.suspend(abort=True)
+    threading.Timer(0.3, lambda: client.end(kept=6)).start()  # an agent slow to hang up
+    started = time.monotonic()
+    assert gate.oldest_version("k") is None  # not said yet
+    assert gate.wait_aborted(5.0) is True
+    assert time.monotonic() - started >= 0.25 and gate.oldest_version("k") == 6
+    gate.resume(7)
+    client.begin("j")
+    client.end()
+    assert gate.wait_aborted(0.1) is True  # nothing aborted is pending
+    other = GateClient(gate.path)
+    other.begin("i")
+    gate.suspend(abort=True)
+    assert gate.wait_aborted(0.2) is False  # its agent never answers: bounded
+    other.close()  # hanging up counts as its end
+    assert gate.wait_aborted(5.0) is True
     client.close()
 
 
@@ -187,7 +343,33 @@ def test_max_version_lag_judges_a_group_by_its_tokens_versions(tmp_path, llm_ser
         assert any(t.version_stale for t in batch) and min(v for t in batch for v in t.policy_versions) == 0
 
 
-def test_a_cancelled_member_is_aborted_without_killing_its_worker(tmp_path, llm_server, schedulers):
+def test_a_partial_reply_aborted_by_an_update_counts_at_the_resume_right_after(tmp_path, llm_server, schedulers):
+    """max_version_lag with partial rollouts: the partial tokens an abort leaves are judged
+    at resume even when the trainer resumes at once (the agents' "end" lines are awaited),
+    so the group is dropped there, not after the rest of its episode ran on stale tokens."""
+    server = llm_server(policy=continuing, token_rate=20)
+    train = schedulers(rl_config(tmp_path, server, num_rollouts=1, envs_per_worker=2, partial_rollout=True),
+                       EnvManagerConfig(num_env_groups=1, group_size=2, tags=["tiny"],
+                                        task_sets=lake_set(tmp_path, name="tiny", desc=TINY, max_steps=2)),
+                       max_version_lag=0)
+    got: list = []
+    thread = threading.Thread(target=lambda: got.append(train.get_batch(batch_size=2, step=0)), daemon=True)
+    thread.start()
+    _wait(lambda: len(server.requests) == 2, timeout=120)
+    _wait(lambda: time.monotonic() - server.requests[-1]["time"] > 0.3)  # tokens sampled by version 0
+    train.suspend(abort=True)
+    train.resume(1)  # an instant update: the agents may not have said what they keep yet
+    assert train.stats().get("dropped_version_lag") == 1
+    assert train.stats()["groups_started"] == 2  # another in its place
+    thread.join(120)
+    (batch,) = got
+    assert all(set(t.policy_versions) == {1} for t in batch)
+
+
+@pytest.mark.parametrize("blocked", ["streaming", "queued"])
+def test_a_cancelled_member_is_aborted_without_killing_its_worker(tmp_path, llm_server, schedulers, blocked):
+    """group_size_redundancy=1, the loser blocked 30 s in a model request: streaming slowly,
+    or queued at the server before its first byte (no response to close yet)."""
     table = TablePolicy(seed=3)
     answered = [0]
     lock = threading.Lock()
@@ -196,9 +378,11 @@ def test_a_cancelled_member_is_aborted_without_killing_its_worker(tmp_path, llm_
         with lock:
             answered[0] += 1
             first = answered[0] == 1
-        if first:  # the loser: a reply streamed over 30 s
+        if first and blocked == "streaming":  # the loser: a reply streamed over 30 s
             return {"reply": "x" * 150, "token_ids": [7] * 150, "logprobs": [-1.0] * 150,
                     "prompt_token_ids": [0], "token_rate": 5}
+        if first:  # the loser: 30 s in the server's queue
+            return {**table(body), "queue_s": 30}
         return table(body)
 
     server = llm_server(policy=first_blocks)
@@ -218,6 +402,49 @@ def test_a_cancelled_member_is_aborted_without_killing_its_worker(tmp_path, llm_
     assert len({r["pid"] for r in records}) == 1
     assert sorted(t.record["key"] for t in batch) == sorted(r["key"] for r in records if r["key"] in
                                                             {t.record["key"] for t in batch})
+
+
+def test_close_aborts_the_model_requests_in_flight(tmp_path, llm_server, schedulers):
+    """close() cancels what runs: a sibling's close aborts its members' requests at the server
+    (the worker lives on, the other scheduler's requests go on streaming); the owner's close
+    ends the rest."""
+    server = llm_server(policy=continuing, token_rate=10)  # 58 tokens: about 6 s a reply
+    train = schedulers(rl_config(tmp_path, server, num_rollouts=1, envs_per_worker=4),
+                       EnvManagerConfig(num_env_groups=1, group_size=2, tags=["tiny"],
+                                        task_sets=lake_set(tmp_path, name="tiny", desc=TINY, max_steps=2)))
+    val = train.sibling(EnvManagerConfig(num_env_groups=1, group_size=2, tags=["wide"],
+                                         task_sets=lake_set(tmp_path, name="wide", desc=["SFFG"], max_steps=3)))
+    ended: list = []
+
+    def batch(scheduler):
+        try:
+            scheduler.get_batch(batch_size=2, step=0)
+        except SchedulerClosed as exc:
+            ended.append((scheduler.name, exc))
+
+    threads = [threading.Thread(target=batch, args=(s,), daemon=True) for s in (train, val)]
+    for thread in threads:
+        thread.start()
+    _wait(lambda: len(server.requests) == 4, timeout=120)  # every member is in a model request
+    _wait(lambda: time.monotonic() - server.requests[-1]["time"] > 0.3)
+    wide = {k for k, r in enumerate(server.requests) if "PFFG" in json.dumps(r["body"]["messages"])}
+    assert len(wide) == 2 and not server.aborts
+    started = time.monotonic()
+    val.close()
+    _wait(lambda: len(server.aborts) == 2, timeout=1.0)
+    assert {a["request"] for a in server.aborts} == wide and max(a["time"] for a in server.aborts) - started < 1.0
+    time.sleep(0.5)
+    assert len(server.aborts) == 2, "the other scheduler's requests were ended too"
+    assert [name for name, _ in ended] == [val.name]
+    results = train.run_dir / "results.jsonl"  # cancelled attempts leave no record; a dead worker would
+    assert not [r for r in (read_records(results) if results.exists() else []) if r["status"] == "worker_died"]
+    started = time.monotonic()
+    train.close()
+    _wait(lambda: len(server.aborts) == 4, timeout=2.0)
+    assert max(a["time"] for a in server.aborts) - started < 2.0
+    for thread in threads:
+        thread.join(10)
+    assert sorted(name for name, _ in ended) == sorted([train.name, val.name])
 
 
 def test_partial_rollout_with_a_tokenizer_continues_from_the_token_ids(gate, llm_server, tmp_path):

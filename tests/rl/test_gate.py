@@ -67,6 +67,47 @@ def test_abort_returns_at_once_and_the_reply_is_redone(gate):
     client.close()
 
 
+def test_a_hang_up_mid_request_leaves_the_next_request_its_own_answers(gate):
+    """A cancel hangs up on the gate between begin and end (ModelClient.abort): the next
+    begin connects again, and the answer its end gets is its own, not the dead connection's."""
+    client = GateClient(gate.path)
+    client.begin("a")
+    client.close()  # from the cancel; the request's reader thread sees its connection end
+    time.sleep(0.1)
+    assert gate.in_flight == 0  # the hang-up counts as the request's end
+    assert client.begin("b")[0] == 3
+    gate.suspend(abort=True)
+    assert client.end() is True  # "redo", not the hung-up connection's empty line
+    gate.resume(4)
+    assert client.begin("c")[0] == 4 and client.end() is False
+    client.close()
+
+
+def test_a_hang_up_ends_a_begin_waiting_at_a_suspended_gate(gate):
+    client = GateClient(gate.path)
+    client.begin()
+    client.end()
+    gate.suspend()
+    raised: list = []
+
+    def begin():
+        try:
+            client.begin()
+        except ConnectionError as exc:
+            raised.append(exc)
+
+    thread = threading.Thread(target=begin, daemon=True)
+    thread.start()
+    time.sleep(0.2)
+    assert thread.is_alive()  # waiting for resume
+    client.close()
+    thread.join(2)
+    assert raised and not thread.is_alive()
+    gate.resume(4)
+    time.sleep(0.1)
+    assert gate.in_flight == 0
+
+
 def _hold_the_gate(path: str) -> None:
     client = GateClient(path)
     client.begin()
@@ -131,8 +172,8 @@ def test_agent_waits_while_suspended_and_redoes_an_aborted_turn(gate, llm_server
     thread = threading.Thread(target=lambda: result.append(agent.act(OBSERVATION)), daemon=True)
     thread.start()
     deadline = time.monotonic() + 5
-    while gate.in_flight == 0 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    while not (gate.in_flight and server.requests) and time.monotonic() < deadline:
+        time.sleep(0.01)  # past the gate and in the server (an abort between the two sends nothing)
     gate.suspend(abort=True)  # the request is in the server; its reply will be thrown away
     time.sleep(0.8)
     assert not result and len(server.requests) == 1, "a request started while suspended"

@@ -21,7 +21,9 @@ def _stays_put(body):
 def test_a_suspend_twice_the_task_timeout_times_nothing_out(tmp_path, schedulers):
     server = LLMServer(policy=_stays_put).start()
     try:
-        sets = lake_set(tmp_path, name="corridor", desc=["SFFFFFFG"], max_steps=10)
+        # short episodes: a warm-up episode that outlasts the timeout on a loaded machine
+        # gets its worker killed, and the next one starts cold again
+        sets = lake_set(tmp_path, name="corridor", desc=["SFFFFFFG"], max_steps=6)
         train = schedulers(rl_config(tmp_path, server, task_timeout=TIMEOUT_S, num_rollouts=1,
                                      envs_per_worker=2, max_retries=0),
                            EnvManagerConfig(num_env_groups=1, group_size=2, tags=["corridor"], task_sets=sets))
@@ -31,9 +33,9 @@ def test_a_suspend_twice_the_task_timeout_times_nothing_out(tmp_path, schedulers
         getter = threading.Thread(target=lambda: batch.extend(train.get_batch(batch_size=2, step=1)))
         getter.start()
         deadline = time.monotonic() + 60
-        while len(server.requests) < before + 4:  # both episodes are under way
+        while len({r["headers"].get("x-session-id") for r in server.requests[before:]}) < 2:
             assert time.monotonic() < deadline, "the episodes did not start"
-            time.sleep(0.05)
+            time.sleep(0.02)  # until both episodes are under way (one session id each)
         train.suspend()
         time.sleep(2 * TIMEOUT_S + 1)  # the update: longer than the task timeout
         train.resume(policy_version=1)

@@ -125,6 +125,8 @@ class ModelClient:
         #: the streamed request under way (abort() closes it) and whether the episode was cancelled
         self._abortable = None
         self._cancelled = False
+        #: the connections of the HTTP clients, which an abort before the response shuts
+        self._sockets = streaming.Sockets()
 
     @property
     def gated(self) -> bool:
@@ -202,11 +204,14 @@ class ModelClient:
 
     def abort(self) -> None:
         """The episode was cancelled (from any thread): close the request under way (the
-        server stops decoding it); this call and every later one raise AttemptCancelled."""
+        server stops decoding it), or end its wait at a suspended gate; this call and every
+        later one raise AttemptCancelled."""
         self._cancelled = True
         abortable = self._abortable
         if abortable is not None:
             abortable.abort()
+        if self._gate is not None:
+            self._gate.close()  # a request waiting at a suspended gate ends too (reconnects next attempt)
 
     # -- one call ----------------------------------------------------------------------------
 
@@ -255,8 +260,13 @@ class ModelClient:
             if key is None:
                 # check_config stops a run before this; here for direct (Python API) use.
                 raise ConfigError(openai_request.missing_key_message(self.base_url))
+            extra = {}
+            if self._gate is not None:  # abortable requests: their connections are traced
+                from openai import DefaultHttpxClient
+
+                extra["http_client"] = DefaultHttpxClient(event_hooks={"request": [self._sockets.hook]})
             self._clients[self.base_url] = OpenAI(api_key=key, base_url=self.base_url,
-                                                  max_retries=0, timeout=self.timeout_s)
+                                                  max_retries=0, timeout=self.timeout_s, **extra)
         return self._clients[self.base_url]
 
     def _complete(self, request: dict[str, Any]) -> str:
@@ -351,13 +361,18 @@ class ModelClient:
         ``abort()`` (a cancel) closes the stream: ``streaming.Aborted``."""
         if self._gate is None:
             return self.wire.send(client, dict(request), rl=False)
-        abortable = streaming.Abortable(getattr(self.config, "abort_url", None))
+        abortable = streaming.Abortable(streaming.abort_endpoint(getattr(self.config, "abort_url", None),
+                                                                 self.base_url), self._sockets)
         self._abortable = abortable
-        if self._cancelled:
-            abortable.abort()
+        if self._cancelled:  # after the abortable is known: a cancel sees it, or is seen here
+            self._abortable = None
+            raise AttemptCancelled("the episode was cancelled")
         try:
             version, waited = self._gate.begin(self._key, on_abort=abortable.abort)
         except ConnectionError as exc:
+            if self._cancelled:  # abort() hung up on the gate while the request waited there
+                raise AttemptCancelled("the episode was cancelled while its model request waited for a "
+                                       "weight update") from None
             raise AgentError(f"the RL scheduler's policy gate is gone: {exc}") from None
         self._turn["gate_wait_s"] = round(self._turn.get("gate_wait_s", 0.0) + waited, 4)
         started = time.time()

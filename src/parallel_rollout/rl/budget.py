@@ -93,17 +93,23 @@ class BatchBudget:
     def check(self, ready: int, running: int) -> None:
         """Raise when the batch cannot or must not wait any longer (failures, time, filter
         with fallback ``raise``); called while get_batch waits."""
-        if self.failed_in_a_row >= self.max_failed_groups:
-            where = f"the model endpoint {self.endpoint}" if self.endpoint else "the agent"
-            raise RolloutError(f"{self.failed_in_a_row} groups in a row failed (max_failed_groups="
-                               f"{self.max_failed_groups}): is {where} up? last failure: "
-                               f"{self.last_failure or 'unknown'}")
+        self.check_failures()
         if self.filter_spent() and self.filter_fallback == "raise":
             raise RolloutError(f"the group filter dropped {self._filtered} groups in this get_batch "
                                f"(max_filtered_groups={self._filter_limit}); {ready} group(s) passed. "
                                "Rewards may all be equal (the policy always wins or always fails): "
                                "raise max_filtered_groups, or pass filter_fallback='partial'")
         self.check_time(ready, running)
+
+    def check_failures(self) -> None:
+        """Raise once ``max_failed_groups`` groups in a row failed; get_batch asks before it
+        takes a batch too, so groups that failed while the trainer trained (placeholders, at
+        ``async_generation_ratio`` >= 1) never make up a batch handed out."""
+        if self.failed_in_a_row >= self.max_failed_groups:
+            where = f"the model endpoint {self.endpoint}" if self.endpoint else "the agent"
+            raise RolloutError(f"{self.failed_in_a_row} groups in a row failed (max_failed_groups="
+                               f"{self.max_failed_groups}): is {where} up? last failure: "
+                               f"{self.last_failure or 'unknown'}")
 
     def check_time(self, ready: int, running: int) -> None:
         """Raise ``BatchTimeout`` once this get_batch is past its timeout."""

@@ -54,6 +54,9 @@ log = logging.getLogger("parallel_rollout")
 
 #: how often a blocked get_batch looks at the engine's health (seconds)
 _POLL_S = 0.2
+#: how long resume() waits for the agents of aborted requests to say what they keep (seconds;
+#: milliseconds in practice: an aborted stream ends as soon as its socket is shut)
+_ABORTED_END_S = 2.0
 
 
 class SchedulerClosed(RolloutError):
@@ -188,6 +191,7 @@ class RolloutScheduler(GroupGeneration):
             while True:
                 self._flush()
                 with self._cond:
+                    self._budget.check_failures()
                     partial = self._budget.filter_spent() and self._budget.filter_fallback == "partial"
                     batch = self._take_ready(need, partial)
                     if batch is not None:
@@ -341,7 +345,11 @@ class RolloutScheduler(GroupGeneration):
     def resume(self, policy_version: int) -> None:
         """Let model requests go on, recorded as ``policy_version`` from now on; with
         ``max_version_lag``, running groups already holding tokens older than it allows are
-        dropped first (their members cancelled, requests in flight aborted)."""
+        dropped first (their members cancelled, requests in flight aborted): the requests
+        ``suspend(abort=True)`` ended are awaited first (their agents say which tokens they
+        keep), so a partial reply counts even when the trainer resumes at once."""
+        if self._lag.max_lag is not None:
+            self._shared.gate.wait_aborted(_ABORTED_END_S)
         with self._cond:
             if not self._closed:
                 self._drop_version_stale(policy_version)
