@@ -178,7 +178,7 @@ class Runner:
                     f"{self.run_dir} already holds results; add --resume to continue that run "
                     "or pick a new --run-id"
                 )
-            self._provenance = provenance(cfg)
+            self._provenance = provenance(cfg, endpoints=self._endpoints())
             if has_results and config_path.exists():
                 check_resume(self.run_id, json.loads(config_path.read_text()), cfg, self._provenance)
             # Written aside and renamed: a kill mid-write must not leave a config.json that
@@ -194,6 +194,15 @@ class Runner:
             raise
         (self.run_dir / "trajectories").mkdir(exist_ok=True)
         return lock
+
+    def _endpoints(self) -> list[str] | None:
+        """Where the agent's model requests go (--base-url, else OPENAI_BASE_URL, else
+        OpenAI's), when it is an agent that takes --base-url; None otherwise."""
+        if "base_url" not in self.agent_cls.options:
+            return None
+        from .agents.openai_request import resolve_base_urls
+
+        return resolve_base_urls(self.config.base_url)
 
     def _setup_logging(self) -> logging.Handler:
         # every process's records reach this handler (logs.py)
