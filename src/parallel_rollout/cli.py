@@ -16,7 +16,7 @@ from click.core import ParameterSource
 from .config import RunConfig, build_config
 from .errors import ConfigError, ProviderUnavailable, RunLocked, VMError
 from .cli_options import ENV_PREFIX, LazyHelpOption, RegistryOption, RunCommand, dataset_help
-from .exit_codes import EXIT_LOCKED, EXIT_USAGE
+from .exit_codes import EXIT_ABORTED, EXIT_LOCKED, EXIT_USAGE
 from .logs import console_logging
 
 _D = RunConfig()
@@ -203,7 +203,8 @@ def run(ctx: click.Context, config_file: str | None, dry_run: bool, check_endpoi
 
     \b
     Exit codes: 0 finished, 1 aborted (pool exhausted, manager died; --resume continues),
-    2 bad usage, 3 below --fail-under, 4 significant regression against --compare-to,
+    2 bad usage or a missing prerequisite (nothing ran), 3 below --fail-under,
+    4 significant regression against --compare-to,
     75 another run holds the folder's lock (retry later), 130 interrupted.
     """
     from .runner import Runner
@@ -213,6 +214,7 @@ def run(ctx: click.Context, config_file: str | None, dry_run: bool, check_endpoi
         if ctx.get_parameter_source(name) in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
     }
     console_logging(verbose - quiet)
+    runner = None
     try:
         config = build_config(explicit, config_file)
         if check_endpoint and not dry_run:
@@ -228,9 +230,13 @@ def run(ctx: click.Context, config_file: str | None, dry_run: bool, check_endpoi
                 click.echo(found.problem_report(), err=True)
                 sys.exit(EXIT_USAGE)
             return
-        outcome = Runner(config).run()
+        runner = Runner(config)
+        outcome = runner.run()
     except ProviderUnavailable as exc:
-        raise click.ClickException(str(exc)) from None
+        # a missing bwrap, daemon or image found before the run folder opened: nothing ran,
+        # as a --dry-run would have said (2); later, a run left to --resume (1)
+        click.echo(f"Error: {exc}", err=True)
+        sys.exit(EXIT_ABORTED if runner is not None and runner.started else EXIT_USAGE)
     except RunLocked as exc:
         # not a usage error: the same command succeeds once the other run is done
         click.echo(f"Error: {exc}", err=True)

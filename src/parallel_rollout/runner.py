@@ -71,6 +71,8 @@ class Runner:
         self.run_id = config.run_id or default_run_id(config.mode)
         self.run_dir = Path(config.output_dir) / self.run_id
         self.engine: Engine | None = None
+        #: whether the run folder was opened (before it, an error means nothing ran)
+        self.started = False
         self._interrupted: int | None = None
         self._finished_keys: set[str] = set()
         self._successes = 0
@@ -215,6 +217,7 @@ class Runner:
         samples = self.prepare()
         total = len(samples) + len(self._skipped)
         lock = self._open_run_dir()
+        self.started = True
         handler = self._setup_logging()
         self._started_at = time.time()
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
