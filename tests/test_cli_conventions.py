@@ -158,3 +158,31 @@ def test_test_all_meta_path_is_the_index_and_its_folder_the_data(tmp_path, monke
                                        "screenshot", "--dry-run"])
     assert (theirs.exit_code, theirs.output) == (ours.exit_code, ours.output)
     assert "runnable" in ours.output
+
+
+def test_run_help_is_in_sections_each_flag_under_its_own():
+    from parallel_rollout.cli_options import HELP_SECTIONS
+
+    text = CliRunner().invoke(main, ["run", "--help"]).output
+    headings = [f"{heading}:" for heading in HELP_SECTIONS]
+    assert [line for line in text.splitlines() if line in headings] == headings  # each once, in order
+    assert "Other options:" not in text  # every flag of run has its section
+    # a flag is listed under its own heading, before the next one
+    for heading, flag, next_heading in [("Desktop (osworld)", "--observation-type", "Run folder"),
+                                        ("Agent and model", "--sampling KEY=VALUE", "Workers and VMs"),
+                                        ("Console", "-v, --verbose", "Environment")]:
+        section = text.split(f"\n{heading}:\n", 1)[1].split(f"\n{next_heading}", 1)[0]
+        assert f"  {flag}" in section, (heading, flag)
+    # the default command's help (parallel-rollout --help) shows run's flags in the same sections
+    group = CliRunner().invoke(main, ["--help"]).output
+    assert "\nDesktop (osworld) (run, the default command):\n  --observation-type" in group
+
+
+@needs_bwrap
+def test_num_workers_is_another_name_of_num_rollouts(tmp_path):
+    result = CliRunner().invoke(main, ["--mode", "shell", "--data", str(SHELL_TASKS), "--limit", "1",
+                                       "--no-progress", "--output-dir", str(tmp_path), "--run-id", "w",
+                                       "--num-workers", "2"])
+    assert result.exit_code == 0, result.output
+    assert json.loads((tmp_path / "w" / "config.json").read_text())["config"]["num_rollouts"] == 2
+    assert "--num-rollouts, --num-workers INTEGER" in CliRunner().invoke(main, ["run", "--help"]).output

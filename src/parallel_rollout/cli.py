@@ -15,7 +15,7 @@ from click.core import ParameterSource
 
 from .config import RunConfig, build_config
 from .errors import ConfigError, ProviderUnavailable, RunLocked, VMError
-from .cli_options import ENV_PREFIX, LazyHelpOption, RegistryOption, RunCommand, dataset_help
+from .cli_options import ENV_PREFIX, LazyHelpOption, RegistryOption, RunCommand, dataset_help, help_sections
 from .exit_codes import EXIT_ABORTED, EXIT_LOCKED, EXIT_USAGE
 from .logs import console_logging
 
@@ -43,10 +43,10 @@ class _DefaultRunGroup(click.Group):
         super().format_help(ctx, formatter)
         run_cmd = self.commands["run"]
         with click.Context(run_cmd, info_name="run", parent=ctx) as run_ctx:
-            records = [rec for param in run_cmd.get_params(run_ctx)
-                       if (rec := param.get_help_record(run_ctx)) is not None]
-        with formatter.section("Options of run (the default command)"):
-            formatter.write_dl(records)
+            sections = help_sections(run_ctx, run_cmd)
+        for heading, records in sections:
+            with formatter.section(f"{heading} (run, the default command)"):
+                formatter.write_dl(records)
 
     def shell_complete(self, ctx: click.Context, incomplete: str) -> list[Any]:
         """Commands and the group's options, and run's options too: ``parallel-rollout
@@ -76,8 +76,8 @@ def main() -> None:
 @click.option("--data", type=click.Path(), cls=LazyHelpOption, help_builder=dataset_help(
               "Task file: a JSON list or JSONL (optionally .gz), an OSWorld folder (or its "
               "evaluation_examples/), or a named dataset: {names}."))
-@click.option("--num-rollouts", type=int, default=_D.num_rollouts, show_default=True,
-              help="N: worker processes running rollouts.")
+@click.option("--num-rollouts", "--num-workers", type=int, default=_D.num_rollouts, show_default=True,
+              help="N: worker processes running rollouts (not samples per task: that is --group-size).")
 @click.option("--num-vms", type=int, default=_D.num_vms, show_default=True,
               help="M: VMs in the shared pool (needs --use-vm-pool).")
 @click.option("--use-vm-pool", is_flag=True,
@@ -180,9 +180,9 @@ def main() -> None:
               help="TOML file whose keys are these flags' names; flags given here win.")
 @click.option("--fail-under", type=float,
               help="Exit 3 when the finished run's success rate is below this fraction (0.8 means 80%).")
-@click.option("--compare-to", help="Exit 4 when the run is significantly worse (McNemar exact, p < 0.05; by task "
-              "with --group-size > 1) than "
-              "this earlier run of --output-dir.")
+@click.option("--compare-to", help="Exit 4 when the run is significantly worse than this earlier run of "
+              "--output-dir (McNemar exact, p < 0.05; with --group-size > 1 the Wilcoxon signed-rank test "
+              "over tasks).")
 @click.option("--junit-xml", type=click.Path(dir_okay=False),
               help="Write JUnit XML here: one test case per sample, for CI.")
 @click.option("--backend", type=click.Choice(["local", "ray"]), default=_D.backend, show_default=True,
