@@ -186,3 +186,24 @@ def test_num_workers_is_another_name_of_num_rollouts(tmp_path):
     assert result.exit_code == 0, result.output
     assert json.loads((tmp_path / "w" / "config.json").read_text())["config"]["num_rollouts"] == 2
     assert "--num-rollouts, --num-workers INTEGER" in CliRunner().invoke(main, ["run", "--help"]).output
+
+
+def test_every_flag_of_run_has_its_variable(monkeypatch):
+    """PARALLEL_ROLLOUT_<FLAG> for every flag (its first long name, upper case, '-' as '_'):
+    a value there is what the flag reads (run's own context settings, as the CLI makes it)."""
+    import click
+
+    run = main.commands["run"]
+    ctx = run.make_context("run", [], resilient_parsing=True)
+    help_option = run.get_help_option(ctx)
+    for param in run.get_params(ctx):
+        if param is help_option:
+            continue
+        flag = next(o for o in param.opts if o.startswith("--"))
+        variable = "PARALLEL_ROLLOUT_" + flag[2:].upper().replace("-", "_")
+        numeric = isinstance(param.type, (click.types.IntParamType, click.types.FloatParamType))
+        value = ("2" if param.count or numeric else "true" if param.is_flag
+                 else param.type.choices[0] if isinstance(param.type, click.Choice) else "x")
+        monkeypatch.setenv(variable, value)
+        assert param.value_from_envvar(ctx) not in (None, ()), variable
+        monkeypatch.delenv(variable)
