@@ -207,3 +207,27 @@ def test_every_flag_of_run_has_its_variable(monkeypatch):
         monkeypatch.setenv(variable, value)
         assert param.value_from_envvar(ctx) not in (None, ()), variable
         monkeypatch.delenv(variable)
+
+
+@pytest.mark.skipif(not (EXAMPLES / "test_small.json").is_file(), reason="OSWorld's task set is not here")
+def test_an_osworld_run_py_command_line_is_read_as_ours(tmp_path):
+    """OSWorld's run.py command line, every spelling as its README has it, gives the same
+    preflight as this CLI's own flags (here: the vmware provider's vmrun is missing)."""
+    vmx, out, index = str(tmp_path / "Ubuntu.vmx"), str(tmp_path / "results"), str(EXAMPLES / "test_small.json")
+    theirs = ["--path_to_vm", vmx, "--provider_name", "vmware", "--headless", "--observation_type", "screenshot",
+              "--action_space", "pyautogui", "--model", "gpt-4o", "--result_dir", out, "--test_all_meta_path", index,
+              "--domain", "os", "--max_steps", "15", "--screen_width", "1920", "--screen_height", "1080",
+              "--sleep_after_execution", "0", "--temperature", "1.0", "--max_tokens", "1500",
+              "--base_url", "http://127.0.0.1:9/v1", "--client_password", "password", "--num_envs", "1"]
+    ours = ["--path-to-vm", vmx, "--provider-name", "vmware", "--headless", "--observation-type", "screenshot",
+            "--action-space", "pyautogui", "--model", "gpt-4o", "--output-dir", out, "--osworld-index", index,
+            "--data", str(EXAMPLES), "--domain", "os", "--max-turns", "15", "--screen-width", "1920",
+            "--screen-height", "1080", "--sleep-after-execution", "0", "--temperature", "1.0",
+            "--max-tokens", "1500", "--base-url", "http://127.0.0.1:9/v1", "--client-password", "password",
+            "--num-rollouts", "1"]
+    common = ["--mode", "osworld", "--agent", "openai", "--dry-run"]
+    a = python_m(*common, *theirs, env={"PATH": str(tmp_path)})  # no vmrun
+    b = python_m(*common, *ours, env={"PATH": str(tmp_path)})
+    assert (a.returncode, a.stdout, a.stderr) == (b.returncode, b.stdout, b.stderr)
+    assert a.returncode == 2 and "provider: the vmware provider needs vmrun on PATH" in a.stderr, a.stderr
+    assert a.stdout.strip().endswith("runnable 2 of 2 tasks")
