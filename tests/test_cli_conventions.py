@@ -231,3 +231,21 @@ def test_an_osworld_run_py_command_line_is_read_as_ours(tmp_path):
     assert (a.returncode, a.stdout, a.stderr) == (b.returncode, b.stdout, b.stderr)
     assert a.returncode == 2 and "provider: the vmware provider needs vmrun on PATH" in a.stderr, a.stderr
     assert a.stdout.strip().endswith("runnable 2 of 2 tasks")
+
+
+def test_print_config_shows_the_resolved_settings_and_runs_nothing(tmp_path):
+    config = tmp_path / "run.toml"
+    config.write_text('mode = "shell"\nnum-vms = 4\nuse-vm-pool = true\nmax-turns = 3\nmax-retries = 1\n')
+    result = CliRunner().invoke(
+        main, ["--config", str(config), "--data", str(SHELL_TASKS), "--max-retries", "2",
+               "--output-dir", str(tmp_path / "out"), "--print-config"],
+        env={"PARALLEL_ROLLOUT_MAX_TURNS": "8", "PARALLEL_ROLLOUT_MAX_RETRIES": "5"})
+    assert result.exit_code == 0, result.output
+    settings = json.loads(result.output)
+    # defaults, then the file, then the environment, then the command line
+    assert (settings["num_vms"], settings["max_turns"], settings["max_retries"], settings["num_rollouts"]) == (4, 8, 2, 5)
+    assert settings["data"] == str(SHELL_TASKS) and settings["mode"] == "shell"
+    assert not (tmp_path / "out").exists()
+    # it is checked as a run's would be
+    bad = CliRunner().invoke(main, ["--data", str(SHELL_TASKS), "--num-vms", "2", "--print-config"])
+    assert bad.exit_code == 2 and "needs --use-vm-pool" in bad.output

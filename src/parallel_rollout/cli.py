@@ -131,6 +131,9 @@ def main() -> None:
                    "domain the tasks, the runnable ones and the unsupported features), the agent's settings "
                    "(the key), the provider's prerequisites (bwrap; docker's daemon and image; QEMU and its "
                    "image) and free disk; exit 2 naming each thing missing.")
+@click.option("--print-config", is_flag=True,
+              help="Print the resolved settings as JSON (defaults, then --config, then PARALLEL_ROLLOUT_* "
+                   "variables, then flags; with --resume, the run's stored ones) and exit; nothing runs.")
 @click.option("--check-endpoint", is_flag=True,
               help="With --dry-run: also ask the model endpoint for its models (GET /models, 5 s timeout).")
 @click.option("--record", is_flag=True, help="Keep a recording.mp4 of each osworld attempt.")
@@ -197,8 +200,8 @@ def main() -> None:
 @click.option("-q", "--quiet", count=True,
               help="Less on the console: -q warnings and errors only, -qq errors only (run.log keeps INFO).")
 @click.pass_context
-def run(ctx: click.Context, config_file: str | None, dry_run: bool, check_endpoint: bool, verbose: int,
-        quiet: int, **flags: Any) -> None:
+def run(ctx: click.Context, config_file: str | None, dry_run: bool, print_config: bool, check_endpoint: bool,
+        verbose: int, quiet: int, **flags: Any) -> None:
     """Run every task of --data as rollouts and write results/<run-id>/.
 
     \b
@@ -219,6 +222,11 @@ def run(ctx: click.Context, config_file: str | None, dry_run: bool, check_endpoi
         config = build_config(explicit, config_file)
         if check_endpoint and not dry_run:
             raise ConfigError("--check-endpoint is part of the preflight: add --dry-run")
+        if print_config:
+            import json
+
+            click.echo(json.dumps(config.to_json(), indent=2))
+            return
         if dry_run:
             from .preflight import preflight
 

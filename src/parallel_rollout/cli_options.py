@@ -56,7 +56,7 @@ BUILTIN_NOTES = {
 #: run's help, in sections: each flag (its parameter name) under one heading, both in this order
 HELP_SECTIONS: dict[str, tuple[str, ...]] = {
     "What to run": ("mode", "data", "limit", "group_size", "max_turns", "task_timeout", "skip_unsupported",
-                    "rag_metric", "config_file", "dry_run", "check_endpoint"),
+                    "rag_metric", "config_file", "print_config", "dry_run", "check_endpoint"),
     "Agent and model": ("agent", "agent_cmd", "model", "base_url", "temperature", "max_tokens", "sampling",
                         "tool_calls", "session_header", "server_cooldown"),
     "Workers and VMs": ("num_rollouts", "envs_per_worker", "max_concurrent_rollouts", "num_vms", "use_vm_pool",
