@@ -158,3 +158,94 @@ def test_test_all_meta_path_is_the_index_and_its_folder_the_data(tmp_path, monke
                                        "screenshot", "--dry-run"])
     assert (theirs.exit_code, theirs.output) == (ours.exit_code, ours.output)
     assert "runnable" in ours.output
+
+
+def test_run_help_is_in_sections_each_flag_under_its_own():
+    from parallel_rollout.cli_options import HELP_SECTIONS
+
+    text = CliRunner().invoke(main, ["run", "--help"]).output
+    headings = [f"{heading}:" for heading in HELP_SECTIONS]
+    assert [line for line in text.splitlines() if line in headings] == headings  # each once, in order
+    assert "Other options:" not in text  # every flag of run has its section
+    # a flag is listed under its own heading, before the next one
+    for heading, flag, next_heading in [("Desktop (osworld)", "--observation-type", "Run folder"),
+                                        ("Agent and model", "--sampling KEY=VALUE", "Workers and VMs"),
+                                        ("Console", "-v, --verbose", "Environment")]:
+        section = text.split(f"\n{heading}:\n", 1)[1].split(f"\n{next_heading}", 1)[0]
+        assert f"  {flag}" in section, (heading, flag)
+    # the default command's help (parallel-rollout --help) shows run's flags in the same sections
+    group = CliRunner().invoke(main, ["--help"]).output
+    assert "\nDesktop (osworld) (run, the default command):\n  --observation-type" in group
+
+
+@needs_bwrap
+def test_num_workers_is_another_name_of_num_rollouts(tmp_path):
+    result = CliRunner().invoke(main, ["--mode", "shell", "--data", str(SHELL_TASKS), "--limit", "1",
+                                       "--no-progress", "--output-dir", str(tmp_path), "--run-id", "w",
+                                       "--num-workers", "2"])
+    assert result.exit_code == 0, result.output
+    assert json.loads((tmp_path / "w" / "config.json").read_text())["config"]["num_rollouts"] == 2
+    assert "--num-rollouts, --num-workers INTEGER" in CliRunner().invoke(main, ["run", "--help"]).output
+
+
+def test_every_flag_of_run_has_its_variable(monkeypatch):
+    """PARALLEL_ROLLOUT_<FLAG> for every flag (its first long name, upper case, '-' as '_'):
+    a value there is what the flag reads (run's own context settings, as the CLI makes it)."""
+    import click
+
+    run = main.commands["run"]
+    ctx = run.make_context("run", [], resilient_parsing=True)
+    help_option = run.get_help_option(ctx)
+    for param in run.get_params(ctx):
+        if param is help_option:
+            continue
+        flag = next(o for o in param.opts if o.startswith("--"))
+        variable = "PARALLEL_ROLLOUT_" + flag[2:].upper().replace("-", "_")
+        numeric = isinstance(param.type, (click.types.IntParamType, click.types.FloatParamType))
+        value = ("2" if param.count or numeric else "true" if param.is_flag
+                 else param.type.choices[0] if isinstance(param.type, click.Choice) else "x")
+        monkeypatch.setenv(variable, value)
+        assert param.value_from_envvar(ctx) not in (None, ()), variable
+        monkeypatch.delenv(variable)
+
+
+@pytest.mark.skipif(not (EXAMPLES / "test_small.json").is_file(), reason="OSWorld's task set is not here")
+def test_an_osworld_run_py_command_line_is_read_as_ours(tmp_path):
+    """OSWorld's run.py command line, every spelling as its README has it, gives the same
+    preflight as this CLI's own flags (here: the vmware provider's vmrun is missing)."""
+    vmx, out, index = str(tmp_path / "Ubuntu.vmx"), str(tmp_path / "results"), str(EXAMPLES / "test_small.json")
+    theirs = ["--path_to_vm", vmx, "--provider_name", "vmware", "--headless", "--observation_type", "screenshot",
+              "--action_space", "pyautogui", "--model", "gpt-4o", "--result_dir", out, "--test_all_meta_path", index,
+              "--domain", "os", "--max_steps", "15", "--screen_width", "1920", "--screen_height", "1080",
+              "--sleep_after_execution", "0", "--temperature", "1.0", "--max_tokens", "1500",
+              "--base_url", "http://127.0.0.1:9/v1", "--client_password", "password", "--num_envs", "1"]
+    ours = ["--path-to-vm", vmx, "--provider-name", "vmware", "--headless", "--observation-type", "screenshot",
+            "--action-space", "pyautogui", "--model", "gpt-4o", "--output-dir", out, "--osworld-index", index,
+            "--data", str(EXAMPLES), "--domain", "os", "--max-turns", "15", "--screen-width", "1920",
+            "--screen-height", "1080", "--sleep-after-execution", "0", "--temperature", "1.0",
+            "--max-tokens", "1500", "--base-url", "http://127.0.0.1:9/v1", "--client-password", "password",
+            "--num-rollouts", "1"]
+    common = ["--mode", "osworld", "--agent", "openai", "--dry-run"]
+    a = python_m(*common, *theirs, env={"PATH": str(tmp_path)})  # no vmrun
+    b = python_m(*common, *ours, env={"PATH": str(tmp_path)})
+    assert (a.returncode, a.stdout, a.stderr) == (b.returncode, b.stdout, b.stderr)
+    assert a.returncode == 2 and "provider: the vmware provider needs vmrun on PATH" in a.stderr, a.stderr
+    assert a.stdout.strip().endswith("runnable 2 of 2 tasks")
+
+
+def test_print_config_shows_the_resolved_settings_and_runs_nothing(tmp_path):
+    config = tmp_path / "run.toml"
+    config.write_text('mode = "shell"\nnum-vms = 4\nuse-vm-pool = true\nmax-turns = 3\nmax-retries = 1\n')
+    result = CliRunner().invoke(
+        main, ["--config", str(config), "--data", str(SHELL_TASKS), "--max-retries", "2",
+               "--output-dir", str(tmp_path / "out"), "--print-config"],
+        env={"PARALLEL_ROLLOUT_MAX_TURNS": "8", "PARALLEL_ROLLOUT_MAX_RETRIES": "5"})
+    assert result.exit_code == 0, result.output
+    settings = json.loads(result.output)
+    # defaults, then the file, then the environment, then the command line
+    assert (settings["num_vms"], settings["max_turns"], settings["max_retries"], settings["num_rollouts"]) == (4, 8, 2, 5)
+    assert settings["data"] == str(SHELL_TASKS) and settings["mode"] == "shell"
+    assert not (tmp_path / "out").exists()
+    # it is checked as a run's would be
+    bad = CliRunner().invoke(main, ["--data", str(SHELL_TASKS), "--num-vms", "2", "--print-config"])
+    assert bad.exit_code == 2 and "needs --use-vm-pool" in bad.output

@@ -204,11 +204,13 @@ def check_help(text: str) -> None:
     """Every flag is listed with an explanation; the documented defaults are shown."""
     flat = " ".join(text.split())
     for flag in FLAGS:
-        # the flag, its metavar (if any), then at least a few words of explanation
-        match = re.search(re.escape(flag) + r"(?: [A-Z]+)? ((?:[^-\s]\S* ){3})", flat)
+        # the flag, another name of it (--num-rollouts, --num-workers), its metavar (if any),
+        # then at least a few words of explanation
+        match = re.search(re.escape(flag) + r"(?:, --[a-z-]+)?(?: [A-Z]+)? ((?:[^-\s]\S* ){3})", flat)
         assert match, f"{flag} is not listed with an explanation in --help"
     for flag, default in DEFAULTS.items():
-        assert re.search(re.escape(flag) + r" \S+ [^\[]*\[default: " + re.escape(default) + r"\]", flat), \
+        assert re.search(re.escape(flag) + r"(?:, --[a-z-]+)? \S+ [^\[]*\[default: " + re.escape(default) + r"\]",
+                         flat), \
             f"{flag} does not show default {default}"
 
 

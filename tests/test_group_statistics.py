@@ -6,17 +6,23 @@ they mostly agree (each copies the group's shared draw with probability 0.9, els
 afresh; either way a sample succeeds with probability p). Two runs of the same policy under
 two seeds differ only by noise; the gate (``compare --check``, exit 4) must stay quiet on
 them, where counting samples as independent made it fire, and must still fire when every
-task's p drops.
+task's p drops. The last test does the same through real runs: ``run --group-size 6
+--compare-to`` against the chat server answering as such a policy.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import random
 import re
+import subprocess
+import sys
 
 import pytest
 from click.testing import CliRunner
+
+from llm_server import first_user_message, llm_server  # noqa: F401 - fixture
 
 from parallel_rollout.cli import main
 from parallel_rollout.exit_codes import EXIT_REGRESSION
@@ -123,3 +129,70 @@ def test_the_report_interval_is_clustered_by_task(tmp_path):
     assert high - low > 1.5 * (naive_high - naive_low)  # 8 samples that mostly agree ≈ far fewer trials
     assert f"95% CI {low:.1%}–{high:.1%} (clustered by task" in html
     assert "<th>interval (clustered by task)</th>" in html  # the per-mode table says it too
+
+
+# -- the same through real runs: `run --group-size K --compare-to` --------------------------
+
+RUN_TASKS, RUN_K = 24, 6
+
+
+def run_outcome(seed: int, task: int, sample: int, drop: float = 0.0) -> bool:
+    """Whether the seeded policy answers sample ``sample`` of task ``task`` right in the run
+    seeded ``seed``: the group's shared draw with probability 0.9, else a fresh one."""
+    p = max(0.0, random.Random(f"p{task}").uniform(0.15, 0.85) - drop)
+    shared = random.Random(f"{seed}/{task}").random() < p
+    draw = random.Random(f"{seed}/{task}/{sample}")
+    return shared if draw.random() < 0.9 else draw.random() < p
+
+
+def seeded_model(seed: int, drop: float = 0.0):
+    """The chat server's policy: the run's n-th request for a task is its sample n (one
+    worker, one env loop: samples go in order), answered right or wrong by ``run_outcome``."""
+    seen: dict[int, int] = {}
+
+    def policy(body: dict) -> dict:
+        task = int(re.search(r"Task (\d+):", first_user_message(body)).group(1))
+        sample = seen[task] = seen.get(task, -1) + 1
+        right = run_outcome(seed, task, sample, drop)
+        return {"reply": f"so \\boxed{{{2 * task if right else 2 * task + 1}}}"}
+
+    return policy
+
+
+def test_run_compare_to_with_groups_is_quiet_on_noise_and_fires_on_a_drop(tmp_path, llm_server):
+    pytest.importorskip("math_verify")
+    def outcomes(seed: int, drop: float = 0.0) -> list[dict]:
+        return [{"key": f"t{i}#{j}", "task_id": f"t{i}", "success": run_outcome(seed, i, j, drop)}
+                for i in range(RUN_TASKS) for j in range(RUN_K)]
+
+    # the first seed pair on which counting samples as independent calls a regression
+    seed = next(s for s in range(100) if naive_regression(outcomes(2 * s), outcomes(2 * s + 1)))
+    data = tmp_path / "tasks.jsonl"
+    data.write_text("".join(json.dumps({"id": f"t{i}", "problem": f"Task {i}: what is {i} plus {i}?",
+                                        "answer": str(2 * i)}) + "\n" for i in range(RUN_TASKS)))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI_")}
+
+    def run(run_id: str, policy, *flags: str) -> subprocess.CompletedProcess:
+        server = llm_server(policy=policy)
+        return subprocess.run(
+            [sys.executable, "-m", "parallel_rollout", "run", "--mode", "math", "--data", str(data),
+             "--agent", "openai", "--base-url", server.url, "--group-size", str(RUN_K), "--num-rollouts", "1",
+             "--output-dir", str(tmp_path / "out"), "--run-id", run_id, "--no-progress", *flags],
+            capture_output=True, text=True, env=env, timeout=600)
+
+    base = run("base", seeded_model(2 * seed))
+    assert base.returncode == 0, base.stderr
+    noise = run("noise", seeded_model(2 * seed + 1), "--compare-to", "base")
+    assert noise.returncode == 0, noise.stderr
+    # the records are the seeded policy's, and per sample they would have "regressed"
+    finals = {name: sorted((r for r in map(json.loads, (tmp_path / "out" / name / "results.jsonl").open())
+                            if r["final"]), key=lambda r: (int(r["task_id"][1:]), r["sample_idx"]))
+              for name in ("base", "noise")}
+    assert [r["success"] for r in finals["base"]] == [r["success"] for r in outcomes(2 * seed)]
+    assert naive_regression(finals["base"], finals["noise"])
+    assert f"tests pair the {RUN_TASKS} tasks" in (tmp_path / "out" / "noise" / "compare-base.txt").read_text()
+
+    drop = run("drop", seeded_model(2 * seed + 1, drop=0.4), "--compare-to", "base")
+    assert drop.returncode == EXIT_REGRESSION, drop.stderr
+    assert "significant regression against base" in drop.stderr
+    assert f"Wilcoxon signed-rank over {RUN_TASKS} tasks" in " ".join(drop.stderr.split())

@@ -153,3 +153,19 @@ def test_check_endpoint_needs_dry_run(tmp_path):
                            "--check-endpoint", "--output-dir", str(tmp_path / "out")],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == EXIT_USAGE and "add --dry-run" in done.stderr
+
+
+@pytest.mark.parametrize("provider, says", [
+    ("process", "bubblewrap (bwrap) is not installed"),
+    ("docker", "the docker CLI is not installed"),
+])
+def test_a_run_without_its_provider_exits_2_as_nothing_ran(tmp_path, provider, says):
+    """Not --dry-run: the run itself finds the missing program before its folder opens, so it
+    exits 2 as the preflight would (1 means a run --resume continues, and there is none)."""
+    data = write_tasks(tmp_path / "tasks.jsonl", [shell_task("t0")])
+    done = subprocess.run([sys.executable, "-m", "parallel_rollout.cli", "run", "--mode", "shell", "--data",
+                           str(data), "--provider-name", provider, "--output-dir", str(tmp_path / "out")],
+                          capture_output=True, text=True, timeout=120, env={**os.environ, "PATH": empty_path(tmp_path)})
+    assert done.returncode == EXIT_USAGE, done.stderr
+    assert f"Error: {says}" in done.stderr and "--resume" not in done.stderr
+    assert not (tmp_path / "out").exists()

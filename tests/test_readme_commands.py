@@ -4,7 +4,7 @@ exists already: the suite runs under it), run HumanEval's 164 problems with the 
 a pool of 2 sandboxes, print where its results are and a summary, and exit 0.
 
 The README's other commands that can run here (no internet, no API key) run the same way below:
-``Running``'s resume, config file and sweep lines, the nightly cron line over two nights and on a
+``Running``'s resume, config file, print-config and sweep lines, the nightly cron line over two nights and on a
 locked folder, the report/compare/runs list lines on what those nights left, and the
 ``From Python`` snippet as a script."""
 
@@ -108,6 +108,20 @@ def test_the_config_file_command_takes_the_flags_names(tmp_path):
     assert_exactly_once(tmp_path / "toml", {"a#0", "b#0"})
     summary = json.loads((tmp_path / "toml" / "summary.json").read_text())
     assert (summary["successes"], summary["vm"]["size"], summary["vm"]["per_worker"]) == (2, 4, False)
+
+
+def test_the_print_config_command_shows_the_settings_and_runs_nothing(tmp_path):
+    [line] = readme_lines("Running", "bash", "./dev run --print-config")
+    command = line.split("#", 1)[0]
+    assert command.split() == ["./dev", "run", "--print-config", "--config", "run.toml"]
+    toml = tmp_path / "run.toml"
+    toml.write_text(f'num-vms = 4\nuse-vm-pool = true\nmode = "shell"\noutput-dir = "{tmp_path / "out"}"\n'
+                    f'data = "{ROOT / "benchmarks" / "shell_tasks.jsonl"}"\n')
+    proc = bash(command.replace("run.toml", str(toml)), ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    settings = json.loads(proc.stdout)
+    assert (settings["num_vms"], settings["use_vm_pool"], settings["mode"]) == (4, True, "shell")
+    assert not (tmp_path / "out").exists()
 
 
 def test_the_sweep_command(tmp_path):

@@ -3,8 +3,10 @@
 A math run with the openai agent against the local chat server writes the package, Python
 and dependency versions (math-verify among them: it grades), a schema version and the task
 file's sha256 into config.json and summary.json. Resuming it after the task file changed,
-or with another ``--temperature``, is refused naming the file or the setting; a resume with
-another ``--num-rollouts`` (how fast, not what) goes ahead.
+or with another ``--temperature``, ``--max-tokens``, ``--base-url`` or OPENAI_BASE_URL, is
+refused naming the file or the setting; a resume with another ``--num-rollouts`` (how fast,
+not what) goes ahead. An OSWorld run (its tasks all skipped as unsupported, so no desktop
+boots) is refused another observation type, screen size or index file.
 """
 
 from __future__ import annotations
@@ -37,21 +39,22 @@ def math_run(tmp_path, llm_server):
     data.write_text("".join(json.dumps({"id": f"m{i}", "problem": p, "answer": a}) + "\n"
                             for i, (p, a) in enumerate(PROBLEMS.items())))
     server = llm_server(policy=lookup_solver({p: f"\\boxed{{{a}}}" for p, a in PROBLEMS.items()}))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI_")}
+    # the endpoint as a user often gives it: OPENAI_BASE_URL, which a resume's shell has too
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("OPENAI_")}, "OPENAI_BASE_URL": server.url}
 
-    def cli(*args):
+    def cli(*args, environ=None):
         argv = [sys.executable, "-m", "parallel_rollout.cli", "run", "--output-dir", str(tmp_path / "out"),
                 "--run-id", "r", "--no-progress", *args]
-        return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120)
+        return subprocess.run(argv, capture_output=True, text=True, env={**env, **(environ or {})}, timeout=120)
 
-    first = cli("--mode", "math", "--data", str(data), "--agent", "openai", "--base-url", server.url,
-                "--temperature", "0.2")
+    first = cli("--mode", "math", "--data", str(data), "--agent", "openai", "--temperature", "0.2")
     assert first.returncode == 0, first.stderr
+    cli.url = server.url
     return tmp_path / "out" / "r", data, cli
 
 
 def test_config_and_summary_record_versions_schema_and_data_hash(math_run):
-    run_dir, data, _ = math_run
+    run_dir, data, cli = math_run
     expected_hash = hashlib.sha256(data.read_bytes()).hexdigest()
     for name in ("config.json", "summary.json"):
         doc = json.loads((run_dir / name).read_text())
@@ -61,6 +64,7 @@ def test_config_and_summary_record_versions_schema_and_data_hash(math_run):
         for dist in ("openai", "psutil", "click", "math-verify"):  # math-verify: the math mode's grader
             assert made["dependencies"][dist] == metadata.version(dist)
         assert made["data"] == [{"path": str(data), "sha256": expected_hash}]
+        assert made["endpoints"] == [cli.url]  # from OPENAI_BASE_URL: config's base_url is unset
 
 
 def test_resume_refuses_a_changed_task_file_naming_it(math_run):
@@ -80,6 +84,30 @@ def test_resume_refuses_another_temperature_naming_it(math_run):
     assert "other settings for temperature (0.2 then, 0.7 now)" in " ".join(done.stderr.split())
 
 
+@pytest.mark.parametrize("args, environ, says", [
+    (["--max-tokens", "64"], {}, "max_tokens (unset then, 64 now)"),
+    (["--base-url", "http://127.0.0.1:9/v1"], {}, "'http://127.0.0.1:9/v1' now"),
+    # the run was made with OPENAI_BASE_URL: another one in the resume's environment
+    ([], {"OPENAI_BASE_URL": "http://127.0.0.1:9/v1"}, "from --base-url else OPENAI_BASE_URL"),
+    # and none at all would send the rest to OpenAI's API
+    ([], {"OPENAI_BASE_URL": "", "OPENAI_API_KEY": "sk-test"}, "'https://api.openai.com/v1' now"),
+])
+def test_resume_refuses_another_model_setting_naming_it(math_run, args, environ, says):
+    run_dir, _, cli = math_run
+    before = (run_dir / "results.jsonl").read_bytes()
+    done = cli("--resume", *args, environ=environ)
+    assert done.returncode == EXIT_USAGE, done.stderr
+    said = " ".join(done.stderr.split())
+    assert "cannot resume r: the run was made with other settings for" in said and says in said, said
+    assert (run_dir / "results.jsonl").read_bytes() == before
+
+
+def test_resume_naming_the_same_endpoint_by_the_flag_goes_ahead(math_run):
+    run_dir, _, cli = math_run
+    done = cli("--resume", "--base-url", cli.url, environ={"OPENAI_BASE_URL": ""})
+    assert done.returncode == 0, done.stderr
+
+
 def test_resume_with_another_num_rollouts_goes_ahead(math_run):
     run_dir, _, cli = math_run
     done = cli("--resume", "--num-rollouts", "2")
@@ -96,3 +124,51 @@ def test_every_setting_is_classified_once():
     for name in ("temperature", "max_tokens", "base_url", "observation_type", "screen_width", "screen_height",
                  "osworld_index", "sampling", "extra_body"):
         assert name in RESULT_FIELDS
+
+
+def osworld_run(tmp_path):
+    """(cli, folder) after a finished OSWorld run whose two tasks use a metric no version has:
+    with --skip-unsupported each gets a final 'unsupported' record and no desktop boots."""
+    from test_osworld_taskset import osworld_folder
+
+    lacking = {"func": "no_such_metric", "result": {"type": "vm_file", "path": "/tmp/x", "dest": "x"}}
+    folder = osworld_folder(tmp_path / "set", {
+        "a": {"domain": "os", "instruction": "a", "config": [], "evaluator": lacking},
+        "b": {"domain": "os", "instruction": "b", "config": [], "evaluator": lacking}})
+    (folder / "evaluation_examples" / "test_small.json").write_text(json.dumps({"os": ["a"]}))
+
+    def cli(*args):
+        argv = [sys.executable, "-m", "parallel_rollout", "run", "--output-dir", str(tmp_path / "out"),
+                "--run-id", "o", "--no-progress", *args]
+        return subprocess.run(argv, capture_output=True, text=True, timeout=120)
+
+    # OSWorld's own spellings, as its users' scripts have them
+    first = cli("--mode", "osworld", "--test_config_base_dir", str(folder), "--skip-unsupported",
+                "--observation_type", "screenshot", "--screen_width", "1920", "--screen_height", "1080")
+    assert first.returncode == 0, first.stderr
+    assert "2/2 samples finished" in first.stdout
+    return cli, folder
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--observation_type", "a11y_tree"], "observation_type ('screenshot' then, 'a11y_tree' now)"),
+    (["--screen-width", "1280"], "screen_width (1920 then, 1280 now)"),
+    (["--screen_height", "720"], "screen_height (1080 then, 720 now)"),
+    (["--osworld-index", "test_small.json"], "osworld_index ('test_all.json' then, 'test_small.json' now)"),
+])
+def test_osworld_resume_refuses_another_observation_screen_or_index(tmp_path, args, says):
+    cli, _ = osworld_run(tmp_path)
+    done = cli("--resume", *args)
+    assert done.returncode == EXIT_USAGE, done.stderr
+    assert says in " ".join(done.stderr.split()), done.stderr
+    assert cli("--resume").returncode == 0  # the same settings go ahead
+
+
+def test_osworld_resume_refuses_a_changed_task_folder(tmp_path):
+    cli, folder = osworld_run(tmp_path)
+    task = folder / "evaluation_examples" / "examples" / "os" / "b.json"
+    task.write_text(task.read_text().replace('"instruction": "b"', '"instruction": "b, but other"'))
+    done = cli("--resume")
+    assert done.returncode == EXIT_USAGE
+    assert f"the task folder {folder} changed since the run started" in \
+        " ".join(done.stderr.split()), done.stderr

@@ -15,8 +15,8 @@ from click.core import ParameterSource
 
 from .config import RunConfig, build_config
 from .errors import ConfigError, ProviderUnavailable, RunLocked, VMError
-from .cli_options import ENV_PREFIX, LazyHelpOption, RegistryOption, RunCommand, dataset_help
-from .exit_codes import EXIT_LOCKED, EXIT_USAGE
+from .cli_options import ENV_PREFIX, LazyHelpOption, RegistryOption, RunCommand, dataset_help, help_sections
+from .exit_codes import EXIT_ABORTED, EXIT_LOCKED, EXIT_USAGE
 from .logs import console_logging
 
 _D = RunConfig()
@@ -43,10 +43,10 @@ class _DefaultRunGroup(click.Group):
         super().format_help(ctx, formatter)
         run_cmd = self.commands["run"]
         with click.Context(run_cmd, info_name="run", parent=ctx) as run_ctx:
-            records = [rec for param in run_cmd.get_params(run_ctx)
-                       if (rec := param.get_help_record(run_ctx)) is not None]
-        with formatter.section("Options of run (the default command)"):
-            formatter.write_dl(records)
+            sections = help_sections(run_ctx, run_cmd)
+        for heading, records in sections:
+            with formatter.section(f"{heading} (run, the default command)"):
+                formatter.write_dl(records)
 
     def shell_complete(self, ctx: click.Context, incomplete: str) -> list[Any]:
         """Commands and the group's options, and run's options too: ``parallel-rollout
@@ -76,8 +76,8 @@ def main() -> None:
 @click.option("--data", type=click.Path(), cls=LazyHelpOption, help_builder=dataset_help(
               "Task file: a JSON list or JSONL (optionally .gz), an OSWorld folder (or its "
               "evaluation_examples/), or a named dataset: {names}."))
-@click.option("--num-rollouts", type=int, default=_D.num_rollouts, show_default=True,
-              help="N: worker processes running rollouts.")
+@click.option("--num-rollouts", "--num-workers", type=int, default=_D.num_rollouts, show_default=True,
+              help="N: worker processes running rollouts (not samples per task: that is --group-size).")
 @click.option("--num-vms", type=int, default=_D.num_vms, show_default=True,
               help="M: VMs in the shared pool (needs --use-vm-pool).")
 @click.option("--use-vm-pool", is_flag=True,
@@ -131,6 +131,9 @@ def main() -> None:
                    "domain the tasks, the runnable ones and the unsupported features), the agent's settings "
                    "(the key), the provider's prerequisites (bwrap; docker's daemon and image; QEMU and its "
                    "image) and free disk; exit 2 naming each thing missing.")
+@click.option("--print-config", is_flag=True,
+              help="Print the resolved settings as JSON (defaults, then --config, then PARALLEL_ROLLOUT_* "
+                   "variables, then flags; with --resume, the run's stored ones) and exit; nothing runs.")
 @click.option("--check-endpoint", is_flag=True,
               help="With --dry-run: also ask the model endpoint for its models (GET /models, 5 s timeout).")
 @click.option("--record", is_flag=True, help="Keep a recording.mp4 of each osworld attempt.")
@@ -180,9 +183,9 @@ def main() -> None:
               help="TOML file whose keys are these flags' names; flags given here win.")
 @click.option("--fail-under", type=float,
               help="Exit 3 when the finished run's success rate is below this fraction (0.8 means 80%).")
-@click.option("--compare-to", help="Exit 4 when the run is significantly worse (McNemar exact, p < 0.05; by task "
-              "with --group-size > 1) than "
-              "this earlier run of --output-dir.")
+@click.option("--compare-to", help="Exit 4 when the run is significantly worse than this earlier run of "
+              "--output-dir (McNemar exact, p < 0.05; with --group-size > 1 the Wilcoxon signed-rank test "
+              "over tasks).")
 @click.option("--junit-xml", type=click.Path(dir_okay=False),
               help="Write JUnit XML here: one test case per sample, for CI.")
 @click.option("--backend", type=click.Choice(["local", "ray"]), default=_D.backend, show_default=True,
@@ -197,13 +200,14 @@ def main() -> None:
 @click.option("-q", "--quiet", count=True,
               help="Less on the console: -q warnings and errors only, -qq errors only (run.log keeps INFO).")
 @click.pass_context
-def run(ctx: click.Context, config_file: str | None, dry_run: bool, check_endpoint: bool, verbose: int,
-        quiet: int, **flags: Any) -> None:
+def run(ctx: click.Context, config_file: str | None, dry_run: bool, print_config: bool, check_endpoint: bool,
+        verbose: int, quiet: int, **flags: Any) -> None:
     """Run every task of --data as rollouts and write results/<run-id>/.
 
     \b
     Exit codes: 0 finished, 1 aborted (pool exhausted, manager died; --resume continues),
-    2 bad usage, 3 below --fail-under, 4 significant regression against --compare-to,
+    2 bad usage or a missing prerequisite (nothing ran), 3 below --fail-under,
+    4 significant regression against --compare-to,
     75 another run holds the folder's lock (retry later), 130 interrupted.
     """
     from .runner import Runner
@@ -213,10 +217,16 @@ def run(ctx: click.Context, config_file: str | None, dry_run: bool, check_endpoi
         if ctx.get_parameter_source(name) in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
     }
     console_logging(verbose - quiet)
+    runner = None
     try:
         config = build_config(explicit, config_file)
         if check_endpoint and not dry_run:
             raise ConfigError("--check-endpoint is part of the preflight: add --dry-run")
+        if print_config:
+            import json
+
+            click.echo(json.dumps(config.to_json(), indent=2))
+            return
         if dry_run:
             from .preflight import preflight
 
@@ -228,9 +238,13 @@ def run(ctx: click.Context, config_file: str | None, dry_run: bool, check_endpoi
                 click.echo(found.problem_report(), err=True)
                 sys.exit(EXIT_USAGE)
             return
-        outcome = Runner(config).run()
+        runner = Runner(config)
+        outcome = runner.run()
     except ProviderUnavailable as exc:
-        raise click.ClickException(str(exc)) from None
+        # a missing bwrap, daemon or image found before the run folder opened: nothing ran,
+        # as a --dry-run would have said (2); later, a run left to --resume (1)
+        click.echo(f"Error: {exc}", err=True)
+        sys.exit(EXIT_ABORTED if runner is not None and runner.started else EXIT_USAGE)
     except RunLocked as exc:
         # not a usage error: the same command succeeds once the other run is done
         click.echo(f"Error: {exc}", err=True)

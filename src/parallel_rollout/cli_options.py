@@ -8,7 +8,9 @@ flags from ``PARALLEL_ROLLOUT_<FLAG>`` environment variables, and OSWorld's spel
 * ``RunCommand`` is ``run``: its flags come from the environment too
   (``PARALLEL_ROLLOUT_NUM_VMS=4``; the context's ``auto_envvar_prefix``), a bad value in a
   variable is reported with the variable's name, and OSWorld's ``run.py`` spellings
-  (``--path_to_vm`` …) are read as this CLI's flags (``cli_aliases``) before parsing.
+  (``--path_to_vm`` …) are read as this CLI's flags (``cli_aliases``) before parsing. Its
+  help shows the flags in sections (``HELP_SECTIONS``: what to run, the agent, workers and
+  VMs, the desktop, the run folder and gates …), not one list of sixty.
 """
 
 from __future__ import annotations
@@ -49,6 +51,40 @@ BUILTIN_NOTES = {
         "virtualbox": "VBoxManage with --path-to-vm and --snapshot-name",
     },
 }
+
+
+#: run's help, in sections: each flag (its parameter name) under one heading, both in this order
+HELP_SECTIONS: dict[str, tuple[str, ...]] = {
+    "What to run": ("mode", "data", "limit", "group_size", "max_turns", "task_timeout", "skip_unsupported",
+                    "rag_metric", "config_file", "print_config", "dry_run", "check_endpoint"),
+    "Agent and model": ("agent", "agent_cmd", "model", "base_url", "temperature", "max_tokens", "sampling",
+                        "tool_calls", "session_header", "server_cooldown"),
+    "Workers and VMs": ("num_rollouts", "envs_per_worker", "max_concurrent_rollouts", "num_vms", "use_vm_pool",
+                        "provider_name", "snapshot_name", "path_to_vm", "vm_address", "reset_command",
+                        "verify_reset", "spare_vms", "headless", "vm_memory_mb", "vm_max_processes",
+                        "max_retries"),
+    "Desktop (osworld)": ("observation_type", "action_space", "screen_width", "screen_height", "client_password",
+                          "sleep_after_execution", "domain", "osworld_index", "record"),
+    "Run folder, resume and gates": ("output_dir", "run_id", "resume", "fail_under", "compare_to", "junit_xml"),
+    "Cluster": ("backend", "ray_address"),
+    "Console": ("progress", "verbose", "quiet", "help"),
+}
+
+
+def help_sections(ctx: click.Context, command: click.Command) -> list[tuple[str, list[tuple[str, str]]]]:
+    """(heading, help records) of ``command``'s parameters by ``HELP_SECTIONS``; a parameter
+    no section names goes under "Other options"."""
+    place = {name: (heading, index) for heading, names in HELP_SECTIONS.items() for index, name in enumerate(names)}
+    grouped: dict[str, list[tuple[int, tuple[str, str]]]] = {h: [] for h in [*HELP_SECTIONS, "Other options"]}
+    help_option = command.get_help_option(ctx)
+    for order, param in enumerate(command.get_params(ctx)):
+        record = param.get_help_record(ctx)
+        if record is not None:
+            name = "help" if param is help_option else param.name or ""  # click names it privately
+            heading, index = place.get(name, ("Other options", len(place) + order))
+            grouped[heading].append((index, record))
+    return [(heading, [record for _, record in sorted(items, key=lambda item: item[0])])
+            for heading, items in grouped.items() if items]
 
 
 def _registry(kind: str) -> Any:
@@ -143,6 +179,12 @@ class RunCommand(click.Command):
                     ctx.get_parameter_source(param.name) is ParameterSource.ENVIRONMENT:
                 exc.message = f"{exc.message} (from the environment variable {env_var_name(ctx, param)})"
             raise
+
+    def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The flags in sections (``HELP_SECTIONS``)."""
+        for heading, records in help_sections(ctx, self):
+            with formatter.section(heading):
+                formatter.write_dl(records)
 
     def format_help(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         """Click's help, then where flags may come from besides the command line."""

@@ -6,7 +6,8 @@ code   meaning
 0      finished: every sample has a final record (and every gate passed)
 1      aborted: the VM pool is exhausted, its manager process died, the disk is full …;
        every finished result is kept, ``--resume`` continues
-2      bad usage: a flag, config file or task file is wrong; nothing ran
+2      bad usage: a flag, config file or task file is wrong, or a provider's prerequisite
+       is missing (bwrap, the docker CLI or daemon, QEMU, a guest image); nothing ran
 3      finished below ``--fail-under``: the success rate is under the threshold
 4      finished with a significant regression against ``--compare-to`` (McNemar exact,
        p < 0.05, or over tasks with groups: report/clustered.py; lower success rate)

@@ -8,12 +8,17 @@
 * the versions of the key dependencies (``KEY_DEPENDENCIES``) and of the mode's own
   (``MODE_DEPENDENCIES``: math-verify grades math, so its upgrade changes grades);
 * the sha256 of each task data file (``--data``: the file, the file behind a named dataset,
-  or for an OSWorld folder every ``.json`` file under it, hashed together).
+  or for an OSWorld folder every ``.json`` file under it, hashed together);
+* for agents that call a model endpoint, the endpoints requests go to (``endpoints``):
+  ``--base-url`` when given, else OPENAI_BASE_URL, else OpenAI's. The flag alone cannot say,
+  since a run made with OPENAI_BASE_URL stores ``base_url`` unset.
 
 ``check_resume(stored, config, provenance)`` is the resume's gate: a run may only be continued
 with the same result-changing settings (``config.RESULT_FIELDS``; the settings that do not
 change results are ``config.RUN_ONLY_FIELDS``) and the same task data. It raises ConfigError
-naming each changed setting and each changed file. A folder written before this record
+naming each changed setting and each changed file. Where both runs recorded their endpoints,
+``base_url`` is judged by them: a resume that names the same server by the flag instead of
+OPENAI_BASE_URL goes ahead, one whose OPENAI_BASE_URL points elsewhere is refused. A folder written before this record
 existed has no hashes: only its settings are compared.
 """
 
@@ -44,18 +49,23 @@ MODE_DEPENDENCIES = {
 _CHUNK = 1 << 20
 
 
-def provenance(cfg: RunConfig, modes: tuple[str, ...] | None = None) -> dict[str, Any]:
-    """The versions and data hashes behind a run of ``cfg`` (its modes default to cfg.mode)."""
+def provenance(cfg: RunConfig, modes: tuple[str, ...] | None = None,
+               endpoints: list[str] | None = None) -> dict[str, Any]:
+    """The versions and data hashes behind a run of ``cfg`` (its modes default to cfg.mode),
+    and the model ``endpoints`` its agent calls (resolved by the caller; None: no model)."""
     names = list(KEY_DEPENDENCIES)
     for mode in modes or (cfg.mode,):
         names += [n for n in MODE_DEPENDENCIES.get(mode, ()) if n not in names]
-    return {
+    made = {
         "schema_version": SCHEMA_VERSION,
         "parallel_rollout": _version("parallel-rollout") or _package_version(),
         "python": platform.python_version(),
         "dependencies": {name: version for name in names if (version := _version(name)) is not None},
         "data": data_hashes(cfg.data) if cfg.data else [],
     }
+    if endpoints is not None:
+        made["endpoints"] = list(endpoints)
+    return made
 
 
 def _version(distribution: str) -> str | None:
@@ -101,17 +111,24 @@ def check_resume(run_id: str, stored: dict[str, Any], cfg: RunConfig, now: dict[
     """ConfigError unless ``cfg`` and the task data ``now`` (a provenance) match the run's
     stored ``config.json`` in everything that changes results."""
     old_config = stored.get("config") or {}
+    old_made = stored.get("provenance") or {}
+    by_endpoint = "endpoints" in old_made and "endpoints" in now
     changed = [f"{name} ({_shown(old_config[name])} then, {_shown(getattr(cfg, name))} now)"
-               for name in RESULT_FIELDS if name in old_config and _normal(old_config[name]) != _normal(getattr(cfg, name))]
+               for name in RESULT_FIELDS if name in old_config and not (by_endpoint and name == "base_url")
+               and _normal(old_config[name]) != _normal(getattr(cfg, name))]
+    if by_endpoint and old_made["endpoints"] != now["endpoints"]:
+        changed.append(f"base_url (the model endpoint, from --base-url else OPENAI_BASE_URL: "
+                       f"{_shown(_one(old_made['endpoints']))} then, {_shown(_one(now['endpoints']))} now)")
     if changed:
         raise ConfigError(f"cannot resume {run_id}: the run was made with other settings for {', '.join(changed)}; "
                           "resume with the same values (or start a new --run-id)")
-    old_data = {d.get("path"): d.get("sha256") for d in (stored.get("provenance") or {}).get("data", [])}
+    old_data = {d.get("path"): d.get("sha256") for d in old_made.get("data", [])}
     for entry in now.get("data", []):
         before = old_data.get(entry["path"])
         if before is not None and before != entry["sha256"]:
+            what = "the task folder" if "files" in entry else "the task file"
             raise ConfigError(
-                f"cannot resume {run_id}: the task file {entry['path']} changed since the run started "
+                f"cannot resume {run_id}: {what} {entry['path']} changed since the run started "
                 f"(sha256 {before[:12]}… then, {entry['sha256'][:12]}… now); its finished samples would "
                 "mix with tasks they were not run on: restore the file or start a new --run-id")
 
@@ -119,6 +136,11 @@ def check_resume(run_id: str, stored: dict[str, Any], cfg: RunConfig, now: dict[
 def _normal(value: Any) -> Any:
     """A setting as config.json holds it (tuples are lists there)."""
     return list(value) if isinstance(value, tuple) else value
+
+
+def _one(urls: list[str]) -> Any:
+    """One endpoint as its URL, several as their list."""
+    return urls[0] if len(urls) == 1 else urls
 
 
 def _shown(value: Any) -> str:

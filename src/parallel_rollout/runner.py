@@ -71,6 +71,8 @@ class Runner:
         self.run_id = config.run_id or default_run_id(config.mode)
         self.run_dir = Path(config.output_dir) / self.run_id
         self.engine: Engine | None = None
+        #: whether the run folder was opened (before it, an error means nothing ran)
+        self.started = False
         self._interrupted: int | None = None
         self._finished_keys: set[str] = set()
         self._successes = 0
@@ -178,7 +180,7 @@ class Runner:
                     f"{self.run_dir} already holds results; add --resume to continue that run "
                     "or pick a new --run-id"
                 )
-            self._provenance = provenance(cfg)
+            self._provenance = provenance(cfg, endpoints=self._endpoints())
             if has_results and config_path.exists():
                 check_resume(self.run_id, json.loads(config_path.read_text()), cfg, self._provenance)
             # Written aside and renamed: a kill mid-write must not leave a config.json that
@@ -195,6 +197,15 @@ class Runner:
         (self.run_dir / "trajectories").mkdir(exist_ok=True)
         return lock
 
+    def _endpoints(self) -> list[str] | None:
+        """Where the agent's model requests go (--base-url, else OPENAI_BASE_URL, else
+        OpenAI's), when it is an agent that takes --base-url; None otherwise."""
+        if "base_url" not in self.agent_cls.options:
+            return None
+        from .agents.openai_request import resolve_base_urls
+
+        return resolve_base_urls(self.config.base_url)
+
     def _setup_logging(self) -> logging.Handler:
         # every process's records reach this handler (logs.py)
         return run_log_handler(self.run_dir / "run.log")
@@ -206,6 +217,7 @@ class Runner:
         samples = self.prepare()
         total = len(samples) + len(self._skipped)
         lock = self._open_run_dir()
+        self.started = True
         handler = self._setup_logging()
         self._started_at = time.time()
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
