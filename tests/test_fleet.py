@@ -176,6 +176,10 @@ def test_the_pool_takes_the_least_loaded_and_skips_a_cooling_server():
     pool.fail("b")
     assert not pool.available("a") and pool.acquire() == "a"
     assert pool.acquire(avoid="a") == "b"  # every other server cools: the first back is used
+    # a tie starts at the loop's own turn in the list: one-loop workers 0..3 alternate
+    assert [ServerPool(["a", "b"]).acquire(turn=loop) for loop in range(4)] == ["a", "b", "a", "b"]
+    three = ServerPool(["a", "b", "c"])
+    assert [three.acquire(turn=2) for _ in range(3)] == ["c", "a", "b"]
 
 
 def _echo(body):
@@ -259,6 +263,34 @@ def test_cli_two_servers_spread_trajectories_evenly(tmp_path, servers, monkeypat
     assert not sessions[a.url] & sessions[b.url]
     assert len(sessions[a.url]) + len(sessions[b.url]) == 30
     assert abs(len(sessions[a.url]) - len(sessions[b.url])) <= 10, {u: len(s) for u, s in sessions.items()}
+
+
+@pytest.mark.parametrize("workers", [2, 4])
+def test_cli_two_servers_share_out_workers_of_one_env_loop_each(tmp_path, servers, monkeypatch, workers):
+    """The default of one env loop per worker: each worker process balances on its own, so
+    without a per-worker tie-break every worker would send every trajectory to the first
+    server and leave the second idle."""
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    a, b = servers(lake_tool_solver, 2)
+    run_cli("--mode", "gym", "--data", "frozenlake", "--agent", "openai", "--base-url", a.url,
+            "--base-url", b.url, "--tool-calls", "--num-rollouts", str(workers),
+            "--output-dir", str(tmp_path), "--run-id", "one-loop")
+    sessions = {server.url: {r["headers"]["x-session-id"] for r in server.requests} for server in (a, b)}
+    assert not sessions[a.url] & sessions[b.url]
+    assert len(sessions[a.url]) + len(sessions[b.url]) == 30
+    # half the workers on each server, each keeping to its own
+    records = results(tmp_path / "one-loop")
+    used = defaultdict(set)
+    for record in records:
+        used[record["worker"]].add(record["usage"]["server"])
+    assert sorted(len(urls) for urls in used.values()) == [1] * workers, dict(used)
+    assert Counter(next(iter(urls)) for urls in used.values()) == {a.url: workers // 2, b.url: workers // 2}
+    # the load (trajectories in flight, over time: the sum of their durations) is even;
+    # counts of trajectories are not a measure, an 8x8 lake takes many 4x4 ones' time
+    load = Counter()
+    for record in records:
+        load[record["usage"]["server"]] += record["duration_s"]
+    assert min(load.values()) >= 0.6 * max(load.values()), dict(load)
 
 
 # -- sampling per attempt ---------------------------------------------------------------------

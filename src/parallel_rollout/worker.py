@@ -152,7 +152,8 @@ class RolloutWorker:
         try:
             self._check_cancelled(item)
             env, agent = parts.env(task.mode), parts.agent()
-            agent.begin_attempt(AttemptInfo(item.key, item.attempt, dict(item.sampling)))
+            agent.begin_attempt(AttemptInfo(item.key, item.attempt, dict(item.sampling),
+                                            loop=self._loop_index(slot)))
             with self._agents_lock:
                 self._agents[(item.key, item.attempt)] = agent
             self._check_cancelled(item)  # a cancel that came before the agent was known
@@ -180,6 +181,13 @@ class RolloutWorker:
             trajectory.close()
         record["usage"] = _safe_usage(agent) if agent is not None else {}
         return _serializable(records.finish(record))
+
+    def _loop_index(self, slot: int) -> int:
+        """The env loop's index in the run: worker index × envs_per_worker + slot (both
+        backends name a worker ``w<index>``; another name counts as worker 0)."""
+        digits = self.worker_id[1:]
+        index = int(digits) if digits.isdigit() else 0
+        return index * self.config.envs_per_worker + slot
 
     def _owner(self, slot: int) -> str:
         # Private VMs are bound to a worker index, which survives a respawn of the worker.

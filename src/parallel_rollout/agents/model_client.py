@@ -150,7 +150,8 @@ class ModelClient:
         self._turn = {}
         self.wire.reset()
         # the least-loaded server keeps every request of this attempt (its prefix cache)
-        self._route.start(info.session_id if info else f"{label}-{uuid.uuid4().hex[:12]}")
+        self._route.start(info.session_id if info else f"{label}-{uuid.uuid4().hex[:12]}",
+                          info.loop if info else 0)
         self._use_server(self._route.url)
         self._cancelled = False
 
