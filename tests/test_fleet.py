@@ -79,6 +79,64 @@ def test_tool_calls_become_the_modes_actions(mode, call, action):
     assert call[0]["function"]["name"] in {t["function"]["name"] for t in tools.tools_for(mode)}
 
 
+#: an argument a model would send, by the parameter's name (else by its JSON type)
+_SAMPLE_ARGUMENTS = {"command": "ls", "code": "def f():\n    return 1", "query": "eiffel", "text": "Paris",
+                     "key": "enter", "keys": ["ctrl", "c"], "button": "left", "ref": 3, "option": "Peru",
+                     "direction": "Down", "x": 10, "y": 20, "dx": 0, "dy": 3, "k": 2, "num_clicks": 2}
+
+
+def _env_takes(mode: str, action) -> object:
+    """What the mode's own action parser makes of ``action`` (raising when it refuses it)."""
+    from parallel_rollout.envs import gym
+    from parallel_rollout.envs.osworld import actions as osworld_actions
+    from parallel_rollout.envs.py import extract_code
+    from parallel_rollout.envs.web.actions import parse_action
+
+    if mode == "web":
+        return parse_action(action)
+    if mode == "osworld":
+        return osworld_actions.special(action) or osworld_actions.computer13_to_code(action)
+    if mode == "gym":
+        move = gym.parse_action(action)
+        assert move is not None, action
+        return move
+    if mode == "py":
+        return extract_code(action)
+    if mode == "shell":
+        assert action == "DONE" or isinstance(action["command"], str), action
+        return action
+    assert mode == "rag" and (isinstance(action.get("search"), str) or isinstance(action.get("answer"), str))
+    return action
+
+
+@pytest.mark.parametrize("mode, names", [
+    ("shell", ["run", "done"]), ("py", ["submit"]), ("rag", ["search", "answer"]),
+    ("web", ["click", "type", "press", "scroll", "select", "done"]),
+    ("osworld", ["move_to", "click", "mouse_down", "mouse_up", "right_click", "double_click", "drag_to",
+                 "scroll", "typing", "press", "key_down", "key_up", "hotkey", "wait", "fail", "done"]),
+    ("gym", ["move"]),
+])
+def test_every_tool_of_a_mode_is_an_action_its_env_takes(mode, names):
+    """Each mode offers its actions as tools (osworld: computer_13's 16 action types), and a
+    call of any of them with every parameter it declares is an action the mode's own parser
+    accepts: a tool whose parameters drifted from the env's names fails here."""
+    offered = tools.tools_for(mode)
+    assert [t["function"]["name"] for t in offered] == names
+    for tool in offered:
+        function = tool["function"]
+        params = function["parameters"]
+        assert set(params["required"]) <= set(params["properties"]), function["name"]
+        args = {name: _SAMPLE_ARGUMENTS[name] for name in params["properties"]}
+        action = tools.action_of(mode, _call(function["name"], **args))
+        assert not (isinstance(action, str) and action.startswith(("unknown tool", "tool "))), action
+        _env_takes(mode, action)
+        if params["required"]:  # the required ones alone do too
+            _env_takes(mode, tools.action_of(mode, _call(function["name"], **{
+                name: _SAMPLE_ARGUMENTS[name] for name in params["required"]})))
+    with pytest.raises(Exception, match="mode 'math' has no tools"):
+        tools.tools_for("math")
+
+
 def test_a_bad_tool_call_is_told_to_the_model_not_run():
     assert "unknown tool 'rm'" in tools.action_of("shell", _call("rm"))
     bad = [{"id": "c", "function": {"name": "run", "arguments": "{not json"}}]
