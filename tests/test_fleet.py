@@ -300,7 +300,9 @@ def test_cli_two_servers_balance_and_one_stopped_mid_run_moves_its_trajectories(
     moves = [m for r in records for m in r["usage"].get("server_moves", [])]
     assert moves and all(m["from"] == b.url and m["to"] == a.url for m in moves)
     moved = {f"{r['key']}@{r['attempt']}" for r in records if r["usage"].get("server_moves")}
-    assert all(len(urls) == 2 for s, urls in sessions.items() if s in moved)
+    # a moved trajectory ends on a; b's log may lack it: a request b hung up on as it stopped,
+    # or one refused by the stopped b (a worker that had not yet seen b fail), is not logged
+    assert all(a.url in urls for s, urls in sessions.items() if s in moved)
     assert all(len(urls) == 1 for s, urls in sessions.items() if s not in moved)
     # the moves are in the turn records too
     turns = [json.loads(line) for r in records if r["usage"].get("server_moves")
