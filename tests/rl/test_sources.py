@@ -106,3 +106,74 @@ def test_batch_partition_gives_half_and_half_batches(tmp_path, schedulers):
             train.sibling(EnvManagerConfig(group_size=2, tags=["fast", "slow"], task_sets=sets), batch_partition=[1])
     finally:
         server.stop()
+
+
+class _Curriculum:
+    """A trainer's own TaskSource: each tag's tasks easiest first (by id, reversed here),
+    round and round; its position is the one number it saves."""
+
+    def __init__(self, tasks: dict[str, list]) -> None:
+        self.order = {tag: sorted(items, key=lambda t: t.id, reverse=True) for tag, items in tasks.items()}
+        self.drawn = 0
+        self.asked: list[str] = []
+
+    def next_task(self, tag):
+        self.asked.append(tag)
+        task = self.order[tag][self.drawn % len(self.order[tag])]
+        self.drawn += 1
+        return task
+
+    def state_dict(self):
+        return {"drawn": self.drawn}
+
+    def load_state_dict(self, state):
+        self.drawn = state["drawn"]
+
+
+def test_a_trainers_task_source_decides_and_resumes(tmp_path, schedulers):
+    from parallel_rollout.rl.config import load_tasks_of
+
+    server = LLMServer(policy=lambda body: RIGHT).start()
+    try:
+        sets = _lakes(tmp_path, "lakes", 5)
+        tasks = {"lakes": load_tasks_of("lakes", sets["lakes"])}
+        config = EnvManagerConfig(group_size=2, tags=["lakes"], task_sets=sets)
+        source = _Curriculum(tasks)
+        train = schedulers(rl_config(tmp_path, server, num_rollouts=1), config, task_source=source)
+        ids = [[t.task_id for t in train.get_batch(batch_size=4, step=step)] for step in range(3)]
+        assert ids == [["lakes4"] * 2 + ["lakes3"] * 2, ["lakes2"] * 2 + ["lakes1"] * 2,
+                       ["lakes0"] * 2 + ["lakes4"] * 2]
+        assert source.asked == ["lakes"] * 6  # nothing else chose a task
+        state = json.loads(json.dumps(train.state_dict()))
+        assert state["source"] == {"drawn": 6}
+        train.close()
+        again = _Curriculum(tasks)
+        resumed = schedulers(rl_config(tmp_path, server, num_rollouts=1, run_id="again"), config, task_source=again)
+        resumed.load_state_dict(state)
+        assert again.drawn == 6
+        assert [t.task_id for t in resumed.get_batch(batch_size=4, step=3)] == ["lakes3"] * 2 + ["lakes2"] * 2
+    finally:
+        server.stop()
+
+
+def test_a_restarted_scheduler_running_ahead_gets_the_same_next_tasks(tmp_path, schedulers):
+    """With async_generation_ratio=1 the groups of the next step are running when the state
+    is taken: the restarted scheduler starts them again first (same tasks, seeds, episodes)."""
+    server = LLMServer(policy=lambda body: RIGHT).start()
+    try:
+        config = EnvManagerConfig(group_size=2, tags=["lakes"], task_sets=_lakes(tmp_path, "lakes", 7))
+        first = schedulers(rl_config(tmp_path, server, num_rollouts=1), config, seed=5, async_generation_ratio=1)
+        batches = []
+        for step in range(6):
+            batches.append([(t.task_id, t.seed, t.group_id) for t in first.get_batch(batch_size=4, step=step)])
+            if step == 3:
+                state = json.loads(json.dumps(first.state_dict()))
+        first.close()
+        assert len(state["unreturned"]) >= 2, state  # step 4's groups were under way
+        second = schedulers(rl_config(tmp_path, server, num_rollouts=1, run_id="restarted"), config, seed=5,
+                            async_generation_ratio=1)
+        second.load_state_dict(state)
+        resumed = [[(t.task_id, t.seed) for t in second.get_batch(batch_size=4, step=step)] for step in (4, 5)]
+        assert resumed == [[(tid, seed) for tid, seed, _ in batch] for batch in batches[4:]], (batches, resumed)
+    finally:
+        server.stop()
