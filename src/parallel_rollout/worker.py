@@ -195,7 +195,8 @@ class RolloutWorker:
 
     def _episode(self, env: Env, agent: Agent, parts: "LoopParts", item: Assignment, vm: Any,
                  record: dict[str, Any], trajectory: TrajectoryFile) -> None:
-        observation = env.reset(item.task, vm)
+        record["env_s"] = 0.0  # the env's own time: its reset, steps and grading (metrics)
+        observation = _env_call(record, env.reset, item.task, vm)
         run_maybe_async(agent.reset(item.task), parts.event_loop)  # an async agent's on its loop
         done = False
         max_turns = self.config.max_turns
@@ -211,7 +212,7 @@ class RolloutWorker:
                     trajectory.write({"turn": turn, "action": None, "done": True, **cut.turn})
                 raise
             with _task_breaks_vm("action"):
-                step = env.step(action)
+                step = _env_call(record, env.step, action)
             record["turns"] = turn
             trajectory.write({"turn": turn, "action": action, "observation": step.observation,
                               "done": step.done, "info": step.info, **agent.turn_record()})
@@ -220,7 +221,7 @@ class RolloutWorker:
                 done = True
                 break
         with _task_breaks_vm("grading"):  # what the answer left running may break it too
-            reward, details = env.evaluate()
+            reward, details = _env_call(record, env.evaluate)
         record["reward"] = float(reward)
         # An env whose reward is not a 0-1 score (Sokoban's return) says success itself.
         record["success"] = bool(details.get("success", reward >= 1.0))
@@ -229,6 +230,15 @@ class RolloutWorker:
             record["status"] = "success"
         else:
             record["status"] = "failure" if done else env.turn_limit_status
+
+
+def _env_call(record: dict[str, Any], call: Callable[..., Any], *args: Any) -> Any:
+    """``call(*args)``, its time added to the record's ``env_s`` (failed calls too)."""
+    started = time.monotonic()
+    try:
+        return call(*args)
+    finally:
+        record["env_s"] = round(record["env_s"] + time.monotonic() - started, 4)
 
 
 @contextmanager

@@ -376,6 +376,8 @@ class ModelClient:
             kept = whole.oldest
         finally:
             self._abortable = None
+            # every request's time, an aborted one's too: the turn's model time (metrics)
+            self._turn["model_s"] = round(self._turn.get("model_s", 0.0) + time.time() - started, 4)
             try:
                 self._gate.end(kept)
             except ConnectionError:

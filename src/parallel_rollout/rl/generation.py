@@ -147,6 +147,7 @@ class GroupGeneration:
             all_mode = group.purpose == "all"
             if trajectory.failed and not all_mode:
                 self._stats["members_failed"] += 1
+                self._stats[f"failed_{trajectory.status}"] += 1  # by reason: error, task_timeout …
                 self._budget.member_failed(record)
                 group.failed.append(trajectory)
                 if len(group.done) + len(group.running) < group.size:
