@@ -14,14 +14,22 @@ from parallel_rollout.rl.metrics import log_metrics
 from rl_support import TINY, lake_set, rl_config
 
 
-class _Writer:
-    """What TensorBoard's SummaryWriter offers a logger: add_scalar."""
+def _scalars(folder) -> list[tuple[str, float, int]]:
+    """(tag, value, step) of every scalar in a TensorBoard event file (TFRecord framing:
+    length, its CRC, the Event, the Event's CRC)."""
+    import struct
 
-    def __init__(self):
-        self.scalars = []
+    from tensorboardX.proto import event_pb2
 
-    def add_scalar(self, name, value, step):
-        self.scalars.append((name, value, step))
+    (path,) = list(folder.glob("events.out.tfevents.*"))
+    data, at, out = path.read_bytes(), 0, []
+    while at < len(data):
+        (length,) = struct.unpack("<Q", data[at:at + 8])
+        event = event_pb2.Event()
+        event.ParseFromString(data[at + 12:at + 12 + length])
+        at += 12 + length + 4
+        out += [(value.tag, value.simple_value, event.step) for value in event.summary.value]
+    return out
 
 
 def test_metrics_of_a_batch(tmp_path, table, schedulers):
@@ -58,9 +66,14 @@ def test_metrics_of_a_batch(tmp_path, table, schedulers):
     assert metrics.get("staleness/lag_1", 0) == lagged
     assert metrics.get("staleness/lag_0", 0) == 8 - lagged
 
-    writer = _Writer()
+    from tensorboardX import SummaryWriter
+
+    writer = SummaryWriter(str(tmp_path / "tb"))
     log_metrics(metrics, step=1, logger=writer)
-    assert ("batch/trajectories", 8, 1) in writer.scalars and len(writer.scalars) == len(metrics)
+    writer.close()
+    written = _scalars(tmp_path / "tb")
+    assert ("batch/trajectories", 8.0, 1) in written and len(written) == len(metrics)
+    assert {tag: value for tag, value, _ in written} == pytest.approx(metrics, rel=1e-6)  # float32 in the file
     with pytest.raises(TypeError, match="SummaryWriter"):
         log_metrics(metrics, step=1, logger=object())
 
