@@ -205,8 +205,17 @@ def test_cli_openai_agent_plays_frozenlake_through_tools(tmp_path, servers, monk
     plain = [r for r in records if "slippery" not in r["tags"]]
     assert len(records) == 30 and plain
     assert all(r["reward"] == 1.0 for r in plain), [(r["task_id"], r["status"]) for r in plain]
-    first = server.requests[0]["body"]
-    assert [t["function"]["name"] for t in first["tools"]] == ["move"]
+    # every request offered the move tool and every reply was a call of it (no text reply)
+    assert all([t["function"]["name"] for t in r["body"]["tools"]] == ["move"] and r["step"]["tool_calls"]
+               for r in server.requests)
+
+
+def test_cli_help_names_the_fleet_flags():
+    result = CliRunner().invoke(main, ["run", "--help"], terminal_width=200)
+    assert result.exit_code == 0, result.output
+    for flag in ("--tool-calls", "--base-url", "--session-header", "--server-cooldown", "--sampling"):
+        assert flag in result.output, flag
+    assert "Repeat it for several servers" in " ".join(result.output.split())
 
 
 # -- several servers ----------------------------------------------------------------------------
