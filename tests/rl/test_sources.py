@@ -79,10 +79,17 @@ def test_explicit_tasks_run_exactly_and_in_order(tmp_path, schedulers):
         batch = train.get_batch(batch_size=6, step=0, tasks=["lakes3", "lakes0", "lakes3"])
         assert [t.task_id for t in batch] == ["lakes3"] * 2 + ["lakes0"] * 2 + ["lakes3"] * 2
         assert len({t.group_id for t in batch}) == 3
+        # a Task object of the trainer's own, in no tag's file, runs as given
+        from parallel_rollout.tasks import Task
+
+        own = Task(id="mine", mode="gym", payload={"desc": TINY, "max_steps": 3}, seed=9)
+        batch = train.get_batch(batch_size=4, step=1, tasks=[own, "lakes1"])
+        assert [(t.task_id, t.seed) for t in batch] == [("mine", 9)] * 2 + [("lakes1", 1)] * 2
+        assert all(t.success for t in batch[:2])  # two moves right on SFG
         with pytest.raises(ConfigError, match="no task 'nope'"):
-            train.get_batch(batch_size=2, step=1, tasks=["nope"])
+            train.get_batch(batch_size=2, step=2, tasks=["nope"])
         with pytest.raises(ConfigError, match="len\\(tasks\\) x group_size"):
-            train.get_batch(batch_size=2, step=1, tasks=["lakes1", "lakes2"])
+            train.get_batch(batch_size=2, step=2, tasks=["lakes1", "lakes2"])
     finally:
         server.stop()
 
