@@ -10,8 +10,9 @@ from collections import Counter
 import pytest
 
 from llm_server import LLMServer
-from parallel_rollout.errors import ConfigError
+from parallel_rollout.errors import ConfigError, RolloutError
 from parallel_rollout.rl import EnvManagerConfig, TaskSet
+from parallel_rollout.rl.config import load_tasks_of
 from parallel_rollout.rl.sources import ShuffledTasks, quotas
 from rl_support import TINY, lake_set, rl_config
 
@@ -137,14 +138,17 @@ class _Curriculum:
         self.drawn = state["drawn"]
 
 
-def test_a_trainers_task_source_decides_and_resumes(tmp_path, schedulers):
-    from parallel_rollout.rl.config import load_tasks_of
+def _own_source_setup(tmp_path, count):
+    """(the tag's tasks by tag, the EnvManagerConfig) of ``count`` lakes for a source of the trainer's."""
+    sets = _lakes(tmp_path, "lakes", count)
+    return {"lakes": load_tasks_of("lakes", sets["lakes"])}, EnvManagerConfig(group_size=2, tags=["lakes"],
+                                                                               task_sets=sets)
 
+
+def test_a_trainers_task_source_decides_and_resumes(tmp_path, schedulers):
     server = LLMServer(policy=lambda body: RIGHT).start()
     try:
-        sets = _lakes(tmp_path, "lakes", 5)
-        tasks = {"lakes": load_tasks_of("lakes", sets["lakes"])}
-        config = EnvManagerConfig(group_size=2, tags=["lakes"], task_sets=sets)
+        tasks, config = _own_source_setup(tmp_path, 5)
         source = _Curriculum(tasks)
         train = schedulers(rl_config(tmp_path, server, num_rollouts=1), config, task_source=source)
         ids = [[t.task_id for t in train.get_batch(batch_size=4, step=step)] for step in range(3)]
@@ -182,5 +186,42 @@ def test_a_restarted_scheduler_running_ahead_gets_the_same_next_tasks(tmp_path, 
         second.load_state_dict(state)
         resumed = [[(t.task_id, t.seed) for t in second.get_batch(batch_size=4, step=step)] for step in (4, 5)]
         assert resumed == [[(tid, seed) for tid, seed, _ in batch] for batch in batches[4:]], (batches, resumed)
+    finally:
+        server.stop()
+
+
+class _Finite(_Curriculum):
+    """A curriculum that runs dry: its third task is an error of the trainer's."""
+
+    def next_task(self, tag):
+        if self.drawn == 2:
+            raise LookupError("the curriculum has no more tasks")
+        return super().next_task(tag)
+
+
+class _Ids(_Finite):
+    """A source that answers task ids, and at last something that is no task."""
+
+    def next_task(self, tag):
+        self.drawn += 1
+        return {1: "lakes1", 2: "lakes0"}.get(self.drawn, {"id": "lakes2"})
+
+
+def test_a_task_source_that_fails_or_answers_no_task_fails_get_batch(tmp_path, schedulers):
+    server = LLMServer(policy=lambda body: RIGHT).start()
+    try:
+        tasks, config = _own_source_setup(tmp_path, 3)
+        finite = schedulers(rl_config(tmp_path, server, num_rollouts=1), config, task_source=_Finite(tasks),
+                            async_generation_ratio=1)
+        assert len(finite.get_batch(batch_size=4, step=0)) == 4
+        started = time.monotonic()
+        with pytest.raises(RolloutError, match="task_source .*_Finite.*next_task\\('lakes'\\).*no more tasks"):
+            finite.get_batch(batch_size=4, step=1, timeout=60)
+        assert time.monotonic() - started < 30
+        finite.close()
+        ids = schedulers(rl_config(tmp_path, server, num_rollouts=1, run_id="ids"), config, task_source=_Ids(tasks))
+        assert [t.task_id for t in ids.get_batch(batch_size=4, step=0)] == ["lakes1"] * 2 + ["lakes0"] * 2
+        with pytest.raises(ConfigError, match="next_task\\('lakes'\\) returned .*'id': 'lakes2'.*a Task or the id"):
+            ids.get_batch(batch_size=2, step=1, timeout=60)
     finally:
         server.stop()
