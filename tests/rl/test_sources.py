@@ -11,7 +11,7 @@ import pytest
 
 from llm_server import LLMServer
 from parallel_rollout.errors import ConfigError, RolloutError
-from parallel_rollout.rl import EnvManagerConfig, TaskSet
+from parallel_rollout.rl import EnvManagerConfig, TaskSet, TaskSource, TaskSourceError
 from parallel_rollout.rl.config import load_tasks_of
 from parallel_rollout.rl.sources import ShuffledTasks, quotas
 from rl_support import TINY, lake_set, rl_config
@@ -116,7 +116,7 @@ def test_batch_partition_gives_half_and_half_batches(tmp_path, schedulers):
         server.stop()
 
 
-class _Curriculum:
+class _Curriculum(TaskSource):
     """A trainer's own TaskSource: each tag's tasks easiest first (by id, reversed here),
     round and round; its position is the one number it saves."""
 
@@ -215,9 +215,11 @@ def test_a_task_source_that_fails_or_answers_no_task_fails_get_batch(tmp_path, s
                             async_generation_ratio=1)
         assert len(finite.get_batch(batch_size=4, step=0)) == 4
         started = time.monotonic()
-        with pytest.raises(RolloutError, match="task_source .*_Finite.*next_task\\('lakes'\\).*no more tasks"):
+        expected = "task_source .*_Finite.*next_task\\('lakes'\\).*no more tasks"
+        with pytest.raises(TaskSourceError, match=expected) as failed:
             finite.get_batch(batch_size=4, step=1, timeout=60)
         assert time.monotonic() - started < 30
+        assert isinstance(failed.value, RolloutError) and isinstance(failed.value.__cause__, LookupError)
         finite.close()
         ids = schedulers(rl_config(tmp_path, server, num_rollouts=1, run_id="ids"), config, task_source=_Ids(tasks))
         assert [t.task_id for t in ids.get_batch(batch_size=4, step=0)] == ["lakes1"] * 2 + ["lakes0"] * 2
