@@ -272,6 +272,29 @@ def test_every_request_of_an_attempt_goes_to_one_server_with_its_session_id(serv
     assert len(a.requests) == len(b.requests) == 6  # two attempts each
 
 
+def test_a_server_whose_retries_run_out_cools_down_and_the_turn_moves_on(servers):
+    """5xx until --max-retries is spent on one server: the turn goes on at the other (the move
+    recorded with the last error), and the next attempt starts there while it cools down."""
+    from parallel_rollout.agents import ModelClient
+
+    (failing,) = servers(lambda body: {"status": 503, "message": "overloaded"})
+    (healthy,) = servers(_echo)
+    client = ModelClient(build_config({"agent": "openai", "mode": "gym", "base_url": [failing.url, healthy.url],
+                                       "max_retries": 1, "server_cooldown": 600}))
+    client.backoff_base_s = 0.01
+    client.start(AttemptInfo("lake#0", 0))
+    reply = client.chat([{"role": "user", "content": "go"}])
+    assert reply.text == "<answer>Right</answer>"
+    assert len(failing.requests) == 2 and len(healthy.requests) == 1  # 1 + --max-retries 1, then moved
+    (move,) = client.usage()["server_moves"]
+    assert (move["from"], move["to"]) == (failing.url, healthy.url) and "HTTP 503" in move["reason"]
+    assert reply.turn["server_moves"] == [move] and client.usage()["server"] == healthy.url
+    client.start(AttemptInfo("lake#1", 0))  # the next attempt: the failing server cools down
+    client.chat([{"role": "user", "content": "go"}])
+    assert len(failing.requests) == 2 and len(healthy.requests) == 2
+    assert healthy.requests[-1]["headers"]["x-session-id"] == "lake#1@0"
+
+
 def test_cli_two_servers_balance_and_one_stopped_mid_run_moves_its_trajectories(tmp_path, servers,
                                                                                 monkeypatch):
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
