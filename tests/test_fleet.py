@@ -79,6 +79,64 @@ def test_tool_calls_become_the_modes_actions(mode, call, action):
     assert call[0]["function"]["name"] in {t["function"]["name"] for t in tools.tools_for(mode)}
 
 
+#: an argument a model would send, by the parameter's name (else by its JSON type)
+_SAMPLE_ARGUMENTS = {"command": "ls", "code": "def f():\n    return 1", "query": "eiffel", "text": "Paris",
+                     "key": "enter", "keys": ["ctrl", "c"], "button": "left", "ref": 3, "option": "Peru",
+                     "direction": "Down", "x": 10, "y": 20, "dx": 0, "dy": 3, "k": 2, "num_clicks": 2}
+
+
+def _env_takes(mode: str, action) -> object:
+    """What the mode's own action parser makes of ``action`` (raising when it refuses it)."""
+    from parallel_rollout.envs import gym
+    from parallel_rollout.envs.osworld import actions as osworld_actions
+    from parallel_rollout.envs.py import extract_code
+    from parallel_rollout.envs.web.actions import parse_action
+
+    if mode == "web":
+        return parse_action(action)
+    if mode == "osworld":
+        return osworld_actions.special(action) or osworld_actions.computer13_to_code(action)
+    if mode == "gym":
+        move = gym.parse_action(action)
+        assert move is not None, action
+        return move
+    if mode == "py":
+        return extract_code(action)
+    if mode == "shell":
+        assert action == "DONE" or isinstance(action["command"], str), action
+        return action
+    assert mode == "rag" and (isinstance(action.get("search"), str) or isinstance(action.get("answer"), str))
+    return action
+
+
+@pytest.mark.parametrize("mode, names", [
+    ("shell", ["run", "done"]), ("py", ["submit"]), ("rag", ["search", "answer"]),
+    ("web", ["click", "type", "press", "scroll", "select", "done"]),
+    ("osworld", ["move_to", "click", "mouse_down", "mouse_up", "right_click", "double_click", "drag_to",
+                 "scroll", "typing", "press", "key_down", "key_up", "hotkey", "wait", "fail", "done"]),
+    ("gym", ["move"]),
+])
+def test_every_tool_of_a_mode_is_an_action_its_env_takes(mode, names):
+    """Each mode offers its actions as tools (osworld: computer_13's 16 action types), and a
+    call of any of them with every parameter it declares is an action the mode's own parser
+    accepts: a tool whose parameters drifted from the env's names fails here."""
+    offered = tools.tools_for(mode)
+    assert [t["function"]["name"] for t in offered] == names
+    for tool in offered:
+        function = tool["function"]
+        params = function["parameters"]
+        assert set(params["required"]) <= set(params["properties"]), function["name"]
+        args = {name: _SAMPLE_ARGUMENTS[name] for name in params["properties"]}
+        action = tools.action_of(mode, _call(function["name"], **args))
+        assert not (isinstance(action, str) and action.startswith(("unknown tool", "tool "))), action
+        _env_takes(mode, action)
+        if params["required"]:  # the required ones alone do too
+            _env_takes(mode, tools.action_of(mode, _call(function["name"], **{
+                name: _SAMPLE_ARGUMENTS[name] for name in params["required"]})))
+    with pytest.raises(Exception, match="mode 'math' has no tools"):
+        tools.tools_for("math")
+
+
 def test_a_bad_tool_call_is_told_to_the_model_not_run():
     assert "unknown tool 'rm'" in tools.action_of("shell", _call("rm"))
     bad = [{"id": "c", "function": {"name": "run", "arguments": "{not json"}}]
@@ -147,8 +205,17 @@ def test_cli_openai_agent_plays_frozenlake_through_tools(tmp_path, servers, monk
     plain = [r for r in records if "slippery" not in r["tags"]]
     assert len(records) == 30 and plain
     assert all(r["reward"] == 1.0 for r in plain), [(r["task_id"], r["status"]) for r in plain]
-    first = server.requests[0]["body"]
-    assert [t["function"]["name"] for t in first["tools"]] == ["move"]
+    # every request offered the move tool and every reply was a call of it (no text reply)
+    assert all([t["function"]["name"] for t in r["body"]["tools"]] == ["move"] and r["step"]["tool_calls"]
+               for r in server.requests)
+
+
+def test_cli_help_names_the_fleet_flags():
+    result = CliRunner().invoke(main, ["run", "--help"], terminal_width=200)
+    assert result.exit_code == 0, result.output
+    for flag in ("--tool-calls", "--base-url", "--session-header", "--server-cooldown", "--sampling"):
+        assert flag in result.output, flag
+    assert "Repeat it for several servers" in " ".join(result.output.split())
 
 
 # -- several servers ----------------------------------------------------------------------------
@@ -176,6 +243,10 @@ def test_the_pool_takes_the_least_loaded_and_skips_a_cooling_server():
     pool.fail("b")
     assert not pool.available("a") and pool.acquire() == "a"
     assert pool.acquire(avoid="a") == "b"  # every other server cools: the first back is used
+    # a tie starts at the loop's own turn in the list: one-loop workers 0..3 alternate
+    assert [ServerPool(["a", "b"]).acquire(turn=loop) for loop in range(4)] == ["a", "b", "a", "b"]
+    three = ServerPool(["a", "b", "c"])
+    assert [three.acquire(turn=2) for _ in range(3)] == ["c", "a", "b"]
 
 
 def _echo(body):
@@ -199,6 +270,29 @@ def test_every_request_of_an_attempt_goes_to_one_server_with_its_session_id(serv
     assert sorted(where) == [f"lake#{i}@0" for i in range(4)]
     assert all(len(urls) == 1 for urls in where.values())
     assert len(a.requests) == len(b.requests) == 6  # two attempts each
+
+
+def test_a_server_whose_retries_run_out_cools_down_and_the_turn_moves_on(servers):
+    """5xx until --max-retries is spent on one server: the turn goes on at the other (the move
+    recorded with the last error), and the next attempt starts there while it cools down."""
+    from parallel_rollout.agents import ModelClient
+
+    (failing,) = servers(lambda body: {"status": 503, "message": "overloaded"})
+    (healthy,) = servers(_echo)
+    client = ModelClient(build_config({"agent": "openai", "mode": "gym", "base_url": [failing.url, healthy.url],
+                                       "max_retries": 1, "server_cooldown": 600}))
+    client.backoff_base_s = 0.01
+    client.start(AttemptInfo("lake#0", 0))
+    reply = client.chat([{"role": "user", "content": "go"}])
+    assert reply.text == "<answer>Right</answer>"
+    assert len(failing.requests) == 2 and len(healthy.requests) == 1  # 1 + --max-retries 1, then moved
+    (move,) = client.usage()["server_moves"]
+    assert (move["from"], move["to"]) == (failing.url, healthy.url) and "HTTP 503" in move["reason"]
+    assert reply.turn["server_moves"] == [move] and client.usage()["server"] == healthy.url
+    client.start(AttemptInfo("lake#1", 0))  # the next attempt: the failing server cools down
+    client.chat([{"role": "user", "content": "go"}])
+    assert len(failing.requests) == 2 and len(healthy.requests) == 2
+    assert healthy.requests[-1]["headers"]["x-session-id"] == "lake#1@0"
 
 
 def test_cli_two_servers_balance_and_one_stopped_mid_run_moves_its_trajectories(tmp_path, servers,
@@ -238,7 +332,9 @@ def test_cli_two_servers_balance_and_one_stopped_mid_run_moves_its_trajectories(
     moves = [m for r in records for m in r["usage"].get("server_moves", [])]
     assert moves and all(m["from"] == b.url and m["to"] == a.url for m in moves)
     moved = {f"{r['key']}@{r['attempt']}" for r in records if r["usage"].get("server_moves")}
-    assert all(len(urls) == 2 for s, urls in sessions.items() if s in moved)
+    # a moved trajectory ends on a; b's log may lack it: a request b hung up on as it stopped,
+    # or one refused by the stopped b (a worker that had not yet seen b fail), is not logged
+    assert all(a.url in urls for s, urls in sessions.items() if s in moved)
     assert all(len(urls) == 1 for s, urls in sessions.items() if s not in moved)
     # the moves are in the turn records too
     turns = [json.loads(line) for r in records if r["usage"].get("server_moves")
@@ -259,6 +355,34 @@ def test_cli_two_servers_spread_trajectories_evenly(tmp_path, servers, monkeypat
     assert not sessions[a.url] & sessions[b.url]
     assert len(sessions[a.url]) + len(sessions[b.url]) == 30
     assert abs(len(sessions[a.url]) - len(sessions[b.url])) <= 10, {u: len(s) for u, s in sessions.items()}
+
+
+@pytest.mark.parametrize("workers", [2, 4])
+def test_cli_two_servers_share_out_workers_of_one_env_loop_each(tmp_path, servers, monkeypatch, workers):
+    """The default of one env loop per worker: each worker process balances on its own, so
+    without a per-worker tie-break every worker would send every trajectory to the first
+    server and leave the second idle."""
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    a, b = servers(lake_tool_solver, 2)
+    run_cli("--mode", "gym", "--data", "frozenlake", "--agent", "openai", "--base-url", a.url,
+            "--base-url", b.url, "--tool-calls", "--num-rollouts", str(workers),
+            "--output-dir", str(tmp_path), "--run-id", "one-loop")
+    sessions = {server.url: {r["headers"]["x-session-id"] for r in server.requests} for server in (a, b)}
+    assert not sessions[a.url] & sessions[b.url]
+    assert len(sessions[a.url]) + len(sessions[b.url]) == 30
+    # half the workers on each server, each keeping to its own
+    records = results(tmp_path / "one-loop")
+    used = defaultdict(set)
+    for record in records:
+        used[record["worker"]].add(record["usage"]["server"])
+    assert sorted(len(urls) for urls in used.values()) == [1] * workers, dict(used)
+    assert Counter(next(iter(urls)) for urls in used.values()) == {a.url: workers // 2, b.url: workers // 2}
+    # the load (trajectories in flight, over time: the sum of their durations) is even;
+    # counts of trajectories are not a measure, an 8x8 lake takes many 4x4 ones' time
+    load = Counter()
+    for record in records:
+        load[record["usage"]["server"]] += record["duration_s"]
+    assert min(load.values()) >= 0.6 * max(load.values()), dict(load)
 
 
 # -- sampling per attempt ---------------------------------------------------------------------

@@ -14,9 +14,9 @@ per status and per worker see every attempt, whoever wrote it:
   surrogate): its sample's final ``unstorable_result`` failure;
 * ``unsupported_record`` — a sample ``--skip-unsupported`` left out (never attempted).
 
-Fields added later by their owners: ``trajectory`` (the worker), ``vms`` and ``lease_wait_s``
-(the leaser), ``eval`` (the env), ``node`` (the ray backend), ``final`` and ``run_id`` (the
-engine).
+Fields added later by their owners: ``trajectory`` and ``env_s`` (the worker: seconds in the
+env's reset, steps and grading), ``vms`` and ``lease_wait_s`` (the leaser), ``eval`` (the
+env), ``node`` (the ray backend), ``final`` and ``run_id`` (the engine).
 """
 
 from __future__ import annotations

@@ -152,7 +152,8 @@ class RolloutWorker:
         try:
             self._check_cancelled(item)
             env, agent = parts.env(task.mode), parts.agent()
-            agent.begin_attempt(AttemptInfo(item.key, item.attempt, dict(item.sampling)))
+            agent.begin_attempt(AttemptInfo(item.key, item.attempt, dict(item.sampling),
+                                            loop=self._loop_index(slot)))
             with self._agents_lock:
                 self._agents[(item.key, item.attempt)] = agent
             self._check_cancelled(item)  # a cancel that came before the agent was known
@@ -181,13 +182,21 @@ class RolloutWorker:
         record["usage"] = _safe_usage(agent) if agent is not None else {}
         return _serializable(records.finish(record))
 
+    def _loop_index(self, slot: int) -> int:
+        """The env loop's index in the run: worker index × envs_per_worker + slot (both
+        backends name a worker ``w<index>``; another name counts as worker 0)."""
+        digits = self.worker_id[1:]
+        index = int(digits) if digits.isdigit() else 0
+        return index * self.config.envs_per_worker + slot
+
     def _owner(self, slot: int) -> str:
         # Private VMs are bound to a worker index, which survives a respawn of the worker.
         return self.worker_id if self.config.envs_per_worker == 1 else f"{self.worker_id}.{slot}"
 
     def _episode(self, env: Env, agent: Agent, parts: "LoopParts", item: Assignment, vm: Any,
                  record: dict[str, Any], trajectory: TrajectoryFile) -> None:
-        observation = env.reset(item.task, vm)
+        record["env_s"] = 0.0  # the env's own time: its reset, steps and grading (metrics)
+        observation = _env_call(record, env.reset, item.task, vm)
         run_maybe_async(agent.reset(item.task), parts.event_loop)  # an async agent's on its loop
         done = False
         max_turns = self.config.max_turns
@@ -203,7 +212,7 @@ class RolloutWorker:
                     trajectory.write({"turn": turn, "action": None, "done": True, **cut.turn})
                 raise
             with _task_breaks_vm("action"):
-                step = env.step(action)
+                step = _env_call(record, env.step, action)
             record["turns"] = turn
             trajectory.write({"turn": turn, "action": action, "observation": step.observation,
                               "done": step.done, "info": step.info, **agent.turn_record()})
@@ -212,7 +221,7 @@ class RolloutWorker:
                 done = True
                 break
         with _task_breaks_vm("grading"):  # what the answer left running may break it too
-            reward, details = env.evaluate()
+            reward, details = _env_call(record, env.evaluate)
         record["reward"] = float(reward)
         # An env whose reward is not a 0-1 score (Sokoban's return) says success itself.
         record["success"] = bool(details.get("success", reward >= 1.0))
@@ -221,6 +230,15 @@ class RolloutWorker:
             record["status"] = "success"
         else:
             record["status"] = "failure" if done else env.turn_limit_status
+
+
+def _env_call(record: dict[str, Any], call: Callable[..., Any], *args: Any) -> Any:
+    """``call(*args)``, its time added to the record's ``env_s`` (failed calls too)."""
+    started = time.monotonic()
+    try:
+        return call(*args)
+    finally:
+        record["env_s"] = round(record["env_s"] + time.monotonic() - started, 4)
 
 
 @contextmanager

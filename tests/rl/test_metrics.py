@@ -3,22 +3,33 @@
 from __future__ import annotations
 
 import statistics
+import threading
+import time
 
 import pytest
 
+from llm_server import llm_server  # noqa: F401 - fixture
 from parallel_rollout.rl import EnvManagerConfig
 from parallel_rollout.rl.metrics import log_metrics
 from rl_support import TINY, lake_set, rl_config
 
 
-class _Writer:
-    """What TensorBoard's SummaryWriter offers a logger: add_scalar."""
+def _scalars(folder) -> list[tuple[str, float, int]]:
+    """(tag, value, step) of every scalar in a TensorBoard event file (TFRecord framing:
+    length, its CRC, the Event, the Event's CRC)."""
+    import struct
 
-    def __init__(self):
-        self.scalars = []
+    from tensorboardX.proto import event_pb2
 
-    def add_scalar(self, name, value, step):
-        self.scalars.append((name, value, step))
+    (path,) = list(folder.glob("events.out.tfevents.*"))
+    data, at, out = path.read_bytes(), 0, []
+    while at < len(data):
+        (length,) = struct.unpack("<Q", data[at:at + 8])
+        event = event_pb2.Event()
+        event.ParseFromString(data[at + 12:at + 12 + length])
+        at += 12 + length + 4
+        out += [(value.tag, value.simple_value, event.step) for value in event.summary.value]
+    return out
 
 
 def test_metrics_of_a_batch(tmp_path, table, schedulers):
@@ -41,8 +52,8 @@ def test_metrics_of_a_batch(tmp_path, table, schedulers):
     assert sum(v for k, v in metrics.items() if k.startswith("status/")) == 8
     assert metrics["staleness/lag_0"] == 8 and metrics["staleness/max_lag"] == 0
     assert 0 < metrics["time/model_s_mean"] <= metrics["time/episode_s_mean"]
-    assert metrics["time/env_s_mean"] == pytest.approx(metrics["time/episode_s_mean"] - metrics["time/model_s_mean"],
-                                                       abs=1e-6)
+    split = ("time/model_s_mean", "time/env_s_mean", "time/gate_wait_s_mean", "time/other_s_mean")
+    assert sum(metrics[name] for name in split) == pytest.approx(metrics["time/episode_s_mean"], abs=1e-3)
     assert metrics["tokens/completion"] > 0
 
     # generation ran ahead under version 0; after an update, what it made is one version old
@@ -55,8 +66,73 @@ def test_metrics_of_a_batch(tmp_path, table, schedulers):
     assert metrics.get("staleness/lag_1", 0) == lagged
     assert metrics.get("staleness/lag_0", 0) == 8 - lagged
 
-    writer = _Writer()
+    from tensorboardX import SummaryWriter
+
+    writer = SummaryWriter(str(tmp_path / "tb"))
     log_metrics(metrics, step=1, logger=writer)
-    assert ("batch/trajectories", 8, 1) in writer.scalars and len(writer.scalars) == len(metrics)
+    writer.close()
+    written = _scalars(tmp_path / "tb")
+    assert ("batch/trajectories", 8.0, 1) in written and len(written) == len(metrics)
+    assert {tag: value for tag, value, _ in written} == pytest.approx(metrics, rel=1e-6)  # float32 in the file
     with pytest.raises(TypeError, match="SummaryWriter"):
         log_metrics(metrics, step=1, logger=object())
+
+
+def test_a_weight_update_is_neither_model_nor_env_time(tmp_path, llm_server, schedulers):
+    """Episodes held at the policy gate for a weight update: the wait is gate time, the aborted
+    request's decoding is model time, and the env's time is what its reset, steps and grading
+    took (ms for a lake), not the rest of the episode."""
+    ids = list(range(8))
+    server = llm_server(policy=lambda body: {"reply": "<answer>Right</answer>", "token_ids": ids,
+                                             "logprobs": [-0.5] * len(ids)}, token_rate=40)  # 0.2 s a reply
+    train = schedulers(rl_config(tmp_path, server, num_rollouts=1, envs_per_worker=4),
+                       EnvManagerConfig(num_env_groups=2, group_size=2, tags=["row"],
+                                        task_sets=lake_set(tmp_path, count=2, name="row", desc=["SFFFFG"])))
+    train.get_batch(batch_size=4, step=0)  # the env's first use (gymnasium's import) is behind us
+    got: list = []
+    thread = threading.Thread(target=lambda: got.append(train.get_batch(batch_size=4, step=1)), daemon=True)
+    streamed = server.tokens_streamed
+    thread.start()
+    deadline = time.monotonic() + 60
+    while server.tokens_streamed < streamed + 12:  # the first replies under way
+        assert time.monotonic() < deadline, "the model requests did not come"
+        time.sleep(0.01)
+    train.suspend(abort=True)
+    time.sleep(2.0)  # the trainer pushes its weights
+    train.resume(1)
+    thread.join(120)
+    (batch,) = got
+    assert all(t.success for t in batch), [(t.status, t.record.get("failure")) for t in batch]
+    metrics = train.metrics()
+    assert metrics["time/gate_wait_s_mean"] >= 1.0, metrics
+    assert metrics["time/env_s_mean"] < 0.5, metrics
+    # five replies of 0.2 s each at least, and the aborted one's part
+    assert metrics["time/model_s_mean"] >= 1.0, metrics
+    parts = metrics["time/model_s_mean"] + metrics["time/env_s_mean"] + metrics["time/gate_wait_s_mean"]
+    assert parts <= metrics["time/episode_s_mean"] + 1e-3, metrics
+    assert metrics["time/other_s_mean"] == pytest.approx(metrics["time/episode_s_mean"] - parts, abs=1e-3)
+    for t in batch:  # the record says the env's share itself
+        assert 0 < t.record["env_s"] < 0.5
+
+
+def test_failed_members_are_counted_by_their_reason(tmp_path, llm_server, schedulers):
+    answered = iter(range(1_000_000))
+
+    def policy(body):  # the first two requests are refused: their members fail, their groups drop
+        return {"status": 400, "message": "bad request"} if next(answered) < 2 else {"reply": "<answer>Right</answer>"}
+
+    server = llm_server(policy=policy)
+    train = schedulers(rl_config(tmp_path, server, num_rollouts=1, envs_per_worker=2),
+                       EnvManagerConfig(num_env_groups=1, group_size=2, tags=["tiny"],
+                                        task_sets=lake_set(tmp_path, count=2, name="tiny", desc=TINY, max_steps=3)))
+    batch = train.get_batch(batch_size=4, step=0)
+    assert not any(t.failed for t in batch)
+    metrics = train.metrics()
+    failed = {name: value for name, value in metrics.items() if name.startswith("failed/")}
+    # an AgentError (HTTP 400, not retried): status error; the second refused member may have
+    # been cancelled with its group before its record came
+    assert metrics["failed_members"] >= 1 and failed == {"failed/error": metrics["failed_members"]}, metrics
+    assert metrics["dropped/failed"] >= 1
+    train.get_batch(batch_size=4, step=1)
+    metrics = train.metrics()  # none since the batch before
+    assert metrics["failed_members"] == 0 and not [n for n in metrics if n.startswith("failed/")], metrics

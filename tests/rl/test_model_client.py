@@ -58,12 +58,17 @@ def test_a_plugin_agent_calling_only_the_model_client_gets_versions_tokens_and_t
     versions = {turn["policy_version"] for turn in turns}
     assert versions == {0, 1}, versions
     assert any(turn.get("redone") for turn in turns)  # the aborted turn, asked again after the update
-    # the agent got the calls as they came (streamed as deltas, assembled), ids and all
-    for turn in turns:
-        assert turn["agent_received"] == turn["tool_calls"]
-        (call,) = turn["agent_received"]
-        assert call["id"].startswith("call_") and call["type"] == "function"
-        assert json.loads(call["function"]["arguments"])["direction"] in ("Left", "Down", "Right", "Up")
+    # the agent got the calls as the server sent them (streamed as deltas, assembled), ids and all
+    sent: dict = {}
+    for request in server.requests:
+        sent.setdefault(request["headers"]["x-session-id"], []).append(request["step"]["tool_calls"])
+    for t in batch:
+        for turn in t.turns:
+            assert turn["agent_received"] == turn["tool_calls"]
+            assert turn["agent_received"] in sent[f"{t.record['key']}@{t.record['attempt']}"], turn["agent_received"]
+            (call,) = turn["agent_received"]
+            assert call["id"].startswith("call_") and call["type"] == "function"
+            assert json.loads(call["function"]["arguments"])["direction"] in ("Left", "Down", "Right", "Up")
     assert all(r["body"]["tools"][0]["function"]["name"] == "move" and r["body"]["stream"] for r in server.requests)
     # one session id per trajectory, sent with every request of it
     sessions = {r["headers"]["x-session-id"] for r in server.requests}

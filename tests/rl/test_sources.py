@@ -10,8 +10,9 @@ from collections import Counter
 import pytest
 
 from llm_server import LLMServer
-from parallel_rollout.errors import ConfigError
-from parallel_rollout.rl import EnvManagerConfig, TaskSet
+from parallel_rollout.errors import ConfigError, RolloutError
+from parallel_rollout.rl import EnvManagerConfig, TaskSet, TaskSource, TaskSourceError
+from parallel_rollout.rl.config import load_tasks_of
 from parallel_rollout.rl.sources import ShuffledTasks, quotas
 from rl_support import TINY, lake_set, rl_config
 
@@ -79,10 +80,17 @@ def test_explicit_tasks_run_exactly_and_in_order(tmp_path, schedulers):
         batch = train.get_batch(batch_size=6, step=0, tasks=["lakes3", "lakes0", "lakes3"])
         assert [t.task_id for t in batch] == ["lakes3"] * 2 + ["lakes0"] * 2 + ["lakes3"] * 2
         assert len({t.group_id for t in batch}) == 3
+        # a Task object of the trainer's own, in no tag's file, runs as given
+        from parallel_rollout.tasks import Task
+
+        own = Task(id="mine", mode="gym", payload={"desc": TINY, "max_steps": 3}, seed=9)
+        batch = train.get_batch(batch_size=4, step=1, tasks=[own, "lakes1"])
+        assert [(t.task_id, t.seed) for t in batch] == [("mine", 9)] * 2 + [("lakes1", 1)] * 2
+        assert all(t.success for t in batch[:2])  # two moves right on SFG
         with pytest.raises(ConfigError, match="no task 'nope'"):
-            train.get_batch(batch_size=2, step=1, tasks=["nope"])
+            train.get_batch(batch_size=2, step=2, tasks=["nope"])
         with pytest.raises(ConfigError, match="len\\(tasks\\) x group_size"):
-            train.get_batch(batch_size=2, step=1, tasks=["lakes1", "lakes2"])
+            train.get_batch(batch_size=2, step=2, tasks=["lakes1", "lakes2"])
     finally:
         server.stop()
 
@@ -104,5 +112,118 @@ def test_batch_partition_gives_half_and_half_batches(tmp_path, schedulers):
             assert Counter(t.tag for t in batch) == {"fast": 4, "slow": 4}, [t.tag for t in batch]
         with pytest.raises(ConfigError, match="one weight per tag"):
             train.sibling(EnvManagerConfig(group_size=2, tags=["fast", "slow"], task_sets=sets), batch_partition=[1])
+    finally:
+        server.stop()
+
+
+class _Curriculum(TaskSource):
+    """A trainer's own TaskSource: each tag's tasks easiest first (by id, reversed here),
+    round and round; its position is the one number it saves."""
+
+    def __init__(self, tasks: dict[str, list]) -> None:
+        self.order = {tag: sorted(items, key=lambda t: t.id, reverse=True) for tag, items in tasks.items()}
+        self.drawn = 0
+        self.asked: list[str] = []
+
+    def next_task(self, tag):
+        self.asked.append(tag)
+        task = self.order[tag][self.drawn % len(self.order[tag])]
+        self.drawn += 1
+        return task
+
+    def state_dict(self):
+        return {"drawn": self.drawn}
+
+    def load_state_dict(self, state):
+        self.drawn = state["drawn"]
+
+
+def _own_source_setup(tmp_path, count):
+    """(the tag's tasks by tag, the EnvManagerConfig) of ``count`` lakes for a source of the trainer's."""
+    sets = _lakes(tmp_path, "lakes", count)
+    return {"lakes": load_tasks_of("lakes", sets["lakes"])}, EnvManagerConfig(group_size=2, tags=["lakes"],
+                                                                               task_sets=sets)
+
+
+def test_a_trainers_task_source_decides_and_resumes(tmp_path, schedulers):
+    server = LLMServer(policy=lambda body: RIGHT).start()
+    try:
+        tasks, config = _own_source_setup(tmp_path, 5)
+        source = _Curriculum(tasks)
+        train = schedulers(rl_config(tmp_path, server, num_rollouts=1), config, task_source=source)
+        ids = [[t.task_id for t in train.get_batch(batch_size=4, step=step)] for step in range(3)]
+        assert ids == [["lakes4"] * 2 + ["lakes3"] * 2, ["lakes2"] * 2 + ["lakes1"] * 2,
+                       ["lakes0"] * 2 + ["lakes4"] * 2]
+        assert source.asked == ["lakes"] * 6  # nothing else chose a task
+        state = json.loads(json.dumps(train.state_dict()))
+        assert state["source"] == {"drawn": 6}
+        train.close()
+        again = _Curriculum(tasks)
+        resumed = schedulers(rl_config(tmp_path, server, num_rollouts=1, run_id="again"), config, task_source=again)
+        resumed.load_state_dict(state)
+        assert again.drawn == 6
+        assert [t.task_id for t in resumed.get_batch(batch_size=4, step=3)] == ["lakes3"] * 2 + ["lakes2"] * 2
+    finally:
+        server.stop()
+
+
+def test_a_restarted_scheduler_running_ahead_gets_the_same_next_tasks(tmp_path, schedulers):
+    """With async_generation_ratio=1 the groups of the next step are running when the state
+    is taken: the restarted scheduler starts them again first (same tasks, seeds, episodes)."""
+    server = LLMServer(policy=lambda body: RIGHT).start()
+    try:
+        config = EnvManagerConfig(group_size=2, tags=["lakes"], task_sets=_lakes(tmp_path, "lakes", 7))
+        first = schedulers(rl_config(tmp_path, server, num_rollouts=1), config, seed=5, async_generation_ratio=1)
+        batches = []
+        for step in range(6):
+            batches.append([(t.task_id, t.seed, t.group_id) for t in first.get_batch(batch_size=4, step=step)])
+            if step == 3:
+                state = json.loads(json.dumps(first.state_dict()))
+        first.close()
+        assert len(state["unreturned"]) >= 2, state  # step 4's groups were under way
+        second = schedulers(rl_config(tmp_path, server, num_rollouts=1, run_id="restarted"), config, seed=5,
+                            async_generation_ratio=1)
+        second.load_state_dict(state)
+        resumed = [[(t.task_id, t.seed) for t in second.get_batch(batch_size=4, step=step)] for step in (4, 5)]
+        assert resumed == [[(tid, seed) for tid, seed, _ in batch] for batch in batches[4:]], (batches, resumed)
+    finally:
+        server.stop()
+
+
+class _Finite(_Curriculum):
+    """A curriculum that runs dry: its third task is an error of the trainer's."""
+
+    def next_task(self, tag):
+        if self.drawn == 2:
+            raise LookupError("the curriculum has no more tasks")
+        return super().next_task(tag)
+
+
+class _Ids(_Finite):
+    """A source that answers task ids, and at last something that is no task."""
+
+    def next_task(self, tag):
+        self.drawn += 1
+        return {1: "lakes1", 2: "lakes0"}.get(self.drawn, {"id": "lakes2"})
+
+
+def test_a_task_source_that_fails_or_answers_no_task_fails_get_batch(tmp_path, schedulers):
+    server = LLMServer(policy=lambda body: RIGHT).start()
+    try:
+        tasks, config = _own_source_setup(tmp_path, 3)
+        finite = schedulers(rl_config(tmp_path, server, num_rollouts=1), config, task_source=_Finite(tasks),
+                            async_generation_ratio=1)
+        assert len(finite.get_batch(batch_size=4, step=0)) == 4
+        started = time.monotonic()
+        expected = "task_source .*_Finite.*next_task\\('lakes'\\).*no more tasks"
+        with pytest.raises(TaskSourceError, match=expected) as failed:
+            finite.get_batch(batch_size=4, step=1, timeout=60)
+        assert time.monotonic() - started < 30
+        assert isinstance(failed.value, RolloutError) and isinstance(failed.value.__cause__, LookupError)
+        finite.close()
+        ids = schedulers(rl_config(tmp_path, server, num_rollouts=1, run_id="ids"), config, task_source=_Ids(tasks))
+        assert [t.task_id for t in ids.get_batch(batch_size=4, step=0)] == ["lakes1"] * 2 + ["lakes0"] * 2
+        with pytest.raises(ConfigError, match="next_task\\('lakes'\\) returned .*'id': 'lakes2'.*a Task or the id"):
+            ids.get_batch(batch_size=2, step=1, timeout=60)
     finally:
         server.stop()

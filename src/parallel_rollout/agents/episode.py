@@ -46,6 +46,9 @@ class AttemptInfo:
     #: sampling overrides of this attempt (a scheduler's ``sampling=``): merged over the run
     #: config's temperature, max_tokens and ``sampling`` table in each model request
     sampling: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    #: the env loop's index in the run (worker index × envs_per_worker + slot): with several
+    #: servers, where its ties start in the list (servers.py), so one-loop workers spread
+    loop: int = 0
 
     @property
     def session_id(self) -> str:

@@ -152,7 +152,8 @@ class ModelClient:
         self._turn = {}
         self.wire.reset()
         # the least-loaded server keeps every request of this attempt (its prefix cache)
-        self._route.start(info.session_id if info else f"{label}-{uuid.uuid4().hex[:12]}")
+        self._route.start(info.session_id if info else f"{label}-{uuid.uuid4().hex[:12]}",
+                          info.loop if info else 0)
         self._use_server(self._route.url)
         self._cancelled = False
 
@@ -390,6 +391,8 @@ class ModelClient:
             kept = whole.oldest
         finally:
             self._abortable = None
+            # every request's time, an aborted one's too: the turn's model time (metrics)
+            self._turn["model_s"] = round(self._turn.get("model_s", 0.0) + time.time() - started, 4)
             try:
                 self._gate.end(kept)
             except ConnectionError:

@@ -14,9 +14,11 @@ the affinity too::
 
 Load is the number of trajectories a server holds. The pool is one per set of URLs per
 process (``pool_for``): every env loop of a worker process shares it; separate worker
-processes (and Ray actors) balance on their own, which spreads evenly too when their
-trajectories are alike. When every server cools down, the one whose cool-down ends first is
-used (a request that fails again moves on again).
+processes (and Ray actors) balance on their own. A tie goes to the env loop's own turn in the
+list (``AttemptInfo.loop``, its index in the run, modulo the servers), so N one-loop workers
+spread over the servers as N loops of one worker do, instead of all taking the first; that
+spreads evenly when the trajectories are alike. When every server cools down, the one whose
+cool-down ends first is used (a request that fails again moves on again).
 """
 
 from __future__ import annotations
@@ -43,16 +45,18 @@ class ServerPool:
         self._down_until = {url: 0.0 for url in self.urls}
         self._lock = threading.Lock()
 
-    def acquire(self, avoid: str | None = None) -> str:
+    def acquire(self, avoid: str | None = None, turn: int = 0) -> str:
         """A server for a new (or moving) trajectory: the least-loaded one that is up, other
-        than ``avoid``; its load counts the trajectory until ``release``."""
+        than ``avoid``; a tie goes to the first in the list from position ``turn`` (modulo
+        the servers) on. Its load counts the trajectory until ``release``."""
         with self._lock:
             now = time.monotonic()
             candidates = [u for u in self.urls if u != avoid] or list(self.urls)
             up = [u for u in candidates if self._down_until[u] <= now]
             if up:
-                # ties go to the earliest listed, so one trajectory alone always uses the first
-                url = min(up, key=lambda u: (self._load[u], self.urls.index(u)))
+                # ties from position `turn` on: turn 0 (one trajectory alone) uses the first
+                count = len(self.urls)
+                url = min(up, key=lambda u: (self._load[u], (self.urls.index(u) - turn) % count))
             else:
                 url = min(candidates, key=lambda u: self._down_until[u])
             self._load[url] += 1
@@ -116,13 +120,17 @@ class Route:
         self.session = ""
         #: the trajectory's moves: {"from", "to", "reason", "at"}
         self.moves: list[dict[str, object]] = []
+        #: where in the list this agent's ties start (its env loop's index in the run)
+        self.turn = 0
         self._held = False
 
-    def start(self, session: str) -> None:
-        """A new trajectory: give back the last one's server, take the least-loaded one."""
+    def start(self, session: str, turn: int = 0) -> None:
+        """A new trajectory: give back the last one's server, take the least-loaded one
+        (a tie from position ``turn`` of the list on)."""
         self.end()
+        self.turn = turn
         if self.pool is not None:
-            self.url = self.pool.acquire()
+            self.url = self.pool.acquire(turn=turn)
             self._held = True
         self.session = session
         self.moves = []
@@ -143,7 +151,7 @@ class Route:
         old = self.url
         self.pool.fail(old)
         self.pool.release(old)
-        self.url = self.pool.acquire(avoid=old)
+        self.url = self.pool.acquire(avoid=old, turn=self.turn)
         move = {"from": old, "to": self.url, "reason": reason, "at": round(time.time(), 4)}
         self.moves.append(move)
         return move

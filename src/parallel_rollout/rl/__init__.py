@@ -3,6 +3,7 @@
 ``from parallel_rollout.rl import RolloutScheduler, EnvManagerConfig`` — see ``scheduler``
 for the scheduling, ``groups`` for what a trajectory holds, ``segments`` for its turns as
 token sequences a trainer trains on, ``config`` for the settings and the task sets tags name,
+``sources`` for the task order (a trainer's own ``TaskSource``),
 ``policy_gate`` (below every agent) for weight updates (suspend/resume, policy versions),
 ``shared`` for the engine every scheduler of a trainer shares.
 """
@@ -12,6 +13,8 @@ from .config import EnvManagerConfig, TaskSet, load_task_sets
 from .groups import Trajectory, drop_equal_rewards
 from .scheduler import RolloutScheduler, SchedulerClosed
 from .segments import NoTokenIds, Segment
+from .sources import ShuffledTasks, TaskSource, TaskSourceError
 
 __all__ = ["BatchTimeout", "EnvManagerConfig", "NoTokenIds", "RolloutScheduler", "SchedulerClosed", "Segment",
-           "TaskSet", "Trajectory", "drop_equal_rewards", "load_task_sets"]
+           "ShuffledTasks", "TaskSet", "TaskSource", "TaskSourceError", "Trajectory", "drop_equal_rewards",
+           "load_task_sets"]

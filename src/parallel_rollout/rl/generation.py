@@ -28,10 +28,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..errors import RolloutError
+from ..errors import ConfigError, RolloutError
 from ..messages import Assignment
 from .groups import Group, from_record, trajectory_id
-from .sources import quotas
+from .sources import TaskSourceError, next_task_of, quotas
 
 #: how far apart the seeds of two tags start (episodes of one tag before they could meet)
 TAG_SEED_STRIDE = 1_000_000
@@ -63,7 +63,23 @@ class GroupGeneration:
             if not open_tags:
                 return
             tag = min(open_tags, key=lambda t: self._running(t) / self.partition[t])
-            self._start_group(tag, self._source.next_task(tag), purpose="batch")
+            task = self._next_task(tag)
+            if task is None:
+                return
+            self._start_group(tag, task, purpose="batch")
+
+    def _next_task(self, tag: str) -> Any:
+        """The task source's next task of ``tag``; None when it failed: the error waits for a
+        ``get_batch`` that needs a new group (this may run on the engine's thread, where it
+        would only be logged)."""
+        try:
+            task = next_task_of(self._source, tag, self._tasks, self.modes)
+        except (TaskSourceError, ConfigError) as exc:
+            self._source_error = exc
+            self._cond.notify_all()
+            return None
+        self._source_error = None  # it gives tasks again
+        return task
 
     def _outstanding(self, tag: str | None = None) -> int:
         """Batch groups running or ready (of ``tag``)."""
@@ -147,6 +163,7 @@ class GroupGeneration:
             all_mode = group.purpose == "all"
             if trajectory.failed and not all_mode:
                 self._stats["members_failed"] += 1
+                self._stats[f"failed_{trajectory.status}"] += 1  # by reason: error, task_timeout …
                 self._budget.member_failed(record)
                 group.failed.append(trajectory)
                 if len(group.done) + len(group.running) < group.size:

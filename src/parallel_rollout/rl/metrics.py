@@ -11,12 +11,17 @@ float::
     staleness/lag_<k>                                        trajectories whose oldest turn came from
                                                              the policy version current - k
     staleness/max_lag
-    time/episode_s_mean, time/model_s_mean, time/env_s_mean  per trajectory: the model's share
-                                                             (turns' requests), the rest is the env's
+    time/episode_s_mean                                      per trajectory, split into:
+    time/model_s_mean                                        the model's requests (aborted ones too)
+    time/env_s_mean                                          the env's reset, steps and grading
     time/gate_wait_s_mean                                    waiting at the policy gate (updates)
+    time/other_s_mean                                        the rest: the agent's own work, retry
+                                                             backoff, a VM lease, the worker
     tokens/prompt, tokens/completion                         the batch's model usage
-    dropped/<reason>, failed_members                         since the previous batch (stale, failed,
-                                                             filtered, closed …)
+    dropped/<reason>                                         groups dropped since the previous batch
+                                                             (stale, failed, filtered, closed …)
+    failed_members, failed/<status>                          members that failed since the previous
+                                                             batch, by their status (error, task_timeout …)
     scheduler/policy_version, scheduler/step
 
 Nothing here needs a logger; ``log_metrics`` hands the dict to TensorBoard or W&B when one is
@@ -57,11 +62,12 @@ def batch_metrics(batch: list[Trajectory], current_version: int, step: int,
     for lag, count in sorted(Counter(lags).items()):
         out[f"staleness/lag_{lag}"] = count
     out["staleness/max_lag"] = max(lags, default=0)
-    episode, model, gate = zip(*[_times(t) for t in real]) if real else ((), (), ())
+    episode, model, env, gate = zip(*[_times(t) for t in real]) if real else ((), (), (), ())
     out["time/episode_s_mean"] = _mean(episode)
     out["time/model_s_mean"] = _mean(model)
-    out["time/env_s_mean"] = _mean([max(0.0, e - m) for e, m in zip(episode, model)])
+    out["time/env_s_mean"] = _mean(env)
     out["time/gate_wait_s_mean"] = _mean(gate)
+    out["time/other_s_mean"] = _mean([max(0.0, e - m - v - g) for e, m, v, g in zip(episode, model, env, gate)])
     usage = [t.record.get("usage") or {} for t in real]
     out["tokens/prompt"] = sum(int(u.get("prompt_tokens") or 0) for u in usage)
     out["tokens/completion"] = sum(int(u.get("completion_tokens") or 0) for u in usage)
@@ -69,6 +75,9 @@ def batch_metrics(batch: list[Trajectory], current_version: int, step: int,
         if name.startswith("dropped_") and name != "dropped_":
             out[f"dropped/{name[len('dropped_'):]}"] = value - stats_before.get(name, 0)
     out["failed_members"] = stats_now.get("members_failed", 0) - stats_before.get("members_failed", 0)
+    for name, value in stats_now.items():
+        if name.startswith("failed_") and value - stats_before.get(name, 0):
+            out[f"failed/{name[len('failed_'):]}"] = value - stats_before.get(name, 0)
     return out
 
 
@@ -96,16 +105,24 @@ def _lag(trajectory: Trajectory, current_version: int) -> int | None:
     return current_version - min(versions) if versions else None
 
 
-def _times(trajectory: Trajectory) -> tuple[float, float, float]:
-    """(episode, model, gate wait) seconds of one trajectory."""
+def _times(trajectory: Trajectory) -> tuple[float, float, float, float]:
+    """(episode, model, env, gate wait) seconds of one trajectory: the worker measured the
+    env's calls (``env_s``); a record without it (an agent of its own that keeps no turns'
+    times) counts the episode's rest, past the model and the gate, as the env's."""
     episode = float(trajectory.timings.get("duration_s") or 0.0)
     model = gate = 0.0
     for turn in trajectory.turns:
-        started, ended = turn.get("model_started_at"), turn.get("model_ended_at")
-        if isinstance(started, (int, float)) and isinstance(ended, (int, float)):
-            model += max(0.0, ended - started)
+        if isinstance(turn.get("model_s"), (int, float)):
+            model += turn["model_s"]
+        else:
+            started, ended = turn.get("model_started_at"), turn.get("model_ended_at")
+            if isinstance(started, (int, float)) and isinstance(ended, (int, float)):
+                model += max(0.0, ended - started)
         gate += float(turn.get("gate_wait_s") or 0.0)
-    return episode, model, gate
+    env = trajectory.record.get("env_s")
+    if not isinstance(env, (int, float)):
+        env = max(0.0, episode - model - gate)
+    return episode, model, float(env), gate
 
 
 def _mean(values: Iterable[float]) -> float:

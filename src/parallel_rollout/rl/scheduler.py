@@ -98,6 +98,9 @@ class RolloutScheduler(GroupGeneration):
         self._tasks = _load_tags(self.tags, self.env_config, run_config)
         #: which task each new group runs (``sources``): the built-in order, or the trainer's
         self._source: TaskSource = task_source or ShuffledTasks(self._tasks, seed)
+        #: what the task source raised (or returned) when it last gave no task: a get_batch
+        #: that needs a new group raises it
+        self._source_error: Exception | None = None
         self._owner = _shared is None
         check_token_settings(run_config)
         if self._owner and run_config.tokenizer:
@@ -204,6 +207,9 @@ class RolloutScheduler(GroupGeneration):
                         self._fill()
                         break
                     self._budget.check(len(self._ready), len(self._groups))
+                    if self._source_error is not None and self._outstanding() < need:
+                        error, self._source_error = self._source_error, None
+                        raise error  # the batch needs a group the task source did not give
                     self._wait()
         finally:
             with self._cond:

@@ -4,7 +4,8 @@ A scheduler starts a group with ``source.next_task(tag)``. The built-in ``Shuffl
 goes through each tag's tasks in an order reshuffled at every pass, from the scheduler's seed
 (the pass and the tag seed each shuffle, so its state is two numbers per tag). A trainer that
 wants curriculum, replay or its own dataloader passes a ``TaskSource`` of its own, or gives
-each batch's tasks to ``get_batch(..., tasks=[…])``.
+each batch's tasks to ``get_batch(..., tasks=[…])``. What a source returns is checked
+(``next_task_of``); a source that raises, or returns no task, fails the ``get_batch`` under way.
 
 **Resume.** ``RolloutScheduler.state_dict()`` holds the source's state and the groups that
 were drawn but not yet handed to the trainer (running, or ready and waiting); a new
@@ -23,14 +24,15 @@ from __future__ import annotations
 import random
 from typing import Any, Protocol
 
-from ..errors import ConfigError
+from ..errors import ConfigError, RolloutError
 
 
 class TaskSource(Protocol):
     """Decides the task of each new group of a tag; saves and restores its position."""
 
     def next_task(self, tag: str) -> Any:
-        """The task (``tasks.Task``) the next group of ``tag`` runs."""
+        """The task the next group of ``tag`` runs: a ``tasks.Task``, or the id of one of
+        the scheduler's tasks."""
 
     def state_dict(self) -> dict[str, Any]:
         """Where the source stands, as JSON values."""
@@ -81,6 +83,34 @@ class ShuffledTasks:
         order = list(self.tasks[tag])
         random.Random(f"{self.seed}/{tag}/{number}").shuffle(order)
         return order
+
+
+class TaskSourceError(RolloutError):
+    """A trainer's task source raised instead of giving the next task (the cause is its
+    exception); ``get_batch`` raises it."""
+
+    kind = "task_source_failed"
+
+
+def next_task_of(source: TaskSource, tag: str, tasks: dict[str, list[Any]], modes: list[str]) -> Any:
+    """``source.next_task(tag)``, checked: a Task of a mode the engine runs, or the id of one
+    of ``tasks`` (the tag's own first). ``TaskSourceError`` when the source raised,
+    ConfigError naming what it returned when that is no such task."""
+    name = f"task_source {type(source).__name__}.next_task({tag!r})"
+    try:
+        task = source.next_task(tag)
+    except Exception as exc:  # noqa: BLE001 - the trainer's code: any failure ends get_batch
+        raise TaskSourceError(f"{name} failed: {type(exc).__name__}: {exc}") from exc
+    if isinstance(task, str):
+        for candidates in (tasks.get(tag, []), *tasks.values()):
+            found = next((t for t in candidates if t.id == task), None)
+            if found is not None:
+                return found
+        raise ConfigError(f"{name} returned {task!r}: no task of the scheduler's tags has that id")
+    if getattr(task, "mode", None) not in modes or not isinstance(getattr(task, "id", None), str):
+        raise ConfigError(f"{name} returned {task!r:.200}; it must return a Task or the id of one "
+                          f"(of a mode this scheduler's engine runs: {modes})")
+    return task
 
 
 def quotas(weights: dict[str, float], groups: int) -> dict[str, int]:
