@@ -131,7 +131,9 @@ def test_a_screenshot_shows_what_the_oracle_typed(desktop_vm):
     assert client.cursor_position() == client.cursor_position()
 
 
-def test_reset_leaves_no_window_file_or_process_and_is_fast(desktop_vm):
+def test_reset_leaves_no_window_file_or_process(desktop_vm):
+    """Three resets in a row (the second and third wait for the standby the first started):
+    what a task left is gone. How fast a reset is: benchmarks/perf/resets.py."""
     provider, holder = desktop_vm
     client = GuestClient(holder["info"].address)
     booted_home = client.execute("ls -A ~", shell=True)["output"].split()
@@ -141,11 +143,8 @@ def test_reset_leaves_no_window_file_or_process_and_is_fast(desktop_vm):
     client.launch(["sleep", "300"])
     _wait_window(client, "leftover")
     client.open_file("~/leftover.txt", timeout=20)
-    timings = []
     for _ in range(3):
-        started = time.monotonic()
         holder["info"] = provider.reset(holder["info"])
-        timings.append(time.monotonic() - started)
     client = GuestClient(holder["info"].address)
     tree = client.accessibility_tree()
     assert "<application" not in tree, tree
@@ -154,7 +153,6 @@ def test_reset_leaves_no_window_file_or_process_and_is_fast(desktop_vm):
     procs = client.execute(["ps", "-eo", "comm"])["output"].split()
     assert not {"xterm", "sleep", "mousepad"} & set(procs), procs
     assert {"Xvfb", "openbox"} <= set(procs)
-    assert sorted(timings)[1] < 1.0, timings
 
 
 def test_recording_and_bounded_window_calls(desktop_vm):
