@@ -500,7 +500,12 @@ def test_node_removed_and_node_added_mid_run(cluster, tmp_path):
     assert proc.poll() is None, "the run ended before a node could be removed"
     cl.remove_node(victim, allow_graceful=False)
     joined = cl.add_node(**_NODE)  # a node that joins mid-run adds its pool and workers
-    stdout, stderr = proc.communicate(timeout=240)
+    try:
+        stdout, stderr = proc.communicate(timeout=240)
+    except subprocess.TimeoutExpired:
+        proc.kill()  # a run that hangs fails this test, not the next one's leak check
+        proc.communicate()
+        raise
     assert proc.returncode == 0, stderr[-3000:]
     run_dir = tmp_path / "lossy"
     ids = SHELL_IDS + [t["id"] for t in tail]
