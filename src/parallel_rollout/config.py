@@ -12,6 +12,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -417,10 +418,8 @@ def validate_ranges(cfg: RunConfig) -> None:
         raise ConfigError("--max-retries must be 0 or more")
     if not cfg.task_timeout > 0:  # also rejects NaN, which would disable every timeout
         raise ConfigError("--task-timeout must be positive (seconds)")
-    if cfg.max_concurrent_rollouts is not None and cfg.max_concurrent_rollouts < 1:
-        raise ConfigError("--max-concurrent-rollouts must be at least 1")
     check_token_settings(cfg)
-    for name in ("limit", "max_tokens", "vm_memory_mb", "vm_max_processes"):
+    for name in ("limit", "max_tokens", "vm_memory_mb", "vm_max_processes", "max_concurrent_rollouts"):
         value = getattr(cfg, name)
         if value is not None and value < 1:
             raise ConfigError(f"--{name.replace('_', '-')} must be at least 1")
@@ -455,12 +454,9 @@ def validate_ranges(cfg: RunConfig) -> None:
         if name in extras and getattr(cfg, flag) is not None:
             raise ConfigError(f"--{flag.replace('_', '-')} and --sampling/extra_body {name} both set "
                               "the same thing; give one")
-    if not cfg.use_vm_pool:
-        if "num_vms" in cfg.explicit:
-            raise ConfigError(
-                "--num-vms sizes the shared pool and needs --use-vm-pool; without it each "
-                "worker owns one VM of its own (--num-rollouts VMs)"
-            )
+    if not cfg.use_vm_pool and "num_vms" in cfg.explicit:
+        raise ConfigError("--num-vms sizes the shared pool and needs --use-vm-pool; without it each "
+                          "worker owns one VM of its own (--num-rollouts VMs)")
     wanted = cfg.pool_size + (cfg.spare_vms or 0)
     if cfg.provider_name == "remote" and cfg.vm_address and wanted > len(cfg.vm_address):
         raise ConfigError(
@@ -497,6 +493,4 @@ def check_token_settings(cfg: RunConfig) -> None:
 
 def default_run_id(mode: str) -> str:
     """A new run id: the mode and the local time, unique per second and process."""
-    import time
-
     return f"{mode}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid() % 10000:04d}"
