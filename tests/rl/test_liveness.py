@@ -54,6 +54,26 @@ def test_a_policy_that_always_wins_stops_after_max_filtered_groups(tmp_path, sch
         server.stop()
 
 
+def test_a_spent_filter_starts_nothing_while_the_trainer_trains(tmp_path, schedulers):
+    """ratio 1, fallback partial: once the filter has dropped max_filtered_groups since the
+    last batch, no new group starts between batches (the drops made ahead count toward the
+    next batch), and the next get_batch meets its fallback at once instead of regenerating
+    another budget's worth."""
+    server = LLMServer(policy=lambda body: {"reply": "<answer>Right</answer>"}).start()  # always wins
+    try:
+        train = schedulers(_config(tmp_path, server), _tiny_lakes(tmp_path), group_filter=drop_equal_rewards,
+                           max_filtered_groups=2, filter_fallback="partial", async_generation_ratio=1)
+        assert train.get_batch(batch_size=4, step=0) == []
+        time.sleep(1.0)  # the trainer trains; the groups running at the return settle
+        settled = train.stats()["groups_started"]
+        time.sleep(2.0)  # a tiny lake's episode takes milliseconds: regeneration would show here
+        assert train.stats()["groups_started"] == settled, "groups were regenerated between batches"
+        assert train.get_batch(batch_size=4, step=1) == []
+        assert train.stats()["partial_batches"] == 2
+    finally:
+        server.stop()
+
+
 def test_get_batch_times_out_and_the_scheduler_stays_usable(tmp_path, schedulers):
     slow = {"on": True}
 

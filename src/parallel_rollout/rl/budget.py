@@ -11,10 +11,13 @@ Three things can keep a trainer's ``get_batch`` waiting without end, and each ha
   failure. Failures are counted across batches: a server that is down stays down.
 * **Filtering** — a ``group_filter`` (DAPO's dynamic sampling, ``drop_equal_rewards``) drops
   groups that teach nothing and more are generated; after ``max_filtered_groups`` dropped
-  within one ``get_batch`` (default: 10 batches' worth of groups, as NeMo-RL's
+  since the last batch was handed out (default: 10 batches' worth of groups, as NeMo-RL's
   ``dynamic_sampling_max_gen_batches``), ``filter_fallback`` decides: ``"raise"`` (the
   default) raises ``RolloutError``; ``"partial"`` returns the groups that passed, fewer than
-  asked (none, if none passed).
+  asked (none, if none passed). Groups dropped while the trainer trains (at
+  ``async_generation_ratio`` >= 1) count toward the next batch, and once the bound is spent
+  no new group starts until a batch is handed out: nothing regenerates without end between
+  batches either.
 """
 
 from __future__ import annotations
@@ -54,7 +57,8 @@ class BatchBudget:
         self.failed_in_a_row = 0
         self.last_failure = ""
         self._filtered = 0
-        self._filter_limit = 0
+        #: groups a batch may filter out (None until the first get_batch says its size)
+        self._filter_limit: int | None = None
         self._deadline: float | None = None
         self._timeout: float | None = None
 
@@ -65,7 +69,6 @@ class BatchBudget:
             raise ConfigError(f"get_batch timeout must be a positive number of seconds or None, got {timeout!r}")
         self._timeout = timeout
         self._deadline = None if timeout is None else time.monotonic() + timeout
-        self._filtered = 0
         self._filter_limit = (FILTERED_BATCHES * groups_needed if self.max_filtered_groups is None
                               else self.max_filtered_groups)
 
@@ -83,19 +86,23 @@ class BatchBudget:
         self.failed_in_a_row = 0
 
     def group_filtered(self) -> None:
-        """The group filter dropped a group during this get_batch."""
+        """The group filter dropped a group (for the next batch, whenever it was made)."""
         self._filtered += 1
 
+    def batch_taken(self) -> None:
+        """A batch was handed out: the next one has a filter budget of its own."""
+        self._filtered = 0
+
     def filter_spent(self) -> bool:
-        """Whether this get_batch dropped more groups by its filter than it may."""
-        return self._filtered > self._filter_limit
+        """Whether the filter dropped more groups since the last batch than a batch may."""
+        return self._filter_limit is not None and self._filtered > self._filter_limit
 
     def check(self, ready: int, running: int) -> None:
         """Raise when the batch cannot or must not wait any longer (failures, time, filter
         with fallback ``raise``); called while get_batch waits."""
         self.check_failures()
         if self.filter_spent() and self.filter_fallback == "raise":
-            raise RolloutError(f"the group filter dropped {self._filtered} groups in this get_batch "
+            raise RolloutError(f"the group filter dropped {self._filtered} groups since the last batch "
                                f"(max_filtered_groups={self._filter_limit}); {ready} group(s) passed. "
                                "Rewards may all be equal (the policy always wins or always fails): "
                                "raise max_filtered_groups, or pass filter_fallback='partial'")

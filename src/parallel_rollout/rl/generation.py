@@ -49,6 +49,8 @@ class GroupGeneration:
                 tag, task = self._all.popleft()
                 self._start_group(tag, task, purpose="all")
             return
+        if self._budget.filter_spent():
+            return  # the next batch meets its filter fallback; nothing more to regenerate
         cap = self._need * (self.ratio + (1 if self._waiting else 0))
         while self._outstanding() < cap:
             if self._replay:

@@ -199,6 +199,7 @@ class RolloutScheduler(GroupGeneration):
                     batch = self._take_ready(need, partial)
                     if batch is not None:
                         self._waiting = False
+                        self._budget.batch_taken()
                         self._stats["groups_returned"] += len(batch)
                         if len(batch) < need:
                             self._stats["partial_batches"] += 1
