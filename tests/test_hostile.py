@@ -132,6 +132,20 @@ NEW_SYSCALLS = FIND_AGENT + textwrap.dedent("""\
         got_it()
 """)
 
+#: takes Linux native AIO contexts (io_setup), the machine's one pool (fs.aio-max-nr) that
+#: one VM could drain for every other: it must get none (issue 24)
+AIO_CONTEXTS = FIND_AGENT + textwrap.dedent("""\
+    number = {"x86_64": 206, "aarch64": 0}[platform.machine()]  # io_setup
+    taken = 0
+    while taken < 64:
+        context = ctypes.c_ulong(0)
+        if libc.syscall(number, 4096, ctypes.byref(context)) != 0:
+            break
+        taken += 1
+    print("aio contexts:", taken, os.strerror(ctypes.get_errno()))
+    if taken:
+        got_it()
+""")
 #: name -> (shell commands of the answer, check, whether it can kill the guest agent)
 SHELL_ROWS = {
     "remount_readonly": (["mount -o remount,bind,rw /usr && touch /usr/pr-hostile-mark && touch ~/ok"],
@@ -170,6 +184,7 @@ SHELL_ROWS = {
     "rig_check_module_in_home": ([f"echo '{EXIT_0}' > ~/json.py"],
                                  "python3 -c 'import json, sys; sys.exit(3)'", False),
     "io_uring_and_mount_api": ([f"python3 -c '{NEW_SYSCALLS}'"], GOT_IT, False),
+    "aio_contexts": ([f"python3 -c '{AIO_CONTEXTS}'"], GOT_IT, False),
 }
 
 #: rows that must never run without a bound only a cgroup gives: row -> the controller. The
@@ -768,3 +783,4 @@ def check_own_per_user_limits(finals: dict, summary: dict, code: int) -> None:
         assert record["status"] == "success", record
     first, second = sorted(finals.values(), key=lambda record: record["started_at"])
     assert first["vm"] != second["vm"] and second["started_at"] < first["ended_at"], (first, second)
+
