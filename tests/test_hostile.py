@@ -146,6 +146,13 @@ AIO_CONTEXTS = FIND_AGENT + textwrap.dedent("""\
     if taken:
         got_it()
 """)
+#: the folders of the sandbox no command may write: its root, the agent's folder (on the
+#: agent's own sys.path), /run, /home, /dev (a /dev/stdin of the answer's). As another user
+#: bwrap made them as that user, so the answer could, until they were made read-only (issue 24)
+WRITE_SANDBOX_FOLDERS = ("for f in /pr-x /opt/pr-x /opt/parallel-rollout/tempfile.py /run/pr-x /home/pr-x"
+                         " /dev/pr-x; do touch $f 2>/dev/null && touch ~/ok; done;"
+                         " rm -f /dev/stdin 2>/dev/null && ln -s /tmp/x /dev/stdin && touch ~/ok; true")
+
 #: name -> (shell commands of the answer, check, whether it can kill the guest agent)
 SHELL_ROWS = {
     "remount_readonly": (["mount -o remount,bind,rw /usr && touch /usr/pr-hostile-mark && touch ~/ok"],
@@ -185,6 +192,7 @@ SHELL_ROWS = {
                                  "python3 -c 'import json, sys; sys.exit(3)'", False),
     "io_uring_and_mount_api": ([f"python3 -c '{NEW_SYSCALLS}'"], GOT_IT, False),
     "aio_contexts": ([f"python3 -c '{AIO_CONTEXTS}'"], GOT_IT, False),
+    "write_sandbox_folders": ([WRITE_SANDBOX_FOLDERS], GOT_IT, False),
 }
 
 #: rows that must never run without a bound only a cgroup gives: row -> the controller. The
@@ -784,3 +792,48 @@ def check_own_per_user_limits(finals: dict, summary: dict, code: int) -> None:
     first, second = sorted(finals.values(), key=lambda record: record["started_at"])
     assert first["vm"] != second["vm"] and second["started_at"] < first["ended_at"], (first, second)
 
+
+#: takes every pseudo-terminal it can, says how many, and holds them a while
+HOLD_PTYS = ("import os, time\nfds = []\nwhile len(fds) < 5000:\n    try:\n"
+             "        fds.append(os.openpty())\n    except OSError:\n        break\n"
+             "open(os.path.expanduser(\"~/n\"), \"w\").write(str(len(fds)))\ntime.sleep(8)\n")
+
+
+def hold_pty_tasks() -> list[dict]:
+    """Two tasks that each take every pseudo-terminal they can and hold them: each passes
+    only if it got its VM's share (sandbox_fs.MAX_PTYS), no more and not much less."""
+    from parallel_rollout.pool.providers.sandbox_fs import MAX_PTYS
+
+    return [{"id": f"hold{i}", "mode": "shell", "instruction": "hold ptys",
+             "reference": [f"python3 -c '{HOLD_PTYS}'"], "timeout": 30,
+             "check": f'n=$(cat ~/n) && [ "$n" -ge {MAX_PTYS * 3 // 4} ] && [ "$n" -le {MAX_PTYS} ]'}
+            for i in range(2)]
+
+
+@pytest.mark.parametrize("user", ["runner", "nobody"])
+def test_one_vm_cannot_take_the_machines_ptys(tmp_path, user):
+    """Two VMs at once, each task takes every pseudo-terminal it can and keeps them. The
+    kernel's pty.max is one pool for every sandbox of the machine (3072 beyond the host's
+    reserve): before each sandbox's devpts had a cap of its own, the first took them all
+    and the second got none ("openpty: No space left on device")."""
+    if user == "runner":
+        check_own_per_user_limits(*run_pool(tmp_path, "shell", hold_pty_tasks()))
+        return
+    why = _nobody_can_run()
+    if why:
+        pytest.skip(why)
+    for table in _run_as_nobody("shell", hold_pty_tasks(), None, "--vm-max-processes", "128"):
+        assert table["proc"].returncode == 0, table["proc"].stderr[-2000:]
+        check_own_per_user_limits(table["finals"], table["summary"], 0)
+
+
+def test_the_pty_cap_never_remounts_the_hosts_devpts():
+    """The cap is a remount, which changes a devpts for every mount of it: asked of a
+    process that shares the host's /dev/pts (this one), it refuses and leaves it as it was."""
+    from parallel_rollout.pool.providers.sandbox_fs import cap_ptys
+
+    before = [line for line in Path("/proc/self/mountinfo").read_text().splitlines() if "devpts" in line]
+    why = cap_ptys(os.getpid(), own_userns=not IS_ROOT)
+    assert why and "host's" in why, why
+    after = [line for line in Path("/proc/self/mountinfo").read_text().splitlines() if "devpts" in line]
+    assert after == before

@@ -14,7 +14,8 @@
 
 **The boundary.** Own pid, ipc, uts and network namespaces (only ``lo`` inside), system
 folders bound read-only, the host's secrets (``/etc/shadow`` and kin) replaced by empty
-files, fresh ``/proc`` and ``/dev``, a clean environment, ``setsid``, and:
+files, fresh ``/proc`` and ``/dev``, the sandbox's own root and ``/dev`` read-only once
+built, a clean environment, ``setsid``, and:
 
 * *no capabilities.* As root, bwrap keeps for the agent only what it needs to run commands as
   another user (setuid/setgid, kill, chown, reading the home), and the agent runs every
@@ -39,7 +40,7 @@ files, fresh ``/proc`` and ``/dev``, a clean environment, ``setsid``, and:
   ``cgroups.nproc_caps_a_sandbox``); else an explicit one is a ConfigError saying why.
 * *sized tmpfs* for ``/tmp`` and ``/dev/shm`` (512 MB) and the home (1 GB), each at most a
   sixth of ``memory_mb``: filling them fills the VM's own memory (which its cgroup bounds), never the
-  host's disk, and leaves the agent room to live.
+  host's disk, and leaves the agent room to live; at most ``sandbox_fs.MAX_PTYS`` ptys (one pool per machine).
 
 It is not a VM: the sandbox shares the host's kernel, so a kernel bug reachable through the
 allowed calls is a way out. The docker and qemu providers are the stronger walls.
@@ -398,10 +399,7 @@ class ProcessProvider(Provider):
             for name in ATSPI_ENVS:
                 if os.environ.get(name):
                     desktop += ["--setenv", name, os.environ[name]]
-            if os.path.isdir("/var/cache/fontconfig"):
-                # without the system's font cache every app start rebuilds it (seconds)
-                desktop += [*sandbox_fs.open_dirs("/var", "/var/cache"),
-                            "--ro-bind", "/var/cache/fontconfig", "/var/cache/fontconfig"]
+            desktop += sandbox_fs.font_cache()
             path = f"{GUEST_BIN}:{images.guest_path(desktop=True)}"  # python, the shims
         return [
             shutil.which("bwrap") or "bwrap",
@@ -429,7 +427,7 @@ class ProcessProvider(Provider):
             "--setenv", "PATH", path, "--setenv", "HOME", GUEST_HOME,
             "--setenv", "LANG", "C.UTF-8", "--setenv", "USER", "user",
             "--setenv", "PARALLEL_ROLLOUT_VM", vm_id,
-            *desktop,
+            *desktop, *sandbox_fs.read_only_root(),
             "--info-fd", str(info_fd),
             "--", *agent,
         ]
@@ -481,6 +479,8 @@ class ProcessProvider(Provider):
             self._write_meta(vm_id, vm_dir, private)
             if not read_until(ready_r, b"\n", deadline).startswith(b"ready"):
                 raise VMError("the guest agent exited before it was ready")
+            # once the agent runs, bwrap has built the sandbox: its /dev/pts is there
+            sandbox_fs.cap_ptys(init_pid, own_userns=not self._uids.enabled)
         except BaseException as exc:
             kill_sandbox(private)  # whatever stopped the boot, even an interrupt
             if not isinstance(exc, VMError):
