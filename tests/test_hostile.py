@@ -758,6 +758,27 @@ def test_a_vm_has_a_memory_limit_by_default(tmp_path):
     assert summary["vm"]["marked_dead"] == 0, summary["vm"]
 
 
+@pytest.mark.parametrize("flags, vms", [
+    (dict(mode="shell", num_rollouts=64), 64),  # a VM per worker: --num-rollouts VMs
+    (dict(mode="shell", num_vms=64, use_vm_pool=True), 64),
+    (dict(mode="py", num_vms=200, use_vm_pool=True), 200),  # py's own 2048 MB, never beyond the share
+])
+def test_the_default_memory_is_sized_from_the_pools_vms(flags, vms):
+    """The default limit shares the host among the VMs the pool really boots: with one VM
+    per worker that is --num-rollouts (it was sized from --num-vms, 3 by default, whatever
+    the number of VMs), and the py mode's 2048 MB is no exception."""
+    from parallel_rollout.envs.registry import get_env
+    from parallel_rollout.pool.providers import provider_options
+    from parallel_rollout.pool.providers.process import ProcessProvider
+
+    config = build_config(flags)
+    options = provider_options(config, ProcessProvider, [get_env(flags["mode"])])
+    share = default_memory_mb(vms)
+    assert options.default_memory_mb == share
+    if flags["mode"] == "py" and "memory_mb" in ProcessProvider.supported_limits():
+        assert options.memory_mb == min(2048, share)
+
+
 #: takes every inotify instance its user may have, says how many, and holds them a while
 HOLD_INOTIFY = ("import ctypes, os, time\nlibc = ctypes.CDLL(None, use_errno=True)\nn = 0\n"
                 "while n < 100000 and libc.inotify_init() >= 0:\n    n += 1\n"
