@@ -858,3 +858,94 @@ def test_the_pty_cap_never_remounts_the_hosts_devpts():
     assert why and "host's" in why, why
     after = [line for line in Path("/proc/self/mountinfo").read_text().splitlines() if "devpts" in line]
     assert after == before
+
+
+#: a daemon of the answer (as an osworld task leaves one: no /reap there) that watches /tmp
+#: and, for every file the agent makes there, notes its name, copies what it says and
+#: rewrites it to print FORGED: what a grading script written to /tmp met (issue 24)
+SCRIPT_WATCHER = textwrap.dedent("""\
+    import ctypes, os, struct, time
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = libc.inotify_init()
+    libc.inotify_add_watch(fd, b"/tmp", 0x100 | 0x4)  # IN_CREATE, IN_ATTRIB (the agent's chown)
+    home = os.path.expanduser("~")
+    open(home + "/watching", "w").close()
+    forged = set()
+    while True:
+        data = os.read(fd, 65536)
+        offset = 0
+        while offset < len(data):
+            _, _, _, size = struct.unpack_from("iIII", data, offset)
+            name = data[offset + 16:offset + 16 + size].rstrip(b"\\0").decode()
+            offset += 16 + size
+            open(home + "/seen", "a").write(name + "\\n")
+            deadline = time.monotonic() + 0.5
+            while name not in forged and time.monotonic() < deadline:
+                try:
+                    with open("/tmp/" + name, "r+") as handle:
+                        open(home + "/stolen", "a").write(handle.read())
+                        handle.seek(0)
+                        handle.truncate()
+                        handle.write("print(\\"FORGED\\")\\n")
+                    forged.add(name)
+                except PermissionError:  # not the user's yet: the agent chowns it next
+                    continue
+                except OSError:  # gone
+                    break
+""")
+#: one VM of the process provider, the watcher started in it, then grading scripts run:
+#: prints what they printed, what the watcher saw in /tmp, and whether it read one
+SCRIPT_RACE = textwrap.dedent("""\
+    import json, sys, time
+    from parallel_rollout.guest.client import GuestClient
+    from parallel_rollout.pool.providers.process import ProcessProvider
+    provider = ProcessProvider("script-race")
+    info = provider.start("vm0")
+    try:
+        client = GuestClient(info.address)
+        client.execute(["sh", "-c", "setsid python3 -c \\"$0\\" >/dev/null 2>&1 </dev/null &", sys.argv[1]])
+        deadline = time.monotonic() + 20
+        while client.execute("test -e ~/watching", shell=True)["returncode"]:
+            assert time.monotonic() < deadline, "the watcher never started"
+            time.sleep(0.05)
+        outputs = [client.run_python("print(\\"TESTS-\\" + \\"%d\\")" % i, isolated=True)["output"].strip()
+                   for i in range(3)]
+        outputs.append(client.run_bash_script("echo TESTS-bash", isolated=True)["output"].strip())
+        seen = client.execute("cat ~/seen", shell=True)["output"].split()
+        stolen = "TESTS" in client.execute("cat ~/stolen", shell=True)["output"]
+        print(json.dumps({"outputs": outputs, "seen": seen, "stolen": stolen}))
+    finally:
+        provider.stop(info)
+""")
+
+
+@pytest.mark.parametrize("user", ["runner", "nobody"])
+def test_a_grading_script_is_out_of_reach_of_a_daemon_of_the_answer(tmp_path, user):
+    """A grading script (the py judge with its tests, an osworld getter) reaches its
+    interpreter as a sealed memfd: a daemon of the answer watching /tmp sees no file of it,
+    reads nothing and rewrites nothing. Written to /tmp and given to the commands' user, it
+    was read and rewritten to print a forged answer before the interpreter opened it."""
+    argv = [sys.executable, "-c", SCRIPT_RACE, SCRIPT_WATCHER]
+    env = {**os.environ, "PARALLEL_ROLLOUT_PROCESS_DIR": str(tmp_path / "vms")}
+    if user == "nobody":
+        why = _nobody_can_run()
+        if why:
+            pytest.skip(why)
+        nobody = pwd.getpwnam("nobody")
+        os.chmod(tmp_path, 0o755)
+        site = next(p for p in sys.path if p.endswith("site-packages") and "/.venv/" in p)
+        work = Path(tempfile.mkdtemp(prefix="pr-script-race-"))
+        os.chown(work, nobody.pw_uid, nobody.pw_gid)
+        env.update(PYTHONPATH=f"{ROOT / 'src'}:{site}", HOME=str(work),
+                   PARALLEL_ROLLOUT_PROCESS_DIR=str(work / "vms"))
+        argv = ["setpriv", f"--reuid={nobody.pw_uid}", f"--regid={nobody.pw_gid}", "--clear-groups",
+                "/usr/bin/python3", *argv[1:]]
+    try:
+        proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=180)
+    finally:
+        if user == "nobody":
+            shutil.rmtree(work, ignore_errors=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    seen = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert seen["outputs"] == ["TESTS-0", "TESTS-1", "TESTS-2", "TESTS-bash"], seen
+    assert not seen["stolen"] and not any(name.startswith("guest_exec_") for name in seen["seen"]), seen

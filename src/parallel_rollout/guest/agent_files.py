@@ -6,6 +6,7 @@ exact ``404 {"error": "File not found"}`` that its clients look for. ``/setup/up
 OSWorld's multipart form (``file_path`` and ``file_data``) or JSON with ``content_b64`` and
 creates the parent folders. ``/list_directory`` answers OSWorld's nested ``directory_tree``,
 cut short after :data:`MAX_LIST_ENTRIES` entries (and then says ``truncated``).
+:func:`seed_home` copies a snapshot into the home at the agent's start (``--seed-home``).
 """
 
 from __future__ import annotations
@@ -115,3 +116,25 @@ def _tree(path: str, name: str, budget: list) -> dict:
         else:
             node["children"].append({"type": "file", "name": entry.name})
     return node
+
+
+def seed_home(source: str, target: str) -> None:
+    """Copy the snapshot's tree into the (empty) home, owned by the commands' user."""
+    import shutil
+
+    give(target)
+    for root, dirs, files in os.walk(source):
+        here = os.path.normpath(os.path.join(target, os.path.relpath(root, source)))
+        if here != os.path.normpath(target):
+            os.mkdir(here)
+            shutil.copystat(root, here)
+            give(here)
+        links = [d for d in dirs if os.path.islink(os.path.join(root, d))]
+        for name in files + links:
+            src, dst = os.path.join(root, name), os.path.join(here, name)
+            if os.path.islink(src):
+                os.symlink(os.readlink(src), dst)
+            else:
+                shutil.copy2(src, dst)
+            give(dst)
+        dirs[:] = [d for d in dirs if d not in links]
