@@ -624,6 +624,43 @@ def test_without_a_pids_cgroup_rlimit_nproc_caps_each_vm_as_nobody(loopback):
         assert table["summary"]["vm"]["marked_dead"] == 0, table["summary"]["vm"]
 
 
+#: forks sleepers until refused (at most 3000), says how many, and holds them a while
+HOLD_FORKS = ("import os, time\nn = 0\nwhile n < 3000:\n    try:\n        pid = os.fork()\n"
+              "    except OSError:\n        break\n    if pid == 0:\n        time.sleep(20)\n"
+              "        os._exit(0)\n    n += 1\nopen(os.path.expanduser('~/n'), 'w').write(str(n))\n"
+              "time.sleep(10)\n")
+
+
+def test_one_vm_cannot_take_the_runners_process_limit_as_nobody():
+    """As nobody without a pids cgroup, every sandbox's processes also count against the
+    runner's own RLIMIT_NPROC (2000 here): a VM's default cap is its share of it (the
+    limit split among the pool's two VMs and the runner: cgroups.nproc_share), so a task
+    forking all it can leaves the other VM room to start its commands. At 4096 per VM the
+    first took the 2000 whole and the other VM's commands failed to start."""
+    why = _nobody_can_run()
+    if why:
+        pytest.skip(why)
+    if not subprocess.run(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups",
+                           sys.executable, "-c", "from parallel_rollout.pool.providers import "
+                           "cgroups; raise SystemExit(not cgroups.nproc_caps_a_sandbox())"],
+                          env={**os.environ, "PYTHONPATH": str(ROOT / "src")}).returncode == 0:
+        pytest.skip("RLIMIT_NPROC does not cap a sandbox here (Linux before 5.14)")
+    share = 2000 // 3
+    tasks = [{"id": "hog", "mode": "shell", "instruction": "fork all you can", "timeout": 40,
+              "reference": [f"python3 -c \"{HOLD_FORKS}\" >/dev/null 2>&1 </dev/null"],
+              "check": f'n=$(cat ~/n) && [ "$n" -ge 50 ] && [ "$n" -le {share} ]'},
+             {"id": "victim", "mode": "shell", "instruction": "start 50 processes", "timeout": 40,
+              "reference": ["sleep 4; for i in $(seq 50); do sleep 5 & done; wait && touch ~/ok"],
+              "check": GOT_IT}]
+    for table in _run_as_nobody("shell", tasks):
+        assert table["proc"].returncode == 0, table["proc"].stderr[-2000:]
+        finals = table["finals"]
+        assert finals["hog#0"]["status"] == "success", finals["hog#0"]
+        assert finals["victim#0"]["status"] == "success", finals["victim#0"]
+        first, second = sorted(finals.values(), key=lambda record: record["started_at"])
+        assert first["vm"] != second["vm"] and second["started_at"] < first["ended_at"], (first, second)
+
+
 @pytest.mark.slow
 def test_200_tasks_50_hostile_on_two_vms(tmp_path, loopback):
     """The acceptance run of issue 16: 200 shell tasks of which 50 are hostile (the table's

@@ -63,6 +63,7 @@ def provider_options(config: RunConfig, provider_cls: Any, vm_envs: list[Any]) -
     if desktop:
         limits.update(desktop=True, screen_width=config.screen_width, screen_height=config.screen_height)
     limits["default_memory_mb"] = share
+    limits["pool_size"] = config.pool_size + (config.spare_vms or 0)
     return ProviderOptions(snapshot_name=config.snapshot_name, path_to_vm=config.path_to_vm,
                            headless=config.headless, boot_timeout_s=config.boot_timeout_s,
                            vm_addresses=config.vm_address, reset_command=config.reset_command,

@@ -36,8 +36,8 @@ built, a clean environment, ``setsid``, and:
   for the whole sandbox, where a probe shows they work (``cgroups.available``); ``memory.max``
   is ``memory_mb``, else the pool's ``default_memory_mb`` (``base.py``). Without a memory
   cgroup only an explicit ``memory_mb`` applies, as RLIMIT_AS per process (logged either way). ``max_processes`` (DEFAULT_MAX_PROCESSES when unset) goes to ``pids.max``, or
-  without a pids cgroup to RLIMIT_NPROC where that caps a sandbox (not root: see
-  ``cgroups.nproc_caps_a_sandbox``); else an explicit one is a ConfigError saying why.
+  without a pids cgroup to RLIMIT_NPROC where that caps a sandbox (not root, ``cgroups.nproc_share``:
+  at most a VM's share of the runner's own limit); else an explicit one is a ConfigError saying why.
 * *sized tmpfs* for ``/tmp`` and ``/dev/shm`` (512 MB) and the home (1 GB), each at most a
   sixth of ``memory_mb``: filling them fills the VM's own memory (which its cgroup bounds), never the
   host's disk, and leaves the agent room to live; at most ``sandbox_fs.MAX_PTYS`` ptys (one pool per machine).
@@ -184,7 +184,7 @@ class ProcessProvider(Provider):
         self._memory_mb = self.options.memory_limit(bounded="memory" in controllers)
         #: a VM's process cap, (pids.max, RLIMIT_NPROC per command): ``cgroups.process_cap``
         self._pids_max, self._limit_nproc = cgroups.process_cap(
-            self.options.max_processes, DEFAULT_MAX_PROCESSES)
+            self.options.max_processes, DEFAULT_MAX_PROCESSES, self.options.pool_size)
         #: cgroups are host-wide: two runs with one run id (two output folders) must not
         #: share, or remove, each other's
         self._cgroup_name = f"{run_id}.{secrets.token_hex(4)}"
