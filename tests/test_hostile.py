@@ -598,11 +598,8 @@ COUNT_FORKS = ("import os, time\nn = 0\nfor _ in range(400):\n    try:\n        
                "        os._exit(0)\n    n += 1\nopen(os.path.expanduser('~/n'), 'w').write(str(n))\n")
 
 
-def test_without_a_pids_cgroup_rlimit_nproc_caps_each_vm_as_nobody(loopback):
-    """A runner that is not root and has no pids cgroup (nobody here: the v1 hierarchy is
-    root's) caps each VM with RLIMIT_NPROC in the sandbox's user namespace: a task gets fewer
-    than --vm-max-processes 128 processes even though nobody runs more than that on the
-    host, a fork bomb is contained, and the run finishes."""
+def _skip_unless_nproc_caps_a_sandbox_as_nobody() -> None:
+    """Skip unless the tests can run as nobody and RLIMIT_NPROC caps nobody's sandboxes."""
     why = _nobody_can_run()
     if why:
         pytest.skip(why)
@@ -611,6 +608,14 @@ def test_without_a_pids_cgroup_rlimit_nproc_caps_each_vm_as_nobody(loopback):
                            "cgroups; raise SystemExit(not cgroups.nproc_caps_a_sandbox())"],
                           env={**os.environ, "PYTHONPATH": str(ROOT / "src")}).returncode == 0:
         pytest.skip("RLIMIT_NPROC does not cap a sandbox here (Linux before 5.14)")
+
+
+def test_without_a_pids_cgroup_rlimit_nproc_caps_each_vm_as_nobody(loopback):
+    """A runner that is not root and has no pids cgroup (nobody here: the v1 hierarchy is
+    root's) caps each VM with RLIMIT_NPROC in the sandbox's user namespace: a task gets fewer
+    than --vm-max-processes 128 processes even though nobody runs more than that on the
+    host, a fork bomb is contained, and the run finishes."""
+    _skip_unless_nproc_caps_a_sandbox_as_nobody()
     tasks = [{"id": "count_forks", "mode": "shell", "instruction": "fork until refused",
               "reference": [f"python3 -c \"{COUNT_FORKS}\" >/dev/null 2>&1 </dev/null"], "timeout": 20,
               "check": 'n=$(cat ~/n) && [ "$n" -ge 50 ] && [ "$n" -lt 128 ]'},
@@ -637,14 +642,7 @@ def test_one_vm_cannot_take_the_runners_process_limit_as_nobody():
     limit split among the pool's two VMs and the runner: cgroups.nproc_share), so a task
     forking all it can leaves the other VM room to start its commands. At 4096 per VM the
     first took the 2000 whole and the other VM's commands failed to start."""
-    why = _nobody_can_run()
-    if why:
-        pytest.skip(why)
-    if not subprocess.run(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups",
-                           sys.executable, "-c", "from parallel_rollout.pool.providers import "
-                           "cgroups; raise SystemExit(not cgroups.nproc_caps_a_sandbox())"],
-                          env={**os.environ, "PYTHONPATH": str(ROOT / "src")}).returncode == 0:
-        pytest.skip("RLIMIT_NPROC does not cap a sandbox here (Linux before 5.14)")
+    _skip_unless_nproc_caps_a_sandbox_as_nobody()
     share = 2000 // 3
     tasks = [{"id": "hog", "mode": "shell", "instruction": "fork all you can", "timeout": 40,
               "reference": [f"python3 -c \"{HOLD_FORKS}\" >/dev/null 2>&1 </dev/null"],
