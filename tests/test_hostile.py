@@ -954,22 +954,19 @@ SCRIPT_RACE = textwrap.dedent("""\
 """)
 
 
-@pytest.mark.parametrize("user", ["runner", "nobody"])
-def test_a_grading_script_is_out_of_reach_of_a_daemon_of_the_answer(tmp_path, user):
-    """A grading script (the py judge with its tests, an osworld getter) reaches its
-    interpreter as a sealed memfd: a daemon of the answer watching /tmp sees no file of it,
-    reads nothing and rewrites nothing. Written to /tmp and given to the commands' user, it
-    was read and rewritten to print a forged answer before the interpreter opened it."""
-    argv = [sys.executable, "-c", SCRIPT_RACE, SCRIPT_WATCHER]
-    env = {**os.environ, "PARALLEL_ROLLOUT_PROCESS_DIR": str(tmp_path / "vms")}
+def _provider_script(user: str, code: str, *args: str) -> dict:
+    """Run ``code`` (which starts VMs of the process provider itself) as ``user`` (the
+    runner, or nobody through setpriv), with ``args``; the JSON of its last line."""
+    argv = [sys.executable, "-c", code, *args]
+    work = Path(tempfile.mkdtemp(prefix="pr-hostile-"))  # short: a socket's path must fit
+    env = {**os.environ, "PARALLEL_ROLLOUT_PROCESS_DIR": str(work / "vms"),
+           "PR_HOSTILE_MARK": "runner-secret"}
     if user == "nobody":
         why = _nobody_can_run()
         if why:
             pytest.skip(why)
         nobody = pwd.getpwnam("nobody")
-        os.chmod(tmp_path, 0o755)
         site = next(p for p in sys.path if p.endswith("site-packages") and "/.venv/" in p)
-        work = Path(tempfile.mkdtemp(prefix="pr-script-race-"))
         os.chown(work, nobody.pw_uid, nobody.pw_gid)
         env.update(PYTHONPATH=f"{ROOT / 'src'}:{site}", HOME=str(work),
                    PARALLEL_ROLLOUT_PROCESS_DIR=str(work / "vms"))
@@ -978,9 +975,51 @@ def test_a_grading_script_is_out_of_reach_of_a_daemon_of_the_answer(tmp_path, us
     try:
         proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=180)
     finally:
-        if user == "nobody":
-            shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(work, ignore_errors=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    seen = json.loads(proc.stdout.strip().splitlines()[-1])
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("user", ["runner", "nobody"])
+def test_a_grading_script_is_out_of_reach_of_a_daemon_of_the_answer(user):
+    """A grading script (the py judge with its tests, an osworld getter) reaches its
+    interpreter as a sealed memfd: a daemon of the answer watching /tmp sees no file of it,
+    reads nothing and rewrites nothing. Written to /tmp and given to the commands' user, it
+    was read and rewritten to print a forged answer before the interpreter opened it."""
+    seen = _provider_script(user, SCRIPT_RACE, SCRIPT_WATCHER)
     assert seen["outputs"] == ["TESTS-0", "TESTS-1", "TESTS-2", "TESTS-bash"], seen
     assert not seen["stolen"] and not any(name.startswith("guest_exec_") for name in seen["seen"]), seen
+
+
+#: a VM whose command reads the namespace init's environment and writes 8 MB to its stderr
+#: (/proc/1: bwrap's own process, as another user than root the commands' uid): what the
+#: command saw, and how big the VM's agent.log on the host's disk grew
+THROUGH_THE_INIT = textwrap.dedent("""\
+    import json, os
+    from parallel_rollout.guest.client import GuestClient
+    from parallel_rollout.pool.providers.process import ProcessProvider
+    provider = ProcessProvider("init")
+    info = provider.start("vm0")
+    try:
+        client = GuestClient(info.address)
+        seen = client.execute("tr '\\\\0' '\\\\n' < /proc/1/environ; "
+                              "head -c 8000000 /dev/zero > /proc/1/fd/2", shell=True, timeout=60)
+        size = os.path.getsize(os.path.join(info.private["vm_dir"], "agent.log"))
+        print(json.dumps({"environ": seen["output"], "log_bytes": size}))
+    finally:
+        provider.stop(info)
+""")
+
+
+@pytest.mark.parametrize("user", ["runner", "nobody"])
+def test_the_namespace_init_holds_neither_the_runners_environment_nor_a_file(user):
+    """bwrap's init (pid 1 of the sandbox) runs as the commands' uid when the runner is not
+    root, so they can read its environment and write to its stdout and stderr. It holds an
+    environment of its own (not the runner's: an API key), and a pipe that the provider
+    copies into agent.log up to 1 MiB. It once held the runner's environment and agent.log
+    itself: 8 MB written there reached the host's disk, and anything would have."""
+    from parallel_rollout.pool.providers.sandbox_log import LOG_CAP
+
+    seen = _provider_script(user, THROUGH_THE_INIT)
+    assert "runner-secret" not in seen["environ"], seen["environ"]
+    assert seen["log_bytes"] <= LOG_CAP + 200, seen["log_bytes"]

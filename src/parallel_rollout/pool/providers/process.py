@@ -10,7 +10,7 @@
     <base>/<run_id>/<vm_id>/      base: $PARALLEL_ROLLOUT_PROCESS_DIR or /tmp/parallel-rollout/process
         sock/        sock/agent.sock: bound and listened on here, the agent serves its fd
         meta.json    run id, vm id, owner pid, bwrap pid and start times: what sweep() reads
-        agent.log    the agent's (and bwrap's) stderr, quoted when a boot fails
+        agent.log    bwrap's and the agent's output (a pipe, 1 MiB kept: sandbox_log.py), quoted when a boot fails
 
 **The boundary.** Own pid, ipc, uts and network namespaces (only ``lo`` inside), system
 folders bound read-only, the host's secrets (``/etc/shadow`` and kin) replaced by empty
@@ -89,14 +89,14 @@ import time
 from pathlib import Path
 
 from ...errors import ConfigError, ProviderUnavailable, VMError
-from . import cgroups, images, sandbox_fs, seccomp, standby, verify
+from . import cgroups, images, sandbox_fs, sandbox_log, seccomp, standby, verify
 from .sandbox_uids import SandboxUids
 from .base import Provider, ProviderOptions, VMInfo
 from .common import (check_name, create_time, log_tail, make_vm_dir, owner_label,
                      process_and_agent_healthy, read_meta, remove_vm_dir, same_process,
                      secure_base_dir, sweep_vm_folders, write_meta)
-from .sandbox_processes import (children, death_cause, kill_recorded, kill_sandbox,
-                                kill_unrecorded, launcher, read_until, sandbox_alive)
+from .sandbox_processes import (KILL_WAIT_S, children, death_cause, kill_recorded, kill_sandbox,
+                                kill_unrecorded, read_until, sandbox_alive)
 
 log = logging.getLogger(__name__)
 #: the namespaces every sandbox (and the standby it boots from) gets of its own
@@ -445,11 +445,7 @@ class ProcessProvider(Provider):
         argv = group.join_argv(argv)
         log_path = vm_dir / "agent.log"
         try:
-            with open(log_path, "ab") as agent_log:
-                proc = launcher().popen(argv, stdin=subprocess.DEVNULL, stdout=agent_log,
-                                        stderr=agent_log,
-                                        pass_fds=(ready_w, info_w, seccomp_fd, listener.fileno()),
-                                        start_new_session=True, die_with_owner=True)
+            proc, logged = sandbox_log.start(argv, log_path, (ready_w, info_w, seccomp_fd, listener.fileno()))
         except OSError as exc:
             for fd in (ready_r, ready_w, info_r, info_w):
                 os.close(fd)
@@ -485,6 +481,7 @@ class ProcessProvider(Provider):
             kill_sandbox(private)  # whatever stopped the boot, even an interrupt
             if not isinstance(exc, VMError):
                 raise
+            logged.wait(KILL_WAIT_S)  # the pipe's last words, in the file
             tail = log_tail(log_path)
             raise VMError(f"VM {vm_id} did not boot: {exc}; agent log: {tail}") from None
         finally:
