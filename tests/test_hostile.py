@@ -1023,3 +1023,43 @@ def test_the_namespace_init_holds_neither_the_runners_environment_nor_a_file(use
     seen = _provider_script(user, THROUGH_THE_INIT)
     assert "runner-secret" not in seen["environ"], seen["environ"]
     assert seen["log_bytes"] <= LOG_CAP + 200, seen["log_bytes"]
+
+
+#: the answer points files of its home at what only root reads: the namespace init's
+#: environment and a file of its own made unreadable; then the agent is asked for them
+#: (/file, as an osworld getter fetches a file the answer wrote) and for the home's listing
+ROOT_ONLY_THROUGH_A_SYMLINK = textwrap.dedent("""\
+    import json
+    from parallel_rollout.errors import VMError
+    from parallel_rollout.guest.client import GuestClient, GuestRequestError
+    from parallel_rollout.pool.providers.process import ProcessProvider
+    provider = ProcessProvider("symlinks")
+    info = provider.start("vm0")
+    try:
+        client = GuestClient(info.address)
+        client.execute("ln -s /proc/1/environ ~/result.txt && mkdir ~/closed && "
+                       "echo secret > ~/closed/f && chmod 000 ~/closed", shell=True)
+        got = {}
+        for name, call in (("symlink", lambda: client.read_file("~/result.txt")),
+                           ("listing", lambda: client.list_directory("~/closed"))):
+            try:
+                got[name] = repr(call())
+            except (GuestRequestError, VMError) as exc:
+                got[name] = "refused: " + str(exc)
+        print(json.dumps(got))
+    finally:
+        provider.stop(info)
+""")
+
+
+def test_the_agent_reads_a_graders_files_with_the_answers_rights():
+    """As root the agent holds CAP_DAC_OVERRIDE: a file a grader fetches (/file), which the
+    answer made a symlink to what only root may read (here the init's environment; on a host,
+    /etc/docker/key.json or an ssh host key, bound in with /etc), was read and handed to the
+    grader, and a folder the answer closed was listed. The agent now reads them as the
+    commands' user: refused."""
+    if not IS_ROOT:
+        pytest.skip("as another user the agent has the commands' own rights")
+    got = _provider_script("runner", ROOT_ONLY_THROUGH_A_SYMLINK)
+    assert got["symlink"].startswith("refused") and "Permission denied" in got["symlink"], got
+    assert "'f'" not in got["listing"], got
