@@ -134,9 +134,9 @@ def guest_python() -> str | None:
 #: ``openpty`` failed. 64 is more than a task with a terminal or a few needs, and 48 VMs'
 #: worth before the shared pool could run dry
 MAX_PTYS = 64
-#: how bwrap's ``--dev`` mounts the sandbox's own devpts; a remount resets every option not
-#: given, so all of them are
-DEVPTS_OPTIONS = "nosuid,noexec,mode=620,ptmxmode=666"
+#: how bwrap's ``--dev`` mounts the sandbox's own devpts: what a remount gives where the
+#: sandbox's mount table cannot be read (a remount resets every option not given)
+DEVPTS_OPTIONS = "mode=620,ptmxmode=666"
 _NS_GET_PARENT = 0xB702  # ioctl: the user namespace that owns this one
 
 
@@ -159,11 +159,12 @@ def read_only_root() -> list[str]:
 
 
 def cap_ptys(init_pid: int, own_userns: bool, limit: int = MAX_PTYS) -> str | None:
-    """Remount the sandbox's devpts (whose init is ``init_pid``) with ``max=limit``, from
-    the host: the mount is in the sandbox's mount namespace, entered for one ``mount``.
-    ``own_userns``: the sandbox has a user namespace of its own (a runner that is not root),
-    whose owner, bwrap's outer namespace, holds the right to remount there. None when done,
-    else why not, logged once per process (the VM then runs uncapped)."""
+    """Remount the devpts of a sandbox or container (whose init is ``init_pid``) with
+    ``max=limit`` and the options it has, from the host: the mount is in its mount
+    namespace, entered for one ``mount``. ``own_userns``: the sandbox has a user namespace
+    of its own (a runner that is not root), whose owner, bwrap's outer namespace, holds the
+    right to remount there. None when done, else why not, logged once per process (the VM
+    then runs uncapped)."""
     why = _remount_devpts(init_pid, own_userns, limit)
     if why and not _warned:
         _warned.append(why)
@@ -194,8 +195,8 @@ def _remount_devpts(init_pid: int, own_userns: bool, limit: int) -> str | None:
                 os.close(inner)
             pass_fds = (outer,)
             argv[1:1] = ["--preserve-credentials", f"--user=/proc/self/fd/{outer}"]
-        argv += ["mount", "-n", "-t", "devpts", "-o", f"remount,{DEVPTS_OPTIONS},max={limit}",
-                 "devpts", "/dev/pts"]
+        argv += ["mount", "-n", "-t", "devpts", "-o",
+                 f"remount,nosuid,noexec,{_devpts_options(init_pid)},max={limit}", "devpts", "/dev/pts"]
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=10, pass_fds=pass_fds)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return str(exc)
@@ -203,3 +204,19 @@ def _remount_devpts(init_pid: int, own_userns: bool, limit: int) -> str | None:
         for fd in pass_fds:
             os.close(fd)
     return None if proc.returncode == 0 else (proc.stderr.strip() or f"exit status {proc.returncode}")
+
+
+def _devpts_options(pid: int) -> str:
+    """The options of the devpts at /dev/pts of process ``pid`` (docker's has gid=5, bwrap's
+    none) but rw and max, which a remount would otherwise reset; DEVPTS_OPTIONS if unread."""
+    found = DEVPTS_OPTIONS
+    try:
+        with open(f"/proc/{pid}/mountinfo", encoding="utf-8") as handle:
+            for line in handle:  # the last one mounted there is the one in use
+                fields, _, fs = line.partition(" - ")
+                if fields.split()[4:5] == ["/dev/pts"] and fs.startswith("devpts "):
+                    found = ",".join(o for o in fs.split()[2].split(",")
+                                     if o not in ("rw", "ro") and not o.startswith("max=")) or DEVPTS_OPTIONS
+    except (OSError, IndexError):
+        pass
+    return found
