@@ -132,6 +132,27 @@ NEW_SYSCALLS = FIND_AGENT + textwrap.dedent("""\
         got_it()
 """)
 
+#: takes Linux native AIO contexts (io_setup), the machine's one pool (fs.aio-max-nr) that
+#: one VM could drain for every other: it must get none (issue 24)
+AIO_CONTEXTS = FIND_AGENT + textwrap.dedent("""\
+    number = {"x86_64": 206, "aarch64": 0}[platform.machine()]  # io_setup
+    taken = 0
+    while taken < 64:
+        context = ctypes.c_ulong(0)
+        if libc.syscall(number, 4096, ctypes.byref(context)) != 0:
+            break
+        taken += 1
+    print("aio contexts:", taken, os.strerror(ctypes.get_errno()))
+    if taken:
+        got_it()
+""")
+#: the folders of the sandbox no command may write: its root, the agent's folder (on the
+#: agent's own sys.path), /run, /home, /dev (a /dev/stdin of the answer's). As another user
+#: bwrap made them as that user, so the answer could, until they were made read-only (issue 24)
+WRITE_SANDBOX_FOLDERS = ("for f in /pr-x /opt/pr-x /opt/parallel-rollout/tempfile.py /run/pr-x /home/pr-x"
+                         " /dev/pr-x; do touch $f 2>/dev/null && touch ~/ok; done;"
+                         " rm -f /dev/stdin 2>/dev/null && ln -s /tmp/x /dev/stdin && touch ~/ok; true")
+
 #: name -> (shell commands of the answer, check, whether it can kill the guest agent)
 SHELL_ROWS = {
     "remount_readonly": (["mount -o remount,bind,rw /usr && touch /usr/pr-hostile-mark && touch ~/ok"],
@@ -170,6 +191,8 @@ SHELL_ROWS = {
     "rig_check_module_in_home": ([f"echo '{EXIT_0}' > ~/json.py"],
                                  "python3 -c 'import json, sys; sys.exit(3)'", False),
     "io_uring_and_mount_api": ([f"python3 -c '{NEW_SYSCALLS}'"], GOT_IT, False),
+    "aio_contexts": ([f"python3 -c '{AIO_CONTEXTS}'"], GOT_IT, False),
+    "write_sandbox_folders": ([WRITE_SANDBOX_FOLDERS], GOT_IT, False),
 }
 
 #: rows that must never run without a bound only a cgroup gives: row -> the controller. The
@@ -575,11 +598,8 @@ COUNT_FORKS = ("import os, time\nn = 0\nfor _ in range(400):\n    try:\n        
                "        os._exit(0)\n    n += 1\nopen(os.path.expanduser('~/n'), 'w').write(str(n))\n")
 
 
-def test_without_a_pids_cgroup_rlimit_nproc_caps_each_vm_as_nobody(loopback):
-    """A runner that is not root and has no pids cgroup (nobody here: the v1 hierarchy is
-    root's) caps each VM with RLIMIT_NPROC in the sandbox's user namespace: a task gets fewer
-    than --vm-max-processes 128 processes even though nobody runs more than that on the
-    host, a fork bomb is contained, and the run finishes."""
+def _skip_unless_nproc_caps_a_sandbox_as_nobody() -> None:
+    """Skip unless the tests can run as nobody and RLIMIT_NPROC caps nobody's sandboxes."""
     why = _nobody_can_run()
     if why:
         pytest.skip(why)
@@ -588,6 +608,14 @@ def test_without_a_pids_cgroup_rlimit_nproc_caps_each_vm_as_nobody(loopback):
                            "cgroups; raise SystemExit(not cgroups.nproc_caps_a_sandbox())"],
                           env={**os.environ, "PYTHONPATH": str(ROOT / "src")}).returncode == 0:
         pytest.skip("RLIMIT_NPROC does not cap a sandbox here (Linux before 5.14)")
+
+
+def test_without_a_pids_cgroup_rlimit_nproc_caps_each_vm_as_nobody(loopback):
+    """A runner that is not root and has no pids cgroup (nobody here: the v1 hierarchy is
+    root's) caps each VM with RLIMIT_NPROC in the sandbox's user namespace: a task gets fewer
+    than --vm-max-processes 128 processes even though nobody runs more than that on the
+    host, a fork bomb is contained, and the run finishes."""
+    _skip_unless_nproc_caps_a_sandbox_as_nobody()
     tasks = [{"id": "count_forks", "mode": "shell", "instruction": "fork until refused",
               "reference": [f"python3 -c \"{COUNT_FORKS}\" >/dev/null 2>&1 </dev/null"], "timeout": 20,
               "check": 'n=$(cat ~/n) && [ "$n" -ge 50 ] && [ "$n" -lt 128 ]'},
@@ -599,6 +627,36 @@ def test_without_a_pids_cgroup_rlimit_nproc_caps_each_vm_as_nobody(loopback):
         assert finals["count_forks#0"]["status"] == "success", finals["count_forks#0"]
         assert finals["fork_bomb#0"]["reward"] == 0.0 and finals["honest0#0"]["status"] == "success"
         assert table["summary"]["vm"]["marked_dead"] == 0, table["summary"]["vm"]
+
+
+#: forks sleepers until refused (at most 3000), says how many, and holds them a while
+HOLD_FORKS = ("import os, time\nn = 0\nwhile n < 3000:\n    try:\n        pid = os.fork()\n"
+              "    except OSError:\n        break\n    if pid == 0:\n        time.sleep(20)\n"
+              "        os._exit(0)\n    n += 1\nopen(os.path.expanduser('~/n'), 'w').write(str(n))\n"
+              "time.sleep(10)\n")
+
+
+def test_one_vm_cannot_take_the_runners_process_limit_as_nobody():
+    """As nobody without a pids cgroup, every sandbox's processes also count against the
+    runner's own RLIMIT_NPROC (2000 here): a VM's default cap is its share of it (the
+    limit split among the pool's two VMs and the runner: cgroups.nproc_share), so a task
+    forking all it can leaves the other VM room to start its commands. At 4096 per VM the
+    first took the 2000 whole and the other VM's commands failed to start."""
+    _skip_unless_nproc_caps_a_sandbox_as_nobody()
+    share = 2000 // 3
+    tasks = [{"id": "hog", "mode": "shell", "instruction": "fork all you can", "timeout": 40,
+              "reference": [f"python3 -c \"{HOLD_FORKS}\" >/dev/null 2>&1 </dev/null"],
+              "check": f'n=$(cat ~/n) && [ "$n" -ge 50 ] && [ "$n" -le {share} ]'},
+             {"id": "victim", "mode": "shell", "instruction": "start 50 processes", "timeout": 40,
+              "reference": ["sleep 4; for i in $(seq 50); do sleep 5 & done; wait && touch ~/ok"],
+              "check": GOT_IT}]
+    for table in _run_as_nobody("shell", tasks):
+        assert table["proc"].returncode == 0, table["proc"].stderr[-2000:]
+        finals = table["finals"]
+        assert finals["hog#0"]["status"] == "success", finals["hog#0"]
+        assert finals["victim#0"]["status"] == "success", finals["victim#0"]
+        first, second = sorted(finals.values(), key=lambda record: record["started_at"])
+        assert first["vm"] != second["vm"] and second["started_at"] < first["ended_at"], (first, second)
 
 
 @pytest.mark.slow
@@ -735,6 +793,27 @@ def test_a_vm_has_a_memory_limit_by_default(tmp_path):
     assert summary["vm"]["marked_dead"] == 0, summary["vm"]
 
 
+@pytest.mark.parametrize("flags, vms", [
+    (dict(mode="shell", num_rollouts=64), 64),  # a VM per worker: --num-rollouts VMs
+    (dict(mode="shell", num_vms=64, use_vm_pool=True), 64),
+    (dict(mode="py", num_vms=200, use_vm_pool=True), 200),  # py's own 2048 MB, never beyond the share
+])
+def test_the_default_memory_is_sized_from_the_pools_vms(flags, vms):
+    """The default limit shares the host among the VMs the pool really boots: with one VM
+    per worker that is --num-rollouts (it was sized from --num-vms, 3 by default, whatever
+    the number of VMs), and the py mode's 2048 MB is no exception."""
+    from parallel_rollout.envs.registry import get_env
+    from parallel_rollout.pool.providers import provider_options
+    from parallel_rollout.pool.providers.process import ProcessProvider
+
+    config = build_config(flags)
+    options = provider_options(config, ProcessProvider, [get_env(flags["mode"])])
+    share = default_memory_mb(vms)
+    assert options.default_memory_mb == share
+    if flags["mode"] == "py" and "memory_mb" in ProcessProvider.supported_limits():
+        assert options.memory_mb == min(2048, share)
+
+
 #: takes every inotify instance its user may have, says how many, and holds them a while
 HOLD_INOTIFY = ("import ctypes, os, time\nlibc = ctypes.CDLL(None, use_errno=True)\nn = 0\n"
                 "while n < 100000 and libc.inotify_init() >= 0:\n    n += 1\n"
@@ -768,3 +847,219 @@ def check_own_per_user_limits(finals: dict, summary: dict, code: int) -> None:
         assert record["status"] == "success", record
     first, second = sorted(finals.values(), key=lambda record: record["started_at"])
     assert first["vm"] != second["vm"] and second["started_at"] < first["ended_at"], (first, second)
+
+
+#: takes every pseudo-terminal it can, says how many, and holds them a while
+HOLD_PTYS = ("import os, time\nfds = []\nwhile len(fds) < 5000:\n    try:\n"
+             "        fds.append(os.openpty())\n    except OSError:\n        break\n"
+             "open(os.path.expanduser(\"~/n\"), \"w\").write(str(len(fds)))\ntime.sleep(8)\n")
+
+
+def hold_pty_tasks() -> list[dict]:
+    """Two tasks that each take every pseudo-terminal they can and hold them: each passes
+    only if it got its VM's share (sandbox_fs.MAX_PTYS), no more and not much less."""
+    from parallel_rollout.pool.providers.sandbox_fs import MAX_PTYS
+
+    return [{"id": f"hold{i}", "mode": "shell", "instruction": "hold ptys",
+             "reference": [f"python3 -c '{HOLD_PTYS}'"], "timeout": 30,
+             "check": f'n=$(cat ~/n) && [ "$n" -ge {MAX_PTYS * 3 // 4} ] && [ "$n" -le {MAX_PTYS} ]'}
+            for i in range(2)]
+
+
+@pytest.mark.parametrize("user", ["runner", "nobody"])
+def test_one_vm_cannot_take_the_machines_ptys(tmp_path, user):
+    """Two VMs at once, each task takes every pseudo-terminal it can and keeps them. The
+    kernel's pty.max is one pool for every sandbox of the machine (3072 beyond the host's
+    reserve): before each sandbox's devpts had a cap of its own, the first took them all
+    and the second got none ("openpty: No space left on device")."""
+    if user == "runner":
+        check_own_per_user_limits(*run_pool(tmp_path, "shell", hold_pty_tasks()))
+        return
+    why = _nobody_can_run()
+    if why:
+        pytest.skip(why)
+    for table in _run_as_nobody("shell", hold_pty_tasks(), None, "--vm-max-processes", "128"):
+        assert table["proc"].returncode == 0, table["proc"].stderr[-2000:]
+        check_own_per_user_limits(table["finals"], table["summary"], 0)
+
+
+def test_the_pty_cap_never_remounts_the_hosts_devpts():
+    """The cap is a remount, which changes a devpts for every mount of it: asked of a
+    process that shares the host's /dev/pts (this one), it refuses and leaves it as it was."""
+    from parallel_rollout.pool.providers.sandbox_fs import cap_ptys
+
+    before = [line for line in Path("/proc/self/mountinfo").read_text().splitlines() if "devpts" in line]
+    why = cap_ptys(os.getpid(), own_userns=not IS_ROOT)
+    assert why and "host's" in why, why
+    after = [line for line in Path("/proc/self/mountinfo").read_text().splitlines() if "devpts" in line]
+    assert after == before
+
+
+#: a daemon of the answer (as an osworld task leaves one: no /reap there) that watches /tmp
+#: and, for every file the agent makes there, notes its name, copies what it says and
+#: rewrites it to print FORGED: what a grading script written to /tmp met (issue 24)
+SCRIPT_WATCHER = textwrap.dedent("""\
+    import ctypes, os, struct, time
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = libc.inotify_init()
+    libc.inotify_add_watch(fd, b"/tmp", 0x100 | 0x4)  # IN_CREATE, IN_ATTRIB (the agent's chown)
+    home = os.path.expanduser("~")
+    open(home + "/watching", "w").close()
+    forged = set()
+    while True:
+        data = os.read(fd, 65536)
+        offset = 0
+        while offset < len(data):
+            _, _, _, size = struct.unpack_from("iIII", data, offset)
+            name = data[offset + 16:offset + 16 + size].rstrip(b"\\0").decode()
+            offset += 16 + size
+            open(home + "/seen", "a").write(name + "\\n")
+            deadline = time.monotonic() + 0.5
+            while name not in forged and time.monotonic() < deadline:
+                try:
+                    with open("/tmp/" + name, "r+") as handle:
+                        open(home + "/stolen", "a").write(handle.read())
+                        handle.seek(0)
+                        handle.truncate()
+                        handle.write("print(\\"FORGED\\")\\n")
+                    forged.add(name)
+                except PermissionError:  # not the user's yet: the agent chowns it next
+                    continue
+                except OSError:  # gone
+                    break
+""")
+#: one VM of the process provider, the watcher started in it, then grading scripts run:
+#: prints what they printed, what the watcher saw in /tmp, and whether it read one
+SCRIPT_RACE = textwrap.dedent("""\
+    import json, sys, time
+    from parallel_rollout.guest.client import GuestClient
+    from parallel_rollout.pool.providers.process import ProcessProvider
+    provider = ProcessProvider("script-race")
+    info = provider.start("vm0")
+    try:
+        client = GuestClient(info.address)
+        client.execute(["sh", "-c", "setsid python3 -c \\"$0\\" >/dev/null 2>&1 </dev/null &", sys.argv[1]])
+        deadline = time.monotonic() + 20
+        while client.execute("test -e ~/watching", shell=True)["returncode"]:
+            assert time.monotonic() < deadline, "the watcher never started"
+            time.sleep(0.05)
+        outputs = [client.run_python("print(\\"TESTS-\\" + \\"%d\\")" % i, isolated=True)["output"].strip()
+                   for i in range(3)]
+        outputs.append(client.run_bash_script("echo TESTS-bash", isolated=True)["output"].strip())
+        seen = client.execute("cat ~/seen", shell=True)["output"].split()
+        stolen = "TESTS" in client.execute("cat ~/stolen", shell=True)["output"]
+        print(json.dumps({"outputs": outputs, "seen": seen, "stolen": stolen}))
+    finally:
+        provider.stop(info)
+""")
+
+
+def _provider_script(user: str, code: str, *args: str) -> dict:
+    """Run ``code`` (which starts VMs of the process provider itself) as ``user`` (the
+    runner, or nobody through setpriv), with ``args``; the JSON of its last line."""
+    argv = [sys.executable, "-c", code, *args]
+    work = Path(tempfile.mkdtemp(prefix="pr-hostile-"))  # short: a socket's path must fit
+    env = {**os.environ, "PARALLEL_ROLLOUT_PROCESS_DIR": str(work / "vms"),
+           "PR_HOSTILE_MARK": "runner-secret"}
+    if user == "nobody":
+        why = _nobody_can_run()
+        if why:
+            pytest.skip(why)
+        nobody = pwd.getpwnam("nobody")
+        site = next(p for p in sys.path if p.endswith("site-packages") and "/.venv/" in p)
+        os.chown(work, nobody.pw_uid, nobody.pw_gid)
+        env.update(PYTHONPATH=f"{ROOT / 'src'}:{site}", HOME=str(work),
+                   PARALLEL_ROLLOUT_PROCESS_DIR=str(work / "vms"))
+        argv = ["setpriv", f"--reuid={nobody.pw_uid}", f"--regid={nobody.pw_gid}", "--clear-groups",
+                "/usr/bin/python3", *argv[1:]]
+    try:
+        proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=180)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("user", ["runner", "nobody"])
+def test_a_grading_script_is_out_of_reach_of_a_daemon_of_the_answer(user):
+    """A grading script (the py judge with its tests, an osworld getter) reaches its
+    interpreter as a sealed memfd: a daemon of the answer watching /tmp sees no file of it,
+    reads nothing and rewrites nothing. Written to /tmp and given to the commands' user, it
+    was read and rewritten to print a forged answer before the interpreter opened it."""
+    seen = _provider_script(user, SCRIPT_RACE, SCRIPT_WATCHER)
+    assert seen["outputs"] == ["TESTS-0", "TESTS-1", "TESTS-2", "TESTS-bash"], seen
+    assert not seen["stolen"] and not any(name.startswith("guest_exec_") for name in seen["seen"]), seen
+
+
+#: a VM whose command reads the namespace init's environment and writes 8 MB to its stderr
+#: (/proc/1: bwrap's own process, as another user than root the commands' uid): what the
+#: command saw, and how big the VM's agent.log on the host's disk grew
+THROUGH_THE_INIT = textwrap.dedent("""\
+    import json, os
+    from parallel_rollout.guest.client import GuestClient
+    from parallel_rollout.pool.providers.process import ProcessProvider
+    provider = ProcessProvider("init")
+    info = provider.start("vm0")
+    try:
+        client = GuestClient(info.address)
+        seen = client.execute("tr '\\\\0' '\\\\n' < /proc/1/environ; "
+                              "head -c 8000000 /dev/zero > /proc/1/fd/2", shell=True, timeout=60)
+        size = os.path.getsize(os.path.join(info.private["vm_dir"], "agent.log"))
+        print(json.dumps({"environ": seen["output"], "log_bytes": size}))
+    finally:
+        provider.stop(info)
+""")
+
+
+@pytest.mark.parametrize("user", ["runner", "nobody"])
+def test_the_namespace_init_holds_neither_the_runners_environment_nor_a_file(user):
+    """bwrap's init (pid 1 of the sandbox) runs as the commands' uid when the runner is not
+    root, so they can read its environment and write to its stdout and stderr. It holds an
+    environment of its own (not the runner's: an API key), and a pipe that the provider
+    copies into agent.log up to 1 MiB. It once held the runner's environment and agent.log
+    itself: 8 MB written there reached the host's disk, and anything would have."""
+    from parallel_rollout.pool.providers.sandbox_log import LOG_CAP
+
+    seen = _provider_script(user, THROUGH_THE_INIT)
+    assert "runner-secret" not in seen["environ"], seen["environ"]
+    assert seen["log_bytes"] <= LOG_CAP + 200, seen["log_bytes"]
+
+
+#: the answer points files of its home at what only root reads: the namespace init's
+#: environment and a file of its own made unreadable; then the agent is asked for them
+#: (/file, as an osworld getter fetches a file the answer wrote) and for the home's listing
+ROOT_ONLY_THROUGH_A_SYMLINK = textwrap.dedent("""\
+    import json
+    from parallel_rollout.errors import VMError
+    from parallel_rollout.guest.client import GuestClient, GuestRequestError
+    from parallel_rollout.pool.providers.process import ProcessProvider
+    provider = ProcessProvider("symlinks")
+    info = provider.start("vm0")
+    try:
+        client = GuestClient(info.address)
+        client.execute("ln -s /proc/1/environ ~/result.txt && mkdir ~/closed && "
+                       "echo secret > ~/closed/f && chmod 000 ~/closed", shell=True)
+        got = {}
+        for name, call in (("symlink", lambda: client.read_file("~/result.txt")),
+                           ("listing", lambda: client.list_directory("~/closed"))):
+            try:
+                got[name] = repr(call())
+            except (GuestRequestError, VMError) as exc:
+                got[name] = "refused: " + str(exc)
+        print(json.dumps(got))
+    finally:
+        provider.stop(info)
+""")
+
+
+def test_the_agent_reads_a_graders_files_with_the_answers_rights():
+    """As root the agent holds CAP_DAC_OVERRIDE: a file a grader fetches (/file), which the
+    answer made a symlink to what only root may read (here the init's environment; on a host,
+    /etc/docker/key.json or an ssh host key, bound in with /etc), was read and handed to the
+    grader, and a folder the answer closed was listed. The agent now reads them as the
+    commands' user: refused."""
+    if not IS_ROOT:
+        pytest.skip("as another user the agent has the commands' own rights")
+    got = _provider_script("runner", ROOT_ONLY_THROUGH_A_SYMLINK)
+    assert got["symlink"].startswith("refused") and "Permission denied" in got["symlink"], got
+    assert "'f'" not in got["listing"], got

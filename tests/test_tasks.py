@@ -88,6 +88,11 @@ MALFORMED = [
     ("-Infinity in a json file, after the word inside strings", "tasks.json",
      '[\n {"id": "a", "mode": "shell", "check": "echo NaN Infinity"},\n {"id": "b", "mode": "shell",\n'
      '  "check": "true", "timeout": -Infinity}\n]\n', ["tasks.json:4:", "-Infinity is not a JSON number"]),
+    ("a float beyond the largest (reads as infinity)", "tasks.jsonl",
+     _good_lines(1) + _line(shell_task("x"))[:-2] + ', "timeout": -1e400}\n',
+     ["tasks.jsonl:2:", "-1e400", "too large"]),
+    ("an integer of 5000 digits", "tasks.jsonl", _line(shell_task("x"))[:-2] + ', "seed": ' + "7" * 5000 + "}\n",
+     ["tasks.jsonl:1:", "5000 characters", "too large"]),
     ("lone surrogate escape in upper case in a json file", "tasks.json",
      '[{"id": "a", "mode": "shell", "check": "true"},\n\n {"id": "b", "mode": "shell", "check": "\\uD800"}]',
      ["tasks.json:3:", "field 'check'", "\\ud800"]),
@@ -241,6 +246,9 @@ UNSTORABLE = {
     "NaN": (_good_lines(4) + _raw("x", '"timeout": NaN'), "tasks.jsonl:5:"),
     "Infinity": (_raw("x", '"timeout": Infinity'), "tasks.jsonl:1:"),
     "-Infinity": (_good_lines(1) + _raw("x", '"note": -Infinity'), "tasks.jsonl:2:"),
+    # valid JSON, but no result could hold it: infinity once read, or a traceback at load
+    "1e400": (_good_lines(2) + _raw("x", '"timeout": 1e400'), "tasks.jsonl:3:"),
+    "5000 digits": (_raw("x", '"seed": ' + "9" * 5000), "tasks.jsonl:1:"),
 }
 
 

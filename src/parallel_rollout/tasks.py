@@ -164,6 +164,26 @@ def _refuse_constant(name: str) -> Any:
     raise _NotJSON(name)
 
 
+class _TooLarge(ValueError):
+    """A JSON number no result can hold: a float beyond the largest (``1e400`` reads as
+    infinity, which results.jsonl would write as ``Infinity``) or an integer of more digits
+    than Python converts."""
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise _TooLarge(text)
+    return value
+
+
+def _bounded_int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:  # more digits than sys.get_int_max_str_digits()
+        raise _TooLarge(text) from None
+
+
 def _parse(text: str, path: Path | str, first_line: int) -> Any:
     """``json.loads(text)``, refusing what results.jsonl could not store: a non-JSON number
     (``NaN``, ``Infinity``: Python's json reads them, no other JSON reader does, and each
@@ -171,11 +191,19 @@ def _parse(text: str, path: Path | str, first_line: int) -> Any:
     ``"\\ud800"``: valid JSON, but no UTF-8 file can hold it). TaskFileError names the line
     (``first_line`` is that of ``text``'s first line)."""
     try:
-        data = json.loads(text, parse_constant=_refuse_constant)
+        data = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float,
+                          parse_int=_bounded_int)
     except _NotJSON as exc:
         lineno = first_line + text.count("\n", 0, _offset_of(text, str(exc)))
         raise TaskFileError(f"{path}:{lineno}: {exc} is not a JSON number (use a number or "
                             "null)") from None
+    except _TooLarge as exc:
+        number = str(exc)
+        lineno = first_line + text.count("\n", 0, max(text.find(number), 0))
+        shown = number if len(number) <= 40 else f"{number[:20]}…({len(number)} characters)"
+        raise TaskFileError(f"{path}:{lineno}: the number {shown} is too large to store in "
+                            "results.jsonl (it reads as infinity or beyond Python's digit "
+                            "limit); use a smaller number or a string") from None
     except json.JSONDecodeError as exc:
         raise TaskFileError(f"{path}:{first_line + exc.lineno - 1}: invalid JSON: {exc.msg}") from None
     where = _unencodable(data)

@@ -12,7 +12,7 @@ import pytest
 
 from parallel_rollout.pool.providers.docker_cli import daemon_limits
 from test_hostile import (SHELL_ROWS, check_finished, check_own_per_user_limits, check_row,
-                          hold_inotify_tasks, run_pool, run_table)
+                          hold_inotify_tasks, hold_pty_tasks, run_pool, run_table)
 
 #: rows left out on docker, and why
 NOT_ON_DOCKER = {"fill_tmp_and_home": "a container's home is its writable layer on the "
@@ -54,3 +54,10 @@ def test_one_container_cannot_take_another_containers_per_user_limits(docker_har
     containers share the host's user namespace, so with one uid for every container's
     commands (64000, once) the second got none; each VM has a uid of its own now."""
     check_own_per_user_limits(*run_pool(tmp_path, "shell", hold_inotify_tasks(), provider_name="docker"))
+
+
+def test_one_container_cannot_take_the_machines_ptys(docker_harness, tmp_path):
+    """Two containers at once, each task takes every pseudo-terminal it can: the machine's
+    are one pool (kernel.pty.max) for every container and sandbox, and the first container
+    took them all (3071) until a container's devpts got a process sandbox's cap."""
+    check_own_per_user_limits(*run_pool(tmp_path, "shell", hold_pty_tasks(), provider_name="docker"))

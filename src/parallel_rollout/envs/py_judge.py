@@ -19,8 +19,10 @@ and ptrace are closed to a process of the same user. What the answer can still d
 values, and those cross as plain data (JSON of None, bools, numbers, strings, lists, tuples,
 sets, dicts, bytes): an object whose ``__eq__`` always says yes cannot cross. Killing the
 judge leaves no verdict, which the host grades ``killed``. The answer's process is a fresh
-interpreter, not a fork: it never holds the tests, and this script, which does, is unlinked
-before it starts.
+interpreter, not a fork: it never holds the tests, and this script, which does, is no file
+it could read: the agent hands it over as a sealed memfd (``/proc/self/fd/N``, which the
+answer's process does not inherit), or, where memfds are missing, a temp file unlinked
+before the answer starts.
 """
 import builtins, ctypes, json, os, subprocess, sys, threading, traceback
 
@@ -130,8 +132,8 @@ def main():
     task = globals()
     PROGRAM, TESTS, ENTRY_POINT, PROMPT = (task[name] for name in
                                            ("PROGRAM", "TESTS", "ENTRY_POINT", "PROMPT"))
-    # This script holds the tests: gone before the answer's process starts, so it cannot
-    # read them (the agent would remove it afterwards, too late).
+    # This script holds the tests: a temp file (no memfd in this guest) is gone before the
+    # answer's process starts, so it cannot read them (a memfd's path fails here, harmlessly).
     try:
         os.unlink(sys.argv[0])
     except OSError:

@@ -53,7 +53,8 @@ desktop's display and bus), a ``PATH`` and ``PYTHONPATH`` of system folders only
 the user's config, and the shell run without startup files (``sh -c`` reads none; ``ENV``
 and ``BASH_ENV`` are not passed). A ``usercustomize.py``, a ``.pth`` file, a ``json.py`` in
 the home or a ``~/bin`` shim left by the answer is then never loaded: only the files the
-check inspects reach it.
+check inspects reach it. A grading script reaches its interpreter as a sealed memfd, never a
+file in /tmp that the graded code could read or rewrite (:class:`_Script`).
 """
 
 from __future__ import annotations
@@ -142,7 +143,7 @@ def _inside(path: str, top: str) -> bool:
 
 def run(argv, *, shell: bool, timeout: float, cwd: str | None = None,
         env: dict | None = None, merge_stderr: bool = False, isolated: bool = False,
-        tail: int | None = None) -> dict:
+        tail: int | None = None, pass_fds: tuple = ()) -> dict:
     """Run a command in its own session; the whole group is killed when it times out.
 
     ``isolated``: a grading command (see "Grading commands"). ``tail``: characters of each
@@ -170,7 +171,7 @@ def run(argv, *, shell: bool, timeout: float, cwd: str | None = None,
                 "not_found": True, "message": f"command not found: {program}"}
     try:
         proc = subprocess.Popen(
-            argv, shell=shell, cwd=cwd, env=full_env, **switch,
+            argv, shell=shell, cwd=cwd, env=full_env, **switch, pass_fds=pass_fds,
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
             start_new_session=True,  # its own process group, so a timeout kills its children
@@ -273,28 +274,6 @@ def give(path: str) -> None:
     """Hand a file the agent made to the user commands run as (no-op without --run-as)."""
     if run_as is not None:
         os.lchown(path, *run_as)
-
-
-def seed_home(source: str, target: str) -> None:
-    """Copy the snapshot's tree into the (empty) home, owned by the commands' user."""
-    import shutil
-
-    give(target)
-    for root, dirs, files in os.walk(source):
-        here = os.path.normpath(os.path.join(target, os.path.relpath(root, source)))
-        if here != os.path.normpath(target):
-            os.mkdir(here)
-            shutil.copystat(root, here)
-            give(here)
-        links = [d for d in dirs if os.path.islink(os.path.join(root, d))]
-        for name in files + links:
-            src, dst = os.path.join(root, name), os.path.join(here, name)
-            if os.path.islink(src):
-                os.symlink(os.readlink(src), dst)
-            else:
-                shutil.copy2(src, dst)
-            give(dst)
-        dirs[:] = [d for d in dirs if d not in links]
 
 
 def route_reap(req: Request):
@@ -431,14 +410,11 @@ def route_run_python(req: Request):
     code = field(body, "code", (str,), required=True)
     timeout = timeout_field(body, DEFAULT_PYTHON_TIMEOUT_S)
     options = _output_fields(body)
-    path = _temp_script(code, ".py")
     # -I: no user site-packages, no PYTHON* variables, not the script's folder (/tmp) on
     # sys.path, where the graded code could have left a module of a name the script imports
     python = [sys.executable, "-I"] if options["isolated"] else [sys.executable]
-    try:
-        result = run([*python, path], shell=False, timeout=timeout, **options)
-    finally:
-        _remove(path)
+    with _Script(code, ".py", options["isolated"]) as (path, fds):
+        result = run([*python, path], shell=False, timeout=timeout, pass_fds=fds, **options)
     ok = result["returncode"] == 0
     answer = {
         "status": "success" if ok else "error",
@@ -462,12 +438,9 @@ def route_run_bash_script(req: Request):
     working_dir = field(body, "working_dir", (str,))
     options = _output_fields(body)
     bash = ["/bin/bash", "--noprofile", "--norc"] if options["isolated"] else ["/bin/bash"]
-    path = _temp_script(script, ".sh")
-    try:
-        result = run([*bash, path], shell=False, timeout=timeout,
-                     cwd=working_dir, merge_stderr=True, **options)
-    finally:
-        _remove(path)
+    with _Script(script, ".sh", options["isolated"]) as (path, fds):
+        result = run([*bash, path], shell=False, timeout=timeout, cwd=working_dir,
+                     merge_stderr=True, pass_fds=fds, **options)
     answer = {
         "status": "success" if result["returncode"] == 0 else "error",
         "output": result["output"],
@@ -481,19 +454,46 @@ def route_run_bash_script(req: Request):
     return 200, answer
 
 
-def _temp_script(text: str, suffix: str) -> str:
-    import tempfile
+class _Script:
+    """``with _Script(text, suffix, isolated) as (path, fds)``: a script holding ``text`` for
+    the command's interpreter, and the fds the command must inherit to read it.
 
-    fd, path = tempfile.mkstemp(prefix="guest_exec_", suffix=suffix)
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        handle.write(text)
-    give(path)
-    return path
+    A grading script (``isolated``) is a sealed memfd, read as ``/proc/self/fd/N``: never a
+    file in /tmp, so nothing of the graded code (a daemon left running, as an osworld task
+    may) can read it (the py judge holds the tests) or rewrite it between its writing and
+    its start. Other scripts (and a guest without sealable memfds) are a temp file given to
+    the commands' user, removed afterwards."""
 
+    def __init__(self, text: str, suffix: str, isolated: bool) -> None:
+        import fcntl
 
-def _remove(path: str) -> None:
-    try:
-        os.unlink(path)
-    except OSError:
-        pass
+        data = text.encode("utf-8")
+        if isolated and hasattr(os, "memfd_create") and hasattr(fcntl, "F_ADD_SEALS"):
+            self.fd = os.memfd_create(f"grading{suffix}", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+            self.path, self.fds = f"/proc/self/fd/{self.fd}", (self.fd,)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(self.fd, view):]
+            fcntl.fcntl(self.fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK
+                        | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE)
+            return
+        import tempfile
 
+        self.fd, self.path = tempfile.mkstemp(prefix="guest_exec_", suffix=suffix)
+        self.fds = ()
+        with os.fdopen(self.fd, "wb") as handle:
+            handle.write(data)
+        self.fd = None
+        give(self.path)
+
+    def __enter__(self):
+        return self.path, self.fds
+
+    def __exit__(self, *exc) -> None:
+        try:
+            if self.fd is None:
+                os.unlink(self.path)
+            else:
+                os.close(self.fd)
+        except OSError:
+            pass

@@ -6,6 +6,12 @@ exact ``404 {"error": "File not found"}`` that its clients look for. ``/setup/up
 OSWorld's multipart form (``file_path`` and ``file_data``) or JSON with ``content_b64`` and
 creates the parent folders. ``/list_directory`` answers OSWorld's nested ``directory_tree``,
 cut short after :data:`MAX_LIST_ENTRIES` entries (and then says ``truncated``).
+:func:`seed_home` copies a snapshot into the home at the agent's start (``--seed-home``).
+
+``/file`` and ``/list_directory`` read with the rights of the commands' user
+(:class:`AsCommandsUser`), never the agent's: a grader fetches files the answer wrote, and
+the answer may have made one a symlink to what only root reads (a host's
+``/etc/docker/key.json`` is bound into the sandbox with the system folders).
 """
 
 from __future__ import annotations
@@ -13,9 +19,11 @@ from __future__ import annotations
 import os
 
 try:
+    from . import agent_commands
     from .agent_commands import expand, give
     from .agent_http import HTTPError, Request, field, parse_multipart
 except ImportError:  # a sibling file in the guest, not a package
+    import agent_commands  # type: ignore[no-redef]
     from agent_commands import expand, give  # type: ignore[no-redef]
     from agent_http import HTTPError, Request, field, parse_multipart  # type: ignore[no-redef]
 
@@ -23,20 +31,50 @@ except ImportError:  # a sibling file in the guest, not a package
 MAX_LIST_ENTRIES = 20_000
 
 
+class AsCommandsUser:
+    """``with AsCommandsUser():`` the calling thread opens files with the rights of the
+    commands' user (``--run-as``; nothing changes without it): its file-system uid and gid
+    are that user's, and the kernel drops the agent's file capabilities (CAP_DAC_OVERRIDE
+    …) while its fsuid is not 0. Linux keeps these ids per thread, so other requests are
+    untouched."""
+
+    def __enter__(self) -> None:
+        self.ids = agent_commands.run_as
+        if self.ids is not None:
+            self._switch(*self.ids)
+
+    def __exit__(self, *exc) -> None:
+        if self.ids is not None:
+            self._switch(os.getuid(), os.getgid())
+
+    @staticmethod
+    def _switch(uid: int, gid: int) -> None:
+        import ctypes
+
+        libc = ctypes.CDLL(None)
+        libc.setfsgid(gid)
+        libc.setfsuid(uid)
+        # both answer the previous id; an id they refuse leaves it: ask again (-1 changes nothing)
+        if libc.setfsuid(-1) != uid or libc.setfsgid(-1) != gid:
+            raise HTTPError(500, f"cannot take the file-system ids {uid}:{gid}")
+
+
 def route_file(req: Request):
-    """POST /file: the bytes of ``file_path`` (form or JSON); 404 when it does not exist."""
+    """POST /file: the bytes of ``file_path`` (form or JSON), read as the commands' user;
+    404 when it does not exist."""
     file_path = req.form().get("file_path")
     if not file_path:
         raise HTTPError(400, "missing required field 'file_path'")
     path = expand(file_path)
-    if not os.path.isfile(path):
-        # OSWorld's exact shape, which its clients look for
-        return 404, {"error": "File not found"}
-    try:
-        with open(path, "rb") as handle:
-            return 200, handle.read()
-    except OSError as exc:
-        raise HTTPError(400, f"cannot read {path}: {exc.strerror}") from None
+    with AsCommandsUser():
+        if not os.path.isfile(path):
+            # OSWorld's exact shape, which its clients look for
+            return 404, {"error": "File not found"}
+        try:
+            with open(path, "rb") as handle:
+                return 200, handle.read()
+        except OSError as exc:
+            raise HTTPError(400, f"cannot read {path}: {exc.strerror}") from None
 
 
 def route_upload(req: Request):
@@ -90,10 +128,11 @@ def _makedirs(path: str) -> None:
 def route_list_directory(req: Request):
     """POST /list_directory: the tree under ``path``, OSWorld's ``{directory_tree}``."""
     path = expand(field(req.json(), "path", (str,), required=True))
-    if not os.path.isdir(path):
-        raise HTTPError(400, f"not a directory: {path}")
-    budget = [MAX_LIST_ENTRIES]
-    tree = _tree(path, os.path.basename(path.rstrip("/")) or path, budget)
+    with AsCommandsUser():
+        if not os.path.isdir(path):
+            raise HTTPError(400, f"not a directory: {path}")
+        budget = [MAX_LIST_ENTRIES]
+        tree = _tree(path, os.path.basename(path.rstrip("/")) or path, budget)
     answer = {"directory_tree": tree}
     if budget[0] <= 0:
         answer["truncated"] = True
@@ -115,3 +154,25 @@ def _tree(path: str, name: str, budget: list) -> dict:
         else:
             node["children"].append({"type": "file", "name": entry.name})
     return node
+
+
+def seed_home(source: str, target: str) -> None:
+    """Copy the snapshot's tree into the (empty) home, owned by the commands' user."""
+    import shutil
+
+    give(target)
+    for root, dirs, files in os.walk(source):
+        here = os.path.normpath(os.path.join(target, os.path.relpath(root, source)))
+        if here != os.path.normpath(target):
+            os.mkdir(here)
+            shutil.copystat(root, here)
+            give(here)
+        links = [d for d in dirs if os.path.islink(os.path.join(root, d))]
+        for name in files + links:
+            src, dst = os.path.join(root, name), os.path.join(here, name)
+            if os.path.islink(src):
+                os.symlink(os.readlink(src), dst)
+            else:
+                shutil.copy2(src, dst)
+            give(dst)
+        dirs[:] = [d for d in dirs if d not in links]

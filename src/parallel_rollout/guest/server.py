@@ -284,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
         # machine's init, so /reap still finds it among the agent's descendants
         _prctl(36, 1, "PR_SET_CHILD_SUBREAPER")
     if args["seed_home"]:
-        agent_commands.seed_home(args["seed_home"], agent_commands.home())
+        agent_files.seed_home(args["seed_home"], agent_commands.home())
     if args["desktop"]:
         width, _, height = args["desktop"].partition("x")
         if not (width.isdigit() and height.isdigit()):

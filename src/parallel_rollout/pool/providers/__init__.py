@@ -39,11 +39,17 @@ def get_provider(name: str) -> type[Provider]:
 
 def provider_options(config: RunConfig, provider_cls: Any, vm_envs: list[Any]) -> ProviderOptions:
     """The VM settings of a pool serving ``vm_envs``: their default limits where the
-    provider supports them, the user's explicit limits always."""
+    provider supports them, the user's explicit limits always. A VM's default memory is sized
+    from the host and the VMs of the pool (``config.pool_size``: --num-vms with a shared
+    pool, else one VM per worker), and a mode's own default (py's) never goes beyond it."""
     limits: dict[str, Any] = {}
     supported = provider_cls.supported_limits()
+    desktop = any(getattr(env_cls, "needs_desktop", False) for env_cls in vm_envs)
+    share = default_memory_mb(config.pool_size, desktop)
     for env_cls in vm_envs:
         for name, value in env_cls.default_limits.items():
+            if name == "memory_mb":
+                value = min(value, share)
             if name in supported:
                 limits[name] = max(value, limits.get(name, value))
             else:
@@ -54,10 +60,10 @@ def provider_options(config: RunConfig, provider_cls: Any, vm_envs: list[Any]) -
         value = getattr(config, f"vm_{name}")
         if value is not None:
             limits[name] = value
-    desktop = any(getattr(env_cls, "needs_desktop", False) for env_cls in vm_envs)
     if desktop:
         limits.update(desktop=True, screen_width=config.screen_width, screen_height=config.screen_height)
-    limits["default_memory_mb"] = default_memory_mb(config.num_vms, desktop)
+    limits["default_memory_mb"] = share
+    limits["pool_size"] = config.pool_size + (config.spare_vms or 0)
     return ProviderOptions(snapshot_name=config.snapshot_name, path_to_vm=config.path_to_vm,
                            headless=config.headless, boot_timeout_s=config.boot_timeout_s,
                            vm_addresses=config.vm_address, reset_command=config.reset_command,

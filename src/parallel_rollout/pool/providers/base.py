@@ -38,6 +38,9 @@ class ProviderOptions:
     #: per-VM resource limits; None keeps the provider's default
     memory_mb: int | None = None
     max_processes: int | None = None
+    #: the VMs the pool runs at once (its size and spares): what a default limit that
+    #: shares something of the runner among its VMs divides by
+    pool_size: int = 1
     #: the memory limit of a VM when ``memory_mb`` is None (:func:`default_memory_mb`),
     #: applied where the provider bounds a VM's total (a memory cgroup, a container), never
     #: as a per-process address-space limit, which would break programs that reserve much

@@ -283,18 +283,39 @@ def nproc_caps_a_sandbox() -> bool:
             and shutil.which("prlimit") is not None)
 
 
-def process_cap(requested: int | None, default: int) -> tuple[int | None, int | None]:
+#: the least a VM's share of the runner's own process limit leaves it
+MIN_NPROC_SHARE = 64
+
+
+def nproc_share(vms: int) -> int | None:
+    """A VM's share of this runner's own RLIMIT_NPROC when ``vms`` VMs run at once: the
+    limit split among them and the runner itself (its workers and their threads count too),
+    at least MIN_NPROC_SHARE; None when the runner has no such limit. What a VM's processes
+    may count against without a pids cgroup: the processes of every sandbox's user namespace
+    also count against the runner's uid, up to the limit it had when it made them."""
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_NPROC)
+    if soft == resource.RLIM_INFINITY:
+        return None
+    return max(MIN_NPROC_SHARE, soft // (max(1, vms) + 1))
+
+
+def process_cap(requested: int | None, default: int, vms: int = 1) -> tuple[int | None, int | None]:
     """How a process sandbox caps a VM's processes at ``requested`` (``default`` when None):
     ``(pids.max, None)`` with a pids cgroup, ``(None, RLIMIT_NPROC)`` where that caps a
     sandbox, else ``(None, None)`` with a warning; ConfigError for a bad or uncappable
-    explicit ``requested``."""
+    explicit ``requested``. With RLIMIT_NPROC the default is at most the VM's share of the
+    runner's own limit among ``vms`` VMs (:func:`nproc_share`): at 4096 each, one VM's fork
+    bomb took a limit of 2000 whole, and every other VM's commands failed to start."""
     if requested is not None and requested <= 0:
         raise ConfigError(f"max_processes must be positive, got {requested}")
     cap = requested or default
     if "pids" in available():
         return cap, None
     if nproc_caps_a_sandbox():
-        return None, cap
+        share = nproc_share(vms)
+        return None, cap if requested is not None or share is None else min(cap, share)
     if requested is not None:
         raise ConfigError(
             "max_processes needs a working pids cgroup (cgroup v1 pids, or v2 with the pids "

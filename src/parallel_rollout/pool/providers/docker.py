@@ -31,7 +31,7 @@ per container, ``--init`` so orphans are reaped, ``--memory``/``--memory-swap`` 
 ``memory_mb`` (else the pool's ``default_memory_mb``, ``base.py``) and ``--pids-limit`` from
 ``max_processes`` (4096 when unset), a sized ``/tmp``, no privileged flags, every capability
 dropped but the few the agent needs to run commands as another user (``AGENT_CAPS``),
-``no-new-privileges``. The agent is the container's root; every command runs as a uid of
+``no-new-privileges``, at most 64 ptys (``local_init``). The agent is the container's root; every command runs as a uid of
 the VM's own through ``setpriv`` with no capabilities (``--run-as``, see ``guest/server.py``),
 so the graded code can neither signal the agent nor reach its socket. Containers share the
 host's user namespace, where the kernel counts some limits per uid (inotify instances): each
@@ -96,7 +96,7 @@ from .common import check_name, make_vm_dir, read_meta, remove_run_dir_if_empty,
 from .docker_cli import (GUEST_HOME, GUEST_SOCK_DIR, LABEL, SOCKET_NAME, START_HINT, agent_argv,
                          check_image, container_death_cause, container_state, containers,
                          daemon_address, daemon_limits, docker, image_exists, image_kind,
-                         import_changes, init_process, kill_init, logs, owner_alive,
+                         import_changes, kill_init, local_init, logs, owner_alive,
                          remove_containers, remove_old_guest_images, write_user_files)
 from .docker_spare import Background, SpareContainers
 from .layer_diff import LayerView
@@ -477,7 +477,7 @@ class DockerProvider(SpareContainers, Provider):
         container = self._run_container(vm_id, deadline)
         try:
             info = self._await_agent(vm_id, container, deadline)
-            info.private.update(init_process(container["name"]))
+            info.private.update(local_init(container["name"]))
             return info
         except BaseException:
             self._remove([container])

@@ -24,7 +24,7 @@ from typing import Callable
 import psutil
 
 from ...errors import ConfigError, ProviderUnavailable, VMError
-from . import images
+from . import images, sandbox_fs
 from .common import same_process, signal_name
 
 LABEL = "parallel-rollout"
@@ -252,17 +252,21 @@ def import_changes(desktop: bool = False) -> list[str]:
     return changes + [f"ENV PYTHONPATH={images.GUEST_SHIM_DIR}"] if desktop else changes
 
 
-def init_process(name: str) -> dict:
+def local_init(name: str) -> dict:
     """The host pid and start time of the container's init (docker-init), when this host
-    sees it (a local daemon, in our pid namespace); {} otherwise."""
+    sees it (a local daemon, in our pid namespace); {} otherwise. Such a container's devpts
+    gets a process sandbox's cap (``sandbox_fs.cap_ptys``): the machine's pseudo-terminals are
+    one pool, and one container took them all."""
     done = docker("inspect", "--format", "{{.State.Pid}}", name, check=False)
     try:
         proc = psutil.Process(int(done.stdout.strip()))
         if "init" not in proc.name():
             return {}
-        return {"init_pid": proc.pid, "init_create_time": proc.create_time()}
+        found = {"init_pid": proc.pid, "init_create_time": proc.create_time()}
     except (ValueError, psutil.Error):
         return {}
+    sandbox_fs.cap_ptys(proc.pid, own_userns=False)
+    return found
 
 
 def kill_init(private: dict) -> bool:

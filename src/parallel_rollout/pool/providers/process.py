@@ -10,11 +10,12 @@
     <base>/<run_id>/<vm_id>/      base: $PARALLEL_ROLLOUT_PROCESS_DIR or /tmp/parallel-rollout/process
         sock/        sock/agent.sock: bound and listened on here, the agent serves its fd
         meta.json    run id, vm id, owner pid, bwrap pid and start times: what sweep() reads
-        agent.log    the agent's (and bwrap's) stderr, quoted when a boot fails
+        agent.log    bwrap's and the agent's output (a pipe, 1 MiB kept: sandbox_log.py), quoted when a boot fails
 
 **The boundary.** Own pid, ipc, uts and network namespaces (only ``lo`` inside), system
 folders bound read-only, the host's secrets (``/etc/shadow`` and kin) replaced by empty
-files, fresh ``/proc`` and ``/dev``, a clean environment, ``setsid``, and:
+files, fresh ``/proc`` and ``/dev``, the sandbox's own root and ``/dev`` read-only once
+built, a clean environment, ``setsid``, and:
 
 * *no capabilities.* As root, bwrap keeps for the agent only what it needs to run commands as
   another user (setuid/setgid, kill, chown, reading the home), and the agent runs every
@@ -35,11 +36,11 @@ files, fresh ``/proc`` and ``/dev``, a clean environment, ``setsid``, and:
   for the whole sandbox, where a probe shows they work (``cgroups.available``); ``memory.max``
   is ``memory_mb``, else the pool's ``default_memory_mb`` (``base.py``). Without a memory
   cgroup only an explicit ``memory_mb`` applies, as RLIMIT_AS per process (logged either way). ``max_processes`` (DEFAULT_MAX_PROCESSES when unset) goes to ``pids.max``, or
-  without a pids cgroup to RLIMIT_NPROC where that caps a sandbox (not root: see
-  ``cgroups.nproc_caps_a_sandbox``); else an explicit one is a ConfigError saying why.
+  without a pids cgroup to RLIMIT_NPROC where that caps a sandbox (not root, ``cgroups.nproc_share``:
+  at most a VM's share of the runner's own limit); else an explicit one is a ConfigError saying why.
 * *sized tmpfs* for ``/tmp`` and ``/dev/shm`` (512 MB) and the home (1 GB), each at most a
   sixth of ``memory_mb``: filling them fills the VM's own memory (which its cgroup bounds), never the
-  host's disk, and leaves the agent room to live.
+  host's disk, and leaves the agent room to live; at most ``sandbox_fs.MAX_PTYS`` ptys (one pool per machine).
 
 It is not a VM: the sandbox shares the host's kernel, so a kernel bug reachable through the
 allowed calls is a way out. The docker and qemu providers are the stronger walls.
@@ -88,14 +89,14 @@ import time
 from pathlib import Path
 
 from ...errors import ConfigError, ProviderUnavailable, VMError
-from . import cgroups, images, sandbox_fs, seccomp, standby, verify
+from . import cgroups, images, sandbox_fs, sandbox_log, seccomp, standby, verify
 from .sandbox_uids import SandboxUids
 from .base import Provider, ProviderOptions, VMInfo
 from .common import (check_name, create_time, log_tail, make_vm_dir, owner_label,
                      process_and_agent_healthy, read_meta, remove_vm_dir, same_process,
                      secure_base_dir, sweep_vm_folders, write_meta)
-from .sandbox_processes import (children, death_cause, kill_recorded, kill_sandbox,
-                                kill_unrecorded, launcher, read_until, sandbox_alive)
+from .sandbox_processes import (KILL_WAIT_S, children, death_cause, kill_recorded, kill_sandbox,
+                                kill_unrecorded, read_until, sandbox_alive)
 
 log = logging.getLogger(__name__)
 #: the namespaces every sandbox (and the standby it boots from) gets of its own
@@ -183,7 +184,7 @@ class ProcessProvider(Provider):
         self._memory_mb = self.options.memory_limit(bounded="memory" in controllers)
         #: a VM's process cap, (pids.max, RLIMIT_NPROC per command): ``cgroups.process_cap``
         self._pids_max, self._limit_nproc = cgroups.process_cap(
-            self.options.max_processes, DEFAULT_MAX_PROCESSES)
+            self.options.max_processes, DEFAULT_MAX_PROCESSES, self.options.pool_size)
         #: cgroups are host-wide: two runs with one run id (two output folders) must not
         #: share, or remove, each other's
         self._cgroup_name = f"{run_id}.{secrets.token_hex(4)}"
@@ -398,10 +399,7 @@ class ProcessProvider(Provider):
             for name in ATSPI_ENVS:
                 if os.environ.get(name):
                     desktop += ["--setenv", name, os.environ[name]]
-            if os.path.isdir("/var/cache/fontconfig"):
-                # without the system's font cache every app start rebuilds it (seconds)
-                desktop += [*sandbox_fs.open_dirs("/var", "/var/cache"),
-                            "--ro-bind", "/var/cache/fontconfig", "/var/cache/fontconfig"]
+            desktop += sandbox_fs.font_cache()
             path = f"{GUEST_BIN}:{images.guest_path(desktop=True)}"  # python, the shims
         return [
             shutil.which("bwrap") or "bwrap",
@@ -429,7 +427,7 @@ class ProcessProvider(Provider):
             "--setenv", "PATH", path, "--setenv", "HOME", GUEST_HOME,
             "--setenv", "LANG", "C.UTF-8", "--setenv", "USER", "user",
             "--setenv", "PARALLEL_ROLLOUT_VM", vm_id,
-            *desktop,
+            *desktop, *sandbox_fs.read_only_root(),
             "--info-fd", str(info_fd),
             "--", *agent,
         ]
@@ -447,11 +445,7 @@ class ProcessProvider(Provider):
         argv = group.join_argv(argv)
         log_path = vm_dir / "agent.log"
         try:
-            with open(log_path, "ab") as agent_log:
-                proc = launcher().popen(argv, stdin=subprocess.DEVNULL, stdout=agent_log,
-                                        stderr=agent_log,
-                                        pass_fds=(ready_w, info_w, seccomp_fd, listener.fileno()),
-                                        start_new_session=True, die_with_owner=True)
+            proc, logged = sandbox_log.start(argv, log_path, (ready_w, info_w, seccomp_fd, listener.fileno()))
         except OSError as exc:
             for fd in (ready_r, ready_w, info_r, info_w):
                 os.close(fd)
@@ -481,10 +475,13 @@ class ProcessProvider(Provider):
             self._write_meta(vm_id, vm_dir, private)
             if not read_until(ready_r, b"\n", deadline).startswith(b"ready"):
                 raise VMError("the guest agent exited before it was ready")
+            # once the agent runs, bwrap has built the sandbox: its /dev/pts is there
+            sandbox_fs.cap_ptys(init_pid, own_userns=not self._uids.enabled)
         except BaseException as exc:
             kill_sandbox(private)  # whatever stopped the boot, even an interrupt
             if not isinstance(exc, VMError):
                 raise
+            logged.wait(KILL_WAIT_S)  # the pipe's last words, in the file
             tail = log_tail(log_path)
             raise VMError(f"VM {vm_id} did not boot: {exc}; agent log: {tail}") from None
         finally:

@@ -3,18 +3,25 @@ system folders bound read-only (merged-/usr symlinks kept), the host's secrets m
 empty file, the sandbox's user in its /etc/passwd, folders and guest files its user can
 walk and read, the guest's python3 (one under the bound folders), and the agent's listening
 socket, bound and listened on by the runner outside the sandbox so that no code inside can
-unlink it and answer in the agent's place (see process.py, "The boundary")."""
+unlink it and answer in the agent's place (see process.py, "The boundary"); the folders no
+command may write (the sandbox's root and /dev, read-only once built), and its pseudo-terminals
+capped (:func:`cap_ptys`)."""
 
 from __future__ import annotations
 
+import fcntl
 import functools
+import logging
 import os
 import shutil
 import socket
+import subprocess
 from pathlib import Path
 
 from ...errors import VMError
 from . import images
+
+log = logging.getLogger(__name__)
 
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
 #: host files no sandbox may read, replaced by empty ones where they exist
@@ -119,3 +126,97 @@ def guest_python() -> str | None:
     # only an interpreter under the bound system folders exists inside the sandbox
     found = shutil.which("python3", path="/usr/local/bin:/usr/bin")
     return found if found and found.startswith("/usr/") else None
+
+
+#: pseudo-terminals one sandbox may hold. The kernel's ``kernel.pty.max`` (4096, 1024 of
+#: them reserved for the host's own /dev/pts) is one pool shared by every sandbox and
+#: container of the machine: without a cap, one VM took all 3072 and every other VM's
+#: ``openpty`` failed. 64 is more than a task with a terminal or a few needs, and 48 VMs'
+#: worth before the shared pool could run dry
+MAX_PTYS = 64
+#: how bwrap's ``--dev`` mounts the sandbox's own devpts: what a remount gives where the
+#: sandbox's mount table cannot be read (a remount resets every option not given)
+DEVPTS_OPTIONS = "mode=620,ptmxmode=666"
+_NS_GET_PARENT = 0xB702  # ioctl: the user namespace that owns this one
+
+
+def font_cache() -> list[str]:
+    """The system's font cache for a desktop, read-only: without it every app start
+    rebuilds it (seconds)."""
+    if not os.path.isdir("/var/cache/fontconfig"):
+        return []
+    return [*open_dirs("/var", "/var/cache"), "--ro-bind", "/var/cache/fontconfig", "/var/cache/fontconfig"]
+
+
+def read_only_root() -> list[str]:
+    """bwrap's last steps: the sandbox's root (its folders /opt, /run, /home …) and /dev
+    made read-only, the mounts in them (the home, /tmp, /dev/shm, /dev/pts …) kept as they
+    are. As root nothing there is the commands' to write anyway; as another user bwrap makes
+    both as that user, so the commands could add a module to the agent's folder (which is on
+    the agent's ``sys.path``), a program to a folder of a desktop's PATH, or replace
+    /dev/stdin."""
+    return ["--remount-ro", "/dev", "--remount-ro", "/"]
+
+
+def cap_ptys(init_pid: int, own_userns: bool, limit: int = MAX_PTYS) -> str | None:
+    """Remount the devpts of a sandbox or container (whose init is ``init_pid``) with
+    ``max=limit`` and the options it has, from the host: the mount is in its mount
+    namespace, entered for one ``mount``. ``own_userns``: the sandbox has a user namespace
+    of its own (a runner that is not root), whose owner, bwrap's outer namespace, holds the
+    right to remount there. None when done, else why not, logged once per process (the VM
+    then runs uncapped)."""
+    why = _remount_devpts(init_pid, own_userns, limit)
+    if why and not _warned:
+        _warned.append(why)
+        log.warning("cannot cap a sandbox's pseudo-terminals (%s): one VM may take the "
+                    "machine's", why)
+    return why
+
+
+#: the cause, once cap_ptys has warned
+_warned: list[str] = []
+
+
+def _remount_devpts(init_pid: int, own_userns: bool, limit: int) -> str | None:
+    # bwrap chroots its processes below its mount namespace's root: the init's root is theirs
+    argv = ["nsenter", f"--mount=/proc/{init_pid}/ns/mnt", f"--root=/proc/{init_pid}/root"]
+    pass_fds: tuple[int, ...] = ()
+    try:
+        # never the host's devpts (a remount changes it for every mount of it, in every
+        # namespace): only a sandbox fully built (its agent ready) has one of its own
+        if os.stat(f"/proc/{init_pid}/root/dev/pts").st_dev == os.stat("/dev/pts").st_dev:
+            return f"the /dev/pts of process {init_pid} is the host's"
+        if own_userns:
+            # --disable-userns nests the init in a second namespace, which holds no rights
+            inner = os.open(f"/proc/{init_pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                outer = fcntl.ioctl(inner, _NS_GET_PARENT)
+            finally:
+                os.close(inner)
+            pass_fds = (outer,)
+            argv[1:1] = ["--preserve-credentials", f"--user=/proc/self/fd/{outer}"]
+        argv += ["mount", "-n", "-t", "devpts", "-o",
+                 f"remount,nosuid,noexec,{_devpts_options(init_pid)},max={limit}", "devpts", "/dev/pts"]
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=10, pass_fds=pass_fds)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return str(exc)
+    finally:
+        for fd in pass_fds:
+            os.close(fd)
+    return None if proc.returncode == 0 else (proc.stderr.strip() or f"exit status {proc.returncode}")
+
+
+def _devpts_options(pid: int) -> str:
+    """The options of the devpts at /dev/pts of process ``pid`` (docker's has gid=5, bwrap's
+    none) but rw and max, which a remount would otherwise reset; DEVPTS_OPTIONS if unread."""
+    found = DEVPTS_OPTIONS
+    try:
+        with open(f"/proc/{pid}/mountinfo", encoding="utf-8") as handle:
+            for line in handle:  # the last one mounted there is the one in use
+                fields, _, fs = line.partition(" - ")
+                if fields.split()[4:5] == ["/dev/pts"] and fs.startswith("devpts "):
+                    found = ",".join(o for o in fs.split()[2].split(",")
+                                     if o not in ("rw", "ro") and not o.startswith("max=")) or DEVPTS_OPTIONS
+    except (OSError, IndexError):
+        pass
+    return found

@@ -25,7 +25,11 @@ What is refused, with ``EPERM`` (programs see an ordinary "operation not permitt
   (``fsopen``, ``fsconfig``, ``fsmount``, ``fspick``, ``move_mount``, ``open_tree``,
   ``mount_setattr``), which would otherwise fail only for want of a capability. A
   libseccomp too old to know their names gets their numbers (:data:`NEW_SYSCALLS`, the
-  same on every architecture since Linux 5.1), so none is left out silently.
+  same on every architecture since Linux 5.1), so none is left out silently;
+* ``io_setup`` (Linux native AIO) answers ``ENOSYS``, as a kernel built without AIO does:
+  its contexts come from one pool for the whole machine (``fs.aio-max-nr``, 65536 events),
+  so one VM could take them all and leave every other VM (and the host's databases) none.
+  Programs that use it fall back to threads on ``ENOSYS`` (glibc's POSIX AIO never uses it).
 
 A desktop VM (osworld) gets the same filter: its desktop and apps run as the commands'
 unprivileged user, so VLC (which refuses root) needs no user namespace of its own, and
@@ -56,6 +60,9 @@ DENIED = (
     *("io_uring_setup", "io_uring_enter", "io_uring_register"),
     *("fsopen", "fsconfig", "fsmount", "fspick", "move_mount", "open_tree", "mount_setattr"),
 )
+#: answered ENOSYS, so that callers fall back: clone3 to clone (whose flags a filter can
+#: read), io_setup to threads (its contexts are the whole machine's, see the module doc)
+NOT_IMPLEMENTED = ("clone3", "io_setup")
 #: syscalls added after Linux 5.0, numbered alike on every architecture (the kernel's
 #: unified table): what a rule uses when libseccomp does not know the name
 NEW_SYSCALLS = {"io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
@@ -125,7 +132,8 @@ def _compile() -> bytes:
             rule(name, _act_errno(errno.EPERM))
         for flag in CLONE_NEW_FLAGS:  # rules of one syscall are or-ed: any flag refuses
             rule("clone", _act_errno(errno.EPERM), _ArgCmp(0, _SCMP_CMP_MASKED_EQ, flag, flag))
-        rule("clone3", _act_errno(errno.ENOSYS))
+        for name in NOT_IMPLEMENTED:
+            rule(name, _act_errno(errno.ENOSYS))
         read_fd, write_fd = os.pipe()
         try:
             rc = lib.seccomp_export_bpf(ctx, write_fd)
