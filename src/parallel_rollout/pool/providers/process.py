@@ -190,6 +190,11 @@ class ProcessProvider(Provider):
         #: root runs commands (and a desktop) as a uid of each VM's own (sandbox_uids.py)
         self._uids = SandboxUids(enabled=os.geteuid() == 0)
         self._python = sandbox_fs.guest_python()
+        self._bwrap = shutil.which("bwrap") or "bwrap"
+        #: per VM folder, what its every boot shares, made at its first: its cgroups, and
+        #: bwrap's argv but the fds (by VM, folder and uid); forgotten with the folder
+        self._groups: dict[str, cgroups.VMCgroup] = {}
+        self._argvs: dict[tuple[str, str, int | None], tuple[list[str], list[str]]] = {}
         #: reset verification from the host, through /proc/<init>/root (a few ms: on by default)
         self._view = verify.HostView(self.options.verify_reset or "fast", GUEST_HOME, self.snapshot,
                                      spare_processes=verify.DESKTOP_LAZY if self.options.desktop else (),
@@ -262,6 +267,7 @@ class ProcessProvider(Provider):
                 raise VMError(f"VM {vm_id} of run {self.run_id} is already running "
                               f"(pid {meta.get('pid')})")
             shutil.rmtree(vm_dir, ignore_errors=True)
+        self._forget(vm_dir)
         make_vm_dir(vm_dir, "sock")
         group = self._cgroup(vm_id)
         info = None
@@ -279,6 +285,7 @@ class ProcessProvider(Provider):
                     kill_sandbox(info.private)
             remove_vm_dir(vm_dir)
             group.remove()
+            self._forget(vm_dir)
             self._uids.release(vm_id)
             raise
 
@@ -321,6 +328,7 @@ class ProcessProvider(Provider):
             for folder in standby.folders(Path(info.private["vm_dir"]).parent, info.vm_id):
                 remove_vm_dir(folder)
                 cgroups.remove_paths(self._cgroup(folder.name).paths)
+                self._forget(folder)
 
     @classmethod
     def sweep(cls, run_id: str | None = None,
@@ -339,20 +347,33 @@ class ProcessProvider(Provider):
 
     # ------------------------------------------------------------------- internals
     def _boot_in(self, vm_id: str, vm_dir: Path) -> VMInfo:
-        """A new sandbox of ``vm_id`` in ``vm_dir`` (its folder or its standby's)."""
-        shutil.rmtree(vm_dir / "sock", ignore_errors=True)
-        make_vm_dir(vm_dir, "sock")
+        """A new sandbox of ``vm_id`` in ``vm_dir`` (its folder or its standby's): the
+        folder, its cgroups and most of bwrap's argv are those of its earlier boots."""
+        make_vm_dir(vm_dir, "sock")  # the socket itself is replaced by sandbox_fs.listen
         group = self._cgroup(vm_dir.name)
-        group.create()
-        return self._boot(vm_id, vm_dir, group)
+        group.renew()
+        try:
+            return self._boot(vm_id, vm_dir, group)
+        except BaseException:
+            self._forget(vm_dir)  # made again at the next boot, whatever was wrong with it
+            raise
 
     def _cgroup(self, folder: str) -> cgroups.VMCgroup:
         """The cgroups of one VM folder (a VM and its standby have one each)."""
-        memory = self._memory_mb
-        return cgroups.VMCgroup(
-            self._cgroup_name, folder,
-            max_processes=self._pids_max,
-            memory_bytes=None if memory is None or self._limit_as else memory * 2**20)
+        group = self._groups.get(folder)
+        if group is None:
+            memory = self._memory_mb
+            group = self._groups[folder] = cgroups.VMCgroup(
+                self._cgroup_name, folder,
+                max_processes=self._pids_max,
+                memory_bytes=None if memory is None or self._limit_as else memory * 2**20)
+        return group
+
+    def _forget(self, vm_dir: Path) -> None:
+        """Drop what was kept of a folder's boots (removed, or made anew)."""
+        self._groups.pop(vm_dir.name, None)
+        for key in [key for key in list(self._argvs) if key[1] == str(vm_dir)]:
+            self._argvs.pop(key, None)
 
     def _tmpfs_mb(self, size_mb: int) -> int:
         """A tmpfs's size: its pages are charged to the VM's memory cgroup and never freed
@@ -365,17 +386,30 @@ class ProcessProvider(Provider):
 
     def _argv(self, vm_id: str, vm_dir: Path, ready_fd: int, info_fd: int,
               listen_fd: int) -> list[str]:
-        agent = [self._python, "-I", "-S", GUEST_AGENT,  # -S: site.py costs ~5 ms per boot
-                 "--listen-fd", str(listen_fd), "--ready-fd", str(ready_fd)]
+        """bwrap's argv for a boot of ``vm_id`` in ``vm_dir`` that passes these fds; the
+        rest is the same at every boot of the folder (``_folder_argv``)."""
+        uid = self._uids.uid(vm_id)
+        if self._uids.enabled and uid is None:
+            # never a sandbox whose commands would run as root: a standby of a stopped VM
+            raise VMError(f"VM {vm_id} holds no sandbox uid (it was stopped)")
+        key = (vm_id, str(vm_dir), uid)
+        parts = self._argvs.get(key)
+        if parts is None:
+            parts = self._argvs[key] = self._folder_argv(vm_id, vm_dir, uid)
+        sandbox, agent = parts
+        return [*sandbox, "--info-fd", str(info_fd),
+                "--", self._python, "-I", "-S", GUEST_AGENT,  # -S: site.py costs ~5 ms per boot
+                "--listen-fd", str(listen_fd), "--ready-fd", str(ready_fd), *agent]
+
+    def _folder_argv(self, vm_id: str, vm_dir: Path, uid: int | None) -> tuple[list[str], list[str]]:
+        """bwrap's options and the agent's options but its fds, for the boots of ``vm_id``
+        in ``vm_dir`` with the commands' ``uid``; writes the folder's files they bind."""
+        agent: list[str] = []
         if self._limit_as:
             agent += ["--limit-as", str(self._memory_mb * 1024 * 1024)]
         if self._limit_nproc:
             agent += ["--limit-nproc", str(self._limit_nproc)]
         agent += ["--reap-all"]  # bwrap's --unshare-pid: every process it sees is the VM's
-        uid = self._uids.uid(vm_id)
-        if self._uids.enabled and uid is None:
-            # never a sandbox whose commands would run as root: a standby of a stopped VM
-            raise VMError(f"VM {vm_id} holds no sandbox uid (it was stopped)")
         if uid is not None:
             agent += ["--run-as", f"{uid}:{uid}"]
             privileges = ["--cap-drop", "ALL"] + [a for cap in AGENT_CAPS
@@ -403,8 +437,8 @@ class ProcessProvider(Provider):
                 desktop += [*sandbox_fs.open_dirs("/var", "/var/cache"),
                             "--ro-bind", "/var/cache/fontconfig", "/var/cache/fontconfig"]
             path = f"{GUEST_BIN}:{images.guest_path(desktop=True)}"  # python, the shims
-        return [
-            shutil.which("bwrap") or "bwrap",
+        sandbox = [
+            self._bwrap,
             *NAMESPACE_FLAGS, *privileges, "--die-with-parent", "--new-session",
             "--hostname", vm_id,
             *sandbox_fs.system_binds(), *sandbox_fs.secret_masks(vm_dir / "empty"),
@@ -430,9 +464,8 @@ class ProcessProvider(Provider):
             "--setenv", "LANG", "C.UTF-8", "--setenv", "USER", "user",
             "--setenv", "PARALLEL_ROLLOUT_VM", vm_id,
             *desktop,
-            "--info-fd", str(info_fd),
-            "--", *agent,
         ]
+        return sandbox, agent
 
     def _boot(self, vm_id: str, vm_dir: Path, group: cgroups.VMCgroup) -> VMInfo:
         """Start the sandbox and wait for the agent's ready line; VMError (with the agent's
@@ -441,17 +474,23 @@ class ProcessProvider(Provider):
         ready_r, ready_w = os.pipe()
         info_r, info_w = os.pipe()
         seccomp_fd = seccomp.program_fd()
-        # join the cgroups before bwrap forks anything: a shell that moves itself, then execs
         argv = self._argv(vm_id, vm_dir, ready_w, info_w, listener.fileno())
         argv = [argv[0], "--seccomp", str(seccomp_fd), *argv[1:]]
-        argv = group.join_argv(argv)
         log_path = vm_dir / "agent.log"
+        meta_path = vm_dir / "meta.json"
+        if not meta_path.exists():
+            # the folder's first boot: labelled before anything runs in it (owner, cgroups),
+            # so that a sweep finds what an owner killed in the middle of the boot leaves;
+            # a later boot's folder keeps that label until the boot's own meta replaces it
+            self._write_meta(vm_id, vm_dir, {"vm_dir": str(vm_dir), "cgroups": group.paths})
         try:
             with open(log_path, "ab") as agent_log:
+                # joins the cgroups before bwrap forks anything: the shell in front of it
                 proc = launcher().popen(argv, stdin=subprocess.DEVNULL, stdout=agent_log,
                                         stderr=agent_log,
                                         pass_fds=(ready_w, info_w, seccomp_fd, listener.fileno()),
-                                        start_new_session=True, die_with_owner=True)
+                                        start_new_session=True, die_with_owner=True,
+                                        cgroup_procs=group.procs)
         except OSError as exc:
             for fd in (ready_r, ready_w, info_r, info_w):
                 os.close(fd)
@@ -466,9 +505,6 @@ class ProcessProvider(Provider):
         private = {"pid": proc.pid, "create_time": create_time(proc.pid),
                    "vm_dir": str(vm_dir), "cgroups": group.paths,
                    "oom_baseline": cgroups.oom_counts(group.paths)}  # the folder's so far
-        # recorded at once: a manager killed before the agent is ready leaves a sandbox
-        # that a sweep must still find
-        self._write_meta(vm_id, vm_dir, private)
         try:
             deadline = time.monotonic() + self.options.boot_timeout_s
             info = read_until(info_r, b"}", deadline)
@@ -478,7 +514,10 @@ class ProcessProvider(Provider):
                 raise VMError(f"bwrap gave no child pid (got {info!r})") from exc
             private["init_pid"] = init_pid
             private["init_create_time"] = create_time(init_pid)
+            # what a sweep kills by pid; until now it finds the sandbox by the folder's
+            # cgroups and bwrap's command line (``sweep``)
             self._write_meta(vm_id, vm_dir, private)
+            sandbox_fs.write_new(vm_dir / "pid", f"{proc.pid}\n")
             if not read_until(ready_r, b"\n", deadline).startswith(b"ready"):
                 raise VMError("the guest agent exited before it was ready")
         except BaseException as exc:
@@ -497,4 +536,3 @@ class ProcessProvider(Provider):
     def _write_meta(self, vm_id: str, vm_dir: Path, private: dict) -> None:
         write_meta(vm_dir, {"run_id": self.run_id, "vm_id": vm_id, "created": time.time(),
                             **owner_label(), **private})
-        sandbox_fs.write_new(vm_dir / "pid", f"{private['pid']}\n")
