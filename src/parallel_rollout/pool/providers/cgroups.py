@@ -354,19 +354,29 @@ def oom_counts(paths: list[str]) -> tuple[int, int]:
     without a memory cgroup. A kill with no limit reached is the host's OOM killer."""
     kills = limit_hits = 0
     for name in paths:
-        events = _fields(f"{name}/memory.events")
+        kind = _memory_kind.get(name)
+        events = _fields(f"{name}/memory.events") if kind in (None, 2) else {}
         if events:
+            _memory_kind[name] = 2
             kills += int(events.get("oom_kill", 0))
             limit_hits += int(events.get("oom", 0))
             continue
-        control = _fields(f"{name}/memory.oom_control")
+        control = _fields(f"{name}/memory.oom_control") if kind in (None, 1) else {}
         if not control:
-            continue  # no memory controller here (a v1 cpu or pids cgroup)
+            if kind is None and os.path.isdir(name):
+                _memory_kind[name] = 0  # no memory controller here (a v1 cpu or pids cgroup)
+            continue
+        _memory_kind[name] = 1
         kills += int(control.get("oom_kill", 0))
         limit_hits += int(_read(Path(name, "memory.failcnt")).strip() or 0)
         peak, limit = _read(Path(name, "memory.max_usage_in_bytes")).strip(), _read(Path(name, "memory.limit_in_bytes")).strip()
         limit_hits += bool(peak and limit and int(peak) >= int(limit))
     return kills, limit_hits
+
+
+#: a cgroup folder -> the version whose memory files it has, 0 for none: what its hierarchy
+#: says, once seen (``oom_counts`` runs at every boot, and v1 spreads them over 3 folders)
+_memory_kind: dict[str, int] = {}
 
 
 def _fields(path: str) -> dict[str, str]:
@@ -426,6 +436,7 @@ def remove_paths(paths: list[str], parents: bool = True) -> None:
     then (``parents``) the run's and our top folder when they are empty."""
     for name in paths:
         path = Path(name)
+        _memory_kind.pop(name, None)
         deadline = time.monotonic() + 2.0
         while True:
             try:

@@ -517,7 +517,6 @@ class ProcessProvider(Provider):
             # what a sweep kills by pid; until now it finds the sandbox by the folder's
             # cgroups and bwrap's command line (``sweep``)
             self._write_meta(vm_id, vm_dir, private)
-            sandbox_fs.write_new(vm_dir / "pid", f"{proc.pid}\n")
             if not read_until(ready_r, b"\n", deadline).startswith(b"ready"):
                 raise VMError("the guest agent exited before it was ready")
         except BaseException as exc:

@@ -48,8 +48,6 @@ import time
 from concurrent.futures import Future
 from pathlib import Path
 
-import psutil
-
 from ...errors import VMError
 from . import cgroups
 from .common import create_time, exit_status, runs_vm, same_process, signal_name
@@ -288,6 +286,8 @@ def _unreported_init(pid: int) -> tuple[int | None, float | None]:
     It must be killed by hand: bwrap's --die-with-parent is set up by the init itself, and an
     init whose bwrap dies before that outlives it as an orphan sandbox. bwrap is stopped
     first, so that it cannot fork the init after we looked."""
+    import psutil  # a failed boot's path only: the pool's Manager need not import it
+
     try:
         os.kill(pid, signal.SIGSTOP)
         bwrap = psutil.Process(pid)
@@ -322,6 +322,8 @@ def kill_unrecorded(vm_dir: Path) -> None:
     KILL_WAIT_S) until each has exited: one started by an owner killed before it could
     record it in meta.json (its --die-with-parent not set up yet), or the orphaned child of
     a bwrap killed before it reported its init."""
+    import psutil  # a failed boot's and a sweep's path only
+
     folder = f"{vm_dir}/"
     killed = []
     for proc in psutil.process_iter(["name", "cmdline"]):

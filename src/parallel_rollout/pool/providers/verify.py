@@ -61,7 +61,7 @@ log = logging.getLogger(__name__)
 PROBE_TAIL_CHARS = 2_000_000
 
 from ...errors import ConfigError
-from .common import create_time
+from .common import create_time, read_proc
 
 MODES = ("off", "fast", "full")
 #: desktop services that may start after the agent says ready: one more of each is allowed
@@ -180,8 +180,8 @@ def namespace_processes(init_pid: int, proc: str = "/proc") -> list[tuple[int, s
         try:
             if os.readlink(f"{proc}/{pid}/ns/pid") != namespace:
                 continue
-            comm = Path(f"{proc}/{pid}/comm").read_text().strip()
-            cmdline = Path(f"{proc}/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+            comm = read_proc(f"{proc}/{pid}/comm").decode(errors="replace").strip()
+            cmdline = read_proc(f"{proc}/{pid}/cmdline").replace(b"\0", b" ")
         except OSError:  # exited meanwhile, or not ours to read
             continue
         found.append((pid, comm, cmdline.decode(errors="replace").strip()))
