@@ -12,7 +12,8 @@
         meta.json    run id, vm id, owner pid, bwrap pid and start times: what sweep() reads
         agent.log    the agent's (and bwrap's) stderr, quoted when a boot fails
 
-**The boundary.** Own pid, ipc, uts and network namespaces (only ``lo`` inside), system
+**The boundary** (bwrap's command line: ``sandbox_argv.py``). Own pid, ipc, uts and
+network namespaces (only ``lo`` inside), system
 folders bound read-only, the host's secrets (``/etc/shadow`` and kin) replaced by empty
 files, fresh ``/proc`` and ``/dev``, a clean environment, ``setsid``, and:
 
@@ -89,6 +90,8 @@ from pathlib import Path
 
 from ...errors import ConfigError, ProviderUnavailable, VMError
 from . import cgroups, images, sandbox_fs, seccomp, standby, verify
+from .sandbox_argv import (AGENT_CAPS, DESKTOP_SOURCES, GUEST_HOME,  # noqa: F401 - AGENT_CAPS: process.AGENT_CAPS
+                           NAMESPACE_FLAGS, SHIM_DIR, SandboxSpec, boot_argv, folder_argv)
 from .sandbox_uids import SandboxUids
 from .base import Provider, ProviderOptions, VMInfo
 from .common import (check_name, create_time, log_tail, make_vm_dir, owner_label,
@@ -98,39 +101,14 @@ from .sandbox_processes import (children, death_cause, kill_recorded, kill_sandb
                                 kill_unrecorded, launcher, read_until, sandbox_alive)
 
 log = logging.getLogger(__name__)
-#: the namespaces every sandbox (and the standby it boots from) gets of its own
-NAMESPACE_FLAGS = ("--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-net")
 
 DEFAULT_BASE_DIR = "/tmp/parallel-rollout/process"
 BASE_DIR_ENV = "PARALLEL_ROLLOUT_PROCESS_DIR"
-GUEST_HOME = "/home/user"
-GUEST_SOCK_DIR = "/run/guest"
-GUEST_SNAPSHOT = "/run/snapshot"
-GUEST_AGENT = images.GUEST_AGENT_PATH
 SOCKET_NAME = "agent.sock"
 #: sun_path holds 108 bytes; keep a margin
 MAX_SOCKET_PATH = 100
-#: what the agent keeps when the runner is root: switch to the commands' user and drop its
-#: bounding set (setpriv), signal its processes, and hand it files. A desktop VM's agent
-#: keeps the same and nothing more: the desktop (session bus, Xvfb, openbox, AT-SPI), the
-#: apps and the helpers all run as the commands' user with no capabilities (guest/desktop.py),
-#: so xterm has no ids to drop to and VLC no root to refuse, and no user namespace is needed
-AGENT_CAPS = ("CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP", "CAP_KILL", "CAP_CHOWN",
-              "CAP_FOWNER", "CAP_DAC_OVERRIDE")
 #: a VM's process cap when max_processes is not set (docker's --pids-limit default too)
 DEFAULT_MAX_PROCESSES = 4096
-#: sizes of the sandbox's tmpfs folders
-TMP_SIZE_MB = 512
-HOME_SIZE_MB = 1024
-_AGENT_SOURCES = tuple(images.GUEST_SOURCE_DIR / name for name in images.GUEST_AGENT_FILES)
-#: guest files a desktop VM needs next to the agent: the desktop routes and the AT-SPI walker
-_DESKTOP_SOURCES = tuple(images.GUEST_SOURCE_DIR / name for name in images.GUEST_DESKTOP_FILES)
-#: the guest's AT-SPI switch and the walk's time limit (guest/desktop.py's, not imported:
-#: ctypes and all for two names), passed on from the host when set
-ATSPI_ENVS = ("PARALLEL_ROLLOUT_ATSPI", "PARALLEL_ROLLOUT_ATSPI_TIMEOUT")
-_SHIM_DIR = images.GUEST_SOURCE_DIR / "shim"
-GUEST_SHIM = images.GUEST_SHIM_DIR
-GUEST_BIN = f"{images.GUEST_DIR}/bin"
 #: what a desktop VM needs on the host's /usr, by the Debian package that has it
 DESKTOP_PROGRAMS = {"Xvfb": "xvfb", "openbox": "openbox", "xdotool": "xdotool",
                     "wmctrl": "wmctrl", "xprop": "x11-utils"}
@@ -189,8 +167,12 @@ class ProcessProvider(Provider):
         self._cgroup_name = f"{run_id}.{secrets.token_hex(4)}"
         #: root runs commands (and a desktop) as a uid of each VM's own (sandbox_uids.py)
         self._uids = SandboxUids(enabled=os.geteuid() == 0)
-        self._python = sandbox_fs.guest_python()
-        self._bwrap = shutil.which("bwrap") or "bwrap"
+        self._spec = SandboxSpec(
+            bwrap=shutil.which("bwrap") or "bwrap", python=sandbox_fs.guest_python(),
+            snapshot=self.snapshot, desktop=bool(self.options.desktop), screen=self.options.screen,
+            memory_mb=self._memory_mb,
+            limit_as=self._memory_mb * 2**20 if self._limit_as else None,
+            limit_nproc=self._limit_nproc)
         #: per VM folder, what its every boot shares, made at its first: its cgroups, and
         #: bwrap's argv but the fds (by VM, folder and uid); forgotten with the folder
         self._groups: dict[str, cgroups.VMCgroup] = {}
@@ -208,7 +190,7 @@ class ProcessProvider(Provider):
             if missing:
                 raise ConfigError("a desktop VM needs " + ", ".join(missing)
                                   + f"; install with: apt-get install {' '.join(missing)} (./dev does)")
-            if self._uids.enabled and (shut := sandbox_fs.unreadable_by_others([*_DESKTOP_SOURCES, _SHIM_DIR])):
+            if self._uids.enabled and (shut := sandbox_fs.unreadable_by_others([*DESKTOP_SOURCES, SHIM_DIR])):
                 raise ConfigError(f"the desktop's user (uids from {self._uids.first}) cannot read the guest's "
                                   f"{', '.join(shut[:3])}: chmod -R o+rX {images.GUEST_SOURCE_DIR}")
 
@@ -375,19 +357,10 @@ class ProcessProvider(Provider):
         for key in [key for key in list(self._argvs) if key[1] == str(vm_dir)]:
             self._argvs.pop(key, None)
 
-    def _tmpfs_mb(self, size_mb: int) -> int:
-        """A tmpfs's size: its pages are charged to the VM's memory cgroup and never freed
-        by a kill, so /tmp, /dev/shm and the home together stay under half of memory_mb (a
-        full disk must not leave the agent without memory). Without a memory cgroup the
-        pages are the host's: the same sizes keep a full disk within what the user gave."""
-        if self._memory_mb is None:
-            return size_mb
-        return max(1, min(size_mb, self._memory_mb // 6))
-
     def _argv(self, vm_id: str, vm_dir: Path, ready_fd: int, info_fd: int,
               listen_fd: int) -> list[str]:
         """bwrap's argv for a boot of ``vm_id`` in ``vm_dir`` that passes these fds; the
-        rest is the same at every boot of the folder (``_folder_argv``)."""
+        rest is built at the folder's first boot (``sandbox_argv``)."""
         uid = self._uids.uid(vm_id)
         if self._uids.enabled and uid is None:
             # never a sandbox whose commands would run as root: a standby of a stopped VM
@@ -395,77 +368,8 @@ class ProcessProvider(Provider):
         key = (vm_id, str(vm_dir), uid)
         parts = self._argvs.get(key)
         if parts is None:
-            parts = self._argvs[key] = self._folder_argv(vm_id, vm_dir, uid)
-        sandbox, agent = parts
-        return [*sandbox, "--info-fd", str(info_fd),
-                "--", self._python, "-I", "-S", GUEST_AGENT,  # -S: site.py costs ~5 ms per boot
-                "--listen-fd", str(listen_fd), "--ready-fd", str(ready_fd), *agent]
-
-    def _folder_argv(self, vm_id: str, vm_dir: Path, uid: int | None) -> tuple[list[str], list[str]]:
-        """bwrap's options and the agent's options but its fds, for the boots of ``vm_id``
-        in ``vm_dir`` with the commands' ``uid``; writes the folder's files they bind."""
-        agent: list[str] = []
-        if self._limit_as:
-            agent += ["--limit-as", str(self._memory_mb * 1024 * 1024)]
-        if self._limit_nproc:
-            agent += ["--limit-nproc", str(self._limit_nproc)]
-        agent += ["--reap-all"]  # bwrap's --unshare-pid: every process it sees is the VM's
-        if uid is not None:
-            agent += ["--run-as", f"{uid}:{uid}"]
-            privileges = ["--cap-drop", "ALL"] + [a for cap in AGENT_CAPS
-                                                  for a in ("--cap-add", cap)]
-        else:
-            privileges = ["--unshare-user", "--disable-userns", "--cap-drop", "ALL"]
-        snapshot: list[str] = []
-        if self.snapshot is not None:
-            snapshot = ["--ro-bind", str(self.snapshot), GUEST_SNAPSHOT]
-            agent += ["--seed-home", GUEST_SNAPSHOT]
-        desktop: list[str] = []
-        path = images.guest_path()
-        if self.options.desktop:
-            agent += ["--desktop", self.options.screen]
-            desktop = [arg for source in _DESKTOP_SOURCES for arg in
-                       ("--ro-bind", str(source), str(Path(GUEST_AGENT).with_name(source.name)))]
-            desktop += ["--ro-bind", str(_SHIM_DIR), GUEST_SHIM,
-                       "--ro-bind", self._python, f"{GUEST_BIN}/python",
-                       "--setenv", "PYTHONPATH", GUEST_SHIM]
-            for name in ATSPI_ENVS:
-                if os.environ.get(name):
-                    desktop += ["--setenv", name, os.environ[name]]
-            if os.path.isdir("/var/cache/fontconfig"):
-                # without the system's font cache every app start rebuilds it (seconds)
-                desktop += [*sandbox_fs.open_dirs("/var", "/var/cache"),
-                            "--ro-bind", "/var/cache/fontconfig", "/var/cache/fontconfig"]
-            path = f"{GUEST_BIN}:{images.guest_path(desktop=True)}"  # python, the shims
-        sandbox = [
-            self._bwrap,
-            *NAMESPACE_FLAGS, *privileges, "--die-with-parent", "--new-session",
-            "--hostname", vm_id,
-            *sandbox_fs.system_binds(), *sandbox_fs.secret_masks(vm_dir / "empty"),
-            *(sandbox_fs.user_entries(vm_dir, uid, GUEST_HOME) if uid is not None else ()),
-            "--proc", "/proc", "--dev", "/dev",
-            # shared memory (Chromium, multiprocessing) for the commands' user too
-            "--perms", "1777", "--size", str(self._tmpfs_mb(TMP_SIZE_MB) * 2**20),
-            "--tmpfs", "/dev/shm",
-            "--perms", "1777", "--size", str(self._tmpfs_mb(TMP_SIZE_MB) * 2**20), "--tmpfs", "/tmp",
-            "--perms", "0755", "--size", str(self._tmpfs_mb(HOME_SIZE_MB) * 2**20),
-            "--tmpfs", GUEST_HOME,
-            # the guest's files (a desktop's shim and python among them) for its user too
-            *sandbox_fs.open_dirs(os.path.dirname(images.GUEST_DIR), images.GUEST_DIR),
-            *snapshot,
-            # the agent's socket lives outside (its fd is passed in): nothing in here can
-            # unlink it and bind its own; /run/guest is the sandbox's own scratch folder
-            "--perms", "0755", "--size", str(16 * 2**20), "--tmpfs", GUEST_SOCK_DIR,
-            *[arg for source in _AGENT_SOURCES for arg in
-              ("--ro-bind", str(source), str(Path(GUEST_AGENT).with_name(source.name)))],
-            "--chdir", GUEST_HOME,
-            "--clearenv",
-            "--setenv", "PATH", path, "--setenv", "HOME", GUEST_HOME,
-            "--setenv", "LANG", "C.UTF-8", "--setenv", "USER", "user",
-            "--setenv", "PARALLEL_ROLLOUT_VM", vm_id,
-            *desktop,
-        ]
-        return sandbox, agent
+            parts = self._argvs[key] = folder_argv(self._spec, vm_id, vm_dir, uid)
+        return boot_argv(self._spec, parts, ready_fd, info_fd, listen_fd)
 
     def _boot(self, vm_id: str, vm_dir: Path, group: cgroups.VMCgroup) -> VMInfo:
         """Start the sandbox and wait for the agent's ready line; VMError (with the agent's
