@@ -176,9 +176,11 @@ def write_new_file(path: str | os.PathLike, text: str) -> None:
     to disk when it is closed (``auto_da_alloc``: ~2 ms of a boot for a small file)."""
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
+    data = memoryview(text.encode())
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
-        os.write(fd, text.encode())
+        while data:
+            data = data[os.write(fd, data):]
     finally:
         os.close(fd)
 
