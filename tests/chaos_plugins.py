@@ -106,9 +106,9 @@ def kill_leased_sandbox(config, key: str) -> None:
     run_dir = Path(os.environ["PARALLEL_ROLLOUT_PROCESS_DIR"]) / config.run_id
     for folder in (vm, vm + standby.SUFFIX):
         try:
-            root = psutil.Process(int((run_dir / folder / "pid").read_text()))
+            root = psutil.Process(int(json.loads((run_dir / folder / "meta.json").read_text())["pid"]))
             procs = [root, *root.children(recursive=True)]
-        except (OSError, ValueError, psutil.Error):
+        except (OSError, ValueError, KeyError, psutil.Error):  # a label only: no sandbox yet
             continue
         for proc in procs:
             try:

@@ -4,7 +4,9 @@ A name given to ``--mode``, ``--agent`` or ``--provider-name`` resolves, in this
 
 1. a built-in: a table of ``name -> "module:Class"`` inside this package, imported only when
    a run asks for it, so a run pays for its own mode and nothing else;
-2. an entry point of a third-party package, in the group ``parallel_rollout.modes``,
+2. a ``module:Class`` import path (a name with a colon between two non-empty parts), for
+   code that is not packaged (tests, benchmarks, a script's own classes);
+3. an entry point of a third-party package, in the group ``parallel_rollout.modes``,
    ``parallel_rollout.agents`` or ``parallel_rollout.providers``::
 
        [options.entry_points]
@@ -12,9 +14,9 @@ A name given to ``--mode``, ``--agent`` or ``--provider-name`` resolves, in this
            trivia = my_package.trivia:TriviaEnv
 
    Built-in names win over a plugin that reuses one. Entry points are read once per process
-   (``importlib.metadata`` scans every installed distribution; a spawned worker pays it only
-   when a name is not built in);
-3. a ``module:Class`` import path, for code that is not packaged (tests, benchmarks).
+   and only for a name that is neither built in nor a path: ``importlib.metadata`` scans
+   every installed distribution (30-70 ms), which a spawned worker would otherwise pay in
+   its first attempt.
 
 Every failure is a ``ConfigError`` that names the kind, the name and what went wrong (unknown
 name with the known ones listed, a module that does not import, a class of the wrong kind), so
@@ -70,11 +72,10 @@ class Registry(Generic[T]):
         """The "module:Class" behind ``name``, or None when no name or path matches."""
         if name in self.builtin:
             return self.builtin[name]
-        found = entry_point_targets(self.group).get(name)
-        if found is not None:
-            return found
         module_name, sep, class_name = name.partition(":")
-        return name if sep and module_name and class_name else None
+        if sep and module_name and class_name:
+            return name  # a path: no entry point scan (see the module doc)
+        return entry_point_targets(self.group).get(name)
 
     def __contains__(self, name: object) -> bool:
         # a loaded name first: task files ask once per task

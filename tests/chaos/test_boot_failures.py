@@ -128,7 +128,8 @@ def test_ctrl_c_during_a_slow_boot_does_not_wait_for_the_boot(tmp_path):
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
     try:
         deadline = time.monotonic() + 60
-        while not list((_SANDBOX_ROOT / "slowboot").glob("vm-*/pid")):  # the boot is under way
+        while not any("init_pid" in meta.read_text()  # the sandbox runs: the boot is under way
+                      for meta in (_SANDBOX_ROOT / "slowboot").glob("vm-*/meta.json")):
             assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
             time.sleep(0.05)
         time.sleep(1.0)

@@ -293,14 +293,14 @@ def test_sweep_after_owner_is_killed(base_dir):
 
 _DYING_OWNER = """
 import sys, time
-from parallel_rollout.pool.providers import cgroups
+from parallel_rollout.pool.providers import sandbox_processes
 from parallel_rollout.pool.providers.process import ProcessProvider
 
-real = cgroups.VMCgroup.join_argv
+real = sandbox_processes.guarded
 # a second between the fork and bwrap's exec: the window where bwrap has no parent-death
 # signal of its own yet (it sets it up when it starts)
-cgroups.VMCgroup.join_argv = lambda self, argv: ["/bin/sh", "-c", 'sleep 1; exec "$@"', "slow",
-                                                 *real(self, argv)]
+sandbox_processes.guarded = lambda argv, owner, procs=(): real(
+    ["/bin/sh", "-c", 'sleep 1; exec "$@"', "slow", *argv], owner, procs)
 provider = ProcessProvider("dying", base_dir=sys.argv[1])
 print("booting", flush=True)
 provider.start("vm0")

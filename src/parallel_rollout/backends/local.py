@@ -175,12 +175,17 @@ class LocalBackend(WorkerTable):
     def send(self, item: Assignment) -> bool:
         """Hand ``item`` to the live worker with the most free env loops; False if none."""
         capacity = self.config.envs_per_worker
+        passed: set[int] = set()  # found dead, not yet handled (its sentinel is)
         while True:
             free = [w for w in self._workers.values()
-                    if w.conn_open and w.process.is_alive() and len(w.assigned) < capacity]
+                    if w.conn_open and w.index not in passed and len(w.assigned) < capacity]
             if not free:
                 return False
             worker = min(free, key=lambda w: len(w.assigned))
+            # only the chosen one is asked (a waitpid each: 64 per dispatch with N = 64)
+            if not worker.process.is_alive():
+                passed.add(worker.index)
+                continue
             try:
                 worker.conn.send(item)
             except (BrokenPipeError, OSError):

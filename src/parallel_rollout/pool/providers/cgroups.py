@@ -24,8 +24,9 @@ cgroup namespace whose root holds the container's processes). A controller that 
 probe is absent from :func:`available`, :func:`why_unavailable` says why, and the provider
 says what it falls back to: never a hostile sandbox without the limit it was promised.
 
-The sandbox joins its cgroups before bubblewrap forks anything (:func:`join_argv`), so no
-process of the VM ever runs outside them.
+The sandbox joins its cgroups before bubblewrap forks anything (the shell in front of it
+writes its pid to each :attr:`VMCgroup.procs`), so no process of the VM ever runs outside
+them.
 """
 
 from __future__ import annotations
@@ -194,6 +195,8 @@ class VMCgroup:
             wanted["pids"] = max_processes
         #: cgroup folder -> (version, {controller: value})
         self.groups: dict[Path, tuple[int, dict[str, int | None]]] = {}
+        #: made and limited (``create``): the folder's next sandboxes reuse them (``renew``)
+        self.made = False
         working = _probe()[0]
         for controller, value in wanted.items():
             hierarchy = working.get(controller)
@@ -230,15 +233,27 @@ class VMCgroup:
                             (path / "memory.max_usage_in_bytes").write_text("0")
             except OSError as exc:
                 raise VMError(f"cannot set up the cgroup {path}: {exc}") from exc
+        self.made = True
 
-    def join_argv(self, argv: list[str]) -> list[str]:
-        """``argv`` behind a shell that moves itself into every cgroup, then execs it."""
-        if not self.groups:
-            return argv
-        procs = [str(path / "cgroup.procs") for path in self.groups]
-        script = 'while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; ' \
-                 'shift; exec "$@"'
-        return ["/bin/sh", "-c", script, "join-cgroups", *procs, "--", *argv]
+    def renew(self) -> None:
+        """Ready for the next sandbox of the folder: the cgroups and their limits outlive
+        each sandbox (nothing in one can reach them: no /sys, no mount), so only cgroup v1's
+        peak usage is reset (``oom_counts``), unless they are gone (made again, ``create``)."""
+        if not self.made or not all(os.path.isdir(path) for path in self.groups):
+            self.create()
+            return
+        for path, (version, limits) in self.groups.items():
+            if version == 1 and "memory" in limits:
+                try:
+                    (path / "memory.max_usage_in_bytes").write_text("0")
+                except OSError as exc:
+                    raise VMError(f"cannot set up the cgroup {path}: {exc}") from exc
+
+    @property
+    def procs(self) -> list[str]:
+        """The ``cgroup.procs`` files a VM's first process writes its pid to, to join them
+        (the shell in front of bwrap: ``sandbox_processes.guarded``)."""
+        return [str(path / "cgroup.procs") for path in self.groups]
 
     def remove(self) -> None:
         """Remove the folders (and the run's, when empty)."""
@@ -360,20 +375,39 @@ def oom_counts(paths: list[str]) -> tuple[int, int]:
     without a memory cgroup. A kill with no limit reached is the host's OOM killer."""
     kills = limit_hits = 0
     for name in paths:
-        path = Path(name)
-        events = dict(line.split() for line in _read(path / "memory.events").splitlines()
-                      if len(line.split()) == 2)
+        kind = _memory_kind.get(name)
+        events = _fields(f"{name}/memory.events") if kind in (None, 2) else {}
         if events:
+            _memory_kind[name] = 2
             kills += int(events.get("oom_kill", 0))
             limit_hits += int(events.get("oom", 0))
             continue
-        control = dict(line.split() for line in _read(path / "memory.oom_control").splitlines()
-                       if len(line.split()) == 2)
+        control = _fields(f"{name}/memory.oom_control") if kind in (None, 1) else {}
+        if not control:
+            if kind is None and os.path.isdir(name):
+                _memory_kind[name] = 0  # no memory controller here (a v1 cpu or pids cgroup)
+            continue
+        _memory_kind[name] = 1
         kills += int(control.get("oom_kill", 0))
-        limit_hits += int(_read(path / "memory.failcnt").strip() or 0)
-        peak, limit = _read(path / "memory.max_usage_in_bytes").strip(), _read(path / "memory.limit_in_bytes").strip()
+        limit_hits += int(_read(Path(name, "memory.failcnt")).strip() or 0)
+        peak, limit = _read(Path(name, "memory.max_usage_in_bytes")).strip(), _read(Path(name, "memory.limit_in_bytes")).strip()
         limit_hits += bool(peak and limit and int(peak) >= int(limit))
     return kills, limit_hits
+
+
+#: a cgroup folder -> the version whose memory files it has, 0 for none: what its hierarchy
+#: says, once seen (``oom_counts`` runs at every boot, and v1 spreads them over 3 folders)
+_memory_kind: dict[str, int] = {}
+
+
+def _fields(path: str) -> dict[str, str]:
+    """A flat-keyed cgroup file (``name value`` lines), {} when it cannot be read."""
+    try:
+        with open(path) as handle:
+            text = handle.read()
+    except OSError:
+        return {}
+    return dict(parts for parts in map(str.split, text.splitlines()) if len(parts) == 2)
 
 
 def _members(path: Path) -> list[int]:
@@ -423,6 +457,7 @@ def remove_paths(paths: list[str], parents: bool = True) -> None:
     then (``parents``) the run's and our top folder when they are empty."""
     for name in paths:
         path = Path(name)
+        _memory_kind.pop(name, None)
         deadline = time.monotonic() + 2.0
         while True:
             try:

@@ -12,7 +12,8 @@
         meta.json    run id, vm id, owner pid, bwrap pid and start times: what sweep() reads
         agent.log    bwrap's and the agent's output (a pipe, 1 MiB kept: sandbox_log.py), quoted when a boot fails
 
-**The boundary.** Own pid, ipc, uts and network namespaces (only ``lo`` inside), system
+**The boundary** (bwrap's command line: ``sandbox_argv.py``). Own pid, ipc, uts and
+network namespaces (only ``lo`` inside), system
 folders bound read-only, the host's secrets (``/etc/shadow`` and kin) replaced by empty
 files, fresh ``/proc`` and ``/dev``, the sandbox's own root and ``/dev`` read-only once
 built, a clean environment, ``setsid``, and:
@@ -90,6 +91,8 @@ from pathlib import Path
 
 from ...errors import ConfigError, ProviderUnavailable, VMError
 from . import cgroups, images, sandbox_fs, sandbox_log, seccomp, standby, verify
+from .sandbox_argv import (AGENT_CAPS, DESKTOP_SOURCES, GUEST_HOME,  # noqa: F401 - AGENT_CAPS: process.AGENT_CAPS
+                           NAMESPACE_FLAGS, SHIM_DIR, SandboxSpec, boot_argv, folder_argv)
 from .sandbox_uids import SandboxUids
 from .base import Provider, ProviderOptions, VMInfo
 from .common import (check_name, create_time, log_tail, make_vm_dir, owner_label,
@@ -99,39 +102,14 @@ from .sandbox_processes import (KILL_WAIT_S, children, death_cause, kill_recorde
                                 kill_unrecorded, read_until, sandbox_alive)
 
 log = logging.getLogger(__name__)
-#: the namespaces every sandbox (and the standby it boots from) gets of its own
-NAMESPACE_FLAGS = ("--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-net")
 
 DEFAULT_BASE_DIR = "/tmp/parallel-rollout/process"
 BASE_DIR_ENV = "PARALLEL_ROLLOUT_PROCESS_DIR"
-GUEST_HOME = "/home/user"
-GUEST_SOCK_DIR = "/run/guest"
-GUEST_SNAPSHOT = "/run/snapshot"
-GUEST_AGENT = images.GUEST_AGENT_PATH
 SOCKET_NAME = "agent.sock"
 #: sun_path holds 108 bytes; keep a margin
 MAX_SOCKET_PATH = 100
-#: what the agent keeps when the runner is root: switch to the commands' user and drop its
-#: bounding set (setpriv), signal its processes, and hand it files. A desktop VM's agent
-#: keeps the same and nothing more: the desktop (session bus, Xvfb, openbox, AT-SPI), the
-#: apps and the helpers all run as the commands' user with no capabilities (guest/desktop.py),
-#: so xterm has no ids to drop to and VLC no root to refuse, and no user namespace is needed
-AGENT_CAPS = ("CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP", "CAP_KILL", "CAP_CHOWN",
-              "CAP_FOWNER", "CAP_DAC_OVERRIDE")
 #: a VM's process cap when max_processes is not set (docker's --pids-limit default too)
 DEFAULT_MAX_PROCESSES = 4096
-#: sizes of the sandbox's tmpfs folders
-TMP_SIZE_MB = 512
-HOME_SIZE_MB = 1024
-_AGENT_SOURCES = tuple(images.GUEST_SOURCE_DIR / name for name in images.GUEST_AGENT_FILES)
-#: guest files a desktop VM needs next to the agent: the desktop routes and the AT-SPI walker
-_DESKTOP_SOURCES = tuple(images.GUEST_SOURCE_DIR / name for name in images.GUEST_DESKTOP_FILES)
-#: the guest's AT-SPI switch and the walk's time limit (guest/desktop.py's, not imported:
-#: ctypes and all for two names), passed on from the host when set
-ATSPI_ENVS = ("PARALLEL_ROLLOUT_ATSPI", "PARALLEL_ROLLOUT_ATSPI_TIMEOUT")
-_SHIM_DIR = images.GUEST_SOURCE_DIR / "shim"
-GUEST_SHIM = images.GUEST_SHIM_DIR
-GUEST_BIN = f"{images.GUEST_DIR}/bin"
 #: what a desktop VM needs on the host's /usr, by the Debian package that has it
 DESKTOP_PROGRAMS = {"Xvfb": "xvfb", "openbox": "openbox", "xdotool": "xdotool",
                     "wmctrl": "wmctrl", "xprop": "x11-utils"}
@@ -190,7 +168,16 @@ class ProcessProvider(Provider):
         self._cgroup_name = f"{run_id}.{secrets.token_hex(4)}"
         #: root runs commands (and a desktop) as a uid of each VM's own (sandbox_uids.py)
         self._uids = SandboxUids(enabled=os.geteuid() == 0)
-        self._python = sandbox_fs.guest_python()
+        self._spec = SandboxSpec(
+            bwrap=shutil.which("bwrap") or "bwrap", python=sandbox_fs.guest_python(),
+            snapshot=self.snapshot, desktop=bool(self.options.desktop), screen=self.options.screen,
+            memory_mb=self._memory_mb,
+            limit_as=self._memory_mb * 2**20 if self._limit_as else None,
+            limit_nproc=self._limit_nproc)
+        #: per VM folder, what its every boot shares, made at its first: its cgroups, and
+        #: bwrap's argv but the fds (by VM, folder and uid); forgotten with the folder
+        self._groups: dict[str, cgroups.VMCgroup] = {}
+        self._argvs: dict[tuple[str, str, int | None], tuple[list[str], list[str]]] = {}
         #: reset verification from the host, through /proc/<init>/root (a few ms: on by default)
         self._view = verify.HostView(self.options.verify_reset or "fast", GUEST_HOME, self.snapshot,
                                      spare_processes=verify.DESKTOP_LAZY if self.options.desktop else (),
@@ -204,7 +191,7 @@ class ProcessProvider(Provider):
             if missing:
                 raise ConfigError("a desktop VM needs " + ", ".join(missing)
                                   + f"; install with: apt-get install {' '.join(missing)} (./dev does)")
-            if self._uids.enabled and (shut := sandbox_fs.unreadable_by_others([*_DESKTOP_SOURCES, _SHIM_DIR])):
+            if self._uids.enabled and (shut := sandbox_fs.unreadable_by_others([*DESKTOP_SOURCES, SHIM_DIR])):
                 raise ConfigError(f"the desktop's user (uids from {self._uids.first}) cannot read the guest's "
                                   f"{', '.join(shut[:3])}: chmod -R o+rX {images.GUEST_SOURCE_DIR}")
 
@@ -263,6 +250,7 @@ class ProcessProvider(Provider):
                 raise VMError(f"VM {vm_id} of run {self.run_id} is already running "
                               f"(pid {meta.get('pid')})")
             shutil.rmtree(vm_dir, ignore_errors=True)
+        self._forget(vm_dir)
         make_vm_dir(vm_dir, "sock")
         group = self._cgroup(vm_id)
         info = None
@@ -280,6 +268,7 @@ class ProcessProvider(Provider):
                     kill_sandbox(info.private)
             remove_vm_dir(vm_dir)
             group.remove()
+            self._forget(vm_dir)
             self._uids.release(vm_id)
             raise
 
@@ -322,6 +311,7 @@ class ProcessProvider(Provider):
             for folder in standby.folders(Path(info.private["vm_dir"]).parent, info.vm_id):
                 remove_vm_dir(folder)
                 cgroups.remove_paths(self._cgroup(folder.name).paths)
+                self._forget(folder)
 
     @classmethod
     def sweep(cls, run_id: str | None = None,
@@ -340,97 +330,47 @@ class ProcessProvider(Provider):
 
     # ------------------------------------------------------------------- internals
     def _boot_in(self, vm_id: str, vm_dir: Path) -> VMInfo:
-        """A new sandbox of ``vm_id`` in ``vm_dir`` (its folder or its standby's)."""
-        shutil.rmtree(vm_dir / "sock", ignore_errors=True)
-        make_vm_dir(vm_dir, "sock")
+        """A new sandbox of ``vm_id`` in ``vm_dir`` (its folder or its standby's): the
+        folder, its cgroups and most of bwrap's argv are those of its earlier boots."""
+        make_vm_dir(vm_dir, "sock")  # the socket itself is replaced by sandbox_fs.listen
         group = self._cgroup(vm_dir.name)
-        group.create()
-        return self._boot(vm_id, vm_dir, group)
+        group.renew()
+        try:
+            return self._boot(vm_id, vm_dir, group)
+        except BaseException:
+            self._forget(vm_dir)  # made again at the next boot, whatever was wrong with it
+            raise
 
     def _cgroup(self, folder: str) -> cgroups.VMCgroup:
         """The cgroups of one VM folder (a VM and its standby have one each)."""
-        memory = self._memory_mb
-        return cgroups.VMCgroup(
-            self._cgroup_name, folder,
-            max_processes=self._pids_max,
-            memory_bytes=None if memory is None or self._limit_as else memory * 2**20)
+        group = self._groups.get(folder)
+        if group is None:
+            memory = self._memory_mb
+            group = self._groups[folder] = cgroups.VMCgroup(
+                self._cgroup_name, folder,
+                max_processes=self._pids_max,
+                memory_bytes=None if memory is None or self._limit_as else memory * 2**20)
+        return group
 
-    def _tmpfs_mb(self, size_mb: int) -> int:
-        """A tmpfs's size: its pages are charged to the VM's memory cgroup and never freed
-        by a kill, so /tmp, /dev/shm and the home together stay under half of memory_mb (a
-        full disk must not leave the agent without memory). Without a memory cgroup the
-        pages are the host's: the same sizes keep a full disk within what the user gave."""
-        if self._memory_mb is None:
-            return size_mb
-        return max(1, min(size_mb, self._memory_mb // 6))
+    def _forget(self, vm_dir: Path) -> None:
+        """Drop what was kept of a folder's boots (removed, or made anew)."""
+        self._groups.pop(vm_dir.name, None)
+        for key in [key for key in list(self._argvs) if key[1] == str(vm_dir)]:
+            self._argvs.pop(key, None)
 
     def _argv(self, vm_id: str, vm_dir: Path, ready_fd: int, info_fd: int,
               listen_fd: int) -> list[str]:
-        agent = [self._python, "-I", "-S", GUEST_AGENT,  # -S: site.py costs ~5 ms per boot
-                 "--listen-fd", str(listen_fd), "--ready-fd", str(ready_fd)]
-        if self._limit_as:
-            agent += ["--limit-as", str(self._memory_mb * 1024 * 1024)]
-        if self._limit_nproc:
-            agent += ["--limit-nproc", str(self._limit_nproc)]
-        agent += ["--reap-all"]  # bwrap's --unshare-pid: every process it sees is the VM's
+        """bwrap's argv for a boot of ``vm_id`` in ``vm_dir`` that passes these fds; the
+        rest is built at the folder's first boot (``sandbox_argv``)."""
         uid = self._uids.uid(vm_id)
         if self._uids.enabled and uid is None:
             # never a sandbox whose commands would run as root: a standby of a stopped VM
             raise VMError(f"VM {vm_id} holds no sandbox uid (it was stopped)")
-        if uid is not None:
-            agent += ["--run-as", f"{uid}:{uid}"]
-            privileges = ["--cap-drop", "ALL"] + [a for cap in AGENT_CAPS
-                                                  for a in ("--cap-add", cap)]
-        else:
-            privileges = ["--unshare-user", "--disable-userns", "--cap-drop", "ALL"]
-        snapshot: list[str] = []
-        if self.snapshot is not None:
-            snapshot = ["--ro-bind", str(self.snapshot), GUEST_SNAPSHOT]
-            agent += ["--seed-home", GUEST_SNAPSHOT]
-        desktop: list[str] = []
-        path = images.guest_path()
-        if self.options.desktop:
-            agent += ["--desktop", self.options.screen]
-            desktop = [arg for source in _DESKTOP_SOURCES for arg in
-                       ("--ro-bind", str(source), str(Path(GUEST_AGENT).with_name(source.name)))]
-            desktop += ["--ro-bind", str(_SHIM_DIR), GUEST_SHIM,
-                       "--ro-bind", self._python, f"{GUEST_BIN}/python",
-                       "--setenv", "PYTHONPATH", GUEST_SHIM]
-            for name in ATSPI_ENVS:
-                if os.environ.get(name):
-                    desktop += ["--setenv", name, os.environ[name]]
-            desktop += sandbox_fs.font_cache()
-            path = f"{GUEST_BIN}:{images.guest_path(desktop=True)}"  # python, the shims
-        return [
-            shutil.which("bwrap") or "bwrap",
-            *NAMESPACE_FLAGS, *privileges, "--die-with-parent", "--new-session",
-            "--hostname", vm_id,
-            *sandbox_fs.system_binds(), *sandbox_fs.secret_masks(vm_dir / "empty"),
-            *(sandbox_fs.user_entries(vm_dir, uid, GUEST_HOME) if uid is not None else ()),
-            "--proc", "/proc", "--dev", "/dev",
-            # shared memory (Chromium, multiprocessing) for the commands' user too
-            "--perms", "1777", "--size", str(self._tmpfs_mb(TMP_SIZE_MB) * 2**20),
-            "--tmpfs", "/dev/shm",
-            "--perms", "1777", "--size", str(self._tmpfs_mb(TMP_SIZE_MB) * 2**20), "--tmpfs", "/tmp",
-            "--perms", "0755", "--size", str(self._tmpfs_mb(HOME_SIZE_MB) * 2**20),
-            "--tmpfs", GUEST_HOME,
-            # the guest's files (a desktop's shim and python among them) for its user too
-            *sandbox_fs.open_dirs(os.path.dirname(images.GUEST_DIR), images.GUEST_DIR),
-            *snapshot,
-            # the agent's socket lives outside (its fd is passed in): nothing in here can
-            # unlink it and bind its own; /run/guest is the sandbox's own scratch folder
-            "--perms", "0755", "--size", str(16 * 2**20), "--tmpfs", GUEST_SOCK_DIR,
-            *[arg for source in _AGENT_SOURCES for arg in
-              ("--ro-bind", str(source), str(Path(GUEST_AGENT).with_name(source.name)))],
-            "--chdir", GUEST_HOME,
-            "--clearenv",
-            "--setenv", "PATH", path, "--setenv", "HOME", GUEST_HOME,
-            "--setenv", "LANG", "C.UTF-8", "--setenv", "USER", "user",
-            "--setenv", "PARALLEL_ROLLOUT_VM", vm_id,
-            *desktop, *sandbox_fs.read_only_root(),
-            "--info-fd", str(info_fd),
-            "--", *agent,
-        ]
+        key = (vm_id, str(vm_dir), uid)
+        parts = self._argvs.get(key)
+        if parts is None:
+            parts = self._argvs[key] = folder_argv(self._spec, vm_id, vm_dir, uid)
+        return boot_argv(self._spec, parts, ready_fd, info_fd, listen_fd)
 
     def _boot(self, vm_id: str, vm_dir: Path, group: cgroups.VMCgroup) -> VMInfo:
         """Start the sandbox and wait for the agent's ready line; VMError (with the agent's
@@ -439,13 +379,19 @@ class ProcessProvider(Provider):
         ready_r, ready_w = os.pipe()
         info_r, info_w = os.pipe()
         seccomp_fd = seccomp.program_fd()
-        # join the cgroups before bwrap forks anything: a shell that moves itself, then execs
         argv = self._argv(vm_id, vm_dir, ready_w, info_w, listener.fileno())
         argv = [argv[0], "--seccomp", str(seccomp_fd), *argv[1:]]
-        argv = group.join_argv(argv)
         log_path = vm_dir / "agent.log"
+        meta_path = vm_dir / "meta.json"
+        if not meta_path.exists():
+            # the folder's first boot: labelled before anything runs in it (owner, cgroups),
+            # so that a sweep finds what an owner killed in the middle of the boot leaves;
+            # a later boot's folder keeps that label until the boot's own meta replaces it
+            self._write_meta(vm_id, vm_dir, {"vm_dir": str(vm_dir), "cgroups": group.paths})
         try:
-            proc, logged = sandbox_log.start(argv, log_path, (ready_w, info_w, seccomp_fd, listener.fileno()))
+            # joins the cgroups before bwrap forks anything: the shell in front of it
+            proc, logged = sandbox_log.start(argv, log_path, (ready_w, info_w, seccomp_fd, listener.fileno()),
+                                             cgroup_procs=group.procs)
         except OSError as exc:
             for fd in (ready_r, ready_w, info_r, info_w):
                 os.close(fd)
@@ -460,9 +406,6 @@ class ProcessProvider(Provider):
         private = {"pid": proc.pid, "create_time": create_time(proc.pid),
                    "vm_dir": str(vm_dir), "cgroups": group.paths,
                    "oom_baseline": cgroups.oom_counts(group.paths)}  # the folder's so far
-        # recorded at once: a manager killed before the agent is ready leaves a sandbox
-        # that a sweep must still find
-        self._write_meta(vm_id, vm_dir, private)
         try:
             deadline = time.monotonic() + self.options.boot_timeout_s
             info = read_until(info_r, b"}", deadline)
@@ -472,6 +415,8 @@ class ProcessProvider(Provider):
                 raise VMError(f"bwrap gave no child pid (got {info!r})") from exc
             private["init_pid"] = init_pid
             private["init_create_time"] = create_time(init_pid)
+            # what a sweep kills by pid; until now it finds the sandbox by the folder's
+            # cgroups and bwrap's command line (``sweep``)
             self._write_meta(vm_id, vm_dir, private)
             if not read_until(ready_r, b"\n", deadline).startswith(b"ready"):
                 raise VMError("the guest agent exited before it was ready")
@@ -494,4 +439,3 @@ class ProcessProvider(Provider):
     def _write_meta(self, vm_id: str, vm_dir: Path, private: dict) -> None:
         write_meta(vm_dir, {"run_id": self.run_id, "vm_id": vm_id, "created": time.time(),
                             **owner_label(), **private})
-        sandbox_fs.write_new(vm_dir / "pid", f"{private['pid']}\n")

@@ -11,7 +11,9 @@ SIGKILLed while a boot or a reset forks) left a bwrap that started anyway, re-pa
 after the sweep that follows the crash had looked; killed by SIGPIPE at its first word on
 --info-fd, it left its child waiting forever (a bare bwrap with no child). So the fork first
 runs ``setpriv --pdeathsig KILL``, then a shell that exits unless its parent is still the
-owner (the owner died before the signal was set), then execs the sandbox (``guarded``).
+owner (the owner died before the signal was set), then execs the sandbox (``guarded``). The
+same shell moves itself into the VM's cgroups first (``cgroups``: no process of the VM ever
+runs outside them): one shell in front of bwrap, not two.
 
 **On the way out.** --die-with-parent kills a bwrap when its owner exits, but not bwrap's
 child while it waits for bwrap's word (below): it has no parent-death signal yet. An owner
@@ -22,7 +24,9 @@ runner, with no sweep to come) kills what it still runs first (``kill_all``, at 
 (``init_pid``, reported on bwrap's ``--info-fd``). Both get SIGKILL; the kernel lets the init
 finish exiting only after every other process of its namespace has, so waiting for the
 init is waiting for the whole sandbox. A recorded pid is signalled only while it is the same
-process (start time), never a recycled pid. One process has no record: bwrap's child between
+process (start time), never a recycled pid: the init through a pidfd opened before its start
+time is checked, on which the wait then polls; bwrap, the owner's unreaped child, through its
+``Popen``. One process has no record: bwrap's child between
 its fork and the init's exec, which waits for a word from bwrap. If bwrap dies there (killed
 before it reported the init), that child waits forever as an orphan; the VM's cgroups (which
 it was forked into) and its folder in its command line still find it.
@@ -43,8 +47,6 @@ import threading
 import time
 from concurrent.futures import Future
 from pathlib import Path
-
-import psutil
 
 from ...errors import VMError
 from . import cgroups
@@ -85,26 +87,38 @@ class _Launcher:
             except BaseException as exc:  # hand every failure back to the caller
                 future.set_exception(exc)
 
-    def popen(self, argv: list[str], *, die_with_owner: bool = False, **kwargs) -> subprocess.Popen:
+    def popen(self, argv: list[str], *, die_with_owner: bool = False,
+              cgroup_procs: list[str] | tuple[str, ...] = (), **kwargs) -> subprocess.Popen:
         """subprocess.Popen, forked from the launcher thread; ``die_with_owner``: SIGKILLed
-        when this process dies, from the fork on (``guarded``)."""
+        when this process dies, from the fork on; ``cgroup_procs``: the ``cgroup.procs``
+        files it joins before ``argv`` starts (``guarded``)."""
         future: Future = Future()
-        self._requests.put((future, guarded(argv, self.pid) if die_with_owner else argv, kwargs))
+        self._requests.put((future, guarded(argv, self.pid if die_with_owner else None,
+                                            cgroup_procs), kwargs))
         return future.result()
 
 
-#: the guard's shell: $0 is the owner's pid; the parent-death signal is already set here
-_GUARD = 'if [ "$PPID" != "$0" ]; then exit 125; fi; exec "$@"'
+#: the shell in front of a sandbox: $0 is the owner's pid ("-": no guard), whose death it was
+#: forked too late to see (its parent-death signal is already set here); then each argument
+#: up to "--" is a cgroup.procs file it moves itself into; then the sandbox's argv
+_LAUNCH = ('if [ "$0" != - ] && [ "$PPID" != "$0" ]; then exit 125; fi; '
+           'while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift; exec "$@"')
 
 
-def guarded(argv: list[str], owner: int) -> list[str]:
+def guarded(argv: list[str], owner: int | None,
+            cgroup_procs: list[str] | tuple[str, ...] = ()) -> list[str]:
     """``argv`` behind ``setpriv --pdeathsig KILL`` and a shell that exits unless its parent
-    is still ``owner``: killed when the forking thread dies, from the fork on (see the
-    module doc). Without a setpriv that has --pdeathsig (util-linux 2.33+), ``argv`` as is."""
-    setpriv = _setpriv()
-    if setpriv is None:
-        return argv
-    return [setpriv, "--pdeathsig", "KILL", "--", "/bin/sh", "-c", _GUARD, str(owner), *argv]
+    is still ``owner`` (killed when the forking thread dies, from the fork on: see the module
+    doc) and joins ``cgroup_procs`` before it execs ``argv``. Without an owner, or without a
+    setpriv that has --pdeathsig (util-linux 2.33+), only the shell that joins the cgroups
+    (none without them)."""
+    setpriv = _setpriv() if owner is not None else None
+    if setpriv is not None:
+        return [setpriv, "--pdeathsig", "KILL", "--", "/bin/sh", "-c", _LAUNCH, str(owner),
+                *cgroup_procs, "--", *argv]
+    if cgroup_procs:
+        return ["/bin/sh", "-c", _LAUNCH, "-", *cgroup_procs, "--", *argv]
+    return argv
 
 
 @functools.lru_cache(maxsize=None)
@@ -145,32 +159,50 @@ def kill_sandbox(private: dict) -> None:
     # forgotten before it is killed: a death_cause asked meanwhile must not take the
     # pool's own kill for one from outside
     proc = children.pop(pid, None)
-    for target, created in ((init_pid, init_created),
-                            (pid, private.get("create_time"))):
-        if same_process(target, created):
-            try:
-                os.kill(target, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-    if proc is not None:
-        try:
-            proc.wait(timeout=KILL_WAIT_S)
-        except subprocess.TimeoutExpired:
-            raise VMError(f"bwrap {pid} survived SIGKILL for {KILL_WAIT_S}s") from None
-    # The init is bwrap's child, re-parented when bwrap dies; the kernel lets it finish
-    # exiting only after every other process of its pid namespace has.
-    deadline = time.monotonic() + KILL_WAIT_S
-    delay = 0.0005
+    #: what must be gone before we return: (pid, start time, its pidfd or None)
+    watched: list[tuple[int, float, int | None]] = []
     try:
-        targets = ((init_pid, init_created), (pid, private.get("create_time")))
-        _await_exit(targets, deadline)
-        while any(same_process(*target) for target in targets):
+        for target, created in ((init_pid, init_created), (pid, private.get("create_time"))):
+            if target == pid and proc is not None:
+                # our own unreaped child: its pid cannot have been taken (send_signal reaps
+                # first and signals only a child that still runs); waited for below
+                proc.send_signal(signal.SIGKILL)
+                continue
+            fd = _pidfd(target, created)
+            if fd is not None:
+                watched.append((target, created, fd))
+                try:
+                    signal.pidfd_send_signal(fd, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass  # exited already: its pidfd is readable
+            elif same_process(target, created):  # no pidfds here: by its start time
+                watched.append((target, created, None))
+                try:
+                    os.kill(target, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        if proc is not None:
+            try:
+                proc.wait(timeout=KILL_WAIT_S)
+            except subprocess.TimeoutExpired:
+                raise VMError(f"bwrap {pid} survived SIGKILL for {KILL_WAIT_S}s") from None
+        # The init is bwrap's child, re-parented when bwrap dies; the kernel lets it finish
+        # exiting (its pidfd polls readable) only after every other process of its pid
+        # namespace has.
+        deadline = time.monotonic() + KILL_WAIT_S
+        if not all(_exited(fd, deadline) for _, _, fd in watched if fd is not None):
+            raise VMError(f"sandbox {private.get('vm_dir')} survived SIGKILL for {KILL_WAIT_S}s")
+        delay = 0.0005
+        while any(same_process(target, created) for target, created, fd in watched if fd is None):
             if time.monotonic() > deadline:
                 raise VMError(f"sandbox {private.get('vm_dir')} survived SIGKILL "
                               f"for {KILL_WAIT_S}s")
             time.sleep(delay)
             delay = min(delay * 2, 0.05)
     finally:
+        for _, _, fd in watched:
+            if fd is not None:
+                os.close(fd)
         if unreported:
             # the orphan of the module doc, which no pid names (a reported init is that very
             # child, killed above): by the VM's cgroups, and where there are none, its folder
@@ -179,32 +211,29 @@ def kill_sandbox(private: dict) -> None:
                 kill_unrecorded(Path(private["vm_dir"]))
 
 
-def _await_exit(targets, deadline: float) -> None:
-    """Wait (until ``deadline`` at most) for each ``(pid, create time)`` to exit, on a pidfd
-    that polls readable when it does (a namespace init: once its namespace is empty), not
-    by looking at /proc every few ms; the caller's check that follows is the judge. Returns
-    at once where pidfds do not exist (Linux < 5.3, Python < 3.9)."""
+def _pidfd(pid, created) -> int | None:
+    """A pidfd of ``pid`` while it is the process that started at ``created`` (checked after
+    the open, so the fd cannot name a process that took the pid since); None when it is
+    gone, or where pidfds do not exist (Linux < 5.3)."""
+    if not pid or created is None:
+        return None
+    try:
+        fd = os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return None
+    if same_process(pid, created):
+        return fd
+    os.close(fd)
+    return None
+
+
+def _exited(fd: int, deadline: float) -> bool:
+    """Whether the process of pidfd ``fd`` exits by ``deadline`` (its pidfd polls readable)."""
     import select
 
-    fds = []
-    try:
-        for target in targets:
-            if not same_process(*target):
-                continue
-            try:
-                fd = os.pidfd_open(target[0])
-            except (AttributeError, OSError):
-                return  # gone meanwhile, or no pidfds: the caller's loop waits
-            fds.append(fd)
-            if not same_process(*target):  # the pid was reused before the open: not ours
-                return
-        for fd in fds:
-            poller = select.poll()
-            poller.register(fd, select.POLLIN)
-            poller.poll(max(0.0, deadline - time.monotonic()) * 1000)
-    finally:
-        for fd in fds:
-            os.close(fd)
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(max(0.0, deadline - time.monotonic()) * 1000))
 
 
 def death_cause(private: dict, run_as: int | None) -> str | None:
@@ -257,6 +286,8 @@ def _unreported_init(pid: int) -> tuple[int | None, float | None]:
     It must be killed by hand: bwrap's --die-with-parent is set up by the init itself, and an
     init whose bwrap dies before that outlives it as an orphan sandbox. bwrap is stopped
     first, so that it cannot fork the init after we looked."""
+    import psutil  # a failed boot's path only: the pool's Manager need not import it
+
     try:
         os.kill(pid, signal.SIGSTOP)
         bwrap = psutil.Process(pid)
@@ -291,6 +322,8 @@ def kill_unrecorded(vm_dir: Path) -> None:
     KILL_WAIT_S) until each has exited: one started by an owner killed before it could
     record it in meta.json (its --die-with-parent not set up yet), or the orphaned child of
     a bwrap killed before it reported its init."""
+    import psutil  # a failed boot's and a sweep's path only
+
     folder = f"{vm_dir}/"
     killed = []
     for proc in psutil.process_iter(["name", "cmdline"]):

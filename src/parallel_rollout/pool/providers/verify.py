@@ -55,14 +55,13 @@ import stat
 from pathlib import Path
 from typing import Iterable
 
-import psutil
-
 log = logging.getLogger(__name__)
 #: characters of the reset probe's answer kept (a fingerprint of a large home is long: more
 #: than the agent's default tail of a command's output)
 PROBE_TAIL_CHARS = 2_000_000
 
 from ...errors import ConfigError
+from .common import create_time, read_proc
 
 MODES = ("off", "fast", "full")
 #: desktop services that may start after the agent says ready: one more of each is allowed
@@ -181,8 +180,8 @@ def namespace_processes(init_pid: int, proc: str = "/proc") -> list[tuple[int, s
         try:
             if os.readlink(f"{proc}/{pid}/ns/pid") != namespace:
                 continue
-            comm = Path(f"{proc}/{pid}/comm").read_text().strip()
-            cmdline = Path(f"{proc}/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+            comm = read_proc(f"{proc}/{pid}/comm").decode(errors="replace").strip()
+            cmdline = read_proc(f"{proc}/{pid}/cmdline").replace(b"\0", b" ")
         except OSError:  # exited meanwhile, or not ours to read
             continue
         found.append((pid, comm, cmdline.decode(errors="replace").strip()))
@@ -272,13 +271,14 @@ class HostView:
         """What the VM holds now, read from the host through ``/proc/<pid>/root``; raises
         LookupError when its init is gone."""
         root = f"/proc/{pid}/root"
-        if not os.path.isdir(root + "/proc"):
+        booted = create_time(pid)
+        if booted is None or not os.path.isdir(root + "/proc"):
             raise LookupError(f"the VM's init (pid {pid}) is gone")
         return {"home": tree_fingerprint(root + self.home, self.mode == "full"),
                 "tmp": tree_fingerprint(root + "/tmp"),
                 "shm": tree_fingerprint(root + "/dev/shm"),
                 "processes": namespace_processes(pid),
-                "booted_ns": int((psutil.Process(pid).create_time() - 1) * 1e9)}
+                "booted_ns": int((booted - 1) * 1e9)}
 
     def snapshot_print(self) -> dict[str, Entry]:
         if self._snapshot_print is None:
