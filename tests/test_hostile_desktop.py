@@ -181,7 +181,7 @@ def test_guest_files_the_desktops_user_cannot_read_are_a_clear_error(tmp_path, m
     (shim / "bin" / "vlc").chmod(0o700)  # a checkout made under umask 077
     (shim / "pyautogui.py").write_text("")
     (shim / "pyautogui.py").chmod(0o644)
-    monkeypatch.setattr(process, "_SHIM_DIR", shim)
+    monkeypatch.setattr(process, "SHIM_DIR", shim)  # the readability check's list
     with pytest.raises(ConfigError, match=r"cannot read the guest's .*shim/bin/vlc \(0o700\).*"
                                           r"chmod -R o\+rX"):
         process.ProcessProvider("hostile-modes", ProviderOptions(desktop=True))

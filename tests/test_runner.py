@@ -200,6 +200,6 @@ def test_missing_bubblewrap_is_a_clear_error_before_anything_runs(tmp_path, monk
     monkeypatch.setenv("PATH", str(empty))
     result = CliRunner().invoke(main, ["run", "--mode", "shell", "--data", str(SHELL_TASKS),
                                        "--output-dir", str(tmp_path / "out"), "--run-id", "nobwrap"])
-    assert result.exit_code == 1
+    assert result.exit_code == 2  # a setup error: nothing ran, nothing to resume
     assert "apt-get install bubblewrap" in result.output
     assert not (tmp_path / "out" / "nobwrap").exists()
