@@ -1,6 +1,8 @@
 """The crash-loop policy (``backends.base.CrashWindow``) in the local backend, through the CLI:
 workers killed on purpose (past --task-timeout) are never crashes, however many; workers that
-die on their own more than the limit (10·N + 10) within the window stop the run.
+die on their own more than the limit within the window stop the run. The limit is set to 4
+for these runs (10·N + 10, its real value, is test_backend_base's), so that each run takes
+seconds of worker respawns, not a minute.
 
 The window is widened to an hour for these runs: on a loaded machine the deaths of a run
 spread over more than the real minute, and a window that drops the early ones would let a
@@ -18,13 +20,15 @@ from conftest import assert_exactly_once, read_results
 from parallel_rollout.backends import base
 from parallel_rollout.cli import main
 
-#: the crash limit of one worker: 10·1 + 10
-LIMIT_N1 = 20
+#: the crash limit of these runs (the real one, 10·N + 10, is 20 for one worker)
+LIMIT = 4
 
 
 def run_cli(tmp_path: Path, monkeypatch, tasks: int, agent_cmd: str, *flags: str):
-    """``tasks`` math tasks, one worker, the command agent ``agent_cmd``, in a one-hour window."""
+    """``tasks`` math tasks, one worker, the command agent ``agent_cmd``, in a one-hour window
+    with a limit of ``LIMIT`` crashes."""
     monkeypatch.setattr(base, "CRASH_WINDOW_S", 3600.0)
+    monkeypatch.setattr(base.CrashWindow, "resize", lambda window, workers: setattr(window, "limit", LIMIT))
     data = tmp_path / "tasks.jsonl"
     data.write_text("".join(json.dumps({"id": f"t{i}", "mode": "math", "problem": "1+1", "answer": "2"}) + "\n"
                             for i in range(tasks)))
@@ -41,27 +45,27 @@ def worker_deaths(run_dir: Path) -> list[dict]:
 
 
 def test_timeouts_past_the_crash_limit_are_not_a_crash_loop(tmp_path, monkeypatch):
-    """24 attempts past --task-timeout with N=1: 24 workers killed on purpose, more than the
-    limit of 20, and the run finishes with one task_timeout per task."""
-    tasks = 24
+    """8 attempts past --task-timeout with N=1: 8 workers killed on purpose, twice the limit,
+    and the run finishes with one task_timeout per task."""
+    tasks = 2 * LIMIT
     result = run_cli(tmp_path, monkeypatch, tasks, "sleep 600", "--task-timeout", "0.3")
     assert "workers keep dying" not in result.output, result.output[-3000:]
     assert result.exit_code == 0, (result.output[-3000:], result.exception)
     finals = assert_exactly_once(tmp_path / "loop", {f"t{i}#0" for i in range(tasks)})
     assert {r["status"] for r in finals.values()} == {"task_timeout"}
-    assert len(worker_deaths(tmp_path / "loop")) == tasks > LIMIT_N1
+    assert len(worker_deaths(tmp_path / "loop")) == tasks > LIMIT
 
 
 def test_workers_that_keep_dying_on_their_own_stop_the_run(tmp_path, monkeypatch):
     """Every attempt's agent SIGKILLs its worker process (then exits, as the protocol asks,
-    when its stdin closes): the 21st death within the window (limit 20 for N=1) stops the
-    run with 'workers keep dying'."""
+    when its stdin closes): the death past the limit within the window stops the run with
+    'workers keep dying'."""
     result = run_cli(tmp_path, monkeypatch, 30, "sh -c 'kill -9 $PPID; exec cat >/dev/null'")
     assert result.exit_code != 0, result.output[-3000:]
-    assert "workers keep dying (21 deaths within 3600s)" in result.output, result.output[-3000:]
+    assert f"workers keep dying ({LIMIT + 1} deaths within 3600s)" in result.output, result.output[-3000:]
     deaths = worker_deaths(tmp_path / "loop")
-    assert len(deaths) == LIMIT_N1 + 1, [d["reason"] for d in deaths]
+    assert len(deaths) == LIMIT + 1, [d["reason"] for d in deaths]
     # each says how its worker died (not 'code None': read before the exit code was there)
     assert all("worker exited with code -9" in d["reason"] for d in deaths), [d["reason"] for d in deaths]
     died = [r for r in read_results(tmp_path / "loop") if r["status"] == "worker_died"]
-    assert len(died) == LIMIT_N1 + 1 and all(r["infrastructure"] for r in died)
+    assert len(died) == LIMIT + 1 and all(r["infrastructure"] for r in died)
