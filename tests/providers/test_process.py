@@ -136,6 +136,27 @@ def test_isolation_no_network_and_readonly_system(vm):
     assert "PARALLEL_ROLLOUT_VM=vm0" in env and "PYTEST" not in env
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="as another user uid 0 in the sandbox is no one's root")
+def test_the_kernels_knobs_are_read_only_to_the_sandboxs_root(vm):
+    """The agent of a root runner's sandbox is uid 0: a sysctl and the SysRq trigger ask for
+    no more, so /proc/sys and /proc/sysrq-trigger must be read-only in there (kernel.core_pattern
+    runs a program as the host's root). Opened for writing, never written, through the
+    sandbox's own root from the host (what uid 0 inside sees)."""
+    import errno
+
+    root = Path(f"/proc/{vm.private['init_pid']}/root")
+    knobs = ["proc/sys/kernel/core_pattern", "proc/sys/vm/drop_caches"]
+    if os.path.exists("/proc/sysrq-trigger"):  # a kernel without SysRq has none
+        knobs.append("proc/sysrq-trigger")
+    for knob in knobs:
+        with pytest.raises(OSError) as refused:
+            os.close(os.open(root / knob, os.O_WRONLY | os.O_APPEND))
+        assert refused.value.errno == errno.EROFS, (knob, refused.value)
+    # still the sandbox's own values where it has a namespace of its own
+    client = GuestClient(vm.address)
+    assert client.execute("cat /proc/sys/kernel/hostname", shell=True)["output"].strip() == "vm0"
+
+
 def test_reset_restores_snapshot_and_kills_everything(provider, vm):
     client = GuestClient(vm.address)
     client.write_file("~/scratch.txt", b"after snapshot")

@@ -148,14 +148,24 @@ def font_cache() -> list[str]:
     return [*open_dirs("/var", "/var/cache"), "--ro-bind", "/var/cache/fontconfig", "/var/cache/fontconfig"]
 
 
+#: files of the sandbox's own /proc that reach the whole machine's kernel: a sysctl and the
+#: SysRq trigger ask a writer for uid 0, not for a capability, so the agent of a root
+#: runner's sandbox (uid 0, its few capabilities) could set ``kernel.core_pattern`` (a
+#: program the kernel then runs as the host's root) or reboot the host. bwrap covers
+#: /proc/irq and /proc/bus itself, not these; Docker makes all four read-only.
+KERNEL_KNOBS = ("/proc/sys", "/proc/sysrq-trigger")
+
+
 def read_only_root() -> list[str]:
-    """bwrap's last steps: the sandbox's root (its folders /opt, /run, /home …) and /dev
-    made read-only, the mounts in them (the home, /tmp, /dev/shm, /dev/pts …) kept as they
-    are. As root nothing there is the commands' to write anyway; as another user bwrap makes
-    both as that user, so the commands could add a module to the agent's folder (which is on
-    the agent's ``sys.path``), a program to a folder of a desktop's PATH, or replace
-    /dev/stdin."""
-    return ["--remount-ro", "/dev", "--remount-ro", "/"]
+    """bwrap's last steps: :data:`KERNEL_KNOBS` read-only over the new /proc (a sysctl of
+    a namespace the sandbox has its own, such as ``net.*``, still reads as its own), then the
+    sandbox's root (its folders /opt, /run, /home …) and /dev made read-only, the mounts in
+    them (the home, /tmp, /dev/shm, /dev/pts …) kept as they are. As root nothing there is
+    the commands' to write anyway; as another user bwrap makes both as that user, so the
+    commands could add a module to the agent's folder (which is on the agent's ``sys.path``),
+    a program to a folder of a desktop's PATH, or replace /dev/stdin."""
+    knobs = [arg for path in KERNEL_KNOBS for arg in ("--ro-bind-try", path, path)]  # a kernel may lack one
+    return [*knobs, "--remount-ro", "/dev", "--remount-ro", "/"]
 
 
 def cap_ptys(init_pid: int, own_userns: bool, limit: int = MAX_PTYS) -> str | None:
