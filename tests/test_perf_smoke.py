@@ -60,8 +60,30 @@ def test_smoke_benchmark_writes_a_well_formed_report(tmp_path):
     assert is_number(report["overhead"][0]["ms_per_task"])
     assert {(r["n"], r["m"]) for r in report["scaling"]} == {(1, 1), (2, 1)}
     assert report["concurrent"]["rollouts"] == 4 and is_number(report["concurrent"]["makespan_over_best_bound"])
+    # design (a)'s runs say what a pool with no costs of its own would take; (b), (c) hold
+    # the VM for the episode, which the ideal does not model
+    for run in [report["designs"]["a"], *report["scaling"], report["concurrent"]]:
+        assert is_number(run["ideal_s"]) and is_number(run["makespan_over_ideal"]), run["label"]
+    assert report["designs"]["b"]["ideal_s"] is None
+    assert "measured ÷ ideal" in proc.stdout
     assert "(b)/(a)" in proc.stdout and "ms/task" in proc.stdout
     assert (tmp_path / report_path.name.replace(".json", ".png")).exists() or "no chart" in proc.stderr
+
+
+def test_the_ideal_schedule_is_a_pool_without_costs():
+    """measure.ideal_makespan: rollouts think, then take the VM ready first; a VM is ready
+    again a reset after its command."""
+    sys.path.insert(0, str(BENCH.parent))
+    from measure import ideal_makespan
+
+    # one rollout, one VM: each reset fits in the next think; 3 × (think 1 + command 1)
+    assert ideal_makespan([1.0, 1.0, 1.0], loops=1, pool_size=1, think_s=1.0, reset_s=0.5) == 6.0
+    # two rollouts want the one VM at 1: the second waits for the first command and its reset
+    assert ideal_makespan([1.0, 1.0], loops=2, pool_size=1, think_s=1.0, reset_s=0.5) == 3.5
+    # two VMs: no wait; more rollouts than tasks start only as many as there are tasks
+    assert ideal_makespan([1.0, 2.0], loops=5, pool_size=2, think_s=1.0, reset_s=0.5) == 3.0
+    # each task's own VM time, in the order they ran
+    assert ideal_makespan([3.0, 1.0, 1.0], loops=1, pool_size=1, think_s=0.0, reset_s=0.0) == 5.0
 
 
 @pytest.mark.parametrize("setting", ["verify_reset", "no_such_setting=1"])

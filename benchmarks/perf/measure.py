@@ -5,14 +5,18 @@ waits, resets), and where the VMs stood idle inside the makespan.
 
 from __future__ import annotations
 
+import heapq
 import json
 import statistics
 from pathlib import Path
 from typing import Any
 
 
-def measure(run_dir: Path, pool_size: int, run_started: float) -> dict[str, Any]:
-    """Makespan, bound, busy fraction, lease waits and resets of a finished run."""
+def measure(run_dir: Path, pool_size: int, run_started: float, *, loops: int | None = None,
+            think_s: float | None = None) -> dict[str, Any]:
+    """Makespan, bound, busy fraction, lease waits and resets of a finished run; with
+    ``loops`` and ``think_s`` (design a's runs: a VM leased around each command), also what
+    a pool with no costs of its own would take (``ideal_makespan``)."""
     records = [json.loads(line) for line in (run_dir / "results.jsonl").read_text().splitlines() if line]
     events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines() if line]
     vm_events = [e for e in events if e.get("event") == "vm" and e.get("to")]
@@ -41,6 +45,11 @@ def measure(run_dir: Path, pool_size: int, run_started: float) -> dict[str, Any]
     reset_time = leases * statistics.fmean(resets) if resets else 0.0
     bound = (vm_time + reset_time) / pool_size if pool_size else None
     waits = [r["lease_wait_s"] for r in records if r.get("lease_wait_s") is not None]
+    ideal = None
+    if loops and pool_size and think_s is not None:
+        in_order = sorted(records, key=lambda r: r["started_at"])
+        ideal = ideal_makespan([(r.get("eval") or {}).get("vm_s", 0.0) for r in in_order], loops, pool_size,
+                               think_s, statistics.fmean(resets) if resets else 0.0)
     return {
         "tasks": len(records),
         "failures": sum(1 for r in records if r.get("status") != "success"),
@@ -52,6 +61,8 @@ def measure(run_dir: Path, pool_size: int, run_started: float) -> dict[str, Any]
         "reset_time_s": round(reset_time, 3),
         "bound_s": round(bound, 3) if bound else None,
         "makespan_over_bound": round(makespan / bound, 4) if bound else None,
+        "ideal_s": round(ideal, 3) if ideal else None,
+        "makespan_over_ideal": round(makespan / ideal, 4) if ideal else None,
         "busy_fraction": (round((in_state["leased"] + in_state["resetting"]) / (pool_size * makespan), 4)
                           if pool_size and makespan > 0 else None),
         "leased_fraction": (round(in_state["leased"] / (pool_size * makespan), 4)
@@ -71,6 +82,31 @@ def measure(run_dir: Path, pool_size: int, run_started: float) -> dict[str, Any]
         "lease_beyond_command_ms": (round(1000 * (in_state["leased"] - vm_time) / leases, 3)
                                     if leases else None),
     }
+
+
+def ideal_makespan(vm_times: list[float], loops: int, pool_size: int, think_s: float,
+                   reset_s: float) -> float:
+    """What a pool with no costs of its own takes for the same work (design a: a VM leased
+    around each command): ``loops`` rollouts that all start at once, each taking the next
+    task, thinking ``think_s``, then holding the VM that is ready first for the task's
+    measured VM time (``vm_times``, in the order the tasks ran); a released VM is ready again
+    ``reset_s`` later (the run's mean reset). From the first think's start to the last
+    command's end, as the makespan is measured: makespan ÷ this is what the pool, the
+    workers and the runner add; the bound ÷ this, what the workload's own shape costs (the
+    first think, rollouts that queue for a VM or leave it waiting), which no pool removes."""
+    ready = [0.0] * pool_size  # when each VM is free again
+    wants = [(think_s, loop) for loop in range(min(loops, len(vm_times)))]  # (time, rollout)
+    heapq.heapify(wants)
+    end, given = 0.0, len(wants)
+    for vm_s in vm_times:
+        at, loop = heapq.heappop(wants)
+        vm = min(range(pool_size), key=ready.__getitem__)
+        done = max(at, ready[vm]) + vm_s
+        ready[vm], end = done + reset_s, max(end, done)
+        if given < len(vm_times):
+            heapq.heappush(wants, (done + think_s, loop))
+            given += 1
+    return end
 
 
 def _idle(vm_events: list[dict[str, Any]], start: float, end: float) -> dict[str, float]:

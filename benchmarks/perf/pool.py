@@ -17,6 +17,12 @@ What is measured, and how (all from the run's own files):
 * **bound** — Σ(VM time + reset time) / M: VM time is each command's time in the guest (the
   env times its ``/execute`` call), reset time is leases × the mean reset measured from
   events.jsonl (RESETTING → IDLE). No schedule can beat it with M VMs.
+* **ideal** (design a's runs) — what a pool with no costs of its own would take for the same
+  work: the same rollouts, all started at once, each thinking then holding the first free
+  VM for its task's measured VM time, a VM ready again a mean reset later
+  (``measure.ideal_makespan``, a simulation). makespan ÷ ideal is what the pool, the workers
+  and the runner add; ideal ÷ bound is what the workload's shape costs whatever the pool
+  does (the first think inside the makespan; N rollouts too few to keep M VMs busy).
 * **busy** — (leased + resetting time inside the makespan) / (M × makespan), events.jsonl.
 * **lease wait** — p50/p95 of the records' ``lease_wait_s``.
 * **overhead** — zero-length tasks (no VM, no think): makespan / tasks, in ms per task.
@@ -189,7 +195,9 @@ def run_one(workdir: Path, label: str, *, mode: str, tasks: int, think_s: float,
     runner_cpu_s = ((cpu_after.user + cpu_after.system) - (cpu_before.user + cpu_before.system)
                     - sampler.own_cpu_s)
     pool_size = (vms if shared else workers) if not mode.startswith("perf_none") else 0
-    metrics = measure(outcome.run_dir, pool_size, started)
+    call_scope = mode.startswith("perf_call") and shared
+    metrics = measure(outcome.run_dir, pool_size, started, loops=workers * envs_per_worker if call_scope else None,
+                      think_s=think_s if call_scope else None)
     metrics.update(label=label, mode=mode, n=workers, k=envs_per_worker, m=pool_size,
                    shared=shared, provider=provider if pool_size else None,
                    think_s=think_s, vm_cmd_s=vm_s, exit_code=outcome.exit_code,
@@ -295,15 +303,21 @@ def table(report: dict[str, Any]) -> str:
                      f"{a['handoff_ms']:.2f} ms a hand-off (IDLE → next lease), {a['idle_after_last_s']:.2f} "
                      f"VM-s after the last; a lease lasts {_fmt(a['lease_beyond_command_ms'], '.2f')} ms "
                      f"beyond its command; pool CPU {a['manager_cpu_ms_per_task']:.2f} ms/task")
+    if a.get("ideal_s"):
+        lines.append(f"  (a) a pool with no costs of its own (ideal: the same rollouts, VM times and resets, "
+                     f"no overhead): {a['ideal_s']:.2f} s = {a['ideal_s'] / a['bound_s']:.3f} × bound; "
+                     f"measured ÷ ideal = {a['makespan_over_ideal']:.3f}")
     lines += ["", "scaling, design (a) "
               f"(think {report['profile_spec']['scaling']['think_s']} s, "
               f"`sleep {report['profile_spec']['scaling']['vm_s']}`)",
               f"  {'N':>3}{'M':>3}{'tasks':>6}{'makespan':>10}{'bound':>8}{'÷bound':>8}{'N-bound':>9}"
-              f"{'busy':>6}{'wait p95':>9}{'tasks/s':>9}{'RSS/worker':>11}{'PSS/worker':>11}{'pool CPU/task':>14}"]
+              f"{'÷ideal':>8}{'busy':>6}{'wait p95':>9}{'tasks/s':>9}{'RSS/worker':>11}{'PSS/worker':>11}"
+              f"{'pool CPU/task':>14}"]
     for row in report["scaling"]:
         lines.append(f"  {row['n']:>3}{row['m']:>3}{row['tasks']:>6}{row['makespan_s']:>9.2f}s"
                      f"{_fmt(row['bound_s'], '.2f'):>7}s{_fmt(row['makespan_over_bound'], '.3f'):>8}"
-                     f"{row['rollout_bound_s']:>8.2f}s{_fmt(row['busy_fraction'], '.2f'):>6}"
+                     f"{row['rollout_bound_s']:>8.2f}s{_fmt(row.get('makespan_over_ideal'), '.3f'):>8}"
+                     f"{_fmt(row['busy_fraction'], '.2f'):>6}"
                      f"{_fmt(row['lease_wait_p95_s'], '.3f'):>9}{_fmt(row['tasks_per_s']):>9}"
                      f"{_fmt(row['rss_mb_per_worker'], '.1f'):>9}MB{_fmt(row['pss_mb_per_worker'], '.1f'):>9}MB"
                      f"{row['manager_cpu_ms_per_task']:>11.2f} ms")
@@ -312,6 +326,7 @@ def table(report: dict[str, Any]) -> str:
               f"{c['think_s']} s): peak {c['peak_concurrency']} at once, makespan {c['makespan_s']:.2f} s, "
               f"bound {c['best_bound_s']:.2f} s (VMs {_fmt(c['bound_s'], '.2f')} s, rollouts "
               f"{c['rollout_bound_s']:.2f} s) → {c['makespan_over_best_bound']:.3f} × bound, "
+              f"{_fmt(c.get('makespan_over_ideal'), '.3f')} × ideal, "
               f"PSS/worker {_fmt(c['pss_mb_per_worker'], '.1f')} MB"]
     return "\n".join(lines)
 
