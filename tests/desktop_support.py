@@ -85,6 +85,15 @@ def wait_window(client: GuestClient, title: str, present: bool = True,
         time.sleep(0.2)
 
 
+def wait_process(client: GuestClient, name: str, timeout_s: float = 15.0) -> None:
+    """Wait until a process named ``name`` runs in the VM: a launch returns once its
+    launcher started, which may exec the program a moment later (setpriv, a shell)."""
+    deadline = time.monotonic() + timeout_s
+    while name not in process_names(client):
+        assert time.monotonic() < deadline, f"no process {name!r} after {timeout_s:g} s"
+        time.sleep(0.1)
+
+
 def process_names(client: GuestClient) -> set[str]:
     """The names of every process in the VM (from /proc: images need not have ps)."""
     code = ("import os\nfor p in os.listdir('/proc'):\n    if p.isdigit():\n        try:\n"

@@ -22,7 +22,7 @@ import pytest
 
 from conftest import assert_exactly_once
 from readme_support import INSTALLED, ROOT, bash, readme_lines
-from desktop_support import BIG_TERMINAL, HEIGHT, WIDTH, assert_typing_shows, process_names, wait_window
+from desktop_support import BIG_TERMINAL, HEIGHT, WIDTH, assert_typing_shows, process_names, wait_process, wait_window
 from parallel_rollout.config import build_config
 from parallel_rollout.guest.client import GuestClient
 from parallel_rollout.pool.providers import images
@@ -104,7 +104,7 @@ def test_a_desktop_vm_shows_typed_text_and_resets_clean(desktop, request):
         # what a task leaves: a file, a process, a window
         client.execute("echo x > ~/leftover.txt", shell=True)
         client.launch(["sleep", "300"])
-        assert "sleep" in process_names(client)
+        wait_process(client, "sleep")
         info = provider.reset(info)
         client = GuestClient(info.address, timeout_s=60.0)
         assert "big" not in client.execute(["wmctrl", "-l"])["output"]
