@@ -107,7 +107,10 @@ def test_suspend_aborts_eight_turns_at_the_server(gate, llm_server, partial):
     assert all(b["stream"] is True and b["stream_options"] == {"include_usage": True} for b in continued)
 
 
-@pytest.mark.parametrize("partial", [False, True], ids=["regenerate", "partial"])
+# regenerating is the gate-level test's too (test_suspend_aborts_eight_turns_at_the_server):
+# through a scheduler, the default run keeps the partial one
+@pytest.mark.parametrize("partial", [pytest.param(False, marks=pytest.mark.slow), True],
+                         ids=["regenerate", "partial"])
 def test_a_scheduler_aborts_eight_env_loops_mid_turn(tmp_path, llm_server, schedulers, partial):
     """The same through a RolloutScheduler: 2 workers x 4 env loops, each mid-turn;
     suspend(abort=True) returns within a second and the server logs 8 aborts within a second;
