@@ -146,7 +146,13 @@ def _handler(server: LLMServer) -> type[BaseHTTPRequestHandler]:
 
         def do_POST(self):
             length = int(self.headers.get("Content-Length") or 0)
-            body = json.loads(self.rfile.read(length) or b"{}")
+            raw = self.rfile.read(length)
+            if len(raw) < length:
+                # the client hung up mid-request (an abort while the request was being sent):
+                # a real server never sees a request, so none is recorded or answered
+                self.close_connection = True
+                return
+            body = json.loads(raw or b"{}")
             if server._closing.is_set():
                 # stopped: a kept-alive connection is hung up on without an answer, as a
                 # killed server's would be (shutdown alone ends only new connections)

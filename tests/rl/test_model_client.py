@@ -7,6 +7,7 @@ client's retries, stop reasons and cancel outside any worker."""
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 
@@ -75,6 +76,20 @@ def test_a_plugin_agent_calling_only_the_model_client_gets_versions_tokens_and_t
     assert len(sessions) >= 4
     usage = [t.record["usage"] for t in batch]
     assert all(u["requests"] >= 1 and u["completion_tokens"] > 0 for u in usage)
+
+
+def test_the_test_server_records_no_request_its_client_hung_up_on_while_sending(llm_server):
+    """An abort can close a request's socket before its body is sent; the test server (as a
+    real one) must not count that as a request, or the assertions on server.requests break."""
+    server = llm_server(script=[{"reply": "ok"}])
+    host, port = server.url.split("//")[1].split("/")[0].split(":")
+    with socket.create_connection((host, int(port))) as sock:
+        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: 200\r\n\r\n")
+        sock.shutdown(socket.SHUT_WR)
+        assert sock.recv(100) == b""  # hung up on, unanswered
+    reply = _client(server).chat([{"role": "user", "content": "hi"}])
+    assert reply.text == "ok" and len(server.requests) == 1 and "messages" in server.requests[0]["body"]
 
 
 def _client(server, **changes) -> ModelClient:
