@@ -65,7 +65,9 @@ def test_smoke_benchmark_writes_a_well_formed_report(tmp_path):
     for run in [report["designs"]["a"], *report["scaling"], report["concurrent"]]:
         assert is_number(run["ideal_s"]) and is_number(run["makespan_over_ideal"]), run["label"]
     assert report["designs"]["b"]["ideal_s"] is None
-    assert "measured ÷ ideal" in proc.stdout
+    for run in [report["designs"]["a"], *report["scaling"], report["concurrent"]]:
+        assert run["best_bound_s"] == max(run["bound_s"], run["rollout_bound_s"]), run["label"]
+    assert "measured ÷ ideal" in proc.stdout and "× best bound" in proc.stdout
     assert "(b)/(a)" in proc.stdout and "ms/task" in proc.stdout
     assert (tmp_path / report_path.name.replace(".json", ".png")).exists() or "no chart" in proc.stderr
 
@@ -115,3 +117,17 @@ def test_resets_benchmark_smoke(tmp_path):
                                                   "agent start-up to ready"))
     assert 0 < parts <= 1.5 * cold["total"]["p50_ms"] + 5
     assert "reset and verification, ms" in proc.stdout
+
+
+def test_the_better_bound_is_the_rollouts_below_the_knee_and_the_vms_above():
+    """pool.with_bounds: 8 rollouts thinking 0.2 s before 0.06 s commands cannot keep 2 VMs
+    busy (their bound binds); 32 rollouts can (the VMs' bound binds)."""
+    sys.path.insert(0, str(BENCH.parent))
+    from pool import with_bounds
+
+    row = {"tasks": 160, "vm_time_s": 160 * 0.06, "bound_s": 160 * 0.06 / 2, "makespan_s": 5.3}
+    below = with_bounds(dict(row), rollouts=8, think_s=0.2)
+    assert below["rollout_bound_s"] == 5.2 and below["best_bound_s"] == 5.2
+    assert below["makespan_over_best_bound"] == round(5.3 / 5.2, 4)
+    above = with_bounds(dict(row), rollouts=32, think_s=0.2)
+    assert above["rollout_bound_s"] == 1.3 and above["best_bound_s"] == row["bound_s"]
