@@ -237,12 +237,15 @@ class GateClient:
         #: whether the gate aborted the request under way (or the last one)
         self.aborted = False
 
-    def begin(self, key: str | None = None, on_abort: Callable[[], None] | None = None) -> tuple[int, float]:
+    def begin(self, key: str | None = None, on_abort: Callable[[], None] | None = None,
+              cancelled: Callable[[], bool] | None = None) -> tuple[int, float]:
         """Wait until model requests may start: (policy version, seconds waited). ``key``:
         the sample the request belongs to; ``on_abort``: called (from another thread) when
-        the gate aborts the request. ConnectionError when the gate is gone."""
+        the gate aborts the request; ``cancelled``: whether the caller was cancelled, asked
+        once the connection is held (a ``close()`` that came while it was being made found
+        nothing to hang up). ConnectionError when the gate is gone or the caller cancelled."""
         started = time.monotonic()
-        answer = self._ask(f"begin {key}" if key else "begin")
+        answer = self._ask(f"begin {key}" if key else "begin", cancelled)
         if not answer.startswith("go "):
             raise ConnectionError(f"policy gate {self.path}: unexpected answer {answer!r}")
         self.aborted = False
@@ -301,7 +304,7 @@ class GateClient:
             answers.put(answer)
             return
 
-    def _ask(self, command: str) -> str:
+    def _ask(self, command: str, cancelled: Callable[[], bool] | None = None) -> str:
         if self._sock is None:
             try:
                 sock = _connect(self.path)
@@ -309,6 +312,11 @@ class GateClient:
                 raise ConnectionError(f"policy gate {self.path} unreachable: {exc}") from None
             sock.settimeout(None)  # "begin" waits as long as the trainer's weight update
             self._sock, self._reader = sock, sock.makefile("r", encoding="ascii", newline="\n")
+        if cancelled is not None and cancelled():
+            # the cancel sets its flag, then close(): seen here, or its close() hangs up on
+            # this connection; either way no request waits at a suspended gate for a resume
+            self.close()
+            raise ConnectionError(f"policy gate {self.path}: cancelled")
         try:
             self._sock.sendall(f"{command}\n".encode())
             answer = self._reader.readline()

@@ -108,6 +108,40 @@ def test_a_hang_up_ends_a_begin_waiting_at_a_suspended_gate(gate):
     assert gate.in_flight == 0
 
 
+def test_a_cancel_while_the_connection_is_made_ends_the_begin(gate, monkeypatch):
+    """A cancel sets its flag, then hangs up; one that lands while begin is still connecting
+    finds no connection to hang up, and begin must not then wait at a suspended gate."""
+    import parallel_rollout.policy_gate as policy_gate
+
+    gate.suspend()
+    client = GateClient(gate.path)
+    cancelled = threading.Event()
+    connect = policy_gate._connect
+
+    def connect_then_cancel(path):
+        sock = connect(path)
+        cancelled.set()  # the cancel, in the instant before the connection is held
+        client.close()  # nothing to hang up yet
+        return sock
+
+    monkeypatch.setattr(policy_gate, "_connect", connect_then_cancel)
+    raised: list = []
+
+    def begin():
+        try:
+            client.begin(cancelled=cancelled.is_set)
+        except ConnectionError as exc:
+            raised.append(exc)
+
+    thread = threading.Thread(target=begin, daemon=True)
+    thread.start()
+    thread.join(3)
+    assert raised and not thread.is_alive(), "begin waited for a resume after its caller was cancelled"
+    gate.resume(4)
+    time.sleep(0.1)
+    assert gate.in_flight == 0 and gate.requests == 0
+
+
 def _hold_the_gate(path: str) -> None:
     client = GateClient(path)
     client.begin()

@@ -369,7 +369,8 @@ class ModelClient:
             self._abortable = None
             raise AttemptCancelled("the episode was cancelled")
         try:
-            version, waited = self._gate.begin(self._key, on_abort=abortable.abort)
+            version, waited = self._gate.begin(self._key, on_abort=abortable.abort,
+                                               cancelled=lambda: self._cancelled)
         except ConnectionError as exc:
             if self._cancelled:  # abort() hung up on the gate while the request waited there
                 raise AttemptCancelled("the episode was cancelled while its model request waited for a "
