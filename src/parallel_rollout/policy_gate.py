@@ -188,6 +188,8 @@ class PolicyGate:
                         self._cond.wait_for(lambda: self._open or self._closed)
                         if self._closed:
                             return
+                        if _hung_up(conn):  # cancelled while it waited: no request starts
+                            return
                         self._in_flight.add(ident)
                         self._peers[ident] = (conn, key or None)
                         self.requests += 1
@@ -344,6 +346,16 @@ def _connect(path: str) -> socket.socket:
         sock.close()
         raise
     return sock
+
+
+def _hung_up(conn: socket.socket) -> bool:
+    """Whether the peer closed ``conn`` (its end read, nothing more to come)."""
+    try:
+        return conn.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
 
 
 def _no_delay(sock: socket.socket) -> None:

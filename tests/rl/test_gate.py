@@ -106,6 +106,7 @@ def test_a_hang_up_ends_a_begin_waiting_at_a_suspended_gate(gate):
     gate.resume(4)
     time.sleep(0.1)
     assert gate.in_flight == 0
+    assert gate.requests == 1  # the first; the one cancelled while it waited never started
 
 
 def test_a_cancel_while_the_connection_is_made_ends_the_begin(gate, monkeypatch):
