@@ -21,6 +21,7 @@ import pytest
 from parallel_rollout.errors import ConfigError, VMError
 from parallel_rollout.guest.client import GuestClient
 from parallel_rollout.pool.providers import process
+from parallel_rollout.pool.providers.sandbox_argv import AGENT_CAPS
 from parallel_rollout.pool.providers.base import ProviderOptions
 from parallel_rollout.pool.providers.verify import namespace_processes
 
@@ -148,7 +149,7 @@ def test_every_process_of_the_desktop_is_unprivileged(desktop):
                        or int(status["CapPrm"], 16))]
     assert not privileged, privileged
     if IS_ROOT:
-        assert int(processes[agents[0]][2]["CapEff"], 16) == _mask(process.AGENT_CAPS)
+        assert int(processes[agents[0]][2]["CapEff"], 16) == _mask(AGENT_CAPS)
 
 
 def test_an_x_server_of_the_users_cannot_take_the_agent_down():
@@ -197,7 +198,7 @@ def _status(pid: int) -> dict[str, str]:
     return {key: value.strip() for key, _, value in (line.partition(":") for line in lines)}
 
 
-#: capability numbers (linux/capability.h) of the names process.AGENT_CAPS uses
+#: capability numbers (linux/capability.h) of the names AGENT_CAPS uses
 _CAP_NUMBERS = {"CAP_CHOWN": 0, "CAP_DAC_OVERRIDE": 1, "CAP_FOWNER": 3, "CAP_KILL": 5,
                 "CAP_SETGID": 6, "CAP_SETUID": 7, "CAP_SETPCAP": 8}
 

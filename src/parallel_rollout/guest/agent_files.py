@@ -16,6 +16,7 @@ the answer may have made one a symlink to what only root reads (a host's
 
 from __future__ import annotations
 
+import functools
 import os
 
 try:
@@ -49,14 +50,20 @@ class AsCommandsUser:
 
     @staticmethod
     def _switch(uid: int, gid: int) -> None:
-        import ctypes
-
-        libc = ctypes.CDLL(None)
+        libc = _libc()
         libc.setfsgid(gid)
         libc.setfsuid(uid)
         # both answer the previous id; an id they refuse leaves it: ask again (-1 changes nothing)
         if libc.setfsuid(-1) != uid or libc.setfsgid(-1) != gid:
             raise HTTPError(500, f"cannot take the file-system ids {uid}:{gid}")
+
+
+@functools.lru_cache(maxsize=None)
+def _libc():
+    """The C library, loaded once (two fs-id switches per file request)."""
+    import ctypes
+
+    return ctypes.CDLL(None)
 
 
 def route_file(req: Request):

@@ -76,8 +76,9 @@ def batch_metrics(batch: list[Trajectory], current_version: int, step: int,
             out[f"dropped/{name[len('dropped_'):]}"] = value - stats_before.get(name, 0)
     out["failed_members"] = stats_now.get("members_failed", 0) - stats_before.get("members_failed", 0)
     for name, value in stats_now.items():
-        if name.startswith("failed_") and value - stats_before.get(name, 0):
-            out[f"failed/{name[len('failed_'):]}"] = value - stats_before.get(name, 0)
+        new = value - stats_before.get(name, 0)
+        if name.startswith("failed_") and new:
+            out[f"failed/{name[len('failed_'):]}"] = new
     return out
 
 

@@ -68,7 +68,7 @@ The apps come from the host's /usr (the Debian packages ``./dev`` installs). As 
 desktop runs as the commands' user, ``user`` (the VM's uid, in the sandbox's own /etc/passwd:
 dbus-daemon and xterm look their user up): the session bus (which admits one uid), Xvfb,
 openbox, AT-SPI, every app and every helper of the agent, with no capabilities and no user
-namespaces; the agent keeps ``AGENT_CAPS`` like any VM's. As another user they all share the
+namespaces; the agent keeps ``sandbox_argv.AGENT_CAPS`` like any VM's. As another user they all share the
 runner's uid in the sandbox's user namespace.
 
 **Sweep.** Every VM folder is labelled with its run id and its owner. ``sweep(run_id)``
@@ -91,8 +91,8 @@ from pathlib import Path
 
 from ...errors import ConfigError, ProviderUnavailable, VMError
 from . import cgroups, images, sandbox_fs, sandbox_log, seccomp, standby, verify
-from .sandbox_argv import (AGENT_CAPS, DESKTOP_SOURCES, GUEST_HOME,  # noqa: F401 - AGENT_CAPS: process.AGENT_CAPS
-                           NAMESPACE_FLAGS, SHIM_DIR, SandboxSpec, boot_argv, folder_argv)
+from .sandbox_argv import (DESKTOP_SOURCES, GUEST_HOME, NAMESPACE_FLAGS, SHIM_DIR, SandboxSpec,
+                           boot_argv, folder_argv)
 from .sandbox_uids import SandboxUids
 from .base import Provider, ProviderOptions, VMInfo
 from .common import (check_name, create_time, log_tail, make_vm_dir, owner_label,
@@ -355,7 +355,7 @@ class ProcessProvider(Provider):
     def _forget(self, vm_dir: Path) -> None:
         """Drop what was kept of a folder's boots (removed, or made anew)."""
         self._groups.pop(vm_dir.name, None)
-        for key in [key for key in list(self._argvs) if key[1] == str(vm_dir)]:
+        for key in [key for key in self._argvs if key[1] == str(vm_dir)]:
             self._argvs.pop(key, None)
 
     def _argv(self, vm_id: str, vm_dir: Path, ready_fd: int, info_fd: int,

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from ...errors import VMError
 from . import images
+from .common import write_new_file
 
 log = logging.getLogger(__name__)
 
@@ -102,10 +103,9 @@ def write_new(path: Path, text: str) -> None:
     try:
         if path.read_text(encoding="utf-8") == text:
             return
-        path.unlink()
     except (OSError, UnicodeDecodeError):
         pass
-    path.write_text(text, encoding="utf-8")
+    write_new_file(path, text)
 
 
 @functools.lru_cache(maxsize=256)  # a uid per VM (sandbox_uids.py)
