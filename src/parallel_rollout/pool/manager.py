@@ -43,6 +43,7 @@ from typing import Any
 from ..errors import LeaseTimeout, PoolClosed, PoolExhausted, WorkerDied
 from ..results import percentiles
 from . import spares, watchers
+from .call_threads import Call, CallThreads
 from .provider_calls import ProviderCalls
 from .vm_record import VMRecord, VMState, busy_times, state_counts
 from .providers import ProviderOptions, VMInfo, get_provider
@@ -97,9 +98,10 @@ class VMPoolManager(ProviderCalls):
         # Boots, resets and stops run in their own daemon threads, never under the lock; a
         # provider call that hangs (a boot that never ends) can then never block shutdown.
         #: provider calls under way -> when shutdown stops waiting for each
-        self._threads: dict[threading.Thread, float] = {}
+        self._threads: dict[Call, float] = {}
         #: the boots among them (shutdown does not wait for a slow boot: Ctrl-C is at once)
-        self._boot_threads: set[threading.Thread] = set()
+        self._boot_threads: set[Call] = set()
+        self._call_threads = CallThreads(self._call_finished)
         self._watchdog = threading.Thread(target=watchers.watch_calls, args=(self,),
                                           name="pool-watchdog", daemon=True)
         with self._lock:

@@ -6,17 +6,17 @@ that call the provider, which may take seconds: ``_boot_new`` starts a boot thre
 (``provider.reset``, then the reset's check). Each thread calls the provider without the
 pool's lock and takes it only to move its VM on (IDLE, or DEAD and replaced); one that
 finishes after the watchdog gave up on it, or after the pool closed, stops what it made. The
-threads are tracked (``_threads``) so that shutdown can wait for them, each until its own
-deadline.
+calls are tracked (``_threads``) so that shutdown can wait for them, each until its own
+deadline; they run in threads kept between calls (``call_threads``).
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from typing import Any
 
+from .call_threads import Call
 from .providers import VMInfo, verify
 from .vm_record import VMRecord, VMState
 
@@ -34,7 +34,7 @@ class ProviderCalls:
         self._vms[vm.vm_id] = vm
         self._event(vm.vm_id, None, VMState.BOOTING.value, reason, None, None)
         self._counters["boots"] += 1
-        self._boot_threads.add(self._spawn(self._boot_thread, vm, deadline=vm.deadline))
+        self._spawn(self._boot_thread, vm, deadline=vm.deadline, boot=True)
 
     def _boot_thread(self, vm: VMRecord) -> None:
         """A boot's own thread: ``provider.start`` without the lock, then IDLE (or DEAD)."""
@@ -113,18 +113,19 @@ class ProviderCalls:
                 return
         self._stop_quietly(new_info)
 
-    def _spawn(self, target, *args: Any, deadline: float | None = None) -> threading.Thread:
-        thread = threading.Thread(target=self._run_tracked, args=(target, *args), daemon=True)
-        self._threads[thread] = deadline or time.monotonic() + self.options.boot_timeout_s + 30
-        thread.start()
-        return thread
+    def _spawn(self, target, *args: Any, deadline: float | None = None, boot: bool = False) -> Call:
+        """Run ``target(*args)`` in one of the pool's call threads; the caller never waits
+        for a thread to start (``call_threads``)."""
+        call = Call(target, args)
+        self._threads[call] = deadline or time.monotonic() + self.options.boot_timeout_s + 30
+        if boot:
+            self._boot_threads.add(call)
+        self._call_threads.start(call)
+        return call
 
-    def _run_tracked(self, target, *args: Any) -> None:
-        try:
-            target(*args)
-        finally:
-            self._threads.pop(threading.current_thread(), None)
-            self._boot_threads.discard(threading.current_thread())
+    def _call_finished(self, call: Call) -> None:
+        self._threads.pop(call, None)
+        self._boot_threads.discard(call)
 
     def _stop_quietly(self, info: VMInfo | None) -> None:
         if info is None:
