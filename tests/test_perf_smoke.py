@@ -67,7 +67,12 @@ def test_smoke_benchmark_writes_a_well_formed_report(tmp_path):
     assert report["designs"]["b"]["ideal_s"] is None
     for run in [report["designs"]["a"], *report["scaling"], report["concurrent"]]:
         assert run["best_bound_s"] == max(run["bound_s"], run["rollout_bound_s"]), run["label"]
+    for run in [report["designs"]["a"], *report["scaling"], report["concurrent"]]:  # the lease's trips
+        for part in ("grant_ms", "release_ms", "release_answer_ms"):
+            assert is_number(run[part]["p50"]) and is_number(run[part]["mean"]), (run["label"], part)
+    assert "grant_ms" not in report["designs"]["b"]  # an episode's lease has no marks
     assert "measured ÷ ideal" in proc.stdout and "× best bound" in proc.stdout
+    assert "a lease's trips" in proc.stdout
     assert "(b)/(a)" in proc.stdout and "ms/task" in proc.stdout
     assert (tmp_path / report_path.name.replace(".json", ".png")).exists() or "no chart" in proc.stderr
 
@@ -86,6 +91,27 @@ def test_the_ideal_schedule_is_a_pool_without_costs():
     assert ideal_makespan([1.0, 2.0], loops=5, pool_size=2, think_s=1.0, reset_s=0.5) == 3.0
     # each task's own VM time, in the order they ran
     assert ideal_makespan([3.0, 1.0, 1.0], loops=1, pool_size=1, think_s=0.0, reset_s=0.0) == 5.0
+
+
+def test_the_lease_split_matches_each_attempts_marks_to_its_own_lease():
+    """measure.lease_split: the grant is LEASED → the env's client, the release the
+    command's answer → RESETTING, each from the attempt's own lease (by its key)."""
+    sys.path.insert(0, str(BENCH.parent))
+    from measure import lease_split
+
+    def events(key: str, leased: float, resetting: float) -> list[dict]:
+        return [{"vm": "vm-0", "from": "idle", "to": "leased", "task": key, "time": leased},
+                {"vm": "vm-0", "from": "leased", "to": "resetting", "task": key, "time": resetting}]
+
+    records = [{"key": "a#0", "eval": {"marks": {"leased": 10.001, "ran": 10.030, "released": 10.0315}}},
+               {"key": "b#0", "eval": {"marks": {"leased": 20.003, "ran": 20.040, "released": 20.0410}}},
+               {"key": "c#0", "eval": {"vm_s": 0.01}}]  # no marks: left out
+    split = lease_split(records, events("b#0", 20.0, 20.0405) + events("a#0", 10.0, 10.0305)
+                        + events("c#0", 30.0, 30.02))
+    assert split["grant_ms"] == {"p50": 2.0, "mean": 2.0}  # 1 ms and 3 ms
+    assert split["release_ms"] == {"p50": 0.5, "mean": 0.5}
+    assert split["release_answer_ms"] == {"p50": 0.75, "mean": 0.75}  # 1 ms and 0.5 ms
+    assert lease_split(records[2:], events("c#0", 30.0, 30.02)) == {}
 
 
 @pytest.mark.parametrize("setting", ["verify_reset", "no_such_setting=1"])

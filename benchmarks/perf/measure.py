@@ -81,7 +81,37 @@ def measure(run_dir: Path, pool_size: int, run_started: float, *, loops: int | N
         "handoff_ms": round(1000 * idle["idle_between_s"] / max(leases - len(last), 1), 3),
         "lease_beyond_command_ms": (round(1000 * (in_state["leased"] - vm_time) / leases, 3)
                                     if leases else None),
+        **lease_split(records, vm_events),
     }
+
+
+def lease_split(records: list[dict[str, Any]], vm_events: list[dict[str, Any]]) -> dict[str, Any]:
+    """Where a lease's time beyond its command goes, from the marks the workload's CallEnv
+    writes (``workload.py``) against the pool's events, both ``time.time()``: the grant
+    (the pool's LEASED → the env holds its client: the answer's trip to the worker), the
+    release (the command answered → the pool's RESETTING: the release's trip to the pool),
+    and the worker's wait for the release's answer (not the VM's time). Medians and means
+    in ms; empty when the records have no marks (one lease per attempt is matched)."""
+    leased: dict[str, float] = {}
+    resetting: dict[str, float] = {}
+    for e in vm_events:
+        if e["to"] == "leased":
+            leased[e["task"]] = e["time"]
+        elif e["from"] == "leased" and e["to"] == "resetting":
+            resetting[e["task"]] = e["time"]
+    parts: dict[str, list[float]] = {"grant": [], "release": [], "release_answer": []}
+    for r in records:
+        marks = (r.get("eval") or {}).get("marks")
+        if not marks or r["key"] not in leased or r["key"] not in resetting:
+            continue
+        parts["grant"].append(marks["leased"] - leased[r["key"]])
+        parts["release"].append(resetting[r["key"]] - marks["ran"])
+        parts["release_answer"].append(marks["released"] - resetting[r["key"]])
+    if not parts["grant"]:
+        return {}
+    return {f"{name}_ms": {"p50": round(1000 * statistics.median(values), 3),
+                           "mean": round(1000 * statistics.fmean(values), 3)}
+            for name, values in parts.items()}
 
 
 def ideal_makespan(vm_times: list[float], loops: int, pool_size: int, think_s: float,

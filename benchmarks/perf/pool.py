@@ -312,6 +312,11 @@ def table(report: dict[str, Any]) -> str:
                      f"{a['handoff_ms']:.2f} ms a hand-off (IDLE → next lease), {a['idle_after_last_s']:.2f} "
                      f"VM-s after the last; a lease lasts {_fmt(a['lease_beyond_command_ms'], '.2f')} ms "
                      f"beyond its command; pool CPU {a['manager_cpu_ms_per_task']:.2f} ms/task")
+    if a.get("grant_ms"):
+        lines.append("  (a) a lease's trips, p50 / mean: the grant reaching the env "
+                     f"{a['grant_ms']['p50']:.2f} / {a['grant_ms']['mean']:.2f} ms, the release reaching the pool "
+                     f"{a['release_ms']['p50']:.2f} / {a['release_ms']['mean']:.2f} ms, the worker's wait for its "
+                     f"answer {a['release_answer_ms']['p50']:.2f} / {a['release_answer_ms']['mean']:.2f} ms")
     if a.get("ideal_s"):
         lines.append(f"  (a) a pool with no costs of its own (ideal: the same rollouts, VM times and resets, "
                      f"no overhead): {a['ideal_s']:.2f} s = {a['ideal_s'] / a['bound_s']:.3f} × bound; "

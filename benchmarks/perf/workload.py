@@ -70,6 +70,8 @@ class _WorkloadEnv(Env):
         """Nothing runs yet."""
         self.task, self.vm = task, vm
         self.vm_s = 0.0
+        #: wall-clock times of the lease around the command (CallEnv), for measure.lease_split
+        self.marks: dict[str, float] = {}
         self.returncode: int | None = 0
         return {}
 
@@ -90,8 +92,12 @@ class _WorkloadEnv(Env):
         self.returncode = result.get("returncode")
 
     def evaluate(self) -> tuple[float, dict[str, Any]]:
-        """Reward 1 when the command exited 0; the VM time goes into the record."""
-        return (1.0 if self.returncode == 0 else 0.0), {"vm_s": round(self.vm_s, 6)}
+        """Reward 1 when the command exited 0; the VM time (and the lease's marks) go into
+        the record."""
+        extra: dict[str, Any] = {"vm_s": round(self.vm_s, 6)}
+        if self.marks:
+            extra["marks"] = {name: round(at, 6) for name, at in self.marks.items()}
+        return (1.0 if self.returncode == 0 else 0.0), extra
 
 
 class CallEnv(_WorkloadEnv):
@@ -101,8 +107,13 @@ class CallEnv(_WorkloadEnv):
     vm_scope = "call"
 
     def _run(self, command: str) -> None:
+        # time.time(), as events.jsonl: "leased" once the block has its client, "ran" once
+        # the command has answered, "released" once the release has answered
         with self.vm.lease() as client:
+            self.marks["leased"] = time.time()
             self._execute(client, command)
+            self.marks["ran"] = time.time()
+        self.marks["released"] = time.time()
 
 
 class EpisodeEnv(_WorkloadEnv):
