@@ -48,7 +48,8 @@ TEXT = st.one_of(
     st.text(max_size=40),
     st.sampled_from(["\u2028", "\u2029", "\x85", "\x00", "\ufeff", "\r", "é", "😀", "\\", "/", "..", " "]),
 )
-JSON_SCALARS = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False), TEXT)
+JSON_SCALARS = st.one_of(st.none(), st.booleans(), st.integers(),
+                         st.floats(allow_nan=False, allow_infinity=False), TEXT)
 JSON_VALUES = st.recursive(JSON_SCALARS, lambda inner: st.one_of(
     st.lists(inner, max_size=4), st.dictionaries(TEXT, inner, max_size=4)), max_leaves=12)
 #: a field's value: any JSON, or one huge string
