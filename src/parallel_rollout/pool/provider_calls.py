@@ -1,4 +1,4 @@
-"""The pool's provider calls: boots and resets, each in a thread of its own, off the lock.
+"""The pool's provider calls: boots and resets, each in a pool thread while it runs, off the lock.
 
 ``VMPoolManager`` (``manager``) holds the VMs and their state machine; these are its methods
 that call the provider, which may take seconds: ``_boot_new`` starts a boot thread
