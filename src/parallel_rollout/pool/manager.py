@@ -95,13 +95,13 @@ class VMPoolManager(ProviderCalls):
         self._boot_times: list[float] = []
         self._last_death = ""
         self._events = open(events_path, "a", buffering=1, encoding="utf-8") if events_path else None
-        # Boots, resets and stops run in their own daemon threads, never under the lock; a
-        # provider call that hangs (a boot that never ends) can then never block shutdown.
-        #: provider calls under way -> when shutdown stops waiting for each
-        self._threads: dict[Call, float] = {}
-        #: the boots among them (shutdown does not wait for a slow boot: Ctrl-C is at once)
-        self._boot_threads: set[Call] = set()
-        self._call_threads = CallThreads(self._call_finished)
+        # Boots, resets and stops run in daemon threads (call_threads.py), never under the
+        # lock; a provider call that hangs (a boot that never ends) can then never block
+        # shutdown.
+        #: provider calls under way -> (when shutdown stops waiting for it, whether it is a
+        #: boot: shutdown does not wait for a slow boot, Ctrl-C is at once)
+        self._calls: dict[Call, tuple[float, bool]] = {}
+        self._call_threads = CallThreads(lambda call: self._calls.pop(call, None))
         self._watchdog = threading.Thread(target=watchers.watch_calls, args=(self,),
                                           name="pool-watchdog", daemon=True)
         with self._lock:
@@ -257,11 +257,11 @@ class VMPoolManager(ProviderCalls):
         # call's own deadline (a boot that hangs was already declared dead), nor a boot's
         # past a short grace.
         boots_give_up = time.monotonic() + _BOOT_GRACE_S
-        for thread, give_up in list(self._threads.items()):
-            if thread in self._boot_threads:
+        for call, (give_up, boot) in list(self._calls.items()):
+            if boot:
                 give_up = min(give_up, boots_give_up)
-            thread.join(max(0.0, give_up - time.monotonic()))
-        booting = sum(1 for thread in list(self._boot_threads) if thread.is_alive())
+            call.join(max(0.0, give_up - time.monotonic()))
+        booting = sum(1 for call, (_, boot) in list(self._calls.items()) if boot and call.is_alive())
         if self._events is not None:
             events, self._events = self._events, None
             try:

@@ -6,7 +6,7 @@ that call the provider, which may take seconds: ``_boot_new`` starts a boot thre
 (``provider.reset``, then the reset's check). Each thread calls the provider without the
 pool's lock and takes it only to move its VM on (IDLE, or DEAD and replaced); one that
 finishes after the watchdog gave up on it, or after the pool closed, stops what it made. The
-calls are tracked (``_threads``) so that shutdown can wait for them, each until its own
+calls are tracked (``_calls``) so that shutdown can wait for them, each until its own
 deadline; they run in threads kept between calls (``call_threads``).
 """
 
@@ -113,19 +113,12 @@ class ProviderCalls:
                 return
         self._stop_quietly(new_info)
 
-    def _spawn(self, target, *args: Any, deadline: float | None = None, boot: bool = False) -> Call:
-        """Run ``target(*args)`` in one of the pool's call threads; the caller never waits
-        for a thread to start (``call_threads``)."""
+    def _spawn(self, target, *args: Any, deadline: float | None = None, boot: bool = False) -> None:
+        """Run ``target(*args)`` in one of the pool's call threads, tracked until it returns;
+        the caller never waits for a thread to start (``call_threads``)."""
         call = Call(target, args)
-        self._threads[call] = deadline or time.monotonic() + self.options.boot_timeout_s + 30
-        if boot:
-            self._boot_threads.add(call)
+        self._calls[call] = (deadline or time.monotonic() + self.options.boot_timeout_s + 30, boot)
         self._call_threads.start(call)
-        return call
-
-    def _call_finished(self, call: Call) -> None:
-        self._threads.pop(call, None)
-        self._boot_threads.discard(call)
 
     def _stop_quietly(self, info: VMInfo | None) -> None:
         if info is None:

@@ -68,8 +68,8 @@ The apps come from the host's /usr (the Debian packages ``./dev`` installs). As 
 desktop runs as the commands' user, ``user`` (the VM's uid, in the sandbox's own /etc/passwd:
 dbus-daemon and xterm look their user up): the session bus (which admits one uid), Xvfb,
 openbox, AT-SPI, every app and every helper of the agent, with no capabilities and no user
-namespaces; the agent keeps ``sandbox_argv.AGENT_CAPS`` like any VM's. As another user they all share the
-runner's uid in the sandbox's user namespace.
+namespaces; the agent keeps ``sandbox_argv.AGENT_CAPS`` like any VM's. As another user they
+all share the runner's uid in the sandbox's user namespace.
 
 **Sweep.** Every VM folder is labelled with its run id and its owner. ``sweep(run_id)``
 kills and removes every sandbox of that run; ``sweep()`` removes those whose owning process
