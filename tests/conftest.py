@@ -33,10 +33,12 @@ SHELL_TASKS = ROOT / "benchmarks" / "shell_tasks.jsonl"
 
 
 def leftover_sandboxes() -> list[str]:
-    """Sandbox folders still on disk under this session's sandbox root."""
+    """Sandbox folders still on disk under this session's sandbox root (not the dot
+    folders beside the runs: the agent's bytecode is a cache kept between runs)."""
     if not _SANDBOX_ROOT.exists():
         return []
-    return sorted(str(p.relative_to(_SANDBOX_ROOT)) for p in _SANDBOX_ROOT.glob("*/*") if p.is_dir())
+    return sorted(str(p.relative_to(_SANDBOX_ROOT)) for p in _SANDBOX_ROOT.glob("*/*")
+                  if p.is_dir() and not p.parent.name.startswith("."))
 
 
 #: every process this session starts inherits this, orphans included: the leak check

@@ -192,6 +192,40 @@ def test_reset_speed(provider, vm):
     assert p50 < 2.0  # sanity only; the number is a benchmark, not a test
 
 
+def test_the_agent_loads_its_modules_compiled_ahead(provider, vm):
+    """A boot imports the agent's modules from the bytecode compiled once by the guest's
+    python (bound read-only), instead of compiling them again at every reset."""
+    folder = provider._spec.bytecode
+    assert folder is not None and folder.parent == provider.base_dir.resolve() / ".agent-bytecode"
+    client = GuestClient(vm.address)
+    probe = ("python3 -v -I -S -c 'import sys; sys.path.insert(0, \"/opt/parallel-rollout\"); "
+             "import agent_http, agent_commands' 2>&1 | grep '^# code object from'; "
+             "touch /opt/parallel-rollout/__pycache__/x 2>&1")
+    result = client.execute(probe, shell=True, timeout=30)
+    for name in ("agent_http", "agent_commands"):
+        assert f"'/opt/parallel-rollout/__pycache__/{name}.cpython-" in result["output"], result
+    assert "Read-only file system" in result["output"], "the sandbox can write its agent's bytecode"
+
+
+def test_agent_bytecode_is_made_once_per_source_and_skipped_when_it_cannot_be(tmp_path, caplog):
+    from parallel_rollout.pool.providers import sandbox_fs
+
+    python = sandbox_fs.guest_python()
+    source = tmp_path / "mod.py"
+    source.write_text("X = 1\n")
+    first = sandbox_fs.agent_bytecode(python, [source], tmp_path)
+    [made] = first.iterdir()
+    assert made.name.startswith("mod.cpython-") and made.name.endswith(".pyc")
+    assert sandbox_fs.agent_bytecode(python, [source], tmp_path) == first
+    source.write_text("X = 22\n")  # a changed source: new bytecode, the old one untouched
+    second = sandbox_fs.agent_bytecode(python, [source], tmp_path)
+    assert second != first and first.is_dir()
+    source.write_text("def broken(:\n")
+    assert sandbox_fs.agent_bytecode(python, [source], tmp_path) is None
+    assert "could not be compiled ahead" in caplog.text and "SyntaxError" in caplog.text
+    assert sorted(p.name for p in (tmp_path / ".agent-bytecode").iterdir()) == sorted([first.name, second.name])
+
+
 def test_healthy_false_after_outside_kill_and_stop_is_idempotent(provider, vm, base_dir):
     assert provider.healthy(vm)
     os.kill(vm.private["pid"], signal.SIGKILL)
@@ -306,6 +340,7 @@ def test_sweep_after_owner_is_killed(base_dir):
         assert not any(_alive(p) for p in live_pids)
         assert not (base_dir / "live").exists()
         assert ProcessProvider.sweep(base_dir=base_dir) == []
+        assert (base_dir / ".agent-bytecode").is_dir()  # a cache, not a run: no sweep takes it
     finally:
         for proc in (owner, live_owner):
             proc.kill()

@@ -264,7 +264,9 @@ def sweep_vm_folders(base: Path, run_id: str | None,
         check_name("run id", run_id)
         run_dirs = [base / run_id]
     else:
-        run_dirs = sorted(p for p in base.iterdir() if p.is_dir()) if base.is_dir() else []
+        # a run id starts with a letter or digit: a dot folder is no run's (a cache)
+        run_dirs = (sorted(p for p in base.iterdir() if p.is_dir() and not p.name.startswith("."))
+                    if base.is_dir() else [])
     removed = []
     for run_dir in run_dirs:
         if not run_dir.is_dir():

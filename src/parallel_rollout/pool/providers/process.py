@@ -91,7 +91,7 @@ from pathlib import Path
 
 from ...errors import ConfigError, ProviderUnavailable, VMError
 from . import cgroups, images, sandbox_fs, sandbox_log, seccomp, standby, verify
-from .sandbox_argv import (DESKTOP_SOURCES, GUEST_HOME, NAMESPACE_FLAGS, SHIM_DIR, SandboxSpec,
+from .sandbox_argv import (AGENT_SOURCES, DESKTOP_SOURCES, GUEST_HOME, NAMESPACE_FLAGS, SHIM_DIR, SandboxSpec,
                            boot_argv, folder_argv)
 from .sandbox_uids import SandboxUids
 from .base import Provider, ProviderOptions, VMInfo
@@ -168,8 +168,13 @@ class ProcessProvider(Provider):
         self._cgroup_name = f"{run_id}.{secrets.token_hex(4)}"
         #: root runs commands (and a desktop) as a uid of each VM's own (sandbox_uids.py)
         self._uids = SandboxUids(enabled=os.geteuid() == 0)
+        python = sandbox_fs.guest_python()
+        bytecode = None
+        if python is not None:  # without one, check_available says why
+            bytecode = sandbox_fs.agent_bytecode(python, [*AGENT_SOURCES, *DESKTOP_SOURCES],
+                                                 secure_base_dir(self.base_dir))
         self._spec = SandboxSpec(
-            bwrap=shutil.which("bwrap") or "bwrap", python=sandbox_fs.guest_python(),
+            bwrap=shutil.which("bwrap") or "bwrap", python=python, bytecode=bytecode,
             snapshot=self.snapshot, desktop=bool(self.options.desktop), screen=self.options.screen,
             memory_mb=self._memory_mb,
             limit_as=self._memory_mb * 2**20 if self._limit_as else None,

@@ -55,6 +55,9 @@ class SandboxSpec:
     bwrap: str
     #: the guest's python3 (one under the bound system folders)
     python: str
+    #: the agent's modules compiled ahead by that python (``sandbox_fs.agent_bytecode``),
+    #: bound read-only as their ``__pycache__``; None: each boot compiles them
+    bytecode: Path | None
     #: the folder whose content becomes the home, or None
     snapshot: Path | None
     desktop: bool
@@ -141,6 +144,8 @@ def folder_argv(spec: SandboxSpec, vm_id: str, vm_dir: Path,
         "--perms", "0755", "--size", str(16 * 2**20), "--tmpfs", GUEST_SOCK_DIR,
         *[arg for source in AGENT_SOURCES for arg in
           ("--ro-bind", str(source), str(Path(GUEST_AGENT).with_name(source.name)))],
+        *(("--ro-bind", str(spec.bytecode), str(Path(GUEST_AGENT).with_name("__pycache__")))
+          if spec.bytecode else ()),
         "--chdir", GUEST_HOME,
         "--clearenv",
         "--setenv", "PATH", path, "--setenv", "HOME", GUEST_HOME,
