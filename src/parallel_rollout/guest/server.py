@@ -38,8 +38,9 @@ route on an agent without a desktop answers 503 ("no desktop"), an unknown route
 ``{"status": "error", "message"}``; an unknown route 404, a known route with the wrong method
 405; a command that runs but fails is a 200 with ``status: "error"`` (see ``agent_commands``).
 
-**Start-up time** is the cost of a ``process`` VM reset, so the rarer modules (``subprocess``,
-``urllib.parse``, ``base64``, the desktop) are imported on first use.
+**Start-up time** is the cost of a ``process`` VM reset, so the rarer modules
+(``urllib.parse``, ``base64``, the desktop) are imported on first use; ``subprocess``, which
+every command needs, at start-up (a process VM boots its next sandbox while it is leased).
 
 **Readiness.** With ``--ready-fd N`` the server writes ``ready\\n`` to file descriptor N once
 it listens, then closes it: the host waits on a pipe instead of polling the socket.
@@ -290,6 +291,9 @@ def main(argv: list[str] | None = None) -> int:
         if not (width.isdigit() and height.isdigit()):
             sys.exit(f"server.py: --desktop takes WIDTHxHEIGHT, got {args['desktop']!r}")
         _sibling("desktop").start_desktop(int(width), int(height))
+    # every command needs it, and a reset's first command waited ~2 ms for it: imported
+    # here it is the boot's (a process VM's standby boots while the VM is leased)
+    import subprocess  # noqa: F401
     server = agent_http.make_server(resolve, unix=args["unix"], host=args["host"], port=args["port"],
                                     max_body_mb=args["max_body_mb"], listen_fd=args["listen_fd"])
     if args["unix"] and agent_commands.run_as is not None:
