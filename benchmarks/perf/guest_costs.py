@@ -15,7 +15,10 @@ runner, the workers or the Manager around them, so that each is the provider's a
 * **CPU per reset**: ``reset`` then ``verify`` (what the pool's reset thread calls) of one
   VM, back to back with ``--gap`` seconds between them (the standby boots in that gap); the
   CPU of this process (every thread: the standby's boot, the launcher's forks) per reset,
-  and each call's wall time, p50.
+  the whole machine's (from /proc/stat: bwrap and the agent's start-up too; run it on a
+  quiet machine), and each call's wall time, p50.
+* **a reset's first command**: ``sleep 0`` as the first command of a freshly reset VM (what
+  a lease around one command runs), and the command after it, p50.
 """
 
 from __future__ import annotations
@@ -66,11 +69,20 @@ def commands(provider: ProcessProvider, count: int) -> dict:
             "overhead_p50_ms": round(_p(guest, 0.5) - _p(host, 0.5), 3)}
 
 
+def _machine_cpu_s() -> float:
+    """CPU seconds the whole machine has been busy (all but idle and iowait), /proc/stat."""
+    with open("/proc/stat") as stat:
+        ticks = [int(field) for field in stat.readline().split()[1:]]
+    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
+
+
 def resets(provider: ProcessProvider, count: int, gap_s: float) -> dict:
-    """``reset`` + ``verify`` of one VM ``count`` times; CPU of this process per reset, ms."""
+    """``reset`` + ``verify`` of one VM ``count`` times; CPU of this process and of the
+    machine per reset, ms."""
     info = provider.start("gc1")
     reset_s, verify_s = [], []
     cpu = 0.0
+    machine_before = _machine_cpu_s()
     try:
         info = provider.reset(info)  # the first reset boots the standby: not counted
         time.sleep(gap_s)
@@ -86,10 +98,32 @@ def resets(provider: ProcessProvider, count: int, gap_s: float) -> dict:
                 raise SystemExit(f"a clean reset failed its check: {differences}")
             time.sleep(gap_s)  # the standby boots meanwhile (its CPU is counted below)
             cpu += time.process_time() - before
+        machine = _machine_cpu_s() - machine_before
     finally:
         provider.stop(info)
     return {"resets": count, "gap_s": gap_s, "cpu_ms_per_reset": round(1000 * cpu / count, 3),
+            "machine_cpu_ms_per_reset": round(1000 * machine / count, 1),
             "reset_p50_ms": _p(reset_s, 0.5), "verify_p50_ms": _p(verify_s, 0.5)}
+
+
+def first_commands(provider: ProcessProvider, count: int, gap_s: float) -> dict:
+    """``sleep 0`` as the first command after each of ``count`` resets, and the next; ms."""
+    info = provider.start("gc2")
+    first, second = [], []
+    try:
+        for _ in range(count):
+            info = provider.reset(info)
+            time.sleep(gap_s)  # the standby boots meanwhile, as while a VM is leased
+            client = GuestClient(info.address, timeout_s=30)
+            for times in (first, second):
+                started = time.perf_counter()
+                result = client.execute("sleep 0", shell=True, timeout=30)
+                times.append(time.perf_counter() - started)
+                if result.get("returncode") != 0:
+                    raise SystemExit(f"sleep 0 failed in the guest: {result}")
+    finally:
+        provider.stop(info)
+    return {"first_command_p50_ms": _p(first, 0.5), "next_command_p50_ms": _p(second, 0.5)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -107,11 +141,15 @@ def main(argv: list[str] | None = None) -> int:
         row = {"load_before": round(load, 2), "root": os.geteuid() == 0,
                "verify_reset": args.verify_reset,
                **commands(provider, args.commands), **resets(provider, args.resets, args.gap),
+               **first_commands(provider, args.resets, args.gap),
                "load_after": round(os.getloadavg()[0], 2)}
     print(f"guest overhead per command (sleep 0): p50 {row['guest_p50_ms']:.2f} ms "
           f"(p95 {row['guest_p95_ms']:.2f}) against {row['host_p50_ms']:.2f} ms on the host: "
           f"+{row['overhead_p50_ms']:.2f} ms")
-    print(f"reset + verify ({args.verify_reset}): CPU {row['cpu_ms_per_reset']:.2f} ms per reset, "
+    print(f"a reset's first command (sleep 0): p50 {row['first_command_p50_ms']:.2f} ms; "
+          f"the next {row['next_command_p50_ms']:.2f} ms")
+    print(f"reset + verify ({args.verify_reset}): CPU {row['cpu_ms_per_reset']:.2f} ms per reset "
+          f"(the machine's {row['machine_cpu_ms_per_reset']:.1f} ms), "
           f"reset p50 {row['reset_p50_ms']:.2f} ms, verify p50 {row['verify_p50_ms']:.2f} ms   "
           f"load {row['load_before']} → {row['load_after']}")
     if args.json:
