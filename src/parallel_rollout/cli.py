@@ -387,5 +387,31 @@ def runs_list(output_dir: str, as_json: bool) -> None:
         click.echo(format_runs(lines))
 
 
+
+@runs.command("export-osworld")
+@click.argument("run")
+@click.argument("result_dir", type=click.Path(file_okay=False))
+@click.option("--output-dir", default=_D.output_dir, show_default=True,
+              help="Where RUN is looked up when it is a run id, not a folder.")
+@click.option("--sample", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Which sample of each task (OSWorld has one folder per example; with --group-size k, "
+                   "export each sample to a result folder of its own).")
+@click.option("--model", help="The <model> folder name (default: the run's --model, else its --agent).")
+@click.option("--overwrite", is_flag=True, help="Replace example folders already in RESULT_DIR.")
+def runs_export_osworld(run: str, result_dir: str, output_dir: str, sample: int, model: str | None,
+                        overwrite: bool) -> None:
+    """Put an osworld run's final trajectories in OSWorld's result layout, which its
+    show_result.py reads: RESULT_DIR/<action_space>/<observation_type>/<model>/<domain>/<id>/."""
+    from .report.osworld_export import export_osworld
+    from .report.run_data import resolve_run
+
+    done = export_osworld(resolve_run(run, output_dir), result_dir, sample=sample, model=model,
+                          overwrite=overwrite)
+    domains = f"domains from {done.index}" if done.index else "no OSWorld index: every example under all/"
+    click.echo(f"exported {done.examples} example(s) to {done.folder} ({done.scored} with result.txt; {domains})")
+    if done.without_files:
+        click.echo(f"no trajectory folder for {len(done.without_files)} task(s): {', '.join(done.without_files[:10])}",
+                   err=True)
+
 if __name__ == "__main__":
     main()

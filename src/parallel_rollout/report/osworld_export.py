@@ -1,0 +1,132 @@
+"""An osworld run's trajectories in OSWorld's own result layout, for OSWorld's scripts.
+
+OSWorld's ``run.py`` writes, and its ``show_result.py`` reads, one folder per example::
+
+    <result_dir>/<action_space>/<observation_type>/<model>/<domain>/<example_id>/
+        traj.jsonl  step_1.png …  result.txt  [recording.mp4]
+
+A run of ours keeps the same files per attempt, under
+``trajectories/<task>/<sample>/attempt-<n>/``. :func:`export_osworld` puts the files of the
+attempt that counts for each sample (the final one) into that layout, as copies (OSWorld's
+``run.py`` resumes into such a folder and appends to its files: a link would change the
+run's own). The domain is the task's folder in the OSWorld index the run read (``--data
+FOLDER``); a run of a task file has no domains, so its examples go under ``all``. A sample whose final attempt wrote no ``result.txt`` (its VM
+failed, say) is exported as it is: OSWorld's scripts count an example only once it has
+one, which is how they treat an unfinished example of their own.
+
+OSWorld has one folder per example and no samples: with ``--group-size`` k > 1 a call
+exports one sample index (``sample``, 0 by default).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import ConfigError
+from .run_data import RunData
+
+
+@dataclass
+class Exported:
+    """What :func:`export_osworld` wrote."""
+
+    #: ``<result_dir>/<action_space>/<observation_type>/<model>``
+    folder: Path
+    #: example folders written, and how many of them hold a ``result.txt``
+    examples: int = 0
+    scored: int = 0
+    #: task ids whose final attempt left no folder of files (nothing to export)
+    without_files: list[str] = field(default_factory=list)
+    #: where the domains came from: the run's OSWorld index, or None (all under ``all``)
+    index: Path | None = None
+
+
+def export_osworld(run_dir: str | Path, result_dir: str | Path, *, sample: int = 0,
+                   model: str | None = None, overwrite: bool = False) -> Exported:
+    """Export the final attempts of ``sample`` of an osworld run into ``result_dir``
+    (see the module docstring); ConfigError naming what is wrong: not an osworld run, no
+    such sample, or an example folder already there (unless ``overwrite``)."""
+    run = RunData.load(run_dir, with_events=False)
+    if run.mode != "osworld":
+        raise ConfigError(f"{run.run_dir}: a {run.mode} run; only an osworld run has OSWorld's files")
+    finals = [r for r in run.finals.values() if r.get("sample_idx") == sample]
+    if not finals:
+        samples = sorted({r.get("sample_idx") for r in run.finals.values()})
+        raise ConfigError(f"{run.run_dir}: no final attempt of sample {sample} (samples: "
+                          f"{', '.join(map(str, samples)) or 'none'})")
+    config = run.config
+    folder = (Path(result_dir) / str(config.get("action_space") or "pyautogui")
+              / str(config.get("observation_type") or "screenshot")
+              / _safe(model or _model_name(config), "model"))
+    index_path, domains = _domains(config)
+    out = Exported(folder=folder, index=index_path)
+    plan = []
+    for record in sorted(finals, key=lambda r: r["task_id"]):
+        source = _attempt_folder(run.run_dir, record)
+        if source is None:
+            out.without_files.append(record["task_id"])
+            continue
+        target = folder / _safe(domains.get(record["task_id"], "all"), "domain") / _safe(record["task_id"], "task id")
+        if target.exists() and not overwrite:
+            raise ConfigError(f"{target} already exists: export into an empty result folder, "
+                              "or pass --overwrite to replace its examples")
+        plan.append((source, target))
+    for source, target in plan:
+        if target.exists():
+            shutil.rmtree(target)
+        target.mkdir(parents=True)
+        for item in sorted(source.iterdir()):
+            if item.is_file():
+                shutil.copy2(item, target / item.name)
+        out.examples += 1
+        out.scored += (target / "result.txt").is_file()
+    return out
+
+
+def _model_name(config: dict) -> str:
+    """The run's model where its agent asked one (``openai``, or ``--model`` given), else
+    its agent's name (the oracle's run is not the default model's)."""
+    if config.get("model") and (config.get("agent") == "openai" or "model" in config.get("explicit", ())):
+        return str(config["model"])
+    return str(config.get("agent") or "model")
+
+
+def _domains(config: dict) -> tuple[Path | None, dict[str, str]]:
+    """Task id -> domain from the OSWorld index the run read, when it still can be read."""
+    from ..tasks import DEFAULT_INDEX, TaskFileError, osworld_folder
+
+    data = Path(str(config.get("data") or ""))
+    if not data.is_dir():
+        return None, {}
+    try:
+        _, index_path = osworld_folder(data, str(config.get("osworld_index") or DEFAULT_INDEX))
+        index = json.loads(index_path.read_text(encoding="utf-8-sig"))
+    except (TaskFileError, OSError, ValueError):
+        return None, {}
+    if not isinstance(index, dict):
+        return None, {}
+    return index_path, {task_id: domain for domain, ids in index.items() if isinstance(ids, list)
+                        for task_id in ids if isinstance(task_id, str)}
+
+
+def _attempt_folder(run_dir: Path, record: dict) -> Path | None:
+    """``trajectories/…/attempt-<n>/`` of a record (its ``trajectory`` file without
+    ``.jsonl``), when it exists."""
+    trajectory = record.get("trajectory")
+    if not isinstance(trajectory, str) or not trajectory.endswith(".jsonl"):
+        return None
+    folder = run_dir / trajectory[: -len(".jsonl")]
+    return folder if folder.is_dir() else None
+
+
+def _safe(name: str, what: str) -> str:
+    """``name`` as one folder name: no separator, not '.' or '..'."""
+    name = str(name)
+    if not name or name in (".", "..") or "/" in name or "\0" in name:
+        raise ConfigError(f"{what} {name!r} cannot be a folder name in OSWorld's layout")
+    return name
+
+
