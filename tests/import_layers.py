@@ -45,7 +45,7 @@ LAYERS: list[list[str]] = [
     ["pool/", "envs/", "agents/"],
     ["guest/"],
     ["report/"],
-    ["config.py", "messages.py", "records.py", "tasks.py", "results.py", "plugins.py",
+    ["config.py", "messages.py", "records.py", "tasks.py", "tasks_parquet.py", "results.py", "plugins.py",
      "policy_gate.py", "provenance.py", "trajectories.py", "logs.py"],
     ["errors.py", "exit_codes.py", "__init__.py"],
 ]

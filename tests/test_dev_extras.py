@@ -30,6 +30,7 @@ def extras(*args: str, env: dict | None = None) -> list[str]:
     (("--mode", "osworld", "--backend", "ray"), ["osworld", "ray"]),
     (("--mode", "web", "--data", "miniwob"), ["web"]),
     (("--mode", "rag", "--data", "rag"), ["rag"]),
+    (("--mode", "math", "--data", "gsm8k/test.parquet"), ["math", "parquet"]),
 ])
 def test_a_run_installs_the_extras_of_what_it_names(args, expected):
     assert extras(*args) == expected

@@ -1,7 +1,7 @@
 """Tasks: the model, loading from JSON/JSONL with line-numbered errors, and sample expansion.
 
-A task file is either a JSON list of objects (``.json``) or one object per line
-(``.jsonl``). Everything is validated before anything runs: a bad line is reported as
+A task file is either a JSON list of objects (``.json``), one object per line (``.jsonl``),
+or a Parquet table of one task per row (``.parquet``: ``tasks_parquet``, verl's layout too). Everything is validated before anything runs: a bad line is reported as
 ``file:line: reason`` and the whole load fails, so a run never starts on half a benchmark.
 ``group_size`` expands a task into samples that share its seed (GRPO groups); a sample is
 ``(task_id, sample_idx)``.
@@ -30,6 +30,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 from .config import NAMED_DATASETS
 from .errors import TaskFileError
+from .tasks_parquet import parquet_records
 
 #: fields the Task model owns; everything else is the mode's payload
 _CORE_FIELDS = ("id", "mode", "seed", "tags")
@@ -336,6 +337,8 @@ def load_task_set(
     elif domain != "all":
         raise TaskFileError(f"{path}: --domain {domain} applies to an OSWorld folder given as --data, "
                             "not to a task file")
+    elif path.suffix == ".parquet":
+        records = ((f"{path}: row {n}", raw, "all") for n, raw in parquet_records(path))
     elif _kind(path) == ".json":
         records = ((f"{path}: item {n}", raw, "all") for n, raw in _records(path))
     else:
