@@ -387,7 +387,6 @@ def runs_list(output_dir: str, as_json: bool) -> None:
         click.echo(format_runs(lines))
 
 
-
 @runs.command("export-osworld")
 @click.argument("run")
 @click.argument("result_dir", type=click.Path(file_okay=False))
@@ -412,6 +411,7 @@ def runs_export_osworld(run: str, result_dir: str, output_dir: str, sample: int,
     if done.without_files:
         click.echo(f"no trajectory folder for {len(done.without_files)} task(s): {', '.join(done.without_files[:10])}",
                    err=True)
+
 
 if __name__ == "__main__":
     main()

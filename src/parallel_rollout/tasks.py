@@ -1,7 +1,8 @@
 """Tasks: the model, loading from JSON/JSONL with line-numbered errors, and sample expansion.
 
 A task file is either a JSON list of objects (``.json``), one object per line (``.jsonl``),
-or a Parquet table of one task per row (``.parquet``: ``tasks_parquet``, verl's layout too). Everything is validated before anything runs: a bad line is reported as
+or a Parquet table of one task per row (``.parquet``: ``tasks_parquet``, verl's layout
+too). Everything is validated before anything runs: a bad line is reported as
 ``file:line: reason`` and the whole load fails, so a run never starts on half a benchmark.
 ``group_size`` expands a task into samples that share its seed (GRPO groups); a sample is
 ``(task_id, sample_idx)``.

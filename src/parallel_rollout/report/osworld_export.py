@@ -10,9 +10,10 @@ A run of ours keeps the same files per attempt, under
 attempt that counts for each sample (the final one) into that layout, as copies (OSWorld's
 ``run.py`` resumes into such a folder and appends to its files: a link would change the
 run's own). The domain is the task's folder in the OSWorld index the run read (``--data
-FOLDER``); a run of a task file has no domains, so its examples go under ``all``. A sample whose final attempt wrote no ``result.txt`` (its VM
-failed, say) is exported as it is: OSWorld's scripts count an example only once it has
-one, which is how they treat an unfinished example of their own.
+FOLDER``); a run of a task file has no domains, so its examples go under ``all``. A sample
+whose final attempt wrote no ``result.txt`` (its VM failed, say) is exported as it is:
+OSWorld's scripts count an example only once it has one, which is how they treat an
+unfinished example of their own.
 
 OSWorld has one folder per example and no samples: with ``--group-size`` k > 1 a call
 exports one sample index (``sample``, 0 by default).
@@ -69,7 +70,8 @@ def export_osworld(run_dir: str | Path, result_dir: str | Path, *, sample: int =
         if source is None:
             out.without_files.append(record["task_id"])
             continue
-        target = folder / _safe(domains.get(record["task_id"], "all"), "domain") / _safe(record["task_id"], "task id")
+        domain = _safe(domains.get(record["task_id"], "all"), "domain")
+        target = folder / domain / _safe(record["task_id"], "task id")
         if target.exists() and not overwrite:
             raise ConfigError(f"{target} already exists: export into an empty result folder, "
                               "or pass --overwrite to replace its examples")
@@ -128,5 +130,3 @@ def _safe(name: str, what: str) -> str:
     if not name or name in (".", "..") or "/" in name or "\0" in name:
         raise ConfigError(f"{what} {name!r} cannot be a folder name in OSWorld's layout")
     return name
-
-
