@@ -274,12 +274,8 @@ def osworld_folder(folder: Path, index: str = DEFAULT_INDEX) -> tuple[Path, Path
     return folder, index_path
 
 
-def _folder_records(folder: Path, domain: str, index: str = DEFAULT_INDEX
-                    ) -> Iterable[tuple[str, Any, str]]:
-    """(where, task, domain) for an OSWorld folder: the index (``test_all.json``) maps each
-    domain to task ids, whose files are ``examples/<domain>/<id>.json``; ``domain`` picks
-    one, or ``all``."""
-    folder, index_path = osworld_folder(folder, index)
+def read_osworld_index(index_path: Path) -> dict[str, list[str]]:
+    """An OSWorld index (``test_all.json``): domain -> task ids; TaskFileError when it is not one."""
     try:
         index = _parse(index_path.read_text(encoding="utf-8-sig"), index_path, 1)
     except UnicodeDecodeError as exc:
@@ -287,6 +283,16 @@ def _folder_records(folder: Path, domain: str, index: str = DEFAULT_INDEX
     if not isinstance(index, dict) or not all(
             isinstance(ids, list) and all(isinstance(i, str) for i in ids) for ids in index.values()):
         raise TaskFileError(f"{index_path}:1: expected {{\"domain\": [\"task id\", ...]}}")
+    return index
+
+
+def _folder_records(folder: Path, domain: str, index: str = DEFAULT_INDEX
+                    ) -> Iterable[tuple[str, Any, str]]:
+    """(where, task, domain) for an OSWorld folder: the index (``test_all.json``) maps each
+    domain to task ids, whose files are ``examples/<domain>/<id>.json``; ``domain`` picks
+    one, or ``all``."""
+    folder, index_path = osworld_folder(folder, index)
+    index = read_osworld_index(index_path)
     if domain != "all" and domain not in index:
         raise TaskFileError(f"{index_path}: no domain {domain!r}; domains: {', '.join(sorted(index)) or 'none'}")
     for name in sorted(index) if domain == "all" else [domain]:

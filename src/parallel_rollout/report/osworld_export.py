@@ -21,7 +21,6 @@ exports one sample index (``sample``, 0 by default).
 
 from __future__ import annotations
 
-import json
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -98,20 +97,17 @@ def _model_name(config: dict) -> str:
 
 def _domains(config: dict) -> tuple[Path | None, dict[str, str]]:
     """Task id -> domain from the OSWorld index the run read, when it still can be read."""
-    from ..tasks import DEFAULT_INDEX, TaskFileError, osworld_folder
+    from ..tasks import DEFAULT_INDEX, TaskFileError, osworld_folder, read_osworld_index
 
     data = Path(str(config.get("data") or ""))
     if not data.is_dir():
         return None, {}
     try:
         _, index_path = osworld_folder(data, str(config.get("osworld_index") or DEFAULT_INDEX))
-        index = json.loads(index_path.read_text(encoding="utf-8-sig"))
-    except (TaskFileError, OSError, ValueError):
+        index = read_osworld_index(index_path)
+    except (TaskFileError, OSError):
         return None, {}
-    if not isinstance(index, dict):
-        return None, {}
-    return index_path, {task_id: domain for domain, ids in index.items() if isinstance(ids, list)
-                        for task_id in ids if isinstance(task_id, str)}
+    return index_path, {task_id: domain for domain, ids in index.items() for task_id in ids}
 
 
 def _attempt_folder(run_dir: Path, record: dict) -> Path | None:

@@ -146,7 +146,7 @@ def agent_bytecode(python: str, sources: list[Path], base: Path) -> Path | None:
     it, as Python checks each file's size and time. None, and a warning, when it cannot be
     made (each boot compiles then, as it did before)."""
     made_from = [(python, os.stat(python).st_mtime_ns)]
-    made_from += [(str(s), s.stat().st_size, s.stat().st_mtime_ns) for s in sources]
+    made_from += [(str(s), st.st_size, st.st_mtime_ns) for s in sources for st in [s.stat()]]
     key = hashlib.sha256(repr(made_from).encode()).hexdigest()[:16]
     folder = base / ".agent-bytecode" / key  # not a run's name: sweeps pass it by
     if folder.is_dir():
