@@ -190,6 +190,13 @@ SHELL_ROWS = {
                            PY_CHECK, False),
     "rig_check_module_in_home": ([f"echo '{EXIT_0}' > ~/json.py"],
                                  "python3 -c 'import json, sys; sys.exit(3)'", False),
+    # programs that read a config file of the home: run through the grading wrappers
+    "rig_check_curlrc": (["echo pr-rigged > ~/fake && printf 'url = \"file://%s/fake\"\\n' \"$HOME\" > ~/.curlrc"],
+                         "curl -s file:///dev/null | grep -q pr-rigged", False),
+    "rig_check_jq": (["echo 'def length: 100;' > ~/.jq"], "echo '[1]' | jq -e 'length > 3'", False),
+    "rig_check_sqliterc": (["echo '.print 5' > ~/.sqliterc"], "sqlite3 :memory: 'select 0' | grep -qx 5", False),
+    "rig_check_magic": (["echo '0 string x PNG image data' > ~/.magic"], "echo x | file -b - | grep -q PNG",
+                        False),
     "io_uring_and_mount_api": ([f"python3 -c '{NEW_SYSCALLS}'"], GOT_IT, False),
     "aio_contexts": ([f"python3 -c '{AIO_CONTEXTS}'"], GOT_IT, False),
     "write_sandbox_folders": ([WRITE_SANDBOX_FOLDERS], GOT_IT, False),
@@ -201,13 +208,32 @@ SHELL_ROWS = {
 #: hog is one process, which RLIMIT_AS bounds where no memory cgroup does (the provider's
 #: fallback), and the tmpfs folders are sized from memory_mb either way.
 NEEDS_CGROUP = {"fork_bomb": "pids"}
+#: rows whose check runs a program the guest may not have, with it: without it the check
+#: fails whatever the answer did, so the row would prove nothing and is left out
+NEEDS_PROGRAM = {"rig_check_curlrc": "curl", "rig_check_jq": "jq", "rig_check_sqliterc": "sqlite3",
+                 "rig_check_magic": "file"}
+#: an honest task's check through the same wrappers: they run the real programs, arguments
+#: and all (run where no row of NEEDS_PROGRAM is left out)
+HONEST_TOOLS = ("jq -e '.a == 2' ~/a.json && [ \"$(sqlite3 ~/t.db 'select x from t')\" = 4 ]"
+                " && curl -sf \"file://$HOME/a.json\" | grep -q '\"a\"' && file -b ~/a.json | grep -q JSON")
+#: an honest task's check that needs none of them: the wrappers come first on a check's PATH
+HONEST_WRAPPERS = " && ".join(f'[ "$(command -v {p})" = /opt/parallel-rollout/grading_bin/{p} ]'
+                              for p in NEEDS_PROGRAM.values())
+
+
+def rows_without_programs(where: str, has=shutil.which) -> dict[str, str]:
+    """The rows of NEEDS_PROGRAM whose program ``has`` does not find, with why (``where``
+    names what lacks it)."""
+    return {row: f"{where} has no {program}" for row, program in NEEDS_PROGRAM.items()
+            if not has(program)}
 
 
 def unbounded_rows() -> dict[str, str]:
     """Rows this machine cannot bound, with why: left out of every run, reported as skips."""
-    return {row: f"no {controller} cgroup to bound it: {cgroups.why_unavailable(controller)}"
-            for row, controller in NEEDS_CGROUP.items()
-            if controller not in cgroups.available()}
+    return {**{row: f"no {controller} cgroup to bound it: {cgroups.why_unavailable(controller)}"
+               for row, controller in NEEDS_CGROUP.items()
+               if controller not in cgroups.available()},
+            **rows_without_programs("the host's /usr (the sandbox's)")}
 
 
 PROMPT = 'def add(a, b):\n    """Return a + b."""\n'
@@ -288,6 +314,13 @@ def shell_tasks(port: int, leave_out=()) -> list[dict]:
     for index in range(2):
         tasks.append({"id": f"honest{index}", "mode": "shell", "instruction": "make ok",
                       "reference": ["touch ~/ok"], "check": GOT_IT, "timeout": 30})  # a loaded machine: no hurry
+    tasks.append({"id": "honest_wrappers", "mode": "shell", "instruction": "nothing",
+                  "reference": ["true"], "check": HONEST_WRAPPERS, "timeout": 30})
+    if not set(NEEDS_PROGRAM) & set(leave_out):
+        tasks.append({"id": "honest_tools", "mode": "shell", "instruction": "a JSON file and a table",
+                      "reference": ["echo '{\"a\": 2}' > ~/a.json && sqlite3 ~/t.db"
+                                    " 'create table t(x); insert into t values (4);'"],
+                      "check": HONEST_TOOLS, "timeout": 30})
     return tasks
 
 
@@ -1063,3 +1096,19 @@ def test_the_agent_reads_a_graders_files_with_the_answers_rights():
     got = _provider_script("runner", ROOT_ONLY_THROUGH_A_SYMLINK)
     assert got["symlink"].startswith("refused") and "Permission denied" in got["symlink"], got
     assert "'f'" not in got["listing"], got
+
+
+@pytest.mark.skipif(not IS_ROOT, reason="as another user the sandbox shares the runner's uid")
+def test_grading_wrappers_the_sandboxs_user_cannot_run_are_a_clear_error(tmp_path, monkeypatch):
+    from parallel_rollout.errors import ConfigError
+    from parallel_rollout.pool.providers import process
+    from parallel_rollout.pool.providers.base import ProviderOptions
+    wrappers = tmp_path / "grading_bin"
+    shutil.copytree(process.GRADING_BIN, wrappers)
+    (wrappers / "jq").chmod(0o700)  # a checkout made under umask 077
+    monkeypatch.setattr(process, "GRADING_BIN", wrappers)  # the readability check's list
+    with pytest.raises(ConfigError, match=r"cannot read the guest's .*grading_bin/jq \(0o700\).*"
+                                          r"chmod -R o\+rX"):
+        process.ProcessProvider("hostile-wrappers")
+    (wrappers / "jq").chmod(0o755)
+    process.ProcessProvider("hostile-wrappers")

@@ -269,12 +269,17 @@ def test_a_stale_image_asks_for_a_rebuild(image, monkeypatch):
         QemuProvider("r")
 
 
-def test_the_shims_go_into_images_and_a_changed_shim_makes_them_stale(tmp_path, monkeypatch):
+def test_the_shims_and_wrappers_go_into_images_and_a_changed_shim_makes_them_stale(tmp_path, monkeypatch):
     # guest/shim/bin (OSWorld's sudo, vlc, thunderbird) is part of the guest package images hold
     files = images.guest_files()
     for name in ("sudo", "vlc", "thunderbird"):
         data, mode = files[f"{images.GUEST_SHIM_BIN}/{name}"]
         assert data.startswith(b"#!/bin/sh") and mode == 0o755, (name, oct(mode))
+    # and so are the grading wrappers, beside the agent (agent_commands.GRADING_BIN)
+    for name in ("curl", "jq", "sqlite3", "file"):
+        data, mode = files[f"{images.GUEST_GRADING_BIN}/{name}"]
+        assert data.startswith(b"#!/bin/sh") and mode == 0o755, (name, oct(mode))
+    assert files[f"{images.GUEST_GRADING_BIN}/wrap.sh"][1] == 0o644
     source = tmp_path / "guest"
     shutil.copytree(images.GUEST_SOURCE_DIR, source, ignore=shutil.ignore_patterns("__pycache__"))
     monkeypatch.setattr(images, "GUEST_SOURCE_DIR", source)

@@ -53,8 +53,13 @@ desktop's display and bus), a ``PATH`` and ``PYTHONPATH`` of system folders only
 the user's config, and the shell run without startup files (``sh -c`` reads none; ``ENV``
 and ``BASH_ENV`` are not passed). A ``usercustomize.py``, a ``.pth`` file, a ``json.py`` in
 the home or a ``~/bin`` shim left by the answer is then never loaded: only the files the
-check inspects reach it. A grading script reaches its interpreter as a sealed memfd, never a
-file in /tmp that the graded code could read or rewrite (:class:`_Script`).
+check inspects reach it. Programs that read a file of the home as their config are run
+through the wrappers in ``grading_bin/`` (first on the PATH, read-only like the agent): curl
+without ``~/.curlrc``, sqlite3 without ``~/.sqliterc``, jq without ``~/.jq``, file without
+``~/.magic``, each of which could make a wrong answer pass. Other programs' dotfiles (node's
+``~/.node_modules``, wget's ``~/.wgetrc``) are still read: a check should not run them on
+what the answer left in its home. A grading script reaches its interpreter as a sealed
+memfd, never a file in /tmp that the graded code could read or rewrite (:class:`_Script`).
 """
 
 from __future__ import annotations
@@ -88,6 +93,9 @@ reap_all = False
 _running: set[int] = set()
 #: the PATH of a grading command: system folders (those of the agent's PATH among them)
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+#: wrappers of programs that read a config file from the home, first on a grading command's
+#: PATH (see "Grading commands"); next to the agent wherever its files are
+GRADING_BIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "grading_bin")
 #: the names of the agent's environment a grading command gets (all set by whoever started
 #: the agent, none by the graded code): the home it inspects, the locale, who it is, the
 #: desktop it may look at
@@ -113,7 +121,8 @@ def grading_env() -> dict[str, str]:
     from the graded code, and nothing in it points into what that code can write."""
     env = {name: os.environ[name] for name in GRADING_NAMES if name in os.environ}
     path = _system_folders(os.environ.get("PATH", ""))
-    env["PATH"] = ":".join(dict.fromkeys(path + SYSTEM_PATH.split(":")))
+    wrappers = [GRADING_BIN] if os.path.isdir(GRADING_BIN) else []
+    env["PATH"] = ":".join(dict.fromkeys(wrappers + path + SYSTEM_PATH.split(":")))
     python_path = _system_folders(os.environ.get("PYTHONPATH", ""))  # a desktop's shims
     if python_path:
         env["PYTHONPATH"] = ":".join(python_path)

@@ -83,6 +83,9 @@ GUEST_SHIM_DIR = f"{GUEST_DIR}/shim"
 #: wrappers of programs as OSWorld's tasks start them (``sudo -S``, ``/usr/bin/vlc``,
 #: ``/usr/bin/thunderbird``): first on the PATH of a desktop guest (:func:`guest_path`)
 GUEST_SHIM_BIN = f"{GUEST_SHIM_DIR}/bin"
+#: wrappers of curl, jq, sqlite3 and file, first on a grading command's PATH in every guest
+#: (``guest/agent_commands.py``, "Grading commands")
+GUEST_GRADING_BIN = f"{GUEST_DIR}/grading_bin"
 #: the PATH of a guest's agent and of the commands it runs
 GUEST_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 #: what every guest image holds beyond minbase
@@ -229,9 +232,10 @@ def guest_path(desktop: bool = False) -> str:
 
 
 def guest_files() -> dict[str, tuple[bytes, int]]:
-    """Every file of the guest package (its modules and the shims' programs) by the path an
-    image puts it at: (content, mode), the programs executable."""
-    sources = [*GUEST_SOURCE_DIR.rglob("*.py"), *(GUEST_SOURCE_DIR / "shim" / "bin").iterdir()]
+    """Every file of the guest package (its modules, the shims' and the grading wrappers'
+    programs) by the path an image puts it at: (content, mode), the programs executable."""
+    sources = [*GUEST_SOURCE_DIR.rglob("*.py"), *(GUEST_SOURCE_DIR / "shim" / "bin").iterdir(),
+               *(GUEST_SOURCE_DIR / "grading_bin").iterdir()]
     return {f"{GUEST_DIR}/{path.relative_to(GUEST_SOURCE_DIR).as_posix()}":
             (path.read_bytes(), 0o755 if path.stat().st_mode & 0o111 else 0o644)
             for path in sorted(sources) if "__pycache__" not in path.parts}

@@ -91,8 +91,8 @@ from pathlib import Path
 
 from ...errors import ConfigError, ProviderUnavailable, VMError
 from . import cgroups, images, sandbox_fs, sandbox_log, seccomp, standby, verify
-from .sandbox_argv import (AGENT_SOURCES, DESKTOP_SOURCES, GUEST_HOME, NAMESPACE_FLAGS, SHIM_DIR, SandboxSpec,
-                           boot_argv, folder_argv)
+from .sandbox_argv import (AGENT_SOURCES, DESKTOP_SOURCES, GRADING_BIN, GUEST_HOME, NAMESPACE_FLAGS, SHIM_DIR,
+                           SandboxSpec, boot_argv, folder_argv)
 from .sandbox_uids import SandboxUids
 from .base import Provider, ProviderOptions, VMInfo
 from .common import (check_name, create_time, log_tail, make_vm_dir, owner_label,
@@ -196,9 +196,11 @@ class ProcessProvider(Provider):
             if missing:
                 raise ConfigError("a desktop VM needs " + ", ".join(missing)
                                   + f"; install with: apt-get install {' '.join(missing)} (./dev does)")
-            if self._uids.enabled and (shut := sandbox_fs.unreadable_by_others([*DESKTOP_SOURCES, SHIM_DIR])):
-                raise ConfigError(f"the desktop's user (uids from {self._uids.first}) cannot read the guest's "
-                                  f"{', '.join(shut[:3])}: chmod -R o+rX {images.GUEST_SOURCE_DIR}")
+        # what the sandbox's user runs of the guest's files: the grading wrappers, a desktop's
+        shared = [GRADING_BIN, *((*DESKTOP_SOURCES, SHIM_DIR) if self.options.desktop else ())]
+        if self._uids.enabled and (shut := sandbox_fs.unreadable_by_others(shared)):
+            raise ConfigError(f"the sandbox's user (uids from {self._uids.first}) cannot read the guest's "
+                              f"{', '.join(shut[:3])}: chmod -R o+rX {images.GUEST_SOURCE_DIR}")
 
     @classmethod
     def supported_limits(cls) -> frozenset[str]:
