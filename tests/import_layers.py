@@ -37,7 +37,7 @@ from pathlib import Path
 #: (``"engine.py"`` one file, ``"pool/"`` a whole package). A module may import modules of
 #: its own layer and of every layer below it.
 LAYERS: list[list[str]] = [
-    ["cli.py", "__main__.py", "cli_options.py", "cli_aliases.py", "preflight.py"],
+    ["cli.py", "__main__.py", "cli_options.py", "cli_aliases.py", "preflight.py", "api.py"],
     ["runner.py", "rl/"],
     ["engine.py"],
     ["backends/"],
@@ -57,7 +57,7 @@ LEAVES: dict[str, tuple[str, ...]] = {"config.py": ("errors.py",)}
 #: what each rule is for, in the README block
 RULES = (
     "Paths are relative to `src/parallel_rollout/`: `x/` is a whole package, `x.py` one "
-    "module, `__init__.py` the root package's own. `report/` is read by `cli` and `runner` "
+    "module, `__init__.py` the root package's own. `report/` is read by `cli`, `api` and `runner` "
     "only and reads `results`.",
     "Imports run one way, top to bottom: a module imports modules of its own layer or of a "
     "layer below it, never above. Inside a layer, imports are allowed while they stay "

@@ -1,0 +1,45 @@
+"""A run from Python, as the CLI's ``run`` makes it, and a run folder read back::
+
+    from parallel_rollout.api import load_run, run
+
+    if __name__ == "__main__":  # the workers are spawned processes: they import this file too
+        outcome = run(mode="py", data="humaneval", num_rollouts=8, num_vms=2, use_vm_pool=True)
+        outcome.exit_code, outcome.summary["success_rate"], outcome.run_dir
+        finals = load_run(outcome.run_dir).finals  # "task#sample" -> the attempt that counts
+
+The settings are the flags' names with underscores (``num_vms`` for ``--num-vms``), checked
+as a config file's keys are: an unknown name or a wrong type is a ConfigError that names it,
+before anything starts. ``config_file`` is a TOML file of the same keys, which the settings
+override, as flags override it on the command line.
+
+Where the CLI turns a failure into an exit status, these raise: ConfigError (bad settings, a
+task file that does not load: nothing ran), ProviderUnavailable (no bubblewrap, no daemon,
+no image), RunLocked (another run holds the folder). A run that started always returns its
+RunOutcome, whose ``exit_code`` is the CLI's (0 finished, 1 aborted: ``run(resume=True,
+run_id=...)`` continues it, 3 below ``fail_under``, 4 a regression against ``compare_to``,
+130 interrupted).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from .config import build_config, settings
+from .report.run_data import RunData
+from .runner import RunOutcome, Runner
+
+__all__ = ["RunData", "RunOutcome", "load_run", "run"]
+
+
+def run(config_file: str | Path | None = None, **run_settings: Any) -> RunOutcome:
+    """Run every task of ``data`` as rollouts, write ``<output_dir>/<run_id>/`` and return
+    the outcome (see the module's doc for the settings and the errors)."""
+    flags = settings(run_settings, "run()")
+    return Runner(build_config(flags, str(config_file) if config_file else None)).run()
+
+
+def load_run(run_dir: str | Path, *, with_events: bool = True) -> RunData:
+    """A run folder's config, summary, records (``.finals``: the attempt that counts per
+    sample) and events; NotARunFolder if ``run_dir`` holds neither results nor a config."""
+    return RunData.load(run_dir, with_events=with_events)

@@ -1,0 +1,65 @@
+"""``parallel_rollout.api``: a run from Python as the CLI makes it, and a run folder read back."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import assert_exactly_once, read_results, shell_task, write_tasks
+from parallel_rollout.api import load_run, run
+from parallel_rollout.errors import ConfigError
+from parallel_rollout.report.run_data import NotARunFolder
+
+
+def _tasks(tmp_path, count=3):
+    return write_tasks(tmp_path / "tasks.jsonl", [shell_task(f"t{i}") for i in range(count)])
+
+
+def test_a_run_returns_its_outcome_and_reads_back_and_a_resume_runs_nothing_again(tmp_path):
+    data, out = _tasks(tmp_path), tmp_path / "out"
+    outcome = run(mode="shell", data=str(data), agent="oracle", num_rollouts=2, num_vms=1,
+                  use_vm_pool=True, output_dir=str(out), run_id="api", progress=False)
+    assert outcome.exit_code == 0 and outcome.run_dir == out / "api", outcome
+    assert outcome.summary["successes"] == 3 and outcome.summary["total_samples"] == 3
+    finals = assert_exactly_once(out / "api", {"t0#0", "t1#0", "t2#0"})
+    loaded = load_run(outcome.run_dir)
+    assert loaded.finals.keys() == finals.keys() and loaded.status() == "complete"
+    assert {r["reward"] for r in loaded.finals.values()} == {1.0}
+    assert loaded.config["num_vms"] == 1 and loaded.summary["run_id"] == "api"
+    assert any(e.get("event") for e in loaded.events)
+    # a resume from Python names only the run: its other settings come from config.json
+    before = len(read_results(out / "api"))
+    again = run(resume=True, run_id="api", output_dir=str(out), progress=False)
+    assert again.exit_code == 0 and len(read_results(out / "api")) == before
+
+
+def test_a_config_file_then_the_settings_over_it(tmp_path):
+    data, out = _tasks(tmp_path), tmp_path / "out"
+    config = tmp_path / "eval.toml"
+    config.write_text(f'mode = "shell"\ndata = "{data}"\nagent = "oracle"\nnum-vms = 1\nlimit = 3\n'
+                      f'use-vm-pool = true\noutput-dir = "{out}"\n')
+    outcome = run(config_file=config, limit=1, run_id="toml", progress=False)
+    assert outcome.exit_code == 0
+    assert_exactly_once(out / "toml", {"t0#0"})
+    stored = json.loads((out / "toml" / "config.json").read_text())["config"]
+    assert stored["limit"] == 1 and stored["num_vms"] == 1
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"num_vm": 2}, r"run\(\): unknown key 'num_vm'; keys are the flag names"),
+    ({"num_vms": "two"}, r"num_vms"),
+    ({"num_vms": 0}, r"num[-_]vms"),
+    ({"data": "/nowhere/tasks.jsonl"}, r"/nowhere/tasks\.jsonl"),
+])
+def test_bad_settings_raise_a_config_error_that_names_them_and_nothing_runs(tmp_path, settings, message):
+    out = tmp_path / "out"
+    with pytest.raises(ConfigError, match=message):
+        run(**{"mode": "shell", "data": str(_tasks(tmp_path)), "agent": "oracle", "output_dir": str(out),
+               "progress": False, **settings})
+    assert not out.exists() or not any(out.iterdir())
+
+
+def test_load_run_of_a_folder_that_holds_no_run(tmp_path):
+    with pytest.raises(NotARunFolder, match="not a run folder"):
+        load_run(tmp_path)
