@@ -346,6 +346,67 @@ def test_rl_turns_come_back_from_a_node_that_writes_elsewhere(cluster, tmp_path,
     assert {t.record["trajectory"] for t in apart} == {p for p in carried if not p.endswith(".images.jsonl")}
 
 
+def _one_lease(actor):
+    """``actor`` (a PoolActor) after one lease and release of its VM, and shut down."""
+    try:
+        vm = actor.call("lease", "w0", "t#0", 60.0)
+        actor.call("release", vm.vm_id)
+    finally:
+        actor.call("shutdown")
+    return actor, vm
+
+
+def test_a_pool_apart_from_the_run_folder_keeps_its_events_for_the_driver(tmp_path, monkeypatch):
+    """PoolActor as a plain class: where the driver's folder is not on the node (its path is
+    not there, or holds another token), the pool writes nothing there and keeps its lines;
+    where it is, the pool writes events.jsonl itself and keeps none."""
+    from parallel_rollout.backends.ray_actors import NODE_DIR_ENV, PoolActor, mark_folder
+
+    driver = tmp_path / "driver" / "run"
+    token = mark_folder(driver)
+    monkeypatch.setenv(NODE_DIR_ENV, str(tmp_path / "node-disk"))
+    apart, vm = _one_lease(PoolActor("process", "apart-events", 1, run_dir=str(driver), folder_token=token))
+    lines = [json.loads(line) for line in apart.take_events().splitlines()]
+    moves = [e["to"] for e in lines if e["vm"] == vm.vm_id]
+    assert "leased" in moves and moves.index("resetting") > moves.index("leased"), lines
+    assert lines[-1]["reason"] == "pool shutdown" and apart.take_events() == ""
+    assert not (driver / "events.jsonl").exists() and not list(tmp_path.rglob("node-disk/**/events.jsonl"))
+    monkeypatch.delenv(NODE_DIR_ENV)
+    shared, vm = _one_lease(PoolActor("process", "shared-events", 1, run_dir=str(driver), folder_token=token))
+    assert shared.take_events() == ""
+    written = [json.loads(line) for line in (driver / "events.jsonl").read_text().splitlines()]
+    assert {"leased", "resetting"} <= {e["to"] for e in written if e["vm"] == vm.vm_id}
+
+
+def test_vm_events_of_a_node_that_writes_elsewhere_reach_the_run_folder(cluster, tmp_path):
+    """A node whose disk is not the driver's keeps its pool's events.jsonl lines for the
+    driver, which appends them to the run's: every lease of every node is in the run folder,
+    none in the node's own."""
+    from parallel_rollout.backends.ray_actors import NODE_DIR_ENV
+
+    cl, _ = cluster
+    node_disk = tmp_path / "node-disk"
+    node = cl.add_node(**_NODE, env_vars={NODE_DIR_ENV: str(node_disk)})
+    cl.wait_for_nodes()
+    try:
+        proc = subprocess.run(_cli(tmp_path, cl.address, "apart-vms"), capture_output=True, text=True,
+                              timeout=240)
+    finally:
+        cl.remove_node(node)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_dir = tmp_path / "apart-vms"
+    finals = assert_exactly_once(run_dir, {f"{i}#0" for i in SHELL_IDS})
+    apart = {r["vm"] for r in finals.values() if r.get("node") == node.node_id}
+    assert apart, "no task ran on the node with its own folder"
+    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    leased = {(e["vm"], e["task"]) for e in events if e.get("event") == "vm" and e.get("to") == "leased"}
+    assert {(r["vm"], r["key"]) for r in read_results(run_dir) if r.get("vm")} <= leased
+    assert {vm for vm, _ in leased} >= apart
+    # the apart pool's last lines (its VMs dead at its shutdown) came too
+    assert {e["vm"] for e in events if e.get("to") == "dead" and e.get("reason") == "pool shutdown"} >= apart
+    assert not list(node_disk.rglob("events.jsonl"))
+
+
 @pytest.mark.slow
 def test_ctrl_c_across_nodes_then_resume_under_one_limit(cluster, tmp_path):
     """SIGINT mid-run: exit 130 with nothing left running; --resume finishes every sample once;
@@ -533,3 +594,4 @@ def test_node_removed_and_node_added_mid_run(cluster, tmp_path):
     records = read_results(run_dir)
     lost_workers = {r["worker"] for r in records if r["status"] == "worker_died" or r.get("node") == victim.node_id}
     assert not [r for r in records if r.get("node") not in (None, victim.node_id) and r["worker"] in lost_workers]
+

@@ -17,7 +17,9 @@ with ``ray.remote`` and pins each to a node. They run inside Ray's worker proces
   Whether a node shares the folder is seen, not assumed: the driver writes a fresh token in
   ``FOLDER_MARK`` of its run folder, and a worker that reads the same token there sends no
   files (an OSWorld attempt's screenshots are tens of MB: through Ray and the engine's thread
-  for nothing where the driver has them already).
+  for nothing where the driver has them already). A pool apart from the folder keeps its
+  events.jsonl lines (``EventLines``) for the driver, which takes them every second
+  (``take_events``) and once more after the pool's shutdown.
 """
 
 from __future__ import annotations
@@ -67,6 +69,35 @@ def shares_folder(run_dir: str | Path, token: str | None) -> bool:
         return False
 
 
+def node_run_dir(run_dir: str) -> str:
+    """The run folder's path on this node: the driver's, unless the node's own disk is
+    named (``NODE_DIR_ENV``)."""
+    local = os.environ.get(NODE_DIR_ENV)
+    return str(Path(local) / Path(run_dir).name) if local else run_dir
+
+
+class EventLines:
+    """A pool's events.jsonl lines kept for the driver (a stream ``VMPoolManager`` writes)."""
+
+    def __init__(self) -> None:
+        self._lines: list[str] = []
+        self._lock = threading.Lock()
+
+    def write(self, text: str) -> int:
+        with self._lock:
+            self._lines.append(text)
+        return len(text)
+
+    def take(self) -> str:
+        """The lines written since the last take, as one text."""
+        with self._lock:
+            lines, self._lines = self._lines, []
+        return "".join(lines)
+
+    def close(self) -> None:
+        """Nothing to flush: the lines stay until taken."""
+
+
 def _node_id() -> str:
     import ray
 
@@ -84,9 +115,14 @@ def _ignore_sigint() -> None:
 class PoolActor:
     """One node's VM pool."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, run_dir: str, folder_token: str | None = None, **kwargs: Any) -> None:
         _ignore_sigint()
-        self.pool = VMPoolManager(*args, **kwargs)
+        run_dir = node_run_dir(run_dir)
+        #: the events.jsonl lines of a pool that does not see the driver's folder
+        self.events = None if shares_folder(run_dir, folder_token) else EventLines()
+        where = ({"events_path": str(Path(run_dir) / "events.jsonl")} if self.events is None
+                 else {"events_stream": self.events})
+        self.pool = VMPoolManager(*args, **where, **kwargs)
         self._closed = threading.Event()
 
     def call(self, name: str, *args: Any) -> Any:
@@ -105,6 +141,11 @@ class PoolActor:
     def watch(self) -> None:
         """Return when the pool shuts down; the reference fails if the actor dies first."""
         self._closed.wait()
+
+    def take_events(self) -> str:
+        """The events.jsonl lines kept since the last call (none where the pool writes the
+        driver's folder itself)."""
+        return self.events.take() if self.events is not None else ""
 
 
 class RayPool:
@@ -143,9 +184,7 @@ class WorkerActor:
                  folder_token: str | None = None) -> None:
         _ignore_sigint()
         pool = RayPool(pool_handle) if pool_handle is not None else None
-        local = os.environ.get(NODE_DIR_ENV)
-        if local:  # this node's own disk: the driver's folder is not here
-            run_dir = str(Path(local) / Path(run_dir).name)
+        run_dir = node_run_dir(run_dir)
         #: the driver reads this node's files itself: records need not carry them
         self.shares_folder = shares_folder(run_dir, folder_token)
         self.worker = RolloutWorker(worker_id, holder, None, pool, config, run_dir)

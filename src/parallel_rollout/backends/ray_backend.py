@@ -50,7 +50,7 @@ from ..messages import Assignment, Cancel
 from ..trajectories import unpack_files
 from .base import BackendSpec, Clock, CrashWindow, EngineHooks, WorkerTable, died_record
 from .ray_actors import TRAJECTORY_FILES, PoolActor, WorkerActor, mark_folder, sweep_here
-from .ray_cluster import alive_nodes, connect, merge_stats, pinned, sweep_cluster
+from .ray_cluster import alive_nodes, connect, merge_stats, pinned, sweep_cluster, take_events
 
 log = logging.getLogger("parallel_rollout")
 
@@ -70,6 +70,8 @@ class _Node:
     alive: bool = True
     #: the pool's stats taken at shutdown
     final_stats: dict[str, Any] | None = None
+    #: the pool's take_events call under way (its events.jsonl lines, where it is apart)
+    events_ref: Any = None
 
 
 @dataclass
@@ -166,8 +168,7 @@ class RayBackend(WorkerTable):
         if spec.provider_cls is not None and self._shared_home in (None, node_id):
             node.pool = pinned(PoolActor, node_id, max_concurrency=_POOL_CONCURRENCY).remote(
                 cfg.provider_name, spec.run_id, cfg.pool_size,
-                options=spec.provider_options,
-                events_path=str(spec.run_dir / "events.jsonl"),
+                options=spec.provider_options, run_dir=str(spec.run_dir), folder_token=self._folder_token,
                 replacement_budget=cfg.replacement_budget,
                 per_worker=not cfg.use_vm_pool, vm_prefix=f"n{len(self._nodes) - 1}-vm-")
             node.watch_ref = node.pool.watch.remote()
@@ -299,6 +300,7 @@ class RayBackend(WorkerTable):
                     self._lose_node(node, f"the pool of node {node.node_id[:8]} died: {_why(exc)}")
         if time.monotonic() - self._last_poll > _NODE_POLL_S:
             self._last_poll = time.monotonic()
+            take_events(self._nodes.values(), self.spec.run_dir)
             try:
                 alive = set(alive_nodes())
             except Exception:  # noqa: BLE001 - the GCS did not answer this time
@@ -450,6 +452,8 @@ class RayBackend(WorkerTable):
                         if ray.get(node.pool.call.remote("shutdown"), timeout=120):
                             unclean = True  # boots it stopped waiting for: swept below
                         node.final_stats = ray.get(node.pool.call.remote("stats"), timeout=10)
+                        take_events([node], self.spec.run_dir, wait_s=10)  # the call under way,
+                        take_events([node], self.spec.run_dir, wait_s=10)  # then the rest
                     except Exception:  # noqa: BLE001
                         log.warning("the pool of node %s did not shut down; sweeping it", node.node_id[:8])
                         unclean = True

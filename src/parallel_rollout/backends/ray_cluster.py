@@ -1,5 +1,6 @@
 """The Ray cluster as the ray backend sees it: connecting, its nodes, pinning an actor (or a
-task) to a node, the pools' stats summed over nodes, and a sweep of every node.
+task) to a node, the pools' stats summed over nodes, their events appended to the run's, and a
+sweep of every node.
 
 Nothing here imports Ray at load: ``--backend local`` never needs it.
 """
@@ -9,13 +10,41 @@ from __future__ import annotations
 import logging
 import os
 import socket
-from typing import Any
+from pathlib import Path
+from typing import Any, Iterable
 
 from .ray_actors import sweep_here
+
+log = logging.getLogger("parallel_rollout")
 
 _LOOPBACK = ("127.0.0.1", "localhost")
 #: the object store of a Ray instance the run starts itself
 LOCAL_OBJECT_STORE_BYTES = 200 * 1024 * 1024
+
+
+def take_events(nodes: Iterable[Any], run_dir: Path, wait_s: float = 0.0) -> None:
+    """Append to the run's events.jsonl the lines each alive node's pool kept since it was
+    last asked (none where the pool writes the folder itself: ``PoolActor.take_events``), if
+    it answered within ``wait_s``; then ask it again. A lost node's lines are lost with it."""
+    import ray
+
+    for node in nodes:
+        if node.pool is None or not node.alive:
+            continue
+        if node.events_ref is not None:
+            if not ray.wait([node.events_ref], timeout=wait_s)[0]:
+                continue
+            try:
+                text = ray.get(node.events_ref)
+            except Exception:  # noqa: BLE001 - the pool died: its watch reference says so
+                text = ""
+            if text:
+                try:
+                    with open(run_dir / "events.jsonl", "a", encoding="utf-8") as handle:
+                        handle.write(text)
+                except OSError as exc:
+                    log.warning("cannot write events.jsonl: %s", exc)
+        node.events_ref = node.pool.take_events.remote()
 
 
 def connect(address: str | None) -> bool:

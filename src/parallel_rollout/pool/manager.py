@@ -38,7 +38,7 @@ import json
 import logging
 import threading
 import time
-from typing import Any
+from typing import IO, Any
 
 from ..errors import LeaseTimeout, PoolClosed, PoolExhausted, WorkerDied
 from ..results import percentiles
@@ -61,8 +61,8 @@ class VMPoolManager(ProviderCalls):
 
     def __init__(self, provider_name: str, run_id: str, size: int, *,
                  options: ProviderOptions | None = None, events_path: str | None = None,
-                 replacement_budget: int | None = None, per_worker: bool = False,
-                 vm_prefix: str = "vm-") -> None:
+                 events_stream: IO[str] | None = None, replacement_budget: int | None = None,
+                 per_worker: bool = False, vm_prefix: str = "vm-") -> None:
         self.provider_name = provider_name
         self.run_id = run_id
         self.size = size
@@ -94,7 +94,9 @@ class VMPoolManager(ProviderCalls):
         self._reset_times: list[float] = []
         self._boot_times: list[float] = []
         self._last_death = ""
-        self._events = open(events_path, "a", buffering=1, encoding="utf-8") if events_path else None
+        #: where the VMs' transitions go, a line each: ``events_path`` (events.jsonl), or a
+        #: stream of the caller's (a Ray node's pool apart from the run folder keeps them)
+        self._events = open(events_path, "a", buffering=1, encoding="utf-8") if events_path else events_stream
         # Boots, resets and stops run in daemon threads (call_threads.py), never under the
         # lock; a provider call that hangs (a boot that never ends) can then never block
         # shutdown.
