@@ -226,6 +226,53 @@ def test_agent_bytecode_is_made_once_per_source_and_skipped_when_it_cannot_be(tm
     assert sorted(p.name for p in (tmp_path / ".agent-bytecode").iterdir()) == sorted([first.name, second.name])
 
 
+def test_agent_bytecode_folders_no_boot_used_for_a_week_are_removed(tmp_path):
+    from parallel_rollout.pool.providers import sandbox_fs
+
+    python = sandbox_fs.guest_python()
+    folders = tmp_path / ".agent-bytecode"
+    stale, recent = folders / "0123456789abcdef", folders / "fedcba9876543210"
+    for folder, age_days in ((stale, 8), (recent, 6)):
+        folder.mkdir(parents=True)
+        (folder / "x.pyc").write_bytes(b"")
+        then = time.time() - age_days * 86400
+        os.utime(folder, (then, then))
+    source = tmp_path / "mod.py"
+    source.write_text("X = 1\n")
+    made = sandbox_fs.agent_bytecode(python, [source], tmp_path)
+    assert sorted(folders.iterdir()) == sorted([made, recent])
+
+
+def test_a_boot_marks_its_bytecode_used_and_makes_it_again_when_it_went(provider):
+    folder = provider._spec.bytecode
+    shutil.rmtree(folder)  # pruned by another provider after a week of no boot, say
+    vm = provider.start("again")
+    try:
+        assert folder.is_dir() and provider._spec.bytecode == folder
+        result = GuestClient(vm.address).execute(
+            "python3 -v -I -S -c 'import sys; sys.path.insert(0, \"/opt/parallel-rollout\"); "
+            "import agent_http' 2>&1 | grep '^# code object from'", shell=True, timeout=30)
+        assert "'/opt/parallel-rollout/__pycache__/agent_http.cpython-" in result["output"], result
+        then = time.time() - 86400
+        os.utime(folder, (then, then))
+        provider.stop(provider.start("marks"))
+        assert folder.stat().st_mtime > time.time() - 60
+    finally:
+        provider.stop(vm)
+
+
+def test_a_boot_whose_bytecode_cannot_be_made_again_boots_without_it(provider, monkeypatch):
+    from parallel_rollout.pool.providers import sandbox_fs
+
+    monkeypatch.setattr(sandbox_fs, "use_bytecode", lambda folder, python, sources: None)
+    vm = provider.start("plain")
+    try:
+        assert provider._spec.bytecode is None
+        assert GuestClient(vm.address).execute("true", shell=True, timeout=30)["returncode"] == 0
+    finally:
+        provider.stop(vm)
+
+
 def test_healthy_false_after_outside_kill_and_stop_is_idempotent(provider, vm, base_dir):
     assert provider.healthy(vm)
     os.kill(vm.private["pid"], signal.SIGKILL)

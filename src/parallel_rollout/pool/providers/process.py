@@ -80,6 +80,7 @@ VM folder in its command line), never a recycled pid.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -382,6 +383,12 @@ class ProcessProvider(Provider):
     def _boot(self, vm_id: str, vm_dir: Path, group: cgroups.VMCgroup) -> VMInfo:
         """Start the sandbox and wait for the agent's ready line; VMError (with the agent's
         log) when it does not come within boot_timeout_s."""
+        spec = self._spec
+        if spec.bytecode is not None and sandbox_fs.use_bytecode(
+                spec.bytecode, spec.python, [*AGENT_SOURCES, *DESKTOP_SOURCES]) is None:
+            # gone and not made again: the boots compile the agent, as without it
+            self._spec = dataclasses.replace(spec, bytecode=None)
+            self._argvs.clear()
         listener = sandbox_fs.listen(vm_dir / "sock" / SOCKET_NAME)
         ready_r, ready_w = os.pipe()
         info_r, info_w = os.pipe()
