@@ -3,6 +3,7 @@ bound on the groups a filter may drop (rl/budget.py)."""
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
@@ -30,7 +31,9 @@ def test_a_server_that_fails_everything_raises_naming_the_endpoint(tmp_path, sch
         with pytest.raises(RolloutError) as caught:
             train.get_batch(batch_size=8, step=0)
         message = str(caught.value)
-        assert "3 groups in a row failed" in message and server.url in message, message
+        # at least 3: groups that fail together (4 run at once) are counted before it checks
+        failed = re.match(r"(\d+) groups in a row failed \(max_failed_groups=3\)", message)
+        assert failed and int(failed.group(1)) >= 3 and server.url in message, message
         assert "500" in message, message  # the last failure says what the server answered
         assert time.monotonic() - started < 60
         assert train.stats()["dropped_failed"] >= 3
