@@ -275,7 +275,7 @@ def test_the_shims_and_wrappers_go_into_images_and_a_changed_shim_makes_them_sta
     for name in ("sudo", "vlc", "thunderbird"):
         data, mode = files[f"{images.GUEST_SHIM_BIN}/{name}"]
         assert data.startswith(b"#!/bin/sh") and mode == 0o755, (name, oct(mode))
-    # and so are the grading wrappers, beside the agent (agent_commands.GRADING_BIN)
+    # and so are the grading wrappers, beside the agent (agent_grading.GRADING_BIN)
     for name in ("curl", "jq", "sqlite3", "file"):
         data, mode = files[f"{images.GUEST_GRADING_BIN}/{name}"]
         assert data.startswith(b"#!/bin/sh") and mode == 0o755, (name, oct(mode))

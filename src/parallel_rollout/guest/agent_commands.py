@@ -45,21 +45,9 @@ many bytes came before it.
 
 **Grading commands** (``isolated: true`` on ``/execute``, ``/run_python``,
 ``/run_bash_script``: a shell task's check, the py judge, the osworld getters, the reset
-probe) run in an environment the graded code cannot change: the agent's environment cut
-to a few plain names (:data:`GRADING_NAMES`: HOME, the locale, the user's name, the
-desktop's display and bus), a ``PATH`` and ``PYTHONPATH`` of system folders only
-(:func:`grading_env`), Python without user site-packages or the current folder on its path
-(``PYTHONNOUSERSITE``, ``PYTHONSAFEPATH``; ``/run_python`` runs ``python3 -I``), git without
-the user's config, and the shell run without startup files (``sh -c`` reads none; ``ENV``
-and ``BASH_ENV`` are not passed). A ``usercustomize.py``, a ``.pth`` file, a ``json.py`` in
-the home or a ``~/bin`` shim left by the answer is then never loaded: only the files the
-check inspects reach it. Programs that read a file of the home as their config are run
-through the wrappers in ``grading_bin/`` (first on the PATH, read-only like the agent): curl
-without ``~/.curlrc``, sqlite3 without ``~/.sqliterc``, jq without ``~/.jq``, file without
-``~/.magic``, each of which could make a wrong answer pass. Other programs' dotfiles (node's
-``~/.node_modules``, wget's ``~/.wgetrc``) are still read: a check should not run them on
-what the answer left in its home. A grading script reaches its interpreter as a sealed
-memfd, never a file in /tmp that the graded code could read or rewrite (:class:`_Script`).
+probe) run in an environment the graded code cannot change (``agent_grading.py``). A grading
+script reaches its interpreter as a sealed memfd, never a file in /tmp that the graded code
+could read or rewrite (:class:`_Script`).
 """
 
 from __future__ import annotations
@@ -68,9 +56,10 @@ import os
 import sys
 
 try:
-    from . import agent_output
+    from . import agent_grading, agent_output
     from .agent_http import HTTPError, Request, field, timeout_field
 except ImportError:  # a sibling file in the guest, not a package
+    import agent_grading  # type: ignore[no-redef]
     import agent_output  # type: ignore[no-redef]
     from agent_http import HTTPError, Request, field, timeout_field  # type: ignore[no-redef]
 
@@ -91,18 +80,6 @@ direct = False
 reap_all = False
 #: pids of the commands running now: their request's thread waits for each
 _running: set[int] = set()
-#: the PATH of a grading command: system folders (those of the agent's PATH among them)
-SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-#: wrappers of programs that read a config file from the home, first on a grading command's
-#: PATH (see "Grading commands"); next to the agent wherever its files are
-GRADING_BIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "grading_bin")
-#: the names of the agent's environment a grading command gets (all set by whoever started
-#: the agent, none by the graded code): the home it inspects, the locale, who it is, the
-#: desktop it may look at
-GRADING_NAMES = ("HOME", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "TZ", "TERM", "USER", "LOGNAME",
-                 "DISPLAY", "DBUS_SESSION_BUS_ADDRESS", "XDG_RUNTIME_DIR", "PARALLEL_ROLLOUT_VM")
-
-
 def expand(path: str) -> str:
     """``~`` and ``$VARS`` of a guest path expanded."""
     return os.path.expandvars(os.path.expanduser(path))
@@ -116,46 +93,12 @@ def home() -> str:
 # ------------------------------------------------------------------------------ commands
 
 
-def grading_env() -> dict[str, str]:
-    """The environment of a grading command (see "Grading commands"): nothing in it comes
-    from the graded code, and nothing in it points into what that code can write."""
-    env = {name: os.environ[name] for name in GRADING_NAMES if name in os.environ}
-    path = _system_folders(os.environ.get("PATH", ""))
-    wrappers = [GRADING_BIN] if os.path.isdir(GRADING_BIN) else []
-    env["PATH"] = ":".join(dict.fromkeys(wrappers + path + SYSTEM_PATH.split(":")))
-    python_path = _system_folders(os.environ.get("PYTHONPATH", ""))  # a desktop's shims
-    if python_path:
-        env["PYTHONPATH"] = ":".join(python_path)
-    env.update(PYTHONNOUSERSITE="1", PYTHONSAFEPATH="1", PYTHONDONTWRITEBYTECODE="1",
-               GIT_CONFIG_GLOBAL="/dev/null")
-    return env
-
-
-def _system_folders(value: str) -> list[str]:
-    """The entries of a PATH-like ``value`` in system folders or the agent's own folder
-    (read-only in every guest: a desktop's shims are there), never in the home, ``/tmp`` or
-    anything relative."""
-    trusted = ("/usr", "/bin", "/sbin", os.path.dirname(os.path.abspath(__file__)))
-    kept = []
-    for entry in value.split(":"):
-        if not entry.startswith("/"):
-            continue
-        entry = os.path.normpath(entry)
-        if not _inside(entry, home()) and any(_inside(entry, top) for top in trusted):
-            kept.append(entry)
-    return kept
-
-
-def _inside(path: str, top: str) -> bool:
-    return path == top or path.startswith(top.rstrip("/") + "/")
-
-
 def run(argv, *, shell: bool, timeout: float, cwd: str | None = None,
         env: dict | None = None, merge_stderr: bool = False, isolated: bool = False,
         tail: int | None = None, pass_fds: tuple = ()) -> dict:
     """Run a command in its own session; the whole group is killed when it times out.
 
-    ``isolated``: a grading command (see "Grading commands"). ``tail``: characters of each
+    ``isolated``: a grading command (``agent_grading.py``). ``tail``: characters of each
     stream to keep (see "Output"). Returns ``{returncode, output, error}`` plus ``timeout:
     True, message`` on a timeout, or ``not_found: True, message`` when the program cannot
     be started.
@@ -168,7 +111,7 @@ def run(argv, *, shell: bool, timeout: float, cwd: str | None = None,
         raise HTTPError(400, f"working directory does not exist: {cwd}")
     full_env = None
     if isolated:
-        full_env = {**grading_env(), **(env or {})}
+        full_env = {**agent_grading.grading_env(home()), **(env or {})}
     elif env:
         full_env = dict(os.environ)
         full_env.update(env)

@@ -21,8 +21,8 @@ A command's answer is bounded: the agent keeps only the tail of its output (``ta
 an answer that prints a gigabyte costs the worker no more than that.
 
 ``isolated=True`` (``execute``, ``run_python``, ``run_bash_script``) runs a grading
-command, in an environment the graded code cannot change (``guest/agent_commands.py``,
-"Grading commands"): every check, judge and getter passes it.
+command, in an environment the graded code cannot change (``guest/agent_grading.py``):
+every check, judge and getter passes it.
 
 Every call has an HTTP timeout: the command's own timeout (which the agent enforces by
 killing the command) plus :data:`TIMEOUT_MARGIN_S`, so a hung agent never hangs the host.

@@ -73,8 +73,8 @@ GUEST_SOURCE_DIR = GUEST_AGENT_SOURCE.parent
 GUEST_DIR = "/opt/parallel-rollout"
 GUEST_AGENT_PATH = f"{GUEST_DIR}/server.py"
 #: the agent's files, siblings of server.py (guest/server.py says what each holds)
-GUEST_AGENT_FILES = ("server.py", "agent_http.py", "agent_commands.py", "agent_output.py",
-                     "agent_files.py", "agent_setup.py")
+GUEST_AGENT_FILES = ("server.py", "agent_http.py", "agent_commands.py", "agent_grading.py",
+                     "agent_output.py", "agent_files.py", "agent_setup.py")
 #: what a desktop guest needs next to them: the desktop's routes and the AT-SPI walker
 GUEST_DESKTOP_FILES = ("desktop.py", "desktop_screen.py", "desktop_windows.py",
                        "desktop_routes.py", "atspi_tree.py")
@@ -84,7 +84,7 @@ GUEST_SHIM_DIR = f"{GUEST_DIR}/shim"
 #: ``/usr/bin/thunderbird``): first on the PATH of a desktop guest (:func:`guest_path`)
 GUEST_SHIM_BIN = f"{GUEST_SHIM_DIR}/bin"
 #: wrappers of curl, jq, sqlite3 and file, first on a grading command's PATH in every guest
-#: (``guest/agent_commands.py``, "Grading commands")
+#: (``guest/agent_grading.py``)
 GUEST_GRADING_BIN = f"{GUEST_DIR}/grading_bin"
 #: the PATH of a guest's agent and of the commands it runs
 GUEST_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"

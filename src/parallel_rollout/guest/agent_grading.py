@@ -1,0 +1,68 @@
+"""What a grading command runs in (``agent_commands.run(..., isolated=True)``).
+
+Grading commands (``isolated: true`` on ``/execute``, ``/run_python``,
+``/run_bash_script``: a shell task's check, the py judge, the osworld getters, the reset
+probe) run in an environment the graded code cannot change: the agent's environment cut
+to a few plain names (:data:`GRADING_NAMES`: HOME, the locale, the user's name, the
+desktop's display and bus), a ``PATH`` and ``PYTHONPATH`` of system folders only
+(:func:`grading_env`), Python without user site-packages or the current folder on its path
+(``PYTHONNOUSERSITE``, ``PYTHONSAFEPATH``; ``/run_python`` runs ``python3 -I``), git without
+the user's config, and the shell run without startup files (``sh -c`` reads none; ``ENV``
+and ``BASH_ENV`` are not passed). A ``usercustomize.py``, a ``.pth`` file, a ``json.py`` in
+the home or a ``~/bin`` shim left by the answer is then never loaded: only the files the
+check inspects reach it. Programs that read a file of the home as their config are run
+through the wrappers in ``grading_bin/`` (first on the PATH, read-only like the agent): curl
+without ``~/.curlrc``, sqlite3 without ``~/.sqliterc``, jq without ``~/.jq``, file without
+``~/.magic``, each of which could make a wrong answer pass. Other programs' dotfiles (node's
+``~/.node_modules``, wget's ``~/.wgetrc``) are still read: a check should not run them on
+what the answer left in its home.
+"""
+
+from __future__ import annotations
+
+import os
+
+#: the PATH of a grading command: system folders (those of the agent's PATH among them)
+SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+#: wrappers of programs that read a config file from the home, first on a grading command's
+#: PATH; next to the agent wherever its files are
+GRADING_BIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "grading_bin")
+_WRAPPERS = [GRADING_BIN] if os.path.isdir(GRADING_BIN) else []
+#: the names of the agent's environment a grading command gets (all set by whoever started
+#: the agent, none by the graded code): the home it inspects, the locale, who it is, the
+#: desktop it may look at
+GRADING_NAMES = ("HOME", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "TZ", "TERM", "USER", "LOGNAME",
+                 "DISPLAY", "DBUS_SESSION_BUS_ADDRESS", "XDG_RUNTIME_DIR", "PARALLEL_ROLLOUT_VM")
+
+
+def grading_env(home: str) -> dict[str, str]:
+    """The environment of a grading command whose user's home is ``home``: nothing in it
+    comes from the graded code, and nothing in it points into what that code can write."""
+    env = {name: os.environ[name] for name in GRADING_NAMES if name in os.environ}
+    path = _system_folders(os.environ.get("PATH", ""), home)
+    env["PATH"] = ":".join(dict.fromkeys(_WRAPPERS + path + SYSTEM_PATH.split(":")))
+    python_path = _system_folders(os.environ.get("PYTHONPATH", ""), home)  # a desktop's shims
+    if python_path:
+        env["PYTHONPATH"] = ":".join(python_path)
+    env.update(PYTHONNOUSERSITE="1", PYTHONSAFEPATH="1", PYTHONDONTWRITEBYTECODE="1",
+               GIT_CONFIG_GLOBAL="/dev/null")
+    return env
+
+
+def _system_folders(value: str, home: str) -> list[str]:
+    """The entries of a PATH-like ``value`` in system folders or the agent's own folder
+    (read-only in every guest: a desktop's shims are there), never in the home, ``/tmp`` or
+    anything relative."""
+    trusted = ("/usr", "/bin", "/sbin", os.path.dirname(os.path.abspath(__file__)))
+    kept = []
+    for entry in value.split(":"):
+        if not entry.startswith("/"):
+            continue
+        entry = os.path.normpath(entry)
+        if not _inside(entry, home) and any(_inside(entry, top) for top in trusted):
+            kept.append(entry)
+    return kept
+
+
+def _inside(path: str, top: str) -> bool:
+    return path == top or path.startswith(top.rstrip("/") + "/")
