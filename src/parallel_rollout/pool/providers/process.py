@@ -121,6 +121,9 @@ def base_dir_default() -> Path:
     return Path(os.environ.get(BASE_DIR_ENV) or DEFAULT_BASE_DIR)
 
 
+#: the guest's modules compiled ahead into a sandbox's read-only ``__pycache__``
+_COMPILED = [*AGENT_SOURCES, *DESKTOP_SOURCES]
+
 class ProcessProvider(Provider):
     """VMs as bubblewrap sandboxes; a snapshot is a folder copied into the home."""
 
@@ -172,8 +175,7 @@ class ProcessProvider(Provider):
         python = sandbox_fs.guest_python()
         bytecode = None
         if python is not None:  # without one, check_available says why
-            bytecode = sandbox_fs.agent_bytecode(python, [*AGENT_SOURCES, *DESKTOP_SOURCES],
-                                                 secure_base_dir(self.base_dir))
+            bytecode = sandbox_fs.agent_bytecode(python, _COMPILED, secure_base_dir(self.base_dir))
         self._spec = SandboxSpec(
             bwrap=shutil.which("bwrap") or "bwrap", python=python, bytecode=bytecode,
             snapshot=self.snapshot, desktop=bool(self.options.desktop), screen=self.options.screen,
@@ -384,8 +386,7 @@ class ProcessProvider(Provider):
         """Start the sandbox and wait for the agent's ready line; VMError (with the agent's
         log) when it does not come within boot_timeout_s."""
         spec = self._spec
-        if spec.bytecode is not None and sandbox_fs.use_bytecode(
-                spec.bytecode, spec.python, [*AGENT_SOURCES, *DESKTOP_SOURCES]) is None:
+        if spec.bytecode is not None and sandbox_fs.use_bytecode(spec.bytecode, spec.python, _COMPILED) is None:
             # gone and not made again: the boots compile the agent, as without it
             self._spec = dataclasses.replace(spec, bytecode=None)
             self._argvs.clear()
