@@ -124,6 +124,7 @@ def base_dir_default() -> Path:
 #: the guest's modules compiled ahead into a sandbox's read-only ``__pycache__``
 _COMPILED = [*AGENT_SOURCES, *DESKTOP_SOURCES]
 
+
 class ProcessProvider(Provider):
     """VMs as bubblewrap sandboxes; a snapshot is a folder copied into the home."""
 
