@@ -17,6 +17,7 @@ import shutil
 import socket
 import statistics
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -309,6 +310,37 @@ def test_rejects_what_it_cannot_honour(image, tmp_path):  # a stale image would 
     assert (provider.user_image, provider.user_format, provider.snapshot_name) == \
         (disk, "raw", "clean")
     assert "-kernel" not in provider._argv("vm0", tmp_path, "tcg", 5555)  # it boots itself
+
+
+def test_a_pool_the_host_ram_cannot_hold_is_refused_before_anything_starts(tmp_path, caplog):
+    """Guests that together need more than the host's RAM would be started, then killed by the
+    OOM killer mid-run: refused (exit 2) with the numbers and what to lower; beyond the memory
+    free now only a warning."""
+    total_mb = psutil.virtual_memory().total // 2**20
+    too_many = total_mb // 1024 + 1  # with the one default spare: two VMs too many
+    with pytest.raises(ConfigError, match=rf"{too_many + 1} QEMU VMs of 1024 MB .* "
+                                          rf"this host's {total_mb} MB .* at most {too_many - 1} VMs"):
+        QemuProvider("r", ProviderOptions(memory_mb=1024, pool_size=too_many))
+    with pytest.raises(ConfigError, match=r"default guest RAM"):  # 512 MB guests, no spare
+        QemuProvider("r", ProviderOptions(pool_size=total_mb // 512 + 1, spare_vms=0))
+    held = b"\1" * (1536 * 2**20)  # 1.5 GB in use, so that less is free than there is
+    free_mb = psutil.virtual_memory().available // 2**20
+    vms = (free_mb + total_mb) // 2 // 128  # a pool between what is free and what there is
+    try:
+        QemuProvider("r", ProviderOptions(memory_mb=128, pool_size=vms, spare_vms=0))
+    except ProviderUnavailable:
+        pass  # no image here: the warning came first
+    del held
+    assert f"{vms} QEMU VMs of 128 MB each need up to" in caplog.text
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "parallel_rollout.cli", "--mode", "shell", "--data", str(SHELL_TASKS),
+         "--provider-name", "qemu", "--num-rollouts", "2", "--num-vms", str(total_mb // 2048 + 1),
+         "--use-vm-pool", "--spare-vms", "0", "--vm-memory-mb", "2048", "--output-dir", str(tmp_path),
+         "--run-id", "big", "--no-progress"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert f"more than this host's {total_mb} MB of RAM" in proc.stderr and "--vm-memory-mb" in proc.stderr
+    assert not (tmp_path / "big").exists()
 
 
 def test_image_build_is_a_no_op_when_current(image):

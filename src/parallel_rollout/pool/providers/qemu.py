@@ -67,7 +67,8 @@ provider's launcher thread (PR_SET_PDEATHSIG fires when the forking *thread* exi
 pool starts VMs from short-lived threads), so a VM dies with the process that owns it and
 ``sweep()`` removes its folder afterwards. ``stop`` asks QMP to quit, then SIGKILLs.
 
-**Limits.** ``memory_mb`` is the guest's RAM (``-m``). ``max_processes`` cannot be enforced
+**Limits.** ``memory_mb`` is the guest's RAM (``-m``); a pool whose guests (spares counted)
+need more than the host's RAM is a ConfigError. ``max_processes`` cannot be enforced
 from outside a VM: ConfigError. ``path_to_vm`` is a user's own disk image (qcow2 or raw) that
 boots by itself (BIOS) and serves the guest agent on port 5000, as OSWorld's images do; the
 KVM probe still uses the built kernel, so ``image build`` is needed either way.
@@ -109,8 +110,8 @@ from .sandbox_processes import launcher
 # KVM detection and QMP; the accelerator names are part of this module's face (tests,
 # benchmarks and the CLI reach them as qemu.X)
 from .qemu_machine import (ACCEL_ENV, KVM_PROBE_TIMEOUT_S,  # noqa: F401
-                           BUILD_COMMAND, QEMU, boot_id, detect_accelerator, probe_kvm, qmp,
-                           qmp_hmp)
+                           BUILD_COMMAND, QEMU, boot_id, check_host_memory, detect_accelerator,
+                           probe_kvm, qmp, qmp_hmp)
 
 log = logging.getLogger(__name__)
 
@@ -149,6 +150,8 @@ class QemuProvider(Provider):
                               f"got {opts.memory_mb}")
         self.desktop = opts.desktop
         self.memory_mb = opts.memory_mb or (DESKTOP_MEMORY_MB if self.desktop else DEFAULT_MEMORY_MB)
+        check_host_memory(self.memory_mb, opts.pool_size + (self.default_spares if opts.spare_vms is None else 0),
+                           explicit=opts.memory_mb is not None)
         self.snapshot_name = opts.snapshot_name or DEFAULT_SNAPSHOT
         if not _SAFE_SNAPSHOT.match(self.snapshot_name):
             raise ConfigError(f"snapshot name {self.snapshot_name!r} must be 1-64 letters, "

@@ -1,10 +1,15 @@
-"""Talking to QEMU itself: which accelerator really works here (KVM or TCG), and QMP.
+"""Talking to QEMU itself: which accelerator really works here (KVM or TCG), whether the
+host's RAM holds the pool's guests, and QMP.
 
 **KVM or TCG.** ``/dev/kvm`` existing proves little (nested virtualisation that hangs, a
 device without permission); :func:`detect_accelerator` boots the image's kernel under KVM
 until its initramfs prints a marker, and falls back to TCG otherwise. The answer is cached
 per host boot and QEMU binary (``accel.json`` next to the image), and
 ``$PARALLEL_ROLLOUT_QEMU_ACCEL`` forces one.
+
+**RAM.** A guest's ``-m`` is memory the host must give it as it runs (a snapshot brings
+back every page it had), so :func:`check_host_memory` refuses a pool whose guests together
+need more than the host has: QEMU would start them all, and the OOM killer end them mid-run.
 
 **QMP.** One command per fresh connection on the VM's ``qmp.sock`` (:func:`qmp`), and
 HMP commands through it (``savevm``/``loadvm``, :func:`qmp_hmp`), errors as VMError.
@@ -154,3 +159,24 @@ def _qmp_read(stream) -> dict:
         message = json.loads(line)
         if "event" not in message:  # events may arrive between commands and answers
             return message
+
+
+def check_host_memory(memory_mb: int, vms: int, *, explicit: bool) -> None:
+    """ConfigError when ``vms`` guests of ``memory_mb`` each cannot all fit in the host's RAM
+    (QEMU would start them, and the host's OOM killer would end them mid-run, or the run
+    itself); a warning when they fit only beyond the memory the host has free now."""
+    import psutil
+
+    need = vms * memory_mb
+    host = psutil.virtual_memory()
+    total, free = host.total // 2**20, host.available // 2**20
+    if need > total:
+        fits = total // memory_mb
+        setting = "--vm-memory-mb" if explicit else "the default guest RAM (--vm-memory-mb)"
+        raise ConfigError(
+            f"{vms} QEMU VMs of {memory_mb} MB each (the pool and its spares) need {need} MB, more "
+            f"than this host's {total} MB of RAM: use at most {fits} VMs in all (--num-vms plus --spare-vms), "
+            f"or lower {setting}")
+    if need > free:
+        log.warning("%d QEMU VMs of %d MB each need up to %d MB; the host has %d MB free now",
+                    vms, memory_mb, need, free)
