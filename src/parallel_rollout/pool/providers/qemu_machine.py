@@ -172,6 +172,9 @@ def check_host_memory(memory_mb: int, vms: int, *, explicit: bool) -> None:
     total, free = host.total // 2**20, host.available // 2**20
     if need > total:
         fits = total // memory_mb
+        if not fits:
+            raise ConfigError(f"one QEMU VM of {memory_mb} MB is more than this host's {total} MB "
+                              "of RAM: lower --vm-memory-mb")
         setting = "--vm-memory-mb" if explicit else "the default guest RAM (--vm-memory-mb)"
         raise ConfigError(
             f"{vms} QEMU VMs of {memory_mb} MB each (the pool and its spares) need {need} MB, more "
