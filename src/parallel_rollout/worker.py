@@ -24,7 +24,6 @@ and goes on.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import queue
@@ -35,7 +34,7 @@ import time
 from contextlib import contextmanager
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from . import records
 from .agents import Agent, AttemptInfo, EpisodeCut, get_agent
@@ -48,6 +47,9 @@ from .pool.leasing import lease_vm
 from .results import storable_record
 from .tasks import safe_name
 from .trajectories import TrajectoryFile
+
+if TYPE_CHECKING:
+    import asyncio
 
 
 class RolloutWorker:
@@ -280,6 +282,8 @@ class LoopParts:
         """This loop's asyncio event loop, where an ``async def`` agent's methods run: one for
         the loop's life, so what an async agent keeps (clients, sessions) stays usable."""
         if self._loop is None:
+            import asyncio  # ~30 ms of a worker's start-up (ssl, concurrent.futures): async agents only
+
             self._loop = asyncio.new_event_loop()
         return self._loop
 
