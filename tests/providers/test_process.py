@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -510,6 +511,37 @@ def test_sweep_of_another_run_leaves_ours_alone(provider, vm, base_dir):
     assert ProcessProvider.sweep("other-run", base_dir=base_dir) == []
     assert ProcessProvider.sweep(base_dir=base_dir) == []  # our owner (this process) lives
     assert provider.healthy(vm)
+
+
+@pytest.mark.parametrize("folder", ["vm0", "vm0.b"])
+def test_a_vm_folder_of_another_live_run_of_the_run_id_is_left_alone(base_dir, folder):
+    """Two runs of one run id (two output folders) name their VMs alike. A folder of the other
+    run whose pool lives, between two boots of its VM (no sandbox in it, the VM in its standby's
+    folder), is that run's: a boot here refuses it instead of removing it (that broke the other
+    run's VM mid-task, blamed on its task)."""
+    other_pool = subprocess.Popen(["sleep", "60"])
+    try:
+        vm_dir = base_dir / "same" / folder
+        vm_dir.mkdir(parents=True)
+        (vm_dir / "meta.json").write_text(json.dumps({
+            "run_id": "same", "vm_id": "vm0", "vm_dir": str(vm_dir), "owner_pid": other_pool.pid,
+            "owner_create_time": psutil.Process(other_pool.pid).create_time()}))
+        provider = ProcessProvider("same", ProviderOptions(boot_timeout_s=10), base_dir=base_dir)
+        with pytest.raises(VMError, match=rf"belongs to another live run of that id \(pool pid {other_pool.pid}\)"):
+            provider.start("vm0")
+        assert (vm_dir / "meta.json").is_file()
+        assert ProcessProvider.sweep("same", base_dir=base_dir, orphans_only=True) == []
+        assert (vm_dir / "meta.json").is_file()
+    finally:
+        other_pool.kill()
+        other_pool.wait()
+    # once that run's pool is gone, the folder is a leftover: the next boot takes its place
+    provider = ProcessProvider("same", ProviderOptions(boot_timeout_s=10), base_dir=base_dir)
+    vm = provider.start("vm0")
+    try:
+        assert provider.healthy(vm)
+    finally:
+        provider.stop(vm)
 
 
 def test_boot_failure_reports_the_agent_log(base_dir):

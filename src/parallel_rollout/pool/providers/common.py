@@ -156,6 +156,13 @@ def owner_alive(meta: dict) -> bool:
     return same_process(meta.get("owner_pid"), meta.get("owner_create_time"))
 
 
+def owned_elsewhere(meta: dict | None) -> bool:
+    """Whether a VM folder's meta.json names a live owner other than this process: the pool of
+    another run of the same run id (in another output folder), which may be between two boots
+    of that VM, so its folder must be left alone even while no sandbox runs in it."""
+    return bool(meta) and meta.get("owner_pid") != os.getpid() and owner_alive(meta)
+
+
 def read_meta(vm_dir: Path) -> dict | None:
     """A VM folder's meta.json, None when missing or unreadable."""
     try:
