@@ -41,6 +41,22 @@ def whole_lines(path) -> bytes:
 
 
 @pytest.mark.timeout(180)
+def _runs_bwrap(proc: psutil.Process) -> bool:
+    """Whether a bwrap runs below ``proc`` (the pool's Manager); processes that end while
+    they are looked at (a sandbox reset, a worker's command) are passed over."""
+    try:
+        children = proc.children(recursive=True)
+    except psutil.Error:
+        return False
+    for child in children:
+        try:
+            if child.name() == "bwrap":
+                return True
+        except psutil.Error:
+            continue
+    return False
+
+
 def test_manager_death_is_noticed_fast_stops_everything_and_the_printed_resume_works(tmp_path):
     rng, seed = seeded_rng("manager-dies")
     tasks = mixed_tasks(40, rng, sleeps=(0.1, 0.2, 0.3))
@@ -56,8 +72,7 @@ def test_manager_death_is_noticed_fast_stops_everything_and_the_printed_resume_w
         assert proc.poll() is None, stderr_of(tmp_path, mark)
         assert time.monotonic() < deadline, "the run made no progress"
         time.sleep(0.02)
-    manager = next(p for p in psutil.Process(proc.pid).children()
-                   if any(c.name() == "bwrap" for c in p.children(recursive=True)))
+    manager = next(p for p in psutil.Process(proc.pid).children() if _runs_bwrap(p))
     manager.kill()
     killed_at = time.time()
     before = whole_lines(run_dir / "results.jsonl")  # what was final before the kill settled
