@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from ...errors import ConfigError
+from ...errors import ConfigError, VMError
 
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 #: the shared parent every default base folder lives in
@@ -156,11 +156,16 @@ def owner_alive(meta: dict) -> bool:
     return same_process(meta.get("owner_pid"), meta.get("owner_create_time"))
 
 
-def owned_elsewhere(meta: dict | None) -> bool:
-    """Whether a VM folder's meta.json names a live owner other than this process: the pool of
-    another run of the same run id (in another output folder), which may be between two boots
-    of that VM, so its folder must be left alone even while no sandbox runs in it."""
-    return bool(meta) and meta.get("owner_pid") != os.getpid() and owner_alive(meta)
+def check_vm_folder_free(run_id: str, vm_id: str, meta: dict | None, running: bool) -> None:
+    """VMError unless a boot of ``vm_id`` may take the folder whose meta.json is ``meta``:
+    not while its VM is ``running``, nor while it names a live owner other than this process
+    (the pool of another run of the same run id, in another output folder, which may be
+    between two boots of that VM: its folder is left alone even while nothing runs in it)."""
+    if meta and running:
+        raise VMError(f"VM {vm_id} of run {run_id} is already running (pid {meta.get('pid')})")
+    if meta and meta.get("owner_pid") != os.getpid() and owner_alive(meta):
+        raise VMError(f"VM {vm_id} of run {run_id} belongs to another live run of that id "
+                      f"(pool pid {meta.get('owner_pid')}); its folder is left alone")
 
 
 def read_meta(vm_dir: Path) -> dict | None:

@@ -96,7 +96,7 @@ from .sandbox_argv import (AGENT_SOURCES, DESKTOP_SOURCES, GRADING_BIN, GUEST_HO
                            SandboxSpec, boot_argv, folder_argv)
 from .sandbox_uids import SandboxUids
 from .base import Provider, ProviderOptions, VMInfo
-from .common import (check_name, create_time, log_tail, make_vm_dir, owned_elsewhere, owner_label,
+from .common import (check_name, check_vm_folder_free, create_time, log_tail, make_vm_dir, owner_label,
                      process_and_agent_healthy, read_meta, remove_vm_dir, same_process,
                      secure_base_dir, sweep_vm_folders, write_meta)
 from .sandbox_processes import (KILL_WAIT_S, children, death_cause, kill_recorded, kill_sandbox,
@@ -257,12 +257,7 @@ class ProcessProvider(Provider):
         secure_base_dir(self.base_dir)
         for folder in standby.folders(self.run_dir, vm_id):  # the VM's and its standby's
             meta = read_meta(folder)
-            if meta and sandbox_alive(meta, folder):
-                raise VMError(f"VM {vm_id} of run {self.run_id} is already running "
-                              f"(pid {meta.get('pid')})")
-            if owned_elsewhere(meta):
-                raise VMError(f"VM {vm_id} of run {self.run_id} belongs to another live run of that "
-                              f"id (pool pid {meta.get('owner_pid')}); its folder is left alone")
+            check_vm_folder_free(self.run_id, vm_id, meta, bool(meta) and sandbox_alive(meta, folder))
         if vm_dir.exists():
             shutil.rmtree(vm_dir, ignore_errors=True)
         self._forget(vm_dir)

@@ -103,7 +103,7 @@ from .base import Provider, ProviderOptions, VMInfo
 from .qemu_image import (GUEST_PORT, IMAGE_FILES, QEMU_IMG, image_dir, image_format,
                          image_inputs, read_bytes, read_json, run)
 # Shared with the process provider: same labelling, same pid checks, same launcher thread.
-from .common import (check_name, create_time, exit_status, log_tail, make_vm_dir, owned_elsewhere,
+from .common import (check_name, check_vm_folder_free, create_time, exit_status, log_tail, make_vm_dir,
                      process_and_agent_healthy, read_meta, remove_run_dir_if_empty, runs_vm,
                      same_process, secure_base_dir, signal_name, sweep_vm_folders)
 from .sandbox_processes import launcher
@@ -215,12 +215,8 @@ class QemuProvider(Provider):
                               "folder or use shorter run/vm ids")
         if vm_dir.exists():
             meta = read_meta(vm_dir) or {}
-            if _is_our_qemu(meta.get("pid"), meta.get("create_time"), vm_dir):
-                raise VMError(f"VM {vm_id} of run {self.run_id} is already running "
-                              f"(pid {meta.get('pid')})")
-            if owned_elsewhere(meta):
-                raise VMError(f"VM {vm_id} of run {self.run_id} belongs to another live run of "
-                              f"that id (pool pid {meta.get('owner_pid')})")
+            check_vm_folder_free(self.run_id, vm_id, meta,
+                                 _is_our_qemu(meta.get("pid"), meta.get("create_time"), vm_dir))
             shutil.rmtree(vm_dir, ignore_errors=True)
         secure_base_dir(self.base_dir)  # 0700 and ours, not another user's folder
         make_vm_dir(vm_dir)
