@@ -19,12 +19,15 @@ import textwrap
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from parallel_rollout.config import build_config
-from parallel_rollout.errors import ConfigError, ProviderUnavailable
+from parallel_rollout.errors import ConfigError, ProviderUnavailable, VMError
 from parallel_rollout.guest.client import GuestClient
 from parallel_rollout.pool.providers.base import ProviderOptions
+from parallel_rollout.pool.providers.docker import DockerProvider
+from parallel_rollout.pool.providers.docker_cli import LABEL, containers
 
 ROOT = Path(__file__).resolve().parents[2]
 SHELL_TASKS = ROOT / "benchmarks" / "shell_tasks.jsonl"
@@ -207,6 +210,41 @@ def test_docker_isolation_network_none_fresh_tmp_and_limits(docker):
         assert "PARALLEL_ROLLOUT_VM=vm0" in env and "HOME=/home/user" in env
     finally:
         provider.stop(info)
+
+
+def test_docker_vm_of_another_live_run_of_the_run_id_is_left_alone(docker):
+    """Two runs of one run id (two output folders) name their containers' labels and VM
+    folders alike. The other run's VM between two containers (none running: its reset under
+    way) is that run's: a boot here refuses it instead of removing its containers and
+    folder, and takes its place once that run's pool is gone."""
+    run_id = docker.new_run_id()
+    other_pool = subprocess.Popen(["sleep", "60"])
+    other = docker.provider(run_id)
+    other._owner = f"{other_pool.pid}:{psutil.Process(other_pool.pid).create_time():.3f}"
+    try:
+        other_vm = other.start("vm0")
+        other._spares["vm0"].result(timeout=60)  # its spare, booted in the background
+        theirs = containers(f"{LABEL}.run={run_id}")
+        assert len(theirs) == 2
+        subprocess.run(["docker", "kill", *[c["name"] for c in theirs]], capture_output=True, timeout=60)
+        vm_dir = Path(other_vm.private["vm_dir"])
+        with pytest.raises(VMError, match=rf"belongs to another live run of that id \(pool pid {other_pool.pid}\)"):
+            docker.provider(run_id).start("vm0")
+        assert {c["name"] for c in containers(f"{LABEL}.run={run_id}")} == {c["name"] for c in theirs}
+        assert (vm_dir / "meta.json").is_file()
+        assert DockerProvider.sweep(run_id, orphans_only=True) == []
+        assert (vm_dir / "meta.json").is_file()
+        other_pool.kill()
+        other_pool.wait()
+        ours = docker.provider(run_id)
+        vm = ours.start("vm0")  # that run's pool is gone: its containers are leftovers
+        assert ours.healthy(vm)
+        assert not {c["name"] for c in containers(f"{LABEL}.run={run_id}")} & {c["name"] for c in theirs}
+        ours.stop(vm)
+    finally:
+        other_pool.kill()
+        other_pool.wait()
+        DockerProvider.sweep(run_id)
 
 
 def test_docker_snapshot_name_is_an_image(docker, tmp_path):

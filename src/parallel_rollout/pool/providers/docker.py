@@ -92,10 +92,11 @@ import psutil
 from ...errors import ConfigError, GuestUnreachable, ProviderUnavailable, VMError
 from . import images, seccomp, verify
 from .base import Provider, ProviderOptions, VMInfo
-from .common import check_name, make_vm_dir, read_meta, remove_run_dir_if_empty, secure_base_dir
+from .common import (check_name, make_vm_dir, read_meta, remove_run_dir_if_empty, secure_base_dir,
+                     unlabelled_and_young)
 from .docker_cli import (GUEST_HOME, GUEST_SOCK_DIR, LABEL, SOCKET_NAME, START_HINT, agent_argv,
-                         check_image, container_death_cause, container_state, containers,
-                         daemon_address, daemon_limits, docker, image_exists, image_kind,
+                         check_image, check_leftovers_free, container_death_cause, container_state,
+                         containers, daemon_address, daemon_limits, docker, image_exists, image_kind,
                          import_changes, kill_init, local_init, logs, owner_alive,
                          remove_containers, remove_old_guest_images, write_user_files)
 from .docker_spare import Background, SpareContainers
@@ -254,10 +255,8 @@ class DockerProvider(SpareContainers, Provider):
         deadline = time.monotonic() + self.options.boot_timeout_s
         vm_dir = self.run_dir / vm_id
         leftovers = containers(f"{LABEL}.run={self.run_id}", f"{LABEL}.vm={vm_id}")
-        for leftover in leftovers:
-            if leftover["state"] == "running":
-                raise VMError(f"VM {vm_id} of run {self.run_id} is already running "
-                              f"(container {leftover['name']})")
+        check_leftovers_free(self.run_id, vm_id, leftovers, read_meta(vm_dir), self._owner,
+                             socket.gethostname())
         # containers and the folder of an earlier life of this id
         self._remove(leftovers)
         shutil.rmtree(vm_dir, ignore_errors=True)
@@ -384,7 +383,8 @@ class DockerProvider(SpareContainers, Provider):
                 continue
             for vm_dir in sorted(p for p in run_dir.iterdir() if p.is_dir()):
                 meta = read_meta(vm_dir) or {}
-                if (run_id is None or orphans_only) and owner_alive(meta.get("owner", "")):
+                if (run_id is None or orphans_only) and (owner_alive(meta.get("owner", ""))
+                                                         or unlabelled_and_young(vm_dir, meta)):
                     continue
                 shutil.rmtree(vm_dir, ignore_errors=True)
                 removed.add(vm_dir.name)

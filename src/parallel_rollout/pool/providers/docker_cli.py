@@ -293,6 +293,27 @@ def kill_init(private: dict) -> bool:
     return True
 
 
+def check_leftovers_free(run_id: str, vm_id: str, leftovers: list[dict], meta: dict | None,
+                         owner: str, host: str) -> None:
+    """VMError unless a boot of ``vm_id`` by the pool ``owner`` may remove the VM's
+    ``leftovers`` (its containers, from ``containers``) and its folder (whose meta.json is
+    ``meta``): not while one of them runs, nor while they or the folder belong to another
+    live pool on this host (a second run of the run id in another output folder, maybe
+    between two containers of that VM: it keeps them, and its folder)."""
+    others = {c["owner"] for c in leftovers
+              if c["owner"] != owner and c["host"] == host and owner_alive(c["owner"])}
+    if meta and meta.get("owner", owner) != owner and owner_alive(meta["owner"]):
+        others.add(meta["owner"])
+    if others:
+        pids = ", ".join(sorted(o.partition(":")[0] for o in others))
+        raise VMError(f"VM {vm_id} of run {run_id} belongs to another live run of that id "
+                      f"(pool pid {pids}); its containers and folder are left alone")
+    for leftover in leftovers:
+        if leftover["state"] == "running":
+            raise VMError(f"VM {vm_id} of run {run_id} is already running "
+                          f"(container {leftover['name']})")
+
+
 def owner_alive(owner: str) -> bool:
     """Whether the ``pid:create_time`` of a container label names a running process."""
     pid, _, created = (owner or "").partition(":")
