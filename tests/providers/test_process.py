@@ -23,7 +23,7 @@ from parallel_rollout.errors import ConfigError, VMError
 from parallel_rollout.guest.client import GuestClient
 from parallel_rollout.pool.providers import get_provider
 from parallel_rollout.pool.providers.base import ProviderOptions
-from parallel_rollout.pool.providers import cgroups, common
+from parallel_rollout.pool.providers import cgroups
 from parallel_rollout.pool.providers.process import ProcessProvider
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
@@ -542,21 +542,6 @@ def test_a_vm_folder_of_another_live_run_of_the_run_id_is_left_alone(base_dir, f
         assert provider.healthy(vm)
     finally:
         provider.stop(vm)
-
-
-def test_a_sweep_of_orphans_leaves_a_folder_being_labelled(base_dir):
-    """A boot creates its VM's folder, then writes the meta.json that names its owner. A
-    sweep of orphans in between (another run of the run id starting) must not take that
-    folder for a leftover; an unlabelled folder that has not changed for a while is one."""
-    vm_dir = base_dir / "same" / "vm0"
-    vm_dir.mkdir(parents=True)
-    assert ProcessProvider.sweep("same", base_dir=base_dir, orphans_only=True) == []
-    assert ProcessProvider.sweep(base_dir=base_dir) == []
-    assert vm_dir.is_dir()
-    old = time.time() - 2 * common.UNLABELLED_GRACE_S
-    os.utime(vm_dir, (old, old))
-    assert ProcessProvider.sweep("same", base_dir=base_dir, orphans_only=True) == ["vm0"]
-    assert not vm_dir.exists()
 
 
 def test_boot_failure_reports_the_agent_log(base_dir):

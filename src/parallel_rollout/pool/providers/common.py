@@ -51,9 +51,6 @@ def check_name(what: str, value: str) -> None:
 
 #: clock ticks per second, the unit of a start time in /proc/PID/stat
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-#: seconds a VM folder with no meta.json yet is taken for a boot under way (it writes the
-#: label just after creating the folder), not a leftover, by a sweep of orphans
-UNLABELLED_GRACE_S = 60.0
 
 
 def _stat(pid: int) -> tuple[str, float] | None:
@@ -157,18 +154,6 @@ def _owner_label(pid: int) -> tuple:
 def owner_alive(meta: dict) -> bool:
     """Whether the process a meta.json names as owner still runs."""
     return same_process(meta.get("owner_pid"), meta.get("owner_create_time"))
-
-
-def unlabelled_and_young(vm_dir: Path, meta: dict | None) -> bool:
-    """Whether ``vm_dir`` has no meta.json and changed within ``UNLABELLED_GRACE_S``: the
-    folder of a boot that has not labelled it yet (another live run of the run id may be
-    making it), which only a sweep by run id removes; an older one is a crash's leftover."""
-    if meta:
-        return False
-    try:
-        return time.time() - vm_dir.stat().st_mtime < UNLABELLED_GRACE_S
-    except OSError:
-        return False
 
 
 def check_vm_folder_free(run_id: str, vm_id: str, meta: dict | None, running: bool) -> None:
@@ -300,8 +285,8 @@ def sweep_vm_folders(base: Path, run_id: str | None,
             continue
         for vm_dir in sorted(p for p in run_dir.iterdir() if p.is_dir()):
             meta = read_meta(vm_dir) or {}
-            if (run_id is None or orphans_only) and (owner_alive(meta) or unlabelled_and_young(vm_dir, meta)):
-                continue  # a live run's, or one being labelled: not ours to sweep
+            if (run_id is None or orphans_only) and owner_alive(meta):
+                continue  # a live run: not ours to sweep
             kill(meta, vm_dir)
             shutil.rmtree(vm_dir, ignore_errors=True)
             removed.append(vm_dir.name)
