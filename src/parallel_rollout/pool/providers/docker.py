@@ -92,8 +92,7 @@ import psutil
 from ...errors import ConfigError, GuestUnreachable, ProviderUnavailable, VMError
 from . import images, seccomp, verify
 from .base import Provider, ProviderOptions, VMInfo
-from .common import (check_name, make_vm_dir, read_meta, remove_run_dir_if_empty, secure_base_dir,
-                     unlabelled_and_young)
+from .common import check_name, make_vm_dir, read_meta, remove_run_dir_if_empty, secure_base_dir
 from .docker_cli import (GUEST_HOME, GUEST_SOCK_DIR, LABEL, SOCKET_NAME, START_HINT, agent_argv,
                          check_image, check_leftovers_free, container_death_cause, container_state,
                          containers, daemon_address, daemon_limits, docker, image_exists, image_kind,
@@ -383,8 +382,7 @@ class DockerProvider(SpareContainers, Provider):
                 continue
             for vm_dir in sorted(p for p in run_dir.iterdir() if p.is_dir()):
                 meta = read_meta(vm_dir) or {}
-                if (run_id is None or orphans_only) and (owner_alive(meta.get("owner", ""))
-                                                         or unlabelled_and_young(vm_dir, meta)):
+                if (run_id is None or orphans_only) and owner_alive(meta.get("owner", "")):
                     continue
                 shutil.rmtree(vm_dir, ignore_errors=True)
                 removed.add(vm_dir.name)
