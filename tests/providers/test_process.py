@@ -544,6 +544,29 @@ def test_a_vm_folder_of_another_live_run_of_the_run_id_is_left_alone(base_dir, f
         provider.stop(vm)
 
 
+def test_a_vm_folder_is_labelled_before_its_sandbox_boots(base_dir):
+    """A sweep of orphans (another run of the run id starting) takes a VM folder with no
+    meta.json for a leftover. The label is written as the folder is made, so such a sweep
+    during a boot (cgroups, socket, seccomp program, bwrap) leaves the folder alone: it
+    removed the folder of a first boot, the VM's own and its standby's."""
+    swept: dict[str, list[str]] = {}
+
+    class Swept(ProcessProvider):
+        def _boot(self, vm_id, vm_dir, group):
+            swept[vm_dir.name] = ProcessProvider.sweep("same", base_dir=base_dir, orphans_only=True)
+            return super()._boot(vm_id, vm_dir, group)
+
+    provider = Swept("same", ProviderOptions(boot_timeout_s=10), base_dir=base_dir)
+    vm = provider.start("vm0")
+    try:
+        for _ in range(3):  # the standby's folder is made at the first reset's standby boot
+            vm = provider.reset(vm)
+            assert provider.healthy(vm)
+    finally:
+        provider.stop(vm)
+    assert swept == {"vm0": [], "vm0.b": []}
+
+
 def test_boot_failure_reports_the_agent_log(base_dir):
     class BrokenAgent(ProcessProvider):
         def _argv(self, *args):

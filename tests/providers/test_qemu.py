@@ -249,6 +249,21 @@ def test_qemu_that_exits_at_once_says_why(image, request):
         provider.start("vm0")
 
 
+def test_a_vm_folder_is_labelled_before_qemu_starts(image, request):
+    """The folder is labelled as it is made (see the process provider's test): a sweep of
+    orphans while the overlay is made and QEMU starts leaves it alone."""
+    swept = []
+
+    class Swept(QemuProvider):
+        def _boot(self, vm_id, vm_dir, *args):
+            swept.append(QemuProvider.sweep(self.run_id, orphans_only=True))
+            raise VMError("stopped here by the test")
+
+    with pytest.raises(VMError, match="stopped here by the test"):
+        Swept(_run_id(request)).start("vm0")
+    assert swept == [[]]
+
+
 def test_without_an_image_or_qemu_the_error_says_how_to_fix_it(tmp_path, monkeypatch):
     monkeypatch.setenv("PARALLEL_ROLLOUT_CACHE", str(tmp_path / "empty-cache"))
     with pytest.raises(ProviderUnavailable,

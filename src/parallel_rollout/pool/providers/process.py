@@ -261,8 +261,8 @@ class ProcessProvider(Provider):
         if vm_dir.exists():
             shutil.rmtree(vm_dir, ignore_errors=True)
         self._forget(vm_dir)
-        make_vm_dir(vm_dir, "sock")
         group = self._cgroup(vm_id)
+        self._make_folder(vm_id, vm_dir, group)
         info = None
         try:
             self._uids.acquire(vm_id)
@@ -342,8 +342,8 @@ class ProcessProvider(Provider):
     def _boot_in(self, vm_id: str, vm_dir: Path) -> VMInfo:
         """A new sandbox of ``vm_id`` in ``vm_dir`` (its folder or its standby's): the
         folder, its cgroups and most of bwrap's argv are those of its earlier boots."""
-        make_vm_dir(vm_dir, "sock")  # the socket itself is replaced by sandbox_fs.listen
         group = self._cgroup(vm_dir.name)
+        self._make_folder(vm_id, vm_dir, group)
         group.renew()
         try:
             return self._boot(vm_id, vm_dir, group)
@@ -397,12 +397,6 @@ class ProcessProvider(Provider):
         argv = self._argv(vm_id, vm_dir, ready_w, info_w, listener.fileno())
         argv = [argv[0], "--seccomp", str(seccomp_fd), *argv[1:]]
         log_path = vm_dir / "agent.log"
-        meta_path = vm_dir / "meta.json"
-        if not meta_path.exists():
-            # the folder's first boot: labelled before anything runs in it (owner, cgroups),
-            # so that a sweep finds what an owner killed in the middle of the boot leaves;
-            # a later boot's folder keeps that label until the boot's own meta replaces it
-            self._write_meta(vm_id, vm_dir, {"vm_dir": str(vm_dir), "cgroups": group.paths})
         try:
             # joins the cgroups before bwrap forks anything: the shell in front of it
             proc, logged = sandbox_log.start(argv, log_path, (ready_w, info_w, seccomp_fd, listener.fileno()),
@@ -450,6 +444,16 @@ class ProcessProvider(Provider):
         address = f"unix:{vm_dir / 'sock' / SOCKET_NAME}"
         return VMInfo(vm_id=vm_id, provider=self.name, address=address, run_id=self.run_id,
                       private=private)
+
+    def _make_folder(self, vm_id: str, vm_dir: Path, group: cgroups.VMCgroup) -> None:
+        """``vm_dir`` and its socket folder (the socket is made by ``sandbox_fs.listen``); at
+        the folder's first boot, labelled at once (owner, cgroups), before anything runs in
+        it: a sweep finds by the label what an owner killed in the middle of the boot leaves,
+        and a sweep of orphans (another run of the run id starting) takes an unlabelled folder
+        for a leftover. A later boot's folder keeps the label until its own meta replaces it."""
+        make_vm_dir(vm_dir, "sock")
+        if not os.path.exists(f"{vm_dir}/meta.json"):
+            self._write_meta(vm_id, vm_dir, {"vm_dir": str(vm_dir), "cgroups": group.paths})
 
     def _write_meta(self, vm_id: str, vm_dir: Path, private: dict) -> None:
         write_meta(vm_dir, {"run_id": self.run_id, "vm_id": vm_id, "created": time.time(),

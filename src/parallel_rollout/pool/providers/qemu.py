@@ -222,6 +222,7 @@ class QemuProvider(Provider):
         make_vm_dir(vm_dir)
         private = {"vm_dir": str(vm_dir), "snapshot": self.snapshot_name}
         try:
+            self._write_meta(vm_id, vm_dir, private)  # labelled at once: see process.py
             if self.user_image is not None:
                 backing, backing_format = self.user_image, self.user_format
             else:
