@@ -13,9 +13,14 @@ the home or a ``~/bin`` shim left by the answer is then never loaded: only the f
 check inspects reach it. Programs that read a file of the home as their config are run
 through the wrappers in ``grading_bin/`` (first on the PATH, read-only like the agent): curl
 without ``~/.curlrc``, sqlite3 without ``~/.sqliterc``, jq without ``~/.jq``, file without
-``~/.magic``, each of which could make a wrong answer pass. Other programs' dotfiles (node's
-``~/.node_modules``, wget's ``~/.wgetrc``) are still read: a check should not run them on
-what the answer left in its home.
+``~/.magic``, wget without ``~/.wgetrc``, psql without ``~/.psqlrc`` (both still read /etc's),
+node without its global folders ``~/.node_modules`` and ``~/.node_libraries`` (its child
+processes too), each of which could make a wrong answer pass; a check's own options win.
+The rest of the home is still read: node's ``node_modules`` of the folder it runs in (the
+home: ``node -e "require('x')"`` there loads ``~/node_modules/x``), Debian psql's
+``~/.postgresqlrc`` (the server and database of a check that names neither), credentials
+(``~/.netrc``, ``~/.pgpass``), other programs' dotfiles: a check should not run them on what
+the answer left in its home.
 """
 
 from __future__ import annotations
