@@ -115,6 +115,40 @@ PY_CHECK = "python3 -c 'import sys; sys.exit(3)'"
 EXIT_0 = "import os; os._exit(0)"
 #: the answer's user site-packages, made: $d
 USER_SITE = "d=$(python3 -c 'import site; print(site.getusersitepackages())') && mkdir -p \"$d\""
+#: ``python3 -c SERVE_HOME COMMAND...``: COMMAND run while the files of the home (the check's
+#: folder) are served on the sandbox's own loopback, port 8765, as a check serves a site
+SERVE_HOME = textwrap.dedent("""\
+    import http.server, subprocess, sys, threading
+    http.server.SimpleHTTPRequestHandler.log_message = lambda *args: None
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 8765), http.server.SimpleHTTPRequestHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    sys.exit(subprocess.call(sys.argv[1:]))
+""")
+#: ``python3 -c PG_SERVER COMMAND...``: COMMAND run with PGHOST naming a PostgreSQL server of
+#: one connection that answers "select N" with N: what psql needs to read its ~/.psqlrc (it
+#: reads it once connected), without a server on the machine
+PG_SERVER = textwrap.dedent(r"""
+    import os, socket, struct, subprocess, sys, tempfile, threading
+    folder = tempfile.mkdtemp()
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(folder + "/.s.PGSQL.5432")
+    listener.listen()
+    def message(kind, body):
+        return kind + struct.pack("!i", len(body) + 4) + body
+    def serve():
+        conn = listener.accept()[0]
+        stream = conn.makefile("rb")
+        stream.read(struct.unpack("!i", stream.read(4))[0] - 4)
+        conn.sendall(message(b"R", struct.pack("!i", 0)) + message(b"S", b"server_version\x0015.0\x00")
+                     + message(b"Z", b"I"))
+        while stream.read(1) not in (b"", b"X"):
+            value = stream.read(struct.unpack("!i", stream.read(4))[0] - 4).rstrip(b"\x00").split()[-1]
+            row = struct.pack("!h", 1) + b"v\x00" + struct.pack("!ihihih", 0, 0, 25, -1, -1, 0)
+            conn.sendall(message(b"T", row) + message(b"D", struct.pack("!hi", 1, len(value)) + value)
+                         + message(b"C", b"SELECT 1\x00") + message(b"Z", b"I"))
+    threading.Thread(target=serve, daemon=True).start()
+    sys.exit(subprocess.call(sys.argv[1:], env=dict(os.environ, PGHOST=folder)))
+""")
 #: the system calls seccomp must refuse by name (issue 24): io_uring and the new mount API,
 #: each called with arguments the kernel would reject in its own way (EBADF, EFAULT …), so
 #: any answer but EPERM means the call reached the kernel
@@ -197,6 +231,14 @@ SHELL_ROWS = {
     "rig_check_sqliterc": (["echo '.print 5' > ~/.sqliterc"], "sqlite3 :memory: 'select 0' | grep -qx 5", False),
     "rig_check_magic": (["echo '0 string x PNG image data' > ~/.magic"], "echo x | file -b - | grep -q PNG",
                         False),
+    "rig_check_wgetrc": (["echo pr-rigged > ~/fake && echo http://127.0.0.1:8765/fake > ~/urls"
+                          " && printf 'input = %s/urls\\n' \"$HOME\" > ~/.wgetrc"],
+                         f"python3 -c '{SERVE_HOME}' wget -qO- http://127.0.0.1:8765/page | grep -q pr-rigged", False),
+    "rig_check_psqlrc": (["printf '%s\\n' '\\echo 5' > ~/.psqlrc"],
+                         f"python3 -c '{PG_SERVER}' psql -tAc 'select 0' | grep -qx 5", False),
+    "rig_check_node_modules": (["for d in .node_modules .node_libraries; do mkdir -p ~/$d"
+                                " && echo 'process.exit(0)' > ~/$d/pr-hostile.js; done"],
+                               "node -e \"require('pr-hostile'); process.exit(3)\"", False),
     "io_uring_and_mount_api": ([f"python3 -c '{NEW_SYSCALLS}'"], GOT_IT, False),
     "aio_contexts": ([f"python3 -c '{AIO_CONTEXTS}'"], GOT_IT, False),
     "write_sandbox_folders": ([WRITE_SANDBOX_FOLDERS], GOT_IT, False),
@@ -211,14 +253,31 @@ NEEDS_CGROUP = {"fork_bomb": "pids"}
 #: rows whose check runs a program the guest may not have, with it: without it the check
 #: fails whatever the answer did, so the row would prove nothing and is left out
 NEEDS_PROGRAM = {"rig_check_curlrc": "curl", "rig_check_jq": "jq", "rig_check_sqliterc": "sqlite3",
-                 "rig_check_magic": "file"}
-#: an honest task's check through the same wrappers: they run the real programs, arguments
-#: and all (run where no row of NEEDS_PROGRAM is left out)
-HONEST_TOOLS = ("jq -e '.a == 2' ~/a.json && [ \"$(sqlite3 ~/t.db 'select x from t')\" = 4 ]"
-                " && curl -sf \"file://$HOME/a.json\" | grep -q '\"a\"' && file -b ~/a.json | grep -q JSON")
+                 "rig_check_magic": "file", "rig_check_wgetrc": "wget", "rig_check_psqlrc": "psql",
+                 "rig_check_node_modules": "node"}
+#: program -> an honest task's check of it through its wrapper: the real program runs, arguments
+#: and all, on what the task's answer wrote (~/a.json, ~/t.db), where its row is not left out
+HONEST_TOOLS = {
+    "jq": "jq -e '.a == 2' ~/a.json",
+    "sqlite3": "[ \"$(sqlite3 ~/t.db 'select x from t')\" = 4 ]",
+    "curl": "curl -sf \"file://$HOME/a.json\" | grep -q '\"a\"'",
+    "file": "file -b ~/a.json | grep -q JSON",
+    "wget": f"python3 -c '{SERVE_HOME}' wget -qO- http://127.0.0.1:8765/a.json | grep -q '\"a\"'",
+    "psql": f"[ \"$(python3 -c '{PG_SERVER}' psql -tAc 'select 4')\" = 4 ]",
+    # the home and its HOME are still the answer's (the wrapper only hides its global folders)
+    "node": "node -e 'const os = require(\"os\"); process.exit(process.env.HOME === os.homedir()"
+            " && require(os.homedir() + \"/a.json\").a === 2 ? 0 : 1)'",
+}
 #: an honest task's check that needs none of them: the wrappers come first on a check's PATH
 HONEST_WRAPPERS = " && ".join(f'[ "$(command -v {p})" = /opt/parallel-rollout/grading_bin/{p} ]'
                               for p in NEEDS_PROGRAM.values())
+
+
+#: rows whose program cannot start in a table's VM (256 MB) where RLIMIT_AS is its bound (the
+#: provider's where no memory cgroup is, as nobody's runs here): node reserves ~1 GB of address
+#: space at start (V8's code range), and dies of SIGTRAP
+NEEDS_ADDRESS_SPACE = {"rig_check_node_modules": "node cannot start under RLIMIT_AS of 256 MB, a VM's "
+                                                 "memory bound without a memory cgroup"}
 
 
 def rows_without_programs(where: str, has=shutil.which) -> dict[str, str]:
@@ -233,6 +292,7 @@ def unbounded_rows() -> dict[str, str]:
     return {**{row: f"no {controller} cgroup to bound it: {cgroups.why_unavailable(controller)}"
                for row, controller in NEEDS_CGROUP.items()
                if controller not in cgroups.available()},
+            **({} if "memory" in cgroups.available() else NEEDS_ADDRESS_SPACE),
             **rows_without_programs("the host's /usr (the sandbox's)")}
 
 
@@ -316,11 +376,12 @@ def shell_tasks(port: int, leave_out=()) -> list[dict]:
                       "reference": ["touch ~/ok"], "check": GOT_IT, "timeout": 30})  # a loaded machine: no hurry
     tasks.append({"id": "honest_wrappers", "mode": "shell", "instruction": "nothing",
                   "reference": ["true"], "check": HONEST_WRAPPERS, "timeout": 30})
-    if not set(NEEDS_PROGRAM) & set(leave_out):
+    tools = [program for row, program in NEEDS_PROGRAM.items() if row not in leave_out]
+    if tools:
+        table = ["sqlite3 ~/t.db 'create table t(x); insert into t values (4);'"] if "sqlite3" in tools else []
         tasks.append({"id": "honest_tools", "mode": "shell", "instruction": "a JSON file and a table",
-                      "reference": ["echo '{\"a\": 2}' > ~/a.json && sqlite3 ~/t.db"
-                                    " 'create table t(x); insert into t values (4);'"],
-                      "check": HONEST_TOOLS, "timeout": 30})
+                      "reference": ["echo '{\"a\": 2}' > ~/a.json", *table],
+                      "check": " && ".join(HONEST_TOOLS[program] for program in tools), "timeout": 30})
     return tasks
 
 
@@ -542,7 +603,7 @@ def nobody_table(loopback):
         pytest.skip(why)
     nobody = pwd.getpwnam("nobody")
     with _delegated_pids_cgroup(nobody.pw_uid, nobody.pw_gid) as join:
-        left_out = {**unbounded_rows(), **({} if join else NOT_AS_NOBODY)}
+        left_out = {**unbounded_rows(), **NEEDS_ADDRESS_SPACE, **({} if join else NOT_AS_NOBODY)}
         tasks = shell_tasks(loopback.port, left_out)
         flags = ("--vm-max-processes", "128") if join else ()
         for table in _run_as_nobody("shell", tasks, join, *flags):

@@ -4,7 +4,7 @@ host untouched, the run finished, no container lost.
 One row stays out: filling the home. A container's home is its writable layer, on the
 host's disk, with no size of its own (overlay2 sizes it only on xfs with project quotas);
 the process provider's home is a sized tmpfs instead. So do the rows whose check runs curl,
-jq, sqlite3 or file, which the guest image does not have (the table's honest_wrappers task
+jq, sqlite3, file, wget, psql or node, which the guest image does not have (the table's honest_wrappers task
 checks that their wrappers come first on a check's PATH).
 """
 
