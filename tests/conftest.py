@@ -81,10 +81,12 @@ def no_leaks():
 
 
 def _grader_of_an_older_worker(proc: psutil.Process, before: set[int]) -> bool:
-    """A math grader (envs/math_grader.py) whose worker was running before the test: it is
-    that worker's, kept for its next grading (a module's shared engine), not the test's."""
+    """A math grader (envs/math_grader.py) whose worker was running before the test, or of
+    this test process: it is that process's, kept for its next grading (a module's shared
+    engine; tests/test_math.py grades in this process and stops its graders at its end)."""
     try:
-        return "parallel_rollout.envs.math_grader" in " ".join(proc.cmdline()) and proc.ppid() in before
+        return ("parallel_rollout.envs.math_grader" in " ".join(proc.cmdline())
+                and (proc.ppid() in before or proc.ppid() == os.getpid()))
     except psutil.Error:
         return False
 
@@ -201,12 +203,34 @@ def pytest_addoption(parser):
                      help="also run the tests marked slow (long acceptance checks)")
 
 
+#: parametrized cases that are slow where their test's other cases are not (a test marks
+#: itself slow with ``@pytest.mark.slow``): another provider, model setting or size of a check
+#: the default run makes once; each took 10-50 s of a 2-core run
+SLOW_CASES = frozenset({
+    *(f"tests/providers/test_contract.py::{test}[qemu]" for test in (
+        "test_execute", "test_file_round_trip", "test_reset_restores_the_snapshot",
+        "test_healthy_turns_false_when_killed_from_outside", "test_death_cause_names_a_kill_from_outside",
+        "test_stop_leaves_nothing_and_is_idempotent", "test_sweep_after_a_sigkilled_owner_leaves_nothing")),
+    "tests/providers/test_contract.py::test_start_reaches_the_guest_agent[qemu]",  # test_qemu.py boots one
+    "tests/test_fleet.py::test_cli_two_servers_share_out_workers_of_one_env_loop_each[4]",
+    "tests/rl/test_aborts.py::test_a_scheduler_aborts_eight_env_loops_mid_turn[partial]",
+    "tests/test_runner.py::test_resume_after_main_process_is_sigkilled[20]",
+    "tests/test_hostile.py::test_one_vm_cannot_take_the_machines_ptys[nobody]",
+    "tests/test_osworld_openai.py::test_openai_agent_solves_desktop_tasks_from_screenshots"
+    "[computer_13-screenshot_a11y_tree]",
+})
+#: the same, by the start of their ids (ids with free text in them)
+SLOW_CASE_PREFIXES = tuple(
+    f"tests/test_run_provenance.py::test_resume_refuses_another_model_setting_naming_it[{case}-"
+    for case in ("args0", "args1", "args3"))
+
+
 def pytest_collection_modifyitems(config, items):
-    """Leave the tests marked ``slow`` out of the default run, so it stays lean; ``--slow`` or
-    PR_SLOW=1 runs them too."""
+    """Leave the tests marked ``slow`` (and SLOW_CASES) out of the default run, so it stays
+    lean; ``--slow`` or PR_SLOW=1 runs them too."""
     if config.getoption("--slow") or os.environ.get("PR_SLOW") == "1":
         return
     skip = pytest.mark.skip(reason="slow: run with ./dev test --slow")
     for item in items:
-        if "slow" in item.keywords:
+        if "slow" in item.keywords or item.nodeid in SLOW_CASES or item.nodeid.startswith(SLOW_CASE_PREFIXES):
             item.add_marker(skip)

@@ -53,6 +53,7 @@ def _texts(app: ET.Element, tag: str) -> list[str]:
     return [node.text or "" for node in app.iter(tag)]
 
 
+@pytest.mark.slow
 @needs_atspi
 @needs_apps
 def test_writer_text_and_impress_slide_panel_are_in_the_tree(desktop_vm):

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from conftest import assert_exactly_once, read_results
@@ -44,6 +45,7 @@ def worker_deaths(run_dir: Path) -> list[dict]:
     return [e for e in events if e["event"] == "worker_died"]
 
 
+@pytest.mark.slow
 def test_timeouts_past_the_crash_limit_are_not_a_crash_loop(tmp_path, monkeypatch):
     """8 attempts past --task-timeout with N=1: 8 workers killed on purpose, twice the limit,
     and the run finishes with one task_timeout per task."""

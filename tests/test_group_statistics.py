@@ -159,6 +159,7 @@ def seeded_model(seed: int, drop: float = 0.0):
     return policy
 
 
+@pytest.mark.slow
 def test_run_compare_to_with_groups_is_quiet_on_noise_and_fires_on_a_drop(tmp_path, llm_server):
     pytest.importorskip("math_verify")
     def outcomes(seed: int, drop: float = 0.0) -> list[dict]:

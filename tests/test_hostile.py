@@ -730,6 +730,7 @@ HOLD_FORKS = ("import os, time\nn = 0\nwhile n < 3000:\n    try:\n        pid = 
               "time.sleep(10)\n")
 
 
+@pytest.mark.slow
 def test_one_vm_cannot_take_the_runners_process_limit_as_nobody():
     """As nobody without a pids cgroup, every sandbox's processes also count against the
     runner's own RLIMIT_NPROC (2000 here): a VM's default cap is its share of it (the

@@ -25,9 +25,10 @@ from parallel_rollout.tasks import Task, load_tasks
 MATH_TASKS = Path(__file__).resolve().parent.parent / "benchmarks" / "math_tasks.jsonl"
 
 
-@pytest.fixture(autouse=True)
+@pytest.fixture(autouse=True, scope="module")
 def stop_graders():
-    """Grading in this process starts grader processes; stop them before the leak check."""
+    """Grading in this process starts grader processes (math-verify's import: seconds each),
+    kept for the module's next gradings (the leak check allows them); stopped at its end."""
     yield
     close_graders()
 

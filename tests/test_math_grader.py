@@ -52,6 +52,7 @@ def busy_threads(stop: threading.Event, count: int = 4) -> list[threading.Thread
     return threads
 
 
+@pytest.mark.slow
 def test_grading_beside_busy_threads_holding_locks_never_forks_this_process():
     stop = threading.Event()
     threads = busy_threads(stop)

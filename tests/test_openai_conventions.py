@@ -67,6 +67,7 @@ def test_a_key_is_demanded_for_openai_itself_only(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_run_toml_tables_reach_the_request_body(tmp_path, llm_server):
     server = llm_server(policy=solver())
     config = tmp_path / "run.toml"
@@ -92,6 +93,7 @@ def test_bad_sampling_is_a_usage_error(tmp_path, bad, says):
     assert done.returncode == 2 and says in done.stderr, done.stderr
 
 
+@pytest.mark.slow
 def test_a_server_that_refuses_max_tokens_gets_max_completion_tokens(tmp_path, llm_server):
     refusal = {"message": "Unsupported parameter: 'max_tokens' is not supported with this model. "
                           "Use 'max_completion_tokens' instead.",
@@ -110,6 +112,7 @@ def test_a_server_that_refuses_max_tokens_gets_max_completion_tokens(tmp_path, l
     assert all(b["max_completion_tokens"] == 64 for b in bodies[1:])
 
 
+@pytest.mark.slow
 def test_reasoning_models_get_max_completion_tokens_at_once(tmp_path, llm_server):
     server = llm_server(policy=solver())
     done = cli(tmp_path, "--base-url", server.url, "--model", "o3-mini", "--max-tokens", "64")

@@ -45,6 +45,7 @@ def run(tmp_path, data, run_id, **flags):
 # ------------------------------------------------------------------------ end to end
 
 
+@pytest.mark.slow
 def test_oracle_passes_every_shipped_task_through_a_shared_pool(tmp_path):
     tasks = shipped()
     assert len(tasks) >= 15

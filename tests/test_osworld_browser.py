@@ -117,6 +117,7 @@ def test_tabs_open_close_and_are_read_like_osworld(browser_env):
     assert (info["title"], info["url"]) == ("Page two", f"{site}/two.html")
 
 
+@pytest.mark.slow
 def test_page_texts_are_read_as_osworld_reads_them(browser_env):
     from parallel_rollout.envs.osworld.getters.page_content import parse_page
 

@@ -82,6 +82,7 @@ def test_play_and_exit_follows_the_other_vlcrc_settings(tmp_path):
     assert METRICS["check_play_and_exit"](str(rc), {"expected_play_and_exit": 0}) == 1.0
 
 
+@pytest.mark.slow
 def test_compare_audios_scores_as_osworld(tmp_path):
     import wave
 

@@ -98,6 +98,7 @@ def failures(finals: dict[str, dict], index: dict[str, list[str]]) -> list[str]:
             for task_id in wanted if finals.get(task_id, {}).get("reward") != 1.0]
 
 
+@pytest.mark.slow
 @needs_set
 @needs_desktop
 def test_the_oracle_passes_three_real_tasks_through_the_cli(tmp_path):

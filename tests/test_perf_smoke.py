@@ -29,6 +29,7 @@ def is_number(value) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool) and value == value
 
 
+@pytest.mark.slow
 def test_smoke_benchmark_writes_a_well_formed_report(tmp_path):
     proc = subprocess.run([sys.executable, str(BENCH), "--smoke", "--out", str(tmp_path),
                            "--run-setting", "verify_reset=off", "--keep"],

@@ -45,6 +45,7 @@ for line in sys.stdin:
 """
 
 
+@pytest.mark.slow
 def test_humaneval_wrong_body_fails_all_with_failure_kinds(tmp_path):
     script = tmp_path / "wrong_agent.py"
     script.write_text(WRONG_AGENT)

@@ -75,6 +75,7 @@ def _cli(out: Path, address: str, run_id: str, *extra: str) -> list[str]:
             "--num-rollouts", "1", "--num-vms", "1", "--use-vm-pool", "--no-progress", *extra]
 
 
+@pytest.mark.slow
 def test_shell_benchmark_spread_over_nodes(cluster, tmp_path):
     """The shell benchmark over three nodes, each with its own pool, plus one task that hangs:
     --task-timeout kills its worker actor on its node; the progress bar, and exit 3 under
@@ -141,6 +142,7 @@ def test_timeouts_are_not_crashes(cluster, tmp_path):
     assert len([e for e in events if e["event"] == "worker_died"]) == tasks > 40
 
 
+@pytest.mark.slow
 def test_vms_sweep_backend_ray_cleans_every_node(cluster, tmp_path):
     """A driver SIGKILLed mid-run leaves sandboxes on every node; the sweep removes them all."""
     cl, _ = cluster
@@ -297,6 +299,7 @@ def test_rl_scheduler_batches_on_the_nodes(cluster, tmp_path):
     assert len({r["node"] for r in records if r.get("node")}) >= 2, "every rollout ran on one node"
 
 
+@pytest.mark.slow
 def test_rl_turns_come_back_from_a_node_that_writes_elsewhere(cluster, tmp_path, monkeypatch):
     """A node whose disk is not the driver's (PARALLEL_ROLLOUT_NODE_DIR: it writes attempts'
     files to a folder of its own): its trajectories come back with their records through Ray,
@@ -378,6 +381,7 @@ def test_a_pool_apart_from_the_run_folder_keeps_its_events_for_the_driver(tmp_pa
     assert {"leased", "resetting"} <= {e["to"] for e in written if e["vm"] == vm.vm_id}
 
 
+@pytest.mark.slow
 def test_vm_events_of_a_node_that_writes_elsewhere_reach_the_run_folder(cluster, tmp_path):
     """A node whose disk is not the driver's keeps its pool's events.jsonl lines for the
     driver, which appends them to the run's: every lease of every node is in the run folder,
@@ -538,6 +542,7 @@ def test_every_pool_lost_exits_1_and_resume_finishes(cluster, tmp_path):
     assert_exactly_once(tmp_path / "aborted", keys)
 
 
+@pytest.mark.slow
 def test_node_removed_and_node_added_mid_run(cluster, tmp_path):
     """Nothing lost or doubled when a node dies mid-run; a node that joins gets a pool."""
     cl, nodes = cluster

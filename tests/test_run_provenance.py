@@ -67,6 +67,7 @@ def test_config_and_summary_record_versions_schema_and_data_hash(math_run):
         assert made["endpoints"] == [cli.url]  # from OPENAI_BASE_URL: config's base_url is unset
 
 
+@pytest.mark.slow
 def test_resume_refuses_a_changed_task_file_naming_it(math_run):
     run_dir, data, cli = math_run
     before = (run_dir / "results.jsonl").read_bytes()
@@ -77,6 +78,7 @@ def test_resume_refuses_a_changed_task_file_naming_it(math_run):
     assert (run_dir / "results.jsonl").read_bytes() == before
 
 
+@pytest.mark.slow
 def test_resume_refuses_another_temperature_naming_it(math_run):
     run_dir, _, cli = math_run
     done = cli("--resume", "--temperature", "0.7")
@@ -102,12 +104,14 @@ def test_resume_refuses_another_model_setting_naming_it(math_run, args, environ,
     assert (run_dir / "results.jsonl").read_bytes() == before
 
 
+@pytest.mark.slow
 def test_resume_naming_the_same_endpoint_by_the_flag_goes_ahead(math_run):
     run_dir, _, cli = math_run
     done = cli("--resume", "--base-url", cli.url, environ={"OPENAI_BASE_URL": ""})
     assert done.returncode == 0, done.stderr
 
 
+@pytest.mark.slow
 def test_resume_with_another_num_rollouts_goes_ahead(math_run):
     run_dir, _, cli = math_run
     done = cli("--resume", "--num-rollouts", "2")

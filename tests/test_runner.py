@@ -39,6 +39,7 @@ def test_isolation_tasks_fail_without_reset_and_pass_with_it(tmp_path):
     assert clean.summary["successes"] == 25 and clean.summary["status_counts"] == {"success": 25}
 
 
+@pytest.mark.slow
 def test_200_tasks_eight_workers_three_vms_two_loops(tmp_path):
     lines = SHELL_TASKS.read_text().splitlines()
     tasks = []
@@ -171,6 +172,7 @@ def test_sigint_stops_cleanly_with_130_and_resumes(tmp_path):
     assert_exactly_once(run_dir, keys)
 
 
+@pytest.mark.slow
 def test_manager_death_stops_the_run_and_resume_finishes_it(tmp_path):
     data, keys = slow_tasks(tmp_path)
     proc = start_cli(tmp_path, data)

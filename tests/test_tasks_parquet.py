@@ -37,6 +37,7 @@ def run_cli(*args: str):
     return CliRunner().invoke(main, ["run", "--mode", "math", "--no-progress", *args], catch_exceptions=False)
 
 
+@pytest.mark.slow
 def test_a_verl_dataset_runs_as_math_tasks_through_the_cli(tmp_path):
     data = write(tmp_path / "test.parquet", [
         verl_row(0, "Natalia sold 48 clips in April and half as many in May. How many in all?", "72"),

@@ -75,6 +75,7 @@ def read_results_tolerant(path):
     return [json.loads(line) for line in data[: data.rfind(b"\n") + 1].splitlines() if line.strip()]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_main_process_killed_ten_times_then_resumed(tmp_path):
     rng, seed = seeded_rng("main-killed")

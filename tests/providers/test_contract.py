@@ -321,6 +321,7 @@ def _run(tmp_path, harness, **flags):
     return Runner(build_config(base)).run()
 
 
+@pytest.mark.slow
 def test_shell_benchmark_on_docker_matches_process(docker, tmp_path):
     outcome = _run(tmp_path, docker, mode="shell", data=str(SHELL_TASKS))
     assert outcome.exit_code == 0, outcome.message
@@ -329,6 +330,7 @@ def test_shell_benchmark_on_docker_matches_process(docker, tmp_path):
     assert outcome.summary["vm"]["resets"] >= 24
 
 
+@pytest.mark.slow
 def test_py_benchmark_on_docker(docker, tmp_path):
     outcome = _run(tmp_path, docker, mode="py", data="humaneval", agent="oracle", limit=20)
     assert outcome.exit_code == 0, outcome.message

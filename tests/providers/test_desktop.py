@@ -66,6 +66,7 @@ def assert_osworld_reaches_the_shims(client: GuestClient, uid: str) -> None:
         time.sleep(0.5)
 
 
+@pytest.mark.slow
 def test_the_readme_desktop_image_build_command_keeps_the_built_image(desktop):
     """``parallel-rollout image build --provider docker --desktop  # or --provider qemu
     --desktop``, as the README prints it, once the session built the image: nothing to do."""
@@ -186,6 +187,7 @@ def _shipped(snapshots_once: bool) -> list[dict]:
     return list(first.values())
 
 
+@pytest.mark.slow
 def test_the_oracle_passes_shipped_desktop_tasks_through_a_shared_pool(desktop, tmp_path, request):
     from parallel_rollout.runner import Runner
 

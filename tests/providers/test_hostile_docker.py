@@ -52,6 +52,7 @@ def test_docker_host_untouched_and_the_run_finished(docker_table):
     check_finished(docker_table)
 
 
+@pytest.mark.slow
 def test_one_container_cannot_take_another_containers_per_user_limits(docker_harness, tmp_path):
     """Two containers at once, each task takes every inotify instance its user may hold:
     containers share the host's user namespace, so with one uid for every container's
@@ -59,6 +60,7 @@ def test_one_container_cannot_take_another_containers_per_user_limits(docker_har
     check_own_per_user_limits(*run_pool(tmp_path, "shell", hold_inotify_tasks(), provider_name="docker"))
 
 
+@pytest.mark.slow
 def test_one_container_cannot_take_the_machines_ptys(docker_harness, tmp_path):
     """Two containers at once, each task takes every pseudo-terminal it can: the machine's
     are one pool (kernel.pty.max) for every container and sandbox, and the first container

@@ -34,6 +34,7 @@ def own_cache(tmp_path, monkeypatch):
     return cache
 
 
+@pytest.mark.slow
 def test_apt_stage_installs_over_the_cached_tree_and_is_cached_itself(own_cache):
     lines: list[str] = []
     built = images.rootfs_tarball(images.GUEST_PACKAGES, apt_install=["hello"], log=lines.append)

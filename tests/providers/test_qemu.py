@@ -228,6 +228,7 @@ def test_loadvm_reset_restores_state_and_stop_removes_the_overlay(image, request
 # ------------------------------------------------------------------- failure paths
 
 
+@pytest.mark.slow
 def test_boot_timeout_is_a_vm_error_with_the_serial_log_tail(image, request, monkeypatch):
     # the host's port leads to a guest port nobody listens on: this boot can never finish
     monkeypatch.setattr(qemu, "GUEST_PORT", 5999)
@@ -389,6 +390,7 @@ def test_shell_benchmark_through_the_pool_on_qemu(image, tmp_path, request):
     assert outcome.summary["vm"]["resets"] >= 24
 
 
+@pytest.mark.slow
 def test_py_benchmark_runs_unchanged_on_qemu(image, tmp_path, request):
     """HumanEval (first 6) with the oracle through a pool of 2 qemu VMs: code runs in the VM."""
     from parallel_rollout.runner import Runner

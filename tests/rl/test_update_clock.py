@@ -6,6 +6,8 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
+
 from llm_server import LLMServer
 from parallel_rollout.rl import EnvManagerConfig
 from rl_support import lake_set, rl_config
@@ -18,6 +20,7 @@ def _stays_put(body):
     return {"reply": "<answer>Left</answer>"}  # at the left wall: the episode runs to max_steps
 
 
+@pytest.mark.slow
 def test_a_suspend_twice_the_task_timeout_times_nothing_out(tmp_path, schedulers):
     server = LLMServer(policy=_stays_put).start()
     try:
