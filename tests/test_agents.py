@@ -292,6 +292,7 @@ def test_openai_agent_solves_the_shell_benchmark(tmp_path, llm_server, monkeypat
 MATH_TASKS = SHELL_TASKS.parent / "math_tasks.jsonl"
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not MATH_TASKS.exists(), reason="no math benchmark")
 def test_openai_agent_solves_the_math_benchmark(tmp_path, llm_server, monkeypatch):
     """No VM: the problem must reach the model and the boxed answer must reach the grader."""

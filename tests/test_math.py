@@ -282,6 +282,7 @@ def test_wrong_answers_score_zero_with_reasons(tmp_path):
         assert details["expected"] and details["tries"] == 1
 
 
+@pytest.mark.slow
 def test_envs_per_worker_without_a_pool_is_fine_for_a_mode_without_vms(tmp_path):
     """--envs-per-worker needs --use-vm-pool only where VMs exist; math has none."""
     from parallel_rollout.config import build_config

@@ -264,6 +264,7 @@ def web_model(body):
     return {"reply": f"Next:\n```json\n{json.dumps(action)}\n```"}
 
 
+@pytest.mark.slow
 def test_openai_agent_solves_episodes_through_the_prompt_and_parser(tmp_path, llm_server, monkeypatch):
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     server = llm_server(policy=web_model)
