@@ -300,10 +300,8 @@ def check_leftovers_free(run_id: str, vm_id: str, leftovers: list[dict], meta: d
     ``meta``): not while one of them runs, nor while they or the folder belong to another
     live pool on this host (a second run of the run id in another output folder, maybe
     between two containers of that VM: it keeps them, and its folder)."""
-    others = {c["owner"] for c in leftovers
-              if c["owner"] != owner and c["host"] == host and owner_alive(c["owner"])}
-    if meta and meta.get("owner", owner) != owner and owner_alive(meta["owner"]):
-        others.add(meta["owner"])
+    owners = [c["owner"] for c in leftovers if c["host"] == host] + [(meta or {}).get("owner", owner)]
+    others = {o for o in owners if o != owner and owner_alive(o)}
     if others:
         pids = ", ".join(sorted(o.partition(":")[0] for o in others))
         raise VMError(f"VM {vm_id} of run {run_id} belongs to another live run of that id "

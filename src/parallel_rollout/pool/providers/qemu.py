@@ -81,7 +81,6 @@ of kernel, 2 MB of initramfs, built in about 10 s once the debootstrap tree is c
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
@@ -94,8 +93,6 @@ import time
 from pathlib import Path
 from typing import Callable
 
-import psutil
-
 from ...errors import ConfigError, GuestUnreachable, ProviderUnavailable, VMError
 from . import qemu_image, verify
 from .base import Provider, ProviderOptions, VMInfo
@@ -104,8 +101,8 @@ from .qemu_image import (GUEST_PORT, IMAGE_FILES, QEMU_IMG, image_dir, image_for
                          image_inputs, read_bytes, read_json, run)
 # Shared with the process provider: same labelling, same pid checks, same launcher thread.
 from .common import (check_name, check_vm_folder_free, create_time, exit_status, log_tail, make_vm_dir,
-                     process_and_agent_healthy, read_meta, remove_run_dir_if_empty, runs_vm,
-                     same_process, secure_base_dir, signal_name, sweep_vm_folders)
+                     owner_label, process_and_agent_healthy, read_meta, remove_run_dir_if_empty,
+                     runs_vm, same_process, secure_base_dir, signal_name, sweep_vm_folders, write_meta)
 from .sandbox_processes import launcher
 # KVM detection and QMP; the accelerator names are part of this module's face (tests,
 # benchmarks and the CLI reach them as qemu.X)
@@ -366,12 +363,8 @@ class QemuProvider(Provider):
         raise VMError("no free loopback port for the guest agent after 5 attempts")
 
     def _write_meta(self, vm_id: str, vm_dir: Path, private: dict) -> None:
-        me = psutil.Process()
-        meta = {"run_id": self.run_id, "vm_id": vm_id, "created": time.time(),
-                "owner_pid": me.pid, "owner_create_time": me.create_time(), **private}
-        tmp = vm_dir / "meta.json.tmp"
-        tmp.write_text(json.dumps(meta, indent=1))
-        tmp.replace(vm_dir / "meta.json")  # sweep must never read half a file
+        write_meta(vm_dir, {"run_id": self.run_id, "vm_id": vm_id, "created": time.time(),
+                            **owner_label(), **private})
 
 
 # -------------------------------------------------------------------------- image
