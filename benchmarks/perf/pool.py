@@ -415,6 +415,9 @@ def main(argv: list[str] | None = None) -> int:
     spec = PROFILES[profile]
     logging.getLogger("parallel_rollout").setLevel(logging.WARNING)
 
+    if sys.flags.dont_write_bytecode:
+        print("warning: PYTHONDONTWRITEBYTECODE (or -B) is set: workers compile from source whatever "
+              "has no bytecode yet, at each start (README: 'Bytecode')", file=sys.stderr, flush=True)
     workdir = Path(tempfile.mkdtemp(prefix="pr-perf-"))
     load_before = [round(x, 2) for x in os.getloadavg()]
     began = time.time()
@@ -439,6 +442,7 @@ def main(argv: list[str] | None = None) -> int:
         "duration_s": round(time.time() - began, 1),
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                     "platform": platform.platform(), "load_before": load_before,
+                    "writes_bytecode": not sys.flags.dont_write_bytecode,
                     "load_after": [round(x, 2) for x in os.getloadavg()]},
         "profile_spec": spec,
         "run_settings": RUN_SETTINGS,
