@@ -131,3 +131,28 @@ def test_a_missing_function_is_named(display):
     """, with_pillow=False)
     assert got["message"].startswith("pyautogui.locateOnScreen is not available: this guest has no real pyautogui")
     assert got["has"] is False
+
+
+STAY = """
+    import time
+    pyautogui.moveTo(50, 60)
+    timings = {}
+    for name, move in [("moveTo", lambda: pyautogui.moveTo(50, 60)),
+                       ("moveRel", lambda: pyautogui.moveRel(0, 0)),
+                       # OSWorld's MOVE_TO: a random duration along easeInElastic, whose first
+                       # steps round to the start
+                       ("elastic", lambda: pyautogui.moveTo(52, 61, 0.85, pyautogui.easeInElastic))]:
+        started = time.monotonic()
+        move()
+        timings[name] = time.monotonic() - started
+    print(json.dumps({"timings": timings, "end": list(pyautogui.position())}))
+"""
+
+
+def test_a_move_to_where_the_pointer_already_is_does_not_wait(display):
+    """``xdotool mousemove --sync`` to the pointer's own position waits for a motion that
+    never comes (seconds); the shim skips such steps instead."""
+    got = guest_python(display, STAY, with_pillow=False)
+    assert got["end"] == [52, 61]
+    assert got["timings"]["moveTo"] < 2 and got["timings"]["moveRel"] < 2, got
+    assert got["timings"]["elastic"] < 3, got  # its 0.85 s, plus the steps' xdotool calls

@@ -175,17 +175,26 @@ def moveTo(x=None, y=None, duration=0.0, tween=None, *args, **kwargs) -> None:
     least MINIMUM_DURATION (pyautogui's rule), at once otherwise."""
     x, y = _point(x, y)
     duration = float(duration or 0.0)
+    here = start_x, start_y = position()
     if duration >= MINIMUM_DURATION:
-        start_x, start_y = position()
         # pyautogui's stepping: a pixel per step, but never steps shorter than MINIMUM_SLEEP
         steps = max(1, min(max(abs(x - start_x), abs(y - start_y)), int(duration / MINIMUM_SLEEP)))
         tween = tween or linear
         for step in range(1, steps):
             share = tween(step / steps)
-            _xdotool("mousemove", "--sync", str(int(round(start_x + (x - start_x) * share))),
-                     str(int(round(start_y + (y - start_y) * share))))
+            here = _move(int(round(start_x + (x - start_x) * share)),
+                         int(round(start_y + (y - start_y) * share)), here)
             time.sleep(duration / steps)
-    _xdotool("mousemove", "--sync", str(x), str(y))
+    _move(x, y, here)
+
+
+def _move(x: int, y: int, here: tuple[int, int]) -> tuple[int, int]:
+    """The pointer moved to (x, y) from ``here``: not at all when it is there already, since
+    ``xdotool mousemove --sync`` then waits seconds for a motion that never comes (the first
+    steps of an elastic tween round to the start)."""
+    if (x, y) != tuple(here):
+        _xdotool("mousemove", "--sync", str(x), str(y))
+    return x, y
 
 
 def moveRel(xOffset=0, yOffset=0, duration=0.0, tween=None, *args, **kwargs) -> None:
