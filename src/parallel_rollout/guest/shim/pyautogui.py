@@ -120,7 +120,8 @@ def position() -> tuple[int, int]:
 
 
 # pyautogui's tweening functions (pytweening's formulas): OSWorld's PythonController passes
-# one as moveTo's tween; moves here are instant, but the names must exist.
+# one as moveTo's tween (a random duration along easeInElastic), which a move with a duration
+# follows step by step.
 def linear(n: float) -> float:
     """The identity tween."""
     return n
