@@ -164,19 +164,21 @@ def easeInElastic(n: float, amplitude: float = 1, period: float = 0.3) -> float:
         ((n - 1) - period / (2 * math.pi) * math.asin(1 / amplitude)) * (2 * math.pi) / period))
 
 
-def _point(x, y) -> tuple[int, int]:
+def _point(x, y, here: tuple[int, int] | None = None) -> tuple[int, int]:
+    """(x, y) as integers, a missing one the pointer's (``here`` when the caller knows it)."""
     if isinstance(x, (tuple, list)):
         x, y = x[0], x[1]
-    here = position() if x is None or y is None else (0, 0)
+    if x is None or y is None:
+        here = here or position()
     return int(round(here[0] if x is None else x)), int(round(here[1] if y is None else y))
 
 
 def moveTo(x=None, y=None, duration=0.0, tween=None, *args, **kwargs) -> None:
     """Move the pointer to (x, y); over ``duration`` seconds along ``tween`` when it is at
     least MINIMUM_DURATION (pyautogui's rule), at once otherwise."""
-    x, y = _point(x, y)
+    here = start_x, start_y = position()  # also for _move: a move to here must not call xdotool
+    x, y = _point(x, y, here)
     duration = float(duration or 0.0)
-    here = start_x, start_y = position()
     if duration >= MINIMUM_DURATION:
         # pyautogui's stepping: a pixel per step, but never steps shorter than MINIMUM_SLEEP
         steps = max(1, min(max(abs(x - start_x), abs(y - start_y)), int(duration / MINIMUM_SLEEP)))
