@@ -360,7 +360,7 @@ def _serializable(record: dict[str, Any]) -> dict[str, Any]:
 
 def worker_main(worker_id: str, holder: str, conn: Connection, pool: Any, config: RunConfig,
                 run_dir: str) -> None:
-    """Entry point of a worker process (spawn start method)."""
+    """Entry point of a worker process (forked from the run's server, ``backends.worker_start``)."""
     # Ctrl-C goes to the whole process group; the engine orders the shutdown.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)

@@ -27,6 +27,7 @@ import pytest
 from chaos_support import (assert_events_explain_retries, assert_no_zombies_of_the_run, isolated_task,
                            mixed_tasks, reap_adopted_sandboxes, seeded_rng, stray_processes, write_tasks)
 from conftest import assert_exactly_once, leftover_sandboxes, read_results
+from process_tree import worker_processes
 from parallel_rollout.config import build_config
 from parallel_rollout.pool.providers.process import ProcessProvider
 from parallel_rollout.runner import Runner
@@ -60,12 +61,12 @@ class Killer(threading.Thread):
             return []
         try:
             if kind == "worker":
-                procs = [p for p in self.me.children() if p.pid != manager_pid]
+                procs = worker_processes(self.me)
             else:
                 procs = psutil.Process(manager_pid).children(recursive=True)
         except psutil.Error:
             return []
-        wanted = {"worker": "spawn_main", "bwrap": "bwrap", "outer": "bwrap", "agent": "server.py"}[kind]
+        wanted = {"worker": "forkserver", "bwrap": "bwrap", "outer": "bwrap", "agent": "server.py"}[kind]
         found = []
         for proc in procs:
             try:

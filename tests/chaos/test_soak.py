@@ -1,7 +1,8 @@
 """Soak: 2,000 short shell tasks, N=16 workers, M=4 pooled VMs, the Runner in this process.
 
 A sampler thread measures, with psutil, the resident memory (RSS) and open file descriptors
-of every process of the run — the runner (this process), each worker, the Manager — when
+of every process of the run — the runner (this process), each worker, the Manager, the
+server the workers are forked from — when
 10 %, 20 %, 50 % and 95 % of the samples are final, and counts zombie processes below the
 runner each time. The table is printed. What must hold:
 
@@ -29,6 +30,7 @@ import pytest
 
 from chaos_support import assert_no_zombies_of_the_run, reap_adopted_sandboxes  # noqa: F401 - autouse
 from conftest import assert_exactly_once, shell_task, write_tasks
+from process_tree import fork_servers, worker_processes
 from parallel_rollout.config import build_config
 from parallel_rollout.runner import Runner
 
@@ -81,10 +83,10 @@ class Sampler(threading.Thread):
             try:
                 if child.pid == manager_pid:
                     found.append(("manager", child))
-                elif "resource_tracker" not in " ".join(child.cmdline()):
-                    found.append(("worker", child))
             except psutil.Error:
                 pass
+        found += [("server", server) for server in fork_servers(me)]
+        found += [("worker", worker) for worker in worker_processes(me)]
         return found
 
     def measure(self) -> dict[tuple[str, int], tuple[float, int, int]]:

@@ -22,6 +22,7 @@ import psutil
 import pytest
 
 from llm_server import LLMServer
+from process_tree import worker_processes
 from parallel_rollout.errors import ConfigError, RolloutError
 from parallel_rollout.results import read_records
 from parallel_rollout.rl import EnvManagerConfig, RolloutScheduler, SchedulerClosed, drop_equal_rewards
@@ -300,14 +301,13 @@ def test_suspend_stops_model_requests_and_versions_are_recorded(shared, sibling)
 def workers_since(before: set[int]) -> list[psutil.Process]:
     """Worker processes of this test process started after ``before`` was taken (other
     engines of the module have theirs)."""
-    return [p for p in psutil.Process().children()
-            if p.pid not in before and "spawn_main" in " ".join(p.cmdline())]
+    return [p for p in worker_processes() if p.pid not in before]
 
 
 def test_sigkilled_worker_loses_and_doubles_nothing(tmp_path, table, schedulers):
     policy, server = table
     policy.delay_s = 0.1
-    before = {p.pid for p in psutil.Process().children()}
+    before = {p.pid for p in worker_processes()}
     train = schedulers(rl_config(tmp_path, server), EnvManagerConfig(
         num_env_groups=4, group_size=4, tags=["lakes"], task_sets=lake_set(tmp_path, max_steps=6)))
     engine = train._shared.engine
@@ -401,7 +401,7 @@ def test_ctrl_c_in_the_trainer_leaves_nothing_running(tmp_path):
 def test_close_leaves_nothing_running_and_the_limit_is_logged_once(tmp_path, table, caplog):
     _, server = table
     caplog.set_level(logging.INFO, logger="parallel_rollout")
-    before = {p.pid for p in psutil.Process().children()}
+    before = {p.pid for p in worker_processes()}
     train = RolloutScheduler(rl_config(tmp_path, server), EnvManagerConfig(
         num_env_groups=4, group_size=2, tags=["lakes"], task_sets=lake_set(tmp_path), max_env_num_per_worker=2),
         async_generation_ratio=2, max_concurrent_rollouts=3)
@@ -447,7 +447,7 @@ def test_a_tags_mode_checks_its_tasks_before_the_engine_starts(tmp_path):
     tasks = tmp_path / "questions.jsonl"
     tasks.write_text(json.dumps({"id": "q0", "question": "What is JSON?", "answers": ["a format"],
                                  "corpus": "missing.jsonl"}) + "\n")
-    before = {p.pid for p in psutil.Process().children()}
+    before = {p.pid for p in worker_processes()}
     with pytest.raises(TaskFileError, match=r"questions.jsonl:1:.*missing.jsonl"):
         RolloutScheduler(rl_config(tmp_path, LLMServer()), EnvManagerConfig(
             tags=["docs"], task_sets={"docs": TaskSet("rag", str(tasks))}))

@@ -257,15 +257,16 @@ def died_record(item: Assignment, exc: RolloutError, worker: Any, started_at: fl
                                  started_at=started_at)
 
 
-def kill_tree(pid: int | None) -> None:
+def kill_tree(pid: int | psutil.Process | None) -> None:
     """SIGKILL a process and every descendant (a worker's agent subprocesses included).
 
     Straight to SIGKILL, no terminate first: a worker past its deadline is not trusted to
-    exit, and its agent subprocesses hold its pipes."""
+    exit, and its agent subprocesses hold its pipes. Given a ``psutil.Process`` taken while
+    the process ran, a pid the kernel has given to another process since is left alone."""
     if pid is None:
         return
     try:
-        root = psutil.Process(pid)
+        root = pid if isinstance(pid, psutil.Process) else psutil.Process(pid)
         family = root.children(recursive=True) + [root]
     except psutil.NoSuchProcess:
         return

@@ -4,8 +4,9 @@ deadlines and end.
 The engine (``engine``) decides what runs; this module keeps the processes that run it (the
 contract, the crash window and the clocks are ``backends.base``'s):
 
-* **Spawn.** N ``RolloutWorker`` processes (spawn start method), each with its own duplex
-  pipe, and the pool's Manager process when a mode needs VMs.
+* **Start.** N ``RolloutWorker`` processes, forked from the run's preloaded server
+  (``worker_start``), each with its own duplex pipe, and the pool's Manager process
+  (spawned) when a mode needs VMs.
 * **Watch.** ``wait`` blocks on every pipe, every ``Process.sentinel`` and the Manager's
   sentinel at once. A worker's ``Started`` marks an attempt acknowledged, its ``Finished``
   settles it (at most once: a message about an attempt already settled is ignored).
@@ -42,6 +43,7 @@ from typing import Any
 from ..errors import LeaseTimeout, RolloutError, TaskTimeout, WorkerDied
 from ..logs import LogCollector, run_child
 from ..messages import STOP, Assignment, Cancel, Finished, LeaseWait, Started
+from . import worker_start
 from .base import BackendSpec, Clock, CrashWindow, EngineHooks, WorkerTable, died_record, kill_tree
 
 log = logging.getLogger("parallel_rollout")
@@ -63,6 +65,8 @@ class WorkerHandle:
     holder: str
     process: Any
     conn: Connection
+    #: a psutil handle taken at the start: kills by it never hit a reused pid
+    handle: Any = None
     #: attempts sent to it and not settled, by (key, attempt)
     assigned: dict[tuple[str, int], Assignment] = field(default_factory=dict)
     #: when each unacknowledged attempt was sent (monotonic)
@@ -103,9 +107,11 @@ class LocalBackend(WorkerTable):
         self.spec = spec
         self.hooks = hooks
         self.config = spec.config
-        #: workers and the Manager are spawned, never forked: a fork of the threaded engine
-        #: process could inherit a lock held at fork time
+        #: the Manager is spawned and the workers forked from a server (``worker_start``),
+        #: never from this process: a fork of the threaded engine process could inherit a
+        #: lock held at fork time
         self._ctx = multiprocessing.get_context("spawn")
+        self._worker_ctx: Any = None
         self._workers: dict[int, WorkerHandle] = {}
         self._manager = None
         self.pool = None
@@ -148,13 +154,14 @@ class LocalBackend(WorkerTable):
                 per_worker=not cfg.use_vm_pool,
             )
             pool_logs.close()
+        self._worker_ctx = worker_start.acquire()
         for index in range(cfg.num_rollouts):
             self._spawn(index)
 
     def _spawn(self, index: int) -> None:
         from ..worker import worker_main
 
-        ctx = self._ctx
+        ctx = self._worker_ctx
         self._spawns += 1
         holder = f"w{index}.{self._spawns}"
         parent_conn, child_conn = ctx.Pipe(duplex=True)
@@ -165,10 +172,12 @@ class LocalBackend(WorkerTable):
                   str(self.spec.run_dir)),
             daemon=True,
         )
+        worker_start.ensure_running()
         process.start()
         child_conn.close()
         child_logs.close()
-        self._workers[index] = WorkerHandle(index, holder, process, parent_conn)
+        self._workers[index] = WorkerHandle(index, holder, process, parent_conn,
+                                            handle=worker_start.handle_of(process.pid))
 
     # -- what the engine asks --------------------------------------------------------------
 
@@ -263,7 +272,12 @@ class LocalBackend(WorkerTable):
             if w.process.sentinel in ready:
                 # the sentinel closes as the process exits, a moment before its exit code is there
                 w.process.join(timeout=1)
-                self._on_worker_death(w, reason=f"worker exited with code {w.process.exitcode}")
+                if worker_start.still_running(w.handle):
+                    # its fork server died with its exit status: it runs, and holds its VMs
+                    kill_tree(w.handle)
+                    self._on_worker_death(w, reason="the server it was forked from died; killed")
+                else:
+                    self._on_worker_death(w, reason=f"worker exited with code {w.process.exitcode}")
 
     def _drain(self, w: WorkerHandle) -> None:
         """Handle every message already in a worker's pipe."""
@@ -291,7 +305,7 @@ class LocalBackend(WorkerTable):
 
     def _kill(self, w: WorkerHandle, reason: str, deliberate: bool = True) -> None:
         """Kill a worker's process tree (on purpose: not a crash) and handle its death."""
-        kill_tree(w.process.pid)
+        kill_tree(w.handle or w.process.pid)
         w.process.join(timeout=5)
         self._on_worker_death(w, reason, deliberate=deliberate)
 
@@ -391,9 +405,12 @@ class LocalBackend(WorkerTable):
                     w.process.join()
                     del self._workers[w.index]
         for w in list(self._workers.values()):
-            kill_tree(w.process.pid)
+            kill_tree(w.handle or w.process.pid)
             w.process.join(timeout=5)
             del self._workers[w.index]
+        if self._worker_ctx is not None:
+            self._worker_ctx = None
+            worker_start.release()
         if self.pool is not None:
             try:
                 self.pool.shutdown()  # boots it stopped waiting for are swept below

@@ -1,0 +1,151 @@
+"""How the local backend starts its workers: forked from a server that has already imported
+what they need.
+
+A spawned worker is a new interpreter. Before its first task it imports the package's
+worker modules (~0.15 s of CPU with bytecode) and runs the main module again as
+``__mp_main__`` (the console script imports the CLI; a trainer's script may import torch),
+and the N workers of a run start at once, on the run's cores. With N = 64 on 2 cores that was
+~0.34 s of CPU per worker, ~22 s in all, while the first VMs waited for their leases
+(benchmarks/perf/README.md, "Workers forked from a preloaded server").
+
+multiprocessing's ``forkserver`` start method does that work once: a server process imports
+the modules, and each ``Process.start()`` asks it for a fork of itself (a few ms, pages
+shared copy-on-write). The workers stay what spawn made them, a fresh single-threaded
+process (never a fork of the threaded engine process), and the ``Process`` API the backend
+uses (pid, sentinel, exit code, join) is the same. What this module adds to the stdlib's:
+
+* **Preloaded**: ``parallel_rollout.worker`` and the main module, run once in the server as
+  ``__mp_main__`` (spawn runs it in every worker; so would the stdlib's fork server, which
+  lists ``__main__`` but is given no path to it). A forked worker then finds its main module
+  there and does not run it again. A main module that fails in the server is left to each
+  worker, as with spawn, which then reports what went wrong.
+* **One server per run.** It starts with the first backend and stops with the last one
+  (backends may run at once: an RL trainer's train and validation schedulers share it), so a
+  worker gets the environment, standard streams and modules of its run, not those of an
+  earlier run of the same process. A server that someone else started is used as it is and
+  left running.
+* **Its death.** The server reports its workers' exit codes; one killed from outside takes
+  them along, and multiprocessing then reports every worker as exited (code 255) while it
+  still runs. ``still_running`` tells the backend, which kills such a worker before it
+  reclaims its VMs (see ``LocalBackend._on_worker_death``). The next start starts a new
+  server.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import threading
+from multiprocessing import forkserver, spawn
+from typing import Any
+
+import psutil
+
+#: what the server imports before it forks anything: this module (which runs the main
+#: module, see ``_preload_main``) and the worker's own modules
+PRELOAD = ["parallel_rollout.backends.worker_start", "parallel_rollout.worker"]
+#: the main module's path, in the server's environment only while it starts
+_MAIN_ENV = "PARALLEL_ROLLOUT_FORKSERVER_MAIN"
+
+_lock = threading.Lock()
+_users = 0
+#: the pid of the server this module started (None: none, or one it did not start)
+_started: int | None = None
+
+
+def acquire() -> Any:
+    """The context workers are started with; the first caller starts the server."""
+    global _users
+    with _lock:
+        _users += 1
+        if _users == 1:
+            _start()
+        return multiprocessing.get_context("forkserver")
+
+
+def release() -> None:
+    """The caller has no worker left; the last one stops the server this module started."""
+    global _users, _started
+    with _lock:
+        _users = max(0, _users - 1)
+        if _users or _started is None:
+            return
+        pid, _started = _started, None
+        server = forkserver._forkserver  # noqa: SLF001 - the stdlib's one server
+        if getattr(server, "_forkserver_pid", None) != pid:
+            return  # it died and multiprocessing started another: not ours to stop
+        try:
+            # Killed, not asked: it would wait for every process that holds its "alive" pipe.
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        stop = getattr(server, "_stop", None)  # closes its pipe, reaps it, removes its socket
+        if stop is not None:
+            stop()
+
+
+def ensure_running() -> None:
+    """Before a start: a server that died since (killed from outside) is started again, with
+    the main module preloaded as at first."""
+    with _lock:
+        _start()
+
+
+def still_running(handle: psutil.Process | None) -> bool:
+    """Whether a worker that multiprocessing reports exited still runs (its server died).
+    ``handle`` was taken when it started: a pid the kernel gave to another process since does
+    not match it."""
+    if handle is None:
+        return False
+    try:
+        return handle.is_running() and handle.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def handle_of(pid: int | None) -> psutil.Process | None:
+    """A handle on a started worker, for ``still_running`` and for killing it."""
+    try:
+        return psutil.Process(pid) if pid is not None else None
+    except psutil.Error:
+        return None
+
+
+def _start() -> None:
+    """Start the server if none runs (the stdlib's ``ensure_running`` reaps a dead one)."""
+    global _started
+    server = forkserver._forkserver  # noqa: SLF001 - the stdlib's one server
+    was = getattr(server, "_forkserver_pid", None)
+    modules = list(dict.fromkeys([*PRELOAD, *getattr(server, "_preload_modules", [])]))
+    forkserver.set_forkserver_preload([m for m in modules if m != "__main__"])
+    main_path = spawn.get_preparation_data("worker").get("init_main_from_path")
+    if main_path:
+        os.environ[_MAIN_ENV] = main_path
+    try:
+        forkserver.ensure_running()
+    finally:
+        os.environ.pop(_MAIN_ENV, None)
+    now = getattr(server, "_forkserver_pid", None)
+    if now != was:
+        _started = now  # started here: ours to stop
+
+
+def _preload_main() -> None:
+    """In the server, as it preloads this module: run the main module once, as spawn's
+    ``prepare`` would in each worker (``__mp_main__``, so its ``if __name__ == "__main__"``
+    block does not run). A forked worker's ``prepare`` finds it done."""
+    main_path = os.environ.pop(_MAIN_ENV, None)
+    if not main_path:
+        return
+    process = multiprocessing.current_process()
+    process._inheriting = True  # noqa: SLF001 - as the stdlib's preload: a Process started at import fails
+    try:
+        spawn.import_main_path(main_path)
+    except Exception:  # noqa: BLE001 - each worker runs it then, and reports its error
+        pass
+    finally:
+        del process._inheriting  # noqa: SLF001
+
+
+_preload_main()
