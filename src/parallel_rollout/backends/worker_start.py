@@ -58,9 +58,9 @@ def acquire() -> Any:
     """The context workers are started with; the first caller starts the server."""
     global _users
     with _lock:
+        if _users == 0:
+            _start()  # a failure leaves no user counted
         _users += 1
-        if _users == 1:
-            _start()
         return multiprocessing.get_context("forkserver")
 
 
