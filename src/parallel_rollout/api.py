@@ -2,7 +2,7 @@
 
     from parallel_rollout.api import load_run, run
 
-    if __name__ == "__main__":  # the workers are spawned processes: they import this file too
+    if __name__ == "__main__":  # the pool's Manager and the workers' server import this file too
         outcome = run(mode="py", data="humaneval", num_rollouts=8, num_vms=2, use_vm_pool=True)
         outcome.exit_code, outcome.summary["success_rate"], outcome.run_dir
         finals = load_run(outcome.run_dir).finals  # "task#sample" -> the attempt that counts

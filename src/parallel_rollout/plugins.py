@@ -15,7 +15,7 @@ A name given to ``--mode``, ``--agent`` or ``--provider-name`` resolves, in this
 
    Built-in names win over a plugin that reuses one. Entry points are read once per process
    and only for a name that is neither built in nor a path: ``importlib.metadata`` scans
-   every installed distribution (30-70 ms), which a spawned worker would otherwise pay in
+   every installed distribution (30-70 ms), which every worker would otherwise pay in
    its first attempt.
 
 Every failure is a ``ConfigError`` that names the kind, the name and what went wrong (unknown
