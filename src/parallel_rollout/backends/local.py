@@ -65,7 +65,8 @@ class WorkerHandle:
     holder: str
     process: Any
     conn: Connection
-    #: a psutil handle taken at the start: kills by it never hit a reused pid
+    #: a psutil handle taken at the start (None: it was gone already): kills by it never
+    #: hit a reused pid
     handle: Any = None
     #: attempts sent to it and not settled, by (key, attempt)
     assigned: dict[tuple[str, int], Assignment] = field(default_factory=dict)
@@ -172,12 +173,10 @@ class LocalBackend(WorkerTable):
                   str(self.spec.run_dir)),
             daemon=True,
         )
-        worker_start.ensure_running()
-        process.start()
+        handle = worker_start.start(process)
         child_conn.close()
         child_logs.close()
-        self._workers[index] = WorkerHandle(index, holder, process, parent_conn,
-                                            handle=worker_start.handle_of(process.pid))
+        self._workers[index] = WorkerHandle(index, holder, process, parent_conn, handle=handle)
 
     # -- what the engine asks --------------------------------------------------------------
 
@@ -305,7 +304,7 @@ class LocalBackend(WorkerTable):
 
     def _kill(self, w: WorkerHandle, reason: str, deliberate: bool = True) -> None:
         """Kill a worker's process tree (on purpose: not a crash) and handle its death."""
-        kill_tree(w.handle or w.process.pid)
+        kill_tree(w.handle)
         w.process.join(timeout=5)
         self._on_worker_death(w, reason, deliberate=deliberate)
 
@@ -405,7 +404,7 @@ class LocalBackend(WorkerTable):
                     w.process.join()
                     del self._workers[w.index]
         for w in list(self._workers.values()):
-            kill_tree(w.handle or w.process.pid)
+            kill_tree(w.handle)
             w.process.join(timeout=5)
             del self._workers[w.index]
         if self._worker_ctx is not None:

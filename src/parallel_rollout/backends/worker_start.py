@@ -27,12 +27,13 @@ uses (pid, sentinel, exit code, join) is the same. What this module adds to the 
 * **Its death.** The server reports its workers' exit codes; one killed from outside takes
   them along, and multiprocessing then reports every worker as exited (code 255) while it
   still runs. ``still_running`` tells the backend, which kills such a worker before it
-  reclaims its VMs (see ``LocalBackend._on_worker_death``). The next start starts a new
+  reclaims its VMs (see ``LocalBackend.handle``). The next start starts a new
   server.
 """
 
 from __future__ import annotations
 
+import functools
 import multiprocessing
 import os
 import signal
@@ -59,6 +60,10 @@ def acquire() -> Any:
     global _users
     with _lock:
         if _users == 0:
+            server = forkserver._forkserver  # noqa: SLF001 - the stdlib's one server
+            modules = dict.fromkeys([*PRELOAD, *getattr(server, "_preload_modules", [])])
+            modules.pop("__main__", None)  # preloaded here, with its path (_preload_main)
+            forkserver.set_forkserver_preload(list(modules))  # kept for any restart
             _start()  # a failure leaves no user counted
         _users += 1
         return multiprocessing.get_context("forkserver")
@@ -85,11 +90,14 @@ def release() -> None:
             stop()
 
 
-def ensure_running() -> None:
-    """Before a start: a server that died since (killed from outside) is started again, with
-    the main module preloaded as at first."""
+def start(process: Any) -> psutil.Process | None:
+    """Start a worker ``process`` (of the context ``acquire`` gave) and return its handle, for
+    ``still_running`` and ``kill_tree``. A server that died since (killed from outside) is
+    started again first, with the main module preloaded as at first."""
     with _lock:
         _start()
+    process.start()
+    return handle_of(process.pid)
 
 
 def still_running(handle: psutil.Process | None) -> bool:
@@ -117,9 +125,7 @@ def _start() -> None:
     global _started
     server = forkserver._forkserver  # noqa: SLF001 - the stdlib's one server
     was = getattr(server, "_forkserver_pid", None)
-    modules = list(dict.fromkeys([*PRELOAD, *getattr(server, "_preload_modules", [])]))
-    forkserver.set_forkserver_preload([m for m in modules if m != "__main__"])
-    main_path = spawn.get_preparation_data("worker").get("init_main_from_path")
+    main_path = _main_path()
     if main_path:
         os.environ[_MAIN_ENV] = main_path
     try:
@@ -129,6 +135,13 @@ def _start() -> None:
     now = getattr(server, "_forkserver_pid", None)
     if now != was:
         _started = now  # started here: ours to stop
+
+
+@functools.lru_cache(maxsize=1)
+def _main_path() -> str | None:
+    """This process's main module's path, as spawn would pass it (None: ``-m``, ``-c``, a
+    REPL): it does not change while the process lives."""
+    return spawn.get_preparation_data("worker").get("init_main_from_path")
 
 
 def _preload_main() -> None:
