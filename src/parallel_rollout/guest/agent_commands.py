@@ -155,7 +155,7 @@ def _finish(proc, timeout: float, tail: int | None) -> dict:
     timed_out = not agent_output.collect(pipes, deadline)
     if not timed_out:
         try:
-            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+            agent_output.wait_exit(proc, max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:  # it closed its output and went on
             timed_out = True
     if timed_out:

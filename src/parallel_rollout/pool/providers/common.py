@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Callable
 
 from ...errors import ConfigError, VMError
+from ...guest.agent_output import wait_exit
 
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 #: the shared parent every default base folder lives in
@@ -127,7 +128,7 @@ def exit_status(proc, wait_s: float) -> int | None:
     """``proc``'s exit status once it exits within ``wait_s`` (a VM whose agent stopped
     answering is usually still dying), else None (it runs)."""
     try:
-        return proc.wait(timeout=wait_s)
+        return wait_exit(proc, wait_s)
     except subprocess.TimeoutExpired:
         return None
 

@@ -49,6 +49,7 @@ from concurrent.futures import Future
 from pathlib import Path
 
 from ...errors import VMError
+from ...guest.agent_output import wait_exit
 from . import cgroups
 from .common import create_time, exit_status, runs_vm, same_process, signal_name
 
@@ -183,7 +184,7 @@ def kill_sandbox(private: dict) -> None:
                     pass
         if proc is not None:
             try:
-                proc.wait(timeout=KILL_WAIT_S)
+                wait_exit(proc, KILL_WAIT_S)
             except subprocess.TimeoutExpired:
                 raise VMError(f"bwrap {pid} survived SIGKILL for {KILL_WAIT_S}s") from None
         # The init is bwrap's child, re-parented when bwrap dies; the kernel lets it finish
