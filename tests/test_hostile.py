@@ -990,6 +990,46 @@ def test_the_pty_cap_never_remounts_the_hosts_devpts():
     assert after == before
 
 
+@pytest.mark.skipif(not IS_ROOT, reason="a runner that is not root caps by nsenter")
+def test_the_pty_cap_from_a_thread_caps_the_sandbox_and_leaves_the_runner_where_it_was(monkeypatch):
+    """As root the cap is remounted from a thread of the runner that joins the sandbox's
+    mount namespace and root (no nsenter, no mount program: ~5 ms of every boot). The
+    sandbox's devpts gets the cap; the process (its other threads, and threads it starts
+    later) stays in its own namespace, root and folder, with its own devpts untouched."""
+    from parallel_rollout.pool.providers import sandbox_fs
+    from parallel_rollout.pool.providers.process import ProcessProvider
+
+    def no_programs(*args, **kwargs):
+        raise AssertionError(f"ran a program: {args}")
+
+    def seen_by_a_new_thread() -> list[str]:
+        seen: list[str] = []
+        thread = threading.Thread(target=lambda: seen.extend(
+            [os.readlink("/proc/thread-self/ns/mnt"), os.readlink("/proc/thread-self/root"), os.getcwd()]))
+        thread.start()
+        thread.join()
+        return seen
+
+    def devpts(pid: int | str) -> list[str]:
+        return [line.split(" - ")[1] for line in Path(f"/proc/{pid}/mountinfo").read_text().splitlines()
+                if " /dev/pts " in line]
+
+    provider = ProcessProvider("pty-cap-thread")
+    info = provider.start("vm0")
+    try:
+        here = [os.readlink("/proc/self/ns/mnt"), os.readlink("/proc/self/root"), os.getcwd()]
+        own_devpts = devpts("self")
+        monkeypatch.setattr(sandbox_fs.subprocess, "run", no_programs)
+        assert sandbox_fs.cap_ptys(info.private["init_pid"], own_userns=False, limit=17) is None
+        assert any("max=17" in line for line in devpts(info.private["init_pid"])), devpts(info.private["init_pid"])
+        assert [os.readlink("/proc/self/ns/mnt"), os.readlink("/proc/self/root"), os.getcwd()] == here
+        assert seen_by_a_new_thread() == here
+        assert devpts("self") == own_devpts
+        assert not sandbox_fs._thread_failed
+    finally:
+        provider.stop(info)
+
+
 #: a daemon of the answer (as an osworld task leaves one: no /reap there) that watches /tmp
 #: and, for every file the agent makes there, notes its name, copies what it says and
 #: rewrites it to print FORGED: what a grading script written to /tmp met (issue 24)
