@@ -59,6 +59,11 @@ def test_smoke_benchmark_writes_a_well_formed_report(tmp_path):
     assert report["designs"]["a"]["n"] > report["designs"]["a"]["m"]
     assert report["designs"]["b"]["n"] == report["designs"]["b"]["m"]
     assert is_number(report["overhead"][0]["ms_per_task"])
+    # what the disk adds to each zero-length task, and which disk
+    disk = report["machine"]["disk"]
+    assert is_number(disk["task_files_ms_p50"]) and disk["task_files_ms_p50"] > 0, disk
+    assert disk["filesystem"] not in ("", "?") and Path(disk["folder"]).is_relative_to(disk["mount"]), disk
+    assert f"{disk['task_files_ms_p50']:.2f} ms p50 on {disk['mount']}" in proc.stdout
     assert {(r["n"], r["m"]) for r in report["scaling"]} == {(1, 1), (2, 1)}
     assert report["concurrent"]["rollouts"] == 4 and is_number(report["concurrent"]["makespan_over_best_bound"])
     # design (a)'s runs say what a pool with no costs of its own would take; (b), (c) hold

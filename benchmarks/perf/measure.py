@@ -184,3 +184,30 @@ def _peak_overlap(records: list[dict[str, Any]]) -> int:
 
 
 # -- the sections -------------------------------------------------------------------------
+
+
+def disk_probe(folder: Path, count: int = 200) -> dict[str, Any]:
+    """What the disk under ``folder`` adds to every task: the time to make a task's
+    trajectory folders and file (``trajectories/<task>/<sample>/attempt-0.jsonl``, what each
+    zero-length task of the overhead rows writes), p50 in ms, and the folder's filesystem.
+    On a disk whose new folders are slow (ext4 here: 0.1-4 ms, varying through a day) the
+    overhead rows measure the disk as much as the runner; TMPDIR=/dev/shm leaves it out."""
+    import os
+    import shutil
+    import time
+
+    probe = folder / "disk-probe"
+    times = []
+    for i in range(count):
+        started = time.perf_counter()
+        sample = probe / f"task-{i}" / "0"
+        sample.mkdir(parents=True)
+        (sample / "attempt-0.jsonl").write_text("{}\n")
+        times.append(time.perf_counter() - started)
+    shutil.rmtree(probe, ignore_errors=True)
+    mounts = [line.split()[1:3] for line in Path("/proc/self/mounts").read_text().splitlines()]
+    real = os.path.realpath(folder)
+    under = [(point, fs) for point, fs in mounts if real == point or real.startswith(point.rstrip("/") + "/")]
+    point, fs = max(under, key=lambda m: len(m[0])) if under else ("?", "?")
+    return {"folder": str(folder), "filesystem": fs, "mount": point,
+            "task_files_ms_p50": round(1000 * statistics.median(times), 3)}

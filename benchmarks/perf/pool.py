@@ -55,7 +55,7 @@ sys.path.insert(0, str(HERE))  # workload.py; spawned workers inherit sys.path
 
 import psutil  # noqa: E402
 
-from measure import mean, measure  # noqa: E402,F401 - measure: ray_nodes.py imports it from here
+from measure import disk_probe, mean, measure  # noqa: E402,F401 - measure: ray_nodes.py imports it from here
 from workload import MODES  # noqa: E402
 from parallel_rollout.config import build_config, settings, tomllib  # noqa: E402
 from parallel_rollout.errors import ConfigError  # noqa: E402
@@ -287,6 +287,10 @@ def table(report: dict[str, Any]) -> str:
     lines = [f"parallel-rollout pool benchmark ({report['profile']}) — {report['machine']['cpus']} CPUs, "
              f"load {report['machine']['load_before']} → {report['machine']['load_after']}", ""]
     lines.append("runner overhead, zero-length tasks (no VM, no think)")
+    disk = report["machine"].get("disk")
+    if disk:
+        lines.append(f"  (in each: the task's trajectory folders and file, {disk['task_files_ms_p50']:.2f} ms p50 "
+                     f"on {disk['mount']} ({disk['filesystem']}); TMPDIR=/dev/shm leaves the disk out)")
     for row in report["overhead"]:
         lines.append(f"  N={row['n']} K={row['k']}  {row['tasks']} tasks  {row['tasks_per_s']:>8} tasks/s  "
                      f"{row['ms_per_task']:.2f} ms/task  (runner CPU {row['runner_cpu_ms_per_task']:.2f} ms/task; "
@@ -420,6 +424,7 @@ def main(argv: list[str] | None = None) -> int:
               "has no bytecode yet, at each start (README: 'Bytecode')", file=sys.stderr, flush=True)
     workdir = Path(tempfile.mkdtemp(prefix="pr-perf-"))
     load_before = [round(x, 2) for x in os.getloadavg()]
+    disk = disk_probe(workdir)
     began = time.time()
     try:
         print("overhead …", file=sys.stderr, flush=True)
@@ -442,7 +447,7 @@ def main(argv: list[str] | None = None) -> int:
         "duration_s": round(time.time() - began, 1),
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                     "platform": platform.platform(), "load_before": load_before,
-                    "writes_bytecode": not sys.flags.dont_write_bytecode,
+                    "writes_bytecode": not sys.flags.dont_write_bytecode, "disk": disk,
                     "load_after": [round(x, 2) for x in os.getloadavg()]},
         "profile_spec": spec,
         "run_settings": RUN_SETTINGS,
