@@ -244,10 +244,11 @@ def read_only_root() -> list[str]:
 def cap_ptys(init_pid: int, own_userns: bool, limit: int = MAX_PTYS) -> str | None:
     """Remount the devpts of a sandbox or container (whose init is ``init_pid``) with
     ``max=limit`` and the options it has, from the host: the mount is in its mount
-    namespace, entered for one ``mount``. ``own_userns``: the sandbox has a user namespace
-    of its own (a runner that is not root), whose owner, bwrap's outer namespace, holds the
-    right to remount there. None when done, else why not, logged once per process (the VM
-    then runs uncapped)."""
+    namespace, entered for one remount (as root by a thread of this process,
+    :func:`_remount_from_thread`; else by ``nsenter … mount``). ``own_userns``: the sandbox
+    has a user namespace of its own (a runner that is not root), whose owner, bwrap's outer
+    namespace, holds the right to remount there. None when done, else why not, logged once
+    per process (the VM then runs uncapped)."""
     why = _remount_devpts(init_pid, own_userns, limit)
     if why and not _warned:
         _warned.append(why)
