@@ -83,7 +83,7 @@ class ChaosAgent(OracleAgent):
 def kill_leased_sandbox(config, key: str) -> None:
     """Kill the VM leased to ``key`` (found in the run's events.jsonl) from the host, as its
     provider's VMs die of an operator or the host's OOM killer: a process sandbox's every
-    process of both its folders (the leased one and its standby), a docker VM's running
+    process of all its folders (the leased one and its standbys'), a docker VM's running
     containers (``docker kill``: the leased one and its spare), a QEMU VM's process."""
     from parallel_rollout.pool.providers import standby
 
@@ -104,9 +104,9 @@ def kill_leased_sandbox(config, key: str) -> None:
                 proc.kill()
         return
     run_dir = Path(os.environ["PARALLEL_ROLLOUT_PROCESS_DIR"]) / config.run_id
-    for folder in (vm, vm + standby.SUFFIX):
+    for folder in standby.folders(run_dir, vm):
         try:
-            root = psutil.Process(int(json.loads((run_dir / folder / "meta.json").read_text())["pid"]))
+            root = psutil.Process(int(json.loads((folder / "meta.json").read_text())["pid"]))
             procs = [root, *root.children(recursive=True)]
         except (OSError, ValueError, KeyError, psutil.Error):  # a label only: no sandbox yet
             continue

@@ -23,7 +23,7 @@ from parallel_rollout.errors import ConfigError, VMError
 from parallel_rollout.guest.client import GuestClient
 from parallel_rollout.pool.providers import get_provider
 from parallel_rollout.pool.providers.base import ProviderOptions
-from parallel_rollout.pool.providers import cgroups
+from parallel_rollout.pool.providers import cgroups, standby
 from parallel_rollout.pool.providers.process import ProcessProvider
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
@@ -559,12 +559,60 @@ def test_a_vm_folder_is_labelled_before_its_sandbox_boots(base_dir):
     provider = Swept("same", ProviderOptions(boot_timeout_s=10), base_dir=base_dir)
     vm = provider.start("vm0")
     try:
-        for _ in range(3):  # the standby's folder is made at the first reset's standby boot
+        for _ in range(4):  # the standbys' folders are made at the first reset's standby boots
             vm = provider.reset(vm)
             assert provider.healthy(vm)
     finally:
         provider.stop(vm)
-    assert swept == {"vm0": [], "vm0.b": []}
+    assert swept == {name: [] for name in ["vm0", "vm0.b", "vm0.c"][:provider._standby.depth + 1]}
+
+
+def test_standbys_per_vm_follow_the_cpus_unless_set(monkeypatch, base_dir):
+    """Two standbys per VM where the runner may use more CPUs than the pool has VMs, one
+    where it may not; $PARALLEL_ROLLOUT_PROCESS_STANDBY sets it (0 to 4), and a value that
+    is not one is refused, naming the variable, before any VM starts."""
+    monkeypatch.delenv(standby.STANDBY_ENV, raising=False)
+    monkeypatch.setattr(standby.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    assert [standby.depth(vms) for vms in (1, 3, 4, 16)] == [2, 2, 1, 1]
+    for text, depth in (("0", 0), ("1", 1), (" 4 ", 4)):
+        monkeypatch.setenv(standby.STANDBY_ENV, text)
+        assert standby.depth(16) == depth
+    for text in ("5", "-1", "two", "1.5"):
+        monkeypatch.setenv(standby.STANDBY_ENV, text)
+        with pytest.raises(ConfigError, match=f"PARALLEL_ROLLOUT_PROCESS_STANDBY={text!r}: give the standby sandboxes per VM, 0 to 4"):
+            ProcessProvider("depth", ProviderOptions(boot_timeout_s=10), base_dir=base_dir)
+    assert not (base_dir / "depth").exists()
+
+
+def test_two_standbys_take_turns_with_the_vm_in_three_folders(monkeypatch, base_dir):
+    """With two standbys a reset hands out the older one (booted two resets ago) and starts
+    the next in the folder it freed: the sandbox moves vm0 → vm0.b → vm0.c → vm0 …, each
+    a fresh one, two more booted beside it; a stop takes all three and their folders."""
+    monkeypatch.setenv(standby.STANDBY_ENV, "2")
+    provider = ProcessProvider("turns", ProviderOptions(boot_timeout_s=20), base_dir=base_dir)
+    vm = provider.start("vm0")
+    seen, pids = [], set()
+    try:
+        for step in range(5):
+            GuestClient(vm.address).execute(f"echo {step} > /tmp/step", shell=True)
+            vm = provider.reset(vm)
+            seen.append(Path(vm.private["vm_dir"]).name)
+            pids |= _sandbox_pids(vm)
+            assert GuestClient(vm.address).execute("cat /tmp/step", shell=True)["returncode"] != 0
+        assert seen == ["vm0", "vm0.b", "vm0.c", "vm0", "vm0.b"]  # the first reset boots its own
+        def sandboxes() -> list[str]:  # the folders some bwrap names
+            return sorted({arg.split("/turns/")[1].split("/")[0] for proc in _processes_naming(base_dir / "turns")
+                           for arg in proc.cmdline() if "/turns/" in arg})
+
+        deadline = time.monotonic() + 20
+        while sandboxes() != ["vm0", "vm0.b", "vm0.c"] and time.monotonic() < deadline:
+            time.sleep(0.05)  # the two standbys beside the VM
+        assert sandboxes() == ["vm0", "vm0.b", "vm0.c"]
+    finally:
+        provider.stop(vm)
+    assert not [pid for pid in pids if _alive(pid)]
+    assert not _processes_naming(base_dir / "turns")
+    assert not (base_dir / "turns").exists()
 
 
 def test_boot_failure_reports_the_agent_log(base_dir):
