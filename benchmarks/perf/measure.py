@@ -182,10 +182,6 @@ def _peak_overlap(records: list[dict[str, Any]]) -> int:
         peak = max(peak, level)
     return peak
 
-
-# -- the sections -------------------------------------------------------------------------
-
-
 def disk_probe(folder: Path, count: int = 200) -> dict[str, Any]:
     """What the disk under ``folder`` adds to every task: the time to make a task's
     trajectory folders and file (``trajectories/<task>/<sample>/attempt-0.jsonl``, what each
@@ -211,3 +207,6 @@ def disk_probe(folder: Path, count: int = 200) -> dict[str, Any]:
     point, fs = max(under, key=lambda m: len(m[0])) if under else ("?", "?")
     return {"folder": str(folder), "filesystem": fs, "mount": point,
             "task_files_ms_p50": round(1000 * statistics.median(times), 3)}
+
+
+# -- the sections -------------------------------------------------------------------------

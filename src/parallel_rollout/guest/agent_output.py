@@ -92,8 +92,6 @@ def wait_exit(proc, timeout: float) -> int:
     the agent a 1 ms sleep, and a sandbox that took 35 ms to die was seen gone at 63 ms. A
     pidfd of the child (unreaped, so its pid is still its own) polls readable the moment it
     exits; where there are none (Linux < 5.3, Python < 3.9), Popen's polling."""
-    import select
-
     if proc.poll() is not None:
         return proc.returncode
     try:
@@ -101,9 +99,7 @@ def wait_exit(proc, timeout: float) -> int:
     except (AttributeError, OSError):
         return proc.wait(timeout=timeout)
     try:
-        poller = select.poll()
-        poller.register(fd, select.POLLIN)
-        exited = proc.returncode is not None or poller.poll(max(0.0, timeout) * 1000)
+        exited = proc.returncode is not None or pidfd_exited(fd, timeout)
     finally:
         os.close(fd)
     if not exited:
@@ -111,3 +107,13 @@ def wait_exit(proc, timeout: float) -> int:
 
         raise subprocess.TimeoutExpired(proc.args, timeout)
     return proc.wait(timeout=timeout)  # reaped at its first look: the pidfd said it exited
+
+
+def pidfd_exited(fd: int, timeout: float) -> bool:
+    """Whether the process of pidfd ``fd`` exits within ``timeout`` seconds (its pidfd polls
+    readable)."""
+    import select
+
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(max(0.0, timeout) * 1000))

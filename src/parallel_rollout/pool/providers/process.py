@@ -52,7 +52,8 @@ Reset kills bwrap and the pid namespace's init; the kernel then kills every proc
 namespace, and we wait until the init is gone, which happens only after all of them are
 (``sandbox_processes.py``). The new sandbox was booted ahead, the VM's *standby*
 (``standby.py``: after each reset the next one boots in another folder of the VM, two
-where the CPUs outnumber the VMs), or boots then. Readiness is a pipe the agent writes to once it listens, so nobody polls.
+where the CPUs outnumber the VMs), or boots then. Readiness is a pipe the agent writes to
+once it listens, so nobody polls.
 
 **Desktop** (``options.desktop``, the osworld mode). The agent starts with ``--desktop WxH``:
 a D-Bus session bus, Xvfb on display :0 and openbox, inside the sandbox, before it says ready
@@ -194,7 +195,8 @@ class ProcessProvider(Provider):
         #: each VM's next sandbox, booted after a reset for the next one (standby.py)
         self._standby = standby.Standby(
             self._boot_in, lambda info: same_process(info.private["pid"], info.private["create_time"]),
-            lambda info: kill_sandbox(info.private), depth=standby.depth(self.options.pool_size), check=self.verify)
+            lambda info: kill_sandbox(info.private), depth=standby.depth(self.options.pool_size),
+            check=self.verify)
         if self.options.desktop:
             missing = sorted({pkg for prog, pkg in DESKTOP_PROGRAMS.items() if not shutil.which(prog)})
             if missing:

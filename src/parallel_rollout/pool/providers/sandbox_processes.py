@@ -49,7 +49,7 @@ from concurrent.futures import Future
 from pathlib import Path
 
 from ...errors import VMError
-from ...guest.agent_output import wait_exit
+from ...guest.agent_output import pidfd_exited, wait_exit
 from . import cgroups
 from .common import create_time, exit_status, runs_vm, same_process, signal_name
 
@@ -191,7 +191,7 @@ def kill_sandbox(private: dict) -> None:
         # exiting (its pidfd polls readable) only after every other process of its pid
         # namespace has.
         deadline = time.monotonic() + KILL_WAIT_S
-        if not all(_exited(fd, deadline) for _, _, fd in watched if fd is not None):
+        if not all(pidfd_exited(fd, deadline - time.monotonic()) for _, _, fd in watched if fd is not None):
             raise VMError(f"sandbox {private.get('vm_dir')} survived SIGKILL for {KILL_WAIT_S}s")
         delay = 0.0005
         while any(same_process(target, created) for target, created, fd in watched if fd is None):
@@ -226,15 +226,6 @@ def _pidfd(pid, created) -> int | None:
         return fd
     os.close(fd)
     return None
-
-
-def _exited(fd: int, deadline: float) -> bool:
-    """Whether the process of pidfd ``fd`` exits by ``deadline`` (its pidfd polls readable)."""
-    import select
-
-    poller = select.poll()
-    poller.register(fd, select.POLLIN)
-    return bool(poller.poll(max(0.0, deadline - time.monotonic()) * 1000))
 
 
 def death_cause(private: dict, run_as: int | None) -> str | None:
