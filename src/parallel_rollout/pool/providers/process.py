@@ -92,7 +92,7 @@ import time
 from pathlib import Path
 
 from ...errors import ConfigError, ProviderUnavailable, VMError
-from . import cgroups, images, sandbox_fs, sandbox_log, seccomp, standby, verify
+from . import agent_folder, cgroups, images, sandbox_fs, sandbox_log, seccomp, standby, verify
 from .sandbox_argv import (AGENT_SOURCES, DESKTOP_SOURCES, GRADING_BIN, GUEST_HOME, NAMESPACE_FLAGS, SHIM_DIR,
                            SandboxSpec, boot_argv, folder_argv)
 from .sandbox_uids import SandboxUids
@@ -122,8 +122,6 @@ def base_dir_default() -> Path:
     return Path(os.environ.get(BASE_DIR_ENV) or DEFAULT_BASE_DIR)
 
 
-#: the guest's modules compiled ahead into a sandbox's read-only ``__pycache__``
-_COMPILED = [*AGENT_SOURCES, *DESKTOP_SOURCES]
 
 
 class ProcessProvider(Provider):
@@ -175,11 +173,12 @@ class ProcessProvider(Provider):
         #: root runs commands (and a desktop) as a uid of each VM's own (sandbox_uids.py)
         self._uids = SandboxUids(enabled=os.geteuid() == 0)
         python = sandbox_fs.guest_python()
-        bytecode = None
+        self._agent_files = agent_dir = None
         if python is not None:  # without one, check_available says why
-            bytecode = sandbox_fs.agent_bytecode(python, _COMPILED, secure_base_dir(self.base_dir))
+            self._agent_files = agent_folder.AgentFiles(python, AGENT_SOURCES, DESKTOP_SOURCES, (GRADING_BIN,))
+            agent_dir = agent_folder.prepare(self._agent_files, secure_base_dir(self.base_dir))
         self._spec = SandboxSpec(
-            bwrap=shutil.which("bwrap") or "bwrap", python=python, bytecode=bytecode,
+            bwrap=shutil.which("bwrap") or "bwrap", python=python, agent_dir=agent_dir,
             snapshot=self.snapshot, desktop=bool(self.options.desktop), screen=self.options.screen,
             memory_mb=self._memory_mb,
             limit_as=self._memory_mb * 2**20 if self._limit_as else None,
@@ -388,9 +387,9 @@ class ProcessProvider(Provider):
         """Start the sandbox and wait for the agent's ready line; VMError (with the agent's
         log) when it does not come within boot_timeout_s."""
         spec = self._spec
-        if spec.bytecode is not None and sandbox_fs.use_bytecode(spec.bytecode, spec.python, _COMPILED) is None:
-            # gone and not made again: the boots compile the agent, as without it
-            self._spec = dataclasses.replace(spec, bytecode=None)
+        if spec.agent_dir is not None and agent_folder.use(spec.agent_dir, self._agent_files) is None:
+            # gone and not made again: the boots bind the package's files, as without it
+            self._spec = dataclasses.replace(spec, agent_dir=None)
             self._argvs.clear()
         listener = sandbox_fs.listen(vm_dir / "sock" / SOCKET_NAME)
         ready_r, ready_w = os.pipe()

@@ -58,9 +58,9 @@ class SandboxSpec:
     bwrap: str
     #: the guest's python3 (one under the bound system folders)
     python: str
-    #: the agent's modules compiled ahead by that python (``sandbox_fs.agent_bytecode``),
-    #: bound read-only as their ``__pycache__``; None: each boot compiles them
-    bytecode: Path | None
+    #: the agent's folder made ahead (``agent_folder.prepare``: its modules, their bytecode, the
+    #: grading wrappers), bound whole; None: the package's files, compiled at each boot
+    agent_dir: Path | None
     #: the folder whose content becomes the home, or None
     snapshot: Path | None
     desktop: bool
@@ -81,6 +81,19 @@ class SandboxSpec:
         if self.memory_mb is None:
             return size_mb
         return max(1, min(size_mb, self.memory_mb // 6))
+
+
+def _agent_binds(spec: SandboxSpec) -> list[str]:
+    """The agent's files where it lives: its folder in one bind (a mount the fewer: see
+    ``agent_folder``), or, without one or beside a desktop's modules, file by file."""
+    if spec.agent_dir is not None and not spec.desktop:
+        return ["--ro-bind", str(spec.agent_dir), images.GUEST_DIR]
+    binds = [arg for source in AGENT_SOURCES for arg in
+             ("--ro-bind", str(source), str(Path(GUEST_AGENT).with_name(source.name)))]
+    if spec.agent_dir is not None:
+        binds += ["--ro-bind", str(spec.agent_dir / "__pycache__"),
+                  str(Path(GUEST_AGENT).with_name("__pycache__"))]
+    return [*binds, "--ro-bind", str(GRADING_BIN), images.GUEST_GRADING_BIN]
 
 
 def boot_argv(spec: SandboxSpec, parts: tuple[list[str], list[str]], ready_fd: int,
@@ -145,11 +158,7 @@ def folder_argv(spec: SandboxSpec, vm_id: str, vm_dir: Path,
         # the agent's socket lives outside (its fd is passed in): nothing in here can
         # unlink it and bind its own; /run/guest is the sandbox's own scratch folder
         "--perms", "0755", "--size", str(16 * 2**20), "--tmpfs", GUEST_SOCK_DIR,
-        *[arg for source in AGENT_SOURCES for arg in
-          ("--ro-bind", str(source), str(Path(GUEST_AGENT).with_name(source.name)))],
-        *(("--ro-bind", str(spec.bytecode), str(Path(GUEST_AGENT).with_name("__pycache__")))
-          if spec.bytecode else ()),
-        "--ro-bind", str(GRADING_BIN), images.GUEST_GRADING_BIN,
+        *_agent_binds(spec),
         "--chdir", GUEST_HOME,
         "--clearenv",
         "--setenv", "PATH", path, "--setenv", "HOME", GUEST_HOME,

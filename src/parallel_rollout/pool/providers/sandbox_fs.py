@@ -11,14 +11,12 @@ from __future__ import annotations
 
 import fcntl
 import functools
-import hashlib
 import logging
 import os
 import shutil
 import socket
 import subprocess
 import threading
-import time
 from pathlib import Path
 
 from ...errors import VMError
@@ -129,74 +127,6 @@ def guest_python() -> str | None:
     # only an interpreter under the bound system folders exists inside the sandbox
     found = shutil.which("python3", path="/usr/local/bin:/usr/bin")
     return found if found and found.startswith("/usr/") else None
-
-
-#: the guest's python compiles each agent module into a cache folder named for its source
-_COMPILE = """import importlib.util, os, py_compile, sys
-for src in sys.argv[2:]:
-    name = os.path.basename(importlib.util.cache_from_source(src))
-    py_compile.compile(src, cfile=os.path.join(sys.argv[1], name), doraise=True)
-"""
-
-
-def agent_bytecode(python: str, sources: list[Path], base: Path) -> Path | None:
-    """The agent's modules compiled by the guest's ``python``: a folder for a sandbox's
-    read-only ``__pycache__`` next to them, so that a boot loads them instead of compiling
-    ~1,400 lines again (~5 ms of CPU per reset). Kept under ``base/.agent-bytecode`` by
-    what it was made from (the interpreter, each source's path, size and time), so a
-    changed source gets a new one; a boot whose source no longer matches still compiles
-    it, as Python checks each file's size and time. None, and a warning, when it cannot be
-    made (each boot compiles then, as it did before). The others there that no boot used
-    for :data:`BYTECODE_KEEP_S` are removed (``use_bytecode`` marks each boot's use)."""
-    made_from = [(python, os.stat(python).st_mtime_ns)]
-    made_from += [(str(s), st.st_size, st.st_mtime_ns) for s in sources for st in [s.stat()]]
-    key = hashlib.sha256(repr(made_from).encode()).hexdigest()[:16]
-    folder = base / ".agent-bytecode" / key  # not a run's name: sweeps pass it by
-    made = use_bytecode(folder, python, sources)
-    if made is not None:
-        _prune_bytecode(folder)
-    return made
-
-
-def use_bytecode(folder: Path, python: str, sources: list[Path]) -> Path | None:
-    """``folder`` marked as used now (its time: what the pruning of other providers reads),
-    compiled again if it is gone; None, and a warning, when it cannot be made."""
-    try:
-        os.utime(folder)
-        return folder
-    except FileNotFoundError:
-        pass
-    scratch = folder.with_name(f".{folder.name}.{os.getpid()}")
-    try:
-        scratch.mkdir(parents=True, mode=0o755)
-        subprocess.run([python, "-I", "-S", "-c", _COMPILE, str(scratch), *map(str, sources)],
-                       check=True, capture_output=True, timeout=60)
-        os.rename(scratch, folder)
-    except (OSError, subprocess.SubprocessError) as exc:
-        shutil.rmtree(scratch, ignore_errors=True)
-        if folder.is_dir():  # another provider made it first
-            return folder
-        detail = getattr(exc, "stderr", b"") or b""
-        log.warning("the agent's modules could not be compiled ahead (%s%s): each boot compiles "
-                    "them", exc, f": {detail.decode(errors='replace').strip()}" if detail else "")
-        return None
-    return folder
-
-
-#: seconds after its last boot that another provider removes an agent's bytecode folder
-BYTECODE_KEEP_S = 7 * 86400
-
-
-def _prune_bytecode(keep: Path) -> None:
-    """Remove the bytecode folders beside ``keep`` that no boot used for BYTECODE_KEEP_S
-    (a pool still running with one marks it at each boot, and makes it again if it went)."""
-    old = time.time() - BYTECODE_KEEP_S
-    for folder in keep.parent.iterdir():
-        try:
-            if folder != keep and folder.stat().st_mtime < old:
-                shutil.rmtree(folder)
-        except OSError:  # another provider removed it first
-            pass
 
 
 #: pseudo-terminals one sandbox may hold. The kernel's ``kernel.pty.max`` (4096, 1024 of

@@ -1,0 +1,148 @@
+"""The guest agent's folder of a process sandbox, made once per provider: the agent's
+modules, their bytecode compiled by the guest's python, and the grading wrappers, in one
+folder a sandbox binds read-only where the agent lives (``/opt/parallel-rollout``).
+
+**One bind, not ten.** Bound file by file, the agent's seven modules, their ``__pycache__``
+and the grading wrappers were nine of a sandbox's 35 mounts, and bubblewrap reads the whole
+mount table again after each bind it makes (to remount what lies below it): ~2 ms of the
+machine's CPU and of the boot's time per sandbox (``benchmarks/perf/README.md``). A desktop
+sandbox still binds its modules one by one beside the agent's (the folder is read-only,
+so nothing can be bound into it), with the folder's ``__pycache__``.
+
+**Bytecode.** The modules are compiled by the guest's python (its own cache tag and magic
+number), so a boot loads them instead of compiling ~1,400 lines again (~5 ms of CPU per
+reset); the desktop's modules (``AgentFiles.others``) are compiled into the same
+``__pycache__``, where, with no source beside them, nothing but a desktop sandbox's imports
+find them.
+
+**Kept between runs.** Folders live under ``<base>/.agent-bytecode/<key>``, the key made of
+the interpreter and each file's path, size and time: a changed source gets a new folder, and
+a run keeps the one it started with. Each boot marks its folder used (its time) and makes it
+again if it went; another provider removes the folders no boot used for a week. A folder
+that cannot be made (a source python cannot compile, a full disk) leaves the sandboxes to
+bind the package's files and compile them at each boot, as they did before it, with a
+warning.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+#: seconds after its last boot that another provider removes an agent's folder
+KEEP_S = 7 * 86400
+#: under the provider's base folder: not a run's name, so sweeps pass it by
+FOLDERS = ".agent-bytecode"
+
+#: run by the guest's python: each module's bytecode into the folder's __pycache__
+_COMPILE = """import importlib.util, os, py_compile, sys
+cache = os.path.join(sys.argv[1], "__pycache__")
+for src in sys.argv[2:]:
+    name = os.path.basename(importlib.util.cache_from_source(src))
+    py_compile.compile(src, cfile=os.path.join(cache, name), doraise=True)
+"""
+
+
+@dataclass(frozen=True)
+class AgentFiles:
+    """What an agent's folder is made of."""
+
+    #: the guest's python3, which compiles the modules
+    python: str
+    #: copied in and compiled: the agent's modules
+    modules: tuple[Path, ...]
+    #: compiled only: modules a desktop sandbox binds beside the folder's
+    others: tuple[Path, ...] = ()
+    #: copied in whole, by name: the grading wrappers
+    dirs: tuple[Path, ...] = ()
+
+    def key(self) -> str:
+        """What the folder was made from: the interpreter and every file's path, size, time."""
+        files = [*self.modules, *self.others, *(f for d in self.dirs for f in sorted(d.rglob("*")))]
+        made_from = [(self.python, os.stat(self.python).st_mtime_ns)]
+        made_from += [(str(f), st.st_size, st.st_mtime_ns) for f in files for st in [f.stat()]]
+        return hashlib.sha256(repr(made_from).encode()).hexdigest()[:16]
+
+
+def prepare(files: AgentFiles, base: Path) -> Path | None:
+    """The folder made of ``files`` under ``base`` (made now if it is not there yet); None,
+    and a warning, when it cannot be made. Removes the others no boot used for KEEP_S."""
+    folder = base / FOLDERS / files.key()
+    made = use(folder, files)
+    if made is not None:
+        _prune(folder)
+    return made
+
+
+def use(folder: Path, files: AgentFiles) -> Path | None:
+    """``folder`` marked as used now (its time: what the pruning of other providers reads),
+    made again if it is gone; None, and a warning, when it cannot be made."""
+    try:
+        os.utime(folder)
+        return folder
+    except FileNotFoundError:
+        pass
+    scratch = folder.with_name(f".{folder.name}.{os.getpid()}")
+    try:
+        _make(scratch, files)
+        os.rename(scratch, folder)
+    except (OSError, subprocess.SubprocessError) as exc:
+        shutil.rmtree(scratch, ignore_errors=True)
+        if folder.is_dir():  # another provider made it first
+            return folder
+        detail = getattr(exc, "stderr", b"") or b""
+        log.warning("the agent's folder could not be made (%s%s): each sandbox binds its files "
+                    "and compiles them", exc, f": {detail.decode(errors='replace').strip()}" if detail else "")
+        return None
+    return folder
+
+
+def _make(scratch: Path, files: AgentFiles) -> None:
+    """The folder's content in ``scratch``: files 0644 (0755 where the source may be run),
+    folders 0755, whatever the umask or the checkout's modes: the commands' user reads the
+    wrappers and runs them."""
+    scratch.mkdir(parents=True)
+    for module in files.modules:
+        shutil.copyfile(module, scratch / module.name)
+    for source in files.dirs:
+        shutil.copytree(source, scratch / source.name, copy_function=shutil.copyfile)
+    modules = [str(scratch / m.name) for m in files.modules]
+    (scratch / "__pycache__").mkdir()
+    subprocess.run([files.python, "-I", "-S", "-c", _COMPILE, str(scratch), *modules,
+                    *map(str, files.others)], check=True, capture_output=True, timeout=60)
+    for path in [scratch, *scratch.rglob("*")]:
+        if path.is_dir():
+            os.chmod(path, 0o755)
+        else:
+            source = _source_of(path, scratch, files)
+            runnable = source is not None and os.stat(source).st_mode & 0o111
+            os.chmod(path, 0o755 if runnable else 0o644)
+
+
+def _source_of(path: Path, scratch: Path, files: AgentFiles) -> Path | None:
+    """The file ``path`` (in ``scratch``) was copied from, or None (bytecode)."""
+    first, *rest = path.relative_to(scratch).parts
+    for source in files.dirs:
+        if source.name == first:
+            return source.joinpath(*rest)
+    return next((m for m in files.modules if m.name == first and not rest), None)
+
+
+def _prune(keep: Path) -> None:
+    """Remove the folders beside ``keep`` that no boot used for KEEP_S (a pool still running
+    with one marks it at each boot, and makes it again if it went)."""
+    old = time.time() - KEEP_S
+    for folder in keep.parent.iterdir():
+        try:
+            if folder != keep and folder.stat().st_mtime < old:
+                shutil.rmtree(folder)
+        except OSError:  # another provider removed it first
+            pass
