@@ -11,6 +11,8 @@
         sock/        sock/agent.sock: bound and listened on here, the agent serves its fd
         meta.json    run id, vm id, owner pid, bwrap pid and start times: what sweep() reads
         agent.log    bwrap's and the agent's output (a pipe, 1 MiB kept: sandbox_log.py), quoted when a boot fails
+    <base>/.agent-bytecode/<key>/  the agent's modules, their bytecode and the grading wrappers,
+                                   bound read-only at /opt/parallel-rollout (agent_folder.py)
 
 **The boundary** (bwrap's command line: ``sandbox_argv.py``). Own pid, ipc, uts and
 network namespaces (only ``lo`` inside), system
