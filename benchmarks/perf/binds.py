@@ -67,7 +67,7 @@ def _compare(base: Path) -> int:
     one = ["--ro-bind", str(spec.agent_dir), images.GUEST_DIR]
     at = next(i for i in range(len(sandbox)) if sandbox[i:i + 3] == one)
     # what a desktop binds (and every sandbox did): each file, the folder's __pycache__
-    each = sandbox_argv._agent_binds(dataclasses.replace(spec, desktop=True))  # noqa: SLF001
+    each = sandbox_argv.agent_binds(dataclasses.replace(spec, desktop=True))
     argvs = {"one by one": [*sandbox[:at], *each, *sandbox[at + 3:], "--", "/bin/true"],
              "one folder": [*sandbox, "--", "/bin/true"]}
     mounts = {name: sum(argv.count(flag) for flag in ("--ro-bind", "--bind")) for name, argv in argvs.items()}

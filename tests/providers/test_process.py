@@ -290,10 +290,10 @@ def test_a_desktop_sandbox_binds_the_agent_file_by_file_with_the_folders_bytecod
     spec = sandbox_argv.SandboxSpec(bwrap="bwrap", python="/usr/bin/python3", agent_dir=tmp_path,
                                     snapshot=None, desktop=False, screen="1280x720",
                                     memory_mb=None, limit_as=None, limit_nproc=None)
-    binds = sandbox_argv._agent_binds(spec)
+    binds = sandbox_argv.agent_binds(spec)
     assert binds == ["--ro-bind", str(tmp_path), "/opt/parallel-rollout"]
     for desktop, agent_dir in ((True, tmp_path), (False, None)):
-        binds = sandbox_argv._agent_binds(dataclasses.replace(spec, desktop=desktop, agent_dir=agent_dir))
+        binds = sandbox_argv.agent_binds(dataclasses.replace(spec, desktop=desktop, agent_dir=agent_dir))
         targets = binds[2::3]
         assert "/opt/parallel-rollout/server.py" in targets and "/opt/parallel-rollout/grading_bin" in targets
         assert ("/opt/parallel-rollout/__pycache__" in targets) == (agent_dir is not None)

@@ -2,7 +2,7 @@
 modules, their bytecode compiled by the guest's python, and the grading wrappers, in one
 folder a sandbox binds read-only where the agent lives (``/opt/parallel-rollout``).
 
-**One bind, not ten.** Bound file by file, the agent's seven modules, their ``__pycache__``
+**One bind, not nine.** Bound file by file, the agent's seven modules, their ``__pycache__``
 and the grading wrappers were nine of a sandbox's 35 mounts, and bubblewrap reads the whole
 mount table again after each bind it makes (to remount what lies below it): ~2 ms of the
 machine's CPU and of the boot's time per sandbox (``benchmarks/perf/README.md``). A desktop

@@ -124,8 +124,6 @@ def base_dir_default() -> Path:
     return Path(os.environ.get(BASE_DIR_ENV) or DEFAULT_BASE_DIR)
 
 
-
-
 class ProcessProvider(Provider):
     """VMs as bubblewrap sandboxes; a snapshot is a folder copied into the home."""
 

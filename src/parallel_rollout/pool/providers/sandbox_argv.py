@@ -83,7 +83,7 @@ class SandboxSpec:
         return max(1, min(size_mb, self.memory_mb // 6))
 
 
-def _agent_binds(spec: SandboxSpec) -> list[str]:
+def agent_binds(spec: SandboxSpec) -> list[str]:
     """The agent's files where it lives: its folder in one bind (a mount the fewer: see
     ``agent_folder``), or, without one or beside a desktop's modules, file by file."""
     if spec.agent_dir is not None and not spec.desktop:
@@ -158,7 +158,7 @@ def folder_argv(spec: SandboxSpec, vm_id: str, vm_dir: Path,
         # the agent's socket lives outside (its fd is passed in): nothing in here can
         # unlink it and bind its own; /run/guest is the sandbox's own scratch folder
         "--perms", "0755", "--size", str(16 * 2**20), "--tmpfs", GUEST_SOCK_DIR,
-        *_agent_binds(spec),
+        *agent_binds(spec),
         "--chdir", GUEST_HOME,
         "--clearenv",
         "--setenv", "PATH", path, "--setenv", "HOME", GUEST_HOME,
