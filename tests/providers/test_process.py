@@ -300,6 +300,35 @@ def test_a_desktop_sandbox_binds_the_agent_file_by_file_with_the_folders_bytecod
         assert "/opt/parallel-rollout" not in targets
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a noexec tmpfs takes root")
+def test_on_a_noexec_base_the_agent_is_bound_file_by_file_and_its_wrappers_run(base_dir):
+    """A hardened /tmp is mounted noexec, and a bind keeps that: the grading wrappers in the
+    agent's folder could not run there. The sandbox binds the agent's files (and the
+    wrappers) from the package instead, with the folder's bytecode."""
+    noexec = base_dir / "noexec"
+    noexec.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "noexec,mode=0700", "tmpfs", str(noexec)], check=True)
+    try:
+        provider = ProcessProvider("run1", ProviderOptions(boot_timeout_s=10), base_dir=noexec / "base")
+        assert provider._spec.agent_dir is not None
+        vm = provider.start("vm0")
+        try:
+            mounts = Path(f"/proc/{vm.private['init_pid']}/mountinfo").read_text().splitlines()
+            agent_mounts = {line.split()[4] for line in mounts if line.split()[4].startswith("/opt/parallel-rollout")}
+            assert {"/opt/parallel-rollout/server.py", "/opt/parallel-rollout/__pycache__",
+                    "/opt/parallel-rollout/grading_bin"} <= agent_mounts, agent_mounts
+            result = GuestClient(vm.address).execute(
+                "echo '{\"a\": 1}' | PATH=/opt/parallel-rollout/grading_bin:$PATH jq -c .a; "
+                "python3 -v -I -S -c 'import sys; sys.path.insert(0, \"/opt/parallel-rollout\"); "
+                "import agent_http' 2>&1 | grep '^# code object from .*agent_http'", shell=True, timeout=30)
+            assert result["output"].startswith("1\n"), result
+            assert "/opt/parallel-rollout/__pycache__/agent_http.cpython-" in result["output"], result
+        finally:
+            provider.stop(vm)
+    finally:
+        subprocess.run(["umount", "-l", str(noexec)], check=False)
+
+
 def test_a_boot_marks_its_agent_folder_used_and_makes_it_again_when_it_went(provider):
     folder = provider._spec.agent_dir
     shutil.rmtree(folder)  # pruned by another provider after a week of no boot, say

@@ -7,7 +7,9 @@ and the grading wrappers were nine of a sandbox's 35 mounts, and bubblewrap read
 mount table again after each bind it makes (to remount what lies below it): ~2 ms of the
 machine's CPU and of the boot's time per sandbox (``benchmarks/perf/README.md``). A desktop
 sandbox still binds its modules one by one beside the agent's (the folder is read-only,
-so nothing can be bound into it), with the folder's ``__pycache__``.
+so nothing can be bound into it), with the folder's ``__pycache__``; so does one whose
+folder lies on a file system mounted ``noexec`` (a hardened /tmp), where the wrappers could
+not run (``sandbox_argv.agent_binds``).
 
 **Bytecode.** The modules are compiled by the guest's python (its own cache tag and magic
 number), so a boot loads them instead of compiling ~1,400 lines again (~5 ms of CPU per
@@ -112,6 +114,10 @@ def _make(scratch: Path, files: AgentFiles) -> None:
     scratch.mkdir(parents=True)
     for module in files.modules:
         shutil.copyfile(module, scratch / module.name)
+        # the source's time, which the bytecode records: it stays valid for the package's
+        # own file too, where a sandbox binds that one (a desktop's, a noexec folder's)
+        st = module.stat()
+        os.utime(scratch / module.name, ns=(st.st_atime_ns, st.st_mtime_ns))
     for source in files.dirs:
         shutil.copytree(source, scratch / source.name, copy_function=shutil.copyfile)
     modules = [str(scratch / m.name) for m in files.modules]

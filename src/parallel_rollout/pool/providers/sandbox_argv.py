@@ -85,8 +85,10 @@ class SandboxSpec:
 
 def agent_binds(spec: SandboxSpec) -> list[str]:
     """The agent's files where it lives: its folder in one bind (a mount the fewer: see
-    ``agent_folder``), or, without one or beside a desktop's modules, file by file."""
-    if spec.agent_dir is not None and not spec.desktop:
+    ``agent_folder``), or file by file with the folder's bytecode: beside a desktop's
+    modules, or where the folder's file system runs no program (a ``noexec`` /tmp: the
+    grading wrappers are bound from the package then), or without a folder."""
+    if spec.agent_dir is not None and not spec.desktop and _runs_programs(spec.agent_dir):
         return ["--ro-bind", str(spec.agent_dir), images.GUEST_DIR]
     binds = [arg for source in AGENT_SOURCES for arg in
              ("--ro-bind", str(source), str(Path(GUEST_AGENT).with_name(source.name)))]
@@ -94,6 +96,15 @@ def agent_binds(spec: SandboxSpec) -> list[str]:
         binds += ["--ro-bind", str(spec.agent_dir / "__pycache__"),
                   str(Path(GUEST_AGENT).with_name("__pycache__"))]
     return [*binds, "--ro-bind", str(GRADING_BIN), images.GUEST_GRADING_BIN]
+
+
+def _runs_programs(folder: Path) -> bool:
+    """Whether programs in ``folder`` can run: not on a file system mounted ``noexec``, which
+    a bind keeps."""
+    try:
+        return not os.statvfs(folder).f_flag & os.ST_NOEXEC
+    except OSError:
+        return False
 
 
 def boot_argv(spec: SandboxSpec, parts: tuple[list[str], list[str]], ready_fd: int,
