@@ -26,24 +26,19 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 
+from measure import machine_cpu_s  # noqa: E402 - beside this file
 from parallel_rollout.pool.providers import images, sandbox_argv  # noqa: E402
 from parallel_rollout.pool.providers.base import ProviderOptions  # noqa: E402
 from parallel_rollout.pool.providers.process import ProcessProvider  # noqa: E402
 
 
-def _machine_ticks() -> int:
-    with open("/proc/stat") as stat:
-        fields = [int(v) for v in stat.readline().split()[1:]]
-    return sum(fields) - fields[3] - fields[4]  # all but idle and iowait
-
-
 def _block(argv: list[str], n: int) -> tuple[float, float]:
     """(wall ms, machine CPU ms) per sandbox, over ``n`` in a row."""
-    ticks, started = _machine_ticks(), time.perf_counter()
+    cpu, started = machine_cpu_s(), time.perf_counter()
     for _ in range(n):
         subprocess.run(argv, check=True)
     wall = time.perf_counter() - started
-    cpu = (_machine_ticks() - ticks) / os.sysconf("SC_CLK_TCK")
+    cpu = machine_cpu_s() - cpu
     return wall / n * 1000, cpu / n * 1000
 
 

@@ -34,6 +34,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 
+from measure import machine_cpu_s  # noqa: E402 - beside this file
 from parallel_rollout.guest.client import GuestClient  # noqa: E402
 from parallel_rollout.pool.providers.base import ProviderOptions  # noqa: E402
 from parallel_rollout.pool.providers.process import ProcessProvider  # noqa: E402
@@ -69,20 +70,13 @@ def commands(provider: ProcessProvider, count: int) -> dict:
             "overhead_p50_ms": round(_p(guest, 0.5) - _p(host, 0.5), 3)}
 
 
-def _machine_cpu_s() -> float:
-    """CPU seconds the whole machine has been busy (all but idle and iowait), /proc/stat."""
-    with open("/proc/stat") as stat:
-        ticks = [int(field) for field in stat.readline().split()[1:]]
-    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
-
-
 def resets(provider: ProcessProvider, count: int, gap_s: float) -> dict:
     """``reset`` + ``verify`` of one VM ``count`` times; CPU of this process and of the
     machine per reset, ms."""
     info = provider.start("gc1")
     reset_s, verify_s = [], []
     cpu = 0.0
-    machine_before = _machine_cpu_s()
+    machine_before = machine_cpu_s()
     try:
         info = provider.reset(info)  # the first reset boots the standby: not counted
         time.sleep(gap_s)
@@ -98,7 +92,7 @@ def resets(provider: ProcessProvider, count: int, gap_s: float) -> dict:
                 raise SystemExit(f"a clean reset failed its check: {differences}")
             time.sleep(gap_s)  # the standby boots meanwhile (its CPU is counted below)
             cpu += time.process_time() - before
-        machine = _machine_cpu_s() - machine_before
+        machine = machine_cpu_s() - machine_before
     finally:
         provider.stop(info)
     return {"resets": count, "gap_s": gap_s, "cpu_ms_per_reset": round(1000 * cpu / count, 3),

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import heapq
 import json
+import os
 import statistics
 from pathlib import Path
 from typing import Any
@@ -181,6 +182,15 @@ def _peak_overlap(records: list[dict[str, Any]]) -> int:
         level += delta
         peak = max(peak, level)
     return peak
+
+
+def machine_cpu_s() -> float:
+    """CPU seconds the whole machine has been busy (all but idle and iowait), /proc/stat:
+    the kernel's work in its own threads counts too."""
+    with open("/proc/stat") as stat:
+        ticks = [int(field) for field in stat.readline().split()[1:]]
+    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
+
 
 def disk_probe(folder: Path, count: int = 200) -> dict[str, Any]:
     """What the disk under ``folder`` adds to every task: the time to make a task's

@@ -215,7 +215,7 @@ def test_the_agent_loads_its_modules_compiled_ahead_from_one_read_only_folder(pr
     assert agent_mounts == ["/opt/parallel-rollout"], agent_mounts
 
 
-def _agent_files(tmp_path: Path, *modules: Path, wrappers: Path | None = None):
+def _agent_files(*modules: Path, wrappers: Path | None = None):
     from parallel_rollout.pool.providers import agent_folder, sandbox_fs
 
     return agent_folder.AgentFiles(sandbox_fs.guest_python(), modules, (), (wrappers,) if wrappers else ())
@@ -226,17 +226,17 @@ def test_the_agent_folder_is_made_once_per_source_and_skipped_when_it_cannot_be(
 
     source = tmp_path / "mod.py"
     source.write_text("X = 1\n")
-    first = agent_folder.prepare(_agent_files(tmp_path, source), tmp_path)
+    first = agent_folder.prepare(_agent_files(source), tmp_path)
     assert sorted(p.name for p in first.iterdir()) == ["__pycache__", "mod.py"]
     [made] = (first / "__pycache__").iterdir()
     assert made.name.startswith("mod.cpython-") and made.name.endswith(".pyc")
     assert (first / "mod.py").read_text() == "X = 1\n"
-    assert agent_folder.prepare(_agent_files(tmp_path, source), tmp_path) == first
+    assert agent_folder.prepare(_agent_files(source), tmp_path) == first
     source.write_text("X = 22\n")  # a changed source: a new folder, the old one untouched
-    second = agent_folder.prepare(_agent_files(tmp_path, source), tmp_path)
+    second = agent_folder.prepare(_agent_files(source), tmp_path)
     assert second != first and (first / "mod.py").read_text() == "X = 1\n"
     source.write_text("def broken(:\n")
-    assert agent_folder.prepare(_agent_files(tmp_path, source), tmp_path) is None
+    assert agent_folder.prepare(_agent_files(source), tmp_path) is None
     assert "could not be made" in caplog.text and "SyntaxError" in caplog.text
     assert sorted(p.name for p in (tmp_path / ".agent-bytecode").iterdir()) == sorted([first.name, second.name])
 
@@ -255,7 +255,7 @@ def test_the_agent_folder_is_readable_by_others_whatever_the_umask(tmp_path):
     os.chmod(source, 0o600), os.chmod(wrappers / "jq", 0o700), os.chmod(wrappers / "wgetrc", 0o600)
     old = os.umask(0o077)
     try:
-        folder = agent_folder.prepare(_agent_files(tmp_path, source, wrappers=wrappers), tmp_path)
+        folder = agent_folder.prepare(_agent_files(source, wrappers=wrappers), tmp_path)
     finally:
         os.umask(old)
     modes = {str(p.relative_to(folder)): p.stat().st_mode & 0o777 for p in [folder, *folder.rglob("*")]}
@@ -276,7 +276,7 @@ def test_agent_folders_no_boot_used_for_a_week_are_removed(tmp_path):
         os.utime(folder, (then, then))
     source = tmp_path / "mod.py"
     source.write_text("X = 1\n")
-    made = agent_folder.prepare(_agent_files(tmp_path, source), tmp_path)
+    made = agent_folder.prepare(_agent_files(source), tmp_path)
     assert sorted(folders.iterdir()) == sorted([made, recent])
 
 

@@ -113,33 +113,26 @@ def _make(scratch: Path, files: AgentFiles) -> None:
     wrappers and runs them."""
     scratch.mkdir(parents=True)
     for module in files.modules:
-        shutil.copyfile(module, scratch / module.name)
-        # the source's time, which the bytecode records: it stays valid for the package's
-        # own file too, where a sandbox binds that one (a desktop's, a noexec folder's)
-        st = module.stat()
-        os.utime(scratch / module.name, ns=(st.st_atime_ns, st.st_mtime_ns))
+        _copy(module, scratch / module.name)
     for source in files.dirs:
-        shutil.copytree(source, scratch / source.name, copy_function=shutil.copyfile)
-    modules = [str(scratch / m.name) for m in files.modules]
-    (scratch / "__pycache__").mkdir()
-    subprocess.run([files.python, "-I", "-S", "-c", _COMPILE, str(scratch), *modules,
-                    *map(str, files.others)], check=True, capture_output=True, timeout=60)
-    for path in [scratch, *scratch.rglob("*")]:
-        if path.is_dir():
-            os.chmod(path, 0o755)
-        else:
-            source = _source_of(path, scratch, files)
-            runnable = source is not None and os.stat(source).st_mode & 0o111
-            os.chmod(path, 0o755 if runnable else 0o644)
+        shutil.copytree(source, scratch / source.name, copy_function=_copy)
+    cache = scratch / "__pycache__"
+    cache.mkdir()
+    subprocess.run([files.python, "-I", "-S", "-c", _COMPILE, str(scratch),
+                    *(str(scratch / m.name) for m in files.modules), *map(str, files.others)],
+                   check=True, capture_output=True, timeout=60)
+    for compiled in cache.iterdir():
+        os.chmod(compiled, 0o644)
+    for folder in [scratch, *(p for p in scratch.rglob("*") if p.is_dir())]:
+        os.chmod(folder, 0o755)
 
 
-def _source_of(path: Path, scratch: Path, files: AgentFiles) -> Path | None:
-    """The file ``path`` (in ``scratch``) was copied from, or None (bytecode)."""
-    first, *rest = path.relative_to(scratch).parts
-    for source in files.dirs:
-        if source.name == first:
-            return source.joinpath(*rest)
-    return next((m for m in files.modules if m.name == first and not rest), None)
+def _copy(source: Path | str, target: Path | str) -> None:
+    """``source`` copied with its times (the bytecode records a module's: it stays valid for
+    the package's own file too, where a sandbox binds that one: a desktop's, a noexec
+    folder's) and mode 0755 where it may be run, else 0644."""
+    shutil.copy2(source, target)
+    os.chmod(target, 0o755 if os.stat(source).st_mode & 0o111 else 0o644)
 
 
 def _prune(keep: Path) -> None:
