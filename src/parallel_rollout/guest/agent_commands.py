@@ -3,7 +3,7 @@ its own session so that a timeout kills the command's whole process group.
 
 ::
 
-    route ──► run(argv) ── subprocess.Popen(start_new_session) ──► the command's process group
+    route ──► run(argv) ── agent_spawn.spawn (a session of its own) ──► the command's process group
                                  │ outlives its timeout
                                  ▼
                          killpg(SIGKILL), then what it printed so far
@@ -17,7 +17,7 @@ before the kill.
 **Who runs what.** With ``--run-as UID:GID`` (:data:`run_as`; the process provider as root,
 docker, qemu) the agent keeps its own user and runs every command as that other,
 unprivileged user, with no capabilities, an empty bounding set and no new privileges: from
-its own fork (``Popen(user=...)``) once it has given up what only a root command could use
+its own fork (``agent_spawn.spawn(user=...)``) once it has given up what only a root command could use
 (:data:`direct`, ``server._seal``), else (a desktop agent) through util-linux ``setpriv``:
 the graded code cannot signal, trace or replace the agent, and cannot reach
 its socket (0600, in a folder it cannot write). Temp scripts and uploads are handed to that
@@ -56,11 +56,12 @@ import os
 import sys
 
 try:
-    from . import agent_grading, agent_output
+    from . import agent_grading, agent_output, agent_spawn
     from .agent_http import HTTPError, Request, field, timeout_field
 except ImportError:  # a sibling file in the guest, not a package
     import agent_grading  # type: ignore[no-redef]
     import agent_output  # type: ignore[no-redef]
+    import agent_spawn  # type: ignore[no-redef]
     from agent_http import HTTPError, Request, field, timeout_field  # type: ignore[no-redef]
 
 DEFAULT_EXECUTE_TIMEOUT_S = 120.0
@@ -72,7 +73,7 @@ limit_as: int | None = None
 limit_nproc: int | None = None
 #: (uid, gid) every command runs as (``--run-as``); None: the agent's own
 run_as: tuple[int, int] | None = None
-#: commands start as ``run_as`` from the fork (``Popen(user=...)``), not through setpriv
+#: commands start as ``run_as`` from the fork (``agent_spawn.spawn(user=...)``), not through setpriv
 direct = False
 #: ``--reap-all``: the agent is alone in a pid namespace of its own (a sandbox, a container,
 #: a VM), so /reap may kill every process it sees but itself and pid 1. Never the default:
@@ -103,8 +104,6 @@ def run(argv, *, shell: bool, timeout: float, cwd: str | None = None,
     True, message`` on a timeout, or ``not_found: True, message`` when the program cannot
     be started.
     """
-    import subprocess
-
     program = argv if isinstance(argv, str) else (argv[0] if argv else "")
     cwd = expand(cwd) if cwd else home()
     if not os.path.isdir(cwd):
@@ -116,18 +115,16 @@ def run(argv, *, shell: bool, timeout: float, cwd: str | None = None,
         full_env = dict(os.environ)
         full_env.update(env)
     # setpriv's work done by the fork itself (``direct``); a prlimit then runs as the user
-    switch = dict(user=run_as[0], group=run_as[1], extra_groups=[]) if direct and run_as else {}
-    argv, shell = _limited(argv, shell, full_env, [] if switch else _setpriv() if run_as else [])
+    user = run_as if direct and run_as else None
+    argv, shell = _limited(argv, shell, full_env, [] if user else _setpriv() if run_as else [])
     if argv is None:
         return {"returncode": 127, "output": "", "error": "No such file or directory",
                 "not_found": True, "message": f"command not found: {program}"}
     try:
-        proc = subprocess.Popen(
-            argv, shell=shell, cwd=cwd, env=full_env, **switch, pass_fds=pass_fds,
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
-            start_new_session=True,  # its own process group, so a timeout kills its children
-        )
+        # in a session of its own, so a timeout kills its children with it
+        proc = agent_spawn.spawn(["/bin/sh", "-c", argv] if shell else list(argv), cwd=cwd,
+                                 env=full_env, user=user, pass_fds=pass_fds,
+                                 merge_stderr=merge_stderr)
     except (FileNotFoundError, PermissionError, NotADirectoryError) as exc:
         code = 126 if isinstance(exc, PermissionError) else 127
         what = "permission denied" if code == 126 else "command not found"
@@ -143,7 +140,6 @@ def run(argv, *, shell: bool, timeout: float, cwd: str | None = None,
 def _finish(proc, timeout: float, tail: int | None) -> dict:
     """What a started command printed (its tails) and returned, killing its group when it
     outlives ``timeout``."""
-    import subprocess
     import time
 
     keep = agent_output.keep_bytes(tail)
@@ -153,11 +149,8 @@ def _finish(proc, timeout: float, tail: int | None) -> dict:
         pipes[proc.stderr] = err
     deadline = time.monotonic() + timeout
     timed_out = not agent_output.collect(pipes, deadline)
-    if not timed_out:
-        try:
-            agent_output.wait_exit(proc, max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:  # it closed its output and went on
-            timed_out = True
+    if not timed_out:  # it may have closed its output and gone on
+        timed_out = not agent_output.exited_within(proc, max(0.0, deadline - time.monotonic()))
     if timed_out:
         _kill_group(proc.pid)
         # a child that escaped the group (setsid) may still hold the pipes open
@@ -231,8 +224,6 @@ def give(path: str) -> None:
 def route_reap(req: Request):
     """POST /reap: kill every process the commands left (see "Who runs what"); the body is
     an empty JSON object, like every POST route's a JSON object."""
-    import signal
-
     req.json()  # 400 for anything else: a malformed request is refused, not obeyed
 
     if run_as is not None and reap_all:
@@ -243,7 +234,7 @@ def route_reap(req: Request):
     killed = 0
     for pid in _reapable():
         try:
-            os.kill(pid, signal.SIGKILL)
+            os.kill(pid, agent_spawn.SIGKILL)
             killed += 1
         except OSError:
             pass
@@ -300,10 +291,8 @@ def _collect() -> None:
 
 
 def _kill_group(pgid: int) -> None:
-    import signal
-
     try:
-        os.killpg(pgid, signal.SIGKILL)
+        os.killpg(pgid, agent_spawn.SIGKILL)
     except ProcessLookupError:
         pass
 

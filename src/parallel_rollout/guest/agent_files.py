@@ -16,7 +16,6 @@ the answer may have made one a symlink to what only root reads (a host's
 
 from __future__ import annotations
 
-import functools
 import os
 
 try:
@@ -58,12 +57,16 @@ class AsCommandsUser:
             raise HTTPError(500, f"cannot take the file-system ids {uid}:{gid}")
 
 
-@functools.lru_cache(maxsize=None)
+_LIBC: list = []
+
+
 def _libc():
     """The C library, loaded once (two fs-id switches per file request)."""
-    import ctypes
+    if not _LIBC:
+        import ctypes
 
-    return ctypes.CDLL(None)
+        _LIBC.append(ctypes.CDLL(None))
+    return _LIBC[0]
 
 
 def route_file(req: Request):

@@ -10,7 +10,11 @@
 **Why not http.server.** Start-up time is the cost of a ``process`` VM reset: the sandbox is
 torn down and the agent starts afresh each time. ``http.server`` drags in ``email``,
 ``http.client`` and ``ssl`` (about 35 ms of a 60 ms start) for a protocol subset that fits in
-a page, so the layer here is our own, on ``socketserver`` with ``ThreadingMixIn``.
+a page, so the layer here is our own. For the same reason it is built on the C modules
+under the standard library's (``_socket``, ``_thread``, and ``_json`` through
+``agent_json``): ``socket``, ``socketserver``, ``threading`` and ``json`` import ``enum``,
+``re``, ``functools`` and ``collections``, ~15 ms of CPU at every start. One thread per
+connection, as ``socketserver.ThreadingMixIn`` had it.
 
 **Errors.** A route raises :class:`HTTPError` for a request it cannot make sense of; the
 answer is that status with ``{"status": "error", "message"}``. An unknown route is 404, a
@@ -24,16 +28,22 @@ Standard library only: this file is copied next to ``server.py`` into every gues
 
 from __future__ import annotations
 
-import json
+import _socket
+import _thread
 import os
-import socket
-import socketserver
 import sys
+
+try:
+    from . import agent_json
+except ImportError:  # a sibling file in the guest, not a package
+    import agent_json  # type: ignore[no-redef]
 
 #: a slow or silent client must not pin a thread forever
 IO_TIMEOUT_S = 60.0
 MAX_HEADER_LINE = 16 * 1024
 MAX_HEADERS = 100
+#: connections waiting to be accepted (socketserver's was 5)
+LISTEN_BACKLOG = 16
 
 _REASONS = {
     100: "Continue", 200: "OK", 400: "Bad Request", 404: "Not Found",
@@ -77,7 +87,7 @@ class Request:
         if not self.body:
             raise HTTPError(400, "expected a JSON object body, got an empty body")
         try:
-            value = json.loads(self.body)
+            value = agent_json.loads(self.body)
         except (ValueError, UnicodeDecodeError) as exc:
             raise HTTPError(400, f"body is not valid JSON: {exc}") from None
         if not isinstance(value, dict):
@@ -169,8 +179,46 @@ def parse_multipart(ctype: str, body: bytes) -> dict[str, bytes]:
 # --------------------------------------------------------------------------------- HTTP
 
 
-class Handler(socketserver.StreamRequestHandler):
+class _Reader:
+    """Buffered reads from a socket: ``readline(limit)`` and ``read(n)`` as a socket file's."""
+
+    __slots__ = ("conn", "buffer")
+
+    def __init__(self, conn) -> None:
+        self.conn = conn
+        self.buffer = b""
+
+    def readline(self, limit: int) -> bytes:
+        """Up to and with the next newline, at most ``limit`` bytes; b"" at the end."""
+        while b"\n" not in self.buffer and len(self.buffer) < limit:
+            chunk = self.conn.recv(65536)
+            if not chunk:
+                break
+            self.buffer += chunk
+        end = self.buffer.find(b"\n", 0, limit) + 1 or limit
+        line, self.buffer = self.buffer[:end], self.buffer[end:]
+        return line
+
+    def read(self, size: int) -> bytes:
+        """``size`` bytes, fewer only at the end of the stream."""
+        parts, have = [self.buffer[:size]], min(len(self.buffer), size)
+        self.buffer = self.buffer[size:]
+        while have < size:
+            chunk = self.conn.recv(min(size - have, 1 << 20))
+            if not chunk:
+                break
+            parts.append(chunk)
+            have += len(chunk)
+        return b"".join(parts)
+
+
+class Handler:
     """Reads one request, dispatches it, writes one response, closes the connection."""
+
+    def __init__(self, server: "Server", conn) -> None:
+        self.server = server
+        self.connection = conn
+        self.rfile = _Reader(conn)
 
     def handle(self) -> None:
         """Serve one connection; every failure becomes an HTTP answer or a closed socket."""
@@ -244,7 +292,7 @@ class Handler(socketserver.StreamRequestHandler):
                 413, f"body of {length} bytes exceeds the limit of "
                      f"{self.server.max_body_bytes} bytes")
         if headers.get("expect", "").lower() == "100-continue":
-            self.wfile.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+            self.connection.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")
         body = self.rfile.read(length) if length else b""
         if len(body) < length:
             raise HTTPError(400, f"body ended after {len(body)} of {length} bytes")
@@ -258,13 +306,12 @@ class Handler(socketserver.StreamRequestHandler):
         elif isinstance(payload, str):
             ctype, data = "text/plain; charset=utf-8", payload.encode("utf-8")
         else:
-            ctype, data = "application/json", json.dumps(payload).encode("utf-8")
+            ctype, data = "application/json", agent_json.dumps(payload).encode("utf-8")
         head = (f"HTTP/1.1 {status} {_REASONS.get(status, 'Unknown')}\r\n"
                 f"Content-Type: {ctype}\r\nContent-Length: {len(data)}\r\n"
                 f"Connection: close\r\n\r\n")
         try:
-            self.wfile.write(head.encode("latin-1") + data)
-            self.wfile.flush()
+            self.connection.sendall(head.encode("latin-1") + data)
         except OSError:
             pass  # the client gave up; nothing to do
 
@@ -272,7 +319,7 @@ class Handler(socketserver.StreamRequestHandler):
         # Closing with unread bytes makes the kernel send RST, which can destroy the error
         # answer before the client reads it; swallow a bounded amount first.
         try:
-            self.connection.shutdown(socket.SHUT_WR)
+            self.connection.shutdown(_socket.SHUT_WR)
             self.connection.settimeout(1.0)
             budget = 64 * 1024 * 1024
             while budget > 0:
@@ -284,54 +331,63 @@ class Handler(socketserver.StreamRequestHandler):
             pass
 
 
-class _ServerMixin:
-    daemon_threads = True  # a hung request must not block shutdown
-    max_body_bytes = 256 * 1024 * 1024
+class Server:
+    """A listening socket and the agent's route table; :meth:`serve_forever` answers each
+    connection on a thread of its own."""
 
-    @staticmethod
-    def resolve(path: str):
-        """``(method, route)`` for a path, or None: make_server gives the agent's table."""
-        return None
+    def __init__(self, listener, resolve, max_body_bytes: int) -> None:
+        self.socket = listener
+        self.resolve = resolve
+        self.max_body_bytes = max_body_bytes
+        self.server_address = listener.getsockname()
 
-    def handle_error(self, request, client_address) -> None:  # noqa: D401
-        """Log a handler crash in one block instead of socketserver's bare print."""
-        import traceback
+    def serve_forever(self) -> None:
+        """Accept until the process ends (a failed accept, e.g. out of descriptors, is
+        skipped as socketserver skipped it)."""
+        while True:
+            try:
+                # _socket's accept (socket.socket.accept wraps it): accept4(SOCK_CLOEXEC),
+                # so no command the agent runs inherits the connection
+                fd, _ = self.socket._accept()  # noqa: SLF001
+            except OSError:
+                continue
+            conn = _socket.socket(self.socket.family, self.socket.type, 0, fileno=fd)
+            _thread.start_new_thread(self._serve, (conn,))
 
-        log(f"unhandled error:\n{traceback.format_exc()}")
+    def _serve(self, conn) -> None:
+        try:
+            Handler(self, conn).handle()
+        except Exception:  # a handler bug must not take the agent down
+            import traceback
 
-
-class ThreadingUnixServer(_ServerMixin, socketserver.ThreadingMixIn,
-                          socketserver.UnixStreamServer):
-    """One thread per connection on a unix socket (client_address is '' there)."""
-
-
-class ThreadingTCPServer(_ServerMixin, socketserver.ThreadingMixIn, socketserver.TCPServer):
-    """One thread per connection on TCP."""
-
-    allow_reuse_address = True
+            log(f"unhandled error:\n{traceback.format_exc()}")
+        finally:
+            try:
+                conn.shutdown(_socket.SHUT_WR)
+            except OSError:
+                pass
+            conn.close()
 
 
 def make_server(resolve, *, unix: str | None = None, host: str = "127.0.0.1", port: int = 5000,
-                max_body_mb: float = 256, listen_fd: int | None = None):
+                max_body_mb: float = 256, listen_fd: int | None = None) -> Server:
     """A bound, listening server (not yet serving) for a unix socket path, host:port, or a
     unix socket the caller bound and listens on (``listen_fd``: its path is not ours to see);
     ``resolve(path)`` answers ``(method, route)`` or None for an unknown path."""
     if listen_fd is not None:
-        import socket
-
-        server = ThreadingUnixServer("", Handler, bind_and_activate=False)
-        server.socket.close()
-        server.socket = socket.socket(fileno=listen_fd)
-        server.socket.set_inheritable(False)  # no command the agent runs may hold it
+        listener = _socket.socket(fileno=listen_fd)
+        os.set_inheritable(listen_fd, False)  # no command the agent runs may hold it
     elif unix:
         try:
             os.unlink(unix)  # a stale socket from a previous life of this VM
         except FileNotFoundError:
             pass
-        server = ThreadingUnixServer(unix, Handler)
+        listener = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+        listener.bind(unix)
+        listener.listen(LISTEN_BACKLOG)
     else:
-        server = ThreadingTCPServer((host, port), Handler)
-    server.max_body_bytes = int(max_body_mb * 1024 * 1024)
-    server.resolve = resolve
-    return server
-
+        listener = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM)
+        listener.setsockopt(_socket.SOL_SOCKET, _socket.SO_REUSEADDR, 1)
+        listener.bind((host, port))
+        listener.listen(LISTEN_BACKLOG)
+    return Server(listener, resolve, int(max_body_mb * 1024 * 1024))

@@ -85,7 +85,17 @@ def collect(pipes: dict, deadline: float) -> bool:
 
 
 def wait_exit(proc, timeout: float) -> int:
-    """``proc.wait(timeout=timeout)`` (a ``subprocess.Popen``), woken by the child's exit.
+    """``proc.wait(timeout=timeout)`` (a ``subprocess.Popen`` or an ``agent_spawn.Child``),
+    woken by the child's exit: its exit code, ``subprocess.TimeoutExpired`` when it runs on."""
+    if not exited_within(proc, timeout):
+        import subprocess
+
+        raise subprocess.TimeoutExpired(proc.args, timeout)
+    return proc.returncode
+
+
+def exited_within(proc, timeout: float) -> bool:
+    """Whether ``proc`` exits within ``timeout`` seconds (then reaped).
 
     Popen's wait with a timeout polls, its sleeps doubling from 1 ms up to 50 ms: a command
     whose output had just ended but which had not quite exited yet (one in five here) cost
@@ -93,20 +103,24 @@ def wait_exit(proc, timeout: float) -> int:
     pidfd of the child (unreaped, so its pid is still its own) polls readable the moment it
     exits; where there are none (Linux < 5.3, Python < 3.9), Popen's polling."""
     if proc.poll() is not None:
-        return proc.returncode
+        return True
     try:
         fd = os.pidfd_open(proc.pid)
     except (AttributeError, OSError):
-        return proc.wait(timeout=timeout)
+        import subprocess
+
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
     try:
         exited = proc.returncode is not None or pidfd_exited(fd, timeout)
     finally:
         os.close(fd)
-    if not exited:
-        import subprocess
-
-        raise subprocess.TimeoutExpired(proc.args, timeout)
-    return proc.wait(timeout=timeout)  # reaped at its first look: the pidfd said it exited
+    if exited:
+        proc.wait(timeout=timeout)  # reaped at its first look: the pidfd said it exited
+    return exited
 
 
 def pidfd_exited(fd: int, timeout: float) -> bool:

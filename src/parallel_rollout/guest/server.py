@@ -39,8 +39,11 @@ route on an agent without a desktop answers 503 ("no desktop"), an unknown route
 405; a command that runs but fails is a 200 with ``status: "error"`` (see ``agent_commands``).
 
 **Start-up time** is the cost of a ``process`` VM reset, so the rarer modules
-(``urllib.parse``, ``base64``, the desktop) are imported on first use; ``subprocess``, which
-every command needs, at start-up (a process VM boots its next sandbox while it is leased).
+(``urllib.parse``, ``base64``, the desktop) are imported on first use, and what every request
+needs stays off the standard library's heavier modules: ``agent_http`` serves on ``_socket``
+and ``_thread``, ``agent_json`` encodes through ``_json``, ``agent_spawn`` starts commands
+without ``subprocess`` (the agent's start ~50 → ~20 ms of CPU; ``enum``, ``re``,
+``functools`` and ``collections`` are never imported unless a rarer route needs them).
 
 **Readiness.** With ``--ready-fd N`` the server writes ``ready\\n`` to file descriptor N once
 it listens, then closes it: the host waits on a pipe instead of polling the socket.
@@ -291,9 +294,6 @@ def main(argv: list[str] | None = None) -> int:
         if not (width.isdigit() and height.isdigit()):
             sys.exit(f"server.py: --desktop takes WIDTHxHEIGHT, got {args['desktop']!r}")
         _sibling("desktop").start_desktop(int(width), int(height))
-    # every command needs it, and a reset's first command waited ~2 ms for it: imported
-    # here it is the boot's (a process VM's standby boots while the VM is leased)
-    import subprocess  # noqa: F401
     server = agent_http.make_server(resolve, unix=args["unix"], host=args["host"], port=args["port"],
                                     max_body_mb=args["max_body_mb"], listen_fd=args["listen_fd"])
     if args["unix"] and agent_commands.run_as is not None:
@@ -308,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
     if agent_http.verbose:
         agent_http.log(f"listening on {where}")
     try:
-        server.serve_forever(poll_interval=3600)  # shutdown() is never called: no need to poll
+        server.serve_forever()
     except KeyboardInterrupt:
         pass
     return 0
