@@ -379,9 +379,9 @@ def test_reap_all_kills_every_process_of_its_namespace(tmp_path):
 SEALED_COMMAND = """
 import json, sys
 sys.path.insert(0, sys.argv[1])  # the guest's files, as a sandbox runs them
-import agent_commands, server
+import agent_commands, agent_server
 agent_commands.run_as = (64000, 64000)
-agent_commands.direct = sealed = server._seal()
+agent_commands.direct = sealed = agent_server._seal()
 agent_commands._setpriv = None  # a command through setpriv would raise
 result = agent_commands.run("id -u; id -G; grep -E '^(Cap|NoNewPrivs)' /proc/self/status",
                             shell=True, timeout=10)

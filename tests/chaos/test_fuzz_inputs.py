@@ -33,7 +33,7 @@ from parallel_rollout.cli import main
 from parallel_rollout.envs import task_validators
 from parallel_rollout.errors import TaskFileError
 from parallel_rollout.guest.client import GuestClient
-from parallel_rollout.guest.server import ROUTES
+from parallel_rollout.guest.agent_server import ROUTES
 from parallel_rollout.pool.providers import ProviderOptions
 from parallel_rollout.pool.providers.process import ProcessProvider
 from parallel_rollout.results import read_records

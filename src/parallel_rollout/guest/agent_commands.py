@@ -27,7 +27,7 @@ and its helpers, all through :func:`as_user`. ``POST /reap`` kills what a task l
 (given by a provider whose agent has a pid namespace or a VM of its own) it kills every
 process of the commands' user (``kill -9 -1`` as that user), or without ``--run-as`` every process but the agent and the namespace's init.
 Without ``--reap-all`` (an agent started on a shared host, e.g. a ``remote`` VM that is a
-process on this machine) the agent is a child subreaper (``server.py``) and /reap kills
+process on this machine) the agent is a child subreaper (``agent_server.py``) and /reap kills
 only its own descendants, a daemon that left its session included (it was adopted by the
 agent, not by the machine's init), then collects their zombies: never a process of the
 machine it did not start.

@@ -3,7 +3,7 @@
 ::
 
     client ──► Handler.handle: request line, headers, a Content-Length body ──► Request
-                 │ server.resolve(path) -> (method, route function)   (server.py's table)
+                 │ server.resolve(path) -> (method, route function)   (agent_server.py's table)
                  ▼
                route(Request) -> (status, payload) ──► one response, ``Connection: close``
 

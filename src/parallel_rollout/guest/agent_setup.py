@@ -12,7 +12,7 @@ and answer shapes of OSWorld's guest server (``desktop_env/server/main.py``).
 
 Failures keep OSWorld's statuses, so its clients read them as they read its server's: a
 download that fails every attempt is a 500, a verification that never holds is a 500 with
-``status: "verification_failed"``. Imported on first use (see ``server.py``).
+``status: "verification_failed"``. Imported on first use (see ``agent_server.py``).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""GuestClient: the host's side of the guest agent protocol (see ``guest/server.py``).
+"""GuestClient: the host's side of the guest agent protocol (see ``guest/agent_server.py``).
 
 One client per VM address, ``unix:/path/to/sock`` (the process provider) or
 ``http://host:port`` (docker, qemu, OSWorld images). Each call opens one connection, sends

@@ -3,7 +3,7 @@ session with the AT-SPI accessibility bus, and OSWorld's desktop routes on top o
 This module starts the desktop and holds what its routes share (:class:`DesktopError`,
 :func:`helper`, :func:`require_desktop`); the routes are in ``desktop_routes.py``, the
 screenshot in ``desktop_screen.py``, windows and the accessibility tree in
-``desktop_windows.py``. ``server.py`` imports them only when a desktop route is called or
+``desktop_windows.py``. ``agent_server.py`` imports them only when a desktop route is called or
 ``--desktop WxH`` is given, so an agent without a desktop starts as fast as before.
 
 ::
@@ -401,7 +401,7 @@ def helper(argv: list[str], check: bool = True, timeout: float = HELPER_TIMEOUT_
 
 
 def _sibling(name: str):
-    """A guest module next to this one (see server.py's)."""
+    """A guest module next to this one (see agent_server.py's)."""
     import importlib
 
     return importlib.import_module(f"{__package__}.{name}" if __package__ else name)

@@ -32,7 +32,7 @@ per container, ``--init`` so orphans are reaped, ``--memory``/``--memory-swap`` 
 ``max_processes`` (4096 when unset), a sized ``/tmp``, no privileged flags, every capability
 dropped but the few the agent needs to run commands as another user (``AGENT_CAPS``),
 ``no-new-privileges``, at most 64 ptys (``local_init``). The agent is the container's root; every command runs as a uid of
-the VM's own through ``setpriv`` with no capabilities (``--run-as``, see ``guest/server.py``),
+the VM's own through ``setpriv`` with no capabilities (``--run-as``, see ``guest/agent_server.py``),
 so the graded code can neither signal the agent nor reach its socket. Containers share the
 host's user namespace, where the kernel counts some limits per uid (inotify instances): each
 VM holds a uid of the process sandboxes' range (``sandbox_uids.py``) across resets, named
