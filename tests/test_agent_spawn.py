@@ -114,7 +114,7 @@ def test_the_commands_user_set_in_the_child(way: bool) -> None:
 
 PYTHONS = sorted(Path("/root/.pyenv/versions").glob("3.*/bin/python3"))
 CHECK = """
-import sys
+import os, sys
 sys.path.insert(0, sys.argv[1])
 import agent_spawn
 assert agent_spawn.FAST == ((3, 9) <= sys.version_info[:2] <= (3, 13)), agent_spawn.FAST
@@ -129,6 +129,9 @@ for argv, cwd, error in ((["no-such-program"], "/", FileNotFoundError),
         pass
     else:
         raise AssertionError(argv)
+if os.geteuid() == 0 and sys.version_info >= (3, 9):  # the user set in the child (Popen(user=): 3.9)
+    child = agent_spawn.spawn(["/bin/sh", "-c", "id -u; id -G"], cwd="/", user=(65534, 65534))
+    assert child.stdout.read().split() == [b"65534", b"65534"] and child.wait() == 0
 print("ok", sys.version_info[:2], agent_spawn.FAST)
 """
 

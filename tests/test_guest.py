@@ -87,6 +87,43 @@ def _raw(sock_path: str, payload: bytes) -> bytes:
     return b"".join(chunks)
 
 
+def test_a_connection_whose_thread_cannot_start_is_closed_and_the_agent_serves_on(
+        tmp_path, monkeypatch):
+    """The agent's accept loop (agent_http.Server, on _thread): a thread that cannot start
+    costs that one connection, not the agent; closing the listener ends the loop."""
+    import threading
+    import types
+
+    from parallel_rollout.guest import agent_http, agent_server
+
+    sock = tmp_path / "agent.sock"
+    server = agent_http.make_server(agent_server.resolve, unix=str(sock))
+    started = []
+
+    def start_new_thread(func, args):
+        started.append(args)
+        if len(started) == 1:
+            raise RuntimeError("can't start new thread")
+        return threading.Thread(target=func, args=args, daemon=True).start()
+
+    monkeypatch.setattr(agent_http, "_thread", types.SimpleNamespace(start_new_thread=start_new_thread))
+    serving = threading.Thread(target=server.serve_forever, daemon=True)
+    serving.start()
+    try:
+        try:
+            first = _raw(str(sock), b"GET /health HTTP/1.1\r\n\r\n")
+        except ConnectionError:  # closed before the request was written, or unread
+            first = b""
+        assert first == b"", first
+        assert GuestClient(f"unix:{sock}", timeout_s=10).health()["status"] == "ok"
+        assert len(started) == 2
+    finally:
+        server.socket.shutdown(socket.SHUT_RDWR)  # wakes the blocked accept
+        server.socket.close()
+        serving.join(5)
+    assert not serving.is_alive(), "the accept loop did not end with its socket"
+
+
 def test_reap_on_a_host_kills_only_what_the_commands_left(agent):
     """An agent run on a host (a remote machine, this test) without --reap-all: /reap kills
     its commands' leftovers, a daemon that left its session included, and nothing else of

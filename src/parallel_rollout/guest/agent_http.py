@@ -342,17 +342,27 @@ class Server:
         self.server_address = listener.getsockname()
 
     def serve_forever(self) -> None:
-        """Accept until the process ends (a failed accept, e.g. out of descriptors, is
-        skipped as socketserver skipped it)."""
+        """Accept until the listening socket is closed. A failed accept (out of
+        descriptors) or a thread that cannot start is skipped, as socketserver skipped it:
+        that client's connection is closed and the agent serves on."""
+        import time
+
         while True:
             try:
                 # _socket's accept (socket.socket.accept wraps it): accept4(SOCK_CLOEXEC),
                 # so no command the agent runs inherits the connection
                 fd, _ = self.socket._accept()  # noqa: SLF001
             except OSError:
+                if self.socket.fileno() == -1:
+                    return
+                time.sleep(0.01)  # not a busy loop while the descriptors are out
                 continue
             conn = _socket.socket(self.socket.family, self.socket.type, 0, fileno=fd)
-            _thread.start_new_thread(self._serve, (conn,))
+            try:
+                _thread.start_new_thread(self._serve, (conn,))
+            except RuntimeError as exc:  # can't start new thread
+                log(f"cannot serve a connection: {exc}")
+                conn.close()
 
     def _serve(self, conn) -> None:
         try:
