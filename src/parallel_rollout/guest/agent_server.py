@@ -43,7 +43,7 @@ route on an agent without a desktop answers 503 ("no desktop"), an unknown route
 (``urllib.parse``, ``base64``, the desktop) are imported on first use, and what every request
 needs stays off the standard library's heavier modules: ``agent_http`` serves on ``_socket``
 and ``_thread``, ``agent_json`` encodes through ``_json``, ``agent_spawn`` starts commands
-without ``subprocess`` (the agent's start ~50 → ~20 ms of CPU; ``enum``, ``re``,
+without ``subprocess`` (its start and first command ~58 → ~29 ms of CPU; ``enum``, ``re``,
 ``functools`` and ``collections`` are never imported unless a rarer route needs them).
 
 **Readiness.** With ``--ready-fd N`` the server writes ``ready\\n`` to file descriptor N once
