@@ -163,3 +163,27 @@ def test_the_better_bound_is_the_rollouts_below_the_knee_and_the_vms_above():
     assert below["makespan_over_best_bound"] == round(5.3 / 5.2, 4)
     above = with_bounds(dict(row), rollouts=32, think_s=0.2)
     assert above["rollout_bound_s"] == 1.3 and above["best_bound_s"] == row["bound_s"]
+
+
+def test_agent_start_and_guest_costs_benchmarks_run(tmp_path):
+    """benchmarks/perf/agent_start.py (against this checkout's own HEAD, taken out with git
+    archive) and guest_costs.py, in miniature: both run as a user types them and print
+    every figure they promise."""
+    if subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True).returncode:
+        pytest.skip("not a git checkout: agent_start.py compares against a commit")
+    perf = ROOT / "benchmarks" / "perf"
+    proc = subprocess.run([sys.executable, str(perf / "agent_start.py"), "--against", "HEAD",
+                           "--rounds", "2"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for row in ("this tree", "HEAD", "bare python3"):
+        assert re.search(rf"{row}\s+median\s+[\d.]+ ms\s+mean\s+[\d.]+ ms", proc.stdout), proc.stdout
+    assert re.search(r"this tree ÷ HEAD: [\d.]+ \(medians\)", proc.stdout), proc.stdout
+    out = tmp_path / "costs.jsonl"
+    proc = subprocess.run([sys.executable, str(perf / "guest_costs.py"), "--commands", "5",
+                           "--resets", "3", "--gap", "0.05", "--json", str(out)],
+                          capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    row = json.loads(out.read_text())
+    for name in ("overhead_p50_ms", "machine_cpu_ms_per_reset", "first_command_p50_ms", "boot_p50_ms"):
+        assert is_number(row[name]), (name, row)
+    assert row["boots"] == 3 and "a new VM's start" in proc.stdout

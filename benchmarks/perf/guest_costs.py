@@ -19,6 +19,8 @@ runner, the workers or the Manager around them, so that each is the provider's a
   quiet machine), and each call's wall time, p50.
 * **a reset's first command**: ``sleep 0`` as the first command of a freshly reset VM (what
   a lease around one command runs), and the command after it, p50.
+* **a new VM's start**: ``start`` of a VM that has no standby to take (the sandbox booted,
+  the agent started and ready), p50: what a fresh sandbox per task waits for.
 """
 
 from __future__ import annotations
@@ -120,6 +122,18 @@ def first_commands(provider: ProcessProvider, count: int, gap_s: float) -> dict:
     return {"first_command_p50_ms": _p(first, 0.5), "next_command_p50_ms": _p(second, 0.5)}
 
 
+def boots(provider: ProcessProvider, count: int) -> dict:
+    """A new VM's ``start`` (a sandbox booted and its agent ready: no standby to take), then
+    its ``stop``, ``count`` times; the start's wall time, ms (the first three not counted)."""
+    started_s = []
+    for number in range(count + 3):
+        started = time.perf_counter()
+        info = provider.start(f"gc-boot{number}")
+        started_s.append(time.perf_counter() - started)
+        provider.stop(info)
+    return {"boots": count, "boot_p50_ms": _p(started_s[3:], 0.5)}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--commands", type=int, default=300)
@@ -135,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
         row = {"load_before": round(load, 2), "root": os.geteuid() == 0,
                "verify_reset": args.verify_reset,
                **commands(provider, args.commands), **resets(provider, args.resets, args.gap),
-               **first_commands(provider, args.resets, args.gap),
+               **first_commands(provider, args.resets, args.gap), **boots(provider, args.resets),
                "load_after": round(os.getloadavg()[0], 2)}
     print(f"guest overhead per command (sleep 0): p50 {row['guest_p50_ms']:.2f} ms "
           f"(p95 {row['guest_p95_ms']:.2f}) against {row['host_p50_ms']:.2f} ms on the host: "
@@ -146,6 +160,7 @@ def main(argv: list[str] | None = None) -> int:
           f"(the machine's {row['machine_cpu_ms_per_reset']:.1f} ms), "
           f"reset p50 {row['reset_p50_ms']:.2f} ms, verify p50 {row['verify_p50_ms']:.2f} ms   "
           f"load {row['load_before']} → {row['load_after']}")
+    print(f"a new VM's start (a sandbox booted, its agent ready): p50 {row['boot_p50_ms']:.1f} ms")
     if args.json:
         with args.json.open("a") as out:
             out.write(json.dumps(row) + "\n")
