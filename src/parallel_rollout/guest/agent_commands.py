@@ -18,7 +18,7 @@ before the kill.
 docker, qemu) the agent keeps its own user and runs every command as that other,
 unprivileged user, with no capabilities, an empty bounding set and no new privileges: from
 its own fork (``agent_spawn.spawn(user=...)``) once it has given up what only a root command could use
-(:data:`direct`, ``server._seal``), else (a desktop agent) through util-linux ``setpriv``:
+(:data:`direct`, ``agent_server._seal``), else (a desktop agent) through util-linux ``setpriv``:
 the graded code cannot signal, trace or replace the agent, and cannot reach
 its socket (0600, in a folder it cannot write). Temp scripts and uploads are handed to that
 user. A desktop (``desktop.py``) runs as that user too: its session, the apps it launches

@@ -57,16 +57,17 @@ class AsCommandsUser:
             raise HTTPError(500, f"cannot take the file-system ids {uid}:{gid}")
 
 
-_LIBC: list = []
+_libc_handle = None
 
 
 def _libc():
     """The C library, loaded once (two fs-id switches per file request)."""
-    if not _LIBC:
+    global _libc_handle
+    if _libc_handle is None:
         import ctypes
 
-        _LIBC.append(ctypes.CDLL(None))
-    return _LIBC[0]
+        _libc_handle = ctypes.CDLL(None)
+    return _libc_handle
 
 
 def route_file(req: Request):

@@ -18,11 +18,12 @@ starts it::
     python3 server.py --host 0.0.0.0 --port 5000  # what a VM image does (OSWorld's port)
 
 **Modules.** ``agent_http`` is the HTTP layer (request parsing, multipart, dispatch, errors),
-``agent_commands`` runs commands (``agent_grading``: a grading command's environment),
-``agent_files`` reads and writes files, ``agent_setup`` holds OSWorld's rarer setup routes,
-``desktop`` starts the X display and ``desktop_routes`` serves the desktop. In a guest they are sibling files,
-not a package: each imports the others relatively when it is part of ``parallel_rollout``
-(tests) and as top-level modules otherwise.
+``agent_json`` its JSON, ``agent_commands`` runs commands (``agent_spawn`` starts them,
+``agent_grading``: a grading command's environment), ``agent_files`` reads and writes files,
+``agent_setup`` holds OSWorld's rarer setup routes, ``desktop`` starts the X display and
+``desktop_routes`` serves the desktop. In a guest they are sibling files, not a package: each
+imports the others relatively when it is part of ``parallel_rollout`` (tests) and as
+top-level modules otherwise.
 
 **Routes** follow OSWorld's guest server (``desktop_env/server/main.py``) where they overlap,
 with the same JSON shapes, so one client drives both: ``GET /health``, ``GET /platform``,

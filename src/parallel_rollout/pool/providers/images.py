@@ -73,9 +73,9 @@ GUEST_SOURCE_DIR = GUEST_AGENT_SOURCE.parent
 GUEST_DIR = "/opt/parallel-rollout"
 GUEST_AGENT_PATH = f"{GUEST_DIR}/server.py"
 #: the agent's files, siblings of server.py (guest/agent_server.py says what each holds)
-GUEST_AGENT_FILES = ("server.py", "agent_server.py", "agent_http.py", "agent_json.py", "agent_commands.py",
-                     "agent_spawn.py", "agent_grading.py", "agent_output.py", "agent_files.py",
-                     "agent_setup.py")
+GUEST_AGENT_FILES = ("server.py", "agent_server.py", "agent_http.py", "agent_json.py",
+                     "agent_commands.py", "agent_spawn.py", "agent_grading.py", "agent_output.py",
+                     "agent_files.py", "agent_setup.py")
 #: what a desktop guest needs next to them: the desktop's routes and the AT-SPI walker
 GUEST_DESKTOP_FILES = ("desktop.py", "desktop_screen.py", "desktop_windows.py",
                        "desktop_routes.py", "atspi_tree.py")
