@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import numbers
+import os
 import re
 import shutil
 import subprocess
@@ -187,3 +188,22 @@ def test_agent_start_and_guest_costs_benchmarks_run(tmp_path):
     for name in ("overhead_p50_ms", "machine_cpu_ms_per_reset", "first_command_p50_ms", "boot_p50_ms"):
         assert is_number(row[name]), (name, row)
     assert row["boots"] == 3 and "a new VM's start" in proc.stdout
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="uid_switch.py switches uid: root only")
+def test_binds_and_uid_switch_benchmarks_run():
+    """benchmarks/perf/binds.py (a few sandboxes of each command line) and uid_switch.py, as
+    a user types them: they run and print the figures the README quotes."""
+    perf = ROOT / "benchmarks" / "perf"
+    proc = subprocess.run([sys.executable, str(perf / "binds.py"), "--blocks", "2", "--per-block", "3"],
+                          capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for name in ("one by one", "one folder"):
+        assert re.search(rf"{name}\s+\(\s*\d+ binds\): +[\d.]+ ms a sandbox, machine CPU +[\d.]+ ms",
+                         proc.stdout), proc.stdout
+    assert re.search(r"one folder ÷ one by one: wall [\d.]+, machine CPU [\d.]+", proc.stdout), proc.stdout
+    proc = subprocess.run([sys.executable, str(perf / "uid_switch.py")], capture_output=True, text=True,
+                          timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert re.search(r"/bin/true: [\d.]+ ms   through the uid switch: [\d.]+ ms   added per command: "
+                     r"-?[\d.]+ ms", proc.stdout), proc.stdout

@@ -1,6 +1,7 @@
 """What the agent's files cost a process sandbox, bound one by one or as one folder.
 
-    python benchmarks/perf/binds.py
+    python benchmarks/perf/binds.py                       # 6 interleaved blocks of 40
+    python benchmarks/perf/binds.py --blocks 2 --per-block 5
 
 bubblewrap reads the sandbox's whole mount table again after each bind it makes (to
 remount what lies below it read-only), so every bind costs more than its own mount. A
@@ -14,6 +15,7 @@ with their ratio.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import os
 import shutil
@@ -43,14 +45,18 @@ def _block(argv: list[str], n: int) -> tuple[float, float]:
 
 
 def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--blocks", type=int, default=6, help="blocks of each command line")
+    parser.add_argument("--per-block", type=int, default=40, help="sandboxes in a block")
+    args = parser.parse_args()
     base = Path(tempfile.mkdtemp(prefix="binds-"))
     try:
-        return _compare(base)
+        return _compare(base, args.blocks, args.per_block)
     finally:
         shutil.rmtree(base, ignore_errors=True)
 
 
-def _compare(base: Path) -> int:
+def _compare(base: Path, blocks: int, per_block: int) -> int:
     provider = ProcessProvider("binds", ProviderOptions(), base_dir=base)
     spec = provider._spec  # noqa: SLF001 - the provider's own sandbox, as it boots it
     if spec.agent_dir is None:
@@ -67,9 +73,9 @@ def _compare(base: Path) -> int:
              "one folder": [*sandbox, "--", "/bin/true"]}
     mounts = {name: sum(argv.count(flag) for flag in ("--ro-bind", "--bind")) for name, argv in argvs.items()}
     figures: dict[str, list[tuple[float, float]]] = {name: [] for name in argvs}
-    for _ in range(6):
+    for _ in range(blocks):
         for name, argv in argvs.items():
-            figures[name].append(_block(argv, 40))
+            figures[name].append(_block(argv, per_block))
     medians = {name: (statistics.median(w for w, _ in rows), statistics.median(c for _, c in rows))
                for name, rows in figures.items()}
     for name, (wall, cpu) in medians.items():
