@@ -16,7 +16,7 @@ from parallel_rollout.engine import Engine, EngineStopped
 from parallel_rollout.envs import task_validators
 from parallel_rollout.messages import Assignment
 from parallel_rollout.results import ResultStore
-from parallel_rollout.tasks import load_tasks
+from parallel_rollout.tasks import Task, load_tasks
 
 
 def tasks(tmp_path, specs, name="tasks.jsonl"):
@@ -28,6 +28,8 @@ def engine_for(tmp_path, sink=None, **flags):
     base = dict(mode="shell", output_dir=str(tmp_path / "out"), run_id="eng", num_rollouts=2,
                 envs_per_worker=2, num_vms=3, use_vm_pool=True, progress=False)
     base.update(flags)
+    if not base["use_vm_pool"]:
+        del base["num_vms"]
     config = build_config(base)
     return Engine(config, tmp_path / "out" / "eng", record_sink=sink)
 
@@ -111,3 +113,31 @@ def test_cancel_queued_and_running_and_pause(tmp_path):
     released = [e for e in events if e.get("task") == "long#0" and e.get("to") == "resetting"]
     assert released, ("the cancelled attempt's VM was not reset", events)
     assert engine.stats.cancelled == 2
+
+
+def test_the_next_attempt_runs_while_the_last_record_is_written(tmp_path):
+    """A final record frees its env loop before the sink writes it: with one loop, the next
+    attempt is with the worker while a slow sink still writes the last record (the worker
+    and the engine thread do not take turns)."""
+    math = [Task(f"m{i}", "math", {"problem": f"{i}+1", "answer": str(i + 1)}) for i in range(3)]
+    held_while_writing: dict[str, int | None] = {}
+
+    def slow_sink(record):
+        following = f"m{int(record['task_id'][1:]) + 1}#0"
+        deadline = time.monotonic() + (20 if following != "m3#0" else 0.5)
+        while engine.holder_pid(following) is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        held_while_writing[record["key"]] = engine.holder_pid(following)
+
+    engine = engine_for(tmp_path, sink=slow_sink, mode="math", agent="oracle", num_rollouts=1,
+                        envs_per_worker=1, use_vm_pool=False)
+    finals = queue.Queue()
+    with engine:
+        engine.start()
+        for task in math:
+            engine.submit(Assignment(task, 0, 0), finals.put)
+        assert engine.wait_idle(timeout=120)
+    assert sorted(finals.get_nowait()["status"] for _ in math) == ["success"] * 3
+    # the worker held m1 while m0's record was written, and m2 while m1's was
+    assert held_while_writing["m0#0"] is not None and held_while_writing["m1#0"] is not None, held_while_writing
+    assert held_while_writing["m2#0"] is None  # nothing was left to hand out

@@ -441,6 +441,12 @@ class Engine:
                               f"{(record.get('failure') or {}).get('message', '')[:300]}")
         else:
             record["final"] = True
+            if not self.closing:
+                # Its loop is free again (the backend settled the attempt before calling
+                # here): hand it the next attempt first, then write this record, so that
+                # the worker runs while this thread writes (a short task's worker and
+                # engine would otherwise take turns, the worker idle meanwhile).
+                self._dispatch()
         record["run_id"] = self.run_id
         if self._sink is not None:
             try:
