@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -43,37 +44,57 @@ class TrajectoryError(ValueError):
 class TrajectoryFile:
     """One attempt's trajectory file (and images file), written turn by turn."""
 
-    def __init__(self, folder: Path, run_dir: Path, attempt: int) -> None:
-        self._path = folder / f"attempt-{attempt}.jsonl"
-        self._images_path = images_path(self._path)
+    def __init__(self, folder: str | Path, run_dir: str | Path, attempt: int) -> None:
+        # Plain strings, not pathlib: a short task's worker makes one of these per attempt,
+        # and the Path joins and ``relative_to`` were a tenth of its time.
+        folder, run_dir = os.fspath(folder), os.fspath(run_dir)
+        self._folder = folder
+        self._path = os.path.join(folder, f"attempt-{attempt}.jsonl")
+        self._attempt = attempt
+        if not folder.startswith(run_dir.rstrip(os.sep) + os.sep):
+            raise ValueError(f"{folder!r} is not inside the run folder {run_dir!r}")
         #: the file relative to the run folder (what the attempt's record names)
-        self.relpath = str(self._path.relative_to(run_dir))
-        #: where the env may write extra files of this attempt (created by the env)
-        self.extra_dir = folder / f"attempt-{attempt}"
+        self.relpath = self._path[len(run_dir.rstrip(os.sep)) + 1:]
         self._fh = None
         self._images_fh = None
         self._stored: set[str] = set()
         self._previous: list[Any] = []
         self._previous_ids: list[int] = []
 
+    @property
+    def extra_dir(self) -> Path:
+        """Where the env may write extra files of this attempt (created by the env)."""
+        return Path(self._folder, f"attempt-{self._attempt}")
+
     def write(self, entry: dict[str, Any]) -> None:
         """Append one turn; StorageError when the output folder cannot take it."""
         try:
             if self._fh is None:
-                self._path.parent.mkdir(parents=True, exist_ok=True)
-                self._fh = open(self._path, "w", encoding="utf-8")
+                self._fh = self._open()
             entry = dict(entry)
             if isinstance(entry.get("request"), list):
                 entry["request_delta"] = self._delta(entry.pop("request"))
             if isinstance(entry.get("prompt_token_ids"), list):
                 entry["prompt_delta"] = self._prompt_delta(entry.pop("prompt_token_ids"), entry.get("token_ids"))
-            self._fh.write(json.dumps(entry, default=repr, ensure_ascii=False) + "\n")
-            self._fh.flush()
+            _write_all(self._fh, (json.dumps(entry, default=repr, ensure_ascii=False) + "\n").encode("utf-8"))
         except OSError as exc:
             # A full disk is not the sample's outcome: the engine stops and a
             # resume runs the attempt again.
             raise StorageError(f"cannot write {self._path}: {exc.strerror or exc}; free space "
                                "(or fix the folder) and rerun with --resume") from exc
+
+    def _open(self) -> Any:
+        """The trajectory file, created with its folder if need be. Unbuffered: a line is
+        one ``write`` (a turn is on disk once written), and a short task's attempt pays no
+        text layer; ``os.mkdir`` rather than ``makedirs``: a new sample's folder is usually
+        the one missing (a new task's, its parent too; a retry's is there)."""
+        try:
+            os.mkdir(self._folder)
+        except FileNotFoundError:
+            os.makedirs(self._folder, exist_ok=True)
+        except FileExistsError:
+            pass
+        return open(self._path, "wb", buffering=0)
 
     def _delta(self, request: list[Any]) -> dict[str, Any]:
         """The request as what changed since the previous turn's, its images stored once."""
@@ -99,7 +120,7 @@ class TrajectoryFile:
                 digest = hashlib.sha256(url.encode()).hexdigest()
                 if digest not in self._stored:
                     if self._images_fh is None:
-                        self._images_fh = open(self._images_path, "a", encoding="utf-8")
+                        self._images_fh = open(images_path(Path(self._path)), "a", encoding="utf-8")
                     self._images_fh.write(json.dumps({"sha256": digest, "url": url}) + "\n")
                     self._images_fh.flush()
                     self._stored.add(digest)
@@ -117,6 +138,13 @@ class TrajectoryFile:
                     fh.close()
                 except OSError:
                     pass  # the unflushed tail of a failed write; write() already raised
+
+
+def _write_all(fh: Any, data: bytes) -> None:
+    """All of ``data`` to an unbuffered file (a short write is retried; a full disk raises)."""
+    view = memoryview(data)
+    while view:
+        view = view[fh.write(view):]
 
 
 def images_path(path: Path) -> Path:

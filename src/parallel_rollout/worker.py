@@ -42,7 +42,7 @@ from .agents.base import run_maybe_async
 from .config import RunConfig
 from .envs import Env, get_env
 from .errors import AttemptCancelled, RolloutError, SandboxViolation, VMError
-from .messages import Assignment, Cancel, Finished, LeaseWait, Started, Stop
+from .messages import Assignment, Cancel, Finished, LeaseWait, Started, Stop, receive_message, send_message
 from .pool.leasing import lease_vm
 from .results import storable_record
 from .tasks import safe_name
@@ -65,7 +65,8 @@ class RolloutWorker:
         self.config = config
         self.run_dir = Path(run_dir)
         self.pid = os.getpid()
-        self._inbox: queue.Queue[Assignment | Stop] = queue.Queue()
+        #: SimpleQueue: put and get in C (a short attempt passes through here once)
+        self._inbox: queue.SimpleQueue[Assignment | Stop] = queue.SimpleQueue()
         self._send_lock = threading.Lock()
         #: (key, attempt) of attempts the engine cancelled
         self._cancelled: set[tuple[str, int]] = set()
@@ -81,7 +82,7 @@ class RolloutWorker:
             thread.start()
         while True:
             try:
-                message = self.conn.recv()
+                message = receive_message(self.conn)
             except (EOFError, OSError):
                 # The engine (its process) died: nobody will read our results, so stop at once. The pool
                 # follows that process too and stops the VMs.
@@ -102,7 +103,7 @@ class RolloutWorker:
             return
         try:
             with self._send_lock:
-                self.conn.send(message)
+                send_message(self.conn, message)
         except (OSError, ValueError):
             os._exit(1)  # the engine is gone (see run)
 
@@ -327,10 +328,11 @@ class AttemptLeaser:
 def _trajectory_file(run_dir: Path, item: Assignment) -> TrajectoryFile:
     """``trajectories/<task>/<sample>/attempt-<n>.jsonl`` (``trajectories/<name>/…`` for a
     named Assignment)."""
+    base = os.path.join(run_dir, "trajectories")
     if item.name:
-        folder = run_dir / "trajectories" / safe_name(item.name)
+        folder = os.path.join(base, safe_name(item.name))
     else:
-        folder = run_dir / "trajectories" / safe_name(item.task.id) / str(item.sample_idx)
+        folder = os.path.join(base, safe_name(item.task.id), str(item.sample_idx))
     return TrajectoryFile(folder, run_dir, item.attempt)
 
 
