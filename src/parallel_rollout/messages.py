@@ -5,11 +5,18 @@ engine → worker: ``Assignment`` (one attempt of one sample), ``Cancel`` (drop 
 worker → engine: ``Started`` (the worker acknowledges an attempt before running it, so the
 engine always knows what a dying worker held), ``LeaseWait`` (a wait for a VM begins or
 ends) and ``Finished`` (the attempt's record).
+
+Both ends of a worker's pipe use ``send_message`` and ``receive_message``: the messages hold
+plain data (a record is JSON already), so they skip multiprocessing's ``ForkingPickler``,
+which copies its table of reducers for every message (~8 µs of each of a short attempt's
+messages).
 """
 
 from __future__ import annotations
 
+import pickle
 from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
 from typing import Any, Mapping
 
 from .tasks import Task, sample_key
@@ -80,3 +87,13 @@ class Finished:
     key: str
     attempt: int
     record: dict[str, Any]
+
+
+def send_message(conn: Connection, message: Any) -> None:
+    """Send one message over a worker's pipe (what ``receive_message`` reads at the other end)."""
+    conn.send_bytes(pickle.dumps(message, pickle.HIGHEST_PROTOCOL))
+
+
+def receive_message(conn: Connection) -> Any:
+    """The next message of a worker's pipe; EOFError when the other end closed it."""
+    return pickle.loads(conn.recv_bytes())

@@ -42,7 +42,7 @@ from typing import Any
 
 from ..errors import LeaseTimeout, RolloutError, TaskTimeout, WorkerDied
 from ..logs import LogCollector, run_child
-from ..messages import STOP, Assignment, Cancel, Finished, LeaseWait, Started
+from ..messages import STOP, Assignment, Cancel, Finished, LeaseWait, Started, receive_message, send_message
 from . import worker_start
 from .base import BackendSpec, Clock, CrashWindow, EngineHooks, WorkerTable, died_record, kill_tree
 
@@ -195,7 +195,7 @@ class LocalBackend(WorkerTable):
                 passed.add(worker.index)
                 continue
             try:
-                worker.conn.send(item)
+                send_message(worker.conn, item)
             except (BrokenPipeError, OSError):
                 worker.conn_open = False  # the death is handled with its sentinel
                 continue
@@ -210,7 +210,7 @@ class LocalBackend(WorkerTable):
         if worker is None or not worker.conn_open:
             return
         try:
-            worker.conn.send(cancel)
+            send_message(worker.conn, cancel)
         except (BrokenPipeError, OSError):
             worker.conn_open = False
 
@@ -282,7 +282,7 @@ class LocalBackend(WorkerTable):
         """Handle every message already in a worker's pipe."""
         try:
             while w.conn_open and w.readable():
-                self._handle(w, w.conn.recv())
+                self._handle(w, receive_message(w.conn))
         except (EOFError, OSError):
             w.conn_open = False
 
@@ -387,7 +387,7 @@ class LocalBackend(WorkerTable):
         for w in self._workers.values():
             if w.conn_open and not w.stop_sent:
                 try:
-                    w.conn.send(STOP)
+                    send_message(w.conn, STOP)
                     w.stop_sent = True
                 except OSError:
                     w.conn_open = False
