@@ -95,6 +95,31 @@ def test_retries_stop_at_max_retries(tmp_path, monkeypatch):
     assert [r["attempt"] for r in read_results(outcome.run_dir) if r["key"] == "doomed#0"] == [0, 1]
 
 
+def test_a_worker_killed_for_a_timeout_is_handed_nothing_first(tmp_path, monkeypatch):
+    """The engine hands a freed env loop its next attempt before it writes the last record,
+    but a loop freed by the backend's own verdict (a timeout: its worker is about to be
+    killed) is not free: the next task goes to the worker that replaces it, once."""
+    from parallel_rollout.backends.local import LocalBackend
+
+    sent = []
+    original = LocalBackend.send
+
+    def send(self, item):
+        handed = original(self, item)
+        if handed:
+            sent.append(item.key)
+        return handed
+
+    monkeypatch.setattr(LocalBackend, "send", send)
+    monkeypatch.setenv("PR_CHAOS_DIR", str(tmp_path))
+    tasks = [shell_task("t0", chaos="hang"), shell_task("t1"), shell_task("t2")]
+    outcome = run(tmp_path, tasks, num_rollouts=1, num_vms=1, task_timeout=2.0)
+    finals = assert_exactly_once(outcome.run_dir, {"t0#0", "t1#0", "t2#0"})
+    assert finals["t0#0"]["status"] == "task_timeout"
+    assert finals["t1#0"]["status"] == finals["t2#0"]["status"] == "success"
+    assert sent == ["t0#0", "t1#0", "t2#0"], sent
+
+
 def test_vms_killed_under_tasks_cost_neither_the_tasks_nor_the_budget(tmp_path, monkeypatch):
     """M = 1 and no replacement budget at all: tasks whose sandbox is killed from the host
     mid-task are retried (not the task's doing) and succeed on the restarted VM; tasks that

@@ -412,8 +412,10 @@ class Engine:
                 return
             self._pending.appendleft(item)
 
-    def record(self, record: dict[str, Any]) -> None:
-        """Settle one attempt: retry it or make it final, write it, tell its front end."""
+    def record(self, record: dict[str, Any], *, loop_free: bool = False) -> None:
+        """Settle one attempt: retry it or make it final, write it, tell its front end.
+        ``loop_free``: the worker finished it itself and its env loop is free (not a worker
+        the backend is about to kill for a timeout, nor one that died)."""
         key = record["key"]
         with self._lock:
             sub = self._subs.get(key)
@@ -441,7 +443,7 @@ class Engine:
                               f"{(record.get('failure') or {}).get('message', '')[:300]}")
         else:
             record["final"] = True
-            if not self.closing:
+            if loop_free and not self.closing:
                 # Its loop is free again (the backend settled the attempt before calling
                 # here): hand it the next attempt first, then write this record, so that
                 # the worker runs while this thread writes (a short task's worker and

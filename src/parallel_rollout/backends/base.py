@@ -60,8 +60,10 @@ class BackendSpec:
 class EngineHooks(Protocol):
     """The engine's callbacks a backend may call (on the engine's thread)."""
 
-    def record(self, record: dict[str, Any]) -> None:
-        """Settle one attempt with its record."""
+    def record(self, record: dict[str, Any], *, loop_free: bool = False) -> None:
+        """Settle one attempt with its record; ``loop_free``: its worker finished it and
+        that env loop takes the next attempt (a record the backend made for a worker it
+        kills, or one that died, is not)."""
 
     def requeue(self, item: Assignment) -> None:
         """Put an attempt no worker acknowledged back at the head of the queue."""

@@ -300,7 +300,7 @@ class LocalBackend(WorkerTable):
             del w.assigned[ident]
             w.sent.pop(ident, None)
             w.started.pop(ident, None)
-            self.hooks.record(message.record)
+            self.hooks.record(message.record, loop_free=True)
 
     def _kill(self, w: WorkerHandle, reason: str, deliberate: bool = True) -> None:
         """Kill a worker's process tree (on purpose: not a crash) and handle its death."""

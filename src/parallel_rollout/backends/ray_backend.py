@@ -284,7 +284,7 @@ class RayBackend(WorkerTable):
             if ident in worker.assigned:  # else already settled (timed out): one record
                 self._settle(worker, ident)
                 unpack_files(self.spec.run_dir, record.pop(TRAJECTORY_FILES, None) or {})
-                self.hooks.record(record)
+                self.hooks.record(record, loop_free=True)
         for worker in [w for w in list(self._workers.values()) if w.ready_ref in ready]:
             try:
                 worker.pid = ray.get(worker.ready_ref)["pid"]
