@@ -14,13 +14,14 @@ without HTTP):
   trainer's thread.
 
 The engine calls the scheduler back on its dispatch thread, so the time a callback takes is
-time in which no finished slot gets its next assignment. Two figures per record, both on the
-engine's thread:
+time in which no other finished slot gets its next assignment (the slot of the record itself
+gets its next one first, before the results file and the callback). Two figures per record,
+both on the engine's thread:
 
 - **callback**: the time in the scheduler's callback alone;
-- **dispatch gap**: from the record reaching the engine (``Engine.record``: the results file,
-  the callback) to the engine's next dispatch (``backend.send``), for every record after which
-  work was waiting (the records of a batch's last members free slots nothing is queued for).
+- **dispatch gap**: from the record reaching the engine (``Engine.record``) to the engine's
+  next dispatch (``backend.send``), for every record that came while work was waiting (the
+  records of a batch's last members free slots nothing is queued for).
 
 Printed: p50 / p99 / max of each, for both paths, and the ratio of the gaps; the trajectory
 files' size (each screenshot stored once, linear in turns). Goal: dispatch gap p99 under 50 ms
@@ -83,13 +84,10 @@ class DispatchClock:
         """Wrap Engine.record and LocalBackend.send (both run on the engine's thread)."""
         record, send, clock = Engine.record, LocalBackend.send, self
 
-        def timed_record(engine, rec):
-            arrived = time.perf_counter()
-            try:
-                return record(engine, rec)
-            finally:
-                if engine._pending:  # work waits for the slot this record freed
-                    clock.waiting.append(arrived)
+        def timed_record(engine, rec, **how):
+            if engine._pending:  # work waits for the slot this record frees
+                clock.waiting.append(time.perf_counter())
+            return record(engine, rec, **how)  # dispatches first when its loop is free
 
         def timed_send(backend, item):
             sent = send(backend, item)
