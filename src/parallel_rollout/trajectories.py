@@ -48,13 +48,13 @@ class TrajectoryFile:
         # Plain strings, not pathlib: a short task's worker makes one of these per attempt,
         # and the Path joins and ``relative_to`` were a tenth of its time.
         folder, run_dir = os.fspath(folder), os.fspath(run_dir)
+        root = run_dir.rstrip(os.sep) + os.sep
+        if not folder.startswith(root):
+            raise ValueError(f"{folder!r} is not inside the run folder {run_dir!r}")
         self._folder = folder
         self._path = os.path.join(folder, f"attempt-{attempt}.jsonl")
-        self._attempt = attempt
-        if not folder.startswith(run_dir.rstrip(os.sep) + os.sep):
-            raise ValueError(f"{folder!r} is not inside the run folder {run_dir!r}")
         #: the file relative to the run folder (what the attempt's record names)
-        self.relpath = self._path[len(run_dir.rstrip(os.sep)) + 1:]
+        self.relpath = self._path[len(root):]
         self._fh = None
         self._images_fh = None
         self._stored: set[str] = set()
@@ -64,7 +64,7 @@ class TrajectoryFile:
     @property
     def extra_dir(self) -> Path:
         """Where the env may write extra files of this attempt (created by the env)."""
-        return Path(self._folder, f"attempt-{self._attempt}")
+        return Path(self._path.removesuffix(".jsonl"))
 
     def write(self, entry: dict[str, Any]) -> None:
         """Append one turn; StorageError when the output folder cannot take it."""
