@@ -26,6 +26,9 @@ What is measured, and how (all from the run's own files):
 * **busy** — (leased + resetting time inside the makespan) / (M × makespan), events.jsonl.
 * **lease wait** — p50/p95 of the records' ``lease_wait_s``.
 * **overhead** — zero-length tasks (no VM, no think): makespan / tasks, in ms per task.
+* **pool CPU** — the pool Manager process's CPU over its life ÷ tasks; **steady**, the same
+  between the first and the last sample (0.25 s apart) that saw attempts finishing, so that
+  the Manager's start (imports, the first boots, ~80-100 ms here) and shutdown are left out.
 * **memory** — RSS and PSS of every worker process, sampled half-way through a run.
 
 Designs, same tasks: (a) ours: N = 4·M rollouts share M VMs, a VM is leased only around
@@ -109,7 +112,8 @@ def write_tasks(path: Path, count: int, mode: str, think_s: float, vm_s: float |
 
 class Sampler(threading.Thread):
     """Samples every worker's RSS/PSS when half the run's attempts are final, and the
-    pool Manager's CPU time until it exits (the last sample is its total, ±0.25 s)."""
+    pool Manager's CPU time until it exits (the last sample is its total, ±0.25 s), with
+    how many attempts were final at each sample (``steady_cpu_ms_per_task``)."""
 
     def __init__(self, runner: Runner, total: int) -> None:
         super().__init__(daemon=True)
@@ -118,6 +122,8 @@ class Sampler(threading.Thread):
         self.rss_mb: list[float] = []
         self.pss_mb: list[float] = []
         self.manager_cpu_s = 0.0
+        #: (attempts final, the Manager's CPU seconds so far) at each sample
+        self.manager_samples: list[tuple[int, float]] = []
         #: this thread's own CPU (reading 64 workers' smaps is not the runner's cost)
         self.own_cpu_s = 0.0
 
@@ -135,16 +141,28 @@ class Sampler(threading.Thread):
         while not self.done.wait(0.25 if self.rss_mb else 0.05):
             engine = self._engine()
             manager_pid = engine.manager_pid if engine is not None else None
+            finished = len(self.runner._finished_keys)  # noqa: SLF001
             if manager_pid is not None:
                 try:
                     times = psutil.Process(manager_pid).cpu_times()
                     self.manager_cpu_s = times.user + times.system
+                    self.manager_samples.append((finished, self.manager_cpu_s))
                 except (psutil.Error, ValueError, TypeError):
                     pass
-            finished = len(self.runner._finished_keys)  # noqa: SLF001
             if (not self.rss_mb and finished) or (not half_way and finished >= self.total / 2):
                 self._memory()
                 half_way = finished >= self.total / 2
+
+    def steady_cpu_ms_per_task(self) -> float | None:
+        """The Manager's CPU per attempt while attempts were being finished: from the first
+        sample that saw one final to the last that saw some still to come, so that its
+        start (imports, the first boots) and its shutdown are left out; None when fewer
+        than a fifth of the attempts fell in between (a run too short to be sampled)."""
+        inside = [(done, cpu) for done, cpu in self.manager_samples if 0 < done < self.total]
+        if len(inside) < 2 or inside[-1][0] - inside[0][0] < self.total / 5:
+            return None
+        (done0, cpu0), (done1, cpu1) = inside[0], inside[-1]
+        return round(1000 * (cpu1 - cpu0) / (done1 - done0), 3)
 
     def _engine(self):
         """The runner's engine, once it has made one."""
@@ -205,7 +223,9 @@ def run_one(workdir: Path, label: str, *, mode: str, tasks: int, think_s: float,
                    # CPU per task of the main process (runner) and the pool's Manager process:
                    # unlike wall time, it hardly depends on what else the machine runs
                    runner_cpu_ms_per_task=round(1000 * runner_cpu_s / max(metrics["tasks"], 1), 3),
-                   manager_cpu_ms_per_task=round(1000 * sampler.manager_cpu_s / max(metrics["tasks"], 1), 3))
+                   manager_cpu_ms_per_task=round(1000 * sampler.manager_cpu_s / max(metrics["tasks"], 1), 3),
+                   # the same while attempts were being finished: its start and shutdown left out
+                   manager_steady_cpu_ms_per_task=sampler.steady_cpu_ms_per_task())
     return metrics
 
 
@@ -315,7 +335,9 @@ def table(report: dict[str, Any]) -> str:
         lines.append(f"  (a) VMs idle {a['idle_before_first_lease_s']:.2f} VM-s before their first lease, "
                      f"{a['handoff_ms']:.2f} ms a hand-off (IDLE → next lease), {a['idle_after_last_s']:.2f} "
                      f"VM-s after the last; a lease lasts {_fmt(a['lease_beyond_command_ms'], '.2f')} ms "
-                     f"beyond its command; pool CPU {a['manager_cpu_ms_per_task']:.2f} ms/task")
+                     f"beyond its command; pool CPU {a['manager_cpu_ms_per_task']:.2f} ms/task "
+                     f"({_fmt(a.get('manager_steady_cpu_ms_per_task'), '.2f')} while tasks finish: "
+                     f"its start and shutdown left out)")
     if a.get("grant_ms"):
         lines.append("  (a) a lease's trips, p50 / mean: the grant reaching the env "
                      f"{a['grant_ms']['p50']:.2f} / {a['grant_ms']['mean']:.2f} ms, the release reaching the pool "
@@ -333,7 +355,7 @@ def table(report: dict[str, Any]) -> str:
               f"`sleep {report['profile_spec']['scaling']['vm_s']}`)",
               f"  {'N':>3}{'M':>3}{'tasks':>6}{'makespan':>10}{'bound':>8}{'÷bound':>8}{'N-bound':>9}"
               f"{'÷best':>7}{'÷ideal':>8}{'busy':>6}{'wait p95':>9}{'tasks/s':>9}{'RSS/worker':>11}{'PSS/worker':>11}"
-              f"{'pool CPU/task':>14}"]
+              f"{'pool CPU/task':>14}{'steady':>8}"]
     for row in report["scaling"]:
         lines.append(f"  {row['n']:>3}{row['m']:>3}{row['tasks']:>6}{row['makespan_s']:>9.2f}s"
                      f"{_fmt(row['bound_s'], '.2f'):>7}s{_fmt(row['makespan_over_bound'], '.3f'):>8}"
@@ -342,7 +364,8 @@ def table(report: dict[str, Any]) -> str:
                      f"{_fmt(row['busy_fraction'], '.2f'):>6}"
                      f"{_fmt(row['lease_wait_p95_s'], '.3f'):>9}{_fmt(row['tasks_per_s']):>9}"
                      f"{_fmt(row['rss_mb_per_worker'], '.1f'):>9}MB{_fmt(row['pss_mb_per_worker'], '.1f'):>9}MB"
-                     f"{row['manager_cpu_ms_per_task']:>11.2f} ms")
+                     f"{row['manager_cpu_ms_per_task']:>11.2f} ms"
+                     f"{_fmt(row.get('manager_steady_cpu_ms_per_task'), '.2f'):>8}")
     c = report["concurrent"]
     lines += ["", f"{c['rollouts']} concurrent rollouts (N={c['n']} × K={c['k']}, {c['m']} VMs, think "
               f"{c['think_s']} s): peak {c['peak_concurrency']} at once, makespan {c['makespan_s']:.2f} s, "
