@@ -65,6 +65,12 @@ def test_smoke_benchmark_writes_a_well_formed_report(tmp_path):
     assert is_number(disk["task_files_ms_p50"]) and disk["task_files_ms_p50"] > 0, disk
     assert disk["filesystem"] not in ("", "?") and Path(disk["folder"]).is_relative_to(disk["mount"]), disk
     assert f"{disk['task_files_ms_p50']:.2f} ms p50 on {disk['mount']}" in proc.stdout
+    # how fast the machine was: a bare python3's start, printed beside the load
+    speed = report["machine"]["speed"]
+    assert is_number(speed["start_cpu_ms_p50"]) and speed["start_cpu_ms_p50"] > 0, speed
+    assert f"starts in {speed['start_cpu_ms_p50']:.1f} ms of CPU" in proc.stdout
+    for run in runs:  # too short to be sampled while tasks finish: no steady figure
+        assert "manager_steady_cpu_ms_per_task" in run, run["label"]
     assert {(r["n"], r["m"]) for r in report["scaling"]} == {(1, 1), (2, 1)}
     assert report["concurrent"]["rollouts"] == 4 and is_number(report["concurrent"]["makespan_over_best_bound"])
     # design (a)'s runs say what a pool with no costs of its own would take; (b), (c) hold
@@ -82,6 +88,18 @@ def test_smoke_benchmark_writes_a_well_formed_report(tmp_path):
     assert "a lease's trips" in proc.stdout
     assert "(b)/(a)" in proc.stdout and "ms/task" in proc.stdout
     assert (tmp_path / report_path.name.replace(".json", ".png")).exists() or "no chart" in proc.stderr
+
+
+def test_the_managers_steady_cpu_leaves_its_start_and_shutdown_out():
+    sys.path.insert(0, str(BENCH.parent))
+    import pool
+    sampler = pool.Sampler(runner=None, total=100)
+    # (attempts final, the Manager's CPU seconds): 0.09 s of start before the first attempt
+    # is final, 2 ms an attempt while they finish, 0.05 s of shutdown after the last
+    sampler.manager_samples = [(0, 0.05), (0, 0.09), (10, 0.11), (50, 0.19), (90, 0.27), (100, 0.29), (100, 0.34)]
+    assert sampler.steady_cpu_ms_per_task() == 2.0
+    sampler.manager_samples = [(0, 0.09), (10, 0.11), (20, 0.13), (100, 0.34)]  # 10 attempts apart: too few
+    assert sampler.steady_cpu_ms_per_task() is None
 
 
 def test_the_ideal_schedule_is_a_pool_without_costs():

@@ -58,7 +58,7 @@ sys.path.insert(0, str(HERE))  # workload.py; spawned workers inherit sys.path
 
 import psutil  # noqa: E402
 
-from measure import disk_probe, mean, measure  # noqa: E402,F401 - measure: ray_nodes.py imports it from here
+from measure import cpu_probe, disk_probe, mean, measure  # noqa: E402,F401 - measure: ray_nodes.py imports it from here
 from workload import MODES  # noqa: E402
 from parallel_rollout.config import build_config, settings, tomllib  # noqa: E402
 from parallel_rollout.errors import ConfigError  # noqa: E402
@@ -305,7 +305,12 @@ def _fmt(value: Any, spec: str = "") -> str:
 def table(report: dict[str, Any]) -> str:
     """The report as the plain-text tables the command prints."""
     lines = [f"parallel-rollout pool benchmark ({report['profile']}) — {report['machine']['cpus']} CPUs, "
-             f"load {report['machine']['load_before']} → {report['machine']['load_after']}", ""]
+             f"load {report['machine']['load_before']} → {report['machine']['load_after']}"]
+    speed = report["machine"].get("speed")
+    if speed:
+        lines.append(f"(this machine's speed: a bare python3 -I -S starts in {speed['start_cpu_ms_p50']:.1f} ms "
+                     "of CPU, p50; compare runs of different days beside it)")
+    lines.append("")
     lines.append("runner overhead, zero-length tasks (no VM, no think)")
     disk = report["machine"].get("disk")
     if disk:
@@ -448,6 +453,7 @@ def main(argv: list[str] | None = None) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="pr-perf-"))
     load_before = [round(x, 2) for x in os.getloadavg()]
     disk = disk_probe(workdir)
+    speed = cpu_probe()
     began = time.time()
     try:
         print("overhead …", file=sys.stderr, flush=True)
@@ -470,7 +476,7 @@ def main(argv: list[str] | None = None) -> int:
         "duration_s": round(time.time() - began, 1),
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                     "platform": platform.platform(), "load_before": load_before,
-                    "writes_bytecode": not sys.flags.dont_write_bytecode, "disk": disk,
+                    "writes_bytecode": not sys.flags.dont_write_bytecode, "disk": disk, "speed": speed,
                     "load_after": [round(x, 2) for x in os.getloadavg()]},
         "profile_spec": spec,
         "run_settings": RUN_SETTINGS,
