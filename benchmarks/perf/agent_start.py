@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import socket
 import subprocess
 import sys
@@ -25,16 +24,11 @@ import tarfile
 import tempfile
 from pathlib import Path
 
+from measure import child_cpu_ms  # this folder: the script's own
+
 ROOT = Path(__file__).resolve().parents[2]
 GUEST = "src/parallel_rollout/guest"
 PYTHON = "/usr/bin/python3"  # what the process provider's sandboxes run the agent with
-
-
-def _child_cpu_ms(start) -> float:
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    start()
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return 1000 * (after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
 
 
 def _agent_and_one_command(guest: Path, scratch: Path) -> None:
@@ -87,8 +81,8 @@ def main() -> int:
         for round_no in range(args.rounds):
             order = list(sides) if round_no % 2 == 0 else list(reversed(sides))
             for name in order:
-                cpu[name].append(_child_cpu_ms(lambda: _agent_and_one_command(sides[name], scratch)))
-            cpu["bare python3"].append(_child_cpu_ms(
+                cpu[name].append(child_cpu_ms(lambda: _agent_and_one_command(sides[name], scratch)))
+            cpu["bare python3"].append(child_cpu_ms(
                 lambda: subprocess.run([PYTHON, "-I", "-S", "-c", "pass"], check=True)))
     print(f"CPU of an agent's start and its first command, {args.rounds} rounds "
           f"(load {os.getloadavg()[0]:.1f}):")

@@ -8,9 +8,10 @@ from __future__ import annotations
 import heapq
 import json
 import os
+import resource
 import statistics
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 
 def measure(run_dir: Path, pool_size: int, run_started: float, *, loops: int | None = None,
@@ -192,25 +193,31 @@ def machine_cpu_s() -> float:
     return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
 
 
+def child_cpu_ms(start: Callable[[], Any]) -> float:
+    """The CPU (user + system) of the children ``start()`` runs and reaps, in ms
+    (``RUSAGE_CHILDREN`` before and after: nothing else may reap meanwhile)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return 1000 * (after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+
+
 def cpu_probe(count: int = 20) -> dict[str, Any] | None:
-    """How fast this machine is right now: the CPU (user + system, from the child's rusage)
-    of a bare ``python3 -I -S -c pass``, the interpreter a process VM's agent runs, median of
+    """How fast this machine is right now: the CPU of a bare ``python3 -I -S -c pass``, with
+    the interpreter a process VM's agent runs (``sandbox_fs.guest_python``), median of
     ``count`` starts. The same code measured 6.4 ms on a freshly started machine and 16.4 ms
     late in a long day (README: "The same code on a freshly started machine"): runs of
-    different days compare only beside it. None without a python3 under /usr/bin."""
-    import shutil
+    different days compare only beside it. None without a python3 under /usr."""
     import subprocess
 
-    python = shutil.which("python3", path="/usr/local/bin:/usr/bin")
+    from parallel_rollout.pool.providers.sandbox_fs import guest_python
+
+    python = guest_python()
     if python is None:
         return None
-    cpu = []
-    for _ in range(count):
-        proc = subprocess.Popen([python, "-I", "-S", "-c", "pass"])
-        _, _, usage = os.wait4(proc.pid, 0)
-        proc.returncode = 0  # reaped here; Popen must not wait for it again
-        cpu.append(usage.ru_utime + usage.ru_stime)
-    return {"python": python, "start_cpu_ms_p50": round(1000 * statistics.median(cpu), 2)}
+    cpu = [child_cpu_ms(lambda: subprocess.run([python, "-I", "-S", "-c", "pass"], check=True))
+           for _ in range(count)]
+    return {"python": python, "start_cpu_ms_p50": round(statistics.median(cpu), 2)}
 
 
 def disk_probe(folder: Path, count: int = 200) -> dict[str, Any]:
