@@ -215,7 +215,7 @@ SLOW_CASES = frozenset({
     "tests/test_fleet.py::test_cli_two_servers_share_out_workers_of_one_env_loop_each[4]",
     "tests/rl/test_aborts.py::test_a_scheduler_aborts_eight_env_loops_mid_turn[partial]",
     "tests/test_runner.py::test_resume_after_main_process_is_sigkilled[20]",
-    "tests/test_hostile.py::test_one_vm_cannot_take_the_machines_ptys[nobody]",
+    "tests/test_vm_costs.py::test_one_vm_cannot_take_the_machines_ptys[nobody]",
     "tests/test_osworld_openai.py::test_openai_agent_solves_desktop_tasks_from_screenshots"
     "[computer_13-screenshot_a11y_tree]",
 })

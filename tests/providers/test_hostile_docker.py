@@ -1,4 +1,4 @@
-"""The hostile table of tests/test_hostile.py on the docker provider: every row graded 0, the
+"""The hostile table of tests/hostile_tasks.py on the docker provider: every row graded 0, the
 host untouched, the run finished, no container lost.
 
 One row stays out: filling the home. A container's home is its writable layer, on the
@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import pytest
 
+from hostile_tasks import SHELL_ROWS, check_finished, check_row, rows_without_programs, run_pool, run_table
 from parallel_rollout.pool.providers.docker_cli import daemon_limits
-from test_hostile import (SHELL_ROWS, check_finished, check_own_per_user_limits, check_row,
-                          hold_inotify_tasks, hold_pty_tasks, rows_without_programs, run_pool, run_table)
+from test_vm_costs import check_own_per_user_limits, hold_inotify_tasks, hold_pty_tasks
 
 #: rows left out on docker, and why
 NOT_ON_DOCKER = {"fill_tmp_and_home": "a container's home is its writable layer on the "

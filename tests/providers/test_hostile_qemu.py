@@ -1,4 +1,4 @@
-"""The hostile table of tests/test_hostile.py on the qemu provider: every row graded 0, the
+"""The hostile table of tests/hostile_tasks.py on the qemu provider: every row graded 0, the
 host untouched, the run finished, no VM lost.
 
 A QEMU VM is its own kernel: the graded code runs in the guest as uid 64000 without
@@ -16,10 +16,10 @@ import shutil
 
 import pytest
 
+from hostile_tasks import SHELL_ROWS, check_finished, check_row, rows_without_programs, run_table
 from parallel_rollout.errors import ProviderUnavailable
 from parallel_rollout.pool.providers import qemu
 from parallel_rollout.pool.providers.qemu import QemuProvider
-from test_hostile import SHELL_ROWS, check_finished, check_row, rows_without_programs, run_table
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(shutil.which(qemu.QEMU) is None,
