@@ -1,0 +1,316 @@
+"""What a process sandbox's dead owner or failed boot leaves behind: nothing.
+
+Sandboxes die with their owner (the pool's Manager), even one killed while it forks a
+sandbox or one that exits during a boot; the sweep removes a crashed run's folders and leaves
+a live run's alone (another run of the same run id included); a VM folder is labelled before
+its sandbox boots; a boot that fails reports the agent's log, and a bwrap killed before it
+reports its init leaves no orphan.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from parallel_rollout.errors import VMError
+from parallel_rollout.pool.providers.base import ProviderOptions
+from parallel_rollout.pool.providers.process import ProcessProvider
+from process_support import (_alive, _processes_naming, base_dir, no_cgroups, no_leaked_sandbox,  # noqa: F401
+                             provider, snapshot, vm)
+
+pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
+
+
+_OWNER = """
+import sys, time
+from parallel_rollout.pool.providers.process import ProcessProvider
+provider = ProcessProvider(sys.argv[1], base_dir=sys.argv[2])
+infos = [provider.start(f"vm{i}") for i in range(2)]
+print(" ".join(str(i.private["pid"]) for i in infos), flush=True)
+time.sleep(600)
+"""
+
+
+def _start_owner(run_id: str, base_dir: Path):
+    proc = subprocess.Popen([sys.executable, "-c", _OWNER, run_id, str(base_dir)],
+                            stdout=subprocess.PIPE, text=True)
+    pids = [int(p) for p in proc.stdout.readline().split()]
+    assert len(pids) == 2
+    return proc, pids
+
+
+def test_sweep_after_owner_is_killed(base_dir):
+    owner, pids = _start_owner("crashed", base_dir)
+    live_owner, live_pids = _start_owner("live", base_dir)
+    try:
+        owner.send_signal(signal.SIGKILL)
+        owner.wait()
+        deadline = time.monotonic() + 3
+        while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert not any(_alive(p) for p in pids), "sandboxes outlived their owner"
+        assert sorted(os.listdir(base_dir / "crashed")) == ["vm0", "vm1"]  # folders remain
+
+        # without a run id: only runs whose owner is gone
+        assert sorted(ProcessProvider.sweep(base_dir=base_dir)) == ["vm0", "vm1"]
+        assert not (base_dir / "crashed").exists()
+        assert all(_alive(p) for p in live_pids)
+
+        # with a run id: that run goes, even though its owner still lives
+        assert sorted(ProcessProvider.sweep("live", base_dir=base_dir)) == ["vm0", "vm1"]
+        assert not any(_alive(p) for p in live_pids)
+        assert not (base_dir / "live").exists()
+        assert ProcessProvider.sweep(base_dir=base_dir) == []
+        assert (base_dir / ".agent-bytecode").is_dir()  # a cache, not a run: no sweep takes it
+    finally:
+        for proc in (owner, live_owner):
+            proc.kill()
+            proc.wait()
+
+
+_DYING_OWNER = """
+import sys, time
+from parallel_rollout.pool.providers import sandbox_processes
+from parallel_rollout.pool.providers.process import ProcessProvider
+
+real = sandbox_processes.guarded
+# a second between the fork and bwrap's exec: the window where bwrap has no parent-death
+# signal of its own yet (it sets it up when it starts)
+sandbox_processes.guarded = lambda argv, owner, procs=(): real(
+    ["/bin/sh", "-c", 'sleep 1; exec "$@"', "slow", *argv], owner, procs)
+provider = ProcessProvider("dying", base_dir=sys.argv[1])
+print("booting", flush=True)
+provider.start("vm0")
+time.sleep(600)
+"""
+
+
+def test_an_owner_killed_while_it_forks_a_sandbox_leaves_nothing(base_dir):
+    """The owner of the sandboxes (the pool's Manager) SIGKILLed after its fork of a sandbox
+    and before bwrap set up its own parent-death signal: that bwrap used to start anyway,
+    re-parented, after the sweep that follows the crash had looked, and leave its child (a
+    bare bwrap with no child of its own) waiting forever. The fork now dies with its owner
+    from its first instruction on."""
+    owner = subprocess.Popen([sys.executable, "-c", _DYING_OWNER, str(base_dir)],
+                             stdout=subprocess.PIPE, text=True)
+    vm_dir = base_dir / "dying" / "vm0"
+    try:
+        assert owner.stdout.readline().strip() == "booting"
+        deadline = time.monotonic() + 10
+        while not _processes_naming(vm_dir) and time.monotonic() < deadline:
+            time.sleep(0.01)  # the fork is under way: the slow shell names the folder
+        assert _processes_naming(vm_dir), "the owner never forked the sandbox"
+        owner.kill()
+        owner.wait()
+        time.sleep(2.5)  # the slow shell would have exec'd bwrap by now
+        left = [f"{p.pid} {' '.join(p.cmdline())[:80]}" for p in _processes_naming(vm_dir)]
+        assert not left, f"the dead owner's sandbox lives on: {left}"
+    finally:
+        owner.kill()
+        owner.wait()
+        ProcessProvider.sweep(base_dir=base_dir)
+        for proc in _processes_naming(vm_dir):
+            proc.kill()
+
+
+_EXITING_OWNER = """
+import os, sys, threading, time
+import psutil
+sys.path.insert(0, sys.argv[3])
+from test_process_leftovers import StuckProvider as Stuck
+from parallel_rollout.pool.providers import process
+process.read_until = lambda fd, terminator, deadline: time.sleep(600)  # nobody reads it
+
+def owner(base_dir):
+    provider = Stuck("exiting", base_dir=base_dir)
+    threading.Thread(target=provider.start, args=("vm0",), daemon=True).start()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        bwraps = [p for p in psutil.Process().children() if p.name() == "bwrap"]
+        if bwraps and bwraps[0].children():
+            break
+        time.sleep(0.01)
+    print("held" if bwraps and bwraps[0].children() else "not held", flush=True)
+    sys.exit(0)  # a boot under way, as when the pool's Manager exits after a shutdown
+
+if __name__ == "__main__":
+    if sys.argv[2] == "multiprocessing":  # the pool's Manager is one
+        import multiprocessing
+        child = multiprocessing.get_context("spawn").Process(target=owner, args=(sys.argv[1],))
+        child.start()
+        child.join()
+    else:
+        owner(sys.argv[1])
+"""
+
+
+@pytest.mark.parametrize("how", ["script", "multiprocessing"])
+def test_an_owner_that_exits_during_a_boot_leaves_no_child_of_bwrap(base_dir, tmp_path, how):
+    """An owner that exits (the pool's Manager at the end of a run, or following a dead
+    runner) while a boot is under way: --die-with-parent kills that bwrap, but its child,
+    which waits for bwrap's word before it execs the init and has no parent-death signal
+    of its own yet, stayed behind (a bare bwrap with no child), with no sweep to come when
+    the runner is gone too. The owner now kills what it launched on its way out."""
+    script = tmp_path / "owner.py"  # a file: a spawned child imports its target from it
+    script.write_text(_EXITING_OWNER)
+    owner = subprocess.run([sys.executable, str(script), str(base_dir), how,
+                            str(Path(__file__).parent)], capture_output=True, text=True, timeout=60)
+    vm_dir = base_dir / "exiting" / "vm0"
+    try:
+        assert owner.stdout.strip() == "held", owner.stderr[-2000:]
+        deadline = time.monotonic() + 3
+        while _processes_naming(vm_dir) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        left = [f"{p.pid} {' '.join(p.cmdline())[:80]} children {p.children()}"
+                for p in _processes_naming(vm_dir)]
+        assert not left, f"left behind by an owner that exited: {left}"
+    finally:
+        ProcessProvider.sweep(base_dir=base_dir)
+        for proc in _processes_naming(vm_dir):
+            proc.kill()
+
+
+def test_sweep_of_another_run_leaves_ours_alone(provider, vm, base_dir):
+    assert ProcessProvider.sweep("other-run", base_dir=base_dir) == []
+    assert ProcessProvider.sweep(base_dir=base_dir) == []  # our owner (this process) lives
+    assert provider.healthy(vm)
+
+
+@pytest.mark.parametrize("folder", ["vm0", "vm0.b"])
+def test_a_vm_folder_of_another_live_run_of_the_run_id_is_left_alone(base_dir, folder):
+    """Two runs of one run id (two output folders) name their VMs alike. A folder of the other
+    run whose pool lives, between two boots of its VM (no sandbox in it, the VM in its standby's
+    folder), is that run's: a boot here refuses it instead of removing it (that broke the other
+    run's VM mid-task, blamed on its task)."""
+    other_pool = subprocess.Popen(["sleep", "60"])
+    try:
+        vm_dir = base_dir / "same" / folder
+        vm_dir.mkdir(parents=True)
+        (vm_dir / "meta.json").write_text(json.dumps({
+            "run_id": "same", "vm_id": "vm0", "vm_dir": str(vm_dir), "owner_pid": other_pool.pid,
+            "owner_create_time": psutil.Process(other_pool.pid).create_time()}))
+        provider = ProcessProvider("same", ProviderOptions(boot_timeout_s=10), base_dir=base_dir)
+        with pytest.raises(VMError, match=rf"belongs to another live run of that id \(pool pid {other_pool.pid}\)"):
+            provider.start("vm0")
+        assert (vm_dir / "meta.json").is_file()
+        assert ProcessProvider.sweep("same", base_dir=base_dir, orphans_only=True) == []
+        assert (vm_dir / "meta.json").is_file()
+    finally:
+        other_pool.kill()
+        other_pool.wait()
+    # once that run's pool is gone, the folder is a leftover: the next boot takes its place
+    provider = ProcessProvider("same", ProviderOptions(boot_timeout_s=10), base_dir=base_dir)
+    vm = provider.start("vm0")
+    try:
+        assert provider.healthy(vm)
+    finally:
+        provider.stop(vm)
+
+
+def test_a_vm_folder_is_labelled_before_its_sandbox_boots(base_dir):
+    """A sweep of orphans (another run of the run id starting) takes a VM folder with no
+    meta.json for a leftover. The label is written as the folder is made, so such a sweep
+    during a boot (cgroups, socket, seccomp program, bwrap) leaves the folder alone: it
+    removed the folder of a first boot, the VM's own and its standby's."""
+    swept: dict[str, list[str]] = {}
+
+    class Swept(ProcessProvider):
+        def _boot(self, vm_id, vm_dir, group):
+            swept[vm_dir.name] = ProcessProvider.sweep("same", base_dir=base_dir, orphans_only=True)
+            return super()._boot(vm_id, vm_dir, group)
+
+    provider = Swept("same", ProviderOptions(boot_timeout_s=10), base_dir=base_dir)
+    vm = provider.start("vm0")
+    try:
+        for _ in range(4):  # the standbys' folders are made at the first reset's standby boots
+            vm = provider.reset(vm)
+            assert provider.healthy(vm)
+    finally:
+        provider.stop(vm)
+    assert swept == {name: [] for name in ["vm0", "vm0.b", "vm0.c"][:provider._standby.depth + 1]}
+
+
+def test_boot_failure_reports_the_agent_log(base_dir):
+    class BrokenAgent(ProcessProvider):
+        def _argv(self, *args):
+            argv = super()._argv(*args)
+            return argv[:argv.index("--") + 1] + [
+                "/bin/sh", "-c", "echo agent exploded >&2; sleep 100"]
+
+    provider = BrokenAgent("run2", ProviderOptions(boot_timeout_s=0.5), base_dir=base_dir)
+    started = time.monotonic()
+    with pytest.raises(VMError, match="agent exploded"):
+        provider.start("vm0")
+    assert time.monotonic() - started < 5
+
+
+def _bwraps_naming(folder: Path) -> list[psutil.Process]:
+    """Every live bwrap on the host whose command line names ``folder`` (re-parented or not)."""
+    found = []
+    for proc in psutil.process_iter(["name", "cmdline", "status"]):
+        if proc.info["name"] == "bwrap" and proc.info["status"] != psutil.STATUS_ZOMBIE \
+                and any(f"{folder}/" in arg for arg in proc.info["cmdline"] or ()):
+            found.append(proc)
+    return found
+
+
+class StuckProvider(ProcessProvider):
+    """A process provider whose bwrap is held between its fork and its word to the child
+    (which then execs the init): a full --info-fd pipe, as long as nobody reads it."""
+
+    def _argv(self, vm_id, vm_dir, ready_w, info_w, sock_fd):
+        os.set_blocking(info_w, False)
+        try:
+            while True:
+                os.write(info_w, b"x" * 4096)
+        except BlockingIOError:
+            os.set_blocking(info_w, True)
+        return super()._argv(vm_id, vm_dir, ready_w, info_w, sock_fd)
+
+
+@pytest.mark.parametrize("machine", ["cgroups", "no cgroups"])
+def test_bwrap_killed_before_it_reports_its_init_leaves_no_orphan(machine, base_dir, request,
+                                                                  monkeypatch):
+    """bwrap forks its child, which waits for a word from bwrap before it execs the namespace
+    init. Killed in between (a chaos kill, an OOM), bwrap never reports the init on --info-fd
+    and the child waits forever, re-parented to pid 1. The failed boot must still kill it."""
+    if machine == "no cgroups":
+        request.getfixturevalue("no_cgroups")
+    from parallel_rollout.pool.providers import process
+
+    Stuck = StuckProvider
+    real_read_until = process.read_until
+    held: list[psutil.Process] = []
+    vm_dir = base_dir / "orphan" / "vm0"
+
+    def kill_bwrap_then_read(fd, terminator, deadline):
+        if terminator == b"}":  # the --info-fd read: bwrap is stuck writing it
+            deadline = time.monotonic() + 10
+            while not held and time.monotonic() < deadline:
+                # the cgroup-joining shell becomes bwrap when it execs; then bwrap forks
+                bwraps = [p for p in psutil.Process().children() if _alive(p.pid)
+                          and p.name() == "bwrap" and f"{vm_dir}/" in " ".join(p.cmdline())]
+                held[:] = [c for b in bwraps for c in b.children()]
+                time.sleep(0.01)
+            assert held, "bwrap never forked its child"
+            bwrap, = bwraps
+            bwrap.kill()
+        return real_read_until(fd, terminator, deadline)
+
+    monkeypatch.setattr(process, "read_until", kill_bwrap_then_read)
+    provider = Stuck("orphan", ProviderOptions(boot_timeout_s=5), base_dir=base_dir)
+    with pytest.raises(VMError, match="did not boot"):
+        provider.start("vm0")
+    assert held and not any(_alive(child.pid) for child in held), \
+        f"bwrap's child outlived the failed boot: {[c.pid for c in held if _alive(c.pid)]}"
+    assert _bwraps_naming(vm_dir) == []
+    assert not vm_dir.exists()

@@ -1,0 +1,118 @@
+"""What a process provider refuses and what it bounds: configuration errors, a base folder
+that is not its own, a VM's memory and processes through its cgroups, and a machine whose
+cgroup hierarchy refuses (no limit then, but the tmpfs folders are still sized).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from parallel_rollout.errors import ConfigError, VMError
+from parallel_rollout.guest.client import GuestClient
+from parallel_rollout.pool.providers.base import ProviderOptions
+from parallel_rollout.pool.providers import cgroups
+from parallel_rollout.pool.providers.process import ProcessProvider
+from process_support import base_dir, no_cgroups, no_leaked_sandbox  # noqa: F401 - fixtures
+
+pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
+
+
+def test_config_errors(base_dir, tmp_path):
+    with pytest.raises(ConfigError, match="path_to_vm"):
+        ProcessProvider("r", ProviderOptions(path_to_vm="/x.vmx"), base_dir=base_dir)
+    with pytest.raises(ConfigError, match="not a folder"):
+        ProcessProvider("r", ProviderOptions(snapshot_name=str(tmp_path / "nope")),
+                        base_dir=base_dir)
+    with pytest.raises(ConfigError, match="run id"):
+        ProcessProvider("../evil", base_dir=base_dir)
+    with pytest.raises(ConfigError, match="vm id"):
+        ProcessProvider("r", base_dir=base_dir).start("a/b")
+
+
+def test_empty_snapshot_and_memory_limit(base_dir):
+    provider = ProcessProvider("run3", ProviderOptions(memory_mb=200), base_dir=base_dir)
+    info = provider.start("vm0")
+    try:
+        client = GuestClient(info.address)
+        assert client.execute("ls -A", shell=True)["output"] == ""
+        big = client.run_python("x = bytearray(400 * 1024 * 1024)")
+        if "memory" in cgroups.available():
+            # the sandbox's cgroup: the kernel kills the hog, the agent lives on
+            assert big["return_code"] == -9, big
+            # the limit is the sandbox's sum, not per process: two 150 MB halves meet it
+            half = "python3 -c 'x = bytearray(150 << 20); import time; time.sleep(3)'"
+            pair = client.execute(f"{half} & p=$!; {half}; b=$?; wait $p; echo $? $b",
+                                  shell=True, timeout=20)
+            assert "137" in pair["output"].split(), pair
+        else:
+            assert big["status"] == "error" and "MemoryError" in big["error"]
+        assert client.run_python("x = bytearray(20 * 1024 * 1024)")["status"] == "success"
+    finally:
+        provider.stop(info)
+
+
+@pytest.mark.skipif("pids" not in cgroups.available(), reason="no writable pids cgroup")
+def test_max_processes(base_dir):
+    provider = ProcessProvider("run4", ProviderOptions(max_processes=12), base_dir=base_dir)
+    info = provider.start("vm0")
+    try:
+        client = GuestClient(info.address)
+        result = client.execute(
+            "for i in $(seq 30); do sleep 5 & done 2>&1; echo started", shell=True,
+            timeout=3)
+        assert "fork" in (result["output"] + result["error"]).lower()
+        info = provider.reset(info)  # the cgroup survives a reset, the limit still holds
+        assert GuestClient(info.address).execute(["true"])["returncode"] == 0
+    finally:
+        provider.stop(info)
+    assert info.private["cgroups"] and not any(Path(p).exists() for p in info.private["cgroups"])
+
+
+def test_a_hierarchy_that_refuses_is_not_available(no_cgroups, base_dir):
+    assert cgroups.available() == frozenset()
+    assert "pids.max" in cgroups.why_unavailable("pids")
+    assert list(no_cgroups.root.iterdir()) == []  # the probe left nothing behind
+    with pytest.raises(ConfigError, match="pids cgroup.*pids.max"):
+        ProcessProvider("r", ProviderOptions(max_processes=5), base_dir=base_dir)
+    with pytest.raises(VMError, match="cannot limit pids here"):
+        cgroups.VMCgroup("r", "vm0", max_processes=5)
+
+
+def test_without_a_memory_cgroup_the_tmpfs_folders_are_still_sized(no_cgroups, base_dir):
+    provider = ProcessProvider("run5", ProviderOptions(memory_mb=60), base_dir=base_dir)
+    info = provider.start("vm0")
+    try:
+        client = GuestClient(info.address)
+        fill = client.execute("dd if=/dev/zero of=/tmp/f bs=1M 2>&1; dd if=/dev/zero of=$HOME/f "
+                              "bs=1M 2>&1; du -sm /tmp/f $HOME/f", shell=True, timeout=30)
+        sizes = [int(line.split()[0]) for line in fill["output"].splitlines()[-2:]]
+        # 60 MB // 6 each, not the 512 MB and 1 GB a host without cgroups would lend
+        assert fill["output"].count("No space left") == 2 and max(sizes) <= 10, fill
+    finally:
+        provider.stop(info)
+
+
+def test_the_base_folder_must_be_ours(tmp_path):
+    from parallel_rollout.pool.providers.common import secure_base_dir
+
+    made = secure_base_dir(tmp_path / "new" / "base")
+    assert made.stat().st_mode & 0o777 == 0o700
+    loose = tmp_path / "loose"
+    loose.mkdir()
+    os.chmod(loose, 0o777)
+    with pytest.raises(ConfigError, match="writable by other users"):
+        ProcessProvider("r", base_dir=loose).start("vm0")
+    link = tmp_path / "link"
+    link.symlink_to(loose)
+    with pytest.raises(ConfigError, match="not a folder"):
+        ProcessProvider("r", base_dir=link).start("vm0")
+    if os.geteuid() == 0:
+        theirs = tmp_path / "theirs"
+        theirs.mkdir()
+        os.chown(theirs, 65534, 65534)
+        with pytest.raises(ConfigError, match="belongs to uid 65534"):
+            ProcessProvider("r", base_dir=theirs).start("vm0")
