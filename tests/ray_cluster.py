@@ -1,0 +1,65 @@
+"""A Ray cluster on this machine for the --backend ray tests (ray.cluster_utils.Cluster: one
+head and two worker nodes, each its own raylet on 127.0.0.1), one for each test module that
+imports the ``cluster`` fixture, and what those modules share: the leak check that lets the
+cluster's own processes stay up, the command line of a CLI run on the cluster, the shell
+benchmark's task ids. Used by tests/test_ray_backend.py and tests/test_ray_driver.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+
+from conftest import SHELL_TASKS, check_no_leaks, live_descendants
+
+# Every Ray process of this module on 127.0.0.1 (else Ray takes the address of the route out)
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+ray = pytest.importorskip("ray")
+from ray.cluster_utils import Cluster  # noqa: E402
+
+SHELL_IDS = [json.loads(line)["id"] for line in SHELL_TASKS.read_text().splitlines() if line.strip()]
+#: Ray's own processes, which outlive a run by design (the cluster is the module's)
+_RAY_SYSTEM = ("raylet", "gcs_server", "ray::IDLE", "ray::DashboardAgent", "ray::RuntimeEnvAgent",
+               "ray/_private", "ray/dashboard", "ray/autoscaler", "runtime_env", "log_monitor", "monitor.py",
+               "plasma")
+_NODE = dict(num_cpus=1, object_store_memory=80 * 1024 * 1024)
+
+
+def _is_ray_system(proc: psutil.Process) -> bool:
+    try:
+        text = " ".join(proc.cmdline()) or proc.name()
+    except psutil.Error:
+        return True
+    return any(part in text for part in _RAY_SYSTEM)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    cluster = Cluster(initialize_head=True, connect=False, head_node_args=dict(
+        _NODE, include_dashboard=False,
+        # a node that goes away is declared dead within ~2 s, not ~30 s
+        _system_config={"health_check_period_ms": 500, "health_check_failure_threshold": 3}))
+    nodes = [cluster.add_node(**_NODE) for _ in range(2)]
+    cluster.wait_for_nodes()
+    yield cluster, nodes
+    cluster.shutdown()
+
+
+@pytest.fixture(autouse=True)
+def no_leaks():
+    """conftest's check, with the module's Ray cluster allowed to stay up: no sandbox, no
+    worker or pool actor, no agent subprocess outlives a run."""
+    before = {p.pid for p in live_descendants()}
+    yield
+    check_no_leaks(before, allowed=_is_ray_system, grace_s=15)
+
+
+def _cli(out: Path, address: str, run_id: str, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "parallel_rollout.cli", "--mode", "shell", "--data", str(SHELL_TASKS),
+            "--output-dir", str(out), "--run-id", run_id, "--backend", "ray", "--ray-address", address,
+            "--num-rollouts", "1", "--num-vms", "1", "--use-vm-pool", "--no-progress", *extra]
