@@ -451,7 +451,7 @@ def test_close_aborts_the_model_requests_in_flight(tmp_path, llm_server, schedul
 
 
 def test_partial_rollout_with_a_tokenizer_continues_from_the_token_ids(gate, llm_server, tmp_path):
-    from llm_server import write_tokenizer
+    from token_model import write_tokenizer
     from tokenizers import Tokenizer
 
     folder = write_tokenizer(tmp_path / "tok")

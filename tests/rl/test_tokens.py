@@ -1,5 +1,5 @@
 """Trajectories as training data, through a RolloutScheduler on the real engine: the test
-model (llm_server.TokenModel) renders a Qwen3-like chat template that drops earlier <think>
+model (token_model.TokenModel) renders a Qwen3-like chat template that drops earlier <think>
 blocks, answers with token ids, logprobs and finish_reason, takes token-id prompts on
 /v1/completions and refuses prompts past its token budget with a 400.
 
@@ -15,10 +15,11 @@ import time
 
 import pytest
 
-from llm_server import LAST_REPLY_TEMPLATE, LLMServer, TokenModel, write_tokenizer
+from llm_server import LLMServer
 from parallel_rollout.rl import EnvManagerConfig
 from parallel_rollout.rl.segments import NoTokenIds
 from rl_support import Switch, lake_set, rl_config
+from token_model import LAST_REPLY_TEMPLATE, TokenModel, write_tokenizer
 
 #: the model's context in both engines (tokens)
 BUDGET = 2000
