@@ -125,7 +125,7 @@ def test_vms_killed_under_tasks_cost_neither_the_tasks_nor_the_budget(tmp_path, 
     mid-task are retried (not the task's doing) and succeed on the restarted VM; tasks that
     answer ``kill -9 -1`` are graded 0; the VM restarts from its snapshot each time, for
     free, and every honest task still succeeds. (A VM broken from inside by the answer is
-    the task's ``sandbox_violation``: test_hostile's kill_agent row as nobody.)"""
+    the task's ``sandbox_violation``: test_hostile_answers.py's kill_agent row as nobody.)"""
     monkeypatch.setenv("PR_CHAOS_DIR", str(tmp_path))
     tasks = [shell_task(f"honest{i}") for i in range(4)]
     tasks += [shell_task(f"killed{i}", chaos="kill_sandbox") for i in range(3)]

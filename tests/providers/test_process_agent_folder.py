@@ -73,7 +73,7 @@ def test_the_agent_folder_is_made_once_per_source_and_skipped_when_it_cannot_be(
 def test_the_agent_folder_is_readable_by_others_whatever_the_umask(tmp_path):
     """The commands' user reads the modules and runs the wrappers: the folder's modes are
     0755 and 0644 by the sources' run bits, whatever the runner's umask (the checkout's own
-    modes are checked when the provider starts: test_hostile.py)."""
+    modes are checked when the provider starts: test_grading_out_of_reach.py)."""
     from parallel_rollout.pool.providers import agent_folder
 
     source, wrappers = tmp_path / "mod.py", tmp_path / "grading_bin"
