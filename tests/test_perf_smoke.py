@@ -203,9 +203,11 @@ def test_agent_start_and_guest_costs_benchmarks_run(tmp_path):
                           capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]
     row = json.loads(out.read_text())
-    for name in ("overhead_p50_ms", "machine_cpu_ms_per_reset", "first_command_p50_ms", "boot_p50_ms"):
+    for name in ("overhead_p50_ms", "machine_cpu_ms_per_reset", "first_command_p50_ms",
+                 "idle_command_p50_ms", "next_command_p50_ms", "boot_p50_ms"):
         assert is_number(row[name]), (name, row)
     assert row["boots"] == 3 and "a new VM's start" in proc.stdout
+    assert "the next after the same idle 0.05 s" in proc.stdout, proc.stdout
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="uid_switch.py switches uid: root only")
