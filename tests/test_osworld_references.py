@@ -6,6 +6,7 @@ run) and all of them (slow) are graded 1 as OSWorld grades them."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -64,9 +65,11 @@ def oracle_through_cli(tmp_path: Path, index: dict[str, list[str]], timeout: flo
     """Run the tasks of ``index`` (OSWorld's index layout) with the oracle agent through the
     CLI, a pool of 2 process desktop VMs, their inputs from a local download cache filled
     here: task id -> the final record of its one sample."""
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    import osworld_oracle
-
+    # loaded by its path: benchmarks/ on sys.path would shadow tests/providers with its
+    # providers.py for every test after this one
+    spec = importlib.util.spec_from_file_location("osworld_oracle", ROOT / "benchmarks" / "osworld_oracle.py")
+    osworld_oracle = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(osworld_oracle)
     cache = tmp_path / "cache"
     osworld_oracle.fill_cache(EXAMPLES, index, cache)
     environ = dict(os.environ, PARALLEL_ROLLOUT_OSWORLD_CACHE=str(cache))

@@ -92,10 +92,11 @@ class SessionServer(LLMServer):
     """The test server, its model told which trajectory each request belongs to (the agent's
     session header, one id per trajectory)."""
 
-    def next_step(self, body: dict, authorization: str | None = None, headers: dict | None = None) -> dict:
+    def next_step(self, body: dict, authorization: str | None = None, headers: dict | None = None,
+                  path: str | None = None) -> dict:
         """The model's step for ``body`` with its session id added."""
         session = (headers or {}).get("x-session-id", "")
-        return super().next_step({**body, "session": session}, authorization, headers)
+        return super().next_step({**body, "session": session}, authorization, headers, path)
 
 
 def run(mode: str, steps: int, train_s: float, folder: Path, server: LLMServer, model: TailModel,
