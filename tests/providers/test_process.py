@@ -271,24 +271,78 @@ def test_run_guest_is_emptied_by_a_reset(provider, vm):
     assert not leftover(new).exists()
 
 
+def _whoami(info) -> list[str]:
+    return GuestClient(info.address).execute("id -u; id -un", shell=True)["output"].split()
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="an unprivileged runner's VMs share its uid")
 def test_each_vm_runs_its_commands_as_a_uid_of_its_own(provider, base_dir):
     """Two VMs of a run and one of another run have three uids, named ``user`` in each
-    sandbox's /etc/passwd; a reset keeps a VM's, a stopped VM's is handed out again."""
+    sandbox's /etc/passwd; a reset in the VM's folder keeps its uid, a stopped VM's is handed
+    out again."""
     other = ProcessProvider("run2", ProviderOptions(boot_timeout_s=10), base_dir=base_dir)
     infos = [provider.start("vm0"), provider.start("vm1"), other.start("vm0")]
     try:
-        def whoami(info):
-            return GuestClient(info.address).execute("id -u; id -un", shell=True)["output"].split()
-
-        seen = [whoami(info) for info in infos]
+        seen = [_whoami(info) for info in infos]
         assert len({uid for uid, _ in seen}) == 3 and {name for _, name in seen} == {"user"}, seen
         assert all(int(uid) >= 64000 for uid, _ in seen), seen
-        infos[0] = provider.reset(infos[0])
-        assert whoami(infos[0]) == seen[0]
+        infos[0] = provider.reset(infos[0])  # the first reset boots in the VM's own folder
+        assert Path(infos[0].private["vm_dir"]).name == "vm0" and _whoami(infos[0]) == seen[0]
         provider.stop(infos[1])
         infos[1] = provider.start("vm2")
-        assert whoami(infos[1]) == seen[1]  # the lowest free one: vm1's, given back
+        assert _whoami(infos[1]) == seen[1]  # the lowest free one: vm1's, given back
     finally:
         for info, owner in zip(infos, (provider, provider, other)):
             owner.stop(info)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="an unprivileged runner's VMs share its uid")
+def test_a_reset_hands_out_its_standby_and_kills_the_old_sandbox_behind_it(monkeypatch, base_dir):
+    """A reset whose standby has booted returns it before the old sandbox is gone, and the
+    two never share a uid: each folder of the VM has one of its own (per-user limits such as
+    inotify instances held by the dying sandbox's processes are not the new one's). The old
+    sandbox's processes, a daemon that left its process group among them, die just after;
+    the folder takes the next standby once they have; a stop right after a swap leaves no
+    process and no folder."""
+    monkeypatch.setenv(standby.STANDBY_ENV, "1")
+    provider = ProcessProvider("swap", ProviderOptions(boot_timeout_s=20), base_dir=base_dir)
+    vm = provider.start("vm0")
+    pids, uids = set(), {}
+    try:
+        for step in range(4):
+            client = GuestClient(vm.address)
+            client.execute("setsid sleep 1000 > /dev/null 2>&1 < /dev/null &", shell=True)
+            uids.setdefault(Path(vm.private["vm_dir"]).name, set()).add(_whoami(vm)[0])
+            old = _sandbox_pids(vm)
+            pids |= old
+            if step:  # after the first reset, whose standby boots meanwhile
+                _wait_for_standby(provider, "vm0")
+            new = provider.reset(vm)
+            moved = new.private["vm_dir"] != vm.private["vm_dir"]
+            assert moved == bool(step), (step, vm.private["vm_dir"], new.private["vm_dir"])
+            deadline = time.monotonic() + 10
+            while [p for p in old if _alive(p)]:
+                assert time.monotonic() < deadline, "a process of the replaced sandbox survived"
+                time.sleep(0.005)
+            assert "sleep" not in GuestClient(new.address).execute(["ps", "-eo", "comm"])["output"]
+            vm = new
+        assert sorted(uids) == ["vm0", "vm0.b"], uids
+        assert all(len(seen) == 1 for seen in uids.values()) and len(set().union(*uids.values())) == 2, uids
+        GuestClient(vm.address).execute("setsid sleep 1000 > /dev/null 2>&1 < /dev/null &", shell=True)
+        pids |= _sandbox_pids(vm)
+        _wait_for_standby(provider, "vm0")
+        vm = provider.reset(vm)
+        pids |= _sandbox_pids(vm)
+    finally:
+        provider.stop(vm)  # at once: the replaced sandbox may still be dying
+    assert not [pid for pid in pids if _alive(pid)]
+    assert not _processes_naming(base_dir / "swap")
+    assert not (base_dir / "swap").exists()
+
+
+def _wait_for_standby(provider, vm_id: str) -> None:
+    """Until the VM's next standby has booted (a reset then swaps it in)."""
+    deadline = time.monotonic() + 20
+    while not ((pending := provider._standby._next.get(vm_id)) and pending[0][0].done()):
+        assert time.monotonic() < deadline, "the standby never booted"
+        time.sleep(0.01)

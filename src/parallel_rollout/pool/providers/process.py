@@ -22,8 +22,9 @@ built, a clean environment, ``setsid``, and:
 
 * *no capabilities.* As root, bwrap keeps for the agent only what it needs to run commands as
   another user (setuid/setgid, kill, chown, reading the home), and the agent runs every
-  command as an unprivileged uid of the VM's own (``sandbox_uids.py``: 64000 up, so per-user
-  kernel limits such as inotify instances are per VM) with no capabilities, an empty bounding
+  command as an unprivileged uid of the VM's own (``sandbox_uids.py``: 64000 up, one per
+  folder its sandboxes take turns in, so per-user kernel limits such as inotify instances are
+  per VM and per sandbox) with no capabilities, an empty bounding
   set and no-new-privileges (``guest/agent_commands.py``); that user cannot signal the agent.
   As another user, bwrap makes a user namespace in which nobody has a capability (the agent
   and the commands then share that uid: they can kill the agent, which costs their attempt,
@@ -266,7 +267,8 @@ class ProcessProvider(Provider):
         self._make_folder(vm_id, vm_dir, group)
         info = None
         try:
-            self._uids.acquire(vm_id)
+            for folder in self._folders(vm_id):  # a uid for each folder its sandboxes take
+                self._uids.acquire(folder.name)
             group.create()
             info = self._boot(vm_id, vm_dir, group)
             self._view.baseline(vm_id, info.private["init_pid"], info.address)
@@ -280,7 +282,8 @@ class ProcessProvider(Provider):
             remove_vm_dir(vm_dir)
             group.remove()
             self._forget(vm_dir)
-            self._uids.release(vm_id)
+            for folder in self._folders(vm_id):
+                self._uids.release(folder.name)
             raise
 
     def reset(self, info: VMInfo) -> VMInfo:
@@ -291,6 +294,9 @@ class ProcessProvider(Provider):
         if not vm_dir.is_dir():
             raise VMError(f"VM {info.vm_id}: its folder {vm_dir} is gone; it was stopped "
                           "or swept")
+        swapped = self._standby.swap(info)  # booted: handed out, the old one killed behind it
+        if swapped is not None:
+            return swapped
         kill_sandbox(info.private)
         new = (self._standby.take(info.vm_id, self.options.boot_timeout_s)
                or self._boot_in(info.vm_id, vm_dir))
@@ -308,7 +314,7 @@ class ProcessProvider(Provider):
 
     def death_cause(self, info: VMInfo) -> str | None:
         """Why the sandbox died, when its task cannot have done it (``sandbox_processes``)."""
-        return death_cause(info.private, self._uids.uid(info.vm_id))
+        return death_cause(info.private, self._uids.uid(Path(info.private["vm_dir"]).name))
 
     def stop(self, info: VMInfo) -> None:
         """Kill the sandbox and remove its folder and cgroups; a second call does nothing."""
@@ -316,7 +322,8 @@ class ProcessProvider(Provider):
         self._standby.drop(info.vm_id, self.options.boot_timeout_s)
         try:
             kill_sandbox(info.private)
-            self._uids.release(info.vm_id)  # once none of its processes is left
+            for folder in self._folders(info.vm_id):  # once none of its processes is left
+                self._uids.release(folder.name)
         finally:
             cgroups.remove_paths(info.private.get("cgroups") or [])
             for folder in standby.folders(Path(info.private["vm_dir"]).parent, info.vm_id):
@@ -352,6 +359,10 @@ class ProcessProvider(Provider):
             self._forget(vm_dir)  # made again at the next boot, whatever was wrong with it
             raise
 
+    def _folders(self, vm_id: str) -> list[Path]:
+        """The folders ``vm_id``'s sandboxes take turns in: its own and its standbys'."""
+        return standby.folders(self.run_dir, vm_id, self._standby.depth + 1)
+
     def _cgroup(self, folder: str) -> cgroups.VMCgroup:
         """The cgroups of one VM folder (a VM and its standby have one each)."""
         group = self._groups.get(folder)
@@ -373,10 +384,10 @@ class ProcessProvider(Provider):
               listen_fd: int) -> list[str]:
         """bwrap's argv for a boot of ``vm_id`` in ``vm_dir`` that passes these fds; the
         rest is built at the folder's first boot (``sandbox_argv``)."""
-        uid = self._uids.uid(vm_id)
+        uid = self._uids.uid(vm_dir.name)
         if self._uids.enabled and uid is None:
             # never a sandbox whose commands would run as root: a standby of a stopped VM
-            raise VMError(f"VM {vm_id} holds no sandbox uid (it was stopped)")
+            raise VMError(f"VM {vm_id} holds no sandbox uid for {vm_dir.name} (it was stopped)")
         key = (vm_id, str(vm_dir), uid)
         parts = self._argvs.get(key)
         if parts is None:

@@ -6,13 +6,15 @@ instances and watches, RLIMIT_NPROC, POSIX message queues, locked memory. VMs wh
 commands ran as one uid shared them, so one task that held 128 inotify instances made
 ``inotify_init`` fail in every other VM. Both providers take from one range, so a sandbox
 and a container never share a uid either. Each VM therefore takes a uid of its own from a
-range, holds it while it lives (its resets and its standby keep it) and gives it back when
-it stops::
+range, holds it while it lives and gives it back when it stops. A process VM takes one for
+each folder its sandboxes take turns in (``vm0``, its standbys' ``vm0.b`` …: 2 or 3 by
+default, ``standby.py``), so the sandbox a reset kills behind the one it hands out never
+shares a uid with it; a container VM keeps one across its resets::
 
     first = $PARALLEL_ROLLOUT_SANDBOX_UID (64000)      the range: first .. first + 999
-    acquire(vm_id) ──► the lowest uid no VM of any run on this machine holds
+    acquire(key)   ──► the lowest uid no VM of any run on this machine holds
                        (a lock file per uid: flock on /tmp/parallel-rollout/uids/<uid>)
-    release(vm_id) ──► closes the lock: the uid is free again (also when the owner dies)
+    release(key)   ──► closes the lock: the uid is free again (also when the owner dies)
 
 The lock is an ``flock`` held by the process that owns the VM, so two runs on one machine
 never hand out one uid twice, and a killed run frees its uids with its last file descriptor.
@@ -31,7 +33,8 @@ from .common import SHARED_TMP, secure_base_dir
 #: where the first uid comes from, and its default
 SANDBOX_UID_ENV = "PARALLEL_ROLLOUT_SANDBOX_UID"
 DEFAULT_SANDBOX_UID = 64000
-#: how many uids the range holds: VMs alive at once on one machine, across runs
+#: how many uids the range holds: VMs' folders and containers alive at once on one machine,
+#: across runs
 UID_RANGE = 1000
 #: the lock files of the range, one per uid: host-wide, whatever folder a run's VMs use
 LOCK_DIR = SHARED_TMP / "parallel-rollout" / "uids"
@@ -48,8 +51,9 @@ def first_uid() -> int:
 
 
 class SandboxUids:
-    """The uids this process's VMs hold, one per VM id; thread-safe. Not ``enabled`` (a
-    runner that is not root: its VMs' commands keep its uid) it hands out none."""
+    """The uids this process's VMs hold, one per key (a VM id, or a VM's folder);
+    thread-safe. Not ``enabled`` (a runner that is not root: its VMs' commands keep its
+    uid) it hands out none."""
 
     def __init__(self, enabled: bool = True, first: int | None = None, count: int = UID_RANGE,
                  lock_dir: Path | None = None) -> None:
@@ -58,16 +62,16 @@ class SandboxUids:
         self.count = count
         self.lock_dir = lock_dir or LOCK_DIR
         self._lock = threading.Lock()
-        self._held: dict[str, tuple[int, int]] = {}  # vm id -> (uid, lock fd)
+        self._held: dict[str, tuple[int, int]] = {}  # key -> (uid, lock fd)
 
-    def acquire(self, vm_id: str) -> int | None:
-        """``vm_id``'s uid: the one it holds, else the lowest free one of the range (None
+    def acquire(self, key: str) -> int | None:
+        """``key``'s uid: the one it holds, else the lowest free one of the range (None
         when not enabled); VMError when every uid is held."""
         if not self.enabled:
             return None
         with self._lock:
-            if vm_id in self._held:
-                return self._held[vm_id][0]
+            if key in self._held:
+                return self._held[key][0]
             secure_base_dir(self.lock_dir)
             for uid in range(self.first, self.first + self.count):
                 fd = os.open(self.lock_dir / str(uid), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
@@ -76,20 +80,20 @@ class SandboxUids:
                 except BlockingIOError:
                     os.close(fd)
                     continue
-                self._held[vm_id] = (uid, fd)
+                self._held[key] = (uid, fd)
                 return uid
         raise VMError(f"all {self.count} sandbox uids ({self.first}..{self.first + self.count - 1}) "
-                      f"are held by live VMs on this machine; VM {vm_id} has none")
+                      f"are held by live VMs on this machine; {key} has none")
 
-    def uid(self, vm_id: str) -> int | None:
-        """The uid ``vm_id`` holds, or None."""
+    def uid(self, key: str) -> int | None:
+        """The uid ``key`` holds, or None."""
         with self._lock:
-            held = self._held.get(vm_id)
+            held = self._held.get(key)
             return held[0] if held else None
 
-    def release(self, vm_id: str) -> None:
-        """Give ``vm_id``'s uid back (a no-op when it holds none)."""
+    def release(self, key: str) -> None:
+        """Give ``key``'s uid back (a no-op when it holds none)."""
         with self._lock:
-            held = self._held.pop(vm_id, None)
+            held = self._held.pop(key, None)
         if held is not None:
             os.close(held[1])

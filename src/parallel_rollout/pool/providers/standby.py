@@ -13,7 +13,15 @@ boot is (reset verification checks it like any other reset).
   sandbox); every later one finds its standby booted, or waits for the boot under way
   (resets back to back cost at most what they cost without it).
 * A standby that failed to boot, or died meanwhile, only costs that reset a boot of its own.
-* ``stop`` waits for a boot under way (bounded) and kills the standby with the VM.
+* A reset that finds its standby booted hands it out at once and kills the old sandbox
+  behind it (``swap``): the wait for the old namespace to empty (~1.5 ms of a ~2.5 ms reset
+  at one VM) is off the VM's path. Each folder has a uid of its own (``sandbox_uids.py``),
+  so the dying sandbox shares neither a uid, nor cgroups, nor namespaces with the one that
+  replaced it, and no sandbox boots in its folder before it is gone. Measured (A B B A, 400
+  tasks a VM, 20 ms commands, 2 cores): a reset 2.5-2.8 → 0.8 ms p50 at one VM, 4.6-4.9 →
+  1.3-1.5 ms at two, 5 % and 10 % more tasks a second; at four VMs the CPUs bind and nothing
+  changed.
+* ``stop`` waits for a boot or a kill under way (bounded) and kills the standby with the VM.
 * Each folder has its own cgroups, so a standby never counts against the VM's memory.
 * Its reset check runs once it has booted (``check``), while the VM's task still runs, not
   after the reset that hands it out: nothing can change it in between. No task ever ran in
@@ -100,6 +108,8 @@ class Standby:
         self._next: dict[str, list[tuple[Future, Path]]] = {}
         #: VMs stopped: no standby may be booted for them any more
         self._stopped: set[str] = set()
+        #: vm id -> {folder: (the thread killing the sandbox a swap replaced there, it)}
+        self._retiring: dict[str, dict[Path, tuple[threading.Thread, VMInfo]]] = {}
 
     def prepare(self, vm_id: str, current: Path) -> None:
         """Boot the VM's next sandboxes in the background, until ``depth`` of them are under
@@ -109,7 +119,7 @@ class Standby:
             if vm_id in self._stopped:
                 return
             pending = self._next.setdefault(vm_id, [])
-            taken = {Path(current), *(folder for _, folder in pending)}
+            taken = {Path(current), *(folder for _, folder in pending), *self._retiring.get(vm_id, ())}
             free = [f for f in folders(Path(current).parent, vm_id, self.depth + 1) if f not in taken]
             started = []
             while len(pending) < self.depth and free:
@@ -141,13 +151,51 @@ class Standby:
             return None
         return self._settle(future, timeout_s, keep=True)
 
+    def swap(self, old: VMInfo) -> VMInfo | None:
+        """The VM's oldest standby if it has booted and still runs, with ``old`` (the sandbox
+        it replaces) killed behind it, then the next standby booted in ``old``'s folder; None
+        when there is none ready (nothing done: the caller kills ``old`` and waits)."""
+        vm_id = old.vm_id
+        with self._lock:
+            pending = self._next.get(vm_id)
+            if not pending or not pending[0][0].done():
+                return None
+            future = pending.pop(0)[0]
+        new = self._settle(future, 0.0, keep=True)
+        if new is None:
+            return None
+        folder = Path(old.private["vm_dir"])
+        thread = threading.Thread(target=self._retire, args=(old, folder, Path(new.private["vm_dir"])),
+                                  name=f"retire-{vm_id}", daemon=True)
+        with self._lock:
+            self._retiring.setdefault(vm_id, {})[folder] = (thread, old)
+        thread.start()
+        return new
+
+    def _retire(self, old: VMInfo, folder: Path, current: Path) -> None:
+        """Kill the sandbox a swap replaced; once it is gone, its folder may take a standby.
+        One that outlives its kill keeps the folder (the VM's stop kills it again)."""
+        try:
+            self._discard(old)
+        except Exception as exc:  # noqa: BLE001
+            log.warning("the sandbox %s replaced at a reset: %s", folder, exc)
+            return
+        with self._lock:
+            self._retiring.get(old.vm_id, {}).pop(folder, None)
+        self.prepare(old.vm_id, current)
+
     def drop(self, vm_id: str, timeout_s: float) -> None:
-        """No more standbys for ``vm_id``: kill those it has (waiting for their boots)."""
+        """No more standbys for ``vm_id``: kill those it has (waiting for their boots), and
+        wait for the kills of the sandboxes swaps replaced."""
         with self._lock:
             self._stopped.add(vm_id)
             pending = self._next.pop(vm_id, [])
+            retiring = list(self._retiring.pop(vm_id, {}).values())
         for future, _ in pending:
             self._settle(future, timeout_s, keep=False)
+        for thread, old in retiring:
+            thread.join(timeout_s)
+            self._discard_quietly(old)  # a no-op once it is gone; again, where its kill failed
 
     def _settle(self, future: Future, timeout_s: float, keep: bool) -> VMInfo | None:
         try:
