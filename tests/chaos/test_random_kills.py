@@ -189,7 +189,8 @@ def test_correct_samples_all_succeed_whatever_is_killed_from_outside(tmp_path, s
     # as another user the task shares its agent's uid (and its init's namespace): only the
     # outer bwrap is then out of its reach, hence known to be killed from outside
     kinds = ("worker", "bwrap", "agent") if os.geteuid() == 0 else ("worker", "outer")
-    killer = Killer(runner, rng, samples, limit=kills, gap=(0.3, 1.0), kinds=kinds)
+    # gaps short enough for its kills to land in a run of a few seconds (100 samples: ~3 s)
+    killer = Killer(runner, rng, samples, limit=kills, gap=(0.1, 0.4), kinds=kinds)
     killer.start()
     try:
         outcome = runner.run()
