@@ -110,17 +110,23 @@ class Standby:
         self._stopped: set[str] = set()
         #: vm id -> {folder: (the thread killing the sandbox a swap replaced there, it)}
         self._retiring: dict[str, dict[Path, tuple[threading.Thread, VMInfo]]] = {}
+        #: vm id -> the folder of the sandbox it runs (its last reset's)
+        self._current: dict[str, Path] = {}
 
-    def prepare(self, vm_id: str, current: Path) -> None:
+    def prepare(self, vm_id: str, current: Path | None = None) -> None:
         """Boot the VM's next sandboxes in the background, until ``depth`` of them are under
         way or booted, each in a folder of the VM that neither ``current`` (the folder of the
-        sandbox it runs) nor another standby has."""
+        sandbox it runs; None: the one it ran in at its last reset) nor another standby has,
+        nor a sandbox being killed."""
         with self._lock:
             if vm_id in self._stopped:
                 return
+            if current is not None:
+                self._current[vm_id] = Path(current)
+            current = self._current[vm_id]
             pending = self._next.setdefault(vm_id, [])
-            taken = {Path(current), *(folder for _, folder in pending), *self._retiring.get(vm_id, ())}
-            free = [f for f in folders(Path(current).parent, vm_id, self.depth + 1) if f not in taken]
+            taken = {current, *(folder for _, folder in pending), *self._retiring.get(vm_id, ())}
+            free = [f for f in folders(current.parent, vm_id, self.depth + 1) if f not in taken]
             started = []
             while len(pending) < self.depth and free:
                 started.append((Future(), free.pop(0)))
@@ -165,14 +171,14 @@ class Standby:
         if new is None:
             return None
         folder = Path(old.private["vm_dir"])
-        thread = threading.Thread(target=self._retire, args=(old, folder, Path(new.private["vm_dir"])),
-                                  name=f"retire-{vm_id}", daemon=True)
-        with self._lock:
+        thread = threading.Thread(target=self._retire, args=(old, folder), name=f"retire-{vm_id}", daemon=True)
+        with self._lock:  # till now the VM's current folder, so no standby was booted there
             self._retiring.setdefault(vm_id, {})[folder] = (thread, old)
+            self._current[vm_id] = Path(new.private["vm_dir"])
         thread.start()
         return new
 
-    def _retire(self, old: VMInfo, folder: Path, current: Path) -> None:
+    def _retire(self, old: VMInfo, folder: Path) -> None:
         """Kill the sandbox a swap replaced; once it is gone, its folder may take a standby.
         One that outlives its kill keeps the folder (the VM's stop kills it again)."""
         try:
@@ -182,7 +188,7 @@ class Standby:
             return
         with self._lock:
             self._retiring.get(old.vm_id, {}).pop(folder, None)
-        self.prepare(old.vm_id, current)
+        self.prepare(old.vm_id)  # beside the sandbox the VM runs now, whichever that is
 
     def drop(self, vm_id: str, timeout_s: float) -> None:
         """No more standbys for ``vm_id``: kill those it has (waiting for their boots), and
@@ -191,6 +197,7 @@ class Standby:
             self._stopped.add(vm_id)
             pending = self._next.pop(vm_id, [])
             retiring = list(self._retiring.pop(vm_id, {}).values())
+            self._current.pop(vm_id, None)
         for future, _ in pending:
             self._settle(future, timeout_s, keep=False)
         for thread, old in retiring:
