@@ -17,10 +17,10 @@ boot is (reset verification checks it like any other reset).
   behind it (``swap``): the wait for the old namespace to empty (~1.5 ms of a ~2.5 ms reset
   at one VM) is off the VM's path. Each folder has a uid of its own (``sandbox_uids.py``),
   so the dying sandbox shares neither a uid, nor cgroups, nor namespaces with the one that
-  replaced it, and no sandbox boots in its folder before it is gone. Measured (A B B A, 400
-  tasks a VM, 20 ms commands, 2 cores): a reset 2.5-2.8 → 0.8 ms p50 at one VM, 4.6-4.9 →
-  1.3-1.5 ms at two, 5 % and 10 % more tasks a second; at four VMs the CPUs bind and nothing
-  changed.
+  replaced it, and no sandbox boots in its folder before it is gone. Measured (A B A B, 400
+  tasks a VM, 20 ms commands, 2 cores): a reset 2.3-3.0 → 0.9-1.0 ms p50 at one VM, 3.1-3.8 →
+  1.5-1.8 ms at two, 3-7 % and 0-4 % more tasks a second; at four VMs the CPUs bind and
+  nothing changed (``benchmarks/perf/README.md``, "The ninth pass").
 * ``stop`` waits for a boot or a kill under way (bounded) and kills the standby with the VM.
 * Each folder has its own cgroups, so a standby never counts against the VM's memory.
 * Its reset check runs once it has booted (``check``), while the VM's task still runs, not
@@ -160,7 +160,8 @@ class Standby:
     def swap(self, old: VMInfo) -> VMInfo | None:
         """The VM's oldest standby if it has booted and still runs, with ``old`` (the sandbox
         it replaces) killed behind it, then the next standby booted in ``old``'s folder; None
-        when there is none ready (nothing done: the caller kills ``old`` and waits)."""
+        when none has booted or the one that had died (``old`` untouched: the caller kills it
+        and waits for the next standby, or boots)."""
         vm_id = old.vm_id
         with self._lock:
             pending = self._next.get(vm_id)
