@@ -62,7 +62,7 @@ def wait_until(condition, what: str) -> None:
 
 def swap(spare: standby.Standby, old: VMInfo) -> VMInfo:
     """Wait until the oldest standby has booted and swap it in."""
-    wait_until(lambda: (pending := spare._next.get("vm0")) and pending[0][0].done(), "no standby booted")
+    wait_until(lambda: spare.ready("vm0"), "no standby booted")
     new = spare.swap(old)
     assert new is not None
     return new

@@ -343,6 +343,6 @@ def test_a_reset_hands_out_its_standby_and_kills_the_old_sandbox_behind_it(monke
 def _wait_for_standby(provider, vm_id: str) -> None:
     """Until the VM's next standby has booted (a reset then swaps it in)."""
     deadline = time.monotonic() + 20
-    while not ((pending := provider._standby._next.get(vm_id)) and pending[0][0].done()):
+    while not provider._standby.ready(vm_id):
         assert time.monotonic() < deadline, "the standby never booted"
         time.sleep(0.01)

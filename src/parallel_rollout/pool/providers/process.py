@@ -282,8 +282,7 @@ class ProcessProvider(Provider):
             remove_vm_dir(vm_dir)
             group.remove()
             self._forget(vm_dir)
-            for folder in self._folders(vm_id):
-                self._uids.release(folder.name)
+            self._release_uids(vm_id)
             raise
 
     def reset(self, info: VMInfo) -> VMInfo:
@@ -322,8 +321,7 @@ class ProcessProvider(Provider):
         self._standby.drop(info.vm_id, self.options.boot_timeout_s)
         try:
             kill_sandbox(info.private)
-            for folder in self._folders(info.vm_id):  # once none of its processes is left
-                self._uids.release(folder.name)
+            self._release_uids(info.vm_id)  # once none of its processes is left
         finally:
             cgroups.remove_paths(info.private.get("cgroups") or [])
             for folder in standby.folders(Path(info.private["vm_dir"]).parent, info.vm_id):
@@ -362,6 +360,11 @@ class ProcessProvider(Provider):
     def _folders(self, vm_id: str) -> list[Path]:
         """The folders ``vm_id``'s sandboxes take turns in: its own and its standbys'."""
         return standby.folders(self.run_dir, vm_id, self._standby.depth + 1)
+
+    def _release_uids(self, vm_id: str) -> None:
+        """Give back the uids of ``vm_id``'s folders."""
+        for folder in self._folders(vm_id):
+            self._uids.release(folder.name)
 
     def _cgroup(self, folder: str) -> cgroups.VMCgroup:
         """The cgroups of one VM folder (a VM and its standby have one each)."""

@@ -157,6 +157,16 @@ class Standby:
             return None
         return self._settle(future, timeout_s, keep=True)
 
+    def ready(self, vm_id: str) -> bool:
+        """Whether the VM's oldest standby has booted (or failed to): a reset now swaps it
+        in without waiting."""
+        with self._lock:
+            return self._ready(vm_id)
+
+    def _ready(self, vm_id: str) -> bool:
+        pending = self._next.get(vm_id)
+        return bool(pending) and pending[0][0].done()
+
     def swap(self, old: VMInfo) -> VMInfo | None:
         """The VM's oldest standby if it has booted and still runs, with ``old`` (the sandbox
         it replaces) killed behind it, then the next standby booted in ``old``'s folder; None
@@ -164,10 +174,9 @@ class Standby:
         and waits for the next standby, or boots)."""
         vm_id = old.vm_id
         with self._lock:
-            pending = self._next.get(vm_id)
-            if not pending or not pending[0][0].done():
+            if not self._ready(vm_id):
                 return None
-            future = pending.pop(0)[0]
+            future = self._next[vm_id].pop(0)[0]
         new = self._settle(future, 0.0, keep=True)
         if new is None:
             return None
