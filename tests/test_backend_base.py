@@ -103,16 +103,3 @@ def test_a_held_clock_stops_and_a_lease_wait_inside_a_hold_does_not_restart_it()
     clock.hold(True, 13.0)
     clock.hold(False, 14.0)            # the update ended while the VM is still awaited
     assert clock.elapsed(20.0) == pytest.approx(3.0)
-
-
-def test_a_call_the_pool_ran_counts_as_task_time_and_moves_the_waits_deadline():
-    """``leased_call``: the clock stops from the call's start to its answer (the worker cannot
-    tell when its wait for a VM ended), then charges the seconds the call ran; while it
-    waits, its deadline is later by the call's time limit."""
-    clock = Clock(started_at=0.0, running_since=0.0)
-    clock.lease_wait(True, 1.0, call_s=70.0)     # 1 s ran; a call of up to 70 s is asked
-    assert clock.waiting_since == 1.0 and clock.wait_call_s == 70.0
-    clock.lease_wait(False, 9.0, ran_s=3.0)       # 5 s for a VM, then 3 s of the call
-    assert clock.elapsed(9.0) == pytest.approx(4.0)
-    assert clock.waiting_since is None and clock.wait_call_s == 0.0
-    assert clock.elapsed(10.0) == pytest.approx(5.0)

@@ -92,10 +92,8 @@ def lease_split(records: list[dict[str, Any]], vm_events: list[dict[str, Any]]) 
     writes (``workload.py``) against the pool's events, both ``time.time()``: the grant
     (the pool's LEASED → the env holds its client: the answer's trip to the worker), the
     release (the command answered → the pool's RESETTING: the release's trip to the pool),
-    and the worker's wait for the release's answer (not the VM's time). CallEnv's command
-    is a call the pool runs (``vm.call``): the grant and the release are then steps of the
-    pool's own thread, and the last part is the answer's trip to the worker. Medians and
-    means in ms; empty when the records have no marks (one lease per attempt is matched)."""
+    and the worker's wait for the release's answer (not the VM's time). Medians and means
+    in ms; empty when the records have no marks (one lease per attempt is matched)."""
     leased: dict[str, float] = {}
     resetting: dict[str, float] = {}
     for e in vm_events:

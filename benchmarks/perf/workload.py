@@ -3,14 +3,13 @@
 A task says how long the agent thinks (``think_s``: a model call, simulated by a wait in the
 worker, outside any VM) and which command then runs in a VM through the guest agent
 (``command``, e.g. ``sleep 0.05``). The env records how long that command held the guest
-(``vm_s``, measured around the ``/execute`` call, in the pool for ``perf_call``) so the benchmark can add up the VM time
+(``vm_s``, measured around the ``/execute`` call) so the benchmark can add up the VM time
 the tasks really needed.
 
 Three modes, named to the runner by their ``module:Class`` path (``MODES``; spawned workers
 import this module by that path: the benchmark's folder is on the ``sys.path`` they inherit):
 
-* ``perf_call``    — vm_scope "call": the VM is leased only around the command, which the
-  pool runs (``vm.call``, as the ``py`` mode's judge) (design a);
+* ``perf_call``    — vm_scope "call": the VM is leased only around the command (design a);
 * ``perf_episode`` — vm_scope "episode": the VM is held for the whole episode, think time
   included, as OSWorld's runner and the sandbox-per-task harnesses do (designs b and c);
 * ``perf_none``    — no VM: the zero-length task that measures the runner's own overhead.
@@ -108,15 +107,13 @@ class CallEnv(_WorkloadEnv):
     vm_scope = "call"
 
     def _run(self, command: str) -> None:
-        # one guest call the pool runs (as the py mode's judge); the VM time is the pool's
-        # measure around it. time.time(), as events.jsonl: "leased" once the pool's call
-        # began, "ran" once it answered there, "released" once its answer is here (the
-        # release came before it)
-        result = self.vm.call("execute", command, shell=True, timeout=60)
-        done = self.vm.last_call
-        self.vm_s += done.ran_s
-        self.returncode = result.get("returncode")
-        self.marks.update(leased=done.started_at, ran=done.started_at + done.ran_s, released=time.time())
+        # time.time(), as events.jsonl: "leased" once the block has its client, "ran" once
+        # the command has answered, "released" once the release has answered
+        with self.vm.lease() as client:
+            self.marks["leased"] = time.time()
+            self._execute(client, command)
+            self.marks["ran"] = time.time()
+        self.marks["released"] = time.time()
 
 
 class EpisodeEnv(_WorkloadEnv):

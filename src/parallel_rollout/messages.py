@@ -73,17 +73,11 @@ class Started:
 @dataclass(frozen=True)
 class LeaseWait:
     """An attempt began (``waiting``) or ended a wait for a VM: the task clock stops
-    meanwhile, and the wait has its own deadline (``lease_timeout_s``).
-
-    A wait for a guest call the pool runs (``leased_call``) ends only when the call answers:
-    its start gives the call's own time limit (``call_s``: the wait's deadline is that much
-    later), its end the seconds the call ran (``ran_s``: task time, charged to the clock)."""
+    meanwhile, and the wait has its own deadline (``lease_timeout_s``)."""
 
     key: str
     attempt: int
     waiting: bool
-    call_s: float = 0.0
-    ran_s: float = 0.0
 
 
 @dataclass(frozen=True)

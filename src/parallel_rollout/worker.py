@@ -292,17 +292,14 @@ class LoopParts:
 class AttemptLeaser:
     """The ``VMLeaser`` (``envs.base``) an env gets: the leases of one attempt,
     ``with leaser.lease() as client`` per block (an episode, or each call of a
-    ``vm_scope == "call"`` env), ``leaser.call(method, …)`` for a block of one guest call.
-    It notes the VMs and the lease wait in the attempt's record and tells the engine when a
-    wait for a VM begins and ends (``LeaseWait``), so that the task clock stops while the
-    attempt queues for a VM."""
+    ``vm_scope == "call"`` env). It notes the VMs and the lease wait in the attempt's record
+    and tells the engine when a wait for a VM begins and ends (``LeaseWait``), so that the
+    task clock stops while the attempt queues for a VM."""
 
     def __init__(self, pool: Any, owner: str, item: Assignment, timeout_s: float, holder: str,
                  record: dict[str, Any], send: Callable[[Any], None]) -> None:
         self.pool, self.owner, self.item = pool, owner, item
         self.timeout_s, self.holder, self.record, self.send = timeout_s, holder, record, send
-        #: where the last ``call`` ran, how long it waited and ran (``leasing.LeasedCall``)
-        self.last_call: Any = None
 
     @contextmanager
     def lease(self) -> Iterator[Any]:
@@ -317,36 +314,15 @@ class AttemptLeaser:
             with lease_vm(self.pool, self.owner, key, self.timeout_s, self.holder) as info:
                 self.send(LeaseWait(key, attempt, False))
                 waiting = False
-                self._note(info.vm_id, time.monotonic() - started)
+                waited = time.monotonic() - started
+                self.record["lease_wait_s"] = round((self.record["lease_wait_s"] or 0.0) + waited, 4)
+                self.record["vm"] = info.vm_id  # the last one; "vms" lists every VM used
+                if info.vm_id not in self.record.setdefault("vms", []):
+                    self.record["vms"].append(info.vm_id)
                 yield GuestClient(info.address)
         finally:
             if waiting:  # the lease itself failed
                 self.send(LeaseWait(key, attempt, False))
-
-    def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        """``GuestClient.<method>(*args, **kwargs)`` on a VM leased for this one call, run
-        by the pool (``leasing.leased_call``): the VM's reset begins as soon as the call
-        answers. The task clock stops while the call waits for a VM and counts the call's
-        own time once it answers."""
-        from .guest.client import time_limit
-
-        key, attempt = self.item.key, self.item.attempt
-        self.send(LeaseWait(key, attempt, True, call_s=time_limit(method, kwargs.get("timeout"))))
-        ran_s = 0.0
-        try:
-            done = self.pool.lease_call(self.owner, key, self.timeout_s, self.holder, method, args, kwargs)
-            ran_s = done.ran_s
-        finally:
-            self.send(LeaseWait(key, attempt, False, ran_s=ran_s))
-        self._note(done.vm_id, done.waited_s)
-        self.last_call = done
-        return done.answer
-
-    def _note(self, vm_id: str, waited: float) -> None:
-        self.record["lease_wait_s"] = round((self.record["lease_wait_s"] or 0.0) + waited, 4)
-        self.record["vm"] = vm_id  # the last one; "vms" lists every VM used
-        if vm_id not in self.record.setdefault("vms", []):
-            self.record["vms"].append(vm_id)
 
 
 def _trajectory_file(run_dir: Path, item: Assignment) -> TrajectoryFile:

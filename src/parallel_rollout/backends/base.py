@@ -217,9 +217,6 @@ class Clock:
     ran_s: float = 0.0
     #: monotonic time the current wait for a VM began
     waiting_since: float | None = None
-    #: the time limit of a guest call the pool runs at the end of the current wait: the
-    #: wait's deadline is that much later (``LeaseWait.call_s``)
-    wait_call_s: float = 0.0
     #: a weight update (``suspend``) holds it: model requests wait at the gate meanwhile
     held: bool = False
 
@@ -227,15 +224,13 @@ class Clock:
         """Seconds of task time so far."""
         return self.ran_s + (now - self.running_since if self.running_since is not None else 0.0)
 
-    def lease_wait(self, waiting: bool, now: float, call_s: float = 0.0, ran_s: float = 0.0) -> None:
-        """Stop the clock while a VM is awaited, restart it when one is held; a guest call
-        the pool ran at the end of the wait counts as task time (``LeaseWait``)."""
+    def lease_wait(self, waiting: bool, now: float) -> None:
+        """Stop the clock while a VM is awaited, restart it when one is held."""
         if waiting and self.waiting_since is None:
             self._stop(now)
-            self.waiting_since, self.wait_call_s = now, call_s
+            self.waiting_since = now
         elif not waiting and self.waiting_since is not None:
-            self.waiting_since, self.wait_call_s = None, 0.0
-            self.ran_s += ran_s
+            self.waiting_since = None
             self._restart(now)
 
     def hold(self, held: bool, now: float) -> None:

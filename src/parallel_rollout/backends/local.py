@@ -295,8 +295,7 @@ class LocalBackend(WorkerTable):
             w.started[ident] = self.new_clock()
         elif isinstance(message, LeaseWait):
             if ident in w.started:
-                w.started[ident].lease_wait(message.waiting, time.monotonic(), message.call_s,
-                                            message.ran_s)
+                w.started[ident].lease_wait(message.waiting, time.monotonic())
         elif isinstance(message, Finished):
             del w.assigned[ident]
             w.sent.pop(ident, None)
@@ -354,8 +353,7 @@ class LocalBackend(WorkerTable):
             late.update({ident: LeaseTimeout(f"no VM within {cfg.lease_timeout_s:g}s (the pool did not "
                                              "answer in time); worker process tree killed")
                          for ident, clock in w.started.items() if clock.waiting_since is not None
-                         and now - clock.waiting_since > cfg.lease_timeout_s + clock.wait_call_s
-                         + _LEASE_MARGIN_S})
+                         and now - clock.waiting_since > cfg.lease_timeout_s + _LEASE_MARGIN_S})
             unacknowledged = [ident for ident, sent in w.sent.items() if now - sent > cfg.ack_timeout_s]
             if not late and not unacknowledged:
                 continue

@@ -20,11 +20,6 @@ class VMLeaser(Protocol):
     def lease(self) -> ContextManager["GuestClient"]:
         """Lease a VM for the block."""
 
-    def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        """``GuestClient.<method>(*args, **kwargs)`` on a VM leased for that one call, which
-        the pool runs: its reset begins the moment the call answers, with no trip through the
-        worker (the shortest lease: prefer it for a block of one call with a small answer)."""
-
 
 @dataclass
 class StepResult:

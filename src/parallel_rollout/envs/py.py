@@ -6,12 +6,11 @@ replays). The agent answers with a function body that continues the prompt or a 
 program, with or without markdown fences. Each try runs in a VM with the task's tests:
 
     answer ─► program = prompt + body  (or the prompt's imports + a whole program)
-           ─► vm.call("run_python", harness(program, tests))  ─► reset after
+           ─► with vm.lease():  /run_python  harness(program, tests)  ─► reset after
            ─► verdict: passed | syntax_error | assertion | exception | timeout | killed
 
 The VM is leased only around the execution (``vm_scope = "call"``), so a rollout holds no VM
-while the model thinks; the pool runs that one call itself, so the VM's reset begins as soon
-as the judge answers. With ``--max-turns`` > 1 a failed try's verdict and output tail go
+while the model thinks. With ``--max-turns`` > 1 a failed try's verdict and output tail go
 back to the agent, which may try again; every try is in the trajectory.
 
 **The verdict cannot be forged** (``py_judge.py``): the tests run in a judge process that
@@ -141,10 +140,11 @@ class PyEnv(Env):
         timeout = float(self.task.get("timeout", DEFAULT_EXEC_TIMEOUT_S))
         code = _harness(program, self.task.get("test"), self.task.get("entry_point"),
                         self.task.get("prompt"))
-        # isolated: python3 -I, so the judge loads nothing the answer can leave behind (a
-        # module in the judge's folder, user site-packages); tail: its verdict and a bounded
-        # output, however much the answer prints
-        result = self.vm.call("run_python", code, timeout=timeout, isolated=True, tail=JUDGE_TAIL)
+        with self.vm.lease() as client:
+            # isolated: python3 -I, so the judge loads nothing the answer can leave behind
+            # (a module in the judge's folder, user site-packages); tail: its verdict and a
+            # bounded output, however much the answer prints
+            result = client.run_python(code, timeout=timeout, isolated=True, tail=JUDGE_TAIL)
         try:
             verdict = json.loads(result.get("output") or "")
             kind, detail = str(verdict["kind"]), str(verdict.get("detail", ""))

@@ -49,16 +49,6 @@ MAX_COMMAND_REPLY_BYTES = 64 * 2**20
 _SERVER_DEFAULT_TIMEOUTS = {"execute": 120.0, "run_python": 30.0, "run_bash_script": 100.0}
 
 
-def time_limit(method: str, timeout: float | None = None, client_timeout_s: float = 30.0) -> float:
-    """The longest a ``GuestClient`` call of ``method`` with ``timeout`` waits for its answer:
-    a command's time limit (the agent's default when None) plus the margin; for a call that
-    runs no command, its ``timeout`` or the client's own."""
-    if method not in _SERVER_DEFAULT_TIMEOUTS:
-        return client_timeout_s if timeout is None else timeout
-    wait = timeout if timeout is not None else _SERVER_DEFAULT_TIMEOUTS[method]
-    return wait + TIMEOUT_MARGIN_S
-
-
 class GuestRequestError(ValueError):
     """The guest agent rejected a request as malformed (HTTP 4xx); not a VM failure."""
 
@@ -66,9 +56,6 @@ class GuestRequestError(ValueError):
         super().__init__(f"guest agent answered {status}: {message}")
         self.status = status
         self.message = message
-
-    def __reduce__(self):  # pickled whole: it crosses from the pool to a worker (leased_call)
-        return type(self), (self.status, self.message)
 
 
 class GuestResponse:
@@ -188,8 +175,9 @@ class GuestClient:
 
     def _json_call(self, path: str, payload: dict, command_timeout: float | None,
                    default_key: str) -> dict:
-        return self.request("POST", path, json=payload,
-                            timeout=time_limit(default_key, command_timeout),
+        wait = command_timeout if command_timeout is not None else \
+            _SERVER_DEFAULT_TIMEOUTS[default_key]
+        return self.request("POST", path, json=payload, timeout=wait + TIMEOUT_MARGIN_S,
                             max_bytes=MAX_COMMAND_REPLY_BYTES).json()
 
     # -------------------------------------------------------------------- routes

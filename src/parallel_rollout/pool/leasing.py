@@ -13,21 +13,12 @@ back when the block ends:
   outside (a signal the pool did not send, the host's OOM killer, the machine gone) is not
   the task's doing, and the block raises ``VMKilled`` (infrastructure: retried on another
   VM) instead of the error the task saw;
-* ``leased_call(pool, …)`` is the shortest block: a lease for one guest call, which the pool
-  runs itself (``VMPoolManager.lease_call``). The VM's reset begins the moment the call
-  answers, in the pool's process, before the answer travels to the worker: no trip to the
-  worker and back between a command's end and the release, none between a grant and the
-  command's start. What ``lease_vm`` does with a failure, it does here (it runs inside);
-  the error travels to the worker as it is;
-* the worker's ``AttemptLeaser`` (``worker``) wraps both as the ``VMLeaser`` an env gets.
+* the worker's ``AttemptLeaser`` (``worker``) wraps it as the ``VMLeaser`` an env gets.
 """
 
 from __future__ import annotations
 
-import pickle
-import time
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any, Iterator
 
 from ..errors import VMError, VMKilled
@@ -54,46 +45,3 @@ def lease_vm(pool: Any, worker_id: str, task_key: str, timeout: float, holder: s
         raise
     else:
         pool.release(info.vm_id, True, "release", info.lease)
-
-
-@dataclass(frozen=True)
-class LeasedCall:
-    """What ``leased_call`` answers: the guest call's answer and where and when it ran."""
-
-    answer: Any
-    vm_id: str
-    #: seconds the call waited for a VM
-    waited_s: float
-    #: seconds the guest call took (the VM's time), and when it began (``time.time()``)
-    ran_s: float
-    started_at: float
-
-
-def leased_call(pool: Any, worker_id: str, task_key: str, timeout: float, holder: str,
-                method: str, args: tuple, kwargs: dict) -> LeasedCall:
-    """Lease a VM of ``pool`` (in the pool's own process), run ``GuestClient.<method>(*args,
-    **kwargs)`` on it, release it (see the module docstring)."""
-    from ..guest.client import GuestClient
-
-    if method.startswith("_") or not callable(getattr(GuestClient, method, None)):
-        raise ValueError(f"leased_call: the guest client has no call {method!r}")
-    asked = time.monotonic()
-    try:
-        with lease_vm(pool, worker_id, task_key, timeout, holder) as info:
-            began, started_at = time.monotonic(), time.time()
-            answer = getattr(GuestClient(info.address), method)(*args, **kwargs)
-            ran_s = time.monotonic() - began
-    except Exception as exc:
-        raise _portable(exc) from None
-    return LeasedCall(answer, info.vm_id, began - asked, ran_s, started_at)
-
-
-def _portable(exc: Exception) -> Exception:
-    """``exc`` when it survives the trip back to the worker (it is pickled); else a
-    RuntimeError that names it. An error that cannot be unpickled there would break the
-    worker's connection to the pool instead of reaching the env."""
-    try:
-        pickle.loads(pickle.dumps(exc))
-        return exc
-    except Exception:  # noqa: BLE001 - any pickling failure
-        return RuntimeError(f"{type(exc).__name__}: {exc}")

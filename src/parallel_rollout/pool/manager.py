@@ -44,7 +44,6 @@ from ..errors import LeaseTimeout, PoolClosed, PoolExhausted, WorkerDied
 from ..results import percentiles
 from . import spares, watchers
 from .call_threads import Call, CallThreads
-from .leasing import LeasedCall, leased_call
 from .provider_calls import ProviderCalls
 from .vm_record import VMRecord, VMState, busy_times, state_counts
 from .providers import ProviderOptions, VMInfo, get_provider
@@ -155,12 +154,6 @@ class VMPoolManager(ProviderCalls):
                 if any(vm.state is VMState.IDLE for vm in self._vms.values()):
                     self._vm_free.notify()
                 raise
-
-    def lease_call(self, worker_id: str, task_key: str, timeout: float, holder: str | None,
-                   method: str, args: tuple, kwargs: dict) -> LeasedCall:
-        """Lease a VM, run one guest call on it here, release it: the reset begins the moment
-        the call answers (``leasing.leased_call``)."""
-        return leased_call(self, worker_id, task_key, timeout, holder, method, args, kwargs)
 
     def release(self, vm_id: str, healthy: bool = True, reason: str = "release",
                 lease: int | None = None) -> None:

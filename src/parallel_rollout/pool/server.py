@@ -19,7 +19,7 @@ from ..logs import ChildLogging
 from .manager import VMPoolManager
 from .providers.sandbox_processes import kill_all
 
-_POOL_METHODS = ("lease", "lease_call", "release", "mark_dead", "death_cause", "reclaim", "stats", "shutdown",
+_POOL_METHODS = ("lease", "release", "mark_dead", "death_cause", "reclaim", "stats", "shutdown",
                  "__repr__")
 _live_pools: list[VMPoolManager] = []
 
