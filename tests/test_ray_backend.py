@@ -3,9 +3,10 @@
 
 The CLI runs in a subprocess that joins the cluster with --ray-address; every node gets its
 own process-sandbox pool and its own worker actors: the shell benchmark spread over the
-nodes, timeouts that are not crashes, a sweep of every node, Ctrl-C then --resume under one
-limit, a run without an address that starts and stops a Ray of its own, remote VMs leased
-from every node, every pool lost, a node removed and one added mid-run. One cluster serves
+nodes, HumanEval's judges graded on them, timeouts that are not crashes, a sweep of every
+node, Ctrl-C then --resume under one limit, a run without an address that starts and stops
+a Ray of its own, remote VMs leased from every node, every pool lost, a node removed and one
+added mid-run. One cluster serves
 the whole module (Ray start-up is the expensive part); the node-removal test goes last and
 removes a node of its own. The Engine API and the RL scheduler on a cluster:
 tests/test_ray_driver.py; without a cluster: tests/test_ray_config.py.
@@ -13,6 +14,7 @@ tests/test_ray_driver.py; without a cluster: tests/test_ray_config.py.
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import shutil
@@ -28,6 +30,7 @@ import pytest
 
 from conftest import (SHELL_TASKS, assert_exactly_once, leftover_sandboxes, live_descendants, max_overlap,
                       read_results, shell_task, write_tasks)
+from parallel_rollout.envs.py import humaneval_path
 from ray_cluster import _NODE, SHELL_IDS, _cli, cluster, no_leaks  # noqa: F401 - fixtures
 
 
@@ -185,6 +188,27 @@ def test_without_address_the_run_starts_and_stops_its_own_ray(cluster, tmp_path)
         for leftover in own_servers():  # only what this test's run started
             leftover.kill()
         shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
+@pytest.mark.slow
+def test_py_judges_graded_on_every_node(cluster, tmp_path):
+    """The py mode (a VM leased around each judge's call) on the cluster: HumanEval's first
+    problems, their canonical answers and a wrong one, graded on several nodes' pools."""
+    cl, _ = cluster
+    problems = [json.loads(line) for line in gzip.open(humaneval_path(), "rt") if line.strip()][:6]
+    tasks = [{**p, "id": p["task_id"].replace("/", "_"), "mode": "py"} for p in problems]
+    tasks.append({**tasks[0], "id": "wrong", "canonical_solution": "    return 'no'\n"})
+    data = write_tasks(tmp_path / "py.jsonl", tasks)
+    cmd = _cli(tmp_path, cl.address, "py", "--num-rollouts", "3", "--num-vms", "3")
+    cmd[cmd.index("--mode") + 1], cmd[cmd.index("--data") + 1] = "py", str(data)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    finals = assert_exactly_once(tmp_path / "py", {f"{t['id']}#0" for t in tasks})
+    wrong = finals.pop("wrong#0")
+    assert wrong["status"] == "failure" and wrong["eval"]["kind"] == "assertion", wrong
+    assert all(r["status"] == "success" and r["vm"] and r["lease_wait_s"] is not None
+               for r in finals.values()), {k: r["status"] for k, r in finals.items()}
+    assert len({r["node"] for r in finals.values()} | {wrong["node"]}) >= 2
 
 
 @pytest.mark.slow
