@@ -6,15 +6,13 @@ own process-sandbox pool and its own worker actors: the shell benchmark spread o
 nodes, HumanEval's judges graded on them, timeouts that are not crashes, a sweep of every
 node, Ctrl-C then --resume under one limit, a run without an address that starts and stops
 a Ray of its own, remote VMs leased from every node, every pool lost, a node removed and one
-added mid-run. One cluster serves
-the whole module (Ray start-up is the expensive part); the node-removal test goes last and
-removes a node of its own. The Engine API and the RL scheduler on a cluster:
+added mid-run. One cluster serves the whole module (Ray start-up is the expensive part); the
+node-removal test goes last and removes a node of its own. The Engine API and the RL scheduler on a cluster:
 tests/test_ray_driver.py; without a cluster: tests/test_ray_config.py.
 """
 
 from __future__ import annotations
 
-import gzip
 import json
 import os
 import shutil
@@ -30,7 +28,7 @@ import pytest
 
 from conftest import (SHELL_TASKS, assert_exactly_once, leftover_sandboxes, live_descendants, max_overlap,
                       read_results, shell_task, write_tasks)
-from parallel_rollout.envs.py import humaneval_path
+from parallel_rollout.envs.py import load_humaneval
 from ray_cluster import _NODE, SHELL_IDS, _cli, cluster, no_leaks  # noqa: F401 - fixtures
 
 
@@ -195,7 +193,7 @@ def test_py_judges_graded_on_every_node(cluster, tmp_path):
     """The py mode (a VM leased around each judge's call) on the cluster: HumanEval's first
     problems, their canonical answers and a wrong one, graded on several nodes' pools."""
     cl, _ = cluster
-    problems = [json.loads(line) for line in gzip.open(humaneval_path(), "rt") if line.strip()][:6]
+    problems = load_humaneval()[:6]
     tasks = [{**p, "id": p["task_id"].replace("/", "_"), "mode": "py"} for p in problems]
     tasks.append({**tasks[0], "id": "wrong", "canonical_solution": "    return 'no'\n"})
     data = write_tasks(tmp_path / "py.jsonl", tasks)

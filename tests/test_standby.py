@@ -10,6 +10,7 @@ from pathlib import Path
 
 from parallel_rollout.pool.providers import standby
 from parallel_rollout.pool.providers.base import VMInfo
+from pool_support import wait_until
 
 RUN = Path("/nonexistent/run")
 
@@ -53,16 +54,9 @@ def vm(folder: str) -> VMInfo:
     return VMInfo("vm0", "fake", f"unix:{RUN / folder}/sock", "run", {"vm_dir": str(RUN / folder)})
 
 
-def wait_until(condition, what: str) -> None:
-    deadline = time.monotonic() + 10
-    while not condition():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.005)
-
-
 def swap(spare: standby.Standby, old: VMInfo) -> VMInfo:
     """Wait until the oldest standby has booted and swap it in."""
-    wait_until(lambda: spare.ready("vm0"), "no standby booted")
+    wait_until(lambda: spare.ready("vm0"), 10)
     new = spare.swap(old)
     assert new is not None
     return new
@@ -80,7 +74,7 @@ def test_a_swap_hands_out_the_standby_and_boots_in_the_old_folder_only_once_it_i
     time.sleep(0.05)
     assert fakes.boots == ["vm0.b"] and fakes.discarded == []  # vm0 still dying
     fakes.slow["vm0"].set()
-    wait_until(lambda: len(fakes.boots) == 2, "no standby after the kill")
+    wait_until(lambda: len(fakes.boots) == 2, 10)
     assert fakes.discarded == ["vm0"] and fakes.boots == ["vm0.b", "vm0"] and not fakes.clashes
 
 
@@ -92,13 +86,13 @@ def test_no_standby_boots_in_the_folder_the_vm_runs_in_while_kills_overlap():
     spare = fakes.standby(depth=2)
     spare.prepare("vm0", RUN / "vm0")  # vm0.b and vm0.c
     first = swap(spare, vm("vm0"))  # → vm0.b; vm0 dies at once and takes a standby
-    wait_until(lambda: len(fakes.boots) == 3, "no standby after the first kill")
+    wait_until(lambda: len(fakes.boots) == 3, 10)
     fakes.slow["vm0.b"] = threading.Event()
     second = swap(spare, first)  # → vm0.c; vm0.b dying, slowly
     third = swap(spare, second)  # → vm0; vm0.c dies at once and takes a standby
-    wait_until(lambda: len(fakes.boots) == 4, "no standby after the third kill")
+    wait_until(lambda: len(fakes.boots) == 4, 10)
     fakes.slow["vm0.b"].set()  # vm0.b's kill ends last
-    wait_until(lambda: len(fakes.boots) == 5, "no standby after vm0.b's kill")
+    wait_until(lambda: len(fakes.boots) == 5, 10)
     assert [Path(info.private["vm_dir"]).name for info in (first, second, third)] == ["vm0.b", "vm0.c", "vm0"]
     assert not fakes.clashes and fakes.boots == ["vm0.b", "vm0.c", "vm0", "vm0.c", "vm0.b"], fakes.boots
 

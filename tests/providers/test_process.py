@@ -28,6 +28,7 @@ from parallel_rollout.pool.providers import get_provider
 from parallel_rollout.pool.providers.base import ProviderOptions
 from parallel_rollout.pool.providers import cgroups, standby
 from parallel_rollout.pool.providers.process import ProcessProvider
+from pool_support import wait_until
 from process_support import (_alive, _processes_naming, _sandbox_pids, base_dir, no_leaked_sandbox,  # noqa: F401
                              provider, snapshot, vm)
 
@@ -342,7 +343,4 @@ def test_a_reset_hands_out_its_standby_and_kills_the_old_sandbox_behind_it(monke
 
 def _wait_for_standby(provider, vm_id: str) -> None:
     """Until the VM's next standby has booted (a reset then swaps it in)."""
-    deadline = time.monotonic() + 20
-    while not provider._standby.ready(vm_id):
-        assert time.monotonic() < deadline, "the standby never booted"
-        time.sleep(0.01)
+    wait_until(lambda: provider._standby.ready(vm_id), 20)
