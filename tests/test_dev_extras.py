@@ -41,3 +41,6 @@ def test_the_mode_may_come_from_a_variable_or_the_config_file(tmp_path):
     config = tmp_path / "run.toml"
     config.write_text('mode = "gym"\nbackend = "ray"  # a cluster\nnum-vms = 4\n')
     assert extras("--config", str(config)) == ["rl", "ray"]
+    # TOML's literal strings are single-quoted
+    config.write_text("mode = 'math'\ndata='tasks.parquet'  # a table\n")
+    assert extras("--config", str(config)) == ["math", "parquet"]
