@@ -91,6 +91,8 @@ def test_registry_resolves_paths_and_names_what_is_wrong():
         modes.load("no_such_mod_q:X")
     with pytest.raises(ConfigError, match=r"'_NotAnEnv' in test_plugins is not an Env subclass"):
         modes.load("test_plugins:_NotAnEnv")
+    with pytest.raises(ConfigError, match=r"mode 'test_plugins:Nope': module test_plugins has no 'Nope'"):
+        modes.load("test_plugins:Nope")
     agents = Registry("agent", {}, Agent)
     with pytest.raises(ConfigError, match="not an Agent subclass"):
         agents.load("parallel_rollout.envs.shell:ShellEnv")

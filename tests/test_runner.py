@@ -184,7 +184,7 @@ def test_manager_death_stops_the_run_and_resume_finishes_it(tmp_path):
     manager.kill()
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 1
-    assert "manager process died" in err and "--resume" in err
+    assert "manager process died (exit code -9)" in err and "--resume" in err
     assert not leftover_sandboxes()
     resumed = start_cli(tmp_path, data, "--resume")
     out, err = resumed.communicate(timeout=120)

@@ -105,6 +105,8 @@ class Registry(Generic[T]):
         cls = module
         for part in class_name.split("."):  # entry points may name a nested attribute
             cls = getattr(cls, part, None)
+        if cls is None:
+            raise ConfigError(f"{self.kind} {name!r}: module {module_name} has no {class_name!r}")
         if not (isinstance(cls, type) and issubclass(cls, self.base)):
             article = "an" if self.base.__name__[:1] in "AEIOU" else "a"
             raise ConfigError(

@@ -268,7 +268,7 @@ def osworld_folder(folder: Path, index: str = DEFAULT_INDEX) -> tuple[Path, Path
     if not index_path.is_file():
         found = sorted(p.name for p in folder.glob("test_*.json"))
         raise TaskFileError(
-            f"{folder}: no index {index_path.name} (OSWorld's layout: an index such as "
+            f"{folder}: no index {index_path if Path(index).is_absolute() else index} (OSWorld's layout: an index such as "
             f"test_all.json + examples/<domain>/<id>.json; indexes here: "
             f"{', '.join(found) or 'none'})")
     return folder, index_path

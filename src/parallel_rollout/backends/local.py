@@ -261,7 +261,9 @@ class LocalBackend(WorkerTable):
             if w.conn in ready:
                 self._drain(w)
         if self._manager is not None and manager_process(self._manager).sentinel in ready:
-            code = manager_process(self._manager).exitcode
+            process = manager_process(self._manager)
+            process.join(timeout=1)  # as a worker's: the exit code comes a moment after the sentinel
+            code = process.exitcode
             self.hooks.stop(
                 f"the VM pool's manager process died (exit code {code}); every finished result "
                 f"is kept in {self.spec.run_dir / 'results.jsonl'}"
