@@ -188,7 +188,9 @@ def main() -> None:
               "--output-dir (McNemar exact, p < 0.05; with --group-size > 1 the Wilcoxon signed-rank test "
               "over tasks).")
 @click.option("--junit-xml", type=click.Path(dir_okay=False),
-              help="Write JUnit XML here: one test case per sample, for CI.")
+              help="Write JUnit XML here: one test case per sample, for CI (a run that stopped "
+              "early adds an error case for the samples it never started; a path it cannot write "
+              "makes the run exit 1).")
 @click.option("--backend", type=click.Choice(["local", "ray"]), default=_D.backend, show_default=True,
               help="local: worker processes on this host; ray: workers and one VM pool per node as Ray "
               "actors (--num-rollouts and --num-vms count per node; needs parallel-rollout[ray]).")

@@ -416,6 +416,8 @@ def validate_ranges(cfg: RunConfig) -> None:
             raise ConfigError(f"--{name.replace('_', '-')} must be at least 1")
     if cfg.max_retries < 0:
         raise ConfigError("--max-retries must be 0 or more")
+    if cfg.resume and not cfg.run_id:
+        raise ConfigError("--resume needs the --run-id of the run to continue (a new run's id is new)")
     if not cfg.task_timeout > 0:  # also rejects NaN, which would disable every timeout
         raise ConfigError("--task-timeout must be positive (seconds)")
     check_token_settings(cfg)

@@ -12,7 +12,9 @@
       ├─ disk       free space in --output-dir (``min_free_disk_mb``)
       └─ the rest   only when all of the above passed: the run's own preparation
                     (Runner.prepare: flags nobody honours, unsupported tasks, the image a
-                    provider boots, each task against the agent)
+                    provider boots, each task against the agent), then the run folder as
+                    opening it would check it (Runner.check_folder: results there need
+                    --resume, a resume its run's settings, task data and a --limit as high)
 
 Each check runs whatever the others found, so one dry run names every missing thing, not
 just the first. ``Preflight.problems`` lists them; the CLI prints the census, then the
@@ -76,7 +78,7 @@ def preflight(cfg: RunConfig, *, check_endpoint: bool = False) -> Preflight:
     if found.ok:
         from .runner import Runner
 
-        _check("preparation", lambda: (Runner(cfg).prepare(), "the run's own preparation")[1], found)
+        _check("preparation", lambda: _prepare(Runner(cfg)), found)
     return found
 
 
@@ -100,6 +102,13 @@ def _check_tasks(cfg: RunConfig, found: Preflight) -> None:
         found.problems.append(f"tasks: {exc}")
 
 
+def _prepare(runner) -> str:
+    """The run's own preparation, then what opening its folder would check (a resume's
+    settings and task data against the run's, its results file, a lower --limit)."""
+    samples = runner.prepare()
+    return "the run's own preparation; " + runner.check_folder(samples)
+
+
 def _agent_settings(cfg: RunConfig, agent_cls) -> str:
     check_config = getattr(agent_cls, "check_config", None)
     if check_config is not None:
@@ -118,6 +127,8 @@ def _free_disk(cfg: RunConfig) -> str:
     where = Path(cfg.output_dir).resolve()
     while not where.exists():
         where = where.parent
+    if not where.is_dir():
+        raise ConfigError(f"--output-dir {cfg.output_dir}: {where} is a file, not a folder")
     free_mb = shutil.disk_usage(where).free // 2**20
     if free_mb < cfg.min_free_disk_mb:
         raise ConfigError(f"{where} has {free_mb} MB free; a run wants at least {cfg.min_free_disk_mb} MB "

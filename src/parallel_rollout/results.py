@@ -46,6 +46,15 @@ class ResumeIndex:
     torn_bytes: int = 0
 
 
+def _whole_record(line: bytes) -> bool:
+    """Whether a last line without its newline is a whole attempt record."""
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return False
+    return isinstance(record, dict) and "key" in record and "attempt" in record
+
+
 class ResultStore:
     """Appends attempt records to ``results.jsonl`` and reads them back for resume."""
 
@@ -60,6 +69,13 @@ class ResultStore:
             return index
         data = self.path.read_bytes()
         complete_end = data.rfind(b"\n") + 1
+        if complete_end < len(data) and _whole_record(data[complete_end:]):
+            # The write got all of the record out but not its newline (or an editor ate it):
+            # the record is whole, and a sample with a final one must not run again.
+            with open(self.path, "ab") as fh:
+                fh.write(b"\n")
+            data += b"\n"
+            complete_end = len(data)
         if complete_end < len(data):
             torn = data[complete_end:]
             index.torn_bytes = len(torn)
@@ -208,12 +224,16 @@ def _storable(value: Any) -> Any:
 
 
 def read_records(path: str | Path) -> list[dict[str, Any]]:
-    """Every complete record of a results.jsonl (a torn last line is skipped); a line that
-    is not a JSON object is a StorageError naming the file and the line."""
+    """Every complete record of a results.jsonl (a torn last line is skipped, with a
+    warning; a whole record that only lacks its newline is not); a line that is not a JSON
+    object is a StorageError naming the file and the line."""
     records = []
     with open(path, "rb") as fh:
         for lineno, line in enumerate(fh, start=1):
-            if line.endswith(b"\n") and line.strip():
+            if not line.endswith(b"\n") and not _whole_record(line):
+                log.warning("%s:%d: skipped a torn last line (%d bytes, from an interrupted "
+                            "write)", path, lineno, len(line))
+            elif line.strip():
                 try:
                     record = json.loads(line)
                 except ValueError as exc:
@@ -338,6 +358,32 @@ def summarize(
         "usage": total_usage(records),
     }
     return summary
+
+
+def carry_over(summary: dict[str, Any], earlier: dict[str, Any] | None,
+               records: list[dict[str, Any]], session_start: float) -> None:
+    """A resumed run's summary covers every session, as its counts do: the wall time adds
+    the earlier sessions' (what the last summary said, plus the span of the attempts a session
+    killed before its summary ran), and a session that ran no VM keeps the last VM figures."""
+    timing = summary["timing_s"]
+    timing["session_wall"] = timing["wall"]
+    timing["ended_at"] = round(time.time(), 3)
+    earlier_timing = (earlier or {}).get("timing_s") or {}
+    earlier_wall = earlier_timing.get("wall")
+    if not isinstance(earlier_wall, (int, float)):
+        earlier_wall = 0.0
+    # attempts after the last summary: a session killed before it wrote its own (a summary
+    # from before sessions were added up has no end: nothing is added to it)
+    since = earlier_timing.get("ended_at", 0.0 if not earlier_timing else None)
+    unsummarized = [] if not isinstance(since, (int, float)) else [
+        r for r in records
+        if isinstance(r.get("started_at"), (int, float)) and since <= r["started_at"] < session_start]
+    if unsummarized:
+        ends = [r.get("ended_at") or r["started_at"] for r in unsummarized]
+        earlier_wall += max(ends) - min(r["started_at"] for r in unsummarized)
+    timing["wall"] = round(timing["wall"] + earlier_wall, 3)
+    if summary.get("vm") is None and earlier is not None:
+        summary["vm"] = earlier.get("vm")
 
 
 #: the usage counters summed into summary.json (model-backed agents report them)

@@ -42,7 +42,7 @@ from .messages import Assignment
 from .pool.providers import get_provider
 from .provenance import SCHEMA_VERSION, check_resume, provenance
 from .records import unsupported_record
-from .results import ResultStore, StorageError, read_records, summarize
+from .results import ResultStore, ResumeIndex, StorageError, carry_over, read_records, summarize
 from .tasks import Sample, census_lines, expand, load_task_set, unsupported_message
 
 log = logging.getLogger("parallel_rollout")
@@ -135,7 +135,9 @@ class Runner:
                 raise ConfigError(f"--compare-to {cfg.compare_to}: {baseline} holds no results.jsonl "
                                   "(no such run in --output-dir)")
         if cfg.data is None:
-            raise ConfigError("--data is required: a .json or .jsonl task file, or humaneval")
+            raise ConfigError("--data is required: a .json or .jsonl task file, or humaneval" + (
+                f" (there is no run {cfg.run_id} in {cfg.output_dir} whose settings --resume "
+                "would read)" if cfg.resume else ""))
         check_config = getattr(self.agent_cls, "check_config", None)
         if check_config is not None:
             check_config(cfg)
@@ -160,9 +162,15 @@ class Runner:
         self.engine = Engine(cfg, self.run_dir, run_id=self.run_id, record_sink=self._store_record)
         return expand(tasks, cfg.group_size)
 
-    def _open_run_dir(self) -> filelock.BaseFileLock:
+    def _open_run_dir(self, keys: set[str]) -> tuple[filelock.BaseFileLock, ResumeIndex]:
+        """Lock the run folder, check a resume against it and read its results (``keys``:
+        this run's samples); config.json is written only once all of that passed."""
         cfg = self.config
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(f"--output-dir {cfg.output_dir}: cannot make the run folder "
+                              f"{self.run_dir}: {exc.strerror or exc}") from None
         lock = filelock.FileLock(str(self.run_dir / ".lock"))
         try:
             lock.acquire(timeout=0)
@@ -173,29 +181,75 @@ class Runner:
             ) from None
         try:
             config_path = self.run_dir / "config.json"
-            results_path = self.run_dir / "results.jsonl"
-            has_results = results_path.exists() and results_path.stat().st_size > 0
-            if has_results and not cfg.resume:
-                raise ConfigError(
-                    f"{self.run_dir} already holds results; add --resume to continue that run "
-                    "or pick a new --run-id"
-                )
-            self._provenance = provenance(cfg, endpoints=self._endpoints())
-            if has_results and config_path.exists():
-                check_resume(self.run_id, json.loads(config_path.read_text()), cfg, self._provenance)
+            stored = self._check_resume()
+            self._store = ResultStore(self.run_dir)
+            try:
+                index = self._store.load()
+            except StorageError as exc:
+                raise ConfigError(f"cannot resume {self.run_id}: {exc}") from None
+            self._check_scope(index.final, keys)
             # Written aside and renamed: a kill mid-write must not leave a config.json that
-            # a resume cannot read.
+            # a resume cannot read. ``started_at``: the first session's, for `runs list`.
+            now = time.time()
             tmp_path = config_path.with_name("config.json.tmp")
             tmp_path.write_text(json.dumps({
                 "schema_version": SCHEMA_VERSION, "run_id": self.run_id, "identity_hash": cfg.identity_hash(),
-                "config": cfg.to_json(), "provenance": self._provenance, "written_at": time.time(),
+                "config": cfg.to_json(), "provenance": self._provenance, "written_at": now,
+                "started_at": (stored or {}).get("started_at") or (stored or {}).get("written_at") or now,
             }, indent=2))
             os.replace(tmp_path, config_path)
         except BaseException:
             lock.release()
             raise
         (self.run_dir / "trajectories").mkdir(exist_ok=True)
-        return lock
+        return lock, index
+
+    def _check_resume(self) -> dict[str, Any] | None:
+        """ConfigError unless the run folder may be (re)opened with this config: results there
+        need --resume and the settings and task data they were made with. Returns the
+        stored config.json (None without one). Reads only."""
+        config_path = self.run_dir / "config.json"
+        results_path = self.run_dir / "results.jsonl"
+        has_results = results_path.exists() and results_path.stat().st_size > 0
+        if has_results and not self.config.resume:
+            raise ConfigError(f"{self.run_dir} already holds results; add --resume to continue that "
+                              "run or pick a new --run-id")
+        self._provenance = provenance(self.config, endpoints=self._endpoints())
+        try:
+            stored = json.loads(config_path.read_text()) if config_path.exists() else None
+        except ValueError as exc:
+            raise ConfigError(f"cannot resume {self.run_id}: {config_path} is not JSON ({exc})") from None
+        if has_results and stored is not None:
+            check_resume(self.run_id, stored, self.config, self._provenance)
+        return stored
+
+    def _check_scope(self, finals: dict[str, Any], keys: set[str]) -> None:
+        """ConfigError for final results of samples this run no longer holds (a lower
+        --limit): they would count against a total that leaves them out."""
+        outside = sorted(set(finals) - keys)
+        if outside:
+            raise ConfigError(
+                f"cannot resume {self.run_id}: {len(outside)} finished sample(s) are not among "
+                f"this run's {len(keys)} (e.g. {outside[0]}), as with a --limit lower than the "
+                "run's before; resume with a --limit at least as high, or start a new "
+                "--run-id")
+
+    def check_folder(self, samples: list[Sample]) -> str:
+        """What ``--dry-run`` says of the run folder (after ``prepare``), reading only: the
+        checks the run would make on opening it; ConfigError for what it would refuse."""
+        if self.run_dir.exists() and not self.run_dir.is_dir():
+            raise ConfigError(f"--output-dir {self.config.output_dir}: {self.run_dir} is a file, not a folder")
+        self._check_resume()
+        results_path = self.run_dir / "results.jsonl"
+        if not results_path.exists():
+            return f"a new run folder {self.run_dir}"
+        try:
+            finals = {r.get("key"): r for r in read_records(results_path) if r.get("final")}
+        except StorageError as exc:
+            raise ConfigError(f"cannot resume {self.run_id}: {exc}") from None
+        keys = {s.key for s in samples} | {s.key for s, _ in self._skipped}
+        self._check_scope(finals, keys)
+        return f"resumes {self.run_id}: {len(finals)} of {len(keys)} samples already final"
 
     def _endpoints(self) -> list[str] | None:
         """Where the agent's model requests go (--base-url, else OPENAI_BASE_URL, else
@@ -216,14 +270,12 @@ class Runner:
         """Run every pending sample to a final record, or stop cleanly trying."""
         samples = self.prepare()
         total = len(samples) + len(self._skipped)
-        lock = self._open_run_dir()
+        lock, index = self._open_run_dir({s.key for s in samples} | {s.key for s, _ in self._skipped})
         self.started = True
         handler = self._setup_logging()
         self._started_at = time.time()
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
-        self._store = ResultStore(self.run_dir)
         try:
-            index = self._store.load()
             pending = self._queue_samples(samples, index)
             log.info("run %s: %d samples, %d already final, %d to run; output in %s",
                      self.run_id, total, len(self._finished_keys), len(pending), self.run_dir)
@@ -297,8 +349,10 @@ class Runner:
 
     def _finish(self, total: int) -> RunOutcome:
         records = read_records(self.run_dir / "results.jsonl") if (self.run_dir / "results.jsonl").exists() else []
+        earlier = self._read_summary()
         summary = summarize(records, total_samples=total, pool_stats=self.engine.final_pool_stats if self.engine else None,
                             started_at=self._started_at, interrupted=bool(self._interrupted))
+        carry_over(summary, earlier, records, self._started_at)
         summary["run_id"] = self.run_id
         summary["schema_version"] = SCHEMA_VERSION
         summary["provenance"] = self._provenance
@@ -319,6 +373,13 @@ class Runner:
 
         code, message = after_run(self.config, self.run_dir, code, message)
         return RunOutcome(code, self.run_dir, summary, message)
+
+    def _read_summary(self) -> dict[str, Any] | None:
+        """The summary an earlier session of this run wrote, if it is readable."""
+        try:
+            return json.loads((self.run_dir / "summary.json").read_text())
+        except (OSError, ValueError):
+            return None
 
     def _write_summary(self, summary: dict[str, Any]) -> None:
         # Whole or not at all, and never an exception: on a full disk the run must still

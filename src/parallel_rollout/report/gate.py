@@ -20,7 +20,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from ..exit_codes import EXIT_BELOW_THRESHOLD, EXIT_OK, EXIT_REGRESSION
+from ..exit_codes import EXIT_ABORTED, EXIT_BELOW_THRESHOLD, EXIT_OK, EXIT_REGRESSION
 from .compare_html import write_comparison
 from .html import write_report
 from .junit import write_junit
@@ -70,10 +70,14 @@ def after_run(config: Any, run_dir: Path, exit_code: int, message: str) -> tuple
     if config.junit_xml:
         try:
             write_junit(data, config.junit_xml)
-        except OSError as exc:
-            log.error("cannot write the JUnit XML %s: %s", config.junit_xml, exc.strerror or exc)
-        except Exception:  # noqa: BLE001
-            log.exception("cannot write the JUnit XML %s", config.junit_xml)
+        except Exception as exc:  # noqa: BLE001
+            # CI reads the file, not the log: a run that wrote none must not look passed
+            # (1: a resume of the finished run writes it again, once the path is fixed)
+            log.error("cannot write the JUnit XML %s: %s", config.junit_xml,
+                      getattr(exc, "strerror", None) or exc, exc_info=not isinstance(exc, OSError))
+            if exit_code == EXIT_OK:
+                return EXIT_ABORTED, (f"cannot write the JUnit XML {config.junit_xml}: "
+                                      f"{getattr(exc, 'strerror', None) or exc}; fix the path and resume")
     if exit_code != EXIT_OK:
         return exit_code, message
     try:

@@ -11,6 +11,9 @@ Shape (the Ant/Jenkins JUnit schema that CI tools read)::
           <error message=… type=<status>>…</error>            infrastructure failure, final
           <skipped message=…/>                                 started, never final (resume)
         </testcase>
+        <testcase classname="<mode>.run" name="samples never started">     a run that stopped
+          <error type=not_started message="N of T samples never started …"/>   before them
+        </testcase>
 
 Text that XML 1.0 cannot hold (control characters in a command's output) is replaced,
 so the file always parses.
@@ -82,6 +85,18 @@ def junit_tree(data: RunData) -> ET.ElementTree:
             f"not finished: last attempt {last.get('attempt')} ended {last.get('status')}; resume the run", 1000)})
         cases.append(case)
 
+    total = (data.summary or {}).get("total_samples")
+    never_started = total - len(finals) - len(unfinished) if isinstance(total, int) else 0
+    if never_started > 0:
+        # samples of the run with no record at all (it stopped before them): one case says
+        # so, as an error, so that CI shows an unfinished run as one
+        case = ET.Element("testcase", {"classname": _clean(f"{data.mode}.run", 500),
+                                       "name": "samples never started", "time": "0.000"})
+        errors += 1
+        ET.SubElement(case, "error", {"type": "not_started", "message": _clean(
+            f"{never_started} of {total} samples never started: the run stopped before them; "
+            "resume the run", 1000)})
+        cases.append(case)
     counts = {"tests": str(len(cases)), "failures": str(failures), "errors": str(errors),
               "skipped": str(len(unfinished)), "time": f"{total_time:.3f}"}
     root = ET.Element("testsuites", {"name": _clean(data.run_id, 500), **counts})

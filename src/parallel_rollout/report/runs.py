@@ -62,7 +62,7 @@ def _light(run_dir: Path) -> RunLine | None:
     results = run_dir / "results.jsonl"
     if results.exists() and results.stat().st_mtime > (run_dir / "summary.json").stat().st_mtime + 1:
         return None
-    return RunLine(run_id=config.get("run_id") or run_dir.name, started=config.get("written_at"),
+    return RunLine(run_id=config.get("run_id") or run_dir.name, started=config.get("started_at") or config.get("written_at"),
                    mode=(config.get("config") or {}).get("mode") or "?", finished=finished, total=total,
                    success_rate=summary.get("success_rate"), status=status)
 
@@ -79,7 +79,8 @@ def run_line(run_dir: Path) -> RunLine:
     successes = sum(1 for r in finals.values() if r.get("success"))
     written = None
     try:
-        written = json.loads((run_dir / "config.json").read_text(encoding="utf-8")).get("written_at")
+        stored = json.loads((run_dir / "config.json").read_text(encoding="utf-8"))
+        written = stored.get("started_at") or stored.get("written_at")  # the first session's
     except (OSError, ValueError):
         pass
     return RunLine(run_id=data.run_id, started=written or data.started_at, mode=data.mode, finished=len(finals),

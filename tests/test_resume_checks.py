@@ -1,0 +1,170 @@
+"""What opening a run folder checks, for a run and for its ``--dry-run`` alike: a corrupt
+results file, a lower ``--limit``, a path that is a file, ``--resume`` without a run to
+continue; what a resumed run's summary and JUnit XML say of the sessions before it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from conftest import ROOT, assert_exactly_once, read_results, shell_task, write_tasks
+from parallel_rollout.cli import main
+from test_gates import JUNIT_XSD
+from test_results import cli, finished_run  # noqa: F401 (a fixture)
+
+
+def folder_state(run_dir: Path) -> dict[str, bytes]:
+    return {name: (run_dir / name).read_bytes() for name in ("results.jsonl", "config.json", "summary.json")}
+
+
+@pytest.mark.parametrize("dry_run", [False, True], ids=["run", "dry-run"])
+def test_a_corrupt_line_refuses_the_resume_naming_file_and_line(tmp_path, finished_run, dry_run):
+    run_dir = tmp_path / "out" / "r"
+    lines = (run_dir / "results.jsonl").read_bytes().splitlines(keepends=True)
+    lines.insert(2, b"this is garbage {not json\n")
+    (run_dir / "results.jsonl").write_bytes(b"".join(lines))
+    before = folder_state(run_dir)
+    result = cli(tmp_path, finished_run, "--resume", *(["--dry-run"] if dry_run else []))
+    assert result.exit_code == 2, (result.output, result.exception)
+    assert f"{run_dir / 'results.jsonl'}:3: corrupted record" in " ".join(result.output.split())
+    assert "Traceback" not in result.output
+    assert folder_state(run_dir) == before  # config.json is not rewritten either
+
+
+def test_a_whole_last_record_without_its_newline_is_kept(tmp_path, finished_run):
+    run_dir = tmp_path / "out" / "r"
+    whole = (run_dir / "results.jsonl").read_bytes()
+    (run_dir / "results.jsonl").write_bytes(whole.rstrip(b"\n"))
+    result = cli(tmp_path, finished_run, "--resume")
+    assert result.exit_code == 0, (result.output, result.exception)
+    assert "3 already final, 0 to run" in result.stderr
+    assert (run_dir / "results.jsonl").read_bytes() == whole
+    assert not (run_dir / "results.jsonl.torn").exists()
+    assert_exactly_once(run_dir, {f"t{i}#0" for i in range(3)})
+
+
+@pytest.mark.parametrize("dry_run", [False, True], ids=["run", "dry-run"])
+def test_a_lower_limit_refuses_the_resume_and_a_higher_one_runs_the_rest(tmp_path, dry_run):
+    data = write_tasks(tmp_path / "tasks.jsonl", [shell_task(f"t{i}") for i in range(4)])
+    assert cli(tmp_path, data, "--limit", "3").exit_code == 0
+    run_dir = tmp_path / "out" / "r"
+    before = folder_state(run_dir)
+    lower = cli(tmp_path, data, "--resume", "--limit", "2", *(["--dry-run"] if dry_run else []))
+    assert lower.exit_code == 2, (lower.output, lower.exception)
+    said = " ".join(lower.output.split())
+    assert "cannot resume r: 1 finished sample(s) are not among this run's 2 (e.g. t2#0)" in said
+    assert "--limit" in said
+    assert folder_state(run_dir) == before
+    if dry_run:
+        higher = cli(tmp_path, data, "--resume", "--limit", "4", "--dry-run")
+        assert higher.exit_code == 0, higher.output
+        assert "resumes r: 3 of 4 samples already final" in higher.output
+        return
+    higher = cli(tmp_path, data, "--resume", "--limit", "4")
+    assert higher.exit_code == 0, (higher.output, higher.exception)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert (summary["total_samples"], summary["finished"], summary["unfinished"]) == (4, 4, 0)
+    assert_exactly_once(run_dir, {f"t{i}#0" for i in range(4)})
+
+
+def test_a_dry_run_of_a_resume_checks_the_runs_settings(tmp_path, finished_run):
+    changed = cli(tmp_path, finished_run, "--resume", "--max-turns", "3", "--dry-run")
+    assert changed.exit_code == 2, changed.output
+    assert "other settings for max_turns (100 then, 3 now)" in " ".join(changed.output.split())
+    same = cli(tmp_path, finished_run, "--resume", "--dry-run")
+    assert same.exit_code == 0, same.output
+    assert "resumes r: 3 of 3 samples already final" in same.output
+    without = cli(tmp_path, finished_run, "--dry-run")
+    assert without.exit_code == 2 and "already holds results; add --resume" in without.output
+
+
+@pytest.mark.parametrize("dry_run", [False, True], ids=["run", "dry-run"])
+def test_an_output_dir_that_is_a_file_is_a_usage_error(tmp_path, dry_run):
+    data = write_tasks(tmp_path / "tasks.jsonl", [shell_task("t0")])
+    (tmp_path / "notadir").write_text("a file")
+    result = CliRunner().invoke(main, ["--mode", "shell", "--data", str(data), "--output-dir",
+                                       str(tmp_path / "notadir"), "--run-id", "o", "--no-progress",
+                                       *(["--dry-run"] if dry_run else [])])
+    assert result.exit_code == 2, (result.output, result.exception)
+    assert "--output-dir" in result.output and "notadir" in result.output
+    assert "Traceback" not in result.output and result.exception is None or isinstance(result.exception, SystemExit)
+
+
+def test_resume_needs_a_run_id_and_names_a_missing_run(tmp_path):
+    data = write_tasks(tmp_path / "tasks.jsonl", [shell_task("t0")])
+    no_id = CliRunner().invoke(main, ["--mode", "shell", "--data", str(data), "--output-dir",
+                                      str(tmp_path / "out"), "--resume", "--no-progress"])
+    assert no_id.exit_code == 2 and "--resume needs the --run-id" in no_id.output
+    assert not (tmp_path / "out").exists()
+    missing = CliRunner().invoke(main, ["--output-dir", str(tmp_path / "out"), "--run-id", "nope", "--resume"])
+    assert missing.exit_code == 2
+    assert f"there is no run nope in {tmp_path / 'out'}" in " ".join(missing.output.split())
+
+
+def test_a_resumed_summary_adds_up_the_sessions(tmp_path, finished_run):
+    run_dir = tmp_path / "out" / "r"
+    first = json.loads((run_dir / "summary.json").read_text())
+    started = json.loads((run_dir / "config.json").read_text())["started_at"]
+    again = cli(tmp_path, finished_run, "--resume")  # runs nothing
+    assert again.exit_code == 0, again.output
+    second = json.loads((run_dir / "summary.json").read_text())
+    assert second["timing_s"]["wall"] >= first["timing_s"]["wall"] > second["timing_s"]["session_wall"]
+    assert second["vm"] == first["vm"] and second["vm"]["resets"] >= 1
+    assert json.loads((run_dir / "config.json").read_text())["started_at"] == started
+
+    # a session killed before its summary: the resume adds the span of the attempts it ran
+    (run_dir / "summary.json").unlink()
+    records = read_results(run_dir)
+    span = max(r["ended_at"] for r in records) - min(r["started_at"] for r in records)
+    third = cli(tmp_path, finished_run, "--resume")
+    assert third.exit_code == 0, third.output
+    wall = json.loads((run_dir / "summary.json").read_text())["timing_s"]["wall"]
+    assert span - 0.001 <= wall < span + 5  # (rounded to ms)
+
+
+def test_junit_of_a_run_stopped_early_names_the_samples_never_started(tmp_path):
+    xmlschema = pytest.importorskip("xmlschema")
+    data = write_tasks(tmp_path / "tasks.jsonl",
+                       [shell_task(f"s{i}", reference=["sleep 2", f"touch ~/s{i}.done"]) for i in range(5)])
+    out, junit = tmp_path / "out", tmp_path / "ci" / "junit.xml"
+    run = subprocess.Popen(
+        [sys.executable, str(ROOT / "run_parallel_rollout.py"), "--mode", "shell", "--data", str(data),
+         "--num-rollouts", "1", "--output-dir", str(out), "--run-id", "stop", "--no-progress",
+         "--junit-xml", str(junit)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not list((out / "stop" / "trajectories").glob("*")):
+            assert run.poll() is None, run.communicate()[0]
+            assert time.monotonic() < deadline, "no attempt ever started"
+            time.sleep(0.05)
+        os.kill(run.pid, signal.SIGINT)
+        output, _ = run.communicate(timeout=60)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    assert run.returncode == 130, output
+    xmlschema.XMLSchema(str(JUNIT_XSD)).validate(str(junit))
+    suite = ET.parse(junit).getroot().find("testsuite")
+    cases = {c.get("name"): c for c in suite.iter("testcase")}
+    error = cases["samples never started"].find("error")
+    summary = json.loads((out / "stop" / "summary.json").read_text())
+    never = 5 - len({r["key"] for r in read_results(out / "stop")})
+    assert never >= 1 and error.get("message").startswith(f"{never} of 5 samples never started")
+    assert summary["total_samples"] == 5 and int(suite.get("errors")) >= 1
+
+
+def test_an_unwritable_junit_path_fails_the_run(tmp_path):
+    data = write_tasks(tmp_path / "tasks.jsonl", [shell_task("t0")])
+    (tmp_path / "file").write_text("not a folder")
+    result = cli(tmp_path, data, "--junit-xml", str(tmp_path / "file" / "junit.xml"))
+    assert result.exit_code == 1, (result.output, result.exception)
+    assert "cannot write the JUnit XML" in result.output and "fix the path and resume" in result.output
