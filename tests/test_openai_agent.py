@@ -12,6 +12,7 @@ The command agent: tests/test_command_agent.py.
 from __future__ import annotations
 
 import json
+import threading
 import time
 
 import pytest
@@ -19,12 +20,16 @@ import pytest
 from agent_runs import SHELL_KEYS, SHELL_LINES, make_config, needs_bwrap, run_shell
 from conftest import SHELL_TASKS, assert_exactly_once, read_results
 from llm_server import completion, llm_server, lookup_solver, shell_solver  # noqa: F401 - fixture
+from click.testing import CliRunner
+
 from parallel_rollout.agents import get_agent, prompts
 from parallel_rollout.agents.base import AgentError
 from parallel_rollout.agents.command import CommandAgent
+from parallel_rollout.agents.episode import ModelUnavailable
 from parallel_rollout.agents.openai_agent import OpenAIAgent
 from parallel_rollout.agents.retries import parse_retry_after
 from parallel_rollout.agents.wire import reply_of
+from parallel_rollout.cli import main
 from parallel_rollout.errors import ConfigError
 from parallel_rollout.runner import Runner
 from parallel_rollout.tasks import Task
@@ -149,6 +154,10 @@ def test_a_fault_past_max_retries_is_a_clear_error(llm_server, fault):
         agent.act({"problem": "What is 6 times 7?"})
     message = str(caught.value)
     assert f"{server.url}/chat/completions" in message and says in message and "gave up after 3" in message
+    # a server that did not answer is infrastructure (retried, never graded); one that
+    # answered nonsense is the attempt's error
+    assert isinstance(caught.value, ModelUnavailable) == ("malformed" not in step)
+    assert caught.value.infrastructure == ("malformed" not in step)
     assert agent.usage()["requests"] == 3 and agent.usage()["retries"] == 2
 
 
@@ -164,7 +173,7 @@ def test_an_unreachable_endpoint_is_a_connection_error(llm_server):
     server = llm_server()
     server.stop()  # nothing listens on its port any more
     agent = openai_agent(server, max_retries=1)
-    with pytest.raises(AgentError, match="connection failed"):
+    with pytest.raises(ModelUnavailable, match="connection failed"):
         agent.act({"problem": "What is 6 times 7?"})
     assert agent.usage()["requests"] == 2
 
@@ -307,3 +316,32 @@ def test_the_runner_checks_the_agent_before_anything_runs(tmp_path, monkeypatch,
     with pytest.raises(ConfigError, match=says):
         run_shell(tmp_path, agent=agent)
     assert not (tmp_path / "out").exists()
+
+
+def test_a_model_endpoint_that_is_down_stops_the_run_and_its_resume_finishes_it(tmp_path, llm_server, monkeypatch):
+    """Every sample left must not become a final failure while the server is down: the run
+    stops (exit 1) with its model_unavailable attempts not final, and the resume runs them."""
+    pytest.importorskip("math_verify")
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    lines = MATH_TASKS.read_text().splitlines()[:3]
+    tasks = tmp_path / "math.jsonl"
+    tasks.write_text("\n".join(lines) + "\n")
+    answers = {json.loads(line)["problem"]: f"\\boxed{{{json.loads(line)['answer']}}}" for line in lines}
+    solver, down = lookup_solver(answers), threading.Event()
+    down.set()
+    server = llm_server(policy=lambda body: {"status": 503, "retry_after_ms": 10} if down.is_set() else solver(body))
+    args = ["run", "--mode", "math", "--data", str(tasks), "--agent", "openai", "--base-url", server.url,
+            "--max-retries", "1", "--num-rollouts", "1", "--output-dir", str(tmp_path / "out"),
+            "--run-id", "down", "--no-progress"]
+    first = CliRunner().invoke(main, args)
+    assert first.exit_code == 1, (first.output, first.exception)
+    said = " ".join(first.output.split())
+    assert "the model endpoint failed 2 attempts in a row" in said and "HTTP 503" in said and "--resume" in said
+    run_dir = tmp_path / "out" / "down"
+    records = read_results(run_dir)
+    assert [(r["status"], r["infrastructure"], r["final"]) for r in records] == [("model_unavailable", True, False)] * 2
+    down.clear()
+    resumed = CliRunner().invoke(main, args + ["--resume"])
+    assert resumed.exit_code == 0, (resumed.output, resumed.exception)
+    finals = assert_exactly_once(run_dir, {f"{json.loads(line)['id']}#0" for line in lines})
+    assert all(r["status"] == "success" for r in finals.values()), finals

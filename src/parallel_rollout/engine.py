@@ -46,8 +46,10 @@ thread, or on the thread that calls ``close``, and must not block for long)::
   The in-flight counter is the one semaphore shared by every loop of every worker; unlike a
   ``multiprocessing.Semaphore`` it cannot leak a permit when a holder is killed.
 * **Failure policy.** Infrastructure failures (``vm_error``, ``guest_unreachable``,
-  ``worker_died``, ``lease_timeout``) are retried up to ``--max-retries`` and never graded;
-  everything else is a graded, final outcome. The engine accepts at most one record per
+  ``worker_died``, ``lease_timeout``, ``model_unavailable``) are retried up to ``--max-retries`` and never graded;
+  everything else is a graded, final outcome. A front end's ``stop_on`` may stop the
+  engine at an attempt instead, which is then not final (the batch runner's, at a model
+  endpoint that fails attempt after attempt). The engine accepts at most one record per
   attempt, so nothing is counted twice; every attempt's record goes to ``record_sink``
   (with ``final`` and ``run_id`` set) before the final one goes to ``on_final``.
 * **Pool** (``pool.manager``) lives in its own Manager process (``pool.server``); if it dies the engine stops
@@ -118,7 +120,8 @@ class Engine:
 
     def __init__(self, config: RunConfig, run_dir: str | Path, *, run_id: str | None = None,
                  modes: Iterable[str] | None = None,
-                 record_sink: Callable[[dict[str, Any]], None] | None = None) -> None:
+                 record_sink: Callable[[dict[str, Any]], None] | None = None,
+                 stop_on: Callable[[dict[str, Any]], str | None] | None = None) -> None:
         self.config = config
         self.run_dir = Path(run_dir)
         self.run_id = run_id or config.run_id or self.run_dir.name
@@ -133,6 +136,8 @@ class Engine:
             # Constructing one checks the options it cannot honour (e.g. --path-to-vm).
             self.provider_cls(self.run_id, self.provider_options)
         self._sink = record_sink
+        #: the front end's reason to stop at an attempt (its record then not final), or None
+        self._stop_on = stop_on
         #: why the engine stopped on its own, or None
         self.error: str | None = None
         #: the pool's stats taken after its shutdown (every reset counted), for summaries
@@ -429,6 +434,10 @@ class Engine:
             record["final"] = False
             if not self._closing:
                 self.stop((record.get("failure") or {}).get("message") or "the VM pool is exhausted")
+        elif self._stop_on is not None and (reason := self._stop_on(record)):
+            record["final"] = False  # the front end's call: a resumed run runs it
+            if not self._closing:
+                self.stop(reason)
         elif record.get("infrastructure") and record["attempt"] < self.config.max_retries:
             record["final"] = False
             retry = Assignment(sub.item.task, sub.item.sample_idx, record["attempt"] + 1,

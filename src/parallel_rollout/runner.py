@@ -32,6 +32,7 @@ from typing import Any
 import filelock
 
 from .agents import get_agent
+from .agents.episode import ModelUnavailable
 from .config import RunConfig, default_run_id
 from .engine import Engine
 from .envs import get_env, task_validators
@@ -76,6 +77,8 @@ class Runner:
         self._interrupted: int | None = None
         self._finished_keys: set[str] = set()
         self._successes = 0
+        #: model_unavailable attempts in a row (``_model_outage``)
+        self._outage = 0
         self._store: ResultStore | None = None
         self._progress = None
         self._lock = threading.Lock()
@@ -159,7 +162,8 @@ class Runner:
             tasks = tasks[: cfg.limit]
         self.env_cls.prepare_run(tasks)
         # The engine checks its provider (available here, options it can honour).
-        self.engine = Engine(cfg, self.run_dir, run_id=self.run_id, record_sink=self._store_record)
+        self.engine = Engine(cfg, self.run_dir, run_id=self.run_id, record_sink=self._store_record,
+                             stop_on=self._model_outage)
         return expand(tasks, cfg.group_size)
 
     def _open_run_dir(self, keys: set[str]) -> tuple[filelock.BaseFileLock, ResumeIndex]:
@@ -337,6 +341,23 @@ class Runner:
     def _store_record(self, record: dict[str, Any]) -> None:
         """The engine's record sink: one line per attempt in results.jsonl."""
         self._store.append(record)
+
+    def _model_outage(self, record: dict[str, Any]) -> str | None:
+        """The engine's ``stop_on``: a model endpoint that keeps failing stops the run with
+        its attempts left to a resume (a server that is down must not turn every sample left
+        into a final failure): once it failed every loop's attempt twice over, or a sample's
+        last retry, with no answer since the attempt before. A sample that fails its retries
+        between answers (a flaky server) is final, as infrastructure (never graded)."""
+        cfg = self.config
+        limit = max(4, 2 * (cfg.max_concurrent_rollouts or cfg.num_rollouts * cfg.envs_per_worker))
+        with self._lock:
+            self._outage = self._outage + 1 if record.get("status") == ModelUnavailable.kind else 0
+            last_retry = record["attempt"] >= cfg.max_retries
+            if self._outage < limit and not (last_retry and self._outage > 1):
+                return None
+        return (f"the model endpoint failed {self._outage} attempts in a row, none answered in "
+                f"between (last: {(record.get('failure') or {}).get('message', '')[:300]}); "
+                "every finished result is kept: resume once it answers")
 
     def _on_final(self, record: dict[str, Any]) -> None:
         with self._lock:

@@ -12,6 +12,16 @@ class AgentError(RolloutError):
     """An agent could not produce an action (model API gave up, agent process broke); graded."""
 
 
+class ModelUnavailable(AgentError):
+    """The model endpoint did not answer a turn within --max-retries requests (connection
+    refused or reset, no response in time, HTTP 408/409/429/5xx): the server's state, not the
+    policy's answer. Infrastructure: retried, never graded; the batch runner stops a run whose
+    endpoint fails attempt after attempt, leaving them to a resume."""
+
+    kind = "model_unavailable"
+    infrastructure = True
+
+
 class EpisodeCut(AgentError):
     """The model cannot go on with this episode; it ends graded at reward 0 and is kept (an
     RL group keeps it as an outcome: the trainer masks or penalises it, it is not a failure).

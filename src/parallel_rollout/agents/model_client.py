@@ -48,7 +48,7 @@ from typing import Any, Sequence
 
 from ..errors import AttemptCancelled, ConfigError
 from . import openai_request, streaming
-from .episode import AgentError, AttemptInfo, ContextOverflow, LengthCut
+from .episode import AgentError, AttemptInfo, ContextOverflow, LengthCut, ModelUnavailable
 from .retries import RETRYABLE_STATUS, Retryable, parse_retry_after, retrying
 from .servers import Route
 from .wire import MalformedResponse, Wire, excerpt, is_overflow
@@ -284,8 +284,9 @@ class ModelClient:
                 return policy(self._attempt, self._client_or_new(), sent, partial)
             except Retryable as exc:
                 if not self._route.can_move():
-                    raise AgentError(f"{self.endpoint}: gave up after {self.max_retries + 1} requests for "
-                                     f"this turn (--max-retries {self.max_retries}); last error: {exc}") from None
+                    error = ModelUnavailable if exc.unavailable else AgentError
+                    raise error(f"{self.endpoint}: gave up after {self.max_retries + 1} requests for "
+                                f"this turn (--max-retries {self.max_retries}); last error: {exc}") from None
                 move = self._route.move(f"{self.endpoint}: {exc}")
                 self._use_server(self._route.url)
                 self._turn.setdefault("server_moves", []).append(move)
@@ -324,9 +325,9 @@ class ModelClient:
                 raise ContextOverflow(f"{self.endpoint}: {problem}") from None
             if exc.status_code not in RETRYABLE_STATUS:
                 raise AgentError(f"{self.endpoint}: {problem} (not retried)") from None
-            raise Retryable(problem, parse_retry_after(exc.response.headers)) from None
+            raise Retryable(problem, parse_retry_after(exc.response.headers), unavailable=True) from None
         except openai.APITimeoutError:
-            raise Retryable(f"no response within {self.timeout_s} s") from None
+            raise Retryable(f"no response within {self.timeout_s} s", unavailable=True) from None
         except openai.APIConnectionError as exc:
             raise Retryable(f"connection failed: {exc.__cause__ or exc}", server_down=True) from None
         except streaming.StreamBroken as exc:

@@ -34,11 +34,15 @@ RETRYABLE_STATUS = frozenset({408, 409, 429}) | frozenset(range(500, 600))
 class Retryable(Exception):
     """A failed request a retry may fix; ``retry_after``: the wait the server asked for."""
 
-    def __init__(self, problem: str, retry_after: float | None = None, server_down: bool = False) -> None:
+    def __init__(self, problem: str, retry_after: float | None = None, server_down: bool = False,
+                 unavailable: bool = False) -> None:
         super().__init__(problem)
         self.retry_after = retry_after
         #: the server refused or reset the connection (worth moving to another)
         self.server_down = server_down
+        #: the server did not answer (down, overloaded, too slow), as against an answer that
+        #: was malformed: when the retries run out, the first is ModelUnavailable
+        self.unavailable = unavailable or server_down
 
 
 def retrying(max_retries: int, backoff_base_s: float, backoff_max_s: float,
