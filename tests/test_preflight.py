@@ -55,6 +55,10 @@ def test_everything_present_passes(tmp_path):
     done = dry_run(tmp_path)
     assert done.returncode == 0, done.stderr
     assert "preflight passed" in done.stderr and "process provider" in done.stderr and "MB free" in done.stderr
+    assert "a new run folder" in done.stderr
+    limited = dry_run(tmp_path, "--limit", "2")
+    assert limited.returncode == 0, limited.stderr
+    assert limited.stdout.strip().splitlines()[-2] == "--limit 2: the run takes the first 2 runnable tasks"
 
 
 def test_no_key_for_openai_itself(tmp_path):

@@ -472,7 +472,11 @@ def census(cfg: RunConfig) -> str:
                           "or humaneval")
     task_set = load_task_set(cfg.data, default_mode=cfg.mode, validators=task_validators(),
                              domain=cfg.domain, index=cfg.osworld_index)
-    return "\n".join(census_lines(task_set))
+    lines = census_lines(task_set)
+    if cfg.limit:  # before the last line, which scripts read
+        lines.insert(-1, f"--limit {cfg.limit}: the run takes the first "
+                         f"{min(cfg.limit, len(task_set.tasks))} runnable tasks")
+    return "\n".join(lines)
 
 
 def check_honoured(cfg: RunConfig, owners: dict[str, tuple[str, frozenset[str]]]) -> None:
