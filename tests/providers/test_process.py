@@ -28,7 +28,7 @@ from parallel_rollout.pool.providers import get_provider
 from parallel_rollout.pool.providers.base import ProviderOptions
 from parallel_rollout.pool.providers import cgroups, standby
 from parallel_rollout.pool.providers.process import ProcessProvider
-from pool_support import wait_until
+from pool_support import fds_above, wait_until
 from process_support import (_alive, _processes_naming, _sandbox_pids, base_dir, no_leaked_sandbox,  # noqa: F401
                              provider, snapshot, vm)
 
@@ -120,6 +120,20 @@ def test_reset_restores_snapshot_and_kills_everything(provider, vm):
     assert listing.split() == ["./a.txt", "./sub/b.txt", "initial"]
     assert "sleep" not in client.execute(["ps", "-eo", "comm"])["output"]
     vm.private.update(new.private)  # so the fixture stops the live one
+
+
+def test_boot_and_reset_among_fds_above_1023(provider):
+    """With --num-vms 200 the pool's process held fds above 1023, which select() refused:
+    8 VMs died at boot ("filedescriptor out of range in select()"). Every pipe, socket and
+    pidfd of these boots is above it (tests/test_high_fds.py: each wait alone)."""
+    with fds_above(1024):
+        info = provider.start("vm0")
+        try:
+            assert GuestClient(info.address).execute(["true"])["returncode"] == 0
+            info = provider.reset(info)
+            assert GuestClient(info.address).execute(["true"])["returncode"] == 0
+        finally:
+            provider.stop(info)
 
 
 def test_reset_speed(provider, vm):

@@ -32,13 +32,14 @@ import atexit
 import json
 import logging
 import os
-import select
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
 from typing import Any
+
+from ..guest.agent_output import readable_within
 
 #: seconds one grade (parse both answers and compare them) may take
 DEFAULT_GRADE_TIMEOUT_S = 5.0
@@ -181,8 +182,7 @@ class Grader:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return None
-            ready, _, _ = select.select([fd], [], [], remaining)
-            if not ready:
+            if not readable_within(fd, remaining):  # poll: any fd, select() none above 1023
                 continue
             chunk = os.read(fd, 65536)
             if not chunk:

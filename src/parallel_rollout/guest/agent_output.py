@@ -126,6 +126,13 @@ def exited_within(proc, timeout: float) -> bool:
 def pidfd_exited(fd: int, timeout: float) -> bool:
     """Whether the process of pidfd ``fd`` exits within ``timeout`` seconds (its pidfd polls
     readable)."""
+    return readable_within(fd, timeout)
+
+
+def readable_within(fd: int, timeout: float) -> bool:
+    """Whether ``fd`` polls readable (data, its end, an error, a pidfd's exit) within
+    ``timeout`` seconds. poll, never select: select() refuses an fd of 1024 or more
+    (FD_SETSIZE), and a pool of hundreds of VMs holds more fds than that."""
     import select
 
     poller = select.poll()

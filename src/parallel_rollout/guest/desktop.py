@@ -71,9 +71,11 @@ import time
 try:
     from .agent_commands import as_user, give
     from .agent_http import HTTPError
+    from .agent_output import readable_within
 except ImportError:  # a sibling file in the guest, not a package
     from agent_commands import as_user, give  # type: ignore[no-redef]
     from agent_http import HTTPError  # type: ignore[no-redef]
+    from agent_output import readable_within  # type: ignore[no-redef]
 
 #: the display every desktop VM uses: the sandbox has its own /tmp and network namespace
 DISPLAY = ":0"
@@ -363,10 +365,8 @@ def find(program: str, extra_dirs: tuple[str, ...] = ()) -> str | None:
 
 
 def _wait_readable(fd: int, deadline: float, what: str) -> None:
-    import select
-
     remaining = deadline - time.monotonic()
-    if remaining <= 0 or not select.select([fd], [], [], remaining)[0]:
+    if remaining <= 0 or not readable_within(fd, remaining):
         raise RuntimeError(f"{what} was not ready in time")
 
 

@@ -178,15 +178,21 @@ def relay_one(outside):
         inside.connect(AGENT_SOCKET)
         inside.sendall(first)
         peer = {outside: inside, inside: outside}
-        open_ends = [outside, inside]
+        # poll, not select: select() refuses fds above 1023 (a relay each of 500 connections)
+        poller, open_ends = select.poll(), {}
+        for end in (outside, inside):
+            poller.register(end, select.POLLIN)
+            open_ends[end.fileno()] = end
         while open_ends:
-            for end in select.select(open_ends, [], [])[0]:
+            for fd, _ in poller.poll():
+                end = open_ends[fd]
                 data = end.recv(262144)
                 if data:
                     peer[end].sendall(data)
                 else:  # EOF one way: pass it on, keep the other way open
                     peer[end].shutdown(socket.SHUT_WR)
-                    open_ends.remove(end)
+                    poller.unregister(fd)
+                    del open_ends[fd]
     except (OSError, ValueError):
         pass  # the agent is not up yet, or either side went away: drop the connection
     finally:

@@ -49,7 +49,7 @@ from concurrent.futures import Future
 from pathlib import Path
 
 from ...errors import VMError
-from ...guest.agent_output import pidfd_exited, wait_exit
+from ...guest.agent_output import pidfd_exited, readable_within, wait_exit
 from . import cgroups
 from .common import create_time, exit_status, runs_vm, same_process, signal_name
 
@@ -347,16 +347,14 @@ def kill_recorded(meta: dict, vm_dir: Path) -> None:
 
 
 def read_until(fd: int, terminator: bytes, deadline: float) -> bytes:
-    """Bytes from a pipe up to ``terminator`` or EOF; VMError at the deadline."""
-    import select
-
+    """Bytes from a pipe up to ``terminator`` or EOF; VMError at the deadline. Any fd: a
+    pool of a few hundred VMs holds fds above select()'s 1023 (``readable_within``)."""
     data = b""
     while terminator not in data:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             raise VMError("timed out waiting for the guest agent")
-        readable, _, _ = select.select([fd], [], [], remaining)
-        if not readable:
+        if not readable_within(fd, remaining):
             continue
         chunk = os.read(fd, 4096)
         if not chunk:
