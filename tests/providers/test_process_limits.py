@@ -5,6 +5,7 @@ cgroup hierarchy refuses (no limit then, but the tmpfs folders are still sized).
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 from pathlib import Path
@@ -14,8 +15,9 @@ import pytest
 from parallel_rollout.errors import ConfigError, VMError
 from parallel_rollout.guest.client import GuestClient
 from parallel_rollout.pool.providers.base import ProviderOptions
-from parallel_rollout.pool.providers import cgroups
+from parallel_rollout.pool.providers import cgroups, process, standby
 from parallel_rollout.pool.providers.process import ProcessProvider
+from parallel_rollout.pool.providers.sandbox_uids import SandboxUids
 from process_support import base_dir, no_cgroups, no_leaked_sandbox  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
@@ -116,3 +118,26 @@ def test_the_base_folder_must_be_ours(tmp_path):
         os.chown(theirs, 65534, 65534)
         with pytest.raises(ConfigError, match="belongs to uid 65534"):
             ProcessProvider("r", base_dir=theirs).start("vm0")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="an unprivileged runner's VMs share its uid")
+def test_a_full_uid_range_is_a_clear_error_never_a_uid_outside_it(base_dir, tmp_path, monkeypatch):
+    """The range holds 1000 uids and a VM takes one per folder (2-3): --num-vms 400 needs
+    more. A pool that alone needs more is refused before it starts; one that finds the rest
+    held by other runs fails that VM's boot, and gives back what it took. Both name the range
+    and the variable that moves it (a range of 4 here, in a lock folder of this test's)."""
+    monkeypatch.setenv(standby.STANDBY_ENV, "1")  # two folders a VM
+    small = functools.partial(SandboxUids, first=64000, count=4, lock_dir=tmp_path / "uids")
+    monkeypatch.setattr(process, "SandboxUids", small)
+    the_range = r"uids 64000-64003, whose start \$PARALLEL_ROLLOUT_SANDBOX_UID moves"
+    with pytest.raises(ConfigError, match=rf"3 VMs take 6 sandbox uids \(2 each\), more than the 4 of "
+                                          rf"the range \({the_range}\).*PARALLEL_ROLLOUT_PROCESS_STANDBY=0"):
+        ProcessProvider("r", ProviderOptions(pool_size=3), base_dir=base_dir)
+    provider = ProcessProvider("r", ProviderOptions(pool_size=2), base_dir=base_dir)
+    other_run = small()
+    assert [other_run.acquire(f"x{i}") for i in range(3)] == [64000, 64001, 64002]
+    with pytest.raises(VMError, match=rf"all 4 sandbox uids \({the_range}\) are held by live VMs on "
+                                      r"this machine, 1 of them by this run; vm0\.b has none"):
+        provider.start("vm0")
+    assert [p.name for p in base_dir.iterdir() if not p.name.startswith(".")] == []
+    assert provider._uids.uid("vm0") is None and other_run.acquire("x3") == 64003

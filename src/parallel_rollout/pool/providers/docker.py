@@ -166,6 +166,7 @@ class DockerProvider(SpareContainers, Provider):
         self._init_spares()
         #: a uid of each VM's own for its commands: per-user kernel limits are per VM
         self._uids = SandboxUids()
+        self._uids.check_room(self.options.pool_size)
         #: reset verification from the host through /proc/<docker-init>/root; the image's
         #: home is the snapshot (verify.py); full adds the writable layer (layer_diff.py)
         self._view = LayerView(self.options.verify_reset or "fast", GUEST_HOME, None,

@@ -197,6 +197,8 @@ class ProcessProvider(Provider):
             self._boot_in, lambda info: same_process(info.private["pid"], info.private["create_time"]),
             lambda info: kill_sandbox(info.private), depth=standby.depth(self.options.pool_size),
             check=self.verify)
+        self._uids.check_room(self.options.pool_size, self._standby.depth + 1,
+                              f" or with fewer standbys (${standby.STANDBY_ENV}=0: one uid a VM)")
         if self.options.desktop:
             missing = sorted({pkg for prog, pkg in DESKTOP_PROGRAMS.items() if not shutil.which(prog)})
             if missing:

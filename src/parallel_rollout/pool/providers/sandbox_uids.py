@@ -18,6 +18,11 @@ shares a uid with it; a container VM keeps one across its resets::
 
 The lock is an ``flock`` held by the process that owns the VM, so two runs on one machine
 never hand out one uid twice, and a killed run frees its uids with its last file descriptor.
+
+**A full range** is never a uid outside it, nor a VM without one: a pool that alone needs
+more uids than the range holds is a ConfigError before anything starts (``check_room``: with
+``--num-vms 400`` a process VM's 2-3 folders take 800-1200), and a boot that finds every uid
+held (by other runs too) is a VMError; both name the range and ``$PARALLEL_ROLLOUT_SANDBOX_UID``.
 """
 
 from __future__ import annotations
@@ -64,6 +69,20 @@ class SandboxUids:
         self._lock = threading.Lock()
         self._held: dict[str, tuple[int, int]] = {}  # key -> (uid, lock fd)
 
+    def describe(self) -> str:
+        """The range, and how to move it: for error messages."""
+        return (f"uids {self.first}-{self.first + self.count - 1}, whose start "
+                f"${SANDBOX_UID_ENV} moves")
+
+    def check_room(self, vms: int, per_vm: int = 1, fewer: str = "") -> None:
+        """ConfigError when ``vms`` VMs that take ``per_vm`` uids each need more than the
+        range holds, before any boots: else the VMs past it would each fail to boot and spend
+        the pool's replacements. ``fewer``: another way to take fewer uids, for the message."""
+        if self.enabled and vms * per_vm > self.count:
+            raise ConfigError(
+                f"{vms} VMs take {vms * per_vm} sandbox uids ({per_vm} each), more than the "
+                f"{self.count} of the range ({self.describe()}): run fewer VMs at once{fewer}")
+
     def acquire(self, key: str) -> int | None:
         """``key``'s uid: the one it holds, else the lowest free one of the range (None
         when not enabled); VMError when every uid is held."""
@@ -82,8 +101,9 @@ class SandboxUids:
                     continue
                 self._held[key] = (uid, fd)
                 return uid
-        raise VMError(f"all {self.count} sandbox uids ({self.first}..{self.first + self.count - 1}) "
-                      f"are held by live VMs on this machine; {key} has none")
+        raise VMError(f"all {self.count} sandbox uids ({self.describe()}) are held by live VMs "
+                      f"on this machine, {len(self._held)} of them by this run; {key} has none: "
+                      "run fewer VMs at once, or start the other runs with a range of their own")
 
     def uid(self, key: str) -> int | None:
         """The uid ``key`` holds, or None."""
