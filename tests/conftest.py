@@ -41,6 +41,12 @@ def leftover_sandboxes() -> list[str]:
                   if p.is_dir() and not p.parent.name.startswith("."))
 
 
+def vm_folders_of(run_id: str) -> list[str]:
+    """This session's VM folders of ``run_id``, as ``leftover_sandboxes`` names them (each
+    pool of the run has a folder of its own, ``<run id>@<key>``)."""
+    return [p for p in leftover_sandboxes() if p.partition("/")[0].partition("@")[0] == run_id]
+
+
 #: every process this session starts inherits this, orphans included: the leak check
 #: finds them by it even after their parent died and init adopted them
 _MARKER = ("PR_TEST_SANDBOX_ROOT", os.environ["PR_TEST_SANDBOX_ROOT"])

@@ -281,3 +281,35 @@ def test_pool_through_the_manager_process(tmp_path):
         pool.shutdown()
         manager.shutdown()
     assert VMState.DEAD.value in {e["to"] for e in events(tmp_path)}
+
+
+def test_two_pools_of_one_run_id_at_once_boot_without_a_failure(tmp_path):
+    """Two runs of one run id in two output folders may run at once, each with its pool (a
+    Manager process). The pools kept a VM id's sandboxes in one folder: the second one's
+    boots failed ("VM vm-0 of run same is already running") and each cost a replacement
+    (three such runs left the third none). Each pool has folders of its own now."""
+    import multiprocessing
+
+    run_id = f"same{time.monotonic_ns() % 10**9}"
+    pools = []
+    try:
+        for name in ("a", "b"):
+            pools.append(start_pool(multiprocessing.get_context("spawn"), "process", run_id, 2,
+                                    events_path=str(tmp_path / f"events-{name}.jsonl")))
+        for turn in range(3):  # the resets move the VMs into their standbys' folders
+            for _, pool in pools:
+                wait_for(lambda: pool.stats()["states"]["idle"] == 2, timeout=30)
+                held = [pool.lease(f"w{i}", f"t{i}#{turn}", 30, i + 1) for i in range(2)]
+                for info in held:
+                    assert GuestClient(info.address).execute(["true"])["returncode"] == 0
+                    pool.release(info.vm_id)
+        for (_, pool), name in zip(pools, ("a", "b")):
+            wait_for(lambda: pool.stats()["states"]["idle"] == 2)
+            stats = pool.stats()
+            assert (stats["boot_failures"], stats["replacements"], stats["replacements_left"]) == (0, 0, 4), stats
+            lines = (tmp_path / f"events-{name}.jsonl").read_text()
+            assert "boot failed" not in lines, lines
+    finally:
+        for manager, pool in pools:
+            pool.shutdown()
+            manager.shutdown()

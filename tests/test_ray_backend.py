@@ -115,7 +115,7 @@ def test_vms_sweep_backend_ray_cleans_every_node(cluster, tmp_path):
         time.sleep(0.1)
     proc.kill()
     proc.wait()
-    assert [d for d in leftover_sandboxes() if d.startswith("killed/")], "the killed run left nothing to sweep"
+    assert [d for d in leftover_sandboxes() if d.startswith("killed@")], "the killed run left nothing to sweep"
     sweep = subprocess.run([sys.executable, "-m", "parallel_rollout.cli", "vms", "sweep", "--backend", "ray",
                             "--ray-address", cl.address, "--run-id", "killed"],
                            capture_output=True, text=True, timeout=120)

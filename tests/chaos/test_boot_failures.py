@@ -22,6 +22,7 @@ from conftest import _SANDBOX_ROOT, assert_exactly_once, read_results, shell_tas
 from parallel_rollout.cli import main
 from parallel_rollout.errors import VMError
 from parallel_rollout.pool.providers import ProviderOptions
+from parallel_rollout.pool.providers.common import run_folders
 from parallel_rollout.pool.providers.process import ProcessProvider
 
 
@@ -109,7 +110,7 @@ def test_a_failed_boot_leaves_nothing_behind(how):
         provider = cls(f"failed-boot-{how}", ProviderOptions(boot_timeout_s=boot_timeout))
         with pytest.raises(VMError, match=says):
             provider.start(f"vm-{attempt}")
-        assert not (_SANDBOX_ROOT / f"failed-boot-{how}").exists()
+        assert not run_folders(_SANDBOX_ROOT, f"failed-boot-{how}")
     assert stray_processes() == [], "a sandbox outlived its failed boot"
     assert ProcessProvider.sweep(f"failed-boot-{how}") == []
 
@@ -129,7 +130,7 @@ def test_ctrl_c_during_a_slow_boot_does_not_wait_for_the_boot(tmp_path):
     try:
         deadline = time.monotonic() + 60
         while not any("init_pid" in meta.read_text()  # the sandbox runs: the boot is under way
-                      for meta in (_SANDBOX_ROOT / "slowboot").glob("vm-*/meta.json")):
+                      for meta in _SANDBOX_ROOT.glob("slowboot@*/vm-*/meta.json")):
             assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
             time.sleep(0.05)
         time.sleep(1.0)

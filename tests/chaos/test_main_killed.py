@@ -29,7 +29,7 @@ from click.testing import CliRunner
 
 from chaos_support import (mixed_tasks, reap_adopted_sandboxes, seeded_rng, start_marked_cli, stderr_of,
                            stray_processes, wait_until_gone, write_tasks)
-from conftest import _SANDBOX_ROOT, assert_exactly_once, finals_by_key, read_results
+from conftest import assert_exactly_once, finals_by_key, read_results, vm_folders_of
 from parallel_rollout.cli import main
 
 KILLS = 10
@@ -82,7 +82,6 @@ def test_main_process_killed_ten_times_then_resumed(tmp_path):
     tasks = mixed_tasks(TASKS, rng, sleeps=SLEEPS)
     data = write_tasks(tmp_path / "tasks.jsonl", tasks)
     run_dir = tmp_path / "out" / RUN_ID
-    vm_dirs = _SANDBOX_ROOT / RUN_ID
     log = []
     for cycle in range(KILLS):
         mark = uuid.uuid4().hex
@@ -100,10 +99,10 @@ def test_main_process_killed_ten_times_then_resumed(tmp_path):
         gone_after = time.monotonic() - killed_at
         # The Manager stops its VMs when its parent dies ("a leaked VM after any kill: zero");
         # sweep would clean what it missed, but it should find nothing.
-        leftover = sorted(p.name for p in vm_dirs.iterdir()) if vm_dirs.exists() else []
+        leftover = vm_folders_of(RUN_ID)
         swept = sweep_run()
         assert not leftover and swept == "removed 0 process VM(s)", f"cycle {cycle}: the killed run left {leftover}"
-        assert not vm_dirs.exists() or not any(vm_dirs.iterdir()), f"cycle {cycle}: sweep left {list(vm_dirs.iterdir())}"
+        assert not vm_folders_of(RUN_ID), f"cycle {cycle}: sweep left {vm_folders_of(RUN_ID)}"
         assert stray_processes() == []
         finals = assert_no_doubles(run_dir)
         log.append(f"cycle {cycle}: killed after {delay:.2f}s, its processes gone {gone_after:.1f}s later, "

@@ -29,6 +29,7 @@ import pytest
 from chaos_support import (mixed_tasks, reap_adopted_sandboxes, seeded_rng, start_marked_cli, stderr_of,
                            stray_processes, wait_until_gone, write_tasks)
 from conftest import _SANDBOX_ROOT, assert_exactly_once
+from parallel_rollout.pool.providers.common import run_folders
 
 #: seconds from the kill to the runner's "manager process died" line, and to its exit
 NOTICE_WITHIN_S = 3.0
@@ -89,7 +90,7 @@ def test_manager_death_is_noticed_fast_stops_everything_and_the_printed_resume_w
           f"exited in {exited_after:.2f}s")
     assert noticed_after < NOTICE_WITHIN_S and exited_after < EXIT_WITHIN_S
     assert not wait_until_gone(mark, timeout=10), "a worker or sandbox outlived the run"
-    assert not (_SANDBOX_ROOT / "mgr").exists() and stray_processes() == []
+    assert not run_folders(_SANDBOX_ROOT, "mgr") and stray_processes() == []
     assert whole_lines(run_dir / "results.jsonl").startswith(before), "a finished result was lost"
 
     resume_line = next(line for line in err.splitlines() if line.startswith("resume with: "))

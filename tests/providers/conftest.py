@@ -30,6 +30,7 @@ import pytest
 from parallel_rollout.errors import ConfigError, ProviderUnavailable
 from parallel_rollout.pool.providers import get_provider
 from parallel_rollout.pool.providers.base import ProviderOptions
+from parallel_rollout.pool.providers.common import POOL_SEP, run_folders
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERD_SCRIPT = ROOT / "scripts" / "dockerd.sh"
@@ -89,10 +90,10 @@ class Harness:
 
     @staticmethod
     def files_under(base_env: str, run_id: str) -> list[str]:
-        run_dir = Path(os.environ[base_env]) / run_id
-        if not run_dir.exists():
-            return []
-        return [f"file {p}" for p in sorted(run_dir.rglob("*"))] or [f"folder {run_dir}"]
+        found = []
+        for run_dir in run_folders(Path(os.environ[base_env]), run_id):  # each pool's of the run
+            found += [f"file {p}" for p in sorted(run_dir.rglob("*"))] or [f"folder {run_dir}"]
+        return found
 
     @staticmethod
     def processes_mentioning(marker: str, names: tuple[str, ...]) -> list[str]:
@@ -121,7 +122,7 @@ class ProcessHarness(Harness):
     def leftovers(self, run_id: str) -> list[str]:
         base = os.environ["PARALLEL_ROLLOUT_PROCESS_DIR"]
         return (self.files_under("PARALLEL_ROLLOUT_PROCESS_DIR", run_id)
-                + self.processes_mentioning(f"{base}/{run_id}/", ("bwrap",)))
+                + self.processes_mentioning(f"{base}/{run_id}{POOL_SEP}", ("bwrap",)))
 
 
 class DockerHarness(Harness):

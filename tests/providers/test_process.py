@@ -49,9 +49,11 @@ def test_start_execute_and_files(vm, base_dir):
     client.write_file("~/new/file.bin", b"\x00\x01data")
     assert client.read_file("/home/user/new/file.bin") == b"\x00\x01data"
     # the home is a sized tmpfs of the sandbox, not a folder on the host's disk
-    assert not (base_dir / "run1/vm0/home").exists()
+    vm_dir = Path(vm.private["vm_dir"])
+    assert vm_dir.parent.parent == base_dir and vm_dir.parent.name.startswith("run1@")  # the pool's own
+    assert not (vm_dir / "home").exists()
     assert "tmpfs" in client.execute("df --output=fstype ~ /tmp", shell=True)["output"]
-    meta = (base_dir / "run1/vm0/meta.json").read_text()
+    meta = (vm_dir / "meta.json").read_text()
     assert '"run_id": "run1"' in meta and str(vm.private["pid"]) in meta
 
 
@@ -159,7 +161,7 @@ def test_healthy_false_after_outside_kill_and_stop_is_idempotent(provider, vm, b
     assert not provider.healthy(vm)
     provider.stop(vm)
     provider.stop(vm)
-    assert not (base_dir / "run1" / "vm0").exists()
+    assert not Path(vm.private["vm_dir"]).exists()
     assert not [p for p in _sandbox_pids(vm) if _alive(p)]
 
 
@@ -209,7 +211,7 @@ def test_stop_removes_processes_and_folder(provider, base_dir):
     pids = _sandbox_pids(info)
     provider.stop(info)
     assert not [p for p in pids if _alive(p)]
-    assert not (base_dir / "run1").exists()
+    assert not provider.run_dir.exists()
 
 
 def test_sandbox_outlives_the_thread_that_started_it(provider):
@@ -238,7 +240,7 @@ def test_standbys_per_vm_follow_the_cpus_unless_set(monkeypatch, base_dir):
         monkeypatch.setenv(standby.STANDBY_ENV, text)
         with pytest.raises(ConfigError, match=f"PARALLEL_ROLLOUT_PROCESS_STANDBY={text!r}: give the standby sandboxes per VM, 0 to 4"):
             ProcessProvider("depth", ProviderOptions(boot_timeout_s=10), base_dir=base_dir)
-    assert not (base_dir / "depth").exists()
+    assert not list(base_dir.glob("depth*"))
 
 
 def test_two_standbys_take_turns_with_the_vm_in_three_folders(monkeypatch, base_dir):
@@ -258,8 +260,9 @@ def test_two_standbys_take_turns_with_the_vm_in_three_folders(monkeypatch, base_
             assert GuestClient(vm.address).execute("cat /tmp/step", shell=True)["returncode"] != 0
         assert seen == ["vm0", "vm0.b", "vm0.c", "vm0", "vm0.b"]  # the first reset boots its own
         def sandboxes() -> list[str]:  # the folders some bwrap names
-            return sorted({arg.split("/turns/")[1].split("/")[0] for proc in _processes_naming(base_dir / "turns")
-                           for arg in proc.cmdline() if "/turns/" in arg})
+            pool = f"{provider.run_dir}/"
+            return sorted({arg.split(pool)[1].split("/")[0] for proc in _processes_naming(provider.run_dir)
+                           for arg in proc.cmdline() if pool in arg})
 
         deadline = time.monotonic() + 20
         while sandboxes() != ["vm0", "vm0.b", "vm0.c"] and time.monotonic() < deadline:
@@ -268,8 +271,8 @@ def test_two_standbys_take_turns_with_the_vm_in_three_folders(monkeypatch, base_
     finally:
         provider.stop(vm)
     assert not [pid for pid in pids if _alive(pid)]
-    assert not _processes_naming(base_dir / "turns")
-    assert not (base_dir / "turns").exists()
+    assert not _processes_naming(provider.run_dir)
+    assert not provider.run_dir.exists()
 
 
 def test_run_guest_is_emptied_by_a_reset(provider, vm):
@@ -351,8 +354,8 @@ def test_a_reset_hands_out_its_standby_and_kills_the_old_sandbox_behind_it(monke
     finally:
         provider.stop(vm)  # at once: the replaced sandbox may still be dying
     assert not [pid for pid in pids if _alive(pid)]
-    assert not _processes_naming(base_dir / "swap")
-    assert not (base_dir / "swap").exists()
+    assert not _processes_naming(provider.run_dir)
+    assert not provider.run_dir.exists()
 
 
 def _wait_for_standby(provider, vm_id: str) -> None:

@@ -23,6 +23,7 @@ import pytest
 
 from parallel_rollout.errors import VMError
 from parallel_rollout.pool.providers.base import ProviderOptions
+from parallel_rollout.pool.providers.common import run_folders
 from parallel_rollout.pool.providers.process import ProcessProvider
 from process_support import (_alive, _processes_naming, base_dir, no_cgroups, no_leaked_sandbox,  # noqa: F401
                              provider, snapshot, vm)
@@ -58,17 +59,18 @@ def test_sweep_after_owner_is_killed(base_dir):
         while any(_alive(p) for p in pids) and time.monotonic() < deadline:
             time.sleep(0.02)
         assert not any(_alive(p) for p in pids), "sandboxes outlived their owner"
-        assert sorted(os.listdir(base_dir / "crashed")) == ["vm0", "vm1"]  # folders remain
+        [crashed] = run_folders(base_dir, "crashed")
+        assert sorted(os.listdir(crashed)) == ["vm0", "vm1"]  # folders remain
 
         # without a run id: only runs whose owner is gone
         assert sorted(ProcessProvider.sweep(base_dir=base_dir)) == ["vm0", "vm1"]
-        assert not (base_dir / "crashed").exists()
+        assert not crashed.exists()
         assert all(_alive(p) for p in live_pids)
 
         # with a run id: that run goes, even though its owner still lives
         assert sorted(ProcessProvider.sweep("live", base_dir=base_dir)) == ["vm0", "vm1"]
         assert not any(_alive(p) for p in live_pids)
-        assert not (base_dir / "live").exists()
+        assert not run_folders(base_dir, "live")
         assert ProcessProvider.sweep(base_dir=base_dir) == []
         assert (base_dir / ".agent-bytecode").is_dir()  # a cache, not a run: no sweep takes it
     finally:
@@ -88,7 +90,7 @@ real = sandbox_processes.guarded
 sandbox_processes.guarded = lambda argv, owner, procs=(): real(
     ["/bin/sh", "-c", 'sleep 1; exec "$@"', "slow", *argv], owner, procs)
 provider = ProcessProvider("dying", base_dir=sys.argv[1])
-print("booting", flush=True)
+print("booting", provider.run_dir, flush=True)
 provider.start("vm0")
 time.sleep(600)
 """
@@ -102,9 +104,10 @@ def test_an_owner_killed_while_it_forks_a_sandbox_leaves_nothing(base_dir):
     from its first instruction on."""
     owner = subprocess.Popen([sys.executable, "-c", _DYING_OWNER, str(base_dir)],
                              stdout=subprocess.PIPE, text=True)
-    vm_dir = base_dir / "dying" / "vm0"
+    said, run_dir = (owner.stdout.readline().split() + ["", ""])[:2]
+    vm_dir = Path(run_dir or base_dir / "dying") / "vm0"
     try:
-        assert owner.stdout.readline().strip() == "booting"
+        assert said == "booting"
         deadline = time.monotonic() + 10
         while not _processes_naming(vm_dir) and time.monotonic() < deadline:
             time.sleep(0.01)  # the fork is under way: the slow shell names the folder
@@ -139,7 +142,7 @@ def owner(base_dir):
         if bwraps and bwraps[0].children():
             break
         time.sleep(0.01)
-    print("held" if bwraps and bwraps[0].children() else "not held", flush=True)
+    print(provider.run_dir, "held" if bwraps and bwraps[0].children() else "not held", flush=True)
     sys.exit(0)  # a boot under way, as when the pool's Manager exits after a shutdown
 
 if __name__ == "__main__":
@@ -164,9 +167,10 @@ def test_an_owner_that_exits_during_a_boot_leaves_no_child_of_bwrap(base_dir, tm
     script.write_text(_EXITING_OWNER)
     owner = subprocess.run([sys.executable, str(script), str(base_dir), how,
                             str(Path(__file__).parent)], capture_output=True, text=True, timeout=60)
-    vm_dir = base_dir / "exiting" / "vm0"
+    run_dir, _, said = owner.stdout.strip().partition(" ")
+    vm_dir = Path(run_dir or base_dir / "exiting") / "vm0"
     try:
-        assert owner.stdout.strip() == "held", owner.stderr[-2000:]
+        assert said == "held", owner.stderr[-2000:]
         deadline = time.monotonic() + 3
         while _processes_naming(vm_dir) and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -185,20 +189,46 @@ def test_sweep_of_another_run_leaves_ours_alone(provider, vm, base_dir):
     assert provider.healthy(vm)
 
 
-@pytest.mark.parametrize("folder", ["vm0", "vm0.b"])
-def test_a_vm_folder_of_another_live_run_of_the_run_id_is_left_alone(base_dir, folder):
-    """Two runs of one run id (two output folders) name their VMs alike. A folder of the other
-    run whose pool lives, between two boots of its VM (no sandbox in it, the VM in its standby's
-    folder), is that run's: a boot here refuses it instead of removing it (that broke the other
-    run's VM mid-task, blamed on its task)."""
-    other_pool = subprocess.Popen(["sleep", "60"])
+def test_two_live_runs_of_one_run_id_boot_the_same_vm_ids_each_in_its_own_folders(base_dir):
+    """Two runs of one run id (two output folders) may run at once. Their pools kept
+    ``<base>/<run id>/vm-0`` alike, and the second one's boots failed ("VM vm-0 of run same is
+    already running") and spent its VM replacements. Each pool has a folder of its own now
+    (``<run id>@<key>``): both boot, reset and stop their vm0 and vm1, a sweep of the run's
+    orphans leaves the live one's alone, and takes them once that pool is gone."""
+    other_pool, theirs = _start_owner("same", base_dir)
     try:
-        vm_dir = base_dir / "same" / folder
+        provider = ProcessProvider("same", ProviderOptions(boot_timeout_s=10), base_dir=base_dir)
+        ours = [provider.start(f"vm{i}") for i in range(2)]
+        try:
+            ours = [provider.reset(info) for info in ours]  # into the standbys' folders
+            assert all(provider.healthy(info) for info in ours)
+            assert ProcessProvider.sweep("same", base_dir=base_dir, orphans_only=True) == []
+            assert all(provider.healthy(info) for info in ours) and all(_alive(p) for p in theirs)
+        finally:
+            for info in ours:
+                provider.stop(info)
+        assert all(_alive(p) for p in theirs) and not provider.run_dir.exists()
+        [their_folder] = run_folders(base_dir, "same")
+    finally:
+        other_pool.kill()
+        other_pool.wait()
+    assert sorted(ProcessProvider.sweep("same", base_dir=base_dir, orphans_only=True)) == ["vm0", "vm1"]
+    assert not their_folder.exists()
+
+
+@pytest.mark.parametrize("folder", ["vm0", "vm0.b"])
+def test_a_live_pools_vm_folder_is_never_taken_over(base_dir, folder):
+    """A folder of this pool's that names another live pool as its owner (which the pools'
+    keys make unlikely: it was how two runs of one run id met) is left alone: a boot refuses
+    it rather than break that pool's VM mid-task, and takes it once that pool is gone."""
+    other_pool = subprocess.Popen(["sleep", "60"])
+    provider = ProcessProvider("same", ProviderOptions(boot_timeout_s=10), base_dir=base_dir)
+    try:
+        vm_dir = provider.run_dir / folder
         vm_dir.mkdir(parents=True)
         (vm_dir / "meta.json").write_text(json.dumps({
             "run_id": "same", "vm_id": "vm0", "vm_dir": str(vm_dir), "owner_pid": other_pool.pid,
             "owner_create_time": psutil.Process(other_pool.pid).create_time()}))
-        provider = ProcessProvider("same", ProviderOptions(boot_timeout_s=10), base_dir=base_dir)
         with pytest.raises(VMError, match=rf"belongs to another live run of that id \(pool pid {other_pool.pid}\)"):
             provider.start("vm0")
         assert (vm_dir / "meta.json").is_file()
@@ -207,8 +237,6 @@ def test_a_vm_folder_of_another_live_run_of_the_run_id_is_left_alone(base_dir, f
     finally:
         other_pool.kill()
         other_pool.wait()
-    # once that run's pool is gone, the folder is a leftover: the next boot takes its place
-    provider = ProcessProvider("same", ProviderOptions(boot_timeout_s=10), base_dir=base_dir)
     vm = provider.start("vm0")
     try:
         assert provider.healthy(vm)
@@ -290,7 +318,8 @@ def test_bwrap_killed_before_it_reports_its_init_leaves_no_orphan(machine, base_
     Stuck = StuckProvider
     real_read_until = process.read_until
     held: list[psutil.Process] = []
-    vm_dir = base_dir / "orphan" / "vm0"
+    provider = Stuck("orphan", ProviderOptions(boot_timeout_s=5), base_dir=base_dir)
+    vm_dir = provider.run_dir / "vm0"
 
     def kill_bwrap_then_read(fd, terminator, deadline):
         if terminator == b"}":  # the --info-fd read: bwrap is stuck writing it
@@ -307,7 +336,6 @@ def test_bwrap_killed_before_it_reports_its_init_leaves_no_orphan(machine, base_
         return real_read_until(fd, terminator, deadline)
 
     monkeypatch.setattr(process, "read_until", kill_bwrap_then_read)
-    provider = Stuck("orphan", ProviderOptions(boot_timeout_s=5), base_dir=base_dir)
     with pytest.raises(VMError, match="did not boot"):
         provider.start("vm0")
     assert held and not any(_alive(child.pid) for child in held), \

@@ -2,10 +2,14 @@
 
 The process, docker and qemu providers all keep one labelled folder per VM::
 
-    <base>/<run_id>/<vm_id>/meta.json     run id, vm id, owner pid and start time, pids ...
+    <base>/<run_id>@<pool>/<vm_id>/meta.json     run id, vm id, owner pid and start time, pids ...
 
-``sweep_vm_folders`` walks those folders: every VM of a run, or, without a run id, those whose
-owning process is gone. A recorded pid is trusted only while it is the same process
+``<pool>`` is a key new for each provider, hence each pool (``pool_folder``): two runs of one
+run id in two output folders may run at once, and their VMs of one id must never share a
+folder (they did: the second run's boots failed, "already running", and spent its VM
+replacements). ``sweep_vm_folders`` walks those folders: every VM of a run (each pool's, and
+the unkeyed ``<base>/<run_id>`` of earlier versions), or, without a run id, those whose owning
+process is gone. A recorded pid is trusted only while it is the same process
 (``same_process``: its start time, so a recycled pid is never killed).
 
 **Start times** are psutil's (``psutil.Process.create_time``: the start in clock ticks since
@@ -27,6 +31,7 @@ import functools
 import json
 import os
 import re
+import secrets
 import shutil
 import signal
 import stat
@@ -48,6 +53,40 @@ def check_name(what: str, value: str) -> None:
     if not isinstance(value, str) or not _SAFE_NAME.match(value):
         raise ConfigError(f"{what} {value!r} must be 1-64 characters of letters, digits, "
                           "'.', '_' or '-' (starting with a letter or digit)")
+
+
+#: between a run id and its pool's key in a pool folder's name: no run id has it (``check_name``)
+POOL_SEP = "@"
+
+
+def new_pool_key() -> str:
+    """A key of one pool's own (a provider's): its VM folder, and the process provider's
+    cgroups, are named by the run id and this."""
+    return secrets.token_hex(4)
+
+
+def pool_folder(base: Path, run_id: str, key: str) -> Path:
+    """The folder of one pool's VMs of ``run_id``: ``<base>/<run_id>@<key>``."""
+    return base / f"{run_id}{POOL_SEP}{key}"
+
+
+def run_folders(base: Path, run_id: str | None = None) -> list[Path]:
+    """The pool folders of ``run_id`` under ``base`` (with an earlier version's unkeyed
+    ``<base>/<run_id>``), or every run's: a dot folder is no run's (a cache)."""
+    if run_id is None:
+        found = base.iterdir() if base.is_dir() else ()
+        return sorted(p for p in found if p.is_dir() and not p.name.startswith("."))
+    check_name("run id", run_id)  # letters, digits, "._-": nothing glob reads
+    return sorted(p for p in [base / run_id, *base.glob(f"{run_id}{POOL_SEP}*")] if p.is_dir())
+
+
+def vm_folders(run_dir: Path) -> list[Path]:
+    """The VM folders in a pool folder; none once it is gone (its pool stopped its last VM
+    since it was listed: another live run's, which a sweep lists too)."""
+    try:
+        return sorted(p for p in run_dir.iterdir() if p.is_dir())
+    except FileNotFoundError:
+        return []
 
 
 #: clock ticks per second, the unit of a start time in /proc/PID/stat
@@ -160,8 +199,9 @@ def owner_alive(meta: dict) -> bool:
 def check_vm_folder_free(run_id: str, vm_id: str, meta: dict | None, running: bool) -> None:
     """VMError unless a boot of ``vm_id`` may take the folder whose meta.json is ``meta``:
     not while its VM is ``running``, nor while it names a live owner other than this process
-    (the pool of another run of the same run id, in another output folder, which may be
-    between two boots of that VM: its folder is left alone even while nothing runs in it)."""
+    (another pool, which may be between two boots of that VM: its folder is left alone even
+    while nothing runs in it). Each pool has folders of its own (``pool_folder``): this is a
+    guard, which two runs of one run id used to meet at every boot."""
     if meta and running:
         raise VMError(f"VM {vm_id} of run {run_id} is already running (pid {meta.get('pid')})")
     if meta and meta.get("owner_pid") != os.getpid() and owner_alive(meta):
@@ -273,18 +313,9 @@ def sweep_vm_folders(base: Path, run_id: str | None,
     """Every VM folder of ``run_id``, or, without one (or with ``orphans_only``), those whose
     owner is gone: ``kill(meta, vm_dir)`` stops what the folder records, then the folder
     goes. Returns the removed VM ids."""
-    if run_id is not None:
-        check_name("run id", run_id)
-        run_dirs = [base / run_id]
-    else:
-        # a run id starts with a letter or digit: a dot folder is no run's (a cache)
-        run_dirs = (sorted(p for p in base.iterdir() if p.is_dir() and not p.name.startswith("."))
-                    if base.is_dir() else [])
     removed = []
-    for run_dir in run_dirs:
-        if not run_dir.is_dir():
-            continue
-        for vm_dir in sorted(p for p in run_dir.iterdir() if p.is_dir()):
+    for run_dir in run_folders(base, run_id):
+        for vm_dir in vm_folders(run_dir):
             meta = read_meta(vm_dir) or {}
             if (run_id is None or orphans_only) and owner_alive(meta):
                 continue  # a live run: not ours to sweep

@@ -7,7 +7,8 @@
                                                        └─ python3 guest/server.py --listen-fd
                                                             └─ the VM's uid ─► commands
 
-    <base>/<run_id>/<vm_id>/      base: $PARALLEL_ROLLOUT_PROCESS_DIR or /tmp/parallel-rollout/process
+    <base>/<run_id>@<pool>/<vm_id>/   base: $PARALLEL_ROLLOUT_PROCESS_DIR or /tmp/parallel-rollout/process;
+                                      pool: a key of this provider's own (``common.pool_folder``)
         sock/        sock/agent.sock: bound and listened on here, the agent serves its fd
         meta.json    run id, vm id, owner pid, bwrap pid and start times: what sweep() reads
         agent.log    bwrap's and the agent's output (a pipe, 1 MiB kept: sandbox_log.py), quoted when a boot fails
@@ -76,9 +77,10 @@ namespaces; the agent keeps ``sandbox_argv.AGENT_CAPS`` like any VM's. As anothe
 all share the runner's uid in the sandbox's user namespace.
 
 **Sweep.** Every VM folder is labelled with its run id and its owner. ``sweep(run_id)``
-kills and removes every sandbox of that run; ``sweep()`` removes those whose owning process
-is gone. A recorded pid is killed only if it is still the same process (start time and the
-VM folder in its command line), never a recycled pid.
+kills and removes every sandbox of that run (in the folders of all its pools: two runs of one
+run id in two output folders run at once, each in its own); ``sweep()`` removes those whose
+owning process is gone. A recorded pid is killed only if it is still the same process (start
+time and the VM folder in its command line), never a recycled pid.
 """
 
 from __future__ import annotations
@@ -88,7 +90,6 @@ import dataclasses
 import json
 import logging
 import os
-import secrets
 import shutil
 import subprocess
 import time
@@ -100,9 +101,9 @@ from .sandbox_argv import (AGENT_SOURCES, DESKTOP_SOURCES, GRADING_BIN, GUEST_HO
                            SandboxSpec, boot_argv, folder_argv)
 from .sandbox_uids import SandboxUids
 from .base import Provider, ProviderOptions, VMInfo
-from .common import (check_name, check_vm_folder_free, create_time, log_tail, make_vm_dir, owner_label,
-                     process_and_agent_healthy, read_meta, remove_vm_dir, same_process,
-                     secure_base_dir, sweep_vm_folders, write_meta)
+from .common import (check_name, check_vm_folder_free, create_time, log_tail, make_vm_dir, new_pool_key,
+                     owner_label, pool_folder, process_and_agent_healthy, read_meta, remove_vm_dir,
+                     same_process, secure_base_dir, sweep_vm_folders, write_meta)
 from .sandbox_processes import (KILL_WAIT_S, children, death_cause, kill_recorded, kill_sandbox,
                                 kill_unrecorded, read_until, sandbox_alive)
 
@@ -138,7 +139,10 @@ class ProcessProvider(Provider):
                 "the process provider has no VM image: path_to_vm cannot be honoured "
                 "(give a snapshot folder with snapshot_name, or use the qemu provider)")
         self.base_dir = Path(base_dir) if base_dir else base_dir_default()
-        self.run_dir = self.base_dir / run_id
+        #: this pool's own: another run of the run id (another output folder) has its own
+        #: folders and cgroups, which it must not share or remove (``common.pool_folder``)
+        key = new_pool_key()
+        self.run_dir = pool_folder(self.base_dir, run_id, key)
         self.snapshot: Path | None = None
         if self.options.snapshot_name:
             self.snapshot = Path(self.options.snapshot_name).expanduser().resolve()
@@ -168,9 +172,7 @@ class ProcessProvider(Provider):
         #: a VM's process cap, (pids.max, RLIMIT_NPROC per command): ``cgroups.process_cap``
         self._pids_max, self._limit_nproc = cgroups.process_cap(
             self.options.max_processes, DEFAULT_MAX_PROCESSES, self.options.pool_size)
-        #: cgroups are host-wide: two runs with one run id (two output folders) must not
-        #: share, or remove, each other's
-        self._cgroup_name = f"{run_id}.{secrets.token_hex(4)}"
+        self._cgroup_name = f"{run_id}.{key}"  # cgroups are host-wide, as the folders
         #: root runs commands (and a desktop) as a uid of each VM's own (sandbox_uids.py)
         self._uids = SandboxUids(enabled=os.geteuid() == 0)
         python = sandbox_fs.guest_python()

@@ -13,7 +13,8 @@
                           ─► python3 server.py --unix … in a network namespace with only lo
 
     <cache>/qemu/          vmlinuz, initrd.img, base.qcow2, image.json   (build_image)
-    <base>/<run_id>/<vm_id>/   base: $PARALLEL_ROLLOUT_QEMU_DIR or /tmp/parallel-rollout/qemu
+    <base>/<run_id>@<pool>/<vm_id>/   base: $PARALLEL_ROLLOUT_QEMU_DIR or /tmp/parallel-rollout/qemu
+                                      (pool: a key of this provider's own, ``common.pool_folder``)
         overlay.qcow2  the VM's disk: a qcow2 overlay over the base image; holds the snapshot
         qmp.sock       QMP control socket
         serial.log     the guest console (kernel, initramfs, guest-init), quoted on failure
@@ -101,8 +102,9 @@ from .qemu_image import (GUEST_PORT, IMAGE_FILES, QEMU_IMG, image_dir, image_for
                          image_inputs, read_bytes, read_json, run)
 # Shared with the process provider: same labelling, same pid checks, same launcher thread.
 from .common import (check_name, check_vm_folder_free, create_time, exit_status, log_tail, make_vm_dir,
-                     owner_label, process_and_agent_healthy, read_meta, remove_run_dir_if_empty,
-                     runs_vm, same_process, secure_base_dir, signal_name, sweep_vm_folders, write_meta)
+                     new_pool_key, owner_label, pool_folder, process_and_agent_healthy, read_meta,
+                     remove_run_dir_if_empty, runs_vm, same_process, secure_base_dir, signal_name,
+                     sweep_vm_folders, write_meta)
 from .sandbox_processes import launcher
 # KVM detection and QMP; the accelerator names are part of this module's face (tests,
 # benchmarks and the CLI reach them as qemu.X)
@@ -161,7 +163,7 @@ class QemuProvider(Provider):
                 raise ConfigError(f"path_to_vm {opts.path_to_vm!r} is not a disk image file")
             self.user_format = image_format(self.user_image)
         self.base_dir = Path(base_dir) if base_dir else base_dir_default()
-        self.run_dir = self.base_dir / run_id
+        self.run_dir = pool_folder(self.base_dir, run_id, new_pool_key())  # this pool's own
         _check_image(self.desktop)
         #: reset verification through the guest agent (a probe: off unless asked for)
         self._view = verify.GuestView(opts.verify_reset or "off", "/home/user", None,
