@@ -23,7 +23,7 @@ import psutil
 import pytest
 
 from parallel_rollout.config import build_config
-from parallel_rollout.errors import ConfigError, ProviderUnavailable, VMError
+from parallel_rollout.errors import ConfigError, ProviderUnavailable
 from parallel_rollout.guest.client import GuestClient
 from parallel_rollout.pool.providers.base import ProviderOptions
 from parallel_rollout.pool.providers.docker import DockerProvider
@@ -212,11 +212,13 @@ def test_docker_isolation_network_none_fresh_tmp_and_limits(docker):
         provider.stop(info)
 
 
-def test_docker_vm_of_another_live_run_of_the_run_id_is_left_alone(docker):
-    """Two runs of one run id (two output folders) name their containers' labels and VM
-    folders alike. The other run's VM between two containers (none running: its reset under
-    way) is that run's: a boot here refuses it instead of removing its containers and
-    folder, and takes its place once that run's pool is gone."""
+def test_docker_two_live_runs_of_one_run_id_each_keep_their_own_vm0(docker):
+    """Two runs of one run id (two output folders) may run at once, each with a vm0. Their
+    pools looked at every container labelled with the run and VM ids: the second one's boot
+    refused the first's ("belongs to another live run of that id") and spent a replacement,
+    and its stop would remove them. Each pool handles only its own now (a ``.pool`` label, a
+    folder of its own); a sweep of the run's orphans leaves a live pool's alone, and takes
+    them once that pool is gone."""
     run_id = docker.new_run_id()
     other_pool = subprocess.Popen(["sleep", "60"])
     other = docker.provider(run_id)
@@ -224,23 +226,22 @@ def test_docker_vm_of_another_live_run_of_the_run_id_is_left_alone(docker):
     try:
         other_vm = other.start("vm0")
         other._spares["vm0"].result(timeout=60)  # its spare, booted in the background
-        theirs = containers(f"{LABEL}.run={run_id}")
+        theirs = {c["name"] for c in containers(f"{LABEL}.run={run_id}")}
         assert len(theirs) == 2
-        subprocess.run(["docker", "kill", *[c["name"] for c in theirs]], capture_output=True, timeout=60)
-        vm_dir = Path(other_vm.private["vm_dir"])
-        with pytest.raises(VMError, match=rf"belongs to another live run of that id \(pool pid {other_pool.pid}\)"):
-            docker.provider(run_id).start("vm0")
-        assert {c["name"] for c in containers(f"{LABEL}.run={run_id}")} == {c["name"] for c in theirs}
-        assert (vm_dir / "meta.json").is_file()
+        ours = docker.provider(run_id)
+        vm = ours.start("vm0")
+        try:
+            vm = ours.reset(vm)
+            assert ours.healthy(vm) and other.healthy(other_vm)
+        finally:
+            ours.stop(vm)
+        assert {c["name"] for c in containers(f"{LABEL}.run={run_id}")} == theirs
         assert DockerProvider.sweep(run_id, orphans_only=True) == []
-        assert (vm_dir / "meta.json").is_file()
+        assert other.healthy(other_vm) and Path(other_vm.private["vm_dir"], "meta.json").is_file()
         other_pool.kill()
         other_pool.wait()
-        ours = docker.provider(run_id)
-        vm = ours.start("vm0")  # that run's pool is gone: its containers are leftovers
-        assert ours.healthy(vm)
-        assert not {c["name"] for c in containers(f"{LABEL}.run={run_id}")} & {c["name"] for c in theirs}
-        ours.stop(vm)
+        assert DockerProvider.sweep(run_id, orphans_only=True) == ["vm0"]  # its pool is gone
+        assert containers(f"{LABEL}.run={run_id}") == []
     finally:
         other_pool.kill()
         other_pool.wait()

@@ -5,12 +5,12 @@
     owning process ──docker CLI (subprocess, every call bounded)──► dockerd
                                                                       │ --network none --init
                                                                       ▼
-    <base>/<run_id>/<vm_id>/<cid>/  ◄──bind mount /run/guest──  container pr-<run>-<vm>-<cid>
-        agent.sock  the agent's unix socket: info.address            └─ docker-init (tini)
-    <base>/<run_id>/<vm_id>/meta.json                                   └─ python3 server.py
-        run id, vm id, owner: what sweep() reads for folders                 └─ commands
+    <base>/<run_id>@<pool>/<vm_id>/<cid>/  ◄──bind mount /run/guest──  container pr-<run>-<vm>-<cid>
+        agent.sock  the agent's unix socket: info.address                   └─ docker-init (tini)
+    <base>/<run_id>@<pool>/<vm_id>/meta.json                                   └─ python3 server.py
+        run id, vm id, owner: what sweep() reads for folders                        └─ commands
 
-    base: $PARALLEL_ROLLOUT_DOCKER_DIR or /tmp/parallel-rollout/docker
+    base: $PARALLEL_ROLLOUT_DOCKER_DIR or /tmp/parallel-rollout/docker; pool: this provider's key
 
 **Image.** ``build_image`` makes ``parallel-rollout-guest:<key>`` from Debian's packages
 alone (no registry is reachable where this runs): a debootstrapped bookworm tree
@@ -63,9 +63,10 @@ reach the new VM.
 (connect + ``GET /health``, a few ms apart) until the agent answers with this VM's id, and
 give up at ``boot_timeout_s`` with the container's state and log.
 
-**Sweep.** Containers carry labels: ``parallel-rollout.run``, ``.vm``, ``.owner`` (pid and
-start time of the process that made them) and ``.host``. ``sweep(run_id)`` removes every
-container of that run and its folders; ``sweep()`` those whose owner process is gone on
+**Sweep.** Containers carry labels: ``parallel-rollout.run``, ``.vm``, ``.pool`` (a pool
+handles only its own: another run of the run id has a ``vm-0`` too), ``.owner`` (pid and
+start time of the process that made them) and ``.host``. ``sweep(run_id)`` removes every container
+of that run (every pool's) and its folders; ``sweep()`` those whose owner process is gone on
 this host. Spares are containers like any other: a killed run leaves no trace ``sweep``
 cannot find. Every docker CLI call runs under ``setpriv --pdeathsig KILL``, so a ``docker
 run`` under way dies with a killed owner instead of making a container after the sweep;
@@ -92,7 +93,8 @@ import psutil
 from ...errors import ConfigError, GuestUnreachable, ProviderUnavailable, VMError
 from . import images, seccomp, verify
 from .base import Provider, ProviderOptions, VMInfo
-from .common import check_name, make_vm_dir, read_meta, remove_run_dir_if_empty, secure_base_dir
+from .common import (check_name, make_vm_dir, new_pool_key, pool_folder, read_meta, remove_run_dir_if_empty,
+                     run_folders, secure_base_dir, vm_folders)
 from .docker_cli import (GUEST_HOME, GUEST_SOCK_DIR, LABEL, SOCKET_NAME, START_HINT, agent_argv,
                          check_image, check_leftovers_free, container_death_cause, container_state,
                          containers, daemon_address, daemon_limits, docker, image_exists, image_kind,
@@ -156,7 +158,8 @@ class DockerProvider(SpareContainers, Provider):
         if self.options.memory_mb is not None and self.options.memory_mb < 6:
             raise ConfigError(f"docker needs memory_mb >= 6, got {self.options.memory_mb}")
         self.base_dir = Path(base_dir) if base_dir else base_dir_default()
-        self.run_dir = self.base_dir / run_id
+        self._pool = new_pool_key()  # this pool's folder and containers: not another run's of the id
+        self.run_dir = pool_folder(self.base_dir, run_id, self._pool)
         self.desktop = self.options.desktop
         self.image = self.options.snapshot_name or image_tag(self.desktop)
         check_image(self.image, bool(self.options.snapshot_name), self.desktop)
@@ -254,7 +257,7 @@ class DockerProvider(SpareContainers, Provider):
         check_name("vm id", vm_id)
         deadline = time.monotonic() + self.options.boot_timeout_s
         vm_dir = self.run_dir / vm_id
-        leftovers = containers(f"{LABEL}.run={self.run_id}", f"{LABEL}.vm={vm_id}")
+        leftovers = containers(*self._labels(vm_id)[:3])  # run, vm, pool
         check_leftovers_free(self.run_id, vm_id, leftovers, read_meta(vm_dir), self._owner,
                              socket.gethostname())
         # containers and the folder of an earlier life of this id
@@ -265,10 +268,8 @@ class DockerProvider(SpareContainers, Provider):
         secure_base_dir(self.base_dir)  # 0700 and ours, not another user's folder
         make_vm_dir(vm_dir)
         self._write_meta(vm_id, vm_dir)
-        labels = [f"{LABEL}.{key}={value}" for key, value in (
-            ("run", self.run_id), ("vm", vm_id), ("owner", self._owner), ("host", socket.gethostname()))]
         try:
-            write_user_files(self.image, vm_dir, self._uids.acquire(vm_id), labels)
+            write_user_files(self.image, vm_dir, self._uids.acquire(vm_id), self._labels(vm_id))
             info = self._boot(vm_id, deadline)
         except BaseException:
             self._uids.release(vm_id)  # no container of the VM holds it (_boot removes its own)
@@ -347,7 +348,7 @@ class DockerProvider(SpareContainers, Provider):
 
     def sweep_vm(self, vm_id: str) -> None:
         """Remove every container and the folder of one VM of this run."""
-        found = containers(f"{LABEL}.run={self.run_id}", f"{LABEL}.vm={vm_id}")
+        found = containers(*self._labels(vm_id)[:3])  # this pool's only
         if found:
             self._remove(found)
         shutil.rmtree(self.run_dir / vm_id, ignore_errors=True)
@@ -376,12 +377,8 @@ class DockerProvider(SpareContainers, Provider):
                 break
             remove_containers([c["name"] for c in doomed], strict=False)
             time.sleep(SWEEP_SETTLE_S)
-        run_dirs = [base / run_id] if run_id else (
-            sorted(p for p in base.iterdir() if p.is_dir()) if base.is_dir() else [])
-        for run_dir in run_dirs:
-            if not run_dir.is_dir():
-                continue
-            for vm_dir in sorted(p for p in run_dir.iterdir() if p.is_dir()):
+        for run_dir in run_folders(base, run_id):
+            for vm_dir in vm_folders(run_dir):
                 meta = read_meta(vm_dir) or {}
                 if (run_id is None or orphans_only) and owner_alive(meta.get("owner", "")):
                     continue
@@ -411,9 +408,7 @@ class DockerProvider(SpareContainers, Provider):
         argv = [
             "run", "-d",
             "--name", name, "--hostname", vm_id[:63],
-            "--label", f"{LABEL}.run={self.run_id}", "--label", f"{LABEL}.vm={vm_id}",
-            "--label", f"{LABEL}.owner={self._owner}",
-            "--label", f"{LABEL}.host={socket.gethostname()}",
+            *[arg for label in self._labels(vm_id) for arg in ("--label", label)],
             "--network", "none", "--init",
             "--tmpfs", f"/tmp:mode=1777,size={TMP_SIZE_MB}m",
             # the agent keeps what running commands as another user takes; they get nothing
@@ -490,6 +485,12 @@ class DockerProvider(SpareContainers, Provider):
             for container in containers:
                 if container.get("sock_dir"):
                     shutil.rmtree(container["sock_dir"], ignore_errors=True)
+
+    def _labels(self, vm_id: str) -> list[str]:
+        """The labels of ``vm_id``'s containers: run, vm and pool (what names them), owner, host."""
+        return [f"{LABEL}.{key}={value}" for key, value in (
+            ("run", self.run_id), ("vm", vm_id), ("pool", self._pool), ("owner", self._owner),
+            ("host", socket.gethostname()))]
 
     def _write_meta(self, vm_id: str, vm_dir: Path) -> None:
         meta = {"run_id": self.run_id, "vm_id": vm_id, "created": time.time(),

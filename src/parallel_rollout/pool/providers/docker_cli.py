@@ -298,8 +298,8 @@ def check_leftovers_free(run_id: str, vm_id: str, leftovers: list[dict], meta: d
     """VMError unless a boot of ``vm_id`` by the pool ``owner`` may remove the VM's
     ``leftovers`` (its containers, from ``containers``) and its folder (whose meta.json is
     ``meta``): not while one of them runs, nor while they or the folder belong to another
-    live pool on this host (a second run of the run id in another output folder, maybe
-    between two containers of that VM: it keeps them, and its folder)."""
+    live pool on this host (maybe between two containers of that VM: it keeps them, and its
+    folder). A guard: ``leftovers`` are this pool's, by its ``.pool`` label."""
     owners = [c["owner"] for c in leftovers if c["host"] == host] + [(meta or {}).get("owner", owner)]
     others = {o for o in owners if o != owner and owner_alive(o)}
     if others:
