@@ -86,6 +86,7 @@ def kill_leased_sandbox(config, key: str) -> None:
     process of all its folders (the leased one and its standbys'), a docker VM's running
     containers (``docker kill``: the leased one and its spare), a QEMU VM's process."""
     from parallel_rollout.pool.providers import standby
+    from parallel_rollout.pool.providers.common import run_folders
 
     events = Path(config.output_dir) / config.run_id / "events.jsonl"
     leases = [json.loads(line) for line in events.read_text().splitlines()]
@@ -103,7 +104,7 @@ def kill_leased_sandbox(config, key: str) -> None:
             if proc.info["name"] == qemu.QEMU and marker in (proc.info["cmdline"] or ()):
                 proc.kill()
         return
-    run_dir = Path(os.environ["PARALLEL_ROLLOUT_PROCESS_DIR"]) / config.run_id
+    [run_dir] = run_folders(Path(os.environ["PARALLEL_ROLLOUT_PROCESS_DIR"]), config.run_id)  # its pool's
     for folder in standby.folders(run_dir, vm):
         try:
             root = psutil.Process(int(json.loads((folder / "meta.json").read_text())["pid"]))

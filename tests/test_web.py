@@ -8,7 +8,9 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 import pytest
 
@@ -178,7 +180,8 @@ def test_a_reset_leaves_no_browser_state_for_the_next_task(tmp_path):
     from parallel_rollout.pool.providers.process import ProcessProvider
     from parallel_rollout.tasks import Task
 
-    provider = ProcessProvider("webreset", base_dir=tmp_path / "vms")
+    base = Path(tempfile.mkdtemp(prefix="pr-web-"))  # short: a socket's path must fit
+    provider = ProcessProvider("webreset", base_dir=base)
     info = provider.start("vm0")
     try:
         env = WebEnv(build_config({"mode": "web"}))
@@ -204,6 +207,7 @@ def test_a_reset_leaves_no_browser_state_for_the_next_task(tmp_path):
         assert isinstance(prompts.render("web", first), list)  # text and the image for the model
     finally:
         provider.stop(info)
+        shutil.rmtree(base, ignore_errors=True)
 
 
 # -- the openai agent, against the local test server ------------------------------------------

@@ -342,3 +342,30 @@ def test_bwrap_killed_before_it_reports_its_init_leaves_no_orphan(machine, base_
         f"bwrap's child outlived the failed boot: {[c.pid for c in held if _alive(c.pid)]}"
     assert _bwraps_naming(vm_dir) == []
     assert not vm_dir.exists()
+
+
+def test_a_run_id_of_64_characters_boots_under_the_default_folder_and_sweeps(tmp_path):
+    """Socket paths must stay within sun_path: a long run id names its pool folders by a
+    prefix and a hash (a 64-character one, the longest allowed, failed every boot before),
+    and a base folder that leaves no room is a usage error as the provider is made, not a
+    pool whose every boot fails."""
+    from parallel_rollout.errors import ConfigError
+    from parallel_rollout.pool.providers.common import MAX_SOCKET_PATH
+    from parallel_rollout.pool.providers.process import base_dir_default
+
+    run_id = "r" * 60 + "-end"
+    provider = ProcessProvider(run_id, ProviderOptions(boot_timeout_s=10), base_dir=base_dir_default())
+    info = provider.start("n12-vm-40")
+    try:
+        assert provider.healthy(info)
+        assert len(str(provider.run_dir)) < len(str(base_dir_default())) + 40
+        assert run_folders(base_dir_default(), run_id) == [provider.run_dir]
+        assert run_folders(base_dir_default(), "r" * 60 + "-oth") == []  # same prefix, other id
+        info = provider.reset(info)
+        assert provider.healthy(info)
+    finally:
+        provider.stop(info)
+    long_base = tmp_path / ("b" * (MAX_SOCKET_PATH - 40))
+    with pytest.raises(ConfigError, match=r"socket path .* is longer than 100 characters; set "
+                                          r"PARALLEL_ROLLOUT_PROCESS_DIR to a shorter folder"):
+        ProcessProvider("run", ProviderOptions(), base_dir=long_base)

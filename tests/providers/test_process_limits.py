@@ -98,8 +98,10 @@ def test_without_a_memory_cgroup_the_tmpfs_folders_are_still_sized(no_cgroups, b
         provider.stop(info)
 
 
-def test_the_base_folder_must_be_ours(tmp_path):
+def test_the_base_folder_must_be_ours(base_dir):
     from parallel_rollout.pool.providers.common import secure_base_dir
+
+    tmp_path = base_dir  # short: a provider checks its sockets' room as it is made
 
     made = secure_base_dir(tmp_path / "new" / "base")
     assert made.stat().st_mode & 0o777 == 0o700

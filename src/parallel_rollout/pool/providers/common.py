@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import json
 import os
 import re
@@ -65,9 +66,39 @@ def new_pool_key() -> str:
     return secrets.token_hex(4)
 
 
+#: sun_path holds 108 bytes; a unix socket's path is kept within this, with a margin
+MAX_SOCKET_PATH = 100
+#: a VM folder's name as long as a pool's get (ids count up with replacements, a Ray node's
+#: start with ``n<node>-``, a standby's folder adds ``.c``): what a pool's sockets are checked
+#: for as it is made
+LONG_VM_ID = "n9-vm-999.c"
+#: run ids longer than this name their pool folders by a prefix and a hash of the whole
+_FOLDER_ID_LEN = 28
+
+
+def _folder_id(run_id: str) -> str:
+    """``run_id`` as its pool folders are named: itself, or for a long one its first 20
+    characters and 7 of its hash (a socket's path must stay within sun_path)."""
+    if len(run_id) <= _FOLDER_ID_LEN:
+        return run_id
+    return f"{run_id[:20]}-{hashlib.sha256(run_id.encode()).hexdigest()[:7]}"
+
+
 def pool_folder(base: Path, run_id: str, key: str) -> Path:
-    """The folder of one pool's VMs of ``run_id``: ``<base>/<run_id>@<key>``."""
-    return base / f"{run_id}{POOL_SEP}{key}"
+    """The folder of one pool's VMs of ``run_id``: ``<base>/<run_id>@<key>`` (a long run id
+    shortened, ``_folder_id``)."""
+    return base / f"{_folder_id(run_id)}{POOL_SEP}{key}"
+
+
+def checked_socket(run_dir: Path, vm_id: str, *parts: str, env: str) -> Path:
+    """A VM's unix socket ``run_dir/vm_id/parts…``; ConfigError when sun_path cannot hold
+    it. Each provider checks ``LONG_VM_ID``'s as it is made: a base folder too long is a
+    usage error before anything starts, not a pool whose every boot fails."""
+    path = Path(run_dir, vm_id, *parts)
+    if len(str(path)) > MAX_SOCKET_PATH:
+        raise ConfigError(f"socket path {path} is longer than {MAX_SOCKET_PATH} characters; "
+                          f"set {env} to a shorter folder")
+    return path
 
 
 def run_folders(base: Path, run_id: str | None = None) -> list[Path]:
@@ -77,7 +108,7 @@ def run_folders(base: Path, run_id: str | None = None) -> list[Path]:
         found = base.iterdir() if base.is_dir() else ()
         return sorted(p for p in found if p.is_dir() and not p.name.startswith("."))
     check_name("run id", run_id)  # letters, digits, "._-": nothing glob reads
-    return sorted(p for p in [base / run_id, *base.glob(f"{run_id}{POOL_SEP}*")] if p.is_dir())
+    return sorted(p for p in [base / run_id, *base.glob(f"{_folder_id(run_id)}{POOL_SEP}*")] if p.is_dir())
 
 
 def vm_folders(run_dir: Path) -> list[Path]:

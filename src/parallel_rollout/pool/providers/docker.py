@@ -93,8 +93,8 @@ import psutil
 from ...errors import ConfigError, GuestUnreachable, ProviderUnavailable, VMError
 from . import images, seccomp, verify
 from .base import Provider, ProviderOptions, VMInfo
-from .common import (check_name, make_vm_dir, new_pool_key, pool_folder, read_meta, remove_run_dir_if_empty,
-                     run_folders, secure_base_dir, vm_folders)
+from .common import (LONG_VM_ID, check_name, checked_socket, make_vm_dir, new_pool_key, pool_folder, read_meta,
+                     remove_run_dir_if_empty, run_folders, secure_base_dir, vm_folders)
 from .docker_cli import (GUEST_HOME, GUEST_SOCK_DIR, LABEL, SOCKET_NAME, START_HINT, agent_argv,
                          check_image, check_leftovers_free, container_death_cause, container_state,
                          containers, daemon_address, daemon_limits, docker, image_exists, image_kind,
@@ -119,8 +119,6 @@ IMAGE_REPO = "parallel-rollout-guest"
 DESKTOP_IMAGE_REPO = "parallel-rollout-desktop"
 #: bump when the image recipe below changes in a way the key does not capture
 IMAGE_RECIPE_VERSION = 4
-#: sun_path holds 108 bytes; keep a margin
-MAX_SOCKET_PATH = 100
 #: `docker import` of a ~100 MB tarball (~1.9 GB with the desktop)
 IMPORT_TIMEOUT_S = 900.0
 #: a sweep lists again after this long, for containers whose creation was under way
@@ -160,6 +158,7 @@ class DockerProvider(SpareContainers, Provider):
         self.base_dir = Path(base_dir) if base_dir else base_dir_default()
         self._pool = new_pool_key()  # this pool's folder and containers: not another run's of the id
         self.run_dir = pool_folder(self.base_dir, run_id, self._pool)
+        checked_socket(self.run_dir, LONG_VM_ID, "0" * 6, SOCKET_NAME, env=BASE_DIR_ENV)  # a cid
         self.desktop = self.options.desktop
         self.image = self.options.snapshot_name or image_tag(self.desktop)
         check_image(self.image, bool(self.options.snapshot_name), self.desktop)
@@ -393,12 +392,8 @@ class DockerProvider(SpareContainers, Provider):
         """``docker run -d`` a container of this VM; its private record (name, folders)."""
         cid = secrets.token_hex(3)
         vm_dir = self.run_dir / vm_id
-        sock_dir = vm_dir / cid
-        socket_path = sock_dir / SOCKET_NAME
-        if len(str(socket_path)) > MAX_SOCKET_PATH:
-            raise ConfigError(
-                f"socket path {socket_path} is longer than {MAX_SOCKET_PATH} characters; "
-                f"set {BASE_DIR_ENV} to a shorter folder or use shorter run/vm ids")
+        socket_path = checked_socket(self.run_dir, vm_id, cid, SOCKET_NAME, env=BASE_DIR_ENV)
+        sock_dir = socket_path.parent
         make_vm_dir(sock_dir)
         name = f"pr-{self.run_id}-{vm_id}-{cid}"
         uid = self._uids.uid(vm_id)

@@ -101,9 +101,9 @@ from .sandbox_argv import (AGENT_SOURCES, DESKTOP_SOURCES, GRADING_BIN, GUEST_HO
                            SandboxSpec, boot_argv, folder_argv)
 from .sandbox_uids import SandboxUids
 from .base import Provider, ProviderOptions, VMInfo
-from .common import (check_name, check_vm_folder_free, create_time, log_tail, make_vm_dir, new_pool_key,
-                     owner_label, pool_folder, process_and_agent_healthy, read_meta, remove_vm_dir,
-                     same_process, secure_base_dir, sweep_vm_folders, write_meta)
+from .common import (LONG_VM_ID, check_name, check_vm_folder_free, checked_socket, create_time, log_tail,
+                     make_vm_dir, new_pool_key, owner_label, pool_folder, process_and_agent_healthy,
+                     read_meta, remove_vm_dir, same_process, secure_base_dir, sweep_vm_folders, write_meta)
 from .sandbox_processes import (KILL_WAIT_S, children, death_cause, kill_recorded, kill_sandbox,
                                 kill_unrecorded, read_until, sandbox_alive)
 
@@ -112,8 +112,6 @@ log = logging.getLogger(__name__)
 DEFAULT_BASE_DIR = "/tmp/parallel-rollout/process"
 BASE_DIR_ENV = "PARALLEL_ROLLOUT_PROCESS_DIR"
 SOCKET_NAME = "agent.sock"
-#: sun_path holds 108 bytes; keep a margin
-MAX_SOCKET_PATH = 100
 #: a VM's process cap when max_processes is not set (docker's --pids-limit default too)
 DEFAULT_MAX_PROCESSES = 4096
 #: what a desktop VM needs on the host's /usr, by the Debian package that has it
@@ -143,6 +141,7 @@ class ProcessProvider(Provider):
         #: folders and cgroups, which it must not share or remove (``common.pool_folder``)
         key = new_pool_key()
         self.run_dir = pool_folder(self.base_dir, run_id, key)
+        checked_socket(self.run_dir, LONG_VM_ID, "sock", SOCKET_NAME, env=BASE_DIR_ENV)
         self.snapshot: Path | None = None
         if self.options.snapshot_name:
             self.snapshot = Path(self.options.snapshot_name).expanduser().resolve()
@@ -255,11 +254,7 @@ class ProcessProvider(Provider):
         """Create the VM folder and cgroups, start the sandbox, wait for its agent."""
         check_name("vm id", vm_id)
         vm_dir = self.run_dir / vm_id
-        socket_path = vm_dir / "sock" / SOCKET_NAME
-        if len(str(socket_path)) > MAX_SOCKET_PATH:
-            raise ConfigError(
-                f"socket path {socket_path} is longer than {MAX_SOCKET_PATH} characters; "
-                f"set {BASE_DIR_ENV} to a shorter folder or use shorter run/vm ids")
+        socket_path = checked_socket(self.run_dir, vm_id, "sock", SOCKET_NAME, env=BASE_DIR_ENV)
         secure_base_dir(self.base_dir)
         for folder in standby.folders(self.run_dir, vm_id):  # the VM's and its standby's
             meta = read_meta(folder)

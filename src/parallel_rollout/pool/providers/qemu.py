@@ -101,8 +101,8 @@ from .base import Provider, ProviderOptions, VMInfo
 from .qemu_image import (GUEST_PORT, IMAGE_FILES, QEMU_IMG, image_dir, image_format,
                          image_inputs, read_bytes, read_json, run)
 # Shared with the process provider: same labelling, same pid checks, same launcher thread.
-from .common import (check_name, check_vm_folder_free, create_time, exit_status, log_tail, make_vm_dir,
-                     new_pool_key, owner_label, pool_folder, process_and_agent_healthy, read_meta,
+from .common import (LONG_VM_ID, check_name, check_vm_folder_free, checked_socket, create_time, exit_status,
+                     log_tail, make_vm_dir, new_pool_key, owner_label, pool_folder, process_and_agent_healthy, read_meta,
                      remove_run_dir_if_empty, runs_vm, same_process, secure_base_dir, signal_name,
                      sweep_vm_folders, write_meta)
 from .sandbox_processes import launcher
@@ -121,7 +121,6 @@ DEFAULT_MEMORY_MB = 512
 #: a desktop guest runs Xvfb, a window manager and GTK apps besides the agent
 DESKTOP_MEMORY_MB = 1024
 QUIT_WAIT_S = 5.0
-MAX_SOCKET_PATH = 100
 _SAFE_SNAPSHOT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
@@ -164,6 +163,7 @@ class QemuProvider(Provider):
             self.user_format = image_format(self.user_image)
         self.base_dir = Path(base_dir) if base_dir else base_dir_default()
         self.run_dir = pool_folder(self.base_dir, run_id, new_pool_key())  # this pool's own
+        checked_socket(self.run_dir, LONG_VM_ID, "qmp.sock", env=BASE_DIR_ENV)
         _check_image(self.desktop)
         #: reset verification through the guest agent (a probe: off unless asked for)
         self._view = verify.GuestView(opts.verify_reset or "off", "/home/user", None,
@@ -207,11 +207,7 @@ class QemuProvider(Provider):
         check_name("vm id", vm_id)
         self.check_available()
         _check_image(self.desktop)
-        vm_dir = self.run_dir / vm_id
-        if len(str(vm_dir / "qmp.sock")) > MAX_SOCKET_PATH:
-            raise ConfigError(f"socket path {vm_dir / 'qmp.sock'} is longer than "
-                              f"{MAX_SOCKET_PATH} characters; set {BASE_DIR_ENV} to a shorter "
-                              "folder or use shorter run/vm ids")
+        vm_dir = checked_socket(self.run_dir, vm_id, "qmp.sock", env=BASE_DIR_ENV).parent
         if vm_dir.exists():
             meta = read_meta(vm_dir) or {}
             check_vm_folder_free(self.run_id, vm_id, meta,
