@@ -3,7 +3,8 @@
 ``from parallel_rollout.rl import RolloutScheduler, EnvManagerConfig`` — see ``scheduler``
 for the scheduling, ``groups`` for what a trajectory holds, ``segments`` for its turns as
 token sequences a trainer trains on, ``config`` for the settings and the task sets tags name,
-``sources`` for the task order (a trainer's own ``TaskSource``),
+``sources`` for the task order (a trainer's own ``TaskSource``), ``chosen`` for batches of
+tasks the trainer names (``get_batch(tasks=…)``, ``get_batch(-1)``),
 ``policy_gate`` (below every agent) for weight updates (suspend/resume, policy versions),
 ``shared`` for the engine every scheduler of a trainer shares.
 """

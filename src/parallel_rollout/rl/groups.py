@@ -181,6 +181,15 @@ def from_record(group: Group, member: int, record: dict[str, Any], run_dir: Path
         record=record)
 
 
+def with_turns(trajectories: list[Trajectory]) -> list[Trajectory]:
+    """The trajectories with their turns read, here in the trainer's thread (the engine's
+    callbacks only note the record: a parse there would hold up its dispatch)."""
+    for trajectory in trajectories:
+        trajectory.turns  # noqa: B018 - reads the file now; RolloutError if it is not here
+    return trajectories
+
+
+
 GroupFilter = Callable[[list[Trajectory]], bool]
 
 

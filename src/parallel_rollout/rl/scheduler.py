@@ -42,9 +42,10 @@ from typing import Any
 from ..config import RunConfig, check_sampling, check_token_settings
 from ..errors import ConfigError, RolloutError
 from .budget import BatchBudget
+from .chosen import ChosenBatches
 from .config import EnvManagerConfig, load_tasks_of, resolve_task_set
 from .generation import GroupGeneration
-from .groups import Group, GroupFilter, Trajectory
+from .groups import Group, GroupFilter, Trajectory, with_turns
 from .metrics import batch_metrics
 from .staleness import VersionLag
 from .sources import ShuffledTasks, TaskSource, check_batch_partition, quotas
@@ -65,9 +66,9 @@ class SchedulerClosed(RolloutError):
     kind = "scheduler_closed"
 
 
-class RolloutScheduler(GroupGeneration):
+class RolloutScheduler(ChosenBatches, GroupGeneration):
     """Hands out batches of whole groups; see the module docstring (the generation side is
-    ``generation.GroupGeneration``)."""
+    ``generation.GroupGeneration``, batches of named tasks ``chosen.ChosenBatches``)."""
 
     def __init__(self, run_config: RunConfig, env_config: EnvManagerConfig | None = None, *,
                  async_generation_ratio: float = 0, max_concurrent_rollouts: int | None = None,
@@ -225,7 +226,7 @@ class RolloutScheduler(GroupGeneration):
             for trajectory in group.trajectories():
                 trajectory.version_stale = stale
             self._lag.forget(group.keys.values())
-        trajectories = _with_turns([t for group in batch for t in group.trajectories()])
+        trajectories = with_turns([t for group in batch for t in group.trajectories()])
         with self._cond:
             now = dict(self._stats)
             self._last_batch = (trajectories, self._shared.gate.version, step, now, self._stats_at_batch)
@@ -261,56 +262,6 @@ class RolloutScheduler(GroupGeneration):
         outstanding = sorted([*[g for g in self._groups.values() if g.purpose == "batch"], *self._ready],
                              key=lambda g: g.group_id)[:need]
         return any(g.completed_at is None and g.created_step + self.ratio <= self._step for g in outstanding)
-
-    def _run_given(self, batch_size: int, step: int, tasks: list[Any], timeout: float | None) -> list[Trajectory]:
-        """get_batch(tasks=[…]): one group per given task, their groups in the given order. A
-        group whose members fail is run again (the budget counts it); the group filter, the
-        ratio and staleness do not apply: the trainer chose these tasks."""
-        given = [self._resolve(task) for task in tasks]
-        if batch_size != len(given) * self.env_config.group_size:
-            raise ConfigError(f"batch_size {batch_size} must be len(tasks) x group_size "
-                              f"({len(given)} x {self.env_config.group_size})")
-        with self._cond:
-            self._check_open()
-            if self._given is not None:
-                raise RolloutError(f"scheduler {self.name!r} is already running a get_batch(tasks=...)")
-            self._budget.begin(len(given), timeout)
-            self._step = step
-            self._given = {pos: self._start_group(tag, task, purpose="given") for pos, (tag, task) in enumerate(given)}
-        try:
-            while True:
-                self._flush()
-                with self._cond:
-                    if all(g.completed_at is not None for g in self._given.values()):
-                        batch = [self._given[pos] for pos in range(len(given))]
-                        self._stats["groups_returned"] += len(batch)
-                        break
-                    self._budget.check(0, len(self._groups))
-                    self._wait()
-        finally:
-            with self._cond:
-                for group in (self._given or {}).values():
-                    if group.completed_at is None and group.group_id in self._groups:
-                        self._drop(group, "closed")
-                self._given = None
-            self._flush()
-        return _with_turns([t for group in batch for t in group.trajectories()])
-
-    def _resolve(self, task: Any) -> tuple[str, Any]:
-        """(tag, Task) of a task given to get_batch: a Task of an engine mode, or the id of a
-        task of one of the tags."""
-        if isinstance(task, str):
-            for tag in self.tags:
-                found = next((t for t in self._tasks[tag] if t.id == task), None)
-                if found is not None:
-                    return tag, found
-            raise ConfigError(f"get_batch(tasks=...): no task {task!r} in the tags {self.tags}")
-        mode = getattr(task, "mode", None)
-        if mode not in self.modes:
-            raise ConfigError(f"get_batch(tasks=...): task {getattr(task, 'id', task)!r} has mode {mode!r}; "
-                              f"this scheduler's engine runs {self.modes}")
-        tag = next((t for t in self.tags if task in self._tasks[t]), (task.tags or (mode,))[0])
-        return tag, task
 
     def state_dict(self) -> dict[str, Any]:
         """Where task drawing stands, for the trainer's checkpoint: the source's state, the
@@ -435,41 +386,6 @@ class RolloutScheduler(GroupGeneration):
     def _check_open(self) -> None:
         if self._closed:
             raise SchedulerClosed(f"scheduler {self.name!r} is closed")
-
-    def _run_all(self, step: int, timeout: float | None) -> list[Trajectory]:
-        with self._cond:
-            self._check_open()
-            if self._all is not None:
-                raise RolloutError(f"scheduler {self.name!r} is already running get_batch(-1)")
-            self._budget.begin(1, timeout)
-            self._step = step
-            self._all = deque((tag, task) for tag in self.tags for task in self._tasks[tag])
-            self._all_done = []
-            self._fill()
-        try:
-            while True:
-                self._flush()
-                with self._cond:
-                    if not self._all and not any(g.purpose == "all" for g in self._groups.values()):
-                        done, self._all_done = self._all_done, []
-                        self._stats["validation_runs"] += 1
-                        break
-                    self._budget.check_time(len(self._all_done), len(self._groups))
-                    self._wait()
-                    self._fill()
-        finally:
-            with self._cond:
-                self._all = None
-        done.sort(key=lambda g: g.group_id)
-        return _with_turns([t for group in done for t in group.trajectories()])
-
-
-def _with_turns(trajectories: list[Trajectory]) -> list[Trajectory]:
-    """The trajectories with their turns read, here in the trainer's thread (the engine's
-    callbacks only note the record: a parse there would hold up its dispatch)."""
-    for trajectory in trajectories:
-        trajectory.turns  # noqa: B018 - reads the file now; RolloutError if it is not here
-    return trajectories
 
 
 def _load_tags(tags: list[str], env_config: EnvManagerConfig, run_config: RunConfig) -> dict[str, list[Any]]:

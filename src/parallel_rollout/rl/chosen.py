@@ -1,0 +1,100 @@
+"""Batches of tasks the trainer names: ``get_batch(tasks=[…])`` (exactly these, one group
+each, in their order) and ``get_batch(-1)`` (every task of the tags once: validation).
+
+Neither draws from the task source nor meets the group filter, the ratio or staleness: the
+trainer chose the tasks. Their groups run beside the scheduler's own on the same slots
+(``purpose`` "given" / "all"): a given group whose members fail is started again in its
+place, and get_batch(-1) hands back failed members as they are (a validation report counts
+them). The state is the scheduler's (``self``), as for ``generation.GroupGeneration``.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+from ..errors import ConfigError, RolloutError
+from .groups import Trajectory, with_turns
+
+
+class ChosenBatches:
+    """get_batch of named tasks; the state is the scheduler's (``self``)."""
+
+    def _run_given(self, batch_size: int, step: int, tasks: list[Any], timeout: float | None) -> list[Trajectory]:
+        """get_batch(tasks=[…]): one group per given task, their groups in the given order. A
+        group whose members fail is run again (the budget counts it); the group filter, the
+        ratio and staleness do not apply: the trainer chose these tasks."""
+        given = [self._resolve(task) for task in tasks]
+        if batch_size != len(given) * self.env_config.group_size:
+            raise ConfigError(f"batch_size {batch_size} must be len(tasks) x group_size "
+                              f"({len(given)} x {self.env_config.group_size})")
+        with self._cond:
+            self._check_open()
+            if self._given is not None:
+                raise RolloutError(f"scheduler {self.name!r} is already running a get_batch(tasks=...)")
+            self._budget.begin(len(given), timeout)
+            self._step = step
+            self._given = {pos: self._start_group(tag, task, purpose="given") for pos, (tag, task) in enumerate(given)}
+        try:
+            while True:
+                self._flush()
+                with self._cond:
+                    if all(g.completed_at is not None for g in self._given.values()):
+                        batch = [self._given[pos] for pos in range(len(given))]
+                        self._stats["groups_returned"] += len(batch)
+                        break
+                    self._budget.check(0, len(self._groups))
+                    self._wait()
+        finally:
+            with self._cond:
+                for group in (self._given or {}).values():
+                    if group.completed_at is None and group.group_id in self._groups:
+                        self._drop(group, "closed")
+                self._given = None
+            self._flush()
+        return with_turns([t for group in batch for t in group.trajectories()])
+
+    def _resolve(self, task: Any) -> tuple[str, Any]:
+        """(tag, Task) of a task given to get_batch: a Task of an engine mode, or the id of a
+        task of one of the tags."""
+        if isinstance(task, str):
+            for tag in self.tags:
+                found = next((t for t in self._tasks[tag] if t.id == task), None)
+                if found is not None:
+                    return tag, found
+            raise ConfigError(f"get_batch(tasks=...): no task {task!r} in the tags {self.tags}")
+        mode = getattr(task, "mode", None)
+        if mode not in self.modes:
+            raise ConfigError(f"get_batch(tasks=...): task {getattr(task, 'id', task)!r} has mode {mode!r}; "
+                              f"this scheduler's engine runs {self.modes}")
+        tag = next((t for t in self.tags if task in self._tasks[t]), (task.tags or (mode,))[0])
+        return tag, task
+
+    def _run_all(self, step: int, timeout: float | None) -> list[Trajectory]:
+        """get_batch(-1): every task of the tags once, started as slots free up; failed
+        members come back as they are, and only the timeout bounds the wait."""
+        with self._cond:
+            self._check_open()
+            if self._all is not None:
+                raise RolloutError(f"scheduler {self.name!r} is already running get_batch(-1)")
+            self._budget.begin(1, timeout)
+            self._step = step
+            self._all = deque((tag, task) for tag in self.tags for task in self._tasks[tag])
+            self._all_done = []
+            self._fill()
+        try:
+            while True:
+                self._flush()
+                with self._cond:
+                    if not self._all and not any(g.purpose == "all" for g in self._groups.values()):
+                        done, self._all_done = self._all_done, []
+                        self._stats["validation_runs"] += 1
+                        break
+                    self._budget.check_time(len(self._all_done), len(self._groups))
+                    self._wait()
+                    self._fill()
+        finally:
+            with self._cond:
+                self._all = None
+        done.sort(key=lambda g: g.group_id)
+        return with_turns([t for group in done for t in group.trajectories()])
