@@ -245,19 +245,32 @@ class GateClient:
         the sample the request belongs to; ``on_abort``: called (from another thread) when
         the gate aborts the request; ``cancelled``: whether the caller was cancelled, asked
         once the connection is held (a ``close()`` that came while it was being made found
-        nothing to hang up). ConnectionError when the gate is gone or the caller cancelled."""
+        nothing to hang up). ConnectionError when the gate is gone, its answer is not
+        "go <int>", or the caller cancelled; every failure after the gate let the request
+        through hangs up, which ends the request there (nothing stays in flight)."""
         started = time.monotonic()
         answer = self._ask(f"begin {key}" if key else "begin", cancelled)
-        if not answer.startswith("go "):
-            raise ConnectionError(f"policy gate {self.path}: unexpected answer {answer!r}")
+        try:
+            version = int(answer[3:]) if answer.startswith("go ") else None
+        except ValueError:
+            version = None
+        if version is None:
+            # the gate may have counted the request in flight already: hanging up ends it there,
+            # so an answer this side cannot use never holds a suspend() waiting
+            self.close()
+            raise ConnectionError(f"policy gate {self.path}: unexpected answer {answer!r} (expected 'go <version>')")
         self.aborted = False
         # the reader and the queue of this request's connection: a watcher outliving a
         # close() (a cancel hangs up mid-request) never reads another connection's lines
         self._answers = queue.Queue()
         self._watcher = threading.Thread(target=self._watch, args=(self._reader, self._answers, on_abort),
                                          name="policy-gate-watch", daemon=True)
-        self._watcher.start()
-        return int(answer[3:]), time.monotonic() - started
+        try:
+            self._watcher.start()
+        except BaseException:
+            self.close()  # as above: the request the gate counted ends with the connection
+            raise
+        return version, time.monotonic() - started
 
     def end(self, kept: int | None = None) -> bool:
         """Tell the gate the request is over, and ``kept``: the oldest policy version among

@@ -217,3 +217,20 @@ def test_agent_waits_while_suspended_and_redoes_an_aborted_turn(gate, llm_server
     turn = agent.turn_record()
     assert result and turn["policy_version"] == 9 and turn["redone"] == 1
     assert len(server.requests) == 2
+
+
+def test_an_answer_the_client_cannot_read_releases_the_request(gate):
+    """A "go" the client cannot read (a version that is no int) comes after the gate counted
+    the request in flight: begin hangs up, so the request ends there and suspend returns."""
+    gate.version = "v2"  # what resume() refuses now; the client must not leak it either
+    client = GateClient(gate.path)
+    with pytest.raises(ConnectionError, match="unexpected answer 'go v2'"):
+        client.begin("k")
+    deadline = time.monotonic() + 5
+    while gate.in_flight and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert gate.in_flight == 0
+    gate.suspend(timeout=2)
+    gate.resume(4)
+    assert client.begin("k")[0] == 4 and client.end() is False  # it connects again
+    client.close()

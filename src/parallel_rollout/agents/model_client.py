@@ -376,7 +376,7 @@ class ModelClient:
             if self._cancelled:  # abort() hung up on the gate while the request waited there
                 raise AttemptCancelled("the episode was cancelled while its model request waited for a "
                                        "weight update") from None
-            raise AgentError(f"the RL scheduler's policy gate is gone: {exc}") from None
+            raise AgentError(f"the RL scheduler's policy gate failed: {exc}") from None
         self._turn["gate_wait_s"] = round(self._turn.get("gate_wait_s", 0.0) + waited, 4)
         started = time.time()
         kept = None  # the oldest version among the tokens kept: the gate judges staleness by it
