@@ -11,13 +11,17 @@ import signal
 import threading
 import time
 
+import numpy
 import pytest
 
 from llm_server import llm_server  # noqa: F401 - fixture
 from parallel_rollout.agents.openai_agent import OpenAIAgent
 from parallel_rollout.config import RunConfig
+from parallel_rollout.errors import ConfigError
 from parallel_rollout.policy_gate import GateClient, PolicyGate
+from parallel_rollout.rl import EnvManagerConfig
 from parallel_rollout.tasks import Task
+from rl_support import TINY, lake_set, rl_config
 from table_policy import TablePolicy
 
 
@@ -231,6 +235,47 @@ def test_an_answer_the_client_cannot_read_releases_the_request(gate):
         time.sleep(0.01)
     assert gate.in_flight == 0
     gate.suspend(timeout=2)
+    gate.version = 3
     gate.resume(4)
     assert client.begin("k")[0] == 4 and client.end() is False  # it connects again
     client.close()
+
+
+@pytest.mark.parametrize("version, message", [
+    ("v2", r"policy_version must be a whole number >= 0, got 'v2' \(str\)"),
+    (1.5, r"policy_version must be a whole number >= 0, got 1.5 \(float\)"),
+    (True, r"policy_version must be a whole number >= 0, got True"),
+    (-1, r"policy_version must be a whole number >= 0, got -1"),
+    (2, r"policy_version 2 is below the current version 3"),
+])
+def test_resume_refuses_a_version_that_is_no_whole_number_or_goes_back(gate, version, message):
+    gate.suspend()
+    with pytest.raises(ConfigError, match=message):
+        gate.resume(version)
+    assert gate.version == 3 and not gate.is_open  # nothing changed: the update is not done
+    gate.resume(numpy.int64(3))  # the same version again (no update), as numpy's integer
+    assert gate.version == 3 and type(gate.version) is int and gate.is_open
+
+
+def test_a_schedulers_resume_checks_the_version_before_anything_changes(tmp_path, table, schedulers):
+    """resume("v2") used to set the version: every member then failed at the gate, in flight
+    for ever. Now it is refused before the gate opens; resume without suspend moves the
+    version on (documented), and the batch after carries it."""
+    _, server = table
+    train = schedulers(rl_config(tmp_path, server, num_rollouts=1, envs_per_worker=2),
+                       EnvManagerConfig(num_env_groups=1, group_size=2, tags=["tiny"],
+                                        task_sets=lake_set(tmp_path, name="tiny", desc=TINY, max_steps=2)))
+    train.suspend()
+    for bad in ("v2", 1.5, None):
+        with pytest.raises(ConfigError, match="policy_version"):
+            train.resume(bad)
+    assert train.policy_version == 0 and not train._shared.gate.is_open
+    train.resume(2)
+    train.resume(policy_version=3)  # without a suspend: only the version moves on
+    with pytest.raises(ConfigError, match="below the current version 3"):
+        train.resume(0)
+    batch = train.get_batch(batch_size=2, step=0, timeout=60)
+    assert {v for t in batch for v in t.policy_versions} == {3}
+    assert train._shared.gate.in_flight == 0
+    train.suspend(timeout=10)  # returns: nothing is left in flight
+    train.resume(3)

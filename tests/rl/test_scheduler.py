@@ -63,7 +63,7 @@ def sibling(shared):
     for scheduler in made:
         scheduler.close()
     switch.policy = switch.default
-    base.resume(policy_version=0)
+    base.resume(policy_version=base.policy_version)  # reopened, should a test have left it shut
 
 
 def tiny(shared, **fields):

@@ -301,11 +301,15 @@ class RolloutScheduler(ChosenBatches, GroupGeneration):
         self._shared.gate.suspend(abort=abort, timeout=timeout)
 
     def resume(self, policy_version: int) -> None:
-        """Let model requests go on, recorded as ``policy_version`` from now on; with
-        ``max_version_lag``, running groups already holding tokens older than it allows are
-        dropped first (their members cancelled, requests in flight aborted): the requests
-        ``suspend(abort=True)`` ended are awaited first (their agents say which tokens they
-        keep), so a partial reply counts even when the trainer resumes at once."""
+        """Let model requests go on, recorded as ``policy_version`` from now on: a whole number
+        >= 0, not below the current version (ConfigError, and nothing changes: the gate stays
+        suspended; ``PolicyGate.check_version``). Without ``suspend()`` before, it only moves the
+        version on (requests under way keep theirs). With ``max_version_lag``, running groups
+        already holding tokens older than it allows are dropped first (their members
+        cancelled, requests in flight aborted): the requests ``suspend(abort=True)`` ended are
+        awaited first (their agents say which tokens they keep), so a partial reply counts
+        even when the trainer resumes at once."""
+        policy_version = self._shared.gate.check_version(policy_version)
         if self._lag.max_lag is not None:
             self._shared.gate.wait_aborted(_ABORTED_END_S)
         with self._cond:
