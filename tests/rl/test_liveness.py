@@ -77,6 +77,24 @@ def test_a_spent_filter_starts_nothing_while_the_trainer_trains(tmp_path, schedu
         server.stop()
 
 
+def test_a_get_batch_that_raised_for_the_filter_leaves_the_next_one_a_fresh_budget(tmp_path, schedulers):
+    """The filter drops every group until the trainer changes it: the call raises, and the
+    groups that settle after it (dropped too) must not spend the next call's budget, or
+    every later get_batch raised at once and no group ever started again."""
+    server = LLMServer(policy=lambda body: {"reply": "<answer>Right</answer>"}).start()  # always wins
+    dropping = {"on": True}
+    try:
+        train = schedulers(_config(tmp_path, server), _tiny_lakes(tmp_path), group_filter=lambda group: dropping["on"],
+                           max_filtered_groups=2, async_generation_ratio=1)
+        with pytest.raises(RolloutError, match=r"filter dropped \d+ groups .*max_filtered_groups=2"):
+            train.get_batch(batch_size=4, step=0, timeout=60)
+        time.sleep(1.0)  # the groups running at the raise settle, and are dropped
+        assert train.stats()["groups_running"] == 0, train.stats()
+        dropping["on"] = False  # the trainer changed its filter
+        assert len(train.get_batch(batch_size=4, step=0, timeout=60)) == 4
+    finally:
+        server.stop()
+
 def test_get_batch_times_out_and_the_scheduler_stays_usable(tmp_path, schedulers):
     slow = {"on": True}
 

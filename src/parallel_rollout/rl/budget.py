@@ -16,8 +16,12 @@ Three things can keep a trainer's ``get_batch`` waiting without end, and each ha
   default) raises ``RolloutError``; ``"partial"`` returns the groups that passed, fewer than
   asked (none, if none passed). Groups dropped while the trainer trains (at
   ``async_generation_ratio`` >= 1) count toward the next batch, and once the bound is spent
-  no new group starts until a batch is handed out: nothing regenerates without end between
-  batches either.
+  no new group starts until a batch is handed out (or a call after one that raised
+  begins): nothing regenerates without end between batches either.
+
+A call that raised (any of these, or another error) leaves nothing counted to the next
+(``call_raised``): a trainer that catches the error and changes what caused it gets a
+fresh budget from its next ``get_batch``.
 """
 
 from __future__ import annotations
@@ -61,16 +65,31 @@ class BatchBudget:
         self._filter_limit: int | None = None
         self._deadline: float | None = None
         self._timeout: float | None = None
+        #: the last get_batch raised: the next one starts afresh (``call_raised``)
+        self._afresh = False
 
-    def begin(self, groups_needed: int, timeout: float | None) -> None:
-        """A ``get_batch`` of ``groups_needed`` groups starts now."""
+    def begin(self, groups_needed: int, timeout: float | None) -> bool:
+        """A ``get_batch`` of ``groups_needed`` groups starts now; True when the call before
+        raised, and this one starts afresh (nothing filtered counted)."""
         if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
                                     or not timeout > 0):
             raise ConfigError(f"get_batch timeout must be a positive number of seconds or None, got {timeout!r}")
+        afresh, self._afresh = self._afresh, False
+        if afresh:
+            self._filtered = 0
         self._timeout = timeout
         self._deadline = None if timeout is None else time.monotonic() + timeout
         self._filter_limit = (FILTERED_BATCHES * groups_needed if self.max_filtered_groups is None
                               else self.max_filtered_groups)
+        return afresh
+
+    def call_raised(self) -> None:
+        """The get_batch under way raised (a spent budget, a timeout, the task source …): the
+        next call starts afresh. Counting from the raise instead would let the groups that
+        settle after it (those running then, dropped as their predecessors were) spend the
+        next call's budget before it starts, and a spent filter starts no group: every
+        later call would raise at once, whatever the trainer changed."""
+        self._afresh = True
 
     def member_failed(self, record: dict[str, Any]) -> None:
         """Note a member's failure (what the error names if the budget runs out)."""

@@ -45,6 +45,10 @@ class ChosenBatches:
                         break
                     self._budget.check(0, len(self._groups))
                     self._wait()
+        except BaseException:
+            with self._cond:
+                self._budget.call_raised()  # the next call starts afresh
+            raise
         finally:
             with self._cond:
                 for group in (self._given or {}).values():

@@ -176,7 +176,7 @@ class RolloutScheduler(ChosenBatches, GroupGeneration):
         those proportions. Never waits without end (``budget``): ``BatchTimeout`` after
         ``timeout`` seconds, ``RolloutError`` after ``max_failed_groups`` failed groups in a
         row (naming the model endpoint and the last failure) or ``max_filtered_groups``
-        filtered ones."""
+        filtered ones. A call that raised leaves nothing counted: the next starts afresh."""
         if batch_size == -1:
             return self._run_all(step, timeout)
         size = self.env_config.group_size
@@ -213,6 +213,10 @@ class RolloutScheduler(ChosenBatches, GroupGeneration):
                         error, self._source_error = self._source_error, None
                         raise error  # the batch needs a group the task source did not give
                     self._wait()
+        except BaseException:
+            with self._cond:
+                self._budget.call_raised()  # the next call starts afresh
+            raise
         finally:
             with self._cond:
                 self._waiting = False
