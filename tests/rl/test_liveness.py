@@ -41,6 +41,31 @@ def test_a_server_that_fails_everything_raises_naming_the_endpoint(tmp_path, sch
         server.stop()
 
 
+@pytest.mark.parametrize("failed_member", ["drop", "placeholder"])
+def test_a_trainer_that_fixes_its_server_after_the_failure_error_gets_a_batch(tmp_path, schedulers, failed_member):
+    """The server answers 500 until the trainer, having caught the RolloutError, restarts it:
+    the next get_batch hands out a batch (it used to raise the old error at once, the count
+    of failed groups never reset), and none of the groups of placeholders the outage made."""
+    down = {"on": True}
+    server = LLMServer(policy=lambda body: {"status": 500} if down["on"] else {"reply": "<answer>Right</answer>"}).start()
+    try:
+        train = schedulers(_config(tmp_path, server), _tiny_lakes(tmp_path), max_failed_groups=3,
+                           failed_member=failed_member, async_generation_ratio=1)
+        with pytest.raises(RolloutError, match=r"groups in a row failed \(max_failed_groups=3\)"):
+            train.get_batch(batch_size=8, step=0, timeout=60)  # 4 groups: placeholders would pass below 3
+        deadline = time.monotonic() + 30
+        while train.stats()["groups_running"]:  # the groups running at the raise fail; none starts
+            assert time.monotonic() < deadline, train.stats()
+            time.sleep(0.05)
+        started = train.stats()["groups_started"]
+        time.sleep(0.5)
+        assert train.stats()["groups_started"] == started, "groups kept starting against a server that is down"
+        down["on"] = False  # the trainer restarts its server
+        batch = train.get_batch(batch_size=8, step=0, timeout=60)
+        assert len(batch) == 8 and not any(t.placeholder or t.failed for t in batch), [t.status for t in batch]
+    finally:
+        server.stop()
+
 def test_a_policy_that_always_wins_stops_after_max_filtered_groups(tmp_path, schedulers):
     server = LLMServer(policy=lambda body: {"reply": "<answer>Right</answer>"}).start()  # S F G: two moves win
     try:

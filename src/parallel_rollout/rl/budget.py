@@ -8,7 +8,8 @@ Three things can keep a trainer's ``get_batch`` waiting without end, and each ha
 * **Failures** — a group whose members fail (the inference server is down, the agent raises)
   is dropped and refilled; ``max_failed_groups`` such groups *in a row* (no group in between
   that had a member finish) raise ``RolloutError`` naming the model endpoint and the last
-  failure. Failures are counted across batches: a server that is down stays down.
+  failure. Failures are counted across batches: a server that is down stays down. Once the
+  bound is spent no new group starts (it would fail too) until a call begins afresh.
 * **Filtering** — a ``group_filter`` (DAPO's dynamic sampling, ``drop_equal_rewards``) drops
   groups that teach nothing and more are generated; after ``max_filtered_groups`` dropped
   since the last batch was handed out (default: 10 batches' worth of groups, as NeMo-RL's
@@ -20,8 +21,8 @@ Three things can keep a trainer's ``get_batch`` waiting without end, and each ha
   begins): nothing regenerates without end between batches either.
 
 A call that raised (any of these, or another error) leaves nothing counted to the next
-(``call_raised``): a trainer that catches the error and changes what caused it gets a
-fresh budget from its next ``get_batch``.
+(``call_raised``): a trainer that catches the error and changes what caused it (its filter,
+its server) gets a fresh budget from its next ``get_batch``.
 """
 
 from __future__ import annotations
@@ -70,13 +71,14 @@ class BatchBudget:
 
     def begin(self, groups_needed: int, timeout: float | None) -> bool:
         """A ``get_batch`` of ``groups_needed`` groups starts now; True when the call before
-        raised, and this one starts afresh (nothing filtered counted)."""
+        raised, and this one starts afresh (no group failed or filtered counted)."""
         if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
                                     or not timeout > 0):
             raise ConfigError(f"get_batch timeout must be a positive number of seconds or None, got {timeout!r}")
         afresh, self._afresh = self._afresh, False
         if afresh:
             self._filtered = 0
+            self.failed_in_a_row = 0
         self._timeout = timeout
         self._deadline = None if timeout is None else time.monotonic() + timeout
         self._filter_limit = (FILTERED_BATCHES * groups_needed if self.max_filtered_groups is None
@@ -116,6 +118,11 @@ class BatchBudget:
         """Whether the filter dropped more groups since the last batch than a batch may."""
         return self._filter_limit is not None and self._filtered > self._filter_limit
 
+    def failures_spent(self) -> bool:
+        """Whether ``max_failed_groups`` groups in a row failed: no new group should start
+        until a call begins afresh (against a server that is down it would fail too)."""
+        return self.failed_in_a_row >= self.max_failed_groups
+
     def check(self, ready: int, running: int) -> None:
         """Raise when the batch cannot or must not wait any longer (failures, time, filter
         with fallback ``raise``); called while get_batch waits."""
@@ -131,7 +138,7 @@ class BatchBudget:
         """Raise once ``max_failed_groups`` groups in a row failed; get_batch asks before it
         takes a batch too, so groups that failed while the trainer trained (placeholders, at
         ``async_generation_ratio`` >= 1) never make up a batch handed out."""
-        if self.failed_in_a_row >= self.max_failed_groups:
+        if self.failures_spent():
             where = f"the model endpoint {self.endpoint}" if self.endpoint else "the agent"
             raise RolloutError(f"{self.failed_in_a_row} groups in a row failed (max_failed_groups="
                                f"{self.max_failed_groups}): is {where} up? last failure: "

@@ -32,7 +32,7 @@ class ChosenBatches:
             self._check_open()
             if self._given is not None:
                 raise RolloutError(f"scheduler {self.name!r} is already running a get_batch(tasks=...)")
-            self._budget.begin(len(given), timeout)
+            self._begin_call(len(given), timeout)
             self._step = step
             self._given = {pos: self._start_group(tag, task, purpose="given") for pos, (tag, task) in enumerate(given)}
         try:
@@ -81,7 +81,7 @@ class ChosenBatches:
             self._check_open()
             if self._all is not None:
                 raise RolloutError(f"scheduler {self.name!r} is already running get_batch(-1)")
-            self._budget.begin(1, timeout)
+            self._begin_call(1, timeout)
             self._step = step
             self._all = deque((tag, task) for tag in self.tags for task in self._tasks[tag])
             self._all_done = []

@@ -51,6 +51,8 @@ class GroupGeneration:
             return
         if self._budget.filter_spent():
             return  # the next batch meets its filter fallback; nothing more to regenerate
+        if self._budget.failures_spent():
+            return  # groups fail in a row: a new one would too, until a call starts afresh
         cap = self._need * (self.ratio + (1 if self._waiting else 0))
         while self._outstanding() < cap:
             if self._replay:
@@ -69,6 +71,19 @@ class GroupGeneration:
             if task is None:
                 return
             self._start_group(tag, task, purpose="batch")
+
+    def _begin_call(self, groups: int, timeout: float | None) -> None:
+        """The budget's ``begin`` of a get_batch. After a call that raised it starts afresh,
+        and the ready groups made only of placeholders (every member failed, under
+        ``failed_member="placeholder"``) are dropped: they are what the failures that
+        raised made, which the new count no longer holds back from a batch."""
+        if not self._budget.begin(groups, timeout):
+            return
+        failed = [g for g in self._ready if all(t.placeholder for t in g.done)]
+        for group in failed:
+            self._lag.forget(group.keys.values())
+        self._stats["dropped_failed"] += len(failed)
+        self._ready = [g for g in self._ready if g not in failed]
 
     def _next_task(self, tag: str) -> Any:
         """The task source's next task of ``tag``; None when it failed: the error waits for a

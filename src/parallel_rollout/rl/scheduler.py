@@ -187,7 +187,7 @@ class RolloutScheduler(ChosenBatches, GroupGeneration):
         need = batch_size // size
         with self._cond:
             self._check_open()
-            self._budget.begin(need, timeout)
+            self._begin_call(need, timeout)
             self._step, self._need, self._waiting = step, need, True
             self._drop_stale()
             self._fill()
