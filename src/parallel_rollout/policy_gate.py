@@ -65,8 +65,10 @@ class PolicyGate:
         self._peers: dict[int, tuple[socket.socket, str | None]] = {}
         #: sample key -> the oldest policy version its requests got
         self._oldest: dict[str, int] = {}
-        #: requests let through, and replies thrown away after an abort
+        #: requests let through, those that ended keeping tokens of a reply (the model
+        #: answered: "end <kept>"), and replies thrown away after an abort
         self.requests = 0
+        self.replies = 0
         self.aborted = 0
         self._folder: str | None = None
         if host is None:
@@ -228,6 +230,7 @@ class PolicyGate:
                         peer = self._peers.get(ident)
                         if key and peer is not None and peer[1]:  # "end <kept version>"
                             self._oldest[peer[1]] = min(self._oldest.get(peer[1], int(key)), int(key))
+                        self.replies += bool(key)
                         redo = ident in self._aborted
                         self._aborted.discard(ident)
                         self._in_flight.discard(ident)

@@ -35,6 +35,7 @@ def test_a_server_that_fails_everything_raises_naming_the_endpoint(tmp_path, sch
         failed = re.match(r"(\d+) groups in a row failed \(max_failed_groups=3\)", message)
         assert failed and int(failed.group(1)) >= 3 and server.url in message, message
         assert "500" in message, message  # the last failure says what the server answered
+        assert "no model request got a reply since the first of them failed: is the model endpoint" in message
         assert time.monotonic() - started < 60
         assert train.stats()["dropped_failed"] >= 3
     finally:
@@ -63,6 +64,38 @@ def test_a_trainer_that_fixes_its_server_after_the_failure_error_gets_a_batch(tm
         down["on"] = False  # the trainer restarts its server
         batch = train.get_batch(batch_size=8, step=0, timeout=60)
         assert len(batch) == 8 and not any(t.placeholder or t.failed for t in batch), [t.status for t in batch]
+    finally:
+        server.stop()
+
+class _FirstMemberRejected(LLMServer):
+    """Every group's member 0 gets HTTP 400 (a request the server refuses, not retried) a
+    moment after its other members got their replies; the others play on."""
+
+    def next_step(self, body, authorization=None, headers=None, path=None):
+        if "/m0@" in (headers or {}).get("x-session-id", ""):
+            return {"sleep": 0.3, "status": 400, "message": "member 0 rejected"}
+        return super().next_step(body, authorization, headers, path)
+
+
+def test_groups_dropped_for_one_failed_member_raise_saying_members_fail_not_the_endpoint(tmp_path, schedulers):
+    """failed_member="drop" drops a group at its first failed member, so a member that always
+    fails drops every group and must still end the call, but the model answers the others:
+    the error says members fail, not "is the model endpoint up?"; under "placeholder" the
+    same groups complete and make batches."""
+    server = _FirstMemberRejected(policy=lambda body: {"reply": "<answer>Right</answer>"}).start()
+    try:
+        train = schedulers(_config(tmp_path, server), _tiny_lakes(tmp_path), max_failed_groups=3)
+        with pytest.raises(RolloutError) as caught:
+            train.get_batch(batch_size=4, step=0, timeout=60)
+        message = str(caught.value)
+        assert re.match(r"\d+ groups in a row failed \(max_failed_groups=3\): \d+ dropped for a failed member",
+                        message), message
+        assert re.search(r"the model answered \d+ request\(s\) since the first of them failed: members fail, "
+                         r"not the model endpoint", message), message
+        assert "member 0 rejected" in message and "up?" not in message, message
+        kept = train.sibling(_tiny_lakes(tmp_path), max_failed_groups=3, failed_member="placeholder")
+        batch = kept.get_batch(batch_size=4, step=0, timeout=60)
+        assert [t.placeholder for t in batch] == [True, False, True, False]
     finally:
         server.stop()
 

@@ -5,11 +5,18 @@ Three things can keep a trainer's ``get_batch`` waiting without end, and each ha
 
 * **Time** — ``get_batch(..., timeout=s)`` raises ``BatchTimeout`` after ``s`` seconds, with
   what was ready and running.
-* **Failures** — a group whose members fail (the inference server is down, the agent raises)
-  is dropped and refilled; ``max_failed_groups`` such groups *in a row* (no group in between
-  that had a member finish) raise ``RolloutError`` naming the model endpoint and the last
-  failure. Failures are counted across batches: a server that is down stays down. Once the
-  bound is spent no new group starts (it would fail too) until a call begins afresh.
+* **Failures** — a group that ends with nothing to hand out because members failed (the
+  inference server is down, the agent raises) is refilled: every member failed, or, under
+  ``failed_member="drop"``, one did and the group was dropped then, its other members
+  cancelled (whether they would have failed too is never known). ``max_failed_groups`` such
+  groups *in a row* (no group in between that had a member finish) raise ``RolloutError``
+  with the last failure and how many were of each kind. Whether the endpoint is down or
+  members fail while it answers, the policy gate tells (it counts replies): when no model
+  request got a reply since the first of those groups failed, the error asks whether the
+  model endpoint is up; when the model answered meanwhile, it says that members fail, not
+  the endpoint (a request the server refuses for one member, say).
+  Failures are counted across batches: a server that is down stays down. Once the bound is
+  spent no new group starts (it would fail too) until a call begins afresh.
 * **Filtering** — a ``group_filter`` (DAPO's dynamic sampling, ``drop_equal_rewards``) drops
   groups that teach nothing and more are generated; after ``max_filtered_groups`` dropped
   since the last batch was handed out (default: 10 batches' worth of groups, as NeMo-RL's
@@ -58,9 +65,14 @@ class BatchBudget:
         self.max_filtered_groups = max_filtered_groups
         self.filter_fallback = filter_fallback
         self.endpoint = endpoint
-        #: groups failed in a row, and the last member failure seen
+        #: groups failed in a row, of them those dropped for a failed member while others
+        #: ran (``group_failed``), and the last member failure seen
         self.failed_in_a_row = 0
+        self.dropped_in_a_row = 0
         self.last_failure = ""
+        #: the policy gate (``watch``), and its replies when the first of those groups failed
+        self._gate = None
+        self._replies_at_first = 0
         self._filtered = 0
         #: groups a batch may filter out (None until the first get_batch says its size)
         self._filter_limit: int | None = None
@@ -78,7 +90,7 @@ class BatchBudget:
         afresh, self._afresh = self._afresh, False
         if afresh:
             self._filtered = 0
-            self.failed_in_a_row = 0
+            self.failed_in_a_row = self.dropped_in_a_row = 0
         self._timeout = timeout
         self._deadline = None if timeout is None else time.monotonic() + timeout
         self._filter_limit = (FILTERED_BATCHES * groups_needed if self.max_filtered_groups is None
@@ -98,13 +110,26 @@ class BatchBudget:
         failure = record.get("failure") or {}
         self.last_failure = f"{record.get('status')}: {failure.get('message', '')}"[:500]
 
-    def group_failed(self) -> None:
-        """A group was dropped (or completed) with every member failed."""
+    def watch(self, gate) -> None:
+        """Read the model's replies off ``gate`` (a ``PolicyGate``): what tells an endpoint
+        that is down from members that fail while it answers."""
+        self._gate = gate
+
+    def group_failed(self, dropped: bool = False) -> None:
+        """A group ended with nothing to hand out because members failed: every member did
+        (completed as placeholders, or dropped once the last one failed), or, ``dropped``,
+        failed_member="drop" dropped it at a failed member while others ran."""
+        if self.failed_in_a_row == 0:
+            self._replies_at_first = self._replies()
         self.failed_in_a_row += 1
+        self.dropped_in_a_row += dropped
 
     def group_done(self) -> None:
         """A group had a member that did not fail: the model and envs work."""
-        self.failed_in_a_row = 0
+        self.failed_in_a_row = self.dropped_in_a_row = 0
+
+    def _replies(self) -> int:
+        return self._gate.replies if self._gate is not None else 0
 
     def group_filtered(self) -> None:
         """The group filter dropped a group (for the next batch, whenever it was made)."""
@@ -135,14 +160,26 @@ class BatchBudget:
         self.check_time(ready, running)
 
     def check_failures(self) -> None:
-        """Raise once ``max_failed_groups`` groups in a row failed; get_batch asks before it
-        takes a batch too, so groups that failed while the trainer trained (placeholders, at
-        ``async_generation_ratio`` >= 1) never make up a batch handed out."""
-        if self.failures_spent():
+        """Raise once ``max_failed_groups`` groups in a row failed, saying how (every member,
+        or dropped for one) and whether the model answered meanwhile (the module docstring);
+        get_batch asks before it takes a batch too, so groups that failed while the trainer
+        trained (placeholders, at ``async_generation_ratio`` >= 1) never make up a batch."""
+        if not self.failures_spent():
+            return
+        every, dropped = self.failed_in_a_row - self.dropped_in_a_row, self.dropped_in_a_row
+        kinds = ([f"every member of {every} failed"] if every else []) + \
+            ([f"{dropped} dropped for a failed member (failed_member='drop')"] if dropped else [])
+        replies = self._replies() - self._replies_at_first
+        if replies:
+            hint = " (failed_member='placeholder' keeps a group whose other members finish)" if dropped else ""
+            cause = (f"the model answered {replies} request(s) since the first of them failed: members fail, "
+                     f"not the model endpoint{hint}.")
+        else:
             where = f"the model endpoint {self.endpoint}" if self.endpoint else "the agent"
-            raise RolloutError(f"{self.failed_in_a_row} groups in a row failed (max_failed_groups="
-                               f"{self.max_failed_groups}): is {where} up? last failure: "
-                               f"{self.last_failure or 'unknown'}")
+            cause = f"no model request got a reply since the first of them failed: is {where} up?"
+        raise RolloutError(f"{self.failed_in_a_row} groups in a row failed (max_failed_groups="
+                           f"{self.max_failed_groups}): {', '.join(kinds)}; {cause} Last failure: "
+                           f"{self.last_failure or 'unknown'}")
 
     def check_time(self, ready: int, running: int) -> None:
         """Raise ``BatchTimeout`` once this get_batch is past its timeout."""

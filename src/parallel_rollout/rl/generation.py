@@ -14,9 +14,9 @@ this class is its half that keeps generation going:
   source. Counting slots, not groups, lets the next batch start on the loops a batch's early
   finishers leave while the trainer waits for its stragglers.
 * **Members' records** (``_take_record``): a member that produced an episode joins its group;
-  one that failed is replaced by a spare, or drops its group (counted in the batch budget),
-  or becomes a placeholder. A complete group cancels its spares and is ready, unless it is
-  stale or the group filter drops it.
+  one that failed is replaced by a spare, or drops its group (counted in the batch budget,
+  which tells such groups from those whose members all failed), or becomes a placeholder. A
+  complete group cancels its spares and is ready, unless it is stale or the filter drops it.
 * **Engine calls** are queued under the lock and made after it is released (``_flush``): the
   engine calls back from its own thread, so calling it under the lock could deadlock.
 """
@@ -189,7 +189,8 @@ class GroupGeneration:
                             group.done.append(group.placeholder())
                             self._stats["placeholders"] += 1
                     else:
-                        self._budget.group_failed()
+                        # every member failed, or it goes at this one while others run
+                        self._budget.group_failed(dropped=bool(group.done or group.running))
                         self._drop(group, "failed")
                         self._rerun_given(group)
                         self._cond.notify_all()

@@ -115,6 +115,7 @@ class RolloutScheduler(ChosenBatches, GroupGeneration):
             run_config, self.modes, max_concurrent_rollouts=max_concurrent_rollouts,
             envs_per_worker=self.env_config.max_env_num_per_worker)
         self._shared.schedulers.append(self)
+        self._budget.watch(self._shared.gate)  # did the model answer? (a failure budget's error)
         #: staleness by the policy versions that sampled a group's tokens (``staleness``)
         self._lag = VersionLag(self._shared.gate, max_version_lag, stale_versions)
         engine = self._shared.engine
@@ -175,8 +176,9 @@ class RolloutScheduler(ChosenBatches, GroupGeneration):
         each, returned in their order; with ``batch_partition`` every batch holds the tags in
         those proportions. Never waits without end (``budget``): ``BatchTimeout`` after
         ``timeout`` seconds, ``RolloutError`` after ``max_failed_groups`` failed groups in a
-        row (naming the model endpoint and the last failure) or ``max_filtered_groups``
-        filtered ones. A call that raised leaves nothing counted: the next starts afresh."""
+        row (whether the model endpoint answered meanwhile, the last failure) or
+        ``max_filtered_groups`` filtered ones. A call that raised leaves nothing counted: the
+        next starts afresh."""
         if batch_size == -1:
             return self._run_all(step, timeout)
         size = self.env_config.group_size
