@@ -9,13 +9,14 @@ A step is one of::
     {"status": 500}
     {"status": 400, "error": {"message": "…", "param": "max_tokens"}}   # the error body's "error"
     {"sleep": 5, "reply": "late"}              # answers after the client has given up
-    {"malformed": "not json" | "no choices" | "null content"}
+    {"malformed": "not json" | "no choices" | "null content" | "html page"}   # html page: text/html
     {"reply": "text", "token_ids": [3], "logprobs": [-0.2], "prompt_token_ids": [...]}  # as vLLM
     {"reply": None, "tool_calls": [{"id": …, "type": "function", "function": {…}}]}  # tool calls
 
 ``POST /v1/completions`` (a token-id or text ``prompt``, as vLLM takes it) is answered the same
 way, in the completions shape: ``choices[0].text``, ``token_ids``, ``logprobs.token_logprobs``.
-A step may carry ``"finish_reason"`` (default "stop") and a status step a ``"message"``.
+A step may carry ``"finish_reason"`` (default "stop") and a status step a ``"message"``; a
+chat step ``"content_type"`` (the answer's Content-Type instead of application/json).
 
 ``routes`` adds POST endpoints (path → handler(body) → JSON answer), e.g. a trainer's weight push.
 
@@ -25,7 +26,8 @@ A step may carry ``"finish_reason"`` (default "stop") and a status step a ``"mes
 streams: one chunk per token (a token-id step's ids, each with its logprob and a share of
 the text, or the step's ``"pieces"``: one text per token; otherwise a word), ``token_rate`` tokens a second (None: at once; a step's
 ``"token_rate"`` overrides it), ``prompt_token_ids`` in the first chunk, finish_reason in the
-last, then a usage chunk and ``[DONE]``. A client that hangs up mid-stream is an abort: it is
+last, then a usage chunk and ``[DONE]``; a step with ``"ignore_stream": True`` is answered whole,
+as a server that ignores ``stream`` would. A client that hangs up mid-stream is an abort: it is
 logged in ``aborts`` (``time`` monotonic, ``request`` index, ``tokens`` sent before it). A stream's id is
 ``cmpl-<request index>`` (what an ``abort_url`` is told). A step's ``"queue_s"`` holds the reply
 that long before its first byte, as a busy server's queue does; a hang-up meanwhile is an abort.
@@ -159,7 +161,8 @@ def _handler(server: LLMServer) -> type[BaseHTTPRequestHandler]:
             step = server.next_step(body, self.headers.get("Authorization"),
                                     {k.lower(): v for k, v in self.headers.items()}, self.path.rstrip("/"))
             try:
-                if body.get("stream") and ("reply" in step or "tool_calls" in step) and "sleep" not in step:
+                if (body.get("stream") and ("reply" in step or "tool_calls" in step) and "sleep" not in step
+                        and not step.get("ignore_stream")):
                     self._stream(step, body, len(server.requests) - 1)
                 elif self.path.rstrip("/") == "/v1/completions":
                     self._answer_completion(step, body)
@@ -189,12 +192,17 @@ def _handler(server: LLMServer) -> type[BaseHTTPRequestHandler]:
                 error = step.get("error", {"message": step.get("message", f"scripted {step['status']}")})
                 return self._send(step["status"], {"error": error}, headers)
             kind = step.get("malformed")
+            content_type = step.get("content_type", "application/json")
             if kind == "not json":
-                return self._send_raw(200, b"<html>upstream gateway hiccup</html>")
+                return self._send_raw(200, b"<html>upstream gateway hiccup</html>", content_type=content_type)
+            if kind == "html page":
+                return self._send_raw(200, b"<!DOCTYPE html>\n<html><body>Sign in to the proxy</body></html>",
+                                      content_type="text/html; charset=utf-8")
             if kind == "no choices":
-                return self._send(200, {"id": "x", "object": "chat.completion", "choices": []})
+                return self._send(200, {"id": "x", "object": "chat.completion", "choices": []},
+                                  content_type=content_type)
             if kind == "null content":
-                return self._send(200, completion(None, body.get("model", "?")))
+                return self._send(200, completion(None, body.get("model", "?")), content_type=content_type)
             if kind is not None:
                 raise AssertionError(f"unknown malformed kind {kind!r}")
             answer = completion(step["reply"], body.get("model", "?"), step.get("usage"))
@@ -209,7 +217,7 @@ def _handler(server: LLMServer) -> type[BaseHTTPRequestHandler]:
                 answer["choices"][0]["message"]["tool_calls"] = step["tool_calls"]
             answer["choices"][0]["finish_reason"] = step.get(
                 "finish_reason", "tool_calls" if step.get("tool_calls") else "stop")
-            self._send(200, answer)
+            self._send(200, answer, content_type=content_type)
 
         def _answer_completion(self, step: Step, body: dict[str, Any]) -> None:
             if "status" in step:
@@ -302,12 +310,14 @@ def _handler(server: LLMServer) -> type[BaseHTTPRequestHandler]:
             self.wfile.write(b"data: " + json.dumps(payload).encode() + b"\n\n")
             self.wfile.flush()
 
-        def _send(self, status: int, payload: Any, headers: dict[str, str] | None = None) -> None:
-            self._send_raw(status, json.dumps(payload).encode(), headers)
+        def _send(self, status: int, payload: Any, headers: dict[str, str] | None = None,
+                  content_type: str = "application/json") -> None:
+            self._send_raw(status, json.dumps(payload).encode(), headers, content_type)
 
-        def _send_raw(self, status: int, data: bytes, headers: dict[str, str] | None = None) -> None:
+        def _send_raw(self, status: int, data: bytes, headers: dict[str, str] | None = None,
+                      content_type: str = "application/json") -> None:
             self.send_response(status)
-            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(data)))
             for name, value in (headers or {}).items():
                 self.send_header(name, value)

@@ -16,6 +16,10 @@ the connection is how a vLLM request is aborted; for a server that needs to be t
 ``/abort_request`` reads ``rid``) on every abort, a path there being on the request's own server
 (``abort_endpoint``).
 
+**Not a stream.** An answer whose Content-Type is no event stream's, or whose first line is
+no SSE line, is a body (``NotAStream``): the Wire takes a whole completion as the reply (a
+server that ignores ``stream``) and fails the request on anything else, quoting what came.
+
 **Partial rollouts.** The tokens of an aborted reply are kept (``Partial``): after the update
 the request continues from them (``continued``) instead of starting over, with token ids
 (prompt + partial ids to ``/completions``) or, in chat, by the server's continue-final-message
@@ -25,6 +29,7 @@ the policy version that sampled it (``versions``).
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import socket
@@ -51,6 +56,18 @@ class Aborted(Exception):
 
 class StreamBroken(Exception):
     """The stream broke or ended early, not by an abort (a retry may fix it)."""
+
+
+class NotAStream(Exception):
+    """A stream request was answered with a body that is no event stream (by its
+    Content-Type, or a first line that is no SSE field): a server that ignores ``stream``,
+    or something in front of it (a proxy's page). ``body`` and ``content_type`` are what
+    came, for the caller to read as a whole reply (``whole_reply``) or refuse."""
+
+    def __init__(self, body: str, content_type: str) -> None:
+        super().__init__(f"a body ({content_type or 'no Content-Type'}), not an event stream")
+        self.body = body
+        self.content_type = content_type
 
 
 @dataclass
@@ -280,6 +297,42 @@ def _shutdown(sock: socket.socket | None) -> None:
         pass  # already closed
 
 
+#: how the lines of an SSE stream begin (a comment or a field); a body's first line does not
+_SSE_LINES = (":", "data:", "event:", "id:", "retry:")
+
+
+def _event_lines(response) -> Iterable[str]:
+    """The lines of a streamed response; NotAStream with the whole body when its
+    Content-Type is another than an event stream's or its first line is no SSE line (a
+    JSON body sent as an event stream). Read past silently, either ended every turn as a
+    stream without a finish_reason (as an empty stream still does)."""
+    content_type = response.headers.get("content-type", "")
+    lines = iter(response.iter_lines())
+    first = next((line for line in lines if line.strip()), "")
+    if (content_type and "event-stream" not in content_type.lower()) or (first and not first.startswith(_SSE_LINES)):
+        raise NotAStream("\n".join([first, *lines]), content_type)
+    return itertools.chain([first], lines)
+
+
+def whole_reply(chunk: dict[str, Any]) -> StreamedReply:
+    """The StreamedReply of a whole (non-streamed) completion, chat or completions shape,
+    as its one chunk: a chat choice's ``message`` read as a ``delta`` (tool calls given
+    their index), token ids, logprobs and usage where they are."""
+    choices = []
+    for choice in chunk.get("choices") or []:
+        message = choice.get("message") if isinstance(choice, dict) else None
+        if isinstance(message, dict):
+            calls = message.get("tool_calls") if isinstance(message.get("tool_calls"), list) else []
+            delta = {"content": message.get("content"),
+                     "tool_calls": [{**call, "index": index} for index, call in enumerate(calls)
+                                    if isinstance(call, dict)]}
+            choice = {**{k: v for k, v in choice.items() if k != "message"}, "delta": delta}
+        choices.append(choice)
+    reply = StreamedReply()
+    reply.add({**chunk, "choices": choices})
+    return reply
+
+
 def read_events(lines: Iterable[str]) -> Iterable[dict[str, Any]]:
     """The JSON objects of an SSE stream's ``data:`` lines, up to ``[DONE]``."""
     for line in lines:
@@ -299,7 +352,8 @@ def read_events(lines: Iterable[str]) -> Iterable[dict[str, Any]]:
 
 def stream(client, path: str, request: dict[str, Any], abortable: Abortable) -> StreamedReply:
     """Send ``request`` streamed to ``path`` (``/chat/completions`` or ``/completions``) and
-    read the reply; Aborted when ``abortable`` ended it. openai's status errors propagate."""
+    read the reply; Aborted when ``abortable`` ended it; NotAStream when the answer is a body
+    (``_event_lines``). openai's status errors propagate."""
     import openai
 
     body = {**request, "stream": True, "stream_options": {"include_usage": True}}
@@ -311,12 +365,16 @@ def stream(client, path: str, request: dict[str, Any], abortable: Abortable) -> 
     try:
         with resource.with_streaming_response.create(**body, extra_body=extra) as response:
             abortable.attach(response.http_response)
-            for event in read_events(response.iter_lines()):
+            for event in read_events(_event_lines(response)):
                 abortable.identify(event.get("id"))
                 if abortable.aborted:  # what arrived after the abort is not kept: leaving closes it
                     raise Aborted(reply)
                 reply.add(event)
     except (Aborted, AgentError, openai.APIStatusError):
+        raise
+    except NotAStream:
+        if abortable.aborted:
+            raise Aborted(reply) from None
         raise
     except Exception as exc:  # noqa: BLE001 - the HTTP library's own errors, whichever it is
         if abortable.aborted:

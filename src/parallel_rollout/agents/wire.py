@@ -146,7 +146,11 @@ class Wire:
         request = dict(request)
         extra = {**request.pop("extra_body", {}), "return_token_ids": True}
         logprobs = 1 if "prompt" in request else True
-        return streaming.stream(client, self.path_of(request), {**request, "logprobs": logprobs, "extra_body": extra}, abortable)
+        path = self.path_of(request)
+        try:
+            return streaming.stream(client, path, {**request, "logprobs": logprobs, "extra_body": extra}, abortable)
+        except streaming.NotAStream as exc:
+            return _whole_streamed(exc, path)
 
     def streamed_reply(self, partial) -> tuple[str, dict[str, Any]]:
         """(reply text, turn info) of a whole streamed reply (``streaming.Partial``, every
@@ -252,6 +256,29 @@ def turn_info(body: bytes | str) -> dict[str, Any]:
     if isinstance(content, list):
         info["logprobs"] = [item.get("logprob") for item in content if isinstance(item, dict)]
     return info
+
+
+def _whole_streamed(answer, path: str):
+    """The reply of a stream request answered with a body (``streaming.NotAStream``): a
+    whole completion, checked as a non-streamed one is, is taken as it is (a server that
+    ignores ``stream``; an abort then ends a request only before its answer comes); anything
+    else is a MalformedResponse that says what came instead of an event stream."""
+    from . import streaming
+
+    what = f"Content-Type {answer.content_type}" if answer.content_type else "no Content-Type"
+    try:
+        if path == "/completions":
+            text = _first_choice(_body_object(answer.body), answer.body).get("text")
+            if not isinstance(text, str):
+                raise MalformedResponse(f"choices[0].text is {_json_type(text)}")
+        else:
+            reply_of(answer.body)
+        reply = streaming.whole_reply(_body_object(answer.body))
+        if reply.finish_reason is None:
+            raise MalformedResponse(f"choices[0] has no finish_reason: {excerpt(answer.body)!r}")
+    except MalformedResponse as exc:
+        raise MalformedResponse(f"the server answered stream=true with {what}, not an event stream; {exc}") from None
+    return reply
 
 
 def excerpt(body: bytes | str) -> str:

@@ -1,0 +1,81 @@
+"""A stream request (every model request under an RL scheduler's policy gate) answered with
+no event stream: a server that ignores ``stream=true`` and sends a whole completion is taken
+at its word, token ids and logprobs included; a body that is no completion (an HTML page, a
+proxy's answer, JSON without choices) fails the turn saying what came, its start quoted,
+never "the stream ended without a finish_reason"."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from llm_server import llm_server  # noqa: F401 - fixture
+from parallel_rollout.agents import ModelClient
+from parallel_rollout.agents.episode import AgentError
+from parallel_rollout.config import RunConfig
+from parallel_rollout.policy_gate import PolicyGate
+
+USER = [{"role": "user", "content": "go"}]
+WHOLE = {"reply": "<answer>Right</answer>", "token_ids": [11, 12], "logprobs": [-0.1, -0.2],
+         "prompt_token_ids": [5, 6], "ignore_stream": True}
+
+
+@pytest.fixture
+def gate():
+    gate = PolicyGate(version=4)
+    yield gate
+    gate.close()
+
+
+def _client(server, gate: PolicyGate) -> ModelClient:
+    config = RunConfig(mode="gym", agent="openai", base_url=server.url, model="m", max_retries=1,
+                       policy_gate=gate.path)
+    client = ModelClient(config)
+    client.backoff_base_s = 0.01
+    return client
+
+
+@pytest.mark.parametrize("content_type", ["application/json", "text/event-stream"])
+def test_a_whole_chat_completion_answering_a_stream_request_is_the_reply(gate, llm_server, content_type):
+    """Whatever its Content-Type says (a body labelled an event stream whose first line is
+    JSON, not an SSE field), a whole completion is read as one."""
+    server = llm_server(script=[{**WHOLE, "content_type": content_type}])
+    reply = _client(server, gate).chat(USER)
+    assert server.requests[0]["body"]["stream"] is True
+    assert reply.text == "<answer>Right</answer>" and reply.stop_reason == "stop"
+    assert reply.token_ids == [11, 12] and reply.logprobs == [-0.1, -0.2] and reply.prompt_token_ids == [5, 6]
+    assert reply.policy_version == 4 and gate.in_flight == 0
+
+
+def test_whole_tool_calls_and_a_whole_completions_reply_are_read_too(gate, llm_server):
+    call = {"id": "call_0", "type": "function", "function": {"name": "move", "arguments": '{"direction": "Up"}'}}
+    server = llm_server(script=[{"reply": None, "tool_calls": [call], "ignore_stream": True},
+                                {"reply": "ab", "token_ids": [7, 8], "logprobs": [-0.3, -0.4], "ignore_stream": True}])
+    client = _client(server, gate)
+    reply = client.chat(USER, tools=[{"type": "function", "function": {"name": "move", "parameters": {}}}])
+    assert reply.tool_calls == [call] and reply.stop_reason == "tool_calls" and reply.text == ""
+    generated = client.generate([1, 2, 3])
+    assert server.requests[1]["path"] == "/v1/completions"
+    assert generated.text == "ab" and generated.token_ids == [7, 8] and generated.logprobs == [-0.3, -0.4]
+
+
+@pytest.mark.parametrize("step, says", [
+    ({"malformed": "html page"}, r"Content-Type text/html; charset=utf-8, not an event stream; the body is not "
+                                 r"JSON: '<!DOCTYPE html>\\n<html><body>Sign in to the proxy"),
+    ({"malformed": "not json"}, r"Content-Type application/json, not an event stream; the body is not JSON: "
+                                r"'<html>upstream gateway hiccup</html>'"),
+    ({"malformed": "no choices"}, r"not an event stream; no 'choices' in the body: '\{\"id\": \"x\""),
+    ({"malformed": "no choices", "content_type": "text/event-stream"},
+     r"Content-Type text/event-stream, not an event stream; no 'choices' in the body"),
+    ({"malformed": "null content"}, r"not an event stream; choices\[0\].message.content is null"),
+], ids=["html-page", "html-as-json", "no-choices", "no-choices-as-sse", "null-content"])
+def test_a_body_that_is_no_stream_and_no_completion_says_what_came(gate, llm_server, step, says):
+    server = llm_server(script=[step, step])
+    with pytest.raises(AgentError) as caught:
+        _client(server, gate).chat(USER)
+    message = str(caught.value)
+    assert "malformed response: the server answered stream=true with " in message, message
+    assert re.search(says, message), message
+    assert "stream ended without" not in message, message
+    assert len(server.requests) == 2 and gate.in_flight == 0  # retried like any malformed body
