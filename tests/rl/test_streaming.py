@@ -79,3 +79,19 @@ def test_a_body_that_is_no_stream_and_no_completion_says_what_came(gate, llm_ser
     assert re.search(says, message), message
     assert "stream ended without" not in message, message
     assert len(server.requests) == 2 and gate.in_flight == 0  # retried like any malformed body
+
+
+@pytest.mark.parametrize("step, field", [
+    ({"reply": "ab", "token_ids": ["a", "b"], "logprobs": [-0.1, -0.2]}, r"choices\[0\]\.token_ids"),
+    ({"reply": "ab", "token_ids": [1, True], "logprobs": [-0.1, -0.2]}, r"choices\[0\]\.token_ids"),
+    ({"reply": "ab", "token_ids": [1, 2], "logprobs": [-0.1, -0.2], "prompt_token_ids": [5, "6"]},
+     r"prompt_token_ids"),
+    ({"reply": "ab", "token_ids": [1, 2], "logprobs": ["low", -0.2]}, r"choices\[0\]\.logprobs"),
+    ({**WHOLE, "token_ids": ["a", "b"]}, r"choices\[0\]\.token_ids"),
+], ids=["str-ids", "bool-id", "str-prompt-id", "str-logprob", "whole-str-ids"])
+def test_token_ids_and_logprobs_of_the_wrong_type_are_refused_naming_the_field(gate, llm_server, step, field):
+    """String token ids used to reach the trajectory, and segments() put them in input_ids."""
+    server = llm_server(script=[step])
+    with pytest.raises(AgentError, match=r"the model server's " + field + r".* (no list of int token ids|not numbers)"):
+        _client(server, gate).chat(USER)
+    assert len(server.requests) == 1 and gate.in_flight == 0  # the server's format: not retried

@@ -139,9 +139,10 @@ class StreamedReply:
             call["function"]["arguments"] += function["arguments"]
 
     def add(self, chunk: dict[str, Any]) -> None:
-        """Fold one SSE chunk (chat or completions shape) in."""
-        if isinstance(chunk.get("prompt_token_ids"), list):
-            self.prompt_token_ids = chunk["prompt_token_ids"]
+        """Fold one SSE chunk (chat or completions shape) in; AgentError naming the field when
+        token ids or logprobs are of another type (they go into a trainer's tensors as they are)."""
+        if chunk.get("prompt_token_ids") is not None:
+            self.prompt_token_ids = _token_ids(chunk["prompt_token_ids"], "prompt_token_ids")
         if isinstance(chunk.get("usage"), dict):
             self.usage = {k: v for k, v in chunk["usage"].items()
                           if k in ("prompt_tokens", "completion_tokens") and isinstance(v, int)}
@@ -155,19 +156,35 @@ class StreamedReply:
             if delta is not None and isinstance(delta.get("tool_calls"), list):
                 for part in delta["tool_calls"]:
                     self._add_tool_call(part)
-            if isinstance(choice.get("prompt_token_ids"), list):
-                self.prompt_token_ids = choice["prompt_token_ids"]
-            if isinstance(choice.get("token_ids"), list):
+            if choice.get("prompt_token_ids") is not None:
+                self.prompt_token_ids = _token_ids(choice["prompt_token_ids"], "choices[0].prompt_token_ids")
+            if choice.get("token_ids") is not None:
                 self.has_token_ids = True
-                self.token_ids.extend(choice["token_ids"])
+                self.token_ids.extend(_token_ids(choice["token_ids"], "choices[0].token_ids"))
             logprobs = choice.get("logprobs")
             if isinstance(logprobs, dict):
                 if isinstance(logprobs.get("content"), list):  # chat
-                    self.logprobs.extend(item.get("logprob") for item in logprobs["content"] if isinstance(item, dict))
+                    self.logprobs.extend(_logprobs([item.get("logprob") for item in logprobs["content"]
+                                                    if isinstance(item, dict)], "choices[0].logprobs.content"))
                 elif isinstance(logprobs.get("token_logprobs"), list):  # completions
-                    self.logprobs.extend(logprobs["token_logprobs"])
+                    self.logprobs.extend(_logprobs(logprobs["token_logprobs"], "choices[0].logprobs.token_logprobs"))
             if choice.get("finish_reason"):
                 self.finish_reason = choice["finish_reason"]
+
+
+def _token_ids(value: Any, field: str) -> list[int]:
+    """``value`` as token ids: a list of ints (not bools); AgentError naming ``field`` else."""
+    if not isinstance(value, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in value):
+        raise AgentError(f"the model server's {field} holds what is no list of int token ids: "
+                         f"{json.dumps(value)[:200]}")
+    return value
+
+
+def _logprobs(values: list[Any], field: str) -> list[float | None]:
+    """``values`` as logprobs: numbers, or null where the server has none; AgentError else."""
+    if not all(v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)) for v in values):
+        raise AgentError(f"the model server's {field} holds logprobs that are not numbers: {json.dumps(values)[:200]}")
+    return values
 
 
 class Sockets:
