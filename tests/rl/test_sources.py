@@ -91,6 +91,10 @@ def test_explicit_tasks_run_exactly_and_in_order(tmp_path, schedulers):
             train.get_batch(batch_size=2, step=2, tasks=["nope"])
         with pytest.raises(ConfigError, match="len\\(tasks\\) x group_size"):
             train.get_batch(batch_size=2, step=2, tasks=["lakes1", "lakes2"])
+        started = train.stats()["groups_started"]
+        with pytest.raises(ConfigError, match=r"batch_size=-1 runs every task .* not with tasks="):
+            train.get_batch(batch_size=-1, step=2, tasks=["lakes1"])  # it used to ignore tasks
+        assert train.stats()["groups_started"] == started
     finally:
         server.stop()
 

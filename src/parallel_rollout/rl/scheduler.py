@@ -171,8 +171,8 @@ class RolloutScheduler(ChosenBatches, GroupGeneration):
     def get_batch(self, batch_size: int, step: int, timeout: float | None = None,
                   tasks: list[Any] | None = None) -> list[Trajectory]:
         """Block until ``batch_size`` trajectories of whole groups are ready; return them,
-        oldest group first. ``batch_size=-1``: every task of the tags once (validation).
-        ``tasks``: run exactly these (``Task`` objects or ids of the tags' tasks), one group
+        oldest group first. ``batch_size=-1``: every task of the tags once (validation; not
+        with ``tasks``). ``tasks``: run exactly these (``Task`` objects or ids of the tags' tasks), one group
         each, returned in their order; with ``batch_partition`` every batch holds the tags in
         those proportions. Never waits without end (``budget``): ``BatchTimeout`` after
         ``timeout`` seconds, ``RolloutError`` after ``max_failed_groups`` failed groups in a
@@ -180,6 +180,9 @@ class RolloutScheduler(ChosenBatches, GroupGeneration):
         ``max_filtered_groups`` filtered ones. A call that raised leaves nothing counted: the
         next starts afresh."""
         if batch_size == -1:
+            if tasks is not None:
+                raise ConfigError("get_batch: batch_size=-1 runs every task of the tags once, not with tasks=; "
+                                  "to run given tasks pass batch_size=len(tasks) x group_size")
             return self._run_all(step, timeout)
         size = self.env_config.group_size
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1 or batch_size % size:
