@@ -15,7 +15,7 @@ import pytest
 
 from conftest import ROOT, assert_exactly_once, shell_task, write_tasks
 from parallel_rollout.config import build_config
-from parallel_rollout.results import StorageError
+from parallel_rollout.errors import ConfigError
 from parallel_rollout.runner import Runner
 
 
@@ -68,12 +68,13 @@ def test_waiting_for_a_vm_is_not_task_time(tmp_path):
     assert max(r["lease_wait_s"] for r in finals.values()) > 3.0  # the test means something
 
 
-def test_a_corrupt_middle_line_is_a_storage_error_naming_it_and_releases_everything(tmp_path):
+def test_a_corrupt_middle_line_is_a_usage_error_naming_it_and_releases_everything(tmp_path):
     first = run(tmp_path, [shell_task("a"), shell_task("b")], num_rollouts=1)
     results = first.run_dir / "results.jsonl"
     lines = results.read_text().splitlines()
     results.write_text(lines[0] + "\n" + '{"key": "x", "attempt": 0, oops\n' + lines[1] + "\n")
-    with pytest.raises(StorageError, match=r"results\.jsonl:2: corrupted record"):
+    # nothing ran: the resume is refused as bad input (the CLI's exit 2), before the engine starts
+    with pytest.raises(ConfigError, match=r"cannot resume proto: .*results\.jsonl:2: corrupted record"):
         run(tmp_path, [shell_task("a"), shell_task("b")], num_rollouts=1, resume=True)
     # the lock is free and no handler still writes to run.log
     filelock.FileLock(str(first.run_dir / ".lock")).acquire(timeout=0)
