@@ -369,3 +369,26 @@ def test_a_run_id_of_64_characters_boots_under_the_default_folder_and_sweeps(tmp
     with pytest.raises(ConfigError, match=r"socket path .* is longer than 100 characters; set "
                                           r"PARALLEL_ROLLOUT_PROCESS_DIR to a shorter folder"):
         ProcessProvider("run", ProviderOptions(), base_dir=long_base)
+
+
+@pytest.mark.parametrize("owner", ["alive", "dead"])
+def test_a_sweep_of_orphans_leaves_a_live_pools_unlabelled_folder(base_dir, owner):
+    """A pool labels a folder a moment after it makes it; two standby boots at once let a
+    sweep of orphans (another run of the run id starting) find one of them unlabelled and
+    take it from under its boot (seen in CI). A pool folder is one pool's: while a label in
+    it names its owner alive, none of its folders is a leftover; once the owner is gone,
+    all of them are."""
+    from parallel_rollout.pool.providers.common import owner_label, pool_folder, write_meta
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    pool = pool_folder(base_dir, "same", "0123abcd")
+    (pool / "vm0").mkdir(parents=True)
+    (pool / "vm0.c").mkdir()  # made, not labelled yet
+    label = dict(owner_label()) if owner == "alive" else {"owner_pid": gone.pid, "owner_create_time": 1.0}
+    write_meta(pool / "vm0", {"run_id": "same", "vm_id": "vm0", **label})
+    swept = ProcessProvider.sweep("same", base_dir=base_dir, orphans_only=True)
+    if owner == "alive":
+        assert swept == [] and (pool / "vm0").is_dir() and (pool / "vm0.c").is_dir()
+    else:
+        assert swept == ["vm0"] and not pool.exists()

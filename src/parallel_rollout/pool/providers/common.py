@@ -346,9 +346,13 @@ def sweep_vm_folders(base: Path, run_id: str | None,
     goes. Returns the removed VM ids."""
     removed = []
     for run_dir in run_folders(base, run_id):
-        for vm_dir in vm_folders(run_dir):
-            meta = read_meta(vm_dir) or {}
-            if (run_id is None or orphans_only) and owner_alive(meta):
+        metas = {vm_dir: read_meta(vm_dir) or {} for vm_dir in vm_folders(run_dir)}
+        # A pool folder is one pool's: where a label names its owner alive, a folder with no
+        # label yet is one that pool is making (labelled a moment after its mkdir: a standby
+        # boot beside another), not a leftover.
+        live = any(owner_alive(meta) for meta in metas.values())
+        for vm_dir, meta in metas.items():
+            if (run_id is None or orphans_only) and (live or owner_alive(meta)):
                 continue  # a live run: not ours to sweep
             kill(meta, vm_dir)
             shutil.rmtree(vm_dir, ignore_errors=True)
