@@ -8,7 +8,8 @@
                                                             └─ the VM's uid ─► commands
 
     <base>/<run_id>@<pool>/<vm_id>/   base: $PARALLEL_ROLLOUT_PROCESS_DIR or /tmp/parallel-rollout/process;
-                                      pool: a key of this provider's own (``common.pool_folder``)
+                                      pool: a key of this provider's own (``common.pool_folder``;
+                                      a run id over 28 characters: its first 20 and a hash)
         sock/        sock/agent.sock: bound and listened on here, the agent serves its fd
         meta.json    run id, vm id, owner pid, bwrap pid and start times: what sweep() reads
         agent.log    bwrap's and the agent's output (a pipe, 1 MiB kept: sandbox_log.py), quoted when a boot fails
