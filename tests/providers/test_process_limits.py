@@ -133,7 +133,8 @@ def test_a_full_uid_range_is_a_clear_error_never_a_uid_outside_it(base_dir, tmp_
     monkeypatch.setattr(process, "SandboxUids", small)
     the_range = r"uids 64000-64003, whose start \$PARALLEL_ROLLOUT_SANDBOX_UID moves"
     with pytest.raises(ConfigError, match=rf"3 VMs take 6 sandbox uids \(2 each\), more than the 4 of "
-                                          rf"the range \({the_range}\).*PARALLEL_ROLLOUT_PROCESS_STANDBY=0"):
+                                          rf"the range \({the_range}\) that no account has.*"
+                                          r"PARALLEL_ROLLOUT_PROCESS_STANDBY=0"):
         ProcessProvider("r", ProviderOptions(pool_size=3), base_dir=base_dir)
     provider = ProcessProvider("r", ProviderOptions(pool_size=2), base_dir=base_dir)
     other_run = small()
@@ -143,3 +144,20 @@ def test_a_full_uid_range_is_a_clear_error_never_a_uid_outside_it(base_dir, tmp_
         provider.start("vm0")
     assert [p.name for p in base_dir.iterdir() if not p.name.startswith(".")] == []
     assert provider._uids.uid("vm0") is None and other_run.acquire("x3") == 64003
+
+
+def test_a_uid_of_an_account_or_group_of_the_host_is_never_handed_out(tmp_path):
+    """A sandbox's uid (and gid) is its own: one an account has (Debian's libvirt-qemu is
+    64055, inside the default range) would share that account's per-user limits and own its
+    files. Here nobody (65534), in a range of three around it."""
+    import pwd
+
+    nobody = pwd.getpwnam("nobody").pw_uid
+    uids = SandboxUids(first=nobody - 1, count=3, lock_dir=tmp_path / "uids")
+    assert nobody in uids.accounts
+    taken = [uids.acquire(key) for key in ("a", "b")]
+    assert nobody not in taken and len(set(taken)) == 2
+    with pytest.raises(VMError, match="all 3 sandbox uids"):
+        uids.acquire("c")
+    with pytest.raises(ConfigError, match=r"more than the 2 of the range .* that no account has"):
+        uids.check_room(3)

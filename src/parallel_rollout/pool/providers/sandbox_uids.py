@@ -12,7 +12,8 @@ default, ``standby.py``), so the sandbox a reset kills behind the one it hands o
 shares a uid with it; a container VM keeps one across its resets::
 
     first = $PARALLEL_ROLLOUT_SANDBOX_UID (64000)      the range: first .. first + 999
-    acquire(key)   ──► the lowest uid no VM of any run on this machine holds
+    acquire(key)   ──► the lowest uid no VM of any run on this machine holds, and no
+                       account or group of the host has
                        (a lock file per uid: flock on /tmp/parallel-rollout/uids/<uid>)
     release(key)   ──► closes the lock: the uid is free again (also when the owner dies)
 
@@ -55,6 +56,15 @@ def first_uid() -> int:
     return int(value)
 
 
+def account_ids() -> set[int]:
+    """The uids of the host's accounts and the gids of its groups (a sandbox's uid is its
+    gid too)."""
+    import grp
+    import pwd
+
+    return {entry.pw_uid for entry in pwd.getpwall()} | {entry.gr_gid for entry in grp.getgrall()}
+
+
 class SandboxUids:
     """The uids this process's VMs hold, one per key (a VM id, or a VM's folder);
     thread-safe. Not ``enabled`` (a runner that is not root: its VMs' commands keep its
@@ -66,6 +76,10 @@ class SandboxUids:
         self.first = first_uid() if first is None else first
         self.count = count
         self.lock_dir = lock_dir or LOCK_DIR
+        #: ids of the range that an account or a group of the host has (Debian's libvirt-qemu
+        #: is 64055): never handed out, or a sandbox's commands would share that account's
+        #: per-user limits and own its files
+        self.accounts = account_ids() & set(range(self.first, self.first + self.count))
         self._lock = threading.Lock()
         self._held: dict[str, tuple[int, int]] = {}  # key -> (uid, lock fd)
 
@@ -78,10 +92,12 @@ class SandboxUids:
         """ConfigError when ``vms`` VMs that take ``per_vm`` uids each need more than the
         range holds, before any boots: else the VMs past it would each fail to boot and spend
         the pool's replacements. ``fewer``: another way to take fewer uids, for the message."""
-        if self.enabled and vms * per_vm > self.count:
+        room = self.count - len(self.accounts)
+        if self.enabled and vms * per_vm > room:
             raise ConfigError(
                 f"{vms} VMs take {vms * per_vm} sandbox uids ({per_vm} each), more than the "
-                f"{self.count} of the range ({self.describe()}): run fewer VMs at once{fewer}")
+                f"{room} of the range ({self.describe()}) that no account has: run fewer VMs at "
+                f"once{fewer}")
 
     def acquire(self, key: str) -> int | None:
         """``key``'s uid: the one it holds, else the lowest free one of the range (None
@@ -93,6 +109,8 @@ class SandboxUids:
                 return self._held[key][0]
             secure_base_dir(self.lock_dir)
             for uid in range(self.first, self.first + self.count):
+                if uid in self.accounts:
+                    continue
                 fd = os.open(self.lock_dir / str(uid), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
