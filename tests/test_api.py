@@ -7,9 +7,7 @@ import json
 import pytest
 
 from conftest import assert_exactly_once, read_results, shell_task, write_tasks
-from parallel_rollout.api import load_run, run
-from parallel_rollout.errors import ConfigError
-from parallel_rollout.report.run_data import NotARunFolder
+from parallel_rollout.api import ConfigError, NotARunFolder, load_run, run
 
 
 def _tasks(tmp_path, count=3):
@@ -47,7 +45,7 @@ def test_a_config_file_then_the_settings_over_it(tmp_path):
 
 
 @pytest.mark.parametrize("settings, message", [
-    ({"num_vm": 2}, r"run\(\): unknown key 'num_vm'; keys are the flag names"),
+    ({"num_vm": 2}, r"run\(\): unknown key 'num_vm'; keys are the flag names, e.g. num_vms"),
     ({"num_vms": "two"}, r"num_vms"),
     ({"num_vms": 0}, r"num[-_]vms"),
     ({"data": "/nowhere/tasks.jsonl"}, r"/nowhere/tasks\.jsonl"),

@@ -26,10 +26,12 @@ from pathlib import Path
 from typing import Any
 
 from .config import build_config, settings
-from .report.run_data import RunData
+from .errors import ConfigError, ProviderUnavailable, RunLocked
+from .report.run_data import NotARunFolder, RunData
 from .runner import RunOutcome, Runner
 
-__all__ = ["RunData", "RunOutcome", "load_run", "run"]
+__all__ = ["ConfigError", "NotARunFolder", "ProviderUnavailable", "RunData", "RunLocked", "RunOutcome",
+           "load_run", "run"]
 
 
 def run(config_file: str | Path | None = None, **run_settings: Any) -> RunOutcome:

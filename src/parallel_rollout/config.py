@@ -343,7 +343,8 @@ def settings(raw: dict[str, Any], where: str) -> dict[str, Any]:
     for key, value in raw.items():
         name = key.replace("-", "_")
         if name not in _FIELDS or name == "explicit":
-            raise ConfigError(f"{where}: unknown key {key!r}; keys are the flag names, e.g. num-vms")
+            example = "num_vms" if where.endswith("()") else "num-vms"  # a Python call's, a file's
+            raise ConfigError(f"{where}: unknown key {key!r}; keys are the flag names, e.g. {example}")
         if name in values:
             # num-vms and num_vms are one setting; silently keeping the last would hide a typo.
             raise ConfigError(f"{where}: {key!r} is given twice (as dashes and as underscores)")
