@@ -173,3 +173,20 @@ def test_a_run_without_its_provider_exits_2_as_nothing_ran(tmp_path, provider, s
     assert done.returncode == EXIT_USAGE, done.stderr
     assert f"Error: {says}" in done.stderr and "--resume" not in done.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_a_broken_task_file_and_a_missing_extra_are_named_together(tmp_path, monkeypatch):
+    """One dry run names every missing thing: a task file's bad line and the mode's missing
+    extra both (the extra was named only once the file was fixed)."""
+    import importlib.util
+
+    from parallel_rollout.config import build_config
+    from parallel_rollout.preflight import preflight
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "math_verify" else real(name, *a))
+    tasks = tmp_path / "math.jsonl"
+    tasks.write_text('{"id": "m1", "problem": "1+1?", "answer": "2"}\n{"id": "m2", "problem": \n')
+    found = preflight(build_config({"mode": "math", "data": str(tasks), "output_dir": str(tmp_path / "out")}))
+    report = found.problem_report()
+    assert f"tasks: {tasks}:2:" in report and "mode: the math mode grades with math-verify" in report, report

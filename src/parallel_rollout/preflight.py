@@ -5,6 +5,8 @@
     preflight(config, check_endpoint)
       ├─ tasks      every task of --data loaded and checked; the census (per domain: tasks,
       │             runnable ones, unsupported features) is printed in any case
+      ├─ mode       what the mode needs of the installation (Env.prepare_run with no tasks:
+      │             math-verify for math), whatever the tasks' check found
       ├─ agent      its settings (check_config: the key where the endpoint needs one);
       │             with --check-endpoint, GET {base_url}/models with a short timeout
       ├─ provider   its prerequisites (check_available: bwrap; the docker CLI and a daemon
@@ -65,6 +67,9 @@ def preflight(cfg: RunConfig, *, check_endpoint: bool = False) -> Preflight:
         found.problems.append(str(exc))
         return found
     _check_tasks(cfg, found)
+    # what the mode needs whatever its tasks say (math-verify for math): named beside a
+    # broken task file, not only after it is fixed
+    _check("mode", lambda: (env_cls.prepare_run([]), f"the {cfg.mode} mode's prerequisites")[1], found)
     _check("agent", lambda: _agent_settings(cfg, agent_cls), found)
     if check_endpoint:
         probe = getattr(agent_cls, "check_endpoint", None)
