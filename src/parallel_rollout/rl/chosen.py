@@ -36,19 +36,16 @@ class ChosenBatches:
             self._step = step
             self._given = {pos: self._start_group(tag, task, purpose="given") for pos, (tag, task) in enumerate(given)}
         try:
-            while True:
-                self._flush()
-                with self._cond:
-                    if all(g.completed_at is not None for g in self._given.values()):
-                        batch = [self._given[pos] for pos in range(len(given))]
-                        self._stats["groups_returned"] += len(batch)
-                        break
-                    self._budget.check(0, len(self._groups))
-                    self._wait()
-        except BaseException:
-            with self._cond:
-                self._budget.call_raised()  # the next call starts afresh
-            raise
+            with self._afresh_after_raise():
+                while True:
+                    self._flush()
+                    with self._cond:
+                        if all(g.completed_at is not None for g in self._given.values()):
+                            batch = [self._given[pos] for pos in range(len(given))]
+                            self._stats["groups_returned"] += len(batch)
+                            break
+                        self._budget.check(0, len(self._groups))
+                        self._wait()
         finally:
             with self._cond:
                 for group in (self._given or {}).values():

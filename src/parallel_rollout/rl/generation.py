@@ -23,10 +23,11 @@ this class is its half that keeps generation going:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from ..errors import ConfigError, RolloutError
 from ..messages import Assignment
@@ -84,6 +85,17 @@ class GroupGeneration:
             self._lag.forget(group.keys.values())
         self._stats["dropped_failed"] += len(failed)
         self._ready = [g for g in self._ready if g not in failed]
+
+    @contextlib.contextmanager
+    def _afresh_after_raise(self) -> Iterator[None]:
+        """A get_batch's wait for its groups: when it raises (a spent budget, a timeout, the
+        task source …), the next call starts afresh (``BatchBudget.call_raised``)."""
+        try:
+            yield
+        except BaseException:
+            with self._cond:
+                self._budget.call_raised()
+            raise
 
     def _next_task(self, tag: str) -> Any:
         """The task source's next task of ``tag``; None when it failed: the error waits for a

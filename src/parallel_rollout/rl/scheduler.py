@@ -197,31 +197,28 @@ class RolloutScheduler(ChosenBatches, GroupGeneration):
             self._drop_stale()
             self._fill()
         try:
-            while True:
-                self._flush()
-                with self._cond:
-                    self._budget.check_failures()
-                    partial = self._budget.filter_spent() and self._budget.filter_fallback == "partial"
-                    batch = self._take_ready(need, partial)
-                    if batch is not None:
-                        self._waiting = False
-                        self._budget.batch_taken()
-                        self._stats["groups_returned"] += len(batch)
-                        if len(batch) < need:
-                            self._stats["partial_batches"] += 1
-                            log.warning("get_batch(step=%d): the group filter dropped too many groups; "
-                                        "returning %d of %d", step, len(batch), need)
-                        self._fill()
-                        break
-                    self._budget.check(len(self._ready), len(self._groups))
-                    if self._source_error is not None and self._outstanding() < need:
-                        error, self._source_error = self._source_error, None
-                        raise error  # the batch needs a group the task source did not give
-                    self._wait()
-        except BaseException:
-            with self._cond:
-                self._budget.call_raised()  # the next call starts afresh
-            raise
+            with self._afresh_after_raise():
+                while True:
+                    self._flush()
+                    with self._cond:
+                        self._budget.check_failures()
+                        partial = self._budget.filter_spent() and self._budget.filter_fallback == "partial"
+                        batch = self._take_ready(need, partial)
+                        if batch is not None:
+                            self._waiting = False
+                            self._budget.batch_taken()
+                            self._stats["groups_returned"] += len(batch)
+                            if len(batch) < need:
+                                self._stats["partial_batches"] += 1
+                                log.warning("get_batch(step=%d): the group filter dropped too many groups; "
+                                            "returning %d of %d", step, len(batch), need)
+                            self._fill()
+                            break
+                        self._budget.check(len(self._ready), len(self._groups))
+                        if self._source_error is not None and self._outstanding() < need:
+                            error, self._source_error = self._source_error, None
+                            raise error  # the batch needs a group the task source did not give
+                        self._wait()
         finally:
             with self._cond:
                 self._waiting = False
