@@ -77,8 +77,11 @@ class Runner:
         self._interrupted: int | None = None
         self._finished_keys: set[str] = set()
         self._successes = 0
-        #: model_unavailable attempts in a row (``_model_outage``)
+        #: model_unavailable attempts in a row (``_model_outage``), and how many stop the
+        #: run whatever their retries: every env loop's attempt, twice over
         self._outage = 0
+        self._outage_limit = max(4, 2 * (config.max_concurrent_rollouts
+                                         or config.num_rollouts * config.envs_per_worker))
         self._store: ResultStore | None = None
         self._progress = None
         self._lock = threading.Lock()
@@ -251,9 +254,13 @@ class Runner:
             finals = {r.get("key"): r for r in read_records(results_path) if r.get("final")}
         except StorageError as exc:
             raise ConfigError(f"cannot resume {self.run_id}: {exc}") from None
-        keys = {s.key for s in samples} | {s.key for s, _ in self._skipped}
+        keys = self._keys(samples)
         self._check_scope(finals, keys)
         return f"resumes {self.run_id}: {len(finals)} of {len(keys)} samples already final"
+
+    def _keys(self, samples: list[Sample]) -> set[str]:
+        """The keys of this run's samples: those it runs and those --skip-unsupported skips."""
+        return {s.key for s in samples} | {s.key for s, _ in self._skipped}
 
     def _endpoints(self) -> list[str] | None:
         """Where the agent's model requests go (--base-url, else OPENAI_BASE_URL, else
@@ -274,7 +281,7 @@ class Runner:
         """Run every pending sample to a final record, or stop cleanly trying."""
         samples = self.prepare()
         total = len(samples) + len(self._skipped)
-        lock, index = self._open_run_dir({s.key for s in samples} | {s.key for s, _ in self._skipped})
+        lock, index = self._open_run_dir(self._keys(samples))
         self.started = True
         handler = self._setup_logging()
         self._started_at = time.time()
@@ -348,12 +355,10 @@ class Runner:
         into a final failure): once it failed every loop's attempt twice over, or a sample's
         last retry, with no answer since the attempt before. A sample that fails its retries
         between answers (a flaky server) is final, as infrastructure (never graded)."""
-        cfg = self.config
-        limit = max(4, 2 * (cfg.max_concurrent_rollouts or cfg.num_rollouts * cfg.envs_per_worker))
         with self._lock:
             self._outage = self._outage + 1 if record.get("status") == ModelUnavailable.kind else 0
-            last_retry = record["attempt"] >= cfg.max_retries
-            if self._outage < limit and not (last_retry and self._outage > 1):
+            last_retry = record["attempt"] >= self.config.max_retries
+            if self._outage < self._outage_limit and not (last_retry and self._outage > 1):
                 return None
         return (f"the model endpoint failed {self._outage} attempts in a row, none answered in "
                 f"between (last: {(record.get('failure') or {}).get('message', '')[:300]}); "

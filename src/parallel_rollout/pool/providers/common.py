@@ -352,7 +352,7 @@ def sweep_vm_folders(base: Path, run_id: str | None,
         # boot beside another), not a leftover.
         live = any(owner_alive(meta) for meta in metas.values())
         for vm_dir, meta in metas.items():
-            if (run_id is None or orphans_only) and (live or owner_alive(meta)):
+            if (run_id is None or orphans_only) and live:
                 continue  # a live run: not ours to sweep
             kill(meta, vm_dir)
             shutil.rmtree(vm_dir, ignore_errors=True)
