@@ -110,3 +110,24 @@ def test_a_stop_waits_for_a_kill_under_way_and_boots_nothing_after():
     assert fakes.discarded.count("vm0") == 2  # the kill, and the stop's own (a no-op once dead)
     time.sleep(0.05)
     assert fakes.boots == ["vm0.b"]  # no standby for a stopped VM
+
+
+def test_no_standby_boots_in_the_folder_a_reset_is_handing_out():
+    """A reset that takes a standby (no swap: the old sandbox is killed, then the VM's oldest
+    standby awaited) has it off the list before it is the VM's current folder; a kill from an
+    earlier swap that ends meanwhile must not boot the next standby there: its bind would take
+    the socket's path of the sandbox handed out (seen in CI: the next task's commands reached
+    the new standby, which the last task had written in)."""
+    fakes = Fakes()
+    spare = fakes.standby(depth=2)
+    spare.prepare("vm0", RUN / "vm0")  # vm0.b and vm0.c
+    wait_until(lambda: len(fakes.boots) == 2, 10)
+    fakes.live.discard("vm0")  # the reset killed the old sandbox itself
+    taken = spare.take("vm0", 10)  # vm0.b, handed out; the reset has not called prepare yet
+    assert taken.private["vm_dir"] == str(RUN / "vm0.b")
+    spare.prepare("vm0")  # what a retire thread does as its kill ends
+    time.sleep(0.05)
+    assert "vm0.b" not in fakes.boots[2:] and not fakes.clashes, fakes.boots
+    spare.prepare("vm0", RUN / "vm0.b")  # the reset makes it current: vm0 is free again
+    wait_until(lambda: len(fakes.boots) == 3, 10)
+    assert fakes.boots[2] == "vm0" and not fakes.clashes, fakes.boots

@@ -112,6 +112,10 @@ class Standby:
         self._retiring: dict[str, dict[Path, tuple[threading.Thread, VMInfo]]] = {}
         #: vm id -> the folder of the sandbox it runs (its last reset's)
         self._current: dict[str, Path] = {}
+        #: vm id -> folders of standbys taken off ``_next`` and being handed out, not yet
+        #: ``_current``: no boot may start there (its bind would take the socket's path of
+        #: the sandbox a reset hands out, whose commands then reach the new one)
+        self._handing: dict[str, set[Path]] = {}
 
     def prepare(self, vm_id: str, current: Path | None = None) -> None:
         """Boot the VM's next sandboxes in the background, until ``depth`` of them are under
@@ -123,9 +127,11 @@ class Standby:
                 return
             if current is not None:
                 self._current[vm_id] = Path(current)
+                self._handing.get(vm_id, set()).discard(Path(current))
             current = self._current[vm_id]
             pending = self._next.setdefault(vm_id, [])
-            taken = {current, *(folder for _, folder in pending), *self._retiring.get(vm_id, ())}
+            taken = {current, *(folder for _, folder in pending), *self._retiring.get(vm_id, ()),
+                     *self._handing.get(vm_id, ())}
             free = [f for f in folders(current.parent, vm_id, self.depth + 1) if f not in taken]
             started = []
             while len(pending) < self.depth and free:
@@ -152,10 +158,15 @@ class Standby:
         its boot failed or outlived ``timeout_s`` (then it is killed when it is done)."""
         with self._lock:
             pending = self._next.get(vm_id)
-            future = pending.pop(0)[0] if pending else None
-        if future is None:
-            return None
-        return self._settle(future, timeout_s, keep=True)
+            if not pending:
+                return None
+            future, folder = pending.pop(0)
+            self._handing.setdefault(vm_id, set()).add(folder)  # till prepare() makes it current
+        new = self._settle(future, timeout_s, keep=True)
+        if new is None:
+            with self._lock:
+                self._handing[vm_id].discard(folder)
+        return new
 
     def ready(self, vm_id: str) -> bool:
         """Whether the VM's oldest standby has booted (or failed to): a reset now swaps it
@@ -176,15 +187,19 @@ class Standby:
         with self._lock:
             if not self._ready(vm_id):
                 return None
-            future = self._next[vm_id].pop(0)[0]
+            future, handed = self._next[vm_id].pop(0)
+            self._handing.setdefault(vm_id, set()).add(handed)
         new = self._settle(future, 0.0, keep=True)
         if new is None:
+            with self._lock:
+                self._handing[vm_id].discard(handed)
             return None
         folder = Path(old.private["vm_dir"])
         thread = threading.Thread(target=self._retire, args=(old, folder), name=f"retire-{vm_id}", daemon=True)
         with self._lock:  # till now the VM's current folder, so no standby was booted there
             self._retiring.setdefault(vm_id, {})[folder] = (thread, old)
             self._current[vm_id] = Path(new.private["vm_dir"])
+            self._handing[vm_id].discard(handed)
         thread.start()
         return new
 
