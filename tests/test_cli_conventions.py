@@ -249,3 +249,59 @@ def test_print_config_shows_the_resolved_settings_and_runs_nothing(tmp_path):
     # it is checked as a run's would be
     bad = CliRunner().invoke(main, ["--data", str(SHELL_TASKS), "--num-vms", "2", "--print-config"])
     assert bad.exit_code == 2 and "needs --use-vm-pool" in bad.output
+
+
+def test_a_misspelt_variable_is_named_with_the_flag_it_resembles(tmp_path, monkeypatch):
+    """PARALLEL_ROLLOUT_NUM_VM (for ..._NUM_VMS) would leave --num-vms at its default in
+    silence: the run warns, naming it and the closest name; a setting a provider reads and a
+    subcommand's variable are not warned of."""
+    monkeypatch.setenv("PARALLEL_ROLLOUT_NUM_VM", "3")
+    monkeypatch.setenv("PARALLEL_ROLLOUT_QEMU_DIR", str(tmp_path))
+    monkeypatch.setenv("PARALLEL_ROLLOUT_REPORT_OUT", "x")
+    result = CliRunner().invoke(main, ["run", "--print-config"])
+    assert result.exit_code == 0, result.output
+    warnings = [line for line in result.output.splitlines() if line.startswith("Warning:")]
+    assert warnings == ["Warning: PARALLEL_ROLLOUT_NUM_VM is set but is no flag of run nor a setting "
+                        "parallel-rollout reads: ignored (did you mean PARALLEL_ROLLOUT_NUM_VMS?)"]
+
+
+def test_every_variable_the_code_reads_is_known_to_the_warning():
+    """Each PARALLEL_ROLLOUT_* name in the sources, ./dev and scripts/ is a flag's variable or
+    one of SETTINGS_VARIABLES: a new setting added without it would be warned of as a typo."""
+    import re
+
+    from parallel_rollout.cli_options import SETTINGS_VARIABLES, env_var_name
+
+    run = main.commands["run"]
+    ctx = run.make_context("run", [], resilient_parsing=True)
+    known = {env_var_name(ctx, p) for p in run.get_params(ctx)} | {f"PARALLEL_ROLLOUT_{n}" for n in SETTINGS_VARIABLES}
+    files = [ROOT / "dev", *ROOT.joinpath("scripts").rglob("*"), *ROOT.joinpath("src").rglob("*.py")]
+    found = {name for path in files if path.is_file()
+             for name in re.findall(r"\bPARALLEL_ROLLOUT_[A-Z0-9_]*[A-Z0-9]\b", path.read_text(errors="replace"))}
+    assert "PARALLEL_ROLLOUT_SANDBOX_UID" in found and "PARALLEL_ROLLOUT_NUM_VMS" in found
+    assert found - known == set()
+
+
+def test_the_resume_hint_is_the_command_as_typed(monkeypatch, tmp_path):
+    """What a run prints to resume it starts as the user's command: ./dev's, the script's
+    with the interpreter, python -m's, or the entry point by name only when PATH has it."""
+    import parallel_rollout.cli_options as options
+
+    monkeypatch.delenv("PARALLEL_ROLLOUT_PROG", raising=False)
+    assert options.invoked_as(str(ROOT / "run_parallel_rollout.py")) == \
+        f"{sys.executable} {ROOT / 'run_parallel_rollout.py'} run"
+    assert options.invoked_as(options.__file__.replace("cli_options.py", "__main__.py")) == \
+        f"{sys.executable} -m parallel_rollout run"
+    entry = tmp_path / "bin" / "parallel-rollout"
+    entry.parent.mkdir()
+    entry.write_text("#!/bin/sh\n")
+    entry.chmod(0o755)
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    assert options.invoked_as(str(entry)) == f"{entry} run"
+    monkeypatch.setenv("PATH", f"{entry.parent}:/usr/bin:/bin")
+    assert options.invoked_as(str(entry)) == "parallel-rollout run"
+    monkeypatch.setenv("PARALLEL_ROLLOUT_PROG", "./dev")
+    assert options.invoked_as(str(entry)) == "./dev run"
+    # ./dev passes it for run, not for the tests (whose runs print their own)
+    dev = (ROOT / "dev").read_text()
+    assert 'run) PARALLEL_ROLLOUT_PROG="$prog" exec' in dev and "test) exec" in dev

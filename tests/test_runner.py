@@ -162,12 +162,13 @@ def test_sigint_stops_cleanly_with_130_and_resumes(tmp_path):
     assert summary["interrupted"] and summary["unfinished"] > 0
     records = read_results(run_dir)
     assert len({(r["key"], r["attempt"]) for r in records}) == len(records)
-    # The printed resume command works as printed: the run's settings come from config.json.
-    hint = next(line for line in err.splitlines() if "resume with:" in line)
+    # The printed resume command works as printed, said once, last: the run's settings come
+    # from config.json, and it names the script the run was started with.
+    assert err.count("resume with:") == 1, err
+    hint = err.rstrip().splitlines()[-1]
     argv = shlex.split(hint.split("resume with:", 1)[1])
-    assert argv[:2] == ["parallel-rollout", "run"] and "--data" not in argv
-    resumed = subprocess.run([sys.executable, "-m", "parallel_rollout.cli", *argv[1:]],
-                             capture_output=True, text=True, timeout=120)
+    assert argv[:3] == [sys.executable, str(ROOT / "run_parallel_rollout.py"), "run"] and "--data" not in argv
+    resumed = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     assert resumed.returncode == 0, resumed.stderr
     assert_exactly_once(run_dir, keys)
 

@@ -15,7 +15,8 @@ from click.core import ParameterSource
 
 from .config import RunConfig, build_config
 from .errors import ConfigError, ProviderUnavailable, RunLocked, VMError
-from .cli_options import ENV_PREFIX, LazyHelpOption, RegistryOption, RunCommand, dataset_help, help_sections
+from .cli_options import (ENV_PREFIX, LazyHelpOption, RegistryOption, RunCommand, dataset_help, help_sections,
+                          invoked_as)
 from .exit_codes import EXIT_ABORTED, EXIT_LOCKED, EXIT_USAGE
 from .logs import console_logging
 
@@ -242,6 +243,7 @@ def run(ctx: click.Context, config_file: str | None, dry_run: bool, print_config
                 sys.exit(EXIT_USAGE)
             return
         runner = Runner(config)
+        runner.program = invoked_as()
         outcome = runner.run()
     except ProviderUnavailable as exc:
         # a missing bwrap, daemon or image found before the run folder opened: nothing ran,

@@ -15,6 +15,11 @@ flags from ``PARALLEL_ROLLOUT_<FLAG>`` environment variables, and OSWorld's spel
 
 from __future__ import annotations
 
+import difflib
+import os
+import shlex
+import shutil
+import sys
 from typing import Any, Callable
 
 import click
@@ -25,6 +30,15 @@ from .cli_aliases import translate_osworld_flags
 
 #: the prefix of every flag's environment variable: PARALLEL_ROLLOUT_<FLAG> for run's flags
 ENV_PREFIX = "PARALLEL_ROLLOUT"
+
+#: PARALLEL_ROLLOUT_<NAME> variables that are no flag of run: the settings providers, modes
+#: and the guest read (README), and what ./dev and the pool pass their own processes
+SETTINGS_VARIABLES = frozenset({
+    "ATSPI", "ATSPI_TIMEOUT", "CACHE", "DOCKERD_DIR", "DOCKERD_WAIT_S", "DOCKER_DIR",
+    "FORKSERVER_MAIN", "NODE_DIR", "OSWORLD_CACHE", "OSWORLD_CDP_PORTS", "OSWORLD_SETTINGS",
+    "PROCESS_DIR", "PROCESS_STANDBY", "PROG", "QEMU_ACCEL", "QEMU_DIR", "SANDBOX_UID", "VM",
+    "VM_HOST", "VM_ID", "VM_PORT", "WORDNET",
+})
 
 #: one line on each built-in name; a plugin's line names its module:Class instead
 BUILTIN_NOTES = {
@@ -157,6 +171,44 @@ class LazyHelpOption(click.Option):
         return super().get_help_record(ctx)
 
 
+def invoked_as(argv0: str | None = None) -> str:
+    """The command that reaches ``run`` as the user typed it, for the hints it prints (the
+    resume command): ``./dev run`` (``dev`` sets ``PARALLEL_ROLLOUT_PROG``), the script of
+    ``python run_parallel_rollout.py``, ``python -m parallel_rollout``, or the entry point:
+    ``parallel-rollout run`` when that is the one on PATH, else its path."""
+    prog = os.environ.get(f"{ENV_PREFIX}_PROG")
+    if prog:
+        return f"{prog} run"
+    script = sys.argv[0] if argv0 is None else argv0
+    name = os.path.basename(script)
+    if name.endswith(".py"):  # run_parallel_rollout.py, or -m parallel_rollout[.cli]
+        if os.path.dirname(os.path.abspath(script)) == os.path.dirname(os.path.abspath(__file__)):
+            return f"{shlex.quote(sys.executable)} -m parallel_rollout run"
+        return f"{shlex.quote(sys.executable)} {shlex.quote(script)} run"
+    found = shutil.which(name) if name else None
+    if found and script and os.path.realpath(found) == os.path.realpath(script):
+        return f"{name} run"
+    return f"{shlex.quote(script) if script else 'parallel-rollout'} run"
+
+
+def unknown_variables(ctx: click.Context, command: click.Command) -> list[str]:
+    """A line for each ``PARALLEL_ROLLOUT_*`` variable of the environment that nothing reads
+    (a flag's name misspelt would otherwise leave its default in silence), with the name
+    it is closest to."""
+    prefix = f"{ENV_PREFIX}_"
+    known = {env_var_name(ctx, param) for param in command.get_params(ctx) if isinstance(param, click.Option)}
+    known |= {prefix + name for name in SETTINGS_VARIABLES}
+    group = ctx.parent.command if ctx.parent is not None else None
+    others = tuple(f"{prefix}{name.upper()}_" for name in getattr(group, "commands", {}) if name != ctx.info_name)
+    lines = []
+    for name in sorted(os.environ):
+        if name.startswith(prefix) and name not in known and not name.startswith(others):
+            close = difflib.get_close_matches(name, known, n=1, cutoff=0.75)
+            lines.append(f"{name} is set but is no flag of run nor a setting parallel-rollout reads: "
+                         "ignored" + (f" (did you mean {close[0]}?)" if close else ""))
+    return lines
+
+
 def env_var_name(ctx: click.Context, param: click.Parameter) -> str:
     """The environment variable a parameter is read from."""
     if param.envvar:
@@ -172,13 +224,16 @@ class RunCommand(click.Command):
         says which variable held it."""
         args = translate_osworld_flags(args)
         try:
-            return super().parse_args(ctx, args)
+            rest = super().parse_args(ctx, args)
         except click.BadParameter as exc:
             param = exc.param
             if param is not None and param.name and \
                     ctx.get_parameter_source(param.name) is ParameterSource.ENVIRONMENT:
                 exc.message = f"{exc.message} (from the environment variable {env_var_name(ctx, param)})"
             raise
+        for line in unknown_variables(ctx, self):
+            click.echo(f"Warning: {line}", err=True)
+        return rest
 
     def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         """The flags in sections (``HELP_SECTIONS``)."""

@@ -175,13 +175,20 @@ def dispatch(record: logging.LogRecord) -> None:
     logging.getLogger(name if own else PROJECT_LOGGER).handle(record)
 
 
+#: ``log.error(message, extra=NOT_ON_CONSOLE)``: for run.log, not the console
+NOT_ON_CONSOLE = {"console": False}
+
+
 class ConsoleHandler(logging.Handler):
     """The console's handler: writes to whatever ``sys.stderr`` is now (a second ``main()``
     in one process, CliRunner or an embedding program, swaps it), through ``tqdm.write`` once
     tqdm is loaded, which clears the progress bar, writes the line and redraws the bar."""
 
     def emit(self, record: logging.LogRecord) -> None:
-        """Write one line without breaking the progress bar."""
+        """Write one line without breaking the progress bar; a record logged with
+        ``extra=NOT_ON_CONSOLE`` is the run's file's only (the CLI prints it itself)."""
+        if not getattr(record, "console", True):
+            return
         try:
             line = self.format(record)
             tqdm_module = sys.modules.get("tqdm")

@@ -38,7 +38,7 @@ from .engine import Engine
 from .envs import get_env, task_validators
 from .errors import ConfigError, RunLocked, TaskFileError
 from .exit_codes import EXIT_ABORTED, EXIT_INTERRUPTED, EXIT_OK
-from .logs import run_log_handler
+from .logs import NOT_ON_CONSOLE, run_log_handler
 from .messages import Assignment
 from .pool.providers import get_provider
 from .provenance import SCHEMA_VERSION, check_resume, provenance
@@ -74,6 +74,8 @@ class Runner:
         self.engine: Engine | None = None
         #: whether the run folder was opened (before it, an error means nothing ran)
         self.started = False
+        #: how the resume hint starts: the CLI puts what the user typed (``./dev run``)
+        self.program = "parallel-rollout run"
         self._interrupted: int | None = None
         self._finished_keys: set[str] = set()
         self._successes = 0
@@ -393,8 +395,8 @@ class Runner:
         else:
             message = ""
             code = EXIT_OK
-        if message:
-            log.error(message)
+        if message:  # the caller says it last (the CLI after the summary): run.log keeps it
+            log.error(message, extra=NOT_ON_CONSOLE)
         from .report.gate import after_run
 
         code, message = after_run(self.config, self.run_dir, code, message)
@@ -424,9 +426,8 @@ class Runner:
 
     def _resume_command(self) -> str:
         """The command that resumes this run (--resume reads the rest from config.json)."""
-        argv = ["parallel-rollout", "run", "--output-dir", self.config.output_dir,
-                "--run-id", self.run_id, "--resume"]
-        return " ".join(shlex.quote(a) for a in argv)
+        argv = ["--output-dir", self.config.output_dir, "--run-id", self.run_id, "--resume"]
+        return " ".join([self.program, *(shlex.quote(a) for a in argv)])
 
     # -- helpers --------------------------------------------------------------------------
 

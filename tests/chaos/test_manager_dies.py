@@ -16,19 +16,17 @@ from __future__ import annotations
 
 import datetime
 import shlex
-import shutil
 import subprocess
 import sys
 import time
 import uuid
-from pathlib import Path
 
 import psutil
 import pytest
 
 from chaos_support import (mixed_tasks, reap_adopted_sandboxes, seeded_rng, start_marked_cli, stderr_of,
                            stray_processes, wait_until_gone, write_tasks)
-from conftest import _SANDBOX_ROOT, assert_exactly_once
+from conftest import _SANDBOX_ROOT, ROOT, assert_exactly_once
 from parallel_rollout.pool.providers.common import run_folders
 
 #: seconds from the kill to the runner's "manager process died" line, and to its exit
@@ -96,11 +94,9 @@ def test_manager_death_is_noticed_fast_stops_everything_and_the_printed_resume_w
     resume_line = next(line for line in err.splitlines() if line.startswith("resume with: "))
     resume_argv = shlex.split(resume_line[len("resume with: "):])
     assert resume_argv[-3:] == ["--run-id", "mgr", "--resume"], resume_line
-    # as printed, from another folder; the console script is the one installed next to python
-    executable = shutil.which(resume_argv[0], path=str(Path(sys.executable).parent))
-    assert executable, resume_line
-    resumed = subprocess.run([executable, *resume_argv[1:]], capture_output=True, text=True, timeout=120,
-                             cwd=tmp_path)
+    # as printed (the interpreter and the script the run was started with), from another folder
+    assert resume_argv[:2] == [sys.executable, str(ROOT / "run_parallel_rollout.py")], resume_line
+    resumed = subprocess.run(resume_argv, capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     finals = assert_exactly_once(run_dir, {f"{t['id']}#0" for t in tasks})
     assert {k for k, r in finals.items() if r["success"]} == {f"{t['id']}#0" for t in tasks if t["id"][0] == "p"}
