@@ -23,7 +23,7 @@ def test_without_ray_address_flag_needs_backend_ray(tmp_path):
 def test_missing_ray_says_how_to_install(monkeypatch):
     import importlib.util
 
-    from parallel_rollout.config import check_ray
+    from parallel_rollout.config_checks import check_ray
     from parallel_rollout.config import build_config
     from parallel_rollout.errors import ConfigError
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import importlib.util
 import json
 import os
 import time
@@ -17,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .config_checks import parse_sampling, validate_ranges
 from .errors import ConfigError
 
 try:
@@ -243,50 +243,6 @@ def split_addresses(value: Any) -> tuple[str, ...]:
     return tuple(part.strip() for item in items for part in str(item).split(",") if part.strip())
 
 
-#: request fields --sampling and extra_body may not set: the agent sends them itself
-RESERVED_REQUEST_FIELDS = frozenset({"model", "messages", "stream", "n"})
-
-
-def parse_sampling(value: Any) -> dict[str, Any]:
-    """``--sampling`` as a dict: KEY=VALUE strings (VALUE parsed as JSON when it parses,
-    else kept as a string), or a mapping as it is; ConfigError naming a bad item."""
-    if isinstance(value, dict):
-        items = dict(value)
-    else:
-        items = {}
-        for item in [value] if isinstance(value, str) else list(value or ()):
-            key, sep, raw = str(item).partition("=")
-            if not sep or not key.strip():
-                raise ConfigError(f"--sampling {item!r} must be KEY=VALUE, e.g. top_p=0.9")
-            try:
-                items[key.strip()] = json.loads(raw)
-            except ValueError:
-                items[key.strip()] = raw
-    reserved = sorted(RESERVED_REQUEST_FIELDS & set(items))
-    if reserved:
-        raise ConfigError(f"--sampling cannot set {', '.join(reserved)}: the agent sends it itself")
-    return items
-
-
-def check_sampling(value: Any, where: str = "sampling") -> dict[str, Any]:
-    """A scheduler's (or an attempt's) sampling overrides as a dict: request fields such as
-    temperature, top_p, max_tokens, seed; ConfigError naming ``where`` and the bad field."""
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise ConfigError(f"{where} must be a dict of request fields, e.g. {{'temperature': 0}}, got {value!r}")
-    items = parse_sampling(value)
-    temperature = items.get("temperature")
-    if temperature is not None and (isinstance(temperature, bool) or not isinstance(temperature, (int, float))
-                                    or not 0 <= temperature <= 2):
-        raise ConfigError(f"{where}: temperature must be a number between 0 and 2, got {temperature!r}")
-    for name in ("max_tokens", "max_completion_tokens"):
-        limit = items.get(name)
-        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
-            raise ConfigError(f"{where}: {name} must be an integer of at least 1, got {limit!r}")
-    return items
-
-
 def _coerce(name: str, value: Any, where: str) -> Any:
     """Check a config-file value against the field's type."""
     kind = _FIELDS[name].type
@@ -396,103 +352,6 @@ NAMED_DATASETS = {
     "miniwob": "parallel_rollout.envs.web.catalog:miniwob_path",
     "rag": "parallel_rollout.envs.rag:rag_path",
 }
-
-#: what a user without Ray is told
-RAY_INSTALL_HINT = "--backend ray needs Ray: pip install 'parallel-rollout[ray]'"
-
-
-def check_ray() -> None:
-    """ConfigError (with how to install it) when Ray is not importable: the ``backend``
-    field's value ``ray`` is only valid where it is."""
-    if importlib.util.find_spec("ray") is None:
-        raise ConfigError(RAY_INSTALL_HINT)
-
-
-def validate_ranges(cfg: RunConfig) -> None:
-    """Numbers that make no sense, and combinations that cannot work."""
-    positive = ("num_rollouts", "num_vms", "max_turns", "envs_per_worker", "group_size",
-                "screen_width", "screen_height")
-    for name in positive:
-        if getattr(cfg, name) < 1:
-            raise ConfigError(f"--{name.replace('_', '-')} must be at least 1")
-    if cfg.max_retries < 0:
-        raise ConfigError("--max-retries must be 0 or more")
-    if cfg.resume and not cfg.run_id:
-        raise ConfigError("--resume needs the --run-id of the run to continue (a new run's id is new)")
-    if not cfg.task_timeout > 0:  # also rejects NaN, which would disable every timeout
-        raise ConfigError("--task-timeout must be positive (seconds)")
-    check_token_settings(cfg)
-    for name in ("limit", "max_tokens", "vm_memory_mb", "vm_max_processes", "max_concurrent_rollouts"):
-        value = getattr(cfg, name)
-        if value is not None and value < 1:
-            raise ConfigError(f"--{name.replace('_', '-')} must be at least 1")
-    if cfg.observation_type not in ("screenshot", "a11y_tree", "screenshot_a11y_tree"):
-        raise ConfigError("--observation-type must be screenshot, a11y_tree or screenshot_a11y_tree")
-    if cfg.backend not in ("local", "ray"):
-        raise ConfigError("--backend must be local or ray")
-    if cfg.ray_address is not None and cfg.backend != "ray":
-        raise ConfigError("--ray-address needs --backend ray")
-    if cfg.backend == "ray":
-        check_ray()
-    if cfg.spare_vms is not None and cfg.spare_vms < 0:
-        raise ConfigError("--spare-vms must be 0 or more")
-    if cfg.verify_reset not in (None, "off", "fast", "full"):
-        raise ConfigError(f"--verify-reset must be off, fast or full, got {cfg.verify_reset!r}")
-    if cfg.rag_metric not in ("f1", "em"):
-        raise ConfigError("--rag-metric must be f1 or em")
-    if not cfg.sleep_after_execution >= 0:
-        raise ConfigError("--sleep-after-execution must be 0 or more (seconds)")
-    if not cfg.server_cooldown >= 0:
-        raise ConfigError("--server-cooldown must be 0 or more (seconds)")
-    if not cfg.session_header.strip() or any(c in cfg.session_header for c in ":\r\n "):
-        raise ConfigError(f"--session-header {cfg.session_header!r} must be an HTTP header name, e.g. X-Session-ID")
-    if cfg.temperature is not None and not 0 <= cfg.temperature <= 2:
-        raise ConfigError("--temperature must be between 0 and 2")
-    extras = {**cfg.sampling, **cfg.extra_body}
-    reserved = sorted(RESERVED_REQUEST_FIELDS & set(cfg.extra_body))
-    if reserved:
-        raise ConfigError(f"extra_body cannot set {', '.join(reserved)}: the agent sends it itself")
-    for name in ("temperature", "max_tokens", "max_completion_tokens"):
-        flag = "max_tokens" if name == "max_completion_tokens" else name
-        if name in extras and getattr(cfg, flag) is not None:
-            raise ConfigError(f"--{flag.replace('_', '-')} and --sampling/extra_body {name} both set "
-                              "the same thing; give one")
-    if not cfg.use_vm_pool and "num_vms" in cfg.explicit:
-        raise ConfigError("--num-vms sizes the shared pool and needs --use-vm-pool; without it each "
-                          "worker owns one VM of its own (--num-rollouts VMs)")
-    wanted = cfg.pool_size + (cfg.spare_vms or 0)
-    if cfg.provider_name == "remote" and cfg.vm_address and wanted > len(cfg.vm_address):
-        raise ConfigError(
-            f"the remote provider has {len(cfg.vm_address)} VM address(es) (--vm-address) but "
-            f"the pool needs {wanted} VMs (--num-vms with --use-vm-pool, else "
-            "--num-rollouts, plus --spare-vms): give one address per VM, or fewer VMs"
-        )
-    if cfg.fail_under is not None and not 0.0 <= cfg.fail_under <= 1.0:
-        raise ConfigError(f"--fail-under {cfg.fail_under:g} must be a fraction between 0 and 1 "
-                          "(0.8 means 80%)")
-    if cfg.compare_to is not None:
-        if not cfg.compare_to or "/" in cfg.compare_to or cfg.compare_to in (".", ".."):
-            raise ConfigError(f"--compare-to {cfg.compare_to!r} must be a run id (a folder of --output-dir)")
-        if cfg.run_id is not None and cfg.compare_to == cfg.run_id:
-            raise ConfigError("--compare-to names this run itself; give the baseline run's id")
-    if cfg.run_id is not None:
-        if not cfg.run_id or "/" in cfg.run_id or cfg.run_id in (".", ".."):
-            raise ConfigError(f"--run-id {cfg.run_id!r} must be a plain folder name")
-
-
-def check_token_settings(cfg: RunConfig) -> None:
-    """on_length and max_model_len (the RL scheduler checks them too: it makes no batch run)."""
-    if cfg.on_length not in ("parse", "end"):
-        raise ConfigError(f"on_length must be 'parse' or 'end', got {cfg.on_length!r}")
-    if cfg.max_model_len is not None and (isinstance(cfg.max_model_len, bool) or cfg.max_model_len < 1):
-        raise ConfigError(f"max_model_len must be at least 1 (tokens), got {cfg.max_model_len}")
-    if cfg.max_model_len is not None and cfg.agent == "openai" and not cfg.tokenizer:
-        # it would be ignored: the openai agent sends token ids (what it bounds) only with a tokenizer
-        raise ConfigError(f"max_model_len={cfg.max_model_len} bounds token-id prompts, which the openai agent "
-                          "sends with tokenizer= only; without one the server renders the chat and its own "
-                          "context limit applies (its 'too long' error ends the episode as context_overflow): "
-                          "set tokenizer= or leave max_model_len out")
-
 
 def default_run_id(mode: str) -> str:
     """A new run id: the mode and the local time, unique per second and process."""

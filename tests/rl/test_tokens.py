@@ -453,7 +453,8 @@ def test_a_template_file_beside_the_config_is_read_and_a_broken_one_named(tmp_pa
                                                    ("max_model_len", 0, "max_model_len must be at least 1")])
 def test_bad_token_settings_are_refused(tmp_path, field, value, message):
     """By the scheduler (the RL path) and by the batch runner's checks."""
-    from parallel_rollout.config import RunConfig, validate_ranges
+    from parallel_rollout.config import RunConfig
+    from parallel_rollout.config_checks import validate_ranges
     from parallel_rollout.errors import ConfigError
     from parallel_rollout.rl import RolloutScheduler
 
@@ -469,7 +470,8 @@ def test_bad_token_settings_are_refused(tmp_path, field, value, message):
 
 def test_max_model_len_without_a_tokenizer_is_refused_for_the_openai_agent(tmp_path):
     """It would bound nothing: the openai agent's chat requests are the server's to bound."""
-    from parallel_rollout.config import RunConfig, validate_ranges
+    from parallel_rollout.config import RunConfig
+    from parallel_rollout.config_checks import validate_ranges
     from parallel_rollout.errors import ConfigError
     from parallel_rollout.rl import RolloutScheduler
 

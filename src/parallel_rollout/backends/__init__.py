@@ -8,7 +8,7 @@ that names a concrete backend; Ray is imported when (and only when) the ray back
 
 from __future__ import annotations
 
-from ..config import check_ray
+from ..config_checks import check_ray
 from .base import Backend, BackendSpec, EngineHooks
 
 

@@ -39,7 +39,8 @@ from collections import Counter, deque
 from pathlib import Path
 from typing import Any
 
-from ..config import RunConfig, check_sampling, check_token_settings
+from ..config import RunConfig
+from ..config_checks import check_sampling, check_token_settings
 from ..errors import ConfigError, RolloutError
 from .budget import BatchBudget
 from .chosen import ChosenBatches
