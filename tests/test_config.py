@@ -165,7 +165,37 @@ def test_flags_the_run_cannot_honour_are_rejected(tmp_path, args, message, why):
 def test_unhonoured_key_in_config_file_is_rejected_too(tmp_path):
     path = tmp_path / "run.toml"
     path.write_text("screen-width = 800\n")
-    assert_usage_error(invoke(tmp_path, "--config", str(path)), tmp_path, "--screen-width is not used by this run")
+    assert_usage_error(invoke(tmp_path, "--config", str(path)), tmp_path, "--screen-width is not used by this run",
+                       f"(screen-width = 800 in {path})")
+
+
+def test_a_bad_value_off_the_command_line_says_where_it_was_set(tmp_path, monkeypatch):
+    """A range error names the file, the variable or the run's config.json the value came
+    from (it named the flag only, which the user never typed); one on the command line
+    stays as it was."""
+    path = tmp_path / "run.toml"
+    path.write_text("resume = true\n")
+    assert_usage_error(invoke(tmp_path, "--config", str(path)), tmp_path,
+                       f"--resume needs the --run-id of the run to continue (a new run's id is new) "
+                       f"(resume = true in {path})")
+    path.write_text("use-vm-pool = true\nnum-vms = 0\n")
+    assert_usage_error(invoke(tmp_path, "--config", str(path), "--run-id", "r"), tmp_path,
+                       f"--num-vms must be at least 1 (num-vms = 0 in {path})")
+    monkeypatch.setenv("PARALLEL_ROLLOUT_FAIL_UNDER", "80")
+    assert_usage_error(invoke(tmp_path), tmp_path, "(fail-under = 80.0 from the environment variable "
+                                                   "PARALLEL_ROLLOUT_FAIL_UNDER)")
+    monkeypatch.delenv("PARALLEL_ROLLOUT_FAIL_UNDER")
+    result = invoke(tmp_path, "--use-vm-pool", "--num-vms", "0", "--config", str(path), "--run-id", "r")
+    assert_usage_error(result, tmp_path, "--num-vms must be at least 1")
+    assert "(num-vms" not in result.output
+    # a run's config.json edited by hand: its resume names that file
+    stored = tmp_path / "out" / "r" / "config.json"
+    stored.parent.mkdir(parents=True)
+    stored.write_text(json.dumps({"config": {"max_turns": 0, "explicit": ["max_turns"]}}))
+    result = CliRunner().invoke(main, ["--output-dir", str(tmp_path / "out"), "--run-id", "r", "--resume"])
+    assert result.exit_code == 2, result.output
+    assert f"--max-turns must be at least 1 (max-turns = 0 in {stored}, which --resume reads)" in \
+        " ".join(result.output.split())
 
 
 @pytest.mark.parametrize("args, parts", [

@@ -122,7 +122,7 @@ def test_resume_with_another_num_rollouts_goes_ahead(math_run):
 
 def test_every_setting_is_classified_once():
     """A new setting must say whether it changes results (then a resume must keep it)."""
-    names = {f.name for f in dataclasses.fields(RunConfig)} - {"explicit"}
+    names = {f.name for f in dataclasses.fields(RunConfig)} - {"explicit", "sources"}
     assert set(RESULT_FIELDS) | set(RUN_ONLY_FIELDS) == names
     assert not set(RESULT_FIELDS) & set(RUN_ONLY_FIELDS)
     for name in ("temperature", "max_tokens", "base_url", "observation_type", "screen_width", "screen_height",

@@ -15,8 +15,8 @@ from click.core import ParameterSource
 
 from .config import RunConfig, build_config
 from .errors import ConfigError, ProviderUnavailable, RunLocked, VMError
-from .cli_options import (ENV_PREFIX, LazyHelpOption, RegistryOption, RunCommand, dataset_help, help_sections,
-                          invoked_as)
+from .cli_options import (ENV_PREFIX, LazyHelpOption, RegistryOption, RunCommand, dataset_help, env_var_name,
+                          help_sections, invoked_as)
 from .exit_codes import EXIT_ABORTED, EXIT_LOCKED, EXIT_USAGE
 from .logs import console_logging
 
@@ -223,7 +223,10 @@ def run(ctx: click.Context, config_file: str | None, dry_run: bool, print_config
     console_logging(verbose - quiet)
     runner = None
     try:
-        config = build_config(explicit, config_file)
+        from_env = {name: f"from the environment variable {env_var_name(ctx, param)}"
+                    for param in ctx.command.params if (name := param.name) in explicit
+                    and ctx.get_parameter_source(name) is ParameterSource.ENVIRONMENT}
+        config = build_config(explicit, config_file, from_env)
         if check_endpoint and not dry_run:
             raise ConfigError("--check-endpoint is part of the preflight: add --dry-run")
         if print_config:

@@ -11,6 +11,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -147,6 +148,9 @@ class RunConfig:
     ray_address: str | None = None
     #: the fields the user set explicitly (flag or config file)
     explicit: frozenset[str] = field(default_factory=frozenset, compare=False)
+    #: where each explicit setting given off the command line was set ("in run.toml", "from
+    #: the environment variable …"): what an error on it says (``where``); not in config.json
+    sources: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         # one tuple of addresses, however given: repeated flags, a comma list, a TOML list,
@@ -183,7 +187,14 @@ class RunConfig:
         """The resolved config as written to config.json."""
         data = dataclasses.asdict(self)
         data["explicit"] = sorted(self.explicit)
+        del data["sources"]
         return data
+
+    def where(self, name: str) -> str:
+        """`` (num-vms = 0 in run.toml)`` for a setting set off the command line, else ""."""
+        if name not in self.sources:
+            return ""
+        return f" ({name.replace('_', '-')} = {json.dumps(getattr(self, name), default=str)} {self.sources[name]})"
 
     def identity(self) -> dict[str, Any]:
         """The fields that decide what a run computes; a resumed run must keep them."""
@@ -224,7 +235,7 @@ RUN_ONLY_FIELDS = (
     "api_timeout_s", "min_free_disk_mb", "policy_gate", "backend", "ray_address",
     "session_header", "server_cooldown", "abort_url",
 )
-_FIELDS = {f.name: f for f in dataclasses.fields(RunConfig) if f.name != "explicit"}
+_FIELDS = {f.name: f for f in dataclasses.fields(RunConfig) if f.name not in ("explicit", "sources")}
 
 
 def _one_or_list(value: Any) -> str | list[str] | None:
@@ -298,7 +309,7 @@ def settings(raw: dict[str, Any], where: str) -> dict[str, Any]:
     values = {}
     for key, value in raw.items():
         name = key.replace("-", "_")
-        if name not in _FIELDS or name == "explicit":
+        if name not in _FIELDS:
             example = "num_vms" if where.endswith("()") else "num-vms"  # a Python call's, a file's
             raise ConfigError(f"{where}: unknown key {key!r}; keys are the flag names, e.g. {example}")
         if name in values:
@@ -308,21 +319,38 @@ def settings(raw: dict[str, Any], where: str) -> dict[str, Any]:
     return values
 
 
-def build_config(flags: dict[str, Any], config_file: str | None = None) -> RunConfig:
-    """Defaults, then the TOML file, then explicit flags; checks ranges."""
+def build_config(flags: dict[str, Any], config_file: str | None = None,
+                 flag_sources: dict[str, str] | None = None) -> RunConfig:
+    """Defaults, then the TOML file, then explicit flags; checks ranges. A bad value's
+    error says where it was set: the file, the run's config.json, or ``flag_sources``
+    (the CLI's "from the environment variable …")."""
     values: dict[str, Any] = {}
     if config_file:
         values.update(load_toml(config_file))
+    sources = {name: f"in {config_file}" for name in values if name not in flags}
+    sources.update(flag_sources or {})
     values.update(flags)
-    values = {**_stored_settings(values), **values}
+    stored = _stored_settings(values)
+    sources.update({name: f"in {_stored_path(values)}, which --resume reads" for name in stored if name not in values})
+    values = {**stored, **values}
     if values.get("data") and values["data"].lower() not in NAMED_DATASETS:
         # Absolute, so a resume names the same file however the path is spelled (from a
         # cron job's folder, ./tasks.jsonl …) and config.json says which file it was.
         values["data"] = os.path.abspath(values["data"])
     if values.get("junit_xml"):
         values["junit_xml"] = os.path.abspath(values["junit_xml"])
-    cfg = RunConfig(**values, explicit=frozenset(values))
-    validate_ranges(cfg)
+    try:
+        cfg = RunConfig(**values, explicit=frozenset(values), sources=sources)
+        validate_ranges(cfg)
+    except ConfigError as exc:
+        # where the setting the message names was set, when not on the command line:
+        # "--num-vms must be at least 1 (num-vms = 0 in run.toml)"
+        found = re.search(r"--([a-z][a-z0-9-]*)", str(exc)) or re.match(r"([a-z][a-z0-9_]*)\b", str(exc))
+        name = found.group(1).replace("-", "_") if found else ""
+        if name not in sources:
+            raise
+        shown = json.dumps(values[name], default=str)
+        raise ConfigError(f"{exc} ({name.replace('_', '-')} = {shown} {sources[name]})") from None
     return cfg
 
 
@@ -331,7 +359,7 @@ def _stored_settings(values: dict[str, Any]) -> dict[str, Any]:
     so a resume needs no other flag; anything given again overrides them."""
     if not values.get("resume") or not values.get("run_id"):
         return {}
-    path = Path(values.get("output_dir", RunConfig.output_dir)) / values["run_id"] / "config.json"
+    path = _stored_path(values)
     try:
         stored = json.loads(path.read_text())["config"]
         names = set(stored["explicit"])
@@ -340,6 +368,11 @@ def _stored_settings(values: dict[str, Any]) -> dict[str, Any]:
     except (ValueError, KeyError, TypeError) as exc:
         raise ConfigError(f"{path}: unreadable run config ({exc}); resume with every flag given") from None
     return {name: stored[name] for name in names & set(_FIELDS) if name not in ("resume", "run_id")}
+
+
+def _stored_path(values: dict[str, Any]) -> Path:
+    """The config.json of the run ``--resume --run-id`` names."""
+    return Path(values.get("output_dir", RunConfig.output_dir)) / values["run_id"] / "config.json"
 
 
 #: names --data accepts instead of a path: datasets that ship inside a Python package, and

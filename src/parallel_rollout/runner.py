@@ -494,4 +494,4 @@ def check_honoured(cfg: RunConfig, owners: dict[str, tuple[str, frozenset[str]]]
     for name, (needed_by, users) in owners.items():
         if name in cfg.explicit and not users:
             flag = "--" + name.replace("_", "-")
-            raise ConfigError(f"{flag} is not used by this run: it only applies to {needed_by}")
+            raise ConfigError(f"{flag} is not used by this run: it only applies to {needed_by}{cfg.where(name)}")
