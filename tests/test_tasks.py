@@ -235,6 +235,29 @@ def test_cli_rejects_malformed_file_before_anything_runs(tmp_path):
     assert not out.exists(), f"a run folder was created: {list(out.rglob('*'))}"
 
 
+def test_every_bad_record_is_named_at_once(tmp_path):
+    """A file with several bad records names each (line and why), not only the first: a
+    fix-and-rerun per line is slow on a big file. --dry-run says the same; past twenty the
+    count says how many more."""
+    data = tmp_path / "tasks.jsonl"
+    data.write_text(_good_lines(2) + "{not json\n" + _line({"command": "true"}) + _line(shell_task("x1"))
+                    + _line(shell_task("t0")))
+    for extra in ([], ["--dry-run"]):
+        result = CliRunner().invoke(main, ["--mode", "shell", "--data", str(data), "--output-dir",
+                                           str(tmp_path / "out"), "--no-progress", *extra])
+        assert result.exit_code == 2, result.output
+        assert f"{data}: 3 bad task records:" in result.output
+        for line in (f"{data}:3: invalid JSON", f"{data}:4: missing field 'id'",
+                     f"{data}:6: duplicate task id 't0' (first at {data}:1)"):
+            assert line in result.output, (line, result.output)
+        assert not (tmp_path / "out").exists()
+    data.write_text("{not json\n" * 25)
+    with pytest.raises(TaskFileError) as caught:
+        load_tasks(data, default_mode="shell", validators=task_validators())
+    lines = str(caught.value).splitlines()
+    assert lines[0] == f"{data}: 25 bad task records:" and lines[-1] == "  … and 5 more" and len(lines) == 22
+
+
 def _raw(task_id: str, extra: str) -> str:
     """A good shell task's line with raw JSON text (``"k": v``) added inside its object."""
     return _line(shell_task(task_id))[:-2] + ", " + extra + "}\n"

@@ -152,10 +152,14 @@ def _records(path: Path) -> Iterable[tuple[int, Any]]:
         return
     # Split on "\n" only: str.splitlines() also breaks on U+2028, U+0085 …, which JSON
     # allows raw inside strings, and would cut a record in two and shift line numbers.
+    # A line that is no JSON is yielded as its error: the load goes on, to name every bad line.
     for lineno, line in enumerate(text.split("\n"), start=1):
         if not line.strip():
             continue
-        yield lineno, _parse(line, path, lineno)
+        try:
+            yield lineno, _parse(line, path, lineno)
+        except TaskFileError as exc:
+            yield lineno, exc
 
 
 class _NotJSON(ValueError):
@@ -352,21 +356,37 @@ def load_task_set(
         records = ((f"{path}:{n}", raw, "all") for n, raw in _records(path))
     task_set = TaskSet([], [], {})
     seen: dict[str, str] = {}
+    bad: list[str] = []  # every bad record, said at once (a fix-rerun loop per line is slow)
     for where, raw, task_domain in records:
         try:
+            if isinstance(raw, TaskFileError):
+                raise raw
             task = _parse_task(raw, where, default_mode, validators)
         except UnsupportedTask as exc:
             task_set.unsupported.append(Unsupported(exc.task, exc.features))
             task = exc.task
+        except TaskFileError as exc:
+            bad.append(str(exc))
+            continue
         else:
             task_set.tasks.append(task)
         if task.id in seen:
-            raise TaskFileError(f"{where}: duplicate task id {task.id!r} (first at {seen[task.id]})")
+            bad.append(f"{where}: duplicate task id {task.id!r} (first at {seen[task.id]})")
+            continue
         seen[task.id] = where
         task_set.domains[task.id] = task_domain
+    if len(bad) == 1:
+        raise TaskFileError(bad[0])
+    if bad:
+        shown = bad[:MAX_BAD_SHOWN] + ([f"… and {len(bad) - MAX_BAD_SHOWN} more"] if len(bad) > MAX_BAD_SHOWN else [])
+        raise TaskFileError(f"{path}: {len(bad)} bad task records:\n" + "\n".join(f"  {line}" for line in shown))
     if not task_set.total:
         raise TaskFileError(f"{path}: no tasks in file")
     return task_set
+
+
+#: bad records a failed load lists (the count says how many more)
+MAX_BAD_SHOWN = 20
 
 
 def census_lines(task_set: TaskSet) -> list[str]:
