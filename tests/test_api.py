@@ -61,3 +61,23 @@ def test_bad_settings_raise_a_config_error_that_names_them_and_nothing_runs(tmp_
 def test_load_run_of_a_folder_that_holds_no_run(tmp_path):
     with pytest.raises(NotARunFolder, match="not a run folder"):
         load_run(tmp_path)
+
+
+def test_load_run_of_a_file_is_not_a_run_folder(tmp_path):
+    """A results.jsonl given for its folder: NotARunFolder, as the README says, not a raw
+    NotADirectoryError from reading <file>/config.json."""
+    data, out = _tasks(tmp_path, count=1), tmp_path / "out"
+    outcome = run(mode="shell", data=str(data), agent="oracle", num_rollouts=1, num_vms=1, use_vm_pool=True,
+                  output_dir=str(out), run_id="r1", progress=False)
+    with pytest.raises(NotARunFolder, match="not a run folder"):
+        load_run(outcome.run_dir / "results.jsonl")
+
+
+def test_paths_are_taken_as_paths(tmp_path):
+    """``data`` and ``output_dir`` may be pathlib.Path (os.PathLike), as ``config_file`` may."""
+    data, out = _tasks(tmp_path, count=2), tmp_path / "out"
+    outcome = run(mode="shell", data=data, agent="oracle", num_rollouts=1, num_vms=1, use_vm_pool=True,
+                  output_dir=out, run_id="paths", progress=False)
+    assert outcome.exit_code == 0 and outcome.run_dir == out / "paths"
+    assert_exactly_once(out / "paths", {"t0#0", "t1#0"})
+    assert json.loads((out / "paths" / "config.json").read_text())["config"]["data"] == str(data)

@@ -284,8 +284,11 @@ def _coerce(name: str, value: Any, where: str) -> Any:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"{where}: {name} must be a number, got {value!r}")
         value = float(value)
-    elif "str" in kind and not isinstance(value, str):
-        raise ConfigError(f"{where}: {name} must be a string, got {value!r}")
+    elif "str" in kind:
+        if isinstance(value, os.PathLike):  # run(data=Path(...)): a path is its string
+            value = os.fspath(value)
+        if not isinstance(value, str):
+            raise ConfigError(f"{where}: {name} must be a string, got {value!r}")
     return value
 
 
