@@ -81,3 +81,22 @@ def test_paths_are_taken_as_paths(tmp_path):
     assert outcome.exit_code == 0 and outcome.run_dir == out / "paths"
     assert_exactly_once(out / "paths", {"t0#0", "t1#0"})
     assert json.loads((out / "paths" / "config.json").read_text())["config"]["data"] == str(data)
+
+
+def test_default_run_ids_are_new_folders_and_folder_safe(tmp_path, monkeypatch):
+    """Two runs without run_id in one second of one process get two folders (the second
+    raised 'already holds results'), and a module:Class mode's id holds no ':'."""
+    from parallel_rollout import config as config_module
+
+    data = write_tasks(tmp_path / "tasks.jsonl", [{"id": "d1", "n": 2}, {"id": "d2", "n": 5}])
+    out = tmp_path / "out"
+    monkeypatch.setattr(config_module.time, "strftime", lambda fmt, *rest: "20261130-062909")  # one second
+    outcomes = [run(mode="user_plugins:DoubleEnv", data=data, agent="oracle", num_rollouts=1,
+                    output_dir=out, progress=False) for _ in range(2)]
+    monkeypatch.undo()
+    first, second = (o.run_dir.name for o in outcomes)
+    assert first != second and second.startswith(first), (first, second)
+    assert first.startswith("user_plugins-DoubleEnv-20261130-062909-") and ":" not in first + second
+    for outcome in outcomes:
+        assert outcome.exit_code == 0 and outcome.summary["successes"] == 2
+    assert sorted(p.name for p in out.iterdir()) == sorted([first, second])

@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import re
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -389,6 +390,21 @@ NAMED_DATASETS = {
     "rag": "parallel_rollout.envs.rag:rag_path",
 }
 
-def default_run_id(mode: str) -> str:
-    """A new run id: the mode and the local time, unique per second and process."""
-    return f"{mode}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid() % 10000:04d}"
+#: the default run ids this process handed out: two runs of one second (threads, or one
+#: after the other) must not share one, even before the first one's folder exists
+_ISSUED_RUN_IDS: set[str] = set()
+_ISSUED_LOCK = threading.Lock()
+
+
+def default_run_id(mode: str, output_dir: str | Path | None = None) -> str:
+    """A new run id: the mode, folder-safe (``myenv:DoubleEnv`` reads ``myenv-DoubleEnv``),
+    the local time and the pid; ``-2``, ``-3`` … added when this process gave it already or
+    ``output_dir`` holds a folder of that name, so a fresh id is never an existing run."""
+    stem = f"{re.sub(r'[^A-Za-z0-9._-]+', '-', mode)}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid() % 10000:04d}"
+    with _ISSUED_LOCK:
+        run_id, count = stem, 1
+        while run_id in _ISSUED_RUN_IDS or (output_dir is not None and os.path.lexists(Path(output_dir) / run_id)):
+            count += 1
+            run_id = f"{stem}-{count}"
+        _ISSUED_RUN_IDS.add(run_id)
+    return run_id

@@ -69,7 +69,7 @@ class Runner:
 
     def __init__(self, config: RunConfig) -> None:
         self.config = config
-        self.run_id = config.run_id or default_run_id(config.mode)
+        self.run_id = config.run_id or default_run_id(config.mode, config.output_dir)
         self.run_dir = Path(config.output_dir) / self.run_id
         self.engine: Engine | None = None
         #: whether the run folder was opened (before it, an error means nothing ran)

@@ -43,7 +43,7 @@ class SharedEngine:
         gate = PolicyGate(version=0, host=gate_host(run_config))
         store = engine = None
         try:
-            run_id = run_config.run_id or default_run_id("rl")
+            run_id = run_config.run_id or default_run_id("rl", run_config.output_dir)
             changes: dict[str, Any] = {"policy_gate": gate.path, "run_id": run_id}
             if max_concurrent_rollouts is not None:
                 changes["max_concurrent_rollouts"] = max_concurrent_rollouts

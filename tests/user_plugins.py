@@ -1,0 +1,72 @@
+"""A user's own plugins, named as ``module:Class`` (``--mode user_plugins:DoubleEnv``): a mode
+with no VM, an agent that calls only its ModelClient, and the abstract classes a user gets
+when a method is missing. Tests of module imports that fail or take long write modules of
+their own into a folder (tests/test_plugins_user.py)."""
+
+from __future__ import annotations
+
+from parallel_rollout.agents.base import Agent
+from parallel_rollout.envs.base import Env, StepResult, require
+
+
+class DoubleEnv(Env):
+    """A task ``{"id", "n"}``: one turn; reward 1 when the action is 2n."""
+
+    name = "double"
+    vm_scope = None
+    default_max_turns = 1
+    turn_limit_status = "failure"
+
+    @staticmethod
+    def validate_task(payload) -> None:
+        """n is an integer."""
+        require(payload, "n", int)
+
+    @staticmethod
+    def reference_actions(task):
+        """Twice n."""
+        return [2 * task.get("n")]
+
+    def reset(self, task, vm):
+        """The number to double."""
+        self.task, self.answer = task, None
+        return {"n": task.get("n")}
+
+    def step(self, action):
+        """Keep the answer; one turn."""
+        self.answer = action
+        return StepResult({}, done=True)
+
+    def evaluate(self):
+        """1 for twice n."""
+        return float(str(self.answer).strip() == str(2 * self.task.get("n"))), {"answer": self.answer}
+
+
+class ModelAgent(Agent):
+    """Asks its ModelClient (``self.model``) for the answer: --model, --base-url and
+    --temperature are its settings as much as the openai agent's."""
+
+    def reset(self, task) -> None:
+        self.task = task
+
+    def act(self, observation):
+        return self.model.chat([{"role": "user", "content": f"twice {observation['n']}?"}]).text
+
+
+class NoStepEnv(Env):
+    """DoubleEnv without ``step``: abstract, it cannot be made."""
+
+    vm_scope = None
+
+    def reset(self, task, vm):
+        return {}
+
+    def evaluate(self):
+        return 0.0, {}
+
+
+class NoActAgent(Agent):
+    """An agent without ``act``: abstract, it cannot be made."""
+
+    def reset(self, task) -> None:
+        self.task = task
