@@ -100,3 +100,37 @@ def test_default_run_ids_are_new_folders_and_folder_safe(tmp_path, monkeypatch):
     for outcome in outcomes:
         assert outcome.exit_code == 0 and outcome.summary["successes"] == 2
     assert sorted(p.name for p in out.iterdir()) == sorted([first, second])
+
+
+def test_runs_from_other_threads_run_and_leave_no_log_handler(tmp_path):
+    """run() off the main thread (a web server's, a trainer's) runs, without signal handlers
+    (only the main thread may set them): it raised 'signal only works in main thread' after
+    writing the run folder, and left run.log's handler on the logger. Two at once get two
+    default ids."""
+    import logging
+    import signal
+    import threading
+
+    data = write_tasks(tmp_path / "tasks.jsonl", [{"id": "d1", "n": 2}, {"id": "d2", "n": 5}])
+    out = tmp_path / "out"
+    handlers_before = list(logging.getLogger("parallel_rollout").handlers)
+    sigint_before = signal.getsignal(signal.SIGINT)
+    outcomes, errors = [], []
+
+    def one_run():
+        try:
+            outcomes.append(run(mode="user_plugins:DoubleEnv", data=data, agent="oracle", num_rollouts=1,
+                                output_dir=out, progress=False))
+        except BaseException as exc:  # noqa: BLE001 - reported by the assert below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=one_run) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert not errors, errors
+    assert [o.exit_code for o in outcomes] == [0, 0] and {o.summary["successes"] for o in outcomes} == {2}
+    assert len({o.run_dir for o in outcomes}) == 2
+    assert logging.getLogger("parallel_rollout").handlers == handlers_before
+    assert signal.getsignal(signal.SIGINT) is sigint_before

@@ -287,7 +287,10 @@ class Runner:
         self.started = True
         handler = self._setup_logging()
         self._started_at = time.time()
-        previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+        # Ctrl-C and SIGTERM stop the run when it runs on the main thread; Python lets only
+        # that thread set handlers, so a run() from another thread leaves signals to its caller
+        previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)
+                    if threading.current_thread() is threading.main_thread()}
         try:
             pending = self._queue_samples(samples, index)
             log.info("run %s: %d samples, %d already final, %d to run; output in %s",
