@@ -148,7 +148,7 @@ NOT_HONOURED = [
     (["--observation-type", "a11y_tree"], "--observation-type is not used by this run", "osworld"),
     (["--sleep-after-execution", "1"], "--sleep-after-execution is not used by this run", "osworld"),
     (["--record"], "--record is not used by this run", "osworld"),
-    (["--model", "x"], "--model is not used by this run", "model-backed agents"),
+    (["--model", "x"], "--model is not used by this run", "agents that call a model"),
     (["--num-vms", "2"], "--num-vms sizes the shared pool and needs --use-vm-pool", "VM of its own"),
     (["--envs-per-worker", "2"], "--envs-per-worker > 1", "add --use-vm-pool"),
     (["--path-to-vm", "/images/ubuntu.vmx"], "process provider has no VM image", "path_to_vm cannot be honoured"),

@@ -32,6 +32,7 @@ from typing import Any
 import filelock
 
 from .agents import get_agent
+from .agents.base import MODEL_OPTIONS
 from .agents.episode import ModelUnavailable
 from .config import RunConfig, default_run_id
 from .engine import Engine
@@ -52,6 +53,8 @@ log = logging.getLogger("parallel_rollout")
 _TICK_S = 0.2
 #: seconds between progress lines in the log when there is no progress bar
 _PROGRESS_LOG_S = 30.0
+#: who takes the model settings (--model, --base-url …), for the error that refuses them
+_MODEL_AGENTS = "agents that call a model (openai, or a module:Class agent through self.model)"
 
 
 @dataclass
@@ -110,15 +113,8 @@ class Runner:
             "sleep_after_execution": ("desktop modes (osworld)", env_opts & {"sleep_after_execution"}),
             "record": ("desktop modes (osworld)", env_opts & {"record"}),
             "rag_metric": ("the rag mode", env_opts & {"rag_metric"}),
-            "model": ("model-backed agents (openai)", agent_opts & {"model"}),
-            "base_url": ("the openai agent", agent_opts & {"base_url"}),
-            "temperature": ("the openai agent", agent_opts & {"temperature"}),
-            "max_tokens": ("the openai agent", agent_opts & {"max_tokens"}),
-            "sampling": ("the openai agent", agent_opts & {"sampling"}),
-            "extra_body": ("the openai agent", agent_opts & {"extra_body"}),
+            **{name: (_MODEL_AGENTS, agent_opts & {name}) for name in MODEL_OPTIONS},
             "tool_calls": ("the openai agent", agent_opts & {"tool_calls"}),
-            "session_header": ("the openai agent", agent_opts & {"session_header"}),
-            "server_cooldown": ("the openai agent", agent_opts & {"server_cooldown"}),
             "agent_cmd": ("the command agent", agent_opts & {"agent_cmd"}),
             "vm_memory_mb": ("modes that run in a VM", frozenset({"vm"} if self.provider_cls else ())),
             "vm_max_processes": ("modes that run in a VM", frozenset({"vm"} if self.provider_cls else ())),

@@ -22,16 +22,22 @@ if TYPE_CHECKING:
     from ..tasks import Task
     from .model_client import ModelClient
 
-__all__ = ["AGENTS", "Agent", "AgentError", "AttemptInfo", "ContextOverflow", "EpisodeCut", "LengthCut",
-           "get_agent", "run_maybe_async"]
+__all__ = ["AGENTS", "MODEL_OPTIONS", "Agent", "AgentError", "AttemptInfo", "ContextOverflow", "EpisodeCut",
+           "LengthCut", "get_agent", "run_maybe_async"]
+
+#: the run settings an agent's ModelClient (``self.model``) reads: every agent's by default
+MODEL_OPTIONS: frozenset[str] = frozenset({"model", "base_url", "temperature", "max_tokens", "sampling",
+                                           "extra_body", "session_header", "server_cooldown"})
 
 
 class Agent(abc.ABC):
     """Chooses the next action from an observation; one instance per env loop."""
 
     name: ClassVar[str] = ""
-    #: the situational RunConfig fields this agent honours (model, temperature …)
-    options: ClassVar[frozenset[str]] = frozenset()
+    #: the situational RunConfig fields this agent honours: those of its ``self.model``
+    #: (--model, --base-url, --temperature …), which every agent has; an agent that calls no
+    #: model (the oracle) says ``frozenset()``, so a run refuses --model for it
+    options: ClassVar[frozenset[str]] = MODEL_OPTIONS
     #: the attempt of the episode ``reset`` starts (None outside a worker, e.g. in a test)
     attempt_info: AttemptInfo | None = None
 

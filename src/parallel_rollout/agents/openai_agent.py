@@ -23,7 +23,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from . import openai_request, prompts, tools
-from .base import Agent
+from .base import MODEL_OPTIONS, Agent
 
 __all__ = ["OpenAIAgent", "KEEP_IMAGES", "drop_old_images"]
 
@@ -32,8 +32,7 @@ class OpenAIAgent(Agent):
     """Chat completions from an OpenAI-compatible endpoint, one conversation per episode."""
 
     name = "openai"
-    options = frozenset({"model", "base_url", "temperature", "max_tokens", "sampling", "extra_body",
-                         "tool_calls", "session_header", "server_cooldown"})
+    options = MODEL_OPTIONS | {"tool_calls"}
 
     def __init__(self, config) -> None:
         super().__init__(config)

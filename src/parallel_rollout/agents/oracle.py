@@ -14,6 +14,7 @@ class OracleAgent(Agent):
     ``replan(task, observation)`` (gym) is asked for each move instead."""
 
     name = "oracle"
+    options = frozenset()  # it calls no model: --model and the rest are refused
 
     @staticmethod
     def check_task(task) -> None:
