@@ -8,6 +8,7 @@ import json
 import re
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from conftest import assert_exactly_once, write_tasks
@@ -57,3 +58,68 @@ def test_agents_that_call_no_model_still_refuse_the_model_settings(tmp_path):
     # the openai agent's own: a plugin agent's model client sends no tools
     assert_usage_error(invoke(tmp_path, "--mode", DOUBLE, "--agent", "user_plugins:ModelAgent", "--data", str(data),
                           "--tool-calls"), tmp_path, "--tool-calls is not used by this run", "openai agent")
+
+
+# -- classes and modules that cannot run: refused before anything starts --------------------
+
+
+def test_an_abstract_mode_or_agent_is_refused_naming_what_it_lacks(tmp_path):
+    """A class without ``step`` or ``act`` loaded, passed --dry-run ('runnable 4 of 4') and
+    failed every task with "Can't instantiate abstract class", exit 0."""
+    data = double_tasks(tmp_path)
+    assert_usage_error(invoke(tmp_path, "--mode", "user_plugins:NoStepEnv", "--agent", "oracle", "--data", str(data)),
+                       tmp_path, "mode 'user_plugins:NoStepEnv'", "does not define step")
+    assert_usage_error(invoke(tmp_path, "--mode", DOUBLE, "--agent", "user_plugins:NoActAgent", "--data", str(data)),
+                       tmp_path, "agent 'user_plugins:NoActAgent'", "does not define act")
+    dry = invoke(tmp_path, "--mode", DOUBLE, "--agent", "user_plugins:NoActAgent", "--data", str(data), "--dry-run")
+    assert dry.exit_code == 2 and "does not define act" in dry.output, dry.output
+
+
+def write_module(folder: Path, name: str, source: str) -> Path:
+    path = folder / f"{name}.py"
+    path.write_text(source)
+    return path
+
+
+BROKEN = {
+    "runtime": ("import os\nraise RuntimeError('no GPU here')\n", "RuntimeError: no GPU here", "line 2"),
+    "syntax": ("x = 1\n\ndef f(:\n    pass\n", "SyntaxError", "line 3"),
+    "imports": ("import os\nimport no_such_dependency_q\n", "ModuleNotFoundError", "line 2"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(BROKEN))
+def test_a_module_that_fails_at_import_is_a_usage_error_naming_file_and_line(tmp_path, monkeypatch, kind):
+    """Anything but ImportError at import gave a raw traceback and exit 1 ('aborted,
+    --resume continues'): now exit 2, the plugin, its file, the error and its line; nothing
+    written."""
+    source, error, line = BROKEN[kind]
+    name = f"broken_{kind}_mode_q"
+    path = write_module(tmp_path, name, source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    result = invoke(tmp_path, "--mode", f"{name}:Env", "--data", str(double_tasks(tmp_path)))
+    assert_usage_error(result, tmp_path, f"mode '{name}:Env'", str(path), error, line)
+    agent = invoke(tmp_path, "--mode", DOUBLE, "--agent", f"{name}:Agent", "--data", str(double_tasks(tmp_path)))
+    assert_usage_error(agent, tmp_path, f"agent '{name}:Agent'", str(path), error)
+
+
+PREPARE_FAILS = '''
+from user_plugins import DoubleEnv
+
+
+class PrepareFailsEnv(DoubleEnv):
+    @classmethod
+    def prepare_run(cls, tasks):
+        raise ValueError("the index is missing")
+'''
+
+
+def test_a_prepare_run_that_raises_is_a_usage_error(tmp_path, monkeypatch):
+    path = write_module(tmp_path, "prepare_fails_q", PREPARE_FAILS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    data = double_tasks(tmp_path)
+    result = invoke(tmp_path, "--mode", "prepare_fails_q:PrepareFailsEnv", "--agent", "oracle", "--data", str(data))
+    assert_usage_error(result, tmp_path, "mode 'prepare_fails_q:PrepareFailsEnv': prepare_run failed",
+                       "ValueError: the index is missing", f"{path}, line 8")
+    dry = invoke(tmp_path, "--mode", "prepare_fails_q:PrepareFailsEnv", "--data", str(data), "--dry-run")
+    assert dry.exit_code == 2 and "ValueError: the index is missing" in dry.output, dry.output

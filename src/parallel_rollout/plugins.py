@@ -19,20 +19,29 @@ A name given to ``--mode``, ``--agent`` or ``--provider-name`` resolves, in this
    its first attempt.
 
 Every failure is a ``ConfigError`` that names the kind, the name and what went wrong (unknown
-name with the known ones listed, a module that does not import, a class of the wrong kind), so
-the CLI reports it before anything starts.
+name with the known ones listed, a module that is not found, one that raises at import, with
+its file and line, a class of the wrong kind or abstract, with the methods it lacks), so the
+CLI reports it before anything starts (exit 2, nothing written). ``plugin_call`` does the same
+for a plugin's hooks the main process calls (``Env.prepare_run``, ``Agent.check_config``).
 """
 
 from __future__ import annotations
 
 import functools
 import importlib
+import importlib.util
+import inspect
+import logging
+import sys
+import traceback
 from dataclasses import dataclass, field
-from typing import Generic, Mapping, TypeVar
+from typing import Any, Callable, Generic, Mapping, TypeVar
 
 from .errors import ConfigError
 
 T = TypeVar("T")
+
+log = logging.getLogger("parallel_rollout")
 
 #: prefix of the entry point groups: ``parallel_rollout.modes`` etc.
 GROUP_PREFIX = "parallel_rollout."
@@ -98,10 +107,14 @@ class Registry(Generic[T]):
         module_name, _, class_name = target.partition(":")
         try:
             module = importlib.import_module(module_name)
-        except ImportError as exc:
+        except ModuleNotFoundError as exc:
+            if exc.name is None or not (module_name + ".").startswith(exc.name + "."):
+                raise self._failed(name, module_name, exc) from None  # a module it imports
             raise ConfigError(
                 f"{self.kind} {name!r}: cannot import module {module_name!r}: {exc}"
             ) from None
+        except Exception as exc:  # noqa: BLE001 - a plugin's import may raise anything
+            raise self._failed(name, module_name, exc) from None
         cls = module
         for part in class_name.split("."):  # entry points may name a nested attribute
             cls = getattr(cls, part, None)
@@ -113,4 +126,51 @@ class Registry(Generic[T]):
                 f"{self.kind} {name!r}: {class_name!r} in {module_name} is not "
                 f"{article} {self.base.__name__} subclass"
             )
+        if inspect.isabstract(cls):
+            # it would load, pass --dry-run, and fail every task with "Can't instantiate"
+            missing = ", ".join(sorted(getattr(cls, "__abstractmethods__", ())))
+            raise ConfigError(f"{self.kind} {name!r}: {class_name} in {module_name} cannot be "
+                              f"made: it does not define {missing} (abstract in {self.base.__name__})")
         return cls
+
+    def _failed(self, name: str, module_name: str, exc: BaseException) -> ConfigError:
+        """The error for a module that raised at import: the plugin, its file, the error
+        and where it was raised (the traceback at DEBUG: ``-v``)."""
+        log.debug("%s %r: importing %s failed", self.kind, name, module_name, exc_info=exc)
+        return ConfigError(f"{self.kind} {name!r}: module {module_name} ({_module_file(module_name)}) "
+                           f"failed to import: {describe(exc)}")
+
+
+def describe(exc: BaseException) -> str:
+    """``Type: message (file, line N)``: an exception and the line that raised it (a
+    SyntaxError's own line), outside Python's import machinery."""
+    if isinstance(exc, SyntaxError) and exc.filename:
+        return f"{type(exc).__name__}: {exc.msg} ({exc.filename}, line {exc.lineno})"
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith("<frozen")]
+    where = f" ({frames[-1].filename}, line {frames[-1].lineno})" if frames else ""
+    return f"{type(exc).__name__}: {exc}{where}"
+
+
+def _module_file(module_name: str) -> str:
+    """Where ``module_name`` is (its file), as far as finding it tells without importing it."""
+    loaded = sys.modules.get(module_name)
+    if loaded is not None and getattr(loaded, "__file__", None):
+        return loaded.__file__
+    try:
+        spec = importlib.util.find_spec(module_name)
+    except Exception:  # noqa: BLE001 - its parent package failed to import: named by the error
+        spec = None
+    return (spec.origin if spec is not None and spec.origin else "file not found")
+
+
+def plugin_call(what: str, call: Callable[..., Any], *args: Any) -> Any:
+    """``call(*args)``, a hook of a plugin's class that the main process calls before the
+    run (``what``: "mode 'x:Env': prepare_run"): a ConfigError stays one; any other error
+    becomes one naming the hook, the error and its line (traceback at DEBUG: ``-v``)."""
+    try:
+        return call(*args)
+    except ConfigError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a plugin's hook may raise anything
+        log.debug("%s failed", what, exc_info=exc)
+        raise ConfigError(f"{what} failed: {describe(exc)}") from None

@@ -33,6 +33,7 @@ from .agents import get_agent
 from .config import RunConfig
 from .envs import get_env
 from .errors import ConfigError, ProviderUnavailable
+from .plugins import plugin_call
 from .pool.providers import get_provider
 
 
@@ -69,7 +70,8 @@ def preflight(cfg: RunConfig, *, check_endpoint: bool = False) -> Preflight:
     _check_tasks(cfg, found)
     # what the mode needs whatever its tasks say (math-verify for math): named beside a
     # broken task file, not only after it is fixed
-    _check("mode", lambda: (env_cls.prepare_run([]), f"the {cfg.mode} mode's prerequisites")[1], found)
+    _check("mode", lambda: (plugin_call(f"mode {cfg.mode!r}: prepare_run", env_cls.prepare_run, []),
+                            f"the {cfg.mode} mode's prerequisites")[1], found)
     _check("agent", lambda: _agent_settings(cfg, agent_cls), found)
     if check_endpoint:
         probe = getattr(agent_cls, "check_endpoint", None)
@@ -117,7 +119,7 @@ def _prepare(runner) -> str:
 def _agent_settings(cfg: RunConfig, agent_cls) -> str:
     check_config = getattr(agent_cls, "check_config", None)
     if check_config is not None:
-        check_config(cfg)
+        plugin_call(f"agent {cfg.agent!r}: check_config", check_config, cfg)
     return f"the {cfg.agent} agent's settings"
 
 

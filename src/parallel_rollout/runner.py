@@ -41,6 +41,7 @@ from .errors import ConfigError, RunLocked, TaskFileError
 from .exit_codes import EXIT_ABORTED, EXIT_INTERRUPTED, EXIT_OK
 from .logs import NOT_ON_CONSOLE, run_log_handler
 from .messages import Assignment
+from .plugins import plugin_call
 from .pool.providers import get_provider
 from .provenance import SCHEMA_VERSION, check_resume, provenance
 from .records import unsupported_record
@@ -144,7 +145,7 @@ class Runner:
                 "would read)" if cfg.resume else ""))
         check_config = getattr(self.agent_cls, "check_config", None)
         if check_config is not None:
-            check_config(cfg)
+            plugin_call(f"agent {cfg.agent!r}: check_config", check_config, cfg)
         task_set = load_task_set(cfg.data, default_mode=cfg.mode, validators=task_validators(),
                                  domain=cfg.domain, index=cfg.osworld_index)
         if task_set.unsupported and not cfg.skip_unsupported:
@@ -161,7 +162,7 @@ class Runner:
                 check_task(task)
         if cfg.limit:
             tasks = tasks[: cfg.limit]
-        self.env_cls.prepare_run(tasks)
+        plugin_call(f"mode {cfg.mode!r}: prepare_run", self.env_cls.prepare_run, tasks)
         # The engine checks its provider (available here, options it can honour).
         self.engine = Engine(cfg, self.run_dir, run_id=self.run_id, record_sink=self._store_record,
                              stop_on=self._model_outage)
