@@ -4,14 +4,16 @@ may take, classes that cannot run, modules that fail at import or take long to i
 
 from __future__ import annotations
 
-import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
-from conftest import assert_exactly_once, write_tasks
+from conftest import ROOT, assert_exactly_once, write_tasks
 from llm_server import first_user_message, llm_server, reply_with_counts  # noqa: F401 - a fixture
 from parallel_rollout.cli import main
 from test_config import assert_usage_error
@@ -123,3 +125,80 @@ def test_a_prepare_run_that_raises_is_a_usage_error(tmp_path, monkeypatch):
                        "ValueError: the index is missing", f"{path}, line 8")
     dry = invoke(tmp_path, "--mode", "prepare_fails_q:PrepareFailsEnv", "--data", str(data), "--dry-run")
     assert dry.exit_code == 2 and "ValueError: the index is missing" in dry.output, dry.output
+
+
+# -- a plugin module in the folder the command runs in ---------------------------------------
+
+MYENV = '''
+from parallel_rollout.envs.base import Env, StepResult
+
+
+class DoubleEnv(Env):
+    vm_scope = None
+    default_max_turns = 1
+
+    @staticmethod
+    def reference_actions(task):
+        return [2 * task.get("n")]
+
+    def reset(self, task, vm):
+        self.task = task
+        return {}
+
+    def step(self, action):
+        self.answer = action
+        return StepResult({}, done=True)
+
+    def evaluate(self):
+        return float(self.answer == 2 * self.task.get("n")), {}
+'''
+
+
+def user_folder(tmp_path: Path) -> Path:
+    """A user's folder: myenv.py and tasks.jsonl, nothing on PYTHONPATH."""
+    folder = tmp_path / "work"
+    folder.mkdir()
+    write_module(folder, "myenv", MYENV)
+    double_tasks(folder, numbers=(1, 2, 3, 4))
+    return folder
+
+
+def without_pythonpath() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k != "PYTHONPATH" and not k.startswith("PARALLEL_ROLLOUT_")}
+
+
+def console_script() -> list[str]:
+    """``parallel-rollout`` as installed (its sys.path has its bin folder, not the cwd)."""
+    script = Path(sys.executable).parent / "parallel-rollout"
+    return [str(script)] if script.exists() else [sys.executable, str(ROOT / "run_parallel_rollout.py")]
+
+
+def test_the_console_script_finds_a_plugin_module_in_the_current_folder(tmp_path):
+    """``parallel-rollout --mode myenv:DoubleEnv`` from the folder holding myenv.py failed
+    'cannot import module myenv' while ``python -m parallel_rollout`` ran: the current
+    folder is looked in, by the CLI and by the workers."""
+    folder = user_folder(tmp_path)
+    proc = subprocess.run([*console_script(), "--mode", "myenv:DoubleEnv", "--data", "tasks.jsonl",
+                           "--output-dir", "out", "--run-id", "here", "--num-rollouts", "2", "--no-progress"],
+                          cwd=folder, env=without_pythonpath(), capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    finals = assert_exactly_once(folder / "out" / "here", {f"d{n}#0" for n in (1, 2, 3, 4)})
+    assert {r["reward"] for r in finals.values()} == {1.0}
+    missing = subprocess.run([*console_script(), "--mode", "nosuch_q:Env", "--data", "tasks.jsonl"],
+                             cwd=folder, env=without_pythonpath(), capture_output=True, text=True, timeout=120)
+    assert missing.returncode == 2
+    assert "cannot import module 'nosuch_q'" in missing.stderr and f"current folder ({folder})" in missing.stderr, \
+        missing.stderr
+
+
+def test_dev_run_keeps_the_folder_it_was_run_in(tmp_path):
+    """``/path/to/dev run --data tasks.jsonl`` read tasks.jsonl in the repo: dev did ``cd`` to
+    itself and ran there. Relative paths are the caller's folder's, as the README says."""
+    folder = user_folder(tmp_path)
+    (folder / "run.toml").write_text('num-rollouts = 2\nrun-id = "dev"\n')
+    proc = subprocess.run(["bash", str(ROOT / "dev"), "run", "--mode", "myenv:DoubleEnv", "--data", "tasks.jsonl",
+                           "--config", "run.toml", "--output-dir", "out", "--no-progress"],
+                          cwd=folder, env={**without_pythonpath(), "PYTHONPATH": str(folder)},
+                          capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert_exactly_once(folder / "out" / "dev", {f"d{n}#0" for n in (1, 2, 3, 4)})

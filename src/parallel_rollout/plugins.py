@@ -29,9 +29,11 @@ from __future__ import annotations
 
 import functools
 import importlib
+import importlib.machinery
 import importlib.util
 import inspect
 import logging
+import os
 import sys
 import traceback
 from dataclasses import dataclass, field
@@ -106,12 +108,14 @@ class Registry(Generic[T]):
             )
         module_name, _, class_name = target.partition(":")
         try:
-            module = importlib.import_module(module_name)
+            module = _import_module(module_name, from_cwd=target == name)
         except ModuleNotFoundError as exc:
             if exc.name is None or not (module_name + ".").startswith(exc.name + "."):
                 raise self._failed(name, module_name, exc) from None  # a module it imports
             raise ConfigError(
-                f"{self.kind} {name!r}: cannot import module {module_name!r}: {exc}"
+                f"{self.kind} {name!r}: cannot import module {module_name!r}: {exc}; looked in the "
+                f"current folder ({os.getcwd()}) and on sys.path: {', '.join(p for p in sys.path if p)} "
+                "(PYTHONPATH adds folders)"
             ) from None
         except Exception as exc:  # noqa: BLE001 - a plugin's import may raise anything
             raise self._failed(name, module_name, exc) from None
@@ -139,6 +143,25 @@ class Registry(Generic[T]):
         log.debug("%s %r: importing %s failed", self.kind, name, module_name, exc_info=exc)
         return ConfigError(f"{self.kind} {name!r}: module {module_name} ({_module_file(module_name)}) "
                            f"failed to import: {describe(exc)}")
+
+
+def _import_module(module_name: str, *, from_cwd: bool) -> Any:
+    """Import ``module_name``; for a ``module:Class`` path (``from_cwd``) a module not found
+    is looked for in the current folder too, which then joins sys.path (last, shadowing
+    nothing installed), as ``python -m`` and uvicorn/celery's ``module:attr`` do: the
+    console script's sys.path holds its own bin folder instead. Worker processes and their
+    server start with this process's sys.path."""
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        cwd = os.getcwd()
+        top = module_name.partition(".")[0]
+        if not from_cwd or exc.name != top or cwd in sys.path or "" in sys.path:
+            raise
+        if importlib.machinery.PathFinder.find_spec(top, [cwd]) is None:
+            raise
+        sys.path.append(cwd)
+        return importlib.import_module(module_name)
 
 
 def describe(exc: BaseException) -> str:
