@@ -202,3 +202,67 @@ def test_dev_run_keeps_the_folder_it_was_run_in(tmp_path):
                           capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert_exactly_once(folder / "out" / "dev", {f"d{n}#0" for n in (1, 2, 3, 4)})
+
+
+# -- plugin imports happen before any attempt's clock starts ---------------------------------
+
+SLOW_IMPORT = '''
+import os, time
+with open(os.environ["PR_IMPORT_LOG"], "a") as log:
+    log.write(f"{os.getpid()}\\n")
+time.sleep(float(os.environ.get("PR_IMPORT_SLEEP", "0")))
+from user_plugins import DoubleEnv as SlowDoubleEnv
+'''
+
+MAIN_ONLY = '''
+import os
+if os.environ["PR_MAIN_PID"] != str(os.getpid()):
+    raise RuntimeError("this module imports only in the main process")
+from user_plugins import DoubleEnv
+'''
+
+
+def run_cli(folder: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+    """The CLI in a process of its own, in ``folder``, with tests/ on PYTHONPATH."""
+    pythonpath = os.pathsep.join([str(ROOT / "tests"), str(folder)])
+    return subprocess.run([sys.executable, str(ROOT / "run_parallel_rollout.py"), *args, "--no-progress"],
+                          cwd=folder, env={**without_pythonpath(), "PYTHONPATH": pythonpath, **env},
+                          capture_output=True, text=True, timeout=240, stdin=subprocess.DEVNULL)
+
+
+def test_a_slow_plugin_import_never_counts_against_a_task(tmp_path):
+    """A mode module that sleeps at import longer than --task-timeout made every task
+    task_timeout: each worker (each replacement too) imported it inside its first attempt.
+    The workers' server imports it once, before it forks them."""
+    write_module(tmp_path, "slow_mode_q", SLOW_IMPORT)
+    data = double_tasks(tmp_path, numbers=tuple(range(1, 7)))
+    log = tmp_path / "imports.log"
+    proc = run_cli(tmp_path, {"PR_IMPORT_LOG": str(log), "PR_IMPORT_SLEEP": "3"},
+                   "--mode", "slow_mode_q:SlowDoubleEnv", "--data", str(data), "--num-rollouts", "3",
+                   "--task-timeout", "2", "--output-dir", str(tmp_path / "out"), "--run-id", "slow")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    finals = assert_exactly_once(tmp_path / "out" / "slow", {f"d{n}#0" for n in range(1, 7)})
+    assert {r["status"] for r in finals.values()} == {"success"}, {r["status"] for r in finals.values()}
+    importers = set(log.read_text().split())
+    workers = {str(r["pid"]) for r in finals.values()}
+    assert len(importers) == 2 and not importers & workers, (importers, workers)  # the CLI and the server
+
+
+def test_a_plugin_that_does_not_import_in_the_workers_stops_the_run_saying_so(tmp_path):
+    """Not a loop of dead workers, each replaced and dying the same way: the run stops with
+    the reason, and run.log holds the worker's error."""
+    write_module(tmp_path, "main_only_q", MAIN_ONLY)
+    data = double_tasks(tmp_path)
+    script = ("import os, sys, runpy; os.environ['PR_MAIN_PID'] = str(os.getpid()); "
+              f"sys.argv = ['run_parallel_rollout.py'] + sys.argv[1:]; "
+              f"runpy.run_path({str(ROOT / 'run_parallel_rollout.py')!r}, run_name='__main__')")
+    pythonpath = os.pathsep.join([str(ROOT / "tests"), str(tmp_path)])
+    proc = subprocess.run([sys.executable, "-c", script, "--mode", "main_only_q:DoubleEnv", "--data", str(data),
+                           "--num-rollouts", "2", "--output-dir", str(tmp_path / "out"), "--run-id", "nope",
+                           "--no-progress"], cwd=tmp_path, env={**without_pythonpath(), "PYTHONPATH": pythonpath},
+                          capture_output=True, text=True, timeout=240, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 1, (proc.returncode, proc.stderr[-3000:])
+    assert "cannot import the run's mode 'main_only_q:DoubleEnv'" in proc.stderr, proc.stderr[-3000:]
+    run_log = (tmp_path / "out" / "nope" / "run.log").read_text()
+    assert "this module imports only in the main process" in run_log
+    assert run_log.count("cannot load the run's mode or agent") <= 2  # one per worker, none replaced

@@ -25,6 +25,7 @@ and goes on.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import queue
 import signal
@@ -38,9 +39,10 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from . import records
 from .agents import Agent, AttemptInfo, EpisodeCut, get_agent
-from .agents.base import run_maybe_async
+from .agents.base import AGENTS, run_maybe_async
 from .config import RunConfig
 from .envs import Env, get_env
+from .envs.registry import MODES
 from .errors import AttemptCancelled, RolloutError, SandboxViolation, VMError
 from .messages import Assignment, Cancel, Finished, LeaseWait, Started, Stop, receive_message, send_message
 from .pool.leasing import lease_vm
@@ -360,12 +362,34 @@ def _serializable(record: dict[str, Any]) -> dict[str, Any]:
     return storable_record(record)  # NaN or a lone surrogate: its own failure
 
 
+#: a worker's exit status when it cannot import the run's mode or agent: the backend stops
+#: the run with that error instead of starting the next worker into the same failure
+EXIT_CANNOT_LOAD = 86
+
+
+def plugin_modules(config: RunConfig) -> list[str]:
+    """The modules of the run's mode and agent that are plugins (``module:Class`` paths and
+    entry points, not built-ins): what the workers' server imports before it forks one."""
+    targets = [MODES.target(config.mode) if config.mode not in MODES.builtin else None,
+               AGENTS.target(config.agent) if config.agent not in AGENTS.builtin else None]
+    return [target.partition(":")[0] for target in targets if target]
+
+
 def worker_main(worker_id: str, holder: str, conn: Connection, pool: Any, config: RunConfig,
                 run_dir: str) -> None:
     """Entry point of a worker process (forked from the run's server, ``backends.worker_start``)."""
     # Ctrl-C goes to the whole process group; the engine orders the shutdown.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:
+        # Before any attempt's clock starts: a plugin's import (preloaded by the server when
+        # it could be) never counts against a task's --task-timeout.
+        get_env(config.mode), get_agent(config.agent)
+    except Exception as exc:  # noqa: BLE001 - what the backend stops the run with
+        logging.getLogger("parallel_rollout").error("worker %s cannot load the run's mode or agent: %s",
+                                                    worker_id, exc)
+        sys.stdout.flush()
+        os._exit(EXIT_CANNOT_LOAD)
     try:
         RolloutWorker(worker_id, holder, conn, pool, config, run_dir).run()
     finally:

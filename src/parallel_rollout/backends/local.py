@@ -95,6 +95,13 @@ class WorkerHandle:
         return self.process.pid
 
 
+def worker_exit_cannot_load() -> int:
+    """The exit status of a worker that cannot import the run's mode or agent."""
+    from ..worker import EXIT_CANNOT_LOAD  # the worker's modules: imported when workers start
+
+    return EXIT_CANNOT_LOAD
+
+
 def manager_process(manager: Any) -> Any:
     """The ``Process`` of a started ``BaseManager``: multiprocessing offers no public pid or
     sentinel for it, so this is the one place that reads its private ``_process``."""
@@ -155,7 +162,10 @@ class LocalBackend(WorkerTable):
                 per_worker=not cfg.use_vm_pool,
             )
             pool_logs.close()
-        self._worker_ctx = worker_start.acquire()
+        from ..worker import plugin_modules
+
+        # the run's plugin modules are imported once, by the server the workers fork from
+        self._worker_ctx = worker_start.acquire(plugin_modules(cfg))
         for index in range(cfg.num_rollouts):
             self._spawn(index)
 
@@ -277,6 +287,11 @@ class LocalBackend(WorkerTable):
                     # its fork server died with its exit status: it runs, and holds its VMs
                     kill_tree(w.handle)
                     self._on_worker_death(w, reason="the server it was forked from died; killed")
+                elif w.process.exitcode == worker_exit_cannot_load():
+                    # every worker would fail the same way: the run stops (no respawn) and says why
+                    self.hooks.stop(f"worker {w.worker_id} cannot import the run's mode {self.config.mode!r} "
+                                    f"or agent {self.config.agent!r} (its error is in run.log)")
+                    self._on_worker_death(w, reason="it cannot import the run's mode or agent")
                 else:
                     self._on_worker_death(w, reason=f"worker exited with code {w.process.exitcode}")
 

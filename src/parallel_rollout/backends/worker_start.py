@@ -19,6 +19,9 @@ uses (pid, sentinel, exit code, join) is the same. What this module adds to the 
   lists ``__main__`` but is given no path to it). A forked worker then finds its main module
   there and does not run it again. A main module that fails in the server is left to each
   worker, as with spawn, which then reports what went wrong.
+* **The run's plugins**, its mode's and agent's modules when they are not built in, imported
+  in the server after the main module: a plugin that takes seconds to import costs them
+  once, not once per worker inside its first attempt (and its task clock).
 * **One server per run.** It starts with the first backend and stops with the last one
   (backends may run at once: an RL trainer's train and validation schedulers share it), so a
   worker gets the environment, standard streams and modules of its run, not those of an
@@ -34,6 +37,7 @@ uses (pid, sentinel, exit code, join) is the same. What this module adds to the 
 from __future__ import annotations
 
 import functools
+import importlib
 import multiprocessing
 import os
 import signal
@@ -48,6 +52,10 @@ import psutil
 PRELOAD = ["parallel_rollout.backends.worker_start", "parallel_rollout.worker"]
 #: the main module's path, in the server's environment only while it starts
 _MAIN_ENV = "PARALLEL_ROLLOUT_FORKSERVER_MAIN"
+#: the run's plugin modules (its mode's and agent's), likewise: imported by the server too
+_PLUGINS_ENV = "PARALLEL_ROLLOUT_FORKSERVER_PLUGINS"
+#: those of the run that started the server, for a restart
+_plugins: list[str] = []
 
 _lock = threading.Lock()
 _users = 0
@@ -55,11 +63,15 @@ _users = 0
 _started: int | None = None
 
 
-def acquire() -> Any:
-    """The context workers are started with; the first caller starts the server."""
-    global _users
+def acquire(plugins: list[str] | tuple[str, ...] = ()) -> Any:
+    """The context workers are started with; the first caller starts the server, which
+    imports ``plugins`` (module names: the run's mode and agent) before it forks a worker,
+    so no worker imports them in its first attempt. A later caller's server is the one
+    running: its workers import their plugins as they start (``worker.worker_main``)."""
+    global _users, _plugins
     with _lock:
         if _users == 0:
+            _plugins = list(plugins)
             server = forkserver._forkserver  # noqa: SLF001 - the stdlib's one server
             modules = dict.fromkeys([*PRELOAD, *getattr(server, "_preload_modules", [])])
             modules.pop("__main__", None)  # preloaded here, with its path (_preload_main)
@@ -128,10 +140,13 @@ def _start() -> None:
     main_path = _main_path()
     if main_path:
         os.environ[_MAIN_ENV] = main_path
+    if _plugins:
+        os.environ[_PLUGINS_ENV] = ",".join(_plugins)
     try:
         forkserver.ensure_running()
     finally:
         os.environ.pop(_MAIN_ENV, None)
+        os.environ.pop(_PLUGINS_ENV, None)
     now = getattr(server, "_forkserver_pid", None)
     if now != was:
         _started = now  # started here: ours to stop
@@ -161,4 +176,16 @@ def _preload_main() -> None:
         del process._inheriting  # noqa: SLF001
 
 
+def _preload_plugins() -> None:
+    """In the server, after the main module: import the run's plugin modules. One that fails
+    is left to each worker, which reports it and stops the run (``worker.EXIT_CANNOT_LOAD``);
+    the stdlib's own preload would die of anything but an ImportError."""
+    for name in filter(None, os.environ.pop(_PLUGINS_ENV, "").split(",")):
+        try:
+            importlib.import_module(name)
+        except BaseException:  # noqa: BLE001 - a SystemExit too: the server must go on
+            pass
+
+
 _preload_main()
+_preload_plugins()
