@@ -304,4 +304,4 @@ def test_the_resume_hint_is_the_command_as_typed(monkeypatch, tmp_path):
     assert options.invoked_as(str(entry)) == "./dev run"
     # ./dev passes it for run, not for the tests (whose runs print their own)
     dev = (ROOT / "dev").read_text()
-    assert 'run) PARALLEL_ROLLOUT_PROG="$prog" exec' in dev and "test) exec" in dev
+    assert 'PARALLEL_ROLLOUT_PROG="$prog" exec "$venv/bin/parallel-rollout" run' in dev and "test) exec" in dev
