@@ -184,6 +184,26 @@ def test_command_not_found_is_an_answer_not_a_500(agent):
     assert "command not found" in result["message"]
 
 
+def test_what_no_command_line_can_carry_is_the_commands_exit_126_not_a_500(agent):
+    """A command that cannot start because of its own content is its own failure (a 500
+    would be taken for a broken VM); a shell command past one exec argument's limit runs."""
+    client, _ = agent
+    long = "x" * 200_000  # past MAX_ARG_STRLEN (131072 bytes)
+    assert client.execute(f"printf %s {long} | wc -c; echo $#", shell=True)["output"].split() == ["200000", "0"]
+    cases = {"argument list too long: the command is": ["/bin/echo", long, long],
+             "NUL byte": "echo a\0b", "text no command line can carry": ["echo", "\ud800"],
+             "illegal environment variable name": "true"}
+    for why, command in cases.items():
+        env = {"A=B": "c"} if "environment" in why else None
+        result = client.execute(command, shell=isinstance(command, str), env=env)
+        assert (result["status"], result["returncode"]) == ("error", 126), result
+        assert why in result["message"] and result["error"] == result["message"], result
+    # a script's own text is its interpreter's to refuse
+    result = client.run_python("print('\ud800')")
+    assert result["return_code"] == 1 and "SyntaxError" in result["error"], result
+    assert client.execute(["echo", "still here"])["output"] == "still here\n"
+
+
 def test_timeout_kills_the_whole_process_group(agent):
     client, _ = agent
     started = time.monotonic()

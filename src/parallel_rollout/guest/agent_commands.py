@@ -32,6 +32,13 @@ only its own descendants, a daemon that left its session included (it was adopte
 agent, not by the machine's init), then collects their zombies: never a process of the
 machine it did not start.
 
+**Commands that cannot start** because of what they hold are the command's failure, never
+the agent's (a 500 would be taken for a broken VM): a shell command longer than one exec
+argument may be (:data:`MAX_ARG_BYTES`) is read by ``/bin/sh`` from a sealed script
+(:class:`_Script`; ``$0`` is then the script's path), and an argument list past the system's
+limit (E2BIG), a NUL byte or text no command line can carry is answered as exit code 126
+with a message saying why.
+
 **Limits.** ``--limit-as BYTES`` (:data:`limit_as`) runs every command under util-linux
 ``prlimit --as`` (RLIMIT_AS per process, inherited by its children), ``--limit-nproc N``
 (:data:`limit_nproc`) under ``prlimit --nproc`` (RLIMIT_NPROC: in a user namespace of its own
@@ -102,7 +109,7 @@ def run(argv, *, shell: bool, timeout: float, cwd: str | None = None,
     ``isolated``: a grading command (``agent_grading.py``). ``tail``: characters of each
     stream to keep (see "Output"). Returns ``{returncode, output, error}`` plus ``timeout:
     True, message`` on a timeout, or ``not_found: True, message`` when the program cannot
-    be started.
+    be started (see "Commands that cannot start").
     """
     program = argv if isinstance(argv, str) else (argv[0] if argv else "")
     cwd = expand(cwd) if cwd else home()
@@ -114,27 +121,73 @@ def run(argv, *, shell: bool, timeout: float, cwd: str | None = None,
     elif env:
         full_env = dict(os.environ)
         full_env.update(env)
-    # setpriv's work done by the fork itself (``direct``); a prlimit then runs as the user
-    user = run_as if direct and run_as else None
-    argv, shell = _limited(argv, shell, full_env, [] if user else _setpriv() if run_as else [])
-    if argv is None:
-        return {"returncode": 127, "output": "", "error": "No such file or directory",
-                "not_found": True, "message": f"command not found: {program}"}
+    script = None
     try:
-        # in a session of its own, so a timeout kills its children with it
-        proc = agent_spawn.spawn(["/bin/sh", "-c", argv] if shell else list(argv), cwd=cwd,
-                                 env=full_env, user=user, pass_fds=pass_fds,
-                                 merge_stderr=merge_stderr)
-    except (FileNotFoundError, PermissionError, NotADirectoryError) as exc:
-        code = 126 if isinstance(exc, PermissionError) else 127
-        what = "permission denied" if code == 126 else "command not found"
-        return {"returncode": code, "output": "", "error": str(exc),
-                "not_found": True, "message": f"{what}: {program}"}
-    _running.add(proc.pid)
-    try:
-        return _finish(proc, timeout, tail)
+        # setpriv's work done by the fork itself (``direct``); a prlimit then runs as the user
+        user = run_as if direct and run_as else None
+        try:
+            if shell and _exec_cannot_take(argv):
+                # one argument of an exec holds at most MAX_ARG_BYTES: the shell reads a
+                # longer command from a sealed script (nothing written to the guest's files)
+                if "\0" in argv:
+                    raise ValueError("embedded null byte")  # as an exec's argument would
+                script = _Script(argv, ".sh", sealed=True, name="command")
+                argv, shell, pass_fds = ["/bin/sh", script.path], False, (*pass_fds, *script.fds)
+            argv, shell = _limited(argv, shell, full_env, [] if user else _setpriv() if run_as else [])
+            if argv is None:
+                return {"returncode": 127, "output": "", "error": "No such file or directory",
+                        "not_found": True, "message": f"command not found: {program}"}
+            argv = ["/bin/sh", "-c", argv] if shell else list(argv)
+            # in a session of its own, so a timeout kills its children with it
+            proc = agent_spawn.spawn(argv, cwd=cwd, env=full_env, user=user, pass_fds=pass_fds,
+                                     merge_stderr=merge_stderr)
+        except (FileNotFoundError, PermissionError, NotADirectoryError) as exc:
+            code = 126 if isinstance(exc, PermissionError) else 127
+            what = "permission denied" if code == 126 else "command not found"
+            return {"returncode": code, "output": "", "error": str(exc),
+                    "not_found": True, "message": f"{what}: {program}"}
+        except (OSError, ValueError) as exc:
+            if isinstance(exc, OSError) and exc.errno != E2BIG:
+                raise  # the guest's own failure (no descriptors, no memory): not the command's
+            why = _unstartable(exc, argv, full_env)
+            return {"returncode": 126, "output": "", "error": why, "not_found": True, "message": why}
+        _running.add(proc.pid)
+        try:
+            return _finish(proc, timeout, tail)
+        finally:
+            _running.discard(proc.pid)
     finally:
-        _running.discard(proc.pid)
+        if script is not None:
+            script.close()
+
+
+#: the longest single argument an exec takes, its terminating NUL included (Linux's
+#: MAX_ARG_STRLEN, 32 pages): a longer ``sh -c`` command would fail with E2BIG
+MAX_ARG_BYTES = 32 * 4096
+#: errno of an exec whose arguments and environment are too long (``errno.E2BIG``)
+E2BIG = 7
+
+
+def _exec_cannot_take(command: str) -> bool:
+    """Whether ``command`` is too long to be one argument of an exec."""
+    return len(command) >= MAX_ARG_BYTES // 4 and \
+        len(command.encode("utf-8", "surrogatepass")) >= MAX_ARG_BYTES
+
+
+def _unstartable(exc: Exception, argv, env: dict | None) -> str:
+    """Why a command could not start because of its own content, said to its author: an
+    argument list past the system's limit, a NUL byte, text no command line can hold."""
+    if isinstance(exc, OSError):  # E2BIG
+        size = sum(len(part.encode("utf-8", "surrogatepass")) + 1 for part in argv)
+        size += sum(len(f"{k}={v}".encode("utf-8", "surrogatepass")) + 1
+                    for k, v in (env if env is not None else os.environ).items())
+        return (f"argument list too long: the command is {size} bytes with its environment, "
+                "more than one exec can take; write long content to a file in steps")
+    if isinstance(exc, UnicodeError):
+        return f"the command holds text no command line can carry: {exc}"
+    if "null" in str(exc):
+        return "the command holds a NUL byte, which no command line can carry"
+    return f"the command cannot be started: {exc}"
 
 
 def _finish(proc, timeout: float, tail: int | None) -> dict:
@@ -396,21 +449,24 @@ def route_run_bash_script(req: Request):
 
 
 class _Script:
-    """``with _Script(text, suffix, isolated) as (path, fds)``: a script holding ``text`` for
+    """``with _Script(text, suffix, sealed) as (path, fds)``: a script holding ``text`` for
     the command's interpreter, and the fds the command must inherit to read it.
 
-    A grading script (``isolated``) is a sealed memfd, read as ``/proc/self/fd/N``: never a
+    A grading script (``sealed``; a shell command too long for an exec's argument too) is a
+    sealed memfd, read as ``/proc/self/fd/N``: never a
     file in /tmp, so nothing of the graded code (a daemon left running, as an osworld task
     may) can read it (the py judge holds the tests) or rewrite it between its writing and
     its start. Other scripts (and a guest without sealable memfds) are a temp file given to
     the commands' user, removed afterwards."""
 
-    def __init__(self, text: str, suffix: str, isolated: bool) -> None:
+    def __init__(self, text: str, suffix: str, sealed: bool, name: str = "grading") -> None:
         import fcntl
 
-        data = text.encode("utf-8")
-        if isolated and hasattr(os, "memfd_create") and hasattr(fcntl, "F_ADD_SEALS"):
-            self.fd = os.memfd_create(f"grading{suffix}", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+        # a lone surrogate (JSON can carry one) reaches the interpreter, which refuses it as
+        # the command's own error, instead of failing the request
+        data = text.encode("utf-8", "surrogatepass")
+        if sealed and hasattr(os, "memfd_create") and hasattr(fcntl, "F_ADD_SEALS"):
+            self.fd = os.memfd_create(f"{name}{suffix}", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
             self.path, self.fds = f"/proc/self/fd/{self.fd}", (self.fd,)
             view = memoryview(data)
             while view:
@@ -431,6 +487,10 @@ class _Script:
         return self.path, self.fds
 
     def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Remove the script (or close its memfd); never raises."""
         try:
             if self.fd is None:
                 os.unlink(self.path)
