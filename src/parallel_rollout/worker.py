@@ -42,6 +42,7 @@ from .agents import Agent, AttemptInfo, EpisodeCut, get_agent
 from .agents.base import AGENTS, run_maybe_async
 from .config import RunConfig
 from .envs import Env, get_env
+from .envs.base import checked_evaluation, checked_step
 from .envs.registry import MODES
 from .errors import AttemptCancelled, RolloutError, SandboxViolation, VMError
 from .messages import Assignment, Cancel, Finished, LeaseWait, Started, Stop, receive_message, send_message
@@ -179,7 +180,7 @@ class RolloutWorker:
             record.update(status=VMError.kind, infrastructure=True,
                           failure=records.failure(exc, "pool unreachable"))
         except BaseException as exc:  # noqa: BLE001 - an agent or env error (SystemExit too) is this attempt's outcome
-            record.update(status="error", failure=records.failure(exc))
+            record.update(status="error", reward=0.0, success=False, failure=records.failure(exc))
         finally:
             with self._agents_lock:
                 self._agents.pop((item.key, item.attempt), None)
@@ -217,7 +218,7 @@ class RolloutWorker:
                     trajectory.write({"turn": turn, "action": None, "done": True, **cut.turn})
                 raise
             with _task_breaks_vm("action"):
-                step = _env_call(record, env.step, action)
+                step = checked_step(env, _env_call(record, env.step, action))
             record["turns"] = turn
             trajectory.write({"turn": turn, "action": action, "observation": step.observation,
                               "done": step.done, "info": step.info, **agent.turn_record()})
@@ -226,15 +227,35 @@ class RolloutWorker:
                 done = True
                 break
         with _task_breaks_vm("grading"):  # what the answer left running may break it too
-            reward, details = _env_call(record, env.evaluate)
-        record["reward"] = float(reward)
+            reward, details = checked_evaluation(env, _env_call(record, env.evaluate))
         # An env whose reward is not a 0-1 score (Sokoban's return) says success itself.
-        record["success"] = bool(details.get("success", reward >= 1.0))
-        record["eval"] = details
+        if "success" in details:
+            success = bool(details["success"])
+        else:
+            success = reward >= 1.0
+            if not 0.0 <= reward <= 1.0:
+                _warn_of_scale(env, reward)
+        record.update(reward=reward, success=success, eval=details)
         if record["success"]:
             record["status"] = "success"
         else:
             record["status"] = "failure" if done else env.turn_limit_status
+
+
+#: the Env classes whose reward outside [0, 1] this process has warned of
+_warned_scales: set[type] = set()
+
+
+def _warn_of_scale(env: Env, reward: float) -> None:
+    """Say once per worker process and Env class that its rewards are outside [0, 1] with no
+    ``details["success"]``: success is then counted as reward >= 1, which may not be meant."""
+    if type(env) in _warned_scales:
+        return
+    _warned_scales.add(type(env))
+    logging.getLogger("parallel_rollout").warning(
+        "%s.evaluate returned the reward %r, outside [0, 1], without details['success']: success "
+        "is counted as reward >= 1 (return details['success'] to say it; warned once per worker)",
+        type(env).__qualname__, reward)
 
 
 def _env_call(record: dict[str, Any], call: Callable[..., Any], *args: Any) -> Any:

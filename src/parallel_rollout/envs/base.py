@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import abc
+import math
+import numbers
+import reprlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, ContextManager, Mapping, Protocol
@@ -87,9 +90,58 @@ class Env(abc.ABC):
 
     @abc.abstractmethod
     def evaluate(self) -> tuple[float, dict[str, Any]]:
-        """Score the episode: (reward, details for the record). The reward is in [0, 1] and
-        success is reward 1, unless ``details["success"]`` says otherwise (an env with its own
-        reward scale, such as Sokoban's return)."""
+        """Score the episode: (reward, details for the record). The reward is a finite real
+        number (a bool counts as 0 or 1), in [0, 1] with success at 1, unless
+        ``details["success"]`` says otherwise (an env with its own reward scale, such as
+        Sokoban's return; a reward outside [0, 1] without it is warned of once per worker,
+        and counts as success when >= 1)."""
+
+
+class EnvContractError(TypeError):
+    """An Env method returned what its contract does not allow: the env's bug, which fails
+    the attempt as ``error`` (reward 0) with a message naming the env, the method, what it
+    returned and what it must return."""
+
+
+#: what ``Env.step`` must return, said when it does not
+STEP_CONTRACT = "it must return a StepResult(observation, done=False, info={}) (parallel_rollout.envs.base)"
+#: what ``Env.evaluate`` must return, said when it does not
+EVALUATE_CONTRACT = ("it must return (reward, details): the reward a finite real number (in [0, 1], "
+                     "success at 1, unless details['success'] says otherwise) and details a dict")
+
+
+def checked_step(env: Env, result: Any) -> StepResult:
+    """``env.step``'s result when it is a StepResult (or has its ``observation``, ``done``
+    and ``info``); else EnvContractError."""
+    if all(hasattr(result, name) for name in ("observation", "done", "info")):
+        return result
+    raise EnvContractError(f"{type(env).__qualname__}.step returned {_shown(result)}; {STEP_CONTRACT}")
+
+
+def checked_evaluation(env: Env, result: Any) -> tuple[float, Mapping[str, Any]]:
+    """``env.evaluate``'s ``(reward, details)``, the reward as a float; EnvContractError for a
+    result that is not such a pair, a reward that is not a finite real number, details that
+    are not a dict."""
+    where = f"{type(env).__qualname__}.evaluate returned"
+    if not isinstance(result, (tuple, list)) or len(result) != 2:
+        raise EnvContractError(f"{where} {_shown(result)}; {EVALUATE_CONTRACT}")
+    reward, details = result
+    if not isinstance(reward, numbers.Real):
+        raise EnvContractError(f"{where} the reward {_shown(reward)}; {EVALUATE_CONTRACT}")
+    try:
+        score = float(reward)
+    except OverflowError:  # an int past the floats
+        score = math.inf
+    if not math.isfinite(score):
+        raise EnvContractError(f"{where} the reward {reward!r}, not a finite number; {EVALUATE_CONTRACT}")
+    if not isinstance(details, Mapping):
+        raise EnvContractError(f"{where} the details {_shown(details)}; {EVALUATE_CONTRACT}")
+    return score, details
+
+
+def _shown(value: Any) -> str:
+    """A returned value as a message shows it: its type, and a short repr."""
+    return "None" if value is None else f"{type(value).__name__} {reprlib.repr(value)}"
 
 
 def require(payload: Mapping[str, Any], name: str, kind: type | tuple[type, ...], *, optional: bool = False) -> None:
