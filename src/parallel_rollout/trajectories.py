@@ -19,12 +19,21 @@ line of the images file (written before the turn that first uses it, so a turn n
 at an image that is not on disk). Both files grow linearly with the turns. ``read_turns``
 reassembles ``request`` (messages shared between turns are the same objects, so reading is
 linear too); a line without ``request_delta`` is read as written, so older files still read.
+
+Every line is strict JSON, whatever an env or agent put in the turn: a number JSON does not
+have (NaN, ±Infinity) is stored as ``null``, a value JSON cannot hold (an object, a set,
+bytes) as the string ``"not JSON: <its repr>"`` (:data:`NOT_JSON`), numpy's numbers and
+arrays as plain numbers and lists, a lone surrogate as its ``\\ud800`` escape; the first replacement a worker
+makes is warned of in run.log, naming the attempt's file, its turn and the field.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
+import math
+import numbers
 import os
 from pathlib import Path
 from typing import Any
@@ -35,6 +44,10 @@ from .results import StorageError
 IMAGES_SUFFIX = ".images.jsonl"
 #: what an image URL stored in the images file is replaced with in a turn line
 IMAGE_REF = "sha256:"
+#: the start of the string a value JSON cannot hold is stored as, its repr after it
+NOT_JSON = "not JSON: "
+#: whether this process has warned of a replaced value (once: a run may hold many)
+_warned = False
 
 
 class TrajectoryError(ValueError):
@@ -76,12 +89,31 @@ class TrajectoryFile:
                 entry["request_delta"] = self._delta(entry.pop("request"))
             if isinstance(entry.get("prompt_token_ids"), list):
                 entry["prompt_delta"] = self._prompt_delta(entry.pop("prompt_token_ids"), entry.get("token_ids"))
-            _write_all(self._fh, (json.dumps(entry, default=repr, ensure_ascii=False) + "\n").encode("utf-8"))
+            _write_all(self._fh, self._line(entry))
         except OSError as exc:
             # A full disk is not the sample's outcome: the engine stops and a
             # resume runs the attempt again.
             raise StorageError(f"cannot write {self._path}: {exc.strerror or exc}; free space "
                                "(or fix the folder) and rerun with --resume") from exc
+
+    def _line(self, entry: dict[str, Any]) -> bytes:
+        """The turn as one line of strict JSON (see the module doc); the first replacement a
+        process makes is warned of."""
+        try:  # the common path: plain JSON as it is
+            return (json.dumps(entry, ensure_ascii=False, allow_nan=False) + "\n").encode("utf-8")
+        except (TypeError, ValueError):  # UnicodeEncodeError is a ValueError
+            pass
+        replaced: list[str] = []
+        # ensure_ascii: a lone surrogate as its escape, which strict readers take
+        line = json.dumps(_plain(entry, "", replaced), allow_nan=False) + "\n"
+        global _warned
+        if replaced and not _warned:
+            _warned = True
+            logging.getLogger("parallel_rollout").warning(
+                "%s, turn %s: values JSON cannot hold were replaced in the trajectory: %s (numbers "
+                "JSON lacks are stored as null, other values as \"%s<repr>\"; warned once per worker)",
+                self.relpath, entry.get("turn"), "; ".join(replaced[:5]), NOT_JSON)
+        return line.encode("ascii")
 
     def _open(self) -> Any:
         """The trajectory file, created with its folder if need be. Unbuffered: a line is
@@ -138,6 +170,65 @@ class TrajectoryFile:
                     fh.close()
                 except OSError:
                     pass  # the unflushed tail of a failed write; write() already raised
+
+
+def _plain(value: Any, where: str, replaced: list[str], inside: set[int] | None = None) -> Any:
+    """``value`` with what strict JSON cannot hold replaced (see the module doc), each
+    replacement noted in ``replaced`` as ``field: what → stored``; ``inside``: the ids of the
+    containers around ``value``."""
+    inside = set() if inside is None else inside
+    if value is None or isinstance(value, (str, bool)):
+        return value
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        number = float(value)
+        if math.isfinite(number):
+            return number
+        replaced.append(f"{where or 'the turn'}: {number!r} → null")
+        return None
+    if isinstance(value, (dict, list, tuple)):
+        if id(value) in inside:  # what holds itself: json.dumps would refuse the whole turn
+            replaced.append(f"{where}: a circular reference → {NOT_JSON + '...'!r}")
+            return NOT_JSON + "..."
+        inside.add(id(value))
+        if isinstance(value, dict):
+            plain: Any = {_key(key, where, replaced): _plain(item, f"{where}.{key}" if where else str(key),
+                                                             replaced, inside)
+                          for key, item in value.items()}
+        else:
+            plain = [_plain(item, f"{where}[{index}]", replaced, inside) for index, item in enumerate(value)]
+        inside.discard(id(value))
+        return plain
+    if callable(getattr(value, "tolist", None)):  # numpy's arrays and scalars (np.bool_ too)
+        try:
+            plain = value.tolist()
+        except Exception:  # noqa: BLE001 - then it is stored as its repr, below
+            plain = value
+        if plain is not value:
+            return _plain(plain, where, replaced, inside)
+    shown = _marked(value)
+    replaced.append(f"{where or 'the turn'}: {type(value).__name__} → {shown[:80]!r}")
+    return shown
+
+
+def _key(key: Any, where: str, replaced: list[str]) -> str:
+    """A dict key as JSON's object keys are: strings (numbers and None as ``json`` writes them)."""
+    if isinstance(key, str):
+        return key
+    if key is None or isinstance(key, (bool, int, float)):
+        return json.dumps(key)
+    shown = _marked(key)
+    replaced.append(f"{where or 'the turn'}: a {type(key).__name__} key → {shown[:80]!r}")
+    return shown
+
+
+def _marked(value: Any) -> str:
+    """A value JSON cannot hold as the string stored in its place."""
+    try:
+        return NOT_JSON + repr(value)
+    except Exception:  # noqa: BLE001 - a repr that raises still leaves its type
+        return f"{NOT_JSON}<{type(value).__qualname__} whose repr failed>"
 
 
 def _write_all(fh: Any, data: bytes) -> None:
