@@ -34,8 +34,8 @@ machine it did not start.
 
 **Commands that cannot start** because of what they hold are the command's failure, never
 the agent's (a 500 would be taken for a broken VM): a shell command longer than one exec
-argument may be (:data:`MAX_ARG_BYTES`) is read by ``/bin/sh`` from a sealed script
-(:class:`_Script`; ``$0`` is then the script's path), and an argument list past the system's
+argument may be (:data:`agent_scripts.MAX_ARG_BYTES`) is read by ``/bin/sh`` from a sealed script
+(:class:`agent_scripts.Script`; ``$0`` is then the script's path), and an argument list past the system's
 limit (E2BIG), a NUL byte or text no command line can carry is answered as exit code 126
 with a message saying why.
 
@@ -54,7 +54,7 @@ many bytes came before it.
 ``/run_bash_script``: a shell task's check, the py judge, the osworld getters, the reset
 probe) run in an environment the graded code cannot change (``agent_grading.py``). A grading
 script reaches its interpreter as a sealed memfd, never a file in /tmp that the graded code
-could read or rewrite (:class:`_Script`).
+could read or rewrite (:class:`agent_scripts.Script`).
 """
 
 from __future__ import annotations
@@ -63,11 +63,12 @@ import os
 import sys
 
 try:
-    from . import agent_grading, agent_output, agent_spawn
+    from . import agent_grading, agent_output, agent_scripts, agent_spawn
     from .agent_http import HTTPError, Request, field, timeout_field
 except ImportError:  # a sibling file in the guest, not a package
     import agent_grading  # type: ignore[no-redef]
     import agent_output  # type: ignore[no-redef]
+    import agent_scripts  # type: ignore[no-redef]
     import agent_spawn  # type: ignore[no-redef]
     from agent_http import HTTPError, Request, field, timeout_field  # type: ignore[no-redef]
 
@@ -126,12 +127,12 @@ def run(argv, *, shell: bool, timeout: float, cwd: str | None = None,
         # setpriv's work done by the fork itself (``direct``); a prlimit then runs as the user
         user = run_as if direct and run_as else None
         try:
-            if shell and _exec_cannot_take(argv):
+            if shell and agent_scripts.too_long_for_exec(argv):
                 # one argument of an exec holds at most MAX_ARG_BYTES: the shell reads a
                 # longer command from a sealed script (nothing written to the guest's files)
                 if "\0" in argv:
                     raise ValueError("embedded null byte")  # as an exec's argument would
-                script = _Script(argv, ".sh", sealed=True, name="command")
+                script = agent_scripts.Script(argv, ".sh", sealed=True, name="command", owner=run_as)
                 argv, shell, pass_fds = ["/bin/sh", script.path], False, (*pass_fds, *script.fds)
             argv, shell = _limited(argv, shell, full_env, [] if user else _setpriv() if run_as else [])
             if argv is None:
@@ -147,9 +148,9 @@ def run(argv, *, shell: bool, timeout: float, cwd: str | None = None,
             return {"returncode": code, "output": "", "error": str(exc),
                     "not_found": True, "message": f"{what}: {program}"}
         except (OSError, ValueError) as exc:
-            if isinstance(exc, OSError) and exc.errno != E2BIG:
+            if isinstance(exc, OSError) and exc.errno != agent_scripts.E2BIG:
                 raise  # the guest's own failure (no descriptors, no memory): not the command's
-            why = _unstartable(exc, argv, full_env)
+            why = agent_scripts.unstartable(exc, argv, full_env)
             return {"returncode": 126, "output": "", "error": why, "not_found": True, "message": why}
         _running.add(proc.pid)
         try:
@@ -159,35 +160,6 @@ def run(argv, *, shell: bool, timeout: float, cwd: str | None = None,
     finally:
         if script is not None:
             script.close()
-
-
-#: the longest single argument an exec takes, its terminating NUL included (Linux's
-#: MAX_ARG_STRLEN, 32 pages): a longer ``sh -c`` command would fail with E2BIG
-MAX_ARG_BYTES = 32 * 4096
-#: errno of an exec whose arguments and environment are too long (``errno.E2BIG``)
-E2BIG = 7
-
-
-def _exec_cannot_take(command: str) -> bool:
-    """Whether ``command`` is too long to be one argument of an exec."""
-    return len(command) >= MAX_ARG_BYTES // 4 and \
-        len(command.encode("utf-8", "surrogatepass")) >= MAX_ARG_BYTES
-
-
-def _unstartable(exc: Exception, argv, env: dict | None) -> str:
-    """Why a command could not start because of its own content, said to its author: an
-    argument list past the system's limit, a NUL byte, text no command line can hold."""
-    if isinstance(exc, OSError):  # E2BIG
-        size = sum(len(part.encode("utf-8", "surrogatepass")) + 1 for part in argv)
-        size += sum(len(f"{k}={v}".encode("utf-8", "surrogatepass")) + 1
-                    for k, v in (env if env is not None else os.environ).items())
-        return (f"argument list too long: the command is {size} bytes with its environment, "
-                "more than one exec can take; write long content to a file in steps")
-    if isinstance(exc, UnicodeError):
-        return f"the command holds text no command line can carry: {exc}"
-    if "null" in str(exc):
-        return "the command holds a NUL byte, which no command line can carry"
-    return f"the command cannot be started: {exc}"
 
 
 def _finish(proc, timeout: float, tail: int | None) -> dict:
@@ -407,7 +379,7 @@ def route_run_python(req: Request):
     # -I: no user site-packages, no PYTHON* variables, not the script's folder (/tmp) on
     # sys.path, where the graded code could have left a module of a name the script imports
     python = [sys.executable, "-I"] if options["isolated"] else [sys.executable]
-    with _Script(code, ".py", options["isolated"]) as (path, fds):
+    with agent_scripts.Script(code, ".py", options["isolated"], owner=run_as) as (path, fds):
         result = run([*python, path], shell=False, timeout=timeout, pass_fds=fds, **options)
     ok = result["returncode"] == 0
     answer = {
@@ -432,7 +404,7 @@ def route_run_bash_script(req: Request):
     working_dir = field(body, "working_dir", (str,))
     options = _output_fields(body)
     bash = ["/bin/bash", "--noprofile", "--norc"] if options["isolated"] else ["/bin/bash"]
-    with _Script(script, ".sh", options["isolated"]) as (path, fds):
+    with agent_scripts.Script(script, ".sh", options["isolated"], owner=run_as) as (path, fds):
         result = run([*bash, path], shell=False, timeout=timeout, cwd=working_dir,
                      merge_stderr=True, pass_fds=fds, **options)
     answer = {
@@ -446,55 +418,3 @@ def route_run_bash_script(req: Request):
     if result.get("timeout"):
         answer["timeout"] = True
     return 200, answer
-
-
-class _Script:
-    """``with _Script(text, suffix, sealed) as (path, fds)``: a script holding ``text`` for
-    the command's interpreter, and the fds the command must inherit to read it.
-
-    A grading script (``sealed``; a shell command too long for an exec's argument too) is a
-    sealed memfd, read as ``/proc/self/fd/N``: never a
-    file in /tmp, so nothing of the graded code (a daemon left running, as an osworld task
-    may) can read it (the py judge holds the tests) or rewrite it between its writing and
-    its start. Other scripts (and a guest without sealable memfds) are a temp file given to
-    the commands' user, removed afterwards."""
-
-    def __init__(self, text: str, suffix: str, sealed: bool, name: str = "grading") -> None:
-        import fcntl
-
-        # a lone surrogate (JSON can carry one) reaches the interpreter, which refuses it as
-        # the command's own error, instead of failing the request
-        data = text.encode("utf-8", "surrogatepass")
-        if sealed and hasattr(os, "memfd_create") and hasattr(fcntl, "F_ADD_SEALS"):
-            self.fd = os.memfd_create(f"{name}{suffix}", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
-            self.path, self.fds = f"/proc/self/fd/{self.fd}", (self.fd,)
-            view = memoryview(data)
-            while view:
-                view = view[os.write(self.fd, view):]
-            fcntl.fcntl(self.fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK
-                        | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE)
-            return
-        import tempfile
-
-        self.fd, self.path = tempfile.mkstemp(prefix="guest_exec_", suffix=suffix)
-        self.fds = ()
-        with os.fdopen(self.fd, "wb") as handle:
-            handle.write(data)
-        self.fd = None
-        give(self.path)
-
-    def __enter__(self):
-        return self.path, self.fds
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def close(self) -> None:
-        """Remove the script (or close its memfd); never raises."""
-        try:
-            if self.fd is None:
-                os.unlink(self.path)
-            else:
-                os.close(self.fd)
-        except OSError:
-            pass
