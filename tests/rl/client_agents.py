@@ -57,3 +57,14 @@ class AsyncToolLakeAgent(ToolLakeAgent):
         """One awaited ``self.model.achat`` call."""
         self._ask(observation)
         return self._take(await self.model.achat(self.messages, tools=[MOVE]))
+
+
+class BuggyAgent(Agent):
+    """A team's agent whose own code fails at every turn, before it asks the model."""
+
+    def reset(self, task) -> None:
+        """Nothing to set up."""
+
+    def act(self, observation: dict[str, Any]) -> str:
+        """The agent's bug, not the model's."""
+        raise ValueError("the agent's own bug")

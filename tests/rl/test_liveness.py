@@ -42,6 +42,26 @@ def test_a_server_that_fails_everything_raises_naming_the_endpoint(tmp_path, sch
         server.stop()
 
 
+def test_members_that_fail_on_their_own_raise_saying_what_they_failed_with_not_asking_for_the_endpoint(
+        tmp_path, schedulers):
+    """An agent whose own code fails before any model request: nothing gets a reply, yet
+    the endpoint is up, and the error says what the members failed with instead of asking
+    whether it is (it did, sending a trainer to a server that never saw a request)."""
+    server = LLMServer(policy=lambda body: {"reply": "<answer>Right</answer>"}).start()
+    try:
+        train = schedulers(_config(tmp_path, server, agent="client_agents:BuggyAgent"), _tiny_lakes(tmp_path),
+                           max_failed_groups=3)
+        with pytest.raises(RolloutError) as caught:
+            train.get_batch(batch_size=4, step=0, timeout=60)
+        message = str(caught.value)
+        assert re.search(r"no model request got a reply since the first of them failed: the members failed with "
+                         r"error ×\d+, none for want of the model endpoint", message), message
+        assert "the agent's own bug" in message and "up?" not in message, message
+        assert server.requests == []
+    finally:
+        server.stop()
+
+
 @pytest.mark.parametrize("failed_member", ["drop", "placeholder"])
 def test_a_trainer_that_fixes_its_server_after_the_failure_error_gets_a_batch(tmp_path, schedulers, failed_member):
     """The server answers 500 until the trainer, having caught the RolloutError, restarts it:

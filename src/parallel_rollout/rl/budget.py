@@ -12,9 +12,11 @@ Three things can keep a trainer's ``get_batch`` waiting without end, and each ha
   groups *in a row* (no group in between that had a member finish) raise ``RolloutError``
   with the last failure and how many were of each kind. Whether the endpoint is down or
   members fail while it answers, the policy gate tells (it counts replies): when no model
-  request got a reply since the first of those groups failed, the error asks whether the
-  model endpoint is up; when the model answered meanwhile, it says that members fail, not
-  the endpoint (a request the server refuses for one member, say).
+  request got a reply since the first of those groups failed and every member failure was
+  the endpoint's (``model_unavailable``: no answer within the retries), the error asks
+  whether the model endpoint is up; when they failed otherwise (an agent's own error, a task
+  timeout), it says what with, counted by status; when the model answered meanwhile, it says
+  that members fail, not the endpoint (a request the server refuses for one member, say).
   Failures are counted across batches: a server that is down stays down. Once the bound is
   spent no new group starts (it would fail too) until a call begins afresh.
 * **Filtering** — a ``group_filter`` (DAPO's dynamic sampling, ``drop_equal_rewards``) drops
@@ -35,6 +37,7 @@ its server) gets a fresh budget from its next ``get_batch``.
 from __future__ import annotations
 
 import time
+from collections import Counter
 from typing import Any
 
 from ..errors import ConfigError, RolloutError
@@ -44,6 +47,9 @@ from .config import check_count
 FILTER_FALLBACKS = ("raise", "partial")
 #: groups per batch a get_batch may filter out before its fallback, by default
 FILTERED_BATCHES = 10
+#: member statuses that are the model endpoint's failure, not the member's: it did not answer
+#: within the retries (agents.episode.ModelUnavailable)
+ENDPOINT_STATUSES = frozenset({"model_unavailable"})
 
 
 class BatchTimeout(RolloutError):
@@ -70,6 +76,9 @@ class BatchBudget:
         self.failed_in_a_row = 0
         self.dropped_in_a_row = 0
         self.last_failure = ""
+        #: the statuses of the member failures since a group last had a member finish: whether
+        #: they were the endpoint's (``ENDPOINT_STATUSES``) or the members' own
+        self._statuses: Counter[str] = Counter()
         #: the policy gate (``watch``), and its replies when the first of those groups failed
         self._gate = None
         self._replies_at_first = 0
@@ -91,6 +100,7 @@ class BatchBudget:
         if afresh:
             self._filtered = 0
             self.failed_in_a_row = self.dropped_in_a_row = 0
+            self._statuses.clear()
         self._timeout = timeout
         self._deadline = None if timeout is None else time.monotonic() + timeout
         self._filter_limit = (FILTERED_BATCHES * groups_needed if self.max_filtered_groups is None
@@ -109,6 +119,7 @@ class BatchBudget:
         """Note a member's failure (what the error names if the budget runs out)."""
         failure = record.get("failure") or {}
         self.last_failure = f"{record.get('status')}: {failure.get('message', '')}"[:500]
+        self._statuses[str(record.get("status"))] += 1
 
     def watch(self, gate) -> None:
         """Read the model's replies off ``gate`` (a ``PolicyGate``): what tells an endpoint
@@ -127,6 +138,7 @@ class BatchBudget:
     def group_done(self) -> None:
         """A group had a member that did not fail: the model and envs work."""
         self.failed_in_a_row = self.dropped_in_a_row = 0
+        self._statuses.clear()
 
     def _replies(self) -> int:
         return self._gate.replies if self._gate is not None else 0
@@ -175,11 +187,23 @@ class BatchBudget:
             cause = (f"the model answered {replies} request(s) since the first of them failed: members fail, "
                      f"not the model endpoint{hint}.")
         else:
-            where = f"the model endpoint {self.endpoint}" if self.endpoint else "the agent"
-            cause = f"no model request got a reply since the first of them failed: is {where} up?"
+            cause = f"no model request got a reply since the first of them failed: {self._no_reply_cause()}"
         raise RolloutError(f"{self.failed_in_a_row} groups in a row failed (max_failed_groups="
                            f"{self.max_failed_groups}): {', '.join(kinds)}; {cause} Last failure: "
                            f"{self.last_failure or 'unknown'}")
+
+    def _no_reply_cause(self) -> str:
+        """Why nothing got a reply: the endpoint, when every member failure was its
+        (``model_unavailable``: refused or reset connections, timeouts, 5xx past the retries);
+        else what the members failed with (an agent's own error, a task timeout …), which
+        the endpoint's state does not explain."""
+        if self._statuses and set(self._statuses) <= ENDPOINT_STATUSES:
+            return f"is {f'the model endpoint {self.endpoint}' if self.endpoint else 'the model endpoint'} up?"
+        counts = ", ".join(f"{status} ×{count}" for status, count in self._statuses.most_common())
+        if not ENDPOINT_STATUSES & set(self._statuses):
+            return f"the members failed with {counts or 'nothing recorded'}, none for want of the model endpoint: " \
+                "see the last failure."
+        return f"the members failed with {counts}: the model endpoint is not all that fails; see the last failure."
 
     def check_time(self, ready: int, running: int) -> None:
         """Raise ``BatchTimeout`` once this get_batch is past its timeout."""
