@@ -95,3 +95,19 @@ def test_token_ids_and_logprobs_of_the_wrong_type_are_refused_naming_the_field(g
     with pytest.raises(AgentError, match=r"the model server's " + field + r".* (no list of int token ids|not numbers)"):
         _client(server, gate).chat(USER)
     assert len(server.requests) == 1 and gate.in_flight == 0  # the server's format: not retried
+
+
+def test_a_stream_request_that_cannot_be_built_raises_its_own_error_not_a_broken_stream(llm_server):
+    """What fails before any answer came and is no openai error (which wraps every transport
+    failure) is the request's own: the client could not encode it. It used to be read as a
+    broken stream, which the agent retries and the scheduler blames on the endpoint."""
+    from openai import OpenAI
+
+    from parallel_rollout.agents import streaming
+
+    server = llm_server(script=[{"reply": "never"}])
+    client = OpenAI(api_key="EMPTY", base_url=server.url, max_retries=0)
+    request = {"model": "m", "messages": [{"role": "user", "content": object()}]}
+    with pytest.raises(TypeError, match="Object of type object is not JSON serializable"):
+        streaming.stream(client, "/chat/completions", request, streaming.Abortable())
+    assert server.requests == []

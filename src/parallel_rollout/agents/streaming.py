@@ -370,7 +370,9 @@ def read_events(lines: Iterable[str]) -> Iterable[dict[str, Any]]:
 def stream(client, path: str, request: dict[str, Any], abortable: Abortable) -> StreamedReply:
     """Send ``request`` streamed to ``path`` (``/chat/completions`` or ``/completions``) and
     read the reply; Aborted when ``abortable`` ended it; NotAStream when the answer is a body
-    (``_event_lines``). openai's status errors propagate."""
+    (``_event_lines``). openai's status errors propagate, and so does what failed before any
+    answer came that is no openai error (it wraps every transport failure): the request could
+    not be built (a body JSON cannot carry), the agent's error, never StreamBroken (retried)."""
     import openai
 
     body = {**request, "stream": True, "stream_options": {"include_usage": True}}
@@ -379,8 +381,10 @@ def stream(client, path: str, request: dict[str, Any], abortable: Abortable) -> 
     reply = StreamedReply()
     if abortable.aborted:
         raise Aborted(reply)
+    answered = False
     try:
         with resource.with_streaming_response.create(**body, extra_body=extra) as response:
+            answered = True
             abortable.attach(response.http_response)
             for event in read_events(_event_lines(response)):
                 abortable.identify(event.get("id"))
@@ -396,7 +400,7 @@ def stream(client, path: str, request: dict[str, Any], abortable: Abortable) -> 
     except Exception as exc:  # noqa: BLE001 - the HTTP library's own errors, whichever it is
         if abortable.aborted:
             raise Aborted(reply) from None
-        if isinstance(exc, openai.APIError):
+        if isinstance(exc, openai.APIError) or not answered:
             raise
         raise StreamBroken(f"{type(exc).__name__}: {exc}") from None
     if reply.finish_reason is None:
