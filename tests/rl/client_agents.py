@@ -68,3 +68,32 @@ class BuggyAgent(Agent):
     def act(self, observation: dict[str, Any]) -> str:
         """The agent's bug, not the model's."""
         raise ValueError("the agent's own bug")
+
+
+class UnsendableAgent(Agent):
+    """A team's agent with a bug in the request it builds: a message content JSON cannot
+    carry (``UnsendableAgent.content``), or messages that are no list of dicts
+    (``StringMessagesAgent``)."""
+
+    content: Any = object()
+    #: a batch run refuses model settings an agent does not say it honours
+    options = frozenset({"model", "base_url"})
+
+    def reset(self, task) -> None:
+        """Nothing to set up."""
+
+    def act(self, observation: dict[str, Any]) -> str:
+        """One chat call whose request cannot be sent."""
+        return self.model.chat(self.messages()).text
+
+    def messages(self) -> Any:
+        """What the call is given."""
+        return [{"role": "user", "content": self.content}]
+
+
+class StringMessagesAgent(UnsendableAgent):
+    """Gives ``chat`` a string where a list of message dicts goes."""
+
+    def messages(self) -> Any:
+        """A string, not a list."""
+        return "a string"

@@ -10,6 +10,7 @@ import json
 import socket
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -17,8 +18,9 @@ from llm_server import lake_tool_solver, llm_server  # noqa: F401 - fixture
 from parallel_rollout.agents import LengthCut, ModelClient
 from parallel_rollout.agents.base import Agent
 from parallel_rollout.config import RunConfig
-from parallel_rollout.errors import AttemptCancelled
+from parallel_rollout.errors import AttemptCancelled, RolloutError
 from parallel_rollout.policy_gate import PolicyGate
+from parallel_rollout.results import read_records
 from parallel_rollout.rl import EnvManagerConfig
 from rl_support import lake_set, rl_config
 
@@ -76,6 +78,52 @@ def test_a_plugin_agent_calling_only_the_model_client_gets_versions_tokens_and_t
     assert len(sessions) >= 4
     usage = [t.record["usage"] for t in batch]
     assert all(u["requests"] >= 1 and u["completion_tokens"] > 0 for u in usage)
+
+
+@pytest.mark.parametrize("agent, says", [
+    ("UnsendableAgent", "messages[0]['content'] holds object <object object at"),
+    ("StringMessagesAgent", "messages must be a list of message dicts such as [{'role': 'user', 'content': '…'}], "
+                            "got str 'a string'"),
+])
+def test_a_request_the_agent_cannot_send_is_its_own_error_final_and_not_the_endpoints(
+        tmp_path, llm_server, schedulers, agent, says):
+    """A message content JSON cannot carry, or messages that are a string (sent as a list of
+    its characters), fail before anything is sent: the agent's error (status error, not
+    infrastructure), neither retried nor counted as a request, and the scheduler's error
+    names it instead of asking whether the endpoint is up (it was read as a broken reply
+    stream, retried, and blamed on the server, which saw no request)."""
+    server = llm_server(policy=lake_tool_solver)
+    train = schedulers(rl_config(tmp_path, server, agent=f"client_agents:{agent}", num_rollouts=1,
+                                 envs_per_worker=4, max_retries=1),
+                       EnvManagerConfig(group_size=2, tags=["lakes"], task_sets=lake_set(tmp_path, count=2)),
+                       max_failed_groups=2)
+    with pytest.raises(RolloutError) as caught:
+        train.get_batch(batch_size=4, step=0, timeout=60)
+    message = str(caught.value)
+    assert says in message, message
+    assert "up?" not in message and "gave up after" not in message and "stream broke" not in message, message
+    assert server.requests == []
+    records = read_records(Path(train.run_dir) / "results.jsonl")
+    assert records and all((r["status"], r["infrastructure"], r["attempt"], r["usage"]["requests"])
+                           == ("error", False, 0, 0) for r in records), records
+    assert all(r["failure"]["type"] == "TypeError" and says in r["failure"]["message"] for r in records)
+
+
+def test_the_same_agent_in_a_batch_run_fails_alike_and_counts_no_request(tmp_path, llm_server):
+    """The batch runner agrees with the scheduler: the agent's error, final and graded, not
+    infrastructure, and the summary counts no model request (it counted one per attempt,
+    though none reached the server)."""
+    from parallel_rollout.api import run
+
+    server = llm_server(policy=lake_tool_solver)
+    outcome = run(mode="gym", data=lake_set(tmp_path, count=2)["lakes"].data, agent="client_agents:UnsendableAgent",
+                  base_url=server.url, model="m", num_rollouts=1, max_retries=1, progress=False,
+                  output_dir=str(tmp_path / "batch"))
+    records = read_records(Path(outcome.run_dir) / "results.jsonl")
+    assert len(records) == 2 and all((r["status"], r["infrastructure"], r["attempt"]) == ("error", False, 0)
+                                     for r in records), records
+    assert all("messages[0]['content']" in r["failure"]["message"] for r in records)
+    assert outcome.summary["usage"]["requests"] == 0 and server.requests == []
 
 
 def test_the_test_server_records_no_request_its_client_hung_up_on_while_sending(llm_server):

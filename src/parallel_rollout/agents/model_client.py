@@ -162,9 +162,11 @@ class ModelClient:
         """One chat turn: the reply to ``messages`` (``tools`` offered as the request's tools;
         ``sampling`` over the run's and the attempt's). ``AgentError`` when retries run out,
         ``LengthCut``/``ContextOverflow`` when the episode cannot go on, ``AttemptCancelled``
-        after ``abort()``."""
-        self._begin({"request": list(messages)} if self._gate is not None else {})
-        request: dict[str, Any] = {"model": self.config.model, "messages": list(messages)}
+        after ``abort()``; TypeError or ValueError, before anything is sent, for a request
+        that cannot be sent (``openai_request.chat_arguments``, ``check_sendable``)."""
+        messages, tools = openai_request.chat_arguments(messages, tools)
+        self._begin({"request": messages} if self._gate is not None else {})
+        request: dict[str, Any] = {"model": self.config.model, "messages": messages}
         self._path = "/chat/completions"
         self._sample(request, sampling)
         if tools:
@@ -273,6 +275,7 @@ class ModelClient:
     def _complete(self, request: dict[str, Any]) -> str:
         """One turn's reply text, retrying what a retry can fix; a server that fails moves
         the trajectory on to another (several servers); an abort asks again."""
+        openai_request.check_sendable(request)  # the agent's error, not the endpoint's: never sent
         partial = None  # the reply sampled before a weight update, with partial_rollout
         while True:
             sent = request

@@ -19,10 +19,16 @@
   ``sampling=``) are merged over all of them (``sampled_fields``).
 * **Several servers.** ``base_url`` may be a list (``resolve_base_urls``); OPENAI_BASE_URL
   stands in only when none is given. Which one a trajectory uses: ``servers.py``.
+* **What can be sent.** A call's ``messages`` must be a list of message dicts and its
+  ``tools`` a list of tool dicts (``chat_arguments``: a string would go as a list of its
+  characters), and the body must be JSON as the client encodes it (``check_sendable``). Each is
+  checked before the first request; what fails is the agent's error (TypeError or ValueError,
+  naming what was given and where), never sent, retried or blamed on the endpoint.
 """
 
 from __future__ import annotations
 
+import datetime
 import ipaddress
 import json
 import os
@@ -140,6 +146,77 @@ def sampled_fields(config: Any, overrides: dict[str, Any] | None = None) -> tupl
         if own.get("temperature" if name == "temperature" else "max_tokens") is not None:
             extras.pop(name, None)  # the override wins over the config's table
     return {k: v for k, v in own.items() if v is not None}, {**extras, **overrides}
+
+
+def chat_arguments(messages: Any, tools: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
+    """``chat``'s messages and tools as they are sent: lists of dicts (a tuple is taken as a
+    list); TypeError naming what was given otherwise (a string would go as its characters,
+    a dict as its keys, a generator empty on the second read)."""
+    example = "[{'role': 'user', 'content': '…'}]"
+    if not isinstance(messages, (list, tuple)):
+        raise TypeError(f"chat(): messages must be a list of message dicts such as {example}, got {_shown(messages)}")
+    for index, message in enumerate(messages):
+        if not isinstance(message, dict):
+            raise TypeError(f"chat(): messages[{index}] must be a message dict such as {example[1:-1]}, "
+                            f"got {_shown(message)}")
+    if tools is not None and (not isinstance(tools, (list, tuple)) or not all(isinstance(t, dict) for t in tools)):
+        raise TypeError(f"chat(): tools must be a list of tool dicts ({{'type': 'function', 'function': …}}) "
+                        f"or None, got {_shown(tools)}")
+    return list(messages), (list(tools) if tools is not None else None)
+
+
+def check_sendable(request: dict[str, Any]) -> None:
+    """Raise, before anything is sent, when the body of ``request`` (the call's keyword
+    arguments: ``extra_body`` merged in, ``extra_headers`` not part of it) is not JSON as the
+    OpenAI client encodes it (no NaN, datetimes and pydantic models allowed): the same
+    TypeError or ValueError, saying where in the body and what it holds."""
+    body = {k: v for k, v in request.items() if k not in ("extra_body", "extra_headers")}
+    body.update(request.get("extra_body") or {})
+    try:
+        _dumps(body)
+    except (TypeError, ValueError) as exc:
+        where, value = _unsendable(body, "")
+        raise type(exc)(f"the model request cannot be sent (nothing went to the endpoint): "
+                        f"{where or 'its body'} holds {_shown(value)}: {exc}") from None
+
+
+def _dumps(value: Any) -> str:
+    """``value`` as the OpenAI client's JSON (its encoder takes datetimes and pydantic models)."""
+    def default(item: Any) -> Any:
+        if isinstance(item, datetime.datetime):
+            return item.isoformat()
+        if hasattr(item, "model_dump"):
+            return item.model_dump(mode="json")
+        raise TypeError(f"Object of type {type(item).__name__} is not JSON serializable")
+
+    return json.dumps(value, default=default, allow_nan=False)
+
+
+def _unsendable(value: Any, where: str, seen: frozenset[int] = frozenset()) -> tuple[str, Any]:
+    """The path (``messages[0]['content']``) and value of the first part of ``value`` JSON
+    cannot carry; ``(where, value)`` when it is ``value`` itself (or a circular reference)."""
+    if id(value) in seen:
+        return where, value
+    seen |= {id(value)}
+    parts = (value.items() if isinstance(value, dict)
+             else enumerate(value) if isinstance(value, (list, tuple)) else ())
+    for key, item in parts:
+        path = f"{where}[{key!r}]" if isinstance(value, dict) else f"{where}[{key}]"
+        if not where and isinstance(value, dict):
+            path = str(key)
+        if isinstance(value, dict) and not isinstance(key, (str, int, float, bool, type(None))):
+            return path, key
+        try:
+            _dumps(item)
+        except (TypeError, ValueError, RecursionError):
+            return _unsendable(item, path, seen)
+    return where, value
+
+
+def _shown(value: Any) -> str:
+    """A value as an error names it: its type and a short repr."""
+    text = repr(value)
+    return f"{type(value).__name__} {text[:80] + '…' if len(text) > 80 else text}"
 
 
 def probe_models(url: str, model: str, timeout: float = PROBE_TIMEOUT_S) -> str:
