@@ -293,6 +293,14 @@ def _coerce(name: str, value: Any, where: str) -> Any:
     return value
 
 
+def check_fields(cfg: RunConfig, where: str = "RunConfig") -> None:
+    """The types ``settings`` checks, on a RunConfig made in Python (an RL scheduler's, which
+    no build_config checked): ConfigError naming ``where`` and the field."""
+    for name in _FIELDS:
+        value = getattr(cfg, name)
+        _coerce(name, list(value) if isinstance(value, tuple) else value, where)
+
+
 def load_toml(path: str | Path) -> dict[str, Any]:
     """Read a TOML config file whose keys are the flag names (dashes or underscores)."""
     path = Path(path)

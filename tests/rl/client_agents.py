@@ -97,3 +97,10 @@ class StringMessagesAgent(UnsendableAgent):
     def messages(self) -> Any:
         """A string, not a list."""
         return "a string"
+
+
+class HalfAgent(Agent):
+    """A team's agent that forgot ``act``: abstract, so no worker can make one."""
+
+    def reset(self, task) -> None:
+        """Nothing to set up."""

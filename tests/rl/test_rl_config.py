@@ -1,12 +1,16 @@
 """EnvManagerConfig: every bad value is a clear error naming the field; the partition of
-groups over tags; what a tag stands for (built-in set, mode + --data, TOML task sets)."""
+groups over tags; what a tag stands for (built-in set, mode + --data, TOML task sets). The
+RunConfig a scheduler is given is checked as run() checks its settings."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
-from parallel_rollout.config import load_toml
+from parallel_rollout.config import RunConfig, load_toml
 from parallel_rollout.errors import ConfigError
+from parallel_rollout.rl import RolloutScheduler
 from parallel_rollout.rl.config import EnvManagerConfig, TaskSet, load_task_sets, load_tasks_of, resolve_task_set
 
 
@@ -66,3 +70,26 @@ def test_task_sets_from_the_toml_config(tmp_path):
     path.write_text('[task_sets.lakes]\nmode = "gym"\nsize = 3\n')
     with pytest.raises(ConfigError, match="unknown key.*size"):
         load_task_sets(path)
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"num_rollouts": 0}, "RunConfig: --num-rollouts must be at least 1"),
+    ({"task_timeout": -1}, "RunConfig: --task-timeout must be positive"),
+    ({"max_retries": -1}, "RunConfig: --max-retries must be 0 or more"),
+    ({"num_rollouts": "2"}, "RunConfig: num_rollouts must be an integer, got '2'"),
+    ({"task_timeout": "60"}, "RunConfig: task_timeout must be a number, got '60'"),
+    ({"agent": "nomod:X"}, "RunConfig: agent 'nomod:X': cannot import module 'nomod'"),
+    ({"agent": "client_agents:HalfAgent"}, "RunConfig: agent 'client_agents:HalfAgent': HalfAgent in "
+                                           "client_agents cannot be made: it does not define act"),
+])
+def test_a_scheduler_refuses_the_run_config_run_would_refuse_naming_the_field(tmp_path, schedulers, changes, message):
+    """Each was accepted and then spun: num_rollouts=0 started no worker (get_batch waited for
+    ever), task_timeout=-1 killed every attempt at once, an agent that does not import failed
+    ten groups that asked whether the endpoint was up, and num_rollouts='2' raised a raw
+    TypeError."""
+    config = RunConfig(**{"mode": "gym", "data": "frozenlake", "agent": "openai", "base_url": "http://127.0.0.1:9/v1",
+                          "model": "m", "num_rollouts": 1, "output_dir": str(tmp_path / "out"), "progress": False,
+                          **changes})
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        schedulers(config, EnvManagerConfig(group_size=2, tags=["FrozenLake"]))
+    assert not (tmp_path / "out").exists()  # refused before anything started

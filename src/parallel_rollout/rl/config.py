@@ -12,6 +12,10 @@ A tag names a task set: a ``TaskSet(mode, data, tags=…, limit=…)`` given in 
 built-in set (``FrozenLake``: the shipped lakes, non-slippery 4x4; ``SimpleSokoban``,
 ``LargerSokoban``, ``SokobanDifferentGridVocab``: ROLL's Sokoban settings, a new room per
 group), else a mode's name, which stands for that mode with the run config's ``--data``.
+
+The RunConfig a scheduler is given was made in Python, so nothing checked it the way ``run()``
+checks its settings: ``check_run_config`` does (each field's type, the ranges and combinations
+of ``config_checks.validate_ranges``, an agent that imports and can be made).
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from ..config import RunConfig, check_fields
+from ..config_checks import validate_ranges
 from ..errors import ConfigError
 
 
@@ -190,3 +196,21 @@ def check_count(name: str, value: Any, minimum: int, optional: bool = False) -> 
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ConfigError(f"{name} must be a whole number >= {minimum}{' or None' if optional else ''}, "
                           f"got {value!r}")
+
+
+def check_run_config(run_config: Any) -> None:
+    """What ``run()`` refuses before anything starts, refused by a scheduler too: a field of
+    the wrong type, a value out of range (``num_rollouts=0``, ``task_timeout=-1``), an agent
+    that does not import or is abstract (a tag's mode is loaded with its tasks, and refused
+    then). ConfigError naming the field; each would otherwise fail every attempt, or start no
+    worker, and no batch would ever come."""
+    from ..agents import get_agent
+
+    if not isinstance(run_config, RunConfig):
+        raise ConfigError(f"run_config must be a parallel_rollout.config.RunConfig, got {type(run_config).__name__}")
+    check_fields(run_config, "RunConfig")
+    try:
+        validate_ranges(run_config)
+        get_agent(run_config.agent)
+    except ConfigError as exc:
+        raise ConfigError(f"RunConfig: {exc}") from None

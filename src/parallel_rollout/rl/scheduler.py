@@ -40,11 +40,11 @@ from pathlib import Path
 from typing import Any
 
 from ..config import RunConfig
-from ..config_checks import check_sampling, check_token_settings
+from ..config_checks import check_sampling
 from ..errors import ConfigError, RolloutError
 from .budget import BatchBudget
 from .chosen import ChosenBatches
-from .config import EnvManagerConfig, load_tasks_of, resolve_task_set
+from .config import EnvManagerConfig, check_run_config, load_tasks_of, resolve_task_set
 from .generation import GroupGeneration
 from .groups import Group, GroupFilter, Trajectory, with_turns
 from .metrics import batch_metrics
@@ -79,6 +79,7 @@ class RolloutScheduler(ChosenBatches, GroupGeneration):
                  max_version_lag: int | None = None, stale_versions: str = "drop",
                  task_source: TaskSource | None = None, batch_partition: list[float] | None = None,
                  sampling: dict[str, Any] | None = None, _shared: SharedEngine | None = None) -> None:
+        check_run_config(run_config)  # as run() checks its settings: types, ranges, the agent
         self.env_config = env_config or EnvManagerConfig()
         self.env_config.check()
         self.ratio = _whole_ratio(async_generation_ratio)
@@ -104,7 +105,6 @@ class RolloutScheduler(ChosenBatches, GroupGeneration):
         #: that needs a new group raises it
         self._source_error: Exception | None = None
         self._owner = _shared is None
-        check_token_settings(run_config)
         if self._owner and run_config.tokenizer:
             from ..agents.tokens import ChatTokenizer
 
