@@ -126,6 +126,33 @@ def test_the_same_agent_in_a_batch_run_fails_alike_and_counts_no_request(tmp_pat
     assert outcome.summary["usage"]["requests"] == 0 and server.requests == []
 
 
+def test_a_request_cancelled_while_it_waited_at_a_suspended_gate_is_not_counted(llm_server):
+    """usage() counts the requests sent: one that waited at the gate through a weight update
+    and was cancelled there never left (it was counted, as was one the client could not build)."""
+    gate = PolicyGate(version=0)
+    try:
+        server = llm_server(script=[{"reply": "never"}])
+        client = _client(server, policy_gate=gate.path)
+        gate.suspend()
+        raised: list = []
+
+        def ask():
+            try:
+                client.chat([{"role": "user", "content": "go"}])
+            except AttemptCancelled as exc:
+                raised.append(exc)
+
+        thread = threading.Thread(target=ask, daemon=True)
+        thread.start()
+        time.sleep(0.3)  # waiting at the gate
+        client.abort()
+        thread.join(5)
+        assert raised and server.requests == []
+        assert client.usage()["requests"] == 0 and client.usage()["retries"] == 0
+    finally:
+        gate.close()
+
+
 def test_the_test_server_records_no_request_its_client_hung_up_on_while_sending(llm_server):
     """An abort can close a request's socket before its body is sent; the test server (as a
     real one) must not count that as a request, or the assertions on server.requests break."""

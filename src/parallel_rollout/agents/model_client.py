@@ -122,6 +122,8 @@ class ModelClient:
         self._started: AttemptInfo | None = None
         self._key: str | None = None
         self._sampling: dict[str, Any] = {}
+        #: the request about to be sent is a retry (counted by ``_sent``)
+        self._retrying = False
         #: the streamed request under way (abort() closes it) and whether the episode was cancelled
         self._abortable = None
         self._cancelled = False
@@ -302,10 +304,17 @@ class ModelClient:
                 partial = exc.partial if kept and getattr(self.config, "partial_rollout", False) else None
 
     def _count_request(self, state) -> None:
-        """tenacity's ``before`` hook: every attempt is a request, every later one a retry."""
+        """tenacity's ``before`` hook: every attempt after the first is a retry, counted once
+        its request is sent (``_sent``)."""
+        self._retrying = state.attempt_number > 1
+
+    def _sent(self) -> None:
+        """A request leaves now: count it (and the retry it is). Only here: a request that
+        waited at the gate and was cancelled there, or failed the gate, was never sent."""
         self._usage["requests"] += 1
-        if state.attempt_number > 1:
+        if self._retrying:
             self._usage["retries"] += 1
+            self._retrying = False
 
     def _attempt(self, client, request: dict[str, Any], partial=None) -> str:
         """One request: the reply text; Retryable for what a retry may fix, AgentError for
@@ -356,7 +365,6 @@ class ModelClient:
             if not openai_request.adopt_completion_tokens(request, self.endpoint, exc.status_code,
                                                           exc.response.text):
                 raise
-        self._usage["requests"] += 1
         return self._request(client, request, partial)
 
     def _request(self, client, request: dict[str, Any], partial=None):
@@ -365,6 +373,7 @@ class ModelClient:
         policy version) is a ``streaming.Partial``. The gate's "abort" (a weight update) or
         ``abort()`` (a cancel) closes the stream: ``streaming.Aborted``."""
         if self._gate is None:
+            self._sent()
             return self.wire.send(client, dict(request), rl=False)
         abortable = streaming.Abortable(streaming.abort_endpoint(getattr(self.config, "abort_url", None),
                                                                  self.base_url), self._sockets)
@@ -383,6 +392,7 @@ class ModelClient:
         self._turn["gate_wait_s"] = round(self._turn.get("gate_wait_s", 0.0) + waited, 4)
         started = time.time()
         kept = None  # the oldest version among the tokens kept: the gate judges staleness by it
+        self._sent()
         try:
             reply = self.wire.send_streamed(client, dict(request), abortable)
         except streaming.Aborted as exc:
