@@ -1,7 +1,8 @@
 """The retry policy of one model call: which failures a retry may fix, and how long to wait.
 
-``tenacity`` runs the retries (``retrying``): a ``before`` hook counts every request and
-retry into the episode's usage, a predicate retries only ``Retryable`` failures, and the wait
+``tenacity`` runs the retries (``retrying``): a ``before`` hook tells the client which
+attempts are retries (it counts a request and its retry into the episode's usage once the
+request is sent), a predicate retries only ``Retryable`` failures, and the wait
 honours what the server asked for. A call is retried up to ``--max-retries`` times on 429,
 5xx, 408/409, timeouts, connection errors and malformed bodies (not JSON, no choices, no
 message, null content). The wait honours the server's ``retry-after-ms`` / ``Retry-After``
@@ -50,7 +51,7 @@ def retrying(max_retries: int, backoff_base_s: float, backoff_max_s: float,
              before: Callable[[tenacity.RetryCallState], None]) -> tenacity.Retrying:
     """The retry policy of one call: ``max_retries`` retries of ``Retryable`` failures; a
     refused or reset connection is not retried here when ``can_move()`` (another server is
-    up: the caller moves on at once); ``before`` runs before every request."""
+    up: the caller moves on at once); ``before`` runs before every attempt."""
     half = backoff_base_s / 2
     backoff = (tenacity.wait_exponential(multiplier=half, max=backoff_max_s / 2)
                + tenacity.wait_random_exponential(multiplier=half, max=backoff_max_s / 2))
