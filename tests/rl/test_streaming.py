@@ -97,6 +97,26 @@ def test_token_ids_and_logprobs_of_the_wrong_type_are_refused_naming_the_field(g
     assert len(server.requests) == 1 and gate.in_flight == 0  # the server's format: not retried
 
 
+@pytest.mark.parametrize("step, field", [
+    ({"reply": "ab", "token_ids": ["a", "b"], "logprobs": [-0.1, -0.2]}, r"choices\[0\]\.token_ids"),
+    ({"reply": "ab", "token_ids": [1, True], "logprobs": [-0.1, -0.2]}, r"choices\[0\]\.token_ids"),
+    ({"reply": "ab", "token_ids": [1, 2], "logprobs": ["low", -0.2]}, r"choices\[0\]\.logprobs"),
+], ids=["str-ids", "bool-id", "str-logprob"])
+def test_token_ids_sent_outside_a_gate_are_checked_as_a_streamed_reply_s(llm_server, step, field):
+    """Outside a policy gate a token-id request (generate(), or a tokenizer's history) is not
+    streamed: its reply's token ids and logprobs reached the turn unchecked (strings in a
+    trainer's input_ids), where a streamed reply's were refused."""
+    server = llm_server(script=[step])
+    client = ModelClient(RunConfig(mode="gym", agent="openai", base_url=server.url, model="m", max_retries=1))
+    with pytest.raises(AgentError, match=r"the model server's " + field + r".* (no list of int token ids|not numbers)"):
+        client.generate([5, 6])
+    assert len(server.requests) == 1  # the server's format: not retried
+    good = llm_server(script=[{"reply": "ab", "token_ids": [1, 2], "logprobs": [-0.1, -0.2]}])
+    client = ModelClient(RunConfig(mode="gym", agent="openai", base_url=good.url, model="m", max_retries=1))
+    reply = client.generate([5, 6])
+    assert (reply.token_ids, reply.prompt_token_ids, reply.logprobs) == ([1, 2], [5, 6], [-0.1, -0.2])
+
+
 def test_a_stream_request_that_cannot_be_built_raises_its_own_error_not_a_broken_stream(llm_server):
     """What fails before any answer came and is no openai error (which wraps every transport
     failure) is the request's own: the client could not encode it. It used to be read as a

@@ -142,7 +142,7 @@ class StreamedReply:
         """Fold one SSE chunk (chat or completions shape) in; AgentError naming the field when
         token ids or logprobs are of another type (they go into a trainer's tensors as they are)."""
         if chunk.get("prompt_token_ids") is not None:
-            self.prompt_token_ids = _token_ids(chunk["prompt_token_ids"], "prompt_token_ids")
+            self.prompt_token_ids = token_ids_of(chunk["prompt_token_ids"], "prompt_token_ids")
         if isinstance(chunk.get("usage"), dict):
             self.usage = {k: v for k, v in chunk["usage"].items()
                           if k in ("prompt_tokens", "completion_tokens") and isinstance(v, int)}
@@ -157,22 +157,22 @@ class StreamedReply:
                 for part in delta["tool_calls"]:
                     self._add_tool_call(part)
             if choice.get("prompt_token_ids") is not None:
-                self.prompt_token_ids = _token_ids(choice["prompt_token_ids"], "choices[0].prompt_token_ids")
+                self.prompt_token_ids = token_ids_of(choice["prompt_token_ids"], "choices[0].prompt_token_ids")
             if choice.get("token_ids") is not None:
                 self.has_token_ids = True
-                self.token_ids.extend(_token_ids(choice["token_ids"], "choices[0].token_ids"))
+                self.token_ids.extend(token_ids_of(choice["token_ids"], "choices[0].token_ids"))
             logprobs = choice.get("logprobs")
             if isinstance(logprobs, dict):
                 if isinstance(logprobs.get("content"), list):  # chat
-                    self.logprobs.extend(_logprobs([item.get("logprob") for item in logprobs["content"]
+                    self.logprobs.extend(logprobs_of([item.get("logprob") for item in logprobs["content"]
                                                     if isinstance(item, dict)], "choices[0].logprobs.content"))
                 elif isinstance(logprobs.get("token_logprobs"), list):  # completions
-                    self.logprobs.extend(_logprobs(logprobs["token_logprobs"], "choices[0].logprobs.token_logprobs"))
+                    self.logprobs.extend(logprobs_of(logprobs["token_logprobs"], "choices[0].logprobs.token_logprobs"))
             if choice.get("finish_reason"):
                 self.finish_reason = choice["finish_reason"]
 
 
-def _token_ids(value: Any, field: str) -> list[int]:
+def token_ids_of(value: Any, field: str) -> list[int]:
     """``value`` as token ids: a list of ints (not bools); AgentError naming ``field`` else."""
     if not isinstance(value, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in value):
         raise AgentError(f"the model server's {field} holds what is no list of int token ids: "
@@ -180,7 +180,7 @@ def _token_ids(value: Any, field: str) -> list[int]:
     return value
 
 
-def _logprobs(values: list[Any], field: str) -> list[float | None]:
+def logprobs_of(values: list[Any], field: str) -> list[float | None]:
     """``values`` as logprobs: numbers, or null where the server has none; AgentError else."""
     if not all(v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)) for v in values):
         raise AgentError(f"the model server's {field} holds logprobs that are not numbers: {json.dumps(values)[:200]}")

@@ -29,7 +29,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from . import streaming
 from .episode import AgentError, ContextOverflow
+from .streaming import logprobs_of, token_ids_of
 
 #: characters of an error body quoted in messages
 BODY_EXCERPT = 300
@@ -141,8 +143,6 @@ class Wire:
     def send_streamed(self, client, request: dict[str, Any], abortable):
         """The request streamed (RL: abortable mid-reply), asking for token ids and logprobs:
         a ``streaming.StreamedReply``; ``streaming.Aborted`` when ``abortable`` ended it."""
-        from . import streaming
-
         request = dict(request)
         extra = {**request.pop("extra_body", {}), "return_token_ids": True}
         logprobs = 1 if "prompt" in request else True
@@ -185,8 +185,10 @@ class Wire:
             raise AgentError(f"the server returned no token ids for a token-id prompt: {NO_TOKEN_IDS_HINT}")
         prompt, _ = self._pending
         logprobs = (choice.get("logprobs") or {}).get("token_logprobs") if isinstance(choice.get("logprobs"), dict) else None
-        info = {"prompt_token_ids": prompt, "token_ids": sampled,
-                "logprobs": logprobs if isinstance(logprobs, list) else None,
+        # checked as a streamed reply's are: they go into a trainer's tensors as they are
+        info = {"prompt_token_ids": prompt, "token_ids": token_ids_of(sampled, "choices[0].token_ids"),
+                "logprobs": logprobs_of(logprobs, "choices[0].logprobs.token_logprobs")
+                if isinstance(logprobs, list) else None,
                 "stop_reason": choice.get("finish_reason") or "unknown"}
         return text, _usage(data), info
 
@@ -263,8 +265,6 @@ def _whole_streamed(answer, path: str):
     whole completion, checked as a non-streamed one is, is taken as it is (a server that
     ignores ``stream``; an abort then ends a request only before its answer comes); anything
     else is a MalformedResponse that says what came instead of an event stream."""
-    from . import streaming
-
     what = f"Content-Type {answer.content_type}" if answer.content_type else "no Content-Type"
     try:
         if path == "/completions":
