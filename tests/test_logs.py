@@ -59,3 +59,13 @@ def test_verbose_adds_debug_and_other_libraries_info(tmp_path):
     text = run_log.read_text()
     assert "agent-info-foreign for " in text and "agent-info-foreign for " in proc.stderr
     assert "[Concurrency] Set max concurrent rollouts" in proc.stderr
+    # -v says what a run does, step by step: each attempt's dispatch and outcome, and each
+    # VM's moves in the pool (they said nothing before; events.jsonl had the moves only)
+    for pattern in (r" DEBUG MainProcess parallel_rollout: \S+#0 attempt 0 -> worker w\d",
+                    r" DEBUG MainProcess parallel_rollout: \S+#0 attempt 0: success \(w\d, [\d.]+s\)",
+                    r" DEBUG vm-pool parallel_rollout\.pool\.manager: vm-0 idle -> leased: lease \(\S+#0, w\d\)",
+                    r" DEBUG vm-pool parallel_rollout\.pool\.manager: vm-0 resetting -> idle: reset done"):
+        assert re.search(pattern, text), (pattern, text)
+    assert "vm-0 idle -> leased" in proc.stderr
+    quiet, quiet_log = run_cli(tmp_path / "quiet", "--no-progress")
+    assert " DEBUG " not in quiet_log.read_text() and "-> worker" not in quiet.stderr

@@ -458,6 +458,8 @@ class Engine:
                 # the worker runs while this thread writes (a short task's worker and
                 # engine would otherwise take turns, the worker idle meanwhile).
                 self._dispatch()
+        log.debug("%s attempt %d: %s%s (%s, %ss)", key, record["attempt"], record.get("status"),
+                  "" if record["final"] else ", not final", record.get("worker"), record.get("duration_s"))
         record["run_id"] = self.run_id
         if self._sink is not None:
             try:

@@ -211,6 +211,7 @@ class LocalBackend(WorkerTable):
                 continue
             worker.assigned[(item.key, item.attempt)] = item
             worker.sent[(item.key, item.attempt)] = time.monotonic()
+            log.debug("%s attempt %d -> worker %s", item.key, item.attempt, worker.worker_id)
             return True
 
     def send_cancel(self, cancel: Cancel) -> None:

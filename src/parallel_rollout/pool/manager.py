@@ -364,6 +364,8 @@ class VMPoolManager(ProviderCalls):
         elif vm.state is VMState.RESETTING:
             vm.resetting_s += now - vm.since
         self._event(vm.vm_id, vm.state.value, to.value, reason, vm.task_key, vm.worker_id, **extra)
+        log.debug("%s %s -> %s: %s%s", vm.vm_id, vm.state.value, to.value, reason,
+                  f" ({vm.task_key}, {vm.worker_id})" if vm.task_key else "")
         if self.spare_vms and vm.state is VMState.LEASED:
             self._vm_free.notify()  # a lease slot is free: a spare may be leased now
         if to is not VMState.LEASED:
