@@ -38,7 +38,7 @@ from pathlib import Path
 #: its own layer and of every layer below it.
 LAYERS: list[list[str]] = [
     ["cli.py", "__main__.py", "cli_options.py", "cli_aliases.py", "preflight.py", "api.py"],
-    ["runner.py", "rl/"],
+    ["runner.py", "run_end.py", "rl/"],
     ["engine.py"],
     ["backends/"],
     ["worker.py"],

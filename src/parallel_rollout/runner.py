@@ -11,7 +11,7 @@ The Runner owns what makes a batch a run: the folder and its lock (one writer at
 ``config.json`` (what ``--resume`` reads back and checks), logging to ``run.log``, the
 progress bar or lines, the results store (one line per attempt, resume skips samples that
 have a final one) and the summary. Ctrl-C / SIGTERM close the engine with the grace period;
-the exit code says how the run ended (0 done, 1 stopped, 130 interrupted) and the message
+the exit code says how the run ended (0 done, 1 stopped, 130 interrupted: run_end.py) and the message
 how to resume. Everything about processes and VMs is the engine's.
 """
 
@@ -20,12 +20,10 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shlex
 import signal
 import sys
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,14 +36,14 @@ from .config import RunConfig, default_run_id
 from .engine import Engine
 from .envs import get_env, task_validators
 from .errors import ConfigError, RunLocked, TaskFileError
-from .exit_codes import EXIT_ABORTED, EXIT_INTERRUPTED, EXIT_OK
-from .logs import NOT_ON_CONSOLE, run_log_handler
+from .logs import run_log_handler
 from .messages import Assignment
 from .plugins import plugin_call
 from .pool.providers import get_provider
 from .provenance import SCHEMA_VERSION, check_resume, provenance
 from .records import unsupported_record
-from .results import ResultStore, ResumeIndex, StorageError, carry_over, read_records, summarize
+from .results import ResultStore, ResumeIndex, StorageError, read_records
+from .run_end import RunOutcome, finish_run, resume_command
 from .tasks import Sample, census_lines, expand, load_task_set, unsupported_message
 
 log = logging.getLogger("parallel_rollout")
@@ -56,16 +54,6 @@ _TICK_S = 0.2
 _PROGRESS_LOG_S = 30.0
 #: who takes the model settings (--model, --base-url …), for the error that refuses them
 _MODEL_AGENTS = "agents that call a model (openai, or a module:Class agent through self.model)"
-
-
-@dataclass
-class RunOutcome:
-    """What a finished (or stopped) run hands back to the CLI or the Python caller."""
-
-    exit_code: int
-    run_dir: Path
-    summary: dict[str, Any]
-    message: str = ""
 
 
 class Runner:
@@ -376,58 +364,12 @@ class Runner:
     # -- the end --------------------------------------------------------------------------
 
     def _finish(self, total: int) -> RunOutcome:
-        records = read_records(self.run_dir / "results.jsonl") if (self.run_dir / "results.jsonl").exists() else []
-        earlier = self._read_summary()
-        summary = summarize(records, total_samples=total, pool_stats=self.engine.final_pool_stats if self.engine else None,
-                            started_at=self._started_at, interrupted=bool(self._interrupted))
-        carry_over(summary, earlier, records, self._started_at)
-        summary["run_id"] = self.run_id
-        summary["schema_version"] = SCHEMA_VERSION
-        summary["provenance"] = self._provenance
-        self._write_summary(summary)
-        resume_cmd = self._resume_command()
-        if self._interrupted:
-            message = f"interrupted by signal {self._interrupted}; resume with: {resume_cmd}"
-            code = EXIT_INTERRUPTED
-        elif self.engine is not None and self.engine.error:
-            message = f"run stopped: {self.engine.error}\nresume with: {resume_cmd}"
-            code = EXIT_ABORTED
-        else:
-            message = ""
-            code = EXIT_OK
-        if message:  # the caller says it last (the CLI after the summary): run.log keeps it
-            log.error(message, extra=NOT_ON_CONSOLE)
-        from .report.gate import after_run
-
-        code, message = after_run(self.config, self.run_dir, code, message)
-        return RunOutcome(code, self.run_dir, summary, message)
-
-    def _read_summary(self) -> dict[str, Any] | None:
-        """The summary an earlier session of this run wrote, if it is readable."""
-        try:
-            return json.loads((self.run_dir / "summary.json").read_text())
-        except (OSError, ValueError):
-            return None
-
-    def _write_summary(self, summary: dict[str, Any]) -> None:
-        # Whole or not at all, and never an exception: on a full disk the run must still
-        # release its lock and say how to resume; summary.json is rewritten by the resume.
-        path = self.run_dir / "summary.json"
-        tmp = path.with_name("summary.json.tmp")
-        try:
-            tmp.write_text(json.dumps(summary, indent=2))
-            tmp.replace(path)
-        except OSError as exc:
-            log.error("cannot write %s: %s", path, exc.strerror or exc)
-            try:
-                tmp.unlink()
-            except OSError:
-                pass
-
-    def _resume_command(self) -> str:
-        """The command that resumes this run (--resume reads the rest from config.json)."""
-        argv = ["--output-dir", self.config.output_dir, "--run-id", self.run_id, "--resume"]
-        return " ".join([self.program, *(shlex.quote(a) for a in argv)])
+        return finish_run(self.config, self.run_dir, self.run_id, total=total,
+                          pool_stats=self.engine.final_pool_stats if self.engine else None,
+                          started_at=self._started_at, interrupted=self._interrupted,
+                          stopped=self.engine.error if self.engine is not None else None,
+                          provenance=self._provenance,
+                          resume_cmd=resume_command(self.program, self.config.output_dir, self.run_id))
 
     # -- helpers --------------------------------------------------------------------------
 

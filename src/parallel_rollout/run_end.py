@@ -1,0 +1,103 @@
+"""The end of a batch run: its ``summary.json``, its exit code and the message that says why.
+
+::
+
+    Runner.run ─► finish_run ─► summary.json (every session's counts, timings, VM figures)
+                     │        ─► the exit code: 130 interrupted, 1 stopped (the engine's
+                     │           reason), else 0
+                     └─► report.gate.after_run: report.html, --junit-xml, the gates
+
+The message goes to ``run.log`` here and to the console from the caller (the CLI prints it
+after the summary lines); it always ends with the command that resumes the run.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .config import RunConfig
+from .exit_codes import EXIT_ABORTED, EXIT_INTERRUPTED, EXIT_OK
+from .logs import NOT_ON_CONSOLE
+from .provenance import SCHEMA_VERSION
+from .results import carry_over, read_records, summarize
+
+log = logging.getLogger("parallel_rollout")
+
+
+@dataclass
+class RunOutcome:
+    """What a finished (or stopped) run hands back to the CLI or the Python caller."""
+
+    exit_code: int
+    run_dir: Path
+    summary: dict[str, Any]
+    message: str = ""
+
+
+def finish_run(config: RunConfig, run_dir: Path, run_id: str, *, total: int,
+               pool_stats: dict[str, Any] | None, started_at: float, interrupted: int | None,
+               stopped: str | None, provenance: dict[str, Any] | None, resume_cmd: str) -> RunOutcome:
+    """Write the run's summary.json and decide its exit code: ``interrupted`` (the signal
+    that stopped it), ``stopped`` (why the engine stopped it), else finished; then the
+    report files and the gates (``report.gate.after_run``)."""
+    results = run_dir / "results.jsonl"
+    records = read_records(results) if results.exists() else []
+    earlier = read_summary(run_dir)
+    summary = summarize(records, total_samples=total, pool_stats=pool_stats,
+                        started_at=started_at, interrupted=bool(interrupted))
+    carry_over(summary, earlier, records, started_at)
+    summary["run_id"] = run_id
+    summary["schema_version"] = SCHEMA_VERSION
+    summary["provenance"] = provenance
+    write_summary(run_dir, summary)
+    if interrupted:
+        message = f"interrupted by signal {interrupted}; resume with: {resume_cmd}"
+        code = EXIT_INTERRUPTED
+    elif stopped:
+        message = f"run stopped: {stopped}\nresume with: {resume_cmd}"
+        code = EXIT_ABORTED
+    else:
+        message = ""
+        code = EXIT_OK
+    if message:  # the caller says it last (the CLI after the summary): run.log keeps it
+        log.error(message, extra=NOT_ON_CONSOLE)
+    from .report.gate import after_run
+
+    code, message = after_run(config, run_dir, code, message)
+    return RunOutcome(code, run_dir, summary, message)
+
+
+def read_summary(run_dir: Path) -> dict[str, Any] | None:
+    """The summary an earlier session of this run wrote, if it is readable."""
+    try:
+        return json.loads((run_dir / "summary.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def write_summary(run_dir: Path, summary: dict[str, Any]) -> None:
+    """Write summary.json whole or not at all, and never raise: on a full disk the run must
+    still release its lock and say how to resume; summary.json is rewritten by the resume."""
+    path = run_dir / "summary.json"
+    tmp = path.with_name("summary.json.tmp")
+    try:
+        tmp.write_text(json.dumps(summary, indent=2))
+        tmp.replace(path)
+    except OSError as exc:
+        log.error("cannot write %s: %s", path, exc.strerror or exc)
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+
+
+def resume_command(program: str, output_dir: str, run_id: str) -> str:
+    """The command that resumes a run (--resume reads the rest from config.json)."""
+    argv = ["--output-dir", output_dir, "--run-id", run_id, "--resume"]
+    return " ".join([program, *(shlex.quote(a) for a in argv)])
+
