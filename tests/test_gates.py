@@ -163,3 +163,30 @@ def test_resumed_cron_run_keeps_its_gates(tmp_path):
          "--run-id", "nightly", "--resume", "--no-progress"], capture_output=True, text=True, timeout=120)
     assert resumed.returncode == exit_codes.EXIT_BELOW_THRESHOLD, resumed.stderr
     assert json.loads((tmp_path / "out" / "nightly" / "config.json").read_text())["config"]["fail_under"] == 0.9
+
+
+def test_a_run_with_samples_never_graded_exits_1_and_a_resume_runs_them_again(tmp_path, monkeypatch):
+    """Infrastructure failures after --max-retries are no score: not exit 0 with a 0% rate."""
+    monkeypatch.setenv("PR_CHAOS_DIR", str(tmp_path))
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))
+    tasks = [shell_task("ok"), shell_task("doomed", chaos="exit_always")]
+    junit = tmp_path / "junit.xml"
+    first = run_cli(tmp_path, tasks, "lost", "--agent", "chaos_plugins:ChaosAgent", "--max-retries", "1",
+                    "--fail-under", "0.1", "--junit-xml", str(junit))
+    assert first.exit_code == exit_codes.EXIT_ABORTED, first.output
+    assert "1 sample(s) were never graded" in first.output and "worker_died 1; doomed#0" in first.output
+    assert "the gates were not applied" in first.output and "--resume" in first.output
+    assert "success rate of the graded samples 100.0%, 1 never graded" in first.output
+    run_dir = tmp_path / "out" / "lost"
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["ungraded"] == 1 and summary["success_rate_graded"] == 1.0
+    page = (run_dir / "report.html").read_text()
+    assert 'data-metric="success_rate_graded"' in page and "1 never graded (infrastructure failures)" in page
+    assert junit.exists()
+
+    again = CliRunner().invoke(main, ["run", "--output-dir", str(tmp_path / "out"), "--run-id", "lost",
+                                      "--resume", "--no-progress"])
+    assert again.exit_code == exit_codes.EXIT_ABORTED, again.output
+    attempts = [json.loads(line) for line in (run_dir / "results.jsonl").read_text().splitlines()]
+    assert [r["attempt"] for r in attempts if r["key"] == "doomed#0"] == [0, 1, 2]
+    assert [r["attempt"] for r in attempts if r["key"] == "ok#0"] == [0]

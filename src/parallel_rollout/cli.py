@@ -265,10 +265,13 @@ def run(ctx: click.Context, config_file: str | None, dry_run: bool, print_config
 
 def format_summary(summary: dict[str, Any], run_dir: Any) -> str:
     """A few readable lines from summary.json."""
+    rate = f"success rate {_pct(summary['success_rate'])}"
+    if summary.get("ungraded"):  # infrastructure failures are no score: the graded samples' rate
+        rate = (f"success rate of the graded samples {_pct(summary.get('success_rate_graded'))}, "
+                f"{summary['ungraded']} never graded")
     lines = [
         f"run {summary.get('run_id')}: {summary['finished']}/{summary['total_samples']} samples finished, "
-        f"{summary['successes']} succeeded (success rate {_pct(summary['success_rate'])}, "
-        f"mean reward {summary['mean_reward']})",
+        f"{summary['successes']} succeeded ({rate}, mean reward {summary['mean_reward']})",
         "statuses: " + (", ".join(f"{k} {v}" for k, v in summary["status_counts"].items()) or "none"),
         f"attempts: {summary['attempts']} ({summary['retried_attempts']} retried)",
     ]

@@ -342,6 +342,8 @@ def summarize(
         "successes": successes,
         "success_rate": rate(successes, len(final_list)),
         "success_rate_graded": rate(sum(1 for r in graded if r.get("success")), len(graded)),
+        # final after --max-retries infrastructure failures: no score (a resume runs them)
+        "ungraded": len(final_list) - len(graded),
         "mean_reward": round(statistics.fmean(r.get("reward") or 0.0 for r in final_list), 4) if final_list else None,
         "status_counts": dict(sorted(statuses.items())),
         "attempts": attempts,

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import shlex
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -61,6 +62,9 @@ def finish_run(config: RunConfig, run_dir: Path, run_id: str, *, total: int,
     elif stopped:
         message = f"run stopped: {stopped}\nresume with: {resume_cmd}"
         code = EXIT_ABORTED
+    elif summary["ungraded"]:
+        message = ungraded_message(records, summary["ungraded"], config.max_retries, resume_cmd)
+        code = EXIT_ABORTED
     else:
         message = ""
         code = EXIT_OK
@@ -70,6 +74,19 @@ def finish_run(config: RunConfig, run_dir: Path, run_id: str, *, total: int,
 
     code, message = after_run(config, run_dir, code, message)
     return RunOutcome(code, run_dir, summary, message)
+
+
+def ungraded_message(records: list[dict[str, Any]], count: int, max_retries: int, resume_cmd: str) -> str:
+    """Why a run whose samples all ended is no result yet: ``count`` of them ended on an
+    infrastructure failure after their retries, so they have no score (not a 0)."""
+    finals = {r["key"]: r for r in records if r.get("final")}
+    lost = sorted(key for key, r in finals.items() if r.get("infrastructure"))
+    kinds = Counter(str(finals[key].get("status")) for key in lost)
+    last = next((str((finals[key].get("failure") or {}).get("message") or "")[:300] for key in lost), "")
+    return (f"{count} sample(s) were never graded: each ended on an infrastructure failure after "
+            f"--max-retries {max_retries} retries ({', '.join(f'{k} {n}' for k, n in sorted(kinds.items()))}; "
+            f"{', '.join(lost[:5])}{' …' if len(lost) > 5 else ''}; last: {last}); the gates were not applied. "
+            f"A resume runs them again (once each) once the cause is fixed: {resume_cmd}")
 
 
 def read_summary(run_dir: Path) -> dict[str, Any] | None:

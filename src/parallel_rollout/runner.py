@@ -243,7 +243,9 @@ class Runner:
             raise ConfigError(f"cannot resume {self.run_id}: {exc}") from None
         keys = self._keys(samples)
         self._check_scope(finals, keys)
-        return f"resumes {self.run_id}: {len(finals)} of {len(keys)} samples already final"
+        ungraded = sum(1 for r in finals.values() if r.get("infrastructure"))
+        return (f"resumes {self.run_id}: {len(finals) - ungraded} of {len(keys)} samples already final"
+                + (f", {ungraded} never graded (infrastructure) to run again" if ungraded else ""))
 
     def _keys(self, samples: list[Sample]) -> set[str]:
         """The keys of this run's samples: those it runs and those --skip-unsupported skips."""
@@ -315,8 +317,9 @@ class Runner:
         return outcome
 
     def _queue_samples(self, samples: list[Sample], index) -> list[Assignment]:
-        self._finished_keys = set(index.final)
-        self._successes = sum(1 for r in index.final.values() if r.get("success"))
+        # a sample final on an infrastructure failure was never graded: a resume runs it again
+        self._finished_keys = {key for key, r in index.final.items() if not r.get("infrastructure")}
+        self._successes = sum(1 for key in self._finished_keys if index.final[key].get("success"))
         return [Assignment(sample.task, sample.sample_idx, index.attempts.get(sample.key, -1) + 1)
                 for sample in samples if sample.key not in self._finished_keys]
 

@@ -49,9 +49,15 @@ def _card(metric: str, value: Any, shown: str, label: str, note: str = "") -> st
 
 
 def _headline_html(head: dict[str, Any]) -> str:
+    rate_card = _card("success_rate", head.get("success_rate"), _pct(head.get("success_rate")), "success rate",
+                      _ci(head.get("success_ci")) + (CLUSTERED_NOTE if head.get("ci_by_task") else ""))
+    if head.get("ungraded"):
+        # samples lost to infrastructure are no score of the model's: the graded rate, and them
+        graded = head.get("success_rate_graded")
+        rate_card = _card("success_rate_graded", graded, _pct(graded), "success rate of the graded samples",
+                          f"{head['ungraded']} never graded (infrastructure failures)")
     cards = [
-        _card("success_rate", head.get("success_rate"), _pct(head.get("success_rate")), "success rate",
-              _ci(head.get("success_ci")) + (CLUSTERED_NOTE if head.get("ci_by_task") else "")),
+        rate_card,
         _card("mean_reward", head.get("mean_reward"), _num(head.get("mean_reward")), "mean reward"),
         _card("finished", head.get("finished"), f"{head.get('finished')}/{head.get('total_samples')}",
               "samples finished", f"{head.get('successes')} succeeded"),

@@ -45,6 +45,7 @@ def headline(data: RunData) -> dict[str, Any]:
     finals = list(data.finals.values())
     out["success_ci"] = success_interval(finals)
     out["ci_by_task"] = is_grouped(finals)
+    out["ungraded"] = sum(1 for r in finals if r.get("infrastructure"))
     out["pass_at_k"] = {k: v for k, v in summary.items() if k.startswith("pass@")}
     ks = [int(name[len("pass@"):]) for name in out["pass_at_k"]]
     per_mode = {}
