@@ -278,3 +278,64 @@ def test_openai_agent_solves_episodes_through_the_prompt_and_parser(tmp_path, ll
     finals = _check_oracle_run(outcome.run_dir, tasks)
     assert len(server.requests) == sum(r["turns"] for r in finals.values())
     assert all(r["turns"] >= 2 for r in finals.values())  # both reply forms were used
+
+
+# -- a guest without Chromium: a missing prerequisite, not a broken VM -------------------------
+
+def test_a_host_without_chromium_fails_the_preflight_and_the_run_before_it_starts(tmp_path, monkeypatch):
+    """The process provider's sandboxes use this host's Chromium: its absence is known before
+    any VM boots, named by --dry-run and by the run (exit 2, no run folder)."""
+    from click.testing import CliRunner
+
+    from parallel_rollout.cli import main
+    from parallel_rollout.envs.web import browser
+
+    monkeypatch.setattr(browser, "CHROMIUM", ("no-such-chromium",))
+    data = write_tasks(tmp_path / "web1.jsonl", [web_task("click-button")])
+    args = ["run", "--mode", "web", "--data", str(data), "--output-dir", str(tmp_path / "out"), "--run-id", "w",
+            "--no-progress"]
+    dry = CliRunner().invoke(main, [*args, "--dry-run"])
+    assert dry.exit_code == 2, dry.output
+    assert "guest: the web mode needs Chromium" in dry.output and "no-such-chromium" in dry.output
+    real = CliRunner().invoke(main, args)
+    assert real.exit_code == 2 and "the web mode needs Chromium" in real.output, real.output
+    assert not (tmp_path / "out" / "w").exists()
+
+
+def test_a_remote_guest_without_chromium_stops_the_run_at_its_first_episode(tmp_path):
+    """A guest agent whose PATH has no Chromium: the run stops with exit 1 at the first
+    attempt, saying so, with no VM marked dead and no retries spent on VM after VM."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    server = subprocess.Popen([sys.executable, str(ROOT / "src/parallel_rollout/guest/server.py"), "--host",
+                               "127.0.0.1", "--port", str(port)], env={"PATH": str(empty), "HOME": str(tmp_path)},
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline and server.poll() is None
+                time.sleep(0.1)
+        data = write_tasks(tmp_path / "web1.jsonl", [web_task("click-button"), web_task("enter-text")])
+        proc = subprocess.run([sys.executable, "-m", "parallel_rollout.cli", "run", "--mode", "web", "--data",
+                               str(data), "--provider-name", "remote", "--vm-address", f"127.0.0.1:{port}",
+                               "--reset-command", "none", "--num-rollouts", "1", "--output-dir",
+                               str(tmp_path / "out"), "--run-id", "nochrome", "--no-progress"],
+                              capture_output=True, text=True, timeout=300)
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    assert proc.returncode == 1, proc.stdout + proc.stderr[-2000:]
+    assert "run stopped: web: start failed in the VM: BrowserMissing: no Chromium in the VM" in proc.stderr
+    records = [json.loads(line) for line in (tmp_path / "out" / "nochrome" / "results.jsonl").read_text().splitlines()]
+    assert [r["status"] for r in records] == ["guest_prerequisite_missing"] and not records[0]["final"]
+    summary = json.loads((tmp_path / "out" / "nochrome" / "summary.json").read_text())
+    assert summary["vm"]["marked_dead"] == 0 and summary["vm"]["replacements"] == 0

@@ -70,7 +70,7 @@ from typing import Any, Callable, Iterable
 
 from .config import RunConfig
 from .envs import get_env
-from .errors import PoolClosed, PoolExhausted, RolloutError
+from .errors import GuestPrerequisiteMissing, PoolClosed, PoolExhausted, RolloutError
 from .messages import Assignment, Cancel
 from .pool.providers import ProviderOptions, get_provider, provider_options
 from .results import StorageError
@@ -428,7 +428,8 @@ class Engine:
                 # Cancelled (or a front end's leftover): no record, its VM was released.
                 self._settle(key)
                 return
-        if record.get("status") in (PoolExhausted.kind, PoolClosed.kind, StorageError.kind):
+        if record.get("status") in (PoolExhausted.kind, PoolClosed.kind, StorageError.kind,
+                                    GuestPrerequisiteMissing.kind):
             # Not the sample's fault and not final: a resumed run (with working VMs, with
             # space on the disk) runs it.
             record["final"] = False

@@ -86,6 +86,16 @@ class GuestUnreachable(VMError):
     kind = "guest_unreachable"
 
 
+class GuestPrerequisiteMissing(RolloutError):
+    """The leased VM lacks what the mode needs in it (the web mode's Chromium): no broken VM
+    to replace and no task's failure, but a guest image to fix. The engine stops the run at
+    the first one (exit 1, the attempt left to a resume) instead of retrying it on VM after
+    VM; the VM itself is released as usual."""
+
+    kind = "guest_prerequisite_missing"
+    infrastructure = True
+
+
 class ProviderUnavailable(RolloutError):
     """A provider cannot run on this machine (missing binary, no daemon); says how to fix it."""
 

@@ -4,8 +4,8 @@
 code   meaning
 =====  ==============================================================================
 0      finished: every sample has a final record (and every gate passed)
-1      aborted: the VM pool is exhausted, its manager process died, the disk is full …; or
-       finished with samples never graded (their
+1      aborted: the VM pool is exhausted, its manager process died, the disk is full, a
+       guest lacks the mode's prerequisite …; or finished with samples never graded (their
        final record an infrastructure failure; no gate applied). Every finished result is
        kept; ``--resume`` continues and runs the never-graded samples once more
 2      bad usage: a flag, config file or task file is wrong, or a provider's prerequisite

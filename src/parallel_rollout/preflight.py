@@ -11,6 +11,8 @@
       │             with --check-endpoint, GET {base_url}/models with a short timeout
       ├─ provider   its prerequisites (check_available: bwrap; the docker CLI and a daemon
       │             that answers; QEMU's binaries), for modes that run in a VM
+      ├─ guest      what the mode needs in the guest, where it is known before a boot
+      │             (Env.check_guest: web's Chromium on this host for the process provider)
       ├─ disk       free space in --output-dir (``min_free_disk_mb``)
       └─ the rest   only when all of the above passed: the run's own preparation
                     (Runner.prepare: flags nobody honours, unsupported tasks, the image a
@@ -81,6 +83,9 @@ def preflight(cfg: RunConfig, *, check_endpoint: bool = False) -> Preflight:
             _check("endpoint", lambda: probe(cfg), found)
     if env_cls.needs_vm():
         _check("provider", lambda: _provider_ready(cfg), found)
+        check_guest = getattr(env_cls, "check_guest", None)  # web: the Chromium a guest would use
+        if check_guest is not None:
+            _check("guest", lambda: check_guest(get_provider(cfg.provider_name).name or cfg.provider_name), found)
     _check("disk", lambda: _free_disk(cfg), found)
     if found.ok:
         from .runner import Runner

@@ -151,6 +151,9 @@ class Runner:
         if cfg.limit:
             tasks = tasks[: cfg.limit]
         plugin_call(f"mode {cfg.mode!r}: prepare_run", self.env_cls.prepare_run, tasks)
+        check_guest = getattr(self.env_cls, "check_guest", None)  # web: Chromium where it is known
+        if check_guest is not None and self.provider_cls is not None:
+            check_guest(self.provider_cls.name or cfg.provider_name)
         # The engine checks its provider (available here, options it can honour).
         self.engine = Engine(cfg, self.run_dir, run_id=self.run_id, record_sink=self._store_record,
                              stop_on=self._model_outage)

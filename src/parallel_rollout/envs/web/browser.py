@@ -150,14 +150,27 @@ def _http_json(path, timeout=2.0):
     return json.loads(_http_get(CDP_PORT, path, timeout)[1])
 
 
-def _which_chromium():
+class BrowserMissing(RuntimeError):
+    """No Chromium in the VM: a missing prerequisite of the guest, not a broken VM."""
+
+
+def find_chromium(search_path):
+    """The first of CHROMIUM that is an executable in a folder of ``search_path`` (a PATH
+    string), or None."""
     for name in CHROMIUM:
-        for folder in os.environ.get("PATH", "/usr/bin:/bin").split(":"):
+        for folder in search_path.split(":"):
             path = os.path.join(folder, name)
             if os.access(path, os.X_OK):
                 return path
-    raise RuntimeError("no Chromium in the VM (looked for chromium, chromium-browser, google-chrome "
-                       "on PATH); install Debian's chromium package in the image")
+    return None
+
+
+def _which_chromium():
+    found = find_chromium(os.environ.get("PATH", "/usr/bin:/bin"))
+    if found is None:
+        raise BrowserMissing("no Chromium in the VM (looked for chromium, chromium-browser, google-chrome "
+                             "on PATH); install Debian's chromium package in the image")
+    return found
 
 
 def _spawn(argv):
@@ -412,6 +425,6 @@ def main(req):
                 answer["value"] = _eval(ws, req["expression"])
                 answer["pages"] = len([t for t in _http_json("/json/list") if t.get("type") == "page"])
     except Exception as exc:  # noqa: BLE001 - everything goes back to the host
-        answer = {"fatal": f"{type(exc).__name__}: {exc}"}
+        answer = {"fatal": f"{type(exc).__name__}: {exc}", "missing": isinstance(exc, BrowserMissing)}
     sys.stdout.write("\n" + MARKER + json.dumps(answer) + "\n")
     sys.stdout.flush()

@@ -40,7 +40,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Mapping
 
-from ...errors import VMError
+from ...errors import GuestPrerequisiteMissing, ProviderUnavailable, VMError
+from ...pool.providers.images import GUEST_PATH
 from ..base import Env, StepResult, require
 from . import catalog
 from .actions import ActionError, parse_action
@@ -79,6 +80,23 @@ class WebEnv(Env):
         limit = payload.get("time_limit_s")
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, (int, float)) or limit <= 0):
             raise ValueError("field 'time_limit_s' must be a positive number of seconds")
+
+    @staticmethod
+    def check_guest(provider_name: str) -> str | None:
+        """What can be known of the guest before a VM boots (preflight and the run's start):
+        the process provider's sandboxes see this host's /usr, so its Chromium is theirs;
+        ProviderUnavailable without one. Other guests are checked by their first episode."""
+        if provider_name != "process":
+            return None
+        from .browser import CHROMIUM, find_chromium
+
+        found = find_chromium(GUEST_PATH)
+        if found is None:
+            raise ProviderUnavailable(
+                f"the web mode needs Chromium, and the process provider's sandboxes use this host's: "
+                f"none of {', '.join(CHROMIUM)} is in {GUEST_PATH}; install Debian's chromium package "
+                "(./dev run installs it)")
+        return f"Chromium for the web mode: {found}"
 
     @staticmethod
     def reference_actions(task) -> list[Any]:
@@ -159,6 +177,8 @@ class WebEnv(Env):
             raise VMError(f"web: the browser driver in the VM gave no answer ({why}): "
                           f"{(result.get('error') or output)[-500:]}")
         state = json.loads(answer.strip().splitlines()[0])
+        if state.get("missing"):  # the guest image lacks Chromium: no VM to replace, the run stops
+            raise GuestPrerequisiteMissing(f"web: {request['op']} failed in the VM: {state['fatal']}")
         if "fatal" in state:
             raise VMError(f"web: {request['op']} failed in the VM: {state['fatal']}")
         return state
