@@ -190,3 +190,36 @@ def test_a_run_with_samples_never_graded_exits_1_and_a_resume_runs_them_again(tm
     attempts = [json.loads(line) for line in (run_dir / "results.jsonl").read_text().splitlines()]
     assert [r["attempt"] for r in attempts if r["key"] == "doomed#0"] == [0, 1, 2]
     assert [r["attempt"] for r in attempts if r["key"] == "ok#0"] == [0]
+
+
+def test_the_regression_gate_gives_no_verdict_without_shared_samples_or_a_finished_baseline(tmp_path):
+    """No shared sample, or a baseline cut short, is no pass: exit 5 saying why; few shared
+    samples, an unfinished B and task files whose sha256 differ are warned of."""
+    out = tmp_path / "out"
+    ids = [f"t{i}" for i in range(12)]
+    assert run_cli(tmp_path, [shell_task(i) for i in ids], "base1").exit_code == 0
+    other = run_cli(tmp_path, [shell_task("w0"), shell_task("w1")], "w1", "--compare-to", "base1")
+    assert other.exit_code == exit_codes.EXIT_NO_VERDICT, other.output
+    assert "--compare-to base1: no verdict: the runs share no final sample" in other.output
+    check = CliRunner().invoke(main, ["compare", "w1", "base1", "--check", "--output-dir", str(out)])
+    assert check.exit_code == exit_codes.EXIT_NO_VERDICT and "no verdict: the runs share no final sample" in check.output
+
+    # a baseline killed after 2 of its 12 samples (no summary.json: it never got to write one)
+    killed = run_cli(tmp_path, [shell_task(i) for i in ids], "k5")
+    assert killed.exit_code == 0
+    lines = (out / "k5" / "results.jsonl").read_text().splitlines(keepends=True)
+    (out / "k5" / "results.jsonl").write_text("".join(lines[:2]))
+    (out / "k5" / "summary.json").unlink()
+    gated = run_cli(tmp_path, [shell_task(i) for i in ids], "int2", "--compare-to", "k5")
+    assert gated.exit_code == exit_codes.EXIT_NO_VERDICT, gated.output
+    assert "no verdict: the baseline A is unfinished (partial: 2 of ? samples final)" in gated.output
+    text = (out / "int2" / "compare-k5.txt").read_text()
+    assert "the task sets differ" not in text and "A is unfinished" in text
+    assert "warning: only 2 shared samples" in text
+
+    # same ids, other task contents: the provenance's sha256 differs
+    changed = run_cli(tmp_path, [shell_task(i, reference=["true", f"touch ~/{i}.done"]) for i in ids], "fastB")
+    assert changed.exit_code == 0
+    both = CliRunner().invoke(main, ["compare", "base1", "fastB", "--output-dir", str(out)])
+    assert "samples: 12 in both runs" in both.output
+    assert "warning: the runs' task files differ (sha256" in both.output, both.output

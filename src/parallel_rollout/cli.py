@@ -211,7 +211,8 @@ def run(ctx: click.Context, config_file: str | None, dry_run: bool, print_config
     \b
     Exit codes: 0 finished, 1 aborted (pool exhausted, manager died; --resume continues),
     2 bad usage or a missing prerequisite (nothing ran), 3 below --fail-under,
-    4 significant regression against --compare-to,
+    4 significant regression against --compare-to, 5 --compare-to cannot judge (no shared
+    samples, an unfinished baseline),
     75 another run holds the folder's lock (retry later), 130 interrupted.
     """
     from .runner import Runner
@@ -360,10 +361,11 @@ def report_cmd(run_dir: str, output: str | None) -> None:
 @click.option("--html", "html_path", type=click.Path(dir_okay=False),
               help="Where to write the page (default: RUN_B/compare-<A>.html; the text goes beside it as .txt).")
 @click.option("--check", is_flag=True, help="Exit 4 when B is significantly worse than A (McNemar exact, p < 0.05; with several "
-              "samples per task, Wilcoxon signed-rank over tasks).")
+              "samples per task, Wilcoxon signed-rank over tasks); 5 when there is no verdict (no shared sample, "
+              "an unfinished A).")
 def compare_cmd(run_a: str, run_b: str, output_dir: str, html_path: str | None, check: bool) -> None:
     """Compare run B with the baseline run A (folders or run ids) over their shared samples."""
-    from .exit_codes import EXIT_REGRESSION
+    from .exit_codes import EXIT_NO_VERDICT, EXIT_REGRESSION
     from .report.compare_html import write_comparison
     from .report.run_data import resolve_run
 
@@ -371,6 +373,9 @@ def compare_cmd(run_a: str, run_b: str, output_dir: str, html_path: str | None, 
                                               html_path)
     click.echo(text)
     click.echo(f"written: {page} and {page.with_suffix('.txt')}")
+    if check and comparison.cannot_judge:
+        click.echo(f"no verdict: {comparison.cannot_judge}", err=True)
+        sys.exit(EXIT_NO_VERDICT)
     if check and comparison.regressed:
         sys.exit(EXIT_REGRESSION)
 

@@ -13,6 +13,8 @@ code   meaning
 3      finished below ``--fail-under``: the success rate is under the threshold
 4      finished with a significant regression against ``--compare-to`` (McNemar exact,
        p < 0.05, or over tasks with groups: report/clustered.py; lower success rate)
+5      finished, but ``--compare-to`` (or ``compare --check``) cannot judge: the runs share
+       no final sample, or the baseline is unfinished
 75     another run holds this run folder's lock (EX_TEMPFAIL: try again later)
 130    interrupted by SIGINT or SIGTERM; ``--resume`` continues
 =====  ==============================================================================
@@ -27,6 +29,8 @@ EXIT_ABORTED = 1
 EXIT_USAGE = 2
 EXIT_BELOW_THRESHOLD = 3
 EXIT_REGRESSION = 4
+#: the regression gate has nothing (or only an unfinished baseline) to compare with
+EXIT_NO_VERDICT = 5
 #: sysexits.h EX_TEMPFAIL: a cron wrapper retries later
 EXIT_LOCKED = 75
 EXIT_INTERRUPTED = 130

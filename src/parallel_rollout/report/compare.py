@@ -13,7 +13,9 @@ many samples each run had alone. Over the shared samples:
 * the speed difference: rollout time p50/mean of each run and wall time from the summaries.
 
 ``Comparison.regressed`` is what ``--compare-to`` gates on: B's success rate is lower and
-the pass/fail test calls the difference significant.
+the pass/fail test calls the difference significant; ``cannot_judge`` says why there is no
+verdict at all (no shared sample, an unfinished baseline: exit 5), and ``warnings`` what
+weakens one (few shared samples, an unfinished run, task files whose sha256 differ).
 """
 
 from __future__ import annotations
@@ -26,6 +28,16 @@ from typing import Any
 from .clustered import paired_tests, reward, task_of
 from .run_data import RunData
 from .stats import PairedResult
+
+#: fewer shared samples than this and the comparison warns: McNemar's exact test cannot
+#: reach p < 0.05 with fewer than 6 discordant pairs
+FEW_SHARED = 10
+
+
+def _data_hashes(data: RunData) -> list[str]:
+    """The sha256s of the run's task data (summary.json's provenance)."""
+    made = ((data.summary or {}).get("provenance") or {}).get("data") or []
+    return [str(d.get("sha256")) for d in made if isinstance(d, dict) and d.get("sha256")]
 
 
 def _timing(data: RunData) -> dict[str, float | None]:
@@ -60,6 +72,44 @@ class Comparison:
     speed_b: dict[str, float | None] = field(default_factory=dict)
     #: tasks among the shared samples; the tests pair tasks when fewer than ``shared``
     tasks: int = 0
+    #: each run's status (RunData.status: complete, interrupted, partial), its samples
+    #: (summary.json's total; None without one) and its task data's sha256s
+    status_a: str = "complete"
+    status_b: str = "complete"
+    total_a: int | None = None
+    total_b: int | None = None
+    data_a: list[str] = field(default_factory=list)
+    data_b: list[str] = field(default_factory=list)
+
+    def unfinished(self, side: str) -> str | None:
+        """"A is unfinished (interrupted: 2 of 12 samples final)" unless that run is complete."""
+        status = self.status_a if side == "A" else self.status_b
+        if status == "complete":
+            return None
+        total = self.total_a if side == "A" else self.total_b
+        final = self.shared + (self.only_a if side == "A" else self.only_b)
+        return f"{side} is unfinished ({status}: {final} of {'?' if total is None else total} samples final)"
+
+    @property
+    def cannot_judge(self) -> str | None:
+        """Why a gate on this comparison cannot pass or fail (no shared samples, an unfinished
+        baseline), or None."""
+        if self.shared == 0:
+            return "the runs share no final sample"
+        baseline = self.unfinished("A")
+        return f"the baseline {baseline}" if baseline else None
+
+    @property
+    def warnings(self) -> list[str]:
+        """What makes the comparison weaker than it looks."""
+        out = []
+        if self.data_a and self.data_b and self.data_a != self.data_b:
+            out.append(f"the runs' task files differ (sha256 {', '.join(h[:12] for h in self.data_a)} in A, "
+                       f"{', '.join(h[:12] for h in self.data_b)} in B): same ids, maybe not the same tasks")
+        if 0 < self.shared < FEW_SHARED:
+            out.append(f"only {self.shared} shared samples: too few for the test to find a regression")
+        out += [side for side in (self.unfinished("A"), self.unfinished("B")) if side]
+        return out
 
     @property
     def clustered(self) -> bool:
@@ -102,7 +152,7 @@ class Comparison:
             "pass_to_fail": self.pass_to_fail, "fail_to_pass": self.fail_to_pass,
             "new_failure_types": self.new_failure_types,
             "speed": {"a": self.speed_a, "b": self.speed_b},
-            "regressed": self.regressed,
+            "regressed": self.regressed, "cannot_judge": self.cannot_judge, "warnings": self.warnings,
         }
 
 
@@ -134,6 +184,9 @@ def compare_runs(a: RunData, b: RunData) -> Comparison:
         pass_to_fail=pass_to_fail, fail_to_pass=fail_to_pass,
         new_failure_types={str(t): n for t, n in sorted(failures_b.items(), key=str) if t not in types_a},
         speed_a=_timing(a), speed_b=_timing(b), tasks=len({task_of(ra) for ra, _ in pairs}),
+        status_a=a.status(), status_b=b.status(),
+        total_a=(a.summary or {}).get("total_samples"), total_b=(b.summary or {}).get("total_samples"),
+        data_a=_data_hashes(a), data_b=_data_hashes(b),
     )
 
 
@@ -147,11 +200,16 @@ def format_comparison(c: Comparison, *, max_keys: int = 50) -> str:
         return "-" if v is None else f"{v:g}"
 
     lines = [f"compare {c.run_a} (A) -> {c.run_b} (B)"]
+    unfinished = [side for side in (c.unfinished("A"), c.unfinished("B")) if side]
     if c.same_samples:
         lines.append(f"samples: {c.shared} in both runs")
     else:
-        lines.append(f"samples: the task sets differ; compared on the intersection of {c.shared} samples "
+        why = "; ".join(unfinished) if unfinished else "the task sets differ"
+        lines.append(f"samples: {why}; compared on the intersection of {c.shared} samples "
                      f"({c.only_a} only in A, {c.only_b} only in B)")
+    lines += [f"warning: {w}" for w in c.warnings if w not in unfinished]
+    if c.cannot_judge:
+        lines.append(f"verdict: none: {c.cannot_judge}")
     if c.clustered:
         lines.append(f"tests pair the {c.tasks} tasks (their samples' means), not the {c.shared} samples: "
                      "a task's samples are not independent")

@@ -6,7 +6,8 @@
 
 * ``--fail-under RATE``: the success rate (final samples) below RATE → exit 3;
 * ``--compare-to RUN_ID``: a significant regression against that run of the same
-  ``--output-dir`` (``compare.Comparison.regressed``) → exit 4; the comparison is kept
+  ``--output-dir`` (``compare.Comparison.regressed``) → exit 4; no shared sample or an
+  unfinished baseline (``cannot_judge``) → exit 5; the comparison is kept
   as ``compare-<RUN_ID>.txt`` and ``.html`` in the run folder.
 
 An aborted or interrupted run keeps its own exit code: a gate judges finished runs only.
@@ -20,7 +21,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from ..exit_codes import EXIT_ABORTED, EXIT_BELOW_THRESHOLD, EXIT_OK, EXIT_REGRESSION
+from ..exit_codes import EXIT_ABORTED, EXIT_BELOW_THRESHOLD, EXIT_NO_VERDICT, EXIT_OK, EXIT_REGRESSION
 from .compare_html import write_comparison
 from .html import write_report
 from .junit import write_junit
@@ -35,7 +36,12 @@ def gate(config: Any, data: RunData) -> tuple[int, str]:
     if config.compare_to is not None:
         comparison, text, _ = write_comparison(Path(config.output_dir) / config.compare_to, data)
         log.info("%s", text)
-        if comparison.regressed:
+        for warning in comparison.warnings:
+            log.warning("--compare-to %s: %s", config.compare_to, warning)
+        if comparison.cannot_judge:
+            failed.append((EXIT_NO_VERDICT, f"--compare-to {config.compare_to}: no verdict: "
+                                            f"{comparison.cannot_judge}"))
+        elif comparison.regressed:
             failed.append((EXIT_REGRESSION,
                            f"significant regression against {config.compare_to}: success rate "
                            f"{_pct(comparison.success_rate_a)} -> {_pct(comparison.success_rate_b)} on "
