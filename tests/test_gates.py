@@ -223,3 +223,14 @@ def test_the_regression_gate_gives_no_verdict_without_shared_samples_or_a_finish
     both = CliRunner().invoke(main, ["compare", "base1", "fastB", "--output-dir", str(out)])
     assert "samples: 12 in both runs" in both.output
     assert "warning: the runs' task files differ (sha256" in both.output, both.output
+
+
+def test_an_unwritable_junit_path_is_refused_by_the_preflight_and_before_the_run(tmp_path):
+    (tmp_path / "afile").write_text("not a folder")
+    junit = str(tmp_path / "afile" / "ci" / "junit.xml")
+    dry = run_cli(tmp_path, [shell_task("a")], "jdry", "--junit-xml", junit, "--dry-run")
+    assert dry.exit_code == exit_codes.EXIT_USAGE, dry.output
+    assert f"--junit-xml {junit}: {tmp_path / 'afile'} is not a folder" in dry.output
+    real = run_cli(tmp_path, [shell_task("a")], "jreal", "--junit-xml", junit)
+    assert real.exit_code == exit_codes.EXIT_USAGE and "is not a folder" in real.output, real.output
+    assert not (tmp_path / "out" / "jreal").exists()

@@ -163,8 +163,9 @@ def test_junit_of_a_run_stopped_early_names_the_samples_never_started(tmp_path):
 
 
 def test_an_unwritable_junit_path_fails_the_run(tmp_path):
+    """Refused before any sample runs (it used to run them all, then exit 1)."""
     data = write_tasks(tmp_path / "tasks.jsonl", [shell_task("t0")])
     (tmp_path / "file").write_text("not a folder")
     result = cli(tmp_path, data, "--junit-xml", str(tmp_path / "file" / "junit.xml"))
-    assert result.exit_code == 1, (result.output, result.exception)
-    assert "cannot write the JUnit XML" in result.output and "fix the path and resume" in result.output
+    assert result.exit_code == 2, (result.output, result.exception)
+    assert "--junit-xml" in result.output and "is not a folder" in result.output

@@ -127,6 +127,8 @@ class Runner:
             if not (baseline / "results.jsonl").exists():
                 raise ConfigError(f"--compare-to {cfg.compare_to}: {baseline} holds no results.jsonl "
                                   "(no such run in --output-dir)")
+        if cfg.junit_xml:
+            check_writable_folder("--junit-xml", cfg.junit_xml)
         if cfg.data is None:
             raise ConfigError("--data is required: a .json or .jsonl task file, or humaneval" + (
                 f" (there is no run {cfg.run_id} in {cfg.output_dir} whose settings --resume "
@@ -431,6 +433,18 @@ def census(cfg: RunConfig) -> str:
         lines.insert(-1, f"--limit {cfg.limit}: the run takes the first "
                          f"{min(cfg.limit, len(task_set.tasks))} runnable tasks")
     return "\n".join(lines)
+
+
+def check_writable_folder(flag: str, path: str) -> None:
+    """ConfigError unless the file ``path`` can be written: its folder, or the nearest one
+    that exists (the writer makes the rest), is a folder this process may write in."""
+    where = Path(path).absolute().parent
+    while not where.exists() and where != where.parent:
+        where = where.parent
+    if not where.is_dir():
+        raise ConfigError(f"{flag} {path}: {where} is not a folder")
+    if not os.access(where, os.W_OK | os.X_OK):
+        raise ConfigError(f"{flag} {path}: the folder {where} is not writable")
 
 
 def check_honoured(cfg: RunConfig, owners: dict[str, tuple[str, frozenset[str]]]) -> None:
