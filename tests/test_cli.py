@@ -70,6 +70,8 @@ def test_pooled_run_summary(pooled_run):
     # Stats are taken after the pool's shutdown, which waits for the last reset.
     assert vm["resets"] == 25
     assert 0 < vm["utilization"] <= 1 and vm["states"]["leased"] == 0
+    # the shutdown stopped both VMs: "stopped", not "dead", as the console's "0 died" says
+    assert (vm["states"]["stopped"], vm["states"]["dead"]) == (2, 0)
 
 
 def test_pooled_run_results_one_line_per_attempt(pooled_run):

@@ -127,4 +127,4 @@ def test_pool_shutdown_on_a_full_disk_stops_its_vms_and_returns(small_disk):
         pool.release(info.vm_id, lease=info.lease)
     finally:
         pool.shutdown()
-    assert pool.stats()["states"]["dead"] == 1
+    assert pool.stats()["states"]["stopped"] == 1 and pool.stats()["states"]["dead"] == 0

@@ -250,6 +250,7 @@ class VMPoolManager(ProviderCalls):
             for vm in self._vms.values():
                 if vm.state is not VMState.DEAD:
                     self._move(vm, VMState.DEAD, "pool shutdown")
+                    vm.stopped = True
             self._vm_free.notify_all()
         # Resets and boots already running finish on their own and then see the pool
         # closed; they stop what they made (see _boot_thread / _reset_thread).

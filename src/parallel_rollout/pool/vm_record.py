@@ -1,5 +1,6 @@
-"""A VM as the pool keeps it: its state (booting, idle, leased, resetting, dead), who holds
-it, and the times it spent leased and resetting."""
+"""A VM as the pool keeps it: its state (booting, idle, leased, resetting, dead; "stopped"
+in the counts once the pool shut it down), who holds it, and the times it spent leased and
+resetting."""
 
 from __future__ import annotations
 
@@ -40,13 +41,17 @@ class VMRecord:
     lease_no: int | None = None
     #: idle checks in a row that found it not running (the idle check's)
     failed_checks: int = 0
+    #: stopped by the pool's shutdown: DEAD to the pool's logic, "stopped" in its counts
+    stopped: bool = False
 
 
 def state_counts(vms: Iterable[VMRecord]) -> dict[str, int]:
-    """How many VMs are in each state (every state named, zeros included)."""
+    """How many VMs are in each state (every state named, zeros included), those the
+    shutdown stopped as "stopped", not "dead": nothing broke them."""
     counts = {state.value: 0 for state in VMState}
+    counts["stopped"] = 0
     for vm in vms:
-        counts[vm.state.value] += 1
+        counts["stopped" if vm.stopped else vm.state.value] += 1
     return counts
 
 
