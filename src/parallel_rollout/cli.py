@@ -274,7 +274,8 @@ def format_summary(summary: dict[str, Any], run_dir: Any) -> str:
         f"run {summary.get('run_id')}: {summary['finished']}/{summary['total_samples']} samples finished, "
         f"{summary['successes']} succeeded ({rate}, mean reward {summary['mean_reward']})",
         "statuses: " + (", ".join(f"{k} {v}" for k, v in summary["status_counts"].items()) or "none"),
-        f"attempts: {summary['attempts']} ({summary['retried_attempts']} retried)",
+        f"attempts: {summary['attempts']} ({summary['retried_attempts']} retried"
+        + (f", {summary['attempts_left_to_resume']} left to --resume)" if summary.get("attempts_left_to_resume") else ")"),
     ]
     timing = summary["timing_s"]
     if timing.get("rollout"):

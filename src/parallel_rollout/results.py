@@ -332,7 +332,14 @@ def summarize(
     pass_k = pass_at_ks(final_list)
 
     attempts = len(records)
-    retried = sum(1 for r in records if not r.get("final"))
+    # a non-final attempt is retried when its sample went on (a later attempt, or a final
+    # record); the others are left to a resume (a pool exhausted, a run stopped)
+    last_attempt: dict[str, int] = {}
+    for r in records:
+        last_attempt[r.get("key")] = max(last_attempt.get(r.get("key"), -1), r.get("attempt") or 0)
+    left = sum(1 for r in records if not r.get("final") and r.get("key") not in finals
+               and (r.get("attempt") or 0) == last_attempt[r.get("key")])
+    retried = sum(1 for r in records if not r.get("final")) - left
     wall = time.time() - started_at
     summary = {
         "total_samples": total_samples,
@@ -348,6 +355,7 @@ def summarize(
         "status_counts": dict(sorted(statuses.items())),
         "attempts": attempts,
         "retried_attempts": retried,
+        "attempts_left_to_resume": left,
         "per_mode": per_mode,
         "per_tag": per_tag,
         **pass_k,

@@ -55,6 +55,8 @@ def finish_run(config: RunConfig, run_dir: Path, run_id: str, *, total: int,
     summary["run_id"] = run_id
     summary["schema_version"] = SCHEMA_VERSION
     summary["provenance"] = provenance
+    # why the run stopped before its end (a pool exhausted, a dead manager, a model outage)
+    summary["stopped"] = {"reason": stopped} if stopped and not interrupted else None
     write_summary(run_dir, summary)
     if interrupted:
         message = f"interrupted by signal {interrupted}; resume with: {resume_cmd}"

@@ -74,6 +74,12 @@ def test_a_vm_that_never_boots_ends_the_run_with_pool_exhausted(tmp_path, case):
     assert {r["status"] for r in records} <= {"pool_exhausted", "pool_closed"}
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["finished"] == 0 and summary["unfinished"] == len(tasks)
+    # it says why it stopped, and that no attempt was retried: they are left to --resume
+    assert "replacement budget is spent" in summary["stopped"]["reason"]
+    assert summary["retried_attempts"] == 0 and summary["attempts_left_to_resume"] == len(records)
+    assert f"attempts: {len(records)} (0 retried, {len(records)} left to --resume)" in result.output
+    page = (run_dir / "report.html").read_text()
+    assert '<p id="stopped" class="warn">stopped before its end: every VM of the' in page
 
     # the resume has a working provider, and a boot timeout a loaded machine can meet
     (tmp_path / "run.toml").write_text(f"boot-timeout-s = 60\nmax-vm-replacements = {REPLACEMENTS}\n")

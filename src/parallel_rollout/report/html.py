@@ -62,7 +62,8 @@ def _headline_html(head: dict[str, Any]) -> str:
         _card("finished", head.get("finished"), f"{head.get('finished')}/{head.get('total_samples')}",
               "samples finished", f"{head.get('successes')} succeeded"),
         _card("attempts", head.get("attempts"), _num(head.get("attempts")), "attempts",
-              f"{head.get('retried_attempts')} retried"),
+              f"{head.get('retried_attempts')} retried"
+              + (f", {head['attempts_left_to_resume']} left to a resume" if head.get("attempts_left_to_resume") else "")),
     ]
     for name, value in head["pass_at_k"].items():
         cards.append(_card(name, value, _num(value), name, "unbiased estimator"))
@@ -93,7 +94,7 @@ def _headline_html(head: dict[str, Any]) -> str:
 
 def _failures_html(groups: list[dict[str, Any]]) -> str:
     if not groups:
-        return '<p class="muted">no failed samples</p>'
+        return '<p class="muted">no failed samples among the finished ones</p>'
     parts = []
     for group in groups:
         kind = "infrastructure" if group["infrastructure"] else "graded"
@@ -184,13 +185,15 @@ def render(data: RunData) -> str:
     meta = " · ".join(escape(str(x)) for x in (
         f"mode {data.mode}", f"agent {cfg.get('agent', '-')}", f"provider {cfg.get('provider_name', '-')}",
         f"data {os.path.basename(str(cfg.get('data') or '-'))}", f"started {when}", f"status {data.status()}"))
+    reason = ((data.summary or {}).get("stopped") or {}).get("reason")
+    stopped = f'<p id="stopped" class="warn">stopped before its end: {escape(reason)}</p>' if reason else ""
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>run {escape(data.run_id)} · parallel-rollout report</title>
 <style>{CSS}</style></head>
 <body>
-<header><h1>run <span id="run-id">{escape(data.run_id)}</span></h1><div class="meta">{meta}</div></header>
+<header><h1>run <span id="run-id">{escape(data.run_id)}</span></h1><div class="meta">{meta}</div>{stopped}</header>
 <main>
 <section id="headline"><h2>Headline</h2>{_headline_html(head)}</section>
 <section id="failures"><h2>Failures by type</h2>{_failures_html(model.failure_groups(data))}</section>

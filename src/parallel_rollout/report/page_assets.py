@@ -16,7 +16,7 @@ margin:16px 0;padding:12px 16px} h2{font-size:16px;margin:4px 0 10px}
 padding:8px 14px;min-width:140px} .card .v{font-size:22px;font-weight:600} .card .l{color:#666;font-size:12px}
 table{border-collapse:collapse;width:100%} th,td{text-align:left;padding:3px 8px;border-bottom:1px solid #eee;
 vertical-align:top} th{background:#f3f3f3;cursor:default} th.sortable{cursor:pointer}
-td.num,th.num{text-align:right} .muted{color:#888}
+td.num,th.num{text-align:right} .muted{color:#888} .warn{color:#b30000;font-weight:600}
 .o-success{color:#1b7e3a} .o-failure{color:#c8440a} .o-infra{color:#5b4fa0} .o-unfinished{color:#888}
 svg text{font-size:11px;fill:#444} svg .grid{stroke:#eee} svg .marker{stroke:#c00;stroke-dasharray:3,2}
 svg .marker-label{fill:#c00} .timeline-wrap{overflow-x:auto}
