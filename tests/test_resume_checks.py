@@ -155,10 +155,11 @@ def test_junit_of_a_run_stopped_early_names_the_samples_never_started(tmp_path):
     xmlschema.XMLSchema(str(JUNIT_XSD)).validate(str(junit))
     suite = ET.parse(junit).getroot().find("testsuite")
     cases = {c.get("name"): c for c in suite.iter("testcase")}
-    error = cases["samples never started"].find("error")
+    error = cases["samples without a result"].find("error")
     summary = json.loads((out / "stop" / "summary.json").read_text())
     never = 5 - len({r["key"] for r in read_results(out / "stop")})
-    assert never >= 1 and error.get("message").startswith(f"{never} of 5 samples never started")
+    assert never >= 1 and error.get("message").startswith(f"{never} of 5 samples have no result: the run "
+                                                          "stopped before they started or while they ran")
     assert summary["total_samples"] == 5 and int(suite.get("errors")) >= 1
 
 

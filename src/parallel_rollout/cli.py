@@ -190,7 +190,7 @@ def main() -> None:
               "over tasks).")
 @click.option("--junit-xml", type=click.Path(dir_okay=False),
               help="Write JUnit XML here: one test case per sample, for CI (a run that stopped "
-              "early adds an error case for the samples it never started; a path it cannot write "
+              "early adds an error case for the samples without a result; a path it cannot write "
               "makes the run exit 1).")
 @click.option("--backend", type=click.Choice(["local", "ray"]), default=_D.backend, show_default=True,
               help="local: worker processes on this host; ray: workers and one VM pool per node as Ray "

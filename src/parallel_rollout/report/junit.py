@@ -11,8 +11,8 @@ Shape (the Ant/Jenkins JUnit schema that CI tools read)::
           <error message=… type=<status>>…</error>            infrastructure failure, final
           <skipped message=…/>                                 started, never final (resume)
         </testcase>
-        <testcase classname="<mode>.run" name="samples never started">     a run that stopped
-          <error type=not_started message="N of T samples never started …"/>   before them
+        <testcase classname="<mode>.run" name="samples without a result">  a run that stopped
+          <error type=not_started message="N of T samples have no result …"/>  before or in them
         </testcase>
 
 Text that XML 1.0 cannot hold (control characters in a command's output) is replaced,
@@ -88,14 +88,15 @@ def junit_tree(data: RunData) -> ET.ElementTree:
     total = (data.summary or {}).get("total_samples")
     never_started = total - len(finals) - len(unfinished) if isinstance(total, int) else 0
     if never_started > 0:
-        # samples of the run with no record at all (it stopped before them): one case says
-        # so, as an error, so that CI shows an unfinished run as one
+        # samples of the run with no record at all (it stopped before them, or while they ran:
+        # a cut attempt writes none): one case says so, as an error, so that CI shows an
+        # unfinished run as one
         case = ET.Element("testcase", {"classname": _clean(f"{data.mode}.run", 500),
-                                       "name": "samples never started", "time": "0.000"})
+                                       "name": "samples without a result", "time": "0.000"})
         errors += 1
         ET.SubElement(case, "error", {"type": "not_started", "message": _clean(
-            f"{never_started} of {total} samples never started: the run stopped before them; "
-            "resume the run", 1000)})
+            f"{never_started} of {total} samples have no result: the run stopped before they started "
+            "or while they ran; resume the run", 1000)})
         cases.append(case)
     counts = {"tests": str(len(cases)), "failures": str(failures), "errors": str(errors),
               "skipped": str(len(unfinished)), "time": f"{total_time:.3f}"}
