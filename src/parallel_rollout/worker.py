@@ -228,6 +228,9 @@ class RolloutWorker:
                 break
         with _task_breaks_vm("grading"):  # what the answer left running may break it too
             reward, details = checked_evaluation(env, _env_call(record, env.evaluate))
+        record["eval"] = details
+        # the agent's own check of the episode (a command agent's stray line fails it)
+        run_maybe_async(agent.end_episode(), parts.event_loop)
         # An env whose reward is not a 0-1 score (Sokoban's return) says success itself.
         if "success" in details:
             success = bool(details["success"])

@@ -75,6 +75,11 @@ class Agent(abc.ABC):
     def act(self, observation: dict[str, Any]) -> Any:
         """The next action for the environment."""
 
+    def end_episode(self) -> None:
+        """The worker's call once the episode is graded (not after one that failed): an
+        exception fails the attempt as the agent's error. The command agent checks here that
+        its process wrote no line after its last reply; nothing by default."""
+
     def turn_record(self) -> dict[str, Any]:
         """What the last ``act`` exchanged with a model (request, reply, token ids, logprobs,
         policy version), added to the turn's trajectory line: the model client's last call;

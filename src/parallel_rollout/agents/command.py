@@ -23,6 +23,13 @@ never stdout. When its stdin closes, the agent should exit. A complete shell age
 A reply that is not JSON, a process that exits or closes its stdout, or no reply within
 ``--task-timeout`` fails the attempt with ``AgentError`` quoting the tail of the agent's
 stderr; the process is then stopped, since it and we no longer agree on which turn it is.
+So does a line no observation asked for (a second line after a reply, or one written once
+the episode ended): before each observation is sent, and once the episode is graded
+(``end_episode``), every line already read from the agent is a stray line; the attempt
+fails with a protocol error quoting it, and the process is stopped, so that a stray line is
+never taken as the answer to a later turn nor reaches another task's episode. One the agent
+writes after its episode was checked is found before the next episode's first observation:
+that process is stopped (a warning says so) and the new episode starts with a fresh one.
 stderr goes to a temporary file, not a pipe that could fill and block the agent.
 
 No agent process outlives its agent: each runs in its own session (a Ctrl-C at the terminal
@@ -98,6 +105,7 @@ class CommandAgent(Agent):
         if self._turn == 1:
             message["task"] = {"id": task.id, "mode": task.mode, "seed": task.seed,
                                "tags": list(task.tags), **task.payload}
+            self._drop_strays_of_an_earlier_episode()
         reused = self._process is not None
         process = self._running_process()
         where = f"--agent-cmd {self.command!r}, task {task.id!r} turn {self._turn}"
@@ -113,6 +121,9 @@ class CommandAgent(Agent):
                 self._stop_process()
                 process = self._running_process()
                 line = process.exchange(line_out, self.reply_timeout_s)
+        except _Stray as exc:
+            self._stop_process()
+            raise AgentError(f"{where}: {exc}{process.stderr_report()}") from None
         except _Broken as exc:
             # Stopped before the stderr tail is read, so the tail is complete.
             self._stop_process()
@@ -126,9 +137,35 @@ class CommandAgent(Agent):
                 f"to stdout; logs go to stderr){process.stderr_report()}"
             ) from None
 
+    def end_episode(self) -> None:
+        """The episode is graded: a line the agent wrote after its last reply answers no
+        observation; the attempt fails with a protocol error quoting it."""
+        process = self._process
+        if process is None or self._task is None:
+            return
+        stray = process.stray_line()
+        if stray is not None:
+            self._stop_process()
+            raise AgentError(
+                f"--agent-cmd {self.command!r}, task {self._task.id!r}: protocol error: after its reply "
+                f"to turn {self._turn} the agent wrote a line no observation asked for: {stray[:300]!r} "
+                f"(write exactly one JSON line per observation){process.stderr_report()}")
+
     def close(self) -> None:
         """Stop the agent process now (it is also stopped when the agent is collected)."""
         self._stop_process()
+
+    def _drop_strays_of_an_earlier_episode(self) -> None:
+        """A line written after the last episode was checked belongs to no episode: the
+        process that wrote it is stopped, and this episode gets a fresh one."""
+        if self._process is None:
+            return
+        stray = self._process.stray_line()
+        if stray is not None:
+            log.warning("--agent-cmd %r wrote a line after its last episode ended, which no observation "
+                        "asked for: %r; stopping it, task %r starts with a new process",
+                        self.command, stray[:300], self._task.id)
+            self._stop_process()
 
     def _running_process(self) -> "_AgentProcess":
         if self._process is not None and not self._process.alive():
@@ -155,6 +192,10 @@ class _Broken(Exception):
         self.gone = gone
 
 
+class _Stray(Exception):
+    """The agent wrote a line no observation asked for: it and we disagree on the turn."""
+
+
 class _AgentProcess:
     """One running agent command: its pipes, its stderr file, and the thread reading stdout."""
 
@@ -169,6 +210,10 @@ class _AgentProcess:
             self._stderr.close()
             raise AgentError(f"cannot start --agent-cmd {command!r}: {exc.strerror or exc}") from None
         self._lines: queue.Queue[str | None] = queue.Queue()
+        #: the reader found EOF while strays were drained (``stray_line``)
+        self._eof = False
+        #: an observation was sent: from then on every line read between requests is a stray
+        self._asked = False
         # A reader thread, because a buffered text pipe cannot be select()ed reliably; it
         # ends at EOF, which stop() guarantees by ending the process.
         threading.Thread(target=_read_lines, args=(self._popen.stdout, self._lines),
@@ -180,11 +225,37 @@ class _AgentProcess:
         """Whether the process is still running."""
         return self._popen.poll() is None
 
+    def stray_line(self) -> str | None:
+        """The first line the agent wrote that no request is waiting for (every line read
+        so far is one when no request is under way), or None; an EOF found meanwhile is kept
+        for the next ``exchange``."""
+        stray = None
+        while True:
+            try:
+                line = self._lines.get_nowait()
+            except queue.Empty:
+                return stray
+            if line is None:
+                self._eof = True
+            elif stray is None:
+                stray = line.rstrip("\r\n")
+
     def exchange(self, line: str, timeout_s: float) -> str:
-        """Write one line, read one line back; _Broken when that is impossible."""
+        """Write one line, read one line back; _Broken when that is impossible, _Stray when
+        a line came that no request asked for."""
+        # a line before the first request is read as its reply (a banner that is not JSON is
+        # refused as such; one that is makes the real reply a stray line, found next time)
+        stray = self.stray_line() if self._asked else None
+        if stray is not None:
+            raise _Stray(f"protocol error: before this observation was sent the agent wrote a line "
+                         f"no observation asked for: {stray[:300]!r} (write exactly one JSON line per "
+                         "observation; logs go to stderr)")
+        if self._eof:
+            raise _Broken(f"the agent closed its stdout ({self._exit_description()})")
         try:
             self._popen.stdin.write(line + "\n")
             self._popen.stdin.flush()
+            self._asked = True
         except (BrokenPipeError, OSError, ValueError):
             raise _Broken(f"the agent process is gone ({self._exit_description()})") from None
         try:
