@@ -57,6 +57,10 @@ MALFORMED = [
      ["tasks.jsonl:2:", "task 'x'", "missing field 'check'"]),
     ("shell check not a string", "tasks.jsonl", _line(shell_task("x", check=["test 1"])),
      ["tasks.jsonl:1:", "'check'"]),
+    ("shell check empty", "tasks.jsonl", _good_lines(2) + _line(shell_task("x", check="")),
+     ["tasks.jsonl:3:", "task 'x'", "field 'check' is empty"]),
+    ("shell check blank", "tasks.jsonl", _line(shell_task("x", check=" \n\t")),
+     ["tasks.jsonl:1:", "field 'check' is empty"]),
     ("shell setup is a string", "tasks.jsonl", _line(shell_task("x", setup="echo hi")),
      ["tasks.jsonl:1:", "'setup'", "list"]),
     ("shell setup holds a number", "tasks.jsonl", _line(shell_task("x", setup=["echo hi", 3])),
@@ -354,3 +358,15 @@ def test_domain_with_a_task_file_is_refused(tmp_path):
     path = write_tasks(tmp_path / "t.jsonl", [shell_task("a")])
     with pytest.raises(TaskFileError, match="--domain os applies to an OSWorld folder"):
         load_tasks(path, default_mode="shell", validators=task_validators(), domain="os")
+
+
+@pytest.mark.parametrize("check", ["", "   "])
+def test_an_empty_shell_check_is_refused_before_the_run(tmp_path, check):
+    """An empty check exits 0 for every answer (the shell runs nothing): it used to grade
+    every attempt a success; the run is refused (exit 2, file:line) and nothing starts."""
+    data = write_tasks(tmp_path / "tasks.jsonl", [shell_task("ok"), shell_task("empty", check=check)])
+    result = CliRunner().invoke(main, ["--mode", "shell", "--data", str(data), "--output-dir",
+                                       str(tmp_path / "out"), "--run-id", "r", "--no-progress"])
+    assert result.exit_code == 2, result.output
+    assert f"{data}:2: task 'empty'" in result.output and "field 'check' is empty" in result.output, result.output
+    assert not (tmp_path / "out").exists()

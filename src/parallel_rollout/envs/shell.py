@@ -34,6 +34,10 @@ class ShellEnv(Env):
         """instruction and check are strings; setup and reference are lists of strings."""
         require(payload, "instruction", str)
         require(payload, "check", str)
+        if not payload["check"].strip():
+            # the shell runs an empty command as a success: every answer would pass
+            raise ValueError("field 'check' is empty: a check command grades the end state "
+                             "(exit 0 = success), and an empty one would pass every answer")
         require_str_list(payload, "setup")
         require_str_list(payload, "reference")
         require(payload, "reap", bool, optional=True)
