@@ -88,7 +88,9 @@ class ShellEnv(Env):
         if self.task.get("reap", True):
             self.vm.reap()
         result = self._run(self.task.get("check"), isolated=True)
-        details = {"check_returncode": result["returncode"], "check_output": result["output"][-500:]}
+        # stderr too: "command not found" or a failed assertion's message is where a user looks
+        details = {"check_returncode": result["returncode"], "check_output": result["output"][-500:],
+                   "check_error": result["error"][-500:]}
         return (1.0 if result["returncode"] == 0 else 0.0), details
 
     def _run(self, command: str, isolated: bool = False) -> dict[str, Any]:
