@@ -5,6 +5,7 @@ stderr, and whether its timeout killed it. Run through the CLI with the oracle (
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -34,3 +35,21 @@ def test_the_checks_stderr_is_in_the_record(tmp_path):
     details = finals["typo#0"]["eval"]
     assert finals["typo#0"]["status"] == "failure" and details["check_returncode"] == 127, details
     assert "definitely_not_a_cmd" in details["check_error"] and "not found" in details["check_error"], details
+
+
+def test_a_command_or_check_cut_by_its_timeout_says_so(tmp_path):
+    """The task's ``timeout`` (60 s by default) cuts each command: an agent's command that
+    ran past it says so in its turn's observation, a check in the record's eval."""
+    run_dir, finals = _run(tmp_path, [
+        {"id": "slow-check", "mode": "shell", "instruction": "nothing", "timeout": 1,
+         "check": "sleep 30", "reference": []},
+        {"id": "slow-action", "mode": "shell", "instruction": "sleep", "timeout": 1,
+         "check": "true", "reference": ["echo before; sleep 30"]}])
+    check = finals["slow-check#0"]
+    assert check["status"] == "failure" and check["reward"] == 0.0, check
+    assert check["eval"]["check_timeout"].startswith("check timed out after 1s"), check["eval"]
+    action = finals["slow-action#0"]
+    assert action["status"] == "success" and action["eval"]["check_timeout"] is None, action
+    first = json.loads((run_dir / action["trajectory"]).read_text().splitlines()[0])["observation"]
+    assert first["timeout"].startswith("command timed out after 1s"), first
+    assert first["output"] == "before\n", first

@@ -2,8 +2,11 @@
 
 A task: ``instruction``; optional ``setup`` commands run before the agent acts; ``check``, a
 command whose exit status grades the end state; ``reference``, the commands the oracle
-replays. An action is ``{"command": "..."}`` (or the bare command string); ``{"done": true}``
-or ``"DONE"`` ends the episode. Before the check runs, the agent kills every process the
+replays; ``timeout``, the seconds each command (setup, action, check) may run, 60 unless
+given: an action cut by it has ``timeout`` (the message) in its observation, a check cut by
+it grades 0 with ``check_timeout`` in the record's ``eval``. An action is
+``{"command": "..."}`` (or the bare command string); ``{"done": true}`` or ``"DONE"`` ends
+the episode. Before the check runs, the agent kills every process the
 answer left behind (``/reap``): a daemon cannot change the end state while it is graded. A
 task whose check is about a process left running says ``"reap": false``. The check runs as a
 grading command (``isolated``: a cleared environment, system folders on ``PATH``, Python
@@ -62,7 +65,7 @@ class ShellEnv(Env):
             if result["returncode"] != 0:
                 raise RuntimeError(
                     f"setup command {index} of task {task.id!r} failed with exit status "
-                    f"{result['returncode']}: {command!r}: {result['error'][-500:]}"
+                    f"{result['returncode']}: {command!r}: {result['timeout'] or result['error'][-500:]}"
                 )
         return {"instruction": task.get("instruction"), "output": "", "returncode": None}
 
@@ -80,6 +83,8 @@ class ShellEnv(Env):
             "error": result["error"][-OUTPUT_TAIL:],
             "returncode": result["returncode"],
         }
+        if result["timeout"]:  # the agent learns it was cut, not only a -9
+            observation["timeout"] = result["timeout"]
         return StepResult(observation)
 
     def evaluate(self) -> tuple[float, dict[str, Any]]:
@@ -90,16 +95,22 @@ class ShellEnv(Env):
         result = self._run(self.task.get("check"), isolated=True)
         # stderr too: "command not found" or a failed assertion's message is where a user looks
         details = {"check_returncode": result["returncode"], "check_output": result["output"][-500:],
-                   "check_error": result["error"][-500:]}
-        return (1.0 if result["returncode"] == 0 else 0.0), details
+                   "check_error": result["error"][-500:], "check_timeout": result["timeout"]}
+        passed = result["returncode"] == 0 and not result["timeout"]
+        return (1.0 if passed else 0.0), details
 
     def _run(self, command: str, isolated: bool = False) -> dict[str, Any]:
         # the agent keeps only the tail this mode keeps: an answer that prints a gigabyte
         # costs neither side more
         result = self.vm.execute(command, shell=True, timeout=self.timeout_s,
                                  isolated=isolated, tail=OUTPUT_TAIL)
+        timed_out = bool(result.get("timeout"))
         return {
             "returncode": result.get("returncode"),
             "output": result.get("output") or "",
-            "error": result.get("error") or result.get("message") or "",
+            "error": result.get("error") or ("" if timed_out else result.get("message")) or "",
+            # the task's limit, said in its own words: None unless it cut the command
+            "timeout": (f"{'check' if isolated else 'command'} timed out after {self.timeout_s:g}s (the "
+                        f"task's 'timeout', {DEFAULT_COMMAND_TIMEOUT_S:g}s by default); its process group "
+                        "was killed" if timed_out else None),
         }
