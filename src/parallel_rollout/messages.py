@@ -4,7 +4,8 @@ engine → worker: ``Assignment`` (one attempt of one sample), ``Cancel`` (drop 
 ``STOP``.
 worker → engine: ``Started`` (the worker acknowledges an attempt before running it, so the
 engine always knows what a dying worker held), ``LeaseWait`` (a wait for a VM begins or
-ends) and ``Finished`` (the attempt's record).
+ends), ``Progress`` (where the attempt is: what the record of a worker killed meanwhile
+keeps) and ``Finished`` (the attempt's record).
 
 Both ends of a worker's pipe use ``send_message`` and ``receive_message``: the messages hold
 plain data (a record is JSON already), so they skip multiprocessing's ``ForkingPickler``,
@@ -78,6 +79,20 @@ class LeaseWait:
     key: str
     attempt: int
     waiting: bool
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Where an attempt is: its ``phase`` (``setup``: the env's reset; ``agent``: the
+    agent's turns; ``grading``), the turns taken, its VM and trajectory file. What the
+    record of an attempt whose worker is killed (a task timeout) or dies keeps of it."""
+
+    key: str
+    attempt: int
+    phase: str
+    turns: int | None
+    vm: str | None
+    trajectory: str | None
 
 
 @dataclass(frozen=True)

@@ -45,7 +45,8 @@ from .envs import Env, get_env
 from .envs.base import checked_evaluation, checked_step
 from .envs.registry import MODES
 from .errors import AttemptCancelled, RolloutError, SandboxViolation, VMError
-from .messages import Assignment, Cancel, Finished, LeaseWait, Started, Stop, receive_message, send_message
+from .messages import (Assignment, Cancel, Finished, LeaseWait, Progress, Started, Stop, receive_message,
+                       send_message)
 from .pool.leasing import lease_vm
 from .results import storable_record
 from .tasks import safe_name
@@ -101,7 +102,7 @@ class RolloutWorker:
         for thread in loops:
             thread.join()
 
-    def _send(self, message: Started | LeaseWait | Finished) -> None:
+    def _send(self, message: Started | LeaseWait | Progress | Finished) -> None:
         if self.conn is None:  # a Ray actor: the driver learns of an attempt by its reference
             return
         try:
@@ -202,7 +203,9 @@ class RolloutWorker:
     def _episode(self, env: Env, agent: Agent, parts: "LoopParts", item: Assignment, vm: Any,
                  record: dict[str, Any], trajectory: TrajectoryFile) -> None:
         record["env_s"] = 0.0  # the env's own time: its reset, steps and grading (metrics)
+        self._progress(item, record, "setup")
         observation = _env_call(record, env.reset, item.task, vm)
+        self._progress(item, record, "agent")
         run_maybe_async(agent.reset(item.task), parts.event_loop)  # an async agent's on its loop
         done = False
         max_turns = self.config.max_turns
@@ -222,10 +225,12 @@ class RolloutWorker:
             record["turns"] = turn
             trajectory.write({"turn": turn, "action": action, "observation": step.observation,
                               "done": step.done, "info": step.info, **agent.turn_record()})
+            self._progress(item, record, "agent")
             observation = step.observation
             if step.done:
                 done = True
                 break
+        self._progress(item, record, "grading")
         with _task_breaks_vm("grading"):  # what the answer left running may break it too
             reward, details = checked_evaluation(env, _env_call(record, env.evaluate))
         record["eval"] = details
@@ -243,6 +248,13 @@ class RolloutWorker:
             record["status"] = "success"
         else:
             record["status"] = "failure" if done else env.turn_limit_status
+
+
+    def _progress(self, item: Assignment, record: dict[str, Any], phase: str) -> None:
+        """Tell the engine where the attempt is: a timeout's record keeps it (its VM, turns,
+        trajectory, and the phase the time ran out in)."""
+        self._send(Progress(item.key, item.attempt, phase, record.get("turns"), record.get("vm"),
+                            record.get("trajectory")))
 
 
 #: the Env classes whose reward outside [0, 1] this process has warned of

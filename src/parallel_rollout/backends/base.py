@@ -219,6 +219,8 @@ class Clock:
     waiting_since: float | None = None
     #: a weight update (``suspend``) holds it: model requests wait at the gate meanwhile
     held: bool = False
+    #: the worker's last word of where the attempt is (``messages.Progress``; local workers)
+    progress: Any = None
 
     def elapsed(self, now: float) -> float:
         """Seconds of task time so far."""
@@ -252,11 +254,28 @@ class Clock:
             self.running_since = now
 
 
-def died_record(item: Assignment, exc: RolloutError, worker: Any, started_at: float) -> dict[str, Any]:
+#: what each phase of ``messages.Progress`` is, in a record's failure message
+_PHASES = {"setup": "the task's setup (the env's reset)",
+           "agent": "the agent's turns (its actions and the env's steps running them)",
+           "grading": "grading (the env's evaluate: a shell task's check)"}
+
+
+def died_record(item: Assignment, exc: RolloutError, worker: Any, started_at: float,
+                progress: Any = None) -> dict[str, Any]:
     """The record of an attempt whose worker could not write one (it died, or ran past a
-    deadline and was killed)."""
-    return records.failed_record(item, exc, worker=worker.worker_id, pid=worker.pid,
-                                 started_at=started_at)
+    deadline and was killed). ``progress``, the worker's last ``Progress`` of it, gives the
+    record its VM, turns and trajectory, and the failure the phase it ended in
+    (``failure.phase``, also said in its message)."""
+    record = records.failed_record(item, exc, worker=worker.worker_id, pid=worker.pid,
+                                   started_at=started_at)
+    if progress is not None:
+        record.update(vm=progress.vm, turns=progress.turns)
+        if progress.trajectory is not None:
+            record["trajectory"] = progress.trajectory
+        record["failure"]["phase"] = progress.phase
+        record["failure"]["message"] += (f"; the attempt was in {_PHASES.get(progress.phase, progress.phase)}, "
+                                         f"{progress.turns} turn(s) taken")
+    return record
 
 
 def kill_tree(pid: int | psutil.Process | None) -> None:

@@ -42,7 +42,8 @@ from typing import Any
 
 from ..errors import LeaseTimeout, RolloutError, TaskTimeout, WorkerDied
 from ..logs import LogCollector, run_child
-from ..messages import STOP, Assignment, Cancel, Finished, LeaseWait, Started, receive_message, send_message
+from ..messages import (STOP, Assignment, Cancel, Finished, LeaseWait, Progress, Started, receive_message,
+                        send_message)
 from . import worker_start
 from .base import BackendSpec, Clock, CrashWindow, EngineHooks, WorkerTable, died_record, kill_tree
 
@@ -304,7 +305,7 @@ class LocalBackend(WorkerTable):
         except (EOFError, OSError):
             w.conn_open = False
 
-    def _handle(self, w: WorkerHandle, message: Started | LeaseWait | Finished) -> None:
+    def _handle(self, w: WorkerHandle, message: Started | LeaseWait | Progress | Finished) -> None:
         ident = (message.key, message.attempt)
         if ident not in w.assigned:
             return  # an attempt already settled (timed out); one record per attempt
@@ -314,6 +315,9 @@ class LocalBackend(WorkerTable):
         elif isinstance(message, LeaseWait):
             if ident in w.started:
                 w.started[ident].lease_wait(message.waiting, time.monotonic())
+        elif isinstance(message, Progress):
+            if ident in w.started:
+                w.started[ident].progress = message
         elif isinstance(message, Finished):
             del w.assigned[ident]
             w.sent.pop(ident, None)
@@ -345,7 +349,8 @@ class LocalBackend(WorkerTable):
         for ident, item in list(w.assigned.items()):
             if ident in w.started:
                 exc = WorkerDied(f"{reason} while running attempt {item.attempt} of {item.key}")
-                self.hooks.record(died_record(item, exc, w, w.started[ident].started_at))
+                clock = w.started[ident]
+                self.hooks.record(died_record(item, exc, w, clock.started_at, clock.progress))
             else:
                 self.hooks.requeue(item)
         if self.hooks.closing:
@@ -383,7 +388,7 @@ class LocalBackend(WorkerTable):
             for ident, exc in late.items():
                 item = w.assigned.pop(ident)
                 clock = w.started.pop(ident)
-                self.hooks.record(died_record(item, exc, w, clock.started_at))
+                self.hooks.record(died_record(item, exc, w, clock.started_at, clock.progress))
                 self.hooks.event(exc.kind, task=item.key, worker=w.worker_id, reason=str(exc))
             if late:
                 reason = f"killed after {', '.join(sorted({exc.kind for exc in late.values()}))}"
