@@ -220,7 +220,8 @@ FLAGS = ("--mode --data --num-rollouts --num-vms --use-vm-pool --output-dir --ma
          "--screen-height --client-password --agent --task-timeout --envs-per-worker "
          "--max-concurrent-rollouts --group-size --run-id --resume --config").split()
 
-DEFAULTS = {"--num-rollouts": "5", "--num-vms": "3", "--max-turns": "100", "--max-retries": "3",
+DEFAULTS = {"--num-rollouts": "5", "--num-vms": "3", "--max-retries": "3",
+            "--max-turns": "(the mode's own (py 1, math 1, web 20, rag 10, osworld 15), else 100)",
             "--output-dir": "results"}
 
 

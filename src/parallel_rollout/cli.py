@@ -21,6 +21,8 @@ from .exit_codes import EXIT_ABORTED, EXIT_LOCKED, EXIT_USAGE
 from .logs import console_logging
 
 _D = RunConfig()
+#: --max-turns when not given: each built-in mode's ``Env.default_max_turns`` (a test checks)
+MODE_TURNS = "py 1, math 1, web 20, rag 10, osworld 15"
 
 
 class _DefaultRunGroup(click.Group):
@@ -85,7 +87,8 @@ def main() -> None:
               help="Share M pooled VMs among the N workers; without it each worker owns one VM of its own.")
 @click.option("--output-dir", default=_D.output_dir, show_default=True,
               help="Folder that holds one sub-folder per run (results/<run-id>/).")
-@click.option("--max-turns", type=int, default=_D.max_turns, show_default=True,
+@click.option("--max-turns", type=int, default=_D.max_turns,
+              show_default=f"the mode's own ({MODE_TURNS}), else {_D.max_turns}",
               help="Agent actions allowed per rollout before it is stopped and graded.")
 @click.option("--max-retries", type=int, default=_D.max_retries, show_default=True,
               help="Retries of an attempt lost to infrastructure (VM died, worker died, lease timeout).")
@@ -232,6 +235,10 @@ def run(ctx: click.Context, config_file: str | None, dry_run: bool, print_config
             raise ConfigError("--check-endpoint is part of the preflight: add --dry-run")
         if print_config:
             import json
+
+            from .envs import with_mode_defaults
+
+            config = with_mode_defaults(config)  # what the run would record and use
 
             click.echo(json.dumps(config.to_json(), indent=2))
             return

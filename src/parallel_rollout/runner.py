@@ -34,7 +34,7 @@ from .agents.base import MODEL_OPTIONS
 from .agents.episode import ModelUnavailable
 from .config import RunConfig, default_run_id
 from .engine import Engine
-from .envs import get_env, task_validators
+from .envs import get_env, task_validators, with_mode_defaults
 from .errors import ConfigError, RunLocked, TaskFileError
 from .logs import run_log_handler
 from .messages import Assignment
@@ -88,7 +88,7 @@ class Runner:
 
     def prepare(self) -> list[Sample]:
         """Check the whole configuration and load every task; raises ConfigError."""
-        cfg = self.config
+        self.config = cfg = with_mode_defaults(self.config)  # the mode's max_turns, recorded
         self.env_cls = get_env(cfg.mode)
         self.agent_cls = get_agent(cfg.agent)
         self.provider_cls = get_provider(cfg.provider_name) if self.env_cls.needs_vm() else None

@@ -208,9 +208,7 @@ class RolloutWorker:
         self._progress(item, record, "agent")
         run_maybe_async(agent.reset(item.task), parts.event_loop)  # an async agent's on its loop
         done = False
-        max_turns = self.config.max_turns
-        if "max_turns" not in self.config.explicit and env.default_max_turns:
-            max_turns = env.default_max_turns
+        max_turns = env.turn_limit(self.config)  # a scheduler's config may serve several modes
         for turn in range(1, max_turns + 1):
             self._check_cancelled(item)
             try:

@@ -59,6 +59,14 @@ class Env(abc.ABC):
         self.config = config
 
     @classmethod
+    def turn_limit(cls, config: "RunConfig") -> int:
+        """Turns per episode: --max-turns when given, else this mode's default (else the
+        flag's). What a run records in config.json and what its workers use."""
+        if "max_turns" not in config.explicit and cls.default_max_turns:
+            return cls.default_max_turns
+        return config.max_turns
+
+    @classmethod
     def needs_vm(cls) -> bool:
         """Whether a run of this mode needs a VM pool."""
         return cls.vm_scope is not None

@@ -3,10 +3,14 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+import dataclasses
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from ..plugins import Registry
 from .base import Env
+
+if TYPE_CHECKING:
+    from ..config import RunConfig
 
 MODES: Registry[Env] = Registry("mode", {
     "shell": "parallel_rollout.envs.shell:ShellEnv",
@@ -50,3 +54,11 @@ class _Validators(Mapping):
 def task_validators() -> Mapping[str, Callable[[Mapping[str, Any]], None]]:
     """Payload validator per mode, for ``tasks.load_tasks``."""
     return _Validators()
+
+
+def with_mode_defaults(cfg: "RunConfig") -> "RunConfig":
+    """``cfg`` with the settings its mode decides when they were not given: ``max_turns``
+    (web 20, py 1 …: ``Env.turn_limit``). What config.json records, --print-config shows
+    and a resume compares is then what the run uses. ConfigError for an unknown mode."""
+    turns = get_env(cfg.mode).turn_limit(cfg)
+    return cfg if turns == cfg.max_turns else dataclasses.replace(cfg, max_turns=turns)

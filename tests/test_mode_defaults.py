@@ -1,0 +1,68 @@
+"""What a mode decides when its flag is not given, recorded as the run uses it: the mode's own
+--max-turns (py 1, web 20 …) in config.json, --print-config and the resume check; the mode a
+named dataset (or a task file whose tasks all name one) implies when --mode is not given."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from click.testing import CliRunner
+
+from parallel_rollout.cli import main
+from parallel_rollout.config import RunConfig
+from parallel_rollout.envs import get_env
+
+
+def invoke(tmp_path, *args):
+    return CliRunner().invoke(main, ["--output-dir", str(tmp_path / "out"), "--no-progress", *args])
+
+
+def printed(tmp_path, *args) -> dict:
+    result = invoke(tmp_path, *args, "--print-config")
+    assert result.exit_code == 0, (result.output, result.exception)
+    return json.loads(result.stdout)
+
+
+def test_the_modes_own_max_turns_is_what_is_recorded_shown_checked_and_used(tmp_path):
+    assert printed(tmp_path, "--mode", "web", "--data", "miniwob")["max_turns"] == 20
+    assert printed(tmp_path, "--mode", "py", "--data", "humaneval")["max_turns"] == 1
+    assert printed(tmp_path, "--mode", "web", "--data", "miniwob", "--max-turns", "7")["max_turns"] == 7
+    assert printed(tmp_path, "--mode", "shell", "--data", "x.jsonl")["max_turns"] == 100
+    first = invoke(tmp_path, "--mode", "py", "--data", "humaneval", "--run-id", "p", "--limit", "1")
+    assert first.exit_code == 0, (first.output, first.exception)
+    stored = json.loads((tmp_path / "out" / "p" / "config.json").read_text())
+    assert stored["config"]["max_turns"] == 1
+    # a resume with another limit is one run with two limits: refused
+    other = invoke(tmp_path, "--run-id", "p", "--resume", "--limit", "2", "--max-turns", "100")
+    assert other.exit_code == 2, (other.output, other.exception)
+    assert "other settings for max_turns (1 then, 100 now)" in " ".join(other.output.split())
+    # the value the run used is accepted, and so is leaving it out
+    same = invoke(tmp_path, "--run-id", "p", "--resume", "--limit", "2", "--max-turns", "1")
+    assert same.exit_code == 0, (same.output, same.exception)
+    again = invoke(tmp_path, "--run-id", "p", "--resume", "--limit", "3")
+    assert again.exit_code == 0, (again.output, again.exception)
+    turns = [json.loads(line)["turns"] for line in (tmp_path / "out" / "p" / "results.jsonl").read_text().splitlines()]
+    assert turns == [1, 1, 1]
+
+
+def test_a_run_config_made_in_python_gets_the_same_turn_limit():
+    # an RL scheduler's RunConfig: its workers use Env.turn_limit, as a run records it
+    from parallel_rollout.envs import with_mode_defaults
+
+    for mode, turns in (("web", 20), ("py", 1), ("shell", 100)):
+        cfg = RunConfig(mode=mode)
+        assert get_env(mode).turn_limit(cfg) == with_mode_defaults(cfg).max_turns == turns
+    given = RunConfig(mode="web", max_turns=5, explicit=frozenset({"max_turns"}))
+    assert get_env("web").turn_limit(given) == with_mode_defaults(given).max_turns == 5
+
+
+def test_help_states_each_modes_own_max_turns():
+    from parallel_rollout.cli import MODE_TURNS
+
+    said = dict(re.findall(r"(\w+) (\d+)", MODE_TURNS))
+    for name in ("shell", "py", "math", "osworld", "gym", "web", "rag"):
+        default = get_env(name).default_max_turns
+        assert said.get(name) == (str(default) if default else None), name
+    out = " ".join(CliRunner().invoke(main, ["run", "--help"]).output.split())
+    assert f"[default: (the mode's own ({MODE_TURNS}), else 100)]" in out
