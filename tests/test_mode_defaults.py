@@ -66,3 +66,44 @@ def test_help_states_each_modes_own_max_turns():
         assert said.get(name) == (str(default) if default else None), name
     out = " ".join(CliRunner().invoke(main, ["run", "--help"]).output.split())
     assert f"[default: (the mode's own ({MODE_TURNS}), else 100)]" in out
+
+
+def test_a_named_dataset_implies_its_mode(tmp_path):
+    for data, mode in (("humaneval", "py"), ("miniwob", "web"), ("frozenlake", "gym"), ("sokoban", "gym"),
+                       ("sokoban-endless", "gym"), ("rag", "rag")):
+        assert printed(tmp_path, "--data", data)["mode"] == mode, data
+    assert printed(tmp_path, "--data", "miniwob")["max_turns"] == 20
+    result = invoke(tmp_path, "--data", "humaneval", "--run-id", "h", "--limit", "1")
+    assert result.exit_code == 0, (result.output, result.exception)
+    assert json.loads((tmp_path / "out" / "h" / "config.json").read_text())["config"]["mode"] == "py"
+    # resumed without flags: the same mode again
+    resumed = invoke(tmp_path, "--run-id", "h", "--resume", "--limit", "2")
+    assert resumed.exit_code == 0, (resumed.output, resumed.exception)
+    keys = [json.loads(line)["key"] for line in (tmp_path / "out" / "h" / "results.jsonl").read_text().splitlines()]
+    assert keys == ["HumanEval/0#0", "HumanEval/1#0"]
+
+
+def test_a_conflicting_mode_is_refused_clearly(tmp_path):
+    for extra in ([], ["--dry-run"], ["--print-config"]):
+        result = invoke(tmp_path, "--mode", "shell", "--data", "humaneval", *extra)
+        assert result.exit_code == 2, (extra, result.output)
+        assert "--data humaneval holds py tasks, which --mode shell cannot run: leave --mode out, or give " \
+               "--mode py" in " ".join(result.output.split()), extra
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_task_file_whose_tasks_name_one_mode_runs_that_mode(tmp_path):
+    data = tmp_path / "tasks.jsonl"
+    data.write_text("".join(json.dumps({"id": f"m{i}", "mode": "py", "prompt": "def f():\n",
+                                        "entry_point": "f", "test": "def check(f):\n    assert f() == 1\n",
+                                        "canonical_solution": "    return 1\n"}) + "\n" for i in range(2)))
+    shown = printed(tmp_path, "--data", str(data))
+    assert (shown["mode"], shown["max_turns"]) == ("py", 1)
+    result = invoke(tmp_path, "--data", str(data), "--run-id", "f")
+    assert result.exit_code == 0, (result.output, result.exception)
+    assert "2 succeeded" in result.output
+    # tasks of several modes still need --mode, and say which one the run has
+    data.write_text(data.read_text() + json.dumps({"id": "s", "mode": "shell", "instruction": "x", "check": "true"}) + "\n")
+    mixed = invoke(tmp_path, "--data", str(data), "--run-id", "g")
+    assert mixed.exit_code == 2
+    assert "has mode 'py' but the run is --mode shell" in mixed.output

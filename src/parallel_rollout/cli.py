@@ -73,7 +73,8 @@ def main() -> None:
 
 # run's flags are PARALLEL_ROLLOUT_<FLAG> (not ..._RUN_<FLAG>): run is the default command
 @main.command(cls=RunCommand, context_settings={"auto_envvar_prefix": ENV_PREFIX})
-@click.option("--mode", default=_D.mode, show_default=True, cls=RegistryOption, registry="mode",
+@click.option("--mode", default=_D.mode, cls=RegistryOption, registry="mode",
+              show_default="the one --data implies: a named dataset's, or the one every task names; else shell",
               help_template="Task family: decides the environment and how a rollout is graded: "
                             "{names}; or module:Class of your own Env.")
 @click.option("--data", type=click.Path(), cls=LazyHelpOption, help_builder=dataset_help(
@@ -233,12 +234,13 @@ def run(ctx: click.Context, config_file: str | None, dry_run: bool, print_config
         config = build_config(explicit, config_file, from_env)
         if check_endpoint and not dry_run:
             raise ConfigError("--check-endpoint is part of the preflight: add --dry-run")
+        if not dry_run:  # the mode --data implies, its max_turns: what the run records and uses
+            from .envs import with_mode_defaults
+
+            config = with_mode_defaults(config)
         if print_config:
             import json
 
-            from .envs import with_mode_defaults
-
-            config = with_mode_defaults(config)  # what the run would record and use
 
             click.echo(json.dumps(config.to_json(), indent=2))
             return

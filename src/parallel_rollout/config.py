@@ -398,6 +398,10 @@ NAMED_DATASETS = {
     "rag": "parallel_rollout.envs.rag:rag_path",
 }
 
+#: the mode of each named dataset's tasks: --data humaneval without --mode runs the py mode
+NAMED_DATASET_MODES = {"humaneval": "py", "frozenlake": "gym", "sokoban": "gym", "sokoban-endless": "gym",
+                       "miniwob": "web", "rag": "rag"}
+
 #: the default run ids this process handed out: two runs of one second (threads, or one
 #: after the other) must not share one, even before the first one's folder exists
 _ISSUED_RUN_IDS: set[str] = set()

@@ -33,7 +33,7 @@ from pathlib import Path
 
 from .agents import get_agent
 from .config import RunConfig
-from .envs import get_env
+from .envs import get_env, with_mode_defaults
 from .errors import ConfigError, ProviderUnavailable
 from .plugins import plugin_call
 from .pool.providers import get_provider
@@ -65,6 +65,7 @@ def preflight(cfg: RunConfig, *, check_endpoint: bool = False) -> Preflight:
     if cfg.data is None:
         raise ConfigError("--data is required: a .json or .jsonl task file, an OSWorld folder, or humaneval")
     try:
+        cfg = with_mode_defaults(cfg)  # the mode --data implies, its max_turns
         env_cls, agent_cls = get_env(cfg.mode), get_agent(cfg.agent)
     except ConfigError as exc:  # an unknown mode or agent leaves nothing else to check
         found.problems.append(str(exc))

@@ -121,6 +121,22 @@ def resolve_data(data: str) -> Path:
         raise TaskFileError(f"--data {data}: {exc}") from None
 
 
+def declared_mode(data: str) -> str | None:
+    """The mode every task of the task file ``data`` names in its ``mode`` field; None for a
+    folder, a task without one, several modes, or a file that does not load (the load says
+    why)."""
+    try:
+        path = resolve_data(data)
+        if path.is_dir():
+            return None
+        rows = parquet_records(path) if path.suffix == ".parquet" else _records(path)
+        modes = {raw.get("mode") if isinstance(raw, dict) else None for _, raw in rows}
+    except (TaskFileError, OSError, ValueError):
+        return None
+    found = modes.pop() if len(modes) == 1 else None
+    return found if isinstance(found, str) else None
+
+
 def _records(path: Path) -> Iterable[tuple[int, Any]]:
     """(line number, parsed JSON value) for every record of a .json or .jsonl file (or
     their .gz)."""
