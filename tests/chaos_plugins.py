@@ -37,6 +37,7 @@ def first_time(name: str) -> bool:
 
 
 class ChaosAgent(OracleAgent):
+    task_fields = frozenset({"chaos"})
     """The oracle, breaking on a chaos task's first attempt."""
 
     def reset(self, task) -> None:

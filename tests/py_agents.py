@@ -15,6 +15,8 @@ class ScriptedAnswerAgent(Agent):
     task in the test and ``then`` afterwards; ``task.think_s`` sleeps before each answer,
     like a model thinking."""
 
+    task_fields = frozenset({"answers", "think_s"})
+
     def reset(self, task) -> None:
         self.task = task
         self.turn = 0

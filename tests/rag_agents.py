@@ -9,6 +9,8 @@ from parallel_rollout.agents.base import Agent
 class SubmitAgent(Agent):
     """Reference searches, then ``{"answer": task.submit}``."""
 
+    task_fields = frozenset({"submit"})
+
     def reset(self, task) -> None:
         queries = (task.get("reference") or {}).get("queries", [])
         self.actions = [{"search": q, "k": 3} for q in queries] + [{"answer": task.get("submit")}]

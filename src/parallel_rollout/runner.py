@@ -136,8 +136,8 @@ class Runner:
         check_config = getattr(self.agent_cls, "check_config", None)
         if check_config is not None:
             plugin_call(f"agent {cfg.agent!r}: check_config", check_config, cfg)
-        task_set = load_task_set(cfg.data, default_mode=cfg.mode, validators=task_validators(),
-                                 domain=cfg.domain, index=cfg.osworld_index)
+        task_set = load_task_set(cfg.data, default_mode=cfg.mode, validators=task_validators(
+            self.agent_cls.task_fields), domain=cfg.domain, index=cfg.osworld_index)
         if task_set.unsupported and not cfg.skip_unsupported:
             raise TaskFileError(unsupported_message(task_set))
         tasks = task_set.tasks
@@ -426,8 +426,8 @@ def census(cfg: RunConfig) -> str:
     if cfg.data is None:
         raise ConfigError("--data is required: a .json or .jsonl task file, an OSWorld folder, "
                           "or humaneval")
-    task_set = load_task_set(cfg.data, default_mode=cfg.mode, validators=task_validators(),
-                             domain=cfg.domain, index=cfg.osworld_index)
+    task_set = load_task_set(cfg.data, default_mode=cfg.mode, validators=task_validators(
+        get_agent(cfg.agent).task_fields), domain=cfg.domain, index=cfg.osworld_index)
     lines = census_lines(task_set)
     if cfg.limit:  # before the last line, which scripts read
         lines.insert(-1, f"--limit {cfg.limit}: the run takes the first "

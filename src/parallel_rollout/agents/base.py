@@ -38,6 +38,9 @@ class Agent(abc.ABC):
     #: (--model, --base-url, --temperature …), which every agent has; an agent that calls no
     #: model (the oracle) says ``frozenset()``, so a run refuses --model for it
     options: ClassVar[frozenset[str]] = MODEL_OPTIONS
+    #: task fields this agent reads beyond its mode's (a test agent's scripted answer): a task
+    #: file may carry them; any other field a built-in mode does not know is refused at load
+    task_fields: ClassVar[frozenset[str]] = frozenset()
     #: the attempt of the episode ``reset`` starts (None outside a worker, e.g. in a test)
     attempt_info: AttemptInfo | None = None
 

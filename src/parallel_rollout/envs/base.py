@@ -46,6 +46,10 @@ class Env(abc.ABC):
     #: the status of an episode that used every turn without success: "max_turns" when the
     #: agent never finished, "failure" for modes where every turn is a graded try
     turn_limit_status: ClassVar[str] = "max_turns"
+    #: the payload fields a task of this mode may have (besides id, mode, seed, tags and
+    #: task_id): the loader refuses any other, naming the closest; None accepts any (OSWorld's
+    #: tasks carry many fields of their own, and so may a plugin's)
+    task_fields: ClassVar[frozenset[str] | None] = None
     #: turns per episode when --max-turns is not given (None: the flag's default)
     default_max_turns: ClassVar[int | None] = None
     #: per-VM limits (ProviderOptions fields) applied where the provider supports them,

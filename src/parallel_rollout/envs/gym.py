@@ -138,6 +138,9 @@ class GymEnv(Env):
     name = "gym"
     vm_scope = None
 
+    task_fields = frozenset({"game", "desc", "map_name", "size", "p", "is_slippery", "max_steps", "room", "dim_room",
+                             "num_boxes", "search_depth", "grid_vocab", "grid_lookup", "format_penalty"})
+
     @staticmethod
     def validate_task(payload: Mapping[str, Any]) -> None:
         """The game, the map fields and the rules."""

@@ -167,6 +167,8 @@ class MathEnv(Env):
     #: seconds one grade may take; an instance attribute can shrink it
     grade_timeout_s = DEFAULT_GRADE_TIMEOUT_S
 
+    task_fields = frozenset({"problem", "answer", "data_source", "ability", "extra_info"})  # verl's columns too
+
     @staticmethod
     def validate_task(payload: Mapping[str, Any]) -> None:
         """problem is a non-empty string; answer a non-empty string or a finite number."""

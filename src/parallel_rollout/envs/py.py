@@ -88,6 +88,8 @@ class PyEnv(Env):
     #: per-VM limits applied unless the user sets them: hostile code must not hurt the host
     default_limits = {"memory_mb": 2048, "max_processes": 256}
 
+    task_fields = frozenset({"prompt", "entry_point", "test", "canonical_solution", "timeout"})
+
     @staticmethod
     def validate_task(payload: Mapping[str, Any]) -> None:
         """prompt, entry_point and test are strings; canonical_solution too when present."""

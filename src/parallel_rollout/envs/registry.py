@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import functools
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from ..errors import ConfigError
@@ -36,12 +38,19 @@ def get_env(mode: str) -> type[Env]:
 
 
 class _Validators(Mapping):
-    """mode -> payload validator, importing a mode's module only when a task uses it."""
+    """mode -> payload validator, importing a mode's module only when a task uses it;
+    ``also``: the fields the run's agent reads besides the mode's (``Agent.task_fields``)."""
+
+    def __init__(self, also: frozenset[str] = frozenset()) -> None:
+        self.also = frozenset(also)
 
     def __getitem__(self, mode: str) -> Callable[[Mapping[str, Any]], None]:
         if mode not in MODES:
             raise KeyError(mode)
-        return get_env(mode).validate_task
+        env = get_env(mode)
+        if env.task_fields is None:
+            return env.validate_task
+        return functools.partial(_known_fields, env, env.task_fields | self.also)
 
     def __contains__(self, mode: object) -> bool:
         return mode in MODES
@@ -53,9 +62,23 @@ class _Validators(Mapping):
         return len(mode_names())
 
 
-def task_validators() -> Mapping[str, Callable[[Mapping[str, Any]], None]]:
-    """Payload validator per mode, for ``tasks.load_tasks``."""
-    return _Validators()
+def _known_fields(env: type[Env], fields: frozenset[str], payload: Mapping[str, Any]) -> None:
+    """ValueError for a payload field neither the mode nor the agent knows (a typo such as
+    ``chekc``), naming the closest known one; then the mode's own checks."""
+    known = sorted(fields)
+    for name in payload:
+        if name not in known and name != "task_id":
+            close = difflib.get_close_matches(name, [*known, "id", "mode", "seed", "tags"], n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ValueError(f"unknown field {name!r}{hint}; a {env.name or 'task'} task's fields are "
+                             f"id, mode, seed, tags, {', '.join(known)}")
+    env.validate_task(payload)
+
+
+def task_validators(also: frozenset[str] = frozenset()) -> Mapping[str, Callable[[Mapping[str, Any]], None]]:
+    """Payload validator per mode, for ``tasks.load_tasks``; ``also``: the task fields the
+    run's agent reads (``Agent.task_fields``), accepted besides the mode's."""
+    return _Validators(also)
 
 
 def with_mode_defaults(cfg: "RunConfig") -> "RunConfig":

@@ -32,6 +32,8 @@ class ShellEnv(Env):
     name = "shell"
     vm_scope = "episode"
 
+    task_fields = frozenset({"instruction", "check", "setup", "reference", "reap", "timeout"})
+
     @staticmethod
     def validate_task(payload: Mapping[str, Any]) -> None:
         """instruction and check are strings; setup and reference are lists of strings."""

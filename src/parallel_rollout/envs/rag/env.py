@@ -61,6 +61,8 @@ class RagEnv(Env):
     options = frozenset({"rag_metric"})
     default_max_turns = 10
 
+    task_fields = frozenset({"question", "answers", "corpus", "reference", "evidence"})
+
     @staticmethod
     def validate_task(payload: Mapping[str, Any]) -> None:
         """question, answers (non-empty strings), corpus; reference {queries, answer}."""

@@ -68,6 +68,8 @@ class WebEnv(Env):
     default_max_turns = 20
     turn_limit_status = "max_turns"
 
+    task_fields = frozenset({"env", "screenshot", "time_limit_s"})
+
     @staticmethod
     def validate_task(payload: Mapping[str, Any]) -> None:
         """``env`` is a MiniWoB++ environment of the installed package; the options' types."""

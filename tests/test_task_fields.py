@@ -1,0 +1,66 @@
+"""Task fields a mode does not know are refused at load (a typo such as "chekc" for "check"
+would otherwise be ignored and the task graded without its check), naming file:line and the
+closest known field; an integer id is the string of its digits."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from conftest import shell_task, write_tasks
+from parallel_rollout.cli import main
+
+
+def invoke(tmp_path, data, *args):
+    return CliRunner().invoke(main, ["--data", str(data), "--output-dir", str(tmp_path / "out"),
+                                     "--no-progress", "--run-id", "r", *args])
+
+
+def test_an_unknown_field_is_refused_with_file_line_and_the_closest_name(tmp_path):
+    task = shell_task("t1")
+    task["chekc"] = task.pop("check")
+    data = write_tasks(tmp_path / "tasks.jsonl", [shell_task("t0"), task])
+    for extra in ([], ["--dry-run"]):
+        result = invoke(tmp_path, data, "--mode", "shell", *extra)
+        assert result.exit_code == 2, (result.output, result.exception)
+        said = " ".join(result.output.split())
+        assert f"{data}:2: task 't1': unknown field 'chekc' (did you mean 'check'?)" in said
+    assert not (tmp_path / "out" / "r").exists()
+    optional = write_tasks(tmp_path / "opt.jsonl", [{**shell_task("o"), "setpu": ["touch x"]}])
+    result = invoke(tmp_path, optional, "--mode", "shell")
+    assert result.exit_code == 2  # before: run without its setup
+    assert f"{optional}:1: task 'o': unknown field 'setpu' (did you mean 'setup'?)" in " ".join(result.output.split())
+    math = write_tasks(tmp_path / "math.jsonl", [{"id": "m", "mode": "math", "problem": "1+1", "answr": "2"}])
+    result = invoke(tmp_path, math, "--dry-run")
+    assert result.exit_code == 2
+    assert "unknown field 'answr' (did you mean 'answer'?)" in " ".join(result.output.split())
+
+
+def test_shipped_task_sets_and_osworld_tasks_still_load(tmp_path):
+    for data in ("benchmarks/shell_tasks.jsonl", "humaneval", "frozenlake", "sokoban", "rag"):
+        result = CliRunner().invoke(main, ["--data", data, "--dry-run", "--output-dir", str(tmp_path)])
+        assert "unknown field" not in result.output, (data, result.output)
+    osworld = Path("/work/shared/osworld")
+    if osworld.is_dir():
+        from parallel_rollout.envs import task_validators
+        from parallel_rollout.tasks import load_task_set, osworld_folder
+
+        try:
+            osworld_folder(osworld)
+        except Exception:  # noqa: BLE001 - not an OSWorld folder here: nothing to load
+            return
+        load_task_set(str(osworld), default_mode="osworld", validators=task_validators())
+
+
+def test_an_integer_id_is_its_string(tmp_path):
+    task = {**shell_task("x"), "id": 7}
+    data = write_tasks(tmp_path / "tasks.jsonl", [task])
+    first = invoke(tmp_path, data, "--mode", "shell")
+    assert first.exit_code == 0, (first.output, first.exception)
+    records = [json.loads(line) for line in (tmp_path / "out" / "r" / "results.jsonl").read_text().splitlines()]
+    assert [(r["task_id"], r["key"]) for r in records] == [("7", "7#0")]
+    again = invoke(tmp_path, data, "--mode", "shell", "--resume")
+    assert again.exit_code == 0, (again.output, again.exception)
+    assert "1 already final, 0 to run" in again.stderr
