@@ -63,11 +63,11 @@ def test_flags_win_over_the_file(tmp_path):
     ("explicit = []\n", ["unknown key 'explicit'"]),
     ("[pool]\nsize = 2\n", ["unknown key 'pool'"]),
     ("num-vms = 2\nnum_vms = 3\n", ["num_vms", "twice"]),
-    ('num-rollouts = "4"\n', ["num_rollouts must be an integer", "'4'"]),
-    ("num-rollouts = 2.5\n", ["num_rollouts must be an integer"]),
-    ("num-rollouts = true\n", ["num_rollouts must be an integer"]),
-    ('use-vm-pool = "yes"\n', ["use_vm_pool must be true or false"]),
-    ('task-timeout = "10"\n', ["task_timeout must be a number"]),
+    ('num-rollouts = "4"\n', ["num-rollouts must be an integer", "'4'"]),
+    ("num-rollouts = 2.5\n", ["num-rollouts must be an integer"]),
+    ("num-rollouts = true\n", ["num-rollouts must be an integer"]),
+    ('use-vm-pool = "yes"\n', ["use-vm-pool must be true or false"]),
+    ('task-timeout = "10"\n', ["task-timeout must be a number"]),
     ("mode = 3\n", ["mode must be a string"]),
     ("num-rollouts = \n", ["invalid TOML"]),
 ], ids=["unknown", "explicit", "table", "twice", "int as string", "int as float", "int as bool",
@@ -110,7 +110,7 @@ def test_cli_config_file_errors_exit_2(tmp_path):
     path.write_text("num-vmz = 2\n")
     assert_usage_error(invoke(tmp_path, "--config", str(path)), tmp_path, "unknown key 'num-vmz'")
     path.write_text('num-rollouts = "many"\n')
-    assert_usage_error(invoke(tmp_path, "--config", str(path)), tmp_path, "num_rollouts must be an integer")
+    assert_usage_error(invoke(tmp_path, "--config", str(path)), tmp_path, "num-rollouts must be an integer")
 
 
 # -- ranges and combinations ----------------------------------------------------------------
@@ -282,3 +282,14 @@ def test_concurrency_is_logged_and_flags_beat_the_file(tmp_path, extra, expected
     assert re.fullmatch(r"[0-9a-f]{16}", resolved["identity_hash"])
     # console logging reaches this invocation's stderr, also on the second run in one process
     assert f"[Concurrency] Set max concurrent rollouts to {expected}" in result.stderr
+
+
+def test_a_config_files_wrong_type_names_the_key_as_the_file_spells_it(tmp_path):
+    for key, shown in (("num-vms", "num-vms"), ("num_vms", "num_vms"), ("use-vm-pool", "use-vm-pool"),
+                       ("sampling", "sampling")):
+        path = tmp_path / f"{key}.toml"
+        path.write_text(f'{key} = "4"\n')
+        result = CliRunner().invoke(main, ["--config", str(path), "--data", "x.jsonl", "--print-config"])
+        assert result.exit_code == 2, result.output
+        said = " ".join(result.output.split())
+        assert f"{path}: {shown} must be" in said, said

@@ -255,41 +255,43 @@ def split_addresses(value: Any) -> tuple[str, ...]:
     return tuple(part.strip() for item in items for part in str(item).split(",") if part.strip())
 
 
-def _coerce(name: str, value: Any, where: str) -> Any:
-    """Check a config-file value against the field's type."""
+def _coerce(name: str, value: Any, where: str, key: str | None = None) -> Any:
+    """Check a config-file value against the field's type; errors name ``key``, the setting
+    as the file spells it (num-vms), else the field."""
     kind = _FIELDS[name].type
+    key = key or name
     if value is None:
         return value
     if kind.startswith("dict"):
         if not isinstance(value, dict):
-            raise ConfigError(f"{where}: {name} must be a table (e.g. [{name}] with key = value lines), "
+            raise ConfigError(f"{where}: {key} must be a table (e.g. [{key}] with key = value lines), "
                               f"got {value!r}")
         return value
     if kind.startswith("str | list"):
         if isinstance(value, str) or (isinstance(value, list) and value and all(isinstance(v, str) for v in value)):
             return value
-        raise ConfigError(f"{where}: {name} must be a string or a list of strings, got {value!r}")
+        raise ConfigError(f"{where}: {key} must be a string or a list of strings, got {value!r}")
     if kind.startswith("tuple"):
         if isinstance(value, str):
             return split_addresses(value)
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise ConfigError(f"{where}: {name} must be a list of strings, got {value!r}")
+            raise ConfigError(f"{where}: {key} must be a list of strings, got {value!r}")
         return split_addresses(value)
     if "bool" in kind:
         if not isinstance(value, bool):
-            raise ConfigError(f"{where}: {name} must be true or false, got {value!r}")
+            raise ConfigError(f"{where}: {key} must be true or false, got {value!r}")
     elif "int" in kind and "float" not in kind:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{where}: {name} must be an integer, got {value!r}")
+            raise ConfigError(f"{where}: {key} must be an integer, got {value!r}")
     elif "float" in kind:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"{where}: {name} must be a number, got {value!r}")
+            raise ConfigError(f"{where}: {key} must be a number, got {value!r}")
         value = float(value)
     elif "str" in kind:
         if isinstance(value, os.PathLike):  # run(data=Path(...)): a path is its string
             value = os.fspath(value)
         if not isinstance(value, str):
-            raise ConfigError(f"{where}: {name} must be a string, got {value!r}")
+            raise ConfigError(f"{where}: {key} must be a string, got {value!r}")
     return value
 
 
@@ -327,7 +329,7 @@ def settings(raw: dict[str, Any], where: str) -> dict[str, Any]:
         if name in values:
             # num-vms and num_vms are one setting; silently keeping the last would hide a typo.
             raise ConfigError(f"{where}: {key!r} is given twice (as dashes and as underscores)")
-        values[name] = _coerce(name, value, where)
+        values[name] = _coerce(name, value, where, key)
     return values
 
 
