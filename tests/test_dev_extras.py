@@ -44,3 +44,16 @@ def test_the_mode_may_come_from_a_variable_or_the_config_file(tmp_path):
     # TOML's literal strings are single-quoted
     config.write_text("mode = 'math'\ndata='tasks.parquet'  # a table\n")
     assert extras("--config", str(config)) == ["math", "parquet"]
+
+
+@pytest.mark.parametrize("args", [[], ["help"]], ids=["none", "help"])
+def test_dev_alone_or_help_prints_its_usage_and_sets_nothing_up(tmp_path, args):
+    # a copy of the script in an empty folder: any setup would make tmp_path/.venv
+    (tmp_path / "dev").write_bytes((ROOT / "dev").read_bytes())
+    proc = subprocess.run(["bash", str(tmp_path / "dev"), *args], capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("usage: ./dev COMMAND")
+    for command in ("./dev run", "./dev test", "./dev extras", "./dev OTHER"):
+        assert command in proc.stdout
+    assert "Error" not in proc.stderr and "[setup]" not in proc.stderr
+    assert not (tmp_path / ".venv").exists()
