@@ -144,3 +144,19 @@ def test_per_worker_vms_one_per_worker(tmp_path):
     assert len(set().union(*workers_of_vm.values())) == len(workers_of_vm)  # no worker holds two
     summary = json.loads((run_dir / "summary.json").read_text())
     assert (summary["successes"], summary["vm"]["size"], summary["vm"]["per_worker"]) == (25, 3, True)
+
+
+def test_a_mistyped_command_says_the_one_it_is_close_to(tmp_path):
+    from click.testing import CliRunner as _Runner
+
+    from parallel_rollout.cli import main as _main
+
+    for typo, meant in (("reprot", "report"), ("compaer", "compare"), ("rnu", "run"), ("vsm", "vms")):
+        result = _Runner().invoke(_main, [typo, str(tmp_path)])
+        assert result.exit_code == 2, result.output
+        assert f"no command {typo!r} (did you mean {meant!r}?)" in result.output, result.output
+    # run is the default command: its flags, and a word nothing like a command, go to run
+    shown = _Runner().invoke(_main, ["--mode", "shell", "--data", "x.jsonl", "--print-config"])
+    assert shown.exit_code == 0, shown.output
+    other = _Runner().invoke(_main, ["zzzzqq"])
+    assert "no command" not in other.output and "unexpected extra argument" in other.output

@@ -7,6 +7,7 @@ removes VMs that killed runs left behind.
 
 from __future__ import annotations
 
+import difflib
 import sys
 from typing import Any
 
@@ -30,6 +31,10 @@ class _DefaultRunGroup(click.Group):
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         if args and args[0] not in self.commands and args[0] not in ("--help", "-h", "--version"):
+            # a first bare word close to a command's name is a typo of it (reprot), not run's
+            close = [] if args[0].startswith("-") else difflib.get_close_matches(args[0], list(self.commands), n=1)
+            if close:
+                raise click.UsageError(f"no command {args[0]!r} (did you mean {close[0]!r}?)", ctx)
             args = ["run", *args]
         return super().parse_args(ctx, args)
 
