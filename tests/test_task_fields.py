@@ -38,6 +38,20 @@ def test_an_unknown_field_is_refused_with_file_line_and_the_closest_name(tmp_pat
     assert "unknown field 'answr' (did you mean 'answer'?)" in " ".join(result.output.split())
 
 
+def test_a_dataset_s_own_columns_are_kept_not_refused(tmp_path):
+    """Fields unlike any the mode knows (a dataset's difficulty, source, split) load and reach
+    the agent's task; one like a field the task also has ('tests' beside 'test') too."""
+    from parallel_rollout.envs import task_validators
+    from parallel_rollout.tasks import load_tasks
+
+    task = {**shell_task("t"), "difficulty": "hard", "source": "mine", "checks": ["extra"]}
+    data = write_tasks(tmp_path / "tasks.jsonl", [task])
+    [loaded] = load_tasks(data, default_mode="shell", validators=task_validators())
+    assert (loaded.get("difficulty"), loaded.get("source"), loaded.get("checks")) == ("hard", "mine", ["extra"])
+    result = invoke(tmp_path, data, "--mode", "shell", "--dry-run")
+    assert result.exit_code == 0, result.output
+
+
 def test_shipped_task_sets_and_osworld_tasks_still_load(tmp_path):
     for data in ("benchmarks/shell_tasks.jsonl", "humaneval", "frozenlake", "sokoban", "rag"):
         result = CliRunner().invoke(main, ["--data", data, "--dry-run", "--output-dir", str(tmp_path)])

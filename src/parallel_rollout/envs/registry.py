@@ -63,16 +63,25 @@ class _Validators(Mapping):
 
 
 def _known_fields(env: type[Env], fields: frozenset[str], payload: Mapping[str, Any]) -> None:
-    """ValueError for a payload field neither the mode nor the agent knows (a typo such as
-    ``chekc``), naming the closest known one; then the mode's own checks."""
+    """ValueError for a payload field that reads as a typo of one the mode (or the agent)
+    knows and the task lacks (``chekc`` for ``check``, ``setpu`` for ``setup``: ignored, the
+    task would run without it), naming it; then the mode's own checks. Other fields a mode
+    does not know are kept (a dataset's own columns: difficulty, source …) for the agent."""
     known = sorted(fields)
+    core = ["id", "mode", "seed", "tags"]
     for name in payload:
-        if name not in known and name != "task_id":
-            close = difflib.get_close_matches(name, [*known, "id", "mode", "seed", "tags"], n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise ValueError(f"unknown field {name!r}{hint}; a {env.name or 'task'} task's fields are "
-                             f"id, mode, seed, tags, {', '.join(known)}")
+        if name in fields or name == "task_id":
+            continue
+        close = difflib.get_close_matches(name, [*known, *core], n=1, cutoff=TYPO_CUTOFF)
+        if close and close[0] not in payload and close[0] not in core:
+            raise ValueError(f"unknown field {name!r} (did you mean {close[0]!r}?); a {env.name or 'task'} "
+                             f"task's fields are {', '.join([*core, *known])} (others are kept for the agent)")
     env.validate_task(payload)
+
+
+#: how like a known field an unknown one must be to be refused as its typo (difflib's ratio:
+#: chekc/check 0.8, setpu/setup 0.8, answr/answer 0.91; difficulty/... far below)
+TYPO_CUTOFF = 0.75
 
 
 def task_validators(also: frozenset[str] = frozenset()) -> Mapping[str, Callable[[Mapping[str, Any]], None]]:
