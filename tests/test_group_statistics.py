@@ -13,6 +13,7 @@ task's p drops. The last test does the same through real runs: ``run --group-siz
 from __future__ import annotations
 
 import json
+import time
 import os
 import random
 import re
@@ -52,11 +53,17 @@ def seeded_policy_run(run_seed: int, *, drop: float = 0.0, agree: float = 0.9) -
 
 
 def write_run(out, run_id: str, records: list[dict]) -> None:
-    """A run folder as the runner leaves it: config.json and results.jsonl."""
+    """A finished run's folder as the runner leaves it: config.json, results.jsonl and the
+    summary that says it finished (a baseline without one is unfinished: no verdict)."""
     folder = out / run_id
     folder.mkdir(parents=True)
     (folder / "config.json").write_text(json.dumps({"run_id": run_id, "config": {"mode": "math", "group_size": K}}))
     (folder / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    from parallel_rollout.results import summarize
+
+    finals = {r["key"] for r in records if r.get("final")}
+    summary = summarize(records, total_samples=len(finals), pool_stats=None, started_at=time.time())
+    (folder / "summary.json").write_text(json.dumps(summary))
 
 
 def naive_regression(a: list[dict], b: list[dict]) -> bool:

@@ -138,7 +138,11 @@ def test_report_command_on_a_run_without_vms(tmp_path):
     assert again.exit_code == 0 and again.output.strip() == str(report)
     assert "this mode runs without VMs" in report.read_text()
     missing = CliRunner().invoke(main, ["report", str(tmp_path / "nothing")])
-    assert missing.exit_code == 2 and "not a run folder" in missing.output
+    assert missing.exit_code == 2 and "no such run folder" in missing.output
+    # a run id under --output-dir, as compare and export-osworld take it
+    report.unlink()
+    by_id = CliRunner().invoke(main, ["report", "m", "--output-dir", str(tmp_path)])
+    assert by_id.exit_code == 0 and by_id.output.strip() == str(report) and report.exists()
 
 
 DESKTOP_TOOLS = ("Xvfb", "openbox", "xterm", "xdotool", "wmctrl")

@@ -357,15 +357,19 @@ def sweep(provider_name: str, run_id: str | None, backend: str, ray_address: str
 
 
 @main.command("report")
-@click.argument("run_dir", type=click.Path(file_okay=False))
+@click.argument("run_dir")
 @click.option("--output", "-o", type=click.Path(dir_okay=False),
               help="Where to write the page (default: RUN_DIR/report.html; screenshots are linked "
                    "relative to the run folder).")
-def report_cmd(run_dir: str, output: str | None) -> None:
-    """Write the self-contained HTML report of a run folder and print its path."""
+@click.option("--output-dir", default=_D.output_dir, show_default=True,
+              help="Where a run id given instead of a folder is looked up.")
+def report_cmd(run_dir: str, output: str | None, output_dir: str) -> None:
+    """Write the self-contained HTML report of a run (its folder, or its run id under
+    --output-dir) and print its path."""
     from .report.html import write_report
+    from .report.run_data import resolve_run
 
-    click.echo(write_report(run_dir, output))
+    click.echo(write_report(resolve_run(run_dir, output_dir), output))
 
 
 @main.command("compare")
