@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -266,3 +268,33 @@ def test_a_plugin_that_does_not_import_in_the_workers_stops_the_run_saying_so(tm
     run_log = (tmp_path / "out" / "nope" / "run.log").read_text()
     assert "this module imports only in the main process" in run_log
     assert run_log.count("cannot load the run's mode or agent") <= 2  # one per worker, none replaced
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_an_interrupt_while_the_run_prepares_exits_130_and_writes_nothing(tmp_path, signum):
+    """Ctrl-C while a plugin imports (the run's preparation) gave click's 'Aborted!' and exit
+    1 ('aborted: --resume continues', with nothing to resume), or a plugin loader's 'failed to
+    import'; SIGTERM killed the CLI (143, nothing said). Both are now the interrupt they are."""
+    write_module(tmp_path, "slow_mode_i", SLOW_IMPORT)
+    data = double_tasks(tmp_path)
+    log = tmp_path / "imports.log"
+    pythonpath = os.pathsep.join([str(ROOT / "tests"), str(tmp_path)])
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "run_parallel_rollout.py"), "--mode", "slow_mode_i:SlowDoubleEnv",
+         "--data", str(data), "--output-dir", str(tmp_path / "out"), "--run-id", "i", "--no-progress"],
+        cwd=tmp_path, env={**without_pythonpath(), "PYTHONPATH": pythonpath, "PR_IMPORT_LOG": str(log),
+                           "PR_IMPORT_SLEEP": "30"},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while not (log.exists() and log.read_text().strip()):  # the CLI is importing the mode
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.05)
+        proc.send_signal(signum)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    assert err.strip().splitlines()[-1] == f"interrupted by signal {int(signum)} before the run started: nothing ran"
+    assert "Traceback" not in err and not (tmp_path / "out").exists()

@@ -8,6 +8,7 @@ removes VMs that killed runs left behind.
 from __future__ import annotations
 
 import difflib
+import signal
 import sys
 from typing import Any
 
@@ -15,10 +16,10 @@ import click
 from click.core import ParameterSource
 
 from .config import RunConfig, build_config
-from .errors import ConfigError, ProviderUnavailable, RunLocked, VMError
+from .errors import ConfigError, InterruptedBeforeStart, ProviderUnavailable, RunLocked, VMError, raise_interrupted
 from .cli_options import (ENV_PREFIX, LazyHelpOption, RegistryOption, RunCommand, dataset_help, env_var_name,
                           help_sections, invoked_as)
-from .exit_codes import EXIT_ABORTED, EXIT_LOCKED, EXIT_USAGE
+from .exit_codes import EXIT_ABORTED, EXIT_INTERRUPTED, EXIT_LOCKED, EXIT_USAGE
 from .logs import console_logging
 
 _D = RunConfig()
@@ -224,6 +225,21 @@ def run(ctx: click.Context, config_file: str | None, dry_run: bool, print_config
     samples, an unfinished baseline),
     75 another run holds the folder's lock (retry later), 130 interrupted.
     """
+    # an interrupt from here on ends as one during the run does (130, said), not as
+    # click's 'Aborted!' (1: resume) or a SIGTERM's bare 143; the run sets its own later
+    previous = {sig: signal.signal(sig, raise_interrupted) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        _run(ctx, config_file, dry_run, print_config, check_endpoint, verbose, quiet, flags)
+    except InterruptedBeforeStart as exc:
+        click.echo(str(exc), err=True)
+        sys.exit(EXIT_INTERRUPTED)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _run(ctx: click.Context, config_file: str | None, dry_run: bool, print_config: bool, check_endpoint: bool,
+         verbose: int, quiet: int, flags: dict[str, Any]) -> None:
     from .runner import Runner
 
     explicit = {

@@ -113,3 +113,19 @@ class TaskFileError(ConfigError):
 
 class RunLocked(ConfigError):
     """Another run holds the run folder's lock; the CLI exits 75 (EX_TEMPFAIL) so cron retries."""
+
+
+class InterruptedBeforeStart(KeyboardInterrupt):
+    """Ctrl-C or SIGTERM came while the run was being prepared, before its folder opened:
+    nothing ran and nothing was written; the CLI exits 130 as for a later interrupt. A
+    KeyboardInterrupt, so that no ``except Exception`` on the way (a plugin's import) takes it."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"interrupted by signal {signum} before the run started: nothing ran")
+        self.signum = signum
+
+
+def raise_interrupted(signum: int, frame: object) -> None:
+    """A signal handler for the time before a run opens its folder: ends what it prepares
+    with InterruptedBeforeStart (after that, the run stops itself cleanly)."""
+    raise InterruptedBeforeStart(signum)

@@ -35,7 +35,7 @@ from .agents.episode import ModelUnavailable
 from .config import RunConfig, default_run_id
 from .engine import Engine
 from .envs import get_env, task_validators, with_mode_defaults
-from .errors import ConfigError, RunLocked, TaskFileError
+from .errors import ConfigError, RunLocked, TaskFileError, raise_interrupted
 from .logs import run_log_handler
 from .messages import Assignment
 from .plugins import plugin_call
@@ -273,16 +273,25 @@ class Runner:
 
     def run(self) -> RunOutcome:
         """Run every pending sample to a final record, or stop cleanly trying."""
-        samples = self.prepare()
-        total = len(samples) + len(self._skipped)
-        lock, index = self._open_run_dir(self._keys(samples))
+        # Ctrl-C and SIGTERM stop the run when it runs on the main thread (Python lets only
+        # that thread set handlers: a run() from another thread leaves signals to its caller):
+        # before the folder opens they end the preparation (InterruptedBeforeStart: nothing
+        # ran), after it the run stops itself, writing its summary
+        signals = (signal.SIGINT, signal.SIGTERM) if threading.current_thread() is threading.main_thread() else ()
+        previous = {sig: signal.signal(sig, raise_interrupted) for sig in signals}
+        try:
+            samples = self.prepare()
+            total = len(samples) + len(self._skipped)
+            lock, index = self._open_run_dir(self._keys(samples))
+            for sig in signals:
+                signal.signal(sig, self._on_signal)
+        except BaseException:
+            for sig, handler_ in previous.items():
+                signal.signal(sig, handler_)
+            raise
         self.started = True
         handler = self._setup_logging()
         self._started_at = time.time()
-        # Ctrl-C and SIGTERM stop the run when it runs on the main thread; Python lets only
-        # that thread set handlers, so a run() from another thread leaves signals to its caller
-        previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)
-                    if threading.current_thread() is threading.main_thread()}
         try:
             pending = self._queue_samples(samples, index)
             log.info("run %s: %d samples, %d already final, %d to run; output in %s",
