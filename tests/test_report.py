@@ -173,6 +173,17 @@ def test_a_desktop_attempt_shows_its_screenshots(tmp_path, page):
     page.screenshot(path=str(shot))
     print(f"\n[report] screenshot: {shot}")
     assert page.errors == []
+    # a page written elsewhere (report -o) links the screenshots where they are, in the run
+    # folder (it linked them beside itself, and showed none)
+    elsewhere = tmp_path / "pages" / "desk.html"
+    elsewhere.parent.mkdir()
+    assert CliRunner().invoke(main, ["report", str(outcome.run_dir), "-o", str(elsewhere)]).exit_code == 0
+    page.goto(elsewhere.as_uri())
+    page.wait_for_selector("body[data-ready='1']", timeout=15000)
+    page.click("a.traj-link")
+    page.wait_for_selector("#traj.open")
+    page.wait_for_function("[...document.querySelectorAll('#traj img')].every(i => i.complete)")
+    assert page.eval_on_selector_all("#traj img", "els => els.map(e => e.naturalWidth)") == [800] * 4
 
 
 def test_pass_at_k_per_tag_is_the_unbiased_estimator_over_that_tags_tasks():

@@ -39,6 +39,16 @@ def test_a_new_task_gets_its_folders_and_each_turn_is_one_line(tmp_path):
     assert read_turns(tmp_path / file.relpath)[1]["action"] == "not JSON: <odd>"
 
 
+def test_an_attempt_s_extra_folder_is_absolute_whatever_the_run_folder_s_spelling(tmp_path, monkeypatch):
+    """A run in a relative --output-dir gave screenshots paths relative to the folder the run
+    started in (results/r/trajectories/…), which an observation's reader elsewhere could not
+    open; the extra folder, and so every screenshot_path, is absolute."""
+    monkeypatch.chdir(tmp_path)
+    file = TrajectoryFile(os.path.join("results", "r", "trajectories", "t", "0"), os.path.join("results", "r"), 0)
+    assert file.extra_dir == tmp_path / "results" / "r" / "trajectories" / "t" / "0" / "attempt-0"
+    assert file.relpath == os.path.join("trajectories", "t", "0", "attempt-0.jsonl")  # the record's: as it was
+
+
 def test_a_second_sample_and_a_retry_use_the_folders_already_there(tmp_path):
     first = TrajectoryFile(tmp_path / "trajectories" / "t1" / "0", str(tmp_path), 0)
     first.write({"turn": 1})

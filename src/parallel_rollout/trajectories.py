@@ -76,8 +76,10 @@ class TrajectoryFile:
 
     @property
     def extra_dir(self) -> Path:
-        """Where the env may write extra files of this attempt (created by the env)."""
-        return Path(self._path.removesuffix(".jsonl"))
+        """Where the env may write extra files of this attempt (created by the env): an
+        absolute path, so that what an observation names (a screenshot's path) reads the same
+        from any folder, not only the one the run was started in."""
+        return Path(os.path.abspath(self._path.removesuffix(".jsonl")))
 
     def write(self, entry: dict[str, Any]) -> None:
         """Append one turn; StorageError when the output folder cannot take it."""

@@ -171,11 +171,16 @@ def _samples_html() -> str:
             f'<table id="samples"><thead><tr>{ths}</tr></thead><tbody id="samples-body"></tbody></table>')
 
 
-def render(data: RunData) -> str:
-    """The whole page of a run, as one string."""
+def render(data: RunData, images_at: str = "") -> str:
+    """The whole page of a run, as one string; ``images_at``: the run folder as the page's
+    folder reaches it (its screenshots are linked, relative to it: "" beside them)."""
     head = model.headline(data)
     columns, rows = model.sample_rows(data)
-    payload = {"columns": columns, "rows": rows, "trajectories": model.trajectories(data)}
+    trajectories = model.trajectories(data)
+    if images_at:
+        for shown in trajectories.values():
+            shown["images"] = [f"{images_at}/{image}" for image in shown["images"]]
+    payload = {"columns": columns, "rows": rows, "trajectories": trajectories}
     # "</" would end the script element early; "<\/" means the same in JSON strings
     blob = json.dumps(payload, ensure_ascii=False, separators=(",", ":"), default=str)
     blob = blob.replace("</", "<\\/").replace("<!--", "<\\u0021--")
@@ -213,7 +218,9 @@ def write_report(run: RunData | str | Path, output: str | Path | None = None) ->
     """Write ``report.html`` of a run (folder) into its folder, or to ``output``; whole or not at all."""
     data = run if isinstance(run, RunData) else RunData.load(run)
     path = Path(output) if output is not None else data.run_dir / "report.html"
+    # the screenshots stay in the run folder: a page written elsewhere links them from there
+    images_at = os.path.relpath(data.run_dir.resolve(), path.parent.resolve())
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(render(data), encoding="utf-8")
+    tmp.write_text(render(data, "" if images_at == "." else Path(images_at).as_posix()), encoding="utf-8")
     os.replace(tmp, path)
     return path
