@@ -262,6 +262,21 @@ def test_every_bad_record_is_named_at_once(tmp_path):
     assert lines[0] == f"{data}: 25 bad task records:" and lines[-1] == "  … and 5 more" and len(lines) == 22
 
 
+def test_every_task_the_oracle_cannot_replay_is_named_at_once(tmp_path):
+    """--agent oracle on tasks without references named only the first one (a census of 39
+    OSWorld tasks said 'runnable 39 of 39', then one task): each is named, run or --dry-run."""
+    plain = [{k: v for k, v in shell_task(f"n{i}").items() if k != "reference"} for i in range(3)]
+    data = write_tasks(tmp_path / "tasks.jsonl", [shell_task("t0"), *plain])
+    for extra in ([], ["--dry-run"]):
+        result = CliRunner().invoke(main, ["--mode", "shell", "--data", str(data), "--agent", "oracle",
+                                           "--output-dir", str(tmp_path / "out"), "--no-progress", *extra])
+        assert result.exit_code == 2, result.output
+        assert f"{data}: 3 tasks --agent oracle cannot run:" in result.output
+        for i in range(3):
+            assert f"task 'n{i}' has no 'reference' commands" in result.output
+        assert not (tmp_path / "out").exists()
+
+
 def _raw(task_id: str, extra: str) -> str:
     """A good shell task's line with raw JSON text (``"k": v``) added inside its object."""
     return _line(shell_task(task_id))[:-2] + ", " + extra + "}\n"

@@ -44,7 +44,7 @@ from .provenance import SCHEMA_VERSION, check_resume, provenance
 from .records import unsupported_record
 from .results import ResultStore, ResumeIndex, StorageError, read_records
 from .run_end import RunOutcome, finish_run, resume_command
-from .tasks import Sample, census_lines, expand, load_task_set, unsupported_message
+from .tasks import Sample, bad_records, census_lines, expand, load_task_set, unsupported_message
 
 log = logging.getLogger("parallel_rollout")
 
@@ -147,9 +147,15 @@ class Runner:
             (sample, item.features) for item in task_set.unsupported
             for sample in expand([item.task], cfg.group_size)]
         check_task = getattr(self.agent_cls, "check_task", None)
-        if check_task is not None:
+        if check_task is not None:  # every task the agent cannot run, named at once
+            bad = []
             for task in tasks:
-                check_task(task)
+                try:
+                    check_task(task)
+                except TaskFileError as exc:
+                    bad.append(str(exc))
+            if bad:
+                raise bad_records(str(cfg.data), bad, f"tasks --agent {cfg.agent} cannot run")
         if cfg.limit:
             tasks = tasks[: cfg.limit]
         plugin_call(f"mode {cfg.mode!r}: prepare_run", self.env_cls.prepare_run, tasks)
