@@ -5,7 +5,8 @@ without a model.
 Every solver is stateless: it looks at what the page shows now (which boxes are ticked,
 what a field holds, which tab is open) and does the next missing thing, finishing with the
 submit button. An environment without a solver gets a wait, so its episode ends at the
-page's time limit with reward 0 (how the oracle fails: cleanly, never hanging).
+page's time limit (or at --max-turns, whichever comes first) with reward 0 (how the oracle
+fails: cleanly, never hanging).
 """
 
 from __future__ import annotations
