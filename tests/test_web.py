@@ -210,6 +210,36 @@ def test_a_reset_leaves_no_browser_state_for_the_next_task(tmp_path):
         shutil.rmtree(base, ignore_errors=True)
 
 
+def test_an_action_that_reaches_nothing_says_so(tmp_path):
+    """A click off the viewport and text typed into the page's body did nothing and said
+    error None, as a click that worked does: the agent could not tell."""
+    from parallel_rollout.envs.web.env import WebEnv
+    from parallel_rollout.guest.client import GuestClient
+    from parallel_rollout.pool.providers.process import ProcessProvider
+    from parallel_rollout.tasks import Task
+
+    base = Path(tempfile.mkdtemp(prefix="pr-web-"))  # short: a socket's path must fit
+    provider = ProcessProvider("webact", base_dir=base)
+    info = provider.start("vm0")
+    try:
+        env = WebEnv(build_config({"mode": "web"}))
+        first = env.reset(Task(id="a", mode="web", payload={"env": "enter-text"}, seed=1), GuestClient(info.address))
+        body = next(el for el in first["dom"] if el["tag"] == "body")
+        field = next(el for el in first["dom"] if el["tag"] == "input_text")
+        off = env.step({"action": "click", "x": -5, "y": 99999}).observation
+        assert off["error"].startswith("the point (-5, 99999) is outside the page's viewport ("), off["error"]
+        typed = env.step({"action": "type", "ref": body["ref"], "text": "hello"}).observation
+        assert typed["error"] == (f"element {body['ref']} (<body>) takes no text: type into an input, a "
+                                  "textarea or an editable element")
+        into_field = env.step({"action": "type", "ref": field["ref"], "text": "hello"}).observation
+        assert into_field["error"] is None
+        value = env._call({"op": "eval", "expression": f"core.previousDOMInfo[{field['ref']}].value"}, 30)
+        assert value["value"] == "hello"
+    finally:
+        provider.stop(info)
+        shutil.rmtree(base, ignore_errors=True)
+
+
 # -- the openai agent, against the local test server ------------------------------------------
 
 _LINE = re.compile(r"^( *)\[(-?\d+)\] (\S+)(.*?) @(-?\d+),(-?\d+) (\d+)x(\d+)( focused)?$")

@@ -354,6 +354,14 @@ def _element_center(ws, ref):
     return center
 
 
+def _inside_viewport(ws, x, y):
+    """ValueError when (x, y) is off the page's viewport: a click there reaches nothing."""
+    width, height = _eval(ws, "[window.innerWidth, window.innerHeight]")
+    if not (0 <= x < width and 0 <= y < height):
+        raise ValueError(f"the point ({x}, {y}) is outside the page's viewport ({width}x{height}): the click "
+                         "reaches nothing")
+
+
 def act(ws, action):
     """Carry out one action (a dict already checked by the host)."""
     kind = action["action"]
@@ -366,12 +374,22 @@ def act(ws, action):
                                  "(refs come from the last observation)")
         else:
             x, y = _element_center(ws, action["ref"]) if "ref" in action else (action["x"], action["y"])
+            _inside_viewport(ws, x, y)
             _mouse(ws, x, y, clicks=action.get("clicks", 1))
     elif kind == "type":
         if "ref" in action:
-            _eval(ws, f"(function () {{ var el = core.previousDOMInfo[{int(action['ref'])}];"
-                      " if (!el) throw new Error('no element with ref ' + " + str(int(action["ref"])) + ");"
-                      " el.focus(); return true; })()")
+            # a field takes the text; anything else (the page's body, a label) would drop it
+            taken = _eval(ws, f"(function () {{ var el = core.previousDOMInfo[{int(action['ref'])}];"
+                              " if (!el) return 'missing';"
+                              " var tag = el.tagName.toLowerCase();"
+                              " if (!(el.isContentEditable || tag === 'textarea' || (tag === 'input' &&"
+                              " !/^(button|submit|reset|checkbox|radio|file|image|hidden)$/.test(el.type))))"
+                              " return '<' + tag + '>'; el.focus(); return true; })()")
+            if taken == "missing":
+                raise ValueError(f"no element with ref {action['ref']} on the page (refs come from the last observation)")
+            if taken is not True:
+                raise ValueError(f"element {action['ref']} ({taken}) takes no text: type into an input, a textarea "
+                                 "or an editable element")
             if action.get("clear", True):
                 _eval(ws, f"(function () {{ var el = core.previousDOMInfo[{int(action['ref'])}];"
                           " if ('value' in el) el.value = ''; return true; })()")
