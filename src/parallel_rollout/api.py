@@ -25,7 +25,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .config import build_config, settings
+from .config import PYTHON_CALL, build_config, settings
 from .errors import ConfigError, ProviderUnavailable, RunLocked
 from .report.run_data import NotARunFolder, RunData
 from .runner import RunOutcome, Runner
@@ -38,7 +38,8 @@ def run(config_file: str | Path | None = None, **run_settings: Any) -> RunOutcom
     """Run every task of ``data`` as rollouts, write ``<output_dir>/<run_id>/`` and return
     the outcome (see the module's doc for the settings and the errors)."""
     flags = settings(run_settings, "run()")
-    return Runner(build_config(flags, str(config_file) if config_file else None)).run()
+    return Runner(build_config(flags, str(config_file) if config_file else None,
+                               {name: PYTHON_CALL for name in flags})).run()
 
 
 def load_run(run_dir: str | Path, *, with_events: bool = True) -> RunData:

@@ -195,7 +195,7 @@ class RunConfig:
         """`` (num-vms = 0 in run.toml)`` for a setting set off the command line, else ""."""
         if name not in self.sources:
             return ""
-        return f" ({name.replace('_', '-')} = {json.dumps(getattr(self, name), default=str)} {self.sources[name]})"
+        return " " + said_where(name, getattr(self, name), self.sources[name])
 
     def identity(self) -> dict[str, Any]:
         """The fields that decide what a run computes; a resumed run must keep them."""
@@ -363,8 +363,7 @@ def build_config(flags: dict[str, Any], config_file: str | None = None,
         name = found.group(1).replace("-", "_") if found else ""
         if name not in sources:
             raise
-        shown = json.dumps(values[name], default=str)
-        raise ConfigError(f"{exc} ({name.replace('_', '-')} = {shown} {sources[name]})") from None
+        raise ConfigError(f"{exc} {said_where(name, values[name], sources[name])}") from None
     return cfg
 
 
@@ -382,6 +381,18 @@ def _stored_settings(values: dict[str, Any]) -> dict[str, Any]:
     except (ValueError, KeyError, TypeError) as exc:
         raise ConfigError(f"{path}: unreadable run config ({exc}); resume with every flag given") from None
     return {name: stored[name] for name in names & set(_FIELDS) if name not in ("resume", "run_id")}
+
+
+#: the source of the settings a Python call gave (``api.run``): they are said as Python spells them
+PYTHON_CALL = "in run()"
+
+
+def said_where(name: str, value: Any, source: str) -> str:
+    """Where a setting was set, as its source spells it: ``(num-vms = 0 in run.toml)``, or
+    ``(num_vms=0 in run())`` for a Python call's keyword."""
+    if source == PYTHON_CALL:
+        return f"({name}={value!r} {source})"
+    return f"({name.replace('_', '-')} = {json.dumps(value, default=str)} {source})"
 
 
 def _stored_path(values: dict[str, Any]) -> Path:
