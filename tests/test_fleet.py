@@ -229,7 +229,7 @@ def test_base_url_one_string_or_a_list_from_flags_and_toml(tmp_path):
     toml.write_text('base-url = ["http://a/v1", "http://b/v1"]\nsession-header = "X-Trace"\n')
     assert load_toml(toml)["base_url"] == ["http://a/v1", "http://b/v1"]
     toml.write_text("base-url = 3\n")
-    with pytest.raises(ConfigError, match="run.toml: base_url must be a string or a list of strings"):
+    with pytest.raises(ConfigError, match="run.toml: base-url must be a string or a list of strings, got 3"):
         load_toml(toml)
     with pytest.raises(ConfigError, match="--session-header"):
         build_config({"session_header": "bad header"})

@@ -169,11 +169,18 @@ def test_fuzzed_task_files_load_or_name_file_and_line(tmp_path_factory, data):
     except TaskFileError as exc:
         message = str(exc)
         assert not legal, f"a legal file was refused: {message}"
-        where = re.match(RECORD_ERROR.format(path=re.escape(str(path))), message)
-        assert where or re.match(FILE_ERROR.format(path=re.escape(str(path))), message), message
-        if where and where["line"]:
-            assert 1 <= int(where["line"]) <= len(lines_of(path)), message
-        event("refused: " + ("a record" if where else "the file"))
+        # several bad records: a line that counts them, then one line each (tasks.bad_records)
+        lines = message.splitlines()
+        several = re.match(rf"^{re.escape(str(path))}: (\d+) bad task records:$", lines[0])
+        items = [line.strip() for line in lines[1:] if not line.strip().startswith("…")] if several else [message]
+        if several:
+            assert int(several[1]) >= len(items) >= 2, message
+        for item in items:
+            where = re.match(RECORD_ERROR.format(path=re.escape(str(path))), item)
+            assert where or (not several and re.match(FILE_ERROR.format(path=re.escape(str(path))), item)), message
+            if where and where["line"]:
+                assert 1 <= int(where["line"]) <= len(lines_of(path)), message
+        event("refused: " + ("records" if several else "a record" if where else "the file"))
         return
     event(f"loaded {min(len(tasks), 2)}+ tasks")
     # It loaded: then it holds exactly the file's records, in order, as tasks.
