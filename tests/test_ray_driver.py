@@ -268,3 +268,18 @@ def test_vm_events_of_a_node_that_writes_elsewhere_reach_the_run_folder(cluster,
     # the apart pool's last lines (its VMs dead at its shutdown) came too
     assert {e["vm"] for e in events if e.get("to") == "dead" and e.get("reason") == "pool shutdown"} >= apart
     assert not list(node_disk.rglob("events.jsonl"))
+
+
+def test_a_driver_that_never_set_ray_s_address_variable_joins_a_cluster_on_loopback(cluster, tmp_path):
+    """The run itself says Ray must take 127.0.0.1 for a cluster on loopback (Ray reads it
+    once, at its import): the backend imported Ray before it said so, and a driver whose
+    environment did not already hold it (a trainer's script, a shell) dialled the host's
+    address on the route out, hung ~2 min and died of Ray's SystemExit. The CLI here runs
+    without the variable this test module sets for itself."""
+    cl, _ = cluster
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"}
+    proc = subprocess.run(_cli(tmp_path, cl.address, "loop", "--limit", "2"), capture_output=True, text=True,
+                          timeout=180, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Failed to connect to GCS" not in proc.stderr
+    assert_exactly_once(tmp_path / "loop", {f"{i}#0" for i in SHELL_IDS[:2]})

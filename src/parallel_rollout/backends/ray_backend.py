@@ -141,9 +141,11 @@ class RayBackend(WorkerTable):
 
     def start(self) -> None:
         """Connect to Ray; a pool (if a mode needs VMs) and N workers on every alive node."""
+        # connect() first: it says how Ray must read this host's address, which Ray reads
+        # once, when it is imported (a cluster on loopback was reached on the host's route)
+        self._owns_ray = connect(self.config.ray_address)
         import ray
 
-        self._owns_ray = connect(self.config.ray_address)
         spec, cfg = self.spec, self.config
         nodes = alive_nodes()
         if not nodes:

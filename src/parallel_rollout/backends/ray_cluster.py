@@ -145,9 +145,9 @@ def merge_stats(per_node: dict[str, dict[str, Any] | None], size: int, provider:
 
 def sweep_cluster(provider_name: str, run_id: str | None, address: str | None) -> list[str]:
     """Run the provider's sweep on every alive node; the removed VMs of all of them."""
+    owned = connect(address)  # before Ray's import: see connect()
     import ray
 
-    owned = connect(address)
     try:
         nodes = alive_nodes()
         removed = ray.get([pinned(sweep_here, n).remote(provider_name, run_id) for n in nodes])
