@@ -283,3 +283,46 @@ def test_a_driver_that_never_set_ray_s_address_variable_joins_a_cluster_on_loopb
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "Failed to connect to GCS" not in proc.stderr
     assert_exactly_once(tmp_path / "loop", {f"{i}#0" for i in SHELL_IDS[:2]})
+
+
+def test_an_rl_run_goes_on_when_one_node_of_several_is_lost(cluster, tmp_path):
+    """A node removed mid-run under the RL scheduler (gym: no VM pool, whose watch would say
+    the node is gone): its worker's death came before the node poll saw the node leave, the
+    worker was respawned pinned to it, each respawn failed at once as a crash, and the crash
+    limit stopped the whole run within half a second. The node is lost, the run goes on."""
+    from llm_server import LLMServer
+    from parallel_rollout.rl import EnvManagerConfig, RolloutScheduler
+    from rl_support import TINY, lake_set, rl_config
+    from table_policy import TablePolicy
+
+    cl, _ = cluster
+    node = cl.add_node(**_NODE)
+    cl.wait_for_nodes()
+    server = LLMServer(policy=TablePolicy(seed=0), token_rate=40).start()  # every loop mid-reply
+    try:
+        train = RolloutScheduler(
+            rl_config(tmp_path, server, backend="ray", ray_address=cl.address, num_rollouts=1, envs_per_worker=2,
+                      run_id="lose"),
+            EnvManagerConfig(num_env_groups=8, group_size=2, tags=["tiny"],
+                             task_sets=lake_set(tmp_path, count=8, name="tiny", desc=TINY, max_steps=2)),
+            async_generation_ratio=2)
+        events_path = train.run_dir / "events.jsonl"
+
+        def events() -> list[dict]:
+            return [json.loads(line) for line in events_path.read_text().splitlines()] if events_path.exists() else []
+
+        try:
+            batches = [train.get_batch(batch_size=4, step=0)]
+            cl.remove_node(node, allow_graceful=False)
+            deadline, after = time.monotonic() + 60, 0  # until the loss is seen, and two batches after it
+            while after < 2 and time.monotonic() < deadline:
+                batches.append(train.get_batch(batch_size=4, step=len(batches)))
+                after += any(e.get("event") == "node_lost" for e in events())
+        finally:
+            train.close()
+    finally:
+        server.stop()
+    assert all(len(batch) == 4 for batch in batches)
+    lost = [e for e in events() if e.get("event") == "node_lost"]
+    assert len(lost) == 1 and node.node_id[:8] in lost[0]["reason"], events()
+    assert sum(e.get("event") == "worker_died" for e in events()) <= 3, events()

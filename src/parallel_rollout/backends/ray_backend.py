@@ -50,7 +50,8 @@ from ..messages import Assignment, Cancel
 from ..trajectories import unpack_files
 from .base import BackendSpec, Clock, CrashWindow, EngineHooks, WorkerTable, died_record
 from .ray_actors import TRAJECTORY_FILES, PoolActor, WorkerActor, mark_folder, sweep_here
-from .ray_cluster import alive_nodes, connect, merge_stats, pinned, sweep_cluster, take_events
+from .ray_cluster import (alive_nodes, connect, done_refs, merge_stats, node_alive, pinned, sweep_cluster,
+                          take_events, why)
 
 log = logging.getLogger("parallel_rollout")
 
@@ -281,7 +282,7 @@ class RayBackend(WorkerTable):
                 record = ray.get(ref)
             except Exception as exc:  # noqa: BLE001 - the actor (or its node) died
                 self._refs[ref] = (worker, ident)  # settled with the others below
-                self._on_worker_death(worker, _why(exc))
+                self._on_worker_death(worker, why(exc))
                 continue
             if ident in worker.assigned:  # else already settled (timed out): one record
                 self._settle(worker, ident)
@@ -291,15 +292,23 @@ class RayBackend(WorkerTable):
             try:
                 worker.pid = ray.get(worker.ready_ref)["pid"]
                 worker.ready_ref = None
+            except ray.exceptions.ActorUnschedulableError as exc:
+                # pinned to a node that is gone (before the poll below sees it leave): the
+                # node is lost, not a worker that crashed (a respawn there fails at once)
+                if self._nodes[worker.node_id].alive:
+                    self._lose_node(self._nodes[worker.node_id], f"node {worker.node_id[:8]} left the cluster "
+                                    f"(a worker could not be placed there: {why(exc)})")
+                else:
+                    self._on_worker_death(worker, f"worker actor did not start: {why(exc)}", deliberate=True)
             except Exception as exc:  # noqa: BLE001
-                self._on_worker_death(worker, f"worker actor did not start: {_why(exc)}")
+                self._on_worker_death(worker, f"worker actor did not start: {why(exc)}")
         for node in list(self._nodes.values()):
             if node.alive and node.watch_ref in ready:
                 try:
                     ray.get(node.watch_ref)
                     node.watch_ref = None  # shut down in order
                 except Exception as exc:  # noqa: BLE001
-                    self._lose_node(node, f"the pool of node {node.node_id[:8]} died: {_why(exc)}")
+                    self._lose_node(node, f"the pool of node {node.node_id[:8]} died: {why(exc)}")
         if time.monotonic() - self._last_poll > _NODE_POLL_S:
             self._last_poll = time.monotonic()
             take_events(self._nodes.values(), self.spec.run_dir)
@@ -375,6 +384,12 @@ class RayBackend(WorkerTable):
             self.hooks.record(died_record(item, exc, w, started_at))
         if self.hooks.closing:
             return
+        node = self._nodes[w.node_id]
+        if not deliberate and node.alive and not node_alive(w.node_id):
+            # the worker died with its node, which the poll has not seen leave yet: no crash,
+            # and no respawn pinned to a node that is gone
+            self._lose_node(node, f"node {w.node_id[:8]} left the cluster")
+            return
         self._crashes.resize(self.config.num_rollouts * max(1, len(self._nodes)))
         if not deliberate and self._crashes.crashed():
             self.hooks.stop(f"workers keep dying ({len(self._crashes)} deaths within "
@@ -413,7 +428,7 @@ class RayBackend(WorkerTable):
             late = [ident for ident, clock in w.started.items() if clock.elapsed(now) > limit]
             if not late:
                 continue
-            self.handle(_done([ref for ref, (owner, _) in self._refs.items() if owner is w]))
+            self.handle(done_refs([ref for ref, (owner, _) in self._refs.items() if owner is w]))
             late = [ident for ident in late if ident in w.assigned]
             if not late or self._workers.get(w.index) is not w:
                 continue
@@ -472,17 +487,3 @@ class RayBackend(WorkerTable):
                 self._owns_ray = False
                 ray.shutdown()
         return final_stats
-
-
-def _done(refs: list[Any]) -> set[Any]:
-    import ray
-
-    if not refs:
-        return set()
-    done, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
-    return set(done)
-
-
-def _why(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}"[:500]

@@ -93,6 +93,32 @@ def alive_nodes() -> list[str]:
     return sorted(n["NodeID"] for n in ray.nodes() if n.get("Alive"))
 
 
+def node_alive(node_id: str) -> bool:
+    """Whether the cluster still counts the node alive (True when the GCS does not answer:
+    the backend's poll decides later)."""
+    try:
+        return node_id in alive_nodes()
+    except Exception:  # noqa: BLE001
+        return True
+
+
+def done_refs(refs: list[Any]) -> set[Any]:
+    """The references among ``refs`` that are ready now (no wait)."""
+    import ray
+
+    if not refs:
+        return set()
+    done, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+    return set(done)
+
+
+def why(exc: BaseException) -> str:
+    """An exception from Ray (an actor's death, a task's error) in one line: its type and
+    first line."""
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"[:500]
+
+
 def pinned(cls: Any, node_id: str, **options: Any) -> Any:
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
