@@ -206,3 +206,24 @@ def test_missing_bubblewrap_is_a_clear_error_before_anything_runs(tmp_path, monk
     assert result.exit_code == 2  # a setup error: nothing ran, nothing to resume
     assert "apt-get install bubblewrap" in result.output
     assert not (tmp_path / "out" / "nobwrap").exists()
+
+
+def test_a_sweep_of_a_live_run_s_id_leaves_its_vms(tmp_path):
+    """`vms sweep --run-id X` beside a live run X removed its VMs: the run's tasks failed as
+    killed VMs (docker even as the tasks' own sandbox_violation). A sweep takes what a gone
+    run left, whatever it names; the live run finishes with every task a success."""
+    from click.testing import CliRunner
+
+    from parallel_rollout.cli import main
+
+    data, keys = slow_tasks(tmp_path, count=12)
+    proc = start_cli(tmp_path, data)
+    run_dir = tmp_path / "out" / "sig"
+    wait_for_results(run_dir, 2, proc)
+    swept = CliRunner().invoke(main, ["vms", "sweep", "--run-id", "sig"])
+    assert swept.exit_code == 0 and swept.output.strip() == "removed 0 process VM(s)", swept.output
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err[-3000:]
+    finals = assert_exactly_once(run_dir, keys)
+    assert {r["status"] for r in finals.values()} == {"success"}
+    assert {r["attempt"] for r in read_results(run_dir)} == {0}  # none retried on a swept VM

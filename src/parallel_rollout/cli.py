@@ -358,12 +358,13 @@ def vms() -> None:
 
 @vms.command()
 @click.option("--provider-name", default="process", show_default=True, help="Which provider's VMs to sweep.")
-@click.option("--run-id", help="Only the VMs of this run (default: every run's).")
+@click.option("--run-id", help="Only the VMs of this run (default: every run's); a live run's VMs are never removed.")
 @click.option("--backend", type=click.Choice(["local", "ray"]), default="local", show_default=True,
               help="local: this host; ray: every node of the Ray cluster.")
 @click.option("--ray-address", help="--backend ray: 'auto' or HOST:PORT (default: a local Ray instance).")
 def sweep(provider_name: str, run_id: str | None, backend: str, ray_address: str | None) -> None:
-    """Remove VMs (sandboxes, containers…) left behind by runs that were killed."""
+    """Remove VMs (sandboxes, containers…) left behind by runs that were killed; the VMs of a
+    run that is still going stay."""
     from .backends import sweep as sweep_vms
 
     if ray_address is not None and backend != "ray":

@@ -176,7 +176,7 @@ def sweep_cluster(provider_name: str, run_id: str | None, address: str | None) -
 
     try:
         nodes = alive_nodes()
-        removed = ray.get([pinned(sweep_here, n).remote(provider_name, run_id) for n in nodes])
+        removed = ray.get([pinned(sweep_here, n).remote(provider_name, run_id, True) for n in nodes])
         return [vm for per_node in removed for vm in per_node]
     finally:
         if owned:
