@@ -162,6 +162,15 @@ def test_flags_the_run_cannot_honour_are_rejected(tmp_path, args, message, why):
     assert_usage_error(result, tmp_path, message, why)
 
 
+@pytest.mark.parametrize("extra", [[], ["--dry-run"]], ids=["run", "dry-run"])
+def test_a_vm_memory_too_small_for_the_guest_agent_is_refused(tmp_path, extra):
+    """--vm-memory-mb 4 starved each sandbox's own agent: every task, even an echo, was graded
+    the task's sandbox_violation, with nothing said of memory; 1 failed every boot."""
+    result = invoke(tmp_path, "--use-vm-pool", "--num-vms", "1", "--vm-memory-mb", "4", *extra)
+    assert_usage_error(result, tmp_path, "--vm-memory-mb 4 is too little for a sandbox", "give at least 16")
+    assert invoke(tmp_path, "--use-vm-pool", "--num-vms", "1", "--vm-memory-mb", "16", "--limit", "1").exit_code == 0
+
+
 def test_unhonoured_key_in_config_file_is_rejected_too(tmp_path):
     path = tmp_path / "run.toml"
     path.write_text("screen-width = 800\n")

@@ -125,6 +125,10 @@ def base_dir_default() -> Path:
     return Path(os.environ.get(BASE_DIR_ENV) or DEFAULT_BASE_DIR)
 
 
+#: the least --vm-memory-mb a sandbox takes (its guest agent runs in ~6 MB; 4-5 MB starved it)
+MIN_MEMORY_MB = 16
+
+
 class ProcessProvider(Provider):
     """VMs as bubblewrap sandboxes; a snapshot is a folder copied into the home."""
 
@@ -154,8 +158,11 @@ class ProcessProvider(Provider):
         #: RLIMIT_AS per command: only where no memory cgroup can bound the whole sandbox
         self._limit_as = False
         if self.options.memory_mb is not None:
-            if self.options.memory_mb <= 0:
-                raise ConfigError(f"memory_mb must be positive, got {self.options.memory_mb}")
+            if self.options.memory_mb < MIN_MEMORY_MB:
+                # less and the guest agent itself runs out: every task fails as a broken VM
+                raise ConfigError(f"--vm-memory-mb {self.options.memory_mb} is too little for a sandbox: its "
+                                  f"guest agent alone needs ~6 MB, a task's commands more; give at least "
+                                  f"{MIN_MEMORY_MB}")
             if "memory" not in controllers:
                 if shutil.which("prlimit") is None:
                     raise ConfigError("memory_mb needs a writable memory cgroup or util-linux "
