@@ -326,3 +326,31 @@ def test_the_guest_probe_sees_what_the_host_sees(snapshot):
         provider.stop(info)
     assert view.check("vm0", None, "unix:/nonexistent/agent.sock")[0].startswith(
         "the VM's agent did not answer the reset probe")
+
+
+def test_the_guest_probe_compares_a_home_of_tens_of_thousands_of_entries(snapshot):
+    """A home of 60,000 files (a pip cache) made the probe's JSON pass the 2,000,000
+    characters kept of its answer: the cut line was no JSON, and every reset of the machine
+    was quarantined as 'the VM's agent did not answer'. The answer is compressed now; a
+    leftover among the 60,000 is still found."""
+    base = Path(os.environ["PARALLEL_ROLLOUT_PROCESS_DIR"])
+    provider = ProcessProvider(f"vb{os.getpid()}", ProviderOptions(
+        snapshot_name=str(snapshot), boot_timeout_s=30), base_dir=base)
+    info = provider.start("vm0")
+    view = verify.GuestView("fast", "/home/user", None)
+    try:
+        GuestClient(info.address).execute(
+            "mkdir -p ~/.cache/pip && cd ~/.cache/pip && for d in $(seq 0 119); do mkdir $d; "
+            "(cd $d && touch $(seq -f wheel-%g.bin 0 499)); done", shell=True, timeout=120)
+        view.baseline("vm0", None, info.address)
+        assert view.check("vm0", None, info.address) == []
+        GuestClient(info.address).execute("touch ~/.cache/pip/7/left-behind", shell=True)
+        found = view.check("vm0", None, info.address)
+        assert len(found) == 1 and ".cache/pip/7/left-behind" in found[0], found
+        # an answer past what is kept, even compressed, says so (not "did not answer")
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(verify, "PROBE_TAIL_CHARS", 2000)
+            [too_big] = view.check("vm0", None, info.address)
+        assert "the reset probe's answer passed 2,000 characters, compressed" in too_big, too_big
+    finally:
+        provider.stop(info)

@@ -45,6 +45,7 @@ full with a ConfigError naming it (``Provider.__init__``); nothing is silently i
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import inspect
 import json
@@ -52,6 +53,7 @@ import logging
 import os
 import re
 import stat
+import zlib
 from pathlib import Path
 from typing import Iterable
 
@@ -370,9 +372,19 @@ class GuestView(HostView):
             result = GuestClient(address, timeout_s=60.0).run_python(
                 _probe_source(self.home, self.mode == "full"), timeout=60.0, isolated=True,
                 tail=PROBE_TAIL_CHARS)
-            seen = json.loads(result["output"].strip().splitlines()[-1])
-        except Exception as exc:  # noqa: BLE001 - unreachable, refused, garbled: all a difference
+        except Exception as exc:  # noqa: BLE001 - unreachable, refused: a difference
             raise LookupError(f"the VM's agent did not answer the reset probe: {exc}") from None
+        output = result.get("output") or ""
+        if len(output) >= PROBE_TAIL_CHARS:
+            raise LookupError(f"the reset probe's answer passed {PROBE_TAIL_CHARS:,} characters, compressed: the "
+                              f"VM's home, /tmp and /dev/shm hold too many entries for --verify-reset "
+                              f"{self.mode} to compare (a few hundred thousand); slim them, or use "
+                              "--verify-reset off for these VMs")
+        try:
+            seen = json.loads(zlib.decompress(base64.b64decode(output.strip().splitlines()[-1])))
+        except Exception as exc:  # noqa: BLE001 - garbled: a difference
+            raise LookupError(f"the reset probe answered what is not its report ({exc}): "
+                              f"{(result.get('error') or output)[-300:]!r}") from None
         seen["home"] = {rel: tuple(entry) for rel, entry in seen["home"].items()}
         return seen
 
@@ -403,7 +415,7 @@ def _probe_source(home: str, full: bool) -> str:
     """The program GuestView runs in the guest: prints one JSON line of what it sees."""
     functions = inspect.getsource(tree_fingerprint) + "\n" + inspect.getsource(_sha256)
     return f"""from __future__ import annotations
-import hashlib, json, os, stat
+import base64, hashlib, json, os, stat, zlib
 {functions}
 me, procs = os.getsid(0), []
 for name in os.listdir("/proc"):
@@ -421,9 +433,11 @@ for name in os.listdir("/proc"):
 boot = [float(line.split()[1]) for line in open("/proc/stat") if line.startswith("btime")][0]
 tmp = tree_fingerprint("/tmp")
 tmp.pop(os.path.basename(globals().get("__file__", "")), None)  # this probe's own file
-print(json.dumps({{"home": tree_fingerprint(os.path.expanduser({home!r}), {full!r}), "tmp": tmp,
-                  "shm": tree_fingerprint("/dev/shm"), "processes": procs,
-                  "booted_ns": int((boot - 1) * 1e9)}}))
+seen = json.dumps({{"home": tree_fingerprint(os.path.expanduser({home!r}), {full!r}), "tmp": tmp,
+                    "shm": tree_fingerprint("/dev/shm"), "processes": procs,
+                    "booted_ns": int((boot - 1) * 1e9)}})
+# compressed: a home of tens of thousands of entries is megabytes of JSON, a tenth of it so
+print(base64.b64encode(zlib.compress(seen.encode(), 6)).decode())
 """
 
 
