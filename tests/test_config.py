@@ -302,3 +302,12 @@ def test_a_config_files_wrong_type_names_the_key_as_the_file_spells_it(tmp_path)
         assert result.exit_code == 2, result.output
         said = " ".join(result.output.split())
         assert f"{path}: {shown} must be" in said, said
+
+
+def test_boot_timeout_is_a_flag(tmp_path):
+    """The remote, vmware and virtualbox sections bound every command by it; only a config
+    file could set it (PARALLEL_ROLLOUT_BOOT_TIMEOUT_S was warned of and ignored)."""
+    result = invoke(tmp_path, "--boot-timeout-s", "7.5", "--print-config")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["boot_timeout_s"] == 7.5
+    assert "--boot-timeout-s FLOAT" in CliRunner().invoke(main, ["run", "--help"]).output

@@ -181,6 +181,9 @@ def main() -> None:
               help="Process limit per VM (py mode: 256 unless set, where the machine allows).")
 @click.option("--task-timeout", type=float, default=_D.task_timeout, show_default=True,
               help="Seconds one attempt may take; past it the worker is killed and the attempt graded task_timeout.")
+@click.option("--boot-timeout-s", type=float, default=_D.boot_timeout_s, show_default=True,
+              help="Seconds a VM's boot or reset may take (a remote --reset-command, a vmware revert and "
+                   "start, a qemu boot) before it is counted failed.")
 @click.option("--envs-per-worker", type=int, default=_D.envs_per_worker, show_default=True,
               help="K: env loops (threads) in each worker process.")
 @click.option("--max-concurrent-rollouts", type=int,

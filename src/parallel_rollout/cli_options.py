@@ -76,7 +76,7 @@ HELP_SECTIONS: dict[str, tuple[str, ...]] = {
     "Workers and VMs": ("num_rollouts", "envs_per_worker", "max_concurrent_rollouts", "num_vms", "use_vm_pool",
                         "provider_name", "snapshot_name", "path_to_vm", "vm_address", "reset_command",
                         "verify_reset", "spare_vms", "headless", "vm_memory_mb", "vm_max_processes",
-                        "max_retries"),
+                        "boot_timeout_s", "max_retries"),
     "Desktop (osworld)": ("observation_type", "action_space", "screen_width", "screen_height", "client_password",
                           "sleep_after_execution", "domain", "osworld_index", "record"),
     "Run folder, resume and gates": ("output_dir", "run_id", "resume", "fail_under", "compare_to", "junit_xml"),

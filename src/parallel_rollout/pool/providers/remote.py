@@ -209,7 +209,7 @@ class RemoteProvider(Provider):
             except subprocess.TimeoutExpired:
                 kill_group(proc)
                 raise VMError(f"VM {info.vm_id} ({info.address}): the reset command did not "
-                              f"finish within {self.options.boot_timeout_s:g}s (killed); "
+                              f"finish within {self.options.boot_timeout_s:g}s (killed; --boot-timeout-s allows more); "
                               f"output: {_tail(output)}") from None
             except BaseException:
                 kill_group(proc)
