@@ -298,3 +298,22 @@ def test_an_interrupt_while_the_run_prepares_exits_130_and_writes_nothing(tmp_pa
     assert proc.returncode == 130, err
     assert err.strip().splitlines()[-1] == f"interrupted by signal {int(signum)} before the run started: nothing ran"
     assert "Traceback" not in err and not (tmp_path / "out").exists()
+
+
+def test_a_ray_worker_actor_imports_the_run_s_plugins_before_it_says_ready(tmp_path, monkeypatch):
+    """On --backend ray a plugin mode was imported inside the actor's first attempt, on that
+    attempt's --task-timeout (the local backend's workers import it before they read a task);
+    the actor (a plain class here, Ray only wraps it) imports it as it is made, before the
+    driver sends it anything."""
+    from parallel_rollout.backends import ray_actors
+    from parallel_rollout.backends.ray_actors import WorkerActor
+    from parallel_rollout.config import RunConfig
+
+    write_module(tmp_path, "actor_mode_q", "from user_plugins import DoubleEnv\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(ray_actors, "_node_id", lambda: "node-1")  # what Ray would say
+    sys.modules.pop("actor_mode_q", None)
+    config = RunConfig(mode="actor_mode_q:DoubleEnv", agent="user_plugins:ModelAgent", output_dir=str(tmp_path))
+    (tmp_path / "run").mkdir()
+    WorkerActor("w0", "holder", None, config, str(tmp_path / "run"))
+    assert "actor_mode_q" in sys.modules

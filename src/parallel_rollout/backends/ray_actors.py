@@ -33,6 +33,8 @@ from typing import Any
 
 import psutil
 
+from ..agents import get_agent
+from ..envs import get_env
 from ..messages import Assignment
 from ..pool.manager import VMPoolManager
 from ..trajectories import pack_files
@@ -183,6 +185,10 @@ class WorkerActor:
     def __init__(self, worker_id: str, holder: str, pool_handle: Any, config: Any, run_dir: str,
                  folder_token: str | None = None) -> None:
         _ignore_sigint()
+        # before the actor says ready (and so before any attempt's clock): a plugin mode's or
+        # agent's import never counts against --task-timeout; one that fails is the actor's
+        # start failing, which the driver names
+        get_env(config.mode), get_agent(config.agent)
         pool = RayPool(pool_handle) if pool_handle is not None else None
         run_dir = node_run_dir(run_dir)
         #: the driver reads this node's files itself: records need not carry them
