@@ -269,6 +269,7 @@ def test_validation_runs_each_task_once_while_training_goes_on(shared, sibling):
     thread.join(120)
     expected = Counter([*(f"lakes{i}" for i in range(6)), "tiny0"])
     assert Counter(t.task_id for t in report) == expected
+    assert val.stats()["groups_returned"] == 7  # as a batch's groups are counted (it said none)
     val_start = min(t.timings["started_at"] for t in report)
     val_end = max(t.timings["ended_at"] for t in report)
     assert sum(val_start < when < val_end for when in train_times) >= 2, "training paused during validation"

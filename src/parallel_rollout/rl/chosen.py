@@ -90,6 +90,7 @@ class ChosenBatches:
                     if not self._all and not any(g.purpose == "all" for g in self._groups.values()):
                         done, self._all_done = self._all_done, []
                         self._stats["validation_runs"] += 1
+                        self._stats["groups_returned"] += len(done)
                         break
                     self._budget.check_time(len(self._all_done), len(self._groups))
                     self._wait()
