@@ -4,7 +4,7 @@
 The questions are generated from WordNet's own structure, so every gold answer is in the
 corpus the mode searches (``parallel_rollout.envs.rag.wordnet``), with three kinds:
 
-* ``define``   — "Which noun means "<definition>"?" → the synset's words (any one counts);
+* ``define``   — "Which noun/adjective/verb means "<definition>"?" → the synset's words (any one counts);
                  reference query: the definition;
 * ``kind-of``  — "What is a <word> a kind of?" → the words of its hypernym (e.g. a dachshund
                  is a kind of hound), for a word with one sense in WordNet and one hypernym;

@@ -234,3 +234,8 @@ def test_an_unwritable_junit_path_is_refused_by_the_preflight_and_before_the_run
     real = run_cli(tmp_path, [shell_task("a")], "jreal", "--junit-xml", junit)
     assert real.exit_code == exit_codes.EXIT_USAGE and "is not a folder" in real.output, real.output
     assert not (tmp_path / "out" / "jreal").exists()
+    # a folder that says writable to root (access()) but takes no file: found by making one
+    proc_path = "/proc/pr-nowhere/junit.xml"
+    dry = run_cli(tmp_path, [shell_task("a")], "jproc", "--junit-xml", proc_path, "--dry-run")
+    assert dry.exit_code == exit_codes.EXIT_USAGE, dry.output
+    assert f"--junit-xml {proc_path}: the folder /proc is not writable" in dry.output

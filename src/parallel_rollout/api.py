@@ -26,12 +26,12 @@ from pathlib import Path
 from typing import Any
 
 from .config import PYTHON_CALL, build_config, settings
-from .errors import ConfigError, ProviderUnavailable, RunLocked
+from .errors import ConfigError, InterruptedBeforeStart, ProviderUnavailable, RunLocked
 from .report.run_data import NotARunFolder, RunData
 from .runner import RunOutcome, Runner
 
-__all__ = ["ConfigError", "NotARunFolder", "ProviderUnavailable", "RunData", "RunLocked", "RunOutcome",
-           "load_run", "run"]
+__all__ = ["ConfigError", "InterruptedBeforeStart", "NotARunFolder", "ProviderUnavailable", "RunData", "RunLocked",
+           "RunOutcome", "load_run", "run"]
 
 
 def run(config_file: str | Path | None = None, **run_settings: Any) -> RunOutcome:

@@ -84,7 +84,7 @@ def main() -> None:
               help_template="Task family: decides the environment and how a rollout is graded: "
                             "{names}; or module:Class of your own Env.")
 @click.option("--data", type=click.Path(), cls=LazyHelpOption, help_builder=dataset_help(
-              "Task file: a JSON list or JSONL (optionally .gz), an OSWorld folder (or its "
+              "Task file: a JSON list or JSONL (optionally .gz), Parquet (the [parquet] extra), an OSWorld folder (or its "
               "evaluation_examples/), or a named dataset: {names}."))
 @click.option("--num-rollouts", "--num-workers", type=int, default=_D.num_rollouts, show_default=True,
               help="N: worker processes running rollouts (not samples per task: that is --group-size).")
@@ -98,7 +98,8 @@ def main() -> None:
               show_default=f"the mode's own ({MODE_TURNS}), else {_D.max_turns}",
               help="Agent actions allowed per rollout before it is stopped and graded.")
 @click.option("--max-retries", type=int, default=_D.max_retries, show_default=True,
-              help="Retries of an attempt lost to infrastructure (VM died, worker died, lease timeout).")
+              help="Retries of an attempt lost to infrastructure (VM died, worker died, lease timeout, model "
+                   "endpoint unavailable).")
 @click.option("--provider-name", default=_D.provider_name, show_default=True, cls=RegistryOption,
               registry="provider", help_template="VM technology: {names}; or module:Class of your own Provider.")
 @click.option("--snapshot-name", help="Snapshot VMs are reset to; for process: a folder copied as the home.")
@@ -108,7 +109,7 @@ def main() -> None:
                    "default) or http://HOST:PORT; repeat it or give a comma list, one per VM.")
 @click.option("--reset-command",
               help="For --provider-name remote: shell command run on this host to reset the VM at "
-                   "{address} ({host}, {port}, {vm_id}); 'none' never resets (no isolation).")
+                   "{address} ({host}, {port}, {vm_id}, {run_id}); 'none' never resets (no isolation).")
 @click.option("--verify-reset", type=click.Choice(["off", "fast", "full"]),
               help="Check each reset before the VM is leased again (processes, /tmp, the home against "
               "the snapshot: names, sizes, mtimes; full also hashes contents); a VM that differs is "
@@ -141,7 +142,8 @@ def main() -> None:
               help="A preflight that starts nothing: load and check every task of --data (printing per "
                    "domain the tasks, the runnable ones and the unsupported features), the agent's settings "
                    "(the key), the provider's prerequisites (bwrap; docker's daemon and image; QEMU and its "
-                   "image) and free disk; exit 2 naming each thing missing.")
+                   "image), free disk, the run's own preparation and its folder (a resume's settings); exit 2 "
+                   "naming each thing missing.")
 @click.option("--print-config", is_flag=True,
               help="Print the resolved settings as JSON (defaults, then --config, then PARALLEL_ROLLOUT_* "
                    "variables, then flags; with --resume, the run's stored ones) and exit; nothing runs.")

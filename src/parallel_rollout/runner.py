@@ -22,6 +22,7 @@ import logging
 import os
 import signal
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -458,8 +459,12 @@ def check_writable_folder(flag: str, path: str) -> None:
         where = where.parent
     if not where.is_dir():
         raise ConfigError(f"{flag} {path}: {where} is not a folder")
-    if not os.access(where, os.W_OK | os.X_OK):
-        raise ConfigError(f"{flag} {path}: the folder {where} is not writable")
+    try:  # a file made there and removed: access() says yes to root even under /proc
+        fd, probe = tempfile.mkstemp(prefix=".pr-writable-", dir=where)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise ConfigError(f"{flag} {path}: the folder {where} is not writable ({exc.strerror})") from None
 
 
 def check_honoured(cfg: RunConfig, owners: dict[str, tuple[str, frozenset[str]]]) -> None:
