@@ -322,8 +322,10 @@ def format_summary(summary: dict[str, Any], run_dir: Any) -> str:
                      f"{usage.get('prompt_tokens', 0)} prompt + {usage.get('completion_tokens', 0)} completion tokens")
     vm = summary.get("vm")
     if vm:
-        lines.append(f"VMs: {vm['size']} {vm['provider']}, utilization {_pct(vm['utilization'])}, "
-                     f"{vm['resets']} resets, {vm['marked_dead']} died, {vm['replacements']} replaced")
+        # a run whose every pool was lost has no pool's counters, only their size and states
+        lines.append(f"VMs: {vm.get('size')} {vm.get('provider')}, utilization {_pct(vm.get('utilization'))}, "
+                     f"{vm.get('resets', 0)} resets, {vm.get('marked_dead', 0)} died, "
+                     f"{vm.get('replacements', 0)} replaced")
     lines.append(f"results: {run_dir}/")
     return "\n".join(lines)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -112,11 +113,20 @@ def test_a_failed_boot_leaves_nothing_behind(how):
     start() itself must leave nothing. It used to leave the VM's folder until a sweep, and,
     killed early enough, a live sandbox that no sweep could find (no meta.json yet)."""
     cls, boot_timeout, says, tries = FAILED_BOOTS[how]
+    failed = 0
     for attempt in range(tries):
         provider = cls(f"failed-boot-{how}", ProviderOptions(boot_timeout_s=boot_timeout))
-        with pytest.raises(VMError, match=says):
-            provider.start(f"vm-{attempt}")
+        try:
+            info = provider.start(f"vm-{attempt}")
+        except VMError as exc:
+            assert re.search(says, str(exc)), exc
+            failed += 1
+        else:
+            # on a loaded machine the boot can be done by the time its deadline is first
+            # looked at (the thread was not scheduled for the 1 ms): a boot, not a failure
+            provider.stop(info)
         assert not run_folders(_SANDBOX_ROOT, f"failed-boot-{how}")
+    assert failed >= tries * 0.9, f"only {failed} of {tries} boots failed"
     assert stray_processes() == [], "a sandbox outlived its failed boot"
     assert ProcessProvider.sweep(f"failed-boot-{how}") == []
 
