@@ -110,6 +110,18 @@ class ConfigError(Exception):
 class TaskFileError(ConfigError):
     """A task file that cannot be loaded; the message starts with ``file:line:``."""
 
+    #: bad records one error lists (the count says how many more)
+    MAX_SHOWN = 20
+
+    @classmethod
+    def of_records(cls, where: str, bad: list[str], what: str = "bad task records") -> "TaskFileError":
+        """One error naming every bad record of ``where`` (the first MAX_SHOWN, and how many
+        more): a fix-and-rerun per record is slow on a big set; one alone reads as itself."""
+        if len(bad) == 1:
+            return cls(bad[0])
+        shown = bad[:cls.MAX_SHOWN] + ([f"… and {len(bad) - cls.MAX_SHOWN} more"] if len(bad) > cls.MAX_SHOWN else [])
+        return cls(f"{where}: {len(bad)} {what}:\n" + "\n".join(f"  {line}" for line in shown))
+
 
 class RunLocked(ConfigError):
     """Another run holds the run folder's lock; the CLI exits 75 (EX_TEMPFAIL) so cron retries."""

@@ -45,7 +45,7 @@ from .provenance import SCHEMA_VERSION, check_resume, provenance
 from .records import unsupported_record
 from .results import ResultStore, ResumeIndex, StorageError, read_records
 from .run_end import RunOutcome, finish_run, resume_command
-from .tasks import Sample, bad_records, census_lines, expand, load_task_set, unsupported_message
+from .tasks import Sample, census_lines, expand, load_task_set, unsupported_message
 
 log = logging.getLogger("parallel_rollout")
 
@@ -156,7 +156,7 @@ class Runner:
                 except TaskFileError as exc:
                     bad.append(str(exc))
             if bad:
-                raise bad_records(str(cfg.data), bad, f"tasks --agent {cfg.agent} cannot run")
+                raise TaskFileError.of_records(str(cfg.data), bad, f"tasks --agent {cfg.agent} cannot run")
         if cfg.limit:
             tasks = tasks[: cfg.limit]
         plugin_call(f"mode {cfg.mode!r}: prepare_run", self.env_cls.prepare_run, tasks)

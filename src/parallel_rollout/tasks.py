@@ -392,23 +392,10 @@ def load_task_set(
         seen[task.id] = where
         task_set.domains[task.id] = task_domain
     if bad:
-        raise bad_records(str(path), bad)
+        raise TaskFileError.of_records(str(path), bad)
     if not task_set.total:
         raise TaskFileError(f"{path}: no tasks in file")
     return task_set
-
-
-#: bad records a failed load lists (the count says how many more)
-MAX_BAD_SHOWN = 20
-
-
-def bad_records(where: str, bad: list[str], what: str = "bad task records") -> TaskFileError:
-    """One error naming every bad record of ``where`` (the first MAX_BAD_SHOWN, and how many
-    more): a fix-and-rerun per record is slow on a big set; one alone reads as itself."""
-    if len(bad) == 1:
-        return TaskFileError(bad[0])
-    shown = bad[:MAX_BAD_SHOWN] + ([f"… and {len(bad) - MAX_BAD_SHOWN} more"] if len(bad) > MAX_BAD_SHOWN else [])
-    return TaskFileError(f"{where}: {len(bad)} {what}:\n" + "\n".join(f"  {line}" for line in shown))
 
 
 def census_lines(task_set: TaskSet) -> list[str]:

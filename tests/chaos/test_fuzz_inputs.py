@@ -169,7 +169,7 @@ def test_fuzzed_task_files_load_or_name_file_and_line(tmp_path_factory, data):
     except TaskFileError as exc:
         message = str(exc)
         assert not legal, f"a legal file was refused: {message}"
-        # several bad records: a line that counts them, then one line each (tasks.bad_records)
+        # several bad records: a line that counts them, then one line each (TaskFileError.of_records)
         lines = message.splitlines()
         several = re.match(rf"^{re.escape(str(path))}: (\d+) bad task records:$", lines[0])
         items = [line.strip() for line in lines[1:] if not line.strip().startswith("…")] if several else [message]
