@@ -305,12 +305,17 @@ def test_a_window_left_open_on_a_desktop_is_seen(tmp_path):
 # -- through the guest agent (qemu, where the host cannot look in) -----------------------------
 
 
+def _sandbox(snapshot, prefix: str):
+    """(provider, info) of one process sandbox seeded from ``snapshot``, its run named by
+    ``prefix`` and this process; the caller stops it."""
+    provider = ProcessProvider(f"{prefix}{os.getpid()}", ProviderOptions(
+        snapshot_name=str(snapshot), boot_timeout_s=30), base_dir=Path(os.environ["PARALLEL_ROLLOUT_PROCESS_DIR"]))
+    return provider, provider.start("vm0")
+
+
 def test_the_guest_probe_sees_what_the_host_sees(snapshot):
     """GuestView (qemu's verification) on a sandbox, where the host's view is known."""
-    base = Path(os.environ["PARALLEL_ROLLOUT_PROCESS_DIR"])
-    provider = ProcessProvider(f"vg{os.getpid()}", ProviderOptions(
-        snapshot_name=str(snapshot), boot_timeout_s=30), base_dir=base)
-    info = provider.start("vm0")
+    provider, info = _sandbox(snapshot, "vg")
     view = verify.GuestView("full", "/home/user", None)
     try:
         view.baseline("vm0", None, info.address)
@@ -333,10 +338,7 @@ def test_the_guest_probe_compares_a_home_of_tens_of_thousands_of_entries(snapsho
     characters kept of its answer: the cut line was no JSON, and every reset of the machine
     was quarantined as 'the VM's agent did not answer'. The answer is compressed now; a
     leftover among the 60,000 is still found."""
-    base = Path(os.environ["PARALLEL_ROLLOUT_PROCESS_DIR"])
-    provider = ProcessProvider(f"vb{os.getpid()}", ProviderOptions(
-        snapshot_name=str(snapshot), boot_timeout_s=30), base_dir=base)
-    info = provider.start("vm0")
+    provider, info = _sandbox(snapshot, "vb")
     view = verify.GuestView("fast", "/home/user", None)
     try:
         GuestClient(info.address).execute(

@@ -345,7 +345,9 @@ def build_config(flags: dict[str, Any], config_file: str | None = None,
     sources.update(flag_sources or {})
     values.update(flags)
     stored = _stored_settings(values)
-    sources.update({name: f"in {_stored_path(values)}, which --resume reads" for name in stored if name not in values})
+    if stored:
+        where = f"in {_stored_path(values)}, which --resume reads"
+        sources.update({name: where for name in stored if name not in values})
     values = {**stored, **values}
     if values.get("data") and values["data"].lower() not in NAMED_DATASETS:
         # Absolute, so a resume names the same file however the path is spelled (from a
