@@ -123,7 +123,8 @@ def test_vms_sweep_backend_ray_cleans_every_node(cluster, tmp_path):
     removed = sweep.stdout.split(":", 1)[1].split(", ") if ":" in sweep.stdout else []
     # what Ray did not stop itself when the driver died, the sweep did, on every node
     assert not leftover_sandboxes()
-    assert removed and all(vm.strip().split("-vm-")[0] in ("n0", "n1", "n2") for vm in removed if vm.strip()), sweep.stdout
+    assert removed and all(vm.strip().startswith(("killed/n0-", "killed/n1-", "killed/n2-"))
+                           for vm in removed if vm.strip()), sweep.stdout
 
 
 @pytest.mark.slow

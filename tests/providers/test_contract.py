@@ -176,7 +176,7 @@ def test_sweep_after_a_sigkilled_owner_leaves_nothing(harness, provider, vm):
         child.stdout.close()
         child.stderr.close()
     removed = harness.cls.sweep()
-    assert {"vm0", "vm1"} <= set(removed)
+    assert {f"{dead_run}/vm0", f"{dead_run}/vm1"} <= set(removed)
     assert harness.leftovers(dead_run) == []
     assert provider.healthy(vm), "sweep() removed a VM whose owner is alive"
     assert harness.leftovers(provider.run_id)
@@ -240,7 +240,7 @@ def test_docker_two_live_runs_of_one_run_id_each_keep_their_own_vm0(docker):
         assert other.healthy(other_vm) and Path(other_vm.private["vm_dir"], "meta.json").is_file()
         other_pool.kill()
         other_pool.wait()
-        assert DockerProvider.sweep(run_id, orphans_only=True) == ["vm0"]  # its pool is gone
+        assert DockerProvider.sweep(run_id, orphans_only=True) == [f"{run_id}/vm0"]  # its pool is gone
         assert containers(f"{LABEL}.run={run_id}") == []
     finally:
         other_pool.kill()

@@ -63,12 +63,12 @@ def test_sweep_after_owner_is_killed(base_dir):
         assert sorted(os.listdir(crashed)) == ["vm0", "vm1"]  # folders remain
 
         # without a run id: only runs whose owner is gone
-        assert sorted(ProcessProvider.sweep(base_dir=base_dir)) == ["vm0", "vm1"]
+        assert sorted(ProcessProvider.sweep(base_dir=base_dir)) == ["crashed/vm0", "crashed/vm1"]
         assert not crashed.exists()
         assert all(_alive(p) for p in live_pids)
 
         # with a run id: that run goes, even though its owner still lives
-        assert sorted(ProcessProvider.sweep("live", base_dir=base_dir)) == ["vm0", "vm1"]
+        assert sorted(ProcessProvider.sweep("live", base_dir=base_dir)) == ["live/vm0", "live/vm1"]
         assert not any(_alive(p) for p in live_pids)
         assert not run_folders(base_dir, "live")
         assert ProcessProvider.sweep(base_dir=base_dir) == []
@@ -77,6 +77,24 @@ def test_sweep_after_owner_is_killed(base_dir):
         for proc in (owner, live_owner):
             proc.kill()
             proc.wait()
+
+
+def test_the_sweep_command_names_each_run_s_vms(base_dir, monkeypatch):
+    """Two killed runs each leave a vm0 and a vm1: `vms sweep` counts four and names each
+    with its run (it printed "removed 4 process VM(s): vm0, vm0, vm1, vm1")."""
+    from click.testing import CliRunner
+
+    from parallel_rollout.cli import main
+
+    owners = [_start_owner(run_id, base_dir) for run_id in ("night-1", "night-2")]
+    for proc, _ in owners:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    monkeypatch.setenv("PARALLEL_ROLLOUT_PROCESS_DIR", str(base_dir))
+    result = CliRunner().invoke(main, ["vms", "sweep"])
+    assert result.exit_code == 0, result.output
+    assert result.output.strip() == "removed 4 process VM(s): night-1/vm0, night-1/vm1, night-2/vm0, night-2/vm1"
+    assert not any(_alive(pid) for _, pids in owners for pid in pids)
 
 
 _DYING_OWNER = """
@@ -212,7 +230,7 @@ def test_two_live_runs_of_one_run_id_boot_the_same_vm_ids_each_in_its_own_folder
     finally:
         other_pool.kill()
         other_pool.wait()
-    assert sorted(ProcessProvider.sweep("same", base_dir=base_dir, orphans_only=True)) == ["vm0", "vm1"]
+    assert sorted(ProcessProvider.sweep("same", base_dir=base_dir, orphans_only=True)) == ["same/vm0", "same/vm1"]
     assert not their_folder.exists()
 
 
@@ -391,4 +409,4 @@ def test_a_sweep_of_orphans_leaves_a_live_pools_unlabelled_folder(base_dir, owne
     if owner == "alive":
         assert swept == [] and (pool / "vm0").is_dir() and (pool / "vm0.c").is_dir()
     else:
-        assert swept == ["vm0"] and not pool.exists()
+        assert swept == ["same/vm0"] and not pool.exists()

@@ -173,6 +173,6 @@ class Provider(abc.ABC):
     @abc.abstractmethod
     def sweep(cls, run_id: str | None = None, *, orphans_only: bool = False) -> list[str]:
         """Remove VMs left behind by crashed runs (of ``run_id``, or of every run);
-        return what was removed. Without a run id, or with ``orphans_only``, a VM whose
+        return what was removed, each as ``<run id>/<vm id>``. Without a run id, or with ``orphans_only``, a VM whose
         owning process is alive is kept: two runs of one run id in two output folders
         must not sweep each other's."""

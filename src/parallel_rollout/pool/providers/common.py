@@ -339,11 +339,17 @@ def remove_run_dir_if_empty(run_dir: Path) -> None:
         pass
 
 
+def swept_name(run_dir: Path, meta: dict, vm_name: str) -> str:
+    """How a sweep names a removed VM: ``<run id>/<vm id>`` (every run has a ``vm0``), the
+    run id from the VM's label or, without one, from its pool folder's name."""
+    return f"{meta.get('run_id') or run_dir.name.split(POOL_SEP)[0]}/{vm_name}"
+
+
 def sweep_vm_folders(base: Path, run_id: str | None,
                      kill: Callable[[dict, Path], None], orphans_only: bool = False) -> list[str]:
     """Every VM folder of ``run_id``, or, without one (or with ``orphans_only``), those whose
     owner is gone: ``kill(meta, vm_dir)`` stops what the folder records, then the folder
-    goes. Returns the removed VM ids."""
+    goes. Returns the removed folders, each as ``<run id>/<folder>`` (``swept_name``)."""
     removed = []
     for run_dir in run_folders(base, run_id):
         metas = {vm_dir: read_meta(vm_dir) or {} for vm_dir in vm_folders(run_dir)}
@@ -356,7 +362,7 @@ def sweep_vm_folders(base: Path, run_id: str | None,
                 continue  # a live run: not ours to sweep
             kill(meta, vm_dir)
             shutil.rmtree(vm_dir, ignore_errors=True)
-            removed.append(vm_dir.name)
+            removed.append(swept_name(run_dir, meta, vm_dir.name))
         remove_run_dir_if_empty(run_dir)
     return removed
 

@@ -94,7 +94,7 @@ from ...errors import ConfigError, GuestUnreachable, ProviderUnavailable, VMErro
 from . import images, seccomp, verify
 from .base import Provider, ProviderOptions, VMInfo
 from .common import (LONG_VM_ID, check_name, checked_socket, make_vm_dir, new_pool_key, pool_folder, read_meta,
-                     remove_run_dir_if_empty, run_folders, secure_base_dir, vm_folders)
+                     remove_run_dir_if_empty, run_folders, secure_base_dir, swept_name, vm_folders)
 from .docker_cli import (GUEST_HOME, GUEST_SOCK_DIR, LABEL, SOCKET_NAME, START_HINT, agent_argv,
                          check_image, check_leftovers_free, container_death_cause, container_state,
                          containers, daemon_address, daemon_limits, docker, image_exists, image_kind,
@@ -356,7 +356,7 @@ class DockerProvider(SpareContainers, Provider):
     def sweep(cls, run_id: str | None = None,
               base_dir: str | os.PathLike | None = None, *, orphans_only: bool = False) -> list[str]:
         """Remove the containers and folders of ``run_id`` (any state), or, without a run id,
-        those whose owning process is gone; return the removed VM ids."""
+        those whose owning process is gone; return the removed VMs as ``<run id>/<vm id>``."""
         base = Path(base_dir) if base_dir else base_dir_default()
         if run_id is not None:
             check_name("run id", run_id)
@@ -371,7 +371,7 @@ class DockerProvider(SpareContainers, Provider):
                                                          or owner_alive(container["owner"])):
                     continue  # a live run's, or another machine's: not ours to sweep
                 doomed.append(container)
-                removed.add(container["vm"])
+                removed.add(f"{container['run']}/{container['vm']}")
             if not doomed:
                 break
             remove_containers([c["name"] for c in doomed], strict=False)
@@ -382,7 +382,7 @@ class DockerProvider(SpareContainers, Provider):
                 if (run_id is None or orphans_only) and owner_alive(meta.get("owner", "")):
                     continue
                 shutil.rmtree(vm_dir, ignore_errors=True)
-                removed.add(vm_dir.name)
+                removed.add(swept_name(run_dir, meta, vm_dir.name))
             remove_run_dir_if_empty(run_dir)
         return sorted(removed)
 

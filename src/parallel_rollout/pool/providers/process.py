@@ -340,7 +340,7 @@ class ProcessProvider(Provider):
     def sweep(cls, run_id: str | None = None,
               base_dir: str | os.PathLike | None = None, *, orphans_only: bool = False) -> list[str]:
         """Kill and remove the sandboxes of ``run_id`` (any state), or, without a run id,
-        those whose owning process is gone; return the removed VM ids."""
+        those whose owning process is gone; return the removed VMs as ``<run id>/<vm id>``."""
         def kill(meta: dict, vm_dir: Path) -> None:
             kill_recorded(meta, vm_dir)
             cgroups.kill_paths(meta.get("cgroups") or [])  # whatever escaped the pid records
@@ -349,7 +349,7 @@ class ProcessProvider(Provider):
 
         removed = sweep_vm_folders(Path(base_dir) if base_dir else base_dir_default(), run_id, kill,
                                    orphans_only=orphans_only)
-        return sorted({standby.vm_of_folder(name) for name in removed})
+        return sorted({standby.vm_of_folder(name) for name in removed})  # a standby's folder is its VM's
 
     # ------------------------------------------------------------------- internals
     def _boot_in(self, vm_id: str, vm_dir: Path) -> VMInfo:

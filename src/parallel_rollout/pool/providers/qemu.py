@@ -293,7 +293,7 @@ class QemuProvider(Provider):
     def sweep(cls, run_id: str | None = None,
               base_dir: str | os.PathLike | None = None, *, orphans_only: bool = False) -> list[str]:
         """Kill and remove the VMs of ``run_id`` (any state), or, without a run id, those
-        whose owning process is gone; return the removed VM ids."""
+        whose owning process is gone; return the removed VMs as ``<run id>/<vm id>``."""
         def kill(meta: dict, vm_dir: Path) -> None:
             if _is_our_qemu(meta.get("pid"), meta.get("create_time"), vm_dir):
                 _kill_qemu(meta)
