@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from conftest import ROOT, assert_exactly_once, write_tasks
+from conftest import ROOT, assert_exactly_once, read_results, write_tasks
 from desktop_support import BIG_TERMINAL, HEIGHT, WIDTH, assert_typing_shows
 from parallel_rollout.config import build_config
 from parallel_rollout.envs.osworld import actions as acts
@@ -84,14 +84,60 @@ def test_a_hanging_open_times_out_and_the_run_goes_on(tmp_path):
             "config": [{"type": "open", "parameters": {"path": "cat"}}]}
     data = write_tasks(tmp_path / "tasks.jsonl", [hang, good])
     started = time.monotonic()
-    outcome = run(tmp_path, data, "hang", num_rollouts=2, num_vms=1)
+    outcome = run(tmp_path, data, "hang", num_rollouts=2, num_vms=1, max_retries=1)
     assert time.monotonic() - started < 60
     finals = assert_exactly_once(outcome.run_dir, {"never-opens#0", "terminal-mkdir#0"})
     assert finals["terminal-mkdir#0"]["status"] == "success"
-    stuck = finals["never-opens#0"]
-    assert stuck["status"] == "error" and not stuck["infrastructure"]
+    stuck = finals["never-opens#0"]  # before the agent's first turn: no score, not a 0
+    assert stuck["status"] == "setup_failed" and stuck["infrastructure"] and stuck["attempt"] == 1
     assert "config step 1 (open)" in stuck["failure"]["message"]
     assert "within 2s" in stuck["failure"]["message"]
+    assert outcome.exit_code == 1 and outcome.summary["ungraded"] == 1
+
+
+def test_a_task_whose_own_files_are_missing_is_never_graded_until_they_are_there(tmp_path):
+    """A file a task names that cannot be had (offline, not in the download cache) is no
+    score: before the agent acts (a config step) or as the gold side of the check (an
+    expected getter). Such samples were graded `error`, reward 0, and the run exited 0
+    with a rate that counted them; now the run exits 1 and a resume, once the files are
+    there, grades them."""
+    from click.testing import CliRunner
+
+    from parallel_rollout.cli import main
+
+    good = next(t for t in shipped() if t["id"] == "terminal-mkdir")
+    seeded = {**good, "id": "seeded", "config": [
+        {"type": "download", "parameters": {"files": [{"url": "input.txt", "path": "~/input.txt"}]}},
+        *good["config"]]}
+    gold = {**good, "id": "gold", "evaluator": {
+        "func": "compare_text_file",
+        "result": {"type": "cloud_file", "path": "answer.txt", "dest": "answer.txt"},
+        "expected": {"type": "cloud_file", "path": "gold.txt", "dest": "gold.txt"}}}
+    data = write_tasks(tmp_path / "tasks.jsonl", [seeded, gold])
+    (tmp_path / "answer.txt").write_text("42\n")
+    argv = ["run", "--mode", "osworld", "--data", str(data), "--agent", "oracle", "--num-rollouts", "2",
+            "--num-vms", "1", "--use-vm-pool", "--output-dir", str(tmp_path / "out"), "--run-id", "files",
+            "--screen-width", str(WIDTH), "--screen-height", str(HEIGHT), "--action-space", "computer_13",
+            "--max-retries", "1", "--no-progress"]
+    first = CliRunner().invoke(main, argv)
+    assert first.exit_code == 1, first.output
+    assert "2 sample(s) were never graded" in first.output and "setup_failed 2" in first.output
+    records = read_results(tmp_path / "out" / "files")
+    finals = {r["key"]: r for r in records if r.get("final")}
+    assert {k: (r["status"], r["infrastructure"]) for k, r in finals.items()} == {
+        "seeded#0": ("setup_failed", True), "gold#0": ("setup_failed", True)}
+    assert "input.txt" in finals["seeded#0"]["failure"]["message"]
+    assert "gold.txt" in finals["gold#0"]["failure"]["message"]
+    assert sorted(r["attempt"] for r in records if r["key"] == "gold#0") == [0, 1]  # retried once
+
+    (tmp_path / "input.txt").write_text("seed\n")
+    (tmp_path / "gold.txt").write_text("42\n")
+    again = CliRunner().invoke(main, ["run", "--output-dir", str(tmp_path / "out"), "--run-id", "files",
+                                      "--resume", "--no-progress"])
+    assert again.exit_code == 0, again.output
+    finals = {r["key"]: r for r in read_results(tmp_path / "out" / "files") if r.get("final")}
+    assert {k: (r["status"], r["attempt"]) for k, r in finals.items()} == {
+        "seeded#0": ("success", 2), "gold#0": ("success", 2)}
 
 
 # ------------------------------------------------------------------ a desktop VM itself

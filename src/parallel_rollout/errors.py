@@ -25,6 +25,15 @@ class TaskTimeout(RolloutError):
     kind = "task_timeout"
 
 
+class TaskSetupFailed(RolloutError):
+    """The env could not set its task up before the agent acted (a file it names that cannot
+    be had, an app the VM lacks, a setup step that failed): no score, since the agent did
+    nothing to earn a 0; retried on another VM, then left ungraded for ``--resume``."""
+
+    kind = "setup_failed"
+    infrastructure = True
+
+
 class AttemptCancelled(RolloutError):
     """A front end cancelled the attempt; its record is dropped by the engine."""
 

@@ -3,6 +3,7 @@
 ::
 
     reset(task, vm): [start recording] → config steps (setup.py) → observation
+                     (a failing step: setup_failed, no score: the agent has not acted)
     step(action):    WAIT/FAIL/DONE, or the action's pyautogui code via POST /execute
                      → sleep --sleep-after-execution → screenshot (+ a11y tree) → observation
     evaluate():      [end recording] → postconfig steps → getters → metrics → conj → score
@@ -31,6 +32,7 @@ import time
 from pathlib import Path
 from typing import Any, ClassVar, Mapping
 
+from ...errors import TaskSetupFailed
 from ...tasks import UnsupportedTask
 from ..base import Env, StepResult, require
 from . import actions as acts
@@ -150,7 +152,10 @@ class OSWorldEnv(Env):
         if self.record:
             vm.start_recording()
             self.recording = True
-        steps.run_steps(self, task.get("config", []), "config")
+        try:
+            steps.run_steps(self, task.get("config", []), "config")
+        except steps.SetupError as exc:
+            raise TaskSetupFailed(str(exc)) from exc
         return self._observe()
 
     def step(self, action: Any) -> StepResult:
@@ -209,26 +214,36 @@ class OSWorldEnv(Env):
             score = 0.0
             details["reason"] = "the agent gave up (FAIL) on a feasible task"
         else:
-            steps.run_steps(self, evaluator.get("postconfig", []), "postconfig")
-            scores = []
-            for func, result_cfg, expected_cfg, options in ev.normalized(evaluator):
-                try:
-                    result = ev.GETTERS[result_cfg["type"]](self, result_cfg)
-                    if expected_cfg:  # OSWorld passes the expected state only when there is one
-                        expected = ev.GETTERS[expected_cfg["type"]](self, expected_cfg)
-                        score = ev.METRICS[func](result, expected, **options)
-                    else:
-                        score = ev.METRICS[func](result, **options)
-                    scores.append(float(score))
-                except steps.SetupError:
-                    raise
-                except Exception as exc:  # a metric failing on the agent's output scores 0
-                    scores.append(0.0)
-                    details.setdefault("errors", []).append(f"{func}: {type(exc).__name__}: {exc}")
+            try:
+                scores = self._scores(evaluator, details)
+            except steps.SourceMissing as exc:  # the task's own file (a gold one): no score
+                raise TaskSetupFailed(str(exc)) from exc
             score = ev.combine(scores, evaluator.get("conj", "and"))
             details.update(func=funcs, scores=scores)
         (self.dir / "result.txt").write_text(f"{score}\n")
         return score, details
+
+    def _scores(self, evaluator: dict[str, Any], details: dict[str, Any]) -> list[float]:
+        """Postconfig, then each metric on its getters' states. A metric failing on the
+        agent's output scores 0; a step or getter that cannot run (SetupError) is the
+        attempt's error: after the agent's turns it may be the agent's doing."""
+        steps.run_steps(self, evaluator.get("postconfig", []), "postconfig")
+        scores = []
+        for func, result_cfg, expected_cfg, options in ev.normalized(evaluator):
+            try:
+                result = ev.GETTERS[result_cfg["type"]](self, result_cfg)
+                if expected_cfg:  # OSWorld passes the expected state only when there is one
+                    expected = ev.GETTERS[expected_cfg["type"]](self, expected_cfg)
+                    score = ev.METRICS[func](result, expected, **options)
+                else:
+                    score = ev.METRICS[func](result, **options)
+                scores.append(float(score))
+            except steps.SetupError:
+                raise
+            except Exception as exc:  # a metric failing on the agent's output scores 0
+                scores.append(0.0)
+                details.setdefault("errors", []).append(f"{func}: {type(exc).__name__}: {exc}")
+        return scores
 
     # ---------------------------------------------------------------- helpers
 

@@ -20,7 +20,7 @@ from typing import Any
 from .account_steps import STEPS as ACCOUNT_STEPS
 from .browser_steps import STEPS as BROWSER_STEPS
 # SetupError and cache_root are read here as setup.X by the env and the tests
-from .sources import SetupError, cache_root, local_source  # noqa: F401
+from .sources import SetupError, SourceMissing, cache_root, local_source  # noqa: F401
 
 log = logging.getLogger(__name__)
 

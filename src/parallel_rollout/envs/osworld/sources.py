@@ -16,11 +16,18 @@ from pathlib import Path
 from . import downloads
 from .downloads import cache_root
 
-__all__ = ["SetupError", "cache_root", "local_source"]
+__all__ = ["SetupError", "SourceMissing", "cache_root", "local_source"]
 
 
 class SetupError(RuntimeError):
-    """A setup or postconfig step failed; graded as the attempt's error, not a VM failure."""
+    """A setup or postconfig step failed. Before the agent's first turn the env makes it the
+    attempt's ``setup_failed`` (no score); after it, the attempt's error (the agent may have
+    caused it: a window it closed, a file it removed)."""
+
+
+class SourceMissing(SetupError):
+    """A file the task names (a URL, a path beside the task file) could not be had: the
+    task's data, which nothing in the VM touches, so never the agent's doing."""
 
 
 def local_source(task, url: str, cache: Path) -> Path:
@@ -32,9 +39,9 @@ def local_source(task, url: str, cache: Path) -> Path:
         try:
             return downloads.fetch(url, cache, legacy=cache / task.id / downloads.basename(url))
         except downloads.DownloadError as exc:
-            raise SetupError(f"task {task.id!r}: {exc}") from None
+            raise SourceMissing(f"task {task.id!r}: {exc}") from None
     elif "://" in url:
-        raise SetupError(f"task {task.id!r}: unsupported URL scheme in {url!r} "
+        raise SourceMissing(f"task {task.id!r}: unsupported URL scheme in {url!r} "
                          "(http, https, file or a local path)")
     else:
         path = Path(url).expanduser()
@@ -42,5 +49,5 @@ def local_source(task, url: str, cache: Path) -> Path:
             base = Path(task.source.rsplit(":", 1)[0]).parent if task.source else Path.cwd()
             path = base / path
     if not path.is_file():
-        raise SetupError(f"task {task.id!r}: no such local file {path}")
+        raise SourceMissing(f"task {task.id!r}: no such local file {path}")
     return path
