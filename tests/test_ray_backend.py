@@ -40,7 +40,7 @@ def test_shell_benchmark_spread_over_nodes(cluster, tmp_path):
     cl, _ = cluster
     data = tmp_path / "tasks.jsonl"
     data.write_text(SHELL_TASKS.read_text().rstrip("\n") + "\n" + json.dumps(
-        {"id": "stuck", "mode": "shell", "instruction": "wait", "check": "true", "reference": ["sleep 60"]}) + "\n")
+        {"id": "stuck", "mode": "shell", "instruction": "wait", "check": "true", "reference": ["true", "sleep 60"]}) + "\n")
     cmd = [arg if arg != "--no-progress" else "--progress"
            for arg in _cli(tmp_path, cl.address, "spread", "--task-timeout", "15", "--fail-under", "0.99")]
     cmd[cmd.index("--data") + 1] = str(data)
@@ -50,7 +50,14 @@ def test_shell_benchmark_spread_over_nodes(cluster, tmp_path):
     assert f"{total}/{total}" in proc.stderr and "VMs busy" in proc.stderr, proc.stderr[-2000:]
     run_dir = tmp_path / "spread"
     finals = assert_exactly_once(run_dir, {f"{i}#0" for i in [*SHELL_IDS, "stuck"]})
-    assert finals.pop("stuck#0")["status"] == "task_timeout"
+    stuck = finals.pop("stuck#0")
+    assert stuck["status"] == "task_timeout"
+    # where it was, asked of its actor before the kill: in the agent's second turn, on a VM,
+    # its first turn in the trajectory the actor's node sent with it
+    assert stuck["failure"]["phase"] == "agent" and stuck["turns"] == 1 and stuck["vm"], stuck
+    assert "the agent's turns" in stuck["failure"]["message"]
+    turns = (run_dir / stuck["trajectory"]).read_text().splitlines()
+    assert [json.loads(t)["action"] for t in turns] == [{"command": "true"}], turns
     assert all(r["status"] == "success" for r in finals.values()), \
         {k: r["status"] for k, r in finals.items() if r["status"] != "success"}
     events = (run_dir / "events.jsonl").read_text()

@@ -77,6 +77,9 @@ class RolloutWorker:
         #: (key, attempt) -> the agent running it: a cancel aborts its model request
         self._agents: dict[tuple[str, int], Agent] = {}
         self._agents_lock = threading.Lock()
+        #: a Ray actor's last Progress of each attempt, which its driver asks for at a timeout
+        #: (a process worker sends each one down its pipe instead)
+        self._last_progress: dict[tuple[str, int], Progress] = {}
 
     def run(self) -> None:
         """Read assignments until STOP (or the engine is gone), then let the loops finish."""
@@ -104,6 +107,8 @@ class RolloutWorker:
 
     def _send(self, message: Started | LeaseWait | Progress | Finished) -> None:
         if self.conn is None:  # a Ray actor: the driver learns of an attempt by its reference
+            if isinstance(message, Progress):
+                self._last_progress[(message.key, message.attempt)] = message
             return
         try:
             with self._send_lock:
@@ -141,8 +146,13 @@ class RolloutWorker:
                 agent.abort()
 
     def forget(self, key: str, attempt: int) -> None:
-        """Drop what is known of a settled attempt (its cancel, if any)."""
+        """Drop what is known of a settled attempt (its cancel, its progress)."""
         self._cancelled.discard((key, attempt))
+        self._last_progress.pop((key, attempt), None)
+
+    def progress_of(self, key: str, attempt: int) -> Progress | None:
+        """A Ray actor's last Progress of an attempt under way (None once it is settled)."""
+        return self._last_progress.get((key, attempt))
 
     def _check_cancelled(self, item: Assignment) -> None:
         if (item.key, item.attempt) in self._cancelled:

@@ -217,6 +217,17 @@ class WorkerActor:
         """Stop an attempt at its next turn."""
         self.worker.cancel(key, attempt)
 
+    def progress(self, idents: list[tuple[str, int]]) -> dict[tuple[str, int], tuple[Any, dict[str, str]]]:
+        """Where each of these attempts is (``messages.Progress``), with its trajectory's
+        files where the driver's folder is not this node's: for the records of attempts the
+        driver is about to kill for a timeout."""
+        found = {}
+        for ident in idents:
+            where = self.worker.progress_of(*ident)
+            files = {} if where is None or self.shares_folder else pack_files(self.worker.run_dir, where.trajectory)
+            found[ident] = (where, files)
+        return found
+
     def kill_children(self) -> int:
         """SIGKILL every descendant (agent subprocesses) before the driver kills the actor,
         which would leave them orphaned; how many there were."""
@@ -230,6 +241,22 @@ class WorkerActor:
             except psutil.Error:
                 pass
         return len(children)
+
+
+#: how long a timeout waits for the late actor to say where its attempts are
+PROGRESS_WAIT_S = 2.0
+
+
+def late_progress(actor: Any, idents: list[tuple[str, int]]) -> dict[tuple[str, int], tuple[Any, dict[str, str]]]:
+    """On the driver: where a late actor's attempts are (``WorkerActor.progress``), asked
+    before it is killed; nothing when it does not answer within PROGRESS_WAIT_S (an actor
+    whose agent holds its interpreter)."""
+    import ray
+
+    try:
+        return ray.get(actor.progress.remote(idents), timeout=PROGRESS_WAIT_S) or {}
+    except Exception:  # noqa: BLE001 - a hung or dead actor: the record says less, nothing more
+        return {}
 
 
 def sweep_here(provider_name: str, run_id: str | None, orphans_only: bool = False) -> list[str]:

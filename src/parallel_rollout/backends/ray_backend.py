@@ -49,7 +49,7 @@ from ..errors import TaskTimeout, WorkerDied
 from ..messages import Assignment, Cancel
 from ..trajectories import unpack_files
 from .base import BackendSpec, Clock, CrashWindow, EngineHooks, WorkerTable, died_record
-from .ray_actors import TRAJECTORY_FILES, PoolActor, WorkerActor, mark_folder, sweep_here
+from .ray_actors import TRAJECTORY_FILES, PoolActor, WorkerActor, late_progress, mark_folder, sweep_here
 from .ray_cluster import (alive_nodes, connect, done_refs, merge_stats, node_alive, pinned, sweep_cluster,
                           take_events, why)
 
@@ -381,7 +381,7 @@ class RayBackend(WorkerTable):
             started_at = w.started[ident].started_at
             self._settle(w, ident)
             exc = WorkerDied(f"{reason} while running attempt {item.attempt} of {item.key}")
-            self.hooks.record(died_record(item, exc, w, started_at))
+            self.hooks.record(self._died_record(w, item, exc, started_at))
         if self.hooks.closing:
             return
         node = self._nodes[w.node_id]
@@ -432,14 +432,25 @@ class RayBackend(WorkerTable):
             late = [ident for ident in late if ident in w.assigned]
             if not late or self._workers.get(w.index) is not w:
                 continue
+            where = late_progress(w.actor, late)
             for ident in late:
                 item = w.assigned[ident]
                 started_at = w.started[ident].started_at
                 self._settle(w, ident)
+                progress, files = where.get(ident, (None, {}))
+                unpack_files(self.spec.run_dir, files)
                 exc = TaskTimeout(f"attempt ran past --task-timeout {limit:g}s; worker actor killed")
-                self.hooks.record(died_record(item, exc, w, started_at))
+                self.hooks.record(self._died_record(w, item, exc, started_at, progress))
                 self.hooks.event("task_timeout", task=item.key, worker=w.worker_id, reason=str(exc))
             self._on_worker_death(w, reason="killed after --task-timeout", deliberate=True)
+
+    @staticmethod
+    def _died_record(w: _Worker, item: Assignment, exc: Exception, started_at: float,
+                     progress: Any = None) -> dict[str, Any]:
+        """The record of an attempt its actor could not finish, with its node (as the actor's)."""
+        record = died_record(item, exc, w, started_at, progress)
+        record["node"] = w.node_id
+        return record
 
     # -- the end ---------------------------------------------------------------------------
 
