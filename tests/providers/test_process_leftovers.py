@@ -105,8 +105,8 @@ from parallel_rollout.pool.providers.process import ProcessProvider
 real = sandbox_processes.guarded
 # a second between the fork and bwrap's exec: the window where bwrap has no parent-death
 # signal of its own yet (it sets it up when it starts)
-sandbox_processes.guarded = lambda argv, owner, procs=(): real(
-    ["/bin/sh", "-c", 'sleep 1; exec "$@"', "slow", *argv], owner, procs)
+sandbox_processes.guarded = lambda argv, owner, *limits: real(
+    ["/bin/sh", "-c", 'sleep 1; exec "$@"', "slow", *argv], owner, *limits)
 provider = ProcessProvider("dying", base_dir=sys.argv[1])
 print("booting", provider.run_dir, flush=True)
 provider.start("vm0")

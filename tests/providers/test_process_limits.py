@@ -15,7 +15,7 @@ import pytest
 from parallel_rollout.errors import ConfigError, VMError
 from parallel_rollout.guest.client import GuestClient
 from parallel_rollout.pool.providers.base import ProviderOptions
-from parallel_rollout.pool.providers import cgroups, process, standby
+from parallel_rollout.pool.providers import cgroups, host_share, process, standby
 from parallel_rollout.pool.providers.process import ProcessProvider
 from parallel_rollout.pool.providers.sandbox_uids import SandboxUids
 from process_support import base_dir, no_cgroups, no_leaked_sandbox  # noqa: F401 - fixtures
@@ -161,3 +161,31 @@ def test_a_uid_of_an_account_or_group_of_the_host_is_never_handed_out(tmp_path):
         uids.acquire("c")
     with pytest.raises(ConfigError, match=r"more than the 2 of the range .* that no account has"):
         uids.check_room(3)
+
+
+def test_every_process_of_a_sandbox_has_its_share_of_open_files_and_goes_first_to_the_oom_killer(base_dir):
+    """RLIMIT_NOFILE was the runner's (20,000 here) and pids.max 4096: ~124 processes of one
+    VM took the host's whole file table (fs.file-max), and every process of the machine got
+    ENFILE. Every process of a sandbox now has the VM's share (``host_share``), soft and hard,
+    which the code cannot raise; and it is the OOM killer's first choice, so that a limit
+    the runner shares (its cgroup's, the host's) kills a VM's process, never the runner."""
+    provider = ProcessProvider("run6", ProviderOptions(pool_size=2), base_dir=base_dir)
+    info = provider.start("vm0")
+    try:
+        said = GuestClient(info.address).execute(
+            "ulimit -Sn; ulimit -Hn; cat /proc/self/oom_score_adj; ulimit -n 4096 2>/dev/null && echo raised; "
+            "(echo 0 > /proc/self/oom_score_adj) 2>/dev/null && echo lowered", shell=True)["output"].split()
+    finally:
+        provider.stop(info)
+    nofile = host_share.vm_process_limits(None, process.DEFAULT_MAX_PROCESSES, 2)[2]
+    assert nofile <= host_share.DEFAULT_NOFILE
+    assert said[:3] == [str(nofile), str(nofile), "1000"], said
+    assert "raised" not in said
+    if _capable(24):  # CAP_SYS_RESOURCE: set by a runner that has it, the code cannot lower it
+        assert "lowered" not in said
+
+
+def _capable(bit: int) -> bool:
+    """Whether this process has the capability of number ``bit`` (CapEff)."""
+    status = Path("/proc/self/status").read_text()
+    return bool(int(status.split("CapEff:")[1].split()[0], 16) >> bit & 1)

@@ -40,12 +40,14 @@ def get_provider(name: str) -> type[Provider]:
 def provider_options(config: RunConfig, provider_cls: Any, vm_envs: list[Any]) -> ProviderOptions:
     """The VM settings of a pool serving ``vm_envs``: their default limits where the
     provider supports them, the user's explicit limits always. A VM's default memory is sized
-    from the host and the VMs of the pool (``config.pool_size``: --num-vms with a shared
-    pool, else one VM per worker), and a mode's own default (py's) never goes beyond it."""
+    from the host (or the runner's cgroup, where the provider's VMs count in it) and the VMs
+    of the pool (``config.pool_size``: --num-vms with a shared pool, else one VM per worker;
+    and its spares), and a mode's own default (py's) never goes beyond it."""
     limits: dict[str, Any] = {}
     supported = provider_cls.supported_limits()
     desktop = any(getattr(env_cls, "needs_desktop", False) for env_cls in vm_envs)
-    share = default_memory_mb(config.pool_size, desktop)
+    vms = config.pool_size + (config.spare_vms or 0)  # a spare holds memory too
+    share = default_memory_mb(vms, desktop, provider_cls.vms_in_runner_cgroup)
     for env_cls in vm_envs:
         for name, value in env_cls.default_limits.items():
             if name == "memory_mb":
@@ -63,7 +65,7 @@ def provider_options(config: RunConfig, provider_cls: Any, vm_envs: list[Any]) -
     if desktop:
         limits.update(desktop=True, screen_width=config.screen_width, screen_height=config.screen_height)
     limits["default_memory_mb"] = share
-    limits["pool_size"] = config.pool_size + (config.spare_vms or 0)
+    limits["pool_size"] = vms
     return ProviderOptions(snapshot_name=config.snapshot_name, path_to_vm=config.path_to_vm,
                            headless=config.headless, boot_timeout_s=config.boot_timeout_s,
                            vm_addresses=config.vm_address, reset_command=config.reset_command,

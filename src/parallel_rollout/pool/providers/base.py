@@ -85,13 +85,16 @@ DEFAULT_MEMORY_SHARE = 0.8
 DEFAULT_MEMORY_FLOOR_MB = 256
 
 
-def default_memory_mb(num_vms: int, desktop: bool = False) -> int:
+def default_memory_mb(num_vms: int, desktop: bool = False, in_runner_cgroup: bool = False) -> int:
     """A VM's memory limit unless the user sets one: min(2048 MB (4096 with a desktop),
     80% of the host's memory / ``num_vms``), at least 256 MB. M VMs then never hold more
-    than 80% of the host between them, and no one VM more than the cap."""
-    import psutil
+    than 80% of the host between them, and no one VM more than the cap. With
+    ``in_runner_cgroup`` (VMs whose memory counts in the runner's own cgroup) a memory limit
+    on that cgroup or an ancestor counts as the host's memory when less
+    (``host_share.memory_total_mb``)."""
+    from .host_share import memory_total_mb
 
-    share = DEFAULT_MEMORY_SHARE * psutil.virtual_memory().total / 2**20 / max(1, num_vms)
+    share = DEFAULT_MEMORY_SHARE * memory_total_mb(in_runner_cgroup)[0] / max(1, num_vms)
     cap = DESKTOP_MEMORY_CAP_MB if desktop else DEFAULT_MEMORY_CAP_MB
     return max(DEFAULT_MEMORY_FLOOR_MB, min(cap, int(share)))
 
@@ -103,6 +106,10 @@ class Provider(abc.ABC):
     name: ClassVar[str] = ""
     #: warm spares when --spare-vms is not given: worth it where a reset or boot is slow
     default_spares: ClassVar[int] = 0
+    #: whether its VMs' memory counts in the runner's own cgroup (a process sandbox's cgroups
+    #: are children of it, a QEMU guest is a process of the runner), so a limit there bounds
+    #: them with the runner (``host_share``); a container's is dockerd's, elsewhere
+    vms_in_runner_cgroup: ClassVar[bool] = False
 
     def __init__(self, run_id: str, options: ProviderOptions | None = None) -> None:
         from .common import check_name

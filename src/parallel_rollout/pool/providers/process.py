@@ -44,6 +44,8 @@ built, a clean environment, ``setsid``, and:
   cgroup only an explicit ``memory_mb`` applies, as RLIMIT_AS per process (logged either way). ``max_processes`` (DEFAULT_MAX_PROCESSES when unset) goes to ``pids.max``, or
   without a pids cgroup to RLIMIT_NPROC where that caps a sandbox (not root, ``cgroups.nproc_share``:
   at most a VM's share of the runner's own limit); else an explicit one is a ConfigError saying why.
+  Both within the VM's share of the machine's memory (the runner's cgroup's limit, when it
+  has one), pid and file tables, with RLIMIT_NOFILE to match (``host_share.py``).
 * *sized tmpfs* for ``/tmp`` and ``/dev/shm`` (512 MB) and the home (1 GB), each at most a
   sixth of ``memory_mb``: filling them fills the VM's own memory (which its cgroup bounds), never the
   host's disk, and leaves the agent room to live; at most ``sandbox_fs.MAX_PTYS`` ptys (one pool per machine).
@@ -97,7 +99,7 @@ import time
 from pathlib import Path
 
 from ...errors import ConfigError, ProviderUnavailable, VMError
-from . import agent_folder, cgroups, images, sandbox_fs, sandbox_log, seccomp, standby, verify
+from . import agent_folder, cgroups, host_share, images, sandbox_fs, sandbox_log, seccomp, standby, verify
 from .sandbox_argv import (AGENT_SOURCES, DESKTOP_SOURCES, GRADING_BIN, GUEST_HOME, NAMESPACE_FLAGS, SHIM_DIR,
                            SandboxSpec, boot_argv, folder_argv)
 from .sandbox_uids import SandboxUids
@@ -133,6 +135,7 @@ class ProcessProvider(Provider):
     """VMs as bubblewrap sandboxes; a snapshot is a folder copied into the home."""
 
     name = "process"
+    vms_in_runner_cgroup = True  # its cgroups are children of the runner's (cgroups.py)
 
     def __init__(self, run_id: str, options: ProviderOptions | None = None,
                  base_dir: str | os.PathLike | None = None) -> None:
@@ -176,8 +179,12 @@ class ProcessProvider(Provider):
                         "one per process (RLIMIT_AS)", cgroups.why_unavailable("memory"))
         #: the user's memory limit, else the pool's default where a memory cgroup bounds the sum
         self._memory_mb = self.options.memory_limit(bounded="memory" in controllers)
-        #: a VM's process cap, (pids.max, RLIMIT_NPROC per command): ``cgroups.process_cap``
-        self._pids_max, self._limit_nproc = cgroups.process_cap(
+        if self._memory_mb is not None and not self._limit_as:  # within the runner's cgroup's
+            host_share.check_pool_memory(self._memory_mb, self.options.pool_size,
+                                         explicit=self.options.memory_mb is not None)
+        #: a VM's process cap (pids.max, RLIMIT_NPROC per command: ``cgroups.process_cap``) and
+        #: RLIMIT_NOFILE of its every process, within its share of the host's tables
+        self._pids_max, self._limit_nproc, self._nofile = host_share.vm_process_limits(
             self.options.max_processes, DEFAULT_MAX_PROCESSES, self.options.pool_size)
         self._cgroup_name = f"{run_id}.{key}"  # cgroups are host-wide, as the folders
         #: root runs commands (and a desktop) as a uid of each VM's own (sandbox_uids.py)
@@ -422,7 +429,7 @@ class ProcessProvider(Provider):
         try:
             # joins the cgroups before bwrap forks anything: the shell in front of it
             proc, logged = sandbox_log.start(argv, log_path, (ready_w, info_w, seccomp_fd, listener.fileno()),
-                                             cgroup_procs=group.procs)
+                                             cgroup_procs=group.procs, nofile=self._nofile)
         except OSError as exc:
             for fd in (ready_r, ready_w, info_r, info_w):
                 os.close(fd)

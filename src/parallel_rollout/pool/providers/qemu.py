@@ -133,6 +133,7 @@ class QemuProvider(Provider):
     """VMs as QEMU guests; a snapshot is an internal qcow2 snapshot, reset is loadvm."""
 
     name = "qemu"
+    vms_in_runner_cgroup = True  # a guest's RAM is a process of the runner's (host_share.py)
     #: a loadvm reset takes ~0.6 s and a boot seconds: one VM booted ahead (pool/spares.py)
     default_spares = 1
 

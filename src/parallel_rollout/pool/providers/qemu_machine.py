@@ -162,23 +162,27 @@ def _qmp_read(stream) -> dict:
 
 
 def check_host_memory(memory_mb: int, vms: int, *, explicit: bool) -> None:
-    """ConfigError when ``vms`` guests of ``memory_mb`` each cannot all fit in the host's RAM
-    (QEMU would start them, and the host's OOM killer would end them mid-run, or the run
-    itself); a warning when they fit only beyond the memory the host has free now."""
+    """ConfigError when ``vms`` guests of ``memory_mb`` each cannot all fit in the host's RAM,
+    or in a memory limit of the runner's cgroup (its guests are its processes:
+    ``host_share.memory_total_mb``) when that is less (QEMU would start them, and the OOM
+    killer would end them mid-run, or the run itself); a warning when they fit only beyond
+    the memory the host has free now."""
     import psutil
 
+    from .host_share import memory_total_mb
+
     need = vms * memory_mb
-    host = psutil.virtual_memory()
-    total, free = host.total // 2**20, host.available // 2**20
+    total, ceiling = memory_total_mb()
+    free = psutil.virtual_memory().available // 2**20
+    where = f"this host's {total} MB of RAM" if ceiling is None else f"the runner's cgroup's memory limit, {ceiling}"
     if need > total:
         fits = total // memory_mb
         if not fits:
-            raise ConfigError(f"one QEMU VM of {memory_mb} MB is more than this host's {total} MB "
-                              "of RAM: lower --vm-memory-mb")
+            raise ConfigError(f"one QEMU VM of {memory_mb} MB is more than {where}: lower --vm-memory-mb")
         setting = "--vm-memory-mb" if explicit else "the default guest RAM (--vm-memory-mb)"
         raise ConfigError(
             f"{vms} QEMU VMs of {memory_mb} MB each (the pool and its spares) need {need} MB, more "
-            f"than this host's {total} MB of RAM: use at most {fits} VMs in all (--num-vms plus --spare-vms), "
+            f"than {where}: use at most {fits} VMs in all (--num-vms plus --spare-vms), "
             f"or lower {setting}")
     if need > free:
         log.warning("%d QEMU VMs of %d MB each need up to %d MB; the host has %d MB free now",

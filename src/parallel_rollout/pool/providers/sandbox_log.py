@@ -120,16 +120,17 @@ BWRAP_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}
 
 
 def start(argv: list[str], log_path: Path, pass_fds: tuple[int, ...],
-          cgroup_procs: list[str] | tuple[str, ...] = ()) -> tuple[subprocess.Popen, threading.Event]:
+          cgroup_procs: list[str] | tuple[str, ...] = (),
+          nofile: int | None = None) -> tuple[subprocess.Popen, threading.Event]:
     """Start a sandbox's bwrap (``argv``) from the launcher thread, dying with this process,
-    in the cgroups of ``cgroup_procs`` from before its start, with ``pass_fds``, the
+    in the cgroups of ``cgroup_procs`` from before its start, RLIMIT_NOFILE ``nofile``, with ``pass_fds``, the
     environment :data:`BWRAP_ENV` and its stdout and stderr a pipe pumped into ``log_path``;
     (its Popen, the event set once its log is all in the file)."""
     log_r, log_w = os.pipe()
     try:
         proc = launcher().popen(argv, stdin=subprocess.DEVNULL, stdout=log_w, stderr=log_w,
                                 pass_fds=pass_fds, env=BWRAP_ENV, start_new_session=True,
-                                die_with_owner=True, cgroup_procs=cgroup_procs)
+                                die_with_owner=True, cgroup_procs=cgroup_procs, nofile=nofile)
     except BaseException:
         os.close(log_r)
         raise

@@ -89,36 +89,44 @@ class _Launcher:
                 future.set_exception(exc)
 
     def popen(self, argv: list[str], *, die_with_owner: bool = False,
-              cgroup_procs: list[str] | tuple[str, ...] = (), **kwargs) -> subprocess.Popen:
+              cgroup_procs: list[str] | tuple[str, ...] = (), nofile: int | None = None,
+              **kwargs) -> subprocess.Popen:
         """subprocess.Popen, forked from the launcher thread; ``die_with_owner``: SIGKILLed
         when this process dies, from the fork on; ``cgroup_procs``: the ``cgroup.procs``
-        files it joins before ``argv`` starts (``guarded``)."""
+        files it joins before ``argv`` starts; ``nofile``: its RLIMIT_NOFILE (``guarded``)."""
         future: Future = Future()
         self._requests.put((future, guarded(argv, self.pid if die_with_owner else None,
-                                            cgroup_procs), kwargs))
+                                            cgroup_procs, nofile), kwargs))
         return future.result()
 
 
 #: the shell in front of a sandbox: $0 is the owner's pid ("-": no guard), whose death it was
-#: forked too late to see (its parent-death signal is already set here); then each argument
-#: up to "--" is a cgroup.procs file it moves itself into; then the sandbox's argv
+#: forked too late to see (its parent-death signal is already set here); $1 the RLIMIT_NOFILE
+#: (soft and hard) of it and all it starts ("-": as it is); then each argument up to "--" is a
+#: cgroup.procs file it moves itself into; then the sandbox's argv. It also makes itself the
+#: OOM killer's first choice (oom_score_adj 1000, inherited, and set with CAP_SYS_RESOURCE one
+#: the sandbox cannot lower): over a limit that holds the runner too (its cgroup's, the host's), a VM's
+#: process goes before the runner, whatever memory the VM holds in its tmpfs, which counts
+#: for no process
 _LAUNCH = ('if [ "$0" != - ] && [ "$PPID" != "$0" ]; then exit 125; fi; '
+           'if [ "$1" != - ]; then ulimit -n "$1" || exit 125; fi; shift; '
+           '{ echo 1000 > /proc/self/oom_score_adj; } 2>/dev/null; '
            'while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift; exec "$@"')
 
 
 def guarded(argv: list[str], owner: int | None,
-            cgroup_procs: list[str] | tuple[str, ...] = ()) -> list[str]:
+            cgroup_procs: list[str] | tuple[str, ...] = (), nofile: int | None = None) -> list[str]:
     """``argv`` behind ``setpriv --pdeathsig KILL`` and a shell that exits unless its parent
     is still ``owner`` (killed when the forking thread dies, from the fork on: see the module
-    doc) and joins ``cgroup_procs`` before it execs ``argv``. Without an owner, or without a
-    setpriv that has --pdeathsig (util-linux 2.33+), only the shell that joins the cgroups
-    (none without them)."""
+    doc), sets RLIMIT_NOFILE ``nofile`` and joins ``cgroup_procs`` before it execs ``argv``.
+    Without an owner, or without a setpriv that has --pdeathsig (util-linux 2.33+), only the
+    shell (none without cgroups or a ``nofile``)."""
+    limits = [str(nofile) if nofile is not None else "-", *cgroup_procs, "--"]
     setpriv = _setpriv() if owner is not None else None
     if setpriv is not None:
-        return [setpriv, "--pdeathsig", "KILL", "--", "/bin/sh", "-c", _LAUNCH, str(owner),
-                *cgroup_procs, "--", *argv]
-    if cgroup_procs:
-        return ["/bin/sh", "-c", _LAUNCH, "-", *cgroup_procs, "--", *argv]
+        return [setpriv, "--pdeathsig", "KILL", "--", "/bin/sh", "-c", _LAUNCH, str(owner), *limits, *argv]
+    if cgroup_procs or nofile is not None:
+        return ["/bin/sh", "-c", _LAUNCH, "-", *limits, *argv]
     return argv
 
 
