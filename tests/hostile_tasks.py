@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from conftest import assert_exactly_once, write_tasks
+from hostile_git import GIT_ROWS, HONEST_GIT
 from parallel_rollout.config import build_config
 from parallel_rollout.pool.providers import cgroups
 from parallel_rollout.runner import Runner
@@ -232,6 +233,8 @@ SHELL_ROWS = {
     "io_uring_and_mount_api": ([f"python3 -c '{NEW_SYSCALLS}'"], GOT_IT, False),
     "aio_contexts": ([f"python3 -c '{AIO_CONTEXTS}'"], GOT_IT, False),
     "write_sandbox_folders": ([WRITE_SANDBOX_FOLDERS], GOT_IT, False),
+    # a check's git runs no program the config of the answer's repo names
+    **GIT_ROWS,
 }
 
 #: rows that must never run without a bound only a cgroup gives: row -> the controller. The
@@ -244,7 +247,7 @@ NEEDS_CGROUP = {"fork_bomb": "pids"}
 #: fails whatever the answer did, so the row would prove nothing and is left out
 NEEDS_PROGRAM = {"rig_check_curlrc": "curl", "rig_check_jq": "jq", "rig_check_sqliterc": "sqlite3",
                  "rig_check_magic": "file", "rig_check_wgetrc": "wget", "rig_check_psqlrc": "psql",
-                 "rig_check_node_modules": "node"}
+                 "rig_check_node_modules": "node", **{row: "git" for row in GIT_ROWS}}
 #: program -> an honest task's check of it through its wrapper: the real program runs, arguments
 #: and all, on what the task's answer wrote (~/a.json, ~/t.db), where its row is not left out
 HONEST_TOOLS = {
@@ -257,10 +260,11 @@ HONEST_TOOLS = {
     # the home and its HOME are still the answer's (the wrapper only hides its global folders)
     "node": "node -e 'const os = require(\"os\"); process.exit(process.env.HOME === os.homedir()"
             " && require(os.homedir() + \"/a.json\").a === 2 ? 0 : 1)'",
+    "git": f"({HONEST_GIT[1]})",
 }
 #: an honest task's check that needs none of them: the wrappers come first on a check's PATH
 HONEST_WRAPPERS = " && ".join(f'[ "$(command -v {p})" = /opt/parallel-rollout/grading_bin/{p} ]'
-                              for p in NEEDS_PROGRAM.values())
+                              for p in dict.fromkeys(NEEDS_PROGRAM.values()))
 
 
 #: rows whose program cannot start in a table's VM (256 MB) where RLIMIT_AS is its bound (the
@@ -366,11 +370,12 @@ def shell_tasks(port: int, leave_out=()) -> list[dict]:
                       "reference": ["touch ~/ok"], "check": GOT_IT, "timeout": 30})  # a loaded machine: no hurry
     tasks.append({"id": "honest_wrappers", "mode": "shell", "instruction": "nothing",
                   "reference": ["true"], "check": HONEST_WRAPPERS, "timeout": 30})
-    tools = [program for row, program in NEEDS_PROGRAM.items() if row not in leave_out]
+    tools = list(dict.fromkeys(program for row, program in NEEDS_PROGRAM.items() if row not in leave_out))
     if tools:
         table = ["sqlite3 ~/t.db 'create table t(x); insert into t values (4);'"] if "sqlite3" in tools else []
-        tasks.append({"id": "honest_tools", "mode": "shell", "instruction": "a JSON file and a table",
-                      "reference": ["echo '{\"a\": 2}' > ~/a.json", *table],
+        repo = HONEST_GIT[0] if "git" in tools else []
+        tasks.append({"id": "honest_tools", "mode": "shell", "instruction": "a JSON file, a table, a repo",
+                      "reference": ["echo '{\"a\": 2}' > ~/a.json", *table, *repo],
                       "check": " && ".join(HONEST_TOOLS[program] for program in tools), "timeout": 30})
     return tasks
 

@@ -27,11 +27,12 @@ def test_the_wheel_ships_licence_types_script_and_a_lean_base(tmp_path):
         # the grading wrappers, programs a grading command runs: executable once installed; the
         # files they read, never commands of a check's PATH
         wrappers = {name: archive.getinfo(f"parallel_rollout/guest/grading_bin/{name}").external_attr >> 16
-                    for name in ("curl", "jq", "sqlite3", "file", "wget", "psql", "node", "wrap.sh",
-                                 "wgetrc", "node_no_home.js")}
+                    for name in ("curl", "jq", "sqlite3", "file", "wget", "psql", "node", "git",
+                                 "git_external_diff", "wrap.sh", "wgetrc", "node_no_home.js",
+                                 "git_no_programs.py")}
     assert "parallel_rollout/py.typed" in names
     assert "parallel_rollout/guest/shim/pyautogui.py" in names  # package data the images copy
-    data = ("wrap.sh", "wgetrc", "node_no_home.js")
+    data = ("wrap.sh", "wgetrc", "node_no_home.js", "git_no_programs.py")
     assert all(bool(mode & 0o111) is (name not in data) for name, mode in wrappers.items()), wrappers
     assert licence.startswith("MIT License") and metadata["License-Expression"] == "MIT"
     assert "parallel-rollout = parallel_rollout.cli:main" in entry_points

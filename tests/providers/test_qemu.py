@@ -295,10 +295,10 @@ def test_the_shims_and_wrappers_go_into_images_and_a_changed_shim_makes_them_sta
         data, mode = files[f"{images.GUEST_SHIM_BIN}/{name}"]
         assert data.startswith(b"#!/bin/sh") and mode == 0o755, (name, oct(mode))
     # and so are the grading wrappers, beside the agent (agent_grading.GRADING_BIN)
-    for name in ("curl", "jq", "sqlite3", "file", "wget", "psql", "node"):
+    for name in ("curl", "jq", "sqlite3", "file", "wget", "psql", "node", "git", "git_external_diff"):
         data, mode = files[f"{images.GUEST_GRADING_BIN}/{name}"]
         assert data.startswith(b"#!/bin/sh") and mode == 0o755, (name, oct(mode))
-    for name in ("wrap.sh", "wgetrc", "node_no_home.js"):  # what they read: no commands
+    for name in ("wrap.sh", "wgetrc", "node_no_home.js", "git_no_programs.py"):  # what they read: no commands
         assert files[f"{images.GUEST_GRADING_BIN}/{name}"][1] == 0o644, name
     source = tmp_path / "guest"
     shutil.copytree(images.GUEST_SOURCE_DIR, source, ignore=shutil.ignore_patterns("__pycache__"))

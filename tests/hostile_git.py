@@ -1,0 +1,52 @@
+"""The answers that make a check's git run their program (the config of the repo they made
+names it), and an honest one: rows of tests/test_grading_git.py, and of the hostile table
+(tests/hostile_tasks.py: :data:`GIT_ROWS`).
+"""
+
+#: a repo with a commit and an uncommitted change to f (g: unchanged, touched by the cheats so
+#: that git reads it again, through a filter, and rewrites its index)
+REPO = ("git init -q ~/repo && cd ~/repo && git config user.email a@b && git config user.name a"
+        " && echo a > f && echo g > g && git add f g && git commit -qm init && echo b > f")
+#: the answer's program: marks that it ran, kills git (its parent)
+PROGRAM = "printf '#!/bin/sh\\ntouch ~/ran\\nkill -9 $PPID\\n' > ~/.x && chmod +x ~/.x && cd ~/repo && touch g"
+STATUS = 'cd ~/repo && test -z "$(git status --porcelain)"'
+DIFF = 'cd ~/repo && test -z "$(git diff)"'
+#: the check's git on a terminal, where it pages
+PAGED = "cd ~/repo && test -z \"$(python3 -c 'import pty, sys; pty.spawn(sys.argv[1:])' git diff)\""
+ATTRIBUTE = "echo '* {}=x' > .git/info/attributes && "
+SUBMODULE = ("git init -q sub && cd sub && echo s > s && git add s && git -c user.name=a -c user.email=a@b"
+             " commit -qm s && cd .. && git add sub 2>/dev/null && git commit -qm sub && echo t > sub/s"
+             " && cd sub && ")
+
+#: row -> (the answer's commands after PROGRAM, the check)
+CHEATS = {
+    "fsmonitor": ("git config core.fsmonitor ~/.x", STATUS),
+    "clean_filter": (ATTRIBUTE.format("filter") + "git config filter.x.clean ~/.x", STATUS),
+    "process_filter": (ATTRIBUTE.format("filter") + "git config filter.x.process ~/.x"
+                       " && git config filter.x.required true", STATUS),
+    "textconv": (ATTRIBUTE.format("diff") + "git config diff.x.textconv ~/.x", DIFF),
+    "diff_command": (ATTRIBUTE.format("diff") + "git config diff.x.command ~/.x", DIFF),
+    "diff_external": ("git config diff.external ~/.x", DIFF),
+    "hooks_path": ("mkdir ~/hooks && cp ~/.x ~/hooks/post-index-change && git config core.hooksPath ~/hooks",
+                   STATUS),
+    "hook_in_the_repo": ("cp ~/.x .git/hooks/post-index-change", STATUS),
+    "pager": ("git config core.pager ~/.x", PAGED),
+    "pager_of_the_command": ("git config pager.diff ~/.x", PAGED),
+    "include_path": ("printf '[filter \"x\"]\\n\\tclean = %s/.x\\n' \"$HOME\" > ~/inc && git config include.path ~/inc"
+                     " && " + ATTRIBUTE.format("filter") + "true", STATUS),
+    "include_if": ("printf '[core]\\n\\tfsmonitor = %s/.x\\n' \"$HOME\" > ~/inc"
+                   " && git config includeIf.gitdir:~/repo/.path ~/inc", STATUS),
+    "submodule_filter": (SUBMODULE + ATTRIBUTE.format("filter") + "git config filter.x.clean ~/.x && touch s",
+                         STATUS),
+    "user_config": ("git config --global core.fsmonitor ~/.x", "unset GIT_CONFIG_GLOBAL && " + STATUS),
+}
+
+
+
+#: rows of the hostile table (tests/hostile_tasks.py): name -> (the answer's commands, the
+#: check, whether it can kill the guest agent)
+GIT_ROWS = {f"rig_check_git_{row}": ([REPO, f"{PROGRAM} && {CHEATS[row][0]}"], CHEATS[row][1], False)
+            for row in ("fsmonitor", "clean_filter", "textconv", "hooks_path", "pager", "include_path")}
+#: an honest answer to them: it commits the change (its repo's program is still there, unused)
+HONEST_GIT = ([REPO, f"{PROGRAM} && git commit -qam done && git config core.fsmonitor ~/.x"],
+              f"{STATUS} && test ! -e ~/ran")

@@ -1,0 +1,110 @@
+"""A check's git runs no program that the config of a repo the answer made names.
+
+Each row is an answer that leaves a repo with an uncommitted change and makes git run its
+program (``~/.x``: it marks ``~/ran`` and kills git, so that ``test -z "$(git status
+--porcelain)"`` sees nothing); the check then runs as a grading command
+(``agent_commands.run(..., isolated=True)``: the ``git`` of ``grading_bin`` first on its
+PATH). Every cheat must fail without ``~/ran``, the honest answer pass. Run on the host, in
+a home of the test's own; the rows (tests/hostile_git.py) are also rows of the hostile table,
+run through a pool (tests/test_hostile_answers.py).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from parallel_rollout.guest import agent_commands, agent_grading
+
+pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+
+sys.path.insert(0, agent_grading.GRADING_BIN)
+import git_no_programs  # noqa: E402  (a file of the guest's grading_bin, not a package)
+from hostile_git import ATTRIBUTE, CHEATS, DIFF, PAGED, PROGRAM, REPO, STATUS  # noqa: E402
+
+
+def _home(tmp_path: Path, monkeypatch) -> Path:
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(home / ".gitconfig"))  # the answer's own git
+    return home
+
+
+def _answer(*commands: str) -> None:
+    for command in commands:
+        result = agent_commands.run(command, shell=True, timeout=60)
+        assert result["returncode"] == 0, (command, result)
+
+
+def _check(check: str) -> dict:
+    return agent_commands.run(check, shell=True, timeout=60, isolated=True)
+
+
+@pytest.mark.parametrize("row", list(CHEATS))
+def test_a_cheat_through_the_repos_config_fails_and_runs_nothing(tmp_path, monkeypatch, row):
+    home = _home(tmp_path, monkeypatch)
+    commands, check = CHEATS[row]
+    _answer(REPO, f"{PROGRAM} && {commands}")
+    result = _check(check)
+    assert result["returncode"] != 0, result
+    assert not (home / "ran").exists(), f"the answer's program ran: {result}"
+
+
+@pytest.mark.parametrize("check", [STATUS, DIFF, PAGED])
+def test_an_honest_answer_still_passes(tmp_path, monkeypatch, check):
+    home = _home(tmp_path, monkeypatch)
+    _answer(REPO, f"{PROGRAM} && git commit -qam done")
+    assert _check(check)["returncode"] == 0
+    # and git shows what it would without the wrapper, driver or not
+    _answer(f"cd ~/repo && echo c > f && {ATTRIBUTE.format('diff')}git config diff.x.command ~/.x"
+            " && git config filter.y.clean ~/.x")
+    shown = _check("cd ~/repo && git diff && git -C ~/repo -c core.abbrev=12 log --oneline")
+    assert shown["returncode"] == 0 and "-a\n+c" not in shown["output"], shown
+    assert "\n-b\n+c\n" in shown["output"], shown  # git's own diff, through the driver's place
+    assert re.search(r"^[0-9a-f]{12} done$", shown["output"], re.M), shown  # the check's -C and -c
+    assert not (home / "ran").exists()
+
+
+def test_every_key_that_names_a_program_is_set_again(tmp_path, monkeypatch):
+    """What the wrapper gives git for a config naming a program in every key it knows (the
+    rows above run a few): each key set again, after the check's own, with no ~ in it."""
+    _home(tmp_path, monkeypatch)
+    keys = {"core.fsmonitor": "x", "core.alternateRefsCommand": "x", "credential.helper": "x",
+            "credential.https://h.helper": "x", "filter.a.smudge": "x", "filter.a.process": "x",
+            "diff.b.textconv": "x", "interactive.diffFilter": "x", "merge.c.driver": "x",
+            "remote.d.uploadpack": "x", "remote.d.receivepack": "x", "submodule.e.update": "!x",
+            "trailer.f.command": "x", "tar.g.command": "x", "gpg.program": "x", "gpg.x509.program": "x",
+            "gpg.ssh.program": "x", "gpg.ssh.defaultKeyCommand": "x", "help.autocorrect": "1",
+            "user.name": "kept"}
+    _answer(REPO, *(f"git -C ~/repo config '{key}' '{value}'" for key, value in keys.items()))
+    monkeypatch.chdir(Path(os.environ["HOME"]) / "repo")
+    monkeypatch.setenv("GIT_CONFIG_COUNT", "1")
+    monkeypatch.setenv("GIT_CONFIG_KEY_0", "the.checks")
+    monkeypatch.setenv("GIT_CONFIG_VALUE_0", "own")
+    env = git_no_programs.safe_env(["-c", "user.email=c@d", "status"])
+    given = {env[f"GIT_CONFIG_KEY_{i}"]: env[f"GIT_CONFIG_VALUE_{i}"] for i in range(int(env["GIT_CONFIG_COUNT"]))}
+    assert list(given)[0] == "the.checks"
+    for key in keys:
+        if key != "user.name":
+            assert given[key.lower() if "://" not in key else key] != keys[key], key
+    assert "user.name" not in given and given["core.hookspath"] == "/dev/null"
+    assert given["filter.a.required"] == "false"
+    assert env["GIT_PAGER"] == "cat" and env["GIT_ALLOW_PROTOCOL"] == "file:git:http:https"
+
+
+@pytest.mark.parametrize("argv, options", [
+    (["status"], []),
+    (["-C", "r", "-c", "a.b=c", "--git-dir=g", "--no-pager", "log", "-C"], ["-C", "r", "-c", "a.b=c",
+                                                                           "--git-dir=g", "--no-pager"]),
+    (["--work-tree", "w", "--bare", "diff"], ["--work-tree", "w", "--bare"]),
+    (["--version"], []),
+    (["-C"], ["-C"]),
+])
+def test_the_options_that_choose_the_repo(argv, options):
+    assert git_no_programs.global_options(argv) == options
