@@ -254,18 +254,48 @@ def route_reap(req: Request):
     if run_as is not None and reap_all:
         # as that user, kill(-1) reaches exactly that user's processes, not the agent (the
         # shell's builtin: procps' kill does not take -1)
-        result = run("kill -9 -1", shell=True, timeout=10.0)
-        return 200, {"status": "success", "returncode": result["returncode"]}
-    killed = 0
-    for pid in _reapable():
         try:
-            os.kill(pid, agent_spawn.SIGKILL)
-            killed += 1
-        except OSError:
-            pass
+            result = run("kill -9 -1", shell=True, timeout=10.0)
+        except BlockingIOError:  # no fork: the user's processes fill pids.max (a fork bomb)
+            return 200, {"status": "success", "killed": _kill_rounds(run_as[0])}
+        return 200, {"status": "success", "returncode": result["returncode"]}
+    killed = _kill_rounds()
     if not reap_all:
         _collect()
     return 200, {"status": "success", "killed": killed}
+
+
+def _kill_rounds(uid: int | None = None) -> int:
+    """Kill what /reap kills (of ``uid`` only, when given) from the agent itself, which
+    needs no fork: each round stops them all, so that none forks meanwhile (a fork bomb
+    refills what one pass of kills empties), then kills them, until none is left alive (5 s
+    at most). How many were killed."""
+    import time
+
+    deadline, killed = time.monotonic() + 5.0, 0
+    while time.monotonic() < deadline:
+        alive = [pid for pid in _reapable() if _alive(pid, uid)]
+        if not alive:
+            break
+        for signal in (agent_spawn.SIGSTOP, agent_spawn.SIGKILL):
+            for pid in alive:
+                try:
+                    os.kill(pid, signal)
+                except OSError:
+                    pass
+        killed += len(alive)
+    return killed
+
+
+def _alive(pid: int, uid: int | None) -> bool:
+    """Whether process ``pid`` runs (not a zombie), as ``uid`` when given."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as handle:
+            fields = dict(line.split(b":", 1) for line in handle if line.startswith((b"State:", b"Uid:")))
+        return fields[b"State"].split()[0] != b"Z" and \
+            (uid is None or int(fields[b"Uid"].split()[0]) == uid)
+    except (OSError, KeyError, ValueError, IndexError):
+        return False  # gone meanwhile
 
 
 def _reapable() -> dict[int, int]:

@@ -343,8 +343,9 @@ class Server:
 
     def serve_forever(self) -> None:
         """Accept until the listening socket is closed. A failed accept (out of
-        descriptors) or a thread that cannot start is skipped, as socketserver skipped it:
-        that client's connection is closed and the agent serves on."""
+        descriptors) is skipped, as socketserver skipped it. A connection whose thread cannot
+        start (the commands' processes fill pids.max: a fork bomb) is served on this thread,
+        the others waiting: the /reap that ends such a bomb must be answered."""
         import time
 
         while True:
@@ -360,9 +361,8 @@ class Server:
             conn = _socket.socket(self.socket.family, self.socket.type, 0, fileno=fd)
             try:
                 _thread.start_new_thread(self._serve, (conn,))
-            except RuntimeError as exc:  # can't start new thread
-                log(f"cannot serve a connection: {exc}")
-                conn.close()
+            except RuntimeError:  # can't start new thread
+                self._serve(conn)
 
     def _serve(self, conn) -> None:
         try:

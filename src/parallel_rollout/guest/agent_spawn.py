@@ -34,11 +34,11 @@ try:
 except ImportError:  # not CPython on POSIX
     _posixsubprocess = None
 
-#: SIGKILL without the ``signal`` module (its enums cost ~10 ms to import)
+#: SIGKILL (and SIGSTOP) without the ``signal`` module (its enums cost ~10 ms to import)
 try:
-    from _signal import SIGKILL
+    from _signal import SIGKILL, SIGSTOP
 except ImportError:
-    from signal import SIGKILL
+    from signal import SIGKILL, SIGSTOP
 
 #: whether this Python's ``fork_exec`` takes the arguments :func:`_fork_exec` gives it
 FAST = (_posixsubprocess is not None and sys.implementation.name == "cpython"
