@@ -217,6 +217,27 @@ def test_timeout_kills_the_whole_process_group(agent):
     assert client.health()["status"] == "ok"
 
 
+@pytest.mark.parametrize("start", ["setsid sh -c", "sh -c"])
+def test_a_command_that_leaves_a_process_holding_its_output_returns_when_it_exits(agent, start):
+    """``server &`` without a redirect (in a session of its own, or in the command's group):
+    its shell's exit ends the command, a short grace later, with its output and exit code and
+    a note, not a timeout after the whole limit; the process runs on, writing (drained, not
+    killed by SIGPIPE at its next line), until /reap."""
+    client, home = agent
+    started = time.monotonic()
+    result = client.execute(f"{start} 'echo $$ > ~/pid; while :; do echo tick; sleep 0.05; done' &"
+                            " echo started; exit 3", shell=True, timeout=8)
+    assert time.monotonic() - started < 4, result
+    assert result["status"] == "success" and result["returncode"] == 3, result
+    assert result["output"].startswith("started\n") and "timeout" not in result, result
+    assert "still holds its output" in result["note"], result
+    time.sleep(0.5)
+    background = psutil.Process(int((home / "pid").read_text()))
+    assert background.status() != psutil.STATUS_ZOMBIE, "the background process did not run on"
+    assert client.reap()
+    background.wait(5)
+
+
 def test_hung_command_does_not_block_other_requests(agent):
     client, _ = agent
     import threading

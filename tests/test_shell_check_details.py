@@ -53,3 +53,19 @@ def test_a_command_or_check_cut_by_its_timeout_says_so(tmp_path):
     first = json.loads((run_dir / action["trajectory"]).read_text().splitlines()[0])["observation"]
     assert first["timeout"].startswith("command timed out after 1s"), first
     assert first["output"] == "before\n", first
+
+
+def test_an_action_that_leaves_a_process_holding_its_output_is_not_a_timeout(tmp_path):
+    """``touch ~/ok; setsid sleep 1000 & echo started`` returns once its shell exits: its
+    output and exit code, a note on the process it left, no timeout (it waited the whole 8
+    s and said it timed out); the process is reaped before the check."""
+    run_dir, finals = _run(tmp_path, [
+        {"id": "daemon", "mode": "shell", "instruction": "start it", "timeout": 8,
+         "check": "test -e ~/ok && ! pgrep -x sleep", "reference": ["touch ~/ok; setsid sleep 1000 & echo started"]}])
+    record = finals["daemon#0"]
+    assert record["status"] == "success", record
+    step = json.loads((run_dir / record["trajectory"]).read_text().splitlines()[0])
+    first = step["observation"]
+    assert first["output"] == "started\n" and first["returncode"] == 0 and "timeout" not in first, first
+    assert "still holds its output" in first["note"], first
+    assert record["duration_s"] < 6, record

@@ -87,6 +87,8 @@ class ShellEnv(Env):
         }
         if result["timeout"]:  # the agent learns it was cut, not only a -9
             observation["timeout"] = result["timeout"]
+        if result["note"]:  # it returned while a process it started holds its output
+            observation["note"] = result["note"]
         return StepResult(observation)
 
     def evaluate(self) -> tuple[float, dict[str, Any]]:
@@ -115,4 +117,5 @@ class ShellEnv(Env):
             "timeout": (f"{'check' if isolated else 'command'} timed out after {self.timeout_s:g}s (the "
                         f"task's 'timeout', {DEFAULT_COMMAND_TIMEOUT_S:g}s by default); its process group "
                         "was killed" if timed_out else None),
+            "note": result.get("note"),
         }

@@ -50,6 +50,15 @@ take the agent down with it.
 ``tail`` (characters) or 8 MiB per stream; ``output_dropped`` / ``error_dropped`` say how
 many bytes came before it.
 
+**A process left holding the output.** A command that exits but leaves a process with its
+stdout or stderr (``server &`` with no redirect, in its group or a session of its own) is
+answered once it has exited and its pipes were read for ``agent_output.HELD_GRACE_S`` more:
+its output, its exit code and ``note`` (:data:`HELD_NOTE`), no timeout. The process runs on,
+as after a shell's prompt came back; what it writes is read and dropped
+(``agent_output.keep_draining``: else it would die of SIGPIPE at its next line) until /reap
+or the VM's reset. OSWorld's own ``/execute`` (``subprocess.run`` capturing the output) waits
+for the pipes' end and answers a timeout after its 120 s; the answer's shape stays OSWorld's.
+
 **Grading commands** (``isolated: true`` on ``/execute``, ``/run_python``,
 ``/run_bash_script``: a shell task's check, the py judge, the osworld getters, the reset
 probe) run in an environment the graded code cannot change (``agent_grading.py``). A grading
@@ -87,6 +96,10 @@ direct = False
 #: a VM), so /reap may kill every process it sees but itself and pid 1. Never the default:
 #: an agent run on a host (a remote machine, a test) would kill the whole machine
 reap_all = False
+#: what a command's answer says when it exited but a process it left running holds its output
+HELD_NOTE = (f"the command exited, but a process it left running still holds its output open: "
+             f"read for {agent_output.HELD_GRACE_S:g}s more, then left running (redirect its output, "
+             "`cmd > file 2>&1 &`, to return at once)")
 #: pids of the commands running now: their request's thread waits for each
 _running: set[int] = set()
 def expand(path: str) -> str:
@@ -173,16 +186,21 @@ def _finish(proc, timeout: float, tail: int | None) -> dict:
     if proc.stderr is not None:
         pipes[proc.stderr] = err
     deadline = time.monotonic() + timeout
-    timed_out = not agent_output.collect(pipes, deadline)
-    if not timed_out:  # it may have closed its output and gone on
+    ended = agent_output.collect(pipes, deadline, proc)
+    # exited, but a process it left running (``server &``) holds its output open: it runs on,
+    # as after a shell's prompt came back, until /reap or the VM's reset
+    held = not ended and proc.poll() is not None
+    timed_out = not ended and not held
+    if ended:  # it may have closed its output and gone on
         timed_out = not agent_output.exited_within(proc, max(0.0, deadline - time.monotonic()))
     if timed_out:
         _kill_group(proc.pid)
         # a child that escaped the group (setsid) may still hold the pipes open
         agent_output.collect(pipes, time.monotonic() + 2.0)
         proc.kill()
+    drained = held and agent_output.keep_draining(list(pipes))  # the pipes still open
     for stream in (proc.stdout, proc.stderr):
-        if stream is not None:
+        if stream is not None and not (drained and stream in pipes):
             stream.close()
     proc.wait()
     result = {"returncode": proc.returncode, "output": out.text(tail), "error": err.text(tail)}
@@ -192,6 +210,8 @@ def _finish(proc, timeout: float, tail: int | None) -> dict:
     if timed_out:
         result["timeout"] = True
         result["message"] = f"timed out after {timeout:g}s; its process group was killed"
+    if held:
+        result["note"] = HELD_NOTE
     return result
 
 

@@ -24,6 +24,11 @@ import time
 DEFAULT_KEEP_BYTES = 8 << 20
 #: bytes read from a pipe at a time
 CHUNK = 65536
+#: seconds a command's output is still read once it has exited, when a process it left
+#: running holds its pipes open (see :func:`collect`)
+HELD_GRACE_S = 0.25
+#: pipes of exited commands read by :data:`DRAIN` at most; more are closed at once
+MAX_DRAINED = 64
 
 
 class Tail:
@@ -59,10 +64,15 @@ def keep_bytes(tail_chars: int | None) -> int:
     return DEFAULT_KEEP_BYTES if tail_chars is None else max(1, 4 * tail_chars)
 
 
-def collect(pipes: dict, deadline: float) -> bool:
+def collect(pipes: dict, deadline: float, proc=None) -> bool:
     """Read the pipes ``{file object: Tail}`` into their tails until every one is at its
     end (True) or ``deadline`` (``time.monotonic()``) has passed (False). A pipe at its end
-    is dropped from ``pipes``, so a second call goes on with those still open."""
+    is dropped from ``pipes``, so a second call goes on with those still open.
+
+    With ``proc`` (the command that writes them): once it has exited, only for
+    :data:`HELD_GRACE_S` more, what is left in the pipes and what its background processes
+    write then. A process it left running that holds a pipe open (``server &``) keeps it
+    from its end, but a shell that started it has returned by then."""
     import select
 
     poller = select.poll()
@@ -70,18 +80,99 @@ def collect(pipes: dict, deadline: float) -> bool:
     for stream in pipes:
         by_fd[stream.fileno()] = stream
         poller.register(stream.fileno(), select.POLLIN)
-    while by_fd:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            return False
-        for fd, _ in poller.poll(remaining * 1000):
-            chunk = os.read(fd, CHUNK)
-            if chunk:
-                pipes[by_fd[fd]].add(chunk)
-            else:  # the writers are gone (or closed it): nothing more will come
-                poller.unregister(fd)
-                del pipes[by_fd.pop(fd)]
-    return True
+    exit_fd, slice_s = _watch_exit(proc, poller)
+    try:
+        while by_fd:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            events = poller.poll(min(remaining, slice_s) * 1000)
+            if proc is not None and (exit_fd in dict(events) or (exit_fd is None and proc.poll() is not None)):
+                deadline = min(deadline, time.monotonic() + HELD_GRACE_S)
+                proc, slice_s = None, float("inf")
+                if exit_fd is not None:
+                    poller.unregister(exit_fd)
+            for fd, _ in events:
+                if fd not in by_fd:
+                    continue  # the exit's pidfd
+                chunk = os.read(fd, CHUNK)
+                if chunk:
+                    pipes[by_fd[fd]].add(chunk)
+                else:  # the writers are gone (or closed it): nothing more will come
+                    poller.unregister(fd)
+                    del pipes[by_fd.pop(fd)]
+        return True
+    finally:
+        if exit_fd is not None:
+            os.close(exit_fd)
+
+
+def _watch_exit(proc, poller) -> tuple[int | None, float]:
+    """A pidfd of ``proc`` registered with ``poller`` (it polls readable once ``proc`` has
+    exited), and how long each poll may wait: forever with one, 50 ms without (Linux < 5.3,
+    no ``proc``: then nothing is watched, or ``proc.poll()`` is asked between polls)."""
+    if proc is None:
+        return None, float("inf")
+    try:
+        fd = os.pidfd_open(proc.pid)
+    except (AttributeError, OSError):
+        return None, 0.05
+    import select
+
+    poller.register(fd, select.POLLIN)
+    return fd, float("inf")
+
+
+def keep_draining(streams) -> bool:
+    """Hand pipes a command's background processes still hold to :data:`DRAIN`, which reads
+    and drops what they write until their end, so that such a process (a server started with
+    ``&``) goes on as in a terminal instead of dying of SIGPIPE at its next line; False
+    (the caller closes them) when it holds :data:`MAX_DRAINED` already."""
+    return DRAIN.add(list(streams))
+
+
+class Drain:
+    """One thread reading and dropping what pipes still get (see :func:`keep_draining`)."""
+
+    def __init__(self) -> None:
+        import _thread  # not threading: the agent's start imports none of what it imports
+
+        self.lock = _thread.allocate_lock()
+        self.streams: dict[int, object] = {}
+        self.wake_r, self.wake_w = None, None
+        self.started = False
+
+    def add(self, streams: list) -> bool:
+        """Read ``streams`` until their end (closing them then); False when full."""
+        with self.lock:
+            if len(self.streams) + len(streams) > MAX_DRAINED:
+                return False
+            if not self.started:
+                import _thread
+
+                self.wake_r, self.wake_w = os.pipe()
+                _thread.start_new_thread(self._run, ())
+                self.started = True
+            for stream in streams:
+                self.streams[stream.fileno()] = stream
+        os.write(self.wake_w, b"x")
+        return True
+
+    def _run(self) -> None:
+        import select
+
+        while True:
+            poller = select.poll()
+            poller.register(self.wake_r, select.POLLIN)
+            with self.lock:
+                for fd in self.streams:
+                    poller.register(fd, select.POLLIN)
+            for fd, _ in poller.poll():
+                if fd == self.wake_r:
+                    os.read(self.wake_r, CHUNK)
+                elif not os.read(fd, CHUNK):
+                    with self.lock:
+                        self.streams.pop(fd).close()
 
 
 def wait_exit(proc, timeout: float) -> int:
@@ -138,3 +229,7 @@ def readable_within(fd: int, timeout: float) -> bool:
     poller = select.poll()
     poller.register(fd, select.POLLIN)
     return bool(poller.poll(max(0.0, timeout) * 1000))
+
+
+#: the agent's one :class:`Drain`
+DRAIN = Drain()
