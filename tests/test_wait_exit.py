@@ -65,3 +65,36 @@ def test_without_pidfds_it_waits_as_popen_does(monkeypatch: pytest.MonkeyPatch) 
     finally:
         proc.kill()
         proc.wait()
+
+
+@pytest.mark.parametrize("pidfds", [True, False])
+def test_collect_stops_reading_soon_after_the_writer_exits(monkeypatch, pidfds):
+    """``collect(..., proc)``: a process the command left holds its pipe open, so its end
+    never comes; the command's exit (its pidfd, or polled where there are none) ends the
+    reading ``HELD_GRACE_S`` later, with what was written before it."""
+    if not pidfds:
+        monkeypatch.delattr(os, "pidfd_open", raising=False)
+    proc = subprocess.Popen(["sh", "-c", "sleep 30 & echo started"], stdout=subprocess.PIPE,
+                            start_new_session=True)
+    try:
+        tail = agent_output.Tail(1000)
+        started = time.monotonic()
+        assert not agent_output.collect({proc.stdout: tail}, started + 20, proc)
+        assert time.monotonic() - started < 5 and bytes(tail.data) == b"started\n"
+        assert proc.poll() == 0
+    finally:
+        os.killpg(proc.pid, 9)
+        proc.stdout.close()
+
+
+def test_a_drain_whose_thread_cannot_start_refuses_the_pipes(monkeypatch):
+    import _thread
+
+    def refuse(*args):
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(_thread, "start_new_thread", refuse)
+    read_fd, write_fd = os.pipe()
+    with os.fdopen(read_fd, "rb", buffering=0) as stream:
+        assert agent_output.Drain().add([stream]) is False
+    os.close(write_fd)

@@ -127,7 +127,8 @@ def keep_draining(streams) -> bool:
     """Hand pipes a command's background processes still hold to :data:`DRAIN`, which reads
     and drops what they write until their end, so that such a process (a server started with
     ``&``) goes on as in a terminal instead of dying of SIGPIPE at its next line; False
-    (the caller closes them) when it holds :data:`MAX_DRAINED` already."""
+    (the caller closes them) when it holds :data:`MAX_DRAINED` already or its thread cannot
+    start."""
     return DRAIN.add(list(streams))
 
 
@@ -143,15 +144,23 @@ class Drain:
         self.started = False
 
     def add(self, streams: list) -> bool:
-        """Read ``streams`` until their end (closing them then); False when full."""
+        """Read ``streams`` until their end (closing them then); False when full or when
+        its thread cannot start."""
         with self.lock:
             if len(self.streams) + len(streams) > MAX_DRAINED:
                 return False
             if not self.started:
                 import _thread
 
-                self.wake_r, self.wake_w = os.pipe()
-                _thread.start_new_thread(self._run, ())
+                try:
+                    self.wake_r, self.wake_w = os.pipe()
+                    _thread.start_new_thread(self._run, ())
+                except (OSError, RuntimeError):  # no descriptors, or pids.max full (a fork bomb)
+                    for fd in (self.wake_r, self.wake_w):
+                        if fd is not None:
+                            os.close(fd)
+                    self.wake_r = self.wake_w = None
+                    return False
                 self.started = True
             for stream in streams:
                 self.streams[stream.fileno()] = stream
