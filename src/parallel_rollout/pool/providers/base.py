@@ -79,8 +79,6 @@ class ProviderOptions:
 #: suite want more)
 DEFAULT_MEMORY_CAP_MB = 2048
 DESKTOP_MEMORY_CAP_MB = 4096
-#: the share of the host's memory the VMs of a pool may hold together by default
-DEFAULT_MEMORY_SHARE = 0.8
 #: the least a default limit leaves a VM (the agent, a shell, a Python interpreter)
 DEFAULT_MEMORY_FLOOR_MB = 256
 
@@ -92,7 +90,7 @@ def default_memory_mb(num_vms: int, desktop: bool = False, in_runner_cgroup: boo
     ``in_runner_cgroup`` (VMs whose memory counts in the runner's own cgroup) a memory limit
     on that cgroup or an ancestor counts as the host's memory when less
     (``host_share.memory_total_mb``)."""
-    from .host_share import memory_total_mb
+    from .host_share import DEFAULT_MEMORY_SHARE, memory_total_mb
 
     share = DEFAULT_MEMORY_SHARE * memory_total_mb(in_runner_cgroup)[0] / max(1, num_vms)
     cap = DESKTOP_MEMORY_CAP_MB if desktop else DEFAULT_MEMORY_CAP_MB

@@ -9,7 +9,7 @@ cannot exhaust them:
 =================  =====================================  ======================================
 pool               what a VM takes of it                  a VM's share
 =================  =====================================  ======================================
-memory             its cgroup's ``memory.max``            80% (``base.DEFAULT_MEMORY_SHARE``)
+memory             its cgroup's ``memory.max``            80% (``DEFAULT_MEMORY_SHARE``)
                    (the default: ``base.default_memory_   of the least of the host's RAM and
                    mb``)                                  the runner's cgroup limit, / VMs
 ``kernel.pid_max`` ``pids.max`` (a pid per process and    TABLE_SHARE of the least of
@@ -46,7 +46,9 @@ from pathlib import Path
 
 from ...errors import ConfigError
 from . import cgroups
-from .base import DEFAULT_MEMORY_SHARE
+
+#: the part of the host's memory (or the runner's cgroup's) that a pool's VMs may hold between them
+DEFAULT_MEMORY_SHARE = 0.8
 
 #: the share of the machine's pid and file tables that a pool's VMs may hold together
 TABLE_SHARE = 0.5
