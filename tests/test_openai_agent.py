@@ -25,7 +25,7 @@ from click.testing import CliRunner
 from parallel_rollout.agents import get_agent, prompts
 from parallel_rollout.agents.base import AgentError
 from parallel_rollout.agents.command import CommandAgent
-from parallel_rollout.agents.episode import ModelUnavailable
+from parallel_rollout.agents.episode import EndpointRefused, ModelUnavailable
 from parallel_rollout.agents.openai_agent import OpenAIAgent
 from parallel_rollout.agents.retries import parse_retry_after
 from parallel_rollout.agents.wire import reply_of
@@ -161,11 +161,15 @@ def test_a_fault_past_max_retries_is_a_clear_error(llm_server, fault):
     assert agent.usage()["requests"] == 3 and agent.usage()["retries"] == 2
 
 
-def test_client_errors_are_not_retried(llm_server):
-    server = llm_server([{"status": 401}])
+@pytest.mark.parametrize("status, error", [(400, AgentError), (401, EndpointRefused), (404, EndpointRefused)])
+def test_client_errors_are_not_retried(llm_server, status, error):
+    """A 400 is the attempt's error; a refused key or an unknown model (401, 403, 404) is
+    EndpointRefused, which stops a batch run (tests/test_endpoint_refusals.py)."""
+    server = llm_server([{"status": status}])
     agent = openai_agent(server)
-    with pytest.raises(AgentError, match="HTTP 401.*not retried"):
+    with pytest.raises(error, match=f"HTTP {status}") as caught:
         agent.act({"problem": "What is 6 times 7?"})
+    assert type(caught.value) is error and caught.value.infrastructure == (error is EndpointRefused)
     assert len(server.requests) == 1
 
 

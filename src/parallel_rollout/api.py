@@ -16,8 +16,8 @@ Where the CLI turns a failure into an exit status, these raise: ConfigError (bad
 task file that does not load: nothing ran), ProviderUnavailable (no bubblewrap, no daemon,
 no image), RunLocked (another run holds the folder). A run that started always returns its
 RunOutcome, whose ``exit_code`` is the CLI's (0 finished, 1 aborted: ``run(resume=True,
-run_id=...)`` continues it, 3 below ``fail_under``, 4 a regression against ``compare_to``,
-130 interrupted).
+run_id=...)`` continues it, 2 the model endpoint refused the key or model, 3 below
+``fail_under``, 4 a regression against ``compare_to``, 130 interrupted).
 """
 
 from __future__ import annotations

@@ -148,7 +148,8 @@ def main() -> None:
               help="Print the resolved settings as JSON (defaults, then --config, then PARALLEL_ROLLOUT_* "
                    "variables, then flags; with --resume, the run's stored ones) and exit; nothing runs.")
 @click.option("--check-endpoint", is_flag=True,
-              help="With --dry-run: also ask the model endpoint for its models (GET /models, 5 s timeout).")
+              help="With --dry-run: also ask the model endpoint for its models (GET /models, 5 s timeout); "
+                   "a key it refuses or a --model it does not list is a problem.")
 @click.option("--record", is_flag=True, help="Keep a recording.mp4 of each osworld attempt.")
 @click.option("--rag-metric", type=click.Choice(["f1", "em"]), default=_D.rag_metric, show_default=True,
               help="The rag mode's reward: token F1 or exact match of the answer (both are recorded).")
@@ -225,7 +226,8 @@ def run(ctx: click.Context, config_file: str | None, dry_run: bool, print_config
 
     \b
     Exit codes: 0 finished, 1 aborted (pool exhausted, manager died; --resume continues),
-    2 bad usage or a missing prerequisite (nothing ran), 3 below --fail-under,
+    2 bad usage or a missing prerequisite (nothing ran), or a model endpoint that refused the
+    key or does not know the model (fix it, then --resume), 3 below --fail-under,
     4 significant regression against --compare-to, 5 --compare-to cannot judge (no shared
     samples, an unfinished baseline),
     75 another run holds the folder's lock (retry later), 130 interrupted.

@@ -4,7 +4,8 @@
 
     Runner.run ─► finish_run ─► summary.json (every session's counts, timings, VM figures)
                      │        ─► the exit code: 130 interrupted, 1 stopped (the engine's
-                     │           reason), else 0
+                     │           reason; 2 when the model endpoint refused the key or
+                     │           model), else 0
                      └─► report.gate.after_run: report.html, --junit-xml, the gates
 
 The message goes to ``run.log`` here and to the console from the caller (the CLI prints it
@@ -22,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import RunConfig
-from .exit_codes import EXIT_ABORTED, EXIT_INTERRUPTED, EXIT_OK
+from .exit_codes import EXIT_ABORTED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from .logs import NOT_ON_CONSOLE
 from .provenance import SCHEMA_VERSION
 from .results import carry_over, read_records, summarize
@@ -42,10 +43,12 @@ class RunOutcome:
 
 def finish_run(config: RunConfig, run_dir: Path, run_id: str, *, total: int,
                pool_stats: dict[str, Any] | None, started_at: float, interrupted: int | None,
-               stopped: str | None, provenance: dict[str, Any] | None, resume_cmd: str) -> RunOutcome:
+               stopped: str | None, provenance: dict[str, Any] | None, resume_cmd: str,
+               refused: bool = False) -> RunOutcome:
     """Write the run's summary.json and decide its exit code: ``interrupted`` (the signal
-    that stopped it), ``stopped`` (why the engine stopped it), else finished; then the
-    report files and the gates (``report.gate.after_run``)."""
+    that stopped it), ``stopped`` (why the engine stopped it; ``refused``: the model endpoint
+    refused the run's key or model, a configuration error), else finished; then the report
+    files and the gates (``report.gate.after_run``)."""
     results = run_dir / "results.jsonl"
     records = read_records(results) if results.exists() else []
     earlier = read_summary(run_dir)
@@ -63,7 +66,7 @@ def finish_run(config: RunConfig, run_dir: Path, run_id: str, *, total: int,
         code = EXIT_INTERRUPTED
     elif stopped:
         message = f"run stopped: {stopped}\nresume with: {resume_cmd}"
-        code = EXIT_ABORTED
+        code = EXIT_USAGE if refused else EXIT_ABORTED
     elif summary["ungraded"]:
         message = ungraded_message(records, summary["ungraded"], config.max_retries, resume_cmd)
         code = EXIT_ABORTED

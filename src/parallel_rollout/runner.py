@@ -32,7 +32,7 @@ import filelock
 
 from .agents import get_agent
 from .agents.base import MODEL_OPTIONS
-from .agents.episode import ModelUnavailable
+from .agents.episode import EndpointRefused, ModelUnavailable
 from .config import RunConfig, default_run_id
 from .engine import Engine
 from .envs import get_env, task_validators, with_mode_defaults
@@ -77,6 +77,8 @@ class Runner:
         self._outage = 0
         self._outage_limit = max(4, 2 * (config.max_concurrent_rollouts
                                          or config.num_rollouts * config.envs_per_worker))
+        #: the endpoint refused the run's key or model (EndpointRefused): a configuration error
+        self.refused = False
         self._store: ResultStore | None = None
         self._progress = None
         self._lock = threading.Lock()
@@ -368,7 +370,13 @@ class Runner:
         its attempts left to a resume (a server that is down must not turn every sample left
         into a final failure): once it failed every loop's attempt twice over, or a sample's
         last retry, with no answer since the attempt before. A sample that fails its retries
-        between answers (a flaky server) is final, as infrastructure (never graded)."""
+        between answers (a flaky server) is final, as infrastructure (never graded). An
+        endpoint that refuses the key or the model stops it at its first answer: no sample
+        can go otherwise until the settings are fixed."""
+        if record.get("status") == EndpointRefused.kind:
+            self.refused = True
+            return (f"the model endpoint refused this run's settings: "
+                    f"{(record.get('failure') or {}).get('message', '')[:600]}")
         with self._lock:
             self._outage = self._outage + 1 if record.get("status") == ModelUnavailable.kind else 0
             last_retry = record["attempt"] >= self.config.max_retries
@@ -392,6 +400,7 @@ class Runner:
                           pool_stats=self.engine.final_pool_stats if self.engine else None,
                           started_at=self._started_at, interrupted=self._interrupted,
                           stopped=self.engine.error if self.engine is not None else None,
+                          refused=self.refused,
                           provenance=self._provenance,
                           resume_cmd=resume_command(self.program, self.config.output_dir, self.run_id))
 

@@ -22,6 +22,16 @@ class ModelUnavailable(AgentError):
     infrastructure = True
 
 
+class EndpointRefused(AgentError):
+    """The model endpoint refused the run's settings (HTTP 401 or 403: the key; 404: the
+    model, or the path under --base-url): no request can succeed until they are fixed, so it
+    says nothing of the policy. Infrastructure: never graded; the batch runner stops the run
+    at the first one (exit 2), its attempts left to a resume (retries.REFUSING_STATUS)."""
+
+    kind = "endpoint_refused"
+    infrastructure = True
+
+
 class EpisodeCut(AgentError):
     """The model cannot go on with this episode; it ends graded at reward 0 and is kept (an
     RL group keeps it as an outcome: the trainer masks or penalises it, it is not a failure).

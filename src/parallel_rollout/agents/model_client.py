@@ -19,7 +19,8 @@ What a call does for the agent:
 * **Sampling.** The run config's temperature, max_tokens and ``sampling`` table, then the
   attempt's overrides (a scheduler's ``sampling=``), then the call's keyword arguments.
 * **Retries** (``retries.py``): 429, 5xx, timeouts, connection errors, malformed bodies, up to
-  ``--max-retries``; then ``AgentError`` naming the endpoint. Other 4xx fail at once.
+  ``--max-retries``; then ``AgentError`` naming the endpoint. A refused key or an unknown
+  model (401, 403, 404) is ``EndpointRefused``, other 4xx an ``AgentError``, at once.
 * **The policy gate** (under an RL scheduler): each request waits while weights update and
   streams (``streaming.py``), so a weight update or a cancel (``abort()``) closes it at once
   and the server stops decoding. An aborted call is asked again after the update, from
@@ -48,8 +49,8 @@ from typing import Any, Sequence
 
 from ..errors import AttemptCancelled, ConfigError
 from . import openai_request, streaming
-from .episode import AgentError, AttemptInfo, ContextOverflow, LengthCut, ModelUnavailable
-from .retries import RETRYABLE_STATUS, Retryable, parse_retry_after, retrying
+from .episode import AgentError, AttemptInfo, ContextOverflow, EndpointRefused, LengthCut, ModelUnavailable
+from .retries import REFUSING_STATUS, RETRYABLE_STATUS, Retryable, parse_retry_after, refusal, retrying
 from .servers import Route
 from .wire import MalformedResponse, Wire, excerpt, is_overflow
 
@@ -335,6 +336,9 @@ class ModelClient:
             problem = f"HTTP {exc.status_code}: {excerpt(exc.response.text)}"
             if is_overflow(exc.status_code, exc.response.text):
                 raise ContextOverflow(f"{self.endpoint}: {problem}") from None
+            if exc.status_code in REFUSING_STATUS:
+                raise EndpointRefused(f"{self.endpoint}: {problem}; "
+                                      f"{refusal(exc.status_code, request.get('model'), self.base_url)}") from None
             if exc.status_code not in RETRYABLE_STATUS:
                 raise AgentError(f"{self.endpoint}: {problem} (not retried)") from None
             raise Retryable(problem, parse_retry_after(exc.response.headers), unavailable=True) from None

@@ -222,7 +222,7 @@ def _shown(value: Any) -> str:
 def probe_models(url: str, model: str, timeout: float = PROBE_TIMEOUT_S) -> str:
     """GET ``{url}/models`` as the client would (with the key): a note on what answered, or
     ConfigError saying why the endpoint is unusable (unreachable, no answer in time, the key
-    refused)."""
+    refused, a model list without ``model``)."""
     from ..errors import ConfigError
 
     if "unix" in urlsplit(url).scheme:
@@ -246,5 +246,8 @@ def probe_models(url: str, model: str, timeout: float = PROBE_TIMEOUT_S) -> str:
         ids = [str(m.get("id")) for m in json.loads(body).get("data", []) if isinstance(m, dict)]
     except (ValueError, AttributeError):
         return f"{url} answers (GET /models: not a model list)"
-    served = "" if not ids or model in ids else f"; it does not list {model!r} (it has {', '.join(ids[:5])})"
-    return f"{url} answers with {len(ids)} model(s){served}"
+    if ids and model not in ids:  # its requests would be answered 404: EndpointRefused
+        listed = ", ".join(ids[:10]) + (f" and {len(ids) - 10} more" if len(ids) > 10 else "")
+        raise ConfigError(f"{url} does not list the model {model!r} (--model): it lists {listed}; "
+                          "give --model one of them")
+    return f"{url} answers with {len(ids)} model(s)"

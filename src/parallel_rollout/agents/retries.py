@@ -8,7 +8,9 @@ honours what the server asked for. A call is retried up to ``--max-retries`` tim
 message, null content). The wait honours the server's ``retry-after-ms`` / ``Retry-After``
 (seconds or an HTTP date); otherwise it backs off exponentially with "equal jitter" (half the
 step fixed, half random), so many env loops hitting one rate limit do not retry in step.
-Other 4xx (bad key, unknown model) fail at once: retrying cannot fix them.
+A key the endpoint refuses (401, 403) or a model or path it does not know (404) is
+``EndpointRefused``: the run's settings are wrong, not the reply (``refusal``). Other 4xx
+fail at once: retrying cannot fix them.
 
 The official ``openai`` client does the HTTP with its own retries turned off
 (``max_retries=0``): its retry loop has no hook to count requests and retries, and it would
@@ -30,6 +32,12 @@ import tenacity
 MAX_RETRY_AFTER_S = 120.0
 #: HTTP statuses worth retrying: rate limits, server trouble, request timeout, lock conflict
 RETRYABLE_STATUS = frozenset({408, 409, 429}) | frozenset(range(500, 600))
+#: HTTP statuses that refuse the run's settings, whatever is asked: OpenAI answers a bad key
+#: 401 (403 for a key without access) and an unknown model 404 (model_not_found); vLLM 404
+#: ("The model `x` does not exist.") and, with --api-key, 401; Ollama 404 ("model \"x\" not
+#: found, try pulling it first"); SGLang 401 with --api-key (it answers any model name); a
+#: base URL without /v1 is a 404 anywhere
+REFUSING_STATUS = frozenset({401, 403, 404})
 
 
 class Retryable(Exception):
@@ -44,6 +52,16 @@ class Retryable(Exception):
         #: the server did not answer (down, overloaded, too slow), as against an answer that
         #: was malformed: when the retries run out, the first is ModelUnavailable
         self.unavailable = unavailable or server_down
+
+
+def refusal(status: int, model: str, base_url: str) -> str:
+    """What to fix when the endpoint answered ``status`` (one of REFUSING_STATUS)."""
+    if status == 404:
+        return (f"the endpoint does not know the model {model!r} (--model) or the path (--base-url "
+                f"{base_url}): give --model a name its {base_url}/models lists (a new --run-id: a "
+                "run's model is fixed) or fix --base-url, or serve that model there and resume")
+    return ("the endpoint refuses the API key: set OPENAI_API_KEY to a key it accepts "
+            "(one with access to this model), then resume")
 
 
 def retrying(max_retries: int, backoff_base_s: float, backoff_max_s: float,
