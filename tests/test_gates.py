@@ -18,7 +18,7 @@ import pytest
 import xmlschema
 from click.testing import CliRunner
 
-from conftest import ROOT, shell_task, write_tasks
+from conftest import ROOT, assert_exactly_once, shell_task, write_tasks
 from parallel_rollout import exit_codes
 from parallel_rollout.cli import main
 from parallel_rollout.report.junit import junit_tree
@@ -143,8 +143,11 @@ def test_compare_to_exits_4_on_a_significant_regression_only(tmp_path):
     text = (tmp_path / "out" / "worse" / "compare-base.txt").read_text()
     assert "pass -> fail: 6: t0#0, t1#0, t2#0, t3#0, t4#0, t5#0" in text
 
+    # a baseline that does not exist (a nightly job's missed night) is no verdict, after the run
     missing = run_cli(tmp_path, [shell_task("a")], "nobase", "--compare-to", "nope")
-    assert missing.exit_code == exit_codes.EXIT_USAGE and "no such run" in missing.output
+    assert missing.exit_code == exit_codes.EXIT_NO_VERDICT and "no such run" in missing.output
+    assert "no verdict: there is no run nope" in missing.output
+    assert_exactly_once(tmp_path / "out" / "nobase", {"a#0"})
 
 
 def test_exit_codes_are_documented_in_the_cli_help():

@@ -144,10 +144,9 @@ esac
 """
 
 
-@pytest.fixture(scope="module")
-def nightly(tmp_path_factory):
-    """/srv/evals after two nights of the README's cron line: nightly.toml and its tasks."""
-    evals = tmp_path_factory.mktemp("evals")
+def cron_nights(evals: Path):
+    """/srv/evals for the README's cron line (nightly.toml and its tasks, a `date` shim) and
+    ``night(day, eve, first=False)``, which runs the line on ``day`` with ``eve`` as yesterday."""
     shim = evals / "bin"
     shim.mkdir()
     (shim / "date").write_text(DATE_SHIM)
@@ -159,12 +158,22 @@ def nightly(tmp_path_factory):
     assert line.startswith("cd /srv/evals && parallel-rollout run --config nightly.toml")
     line = line.replace("cd /srv/evals", f"cd {evals}", 1)
 
-    def night(day: str, eve: str, first: bool = False) -> subprocess.CompletedProcess:
+    def night(day: str, eve: str, first: bool = False, exit_code: bool = False) -> subprocess.CompletedProcess:
         text = re.sub(r" --compare-to \S*\$\([^)]*\)", "", line) if first else line  # the README: not the first night
+        if exit_code:  # the run's exit status, logged after what it said
+            text = text.replace(" 2>&1;", ' 2>&1; echo "exit $?" >> nightly.log;', 1)
         env = {**INSTALLED, "PATH": f"{shim}:{INSTALLED['PATH']}", "NIGHT": day, "EVE": eve}
         return subprocess.run(["sh", "-c", text], cwd="/", env=env, stdin=subprocess.DEVNULL,
                               capture_output=True, text=True, timeout=300)
 
+    return night
+
+
+@pytest.fixture(scope="module")
+def nightly(tmp_path_factory):
+    """/srv/evals after two nights of the README's cron line."""
+    evals = tmp_path_factory.mktemp("evals")
+    night = cron_nights(evals)
     first = night(NIGHTS[0], "2026-11-21", first=True)
     second = night(NIGHTS[1], NIGHTS[0])
     return evals, night, (first, second)
@@ -189,6 +198,27 @@ def test_the_cron_line_runs_two_nights_gated_and_compared(nightly):
     second = evals / "results" / f"nightly-{NIGHTS[1]}"
     assert "pass -> fail: 0" in (second / f"compare-nightly-{NIGHTS[0]}.txt").read_text()
     assert (second / f"compare-nightly-{NIGHTS[0]}.html").is_file()
+
+
+def test_the_cron_line_survives_a_missed_night(tmp_path):
+    """A night whose baseline never ran (the machine was off) runs all the same: a warning at
+    its start names the missing run, its gate gives no verdict (exit 5), and the night after
+    it compares again; a missing baseline was exit 2 with nothing run, every night after."""
+    night = cron_nights(tmp_path)
+    assert night("2026-11-22", "2026-11-21", first=True).returncode == 1  # not 75
+    # 2026-11-23 missed: the cron line of 2026-11-24 names it
+    missed = night("2026-11-24", "2026-11-23", exit_code=True)
+    log = " ".join((tmp_path / "nightly.log").read_text().split())
+    assert missed.returncode == 1 and log.count("3/3 samples finished, 3 succeeded") == 2, log
+    assert "--compare-to nightly-2026-11-23: results/nightly-2026-11-23 holds no results.jsonl" in log
+    assert "the run goes on; its gate will give no verdict (exit 5)" in log
+    assert log.endswith("--compare-to nightly-2026-11-23: no verdict: there is no run nightly-2026-11-23 in "
+                        "results (no results.jsonl) exit 5"), log
+    assert_exactly_once(tmp_path / "results" / "nightly-2026-11-24", {"t0#0", "t1#0", "t2#0"})
+    night("2026-11-25", "2026-11-24", exit_code=True)
+    log = (tmp_path / "nightly.log").read_text()
+    assert log.count("3/3 samples finished, 3 succeeded") == 3 and log.rstrip().endswith("exit 0"), log
+    assert (tmp_path / "results" / "nightly-2026-11-25" / "compare-nightly-2026-11-24.txt").is_file()
 
 
 def test_the_cron_line_on_a_locked_folder_exits_75_and_logs_it(nightly):

@@ -203,7 +203,7 @@ def main() -> None:
               help="Exit 3 when the finished run's success rate is below this fraction (0.8 means 80%).")
 @click.option("--compare-to", help="Exit 4 when the run is significantly worse than this earlier run of "
               "--output-dir (McNemar exact, p < 0.05; with --group-size > 1 the Wilcoxon signed-rank test "
-              "over tasks).")
+              "over tasks); 5 when it cannot judge (no such run: a warning at the start, and the run goes on).")
 @click.option("--junit-xml", type=click.Path(dir_okay=False),
               help="Write JUnit XML here: one test case per sample, for CI (a run that stopped "
               "early adds an error case for the samples without a result; a path it cannot write "
@@ -229,7 +229,7 @@ def run(ctx: click.Context, config_file: str | None, dry_run: bool, print_config
     2 bad usage or a missing prerequisite (nothing ran), or a model endpoint that refused the
     key or does not know the model (fix it, then --resume), 3 below --fail-under,
     4 significant regression against --compare-to, 5 --compare-to cannot judge (no shared
-    samples, an unfinished baseline),
+    samples, an unfinished baseline, no such run: the run goes on without one),
     75 another run holds the folder's lock (retry later), 130 interrupted.
     """
     # an interrupt from here on ends as one during the run does (130, said), not as

@@ -125,11 +125,11 @@ class Runner:
                 "--envs-per-worker > 1 runs several env loops per worker that share VMs; "
                 "add --use-vm-pool (without it each worker owns exactly one VM of its own)"
             )
-        if cfg.compare_to is not None:
-            baseline = Path(cfg.output_dir) / cfg.compare_to
-            if not (baseline / "results.jsonl").exists():
-                raise ConfigError(f"--compare-to {cfg.compare_to}: {baseline} holds no results.jsonl "
-                                  "(no such run in --output-dir)")
+        from .report.gate import missing_baseline
+
+        if missing_baseline(cfg):  # a missed night must not stop every night after it
+            log.warning("--compare-to %s: %s; the run goes on; its gate will give no verdict (exit 5)",
+                        cfg.compare_to, missing_baseline(cfg))
         if cfg.junit_xml:
             check_writable_folder("--junit-xml", cfg.junit_xml)
         if cfg.data is None:

@@ -6,8 +6,9 @@
 
 * ``--fail-under RATE``: the success rate (final samples) below RATE → exit 3;
 * ``--compare-to RUN_ID``: a significant regression against that run of the same
-  ``--output-dir`` (``compare.Comparison.regressed``) → exit 4; no shared sample or an
-  unfinished baseline (``cannot_judge``) → exit 5; the comparison is kept
+  ``--output-dir`` (``compare.Comparison.regressed``) → exit 4; no shared sample, an
+  unfinished baseline (``cannot_judge``) or no such run (``missing_baseline``: a nightly
+  job's missed night, warned of at the run's start) → exit 5; the comparison is kept
   as ``compare-<RUN_ID>.txt`` and ``.html`` in the run folder.
 
 An aborted or interrupted run keeps its own exit code: a gate judges finished runs only.
@@ -33,7 +34,10 @@ log = logging.getLogger("parallel_rollout")
 def gate(config: Any, data: RunData) -> tuple[int, str]:
     """The exit code and message of a finished run's gates (EXIT_OK and "" when all pass)."""
     failed: list[tuple[int, str]] = []
-    if config.compare_to is not None:
+    if missing_baseline(config):
+        failed.append((EXIT_NO_VERDICT, f"--compare-to {config.compare_to}: no verdict: there is no run "
+                                        f"{config.compare_to} in {config.output_dir} (no results.jsonl)"))
+    elif config.compare_to is not None:
         comparison, text, _ = write_comparison(Path(config.output_dir) / config.compare_to, data)
         log.info("%s", text)
         for warning in comparison.warnings:
@@ -58,6 +62,17 @@ def gate(config: Any, data: RunData) -> tuple[int, str]:
     # The threshold wins over the regression: it is the promise a nightly job states.
     failed.sort(key=lambda item: item[0] != EXIT_BELOW_THRESHOLD)
     return failed[0][0], "\n".join(message for _, message in failed)
+
+
+def missing_baseline(config: Any) -> str:
+    """Why ``--compare-to`` names no run of ``--output-dir`` ("" when it names one): the run
+    goes on all the same, as a nightly job must after a night that did not run."""
+    if config.compare_to is None:
+        return ""
+    baseline = Path(config.output_dir) / config.compare_to
+    if (baseline / "results.jsonl").is_file():
+        return ""
+    return f"{baseline} holds no results.jsonl (no such run in --output-dir)"
 
 
 def after_run(config: Any, run_dir: Path, exit_code: int, message: str) -> tuple[int, str]:
