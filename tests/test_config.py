@@ -124,6 +124,9 @@ RANGE_ERRORS = [
     (["--max-retries", "-1"], "--max-retries must be 0 or more"),
     (["--task-timeout", "0"], "--task-timeout must be positive"),
     (["--task-timeout", "nan"], "--task-timeout must be positive"),
+    (["--boot-timeout-s", "0"], "--boot-timeout-s must be positive (seconds), got 0"),
+    (["--boot-timeout-s", "-5"], "--boot-timeout-s must be positive (seconds), got -5"),
+    (["--boot-timeout-s", "nan"], "--boot-timeout-s must be positive (seconds), got nan"),
     (["--use-vm-pool", "--envs-per-worker", "0"], "--envs-per-worker must be at least 1"),
     (["--max-concurrent-rollouts", "0"], "--max-concurrent-rollouts must be at least 1"),
     (["--group-size", "0"], "--group-size must be at least 1"),
@@ -138,6 +141,23 @@ RANGE_ERRORS = [
 @pytest.mark.parametrize("args, message", RANGE_ERRORS, ids=[" ".join(a) for a, _ in RANGE_ERRORS])
 def test_out_of_range_values_are_rejected_before_anything_runs(tmp_path, args, message):
     assert_usage_error(invoke(tmp_path, *args), tmp_path, message)
+
+
+@pytest.mark.parametrize("line, message", [
+    ("lease-timeout-s = 0", "lease_timeout_s must be positive (seconds), got 0 (lease-timeout-s = 0.0 in"),
+    ("ack-timeout-s = -1", "ack_timeout_s must be positive (seconds), got -1"),
+    ("api-timeout-s = nan", "api_timeout_s must be positive (seconds), got nan"),
+    ("boot-timeout-s = 0", "--boot-timeout-s must be positive (seconds), got 0"),
+    ("shutdown-grace-s = -1", "shutdown_grace_s must be 0 or more, got -1"),
+    ("max-vm-replacements = -1", "max_vm_replacements must be 0 or more, got -1"),
+    ("min-free-disk-mb = -1", "min_free_disk_mb must be 0 or more, got -1"),
+])
+def test_out_of_range_tunables_of_a_config_file_are_rejected(tmp_path, line, message):
+    """The settings without a flag of their own (a config file's) are held to ranges too:
+    a 0 boot timeout made every VM 'not boot' and the run die, its resume command too."""
+    path = tmp_path / "run.toml"
+    path.write_text(line + "\n")
+    assert_usage_error(invoke(tmp_path, "--config", str(path), "--dry-run"), tmp_path, message, f"in {path}")
 
 
 NOT_HONOURED = [

@@ -80,8 +80,16 @@ def validate_ranges(cfg: Any) -> None:
         raise ConfigError("--max-retries must be 0 or more")
     if cfg.resume and not cfg.run_id:
         raise ConfigError("--resume needs the --run-id of the run to continue (a new run's id is new)")
-    if not cfg.task_timeout > 0:  # also rejects NaN, which would disable every timeout
-        raise ConfigError("--task-timeout must be positive (seconds)")
+    # a flag's name, else the config file's key (as the Python API spells it)
+    for name in ("--task-timeout", "--boot-timeout-s", "lease_timeout_s", "ack_timeout_s", "api_timeout_s"):
+        # also rejects NaN, which would disable the timeout; 0 would fail every boot or lease
+        value = getattr(cfg, name.lstrip("-").replace("-", "_"))
+        if not value > 0:
+            raise ConfigError(f"{name} must be positive (seconds), got {value:g}")
+    for name in ("shutdown_grace_s", "max_vm_replacements", "min_free_disk_mb"):
+        value = getattr(cfg, name)
+        if value is not None and not value >= 0:
+            raise ConfigError(f"{name} must be 0 or more, got {value:g}")
     check_token_settings(cfg)
     for name in ("limit", "max_tokens", "vm_memory_mb", "vm_max_processes", "max_concurrent_rollouts"):
         value = getattr(cfg, name)
