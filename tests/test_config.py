@@ -135,12 +135,26 @@ RANGE_ERRORS = [
     (["--run-id", ".."], "--run-id '..' must be a plain folder name"),
     (["--run-id", "a/b"], "must be a plain folder name"),
     (["--num-rollouts", "two"], "'two' is not a valid integer"),
+    (["--agent", "openai", "--base-url", "localhost:8000/v1"],
+     "--base-url 'localhost:8000/v1' is not an http(s) URL of a model endpoint: give its scheme and host, "
+     "e.g. http://localhost:8000/v1"),
+    (["--agent", "openai", "--base-url", "http://127.0.0.1:1/v1", "--base-url", "notaurl"],
+     "--base-url 'notaurl' is not an http(s) URL"),
 ]
 
 
 @pytest.mark.parametrize("args, message", RANGE_ERRORS, ids=[" ".join(a) for a, _ in RANGE_ERRORS])
 def test_out_of_range_values_are_rejected_before_anything_runs(tmp_path, args, message):
     assert_usage_error(invoke(tmp_path, *args), tmp_path, message)
+
+
+def test_an_openai_base_url_without_a_scheme_is_refused_at_start(tmp_path):
+    """OPENAI_BASE_URL=localhost:8000/v1 made 16 requests fail, then a stop "resume once it
+    answers", which it never would."""
+    result = CliRunner().invoke(main, ["--data", str(SHELL_TASKS), "--agent", "openai", "--output-dir",
+                                       str(tmp_path / "out"), "--no-progress"],
+                                env={"OPENAI_BASE_URL": "localhost:8000/v1", "OPENAI_API_KEY": None})
+    assert_usage_error(result, tmp_path, "OPENAI_BASE_URL 'localhost:8000/v1' is not an http(s) URL")
 
 
 @pytest.mark.parametrize("line, message", [

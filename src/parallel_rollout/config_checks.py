@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 import json
 from typing import Any
+from urllib.parse import urlsplit
 
 from .errors import ConfigError
 
@@ -56,6 +57,17 @@ def check_sampling(value: Any, where: str = "sampling") -> dict[str, Any]:
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
             raise ConfigError(f"{where}: {name} must be an integer of at least 1, got {limit!r}")
     return items
+
+
+def check_base_url(url: str, where: str = "--base-url") -> None:
+    """ConfigError unless ``url`` is an http(s) URL with a host (or a unix socket's): without
+    a scheme every model request fails, and a run's endpoint cannot change on resume."""
+    parts = urlsplit(url)
+    if ("unix" in parts.scheme or parts.scheme in ("http", "https")) and (parts.netloc or "unix" in parts.scheme):
+        return
+    hint = f"http://{url}" if parts.scheme not in ("http", "https") and "//" not in url else "http://localhost:8000/v1"
+    raise ConfigError(f"{where} {url!r} is not an http(s) URL of a model endpoint: give its scheme and host, "
+                      f"e.g. {hint}")
 
 
 #: what a user without Ray is told
@@ -113,6 +125,8 @@ def validate_ranges(cfg: Any) -> None:
         raise ConfigError("--sleep-after-execution must be 0 or more (seconds)")
     if not cfg.server_cooldown >= 0:
         raise ConfigError("--server-cooldown must be 0 or more (seconds)")
+    for url in [cfg.base_url] if isinstance(cfg.base_url, str) else cfg.base_url or ():
+        check_base_url(url)
     if not cfg.session_header.strip() or any(c in cfg.session_header for c in ":\r\n "):
         raise ConfigError(f"--session-header {cfg.session_header!r} must be an HTTP header name, e.g. X-Session-ID")
     if cfg.temperature is not None and not 0 <= cfg.temperature <= 2:

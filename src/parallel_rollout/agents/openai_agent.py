@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..config_checks import check_base_url
 from ..errors import ConfigError
 from . import openai_request, prompts, tools
 from .base import MODEL_OPTIONS, Agent
@@ -48,6 +49,7 @@ class OpenAIAgent(Agent):
         the tokenizer folder does not load (config.py checks the ranges of --temperature and
         --max-tokens)."""
         for url in openai_request.resolve_base_urls(config.base_url):
+            check_base_url(url, "--base-url" if config.base_url else "OPENAI_BASE_URL")
             if openai_request.api_key(url) is None:
                 raise ConfigError(openai_request.missing_key_message(url))
         if getattr(config, "tool_calls", False) and config.mode not in tools.TOOLS:
