@@ -120,6 +120,23 @@ def test_fail_under_exits_3_and_junit_validates(tmp_path):
     assert passing.exit_code == exit_codes.EXIT_OK, passing.output
 
 
+@pytest.mark.parametrize("agent", ["oracle", "command"])
+def test_a_run_whose_agent_calls_no_model_names_none(tmp_path, agent):
+    """config.json and the JUnit XML named the default --model for agents that use none."""
+    script = tmp_path / "done.py"
+    script.write_text("import sys\nfor line in sys.stdin:\n    print('\"DONE\"', flush=True)\n")
+    extra = ["--agent-cmd", f"{sys.executable} {script}"] if agent == "command" else []
+    done = run_cli(tmp_path, [shell_task("t0")], "nomodel", "--agent", agent, *extra,
+                   "--junit-xml", str(tmp_path / "junit.xml"))
+    assert done.exit_code == 0, done.output
+    config = json.loads((tmp_path / "out" / "nomodel" / "config.json").read_text())["config"]
+    assert config["agent"] == agent and "model" not in config
+    junit = (tmp_path / "junit.xml").read_text()
+    assert f'name="agent" value="{agent}"' in junit and 'name="model"' not in junit
+    resumed = run_cli(tmp_path, [shell_task("t0")], "nomodel", "--resume")  # its settings still match
+    assert resumed.exit_code == 0, resumed.output
+
+
 def test_fail_under_is_a_fraction(tmp_path):
     result = run_cli(tmp_path, [shell_task("a")], "pct", "--fail-under", "80")
     assert result.exit_code == exit_codes.EXIT_USAGE

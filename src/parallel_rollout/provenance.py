@@ -107,6 +107,16 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+def recorded_config(cfg: RunConfig, uses_model: bool) -> dict[str, Any]:
+    """``cfg`` as config.json records it: without ``model`` when the agent calls none (the
+    oracle, command): no model made that run, and its report and JUnit XML must not name one.
+    A resume compares the settings its run recorded only (``check_resume``)."""
+    data = cfg.to_json()
+    if not uses_model:
+        del data["model"]
+    return data
+
+
 def check_resume(run_id: str, stored: dict[str, Any], cfg: RunConfig, now: dict[str, Any]) -> None:
     """ConfigError unless ``cfg`` and the task data ``now`` (a provenance) match the run's
     stored ``config.json`` in everything that changes results."""

@@ -41,7 +41,7 @@ from .logs import run_log_handler
 from .messages import Assignment
 from .plugins import plugin_call
 from .pool.providers import get_provider
-from .provenance import SCHEMA_VERSION, check_resume, provenance
+from .provenance import SCHEMA_VERSION, check_resume, provenance, recorded_config
 from .records import unsupported_record
 from .results import ResultStore, ResumeIndex, StorageError, read_records
 from .run_end import RunOutcome, finish_run, resume_command
@@ -202,7 +202,8 @@ class Runner:
             tmp_path = config_path.with_name("config.json.tmp")
             tmp_path.write_text(json.dumps({
                 "schema_version": SCHEMA_VERSION, "run_id": self.run_id, "identity_hash": cfg.identity_hash(),
-                "config": cfg.to_json(), "provenance": self._provenance, "written_at": now,
+                "config": recorded_config(cfg, "model" in self.agent_cls.options), "provenance": self._provenance,
+                "written_at": now,
                 "started_at": (stored or {}).get("started_at") or (stored or {}).get("written_at") or now,
             }, indent=2))
             os.replace(tmp_path, config_path)
