@@ -309,6 +309,7 @@ def test_run_parallel_rollout_script_help():
 @pytest.mark.parametrize("extra, expected", [
     ([], 4),  # C = N × K = 2 × 2
     (["--max-concurrent-rollouts", "3"], 3),
+    (["--max-concurrent-rollouts", "9"], 4),  # more than the loops: cut, and said
 ])
 def test_concurrency_is_logged_and_flags_beat_the_file(tmp_path, extra, expected):
     data = write_tasks(tmp_path / "tasks.jsonl", [shell_task(f"t{i}") for i in range(4)])
@@ -325,6 +326,9 @@ def test_concurrency_is_logged_and_flags_beat_the_file(tmp_path, extra, expected
     assert re.fullmatch(r"[0-9a-f]{16}", resolved["identity_hash"])
     # console logging reaches this invocation's stderr, also on the second run in one process
     assert f"[Concurrency] Set max concurrent rollouts to {expected}" in result.stderr
+    cut = ("[Concurrency] Set max concurrent rollouts to 4, not the 9 asked for by --max-concurrent-rollouts: "
+           "the run has 4 env loops (--num-rollouts 2 × --envs-per-worker 2); raise them for more")
+    assert (cut in " ".join(result.stderr.split())) == ("9" in extra)
 
 
 def test_a_config_files_wrong_type_names_the_key_as_the_file_spells_it(tmp_path):

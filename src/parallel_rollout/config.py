@@ -177,6 +177,17 @@ class RunConfig:
         loops = self.num_rollouts * self.envs_per_worker
         return min(loops, self.max_concurrent_rollouts or loops)
 
+    def concurrency_note(self, limit: int) -> str:
+        """What the concurrency line adds when ``limit`` (the backend's: every env loop, capped
+        by --max-concurrent-rollouts) is below the --max-concurrent-rollouts asked for: it
+        was cut to the loops there are, which the user must hear of, not guess."""
+        asked = self.max_concurrent_rollouts
+        if asked is None or asked <= limit:
+            return ""
+        return (f", not the {asked} asked for by --max-concurrent-rollouts{self.where('max_concurrent_rollouts')}: "
+                f"the run has {limit} env loops (--num-rollouts {self.num_rollouts} × --envs-per-worker "
+                f"{self.envs_per_worker}{' per node' if self.backend == 'ray' else ''}); raise them for more")
+
     @property
     def replacement_budget(self) -> int:
         """How many replacement VMs the pool may boot."""

@@ -193,7 +193,9 @@ class Engine:
             os.set_blocking(self._wake_r, False)
             os.set_blocking(self._wake_w, False)
             self.backend.start()
-            log.info("[Concurrency] Set max concurrent rollouts to %d", self.concurrency)
+            note = self.config.concurrency_note(self.concurrency)  # a cut --max-concurrent-rollouts
+            log.log(logging.WARNING if note else logging.INFO, "[Concurrency] Set max concurrent rollouts to %d%s",
+                    self.concurrency, note)
             self._thread = threading.Thread(target=self._serve, name="rollout-engine", daemon=True)
             self._thread.start()
 
