@@ -331,6 +331,27 @@ def test_concurrency_is_logged_and_flags_beat_the_file(tmp_path, extra, expected
     assert (cut in " ".join(result.stderr.split())) == ("9" in extra)
 
 
+@pytest.mark.parametrize("source", ["config file", "environment"])
+def test_a_tilde_in_a_path_from_the_config_file_or_the_environment_is_the_home(tmp_path, source):
+    """As the shell expands ``--data ~/r3.jsonl``: it was read as ./~/r3.jsonl, 'task file not found'."""
+    home = tmp_path / "home"
+    home.mkdir()
+    write_tasks(home / "r3.jsonl", [shell_task("t0")])
+    env = {"HOME": str(home)}
+    paths = {"data": "~/r3.jsonl", "output-dir": "~/results", "junit-xml": "~/junit/r3.xml"}
+    if source == "config file":
+        (tmp_path / "run.toml").write_text("".join(f'{key} = "{value}"\n' for key, value in paths.items()))
+        args = ["--config", str(tmp_path / "run.toml")]
+    else:
+        env.update({f"PARALLEL_ROLLOUT_{key.upper().replace('-', '_')}": value for key, value in paths.items()})
+        args = []
+    result = CliRunner().invoke(main, ["run", *args, "--print-config"], env=env)
+    assert result.exit_code == 0, result.output
+    resolved = json.loads(result.stdout)
+    assert (resolved["data"], resolved["output_dir"], resolved["junit_xml"]) == (
+        str(home / "r3.jsonl"), str(home / "results"), str(home / "junit" / "r3.xml"))
+
+
 def test_a_config_files_wrong_type_names_the_key_as_the_file_spells_it(tmp_path):
     for key, shown in (("num-vms", "num-vms"), ("num_vms", "num_vms"), ("use-vm-pool", "use-vm-pool"),
                        ("sampling", "sampling")):

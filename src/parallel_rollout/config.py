@@ -316,7 +316,7 @@ def check_fields(cfg: RunConfig, where: str = "RunConfig") -> None:
 
 def load_toml(path: str | Path) -> dict[str, Any]:
     """Read a TOML config file whose keys are the flag names (dashes or underscores)."""
-    path = Path(path)
+    path = Path(path).expanduser()
     try:
         with path.open("rb") as fh:
             raw = tomllib.load(fh)
@@ -355,6 +355,10 @@ def build_config(flags: dict[str, Any], config_file: str | None = None,
     sources = {name: f"in {config_file}" for name in values if name not in flags}
     sources.update(flag_sources or {})
     values.update(flags)
+    for name in ("data", "output_dir", "junit_xml"):
+        # ~ as the shell expands it on the command line: a config file's or a variable's is not
+        if isinstance(values.get(name), str):
+            values[name] = os.path.expanduser(values[name])
     stored = _stored_settings(values)
     if stored:
         where = f"in {_stored_path(values)}, which --resume reads"
