@@ -206,8 +206,9 @@ def main() -> None:
               "over tasks); 5 when it cannot judge (no such run: a warning at the start, and the run goes on).")
 @click.option("--junit-xml", type=click.Path(dir_okay=False),
               help="Write JUnit XML here: one test case per sample, for CI (a run that stopped "
-              "early adds an error case for the samples without a result; a path it cannot write "
-              "makes the run exit 1).")
+              "early adds an error case for the samples without a result). A path whose folder it cannot "
+              "write in is refused at the start, exit 2, nothing run; one that fails when written at the "
+              "end makes the run exit 1.")
 @click.option("--backend", type=click.Choice(["local", "ray"]), default=_D.backend, show_default=True,
               help="local: worker processes on this host; ray: workers and one VM pool per node as Ray "
               "actors (--num-rollouts and --num-vms count per node; needs parallel-rollout[ray]).")
