@@ -308,9 +308,11 @@ def format_summary(summary: dict[str, Any], run_dir: Any) -> str:
     if summary.get("ungraded"):  # infrastructure failures are no score: the graded samples' rate
         rate = (f"success rate of the graded samples {_pct(summary.get('success_rate_graded'))}, "
                 f"{summary['ungraded']} never graded")
+    # a run that finished no sample (an empty one, one stopped at once) has no score to give
+    scores = (f", {summary['successes']} succeeded ({rate}, mean reward {summary['mean_reward']})"
+              if summary["finished"] else ": no success rate, no mean reward")
     lines = [
-        f"run {summary.get('run_id')}: {summary['finished']}/{summary['total_samples']} samples finished, "
-        f"{summary['successes']} succeeded ({rate}, mean reward {summary['mean_reward']})",
+        f"run {summary.get('run_id')}: {summary['finished']}/{summary['total_samples']} samples finished{scores}",
         "statuses: " + (", ".join(f"{k} {v}" for k, v in summary["status_counts"].items()) or "none"),
         f"attempts: {summary['attempts']} ({summary['retried_attempts']} retried"
         + (f", {summary['attempts_left_to_resume']} left to --resume)" if summary.get("attempts_left_to_resume") else ")"),

@@ -428,6 +428,14 @@ NAMED_DATASETS = {
     "rag": "parallel_rollout.envs.rag:rag_path",
 }
 
+
+
+def data_required(why: str = "") -> str:
+    """The error of a run without ``--data``: every kind it takes (``why``: what else to say)."""
+    return ("--data is required: a task file (JSON list or JSONL, optionally .gz, or Parquet), an OSWorld "
+            f"folder, or a named dataset: {', '.join(NAMED_DATASETS)}{why}")
+
+
 #: the mode of each named dataset's tasks: --data humaneval without --mode runs the py mode
 NAMED_DATASET_MODES = {"humaneval": "py", "frozenlake": "gym", "sokoban": "gym", "sokoban-endless": "gym",
                        "miniwob": "web", "rag": "rag"}

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .agents import get_agent
-from .config import RunConfig
+from .config import RunConfig, data_required
 from .envs import get_env, with_mode_defaults
 from .errors import ConfigError, ProviderUnavailable
 from .plugins import plugin_call
@@ -63,7 +63,7 @@ def preflight(cfg: RunConfig, *, check_endpoint: bool = False) -> Preflight:
     """Check tasks, agent, endpoint (when asked), provider and disk; start nothing."""
     found = Preflight()
     if cfg.data is None:
-        raise ConfigError("--data is required: a .json or .jsonl task file, an OSWorld folder, or humaneval")
+        raise ConfigError(data_required())
     try:
         cfg = with_mode_defaults(cfg)  # the mode --data implies, its max_turns
         env_cls, agent_cls = get_env(cfg.mode), get_agent(cfg.agent)

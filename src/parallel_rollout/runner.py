@@ -33,7 +33,7 @@ import filelock
 from .agents import get_agent
 from .agents.base import MODEL_OPTIONS
 from .agents.episode import EndpointRefused, ModelUnavailable
-from .config import RunConfig, default_run_id
+from .config import RunConfig, data_required, default_run_id
 from .engine import Engine
 from .envs import get_env, task_validators, with_mode_defaults
 from .errors import ConfigError, RunLocked, TaskFileError, raise_interrupted
@@ -133,9 +133,8 @@ class Runner:
         if cfg.junit_xml:
             check_writable_folder("--junit-xml", cfg.junit_xml)
         if cfg.data is None:
-            raise ConfigError("--data is required: a .json or .jsonl task file, or humaneval" + (
-                f" (there is no run {cfg.run_id} in {cfg.output_dir} whose settings --resume "
-                "would read)" if cfg.resume else ""))
+            raise ConfigError(data_required(f" (there is no run {cfg.run_id} in {cfg.output_dir} whose "
+                                            "settings --resume would read)" if cfg.resume else ""))
         check_config = getattr(self.agent_cls, "check_config", None)
         if check_config is not None:
             plugin_call(f"agent {cfg.agent!r}: check_config", check_config, cfg)
@@ -450,8 +449,7 @@ def census(cfg: RunConfig) -> str:
     """What --dry-run prints: every task of --data loaded and checked, per domain the tasks,
     the runnable ones and the unsupported features; nothing is started."""
     if cfg.data is None:
-        raise ConfigError("--data is required: a .json or .jsonl task file, an OSWorld folder, "
-                          "or humaneval")
+        raise ConfigError(data_required())
     task_set = load_task_set(cfg.data, default_mode=cfg.mode, validators=task_validators(
         get_agent(cfg.agent).task_fields), domain=cfg.domain, index=cfg.osworld_index)
     lines = census_lines(task_set)

@@ -19,6 +19,7 @@ replace is the one ``json.loads``/``json.dumps`` call per line that is left.
 
 from __future__ import annotations
 
+import difflib
 import gzip
 import hashlib
 import importlib
@@ -113,7 +114,13 @@ def resolve_data(data: str) -> Path:
     """The file behind ``--data``: a path, or a named dataset (``humaneval``)."""
     target = NAMED_DATASETS.get(data.lower())
     if target is None:
-        return Path(data)
+        path = Path(data)
+        # a name like a dataset's that is no file is a typo of it (--data humaneva)
+        close = [] if "." in path.name or path.exists() else difflib.get_close_matches(
+            path.name.lower(), list(NAMED_DATASETS), n=1)
+        if close:
+            raise TaskFileError(f"{path}: task file not found (did you mean --data {close[0]}?)")
+        return path
     module_name, _, func = target.partition(":")
     try:
         return getattr(importlib.import_module(module_name), func)()

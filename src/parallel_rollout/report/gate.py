@@ -22,6 +22,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from ..logs import NOT_ON_CONSOLE
 from ..exit_codes import EXIT_ABORTED, EXIT_BELOW_THRESHOLD, EXIT_NO_VERDICT, EXIT_OK, EXIT_REGRESSION
 from .compare_html import write_comparison
 from .html import write_report
@@ -106,8 +107,8 @@ def after_run(config: Any, run_dir: Path, exit_code: int, message: str) -> tuple
     except Exception:  # noqa: BLE001
         log.exception("cannot apply the run's gates")
         return exit_code, message
-    if gate_message:
-        log.error("%s", gate_message)
+    if gate_message:  # the caller says it last, as run_end's message (the CLI after the summary)
+        log.error("%s", gate_message, extra=NOT_ON_CONSOLE)
     return code, "\n".join(m for m in (message, gate_message) if m)
 
 

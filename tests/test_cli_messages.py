@@ -1,0 +1,72 @@
+"""What ``run`` says, through the CLI: each message once, complete, and with the hint it needs.
+
+A run without --data names every kind of data it takes; a --data that is a typo of a named
+dataset gets a "did you mean"; a failed gate's message is printed once, not twice (the log
+line and the CLI's last line); a run that finished no sample says it has no score instead of
+"success rate -, mean reward None".
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from conftest import shell_task, write_tasks
+from parallel_rollout.cli import main
+from parallel_rollout.config import NAMED_DATASETS
+from parallel_rollout.exit_codes import EXIT_BELOW_THRESHOLD, EXIT_USAGE
+from test_gates import failing_task
+
+
+def run(tmp_path, *args: str):
+    return CliRunner().invoke(main, ["run", "--output-dir", str(tmp_path / "out"), "--no-progress", *args])
+
+
+@pytest.mark.parametrize("extra", [[], ["--dry-run"]])
+def test_no_data_names_every_kind_of_data(tmp_path, extra):
+    done = run(tmp_path, *extra)
+    assert done.exit_code == EXIT_USAGE
+    said = " ".join(done.output.split())
+    assert "--data is required: a task file (JSON list or JSONL, optionally .gz, or Parquet), an OSWorld folder" in said
+    assert f"a named dataset: {', '.join(NAMED_DATASETS)}" in said
+
+
+@pytest.mark.parametrize("typo, meant", [("humaneva", "humaneval"), ("sokobn", "sokoban"), ("Miniwob2", "miniwob")])
+def test_a_typo_of_a_named_dataset_gets_a_did_you_mean(tmp_path, monkeypatch, typo, meant):
+    monkeypatch.chdir(tmp_path)
+    done = run(tmp_path, "--data", typo)
+    assert done.exit_code == EXIT_USAGE
+    assert f"{tmp_path / typo}: task file not found (did you mean --data {meant}?)" in done.output
+
+
+def test_a_missing_task_file_gets_no_dataset_hint(tmp_path):
+    done = run(tmp_path, "--data", str(tmp_path / "humaneval.jsonl"))
+    assert done.exit_code == EXIT_USAGE
+    assert "task file not found" in done.output and "did you mean" not in done.output
+
+
+def test_a_failed_gate_is_said_once(tmp_path):
+    data = write_tasks(tmp_path / "tasks.jsonl", [shell_task("a"), failing_task("b")])
+    done = run(tmp_path, "--mode", "shell", "--data", str(data), "--run-id", "g", "--fail-under", "0.9")
+    assert done.exit_code == EXIT_BELOW_THRESHOLD, done.output
+    assert done.output.count("success rate 50.0% is below --fail-under 0.9 (90.0%)") == 1, done.output
+    # run.log keeps it all the same
+    assert "is below --fail-under 0.9" in (tmp_path / "out" / "g" / "run.log").read_text()
+
+
+def test_a_run_that_finished_no_sample_has_no_score(tmp_path):
+    """An OSWorld set whose one task is unsupported, with --skip-unsupported --limit 1: no
+    sample to run (--limit leaves the skipped tasks out)."""
+    from test_osworld_taskset import osworld_folder
+
+    lacking = {"func": "no_such_metric", "result": {"type": "vm_file", "path": "/tmp/x", "dest": "x"}}
+    folder = osworld_folder(tmp_path / "set", {"a": {"domain": "os", "instruction": "a", "config": [],
+                                                    "evaluator": lacking}})
+    done = run(tmp_path, "--mode", "osworld", "--data", str(folder), "--skip-unsupported", "--limit", "1",
+               "--run-id", "empty")
+    assert done.exit_code == 0, done.output
+    assert "run empty: 0/0 samples finished: no success rate, no mean reward" in done.output
+    assert "None" not in done.output and "success rate -" not in done.output
+    assert json.loads((tmp_path / "out" / "empty" / "summary.json").read_text())["total_samples"] == 0
