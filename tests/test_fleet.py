@@ -400,8 +400,10 @@ def test_an_attempts_sampling_is_merged_over_the_run_configs():
 def test_cli_preflight_probes_every_server(tmp_path, servers, monkeypatch):
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     a, b = servers(_echo, 2)
+    # --model: one the servers list (another is a problem the preflight names)
     args = ["run", "--mode", "gym", "--data", "frozenlake", "--agent", "openai", "--base-url", a.url,
-            "--base-url", b.url, "--tool-calls", "--dry-run", "--check-endpoint", "--output-dir", str(tmp_path)]
+            "--base-url", b.url, "--model", "test-model", "--tool-calls", "--dry-run", "--check-endpoint",
+            "--output-dir", str(tmp_path)]
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 0, result.output
     assert a.model_listings == 1 and b.model_listings == 1
