@@ -212,6 +212,30 @@ def test_a_run_with_samples_never_graded_exits_1_and_a_resume_runs_them_again(tm
     assert [r["attempt"] for r in attempts if r["key"] == "ok#0"] == [0]
 
 
+def test_never_graded_samples_have_no_reward_in_any_mean(tmp_path, monkeypatch):
+    """A sample never graded has no score, so no 0 either: the mean reward, per mode, per tag
+    and pass@k are over the graded samples, in the console, summary.json and the report."""
+    monkeypatch.setenv("PR_CHAOS_DIR", str(tmp_path))
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))
+    tasks = [shell_task("ok", tags=["t"]), failing_task("bad", tags=["t"]),
+             shell_task("doomed", chaos="exit_always", tags=["t"])]
+    result = run_cli(tmp_path, tasks, "means", "--agent", "chaos_plugins:ChaosAgent", "--max-retries", "1",
+                     "--group-size", "2")
+    assert result.exit_code == exit_codes.EXIT_ABORTED, result.output
+    # 2 successes, 2 graded failures, 2 never graded: 0.5 over the graded, not 2/6
+    assert "2 never graded, mean reward of the graded samples 0.5)" in result.output
+    summary = json.loads((tmp_path / "out" / "means" / "summary.json").read_text())
+    assert summary["mean_reward"] == 0.5
+    assert summary["per_mode"]["shell"]["mean_reward"] == 0.5
+    # doomed has no graded sample: no pass@k of its own; ok 1, bad 0
+    assert summary["pass@1"] == 0.5 and summary["pass@2"] == 0.5
+    page = (tmp_path / "out" / "means" / "report.html").read_text()
+    assert 'data-metric="mean_reward" data-value="0.5"' in page
+    assert "mean reward of the graded samples" in page
+    per_tag = page.split('<tr data-tag="t">')[1].split("</tr>")[0]
+    assert '<td class="num">0.5</td>' in per_tag
+
+
 def test_the_regression_gate_gives_no_verdict_without_shared_samples_or_a_finished_baseline(tmp_path):
     """No shared sample, or a baseline cut short, is no pass: exit 5 saying why; few shared
     samples, an unfinished B and task files whose sha256 differ are warned of."""

@@ -254,7 +254,7 @@ def test_summary_counts_rates_groups_and_timings():
         record("b#0", 1, status="success", tags=("x", "y"), duration=5.0),
         record("b#1", status="success", tags=("y",), duration=6.0),
         record("b#2", status="success", tags=("y",), duration=7.0),
-        # task c: 3 samples, an infrastructure failure that ran out of retries counts as 0
+        # task c: 3 samples, an infrastructure failure that ran out of retries: no score, no 0
         record("c#0", status="worker_died", reward=0.0, infrastructure=True, mode="other", duration=None),
         record("c#1", status="failure", reward=0.0, mode="other", duration=8.0),
         record("c#2", status="success", mode="other", duration=9.0),
@@ -264,15 +264,18 @@ def test_summary_counts_rates_groups_and_timings():
     assert s["status_counts"] == {"failure": 2, "max_turns": 1, "success": 5, "worker_died": 1}
     assert s["successes"] == 5 and s["success_rate"] == round(5 / 9, 4)
     assert s["success_rate_graded"] == round(5 / 8, 4)
-    assert s["mean_reward"] == round(5.5 / 9, 4)
+    assert s["mean_reward"] == round(5.5 / 8, 4)  # over the graded samples
     assert s["attempts"] == 10 and s["retried_attempts"] == 1
     assert s["per_mode"]["shell"] == {"finished": 6, "successes": 4, "success_rate": round(4 / 6, 4),
                                       "mean_reward": round(4.5 / 6, 4)}
     assert s["per_mode"]["other"]["finished"] == 3 and s["per_mode"]["other"]["successes"] == 1
-    assert s["per_tag"] == {"x": {"finished": 4, "success_rate": 0.5}, "y": {"finished": 3, "success_rate": 1.0}}
-    expected_k1 = (pass_at_k(3, 1, 1) + pass_at_k(3, 3, 1) + pass_at_k(3, 1, 1)) / 3
-    expected_k3 = (pass_at_k(3, 1, 3) + pass_at_k(3, 3, 3) + pass_at_k(3, 1, 3)) / 3
-    assert s["pass@1"] == round(expected_k1, 4) == round(5 / 9, 4)  # mean of 1/3, 3/3, 1/3
+    assert s["per_mode"]["other"]["mean_reward"] == 0.5  # c#1 and c#2; c#0 has no score
+    assert s["per_tag"] == {"x": {"finished": 4, "success_rate": 0.5, "mean_reward": round(2.5 / 4, 4)},
+                            "y": {"finished": 3, "success_rate": 1.0, "mean_reward": 1.0}}
+    # pass@k over each task's graded samples: c has 2, so none of pass@3
+    expected_k1 = (pass_at_k(3, 1, 1) + pass_at_k(3, 3, 1) + pass_at_k(2, 1, 1)) / 3
+    expected_k3 = (pass_at_k(3, 1, 3) + pass_at_k(3, 3, 3)) / 2
+    assert s["pass@1"] == round(expected_k1, 4) == round((1 / 3 + 1 + 1 / 2) / 3, 4)
     assert s["pass@3"] == round(expected_k3, 4) == 1.0  # every task solved at least once
     rollout = s["timing_s"]["rollout"]
     assert (rollout["p50"], rollout["max"]) == (5.0, 9.0)  # the middle of 9 timed attempts

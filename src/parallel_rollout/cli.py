@@ -304,13 +304,13 @@ def _run(ctx: click.Context, config_file: str | None, dry_run: bool, print_confi
 
 def format_summary(summary: dict[str, Any], run_dir: Any) -> str:
     """A few readable lines from summary.json."""
-    rate = f"success rate {_pct(summary['success_rate'])}"
-    if summary.get("ungraded"):  # infrastructure failures are no score: the graded samples' rate
+    rate = f"success rate {_pct(summary['success_rate'])}, mean reward {summary['mean_reward']}"
+    if summary.get("ungraded"):  # infrastructure failures are no score: the graded samples' figures
         rate = (f"success rate of the graded samples {_pct(summary.get('success_rate_graded'))}, "
-                f"{summary['ungraded']} never graded")
+                f"{summary['ungraded']} never graded, mean reward of the graded samples {summary['mean_reward']}")
     # a run that finished no sample (an empty one, one stopped at once) has no score to give
-    scores = (f", {summary['successes']} succeeded ({rate}, mean reward {summary['mean_reward']})"
-              if summary["finished"] else ": no success rate, no mean reward")
+    scores = (f", {summary['successes']} succeeded ({rate})" if summary["finished"]
+              else ": no success rate, no mean reward")
     lines = [
         f"run {summary.get('run_id')}: {summary['finished']}/{summary['total_samples']} samples finished{scores}",
         "statuses: " + (", ".join(f"{k} {v}" for k, v in summary["status_counts"].items()) or "none"),

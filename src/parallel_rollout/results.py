@@ -275,19 +275,33 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - math.prod((n - c - i) / (n - i) for i in range(k))
 
 
+def graded(finals: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The final records that were graded: not those that ended on an infrastructure failure
+    after their retries, which have no score (not a 0) and a resume runs again."""
+    return [r for r in finals if not r.get("infrastructure")]
+
+
+def mean_reward(finals: Iterable[dict[str, Any]]) -> float | None:
+    """The mean reward of the graded final records (None when none was graded)."""
+    rewards = [r.get("reward") or 0.0 for r in graded(finals)]
+    return round(statistics.fmean(rewards), 4) if rewards else None
+
+
 def pass_at_ks(finals: Iterable[dict[str, Any]], ks: Iterable[int] | None = None) -> dict[str, float | None]:
     """``{"pass@k": mean over tasks}`` of final records, for ``ks`` (default 1 and the group
-    size, when samples come in groups); a task with fewer than k samples is left out of pass@k."""
+    size, when samples come in groups), over each task's graded samples: a task with fewer
+    than k of them is left out of pass@k."""
     by_task: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for r in finals:
         by_task[r["task_id"]].append(r)
     if ks is None:
         group = max((len(v) for v in by_task.values()), default=1)
         ks = sorted({1, group}) if group > 1 else []
+    scored = [graded(v) for v in by_task.values()]
     out: dict[str, float | None] = {}
     for k in ks:
         scores = [pass_at_k(len(v), sum(1 for r in v if r.get("success")), k)
-                  for v in by_task.values() if len(v) >= k]
+                  for v in scored if len(v) >= k]
         out[f"pass@{k}"] = round(statistics.fmean(scores), 4) if scores else None
     return out
 
@@ -304,7 +318,7 @@ def summarize(
     finals = {r["key"]: r for r in records if r.get("final")}
     final_list = list(finals.values())
     statuses = Counter(r["status"] for r in final_list)
-    graded = [r for r in final_list if not r.get("infrastructure")]
+    scored = graded(final_list)
     successes = sum(1 for r in final_list if r.get("success"))
 
     def rate(part: int, whole: int) -> float | None:
@@ -319,7 +333,7 @@ def summarize(
             "finished": len(rs),
             "successes": sum(1 for r in rs if r.get("success")),
             "success_rate": rate(sum(1 for r in rs if r.get("success")), len(rs)),
-            "mean_reward": round(statistics.fmean(r.get("reward") or 0.0 for r in rs), 4),
+            "mean_reward": mean_reward(rs),
         }
     per_tag: dict[str, dict[str, Any]] = {}
     by_tag: dict[str, list[dict[str, Any]]] = defaultdict(list)
@@ -327,7 +341,8 @@ def summarize(
         for tag in r.get("tags") or []:
             by_tag[tag].append(r)
     for tag, rs in sorted(by_tag.items()):
-        per_tag[tag] = {"finished": len(rs), "success_rate": rate(sum(1 for r in rs if r.get("success")), len(rs))}
+        per_tag[tag] = {"finished": len(rs), "success_rate": rate(sum(1 for r in rs if r.get("success")), len(rs)),
+                        "mean_reward": mean_reward(rs)}
 
     pass_k = pass_at_ks(final_list)
 
@@ -348,10 +363,11 @@ def summarize(
         "interrupted": interrupted,
         "successes": successes,
         "success_rate": rate(successes, len(final_list)),
-        "success_rate_graded": rate(sum(1 for r in graded if r.get("success")), len(graded)),
-        # final after --max-retries infrastructure failures: no score (a resume runs them)
-        "ungraded": len(final_list) - len(graded),
-        "mean_reward": round(statistics.fmean(r.get("reward") or 0.0 for r in final_list), 4) if final_list else None,
+        "success_rate_graded": rate(sum(1 for r in scored if r.get("success")), len(scored)),
+        # final after --max-retries infrastructure failures: no score (a resume runs them),
+        # so no 0 in the mean reward either
+        "ungraded": len(final_list) - len(scored),
+        "mean_reward": mean_reward(final_list),
         "status_counts": dict(sorted(statuses.items())),
         "attempts": attempts,
         "retried_attempts": retried,

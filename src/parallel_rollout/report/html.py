@@ -58,7 +58,8 @@ def _headline_html(head: dict[str, Any]) -> str:
                           f"{head['ungraded']} never graded (infrastructure failures)")
     cards = [
         rate_card,
-        _card("mean_reward", head.get("mean_reward"), _num(head.get("mean_reward")), "mean reward"),
+        _card("mean_reward", head.get("mean_reward"), _num(head.get("mean_reward")),
+              "mean reward of the graded samples" if head.get("ungraded") else "mean reward"),
         _card("finished", head.get("finished"), f"{head.get('finished')}/{head.get('total_samples')}",
               "samples finished", f"{head.get('successes')} succeeded"),
         _card("attempts", head.get("attempts"), _num(head.get("attempts")), "attempts",

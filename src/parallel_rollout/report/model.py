@@ -21,7 +21,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from ..results import pass_at_ks, summarize
+from ..results import mean_reward, pass_at_ks, summarize
 from ..trajectories import shown_turn
 from .run_data import RunData
 from .clustered import is_grouped, success_interval
@@ -57,8 +57,8 @@ def headline(data: RunData) -> dict[str, Any]:
     for tag, row in (summary.get("per_tag") or {}).items():
         tagged = [r for r in finals if tag in (r.get("tags") or [])]
         successes = sum(1 for r in tagged if r.get("success"))
-        mean_reward = round(sum(r.get("reward") or 0.0 for r in tagged) / len(tagged), 4) if tagged else None
-        per_tag[tag] = {"mean_reward": mean_reward, **row, "successes": successes,
+        # over the graded samples, as summary.json's (an older summary has none per tag)
+        per_tag[tag] = {**row, "mean_reward": mean_reward(tagged), "successes": successes,
                         "ci": success_interval(tagged), "pass_at_k": pass_at_ks(tagged, ks)}
     out["per_mode"], out["per_tag"] = per_mode, per_tag
     return out
