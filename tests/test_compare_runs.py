@@ -128,3 +128,32 @@ def test_a_corrupted_results_line_is_named_by_file_and_line(tmp_path):
     assert f"{run_dir / 'results.jsonl'}:2: corrupted record" in " ".join(result.output.split())
     (run_dir / "results.jsonl").write_text(json.dumps(good) + "\n" + '{"key": "torn')  # a write in progress
     assert CliRunner().invoke(main, ["report", str(run_dir)]).exit_code == 0
+
+
+def test_runs_list_names_a_run_with_a_corrupted_line_and_load_run_says_where(tmp_path):
+    """A run whose results.jsonl has a corrupt line is still a run: listed with its problem
+    (file:line, as `report` says it), and load_run() names the line instead of 'not a run'."""
+    from parallel_rollout.api import NotARunFolder, load_run
+    from parallel_rollout.errors import ConfigError
+
+    out = tmp_path / "out"
+    assert real_run(tmp_path, "good", [shell_task("a")]).exit_code == 0
+    bad = out / "bad"
+    bad.mkdir()
+    (bad / "config.json").write_text(json.dumps({"run_id": "bad", "config": {"mode": "shell"}}))
+    good = {"key": "a#0", "task_id": "a", "sample_idx": 0, "attempt": 0, "status": "success", "final": True}
+    (bad / "results.jsonl").write_text(json.dumps(good) + "\n{not json\n")
+
+    result = CliRunner().invoke(main, ["runs", "list", "--output-dir", str(out)])
+    assert result.exit_code == 0, result.output
+    row = next(line for line in result.output.splitlines() if line.startswith("bad "))
+    assert "unreadable" in row and "results.jsonl:2: corrupted record" in row
+    as_json = CliRunner().invoke(main, ["runs", "list", "--output-dir", str(out), "--json"])
+    rows = {r["run_id"]: r for r in map(json.loads, as_json.output.splitlines())}
+    assert set(rows) == {"good", "bad"} and rows["good"]["problem"] is None
+    assert rows["bad"]["status"] == "unreadable" and rows["bad"]["mode"] == "shell"
+    assert rows["bad"]["problem"].startswith("results.jsonl:2: corrupted record")
+
+    with pytest.raises(ConfigError, match=r"results\.jsonl:2: corrupted record") as raised:
+        load_run(bad)
+    assert not isinstance(raised.value, NotARunFolder)

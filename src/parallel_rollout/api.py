@@ -44,5 +44,6 @@ def run(config_file: str | Path | None = None, **run_settings: Any) -> RunOutcom
 
 def load_run(run_dir: str | Path, *, with_events: bool = True) -> RunData:
     """A run folder's config, summary, records (``.finals``: the attempt that counts per
-    sample) and events; NotARunFolder if ``run_dir`` holds neither results nor a config."""
+    sample) and events; NotARunFolder if ``run_dir`` holds neither results nor a config, a
+    ConfigError naming ``file:line`` if a line of its results.jsonl is corrupted."""
     return RunData.load(run_dir, with_events=with_events)

@@ -52,7 +52,7 @@ def read_events(path: Path) -> list[dict[str, Any]]:
 
 def _read_results(path: Path) -> list[dict[str, Any]]:
     """Every complete record of a results.jsonl (a torn last line, a write in progress, is
-    skipped); a corrupted line is an error naming ``file:line``."""
+    skipped); a corrupted line is a ConfigError naming ``file:line``."""
     records = []
     with open(path, "rb") as fh:
         for lineno, line in enumerate(fh, start=1):
@@ -63,7 +63,8 @@ def _read_results(path: Path) -> list[dict[str, Any]]:
                 if not isinstance(record, dict) or not isinstance(record.get("key"), str):
                     raise ValueError("not an attempt record (no key)")
             except ValueError as exc:
-                raise NotARunFolder(f"{path}:{lineno}: corrupted record ({exc}); fix or remove that line") from None
+                # a run all the same (not NotARunFolder): the line is what to fix
+                raise ConfigError(f"{path}:{lineno}: corrupted record ({exc}); fix or remove that line") from None
             records.append(record)
     return records
 
@@ -81,7 +82,8 @@ class RunData:
 
     @classmethod
     def load(cls, run_dir: str | Path, *, with_events: bool = True) -> "RunData":
-        """Read a run folder; NotARunFolder when it holds neither results nor a config."""
+        """Read a run folder; NotARunFolder when it holds neither results nor a config, a
+        ConfigError naming ``file:line`` when a line of its results.jsonl is corrupted."""
         run_dir = Path(run_dir)
         results = run_dir / "results.jsonl"
         # a file (its results.jsonl, say) is no folder to read config.json from

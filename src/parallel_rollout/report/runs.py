@@ -6,7 +6,10 @@ only a run with no summary (killed before writing one) has its results.jsonl rea
 
 * ``complete``: every sample has a final record;
 * ``interrupted``: stopped by SIGINT/SIGTERM (``--resume`` continues it);
-* ``partial``: anything else short of complete: aborted, killed, or still running.
+* ``partial``: anything else short of complete: aborted, killed, or still running;
+* ``unreadable``: its results.jsonl has a corrupted line; ``problem`` names it
+  (``results.jsonl:6: corrupted record …``, as ``report`` says it), the rest comes from
+  config.json.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from ..errors import ConfigError
 from .run_data import NotARunFolder, RunData
 
 
@@ -26,10 +30,12 @@ class RunLine:
     run_id: str
     started: float | None
     mode: str
-    finished: int
+    finished: int | None
     total: int | None
     success_rate: float | None
     status: str
+    #: why the run's files cannot be read (``results.jsonl:6: corrupted record …``), or None
+    problem: str | None = None
 
     def to_json(self) -> dict:
         """Plain JSON, the date as ISO 8601."""
@@ -67,22 +73,36 @@ def _light(run_dir: Path) -> RunLine | None:
                    success_rate=summary.get("success_rate"), status=status)
 
 
+def _stored_config(run_dir: Path) -> dict:
+    """The run's config.json, or {} when it has none that reads."""
+    try:
+        stored = json.loads((run_dir / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return stored if isinstance(stored, dict) else {}
+
+
 def run_line(run_dir: Path) -> RunLine:
-    """The line of one run folder (NotARunFolder when it is none)."""
+    """The line of one run folder (NotARunFolder when it is none; a run whose results do
+    not read is listed ``unreadable`` with its problem)."""
     light = _light(run_dir)
     if light is not None:
         return light
-    data = RunData.load(run_dir, with_events=False)
+    stored = _stored_config(run_dir)
+    written = stored.get("started_at") or stored.get("written_at")  # the first session's
+    try:
+        data = RunData.load(run_dir, with_events=False)
+    except NotARunFolder:
+        raise
+    except ConfigError as exc:  # a corrupted line: a run all the same, which the user must fix
+        problem = str(exc).removeprefix(f"{run_dir}/")
+        return RunLine(run_id=stored.get("run_id") or run_dir.name, started=written,
+                       mode=(stored.get("config") or {}).get("mode") or "?", finished=None, total=None,
+                       success_rate=None, status="unreadable", problem=problem)
     finals = data.finals
     total = (data.summary or {}).get("total_samples")
     status = data.status()
     successes = sum(1 for r in finals.values() if r.get("success"))
-    written = None
-    try:
-        stored = json.loads((run_dir / "config.json").read_text(encoding="utf-8"))
-        written = stored.get("started_at") or stored.get("written_at")  # the first session's
-    except (OSError, ValueError):
-        pass
     return RunLine(run_id=data.run_id, started=written or data.started_at, mode=data.mode, finished=len(finals),
                    total=total, success_rate=round(successes / len(finals), 4) if finals else None, status=status)
 
@@ -103,12 +123,13 @@ def list_runs(output_dir: str | Path) -> list[RunLine]:
 
 
 def format_runs(lines: list[RunLine]) -> str:
-    """An aligned table of runs."""
-    header = ("RUN ID", "STARTED", "MODE", "SAMPLES", "SUCCESS", "STATUS")
+    """An aligned table of runs; a PROBLEM column when a run has one."""
+    problems = any(line.problem for line in lines)
+    header = ("RUN ID", "STARTED", "MODE", "SAMPLES", "SUCCESS", "STATUS") + (("PROBLEM",) if problems else ())
     rows = [header] + [(
         line.run_id, _iso(line.started) or "-", line.mode,
-        f"{line.finished}/{line.total if line.total is not None else '?'}",
+        f"{'?' if line.finished is None else line.finished}/{line.total if line.total is not None else '?'}",
         "-" if line.success_rate is None else f"{line.success_rate:.1%}", line.status,
-    ) for line in lines]
+    ) + ((line.problem or "",) if problems else ()) for line in lines]
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)
