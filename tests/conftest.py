@@ -7,6 +7,7 @@ leaks fails even when its own assertions passed.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -84,6 +85,14 @@ def no_leaks():
     before = {p.pid for p in live_descendants()}
     yield
     check_no_leaks(before, allowed=lambda proc: _grader_of_an_older_worker(proc, before))
+
+
+@pytest.fixture(autouse=True)
+def project_logger_propagates():
+    """A CLI run in this process (CliRunner) stops the project's logger from propagating to
+    the root (logs.console_logging): put it back, so the next test's caplog sees it."""
+    yield
+    logging.getLogger("parallel_rollout").propagate = True
 
 
 def _grader_of_an_older_worker(proc: psutil.Process, before: set[int]) -> bool:

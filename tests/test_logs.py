@@ -19,12 +19,13 @@ pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bub
 TESTS = Path(__file__).resolve().parent
 
 
-def run_cli(tmp_path: Path, *flags: str) -> tuple[subprocess.CompletedProcess, Path]:
+def run_cli(tmp_path: Path, *flags: str, agent: str = "log_plugins:LoggingOracle",
+            ) -> tuple[subprocess.CompletedProcess, Path]:
     """A pooled shell run with the logging agent and provider plugins, as a user types it."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(TESTS)]))
     proc = subprocess.run(
         [sys.executable, "-m", "parallel_rollout", "run", "--mode", "shell", "--data", str(SHELL_TASKS),
-         "--limit", "3", "--agent", "log_plugins:LoggingOracle",
+         "--limit", "3", "--agent", agent,
          "--provider-name", "log_plugins:LoggingProcessProvider", "--use-vm-pool", "--num-vms", "1",
          "--num-rollouts", "2", "--output-dir", str(tmp_path), "--run-id", "logs", *flags],
         capture_output=True, text=True, env=env, timeout=300)
@@ -69,3 +70,18 @@ def test_verbose_adds_debug_and_other_libraries_info(tmp_path):
     assert "vm-0 idle -> leased" in proc.stderr
     quiet, quiet_log = run_cli(tmp_path / "quiet", "--no-progress")
     assert " DEBUG " not in quiet_log.read_text() and "-> worker" not in quiet.stderr
+
+
+@pytest.mark.parametrize("quiet", [False, True])
+def test_a_library_that_configures_the_root_logger_doubles_no_line(tmp_path, quiet):
+    """A library that calls logging.warning() at import (bm25s) installs a root handler: the
+    run's lines must still show once (not again as INFO:parallel_rollout:…), -q must still
+    quiet them, and run.log keep them."""
+    flags = ["--no-progress", *(["-q"] if quiet else [])]
+    proc, run_log = run_cli(tmp_path, *flags, agent="root_logging_plugins:RootLoggingOracle")
+    assert "root-logging-plugin imported" in proc.stderr  # the library's own line stays
+    assert "INFO:parallel_rollout" not in proc.stderr and "WARNING:parallel_rollout" not in proc.stderr
+    started = [line for line in proc.stderr.splitlines() if "3 samples, 0 already final" in line]
+    assert len(started) == (0 if quiet else 1), proc.stderr
+    assert "[Concurrency]" not in proc.stderr if quiet else proc.stderr.count("[Concurrency]") == 1
+    assert re.search(r" INFO MainProcess parallel_rollout: run logs: 3 samples", run_log.read_text())

@@ -22,6 +22,9 @@ records to the main process, where ``run.log`` and the console take them.
 * **In the main process** a record keeps its logger name and process name. A record of the
   project's loggers (``parallel_rollout.*``) is handled by that logger; any other (a plugin's
   own logger, a library's warning) by ``parallel_rollout``, so it reaches ``run.log`` too.
+* **The console** (``console_logging``, the CLI's) is the project logger's own handler, and
+  that logger does not propagate to the root: a root handler a library installs (its
+  ``basicConfig``) neither doubles the run's lines nor ignores ``-q``.
 * **Levels** (``-v``/``-q``, see ``set_verbosity``): the project's loggers at INFO and other
   libraries at WARNING by default; ``-v`` DEBUG and INFO, ``-vv`` DEBUG for everyone. ``-q``
   and ``-qq`` only quiet the console (WARNING, ERROR): ``run.log`` always keeps INFO.
@@ -213,13 +216,19 @@ class _ConsoleFormatter(logging.Formatter):
 
 def console_logging(verbosity: int = 0) -> None:
     """Log to the console at the level of ``verbosity`` (``-v`` count minus ``-q`` count);
-    installed once per process, the level updated on each call."""
+    installed once per process, the level updated on each call.
+
+    The project's records stop at its logger (they do not propagate to the root's handlers):
+    its console handler and run.log are their only way out. A library that configures the
+    root logger (bm25s's ``logging.warning()`` at import runs ``basicConfig``) would
+    otherwise print each of them a second time (``INFO:parallel_rollout:…``), past ``-q``."""
     project = logging.getLogger(PROJECT_LOGGER)
     handler = next((h for h in project.handlers if isinstance(h, ConsoleHandler)), None)
     if handler is None:
         handler = ConsoleHandler()
         handler.setFormatter(_ConsoleFormatter("%(message)s"))
         project.addHandler(handler)
+    project.propagate = False
     set_verbosity(verbosity, handler)
 
 
