@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import signal
+import shutil
 import subprocess
 import sys
 import time
@@ -12,7 +13,7 @@ import time
 import pytest
 from click.testing import CliRunner
 
-from conftest import ROOT, shell_task, write_tasks
+from conftest import ROOT, shell_task, small_tmpfs, write_tasks
 from parallel_rollout import exit_codes
 from parallel_rollout.cli import main
 from parallel_rollout.config import build_config
@@ -157,3 +158,43 @@ def test_runs_list_names_a_run_with_a_corrupted_line_and_load_run_says_where(tmp
     with pytest.raises(ConfigError, match=r"results\.jsonl:2: corrupted record") as raised:
         load_run(bad)
     assert not isinstance(raised.value, NotARunFolder)
+
+
+def test_report_and_compare_make_missing_folders_and_name_a_path_they_cannot_write(tmp_path):
+    """report -o and compare --html make the folders they need; a path that cannot be written
+    (under a file, under /proc) is a usage error naming it, never a traceback."""
+    assert real_run(tmp_path, "a", [shell_task("a")]).exit_code == 0
+    run_dir = tmp_path / "out" / "a"
+    made = CliRunner().invoke(main, ["report", str(run_dir), "-o", str(tmp_path / "nodir" / "deeper" / "r.html")])
+    assert made.exit_code == 0, made.output
+    assert (tmp_path / "nodir" / "deeper" / "r.html").read_text().startswith("<!DOCTYPE html>")
+    (tmp_path / "afile").write_text("a file, not a folder")
+    for argv, path in ((["report", str(run_dir), "-o", str(tmp_path / "afile" / "r.html")],
+                        tmp_path / "afile" / "r.html"),
+                       (["compare", str(run_dir), str(run_dir), "--html", "/proc/pr-x.html"], "/proc/pr-x.")):
+        result = CliRunner().invoke(main, argv)
+        assert result.exit_code == 2, result.output
+        assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+        assert f"cannot write {path}" in " ".join(result.output.split())
+    assert not list(tmp_path.glob("afile*.tmp"))
+
+
+def test_a_report_that_fills_the_disk_leaves_no_tmp_file(tmp_path):
+    assert real_run(tmp_path, "a", [shell_task("a")]).exit_code == 0
+    with small_tmpfs(tmp_path / "disk", "64k") as disk:
+        run_dir = disk / "a"
+        run_dir.mkdir()
+        for name in ("config.json", "results.jsonl", "summary.json"):
+            shutil.copy(tmp_path / "out" / "a" / name, run_dir / name)
+        filler = disk / "filler"
+        with open(filler, "wb", buffering=0) as fh:  # the disk full but for 8 KiB: no room for the page
+            try:
+                while True:
+                    fh.write(b"f" * 4096)
+            except OSError:
+                fh.truncate(max(0, fh.tell() - 8192))
+        result = CliRunner().invoke(main, ["report", str(run_dir)])
+        assert result.exit_code == 2, result.output
+        assert f"cannot write {run_dir / 'report.html'}: No space left on device" in " ".join(result.output.split())
+        assert sorted(p.name for p in run_dir.iterdir()) == ["config.json", "results.jsonl", "summary.json"]
+        filler.unlink()

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from .compare import Comparison, compare_runs, format_comparison
 from .page_assets import CSS
+from .files import write_text_whole
 from .run_data import RunData
 
 
@@ -81,10 +82,9 @@ def write_comparison(run_a: RunData | str | Path, run_b: RunData | str | Path,
     comparison = compare_runs(a, b)
     text = format_comparison(comparison)
     html_path = Path(html_path) if html_path is not None else b.run_dir / f"compare-{a.run_id}.html"
-    html_path.parent.mkdir(parents=True, exist_ok=True)
     where = html_path.parent.resolve()
     report_a = os.path.relpath(a.run_dir.resolve() / "report.html", where)
     report_b = os.path.relpath(b.run_dir.resolve() / "report.html", where)
-    html_path.with_suffix(".txt").write_text(text + "\n", encoding="utf-8")
-    html_path.write_text(render_comparison(comparison, report_a, report_b), encoding="utf-8")
+    write_text_whole(html_path.with_suffix(".txt"), text + "\n")
+    write_text_whole(html_path, render_comparison(comparison, report_a, report_b))
     return comparison, text, html_path

@@ -25,6 +25,7 @@ from typing import Any
 from ..logs import NOT_ON_CONSOLE
 from ..exit_codes import EXIT_ABORTED, EXIT_BELOW_THRESHOLD, EXIT_NO_VERDICT, EXIT_OK, EXIT_REGRESSION
 from .compare_html import write_comparison
+from .files import CannotWrite
 from .html import write_report
 from .junit import write_junit
 from .run_data import RunData
@@ -85,8 +86,8 @@ def after_run(config: Any, run_dir: Path, exit_code: int, message: str) -> tuple
         return exit_code, message
     try:
         write_report(data)
-    except OSError as exc:  # a full disk, a read-only folder: said, not a traceback
-        log.error("cannot write %s: %s", run_dir / "report.html", exc.strerror or exc)
+    except CannotWrite as exc:  # a full disk, a read-only folder: said, not a traceback
+        log.error("%s", exc)
     except Exception:  # noqa: BLE001
         log.exception("cannot write %s", run_dir / "report.html")
     if config.junit_xml:
@@ -95,11 +96,12 @@ def after_run(config: Any, run_dir: Path, exit_code: int, message: str) -> tuple
         except Exception as exc:  # noqa: BLE001
             # CI reads the file, not the log: a run that wrote none must not look passed
             # (1: a resume of the finished run writes it again, once the path is fixed)
-            log.error("cannot write the JUnit XML %s: %s", config.junit_xml,
-                      getattr(exc, "strerror", None) or exc, exc_info=not isinstance(exc, OSError))
+            reason = exc.reason if isinstance(exc, CannotWrite) else exc
+            log.error("cannot write the JUnit XML %s: %s", config.junit_xml, reason,
+                      exc_info=not isinstance(exc, CannotWrite))
             if exit_code == EXIT_OK:
-                return EXIT_ABORTED, (f"cannot write the JUnit XML {config.junit_xml}: "
-                                      f"{getattr(exc, 'strerror', None) or exc}; fix the path and resume")
+                return EXIT_ABORTED, (f"cannot write the JUnit XML {config.junit_xml}: {reason}; "
+                                      "fix the path and resume")
     if exit_code != EXIT_OK:
         return exit_code, message
     try:

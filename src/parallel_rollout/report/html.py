@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from . import charts, model
+from .files import write_text_whole
 from .page_assets import CSS, JS
 from .run_data import RunData
 
@@ -216,12 +217,10 @@ def render(data: RunData, images_at: str = "") -> str:
 
 
 def write_report(run: RunData | str | Path, output: str | Path | None = None) -> Path:
-    """Write ``report.html`` of a run (folder) into its folder, or to ``output``; whole or not at all."""
+    """Write ``report.html`` of a run (folder) into its folder, or to ``output`` (its folders
+    made as needed); whole or not at all: CannotWrite (a ConfigError) naming the path."""
     data = run if isinstance(run, RunData) else RunData.load(run)
     path = Path(output) if output is not None else data.run_dir / "report.html"
     # the screenshots stay in the run folder: a page written elsewhere links them from there
     images_at = os.path.relpath(data.run_dir.resolve(), path.parent.resolve())
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(render(data, "" if images_at == "." else Path(images_at).as_posix()), encoding="utf-8")
-    os.replace(tmp, path)
-    return path
+    return write_text_whole(path, render(data, "" if images_at == "." else Path(images_at).as_posix()))

@@ -30,6 +30,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
+from .files import write_whole
 from .run_data import RunData
 
 #: characters XML 1.0 forbids (besides tab, newline, carriage return)
@@ -117,11 +118,6 @@ def junit_tree(data: RunData) -> ET.ElementTree:
 
 def write_junit(data: RunData, path: str | Path) -> Path:
     """Write the run's JUnit XML to ``path`` (whole or not at all) and return it."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     tree = junit_tree(data)
     ET.indent(tree)
-    tmp = path.with_name(path.name + ".tmp")
-    tree.write(tmp, encoding="utf-8", xml_declaration=True)
-    os.replace(tmp, path)
-    return path
+    return write_whole(path, lambda tmp: tree.write(tmp, encoding="utf-8", xml_declaration=True))
