@@ -46,7 +46,7 @@ LAYERS: list[list[str]] = [
     ["guest/"],
     ["report/"],
     ["config.py", "config_checks.py", "messages.py", "records.py", "tasks.py", "tasks_parquet.py", "results.py", "plugins.py",
-     "policy_gate.py", "provenance.py", "trajectories.py", "logs.py"],
+     "policy_gate.py", "provenance.py", "trajectories.py", "logs.py", "output_checks.py"],
     ["errors.py", "exit_codes.py", "__init__.py"],
 ]
 

@@ -10,6 +10,7 @@ no run folder is made.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -190,3 +191,21 @@ def test_a_broken_task_file_and_a_missing_extra_are_named_together(tmp_path, mon
     found = preflight(build_config({"mode": "math", "data": str(tasks), "output_dir": str(tmp_path / "out")}))
     report = found.problem_report()
     assert f"tasks: {tasks}:2:" in report and "mode: the math mode grades with math-verify" in report, report
+
+
+def test_a_run_checks_min_free_disk_at_start_as_the_dry_run_does(tmp_path):
+    """min-free-disk-mb (config file) stops a real run before its folder opens, with the dry
+    run's message and exit code: it was checked by --dry-run only, and the run went on."""
+    config = tmp_path / "run.toml"
+    config.write_text("min-free-disk-mb = 100000000\n")  # 100 TB: no disk here has that
+    data = write_tasks(tmp_path / "tasks.jsonl", [shell_task("t0")])
+    done = subprocess.run([sys.executable, "-m", "parallel_rollout.cli", "run", "--mode", "shell", "--data",
+                           str(data), "--config", str(config), "--output-dir", str(tmp_path / "out"),
+                           "--no-progress"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == EXIT_USAGE, done.stderr
+    assert "MB free; a run wants at least 100000000 MB (min_free_disk_mb)" in done.stderr, done.stderr
+    assert not (tmp_path / "out").exists()
+    dry = dry_run(tmp_path, "--config", str(config))
+    assert dry.returncode == EXIT_USAGE
+    message = re.search(r"disk: (.*MB \(min_free_disk_mb\).*)", dry.stderr).group(1)
+    assert message in done.stderr

@@ -27,14 +27,13 @@ problems, and exits 2 (the config-error code) when there is any.
 
 from __future__ import annotations
 
-import shutil
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from .agents import get_agent
 from .config import RunConfig, data_required
 from .envs import get_env, with_mode_defaults
 from .errors import ConfigError, ProviderUnavailable
+from .output_checks import check_free_disk
 from .plugins import plugin_call
 from .pool.providers import get_provider
 
@@ -87,7 +86,7 @@ def preflight(cfg: RunConfig, *, check_endpoint: bool = False) -> Preflight:
         check_guest = getattr(env_cls, "check_guest", None)  # web: the Chromium a guest would use
         if check_guest is not None:
             _check("guest", lambda: check_guest(get_provider(cfg.provider_name).name or cfg.provider_name), found)
-    _check("disk", lambda: _free_disk(cfg), found)
+    _check("disk", lambda: check_free_disk(cfg.output_dir, cfg.min_free_disk_mb), found)
     if found.ok:
         from .runner import Runner
 
@@ -133,17 +132,3 @@ def _provider_ready(cfg: RunConfig) -> str:
     provider_cls = get_provider(cfg.provider_name)
     provider_cls.check_available()
     return f"the {provider_cls.name or cfg.provider_name} provider's prerequisites"
-
-
-def _free_disk(cfg: RunConfig) -> str:
-    """Free space where the run folder will be (its nearest existing parent)."""
-    where = Path(cfg.output_dir).resolve()
-    while not where.exists():
-        where = where.parent
-    if not where.is_dir():
-        raise ConfigError(f"--output-dir {cfg.output_dir}: {where} is a file, not a folder")
-    free_mb = shutil.disk_usage(where).free // 2**20
-    if free_mb < cfg.min_free_disk_mb:
-        raise ConfigError(f"{where} has {free_mb} MB free; a run wants at least {cfg.min_free_disk_mb} MB "
-                          "(min_free_disk_mb) for its results, trajectories and logs")
-    return f"{free_mb} MB free in {where}"

@@ -22,7 +22,6 @@ import logging
 import os
 import signal
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -39,6 +38,7 @@ from .envs import get_env, task_validators, with_mode_defaults
 from .errors import ConfigError, RunLocked, TaskFileError, raise_interrupted
 from .logs import run_log_handler
 from .messages import Assignment
+from .output_checks import check_free_disk, check_writable_folder
 from .plugins import plugin_call
 from .pool.providers import get_provider
 from .provenance import SCHEMA_VERSION, check_resume, provenance, recorded_config
@@ -132,6 +132,7 @@ class Runner:
                         cfg.compare_to, missing_baseline(cfg))
         if cfg.junit_xml:
             check_writable_folder("--junit-xml", cfg.junit_xml)
+        check_free_disk(cfg.output_dir, cfg.min_free_disk_mb)  # as --dry-run does
         if cfg.data is None:
             raise ConfigError(data_required(f" (there is no run {cfg.run_id} in {cfg.output_dir} whose "
                                             "settings --resume would read)" if cfg.resume else ""))
@@ -457,22 +458,6 @@ def census(cfg: RunConfig) -> str:
         lines.insert(-1, f"--limit {cfg.limit}: the run takes the first "
                          f"{min(cfg.limit, len(task_set.tasks))} runnable tasks")
     return "\n".join(lines)
-
-
-def check_writable_folder(flag: str, path: str) -> None:
-    """ConfigError unless the file ``path`` can be written: its folder, or the nearest one
-    that exists (the writer makes the rest), is a folder this process may write in."""
-    where = Path(path).absolute().parent
-    while not where.exists() and where != where.parent:
-        where = where.parent
-    if not where.is_dir():
-        raise ConfigError(f"{flag} {path}: {where} is not a folder")
-    try:  # a file made there and removed: access() says yes to root even under /proc
-        fd, probe = tempfile.mkstemp(prefix=".pr-writable-", dir=where)
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as exc:
-        raise ConfigError(f"{flag} {path}: the folder {where} is not writable ({exc.strerror})") from None
 
 
 def check_honoured(cfg: RunConfig, owners: dict[str, tuple[str, frozenset[str]]]) -> None:

@@ -32,8 +32,12 @@ def small_disk(tmp_path):
 
 def cli(tmp_path, disk, *args):
     data = tmp_path / "tasks.jsonl"
+    # the disk is far smaller than the 512 MB a run's start asks for (min-free-disk-mb)
+    config = tmp_path / "run.toml"
+    config.write_text("min-free-disk-mb = 0\n")
     return CliRunner().invoke(main, ["run", "--mode", "shell", "--data", str(data), "--num-rollouts", "2",
-                                     "--output-dir", str(disk), "--run-id", "full", "--no-progress", *args])
+                                     "--output-dir", str(disk), "--run-id", "full", "--no-progress",
+                                     "--config", str(config), *args])
 
 
 def whole_lines(path):
