@@ -91,7 +91,12 @@ def test_rows_in_our_own_columns_are_tasks_as_they_are(tmp_path):
     ([{"id": "a", "problem": "p", "answer": "1", "blob": b"\x00\x01"}],
      None, "row 1: column 'blob' holds a bytes, which a task cannot hold"),
     ([verl_row(0, "q", "1"), {**verl_row(1, "q", "2"), "prompt": [{"role": "system", "content": "no user"}]}],
-     None, "row 2: missing field 'id'"),
+     None, "row 2: verl's 'prompt' holds no user message (its last one is the task's problem)"),
+    # the real problem is the missing answer, not an 'id' the row never needed
+    ([verl_row(0, "q", "1"), {**verl_row(1, "q", "2"), "reward_model": None}],
+     None, "row 2: verl's 'reward_model' is null: its ground_truth is the task's answer"),
+    ([verl_row(0, "q", "1"), {**verl_row(1, "q", "2"), "reward_model": {"style": "rule", "ground_truth": None}}],
+     None, "row 2: verl's reward_model.ground_truth is missing (null): it is the task's answer"),
 ])
 def test_a_bad_row_is_refused_naming_the_file_row_and_column(tmp_path, rows, schema, message):
     data = write(tmp_path / "bad.parquet", rows, schema)
@@ -114,3 +119,23 @@ def test_a_file_that_is_not_parquet_or_no_pyarrow_is_a_clear_error(tmp_path, mon
     result = run_cli("--data", str(data), "--agent", "oracle", "--output-dir", str(tmp_path / "out"))
     assert result.exit_code == 2
     assert f"{data}: a .parquet task file needs pyarrow: pip install 'parallel-rollout[parquet]'" in result.output
+
+
+def test_a_verl_file_needs_no_mode_flag(tmp_path):
+    """A verl user's file runs as it is: without --mode, verl's layout (data_source,
+    reward_model) is a math task set, as a file whose tasks all name one mode is."""
+    data = write(tmp_path / "gsm.parquet", [verl_row(0, "What is 3 times 4?", "12"),
+                                            verl_row(1, "What is 10 minus 3?", "7")])
+    argv = ["run", "--data", str(data), "--agent", "oracle", "--output-dir", str(tmp_path / "out"), "--no-progress"]
+    shown = CliRunner().invoke(main, [*argv, "--print-config"])
+    assert shown.exit_code == 0, shown.output
+    assert json.loads(shown.output)["mode"] == "math"
+    dry = CliRunner().invoke(main, [*argv, "--dry-run"])
+    assert dry.exit_code == 0, dry.output
+    assert "runnable 2 of 2 tasks" in dry.output and "missing field" not in dry.output
+    # a row of its own mode beside verl's rows: no one mode to infer, said as before
+    mixed = write(tmp_path / "mixed.parquet", [verl_row(0, "q", "1"), {"id": "s", "mode": "shell", "data_source": None,
+                                                                      "instruction": "x", "check": "true"}])
+    refused = CliRunner().invoke(main, ["run", "--data", str(mixed), "--agent", "oracle", "--dry-run",
+                                        "--output-dir", str(tmp_path / "out")])
+    assert refused.exit_code == 2

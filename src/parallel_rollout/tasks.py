@@ -32,7 +32,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 from .config import NAMED_DATASETS
 from .errors import TaskFileError
-from .tasks_parquet import parquet_records
+from .tasks_parquet import parquet_mode, parquet_records
 
 #: fields the Task model owns; everything else is the mode's payload
 _CORE_FIELDS = ("id", "mode", "seed", "tags")
@@ -129,15 +129,17 @@ def resolve_data(data: str) -> Path:
 
 
 def declared_mode(data: str) -> str | None:
-    """The mode every task of the task file ``data`` names in its ``mode`` field; None for a
+    """The mode every task of the task file ``data`` names in its ``mode`` field (rows of a
+    Parquet file in verl's layout name math); None for a
     folder, a task without one, several modes, or a file that does not load (the load says
     why)."""
     try:
         path = resolve_data(data)
         if path.is_dir():
             return None
-        rows = parquet_records(path) if path.suffix == ".parquet" else _records(path)
-        modes = {raw.get("mode") if isinstance(raw, dict) else None for _, raw in rows}
+        if path.suffix == ".parquet":
+            return parquet_mode(path)  # verl's layout names none: it is math
+        modes = {raw.get("mode") if isinstance(raw, dict) else None for _, raw in _records(path)}
     except (TaskFileError, OSError, ValueError):
         return None
     found = modes.pop() if len(modes) == 1 else None

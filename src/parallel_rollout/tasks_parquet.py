@@ -11,9 +11,12 @@ columns as the fields. A row in verl's layout is read as a ``math`` task::
     extra_info: {"split": "test", "index": 7, …}        id: "openai/gsm8k/test/7"
 
 (the row number stands in for a missing index; the other columns stay in the task). A row
-that already has ``problem`` or ``id`` is taken as it is. Values must be what a JSON task
-file could hold: a NaN, an infinity, bytes or a timestamp is refused, naming the row and the
-column, as the JSON reader names the line.
+is in verl's layout when it has a ``data_source`` or ``reward_model`` column and neither
+``problem`` nor ``id`` (a row that has one is taken as it is). Without ``--mode`` such a file
+is a math task set (``parquet_mode``), as a task file whose tasks all name one mode is; a
+verl row without a user message or a ground truth is refused naming verl's column. Values
+must be what a JSON task file could hold: a NaN, an infinity, bytes or a timestamp is
+refused, naming the row and the column, as the JSON reader names the line.
 """
 
 from __future__ import annotations
@@ -28,8 +31,33 @@ from .errors import TaskFileError
 _BATCH_ROWS = 4096
 
 
+#: the mode of a task set in verl's layout
+VERL_MODE = "math"
+
+
 def parquet_records(path: Path) -> Iterator[tuple[int, Any]]:
-    """(row number from 1, the task record) for every row of a Parquet file."""
+    """(row number from 1, the task record) for every row of a Parquet file; a verl row that
+    cannot be a task is its TaskFileError, for the load to name with the other bad rows."""
+    for row, values in _rows(path):
+        yield row, from_verl(values, f"{path}: row {row}", row)
+
+
+def parquet_mode(path: Path) -> str | None:
+    """The mode every row of a Parquet file names (its ``mode`` column, verl's layout being
+    ``VERL_MODE``); None when the rows differ or one names none."""
+    modes = {values.get("mode") or (VERL_MODE if is_verl(values) else None) if isinstance(values, dict) else None
+             for _, values in _rows(path)}
+    found = modes.pop() if len(modes) == 1 else None
+    return found if isinstance(found, str) else None
+
+
+def is_verl(row: dict[str, Any]) -> bool:
+    """Whether a row is in verl's dataset layout (and not a task in our own columns)."""
+    return ("data_source" in row or "reward_model" in row) and "problem" not in row and "id" not in row
+
+
+def _rows(path: Path) -> Iterator[tuple[int, Any]]:
+    """(row number from 1, the row as JSON values) for every row of a Parquet file."""
     try:
         import pyarrow
         import pyarrow.parquet as pq
@@ -42,24 +70,30 @@ def parquet_records(path: Path) -> Iterator[tuple[int, Any]]:
         for batch in batches:
             for values in batch.to_pylist():
                 row += 1
-                yield row, from_verl(_json_value(values, path, row, "the row"), row)
+                yield row, _json_value(values, path, row, "the row")
     except FileNotFoundError:
         raise TaskFileError(f"{path}: task file not found") from None
     except (pyarrow.ArrowException, OSError) as exc:
         raise TaskFileError(f"{path}: not a readable Parquet file: {exc}") from None
 
 
-def from_verl(row: Any, number: int) -> Any:
-    """A row in verl's layout as a math task (see the module docstring); any other row as
-    it is."""
-    if not isinstance(row, dict) or "problem" in row or "id" in row:
+def from_verl(row: Any, where: str, number: int) -> Any:
+    """A row in verl's layout as a math task (see the module docstring), or a TaskFileError
+    naming verl's column that it lacks; any other row as it is."""
+    if not isinstance(row, dict) or not is_verl(row):
         return row
     prompt, reward = row.get("prompt"), row.get("reward_model")
-    if not (isinstance(prompt, list) and isinstance(reward, dict) and "ground_truth" in reward):
-        return row
-    users = [m.get("content") for m in prompt if isinstance(m, dict) and m.get("role") == "user"]
+    users = [m.get("content") for m in prompt if isinstance(m, dict) and m.get("role") == "user"] \
+        if isinstance(prompt, list) else []
+    lacks = []
     if not users or not isinstance(users[-1], str):
-        return row  # the task's own validation names what is missing
+        lacks.append("verl's 'prompt' holds no user message (its last one is the task's problem)")
+    if reward is None:
+        lacks.append("verl's 'reward_model' is null: its ground_truth is the task's answer")
+    elif not isinstance(reward, dict) or reward.get("ground_truth") is None:
+        lacks.append("verl's reward_model.ground_truth is missing (null): it is the task's answer")
+    if lacks:
+        return TaskFileError(f"{where}: {'; '.join(lacks)}")
     extra = row.get("extra_info") if isinstance(row.get("extra_info"), dict) else {}
     source = row.get("data_source")
     index = extra.get("index")
