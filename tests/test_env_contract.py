@@ -92,3 +92,34 @@ def test_env_returns_are_checked_and_an_error_scores_zero(tmp_path):
 
 def _lines(path: Path) -> list[str]:
     return path.read_text().splitlines()
+
+
+class NoVMByMethodEnv(ContractEnv):
+    """Says it needs no VM through the public needs_vm(), but leaves vm_scope at its default."""
+
+    vm_scope = Env.vm_scope
+
+    @classmethod
+    def needs_vm(cls) -> bool:
+        return False
+
+
+class TypoScopeEnv(ContractEnv):
+    """A vm_scope that is none of None, "episode", "call"."""
+
+    vm_scope = "episodes"
+
+
+def test_needs_vm_and_vm_scope_that_disagree_are_refused_naming_the_class(tmp_path):
+    """needs_vm() decided whether the runner started a pool, vm_scope whether the worker leased
+    one: False against "episode" failed every sample on a lease from no pool. They must agree,
+    and the mode is refused (exit 2, nothing run) when they do not; so is a vm_scope typo."""
+    data = write_tasks(tmp_path / "tasks.jsonl", [{"id": "a", "case": "reward_one", "answers": ["go"]}])
+    for env, says in (("NoVMByMethodEnv", "NoVMByMethodEnv.needs_vm() says False but its vm_scope is 'episode'"),
+                      ("TypoScopeEnv", "TypoScopeEnv.vm_scope is 'episodes'")):
+        result = CliRunner().invoke(main, [
+            "--mode", f"test_env_contract:{env}", "--data", str(data), "--agent", "py_agents:ScriptedAnswerAgent",
+            "--num-rollouts", "1", "--output-dir", str(tmp_path / "out"), "--run-id", env, "--no-progress"])
+        assert result.exit_code == 2, (result.output, result.exception)
+        assert says in " ".join(result.output.split()), result.output
+        assert not (tmp_path / "out" / env).exists()

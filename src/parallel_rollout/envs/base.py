@@ -72,7 +72,8 @@ class Env(abc.ABC):
 
     @classmethod
     def needs_vm(cls) -> bool:
-        """Whether a run of this mode needs a VM pool."""
+        """Whether a run of this mode needs a VM pool: ``vm_scope`` decides. An override must
+        agree with it (``registry.get_env`` refuses a class whose two disagree)."""
         return cls.vm_scope is not None
 
     @staticmethod

@@ -32,9 +32,32 @@ def mode_names() -> list[str]:
     return MODES.names()
 
 
+#: what ``Env.vm_scope`` may be: a VM for the whole episode, around each call, or none
+VM_SCOPES = ("episode", "call", None)
+
+
 def get_env(mode: str) -> type[Env]:
-    """The Env class of ``mode``; ConfigError for an unknown mode."""
-    return MODES.load(mode)
+    """The Env class of ``mode``; ConfigError for an unknown mode, or one whose ``vm_scope``
+    and ``needs_vm()`` disagree."""
+    env = MODES.load(mode)
+    check_vm_scope(mode, env)
+    return env
+
+
+def check_vm_scope(mode: str, env: type[Env]) -> None:
+    """ConfigError naming the class unless its ``vm_scope`` is one of VM_SCOPES and its
+    ``needs_vm()`` (which a plugin may override) agrees with it: the runner starts a pool by
+    needs_vm(), the worker leases by vm_scope, so a class that overrides one alone failed
+    every sample on a lease from no pool (or started a pool nothing leased from)."""
+    name = env.__name__
+    if env.vm_scope not in VM_SCOPES:
+        raise ConfigError(f"mode {mode!r}: {name}.vm_scope is {env.vm_scope!r}; it must be "
+                          "'episode' (a VM for the episode), 'call' (leased around each VM call) or None (no VM)")
+    needs = env.needs_vm()
+    if needs != (env.vm_scope is not None):
+        raise ConfigError(f"mode {mode!r}: {name}.needs_vm() says {needs} but its vm_scope is {env.vm_scope!r}; "
+                          "vm_scope decides whether the env gets a VM: set vm_scope = "
+                          + ("'episode' or 'call'" if needs else "None") + " and leave needs_vm() as it is")
 
 
 class _Validators(Mapping):
