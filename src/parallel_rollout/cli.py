@@ -329,7 +329,9 @@ def format_summary(summary: dict[str, Any], run_dir: Any) -> str:
     if vm:
         # a run whose every pool was lost has no pool's counters, only their size and states
         lines.append(f"VMs: {vm.get('size')} {vm.get('provider')}, utilization {_pct(vm.get('utilization'))}, "
-                     f"{vm.get('resets', 0)} resets, {vm.get('marked_dead', 0)} died, "
+                     f"{vm.get('resets', 0)} resets"
+                     + (f" ({vm['released_not_reset']} released, not reset)" if vm.get("released_not_reset") else "")
+                     + f", {vm.get('marked_dead', 0)} died, "
                      f"{vm.get('replacements', 0)} replaced")
     lines.append(f"results: {run_dir}/")
     return "\n".join(lines)

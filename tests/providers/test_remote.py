@@ -353,7 +353,12 @@ def _cli(tmp_path, *args):
       "--use-vm-pool", "--num-vms", "4"], "has 3 VM address(es) (--vm-address) but the pool needs 4 VMs"),
     (["--provider-name", "remote", "--vm-address", "h1", "--num-rollouts", "1"],
      "remote VMs cannot be reset without --reset-command"),
-], ids=["address-on-process", "reset-on-process", "too-few", "no-reset"])
+    # a typo'd placeholder ran with the literal {hots}
+    (["--provider-name", "remote", "--vm-address", "h1", "--num-rollouts", "1", "--reset-command",
+      "ssh vmhost revert {hots} {VM_ID} awk-keeps-'{x}' '${HOME}'"],
+     "--reset-command: unknown placeholder {hots} (did you mean {host}?), {VM_ID} (did you mean {vm_id}?); "
+     "the placeholders are {address}, {host}, {port}, {vm_id}, {run_id}"),
+], ids=["address-on-process", "reset-on-process", "too-few", "no-reset", "placeholder-typo"])
 def test_cli_flags_are_checked_before_anything_runs(tmp_path, args, message):
     result = _cli(tmp_path, *args)
     assert result.exit_code == 2, (result.output, result.exception)
@@ -391,3 +396,20 @@ def test_shell_benchmark_through_the_pool_on_two_remote_machines(machines, tmp_p
     # the machines are still running: the run stopped its VMs, not the user's machines
     for address in machines.addresses:
         assert GuestClient(f"http://{address}").platform() == "Linux"
+
+
+def test_reset_none_counts_no_reset_through_the_cli(machines, tmp_path):
+    """--reset-command none resets nothing: the summary counts the releases as not reset, not
+    as resets that never happened."""
+    tasks = [{"id": f"t{i}", "mode": "shell", "instruction": "x", "check": "true", "reference": ["true"]}
+             for i in range(3)]
+    data = tmp_path / "tasks.jsonl"
+    data.write_text("".join(json.dumps(t) + "\n" for t in tasks))
+    result = CliRunner().invoke(main, [
+        "--mode", "shell", "--data", str(data), "--provider-name", "remote", "--vm-address", machines.addresses[0],
+        "--use-vm-pool", "--num-vms", "1", "--num-rollouts", "1", "--reset-command", "none",
+        "--output-dir", str(tmp_path / "out"), "--run-id", "unreset", "--no-progress"])
+    assert result.exit_code == 0, (result.output, result.exception)
+    vm = json.loads((tmp_path / "out" / "unreset" / "summary.json").read_text())["vm"]
+    assert vm["resets"] == 0 and vm["released_not_reset"] == 3, vm
+    assert "0 resets (3 released, not reset)" in result.output

@@ -89,7 +89,7 @@ class VMPoolManager(ProviderCalls):
         self._counters = {
             "leases": 0, "resets": 0, "reset_failures": 0, "boots": 0, "boot_failures": 0,
             "replacements": 0, "restarts": 0, "reclaimed": 0, "marked_dead": 0, "quarantined": 0,
-            "dirty_boots": 0,
+            "dirty_boots": 0, "released_not_reset": 0,
         }
         self._reset_times: list[float] = []
         self._boot_times: list[float] = []

@@ -99,7 +99,7 @@ class ProviderCalls:
                                                 charge=False)
             return
         with self._lock:
-            self._counters["resets"] += 1
+            self._counters["resets" if self._provider.restores_on_reset else "released_not_reset"] += 1
             self._reset_times.append(time.monotonic() - started)
             vm.info = new_info
             if differences and vm.state is VMState.RESETTING:

@@ -108,6 +108,10 @@ class Provider(abc.ABC):
     #: are children of it, a QEMU guest is a process of the runner), so a limit there bounds
     #: them with the runner (``host_share``); a container's is dockerd's, elsewhere
     vms_in_runner_cgroup: ClassVar[bool] = False
+    #: whether ``reset`` brings a VM back to its snapshot; False where it only waits for the
+    #: VM (the remote provider with --reset-command none): the pool counts a release then,
+    #: not a reset
+    restores_on_reset: bool = True
 
     def __init__(self, run_id: str, options: ProviderOptions | None = None) -> None:
         from .common import check_name

@@ -23,8 +23,9 @@ agent in a clean home …), so ``--reset-command`` is a shell command run on thi
 -c``) with these placeholders replaced, each shell-quoted: ``{address}``
 (``http://host:port``), ``{host}``, ``{port}``, ``{vm_id}``, ``{run_id}``; the same values are
 in its environment as ``PARALLEL_ROLLOUT_VM_ADDRESS``, ``…_VM_HOST``, ``…_VM_PORT``,
-``…_VM_ID`` and ``PARALLEL_ROLLOUT_RUN_ID``. Other braces are left alone (shell and awk use
-them). The command and the agent's answer afterwards must fit in ``boot_timeout_s``: past it
+``…_VM_ID`` and ``PARALLEL_ROLLOUT_RUN_ID``. A ``{name}`` that reads as a typo of one of
+them (``{hots}``, ``{VM_ID}``) is refused when the provider is made, naming them: it would run
+as those characters. Other braces are left alone (shell and awk use them). The command and the agent's answer afterwards must fit in ``boot_timeout_s``: past it
 the command's process group is killed. A non-zero exit is a VMError quoting the end of its
 output (the pool then marks the VM dead). The command should return once the old state is
 gone: the first answer to ``GET /platform`` afterwards counts as ready. ``start`` runs it too,
@@ -54,8 +55,10 @@ honoured (the snapshot is whatever the reset command restores): ConfigError.
 
 from __future__ import annotations
 
+import difflib
 import logging
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -121,6 +124,10 @@ class RemoteProvider(Provider):
                 "snapshot; --reset-command none accepts no reset (each task sees what earlier "
                 "tasks left)")
         self.reset_command = None if command.strip().lower() == NO_RESET else command
+        check_placeholders(command)
+        #: with --reset-command none a reset only waits for the machine's agent: the pool
+        #: counts it as a release, not a reset
+        self.restores_on_reset = self.reset_command is not None
         if self.reset_command is None:
             log.warning("remote provider: --reset-command none: VMs are never reset; tasks "
                         "see what earlier tasks on the same machine left")
@@ -234,6 +241,22 @@ class RemoteProvider(Provider):
 
 
 # --------------------------------------------------------------------------- helpers
+
+
+def check_placeholders(command: str) -> None:
+    """ConfigError naming each ``{name}`` of ``command`` that reads as a typo of a placeholder
+    (another case, or close to one): only the known names are replaced."""
+    known = list(ENV_NAMES)
+    typos = []
+    for name in dict.fromkeys(re.findall(r"(?<!\$)\{([A-Za-z_][A-Za-z0-9_]*)\}", command)):
+        if name in known:
+            continue
+        close = difflib.get_close_matches(name.lower(), known, n=1, cutoff=0.7)
+        if close:
+            typos.append(f"{{{name}}} (did you mean {{{close[0]}}}?)")
+    if typos:
+        raise ConfigError(f"--reset-command: unknown placeholder {', '.join(typos)}; the placeholders are "
+                          + ", ".join(f"{{{name}}}" for name in known) + " (other braces are left as they are)")
 
 
 def normalize_address(raw: str) -> str:
