@@ -160,3 +160,14 @@ def test_a_mistyped_command_says_the_one_it_is_close_to(tmp_path):
     assert shown.exit_code == 0, shown.output
     other = _Runner().invoke(_main, ["zzzzqq"])
     assert "no command" not in other.output and "unexpected extra argument" in other.output
+
+
+@pytest.mark.parametrize("mode, data", [("shell", SHELL_TASKS), ("gym", "frozenlake")])
+def test_a_run_id_outside_the_rule_is_refused_by_every_mode(tmp_path, mode, data):
+    """A run id names folders (and VMs' folders, containers, cgroups): 1-64 letters, digits,
+    '.', '_' and '-'. A mode without VMs took 'a b' while one with VMs refused it."""
+    result = CliRunner().invoke(main, ["--mode", mode, "--data", str(data), "--agent", "oracle", "--limit", "1",
+                                       "--output-dir", str(tmp_path / "out"), "--run-id", "a b", "--no-progress"])
+    assert result.exit_code == 2, (result.output, result.exception)
+    assert "run id 'a b' must be 1-64 characters of letters, digits, '.', '_' or '-'" in result.output
+    assert not (tmp_path / "out").exists()

@@ -41,6 +41,7 @@ from .messages import Assignment
 from .output_checks import check_free_disk, check_writable_folder
 from .plugins import plugin_call
 from .pool.providers import get_provider
+from .pool.providers.common import check_name
 from .provenance import SCHEMA_VERSION, check_resume, provenance, recorded_config
 from .records import unsupported_record
 from .results import ResultStore, ResumeIndex, StorageError, read_records
@@ -91,6 +92,7 @@ class Runner:
 
     def prepare(self) -> list[Sample]:
         """Check the whole configuration and load every task; raises ConfigError."""
+        check_name("run id", self.run_id)  # it names the run folder, and VMs' where there are any
         self.config = cfg = with_mode_defaults(self.config)  # the mode's max_turns, recorded
         self.env_cls = get_env(cfg.mode)
         self.agent_cls = get_agent(cfg.agent)
