@@ -85,3 +85,13 @@ def test_a_library_that_configures_the_root_logger_doubles_no_line(tmp_path, qui
     assert len(started) == (0 if quiet else 1), proc.stderr
     assert "[Concurrency]" not in proc.stderr if quiet else proc.stderr.count("[Concurrency]") == 1
     assert re.search(r" INFO MainProcess parallel_rollout: run logs: 3 samples", run_log.read_text())
+
+
+def test_run_log_holds_what_the_console_showed_at_the_end(tmp_path):
+    """The summary lines the console prints last are in run.log too, in the same words."""
+    proc, run_log = run_cli(tmp_path, "--no-progress")
+    shown = proc.stdout.strip().splitlines()
+    assert shown[0].startswith("run logs: 3/3 samples finished") and shown[-1].startswith("results: "), shown
+    logged = [line.split(": ", 1)[1] for line in run_log.read_text().splitlines()
+              if " INFO MainProcess parallel_rollout: " in line]
+    assert logged[-len(shown):] == shown, (logged[-len(shown):], shown)

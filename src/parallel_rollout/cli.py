@@ -248,6 +248,7 @@ def run(ctx: click.Context, config_file: str | None, dry_run: bool, print_config
 
 def _run(ctx: click.Context, config_file: str | None, dry_run: bool, print_config: bool, check_endpoint: bool,
          verbose: int, quiet: int, flags: dict[str, Any]) -> None:
+    from .run_end import format_summary
     from .runner import Runner
 
     explicit = {
@@ -300,45 +301,6 @@ def _run(ctx: click.Context, config_file: str | None, dry_run: bool, print_confi
     if outcome.message:
         click.echo(outcome.message, err=True)
     sys.exit(outcome.exit_code)
-
-
-def format_summary(summary: dict[str, Any], run_dir: Any) -> str:
-    """A few readable lines from summary.json."""
-    rate = f"success rate {_pct(summary['success_rate'])}, mean reward {summary['mean_reward']}"
-    if summary.get("ungraded"):  # infrastructure failures are no score: the graded samples' figures
-        rate = (f"success rate of the graded samples {_pct(summary.get('success_rate_graded'))}, "
-                f"{summary['ungraded']} never graded, mean reward of the graded samples {summary['mean_reward']}")
-    # a run that finished no sample (an empty one, one stopped at once) has no score to give
-    scores = (f", {summary['successes']} succeeded ({rate})" if summary["finished"]
-              else ": no success rate, no mean reward")
-    lines = [
-        f"run {summary.get('run_id')}: {summary['finished']}/{summary['total_samples']} samples finished{scores}",
-        "statuses: " + (", ".join(f"{k} {v}" for k, v in summary["status_counts"].items()) or "none"),
-        f"attempts: {summary['attempts']} ({summary['retried_attempts']} retried"
-        + (f", {summary['attempts_left_to_resume']} left to --resume)" if summary.get("attempts_left_to_resume") else ")"),
-    ]
-    timing = summary["timing_s"]
-    if timing.get("rollout"):
-        lines.append(f"rollout time p50 {timing['rollout']['p50']}s p90 {timing['rollout']['p90']}s, "
-                     f"wall {timing['wall']}s")
-    usage = summary.get("usage") or {}
-    if usage.get("requests"):
-        lines.append(f"model: {usage['requests']} requests ({usage.get('retries', 0)} retried), "
-                     f"{usage.get('prompt_tokens', 0)} prompt + {usage.get('completion_tokens', 0)} completion tokens")
-    vm = summary.get("vm")
-    if vm:
-        # a run whose every pool was lost has no pool's counters, only their size and states
-        lines.append(f"VMs: {vm.get('size')} {vm.get('provider')}, utilization {_pct(vm.get('utilization'))}, "
-                     f"{vm.get('resets', 0)} resets"
-                     + (f" ({vm['released_not_reset']} released, not reset)" if vm.get("released_not_reset") else "")
-                     + f", {vm.get('marked_dead', 0)} died, "
-                     f"{vm.get('replacements', 0)} replaced")
-    lines.append(f"results: {run_dir}/")
-    return "\n".join(lines)
-
-
-def _pct(value: float | None) -> str:
-    return "-" if value is None else f"{value:.1%}"
 
 
 @main.group()
