@@ -108,8 +108,10 @@ def test_torn_last_line_is_ignored_reported_and_moved_aside(tmp_path, caplog):
     torn = json.dumps(record("c#0")).encode()[:40]  # a crash mid-write: no newline
     path.write_bytes(whole + torn)
     store = ResultStore(tmp_path)
+    index = store.load()
+    assert path.read_bytes() == whole + torn  # reading changes nothing: a resume may still be refused
     with caplog.at_level("WARNING", logger="parallel_rollout"):
-        index = store.load()
+        store.repair(index)
     assert set(index.final) == {"a#0", "b#0"} and index.torn_bytes == len(torn)
     assert "torn last line" in caplog.text and "results.jsonl.torn" in caplog.text
     assert (tmp_path / "results.jsonl.torn").read_bytes() == torn + b"\n"

@@ -40,6 +40,28 @@ def test_a_corrupt_line_refuses_the_resume_naming_file_and_line(tmp_path, finish
     assert folder_state(run_dir) == before  # config.json is not rewritten either
 
 
+@pytest.mark.parametrize("refusal", ["corrupt line", "lower limit"])
+def test_a_refused_resume_leaves_a_torn_last_line_where_it_is(tmp_path, finished_run, refusal):
+    """The torn line is set aside only once the resume passed every check: one that is
+    refused (a corrupt line before it, a lower --limit) changes nothing in the folder."""
+    run_dir = tmp_path / "out" / "r"
+    lines = (run_dir / "results.jsonl").read_bytes().splitlines(keepends=True)
+    if refusal == "corrupt line":
+        lines[1] = b'{"garbage\n'
+    (run_dir / "results.jsonl").write_bytes(b"".join(lines) + b'{"key": "tor')
+    before = folder_state(run_dir)
+    result = cli(tmp_path, finished_run, "--resume", *(["--limit", "1"] if refusal == "lower limit" else []))
+    assert result.exit_code == 2, (result.output, result.exception)
+    said = " ".join(result.output.split())
+    assert (f"{run_dir / 'results.jsonl'}:2: corrupted record" if refusal == "corrupt line"
+            else "are not among this run's 1") in said
+    assert folder_state(run_dir) == before
+    assert not (run_dir / "results.jsonl.torn").exists()
+    if refusal == "lower limit":  # the same resume without the lower limit sets it aside and goes on
+        assert cli(tmp_path, finished_run, "--resume").exit_code == 0
+        assert (run_dir / "results.jsonl.torn").read_bytes() == b'{"key": "tor\n'
+
+
 def test_a_whole_last_record_without_its_newline_is_kept(tmp_path, finished_run):
     run_dir = tmp_path / "out" / "r"
     whole = (run_dir / "results.jsonl").read_bytes()

@@ -4,7 +4,9 @@
 attempt finishes. A write either lands whole or not at all: a failed write (disk full) is
 cut back to the last complete line before the error is raised, so the file never holds a
 half line that a later append would glue onto. A torn last line left by a crash is moved
-aside to ``results.jsonl.torn`` and reported, then the run goes on from the complete lines.
+aside to ``results.jsonl.torn`` and reported, then the run goes on from the complete lines;
+reading (``load``) changes nothing, the move (``repair``) waits until a resume has passed
+every check, so a refused resume leaves the folder as it found it.
 
 A record with ``final: true`` is the one that counts for its sample; resume never runs a
 sample that has one.
@@ -44,6 +46,10 @@ class ResumeIndex:
     attempts: dict[str, int] = field(default_factory=dict)
     records: int = 0
     torn_bytes: int = 0
+    #: the torn last line (bytes after the last newline) that ``repair`` sets aside
+    torn: bytes = b""
+    #: the last line is a whole record without its newline, which ``repair`` adds
+    newline_missing: bool = False
 
 
 def _whole_record(line: bytes) -> bool:
@@ -63,7 +69,9 @@ class ResultStore:
         self._fh = None
 
     def load(self) -> ResumeIndex:
-        """Read every complete record; move a torn last line aside and report it."""
+        """Read every complete record, changing nothing: a torn last line (or a whole last
+        record without its newline) is noted in the index, and :meth:`repair` mends the file
+        once every check of the resume has passed (a refused resume leaves it as it was)."""
         index = ResumeIndex()
         if not self.path.exists():
             return index
@@ -72,20 +80,11 @@ class ResultStore:
         if complete_end < len(data) and _whole_record(data[complete_end:]):
             # The write got all of the record out but not its newline (or an editor ate it):
             # the record is whole, and a sample with a final one must not run again.
-            with open(self.path, "ab") as fh:
-                fh.write(b"\n")
-            data += b"\n"
+            index.newline_missing = True
             complete_end = len(data)
-        if complete_end < len(data):
-            torn = data[complete_end:]
-            index.torn_bytes = len(torn)
-            with open(self.path.with_name("results.jsonl.torn"), "ab") as fh:
-                fh.write(torn + b"\n")
-            os.truncate(self.path, complete_end)
-            log.warning(
-                "%s: ignored a torn last line (%d bytes, from an interrupted write); "
-                "kept it in results.jsonl.torn", self.path, len(torn)
-            )
+        else:
+            index.torn = data[complete_end:]
+            index.torn_bytes = len(index.torn)
         for lineno, line in enumerate(data[:complete_end].splitlines(), start=1):
             if not line.strip():
                 continue
@@ -103,6 +102,23 @@ class ResultStore:
             if record.get("final"):
                 index.final[key] = record
         return index
+
+    def repair(self, index: ResumeIndex) -> None:
+        """Mend what :meth:`load` found at the file's end, before the run appends to it: the
+        newline a whole last record lacks is added; a torn last line is moved aside to
+        ``results.jsonl.torn`` (and reported)."""
+        if index.newline_missing:
+            with open(self.path, "ab") as fh:
+                fh.write(b"\n")
+        elif index.torn:
+            with open(self.path.with_name("results.jsonl.torn"), "ab") as fh:
+                fh.write(index.torn + b"\n")
+            os.truncate(self.path, self.path.stat().st_size - len(index.torn))
+            log.warning(
+                "%s: ignored a torn last line (%d bytes, from an interrupted write); "
+                "kept it in results.jsonl.torn", self.path, len(index.torn)
+            )
+        index.newline_missing, index.torn = False, b""
 
     def append(self, record: dict[str, Any]) -> None:
         """Write one record as one line and flush it; all or nothing.

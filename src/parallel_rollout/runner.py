@@ -198,6 +198,7 @@ class Runner:
             except StorageError as exc:
                 raise ConfigError(f"cannot resume {self.run_id}: {exc}") from None
             self._check_scope(index.final, keys)
+            self._store.repair(index)  # every check passed: only now is anything changed
             # Written aside and renamed: a kill mid-write must not leave a config.json that
             # a resume cannot read. ``started_at``: the first session's, for `runs list`.
             now = time.time()
