@@ -118,6 +118,22 @@ def test_runs_list_shows_complete_interrupted_and_partial_runs(tmp_path):
     assert empty.exit_code == 2 and "no such output folder" in empty.output
 
 
+@pytest.mark.parametrize("summary", [True, False], ids=["summary", "no-summary"])
+def test_runs_list_names_a_run_by_its_folder(tmp_path, summary):
+    """A copied run folder is listed under its own name, which --run-id, report and compare
+    take, not again under the id its config.json keeps."""
+    import shutil
+
+    out = tmp_path / "out"
+    assert real_run(tmp_path, "nightly", [shell_task("a")]).exit_code == 0
+    if not summary:  # killed before its summary: the line comes from results.jsonl
+        (out / "nightly" / "summary.json").unlink()
+    shutil.copytree(out / "nightly", out / "nightly-copy")
+    result = CliRunner().invoke(main, ["runs", "list", "--output-dir", str(out), "--json"])
+    assert result.exit_code == 0, result.output
+    assert sorted(json.loads(line)["run_id"] for line in result.output.splitlines()) == ["nightly", "nightly-copy"]
+
+
 def test_a_corrupted_results_line_is_named_by_file_and_line(tmp_path):
     run_dir = tmp_path / "out" / "c"
     run_dir.mkdir(parents=True)

@@ -1,6 +1,8 @@
 """The runs of an output folder, one line each: what ``parallel-rollout runs list`` prints.
 
-A run is a sub-folder holding ``config.json`` or ``results.jsonl``. Its line comes from
+A run is a sub-folder holding ``config.json`` or ``results.jsonl``, named by the folder (what
+``--run-id``, ``report`` and ``compare`` take: a copied folder is a run of its own name, not
+a second one of the id its config.json stores). Its line comes from
 ``config.json`` (mode, when it was written) and ``summary.json`` (samples, success rate);
 only a run with no summary (killed before writing one) has its results.jsonl read. Status:
 
@@ -68,7 +70,7 @@ def _light(run_dir: Path) -> RunLine | None:
     results = run_dir / "results.jsonl"
     if results.exists() and results.stat().st_mtime > (run_dir / "summary.json").stat().st_mtime + 1:
         return None
-    return RunLine(run_id=config.get("run_id") or run_dir.name, started=config.get("started_at") or config.get("written_at"),
+    return RunLine(run_id=run_dir.name, started=config.get("started_at") or config.get("written_at"),
                    mode=(config.get("config") or {}).get("mode") or "?", finished=finished, total=total,
                    success_rate=summary.get("success_rate"), status=status)
 
@@ -96,14 +98,14 @@ def run_line(run_dir: Path) -> RunLine:
         raise
     except ConfigError as exc:  # a corrupted line: a run all the same, which the user must fix
         problem = str(exc).removeprefix(f"{run_dir}/")
-        return RunLine(run_id=stored.get("run_id") or run_dir.name, started=written,
+        return RunLine(run_id=run_dir.name, started=written,
                        mode=(stored.get("config") or {}).get("mode") or "?", finished=None, total=None,
                        success_rate=None, status="unreadable", problem=problem)
     finals = data.finals
     total = (data.summary or {}).get("total_samples")
     status = data.status()
     successes = sum(1 for r in finals.values() if r.get("success"))
-    return RunLine(run_id=data.run_id, started=written or data.started_at, mode=data.mode, finished=len(finals),
+    return RunLine(run_id=run_dir.name, started=written or data.started_at, mode=data.mode, finished=len(finals),
                    total=total, success_rate=round(successes / len(finals), 4) if finals else None, status=status)
 
 
