@@ -16,6 +16,7 @@ the test (an assertion inside the server thread would only look like a 500 to th
 from __future__ import annotations
 
 import base64
+import os
 import json
 import shutil
 import threading
@@ -29,6 +30,7 @@ from parallel_rollout.agents.openai_agent import KEEP_IMAGES
 from parallel_rollout.config import build_config
 from parallel_rollout.envs.osworld import actions as acts
 from parallel_rollout.runner import Runner
+from test_osworld_taskset import EXAMPLES, needs_set
 
 TASKS = ROOT / "benchmarks" / "osworld_tasks.jsonl"
 WIDTH, HEIGHT = 1024, 768
@@ -160,3 +162,32 @@ def test_openai_agent_solves_desktop_tasks_from_screenshots(tmp_path, llm_server
                 for t in tasks)
     assert len(server.requests) == model.images_seen == turns
     assert {r["body"]["model"] for r in server.requests} == {"test-vision"}
+
+
+#: an infeasible task of OSWorld's os domain with no config steps: FAIL passes it
+INFEASIBLE = ("os", "b3d4a89c-53f2-4d6b-8b6a-541fb5d205fa")
+
+
+@needs_set
+@pytest.mark.parametrize("tag", ["code", "bash", "text"])
+def test_a_fenced_block_of_any_tag_is_its_body_as_in_osworld(tmp_path, llm_server, tag):
+    """```code\\nFAIL\\n``` is FAIL, as OSWorld's parse_code_from_string reads any tag: the
+    fence lines were run as code (a SyntaxError each turn, to --max-turns)."""
+    import subprocess
+    import sys
+
+    server = llm_server(policy=lambda body: reply_with_counts(
+        body, f"The machine has no such device.\n```{tag}\nFAIL\n```"))
+    index = tmp_path / "one.json"
+    index.write_text(json.dumps({INFEASIBLE[0]: [INFEASIBLE[1]]}))
+    done = subprocess.run(
+        [sys.executable, "-m", "parallel_rollout", "run", "--mode", "osworld", "--data", str(EXAMPLES),
+         "--osworld-index", str(index), "--agent", "openai", "--base-url", server.url, "--max-turns", "2",
+         "--num-rollouts", "1", "--output-dir", str(tmp_path / "out"), "--run-id", "r", "--no-progress",
+         "--screen-width", "640", "--screen-height", "480"],
+        capture_output=True, text=True, timeout=300, env={k: v for k, v in os.environ.items()
+                                                         if not k.startswith("OPENAI_")})
+    assert done.returncode == 0, done.stderr[-3000:]
+    finals = assert_exactly_once(tmp_path / "out" / "r", {f"{INFEASIBLE[1]}#0"})
+    record = finals[f"{INFEASIBLE[1]}#0"]
+    assert record["status"] == "success" and record["turns"] == 1, record

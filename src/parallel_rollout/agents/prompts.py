@@ -233,18 +233,22 @@ _SPECIAL = re.compile(r"^[`*\s]*(WAIT|FAIL|DONE)[`*.!\s]*$")
 
 
 def parse_osworld(reply_text: str) -> Any:
-    """A computer_13 dict from a ```json block, pyautogui code from a ```python block,
-    WAIT/FAIL/DONE from a bare word; otherwise the reply itself (the env says what is wrong)."""
+    """A computer_13 dict from a fenced JSON object, pyautogui code from any other fenced
+    block whatever its tag (```python, ```code, ```bash, ``` …, as OSWorld's
+    ``parse_code_from_string`` takes the body of any block: a fence line is never run as
+    code), WAIT/FAIL/DONE from a block or a bare word that holds only it; otherwise the reply
+    itself (the env says what is wrong)."""
     for tag, body in fenced_blocks(reply_text):
         body = body.strip()
-        if tag in ("json", "") and body.startswith("{"):
+        if tag not in ("python", "py") and body.startswith("{"):
             try:
                 return json.loads(body)
             except ValueError:
-                continue
-        if tag in ("python", "py", ""):
-            special = _SPECIAL.match(body)
-            return special.group(1) if special else body
+                pass
+        if not body or tag == "json":
+            continue
+        special = _SPECIAL.match(body)
+        return special.group(1) if special else body
     stripped = reply_text.strip()
     special = _SPECIAL.match(stripped.splitlines()[-1] if stripped else "")
     if special:
