@@ -33,7 +33,7 @@ from parallel_rollout.config import build_config
 from parallel_rollout.envs.osworld import browser_steps, downloads
 from parallel_rollout.envs.osworld.references import reference_index
 from parallel_rollout.runner import Runner
-from parallel_rollout.tasks import osworld_folder
+from parallel_rollout.tasks_osworld import osworld_folder
 
 DEFAULT_DATA = Path("../shared/osworld/evaluation_examples")  # from the checkout, as the README says
 

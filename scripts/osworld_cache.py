@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 from parallel_rollout.envs.osworld import downloads
-from parallel_rollout.tasks import DEFAULT_INDEX, osworld_folder
+from parallel_rollout.tasks_osworld import DEFAULT_INDEX, osworld_folder
 
 
 def main(argv: list[str] | None = None) -> int:

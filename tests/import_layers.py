@@ -45,8 +45,9 @@ LAYERS: list[list[str]] = [
     ["pool/", "envs/", "agents/"],
     ["guest/"],
     ["report/"],
-    ["config.py", "config_checks.py", "messages.py", "records.py", "tasks.py", "tasks_parquet.py", "results.py", "plugins.py",
-     "policy_gate.py", "provenance.py", "trajectories.py", "logs.py", "output_checks.py"],
+    ["config.py", "config_checks.py", "messages.py", "records.py", "tasks.py", "tasks_osworld.py", "task_json.py",
+     "tasks_parquet.py", "results.py", "plugins.py", "policy_gate.py", "provenance.py", "trajectories.py", "logs.py",
+     "output_checks.py"],
     ["errors.py", "exit_codes.py", "__init__.py"],
 ]
 

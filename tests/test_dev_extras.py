@@ -57,3 +57,16 @@ def test_dev_alone_or_help_prints_its_usage_and_sets_nothing_up(tmp_path, args):
         assert command in proc.stdout
     assert "Error" not in proc.stderr and "[setup]" not in proc.stderr
     assert not (tmp_path / ".venv").exists()
+
+
+@pytest.mark.parametrize("how", ["folder", "checkout", "run.py flags", "index flag"])
+def test_an_osworld_task_set_without_mode_installs_the_osworld_extra(tmp_path, how):
+    """--data an OSWorld folder (or OSWorld's flags) implies --mode osworld: its libraries too."""
+    (tmp_path / "OSWorld" / "evaluation_examples" / "examples" / "os").mkdir(parents=True)
+    args = {"folder": ("--data", str(tmp_path / "OSWorld" / "evaluation_examples")),
+            "checkout": ("--data=OSWorld",),
+            "run.py flags": ("--test_config_base_dir", "D", "--test_all_meta_path", "D/test_small.json"),
+            "index flag": ("--data", "D", "--osworld-index", "mine.json")}[how]
+    proc = subprocess.run(["bash", str(ROOT / "dev"), "extras", *args], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=30)
+    assert proc.stdout.split() == ["osworld"], proc.stderr

@@ -59,7 +59,8 @@ def test_shipped_task_sets_and_osworld_tasks_still_load(tmp_path):
     osworld = Path("/work/shared/osworld")
     if osworld.is_dir():
         from parallel_rollout.envs import task_validators
-        from parallel_rollout.tasks import load_task_set, osworld_folder
+        from parallel_rollout.tasks import load_task_set
+        from parallel_rollout.tasks_osworld import osworld_folder
 
         try:
             osworld_folder(osworld)

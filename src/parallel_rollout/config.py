@@ -370,6 +370,11 @@ def build_config(flags: dict[str, Any], config_file: str | None = None,
         values["data"] = os.path.abspath(values["data"])
     if values.get("junit_xml"):
         values["junit_xml"] = os.path.abspath(values["junit_xml"])
+    index = values.get("osworld_index")
+    if index and os.path.dirname(index) and not os.path.isabs(index) and os.path.isfile(index):
+        # a path from here (evaluation_examples/test_small.json), as OSWorld's
+        # --test_all_meta_path is; a bare name (test_small.json) stays the --data folder's
+        values["osworld_index"] = os.path.abspath(index)
     try:
         cfg = RunConfig(**values, explicit=frozenset(values), sources=sources)
         validate_ranges(cfg)

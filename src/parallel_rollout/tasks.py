@@ -23,7 +23,6 @@ import difflib
 import gzip
 import hashlib
 import importlib
-import json
 import re
 import zlib
 from dataclasses import dataclass, field
@@ -32,6 +31,8 @@ from typing import Any, Callable, Iterable, Mapping
 
 from .config import NAMED_DATASETS
 from .errors import TaskFileError
+from .task_json import parse_json
+from .tasks_osworld import DEFAULT_INDEX, file_hint, folder_records, is_osworld_folder
 from .tasks_parquet import parquet_mode, parquet_records
 
 #: fields the Task model owns; everything else is the mode's payload
@@ -129,14 +130,14 @@ def resolve_data(data: str) -> Path:
 
 
 def declared_mode(data: str) -> str | None:
-    """The mode every task of the task file ``data`` names in its ``mode`` field (rows of a
-    Parquet file in verl's layout name math); None for a
-    folder, a task without one, several modes, or a file that does not load (the load says
-    why)."""
+    """The mode ``data`` implies: ``osworld`` for an OSWorld task set's folder, math for a
+    Parquet file in verl's layout, else the mode every task of the task file names in its
+    ``mode`` field; None for another folder, a task without one, several modes, or a file
+    that does not load (the load says why)."""
     try:
         path = resolve_data(data)
         if path.is_dir():
-            return None
+            return "osworld" if is_osworld_folder(path) else None
         if path.suffix == ".parquet":
             return parquet_mode(path)  # verl's layout names none: it is math
         modes = {raw.get("mode") if isinstance(raw, dict) else None for _, raw in _records(path)}
@@ -166,11 +167,11 @@ def _records(path: Path) -> Iterable[tuple[int, Any]]:
         lineno = raw[: exc.start].count(b"\n") + 1
         raise TaskFileError(f"{path}:{lineno}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     if _kind(path) == ".json":
-        data = _parse(text, path, 1)
+        data = parse_json(text, path, 1)
         if isinstance(data, dict) and "tasks" in data:
             data = data["tasks"]
         if not isinstance(data, list):
-            raise TaskFileError(f"{path}:1: a .json task file holds a list of task objects")
+            raise TaskFileError(f"{path}:1: a .json task file holds a list of task objects{file_hint(path, data)}")
         # A JSON list has no line per task; report the item's position instead.
         for index, item in enumerate(data):
             yield index + 1, item
@@ -182,161 +183,9 @@ def _records(path: Path) -> Iterable[tuple[int, Any]]:
         if not line.strip():
             continue
         try:
-            yield lineno, _parse(line, path, lineno)
+            yield lineno, parse_json(line, path, lineno)
         except TaskFileError as exc:
             yield lineno, exc
-
-
-class _NotJSON(ValueError):
-    """A number JSON does not have (``NaN``, ``Infinity``, ``-Infinity``)."""
-
-
-def _refuse_constant(name: str) -> Any:
-    raise _NotJSON(name)
-
-
-class _TooLarge(ValueError):
-    """A JSON number no result can hold: a float beyond the largest (``1e400`` reads as
-    infinity, which results.jsonl would write as ``Infinity``) or an integer of more digits
-    than Python converts."""
-
-
-def _finite_float(text: str) -> float:
-    value = float(text)
-    if value in (float("inf"), float("-inf")):
-        raise _TooLarge(text)
-    return value
-
-
-def _bounded_int(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:  # more digits than sys.get_int_max_str_digits()
-        raise _TooLarge(text) from None
-
-
-def _parse(text: str, path: Path | str, first_line: int) -> Any:
-    """``json.loads(text)``, refusing what results.jsonl could not store: a non-JSON number
-    (``NaN``, ``Infinity``: Python's json reads them, no other JSON reader does, and each
-    such task would fail at run time) or text that is not Unicode (a lone surrogate such as
-    ``"\\ud800"``: valid JSON, but no UTF-8 file can hold it). TaskFileError names the line
-    (``first_line`` is that of ``text``'s first line)."""
-    try:
-        data = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float,
-                          parse_int=_bounded_int)
-    except _NotJSON as exc:
-        lineno = first_line + text.count("\n", 0, _offset_of(text, str(exc)))
-        raise TaskFileError(f"{path}:{lineno}: {exc} is not a JSON number (use a number or "
-                            "null)") from None
-    except _TooLarge as exc:
-        number = str(exc)
-        lineno = first_line + text.count("\n", 0, max(text.find(number), 0))
-        shown = number if len(number) <= 40 else f"{number[:20]}…({len(number)} characters)"
-        raise TaskFileError(f"{path}:{lineno}: the number {shown} is too large to store in "
-                            "results.jsonl (it reads as infinity or beyond Python's digit "
-                            "limit); use a smaller number or a string") from None
-    except json.JSONDecodeError as exc:
-        raise TaskFileError(f"{path}:{first_line + exc.lineno - 1}: invalid JSON: {exc.msg}") from None
-    where = _unencodable(data)
-    if where is not None:
-        field, value = where
-        bad = next(c for c in value if 0xD800 <= ord(c) <= 0xDFFF)
-        lineno = first_line + text.count("\n", 0, _offset_of(text, f"\\u{ord(bad):04x}"))
-        raise TaskFileError(f"{path}:{lineno}: {field} holds text that is not Unicode (a lone "
-                            f"surrogate, \\u{ord(bad):04x}); results.jsonl could not store it")
-    return data
-
-
-def _unencodable(value: Any, field: str = "the task") -> tuple[str, str] | None:
-    """(where, the string) of the first string (key or value) that UTF-8 cannot encode."""
-    if isinstance(value, str):
-        if not value.isascii():
-            try:
-                value.encode("utf-8")
-            except UnicodeEncodeError:
-                return field, value
-        return None
-    if isinstance(value, dict):
-        for key, item in value.items():
-            found = _unencodable(key, f"a field name in {field}") or _unencodable(item, f"field {key!r}")
-            if found:
-                return found
-    elif isinstance(value, list):
-        for item in value:
-            found = _unencodable(item, field)
-            if found:
-                return found
-    return None
-
-
-def _offset_of(text: str, token: str) -> int:
-    """Where ``token`` first appears in ``text``: a constant outside any JSON string, or a
-    ``\\uXXXX`` escape; 0 when not found (the message still names the field)."""
-    if token in ("NaN", "Infinity", "-Infinity"):
-        for match in _TOKENS.finditer(text):
-            if match.group(1) is not None:
-                return match.start(1)
-        return 0
-    # the file may write the escape in either case (\\uD800)
-    return max(text.lower().find(token.lower()), 0)
-
-
-#: a JSON string, or a non-JSON constant (group 1) outside any string
-_TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|(-?Infinity|NaN)')
-
-
-#: OSWorld's index of every task; --osworld-index picks another (test_small.json …)
-DEFAULT_INDEX = "test_all.json"
-
-
-def osworld_folder(folder: Path, index: str = DEFAULT_INDEX) -> tuple[Path, Path]:
-    """(examples folder, index file) of an OSWorld checkout or its ``evaluation_examples``."""
-    if not (folder / "examples").is_dir() and (folder / "evaluation_examples").is_dir():
-        folder = folder / "evaluation_examples"
-    index_path = Path(index) if Path(index).is_absolute() else folder / index
-    if not index_path.is_file():
-        found = sorted(p.name for p in folder.glob("test_*.json"))
-        raise TaskFileError(
-            f"{folder}: no index {index_path if Path(index).is_absolute() else index} (OSWorld's layout: an index such as "
-            f"test_all.json + examples/<domain>/<id>.json; indexes here: "
-            f"{', '.join(found) or 'none'})")
-    return folder, index_path
-
-
-def read_osworld_index(index_path: Path) -> dict[str, list[str]]:
-    """An OSWorld index (``test_all.json``): domain -> task ids; TaskFileError when it is not one."""
-    try:
-        index = _parse(index_path.read_text(encoding="utf-8-sig"), index_path, 1)
-    except UnicodeDecodeError as exc:
-        raise TaskFileError(f"{index_path}:1: invalid JSON: {exc}") from None
-    if not isinstance(index, dict) or not all(
-            isinstance(ids, list) and all(isinstance(i, str) for i in ids) for ids in index.values()):
-        raise TaskFileError(f"{index_path}:1: expected {{\"domain\": [\"task id\", ...]}}")
-    return index
-
-
-def _folder_records(folder: Path, domain: str, index: str = DEFAULT_INDEX
-                    ) -> Iterable[tuple[str, Any, str]]:
-    """(where, task, domain) for an OSWorld folder: the index (``test_all.json``) maps each
-    domain to task ids, whose files are ``examples/<domain>/<id>.json``; ``domain`` picks
-    one, or ``all``."""
-    folder, index_path = osworld_folder(folder, index)
-    index = read_osworld_index(index_path)
-    if domain != "all" and domain not in index:
-        raise TaskFileError(f"{index_path}: no domain {domain!r}; domains: {', '.join(sorted(index)) or 'none'}")
-    for name in sorted(index) if domain == "all" else [domain]:
-        for task_id in index[name]:
-            task_path = folder / "examples" / name / f"{task_id}.json"
-            try:
-                raw = _parse(task_path.read_text(encoding="utf-8-sig"), task_path, 1)
-            except FileNotFoundError:
-                raise TaskFileError(f"{index_path}: task {task_id!r} of domain {name!r} has no file "
-                                    f"{task_path}") from None
-            except UnicodeDecodeError as exc:
-                raise TaskFileError(f"{task_path}:1: invalid JSON: {exc}") from None
-            if isinstance(raw, dict) and isinstance(raw.get("tags", []), list) and name not in raw.get("tags", []):
-                raw["tags"] = [*raw.get("tags", []), name]  # per-domain numbers in the summary
-            yield f"{task_path}:1", raw, name
 
 
 def load_tasks(
@@ -369,7 +218,7 @@ def load_task_set(
     lacks) instead of failing the load; a malformed one still does."""
     path = resolve_data(str(path))
     if path.is_dir():
-        records = _folder_records(path, domain, index)
+        records = folder_records(path, domain, index)
     elif domain != "all":
         raise TaskFileError(f"{path}: --domain {domain} applies to an OSWorld folder given as --data, "
                             "not to a task file")

@@ -115,7 +115,8 @@ def task_validators(also: frozenset[str] = frozenset()) -> Mapping[str, Callable
 
 def with_mode_defaults(cfg: "RunConfig") -> "RunConfig":
     """``cfg`` with what its data and mode decide when not given: the mode (a named dataset's,
-    ``--data humaneval`` is py; else the one every task of the file names), then
+    ``--data humaneval`` is py; an OSWorld folder's, or OSWorld's flags', osworld; else the
+    one every task of the file names), then
     ``max_turns`` (web 20, py 1 …: ``Env.turn_limit``). What config.json records,
     --print-config shows and a resume compares is then what the run uses. ConfigError for an
     unknown mode, or a built-in --mode that is not the named dataset's."""
@@ -123,12 +124,20 @@ def with_mode_defaults(cfg: "RunConfig") -> "RunConfig":
     from ..tasks import declared_mode
 
     named = NAMED_DATASET_MODES.get((cfg.data or "").lower())
+    implied = named or (declared_mode(cfg.data) if cfg.data else None)
+    # OSWorld's own flags (--osworld-index, --domain; run.py's --test_all_meta_path) name an
+    # OSWorld task set whatever --data is
+    by_flag = [f"--{name.replace('_', '-')}" for name in ("osworld_index", "domain") if name in cfg.explicit]
     if "mode" not in cfg.explicit:
-        implied = named or (declared_mode(cfg.data) if cfg.data else None)
+        implied = implied or ("osworld" if by_flag else None)
         if implied and implied != cfg.mode:
             cfg = dataclasses.replace(cfg, mode=implied)
-    elif named and cfg.mode != named and cfg.mode in _BUILT_IN:
-        raise ConfigError(f"--data {cfg.data} holds {named} tasks, which --mode {cfg.mode} cannot run"
-                          f"{cfg.where('mode')}: leave --mode out, or give --mode {named}")
+    elif cfg.mode in _BUILT_IN and ((named or implied == "osworld") and cfg.mode != implied):
+        what = f"{named} tasks" if named else "an OSWorld task set"
+        raise ConfigError(f"--data {cfg.data} holds {what}, which --mode {cfg.mode} cannot run"
+                          f"{cfg.where('mode')}: leave --mode out, or give --mode {implied}")
+    elif cfg.mode in _BUILT_IN and by_flag and cfg.mode != "osworld":
+        raise ConfigError(f"{' and '.join(by_flag)} (an OSWorld task set's) and --mode {cfg.mode}"
+                          f"{cfg.where('mode')} conflict: leave --mode out, or give --mode osworld")
     turns = get_env(cfg.mode).turn_limit(cfg)
     return cfg if turns == cfg.max_turns else dataclasses.replace(cfg, max_turns=turns)

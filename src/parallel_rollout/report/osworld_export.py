@@ -97,7 +97,8 @@ def _model_name(config: dict) -> str:
 
 def _domains(config: dict) -> tuple[Path | None, dict[str, str]]:
     """Task id -> domain from the OSWorld index the run read, when it still can be read."""
-    from ..tasks import DEFAULT_INDEX, TaskFileError, osworld_folder, read_osworld_index
+    from ..errors import TaskFileError
+    from ..tasks_osworld import DEFAULT_INDEX, osworld_folder, read_osworld_index
 
     data = Path(str(config.get("data") or ""))
     if not data.is_dir():

@@ -86,9 +86,13 @@ class OSWorldEnv(Env):
     def validate_task(payload: Mapping[str, Any]) -> None:
         """OSWorld's task JSON: instruction, config steps, evaluator; reference when given.
         UnsupportedTask (listing every step, getter and metric this mode lacks) when it is
-        well-formed but not runnable here."""
+        well-formed but not runnable here; a ValueError when such a name reads as a typo of a
+        supported one (``exact_mtach``)."""
         require(payload, "instruction", str)
         require(payload, "evaluator", dict)
+        mistyped = registry.typos(payload)
+        if mistyped:  # refused, not skipped: --skip-unsupported would score a typo 0
+            raise ValueError(f"unknown {', '.join(mistyped)}")
         lacking = registry.unsupported(payload)
         if lacking:
             raise UnsupportedTask(lacking)

@@ -1,0 +1,113 @@
+"""One task file's JSON as a run can keep it: ``parse_json`` reads a file or a line and
+refuses, naming ``file:line``, what ``results.jsonl`` could not store (a number JSON does not
+have, a number past float or Python's digit limit, text with a lone surrogate); a syntax
+error says its line and column. Shared by the task loaders (``tasks.py``, ``tasks_osworld.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from .errors import TaskFileError
+
+
+class _NotJSON(ValueError):
+    """A number JSON does not have (``NaN``, ``Infinity``, ``-Infinity``)."""
+
+
+def _refuse_constant(name: str) -> Any:
+    raise _NotJSON(name)
+
+
+class _TooLarge(ValueError):
+    """A JSON number no result can hold: a float beyond the largest (``1e400`` reads as
+    infinity, which results.jsonl would write as ``Infinity``) or an integer of more digits
+    than Python converts."""
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise _TooLarge(text)
+    return value
+
+
+def _bounded_int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:  # more digits than sys.get_int_max_str_digits()
+        raise _TooLarge(text) from None
+
+
+def parse_json(text: str, path: Path | str, first_line: int) -> Any:
+    """``json.loads(text)``, refusing what results.jsonl could not store: a non-JSON number
+    (``NaN``, ``Infinity``: Python's json reads them, no other JSON reader does, and each
+    such task would fail at run time) or text that is not Unicode (a lone surrogate such as
+    ``"\\ud800"``: valid JSON, but no UTF-8 file can hold it). TaskFileError names the line
+    (``first_line`` is that of ``text``'s first line)."""
+    try:
+        data = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float,
+                          parse_int=_bounded_int)
+    except _NotJSON as exc:
+        lineno = first_line + text.count("\n", 0, _offset_of(text, str(exc)))
+        raise TaskFileError(f"{path}:{lineno}: {exc} is not a JSON number (use a number or "
+                            "null)") from None
+    except _TooLarge as exc:
+        number = str(exc)
+        lineno = first_line + text.count("\n", 0, max(text.find(number), 0))
+        shown = number if len(number) <= 40 else f"{number[:20]}…({len(number)} characters)"
+        raise TaskFileError(f"{path}:{lineno}: the number {shown} is too large to store in "
+                            "results.jsonl (it reads as infinity or beyond Python's digit "
+                            "limit); use a smaller number or a string") from None
+    except json.JSONDecodeError as exc:
+        raise TaskFileError(f"{path}:{first_line + exc.lineno - 1}: invalid JSON: {exc.msg} "
+                            f"(column {exc.colno})") from None
+    where = _unencodable(data)
+    if where is not None:
+        field, value = where
+        bad = next(c for c in value if 0xD800 <= ord(c) <= 0xDFFF)
+        lineno = first_line + text.count("\n", 0, _offset_of(text, f"\\u{ord(bad):04x}"))
+        raise TaskFileError(f"{path}:{lineno}: {field} holds text that is not Unicode (a lone "
+                            f"surrogate, \\u{ord(bad):04x}); results.jsonl could not store it")
+    return data
+
+
+def _unencodable(value: Any, field: str = "the task") -> tuple[str, str] | None:
+    """(where, the string) of the first string (key or value) that UTF-8 cannot encode."""
+    if isinstance(value, str):
+        if not value.isascii():
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                return field, value
+        return None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            found = _unencodable(key, f"a field name in {field}") or _unencodable(item, f"field {key!r}")
+            if found:
+                return found
+    elif isinstance(value, list):
+        for item in value:
+            found = _unencodable(item, field)
+            if found:
+                return found
+    return None
+
+
+def _offset_of(text: str, token: str) -> int:
+    """Where ``token`` first appears in ``text``: a constant outside any JSON string, or a
+    ``\\uXXXX`` escape; 0 when not found (the message still names the field)."""
+    if token in ("NaN", "Infinity", "-Infinity"):
+        for match in _TOKENS.finditer(text):
+            if match.group(1) is not None:
+                return match.start(1)
+        return 0
+    # the file may write the escape in either case (\\uD800)
+    return max(text.lower().find(token.lower()), 0)
+
+
+#: a JSON string, or a non-JSON constant (group 1) outside any string
+_TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|(-?Infinity|NaN)')

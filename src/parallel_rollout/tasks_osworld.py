@@ -1,0 +1,153 @@
+"""OSWorld's task-set layout: what ``--data FOLDER`` and ``--osworld-index`` name.
+
+::
+
+    evaluation_examples/            (--data: it, or the checkout that holds it)
+    ├── test_all.json               an index: {"<domain>": ["<task id>", ...]}; --osworld-index
+    ├── test_small.json …           picks one (test_all.json by default), or a file of your own
+    └── examples/<domain>/<id>.json one task each
+
+``osworld_folder`` finds the folder and the index, and says what was meant when ``--data``
+names a level above or below it (``examples/``, a task file, an index file);
+``folder_records`` reads the tasks the index selects, each bad file its own error so the
+loader lists every one at once; ``task_files`` are the files a run of the folder is made of
+(the index and the tasks it selects), which the run's data hash covers; ``is_osworld_folder``
+lets ``--data`` alone imply ``--mode osworld``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Iterable
+
+from .errors import TaskFileError
+from .task_json import parse_json
+
+#: OSWorld's index of every task; --osworld-index picks another (test_small.json …)
+DEFAULT_INDEX = "test_all.json"
+_LAYOUT = "OSWorld's layout: an index such as test_all.json + examples/<domain>/<id>.json"
+
+
+def _index_shaped(value: Any) -> bool:
+    """``{"domain": ["task id", ...]}``."""
+    return isinstance(value, dict) and bool(value) and all(
+        isinstance(ids, list) and all(isinstance(i, str) for i in ids) for ids in value.values())
+
+
+def _read_json(path: Path) -> Any:
+    """A small JSON file's value, None when it is not one."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8-sig"))
+    except (OSError, ValueError):
+        return None
+
+
+def index_files(folder: Path) -> list[str]:
+    """The names of every index at the folder's top: test_*.json and the user's own."""
+    return sorted(p.name for p in folder.glob("*.json") if p.is_file() and _index_shaped(_read_json(p)))
+
+
+def _task_set_root(folder: Path) -> Path:
+    """The folder itself, or the ``evaluation_examples`` of the checkout it is."""
+    if not (folder / "examples").is_dir() and (folder / "evaluation_examples" / "examples").is_dir():
+        return folder / "evaluation_examples"
+    return folder
+
+
+def is_osworld_folder(path: Path) -> bool:
+    """Whether ``path`` is an OSWorld task set (or a checkout holding one): examples/ beside
+    at least one index."""
+    if not path.is_dir():
+        return False
+    root = _task_set_root(path)
+    return (root / "examples").is_dir() and bool(index_files(root))
+
+
+def _looks_like_examples(folder: Path) -> bool:
+    """``examples/`` itself: domain folders of task files, no index beside them."""
+    return folder.name == "examples" and any(folder.glob("*/*.json"))
+
+
+def osworld_folder(folder: Path, index: str = DEFAULT_INDEX) -> tuple[Path, Path]:
+    """(examples folder, index file) of an OSWorld checkout or its ``evaluation_examples``;
+    an ``index`` that is not absolute is the folder's (``build_config`` makes one given as a
+    path from the current folder absolute)."""
+    folder = _task_set_root(folder)
+    if not (folder / "examples").is_dir() and _looks_like_examples(folder):
+        raise TaskFileError(f"{folder}: this is the examples/ folder of an OSWorld task set; give the folder "
+                            f"that holds it and its indexes as --data: --data {folder.parent}")
+    index_path = Path(index) if Path(index).is_absolute() else folder / index
+    if not index_path.is_file():
+        raise TaskFileError(
+            f"{folder}: no index {index_path if Path(index).is_absolute() else index} ({_LAYOUT}; "
+            f"indexes here: {', '.join(index_files(folder)) or 'none'})")
+    return folder, index_path
+
+
+def read_osworld_index(index_path: Path) -> dict[str, list[str]]:
+    """An OSWorld index (``test_all.json``): domain -> task ids; TaskFileError when it is not one."""
+    try:
+        index = parse_json(index_path.read_text(encoding="utf-8-sig"), index_path, 1)
+    except UnicodeDecodeError as exc:
+        raise TaskFileError(f"{index_path}:1: invalid JSON: {exc}") from None
+    if not isinstance(index, dict) or not all(
+            isinstance(ids, list) and all(isinstance(i, str) for i in ids) for ids in index.values()):
+        raise TaskFileError(f"{index_path}:1: expected {{\"domain\": [\"task id\", ...]}}")
+    return index
+
+
+def _selected(folder: Path, domain: str, index: str) -> tuple[Path, Path, list[tuple[str, str]]]:
+    """(folder, index file, [(domain, task id)]) of what a run of ``domain`` reads."""
+    folder, index_path = osworld_folder(folder, index)
+    ids = read_osworld_index(index_path)
+    if domain != "all" and domain not in ids:
+        raise TaskFileError(f"{index_path}: no domain {domain!r}; domains: {', '.join(sorted(ids)) or 'none'}")
+    return folder, index_path, [(name, task_id) for name in (sorted(ids) if domain == "all" else [domain])
+                                for task_id in ids[name]]
+
+
+def folder_records(folder: Path, domain: str, index: str = DEFAULT_INDEX) -> Iterable[tuple[str, Any, str]]:
+    """(where, task, domain) for an OSWorld folder: the index (``test_all.json``) maps each
+    domain to task ids, whose files are ``examples/<domain>/<id>.json``; ``domain`` picks
+    one, or ``all``. A task file that is missing or no JSON is yielded as its TaskFileError,
+    so the load goes on and names every one."""
+    folder, index_path, selected = _selected(folder, domain, index)
+    for name, task_id in selected:
+        task_path = folder / "examples" / name / f"{task_id}.json"
+        try:
+            raw = parse_json(task_path.read_text(encoding="utf-8-sig"), task_path, 1)
+        except FileNotFoundError:
+            raw = TaskFileError(f"{index_path}: task {task_id!r} of domain {name!r} has no file {task_path}")
+        except UnicodeDecodeError as exc:
+            raw = TaskFileError(f"{task_path}:1: invalid JSON: {exc}")
+        except TaskFileError as exc:
+            raw = exc
+        if isinstance(raw, dict) and isinstance(raw.get("tags", []), list) and name not in raw.get("tags", []):
+            raw["tags"] = [*raw.get("tags", []), name]  # per-domain numbers in the summary
+        yield f"{task_path}:1", raw, name
+
+
+def task_files(folder: Path, domain: str = "all", index: str = DEFAULT_INDEX) -> tuple[Path, list[Path]]:
+    """(the task set's folder, its index file then the task files it selects for ``domain``):
+    what a run of the folder is made of. TaskFileError when the folder or index is not there."""
+    folder, index_path, selected = _selected(folder, domain, index)
+    return folder, [index_path] + [folder / "examples" / name / f"{task_id}.json" for name, task_id in selected]
+
+
+def file_hint(path: Path, value: Any) -> str:
+    """What to give instead when ``--data`` names one file of an OSWorld task set (a task,
+    an index) rather than its folder; "" for any other file."""
+    if _index_shaped(value):
+        root = path.parent
+        return (f"; {path.name} is an OSWorld index: give its folder as --data and it as --osworld-index: "
+                f"--data {root} --osworld-index {path.name}")
+    if isinstance(value, dict) and "evaluator" in value and "instruction" in value:
+        domain_dir = path.parent
+        root = domain_dir.parent.parent if domain_dir.parent.name == "examples" else None
+        where = f"--data {root}" if root is not None else "--data <the folder with examples/ and test_all.json>"
+        return (f"; this is one OSWorld task: give the task set's folder ({where}), and to run only this task "
+                f"an index of your own, {{\"{domain_dir.name}\": [\"{path.stem}\"]}} in a .json file, as "
+                "--osworld-index")
+    return ""
+

@@ -1,0 +1,144 @@
+"""OSWorld's own task folder as its users point the CLI at it (through the CLI, on the real
+files of /work/shared/osworld, copied where a case breaks them):
+
+* the folder, or OSWorld's flags, imply ``--mode osworld`` (as ``run.py``'s scripts give no
+  --mode); a conflicting ``--mode`` is refused naming both;
+* a malformed folder is reported whole: every bad file and record at once, a JSON error with
+  its column, a step or metric name that reads as a typo of a supported one refused with the
+  name it means (not skipped as 'unsupported' and scored 0);
+* ``--data`` at the wrong level (``examples/``, one task file, an index) says what to give;
+  ``--osworld-index`` given as a path from the current folder is read as that path, and the
+  indexes a missing one lists are every index of the folder, the user's own too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from parallel_rollout.exit_codes import EXIT_USAGE
+from test_osworld_taskset import EXAMPLES, MODEL_AGENT, index_of, needs_set
+
+pytestmark = needs_set
+
+
+def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """``python -m parallel_rollout run ARGS`` as a user types it: no --mode unless given."""
+    return subprocess.run([sys.executable, "-m", "parallel_rollout", "run", *args], capture_output=True,
+                          text=True, timeout=120, cwd=cwd, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+
+
+def said(done: subprocess.CompletedProcess) -> str:
+    return " ".join((done.stdout + done.stderr).split())
+
+
+def copied(tmp_path: Path) -> Path:
+    """A copy of OSWorld's evaluation_examples to break."""
+    target = tmp_path / "evaluation_examples"
+    shutil.copytree(EXAMPLES, target)
+    return target
+
+
+SMALL = sum(len(ids) for ids in index_of("test_small.json").values())
+
+
+@pytest.mark.parametrize("args", [
+    # OSWorld's run.py command line, which names no mode
+    ("--test_config_base_dir", str(EXAMPLES), "--test_all_meta_path", str(EXAMPLES / "test_small.json"),
+     "--max_steps", "15", "--observation_type", "screenshot", "--action_space", "pyautogui"),
+    ("--data", str(EXAMPLES), "--osworld-index", "test_small.json"),
+    ("--test_all_meta_path", str(EXAMPLES / "test_small.json")),
+], ids=["run.py flags", "folder and index", "index alone"])
+def test_an_osworld_folder_or_its_flags_imply_the_osworld_mode(args):
+    done = run_cli(*args, "--dry-run", *MODEL_AGENT)
+    assert done.returncode == 0, said(done)
+    assert done.stdout.strip().splitlines()[-1] == f"runnable {SMALL} of {SMALL} tasks"
+    shown = run_cli(*args, "--print-config")
+    assert json.loads(shown.stdout)["mode"] == "osworld"
+
+
+@pytest.mark.parametrize("args, says", [
+    (("--mode", "shell", "--data", str(EXAMPLES)),
+     f"--data {EXAMPLES} holds an OSWorld task set, which --mode shell cannot run: leave --mode out, "
+     "or give --mode osworld"),
+    (("--mode", "py", "--data", "humaneval", "--osworld-index", "test_small.json"),
+     "--osworld-index (an OSWorld task set's) and --mode py conflict"),
+])
+def test_a_mode_that_conflicts_with_the_osworld_folder_is_refused_naming_both(args, says):
+    done = run_cli(*args, "--dry-run")
+    assert done.returncode == EXIT_USAGE and says in said(done), said(done)
+
+
+def test_every_bad_file_and_record_of_a_folder_is_said_at_once(tmp_path):
+    folder = copied(tmp_path)
+    ids = index_of("test_all.json")["os"][:5]
+    paths = [folder / "examples" / "os" / f"{task_id}.json" for task_id in ids]
+    for path in paths[:2]:  # truncated
+        text = path.read_text()
+        path.write_text(text[: len(text) // 2])
+    tasks = [json.loads(path.read_text()) for path in paths[2:]]
+    del tasks[0]["evaluator"]
+    tasks[1]["evaluator"]["func"] = "exact_mtach"
+    tasks[2]["config"] = [*(tasks[2].get("config") or []), {"type": "lanuch", "parameters": {"command": ["x"]}}]
+    for path, task in zip(paths[2:], tasks):
+        path.write_text(json.dumps(task, indent=2))
+    for extra in ((), ("--skip-unsupported",)):  # a typo is refused, never skipped as unsupported
+        done = run_cli("--data", str(folder), "--domain", "os", "--dry-run", *MODEL_AGENT, *extra)
+        assert done.returncode == EXIT_USAGE
+        text = said(done)
+        assert "5 bad task records" in text, text
+        for path in paths[:2]:
+            line, column = _json_error_position(path.read_text())
+            assert f"{path}:{line}: invalid JSON: " in text and f"(column {column})" in text
+        assert f"{paths[2]}:1: task {ids[2]!r}: missing field 'evaluator'" in text
+        assert f"{paths[3]}:1: task {ids[3]!r}: unknown metric 'exact_mtach' (did you mean 'exact_match'?)" in text
+        assert f"{paths[4]}:1: task {ids[4]!r}: unknown step 'lanuch' (did you mean 'launch'?)" in text
+
+
+def _json_error_position(text: str) -> tuple[int, int]:
+    try:
+        json.loads(text)
+    except json.JSONDecodeError as exc:
+        return exc.lineno, exc.colno
+    raise AssertionError("the file was meant to be broken")
+
+
+def test_a_wrong_level_data_says_what_to_give():
+    task_id = index_of("test_all.json")["os"][0]
+    cases = [
+        (("--data", str(EXAMPLES / "examples")),
+         f"this is the examples/ folder of an OSWorld task set; give the folder that holds it and its "
+         f"indexes as --data: --data {EXAMPLES}"),
+        (("--data", str(EXAMPLES / "examples"), "--osworld-index", str(EXAMPLES / "test_small.json")),
+         f"--data: --data {EXAMPLES}"),
+        (("--data", str(EXAMPLES / "examples" / "os" / f"{task_id}.json")),
+         f"this is one OSWorld task: give the task set's folder (--data {EXAMPLES}), and to run only this "
+         f'task an index of your own, {{"os": ["{task_id}"]}} in a .json file, as --osworld-index'),
+        (("--data", str(EXAMPLES / "test_small.json")),
+         f"test_small.json is an OSWorld index: give its folder as --data and it as --osworld-index: "
+         f"--data {EXAMPLES} --osworld-index test_small.json"),
+    ]
+    for args, says in cases:
+        done = run_cli("--mode", "osworld", *args, "--dry-run")
+        assert done.returncode == EXIT_USAGE and says in said(done), (args, said(done))
+
+
+def test_an_index_path_from_the_current_folder_is_read_as_that_path(tmp_path):
+    folder = copied(tmp_path)
+    done = run_cli("--data", "evaluation_examples", "--osworld-index", "evaluation_examples/test_small.json",
+                   "--dry-run", *MODEL_AGENT, cwd=tmp_path)
+    assert done.returncode == 0, said(done)
+    assert done.stdout.strip().splitlines()[-1] == f"runnable {SMALL} of {SMALL} tasks"
+    # a missing index lists every index of the folder, the user's own among them
+    (folder / "mine.json").write_text(json.dumps({"os": index_of("test_all.json")["os"][:1]}))
+    (folder / "notes.json").write_text(json.dumps({"not": "an index"}))
+    missing = run_cli("--data", str(folder), "--osworld-index", "nope.json", "--dry-run")
+    assert missing.returncode == EXIT_USAGE
+    assert ("indexes here: mine.json, test_all.json, test_infeasible.json, test_nogdrive.json, "
+            "test_small.json)") in said(missing)
