@@ -8,7 +8,10 @@
 * the versions of the key dependencies (``KEY_DEPENDENCIES``) and of the mode's own
   (``MODE_DEPENDENCIES``: math-verify grades math, so its upgrade changes grades);
 * the sha256 of each task data file (``--data``: the file, the file behind a named dataset,
-  or for an OSWorld folder every ``.json`` file under it, hashed together);
+  or for an OSWorld folder the files the run's tasks are made of: the index and the task files
+  it selects for ``--domain``, hashed together, with each one's own hash in ``file_sha256``,
+  so that other files of the folder (another index, the run's own output when
+  ``--output-dir`` is inside it) never block a resume, and a refused one names its files);
 * for agents that call a model endpoint, the endpoints requests go to (``endpoints``):
   ``--base-url`` when given, else OPENAI_BASE_URL, else OpenAI's. The flag alone cannot say,
   since a run made with OPENAI_BASE_URL stores ``base_url`` unset.
@@ -19,19 +22,28 @@ change results are ``config.RUN_ONLY_FIELDS``) and the same task data. It raises
 naming each changed setting and each changed file. Where both runs recorded their endpoints,
 ``base_url`` is judged by them: a resume that names the same server by the flag instead of
 OPENAI_BASE_URL goes ahead, one whose OPENAI_BASE_URL points elsewhere is refused. A folder written before this record
-existed has no hashes: only its settings are compared.
+existed has no hashes: only its settings are compared. A folder recorded by an older version
+(one hash of every ``.json`` file under it, no ``file_sha256``) goes ahead when that hash still
+holds; else when none of the files the run's tasks are made of was modified since the run
+started (config.json's ``started_at``): the other files the old hash covered (results written
+inside the folder, an index added) are no task of the run. The config.json the resume writes
+holds the new record.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
+import os
 import platform
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from .config import RESULT_FIELDS, RunConfig
-from .errors import ConfigError
+from .errors import ConfigError, TaskFileError
+
+log = logging.getLogger(__name__)
 
 #: version of the layout of config.json and summary.json
 SCHEMA_VERSION = 1
@@ -61,7 +73,7 @@ def provenance(cfg: RunConfig, modes: tuple[str, ...] | None = None,
         "parallel_rollout": _version("parallel-rollout") or _package_version(),
         "python": platform.python_version(),
         "dependencies": {name: version for name in names if (version := _version(name)) is not None},
-        "data": data_hashes(cfg.data) if cfg.data else [],
+        "data": data_hashes(cfg.data, cfg.domain, cfg.osworld_index) if cfg.data else [],
     }
     if endpoints is not None:
         made["endpoints"] = list(endpoints)
@@ -82,21 +94,46 @@ def _package_version() -> str:
     return __version__
 
 
-def data_hashes(data: str) -> list[dict[str, Any]]:
-    """``[{"path", "sha256"}]`` of the task data ``--data`` names (for a folder, one hash of
-    every .json file under it, with their count)."""
+def data_hashes(data: str, domain: str = "all", index: str | None = None) -> list[dict[str, Any]]:
+    """``[{"path", "sha256"}]`` of the task data ``--data`` names; for an OSWorld folder, one
+    hash over the files its run of ``domain`` and ``index`` reads (the index, then the task
+    files it selects), with their count and each one's hash (``file_sha256``, by its path
+    under the folder)."""
     from .tasks import resolve_data
+    from .tasks_osworld import DEFAULT_INDEX, task_files
 
     path = resolve_data(data)
     if path.is_dir():
-        files = sorted(p for p in path.rglob("*.json") if p.is_file())
-        digest = hashlib.sha256()
-        for file in files:
-            digest.update(str(file.relative_to(path)).encode() + b"\0" + _sha256(file).encode() + b"\n")
-        return [{"path": str(path), "sha256": digest.hexdigest(), "files": len(files)}]
+        try:
+            root, files = task_files(path, domain, index or DEFAULT_INDEX)
+        except TaskFileError:
+            return []  # loading the tasks says what is wrong with it
+        hashes = {_under(file, root): _sha256(file) for file in files if file.is_file()}
+        return [{"path": str(path), "sha256": _combined(hashes), "files": len(hashes), "file_sha256": hashes}]
     if not path.is_file():
         return []  # loading the tasks says what is wrong with it
     return [{"path": str(path), "sha256": _sha256(path)}]
+
+
+def _under(file: Path, root: Path) -> str:
+    """A file's name in ``file_sha256``: its path under the task folder (an index given from
+    elsewhere: its absolute path)."""
+    try:
+        return str(file.relative_to(root))
+    except ValueError:
+        return str(file)
+
+
+def _combined(hashes: dict[str, str]) -> str:
+    digest = hashlib.sha256()
+    for name, sha in sorted(hashes.items()):
+        digest.update(name.encode() + b"\0" + sha.encode() + b"\n")
+    return digest.hexdigest()
+
+
+def _legacy_folder_hash(path: Path) -> str:
+    """The hash versions before ``file_sha256`` recorded for a folder: every .json under it."""
+    return _combined({str(p.relative_to(path)): _sha256(p) for p in path.rglob("*.json") if p.is_file()})
 
 
 def _sha256(path: Path) -> str:
@@ -132,15 +169,51 @@ def check_resume(run_id: str, stored: dict[str, Any], cfg: RunConfig, now: dict[
     if changed:
         raise ConfigError(f"cannot resume {run_id}: the run was made with other settings for {', '.join(changed)}; "
                           "resume with the same values (or start a new --run-id)")
-    old_data = {d.get("path"): d.get("sha256") for d in old_made.get("data", [])}
+    old_data = {d.get("path"): d for d in old_made.get("data", []) if isinstance(d, dict)}
     for entry in now.get("data", []):
         before = old_data.get(entry["path"])
-        if before is not None and before != entry["sha256"]:
-            what = "the task folder" if "files" in entry else "the task file"
+        if before is None or before.get("sha256") == entry["sha256"]:
+            continue
+        if "files" not in entry:
             raise ConfigError(
-                f"cannot resume {run_id}: {what} {entry['path']} changed since the run started "
-                f"(sha256 {before[:12]}… then, {entry['sha256'][:12]}… now); its finished samples would "
-                "mix with tasks they were not run on: restore the file or start a new --run-id")
+                f"cannot resume {run_id}: the task file {entry['path']} changed since the run started "
+                f"(sha256 {before['sha256'][:12]}… then, {entry['sha256'][:12]}… now); its finished samples "
+                "would mix with tasks they were not run on: restore the file or start a new --run-id")
+        changed = _changed_files(before, entry, stored)
+        if changed:
+            shown = ", ".join(changed[:10]) + (f" and {len(changed) - 10} more" if len(changed) > 10 else "")
+            raise ConfigError(
+                f"cannot resume {run_id}: the task folder {entry['path']} changed since the run started: "
+                f"{shown}; its finished samples would mix with tasks they were not run on: restore "
+                f"{'them' if len(changed) > 1 else 'it'} or start a new --run-id")
+
+
+def _changed_files(before: dict[str, Any], now: dict[str, Any], stored: dict[str, Any]) -> list[str]:
+    """The files of the run's tasks that differ from the record ``before`` (each named with
+    how: changed, added, gone); [] when none does."""
+    old, new = before.get("file_sha256"), now["file_sha256"]
+    if isinstance(old, dict):
+        return sorted([f"{name} (changed)" for name in new if name in old and old[name] != new[name]]
+                      + [f"{name} (added)" for name in new if name not in old]
+                      + [f"{name} (gone)" for name in old if name not in new])
+    # recorded by an older version: one hash of every .json under the folder
+    folder = Path(now["path"])
+    if _legacy_folder_hash(folder) == before.get("sha256"):
+        return []
+    started = stored.get("started_at") or stored.get("written_at")
+    if not isinstance(started, (int, float)):
+        return [f"{folder} (a record without the run's start, which cannot tell its task files apart)"]
+    modified = [f"{name} (modified since the run started)" for name in sorted(new)
+                if os.stat(_path_of(name, folder)).st_mtime > started]
+    if not modified:
+        log.warning("the task folder %s: the run's record (by an older version) hashed every .json under it; "
+                    "some changed, but none of the run's task files was modified since the run started: "
+                    "resuming, with a record of the task files alone from now on", folder)
+    return modified
+
+
+def _path_of(name: str, folder: Path) -> Path:
+    return Path(name) if os.path.isabs(name) else folder / name
 
 
 def _normal(value: Any) -> Any:

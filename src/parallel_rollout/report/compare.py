@@ -35,8 +35,12 @@ FEW_SHARED = 10
 
 
 def _data_hashes(data: RunData) -> list[str]:
-    """The sha256s of the run's task data (summary.json's provenance)."""
+    """The sha256s of the run's task data (summary.json's provenance); none for a folder
+    hashed whole by an older version (every .json under it, the runs written inside it too):
+    that hash says nothing of the tasks."""
     made = ((data.summary or {}).get("provenance") or {}).get("data") or []
+    if any(isinstance(d, dict) and "files" in d and "file_sha256" not in d for d in made):
+        return []
     return [str(d.get("sha256")) for d in made if isinstance(d, dict) and d.get("sha256")]
 
 
