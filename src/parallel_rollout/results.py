@@ -303,10 +303,13 @@ def mean_reward(finals: Iterable[dict[str, Any]]) -> float | None:
     return round(statistics.fmean(rewards), 4) if rewards else None
 
 
-def pass_at_ks(finals: Iterable[dict[str, Any]], ks: Iterable[int] | None = None) -> dict[str, float | None]:
-    """``{"pass@k": mean over tasks}`` of final records, for ``ks`` (default 1 and the group
-    size, when samples come in groups), over each task's graded samples: a task with fewer
-    than k of them is left out of pass@k."""
+def pass_at_k_table(finals: Iterable[dict[str, Any]], ks: Iterable[int] | None = None) -> dict[str, Any]:
+    """pass@k of final records for ``ks`` (default 1 and the group size, when samples come in
+    groups), each with the tasks it covers: ``{"tasks": tasks with a final record,
+    "pass@k": {"value": mean over the tasks with at least k final samples, "tasks": how many}}``.
+    Over each task's graded samples: a task with fewer than k of them (a run stopped early,
+    samples never graded) has no unbiased pass@k and is left out, so pass@1 and pass@k of
+    such a run cover different tasks."""
     by_task: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for r in finals:
         by_task[r["task_id"]].append(r)
@@ -314,12 +317,43 @@ def pass_at_ks(finals: Iterable[dict[str, Any]], ks: Iterable[int] | None = None
         group = max((len(v) for v in by_task.values()), default=1)
         ks = sorted({1, group}) if group > 1 else []
     scored = [graded(v) for v in by_task.values()]
-    out: dict[str, float | None] = {}
+    table: dict[str, Any] = {"tasks": len(by_task)}
     for k in ks:
         scores = [pass_at_k(len(v), sum(1 for r in v if r.get("success")), k)
                   for v in scored if len(v) >= k]
-        out[f"pass@{k}"] = round(statistics.fmean(scores), 4) if scores else None
-    return out
+        table[f"pass@{k}"] = {"value": round(statistics.fmean(scores), 4) if scores else None, "tasks": len(scores)}
+    return table
+
+
+def pass_at_ks(finals: Iterable[dict[str, Any]], ks: Iterable[int] | None = None) -> dict[str, float | None]:
+    """``{"pass@k": value}`` of :func:`pass_at_k_table`."""
+    return _column(pass_at_k_table(finals, ks), "value")
+
+
+def _column(table: dict[str, Any], name: str) -> dict[str, Any]:
+    """``{"pass@k": row[name]}`` of a :func:`pass_at_k_table`."""
+    return {k: row[name] for k, row in table.items() if k != "tasks"}
+
+
+def pass_at_k_cover(finals: Iterable[dict[str, Any]], ks: Iterable[int]) -> tuple[dict[str, int], int]:
+    """(``{"pass@k": tasks it covers}``, tasks with a final record) of some final records."""
+    table = pass_at_k_table(finals, ks)
+    return _column(table, "tasks"), table["tasks"]
+
+
+def pass_at_k_scope(name: str, covered: int, tasks: int) -> str:
+    """The tasks one pass@k covers, in words: ``13 tasks``, or ``4 of 13 tasks: those with 3
+    finished samples`` when a run stopped early left some with fewer."""
+    if covered == tasks:
+        return f"{tasks} task{'s' if tasks != 1 else ''}"
+    return f"{covered} of {tasks} tasks: those with {name[len('pass@'):]} finished samples"
+
+
+def pass_at_k_text(values: dict[str, Any], covered: dict[str, int], tasks: int) -> str:
+    """pass@k as the console says it, each with the tasks it covers:
+    ``pass@1 0.6154 (13 tasks), pass@3 1 (4 of 13 tasks: those with 3 finished samples)``."""
+    return ", ".join(f"{name} {'-' if value is None else f'{value:g}'} "
+                     f"({pass_at_k_scope(name, covered.get(name, tasks), tasks)})" for name, value in values.items())
 
 
 def summarize(
@@ -360,7 +394,7 @@ def summarize(
         per_tag[tag] = {"finished": len(rs), "success_rate": rate(sum(1 for r in rs if r.get("success")), len(rs)),
                         "mean_reward": mean_reward(rs)}
 
-    pass_k = pass_at_ks(final_list)
+    pass_k = pass_at_k_table(final_list)
 
     attempts = len(records)
     # a non-final attempt is retried when its sample went on (a later attempt, or a final
@@ -390,7 +424,10 @@ def summarize(
         "attempts_left_to_resume": left,
         "per_mode": per_mode,
         "per_tag": per_tag,
-        **pass_k,
+        **_column(pass_k, "value"),
+        # the tasks each pass@k covers (those with at least k final samples) of the finished ones
+        "pass_at_k_tasks": _column(pass_k, "tasks"),
+        "tasks_finished": pass_k["tasks"],
         "timing_s": {
             "rollout": percentiles(r["duration_s"] for r in records if r.get("duration_s") is not None),
             "lease_wait": percentiles(r["lease_wait_s"] for r in records if r.get("lease_wait_s") is not None),

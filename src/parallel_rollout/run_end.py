@@ -144,6 +144,11 @@ def format_summary(summary: dict[str, Any], run_dir: Any) -> str:
         f"attempts: {summary['attempts']} ({summary['retried_attempts']} retried"
         + (f", {summary['attempts_left_to_resume']} left to --resume)" if summary.get("attempts_left_to_resume") else ")"),
     ]
+    values = {name: value for name, value in summary.items() if name.startswith("pass@")}
+    if values:
+        from .results import pass_at_k_text
+
+        lines.append(pass_at_k_text(values, summary.get("pass_at_k_tasks") or {}, summary.get("tasks_finished", 0)))
     timing = summary["timing_s"]
     if timing.get("rollout"):
         lines.append(f"rollout time p50 {timing['rollout']['p50']}s p90 {timing['rollout']['p90']}s, "

@@ -21,6 +21,7 @@ from typing import Any
 from . import charts, model
 from .files import write_text_whole
 from .page_assets import CSS, JS
+from ..results import pass_at_k_scope
 from .run_data import RunData
 
 _VM_STATES = ("booting", "idle", "leased", "resetting", "dead")
@@ -67,8 +68,10 @@ def _headline_html(head: dict[str, Any]) -> str:
               f"{head.get('retried_attempts')} retried"
               + (f", {head['attempts_left_to_resume']} left to a resume" if head.get("attempts_left_to_resume") else "")),
     ]
+    covered, tasks = head["pass_at_k_cover"]
     for name, value in head["pass_at_k"].items():
-        cards.append(_card(name, value, _num(value), name, "unbiased estimator"))
+        cards.append(_card(name, value, _num(value), name,
+                           f"unbiased estimator over {pass_at_k_scope(name, covered.get(name, tasks), tasks)}"))
     wall = (head.get("timing_s") or {}).get("wall")
     cards.append(_card("wall", wall, charts.fmt_s(wall) if wall is not None else "-", "wall time"))
     parts = [f'<div class="cards">{"".join(cards)}</div>']
@@ -85,13 +88,20 @@ def _headline_html(head: dict[str, Any]) -> str:
             f'<td class="num">{_num(row.get("successes"))}</td>'
             f'<td class="num" data-value="{escape(json.dumps(row.get("success_rate")))}">{_pct(row.get("success_rate"))}</td>'
             f'<td>{_ci(row.get("ci"))}</td><td class="num">{_num(row.get("mean_reward"))}</td>'
-            + "".join(f'<td class="num" data-k="{k}">{_num(row["pass_at_k"].get(k))}</td>' for k in ks)
+            + "".join(f'<td class="num" data-k="{k}">{_num(row["pass_at_k"].get(k))}{_cover(k, row)}</td>' for k in ks)
             + "</tr>" for name, row in rows.items())
         parts.append(f'<h3>{title}</h3><table class="per-{key}"><tr><th>{key}</th><th class="num">finished</th>'
                      f'<th class="num">successes</th><th class="num">success rate</th><th>interval{interval_note}</th>'
                      f'<th class="num">mean reward</th>' + "".join(f'<th class="num">{k}</th>' for k in ks)
                      + f"</tr>{body}</table>")
     return "".join(parts)
+
+
+def _cover(name: str, row: dict[str, Any]) -> str:
+    """A table cell's note when its pass@k covers only some of the row's tasks."""
+    covered, tasks = row["pass_at_k_cover"]
+    count = covered.get(name, tasks)
+    return "" if count == tasks else f' <span class="muted">({escape(pass_at_k_scope(name, count, tasks))})</span>'
 
 
 def _failures_html(groups: list[dict[str, Any]]) -> str:

@@ -21,7 +21,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from ..results import mean_reward, pass_at_ks, summarize
+from ..results import mean_reward, pass_at_k_cover, pass_at_ks, summarize
 from ..trajectories import shown_turn
 from .run_data import RunData
 from .clustered import is_grouped, success_interval
@@ -48,18 +48,21 @@ def headline(data: RunData) -> dict[str, Any]:
     out["ungraded"] = sum(1 for r in finals if r.get("infrastructure"))
     out["pass_at_k"] = {k: v for k, v in summary.items() if k.startswith("pass@")}
     ks = [int(name[len("pass@"):]) for name in out["pass_at_k"]]
+    # the tasks each pass@k covers, from the finals (a summary before they were recorded has none)
+    out["pass_at_k_cover"] = pass_at_k_cover(finals, ks)
     per_mode = {}
     for mode, row in (summary.get("per_mode") or {}).items():
         moded = [r for r in finals if r.get("mode", "?") == mode]
         per_mode[mode] = {**row, "ci": success_interval(moded),
-                          "pass_at_k": pass_at_ks(moded, ks)}
+                          "pass_at_k": pass_at_ks(moded, ks), "pass_at_k_cover": pass_at_k_cover(moded, ks)}
     per_tag = {}
     for tag, row in (summary.get("per_tag") or {}).items():
         tagged = [r for r in finals if tag in (r.get("tags") or [])]
         successes = sum(1 for r in tagged if r.get("success"))
         # over the graded samples, as summary.json's (an older summary has none per tag)
         per_tag[tag] = {**row, "mean_reward": mean_reward(tagged), "successes": successes,
-                        "ci": success_interval(tagged), "pass_at_k": pass_at_ks(tagged, ks)}
+                        "ci": success_interval(tagged), "pass_at_k": pass_at_ks(tagged, ks),
+                        "pass_at_k_cover": pass_at_k_cover(tagged, ks)}
     out["per_mode"], out["per_tag"] = per_mode, per_tag
     return out
 
