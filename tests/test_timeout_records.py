@@ -49,3 +49,34 @@ def test_a_task_timeout_record_keeps_its_vm_turns_trajectory_and_phase(tmp_path)
     assert slow["failure"]["phase"] == "agent", slow["failure"]
     assert "the agent's turns" in slow["failure"]["message"], slow["failure"]
     assert (run_dir / slow["trajectory"]).exists()
+
+
+@pytest.mark.skipif(not all(shutil.which(p) for p in ("Xvfb", "openbox", "xdotool", "wmctrl")),
+                    reason="the desktop packages are missing (./dev installs them)")
+def test_an_osworld_grading_timeout_names_the_osworld_phase(tmp_path):
+    """A real OSWorld task whose postconfig outlives --task-timeout: the record names what
+    osworld grading runs, not a shell task's check."""
+    from test_osworld_taskset import EXAMPLES
+
+    if not EXAMPLES.is_dir():
+        pytest.skip("OSWorld's task set is not at /work/shared/osworld")
+    task_id = "b3d4a89c-53f2-4d6b-8b6a-541fb5d205fa"  # os, no config steps
+    folder = tmp_path / "evaluation_examples"
+    (folder / "examples" / "os").mkdir(parents=True)
+    task = json.loads((EXAMPLES / "examples" / "os" / f"{task_id}.json").read_text())
+    task["evaluator"] = {"postconfig": [{"type": "sleep", "parameters": {"seconds": 300}}], "func": "exact_match",
+                         "result": {"type": "vm_command_line", "command": "echo hi", "shell": True},
+                         "expected": {"type": "rule", "rules": {"expected": "hi\n"}}}
+    task["reference"] = ["DONE"]
+    (folder / "examples" / "os" / f"{task_id}.json").write_text(json.dumps(task))
+    (folder / "test_all.json").write_text(json.dumps({"os": [task_id]}))
+    result = CliRunner().invoke(main, [
+        "--data", str(folder), "--agent", "oracle", "--num-rollouts", "1", "--task-timeout", "20",
+        "--max-retries", "0", "--output-dir", str(tmp_path / "out"), "--run-id", "late", "--no-progress",
+        "--screen-width", "640", "--screen-height", "480"])
+    assert result.exit_code in (0, 1), (result.output[-3000:], result.exception)
+    record = assert_exactly_once(tmp_path / "out" / "late", {f"{task_id}#0"})[f"{task_id}#0"]
+    assert record["status"] == "task_timeout" and record["failure"]["phase"] == "grading", record
+    message = record["failure"]["message"]
+    assert "grading (the env's evaluate: its postconfig steps, getters and metrics)" in message, message
+    assert "shell" not in message, message

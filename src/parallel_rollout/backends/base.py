@@ -257,7 +257,17 @@ class Clock:
 #: what each phase of ``messages.Progress`` is, in a record's failure message
 _PHASES = {"setup": "the task's setup (the env's reset)",
            "agent": "the agent's turns (its actions and the env's steps running them)",
-           "grading": "grading (the env's evaluate: a shell task's check)"}
+           "grading": "grading (the env's evaluate: {grading})"}
+#: what grading runs, per built-in mode (another mode's: "the env's evaluate" alone)
+_GRADING = {"shell": "the task's check", "py": "the task's tests, in the VM", "math": "math-verify's comparison",
+            "osworld": "its postconfig steps, getters and metrics", "web": "MiniWoB's reward, in the VM",
+            "rag": "the answer's F1", "gym": "the game's reward"}
+
+
+def _phase(phase: str, mode: str) -> str:
+    """A phase in words, grading as the attempt's mode grades."""
+    said = _PHASES.get(phase, phase)
+    return said.format(grading=_GRADING[mode]) if mode in _GRADING else said.replace(": {grading}", "")
 
 
 def died_record(item: Assignment, exc: RolloutError, worker: Any, started_at: float,
@@ -273,7 +283,7 @@ def died_record(item: Assignment, exc: RolloutError, worker: Any, started_at: fl
         if progress.trajectory is not None:
             record["trajectory"] = progress.trajectory
         record["failure"]["phase"] = progress.phase
-        record["failure"]["message"] += (f"; the attempt was in {_PHASES.get(progress.phase, progress.phase)}, "
+        record["failure"]["message"] += (f"; the attempt was in {_phase(progress.phase, item.task.mode)}, "
                                          f"{progress.turns} turn(s) taken")
     return record
 
