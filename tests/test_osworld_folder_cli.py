@@ -142,3 +142,42 @@ def test_an_index_path_from_the_current_folder_is_read_as_that_path(tmp_path):
     assert missing.returncode == EXIT_USAGE
     assert ("indexes here: mine.json, test_all.json, test_infeasible.json, test_nogdrive.json, "
             "test_small.json)") in said(missing)
+
+
+def _launches(task: dict, program: str) -> bool:
+    steps = list(task.get("config") or []) + list(task["evaluator"].get("postconfig") or [])
+    return any(s.get("type") == "launch" and program in json.dumps(s["parameters"]["command"]) for s in steps)
+
+
+@pytest.mark.parametrize("provider", ["process", "docker"])
+def test_the_dry_run_notes_uncached_downloads_and_apps_the_vms_lack(tmp_path, provider):
+    """Information, not a problem: which tasks will end setup_failed without internet (files
+    not in the download cache) or on these VMs (an app they lack: VS Code's code everywhere),
+    found from the task files alone, with no network."""
+    from parallel_rollout.envs.osworld import downloads
+
+    if provider == "process" and shutil.which("code"):
+        pytest.skip("this host has VS Code")
+    small = index_of("test_small.json")
+    tasks = {(d, i): json.loads((EXAMPLES / "examples" / d / f"{i}.json").read_text()) for d, ids in small.items()
+             for i in ids}
+    fetching = [key for key, task in tasks.items() if downloads.urls_in([task.get("config") or [], task["evaluator"]])]
+    cache = tmp_path / "cache"
+    first = tasks[fetching[0]]  # its files put in the cache: no longer counted
+    for url in downloads.urls_in([first.get("config") or [], first["evaluator"]]):
+        downloads.cache_path(url, cache).parent.mkdir(parents=True, exist_ok=True)
+        downloads.cache_path(url, cache).write_bytes(b"x")
+    done = subprocess.run([sys.executable, "-m", "parallel_rollout", "run", "--data", str(EXAMPLES), "--osworld-index",
+                           "test_small.json", "--provider-name", provider, "--dry-run", *MODEL_AGENT],
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path),
+                               downloads.CACHE_ENV: str(cache)})
+    lines = done.stdout.strip().splitlines()
+    assert lines[-1] == f"runnable {SMALL} of {SMALL} tasks", said(done)  # still the last line
+    notes = [line for line in lines if line.startswith("note: ")]
+    assert (f"note: {len(fetching) - 1} tasks fetch files not in the download cache ({cache})" in notes[0])
+    code = [i for (d, i), task in tasks.items() if _launches(task, "code")]
+    assert code and any(n.startswith(f"note: {len(code)} tasks launch code, which ") and "setup_failed" in n
+                        for n in notes), notes
+    if provider == "process":  # a note is no problem: the preflight passes
+        assert done.returncode == 0, said(done)

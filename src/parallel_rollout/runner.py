@@ -457,6 +457,7 @@ def census(cfg: RunConfig) -> str:
     task_set = load_task_set(cfg.data, default_mode=cfg.mode, validators=task_validators(
         get_agent(cfg.agent).task_fields), domain=cfg.domain, index=cfg.osworld_index)
     lines = census_lines(task_set)
+    lines[-1:-1] = get_env(cfg.mode).census_notes(task_set.tasks, cfg)  # the last line stays the count
     if cfg.limit:  # before the last line, which scripts read
         lines.insert(-1, f"--limit {cfg.limit}: the run takes the first "
                          f"{min(cfg.limit, len(task_set.tasks))} runnable tasks")

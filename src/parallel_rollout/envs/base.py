@@ -87,6 +87,12 @@ class Env(abc.ABC):
         raise TaskFileError naming the task's file and line."""
 
     @staticmethod
+    def census_notes(tasks: "list[Task]", config: "RunConfig") -> list[str]:
+        """What ``--dry-run`` adds to its census of the runnable ``tasks``: information (what
+        will end setup_failed on this run's VMs …), never a problem that stops it."""
+        return []
+
+    @staticmethod
     def reference_actions(task: "Task") -> list[Any]:
         """The actions that solve ``task`` (what the oracle agent replays); ValueError when
         the task has no reference."""

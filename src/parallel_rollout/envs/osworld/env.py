@@ -113,6 +113,14 @@ class OSWorldEnv(Env):
                     raise ValueError(f"reference action {index}: {exc}") from None
 
     @staticmethod
+    def census_notes(tasks, config) -> list[str]:
+        """The dry run's notes: tasks that fetch files not in the download cache, or launch
+        an app this run's VMs lack (see :mod:`.census`)."""
+        from .census import census_notes
+
+        return census_notes(tasks, config.provider_name)
+
+    @staticmethod
     def reference_actions(task) -> list[Any]:
         """The task's reference (its own ``reference``, else the project's for that OSWorld
         task id, see :mod:`.references`), ending with DONE (unless it ends with FAIL)."""

@@ -1,0 +1,97 @@
+"""What a dry run says of OSWorld tasks besides their support: information, not problems.
+
+Two things end a supported task ``setup_failed`` (no score) before its agent acts, and both
+can be seen from the task files alone, without a VM and without network:
+
+* a file it fetches by URL (``download`` steps, ``cloud_file`` getters) that is not in the
+  download cache (``downloads.cache_path``): the run downloads it, and without internet it
+  cannot (``scripts/osworld_cache.py missing`` lists the URLs, ``put`` fills them in);
+* an app it launches that the provider's VMs lack: ``code`` (VS Code, not in Debian) and
+  ``nautilus`` on the desktop images this project builds (docker, qemu); for the process
+  provider, whose sandboxes see the host's ``/usr``, the host's PATH decides. Remote, vmware
+  and virtualbox VMs are the user's own (OSWorld's Ubuntu has them all): not judged.
+"""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+from collections import defaultdict
+from pathlib import Path
+from typing import Any, Iterable
+
+from . import downloads
+
+#: providers whose desktop is this project's image: the apps it holds are known here
+_IMAGE_PROVIDERS = ("docker", "qemu")
+
+
+def _image_programs() -> set[str]:
+    """The programs of this project's desktop image (its Debian packages by their command)."""
+    from ...guest.desktop_routes import APP_ALIASES
+    from ...pool.providers.images import DESKTOP_APT_PACKAGES, DESKTOP_PACKAGES
+
+    programs = {"libreoffice" if name.startswith("libreoffice") else name
+                for name in DESKTOP_APT_PACKAGES + DESKTOP_PACKAGES}
+    return programs | set(APP_ALIASES) | {"pkill", "sh", "bash", "python", "python3"}
+
+
+def _on_host(program: str) -> bool:
+    """Whether the process provider's sandboxes can start ``program`` (the host's PATH, or
+    the app OSWorld's name stands for there: google-chrome is chromium)."""
+    from ...guest.desktop_routes import APP_ALIASES
+
+    alias = APP_ALIASES.get(program)
+    return bool(shutil.which(program) or (alias and shutil.which(alias[0])))
+
+
+def _launched(payload: dict[str, Any]) -> Iterable[str]:
+    """The program of each ``launch`` step (config and postconfig), by its file name."""
+    evaluator = payload.get("evaluator") or {}
+    for step in list(payload.get("config") or []) + list(evaluator.get("postconfig") or []):
+        if not isinstance(step, dict) or step.get("type") != "launch":
+            continue
+        command = (step.get("parameters") or {}).get("command")
+        try:
+            words = shlex.split(command) if isinstance(command, str) else list(command or [])
+        except ValueError:
+            continue
+        words = [w for w in words if isinstance(w, str) and not ("=" in w and not w.startswith(("/", "-")))]
+        if words:
+            yield Path(words[0]).name
+
+
+def _uncached(task: Any) -> bool:
+    """Whether the task fetches a URL that is in neither of the cache's places."""
+    root = downloads.cache_root()
+    urls = downloads.urls_in([task.get("config") or [], task.get("evaluator") or {}])
+    return any(not downloads.cache_path(url, root).is_file()
+               and not (root / task.id / downloads.basename(url)).is_file() for url in urls)
+
+
+def census_notes(tasks: list[Any], provider_name: str) -> list[str]:
+    """The dry run's notes on ``tasks`` (runnable OSWorld tasks) for VMs of ``provider_name``."""
+    notes = []
+    uncached = [task.id for task in tasks if _uncached(task)]
+    if uncached:
+        notes.append(f"note: {len(uncached)} task{'s' if len(uncached) != 1 else ''} fetch files not in the "
+                     f"download cache ({downloads.cache_root()}): the run downloads them, and without "
+                     "internet they end setup_failed; python scripts/osworld_cache.py missing lists them")
+    if provider_name in _IMAGE_PROVIDERS:
+        programs = _image_programs()
+        lacks = lambda program: program not in programs  # noqa: E731 - one test, two providers
+    elif provider_name == "process":
+        lacks = lambda program: not _on_host(program)  # noqa: E731
+    else:
+        return notes
+    by_app: dict[str, list[str]] = defaultdict(list)
+    for task in tasks:
+        for program in dict.fromkeys(_launched(dict(task.payload))):
+            if lacks(program):
+                by_app[program].append(task.id)
+    where = "this host's PATH (the process provider's VMs run its programs)" if provider_name == "process" \
+        else f"the {provider_name} desktop image"
+    for program, ids in sorted(by_app.items()):
+        notes.append(f"note: {len(ids)} task{'s' if len(ids) != 1 else ''} launch {program}, which "
+                     f"{where} lacks: they will end setup_failed (e.g. {ids[0]})")
+    return notes
