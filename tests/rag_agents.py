@@ -1,5 +1,6 @@
-"""An agent for the rag tests: searches the task's reference queries, then submits the task's
-``submit`` text (a deliberately wrong or partly right answer) instead of the gold one."""
+"""An agent for the rag tests: searches the task's question, then submits the task's ``submit``
+text (a deliberately wrong or partly right answer) instead of the gold one (which, like the
+reference searches, no agent but the oracle sees)."""
 
 from __future__ import annotations
 
@@ -7,13 +8,12 @@ from parallel_rollout.agents.base import Agent
 
 
 class SubmitAgent(Agent):
-    """Reference searches, then ``{"answer": task.submit}``."""
+    """A search for the question, then ``{"answer": task.submit}``."""
 
     task_fields = frozenset({"submit"})
 
     def reset(self, task) -> None:
-        queries = (task.get("reference") or {}).get("queries", [])
-        self.actions = [{"search": q, "k": 3} for q in queries] + [{"answer": task.get("submit")}]
+        self.actions = [{"search": task.get("question"), "k": 3}, {"answer": task.get("submit")}]
 
     def act(self, observation):
         return self.actions.pop(0)

@@ -19,20 +19,22 @@ import psutil
 import pytest
 
 from agent_runs import SHELL_KEYS, make_config, needs_bwrap, run_shell
-from conftest import assert_exactly_once, read_results, shell_task, write_tasks
+from conftest import SHELL_TASKS, assert_exactly_once, read_results, shell_task, write_tasks
 from parallel_rollout.agents.base import AgentError
 from parallel_rollout.agents.command import CommandAgent
 from parallel_rollout.errors import ConfigError
 from parallel_rollout.tasks import Task
 
 
+# The reference is the answer key, which the agent is not given: it reads the task file.
 REPLAY_AGENT = """\
 import json, os, sys
 log = open(sys.argv[1], "a")
+tasks = {t["id"]: t for t in (json.loads(l) for l in open(sys.argv[2]) if l.strip())}
 for line in sys.stdin:
     msg = json.loads(line)
     if msg["turn"] == 1:
-        commands = list(msg["task"]["reference"])
+        commands = list(tasks[msg["task_id"]]["reference"])
         log.write(f"{os.getpid()}\\n"); log.flush()
     action = {"command": commands[msg["turn"] - 1]} if msg["turn"] <= len(commands) else "DONE"
     print(json.dumps(action), flush=True)
@@ -65,7 +67,7 @@ def test_command_agent_solves_the_shell_benchmark(tmp_path):
     script = tmp_path / "replay_agent.py"
     script.write_text(REPLAY_AGENT)
     episodes = tmp_path / "episodes.log"
-    outcome = run_shell(tmp_path, agent="command", agent_cmd=command_line(script, str(episodes)))
+    outcome = run_shell(tmp_path, agent="command", agent_cmd=command_line(script, str(episodes), str(SHELL_TASKS)))
     assert outcome.exit_code == 0, outcome.message
     finals = assert_exactly_once(outcome.run_dir, SHELL_KEYS)
     assert {r["status"] for r in finals.values()} == {"success"}, {k: r["failure"] for k, r in finals.items()}

@@ -216,7 +216,10 @@ class RolloutWorker:
         self._progress(item, record, "setup")
         observation = _env_call(record, env.reset, item.task, vm)
         self._progress(item, record, "agent")
-        run_maybe_async(agent.reset(item.task), parts.event_loop)  # an async agent's on its loop
+        # an agent not trusted with the answer key (the command agent's program, a model)
+        # never sees the fields that grade the task
+        task = item.task if agent.sees_answer_key else env.agent_view(item.task)
+        run_maybe_async(agent.reset(task), parts.event_loop)  # an async agent's on its loop
         done = False
         max_turns = env.turn_limit(self.config)  # a scheduler's config may serve several modes
         for turn in range(1, max_turns + 1):

@@ -41,6 +41,10 @@ class Agent(abc.ABC):
     #: task fields this agent reads beyond its mode's (a test agent's scripted answer): a task
     #: file may carry them; any other field a built-in mode does not know is refused at load
     task_fields: ClassVar[frozenset[str]] = frozenset()
+    #: whether ``reset`` gets the task whole, its answer key included (``Env.answer_fields``:
+    #: tests, checks, gold answers, references): only an agent that replays references by
+    #: design (the oracle) says True; every other agent gets the task without them
+    sees_answer_key: ClassVar[bool] = False
     #: the attempt of the episode ``reset`` starts (None outside a worker, e.g. in a test)
     attempt_info: AttemptInfo | None = None
 
@@ -72,7 +76,7 @@ class Agent(abc.ABC):
 
     @abc.abstractmethod
     def reset(self, task: "Task") -> None:
-        """Start a new episode of ``task``."""
+        """Start a new episode of ``task`` (without its answer key unless ``sees_answer_key``)."""
 
     @abc.abstractmethod
     def act(self, observation: dict[str, Any]) -> Any:

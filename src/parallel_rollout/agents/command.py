@@ -9,8 +9,10 @@ is started again if it died. The protocol, one JSON object per line in each dire
                             "task": {"id": ..., "mode": ..., "instruction": ..., ...}}
     it replies             one line of JSON: the action
 
-``task`` (the task as written in the task file) comes only with turn 1, which also marks
-the start of a new episode. The action is any JSON value, as the mode expects it: a string
+``task`` (the task as written in the task file, without its mode's answer key,
+``Env.answer_fields``: HumanEval's tests and canonical solution, a shell task's check and
+reference …, which only the oracle gets) comes only with turn 1, which also marks the start
+of a new episode. The action is any JSON value, as the mode expects it: a string
 for ``py`` and ``math``, ``{"command": "ls"}`` or ``"DONE"`` for ``shell``. Logs go to stderr,
 never stdout. When its stdin closes, the agent should exit. A complete shell agent::
 

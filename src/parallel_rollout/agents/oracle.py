@@ -15,6 +15,7 @@ class OracleAgent(Agent):
 
     name = "oracle"
     options = frozenset()  # it calls no model: --model and the rest are refused
+    sees_answer_key = True  # the references it replays are the answer key
 
     @staticmethod
     def check_task(task) -> None:

@@ -6,7 +6,7 @@ import abc
 import math
 import numbers
 import reprlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, ContextManager, Mapping, Protocol
 
@@ -50,6 +50,10 @@ class Env(abc.ABC):
     #: task_id): the loader refuses any other, naming the closest; None accepts any (OSWorld's
     #: tasks carry many fields of their own, and so may a plugin's)
     task_fields: ClassVar[frozenset[str] | None] = None
+    #: the payload fields that grade a task or solve it (its answer key: HumanEval's tests
+    #: and canonical solution, a shell task's check and reference): no agent sees them but
+    #: one trusted with them (``Agent.sees_answer_key``: the oracle), see ``agent_view``
+    answer_fields: ClassVar[frozenset[str]] = frozenset()
     #: turns per episode when --max-turns is not given (None: the flag's default)
     default_max_turns: ClassVar[int | None] = None
     #: per-VM limits (ProviderOptions fields) applied where the provider supports them,
@@ -75,6 +79,15 @@ class Env(abc.ABC):
         """Whether a run of this mode needs a VM pool: ``vm_scope`` decides. An override must
         agree with it (``registry.get_env`` refuses a class whose two disagree)."""
         return cls.vm_scope is not None
+
+    @classmethod
+    def agent_view(cls, task: "Task") -> "Task":
+        """``task`` as an agent not trusted with its answer key gets it: without the
+        ``answer_fields`` (the same task when it has none of them)."""
+        if not cls.answer_fields.intersection(task.payload):
+            return task
+        kept = {name: value for name, value in task.payload.items() if name not in cls.answer_fields}
+        return replace(task, payload=kept)
 
     @staticmethod
     def validate_task(payload: Mapping[str, Any]) -> None:

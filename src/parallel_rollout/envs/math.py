@@ -168,6 +168,8 @@ class MathEnv(Env):
     grade_timeout_s = DEFAULT_GRADE_TIMEOUT_S
 
     task_fields = frozenset({"problem", "answer", "data_source", "ability", "extra_info"})  # verl's columns too
+    #: verl's ``extra_info`` holds the worked solution too (its gsm8k preprocessing)
+    answer_fields = frozenset({"answer", "extra_info"})
 
     @staticmethod
     def validate_task(payload: Mapping[str, Any]) -> None:

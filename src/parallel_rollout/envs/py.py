@@ -89,6 +89,9 @@ class PyEnv(Env):
     default_limits = {"memory_mb": 2048, "max_processes": 256}
 
     task_fields = frozenset({"prompt", "entry_point", "test", "canonical_solution", "timeout"})
+    #: the tests grade the answer, the canonical solution passes them: an agent gets the
+    #: prompt and the entry point
+    answer_fields = frozenset({"test", "canonical_solution"})
 
     @staticmethod
     def validate_task(payload: Mapping[str, Any]) -> None:

@@ -33,6 +33,9 @@ class ShellEnv(Env):
     vm_scope = "episode"
 
     task_fields = frozenset({"instruction", "check", "setup", "reference", "reap", "timeout"})
+    #: an agent that ran the check (or replayed the reference) before it finished would pass
+    #: by trial; the setup stays: it says only what the VM holds, which the agent can look at
+    answer_fields = frozenset({"check", "reference"})
 
     @staticmethod
     def validate_task(payload: Mapping[str, Any]) -> None:

@@ -79,6 +79,8 @@ class OSWorldEnv(Env):
     options = frozenset({"action_space", "screen_width", "screen_height", "client_password",
                          "observation_type", "sleep_after_execution", "record"})
     default_max_turns = 15
+    #: the evaluator's getters, metrics and expected values, and the reference actions
+    answer_fields = frozenset({"evaluator", "reference"})
 
     # ------------------------------------------------------------------ tasks
 

@@ -62,6 +62,8 @@ class RagEnv(Env):
     default_max_turns = 10
 
     task_fields = frozenset({"question", "answers", "corpus", "reference", "evidence"})
+    #: the gold answers, the reference searches and answer, the gold documents
+    answer_fields = frozenset({"answers", "reference", "evidence"})
 
     @staticmethod
     def validate_task(payload: Mapping[str, Any]) -> None:
