@@ -47,8 +47,8 @@ class ChaosAgent(OracleAgent):
         self.armed = bool(self.kind) and first_time(f"{task.id}.{self.kind}")
 
     def act(self, observation):
-        if self.kind == "exit_always":  # an infrastructure failure on every attempt
-            os._exit(3)
+        if self.kind == "sigkill_always":  # an infrastructure failure on every attempt (as an OOM kill)
+            os.kill(os.getpid(), signal.SIGKILL)
         if self.armed:
             self.armed = False
             if self.kind == "exit":
@@ -79,6 +79,14 @@ class ChaosAgent(OracleAgent):
         if self.kind == "unencodable_result" and first_time(f"{self._task.id}.usage"):
             return {"note": "caf\u00e9 \ud800"}
         return {}
+
+
+class WorkerKillerAgent(OracleAgent):
+    """SIGKILLs its own worker process at its first action, every attempt: a worker that
+    dies by a signal (as of the OOM killer or an operator), which no agent is blamed for."""
+
+    def act(self, observation):
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def kill_leased_sandbox(config, key: str) -> None:

@@ -3,13 +3,15 @@ stdin, with one JSON line on its stdout.
 
 Full runs through the Runner: the shipped shell benchmark with an agent that replays each
 task's reference (one long-lived process per env loop), an agent that prints garbage (each
-attempt fails cleanly), one that kills its own worker (no agent left behind, the retry
-succeeds). Then the protocol turn by turn: an agent that exits at once, a restart after its
-death, a reply timeout, the checks of --agent-cmd. The openai agent: tests/test_openai_agent.py.
+attempt fails cleanly), a worker killed from outside (no agent left behind, the retry
+succeeds), an agent that tries to kill its worker and cannot. Then the protocol turn by
+turn: an agent that exits at once, a restart after its death, a reply timeout, the checks of
+--agent-cmd. The openai agent: tests/test_openai_agent.py.
 """
 
 from __future__ import annotations
 
+import os
 import shlex
 import sys
 import time
@@ -29,32 +31,37 @@ from parallel_rollout.tasks import Task
 # The reference is the answer key, which the agent is not given: it reads the task file.
 REPLAY_AGENT = """\
 import json, os, sys
+ME = os.urandom(8).hex()  # which process: each has pid 2, in a PID namespace of its own
 log = open(sys.argv[1], "a")
 tasks = {t["id"]: t for t in (json.loads(l) for l in open(sys.argv[2]) if l.strip())}
 for line in sys.stdin:
     msg = json.loads(line)
     if msg["turn"] == 1:
         commands = list(tasks[msg["task_id"]]["reference"])
-        log.write(f"{os.getpid()}\\n"); log.flush()
+        log.write(f"{ME}\\n"); log.flush()
     action = {"command": commands[msg["turn"] - 1]} if msg["turn"] <= len(commands) else "DONE"
     print(json.dumps(action), flush=True)
 """
 
 
-def assert_all_exited(pids, expected: int | None = None) -> None:
-    """Every agent process in ``pids`` is gone. Checked here because an agent orphaned by its
-    worker is re-parented to init, where conftest's leak check (descendants) cannot see it."""
-    pids = [int(pid) for pid in pids]
+def assert_all_exited(script: Path, starts=None, expected: int | None = None) -> None:
+    """No process runs ``script`` any more (found by its command line: an agent's pid in its
+    own PID namespace says nothing out here); ``starts``, the processes' own log of their
+    starts, one line each, numbers ``expected``. Checked here because an agent orphaned by
+    its worker would be re-parented to init, where conftest's leak check cannot see it."""
     if expected is not None:
-        assert len(pids) == expected, pids
+        assert len(starts) == expected, starts
     deadline = time.monotonic() + 5
-    alive = pids
-    while alive and time.monotonic() < deadline:
-        alive = [pid for pid in pids if psutil.pid_exists(pid)
-                 and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
+    while True:
+        alive = []
+        for proc in psutil.process_iter(["cmdline", "status"]):
+            if str(script) in (proc.info["cmdline"] or ()) and proc.info["status"] != psutil.STATUS_ZOMBIE:
+                alive.append(proc)
+        if not alive or time.monotonic() > deadline:
+            break
         time.sleep(0.05)
-    for pid in alive:
-        psutil.Process(pid).kill()
+    for proc in alive:
+        proc.kill()
     assert not alive, f"agent processes left behind: {alive}"
 
 
@@ -71,15 +78,15 @@ def test_command_agent_solves_the_shell_benchmark(tmp_path):
     assert outcome.exit_code == 0, outcome.message
     finals = assert_exactly_once(outcome.run_dir, SHELL_KEYS)
     assert {r["status"] for r in finals.values()} == {"success"}, {k: r["failure"] for k, r in finals.items()}
-    pids = episodes.read_text().split()
-    assert len(pids) == 25
-    assert len(set(pids)) <= 2, "one long-lived agent process per env loop, not one per episode"
-    assert_all_exited(set(pids))
+    processes = episodes.read_text().split()
+    assert len(processes) == 25
+    assert len(set(processes)) <= 2, "one long-lived agent process per env loop, not one per episode"
+    assert_all_exited(script)
 
 
 GARBAGE_AGENT = """\
 import os, sys, time
-open(sys.argv[1], "a").write(f"{os.getpid()}\\n")
+open(sys.argv[1], "a").write("started\\n")
 sys.stderr.write("garbage-agent: loaded the wrong model\\n"); sys.stderr.flush()
 print("Hello! I am a chatty agent.", flush=True)
 time.sleep(60)  # and ignores EOF on stdin: the agent must escalate to a signal
@@ -101,42 +108,93 @@ def test_a_command_agent_that_prints_garbage_fails_each_attempt_cleanly(tmp_path
         assert "the reply is not JSON: 'Hello! I am a chatty agent.'" in message
         assert "garbage-agent: loaded the wrong model" in message
     # One process per attempt (each is stopped after its bad reply), and none survives.
-    assert_all_exited(pids.read_text().split(), expected=3)
+    assert_all_exited(script, pids.read_text().split(), expected=3)
 
 
-ORPHANED_AGENT = """\
-import json, os, signal, sys, time
-pids, marker = sys.argv[1], sys.argv[2]
-open(pids, "a").write(f"{os.getpid()}\\n")
+AGENT_THAT_STAYS = """\
+import json, os, signal, subprocess, sys, time
+started, marker = sys.argv[1], sys.argv[2]
+open(started, "a").write("started\\n")
 signal.signal(signal.SIGTERM, signal.SIG_IGN)
 for line in sys.stdin:
     if not os.path.exists(marker):
+        subprocess.Popen(["sleep", "600"], start_new_session=True)  # a child of its own, in a session of its own
         open(marker, "w").close()
-        os.kill(os.getppid(), signal.SIGKILL)  # its worker dies, not by the runner's hand
         while True:
             time.sleep(1)  # ignores EOF and SIGTERM
     print(json.dumps("2"), flush=True)
 """
 
 
-def test_a_command_agent_dies_with_a_worker_that_died_on_its_own(tmp_path):
-    """A worker killed from outside (here by its own agent; an OOM kill alike) leaves no agent
-    behind, even one that ignores EOF and SIGTERM: the runner kills only the trees of workers
-    it kills itself, and the orphan would be init's. The retry on a new worker succeeds."""
+def test_a_worker_killed_from_outside_takes_its_command_agent_and_what_it_started(tmp_path):
+    """A worker killed from outside (an OOM kill, an operator: here the test) leaves no agent
+    behind, even one that ignores EOF and SIGTERM, nor what that agent started in a session
+    of its own: the runner kills only the trees of workers it kills itself, but the agent's
+    PID namespace dies with its worker. The retry on a new worker succeeds."""
+    import threading
+
     from click.testing import CliRunner
     from parallel_rollout.cli import main
 
-    script, pids = tmp_path / "agent.py", tmp_path / "pids.log"
-    script.write_text(ORPHANED_AGENT)
+    script, started, marker = tmp_path / "agent.py", tmp_path / "started.log", tmp_path / "stuck"
+    script.write_text(AGENT_THAT_STAYS)
     data = write_tasks(tmp_path / "tasks.jsonl", [{"id": "m1", "mode": "math", "problem": "1+1", "answer": "2"}])
+
+    def kill_the_worker() -> None:
+        deadline = time.monotonic() + 120
+        while not marker.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        agent = next(p for p in psutil.process_iter(["cmdline"])
+                     if "bwrap" in " ".join(p.info["cmdline"] or ()) and str(script) in p.info["cmdline"])
+        agent.parent().kill()  # the worker, as the OOM killer would
+
+    killer = threading.Thread(target=kill_the_worker)
+    killer.start()
     result = CliRunner().invoke(main, [
         "--mode", "math", "--data", str(data), "--output-dir", str(tmp_path), "--run-id", "orphan",
         "--num-rollouts", "1", "--agent", "command", "--no-progress",
-        "--agent-cmd", command_line(script, str(pids), str(tmp_path / "killed"))])
+        "--agent-cmd", command_line(script, str(started), str(marker))])
+    killer.join()
     assert result.exit_code == 0, result.output[-3000:]
     statuses = [r["status"] for r in read_results(tmp_path / "orphan")]
     assert statuses == ["worker_died", "success"], statuses
-    assert_all_exited(pids.read_text().split(), expected=2)
+    assert_all_exited(script, started.read_text().split(), expected=2)
+    sleepers = [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["sleep", "600"]
+                and p.environ().get("PR_TEST_SANDBOX_ROOT") == os.environ["PR_TEST_SANDBOX_ROOT"]]
+    assert not sleepers, "what the agent started outlived its worker"
+
+
+KILLER_AGENT = """\
+import json, os, signal, sys
+for line in sys.stdin:
+    msg = json.loads(line)
+    feedback = msg["observation"].get("feedback")
+    if feedback is not None and feedback.get("kind") != "passed":
+        os.kill(os.getppid(), signal.SIGKILL)  # its worker, if it can reach it: the try is erased
+    print(json.dumps("    return None\\n"), flush=True)
+"""
+
+
+@needs_bwrap
+def test_a_command_agent_cannot_erase_a_failed_attempt_by_killing_its_worker(tmp_path):
+    """An agent that kills its parent (its worker, when it could reach it) once its first try
+    failed: the attempt was recorded worker_died, retried as infrastructure, again and again.
+    In a PID namespace of its own its parent is the namespace's init, which ignores it: the
+    attempt is graded, once."""
+    from click.testing import CliRunner
+    from parallel_rollout.cli import main
+
+    script = tmp_path / "killer.py"
+    script.write_text(KILLER_AGENT)
+    result = CliRunner().invoke(main, [
+        "--mode", "py", "--data", "humaneval", "--limit", "1", "--output-dir", str(tmp_path), "--run-id", "k",
+        "--num-rollouts", "1", "--num-vms", "1", "--use-vm-pool", "--agent", "command", "--no-progress",
+        "--max-turns", "2", "--max-retries", "3", "--agent-cmd", command_line(script)])
+    assert result.exit_code == 0, result.output[-3000:]
+    records = read_results(tmp_path / "k")
+    assert [(r["attempt"], r["status"], r["turns"]) for r in records] == [(0, "failure", 2)], records
+    events = (tmp_path / "k" / "events.jsonl").read_text()
+    assert "worker_died" not in events
 
 
 def command_agent(tmp_path, source: str, **overrides) -> CommandAgent:
@@ -158,9 +216,10 @@ def test_a_command_agent_that_exits_at_once(tmp_path):
 
 ECHO_AGENT = """\
 import json, os, sys
+ME = os.urandom(8).hex()  # which process: each has pid 2, in a PID namespace of its own
 for line in sys.stdin:
     msg = json.loads(line)
-    print(json.dumps({"pid": os.getpid(), "turn": msg["turn"], "task": msg.get("task"),
+    print(json.dumps({"pid": ME, "turn": msg["turn"], "task": msg.get("task"),
                       "observation": msg["observation"]}), flush=True)
     if msg["observation"].get("problem") == "die":
         sys.exit(0)

@@ -80,9 +80,10 @@ def test_a_stray_line_fails_its_own_attempt_and_never_reaches_another_task(tmp_p
 
 TWICE_AGENT = """\
 import json, os, sys
+ME = os.urandom(8).hex()  # which process: each has pid 2, in a PID namespace of its own
 for line in sys.stdin:
     msg = json.loads(line)
-    print(json.dumps({"pid": os.getpid(), "task": msg["task_id"], "turn": msg["turn"]}), flush=True)
+    print(json.dumps({"pid": ME, "task": msg["task_id"], "turn": msg["turn"]}), flush=True)
     if msg["task_id"] == "c1":
         print(json.dumps("stray"), flush=True)
 """

@@ -2,7 +2,8 @@
 record and nothing is left behind (the leak check in conftest runs after each row).
 
 Faults are injected by real parts that break on purpose (``chaos_plugins``): a worker that
-exits or is SIGKILLed mid-attempt, an agent that raises or hangs, a record that cannot be
+exits (an agent's os._exit: its own error) or is SIGKILLed mid-attempt (infrastructure), an agent
+that raises or hangs, a record that cannot be
 serialized, a sandbox whose guest agent is killed mid-task, a reset that fails.
 """
 
@@ -18,7 +19,8 @@ from parallel_rollout.runner import Runner
 
 #: fault -> (provider, final status of the chaos task, whether it was retried, event to find)
 CRASHES = {
-    "exit": ("process", "success", True, "worker_died"),
+    # an agent that ends its worker (os._exit) is graded on what it did: not retried
+    "exit": ("process", "error", False, "worker_died"),
     "sigkill": ("process", "success", True, "worker_died"),
     "raise": ("process", "error", False, None),
     "system_exit": ("process", "error", False, None),
@@ -65,6 +67,10 @@ def test_crash_table(tmp_path, monkeypatch, fault):
         assert finals["t3#0"]["failure"]["type"] == "UnserializableResult"
     if fault == "raise":
         assert "chaos: the agent raised" in finals["t3#0"]["failure"]["message"]
+    if fault == "exit":
+        failure = finals["t3#0"]["failure"]
+        assert failure["type"] == "AgentEndedWorker" and not finals["t3#0"]["infrastructure"], failure
+        assert "worker exited with code 3" in failure["message"] and failure["phase"] == "agent", failure
     if fault == "system_exit":  # at once, not after --task-timeout
         assert finals["t3#0"]["failure"]["type"] == "SystemExit" and finals["t3#0"]["duration_s"] < 3
     if fault == "kill_sandbox":  # not the task's failure: retried; its VM restarted for free
@@ -87,7 +93,7 @@ def test_crash_table(tmp_path, monkeypatch, fault):
 def test_retries_stop_at_max_retries(tmp_path, monkeypatch):
     """An infrastructure failure on every attempt ends as one final, ungraded record."""
     monkeypatch.setenv("PR_CHAOS_DIR", str(tmp_path))
-    tasks = [shell_task("a"), shell_task("doomed", chaos="exit_always")]
+    tasks = [shell_task("a"), shell_task("doomed", chaos="sigkill_always")]
     outcome = run(tmp_path, tasks, max_retries=1)
     finals = assert_exactly_once(outcome.run_dir, {"a#0", "doomed#0"})
     assert finals["a#0"]["status"] == "success"

@@ -25,9 +25,9 @@ from parallel_rollout.cli import main
 LIMIT = 4
 
 
-def run_cli(tmp_path: Path, monkeypatch, tasks: int, agent_cmd: str, *flags: str):
-    """``tasks`` math tasks, one worker, the command agent ``agent_cmd``, in a one-hour window
-    with a limit of ``LIMIT`` crashes."""
+def run_cli(tmp_path: Path, monkeypatch, tasks: int, *flags: str):
+    """``tasks`` math tasks, one worker, the agent of ``flags``, in a one-hour window with a
+    limit of ``LIMIT`` crashes."""
     monkeypatch.setattr(base, "CRASH_WINDOW_S", 3600.0)
     monkeypatch.setattr(base.CrashWindow, "resize", lambda window, workers: setattr(window, "limit", LIMIT))
     data = tmp_path / "tasks.jsonl"
@@ -35,7 +35,7 @@ def run_cli(tmp_path: Path, monkeypatch, tasks: int, agent_cmd: str, *flags: str
                             for i in range(tasks)))
     return CliRunner().invoke(main, [
         "--mode", "math", "--data", str(data), "--output-dir", str(tmp_path), "--run-id", "loop",
-        "--num-rollouts", "1", "--agent", "command", "--agent-cmd", agent_cmd, "--max-retries", "0",
+        "--num-rollouts", "1", "--max-retries", "0",
         "--no-progress", *flags])
 
 
@@ -50,7 +50,8 @@ def test_timeouts_past_the_crash_limit_are_not_a_crash_loop(tmp_path, monkeypatc
     """8 attempts past --task-timeout with N=1: 8 workers killed on purpose, twice the limit,
     and the run finishes with one task_timeout per task."""
     tasks = 2 * LIMIT
-    result = run_cli(tmp_path, monkeypatch, tasks, "sleep 600", "--task-timeout", "0.3")
+    result = run_cli(tmp_path, monkeypatch, tasks, "--agent", "command", "--agent-cmd", "sleep 600",
+                     "--task-timeout", "0.3")
     assert "workers keep dying" not in result.output, result.output[-3000:]
     assert result.exit_code == 0, (result.output[-3000:], result.exception)
     finals = assert_exactly_once(tmp_path / "loop", {f"t{i}#0" for i in range(tasks)})
@@ -59,10 +60,11 @@ def test_timeouts_past_the_crash_limit_are_not_a_crash_loop(tmp_path, monkeypatc
 
 
 def test_workers_that_keep_dying_on_their_own_stop_the_run(tmp_path, monkeypatch):
-    """Every attempt's agent SIGKILLs its worker process (then exits, as the protocol asks,
-    when its stdin closes): the death past the limit within the window stops the run with
-    'workers keep dying'."""
-    result = run_cli(tmp_path, monkeypatch, 30, "sh -c 'kill -9 $PPID; exec cat >/dev/null'")
+    """Every attempt's worker is SIGKILLed (by its plugin agent, as the OOM killer would: a
+    command agent cannot signal it): the death past the limit within the window stops the
+    run with 'workers keep dying'."""
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))
+    result = run_cli(tmp_path, monkeypatch, 30, "--agent", "chaos_plugins:WorkerKillerAgent")
     assert result.exit_code != 0, result.output[-3000:]
     assert f"workers keep dying ({LIMIT + 1} deaths within 3600s)" in result.output, result.output[-3000:]
     deaths = worker_deaths(tmp_path / "loop")

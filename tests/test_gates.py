@@ -189,7 +189,7 @@ def test_a_run_with_samples_never_graded_exits_1_and_a_resume_runs_them_again(tm
     """Infrastructure failures after --max-retries are no score: not exit 0 with a 0% rate."""
     monkeypatch.setenv("PR_CHAOS_DIR", str(tmp_path))
     monkeypatch.syspath_prepend(str(Path(__file__).parent))
-    tasks = [shell_task("ok"), shell_task("doomed", chaos="exit_always")]
+    tasks = [shell_task("ok"), shell_task("doomed", chaos="sigkill_always")]
     junit = tmp_path / "junit.xml"
     first = run_cli(tmp_path, tasks, "lost", "--agent", "chaos_plugins:ChaosAgent", "--max-retries", "1",
                     "--fail-under", "0.1", "--junit-xml", str(junit))

@@ -19,6 +19,16 @@ class WorkerDied(RolloutError):
     infrastructure = True
 
 
+class AgentEndedWorker(RolloutError):
+    """The worker exited with a status of its own (``os._exit``: no signal) while its attempt
+    was in the agent's turns: an in-process agent (a plugin's code) ended it. The agent's
+    error, graded 0 and final like any other, so that an agent cannot erase an attempt it is
+    failing by ending the process that would record it. A worker killed by a signal (the
+    OOM killer, an operator) stays ``WorkerDied``."""
+
+    kind = "error"
+
+
 class TaskTimeout(RolloutError):
     """An attempt ran past --task-timeout; graded as a failure, not retried."""
 

@@ -245,6 +245,9 @@ class RolloutWorker:
         with _task_breaks_vm("grading"):  # what the answer left running may break it too
             reward, details = checked_evaluation(env, _env_call(record, env.evaluate))
         record["eval"] = details
+        if type(agent).end_episode is not Agent.end_episode:
+            # its code runs again: a worker it ends meanwhile is its doing (backends.base.death_failure)
+            self._progress(item, record, "agent")
         # the agent's own check of the episode (a command agent's stray line fails it)
         run_maybe_async(agent.end_episode(), parts.event_loop)
         # An env whose reward is not a 0-1 score (Sokoban's return) says success itself.

@@ -47,7 +47,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from .base import Agent
-from .command_process import AgentProcess, ProcessBroken, StrayLine
+from .command_process import AgentProcess, ProcessBroken, StrayLine, check_sandbox
 from .episode import AgentError
 
 log = logging.getLogger(__name__)
@@ -74,6 +74,10 @@ class CommandAgent(Agent):
         if shutil.which(argv[0]) is None:
             raise ConfigError(f"--agent-cmd: {argv[0]!r} is not an executable file "
                               "(nor a program on PATH)")
+        unavailable = check_sandbox()
+        if unavailable is not None:
+            raise ConfigError(f"--agent command runs its program in a PID namespace of its own, so that it "
+                              f"cannot kill its worker; {unavailable}")
 
     def reset(self, task) -> None:
         """Start a new episode; the agent learns of it from the next message's turn 1."""

@@ -7,11 +7,14 @@ its stderr in a temporary file, not a pipe that could fill and block the agent. 
 writes one line and waits for one back; a line read while no request waited is a stray
 (``StrayLine``); a process that cannot carry on the conversation raises ``ProcessBroken``.
 
+The command runs in a PID namespace of its own (``in_own_pid_namespace``, bubblewrap): it
+cannot signal its worker, nor anything but what it started itself.
+
 Stopping (``stop``, also a ``weakref.finalize``, so a collected agent stops its process):
 EOF on stdin, then SIGTERM, then SIGKILL to the whole process group. Each agent runs in its
-own session (a Ctrl-C at the terminal is the runner's to handle, not the agent's) and starts
-with a parent-death signal (SIGKILL): a worker that dies by another's hand takes its agents
-with it, though what an agent started itself outlives it then.
+own session (a Ctrl-C at the terminal is the runner's to handle, not the agent's) and its
+namespace dies with its worker's thread: a worker that dies by another's hand takes its
+agents, and everything they started, with it.
 """
 
 from __future__ import annotations
@@ -54,7 +57,7 @@ class AgentProcess:
         self._stderr = tempfile.TemporaryFile(prefix="pr-agent-stderr-")
         try:
             self._popen = subprocess.Popen(
-                _dies_with_its_loop(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
+                in_own_pid_namespace(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
                 text=True, encoding="utf-8", errors="replace", bufsize=1, start_new_session=True,
             )
         except OSError as exc:
@@ -133,21 +136,50 @@ class AgentProcess:
             code = self._popen.wait(timeout=STOP_GRACE_S)
         except subprocess.TimeoutExpired:
             return "it is still running"
-        if code < 0:
+        if code < 0:  # bubblewrap itself
             return f"it was killed by signal {-code}"
+        if code > 128:  # bubblewrap passes a signal on as 128 + its number, as a shell does
+            return f"it exited with status {code} (killed by signal {code - 128}?)"
         return f"it exited with status {code}"
 
 
-def _dies_with_its_loop(argv: list[str]) -> list[str]:
-    """``argv`` under ``setpriv --pdeathsig KILL``: the kernel kills the agent when the env
-    loop's thread that started it ends, the worker's death included (a worker killed from
-    outside has no runner's hand on its tree, and its orphans would be init's). setpriv
-    sets it and execs, rather than a ``preexec_fn``, which is unsafe in a threaded worker."""
-    return [_SETPRIV, "--pdeathsig", "KILL", "--", *argv] if _SETPRIV else argv
+def in_own_pid_namespace(argv: list[str]) -> list[str]:
+    """``argv`` under bubblewrap, in a PID namespace of its own: it and what it starts see and
+    can signal only one another, never its worker (its parent is the namespace's init, which
+    ignores them), so it cannot erase an attempt it is failing by killing the process that
+    would record it. Everything else stays as the runner has it: the whole filesystem, bound
+    read-write (``/proc`` is the namespace's own), the network, the environment, the folder.
+
+    ``--die-with-parent`` is the parent-death signal (SIGKILL) that setpriv gave it before:
+    the env loop's thread that started it ends, the worker's death included, and the
+    namespace dies with everything in it. As root, the capabilities that would take it out
+    of its namespace (mount, setns, ptrace, modules) are dropped and the cgroup tree is
+    read-only (a ``cgroup.kill`` there would kill the worker); root keeps its rights over
+    files. Unprivileged, bubblewrap makes a user namespace and the agent holds no capability."""
+    return [*_SANDBOX, "--", *argv]
 
 
-#: util-linux's setpriv (./dev installs it); without it an orphan is possible, not a failure
-_SETPRIV = shutil.which("setpriv")
+#: bubblewrap, which the process provider needs too (./dev installs it)
+_BWRAP = shutil.which("bwrap")
+_SANDBOX = [_BWRAP or "bwrap", "--unshare-pid", "--die-with-parent", "--dev-bind", "/", "/", "--proc", "/proc"]
+if os.geteuid() == 0:
+    _SANDBOX += ["--cap-drop", "CAP_SYS_ADMIN", "--cap-drop", "CAP_SYS_PTRACE", "--cap-drop", "CAP_SYS_MODULE",
+                 "--ro-bind-try", "/sys/fs/cgroup", "/sys/fs/cgroup"]
+
+
+def check_sandbox() -> str | None:
+    """Why an agent command cannot be started in a PID namespace of its own here (no
+    bubblewrap, or one that cannot make the namespace: no user namespaces for this user),
+    or None when it can."""
+    if _BWRAP is None:
+        return "bubblewrap (bwrap) is not installed: apt-get install bubblewrap (./dev installs it)"
+    try:
+        probe = subprocess.run(in_own_pid_namespace(["true"]), capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"bubblewrap cannot run: {exc}"
+    if probe.returncode != 0:
+        return f"bubblewrap cannot make a PID namespace here: {probe.stderr.strip()[-500:]}"
+    return None
 
 
 def _read_lines(stream: IO[str], lines: "queue.Queue[str | None]") -> None:

@@ -36,7 +36,7 @@ import psutil
 
 from .. import records
 from ..config import RunConfig
-from ..errors import RolloutError
+from ..errors import AgentEndedWorker, RolloutError, WorkerDied
 from ..messages import Assignment, Cancel
 from ..pool.providers import ProviderOptions
 
@@ -268,6 +268,19 @@ def _phase(phase: str, mode: str) -> str:
     """A phase in words, grading as the attempt's mode grades."""
     said = _PHASES.get(phase, phase)
     return said.format(grading=_GRADING[mode]) if mode in _GRADING else said.replace(": {grading}", "")
+
+
+def death_failure(item: Assignment, reason: str, exit_code: int | None, progress: Any) -> RolloutError:
+    """What a worker's death was to an attempt it held: the agent's error (``AgentEndedWorker``)
+    when the worker exited with a status of its own (``exit_code`` >= 0, not a signal) while
+    the attempt was in the agent's turns (``progress.phase``), where only the agent's code
+    runs that could end it so; else ``WorkerDied``, infrastructure (a signal, a death while
+    the env or the pool worked, a status nobody could read)."""
+    where = f"{reason} while running attempt {item.attempt} of {item.key}"
+    if exit_code is not None and exit_code >= 0 and progress is not None and progress.phase == "agent":
+        return AgentEndedWorker(f"{where}: the agent ended its worker process (os._exit or the like); an "
+                                "attempt it ended is its own failure, graded 0, not retried")
+    return WorkerDied(where)
 
 
 def died_record(item: Assignment, exc: RolloutError, worker: Any, started_at: float,

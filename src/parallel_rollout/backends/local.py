@@ -40,12 +40,12 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
-from ..errors import LeaseTimeout, RolloutError, TaskTimeout, WorkerDied
+from ..errors import LeaseTimeout, RolloutError, TaskTimeout
 from ..logs import LogCollector, run_child
 from ..messages import (STOP, Assignment, Cancel, Finished, LeaseWait, Progress, Started, receive_message,
                         send_message)
 from . import worker_start
-from .base import BackendSpec, Clock, CrashWindow, EngineHooks, WorkerTable, died_record, kill_tree
+from .base import BackendSpec, Clock, CrashWindow, EngineHooks, WorkerTable, death_failure, died_record, kill_tree
 
 log = logging.getLogger("parallel_rollout")
 
@@ -295,7 +295,8 @@ class LocalBackend(WorkerTable):
                                     f"or agent {self.config.agent!r} (its error is in run.log)")
                     self._on_worker_death(w, reason="it cannot import the run's mode or agent")
                 else:
-                    self._on_worker_death(w, reason=f"worker exited with code {w.process.exitcode}")
+                    self._on_worker_death(w, reason=f"worker exited with code {w.process.exitcode}",
+                                          exit_code=worker_start.exit_code(w.process))
 
     def _drain(self, w: WorkerHandle) -> None:
         """Handle every message already in a worker's pipe."""
@@ -330,8 +331,10 @@ class LocalBackend(WorkerTable):
         w.process.join(timeout=5)
         self._on_worker_death(w, reason, deliberate=deliberate)
 
-    def _on_worker_death(self, w: WorkerHandle, reason: str, deliberate: bool = False) -> None:
-        """Fail what the worker had started, requeue what it had not, reclaim its VMs."""
+    def _on_worker_death(self, w: WorkerHandle, reason: str, deliberate: bool = False,
+                         exit_code: int | None = None) -> None:
+        """Fail what the worker had started, requeue what it had not, reclaim its VMs;
+        ``exit_code``: the status it exited with on its own, None when unknown or killed."""
         self._drain(w)
         w.process.join(timeout=1)
         self._workers.pop(w.index, None)
@@ -348,8 +351,8 @@ class LocalBackend(WorkerTable):
         log.warning("worker %s (pid %s) died: %s", w.worker_id, pid, reason)
         for ident, item in list(w.assigned.items()):
             if ident in w.started:
-                exc = WorkerDied(f"{reason} while running attempt {item.attempt} of {item.key}")
                 clock = w.started[ident]
+                exc = death_failure(item, reason, exit_code, clock.progress)
                 self.hooks.record(died_record(item, exc, w, clock.started_at, clock.progress))
             else:
                 self.hooks.requeue(item)

@@ -124,6 +124,23 @@ def still_running(handle: psutil.Process | None) -> bool:
         return False
 
 
+def exit_code(process: Any) -> int | None:
+    """The status a dead worker exited with on its own, or None: killed by a signal, or a
+    status nobody could read (multiprocessing says 255 when the server that would report it
+    is gone)."""
+    code = process.exitcode
+    if code is None or code < 0:
+        return None
+    if code == 255 and not _server_alive():
+        return None
+    return code
+
+
+def _server_alive() -> bool:
+    pid = getattr(forkserver._forkserver, "_forkserver_pid", None)  # noqa: SLF001 - as in _start
+    return pid is not None and still_running(handle_of(pid))
+
+
 def handle_of(pid: int | None) -> psutil.Process | None:
     """A handle on a started worker, for ``still_running`` and for killing it."""
     try:
