@@ -25,7 +25,8 @@ never stdout. When its stdin closes, the agent should exit. A complete shell age
 A reply that is not JSON, a process that exits or closes its stdout, or no reply within
 ``--task-timeout`` fails the attempt with ``AgentError`` quoting the tail of the agent's
 stderr; the process is then stopped, since it and we no longer agree on which turn it is.
-So does a line no observation asked for (a second line after a reply, or one written once
+So does a reply line longer than ``MAX_REPLY_BYTES`` (16 MiB; ``agents.command_process``),
+which is never read whole. So does a line no observation asked for (a second line after a reply, or one written once
 the episode ended): before each observation is sent, and once the episode is graded
 (``end_episode``), every line already read from the agent is a stray line; the attempt
 fails with a protocol error quoting it, and the process is stopped, so that a stray line is

@@ -2,8 +2,11 @@
 over its pipes, and stopped.
 
 One ``AgentProcess`` per running agent command: its stdin and stdout pipes, a thread reading
-stdout line by line into a queue (a buffered text pipe cannot be select()ed reliably), and
-its stderr in a temporary file, not a pipe that could fill and block the agent. ``exchange``
+stdout line by line into a queue (a buffered pipe cannot be select()ed reliably), and one
+draining its stderr, so that the pipe never fills and blocks the agent. Both are bounded,
+whatever the agent writes: a line longer than ``MAX_REPLY_BYTES`` is not read into memory
+(the reader stops at the limit and the attempt fails with a protocol error), and of stderr
+only the last ``STDERR_KEPT`` bytes are kept, in memory (nothing goes to the host's disk). ``exchange``
 writes one line and waits for one back; a line read while no request waited is a stray
 (``StrayLine``); a process that cannot carry on the conversation raises ``ProcessBroken``.
 
@@ -24,7 +27,6 @@ import queue
 import shutil
 import signal
 import subprocess
-import tempfile
 import threading
 import weakref
 from typing import IO
@@ -33,6 +35,12 @@ from .episode import AgentError
 
 #: characters of the agent's stderr quoted in an error
 STDERR_TAIL = 2000
+#: bytes of the agent's stderr kept, the tail (room for STDERR_TAIL characters of UTF-8)
+STDERR_KEPT = 4 * STDERR_TAIL
+#: the longest line the agent may write (its reply: one JSON action), newline included
+MAX_REPLY_BYTES = 16 * 2**20
+#: how much of stdout and stderr one read takes
+_CHUNK = 64 * 1024
 #: seconds a stopping agent gets after its stdin closes, and again after SIGTERM
 STOP_GRACE_S = 1.0
 
@@ -46,29 +54,37 @@ class ProcessBroken(Exception):
         self.gone = gone
 
 
+class _TooLong(str):
+    """What the stdout reader queues instead of a line longer than MAX_REPLY_BYTES: its
+    first bytes, for the message (the reader stops there)."""
+
+
 class StrayLine(Exception):
     """The agent wrote a line no observation asked for: it and we disagree on the turn."""
 
 
 class AgentProcess:
-    """One running agent command: its pipes, its stderr file, and the thread reading stdout."""
+    """One running agent command: its pipes and the threads reading stdout and stderr."""
 
     def __init__(self, argv: list[str], command: str) -> None:
-        self._stderr = tempfile.TemporaryFile(prefix="pr-agent-stderr-")
         try:
             self._popen = subprocess.Popen(
-                in_own_pid_namespace(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
-                text=True, encoding="utf-8", errors="replace", bufsize=1, start_new_session=True,
+                in_own_pid_namespace(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE, start_new_session=True,
             )
         except OSError as exc:
-            self._stderr.close()
             raise AgentError(f"cannot start --agent-cmd {command!r}: {exc.strerror or exc}") from None
         self._lines: queue.Queue[str | None] = queue.Queue()
+        #: the last STDERR_KEPT bytes of its stderr
+        self._stderr_tail = bytearray()
+        self._stderr_reader = threading.Thread(target=_keep_tail, args=(self._popen.stderr, self._stderr_tail),
+                                               name=f"agent-cmd-stderr-{self._popen.pid}", daemon=True)
+        self._stderr_reader.start()
         #: the reader found EOF while strays were drained (``stray_line``)
         self._eof = False
         #: an observation was sent: from then on every line read between requests is a stray
         self._asked = False
-        # A reader thread, because a buffered text pipe cannot be select()ed reliably; it
+        # A reader thread, because a buffered pipe cannot be select()ed reliably; it
         # ends at EOF, which stop() guarantees by ending the process.
         threading.Thread(target=_read_lines, args=(self._popen.stdout, self._lines),
                          name=f"agent-cmd-{self._popen.pid}", daemon=True).start()
@@ -92,7 +108,7 @@ class AgentProcess:
             if line is None:
                 self._eof = True
             elif stray is None:
-                stray = line.rstrip("\r\n")
+                stray = _too_long(line) if isinstance(line, _TooLong) else line.rstrip("\r\n")
 
     def exchange(self, line: str, timeout_s: float) -> str:
         """Write one line, read one line back; ProcessBroken when that is impossible, StrayLine when
@@ -107,7 +123,7 @@ class AgentProcess:
         if self._eof:
             raise ProcessBroken(f"the agent closed its stdout ({self._exit_description()})")
         try:
-            self._popen.stdin.write(line + "\n")
+            self._popen.stdin.write(line.encode("utf-8") + b"\n")
             self._popen.stdin.flush()
             self._asked = True
         except (BrokenPipeError, OSError, ValueError):
@@ -118,16 +134,15 @@ class AgentProcess:
             raise ProcessBroken(f"no reply within {timeout_s:g} s", gone=False) from None
         if reply is None:
             raise ProcessBroken(f"the agent closed its stdout without replying ({self._exit_description()})")
+        if isinstance(reply, _TooLong):  # alive, but its reply cannot be read: no fresh try
+            raise ProcessBroken(f"protocol error: {_too_long(reply)}", gone=False)
         return reply.rstrip("\r\n")
 
     def stderr_report(self) -> str:
-        """``; stderr tail: ...`` for error messages, or "" when it wrote nothing."""
-        try:
-            size = os.fstat(self._stderr.fileno()).st_size
-            tail = os.pread(self._stderr.fileno(), STDERR_TAIL, max(0, size - STDERR_TAIL))
-        except (OSError, ValueError):
-            return ""
-        text = tail.decode("utf-8", "replace").strip()
+        """``; stderr tail: ...`` for error messages, or "; its stderr is empty". Called once
+        the process is stopped, the tail is complete (what it wrote until its stderr closed)."""
+        self._stderr_reader.join(timeout=STOP_GRACE_S)
+        text = bytes(self._stderr_tail).decode("utf-8", "replace")[-STDERR_TAIL:].strip()
         return f"; stderr tail:\n{text}" if text else "; its stderr is empty"
 
     def _exit_description(self) -> str:
@@ -182,13 +197,37 @@ def check_sandbox() -> str | None:
     return None
 
 
-def _read_lines(stream: IO[str], lines: "queue.Queue[str | None]") -> None:
+def _read_lines(stream: IO[bytes], lines: "queue.Queue[str | None]") -> None:
     # The stream is closed here, not by _stop: closing a pipe another thread is reading
     # would block until that read returns anyway.
     with stream:
-        for line in stream:
-            lines.put(line)
+        while True:
+            line = stream.readline(MAX_REPLY_BYTES + 1)
+            if not line:
+                break
+            if len(line) > MAX_REPLY_BYTES:
+                # not read further: the agent blocks on a full pipe until it is stopped
+                lines.put(_TooLong(line[:300].decode("utf-8", "replace")))
+                return
+            lines.put(line.decode("utf-8", "replace"))
     lines.put(None)
+
+
+def _too_long(start: str) -> str:
+    return (f"the agent wrote a line longer than {MAX_REPLY_BYTES} bytes, the most one line (one JSON action) "
+            f"may take; it starts {start[:200]!r}")
+
+
+def _keep_tail(stream: IO[bytes], tail: bytearray) -> None:
+    """Read ``stream`` to its end, keeping its last STDERR_KEPT bytes in ``tail``."""
+    with stream:
+        while True:
+            chunk = stream.read1(_CHUNK)
+            if not chunk:
+                return
+            tail += chunk
+            if len(tail) > STDERR_KEPT:
+                del tail[:-STDERR_KEPT]
 
 
 def _stop(popen: subprocess.Popen) -> None:

@@ -11,7 +11,9 @@ Failures split in two, because the worker treats them differently:
   a 5xx — raises :class:`~parallel_rollout.errors.GuestUnreachable` / ``VMError``, an
   infrastructure failure (the VM is marked dead, the attempt is retried elsewhere);
 * the agent answered that *our request* is wrong (4xx) raises :class:`GuestRequestError`, a
-  ``ValueError``: a bug in the caller or the task, not in the VM.
+  ``ValueError``: a bug in the caller or the task, not in the VM; so does a request too
+  large for the agent to read (:data:`MAX_REQUEST_BYTES`, an action of megabytes), refused
+  here before it is sent.
 
 A command that runs and fails (non-zero exit, not found, timed out) is neither: its answer
 dict comes back with ``status: "error"`` for the caller to judge.
@@ -45,6 +47,10 @@ TIMEOUT_MARGIN_S = 10.0
 #: the most a command's answer may take: the agent keeps 8 MiB of each stream by default,
 #: which JSON's escapes can make larger
 MAX_COMMAND_REPLY_BYTES = 64 * 2**20
+#: the longest request body the agent reads (its ``--max-body-mb`` default, mirrored): a longer
+#: one is refused here, before it is sent, as the agent would refuse it (413), instead of
+#: being cut off mid-send and taken for a VM that stopped answering
+MAX_REQUEST_BYTES = 256 * 2**20
 #: the agent's own defaults, mirrored so the HTTP timeout can cover them
 _SERVER_DEFAULT_TIMEOUTS = {"execute": 120.0, "run_python": 30.0, "run_bash_script": 100.0}
 
@@ -130,11 +136,15 @@ class GuestClient:
                 check: bool = True, max_bytes: int | None = None) -> GuestResponse:
         """Send one request; GuestUnreachable when the agent does not answer, and with
         ``check`` GuestRequestError on 4xx and VMError on 5xx. VMError when the answer is
-        longer than ``max_bytes`` (None: no bound): it is not read."""
+        longer than ``max_bytes`` (None: no bound): it is not read. A body longer than
+        MAX_REQUEST_BYTES is GuestRequestError (413) at once: the caller's, never the VM's."""
         headers = {}
         if json is not None:
             data = jsonlib.dumps(json).encode("utf-8")
             content_type = "application/json"
+        if data is not None and len(data) > MAX_REQUEST_BYTES:
+            raise GuestRequestError(413, f"{method} {path}: a body of {len(data)} bytes is more than the "
+                                         f"{MAX_REQUEST_BYTES} the guest agent reads; not sent")
         if content_type:
             headers["Content-Type"] = content_type
         timeout = self.timeout_s if timeout is None else timeout
