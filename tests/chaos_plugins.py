@@ -40,9 +40,15 @@ class ChaosAgent(OracleAgent):
     task_fields = frozenset({"chaos"})
     """The oracle, breaking on a chaos task's first attempt."""
 
+    #: every kind it knows: another is a test's typo, which would pass as no chaos at all
+    KINDS = frozenset({"exit", "hang", "kill_sandbox", "nan_result", "raise", "sigkill", "sigkill_always",
+                       "system_exit", "unencodable_result", "unpicklable"})
+
     def reset(self, task) -> None:
         super().reset(task)
         self.kind = task.get("chaos")
+        if self.kind and self.kind not in self.KINDS:
+            raise ValueError(f"ChaosAgent: unknown chaos {self.kind!r} (one of {sorted(self.KINDS)})")
         self._unpicklable = False
         self.armed = bool(self.kind) and first_time(f"{task.id}.{self.kind}")
 

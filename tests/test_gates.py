@@ -218,7 +218,7 @@ def test_never_graded_samples_have_no_reward_in_any_mean(tmp_path, monkeypatch):
     monkeypatch.setenv("PR_CHAOS_DIR", str(tmp_path))
     monkeypatch.syspath_prepend(str(Path(__file__).parent))
     tasks = [shell_task("ok", tags=["t"]), failing_task("bad", tags=["t"]),
-             shell_task("doomed", chaos="exit_always", tags=["t"])]
+             shell_task("doomed", chaos="sigkill_always", tags=["t"])]
     result = run_cli(tmp_path, tasks, "means", "--agent", "chaos_plugins:ChaosAgent", "--max-retries", "1",
                      "--group-size", "2")
     assert result.exit_code == exit_codes.EXIT_ABORTED, result.output
