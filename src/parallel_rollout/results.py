@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from .errors import RolloutError
+from .errors import RolloutError, RunLocked
 from .records import unstorable_record
 
 log = logging.getLogger(__name__)
@@ -483,3 +483,17 @@ def total_usage(records: Iterable[dict[str, Any]]) -> dict[str, int]:
             if isinstance(value, int) and not isinstance(value, bool):
                 totals[name] += value
     return totals
+
+
+def lock_run_folder(run_dir: Path, hint: str = "choose another --run-id") -> Any:
+    """The run folder's lock (``run_dir/.lock``), held: one writer per folder, a batch run or
+    an RL scheduler's engine. RunLocked (saying ``hint``) when another process holds it."""
+    import filelock
+
+    lock = filelock.FileLock(str(Path(run_dir) / ".lock"))
+    try:
+        lock.acquire(timeout=0)
+    except filelock.Timeout:
+        raise RunLocked(f"another run is writing to {run_dir} (its lock is held); wait for it to "
+                        f"finish or {hint}") from None
+    return lock

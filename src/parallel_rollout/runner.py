@@ -35,7 +35,7 @@ from .agents.episode import EndpointRefused, ModelUnavailable
 from .config import RunConfig, data_required, default_run_id
 from .engine import Engine
 from .envs import get_env, task_validators, with_mode_defaults
-from .errors import ConfigError, RunLocked, TaskFileError, raise_interrupted
+from .errors import ConfigError, TaskFileError, raise_interrupted
 from .logs import run_log_handler
 from .messages import Assignment
 from .output_checks import check_free_disk, check_writable_folder
@@ -44,7 +44,7 @@ from .pool.providers import get_provider
 from .pool.providers.common import check_name
 from .provenance import SCHEMA_VERSION, check_resume, provenance, recorded_config
 from .records import unsupported_record
-from .results import ResultStore, ResumeIndex, StorageError, read_records
+from .results import ResultStore, ResumeIndex, StorageError, lock_run_folder, read_records
 from .run_end import RunOutcome, finish_run, resume_command
 from .tasks import Sample, census_lines, expand, load_task_set, unsupported_message
 
@@ -181,14 +181,7 @@ class Runner:
         except OSError as exc:
             raise ConfigError(f"--output-dir {cfg.output_dir}: cannot make the run folder "
                               f"{self.run_dir}: {exc.strerror or exc}") from None
-        lock = filelock.FileLock(str(self.run_dir / ".lock"))
-        try:
-            lock.acquire(timeout=0)
-        except filelock.Timeout:
-            raise RunLocked(
-                f"another run is writing to {self.run_dir} (its lock is held); wait for it to "
-                "finish or choose another --run-id"
-            ) from None
+        lock = lock_run_folder(self.run_dir)
         try:
             config_path = self.run_dir / "config.json"
             stored = self._check_resume()

@@ -6,7 +6,8 @@ token sequences a trainer trains on, ``config`` for the settings and the task se
 ``sources`` for the task order (a trainer's own ``TaskSource``), ``chosen`` for batches of
 tasks the trainer names (``get_batch(tasks=…)``, ``get_batch(-1)``),
 ``policy_gate`` (below every agent) for weight updates (suspend/resume, policy versions),
-``shared`` for the engine every scheduler of a trainer shares.
+``shared`` for the engine every scheduler of a trainer shares, ``run_folder`` for its locked
+output folder and the sessions in it.
 """
 
 from .budget import BatchTimeout

@@ -148,7 +148,7 @@ class GroupGeneration:
         now = time.time()
         for member in range(self.env_config.members):
             ident = trajectory_id(tag, group_id, episode_id, member)
-            item = Assignment(member_task, member, 0, name=f"{self.name}:{ident}",
+            item = Assignment(member_task, member, 0, name=f"{self._sample_prefix}:{ident}",
                               meta={"scheduler": self.name, "tag": tag, "group": group_id,
                                     "episode": episode_id, "member": member, "step": self._step},
                               sampling=self.sampling)

@@ -27,6 +27,9 @@ from .segments import Segment, build_segments
 FAILED_STATUSES = frozenset({"error", "vm_error", "guest_unreachable", "worker_died", "lease_timeout",
                              "model_unavailable", "pool_exhausted", "pool_closed", "storage_error", "task_timeout",
                              "unstorable_result", "setup_failed"})
+#: final statuses of an attempt killed by the engine: it may have written a turn it had not
+#: yet reported
+KILLED_STATUSES = frozenset({"task_timeout", "worker_died"})
 #: final statuses of an episode the model could not finish (its context ran out; a reply cut
 #: at the token limit under on_length="end"): outcomes at reward 0, kept in their group
 CUT_STATUSES = frozenset({"context_overflow", "truncated"})
@@ -75,7 +78,7 @@ class Trajectory:
         if self.turns_file is None:
             return []
         try:
-            return read_turns(self.turns_file)
+            turns = read_turns(self.turns_file)
         except FileNotFoundError:
             if not self.record.get("turns"):
                 return []  # the attempt ended before its first turn
@@ -83,6 +86,23 @@ class Trajectory:
             raise RolloutError(f"{self.trajectory_id}: its {self.record['turns']} turns are in {self.turns_file}, "
                                f"which is not on this host{where}: give every node the output folder "
                                "(a shared filesystem), or use a backend that returns the turns") from None
+        self._check_own(turns)
+        return turns
+
+    def _check_own(self, turns: list[dict[str, Any]]) -> None:
+        """RolloutError unless the file holds the turns the record counted: a file another
+        attempt wrote over is never handed out as this one's. An attempt killed mid-turn
+        (``KILLED_STATUSES``) may hold one turn more: its last was written, not yet reported."""
+        counted = self.record.get("turns")
+        if not isinstance(counted, int) or isinstance(counted, bool):
+            counted = 0  # the attempt ended before its first turn
+        lines = [turn.get("turn") for turn in turns]
+        extra = 1 if self.status in KILLED_STATUSES else 0
+        if counted <= len(lines) <= counted + extra and lines == list(range(1, len(lines) + 1)):
+            return
+        raise RolloutError(f"{self.trajectory_id}: its record counts {counted} turn(s), but {self.turns_file} "
+                           f"holds {len(lines)} (turns {lines[:20]}): the file is not this attempt's (another "
+                           "run wrote into the run folder?); refusing to hand out turns that may not be its own")
 
     def segments(self) -> list[Segment]:
         """The trajectory as training data: exact token sequences with ``loss_mask``,

@@ -116,6 +116,8 @@ class RolloutScheduler(ChosenBatches, GroupGeneration):
             run_config, self.modes, max_concurrent_rollouts=max_concurrent_rollouts,
             envs_per_worker=self.env_config.max_env_num_per_worker)
         self._shared.schedulers.append(self)
+        #: what its samples' names start with (``run_folder``: a later session's are apart)
+        self._sample_prefix = self._shared.folder.sample_prefix(name)
         self._budget.watch(self._shared.gate)  # did the model answer? (a failure budget's error)
         #: staleness by the policy versions that sampled a group's tokens (``staleness``)
         self._lag = VersionLag(self._shared.gate, max_version_lag, stale_versions)

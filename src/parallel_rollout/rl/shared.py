@@ -1,8 +1,9 @@
 """One engine, many schedulers: what every RolloutScheduler on one engine shares.
 
 The first scheduler starts it: the policy gate (a unix socket for local workers; TCP at the
-address the nodes reach this process by on ``--backend ray``), the engine with the gate's
-address in its run config, and the results file. Siblings (validation, a baseline
+address the nodes reach this process by on ``--backend ray``), the run folder, locked for
+the engine's life (``run_folder``: RunLocked for a second writer, a later session's samples
+named apart), the engine with the gate's address in its run config, and the results file. Siblings (validation, a baseline
 evaluation) join it: they share the workers, the pool and the one concurrency limit, and must
 bring no mode that needs VMs the pool was not made for. ``close()`` (the first scheduler's,
 or the interpreter's exit when the trainer never called it) ends every scheduler's
@@ -19,15 +20,18 @@ from typing import Any
 from ..config import RunConfig
 from ..errors import ConfigError
 from ..policy_gate import PolicyGate
+from .run_folder import RunFolder
 
 
 class SharedEngine:
     """The engine, the gate, the results file and the schedulers using them."""
 
-    def __init__(self, engine: Any, gate: PolicyGate, store: Any) -> None:
+    def __init__(self, engine: Any, gate: PolicyGate, store: Any, folder: RunFolder) -> None:
         self.engine = engine
         self.gate = gate
         self.store = store
+        #: the locked run folder, and this session's number in it
+        self.folder = folder
         #: every scheduler on this engine (each has ``mark_closed()``)
         self.schedulers: list[Any] = []
         self.closed = False
@@ -41,7 +45,7 @@ class SharedEngine:
         from ..results import ResultStore
 
         gate = PolicyGate(version=0, host=gate_host(run_config))
-        store = engine = None
+        store = engine = folder = None
         try:
             run_id = run_config.run_id or default_run_id("rl", run_config.output_dir)
             changes: dict[str, Any] = {"policy_gate": gate.path, "run_id": run_id}
@@ -50,17 +54,18 @@ class SharedEngine:
             if envs_per_worker is not None:
                 changes["envs_per_worker"] = envs_per_worker
             config = dataclasses.replace(run_config, **changes)
-            run_dir = Path(config.output_dir) / run_id
-            run_dir.mkdir(parents=True, exist_ok=True)
-            store = ResultStore(run_dir)
-            engine = Engine(config, run_dir, run_id=run_id, modes=modes, record_sink=store.append)
-            shared = cls(engine, gate, store)
+            folder = RunFolder.open(Path(config.output_dir) / run_id, resume=config.resume)
+            store = ResultStore(folder.run_dir)
+            engine = Engine(config, folder.run_dir, run_id=run_id, modes=modes, record_sink=store.append)
+            shared = cls(engine, gate, store, folder)
             engine.start()
         except BaseException:
             if engine is not None:
                 engine.close(grace=0.0)
             if store is not None:
                 store.close()
+            if folder is not None:
+                folder.close()
             gate.close()
             raise
         # A trainer that dies without close() still leaves nothing behind.
@@ -95,6 +100,7 @@ class SharedEngine:
         finally:
             self.gate.close()
             self.store.close()
+            self.folder.close()  # last: the folder is another run's to write only once all is stopped
 
 
 def gate_host(run_config: RunConfig) -> str | None:

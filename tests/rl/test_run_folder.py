@@ -1,0 +1,81 @@
+"""A scheduler's run folder (rl/run_folder.py): one engine writes into it at a time, a later
+session of the same run_id neither overwrites nor mixes with an earlier one's samples, and
+turns read back are the attempt's own."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+
+import pytest
+
+from parallel_rollout.errors import ConfigError, RolloutError, RunLocked
+from parallel_rollout.results import read_records
+from parallel_rollout.rl import EnvManagerConfig, RolloutScheduler
+from rl_support import rl_config
+
+
+def _lake(**changes):
+    return EnvManagerConfig(**{"num_env_groups": 2, "group_size": 2, "tags": ["FrozenLake"], **changes})
+
+
+def _files(run_dir):
+    """Every trajectory file of the folder -> its sha256."""
+    return {str(p.relative_to(run_dir)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted((run_dir / "trajectories").rglob("*.jsonl"))}
+
+
+def _own_turns(batch):
+    """Each trajectory's turns are the attempt's: as many as its record counts, its reward's episode."""
+    for trajectory in batch:
+        assert len(trajectory.turns) == trajectory.record["turns"], trajectory.trajectory_id
+
+
+def test_a_second_scheduler_on_a_live_run_folder_is_refused(tmp_path, table, schedulers):
+    _, server = table
+    train = schedulers(rl_config(tmp_path, server, num_rollouts=1, run_id="grpo"), _lake(), async_generation_ratio=1)
+    train.get_batch(4, step=0)
+    before = read_records(train.run_dir / "results.jsonl")
+    with pytest.raises(RunLocked, match="another run is writing to .*grpo"):
+        RolloutScheduler(rl_config(tmp_path, server, num_rollouts=1, run_id="grpo"), _lake())
+    batch = train.get_batch(4, step=1)
+    _own_turns(batch)
+    records = read_records(train.run_dir / "results.jsonl")
+    assert records[:len(before)] == before
+    finals = [(r["key"], r["attempt"]) for r in records if r.get("final")]
+    assert len(finals) == len(set(finals)), finals  # no sample written twice
+
+
+def test_a_later_session_of_a_run_id_is_refused_or_kept_apart(tmp_path, table, schedulers):
+    _, server = table
+    first = schedulers(rl_config(tmp_path, server, num_rollouts=1, run_id="grpo"), _lake())
+    first.get_batch(4, step=0)
+    first.close()
+    run_dir = first.run_dir
+    files, records = _files(run_dir), read_records(run_dir / "results.jsonl")
+    with pytest.raises(ConfigError, match="already holds the results of an earlier run.*resume=True"):
+        RolloutScheduler(rl_config(tmp_path, server, num_rollouts=1, run_id="grpo"), _lake())
+    assert _files(run_dir) == files  # refused before anything was written
+    again = schedulers(rl_config(tmp_path, server, num_rollouts=1, run_id="grpo", resume=True), _lake())
+    batch = again.get_batch(8, step=0)
+    _own_turns(batch)
+    assert all(t.record["key"].startswith("train@s1:") for t in batch)
+    now = _files(run_dir)
+    assert {name: now[name] for name in files} == files  # the first session's files are untouched
+    assert read_records(run_dir / "results.jsonl")[:len(records)] == records
+    finals = [r["key"] for r in read_records(run_dir / "results.jsonl") if r.get("final")]
+    assert len(finals) == len(set(finals)), finals
+    sessions = [json.loads(line)["session"] for line in (run_dir / "sessions.jsonl").read_text().splitlines()]
+    assert sessions == [0, 1]
+
+
+def test_turns_that_are_not_the_attempts_own_are_refused(tmp_path, table, schedulers):
+    _, server = table
+    train = schedulers(rl_config(tmp_path, server, num_rollouts=1), _lake())
+    trajectory = next(t for t in train.get_batch(4, step=0) if t.record["turns"] >= 1)
+    other = dataclasses.replace(trajectory, _turns=None, _segments=None)
+    lines = trajectory.turns_file.read_text().splitlines()
+    trajectory.turns_file.write_text("\n".join(lines[:-1]) + "\n")  # one turn short: another attempt's file
+    with pytest.raises(RolloutError, match=f"record counts {len(lines)} turn.*holds {len(lines) - 1}"):
+        other.turns  # noqa: B018
