@@ -5,7 +5,8 @@ Neither draws from the task source nor meets the group filter, the ratio or stal
 trainer chose the tasks. Their groups run beside the scheduler's own on the same slots
 (``purpose`` "given" / "all"): a given group whose members fail is started again in its
 place, and get_batch(-1) hands back failed members as they are (a validation report counts
-them). The state is the scheduler's (``self``), as for ``generation.GroupGeneration``.
+them). A call that raised (a timeout …) drops its groups still running and forgets those that
+finished: the next call runs its tasks afresh, none counted twice. The state is the scheduler's (``self``), as for ``generation.GroupGeneration``.
 """
 
 from __future__ import annotations
@@ -48,12 +49,17 @@ class ChosenBatches:
                         self._wait()
         finally:
             with self._cond:
-                for group in (self._given or {}).values():
-                    if group.completed_at is None and group.group_id in self._groups:
-                        self._drop(group, "closed")
+                self._abandon("given")
                 self._given = None
             self._flush()
         return with_turns([t for group in batch for t in group.trajectories()])
+
+    def _abandon(self, purpose: str) -> None:
+        """The groups of ``purpose`` ("given", "all") still running when their get_batch
+        ended: dropped and their members cancelled (``dropped_abandoned`` when it raised), so
+        none is counted in the next call's batch."""
+        for group in [g for g in self._groups.values() if g.purpose == purpose]:
+            self._drop(group, "abandoned")
 
     def _resolve(self, task: Any) -> tuple[str, Any]:
         """(tag, Task) of a task given to get_batch: a Task of an engine mode, or the id of a
@@ -97,6 +103,8 @@ class ChosenBatches:
                     self._fill()
         finally:
             with self._cond:
-                self._all = None
+                self._abandon("all")
+                self._all, self._all_done = None, []
+            self._flush()
         done.sort(key=lambda g: g.group_id)
         return with_turns([t for group in done for t in group.trajectories()])
