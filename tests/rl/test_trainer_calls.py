@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 
 import pytest
 
 from llm_server import LLMServer
-from parallel_rollout.rl import BatchTimeout, EnvManagerConfig, RolloutScheduler
+from process_tree import fork_servers
+from parallel_rollout.errors import ConfigError
+from parallel_rollout.rl import BatchTimeout, EnvManagerConfig, RolloutScheduler, SchedulerClosed
 from rl_support import TINY, Switch, lake_set, rl_config
 from table_policy import TablePolicy
 
@@ -23,6 +26,61 @@ def engine(tmp_path_factory):
     yield base, switch, folder
     base.close()
     server.stop()
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"max_version_lag": -1}, "max_version_lag must be a whole number >= 0"),
+    ({"stale_versions": "ignore"}, "stale_versions must be 'drop' or 'keep'"),
+    ({"max_concurrent_rollouts": -1}, "max_concurrent_rollouts must be a whole number >= 1"),
+    ({"max_concurrent_rollouts": 0}, "max_concurrent_rollouts must be a whole number >= 1"),
+    ({"max_concurrent_rollouts": 2.5}, "max_concurrent_rollouts must be a whole number >= 1"),
+])
+def test_a_bad_option_is_refused_before_the_engine_starts(tmp_path, options, message):
+    server = LLMServer(policy=TablePolicy(seed=0)).start()
+    try:
+        with pytest.raises(ConfigError, match=message):
+            RolloutScheduler(rl_config(tmp_path, server, num_rollouts=1), EnvManagerConfig(tags=["FrozenLake"]),
+                             **options)
+        assert not fork_servers()  # no worker was started
+        assert not (tmp_path / "out").exists()  # nor a run folder made
+    finally:
+        server.stop()
+
+
+def test_a_refused_sibling_leaves_nothing_and_a_closed_scheduler_refuses_every_call(tmp_path, table):
+    _, server = table
+    train = RolloutScheduler(rl_config(tmp_path, server, num_rollouts=1), EnvManagerConfig(tags=["FrozenLake"]))
+    val_config = EnvManagerConfig(group_size=1, tags=["FrozenLake"])
+    for options in ({"max_version_lag": -1}, {"stale_versions": "ignore"}, {"max_concurrent_rollouts": 2}):
+        with pytest.raises(ConfigError):
+            train.sibling(val_config, **options)
+    assert train._shared.schedulers == [train]  # no half-made sibling listed
+    train.close()  # closes cleanly (it raised AttributeError '_cond' with one listed)
+    assert not fork_servers()
+    with pytest.raises(SchedulerClosed):
+        train.sibling(val_config)
+    calls = {"get_batch": lambda: train.get_batch(-1, step=0), "get_batch(n)": lambda: train.get_batch(2, step=0),
+             "suspend": train.suspend, "resume": lambda: train.resume(8),
+             "load_state_dict": lambda: train.load_state_dict({})}
+    for name, call in calls.items():
+        with pytest.raises(SchedulerClosed):
+            call()
+    assert train.stats()["policy_version"] == 0  # the readers still answer; resume(8) changed nothing
+    train.close()  # idempotent
+
+
+def test_a_sibling_of_a_closed_engine_never_waits(tmp_path, table):
+    """A sibling made before its engine closed (it was not told, say, as it joined meanwhile)
+    still ends at once."""
+    _, server = table
+    train = RolloutScheduler(rl_config(tmp_path, server, num_rollouts=1), EnvManagerConfig(tags=["FrozenLake"]))
+    val = train.sibling(EnvManagerConfig(group_size=1, tags=["FrozenLake"]))
+    train.close()
+    val._closed = False  # as if it had joined after close() told the others
+    started = time.monotonic()
+    with pytest.raises(SchedulerClosed, match="engine is closed"):
+        val.get_batch(-1, step=0)
+    assert time.monotonic() - started < 5
 
 
 def test_validation_after_a_timeout_runs_each_task_once(engine):

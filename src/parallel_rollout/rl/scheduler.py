@@ -44,11 +44,11 @@ from ..config_checks import check_sampling
 from ..errors import ConfigError, RolloutError
 from .budget import BatchBudget
 from .chosen import ChosenBatches
-from .config import EnvManagerConfig, check_run_config, load_tasks_of, resolve_task_set
+from .config import EnvManagerConfig, check_count, check_run_config, load_tasks_of, resolve_task_set
 from .generation import GroupGeneration
 from .groups import Group, GroupFilter, Trajectory, with_turns
 from .metrics import batch_metrics
-from .staleness import VersionLag
+from .staleness import VersionLag, check_lag_options
 from .sources import ShuffledTasks, TaskSource, check_batch_partition, quotas
 from .shared import SharedEngine
 
@@ -79,12 +79,18 @@ class RolloutScheduler(ChosenBatches, GroupGeneration):
                  max_version_lag: int | None = None, stale_versions: str = "drop",
                  task_source: TaskSource | None = None, batch_partition: list[float] | None = None,
                  sampling: dict[str, Any] | None = None, _shared: SharedEngine | None = None) -> None:
+        # Every argument is checked before anything starts or joins an engine: a ConfigError
+        # must leave no engine running and no half-made scheduler among its siblings.
         check_run_config(run_config)  # as run() checks its settings: types, ranges, the agent
         self.env_config = env_config or EnvManagerConfig()
         self.env_config.check()
         self.ratio = _whole_ratio(async_generation_ratio)
         if failed_member not in ("drop", "placeholder"):
             raise ConfigError(f"failed_member must be 'drop' or 'placeholder', got {failed_member!r}")
+        check_count("max_concurrent_rollouts", max_concurrent_rollouts, 1, optional=True)
+        if _shared is not None and max_concurrent_rollouts is not None:
+            raise ConfigError("a sibling shares its engine's max_concurrent_rollouts; give it to the first scheduler")
+        check_lag_options(max_version_lag, stale_versions)
         self.failed_member = failed_member
         self.group_filter = group_filter
         #: bounds on a get_batch: its timeout, groups failed in a row, groups filtered (budget)
@@ -98,6 +104,8 @@ class RolloutScheduler(ChosenBatches, GroupGeneration):
         self.run_config = run_config
         self.tags = list(self.env_config.tags or [run_config.mode])
         self.batch_partition = check_batch_partition(batch_partition, self.tags)
+        if _shared is not None and _shared.closed:
+            raise SchedulerClosed("the engine of this scheduler's maker is closed: make a new RolloutScheduler")
         self._tasks = _load_tags(self.tags, self.env_config, run_config)
         #: which task each new group runs (``sources``): the built-in order, or the trainer's
         self._source: TaskSource = task_source or ShuffledTasks(self._tasks, seed)
@@ -115,9 +123,18 @@ class RolloutScheduler(ChosenBatches, GroupGeneration):
         self._shared = _shared or SharedEngine.start(
             run_config, self.modes, max_concurrent_rollouts=max_concurrent_rollouts,
             envs_per_worker=self.env_config.max_env_num_per_worker)
-        self._shared.schedulers.append(self)
+        try:
+            self._init_state(max_version_lag, stale_versions)
+        except BaseException:
+            if self._owner:
+                self._shared.close()
+            raise
+        self._shared.schedulers.append(self)  # last: a sibling is only listed once it is whole
+
+    def _init_state(self, max_version_lag: int | None, stale_versions: str) -> None:
+        """The state of a scheduler on its engine (arguments checked, the engine started)."""
         #: what its samples' names start with (``run_folder``: a later session's are apart)
-        self._sample_prefix = self._shared.folder.sample_prefix(name)
+        self._sample_prefix = self._shared.folder.sample_prefix(self.name)
         self._budget.watch(self._shared.gate)  # did the model answer? (a failure budget's error)
         #: staleness by the policy versions that sampled a group's tokens (``staleness``)
         self._lag = VersionLag(self._shared.gate, max_version_lag, stale_versions)
@@ -157,7 +174,8 @@ class RolloutScheduler(ChosenBatches, GroupGeneration):
                 **options: Any) -> "RolloutScheduler":
         """Another scheduler on the same engine, gate and concurrency limit (validation, a
         baseline evaluation). ``sampling``: its own overrides (e.g. ``{"temperature": 0}``);
-        without it, this scheduler's."""
+        without it, this scheduler's. SchedulerClosed once this scheduler is closed."""
+        self._check_open()
         if (env_config.max_env_num_per_worker is not None
                 and env_config.max_env_num_per_worker != self._shared.engine.config.envs_per_worker):
             raise ConfigError(f"a sibling's max_env_num_per_worker ({env_config.max_env_num_per_worker}) must be "
@@ -182,6 +200,7 @@ class RolloutScheduler(ChosenBatches, GroupGeneration):
         row (whether the model endpoint answered meanwhile, the last failure) or
         ``max_filtered_groups`` filtered ones. A call that raised leaves nothing counted: the
         next starts afresh."""
+        self._check_open()
         if batch_size == -1:
             if tasks is not None:
                 raise ConfigError("get_batch: batch_size=-1 runs every task of the tags once, not with tasks=; "
@@ -289,6 +308,7 @@ class RolloutScheduler(ChosenBatches, GroupGeneration):
         """Continue from ``state_dict()`` of an earlier scheduler with the same tags; call it
         before the first get_batch."""
         with self._cond:
+            self._check_open()
             if self._groups or self._ready or self._stats["groups_started"]:
                 raise RolloutError("load_state_dict must come before the scheduler's first get_batch")
             self._source.load_state_dict(state.get("source", {}))
@@ -306,6 +326,7 @@ class RolloutScheduler(ChosenBatches, GroupGeneration):
         """Stop new model requests (every scheduler of this engine) for a weight update; wait
         for those in flight, or with ``abort`` have them redone after ``resume``. Task clocks
         stop until ``resume``: waiting for the update is not an episode's time."""
+        self._check_open()
         self._shared.engine.hold_clocks(True)
         self._shared.gate.suspend(abort=abort, timeout=timeout)
 
@@ -318,6 +339,7 @@ class RolloutScheduler(ChosenBatches, GroupGeneration):
         cancelled, requests in flight aborted): the requests ``suspend(abort=True)`` ended are
         awaited first (their agents say which tokens they keep), so a partial reply counts
         even when the trainer resumes at once."""
+        self._check_open()
         policy_version = self._shared.gate.check_version(policy_version)
         if self._lag.max_lag is not None:
             self._shared.gate.wait_aborted(_ABORTED_END_S)
@@ -397,8 +419,12 @@ class RolloutScheduler(ChosenBatches, GroupGeneration):
         self._check_open()
 
     def _check_open(self) -> None:
-        if self._closed:
-            raise SchedulerClosed(f"scheduler {self.name!r} is closed")
+        """SchedulerClosed once this scheduler, or its engine, is closed: every call that
+        would start, wait for or steer generation raises it (the readers, ``stats()``,
+        ``metrics()``, ``state_dict()``, still answer)."""
+        if self._closed or self._shared.closed:
+            raise SchedulerClosed(f"scheduler {self.name!r} is closed" if self._closed else
+                                  f"scheduler {self.name!r}: its engine is closed (its first scheduler's close())")
 
 
 def _load_tags(tags: list[str], env_config: EnvManagerConfig, run_config: RunConfig) -> dict[str, list[Any]]:

@@ -31,9 +31,7 @@ class VersionLag:
     """``max_version_lag`` and ``stale_versions`` of a scheduler, judged through its gate."""
 
     def __init__(self, gate, max_version_lag: int | None, stale_versions: str = "drop") -> None:
-        check_count("max_version_lag", max_version_lag, 0, optional=True)
-        if stale_versions not in STALE_VERSIONS:
-            raise ConfigError(f"stale_versions must be 'drop' or 'keep', got {stale_versions!r}")
+        check_lag_options(max_version_lag, stale_versions)
         self.gate = gate
         self.max_lag = max_version_lag
         self.mode = stale_versions
@@ -60,3 +58,11 @@ class VersionLag:
         """The samples are settled: the gate forgets their versions."""
         for key in keys:
             self.gate.forget(key)
+
+
+def check_lag_options(max_version_lag: int | None, stale_versions: str) -> None:
+    """ConfigError naming the argument unless ``max_version_lag`` is None or a whole number
+    >= 0 and ``stale_versions`` one of ``STALE_VERSIONS``."""
+    check_count("max_version_lag", max_version_lag, 0, optional=True)
+    if stale_versions not in STALE_VERSIONS:
+        raise ConfigError(f"stale_versions must be 'drop' or 'keep', got {stale_versions!r}")
