@@ -155,21 +155,10 @@ class PolicyGate:
         carries it, so it must be an int, and tokens are judged by it (a group's staleness, a
         segment's ``versions``): a version that went back would make old tokens look new. A
         trainer that rolls its weights back gives the old weights a new, higher version."""
-        if isinstance(version, bool):
-            raise ConfigError(f"policy_version must be a whole number >= 0, got {version!r}")
-        try:
-            number = operator.index(version)
-        except TypeError:
-            raise ConfigError(f"policy_version must be a whole number >= 0, got {version!r} "
-                              f"({type(version).__name__})") from None
-        if number < 0:
-            raise ConfigError(f"policy_version must be a whole number >= 0, got {number}")
         with self._cond:
             current = self.version
-        if number < current:
-            raise ConfigError(f"policy_version {number} is below the current version {current}: versions "
-                              "only go up (they date every token); give rolled-back weights a new version")
-        return number
+        return whole_number_from("policy_version", version, current, "versions only go up (they date every "
+                                 "token); give rolled-back weights a new version", noun="version")
 
     def close(self) -> None:
         """Stop serving; waiting agents are told the gate is gone."""
@@ -407,3 +396,20 @@ def _no_delay(sock: socket.socket) -> None:
     # one short line each way per model request: no Nagle delay on TCP
     if sock.family in (socket.AF_INET, socket.AF_INET6):
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
+def whole_number_from(name: str, value: Any, current: int, why: str, noun: str | None = None) -> int:
+    """``value`` as an int; ConfigError naming ``name`` unless it is a whole number >= 0 (an
+    int, or an integer type ``operator.index`` takes, numpy's; not a bool) and not below
+    ``current``, the current ``noun`` (``why`` says why it may not go back)."""
+    if isinstance(value, bool):
+        raise ConfigError(f"{name} must be a whole number >= 0, got {value!r}")
+    try:
+        number = operator.index(value)
+    except TypeError:
+        raise ConfigError(f"{name} must be a whole number >= 0, got {value!r} ({type(value).__name__})") from None
+    if number < 0:
+        raise ConfigError(f"{name} must be a whole number >= 0, got {number}")
+    if number < current:
+        raise ConfigError(f"{name} {number} is below the current {noun or name} {current}: {why}")
+    return number

@@ -1,7 +1,10 @@
-"""The trainer's calls refused or ended cleanly instead of hanging, leaking or miscounting."""
+"""The trainer's calls refused or ended cleanly instead of hanging, leaking or miscounting:
+bad options before anything starts, a closed scheduler, a get_batch(-1) after a timeout, a
+step that is no step, a get_batch behind the caller's own suspend()."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import Counter
 
@@ -10,7 +13,8 @@ import pytest
 from llm_server import LLMServer
 from process_tree import fork_servers
 from parallel_rollout.errors import ConfigError
-from parallel_rollout.rl import BatchTimeout, EnvManagerConfig, RolloutScheduler, SchedulerClosed
+from parallel_rollout.rl import (BatchTimeout, EnvManagerConfig, RolloutScheduler, SchedulerClosed,
+                                 SchedulerSuspended)
 from rl_support import TINY, Switch, lake_set, rl_config
 from table_policy import TablePolicy
 
@@ -100,3 +104,52 @@ def test_validation_after_a_timeout_runs_each_task_once(engine):
     finally:
         switch.policy = switch.default
         val.close()
+
+
+def test_a_step_that_is_no_step_is_refused_and_changes_nothing(engine):
+    base, _, folder = engine
+    train = base.sibling(EnvManagerConfig(num_env_groups=1, group_size=1, tags=["FrozenLake"]), name="steps")
+    try:
+        train.get_batch(1, step=2, timeout=120)
+        for bad, message in (("3", r"step must be a whole number >= 0, got '3' \(str\)"),
+                             (-1, "step must be a whole number >= 0, got -1"), (True, "got True"),
+                             (1, "step 1 is below the current step 2")):
+            with pytest.raises(ConfigError, match=message):
+                train.get_batch(1, step=bad)
+            with pytest.raises(ConfigError, match=message):
+                train.get_batch(-1, step=bad)
+            assert train.stats()["step"] == 2
+        train.get_batch(1, step=2, timeout=120)  # the same step again is a step
+    finally:
+        train.close()
+
+
+def test_get_batch_behind_its_own_suspend_raises_and_a_timeout_says_the_gate_is_shut(engine):
+    base, _, _ = engine
+    train = base.sibling(EnvManagerConfig(num_env_groups=1, group_size=1, tags=["FrozenLake"]), name="shut")
+    try:
+        train.suspend()
+        started = time.monotonic()
+        with pytest.raises(SchedulerSuspended, match="call resume"):
+            train.get_batch(1, step=0)  # without the check: blocked for ever
+        assert time.monotonic() - started < 1
+        assert train.stats().get("groups_started", 0) == 0
+        # another thread's get_batch waits (the suspending thread may resume); its timeout says why
+        errors = []
+        getter = threading.Thread(target=lambda: _catch(errors, lambda: train.get_batch(1, step=0, timeout=1)))
+        getter.start()
+        getter.join(30)
+        assert errors and isinstance(errors[0], BatchTimeout), errors
+        assert "the policy gate is suspended" in str(errors[0])
+        train.resume(train.policy_version)
+        assert len(train.get_batch(1, step=0, timeout=120)) == 1
+    finally:
+        base.resume(base.policy_version)
+        train.close()
+
+
+def _catch(errors, call):
+    try:
+        call()
+    except Exception as exc:  # noqa: BLE001 - the test looks at it
+        errors.append(exc)

@@ -208,5 +208,7 @@ class BatchBudget:
     def check_time(self, ready: int, running: int) -> None:
         """Raise ``BatchTimeout`` once this get_batch is past its timeout."""
         if self._deadline is not None and time.monotonic() > self._deadline:
+            shut = ("; the policy gate is suspended (suspend() without resume(): no model request goes out)"
+                    if self._gate is not None and not self._gate.is_open else "")
             raise BatchTimeout(f"get_batch timed out after {self._timeout:g}s with {ready} group(s) ready "
-                               f"and {running} running; last failure: {self.last_failure or 'none'}")
+                               f"and {running} running{shut}; last failure: {self.last_failure or 'none'}")

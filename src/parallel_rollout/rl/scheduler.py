@@ -42,6 +42,7 @@ from typing import Any
 from ..config import RunConfig
 from ..config_checks import check_sampling
 from ..errors import ConfigError, RolloutError
+from ..policy_gate import whole_number_from
 from .budget import BatchBudget
 from .chosen import ChosenBatches
 from .config import EnvManagerConfig, check_count, check_run_config, load_tasks_of, resolve_task_set
@@ -65,6 +66,13 @@ class SchedulerClosed(RolloutError):
     """get_batch on a closed scheduler, or the scheduler closed while it waited."""
 
     kind = "scheduler_closed"
+
+
+class SchedulerSuspended(RolloutError):
+    """get_batch from the thread that suspended the policy gate, before its resume(): no
+    model request would go out, and the call would wait for ever."""
+
+    kind = "scheduler_suspended"
 
 
 class RolloutScheduler(ChosenBatches, GroupGeneration):
@@ -199,8 +207,10 @@ class RolloutScheduler(ChosenBatches, GroupGeneration):
         ``timeout`` seconds, ``RolloutError`` after ``max_failed_groups`` failed groups in a
         row (whether the model endpoint answered meanwhile, the last failure) or
         ``max_filtered_groups`` filtered ones. A call that raised leaves nothing counted: the
-        next starts afresh."""
-        self._check_open()
+        next starts afresh. ``step``: a whole number >= 0, never below the last call's
+        (ConfigError, and nothing changes); SchedulerSuspended when this thread suspended the
+        gate and did not resume it (the call could never end)."""
+        step = self._check_call(step)
         if batch_size == -1:
             if tasks is not None:
                 raise ConfigError("get_batch: batch_size=-1 runs every task of the tags once, not with tasks=; "
@@ -246,6 +256,18 @@ class RolloutScheduler(ChosenBatches, GroupGeneration):
                 self._waiting = False
             self._flush()
         return self._hand_out(batch, step)
+
+    def _check_call(self, step: Any) -> int:
+        """``step`` as an int, checked with the rest of what a get_batch needs before it
+        changes anything (see ``get_batch``)."""
+        self._check_open()
+        if self._shared.suspended_by == threading.get_ident() and not self._shared.gate.is_open:
+            raise SchedulerSuspended(
+                f"get_batch on scheduler {self.name!r}: this thread suspended the policy gate and did not resume "
+                "it, so no model request goes out and no batch could come: call resume(policy_version) first")
+        with self._cond:
+            return whole_number_from("step", step, self._step, "steps date the groups (async_generation_ratio "
+                                     "drops a group made at step s once the step passes s + r)")
 
     def _hand_out(self, batch: list[Group], step: int) -> list[Trajectory]:
         """The trajectories of ``batch``, noted for ``metrics()``."""
@@ -328,6 +350,7 @@ class RolloutScheduler(ChosenBatches, GroupGeneration):
         stop until ``resume``: waiting for the update is not an episode's time."""
         self._check_open()
         self._shared.engine.hold_clocks(True)
+        self._shared.suspended_by = threading.get_ident()  # a get_batch of this thread could never end
         self._shared.gate.suspend(abort=abort, timeout=timeout)
 
     def resume(self, policy_version: int) -> None:
@@ -350,6 +373,7 @@ class RolloutScheduler(ChosenBatches, GroupGeneration):
                 self._cond.notify_all()
         self._flush()
         self._shared.gate.resume(policy_version)
+        self._shared.suspended_by = None
         self._shared.engine.hold_clocks(False)
 
     @property

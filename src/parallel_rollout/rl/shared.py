@@ -35,6 +35,9 @@ class SharedEngine:
         #: every scheduler on this engine (each has ``mark_closed()``)
         self.schedulers: list[Any] = []
         self.closed = False
+        #: the thread whose suspend() shut the gate, until a resume() (what a get_batch of
+        #: that thread refuses to wait for)
+        self.suspended_by: int | None = None
 
     @classmethod
     def start(cls, run_config: RunConfig, modes: list[str], *, max_concurrent_rollouts: int | None,
