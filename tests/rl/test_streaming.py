@@ -117,6 +117,38 @@ def test_token_ids_sent_outside_a_gate_are_checked_as_a_streamed_reply_s(llm_ser
     assert (reply.token_ids, reply.prompt_token_ids, reply.logprobs) == ([1, 2], [5, 6], [-0.1, -0.2])
 
 
+IMPOSSIBLE = {
+    "negative-id": ({"token_ids": [-5, 2], "logprobs": [-0.1, -0.2]}, r"token_ids holds negative token ids.*-5"),
+    "positive-logprob": ({"token_ids": [1, 2], "logprobs": [-0.1, 3.0]}, r"logprobs.* no log-probability.*3\.0"),
+    "nan-logprob": ({"token_ids": [1, 2], "logprobs": [float("nan"), -0.2]}, r"logprobs.* no log-probability.*nan"),
+    "inf-logprob": ({"token_ids": [1, 2], "logprobs": [-0.1, float("-inf")]}, r"logprobs.* no log-probability.*inf"),
+}
+
+
+@pytest.mark.parametrize("how", ["streamed", "whole", "generate", "chat"])
+@pytest.mark.parametrize("name", list(IMPOSSIBLE))
+def test_token_ids_and_logprobs_that_are_impossible_are_refused_naming_the_field(gate, llm_server, name, how):
+    """Numbers of the right type that no server can mean: a negative token id, a logprob above 0
+    (a probability above 1), NaN or infinite (NaN was stored as null, then read by segments()
+    as 'the server sent none'). They went into a batch; now they fail the model request."""
+    fields, message = IMPOSSIBLE[name]
+    server = llm_server(script=[{"reply": "ab", **fields, **({"ignore_stream": True} if how == "whole" else {})}])
+    if how in ("streamed", "whole"):
+        call = lambda: _client(server, gate).chat(USER)  # noqa: E731
+    else:
+        client = ModelClient(RunConfig(mode="gym", agent="openai", base_url=server.url, model="m", max_retries=1))
+        call = (lambda: client.generate([5, 6])) if how == "generate" else (lambda: client.chat(USER))  # noqa: E731
+    with pytest.raises(AgentError, match=r"the model server's .*" + message):
+        call()
+    assert len(server.requests) == 1  # the server's answer: not retried
+
+
+def test_a_logprob_a_rounding_above_0_is_taken(gate, llm_server):
+    """A float32 log-softmax can put a near-certain token's logprob a hair above 0."""
+    server = llm_server(script=[{"reply": "ab", "token_ids": [1, 2], "logprobs": [3e-7, -0.0]}])
+    assert _client(server, gate).chat(USER).logprobs == [3e-7, -0.0]
+
+
 def test_a_stream_request_that_cannot_be_built_raises_its_own_error_not_a_broken_stream(llm_server):
     """What fails before any answer came and is no openai error (which wraps every transport
     failure) is the request's own: the client could not encode it. It used to be read as a

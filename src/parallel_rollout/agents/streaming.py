@@ -32,6 +32,7 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+import math
 import socket
 import threading
 from dataclasses import dataclass, field
@@ -172,18 +173,34 @@ class StreamedReply:
                 self.finish_reason = choice["finish_reason"]
 
 
+#: how far above 0 a sampled token's logprob may be: a server's float32 log-softmax can put a
+#: near-certain token's a few 1e-6 above 0 (rounding, logits in the tens); 1e-4 leaves room for
+#: that and refuses anything that is no probability (a logprob of 3.0: probability 20)
+LOGPROB_SLACK = 1e-4
+
+
 def token_ids_of(value: Any, field: str) -> list[int]:
-    """``value`` as token ids: a list of ints (not bools); AgentError naming ``field`` else."""
+    """``value`` as token ids: a list of ints (not bools) >= 0; AgentError naming ``field`` else."""
     if not isinstance(value, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in value):
         raise AgentError(f"the model server's {field} holds what is no list of int token ids: "
                          f"{json.dumps(value)[:200]}")
+    negative = [i for i in value if i < 0]
+    if negative:
+        raise AgentError(f"the model server's {field} holds negative token ids, which no vocabulary has: "
+                         f"{negative[:10]}")
     return value
 
 
 def logprobs_of(values: list[Any], field: str) -> list[float | None]:
-    """``values`` as logprobs: numbers, or null where the server has none; AgentError else."""
+    """``values`` as logprobs: numbers, or null where the server has none; AgentError naming
+    ``field`` for anything else, and for numbers that are no log-probability of a sampled
+    token: NaN, infinite, or above 0 (past ``LOGPROB_SLACK``)."""
     if not all(v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)) for v in values):
         raise AgentError(f"the model server's {field} holds logprobs that are not numbers: {json.dumps(values)[:200]}")
+    impossible = [v for v in values if v is not None and not (math.isfinite(v) and v <= LOGPROB_SLACK)]
+    if impossible:
+        raise AgentError(f"the model server's {field} holds logprobs that are no log-probability of a sampled "
+                         f"token (NaN, infinite, or above 0 by more than {LOGPROB_SLACK:g}): {impossible[:10]}")
     return values
 
 

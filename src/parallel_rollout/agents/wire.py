@@ -249,14 +249,16 @@ def turn_info(body: bytes | str) -> dict[str, Any]:
     calls = (choice.get("message") or {}).get("tool_calls") if isinstance(choice.get("message"), dict) else None
     if isinstance(calls, list) and calls:
         info["tool_calls"] = calls  # as they came: the agent (or a trainer) reads them
-    if isinstance(choice.get("token_ids"), list):
-        info["token_ids"] = choice["token_ids"]
+    # checked as a streamed reply's are: they go into a trainer's tensors as they are
+    if choice.get("token_ids") is not None:
+        info["token_ids"] = token_ids_of(choice["token_ids"], "choices[0].token_ids")
     prompt_ids = data.get("prompt_token_ids", choice.get("prompt_token_ids"))
-    if isinstance(prompt_ids, list):
-        info["prompt_token_ids"] = prompt_ids
+    if prompt_ids is not None:
+        info["prompt_token_ids"] = token_ids_of(prompt_ids, "prompt_token_ids")
     content = (choice.get("logprobs") or {}).get("content") if isinstance(choice.get("logprobs"), dict) else None
     if isinstance(content, list):
-        info["logprobs"] = [item.get("logprob") for item in content if isinstance(item, dict)]
+        info["logprobs"] = logprobs_of([item.get("logprob") for item in content if isinstance(item, dict)],
+                                       "choices[0].logprobs.content")
     return info
 
 
