@@ -23,8 +23,12 @@ def _tiny_lakes(tmp_path):
                             task_sets=lake_set(tmp_path, count=4, name="tiny", desc=TINY, max_steps=2))
 
 
-def test_a_server_that_fails_everything_raises_naming_the_endpoint(tmp_path, schedulers):
-    server = LLMServer(policy=lambda body: {"status": 500}).start()
+@pytest.mark.parametrize("answer, says", [({"status": 500}, "500"), ({"malformed": "html page"}, "Sign in to the proxy")],
+                         ids=["http-500", "html-page"])
+def test_a_server_that_fails_everything_raises_naming_the_endpoint(tmp_path, schedulers, answer, says):
+    """An HTML page answering every request (a proxy's login) is the endpoint's failure too:
+    the error said 'none for want of the model endpoint'."""
+    server = LLMServer(policy=lambda body: answer).start()
     try:
         train = schedulers(_config(tmp_path, server), _tiny_lakes(tmp_path), max_failed_groups=3)
         started = time.monotonic()
@@ -34,7 +38,7 @@ def test_a_server_that_fails_everything_raises_naming_the_endpoint(tmp_path, sch
         # at least 3: groups that fail together (4 run at once) are counted before it checks
         failed = re.match(r"(\d+) groups in a row failed \(max_failed_groups=3\)", message)
         assert failed and int(failed.group(1)) >= 3 and server.url in message, message
-        assert "500" in message, message  # the last failure says what the server answered
+        assert says in message, message  # the last failure says what the server answered
         assert "no model request got a reply since the first of them failed: is the model endpoint" in message
         assert time.monotonic() - started < 60
         assert train.stats()["dropped_failed"] >= 3

@@ -149,6 +149,23 @@ def test_a_logprob_a_rounding_above_0_is_taken(gate, llm_server):
     assert _client(server, gate).chat(USER).logprobs == [3e-7, -0.0]
 
 
+@pytest.mark.parametrize("streamed", [True, False], ids=["streamed", "not-streamed"])
+def test_an_answer_that_is_no_api_s_is_the_endpoint_s_failure(gate, llm_server, streamed):
+    """An HTML page (a proxy's login) for every answer: ModelUnavailable (infrastructure, the
+    endpoint's), where JSON that is no completion stays the reply's AgentError."""
+    from parallel_rollout.agents.episode import ModelUnavailable
+
+    server = llm_server(script=[{"malformed": "html page"}] * 2 + [{"malformed": "no choices"}] * 2)
+    config = RunConfig(mode="gym", agent="openai", base_url=server.url, model="m", max_retries=1)
+    client = _client(server, gate) if streamed else ModelClient(config)
+    client.backoff_base_s = 0.01
+    with pytest.raises(ModelUnavailable, match="Sign in to the proxy"):
+        client.chat(USER)
+    with pytest.raises(AgentError, match="no 'choices'") as caught:
+        client.chat(USER)
+    assert not isinstance(caught.value, ModelUnavailable)
+
+
 def test_a_stream_request_that_cannot_be_built_raises_its_own_error_not_a_broken_stream(llm_server):
     """What fails before any answer came and is no openai error (which wraps every transport
     failure) is the request's own: the client could not encode it. It used to be read as a

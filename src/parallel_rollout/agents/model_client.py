@@ -52,7 +52,7 @@ from . import openai_request, streaming
 from .episode import AgentError, AttemptInfo, ContextOverflow, EndpointRefused, LengthCut, ModelUnavailable
 from .retries import REFUSING_STATUS, RETRYABLE_STATUS, Retryable, parse_retry_after, refusal, retrying
 from .servers import Route
-from .wire import MalformedResponse, Wire, excerpt, is_overflow
+from .wire import MalformedResponse, Wire, excerpt, is_overflow, not_an_api_answer
 
 __all__ = ["ModelClient", "Reply"]
 
@@ -331,7 +331,11 @@ class ModelClient:
                 if raw.requests > 1:
                     info.update(versions=raw.versions, partial=True)
             else:
-                text, usage, info = self.wire.reply(raw.content)
+                try:
+                    text, usage, info = self.wire.reply(raw.content)
+                except MalformedResponse as exc:
+                    exc.content_type = raw.headers.get("content-type")
+                    raise
         except openai.APIStatusError as exc:
             problem = f"HTTP {exc.status_code}: {excerpt(exc.response.text)}"
             if is_overflow(exc.status_code, exc.response.text):
@@ -348,8 +352,8 @@ class ModelClient:
             raise Retryable(f"connection failed: {exc.__cause__ or exc}", server_down=True) from None
         except streaming.StreamBroken as exc:
             raise Retryable(f"the reply stream broke: {exc}") from None
-        except MalformedResponse as exc:
-            raise Retryable(f"malformed response: {exc}") from None
+        except MalformedResponse as exc:  # an HTML page for an answer: the endpoint's fault
+            raise Retryable(f"malformed response: {exc}", unavailable=not_an_api_answer(exc.content_type)) from None
         self._usage["prompt_tokens"] += usage.get("prompt_tokens", 0)
         self._usage["completion_tokens"] += usage.get("completion_tokens", 0)
         self._turn.update(info if self._gate is not None or self.wire.sends_ids

@@ -44,7 +44,23 @@ NO_TOKEN_IDS_HINT = ("serve the policy with vLLM >= 0.10.2 (the agent asks for r
 
 
 class MalformedResponse(Exception):
-    """A 2xx response whose body is not a usable completion."""
+    """A 2xx response whose body is not a usable completion; ``content_type``: the answer's,
+    where known (``not_an_api_answer`` tells the endpoint's fault from the reply's)."""
+
+    def __init__(self, problem: str, content_type: str | None = None) -> None:
+        super().__init__(problem)
+        self.content_type = content_type
+
+
+def not_an_api_answer(content_type: str | None) -> bool:
+    """Whether a malformed answer came as something no model API answers with (an HTML page:
+    a proxy's, a login's; plain text): the endpoint is not serving the API, which is its
+    fault (``ModelUnavailable`` once the retries run out), not the reply's. JSON or an event
+    stream that holds no completion, or no Content-Type at all, stays the reply's."""
+    if not content_type:
+        return False
+    kind = content_type.split(";")[0].strip().lower()
+    return not (kind in ("application/json", "text/event-stream") or kind.endswith("+json"))
 
 
 class Wire:
@@ -279,7 +295,8 @@ def _whole_streamed(answer, path: str):
         if reply.finish_reason is None:
             raise MalformedResponse(f"choices[0] has no finish_reason: {excerpt(answer.body)!r}")
     except MalformedResponse as exc:
-        raise MalformedResponse(f"the server answered stream=true with {what}, not an event stream; {exc}") from None
+        raise MalformedResponse(f"the server answered stream=true with {what}, not an event stream; {exc}",
+                                answer.content_type) from None
     return reply
 
 
