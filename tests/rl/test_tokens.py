@@ -251,7 +251,9 @@ def test_tokenizer_length_cut_with_on_length_end_is_truncated(tokens, tokenizer_
         assert trajectory.status == "truncated" and trajectory.reward == 0.0, trajectory.record
         assert trajectory.cut and not trajectory.failed
         assert [t["stop_reason"] for t in trajectory.turns] == ["length"]
-        assert "on_length='end'" in trajectory.record["failure"]["message"]
+        message = trajectory.record["failure"]["message"]
+        assert "on_length='end'" in message
+        assert "/v1/completions:" in message and "chat/completions" not in message, message  # the path used
         assert _masked_in(trajectory.segments()) == _server_sampled(model, rights_and_more, 1, limit)
 
 

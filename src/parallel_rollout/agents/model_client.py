@@ -174,7 +174,9 @@ class ModelClient:
         self._sample(request, sampling)
         if tools:
             request["tools"] = tools
-        return self._finish(self._complete(self.wire.prepare(request)))
+        prepared = self.wire.prepare(request)
+        self._path = self.wire.path_of(prepared)  # with a tokenizer: token ids to /completions
+        return self._finish(self._complete(prepared))
 
     def generate(self, prompt_token_ids: Sequence[int], **sampling: Any) -> Reply:
         """The token-in form: the reply to the agent's own prompt ids, sent as they are to
