@@ -11,7 +11,7 @@ they run on other hosts (the ray backend). One connection per env loop, a line p
     … the model request (streamed) …
                          ◄─  "abort\\n"   (unsolicited, at most once, only between go and end:
                                            suspend(abort=True))
-    "end [<kept>]\\n"    ─►  "ok\\n" | "redo\\n" (the request was aborted)
+    "end [<kept>|-]\\n"  ─►  "ok\\n" | "redo\\n" (the request was aborted)
 
 ``suspend()`` closes the gate and waits until no request is between begin and end;
 ``suspend(abort=True)`` returns at once: it marks the requests in flight and sends each of
@@ -26,7 +26,10 @@ the current one (``check_version``).
 ``<kept>`` is the oldest policy version among the tokens the agent keeps after this request
 (its reply, or a partial reply it will continue; none when an aborted turn starts over). The
 gate keeps the oldest per key (``oldest_version``): how a scheduler judges a group's
-staleness by the versions that sampled its tokens, running or complete. A worker that dies between
+staleness by the versions that sampled its tokens, running or complete. ``-`` says the
+request got no answer at all (a timeout, a refused or reset connection): ``unanswered``
+counts them, how a scheduler tells a hung or stopped server from long replies
+(``rl/budget.py``). A worker that dies between
 begin and end closes its connection, which counts as its end: a killed process never holds
 the gate shut.
 """
@@ -70,6 +73,9 @@ class PolicyGate:
         self.requests = 0
         self.replies = 0
         self.aborted = 0
+        #: requests that ended with no answer from the server at all (timeouts, refused or
+        #: reset connections: "end -")
+        self.unanswered = 0
         self._folder: str | None = None
         if host is None:
             self._folder = tempfile.mkdtemp(prefix="pr-gate-")
@@ -215,7 +221,9 @@ class PolicyGate:
                         self.requests += 1
                         conn.sendall(f"go {self.version}\n".encode())
                 elif command == "end":
+                    unanswered, key = key == "-", "" if key == "-" else key
                     with self._cond:
+                        self.unanswered += unanswered
                         peer = self._peers.get(ident)
                         if key and peer is not None and peer[1]:  # "end <kept version>"
                             self._oldest[peer[1]] = min(self._oldest.get(peer[1], int(key)), int(key))
@@ -293,12 +301,13 @@ class GateClient:
             raise
         return version, time.monotonic() - started
 
-    def end(self, kept: int | None = None) -> bool:
+    def end(self, kept: int | None = None, unanswered: bool = False) -> bool:
         """Tell the gate the request is over, and ``kept``: the oldest policy version among
-        the tokens kept after it (None: none kept). True when it was aborted (by a weight
-        update or a cancel)."""
+        the tokens kept after it (None: none kept), or ``unanswered``: the server sent no
+        answer at all. True when it was aborted (by a weight update or a cancel)."""
+        line = "end -" if unanswered and kept is None else "end" if kept is None else f"end {int(kept)}"
         try:
-            self._sock.sendall(b"end\n" if kept is None else f"end {int(kept)}\n".encode())
+            self._sock.sendall(f"{line}\n".encode())
         except (OSError, AttributeError) as exc:
             self.close()
             raise ConnectionError(f"policy gate {self.path}: {exc}") from None

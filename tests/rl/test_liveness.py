@@ -230,3 +230,36 @@ def test_failed_groups_made_between_batches_raise_instead_of_a_batch_of_placehol
         assert server.url in str(caught.value) and "500" in str(caught.value)
     finally:
         server.stop()
+
+
+def test_a_server_that_never_answers_stops_get_batch_within_two_api_timeouts(tmp_path, schedulers):
+    """A hung or SIGSTOPped server accepts connections and never answers: with its retries
+    and the engine's, a member took (max_retries + 1)² × api_timeout_s to fail, and the
+    failure budget hours to run out. Two unanswered requests per env loop now stop it."""
+    server = LLMServer(policy=lambda body: {"sleep": 300, "reply": "late"}).start()
+    try:
+        train = schedulers(rl_config(tmp_path, server, num_rollouts=1, envs_per_worker=4, api_timeout_s=1.0,
+                                     max_retries=3, task_timeout=600.0), _tiny_lakes(tmp_path))
+        started = time.monotonic()
+        with pytest.raises(RolloutError, match=r"answered none of the last \d+ model requests \(4 env loop\(s\)\), "
+                                               r"not even with an error.*is it up, or hung") as caught:
+            train.get_batch(batch_size=2, step=0, timeout=90)
+        assert not isinstance(caught.value, BatchTimeout)
+        assert time.monotonic() - started < 30
+        with pytest.raises(RolloutError, match="answered none"):  # a call afresh counts afresh, and stops too
+            train.get_batch(-1, step=0, timeout=90)
+    finally:
+        server.stop()
+
+
+def test_replies_longer_than_the_api_timeout_are_no_silence(tmp_path, schedulers):
+    """A reply streamed for longer than api_timeout_s (a long reasoning trace) never counts
+    as an unanswered request: only requests that got no answer at all do."""
+    server = LLMServer(policy=lambda body: {"reply": "<answer>Right</answer> " + "think " * 12},
+                       token_rate=5).start()
+    try:
+        train = schedulers(_config(tmp_path, server, api_timeout_s=1.0), _tiny_lakes(tmp_path))
+        assert len(train.get_batch(batch_size=2, step=0, timeout=120)) == 2
+        assert train._shared.gate.unanswered == 0
+    finally:
+        server.stop()

@@ -382,6 +382,8 @@ class ModelClient:
         streamed request whose reply (``partial`` followed by it, every token with its
         policy version) is a ``streaming.Partial``. The gate's "abort" (a weight update) or
         ``abort()`` (a cancel) closes the stream: ``streaming.Aborted``."""
+        import openai
+
         if self._gate is None:
             self._sent()
             return self.wire.send(client, dict(request), rl=False)
@@ -402,9 +404,13 @@ class ModelClient:
         self._turn["gate_wait_s"] = round(self._turn.get("gate_wait_s", 0.0) + waited, 4)
         started = time.time()
         kept = None  # the oldest version among the tokens kept: the gate judges staleness by it
+        unanswered = False  # no answer at all: what tells a hung server from long replies
         self._sent()
         try:
             reply = self.wire.send_streamed(client, dict(request), abortable)
+        except openai.APIConnectionError:  # a timeout too: nothing came back
+            unanswered = True
+            raise
         except streaming.Aborted as exc:
             exc.partial = (partial or streaming.Partial()).extend(exc.reply, version)
             if getattr(self.config, "partial_rollout", False):
@@ -419,7 +425,7 @@ class ModelClient:
             # every request's time, an aborted one's too: the turn's model time (metrics)
             self._turn["model_s"] = round(self._turn.get("model_s", 0.0) + time.time() - started, 4)
             try:
-                self._gate.end(kept)
+                self._gate.end(kept, unanswered=unanswered)
             except ConnectionError:
                 pass
         self._turn.update(policy_version=version, model_started_at=round(started, 4),

@@ -28,6 +28,16 @@ Three things can keep a trainer's ``get_batch`` waiting without end, and each ha
   ``async_generation_ratio`` >= 1) count toward the next batch, and once the bound is spent
   no new group starts until a batch is handed out (or a call after one that raised
   begins): nothing regenerates without end between batches either.
+* **Silence** — a server that is hung or stopped (SIGSTOP, a wedged GPU) accepts connections
+  and never answers: each request waits ``api_timeout_s``, is retried ``max_retries`` times,
+  and the engine runs the attempt again as many times, so a member takes up to
+  ``(max_retries + 1)² × api_timeout_s`` (bounded by ``task_timeout`` per attempt) to fail
+  and the failure budget hours to run out. So once ``UNANSWERED_PER_LOOP`` requests per env
+  loop in a row got no answer at all (a timeout, a refused or reset connection: the policy
+  gate's ``unanswered``) with no reply between, ``get_batch`` raises ``RolloutError`` asking
+  whether the endpoint is up: about ``2 × api_timeout_s`` after it stopped answering. Long
+  replies never count (a stream still under way has not ended), nor does an answer that is
+  an error (HTTP 4xx/5xx); one reply from any server starts the count again.
 
 A call that raised (any of these, or another error) leaves nothing counted to the next
 (``call_raised``): a trainer that catches the error and changes what caused it (its filter,
@@ -47,6 +57,10 @@ from .config import check_count
 FILTER_FALLBACKS = ("raise", "partial")
 #: groups per batch a get_batch may filter out before its fallback, by default
 FILTERED_BATCHES = 10
+#: requests per env loop in a row that got no answer at all, no reply between, before a
+#: get_batch stops asking whether the endpoint is up (a batch run's rule: every loop's
+#: attempt failed twice over)
+UNANSWERED_PER_LOOP = 2
 #: member statuses that are the model endpoint's failure, not the member's: it did not answer
 #: within the retries (agents.episode.ModelUnavailable)
 ENDPOINT_STATUSES = frozenset({"model_unavailable"})
@@ -82,6 +96,10 @@ class BatchBudget:
         #: the policy gate (``watch``), and its replies when the first of those groups failed
         self._gate = None
         self._replies_at_first = 0
+        #: env loops sending requests (``watch``), and (replies, unanswered, when) at the last
+        #: reply seen: the silence count starts there
+        self._loops = 1
+        self._silence_from: tuple[int, int, float] | None = None
         self._filtered = 0
         #: groups a batch may filter out (None until the first get_batch says its size)
         self._filter_limit: int | None = None
@@ -98,6 +116,7 @@ class BatchBudget:
             raise ConfigError(f"get_batch timeout must be a positive number of seconds or None, got {timeout!r}")
         afresh, self._afresh = self._afresh, False
         if afresh:
+            self._silence_from = None
             self._filtered = 0
             self.failed_in_a_row = self.dropped_in_a_row = 0
             self._statuses.clear()
@@ -121,10 +140,12 @@ class BatchBudget:
         self.last_failure = f"{record.get('status')}: {failure.get('message', '')}"[:500]
         self._statuses[str(record.get("status"))] += 1
 
-    def watch(self, gate) -> None:
+    def watch(self, gate, loops: int = 1) -> None:
         """Read the model's replies off ``gate`` (a ``PolicyGate``): what tells an endpoint
-        that is down from members that fail while it answers."""
+        that is down from members that fail while it answers, and one that is silent
+        (``loops``: the env loops sending requests through it)."""
         self._gate = gate
+        self._loops = max(1, loops)
 
     def group_failed(self, dropped: bool = False) -> None:
         """A group ended with nothing to hand out because members failed: every member did
@@ -161,15 +182,33 @@ class BatchBudget:
         return self.failed_in_a_row >= self.max_failed_groups
 
     def check(self, ready: int, running: int) -> None:
-        """Raise when the batch cannot or must not wait any longer (failures, time, filter
-        with fallback ``raise``); called while get_batch waits."""
+        """Raise when the batch cannot or must not wait any longer (failures, silence, time,
+        filter with fallback ``raise``); called while get_batch waits."""
         self.check_failures()
+        self.check_silence()
         if self.filter_spent() and self.filter_fallback == "raise":
             raise RolloutError(f"the group filter dropped {self._filtered} groups since the last batch "
                                f"(max_filtered_groups={self._filter_limit}); {ready} group(s) passed. "
                                "Rewards may all be equal (the policy always wins or always fails): "
                                "raise max_filtered_groups, or pass filter_fallback='partial'")
         self.check_time(ready, running)
+
+    def check_silence(self) -> None:
+        """Raise once ``UNANSWERED_PER_LOOP`` requests per env loop got no answer at all,
+        no reply between (the module docstring: a hung or stopped server)."""
+        if self._gate is None:
+            return
+        replies, unanswered, now = self._gate.replies, self._gate.unanswered, time.monotonic()
+        if self._silence_from is None or replies != self._silence_from[0]:
+            self._silence_from = (replies, unanswered, now)
+            return
+        silent = unanswered - self._silence_from[1]
+        if silent >= UNANSWERED_PER_LOOP * self._loops:
+            raise RolloutError(f"the model endpoint {self.endpoint or ''} answered none of the last {silent} model "
+                               f"requests ({self._loops} env loop(s)), not even with an error (no answer within "
+                               f"api_timeout_s, or the connection refused or reset), and none got a reply for "
+                               f"{now - self._silence_from[2]:.0f} s: is it up, or hung (stopped, a wedged GPU)? "
+                               f"Last failure: {self.last_failure or 'none yet'}")
 
     def check_failures(self) -> None:
         """Raise once ``max_failed_groups`` groups in a row failed, saying how (every member,

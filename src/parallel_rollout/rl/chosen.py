@@ -79,7 +79,8 @@ class ChosenBatches:
 
     def _run_all(self, step: int, timeout: float | None) -> list[Trajectory]:
         """get_batch(-1): every task of the tags once, started as slots free up; failed
-        members come back as they are, and only the timeout bounds the wait."""
+        members come back as they are, and only the timeout and a silent endpoint
+        (``BatchBudget.check_silence``) bound the wait."""
         with self._cond:
             self._check_open()
             if self._all is not None:
@@ -98,6 +99,7 @@ class ChosenBatches:
                         self._stats["validation_runs"] += 1
                         self._stats["groups_returned"] += len(done)
                         break
+                    self._budget.check_silence()  # a stopped server: not only the timeout bounds it
                     self._budget.check_time(len(self._all_done), len(self._groups))
                     self._wait()
                     self._fill()

@@ -143,7 +143,8 @@ class RolloutScheduler(ChosenBatches, GroupGeneration):
         """The state of a scheduler on its engine (arguments checked, the engine started)."""
         #: what its samples' names start with (``run_folder``: a later session's are apart)
         self._sample_prefix = self._shared.folder.sample_prefix(self.name)
-        self._budget.watch(self._shared.gate)  # did the model answer? (a failure budget's error)
+        # did the model answer? (a failure budget's error; a silent endpoint across the env loops)
+        self._budget.watch(self._shared.gate, loops=self._shared.engine.concurrency)
         #: staleness by the policy versions that sampled a group's tokens (``staleness``)
         self._lag = VersionLag(self._shared.gate, max_version_lag, stale_versions)
         engine = self._shared.engine
