@@ -27,8 +27,7 @@ the current one (``check_version``).
 (its reply, or a partial reply it will continue; none when an aborted turn starts over). The
 gate keeps the oldest per key (``oldest_version``): how a scheduler judges a group's
 staleness by the versions that sampled its tokens, running or complete. ``-`` says the
-request got no answer at all (a timeout, a refused or reset connection): ``unanswered``
-counts them, how a scheduler tells a hung or stopped server from long replies
+request got no answer at all within its timeout: ``unanswered`` counts them, how a scheduler tells a hung or stopped server from long replies
 (``rl/budget.py``). A worker that dies between
 begin and end closes its connection, which counts as its end: a killed process never holds
 the gate shut.
@@ -73,8 +72,7 @@ class PolicyGate:
         self.requests = 0
         self.replies = 0
         self.aborted = 0
-        #: requests that ended with no answer from the server at all (timeouts, refused or
-        #: reset connections: "end -")
+        #: requests that ended with no answer from the server within their timeout ("end -")
         self.unanswered = 0
         self._folder: str | None = None
         if host is None:
@@ -304,7 +302,7 @@ class GateClient:
     def end(self, kept: int | None = None, unanswered: bool = False) -> bool:
         """Tell the gate the request is over, and ``kept``: the oldest policy version among
         the tokens kept after it (None: none kept), or ``unanswered``: the server sent no
-        answer at all. True when it was aborted (by a weight update or a cancel)."""
+        answer within the request's timeout. True when it was aborted (by a weight update or a cancel)."""
         line = "end -" if unanswered and kept is None else "end" if kept is None else f"end {int(kept)}"
         try:
             self._sock.sendall(f"{line}\n".encode())

@@ -404,11 +404,11 @@ class ModelClient:
         self._turn["gate_wait_s"] = round(self._turn.get("gate_wait_s", 0.0) + waited, 4)
         started = time.time()
         kept = None  # the oldest version among the tokens kept: the gate judges staleness by it
-        unanswered = False  # no answer at all: what tells a hung server from long replies
+        unanswered = False  # no answer in time: what tells a hung server from long replies
         self._sent()
         try:
             reply = self.wire.send_streamed(client, dict(request), abortable)
-        except openai.APIConnectionError:  # a timeout too: nothing came back
+        except openai.APITimeoutError:  # nothing came back within api_timeout_s
             unanswered = True
             raise
         except streaming.Aborted as exc:

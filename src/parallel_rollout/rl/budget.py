@@ -33,11 +33,12 @@ Three things can keep a trainer's ``get_batch`` waiting without end, and each ha
   and the engine runs the attempt again as many times, so a member takes up to
   ``(max_retries + 1)² × api_timeout_s`` (bounded by ``task_timeout`` per attempt) to fail
   and the failure budget hours to run out. So once ``UNANSWERED_PER_LOOP`` requests per env
-  loop in a row got no answer at all (a timeout, a refused or reset connection: the policy
-  gate's ``unanswered``) with no reply between, ``get_batch`` raises ``RolloutError`` asking
-  whether the endpoint is up: about ``2 × api_timeout_s`` after it stopped answering. Long
-  replies never count (a stream still under way has not ended), nor does an answer that is
-  an error (HTTP 4xx/5xx); one reply from any server starts the count again.
+  loop sending (the most requests seen in flight meanwhile) in a row got no answer within
+  ``api_timeout_s`` (the policy gate's ``unanswered``) with no reply between, ``get_batch``
+  raises ``RolloutError`` asking whether the endpoint is up: about ``2 × api_timeout_s``
+  after it stopped answering. Long replies never count (a stream under way has not ended),
+  nor does an error answer (HTTP 4xx/5xx) or a refused connection (a server restarting:
+  the retries' backoff is for it); one reply from any server starts the count again.
 
 A call that raised (any of these, or another error) leaves nothing counted to the next
 (``call_raised``): a trainer that catches the error and changes what caused it (its filter,
@@ -57,7 +58,7 @@ from .config import check_count
 FILTER_FALLBACKS = ("raise", "partial")
 #: groups per batch a get_batch may filter out before its fallback, by default
 FILTERED_BATCHES = 10
-#: requests per env loop in a row that got no answer at all, no reply between, before a
+#: requests per env loop in a row that got no answer in time, no reply between, before a
 #: get_batch stops asking whether the endpoint is up (a batch run's rule: every loop's
 #: attempt failed twice over)
 UNANSWERED_PER_LOOP = 2
@@ -96,10 +97,12 @@ class BatchBudget:
         #: the policy gate (``watch``), and its replies when the first of those groups failed
         self._gate = None
         self._replies_at_first = 0
-        #: env loops sending requests (``watch``), and (replies, unanswered, when) at the last
-        #: reply seen: the silence count starts there
+        #: env loops that may send requests (``watch``); (replies, unanswered, when) at the
+        #: last reply seen, where the silence count starts; the most requests seen in flight
+        #: since (the loops sending: a sibling's few on a big engine wait for fewer)
         self._loops = 1
         self._silence_from: tuple[int, int, float] | None = None
+        self._sending = 1
         self._filtered = 0
         #: groups a batch may filter out (None until the first get_batch says its size)
         self._filter_limit: int | None = None
@@ -194,19 +197,20 @@ class BatchBudget:
         self.check_time(ready, running)
 
     def check_silence(self) -> None:
-        """Raise once ``UNANSWERED_PER_LOOP`` requests per env loop got no answer at all,
-        no reply between (the module docstring: a hung or stopped server)."""
+        """Raise once ``UNANSWERED_PER_LOOP`` requests per env loop sending got no answer
+        within their timeout, no reply between (the module docstring: a hung or stopped server)."""
         if self._gate is None:
             return
         replies, unanswered, now = self._gate.replies, self._gate.unanswered, time.monotonic()
         if self._silence_from is None or replies != self._silence_from[0]:
-            self._silence_from = (replies, unanswered, now)
+            self._silence_from, self._sending = (replies, unanswered, now), 1
             return
+        self._sending = min(self._loops, max(self._sending, self._gate.in_flight))
         silent = unanswered - self._silence_from[1]
-        if silent >= UNANSWERED_PER_LOOP * self._loops:
+        if silent >= UNANSWERED_PER_LOOP * self._sending:
             raise RolloutError(f"the model endpoint {self.endpoint or ''} answered none of the last {silent} model "
-                               f"requests ({self._loops} env loop(s)), not even with an error (no answer within "
-                               f"api_timeout_s, or the connection refused or reset), and none got a reply for "
+                               f"requests ({self._sending} env loop(s) sending), not even with an error, within "
+                               f"api_timeout_s, and none got a reply for "
                                f"{now - self._silence_from[2]:.0f} s: is it up, or hung (stopped, a wedged GPU)? "
                                f"Last failure: {self.last_failure or 'none yet'}")
 
