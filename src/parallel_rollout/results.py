@@ -490,7 +490,8 @@ def lock_run_folder(run_dir: Path, hint: str = "choose another --run-id") -> Any
     an RL scheduler's engine. RunLocked (saying ``hint``) when another process holds it."""
     import filelock
 
-    lock = filelock.FileLock(str(Path(run_dir) / ".lock"))
+    # not thread-local: a trainer may close its scheduler (release) from another thread
+    lock = filelock.FileLock(str(Path(run_dir) / ".lock"), thread_local=False)
     try:
         lock.acquire(timeout=0)
     except filelock.Timeout:

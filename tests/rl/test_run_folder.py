@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import threading
 
 import pytest
 
@@ -51,7 +52,9 @@ def test_a_later_session_of_a_run_id_is_refused_or_kept_apart(tmp_path, table, s
     _, server = table
     first = schedulers(rl_config(tmp_path, server, num_rollouts=1, run_id="grpo"), _lake())
     first.get_batch(4, step=0)
-    first.close()
+    closer = threading.Thread(target=first.close)  # another thread's close() releases the folder too
+    closer.start()
+    closer.join()
     run_dir = first.run_dir
     files, records = _files(run_dir), read_records(run_dir / "results.jsonl")
     with pytest.raises(ConfigError, match="already holds the results of an earlier run.*resume=True"):
