@@ -27,9 +27,6 @@ from .segments import Segment, build_segments
 FAILED_STATUSES = frozenset({"error", "vm_error", "guest_unreachable", "worker_died", "lease_timeout",
                              "model_unavailable", "pool_exhausted", "pool_closed", "storage_error", "task_timeout",
                              "unstorable_result", "setup_failed"})
-#: final statuses of an attempt killed by the engine: it may have written a turn it had not
-#: yet reported
-KILLED_STATUSES = frozenset({"task_timeout", "worker_died"})
 #: final statuses of an episode the model could not finish (its context ran out; a reply cut
 #: at the token limit under on_length="end"): outcomes at reward 0, kept in their group
 CUT_STATUSES = frozenset({"context_overflow", "truncated"})
@@ -91,14 +88,16 @@ class Trajectory:
 
     def _check_own(self, turns: list[dict[str, Any]]) -> None:
         """RolloutError unless the file holds the turns the record counted: a file another
-        attempt wrote over is never handed out as this one's. An attempt killed mid-turn
-        (``KILLED_STATUSES``) may hold one turn more: its last was written, not yet reported."""
+        attempt wrote over is never handed out as this one's. A failed attempt's file may
+        hold one turn more or less than its record says: killed mid-turn (``task_timeout``,
+        ``worker_died``), its last was written and not yet reported; failing to write it
+        (``storage_error``), the record counted it first."""
         counted = self.record.get("turns")
         if not isinstance(counted, int) or isinstance(counted, bool):
             counted = 0  # the attempt ended before its first turn
         lines = [turn.get("turn") for turn in turns]
-        extra = 1 if self.status in KILLED_STATUSES else 0
-        if counted <= len(lines) <= counted + extra and lines == list(range(1, len(lines) + 1)):
+        slack = 1 if self.status in FAILED_STATUSES else 0
+        if abs(len(lines) - counted) <= slack and lines == list(range(1, len(lines) + 1)):
             return
         raise RolloutError(f"{self.trajectory_id}: its record counts {counted} turn(s), but {self.turns_file} "
                            f"holds {len(lines)} (turns {lines[:20]}): the file is not this attempt's (another "
