@@ -206,6 +206,9 @@ def test_docker_isolation_network_none_fresh_tmp_and_limits(docker):
                                 "/sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null",
                                 shell=True)["output"].split()
         assert "50" in limits and str(256 * 1024 * 1024) in limits
+        # open files within the VM's share of the host's file table, which no command can raise
+        assert client.execute("ulimit -Sn; ulimit -Hn", shell=True)["output"].split() == ["1024", "1024"]
+        assert "refused" in client.execute("ulimit -n 4096 2>&1 || echo refused", shell=True)["output"]
         env = client.execute(["env"])["output"]
         assert "PARALLEL_ROLLOUT_VM=vm0" in env and "HOME=/home/user" in env
     finally:

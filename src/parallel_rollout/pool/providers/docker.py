@@ -28,8 +28,9 @@ the desktop is up before the container counts as booted, and a reset's spare has
 
 **Isolation.** ``--network none`` (only ``lo``), a fresh writable layer and a tmpfs ``/tmp``
 per container, ``--init`` so orphans are reaped, ``--memory``/``--memory-swap`` from
-``memory_mb`` (else the pool's ``default_memory_mb``, ``base.py``) and ``--pids-limit`` from
-``max_processes`` (4096 when unset), a sized ``/tmp``, no privileged flags, every capability
+``memory_mb`` (else the pool's ``default_memory_mb``, ``base.py``), ``--pids-limit`` from
+``max_processes`` (4096 when unset) and ``--ulimit nofile`` within the VM's share of the
+host's pid and file tables (``host_share.py``), a sized ``/tmp``, no privileged flags, every capability
 dropped but the few the agent needs to run commands as another user (``AGENT_CAPS``),
 ``no-new-privileges``, at most 64 ptys (``local_init``). The agent is the container's root; every command runs as a uid of
 the VM's own through ``setpriv`` with no capabilities (``--run-as``, see ``guest/agent_server.py``),
@@ -91,7 +92,7 @@ from typing import Callable
 import psutil
 
 from ...errors import ConfigError, GuestUnreachable, ProviderUnavailable, VMError
-from . import images, seccomp, verify
+from . import host_share, images, seccomp, verify
 from .base import Provider, ProviderOptions, VMInfo
 from .common import (LONG_VM_ID, check_name, checked_socket, make_vm_dir, new_pool_key, pool_folder, read_meta,
                      remove_run_dir_if_empty, run_folders, secure_base_dir, swept_name, vm_folders)
@@ -191,6 +192,10 @@ class DockerProvider(SpareContainers, Provider):
                     f"(docker info: {key} limit false; its kernel or cgroup setup lacks the "
                     f"{key} controller)")
         self._memory_mb = self.options.memory_limit(bounded=enforced["memory"])
+        #: the process cap and RLIMIT_NOFILE, within the VM's share of the host's tables
+        self._pids, self._nofile = host_share.process_limits(
+            self.options.max_processes or DEFAULT_PIDS_LIMIT, explicit=self.options.max_processes is not None,
+            vms=self.options.pool_size)
         if not enforced["pids"]:
             log.warning("this Docker daemon does not enforce --pids-limit: containers run "
                         "without a process cap")
@@ -423,7 +428,7 @@ class DockerProvider(SpareContainers, Provider):
         if self._memory_mb is not None:
             memory = f"{self._memory_mb}m"
             argv += ["--memory", memory, "--memory-swap", memory]
-        argv += ["--pids-limit", str(self.options.max_processes or DEFAULT_PIDS_LIMIT)]
+        argv += ["--pids-limit", str(self._pids), "--ulimit", f"nofile={self._nofile}:{self._nofile}"]
         # the desktop runs as that user too; the process sandbox's seccomp filter on Docker's
         seccomp.write(sock_dir / "seccomp.bpf")
         agent = [*agent_argv(self.options.screen), "--seccomp", f"{GUEST_SOCK_DIR}/seccomp.bpf",
