@@ -18,6 +18,7 @@ from pathlib import Path
 import psutil
 
 from parallel_rollout.agents.oracle import OracleAgent
+from parallel_rollout.envs.osworld.env import OSWorldEnv
 from parallel_rollout.errors import VMError
 from parallel_rollout.pool.providers.base import Provider
 from parallel_rollout.pool.providers.process import ProcessProvider
@@ -268,3 +269,13 @@ class BootHangsProvider(ProcessProvider):
     def start(self, vm_id):
         time.sleep(3600)
         raise AssertionError("unreachable")
+
+
+class KillInGradingEnv(OSWorldEnv):
+    """The osworld mode, whose VM is killed from the host as grading begins, once per task:
+    what an operator or the host's OOM killer does while a getter reads the desktop."""
+
+    def evaluate(self):
+        if first_time(f"{self.task.id}.grading-kill"):
+            kill_leased_sandbox(self.config, f"{self.task.id}#0")
+        return super().evaluate()

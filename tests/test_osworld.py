@@ -140,6 +140,30 @@ def test_a_task_whose_own_files_are_missing_is_never_graded_until_they_are_there
         "seeded#0": ("success", 2), "gold#0": ("success", 2)}
 
 
+def test_a_vm_killed_from_outside_while_grading_is_retried_not_scored_0(tmp_path, monkeypatch):
+    """A getter whose VM dies under it (killed from the host) raised an error the metric loop
+    took for the agent's output failing: reward 0, final. It is the lease's to judge now: a
+    VM killed from outside is vm_error (VMKilled), retried on another VM, which passes."""
+    from click.testing import CliRunner
+
+    from parallel_rollout.cli import main
+
+    monkeypatch.setenv("PR_CHAOS_DIR", str(tmp_path))
+    monkeypatch.syspath_prepend(str(ROOT / "tests"))
+    good = next(t for t in shipped() if t["id"] == "terminal-mkdir")
+    data = write_tasks(tmp_path / "tasks.jsonl", [{k: v for k, v in good.items() if k != "mode"}])
+    result = CliRunner().invoke(main, [
+        "run", "--mode", "chaos_plugins:KillInGradingEnv", "--data", str(data), "--agent", "oracle",
+        "--num-rollouts", "1", "--num-vms", "1", "--use-vm-pool", "--output-dir", str(tmp_path / "out"),
+        "--run-id", "graded-kill", "--screen-width", str(WIDTH), "--screen-height", str(HEIGHT),
+        "--action-space", "computer_13", "--no-progress"])
+    assert result.exit_code == 0, (result.output, result.exception)
+    attempts = read_results(tmp_path / "out" / "graded-kill")
+    assert [(r["status"], r["final"]) for r in attempts] == [("vm_error", False), ("success", True)], attempts
+    assert attempts[0]["failure"]["type"] == "VMKilled", attempts[0]["failure"]
+    assert "killed from outside" in attempts[0]["failure"]["message"], attempts[0]["failure"]
+
+
 # ------------------------------------------------------------------ a desktop VM itself
 
 

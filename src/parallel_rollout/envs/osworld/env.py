@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 from typing import Any, ClassVar, Mapping
 
-from ...errors import TaskSetupFailed
+from ...errors import TaskSetupFailed, VMError
 from ...tasks import UnsupportedTask
 from ..base import Env, StepResult, require
 from . import actions as acts
@@ -240,7 +240,9 @@ class OSWorldEnv(Env):
     def _scores(self, evaluator: dict[str, Any], details: dict[str, Any]) -> list[float]:
         """Postconfig, then each metric on its getters' states. A metric failing on the
         agent's output scores 0; a step or getter that cannot run (SetupError) is the
-        attempt's error: after the agent's turns it may be the agent's doing."""
+        attempt's error: after the agent's turns it may be the agent's doing. A VM that
+        broke under a getter (VMError) goes to the lease, which tells a VM killed from
+        outside (retried) from one the task broke (sandbox_violation)."""
         steps.run_steps(self, evaluator.get("postconfig", []), "postconfig")
         scores = []
         for func, result_cfg, expected_cfg, options in ev.normalized(evaluator):
@@ -252,7 +254,7 @@ class OSWorldEnv(Env):
                 else:
                     score = ev.METRICS[func](result, **options)
                 scores.append(float(score))
-            except steps.SetupError:
+            except (steps.SetupError, VMError):  # a VM that broke is the lease's to judge, not a 0
                 raise
             except Exception as exc:  # a metric failing on the agent's output scores 0
                 scores.append(0.0)
