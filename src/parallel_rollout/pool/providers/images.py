@@ -152,15 +152,15 @@ def rootfs_tarball(include: Iterable[str] = ("python3",), *, apt_install: Iterab
     """
     packages = sorted(set(include))
     second = sorted(set(apt_install))
-    key = recipe_key("rootfs", RECIPE_VERSION, suite, variant, packages, mirror, slim)
     base = None
     if second:
         base = rootfs_tarball(packages, suite=suite, variant=variant, mirror=mirror, slim=slim,
                               force=force, log=log)
-        key = recipe_key("rootfs+apt", key, second)
-    store = cache_dir() / "rootfs"
+    tarball = rootfs_tarball_path(packages, apt_install=second, suite=suite, variant=variant,
+                                  mirror=mirror, slim=slim)
+    key = tarball.stem.rsplit("-", 1)[1]
+    store = tarball.parent
     store.mkdir(parents=True, exist_ok=True)
-    tarball = store / f"{suite}-{variant}-{key}.tar"
     with _locked(store / f"{key}.lock"):
         if tarball.exists() and not force:
             log(f"[image] rootfs cached: {tarball} ({_size_mb(tarball):.0f} MB)")
@@ -192,6 +192,16 @@ def rootfs_tarball(include: Iterable[str] = ("python3",), *, apt_install: Iterab
         log(f"[image] rootfs built in {time.monotonic() - started:.0f}s: {tarball} "
             f"({_size_mb(tarball):.0f} MB)")
         return tarball
+
+
+def rootfs_tarball_path(include: Iterable[str] = ("python3",), *, apt_install: Iterable[str] = (),
+                        suite: str = DEFAULT_SUITE, variant: str = "minbase",
+                        mirror: str = DEFAULT_MIRROR, slim: bool = True) -> Path:
+    """Where :func:`rootfs_tarball` keeps the tree of that recipe (built or not)."""
+    key = recipe_key("rootfs", RECIPE_VERSION, suite, variant, sorted(set(include)), mirror, slim)
+    if set(apt_install):
+        key = recipe_key("rootfs+apt", key, sorted(set(apt_install)))
+    return cache_dir() / "rootfs" / f"{suite}-{variant}-{key}.tar"
 
 
 def build_rootfs(dest: str | os.PathLike, include: Iterable[str] = ("python3",), *,
