@@ -31,6 +31,11 @@ os.environ["PARALLEL_ROLLOUT_PROCESS_DIR"] = str(_SANDBOX_ROOT)
 
 ROOT = Path(__file__).resolve().parent.parent
 SHELL_TASKS = ROOT / "benchmarks" / "shell_tasks.jsonl"
+#: OSWorld's task files: shared/osworld beside a folder above the checkout (as CI lays it),
+#: else the workplace's; None where neither is
+OSWORLD_EXAMPLES = next((base / "shared" / "osworld" / "evaluation_examples"
+                         for base in [*ROOT.parents, Path("/work")]
+                         if (base / "shared" / "osworld" / "evaluation_examples").is_dir()), None)
 
 
 def leftover_sandboxes() -> list[str]:

@@ -91,13 +91,23 @@ GUEST_GRADING_BIN = f"{GUEST_DIR}/grading_bin"
 GUEST_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 #: what every guest image holds beyond minbase
 GUEST_PACKAGES = ("python3",)
+#: the programs OSWorld's tasks run in their setup and grading beyond the apps, as Ubuntu has
+#: them (``scripts/osworld_programs.py`` lists what a task set runs and the image lacks):
+#: gsettings and gio (libglib2.0-bin) with GNOME's schemas (org.gnome.desktop.*, and
+#: org.gnome.shell's favorite-apps) and dconf, whose service the session bus starts so that
+#: a setting outlives the process that set it; gvfs for gio's trash:///; bc, zip, unzip, jq,
+#: xsel, update-desktop-database, git, pip; gnome-terminal; pactl with PulseAudio
+DESKTOP_TOOLS = ("libglib2.0-bin", "gsettings-desktop-schemas", "gnome-shell-common",
+                 "dconf-gsettings-backend", "dconf-service", "gvfs", "bc", "zip", "unzip", "jq",
+                 "xsel", "desktop-file-utils", "git", "python3-pip", "gnome-terminal",
+                 "pulseaudio", "pulseaudio-utils")
 #: apt-get installs these into the desktop image after debootstrap (see "Two stages")
 #: (OSWorld's domains that Debian packages: LibreOffice with its GTK 3 plugin, the one with an
 #: AT-SPI bridge, Chromium with socat for OSWorld's 9222 -> 1337 DevTools forward, GIMP, VLC,
 #: Thunderbird; ImageMagick paints wallpapers)
 DESKTOP_APT_PACKAGES = ("libreoffice-writer", "libreoffice-calc", "libreoffice-impress",
                         "libreoffice-gtk3", "chromium", "socat", "gimp", "vlc", "thunderbird",
-                        "imagemagick")
+                        "imagemagick", *DESKTOP_TOOLS)
 #: an apt-get stage (update + install) that has not finished by then is stuck
 APT_TIMEOUT_S = 1800.0
 #: what a desktop guest image (osworld mode) holds beyond minbase: the X server and a window
