@@ -251,7 +251,9 @@ class PolicyGate:
 
 
 class GateClient:
-    """The agent's side: one connection per env loop, made on first use.
+    """The agent's side: one connection per env loop, made on first use, used by that loop's
+    thread alone (``close`` excepted): a ``begin`` while another thread's ``end`` still reads
+    its answer would race it for the connection's lines.
 
     Between ``begin`` and ``end`` a reader thread owns the connection's incoming lines: an
     unsolicited "abort" calls the ``on_abort`` given to ``begin`` (which closes the model

@@ -298,11 +298,15 @@ def test_wait_aborted_waits_for_the_agents_to_say_what_they_keep(gate):
     client = GateClient(gate.path)
     client.begin("k")
     gate.suspend(abort=True)
-    threading.Timer(0.3, lambda: client.end(kept=6)).start()  # an agent slow to hang up
+    slow = threading.Timer(0.3, lambda: client.end(kept=6))  # an agent slow to hang up
+    slow.start()
     started = time.monotonic()
     assert gate.oldest_version("k") is None  # not said yet
     assert gate.wait_aborted(5.0) is True
     assert time.monotonic() - started >= 0.25 and gate.oldest_version("k") == 6
+    # the agent's end() returns once its reader has the gate's answer: a client is one env
+    # loop's, used by one thread at a time (a begin while end() still reads would race it)
+    slow.join(5)
     gate.resume(7)
     client.begin("j")
     client.end()
