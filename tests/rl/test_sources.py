@@ -189,7 +189,10 @@ def test_a_restarted_scheduler_running_ahead_gets_the_same_next_tasks(tmp_path, 
                             async_generation_ratio=1)
         second.load_state_dict(state)
         resumed = [[(t.task_id, t.seed) for t in second.get_batch(batch_size=4, step=step)] for step in (4, 5)]
-        assert resumed == [[(tid, seed) for tid, seed, _ in batch] for batch in batches[4:]], (batches, resumed)
+        # the same tasks and seeds over the two steps; which step a group lands in is the
+        # order groups finish in, a race of the env loops in either run (seen under load)
+        assert sorted(sum(resumed, [])) == sorted((tid, seed) for batch in batches[4:] for tid, seed, _ in batch), \
+            (batches, resumed)
     finally:
         server.stop()
 
