@@ -129,9 +129,10 @@ class Runner:
             )
         from .report.gate import missing_baseline
 
-        if missing_baseline(cfg):  # a missed night must not stop every night after it
+        missing = missing_baseline(cfg)
+        if missing:  # a missed night must not stop every night after it
             log.warning("--compare-to %s: %s; the run goes on; its gate will give no verdict (exit 5)",
-                        cfg.compare_to, missing_baseline(cfg))
+                        cfg.compare_to, missing)
         if cfg.junit_xml:
             check_writable_folder("--junit-xml", cfg.junit_xml)
         check_free_disk(cfg.output_dir, cfg.min_free_disk_mb)  # as --dry-run does

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import functools
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from ..errors import ConfigError
@@ -124,7 +125,10 @@ def with_mode_defaults(cfg: "RunConfig") -> "RunConfig":
     from ..tasks import declared_mode
 
     named = NAMED_DATASET_MODES.get((cfg.data or "").lower())
-    implied = named or (declared_mode(cfg.data) if cfg.data else None)
+    # with --mode given only an OSWorld folder's mode is compared, so a task file is not read
+    # through here (its load reads it)
+    asked = cfg.data if cfg.data and ("mode" not in cfg.explicit or Path(cfg.data).is_dir()) else None
+    implied = named or (declared_mode(asked) if asked else None)
     # OSWorld's own flags (--osworld-index, --domain; run.py's --test_all_meta_path) name an
     # OSWorld task set whatever --data is
     by_flag = [f"--{name.replace('_', '-')}" for name in ("osworld_index", "domain") if name in cfg.explicit]

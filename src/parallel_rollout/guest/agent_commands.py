@@ -55,7 +55,7 @@ stdout or stderr (``server &`` with no redirect, in its group or a session of it
 answered once it has exited and its pipes were read for ``agent_output.HELD_GRACE_S`` more:
 its output, its exit code and ``note`` (:data:`HELD_NOTE`), no timeout. The process runs on,
 as after a shell's prompt came back; what it writes is read and dropped
-(``agent_output.keep_draining``: else it would die of SIGPIPE at its next line) until /reap
+(``agent_output.DRAIN``: else it would die of SIGPIPE at its next line) until /reap
 or the VM's reset. OSWorld's own ``/execute`` (``subprocess.run`` capturing the output) waits
 for the pipes' end and answers a timeout after its 120 s; the answer's shape stays OSWorld's.
 
@@ -198,7 +198,7 @@ def _finish(proc, timeout: float, tail: int | None) -> dict:
         # a child that escaped the group (setsid) may still hold the pipes open
         agent_output.collect(pipes, time.monotonic() + 2.0)
         proc.kill()
-    drained = held and agent_output.keep_draining(list(pipes))  # the pipes still open
+    drained = held and agent_output.DRAIN.add(list(pipes))  # the pipes still open
     for stream in (proc.stdout, proc.stderr):
         if stream is not None and not (drained and stream in pipes):
             stream.close()

@@ -123,17 +123,10 @@ def _watch_exit(proc, poller) -> tuple[int | None, float]:
     return fd, float("inf")
 
 
-def keep_draining(streams) -> bool:
-    """Hand pipes a command's background processes still hold to :data:`DRAIN`, which reads
-    and drops what they write until their end, so that such a process (a server started with
-    ``&``) goes on as in a terminal instead of dying of SIGPIPE at its next line; False
-    (the caller closes them) when it holds :data:`MAX_DRAINED` already or its thread cannot
-    start."""
-    return DRAIN.add(list(streams))
-
-
 class Drain:
-    """One thread reading and dropping what pipes still get (see :func:`keep_draining`)."""
+    """One thread reading and dropping what pipes still get: a command's background process
+    (a server started with ``&``) goes on as in a terminal instead of dying of SIGPIPE at its
+    next line."""
 
     def __init__(self) -> None:
         import _thread  # not threading: the agent's start imports none of what it imports
@@ -144,8 +137,8 @@ class Drain:
         self.started = False
 
     def add(self, streams: list) -> bool:
-        """Read ``streams`` until their end (closing them then); False when full or when
-        its thread cannot start."""
+        """Read ``streams`` until their end (closing them then); False (the caller closes
+        them) when it holds MAX_DRAINED already or its thread cannot start."""
         with self.lock:
             if len(self.streams) + len(streams) > MAX_DRAINED:
                 return False

@@ -31,7 +31,7 @@ class VersionLag:
     """``max_version_lag`` and ``stale_versions`` of a scheduler, judged through its gate."""
 
     def __init__(self, gate, max_version_lag: int | None, stale_versions: str = "drop") -> None:
-        check_lag_options(max_version_lag, stale_versions)
+        # the options are checked (check_lag_options) before any engine starts: the scheduler's first step
         self.gate = gate
         self.max_lag = max_version_lag
         self.mode = stale_versions
