@@ -325,20 +325,17 @@ def pass_at_k_table(finals: Iterable[dict[str, Any]], ks: Iterable[int] | None =
     return table
 
 
-def pass_at_ks(finals: Iterable[dict[str, Any]], ks: Iterable[int] | None = None) -> dict[str, float | None]:
-    """``{"pass@k": value}`` of :func:`pass_at_k_table`."""
-    return _column(pass_at_k_table(finals, ks), "value")
-
-
 def _column(table: dict[str, Any], name: str) -> dict[str, Any]:
     """``{"pass@k": row[name]}`` of a :func:`pass_at_k_table`."""
     return {k: row[name] for k, row in table.items() if k != "tasks"}
 
 
-def pass_at_k_cover(finals: Iterable[dict[str, Any]], ks: Iterable[int]) -> tuple[dict[str, int], int]:
-    """(``{"pass@k": tasks it covers}``, tasks with a final record) of some final records."""
+def pass_at_k_columns(finals: Iterable[dict[str, Any]], ks: Iterable[int]
+                      ) -> tuple[dict[str, float | None], tuple[dict[str, int], int]]:
+    """(``{"pass@k": value}``, (``{"pass@k": tasks it covers}``, tasks with a final record))
+    of some final records, from one :func:`pass_at_k_table`."""
     table = pass_at_k_table(finals, ks)
-    return _column(table, "tasks"), table["tasks"]
+    return _column(table, "value"), (_column(table, "tasks"), table["tasks"])
 
 
 def pass_at_k_scope(name: str, covered: int, tasks: int) -> str:

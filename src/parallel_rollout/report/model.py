@@ -21,7 +21,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from ..results import mean_reward, pass_at_k_cover, pass_at_ks, summarize
+from ..results import mean_reward, pass_at_k_columns, summarize
 from ..trajectories import shown_turn
 from .run_data import RunData
 from .clustered import is_grouped, success_interval
@@ -49,20 +49,20 @@ def headline(data: RunData) -> dict[str, Any]:
     out["pass_at_k"] = {k: v for k, v in summary.items() if k.startswith("pass@")}
     ks = [int(name[len("pass@"):]) for name in out["pass_at_k"]]
     # the tasks each pass@k covers, from the finals (a summary before they were recorded has none)
-    out["pass_at_k_cover"] = pass_at_k_cover(finals, ks)
+    out["pass_at_k_cover"] = pass_at_k_columns(finals, ks)[1]
     per_mode = {}
     for mode, row in (summary.get("per_mode") or {}).items():
         moded = [r for r in finals if r.get("mode", "?") == mode]
-        per_mode[mode] = {**row, "ci": success_interval(moded),
-                          "pass_at_k": pass_at_ks(moded, ks), "pass_at_k_cover": pass_at_k_cover(moded, ks)}
+        values, cover = pass_at_k_columns(moded, ks)
+        per_mode[mode] = {**row, "ci": success_interval(moded), "pass_at_k": values, "pass_at_k_cover": cover}
     per_tag = {}
     for tag, row in (summary.get("per_tag") or {}).items():
         tagged = [r for r in finals if tag in (r.get("tags") or [])]
         successes = sum(1 for r in tagged if r.get("success"))
         # over the graded samples, as summary.json's (an older summary has none per tag)
+        values, cover = pass_at_k_columns(tagged, ks)
         per_tag[tag] = {**row, "mean_reward": mean_reward(tagged), "successes": successes,
-                        "ci": success_interval(tagged), "pass_at_k": pass_at_ks(tagged, ks),
-                        "pass_at_k_cover": pass_at_k_cover(tagged, ks)}
+                        "ci": success_interval(tagged), "pass_at_k": values, "pass_at_k_cover": cover}
     out["per_mode"], out["per_tag"] = per_mode, per_tag
     return out
 
