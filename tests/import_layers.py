@@ -59,8 +59,8 @@ LEAVES: dict[str, tuple[str, ...]] = {"config.py": ("errors.py", "config_checks.
 #: what each rule is for, in the README block
 RULES = (
     "Paths are relative to `src/parallel_rollout/`: `x/` is a whole package, `x.py` one "
-    "module, `__init__.py` the root package's own. `report/` is read by `cli`, `api` and `runner` "
-    "only and reads `results`.",
+    "module, `__init__.py` the root package's own. `report/` is read by `cli`, `api`, `runner` "
+    "and `run_end` only and reads `results`.",
     "Imports run one way, top to bottom: a module imports modules of its own layer or of a "
     "layer below it, never above. Inside a layer, imports are allowed while they stay "
     "acyclic.",

@@ -19,6 +19,7 @@ from click.testing import CliRunner
 from conftest import ROOT, assert_exactly_once, read_results, shell_task, write_tasks, small_tmpfs
 from parallel_rollout.agents.oracle import OracleAgent
 from parallel_rollout.cli import main
+from parallel_rollout.run_end import write_summary
 from parallel_rollout.results import ResultStore, StorageError, pass_at_k, percentiles, read_records, summarize
 
 
@@ -422,3 +423,13 @@ def test_a_concurrent_run_refuses_a_second_run(tmp_path):
         output, _ = first.communicate(timeout=60)
     assert first.returncode == 0, output
     assert_exactly_once(out / "r", {"slow#0"})
+
+
+def test_a_summary_the_disk_cannot_hold_is_logged_not_raised(tiny_disk, caplog):
+    """The run's end writes summary.json on a full disk: an error line naming the file, no
+    exception (the run still releases its lock and says how to resume), no .tmp left."""
+    (tiny_disk / "filler").write_bytes(b"f" * 60 * 1024)
+    with caplog.at_level("ERROR", logger="parallel_rollout"):
+        write_summary(tiny_disk, {"pad": "x" * 20000})
+    assert f"cannot write {tiny_disk / 'summary.json'}: No space left on device" in caplog.text
+    assert sorted(p.name for p in tiny_disk.iterdir()) == ["filler"]

@@ -27,6 +27,7 @@ from .config import RunConfig
 from .exit_codes import EXIT_ABORTED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from .logs import NOT_ON_CONSOLE
 from .provenance import SCHEMA_VERSION
+from .report.files import CannotWrite, write_text_whole
 from .results import carry_over, read_records, summarize
 
 log = logging.getLogger("parallel_rollout")
@@ -109,17 +110,10 @@ def read_summary(run_dir: Path) -> dict[str, Any] | None:
 def write_summary(run_dir: Path, summary: dict[str, Any]) -> None:
     """Write summary.json whole or not at all, and never raise: on a full disk the run must
     still release its lock and say how to resume; summary.json is rewritten by the resume."""
-    path = run_dir / "summary.json"
-    tmp = path.with_name("summary.json.tmp")
     try:
-        tmp.write_text(json.dumps(summary, indent=2))
-        tmp.replace(path)
-    except OSError as exc:
-        log.error("cannot write %s: %s", path, exc.strerror or exc)
-        try:
-            tmp.unlink()
-        except OSError:
-            pass
+        write_text_whole(run_dir / "summary.json", json.dumps(summary, indent=2))
+    except CannotWrite as exc:
+        log.error("%s", exc)
 
 
 def resume_command(program: str, output_dir: str, run_id: str) -> str:
