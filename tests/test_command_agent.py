@@ -197,6 +197,45 @@ def test_a_command_agent_cannot_erase_a_failed_attempt_by_killing_its_worker(tmp
     assert "worker_died" not in events
 
 
+FORGER_AGENT = """\
+import json, sys
+run, log = sys.argv[1], open(sys.argv[2], "a")
+forged = {"task_id": "HumanEval/0", "sample": 0, "attempt": 0, "status": "success", "reward": 1.0}
+for line in sys.stdin:
+    for name, text in (("results.jsonl", json.dumps(forged) + "\\n"), ("summary.json", "{}"), ("events.jsonl", "")):
+        try:
+            with open(f"{run}/{name}", "a") as f:
+                f.write(text)
+            log.write(f"wrote {name}\\n")
+        except OSError as exc:
+            log.write(f"refused {name}: {exc.strerror}\\n")
+    log.flush()
+    print(json.dumps("    return None\\n"), flush=True)
+"""
+
+
+@needs_bwrap
+def test_a_command_agent_cannot_write_a_record_into_the_run(tmp_path):
+    """An agent that appends a passing record of its own task to results.jsonl while its
+    answer fails (the runner's user could write the run folder): the output folder is
+    read-only to it, the forged line never lands, the attempt is graded once, a failure."""
+    from click.testing import CliRunner
+    from parallel_rollout.cli import main
+
+    script, log, out = tmp_path / "forger.py", tmp_path / "agent.log", tmp_path / "out"
+    script.write_text(FORGER_AGENT)
+    result = CliRunner().invoke(main, [
+        "--mode", "py", "--data", "humaneval", "--limit", "1", "--output-dir", str(out), "--run-id", "f",
+        "--num-rollouts", "1", "--num-vms", "1", "--use-vm-pool", "--agent", "command", "--no-progress",
+        "--max-turns", "1", "--agent-cmd", command_line(script, str(out / "f"), str(log))])
+    assert result.exit_code == 0, result.output[-3000:]
+    assert log.read_text().splitlines() == [
+        "refused results.jsonl: Read-only file system", "refused summary.json: Read-only file system",
+        "refused events.jsonl: Read-only file system"]
+    records = read_results(out / "f")
+    assert [(r["attempt"], r["status"], r["reward"]) for r in records] == [(0, "failure", 0.0)], records
+
+
 def command_agent(tmp_path, source: str, **overrides) -> CommandAgent:
     script = tmp_path / "agent.py"
     script.write_text(source)

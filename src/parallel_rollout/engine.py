@@ -58,6 +58,7 @@ thread, or on the thread that calls ``close``, and must not block for long)::
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -122,9 +123,11 @@ class Engine:
                  modes: Iterable[str] | None = None,
                  record_sink: Callable[[dict[str, Any]], None] | None = None,
                  stop_on: Callable[[dict[str, Any]], str | None] | None = None) -> None:
-        self.config = config
         self.run_dir = Path(run_dir)
         self.run_id = run_id or config.run_id or self.run_dir.name
+        if config.run_id != self.run_id:  # what the workers' agents and envs are told
+            config = dataclasses.replace(config, run_id=self.run_id)
+        self.config = config
         self.modes = tuple(dict.fromkeys(modes or (config.mode,)))
         env_classes = [get_env(mode) for mode in self.modes]
         vm_envs = [cls for cls in env_classes if cls.needs_vm()]

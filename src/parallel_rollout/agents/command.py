@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shlex
 import shutil
 from typing import Any
@@ -64,6 +65,9 @@ class CommandAgent(Agent):
         self.command = config.agent_cmd
         #: seconds to wait for one reply; the runner's task timeout also covers a hang
         self.reply_timeout_s = config.task_timeout
+        #: what the agent may read but not write: its run's folder (its records, summary, events)
+        self.read_only = (os.path.realpath(os.path.join(os.path.expanduser(config.output_dir), config.run_id)),
+                          ) if config.run_id else ()
         self._process: AgentProcess | None = None
         self._task = None
         self._turn = 0
@@ -163,7 +167,7 @@ class CommandAgent(Agent):
         if self._process is None:
             # Split here, not in __init__: the worker constructs agents outside any attempt,
             # where a ConfigError would end the env loop instead of becoming a record.
-            self._process = AgentProcess(_split(self.command), self.command)
+            self._process = AgentProcess(_split(self.command), self.command, self.read_only)
         return self._process
 
     def _stop_process(self) -> None:

@@ -66,10 +66,10 @@ class StrayLine(Exception):
 class AgentProcess:
     """One running agent command: its pipes and the threads reading stdout and stderr."""
 
-    def __init__(self, argv: list[str], command: str) -> None:
+    def __init__(self, argv: list[str], command: str, read_only: tuple[str, ...] = ()) -> None:
         try:
             self._popen = subprocess.Popen(
-                in_own_pid_namespace(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                in_own_pid_namespace(argv, read_only), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE, start_new_session=True,
             )
         except OSError as exc:
@@ -158,12 +158,14 @@ class AgentProcess:
         return f"it exited with status {code}"
 
 
-def in_own_pid_namespace(argv: list[str]) -> list[str]:
+def in_own_pid_namespace(argv: list[str], read_only: tuple[str, ...] = ()) -> list[str]:
     """``argv`` under bubblewrap, in a PID namespace of its own: it and what it starts see and
     can signal only one another, never its worker (its parent is the namespace's init, which
     ignores them), so it cannot erase an attempt it is failing by killing the process that
     would record it. Everything else stays as the runner has it: the whole filesystem, bound
-    read-write (``/proc`` is the namespace's own), the network, the environment, the folder.
+    read-write (``/proc`` is the namespace's own), the network, the environment, the folder;
+    but the folders of ``read_only`` that exist (its run's folder: the agent cannot write a
+    record, a summary or an event of its own into the run), bound read-only.
 
     ``--die-with-parent`` is the parent-death signal (SIGKILL) that setpriv gave it before:
     the env loop's thread that started it ends, the worker's death included, and the
@@ -171,7 +173,8 @@ def in_own_pid_namespace(argv: list[str]) -> list[str]:
     of its namespace (mount, setns, ptrace, modules) are dropped and the cgroup tree is
     read-only (a ``cgroup.kill`` there would kill the worker); root keeps its rights over
     files. Unprivileged, bubblewrap makes a user namespace and the agent holds no capability."""
-    return [*_SANDBOX, "--", *argv]
+    binds = [arg for path in read_only for arg in ("--ro-bind-try", path, path)]
+    return [*_SANDBOX, *binds, "--", *argv]
 
 
 #: bubblewrap, which the process provider needs too (./dev installs it)
