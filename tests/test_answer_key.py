@@ -73,6 +73,38 @@ def test_a_command_agent_is_not_handed_the_answer_key(tmp_path):
         + [["id", "instruction", "mode", "seed", "setup", "tags"]]), handed
 
 
+#: a command agent that answers with the \\boxed answer of the task's ``solution`` column (the
+#: worked solution MATH-style datasets keep beside the problem) and logs the fields it got
+SOLUTION_THIEF = """\
+import json, sys
+seen = open(sys.argv[1], "a")
+for line in sys.stdin:
+    msg = json.loads(line)
+    task = msg.get("task", {})
+    seen.write(json.dumps(sorted(task)) + "\\n"); seen.flush()
+    solution = task.get("solution", "")
+    print(json.dumps(solution[solution.rfind("\\\\boxed"):] if "\\\\boxed" in solution else "no idea"), flush=True)
+"""
+
+
+@needs_bwrap
+def test_a_command_agent_is_not_handed_a_datasets_solution_column(tmp_path):
+    """A MATH-style row keeps its worked solution (``\\boxed{173}`` at its end) beside the
+    problem: the agent that copies it got it, and scored, until math held ``solution`` back."""
+    script, seen = tmp_path / "thief.py", tmp_path / "seen.jsonl"
+    script.write_text(SOLUTION_THIEF)
+    data = write_tasks(tmp_path / "math.jsonl", [
+        {"id": "ms1", "mode": "math", "problem": "Count the ordered pairs (a, b) of integers with 1 <= a, b <= 30, "
+         "gcd(a, b) = 1 and a + b prime.", "solution": "Counting carefully ... so the answer is $\\boxed{173}$.",
+         "answer": "173", "level": "Level 5"}])
+    agent_cmd = " ".join(shlex.quote(p) for p in (sys.executable, str(script), str(seen)))
+    finals = assert_exactly_once(run(tmp_path, "thief", "--mode", "math", "--data", str(data), "--agent", "command",
+                                     "--agent-cmd", agent_cmd), {"ms1#0"})
+    assert finals["ms1#0"]["status"] == "failure", finals
+    assert [json.loads(line) for line in seen.read_text().splitlines()] == [
+        ["id", "level", "mode", "problem", "seed", "tags"]]
+
+
 def test_the_oracle_still_replays_the_answer_key(tmp_path):
     data = write_tasks(tmp_path / "math.jsonl", [{"id": "m1", "mode": "math", "problem": "1+1", "answer": "2"}])
     finals = assert_exactly_once(run(tmp_path, "oracle", "--mode", "math", "--data", str(data)), {"m1#0"})
@@ -130,6 +162,8 @@ def test_each_mode_declares_its_answer_key_and_keeps_what_an_agent_needs(mode):
     needed = {"py": {"prompt", "entry_point"}, "shell": {"instruction", "setup"}, "math": {"problem"},
               "rag": {"question", "corpus"}, "osworld": {"instruction", "config"}}
     assert needed.get(mode, set()) <= set(view.payload)
-    keys = {"py": {"test", "canonical_solution"}, "shell": {"check", "reference"}, "math": {"answer"},
-            "rag": {"answers", "reference"}, "osworld": {"evaluator", "reference"}}
+    keys = {"py": {"test", "canonical_solution", "code", "test_list", "test_setup_code", "challenge_test_list",
+                   "solutions", "input_output"},
+            "shell": {"check", "reference"}, "math": {"answer", "solution", "extra_info", "reward_model"},
+            "rag": {"answers", "reference", "answer", "golden_answers"}, "osworld": {"evaluator", "reference"}}
     assert keys.get(mode, set()) <= env.answer_fields

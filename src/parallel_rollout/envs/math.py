@@ -167,9 +167,13 @@ class MathEnv(Env):
     #: seconds one grade may take; an instance attribute can shrink it
     grade_timeout_s = DEFAULT_GRADE_TIMEOUT_S
 
-    task_fields = frozenset({"problem", "answer", "data_source", "ability", "extra_info"})  # verl's columns too
-    #: verl's ``extra_info`` holds the worked solution too (its gsm8k preprocessing)
-    answer_fields = frozenset({"answer", "extra_info"})
+    #: the gold answer and the columns math datasets keep it or its worked solution in: MATH's,
+    #: MATH-500's, NuminaMath's and DeepScaleR's ``solution`` (which ends in the \boxed answer),
+    #: verl's ``reward_model`` (its ground truth) and ``extra_info`` (its gsm8k preprocessing
+    #: keeps the solution there), OpenMathInstruct's ``expected_answer`` and ``generated_solution``
+    answer_fields = frozenset({"answer", "solution", "extra_info", "reward_model", "ground_truth",
+                               "expected_answer", "generated_solution"})
+    task_fields = frozenset({"problem", "data_source", "ability"}) | answer_fields  # verl's columns too
 
     @staticmethod
     def validate_task(payload: Mapping[str, Any]) -> None:

@@ -88,10 +88,16 @@ class PyEnv(Env):
     #: per-VM limits applied unless the user sets them: hostile code must not hurt the host
     default_limits = {"memory_mb": 2048, "max_processes": 256}
 
-    task_fields = frozenset({"prompt", "entry_point", "test", "canonical_solution", "timeout"})
     #: the tests grade the answer, the canonical solution passes them: an agent gets the
-    #: prompt and the entry point
-    answer_fields = frozenset({"test", "canonical_solution"})
+    #: prompt and the entry point. Held back too, the columns other code datasets keep their
+    #: tests and solutions in: MBPP's ``code``, ``test_list``, ``test_setup_code`` and
+    #: ``challenge_test_list`` (a prompt that shows example tests, as MBPP's does, says so in
+    #: ``prompt``), APPS' ``solutions`` and ``input_output``, CodeContests' ``private_tests``
+    #: and ``generated_tests``, ``solution`` and ``tests`` (KodCode, MultiPL-E)
+    answer_fields = frozenset({"test", "canonical_solution", "code", "test_list", "test_setup_code",
+                               "challenge_test_list", "solution", "solutions", "tests", "input_output",
+                               "private_tests", "generated_tests"})
+    task_fields = frozenset({"prompt", "entry_point", "timeout"}) | answer_fields
 
     @staticmethod
     def validate_task(payload: Mapping[str, Any]) -> None:

@@ -61,9 +61,11 @@ class RagEnv(Env):
     options = frozenset({"rag_metric"})
     default_max_turns = 10
 
-    task_fields = frozenset({"question", "answers", "corpus", "reference", "evidence"})
-    #: the gold answers, the reference searches and answer, the gold documents
-    answer_fields = frozenset({"answers", "reference", "evidence"})
+    #: the gold answers, the reference searches and answer, the gold documents; and where QA
+    #: datasets keep the same: HotpotQA's ``answer`` and ``supporting_facts``, FlashRAG's and
+    #: Search-R1's ``golden_answers``
+    answer_fields = frozenset({"answers", "reference", "evidence", "answer", "golden_answers", "supporting_facts"})
+    task_fields = frozenset({"question", "corpus"}) | answer_fields
 
     @staticmethod
     def validate_task(payload: Mapping[str, Any]) -> None:
