@@ -105,6 +105,66 @@ def test_a_command_agent_is_not_handed_a_datasets_solution_column(tmp_path):
         ["id", "level", "mode", "problem", "seed", "tags"]]
 
 
+#: a command agent for slippery FrozenLake that, given the task's seed, replays the env's
+#: random stream (gymnasium's reset(seed=…), one draw per step) and plans moves the slips
+#: carry to the goal; with no seed it moves Left, which never reaches a goal to the right
+SEED_REPLAYER = """\
+import json, sys
+from collections import deque
+from gymnasium.envs.toy_text.frozen_lake import FrozenLakeEnv
+seen = open(sys.argv[1], "a")
+def plan(desc, seed, max_steps):
+    env = FrozenLakeEnv(desc=desc, is_slippery=True)
+    start, _ = env.reset(seed=seed)
+    draws = [env.np_random.random() for _ in range(max_steps)]
+    def land(s, a, k):
+        total = 0.0
+        for prob, nxt, reward, done in env.P[s][a]:
+            total += prob
+            if total > draws[k]:
+                return nxt, reward, done
+    queue, known = deque([(0, start, [])]), {(0, start)}
+    while queue:
+        k, s, moves = queue.popleft()
+        for a in range(4) if k < max_steps else ():
+            nxt, reward, done = land(s, a, k)
+            if reward > 0:
+                return moves + [a]
+            if not done and (k + 1, nxt) not in known:
+                known.add((k + 1, nxt)); queue.append((k + 1, nxt, moves + [a]))
+    return []
+for line in sys.stdin:
+    msg = json.loads(line)
+    if msg["turn"] == 1:
+        seed = msg["task"]["seed"]
+        seen.write(json.dumps(seed) + "\\n"); seen.flush()
+        obs = msg["observation"]
+        moves = plan(obs["grid_map"], seed, obs["max_steps"]) if seed is not None else []
+    move = moves.pop(0) if moves else 0
+    print(json.dumps("<answer>" + ["Left", "Down", "Right", "Up"][move] + "</answer>"), flush=True)
+"""
+
+
+@needs_bwrap
+def test_a_command_agent_is_not_handed_a_seed_that_draws_the_slips(tmp_path):
+    """FrozenLake's slips come from the task's seed: an agent handed it replayed them and
+    finished every slippery lake (where the oracle's best policy finishes some); the gym mode
+    keeps its seed secret, so the agent gets ``"seed": null`` and plays the lake as it comes."""
+    from parallel_rollout.envs.gym import frozenlake_path
+
+    lakes = [json.loads(line) for line in frozenlake_path().read_text().splitlines() if '"slippery"' in line]
+    assert len(lakes) >= 5 and all(lake["is_slippery"] and lake["seed"] is not None for lake in lakes)
+    script, seen = tmp_path / "replay.py", tmp_path / "seeds.jsonl"
+    script.write_text(SEED_REPLAYER)
+    agent_cmd = " ".join(shlex.quote(p) for p in (sys.executable, str(script), str(seen)))
+    data = write_tasks(tmp_path / "lakes.jsonl", lakes)
+    finals = assert_exactly_once(run(tmp_path, "lakes", "--mode", "gym", "--data", str(data), "--agent", "command",
+                                     "--agent-cmd", agent_cmd, "--max-turns", "40"),
+                                 {f"{lake['id']}#0" for lake in lakes})
+    assert [json.loads(line) for line in seen.read_text().splitlines()] == [None] * len(lakes)
+    assert {r["status"] for r in finals.values()} == {"failure"}, {k: r["status"] for k, r in finals.items()}
+
+
 def test_the_oracle_still_replays_the_answer_key(tmp_path):
     data = write_tasks(tmp_path / "math.jsonl", [{"id": "m1", "mode": "math", "problem": "1+1", "answer": "2"}])
     finals = assert_exactly_once(run(tmp_path, "oracle", "--mode", "math", "--data", str(data)), {"m1#0"})
@@ -158,7 +218,10 @@ def test_each_mode_declares_its_answer_key_and_keeps_what_an_agent_needs(mode):
                                                                          "reference", "config"})}
     view = env.agent_view(Task(id="t", mode=mode, payload=payload, seed=3, tags=("a",)))
     assert set(view.payload) == set(payload) - env.answer_fields
-    assert (view.id, view.mode, view.seed, view.tags) == ("t", mode, 3, ("a",))
+    assert (view.id, view.mode, view.tags) == ("t", mode, ("a",))
+    # the seed of a mode whose randomness an agent must not foresee is held back
+    assert env.seed_is_secret == (mode in {"gym", "web"})
+    assert view.seed == (None if env.seed_is_secret else 3)
     needed = {"py": {"prompt", "entry_point"}, "shell": {"instruction", "setup"}, "math": {"problem"},
               "rag": {"question", "corpus"}, "osworld": {"instruction", "config"}}
     assert needed.get(mode, set()) <= set(view.payload)

@@ -11,8 +11,9 @@ is started again if it died. The protocol, one JSON object per line in each dire
 
 ``task`` (the task as written in the task file, without its mode's answer key,
 ``Env.answer_fields``: HumanEval's tests and canonical solution, a shell task's check and
-reference …, which only the oracle gets) comes only with turn 1, which also marks the start
-of a new episode. The action is any JSON value, as the mode expects it: a string
+reference …, which only the oracle gets; its ``seed`` is null where the mode keeps it secret,
+``Env.seed_is_secret``: gym's seed draws FrozenLake's slips) comes only with turn 1, which
+also marks the start of a new episode. The action is any JSON value, as the mode expects it: a string
 for ``py`` and ``math``, ``{"command": "ls"}`` or ``"DONE"`` for ``shell``. Logs go to stderr,
 never stdout. When its stdin closes, the agent should exit. A complete shell agent::
 

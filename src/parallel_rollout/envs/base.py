@@ -54,6 +54,11 @@ class Env(abc.ABC):
     #: and canonical solution, a shell task's check and reference): no agent sees them but
     #: one trusted with them (``Agent.sees_answer_key``: the oracle), see ``agent_view``
     answer_fields: ClassVar[frozenset[str]] = frozenset()
+    #: whether the task's seed is part of the answer key: True when it drives randomness the
+    #: agent must not foresee (FrozenLake's slips, a MiniWoB page's hidden values), so an
+    #: agent that replays it plays a known future. Such an agent gets the task with no seed
+    #: (``agent_view``); a mode whose seed drives nothing hidden says False
+    seed_is_secret: ClassVar[bool] = True
     #: turns per episode when --max-turns is not given (None: the flag's default)
     default_max_turns: ClassVar[int | None] = None
     #: per-VM limits (ProviderOptions fields) applied where the provider supports them,
@@ -83,11 +88,13 @@ class Env(abc.ABC):
     @classmethod
     def agent_view(cls, task: "Task") -> "Task":
         """``task`` as an agent not trusted with its answer key gets it: without the
-        ``answer_fields`` (the same task when it has none of them)."""
-        if not cls.answer_fields.intersection(task.payload):
+        ``answer_fields``, and without its seed when ``seed_is_secret`` (the same task when
+        it has none of them)."""
+        hide_seed = cls.seed_is_secret and task.seed is not None
+        if not hide_seed and not cls.answer_fields.intersection(task.payload):
             return task
         kept = {name: value for name, value in task.payload.items() if name not in cls.answer_fields}
-        return replace(task, payload=kept)
+        return replace(task, payload=kept, seed=None if cls.seed_is_secret else task.seed)
 
     @staticmethod
     def validate_task(payload: Mapping[str, Any]) -> None:

@@ -140,6 +140,9 @@ class GymEnv(Env):
 
     task_fields = frozenset({"game", "desc", "map_name", "size", "p", "is_slippery", "max_steps", "room", "dim_room",
                              "num_boxes", "search_depth", "grid_vocab", "grid_lookup", "format_penalty"})
+    #: the seed draws a slippery lake's slips: an agent that had it would replay them
+    #: (gymnasium's ``reset(seed=…)``) and plan around slips it knew in advance
+    seed_is_secret = True
 
     @staticmethod
     def validate_task(payload: Mapping[str, Any]) -> None:

@@ -174,6 +174,7 @@ class MathEnv(Env):
     answer_fields = frozenset({"answer", "solution", "extra_info", "reward_model", "ground_truth",
                                "expected_answer", "generated_solution"})
     task_fields = frozenset({"problem", "data_source", "ability"}) | answer_fields  # verl's columns too
+    seed_is_secret = False  # nothing in a math episode draws on it
 
     @staticmethod
     def validate_task(payload: Mapping[str, Any]) -> None:

@@ -98,6 +98,7 @@ class PyEnv(Env):
                                "challenge_test_list", "solution", "solutions", "tests", "input_output",
                                "private_tests", "generated_tests"})
     task_fields = frozenset({"prompt", "entry_point", "timeout"}) | answer_fields
+    seed_is_secret = False  # nothing in a py episode draws on it
 
     @staticmethod
     def validate_task(payload: Mapping[str, Any]) -> None:

@@ -36,6 +36,7 @@ class ShellEnv(Env):
     #: an agent that ran the check (or replayed the reference) before it finished would pass
     #: by trial; the setup stays: it says only what the VM holds, which the agent can look at
     answer_fields = frozenset({"check", "reference"})
+    seed_is_secret = False  # nothing in a shell episode draws on it
 
     @staticmethod
     def validate_task(payload: Mapping[str, Any]) -> None:

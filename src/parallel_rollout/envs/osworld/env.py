@@ -81,6 +81,7 @@ class OSWorldEnv(Env):
     default_max_turns = 15
     #: the evaluator's getters, metrics and expected values, and the reference actions
     answer_fields = frozenset({"evaluator", "reference"})
+    seed_is_secret = False  # nothing in an OSWorld episode draws on it
 
     # ------------------------------------------------------------------ tasks
 

@@ -66,6 +66,7 @@ class RagEnv(Env):
     #: Search-R1's ``golden_answers``
     answer_fields = frozenset({"answers", "reference", "evidence", "answer", "golden_answers", "supporting_facts"})
     task_fields = frozenset({"question", "corpus"}) | answer_fields
+    seed_is_secret = False  # nothing in a rag episode draws on it
 
     @staticmethod
     def validate_task(payload: Mapping[str, Any]) -> None:

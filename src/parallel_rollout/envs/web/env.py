@@ -69,6 +69,9 @@ class WebEnv(Env):
     turn_limit_status = "max_turns"
 
     task_fields = frozenset({"env", "screenshot", "time_limit_s"})
+    #: the seed seeds the page's ``Math.random`` (``Math.seedrandom``), which draws what a page
+    #: keeps from the agent (guess-number's number …): an agent that had it could replay it
+    seed_is_secret = True
 
     @staticmethod
     def validate_task(payload: Mapping[str, Any]) -> None:
