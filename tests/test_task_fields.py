@@ -79,3 +79,37 @@ def test_an_integer_id_is_its_string(tmp_path):
     again = invoke(tmp_path, data, "--mode", "shell", "--resume")
     assert again.exit_code == 0, (again.output, again.exception)
     assert "1 already final, 0 to run" in again.stderr
+
+
+def test_a_column_named_like_an_answer_that_goes_to_the_agent_is_warned_of(tmp_path):
+    """A column the mode neither reads nor holds back whose name says it may hold the answer
+    (AIME's capitalised 'Solution', a 'gold' column) is passed on to an agent not trusted with
+    the answer key, as every column is, and the run says so naming it; other columns
+    ('difficulty') and the mode's own answer key ('answer', 'solution': held back) are not named."""
+    import shlex
+    import sys
+
+    from agent_runs import needs_bwrap
+
+    tasks = [{"id": f"m{i}", "mode": "math", "problem": "1+1", "answer": "2", "solution": "1+1=\\boxed{2}",
+              "Solution": "1+1=\\boxed{2}", "gold": "2", "difficulty": "easy"} for i in range(2)]
+    data = write_tasks(tmp_path / "math.jsonl", tasks)
+    said = " ".join(invoke(tmp_path, data, "--dry-run", "--agent", "command", "--agent-cmd", "true").output.split())
+    assert "'Solution' (2 task(s)), 'gold' (2 task(s)): field(s) of math tasks whose names say they may hold " \
+           "the answer go to the agent (--agent command)" in said, said
+    assert "'difficulty'" not in said and "'solution' (" not in said and "'answer' (" not in said
+    oracle = invoke(tmp_path, data, "--dry-run")  # the oracle is handed the key anyway
+    assert oracle.exit_code == 0 and "may hold the answer" not in oracle.output, oracle.output
+    if needs_bwrap.args[0]:
+        return
+    agent = tmp_path / "agent.py"
+    agent.write_text("import json, sys\nseen = open(sys.argv[1], 'a')\nfor line in sys.stdin:\n"
+                     "    seen.write(json.dumps(sorted(json.loads(line).get('task', {}))) + '\\n'); seen.flush()\n"
+                     "    print(json.dumps('0'), flush=True)\n")
+    seen = tmp_path / "seen.jsonl"
+    run = invoke(tmp_path, data, "--agent", "command", "--agent-cmd",
+                 " ".join(shlex.quote(p) for p in (sys.executable, str(agent), str(seen))))
+    assert run.exit_code == 0, (run.output, run.exception)
+    assert "'Solution' (2 task(s)), 'gold' (2 task(s))" in " ".join(run.output.split()), run.output
+    assert [json.loads(line) for line in seen.read_text().splitlines()] == [
+        ["Solution", "difficulty", "gold", "id", "mode", "problem", "seed", "tags"]] * 2

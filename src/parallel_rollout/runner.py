@@ -35,6 +35,7 @@ from .agents.episode import EndpointRefused, ModelUnavailable
 from .config import RunConfig, data_required, default_run_id
 from .engine import Engine
 from .envs import get_env, task_validators, with_mode_defaults
+from .envs.registry import answer_like_warnings
 from .errors import ConfigError, TaskFileError, raise_interrupted
 from .logs import run_log_handler
 from .messages import Assignment
@@ -164,6 +165,8 @@ class Runner:
                 raise TaskFileError.of_records(str(cfg.data), bad, f"tasks --agent {cfg.agent} cannot run")
         if cfg.limit:
             tasks = tasks[: cfg.limit]
+        for line in answer_like_warnings(tasks, self.agent_cls):
+            log.warning("%s", line)
         plugin_call(f"mode {cfg.mode!r}: prepare_run", self.env_cls.prepare_run, tasks)
         check_guest = getattr(self.env_cls, "check_guest", None)  # web: Chromium where it is known
         if check_guest is not None and self.provider_cls is not None:

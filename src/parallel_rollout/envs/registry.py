@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import functools
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
@@ -106,6 +107,42 @@ def _known_fields(env: type[Env], fields: frozenset[str], payload: Mapping[str, 
 #: how like a known field an unknown one must be to be refused as its typo (difflib's ratio:
 #: chekc/check 0.8, setpu/setup 0.8, answr/answer 0.91; difficulty/... far below)
 TYPO_CUTOFF = 0.75
+
+
+#: the words of a field name that say it may hold a task's answer (``gold_answer``,
+#: ``Solution``, ``groundTruth``, ``expected_output``, ``test_cases``)
+_ANSWER_WORDS = frozenset({"answer", "answers", "solution", "solutions", "gold", "golden", "truth",
+                           "groundtruth", "gt", "reference", "references", "expected", "canonical",
+                           "test", "tests", "check", "checks", "reward", "target", "targets", "correct"})
+
+
+def looks_like_answer(name: str) -> bool:
+    """Whether a field's name says it may hold the answer: one of its words (split at
+    punctuation and case changes) is an answer word, or it contains "answer" or "solution"."""
+    words = {w.lower() for w in re.findall(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|\d+", name)}
+    return bool(words & _ANSWER_WORDS) or any(part in name.lower() for part in ("answer", "solution"))
+
+
+def answer_like_warnings(tasks: "list[Any]", agent: Any) -> list[str]:
+    """What a run says when fields whose names say they may hold the answer go to an agent not
+    trusted with the answer key (``agent.sees_answer_key``): a dataset's own columns that the
+    mode neither reads nor holds back (a MATH file's ``Solution``, a ``gold`` column), one line
+    per mode. They are passed on, as a task's other columns are: the user decides."""
+    if agent.sees_answer_key:
+        return []
+    found: dict[str, dict[str, int]] = {}
+    for task in tasks:
+        env = get_env(task.mode)
+        known = (env.task_fields or frozenset()) | env.answer_fields | agent.task_fields
+        for name in task.payload:
+            if name not in known and name != "task_id" and looks_like_answer(name):
+                counts = found.setdefault(task.mode, {})
+                counts[name] = counts.get(name, 0) + 1
+    return [f"{', '.join(f'{n!r} ({c} task(s))' for n, c in sorted(counts.items()))}: field(s) of {mode} tasks "
+            f"whose names say they may hold the answer go to the agent (--agent {agent.name or agent.__name__}) "
+            f"with the task; {mode} holds back only its answer key ({', '.join(sorted(get_env(mode).answer_fields))}"
+            "). If they hold the answer, take them out of the task file"
+            for mode, counts in sorted(found.items())]
 
 
 def task_validators(also: frozenset[str] = frozenset()) -> Mapping[str, Callable[[Mapping[str, Any]], None]]:
