@@ -2,7 +2,9 @@
 
 ``--agent-cmd "python my_agent.py"`` (split like a shell would, but run without one) starts
 one long-lived process per env loop, on the first turn; it serves episode after episode and
-is started again if it died. The protocol, one JSON object per line in each direction:
+is started again, at a new episode's first turn, if it died. One found dead within an episode
+(after its reply to turn 1, before turn 2) fails the attempt like any exit: a new process
+would get a turn 2 without the task it never saw. The protocol, one JSON object per line in each direction:
 
     we send, every turn    {"type": "observation", "task_id": "hello-file", "mode": "shell",
                             "turn": 1, "observation": {...},
@@ -121,7 +123,9 @@ class CommandAgent(Agent):
         except ProcessBroken as exc:
             # Stopped before the stderr tail is read, so the tail is complete.
             self._stop_process()
-            raise AgentError(f"{where}: {exc}{process.stderr_report()}") from None
+            during = (f", during the episode (after its reply to turn {self._turn - 1}; a process must serve "
+                      "its episode to the end)" if exc.gone and self._turn > 1 else "")
+            raise AgentError(f"{where}: {exc}{during}{process.stderr_report()}") from None
         try:
             return json.loads(line)
         except ValueError:
@@ -162,7 +166,8 @@ class CommandAgent(Agent):
             self._stop_process()
 
     def _running_process(self) -> "AgentProcess":
-        if self._process is not None and not self._process.alive():
+        # Within an episode a dead process is not replaced: the exchange reports its exit.
+        if self._process is not None and self._turn == 1 and not self._process.alive():
             self._stop_process()
             log.warning("--agent-cmd %r exited between episodes; starting it again", self.command)
         if self._process is None:
