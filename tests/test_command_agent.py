@@ -24,7 +24,7 @@ from agent_runs import SHELL_KEYS, make_config, needs_bwrap, run_shell
 from conftest import SHELL_TASKS, assert_exactly_once, read_results, shell_task, write_tasks
 from parallel_rollout.agents.base import AgentError
 from parallel_rollout.agents.command import CommandAgent
-from parallel_rollout.errors import ConfigError
+from parallel_rollout.errors import ConfigError, TaskTimeout
 from parallel_rollout.tasks import Task
 
 
@@ -281,10 +281,9 @@ def test_command_protocol_and_restart_after_death(tmp_path):
 
 
 def test_command_reply_timeout_stops_the_process(tmp_path):
-    agent = command_agent(tmp_path, ECHO_AGENT)
-    agent.reply_timeout_s = 0.5
+    agent = command_agent(tmp_path, ECHO_AGENT, task_timeout=2.0)  # replies end 1.5 s after reset
     agent.act({"problem": "hang"})  # answers, then hangs before reading the next turn
-    with pytest.raises(AgentError, match="no reply within 0.5 s"):
+    with pytest.raises(TaskTimeout, match=r"turn 2: no reply within --task-timeout 2s \(.* less 0.5s"):
         agent.act({"problem": "1+1"})
     assert agent._process is None, "a process that missed a reply must not answer the next turn"
 

@@ -25,9 +25,17 @@ never stdout. When its stdin closes, the agent should exit. A complete shell age
         done = msg["turn"] > 1 and msg["observation"].get("returncode") is not None
         print(json.dumps("DONE" if done else {"command": "ls ~"}), flush=True)
 
-A reply that is not JSON, a process that exits or closes its stdout, or no reply within
-``--task-timeout`` fails the attempt with ``AgentError`` quoting the tail of the agent's
-stderr; the process is then stopped, since it and we no longer agree on which turn it is.
+A reply that is not JSON, or a process that exits or closes its stdout, fails the attempt
+with ``AgentError`` quoting the tail of the agent's stderr; the process is then stopped, since
+it and we no longer agree on which turn it is. An agent that does not reply (a hang) is
+``task_timeout``, as the runner records any attempt past ``--task-timeout``, but with the
+agent's stderr tail: the agent's own wait for a reply ends ``REPLY_MARGIN_S`` (2 s, a
+quarter of the timeout at most) before ``--task-timeout`` counted from the episode's start
+(its first observation), the process is killed at once and its stderr read, so that the record
+is written before the runner would kill the worker (and lose the tail). The runner's clock
+starts before the task's setup and stops while a VM or a weight update is awaited: a setup
+longer than the margin leaves the timeout to the runner (``task_timeout``, no stderr tail);
+a clock stopped within the episode leaves the agent less time than the runner would.
 So does a reply line longer than ``MAX_REPLY_BYTES`` (16 MiB; ``agents.command_process``),
 which is never read whole. So does a line no observation asked for (a second line after a reply, or one written once
 the episode ended): before each observation is sent, and once the episode is graded
@@ -48,14 +56,19 @@ import logging
 import os
 import shlex
 import shutil
+import time
 from typing import Any
 
-from ..errors import ConfigError
+from ..errors import ConfigError, TaskTimeout
 from .base import Agent
-from .command_process import AgentProcess, ProcessBroken, StrayLine, check_sandbox
+from .command_process import AgentProcess, NoReply, ProcessBroken, StrayLine, check_sandbox
 from .episode import AgentError
 
 log = logging.getLogger(__name__)
+
+#: seconds before --task-timeout (a quarter of it at most) that the wait for a reply ends:
+#: time to kill a hung agent and record its stderr before the runner kills the worker
+REPLY_MARGIN_S = 2.0
 
 class CommandAgent(Agent):
     """An external program, driven over JSON lines on its stdin and stdout."""
@@ -66,8 +79,10 @@ class CommandAgent(Agent):
     def __init__(self, config) -> None:
         super().__init__(config)
         self.command = config.agent_cmd
-        #: seconds to wait for one reply; the runner's task timeout also covers a hang
-        self.reply_timeout_s = config.task_timeout
+        #: seconds an episode's replies may take in all: --task-timeout less the margin
+        self.reply_budget_s = config.task_timeout - min(REPLY_MARGIN_S, config.task_timeout / 4)
+        #: monotonic time the episode's wait for replies ends (set by ``reset``)
+        self._deadline = 0.0
         #: what the agent may read but not write: its run's folder (its records, summary, events)
         self.read_only = (os.path.realpath(os.path.join(os.path.expanduser(config.output_dir), config.run_id)),
                           ) if config.run_id else ()
@@ -91,6 +106,7 @@ class CommandAgent(Agent):
         """Start a new episode; the agent learns of it from the next message's turn 1."""
         self._task = task
         self._turn = 0
+        self._deadline = time.monotonic() + self.reply_budget_s
 
     def act(self, observation: dict[str, Any]) -> Any:
         """Send the observation, return the JSON value the agent answers with."""
@@ -108,7 +124,7 @@ class CommandAgent(Agent):
         line_out = json.dumps(message, default=str)
         try:
             try:
-                line = process.exchange(line_out, self.reply_timeout_s)
+                line = process.exchange(line_out, self._time_left())
             except ProcessBroken as exc:
                 if not (exc.gone and reused and self._turn == 1):
                     raise
@@ -116,7 +132,14 @@ class CommandAgent(Agent):
                 # episode per process): a new episode deserves a fresh process.
                 self._stop_process()
                 process = self._running_process()
-                line = process.exchange(line_out, self.reply_timeout_s)
+                line = process.exchange(line_out, self._time_left())
+        except NoReply:
+            process.kill()  # at once: the record must be written before the runner kills the worker
+            self._process = None
+            raise TaskTimeout(f"{where}: no reply within --task-timeout {self.config.task_timeout:g}s "
+                              f"(counted from the episode's first observation, less "
+                              f"{self.config.task_timeout - self.reply_budget_s:g}s to stop the agent "
+                              f"and record its stderr){process.stderr_report()}") from None
         except StrayLine as exc:
             self._stop_process()
             raise AgentError(f"{where}: {exc}{process.stderr_report()}") from None
@@ -152,6 +175,9 @@ class CommandAgent(Agent):
     def close(self) -> None:
         """Stop the agent process now (it is also stopped when the agent is collected)."""
         self._stop_process()
+
+    def _time_left(self) -> float:
+        return max(0.0, self._deadline - time.monotonic())
 
     def _drop_strays_of_an_earlier_episode(self) -> None:
         """A line written after the last episode was checked belongs to no episode: the

@@ -54,6 +54,13 @@ class ProcessBroken(Exception):
         self.gone = gone
 
 
+class NoReply(ProcessBroken):
+    """No reply came within the time given: the agent is alive but silent (a hang)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, gone=False)
+
+
 class _TooLong(str):
     """What the stdout reader queues instead of a line longer than MAX_REPLY_BYTES: its
     first bytes, for the message (the reader stops there)."""
@@ -95,6 +102,11 @@ class AgentProcess:
         """Whether the process is still running."""
         return self._popen.poll() is None
 
+    def kill(self) -> None:
+        """Stop it at once: SIGKILL to its process group (a hung agent gets no grace), then ``stop``."""
+        _signal_group(self._popen.pid, signal.SIGKILL)
+        self.stop()
+
     def stray_line(self) -> str | None:
         """The first line the agent wrote that no request is waiting for (every line read
         so far is one when no request is under way), or None; an EOF found meanwhile is kept
@@ -131,7 +143,7 @@ class AgentProcess:
         try:
             reply = self._lines.get(timeout=timeout_s)
         except queue.Empty:
-            raise ProcessBroken(f"no reply within {timeout_s:g} s", gone=False) from None
+            raise NoReply(f"no reply within {timeout_s:g} s") from None
         if reply is None:
             raise ProcessBroken(f"the agent closed its stdout without replying ({self._exit_description()})")
         if isinstance(reply, _TooLong):  # alive, but its reply cannot be read: no fresh try
