@@ -1,6 +1,7 @@
 """The command agent's life as a plugin author meets it, through the CLI: a program that dies
 within an episode fails its attempt (it is not started again mid-episode); one that hangs is
-``task_timeout``, its stderr tail recorded.
+``task_timeout``, its stderr tail recorded; one that cannot start is refused before the run (a CRLF
+``#!`` line, a script that is not executable) or, when that cannot be seen, explained.
 """
 
 from __future__ import annotations
@@ -84,3 +85,52 @@ def test_a_hanging_agent_is_a_task_timeout_with_its_stderr(tmp_path):
             assert "turn 1: no reply within --task-timeout 4s" in failure["message"], failure
             assert f"stderr tail:\n{said}" in failure["message"], failure
         assert "killed after task_timeout" not in result.output, result.output
+
+
+@needs_bwrap
+def test_a_program_that_cannot_start_is_refused_before_the_run(tmp_path):
+    """A script with Windows line ends passed --dry-run, then every task failed with
+    "bwrap: execvp ./agent.sh: No such file or directory" of a file that exists: its #! line
+    named '/bin/bash\\r'. Found at the start now (the run and --dry-run alike, exit 2), with
+    a script that is not executable and one whose interpreter does not exist."""
+    crlf = tmp_path / "agent_crlf.sh"
+    crlf.write_bytes(b'#!/bin/bash\r\nwhile read -r line; do echo \'"DONE"\'; done\r\n')
+    crlf.chmod(0o755)
+    result = run(tmp_path, "crlf", str(crlf))
+    assert result.exit_code == 2, result.output[-3000:]
+    assert (f"{str(crlf)!r} starts with the line '#!/bin/bash\\r', which ends in a carriage return (\\r): "
+            "the file has Windows (CRLF) line ends") in result.output, result.output
+    assert "looks for the interpreter '/bin/bash\\r', which does not exist" in result.output, result.output
+    assert not (tmp_path / "out" / "crlf" / "results.jsonl").exists()
+    dry = run(tmp_path, "crlf-dry", str(crlf), "--dry-run")
+    assert dry.exit_code == 2 and "Windows (CRLF) line ends" in dry.output, dry.output[-3000:]
+
+    plain = tmp_path / "agent.sh"
+    plain.write_text('#!/bin/sh\nwhile read -r line; do echo \'"DONE"\'; done\n')
+    result = run(tmp_path, "noexec", str(plain))
+    assert result.exit_code == 2 and f"{str(plain)!r} is not executable: chmod +x" in result.output, result.output
+
+    plain.write_text('#!/no/such/interpreter\n')
+    plain.chmod(0o755)
+    result = run(tmp_path, "nointerp", str(plain))
+    assert result.exit_code == 2, result.output[-3000:]
+    assert "but its interpreter '/no/such/interpreter' does not exist" in result.output, result.output
+
+
+@needs_bwrap
+def test_bubblewraps_enoent_is_explained_when_it_happens(tmp_path):
+    """What the start cannot check cheaply (the interpreter is a script whose own interpreter
+    is missing): bubblewrap's "No such file or directory" of a file that exists is explained."""
+    interpreter = tmp_path / "interp.sh"
+    interpreter.write_text("#!/no/such/interpreter\n")
+    agent = tmp_path / "agent.sh"
+    agent.write_text(f"#!{interpreter}\n")
+    for script in (interpreter, agent):
+        script.chmod(0o755)
+    result = run(tmp_path, "nested", str(agent), tasks=1)
+    assert result.exit_code == 0, result.output[-3000:]
+    [record] = read_results(tmp_path / "out" / "nested")
+    message = record["failure"]["message"]
+    assert record["status"] == "error" and f"bwrap: execvp {agent}: No such file or directory" in message, record
+    assert (f"(bubblewrap could not start {agent}: it, or the interpreter its #! line names, does not exist; "
+            "a #! line with a Windows (CRLF) line end names '/bin/bash\\r'") in message, message

@@ -55,12 +55,12 @@ import json
 import logging
 import os
 import shlex
-import shutil
 import time
 from typing import Any
 
 from ..errors import ConfigError, TaskTimeout
 from .base import Agent
+from .command_checks import check_program, exec_failure_hint
 from .command_process import AgentProcess, NoReply, ProcessBroken, StrayLine, check_sandbox
 from .episode import AgentError
 
@@ -92,11 +92,10 @@ class CommandAgent(Agent):
 
     @classmethod
     def check_config(cls, config) -> None:
-        """Raise ConfigError before the run when --agent-cmd is missing or cannot be run."""
-        argv = _split(config.agent_cmd)
-        if shutil.which(argv[0]) is None:
-            raise ConfigError(f"--agent-cmd: {argv[0]!r} is not an executable file "
-                              "(nor a program on PATH)")
+        """Raise ConfigError before the run when --agent-cmd is missing or cannot be run (its
+        program not found or not executable, a #! line naming no interpreter that exists: a
+        CRLF line end's '/bin/bash\\r'; ``agents.command_checks``)."""
+        check_program(_split(config.agent_cmd)[0])
         unavailable = check_sandbox()
         if unavailable is not None:
             raise ConfigError(f"--agent command runs its program in a PID namespace of its own, so that it "
@@ -148,7 +147,8 @@ class CommandAgent(Agent):
             self._stop_process()
             during = (f", during the episode (after its reply to turn {self._turn - 1}; a process must serve "
                       "its episode to the end)" if exc.gone and self._turn > 1 else "")
-            raise AgentError(f"{where}: {exc}{during}{process.stderr_report()}") from None
+            report = process.stderr_report()
+            raise AgentError(f"{where}: {exc}{during}{exec_failure_hint(report)}{report}") from None
         try:
             return json.loads(line)
         except ValueError:

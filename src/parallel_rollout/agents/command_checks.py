@@ -1,0 +1,102 @@
+"""What the ``command`` agent (``agents.command``) checks of its program before a run starts,
+and how it explains a program that bubblewrap could not start.
+
+``check_program`` (from ``CommandAgent.check_config``, so ``--dry-run`` says it too): the
+program must be an executable file or on PATH, and a script's ``#!`` line must name an
+interpreter that exists. A ``#!`` line that ends in a carriage return (a file with Windows
+CRLF line ends) is refused as such: the system reads the ``\\r`` as part of the line and
+looks for ``/bin/bash\\r``, which bubblewrap reports only once the attempt starts, as
+``execvp ./agent.sh: No such file or directory`` of a file that exists. What cannot be
+checked so cheaply (an interpreter that is a script itself) is explained when it happens
+(``exec_failure_hint``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+
+from ..errors import ConfigError
+
+#: bytes of a program read to find its #! line (the kernel reads at most 256)
+_SHEBANG_BYTES = 256
+#: words a shell runs itself, which are no program of their own
+_SHELL_BUILTINS = frozenset({"cd", "export", "source", ".", "set", "unset", "alias", "exec", "eval", "ulimit",
+                             "umask", "pushd", "popd", "if", "for", "while", "until", "case", "{", "(", "!"})
+#: bubblewrap's word when it cannot exec the program
+_EXEC_FAILED = re.compile(r"bwrap: execvp (.+?): (No such file or directory|Permission denied)")
+
+
+def check_program(name: str) -> None:
+    """ConfigError when ``name`` (--agent-cmd's first word) cannot be started: not found,
+    not executable, or a script whose #! line names an interpreter that does not exist."""
+    path = shutil.which(name)
+    if path is None:
+        raise ConfigError(f"--agent-cmd: {_why_not_found(name)}")
+    try:
+        with open(path, "rb") as program:
+            head = program.read(_SHEBANG_BYTES)
+    except OSError:
+        return  # unreadable but executable: its start will say
+    line = head.split(b"\n", 1)[0]
+    if line.startswith(b"#!"):
+        problem = _shebang_problem(line[2:], name)
+        if problem:
+            raise ConfigError(f"--agent-cmd: {name!r} starts with the line "
+                              f"{line.decode(errors='replace')!r}, {problem}")
+
+
+def exec_failure_hint(stderr_report: str) -> str:
+    """Why bubblewrap could not exec the program, when the agent's stderr says it could not
+    (``bwrap: execvp PROGRAM: No such file or directory`` of a file that exists), or ""."""
+    failed = _EXEC_FAILED.search(stderr_report)
+    if failed is None:
+        return ""
+    program, reason = failed.groups()
+    if reason == "Permission denied":
+        return (f" (bubblewrap could not start {program}: it, or the interpreter its #! line names, "
+                "is not executable)")
+    return (f" (bubblewrap could not start {program}: it, or the interpreter its #! line names, does not "
+            "exist; a #! line with a Windows (CRLF) line end names '/bin/bash\\r' or the like, which does "
+            "not exist; so does an interpreter that is itself a script whose interpreter is missing)")
+
+
+def _why_not_found(name: str) -> str:
+    if os.sep in name and os.path.isdir(name):
+        return f"{name!r} is a folder, not an executable file"
+    if os.sep in name and os.path.exists(name):
+        return (f"{name!r} is not executable: chmod +x {name}, or name its interpreter "
+                f"(--agent-cmd 'bash {name}', 'python3 {name}' …)")
+    if name in _SHELL_BUILTINS:
+        return (f"{name!r} is a shell builtin, not an executable file: --agent-cmd is not run by a shell; "
+                "run one yourself (--agent-cmd \"sh -c '…'\") or put the command line in a script")
+    if os.path.isfile(name):
+        return (f"{name!r} is not on PATH (a program in this folder is named with its path: "
+                f"--agent-cmd './{name}')")
+    return f"{name!r} is not an executable file (nor a program on PATH)"
+
+
+def _shebang_problem(line: bytes, name: str) -> str:
+    """What is wrong with a #! line (without its "#!"), or "": as the kernel reads it, the
+    interpreter is its first word, the rest (spaces and tabs trimmed) one argument."""
+    words = re.split(rb"[ \t]+", line.strip(b" \t"), maxsplit=1)
+    if not words or not words[0]:
+        return "which names no interpreter"
+    interpreter = words[0].decode(errors="replace")
+    argument = words[1].strip(b" \t").decode(errors="replace") if len(words) > 1 else ""
+    if line.endswith(b"\r"):
+        looks_for = (f"looks for the interpreter {interpreter!r}, which does not exist"
+                     if interpreter.endswith("\r") else f"passes {argument!r} to {interpreter}")
+        return (f"which ends in a carriage return (\\r): the file has Windows (CRLF) line ends, and the "
+                f"system, reading the \\r as part of the line, {looks_for}; convert the file to Unix line "
+                f"ends (dos2unix {name}, or sed -i 's/\\r$//' {name})")
+    if not os.path.isfile(interpreter):
+        return f"but its interpreter {interpreter!r} does not exist"
+    if not os.access(interpreter, os.X_OK):
+        return f"but its interpreter {interpreter!r} is not executable"
+    program = argument
+    if (os.path.basename(interpreter) == "env" and program and not program.startswith("-")
+            and "=" not in program and shutil.which(program) is None):
+        return f"but {program!r}, which it runs through env, is not on PATH"
+    return ""
