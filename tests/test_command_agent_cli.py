@@ -1,7 +1,8 @@
 """The command agent's life as a plugin author meets it, through the CLI: a program that dies
 within an episode fails its attempt (it is not started again mid-episode); one that hangs is
 ``task_timeout``, its stderr tail recorded; one that cannot start is refused before the run (a CRLF
-``#!`` line, a script that is not executable) or, when that cannot be seen, explained.
+``#!`` line, a script that is not executable) or, when that cannot be seen, explained; shell syntax
+in --agent-cmd, which no shell runs, is refused.
 """
 
 from __future__ import annotations
@@ -134,3 +135,41 @@ def test_bubblewraps_enoent_is_explained_when_it_happens(tmp_path):
     assert record["status"] == "error" and f"bwrap: execvp {agent}: No such file or directory" in message, record
     assert (f"(bubblewrap could not start {agent}: it, or the interpreter its #! line names, does not exist; "
             "a #! line with a Windows (CRLF) line end names '/bin/bash\\r'") in message, message
+
+
+# Says DONE to every turn, having written its arguments down.
+ARGV_AGENT = """\
+import json, sys
+open(sys.argv[1], "w").write(json.dumps(sys.argv[2:]))
+for line in sys.stdin:
+    print(json.dumps("DONE"), flush=True)
+"""
+
+
+@needs_bwrap
+def test_shell_syntax_in_agent_cmd_is_refused(tmp_path):
+    """--agent-cmd is split as a shell would split it but not run by one: "cd x && node a.js"
+    was refused as "'cd' is not an executable file", and "node a.js 2>/dev/null" or
+    "python3 x.py | cat" ran, `2>/dev/null`, `|` and `cat` handed to the program as arguments.
+    Such words are refused, before the run, saying how to run a shell; --help says it."""
+    agent = python_agent(tmp_path, "argv.py", ARGV_AGENT)
+    for command, word, way in (
+            ("cd cmds && node ../agent.js", "'&&' is a shell operator", "sh -c 'cd cmds && node ../agent.js'"),
+            (f"{agent} out.json 2>/dev/null", "'2>/dev/null' is a redirection", "sh -c "),
+            (f"{agent} out.json | cat", "'|' is a shell operator", "sh -c "),
+            (f"{agent} out.json ; true", "';' is a shell operator", "sh -c "),
+            (f"{agent} out.json > log", "'>' is a redirection", "or put the command line in a script"),
+            (f"{agent} out.json <in.txt", "'<in.txt' is a redirection", "sh -c "),
+            (f"FOO=1 {agent} out.json", "'FOO=1' sets a variable", f"'env FOO=1 {agent} out.json'")):
+        result = run(tmp_path, "shell", command)
+        assert result.exit_code == 2, (command, result.output[-3000:])
+        assert "but --agent-cmd is not run by a shell" in result.output, (command, result.output)
+        assert word in result.output and way in result.output, (command, result.output)
+        assert not (tmp_path / "out" / "shell").exists(), command
+    # quoted, such a word is an argument like any other
+    argv_file = tmp_path / "argv.json"
+    result = run(tmp_path, "quoted", f"{agent} {argv_file} '>' \"2>/dev/null\" '|'", tasks=1)
+    assert result.exit_code == 0, result.output[-3000:]
+    assert argv_file.read_text() == '[">", "2>/dev/null", "|"]'
+    help_text = " ".join(CliRunner().invoke(main, ["run", "--help"]).output.split())
+    assert "Split into words as a shell would, but not run by one" in help_text, help_text

@@ -1,6 +1,7 @@
 """The ``command`` agent: any executable that speaks JSON lines on stdin/stdout chooses the actions.
 
-``--agent-cmd "python my_agent.py"`` (split like a shell would, but run without one) starts
+``--agent-cmd "python my_agent.py"`` (split like a shell would, but run without one: a pipe,
+``&&``, a redirection or a leading ``VAR=value`` is refused, ``agents.command_checks``) starts
 one long-lived process per env loop, on the first turn; it serves episode after episode and
 is started again, at a new episode's first turn, if it died. One found dead within an episode
 (after its reply to turn 1, before turn 2) fails the attempt like any exit: a new process
@@ -60,7 +61,7 @@ from typing import Any
 
 from ..errors import ConfigError, TaskTimeout
 from .base import Agent
-from .command_checks import check_program, exec_failure_hint
+from .command_checks import check_program, exec_failure_hint, shell_syntax_problem
 from .command_process import AgentProcess, NoReply, ProcessBroken, StrayLine, check_sandbox
 from .episode import AgentError
 
@@ -218,4 +219,7 @@ def _split(command: str | None) -> list[str]:
         raise ConfigError(f"--agent-cmd {command!r}: {exc}") from None
     if not argv:
         raise ConfigError("--agent-cmd is empty")
+    problem = shell_syntax_problem(command)
+    if problem is not None:
+        raise ConfigError(f"--agent-cmd {command!r}: {problem}")
     return argv

@@ -1,6 +1,11 @@
 """What the ``command`` agent (``agents.command``) checks of its program before a run starts,
 and how it explains a program that bubblewrap could not start.
 
+``shell_syntax_problem``: --agent-cmd is split into words as a shell would split it but run
+without one, so ``|``, ``&&``, ``;``, a redirection (``>``, ``2>/dev/null``, ``<``) or a
+leading ``VAR=value`` would reach the program as arguments (or be taken for the program):
+such a word, written unquoted, is refused, with ``sh -c`` or a wrapper script as the way.
+
 ``check_program`` (from ``CommandAgent.check_config``, so ``--dry-run`` says it too): the
 program must be an executable file or on PATH, and a script's ``#!`` line must name an
 interpreter that exists. A ``#!`` line that ends in a carriage return (a file with Windows
@@ -15,6 +20,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 
 from ..errors import ConfigError
@@ -24,6 +30,12 @@ _SHEBANG_BYTES = 256
 #: words a shell runs itself, which are no program of their own
 _SHELL_BUILTINS = frozenset({"cd", "export", "source", ".", "set", "unset", "alias", "exec", "eval", "ulimit",
                              "umask", "pushd", "popd", "if", "for", "while", "until", "case", "{", "(", "!"})
+#: a shell's control operators, as words of their own
+_OPERATORS = frozenset({"|", "||", "|&", "&", "&&", ";", ";;", "(", ")"})
+#: a word a shell reads as a redirection: ``>``, ``>>``, ``2>/dev/null``, ``2>&1``, ``<in``, ``&>log``
+_REDIRECTION = re.compile(r"\d*(>|<)|&>")
+#: a first word a shell reads as setting a variable
+_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
 #: bubblewrap's word when it cannot exec the program
 _EXEC_FAILED = re.compile(r"bwrap: execvp (.+?): (No such file or directory|Permission denied)")
 
@@ -45,6 +57,27 @@ def check_program(name: str) -> None:
         if problem:
             raise ConfigError(f"--agent-cmd: {name!r} starts with the line "
                               f"{line.decode(errors='replace')!r}, {problem}")
+
+
+def shell_syntax_problem(command: str) -> str | None:
+    """Why ``command`` (--agent-cmd, which shlex splits) needs a shell: the first word of it,
+    written unquoted, that a shell would read as its own syntax; or None."""
+    try:
+        words = shlex.split(command, posix=False)  # keeps the quotes: a quoted '>' is an argument
+    except ValueError:  # non-POSIX quoting knows no backslash: it\'s
+        words = shlex.split(command)
+    if words and _ASSIGNMENT.match(words[0]):
+        return (f"{words[0]!r} sets a variable, as a shell would, but --agent-cmd is not run by a shell: its "
+                f"first word is the program; use env (--agent-cmd {'env ' + command!r}), or set the variable "
+                "before the run (the agent inherits the runner's environment)")
+    for word in words:
+        if word in _OPERATORS or _REDIRECTION.match(word):
+            what = "a redirection" if _REDIRECTION.match(word) else "a shell operator"
+            return (f"{word!r} is {what}, but --agent-cmd is not run by a shell: it is split into words as "
+                    f"a shell would, and the words are the program and its arguments ({word!r} would "
+                    f"reach the program as an argument); run a shell yourself (--agent-cmd "
+                    f"{'sh -c ' + shlex.quote(command)!r}) or put the command line in a script")
+    return None
 
 
 def exec_failure_hint(stderr_report: str) -> str:
