@@ -86,6 +86,8 @@ def test_timeouts_are_not_crashes(cluster, tmp_path):
     minutes (actor restarts are slow on a loaded machine; one run had at most 29 of them in
     any minute), so in the real one-minute window a backend that counted its timeouts as
     crashes would pass too."""
+    import socket
+
     cl, _ = cluster
     data = tmp_path / "tasks.jsonl"
     tasks = 45
@@ -93,11 +95,18 @@ def test_timeouts_are_not_crashes(cluster, tmp_path):
                             for i in range(tasks)))
     wide_window = ("import parallel_rollout.backends.base as base; base.CRASH_WINDOW_S = 3600.0; "
                    "from parallel_rollout.cli import main; main()")
-    cmd = [sys.executable, "-c", wide_window, "--mode", "math", "--data", str(data),
-           "--output-dir", str(tmp_path), "--run-id", "late", "--backend", "ray", "--ray-address", cl.address,
-           "--num-rollouts", "1", "--agent", "command", "--agent-cmd", "sleep 600",
-           "--task-timeout", "0.5", "--max-retries", "0", "--no-progress"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    # A model endpoint that takes each connection and never answers: the agent's request
+    # hangs until the driver kills the worker. (A command agent that hangs no longer does:
+    # its own wait ends first, recorded task_timeout with its stderr, its worker kept.)
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(128)
+        cmd = [sys.executable, "-c", wide_window, "--mode", "math", "--data", str(data),
+               "--output-dir", str(tmp_path), "--run-id", "late", "--backend", "ray", "--ray-address", cl.address,
+               "--num-rollouts", "1", "--agent", "openai", "--model", "silent",
+               "--base-url", f"http://127.0.0.1:{silent.getsockname()[1]}/v1",
+               "--task-timeout", "0.5", "--max-retries", "0", "--no-progress"]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert "workers keep dying" not in proc.stderr, proc.stderr[-3000:]
     assert proc.returncode == 0, proc.stderr[-3000:]
     finals = assert_exactly_once(tmp_path / "late", {f"t{i}#0" for i in range(tasks)})
