@@ -49,9 +49,17 @@ def worker_deaths(run_dir: Path) -> list[dict]:
 def test_timeouts_past_the_crash_limit_are_not_a_crash_loop(tmp_path, monkeypatch):
     """8 attempts past --task-timeout with N=1: 8 workers killed on purpose, twice the limit,
     and the run finishes with one task_timeout per task."""
+    import socket
+
     tasks = 2 * LIMIT
-    result = run_cli(tmp_path, monkeypatch, tasks, "--agent", "command", "--agent-cmd", "sleep 600",
-                     "--task-timeout", "0.3")
+    # A model endpoint that takes each connection and never answers: the agent's request
+    # hangs until the worker is killed. (A command agent that hangs no longer does: its own
+    # wait ends first, recorded task_timeout with its stderr, its worker kept.)
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(128)
+        result = run_cli(tmp_path, monkeypatch, tasks, "--agent", "openai", "--model", "silent", "--base-url",
+                         f"http://127.0.0.1:{silent.getsockname()[1]}/v1", "--task-timeout", "0.3")
     assert "workers keep dying" not in result.output, result.output[-3000:]
     assert result.exit_code == 0, (result.output[-3000:], result.exception)
     finals = assert_exactly_once(tmp_path / "loop", {f"t{i}#0" for i in range(tasks)})
