@@ -3,9 +3,10 @@
 ``--agent-cmd "python my_agent.py"`` (split like a shell would, but run without one: a pipe,
 ``&&``, a redirection or a leading ``VAR=value`` is refused, ``agents.command_checks``) starts
 one long-lived process per env loop, on the first turn; it serves episode after episode and
-is started again, at a new episode's first turn, if it died. One found dead within an episode
-(after its reply to turn 1, before turn 2) fails the attempt like any exit: a new process
-would get a turn 2 without the task it never saw. The protocol, one JSON object per line in each direction:
+is started again, at a new episode's first turn, if it died. One found dead within an
+episode (after its reply to turn 1, before turn 2) fails the attempt like any exit: a new
+process would get a turn 2 without the task it never saw. The protocol, one JSON object per
+line in each direction:
 
     we send, every turn    {"type": "observation", "task_id": "hello-file", "mode": "shell",
                             "turn": 1, "observation": {...},
@@ -28,23 +29,24 @@ never stdout. When its stdin closes, the agent should exit. A complete shell age
 
 A reply that is not JSON, or a process that exits or closes its stdout, fails the attempt
 with ``AgentError`` quoting the tail of the agent's stderr; the process is then stopped, since
-it and we no longer agree on which turn it is. An agent that does not reply (a hang) is
-``task_timeout``, as the runner records any attempt past ``--task-timeout``, but with the
-agent's stderr tail: the agent's own wait for a reply ends ``REPLY_MARGIN_S`` (2 s, a
-quarter of the timeout at most) before ``--task-timeout`` counted from the episode's start
-(its first observation), the process is killed at once and its stderr read, so that the record
-is written before the runner would kill the worker (and lose the tail). The runner's clock
-starts before the task's setup and stops while a VM or a weight update is awaited: a setup
-longer than the margin leaves the timeout to the runner (``task_timeout``, no stderr tail);
-a clock stopped within the episode leaves the agent less time than the runner would.
-So does a reply line longer than ``MAX_REPLY_BYTES`` (16 MiB; ``agents.command_process``),
-which is never read whole. So does a line no observation asked for (a second line after a reply, or one written once
+it and we no longer agree on which turn it is. So does a reply line longer than
+``MAX_REPLY_BYTES`` (16 MiB; ``agents.command_process``), which is never read whole. So does a line no observation asked for (a second line after a reply, or one written once
 the episode ended): before each observation is sent, and once the episode is graded
 (``end_episode``), every line already read from the agent is a stray line; the attempt
 fails with a protocol error quoting it, and the process is stopped, so that a stray line is
 never taken as the answer to a later turn nor reaches another task's episode. One the agent
 writes after its episode was checked is found before the next episode's first observation:
 that process is stopped (a warning says so) and the new episode starts with a fresh one.
+
+An agent that does not reply (a hang) is ``task_timeout``, as the runner records any attempt
+past ``--task-timeout``, but with the agent's stderr tail: the wait for replies ends
+``REPLY_MARGIN_S`` (2 s, a quarter of the timeout at most) before ``--task-timeout``, counted
+from the episode's start (``reset``, just before its first observation); the process is
+killed at once and its stderr read, so that the record is written before the runner would
+kill the worker (and lose the tail). The runner's clock starts before the task's setup and
+stops while a VM or a weight update is awaited: a setup longer than the margin leaves the
+timeout to the runner (``task_timeout`` still, no stderr tail); a clock stopped within the
+episode leaves the agent less time than the runner would give it.
 
 How its process is started, talked to and stopped (and why no agent process outlives its
 agent): ``agents.command_process``.
