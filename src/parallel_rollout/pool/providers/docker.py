@@ -92,7 +92,7 @@ from typing import Callable
 import psutil
 
 from ...errors import ConfigError, GuestUnreachable, ProviderUnavailable, VMError
-from . import host_share, images, seccomp, verify
+from . import host_dirs, host_share, images, seccomp, verify
 from .base import Provider, ProviderOptions, VMInfo
 from .common import (LONG_VM_ID, check_name, checked_socket, make_vm_dir, new_pool_key, pool_folder, read_meta,
                      remove_run_dir_if_empty, run_folders, secure_base_dir, swept_name, vm_folders)
@@ -107,14 +107,14 @@ from .sandbox_uids import SandboxUids
 
 log = logging.getLogger(__name__)
 
-DEFAULT_BASE_DIR = "/tmp/parallel-rollout/docker"
+DEFAULT_BASE_DIR = host_dirs.DOCKER.default
 #: the image's ``user`` (a VM's commands run as a uid of its own; the agent stays root, with
 #: AGENT_CAPS only), the size of /tmp, and the process cap when max_processes is not set
 SANDBOX_UID = 64000
 AGENT_CAPS = ("SETUID", "SETGID", "SETPCAP", "KILL", "CHOWN", "FOWNER", "DAC_OVERRIDE")
 TMP_SIZE_MB = 512
 DEFAULT_PIDS_LIMIT = 4096
-BASE_DIR_ENV = "PARALLEL_ROLLOUT_DOCKER_DIR"
+BASE_DIR_ENV = host_dirs.DOCKER.env
 IMAGE_REPO = "parallel-rollout-guest"
 #: the image of desktop modes: images.guest_recipe(desktop=True)
 DESKTOP_IMAGE_REPO = "parallel-rollout-desktop"
@@ -128,7 +128,7 @@ SWEEP_SETTLE_S = 0.5
 
 def base_dir_default() -> Path:
     """Where socket folders live unless told otherwise: $PARALLEL_ROLLOUT_DOCKER_DIR or /tmp/..."""
-    return Path(os.environ.get(BASE_DIR_ENV) or DEFAULT_BASE_DIR)
+    return host_dirs.DOCKER.path()
 
 
 def image_tag(desktop: bool = False) -> str:

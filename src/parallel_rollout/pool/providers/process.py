@@ -99,7 +99,7 @@ import time
 from pathlib import Path
 
 from ...errors import ConfigError, ProviderUnavailable, VMError
-from . import agent_folder, cgroups, host_share, images, sandbox_fs, sandbox_log, seccomp, standby, verify
+from . import agent_folder, cgroups, host_dirs, host_share, images, sandbox_fs, sandbox_log, seccomp, standby, verify
 from .sandbox_argv import (AGENT_SOURCES, DESKTOP_SOURCES, GRADING_BIN, GUEST_HOME, NAMESPACE_FLAGS, SHIM_DIR,
                            SandboxSpec, boot_argv, folder_argv)
 from .sandbox_uids import SandboxUids
@@ -112,8 +112,8 @@ from .sandbox_processes import (KILL_WAIT_S, children, death_cause, kill_recorde
 
 log = logging.getLogger(__name__)
 
-DEFAULT_BASE_DIR = "/tmp/parallel-rollout/process"
-BASE_DIR_ENV = "PARALLEL_ROLLOUT_PROCESS_DIR"
+DEFAULT_BASE_DIR = host_dirs.PROCESS.default
+BASE_DIR_ENV = host_dirs.PROCESS.env
 SOCKET_NAME = "agent.sock"
 #: a VM's process cap when max_processes is not set (docker's --pids-limit default too)
 DEFAULT_MAX_PROCESSES = 4096
@@ -124,7 +124,7 @@ DESKTOP_PROGRAMS = {"Xvfb": "xvfb", "openbox": "openbox", "xdotool": "xdotool",
 
 def base_dir_default() -> Path:
     """Where sandboxes live unless told otherwise: $PARALLEL_ROLLOUT_PROCESS_DIR or /tmp/..."""
-    return Path(os.environ.get(BASE_DIR_ENV) or DEFAULT_BASE_DIR)
+    return host_dirs.PROCESS.path()
 
 
 #: the least --vm-memory-mb a sandbox takes (its guest agent runs in ~6 MB; 4-5 MB starved it)

@@ -95,7 +95,7 @@ from pathlib import Path
 from typing import Callable
 
 from ...errors import ConfigError, GuestUnreachable, ProviderUnavailable, VMError
-from . import qemu_image, verify
+from . import host_dirs, qemu_image, verify
 from .base import Provider, ProviderOptions, VMInfo
 # The image build lives in its own module; these are what booting and tests use of it.
 from .qemu_image import (GUEST_PORT, IMAGE_FILES, QEMU_IMG, image_dir, image_format,
@@ -114,8 +114,8 @@ from .qemu_machine import (ACCEL_ENV, KVM_PROBE_TIMEOUT_S,  # noqa: F401
 
 log = logging.getLogger(__name__)
 
-DEFAULT_BASE_DIR = "/tmp/parallel-rollout/qemu"
-BASE_DIR_ENV = "PARALLEL_ROLLOUT_QEMU_DIR"
+DEFAULT_BASE_DIR = host_dirs.QEMU.default
+BASE_DIR_ENV = host_dirs.QEMU.env
 DEFAULT_SNAPSHOT = "init"
 DEFAULT_MEMORY_MB = 512
 #: a desktop guest runs Xvfb, a window manager and GTK apps besides the agent
@@ -126,7 +126,7 @@ _SAFE_SNAPSHOT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 def base_dir_default() -> Path:
     """Where VM folders live unless told otherwise: $PARALLEL_ROLLOUT_QEMU_DIR or /tmp/..."""
-    return Path(os.environ.get(BASE_DIR_ENV) or DEFAULT_BASE_DIR)
+    return host_dirs.QEMU.path()
 
 
 class QemuProvider(Provider):

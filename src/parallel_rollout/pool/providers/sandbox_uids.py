@@ -34,7 +34,8 @@ import threading
 from pathlib import Path
 
 from ...errors import ConfigError, VMError
-from .common import SHARED_TMP, secure_base_dir
+from .common import secure_base_dir
+from .host_dirs import UIDS_LOCK_DIR
 
 #: where the first uid comes from, and its default
 SANDBOX_UID_ENV = "PARALLEL_ROLLOUT_SANDBOX_UID"
@@ -43,7 +44,7 @@ DEFAULT_SANDBOX_UID = 64000
 #: across runs
 UID_RANGE = 1000
 #: the lock files of the range, one per uid: host-wide, whatever folder a run's VMs use
-LOCK_DIR = SHARED_TMP / "parallel-rollout" / "uids"
+LOCK_DIR = UIDS_LOCK_DIR
 
 
 def first_uid() -> int:

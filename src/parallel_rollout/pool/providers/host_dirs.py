@@ -1,0 +1,57 @@
+"""Where the providers that run VMs on this host keep them: each one's base folder (its VMs'
+folders, their guest agents' sockets, the process provider's cached guest-agent bytecode)
+and the sandbox uids' lock files (``sandbox_uids.py``).
+
+One statement of these folders, which their providers read (``process``, ``docker``,
+``qemu``, ``sandbox_uids``) and which ``private_folders`` lists for what must never reach
+them: the ``command`` agent's program is shown an empty, read-only folder in place of each
+(``agents.command_process``), so that it can neither replace a VM's guest agent nor the
+code every later sandbox runs. A light module: it imports no provider.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import NamedTuple
+
+from ...errors import ConfigError
+from .common import SHARED_TMP, secure_base_dir
+
+
+class BaseDir(NamedTuple):
+    """A provider's base folder: ``$env``, else ``default``."""
+
+    env: str
+    default: str
+
+    def path(self) -> Path:
+        """The folder this process's environment names, else the default."""
+        return Path(os.environ.get(self.env) or self.default)
+
+
+PROCESS = BaseDir("PARALLEL_ROLLOUT_PROCESS_DIR", "/tmp/parallel-rollout/process")
+DOCKER = BaseDir("PARALLEL_ROLLOUT_DOCKER_DIR", "/tmp/parallel-rollout/docker")
+QEMU = BaseDir("PARALLEL_ROLLOUT_QEMU_DIR", "/tmp/parallel-rollout/qemu")
+#: the lock files of the sandbox uids' range, one per uid: host-wide, whatever folder a run's VMs use
+UIDS_LOCK_DIR = SHARED_TMP / "parallel-rollout" / "uids"
+
+
+def private_folders() -> list[str]:
+    """Every folder above, as this process's environment names it and by default (another
+    run on this host may use the default), made now as its provider makes it when missing
+    (mode 0700, ours: so that nothing else makes it first and fills it), each once and none
+    inside another one of the list."""
+    folders = [UIDS_LOCK_DIR, *(Path(base.default) for base in (PROCESS, DOCKER, QEMU)),
+               *(base.path() for base in (PROCESS, DOCKER, QEMU))]
+    found: list[str] = []
+    for folder in folders:
+        try:
+            secure_base_dir(folder)
+        except ConfigError:
+            pass  # not ours (another user's, a symlink): hidden all the same when it is a folder
+        path = os.path.realpath(folder)
+        if os.path.isdir(path) and path not in found:
+            found.append(path)
+    return [path for path in found
+            if not any(path != other and path.startswith(other.rstrip("/") + "/") for other in found)]
