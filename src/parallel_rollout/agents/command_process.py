@@ -10,8 +10,9 @@ only the last ``STDERR_KEPT`` bytes are kept, in memory (nothing goes to the hos
 writes one line and waits for one back; a line read while no request waited is a stray
 (``StrayLine``); a process that cannot carry on the conversation raises ``ProcessBroken``.
 
-The command runs in a PID namespace of its own (``in_own_pid_namespace``, bubblewrap): it
-cannot signal its worker, nor anything but what it started itself.
+The command runs in a PID namespace of its own, with the host's VM folders and
+the run's task files hidden (``in_own_pid_namespace``, bubblewrap): it cannot signal its
+worker, nor anything but what it started itself.
 
 Stopping (``stop``, also a ``weakref.finalize``, so a collected agent stops its process):
 EOF on stdin, then SIGTERM, then SIGKILL to the whole process group. Each agent runs in its
@@ -73,10 +74,11 @@ class StrayLine(Exception):
 class AgentProcess:
     """One running agent command: its pipes and the threads reading stdout and stderr."""
 
-    def __init__(self, argv: list[str], command: str, read_only: tuple[str, ...] = ()) -> None:
+    def __init__(self, argv: list[str], command: str, read_only: tuple[str, ...] = (),
+                 hidden: tuple[str, ...] = ()) -> None:
         try:
             self._popen = subprocess.Popen(
-                in_own_pid_namespace(argv, read_only), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                in_own_pid_namespace(argv, read_only, hidden), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE, start_new_session=True,
             )
         except OSError as exc:
@@ -170,31 +172,52 @@ class AgentProcess:
         return f"it exited with status {code}"
 
 
-def in_own_pid_namespace(argv: list[str], read_only: tuple[str, ...] = ()) -> list[str]:
+def in_own_pid_namespace(argv: list[str], read_only: tuple[str, ...] = (),
+                         hidden: tuple[str, ...] = ()) -> list[str]:
     """``argv`` under bubblewrap, in a PID namespace of its own: it and what it starts see and
     can signal only one another, never its worker (its parent is the namespace's init, which
     ignores them), so it cannot erase an attempt it is failing by killing the process that
-    would record it. Everything else stays as the runner has it: the whole filesystem, bound
-    read-write (``/proc`` is the namespace's own), the network, the environment, the folder;
-    but the folders of ``read_only`` that exist (its run's folder: the agent cannot write a
-    record, a summary or an event of its own into the run), bound read-only.
+    would record it.
+
+    The filesystem is the runner's, bound read-write (``/proc`` is the namespace's own, with
+    ``/proc/sys`` read-only), but for:
+
+    - ``hidden``: what exists of it when it starts is replaced by nothing it can read or
+      change: a folder by an empty read-only tmpfs (the providers' VM folders: sockets of
+      guest agents, the guest agent's cached bytecode; an OSWorld task folder), a file by
+      ``/dev/null``, which it cannot open (a task file: the answer key);
+    - ``read_only``: the folders that exist (its run's folder: the agent cannot write a
+      record, a summary or an event of its own into the run), bound read-only.
 
     ``--die-with-parent`` is the parent-death signal (SIGKILL) that setpriv gave it before:
     the env loop's thread that started it ends, the worker's death included, and the
-    namespace dies with everything in it. As root, the capabilities that would take it out
-    of its namespace (mount, setns, ptrace, modules) are dropped and the cgroup tree is
-    read-only (a ``cgroup.kill`` there would kill the worker); root keeps its rights over
-    files. Unprivileged, bubblewrap makes a user namespace and the agent holds no capability."""
-    binds = [arg for path in read_only for arg in ("--ro-bind-try", path, path)]
-    return [*_SANDBOX, *binds, "--", *argv]
+    namespace dies with everything in it. As root it holds no capability (``--cap-drop ALL``:
+    no mount, setns, ptrace, module, no file of another user's, no raw socket); it keeps
+    root's uid, so a root-owned file it can read or write by its mode bits it still can, but
+    the cgroup tree is read-only (a ``cgroup.kill`` there would kill the worker).
+    Unprivileged, bubblewrap makes a user namespace and the agent holds no capability."""
+    mounts: list[str] = []
+    covered: list[str] = []
+    for path in hidden:
+        if any(path == top or path.startswith(top.rstrip("/") + "/") for top in covered):
+            continue  # inside a folder already hidden
+        if os.path.isdir(path):
+            mounts += ["--tmpfs", path, "--remount-ro", path]
+            covered.append(path)
+        elif os.path.exists(path):
+            mounts += ["--ro-bind", os.devnull, path]
+    for path in read_only:
+        if not any(path == top or path.startswith(top.rstrip("/") + "/") for top in covered):
+            mounts += ["--ro-bind-try", path, path]
+    return [*_SANDBOX, *mounts, "--", *argv]
 
 
 #: bubblewrap, which the process provider needs too (./dev installs it)
 _BWRAP = shutil.which("bwrap")
-_SANDBOX = [_BWRAP or "bwrap", "--unshare-pid", "--die-with-parent", "--dev-bind", "/", "/", "--proc", "/proc"]
+_SANDBOX = [_BWRAP or "bwrap", "--unshare-pid", "--die-with-parent", "--dev-bind", "/", "/", "--proc", "/proc",
+            "--ro-bind", "/proc/sys", "/proc/sys"]
 if os.geteuid() == 0:
-    _SANDBOX += ["--cap-drop", "CAP_SYS_ADMIN", "--cap-drop", "CAP_SYS_PTRACE", "--cap-drop", "CAP_SYS_MODULE",
-                 "--ro-bind-try", "/sys/fs/cgroup", "/sys/fs/cgroup"]
+    _SANDBOX += ["--cap-drop", "ALL", "--ro-bind-try", "/sys/fs/cgroup", "/sys/fs/cgroup"]
 
 
 def check_sandbox() -> str | None:
