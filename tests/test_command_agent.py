@@ -21,7 +21,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from agent_runs import SHELL_KEYS, SHELL_LINES, make_config, needs_bwrap, run_shell
+from agent_runs import SHELL_KEYS, SHELL_LINES, make_config, needs_bwrap, run_cli, run_shell
 from conftest import assert_exactly_once, read_results, shell_task, write_tasks
 from parallel_rollout.agents.base import AgentError
 from parallel_rollout.agents.command import CommandAgent
@@ -65,6 +65,15 @@ def assert_all_exited(script: Path, starts=None, expected: int | None = None) ->
     for proc in alive:
         proc.kill()
     assert not alive, f"agent processes left behind: {alive}"
+
+
+def agent_bubblewrap(script: Path, marker: Path) -> psutil.Process:
+    """The bubblewrap of the agent running ``script``, once it made ``marker``."""
+    deadline = time.monotonic() + 120
+    while not marker.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return next(p for p in psutil.process_iter(["cmdline"])
+                if "bwrap" in " ".join(p.info["cmdline"] or ()) and str(script) in p.info["cmdline"])
 
 
 def command_line(script: Path, *args: str) -> str:
@@ -151,12 +160,7 @@ def test_a_worker_killed_from_outside_takes_its_command_agent_and_what_it_starte
     data = write_tasks(tmp_path / "tasks.jsonl", [{"id": "m1", "mode": "math", "problem": "1+1", "answer": "2"}])
 
     def kill_the_worker() -> None:
-        deadline = time.monotonic() + 120
-        while not marker.exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        agent = next(p for p in psutil.process_iter(["cmdline"])
-                     if "bwrap" in " ".join(p.info["cmdline"] or ()) and str(script) in p.info["cmdline"])
-        agent.parent().kill()  # the worker, as the OOM killer would
+        agent_bubblewrap(script, marker).parent().kill()  # the worker, as the OOM killer would
 
     killer = threading.Thread(target=kill_the_worker)
     killer.start()
@@ -244,6 +248,46 @@ def test_a_command_agent_cannot_write_a_record_into_the_run(tmp_path):
         "refused events.jsonl: Read-only file system"]
     records = read_results(out / "f")
     assert [(r["attempt"], r["status"], r["reward"]) for r in records] == [(0, "failure", 0.0)], records
+
+
+SLOW_AGENT = r"""
+import json, os, signal, sys, time
+marker = sys.argv[1]
+for line in sys.stdin:
+    msg = json.loads(line)
+    if sys.argv[2] == "kill-own-group":
+        os.kill(0, signal.SIGKILL)  # its process group: in a session of its own, itself only
+    if not os.path.exists(marker):
+        open(marker, "w").close()
+        time.sleep(60)  # thinking, when its bubblewrap is killed from outside
+    print(json.dumps("2"), flush=True)
+"""
+
+
+@needs_bwrap
+def test_a_command_agent_killed_from_outside_is_retried_not_graded(tmp_path):
+    """The agent's bubblewrap SIGKILLed from outside (an operator, the OOM killer) while the
+    agent thinks: nothing inside its namespace and session can signal it, so the runner's
+    failure, not the agent's: infrastructure, retried, and the retry is graded."""
+    import threading
+
+    script, marker = tmp_path / "slow.py", tmp_path / "thinking"
+    script.write_text(SLOW_AGENT)
+    data = write_tasks(tmp_path / "tasks.jsonl", [{"id": "m1", "mode": "math", "problem": "1+1", "answer": "2"}])
+
+    killer = threading.Thread(target=lambda: agent_bubblewrap(script, marker).kill())
+    killer.start()
+    records = run_cli(tmp_path, "outside", "--mode", "math", "--data", str(data),
+                      "--agent-cmd", command_line(script, str(marker), "think"))
+    killer.join()
+    assert [(r["status"], r["infrastructure"]) for r in records] == [("agent_killed", True), ("success", False)], \
+        records
+    assert "its bubblewrap was killed by signal 9, from outside" in records[0]["failure"]["message"]
+    # An agent that kills its own process group kills only itself: its own error, graded.
+    records = run_cli(tmp_path, "inside", "--mode", "math", "--data", str(data),
+                      "--agent-cmd", command_line(script, str(marker), "kill-own-group"))
+    assert [(r["status"], r["infrastructure"]) for r in records] == [("error", False)], records
+    assert_all_exited(script)
 
 
 def command_agent(tmp_path, source: str, **overrides) -> CommandAgent:

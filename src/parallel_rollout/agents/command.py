@@ -51,7 +51,9 @@ episode leaves the agent less time than the runner would give it.
 How its process is started, talked to and stopped (and why no agent process outlives its
 agent): ``agents.command_process``. What it is shown of the host leaves out the providers'
 VM folders (``pool.providers.host_dirs``) and the files the run's tasks came from
-(``task_files``: the answer key); its run's folder is read-only to it.
+(``task_files``: the answer key); its run's folder is read-only to it. A process whose
+bubblewrap was killed from outside fails its attempt as ``AgentKilled`` (infrastructure,
+retried), any other end of the conversation as ``AgentError`` (graded).
 """
 
 from __future__ import annotations
@@ -68,8 +70,8 @@ from ..pool.providers import host_dirs
 from ..tasks import resolve_data
 from .base import Agent
 from .command_checks import check_program, exec_failure_hint, shell_syntax_problem
-from .command_process import AgentProcess, NoReply, ProcessBroken, StrayLine, check_sandbox
-from .episode import AgentError
+from .command_process import AgentProcess, NoReply, ProcessBroken, ProcessKilled, StrayLine, check_sandbox
+from .episode import AgentError, AgentKilled
 
 log = logging.getLogger(__name__)
 
@@ -154,9 +156,11 @@ class CommandAgent(Agent):
         except ProcessBroken as exc:
             # Stopped before the stderr tail is read, so the tail is complete.
             self._stop_process()
+            report = process.stderr_report()
+            if isinstance(exc, ProcessKilled):  # from outside its namespace: not the agent's doing
+                raise AgentKilled(f"{where}: {exc}{report}") from None
             during = (f", during the episode (after its reply to turn {self._turn - 1}; a process must serve "
                       "its episode to the end)" if exc.gone and self._turn > 1 else "")
-            report = process.stderr_report()
             raise AgentError(f"{where}: {exc}{during}{exec_failure_hint(report)}{report}") from None
         try:
             return json.loads(line)

@@ -6,11 +6,13 @@ stdout line by line into a queue (a buffered pipe cannot be select()ed reliably)
 draining its stderr, so that the pipe never fills and blocks the agent. Both are bounded,
 whatever the agent writes: a line longer than ``MAX_REPLY_BYTES`` is not read into memory
 (the reader stops at the limit and the attempt fails with a protocol error), and of stderr
-only the last ``STDERR_KEPT`` bytes are kept, in memory (nothing goes to the host's disk). ``exchange``
-writes one line and waits for one back; a line read while no request waited is a stray
-(``StrayLine``); a process that cannot carry on the conversation raises ``ProcessBroken``.
+only the last ``STDERR_KEPT`` bytes are kept, in memory (nothing goes to the host's disk).
+``exchange`` writes one line and waits for one back; a line read while no request waited is a
+stray (``StrayLine``); a process that cannot carry on the conversation raises
+``ProcessBroken``, ``ProcessKilled`` when its bubblewrap was killed by a signal, which only
+something outside its namespace can send.
 
-The command runs in a PID namespace of its own, with the host's VM folders and
+The command runs in a PID namespace and a session of its own, with the host's VM folders and
 the run's task files hidden (``in_own_pid_namespace``, bubblewrap): it cannot signal its
 worker, nor anything but what it started itself.
 
@@ -60,6 +62,11 @@ class NoReply(ProcessBroken):
 
     def __init__(self, message: str) -> None:
         super().__init__(message, gone=False)
+
+
+class ProcessKilled(ProcessBroken):
+    """Its bubblewrap died of a signal: sent from outside its namespace (an operator, the OOM
+    killer), since what runs inside can signal only its own namespace and session."""
 
 
 class _TooLong(str):
@@ -135,19 +142,19 @@ class AgentProcess:
                          f"no observation asked for: {stray[:300]!r} (write exactly one JSON line per "
                          "observation; logs go to stderr)")
         if self._eof:
-            raise ProcessBroken(f"the agent closed its stdout ({self._exit_description()})")
+            raise self._broken("the agent closed its stdout")
         try:
             self._popen.stdin.write(line.encode("utf-8") + b"\n")
             self._popen.stdin.flush()
             self._asked = True
         except (BrokenPipeError, OSError, ValueError):
-            raise ProcessBroken(f"the agent process is gone ({self._exit_description()})") from None
+            raise self._broken("the agent process is gone") from None
         try:
             reply = self._lines.get(timeout=timeout_s)
         except queue.Empty:
             raise NoReply(f"no reply within {timeout_s:g} s") from None
         if reply is None:
-            raise ProcessBroken(f"the agent closed its stdout without replying ({self._exit_description()})")
+            raise self._broken("the agent closed its stdout without replying")
         if isinstance(reply, _TooLong):  # alive, but its reply cannot be read: no fresh try
             raise ProcessBroken(f"protocol error: {_too_long(reply)}", gone=False)
         return reply.rstrip("\r\n")
@@ -159,17 +166,20 @@ class AgentProcess:
         text = bytes(self._stderr_tail).decode("utf-8", "replace")[-STDERR_TAIL:].strip()
         return f"; stderr tail:\n{text}" if text else "; its stderr is empty"
 
-    def _exit_description(self) -> str:
+    def _broken(self, what: str) -> ProcessBroken:
+        """``what`` happened to the conversation: ProcessKilled when its bubblewrap died of a
+        signal (from outside: nothing inside can signal it), else ProcessBroken."""
         try:
             # EOF usually means it is exiting; give it a moment to report a status.
             code = self._popen.wait(timeout=STOP_GRACE_S)
         except subprocess.TimeoutExpired:
-            return "it is still running"
+            return ProcessBroken(f"{what} (it is still running)")
         if code < 0:  # bubblewrap itself
-            return f"it was killed by signal {-code}"
+            return ProcessKilled(f"{what} (its bubblewrap was killed by signal {-code}, from outside its "
+                                 "namespace: not the agent's doing)")
         if code > 128:  # bubblewrap passes a signal on as 128 + its number, as a shell does
-            return f"it exited with status {code} (killed by signal {code - 128}?)"
-        return f"it exited with status {code}"
+            return ProcessBroken(f"{what} (it exited with status {code}: killed by signal {code - 128}?)")
+        return ProcessBroken(f"{what} (it exited with status {code})")
 
 
 def in_own_pid_namespace(argv: list[str], read_only: tuple[str, ...] = (),
@@ -177,7 +187,9 @@ def in_own_pid_namespace(argv: list[str], read_only: tuple[str, ...] = (),
     """``argv`` under bubblewrap, in a PID namespace of its own: it and what it starts see and
     can signal only one another, never its worker (its parent is the namespace's init, which
     ignores them), so it cannot erase an attempt it is failing by killing the process that
-    would record it.
+    would record it; and in a session of its own (``--new-session``), so that a signal to its
+    process group cannot reach its bubblewrap either (only a signal from outside kills that:
+    ``ProcessKilled``, the runner's failure, not the agent's).
 
     The filesystem is the runner's, bound read-write (``/proc`` is the namespace's own, with
     ``/proc/sys`` read-only), but for:
@@ -214,8 +226,8 @@ def in_own_pid_namespace(argv: list[str], read_only: tuple[str, ...] = (),
 
 #: bubblewrap, which the process provider needs too (./dev installs it)
 _BWRAP = shutil.which("bwrap")
-_SANDBOX = [_BWRAP or "bwrap", "--unshare-pid", "--die-with-parent", "--dev-bind", "/", "/", "--proc", "/proc",
-            "--ro-bind", "/proc/sys", "/proc/sys"]
+_SANDBOX = [_BWRAP or "bwrap", "--unshare-pid", "--die-with-parent", "--new-session", "--dev-bind", "/", "/",
+            "--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys"]
 if os.geteuid() == 0:
     _SANDBOX += ["--cap-drop", "ALL", "--ro-bind-try", "/sys/fs/cgroup", "/sys/fs/cgroup"]
 
@@ -283,7 +295,7 @@ def _stop(popen: subprocess.Popen) -> None:
         except subprocess.TimeoutExpired:
             _signal_group(popen.pid, signal.SIGKILL)
             popen.wait()
-    # Children the agent started (a shell wrapper's, a server it spawned) share its group.
+    # Its bubblewrap's group; what the agent started dies with its namespace.
     _signal_group(popen.pid, signal.SIGKILL)
 
 

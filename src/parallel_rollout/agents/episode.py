@@ -32,6 +32,16 @@ class EndpointRefused(AgentError):
     infrastructure = True
 
 
+class AgentKilled(AgentError):
+    """A ``command`` agent's process was killed from outside while its attempt ran: its
+    bubblewrap died of a signal, which nothing inside its PID namespace and session can send
+    it (an operator, the host's OOM killer). The runner's failure, like a VM killed from
+    outside: infrastructure, retried, never graded."""
+
+    kind = "agent_killed"
+    infrastructure = True
+
+
 class EpisodeCut(AgentError):
     """The model cannot go on with this episode; it ends graded at reward 0 and is kept (an
     RL group keeps it as an outcome: the trainer masks or penalises it, it is not a failure).

@@ -24,9 +24,9 @@ from ..trajectories import read_turns
 from .segments import Segment, build_segments
 
 #: final statuses that are not an episode's outcome: the member failed to produce one
-FAILED_STATUSES = frozenset({"error", "vm_error", "guest_unreachable", "worker_died", "lease_timeout",
-                             "model_unavailable", "pool_exhausted", "pool_closed", "storage_error", "task_timeout",
-                             "unstorable_result", "setup_failed"})
+FAILED_STATUSES = frozenset({"error", "vm_error", "guest_unreachable", "worker_died", "agent_killed",
+                             "lease_timeout", "model_unavailable", "pool_exhausted", "pool_closed", "storage_error",
+                             "task_timeout", "unstorable_result", "setup_failed"})
 #: final statuses of an episode the model could not finish (its context ran out; a reply cut
 #: at the token limit under on_length="end"): outcomes at reward 0, kept in their group
 CUT_STATUSES = frozenset({"context_overflow", "truncated"})
