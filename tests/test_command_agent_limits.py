@@ -7,6 +7,7 @@ never a VM that stopped answering.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
@@ -91,6 +92,62 @@ def test_an_oversized_reply_is_the_agents_protocol_error_and_costs_the_host_litt
     events = [json.loads(line) for line in (tmp_path / "big" / "events.jsonl").read_text().splitlines()]
     assert not [e for e in events if e.get("from") == "leased" and e.get("to") == "dead"], events
     assert peak[0] < 2**20, f"{peak[0]} bytes of the agent's output went to unnamed files on the host"
+
+
+#: lines of 15 MiB the agent writes that no observation asked for
+STRAY_LINES = 40
+
+STRAY_FLOOD_AGENT = f"""\
+import json, os, sys
+line = (json.dumps({{"command": "x" * (15 << 20)}}) + "\\n").encode()
+for raw in sys.stdin:
+    if json.loads(raw)["turn"] == 1:
+        print(json.dumps({{"command": "sleep 6"}}), flush=True)  # the worker waits for its VM meanwhile
+        out = os.fdopen(1, "wb", closefd=False)
+        for _ in range({STRAY_LINES}):
+            out.write(line)
+        out.flush()
+    else:
+        print(json.dumps("DONE"), flush=True)
+"""
+
+
+@needs_bwrap
+def test_stray_lines_cost_the_worker_a_few_lines_of_memory_and_fail_the_attempt(tmp_path):
+    """An agent that writes 600 MiB of lines no observation asked for (each under the reply
+    cap) while its worker waits for the VM: the worker queued them all, grew to gigabytes and
+    was OOM-killed, which recorded worker_died (infrastructure: never graded), so an agent
+    could turn its failed tasks into ungraded ones. The worker keeps a few lines at most (the
+    agent blocks on its full pipe), and the attempt is the agent's protocol error, graded."""
+    script = tmp_path / "strays.py"
+    script.write_text(STRAY_FLOOD_AGENT)
+    data = write_tasks(tmp_path / "tasks.jsonl", [shell_task("flood")])
+    peak, done = [0], threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            for proc in psutil.process_iter(["cmdline"]):
+                if "bwrap" in " ".join(proc.info["cmdline"] or ()) and str(script) in proc.info["cmdline"]:
+                    with contextlib.suppress(psutil.Error):
+                        peak[0] = max(peak[0], proc.parent().memory_info().rss)  # its worker's
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        result = CliRunner().invoke(main, [
+            "--mode", "shell", "--data", str(data), "--output-dir", str(tmp_path), "--run-id", "strays",
+            "--num-rollouts", "1", "--num-vms", "1", "--use-vm-pool", "--agent", "command", "--no-progress",
+            "--agent-cmd", " ".join(shlex.quote(p) for p in (sys.executable, str(script)))])
+    finally:
+        done.set()
+        watcher.join()
+    assert result.exit_code == 0, result.output[-3000:]
+    [record] = assert_exactly_once(tmp_path / "strays", {"flood#0"}).values()
+    assert record["status"] == "error" and not record["infrastructure"], record
+    assert "protocol error: before this observation was sent the agent wrote a line no observation asked for" \
+        in record["failure"]["message"], record["failure"]["message"][:500]
+    assert 0 < peak[0] < 200 * 2**20, f"the worker grew to {peak[0] >> 20} MiB"
 
 
 def test_a_request_too_large_for_the_guest_is_refused_before_it_is_sent(tmp_path, monkeypatch):

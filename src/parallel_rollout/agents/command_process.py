@@ -5,12 +5,14 @@ One ``AgentProcess`` per running agent command: its stdin and stdout pipes, a th
 stdout line by line into a queue (a buffered pipe cannot be select()ed reliably), and one
 draining its stderr, so that the pipe never fills and blocks the agent. Both are bounded,
 whatever the agent writes: a line longer than ``MAX_REPLY_BYTES`` is not read into memory
-(the reader stops at the limit and the attempt fails with a protocol error), and of stderr
-only the last ``STDERR_KEPT`` bytes are kept, in memory (nothing goes to the host's disk).
-``exchange`` writes one line and waits for one back; a line read while no request waited is a
-stray (``StrayLine``); a process that cannot carry on the conversation raises
-``ProcessBroken``, ``ProcessKilled`` when its bubblewrap was killed by a signal, which only
-something outside its namespace can send.
+(the reader stops at the limit and the attempt fails with a protocol error), at most
+``LINES_KEPT`` lines wait in the queue (a reply answers one request: more unread lines hold a
+stray, and the reader waits, the agent blocked on its full pipe, until the next request finds
+it), and of stderr only the last ``STDERR_KEPT`` bytes are kept, in memory (nothing goes to
+the host's disk). ``exchange`` writes one line and waits for one back; a line read while no
+request waited is a stray (``StrayLine``); a process that cannot carry on the conversation
+raises ``ProcessBroken``, ``ProcessKilled`` when its bubblewrap was killed by a signal, which
+only something outside its namespace can send.
 
 The command runs in a PID namespace and a session of its own, with the host's VM folders and
 the run's task files hidden (``in_own_pid_namespace``, bubblewrap): it cannot signal its
@@ -42,6 +44,9 @@ STDERR_TAIL = 2000
 STDERR_KEPT = 4 * STDERR_TAIL
 #: the longest line the agent may write (its reply: one JSON action), newline included
 MAX_REPLY_BYTES = 16 * 2**20
+#: lines read from stdout that wait for the conversation to take them: a reply, and what
+#: follows it (a stray line, the EOF); the reader waits while this many do
+LINES_KEPT = 2
 #: how much of stdout and stderr one read takes
 _CHUNK = 64 * 1024
 #: seconds a stopping agent gets after its stdin closes, and again after SIGTERM
@@ -90,7 +95,9 @@ class AgentProcess:
             )
         except OSError as exc:
             raise AgentError(f"cannot start --agent-cmd {command!r}: {exc.strerror or exc}") from None
-        self._lines: queue.Queue[str | None] = queue.Queue()
+        self._lines: queue.Queue[str | None] = queue.Queue(maxsize=LINES_KEPT)
+        #: set when the process is stopped: the stdout reader no longer waits for room
+        self._stopped = threading.Event()
         #: the last STDERR_KEPT bytes of its stderr
         self._stderr_tail = bytearray()
         self._stderr_reader = threading.Thread(target=_keep_tail, args=(self._popen.stderr, self._stderr_tail),
@@ -102,10 +109,10 @@ class AgentProcess:
         self._asked = False
         # A reader thread, because a buffered pipe cannot be select()ed reliably; it
         # ends at EOF, which stop() guarantees by ending the process.
-        threading.Thread(target=_read_lines, args=(self._popen.stdout, self._lines),
+        threading.Thread(target=_read_lines, args=(self._popen.stdout, self._lines, self._stopped),
                          name=f"agent-cmd-{self._popen.pid}", daemon=True).start()
         # Not a method of self: the finalizer must not keep this object alive.
-        self.stop = weakref.finalize(self, _stop, self._popen)
+        self.stop = weakref.finalize(self, _stop, self._popen, self._stopped)
 
     def alive(self) -> bool:
         """Whether the process is still running."""
@@ -121,15 +128,16 @@ class AgentProcess:
         so far is one when no request is under way), or None; an EOF found meanwhile is kept
         for the next ``exchange``."""
         stray = None
-        while True:
+        for _ in range(LINES_KEPT + 1):  # what waits, and what the reader held meanwhile
             try:
                 line = self._lines.get_nowait()
             except queue.Empty:
-                return stray
+                break
             if line is None:
                 self._eof = True
             elif stray is None:
                 stray = _too_long(line) if isinstance(line, _TooLong) else line.rstrip("\r\n")
+        return stray
 
     def exchange(self, line: str, timeout_s: float) -> str:
         """Write one line, read one line back; ProcessBroken when that is impossible, StrayLine when
@@ -247,7 +255,9 @@ def check_sandbox() -> str | None:
     return None
 
 
-def _read_lines(stream: IO[bytes], lines: "queue.Queue[str | None]") -> None:
+def _read_lines(stream: IO[bytes], lines: "queue.Queue[str | None]", stopped: threading.Event) -> None:
+    """Queue each line of ``stream``, then None at its EOF; while LINES_KEPT lines wait, read
+    no further (the agent blocks on its full pipe) until one is taken or the process stops."""
     # The stream is closed here, not by _stop: closing a pipe another thread is reading
     # would block until that read returns anyway.
     with stream:
@@ -257,10 +267,22 @@ def _read_lines(stream: IO[bytes], lines: "queue.Queue[str | None]") -> None:
                 break
             if len(line) > MAX_REPLY_BYTES:
                 # not read further: the agent blocks on a full pipe until it is stopped
-                lines.put(_TooLong(line[:300].decode("utf-8", "replace")))
+                _put(lines, _TooLong(line[:300].decode("utf-8", "replace")), stopped)
                 return
-            lines.put(line.decode("utf-8", "replace"))
-    lines.put(None)
+            if not _put(lines, line.decode("utf-8", "replace"), stopped):
+                return  # stopped: what it writes now is nobody's
+    _put(lines, None, stopped)
+
+
+def _put(lines: "queue.Queue[str | None]", item: str | None, stopped: threading.Event) -> bool:
+    """Put ``item`` once there is room; False, dropping it, when the process stopped first."""
+    while not stopped.is_set():
+        try:
+            lines.put(item, timeout=0.2)
+            return True
+        except queue.Full:
+            continue
+    return False
 
 
 def _too_long(start: str) -> str:
@@ -280,8 +302,9 @@ def _keep_tail(stream: IO[bytes], tail: bytearray) -> None:
                 del tail[:-STDERR_KEPT]
 
 
-def _stop(popen: subprocess.Popen) -> None:
+def _stop(popen: subprocess.Popen, stopped: threading.Event) -> None:
     """EOF on stdin, then SIGTERM, then SIGKILL to the agent's whole process group."""
+    stopped.set()  # the stdout reader drops what it still reads, and ends at its EOF
     try:
         popen.stdin.close()
     except OSError:
