@@ -19,6 +19,10 @@ line of the images file (written before the turn that first uses it, so a turn n
 at an image that is not on disk). Both files grow linearly with the turns. ``read_turns``
 reassembles ``request`` (messages shared between turns are the same objects, so reading is
 linear too); a line without ``request_delta`` is read as written, so older files still read.
+A turn's ``earlier_calls`` (the model calls an agent made before its last one in that turn,
+``agents/calls.py``) are stored the same way, each as a delta from the previous turn's own
+request and prompt + reply, which they leave as the base of the next turn's: a reader that
+knows no ``earlier_calls`` still reads every turn's own fields right.
 
 Every line is strict JSON, whatever an env or agent put in the turn: a number JSON does not
 have (NaN, ±Infinity) is stored as ``null``, a value JSON cannot hold (an object, a set,
@@ -87,11 +91,10 @@ class TrajectoryFile:
             if self._fh is None:
                 self._fh = self._open()
             entry = dict(entry)
-            if isinstance(entry.get("request"), list):
-                entry["request_delta"] = self._delta(entry.pop("request"))
-            if isinstance(entry.get("prompt_token_ids"), list):
-                entry["prompt_delta"] = self._prompt_delta(entry.pop("prompt_token_ids"), entry.get("token_ids"))
-            _write_all(self._fh, self._line(entry))
+            if isinstance(entry.get("earlier_calls"), list):  # before the turn's own: it moves the base
+                entry["earlier_calls"] = [self._compact(call, move=False) if isinstance(call, dict) else call
+                                          for call in entry["earlier_calls"]]
+            _write_all(self._fh, self._line(self._compact(entry, move=True)))
         except OSError as exc:
             # A full disk is not the sample's outcome: the engine stops and a
             # resume runs the attempt again.
@@ -130,17 +133,29 @@ class TrajectoryFile:
             pass
         return open(self._path, "wb", buffering=0)
 
-    def _delta(self, request: list[Any]) -> dict[str, Any]:
+    def _compact(self, entry: dict[str, Any], move: bool) -> dict[str, Any]:
+        """A turn (or an earlier call of it) with its request and prompt ids as deltas from the
+        previous turn's; ``move``: they become the base of the next turn's."""
+        entry = dict(entry)
+        if isinstance(entry.get("request"), list):
+            entry["request_delta"] = self._delta(entry.pop("request"), move)
+        if isinstance(entry.get("prompt_token_ids"), list):
+            entry["prompt_delta"] = self._prompt_delta(entry.pop("prompt_token_ids"), entry.get("token_ids"), move)
+        return entry
+
+    def _delta(self, request: list[Any], move: bool = True) -> dict[str, Any]:
         """The request as what changed since the previous turn's, its images stored once."""
         stored = [self._store_images(message) for message in request]
         keep = _common_prefix(stored, self._previous)
-        self._previous = stored
+        if move:
+            self._previous = stored
         return {"keep": keep, "new": stored[keep:]}
 
-    def _prompt_delta(self, prompt: list[int], sampled: Any) -> dict[str, Any]:
+    def _prompt_delta(self, prompt: list[int], sampled: Any, move: bool = True) -> dict[str, Any]:
         """The prompt's ids as what follows the previous prompt + reply (all of it on drift)."""
         keep = _common_prefix(prompt, self._previous_ids)
-        self._previous_ids = prompt + (sampled if isinstance(sampled, list) else [])
+        if move:
+            self._previous_ids = prompt + (sampled if isinstance(sampled, list) else [])
         return {"keep": keep, "new": prompt[keep:]}
 
     def _store_images(self, message: Any) -> Any:
@@ -252,32 +267,55 @@ def read_turns(path: Path) -> list[dict[str, Any]]:
     TrajectoryError when a turn points at an image the images file lacks."""
     path = Path(path)
     lines = path.read_text(encoding="utf-8").splitlines()
-    images: dict[str, str] | None = None
-    previous: list[Any] = []
-    previous_ids: list[int] = []
+    base = _Base(path)
     turns = []
     for number, line in enumerate(lines, 1):
         try:
             turn = json.loads(line)
         except ValueError:
             break  # a torn last line of a killed attempt
-        delta = turn.pop("request_delta", None) if isinstance(turn, dict) else None
-        if delta is not None:
-            if images is None:
-                images = _read_images(images_path(path))
-            try:
-                new = [_restore_images(message, images) for message in delta["new"]]
-                request = previous[: delta["keep"]] + new
-            except KeyError as exc:
-                raise TrajectoryError(f"{path}:{number}: the request refers to {exc.args[0]}, which "
-                                      f"{images_path(path).name} does not hold") from None
-            turn["request"] = previous = request
-        ids = turn.pop("prompt_delta", None) if isinstance(turn, dict) else None
-        if ids is not None:
-            turn["prompt_token_ids"] = previous_ids[: ids["keep"]] + ids["new"]
-            previous_ids = turn["prompt_token_ids"] + (turn["token_ids"] if isinstance(turn.get("token_ids"), list) else [])
+        if isinstance(turn, dict) and isinstance(turn.get("earlier_calls"), list):
+            for call in turn["earlier_calls"]:  # deltas from the same base as the turn's own
+                if isinstance(call, dict):
+                    base.restore(call, number, move=False)
+        if isinstance(turn, dict):
+            base.restore(turn, number, move=True)
         turns.append(turn)
     return turns
+
+
+class _Base:
+    """What ``read_turns`` restores a turn's deltas from: the previous turn's request and
+    prompt + reply ids, and the images file (read when first needed)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.images: dict[str, str] | None = None
+        self.previous: list[Any] = []
+        self.previous_ids: list[int] = []
+
+    def restore(self, turn: dict[str, Any], number: int, move: bool) -> None:
+        """``turn``'s request and prompt ids whole again (in place); ``move``: they are the
+        base of the next turn's."""
+        delta = turn.pop("request_delta", None)
+        if delta is not None:
+            if self.images is None:
+                self.images = _read_images(images_path(self.path))
+            try:
+                new = [_restore_images(message, self.images) for message in delta["new"]]
+                request = self.previous[: delta["keep"]] + new
+            except KeyError as exc:
+                raise TrajectoryError(f"{self.path}:{number}: the request refers to {exc.args[0]}, which "
+                                      f"{images_path(self.path).name} does not hold") from None
+            turn["request"] = request
+            if move:
+                self.previous = request
+        ids = turn.pop("prompt_delta", None)
+        if ids is not None:
+            turn["prompt_token_ids"] = self.previous_ids[: ids["keep"]] + ids["new"]
+            if move:
+                self.previous_ids = turn["prompt_token_ids"] + (turn["token_ids"] if isinstance(turn.get("token_ids"), list)
+                                                                else [])
 
 
 def shown_turn(turn: dict[str, Any]) -> dict[str, Any]:
@@ -286,6 +324,9 @@ def shown_turn(turn: dict[str, Any]) -> dict[str, Any]:
     added, after a note of what it kept from the previous turn; the rest as stored. Images stay
     ``sha256:<hex>`` references (their data is in the images file)."""
     shown = dict(turn)
+    if isinstance(shown.get("earlier_calls"), list):
+        shown["earlier_calls"] = [shown_turn(call) if isinstance(call, dict) else call
+                                  for call in shown["earlier_calls"]]
     for stored, name, what in (("request_delta", "request", "messages of the previous turn's request"),
                                ("prompt_delta", "prompt_token_ids", "ids of the previous turn's prompt + reply")):
         delta = shown.pop(stored, None)

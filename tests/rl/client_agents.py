@@ -104,3 +104,21 @@ class HalfAgent(Agent):
 
     def reset(self, task) -> None:
         """Nothing to set up."""
+
+
+class PlanActAgent(Agent):
+    """Two model calls a turn, one conversation: a "plan" call, then an "act" call that sees
+    the plan as the assistant's last message (both calls' sampled tokens are training data)."""
+
+    def reset(self, task) -> None:
+        """A conversation of the team's own making."""
+        self.messages: list[dict[str, Any]] = [{"role": "system", "content": "Reach G. Plan, then move."}]
+
+    def act(self, observation: dict[str, Any]) -> str:
+        """The plan call, then the act call, whose <answer> is the move."""
+        self.messages.append({"role": "user", "content": observation["grid"]})
+        plan = self.model.chat(self.messages)
+        self.messages += [{"role": "assistant", "content": plan.text}, {"role": "user", "content": "Now move."}]
+        reply = self.model.chat(self.messages)
+        self.messages.append({"role": "assistant", "content": reply.text})
+        return reply.text.split("<answer>")[-1].split("</answer>")[0]

@@ -78,11 +78,22 @@ def test_64_trajectories_of_100_screens(tmp_path, schedulers):
     _check(train, batch, screens)
 
 
+def _written(tmp_path, turns):
+    """The trajectory file of ``turns``, as the worker writes it."""
+    from parallel_rollout.trajectories import TrajectoryFile
+
+    file = TrajectoryFile(tmp_path / "t", tmp_path, 0)
+    for turn in turns:
+        file.write(turn)
+    file.close()
+    return tmp_path / "t" / "attempt-0.jsonl"
+
+
 def test_deltas_read_back_exactly_and_a_lost_image_is_named(tmp_path):
     """Requests that grow, drop an old image (a message changes) and restart; prompt ids that
     extend and drift: read_turns gives back what was written; a torn last line ends the turns;
     an images file that lost a line is an error naming the file and line."""
-    from parallel_rollout.trajectories import TrajectoryError, TrajectoryFile, read_turns
+    from parallel_rollout.trajectories import TrajectoryError, read_turns
 
     def image(n):
         return {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{'QUJD' * 50}{n}"}}
@@ -97,11 +108,7 @@ def test_deltas_read_back_exactly_and_a_lost_image_is_named(tmp_path):
          "prompt_token_ids": [1, 9, 4, 6], "token_ids": [7]},   # drift: not prompt + reply
         {"turn": 4, "reply": "no request"},
     ]
-    file = TrajectoryFile(tmp_path / "t", tmp_path, 0)
-    for turn in turns:
-        file.write(turn)
-    file.close()
-    path = tmp_path / "t" / "attempt-0.jsonl"
+    path = _written(tmp_path, turns)
     assert read_turns(path) == turns
     lines = path.read_text().splitlines()
     assert json.loads(lines[1])["prompt_delta"] == {"keep": 3, "new": [4]}
@@ -114,6 +121,38 @@ def test_deltas_read_back_exactly_and_a_lost_image_is_named(tmp_path):
     images.write_text("\n".join(images.read_text().splitlines()[:2]) + "\n")
     with pytest.raises(TrajectoryError, match=r"attempt-0.jsonl:3: .*attempt-0.images.jsonl"):
         read_turns(path)
+
+
+def test_a_turns_earlier_calls_are_stored_as_deltas_and_old_readers_still_read_its_own(tmp_path):
+    """A turn of two model calls (agents/calls.py): its earlier call is stored as a delta from
+    the previous turn's request and prompt + reply, and read back whole; the turn's own fields
+    are stored as a turn's always were, so a reader that knows no earlier_calls (here: the
+    lines without them) reads them right."""
+    from parallel_rollout.trajectories import read_turns
+
+    system = {"role": "system", "content": "s"}
+    history = [system, {"role": "user", "content": "u1"}]
+    plan_2 = {"request": history + [{"role": "user", "content": "u2"}], "prompt_token_ids": [1, 2, 3, 4, 5],
+              "token_ids": [6, 7], "logprobs": [-0.1, -0.2], "stop_reason": "stop", "reply": "plan"}
+    turns = [
+        {"turn": 1, "request": history, "prompt_token_ids": [1, 2], "token_ids": [3], "reply": "a"},
+        {"turn": 2, "earlier_calls": [plan_2],
+         "request": plan_2["request"] + [{"role": "assistant", "content": "plan"}, {"role": "user", "content": "go"}],
+         "prompt_token_ids": [1, 2, 3, 4, 5, 6, 7, 8], "token_ids": [9], "reply": "b"},
+        {"turn": 3, "request": history + [{"role": "user", "content": "u3"}], "prompt_token_ids": [1, 2, 3, 4, 5, 6, 7, 8, 9, 10],
+         "token_ids": [11], "reply": "c"},
+    ]
+    path = _written(tmp_path, turns)
+    assert read_turns(path) == turns
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    (stored,) = lines[1]["earlier_calls"]
+    assert stored["prompt_delta"] == {"keep": 3, "new": [4, 5]} and stored["request_delta"]["keep"] == 2
+    assert lines[1]["prompt_delta"] == {"keep": 3, "new": [4, 5, 6, 7, 8]}  # from turn 1's, as ever
+    assert lines[2]["prompt_delta"] == {"keep": 9, "new": [10]}
+    old = tmp_path / "old.jsonl"
+    old.write_text("".join(json.dumps({k: v for k, v in line.items() if k != "earlier_calls"}) + "\n"
+                           for line in lines))
+    assert read_turns(old) == [{k: v for k, v in turn.items() if k != "earlier_calls"} for turn in turns]
 
 
 def test_turns_are_read_in_the_trainers_thread_not_the_engines(tmp_path, schedulers, monkeypatch):

@@ -89,8 +89,9 @@ class Agent(abc.ABC):
 
     def turn_record(self) -> dict[str, Any]:
         """What the last ``act`` exchanged with a model (request, reply, token ids, logprobs,
-        policy version), added to the turn's trajectory line: the model client's last call;
-        {} for agents that never called it."""
+        policy version), added to the turn's trajectory line: the model client's calls since
+        the last turn (the last one's fields, the others in ``earlier_calls``); {} for agents
+        that never called it."""
         client = self.__dict__.get("_model_client")
         return client.turn_record() if client is not None else {}
 

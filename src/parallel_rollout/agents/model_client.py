@@ -34,22 +34,25 @@ What a call does for the agent:
   ends graded at reward 0 (statuses truncated / context_overflow), never retried.
 
 The worker starts the client at each attempt (``start``: a new route, usage from zero, an
-empty token history) and writes ``turn_record()`` of the last call into the trajectory, with
-``usage()`` in the record. With ``tokenizer=`` a ``chat`` call takes the whole conversation,
+empty token history) and writes ``turn_record()`` into the trajectory after each ``act``, with
+``usage()`` in the record: the turn's last call, and the calls before it in the same ``act``
+(a "plan" call, then an "act" call) in ``earlier_calls``, each with its own sampled tokens
+(``calls.py``). With ``tokenizer=`` a ``chat`` call takes the whole conversation,
 the last reply appended as an assistant message: only what is new since is tokenized.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import time
 import uuid
 from typing import Any, Sequence
 
 from ..errors import AttemptCancelled, ConfigError
-from . import openai_request, streaming
-from .episode import AgentError, AttemptInfo, ContextOverflow, EndpointRefused, LengthCut, ModelUnavailable
+from . import calls, openai_request, streaming
+from .episode import AgentError, AttemptInfo, ContextOverflow, EndpointRefused, EpisodeCut, LengthCut, ModelUnavailable
 from .retries import REFUSING_STATUS, RETRYABLE_STATUS, Retryable, parse_retry_after, refusal, retrying
 from .servers import Route
 from .wire import MalformedResponse, Wire, excerpt, is_overflow, not_an_api_answer
@@ -60,7 +63,8 @@ __all__ = ["ModelClient", "Reply"]
 @dataclasses.dataclass(frozen=True)
 class Reply:
     """One call's answer: the text, the tool calls as they came, the stop reason, and the
-    turn's record (what ``turn_record()`` returns: token ids, logprobs, versions …)."""
+    call's record (token ids, logprobs, versions …; ``turn_record()`` holds it, with the
+    turn's other calls)."""
 
     text: str
     tool_calls: list[dict[str, Any]]
@@ -119,6 +123,10 @@ class ModelClient:
             self._gate = GateClient(config.policy_gate)
         self._usage = _zero_usage(config.model)
         self._turn: dict[str, Any] = {}
+        #: the turn's earlier calls that were answered, and whether ``turn_record()`` was taken
+        #: since the last call (the next call then begins a new turn)
+        self._answered: list[dict[str, Any]] = []
+        self._recorded = False
         #: the attempt started (None: outside a worker), its key and sampling overrides
         self._started: AttemptInfo | None = None
         self._key: str | None = None
@@ -152,7 +160,7 @@ class ModelClient:
         self._key = info.key if info else None
         self._sampling = dict(info.sampling) if info else {}
         self._usage = _zero_usage(self.config.model)
-        self._turn = {}
+        self._turn, self._answered, self._recorded = {}, [], False
         self.wire.reset()
         # the least-loaded server keeps every request of this attempt (its prefix cache)
         self._route.start(info.session_id if info else f"{label}-{uuid.uuid4().hex[:12]}",
@@ -174,9 +182,10 @@ class ModelClient:
         self._sample(request, sampling)
         if tools:
             request["tools"] = tools
-        prepared = self.wire.prepare(request)
-        self._path = self.wire.path_of(prepared)  # with a tokenizer: token ids to /completions
-        return self._finish(self._complete(prepared))
+        with self._cut_keeps_the_turn():
+            prepared = self.wire.prepare(request)
+            self._path = self.wire.path_of(prepared)  # with a tokenizer: token ids to /completions
+            return self._finish(self._complete(prepared))
 
     def generate(self, prompt_token_ids: Sequence[int], **sampling: Any) -> Reply:
         """The token-in form: the reply to the agent's own prompt ids, sent as they are to
@@ -186,7 +195,8 @@ class ModelClient:
         request: dict[str, Any] = {"model": self.config.model, "prompt": list(prompt_token_ids)}
         self._path = "/completions"
         self._sample(request, sampling)
-        return self._finish(self._complete(self.wire.prepare_ids(request)))
+        with self._cut_keeps_the_turn():
+            return self._finish(self._complete(self.wire.prepare_ids(request)))
 
     async def achat(self, messages: Sequence[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
                     **sampling: Any) -> Reply:
@@ -198,10 +208,13 @@ class ModelClient:
         return await asyncio.to_thread(self.generate, prompt_token_ids, **sampling)
 
     def turn_record(self) -> dict[str, Any]:
-        """The last call's record: the reply and its stop_reason (and tool_calls); under an RL
-        scheduler (or with a tokenizer) the request, the policy version, and token ids /
-        logprobs when the server sent them; the server and its moves with several servers."""
-        return dict(self._turn)
+        """The turn's record: its last call's (the reply and its stop_reason, and tool_calls;
+        under an RL scheduler, or with a tokenizer, the request, the policy version, and token
+        ids / logprobs when the server sent them; the server and its moves with several
+        servers) and, when the turn made more calls, theirs in ``earlier_calls`` (``calls.py``).
+        The calls since the last ``turn_record()`` make the turn: the next call begins a new one."""
+        self._recorded = True
+        return calls.turn_of(self._answered + [self._turn])
 
     def usage(self) -> dict[str, Any]:
         """Tokens, requests and retries of the episode so far; with several servers, the
@@ -228,7 +241,22 @@ class ModelClient:
             raise AttemptCancelled("the episode was cancelled")
         if self._started is None and not self._route.session:
             self.start()  # used without a worker and without start(): an episode of its own
+        if self._recorded:  # the turn was recorded: this call begins the next one
+            self._answered, self._recorded = [], False
+        elif "reply" in self._turn:  # the turn's previous call was answered: its tokens stay
+            self._answered.append(self._turn)
         self._turn = turn
+
+    @contextlib.contextmanager
+    def _cut_keeps_the_turn(self):
+        """An EpisodeCut ends the episode with the whole turn: the calls answered before the
+        one cut (or refused, a context overflow) keep their sampled tokens in the trajectory."""
+        try:
+            yield
+        except EpisodeCut as cut:
+            if self._answered:
+                cut.turn = calls.turn_of(self._answered + ([cut.turn] if cut.turn else []))
+            raise
 
     def _sample(self, request: dict[str, Any], sampling: dict[str, Any]) -> None:
         """The request's sampling fields: the run's, the attempt's overrides, the call's."""

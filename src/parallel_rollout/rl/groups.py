@@ -66,7 +66,7 @@ class Trajectory:
     def turns(self) -> list[dict[str, Any]]:
         """Per turn: observation, action, request, reply, stop_reason, token_ids,
         prompt_token_ids, logprobs, policy_version (what the agent and the model server
-        produced). RolloutError when the record has turns and its file is not on this host."""
+        produced: the turn's last model call's; the calls before it in ``earlier_calls``). RolloutError when the record has turns and its file is not on this host."""
         if self._turns is None:
             self._turns = self._read_turns()
         return self._turns
@@ -113,7 +113,7 @@ class Trajectory:
 
     @property
     def drift(self) -> int:
-        """Segment breaks: turns whose prompt did not extend the previous prompt + reply."""
+        """Segment breaks: model calls whose prompt did not extend the previous prompt + reply."""
         return max(0, len(self.segments()) - 1)
 
     @property

@@ -14,10 +14,17 @@ always so with a tokenizer, where the agent sends the ids itself)::
              logprobs   =    0.0  +  lp₁     +  0.0 +  lp₂
              versions   =    -1   +  v₁      +  -1  +  v₂
 
-When a prompt does not start with the sequence so far (the server re-rendered the chat
-template differently: a template that drops earlier ``<think>`` blocks), the turn starts a
-new segment (tinker's ``trajectory_to_data`` and Agent Lightning merge the same way): never
-a sequence the model did not see. ``len(segments) - 1`` is the trajectory's ``drift``.
+A turn whose agent called the model more than once (a "plan" call, then an "act" call)
+holds its earlier calls in ``earlier_calls`` (``agents/calls.py``): the turn is its calls in
+order, each one a prompt and its sampled ids as above, so every sampled token is in a segment
+with loss_mask 1, in the context the server sampled it in (a plan's reply, seen again in the
+act call's prompt, is the sampled ids already in the sequence, not prompt tokens).
+
+When a call's prompt does not start with the sequence so far (the server re-rendered the chat
+template differently: a template that drops earlier ``<think>`` blocks; an agent whose calls
+are no one conversation), the call starts a new segment (tinker's ``trajectory_to_data`` and
+Agent Lightning merge the same way): never a sequence the model did not see.
+``len(segments) - 1`` is the trajectory's ``drift``.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..agents.calls import calls_of
 from ..agents.wire import NO_TOKEN_IDS_HINT
 from ..errors import RolloutError
 
@@ -48,7 +56,8 @@ class Segment:
     logprobs: list[float] = field(default_factory=list)
     #: the policy version that sampled each token; -1 where loss_mask is 0
     versions: list[int] = field(default_factory=list)
-    #: the trajectory's turns (0-based) in this segment
+    #: the trajectory's turns (0-based) in this segment, each once (a turn of several calls may
+    #: be in two, when one of its calls starts a new segment)
     turns: list[int] = field(default_factory=list)
 
     def __len__(self) -> int:
@@ -69,32 +78,41 @@ class Segment:
 
 def build_segments(turns: list[dict[str, Any]], where: str = "trajectory") -> list[Segment]:
     """The segments of ``turns`` (see the module docstring); NoTokenIds naming the turn when
-    one has no token ids, ValueError when its logprobs do not match its tokens."""
+    one of its calls has no token ids, ValueError when its logprobs do not match its tokens."""
     segments: list[Segment] = []
     current: Segment | None = None
     for index, turn in enumerate(turns):
-        prompt, sampled = turn.get("prompt_token_ids"), turn.get("token_ids")
-        if not isinstance(prompt, list) or not isinstance(sampled, list):
-            missing = "prompt_token_ids" if not isinstance(prompt, list) else "token_ids"
-            raise NoTokenIds(f"{where}: turn {turn.get('turn', index + 1)} has no {missing}: the model server "
-                             f"returned no token ids: {NO_TOKEN_IDS_HINT}")
-        logprobs = turn.get("logprobs")
-        if logprobs is None:
-            logprobs = [math.nan] * len(sampled)
-        if len(logprobs) != len(sampled):
-            raise ValueError(f"{where}: turn {turn.get('turn', index + 1)} has {len(sampled)} token ids but "
-                             f"{len(logprobs)} logprobs")
-        logprobs = [math.nan if lp is None else float(lp) for lp in logprobs]
-        version = turn.get("policy_version")
-        versions = turn.get("versions")  # a partial rollout's turn: one version per token
-        if not isinstance(versions, list) or len(versions) != len(sampled):
-            versions = [-1 if version is None else int(version)] * len(sampled)
-        if current is not None and prompt[: len(current)] == current.input_ids:
-            current._context(prompt[len(current):])
-        else:
-            current = Segment()
-            segments.append(current)
-            current._context(prompt)
-        current._sampled(sampled, logprobs, [int(v) for v in versions])
-        current.turns.append(index)
+        made = turn.get("turn", index + 1)
+        calls = calls_of(turn)
+        for number, call in enumerate(calls, 1):
+            name = f"turn {made}" if len(calls) == 1 else f"turn {made}, call {number} of {len(calls)}"
+            prompt, sampled, logprobs, versions = _call_data(call, f"{where}: {name}")
+            if current is not None and prompt[: len(current)] == current.input_ids:
+                current._context(prompt[len(current):])
+            else:
+                current = Segment()
+                segments.append(current)
+                current._context(prompt)
+            current._sampled(sampled, logprobs, versions)
+            if not current.turns or current.turns[-1] != index:
+                current.turns.append(index)
     return segments
+
+
+def _call_data(call: dict[str, Any], name: str) -> tuple[list[int], list[int], list[float], list[int]]:
+    """One model call's prompt ids, sampled ids, logprobs and versions (one per sampled id)."""
+    prompt, sampled = call.get("prompt_token_ids"), call.get("token_ids")
+    if not isinstance(prompt, list) or not isinstance(sampled, list):
+        missing = "prompt_token_ids" if not isinstance(prompt, list) else "token_ids"
+        raise NoTokenIds(f"{name} has no {missing}: the model server returned no token ids: {NO_TOKEN_IDS_HINT}")
+    logprobs = call.get("logprobs")
+    if logprobs is None:
+        logprobs = [math.nan] * len(sampled)
+    if len(logprobs) != len(sampled):
+        raise ValueError(f"{name} has {len(sampled)} token ids but {len(logprobs)} logprobs")
+    logprobs = [math.nan if lp is None else float(lp) for lp in logprobs]
+    version = call.get("policy_version")
+    versions = call.get("versions")  # a partial rollout's call: one version per token
+    if not isinstance(versions, list) or len(versions) != len(sampled):
+        versions = [-1 if version is None else int(version)] * len(sampled)
+    return prompt, sampled, logprobs, [int(v) for v in versions]

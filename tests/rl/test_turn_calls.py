@@ -1,0 +1,109 @@
+"""An agent that calls the model more than once a turn (client_agents:PlanActAgent: a "plan"
+call, then an "act" call that sees the plan): every call's sampled tokens are in the turn's
+record (``earlier_calls``) and in segments() with loss_mask 1, in the context the server
+sampled them in, through a RolloutScheduler on the real engine and the test model
+(token_model.TokenModel), chat and token-in; a call whose prompt is not the sequence so far
+extended is a segment break counted in drift; a cut keeps the calls answered before it."""
+
+from __future__ import annotations
+
+import pytest
+
+from llm_server import LLMServer
+from parallel_rollout.agents import ContextOverflow, ModelClient
+from parallel_rollout.config import RunConfig
+from parallel_rollout.rl import EnvManagerConfig
+from rl_support import lake_set, rl_config
+from token_model import TokenModel, write_tokenizer
+
+PLAN = "<think>go right</think>"
+ACT = "<answer>Right</answer>"
+
+
+def plan_then_act(call: int) -> str:
+    """The test model's reply to the conversation's ``call``-th model call: odd ones are plans
+    (a <think> block only, which the template drops once a message follows), even ones moves."""
+    return PLAN if call % 2 else ACT
+
+
+@pytest.fixture(scope="module")
+def tokenizer_dir(tmp_path_factory):
+    return write_tokenizer(tmp_path_factory.mktemp("tokenizer"))
+
+
+def _batch(tmp_path, schedulers, tokenizer_dir, **config):
+    model = TokenModel(tokenizer_dir, plan_then_act)
+    server = LLMServer(policy=model).start()
+    try:
+        train = schedulers(rl_config(tmp_path, server, agent="client_agents:PlanActAgent", num_rollouts=1,
+                                     envs_per_worker=2, **config),
+                           EnvManagerConfig(group_size=2, tags=["line"],
+                                            task_sets=lake_set(tmp_path, name="line", desc=["SFFG"], max_steps=10)))
+        batch = train.get_batch(batch_size=2, step=0, timeout=120)
+    finally:
+        server.stop()
+    return batch, model, server
+
+
+def _calls(turn):
+    return [*turn.get("earlier_calls", []), turn]
+
+
+@pytest.mark.parametrize("tokens", [False, True], ids=["chat", "tokenizer"])
+def test_every_call_of_a_turn_is_recorded_and_trained_on(tmp_path, schedulers, tokenizer_dir, tokens):
+    config = dict(tokenizer=str(tokenizer_dir), max_model_len=4000) if tokens else {}
+    batch, model, server = _batch(tmp_path, schedulers, tokenizer_dir, **config)
+    plan_ids, act_ids = model.encode(PLAN) + [model.end_id], model.encode(ACT) + [model.end_id]
+    for trajectory in batch:
+        assert trajectory.status == "success" and len(trajectory.turns) == 3, trajectory.record
+        for turn in trajectory.turns:
+            (plan,) = turn["earlier_calls"]  # the plan call, its own record
+            assert plan["token_ids"] == plan_ids and turn["token_ids"] == act_ids
+            assert plan["reply"] == PLAN and turn["reply"] == ACT
+            assert plan["stop_reason"] == turn["stop_reason"] == "stop"
+            assert plan["logprobs"] == [-0.01 * (k + 1) for k in range(len(plan_ids))]
+            assert plan["policy_version"] == turn["policy_version"] == 0
+            assert plan["prompt_token_ids"] in model.prompts and turn["prompt_token_ids"] in model.prompts
+        segments = trajectory.segments()
+        # every id the server sampled, plan and act, once, in order, with loss_mask 1 ...
+        masked = [i for s in segments for i, m in zip(s.input_ids, s.loss_mask) if m]
+        assert masked == (plan_ids + act_ids) * 3
+        logprobs = [lp for s in segments for lp, m in zip(s.logprobs, s.loss_mask) if m]
+        assert logprobs == [lp for turn in trajectory.turns for call in _calls(turn) for lp in call["logprobs"]]
+        # ... each in the sequence the server saw when it sampled it
+        for turn in trajectory.turns:
+            for call in _calls(turn):
+                assert any(s.input_ids[: len(call["prompt_token_ids"]) + len(call["token_ids"])]
+                           == call["prompt_token_ids"] + call["token_ids"] for s in segments)
+        if tokens:  # the token history holds the plan's sampled ids: one exact sequence
+            assert trajectory.drift == 0 and [s.turns for s in segments] == [[0, 1, 2]]
+        else:  # the server re-renders the plan without its <think> block for the act call: a break
+            assert trajectory.drift == 3 and [s.turns for s in segments] == [[0], [0, 1], [1, 2], [2]]
+    assert len(server.requests) == 2 * 3 * 2  # two calls a turn, three turns, two trajectories
+
+
+def test_a_cut_keeps_the_calls_answered_before_it(tmp_path, tokenizer_dir):
+    """The act call's prompt reaches max_model_len: the episode ends as context_overflow, and
+    the turn the worker writes is the plan call, whose tokens were sampled."""
+    model = TokenModel(tokenizer_dir, plan_then_act)
+    server = LLMServer(policy=model).start()
+
+    def client(**config):
+        made = ModelClient(RunConfig(mode="gym", agent="openai", base_url=server.url, model="m",
+                                     tokenizer=str(tokenizer_dir), **config))
+        made.start()
+        return made
+
+    try:
+        messages = [{"role": "user", "content": "SFFG"}]
+        plan = client().chat(messages)  # how long the plan's prompt and reply are
+        budget = len(plan.prompt_token_ids) + len(plan.token_ids) + 2  # the plan fits, the act call does not
+        bounded = client(max_model_len=budget)
+        assert bounded.chat(messages).token_ids == plan.token_ids
+        messages += [{"role": "assistant", "content": plan.text}, {"role": "user", "content": "Now move."}]
+        with pytest.raises(ContextOverflow) as cut:
+            bounded.chat(messages)
+    finally:
+        server.stop()
+    assert cut.value.turn["token_ids"] == plan.token_ids and cut.value.turn["reply"] == PLAN
+    assert cut.value.turn["prompt_token_ids"] == plan.prompt_token_ids and "earlier_calls" not in cut.value.turn
