@@ -13,6 +13,16 @@ Each earlier call has the same fields as the turn's own (its prompt as the serve
 sampled ids, logprobs, versions, stop reason). ``segments()`` reads a turn as its calls in
 order (``calls_of``). A reader that knows no ``earlier_calls`` still reads the turn's last
 call exactly as before: the format only adds a field.
+
+**A partial rollout's reply the server re-tokenized.** In chat, a reply continued after a
+weight update (``partial_rollout``) is continued from its text, which the server tokenizes
+again: the ids it then conditions on need not be the ids it sampled (another valid
+tokenization; a partial UTF-8 character whose ids came before their text). Where they are not
+(``streaming.Partial.retokenized``), the call's record is split (``split_retokenized``): what
+was sampled before is an earlier call of its own (its prompt, its ids as they were sampled,
+each with its logprob and version, ``stop_reason`` "abort"), and the call's own fields hold
+what followed, its ``prompt_token_ids`` what the server saw (``retokenized``: true). Nothing
+sampled is dropped and nothing is stitched: segments() starts a new segment there (drift).
 """
 
 from __future__ import annotations
@@ -40,3 +50,35 @@ def turn_of(records: list[dict[str, Any]]) -> dict[str, Any]:
         turn[EARLIER_CALLS] = flat[:-1]
     return turn
 
+
+def split_retokenized(record: dict[str, Any], breaks: list[tuple[int, int, list[int]]], text: str) -> dict[str, Any]:
+    """A continued call's ``record`` (the prompt ids of its first request; every sampled id
+    with its logprob and version; its whole reply ``text``) split at ``breaks`` (token index,
+    text index, the prompt ids the server reported there): the pieces before the last are
+    ``earlier_calls`` (a piece that sampled nothing is left out), the last is the record's own."""
+    ids = record.get("token_ids")
+    if not breaks or not isinstance(ids, list):
+        return record
+    logprobs, versions = record.get("logprobs"), record.get("versions")
+    starts = [(0, 0, record.get("prompt_token_ids")), *breaks]
+    ends = [(at, text_at) for at, text_at, _ in breaks] + [(len(ids), len(text))]
+    pieces = []
+    for (at, text_at, prompt), (end, text_end) in zip(starts, ends):
+        piece = {"prompt_token_ids": prompt, "token_ids": ids[at:end],
+                 "logprobs": logprobs[at:end] if isinstance(logprobs, list) else None}
+        if isinstance(versions, list):
+            piece["versions"] = versions[at:end]
+        pieces.append((piece, text[text_at:text_end]))
+    earlier = [{**piece, "policy_version": piece.get("versions", [None])[-1], "stop_reason": "abort",
+                "reply": piece_text, "partial": True}
+               for piece, piece_text in pieces[:-1] if piece["token_ids"]]
+    return {**record, **pieces[-1][0], "retokenized": True, **({EARLIER_CALLS: earlier} if earlier else {})}
+
+
+def joined(record: dict[str, Any], name: str) -> Any:
+    """A call's ``token_ids`` or ``logprobs`` over the pieces its record may be split in
+    (``split_retokenized``): the whole reply's; None where a piece has none."""
+    pieces = calls_of(record)
+    if len(pieces) == 1 or not all(isinstance(piece.get(name), list) for piece in pieces):
+        return record.get(name)
+    return [value for piece in pieces for value in piece[name]]

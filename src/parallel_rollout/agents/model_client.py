@@ -73,18 +73,19 @@ class Reply:
 
     @property
     def token_ids(self) -> list[int] | None:
-        """The sampled token ids (under a gate, with a tokenizer, or from ``generate``)."""
-        return self.turn.get("token_ids")
+        """The sampled token ids (under a gate, with a tokenizer, or from ``generate``): the
+        whole reply's, a record split where the server re-tokenized it too (``calls.py``)."""
+        return calls.joined(self.turn, "token_ids")
 
     @property
     def logprobs(self) -> list[float] | None:
         """One logprob per sampled token, where the server sent them."""
-        return self.turn.get("logprobs")
+        return calls.joined(self.turn, "logprobs")
 
     @property
     def prompt_token_ids(self) -> list[int] | None:
-        """The prompt's token ids, where known."""
-        return self.turn.get("prompt_token_ids")
+        """The prompt's token ids (of the call's first request), where known."""
+        return calls.calls_of(self.turn)[0].get("prompt_token_ids")
 
     @property
     def policy_version(self) -> int | None:
@@ -360,6 +361,8 @@ class ModelClient:
                          "completion_tokens": len(raw.token_ids) if raw.has_token_ids else 0}
                 if raw.requests > 1:
                     info.update(versions=raw.versions, partial=True)
+                    # in chat the server re-tokenized the partial text: a new prompt from there
+                    info = calls.split_retokenized(info, raw.retokenized, text)
             else:
                 try:
                     text, usage, info = self.wire.reply(raw.content)

@@ -24,7 +24,11 @@ server that ignores ``stream``) and fails the request on anything else, quoting 
 the request continues from them (``continued``) instead of starting over, with token ids
 (prompt + partial ids to ``/completions``) or, in chat, by the server's continue-final-message
 (the partial text as the last assistant message, ``continue_final_message``). Each token keeps
-the policy version that sampled it (``versions``).
+the policy version that sampled it (``versions``). In chat the server tokenizes that text
+again, which need not give the ids it sampled (another valid tokenization; a partial UTF-8
+character its detokenizer held back, whose ids came without their text): a continuation whose
+reported ``prompt_token_ids`` are not the previous prompt + the ids sampled since is noted in
+``retokenized``, and the turn's record is split there (``calls.split_retokenized``).
 """
 
 from __future__ import annotations
@@ -93,6 +97,19 @@ class Partial:
     oldest: int | None = None
     #: the reply's tool calls, whole (the last request's: a continued reply adds none)
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    #: (token index, text index, the prompt ids the server reported) of each continuation whose
+    #: prompt was not the previous prompt + the ids sampled since: the server re-tokenized the text
+    retokenized: list[tuple[int, int, list[int]]] = field(default_factory=list)
+
+    def _retokenized_by(self, reply: "StreamedReply") -> list[tuple[int, int, list[int]]]:
+        """Where ``reply``, continuing this partial, started from a prompt of the server's own
+        tokenizing (``retokenized``): [] when it is the last prompt + the ids sampled since."""
+        if not self.requests or reply.prompt_token_ids is None or self.prompt_token_ids is None:
+            return []
+        at, _, prompt = self.retokenized[-1] if self.retokenized else (0, 0, self.prompt_token_ids)
+        if reply.prompt_token_ids == prompt + self.token_ids[at:]:
+            return []
+        return [(len(self.token_ids), len(self.text), reply.prompt_token_ids)]
 
     def extend(self, reply: "StreamedReply", version: int) -> "Partial":
         """This partial followed by ``reply`` (sampled by ``version``)."""
@@ -104,7 +121,7 @@ class Partial:
                        self.prompt_tokens + reply.usage.get("prompt_tokens", 0),
                        self.oldest if not (reply.text or reply.token_ids)
                        else version if self.oldest is None else min(self.oldest, version),
-                       reply.whole_tool_calls() or self.tool_calls)
+                       reply.whole_tool_calls() or self.tool_calls, self.retokenized + self._retokenized_by(reply))
 
 
 @dataclass

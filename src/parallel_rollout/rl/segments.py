@@ -24,7 +24,9 @@ When a call's prompt does not start with the sequence so far (the server re-rend
 template differently: a template that drops earlier ``<think>`` blocks; an agent whose calls
 are no one conversation), the call starts a new segment (tinker's ``trajectory_to_data`` and
 Agent Lightning merge the same way): never a sequence the model did not see.
-``len(segments) - 1`` is the trajectory's ``drift``.
+``len(segments) - 1`` is the trajectory's ``drift``. A partial rollout continued in chat
+from a text the server tokenized to other ids is such a break too: its record is split into
+calls where that happened (``agents/calls.py``, ``split_retokenized``).
 """
 
 from __future__ import annotations
