@@ -224,6 +224,7 @@ class RolloutWorker:
         max_turns = env.turn_limit(self.config)  # a scheduler's config may serve several modes
         for turn in range(1, max_turns + 1):
             self._check_cancelled(item)
+            agent.begin_turn()  # the turn's record holds this act's model calls only
             try:
                 action = run_maybe_async(agent.act(observation), parts.event_loop)
             except EpisodeCut as cut:

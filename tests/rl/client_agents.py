@@ -122,3 +122,19 @@ class PlanActAgent(Agent):
         reply = self.model.chat(self.messages)
         self.messages.append({"role": "assistant", "content": reply.text})
         return reply.text.split("<answer>")[-1].split("</answer>")[0]
+
+
+class PlanOnceAgent(Agent):
+    """One model call for the whole episode: the first turn asks for a plan of moves, the
+    later turns play it without calling the model."""
+
+    def reset(self, task) -> None:
+        """No plan yet."""
+        self.plan: list[str] = []
+
+    def act(self, observation: dict[str, Any]) -> str:
+        """The plan's next move; the plan asked for on the first turn."""
+        if not self.plan:
+            reply = self.model.chat([{"role": "user", "content": observation["grid"]}])
+            self.plan = reply.text.split("<answer>")[-1].split("</answer>")[0].split(",")
+        return self.plan.pop(0)

@@ -3,7 +3,8 @@ call, then an "act" call that sees the plan): every call's sampled tokens are in
 record (``earlier_calls``) and in segments() with loss_mask 1, in the context the server
 sampled them in, through a RolloutScheduler on the real engine and the test model
 (token_model.TokenModel), chat and token-in; a call whose prompt is not the sequence so far
-extended is a segment break counted in drift; a cut keeps the calls answered before it."""
+extended is a segment break counted in drift; a turn that calls no model records none; a cut
+keeps the calls answered before it."""
 
 from __future__ import annotations
 
@@ -80,6 +81,31 @@ def test_every_call_of_a_turn_is_recorded_and_trained_on(tmp_path, schedulers, t
         else:  # the server re-renders the plan without its <think> block for the act call: a break
             assert trajectory.drift == 3 and [s.turns for s in segments] == [[0], [0, 1], [1, 2], [2]]
     assert len(server.requests) == 2 * 3 * 2  # two calls a turn, three turns, two trajectories
+
+
+def test_a_turn_that_calls_no_model_records_no_model_exchange(tmp_path, schedulers, tokenizer_dir):
+    """client_agents:PlanOnceAgent asks for its three moves on the first turn and plays them:
+    turns 2 and 3 record no model call (not turn 1's again, whose sampled ids segments()
+    would have trained on three times)."""
+    model = TokenModel(tokenizer_dir, lambda call: "<answer>Right,Right,Right</answer>")
+    server = LLMServer(policy=model).start()
+    try:
+        train = schedulers(rl_config(tmp_path, server, agent="client_agents:PlanOnceAgent", num_rollouts=1,
+                                     envs_per_worker=2),
+                           EnvManagerConfig(group_size=2, tags=["line"],
+                                            task_sets=lake_set(tmp_path, name="line", desc=["SFFG"], max_steps=10)))
+        batch = train.get_batch(batch_size=2, step=0, timeout=120)
+    finally:
+        server.stop()
+    sampled = model.encode("<answer>Right,Right,Right</answer>") + [model.end_id]
+    for trajectory in batch:
+        assert trajectory.status == "success" and len(trajectory.turns) == 3, trajectory.record
+        first, *rest = trajectory.turns
+        assert first["token_ids"] == sampled
+        assert all(not {"reply", "stop_reason", "token_ids", "prompt_token_ids"} & turn.keys() for turn in rest)
+        (segment,) = trajectory.segments()
+        assert segment.turns == [0] and [i for i, m in zip(segment.input_ids, segment.loss_mask) if m] == sampled
+    assert len(server.requests) == 2
 
 
 def test_a_cut_keeps_the_calls_answered_before_it(tmp_path, tokenizer_dir):

@@ -74,6 +74,14 @@ class Agent(abc.ABC):
         if self.__dict__.get("_model_client") is not None:
             self._model_client.start(info)
 
+    def begin_turn(self) -> None:
+        """The worker's call before each ``act``: the model client's calls from here on are
+        this turn's (``turn_record``), so a turn whose ``act`` calls no model records no model
+        exchange, not the previous turn's again."""
+        client = self.__dict__.get("_model_client")
+        if client is not None:
+            client.begin_turn()
+
     @abc.abstractmethod
     def reset(self, task: "Task") -> None:
         """Start a new episode of ``task`` (without its answer key unless ``sees_answer_key``)."""

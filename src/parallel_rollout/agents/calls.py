@@ -12,7 +12,8 @@ holds them all::
 Each earlier call has the same fields as the turn's own (its prompt as the server saw it, its
 sampled ids, logprobs, versions, stop reason). ``segments()`` reads a turn as its calls in
 order (``calls_of``). A reader that knows no ``earlier_calls`` still reads the turn's last
-call exactly as before: the format only adds a field.
+call exactly as before: the format only adds a field. A turn whose ``act`` called no model
+(the worker's ``Agent.begin_turn`` before each ``act``) records no model exchange at all.
 
 **A partial rollout's reply the server re-tokenized.** In chat, a reply continued after a
 weight update (``partial_rollout``) is continued from its text, which the server tokenizes

@@ -208,6 +208,10 @@ class ModelClient:
         """``generate`` for async agents."""
         return await asyncio.to_thread(self.generate, prompt_token_ids, **sampling)
 
+    def begin_turn(self) -> None:
+        """A new turn (the worker's call before each ``act``): no call of it yet."""
+        self._turn, self._answered, self._recorded = {}, [], False
+
     def turn_record(self) -> dict[str, Any]:
         """The turn's record: its last call's (the reply and its stop_reason, and tool_calls;
         under an RL scheduler, or with a tokenizer, the request, the policy version, and token

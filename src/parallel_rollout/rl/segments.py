@@ -87,6 +87,8 @@ def build_segments(turns: list[dict[str, Any]], where: str = "trajectory") -> li
         made = turn.get("turn", index + 1)
         calls = calls_of(turn)
         for number, call in enumerate(calls, 1):
+            if not _EXCHANGE & call.keys():
+                continue  # a turn whose act called no model (the agent acted on its own)
             name = f"turn {made}" if len(calls) == 1 else f"turn {made}, call {number} of {len(calls)}"
             prompt, sampled, logprobs, versions = _call_data(call, f"{where}: {name}")
             if current is not None and prompt[: len(current)] == current.input_ids:
@@ -99,6 +101,10 @@ def build_segments(turns: list[dict[str, Any]], where: str = "trajectory") -> li
             if not current.turns or current.turns[-1] != index:
                 current.turns.append(index)
     return segments
+
+
+#: what a turn's record holds when its act called the model (every call records a stop_reason)
+_EXCHANGE = frozenset({"reply", "stop_reason", "prompt_token_ids", "token_ids"})
 
 
 def _call_data(call: dict[str, Any], name: str) -> tuple[list[int], list[int], list[float], list[int]]:
