@@ -11,6 +11,10 @@ REPO = ("git init -q ~/repo && cd ~/repo && git config user.email a@b && git con
 PROGRAM = "printf '#!/bin/sh\\ntouch ~/ran\\nkill -9 $PPID\\n' > ~/.x && chmod +x ~/.x && cd ~/repo && touch g"
 STATUS = 'cd ~/repo && test -z "$(git status --porcelain)"'
 DIFF = 'cd ~/repo && test -z "$(git diff)"'
+#: a check that passes the option it relies on and takes git's failure for a failure
+STATUS_ALL = 'cd ~/repo && s=$(git status --porcelain --untracked-files=all) && test -z "$s"'
+#: the answer's files in the home's git config folder (git's default excludes and attributes)
+XDG = "git commit -qam b && mkdir -p ~/.config/git && "
 #: the check's git on a terminal, where it pages
 PAGED = "cd ~/repo && test -z \"$(python3 -c 'import pty, sys; pty.spawn(sys.argv[1:])' git diff)\""
 ATTRIBUTE = "echo '* {}=x' > .git/info/attributes && "
@@ -39,6 +43,10 @@ CHEATS = {
     "submodule_filter": (SUBMODULE + ATTRIBUTE.format("filter") + "git config filter.x.clean ~/.x && touch s",
                          STATUS),
     "user_config": ("git config --global core.fsmonitor ~/.x", "unset GIT_CONFIG_GLOBAL && " + STATUS),
+    # no program: the home's ~/.config/git/ignore hides the untracked file, its attributes
+    # file makes f's changed line endings no change to git diff
+    "xdg_ignore": (XDG + "echo '*' > ~/.config/git/ignore && echo n > new", STATUS_ALL),
+    "xdg_attributes": (XDG + "echo '* text' > ~/.config/git/attributes && printf 'b\\r\\n' > f", DIFF),
 }
 
 
@@ -46,7 +54,8 @@ CHEATS = {
 #: rows of the hostile table (tests/hostile_tasks.py): name -> (the answer's commands, the
 #: check, whether it can kill the guest agent)
 GIT_ROWS = {f"rig_check_git_{row}": ([REPO, f"{PROGRAM} && {CHEATS[row][0]}"], CHEATS[row][1], False)
-            for row in ("fsmonitor", "clean_filter", "textconv", "hooks_path", "pager", "include_path")}
+            for row in ("fsmonitor", "clean_filter", "textconv", "hooks_path", "pager", "include_path",
+                        "xdg_ignore")}
 #: an honest answer to them: it commits the change (its repo's program is still there, unused)
 HONEST_GIT = ([REPO, f"{PROGRAM} && git commit -qam done && git config core.fsmonitor ~/.x"],
               f"{STATUS} && test ! -e ~/ran")

@@ -18,14 +18,17 @@ import sys
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
+from conftest import assert_exactly_once, write_tasks
+from parallel_rollout.cli import main
 from parallel_rollout.guest import agent_commands, agent_grading
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
 
 sys.path.insert(0, agent_grading.GRADING_BIN)
 import git_no_programs  # noqa: E402  (a file of the guest's grading_bin, not a package)
-from hostile_git import ATTRIBUTE, CHEATS, DIFF, PAGED, PROGRAM, REPO, STATUS  # noqa: E402
+from hostile_git import ATTRIBUTE, CHEATS, DIFF, PAGED, PROGRAM, REPO, STATUS, STATUS_ALL  # noqa: E402
 
 
 def _home(tmp_path: Path, monkeypatch) -> Path:
@@ -33,6 +36,7 @@ def _home(tmp_path: Path, monkeypatch) -> Path:
     home.mkdir()
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(home / ".gitconfig"))  # the answer's own git
+    monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)  # git's config folder: ~/.config
     return home
 
 
@@ -108,3 +112,26 @@ def test_every_key_that_names_a_program_is_set_again(tmp_path, monkeypatch):
 ])
 def test_the_options_that_choose_the_repo(argv, options):
     assert git_no_programs.global_options(argv) == options
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
+def test_the_homes_git_files_do_not_pass_a_check_through_the_cli(tmp_path):
+    """A run of the process provider, as a user starts it: an answer that makes git ignore
+    every file (``~/.config/git/ignore``) or read its attributes from the home fails the check
+    it would have passed; the same repo answered honestly passes."""
+    setup = ("git init -q ~/repo && cd ~/repo && git config user.email a@b && git config user.name a"
+             " && echo a > f && git add f && git commit -qm init && echo n > new")
+    tasks = [{"id": "ignore", "reference": ["mkdir -p ~/.config/git && echo '*' > ~/.config/git/ignore"]},
+             {"id": "attributes", "check": "cd ~/repo && git check-attr -a f | grep -q .",
+              "reference": ["mkdir -p ~/.config/git && echo 'f diff=x' > ~/.config/git/attributes"]},
+             {"id": "honest", "reference": ["cd ~/repo && git add new && git commit -qm new"]}]
+    data = write_tasks(tmp_path / "git.jsonl", [
+        {"mode": "shell", "instruction": "Commit ~/repo/new so that the work tree is clean.", "setup": [setup],
+         "check": STATUS_ALL, **task} for task in tasks])
+    result = CliRunner().invoke(main, ["--mode", "shell", "--data", str(data), "--agent", "oracle",
+                                       "--num-rollouts", "1", "--num-vms", "1", "--use-vm-pool",
+                                       "--output-dir", str(tmp_path / "out"), "--run-id", "git", "--no-progress"])
+    assert result.exit_code == 0, (result.output[-3000:], result.exception)
+    finals = assert_exactly_once(tmp_path / "out" / "git", {"ignore#0", "attributes#0", "honest#0"})
+    assert {key: (r["status"], r["reward"]) for key, r in finals.items()} == {
+        "ignore#0": ("failure", 0.0), "attributes#0": ("failure", 0.0), "honest#0": ("success", 1.0)}

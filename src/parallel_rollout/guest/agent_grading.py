@@ -7,8 +7,9 @@ to a few plain names (:data:`GRADING_NAMES`: HOME, the locale, the user's name, 
 desktop's display and bus), a ``PATH`` and ``PYTHONPATH`` of system folders only
 (:func:`grading_env`), Python without user site-packages or the current folder on its path
 (``PYTHONNOUSERSITE``, ``PYTHONSAFEPATH``; ``/run_python`` runs ``python3 -I``), git without
-the user's config, and the shell run without startup files (``sh -c`` reads none; ``ENV``
-and ``BASH_ENV`` are not passed). A ``usercustomize.py``, a ``.pth`` file, a ``json.py`` in
+the user's config (``~/.gitconfig``; through the wrapper below, nor ``~/.config/git``'s
+ignore, attributes and config), and the shell run without startup files (``sh -c`` reads
+none; ``ENV`` and ``BASH_ENV`` are not passed). A ``usercustomize.py``, a ``.pth`` file, a ``json.py`` in
 the home or a ``~/bin`` shim left by the answer is then never loaded: only the files the
 check inspects reach it. Programs that read a file of the home as their config are run
 through the wrappers in ``grading_bin/`` (first on the PATH, read-only like the agent): curl

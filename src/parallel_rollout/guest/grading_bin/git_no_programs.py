@@ -12,6 +12,12 @@ status --porcelain)"`` then passes). So before it runs git:
 * the environment names the programs git takes from it before its config: the pager, the
   editors, askpass, the git:// proxy (:data:`ENV`; a check's own values win), and only the
   transports that start no command (``GIT_ALLOW_PROTOCOL``: no ``ext::``, no ssh);
+* git reads none of its files in the home's config folder: ``XDG_CONFIG_HOME`` is a folder
+  that does not exist (next to this file, read-only), so the answer's ``~/.config/git/ignore``
+  (the default ``core.excludesFile``: ``*`` there hides every untracked file from ``git
+  status``), ``~/.config/git/attributes`` (the default ``core.attributesFile``) and
+  ``~/.config/git/config`` are not read (``~/.gitconfig`` neither: ``GIT_CONFIG_GLOBAL`` is
+  ``/dev/null`` in a grading command's environment);
 * every key of the repo's config (what it includes too, and ``~/.gitconfig`` when a check
   reads it) that names a program (:data:`NEUTRAL`) is given again on git's command line
   (``GIT_CONFIG_COUNT``, which git reads after every config file) with a value that runs
@@ -20,7 +26,8 @@ status --porcelain)"`` then passes). So before it runs git:
   ``/dev/null``). The same for every submodule's config (``git status`` runs git in each).
 
 What is left is data, which a check reading the repo trusts: what the repo records
-(``assume-unchanged``, excludes, ``.git`` files, ``core.worktree``, ``GIT_DIR``) and config
+(``assume-unchanged``, its excludes (``.git/info/exclude``, ``.gitignore`` files, an excludes
+file its config names), ``.git`` files, ``core.worktree``, ``GIT_DIR``) and config
 that changes what git reports (``status.showUntrackedFiles``, ``submodule.<name>.ignore``).
 Commands whose purpose is to run a configured tool (``difftool``, ``mergetool``, an alias
 of the answer's, ``send-email``, ``web--browse``) run it.
@@ -34,7 +41,8 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 #: what git takes from its environment before its config (a check's own values win)
 ENV = {"GIT_PAGER": "cat", "GIT_EDITOR": "true", "GIT_SEQUENCE_EDITOR": "true", "GIT_ASKPASS": "",
-       "GIT_TERMINAL_PROMPT": "0", "GIT_PROXY_COMMAND": "", "GIT_ALLOW_PROTOCOL": "file:git:http:https"}
+       "GIT_TERMINAL_PROMPT": "0", "GIT_PROXY_COMMAND": "", "GIT_ALLOW_PROTOCOL": "file:git:http:https",
+       "XDG_CONFIG_HOME": os.path.join(HERE, "no-config")}
 #: keys set whatever the config says (the hooks are files of the repo, not config), also
 #: for the reads of the repo this file makes
 ALWAYS = {"core.hookspath": "/dev/null", "core.fsmonitor": "false"}
