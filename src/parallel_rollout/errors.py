@@ -90,8 +90,8 @@ class SandboxViolation(VMError):
 
 class VMKilled(RolloutError):
     """A VM died under a task of something the task did not do, as its provider tells
-    (``Provider.death_cause``: its sandbox killed by a signal the pool did not send, the
-    host's OOM killer, the machine gone): infrastructure, retried on another VM, never the
+    (``Provider.death_cause``: its sandbox killed by a signal the pool did not send, its
+    agent stopped or traced from outside, the host's OOM killer, the machine gone): infrastructure, retried on another VM, never the
     task's ``sandbox_violation``. Recorded as ``vm_error``; its message says why. Not a
     VMError, so that nothing on its way out grades it as the task's again."""
 

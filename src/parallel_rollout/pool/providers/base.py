@@ -166,8 +166,8 @@ class Provider(abc.ABC):
 
     def death_cause(self, info: VMInfo) -> str | None:
         """Why a VM that broke under a task died, when the cause is outside the task: its
-        VM, sandbox or agent killed by a signal the pool did not send, the host's OOM
-        killer, the machine gone. The VM is then an infrastructure failure, retried on
+        VM, sandbox or agent killed by a signal the pool did not send (or stopped, traced,
+        paused from outside), the host's OOM killer, the machine gone. The VM is then an infrastructure failure, retried on
         another VM; with None (the default: the provider cannot tell, or the task's own
         code could have done it) it is the task's ``sandbox_violation``. Asked right after
         the task's call failed, before the VM is stopped; may wait a few seconds for a

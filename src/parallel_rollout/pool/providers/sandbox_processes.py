@@ -237,8 +237,8 @@ def _pidfd(pid, created) -> int | None:
 
 
 def death_cause(private: dict, run_as: int | None) -> str | None:
-    """Why a sandbox died, when its task cannot have done it; None while it still runs
-    (its agent stopped answering, as far as anyone can tell) or when the task may have:
+    """Why a sandbox died or stopped answering, when its task cannot have done it; None
+    when the task may have (or while it runs and nothing tells otherwise):
 
     * its bwrap killed by a signal: nothing inside can signal it (it is outside the pid
       namespace) and the pool's own kills forget it first (``kill_sandbox``);
@@ -246,11 +246,14 @@ def death_cause(private: dict, run_as: int | None) -> str | None:
       (reached, the task used its memory up: its own doing);
     * ``run_as`` set (the runner is root): its agent or namespace init killed by a signal,
       which the task's user cannot send (bwrap then exits 128 + the signal). As another
-      user the task shares the agent's uid and may have killed it itself."""
+      user the task shares the agent's uid and may have killed it itself;
+    * ``run_as`` set, the sandbox still running: its agent or namespace init stopped
+      (SIGSTOP) or traced (ptrace), which the task's user cannot do to a process of
+      another user (``halted_process``)."""
     proc = children.get(private.get("pid"))  # None: stopped by the pool, or not ours
     status = exit_status(proc, DEATH_WAIT_S) if proc is not None else None
     if status is None:
-        return None
+        return halted_process(private, run_as) if proc is not None and run_as is not None else None
     kills, limit_hits = (now - then for now, then in zip(
         cgroups.oom_counts(private.get("cgroups") or []), private.get("oom_baseline") or (0, 0)))
     if limit_hits:
@@ -263,6 +266,55 @@ def death_cause(private: dict, run_as: int | None) -> str | None:
         return (f"its guest agent or namespace init died of {signal_name(status - 128)}, which the "
                 f"task's user (uid {run_as}) cannot send")
     return None
+
+
+def halted_process(private: dict, run_as: int) -> str | None:
+    """Which process of a running sandbox that the task's user (``run_as``) cannot signal
+    or trace is stopped or traced (its guest agent, its namespace init: an outside act that
+    makes the agent stop answering, as a kill does), or None. A process whose real or saved
+    uid is ``run_as`` is left out: the task may have stopped it itself."""
+    init_pid, created = private.get("init_pid"), private.get("init_create_time")
+    if not init_pid or created is None or not same_process(init_pid, created):
+        return None
+    pending, seen = [init_pid], set()
+    while pending:
+        pid = pending.pop()
+        if pid in seen:
+            continue
+        seen.add(pid)
+        fields = _proc_status(pid)
+        uids = fields.get("Uid", "").split()
+        if len(uids) >= 3 and str(run_as) not in (uids[0], uids[2]):
+            state, tracer = fields.get("State", "")[:1], fields.get("TracerPid", "0")
+            if state in ("T", "t") or tracer not in ("", "0"):
+                what = f"traced by process {tracer}" if tracer not in ("", "0") else "stopped"
+                return (f"its process {pid} ({fields.get('Name', '?')}, uid {uids[0]}) was {what} from "
+                        f"outside, which the task's user (uid {run_as}) cannot do")
+        pending.extend(_children_of(pid))
+    return None
+
+
+def _proc_status(pid: int) -> dict[str, str]:
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            return dict(line.rstrip("\n").split(":\t", 1) for line in status if ":\t" in line)
+    except OSError:
+        return {}
+
+
+def _children_of(pid: int) -> list[int]:
+    found = []
+    try:
+        threads = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return found
+    for thread in threads:
+        try:
+            with open(f"/proc/{pid}/task/{thread}/children") as children_file:
+                found.extend(int(child) for child in children_file.read().split())
+        except (OSError, ValueError):
+            continue
+    return found
 
 
 def kill_all() -> None:
