@@ -4,19 +4,26 @@ gets a fresh grader; a missing math-verify is refused with the way to install it
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import re
+import resource
+import signal
 import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import psutil
 import pytest
 
 from conftest import ROOT
 from parallel_rollout.envs.math import grade
-from parallel_rollout.envs.math_grader import close_graders, grader_pids
+from parallel_rollout.envs.math_grader import (MEMORY_LIMIT_MB, GraderDied, close_graders, death_verdict,
+                                               grader_pids)
+from parallel_rollout.errors import GraderKilled
 
 pytest.importorskip("math_verify")
 
@@ -102,3 +109,103 @@ def test_a_math_run_without_math_verify_says_how_to_install_it(tmp_path):
         capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 2, proc.stderr
     assert "pip install 'parallel-rollout[math]'" in proc.stderr
+
+
+def test_a_graders_death_is_the_answers_only_when_its_own_limits_or_faults_explain_it():
+    hard = 60
+    for code, cpu_s, reason in [(-signal.SIGXCPU, 31.0, "cpu_limit"), (-signal.SIGKILL, 60.2, "cpu_limit"),
+                                (-signal.SIGSEGV, 1.0, "grader_error"), (-signal.SIGABRT, None, "grader_error"),
+                                (1, 0.5, "grader_error")]:
+        verdict = death_verdict(GraderDied(code, cpu_s), hard)
+        assert verdict["reason"] == reason and verdict["correct"] is False, (code, verdict)
+    for code, cpu_s, limit in [(-signal.SIGKILL, 2.0, hard), (-signal.SIGKILL, 90.0, resource.RLIM_INFINITY),
+                               (-signal.SIGKILL, None, hard), (-signal.SIGTERM, 1.0, hard)]:
+        with pytest.raises(GraderKilled, match="killed from outside"):
+            death_verdict(GraderDied(code, cpu_s), limit)
+
+
+def test_a_grading_past_rlimit_cpus_hard_limit_is_the_answers_cpu_limit():
+    """RLIMIT_CPU's hard limit ends a grader by SIGKILL, as a kill from outside would: the
+    CPU time it used tells them apart (a grader inherits the hard limit of its parent)."""
+    code = ("import resource, json\n"
+            "from parallel_rollout.envs.math import grade\n"
+            "resource.setrlimit(resource.RLIMIT_CPU, (8, 8))\n"
+            "print(json.dumps(grade('5', '9^{9^{9}}', timeout_s=120)))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT / "src")))
+    assert done.returncode == 0, done.stderr[-2000:]
+    verdict = json.loads(done.stdout.strip().splitlines()[-1])
+    assert verdict["reason"] == "cpu_limit" and verdict["correct"] is False, verdict
+
+
+def test_a_grader_is_bounded_in_memory_and_a_grading_that_used_much_ends_it():
+    """``2^{2^{36}}`` grows an unbounded grader by gigabytes; a grader's address space is
+    bounded, the grading fails, and the grader that held so much is not reused."""
+    assert grade("5", "5")["correct"]
+    (pid,) = grader_pids()
+    limits = Path(f"/proc/{pid}/limits").read_text()
+    soft = re.search(r"^Max address space\s+(\S+)", limits, re.M).group(1)
+    assert soft != "unlimited", limits
+    assert int(soft) <= psutil.Process(pid).memory_info().vms + (MEMORY_LIMIT_MB << 20)
+    result = grade("5", "2^{2^{36}}", timeout_s=120)
+    assert result["correct"] is False and result["reason"] != "timeout", result
+    assert pid not in grader_pids()
+    assert grade("\\frac{1}{2}", "0.5")["correct"]
+
+
+SLOW_CORRECT = "The final answer is $\\\\boxed{2^{2^{26}}}$."  # 4^{2^{25}}: a second or so to compare
+
+
+def _kill_graders(done: threading.Event, killed: list[str]) -> None:
+    """SIGKILL this test's math grader twice from outside: once as it starts, once mid-grading
+    (its CPU limit set, which it does as a grading begins)."""
+    me, seen = os.getpid(), set()
+    while len(killed) < 2 and not done.is_set():
+        for proc in psutil.Process(me).children(recursive=True):
+            try:
+                if "parallel_rollout.envs.math_grader" not in " ".join(proc.cmdline()) or proc.pid in seen:
+                    continue
+                limits = Path(f"/proc/{proc.pid}/limits").read_text()
+            except (psutil.Error, OSError):
+                continue
+            grading = re.search(r"^Max cpu time\s+\d", limits, re.M) is not None
+            if not killed and time.time() - proc.create_time() > 0.3:
+                seen.add(proc.pid)
+                proc.kill()
+                killed.append("starting" if not grading else "grading")
+            elif killed and grading:
+                seen.add(proc.pid)
+                proc.kill()
+                killed.append("grading")
+        time.sleep(0.02)
+
+
+def test_a_grader_killed_from_outside_is_retried_not_the_answers_failure(tmp_path):
+    """Through the CLI: a correct answer whose grader is SIGKILLed from outside, as it starts
+    and then mid-grading, is retried (``GraderKilled``: infrastructure) and scores 1."""
+    from click.testing import CliRunner
+
+    from parallel_rollout.cli import main
+
+    data = tmp_path / "math.jsonl"
+    data.write_text(json.dumps({"id": "big", "mode": "math", "problem": "4^{2^{25}}?", "answer": "4^{2^{25}}"}) + "\n")
+    agent = tmp_path / "agent.py"
+    agent.write_text(f"import json, sys\nfor line in sys.stdin:\n    print(json.dumps(\"{SLOW_CORRECT}\"), flush=True)\n")
+    done, killed = threading.Event(), []
+    killer = threading.Thread(target=_kill_graders, args=(done, killed), daemon=True)
+    killer.start()
+    try:
+        result = CliRunner().invoke(main, [
+            "--mode", "math", "--data", str(data), "--agent", "command", "--agent-cmd",
+            f"{sys.executable} {agent}", "--num-rollouts", "1", "--max-retries", "2",
+            "--output-dir", str(tmp_path / "out"), "--run-id", "mathkill", "--no-progress"])
+    finally:
+        done.set()
+        killer.join(5)
+    assert result.exit_code == 0, (result.output[-3000:], result.exception)
+    records = [json.loads(line) for line in (tmp_path / "out" / "mathkill" / "results.jsonl").read_text().splitlines()]
+    assert records[0]["status"] != "failure", records[0]  # once: grader_error, reward 0, final
+    assert killed == ["starting", "grading"], killed
+    assert [(r["status"], r["infrastructure"], r["final"]) for r in records] == [
+        ("worker_died", True, False), ("worker_died", True, False), ("success", False, True)], records
+    assert all(r["failure"]["type"] == "GraderKilled" for r in records[:2]), records

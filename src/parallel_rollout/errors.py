@@ -19,6 +19,16 @@ class WorkerDied(RolloutError):
     infrastructure = True
 
 
+class GraderKilled(RolloutError):
+    """A grader process of the worker (the math mode's) died during a grading of a signal
+    that no limit of its own explains (not its CPU limit, not its deadline, not a crash
+    of its grading): killed from outside, as a worker can be. Infrastructure, retried,
+    recorded as ``worker_died``; the answer is graded again on the next attempt."""
+
+    kind = "worker_died"
+    infrastructure = True
+
+
 class AgentEndedWorker(RolloutError):
     """The worker exited with a status of its own (``os._exit``: no signal) while its attempt
     was in the agent's turns: an in-process agent (a plugin's code) ended it. The agent's

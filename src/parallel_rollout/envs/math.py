@@ -136,7 +136,7 @@ def extract_answer(reply: str) -> tuple[str | None, str | None]:
 
 def grade(expected: str, extracted: str, timeout_s: float = DEFAULT_GRADE_TIMEOUT_S) -> dict[str, Any]:
     """``{"correct": bool, "reason": ...}`` for an extracted answer; safe on any thread, bounded
-    by ``timeout_s``, never raises."""
+    by ``timeout_s``; raises only ``GraderKilled`` (its grader killed from outside: retried)."""
     if len(extracted) > MAX_ANSWER_CHARS:
         return {"correct": False, "reason": "answer_too_long"}
     return grade_isolated(expected, extracted, timeout_s)

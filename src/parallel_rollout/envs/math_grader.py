@@ -24,6 +24,17 @@ Graders are per process (one per env loop that grades at once, reused), follow t
 parent (its end closes their stdin and they exit; a worker's process-tree kill takes them
 too), and bound each grading's CPU time themselves, so a grader orphaned mid-grading dies
 within ``_CPU_LIMIT_S``. When math-verify is missing, every grading says how to install it.
+
+**Whose doing a grader's death is.** A grading bounded by the grader's own limits is the
+answer's: past its deadline it is ``timeout``; past its CPU limit (SIGXCPU, or SIGKILL at
+RLIMIT_CPU's hard limit, which the kernel sends itself) ``cpu_limit``; past its memory limit
+(``MEMORY_LIMIT_MB`` of address space more than the warmed-up grader holds: ``2^{2^{36}}``
+would grow by gigabytes) ``memory_limit``; a crash of the grading (SIGSEGV, SIGABRT …: a
+fault of its own) or an exit ``grader_error``; each graded 0, since the same answer would do
+it again. The answer is a string and signals nothing, so a grader that died of any other
+signal (SIGKILL below its CPU limit, SIGTERM …) was killed from outside: ``GraderKilled``,
+infrastructure, retried, never the answer's 0. So is a grader found dead before it was
+handed the answer.
 """
 
 from __future__ import annotations
@@ -32,6 +43,8 @@ import atexit
 import json
 import logging
 import os
+import resource
+import signal
 import subprocess
 import sys
 import threading
@@ -39,6 +52,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..errors import GraderKilled
 from ..guest.agent_output import readable_within
 
 #: seconds one grade (parse both answers and compare them) may take
@@ -47,6 +61,10 @@ DEFAULT_GRADE_TIMEOUT_S = 5.0
 STARTUP_TIMEOUT_S = 120.0
 #: CPU seconds one grading may use before the kernel stops its grader, even as an orphan
 _CPU_LIMIT_S = 30
+#: MB of address space a grader may take beyond what it holds once warmed up (~90 MB)
+MEMORY_LIMIT_MB = 256
+#: signals a grader raises on itself when its grading faults: the answer's doing
+_CRASH_SIGNALS = frozenset({signal.SIGSEGV, signal.SIGABRT, signal.SIGBUS, signal.SIGFPE, signal.SIGILL})
 #: what to do when math-verify is missing
 INSTALL_HINT = "math-verify is not installed: pip install 'parallel-rollout[math]'"
 
@@ -79,6 +97,9 @@ def grade_now(expected: str, extracted: str) -> dict[str, Any]:
 def _grade_guarded(expected: str, extracted: str) -> dict[str, Any]:
     try:
         return grade_now(expected, extracted)
+    except MemoryError:
+        return {"correct": False, "reason": "memory_limit",
+                "error": f"the grading used up its memory limit ({MEMORY_LIMIT_MB} MB)"}
     except BaseException as exc:  # noqa: BLE001 - a grader crash is a 0, not an env error
         return {"correct": False, "reason": "grader_error", "error": f"{type(exc).__name__}: {exc}"[:500]}
 
@@ -93,8 +114,6 @@ class _DropTimeoutWarning(logging.Filter):
 
 def _limit_cpu() -> None:
     """Let this grading use ``_CPU_LIMIT_S`` more CPU seconds: past them SIGXCPU ends it."""
-    import resource
-
     used = resource.getrusage(resource.RUSAGE_SELF)
     spent = int(used.ru_utime + used.ru_stime) + 1
     _, hard = resource.getrlimit(resource.RLIMIT_CPU)
@@ -102,6 +121,29 @@ def _limit_cpu() -> None:
     if hard != resource.RLIM_INFINITY:
         soft = min(soft, hard)
     resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
+
+
+def _limit_memory() -> int:
+    """Bound this grader's address space to what it holds now and ``MEMORY_LIMIT_MB`` more
+    (an allocation past it fails: MemoryError, which math-verify may swallow and call the
+    answer wrong); what it holds now, in bytes."""
+    with open("/proc/self/statm") as statm:
+        held = int(statm.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    limit = held + (MEMORY_LIMIT_MB << 20)
+    if hard != resource.RLIM_INFINITY:
+        limit = min(limit, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+    return held
+
+
+def _peak_bytes() -> int:
+    """The most address space this process ever held (VmPeak)."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmPeak:"):
+                return int(line.split()[1]) << 10
+    return 0
 
 
 def serve() -> None:
@@ -123,11 +165,18 @@ def serve() -> None:
     except Exception as exc:  # noqa: BLE001 - reported to the parent, which records it
         answer({"error": f"{type(exc).__name__}: {exc}"[:500]})
         return
+    held = _limit_memory()
     answer({"ready": True})
     for line in sys.stdin.buffer:
         request = json.loads(line)
         _limit_cpu()
-        answer(_grade_guarded(request["expected"], request["extracted"]))
+        verdict = _grade_guarded(request["expected"], request["extracted"])
+        # a grading that took half its memory allowance or more ends its grader (the next one
+        # starts with what a fresh grader holds, and its peak tells of its own grading only)
+        retire = _peak_bytes() - held >= (MEMORY_LIMIT_MB << 20) // 2
+        answer({**verdict, "retire": True} if retire else verdict)
+        if retire:
+            return
 
 
 # -- in the process that grades ----------------------------------------------------------------
@@ -135,6 +184,33 @@ def serve() -> None:
 
 class GraderError(Exception):
     """A grader could not start or answer (math-verify missing, the process died)."""
+
+
+class GraderDied(GraderError):
+    """The grader ended during a grading: its exit ``code`` (``Popen.returncode``) and the
+    CPU seconds it used (None when not known)."""
+
+    def __init__(self, code: int, cpu_s: float | None) -> None:
+        super().__init__(f"the grader ended with status {code}")
+        self.code, self.cpu_s = code, cpu_s
+
+
+def death_verdict(died: GraderDied, cpu_hard: int) -> dict[str, Any]:
+    """The verdict of a grading whose grader ``died`` when its own limits or a fault of its
+    own explain it (RLIMIT_CPU's hard limit ``cpu_hard``); else ``GraderKilled``: it was
+    killed from outside (see the module doc)."""
+    code = died.code
+    at_hard_limit = (cpu_hard != resource.RLIM_INFINITY and died.cpu_s is not None
+                     and died.cpu_s >= cpu_hard - 1)
+    if code == -signal.SIGXCPU or (code == -signal.SIGKILL and at_hard_limit):
+        return {"correct": False, "reason": "cpu_limit",
+                "error": f"the grading used its CPU limit ({_CPU_LIMIT_S}s, or RLIMIT_CPU's hard limit)"}
+    if code >= 0 or -code in _CRASH_SIGNALS:
+        return {"correct": False, "reason": "grader_error", "error": str(died)}
+    raise GraderKilled(f"the math grader was killed from outside during a grading: it died of "
+                       f"{signal.Signals(-code).name if -code in signal.valid_signals() else -code}"
+                       f" ({died.cpu_s if died.cpu_s is not None else '?'} CPU seconds used), which no "
+                       "limit of its own sends")
 
 
 class Grader:
@@ -148,8 +224,15 @@ class Grader:
             [sys.executable, "-m", __name__], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL, env=env, close_fds=True)
         self._buffer = b""
+        #: RLIMIT_CPU's hard limit, which the grader inherits from this process
+        self.cpu_hard = resource.getrlimit(resource.RLIMIT_CPU)[1]
         try:
             hello = self._read_line(STARTUP_TIMEOUT_S)
+        except GraderDied as died:
+            self.kill()
+            if died.code < 0:  # no answer is in it yet: killed from outside
+                raise GraderKilled(f"the math grader was killed from outside as it started: {died}") from None
+            raise
         except GraderError:
             self.kill()
             raise
@@ -168,8 +251,8 @@ class Grader:
         try:
             self.proc.stdin.write(json.dumps({"expected": expected, "extracted": extracted}).encode() + b"\n")
             self.proc.stdin.flush()
-        except OSError as exc:
-            raise GraderError(f"the grader is gone: {exc}") from None
+        except OSError as exc:  # dead before it had the answer: not the answer's doing
+            raise GraderKilled(f"the math grader is gone: {exc} (status {self.proc.poll()})") from None
         result = self._read_line(timeout_s)
         if result is None:
             self.kill()
@@ -186,11 +269,21 @@ class Grader:
                 continue
             chunk = os.read(fd, 65536)
             if not chunk:
-                code = self.proc.wait()
-                raise GraderError(f"the grader ended with status {code}")
+                raise self._reaped()
             self._buffer += chunk
         line, _, self._buffer = self._buffer.partition(b"\n")
         return json.loads(line)
+
+    def _reaped(self) -> GraderDied:
+        """Reap the grader, which closed its output, with the CPU time it used."""
+        if self.proc.returncode is not None:
+            return GraderDied(self.proc.returncode, None)
+        try:
+            _, status, usage = os.wait4(self.proc.pid, 0)
+        except ChildProcessError:
+            return GraderDied(self.proc.wait(), None)
+        self.proc.returncode = os.waitstatus_to_exitcode(status)
+        return GraderDied(self.proc.returncode, usage.ru_utime + usage.ru_stime)
 
     def alive(self) -> bool:
         """Whether the process still runs."""
@@ -230,6 +323,9 @@ class GraderPool:
         grader = self._take()
         try:
             result = grader.grade(expected, extracted, timeout_s)
+        except GraderDied as died:
+            grader.kill()
+            return death_verdict(died, grader.cpu_hard)
         except GraderError:
             grader.kill()
             raise
@@ -238,6 +334,9 @@ class GraderPool:
             raise
         if result is None:
             return {"correct": False, "reason": "timeout", "error": f"grading took longer than {timeout_s:g}s"}
+        if result.pop("retire", False):  # it exits: never handed another grading
+            grader.close()
+            return result
         with self._lock:
             self._idle.append(grader)
         return result
@@ -272,7 +371,8 @@ atexit.register(_pool.close)
 
 def grade_isolated(expected: str, extracted: str, timeout_s: float) -> dict[str, Any]:
     """``{"correct": bool, "reason": ...}`` from a grader process; safe on any thread,
-    bounded by ``timeout_s``, never raises."""
+    bounded by ``timeout_s``; raises only ``GraderKilled`` (a grader killed from outside:
+    infrastructure)."""
     try:
         return _pool.grade(expected, extracted, timeout_s)
     except GraderError as exc:
