@@ -69,3 +69,39 @@ def test_an_action_that_leaves_a_process_holding_its_output_is_not_a_timeout(tmp
     assert first["output"] == "started\n" and first["returncode"] == 0 and "timeout" not in first, first
     assert "still holds its output" in first["note"], first
     assert record["duration_s"] < 6, record
+
+
+def test_a_failed_setup_is_never_graded_and_the_run_exits_1(tmp_path):
+    """A setup command that fails (an exit status, its timeout) is ``setup_failed``: the
+    agent did nothing, so no 0 enters the success rate; retried, then left for --resume,
+    and the run exits 1 (finished with samples never graded)."""
+    data = write_tasks(tmp_path / "tasks.jsonl", [
+        {"id": "fails", "mode": "shell", "instruction": "make ~/ok", "setup": ["echo preparing; exit 3"],
+         "check": "test -e ~/ok", "reference": ["touch ~/ok"]},
+        {"id": "times_out", "mode": "shell", "instruction": "make ~/ok", "setup": ["sleep 5"],
+         "check": "test -e ~/ok", "reference": ["touch ~/ok"], "timeout": 2},
+        {"id": "fine", "mode": "shell", "instruction": "make ~/ok", "check": "test -e ~/ok",
+         "reference": ["touch ~/ok"]}])
+    out = tmp_path / "out"
+    result = CliRunner().invoke(main, [
+        "--mode", "shell", "--data", str(data), "--agent", "oracle", "--num-rollouts", "1", "--num-vms", "1",
+        "--use-vm-pool", "--max-retries", "1", "--output-dir", str(out), "--run-id", "setup", "--no-progress"])
+    assert result.exit_code == 1, (result.output[-3000:], result.exception)
+    finals = assert_exactly_once(out / "setup", {"fails#0", "times_out#0", "fine#0"})
+    assert finals["fine#0"]["status"] == "success"
+    for key, why in (("fails#0", "exit status 3"), ("times_out#0", "timed out after 2s")):
+        record = finals[key]
+        assert record["status"] == "setup_failed" and record["infrastructure"], record
+        assert record["attempt"] == 1 and record["failure"]["type"] == "TaskSetupFailed", record
+        assert why in record["failure"]["message"], record["failure"]
+    summary = json.loads((out / "setup" / "summary.json").read_text())
+    assert summary["success_rate_graded"] == 1.0 and summary["mean_reward"] == 1.0, summary
+    assert summary["ungraded"] == 2, summary
+    # --resume runs the never-graded samples again
+    again = CliRunner().invoke(main, [
+        "--mode", "shell", "--data", str(data), "--agent", "oracle", "--num-rollouts", "1", "--num-vms", "1",
+        "--use-vm-pool", "--max-retries", "0", "--output-dir", str(out), "--run-id", "setup", "--resume",
+        "--no-progress"])
+    assert again.exit_code == 1, (again.output[-3000:], again.exception)
+    attempts = [json.loads(line) for line in (out / "setup" / "results.jsonl").read_text().splitlines()]
+    assert [r["attempt"] for r in attempts if r["key"] == "fails#0"] == [0, 1, 2], attempts

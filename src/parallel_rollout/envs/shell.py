@@ -6,7 +6,8 @@ replays; ``timeout``, the seconds each command (setup, action, check) may run, 6
 given: an action cut by it has ``timeout`` (the message) in its observation, a check cut by
 it grades 0 with ``check_timeout`` in the record's ``eval``. An action is
 ``{"command": "..."}`` (or the bare command string); ``{"done": true}`` or ``"DONE"`` ends
-the episode. Before the check runs, the agent kills every process the
+the episode. A setup command that fails or times out is ``setup_failed`` (never graded,
+retried, then left for ``--resume``), as no answer has run yet. Before the check runs, the agent kills every process the
 answer left behind (``/reap``): a daemon cannot change the end state while it is graded. A
 task whose check is about a process left running says ``"reap": false``. The check runs as a
 grading command (``isolated``: a cleared environment, system folders on ``PATH``, Python
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from ..errors import TaskSetupFailed
 from .base import Env, StepResult, require, require_str_list
 
 #: seconds one command may run unless the task says otherwise
@@ -62,14 +64,16 @@ class ShellEnv(Env):
         return [{"command": command} for command in task.get("reference")] + ["DONE"]
 
     def reset(self, task, vm) -> dict[str, Any]:
-        """Run the task's setup commands; the first observation is the instruction."""
+        """Run the task's setup commands; the first observation is the instruction. A setup
+        command that fails (an exit status, its timeout) is ``TaskSetupFailed``: the agent has
+        done nothing to earn a 0, so the attempt is not graded (infrastructure, retried)."""
         self.task = task
         self.vm = vm
         self.timeout_s = float(task.get("timeout", DEFAULT_COMMAND_TIMEOUT_S))
         for index, command in enumerate(task.get("setup", []), start=1):
             result = self._run(command)
             if result["returncode"] != 0:
-                raise RuntimeError(
+                raise TaskSetupFailed(
                     f"setup command {index} of task {task.id!r} failed with exit status "
                     f"{result['returncode']}: {command!r}: {result['timeout'] or result['error'][-500:]}"
                 )
