@@ -209,3 +209,19 @@ def test_a_grader_killed_from_outside_is_retried_not_the_answers_failure(tmp_pat
     assert [(r["status"], r["infrastructure"], r["final"]) for r in records] == [
         ("worker_died", True, False), ("worker_died", True, False), ("success", False, True)], records
     assert all(r["failure"]["type"] == "GraderKilled" for r in records[:2]), records
+
+
+def test_a_grader_stopped_from_outside_past_its_deadline_is_not_the_answers_timeout():
+    """SIGSTOP from outside holds a grader until its deadline: it could not run, so that is
+    ``GraderKilled`` (retried), not the answer's ``timeout``."""
+    assert grade("5", "5")["correct"]
+    (pid,) = grader_pids()
+    timer = threading.Timer(0.3, os.kill, (pid, signal.SIGSTOP))
+    timer.start()
+    try:
+        with pytest.raises(GraderKilled, match="stopped from outside"):
+            grade("4^{2^{25}}", "2^{2^{26}}", timeout_s=2.0)
+    finally:
+        timer.cancel()
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    assert grade("\\frac{1}{2}", "0.5")["correct"]

@@ -34,7 +34,8 @@ fault of its own) or an exit ``grader_error``; each graded 0, since the same ans
 it again. The answer is a string and signals nothing, so a grader that died of any other
 signal (SIGKILL below its CPU limit, SIGTERM …) was killed from outside: ``GraderKilled``,
 infrastructure, retried, never the answer's 0. So is a grader found dead before it was
-handed the answer.
+handed the answer, and one that reached its deadline stopped (SIGSTOP) or traced from
+outside: it could not run.
 """
 
 from __future__ import annotations
@@ -255,8 +256,23 @@ class Grader:
             raise GraderKilled(f"the math grader is gone: {exc} (status {self.proc.poll()})") from None
         result = self._read_line(timeout_s)
         if result is None:
+            stopped = self._stopped()
             self.kill()
+            if stopped:  # the answer cannot stop it: its deadline passed while it could not run
+                raise GraderKilled(f"the math grader was {stopped} from outside during a grading "
+                                   f"and reached its deadline ({timeout_s:g}s)")
         return result
+
+    def _stopped(self) -> str | None:
+        """``stopped`` or ``traced`` when the grader is (SIGSTOP, ptrace), else None."""
+        try:
+            with open(f"/proc/{self.proc.pid}/status") as status:
+                fields = dict(line.rstrip("\n").split(":\t", 1) for line in status if ":\t" in line)
+        except OSError:
+            return None
+        if fields.get("TracerPid", "0") != "0":
+            return "traced"
+        return "stopped" if fields.get("State", "")[:1] in ("T", "t") else None
 
     def _read_line(self, timeout_s: float) -> dict[str, Any] | None:
         deadline = time.monotonic() + timeout_s
