@@ -32,6 +32,12 @@ logged in ``aborts`` (``time`` monotonic, ``request`` index, ``tokens`` sent bef
 ``cmpl-<request index>`` (what an ``abort_url`` is told). A step's ``"queue_s"`` holds the reply
 that long before its first byte, as a busy server's queue does; a hang-up meanwhile is an abort.
 
+**Misbehaving streams.** A step's ``"chunks"`` (a list of choice dicts) is streamed as they
+are, one chunk each (``prompt_token_ids`` in the first when the step has them), then usage and
+``[DONE]``, or, with ``"then": "stall"``, nothing more while the connection stays open, or with
+``"then": "keepalive"``, an SSE comment (``: keepalive``) every ``keepalive_s`` (0.2) and nothing else:
+chunks that pair token ids and logprobs wrongly, a stream that stalls after its first chunk.
+
 ``GET /v1/models`` lists one model (what a preflight asks); ``model_listings`` counts those calls.
 
 Every request is recorded (``requests``: body, arrival time, step, Authorization header, every
@@ -161,7 +167,9 @@ def _handler(server: LLMServer) -> type[BaseHTTPRequestHandler]:
             step = server.next_step(body, self.headers.get("Authorization"),
                                     {k.lower(): v for k, v in self.headers.items()}, self.path.rstrip("/"))
             try:
-                if (body.get("stream") and ("reply" in step or "tool_calls" in step) and "sleep" not in step
+                if body.get("stream") and "chunks" in step:
+                    self._stream_chunks(step, body, len(server.requests) - 1)
+                elif (body.get("stream") and ("reply" in step or "tool_calls" in step) and "sleep" not in step
                         and not step.get("ignore_stream")):
                     self._stream(step, body, len(server.requests) - 1)
                 elif self.path.rstrip("/") == "/v1/completions":
@@ -297,6 +305,34 @@ def _handler(server: LLMServer) -> type[BaseHTTPRequestHandler]:
             except (BrokenPipeError, ConnectionResetError):
                 with server._lock:
                     server.aborts.append({"time": time.monotonic(), "request": index, "tokens": sent})
+
+        def _stream_chunks(self, step: Step, body: dict[str, Any], index: int) -> None:
+            """A step's ``chunks`` as they are (the module docstring's misbehaving streams)."""
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            self.close_connection = True
+            try:
+                for k, choice in enumerate(step["chunks"]):
+                    chunk = {"id": f"cmpl-{index}", "object": "chat.completion.chunk",
+                             "model": body.get("model", "?"), "choices": [choice]}
+                    if k == 0 and "prompt_token_ids" in step:
+                        chunk["prompt_token_ids"] = step["prompt_token_ids"]
+                    self._event(chunk)
+                if step.get("then") == "stall":
+                    server.sleep(3600)
+                    return
+                while step.get("then") == "keepalive" and not server._closing.is_set():
+                    server.sleep(step.get("keepalive_s", 0.2))
+                    self.wfile.write(b": keepalive\n\n")
+                    self.wfile.flush()
+                self._event({"id": f"cmpl-{index}", "choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 1}})
+                self.wfile.write(b"data: [DONE]\n\n")
+                self.wfile.flush()
+            except (BrokenPipeError, ConnectionResetError):
+                with server._lock:
+                    server.aborts.append({"time": time.monotonic(), "request": index, "tokens": 0})
 
         def _still_there(self, seconds: float) -> bool:
             """Wait ``seconds`` (a queued request); False as soon as the client hangs up."""

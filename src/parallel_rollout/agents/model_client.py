@@ -389,6 +389,8 @@ class ModelClient:
             raise Retryable(f"connection failed: {exc.__cause__ or exc}", server_down=True) from None
         except streaming.StreamBroken as exc:
             raise Retryable(f"the reply stream broke: {exc}") from None
+        except streaming.MalformedChunk as exc:  # token ids and logprobs that do not pair: the endpoint's
+            raise Retryable(f"malformed response: {exc}", unavailable=True) from None
         except MalformedResponse as exc:  # an HTML page for an answer: the endpoint's fault
             raise Retryable(f"malformed response: {exc}", unavailable=not_an_api_answer(exc.content_type)) from None
         self._usage["prompt_tokens"] += usage.get("prompt_tokens", 0)

@@ -63,6 +63,12 @@ class StreamBroken(Exception):
     """The stream broke or ended early, not by an abort (a retry may fix it)."""
 
 
+class MalformedChunk(Exception):
+    """A reply whose token ids and logprobs do not pair up (a chunk with 2 ids and 1 logprob,
+    logprobs for tokens whose ids never came): the server's answer is broken, the endpoint's
+    fault (retried, then ``ModelUnavailable``), never a turn whose logprobs are guessed."""
+
+
 class NotAStream(Exception):
     """A stream request was answered with a body that is no event stream (by its
     Content-Type, or a first line that is no SSE field): a server that ignores ``stream``,
@@ -138,6 +144,8 @@ class StreamedReply:
     has_token_ids: bool = False
     #: tool calls as their deltas build them, by index (id, type, function name, arguments)
     tool_calls: dict[int, dict[str, Any]] = field(default_factory=dict)
+    #: the choices folded in (what a MalformedChunk names)
+    chunks: int = 0
 
     def whole_tool_calls(self) -> list[dict[str, Any]]:
         """The tool calls the deltas made, in index order, shaped as a non-streamed reply's."""
@@ -155,6 +163,29 @@ class StreamedReply:
             call["function"]["name"] += function["name"]
         if isinstance(function.get("arguments"), str):
             call["function"]["arguments"] += function["arguments"]
+
+    def _pair(self, ids: list[int] | None, logprobs: list[float | None] | None) -> None:
+        """One chunk's token ids and logprobs, paired token for token: a chunk with ids and no
+        logprobs gets None (NaN in a segment) for its own tokens only; MalformedChunk when
+        they do not pair (the ids never line up with their logprobs again)."""
+        self.chunks += 1
+        if ids is None:
+            if logprobs and self.has_token_ids:
+                raise MalformedChunk(f"the model server's stream chunk {self.chunks} holds {len(logprobs)} "
+                                     "logprob(s) and no token ids, where earlier chunks had ids: "
+                                     "its token ids and logprobs do not pair up")
+            self.logprobs.extend(logprobs or [])
+            return
+        if logprobs is not None and len(logprobs) != len(ids):
+            raise MalformedChunk(f"the model server's stream chunk {self.chunks} holds {len(ids)} token id(s) "
+                                 f"(choices[0].token_ids) and {len(logprobs)} logprob(s) (choices[0].logprobs): "
+                                 "its token ids and logprobs do not pair up")
+        if len(self.logprobs) != len(self.token_ids):
+            raise MalformedChunk(f"the model server's stream chunk {self.chunks} holds token ids, where an earlier "
+                                 "chunk had logprobs without token ids: its token ids and logprobs do not pair up")
+        self.has_token_ids = True
+        self.token_ids.extend(ids)
+        self.logprobs.extend(logprobs if logprobs is not None else [None] * len(ids))
 
     def add(self, chunk: dict[str, Any]) -> None:
         """Fold one SSE chunk (chat or completions shape) in; AgentError naming the field when
@@ -176,16 +207,9 @@ class StreamedReply:
                     self._add_tool_call(part)
             if choice.get("prompt_token_ids") is not None:
                 self.prompt_token_ids = token_ids_of(choice["prompt_token_ids"], "choices[0].prompt_token_ids")
-            if choice.get("token_ids") is not None:
-                self.has_token_ids = True
-                self.token_ids.extend(token_ids_of(choice["token_ids"], "choices[0].token_ids"))
-            logprobs = choice.get("logprobs")
-            if isinstance(logprobs, dict):
-                if isinstance(logprobs.get("content"), list):  # chat
-                    self.logprobs.extend(logprobs_of([item.get("logprob") for item in logprobs["content"]
-                                                    if isinstance(item, dict)], "choices[0].logprobs.content"))
-                elif isinstance(logprobs.get("token_logprobs"), list):  # completions
-                    self.logprobs.extend(logprobs_of(logprobs["token_logprobs"], "choices[0].logprobs.token_logprobs"))
+            ids = token_ids_of(choice["token_ids"], "choices[0].token_ids") if choice.get("token_ids") is not None \
+                else None
+            self._pair(ids, _chunk_logprobs(choice.get("logprobs")))
             if choice.get("finish_reason"):
                 self.finish_reason = choice["finish_reason"]
 
@@ -194,6 +218,19 @@ class StreamedReply:
 #: near-certain token's a few 1e-6 above 0 (rounding, logits in the tens); 1e-4 leaves room for
 #: that and refuses anything that is no probability (a logprob of 3.0: probability 20)
 LOGPROB_SLACK = 1e-4
+
+
+def _chunk_logprobs(logprobs: Any) -> list[float | None] | None:
+    """A choice's logprobs (chat's ``content`` or completions' ``token_logprobs``), checked
+    (``logprobs_of``); None when it has none (``logprobs: null``)."""
+    if not isinstance(logprobs, dict):
+        return None
+    if isinstance(logprobs.get("content"), list):  # chat
+        return logprobs_of([item.get("logprob") for item in logprobs["content"] if isinstance(item, dict)],
+                           "choices[0].logprobs.content")
+    if isinstance(logprobs.get("token_logprobs"), list):  # completions
+        return logprobs_of(logprobs["token_logprobs"], "choices[0].logprobs.token_logprobs")
+    return None
 
 
 def token_ids_of(value: Any, field: str) -> list[int]:
@@ -425,7 +462,7 @@ def stream(client, path: str, request: dict[str, Any], abortable: Abortable) -> 
                 if abortable.aborted:  # what arrived after the abort is not kept: leaving closes it
                     raise Aborted(reply)
                 reply.add(event)
-    except (Aborted, AgentError, openai.APIStatusError):
+    except (Aborted, AgentError, MalformedChunk, openai.APIStatusError):
         raise
     except NotAStream:
         if abortable.aborted:

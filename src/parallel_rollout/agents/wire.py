@@ -200,11 +200,11 @@ class Wire:
         if not isinstance(sampled, list):
             raise AgentError(f"the server returned no token ids for a token-id prompt: {NO_TOKEN_IDS_HINT}")
         prompt, _ = self._pending
-        logprobs = (choice.get("logprobs") or {}).get("token_logprobs") if isinstance(choice.get("logprobs"), dict) else None
-        # checked as a streamed reply's are: they go into a trainer's tensors as they are
-        info = {"prompt_token_ids": prompt, "token_ids": token_ids_of(sampled, "choices[0].token_ids"),
-                "logprobs": logprobs_of(logprobs, "choices[0].logprobs.token_logprobs")
-                if isinstance(logprobs, list) else None,
+        # checked as a streamed reply's are (one chunk): they go into a trainer's tensors as they are
+        whole = streaming.StreamedReply()
+        whole.add({"choices": [{**{k: v for k, v in choice.items() if k != "text"}, "index": 0}]})
+        info = {"prompt_token_ids": prompt, "token_ids": whole.token_ids,
+                "logprobs": whole.logprobs if isinstance(choice.get("logprobs"), dict) else None,
                 "stop_reason": choice.get("finish_reason") or "unknown"}
         return text, _usage(data), info
 

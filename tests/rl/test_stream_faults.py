@@ -1,0 +1,94 @@
+"""A stream whose chunks a trainer cannot take as they are: token ids and logprobs that do not
+pair up in a chunk (the whole turn's logprobs used to become None, status success, nothing
+said), a chunk without logprobs (NaN for its own tokens only), and the same checks on a
+whole (not streamed) reply. The test server streams the chunks as given (``"chunks"``)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from llm_server import llm_server  # noqa: F401 - fixture
+from parallel_rollout.agents import ModelClient
+from parallel_rollout.agents.episode import ModelUnavailable
+from parallel_rollout.config import RunConfig
+from parallel_rollout.policy_gate import PolicyGate
+from parallel_rollout.rl.segments import build_segments
+
+USER = [{"role": "user", "content": "go"}]
+
+
+def choice(text: str, ids: list[int] | None, logprobs: list[float] | None, finish: str | None = None) -> dict:
+    """A chat chunk's choice as vLLM streams it: token ids and their logprobs (None: ``null``)."""
+    part = {"index": 0, "delta": {"content": text}, "finish_reason": finish,
+            "logprobs": None if logprobs is None else {"content": [{"token": "t", "logprob": lp, "top_logprobs": []}
+                                                                   for lp in logprobs]}}
+    if ids is not None:
+        part["token_ids"] = ids
+    return part
+
+
+def stream(*chunks: dict) -> dict:
+    return {"chunks": [choice("", None, None), *chunks], "prompt_token_ids": [1, 2, 3]}
+
+
+@pytest.fixture
+def gate():
+    gate = PolicyGate(version=2)
+    yield gate
+    gate.close()
+
+
+def _client(server, gate: PolicyGate | None, **changes) -> ModelClient:
+    config = RunConfig(mode="gym", agent="openai", base_url=server.url, model="m", max_retries=1,
+                       policy_gate=gate.path if gate else None, **changes)
+    client = ModelClient(config)
+    client.backoff_base_s = 0.01
+    return client
+
+
+MISALIGNED = {
+    "fewer-logprobs": (stream(choice("<answer>", [10, 11], [-0.1]), choice("Right</answer>", [12], [-0.3], "stop")),
+                       r"stream chunk 2 holds 2 token id\(s\) \(choices\[0\]\.token_ids\) and 1 logprob\(s\)"),
+    "logprobs-without-ids": (stream(choice("<answer>", [10, 11], [-0.1, -0.2]),
+                                    choice("Right</answer>", None, [-0.3], "stop")),
+                             r"stream chunk 3 holds 1 logprob\(s\) and no token ids, where earlier chunks had ids"),
+    "ids-after-bare-logprobs": (stream(choice("<answer>", None, [-0.1]), choice("Right</answer>", [12], [-0.3], "stop")),
+                                r"stream chunk 3 holds token ids, where an earlier chunk had logprobs without"),
+}
+
+
+@pytest.mark.parametrize("name", list(MISALIGNED))
+def test_token_ids_and_logprobs_that_do_not_pair_fail_the_request_as_the_endpoint_s(gate, llm_server, name):
+    """A chunk of 2 ids and 1 logprob made the whole turn's logprobs None (NaN in every
+    segment) and the member a success: now a malformed reply, retried, then the endpoint's
+    failure (model_unavailable), saying which chunk."""
+    step, says = MISALIGNED[name]
+    server = llm_server(script=[step, step])
+    with pytest.raises(ModelUnavailable, match=r"malformed response: the model server's " + says):
+        _client(server, gate).chat(USER)
+    assert len(server.requests) == 2 and gate.in_flight == 0  # retried like any malformed answer
+
+
+def test_a_chunk_without_logprobs_leaves_nan_on_its_own_tokens_only(gate, llm_server):
+    """``logprobs: null`` in one chunk wiped the logprobs of every chunk of the turn."""
+    server = llm_server(script=[stream(choice("<answer>", [10, 11], [-0.1, -0.2]),
+                                       choice("Right</answer>", [12, 13, 14], None, "stop"))])
+    reply = _client(server, gate).chat(USER)
+    assert reply.token_ids == [10, 11, 12, 13, 14]
+    assert reply.logprobs == [-0.1, -0.2, None, None, None]
+    [segment] = build_segments([reply.turn])
+    assert segment.logprobs[:5] == [0.0, 0.0, 0.0, -0.1, -0.2]
+    assert all(math.isnan(lp) for lp in segment.logprobs[5:])
+
+
+@pytest.mark.parametrize("gated", [True, False], ids=["whole-answer-to-a-stream", "not-streamed"])
+def test_a_whole_reply_whose_logprobs_do_not_pair_with_its_ids_is_malformed_too(gate, llm_server, gated):
+    """A whole completions reply (a server that ignores stream=true, or generate() outside a
+    gate) with 2 ids and 1 logprob reached the turn as it came: segments() raised later."""
+    step = {"reply": "ab", "token_ids": [7, 8], "logprobs": [-0.3], "ignore_stream": True}
+    server = llm_server(script=[step, step])
+    with pytest.raises(ModelUnavailable, match=r"holds 2 token id\(s\) .* and 1 logprob\(s\)"):
+        _client(server, gate if gated else None).generate([1, 2, 3])
+    assert len(server.requests) == 2
