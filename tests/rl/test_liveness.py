@@ -253,6 +253,27 @@ def test_a_server_that_never_answers_stops_get_batch_within_two_api_timeouts(tmp
         server.stop()
 
 
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("then", ["stall", "keepalive"])
+def test_a_stream_that_stops_after_its_first_chunk_is_the_endpoint_s_silence(tmp_path, schedulers, then):
+    """A stream that stalls after its first chunk (or sends only ``: keepalive`` comments):
+    the error blamed the members ("error ×10, none for want of the model endpoint … ReadTimeout")
+    and the hung-endpoint check never fired; keep-alive comments kept each attempt up for its
+    whole task_timeout. Now they are unanswered requests: stopped within ~2 × api_timeout_s."""
+    first = {"index": 0, "delta": {"role": "assistant", "content": "<answer>"}, "finish_reason": None,
+             "token_ids": [5], "logprobs": {"content": [{"token": "x", "logprob": -0.5, "top_logprobs": []}]}}
+    server = LLMServer(policy=lambda body: {"chunks": [first], "prompt_token_ids": [1, 2], "then": then}).start()
+    try:
+        train = schedulers(rl_config(tmp_path, server, num_rollouts=1, envs_per_worker=2, api_timeout_s=1.0,
+                                     max_retries=1, task_timeout=600.0), _tiny_lakes(tmp_path))
+        started = time.monotonic()
+        with pytest.raises(RolloutError, match=r"answered none of the last \d+ model requests .*is it up, or hung"):
+            train.get_batch(batch_size=2, step=0, timeout=90)
+        assert time.monotonic() - started < 30
+    finally:
+        server.stop()
+
+
 def test_replies_longer_than_the_api_timeout_are_no_silence(tmp_path, schedulers):
     """A reply streamed for longer than api_timeout_s (a long reasoning trace) never counts
     as an unanswered request: only requests that got no answer at all do."""

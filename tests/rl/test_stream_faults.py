@@ -6,6 +6,7 @@ whole (not streamed) reply. The test server streams the chunks as given (``"chun
 from __future__ import annotations
 
 import math
+import time
 
 import pytest
 
@@ -92,3 +93,31 @@ def test_a_whole_reply_whose_logprobs_do_not_pair_with_its_ids_is_malformed_too(
     with pytest.raises(ModelUnavailable, match=r"holds 2 token id\(s\) .* and 1 logprob\(s\)"):
         _client(server, gate if gated else None).generate([1, 2, 3])
     assert len(server.requests) == 2
+
+
+FIRST = choice("<answer>", [10], [-0.1])
+
+
+@pytest.mark.timeout(60)  # a keep-alive stream was never timed out: the call never ended
+@pytest.mark.parametrize("then, says", [("stall", r"no chunk within 1 s \(ReadTimeout\)"),
+                                        ("keepalive", r"no chunk within 1 s, only SSE comments \(keep-alive\)")])
+def test_a_stream_that_stops_sending_tokens_is_the_endpoint_s_timeout(gate, llm_server, then, says):
+    """A stream that stalls after its first chunk was a broken stream, the member's failure
+    (the scheduler blamed the members, its hung-endpoint check never fired); one kept open by
+    ``: keepalive`` comments was never timed out (each attempt cost a task_timeout). Both are
+    now no answer within api_timeout_s: ModelUnavailable, and the gate counts them unanswered."""
+    step = {**stream(FIRST), "then": then}
+    server = llm_server(script=[step, step])
+    started = time.monotonic()
+    with pytest.raises(ModelUnavailable, match=r"the reply stream broke: " + says):
+        _client(server, gate, api_timeout_s=1.0).chat(USER)
+    assert time.monotonic() - started < 6  # two requests of ~1 s each
+    assert gate.unanswered == 2 and gate.replies == 0 and gate.in_flight == 0
+
+
+def test_tokens_that_keep_coming_never_time_out(gate, llm_server):
+    """A long reply never counts: 12 tokens at 4 a second (3 s) within api_timeout_s=1."""
+    server = llm_server(script=[{"reply": "<answer>Right</answer>", "token_ids": list(range(12)),
+                                 "logprobs": [-0.1] * 12, "prompt_token_ids": [1], "token_rate": 4}])
+    reply = _client(server, gate, api_timeout_s=1.0).chat(USER)
+    assert reply.token_ids == list(range(12)) and gate.unanswered == 0 and len(server.requests) == 1

@@ -388,7 +388,8 @@ class ModelClient:
         except openai.APIConnectionError as exc:
             raise Retryable(f"connection failed: {exc.__cause__ or exc}", server_down=True) from None
         except streaming.StreamBroken as exc:
-            raise Retryable(f"the reply stream broke: {exc}") from None
+            # a stream the server stopped feeding is no answer in time, as a connect timeout is
+            raise Retryable(f"the reply stream broke: {exc}", unavailable=exc.timed_out) from None
         except streaming.MalformedChunk as exc:  # token ids and logprobs that do not pair: the endpoint's
             raise Retryable(f"malformed response: {exc}", unavailable=True) from None
         except MalformedResponse as exc:  # an HTML page for an answer: the endpoint's fault
@@ -447,6 +448,9 @@ class ModelClient:
             reply = self.wire.send_streamed(client, dict(request), abortable)
         except openai.APITimeoutError:  # nothing came back within api_timeout_s
             unanswered = True
+            raise
+        except streaming.StreamBroken as exc:  # no chunk for api_timeout_s: as unanswered
+            unanswered = exc.timed_out
             raise
         except streaming.Aborted as exc:
             exc.partial = (partial or streaming.Partial()).extend(exc.reply, version)

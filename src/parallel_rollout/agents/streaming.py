@@ -39,6 +39,7 @@ import logging
 import math
 import socket
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 from urllib.parse import urlsplit
@@ -60,13 +61,16 @@ class Aborted(Exception):
 
 
 class StreamBroken(Exception):
-    """The stream broke or ended early, not by an abort (a retry may fix it)."""
+    """The stream broke or ended early, not by an abort (a retry may fix it); ``timed_out``:
+    the server sent no chunk for the client's read timeout (the endpoint's, as no answer is)."""
+
+    def __init__(self, problem: str, timed_out: bool = False) -> None:
+        super().__init__(problem)
+        self.timed_out = timed_out
 
 
 class MalformedChunk(Exception):
-    """A reply whose token ids and logprobs do not pair up (a chunk with 2 ids and 1 logprob,
-    logprobs for tokens whose ids never came): the server's answer is broken, the endpoint's
-    fault (retried, then ``ModelUnavailable``), never a turn whose logprobs are guessed."""
+    """Token ids and logprobs that do not pair up (2 ids, 1 logprob): the endpoint's fault."""
 
 
 class NotAStream(Exception):
@@ -165,24 +169,22 @@ class StreamedReply:
             call["function"]["arguments"] += function["arguments"]
 
     def _pair(self, ids: list[int] | None, logprobs: list[float | None] | None) -> None:
-        """One chunk's token ids and logprobs, paired token for token: a chunk with ids and no
-        logprobs gets None (NaN in a segment) for its own tokens only; MalformedChunk when
-        they do not pair (the ids never line up with their logprobs again)."""
+        """One chunk's token ids and logprobs, paired: ids without logprobs get None (NaN in a
+        segment) on their own tokens only; MalformedChunk when they do not pair."""
         self.chunks += 1
+        why = None
+        if ids is None and logprobs and self.has_token_ids:
+            why = f"{len(logprobs)} logprob(s) and no token ids, where earlier chunks had ids"
+        elif ids is not None and logprobs is not None and len(logprobs) != len(ids):
+            why = f"{len(ids)} token id(s) (choices[0].token_ids) and {len(logprobs)} logprob(s) (choices[0].logprobs)"
+        elif ids is not None and len(self.logprobs) != len(self.token_ids):
+            why = "token ids, where an earlier chunk had logprobs without token ids"
+        if why:
+            raise MalformedChunk(f"the model server's stream chunk {self.chunks} holds {why}: its token ids and "
+                                 "logprobs do not pair up")
         if ids is None:
-            if logprobs and self.has_token_ids:
-                raise MalformedChunk(f"the model server's stream chunk {self.chunks} holds {len(logprobs)} "
-                                     "logprob(s) and no token ids, where earlier chunks had ids: "
-                                     "its token ids and logprobs do not pair up")
             self.logprobs.extend(logprobs or [])
             return
-        if logprobs is not None and len(logprobs) != len(ids):
-            raise MalformedChunk(f"the model server's stream chunk {self.chunks} holds {len(ids)} token id(s) "
-                                 f"(choices[0].token_ids) and {len(logprobs)} logprob(s) (choices[0].logprobs): "
-                                 "its token ids and logprobs do not pair up")
-        if len(self.logprobs) != len(self.token_ids):
-            raise MalformedChunk(f"the model server's stream chunk {self.chunks} holds token ids, where an earlier "
-                                 "chunk had logprobs without token ids: its token ids and logprobs do not pair up")
         self.has_token_ids = True
         self.token_ids.extend(ids)
         self.logprobs.extend(logprobs if logprobs is not None else [None] * len(ids))
@@ -402,6 +404,17 @@ def _event_lines(response) -> Iterable[str]:
     return itertools.chain([first], lines)
 
 
+def _watched(lines: Iterable[str], reply: StreamedReply, stall_s: float | None) -> Iterable[str]:
+    """``lines``; StreamBroken (timed out) once ``stall_s`` passed without a chunk (SSE comments are none)."""
+    last, seen = time.monotonic(), reply.chunks
+    for line in lines:
+        if reply.chunks != seen:
+            last, seen = time.monotonic(), reply.chunks
+        elif stall_s is not None and time.monotonic() - last > stall_s:
+            raise StreamBroken(f"no chunk within {stall_s:g} s, only SSE comments (keep-alive)", timed_out=True)
+        yield line
+
+
 def whole_reply(chunk: dict[str, Any]) -> StreamedReply:
     """The StreamedReply of a whole (non-streamed) completion, chat or completions shape,
     as its one chunk: a chat choice's ``message`` read as a ``delta`` (tool calls given
@@ -443,9 +456,12 @@ def stream(client, path: str, request: dict[str, Any], abortable: Abortable) -> 
     read the reply; Aborted when ``abortable`` ended it; NotAStream when the answer is a body
     (``_event_lines``). openai's status errors propagate, and so does what failed before any
     answer came that is no openai error (it wraps every transport failure): the request could
-    not be built (a body JSON cannot carry), the agent's error, never StreamBroken (retried)."""
+    not be built (a body JSON cannot carry), the agent's error, never StreamBroken (retried;
+    ``timed_out`` when no chunk came for the client's read timeout, keep-alive comments none)."""
     import openai
 
+    timeout = getattr(getattr(client, "timeout", None), "read", getattr(client, "timeout", None))
+    stall_s = float(timeout) if isinstance(timeout, (int, float)) else None  # how long a stream may go without a chunk
     body = {**request, "stream": True, "stream_options": {"include_usage": True}}
     extra = body.pop("extra_body", None) or {}
     resource = client.completions if path == "/completions" else client.chat.completions
@@ -457,12 +473,12 @@ def stream(client, path: str, request: dict[str, Any], abortable: Abortable) -> 
         with resource.with_streaming_response.create(**body, extra_body=extra) as response:
             answered = True
             abortable.attach(response.http_response)
-            for event in read_events(_event_lines(response)):
+            for event in read_events(_watched(_event_lines(response), reply, stall_s)):
                 abortable.identify(event.get("id"))
                 if abortable.aborted:  # what arrived after the abort is not kept: leaving closes it
                     raise Aborted(reply)
                 reply.add(event)
-    except (Aborted, AgentError, MalformedChunk, openai.APIStatusError):
+    except (Aborted, AgentError, MalformedChunk, StreamBroken, openai.APIStatusError):
         raise
     except NotAStream:
         if abortable.aborted:
@@ -473,6 +489,8 @@ def stream(client, path: str, request: dict[str, Any], abortable: Abortable) -> 
             raise Aborted(reply) from None
         if isinstance(exc, openai.APIError) or not answered:
             raise
+        if any(kind.__name__ == "TimeoutException" for kind in type(exc).__mro__):  # httpx's, whichever build
+            raise StreamBroken(f"no chunk within {stall_s or 0:g} s ({type(exc).__name__})", timed_out=True) from None
         raise StreamBroken(f"{type(exc).__name__}: {exc}") from None
     if reply.finish_reason is None:
         if abortable.aborted:
