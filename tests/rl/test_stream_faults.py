@@ -121,3 +121,23 @@ def test_tokens_that_keep_coming_never_time_out(gate, llm_server):
                                  "logprobs": [-0.1] * 12, "prompt_token_ids": [1], "token_rate": 4}])
     reply = _client(server, gate, api_timeout_s=1.0).chat(USER)
     assert reply.token_ids == list(range(12)) and gate.unanswered == 0 and len(server.requests) == 1
+
+
+@pytest.mark.parametrize("how", ["streamed", "not-streamed"])
+def test_a_token_prompt_records_the_ids_the_server_says_it_saw(gate, llm_server, caplog, how):
+    """A server that prepends a BOS reports [0, 5, 6] for the ids [5, 6] sent: the turn kept
+    [5, 6], and a trainer trained on a sequence the model did not see. It records the server's
+    report now, marked prompt_differs, logged once; a report that matches (or none) changes nothing."""
+    step = {"reply": "ab", "token_ids": [7, 8], "logprobs": [-0.1, -0.2]}
+    server = llm_server(script=[{**step, "prompt_token_ids": [0, 5, 6]}, {**step, "prompt_token_ids": [0, 5, 6]},
+                                {**step, "prompt_token_ids": [5, 6]}, step])
+    client = _client(server, gate if how == "streamed" else None)
+    with caplog.at_level("WARNING", logger="parallel_rollout"):
+        first, second = client.generate([5, 6]), client.generate([5, 6])
+    assert first.prompt_token_ids == second.prompt_token_ids == [0, 5, 6]
+    assert first.turn["prompt_differs"] is True
+    assert [r.getMessage() for r in caplog.records].count(
+        "the model server reports other prompt token ids than were sent (2 sent, starting [5, 6]; 3 seen, "
+        "starting [0, 5, 6]): turns record what it saw (prompt_differs)") == 1
+    for reply in (client.generate([5, 6]), client.generate([5, 6])):  # the same ids, or an empty report
+        assert reply.prompt_token_ids == [5, 6] and "prompt_differs" not in reply.turn

@@ -27,11 +27,14 @@ context length" / "too long" 4xx is a ``ContextOverflow`` (``is_overflow``), not
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 from . import streaming
 from .episode import AgentError, ContextOverflow
 from .streaming import logprobs_of, token_ids_of
+
+log = logging.getLogger("parallel_rollout")
 
 #: characters of an error body quoted in messages
 BODY_EXCERPT = 300
@@ -80,6 +83,8 @@ class Wire:
         self._tokenized = 0
         #: whether the turn under way sends token ids (tokenizer=, or ``prepare_ids``)
         self.sends_ids = False
+        #: whether the server reported other prompt ids than were sent (logged once)
+        self._differed = False
 
     @property
     def path(self) -> str:
@@ -175,7 +180,7 @@ class Wire:
         if self.sends_ids:
             if not partial.has_token_ids:
                 raise AgentError(f"the server returned no token ids for a token-id prompt: {NO_TOKEN_IDS_HINT}")
-            info["prompt_token_ids"] = self._pending[0]
+            info.update(self._prompt_seen(partial.prompt_token_ids))
         elif partial.prompt_token_ids is not None:
             info["prompt_token_ids"] = partial.prompt_token_ids
         if partial.has_token_ids:
@@ -199,14 +204,29 @@ class Wire:
         sampled = choice.get("token_ids")
         if not isinstance(sampled, list):
             raise AgentError(f"the server returned no token ids for a token-id prompt: {NO_TOKEN_IDS_HINT}")
-        prompt, _ = self._pending
         # checked as a streamed reply's are (one chunk): they go into a trainer's tensors as they are
         whole = streaming.StreamedReply()
-        whole.add({"choices": [{**{k: v for k, v in choice.items() if k != "text"}, "index": 0}]})
-        info = {"prompt_token_ids": prompt, "token_ids": whole.token_ids,
+        whole.add({"prompt_token_ids": data.get("prompt_token_ids"),
+                   "choices": [{**{k: v for k, v in choice.items() if k != "text"}, "index": 0}]})
+        info = {**self._prompt_seen(whole.prompt_token_ids), "token_ids": whole.token_ids,
                 "logprobs": whole.logprobs if isinstance(choice.get("logprobs"), dict) else None,
                 "stop_reason": choice.get("finish_reason") or "unknown"}
         return text, _usage(data), info
+
+    def _prompt_seen(self, reported: list[int] | None) -> dict[str, Any]:
+        """A token-id turn's ``prompt_token_ids``: what the server reports it saw when it reports
+        them (an empty report is none), else the ids sent. A report that differs (a server that
+        prepends a BOS) is what the trainer's tensors need: the turn records it, marked
+        ``prompt_differs``, and the first such turn of the client is logged."""
+        sent = self._pending[0]
+        if not reported or reported == sent:
+            return {"prompt_token_ids": sent}
+        if not self._differed:
+            self._differed = True
+            log.warning("the model server reports other prompt token ids than were sent (%d sent, starting %s; "
+                        "%d seen, starting %s): turns record what it saw (prompt_differs)",
+                        len(sent), sent[:5], len(reported), reported[:5])
+        return {"prompt_token_ids": reported, "prompt_differs": True}
 
     def accept(self, info: dict[str, Any]) -> None:
         """A reply was taken: its sampled ids extend the token history (tokenizer= only)."""
