@@ -141,3 +141,14 @@ def test_a_token_prompt_records_the_ids_the_server_says_it_saw(gate, llm_server,
         "starting [0, 5, 6]): turns record what it saw (prompt_differs)") == 1
     for reply in (client.generate([5, 6]), client.generate([5, 6])):  # the same ids, or an empty report
         assert reply.prompt_token_ids == [5, 6] and "prompt_differs" not in reply.turn
+
+
+def test_an_empty_prompt_report_is_refused_like_a_missing_one(gate, llm_server):
+    """``prompt_token_ids: []`` reached segments() as sampled tokens with no context."""
+    from parallel_rollout.rl.segments import NoTokenIds
+
+    server = llm_server(script=[{"reply": "ab", "token_ids": [7, 8], "logprobs": [-0.1, -0.2], "prompt_token_ids": []}])
+    reply = _client(server, gate).chat(USER)
+    with pytest.raises(NoTokenIds, match=r"turn 1 has an empty prompt_token_ids: the model server reported no "
+                                         r"prompt tokens .*return_token_ids"):
+        build_segments([{**reply.turn, "turn": 1}])

@@ -80,7 +80,7 @@ class Segment:
 
 def build_segments(turns: list[dict[str, Any]], where: str = "trajectory") -> list[Segment]:
     """The segments of ``turns`` (see the module docstring); NoTokenIds naming the turn when
-    one of its calls has no token ids, ValueError when its logprobs do not match its tokens."""
+    one of its calls has no token ids or an empty prompt, ValueError when its logprobs do not match its tokens."""
     segments: list[Segment] = []
     current: Segment | None = None
     for index, turn in enumerate(turns):
@@ -113,6 +113,9 @@ def _call_data(call: dict[str, Any], name: str) -> tuple[list[int], list[int], l
     if not isinstance(prompt, list) or not isinstance(sampled, list):
         missing = "prompt_token_ids" if not isinstance(prompt, list) else "token_ids"
         raise NoTokenIds(f"{name} has no {missing}: the model server returned no token ids: {NO_TOKEN_IDS_HINT}")
+    if not prompt:  # sampled tokens without their context: no sequence the model saw
+        raise NoTokenIds(f"{name} has an empty prompt_token_ids: the model server reported no prompt tokens "
+                         f"for a prompt it answered: {NO_TOKEN_IDS_HINT}")
     logprobs = call.get("logprobs")
     if logprobs is None:
         logprobs = [math.nan] * len(sampled)
