@@ -234,3 +234,42 @@ def test_a_task_source_that_fails_or_answers_no_task_fails_get_batch(tmp_path, s
             ids.get_batch(batch_size=2, step=1, timeout=60)
     finally:
         server.stop()
+
+
+GOOD_STATE = {"version": 1, "source": {"seed": 0, "pass": {"lakes": 0}, "drawn": {"lakes": 1}},
+              "episodes": {"lakes": 1}, "unreturned": [{"tag": "lakes", "task_id": "lakes0", "episode": 0, "seed": 0}]}
+BAD_STATES = {
+    "none": (None, r"the state must be the dict state_dict\(\) returned, got NoneType"),
+    "nonsense": ({"nonsense": 1}, r"the state is no scheduler's state_dict\(\): unknown field\(s\) \['nonsense'\]; missing "
+                                  r"field\(s\) \['episodes', 'source', 'unreturned'\]"),
+    "version": ({**GOOD_STATE, "version": 2}, r"state version 2, where this scheduler reads version 1"),
+    "episodes": ({**GOOD_STATE, "episodes": {"lakes": "1"}}, r"episodes must map each tag to a whole number"),
+    "episodes-tag": ({**GOOD_STATE, "episodes": {"other": 1}}, r"episodes names tags this scheduler does not have"),
+    "unreturned": ({**GOOD_STATE, "unreturned": {}}, r"unreturned must be a list, got dict"),
+    "entry": ({**GOOD_STATE, "unreturned": [{"tag": "lakes"}]}, r"unreturned\[0\] must be a dict of tag, task_id"),
+    "episode": ({**GOOD_STATE, "unreturned": [{**GOOD_STATE["unreturned"][0], "episode": -1}]},
+                r"unreturned\[0\]\.episode must be a whole number >= 0, got -1"),
+    "task": ({**GOOD_STATE, "unreturned": [{**GOOD_STATE["unreturned"][0], "task_id": "zzz"}]},
+             r"names task 'zzz' of tag 'lakes'"),
+    "source": ({**GOOD_STATE, "source": None}, r"the state's source must be a dict of seed, pass and drawn"),
+}
+
+
+def test_a_state_of_another_shape_is_refused_naming_the_field_and_nothing_loads(tmp_path, schedulers):
+    """load_state_dict({"nonsense": 1}) started afresh without a word, and None raised
+    AttributeError; a bad entry after the source's state left the source half loaded."""
+    server = LLMServer(policy=lambda body: RIGHT).start()
+    try:
+        config = EnvManagerConfig(group_size=2, tags=["lakes"], task_sets=_lakes(tmp_path, "lakes", 3))
+        train = schedulers(rl_config(tmp_path, server, num_rollouts=1), config, seed=5)
+        fresh = train.state_dict()
+        assert fresh["version"] == 1
+        for name, (state, says) in BAD_STATES.items():
+            with pytest.raises(ConfigError, match=r"load_state_dict: " * (name != "task") + says):
+                train.load_state_dict(state)
+            assert train.state_dict() == fresh, name  # nothing loaded
+        train.load_state_dict({k: v for k, v in GOOD_STATE.items() if k != "version"})  # a state saved before it
+        assert train.state_dict()["unreturned"] == GOOD_STATE["unreturned"]
+        assert [t.task_id for t in train.get_batch(batch_size=2, step=0)] == ["lakes0"] * 2
+    finally:
+        server.stop()

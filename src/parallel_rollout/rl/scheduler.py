@@ -50,7 +50,7 @@ from .generation import GroupGeneration
 from .groups import Group, GroupFilter, Trajectory, with_turns
 from .metrics import batch_metrics
 from .staleness import VersionLag, check_lag_options
-from .sources import ShuffledTasks, TaskSource, check_batch_partition, quotas
+from .sources import STATE_VERSION, ShuffledTasks, TaskSource, check_batch_partition, checked_state, quotas
 from .shared import SharedEngine
 
 log = logging.getLogger("parallel_rollout")
@@ -321,7 +321,7 @@ class RolloutScheduler(ChosenBatches, GroupGeneration):
         with self._cond:
             unreturned = sorted([*[g for g in self._groups.values() if g.purpose == "batch"], *self._ready],
                                 key=lambda g: g.group_id)
-            return {"source": self._source.state_dict(), "episodes": dict(self._episodes),
+            return {"version": STATE_VERSION, "source": self._source.state_dict(), "episodes": dict(self._episodes),
                     "unreturned": [{"tag": g.tag, "task_id": g.task.id, "episode": g.episode_id, "seed": g.seed}
                                    for g in unreturned]
                                   + [{"tag": tag, "task_id": task.id, "episode": episode, "seed": seed}
@@ -329,21 +329,26 @@ class RolloutScheduler(ChosenBatches, GroupGeneration):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from ``state_dict()`` of an earlier scheduler with the same tags; call it
-        before the first get_batch."""
+        before the first get_batch. A state of another shape (not a dict, a field missing or
+        unknown, another version, a task this scheduler lacks) is a ConfigError naming the
+        field, and nothing is loaded."""
         with self._cond:
             self._check_open()
             if self._groups or self._ready or self._stats["groups_started"]:
                 raise RolloutError("load_state_dict must come before the scheduler's first get_batch")
-            self._source.load_state_dict(state.get("source", {}))
-            self._episodes = Counter({tag: int(n) for tag, n in state.get("episodes", {}).items()})
-            self._replay.clear()
-            for entry in state.get("unreturned", []):
+            state = checked_state(state, list(self._tasks))
+            replay = []
+            for entry in state["unreturned"]:
                 tag, task_id = entry["tag"], entry["task_id"]
                 task = next((t for t in self._tasks.get(tag, []) if t.id == task_id), None)
                 if task is None:
                     raise ConfigError(f"the saved state names task {task_id!r} of tag {tag!r}, which this "
                                       "scheduler does not have")
-                self._replay.append((tag, task, int(entry["episode"]), entry.get("seed")))
+                replay.append((tag, task, entry["episode"], entry.get("seed")))
+            self._source.load_state_dict(state["source"])
+            self._episodes = Counter(state["episodes"])
+            self._replay.clear()
+            self._replay.extend(replay)
 
     def suspend(self, abort: bool = False, timeout: float | None = None) -> None:
         """Stop new model requests (every scheduler of this engine) for a weight update; wait

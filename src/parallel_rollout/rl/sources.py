@@ -27,6 +27,50 @@ from typing import Any, Protocol
 from ..errors import ConfigError, RolloutError
 
 
+#: the layout of ``RolloutScheduler.state_dict()`` (its ``"version"``); a state without one is
+#: of the same layout, saved before the field was written
+STATE_VERSION = 1
+
+
+def checked_state(state: Any, tags: list[str]) -> dict[str, Any]:
+    """``state`` (a scheduler's ``state_dict()``, as a checkpoint gave it back) checked before
+    anything is loaded: a dict of version, source, episodes and unreturned, each of its shape,
+    naming the tags of ``tags`` only; a ConfigError naming the field otherwise."""
+    where = "load_state_dict"
+    if not isinstance(state, dict):
+        raise ConfigError(f"{where}: the state must be the dict state_dict() returned, got {type(state).__name__}")
+    fields = {"version", "source", "episodes", "unreturned"}
+    unknown, missing = sorted(set(state) - fields, key=str), sorted(fields - {"version"} - set(state))
+    if unknown or missing:
+        raise ConfigError(f"{where}: the state is no scheduler's state_dict(): "
+                          + "; ".join(([f"unknown field(s) {unknown}"] if unknown else [])
+                                      + ([f"missing field(s) {missing}"] if missing else [])))
+    if state.get("version", STATE_VERSION) != STATE_VERSION:
+        raise ConfigError(f"{where}: state version {state['version']!r}, where this scheduler reads version "
+                          f"{STATE_VERSION}")
+    episodes, unreturned = state["episodes"], state["unreturned"]
+    if not isinstance(episodes, dict) or not all(_count(n) for n in episodes.values()):
+        raise ConfigError(f"{where}: episodes must map each tag to a whole number >= 0, got {episodes!r:.200}")
+    strange = sorted(set(episodes) - set(tags), key=str)
+    if strange:
+        raise ConfigError(f"{where}: episodes names tags this scheduler does not have: {strange} (its tags: {tags})")
+    if not isinstance(unreturned, list):
+        raise ConfigError(f"{where}: unreturned must be a list, got {type(unreturned).__name__}")
+    for index, entry in enumerate(unreturned):
+        name = f"{where}: unreturned[{index}]"
+        if not isinstance(entry, dict) or not {"tag", "task_id", "episode"} <= set(entry):
+            raise ConfigError(f"{name} must be a dict of tag, task_id, episode and seed, got {entry!r:.200}")
+        if not _count(entry["episode"]):
+            raise ConfigError(f"{name}.episode must be a whole number >= 0, got {entry['episode']!r}")
+        if entry.get("seed") is not None and (isinstance(entry["seed"], bool) or not isinstance(entry["seed"], int)):
+            raise ConfigError(f"{name}.seed must be a whole number or None, got {entry['seed']!r}")
+    return state
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
 class TaskSource(Protocol):
     """Decides the task of each new group of a tag; saves and restores its position."""
 
@@ -71,6 +115,9 @@ class ShuffledTasks:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue where ``state`` stood (its tags must be this source's)."""
+        if not isinstance(state, dict) or not all(isinstance(state.get(k, {}), dict) for k in ("pass", "drawn")):
+            raise ConfigError(f"load_state_dict: the state's source must be a dict of seed, pass and drawn (the "
+                              f"built-in task order's), got {state!r:.200}")
         unknown = set(state.get("pass", {})) - set(self.tasks)
         if unknown:
             raise ConfigError(f"the saved task order names tags this scheduler does not have: {sorted(unknown)}")
