@@ -132,8 +132,11 @@ def test_a_policy_that_always_wins_stops_after_max_filtered_groups(tmp_path, sch
             train.get_batch(batch_size=4, step=0)
         partial = train.sibling(_tiny_lakes(tmp_path), group_filter=drop_equal_rewards, max_filtered_groups=2,
                                 filter_fallback="partial")
-        assert partial.get_batch(batch_size=4, step=0) == []  # nothing passed, and it says so
-        assert partial.stats()["partial_batches"] == 1
+        # nothing passed: an empty batch (which the README's tensors() fails on) was returned
+        with pytest.raises(RolloutError, match=r"filter dropped \d+ groups .*max_filtered_groups=2\) and none "
+                                               r"passed: filter_fallback='partial' has no group to return"):
+            partial.get_batch(batch_size=4, step=0)
+        assert partial.stats().get("partial_batches", 0) == 0
         assert partial.stats()["dropped_filtered"] >= 3  # past the limit of 2 (more may finish meanwhile)
     finally:
         server.stop()
@@ -141,20 +144,21 @@ def test_a_policy_that_always_wins_stops_after_max_filtered_groups(tmp_path, sch
 
 def test_a_spent_filter_starts_nothing_while_the_trainer_trains(tmp_path, schedulers):
     """ratio 1, fallback partial: once the filter has dropped max_filtered_groups since the
-    last batch, no new group starts between batches (the drops made ahead count toward the
-    next batch), and the next get_batch meets its fallback at once instead of regenerating
-    another budget's worth."""
+    last batch and none passed, get_batch raises (never an empty batch), and no new group
+    starts between the calls: only the next call regenerates, with a budget of its own."""
     server = LLMServer(policy=lambda body: {"reply": "<answer>Right</answer>"}).start()  # always wins
     try:
         train = schedulers(_config(tmp_path, server), _tiny_lakes(tmp_path), group_filter=drop_equal_rewards,
                            max_filtered_groups=2, filter_fallback="partial", async_generation_ratio=1)
-        assert train.get_batch(batch_size=4, step=0) == []
+        with pytest.raises(RolloutError, match="none passed"):  # never an empty batch
+            train.get_batch(batch_size=4, step=0)
         time.sleep(1.0)  # the trainer trains; the groups running at the return settle
         settled = train.stats()["groups_started"]
         time.sleep(2.0)  # a tiny lake's episode takes milliseconds: regeneration would show here
         assert train.stats()["groups_started"] == settled, "groups were regenerated between batches"
-        assert train.get_batch(batch_size=4, step=1) == []
-        assert train.stats()["partial_batches"] == 2
+        with pytest.raises(RolloutError, match="none passed"):
+            train.get_batch(batch_size=4, step=1)
+        assert train.stats().get("partial_batches", 0) == 0
     finally:
         server.stop()
 

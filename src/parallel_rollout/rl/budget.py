@@ -24,7 +24,8 @@ Three things can keep a trainer's ``get_batch`` waiting without end, and each ha
   since the last batch was handed out (default: 10 batches' worth of groups, as NeMo-RL's
   ``dynamic_sampling_max_gen_batches``), ``filter_fallback`` decides: ``"raise"`` (the
   default) raises ``RolloutError``; ``"partial"`` returns the groups that passed, fewer than
-  asked (none, if none passed). Groups dropped while the trainer trains (at
+  asked; when none passed, it waits for the groups still running and, if none of them
+  passes, raises ``RolloutError`` too (an empty batch trains nothing). Groups dropped while the trainer trains (at
   ``async_generation_ratio`` >= 1) count toward the next batch, and once the bound is spent
   no new group starts until a batch is handed out (or a call after one that raised
   begins): nothing regenerates without end between batches either.
@@ -194,6 +195,11 @@ class BatchBudget:
                                f"(max_filtered_groups={self._filter_limit}); {ready} group(s) passed. "
                                "Rewards may all be equal (the policy always wins or always fails): "
                                "raise max_filtered_groups, or pass filter_fallback='partial'")
+        if self.filter_spent() and self.filter_fallback == "partial" and not ready and not running:
+            raise RolloutError(f"the group filter dropped {self._filtered} groups since the last batch "
+                               f"(max_filtered_groups={self._filter_limit}) and none passed: filter_fallback="
+                               "'partial' has no group to return (an empty batch trains nothing). Rewards may all "
+                               "be equal (the policy always wins or always fails): raise max_filtered_groups")
         self.check_time(ready, running)
 
     def check_silence(self) -> None:

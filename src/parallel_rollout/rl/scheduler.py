@@ -236,7 +236,7 @@ class RolloutScheduler(ChosenBatches, GroupGeneration):
                     with self._cond:
                         self._budget.check_failures()
                         partial = self._budget.filter_spent() and self._budget.filter_fallback == "partial"
-                        batch = self._take_ready(need, partial)
+                        batch = self._take_ready(need, partial) or None  # partial: never an empty batch
                         if batch is not None:
                             self._waiting = False
                             self._budget.batch_taken()
