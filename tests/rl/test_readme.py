@@ -63,3 +63,34 @@ def test_the_readme_trainer_snippet_runs(tmp_path):
     assert finals["train"] >= 32  # a batch of 32 (async: more may have finished)
     train_tags = {r["meta"]["tag"] for r in records if r["meta"]["scheduler"] == "train"}
     assert train_tags == {"FrozenLake", "FrozenLakeSlippery"}
+
+
+def segments_snippet() -> dict:
+    """The README's training-data helpers (tensors, grpo_advantages, train_loop), run as printed."""
+    section = (ROOT / "README.md").read_text(encoding="utf-8").split("### Training data: `segments()`", 1)[1]
+    namespace: dict = {}
+    exec(compile(re.search(r"```python\n(.*?)```", section, re.S).group(1), "README.md", "exec"), namespace)  # noqa: S102
+    return namespace
+
+
+def test_the_readme_advantages_leave_placeholders_out():
+    """A group of 3 whose third member failed (failed_member="placeholder": reward 0, no
+    turns): the README's grpo_advantages averaged the placeholder's 0 in (the mean 1/3, the
+    real members +1.41 and -0.71), where the README says to mask it."""
+    from types import SimpleNamespace
+
+    from parallel_rollout.rl.segments import Segment
+
+    snippet = segments_snippet()
+
+    def member(reward, placeholder=False):
+        rows = [] if placeholder else [Segment([1, 2, 3], [0, 1, 1], [0.0, -0.1, -0.2], [-1, 0, 0], [0])]
+        return SimpleNamespace(reward=reward, placeholder=placeholder, segments=lambda: rows)
+
+    batch = [member(1.0), member(0.0), member(0.0, placeholder=True),
+             member(0.0, placeholder=True), member(0.0, placeholder=True), member(0.0, placeholder=True)]
+    advantages = snippet["grpo_advantages"](batch, group_size=3)
+    assert [round(a, 4) for a in advantages] == [1.0, -1.0, 0.0, 0.0, 0.0, 0.0]
+    rows = snippet["tensors"](batch, advantages)
+    assert rows["advantages"] == [[advantages[0]] * 3, [advantages[1]] * 3]  # no row for a placeholder
+    assert snippet["tensors"](batch[3:], advantages[3:])["input_ids"] == []  # a batch of placeholders only
