@@ -478,7 +478,7 @@ def stream(client, path: str, request: dict[str, Any], abortable: Abortable) -> 
                 if abortable.aborted:  # what arrived after the abort is not kept: leaving closes it
                     raise Aborted(reply)
                 reply.add(event)
-    except (Aborted, AgentError, MalformedChunk, StreamBroken, openai.APIStatusError):
+    except (Aborted, AgentError, MalformedChunk, openai.APIStatusError):
         raise
     except NotAStream:
         if abortable.aborted:
@@ -487,7 +487,7 @@ def stream(client, path: str, request: dict[str, Any], abortable: Abortable) -> 
     except Exception as exc:  # noqa: BLE001 - the HTTP library's own errors, whichever it is
         if abortable.aborted:
             raise Aborted(reply) from None
-        if isinstance(exc, openai.APIError) or not answered:
+        if isinstance(exc, (openai.APIError, StreamBroken)) or not answered:
             raise
         if any(kind.__name__ == "TimeoutException" for kind in type(exc).__mro__):  # httpx's, whichever build
             raise StreamBroken(f"no chunk within {stall_s or 0:g} s ({type(exc).__name__})", timed_out=True) from None

@@ -25,21 +25,22 @@ Three things can keep a trainer's ``get_batch`` waiting without end, and each ha
   ``dynamic_sampling_max_gen_batches``), ``filter_fallback`` decides: ``"raise"`` (the
   default) raises ``RolloutError``; ``"partial"`` returns the groups that passed, fewer than
   asked; when none passed, it waits for the groups still running and, if none of them
-  passes, raises ``RolloutError`` too (an empty batch trains nothing). Groups dropped while the trainer trains (at
-  ``async_generation_ratio`` >= 1) count toward the next batch, and once the bound is spent
-  no new group starts until a batch is handed out (or a call after one that raised
-  begins): nothing regenerates without end between batches either.
+  passes, raises ``RolloutError`` too (an empty batch trains nothing). Groups dropped while
+  the trainer trains (at ``async_generation_ratio`` >= 1) count toward the next batch, and
+  once the bound is spent no new group starts until a batch is handed out (or a call after
+  one that raised begins): nothing regenerates without end between batches either.
 * **Silence** — a server that is hung or stopped (SIGSTOP, a wedged GPU) accepts connections
   and never answers: each request waits ``api_timeout_s``, is retried ``max_retries`` times,
   and the engine runs the attempt again as many times, so a member takes up to
   ``(max_retries + 1)² × api_timeout_s`` (bounded by ``task_timeout`` per attempt) to fail
   and the failure budget hours to run out. So once ``UNANSWERED_PER_LOOP`` requests per env
   loop sending (the most requests seen in flight meanwhile) in a row got no answer within
-  ``api_timeout_s`` (the policy gate's ``unanswered``) with no reply between, ``get_batch``
-  raises ``RolloutError`` asking whether the endpoint is up: about ``2 × api_timeout_s``
-  after it stopped answering. Long replies never count (a stream under way has not ended),
-  nor does an error answer (HTTP 4xx/5xx) or a refused connection (a server restarting:
-  the retries' backoff is for it); one reply from any server starts the count again.
+  ``api_timeout_s`` (the policy gate's ``unanswered``; a stream that stopped sending chunks
+  for that long too) with no reply between, ``get_batch`` raises ``RolloutError`` asking
+  whether the endpoint is up: about ``2 × api_timeout_s`` after it stopped answering. Long
+  replies never count (chunks that keep coming), nor does an error answer (HTTP 4xx/5xx) or a
+  refused connection (a server restarting: the retries' backoff is for it); one reply from
+  any server starts the count again.
 
 A call that raised (any of these, or another error) leaves nothing counted to the next
 (``call_raised``): a trainer that catches the error and changes what caused it (its filter,
@@ -216,8 +217,8 @@ class BatchBudget:
         if silent >= UNANSWERED_PER_LOOP * self._sending:
             raise RolloutError(f"the model endpoint {self.endpoint or ''} answered none of the last {silent} model "
                                f"requests ({self._sending} env loop(s) sending), not even with an error, within "
-                               f"api_timeout_s, and none got a reply for "
-                               f"{now - self._silence_from[2]:.0f} s: is it up, or hung (stopped, a wedged GPU)? "
+                               f"api_timeout_s (or its stream stopped sending chunks for that long), and none got "
+                               f"a reply for {now - self._silence_from[2]:.0f} s: is it up, or hung (stopped, a wedged GPU)? "
                                f"Last failure: {self.last_failure or 'none yet'}")
 
     def check_failures(self) -> None:
