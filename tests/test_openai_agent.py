@@ -26,6 +26,7 @@ from parallel_rollout.agents import get_agent, prompts
 from parallel_rollout.agents.base import AgentError
 from parallel_rollout.agents.command import CommandAgent
 from parallel_rollout.agents.episode import EndpointRefused, ModelUnavailable
+from parallel_rollout.agents.model_checks import check_model_settings
 from parallel_rollout.agents.openai_agent import OpenAIAgent
 from parallel_rollout.agents.retries import parse_retry_after
 from parallel_rollout.agents.wire import reply_of
@@ -216,15 +217,17 @@ def test_sampling_settings_are_sent_only_when_set(llm_server, monkeypatch):
 
 def test_check_config_needs_a_key_only_for_openai_itself(monkeypatch):
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    with pytest.raises(ConfigError, match="OPENAI_API_KEY"):
-        OpenAIAgent.check_config(make_config(agent="openai", base_url=None))
-    with pytest.raises(ConfigError, match="OPENAI_API_KEY"):  # the Python API, without a Runner
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    with pytest.raises(ConfigError, match="--agent openai needs OPENAI_API_KEY"):
+        check_model_settings(make_config(agent="openai", base_url=None))
+    # the Python API, without a Runner: the settings' fault, at the first request, not the policy's
+    with pytest.raises(EndpointRefused, match="--agent openai needs OPENAI_API_KEY"):
         agent = OpenAIAgent(make_config(agent="openai", base_url=None))
         agent.reset(MATH_TASK)
         agent.act({"problem": "1+1"})
-    OpenAIAgent.check_config(make_config(agent="openai", base_url="http://127.0.0.1:9/v1"))
+    check_model_settings(make_config(agent="openai", base_url="http://127.0.0.1:9/v1"))
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
-    OpenAIAgent.check_config(make_config(agent="openai", base_url=None))
+    check_model_settings(make_config(agent="openai", base_url=None))
 
 
 def test_retry_after_header_forms():

@@ -7,7 +7,8 @@
       │             runnable ones, unsupported features) is printed in any case
       ├─ mode       what the mode needs of the installation (Env.prepare_run with no tasks:
       │             math-verify for math), whatever the tasks' check found
-      ├─ agent      its settings (check_config: the key where the endpoint needs one);
+      ├─ agent      its settings (check_config) and, when it calls the model, the model
+      │             client's (model_checks: the key where the endpoint needs one);
       │             with --check-endpoint, GET {base_url}/models with a short timeout
       ├─ provider   its prerequisites (check_available: bwrap; the docker CLI and a daemon
       │             that answers; QEMU's binaries), for modes that run in a VM
@@ -30,6 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .agents import get_agent
+from .agents.model_checks import calls_model, check_agent
 from .config import RunConfig, data_required
 from .envs import get_env, with_mode_defaults
 from .errors import ConfigError, ProviderUnavailable
@@ -122,10 +124,8 @@ def _prepare(runner) -> str:
 
 
 def _agent_settings(cfg: RunConfig, agent_cls) -> str:
-    check_config = getattr(agent_cls, "check_config", None)
-    if check_config is not None:
-        plugin_call(f"agent {cfg.agent!r}: check_config", check_config, cfg)
-    return f"the {cfg.agent} agent's settings"
+    check_agent(cfg, agent_cls)
+    return f"the {cfg.agent} agent's settings" + (" and its model's" if calls_model(agent_cls, cfg) else "")
 
 
 def _provider_ready(cfg: RunConfig) -> str:

@@ -32,6 +32,7 @@ import filelock
 from .agents import get_agent
 from .agents.base import MODEL_OPTIONS
 from .agents.episode import EndpointRefused, ModelUnavailable
+from .agents.model_checks import check_agent
 from .config import RunConfig, data_required, default_run_id
 from .engine import Engine
 from .envs import get_env, task_validators, with_mode_defaults
@@ -140,9 +141,7 @@ class Runner:
         if cfg.data is None:
             raise ConfigError(data_required(f" (there is no run {cfg.run_id} in {cfg.output_dir} whose "
                                             "settings --resume would read)" if cfg.resume else ""))
-        check_config = getattr(self.agent_cls, "check_config", None)
-        if check_config is not None:
-            plugin_call(f"agent {cfg.agent!r}: check_config", check_config, cfg)
+        check_agent(cfg, self.agent_cls)  # the model settings if it calls the model, its own
         task_set = load_task_set(cfg.data, default_mode=cfg.mode, validators=task_validators(
             self.agent_cls.task_fields), domain=cfg.domain, index=cfg.osworld_index)
         if task_set.unsupported and not cfg.skip_unsupported:

@@ -38,6 +38,11 @@ class Agent(abc.ABC):
     #: (--model, --base-url, --temperature …), which every agent has; an agent that calls no
     #: model (the oracle) says ``frozenset()``, so a run refuses --model for it
     options: ClassVar[frozenset[str]] = MODEL_OPTIONS
+    #: whether it calls the model through ``self.model``, which decides whether the run checks
+    #: the model settings before it starts (the key where the endpoint needs one, the URL's
+    #: form, the openai package: ``model_checks.py``): True always (the openai agent), None
+    #: when the run gives it --model or --base-url (the default), False never
+    uses_model: ClassVar[bool | None] = None
     #: task fields this agent reads beyond its mode's (a test agent's scripted answer): a task
     #: file may carry them; any other field a built-in mode does not know is refused at load
     task_fields: ClassVar[frozenset[str]] = frozenset()

@@ -50,7 +50,7 @@ import time
 import uuid
 from typing import Any, Sequence
 
-from ..errors import AttemptCancelled, ConfigError
+from ..errors import AttemptCancelled
 from . import calls, openai_request, streaming
 from .episode import AgentError, AttemptInfo, ContextOverflow, EndpointRefused, EpisodeCut, LengthCut, ModelUnavailable
 from .retries import REFUSING_STATUS, RETRYABLE_STATUS, Retryable, parse_retry_after, refusal, retrying
@@ -299,8 +299,10 @@ class ModelClient:
 
             key = openai_request.api_key(self.base_url)
             if key is None:
-                # check_config stops a run before this; here for direct (Python API) use.
-                raise ConfigError(openai_request.missing_key_message(self.base_url))
+                # The run's start stops an agent that says it calls the model (model_checks.py);
+                # one it could not tell (a plugin given no --model) ends here: the settings'
+                # fault, no attempt's, and the batch runner stops the run at it.
+                raise EndpointRefused(openai_request.missing_key_message(self.base_url, getattr(self.config, "agent", "openai")))
             extra = {}
             if self._gate is not None:  # abortable requests: their connections are traced
                 from openai import DefaultHttpxClient

@@ -13,15 +13,15 @@ retries, the RL policy gate and its aborts, token capture, stop reasons) is the
 same. What is this agent's own: the mode's system prompt and rendering (``prompts.py``), the
 screenshots kept (``KEEP_IMAGES``), and with ``tool_calls=True`` the mode's actions offered as
 tools, a reply's ``tool_calls`` made the action and its observation answered as a ``tool``
-message (``tools.py``). ``check_config`` says before the run starts when a key is needed and
-missing (``openai_request.py`` says where requests go and which key they carry).
+message (``tools.py``). It says ``uses_model = True``: the run checks the model settings before it starts
+(``model_checks.py``: the key where the endpoint needs one …; ``openai_request.py`` says where
+requests go and which key they carry); ``check_config`` checks only its own, the tools.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from ..config_checks import check_base_url
 from ..errors import ConfigError
 from . import openai_request, prompts, tools
 from .base import MODEL_OPTIONS, Agent
@@ -34,6 +34,7 @@ class OpenAIAgent(Agent):
 
     name = "openai"
     options = MODEL_OPTIONS | {"tool_calls"}
+    uses_model = True
 
     def __init__(self, config) -> None:
         super().__init__(config)
@@ -45,27 +46,14 @@ class OpenAIAgent(Agent):
 
     @classmethod
     def check_config(cls, config) -> None:
-        """Raise ConfigError before the run when the key is missing, openai is not installed or
-        the tokenizer folder does not load (config.py checks the ranges of --temperature and
-        --max-tokens)."""
-        for url in openai_request.resolve_base_urls(config.base_url):
-            check_base_url(url, "--base-url" if config.base_url else "OPENAI_BASE_URL")
-            if openai_request.api_key(url) is None:
-                raise ConfigError(openai_request.missing_key_message(url))
+        """Raise ConfigError before the run when --tool-calls cannot be honoured (the model
+        settings are every model-calling agent's: ``model_checks.check_model_settings``)."""
         if getattr(config, "tool_calls", False) and config.mode not in tools.TOOLS:
             raise ConfigError(f"--tool-calls: mode {config.mode!r} has no tools (modes with tools: "
                               f"{', '.join(sorted(tools.TOOLS))})")
         if getattr(config, "tool_calls", False) and getattr(config, "tokenizer", None):
             raise ConfigError("tool_calls=True needs chat requests; token in, token out (tokenizer=) "
                               "sends no tools: give one of them")
-        try:
-            import openai  # noqa: F401
-        except ImportError:
-            raise ConfigError("--agent openai needs the 'openai' package: pip install openai") from None
-        if getattr(config, "tokenizer", None):
-            from .tokens import ChatTokenizer
-
-            ChatTokenizer(config.tokenizer)  # loads it: a bad folder stops the run before it starts
 
     @classmethod
     def check_endpoint(cls, config) -> str:

@@ -96,9 +96,10 @@ def api_key(url: str) -> str | None:
     return None if needs_key(url) else PLACEHOLDER_KEY
 
 
-def missing_key_message(url: str) -> str:
-    """What to say when ``url`` needs a key and OPENAI_API_KEY is unset."""
-    return (f"--agent openai needs OPENAI_API_KEY in the environment to call {url}; set it, "
+def missing_key_message(url: str, agent: str = "openai") -> str:
+    """What to say when ``url`` needs a key and OPENAI_API_KEY is unset (``agent``: the
+    run's --agent, whose model client would call it)."""
+    return (f"--agent {agent} needs OPENAI_API_KEY in the environment to call {url}; set it, "
             "or point --base-url (or OPENAI_BASE_URL) at another OpenAI-compatible server")
 
 

@@ -1,0 +1,71 @@
+"""What a run checks of its agent before it starts: the model client's settings, for every
+agent that calls the model through ``self.model``, then the agent's own ``check_config``.
+
+Which agents call the model (``calls_model``): one whose ``options`` hold the model settings
+(every agent's default, ``MODEL_OPTIONS``) and whose class says ``uses_model = True`` (the
+``openai`` agent), or leaves it None (a ``module:Class`` agent's default) and is given
+``--model`` or ``--base-url`` by the run. ``uses_model = False``, or ``options`` without the
+model settings (the oracle, the command agent), never. What a run checks of them: every
+endpoint URL's form, the key where the endpoint needs one (``OPENAI_API_KEY`` for OpenAI's
+own API), the ``openai`` package, and a ``tokenizer`` folder that loads; each error names the
+agent the run was given. A model-calling agent the rule does not catch (a plugin given no
+model setting) meets the same missing key at its first request, which then stops the run as
+``endpoint_refused`` (``ModelClient``) instead of grading the attempt.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..config_checks import check_base_url
+from ..errors import ConfigError
+from ..plugins import plugin_call
+from . import openai_request
+
+__all__ = ["calls_model", "check_agent", "check_model_settings", "may_call_model"]
+
+#: run settings that, given explicitly, say a plugin agent calls the model
+_MODEL_SIGNS = frozenset({"model", "base_url"})
+
+
+def may_call_model(agent_cls: Any) -> bool:
+    """Whether the agent class may call the model through ``self.model``: it takes the model
+    settings (``options``) and does not say ``uses_model = False``."""
+    return "model" in agent_cls.options and getattr(agent_cls, "uses_model", None) is not False
+
+
+def calls_model(agent_cls: Any, config: Any) -> bool:
+    """Whether the run's agent calls the model, so that its settings are checked at start:
+    ``uses_model = True``, or None with ``--model`` or ``--base-url`` given (see above)."""
+    if not may_call_model(agent_cls):
+        return False
+    return getattr(agent_cls, "uses_model", None) is True or bool(_MODEL_SIGNS & set(config.explicit))
+
+
+def check_model_settings(config: Any) -> None:
+    """ConfigError before the run when ``self.model`` could not send a request: an endpoint
+    URL without scheme or host, a key the endpoint needs and the environment lacks, no
+    ``openai`` package, a ``tokenizer`` folder that does not load."""
+    for url in openai_request.resolve_base_urls(config.base_url):
+        check_base_url(url, "--base-url" if config.base_url else "OPENAI_BASE_URL")
+        if openai_request.api_key(url) is None:
+            raise ConfigError(openai_request.missing_key_message(url, config.agent))
+    try:
+        import openai  # noqa: F401
+    except ImportError:
+        raise ConfigError(f"--agent {config.agent} needs the 'openai' package: pip install openai") from None
+    if getattr(config, "tokenizer", None):
+        from .tokens import ChatTokenizer
+
+        ChatTokenizer(config.tokenizer)  # loads it: a bad folder stops the run before it starts
+
+
+def check_agent(config: Any, agent_cls: Any) -> None:
+    """The run's checks of its agent: the model settings when it calls the model, then the
+    class's own ``check_config`` (a plugin's runs through ``plugin_call``)."""
+    if calls_model(agent_cls, config):
+        check_model_settings(config)
+    own = getattr(agent_cls, "check_config", None)
+    if own is not None:
+        plugin_call(f"agent {config.agent!r}: check_config", own, config)
+

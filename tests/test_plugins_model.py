@@ -1,0 +1,65 @@
+"""A ``module:Class`` agent that calls the model through ``self.model``, through the CLI: the
+checks of its model settings at start and with --check-endpoint, as the openai agent gets
+them (tests/model_plugins.py holds the agents)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from conftest import read_results, write_tasks
+from llm_server import llm_server  # noqa: F401 - a fixture
+from parallel_rollout.cli import main
+from test_config import assert_usage_error
+
+DOUBLE = "user_plugins:DoubleEnv"
+
+
+@pytest.fixture
+def no_key(monkeypatch):
+    """No OPENAI_API_KEY, no OPENAI_BASE_URL: the default endpoint, OpenAI's, needs a key."""
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+
+
+def double_tasks(tmp_path: Path) -> Path:
+    return write_tasks(tmp_path / "tasks.jsonl", [{"id": f"d{n}", "n": n} for n in (2, 5, 7)])
+
+
+def invoke(tmp_path: Path, *args: str):
+    """The CLI in-process, its run folder under tmp_path/out."""
+    return CliRunner().invoke(main, ["--output-dir", str(tmp_path / "out"), "--no-progress", "--mode", DOUBLE,
+                                     "--data", str(double_tasks(tmp_path)), *args])
+
+
+def test_a_plugin_agent_given_a_model_has_its_key_checked_at_start(tmp_path, no_key):
+    """`--agent module:Class --model m` with no key passed --dry-run and failed every task
+    as `error` 'ConfigError: --agent openai needs OPENAI_API_KEY' (final, exit 0)."""
+    says = "--agent user_plugins:ModelAgent needs OPENAI_API_KEY"
+    assert_usage_error(invoke(tmp_path, "--agent", "user_plugins:ModelAgent", "--model", "m"), tmp_path, says)
+    dry = invoke(tmp_path, "--agent", "user_plugins:ModelAgent", "--model", "m", "--dry-run")
+    assert dry.exit_code == 2 and f"agent: {says}" in " ".join(dry.output.split()), dry.output
+    # a class that says it calls the model is checked without --model
+    assert_usage_error(invoke(tmp_path, "--agent", "model_plugins:DeclaredModelAgent"), tmp_path,
+                       "--agent model_plugins:DeclaredModelAgent needs OPENAI_API_KEY")
+
+
+def test_a_plugin_agent_given_no_model_setting_stops_the_run_at_its_first_request(tmp_path, no_key):
+    """The start cannot tell that it calls the model: its first request finds no key, which
+    stops the run (exit 2) with nothing graded, its samples left to a resume."""
+    result = invoke(tmp_path, "--agent", "user_plugins:ModelAgent", "--run-id", "late")
+    assert result.exit_code == 2, (result.output, result.exception)
+    records = read_results(tmp_path / "out" / "late")
+    assert records and {r["status"] for r in records} == {"endpoint_refused"}, records
+    assert all(r["infrastructure"] and not r["final"] for r in records), records
+    assert "--agent user_plugins:ModelAgent needs OPENAI_API_KEY" in records[0]["failure"]["message"]
+
+
+def test_a_plugin_agent_with_a_local_server_needs_no_key(tmp_path, no_key, llm_server):
+    server = llm_server(policy=lambda body: {"reply": "4"})
+    result = invoke(tmp_path, "--agent", "user_plugins:ModelAgent", "--model", "m", "--base-url", server.url,
+                    "--dry-run")
+    assert result.exit_code == 0, result.output
+    assert "the user_plugins:ModelAgent agent's settings and its model's" in result.output
