@@ -63,3 +63,22 @@ def test_a_plugin_agent_with_a_local_server_needs_no_key(tmp_path, no_key, llm_s
                     "--dry-run")
     assert result.exit_code == 0, result.output
     assert "the user_plugins:ModelAgent agent's settings and its model's" in result.output
+
+
+def test_check_endpoint_asks_a_plugin_agents_model_endpoint(tmp_path, no_key, llm_server):
+    """--check-endpoint refused every agent but openai: 'the … agent calls no model endpoint'."""
+    server = llm_server()
+    asked = invoke(tmp_path, "--agent", "user_plugins:ModelAgent", "--model", "test-model", "--base-url", server.url,
+                   "--dry-run", "--check-endpoint")
+    assert asked.exit_code == 0, asked.output
+    assert server.model_listings == 1 and f"{server.url} answers with 1 model(s)" in asked.output
+    wrong = invoke(tmp_path, "--agent", "user_plugins:ModelAgent", "--model", "no-such-model", "--base-url",
+                   server.url, "--dry-run", "--check-endpoint")
+    assert wrong.exit_code == 2 and "does not list the model 'no-such-model'" in wrong.output, wrong.output
+    # OpenAI's endpoint without a key: named for the plugin, not asked
+    keyless = invoke(tmp_path, "--agent", "user_plugins:ModelAgent", "--dry-run", "--check-endpoint")
+    assert keyless.exit_code == 2, keyless.output
+    assert "endpoint: --agent user_plugins:ModelAgent needs OPENAI_API_KEY" in " ".join(keyless.output.split())
+    # an agent that calls no model still has no endpoint to ask
+    oracle = invoke(tmp_path, "--agent", "oracle", "--dry-run", "--check-endpoint")
+    assert oracle.exit_code == 2 and "the oracle agent calls no model endpoint" in oracle.output, oracle.output

@@ -9,7 +9,8 @@
       │             math-verify for math), whatever the tasks' check found
       ├─ agent      its settings (check_config) and, when it calls the model, the model
       │             client's (model_checks: the key where the endpoint needs one);
-      │             with --check-endpoint, GET {base_url}/models with a short timeout
+      │             with --check-endpoint, GET {base_url}/models with a short timeout (an
+      │             agent's own check_endpoint, else its model client's endpoints)
       ├─ provider   its prerequisites (check_available: bwrap; the docker CLI and a daemon
       │             that answers; QEMU's binaries), for modes that run in a VM
       ├─ guest      what the mode needs in the guest, where it is known before a boot
@@ -31,7 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .agents import get_agent
-from .agents.model_checks import calls_model, check_agent
+from .agents.model_checks import calls_model, check_agent, may_call_model, probe_endpoint
 from .config import RunConfig, data_required
 from .envs import get_env, with_mode_defaults
 from .errors import ConfigError, ProviderUnavailable
@@ -78,7 +79,8 @@ def preflight(cfg: RunConfig, *, check_endpoint: bool = False) -> Preflight:
                             f"the {cfg.mode} mode's prerequisites")[1], found)
     _check("agent", lambda: _agent_settings(cfg, agent_cls), found)
     if check_endpoint:
-        probe = getattr(agent_cls, "check_endpoint", None)
+        # an agent's own probe, else its model client's (the openai agent's, a plugin's self.model)
+        probe = getattr(agent_cls, "check_endpoint", None) or (probe_endpoint if may_call_model(agent_cls) else None)
         if probe is None:
             found.problems.append(f"--check-endpoint: the {cfg.agent} agent calls no model endpoint")
         else:

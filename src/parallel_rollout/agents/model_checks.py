@@ -22,7 +22,7 @@ from ..errors import ConfigError
 from ..plugins import plugin_call
 from . import openai_request
 
-__all__ = ["calls_model", "check_agent", "check_model_settings", "may_call_model"]
+__all__ = ["calls_model", "check_agent", "check_model_settings", "may_call_model", "probe_endpoint"]
 
 #: run settings that, given explicitly, say a plugin agent calls the model
 _MODEL_SIGNS = frozenset({"model", "base_url"})
@@ -69,3 +69,10 @@ def check_agent(config: Any, agent_cls: Any) -> None:
     if own is not None:
         plugin_call(f"agent {config.agent!r}: check_config", own, config)
 
+
+def probe_endpoint(config: Any) -> str:
+    """``--check-endpoint`` for an agent that may call the model: GET /models of every server
+    its model client would call; a note on what answered, or ConfigError naming the one that
+    is unusable (unreachable, the key missing or refused, a model list without --model)."""
+    return "; ".join(openai_request.probe_models(url, config.model, agent=config.agent)
+                     for url in openai_request.resolve_base_urls(config.base_url))

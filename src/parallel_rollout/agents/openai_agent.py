@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import ConfigError
-from . import openai_request, prompts, tools
+from . import prompts, tools
 from .base import MODEL_OPTIONS, Agent
 
 __all__ = ["OpenAIAgent", "KEEP_IMAGES", "drop_old_images"]
@@ -54,12 +54,6 @@ class OpenAIAgent(Agent):
         if getattr(config, "tool_calls", False) and getattr(config, "tokenizer", None):
             raise ConfigError("tool_calls=True needs chat requests; token in, token out (tokenizer=) "
                               "sends no tools: give one of them")
-
-    @classmethod
-    def check_endpoint(cls, config) -> str:
-        """The preflight's probe of every server (GET /models); ConfigError when one is unusable."""
-        return "; ".join(openai_request.probe_models(url, config.model)
-                         for url in openai_request.resolve_base_urls(config.base_url))
 
     def reset(self, task) -> None:
         """Start a new conversation with the mode's system prompt; the model client starts

@@ -220,7 +220,7 @@ def _shown(value: Any) -> str:
     return f"{type(value).__name__} {text[:80] + '…' if len(text) > 80 else text}"
 
 
-def probe_models(url: str, model: str, timeout: float = PROBE_TIMEOUT_S) -> str:
+def probe_models(url: str, model: str, timeout: float = PROBE_TIMEOUT_S, agent: str = "openai") -> str:
     """GET ``{url}/models`` as the client would (with the key): a note on what answered, or
     ConfigError saying why the endpoint is unusable (unreachable, no answer in time, the key
     refused, a model list without ``model``)."""
@@ -230,7 +230,7 @@ def probe_models(url: str, model: str, timeout: float = PROBE_TIMEOUT_S) -> str:
         return f"{url}: a unix socket, not probed"
     key = api_key(url)
     if key is None:
-        raise ConfigError(missing_key_message(url))
+        raise ConfigError(missing_key_message(url, agent))
     request = urllib.request.Request(f"{url}/models", headers={"Authorization": f"Bearer {key}"})
     try:
         with urllib.request.urlopen(request, timeout=timeout) as answer:
