@@ -28,10 +28,11 @@ def double_tasks(tmp_path: Path) -> Path:
     return write_tasks(tmp_path / "tasks.jsonl", [{"id": f"d{n}", "n": n} for n in (2, 5, 7)])
 
 
-def invoke(tmp_path: Path, *args: str):
-    """The CLI in-process, its run folder under tmp_path/out."""
+def invoke(tmp_path: Path, *args: str, data: Path | None = None):
+    """The CLI in-process on ``data`` (three DoubleEnv tasks by default), its run folder under
+    tmp_path/out."""
     return CliRunner().invoke(main, ["--output-dir", str(tmp_path / "out"), "--no-progress", "--mode", DOUBLE,
-                                     "--data", str(double_tasks(tmp_path)), *args])
+                                     "--data", str(data or double_tasks(tmp_path)), *args])
 
 
 def test_a_plugin_agent_given_a_model_has_its_key_checked_at_start(tmp_path, no_key):
@@ -82,3 +83,29 @@ def test_check_endpoint_asks_a_plugin_agents_model_endpoint(tmp_path, no_key, ll
     # an agent that calls no model still has no endpoint to ask
     oracle = invoke(tmp_path, "--agent", "oracle", "--dry-run", "--check-endpoint")
     assert oracle.exit_code == 2 and "the oracle agent calls no model endpoint" in oracle.output, oracle.output
+
+
+def test_a_model_outage_an_agent_catches_is_not_graded(tmp_path, llm_server):
+    """An agent that catches its model call's failure (``except Exception``) and answers
+    anyway had the outage graded as the policy's failure (reward 0, final, exit 0)."""
+    server = llm_server(policy=lambda body: {"status": 503})
+    result = invoke(tmp_path, "--agent", "model_plugins:CatchAllAgent", "--base-url", server.url,
+                    "--max-retries", "1", "--run-id", "caught")
+    records = read_results(tmp_path / "out" / "caught")
+    assert records and {r["status"] for r in records} == {"model_unavailable"}, (result.output, records)
+    assert all(r["infrastructure"] and r["reward"] == 0.0 for r in records), records
+    failure = records[0]["failure"]
+    assert failure["type"] == "ModelUnavailable" and "the agent caught this and went on" in failure["message"]
+    assert result.exit_code == 1, result.output  # the endpoint kept failing: stopped for a resume
+
+
+def test_an_agent_with_its_own_client_says_the_endpoint_is_down_with_model_unavailable(tmp_path, llm_server):
+    """``parallel_rollout.agents.ModelUnavailable``, raised by an agent's own client code, is
+    the endpoint's state: retried, never graded (README, "Your own agent")."""
+    server = llm_server(policy=lambda body: {"status": 503})
+    data = write_tasks(tmp_path / "own.jsonl", [{"id": f"d{n}", "n": n, "url": server.url} for n in (2, 5)])
+    result = invoke(tmp_path, "--agent", "model_plugins:OwnClientAgent", "--max-retries", "1", "--run-id", "own",
+                    data=data)
+    records = read_results(tmp_path / "out" / "own")
+    assert records and {r["status"] for r in records} == {"model_unavailable"}, (result.output, records)
+    assert all(r["infrastructure"] for r in records) and "my endpoint did not answer" in records[0]["failure"]["message"]

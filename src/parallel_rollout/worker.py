@@ -196,6 +196,11 @@ class RolloutWorker:
             with self._agents_lock:
                 self._agents.pop((item.key, item.attempt), None)
             trajectory.close()
+        caught = _caught_endpoint_failure(agent, record)
+        if caught is not None:  # not the policy's outcome: the model did not answer a turn
+            record.update(status=caught.kind, infrastructure=True, reward=0.0, success=False,
+                          failure=records.failure(caught, f"{caught} (the agent caught this and went on; "
+                                                          f"its episode ended {record['status']})"))
         record["usage"] = _safe_usage(agent) if agent is not None else {}
         return _serializable(records.finish(record))
 
@@ -387,6 +392,17 @@ def _trajectory_file(run_dir: Path, item: Assignment) -> TrajectoryFile:
     else:
         folder = os.path.join(base, safe_name(item.task.id), str(item.sample_idx))
     return TrajectoryFile(folder, run_dir, item.attempt)
+
+
+def _caught_endpoint_failure(agent: Agent | None, record: dict[str, Any]) -> RolloutError | None:
+    """The endpoint's failure (``ModelUnavailable``, ``EndpointRefused``) that the agent's
+    ``self.model`` raised in this attempt while the record says none: the agent caught it."""
+    if agent is None or record["infrastructure"] or record["status"] == AttemptCancelled.kind:
+        return None
+    try:
+        return agent.model_failure()
+    except Exception:  # noqa: BLE001 - a plugin's override: it says nothing then
+        return None
 
 
 def _safe_usage(agent: Agent) -> Any:

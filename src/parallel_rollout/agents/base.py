@@ -71,6 +71,13 @@ class Agent(abc.ABC):
             self._model_client.start(self.attempt_info)
         return self._model_client
 
+    def model_failure(self) -> AgentError | None:
+        """The endpoint's failure ``self.model`` raised in this attempt (``ModelUnavailable``,
+        ``EndpointRefused``), or None: the worker records the attempt as that failure
+        (infrastructure, never graded) even when the agent caught it and went on."""
+        client = self.__dict__.get("_model_client")
+        return client.endpoint_failure if client is not None else None
+
     def begin_attempt(self, info: AttemptInfo) -> None:
         """The worker's call before ``reset``: the episode belongs to attempt ``info``; the
         model client (if made) starts it (its server, session id, usage)."""

@@ -139,6 +139,9 @@ class ModelClient:
         self._cancelled = False
         #: the connections of the HTTP clients, which an abort before the response shuts
         self._sockets = streaming.Sockets()
+        #: the endpoint's failure a call of this attempt raised (ModelUnavailable, EndpointRefused):
+        #: the worker records the attempt as it even when the agent caught it and went on
+        self.endpoint_failure: AgentError | None = None
 
     @property
     def gated(self) -> bool:
@@ -163,6 +166,7 @@ class ModelClient:
         self._usage = _zero_usage(self.config.model)
         self._turn, self._answered, self._recorded = {}, [], False
         self.wire.reset()
+        self.endpoint_failure = None
         # the least-loaded server keeps every request of this attempt (its prefix cache)
         self._route.start(info.session_id if info else f"{label}-{uuid.uuid4().hex[:12]}",
                           info.loop if info else 0)
@@ -186,7 +190,7 @@ class ModelClient:
         with self._cut_keeps_the_turn():
             prepared = self.wire.prepare(request)
             self._path = self.wire.path_of(prepared)  # with a tokenizer: token ids to /completions
-            return self._finish(self._complete(prepared))
+            return self._finish(self._answer(prepared))
 
     def generate(self, prompt_token_ids: Sequence[int], **sampling: Any) -> Reply:
         """The token-in form: the reply to the agent's own prompt ids, sent as they are to
@@ -197,7 +201,7 @@ class ModelClient:
         self._path = "/completions"
         self._sample(request, sampling)
         with self._cut_keeps_the_turn():
-            return self._finish(self._complete(self.wire.prepare_ids(request)))
+            return self._finish(self._answer(self.wire.prepare_ids(request)))
 
     async def achat(self, messages: Sequence[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
                     **sampling: Any) -> Reply:
@@ -311,6 +315,15 @@ class ModelClient:
             self._clients[self.base_url] = OpenAI(api_key=key, base_url=self.base_url,
                                                   max_retries=0, timeout=self.timeout_s, **extra)
         return self._clients[self.base_url]
+
+    def _answer(self, request: dict[str, Any]) -> str:
+        """``_complete``, noting an endpoint failure (``endpoint_failure``) before it is raised:
+        an agent's ``except Exception`` must not turn the endpoint's state into a graded outcome."""
+        try:
+            return self._complete(request)
+        except (ModelUnavailable, EndpointRefused) as exc:
+            self.endpoint_failure = exc
+            raise
 
     def _complete(self, request: dict[str, Any]) -> str:
         """One turn's reply text, retrying what a retry can fix; a server that fails moves
