@@ -4,13 +4,20 @@ them (tests/model_plugins.py holds the agents)."""
 
 from __future__ import annotations
 
+import json
+import re
+import shlex
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
-from conftest import read_results, write_tasks
-from llm_server import llm_server  # noqa: F401 - a fixture
+from conftest import SHELL_TASKS, assert_exactly_once, read_results, write_tasks
+from llm_server import llm_server, shell_solver  # noqa: F401 - a fixture
+from readme_support import readme_section
 from parallel_rollout.cli import main
 from test_config import assert_usage_error
 
@@ -109,3 +116,26 @@ def test_an_agent_with_its_own_client_says_the_endpoint_is_down_with_model_unava
     records = read_results(tmp_path / "out" / "own")
     assert records and {r["status"] for r in records} == {"model_unavailable"}, (result.output, records)
     assert all(r["infrastructure"] for r in records) and "my endpoint did not answer" in records[0]["failure"]["message"]
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
+def test_the_readme_agent_example_runs_as_written(tmp_path, llm_server):
+    """The README's agent class ("Your own agent: --agent module:Class"), saved as the file its
+    first line names and run by its command against a server that replays each shell task's
+    reference commands: every task succeeds. A first agent written without it used
+    task["instruction"] ('Task' object is not subscriptable)."""
+    [example] = [block for block in re.findall(r"```python\n(.*?)```", readme_section("Running"), re.S)
+                 if "(Agent):" in block]
+    command = re.match(r"# (\S+): (.*)\n", example)
+    (tmp_path / command.group(1)).write_text(example)
+    server = llm_server(policy=shell_solver(SHELL_TASKS))
+    line = (command.group(2).replace("./dev run", f"{sys.executable} -m parallel_rollout run")
+            .replace("tasks.jsonl", str(SHELL_TASKS)).replace("MODEL", "my-model").replace("URL", server.url))
+    proc = subprocess.run([*shlex.split(line), "--output-dir", "out", "--run-id", "readme", "--no-progress",
+                           "--num-rollouts", "2", "--num-vms", "2", "--use-vm-pool"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    tasks = [json.loads(line) for line in SHELL_TASKS.read_text().splitlines() if line.strip()]
+    finals = assert_exactly_once(tmp_path / "out" / "readme", {f"{t['id']}#0" for t in tasks})
+    assert {k: r["status"] for k, r in finals.items() if r["status"] != "success"} == {}
+    assert {r["body"]["model"] for r in server.requests} == {"my-model"}
