@@ -166,9 +166,9 @@ def episode(env: MathEnv, answer, *actions):
     return reward, details, steps
 
 
-#: action -> reason in the details; none of them may raise
+#: action -> reason in the details; none of them may raise (None may: no mode takes it for an
+#: action, tests/test_plugins_actions.py)
 GARBAGE = [
-    (None, "no_answer"),
     ({"foo": 1}, "no_answer"),
     (["\\boxed{7}"], "no_answer"),
     (b"\\boxed{7}", "no_answer"),

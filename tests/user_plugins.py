@@ -70,3 +70,15 @@ class NoActAgent(Agent):
 
     def reset(self, task) -> None:
         self.task = task
+
+
+class NoReturnAgent(Agent):
+    """An ``act`` that forgot its ``return``: every action is None."""
+
+    options = frozenset()
+
+    def reset(self, task) -> None:
+        self.task = task
+
+    def act(self, observation):
+        self.seen = observation

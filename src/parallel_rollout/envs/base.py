@@ -199,3 +199,12 @@ def require_str_list(payload: Mapping[str, Any], name: str, *, optional: bool = 
     require(payload, name, list, optional=optional)
     if not all(isinstance(item, str) for item in payload.get(name, [])):
         raise ValueError(f"field {name!r} must be a list of strings")
+
+
+def reject_none(action: Any, takes: str) -> None:
+    """Raise ValueError when ``action`` is None: no built-in mode takes it for an action (it is
+    what an ``act`` that forgot its ``return`` gives, or a command agent's ``null``), and
+    taken for "done" or an unparsable reply it would end or spend the episode as the
+    policy's; ``takes`` says what the mode does take."""
+    if action is None:
+        raise ValueError(f"{takes}, got NoneType")

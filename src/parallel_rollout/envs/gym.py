@@ -39,7 +39,7 @@ from collections import deque
 from typing import Any, Mapping
 
 from . import sokoban
-from .base import Env, StepResult, require
+from .base import Env, StepResult, reject_none, require
 
 #: action names in gymnasium's numbering (LEFT=0, DOWN=1, RIGHT=2, UP=3)
 ACTIONS = ("Left", "Down", "Right", "Up")
@@ -220,6 +220,7 @@ class GymEnv(Env):
 
     def step(self, action: Any) -> StepResult:
         """One move; a reply without a move costs the turn."""
+        reject_none(action, "a gym action is a move's name (or 0-3) or a reply with <answer>MOVE</answer>")
         if self._sokoban is not None:
             return StepResult(*self._sokoban.step(action))
         self._steps += 1

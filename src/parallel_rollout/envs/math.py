@@ -33,7 +33,7 @@ import math
 import re
 from typing import Any, Mapping
 
-from .base import Env, StepResult, require
+from .base import Env, StepResult, reject_none, require
 from .math_grader import DEFAULT_GRADE_TIMEOUT_S, INSTALL_HINT, grade_isolated
 
 #: longest extracted answer that is graded; longer ones score 0 without a grade
@@ -223,6 +223,7 @@ class MathEnv(Env):
 
     def step(self, action: Any) -> StepResult:
         """Extract and grade one answer; done when it is right or the tries are used up."""
+        reject_none(action, "a math action is the reply's text or {'answer': ...}")
         self.tries += 1
         text, direct = _reply_text(action)
         if text is None:

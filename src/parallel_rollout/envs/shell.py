@@ -17,15 +17,18 @@ answer left in the home but the files the check inspects can change its verdict.
 
 from __future__ import annotations
 
+import reprlib
 from typing import Any, Mapping
 
 from ..errors import TaskSetupFailed
-from .base import Env, StepResult, require, require_str_list
+from .base import Env, StepResult, reject_none, require, require_str_list
 
 #: seconds one command may run unless the task says otherwise
 DEFAULT_COMMAND_TIMEOUT_S = 60.0
 #: characters of command output kept in observations and trajectories
 OUTPUT_TAIL = 4000
+#: what a shell action is, for the error an action of another kind gets
+_SHELL_ACTION = "a shell action is {'command': str} or 'DONE'"
 
 
 class ShellEnv(Env):
@@ -81,11 +84,12 @@ class ShellEnv(Env):
 
     def step(self, action: Any) -> StepResult:
         """Run one command; ``done`` ends the episode."""
-        if action in ("DONE", None) or (isinstance(action, dict) and action.get("done")):
+        reject_none(action, _SHELL_ACTION)
+        if action == "DONE" or (isinstance(action, dict) and action.get("done")):
             return StepResult({"instruction": self.task.get("instruction")}, done=True)
         command = action.get("command") if isinstance(action, dict) else action
         if not isinstance(command, str):
-            raise ValueError(f"a shell action is {{'command': str}} or 'DONE', got {action!r}")
+            raise ValueError(f"{_SHELL_ACTION}, got {type(action).__name__} {reprlib.repr(action)}")
         result = self._run(command)
         observation = {
             "instruction": self.task.get("instruction"),

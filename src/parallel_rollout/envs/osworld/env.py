@@ -34,7 +34,7 @@ from typing import Any, ClassVar, Mapping
 
 from ...errors import TaskSetupFailed, VMError
 from ...tasks import UnsupportedTask
-from ..base import Env, StepResult, require
+from ..base import Env, StepResult, reject_none, require
 from . import actions as acts
 from . import evaluators as ev
 from . import registry
@@ -175,6 +175,7 @@ class OSWorldEnv(Env):
 
     def step(self, action: Any) -> StepResult:
         """One action; done on DONE or FAIL."""
+        reject_none(action, "an osworld action is pyautogui code, a computer_13 dict, or WAIT, FAIL or DONE")
         self.step_no += 1
         self.actions.append(action)
         started = time.time()

@@ -32,7 +32,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Mapping
 
-from ..base import Env, StepResult, require, require_str_list
+from ..base import Env, StepResult, reject_none, require, require_str_list
 from .corpus import MAX_K, CorpusError, open_index, resolve_corpus
 from .grading import grade
 
@@ -121,6 +121,7 @@ class RagEnv(Env):
 
     def step(self, action: Any) -> StepResult:
         """Run a search, or take the answer and end the episode."""
+        reject_none(action, 'a rag action is {"search": "<query>", "k": <1-20>} or {"answer": "<text>"}')
         observation: dict[str, Any] = {"question": self.task.get("question")}
         if isinstance(action, dict) and isinstance(action.get("answer"), str):
             self.answer = action["answer"]

@@ -42,7 +42,7 @@ from typing import Any, Mapping
 
 from ...errors import GuestPrerequisiteMissing, ProviderUnavailable, VMError
 from ...pool.providers.images import GUEST_PATH
-from ..base import Env, StepResult, require
+from ..base import Env, StepResult, reject_none, require
 from . import catalog
 from .actions import ActionError, parse_action
 
@@ -136,6 +136,7 @@ class WebEnv(Env):
 
     def step(self, action: Any) -> StepResult:
         """One action in the browser; done when MiniWoB's page says so or the agent does."""
+        reject_none(action, 'a web action is a JSON object like {"action": "click", "ref": 3} or DONE')
         self.steps += 1
         self.actions.append(action)
         try:

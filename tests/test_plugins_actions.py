@@ -1,0 +1,50 @@
+"""What a ``module:Class`` agent's action may be: None (an ``act`` without ``return``) is no
+action in any mode, its attempt the agent's ``error`` naming the type, through the CLI for
+every mode that runs here without a VM image or a browser, and by the env itself for web and
+osworld (their step refuses it before it touches the VM)."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+from click.testing import CliRunner
+
+from conftest import SHELL_TASKS, read_results, write_tasks
+from parallel_rollout.cli import main
+from parallel_rollout.config import RunConfig
+from parallel_rollout.envs import get_env
+
+
+def math_tasks(tmp_path):
+    return write_tasks(tmp_path / "math.jsonl", [{"id": "m1", "problem": "What is 1+1?", "answer": "2"}])
+
+
+@pytest.mark.parametrize("mode, data", [
+    pytest.param("shell", lambda tmp_path: SHELL_TASKS,
+                 marks=pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")),
+    ("math", math_tasks),
+    ("gym", lambda tmp_path: "frozenlake"),
+    ("rag", lambda tmp_path: "rag"),
+    pytest.param("py", lambda tmp_path: "humaneval",
+                 marks=pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")),
+])
+def test_an_agent_that_returns_none_is_an_error_naming_the_type(tmp_path, mode, data):
+    """In shell mode None quietly ended the episode as "DONE" (graded 'failure'); math graded
+    it as a reply with no answer, gym and rag spent turns on it until the turn limit."""
+    result = CliRunner().invoke(main, ["--mode", mode, "--data", str(data(tmp_path)), "--limit", "1",
+                                       "--agent", "user_plugins:NoReturnAgent", "--output-dir", str(tmp_path / "out"),
+                                       "--run-id", "none", "--no-progress", "--num-rollouts", "1"])
+    assert result.exit_code == 0, (result.output, result.exception)
+    [record] = read_results(tmp_path / "out" / "none")
+    assert record["status"] == "error" and not record["infrastructure"], record
+    assert record["failure"]["type"] == "ValueError" and f"a {mode} action is" in record["failure"]["message"]
+    assert record["failure"]["message"].endswith("got NoneType"), record["failure"]
+    assert record["turns"] == 0  # refused at its first action
+
+
+@pytest.mark.parametrize("mode", ["web", "osworld"])
+def test_the_browser_and_desktop_modes_refuse_none_before_the_vm(mode):
+    env = get_env(mode)(RunConfig(mode=mode))
+    with pytest.raises(ValueError, match=r"action is .*, got NoneType$"):
+        env.step(None)
