@@ -70,7 +70,7 @@ def test_every_record_kind_has_every_field_and_is_json():
     died = records.failed_record(item, WorkerDied("gone"), worker="w0", pid=1, started_at=1.0)
     loop = records.failed_record(item, RuntimeError("bug"), worker="w0", pid=1, slot=2, started_at=1.0,
                                  status="error", infrastructure=False, with_traceback=True)
-    odd = records.unserializable_record({**finished, "eval": object()}, TypeError("object"))
+    odd = records.replacement_record({**finished, "eval": object()}, TypeError("object"))
     unstorable = records.unstorable_record({"key": "a#0", "task_id": "a", "tags": ["easy", "unix"],
                                             "meta": {"group": 3}}, "field 'reward' is nan")
     for record in (started, finished, died, loop, odd, unstorable):
@@ -84,8 +84,8 @@ def test_every_record_kind_has_every_field_and_is_json():
     assert died["status"] == "worker_died" and died["infrastructure"] is True
     timeout = records.failed_record(item, TaskTimeout("late"), worker="w0", pid=1, started_at=1.0)
     assert timeout["status"] == "task_timeout" and timeout["infrastructure"] is False
-    assert odd["status"] == "error" and odd["meta"] == {"group": 3}
-    assert odd["failure"]["type"] == "UnserializableResult"
+    assert odd["status"] == "unstorable_result" and odd["meta"] == {"group": 3}
+    assert odd["failure"]["type"] == "UnstorableResult" and "field 'eval' is of type object" in odd["failure"]["message"]
     assert unstorable["status"] == "unstorable_result" and unstorable["reward"] == 0.0
     assert unstorable["usage"] == {} and unstorable["meta"] == {"group": 3}
     assert "field 'reward' is nan" in unstorable["failure"]["message"]

@@ -25,7 +25,7 @@ CRASHES = {
     "raise": ("process", "error", False, None),
     "system_exit": ("process", "error", False, None),
     "hang": ("process", "task_timeout", False, "task_timeout"),
-    "unpicklable": ("process", "error", False, None),
+    "unpicklable": ("process", "unstorable_result", False, None),
     # killed from the host, not by the task: infrastructure, retried on another VM
     "kill_sandbox": ("process", "success", True, None),
     "reset_fails": ("chaos_plugins:FlakyResetProvider", "success", False, None),
@@ -64,7 +64,9 @@ def test_crash_table(tmp_path, monkeypatch, fault):
     if event:
         assert any(e.get("event") == event and (e.get("task") in (None, "t3#0")) for e in events), event
     if fault == "unpicklable":
-        assert finals["t3#0"]["failure"]["type"] == "UnserializableResult"
+        failure = finals["t3#0"]["failure"]
+        assert failure["type"] == "UnstorableResult" and "field 'usage'['callback'] is of type function" in \
+            failure["message"], failure
     if fault == "raise":
         assert "chaos: the agent raised" in finals["t3#0"]["failure"]["message"]
     if fault == "exit":

@@ -82,3 +82,18 @@ class NoReturnAgent(Agent):
 
     def act(self, observation):
         self.seen = observation
+
+
+class OddUsageAgent(Agent):
+    """Answers DoubleEnv right, and reports a usage no JSON line can hold: a NaN, an object, a set."""
+
+    options = frozenset()
+
+    def reset(self, task) -> None:
+        self.task = task
+
+    def act(self, observation):
+        return 2 * observation["n"]
+
+    def usage(self):
+        return {"requests": 1, "cost": float("nan"), "obj": object(), "seen": {1}}

@@ -9,9 +9,9 @@ per status and per worker see every attempt, whoever wrote it:
 * ``failed_record`` — an attempt that ended in an exception: a worker's loop that failed
   outside ``run_attempt``, or one its worker could not write at all (the worker died, or
   ran past its deadline: the backend writes it);
-* ``unserializable_record`` — what is kept of a record that is not plain JSON;
 * ``unstorable_record`` — what stands for a record results.jsonl cannot hold (a NaN, a lone
-  surrogate): its sample's final ``unstorable_result`` failure;
+  surrogate, an object JSON has no form for): its sample's final ``unstorable_result``
+  failure, made by ``replacement_record``, which names every such value by where it is;
 * ``unsupported_record`` — a sample ``--skip-unsupported`` left out (never attempted).
 
 Fields added later by their owners: ``trajectory`` and ``env_s`` (the worker: seconds in the
@@ -21,9 +21,11 @@ env), ``node`` (the ray backend), ``final`` and ``run_id`` (the engine).
 
 from __future__ import annotations
 
+import math
+import reprlib
 import time
 import traceback
-from typing import Any
+from typing import Any, Iterator
 
 #: characters of a traceback kept in a record
 TRACEBACK_TAIL = 4000
@@ -33,8 +35,15 @@ RECORD_FIELDS = ("key", "task_id", "sample_idx", "attempt", "mode", "tags", "sta
                  "success", "infrastructure", "failure", "turns", "worker", "pid", "slot", "vm",
                  "lease_wait_s", "started_at", "ended_at", "duration_s", "usage")
 
-#: what an unserializable record keeps beyond RECORD_FIELDS (values of the engine's own making)
-_KEPT_WHEN_UNSERIALIZABLE = ("meta", "trajectory", "vms")
+#: the fields of a record that say which attempt it was: kept (made storable) with its usage
+#: when its content is dropped
+_IDENTITY = ("key", "task_id", "sample_idx", "attempt", "mode", "tags", "turns", "worker", "pid",
+             "slot", "vm", "vms", "lease_wait_s", "started_at", "ended_at", "duration_s",
+             "trajectory", "meta", "final", "run_id", "usage")
+#: the values JSON holds as they are (and the keys it takes)
+_SCALARS = (str, int, float, bool, type(None))
+#: how many unstorable values a failure's message names
+_NAMED = 5
 
 
 def new_record(item: Any, *, worker: str | None, pid: int | None, slot: int | None,
@@ -79,16 +88,70 @@ def failed_record(item: Any, exc: BaseException, *, worker: str | None, pid: int
     return finish(record)
 
 
-def unserializable_record(record: dict[str, Any], exc: BaseException) -> dict[str, Any]:
-    """What is kept of a record that is not plain JSON: its identity and times, status
-    ``error``, and why."""
-    kept = {name: record.get(name) for name in RECORD_FIELDS}
-    kept.update({name: record[name] for name in _KEPT_WHEN_UNSERIALIZABLE if name in record})
-    kept.update(status="error", reward=0.0, success=False, infrastructure=False, usage={},
-                failure={"type": "UnserializableResult",
-                         "message": f"the attempt's record is not JSON-serializable: {exc}",
-                         "traceback": ""})
-    return kept
+def replacement_record(record: dict[str, Any], exc: BaseException) -> dict[str, Any]:
+    """The failure that stands for a record results.jsonl cannot hold (``unstorable_record``):
+    which attempt it was and its usage, made storable, and every value that was the trouble,
+    each named by where it is (``field 'usage'['cost'] is nan``); ``exc`` (the encoder's
+    error) says it when none is found."""
+    found = list(unstorable_values(record))
+    what = "; ".join(found[:_NAMED]) + (f"; and {len(found) - _NAMED} more" if len(found) > _NAMED else "")
+    return unstorable_record({name: storable(record[name]) for name in _IDENTITY if name in record},
+                             what or f"{type(exc).__name__}: {exc}")
+
+
+def unstorable_values(value: Any, where: str = "the record", within: frozenset[int] = frozenset()) -> Iterator[str]:
+    """Every value no JSON line can hold, and why: a NaN or an infinity, text with a lone
+    surrogate, an object JSON has no form for (a set, bytes, a function …), a key that is no
+    text or number, a container that holds itself."""
+    if isinstance(value, (dict, list, tuple)):
+        if id(value) in within:
+            yield f"{where} holds itself (a circular reference)"
+            return
+        within = within | {id(value)}
+    if isinstance(value, float) and not math.isfinite(value):
+        yield f"{where} is {value} (not a JSON number)"
+    elif isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            yield f"{where} holds a lone surrogate ({value[exc.start]!r}, not Unicode text)"
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            if isinstance(key, _SCALARS):
+                yield from unstorable_values(key, f"a key of {where}")
+            else:
+                yield f"a key of {where} is {_kind(key)}, not text or a number"
+            name = repr(storable(key)) if isinstance(key, _SCALARS) else reprlib.repr(key)
+            yield from unstorable_values(item, f"{where}[{name}]" if where != "the record" else f"field {name}",
+                                         within)
+    elif isinstance(value, (list, tuple)):
+        for index, item in enumerate(value):
+            yield from unstorable_values(item, f"{where}[{index}]", within)
+    elif not isinstance(value, _SCALARS):
+        yield f"{where} is {_kind(value)}, not a JSON value"
+
+
+def storable(value: Any, within: frozenset[int] = frozenset()) -> Any:
+    """``value`` as a JSON line can hold it: every non-finite float and every object JSON has
+    no form for made None, every lone surrogate escaped, every other key made text."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, str):
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(value, (dict, list, tuple)):
+        if id(value) in within:
+            return None
+        within = within | {id(value)}
+        if isinstance(value, dict):
+            return {storable(k) if isinstance(k, _SCALARS) else reprlib.repr(k): storable(v, within)
+                    for k, v in value.items()}
+        return [storable(v, within) for v in value]
+    return value if isinstance(value, _SCALARS) else None
+
+
+def _kind(value: Any) -> str:
+    """A value as a message names it: its type, and a short repr."""
+    return f"of type {type(value).__name__} ({reprlib.repr(value)})"
 
 
 def unstorable_record(kept: dict[str, Any], what: str) -> dict[str, Any]:

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from .errors import RolloutError, RunLocked
-from .records import unstorable_record
+from .records import replacement_record
 
 log = logging.getLogger(__name__)
 
@@ -130,7 +130,7 @@ class ResultStore:
         try:
             line = encode_record(record)
         except ValueError as exc:
-            replacement = _replacement(record, exc)
+            replacement = replacement_record(record, exc)
             log.error("%s: %s", record.get("key"), replacement["failure"]["message"])
             record.clear()
             record.update(replacement)
@@ -170,73 +170,11 @@ class UnstorableResult(RolloutError):
     kind = "unstorable_result"  # the status records.unstorable_record gives it
 
 
-#: the fields of a record that say which attempt it was; kept when its content is dropped
-_IDENTITY = ("key", "task_id", "sample_idx", "attempt", "mode", "tags", "turns", "worker", "pid",
-             "slot", "vm", "vms", "lease_wait_s", "started_at", "ended_at", "duration_s",
-             "trajectory", "meta", "final", "run_id")
-
-
 def encode_record(record: dict[str, Any]) -> bytes:
     """A record as one JSON line of UTF-8; ValueError when none can hold it: a NaN or an
     infinity (no JSON number; Python's json would write ``NaN``, which other readers
     refuse) or text with a lone surrogate (no UTF-8)."""
     return (json.dumps(record, ensure_ascii=False, allow_nan=False, default=str) + "\n").encode("utf-8")
-
-
-def storable_record(record: dict[str, Any]) -> dict[str, Any]:
-    """``record`` when results.jsonl can hold it, else its sample's ``unstorable_result``
-    failure (see :func:`records.unstorable_record`)."""
-    try:
-        encode_record(record)
-    except ValueError as exc:
-        return _replacement(record, exc)
-    return record
-
-
-def _replacement(record: dict[str, Any], exc: ValueError) -> dict[str, Any]:
-    """The failure that stands for a record results.jsonl cannot hold (see
-    :func:`records.unstorable_record`): which attempt it was, its fields made storable, and
-    which value was the trouble."""
-    what = _unstorable_value(record) or str(exc)
-    return unstorable_record({name: _storable(record[name]) for name in _IDENTITY if name in record},
-                             what)
-
-
-def _unstorable_value(value: Any, where: str = "the record") -> str | None:
-    """Which value of a record cannot be stored, and why, or None."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return f"{where} is {value} (not a JSON number)"
-    if isinstance(value, str):
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            return f"{where} holds a lone surrogate ({value[exc.start]!r}, not Unicode text)"
-        return None
-    if isinstance(value, dict):
-        for key, item in value.items():
-            found = _unstorable_value(key, f"a key of {where}") or _unstorable_value(
-                item, f"{where}[{_storable(key)!r}]" if where != "the record" else f"field {_storable(key)!r}")
-            if found:
-                return found
-    elif isinstance(value, (list, tuple)):
-        for index, item in enumerate(value):
-            found = _unstorable_value(item, f"{where}[{index}]")
-            if found:
-                return found
-    return None
-
-
-def _storable(value: Any) -> Any:
-    """``value`` with every non-finite float made None and every lone surrogate escaped."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, str):
-        return value.encode("utf-8", "backslashreplace").decode("utf-8")
-    if isinstance(value, dict):
-        return {_storable(k): _storable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_storable(v) for v in value]
-    return value
 
 
 def read_records(path: str | Path) -> list[dict[str, Any]]:

@@ -48,7 +48,6 @@ from .errors import AttemptCancelled, RolloutError, SandboxViolation, VMError
 from .messages import (Assignment, Cancel, Finished, LeaseWait, Progress, Started, Stop, receive_message,
                        send_message)
 from .pool.leasing import lease_vm
-from .results import storable_record
 from .tasks import safe_name
 from .trajectories import TrajectoryFile
 
@@ -413,20 +412,16 @@ def _safe_usage(agent: Agent) -> Any:
 
 
 def _serializable(record: dict[str, Any]) -> dict[str, Any]:
-    """The record itself when it is plain JSON; otherwise an error record saying why.
+    """The record itself when it is plain JSON; otherwise its sample's ``unstorable_result``,
+    naming every value that is not (a NaN, a lone surrogate, an object of no JSON form).
 
     Checked here, in the worker, because an object that cannot cross the pipe would
     otherwise fail inside the engine or be lost."""
     try:  # one strict encoding on the common path: plain JSON, finite numbers, UTF-8 text
         json.dumps(record, ensure_ascii=False, allow_nan=False).encode("utf-8")
         return record
-    except (TypeError, ValueError):
-        pass  # rare: find out which kind of failure it is
-    try:
-        json.dumps(record)
     except (TypeError, ValueError) as exc:
-        return records.unserializable_record(record, exc)
-    return storable_record(record)  # NaN or a lone surrogate: its own failure
+        return records.replacement_record(record, exc)
 
 
 #: a worker's exit status when it cannot import the run's mode or agent: the backend stops
