@@ -85,7 +85,8 @@ def test_every_record_kind_has_every_field_and_is_json():
     timeout = records.failed_record(item, TaskTimeout("late"), worker="w0", pid=1, started_at=1.0)
     assert timeout["status"] == "task_timeout" and timeout["infrastructure"] is False
     assert odd["status"] == "unstorable_result" and odd["meta"] == {"group": 3}
-    assert odd["failure"]["type"] == "UnstorableResult" and "field 'eval' is of type object" in odd["failure"]["message"]
+    assert odd["failure"]["type"] == "UnstorableResult"
+    assert "field 'eval' is of type object" in odd["failure"]["message"]
     assert unstorable["status"] == "unstorable_result" and unstorable["reward"] == 0.0
     assert unstorable["usage"] == {} and unstorable["meta"] == {"group": 3}
     assert "field 'reward' is nan" in unstorable["failure"]["message"]

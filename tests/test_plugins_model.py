@@ -115,7 +115,8 @@ def test_an_agent_with_its_own_client_says_the_endpoint_is_down_with_model_unava
                     data=data)
     records = read_results(tmp_path / "out" / "own")
     assert records and {r["status"] for r in records} == {"model_unavailable"}, (result.output, records)
-    assert all(r["infrastructure"] for r in records) and "my endpoint did not answer" in records[0]["failure"]["message"]
+    assert all(r["infrastructure"] for r in records)
+    assert "my endpoint did not answer" in records[0]["failure"]["message"]
 
 
 @pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")

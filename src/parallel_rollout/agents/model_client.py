@@ -306,7 +306,8 @@ class ModelClient:
                 # The run's start stops an agent that says it calls the model (model_checks.py);
                 # one it could not tell (a plugin given no --model) ends here: the settings'
                 # fault, no attempt's, and the batch runner stops the run at it.
-                raise EndpointRefused(openai_request.missing_key_message(self.base_url, getattr(self.config, "agent", "openai")))
+                agent = getattr(self.config, "agent", "openai")
+                raise EndpointRefused(openai_request.missing_key_message(self.base_url, agent))
             extra = {}
             if self._gate is not None:  # abortable requests: their connections are traced
                 from openai import DefaultHttpxClient

@@ -13,9 +13,10 @@ retries, the RL policy gate and its aborts, token capture, stop reasons) is the
 same. What is this agent's own: the mode's system prompt and rendering (``prompts.py``), the
 screenshots kept (``KEEP_IMAGES``), and with ``tool_calls=True`` the mode's actions offered as
 tools, a reply's ``tool_calls`` made the action and its observation answered as a ``tool``
-message (``tools.py``). It says ``uses_model = True``: the run checks the model settings before it starts
-(``model_checks.py``: the key where the endpoint needs one …; ``openai_request.py`` says where
-requests go and which key they carry); ``check_config`` checks only its own, the tools.
+message (``tools.py``). It says ``uses_model = True``: the run checks the model settings
+before it starts (``model_checks.py``: the key where the endpoint needs one …;
+``openai_request.py`` says where requests go and which key they carry); its
+``check_config`` checks only its own settings, the tools.
 """
 
 from __future__ import annotations
