@@ -49,9 +49,3 @@ class OwnClientAgent(Agent):
                 return json.loads(answer.read())["choices"][0]["message"]["content"]
         except (urllib.error.URLError, OSError) as exc:
             raise ModelUnavailable(f"my endpoint did not answer: {exc}") from exc
-
-
-class DeclaredModelAgent(ModelAgent):
-    """Says it calls the model: its settings are checked at start without --model."""
-
-    uses_model = True
