@@ -172,11 +172,11 @@ def test_a_stream_request_that_cannot_be_built_raises_its_own_error_not_a_broken
     broken stream, which the agent retries and the scheduler blames on the endpoint."""
     from openai import OpenAI
 
-    from parallel_rollout.agents import streaming
+    from parallel_rollout.agents import stream_abort, streaming
 
     server = llm_server(script=[{"reply": "never"}])
     client = OpenAI(api_key="EMPTY", base_url=server.url, max_retries=0)
     request = {"model": "m", "messages": [{"role": "user", "content": object()}]}
     with pytest.raises(TypeError, match="Object of type object is not JSON serializable"):
-        streaming.stream(client, "/chat/completions", request, streaming.Abortable())
+        streaming.stream(client, "/chat/completions", request, stream_abort.Abortable())
     assert server.requests == []

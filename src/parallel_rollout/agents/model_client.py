@@ -51,7 +51,7 @@ import uuid
 from typing import Any, Sequence
 
 from ..errors import AttemptCancelled
-from . import calls, openai_request, streaming
+from . import calls, openai_request, stream_abort, streaming
 from .episode import AgentError, AttemptInfo, ContextOverflow, EndpointRefused, EpisodeCut, LengthCut, ModelUnavailable
 from .retries import REFUSING_STATUS, RETRYABLE_STATUS, Retryable, parse_retry_after, refusal, retrying
 from .servers import Route
@@ -138,7 +138,7 @@ class ModelClient:
         self._abortable = None
         self._cancelled = False
         #: the connections of the HTTP clients, which an abort before the response shuts
-        self._sockets = streaming.Sockets()
+        self._sockets = stream_abort.Sockets()
         #: the endpoint's failure a call of this attempt raised (ModelUnavailable, EndpointRefused):
         #: the worker records the attempt as it even when the agent caught it and went on
         self.endpoint_failure: AgentError | None = None
@@ -441,7 +441,7 @@ class ModelClient:
         if self._gate is None:
             self._sent()
             return self.wire.send(client, dict(request), rl=False)
-        abortable = streaming.Abortable(streaming.abort_endpoint(getattr(self.config, "abort_url", None),
+        abortable = stream_abort.Abortable(stream_abort.abort_endpoint(getattr(self.config, "abort_url", None),
                                                                  self.base_url), self._sockets)
         self._abortable = abortable
         if self._cancelled:  # after the abortable is known: a cancel sees it, or is seen here

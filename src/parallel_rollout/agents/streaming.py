@@ -14,7 +14,7 @@ the first, and per-token logprobs; the reply is assembled from them (``StreamedR
 the connection is how a vLLM request is aborted; for a server that needs to be told,
 ``RunConfig.abort_url`` is POSTed ``{"request_id": id, "rid": id}`` (the stream's id; SGLang's
 ``/abort_request`` reads ``rid``) on every abort, a path there being on the request's own server
-(``abort_endpoint``).
+(``stream_abort.abort_endpoint``; the kill switch and the sockets an abort shuts live there too).
 
 **Not a stream.** An answer whose Content-Type is no event stream's, or whose first line is
 no SSE line, is a body (``NotAStream``): the Wire takes a whole completion as the reply (a
@@ -35,18 +35,13 @@ from __future__ import annotations
 
 import itertools
 import json
-import logging
 import math
-import socket
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable
-from urllib.parse import urlsplit
 
 from .episode import AgentError
-
-log = logging.getLogger("parallel_rollout")
+from .stream_abort import Abortable
 
 
 class Aborted(Exception):
@@ -258,133 +253,6 @@ def logprobs_of(values: list[Any], field: str) -> list[float | None]:
         raise AgentError(f"the model server's {field} holds logprobs that are no log-probability of a sampled "
                          f"token (NaN, infinite, or above 0 by more than {LOGPROB_SLACK:g}): {impossible[:10]}")
     return values
-
-
-class Sockets:
-    """The sockets one model client's HTTP connections run on, noted as each connects (an
-    httpx ``"request"`` event hook puts a ``trace`` extension on every request): an abort
-    that comes before the response (the request queued at a busy server, or behind a router)
-    has no response to close, so it shuts these, which the waiting thread and the server see
-    at once. A client sends one request at a time, so that is the request being aborted; the
-    idle pooled connections it also ends are replaced on the next request."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._socks: list[socket.socket] = []
-        #: the request under way (an Abortable): a connection made after its abort is shut too
-        self.current: "Abortable | None" = None
-
-    def hook(self, request) -> None:
-        """The httpx ``"request"`` event hook: trace the request's connection."""
-        request.extensions["trace"] = self._trace
-
-    def _trace(self, name: str, info: dict[str, Any]) -> None:
-        if not name.endswith((".connect_tcp.complete", ".connect_unix_socket.complete")):
-            return
-        stream = info.get("return_value")
-        sock = stream.get_extra_info("socket") if stream is not None else None
-        if sock is None:
-            return
-        with self._lock:
-            self._socks = [s for s in self._socks if s.fileno() != -1] + [sock]
-            late = self.current is not None and self.current.aborted
-        if late:
-            _shutdown(sock)
-
-    def shutdown(self) -> None:
-        """Shut every connection (under way or idle)."""
-        with self._lock:
-            socks = list(self._socks)
-        for sock in socks:
-            _shutdown(sock)
-
-
-class Abortable:
-    """One streamed request's kill switch, safe from any thread: ``abort()`` before the
-    response arrives shuts the client's connections (``sockets``: the request waits at the
-    server; without them ``attach`` closes it once the response comes); after, it shuts its
-    socket, which wakes the reading thread and tells the server. ``abort_url``: also POST the
-    stream's id there (a server that does not stop decoding when its client hangs up)."""
-
-    def __init__(self, abort_url: str | None = None, sockets: Sockets | None = None) -> None:
-        self._lock = threading.Lock()
-        self._sock: socket.socket | None = None
-        self.aborted = False
-        self.abort_url = abort_url
-        #: the stream's id (its first chunk's "id"), what ``abort_url`` is told
-        self.request_id: str | None = None
-        self._told = False
-        self._sockets = sockets
-        if sockets is not None:
-            sockets.current = self
-
-    def identify(self, request_id: Any) -> None:
-        """The stream's id is known (its first chunk)."""
-        with self._lock:
-            if self.request_id is None and isinstance(request_id, str):
-                self.request_id = request_id
-                if self.aborted:
-                    self._tell()
-
-    def attach(self, http_response) -> None:
-        """The streaming response (an httpx.Response) whose socket ``abort`` shuts."""
-        stream = (getattr(http_response, "extensions", None) or {}).get("network_stream")
-        sock = stream.get_extra_info("socket") if stream is not None else None
-        with self._lock:
-            self._sock = sock
-            if self.aborted:
-                _shutdown(sock)
-
-    def abort(self) -> None:
-        """End the request now (its reader sees the connection end)."""
-        with self._lock:
-            self.aborted = True
-            _shutdown(self._sock)
-            if self.request_id is not None:
-                self._tell()
-            waiting = self._sock is None
-        if waiting and self._sockets is not None:
-            self._sockets.shutdown()  # no response yet: the request still waits at the server
-
-    def _tell(self) -> None:
-        """POST the id to ``abort_url`` once, from a thread of its own (under the lock)."""
-        if self.abort_url is None or self._told:
-            return
-        self._told = True
-        threading.Thread(target=_post_abort, args=(self.abort_url, self.request_id), name="abort-url",
-                         daemon=True).start()
-
-
-def abort_endpoint(abort_url: str | None, base_url: str) -> str | None:
-    """Where an abort is POSTed: ``abort_url``, or, when it is a path (``/abort_request``),
-    that path on the server the request went to (``base_url``'s scheme, host and port)."""
-    if not abort_url or not abort_url.startswith("/"):
-        return abort_url
-    parts = urlsplit(base_url)
-    return f"{parts.scheme}://{parts.netloc}{abort_url}"
-
-
-def _post_abort(url: str, request_id: str) -> None:
-    import urllib.error
-    import urllib.request
-
-    # "rid": what SGLang's /abort_request reads; "request_id" for everything else
-    body = {"request_id": request_id, "rid": request_id}
-    request = urllib.request.Request(url, data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"}, method="POST")
-    try:
-        urllib.request.urlopen(request, timeout=10).close()
-    except (OSError, urllib.error.URLError, ValueError) as exc:
-        log.warning("abort_url %s: the abort of %s was not delivered: %s", url, request_id, exc)
-
-
-def _shutdown(sock: socket.socket | None) -> None:
-    if sock is None:
-        return
-    try:
-        sock.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        pass  # already closed
 
 
 #: how the lines of an SSE stream begin (a comment or a field); a body's first line does not
