@@ -120,14 +120,12 @@ class Engine:
     cancel_grace_s: float | None = None
 
     def __init__(self, config: RunConfig, run_dir: str | Path, *, run_id: str | None = None,
-                 modes: Iterable[str] | None = None,
-                 record_sink: Callable[[dict[str, Any]], None] | None = None,
+                 modes: Iterable[str] | None = None, record_sink: Callable[[dict[str, Any]], None] | None = None,
                  stop_on: Callable[[dict[str, Any]], str | None] | None = None) -> None:
         self.run_dir = Path(run_dir)
         self.run_id = run_id or config.run_id or self.run_dir.name
-        if config.run_id != self.run_id:  # what the workers' agents and envs are told
-            config = dataclasses.replace(config, run_id=self.run_id)
-        self.config = config
+        # the run id the workers' agents and envs are told (a command agent's read-only folder)
+        self.config = config = dataclasses.replace(config, run_id=self.run_id)
         self.modes = tuple(dict.fromkeys(modes or (config.mode,)))
         env_classes = [get_env(mode) for mode in self.modes]
         vm_envs = [cls for cls in env_classes if cls.needs_vm()]
