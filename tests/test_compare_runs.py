@@ -74,6 +74,13 @@ def test_compare_names_exactly_the_flipped_samples_on_the_intersection(tmp_path)
     assert check.exit_code == 0  # worse, but not significantly
     missing = CliRunner().invoke(main, ["compare", "a", "zzz", "--output-dir", str(tmp_path / "out")])
     assert missing.exit_code == 2 and "zzz: no such run folder" in missing.output
+    # with --check a baseline that is not there (a missed night) is no verdict, exit 5 (the
+    # README's table, as `run --compare-to` does); a missing B stays a usage error
+    no_baseline = CliRunner().invoke(main, ["compare", "zzz", "b", "--output-dir", str(tmp_path / "out"), "--check"])
+    assert no_baseline.exit_code == exit_codes.EXIT_NO_VERDICT, no_baseline.output
+    assert "no verdict: no baseline: zzz: no such run folder" in no_baseline.output
+    no_b = CliRunner().invoke(main, ["compare", "a", "zzz", "--output-dir", str(tmp_path / "out"), "--check"])
+    assert no_b.exit_code == 2 and "zzz: no such run folder" in no_b.output
 
 
 def test_runs_list_shows_complete_interrupted_and_partial_runs(tmp_path):

@@ -377,15 +377,23 @@ def report_cmd(run_dir: str, output: str | None, output_dir: str) -> None:
               help="Where to write the page (default: RUN_B/compare-<A>.html; the text goes beside it as .txt).")
 @click.option("--check", is_flag=True, help="Exit 4 when B is significantly worse than A (McNemar exact, p < 0.05; with several "
               "samples per task, Wilcoxon signed-rank over tasks); 5 when there is no verdict (no shared sample, "
-              "an unfinished A).")
+              "an unfinished A, no such run A: a missed night).")
 def compare_cmd(run_a: str, run_b: str, output_dir: str, html_path: str | None, check: bool) -> None:
     """Compare run B with the baseline run A (folders or run ids) over their shared samples."""
     from .exit_codes import EXIT_NO_VERDICT, EXIT_REGRESSION
     from .report.compare_html import write_comparison
-    from .report.run_data import resolve_run
+    from .report.run_data import NotARunFolder, resolve_run
 
-    comparison, text, page = write_comparison(resolve_run(run_a, output_dir), resolve_run(run_b, output_dir),
-                                              html_path)
+    try:
+        baseline = resolve_run(run_a, output_dir)
+    except NotARunFolder as exc:
+        if not check:
+            raise
+        # as `run --compare-to` does: a baseline that is not there (a missed night) is no
+        # verdict, not a usage error
+        click.echo(f"no verdict: no baseline: {exc}", err=True)
+        sys.exit(EXIT_NO_VERDICT)
+    comparison, text, page = write_comparison(baseline, resolve_run(run_b, output_dir), html_path)
     click.echo(text)
     click.echo(f"written: {page} and {page.with_suffix('.txt')}")
     if check and comparison.cannot_judge:
