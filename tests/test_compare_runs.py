@@ -221,3 +221,22 @@ def test_a_report_that_fills_the_disk_leaves_no_tmp_file(tmp_path):
         assert f"cannot write {run_dir / 'report.html'}: No space left on device" in " ".join(result.output.split())
         assert sorted(p.name for p in run_dir.iterdir()) == ["config.json", "results.jsonl", "summary.json"]
         filler.unlink()
+
+
+def test_compare_check_pairs_only_graded_samples(tmp_path, monkeypatch):
+    """A sample never graded (an infrastructure failure after its retries) has no score, so
+    no 0 either: compare --check pairs the samples graded in both runs and says how many it
+    left out, instead of counting 8 never-graded samples as pass -> fail (a false exit 4)."""
+    monkeypatch.setenv("PR_CHAOS_DIR", str(tmp_path))
+    monkeypatch.syspath_prepend(str(ROOT / "tests"))
+    tasks_a = [shell_task(f"t{i}") for i in range(12)]
+    tasks_b = [shell_task(f"t{i}", chaos="sigkill_always") if i >= 4 else shell_task(f"t{i}") for i in range(12)]
+    agent = dict(agent="chaos_plugins:ChaosAgent", max_retries=0)
+    assert real_run(tmp_path, "a", tasks_a, **agent).exit_code == 0
+    assert real_run(tmp_path, "b", tasks_b, **agent).exit_code == exit_codes.EXIT_ABORTED
+    result = CliRunner().invoke(main, ["compare", "a", "b", "--output-dir", str(tmp_path / "out"), "--check"])
+    assert result.exit_code == 0, result.output
+    assert "left out: 8 shared sample(s) never graded in A or B" in result.output
+    assert "success rate: 100.0% -> 100.0%" in result.output and "pass -> fail: 0" in result.output
+    assert "only 4 shared samples" in result.output
+    assert "8 shared samples left out: never graded" in (tmp_path / "out" / "b" / "compare-a.html").read_text()

@@ -1,8 +1,10 @@
 """Two runs side by side: what changed from run A (the baseline) to run B.
 
-Only samples final in both runs are paired (their keys, ``task#sample``, match). When the
-two runs cover different samples the comparison is made on the intersection and says how
-many samples each run had alone. Over the shared samples:
+Only samples final in both runs are paired (their keys, ``task#sample``, match), and only
+those graded in both: a sample never graded (an infrastructure failure after its retries) has
+no score, so no 0 either, and the comparison says how many shared samples it left out so.
+When the two runs cover different samples the comparison is made on the intersection and says
+how many samples each run had alone. Over the shared samples:
 
 * success rate and mean reward of each run, and McNemar's exact test on pass/fail;
 * the Wilcoxon signed-rank test on the rewards (B - A per sample);
@@ -84,6 +86,8 @@ class Comparison:
     total_b: int | None = None
     data_a: list[str] = field(default_factory=list)
     data_b: list[str] = field(default_factory=list)
+    #: samples final in both runs but left out of ``shared``: never graded in A or in B
+    ungraded: int = 0
 
     def unfinished(self, side: str) -> str | None:
         """"A is unfinished (interrupted: 2 of 12 samples final)" unless that run is complete."""
@@ -91,7 +95,7 @@ class Comparison:
         if status == "complete":
             return None
         total = self.total_a if side == "A" else self.total_b
-        final = self.shared + (self.only_a if side == "A" else self.only_b)
+        final = self.shared + self.ungraded + (self.only_a if side == "A" else self.only_b)
         return f"{side} is unfinished ({status}: {final} of {'?' if total is None else total} samples final)"
 
     @property
@@ -99,7 +103,8 @@ class Comparison:
         """Why a gate on this comparison cannot pass or fail (no shared samples, an unfinished
         baseline), or None."""
         if self.shared == 0:
-            return "the runs share no final sample"
+            return ("the runs share no final sample" if not self.ungraded else
+                    f"the runs share no graded sample ({self.ungraded} shared ones never graded)")
         baseline = self.unfinished("A")
         return f"the baseline {baseline}" if baseline else None
 
@@ -148,6 +153,7 @@ class Comparison:
         return {
             "run_a": self.run_a, "run_b": self.run_b,
             "shared_samples": self.shared, "only_in_a": self.only_a, "only_in_b": self.only_b,
+            "left_out_never_graded": self.ungraded,
             "shared_tasks": self.tasks, "clustered_by_task": self.clustered,
             "success_rate": {"a": self.success_rate_a, "b": self.success_rate_b},
             "mean_reward": {"a": self.mean_reward_a, "b": self.mean_reward_b},
@@ -163,7 +169,10 @@ class Comparison:
 def compare_runs(a: RunData, b: RunData) -> Comparison:
     """Compare run B against the baseline run A."""
     finals_a, finals_b = a.finals, b.finals
-    shared = sorted(set(finals_a) & set(finals_b))
+    in_both = set(finals_a) & set(finals_b)
+    # a sample never graded in either run has no score to compare (no 0 either)
+    shared = sorted(k for k in in_both if not finals_a[k].get("infrastructure")
+                    and not finals_b[k].get("infrastructure"))
     pairs = [(finals_a[k], finals_b[k]) for k in shared]
     pass_to_fail = [k for k, (ra, rb) in zip(shared, pairs) if ra.get("success") and not rb.get("success")]
     fail_to_pass = [k for k, (ra, rb) in zip(shared, pairs) if not ra.get("success") and rb.get("success")]
@@ -181,7 +190,7 @@ def compare_runs(a: RunData, b: RunData) -> Comparison:
     pass_fail, rewards = paired_tests(pairs)
     return Comparison(
         run_a=a.run_id, run_b=b.run_id, shared=len(shared),
-        only_a=len(finals_a) - len(shared), only_b=len(finals_b) - len(shared),
+        only_a=len(finals_a) - len(in_both), only_b=len(finals_b) - len(in_both), ungraded=len(in_both) - len(shared),
         success_rate_a=rate(side_a), success_rate_b=rate(side_b),
         mean_reward_a=mean_reward(side_a), mean_reward_b=mean_reward(side_b),
         pass_fail=pass_fail, rewards=rewards,
@@ -211,6 +220,9 @@ def format_comparison(c: Comparison, *, max_keys: int = 50) -> str:
         why = "; ".join(unfinished) if unfinished else "the task sets differ"
         lines.append(f"samples: {why}; compared on the intersection of {c.shared} samples "
                      f"({c.only_a} only in A, {c.only_b} only in B)")
+    if c.ungraded:
+        lines.append(f"left out: {c.ungraded} shared sample(s) never graded in A or B (an infrastructure "
+                     "failure after its retries: no score, so no 0 either)")
     lines += [f"warning: {w}" for w in c.warnings if w not in unfinished]
     if c.cannot_judge:
         lines.append(f"verdict: none: {c.cannot_judge}")

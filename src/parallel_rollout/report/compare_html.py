@@ -40,6 +40,8 @@ def render_comparison(c: Comparison, report_a: str, report_b: str) -> str:
     scope = (f"{c.shared} samples in both runs" if c.same_samples else
              f"<b>the task sets differ</b>: compared on the intersection of {c.shared} samples "
              f"({c.only_a} only in A, {c.only_b} only in B)")
+    if c.ungraded:
+        scope += f"; {c.ungraded} shared samples left out: never graded in A or B (no score, so no 0 either)"
 
     if c.clustered:
         scope += f"; the tests pair its {c.tasks} tasks (a task's samples are not independent)"
