@@ -240,3 +240,20 @@ def test_compare_check_pairs_only_graded_samples(tmp_path, monkeypatch):
     assert "success rate: 100.0% -> 100.0%" in result.output and "pass -> fail: 0" in result.output
     assert "only 4 shared samples" in result.output
     assert "8 shared samples left out: never graded" in (tmp_path / "out" / "b" / "compare-a.html").read_text()
+
+
+def test_runs_list_reads_a_results_file_changed_since_its_summary(tmp_path):
+    """summary.json stamps the results.jsonl it counted (size, mtime): a line corrupted right
+    after the run (within the second) makes the run `unreadable`, not the summary's status."""
+    out = tmp_path / "out"
+    assert real_run(tmp_path, "r", [shell_task("a"), shell_task("b")]).exit_code == 0
+    results = out / "r" / "results.jsonl"
+    lines = results.read_text().splitlines(keepends=True)
+    lines[1] = "{" + lines[1][1:].replace('"', "'", 1)  # the same size, no longer JSON
+    results.write_text("".join(lines))
+    summary = out / "r" / "summary.json"
+    import os
+    os.utime(summary, ns=(results.stat().st_mtime_ns, results.stat().st_mtime_ns))  # not older
+    as_json = CliRunner().invoke(main, ["runs", "list", "--output-dir", str(out), "--json"])
+    row = json.loads(as_json.output)
+    assert row["status"] == "unreadable" and row["problem"].startswith("results.jsonl:2: corrupted record"), row

@@ -28,6 +28,7 @@ from .exit_codes import EXIT_ABORTED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from .logs import NOT_ON_CONSOLE
 from .provenance import SCHEMA_VERSION
 from .report.files import CannotWrite, write_text_whole
+from .report.run_data import results_stamp
 from .results import carry_over, read_records, summarize
 
 log = logging.getLogger("parallel_rollout")
@@ -52,6 +53,7 @@ def finish_run(config: RunConfig, run_dir: Path, run_id: str, *, total: int,
     refused the run's key or model, a configuration error), else finished; then the report
     files and the gates (``report.gate.after_run``)."""
     results = run_dir / "results.jsonl"
+    stamp = results_stamp(run_dir)  # before reading: a change made meanwhile is a change
     records = read_records(results) if results.exists() else []
     earlier = read_summary(run_dir)
     summary = summarize(records, total_samples=total, pool_stats=pool_stats,
@@ -62,6 +64,9 @@ def finish_run(config: RunConfig, run_dir: Path, run_id: str, *, total: int,
     summary["provenance"] = provenance
     # why the run stopped before its end (a pool exhausted, a dead manager, a model outage)
     summary["stopped"] = {"reason": stopped} if stopped and not interrupted else None
+    # the results.jsonl this summary counted: `runs list` trusts the summary only while the
+    # file is still that one (an edit, a corrupted line, a resume going on changes it)
+    summary["results_file"] = stamp
     write_summary(run_dir, summary)
     # what the CLI prints last (the caller's to print): run.log ends the same way
     for line in format_summary(summary, run_dir).splitlines():

@@ -69,6 +69,16 @@ def _read_results(path: Path) -> list[dict[str, Any]]:
     return records
 
 
+def results_stamp(run_dir: Path) -> dict[str, int] | None:
+    """Which results.jsonl a run folder holds now: its size and modification time (ns), or
+    None without one. summary.json keeps the stamp of the file it counted."""
+    try:
+        st = (Path(run_dir) / "results.jsonl").stat()
+    except FileNotFoundError:
+        return None
+    return {"bytes": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
 @dataclass
 class RunData:
     """Everything a run folder says about its run."""

@@ -3,8 +3,10 @@
 A run is a sub-folder holding ``config.json`` or ``results.jsonl``, named by the folder (what
 ``--run-id``, ``report`` and ``compare`` take: a copied folder is a run of its own name, not
 a second one of the id its config.json stores). Its line comes from
-``config.json`` (mode, when it was written) and ``summary.json`` (samples, success rate);
-only a run with no summary (killed before writing one) has its results.jsonl read. Status:
+``config.json`` (mode, when it was written) and ``summary.json`` (samples, success rate)
+while its results.jsonl is the one the summary counted (the size and modification time it
+stamped); a run with no summary (killed before writing one), or whose results.jsonl changed
+since (a resume going on, an edit), has its results.jsonl read. Status:
 
 * ``complete``: every sample has a final record;
 * ``interrupted``: stopped by SIGINT/SIGTERM (``--resume`` continues it);
@@ -22,7 +24,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..errors import ConfigError
-from .run_data import NotARunFolder, RunData
+from .run_data import NotARunFolder, RunData, results_stamp
 
 
 @dataclass(frozen=True)
@@ -66,9 +68,10 @@ def _light(run_dir: Path) -> RunLine | None:
         status = "complete"
     else:
         status = "partial"
-    # a run that is going on now (a resume) rewrites summary.json only at its end
-    results = run_dir / "results.jsonl"
-    if results.exists() and results.stat().st_mtime > (run_dir / "summary.json").stat().st_mtime + 1:
+    # the summary counted the results.jsonl it stamped: a file changed since (a resume going
+    # on, an edit, a corrupted line) or a summary without a stamp (an older version's) is
+    # read from the records
+    if "results_file" not in summary or summary["results_file"] != results_stamp(run_dir):
         return None
     return RunLine(run_id=run_dir.name, started=config.get("started_at") or config.get("written_at"),
                    mode=(config.get("config") or {}).get("mode") or "?", finished=finished, total=total,
