@@ -200,7 +200,10 @@ def main(argv: list[str] | None = None) -> int:
         # a desktop's /tmp differs from boot to boot with when its AT-SPI bus came up
         verify_reset="off"))).run()
     records = [json.loads(line) for line in (outcome.run_dir / "results.jsonl").read_text().splitlines()]
-    return report(folder, index, [r for r in records if r.get("final")], outcome.run_dir)
+    # each sample's last word: its final record, or the one of a sample never graded
+    from parallel_rollout.records import sample_ends
+
+    return report(folder, index, list(sample_ends(records).values()), outcome.run_dir)
 
 
 def report(folder: Path, index: dict[str, list[str]], finals: list[dict], run_dir: Path) -> int:

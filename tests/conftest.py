@@ -164,12 +164,17 @@ def read_results(run_dir: Path) -> list[dict]:
 
 
 def finals_by_key(records: list[dict]) -> dict[str, list[dict]]:
-    """key -> the final records of that sample (exactly one is the only correct answer)."""
+    """key -> the final records of that sample (exactly one is the only correct answer), or,
+    for a sample with none that was never graded (infrastructure failures past its retries),
+    its ``never_graded`` records (exactly one too: a resume that grades it writes a final)."""
     out: dict[str, list[dict]] = {}
+    never: dict[str, list[dict]] = {}
     for record in records:
         if record.get("final"):
             out.setdefault(record["key"], []).append(record)
-    return out
+        elif record.get("never_graded"):
+            never.setdefault(record["key"], []).append(record)
+    return out | {key: rs for key, rs in never.items() if key not in out}
 
 
 def assert_exactly_once(run_dir: Path, keys: set[str]) -> dict[str, dict]:

@@ -4,6 +4,7 @@ that ended complete, interrupted (SIGINT) and partial (pool exhausted)."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import shutil
 import subprocess
@@ -252,8 +253,40 @@ def test_runs_list_reads_a_results_file_changed_since_its_summary(tmp_path):
     lines[1] = "{" + lines[1][1:].replace('"', "'", 1)  # the same size, no longer JSON
     results.write_text("".join(lines))
     summary = out / "r" / "summary.json"
-    import os
     os.utime(summary, ns=(results.stat().st_mtime_ns, results.stat().st_mtime_ns))  # not older
     as_json = CliRunner().invoke(main, ["runs", "list", "--output-dir", str(out), "--json"])
     row = json.loads(as_json.output)
     assert row["status"] == "unreadable" and row["problem"].startswith("results.jsonl:2: corrupted record"), row
+
+
+def _never_graded_run(tmp_path, monkeypatch):
+    """Run r: ok0, ok1 succeed, bad fails, lost's one attempt (--max-retries 0) dies with its
+    worker: never graded (exit 1)."""
+    monkeypatch.setenv("PR_CHAOS_DIR", str(tmp_path))
+    monkeypatch.syspath_prepend(str(ROOT / "tests"))
+    tasks = [shell_task("ok0"), shell_task("ok1"), failing("bad"), shell_task("lost", chaos="sigkill")]
+    first = real_run(tmp_path, "r", tasks, agent="chaos_plugins:ChaosAgent", max_retries=0)
+    assert first.exit_code == exit_codes.EXIT_ABORTED
+    return tmp_path / "out"
+
+
+def test_a_resumed_never_graded_sample_has_one_final_line(tmp_path, monkeypatch):
+    """A sample that used up its retries on infrastructure failures is never graded: its last
+    record is `never_graded`, not `final`, so after a resume grades it results.jsonl holds one
+    `"final": true` line per sample (a plain `select(.final)` counts each once; there were
+    two, the worker_died one and the success)."""
+    out = _never_graded_run(tmp_path, monkeypatch)
+    results = out / "r" / "results.jsonl"
+    lost = [json.loads(line) for line in results.read_text().splitlines() if '"lost#0"' in line]
+    assert [(r["final"], r.get("never_graded"), r["status"]) for r in lost] == [(False, True, "worker_died")]
+
+    again = subprocess.run([sys.executable, str(ROOT / "run_parallel_rollout.py"), "--output-dir", str(out),
+                            "--run-id", "r", "--resume", "--no-progress"], capture_output=True, text=True,
+                           timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT / "tests")})
+    assert again.returncode == 0, again.stderr
+    records = [json.loads(line) for line in results.read_text().splitlines()]
+    finals = [r["key"] for r in records if r["final"]]
+    assert sorted(finals) == ["bad#0", "lost#0", "ok0#0", "ok1#0"]  # one each: no double count
+    assert [r["attempt"] for r in records if r["key"] == "lost#0"] == [0, 1]
+    row = json.loads(CliRunner().invoke(main, ["runs", "list", "--output-dir", str(out), "--json"]).output)
+    assert (row["status"], row["success_rate"], row["finished"]) == ("complete", 0.75, 4)

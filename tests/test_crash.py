@@ -93,13 +93,15 @@ def test_crash_table(tmp_path, monkeypatch, fault):
 
 
 def test_retries_stop_at_max_retries(tmp_path, monkeypatch):
-    """An infrastructure failure on every attempt ends as one final, ungraded record."""
+    """An infrastructure failure on every attempt ends as one ``never_graded`` record (not
+    final: it has no score, so it is not the one that counts)."""
     monkeypatch.setenv("PR_CHAOS_DIR", str(tmp_path))
     tasks = [shell_task("a"), shell_task("doomed", chaos="sigkill_always")]
     outcome = run(tmp_path, tasks, max_retries=1)
     finals = assert_exactly_once(outcome.run_dir, {"a#0", "doomed#0"})
     assert finals["a#0"]["status"] == "success"
     assert finals["doomed#0"]["infrastructure"] and finals["doomed#0"]["attempt"] == 1
+    assert finals["doomed#0"]["never_graded"] and not finals["doomed#0"]["final"]
     assert [r["attempt"] for r in read_results(outcome.run_dir) if r["key"] == "doomed#0"] == [0, 1]
 
 
@@ -187,3 +189,4 @@ def test_a_result_no_json_line_can_hold_fails_its_sample_not_the_run(tmp_path, m
         assert not finals[key]["infrastructure"] and finals[key]["attempt"] == 0
     assert "nan" in finals["t1#0"]["failure"]["message"]
     assert "lone surrogate" in finals["t4#0"]["failure"]["message"]
+

@@ -123,7 +123,8 @@ def test_a_task_whose_own_files_are_missing_is_never_graded_until_they_are_there
     assert first.exit_code == 1, first.output
     assert "2 sample(s) were never graded" in first.output and "setup_failed 2" in first.output
     records = read_results(tmp_path / "out" / "files")
-    finals = {r["key"]: r for r in records if r.get("final")}
+    assert not any(r["final"] for r in records)  # never graded: no record that counts
+    finals = {r["key"]: r for r in records if r.get("never_graded")}
     assert {k: (r["status"], r["infrastructure"]) for k, r in finals.items()} == {
         "seeded#0": ("setup_failed", True), "gold#0": ("setup_failed", True)}
     assert "input.txt" in finals["seeded#0"]["failure"]["message"]

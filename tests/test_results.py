@@ -48,13 +48,19 @@ def test_append_load_round_trip(tmp_path):
     store.append(record("b#0", 0, status="failure", reward=0.0))
     store.append(record("c#0", 0, final=False, status="worker_died", reward=0.0, infrastructure=True))
     store.append({**record("d#0"), "note": "ünïcødé \u2028 line separator"})
+    # e#0 never graded (its retries used up), then graded by a resume: that record ends it
+    store.append({**record("e#0", 0, final=False, status="vm_error", reward=0.0, infrastructure=True),
+                  "never_graded": True})
+    store.append(record("e#0", 1))
     store.close()
     index = ResultStore(tmp_path).load()
-    assert index.records == 5 and index.torn_bytes == 0
-    assert set(index.final) == {"a#0", "b#0", "d#0"}  # c#0 still needs a final attempt
-    assert index.attempts == {"a#0": 1, "b#0": 0, "c#0": 0, "d#0": 0}
+    assert index.records == 7 and index.torn_bytes == 0
+    assert set(index.final) == {"a#0", "b#0", "d#0", "e#0"}  # c#0 still needs a final attempt
+    assert index.final["e#0"]["attempt"] == 1
+    assert index.attempts == {"a#0": 1, "b#0": 0, "c#0": 0, "d#0": 0, "e#0": 1}
     assert index.final["d#0"]["note"] == "ünïcødé \u2028 line separator"
-    assert [r["key"] for r in read_records(tmp_path / "results.jsonl")] == ["a#0", "a#0", "b#0", "c#0", "d#0"]
+    assert [r["key"] for r in read_records(tmp_path / "results.jsonl")] == ["a#0", "a#0", "b#0", "c#0", "d#0",
+                                                                          "e#0", "e#0"]
 
 
 @pytest.mark.parametrize("field, value, says", [
@@ -247,7 +253,13 @@ def test_percentiles_interpolate_between_order_statistics():
     assert percentiles([3.0])["p50"] == 3.0
 
 
-def test_summary_counts_rates_groups_and_timings():
+@pytest.mark.parametrize("never_graded", [True, False], ids=["never_graded", "older-final"])
+def test_summary_counts_rates_groups_and_timings(never_graded):
+    """c#0 ran out of retries on an infrastructure failure: its record is ``never_graded``
+    (not final), or, written by an older version, final: the same summary either way."""
+    lost = record("c#0", status="worker_died", reward=0.0, infrastructure=True, mode="other", duration=None)
+    if never_graded:
+        lost.update(final=False, never_graded=True)
     records = [
         # task a: 3 samples, 1 success; task b: 3 samples, 3 successes (one after a retry)
         record("a#0", status="success", tags=("x",), duration=1.0),
@@ -258,7 +270,7 @@ def test_summary_counts_rates_groups_and_timings():
         record("b#1", status="success", tags=("y",), duration=6.0),
         record("b#2", status="success", tags=("y",), duration=7.0),
         # task c: 3 samples, an infrastructure failure that ran out of retries: no score, no 0
-        record("c#0", status="worker_died", reward=0.0, infrastructure=True, mode="other", duration=None),
+        lost,
         record("c#1", status="failure", reward=0.0, mode="other", duration=8.0),
         record("c#2", status="success", mode="other", duration=9.0),
     ]
@@ -267,14 +279,15 @@ def test_summary_counts_rates_groups_and_timings():
     assert s["status_counts"] == {"failure": 2, "max_turns": 1, "success": 5, "worker_died": 1}
     assert s["successes"] == 5 and s["success_rate"] == round(5 / 9, 4)
     assert s["success_rate_graded"] == round(5 / 8, 4)
+    assert s["ungraded"] == 1 and s["attempts_left_to_resume"] == 0
     assert s["mean_reward"] == round(5.5 / 8, 4)  # over the graded samples
     assert s["attempts"] == 10 and s["retried_attempts"] == 1
     assert s["per_mode"]["shell"] == {"finished": 6, "successes": 4, "success_rate": round(4 / 6, 4),
                                       "mean_reward": round(4.5 / 6, 4)}
     assert s["per_mode"]["other"]["finished"] == 3 and s["per_mode"]["other"]["successes"] == 1
     assert s["per_mode"]["other"]["mean_reward"] == 0.5  # c#1 and c#2; c#0 has no score
-    assert s["per_tag"] == {"x": {"finished": 4, "success_rate": 0.5, "mean_reward": round(2.5 / 4, 4)},
-                            "y": {"finished": 3, "success_rate": 1.0, "mean_reward": 1.0}}
+    assert s["per_tag"] == {"x": {"finished": 4, "successes": 2, "success_rate": 0.5, "mean_reward": round(2.5 / 4, 4)},
+                            "y": {"finished": 3, "successes": 3, "success_rate": 1.0, "mean_reward": 1.0}}
     # pass@k over each task's graded samples: c has 2, so none of pass@3
     expected_k1 = (pass_at_k(3, 1, 1) + pass_at_k(3, 3, 1) + pass_at_k(2, 1, 1)) / 3
     expected_k3 = (pass_at_k(3, 1, 3) + pass_at_k(3, 3, 3)) / 2

@@ -19,8 +19,8 @@ thread, or on the thread that calls ``close``, and must not block for long)::
                                  # the workers, log "[Concurrency] Set max concurrent
                                  # rollouts to C" once; returns at once
     engine.submit(Assignment(task, sample_idx, attempt, name=..., meta={...}), on_final)
-                                 # on_final(record) is called once, with the FINAL record
-                                 # (after the engine's own retries of infrastructure failures)
+                                 # on_final(record): once, with the sample's last record
+                                 # (final, or never_graded after --max-retries)
     engine.cancel(key)           # pending: dropped; running: the worker aborts its model request and
                                  # ends the episode (else at its next turn; no worker is killed, a loop
                                  # ignoring it meets --task-timeout); on_final is never called
@@ -46,12 +46,13 @@ thread, or on the thread that calls ``close``, and must not block for long)::
   The in-flight counter is the one semaphore shared by every loop of every worker; unlike a
   ``multiprocessing.Semaphore`` it cannot leak a permit when a holder is killed.
 * **Failure policy.** Infrastructure failures (``vm_error``, ``guest_unreachable``,
-  ``worker_died``, ``lease_timeout``, ``model_unavailable``) are retried up to ``--max-retries`` and never graded;
-  everything else is a graded, final outcome. A front end's ``stop_on`` may stop the
+  ``worker_died``, ``lease_timeout``, ``model_unavailable``) are retried up to ``--max-retries`` and never graded
+  (the last attempt is ``never_graded``, not ``final``: no score, not the record that counts;
+  a resume runs it again); everything else is a graded, final outcome. ``stop_on`` may stop the
   engine at an attempt instead, which is then not final (the batch runner's, at a model
   endpoint that fails attempt after attempt). The engine accepts at most one record per
-  attempt, so nothing is counted twice; every attempt's record goes to ``record_sink``
-  (with ``final`` and ``run_id`` set) before the final one goes to ``on_final``.
+  attempt, so nothing is counted twice; every attempt's record goes to ``record_sink`` (with
+  ``final`` and ``run_id`` set) before the sample's last goes to ``on_final``.
 * **Pool** (``pool.manager``) lives in its own Manager process (``pool.server``); if it dies the engine stops
   with ``error`` set and every finished record already delivered.
 """
@@ -139,16 +140,14 @@ class Engine:
         self._sink = record_sink
         #: the front end's reason to stop at an attempt (its record then not final), or None
         self._stop_on = stop_on
-        #: why the engine stopped on its own, or None
-        self.error: str | None = None
+        self.error: str | None = None  # why the engine stopped on its own
         #: the pool's stats taken after its shutdown (every reset counted), for summaries
         self.final_pool_stats: dict[str, Any] | None = None
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
         self._pending: deque[Assignment] = deque()
         self._subs: dict[str, _Submission] = {}
-        #: keys of cancelled submissions that may still be running: the engine loop looks at
-        #: these only, not at every submission (a scan of all is quadratic in a big run)
+        #: cancelled submissions that may still run: the loop scans these, not all (quadratic)
         self._cancelled: set[str] = set()
         self._paused = False
         #: task clocks held (wanted by a front end, applied by the engine thread)
@@ -157,16 +156,14 @@ class Engine:
         self._closing = False
         self._closed = False
         self._thread: threading.Thread | None = None
-        #: the engine thread's doorbell (a non-blocking pipe); one byte rings it however many
-        #: submits came meanwhile (``_wake``)
+        #: the engine thread's doorbell (a non-blocking pipe): one byte for any number of submits
         self._wake_r: int | None = None
         self._wake_w: int | None = None
         self._wake_lock = threading.Lock()
         self._rung = False
         self._events = None
         self.stats = _Stats()
-        #: the workers and pools: local processes or Ray actors (``backends``); it calls back
-        #: only through this engine's ``EngineHooks`` methods
+        #: the workers and pools (``backends``): it calls back only through ``EngineHooks``
         self.backend = make_backend(BackendSpec(config, self.run_dir, self.run_id, self.provider_cls,
                                                 self.provider_options), self)
 
@@ -455,7 +452,8 @@ class Engine:
                        reason=f"attempt {record['attempt']} failed with {record['status']}: "
                               f"{(record.get('failure') or {}).get('message', '')[:300]}")
         else:
-            record["final"] = True
+            # retries used up on an infrastructure failure: never graded, not the one that counts
+            record.update({"final": False, "never_graded": True} if record.get("infrastructure") else {"final": True})
             if loop_free and not self.closing:
                 # Its loop is free again (the backend settled the attempt before calling
                 # here): hand it the next attempt first, then write this record, so that
@@ -471,7 +469,7 @@ class Engine:
             except StorageError as exc:
                 self.stop(str(exc))
                 return
-        if not record["final"]:
+        if not (record["final"] or record.get("never_graded")):
             return
         with self._lock:
             self._settle(key)

@@ -16,7 +16,8 @@ per status and per worker see every attempt, whoever wrote it:
 
 Fields added later by their owners: ``trajectory`` and ``env_s`` (the worker: seconds in the
 env's reset, steps and grading), ``vms`` and ``lease_wait_s`` (the leaser), ``eval`` (the
-env), ``node`` (the ray backend), ``final`` and ``run_id`` (the engine).
+env), ``node`` (the ray backend), ``final``, ``never_graded`` and ``run_id`` (the engine).
+``sample_ends`` reads them back: the record that ended each sample.
 """
 
 from __future__ import annotations
@@ -185,3 +186,26 @@ def unsupported_record(sample: Any, features: list[str]) -> dict[str, Any]:
 def _identity(key: str, task: Any, sample_idx: int, attempt: int) -> dict[str, Any]:
     return {"key": key, "task_id": task.id, "sample_idx": sample_idx, "attempt": attempt,
             "mode": task.mode, "tags": list(task.tags)}
+
+
+def ends_sample(record: dict[str, Any], before: dict[str, Any] | None = None) -> bool:
+    """Whether ``record`` is (now) the one that ended its sample, ``before`` being the one
+    that did so far. Two kinds end a sample: a ``final: true`` record, the one that counts (a
+    plain ``select(.final)`` finds it alone), and a ``never_graded: true`` one (``final:
+    false``): an infrastructure failure after ``--max-retries``, which has no score (so no 0
+    either) and a resume runs again, so that a later final record does not make two. A file
+    from before ``never_graded`` marked that one ``final`` too: there the last final record
+    ends its sample. A graded final record stays the end (a resume never reruns it)."""
+    if not (record.get("final") or record.get("never_graded")):
+        return False
+    return before is None or not before.get("final") or bool(before.get("infrastructure"))
+
+
+def sample_ends(records: Any) -> dict[str, dict[str, Any]]:
+    """Sample key -> the record that ended it (:func:`ends_sample`): its final record, or the
+    last attempt of a sample never graded (``infrastructure`` says which)."""
+    ended: dict[str, dict[str, Any]] = {}
+    for record in records:
+        if ends_sample(record, ended.get(record.get("key"))):
+            ended[record["key"]] = record
+    return ended

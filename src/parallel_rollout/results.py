@@ -9,7 +9,8 @@ reading (``load``) changes nothing, the move (``repair``) waits until a resume h
 every check, so a refused resume leaves the folder as it found it.
 
 A record with ``final: true`` is the one that counts for its sample; resume never runs a
-sample that has one.
+sample that has one. A sample whose retries all ended on an infrastructure failure has none:
+its last record says ``never_graded: true`` (``records.sample_ends``), and a resume runs it.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from .errors import RolloutError, RunLocked
-from .records import replacement_record
+from .records import ends_sample, replacement_record, sample_ends
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +100,7 @@ class ResultStore:
                 ) from None
             index.records += 1
             index.attempts[key] = max(index.attempts.get(key, -1), attempt)
-            if record.get("final"):
+            if ends_sample(record, index.final.get(key)):
                 index.final[key] = record
         return index
 
@@ -300,7 +301,7 @@ def summarize(
     interrupted: bool = False,
 ) -> dict[str, Any]:
     """The run's summary.json: counts, rates, timings, VM utilization."""
-    finals = {r["key"]: r for r in records if r.get("final")}
+    finals = sample_ends(records)
     final_list = list(finals.values())
     statuses = Counter(r["status"] for r in final_list)
     scored = graded(final_list)
@@ -309,25 +310,20 @@ def summarize(
     def rate(part: int, whole: int) -> float | None:
         return round(part / whole, 4) if whole else None
 
-    per_mode: dict[str, dict[str, Any]] = {}
+    def figures(rs: list[dict[str, Any]]) -> dict[str, Any]:
+        """A mode's or a tag's counts, rate and mean reward (over its graded samples)."""
+        won = sum(1 for r in rs if r.get("success"))
+        return {"finished": len(rs), "successes": won, "success_rate": rate(won, len(rs)),
+                "mean_reward": mean_reward(rs)}
+
     by_mode: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for r in final_list:
-        by_mode[r.get("mode", "?")].append(r)
-    for mode, rs in sorted(by_mode.items()):
-        per_mode[mode] = {
-            "finished": len(rs),
-            "successes": sum(1 for r in rs if r.get("success")),
-            "success_rate": rate(sum(1 for r in rs if r.get("success")), len(rs)),
-            "mean_reward": mean_reward(rs),
-        }
-    per_tag: dict[str, dict[str, Any]] = {}
     by_tag: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for r in final_list:
+        by_mode[r.get("mode", "?")].append(r)
         for tag in r.get("tags") or []:
             by_tag[tag].append(r)
-    for tag, rs in sorted(by_tag.items()):
-        per_tag[tag] = {"finished": len(rs), "success_rate": rate(sum(1 for r in rs if r.get("success")), len(rs)),
-                        "mean_reward": mean_reward(rs)}
+    per_mode = {mode: figures(rs) for mode, rs in sorted(by_mode.items())}
+    per_tag = {tag: figures(rs) for tag, rs in sorted(by_tag.items())}
 
     pass_k = pass_at_k_table(final_list)
 
@@ -339,7 +335,7 @@ def summarize(
         last_attempt[r.get("key")] = max(last_attempt.get(r.get("key"), -1), r.get("attempt") or 0)
     left = sum(1 for r in records if not r.get("final") and r.get("key") not in finals
                and (r.get("attempt") or 0) == last_attempt[r.get("key")])
-    retried = sum(1 for r in records if not r.get("final")) - left
+    retried = sum(1 for r in records if not r.get("final") and not r.get("never_graded")) - left
     wall = time.time() - started_at
     summary = {
         "total_samples": total_samples,
@@ -348,8 +344,8 @@ def summarize(
         "interrupted": interrupted,
         "successes": successes,
         "success_rate": rate(successes, len(final_list)),
-        "success_rate_graded": rate(sum(1 for r in scored if r.get("success")), len(scored)),
-        # final after --max-retries infrastructure failures: no score (a resume runs them),
+        "success_rate_graded": rate(successes, len(scored)),
+        # ended after --max-retries infrastructure failures: no score (a resume runs them),
         # so no 0 in the mean reward either
         "ungraded": len(final_list) - len(scored),
         "mean_reward": mean_reward(final_list),

@@ -29,6 +29,7 @@ from .logs import NOT_ON_CONSOLE
 from .provenance import SCHEMA_VERSION
 from .report.files import CannotWrite, write_text_whole
 from .report.run_data import results_stamp
+from .records import sample_ends
 from .results import carry_over, read_records, summarize
 
 log = logging.getLogger("parallel_rollout")
@@ -94,7 +95,7 @@ def finish_run(config: RunConfig, run_dir: Path, run_id: str, *, total: int,
 def ungraded_message(records: list[dict[str, Any]], count: int, max_retries: int, resume_cmd: str) -> str:
     """Why a run whose samples all ended is no result yet: ``count`` of them ended on an
     infrastructure failure after their retries, so they have no score (not a 0)."""
-    finals = {r["key"]: r for r in records if r.get("final")}
+    finals = sample_ends(records)
     lost = sorted(key for key, r in finals.items() if r.get("infrastructure"))
     kinds = Counter(str(finals[key].get("status")) for key in lost)
     last = next((str((finals[key].get("failure") or {}).get("message") or "")[:300] for key in lost), "")

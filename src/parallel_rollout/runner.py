@@ -45,7 +45,7 @@ from .plugins import plugin_call
 from .pool.providers import get_provider
 from .pool.providers.common import check_name
 from .provenance import SCHEMA_VERSION, check_resume, provenance, recorded_config
-from .records import unsupported_record
+from .records import sample_ends, unsupported_record
 from .results import ResultStore, ResumeIndex, StorageError, lock_run_folder, read_records
 from .run_end import RunOutcome, finish_run, resume_command
 from .tasks import Sample, census_lines, expand, load_task_set, unsupported_message
@@ -252,7 +252,7 @@ class Runner:
         if not results_path.exists():
             return f"a new run folder {self.run_dir}"
         try:
-            finals = {r.get("key"): r for r in read_records(results_path) if r.get("final")}
+            finals = sample_ends(read_records(results_path))
         except StorageError as exc:
             raise ConfigError(f"cannot resume {self.run_id}: {exc}") from None
         keys = self._keys(samples)

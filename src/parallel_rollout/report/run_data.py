@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
+from ..records import sample_ends
 
 log = logging.getLogger(__name__)
 
@@ -113,8 +114,9 @@ class RunData:
 
     @property
     def finals(self) -> dict[str, dict[str, Any]]:
-        """Sample key -> the record that counts for it (the last final one)."""
-        return {r["key"]: r for r in self.records if r.get("final")}
+        """Sample key -> the record that ended it: the final one, the one that counts, or for
+        a sample never graded its last attempt (``records.sample_ends``)."""
+        return sample_ends(self.records)
 
     @property
     def mode(self) -> str:
