@@ -290,3 +290,20 @@ def test_a_resumed_never_graded_sample_has_one_final_line(tmp_path, monkeypatch)
     assert [r["attempt"] for r in records if r["key"] == "lost#0"] == [0, 1]
     row = json.loads(CliRunner().invoke(main, ["runs", "list", "--output-dir", str(out), "--json"]).output)
     assert (row["status"], row["success_rate"], row["finished"]) == ("complete", 0.75, 4)
+
+
+def test_runs_list_and_summary_give_the_graded_rate_and_say_ungraded(tmp_path, monkeypatch):
+    """A run with a sample never graded exited 1, and its console said "success rate of the
+    graded samples 66.7%, 1 never graded"; summary.json's success_rate and `runs list` said
+    50.0% (the never-graded sample counted as a failure) and `complete`. Both give the graded
+    samples' rate now, and `runs list` says `ungraded`, from summary.json or from the records."""
+    out = _never_graded_run(tmp_path, monkeypatch)
+    summary = json.loads((out / "r" / "summary.json").read_text())
+    assert summary["success_rate"] == summary["success_rate_graded"] == 0.6667 and summary["ungraded"] == 1
+    row = json.loads(CliRunner().invoke(main, ["runs", "list", "--output-dir", str(out), "--json"]).output)
+    assert (row["status"], row["success_rate"], row["finished"], row["total"]) == ("ungraded", 0.6667, 4, 4)
+    table = CliRunner().invoke(main, ["runs", "list", "--output-dir", str(out)]).output
+    assert "66.7%" in table and " ungraded" in table
+    (out / "r" / "results.jsonl").touch()  # changed since the summary: read from the records
+    row = json.loads(CliRunner().invoke(main, ["runs", "list", "--output-dir", str(out), "--json"]).output)
+    assert (row["status"], row["success_rate"]) == ("ungraded", 0.6667)

@@ -412,7 +412,8 @@ def runs() -> None:
 @click.option("--output-dir", default=_D.output_dir, show_default=True, help="The folder that holds the runs.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per run instead of a table.")
 def runs_list(output_dir: str, as_json: bool) -> None:
-    """Every run with its date, mode, samples, success rate and status (complete, partial, interrupted)."""
+    """Every run with its date, mode, samples, success rate (of the graded samples) and status (complete,
+    ungraded, partial, interrupted, unreadable)."""
     import json
 
     from .report.runs import format_runs, list_runs

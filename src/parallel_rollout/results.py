@@ -311,9 +311,9 @@ def summarize(
         return round(part / whole, 4) if whole else None
 
     def figures(rs: list[dict[str, Any]]) -> dict[str, Any]:
-        """A mode's or a tag's counts, rate and mean reward (over its graded samples)."""
+        """A mode's or a tag's: its rate and mean reward over its graded samples."""
         won = sum(1 for r in rs if r.get("success"))
-        return {"finished": len(rs), "successes": won, "success_rate": rate(won, len(rs)),
+        return {"finished": len(rs), "successes": won, "success_rate": rate(won, len(graded(rs))),
                 "mean_reward": mean_reward(rs)}
 
     by_mode: dict[str, list[dict[str, Any]]] = defaultdict(list)
@@ -343,10 +343,11 @@ def summarize(
         "unfinished": total_samples - len(final_list),
         "interrupted": interrupted,
         "successes": successes,
-        "success_rate": rate(successes, len(final_list)),
+        # over the graded samples, as the console and the report say it: one never graded
+        # (--max-retries infrastructure failures) has no score, so no 0 either; a resume
+        # runs it. success_rate_graded: the same figure, the name older versions gave it
+        "success_rate": rate(successes, len(scored)),
         "success_rate_graded": rate(successes, len(scored)),
-        # ended after --max-retries infrastructure failures: no score (a resume runs them),
-        # so no 0 in the mean reward either
         "ungraded": len(final_list) - len(scored),
         "mean_reward": mean_reward(final_list),
         "status_counts": dict(sorted(statuses.items())),

@@ -90,9 +90,10 @@ class Comparison:
     ungraded: int = 0
 
     def unfinished(self, side: str) -> str | None:
-        """"A is unfinished (interrupted: 2 of 12 samples final)" unless that run is complete."""
+        """"A is unfinished (interrupted: 2 of 12 samples final)" unless that run is complete
+        (or ended with samples never graded: those are left out, and said so)."""
         status = self.status_a if side == "A" else self.status_b
-        if status == "complete":
+        if status in ("complete", "ungraded"):
             return None
         total = self.total_a if side == "A" else self.total_b
         final = self.shared + self.ungraded + (self.only_a if side == "A" else self.only_b)

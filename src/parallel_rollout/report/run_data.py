@@ -133,14 +133,17 @@ class RunData:
         return min(times) if times else None
 
     def status(self) -> str:
-        """complete (every sample final), interrupted (stopped by a signal), or partial."""
+        """complete (every sample final), ungraded (every sample ended, some never graded:
+        infrastructure failures after --max-retries), interrupted (stopped by a signal), or
+        partial."""
         if self.summary is None:
             return "partial"
         if self.summary.get("interrupted"):
             return "interrupted"
         total = self.summary.get("total_samples")
-        if total is not None and len(self.finals) >= total:
-            return "complete"
+        finals = self.finals
+        if total is not None and len(finals) >= total:
+            return "ungraded" if any(r.get("infrastructure") for r in finals.values()) else "complete"
         return "partial"
 
 

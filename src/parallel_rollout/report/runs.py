@@ -3,12 +3,15 @@
 A run is a sub-folder holding ``config.json`` or ``results.jsonl``, named by the folder (what
 ``--run-id``, ``report`` and ``compare`` take: a copied folder is a run of its own name, not
 a second one of the id its config.json stores). Its line comes from
-``config.json`` (mode, when it was written) and ``summary.json`` (samples, success rate)
+``config.json`` (mode, when it was written) and ``summary.json`` (samples, success rate of
+the graded samples, as the console says it)
 while its results.jsonl is the one the summary counted (the size and modification time it
 stamped); a run with no summary (killed before writing one), or whose results.jsonl changed
 since (a resume going on, an edit), has its results.jsonl read. Status:
 
-* ``complete``: every sample has a final record;
+* ``complete``: every sample has a final record (every sample graded);
+* ``ungraded``: every sample ended, some never graded (an infrastructure failure after
+  ``--max-retries``: the run exited 1, ``--resume`` runs them again);
 * ``interrupted``: stopped by SIGINT/SIGTERM (``--resume`` continues it);
 * ``partial``: anything else short of complete: aborted, killed, or still running;
 * ``unreadable``: its results.jsonl has a corrupted line; ``problem`` names it
@@ -65,7 +68,7 @@ def _light(run_dir: Path) -> RunLine | None:
     if summary.get("interrupted"):
         status = "interrupted"
     elif total is not None and finished >= total:
-        status = "complete"
+        status = "ungraded" if summary.get("ungraded") else "complete"
     else:
         status = "partial"
     # the summary counted the results.jsonl it stamped: a file changed since (a resume going
@@ -75,7 +78,7 @@ def _light(run_dir: Path) -> RunLine | None:
         return None
     return RunLine(run_id=run_dir.name, started=config.get("started_at") or config.get("written_at"),
                    mode=(config.get("config") or {}).get("mode") or "?", finished=finished, total=total,
-                   success_rate=summary.get("success_rate"), status=status)
+                   success_rate=summary.get("success_rate_graded", summary.get("success_rate")), status=status)
 
 
 def _stored_config(run_dir: Path) -> dict:
@@ -108,8 +111,9 @@ def run_line(run_dir: Path) -> RunLine:
     total = (data.summary or {}).get("total_samples")
     status = data.status()
     successes = sum(1 for r in finals.values() if r.get("success"))
+    graded = sum(1 for r in finals.values() if not r.get("infrastructure"))  # as the console's rate
     return RunLine(run_id=run_dir.name, started=written or data.started_at, mode=data.mode, finished=len(finals),
-                   total=total, success_rate=round(successes / len(finals), 4) if finals else None, status=status)
+                   total=total, success_rate=round(successes / graded, 4) if graded else None, status=status)
 
 
 def list_runs(output_dir: str | Path) -> list[RunLine]:
