@@ -42,8 +42,8 @@ class ChaosAgent(OracleAgent):
     """The oracle, breaking on a chaos task's first attempt."""
 
     #: every kind it knows: another is a test's typo, which would pass as no chaos at all
-    KINDS = frozenset({"exit", "hang", "kill_sandbox", "nan_result", "raise", "sigkill", "sigkill_always",
-                       "system_exit", "unencodable_result", "unpicklable"})
+    KINDS = frozenset({"exit", "hang", "kill_sandbox", "nan_result", "raise", "remove_socket", "sigkill",
+                       "sigkill_always", "system_exit", "unencodable_result", "unpicklable"})
 
     def reset(self, task) -> None:
         super().reset(task)
@@ -74,6 +74,10 @@ class ChaosAgent(OracleAgent):
                 # What a host's OOM killer or an operator does: every process of the sandbox
                 # this task leased, from the host.
                 kill_leased_sandbox(self.config, f"{self._task.id}#0")
+                return {"command": "true"}
+            if self.kind == "remove_socket":
+                # What an operator's `find … -name agent.sock -delete` does, from the host
+                remove_leased_socket(self.config, f"{self._task.id}#0")
                 return {"command": "true"}
         return super().act(observation)
 
@@ -132,6 +136,20 @@ def kill_leased_sandbox(config, key: str) -> None:
                 proc.kill()
             except psutil.NoSuchProcess:
                 pass
+
+
+def remove_leased_socket(config, key: str) -> None:
+    """Remove the agent socket of every folder of the process VM leased to ``key`` (found in
+    the run's events.jsonl) on the host; its sandbox runs on, unreachable."""
+    from parallel_rollout.pool.providers import standby
+    from parallel_rollout.pool.providers.common import run_folders
+
+    events = Path(config.output_dir) / config.run_id / "events.jsonl"
+    leases = [json.loads(line) for line in events.read_text().splitlines()]
+    vm = [e["vm"] for e in leases if e.get("to") == "leased" and e.get("task") == key][-1]
+    [run_dir] = run_folders(Path(os.environ["PARALLEL_ROLLOUT_PROCESS_DIR"]), config.run_id)
+    for folder in standby.folders(run_dir, vm):
+        (folder / "sock" / "agent.sock").unlink(missing_ok=True)
 
 
 class BrokenConstructorAgent(OracleAgent):

@@ -13,7 +13,7 @@ import json
 
 import pytest
 
-from conftest import assert_exactly_once, read_results, shell_task, write_tasks
+from conftest import ROOT, assert_exactly_once, read_results, shell_task, write_tasks
 from parallel_rollout.config import build_config
 from parallel_rollout.runner import Runner
 
@@ -190,3 +190,29 @@ def test_a_result_no_json_line_can_hold_fails_its_sample_not_the_run(tmp_path, m
     assert "nan" in finals["t1#0"]["failure"]["message"]
     assert "lone surrogate" in finals["t4#0"]["failure"]["message"]
 
+
+def test_a_socket_removed_from_outside_is_the_pool_s_failure_not_the_task_s(tmp_path, monkeypatch):
+    """Through the CLI: a process VM's agent.sock deleted on the host mid-task (an operator's
+    `find … -name agent.sock -delete`; no code in the sandbox sees that folder) was graded as
+    the task's final `sandbox_violation` (0, never retried). It is `vm_error` (`VMKilled`,
+    the removal named), retried on the restarted VM, where the task succeeds."""
+    from click.testing import CliRunner
+
+    from parallel_rollout.cli import main
+
+    monkeypatch.setenv("PR_CHAOS_DIR", str(tmp_path))
+    monkeypatch.syspath_prepend(str(ROOT / "tests"))
+    data = write_tasks(tmp_path / "t.jsonl", [shell_task("gone", chaos="remove_socket"), shell_task("ok")])
+    result = CliRunner().invoke(main, [
+        "run", "--mode", "shell", "--data", str(data), "--agent", "chaos_plugins:ChaosAgent", "--num-rollouts", "1",
+        "--num-vms", "1", "--use-vm-pool", "--output-dir", str(tmp_path / "out"), "--run-id", "sock",
+        "--no-progress"])
+    run_dir = tmp_path / "out" / "sock"
+    records = [r for r in read_results(run_dir) if r["key"] == "gone#0"]
+    assert result.exit_code == 0, (result.output, records)
+    first = records[0]
+    assert first["status"] == "vm_error" and first["infrastructure"] and not first["final"], first
+    assert first["failure"]["type"] == "VMKilled", first
+    assert "agent.sock was removed from outside" in first["failure"]["message"], first
+    finals = assert_exactly_once(run_dir, {"gone#0", "ok#0"})
+    assert finals["gone#0"]["status"] == "success" and finals["gone#0"]["attempt"] == 1

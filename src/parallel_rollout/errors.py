@@ -101,7 +101,8 @@ class SandboxViolation(VMError):
 class VMKilled(RolloutError):
     """A VM died under a task of something the task did not do, as its provider tells
     (``Provider.death_cause``: its sandbox killed by a signal the pool did not send, its
-    agent stopped or traced from outside, the host's OOM killer, the machine gone): infrastructure, retried on another VM, never the
+    agent stopped or traced from outside, the host's OOM killer, the machine gone, a process
+    VM's socket removed on the host): infrastructure, retried on another VM, never the
     task's ``sandbox_violation``. Recorded as ``vm_error``; its message says why. Not a
     VMError, so that nothing on its way out grades it as the task's again."""
 

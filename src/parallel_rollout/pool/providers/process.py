@@ -326,8 +326,11 @@ class ProcessProvider(Provider):
         return process_and_agent_healthy(info, timeout_s=2.0)
 
     def death_cause(self, info: VMInfo) -> str | None:
-        """Why the sandbox died, when its task cannot have done it (``sandbox_processes``)."""
-        return death_cause(info.private, self._uids.uid(Path(info.private["vm_dir"]).name))
+        """Why the sandbox died or cannot be reached, when its task cannot have done it: its
+        socket removed on the host (``sandbox_fs.socket_removed``), else ``sandbox_processes``."""
+        vm_dir = Path(info.private["vm_dir"])
+        return (sandbox_fs.socket_removed(vm_dir / "sock" / SOCKET_NAME)
+                or death_cause(info.private, self._uids.uid(vm_dir.name)))
 
     def stop(self, info: VMInfo) -> None:
         """Kill the sandbox and remove its folder and cgroups; a second call does nothing."""

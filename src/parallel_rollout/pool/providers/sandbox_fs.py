@@ -48,6 +48,18 @@ def listen(path: Path) -> socket.socket:
     return listener
 
 
+def socket_removed(path: Path) -> str | None:
+    """Why the agent's socket at ``path`` (``listen``'s) cannot be reached, when it was
+    removed on the host, with its folder or the VM's: no code in the sandbox sees that
+    folder, so it is not the task's doing. None while the socket is there."""
+    if path.is_socket():
+        return None
+    gone = next((folder for folder in (path.parent.parent, path.parent) if not folder.is_dir()), None)
+    what = f"its folder {gone}" if gone is not None else f"its agent's socket {path}"
+    return (f"{what} was removed from outside (no code in the sandbox sees that folder: not the "
+            "task's doing)")
+
+
 def system_binds() -> list[str]:
     """Read-only binds of the system folders; merged-/usr symlinks stay symlinks."""
     args = []
