@@ -410,3 +410,28 @@ def test_a_sweep_of_orphans_leaves_a_live_pools_unlabelled_folder(base_dir, owne
         assert swept == [] and (pool / "vm0").is_dir() and (pool / "vm0.c").is_dir()
     else:
         assert swept == ["same/vm0"] and not pool.exists()
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None, reason="needs root and unshare")
+def test_a_sweep_in_another_pid_namespace_leaves_a_live_pool_alone(base_dir):
+    """`unshare --pid --fork --mount-proc parallel-rollout vms sweep` sees no process of the
+    live pool's (its pid means nothing there) and removed its VMs ("removed 2 process
+    VM(s)"), though `vms sweep` says a live run's VMs are never removed. The pool holds a
+    lock on its folder (flock: the folder's, in every namespace); once its owner is gone the
+    same sweep takes them."""
+    owner, pids = _start_owner("live", base_dir)
+    env = {**os.environ, "PARALLEL_ROLLOUT_PROCESS_DIR": str(base_dir)}
+    argv = ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-m", "parallel_rollout", "vms", "sweep"]
+    try:
+        swept = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
+        assert swept.returncode == 0, swept.stderr
+        assert swept.stdout.strip() == "removed 0 process VM(s)", swept.stdout
+        assert all(_alive(p) for p in pids) and len(run_folders(base_dir, "live")) == 1
+    finally:
+        owner.kill()
+        owner.wait()
+    deadline = time.monotonic() + 3
+    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    swept = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
+    assert swept.stdout.strip() == "removed 2 process VM(s): live/vm0, live/vm1", (swept.stdout, swept.stderr)

@@ -10,7 +10,11 @@ folder (they did: the second run's boots failed, "already running", and spent it
 replacements). ``sweep_vm_folders`` walks those folders: every VM of a run (each pool's, and
 the unkeyed ``<base>/<run_id>`` of earlier versions), or, without a run id, those whose owning
 process is gone. A recorded pid is trusted only while it is the same process
-(``same_process``: its start time, so a recycled pid is never killed).
+(``same_process``: its start time, so a recycled pid is never killed). A pid means nothing
+to a sweep in another PID namespace (``unshare --pid --mount-proc``: no such process there),
+so a pool also holds a lock on its folder while it lives (``hold_pool_lock``: flock, which is
+the folder's in every namespace), and a sweep leaves a pool folder whose lock is held
+(``pool_locked``) as it does one whose owner's pid runs.
 
 **Start times** are psutil's (``psutil.Process.create_time``: the start in clock ticks since
 boot from ``/proc/PID/stat``, over the ticks per second, plus the boot time from
@@ -27,6 +31,7 @@ following it.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import functools
 import hashlib
 import json
@@ -227,6 +232,61 @@ def owner_alive(meta: dict) -> bool:
     return same_process(meta.get("owner_pid"), meta.get("owner_create_time"))
 
 
+#: pool folder -> the descriptor through which this process holds its lock (``hold_pool_lock``)
+_pool_locks: dict[str, int] = {}
+
+
+def hold_pool_lock(pool_dir: Path) -> None:
+    """Hold a shared flock on ``pool_dir`` (the folder of this process's pool) until this
+    process exits: what tells a sweep the pool is live where its owner's pid tells nothing
+    (the sweep in another PID namespace). Called at each VM folder made: a pool folder made
+    anew (its last VM's stop removed the old one) is locked again. Best effort: without it
+    the owner's pid still says the pool lives."""
+    key = str(pool_dir)
+    held = _pool_locks.get(key)
+    try:
+        now = os.stat(pool_dir)
+        if held is not None and (os.fstat(held).st_ino, os.fstat(held).st_dev) == (now.st_ino, now.st_dev):
+            return
+        fd = os.open(pool_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return
+    fcntl.flock(fd, fcntl.LOCK_SH)  # a sweep holds it exclusively for a moment at most
+    if held is not None:
+        os.close(held)
+    _pool_locks[key] = fd
+
+
+def _drop_inherited_pool_locks() -> None:
+    """A forked child closes its copies of the parent's lock descriptors: the lock must end
+    with the pool's owner, not with a child that outlives it."""
+    for fd in _pool_locks.values():
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _pool_locks.clear()
+
+
+os.register_at_fork(after_in_child=_drop_inherited_pool_locks)
+
+
+def pool_locked(pool_dir: Path) -> bool:
+    """Whether a live process holds ``pool_dir``'s lock (``hold_pool_lock``), in whatever
+    PID namespace it runs."""
+    try:
+        fd = os.open(pool_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)  # and with it the lock just taken
+    return False
+
+
 def check_vm_folder_free(run_id: str, vm_id: str, meta: dict | None, running: bool) -> None:
     """VMError unless a boot of ``vm_id`` may take the folder whose meta.json is ``meta``:
     not while its VM is ``running``, nor while it names a live owner other than this process
@@ -353,10 +413,11 @@ def sweep_vm_folders(base: Path, run_id: str | None,
     removed = []
     for run_dir in run_folders(base, run_id):
         metas = {vm_dir: read_meta(vm_dir) or {} for vm_dir in vm_folders(run_dir)}
-        # A pool folder is one pool's: where a label names its owner alive, a folder with no
-        # label yet is one that pool is making (labelled a moment after its mkdir: a standby
-        # boot beside another), not a leftover.
-        live = any(owner_alive(meta) for meta in metas.values())
+        # A pool folder is one pool's: where a label names its owner alive (or its lock is
+        # held: an owner in another PID namespace), a folder with no label yet is one that
+        # pool is making (labelled a moment after its mkdir: a standby boot beside another),
+        # not a leftover.
+        live = pool_locked(run_dir) or any(owner_alive(meta) for meta in metas.values())
         for vm_dir, meta in metas.items():
             if (run_id is None or orphans_only) and live:
                 continue  # a live run: not ours to sweep
