@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from .errors import RolloutError, RunLocked
+from .errors import ConfigError, RolloutError, RunLocked
 from .records import ends_sample, replacement_record, sample_ends
 
 log = logging.getLogger(__name__)
@@ -429,4 +429,6 @@ def lock_run_folder(run_dir: Path, hint: str = "choose another --run-id") -> Any
     except filelock.Timeout:
         raise RunLocked(f"another run is writing to {run_dir} (its lock is held); wait for it to "
                         f"finish or {hint}") from None
+    except OSError as exc:  # read-only, removed: a usage error as a new run's mkdir failing is
+        raise ConfigError(f"cannot lock the run folder {run_dir}: {exc.strerror or exc}") from None
     return lock
