@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -33,3 +34,23 @@ def test_resuming_into_a_read_only_run_folder_is_a_usage_error(tmp_path):
     assert done.exit_code == EXIT_USAGE, (done.output, done.exception)
     assert f"cannot lock the run folder {run_dir}: Operation not permitted" in done.output
     assert "Traceback" not in done.output
+
+
+def test_a_corrupt_config_json_resumes_with_the_flags_given_and_the_data_still_checked(tmp_path):
+    data = write_tasks(tmp_path / "tasks.jsonl", [shell_task("a"), shell_task("b")])
+    flags = ["--mode", "shell", "--data", str(data), "--run-id", "cj"]
+    assert cli(tmp_path, *flags, "--limit", "1").exit_code == 0
+    config = tmp_path / "out" / "cj" / "config.json"
+    config.write_text(config.read_text()[:40])  # cut short
+    alone = cli(tmp_path, "--run-id", "cj", "--resume")
+    assert alone.exit_code == EXIT_USAGE
+    assert "unreadable run config" in alone.output and "resume with every flag the run was started with" in alone.output
+    # the advice works: every flag given again, the task data checked against summary.json
+    write_tasks(data, [shell_task("a"), shell_task("c")])
+    changed = cli(tmp_path, *flags, "--resume")
+    assert changed.exit_code == EXIT_USAGE and f"the task file {data} changed since the run started" in changed.output
+    write_tasks(data, [shell_task("a"), shell_task("b")])
+    resumed = cli(tmp_path, *flags, "--resume")
+    assert resumed.exit_code == 0, (resumed.output, resumed.exception)
+    assert "2/2 samples finished, 2 succeeded" in resumed.output
+    assert json.loads(config.read_text())["run_id"] == "cj"  # written anew

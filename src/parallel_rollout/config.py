@@ -401,7 +401,10 @@ def _stored_settings(values: dict[str, Any]) -> dict[str, Any]:
     except FileNotFoundError:
         return {}
     except (ValueError, KeyError, TypeError) as exc:
-        raise ConfigError(f"{path}: unreadable run config ({exc}); resume with every flag given") from None
+        if values.get("data"):  # every flag given: the runner checks the data against summary.json
+            return {}
+        raise ConfigError(f"{path}: unreadable run config ({exc}); resume with every flag the run was "
+                          "started with given again (--data, --mode, --agent …)") from None
     return {name: stored[name] for name in names & set(_FIELDS) if name not in ("resume", "run_id")}
 
 

@@ -47,7 +47,7 @@ from .pool.providers.common import check_name
 from .provenance import SCHEMA_VERSION, check_resume, provenance, recorded_config
 from .records import sample_ends, unsupported_record
 from .results import ResultStore, ResumeIndex, StorageError, lock_run_folder, read_records
-from .run_end import RunOutcome, finish_run, resume_command
+from .run_end import RunOutcome, finish_run, read_summary, resume_command
 from .tasks import Sample, census_lines, expand, load_task_set, unsupported_message
 
 log = logging.getLogger("parallel_rollout")
@@ -226,7 +226,14 @@ class Runner:
         try:
             stored = json.loads(config_path.read_text()) if config_path.exists() else None
         except ValueError as exc:
-            raise ConfigError(f"cannot resume {self.run_id}: {config_path} is not JSON ({exc})") from None
+            if not (has_results and self.config.resume):
+                raise ConfigError(f"cannot resume {self.run_id}: {config_path} is not JSON ({exc})") from None
+            # resumed with its flags given (config.build_config): the task data is checked
+            # against the hashes summary.json keeps; its config.json is written anew
+            made = (read_summary(self.run_dir) or {}).get("provenance")
+            log.warning("%s is not JSON (%s): resuming with the settings given%s", config_path, exc,
+                        "" if made else "; nor is there a summary.json: the task data cannot be checked")
+            stored = {"provenance": made} if made else None
         if has_results and stored is not None:
             check_resume(self.run_id, stored, self.config, self._provenance)
         return stored
