@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class RolloutError(Exception):
     """Base of every error the runner itself raises."""
@@ -165,6 +167,16 @@ class InterruptedBeforeStart(KeyboardInterrupt):
     def __init__(self, signum: int) -> None:
         super().__init__(f"interrupted by signal {signum} before the run started: nothing ran")
         self.signum = signum
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """``api.run``: Ctrl-C or SIGTERM stopped a run that had started; it was closed as the
+    CLI closes one (summary written, resumable) and ``outcome`` is its RunOutcome (exit code
+    130). A KeyboardInterrupt, so that a script looping over runs stops as Ctrl-C stops Python."""
+
+    def __init__(self, outcome: Any, resume: str) -> None:
+        super().__init__(f"the run in {outcome.run_dir} was interrupted and closed; {resume} continues it")
+        self.outcome = outcome
 
 
 def raise_interrupted(signum: int, frame: object) -> None:

@@ -33,7 +33,7 @@ from .agents import get_agent
 from .agents.base import MODEL_OPTIONS
 from .agents.episode import EndpointRefused, ModelUnavailable
 from .agents.model_checks import check_agent
-from .config import RunConfig, data_required, default_run_id
+from .config import PYTHON_CALL, RunConfig, data_required, default_run_id
 from .engine import Engine
 from .envs import get_env, task_validators, with_mode_defaults
 from .envs.registry import answer_like_warnings
@@ -220,8 +220,9 @@ class Runner:
         results_path = self.run_dir / "results.jsonl"
         has_results = results_path.exists() and results_path.stat().st_size > 0
         if has_results and not self.config.resume:
-            raise ConfigError(f"{self.run_dir} already holds results; add --resume to continue that "
-                              "run or pick a new --run-id")
+            python = PYTHON_CALL in self.config.sources.values()  # said as run()'s caller spells it
+            raise ConfigError(f"{self.run_dir} already holds results; add {'resume=True' if python else '--resume'} "
+                              f"to continue that run or pick a new {'run_id' if python else '--run-id'}")
         self._provenance = provenance(self.config, endpoints=self._endpoints())
         try:
             stored = json.loads(config_path.read_text()) if config_path.exists() else None

@@ -99,6 +99,8 @@ class RunData:
         results = run_dir / "results.jsonl"
         # a file (its results.jsonl, say) is no folder to read config.json from
         config_doc = _read_json(run_dir / "config.json") if run_dir.is_dir() else None
+        if not run_dir.exists():
+            raise NotARunFolder(f"{run_dir}: no such folder")
         if not run_dir.is_dir() or (config_doc is None and not results.exists()):
             raise NotARunFolder(f"{run_dir}: not a run folder (no config.json or results.jsonl)")
         records = _read_results(results) if results.exists() else []

@@ -1,0 +1,91 @@
+"""The Python API as a script meets it: an interrupted run, a script without a main guard,
+the errors' wording (said as Python spells the settings)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from textwrap import dedent
+
+import pytest
+
+from conftest import ROOT, shell_task, write_tasks
+from parallel_rollout.api import ConfigError, NotARunFolder, load_run, run
+from test_runner import wait_for_results
+
+
+def _script(tmp_path, body: str):
+    data = write_tasks(tmp_path / "tasks.jsonl", [shell_task(f"k{i}", reference=["sleep 0.3", f"touch ~/k{i}.done"])
+                                                  for i in range(20)])
+    path = tmp_path / "script.py"
+    path.write_text(dedent(body).format(data=str(data), out=str(tmp_path / "out")))
+    return path
+
+
+def test_ctrl_c_stops_a_script_that_loops_over_runs(tmp_path):
+    script = _script(tmp_path, """\
+        from parallel_rollout.api import RunInterrupted, run
+
+        if __name__ == "__main__":
+            try:
+                for i in range(2):
+                    run(mode="shell", data={data!r}, output_dir={out!r}, run_id=f"r{{i}}", progress=False,
+                        num_rollouts=2, num_vms=2, use_vm_pool=True)
+                    print("RUN", i, "returned", flush=True)
+            except KeyboardInterrupt as exc:
+                assert isinstance(exc, RunInterrupted)
+                print("STOPPED", exc.outcome.exit_code, exc.outcome.summary["interrupted"], exc, flush=True)
+        """)
+    proc = subprocess.Popen([sys.executable, str(script)], cwd=str(ROOT), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    wait_for_results(tmp_path / "out" / "r0", 2, proc)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert "RUN 0 returned" not in out and "STOPPED 130 True" in out, (out, err)
+    assert "run(resume=True, run_id='r0', ...) continues it" in out
+    assert not (tmp_path / "out" / "r1").exists()  # the loop stopped: no second run
+    assert json.loads((tmp_path / "out" / "r0" / "summary.json").read_text())["interrupted"]
+
+
+def test_a_script_without_a_main_guard_gets_one_clear_error_and_no_folder(tmp_path):
+    script = _script(tmp_path, """\
+        from parallel_rollout.api import run
+
+        outcome = run(mode="shell", data={data!r}, output_dir={out!r}, progress=False,
+                      num_rollouts=2, num_vms=2, use_vm_pool=True)
+        """)
+    done = subprocess.run([sys.executable, str(script)], cwd=str(ROOT), capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    assert f'run() is called at the top level of {script}:3' in done.stderr
+    assert 'put the call under `if __name__ == "__main__":`' in done.stderr
+    assert "bootstrapping phase" not in done.stderr and "EOFError" not in done.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_call_under_the_guard_through_a_function_is_not_refused(tmp_path):
+    script = _script(tmp_path, """\
+        from parallel_rollout.api import run
+
+        def main():
+            return run(mode="shell", data={data!r}, output_dir={out!r}, progress=False, limit=1, run_id="ok")
+
+        if __name__ == "__main__":
+            print("EXIT", main().exit_code)
+        """)
+    done = subprocess.run([sys.executable, str(script)], cwd=str(ROOT), capture_output=True, text=True, timeout=120)
+    assert "EXIT 0" in done.stdout, done.stderr
+
+
+def test_api_errors_speak_python(tmp_path):
+    data = write_tasks(tmp_path / "tasks.jsonl", [shell_task("a")])
+    settings = dict(mode="shell", data=str(data), output_dir=str(tmp_path / "out"), run_id="again", progress=False)
+    assert run(**settings).exit_code == 0
+    with pytest.raises(ConfigError, match=r"add resume=True to continue that run or pick a new run_id"):
+        run(**settings)
+    with pytest.raises(ConfigError, match=r"run\(\): unknown key 'agnet'; did you mean agent\?"):
+        run(agnet="oracle", **settings)
+    with pytest.raises(NotARunFolder, match=r"/nonexistent: no such folder"):
+        load_run("/nonexistent")
