@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
+import sys
 
 import pytest
 from click.testing import CliRunner
@@ -13,6 +15,7 @@ from click.testing import CliRunner
 from conftest import shell_task, write_tasks
 from parallel_rollout.cli import main
 from parallel_rollout.exit_codes import EXIT_USAGE
+from test_runner import family, slow_tasks, start_cli, wait_for_results, wait_gone
 
 
 def cli(tmp_path, *args: str):
@@ -54,3 +57,31 @@ def test_a_corrupt_config_json_resumes_with_the_flags_given_and_the_data_still_c
     assert resumed.exit_code == 0, (resumed.output, resumed.exception)
     assert "2/2 samples finished, 2 succeeded" in resumed.output
     assert json.loads(config.read_text())["run_id"] == "cj"  # written anew
+
+
+def test_a_closed_terminal_sighup_stops_the_run_as_sigterm_does(tmp_path):
+    data, keys = slow_tasks(tmp_path)
+    proc = start_cli(tmp_path, data)
+    run_dir = tmp_path / "out" / "sig"
+    wait_for_results(run_dir, 3, proc)
+    procs = family(proc.pid)
+    os.killpg(proc.pid, signal.SIGHUP)  # what a hang-up sends: the whole process group
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "interrupted by signal 1; resume with:" in err and "--run-id sig" in err
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["interrupted"] and summary["unfinished"] > 0
+    assert "signal 1: stopping" in (run_dir / "run.log").read_text()
+    assert not wait_gone(procs, timeout=5)
+    # the workers and the pool ignored it: none died, nothing was retried for it
+    events = (run_dir / "events.jsonl").read_text()
+    assert "worker_died" not in events and "manager process died" not in err
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
+def test_a_signal_while_the_command_loads_exits_130_and_says_nothing_ran(signum):
+    # the handler is set as the CLI module starts loading, before its imports
+    code = (f"import os, time, parallel_rollout.cli; os.kill(os.getpid(), {int(signum)}); time.sleep(10)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 130, done.stderr
+    assert f"interrupted by signal {int(signum)} before the run started: nothing ran" in done.stderr

@@ -7,9 +7,28 @@ removes VMs that killed runs left behind.
 
 from __future__ import annotations
 
-import difflib
+import os
 import signal
 import sys
+import threading
+
+from .errors import STOP_SIGNALS
+
+
+def _early_exit(signum: int, frame: object) -> None:
+    """Until a command sets its own handlers: a signal while the command loads (its imports
+    take ~0.1-0.4 s) ends it as one before a run's folder opens does: 130, said."""
+    os.write(2, f"interrupted by signal {signum} before the run started: nothing ran\n".encode())
+    os._exit(130)
+
+
+# set before the imports below, which are most of the time the program takes to load
+_EARLY = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS} if threading.current_thread() is threading.main_thread() else {}
+for _sig, _was in _EARLY.items():
+    if _was in (signal.SIG_DFL, signal.default_int_handler):
+        signal.signal(_sig, _early_exit)
+
+import difflib
 from typing import Any
 
 import click
@@ -40,7 +59,12 @@ class _DefaultRunGroup(click.Group):
         return super().parse_args(ctx, args)
 
     def invoke(self, ctx: click.Context) -> Any:
-        """Every command: a ConfigError of the core (bad input) is a usage error, exit 2."""
+        """Every command: a ConfigError of the core (bad input) is a usage error, exit 2.
+        A command other than ``run`` (which sets its own) gets the signals' defaults back."""
+        if ctx.invoked_subcommand != "run":
+            for sig, was in _EARLY.items():
+                if signal.getsignal(sig) is _early_exit:
+                    signal.signal(sig, was)
         try:
             return super().invoke(ctx)
         except ConfigError as exc:
@@ -238,7 +262,7 @@ def run(ctx: click.Context, config_file: str | None, dry_run: bool, print_config
     """
     # an interrupt from here on ends as one during the run does (130, said), not as
     # click's 'Aborted!' (1: resume) or a SIGTERM's bare 143; the run sets its own later
-    previous = {sig: signal.signal(sig, raise_interrupted) for sig in (signal.SIGINT, signal.SIGTERM)}
+    previous = {sig: signal.signal(sig, raise_interrupted) for sig in STOP_SIGNALS}
     try:
         _run(ctx, config_file, dry_run, print_config, check_endpoint, verbose, quiet, flags)
     except InterruptedBeforeStart as exc:

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import signal
 from typing import Any
+
+#: the signals that stop a run cleanly (exit 130): Ctrl-C, SIGTERM, and a closed ssh session's SIGHUP
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 class RolloutError(Exception):

@@ -18,7 +18,7 @@ code   meaning
 5      finished, but ``--compare-to`` (or ``compare --check``) cannot judge: the runs share
        no final sample, the baseline is unfinished, or there is no such run
 75     another run holds this run folder's lock (EX_TEMPFAIL: try again later)
-130    interrupted by SIGINT or SIGTERM; ``--resume`` continues
+130    interrupted by SIGINT, SIGTERM or SIGHUP; ``--resume`` continues
 =====  ==============================================================================
 
 When both gates fail, the run exits 3 (the threshold is the harder promise).

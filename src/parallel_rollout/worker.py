@@ -440,8 +440,9 @@ def plugin_modules(config: RunConfig) -> list[str]:
 def worker_main(worker_id: str, holder: str, conn: Connection, pool: Any, config: RunConfig,
                 run_dir: str) -> None:
     """Entry point of a worker process (forked from the run's server, ``backends.worker_start``)."""
-    # Ctrl-C goes to the whole process group; the engine orders the shutdown.
+    # Ctrl-C (a closed terminal's SIGHUP) goes to the whole process group; the engine orders the shutdown.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     try:
         # Before any attempt's clock starts: a plugin's import (preloaded by the server when

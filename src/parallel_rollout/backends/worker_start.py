@@ -54,6 +54,8 @@ PRELOAD = ["parallel_rollout.backends.worker_start", "parallel_rollout.worker"]
 _MAIN_ENV = "PARALLEL_ROLLOUT_FORKSERVER_MAIN"
 #: the run's plugin modules (its mode's and agent's), likewise: imported by the server too
 _PLUGINS_ENV = "PARALLEL_ROLLOUT_FORKSERVER_PLUGINS"
+#: set in the server's environment only while it starts: tells this module it runs there
+_SERVER_ENV = "PARALLEL_ROLLOUT_FORKSERVER"
 #: those of the run that started the server, for a restart
 _plugins: list[str] = []
 
@@ -159,11 +161,12 @@ def _start() -> None:
         os.environ[_MAIN_ENV] = main_path
     if _plugins:
         os.environ[_PLUGINS_ENV] = ",".join(_plugins)
+    os.environ[_SERVER_ENV] = "1"
     try:
         forkserver.ensure_running()
     finally:
-        os.environ.pop(_MAIN_ENV, None)
-        os.environ.pop(_PLUGINS_ENV, None)
+        for name in (_MAIN_ENV, _PLUGINS_ENV, _SERVER_ENV):
+            os.environ.pop(name, None)
     now = getattr(server, "_forkserver_pid", None)
     if now != was:
         _started = now  # started here: ours to stop
@@ -204,5 +207,9 @@ def _preload_plugins() -> None:
             pass
 
 
+if os.environ.pop(_SERVER_ENV, None):
+    # a closed terminal's SIGHUP reaches the whole process group: the run's main process
+    # stops the run, and the server must outlive it to report its workers' exits
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
 _preload_main()
 _preload_plugins()

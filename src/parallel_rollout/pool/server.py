@@ -42,8 +42,10 @@ def _serve_init(parent_pid: int, log_to: ChildLogging | None) -> None:
     runner's death."""
     if log_to is not None:
         log_to.install(process_name="vm-pool")
-    # Ctrl-C reaches the whole process group; the runner decides the shutdown order.
+    # Ctrl-C (and a closed terminal's SIGHUP) reaches the whole process group; the runner
+    # decides the shutdown order.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
 
     def follow_parent() -> None:
         while os.getppid() == parent_pid:
