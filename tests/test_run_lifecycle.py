@@ -12,7 +12,7 @@ import sys
 import pytest
 from click.testing import CliRunner
 
-from conftest import shell_task, write_tasks
+from conftest import shell_task, small_tmpfs, write_tasks
 from parallel_rollout.cli import main
 from parallel_rollout.exit_codes import EXIT_USAGE
 from test_runner import family, slow_tasks, start_cli, wait_for_results, wait_gone
@@ -85,3 +85,38 @@ def test_a_signal_while_the_command_loads_exits_130_and_says_nothing_ran(signum)
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 130, done.stderr
     assert f"interrupted by signal {int(signum)} before the run started: nothing ran" in done.stderr
+
+
+def test_events_lines_stay_whole_on_a_full_disk(tmp_path):
+    from parallel_rollout.output_checks import EventsFile
+
+    with small_tmpfs(tmp_path / "disk", "64k") as disk:
+        (disk / "filler").write_bytes(b"f" * 40 * 1024)
+        events = EventsFile(disk / "events.jsonl")
+        line = json.dumps({"event": "vm", "reason": "x" * 1800}) + "\n"
+        written = 0
+        with pytest.raises(OSError):
+            for _ in range(100):
+                events.write(line)
+                written += 1
+        data = (disk / "events.jsonl").read_bytes()
+        assert data.endswith(b"\n") and len(data.splitlines()) == written  # the failed line cut back
+        (disk / "filler").unlink()
+        events.write(line)  # space freed: the next line starts a line of its own
+        events.close()
+        assert all(json.loads(x) for x in (disk / "events.jsonl").read_bytes().splitlines())
+
+
+def test_a_torn_events_line_is_set_aside_before_the_next_session_appends(tmp_path):
+    data = write_tasks(tmp_path / "tasks.jsonl", [shell_task("a"), shell_task("b")])
+    flags = ["--mode", "shell", "--data", str(data), "--run-id", "ev"]
+    assert cli(tmp_path, *flags, "--limit", "1", "--num-vms", "1", "--use-vm-pool").exit_code == 0
+    events = tmp_path / "out" / "ev" / "events.jsonl"
+    with open(events, "ab") as fh:
+        fh.write(b'{"time": 1, "event": "vm", "vm": "vm-0", "reas')  # what a disk-full write left
+    resumed = cli(tmp_path, "--run-id", "ev", "--resume", "--limit", "2")
+    assert resumed.exit_code == 0, (resumed.output, resumed.exception)
+    lines = events.read_bytes().splitlines()
+    assert [json.loads(x) for x in lines]  # every line whole: none glued onto the torn one
+    assert sum(b'"task": "b#0"' in x for x in lines) >= 1  # the second session's lines are there
+    assert (tmp_path / "out" / "ev" / "events.jsonl.torn").read_bytes() == b'{"time": 1, "event": "vm", "vm": "vm-0", "reas\n'

@@ -74,6 +74,7 @@ from .config import RunConfig
 from .envs import get_env
 from .errors import GuestPrerequisiteMissing, PoolClosed, PoolExhausted, RolloutError
 from .messages import Assignment, Cancel
+from .output_checks import EventsFile
 from .pool.providers import ProviderOptions, get_provider, provider_options
 from .results import StorageError
 from .backends import BackendSpec, make_backend
@@ -186,7 +187,7 @@ class Engine:
                 raise EngineStopped("the engine was already started")
             self.run_dir.mkdir(parents=True, exist_ok=True)
             (self.run_dir / "trajectories").mkdir(exist_ok=True)
-            self._events = open(self.run_dir / "events.jsonl", "a", buffering=1, encoding="utf-8")
+            self._events = EventsFile(self.run_dir / "events.jsonl", repair=True)
             self._wake_r, self._wake_w = os.pipe()
             os.set_blocking(self._wake_r, False)
             os.set_blocking(self._wake_w, False)
@@ -307,9 +308,8 @@ class Engine:
                 self._changed.notify_all()
             with self._wake_lock:
                 fds, self._wake_r, self._wake_w = (self._wake_r, self._wake_w), None, None
-            for fd in fds:
-                if fd is not None:
-                    os.close(fd)
+            for fd in [fd for fd in fds if fd is not None]:
+                os.close(fd)
             if self._events is not None:
                 events, self._events = self._events, None
                 events.close()

@@ -1,17 +1,22 @@
 """Where a run writes, checked before it starts (by the run and by ``--dry-run`` alike): the
 folder of a file it will write (``--junit-xml``), and the free disk where its run folder
 goes (``min_free_disk_mb``). Past the start, a write that finds the disk full stops the run
-(exit 1, ``--resume`` continues it): the results store says so.
+(exit 1, ``--resume`` continues it): the results store says so; ``EventsFile`` keeps the
+events' lines whole meanwhile.
 """
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 import shutil
 import tempfile
 from pathlib import Path
 
 from .errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 
 def check_writable_folder(flag: str, path: str) -> None:
@@ -43,3 +48,62 @@ def check_free_disk(output_dir: str, min_free_disk_mb: int) -> str:
         raise ConfigError(f"{where} has {free_mb} MB free; a run wants at least {min_free_disk_mb} MB "
                           "(min_free_disk_mb) for its results, trajectories and logs")
     return f"{free_mb} MB free in {where}"
+
+
+class EventsFile:
+    """``events.jsonl``, opened to append by one of its writers (the engine, the pool's
+    Manager), as ``ResultStore`` keeps ``results.jsonl``: a line goes out as one write of its
+    bytes (``O_APPEND``: the two writers' lines never interleave), and a write that fails
+    (disk full) is cut back to the line before, so the next line, or the next session's, is
+    not glued onto half a line. ``repair`` (the engine's, before the Manager starts) first
+    sets aside a torn last line an earlier session left: to ``events.jsonl.torn``."""
+
+    def __init__(self, path: str | Path, repair: bool = False) -> None:
+        self.path = Path(path)
+        if repair:
+            _repair_tail(self.path)
+        self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
+    def write(self, text: str) -> None:
+        """Append ``text`` (whole lines) or nothing: OSError after cutting back what went out."""
+        if self._fd is None:
+            raise ValueError(f"{self.path} is closed")
+        data, written = text.encode("utf-8"), 0
+        before = os.fstat(self._fd).st_size
+        try:
+            while written < len(data):
+                written += os.write(self._fd, data[written:])
+        except OSError:
+            if written and os.fstat(self._fd).st_size == before + written:  # no other line since
+                os.ftruncate(self._fd, before)
+            raise
+
+    def close(self) -> None:
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            os.close(fd)
+
+
+def _repair_tail(path: Path) -> None:
+    """A last line without its newline: ended when it is a whole line, else moved aside."""
+    try:
+        with open(path, "rb") as fh:
+            size = fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, size - (1 << 20)))  # a line is far shorter than the last MiB
+            tail = fh.read()
+    except FileNotFoundError:
+        return
+    torn = tail[tail.rfind(b"\n") + 1:]
+    if not torn:
+        return
+    try:
+        json.loads(torn)
+    except ValueError:
+        with open(path.with_name(path.name + ".torn"), "ab") as fh:
+            fh.write(torn + b"\n")
+        os.truncate(path, size - len(torn))
+        log.warning("%s: set aside a torn last line (%d bytes, from an interrupted write) in %s.torn",
+                    path, len(torn), path.name)
+    else:
+        with open(path, "ab") as fh:
+            fh.write(b"\n")

@@ -41,6 +41,7 @@ import time
 from typing import IO, Any
 
 from ..errors import LeaseTimeout, PoolClosed, PoolExhausted, WorkerDied
+from ..output_checks import EventsFile
 from ..results import percentiles
 from . import spares, watchers
 from .call_threads import Call, CallThreads
@@ -96,7 +97,7 @@ class VMPoolManager(ProviderCalls):
         self._last_death = ""
         #: where the VMs' transitions go, a line each: ``events_path`` (events.jsonl), or a
         #: stream of the caller's (a Ray node's pool apart from the run folder keeps them)
-        self._events = open(events_path, "a", buffering=1, encoding="utf-8") if events_path else events_stream
+        self._events = EventsFile(events_path) if events_path else events_stream
         # Boots, resets and stops run in daemon threads (call_threads.py), never under the
         # lock; a provider call that hangs (a boot that never ends) can then never block
         # shutdown.
