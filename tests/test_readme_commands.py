@@ -99,15 +99,16 @@ def test_the_config_file_command_takes_the_flags_names(tmp_path):
     # the comment's keys, as a user copies them: "num-vms = 4, use-vm-pool = true …"
     keys = [k.strip() for k in comment.split(":", 1)[1].replace("…", "").split(",") if k.strip()]
     assert keys == ["num-vms = 4", "use-vm-pool = true"]
-    data = write_tasks(tmp_path / "tasks.jsonl", [shell_task("a"), shell_task("b")])
+    # four tasks: no fewer than the VMs (a run boots no more VMs than it can use)
+    data = write_tasks(tmp_path / "tasks.jsonl", [shell_task(k) for k in "abcd"])
     toml = tmp_path / "run.toml"
     toml.write_text("\n".join([*keys, 'mode = "shell"', f'data = "{data}"', f'output-dir = "{tmp_path}"',
                                'run-id = "toml"', ""]))
     proc = bash(command.replace("run.toml", str(toml)), ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert_exactly_once(tmp_path / "toml", {"a#0", "b#0"})
+    assert_exactly_once(tmp_path / "toml", {f"{k}#0" for k in "abcd"})
     summary = json.loads((tmp_path / "toml" / "summary.json").read_text())
-    assert (summary["successes"], summary["vm"]["size"], summary["vm"]["per_worker"]) == (2, 4, False)
+    assert (summary["successes"], summary["vm"]["size"], summary["vm"]["per_worker"]) == (4, 4, False)
 
 
 def test_the_print_config_command_shows_the_settings_and_runs_nothing(tmp_path):

@@ -120,3 +120,20 @@ def test_a_torn_events_line_is_set_aside_before_the_next_session_appends(tmp_pat
     assert [json.loads(x) for x in lines]  # every line whole: none glued onto the torn one
     assert sum(b'"task": "b#0"' in x for x in lines) >= 1  # the second session's lines are there
     assert (tmp_path / "out" / "ev" / "events.jsonl.torn").read_bytes() == b'{"time": 1, "event": "vm", "vm": "vm-0", "reas\n'
+
+
+@pytest.mark.parametrize("flags, booted, said", [
+    (["--num-rollouts", "2", "--num-vms", "8", "--use-vm-pool"], 2,
+     "--num-vms 8: at most 2 rollouts run at once (3 samples, 2 env loops), so 2 VMs are booted"),
+    (["--num-rollouts", "5", "--limit", "1"], 1,
+     "--num-rollouts 5 without --use-vm-pool boots a VM per worker: 1 samples need 1 workers, so 1 start"),
+])
+def test_no_more_vms_are_booted_than_the_run_can_use(tmp_path, flags, booted, said):
+    data = write_tasks(tmp_path / "tasks.jsonl", [shell_task("a"), shell_task("b"), shell_task("c")])
+    done = cli(tmp_path, "--mode", "shell", "--data", str(data), "--run-id", "cap", *flags)
+    assert done.exit_code == 0, (done.output, done.exception)
+    assert said in done.output
+    summary = json.loads((tmp_path / "out" / "cap" / "summary.json").read_text())
+    assert summary["vm"]["size"] == booted and summary["vm"]["boots"] == booted
+    # config.json keeps what was asked: a resume with the same flags is the same run
+    assert json.loads((tmp_path / "out" / "cap" / "config.json").read_text())["config"]["num_rollouts"] == int(flags[1])

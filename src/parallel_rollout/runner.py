@@ -17,6 +17,7 @@ how to resume. Everything about processes and VMs is the engine's.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -170,10 +171,27 @@ class Runner:
         check_guest = getattr(self.env_cls, "check_guest", None)  # web: Chromium where it is known
         if check_guest is not None and self.provider_cls is not None:
             check_guest(self.provider_cls.name or cfg.provider_name)
+        samples = expand(tasks, cfg.group_size)
         # The engine checks its provider (available here, options it can honour).
-        self.engine = Engine(cfg, self.run_dir, run_id=self.run_id, record_sink=self._store_record,
-                             stop_on=self._model_outage)
-        return expand(tasks, cfg.group_size)
+        self.engine = Engine(self._vms_used(cfg, len(samples)), self.run_dir, run_id=self.run_id,
+                             record_sink=self._store_record, stop_on=self._model_outage)
+        return samples
+
+    def _vms_used(self, cfg: RunConfig, samples: int) -> RunConfig:
+        """The engine's config: no more VMs booted than ``samples`` can use at once, said in a
+        warning (the run's own config, config.json's, keeps what was asked)."""
+        if self.provider_cls is None or samples < 1:
+            return cfg
+        if cfg.use_vm_pool and cfg.num_vms > min(cfg.concurrency, samples):
+            usable = min(cfg.concurrency, samples)
+            log.warning("--num-vms %d: at most %d rollouts run at once (%d samples, %d env loops), so %d VMs "
+                        "are booted", cfg.num_vms, usable, samples, cfg.concurrency, usable)
+            return dataclasses.replace(cfg, num_vms=usable)
+        if not cfg.use_vm_pool and cfg.num_rollouts > samples:
+            log.warning("--num-rollouts %d without --use-vm-pool boots a VM per worker: %d samples need %d "
+                        "workers, so %d start", cfg.num_rollouts, samples, samples, samples)
+            return dataclasses.replace(cfg, num_rollouts=samples)
+        return cfg
 
     def _open_run_dir(self, keys: set[str]) -> tuple[filelock.BaseFileLock, ResumeIndex]:
         """Lock the run folder, check a resume against it and read its results (``keys``:
