@@ -8,6 +8,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 from click.testing import CliRunner
@@ -137,3 +138,32 @@ def test_no_more_vms_are_booted_than_the_run_can_use(tmp_path, flags, booted, sa
     assert summary["vm"]["size"] == booted and summary["vm"]["boots"] == booted
     # config.json keeps what was asked: a resume with the same flags is the same run
     assert json.loads((tmp_path / "out" / "cap" / "config.json").read_text())["config"]["num_rollouts"] == int(flags[1])
+
+
+@pytest.mark.parametrize("agent", ["SpawnsAndReturns", "ForkAndExit"])
+def test_processes_an_agent_starts_die_with_its_worker(tmp_path, monkeypatch, agent):
+    import psutil
+
+    marker = f"{900 + os.getpid() % 97}.{len(agent)}"
+    monkeypatch.setenv("LIFE_SLEEP", marker)
+    data = write_tasks(tmp_path / "tasks.jsonl", [shell_task(k) for k in "abc"])
+    done = cli(tmp_path, "--mode", "shell", "--data", str(data), "--run-id", "kids", "--agent",
+               f"lifecycle_plugins:{agent}", "--num-rollouts", "2", "--num-vms", "2", "--use-vm-pool",
+               "--max-retries", "0")
+    assert done.exit_code in (0, 1), (done.output, done.exception)
+
+    def strays():
+        return [p for p in psutil.process_iter(["cmdline", "status"])
+                if p.info["cmdline"] == ["sleep", marker] and p.info["status"] != psutil.STATUS_ZOMBIE]
+
+    left = strays()
+    deadline = time.monotonic() + 5
+    while left and time.monotonic() < deadline:
+        time.sleep(0.1)
+        left = strays()
+    for proc in left:
+        proc.kill()
+    assert not left, f"{len(left)} process(es) the agent started outlived the run"
+    # the pool's VMs were the Manager's: stopped by the pool, not killed with a worker's group
+    summary = json.loads((tmp_path / "out" / "kids" / "summary.json").read_text())
+    assert summary["vm"]["marked_dead"] == 0

@@ -26,6 +26,8 @@ engine. The failure policy both follow lives here once:
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -320,3 +322,16 @@ def kill_tree(pid: int | psutil.Process | None) -> None:
         except psutil.NoSuchProcess:
             pass
     psutil.wait_procs(family, timeout=5)
+
+
+def kill_group(pid: int | None) -> None:
+    """SIGKILL what is left of a worker's process group, once the worker has ended: each
+    worker leads a group of its own (``worker.worker_main``), which its agent's processes
+    join, so those a dead worker left behind (reparented to init, out of ``kill_tree``'s
+    reach) die with it. The pool's VMs are the Manager's, in another group."""
+    if pid is None:
+        return
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass  # no process left in it (or never made: the worker died before its first line)

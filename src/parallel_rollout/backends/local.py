@@ -26,7 +26,8 @@ contract, the crash window and the clocks are ``backends.base``'s):
 * **Identity.** Each spawn of a worker gets a token (``w3.7``: index, spawn number); the pool
   knows lease holders by it, never by pid, which the kernel recycles.
 * **Shutdown.** Ordered: STOP once per live worker → drain records while they finish (the
-  grace period) → kill what is left → stop every VM → stop the Manager → sweep the run's
+  grace period) → kill what is left, and each worker's process group (what its agent left
+  behind, whichever way the worker ended: a death kills it too) → stop every VM → stop the Manager → sweep the run's
   orphaned VMs: what a dead Manager could not stop, or a stop that raced a boot missed.
 """
 
@@ -45,7 +46,7 @@ from ..logs import LogCollector, run_child
 from ..messages import (STOP, Assignment, Cancel, Finished, LeaseWait, Progress, Started, receive_message,
                         send_message)
 from . import worker_start
-from .base import BackendSpec, Clock, CrashWindow, EngineHooks, WorkerTable, death_failure, died_record, kill_tree
+from .base import BackendSpec, Clock, CrashWindow, EngineHooks, WorkerTable, death_failure, died_record, kill_group, kill_tree
 
 log = logging.getLogger("parallel_rollout")
 
@@ -337,6 +338,7 @@ class LocalBackend(WorkerTable):
         ``exit_code``: the status it exited with on its own, None when unknown or killed."""
         self._drain(w)
         w.process.join(timeout=1)
+        kill_group(w.pid)  # what its agent started and left behind
         self._workers.pop(w.index, None)
         w.conn.close()
         pid = w.process.pid
@@ -428,10 +430,12 @@ class LocalBackend(WorkerTable):
                 if w.process.sentinel in ready:
                     self._drain(w)
                     w.process.join()
+                    kill_group(w.pid)
                     del self._workers[w.index]
         for w in list(self._workers.values()):
             kill_tree(w.handle)
             w.process.join(timeout=5)
+            kill_group(w.pid)
             del self._workers[w.index]
         if self._worker_ctx is not None:
             self._worker_ctx = None
