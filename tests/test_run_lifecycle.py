@@ -13,7 +13,7 @@ import time
 import pytest
 from click.testing import CliRunner
 
-from conftest import shell_task, small_tmpfs, write_tasks
+from conftest import ROOT, shell_task, small_tmpfs, write_tasks
 from parallel_rollout.cli import main
 from parallel_rollout.exit_codes import EXIT_USAGE
 from test_runner import family, slow_tasks, start_cli, wait_for_results, wait_gone
@@ -167,3 +167,38 @@ def test_processes_an_agent_starts_die_with_its_worker(tmp_path, monkeypatch, ag
     # the pool's VMs were the Manager's: stopped by the pool, not killed with a worker's group
     summary = json.loads((tmp_path / "out" / "kids" / "summary.json").read_text())
     assert summary["vm"]["marked_dead"] == 0
+
+
+
+def _run_plugin(tmp_path, deadline_s: float, env: dict[str, str]):
+    """A run whose agent's module is tests/lifecycle_lock.py, through the CLI."""
+    data = write_tasks(tmp_path / "tasks.jsonl", [shell_task("a")])
+    config = tmp_path / "run.toml"
+    config.write_text(f"start-timeout-s = {deadline_s}\n")
+    argv = [sys.executable, str(ROOT / "run_parallel_rollout.py"), "--config", str(config), "--mode", "shell",
+            "--data", str(data), "--agent", "lifecycle_lock:Locked", "--num-rollouts", "2", "--num-vms", "1",
+            "--use-vm-pool", "--output-dir", str(tmp_path / "out"), "--run-id", "lock", "--no-progress"]
+    tests = str(ROOT / "tests")
+    return subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=tests,
+                          env={**os.environ, "PYTHONPATH": tests, "LIFE_SLEEP": "1", **env})
+
+
+def test_a_plugin_import_that_never_ends_stops_the_run_at_the_start_deadline(tmp_path):
+    began = time.monotonic()
+    done = _run_plugin(tmp_path, 7, {"LIFE_LOCK": str(tmp_path / "plugin.lock")})
+    assert time.monotonic() - began < 60
+    assert done.returncode == 1, done.stderr
+    said = " ".join(done.stderr.split())
+    assert ("no worker started: the workers' server did not finish importing the run's plugin modules "
+            "(lifecycle_lock) within 7s (start_timeout_s)") in said
+    assert "agent 'lifecycle_lock:Locked'" in said and "resume with:" in said, said[-2000:]
+    # said while it waited: the 5 s line
+    assert "workers starting: their server is still importing the run's plugin modules (lifecycle_lock) (5s" in said
+
+
+def test_a_slow_plugin_import_is_said_while_the_workers_start(tmp_path):
+    done = _run_plugin(tmp_path, 60, {"LIFE_SLOW": "6"})
+    assert done.returncode == 0, done.stderr
+    said = " ".join(done.stderr.split())
+    assert "workers starting: their server is still importing the run's plugin modules (lifecycle_lock) (5s" in said
+    assert "1/1 samples finished" in said + done.stdout

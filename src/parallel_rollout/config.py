@@ -112,6 +112,8 @@ class RunConfig:
     lease_timeout_s: float = 600.0
     #: seconds a worker may take to acknowledge an assignment before it counts as stuck
     ack_timeout_s: float = 120.0
+    #: seconds the workers' server may take to import the run's plugin modules (start_timeout_s)
+    start_timeout_s: float = 300.0
     boot_timeout_s: float = 60.0
     #: replacement VMs the pool may boot after deaths; None means 2 × the pool size
     max_vm_replacements: int | None = None
@@ -244,7 +246,7 @@ RUN_ONLY_FIELDS = (
     "output_dir", "run_id", "resume", "progress", "limit", "skip_unsupported", "record", "headless",
     "max_retries", "verify_reset", "vm_address", "reset_command", "client_password",
     "fail_under", "compare_to", "junit_xml",
-    "lease_timeout_s", "ack_timeout_s", "boot_timeout_s", "max_vm_replacements", "shutdown_grace_s",
+    "lease_timeout_s", "ack_timeout_s", "start_timeout_s", "boot_timeout_s", "max_vm_replacements", "shutdown_grace_s",
     "api_timeout_s", "min_free_disk_mb", "policy_gate", "backend", "ray_address",
     "session_header", "server_cooldown", "abort_url",
 )

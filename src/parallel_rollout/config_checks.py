@@ -93,7 +93,7 @@ def validate_ranges(cfg: Any) -> None:
     if cfg.resume and not cfg.run_id:
         raise ConfigError("--resume needs the --run-id of the run to continue (a new run's id is new)")
     # a flag's name, else the config file's key (as the Python API spells it)
-    for name in ("--task-timeout", "--boot-timeout-s", "lease_timeout_s", "ack_timeout_s", "api_timeout_s"):
+    for name in ("--task-timeout", "--boot-timeout-s", "lease_timeout_s", "ack_timeout_s", "start_timeout_s", "api_timeout_s"):
         # also rejects NaN, which would disable the timeout; 0 would fail every boot or lease
         value = getattr(cfg, name.lstrip("-").replace("-", "_"))
         if not value > 0:

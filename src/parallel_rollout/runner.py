@@ -178,12 +178,11 @@ class Runner:
         return samples
 
     def _vms_used(self, cfg: RunConfig, samples: int) -> RunConfig:
-        """The engine's config: no more VMs booted than ``samples`` can use at once, said in a
-        warning (the run's own config, config.json's, keeps what was asked)."""
+        """The engine's config: no more VMs than ``samples`` can use at once (warned; config.json keeps the ask)."""
         if self.provider_cls is None or samples < 1:
             return cfg
-        if cfg.use_vm_pool and cfg.num_vms > min(cfg.concurrency, samples):
-            usable = min(cfg.concurrency, samples)
+        usable = min(cfg.concurrency, samples)
+        if cfg.use_vm_pool and cfg.num_vms > usable:
             log.warning("--num-vms %d: at most %d rollouts run at once (%d samples, %d env loops), so %d VMs "
                         "are booted", cfg.num_vms, usable, samples, cfg.concurrency, usable)
             return dataclasses.replace(cfg, num_vms=usable)
@@ -378,6 +377,8 @@ class Runner:
         self._open_progress(total)
         self.engine.start()
         for item in pending:
+            if self.engine.error is not None:  # stopped as it started (no worker could start)
+                break
             self.engine.submit(item, self._on_final)
         last_progress = 0.0
         while not self._interrupted and self.engine.error is None:

@@ -167,7 +167,11 @@ class LocalBackend(WorkerTable):
         from ..worker import plugin_modules
 
         # the run's plugin modules are imported once, by the server the workers fork from
-        self._worker_ctx = worker_start.acquire(plugin_modules(cfg))
+        try:
+            self._worker_ctx = worker_start.acquire(plugin_modules(cfg), cfg.start_timeout_s)
+        except worker_start.ServerStartTimeout as exc:  # no worker can start: the run stops
+            self.hooks.stop(f"no worker started: {exc}; the run's mode {cfg.mode!r} and agent {cfg.agent!r}")
+            return
         for index in range(cfg.num_rollouts):
             self._spawn(index)
 

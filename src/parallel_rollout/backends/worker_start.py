@@ -27,6 +27,11 @@ uses (pid, sentinel, exit code, join) is the same. What this module adds to the 
   worker gets the environment, standard streams and modules of its run, not those of an
   earlier run of the same process. A server that someone else started is used as it is and
   left running.
+* **Its start-up deadline.** ``process.start()`` waits for the server to fork, so for its
+  imports to end: a plugin whose import never ends (a lock the CLI's own import holds)
+  would hang the run without a word. The server says when its imports are done (a file
+  ``_SERVER_ENV`` names); the caller logs a line every ``_SAY_EVERY_S`` meanwhile, and past
+  the deadline kills it and raises ``ServerStartTimeout`` naming the modules.
 * **Its death.** The server reports its workers' exit codes; one killed from outside takes
   them along, and multiprocessing then reports every worker as exited (code 255) while it
   still runs. ``still_running`` tells the backend, which kills such a worker before it
@@ -38,10 +43,13 @@ from __future__ import annotations
 
 import functools
 import importlib
+import logging
 import multiprocessing
 import os
 import signal
+import tempfile
 import threading
+import time
 from multiprocessing import forkserver, spawn
 from typing import Any
 
@@ -54,8 +62,19 @@ PRELOAD = ["parallel_rollout.backends.worker_start", "parallel_rollout.worker"]
 _MAIN_ENV = "PARALLEL_ROLLOUT_FORKSERVER_MAIN"
 #: the run's plugin modules (its mode's and agent's), likewise: imported by the server too
 _PLUGINS_ENV = "PARALLEL_ROLLOUT_FORKSERVER_PLUGINS"
-#: set in the server's environment only while it starts: tells this module it runs there
+#: set in the server's environment only while it starts: tells this module it runs there,
+#: and names the file it writes once its imports are done
 _SERVER_ENV = "PARALLEL_ROLLOUT_FORKSERVER"
+#: how often a slow start of the server is said
+_SAY_EVERY_S = 5.0
+#: the start-up deadline of a server this module starts (``acquire``'s ``deadline_s``)
+_deadline_s = 300.0
+
+log = logging.getLogger("parallel_rollout")
+
+
+class ServerStartTimeout(Exception):
+    """The workers' server did not finish its imports (the run's plugins) within the deadline."""
 #: those of the run that started the server, for a restart
 _plugins: list[str] = []
 
@@ -65,15 +84,16 @@ _users = 0
 _started: int | None = None
 
 
-def acquire(plugins: list[str] | tuple[str, ...] = ()) -> Any:
+def acquire(plugins: list[str] | tuple[str, ...] = (), deadline_s: float = 300.0) -> Any:
     """The context workers are started with; the first caller starts the server, which
     imports ``plugins`` (module names: the run's mode and agent) before it forks a worker,
-    so no worker imports them in its first attempt. A later caller's server is the one
-    running: its workers import their plugins as they start (``worker.worker_main``)."""
-    global _users, _plugins
+    so no worker imports them in its first attempt (ServerStartTimeout when that takes more
+    than ``deadline_s``). A later caller's server is the one running: its workers import
+    their plugins as they start (``worker.worker_main``)."""
+    global _users, _plugins, _deadline_s
     with _lock:
         if _users == 0:
-            _plugins = list(plugins)
+            _plugins, _deadline_s = list(plugins), deadline_s
             server = forkserver._forkserver  # noqa: SLF001 - the stdlib's one server
             modules = dict.fromkeys([*PRELOAD, *getattr(server, "_preload_modules", [])])
             modules.pop("__main__", None)  # preloaded here, with its path (_preload_main)
@@ -91,17 +111,22 @@ def release() -> None:
         if _users or _started is None:
             return
         pid, _started = _started, None
-        server = forkserver._forkserver  # noqa: SLF001 - the stdlib's one server
-        if getattr(server, "_forkserver_pid", None) != pid:
-            return  # it died and multiprocessing started another: not ours to stop
-        try:
-            # Killed, not asked: it would wait for every process that holds its "alive" pipe.
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        stop = getattr(server, "_stop", None)  # closes its pipe, reaps it, removes its socket
-        if stop is not None:
-            stop()
+        kill_server(pid)
+
+
+def kill_server(pid: int | None) -> None:
+    """Stop the server ``pid``, unless multiprocessing's server is another one by now."""
+    server = forkserver._forkserver  # noqa: SLF001 - the stdlib's one server
+    if pid is None or getattr(server, "_forkserver_pid", None) != pid:
+        return  # it died and multiprocessing started another: not ours to stop
+    try:
+        # Killed, not asked: it would wait for every process that holds its "alive" pipe.
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    stop = getattr(server, "_stop", None)  # closes its pipe, reaps it, removes its socket
+    if stop is not None:
+        stop()
 
 
 def start(process: Any) -> psutil.Process | None:
@@ -161,15 +186,42 @@ def _start() -> None:
         os.environ[_MAIN_ENV] = main_path
     if _plugins:
         os.environ[_PLUGINS_ENV] = ",".join(_plugins)
-    os.environ[_SERVER_ENV] = "1"
+    fd, ready = tempfile.mkstemp(prefix="parallel-rollout-server-")
+    os.close(fd)
+    os.environ[_SERVER_ENV] = ready
     try:
         forkserver.ensure_running()
+        now = getattr(server, "_forkserver_pid", None)
+        if now != was:
+            _started = now  # started here: ours to stop
+            _wait_ready(ready, now)
     finally:
         for name in (_MAIN_ENV, _PLUGINS_ENV, _SERVER_ENV):
             os.environ.pop(name, None)
-    now = getattr(server, "_forkserver_pid", None)
-    if now != was:
-        _started = now  # started here: ours to stop
+        os.unlink(ready)
+
+
+def _wait_ready(ready: str, pid: int | None) -> None:
+    """Wait for the server ``pid`` to write ``ready`` (its imports done), saying so every
+    ``_SAY_EVERY_S``; past ``_deadline_s`` kill it and raise ServerStartTimeout. A server
+    that dies meanwhile is left to ``start`` (its workers then report why)."""
+    global _started
+    began, handle = time.monotonic(), handle_of(pid)
+    said = 0.0
+    while os.path.getsize(ready) == 0 and still_running(handle):
+        waited = time.monotonic() - began
+        what = f"the run's plugin modules ({', '.join(_plugins)})" if _plugins else "the main module"
+        if waited > _deadline_s:
+            _started = None
+            kill_server(pid)
+            raise ServerStartTimeout(f"the workers' server did not finish importing {what} within "
+                                     f"{_deadline_s:g}s (start_timeout_s): an import that waits for "
+                                     "something (a lock this process holds, a network share, input) never ends")
+        if waited >= said + _SAY_EVERY_S:
+            said += _SAY_EVERY_S
+            log.warning("workers starting: their server is still importing %s (%.0fs; deadline %gs)",
+                        what, waited, _deadline_s)
+        time.sleep(0.05)
 
 
 @functools.lru_cache(maxsize=1)
@@ -207,9 +259,13 @@ def _preload_plugins() -> None:
             pass
 
 
-if os.environ.pop(_SERVER_ENV, None):
+_ready = os.environ.pop(_SERVER_ENV, None)
+if _ready:
     # a closed terminal's SIGHUP reaches the whole process group: the run's main process
     # stops the run, and the server must outlive it to report its workers' exits
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
 _preload_main()
 _preload_plugins()
+if _ready:
+    with open(_ready, "w") as _fh:  # the imports are done: _wait_ready's caller goes on
+        _fh.write("ready")
