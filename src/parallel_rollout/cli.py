@@ -22,8 +22,13 @@ def _early_exit(signum: int, frame: object) -> None:
     os._exit(130)
 
 
-# set before the imports below, which are most of the time the program takes to load
-_EARLY = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS} if threading.current_thread() is threading.main_thread() else {}
+# set before the imports below, which are most of the time the program takes to load; only
+# in the command's own process (its console script, run_parallel_rollout.py, -m), not in a
+# program that imports this module
+_PROGRAM = os.path.basename(sys.argv[0] if sys.argv else "") in ("parallel-rollout", "run_parallel_rollout.py",
+                                                                  "__main__.py")
+_EARLY = ({sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
+          if _PROGRAM and threading.current_thread() is threading.main_thread() else {})
 for _sig, _was in _EARLY.items():
     if _was in (signal.SIG_DFL, signal.default_int_handler):
         signal.signal(_sig, _early_exit)
