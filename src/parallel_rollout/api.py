@@ -65,8 +65,10 @@ def _check_guarded() -> None:
         if frame.f_code.co_name == "<module>" and frame.f_globals.get("__name__") == "__main__":
             script = frame
         frame = frame.f_back
-    if script is None or not os.path.isfile(script.f_code.co_filename):
-        return  # a REPL, a notebook, -c: nothing imports it again
+    main_file = getattr(sys.modules.get("__main__"), "__file__", None)
+    if script is None or not main_file or not os.path.isfile(script.f_code.co_filename) \
+            or os.path.abspath(main_file) != os.path.abspath(script.f_code.co_filename):
+        return  # a REPL, a notebook, -c: nothing imports it again (spawn imports __main__.__file__)
     frame = script
     try:
         tree = ast.parse(Path(frame.f_code.co_filename).read_text())
