@@ -179,7 +179,7 @@ class Runner:
 
     def _vms_used(self, cfg: RunConfig, samples: int) -> RunConfig:
         """The engine's config: no more VMs than ``samples`` can use at once (warned; config.json keeps the ask)."""
-        if self.provider_cls is None or samples < 1:
+        if self.provider_cls is None or samples < 1 or cfg.backend != "local":  # ray: N workers a node
             return cfg
         usable = min(cfg.concurrency, samples)
         if cfg.use_vm_pool and cfg.num_vms > usable:
