@@ -327,7 +327,11 @@ class ProcessProvider(Provider):
 
     def death_cause(self, info: VMInfo) -> str | None:
         """Why the sandbox died or cannot be reached, when its task cannot have done it: its
-        socket removed on the host (``sandbox_fs.socket_removed``), else ``sandbox_processes``."""
+        socket removed on the host (``sandbox_fs.socket_removed``), else ``sandbox_processes``.
+        None for a sandbox the pool stopped itself (``kill_sandbox`` forgets it first): its
+        folder is gone by the pool's own hand."""
+        if info.private.get("pid") not in children:
+            return None
         vm_dir = Path(info.private["vm_dir"])
         return (sandbox_fs.socket_removed(vm_dir / "sock" / SOCKET_NAME)
                 or death_cause(info.private, self._uids.uid(vm_dir.name)))
