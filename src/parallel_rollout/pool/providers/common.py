@@ -297,6 +297,18 @@ def pool_locked(pool_dir: Path) -> bool:
     return False
 
 
+def pool_held(pool_dir: Path, settle_s: float = 1.0) -> bool:
+    """Whether ``pool_dir``'s lock stays held for ``settle_s``: a child its owner was forking
+    when it was killed holds a copy of the lock's descriptor until it execs (close-on-exec), a
+    moment in which a sweep must not take the dead pool for a live one."""
+    deadline = time.monotonic() + settle_s
+    while pool_locked(pool_dir):
+        if time.monotonic() >= deadline:
+            return True
+        time.sleep(0.05)
+    return False
+
+
 def check_vm_folder_free(run_id: str, vm_id: str, meta: dict | None, running: bool) -> None:
     """VMError unless a boot of ``vm_id`` may take the folder whose meta.json is ``meta``:
     not while its VM is ``running``, nor while it names a live owner other than this process
@@ -427,7 +439,7 @@ def sweep_vm_folders(base: Path, run_id: str | None,
         # held: an owner in another PID namespace), a folder with no label yet is one that
         # pool is making (labelled a moment after its mkdir: a standby boot beside another),
         # not a leftover.
-        live = pool_locked(run_dir) or any(owner_alive(meta) for meta in metas.values())
+        live = any(owner_alive(meta) for meta in metas.values()) or pool_held(run_dir)
         for vm_dir, meta in metas.items():
             if (run_id is None or orphans_only) and live:
                 continue  # a live run: not ours to sweep
