@@ -216,3 +216,28 @@ def test_a_socket_removed_from_outside_is_the_pool_s_failure_not_the_task_s(tmp_
     assert "agent.sock was removed from outside" in first["failure"]["message"], first
     finals = assert_exactly_once(run_dir, {"gone#0", "ok#0"})
     assert finals["gone#0"]["status"] == "success" and finals["gone#0"]["attempt"] == 1
+
+
+def test_a_never_graded_record_that_cannot_be_stored_still_ends_its_sample(tmp_path, monkeypatch):
+    """The worker_died record the backend builds (from its attempt's meta, the worker's last
+    Progress) may hold a value no JSON line can: its stored replacement keeps ``never_graded`` (and
+    ``infrastructure``), so the engine settles the sample and the run ends."""
+    from parallel_rollout.backends import local
+
+    original = local.died_record
+
+    def died_record(*args, **kwargs):
+        record = original(*args, **kwargs)
+        record["meta"] = {"weight": float("nan")}
+        return record
+
+    monkeypatch.setattr(local, "died_record", died_record)
+    monkeypatch.setenv("PR_CHAOS_DIR", str(tmp_path))
+    tasks = [shell_task("a"), shell_task("doomed", chaos="sigkill_always")]
+    outcome = run(tmp_path, tasks, max_retries=1, num_rollouts=1)
+    finals = assert_exactly_once(outcome.run_dir, {"a#0", "doomed#0"})
+    doomed = finals["doomed#0"]
+    assert doomed["status"] == "unstorable_result" and doomed["attempt"] == 1, doomed
+    assert doomed["never_graded"] and doomed["infrastructure"] and not doomed["final"], doomed
+    assert outcome.summary["ungraded"] == 1 and outcome.summary["finished"] == 2, outcome.summary
+    assert outcome.exit_code == 1  # a sample never graded, as without the NaN

@@ -40,7 +40,7 @@ RECORD_FIELDS = ("key", "task_id", "sample_idx", "attempt", "mode", "tags", "sta
 #: when its content is dropped
 _IDENTITY = ("key", "task_id", "sample_idx", "attempt", "mode", "tags", "turns", "worker", "pid",
              "slot", "vm", "vms", "lease_wait_s", "started_at", "ended_at", "duration_s",
-             "trajectory", "meta", "final", "run_id", "usage")
+             "trajectory", "meta", "final", "never_graded", "run_id", "usage")
 #: the values JSON holds as they are (and the keys it takes)
 _SCALARS = (str, int, float, bool, type(None))
 #: how many unstorable values a failure's message names
@@ -96,8 +96,14 @@ def replacement_record(record: dict[str, Any], exc: BaseException) -> dict[str, 
     error) says it when none is found."""
     found = list(unstorable_values(record))
     what = "; ".join(found[:_NAMED]) + (f"; and {len(found) - _NAMED} more" if len(found) > _NAMED else "")
-    return unstorable_record({name: storable(record[name]) for name in _IDENTITY if name in record},
-                             what or f"{type(exc).__name__}: {exc}")
+    replacement = unstorable_record({name: storable(record[name]) for name in _IDENTITY if name in record},
+                                    what or f"{type(exc).__name__}: {exc}")
+    if record.get("final") is False and record.get("infrastructure") is True:
+        # the engine already judged it an infrastructure failure (retried, or never graded:
+        # the record a backend built for a dead or timed-out worker): that judgment stands,
+        # or a never-graded sample would end as neither final nor never graded
+        replacement["infrastructure"] = True
+    return replacement
 
 
 def unstorable_values(value: Any, where: str = "the record", within: frozenset[int] = frozenset()) -> Iterator[str]:
