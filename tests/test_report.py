@@ -202,3 +202,34 @@ def test_pass_at_k_per_tag_is_the_unbiased_estimator_over_that_tags_tasks():
                                                  "pass@3": round((pass_at_k(3, 1, 3) + pass_at_k(3, 2, 3)) / 2, 4)}
     assert head["per_tag"]["y"]["pass_at_k"]["pass@1"] == round(2 / 3, 4)
     assert head["per_mode"]["shell"]["pass_at_k"]["pass@3"] == summary["pass@3"] == 1.0
+
+
+def test_the_intervals_are_over_the_graded_samples_as_their_rates(tmp_path):
+    """A run whose samples partly were never graded (infrastructure failures): each success
+    rate is over the graded samples, and so is the interval beside it (a never-graded sample
+    is no failure), overall, per mode and per tag."""
+    from parallel_rollout.report.model import headline
+    from parallel_rollout.report.run_data import RunData
+    from parallel_rollout.results import summarize
+
+    records = []
+    for i in range(10):
+        lost = i >= 7
+        records.append({"key": f"t{i}#0", "task_id": f"t{i}", "sample_idx": 0, "attempt": 0, "mode": "shell",
+                        "tags": ["x"], "status": "vm_error" if lost else "success", "reward": 0.0 if lost else 1.0,
+                        "success": not lost, "infrastructure": lost, "final": not lost, "started_at": 1.0,
+                        "ended_at": 2.0, "duration_s": 1.0, **({"never_graded": True} if lost else {})})
+    run_dir = tmp_path / "r"
+    run_dir.mkdir()
+    (run_dir / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    summary = summarize(records, total_samples=10, pool_stats=None, started_at=1.0)
+    (run_dir / "summary.json").write_text(json.dumps(summary))
+    (run_dir / "config.json").write_text(json.dumps({"config": {"mode": "shell"}}))
+    result = CliRunner().invoke(main, ["report", str(run_dir)])
+    assert result.exit_code == 0, result.output
+    head = headline(RunData.load(run_dir))
+    assert head["success_rate"] == 1.0 and head["ungraded"] == 3
+    for rate, ci in [(head["success_rate"], head["success_ci"]),
+                     (head["per_mode"]["shell"]["success_rate"], head["per_mode"]["shell"]["ci"]),
+                     (head["per_tag"]["x"]["success_rate"], head["per_tag"]["x"]["ci"])]:
+        assert ci[0] <= rate <= ci[1], (rate, ci)

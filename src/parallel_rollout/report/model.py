@@ -21,7 +21,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from ..results import mean_reward, pass_at_k_columns, summarize
+from ..results import graded, mean_reward, pass_at_k_columns, summarize
 from ..trajectories import shown_turn
 from .run_data import RunData
 from .clustered import is_grouped, success_interval
@@ -43,8 +43,9 @@ def headline(data: RunData) -> dict[str, Any]:
         summary["run_id"] = data.run_id
     out = dict(summary)
     finals = list(data.finals.values())
-    out["success_ci"] = success_interval(finals)
-    out["ci_by_task"] = is_grouped(finals)
+    # over the graded samples, as the rate beside it: a never-graded one is no failure
+    out["success_ci"] = success_interval(graded(finals))
+    out["ci_by_task"] = is_grouped(graded(finals))
     out["ungraded"] = sum(1 for r in finals if r.get("infrastructure"))
     out["pass_at_k"] = {k: v for k, v in summary.items() if k.startswith("pass@")}
     ks = [int(name[len("pass@"):]) for name in out["pass_at_k"]]
@@ -54,7 +55,7 @@ def headline(data: RunData) -> dict[str, Any]:
     for mode, row in (summary.get("per_mode") or {}).items():
         moded = [r for r in finals if r.get("mode", "?") == mode]
         values, cover = pass_at_k_columns(moded, ks)
-        per_mode[mode] = {**row, "ci": success_interval(moded), "pass_at_k": values, "pass_at_k_cover": cover}
+        per_mode[mode] = {**row, "ci": success_interval(graded(moded)), "pass_at_k": values, "pass_at_k_cover": cover}
     per_tag = {}
     for tag, row in (summary.get("per_tag") or {}).items():
         tagged = [r for r in finals if tag in (r.get("tags") or [])]
@@ -62,7 +63,7 @@ def headline(data: RunData) -> dict[str, Any]:
         # over the graded samples, as summary.json's (an older summary has none per tag)
         values, cover = pass_at_k_columns(tagged, ks)
         per_tag[tag] = {**row, "mean_reward": mean_reward(tagged), "successes": successes,
-                        "ci": success_interval(tagged), "pass_at_k": values, "pass_at_k_cover": cover}
+                        "ci": success_interval(graded(tagged)), "pass_at_k": values, "pass_at_k_cover": cover}
     out["per_mode"], out["per_tag"] = per_mode, per_tag
     return out
 
