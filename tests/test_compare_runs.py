@@ -82,6 +82,9 @@ def test_compare_names_exactly_the_flipped_samples_on_the_intersection(tmp_path)
     assert "no verdict: no baseline: zzz: no such run folder" in no_baseline.output
     no_b = CliRunner().invoke(main, ["compare", "a", "zzz", "--output-dir", str(tmp_path / "out"), "--check"])
     assert no_b.exit_code == 2 and "zzz: no such run folder" in no_b.output
+    # both missing (a mistyped B on a missed night): B's usage error, not "no verdict"
+    neither = CliRunner().invoke(main, ["compare", "zzz", "yyy", "--output-dir", str(tmp_path / "out"), "--check"])
+    assert neither.exit_code == 2 and "yyy: no such run folder" in neither.output, neither.output
 
 
 def test_runs_list_shows_complete_interrupted_and_partial_runs(tmp_path):

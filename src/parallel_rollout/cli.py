@@ -413,6 +413,8 @@ def compare_cmd(run_a: str, run_b: str, output_dir: str, html_path: str | None, 
     from .report.compare_html import write_comparison
     from .report.run_data import NotARunFolder, resolve_run
 
+    # B first: a mistyped B is a usage error (exit 2), not hidden behind a missing A's "no verdict"
+    candidate = resolve_run(run_b, output_dir)
     try:
         baseline = resolve_run(run_a, output_dir)
     except NotARunFolder as exc:
@@ -422,7 +424,7 @@ def compare_cmd(run_a: str, run_b: str, output_dir: str, html_path: str | None, 
         # verdict, not a usage error
         click.echo(f"no verdict: no baseline: {exc}", err=True)
         sys.exit(EXIT_NO_VERDICT)
-    comparison, text, page = write_comparison(baseline, resolve_run(run_b, output_dir), html_path)
+    comparison, text, page = write_comparison(baseline, candidate, html_path)
     click.echo(text)
     click.echo(f"written: {page} and {page.with_suffix('.txt')}")
     if check and comparison.cannot_judge:
