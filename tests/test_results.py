@@ -254,6 +254,22 @@ def test_percentiles_interpolate_between_order_statistics():
 
 
 @pytest.mark.parametrize("never_graded", [True, False], ids=["never_graded", "older-final"])
+def test_a_never_graded_samples_cut_off_resume_attempt_is_left_to_resume(never_graded):
+    """A resume ran c#0 (never graded after attempts 0 and 1) again, and its attempt 2 was
+    cut off (a non-final record): that attempt is left to --resume, not retried; the
+    non-final attempt before the never-graded record was retried."""
+    lost = record("c#0", 1, status="worker_died", reward=0.0, infrastructure=True)
+    if never_graded:
+        lost.update(final=False, never_graded=True)
+    records = [record("a#0", status="success"),
+               record("c#0", 0, final=False, status="worker_died", reward=0.0, infrastructure=True),
+               lost,
+               record("c#0", 2, final=False, status="vm_error", reward=0.0, infrastructure=True)]
+    s = summarize(records, total_samples=2, pool_stats=None, started_at=time.time())
+    assert s["attempts_left_to_resume"] == 1 and s["retried_attempts"] == 1, s
+
+
+@pytest.mark.parametrize("never_graded", [True, False], ids=["never_graded", "older-final"])
 def test_summary_counts_rates_groups_and_timings(never_graded):
     """c#0 ran out of retries on an infrastructure failure: its record is ``never_graded``
     (not final), or, written by an older version, final: the same summary either way."""

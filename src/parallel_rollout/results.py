@@ -329,12 +329,18 @@ def summarize(
 
     attempts = len(records)
     # a non-final attempt is retried when its sample went on (a later attempt, or a final
-    # record); the others are left to a resume (a pool exhausted, a run stopped)
+    # record); the others are left to a resume (a pool exhausted, a run stopped), among them
+    # a never-graded sample's resume attempt that was cut off (after the record that ended it)
     last_attempt: dict[str, int] = {}
     for r in records:
         last_attempt[r.get("key")] = max(last_attempt.get(r.get("key"), -1), r.get("attempt") or 0)
-    left = sum(1 for r in records if not r.get("final") and r.get("key") not in finals
-               and (r.get("attempt") or 0) == last_attempt[r.get("key")])
+
+    def left_off(r: dict[str, Any]) -> bool:
+        end, attempt = finals.get(r.get("key")), r.get("attempt") or 0
+        return attempt == last_attempt[r.get("key")] and (
+            end is None or (bool(end.get("infrastructure")) and attempt > (end.get("attempt") or 0)))
+
+    left = sum(1 for r in records if not r.get("final") and not r.get("never_graded") and left_off(r))
     retried = sum(1 for r in records if not r.get("final") and not r.get("never_graded")) - left
     wall = time.time() - started_at
     summary = {
