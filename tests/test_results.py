@@ -68,6 +68,9 @@ def test_append_load_round_trip(tmp_path):
     ("eval", {"detail": ["ok", float("-inf")]}, "field 'eval'['detail'][1] is -inf"),
     ("eval", {"out": "caf\u00e9 \udcff"}, "field 'eval'['out'] holds a lone surrogate"),
     ("task_id", "a\ud800", "field 'task_id' holds a lone surrogate"),
+    # as the worker fails it: not written as its str()
+    ("eval", {"seen": {"x"}}, "field 'eval'['seen'] is of type set"),
+    ("meta", {"when": object()}, "field 'meta'['when'] is of type object"),
 ])
 def test_a_record_no_line_can_hold_is_written_as_its_failure(tmp_path, field, value, says):
     """The store's own guard (whatever got past the worker's): the record becomes, in place,

@@ -174,8 +174,12 @@ class UnstorableResult(RolloutError):
 def encode_record(record: dict[str, Any]) -> bytes:
     """A record as one JSON line of UTF-8; ValueError when none can hold it: a NaN or an
     infinity (no JSON number; Python's json would write ``NaN``, which other readers
-    refuse) or text with a lone surrogate (no UTF-8)."""
-    return (json.dumps(record, ensure_ascii=False, allow_nan=False, default=str) + "\n").encode("utf-8")
+    refuse), text with a lone surrogate (no UTF-8), an object JSON has no form for (a set,
+    bytes …: not written as its str(), as the worker would not either) or a circular one."""
+    try:
+        return (json.dumps(record, ensure_ascii=False, allow_nan=False) + "\n").encode("utf-8")
+    except TypeError as exc:
+        raise ValueError(str(exc)) from exc
 
 
 def read_records(path: str | Path) -> list[dict[str, Any]]:
