@@ -435,3 +435,29 @@ def test_a_sweep_in_another_pid_namespace_leaves_a_live_pool_alone(base_dir):
         time.sleep(0.02)
     swept = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
     assert swept.stdout.strip() == "removed 2 process VM(s): live/vm0, live/vm1", (swept.stdout, swept.stderr)
+
+
+def test_a_pools_first_vm_folder_is_made_in_a_locked_pool_folder(base_dir, monkeypatch):
+    """At a pool's first VM the pool folder is made and locked before the VM folder is made
+    in it: a sweep in another PID namespace (where the owner's pid says nothing) never finds
+    the new, unlabelled VM folder in an unlocked pool folder."""
+    from parallel_rollout.pool.providers import common
+
+    seen: dict[str, bool] = {}
+    makedirs = os.makedirs
+
+    def spying(path, *args, **kwargs):
+        path = Path(path)
+        if path.name == "vm0" or path.parent.name == "vm0":
+            vm_dir = path if path.name == "vm0" else path.parent
+            seen.setdefault(str(vm_dir), common.pool_locked(vm_dir.parent))
+        return makedirs(path, *args, **kwargs)
+
+    monkeypatch.setattr(common.os, "makedirs", spying)
+    provider = ProcessProvider("first", ProviderOptions(boot_timeout_s=10), base_dir=base_dir)
+    vm = provider.start("vm0")
+    monkeypatch.setattr(common.os, "makedirs", makedirs)
+    try:
+        assert seen and all(seen.values()), seen
+    finally:
+        provider.stop(vm)

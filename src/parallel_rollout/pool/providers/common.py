@@ -387,14 +387,21 @@ def secure_base_dir(base: Path) -> Path:
     return base
 
 
-def make_vm_dir(vm_dir: Path, *subdirs: str) -> None:
+def make_vm_dir(vm_dir: Path, *subdirs: str, lock_pool: bool = False) -> None:
     """Create ``vm_dir`` (and ``subdirs`` in it); a concurrent stop of the run's last VM may
-    remove the run folder between the creation of the parents, so try again then."""
+    remove the run folder between the creation of the parents, so try again then. With
+    ``lock_pool``, the pool folder is made and locked (``hold_pool_lock``) first: a sweep in
+    another PID namespace never sees the pool's new VM folder in an unlocked pool folder."""
     targets = [vm_dir / sub for sub in subdirs] or [vm_dir]
     for attempt in range(10):
         try:
+            if lock_pool:
+                os.makedirs(vm_dir.parent, exist_ok=True)
+                hold_pool_lock(vm_dir.parent)
             for target in targets:
                 os.makedirs(target, exist_ok=True)
+            if lock_pool:
+                hold_pool_lock(vm_dir.parent)  # the pool folder made anew meanwhile: locked again
             return
         except FileNotFoundError:
             if attempt == 9:

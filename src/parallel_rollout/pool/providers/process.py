@@ -105,7 +105,7 @@ from .sandbox_argv import (AGENT_SOURCES, DESKTOP_SOURCES, GRADING_BIN, GUEST_HO
 from .sandbox_uids import SandboxUids
 from .base import Provider, ProviderOptions, VMInfo
 from .common import (LONG_VM_ID, check_name, check_vm_folder_free, checked_socket, create_time, log_tail,
-                     hold_pool_lock, make_vm_dir, new_pool_key, owner_label, pool_folder, process_and_agent_healthy,
+                     make_vm_dir, new_pool_key, owner_label, pool_folder, process_and_agent_healthy,
                      read_meta, remove_vm_dir, same_process, secure_base_dir, sweep_vm_folders, write_meta)
 from .sandbox_processes import (KILL_WAIT_S, children, death_cause, kill_recorded, kill_sandbox,
                                 kill_unrecorded, read_until, sandbox_alive)
@@ -487,8 +487,7 @@ class ProcessProvider(Provider):
         it: a sweep finds by the label what an owner killed in the middle of the boot leaves,
         and a sweep of orphans (another run of the run id starting) takes an unlabelled folder
         for a leftover. A later boot's folder keeps the label until its own meta replaces it."""
-        make_vm_dir(vm_dir, "sock")
-        hold_pool_lock(vm_dir.parent)  # a sweep in another PID namespace sees it live
+        make_vm_dir(vm_dir, "sock", lock_pool=True)  # a sweep in another PID namespace sees it live
         if not os.path.exists(f"{vm_dir}/meta.json"):
             self._write_meta(vm_id, vm_dir, {"vm_dir": str(vm_dir), "cgroups": group.paths})
 

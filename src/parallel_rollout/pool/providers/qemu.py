@@ -102,7 +102,7 @@ from .qemu_image import (GUEST_PORT, IMAGE_FILES, QEMU_IMG, image_dir, image_for
                          image_inputs, read_bytes, read_json, run)
 # Shared with the process provider: same labelling, same pid checks, same launcher thread.
 from .common import (LONG_VM_ID, check_name, check_vm_folder_free, checked_socket, create_time, exit_status,
-                     log_tail, hold_pool_lock, make_vm_dir, new_pool_key, owner_label, pool_folder, process_and_agent_healthy, read_meta,
+                     log_tail, make_vm_dir, new_pool_key, owner_label, pool_folder, process_and_agent_healthy, read_meta,
                      remove_run_dir_if_empty, runs_vm, same_process, secure_base_dir, signal_name,
                      sweep_vm_folders, write_meta)
 from .sandbox_processes import launcher
@@ -215,8 +215,7 @@ class QemuProvider(Provider):
                                  _is_our_qemu(meta.get("pid"), meta.get("create_time"), vm_dir))
             shutil.rmtree(vm_dir, ignore_errors=True)
         secure_base_dir(self.base_dir)  # 0700 and ours, not another user's folder
-        make_vm_dir(vm_dir)
-        hold_pool_lock(vm_dir.parent)  # a sweep in another PID namespace sees it live
+        make_vm_dir(vm_dir, lock_pool=True)  # a sweep in another PID namespace sees it live
         private = {"vm_dir": str(vm_dir), "snapshot": self.snapshot_name}
         try:
             self._write_meta(vm_id, vm_dir, private)  # labelled at once: see process.py
