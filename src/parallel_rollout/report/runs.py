@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..errors import ConfigError
+from ..results import graded
 from .run_data import NotARunFolder, RunData, results_stamp
 
 
@@ -111,9 +112,9 @@ def run_line(run_dir: Path) -> RunLine:
     total = (data.summary or {}).get("total_samples")
     status = data.status()
     successes = sum(1 for r in finals.values() if r.get("success"))
-    graded = sum(1 for r in finals.values() if not r.get("infrastructure"))  # as the console's rate
+    scored = len(graded(finals.values()))  # as the console's rate
     return RunLine(run_id=run_dir.name, started=written or data.started_at, mode=data.mode, finished=len(finals),
-                   total=total, success_rate=round(successes / graded, 4) if graded else None, status=status)
+                   total=total, success_rate=round(successes / scored, 4) if scored else None, status=status)
 
 
 def list_runs(output_dir: str | Path) -> list[RunLine]:
