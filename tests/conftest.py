@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import secrets
 import shutil
 import subprocess
 import tempfile
@@ -206,6 +207,31 @@ def shell_task(task_id: str, **extra) -> dict:
             "check": f"test -e ~/{task_id}.done", "reference": [f"touch ~/{task_id}.done"]}
     task.update(extra)
     return task
+
+
+@contextmanager
+def limited_cgroup(limit_mb: int, prefix: str = "pr-share"):
+    """A child of our own memory cgroup limited to ``limit_mb``, with whatever is made in it
+    (a runner started in it makes its VMs' cgroups there); removed after. Root only."""
+    from parallel_rollout.pool.providers import cgroups
+
+    if os.geteuid() != 0 or "memory" not in cgroups.available():
+        pytest.skip("needs root and a working memory cgroup")
+    hierarchy = cgroups._probe()[0]["memory"]
+    path = hierarchy.root / f"{prefix}-{os.getpid()}-{secrets.token_hex(3)}"
+    path.mkdir()
+    try:
+        limit = path / ("memory.max" if hierarchy.version == 2 else "memory.limit_in_bytes")
+        try:
+            limit.write_text(str(limit_mb << 20))
+        except OSError as exc:
+            pytest.skip(f"cannot limit a child of our cgroup: {exc}")
+        yield path
+    finally:
+        for folder in sorted(path.rglob("*"), key=lambda p: -len(p.parts)):
+            if folder.is_dir():
+                cgroups.remove_paths([str(folder)], parents=False)
+        cgroups.remove_paths([str(path)], parents=False)
 
 
 @contextmanager

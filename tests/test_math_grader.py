@@ -9,6 +9,7 @@ import logging
 import os
 import re
 import resource
+import shutil
 import signal
 import subprocess
 import sys
@@ -19,7 +20,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, limited_cgroup
 from parallel_rollout.envs.math import grade
 from parallel_rollout.envs.math_grader import (MEMORY_LIMIT_MB, GraderDied, close_graders, death_verdict,
                                                grader_pids)
@@ -225,3 +226,83 @@ def test_a_grader_stopped_from_outside_past_its_deadline_is_not_the_answers_time
         timer.cancel()
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
     assert grade("\\frac{1}{2}", "0.5")["correct"]
+
+
+def test_a_grader_that_cannot_start_is_infrastructure_not_the_answers_0(monkeypatch):
+    """A grader that cannot be spawned (EAGAIN, ENOMEM), ends as it starts, or does not start
+    within its start timeout has no answer in it: ``GraderKilled`` (retried), not the answer's
+    ``grader_error``."""
+    import errno
+
+    from parallel_rollout.envs import math_grader
+
+    close_graders()
+
+    def no_fork(*args, **kwargs):
+        raise BlockingIOError(errno.EAGAIN, "Resource temporarily unavailable")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(math_grader.subprocess, "Popen", no_fork)
+        with pytest.raises(GraderKilled, match="could not be started"):
+            grade("5", "5")
+    with monkeypatch.context() as patch:
+        patch.setattr(math_grader.sys, "executable", shutil.which("false"))  # exits 1 at once
+        with pytest.raises(GraderKilled, match="ended as it started"):
+            grade("5", "5")
+    with monkeypatch.context() as patch:
+        patch.setattr(math_grader, "STARTUP_TIMEOUT_S", 0.001)
+        with pytest.raises(GraderKilled, match="did not start within"):
+            grade("5", "5")
+    assert grade("5", "5")["correct"]
+
+
+def test_an_oom_kill_during_a_grading_is_the_answers_memory_limit():
+    verdict = death_verdict(GraderDied(-signal.SIGKILL, 2.0, oom_killed=True), 60)
+    assert verdict["reason"] == "memory_limit" and verdict["correct"] is False, verdict
+    with pytest.raises(GraderKilled, match="killed from outside"):
+        death_verdict(GraderDied(-signal.SIGKILL, 2.0, oom_killed=False), 60)
+
+
+def test_a_grader_oom_killed_in_its_memory_cgroup_is_the_answers_memory_limit():
+    """Under a memory cgroup tighter than the grader's own RLIMIT_AS room, the answer's growth
+    gets the grader OOM-killed (SIGKILL, below its CPU limit): the cgroup's ``oom_kill``
+    count, up during the grading, makes it the answer's ``memory_limit``, not a kill from
+    outside retried until it is never graded."""
+    with limited_cgroup(180, prefix="pr-grader-oom") as cgroup:  # ~80 MB grader, ~20 MB parent: no room for 256 MB more
+        code = ("import json, os, sys\n"
+                "open(sys.argv[1] + '/cgroup.procs', 'w').write(str(os.getpid()))\n"
+                "from parallel_rollout.envs.math import grade\n"
+                "assert grade('5', '5')['correct']\n"
+                "print(json.dumps(grade('5', '2^{2^{36}}', timeout_s=120)))\n")
+        done = subprocess.run([sys.executable, "-c", code, str(cgroup)], capture_output=True, text=True,
+                              timeout=600, env=dict(os.environ, PYTHONPATH=str(ROOT / "src")))
+    assert done.returncode == 0, done.stderr[-2000:]
+    verdict = json.loads(done.stdout.strip().splitlines()[-1])
+    assert verdict["reason"] == "memory_limit" and verdict["correct"] is False, verdict
+
+
+def test_every_grading_gets_the_same_memory_room(tmp_path, monkeypatch):
+    """A grading that leaves its grader 60 MB bigger (kept: less than the growth that retires
+    a grader) does not take that from the next grading's room: RLIMIT_AS is set as each
+    grading begins, to what the grader holds then and MEMORY_LIMIT_MB more."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(
+        "import math_verify\n"
+        "kept, parse = [], math_verify.parse\n"
+        "def growing(text, *args, **kwargs):\n"
+        "    if 'grow' in text:\n"
+        "        kept.append(bytearray(60 << 20))\n"
+        "    return parse(text, *args, **kwargs)\n"
+        "math_verify.parse = growing\n")
+    close_graders()
+    monkeypatch.setenv("PYTHONPATH", str(site))
+    assert grade("5", "5")["correct"]
+    (pid,) = grader_pids()
+    grade("5", "grow")
+    assert grader_pids() == [pid]  # not retired
+    assert grade("5", "5")["correct"] and grader_pids() == [pid]
+    limits = Path(f"/proc/{pid}/limits").read_text()
+    soft = int(re.search(r"^Max address space\s+(\S+)", limits, re.M).group(1))
+    room = soft - psutil.Process(pid).memory_info().vms
+    assert room >= (MEMORY_LIMIT_MB - 8) << 20, room >> 20

@@ -28,7 +28,8 @@ class WorkerDied(RolloutError):
 class GraderKilled(RolloutError):
     """A grader process of the worker (the math mode's) died during a grading of a signal
     that no limit of its own explains (not its CPU limit, not its deadline, not a crash
-    of its grading): killed from outside, as a worker can be. Infrastructure, retried,
+    of its grading, no OOM kill counted), or could not start (not spawned, ended or too
+    slow as it started): killed from outside, as a worker can be. Infrastructure, retried,
     recorded as ``worker_died``; the answer is graded again on the next attempt."""
 
     kind = "worker_died"

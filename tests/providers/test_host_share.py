@@ -4,11 +4,9 @@ the host's pid and file tables. Runs go through the CLI, in a cgroup made for th
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
-import secrets
 import shutil
 import subprocess
 import sys
@@ -19,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, read_results, write_tasks
+from conftest import ROOT, limited_cgroup, read_results, write_tasks
 from parallel_rollout.pool.providers import cgroups, host_share
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
@@ -43,29 +41,6 @@ def run_cli(tmp_path: Path, tasks: list[dict], *flags: str, procs: Path | None =
         argv = ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', str(procs), *argv]
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
     return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600)
-
-
-@contextlib.contextmanager
-def limited_cgroup(limit_mb: int):
-    """A child of our own memory cgroup limited to ``limit_mb``: where a runner started in it
-    (``run_cli(procs=...)``) makes its VMs' cgroups too; removed after."""
-    if os.geteuid() != 0 or "memory" not in cgroups.available():
-        pytest.skip("needs root and a working memory cgroup")
-    hierarchy = cgroups._probe()[0]["memory"]
-    path = hierarchy.root / f"pr-share-{os.getpid()}-{secrets.token_hex(3)}"
-    path.mkdir()
-    try:
-        limit = path / ("memory.max" if hierarchy.version == 2 else "memory.limit_in_bytes")
-        try:
-            limit.write_text(str(limit_mb << 20))
-        except OSError as exc:
-            pytest.skip(f"cannot limit a child of our cgroup: {exc}")
-        yield path
-    finally:
-        for folder in sorted(path.rglob("*"), key=lambda p: -len(p.parts)):
-            if folder.is_dir():
-                cgroups.remove_paths([str(folder)], parents=False)
-        cgroups.remove_paths([str(path)], parents=False)
 
 
 def test_a_runner_in_a_limited_cgroup_outlives_its_vms_filling_their_memory(tmp_path):

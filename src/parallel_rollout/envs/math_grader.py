@@ -28,14 +28,18 @@ within ``_CPU_LIMIT_S``. When math-verify is missing, every grading says how to 
 **Whose doing a grader's death is.** A grading bounded by the grader's own limits is the
 answer's: past its deadline it is ``timeout``; past its CPU limit (SIGXCPU, or SIGKILL at
 RLIMIT_CPU's hard limit, which the kernel sends itself) ``cpu_limit``; past its memory limit
-(``MEMORY_LIMIT_MB`` of address space more than the warmed-up grader holds: ``2^{2^{36}}``
-would grow by gigabytes) ``memory_limit``; a crash of the grading (SIGSEGV, SIGABRT …: a
-fault of its own) or an exit ``grader_error``; each graded 0, since the same answer would do
-it again. The answer is a string and signals nothing, so a grader that died of any other
-signal (SIGKILL below its CPU limit, SIGTERM …) was killed from outside: ``GraderKilled``,
+(``MEMORY_LIMIT_MB`` of address space more than the grader holds as the grading begins:
+``2^{2^{36}}`` would grow by gigabytes; or the OOM killer's SIGKILL during the grading, told
+by its memory cgroup's ``oom_kill`` count, see ``oom_file``) ``memory_limit``; a crash of
+the grading (SIGSEGV, SIGABRT …: a fault of its own) or an exit ``grader_error``; each
+graded 0, since the same answer would do it again. The answer is a string and signals
+nothing, so a grader that died of any other signal (SIGKILL below its CPU limit with no OOM
+kill counted, SIGTERM …) was killed from outside: ``GraderKilled``,
 infrastructure, retried, never the answer's 0. So is a grader found dead before it was
-handed the answer, and one that reached its deadline stopped (SIGSTOP) or traced from
-outside: it could not run.
+handed the answer, one that could not be started (spawning failed: EAGAIN, ENOMEM), did not
+start within ``STARTUP_TIMEOUT_S`` or ended as it started (no answer in it yet; math-verify's
+own reported error at start stays ``grader_error``), and one that reached its deadline
+stopped (SIGSTOP) or traced from outside: it could not run.
 """
 
 from __future__ import annotations
@@ -127,7 +131,9 @@ def _limit_cpu() -> None:
 def _limit_memory() -> int:
     """Bound this grader's address space to what it holds now and ``MEMORY_LIMIT_MB`` more
     (an allocation past it fails: MemoryError, which math-verify may swallow and call the
-    answer wrong); what it holds now, in bytes."""
+    answer wrong); what it holds now, in bytes. Set as each grading begins: every grading has
+    the same room, whatever the gradings before it left held (RLIMIT_AS's hard limit, when
+    set, bounds it)."""
     with open("/proc/self/statm") as statm:
         held = int(statm.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
     _, hard = resource.getrlimit(resource.RLIMIT_AS)
@@ -166,14 +172,14 @@ def serve() -> None:
     except Exception as exc:  # noqa: BLE001 - reported to the parent, which records it
         answer({"error": f"{type(exc).__name__}: {exc}"[:500]})
         return
-    held = _limit_memory()
     answer({"ready": True})
     for line in sys.stdin.buffer:
         request = json.loads(line)
+        held = _limit_memory()  # each grading the same room, whatever the ones before it left
         _limit_cpu()
         verdict = _grade_guarded(request["expected"], request["extracted"])
-        # a grading that took half its memory allowance or more ends its grader (the next one
-        # starts with what a fresh grader holds, and its peak tells of its own grading only)
+        # a grading that took half its memory allowance or more ends its grader (VmPeak is the
+        # grader's whole life's: the next grading starts in a fresh one, with a peak of its own)
         retire = _peak_bytes() - held >= (MEMORY_LIMIT_MB << 20) // 2
         answer({**verdict, "retire": True} if retire else verdict)
         if retire:
@@ -188,12 +194,44 @@ class GraderError(Exception):
 
 
 class GraderDied(GraderError):
-    """The grader ended during a grading: its exit ``code`` (``Popen.returncode``) and the
-    CPU seconds it used (None when not known)."""
+    """The grader ended during a grading: its exit ``code`` (``Popen.returncode``), the CPU
+    seconds it used (None when not known) and whether the OOM killer killed it (``oom_killed``:
+    its memory cgroup counted an OOM kill during the grading)."""
 
-    def __init__(self, code: int, cpu_s: float | None) -> None:
+    def __init__(self, code: int, cpu_s: float | None, oom_killed: bool = False) -> None:
         super().__init__(f"the grader ended with status {code}")
-        self.code, self.cpu_s = code, cpu_s
+        self.code, self.cpu_s, self.oom_killed = code, cpu_s, oom_killed
+
+
+def oom_file(pid: int) -> str | None:
+    """The file that counts the OOM kills of ``pid``'s memory cgroup (``oom_kill``: v1's
+    ``memory.oom_control``, v2's ``memory.events``; the kernel counts a kill there before it
+    sends the SIGKILL, whichever limit, the cgroup's, an ancestor's or the machine's, was
+    reached); None where none is readable (no memory cgroup, another cgroup namespace). The
+    count is the cgroup's, which the worker and its other graders share: a grader killed from
+    outside while the OOM killer killed another of them would be taken for OOM-killed."""
+    try:
+        with open(f"/proc/{pid}/cgroup") as lines:
+            entries = [line.rstrip("\n").split(":", 2) for line in lines]
+    except OSError:
+        return None
+    candidates = [f"/sys/fs/cgroup/memory{path}/memory.oom_control"
+                  for _, controllers, path in entries if "memory" in controllers.split(",")]
+    candidates += [f"{root}{path.rstrip('/')}/memory.events" for _, controllers, path in entries
+                   if not controllers for root in ("/sys/fs/cgroup", "/sys/fs/cgroup/unified")]
+    return next((name for name in candidates if oom_kills(name) is not None), None)
+
+
+def oom_kills(name: str | None) -> int | None:
+    """The ``oom_kill`` count in ``name`` (see ``oom_file``), None when not readable."""
+    if name is None:
+        return None
+    try:
+        with open(name) as fields:
+            counts = dict(line.split() for line in fields if len(line.split()) == 2)
+        return int(counts["oom_kill"])
+    except (OSError, KeyError, ValueError):
+        return None
 
 
 def death_verdict(died: GraderDied, cpu_hard: int) -> dict[str, Any]:
@@ -206,6 +244,9 @@ def death_verdict(died: GraderDied, cpu_hard: int) -> dict[str, Any]:
     if code == -signal.SIGXCPU or (code == -signal.SIGKILL and at_hard_limit):
         return {"correct": False, "reason": "cpu_limit",
                 "error": f"the grading used its CPU limit ({_CPU_LIMIT_S}s, or RLIMIT_CPU's hard limit)"}
+    if code == -signal.SIGKILL and died.oom_killed:  # the answer's growth, below RLIMIT_AS
+        return {"correct": False, "reason": "memory_limit",
+                "error": "the grading used up its memory cgroup's limit: the OOM killer killed its grader"}
     if code >= 0 or -code in _CRASH_SIGNALS:
         return {"correct": False, "reason": "grader_error", "error": str(died)}
     raise GraderKilled(f"the math grader was killed from outside during a grading: it died of "
@@ -221,26 +262,32 @@ class Grader:
         package_root = str(Path(__file__).resolve().parents[2])
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", __name__], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL, env=env, close_fds=True)
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", __name__], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL, env=env, close_fds=True)
+        except OSError as exc:  # EAGAIN, ENOMEM: the machine's state, not the answer's
+            raise GraderKilled(f"the math grader could not be started: {exc}") from None
         self._buffer = b""
         #: RLIMIT_CPU's hard limit, which the grader inherits from this process
         self.cpu_hard = resource.getrlimit(resource.RLIMIT_CPU)[1]
         try:
             hello = self._read_line(STARTUP_TIMEOUT_S)
         except GraderDied as died:
+            self.kill()  # no answer is in it yet: not the answer's doing
+            how = "was killed from outside" if died.code < 0 else "ended"
+            raise GraderKilled(f"the math grader {how} as it started: {died}") from None
+        except BaseException:
             self.kill()
-            if died.code < 0:  # no answer is in it yet: killed from outside
-                raise GraderKilled(f"the math grader was killed from outside as it started: {died}") from None
             raise
-        except GraderError:
+        if hello is None:
             self.kill()
-            raise
-        if hello is None or "error" in hello:
+            raise GraderKilled(f"the math grader did not start within {STARTUP_TIMEOUT_S:g}s")
+        if "error" in hello:  # math-verify's own (missing, or failing on its warm-up)
             self.kill()
-            raise GraderError(hello["error"] if hello else
-                              f"the grader did not start within {STARTUP_TIMEOUT_S:g}s")
+            raise GraderError(hello["error"])
+        #: the file counting OOM kills in its memory cgroup (None: none readable)
+        self.oom_file = oom_file(self.proc.pid)
 
     @property
     def pid(self) -> int:
@@ -249,12 +296,18 @@ class Grader:
 
     def grade(self, expected: str, extracted: str, timeout_s: float) -> dict[str, Any] | None:
         """The verdict, or None when ``timeout_s`` passed (the grader is killed then)."""
+        oom_before = oom_kills(self.oom_file)
         try:
             self.proc.stdin.write(json.dumps({"expected": expected, "extracted": extracted}).encode() + b"\n")
             self.proc.stdin.flush()
         except OSError as exc:  # dead before it had the answer: not the answer's doing
             raise GraderKilled(f"the math grader is gone: {exc} (status {self.proc.poll()})") from None
-        result = self._read_line(timeout_s)
+        try:
+            result = self._read_line(timeout_s)
+        except GraderDied as died:
+            if died.code == -signal.SIGKILL and oom_before is not None:
+                died.oom_killed = (oom_kills(self.oom_file) or 0) > oom_before
+            raise
         if result is None:
             stopped = self._stopped()
             self.kill()
