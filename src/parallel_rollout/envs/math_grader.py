@@ -66,7 +66,7 @@ DEFAULT_GRADE_TIMEOUT_S = 5.0
 STARTUP_TIMEOUT_S = 120.0
 #: CPU seconds one grading may use before the kernel stops its grader, even as an orphan
 _CPU_LIMIT_S = 30
-#: MB of address space a grader may take beyond what it holds once warmed up (~90 MB)
+#: MB of address space a grading may take beyond what its grader holds as it begins (~90 MB warmed up)
 MEMORY_LIMIT_MB = 256
 #: signals a grader raises on itself when its grading faults: the answer's doing
 _CRASH_SIGNALS = frozenset({signal.SIGSEGV, signal.SIGABRT, signal.SIGBUS, signal.SIGFPE, signal.SIGILL})
