@@ -250,6 +250,34 @@ def test_a_command_agent_cannot_write_a_record_into_the_run(tmp_path):
     assert [(r["attempt"], r["status"], r["reward"]) for r in records] == [(0, "failure", 0.0)], records
 
 
+# Answers with the expected answer of any graded record it can read in the run's folder.
+THIEF_AGENT = r"""
+import glob, json, sys
+for line in sys.stdin:
+    answer = "0"
+    for path in glob.glob(sys.argv[1] + "/*/results.jsonl"):
+        for record in open(path):
+            expected = (json.loads(record).get("eval") or {}).get("expected")
+            answer = expected or answer
+    print(json.dumps(answer), flush=True)
+"""
+
+
+@needs_bwrap
+def test_a_command_agent_cannot_read_its_runs_records(tmp_path):
+    """A graded record's ``eval`` holds the expected answer: an agent that read its run's
+    results.jsonl (read-only to it) answered the later samples of a task with it, 2 of 3
+    with --group-size 3. The run's folder is hidden: it finds nothing, every sample fails."""
+    script = tmp_path / "thief.py"
+    script.write_text(THIEF_AGENT)
+    data = write_tasks(tmp_path / "tasks.jsonl",
+                       [{"id": "m1", "mode": "math", "problem": "What is 1234*5678?", "answer": "7006652"}])
+    records = run_cli(tmp_path, "thief", "--mode", "math", "--data", str(data), "--group-size", "3",
+                      "--agent-cmd", command_line(script, str(tmp_path / "out")))
+    assert [(r["status"], r["reward"]) for r in records] == [("failure", 0.0)] * 3, records
+    assert records[0]["eval"]["expected"] == "7006652", records[0]  # there to be stolen
+
+
 SLOW_AGENT = r"""
 import json, os, signal, sys, time
 marker = sys.argv[1]

@@ -51,7 +51,8 @@ episode leaves the agent less time than the runner would give it.
 How its process is started, talked to and stopped (and why no agent process outlives its
 agent): ``agents.command_process``. What it is shown of the host leaves out the providers'
 VM folders (``pool.providers.host_dirs``) and the files the run's tasks came from
-(``task_files``: the answer key); its run's folder is read-only to it. A process whose
+(``task_files``: the answer key), nor its run's folder (``run_folder``: its records' ``eval``
+holds each graded answer's expected one), an empty read-only folder to it. A process whose
 bubblewrap was killed from outside fails its attempt as ``AgentKilled`` (infrastructure,
 retried), any other end of the conversation as ``AgentError`` (graded).
 """
@@ -92,11 +93,10 @@ class CommandAgent(Agent):
         self.reply_budget_s = config.task_timeout - min(REPLY_MARGIN_S, config.task_timeout / 4)
         #: monotonic time the episode's wait for replies ends (set by ``reset``)
         self._deadline = 0.0
-        #: what the agent may read but not write: its run's folder (its records, summary, events)
-        self.read_only = (os.path.realpath(os.path.join(os.path.expanduser(config.output_dir), config.run_id)),
-                          ) if config.run_id else ()
-        #: what it must not read: the files the run's tasks came from (their answer keys)
-        self.task_files = task_files(config)
+        #: what it must not read: its run's folder (its records hold each graded answer's
+        #: ``eval``, math's "expected" among them; its summary, events) and the files the
+        #: run's tasks came from (their answer keys)
+        self.withheld = (*run_folder(config), *task_files(config))
         self._process: AgentProcess | None = None
         self._task = None
         self._turn = 0
@@ -213,14 +213,21 @@ class CommandAgent(Agent):
             # Split here, not in __init__: the worker constructs agents outside any attempt,
             # where a ConfigError would end the env loop instead of becoming a record.
             # The VM folders are listed (and made) at each start: a run may make one meanwhile.
-            hidden = (*host_dirs.private_folders(), *self.task_files)
-            self._process = AgentProcess(_split(self.command), self.command, self.read_only, hidden)
+            hidden = (*host_dirs.private_folders(), *self.withheld)
+            self._process = AgentProcess(_split(self.command), self.command, hidden)
         return self._process
 
     def _stop_process(self) -> None:
         if self._process is not None:
             self._process.stop()
             self._process = None
+
+
+def run_folder(config) -> tuple[str, ...]:
+    """The run's folder, by its real path (the runner's records, summary and events), or ()."""
+    if not config.run_id:
+        return ()
+    return (os.path.realpath(os.path.join(os.path.expanduser(config.output_dir), config.run_id)),)
 
 
 def task_files(config) -> tuple[str, ...]:

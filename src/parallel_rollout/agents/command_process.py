@@ -86,11 +86,10 @@ class StrayLine(Exception):
 class AgentProcess:
     """One running agent command: its pipes and the threads reading stdout and stderr."""
 
-    def __init__(self, argv: list[str], command: str, read_only: tuple[str, ...] = (),
-                 hidden: tuple[str, ...] = ()) -> None:
+    def __init__(self, argv: list[str], command: str, hidden: tuple[str, ...] = ()) -> None:
         try:
             self._popen = subprocess.Popen(
-                in_own_pid_namespace(argv, read_only, hidden), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                in_own_pid_namespace(argv, hidden), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE, start_new_session=True,
             )
         except OSError as exc:
@@ -190,8 +189,7 @@ class AgentProcess:
         return ProcessBroken(f"{what} (it exited with status {code})")
 
 
-def in_own_pid_namespace(argv: list[str], read_only: tuple[str, ...] = (),
-                         hidden: tuple[str, ...] = ()) -> list[str]:
+def in_own_pid_namespace(argv: list[str], hidden: tuple[str, ...] = ()) -> list[str]:
     """``argv`` under bubblewrap, in a PID namespace of its own: it and what it starts see and
     can signal only one another, never its worker (its parent is the namespace's init, which
     ignores them), so it cannot erase an attempt it is failing by killing the process that
@@ -204,10 +202,10 @@ def in_own_pid_namespace(argv: list[str], read_only: tuple[str, ...] = (),
 
     - ``hidden``: what exists of it when it starts is replaced by nothing it can read or
       change: a folder by an empty read-only tmpfs (the providers' VM folders: sockets of
-      guest agents, the guest agent's cached bytecode; an OSWorld task folder), a file by
-      ``/dev/null``, which it cannot open (a task file: the answer key);
-    - ``read_only``: the folders that exist (its run's folder: the agent cannot write a
-      record, a summary or an event of its own into the run), bound read-only.
+      guest agents, the guest agent's cached bytecode; an OSWorld task folder; its run's
+      folder: it can neither read a record's ``eval``, the expected answer, nor write a
+      record of its own), a file by ``/dev/null``, which it cannot open (a task file: the
+      answer key).
 
     ``--die-with-parent`` is the parent-death signal (SIGKILL) that setpriv gave it before:
     the env loop's thread that started it ends, the worker's death included, and the
@@ -226,9 +224,6 @@ def in_own_pid_namespace(argv: list[str], read_only: tuple[str, ...] = (),
             covered.append(path)
         elif os.path.exists(path):
             mounts += ["--ro-bind", os.devnull, path]
-    for path in read_only:
-        if not any(path == top or path.startswith(top.rstrip("/") + "/") for top in covered):
-            mounts += ["--ro-bind-try", path, path]
     return [*_SANDBOX, *mounts, "--", *argv]
 
 
