@@ -370,6 +370,21 @@ def test_command_reply_timeout_stops_the_process(tmp_path):
     assert agent._process is None, "a process that missed a reply must not answer the next turn"
 
 
+def test_command_reply_budget_is_spent_only_waiting_for_replies(tmp_path):
+    """The budget was the wall time since reset: 1.6 s of the env's step (or a VM lease, a
+    weight update: time the runner's clock may not count) after a quick reply left turn 2
+    a task_timeout within milliseconds. Only the waits for replies are spent."""
+    agent = command_agent(tmp_path, ECHO_AGENT, task_timeout=2.0)  # replies may take 1.5 s in all
+    assert agent.act({"problem": "1+1"})["turn"] == 1
+    time.sleep(1.6)  # the env's step
+    assert agent.act({"problem": "2+2"})["turn"] == 2
+    agent.act({"problem": "hang"})
+    started = time.monotonic()
+    with pytest.raises(TaskTimeout, match=r"turn 4: no reply within --task-timeout 2s"):
+        agent.act({"problem": "1+1"})  # a hang still ends with what is left of the budget
+    assert time.monotonic() - started < 1.5
+
+
 def test_command_check_config(tmp_path):
     with pytest.raises(ConfigError, match="needs --agent-cmd"):
         CommandAgent.check_config(make_config(agent="command", agent_cmd=None))

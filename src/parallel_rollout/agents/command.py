@@ -39,14 +39,16 @@ writes after its episode was checked is found before the next episode's first ob
 that process is stopped (a warning says so) and the new episode starts with a fresh one.
 
 An agent that does not reply (a hang) is ``task_timeout``, as the runner records any attempt
-past ``--task-timeout``, but with the agent's stderr tail: the wait for replies ends
-``REPLY_MARGIN_S`` (2 s, a quarter of the timeout at most) before ``--task-timeout``, counted
-from the episode's start (``reset``, just before its first observation); the process is
-killed at once and its stderr read, so that the record is written before the runner would
-kill the worker (and lose the tail). The runner's clock starts before the task's setup and
-stops while a VM or a weight update is awaited: a setup longer than the margin leaves the
-timeout to the runner (``task_timeout`` still, no stderr tail); a clock stopped within the
-episode leaves the agent less time than the runner would give it.
+past ``--task-timeout``, but with the agent's stderr tail: an episode's replies may take
+``--task-timeout`` less ``REPLY_MARGIN_S`` (2 s, a quarter of the timeout at most) in all,
+counted only while an observation is being sent and its reply awaited (the sum of those
+waits, not the wall time since the episode began); past that the process is killed at once
+and its stderr read, so that the record is written before the runner would kill the worker
+(and lose the tail). What the agent does not spend (the env's steps, a VM lease, a weight
+update, which the runner's clock may not count either) is never taken from it, so the agent
+never times out before the runner would; when the task's setup and its env's steps take more
+than the margin, the runner's timeout comes first (``task_timeout`` still, without the stderr
+tail).
 
 How its process is started, talked to and stopped (and why no agent process outlives its
 agent): ``agents.command_process``. What it is shown of the host leaves out the providers'
@@ -91,8 +93,8 @@ class CommandAgent(Agent):
         self.command = config.agent_cmd
         #: seconds an episode's replies may take in all: --task-timeout less the margin
         self.reply_budget_s = config.task_timeout - min(REPLY_MARGIN_S, config.task_timeout / 4)
-        #: monotonic time the episode's wait for replies ends (set by ``reset``)
-        self._deadline = 0.0
+        #: seconds of waiting for replies the episode has left (set by ``reset``, spent by ``act``)
+        self._budget_left = 0.0
         #: what it must not read: its run's folder (its records hold each graded answer's
         #: ``eval``, math's "expected" among them; its summary, events) and the files the
         #: run's tasks came from (their answer keys)
@@ -116,7 +118,7 @@ class CommandAgent(Agent):
         """Start a new episode; the agent learns of it from the next message's turn 1."""
         self._task = task
         self._turn = 0
-        self._deadline = time.monotonic() + self.reply_budget_s
+        self._budget_left = self.reply_budget_s
 
     def act(self, observation: dict[str, Any]) -> Any:
         """Send the observation, return the JSON value the agent answers with."""
@@ -134,7 +136,7 @@ class CommandAgent(Agent):
         line_out = json.dumps(message, default=str)
         try:
             try:
-                line = process.exchange(line_out, self._time_left())
+                line = self._exchange(process, line_out)
             except ProcessBroken as exc:
                 if not (exc.gone and reused and self._turn == 1):
                     raise
@@ -142,12 +144,12 @@ class CommandAgent(Agent):
                 # episode per process): a new episode deserves a fresh process.
                 self._stop_process()
                 process = self._running_process()
-                line = process.exchange(line_out, self._time_left())
+                line = self._exchange(process, line_out)
         except NoReply:
             process.kill()  # at once: the record must be written before the runner kills the worker
             self._process = None
             raise TaskTimeout(f"{where}: no reply within --task-timeout {self.config.task_timeout:g}s "
-                              f"(counted from the episode's first observation, less "
+                              f"(the time its replies took in the episode, less "
                               f"{self.config.task_timeout - self.reply_budget_s:g}s to stop the agent "
                               f"and record its stderr){process.stderr_report()}") from None
         except StrayLine as exc:
@@ -189,8 +191,13 @@ class CommandAgent(Agent):
         """Stop the agent process now (it is also stopped when the agent is collected)."""
         self._stop_process()
 
-    def _time_left(self) -> float:
-        return max(0.0, self._deadline - time.monotonic())
+    def _exchange(self, process: AgentProcess, line: str) -> str:
+        """``process.exchange``, the time it takes spent from the episode's budget."""
+        started = time.monotonic()
+        try:
+            return process.exchange(line, max(0.0, self._budget_left))
+        finally:
+            self._budget_left -= time.monotonic() - started
 
     def _drop_strays_of_an_earlier_episode(self) -> None:
         """A line written after the last episode was checked belongs to no episode: the
