@@ -89,6 +89,25 @@ def test_a_hanging_agent_is_a_task_timeout_with_its_stderr(tmp_path):
 
 
 @needs_bwrap
+def test_an_agent_that_does_not_read_a_large_observation_is_a_task_timeout_with_its_stderr(tmp_path):
+    """The observation's write had no deadline: 200 KB to an agent that never reads its
+    stdin blocked on the full pipe until the runner killed the worker at --task-timeout
+    (its stderr tail lost). It is written by the reply's deadline: task_timeout, with the tail."""
+    data = write_tasks(tmp_path / "tasks.jsonl", [shell_task("big", instruction="x" * 200_000)])
+    result = CliRunner().invoke(main, [
+        "--mode", "shell", "--data", str(data), "--output-dir", str(tmp_path / "out"), "--run-id", "big",
+        "--num-rollouts", "1", "--agent", "command", "--no-progress", "--task-timeout", "4",
+        "--agent-cmd", python_agent(tmp_path, "hang.py", HANGS)])
+    assert result.exit_code == 0, result.output[-3000:]
+    [record] = read_results(tmp_path / "out" / "big")
+    failure = record["failure"]
+    assert record["status"] == "task_timeout" and failure["type"] == "TaskTimeout", record
+    assert "turn 1: no reply within --task-timeout 4s" in failure["message"], failure
+    assert "stderr tail:\nthinking forever" in failure["message"], failure
+    assert "killed after task_timeout" not in result.output, result.output
+
+
+@needs_bwrap
 def test_a_program_that_cannot_start_is_refused_before_the_run(tmp_path):
     """A script with Windows line ends passed --dry-run, then every task failed with
     "bwrap: execvp ./agent.sh: No such file or directory" of a file that exists: its #! line

@@ -9,7 +9,9 @@ whatever the agent writes: a line longer than ``MAX_REPLY_BYTES`` is not read in
 ``LINES_KEPT`` lines wait in the queue (a reply answers one request: more unread lines hold a
 stray, and the reader waits, the agent blocked on its full pipe, until the next request finds
 it), and of stderr only the last ``STDERR_KEPT`` bytes are kept, in memory (nothing goes to
-the host's disk). ``exchange`` writes one line and waits for one back; a line read while no
+the host's disk). ``exchange`` writes one line and waits for one back, both by one deadline (its stdin
+is non-blocking: an agent that does not read it cannot hold a large observation's write past
+the deadline, ``NoReply``); a line read while no
 request waited is a stray (``StrayLine``); a process that cannot carry on the conversation
 raises ``ProcessBroken``, ``ProcessKilled`` when its bubblewrap was killed by a signal, which
 only something outside its namespace can send.
@@ -29,10 +31,12 @@ from __future__ import annotations
 
 import os
 import queue
+import select
 import shutil
 import signal
 import subprocess
 import threading
+import time
 import weakref
 from typing import IO
 
@@ -102,6 +106,9 @@ class AgentProcess:
         self._stderr_reader = threading.Thread(target=_keep_tail, args=(self._popen.stderr, self._stderr_tail),
                                                name=f"agent-cmd-stderr-{self._popen.pid}", daemon=True)
         self._stderr_reader.start()
+        # Written without blocking (``_write``): an agent that does not read its stdin must
+        # not hold a large observation's write past the reply's deadline.
+        os.set_blocking(self._popen.stdin.fileno(), False)
         #: the reader found EOF while strays were drained (``stray_line``)
         self._eof = False
         #: an observation was sent: from then on every line read between requests is a stray
@@ -150,14 +157,14 @@ class AgentProcess:
                          "observation; logs go to stderr)")
         if self._eof:
             raise self._broken("the agent closed its stdout")
+        deadline = time.monotonic() + timeout_s
         try:
-            self._popen.stdin.write(line.encode("utf-8") + b"\n")
-            self._popen.stdin.flush()
+            self._write(line.encode("utf-8") + b"\n", deadline)
             self._asked = True
         except (BrokenPipeError, OSError, ValueError):
             raise self._broken("the agent process is gone") from None
         try:
-            reply = self._lines.get(timeout=timeout_s)
+            reply = self._lines.get(timeout=max(0.0, deadline - time.monotonic()))
         except queue.Empty:
             raise NoReply(f"no reply within {timeout_s:g} s") from None
         if reply is None:
@@ -165,6 +172,25 @@ class AgentProcess:
         if isinstance(reply, _TooLong):  # alive, but its reply cannot be read: no fresh try
             raise ProcessBroken(f"protocol error: {_too_long(reply)}", gone=False)
         return reply.rstrip("\r\n")
+
+    def _write(self, data: bytes, deadline: float) -> None:
+        """Write ``data`` to its stdin by ``deadline`` (monotonic), or NoReply: an agent that
+        does not read leaves a line longer than the pipe holds unwritten."""
+        fd = self._popen.stdin.fileno()
+        poller = select.poll()
+        poller.register(fd, select.POLLOUT)
+        view = memoryview(data)
+        while view:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise NoReply(f"the agent did not read its observation ({len(data) - len(view)} of "
+                              f"{len(data)} bytes written) in time")
+            if not poller.poll(left * 1000):
+                continue
+            try:
+                view = view[os.write(fd, view):]
+            except BlockingIOError:
+                continue
 
     def stderr_report(self) -> str:
         """``; stderr tail: ...`` for error messages, or "; its stderr is empty". Called once
