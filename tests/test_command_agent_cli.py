@@ -174,11 +174,19 @@ def test_shell_syntax_in_agent_cmd_is_refused(tmp_path):
     agent = python_agent(tmp_path, "argv.py", ARGV_AGENT)
     for command, word, way in (
             ("cd cmds && node ../agent.js", "'&&' is a shell operator", "sh -c 'cd cmds && node ../agent.js'"),
-            (f"{agent} out.json 2>/dev/null", "'2>/dev/null' is a redirection", "sh -c "),
+            (f"{agent} out.json 2>/dev/null", "'>' is a redirection", "sh -c "),
             (f"{agent} out.json | cat", "'|' is a shell operator", "sh -c "),
             (f"{agent} out.json ; true", "';' is a shell operator", "sh -c "),
             (f"{agent} out.json > log", "'>' is a redirection", "or put the command line in a script"),
-            (f"{agent} out.json <in.txt", "'<in.txt' is a redirection", "sh -c "),
+            (f"{agent} out.json <in.txt", "'<' is a redirection", "sh -c "),
+            # written against a word, as a shell reads them too
+            (f"{agent} out.json; echo x", "';' is a shell operator", "sh -c "),
+            (f"{agent} out.json|cat", "'|' is a shell operator", "sh -c "),
+            (f"{agent} out.json&&true", "'&&' is a shell operator", "sh -c "),
+            (f"{agent} out.json>log", "'>' is a redirection", "sh -c "),
+            (f"{agent} $(pwd)/out.json", "'$(' is a command substitution", "sh -c "),
+            (f"{agent} `pwd`/out.json", "'`' is a command substitution", "sh -c "),
+            (f"{agent} \"$(pwd)/out.json\"", "'$(' is a command substitution", "sh -c "),
             (f"FOO=1 {agent} out.json", "'FOO=1' sets a variable", f"'env FOO=1 {agent} out.json'")):
         result = run(tmp_path, "shell", command)
         assert result.exit_code == 2, (command, result.output[-3000:])
@@ -187,8 +195,8 @@ def test_shell_syntax_in_agent_cmd_is_refused(tmp_path):
         assert not (tmp_path / "out" / "shell").exists(), command
     # quoted, such a word is an argument like any other
     argv_file = tmp_path / "argv.json"
-    result = run(tmp_path, "quoted", f"{agent} {argv_file} '>' \"2>/dev/null\" '|'", tasks=1)
+    result = run(tmp_path, "quoted", f"{agent} {argv_file} '>' \"2>/dev/null\" '|' 'a;b' '$(x)'", tasks=1)
     assert result.exit_code == 0, result.output[-3000:]
-    assert argv_file.read_text() == '[">", "2>/dev/null", "|"]'
+    assert argv_file.read_text() == '[">", "2>/dev/null", "|", "a;b", "$(x)"]'
     help_text = " ".join(CliRunner().invoke(main, ["run", "--help"]).output.split())
     assert "Split into words as a shell would, but not run by one" in help_text, help_text

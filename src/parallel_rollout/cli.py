@@ -186,7 +186,7 @@ def main() -> None:
               help_template="Who acts: {names}; or module:Class of your own Agent.")
 @click.option("--agent-cmd", help="Command of --agent command: an executable reading one JSON observation "
               "per line on stdin and writing one JSON action per line on stdout. Split into words as a shell "
-              "would, but not run by one: a pipe, &&, ;, a redirection (2>/dev/null), cd or a leading "
+              "would, but not run by one: a pipe, &&, ;, a redirection (2>/dev/null), $(…), cd or a leading "
               "VAR=value is refused, and $VARIABLES and globs stay as written; for those, "
               "--agent-cmd \"sh -c '…'\" or a script of yours.")
 @click.option("--base-url", multiple=True,

@@ -2,9 +2,11 @@
 and how it explains a program that bubblewrap could not start.
 
 ``shell_syntax_problem``: --agent-cmd is split into words as a shell would split it but run
-without one, so ``|``, ``&&``, ``;``, a redirection (``>``, ``2>/dev/null``, ``<``) or a
-leading ``VAR=value`` would reach the program as arguments (or be taken for the program):
-such a word, written unquoted, is refused, with ``sh -c`` or a wrapper script as the way.
+without one, so ``|``, ``&&``, ``;``, a redirection (``>``, ``2>/dev/null``, ``<``), a command
+substitution (``$(…)``, a backtick) or a leading ``VAR=value`` would reach the program as
+arguments (or be taken for the program): such syntax, written unquoted, as a word of its own
+or against one (``a.py;``, ``a.py|cat``, ``x>y``: shlex's ``punctuation_chars`` makes each run
+of operator characters a token), is refused, with ``sh -c`` or a wrapper script as the way.
 
 ``check_program`` (from ``CommandAgent.check_config``, so ``--dry-run`` says it too): the
 program must be an executable file or on PATH, and a script's ``#!`` line must name an
@@ -30,10 +32,8 @@ _SHEBANG_BYTES = 256
 #: words a shell runs itself, which are no program of their own
 _SHELL_BUILTINS = frozenset({"cd", "export", "source", ".", "set", "unset", "alias", "exec", "eval", "ulimit",
                              "umask", "pushd", "popd", "if", "for", "while", "until", "case", "{", "(", "!"})
-#: a shell's control operators, as words of their own
-_OPERATORS = frozenset({"|", "||", "|&", "&", "&&", ";", ";;", "(", ")"})
-#: a word a shell reads as a redirection: ``>``, ``>>``, ``2>/dev/null``, ``2>&1``, ``<in``, ``&>log``
-_REDIRECTION = re.compile(r"\d*(>|<)|&>")
+#: the characters of a shell's control operators and redirections (shlex's punctuation_chars)
+_PUNCTUATION = frozenset("();<>|&")
 #: a first word a shell reads as setting a variable
 _ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
 #: bubblewrap's word when it cannot exec the program
@@ -60,8 +60,10 @@ def check_program(name: str) -> None:
 
 
 def shell_syntax_problem(command: str) -> str | None:
-    """Why ``command`` (--agent-cmd, which shlex splits) needs a shell: the first word of it,
-    written unquoted, that a shell would read as its own syntax; or None."""
+    """Why ``command`` (--agent-cmd, which shlex splits) needs a shell: the first operator,
+    redirection or command substitution of it, written unquoted, that a shell would read as
+    its own syntax, whether a word of its own or written against one (``a.py;``, ``x>y``,
+    ``a&&b``, ``$(…)``, a backtick); or None."""
     try:
         words = shlex.split(command, posix=False)  # keeps the quotes: a quoted '>' is an argument
     except ValueError:  # non-POSIX quoting knows no backslash: it\'s
@@ -70,14 +72,31 @@ def shell_syntax_problem(command: str) -> str | None:
         return (f"{words[0]!r} sets a variable, as a shell would, but --agent-cmd is not run by a shell: its "
                 f"first word is the program; use env (--agent-cmd {'env ' + command!r}), or set the variable "
                 "before the run (the agent inherits the runner's environment)")
-    for word in words:
-        if word in _OPERATORS or _REDIRECTION.match(word):
-            what = "a redirection" if _REDIRECTION.match(word) else "a shell operator"
+    # a shell expands $(…) and `…` within "…" too, not within '…'
+    substitutions = [("$(" if "$(" in word else "`", "a command substitution") for word in words
+                     if not word.startswith("'") and ("$(" in word or "`" in word)]
+    operators = [(word, "a redirection" if set(word) & {"<", ">"} else "a shell operator")
+                 for word in _tokens(command) if set(word) <= _PUNCTUATION]  # a quoted one keeps its quotes
+    for word, what in (*substitutions, *operators):
+        if word:
             return (f"{word!r} is {what}, but --agent-cmd is not run by a shell: it is split into words as "
                     f"a shell would, and the words are the program and its arguments ({word!r} would "
                     f"reach the program as an argument); run a shell yourself (--agent-cmd "
                     f"{'sh -c ' + shlex.quote(command)!r}) or put the command line in a script")
     return None
+
+
+def _tokens(command: str) -> list[str]:
+    """``command``'s words with each run of operator characters a token of its own, written
+    against a word or not (``a.py;`` is ``a.py`` and ``;``); a quoted word keeps its quotes."""
+    for posix in (False, True):  # non-POSIX quoting knows no backslash: it\'s
+        lexer = shlex.shlex(command, posix=posix, punctuation_chars=True)
+        lexer.whitespace_split = True
+        try:
+            return list(lexer)
+        except ValueError:
+            continue
+    return []
 
 
 def exec_failure_hint(stderr_report: str) -> str:
