@@ -138,3 +138,17 @@ class PlanOnceAgent(Agent):
             reply = self.model.chat([{"role": "user", "content": observation["grid"]}])
             self.plan = reply.text.split("<answer>")[-1].split("</answer>")[0].split(",")
         return self.plan.pop(0)
+
+
+class PlanInResetAgent(Agent):
+    """One model call for the whole episode, made in ``reset``: the plan of moves, asked for
+    before the first observation; every turn plays it without calling the model."""
+
+    def reset(self, task) -> None:
+        """Ask for the plan."""
+        reply = self.model.chat([{"role": "user", "content": f"plan the moves of task {task.id}"}])
+        self.plan = reply.text.split("<answer>")[-1].split("</answer>")[0].split(",")
+
+    def act(self, observation: dict[str, Any]) -> str:
+        """The plan's next move."""
+        return self.plan.pop(0)

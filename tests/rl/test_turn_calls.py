@@ -83,14 +83,16 @@ def test_every_call_of_a_turn_is_recorded_and_trained_on(tmp_path, schedulers, t
     assert len(server.requests) == 2 * 3 * 2  # two calls a turn, three turns, two trajectories
 
 
-def test_a_turn_that_calls_no_model_records_no_model_exchange(tmp_path, schedulers, tokenizer_dir):
+@pytest.mark.parametrize("agent", ["PlanOnceAgent", "PlanInResetAgent"])
+def test_a_turn_that_calls_no_model_records_no_model_exchange(tmp_path, schedulers, tokenizer_dir, agent):
     """client_agents:PlanOnceAgent asks for its three moves on the first turn and plays them:
     turns 2 and 3 record no model call (not turn 1's again, whose sampled ids segments()
-    would have trained on three times)."""
+    would have trained on three times). PlanInResetAgent asks in reset(), before turn 1:
+    its call is turn 1's (it was cleared before turn 1, its sampled ids in no segment)."""
     model = TokenModel(tokenizer_dir, lambda call: "<answer>Right,Right,Right</answer>")
     server = LLMServer(policy=model).start()
     try:
-        train = schedulers(rl_config(tmp_path, server, agent="client_agents:PlanOnceAgent", num_rollouts=1,
+        train = schedulers(rl_config(tmp_path, server, agent=f"client_agents:{agent}", num_rollouts=1,
                                      envs_per_worker=2),
                            EnvManagerConfig(group_size=2, tags=["line"],
                                             task_sets=lake_set(tmp_path, name="line", desc=["SFFG"], max_steps=10)))

@@ -89,7 +89,8 @@ class Agent(abc.ABC):
     def begin_turn(self) -> None:
         """The worker's call before each ``act``: the model client's calls from here on are
         this turn's (``turn_record``), so a turn whose ``act`` calls no model records no model
-        exchange, not the previous turn's again."""
+        exchange, not the previous turn's again; those made in ``reset`` (a plan asked for
+        before the first observation) are turn 1's."""
         client = self.__dict__.get("_model_client")
         if client is not None:
             client.begin_turn()

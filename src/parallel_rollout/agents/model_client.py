@@ -213,8 +213,11 @@ class ModelClient:
         return await asyncio.to_thread(self.generate, prompt_token_ids, **sampling)
 
     def begin_turn(self) -> None:
-        """A new turn (the worker's call before each ``act``): no call of it yet."""
-        self._turn, self._answered, self._recorded = {}, [], False
+        """A new turn (the worker's call before each ``act``): the calls since the last
+        ``turn_record()`` are its (an agent's ``reset`` asking for a plan: turn 1's), none
+        once a turn was recorded."""
+        if self._recorded:
+            self._turn, self._answered, self._recorded = {}, [], False
 
     def turn_record(self) -> dict[str, Any]:
         """The turn's record: its last call's (the reply and its stop_reason, and tool_calls;
