@@ -454,7 +454,11 @@ def test_close_aborts_the_model_requests_in_flight(tmp_path, llm_server, schedul
     assert sorted(name for name, _ in ended) == sorted([train.name, val.name])
 
 
-def test_partial_rollout_with_a_tokenizer_continues_from_the_token_ids(gate, llm_server, tmp_path):
+@pytest.mark.parametrize("reported", ["echoed", "empty"])
+def test_partial_rollout_with_a_tokenizer_continues_from_the_token_ids(gate, llm_server, tmp_path, reported):
+    """The continuation is the prompt + the partial ids, one exact sequence; a server that
+    reports ``prompt_token_ids: []`` (no report) split it as if it had retokenized the text,
+    and segments() then refused the piece's empty prompt (NoTokenIds)."""
     from token_model import write_tokenizer
     from tokenizers import Tokenizer
 
@@ -473,7 +477,7 @@ def test_partial_rollout_with_a_tokenizer_continues_from_the_token_ids(gate, llm
         done = len(prompt) - len(base)
         assert prompt == base + ids[:done], "a continuation must be the prompt + the partial ids"
         return {"reply": "".join(pieces[done:]), "token_ids": ids[done:], "logprobs": [-0.2] * (len(ids) - done),
-                "pieces": pieces[done:], "prompt_token_ids": prompt}
+                "pieces": pieces[done:], "prompt_token_ids": prompt if reported == "echoed" else []}
 
     server = llm_server(policy=policy, token_rate=len(ids) / 1.0)  # a reply takes about a second
     agent = _agent(server.url, gate, partial_rollout=True, tokenizer=str(folder), max_tokens=200)
@@ -491,7 +495,9 @@ def test_partial_rollout_with_a_tokenizer_continues_from_the_token_ids(gate, llm
     assert 1 <= done <= server.aborts[0]["tokens"]
     assert turn["token_ids"] == ids and turn["prompt_token_ids"] == state["base"] and turn["partial"] is True
     assert turn["versions"][:done] == [6] * done and set(turn["versions"][done:]) == {7}
-    assert turn["reply"] == "".join(pieces)
+    assert turn["reply"] == "".join(pieces) and "earlier_calls" not in turn and "retokenized" not in turn
+    (segment,) = build_segments([turn])
+    assert segment.input_ids == state["base"] + ids and sum(segment.loss_mask) == len(ids)
     assert second["prompt"] == state["base"] + ids[:done] and second["max_tokens"] == 200 - done
     agent.act(OBSERVATION)  # the next turn's prompt extends the whole reply's ids
     assert server.requests[2]["body"]["prompt"][:len(state["base"]) + len(ids)] == state["base"] + ids

@@ -384,8 +384,8 @@ class ModelClient:
                          "completion_tokens": len(raw.token_ids) if raw.has_token_ids else 0}
                 if raw.requests > 1:
                     info.update(versions=raw.versions, partial=True)
-                    # in chat the server re-tokenized the partial text: a new prompt from there
-                    info = calls.split_retokenized(info, raw.retokenized, text)
+                    if not self.wire.sends_ids:  # in chat the server re-tokenized the partial text
+                        info = calls.split_retokenized(info, raw.retokenized, text)
             else:
                 try:
                     text, usage, info = self.wire.reply(raw.content)

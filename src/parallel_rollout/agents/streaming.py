@@ -28,7 +28,9 @@ the policy version that sampled it (``versions``). In chat the server tokenizes 
 again, which need not give the ids it sampled (another valid tokenization; a partial UTF-8
 character its detokenizer held back, whose ids came without their text): a continuation whose
 reported ``prompt_token_ids`` are not the previous prompt + the ids sampled since is noted in
-``retokenized``, and the turn's record is split there (``calls.split_retokenized``).
+``retokenized`` (an empty report, ``prompt_token_ids: []``, is none), and in chat the turn's
+record is split there (``calls.split_retokenized``); with a tokenizer the ids sent are the
+ids sampled, and the turn is never split.
 """
 
 from __future__ import annotations
@@ -108,8 +110,9 @@ class Partial:
 
     def _retokenized_by(self, reply: "StreamedReply") -> list[tuple[int, int, list[int]]]:
         """Where ``reply``, continuing this partial, started from a prompt of the server's own
-        tokenizing (``retokenized``): [] when it is the last prompt + the ids sampled since."""
-        if not self.requests or reply.prompt_token_ids is None or self.prompt_token_ids is None:
+        tokenizing (``retokenized``): [] when it is the last prompt + the ids sampled since, or
+        either prompt went unreported (an empty report, ``prompt_token_ids: []``, is none)."""
+        if not self.requests or not reply.prompt_token_ids or not self.prompt_token_ids:
             return []
         at, _, prompt = self.retokenized[-1] if self.retokenized else (0, 0, self.prompt_token_ids)
         if reply.prompt_token_ids == prompt + self.token_ids[at:]:
