@@ -42,6 +42,10 @@ def test_shuffled_tasks_every_task_once_per_pass_and_state_round_trips():
     assert drawn  # (drawn before the state was taken)
     with pytest.raises(ConfigError, match="tags"):
         restored.load_state_dict({"pass": {"zzz": 1}})
+    before = restored.state_dict()
+    with pytest.raises(ConfigError, match=r"pass\['a'\] must be a whole number >= 0, got 'x'"):
+        restored.load_state_dict({"seed": 9, "pass": {"a": "x"}})
+    assert restored.state_dict() == before  # nothing loaded: not the seed either
 
 
 def test_quotas_split_in_proportion():
@@ -252,6 +256,11 @@ BAD_STATES = {
     "task": ({**GOOD_STATE, "unreturned": [{**GOOD_STATE["unreturned"][0], "task_id": "zzz"}]},
              r"names task 'zzz' of tag 'lakes'"),
     "source": ({**GOOD_STATE, "source": None}, r"the state's source must be a dict of seed, pass and drawn"),
+    # the seed was set before a pass that was no number raised ValueError: half loaded
+    "source-pass": ({**GOOD_STATE, "source": {"seed": 9, "pass": {"lakes": "x"}}},
+                    r"the state's source: pass\['lakes'\] must be a whole number >= 0, got 'x'"),
+    "source-seed": ({**GOOD_STATE, "source": {"seed": "9"}}, r"the state's source: seed must be a whole number"),
+    "source-tag": ({**GOOD_STATE, "source": {"drawn": {"zzz": 1}}}, r"the state's source: drawn names tags"),
 }
 
 

@@ -336,7 +336,7 @@ class RolloutScheduler(ChosenBatches, GroupGeneration):
             self._check_open()
             if self._groups or self._ready or self._stats["groups_started"]:
                 raise RolloutError("load_state_dict must come before the scheduler's first get_batch")
-            state = checked_state(state, list(self._tasks))
+            state = checked_state(state, list(self._tasks), self._source)
             replay = []
             for entry in state["unreturned"]:
                 tag, task_id = entry["tag"], entry["task_id"]

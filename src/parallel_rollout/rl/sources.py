@@ -32,10 +32,11 @@ from ..errors import ConfigError, RolloutError
 STATE_VERSION = 1
 
 
-def checked_state(state: Any, tags: list[str]) -> dict[str, Any]:
+def checked_state(state: Any, tags: list[str], source: Any = None) -> dict[str, Any]:
     """``state`` (a scheduler's ``state_dict()``, as a checkpoint gave it back) checked before
     anything is loaded: a dict of version, source, episodes and unreturned, each of its shape,
-    naming the tags of ``tags`` only; a ConfigError naming the field otherwise."""
+    naming the tags of ``tags`` only, and its source's part too when ``source`` can check it
+    (``checked_state``: the built-in ``ShuffledTasks``); a ConfigError naming the field otherwise."""
     where = "load_state_dict"
     if not isinstance(state, dict):
         raise ConfigError(f"{where}: the state must be the dict state_dict() returned, got {type(state).__name__}")
@@ -64,6 +65,8 @@ def checked_state(state: Any, tags: list[str]) -> dict[str, Any]:
             raise ConfigError(f"{name}.episode must be a whole number >= 0, got {entry['episode']!r}")
         if entry.get("seed") is not None and (isinstance(entry["seed"], bool) or not isinstance(entry["seed"], int)):
             raise ConfigError(f"{name}.seed must be a whole number or None, got {entry['seed']!r}")
+    if callable(getattr(source, "checked_state", None)):
+        source.checked_state(state["source"])
     return state
 
 
@@ -114,17 +117,36 @@ class ShuffledTasks:
         return {"seed": self.seed, "pass": dict(self._pass), "drawn": dict(self._drawn)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Continue where ``state`` stood (its tags must be this source's)."""
-        if not isinstance(state, dict) or not all(isinstance(state.get(k, {}), dict) for k in ("pass", "drawn")):
-            raise ConfigError(f"load_state_dict: the state's source must be a dict of seed, pass and drawn (the "
-                              f"built-in task order's), got {state!r:.200}")
-        unknown = set(state.get("pass", {})) - set(self.tasks)
-        if unknown:
-            raise ConfigError(f"the saved task order names tags this scheduler does not have: {sorted(unknown)}")
-        self.seed = int(state.get("seed", self.seed))
-        self._pass.update({tag: int(n) for tag, n in state.get("pass", {}).items()})
-        self._drawn.update({tag: int(n) for tag, n in state.get("drawn", {}).items()})
+        """Continue where ``state`` stood (its tags must be this source's); a ConfigError
+        naming the field, and nothing loaded, for a state of another shape."""
+        seed, passes, drawn = self.checked_state(state)
+        self.seed = seed
+        self._pass.update(passes)
+        self._drawn.update(drawn)
         self._order.clear()
+
+    def checked_state(self, state: Any) -> tuple[int, dict[str, int], dict[str, int]]:
+        """``state`` (a ``state_dict()``) as its seed, passes and draws, every value checked;
+        ConfigError naming the field otherwise (the scheduler checks it before it loads anything)."""
+        where = "load_state_dict: the state's source"
+        if not isinstance(state, dict) or not all(isinstance(state.get(k, {}), dict) for k in ("pass", "drawn")):
+            raise ConfigError(f"{where} must be a dict of seed, pass and drawn (the built-in task order's), "
+                              f"got {state!r:.200}")
+        seed = state.get("seed", self.seed)
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise ConfigError(f"{where}: seed must be a whole number, got {seed!r:.200}")
+        counts: list[dict[str, int]] = []
+        for name in ("pass", "drawn"):
+            part = state.get(name, {})
+            unknown = sorted(set(part) - set(self.tasks), key=str)
+            if unknown:
+                raise ConfigError(f"{where}: {name} names tags this scheduler does not have: {unknown} "
+                                  f"(the saved task order's)")
+            for tag, n in part.items():
+                if not _count(n):
+                    raise ConfigError(f"{where}: {name}[{tag!r}] must be a whole number >= 0, got {n!r:.200}")
+            counts.append(dict(part))
+        return seed, counts[0], counts[1]
 
     def _shuffled(self, tag: str, number: int) -> list[Any]:
         order = list(self.tasks[tag])
