@@ -35,7 +35,9 @@ that long before its first byte, as a busy server's queue does; a hang-up meanwh
 **Misbehaving streams.** A step's ``"chunks"`` (a list of choice dicts) is streamed as they
 are, one chunk each (``prompt_token_ids`` in the first when the step has them), then usage and
 ``[DONE]``, or, with ``"then": "stall"``, nothing more while the connection stays open, or with
-``"then": "keepalive"``, an SSE comment (``: keepalive``) every ``keepalive_s`` (0.2) and nothing else:
+``"then": "keepalive"``, an SSE comment (``: keepalive``) every ``keepalive_s`` (0.2) and nothing else,
+or with ``"then": "close"`` the connection closed (no finish_reason, no ``[DONE]``), with
+``"then": "cut"`` closed short of the Content-Length it announced (httpx's RemoteProtocolError):
 chunks that pair token ids and logprobs wrongly, a stream that stalls after its first chunk.
 
 ``GET /v1/models`` lists one model (what a preflight asks); ``model_listings`` counts those calls.
@@ -311,6 +313,8 @@ def _handler(server: LLMServer) -> type[BaseHTTPRequestHandler]:
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.send_header("Connection", "close")
+            if step.get("then") == "cut":
+                self.send_header("Content-Length", str(10**6))
             self.end_headers()
             self.close_connection = True
             try:
@@ -322,6 +326,8 @@ def _handler(server: LLMServer) -> type[BaseHTTPRequestHandler]:
                     self._event(chunk)
                 if step.get("then") == "stall":
                     server.sleep(3600)
+                    return
+                if step.get("then") in ("close", "cut"):
                     return
                 while step.get("then") == "keepalive" and not server._closing.is_set():
                     server.sleep(step.get("keepalive_s", 0.2))

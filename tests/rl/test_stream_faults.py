@@ -115,6 +115,20 @@ def test_a_stream_that_stops_sending_tokens_is_the_endpoint_s_timeout(gate, llm_
     assert gate.unanswered == 2 and gate.replies == 0 and gate.in_flight == 0
 
 
+@pytest.mark.parametrize("then, says", [("close", r"the stream ended without a finish_reason"),
+                                        ("cut", r"RemoteProtocolError")])
+def test_a_stream_the_server_cuts_mid_reply_is_the_endpoint_s_failure(gate, llm_server, then, says):
+    """A stream the server ends mid-reply (closed before a finish_reason, or short of its
+    Content-Length) was a malformed reply when the retries ran out: the member's AgentError,
+    graded 0, where a connection reset is model_unavailable. A transport failure is the
+    endpoint's: ModelUnavailable."""
+    step = {**stream(FIRST), "then": then}
+    server = llm_server(script=[step, step])
+    with pytest.raises(ModelUnavailable, match=r"the reply stream broke: .*" + says):
+        _client(server, gate).chat(USER)
+    assert len(server.requests) == 2 and gate.in_flight == 0
+
+
 def test_tokens_that_keep_coming_never_time_out(gate, llm_server):
     """A long reply never counts: 12 tokens at 4 a second (3 s) within api_timeout_s=1."""
     server = llm_server(script=[{"reply": "<answer>Right</answer>", "token_ids": list(range(12)),

@@ -406,9 +406,8 @@ class ModelClient:
             raise Retryable(f"no response within {self.timeout_s} s", unavailable=True) from None
         except openai.APIConnectionError as exc:
             raise Retryable(f"connection failed: {exc.__cause__ or exc}", server_down=True) from None
-        except streaming.StreamBroken as exc:
-            # a stream the server stopped feeding is no answer in time, as a connect timeout is
-            raise Retryable(f"the reply stream broke: {exc}", unavailable=exc.timed_out) from None
+        except streaming.StreamBroken as exc:  # cut, closed early, stalled: the endpoint's transport
+            raise Retryable(f"the reply stream broke: {exc}", unavailable=True) from None
         except streaming.MalformedChunk as exc:  # token ids and logprobs that do not pair: the endpoint's
             raise Retryable(f"malformed response: {exc}", unavailable=True) from None
         except MalformedResponse as exc:  # an HTML page for an answer: the endpoint's fault

@@ -58,8 +58,10 @@ class Aborted(Exception):
 
 
 class StreamBroken(Exception):
-    """The stream broke or ended early, not by an abort (a retry may fix it); ``timed_out``:
-    the server sent no chunk for the client's read timeout (the endpoint's, as no answer is)."""
+    """The stream broke or ended early, not by an abort (a retry may fix it): a transport
+    failure, the endpoint's (model_unavailable when the retries run out; malformed content is
+    MalformedChunk or AgentError instead); ``timed_out``: the server sent no chunk for the
+    client's read timeout (counted as unanswered)."""
 
     def __init__(self, problem: str, timed_out: bool = False) -> None:
         super().__init__(problem)
