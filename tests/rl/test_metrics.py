@@ -10,7 +10,8 @@ import pytest
 
 from llm_server import llm_server  # noqa: F401 - fixture
 from parallel_rollout.rl import EnvManagerConfig
-from parallel_rollout.rl.metrics import log_metrics
+from parallel_rollout.rl.groups import Trajectory
+from parallel_rollout.rl.metrics import batch_metrics, log_metrics
 from rl_support import TINY, lake_set, rl_config
 
 
@@ -136,3 +137,19 @@ def test_failed_members_are_counted_by_their_reason(tmp_path, llm_server, schedu
     train.get_batch(batch_size=4, step=1)
     metrics = train.metrics()  # none since the batch before
     assert metrics["failed_members"] == 0 and not [n for n in metrics if n.startswith("failed/")], metrics
+
+
+def test_every_model_call_of_a_turn_counts_in_lag_and_times():
+    """A turn of two calls (a plan sampled by version 0, the act after an update by 1):
+    the lag and the model and gate times read the turn's last call only (lag 0, half the
+    model time); every call counts now."""
+    plan = {"policy_version": 0, "model_s": 1.5, "gate_wait_s": 0.25}
+    turn = {"turn": 1, "policy_version": 1, "model_s": 0.5, "gate_wait_s": 0.25, "earlier_calls": [plan]}
+    trajectory = Trajectory(tag="t", group_id=0, episode_id=0, member=0, trajectory_id="t", task_id="t", seed=None,
+                            created_step=0, status="success", success=True, timings={"duration_s": 4.0},
+                            record={"env_s": 1.0}, _turns=[turn])
+    assert trajectory.policy_versions == [0]
+    metrics = batch_metrics([trajectory], current_version=1, step=1, stats_now={}, stats_before={})
+    assert metrics["staleness/lag_1"] == 1 and metrics["staleness/max_lag"] == 1
+    assert metrics["time/model_s_mean"] == 2.0 and metrics["time/gate_wait_s_mean"] == 0.5
+    assert metrics["time/other_s_mean"] == 0.5

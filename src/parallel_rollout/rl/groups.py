@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from ..agents.calls import calls_of
 from ..errors import RolloutError
 from ..trajectories import read_turns
 from .segments import Segment, build_segments
@@ -118,8 +119,16 @@ class Trajectory:
 
     @property
     def policy_versions(self) -> list[int | None]:
-        """The policy version of each turn."""
-        return [turn.get("policy_version") for turn in self.turns]
+        """The policy version of each turn: the oldest of its model calls' (``earlier_calls``
+        too: a plan sampled before a weight update, the act after it) and of their tokens'
+        (``versions``, a partial reply's), None for a turn that called no model."""
+        out: list[int | None] = []
+        for turn in self.turns:
+            versions = [v for call in calls_of(turn)
+                        for v in [call.get("policy_version"), *(call.get("versions") or [])]
+                        if isinstance(v, int) and not isinstance(v, bool)]
+            out.append(min(versions) if versions else None)
+        return out
 
     @property
     def cut(self) -> bool:

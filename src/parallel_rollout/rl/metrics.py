@@ -34,6 +34,7 @@ import statistics
 from collections import Counter
 from typing import Any, Iterable
 
+from ..agents.calls import calls_of
 from .groups import Trajectory
 
 
@@ -112,14 +113,14 @@ def _times(trajectory: Trajectory) -> tuple[float, float, float, float]:
     times) counts the episode's rest, past the model and the gate, as the env's."""
     episode = float(trajectory.timings.get("duration_s") or 0.0)
     model = gate = 0.0
-    for turn in trajectory.turns:
-        if isinstance(turn.get("model_s"), (int, float)):
-            model += turn["model_s"]
+    for call in (call for turn in trajectory.turns for call in calls_of(turn)):  # each model call of a turn
+        if isinstance(call.get("model_s"), (int, float)):
+            model += call["model_s"]
         else:
-            started, ended = turn.get("model_started_at"), turn.get("model_ended_at")
+            started, ended = call.get("model_started_at"), call.get("model_ended_at")
             if isinstance(started, (int, float)) and isinstance(ended, (int, float)):
                 model += max(0.0, ended - started)
-        gate += float(turn.get("gate_wait_s") or 0.0)
+        gate += float(call.get("gate_wait_s") or 0.0)
     env = trajectory.record.get("env_s")
     if not isinstance(env, (int, float)):
         env = max(0.0, episode - model - gate)
