@@ -138,6 +138,25 @@ def test_a_program_that_cannot_start_is_refused_before_the_run(tmp_path):
 
 
 @needs_bwrap
+def test_a_host_where_bubblewrap_cannot_hide_a_folder_is_refused_before_the_run(tmp_path, monkeypatch):
+    """The start's probe ran bubblewrap without the mounts that hide the VM folders, the
+    run's folder and its task file: on a host where those mounts fail, the probe passed and
+    every task failed as the agent's error, graded 0. It probes with them now (exit 2)."""
+    from parallel_rollout.agents import command_process
+
+    bwrap = tmp_path / "bwrap"  # bubblewrap that cannot mount a tmpfs, as a restricted host's
+    bwrap.write_text(f'#!/bin/sh\nfor arg; do [ "$arg" = --tmpfs ] && {{ echo "bwrap: Can\'t mount tmpfs: '
+                     f'Operation not permitted" >&2; exit 1; }}; done\nexec {command_process._SANDBOX[0]} "$@"\n')
+    bwrap.chmod(0o755)
+    monkeypatch.setattr(command_process, "_SANDBOX", [str(bwrap), *command_process._SANDBOX[1:]])
+    result = run(tmp_path, "nomount", python_agent(tmp_path, "argv.py", ARGV_AGENT))
+    assert result.exit_code == 2, result.output[-3000:]
+    said = " ".join(result.output.split())
+    assert "with the folders and files it hides from the agent: bwrap: Can't mount tmpfs" in said, said
+    assert not (tmp_path / "out" / "nomount" / "results.jsonl").exists()
+
+
+@needs_bwrap
 def test_bubblewraps_enoent_is_explained_when_it_happens(tmp_path):
     """What the start cannot check cheaply (the interpreter is a script whose own interpreter
     is missing): bubblewrap's "No such file or directory" of a file that exists is explained."""

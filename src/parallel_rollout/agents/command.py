@@ -107,9 +107,12 @@ class CommandAgent(Agent):
     def check_config(cls, config) -> None:
         """Raise ConfigError before the run when --agent-cmd is missing or cannot be run (its
         program not found or not executable, a #! line naming no interpreter that exists: a
-        CRLF line end's '/bin/bash\\r'; ``agents.command_checks``)."""
+        CRLF line end's '/bin/bash\\r'; ``agents.command_checks``), or when bubblewrap cannot
+        start it here as an attempt would, with what it hides (``check_sandbox``)."""
         check_program(_split(config.agent_cmd)[0])
-        unavailable = check_sandbox()
+        # probed with what an agent's start hides, as far as it exists yet
+        unavailable = check_sandbox((*host_dirs.private_folders(make=False), *run_folder(config),
+                                     *task_files(config)))
         if unavailable is not None:
             raise ConfigError(f"--agent command runs its program in a PID namespace of its own, so that it "
                               f"cannot kill its worker; {unavailable}")

@@ -35,6 +35,7 @@ import select
 import shutil
 import signal
 import subprocess
+import tempfile
 import threading
 import time
 import weakref
@@ -261,18 +262,27 @@ if os.geteuid() == 0:
     _SANDBOX += ["--cap-drop", "ALL", "--ro-bind-try", "/sys/fs/cgroup", "/sys/fs/cgroup"]
 
 
-def check_sandbox() -> str | None:
-    """Why an agent command cannot be started in a PID namespace of its own here (no
-    bubblewrap, or one that cannot make the namespace: no user namespaces for this user),
-    or None when it can."""
+def check_sandbox(hidden: tuple[str, ...] = ()) -> str | None:
+    """Why an agent command cannot be started in a PID namespace of its own here, with
+    ``hidden`` hidden as an agent's start hides it (no bubblewrap, or one that cannot make the
+    namespace: no user namespaces for this user; or cannot mount what hides a folder or a
+    file: a folder of its own and a file of its own are hidden too, whatever exists of
+    ``hidden`` yet), or None when it can: a host where that fails is refused before the run,
+    not found by every attempt."""
     if _BWRAP is None:
         return "bubblewrap (bwrap) is not installed: apt-get install bubblewrap (./dev installs it)"
-    try:
-        probe = subprocess.run(in_own_pid_namespace(["true"]), capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"bubblewrap cannot run: {exc}"
+    with tempfile.TemporaryDirectory(prefix="parallel-rollout-probe-") as scratch:
+        folder, file = os.path.join(scratch, "folder"), os.path.join(scratch, "file")
+        os.mkdir(folder)
+        open(file, "w").close()
+        try:
+            probe = subprocess.run(in_own_pid_namespace(["true"], (*hidden, folder, file)), capture_output=True,
+                                   text=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return f"bubblewrap cannot run: {exc}"
     if probe.returncode != 0:
-        return f"bubblewrap cannot make a PID namespace here: {probe.stderr.strip()[-500:]}"
+        return (f"bubblewrap cannot make a PID namespace here with the folders and files it hides from the "
+                f"agent: {probe.stderr.strip()[-500:]}")
     return None
 
 

@@ -37,17 +37,18 @@ QEMU = BaseDir("PARALLEL_ROLLOUT_QEMU_DIR", "/tmp/parallel-rollout/qemu")
 UIDS_LOCK_DIR = SHARED_TMP / "parallel-rollout" / "uids"
 
 
-def private_folders() -> list[str]:
+def private_folders(make: bool = True) -> list[str]:
     """Every folder above, as this process's environment names it and by default (another
     run on this host may use the default), made now as its provider makes it when missing
-    (mode 0700, ours: so that nothing else makes it first and fills it), each once and none
-    inside another one of the list."""
+    (mode 0700, ours: so that nothing else makes it first and fills it; not with ``make``
+    False: those that exist), each once and none inside another one of the list."""
     folders = [UIDS_LOCK_DIR, *(Path(base.default) for base in (PROCESS, DOCKER, QEMU)),
                *(base.path() for base in (PROCESS, DOCKER, QEMU))]
     found: list[str] = []
     for folder in folders:
         try:
-            secure_base_dir(folder)
+            if make:
+                secure_base_dir(folder)
         except ConfigError:
             pass  # not ours (another user's, a symlink): hidden all the same when it is a folder
         path = os.path.realpath(folder)
