@@ -18,6 +18,7 @@ import pytest
 
 from llm_server import llm_server  # noqa: F401 - fixture
 from parallel_rollout.agents import ModelClient
+from parallel_rollout.agents.calls import calls_of
 from parallel_rollout.config import RunConfig
 from parallel_rollout.policy_gate import PolicyGate
 from parallel_rollout.rl.segments import build_segments
@@ -103,4 +104,6 @@ def test_a_continuation_the_server_retokenized_starts_a_segment_from_what_it_saw
         assert before["stop_reason"] == "abort" and before["versions"] == [6] * held
         assert before["prompt_token_ids"] == PROMPT and before["reply"] == REPLY[:done]
         assert turn["retokenized"] is True and turn["prompt_token_ids"] == seen and turn["policy_version"] == 7
+        # each piece has its own text: joined, the reply once (the last piece held it whole)
+        assert turn["reply"] == REPLY[done:] and "".join(c["reply"] for c in calls_of(turn)) == REPLY
         assert turn["versions"] == [7] * (len(IDS) - 2 * done)

@@ -22,7 +22,9 @@ tokenization; a partial UTF-8 character whose ids came before their text). Where
 (``streaming.Partial.retokenized``), the call's record is split (``split_retokenized``): what
 was sampled before is an earlier call of its own (its prompt, its ids as they were sampled,
 each with its logprob and version, ``stop_reason`` "abort"), and the call's own fields hold
-what followed, its ``prompt_token_ids`` what the server saw (``retokenized``: true). Nothing
+what followed, its ``prompt_token_ids`` what the server saw (``retokenized``: true) and its
+``reply`` the text that followed (the pieces' replies joined are the reply's text, which the
+agent's Reply keeps whole). Nothing
 sampled is dropped and nothing is stitched: segments() starts a new segment there (drift).
 """
 
@@ -56,7 +58,8 @@ def split_retokenized(record: dict[str, Any], breaks: list[tuple[int, int, list[
     """A continued call's ``record`` (the prompt ids of its first request; every sampled id
     with its logprob and version; its whole reply ``text``) split at ``breaks`` (token index,
     text index, the prompt ids the server reported there): the pieces before the last are
-    ``earlier_calls`` (a piece that sampled nothing is left out), the last is the record's own."""
+    ``earlier_calls`` (a piece that sampled nothing is left out), the last is the record's own,
+    with its own text as ``reply`` (the pieces' replies joined are the whole reply's text)."""
     ids = record.get("token_ids")
     if not breaks or not isinstance(ids, list):
         return record
@@ -73,7 +76,8 @@ def split_retokenized(record: dict[str, Any], breaks: list[tuple[int, int, list[
     earlier = [{**piece, "policy_version": piece.get("versions", [None])[-1], "stop_reason": "abort",
                 "reply": piece_text, "partial": True}
                for piece, piece_text in pieces[:-1] if piece["token_ids"]]
-    return {**record, **pieces[-1][0], "retokenized": True, **({EARLIER_CALLS: earlier} if earlier else {})}
+    own, own_text = pieces[-1]
+    return {**record, **own, "reply": own_text, "retokenized": True, **({EARLIER_CALLS: earlier} if earlier else {})}
 
 
 def joined(record: dict[str, Any], name: str) -> Any:

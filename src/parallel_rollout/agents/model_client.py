@@ -284,7 +284,7 @@ class ModelClient:
     def _finish(self, text: str) -> Reply:
         """The Reply of a whole turn; the episode's end when its stop reason says so."""
         turn = self._turn
-        turn["reply"] = text
+        turn.setdefault("reply", text)  # a split call's last piece has its own (calls.split_retokenized)
         if self._route.pool is not None:
             turn["server"] = self._route.url
         stop = turn.get("stop_reason") or "unknown"
