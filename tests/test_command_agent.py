@@ -231,8 +231,8 @@ for line in sys.stdin:
 @needs_bwrap
 def test_a_command_agent_cannot_write_a_record_into_the_run(tmp_path):
     """An agent that appends a passing record of its own task to results.jsonl while its
-    answer fails (the runner's user could write the run folder): the output folder is
-    read-only to it, the forged line never lands, the attempt is graded once, a failure."""
+    answer fails (the runner's user could write the run folder): the run's folder is an
+    empty read-only folder to it, the forged line never lands, the attempt is graded once, a failure."""
     from click.testing import CliRunner
     from parallel_rollout.cli import main
 
