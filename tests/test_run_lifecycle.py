@@ -79,13 +79,22 @@ def test_a_closed_terminal_sighup_stops_the_run_as_sigterm_does(tmp_path):
     assert "worker_died" not in events and "manager process died" not in err
 
 
+def _default_stop_signals() -> None:
+    """The child's stop signals at their defaults, whatever this process inherited: a test run
+    started in the background (``nohup … &``, as a CI job may be) ignores SIGINT and SIGHUP, and
+    the CLI rightly leaves an ignored signal ignored."""
+    for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
 def test_a_signal_while_the_command_loads_exits_130_and_says_nothing_ran(signum):
     # (a program that imports the module keeps its own handlers: see the next test)
     # the handler is set as the CLI module starts loading, before its imports
     code = ("import sys; sys.argv[0] = 'parallel-rollout'\n"  # as the console script's process
             f"import os, time, parallel_rollout.cli; os.kill(os.getpid(), {int(signum)}); time.sleep(10)")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          preexec_fn=_default_stop_signals)
     assert done.returncode == 130, done.stderr
     assert f"interrupted by signal {int(signum)} before the run started: nothing ran" in done.stderr
 
@@ -208,5 +217,6 @@ def test_a_slow_plugin_import_is_said_while_the_workers_start(tmp_path):
 
 def test_a_program_that_imports_the_cli_keeps_its_signal_handlers():
     code = "import signal, parallel_rollout.cli; print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)"
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          preexec_fn=_default_stop_signals)
     assert done.stdout.strip() == "True", done.stderr
