@@ -117,7 +117,9 @@ def test_an_explicit_process_cap_over_the_pid_share_is_refused(tmp_path):
     shares = host_share.table_shares(2)
     if shares.pids is None:
         pytest.skip("no kernel.pid_max here")
-    tasks = [{"id": "t", "mode": "shell", "instruction": "x", "check": "true", "reference": ["true"]}]
+    # two samples: a run boots no more VMs than it can use (one sample would get one)
+    tasks = [{"id": f"t{i}", "mode": "shell", "instruction": "x", "check": "true", "reference": ["true"]}
+             for i in range(2)]
     proc = run_cli(tmp_path, tasks, "--num-vms", "2", "--vm-max-processes", str(shares.pids + 1))
     assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])
     said = " ".join(proc.stderr.split())

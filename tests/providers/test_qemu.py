@@ -354,9 +354,10 @@ def test_a_pool_the_host_ram_cannot_hold_is_refused_before_anything_starts(tmp_p
     del held
     assert f"{vms} QEMU VMs of 128 MB each need up to" in caplog.text
 
+    big = str(total_mb // 2048 + 1)  # as many rollouts as VMs: a run boots no more VMs than it can use
     proc = subprocess.run(
         [sys.executable, "-m", "parallel_rollout.cli", "--mode", "shell", "--data", str(SHELL_TASKS),
-         "--provider-name", "qemu", "--num-rollouts", "2", "--num-vms", str(total_mb // 2048 + 1),
+         "--provider-name", "qemu", "--num-rollouts", big, "--num-vms", big,
          "--use-vm-pool", "--spare-vms", "0", "--vm-memory-mb", "2048", "--output-dir", str(tmp_path),
          "--run-id", "big", "--no-progress"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2, proc.stderr[-2000:]
