@@ -68,15 +68,7 @@ class EventsFile:
         """Append ``text`` (whole lines) or nothing: OSError after cutting back what went out."""
         if self._fd is None:
             raise ValueError(f"{self.path} is closed")
-        data, written = text.encode("utf-8"), 0
-        before = os.fstat(self._fd).st_size
-        try:
-            while written < len(data):
-                written += os.write(self._fd, data[written:])
-        except OSError:
-            if written and os.fstat(self._fd).st_size == before + written:  # no other line since
-                os.ftruncate(self._fd, before)
-            raise
+        append_whole(self._fd, text.encode("utf-8"), self.path)
 
     def close(self) -> None:
         if self._fd is not None:
@@ -99,11 +91,37 @@ def _repair_tail(path: Path) -> None:
     try:
         json.loads(torn)
     except ValueError:
-        with open(path.with_name(path.name + ".torn"), "ab") as fh:
-            fh.write(torn + b"\n")
-        os.truncate(path, size - len(torn))
+        set_aside_torn(path, torn)
         log.warning("%s: set aside a torn last line (%d bytes, from an interrupted write) in %s.torn",
                     path, len(torn), path.name)
     else:
         with open(path, "ab") as fh:
             fh.write(b"\n")
+
+
+def append_whole(fd: int, data: bytes, path: Path, write=None) -> None:
+    """Append ``data`` (whole lines) to ``fd`` (opened ``O_APPEND``) all or nothing: on a
+    failed write (disk full) what went out is cut back, when no other writer appended since,
+    and the OSError raised. The file's size, not the position: after a cut-back the append
+    position still points past the end. ``results.jsonl`` and ``events.jsonl`` both go so;
+    ``write`` (bytes → count written), when given, writes instead of ``os.write`` on ``fd``."""
+    write = write or (lambda chunk: os.write(fd, chunk))
+    before, written = os.fstat(fd).st_size, 0
+    try:
+        while written < len(data):
+            written += write(data[written:])
+    except OSError:
+        if written and os.fstat(fd).st_size == before + written:  # no other line since
+            try:
+                os.ftruncate(fd, before)
+            except OSError:
+                log.exception("could not cut %s back to %d bytes", path, before)
+        raise
+
+
+def set_aside_torn(path: Path, torn: bytes) -> None:
+    """Move ``torn``, the bytes after ``path``'s last newline (a line an interrupted write
+    left), to ``<name>.torn`` and cut the file back to its last whole line."""
+    with open(path.with_name(path.name + ".torn"), "ab") as fh:
+        fh.write(torn + b"\n")
+    os.truncate(path, os.path.getsize(path) - len(torn))

@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 import statistics
 import time
 from collections import Counter, defaultdict
@@ -27,6 +26,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from .errors import ConfigError, RolloutError, RunLocked
+from .output_checks import append_whole, set_aside_torn
 from .records import ends_sample, replacement_record, sample_ends
 
 log = logging.getLogger(__name__)
@@ -112,9 +112,7 @@ class ResultStore:
             with open(self.path, "ab") as fh:
                 fh.write(b"\n")
         elif index.torn:
-            with open(self.path.with_name("results.jsonl.torn"), "ab") as fh:
-                fh.write(index.torn + b"\n")
-            os.truncate(self.path, self.path.stat().st_size - len(index.torn))
+            set_aside_torn(self.path, index.torn)
             log.warning(
                 "%s: ignored a torn last line (%d bytes, from an interrupted write); "
                 "kept it in results.jsonl.torn", self.path, len(index.torn)
@@ -138,25 +136,13 @@ class ResultStore:
             line = encode_record(record)
         if self._fh is None:
             self._fh = open(self.path, "ab", buffering=0)
-        # The file's size, not tell(): after a cut-back the append-mode position still points
-        # past the end, and cutting back to it would pad the file with NUL bytes.
-        before = os.fstat(self._fh.fileno()).st_size
         try:
-            written = 0
-            while written < len(line):
-                written += self._fh.write(line[written:])
+            append_whole(self._fh.fileno(), line, self.path, self._fh.write)
         except OSError as exc:
-            self._cut_back(before)
             raise StorageError(
                 f"cannot write {self.path}: {exc.strerror or exc}; every earlier result is "
                 "kept — free space (or fix the folder) and rerun with --resume"
             ) from exc
-
-    def _cut_back(self, size: int) -> None:
-        try:
-            os.truncate(self.path, size)
-        except OSError:
-            log.exception("could not cut %s back to %d bytes", self.path, size)
 
     def close(self) -> None:
         """Close the file."""
