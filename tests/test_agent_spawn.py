@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -84,7 +83,7 @@ def test_only_the_passed_descriptors_reach_the_command(way: bool) -> None:
     passed, kept = os.pipe(), os.pipe()
     try:
         os.set_inheritable(kept[1], True)  # inheritable, but not passed: close_fds closes it
-        code, out, _ = _run(["/bin/sh", "-c", f"ls /proc/$$/fd; readlink /proc/$$/fd/0"],
+        code, out, _ = _run(["/bin/sh", "-c", "ls /proc/$$/fd; readlink /proc/$$/fd/0"],
                             pass_fds=(passed[1],))
         fds = out.decode().split()
         assert code == 0 and str(passed[1]) in fds and str(kept[1]) not in fds

@@ -202,7 +202,6 @@ def test_the_agent_reads_a_graders_files_with_the_answers_rights():
 def test_grading_wrappers_the_sandboxs_user_cannot_run_are_a_clear_error(tmp_path, monkeypatch):
     from parallel_rollout.errors import ConfigError
     from parallel_rollout.pool.providers import process
-    from parallel_rollout.pool.providers.base import ProviderOptions
     wrappers = tmp_path / "grading_bin"
     shutil.copytree(process.GRADING_BIN, wrappers)
     (wrappers / "jq").chmod(0o700)  # a checkout made under umask 077

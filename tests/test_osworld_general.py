@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import sqlite3
 
-import pytest
 
 from osworld_reference import check_all, reference
 from parallel_rollout.envs.osworld.metrics import general

@@ -31,7 +31,6 @@ import argparse
 import json
 import os
 import resource
-import statistics
 import sys
 import tempfile
 import threading

@@ -4,7 +4,6 @@ the host's pid and file tables. Runs go through the CLI, in a cgroup made for th
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import shutil
@@ -12,13 +11,12 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
 from pathlib import Path
 
 import pytest
 
 from conftest import ROOT, limited_cgroup, read_results, write_tasks
-from parallel_rollout.pool.providers import cgroups, host_share
+from parallel_rollout.pool.providers import host_share
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
 

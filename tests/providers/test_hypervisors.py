@@ -6,9 +6,7 @@ cannot be installed here and are untested."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import sys
 import time
 from pathlib import Path
 

@@ -10,7 +10,6 @@ import pytest
 
 from parallel_rollout.config import RunConfig, load_toml
 from parallel_rollout.errors import ConfigError
-from parallel_rollout.rl import RolloutScheduler
 from parallel_rollout.rl.config import EnvManagerConfig, TaskSet, load_task_sets, load_tasks_of, resolve_task_set
 
 

@@ -14,7 +14,7 @@ from parallel_rollout.errors import ConfigError, RolloutError
 from parallel_rollout.rl import EnvManagerConfig, TaskSet, TaskSource, TaskSourceError
 from parallel_rollout.rl.config import load_tasks_of
 from parallel_rollout.rl.sources import ShuffledTasks, quotas
-from rl_support import TINY, lake_set, rl_config
+from rl_support import TINY, rl_config
 
 RIGHT = {"reply": "<answer>Right</answer>"}
 

@@ -3,4 +3,4 @@
 from .base import Env, StepResult
 from .registry import get_env, mode_names, task_validators, with_mode_defaults
 
-__all__ = ["Env", "StepResult", "get_env", "mode_names", "task_validators"]
+__all__ = ["Env", "StepResult", "get_env", "mode_names", "task_validators", "with_mode_defaults"]

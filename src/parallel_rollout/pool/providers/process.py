@@ -269,7 +269,7 @@ class ProcessProvider(Provider):
         """Create the VM folder and cgroups, start the sandbox, wait for its agent."""
         check_name("vm id", vm_id)
         vm_dir = self.run_dir / vm_id
-        socket_path = checked_socket(self.run_dir, vm_id, "sock", SOCKET_NAME, env=BASE_DIR_ENV)
+        checked_socket(self.run_dir, vm_id, "sock", SOCKET_NAME, env=BASE_DIR_ENV)  # a path too long is named here
         secure_base_dir(self.base_dir)
         for folder in standby.folders(self.run_dir, vm_id):  # the VM's and its standby's
             meta = read_meta(folder)

@@ -13,7 +13,6 @@ Needs the ``[osworld]`` extra (openpyxl, pandas, rapidfuzz), imported when calle
 from __future__ import annotations
 
 import os
-from typing import Any
 
 from . import xlsx
 from .rules import match_value

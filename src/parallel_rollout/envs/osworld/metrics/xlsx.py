@@ -11,7 +11,6 @@ conditional formatting), imported when used.
 
 from __future__ import annotations
 
-import itertools
 import re
 import zipfile
 import xml.etree.ElementTree as ET
@@ -304,7 +303,6 @@ def styles(book, sheet: str, path: str, props=()) -> dict[str, list]:
     not evaluated)."""
     import formulas
     from openpyxl.utils import get_column_letter
-    from openpyxl.worksheet.cell_range import CellRange
 
     try:
         worksheet = book[sheet]
