@@ -142,13 +142,13 @@ def test_a_host_where_bubblewrap_cannot_hide_a_folder_is_refused_before_the_run(
     """The start's probe ran bubblewrap without the mounts that hide the VM folders, the
     run's folder and its task file: on a host where those mounts fail, the probe passed and
     every task failed as the agent's error, graded 0. It probes with them now (exit 2)."""
-    from parallel_rollout.agents import command_process
+    from parallel_rollout.agents import agent_sandbox
 
     bwrap = tmp_path / "bwrap"  # bubblewrap that cannot mount a tmpfs, as a restricted host's
     bwrap.write_text(f'#!/bin/sh\nfor arg; do [ "$arg" = --tmpfs ] && {{ echo "bwrap: Can\'t mount tmpfs: '
-                     f'Operation not permitted" >&2; exit 1; }}; done\nexec {command_process._SANDBOX[0]} "$@"\n')
+                     f'Operation not permitted" >&2; exit 1; }}; done\nexec {agent_sandbox._SANDBOX[0]} "$@"\n')
     bwrap.chmod(0o755)
-    monkeypatch.setattr(command_process, "_SANDBOX", [str(bwrap), *command_process._SANDBOX[1:]])
+    monkeypatch.setattr(agent_sandbox, "_SANDBOX", [str(bwrap), *agent_sandbox._SANDBOX[1:]])
     result = run(tmp_path, "nomount", python_agent(tmp_path, "argv.py", ARGV_AGENT))
     assert result.exit_code == 2, result.output[-3000:]
     said = " ".join(result.output.split())

@@ -73,7 +73,8 @@ from ..pool.providers import host_dirs
 from ..tasks import resolve_data
 from .base import Agent
 from .command_checks import check_program, exec_failure_hint, shell_syntax_problem
-from .command_process import AgentProcess, NoReply, ProcessBroken, ProcessKilled, StrayLine, check_sandbox
+from .agent_sandbox import check_sandbox
+from .command_process import AgentProcess, NoReply, ProcessBroken, ProcessKilled, StrayLine
 from .episode import AgentError, AgentKilled
 
 log = logging.getLogger(__name__)

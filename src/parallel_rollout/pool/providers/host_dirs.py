@@ -5,7 +5,7 @@ and the sandbox uids' lock files (``sandbox_uids.py``).
 One statement of these folders, which their providers read (``process``, ``docker``,
 ``qemu``, ``sandbox_uids``) and which ``private_folders`` lists for what must never reach
 them: the ``command`` agent's program is shown an empty, read-only folder in place of each
-(``agents.command_process``), so that it can neither replace a VM's guest agent nor the
+(``agents.agent_sandbox``), so that it can neither replace a VM's guest agent nor the
 code every later sandbox runs. A light module: it imports no provider.
 """
 
