@@ -1,8 +1,8 @@
 """The command agent's life as a plugin author meets it, through the CLI: a program that dies
 within an episode fails its attempt (it is not started again mid-episode); one that hangs is
 ``task_timeout``, its stderr tail recorded; one that cannot start is refused before the run (a CRLF
-``#!`` line, a script that is not executable) or, when that cannot be seen, explained; shell syntax
-in --agent-cmd, which no shell runs, is refused.
+``#!`` line, a script that is not executable, a host where its sandbox cannot be made) or, when
+that cannot be seen, explained; shell syntax in --agent-cmd, which no shell runs, is refused.
 """
 
 from __future__ import annotations
@@ -137,23 +137,43 @@ def test_a_program_that_cannot_start_is_refused_before_the_run(tmp_path):
     assert "but its interpreter '/no/such/interpreter' does not exist" in result.output, result.output
 
 
+def refused_with_a_bwrap_that_fails_at(tmp_path, monkeypatch, run_id: str, option: str, complaint: str) -> str:
+    """A run whose bubblewrap says ``complaint`` and fails at ``option``, as a restricted
+    host's does: refused before the run (exit 2, no record); what it said, on one line."""
+    from parallel_rollout.agents import agent_sandbox
+
+    bwrap = tmp_path / "bwrap"
+    bwrap.write_text(f'#!/bin/sh\nfor arg; do [ "$arg" = {option} ] && '
+                     f'{{ echo {shlex.quote(complaint)} >&2; exit 1; }}; done\nexec {agent_sandbox._SANDBOX[0]} "$@"\n')
+    bwrap.chmod(0o755)
+    monkeypatch.setattr(agent_sandbox, "_SANDBOX", [str(bwrap), *agent_sandbox._SANDBOX[1:]])
+    result = run(tmp_path, run_id, python_agent(tmp_path, "argv.py", ARGV_AGENT))
+    assert result.exit_code == 2, result.output[-3000:]
+    assert not (tmp_path / "out" / run_id / "results.jsonl").exists()
+    return " ".join(result.output.split())
+
+
 @needs_bwrap
 def test_a_host_where_bubblewrap_cannot_hide_a_folder_is_refused_before_the_run(tmp_path, monkeypatch):
     """The start's probe ran bubblewrap without the mounts that hide the VM folders, the
     run's folder and its task file: on a host where those mounts fail, the probe passed and
     every task failed as the agent's error, graded 0. It probes with them now (exit 2)."""
-    from parallel_rollout.agents import agent_sandbox
+    said = refused_with_a_bwrap_that_fails_at(tmp_path, monkeypatch, "nomount", "--tmpfs",
+                                              "bwrap: Can't mount tmpfs: Operation not permitted")
+    assert "the folders and files it hides from the agent): bwrap: Can't mount tmpfs" in said, said
 
-    bwrap = tmp_path / "bwrap"  # bubblewrap that cannot mount a tmpfs, as a restricted host's
-    bwrap.write_text(f'#!/bin/sh\nfor arg; do [ "$arg" = --tmpfs ] && {{ echo "bwrap: Can\'t mount tmpfs: '
-                     f'Operation not permitted" >&2; exit 1; }}; done\nexec {agent_sandbox._SANDBOX[0]} "$@"\n')
-    bwrap.chmod(0o755)
-    monkeypatch.setattr(agent_sandbox, "_SANDBOX", [str(bwrap), *agent_sandbox._SANDBOX[1:]])
-    result = run(tmp_path, "nomount", python_agent(tmp_path, "argv.py", ARGV_AGENT))
-    assert result.exit_code == 2, result.output[-3000:]
-    said = " ".join(result.output.split())
-    assert "with the folders and files it hides from the agent: bwrap: Can't mount tmpfs" in said, said
-    assert not (tmp_path / "out" / "nomount" / "results.jsonl").exists()
+
+@needs_bwrap
+def test_a_host_where_bubblewrap_cannot_bind_a_folder_is_refused_before_the_run(tmp_path, monkeypatch):
+    """The agent sees the host read-only but for a few writable folders (bound read-write),
+    with the runner's code inside those bound read-only again: the start's probe makes those
+    binds too, and a host where they fail is refused before the run (exit 2), saying what it
+    tried to show the agent writable."""
+    said = refused_with_a_bwrap_that_fails_at(tmp_path, monkeypatch, "nobind", "--bind",
+                                              "bwrap: Can't bind mount /oldroot/tmp on /newroot/tmp: "
+                                              "Operation not permitted")
+    assert "with the view of the host it gives the agent (the host read-only but for /tmp," in said, said
+    assert "the folders and files it hides from the agent): bwrap: Can't bind mount /oldroot/tmp" in said, said
 
 
 @needs_bwrap
