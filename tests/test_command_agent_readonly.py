@@ -1,14 +1,16 @@
 """What a command agent's program cannot change of the host: the runner's own code and
 interpreter (the package, the virtualenv's site-packages, the standard library), wherever
 they lie, a writable folder of its own included (here the checkout is under /tmp and the
-interpreter under $HOME), nor a protected folder's name (renaming the folder above it away).
-It still writes /tmp, /var/tmp, /dev/shm, $HOME and its current folder.
+interpreter under $HOME), nor a protected folder's name (renaming the folder above it away);
+and it cannot reach a container daemon's control socket. It still writes /tmp, /var/tmp,
+/dev/shm, $HOME and its current folder.
 
 Before, the agent saw the host read-write: an agent run as root (root's uid, no capability,
 but owner-write mode bits on root's files) could append to the runner's source, drop a
-``.pth`` into site-packages that every later Python start runs, rewrite the stdlib, and so
-rig every later grade. Each attack runs here through the CLI as a user runs it; each is
-harmless should it succeed (an empty append, a ``.pth`` of a comment, removed afterwards).
+``.pth`` into site-packages that every later Python start runs, rewrite the stdlib, drive
+Docker through its socket, and so rig every later grade. Each attack runs here through the
+CLI as a user runs it; each is harmless should it succeed (an empty append, a ``.pth`` of a
+comment, removed afterwards).
 """
 
 from __future__ import annotations
@@ -18,10 +20,13 @@ import os
 import shlex
 import shutil
 import site
+import socket
 import sys
 import sysconfig
 import tempfile
 from pathlib import Path
+
+import pytest
 
 import parallel_rollout
 from agent_runs import needs_bwrap, run_cli
@@ -38,7 +43,7 @@ def one_math_task(tmp_path: Path) -> Path:
 
 #: tries each attack its arguments name at turn 1, logs "<attack> done" or "<attack> refused: <why>", answers 2
 HOSTILE_AGENT = r"""
-import json, os, sys
+import json, os, socket, sys
 log, attacks = open(sys.argv[1], "a"), json.loads(sys.argv[2])
 
 def append(path):
@@ -51,6 +56,11 @@ def create(path):
 def rename_and_plant(old, new, plant):
     os.rename(old, new)
     os.makedirs(plant)
+
+def connect(path):
+    with socket.socket(socket.AF_UNIX) as client:
+        client.connect(path)
+        client.sendall(b"GET /_ping HTTP/1.0\r\n\r\n")
 
 for line in sys.stdin:
     if json.loads(line)["turn"] == 1:
@@ -98,6 +108,27 @@ def test_a_command_agent_cannot_change_the_runners_code_nor_its_interpreter(tmp_
     finally:
         for made in (pth, stdlib):
             made.unlink(missing_ok=True)
+
+
+@needs_bwrap
+def test_a_command_agent_cannot_connect_to_a_container_daemons_socket(tmp_path, monkeypatch):
+    """A unix socket that stands for Docker's (the one $DOCKER_HOST names, which the docker
+    provider drives), listening: the agent's connect is refused and none waits to be
+    accepted; the runner's own connect gets through."""
+    path = tmp_path / "docker.sock"
+    with socket.socket(socket.AF_UNIX) as server:
+        server.bind(str(path))
+        server.listen(8)
+        monkeypatch.setenv("DOCKER_HOST", f"unix://{path}")
+        log = run_attacks(tmp_path, "daemon", [["docker", "connect", [str(path)]]])
+        assert log == ["docker refused: Connection refused"], log
+        server.setblocking(False)
+        with pytest.raises(BlockingIOError):  # no connection of the agent's waits
+            server.accept()
+        with socket.socket(socket.AF_UNIX) as client:  # it was there to be reached
+            client.connect(str(path))
+            server.setblocking(True)
+            server.accept()[0].close()
 
 
 @needs_bwrap

@@ -103,8 +103,9 @@ def in_own_pid_namespace(argv: list[str], hidden: tuple[str, ...] = (), view: Ho
     ``hidden``: what exists of it when it starts is replaced by nothing it can read or change:
     a folder by an empty read-only tmpfs (the providers' VM folders: sockets of guest agents,
     the guest agent's cached bytecode; an OSWorld task folder; its run's folder: it can
-    neither read a record's ``eval``, the expected answer, nor write a record of its own), a
-    file by ``/dev/null``, which it cannot open (a task file: the answer key).
+    neither read a record's ``eval``, the expected answer, nor write a record of its own; a
+    container daemon's run folder), a file by ``/dev/null``, which it cannot open (a task
+    file: the answer key) nor connect to (a container daemon's socket).
 
     ``--die-with-parent`` is the parent-death signal (SIGKILL) that setpriv gave it before:
     the env loop's thread that started it ends, the worker's death included, and the
@@ -124,7 +125,7 @@ def in_own_pid_namespace(argv: list[str], hidden: tuple[str, ...] = (), view: Ho
         if os.path.isdir(path):
             hiding += ["--tmpfs", path, "--remount-ro", path]
             covered.append(path)
-        elif os.path.exists(path):
+        elif os.path.exists(path):  # a file, a socket
             hiding += ["--ro-bind", os.devnull, path]
         else:
             continue

@@ -51,10 +51,12 @@ than the margin, the runner's timeout comes first (``task_timeout`` still, witho
 tail).
 
 How its process is started, talked to and stopped (and why no agent process outlives its
-agent): ``agents.command_process``. What it is shown of the host leaves out the providers'
-VM folders (``pool.providers.host_dirs``) and the files the run's tasks came from
-(``task_files``: the answer key), nor its run's folder (``run_folder``: its records' ``eval``
-holds each graded answer's expected one), an empty read-only folder to it. A process whose
+agent): ``agents.command_process``. What it is shown of the host (``agents.agent_sandbox``:
+read-only, but for scratch space, $HOME and its folder, the runner's code read-only in those)
+leaves out the providers' VM folders and the container daemons' sockets
+(``pool.providers.host_dirs``) and the files the run's tasks came from (``task_files``: the
+answer key), nor its run's folder (``run_folder``: its records' ``eval`` holds each graded
+answer's expected one), an empty read-only folder to it. A process whose
 bubblewrap was killed from outside fails its attempt as ``AgentKilled`` (infrastructure,
 retried), any other end of the conversation as ``AgentError`` (graded).
 """
@@ -112,8 +114,8 @@ class CommandAgent(Agent):
         start it here as an attempt would, with what it hides (``check_sandbox``)."""
         check_program(_split(config.agent_cmd)[0])
         # probed with what an agent's start hides, as far as it exists yet
-        unavailable = check_sandbox((*host_dirs.private_folders(make=False), *run_folder(config),
-                                     *task_files(config)))
+        unavailable = check_sandbox((*host_dirs.private_folders(make=False), *host_dirs.daemon_sockets(),
+                                     *run_folder(config), *task_files(config)))
         if unavailable is not None:
             raise ConfigError(f"--agent command runs its program in a PID namespace of its own, so that it "
                               f"cannot kill its worker; {unavailable}")
@@ -223,8 +225,9 @@ class CommandAgent(Agent):
         if self._process is None:
             # Split here, not in __init__: the worker constructs agents outside any attempt,
             # where a ConfigError would end the env loop instead of becoming a record.
-            # The VM folders are listed (and made) at each start: a run may make one meanwhile.
-            hidden = (*host_dirs.private_folders(), *self.withheld)
+            # The VM folders are listed (and made) at each start: a run may make one meanwhile;
+            # so are the daemons' sockets, a few stat()s.
+            hidden = (*host_dirs.private_folders(), *host_dirs.daemon_sockets(), *self.withheld)
             self._process = AgentProcess(_split(self.command), self.command, hidden)
         return self._process
 

@@ -24,7 +24,7 @@ from typing import Callable
 import psutil
 
 from ...errors import ConfigError, ProviderUnavailable, VMError
-from . import images, sandbox_fs
+from . import host_dirs, images, sandbox_fs
 from .common import same_process, signal_name
 
 LABEL = "parallel-rollout"
@@ -224,7 +224,7 @@ def logs(name: str) -> str:
 
 def daemon_address() -> str:
     """Where the Docker CLI looks for the daemon (``DOCKER_HOST`` or the default socket)."""
-    return os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+    return os.environ.get("DOCKER_HOST") or host_dirs.DEFAULT_DOCKER_HOST
 
 
 def agent_argv(screen: str | None = None) -> list[str]:

@@ -1,12 +1,15 @@
 """Where the providers that run VMs on this host keep them: each one's base folder (its VMs'
 folders, their guest agents' sockets, the process provider's cached guest-agent bytecode)
-and the sandbox uids' lock files (``sandbox_uids.py``).
+and the sandbox uids' lock files (``sandbox_uids.py``); and the container daemons' control
+sockets (``daemon_sockets``), through which the docker provider's VMs, and the host, are driven.
 
 One statement of these folders, which their providers read (``process``, ``docker``,
 ``qemu``, ``sandbox_uids``) and which ``private_folders`` lists for what must never reach
 them: the ``command`` agent's program is shown an empty, read-only folder in place of each
 (``agents.agent_sandbox``), so that it can neither replace a VM's guest agent nor the
-code every later sandbox runs. A light module: it imports no provider.
+code every later sandbox runs; each daemon socket is ``/dev/null`` to it, so that it cannot
+drive Docker (start a container with the host's / in it, or exec into a VM). A light module:
+it imports no provider.
 """
 
 from __future__ import annotations
@@ -33,6 +36,12 @@ class BaseDir(NamedTuple):
 PROCESS = BaseDir("PARALLEL_ROLLOUT_PROCESS_DIR", "/tmp/parallel-rollout/process")
 DOCKER = BaseDir("PARALLEL_ROLLOUT_DOCKER_DIR", "/tmp/parallel-rollout/docker")
 QEMU = BaseDir("PARALLEL_ROLLOUT_QEMU_DIR", "/tmp/parallel-rollout/qemu")
+#: where the Docker CLI finds its daemon when $DOCKER_HOST names none (``scripts/dockerd.sh``'s)
+DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"
+#: the container daemons' control sockets and run folders: Docker's socket; containerd's
+#: folder (its socket, its ttrpc and debug sockets, its shims' sockets under s/) and
+#: dockerd's (the containerd dockerd starts itself keeps its sockets in containerd/ there)
+DAEMON_SOCKETS = ("/var/run/docker.sock", "/run/docker.sock", "/run/containerd", "/run/docker")
 #: the lock files of the sandbox uids' range, one per uid: host-wide, whatever folder a run's VMs use
 UIDS_LOCK_DIR = SHARED_TMP / "parallel-rollout" / "uids"
 
@@ -56,3 +65,14 @@ def private_folders(make: bool = True) -> list[str]:
             found.append(path)
     return [path for path in found
             if not any(path != other and path.startswith(other.rstrip("/") + "/") for other in found)]
+
+
+def daemon_sockets() -> list[str]:
+    """Those of ``DAEMON_SOCKETS`` that exist, and the socket $DOCKER_HOST names (a
+    ``unix://`` one: a tcp:// address is no path to hide), each once by its real path."""
+    named = list(DAEMON_SOCKETS)
+    docker_host = os.environ.get("DOCKER_HOST", "")
+    if docker_host.startswith("unix://"):
+        named.append(docker_host[len("unix://"):])
+    real = (os.path.realpath(path) for path in named if path)
+    return list(dict.fromkeys(path for path in real if os.path.exists(path)))
