@@ -1,4 +1,5 @@
-"""What a command agent's program sees of the host: the runner's filesystem, but not the
+"""What a command agent's program sees of the host: the runner's filesystem (read-only but
+for scratch space, $HOME and its folder: tests/test_command_agent_readonly.py), but not the
 VMs' folders (their guest agents' sockets, the guest agent's cached code) nor the run's task
 files (the answer key), which are hidden from it; as root, no capability; /proc/sys
 read-only. It still runs, writes its folder and $HOME and reaches 127.0.0.1.
