@@ -231,7 +231,7 @@ for line in sys.stdin:
 @needs_bwrap
 def test_a_command_agent_cannot_write_a_record_into_the_run(tmp_path):
     """An agent that appends a passing record of its own task to results.jsonl while its
-    answer fails (the runner's user could write the run folder): the run's folder is an
+    answer fails (the runner's user could write the run folder): the output folder is an
     empty read-only folder to it, the forged line never lands, the attempt is graded once, a failure."""
     from click.testing import CliRunner
     from parallel_rollout.cli import main
@@ -243,9 +243,9 @@ def test_a_command_agent_cannot_write_a_record_into_the_run(tmp_path):
         "--num-rollouts", "1", "--num-vms", "1", "--use-vm-pool", "--agent", "command", "--no-progress",
         "--max-turns", "1", "--agent-cmd", command_line(script, str(out / "f"), str(log))])
     assert result.exit_code == 0, result.output[-3000:]
-    assert log.read_text().splitlines() == [
-        "refused results.jsonl: Read-only file system", "refused summary.json: Read-only file system",
-        "refused events.jsonl: Read-only file system"]
+    assert log.read_text().splitlines() == [  # the output folder is empty to it: no run's folder in it
+        "refused results.jsonl: No such file or directory", "refused summary.json: No such file or directory",
+        "refused events.jsonl: No such file or directory"]
     records = read_results(out / "f")
     assert [(r["attempt"], r["status"], r["reward"]) for r in records] == [(0, "failure", 0.0)], records
 
@@ -276,6 +276,37 @@ def test_a_command_agent_cannot_read_its_runs_records(tmp_path):
                       "--agent-cmd", command_line(script, str(tmp_path / "out")))
     assert [(r["status"], r["reward"]) for r in records] == [("failure", 0.0)] * 3, records
     assert records[0]["eval"]["expected"] == "7006652", records[0]  # there to be stolen
+
+
+@needs_bwrap
+def test_a_command_agent_can_neither_read_nor_rewrite_earlier_runs(tmp_path):
+    """The whole output folder is hidden, not only the run's own: an earlier run's records
+    hold the same task's expected answer (the thief answered with it: success), and a
+    baseline that ``compare`` reads later was the agent's to rewrite. Where the agent's own
+    folder lies in the output folder, only its run's folder can be hidden, and it still runs."""
+    script, forger, log = tmp_path / "thief.py", tmp_path / "forger.py", tmp_path / "agent.log"
+    script.write_text(THIEF_AGENT)
+    forger.write_text(FORGER_AGENT)
+    data = write_tasks(tmp_path / "tasks.jsonl",
+                       [{"id": "m1", "mode": "math", "problem": "What is 1234*5678?", "answer": "7006652"}])
+    out = tmp_path / "out"
+    first = run_cli(tmp_path, "first", "--mode", "math", "--data", str(data), "--agent-cmd", command_line(script, str(out)))
+    assert first[0]["eval"]["expected"] == "7006652", first  # in out/first/results.jsonl, to be stolen
+    again = run_cli(tmp_path, "again", "--mode", "math", "--data", str(data), "--agent-cmd", command_line(script, str(out)))
+    assert [(r["status"], r["reward"]) for r in again] == [("failure", 0.0)], again
+    baseline = (out / "first" / "results.jsonl").read_bytes()
+    run_cli(tmp_path, "forge", "--mode", "math", "--data", str(data),
+            "--agent-cmd", command_line(forger, str(out / "first"), str(log)))
+    assert log.read_text().splitlines()[0].startswith("refused results.jsonl: "), log.read_text()  # not there to it
+    assert (out / "first" / "results.jsonl").read_bytes() == baseline
+
+    # The agent's program inside the output folder: the output folder stays visible, its run's is not.
+    inside = out / "agents" / "thief.py"
+    inside.parent.mkdir()
+    inside.write_text(THIEF_AGENT)
+    records = run_cli(tmp_path, "inside", "--mode", "math", "--data", str(data),
+                      "--agent-cmd", command_line(inside, str(out)))
+    assert [(r["status"], r["reward"]) for r in records] == [("success", 1.0)], records  # it read out/first
 
 
 SLOW_AGENT = r"""

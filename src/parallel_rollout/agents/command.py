@@ -55,8 +55,8 @@ agent): ``agents.command_process``. What it is shown of the host (``agents.agent
 read-only, but for scratch space, $HOME and its folder, the runner's code read-only in those)
 leaves out the providers' VM folders and the container daemons' sockets
 (``pool.providers.host_dirs``) and the files the run's tasks came from (``task_files``: the
-answer key), nor its run's folder (``run_folder``: its records' ``eval`` holds each graded
-answer's expected one), an empty read-only folder to it. A process whose
+answer key), nor the output folder, or its run's folder alone (``run_folder``: its records'
+``eval`` holds each graded answer's expected one), an empty read-only folder to it. A process whose
 bubblewrap was killed from outside fails its attempt as ``AgentKilled`` (infrastructure,
 retried), any other end of the conversation as ``AgentError`` (graded).
 """
@@ -98,9 +98,10 @@ class CommandAgent(Agent):
         self.reply_budget_s = config.task_timeout - min(REPLY_MARGIN_S, config.task_timeout / 4)
         #: seconds of waiting for replies the episode has left (set by ``reset``, spent by ``act``)
         self._budget_left = 0.0
-        #: what it must not read: its run's folder (its records hold each graded answer's
-        #: ``eval``, math's "expected" among them; its summary, events) and the files the
-        #: run's tasks came from (their answer keys)
+        #: what it must not read: the output folder (its records hold each graded answer's
+        #: ``eval``, math's "expected" among them; its summary, events; earlier runs'), or its
+        #: run's folder alone (``run_folder``), and the files the run's tasks came from (their
+        #: answer keys)
         self.withheld = (*run_folder(config), *task_files(config))
         self._process: AgentProcess | None = None
         self._task = None
@@ -238,10 +239,19 @@ class CommandAgent(Agent):
 
 
 def run_folder(config) -> tuple[str, ...]:
-    """The run's folder, by its real path (the runner's records, summary and events), or ()."""
+    """What of the output folder an agent must not see, by its real path: the whole output
+    folder (``--output-dir``: earlier runs' records hold their graded answers' ``eval`` too, and
+    a baseline ``compare`` reads there must stay as it was written), or only the run's folder
+    (its records, summary and events) when the agent's current folder or a file its command
+    names (its program, its script) lies in the output folder; () without a run."""
     if not config.run_id:
         return ()
-    return (os.path.realpath(os.path.join(os.path.expanduser(config.output_dir), config.run_id)),)
+    output = os.path.realpath(os.path.expanduser(config.output_dir))
+    run = os.path.join(output, config.run_id)
+    own = [os.getcwd(), *(os.path.realpath(word) for word in _split(config.agent_cmd or "") if os.path.isfile(word))]
+    if any(path == output or path.startswith(output.rstrip("/") + "/") for path in own):
+        return (run,)
+    return (output,)
 
 
 def task_files(config) -> tuple[str, ...]:
