@@ -1,10 +1,14 @@
-"""Agents that leave processes behind (tests/test_run_lifecycle.py): each starts
-``sleep $LIFE_SLEEP`` and ends its episode, or its worker."""
+"""Agents that leave processes behind (tests/test_run_lifecycle.py, tests/test_ray_backend.py):
+each starts ``sleep <its task's instruction>`` (a number only its test uses, which the test
+looks for afterwards) and ends its episode, or its worker, or hangs until a timeout kills it.
+The marker travels in the task, not in the environment: a Ray actor does not get the
+driver's."""
 
 from __future__ import annotations
 
 import os
 import subprocess
+import time
 
 from parallel_rollout.agents.base import Agent
 
@@ -13,10 +17,10 @@ class SpawnsAndReturns(Agent):
     """Starts a process it never waits for, and ends the episode."""
 
     def reset(self, task):
-        pass
+        self.marker = task.get("instruction")
 
     def act(self, observation):
-        subprocess.Popen(["sleep", os.environ["LIFE_SLEEP"]], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        subprocess.Popen(["sleep", self.marker], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         return "DONE"
 
 
@@ -25,5 +29,22 @@ class ForkAndExit(SpawnsAndReturns):
 
     def act(self, observation):
         if os.fork() == 0:
-            os.execvp("sleep", ["sleep", os.environ["LIFE_SLEEP"]])
+            os.execvp("sleep", ["sleep", self.marker])
         os._exit(3)
+
+
+class Detaches(SpawnsAndReturns):
+    """Starts a process through a shell that exits at once (``sleep … &``): the sleep is no
+    longer its worker's descendant, only a member of its process group."""
+
+    def act(self, observation):
+        subprocess.run(["sh", "-c", f"sleep {self.marker} >/dev/null 2>&1 &"], check=True)
+        return "DONE"
+
+
+class DetachesAndHangs(Detaches):
+    """Detaches a sleep, then hangs until the run's --task-timeout kills its worker."""
+
+    def act(self, observation):
+        super().act(observation)
+        time.sleep(3600)

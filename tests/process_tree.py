@@ -3,6 +3,8 @@ from a server (src/parallel_rollout/backends/worker_start.py), not children of t
 
 from __future__ import annotations
 
+import time
+
 import psutil
 
 
@@ -29,3 +31,24 @@ def worker_processes(root: psutil.Process | None = None) -> list[psutil.Process]
         except psutil.Error:
             pass
     return found
+
+
+def sleeps_left(marker: str, wait_s: float = 5.0) -> list[psutil.Process]:
+    """The live ``sleep <marker>`` processes still there after up to ``wait_s`` (what an
+    agent of tests/lifecycle_plugins.py started), killed once counted: one leak fails its
+    own test, not the next one's leak check."""
+    def found() -> list[psutil.Process]:
+        return [p for p in psutil.process_iter(["cmdline", "status"])
+                if p.info["cmdline"] == ["sleep", marker] and p.info["status"] != psutil.STATUS_ZOMBIE]
+
+    deadline = time.monotonic() + wait_s
+    left = found()
+    while left and time.monotonic() < deadline:
+        time.sleep(0.1)
+        left = found()
+    for proc in left:
+        try:
+            proc.kill()
+        except psutil.NoSuchProcess:
+            pass
+    return left

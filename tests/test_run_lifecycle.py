@@ -16,6 +16,7 @@ from click.testing import CliRunner
 from conftest import ROOT, shell_task, small_tmpfs, write_tasks
 from parallel_rollout.cli import main
 from parallel_rollout.exit_codes import EXIT_USAGE
+from process_tree import sleeps_left
 from test_runner import family, slow_tasks, start_cli, wait_for_results, wait_gone
 
 
@@ -151,39 +152,24 @@ def test_no_more_vms_are_booted_than_the_run_can_use(tmp_path, flags, booted, sa
     assert json.loads((tmp_path / "out" / "cap" / "config.json").read_text())["config"]["num_rollouts"] == int(flags[1])
 
 
-@pytest.mark.parametrize("agent", ["SpawnsAndReturns", "ForkAndExit"])
-def test_processes_an_agent_starts_die_with_its_worker(tmp_path, monkeypatch, agent):
-    import psutil
-
+@pytest.mark.parametrize("agent", ["SpawnsAndReturns", "ForkAndExit", "Detaches"])
+def test_processes_an_agent_starts_die_with_its_worker(tmp_path, agent):
     marker = f"{900 + os.getpid() % 97}.{len(agent)}"
-    monkeypatch.setenv("LIFE_SLEEP", marker)
-    data = write_tasks(tmp_path / "tasks.jsonl", [shell_task(k) for k in "abc"])
+    data = write_tasks(tmp_path / "tasks.jsonl", [shell_task(k, instruction=marker) for k in "abc"])
     done = cli(tmp_path, "--mode", "shell", "--data", str(data), "--run-id", "kids", "--agent",
                f"lifecycle_plugins:{agent}", "--num-rollouts", "2", "--num-vms", "2", "--use-vm-pool",
                "--max-retries", "0")
     assert done.exit_code in (0, 1), (done.output, done.exception)
-
-    def strays():
-        return [p for p in psutil.process_iter(["cmdline", "status"])
-                if p.info["cmdline"] == ["sleep", marker] and p.info["status"] != psutil.STATUS_ZOMBIE]
-
-    left = strays()
-    deadline = time.monotonic() + 5
-    while left and time.monotonic() < deadline:
-        time.sleep(0.1)
-        left = strays()
-    for proc in left:
-        proc.kill()
+    left = sleeps_left(marker)
     assert not left, f"{len(left)} process(es) the agent started outlived the run"
     # the pool's VMs were the Manager's: stopped by the pool, not killed with a worker's group
     summary = json.loads((tmp_path / "out" / "kids" / "summary.json").read_text())
     assert summary["vm"]["marked_dead"] == 0
 
 
-
 def _run_plugin(tmp_path, deadline_s: float, env: dict[str, str]):
     """A run whose agent's module is tests/lifecycle_lock.py, through the CLI."""
-    data = write_tasks(tmp_path / "tasks.jsonl", [shell_task("a")])
+    data = write_tasks(tmp_path / "tasks.jsonl", [shell_task("a", instruction="1")])  # the agent's sleep 1
     config = tmp_path / "run.toml"
     config.write_text(f"start-timeout-s = {deadline_s}\n")
     argv = [sys.executable, str(ROOT / "run_parallel_rollout.py"), "--config", str(config), "--mode", "shell",
@@ -191,7 +177,7 @@ def _run_plugin(tmp_path, deadline_s: float, env: dict[str, str]):
             "--use-vm-pool", "--output-dir", str(tmp_path / "out"), "--run-id", "lock", "--no-progress"]
     tests = str(ROOT / "tests")
     return subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=tests,
-                          env={**os.environ, "PYTHONPATH": tests, "LIFE_SLEEP": "1", **env})
+                          env={**os.environ, "PYTHONPATH": tests, **env})
 
 
 def test_a_plugin_import_that_never_ends_stops_the_run_at_the_start_deadline(tmp_path):
