@@ -48,6 +48,7 @@ from .errors import AttemptCancelled, RolloutError, SandboxViolation, VMError
 from .messages import (Assignment, Cancel, Finished, LeaseWait, Progress, Started, Stop, receive_message,
                        send_message)
 from .pool.leasing import lease_vm
+from .process_group import lead_group
 from .tasks import safe_name
 from .trajectories import TrajectoryFile
 
@@ -440,7 +441,7 @@ def plugin_modules(config: RunConfig) -> list[str]:
 def worker_main(worker_id: str, holder: str, conn: Connection, pool: Any, config: RunConfig,
                 run_dir: str) -> None:
     """Entry point of a worker process (forked from the run's server, ``backends.worker_start``)."""
-    os.setpgid(0, 0)  # a process group of its own: the backend kills what is left of it (backends.base.kill_group)
+    lead_group()  # a process group of its own: the backend kills what is left of it (process_group)
     # Ctrl-C (a closed terminal's SIGHUP) goes to the whole process group; the engine orders the shutdown.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)

@@ -1,5 +1,5 @@
 """What every backend shares: the contract with the engine, the worker table, the crash
-window, task clocks and process-tree kills.
+window, task clocks and process-tree kills (a worker's process group: ``process_group``).
 
 The engine (``engine``) decides what runs; a backend keeps what runs it (``local``: worker
 processes and a Manager-hosted pool on this host; ``ray``: actors on every node). The two
@@ -26,8 +26,6 @@ engine. The failure policy both follow lives here once:
 
 from __future__ import annotations
 
-import os
-import signal
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -323,15 +321,3 @@ def kill_tree(pid: int | psutil.Process | None) -> None:
             pass
     psutil.wait_procs(family, timeout=5)
 
-
-def kill_group(pid: int | None) -> None:
-    """SIGKILL what is left of a worker's process group, once the worker has ended: each
-    worker leads a group of its own (``worker.worker_main``), which its agent's processes
-    join, so those a dead worker left behind (reparented to init, out of ``kill_tree``'s
-    reach) die with it. The pool's VMs are the Manager's, in another group."""
-    if pid is None:
-        return
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass  # no process left in it (or never made: the worker died before its first line)

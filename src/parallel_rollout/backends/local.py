@@ -46,7 +46,8 @@ from ..logs import LogCollector, run_child
 from ..messages import (STOP, Assignment, Cancel, Finished, LeaseWait, Progress, Started, receive_message,
                         send_message)
 from . import worker_start
-from .base import BackendSpec, Clock, CrashWindow, EngineHooks, WorkerTable, death_failure, died_record, kill_group, kill_tree
+from ..process_group import kill_group
+from .base import BackendSpec, Clock, CrashWindow, EngineHooks, WorkerTable, death_failure, died_record, kill_tree
 
 log = logging.getLogger("parallel_rollout")
 
