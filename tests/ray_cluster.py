@@ -19,6 +19,10 @@ from conftest import SHELL_TASKS, check_no_leaks, live_descendants
 
 # Every Ray process of this module on 127.0.0.1 (else Ray takes the address of the route out)
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+# Without Ray's own killpg of a worker's group as the worker exits (on by default in recent
+# Ray, off in older ones and wherever a cluster's operator turns it off): what a worker's
+# agent started must die with it through the project's own means (process_group.py)
+os.environ.setdefault("RAY_process_group_cleanup_enabled", "0")
 ray = pytest.importorskip("ray")
 from ray.cluster_utils import Cluster  # noqa: E402
 

@@ -5,9 +5,11 @@ The CLI runs in a subprocess that joins the cluster with --ray-address; every no
 own process-sandbox pool and its own worker actors: the shell benchmark spread over the
 nodes, HumanEval's judges graded on them, timeouts that are not crashes, a sweep of every
 node, Ctrl-C then --resume under one limit, a run without an address that starts and stops
-a Ray of its own, remote VMs leased from every node, every pool lost, a node removed and one
-added mid-run. One cluster serves the whole module (Ray start-up is the expensive part); the
-node-removal test goes last and removes a node of its own. The Engine API and the RL scheduler on a cluster:
+a Ray of its own, remote VMs leased from every node, what an agent starts dying with its
+worker actor (the run's end, os._exit, a timeout kill, a node of the test's own removed),
+every pool lost, a node removed and one added mid-run. One cluster serves the whole module
+(Ray start-up is the expensive part), with Ray's own process-group clean-up off; the last
+test removes one of its nodes. The Engine API and the RL scheduler on a cluster:
 tests/test_ray_driver.py; without a cluster: tests/test_ray_config.py.
 """
 
@@ -26,9 +28,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import (SHELL_TASKS, assert_exactly_once, leftover_sandboxes, live_descendants, max_overlap,
+from conftest import (ROOT, SHELL_TASKS, assert_exactly_once, leftover_sandboxes, live_descendants, max_overlap,
                       read_results, shell_task, write_tasks)
 from parallel_rollout.envs.py import load_humaneval
+from process_tree import sleeps_left
 from ray_cluster import _NODE, SHELL_IDS, _cli, cluster, no_leaks  # noqa: F401 - fixtures
 
 
@@ -266,6 +269,65 @@ def test_remote_vms_are_one_pool_leased_from_every_node(cluster, tmp_path):
         assert peak <= 2, "more VMs than addresses at once"
     finally:
         machines.power_off()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("agent, flags", [
+    ("Detaches", []),                                # the run's end: the driver kills every actor
+    ("ForkAndExit", []),                             # the actor ends itself (os._exit)
+    ("DetachesAndHangs", ["--task-timeout", "10"]),  # a timeout: the driver kills the actor
+])
+def test_processes_an_agent_starts_die_with_its_worker_actor(cluster, tmp_path, agent, flags):
+    """As with --backend local (tests/test_run_lifecycle.py): what a module:Class agent
+    starts dies with its worker actor, whichever way the actor ends, even a process that is
+    no longer its descendant (a shell's ``sleep &``)."""
+    cl, _ = cluster
+    marker = f"{800 + os.getpid() % 97}.{len(agent)}"
+    data = write_tasks(tmp_path / "tasks.jsonl", [shell_task(k, instruction=marker) for k in "abc"])
+    cmd = _cli(tmp_path, cl.address, "kids", "--agent", f"lifecycle_plugins:{agent}", "--max-retries", "0", *flags)
+    cmd[cmd.index("--data") + 1] = str(data)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, cwd=ROOT / "tests")
+    assert proc.returncode in (0, 1), proc.stderr[-3000:]
+    assert_exactly_once(tmp_path / "kids", {f"{k}#0" for k in "abc"})
+    left = sleeps_left(marker)
+    assert not left, f"{len(left)} process(es) the agent started outlived its worker actor"
+
+
+@pytest.mark.slow
+def test_processes_an_agent_starts_die_with_a_lost_node_s_worker(cluster, tmp_path):
+    """A node that leaves the cluster (its raylet killed): its worker actor ends with it, out
+    of the driver's reach, and what the actor's agent started ends too; the other nodes'
+    workers keep theirs until the run stops."""
+    cl, _ = cluster
+    node = cl.add_node(**_NODE)  # this test's own, removed below
+    cl.wait_for_nodes()
+    marker = f"{700 + os.getpid() % 97}.5"
+    data = write_tasks(tmp_path / "tasks.jsonl", [shell_task(f"h{i}", instruction=marker) for i in range(4)])
+    cmd = _cli(tmp_path, cl.address, "lost", "--agent", "lifecycle_plugins:DetachesAndHangs", "--max-retries", "0",
+               "--task-timeout", "300")
+    cmd[cmd.index("--data") + 1] = str(data)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT / "tests")
+
+    def sleeps() -> int:
+        return sum(p.info["cmdline"] == ["sleep", marker] and p.info["status"] != psutil.STATUS_ZOMBIE
+                   for p in psutil.process_iter(["cmdline", "status"]))
+
+    try:
+        deadline = time.monotonic() + 120
+        while sleeps() < 4 and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert sleeps() == 4, "the worker of each of the four nodes did not start its agent's sleep"
+        cl.remove_node(node, allow_graceful=False)
+        deadline = time.monotonic() + 30
+        while sleeps() > 3 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert sleeps() == 3, "the lost node's worker left its agent's process running"
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stderr[-3000:]
+    left = sleeps_left(marker)
+    assert not left, f"{len(left)} process(es) outlived their worker actors after Ctrl-C"
 
 
 @pytest.mark.slow

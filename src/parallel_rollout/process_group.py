@@ -4,25 +4,44 @@ Each worker process leads a process group of its own (``lead_group``, before it 
 attempt). The processes its agent starts join it, and stay in it when they leave the
 worker's process tree (a shell's ``cmd &``, a double fork, the children of a worker that
 died, which init adopts). Once the worker has ended, whichever way (its run's end, a
-timeout kill, a death, ``os._exit``), ``kill_group`` SIGKILLs what is left of the group::
+timeout kill, a death, ``os._exit``), ``kill_group`` SIGKILLs what is left of the group. It
+is called by whoever sees the worker end on the worker's host::
 
-    worker process ── ends ──► LocalBackend (its parent, on its host) ── kill_group(pid)
+    local:  worker process ── ends ──► LocalBackend (its parent) ── kill_group(pid)
+    ray:    worker actor ──── ends ──► its watcher (``watch_group``) ── kill_group(pid)
+
+A Ray worker actor has no such parent: the driver may be on another host, and on a lost node
+the raylet dies with the actor. So the actor starts a watcher on its node as it starts: a
+process that leaves the actor's tree and group at once (Ray kills a worker's own children as
+it exits: the watcher must outlive it), holds a pidfd of the actor (a reused pid cannot fool
+it) and kills the group as soon as the actor is gone, then exits. It is this module, run as
+``python -m parallel_rollout.process_group PID``; it imports nothing of the project, so a
+watcher costs an idle interpreter and no more.
 
 Only a process that leaves the group itself (``setsid``, ``start_new_session=True``) is out
-of its reach. The pool's VMs belong to another process (the Manager), in another group.
-
-This module imports nothing of the project: any layer may use it.
+of reach. The pool's VMs belong to another process (the Manager, a pool actor), in another
+group.
 """
 
 from __future__ import annotations
 
 import os
+import select
 import signal
+import subprocess
+import sys
+import time
+
+#: how often a watcher without pidfds (Linux < 5.3, macOS) looks whether its process ended
+_POLL_S = 0.5
+#: how long a worker waits for its watcher to be set up
+_WATCH_START_S = 60.0
 
 
 def lead_group() -> None:
     """Make this process the leader of a process group of its own: what it starts joins it."""
-    os.setpgid(0, 0)
+    if os.getsid(0) != os.getpid():  # a session leader leads its group already, and may not leave it
+        os.setpgid(0, 0)
 
 
 def kill_group(pid: int | None) -> None:
@@ -34,3 +53,46 @@ def kill_group(pid: int | None) -> None:
         os.killpg(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass  # no process left in it (or never made: the worker died before its first line)
+
+
+def watch_group() -> None:
+    """Start the watcher that kills this process's group once this process is gone (after
+    ``lead_group``); returns when the watcher holds its pidfd, out of this process's tree."""
+    subprocess.run([sys.executable, "-m", __name__, str(os.getpid())], check=True, timeout=_WATCH_START_S,
+                   stdin=subprocess.DEVNULL, start_new_session=True)
+
+
+def _watch(pid: int) -> None:
+    """The watcher: a pidfd of ``pid`` taken while its caller waits (so ``pid`` is still that
+    process), a fork whose parent exits (the caller's wait ends; the watcher, adopted by init,
+    is no child of the worker's), then wait for ``pid`` to end and kill its group."""
+    try:
+        handle: int | None = os.pidfd_open(pid)
+    except ProcessLookupError:
+        kill_group(pid)  # gone already
+        return
+    except (AttributeError, OSError):  # no pidfds here: poll
+        handle = None
+    if os.fork():
+        os._exit(0)
+    os.chdir("/")  # hold no folder of the worker's (a run folder, a mount)
+    if handle is not None:
+        select.select([handle], [], [])  # readable once the process has ended
+    else:
+        while _alive(pid):
+            time.sleep(_POLL_S)
+    kill_group(pid)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
+
+
+if __name__ == "__main__":
+    _watch(int(sys.argv[1]))

@@ -8,7 +8,9 @@ with ``ray.remote`` and pins each to a node. They run inside Ray's worker proces
   pool's own lock orders them. ``watch`` blocks until the pool shuts down: the driver holds
   its reference, which fails when the actor or its node dies.
 * ``WorkerActor`` runs attempts with the local backend's ``RolloutWorker.run_attempt``; one
-  thread per env loop (``slot``). It leases from its node's pool through ``RayPool``, which
+  thread per env loop (``slot``). As a local worker does, it leads a process group of its own,
+  which its agent's processes join; a watcher on its node kills what is left of the group once
+  the actor is gone, whichever way it ends (``process_group.watch_group``). It leases from its node's pool through ``RayPool``, which
   turns a lost pool into ``ConnectionError`` (an infrastructure failure, retried) and a pool
   exception into itself (``LeaseTimeout``, ``PoolExhausted`` …). Unless it sees the driver's
   folder, its record carries the attempt's trajectory files (``TRAJECTORY_FILES``), which the
@@ -37,6 +39,7 @@ from ..agents import get_agent
 from ..envs import get_env
 from ..messages import Assignment
 from ..pool.manager import VMPoolManager
+from ..process_group import lead_group, watch_group
 from ..trajectories import pack_files
 from ..worker import LoopParts, RolloutWorker
 
@@ -185,6 +188,10 @@ class WorkerActor:
     def __init__(self, worker_id: str, holder: str, pool_handle: Any, config: Any, run_dir: str,
                  folder_token: str | None = None) -> None:
         _ignore_sigint()
+        # before anything of the run's: what an agent (or a plugin's import) starts joins the
+        # group, and dies with the actor however it ends (a kill, a death, its node lost)
+        lead_group()
+        watch_group()
         # before the actor says ready (and so before any attempt's clock): a plugin mode's or
         # agent's import never counts against --task-timeout; one that fails is the actor's
         # start failing, which the driver names
@@ -230,7 +237,8 @@ class WorkerActor:
 
     def kill_children(self) -> int:
         """SIGKILL every descendant (agent subprocesses) before the driver kills the actor,
-        which would leave them orphaned; how many there were."""
+        which would leave them orphaned; how many there were. (Those that left its tree but
+        not its process group die by its watcher, once the actor is gone.)"""
         try:
             children = psutil.Process().children(recursive=True)
         except psutil.Error:

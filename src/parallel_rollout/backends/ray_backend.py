@@ -28,9 +28,9 @@ the same engine thread)::
   mid-run gets its pool and workers. The concurrency limit follows the alive nodes.
 * **Deadlines, cancels.** ``--task-timeout`` counts from dispatch (a worker gets an attempt
   only when it has a free slot and has started), time waiting for a VM included; a late
-  attempt is recorded ``task_timeout`` and its actor killed with its process tree
-  (``WorkerActor.kill_children``). Such kills are deliberate: like a lost node, they never
-  count toward the crash limit (``base.CrashWindow``), only actors that die on their own.
+  attempt is recorded ``task_timeout`` and its actor killed with its process tree and group
+  (``WorkerActor.kill_children``, ``process_group``). Such kills are deliberate: like a lost
+  node, they never count toward the crash limit (``base.CrashWindow``), only actors that die on their own.
 * **Ray itself.** ``--ray-address`` (``auto`` or ``HOST:PORT``) joins a running cluster;
   without it a local instance is started (loopback, 200 MB object store, no dashboard) and
   stopped at the end. An engine started inside a process already connected to Ray (an RL
@@ -401,7 +401,7 @@ class RayBackend(WorkerTable):
         # (its pool is sized for its own workers); the limit shrinks with the alive nodes
 
     def _kill(self, *workers: _Worker) -> None:
-        """Kill worker actors and their process trees (best effort: they may be gone)."""
+        """Kill worker actors and their process trees, best effort (their groups: their watchers)."""
         import ray
 
         refs = []

@@ -1,0 +1,52 @@
+"""A worker's process group (src/parallel_rollout/process_group.py) without Ray: the watcher a
+Ray worker actor starts, on a plain process killed from outside. The backends through a real
+run: tests/test_run_lifecycle.py (local), tests/test_ray_backend.py (a Ray cluster)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import psutil
+
+from process_tree import sleeps_left
+
+#: a worker as a Ray actor starts: it leads a group, is watched, and its "agent" detaches a sleep
+WORKER = textwrap.dedent("""\
+    import subprocess, sys, time
+    from parallel_rollout.process_group import lead_group, watch_group
+    lead_group()
+    watch_group()
+    subprocess.run(["sh", "-c", "sleep {marker} >/dev/null 2>&1 &"], check=True)
+    print("ready", flush=True)
+    time.sleep(600)
+""")
+
+
+def _watchers(pid: int) -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        if proc.info["cmdline"] and proc.info["cmdline"][-2:] == ["parallel_rollout.process_group", str(pid)]:
+            found.append(proc)
+    return found
+
+
+def test_a_watched_group_dies_with_its_leader_killed_from_outside():
+    marker = f"{600 + os.getpid() % 97}.3"
+    worker = subprocess.Popen([sys.executable, "-c", WORKER.format(marker=marker)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert worker.stdout.readline() == "ready\n"
+        watchers = _watchers(worker.pid)
+        assert len(watchers) == 1
+        # out of the worker's tree (Ray kills a worker's own children as it exits) and group
+        assert watchers[0].ppid() != worker.pid and os.getpgid(watchers[0].pid) != worker.pid
+        assert len(psutil.Process(worker.pid).children()) == 0  # the sleep left its tree too
+    finally:
+        worker.kill()  # as the OOM killer or a lost node's end would: no code of its runs
+        worker.wait()
+    left = sleeps_left(marker)
+    assert not left, "the detached sleep outlived its worker"
+    _, alive = psutil.wait_procs(watchers, timeout=10)
+    assert not alive, "the watcher did not end with its worker"
