@@ -34,11 +34,12 @@ from dataclasses import dataclass, field
 from .agents import get_agent
 from .agents.model_checks import calls_model, check_agent, may_call_model, probe_endpoint
 from .config import RunConfig, data_required
-from .envs import get_env, with_mode_defaults
+from .envs import get_env, task_validators, with_mode_defaults
 from .errors import ConfigError, ProviderUnavailable
 from .output_checks import check_free_disk
 from .plugins import plugin_call
 from .pool.providers import get_provider
+from .tasks import census_lines, load_task_set
 
 
 @dataclass
@@ -110,12 +111,25 @@ def _check(what: str, run, found: Preflight) -> None:
 
 
 def _check_tasks(cfg: RunConfig, found: Preflight) -> None:
-    from .runner import census
-
     try:
         found.census = census(cfg).splitlines()
     except ConfigError as exc:
         found.problems.append(f"tasks: {exc}")
+
+
+def census(cfg: RunConfig) -> str:
+    """What --dry-run prints: every task of --data loaded and checked, per domain the tasks,
+    the runnable ones and the unsupported features; nothing is started."""
+    if cfg.data is None:
+        raise ConfigError(data_required())
+    task_set = load_task_set(cfg.data, default_mode=cfg.mode, validators=task_validators(
+        get_agent(cfg.agent).task_fields), domain=cfg.domain, index=cfg.osworld_index)
+    lines = census_lines(task_set)
+    lines[-1:-1] = get_env(cfg.mode).census_notes(task_set.tasks, cfg)  # the last line stays the count
+    if cfg.limit:  # before the last line, which scripts read
+        lines.insert(-1, f"--limit {cfg.limit}: the run takes the first "
+                         f"{min(cfg.limit, len(task_set.tasks))} runnable tasks")
+    return "\n".join(lines)
 
 
 def _prepare(runner) -> str:

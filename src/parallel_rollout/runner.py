@@ -49,7 +49,7 @@ from .provenance import SCHEMA_VERSION, check_resume, provenance, recorded_confi
 from .records import sample_ends, unsupported_record
 from .results import ResultStore, ResumeIndex, StorageError, lock_run_folder, read_records
 from .run_end import RunOutcome, finish_run, read_summary, resume_command
-from .tasks import Sample, census_lines, expand, load_task_set, unsupported_message
+from .tasks import Sample, expand, load_task_set, unsupported_message
 
 log = logging.getLogger("parallel_rollout")
 
@@ -470,21 +470,6 @@ class Runner:
             self._last_progress_log = time.monotonic()
             log.info("progress: %d/%d done, success %s, in flight %d, VMs %s",
                      done, self._total, rate, self.engine.in_flight(), vms or "-")
-
-
-def census(cfg: RunConfig) -> str:
-    """What --dry-run prints: every task of --data loaded and checked, per domain the tasks,
-    the runnable ones and the unsupported features; nothing is started."""
-    if cfg.data is None:
-        raise ConfigError(data_required())
-    task_set = load_task_set(cfg.data, default_mode=cfg.mode, validators=task_validators(
-        get_agent(cfg.agent).task_fields), domain=cfg.domain, index=cfg.osworld_index)
-    lines = census_lines(task_set)
-    lines[-1:-1] = get_env(cfg.mode).census_notes(task_set.tasks, cfg)  # the last line stays the count
-    if cfg.limit:  # before the last line, which scripts read
-        lines.insert(-1, f"--limit {cfg.limit}: the run takes the first "
-                         f"{min(cfg.limit, len(task_set.tasks))} runnable tasks")
-    return "\n".join(lines)
 
 
 def check_honoured(cfg: RunConfig, owners: dict[str, tuple[str, frozenset[str]]]) -> None:
