@@ -5,11 +5,11 @@ The CLI runs in a subprocess that joins the cluster with --ray-address; every no
 own process-sandbox pool and its own worker actors: the shell benchmark spread over the
 nodes, HumanEval's judges graded on them, timeouts that are not crashes, a sweep of every
 node, Ctrl-C then --resume under one limit, a run without an address that starts and stops
-a Ray of its own, remote VMs leased from every node, what an agent starts dying with its
-worker actor (the run's end, os._exit, a timeout kill, a node of the test's own removed),
-every pool lost, a node removed and one added mid-run. One cluster serves the whole module
-(Ray start-up is the expensive part), with Ray's own process-group clean-up off; the last
-test removes one of its nodes. The Engine API and the RL scheduler on a cluster:
+a Ray of its own, remote VMs leased from every node, no more VMs booted on a node than it
+can use, what an agent starts dying with its worker actor (the run's end, os._exit, a
+timeout kill, a node of the test's own removed), every pool lost, a node removed and one
+added mid-run. One cluster serves the whole module (Ray start-up is the expensive part), with
+Ray's own process-group clean-up off; the last test removes one of its nodes. The Engine API and the RL scheduler on a cluster:
 tests/test_ray_driver.py; without a cluster: tests/test_ray_config.py.
 """
 
@@ -269,6 +269,30 @@ def test_remote_vms_are_one_pool_leased_from_every_node(cluster, tmp_path):
         assert peak <= 2, "more VMs than addresses at once"
     finally:
         machines.power_off()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("pool, flags, booted, said", [
+    (True, ["--num-rollouts", "1", "--num-vms", "3"], 3,
+     "--num-vms 3: at most 1 rollouts run at once on a node (2 samples, 1 env loops), so 1 VMs are booted on each node"),
+    (False, ["--num-rollouts", "4"], 6,
+     "--num-rollouts 4 without --use-vm-pool boots a VM per worker: 2 samples need 2 workers, so 2 start on each node"),
+])
+def test_no_more_vms_are_booted_on_a_node_than_it_can_use(cluster, tmp_path, pool, flags, booted, said):
+    """The local backend's cap (tests/test_run_lifecycle.py), per node: a node's pool serves its
+    own workers, so each boots no more VMs than a node's env loops or the samples."""
+    cl, _ = cluster
+    cmd = _cli(tmp_path, cl.address, "cap", "--limit", "2", *flags)
+    if not pool:  # each worker boots a VM of its own: no pool flag, no pool size
+        cmd.remove("--use-vm-pool")
+        del cmd[cmd.index("--num-vms"):cmd.index("--num-vms") + 2]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert said in proc.stderr, proc.stderr[-3000:]
+    summary = json.loads((tmp_path / "cap" / "summary.json").read_text())
+    assert summary["vm"]["size"] == booted and summary["vm"]["boots"] == booted  # over the three nodes
+    assert len(summary["vm"]["nodes"]) == 3
+    assert json.loads((tmp_path / "cap" / "config.json").read_text())["config"]["num_rollouts"] == int(flags[1])
 
 
 @pytest.mark.slow

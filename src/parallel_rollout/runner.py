@@ -178,17 +178,27 @@ class Runner:
         return samples
 
     def _vms_used(self, cfg: RunConfig, samples: int) -> RunConfig:
-        """The engine's config: no more VMs than ``samples`` can use at once (warned; config.json keeps the ask)."""
-        if self.provider_cls is None or samples < 1 or cfg.backend != "local":  # ray: N workers a node
+        """The engine's config: no more VMs than ``samples`` can use at once (warned; config.json
+        keeps the ask). On ray the bound is a node's: each node's pool serves its own node's N
+        workers; one pool leased from every node (remote VMs) is bounded by the samples and
+        --max-concurrent-rollouts only, the cluster's loops being unknown until it is joined."""
+        if self.provider_cls is None or samples < 1:
             return cfg
-        usable = min(cfg.concurrency, samples)
+        per_node = cfg.backend == "ray" and not getattr(self.provider_cls, "reachable_from_any_node", False)
+        if cfg.backend == "ray" and not per_node:  # one pool, leased from every node: their loops are unknown yet
+            limit = cfg.max_concurrent_rollouts
+            usable, why = min(limit or samples, samples), f", --max-concurrent-rollouts {limit}" if limit else ""
+        else:
+            usable, why = min(cfg.concurrency, samples), f", {cfg.concurrency} env loops"
+        a_node, each_node = (" on a node", " on each node") if per_node else ("", "")
         if cfg.use_vm_pool and cfg.num_vms > usable:
-            log.warning("--num-vms %d: at most %d rollouts run at once (%d samples, %d env loops), so %d VMs "
-                        "are booted", cfg.num_vms, usable, samples, cfg.concurrency, usable)
+            log.warning("--num-vms %d: at most %d rollouts run at once%s (%d samples%s), so %d VMs are booted%s",
+                        cfg.num_vms, usable, a_node, samples, why, usable, each_node)
             return dataclasses.replace(cfg, num_vms=usable)
         if not cfg.use_vm_pool and cfg.num_rollouts > samples:
             log.warning("--num-rollouts %d without --use-vm-pool boots a VM per worker: %d samples need %d "
-                        "workers, so %d start", cfg.num_rollouts, samples, samples, samples)
+                        "workers, so %d start%s", cfg.num_rollouts, samples, samples, samples,
+                        " on each node" if cfg.backend == "ray" else "")
             return dataclasses.replace(cfg, num_rollouts=samples)
         return cfg
 
