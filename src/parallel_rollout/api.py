@@ -24,15 +24,12 @@ stopped: closed as the CLI closes it, it raises RunInterrupted (a KeyboardInterr
 
 from __future__ import annotations
 
-import ast
-import multiprocessing
-import os
-import sys
 from pathlib import Path
 from typing import Any
 
 from .config import PYTHON_CALL, build_config, settings
 from .errors import ConfigError, InterruptedBeforeStart, ProviderUnavailable, RunInterrupted, RunLocked
+from .main_guard import check_guarded
 from .report.run_data import NotARunFolder, RunData
 from .runner import RunOutcome, Runner
 
@@ -43,45 +40,13 @@ __all__ = ["ConfigError", "InterruptedBeforeStart", "NotARunFolder", "ProviderUn
 def run(config_file: str | Path | None = None, **run_settings: Any) -> RunOutcome:
     """Run every task of ``data`` as rollouts, write ``<output_dir>/<run_id>/`` and return
     the outcome (see the module's doc for the settings and the errors)."""
-    _check_guarded()
+    check_guarded("run()")
     flags = settings(run_settings, "run()")
     outcome = Runner(build_config(flags, str(config_file) if config_file else None,
                                   {name: PYTHON_CALL for name in flags})).run()
     if outcome.summary.get("interrupted"):  # Ctrl-C stops the caller too, once the run is closed
         raise RunInterrupted(outcome, f"run(resume=True, run_id={outcome.run_dir.name!r}, ...)")
     return outcome
-
-
-def _check_guarded() -> None:
-    """ConfigError for a ``run()`` that the script's top level calls outside ``if __name__ ==
-    "__main__":``. The pool's Manager (spawned) and the workers' server import the script
-    again: there that call would start a second run of its own, in a process multiprocessing
-    forbids to start any. Caught in the caller, before any folder is made, and in such an
-    import itself (``_inheriting``: multiprocessing is loading the main module)."""
-    if getattr(multiprocessing.current_process(), "_inheriting", False):
-        raise ConfigError(_UNGUARDED.format(where="the script"))
-    frame, script = sys._getframe(1), None  # noqa: SLF001 - the script's top level is up the stack
-    while frame is not None:
-        if frame.f_code.co_name == "<module>" and frame.f_globals.get("__name__") == "__main__":
-            script = frame
-        frame = frame.f_back
-    main_file = getattr(sys.modules.get("__main__"), "__file__", None)
-    if script is None or not main_file or not os.path.isfile(script.f_code.co_filename) \
-            or os.path.abspath(main_file) != os.path.abspath(script.f_code.co_filename):
-        return  # a REPL, a notebook, -c: nothing imports it again (spawn imports __main__.__file__)
-    frame = script
-    try:
-        tree = ast.parse(Path(frame.f_code.co_filename).read_text())
-    except (OSError, SyntaxError, ValueError):
-        return
-    line = frame.f_lineno
-    if not any(isinstance(node, ast.If) and "__main__" in ast.unparse(node.test)
-               and node.lineno <= line <= (node.end_lineno or line) for node in tree.body):
-        raise ConfigError(_UNGUARDED.format(where=f"{frame.f_code.co_filename}:{line}"))
-
-
-_UNGUARDED = ('run() is called at the top level of {where}, which the run\'s helper processes import again '
-              '(the pool\'s Manager, the workers\' server): put the call under `if __name__ == "__main__":`')
 
 
 def load_run(run_dir: str | Path, *, with_events: bool = True) -> RunData:
