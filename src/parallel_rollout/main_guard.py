@@ -1,13 +1,13 @@
-"""The main guard a script needs around a call that starts a run (``api.run``): refused,
-with one clear error, when the script's top level makes the call outside ``if __name__ ==
-"__main__":``.
+"""The main guard a script needs around a call that starts a run (``api.run``, the
+``RolloutScheduler`` that starts an engine): refused, with one clear error, when the script's
+top level makes the call outside ``if __name__ == "__main__":``.
 
 The pool's Manager (spawned) and the workers' server import the script again, as
 ``__mp_main__``: there an unguarded call would start a second run of its own, in a process
 multiprocessing forbids to start any. Without this check the user got multiprocessing's
 "bootstrapping phase" traceback from every helper process, workers that kept dying, and
-stray run folders. The check runs in the caller, before any folder is made, and in such an
-import itself.
+stray run folders (a trainer: workers that kept dying until the scheduler's engine stopped).
+The check runs in the caller, before any folder is made, and in such an import itself.
 """
 
 from __future__ import annotations

@@ -1,10 +1,14 @@
 """EnvManagerConfig: every bad value is a clear error naming the field; the partition of
 groups over tags; what a tag stands for (built-in set, mode + --data, TOML task sets). The
-RunConfig a scheduler is given is checked as run() checks its settings."""
+RunConfig a scheduler is given is checked as run() checks its settings, and a trainer script
+without a main guard is refused as run() refuses one."""
 
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
+import textwrap
 
 import pytest
 
@@ -92,3 +96,28 @@ def test_a_scheduler_refuses_the_run_config_run_would_refuse_naming_the_field(tm
     with pytest.raises(ConfigError, match=re.escape(message)):
         schedulers(config, EnvManagerConfig(group_size=2, tags=["FrozenLake"]))
     assert not (tmp_path / "out").exists()  # refused before anything started
+
+
+TRAINER = textwrap.dedent("""\
+    from parallel_rollout.config import RunConfig
+    from parallel_rollout.rl import EnvManagerConfig, RolloutScheduler
+
+    train = RolloutScheduler(RunConfig(mode="gym", data="frozenlake", agent="openai", model="m",
+                                       base_url="http://127.0.0.1:9/v1", num_rollouts=2, output_dir={out!r}),
+                             EnvManagerConfig(group_size=2, tags=["FrozenLake"]))
+    print("BATCH", len(train.get_batch(batch_size=2, step=0, timeout=30)))
+""")
+
+
+def test_a_trainer_script_without_a_main_guard_gets_one_clear_error_and_no_folder(tmp_path):
+    """As run() refuses one (tests/test_api_life.py): the workers' server and the pool's Manager
+    import the script again, where the scheduler would start a second engine of its own."""
+    script = tmp_path / "train.py"
+    script.write_text(TRAINER.format(out=str(tmp_path / "out")))
+    done = subprocess.run([sys.executable, str(script)], cwd=str(tmp_path), capture_output=True, text=True,
+                          timeout=180)
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert f"RolloutScheduler() is called at the top level of {script}:4" in done.stderr, done.stderr[-3000:]
+    assert 'put the call under `if __name__ == "__main__":`' in done.stderr
+    assert "bootstrapping phase" not in done.stderr and "EOFError" not in done.stderr
+    assert not (tmp_path / "out").exists()

@@ -28,6 +28,9 @@ goes on (``shared``: what they share). ``close()`` of the scheduler that made th
 stops everything. ``sampling=`` (a sibling inherits its maker's unless given its own) travels
 with each attempt to the agent and overrides the run config's temperature, max_tokens and
 ``sampling`` table: validation at temperature 0 beside training at 1, on one engine.
+
+The scheduler that starts the engine is made under ``if __name__ == "__main__":`` (refused
+otherwise: ``main_guard``): the engine's helper processes import the trainer's script again.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from typing import Any
 from ..config import RunConfig
 from ..config_checks import check_sampling
 from ..errors import ConfigError, RolloutError
+from ..main_guard import check_guarded
 from ..policy_gate import whole_number_from
 from .budget import BatchBudget
 from .chosen import ChosenBatches
@@ -89,6 +93,8 @@ class RolloutScheduler(ChosenBatches, GroupGeneration):
                  sampling: dict[str, Any] | None = None, _shared: SharedEngine | None = None) -> None:
         # Every argument is checked before anything starts or joins an engine: a ConfigError
         # must leave no engine running and no half-made scheduler among its siblings.
+        if _shared is None:  # it starts the engine, whose helper processes import the script again
+            check_guarded("RolloutScheduler()")
         check_run_config(run_config)  # as run() checks its settings: types, ranges, the agent
         self.env_config = env_config or EnvManagerConfig()
         self.env_config.check()
