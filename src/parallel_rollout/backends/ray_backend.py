@@ -14,7 +14,8 @@ the same engine thread)::
   unix socket on that node. A provider whose VMs are network addresses (``remote``,
   ``reachable_from_any_node``) gets one pool, on the driver's node, leased from every node
   (its addresses must not be handed out twice). Actors take no CPU from Ray's accounting (``num_cpus=0``): they
-  wait on VMs and models, and a node's size is what ``--num-vms`` says.
+  wait on VMs and models, and a node's size is what ``--num-vms`` says. The driver's record of
+  each node, its pool's stats and its shutdown are ``ray_pools``'.
 * **One record per attempt.** An attempt is a method call (``WorkerActor.run``); the driver
   settles it once, from its result or from the actor's death, never both. Actors have
   ``max_restarts=0`` and calls ``max_task_retries=0``: Ray never reruns an attempt behind
@@ -50,8 +51,8 @@ from ..messages import Assignment, Cancel
 from ..trajectories import unpack_files
 from .base import BackendSpec, Clock, CrashWindow, EngineHooks, WorkerTable, died_record
 from .ray_actors import TRAJECTORY_FILES, PoolActor, WorkerActor, late_progress, mark_folder, sweep_here
-from .ray_cluster import (alive_nodes, connect, done_refs, merge_stats, node_alive, pinned, sweep_cluster,
-                          take_events, why)
+from .ray_cluster import alive_nodes, connect, done_refs, node_alive, pinned, sweep_cluster, take_events, why
+from .ray_pools import Node, pools_stats, stop_pools
 
 log = logging.getLogger("parallel_rollout")
 
@@ -61,18 +62,6 @@ _NODE_POLL_S = 1.0
 _SLICE_S = 0.05
 #: what the pool actor may serve at once (blocked leases included)
 _POOL_CONCURRENCY = 512
-
-
-@dataclass
-class _Node:
-    node_id: str
-    pool: Any = None
-    watch_ref: Any = None
-    alive: bool = True
-    #: the pool's stats taken at shutdown
-    final_stats: dict[str, Any] | None = None
-    #: the pool's take_events call under way (its events.jsonl lines, where it is apart)
-    events_ref: Any = None
 
 
 @dataclass
@@ -111,7 +100,7 @@ class RayBackend(WorkerTable):
         self.hooks = hooks
         self.config = spec.config
         self._owns_ray = False
-        self._nodes: dict[str, _Node] = {}
+        self._nodes: dict[str, Node] = {}
         self._workers: dict[int, _Worker] = {}
         self._refs: dict[Any, tuple[_Worker, tuple[str, int]]] = {}
         self._next_index = 0
@@ -167,7 +156,7 @@ class RayBackend(WorkerTable):
     def _add_node(self, node_id: str) -> None:
         """A pool (if a mode needs VMs) and --num-rollouts workers on one node."""
         spec, cfg = self.spec, self.config
-        node = self._nodes[node_id] = _Node(node_id)
+        node = self._nodes[node_id] = Node(node_id)
         if spec.provider_cls is not None and self._shared_home in (None, node_id):
             node.pool = pinned(PoolActor, node_id, max_concurrency=_POOL_CONCURRENCY).remote(
                 cfg.provider_name, spec.run_id, cfg.pool_size,
@@ -226,22 +215,9 @@ class RayBackend(WorkerTable):
 
     def pool_stats(self) -> dict[str, Any] | None:
         """Every node's pool stats summed (a lost node's VMs counted dead); None without pools."""
-        import ray
-
         if self.spec.provider_cls is None or not self._nodes:
             return None
-        per_node: dict[str, dict[str, Any] | None] = {}
-        for node in self._nodes.values():
-            if node.pool is None:
-                continue  # a node leasing from the shared pool
-            stats = node.final_stats
-            if stats is None and node.alive and node.pool is not None:
-                try:
-                    stats = ray.get(node.pool.call.remote("stats"), timeout=10)
-                except Exception:  # noqa: BLE001 - a pool that cannot answer counts as lost
-                    stats = None
-            per_node[node.node_id] = stats
-        return merge_stats(per_node, self.config.pool_size, self.config.provider_name)
+        return pools_stats(self._nodes.values(), self.config.pool_size, self.config.provider_name)
 
     # -- watching --------------------------------------------------------------------------
 
@@ -340,7 +316,7 @@ class RayBackend(WorkerTable):
         worker.slots.pop(ident, None)
         worker.started.pop(ident, None)
 
-    def _lose_node(self, node: _Node, reason: str) -> None:
+    def _lose_node(self, node: Node, reason: str) -> None:
         node.alive = False
         log.warning("%s; its VMs are counted dead, its attempts retried elsewhere", reason)
         self.hooks.event("node_lost", reason=reason)
@@ -472,23 +448,7 @@ class RayBackend(WorkerTable):
             # A lost node's pool could not stop its VMs: sweep the run's VMs wherever a node
             # can still see them (nodes sharing a host or a Docker daemon).
             unclean = sweep or any(not n.alive for n in self._nodes.values())
-            for node in self._nodes.values():
-                if node.pool is None:
-                    continue
-                if node.alive:
-                    try:
-                        if ray.get(node.pool.call.remote("shutdown"), timeout=120):
-                            unclean = True  # boots it stopped waiting for: swept below
-                        node.final_stats = ray.get(node.pool.call.remote("stats"), timeout=10)
-                        take_events([node], self.spec.run_dir, wait_s=10)  # the call under way,
-                        take_events([node], self.spec.run_dir, wait_s=10)  # then the rest
-                    except Exception:  # noqa: BLE001
-                        log.warning("the pool of node %s did not shut down; sweeping it", node.node_id[:8])
-                        unclean = True
-                try:
-                    ray.kill(node.pool, no_restart=True)
-                except Exception:  # noqa: BLE001
-                    pass
+            unclean = stop_pools(self._nodes.values(), self.spec.run_dir) or unclean
             if self.spec.provider_cls is not None:
                 final_stats = self.pool_stats()
                 if unclean:

@@ -1,0 +1,78 @@
+"""The driver's side of the ray backend's VM pools: one ``Node`` record per node (its pool
+actor, the watch reference that fails when the pool dies, the events call under way), the
+pools' stats summed over the nodes, and their shutdown at the end of a run.
+
+A pool is a ``ray_actors.PoolActor`` pinned to its node; ``ray_backend`` places them, and
+asks them through these. Nothing here imports Ray at load: ``--backend local`` never needs it.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+from .ray_cluster import merge_stats, take_events
+
+log = logging.getLogger("parallel_rollout")
+
+
+@dataclass
+class Node:
+    """One node of the run, as the driver knows it."""
+
+    node_id: str
+    pool: Any = None
+    watch_ref: Any = None
+    alive: bool = True
+    #: the pool's stats taken at shutdown
+    final_stats: dict[str, Any] | None = None
+    #: the pool's take_events call under way (its events.jsonl lines, where it is apart)
+    events_ref: Any = None
+
+
+def pools_stats(nodes: Iterable[Node], size: int, provider: str) -> dict[str, Any]:
+    """Every node's pool stats summed (``merge_stats``: a lost node's, or one whose pool does
+    not answer, counted dead); a node leasing from another's pool has none of its own."""
+    import ray
+
+    per_node: dict[str, dict[str, Any] | None] = {}
+    for node in nodes:
+        if node.pool is None:
+            continue  # a node leasing from the shared pool
+        stats = node.final_stats
+        if stats is None and node.alive:
+            try:
+                stats = ray.get(node.pool.call.remote("stats"), timeout=10)
+            except Exception:  # noqa: BLE001 - a pool that cannot answer counts as lost
+                stats = None
+        per_node[node.node_id] = stats
+    return merge_stats(per_node, size, provider)
+
+
+def stop_pools(nodes: Iterable[Node], run_dir: Path) -> bool:
+    """Shut every alive node's pool down (its stats kept in ``final_stats``, its last
+    events.jsonl lines taken) and kill every pool actor; True when one left VMs behind (boots
+    it stopped waiting for, a pool that did not answer): the run's VMs are then swept."""
+    import ray
+
+    unclean = False
+    for node in nodes:
+        if node.pool is None:
+            continue
+        if node.alive:
+            try:
+                if ray.get(node.pool.call.remote("shutdown"), timeout=120):
+                    unclean = True  # boots it stopped waiting for: swept below
+                node.final_stats = ray.get(node.pool.call.remote("stats"), timeout=10)
+                take_events([node], run_dir, wait_s=10)  # the call under way,
+                take_events([node], run_dir, wait_s=10)  # then the rest
+            except Exception:  # noqa: BLE001
+                log.warning("the pool of node %s did not shut down; sweeping it", node.node_id[:8])
+                unclean = True
+        try:
+            ray.kill(node.pool, no_restart=True)
+        except Exception:  # noqa: BLE001
+            pass
+    return unclean
