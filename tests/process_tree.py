@@ -1,8 +1,12 @@
-"""Where a run's processes are, for tests that kill or measure them: its workers are forked
-from a server (src/parallel_rollout/backends/worker_start.py), not children of the runner."""
+"""Where a run's processes are, for tests that kill, stop or measure them: its workers are
+forked from a server (src/parallel_rollout/backends/worker_start.py), not children of the
+runner; a sandbox's guest agent (server.py) is found above a command it runs."""
 
 from __future__ import annotations
 
+import os
+import signal
+import threading
 import time
 
 import psutil
@@ -52,3 +56,47 @@ def sleeps_left(marker: str, wait_s: float = 5.0) -> list[psutil.Process]:
         except psutil.NoSuchProcess:
             pass
     return left
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _parent(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def stop_guest_agents(markers: list[str], stopped: list[str], done: threading.Event, root: int | None = None) -> None:
+    """For each marker, once: the guest agent (server.py inside a sandbox of ``root``'s
+    processes, this process's by default) above the process whose command line holds it
+    gets SIGSTOP, from outside, as an operator's ``kill -STOP`` would; ``stopped`` lists
+    the markers done. Runs until every marker is done or ``done`` is set."""
+    me, left = root or os.getpid(), list(markers)
+    while left and not done.is_set():
+        for name in os.listdir("/proc"):
+            if not name.isdigit():
+                continue
+            command = _cmdline(int(name))
+            marker = next((m for m in left if m in command), None)
+            if marker is None:
+                continue
+            chain, pid = [], int(name)
+            while pid > 1:
+                chain.append(pid)
+                pid = _parent(pid)
+            if me not in chain:
+                continue
+            agents = [p for p in chain if "server.py" in _cmdline(p) and "bwrap" not in _cmdline(p).split()[0]]
+            if agents:
+                os.kill(agents[0], signal.SIGSTOP)
+                stopped.append(marker)
+                left.remove(marker)
+        time.sleep(0.02)

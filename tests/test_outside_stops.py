@@ -8,9 +8,7 @@ own sandboxes stopping the agent once per task while the check or an action runs
 from __future__ import annotations
 
 import os
-import signal
 import threading
-import time
 
 import pytest
 from click.testing import CliRunner
@@ -18,50 +16,9 @@ from click.testing import CliRunner
 from agent_runs import needs_bwrap
 from conftest import assert_exactly_once, read_results, write_tasks
 from parallel_rollout.cli import main
+from process_tree import stop_guest_agents
 
 pytestmark = [needs_bwrap, pytest.mark.skipif(os.geteuid() != 0, reason="the agent is another user as root only")]
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
-
-
-def _parent(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return int(f.read().rsplit(")", 1)[1].split()[1])
-    except (OSError, ValueError, IndexError):
-        return 0
-
-
-def _stop_guest_agents(markers: list[str], stopped: list[str], done: threading.Event) -> None:
-    """For each marker, once: the guest agent (server.py inside a sandbox of this test's own
-    processes) above the process whose command line holds it gets SIGSTOP."""
-    me, left = os.getpid(), list(markers)
-    while left and not done.is_set():
-        for name in os.listdir("/proc"):
-            if not name.isdigit():
-                continue
-            command = _cmdline(int(name))
-            marker = next((m for m in left if m in command), None)
-            if marker is None:
-                continue
-            chain, pid = [], int(name)
-            while pid > 1:
-                chain.append(pid)
-                pid = _parent(pid)
-            if me not in chain:
-                continue
-            agents = [p for p in chain if "server.py" in _cmdline(p) and "bwrap" not in _cmdline(p).split()[0]]
-            if agents:
-                os.kill(agents[0], signal.SIGSTOP)
-                stopped.append(marker)
-                left.remove(marker)
-        time.sleep(0.02)
 
 
 def test_a_guest_agent_stopped_from_outside_is_retried_not_graded(tmp_path):
@@ -71,7 +28,7 @@ def test_a_guest_agent_stopped_from_outside_is_retried_not_graded(tmp_path):
               "reference": ["sleep 2.72; touch ~/ok"], "timeout": 5}]
     data = write_tasks(tmp_path / "tasks.jsonl", tasks)
     stopped, done = [], threading.Event()
-    watcher = threading.Thread(target=_stop_guest_agents, args=(["sleep 2.71", "sleep 2.72"], stopped, done),
+    watcher = threading.Thread(target=stop_guest_agents, args=(["sleep 2.71", "sleep 2.72"], stopped, done),
                                daemon=True)
     watcher.start()
     try:
