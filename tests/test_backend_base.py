@@ -7,9 +7,9 @@ import json
 import pytest
 
 from parallel_rollout import records
-from parallel_rollout.backends.base import Clock, CrashWindow, WorkerTable
-from parallel_rollout.errors import TaskTimeout, WorkerDied
-from parallel_rollout.messages import Assignment
+from parallel_rollout.backends.base import Clock, CrashWindow, WorkerTable, late_failures
+from parallel_rollout.errors import TaskTimeout, VMKilled, WorkerDied
+from parallel_rollout.messages import Assignment, Progress
 from parallel_rollout.tasks import Task
 
 
@@ -104,3 +104,50 @@ def test_a_held_clock_stops_and_a_lease_wait_inside_a_hold_does_not_restart_it()
     clock.hold(True, 13.0)
     clock.hold(False, 14.0)            # the update ended while the VM is still awaited
     assert clock.elapsed(20.0) == pytest.approx(3.0)
+
+
+class _Pool:
+    """A pool that tells the cause of each (VM, lease) it was given, and notes what it marks dead."""
+
+    def __init__(self, causes: dict[tuple[str, int], str]) -> None:
+        self.causes, self.dead = causes, []
+
+    def death_cause(self, vm_id: str, lease: int | None = None) -> str | None:
+        return self.causes.get((vm_id, lease))
+
+    def mark_dead(self, vm_id: str, reason: str, lease: int | None = None, by_task: bool = False) -> None:
+        self.dead.append((vm_id, lease, by_task, reason))
+
+
+class _GonePool:
+    """A pool whose Manager is gone."""
+
+    def death_cause(self, vm_id: str, lease: int | None = None) -> str | None:
+        raise EOFError
+
+
+def test_a_late_attempt_is_vm_killed_only_when_its_pool_tells_the_vm_it_holds_was_killed_from_outside():
+    """A timeout is the task's unless the VM it holds now (its last Progress: VM and lease)
+    was killed from outside, as its pool tells: then VMKilled, infrastructure, the pool's cause
+    and the timeout in its message, the VM marked dead by that lease (restarted for free, as
+    any VM that broke under its task). Every other case keeps the timeout."""
+    pool = _Pool({("vm-0", 3): "its process 7 (python3, uid 0) was stopped from outside"})
+    timeout = TaskTimeout("attempt ran past --task-timeout 10s")
+
+    def at(vm, lease):
+        return Progress("t#0", 0, "agent", 1, vm, None, lease)
+
+    late = [(pool, _item("a"), timeout, at("vm-0", 3)),
+            (pool, _item("b"), timeout, at("vm-1", 4)),  # runs, or the task may have done it
+            (pool, _item("c"), timeout, at("vm-0", None)),  # it holds no VM now
+            (pool, _item("d"), timeout, None),  # no Progress yet
+            (None, _item("e"), timeout, at("vm-0", 3)),  # no pool
+            (_GonePool(), _item("f"), timeout, at("vm-0", 3))]  # the pool is gone
+    failures = late_failures(late)
+    assert failures[1:] == [timeout] * 5
+    killed = failures[0]
+    assert isinstance(killed, VMKilled) and killed.infrastructure and killed.kind == "vm_error"
+    assert "stopped from outside" in str(killed) and "task_timeout: attempt ran past" in str(killed), killed
+    assert pool.dead == [("vm-0", 3, True, "killed from outside during a#0: its process 7 (python3, uid 0) "
+                                           "was stopped from outside")]
+    assert late_failures(late[1:2]) == [timeout] and late_failures([]) == []  # one: asked in this thread

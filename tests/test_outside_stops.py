@@ -49,3 +49,51 @@ def test_a_guest_agent_stopped_from_outside_is_retried_not_graded(tmp_path):
         failure = first["failure"]
         assert first["status"] == "vm_error" and first["infrastructure"] and not first["final"], first
         assert failure["type"] == "VMKilled" and "stopped from outside" in failure["message"], failure
+
+
+def test_a_guest_agent_stopped_from_outside_past_the_task_timeout_is_not_the_tasks_timeout(tmp_path):
+    """The agent is stopped while the task waits on it (its setup, an action, its check),
+    and --task-timeout runs out before the guest call would (the commands' own timeout is
+    120 s): each attempt is the VM's ``VMKilled`` (its cause in the record, the VM marked
+    dead), retried on another VM and graded there, not the task's ``task_timeout``. A task
+    that hangs on its own (a sleep in the VM), or stops a process of its own (the code's uid:
+    its doing), is its ``task_timeout`` still."""
+    shell = {"mode": "shell", "instruction": "make ~/ok", "check": "test -e ~/ok", "reference": ["touch ~/ok"],
+             "timeout": 120}
+    tasks = [{**shell, "id": "setup", "setup": ["sleep 1.51"]},
+             {**shell, "id": "action", "reference": ["sleep 1.52; touch ~/ok"]},
+             {**shell, "id": "check", "check": "sleep 1.53; test -e ~/ok"},
+             {**shell, "id": "hang", "reference": ["sleep 1000"]},
+             {**shell, "id": "self_stop", "reference": ["kill -STOP $$"]}]
+    data = write_tasks(tmp_path / "tasks.jsonl", tasks)
+    markers = {"sleep 1.51": "setup", "sleep 1.52": "action", "sleep 1.53": "check"}
+    stopped, done = [], threading.Event()
+    watcher = threading.Thread(target=stop_guest_agents, args=(list(markers), stopped, done), daemon=True)
+    watcher.start()
+    try:
+        result = CliRunner().invoke(main, [
+            "--mode", "shell", "--data", str(data), "--agent", "oracle", "--num-rollouts", "5",
+            "--num-vms", "5", "--use-vm-pool", "--max-retries", "1", "--task-timeout", "10",
+            "--output-dir", str(tmp_path / "out"), "--run-id", "late", "--no-progress"])
+    finally:
+        done.set()
+        watcher.join(5)
+    assert sorted(stopped) == sorted(markers), stopped
+    assert result.exit_code in (0, 1), (result.output[-3000:], result.exception)
+    run_dir = tmp_path / "out" / "late"
+    finals = assert_exactly_once(run_dir, {f"{task['id']}#0" for task in tasks})
+    events = (run_dir / "events.jsonl").read_text()
+    for task, phase in (("setup", "setup"), ("action", "agent"), ("check", "grading")):
+        first, *rest = [r for r in read_results(run_dir) if r["key"] == f"{task}#0"]
+        failure = first["failure"]
+        assert first["status"] == "vm_error" and first["infrastructure"] and not first["final"], first
+        assert failure["type"] == "VMKilled" and failure["phase"] == phase, failure
+        assert "stopped from outside" in failure["message"] and "task_timeout" in failure["message"], failure
+        assert [r["attempt"] for r in rest] == [1] and rest[0]["status"] == "success", rest
+        assert rest[0]["vm"] != first["vm"], (first["vm"], rest[0]["vm"])
+        assert f'"vm": "{first["vm"]}", "from": "leased", "to": "dead"' in events, first["vm"]
+    for task in ("hang", "self_stop"):
+        [record] = [r for r in read_results(run_dir) if r["key"] == f"{task}#0"]
+        assert record["status"] == "task_timeout" and not record["infrastructure"], record
+        assert record["failure"]["type"] == "TaskTimeout" and record["failure"]["phase"] == "agent", record["failure"]
+    assert finals["hang#0"]["final"] and finals["self_stop#0"]["final"]

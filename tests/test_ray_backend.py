@@ -22,6 +22,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -31,7 +32,7 @@ import pytest
 from conftest import (ROOT, SHELL_TASKS, assert_exactly_once, leftover_sandboxes, live_descendants, max_overlap,
                       read_results, shell_task, write_tasks)
 from parallel_rollout.envs.py import load_humaneval
-from process_tree import sleeps_left
+from process_tree import sleeps_left, stop_guest_agents
 from ray_cluster import _NODE, SHELL_IDS, _cli, cluster, no_leaks  # noqa: F401 - fixtures
 
 
@@ -116,6 +117,38 @@ def test_timeouts_are_not_crashes(cluster, tmp_path):
     assert {r["status"] for r in finals.values()} == {"task_timeout"}
     events = [json.loads(line) for line in (tmp_path / "late" / "events.jsonl").read_text().splitlines()]
     assert len([e for e in events if e["event"] == "worker_died"]) == tasks > 40
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.geteuid() != 0, reason="the agent is another user as root only")
+def test_a_guest_agent_stopped_from_outside_past_the_task_timeout_is_retried(cluster, tmp_path):
+    """An action waits on a guest agent stopped from outside (SIGSTOP from the host, which
+    the task's user cannot send) on a node, and --task-timeout runs out first: the driver
+    asks that node's pool before it kills the actor, and the attempt is the VM's ``VMKilled``,
+    retried and graded on another VM, not the task's ``task_timeout``. (A task that hangs on
+    its own is still ``task_timeout``: the spread test's "stuck".)"""
+    cl, _ = cluster
+    data = write_tasks(tmp_path / "tasks.jsonl", [
+        {"id": "action", "mode": "shell", "instruction": "make ~/ok", "check": "test -e ~/ok",
+         "reference": ["sleep 1.52; touch ~/ok"], "timeout": 120}])
+    cmd = _cli(tmp_path, cl.address, "stopped", "--task-timeout", "10", "--max-retries", "1")
+    cmd[cmd.index("--data") + 1] = str(data)
+    stopped, done = [], threading.Event()
+    watcher = threading.Thread(target=stop_guest_agents, args=(["sleep 1.52"], stopped, done), daemon=True)
+    watcher.start()
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+    finally:
+        done.set()
+        watcher.join(5)
+    assert stopped == ["sleep 1.52"] and proc.returncode == 0, proc.stderr[-3000:]
+    run_dir = tmp_path / "stopped"
+    assert assert_exactly_once(run_dir, {"action#0"})["action#0"]["status"] == "success"
+    first, again = read_results(run_dir)
+    assert first["status"] == "vm_error" and first["infrastructure"] and not first["final"], first
+    assert first["failure"]["type"] == "VMKilled" and first["failure"]["phase"] == "agent", first["failure"]
+    assert "stopped from outside" in first["failure"]["message"], first["failure"]
+    assert again["attempt"] == 1 and again["vm"] != first["vm"], again
 
 
 @pytest.mark.slow

@@ -84,8 +84,10 @@ class LeaseWait:
 @dataclass(frozen=True)
 class Progress:
     """Where an attempt is: its ``phase`` (``setup``: the env's reset; ``agent``: the
-    agent's turns; ``grading``), the turns taken, its VM and trajectory file. What the
-    record of an attempt whose worker is killed (a task timeout) or dies keeps of it."""
+    agent's turns; ``grading``), the turns taken, its VM and trajectory file, and the lease
+    by which it holds that VM now (None while it holds none). What the record of an attempt
+    whose worker is killed (a task timeout) or dies keeps of it; with the lease, the backend
+    asks the pool whether a late attempt's VM was killed from outside (``backends.base``)."""
 
     key: str
     attempt: int
@@ -93,6 +95,7 @@ class Progress:
     turns: int | None
     vm: str | None
     trajectory: str | None
+    lease: int | None = None
 
 
 @dataclass(frozen=True)

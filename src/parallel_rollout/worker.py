@@ -77,9 +77,12 @@ class RolloutWorker:
         #: (key, attempt) -> the agent running it: a cancel aborts its model request
         self._agents: dict[tuple[str, int], Agent] = {}
         self._agents_lock = threading.Lock()
-        #: a Ray actor's last Progress of each attempt, which its driver asks for at a timeout
-        #: (a process worker sends each one down its pipe instead)
+        #: the last Progress of each attempt: a Ray actor's driver asks for it at a timeout (a
+        #: process worker sends each one down its pipe too), and a lease taken or given back
+        #: is said in the same phase
         self._last_progress: dict[tuple[str, int], Progress] = {}
+        #: the lease by which each attempt holds a VM now (``AttemptLeaser``)
+        self._leases: dict[tuple[str, int], int] = {}
 
     def run(self) -> None:
         """Read assignments until STOP (or the engine is gone), then let the loops finish."""
@@ -106,9 +109,9 @@ class RolloutWorker:
             thread.join()
 
     def _send(self, message: Started | LeaseWait | Progress | Finished) -> None:
+        if isinstance(message, Progress):
+            self._last_progress[(message.key, message.attempt)] = message
         if self.conn is None:  # a Ray actor: the driver learns of an attempt by its reference
-            if isinstance(message, Progress):
-                self._last_progress[(message.key, message.attempt)] = message
             return
         try:
             with self._send_lock:
@@ -149,6 +152,7 @@ class RolloutWorker:
         """Drop what is known of a settled attempt (its cancel, its progress)."""
         self._cancelled.discard((key, attempt))
         self._last_progress.pop((key, attempt), None)
+        self._leases.pop((key, attempt), None)
 
     def progress_of(self, key: str, attempt: int) -> Progress | None:
         """A Ray actor's last Progress of an attempt under way (None once it is settled)."""
@@ -177,7 +181,7 @@ class RolloutWorker:
             # The hook for envs that write files of their own (osworld: traj.jsonl, step_N.png).
             env.trajectory_dir = trajectory.extra_dir
             leaser = AttemptLeaser(self.pool, self._owner(slot), item, self.config.lease_timeout_s,
-                                   self.holder, record, self._send)
+                                   self.holder, record, self._send, lambda lease: self._held(item, record, lease))
             if env.vm_scope == "episode":
                 with leaser.lease() as vm:
                     self._episode(env, agent, parts, item, vm, record, trajectory)
@@ -272,9 +276,22 @@ class RolloutWorker:
 
     def _progress(self, item: Assignment, record: dict[str, Any], phase: str) -> None:
         """Tell the engine where the attempt is: a timeout's record keeps it (its VM, turns,
-        trajectory, and the phase the time ran out in)."""
+        trajectory, and the phase the time ran out in), and the lease it holds its VM by."""
         self._send(Progress(item.key, item.attempt, phase, record.get("turns"), record.get("vm"),
-                            record.get("trajectory")))
+                            record.get("trajectory"), self._leases.get((item.key, item.attempt))))
+
+    def _held(self, item: Assignment, record: dict[str, Any], lease: int | None) -> None:
+        """The attempt took a VM by ``lease``, or gave it back (None). A lease taken within a
+        phase (a ``vm_scope == "call"`` env leases within its reset, step or evaluate) is said
+        at once; one given back is not: the pool answers for a lease that holds its VM only."""
+        ident = (item.key, item.attempt)
+        if lease is None:
+            self._leases.pop(ident, None)
+            return
+        self._leases[ident] = lease
+        last = self._last_progress.get(ident)
+        if last is not None:
+            self._progress(item, record, last.phase)
 
 
 #: the Env classes whose reward outside [0, 1] this process has warned of
@@ -352,12 +369,14 @@ class AttemptLeaser:
     ``with leaser.lease() as client`` per block (an episode, or each call of a
     ``vm_scope == "call"`` env). It notes the VMs and the lease wait in the attempt's record
     and tells the engine when a wait for a VM begins and ends (``LeaseWait``), so that the
-    task clock stops while the attempt queues for a VM."""
+    task clock stops while the attempt queues for a VM, and ``held`` each lease it holds
+    (None once given back)."""
 
     def __init__(self, pool: Any, owner: str, item: Assignment, timeout_s: float, holder: str,
-                 record: dict[str, Any], send: Callable[[Any], None]) -> None:
+                 record: dict[str, Any], send: Callable[[Any], None], held: Callable[[int | None], None]) -> None:
         self.pool, self.owner, self.item = pool, owner, item
         self.timeout_s, self.holder, self.record, self.send = timeout_s, holder, record, send
+        self.held = held
 
     @contextmanager
     def lease(self) -> Iterator[Any]:
@@ -377,7 +396,11 @@ class AttemptLeaser:
                 self.record["vm"] = info.vm_id  # the last one; "vms" lists every VM used
                 if info.vm_id not in self.record.setdefault("vms", []):
                     self.record["vms"].append(info.vm_id)
-                yield GuestClient(info.address)
+                self.held(info.lease)
+                try:
+                    yield GuestClient(info.address)
+                finally:
+                    self.held(None)
         finally:
             if waiting:  # the lease itself failed
                 self.send(LeaseWait(key, attempt, False))

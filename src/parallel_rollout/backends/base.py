@@ -15,6 +15,12 @@ engine. The failure policy both follow lives here once:
 
 * **Deaths.** A dead worker's acknowledged attempts become ``failed_record`` s
   (``worker_died``, retried by the engine); its unacknowledged ones are requeued.
+* **Timeouts** (``late_failures``). An attempt past ``--task-timeout`` is the task's
+  ``task_timeout``, unless the VM it held then (its last ``Progress``: VM and lease) was
+  killed from outside, as its pool's provider tells: a guest call that hangs on a guest agent
+  stopped or traced from the host is not the task's time. It is then ``VMKilled``
+  (infrastructure, retried; the VM marked dead). Asked before the worker is killed: its
+  death hands its VMs back to be reset.
 * **Crash loops** (``CrashWindow``). Deliberate kills (timeouts, cancels, a lost node) are
   not crashes. Workers that die on their own more than ``10·W + 10`` times (W: the workers
   of the engine) within a minute stop the engine; a long run with occasional deaths goes on.
@@ -28,6 +34,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -38,11 +45,14 @@ from .. import records
 from ..config import RunConfig
 from ..errors import AgentEndedWorker, RolloutError, WorkerDied
 from ..messages import Assignment, Cancel
+from ..pool.leasing import killed_from_outside
 from ..pool.providers import ProviderOptions
 
 #: the window in which worker crashes are counted (read when a backend starts: a test may
 #: widen it, so that a slow machine's spread-out deaths still fall in one window)
 CRASH_WINDOW_S = 60.0
+#: at most this many pools asked at once why a late attempt's VM died (``late_failures``)
+_BLAME_THREADS = 16
 
 
 @dataclass(frozen=True)
@@ -281,6 +291,28 @@ def death_failure(item: Assignment, reason: str, exit_code: int | None, progress
         return AgentEndedWorker(f"{where}: the agent ended its worker process (os._exit or the like); an "
                                 "attempt it ended is its own failure, graded 0, not retried")
     return WorkerDied(where)
+
+
+def late_failures(late: list[tuple[Any, Assignment, RolloutError, Any]]) -> list[RolloutError]:
+    """What each attempt past its deadline is, given as (its pool, the attempt, its timeout,
+    its last ``Progress``): the timeout, unless the attempt held a VM (``progress.lease``)
+    that its pool says was killed from outside (``leasing.killed_from_outside``: the VM is
+    marked dead then); a VM the task may have broken itself (its own uid stopped its
+    processes, it used its memory up) is its timeout still. A provider may wait a few
+    seconds for a dying VM, so the VMs of one pass are asked at once. ``pool`` None: the
+    attempt's pool is gone or it has none."""
+    def blame(pool: Any, item: Assignment, timeout: RolloutError, progress: Any) -> RolloutError:
+        if pool is None or getattr(progress, "lease", None) is None:
+            return timeout
+        try:
+            return killed_from_outside(pool, progress.vm, progress.lease, item.key, timeout) or timeout
+        except (EOFError, OSError, RolloutError):  # the pool is gone or closed: the run sees to that
+            return timeout
+
+    if len(late) < 2:
+        return [blame(*entry) for entry in late]
+    with ThreadPoolExecutor(min(len(late), _BLAME_THREADS), thread_name_prefix="late-blame") as threads:
+        return list(threads.map(lambda entry: blame(*entry), late))
 
 
 def died_record(item: Assignment, exc: RolloutError, worker: Any, started_at: float,

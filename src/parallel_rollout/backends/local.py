@@ -15,7 +15,8 @@ contract, the crash window and the clocks are ``backends.base``'s):
   (reset), and a new worker takes its index. A Manager that dies stops the engine.
 * **Deadlines.** The task clock of an attempt runs from its acknowledgement, except while
   it waits for a VM (``LeaseWait``): with N ≫ M a queue for VMs is not the task's time. An
-  attempt past ``--task-timeout`` is recorded ``task_timeout``; a wait for a VM past
+  attempt past ``--task-timeout`` is recorded ``task_timeout`` (``VMKilled`` when the pool
+  tells the VM it held was killed from outside: ``base.late_failures``); a wait for a VM past
   ``lease_timeout_s`` (plus a margin: the pool raises LeaseTimeout itself first) is recorded
   ``lease_timeout`` (infrastructure, retried); an assignment a worker does not acknowledge
   within ``ack_timeout_s`` means that worker is stuck. Each kills the worker's process tree
@@ -47,7 +48,8 @@ from ..messages import (STOP, Assignment, Cancel, Finished, LeaseWait, Progress,
                         send_message)
 from . import worker_start
 from ..process_group import kill_group
-from .base import BackendSpec, Clock, CrashWindow, EngineHooks, WorkerTable, death_failure, died_record, kill_tree
+from .base import (BackendSpec, Clock, CrashWindow, EngineHooks, WorkerTable, death_failure, died_record, kill_tree,
+                   late_failures)
 
 log = logging.getLogger("parallel_rollout")
 
@@ -379,10 +381,12 @@ class LocalBackend(WorkerTable):
         if now < self._next_timeout_check:
             return
         self._next_timeout_check = now + _TIMEOUT_CHECK_S
+        passed: list[tuple[WorkerHandle, dict[tuple[str, int], RolloutError], list[tuple[str, int]]]] = []
         for w in list(self._workers.values()):
-            late = {ident: TaskTimeout(f"attempt ran past --task-timeout {cfg.task_timeout:g}s "
-                                       "(time waiting for a VM or a weight update not counted); worker process tree killed")
-                    for ident, clock in w.started.items() if clock.elapsed(now) > cfg.task_timeout}
+            late: dict[tuple[str, int], RolloutError] = {
+                ident: TaskTimeout(f"attempt ran past --task-timeout {cfg.task_timeout:g}s (time waiting for a "
+                                   "VM or a weight update not counted); worker process tree killed")
+                for ident, clock in w.started.items() if clock.elapsed(now) > cfg.task_timeout}
             late.update({ident: LeaseTimeout(f"no VM within {cfg.lease_timeout_s:g}s (the pool did not "
                                              "answer in time); worker process tree killed")
                          for ident, clock in w.started.items() if clock.waiting_since is not None
@@ -393,8 +397,13 @@ class LocalBackend(WorkerTable):
             self._drain(w)  # it may have just finished
             late = {ident: exc for ident, exc in late.items() if ident in w.assigned}
             unacknowledged = [ident for ident in unacknowledged if ident in w.sent]
-            if not late and not unacknowledged:
-                continue
+            if late or unacknowledged:
+                passed.append((w, late, unacknowledged))
+        # every late attempt of the pass blamed at once, each before its worker's kill
+        blamed = iter(late_failures([(self.pool, w.assigned[ident], exc, w.started[ident].progress)
+                                     for w, late, _ in passed for ident, exc in late.items()]))
+        for w, late, unacknowledged in passed:
+            late = {ident: next(blamed) for ident in late}
             for ident, exc in late.items():
                 item = w.assigned.pop(ident)
                 clock = w.started.pop(ident)

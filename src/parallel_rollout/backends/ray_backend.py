@@ -29,9 +29,11 @@ the same engine thread)::
   mid-run gets its pool and workers. The concurrency limit follows the alive nodes.
 * **Deadlines, cancels.** ``--task-timeout`` counts from dispatch (a worker gets an attempt
   only when it has a free slot and has started), time waiting for a VM included; a late
-  attempt is recorded ``task_timeout`` and its actor killed with its process tree and group
-  (``WorkerActor.kill_children``, ``process_group``). Such kills are deliberate: like a lost
-  node, they never count toward the crash limit (``base.CrashWindow``), only actors that die on their own.
+  attempt is recorded ``task_timeout`` (``VMKilled`` when its node's pool tells the VM it
+  held was killed from outside: ``base.late_failures``) and its actor killed with its process
+  tree and group (``WorkerActor.kill_children``, ``process_group``). Such kills are deliberate:
+  like a lost node, they never count toward the crash limit (``base.CrashWindow``), only actors
+  that die on their own.
 * **Ray itself.** ``--ray-address`` (``auto`` or ``HOST:PORT``) joins a running cluster;
   without it a local instance is started (loopback, 200 MB object store, no dashboard) and
   stopped at the end. An engine started inside a process already connected to Ray (an RL
@@ -49,8 +51,8 @@ from typing import Any
 from ..errors import TaskTimeout, WorkerDied
 from ..messages import Assignment, Cancel
 from ..trajectories import unpack_files
-from .base import BackendSpec, Clock, CrashWindow, EngineHooks, WorkerTable, died_record
-from .ray_actors import TRAJECTORY_FILES, PoolActor, WorkerActor, late_progress, mark_folder, sweep_here
+from .base import BackendSpec, Clock, CrashWindow, EngineHooks, WorkerTable, died_record, late_failures
+from .ray_actors import TRAJECTORY_FILES, PoolActor, RayPool, WorkerActor, late_progress, mark_folder, sweep_here
 from .ray_cluster import alive_nodes, connect, done_refs, node_alive, pinned, sweep_cluster, take_events, why
 from .ray_pools import Node, pools_stats, stop_pools
 
@@ -397,27 +399,32 @@ class RayBackend(WorkerTable):
                 pass
 
     def check_timeouts(self) -> None:
-        """Record attempts past --task-timeout and kill their workers."""
+        """Record attempts past --task-timeout (``late_failures``: each before its actor's
+        kill, with where its actor says it is) and kill their workers."""
         limit = self.config.task_timeout
         now = time.monotonic()
+        late: list[tuple[_Worker, tuple[str, int], Any, dict[str, str]]] = []
         for w in list(self._workers.values()):
-            late = [ident for ident, clock in w.started.items() if clock.elapsed(now) > limit]
-            if not late:
+            idents = [ident for ident, clock in w.started.items() if clock.elapsed(now) > limit]
+            if not idents:
                 continue
             self.handle(done_refs([ref for ref, (owner, _) in self._refs.items() if owner is w]))
-            late = [ident for ident in late if ident in w.assigned]
-            if not late or self._workers.get(w.index) is not w:
-                continue
-            where = late_progress(w.actor, late)
-            for ident in late:
-                item = w.assigned[ident]
-                started_at = w.started[ident].started_at
-                self._settle(w, ident)
-                progress, files = where.get(ident, (None, {}))
-                unpack_files(self.spec.run_dir, files)
-                exc = TaskTimeout(f"attempt ran past --task-timeout {limit:g}s; worker actor killed")
-                self.hooks.record(self._died_record(w, item, exc, started_at, progress))
-                self.hooks.event("task_timeout", task=item.key, worker=w.worker_id, reason=str(exc))
+            idents = [ident for ident in idents if ident in w.assigned]
+            if idents and self._workers.get(w.index) is w:
+                where = late_progress(w.actor, idents)
+                late += [(w, ident, *where.get(ident, (None, {}))) for ident in idents]
+        timeout = TaskTimeout(f"attempt ran past --task-timeout {limit:g}s; worker actor killed")
+        pools = {w.node_id: self._pool_of(w.node_id) for w, *_ in late}
+        pools = {node_id: None if pool is None else RayPool(pool) for node_id, pool in pools.items()}
+        failures = late_failures([(pools[w.node_id], w.assigned[ident], timeout, progress)
+                                  for w, ident, progress, _ in late])
+        for (w, ident, progress, files), exc in zip(late, failures):
+            item, started_at = w.assigned[ident], w.started[ident].started_at
+            self._settle(w, ident)
+            unpack_files(self.spec.run_dir, files)
+            self.hooks.record(self._died_record(w, item, exc, started_at, progress))
+            self.hooks.event(exc.kind, task=item.key, worker=w.worker_id, reason=str(exc))
+        for w in {id(w): w for w, *_ in late}.values():
             self._on_worker_death(w, reason="killed after --task-timeout", deliberate=True)
 
     @staticmethod

@@ -12,7 +12,9 @@ back when the block ends:
   Before that the pool asks the provider why it died (``death_cause``): a VM killed from
   outside (a signal the pool did not send, the host's OOM killer, the machine gone) is not
   the task's doing, and the block raises ``VMKilled`` (infrastructure: retried on another
-  VM) instead of the error the task saw;
+  VM) instead of the error the task saw (``killed_from_outside``, which the backends also
+  ask of the VM an attempt held when it ran past ``--task-timeout``: a guest call that
+  hangs on a VM stopped from outside is not the task's time);
 * the worker's ``AttemptLeaser`` (``worker``) wraps it as the ``VMLeaser`` an env gets.
 """
 
@@ -21,7 +23,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 from typing import Any, Iterator
 
-from ..errors import VMError, VMKilled
+from ..errors import RolloutError, VMError, VMKilled
 from .providers import VMInfo
 
 
@@ -32,11 +34,8 @@ def lease_vm(pool: Any, worker_id: str, task_key: str, timeout: float, holder: s
     try:
         yield info
     except VMError as exc:
-        cause = pool.death_cause(info.vm_id, info.lease)
-        if cause:
-            killed = VMKilled(f"VM {info.vm_id} was killed from outside during {task_key}, not by "
-                              f"the task: {cause} (the task saw: {exc.kind}: {exc})")
-            pool.mark_dead(info.vm_id, f"killed from outside during {task_key}: {cause}", info.lease, True)
+        killed = killed_from_outside(pool, info.vm_id, info.lease, task_key, exc)
+        if killed is not None:
             raise killed from exc
         pool.mark_dead(info.vm_id, f"{exc.kind} during {task_key}: {exc}", info.lease, True)
         raise
@@ -45,3 +44,17 @@ def lease_vm(pool: Any, worker_id: str, task_key: str, timeout: float, holder: s
         raise
     else:
         pool.release(info.vm_id, True, "release", info.lease)
+
+
+def killed_from_outside(pool: Any, vm_id: str, lease: int, task_key: str, seen: RolloutError) -> VMKilled | None:
+    """``VMKilled`` when the provider tells that VM ``vm_id``, held by ``lease``, was killed
+    from outside (``VMPoolManager.death_cause``), the VM then marked dead (it restarts from
+    its snapshot, as any VM that broke under a task); None when the task may have done it,
+    or the lease no longer holds the VM (nothing is marked then). ``seen``: what the task
+    saw of it (a VMError, or the TaskTimeout of a guest call that never came back)."""
+    cause = pool.death_cause(vm_id, lease)
+    if not cause:
+        return None
+    pool.mark_dead(vm_id, f"killed from outside during {task_key}: {cause}", lease, True)
+    return VMKilled(f"VM {vm_id} was killed from outside during {task_key}, not by the task: "
+                    f"{cause} (the task saw: {seen.kind}: {seen})")
