@@ -64,15 +64,9 @@ reach the new VM.
 (connect + ``GET /health``, a few ms apart) until the agent answers with this VM's id, and
 give up at ``boot_timeout_s`` with the container's state and log.
 
-**Sweep.** Containers carry labels: ``parallel-rollout.run``, ``.vm``, ``.pool`` (a pool
-handles only its own: another run of the run id has a ``vm-0`` too), ``.owner`` (pid and
-start time of the process that made them) and ``.host``. ``sweep(run_id)`` removes every container
-of that run (every pool's) and its folders; ``sweep()`` those whose owner process is gone on
-this host. Spares are containers like any other: a killed run leaves no trace ``sweep``
-cannot find. Every docker CLI call runs under ``setpriv --pdeathsig KILL``, so a ``docker
-run`` under way dies with a killed owner instead of making a container after the sweep;
-and a sweep that removed something lists once more, for a creation the daemon had already
-accepted.
+**Sweep** (``docker_sweep.py``). Containers carry labels (run, VM, pool, owner, host):
+``sweep(run_id)`` removes every container of that run (every pool's) and its folders;
+``sweep()`` those whose owner process is gone on this host.
 """
 
 from __future__ import annotations
@@ -92,14 +86,14 @@ from typing import Callable
 import psutil
 
 from ...errors import ConfigError, GuestUnreachable, ProviderUnavailable, VMError
-from . import host_dirs, host_share, images, seccomp, verify
+from . import docker_sweep, host_dirs, host_share, images, seccomp, verify
 from .base import Provider, ProviderOptions, VMInfo
 from .common import (LONG_VM_ID, check_name, checked_socket, make_vm_dir, new_pool_key, pool_folder, read_meta,
-                     remove_run_dir_if_empty, run_folders, secure_base_dir, swept_name, vm_folders)
+                     remove_run_dir_if_empty, secure_base_dir)
 from .docker_cli import (GUEST_HOME, GUEST_SOCK_DIR, LABEL, SOCKET_NAME, START_HINT, agent_argv,
                          check_image, check_leftovers_free, container_death_cause, container_state,
                          containers, daemon_address, daemon_limits, docker, image_exists, image_kind,
-                         import_changes, kill_init, local_init, logs, owner_alive,
+                         import_changes, kill_init, local_init, logs,
                          remove_containers, remove_old_guest_images, write_user_files)
 from .docker_spare import Background, SpareContainers
 from .layer_diff import LayerView
@@ -122,8 +116,6 @@ DESKTOP_IMAGE_REPO = "parallel-rollout-desktop"
 IMAGE_RECIPE_VERSION = 4
 #: `docker import` of a ~100 MB tarball (~1.9 GB with the desktop)
 IMPORT_TIMEOUT_S = 900.0
-#: a sweep lists again after this long, for containers whose creation was under way
-SWEEP_SETTLE_S = 0.5
 
 
 def base_dir_default() -> Path:
@@ -361,35 +353,10 @@ class DockerProvider(SpareContainers, Provider):
     def sweep(cls, run_id: str | None = None,
               base_dir: str | os.PathLike | None = None, *, orphans_only: bool = False) -> list[str]:
         """Remove the containers and folders of ``run_id`` (any state), or, without a run id,
-        those whose owning process is gone; return the removed VMs as ``<run id>/<vm id>``."""
-        base = Path(base_dir) if base_dir else base_dir_default()
-        if run_id is not None:
-            check_name("run id", run_id)
-        removed: set[str] = set()
-        host = socket.gethostname()
-        # A container whose creation was under way when its run died may appear just after
-        # a listing; after removing some, list again until one finds nothing more.
-        for _ in range(4):
-            doomed = []
-            for container in containers(f"{LABEL}.run={run_id}" if run_id else f"{LABEL}.run"):
-                if (run_id is None or orphans_only) and (container["host"] != host
-                                                         or owner_alive(container["owner"])):
-                    continue  # a live run's, or another machine's: not ours to sweep
-                doomed.append(container)
-                removed.add(f"{container['run']}/{container['vm']}")
-            if not doomed:
-                break
-            remove_containers([c["name"] for c in doomed], strict=False)
-            time.sleep(SWEEP_SETTLE_S)
-        for run_dir in run_folders(base, run_id):
-            for vm_dir in vm_folders(run_dir):
-                meta = read_meta(vm_dir) or {}
-                if (run_id is None or orphans_only) and owner_alive(meta.get("owner", "")):
-                    continue
-                shutil.rmtree(vm_dir, ignore_errors=True)
-                removed.add(swept_name(run_dir, meta, vm_dir.name))
-            remove_run_dir_if_empty(run_dir)
-        return sorted(removed)
+        those whose owning process is gone (``docker_sweep``); return the removed VMs as
+        ``<run id>/<vm id>``."""
+        return docker_sweep.sweep(Path(base_dir) if base_dir else base_dir_default(), run_id,
+                                  orphans_only=orphans_only)
 
     # ------------------------------------------------------------------- internals
 
