@@ -12,6 +12,8 @@ shipped benchmarks through the pool on docker, which must end as they do on ``pr
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -19,7 +21,6 @@ import textwrap
 import time
 from pathlib import Path
 
-import psutil
 import pytest
 
 from parallel_rollout.config import build_config
@@ -159,22 +160,35 @@ SWEEP_CHILD = textwrap.dedent("""
 """)
 
 
+def _pool_owner(harness, run_id: str, script: str = SWEEP_CHILD) -> subprocess.Popen:
+    """A process of its own that owns a pool of ``run_id`` (``script``: two VMs, one reset,
+    by default), once it has said what its script prints when its VMs are up."""
+    child = subprocess.Popen([sys.executable, "-c", script, harness.name, run_id, str(harness.boot_timeout_s)],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    line = child.stdout.readline()
+    if script == SWEEP_CHILD and json.loads(line or "null") != ["vm0", "vm1"]:
+        _kill_owner(child)
+        pytest.fail(child.stderr.read() if not line else line)
+    return child
+
+
+def _kill_owner(child: subprocess.Popen) -> None:
+    """SIGKILL a pool's owner, as a killed run: its VMs stay behind."""
+    child.send_signal(signal.SIGKILL)
+    child.wait(timeout=30)
+    child.stdout.close()
+    child.stderr.close()
+
+
 def test_sweep_after_a_sigkilled_owner_leaves_nothing(harness, provider, vm):
     """A run killed with SIGKILL cannot stop its VMs; ``sweep()`` finds them by their labels
     and owner, and leaves the VMs of live runs (``vm`` here) alone."""
     dead_run = harness.new_run_id()
-    child = subprocess.Popen(
-        [sys.executable, "-c", SWEEP_CHILD, harness.name, dead_run, str(harness.boot_timeout_s)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    child = _pool_owner(harness, dead_run)
     try:
-        line = child.stdout.readline()
-        assert json.loads(line or "null") == ["vm0", "vm1"], child.stderr.read() if not line else line
         assert harness.leftovers(dead_run)
     finally:
-        child.send_signal(signal.SIGKILL)
-        child.wait(timeout=30)
-        child.stdout.close()
-        child.stderr.close()
+        _kill_owner(child)
     removed = harness.cls.sweep()
     assert {f"{dead_run}/vm0", f"{dead_run}/vm1"} <= set(removed)
     assert harness.leftovers(dead_run) == []
@@ -215,40 +229,82 @@ def test_docker_isolation_network_none_fresh_tmp_and_limits(docker):
         provider.stop(info)
 
 
+#: a docker pool of one VM whose spare is up (its containers stay as they are), in a process of its own
+DOCKER_ONE_VM_CHILD = textwrap.dedent("""
+    import sys, time
+    from parallel_rollout.pool.providers.base import ProviderOptions
+    from parallel_rollout.pool.providers.docker import DockerProvider
+    provider = DockerProvider(sys.argv[2], ProviderOptions(boot_timeout_s=float(sys.argv[3])))
+    provider.start("vm0")
+    provider._spares["vm0"].result(timeout=60)  # its spare, booted in the background
+    print("ready", flush=True)
+    time.sleep(3600)
+""")
+
+
 def test_docker_two_live_runs_of_one_run_id_each_keep_their_own_vm0(docker):
     """Two runs of one run id (two output folders) may run at once, each with a vm0. Their
     pools looked at every container labelled with the run and VM ids: the second one's boot
     refused the first's ("belongs to another live run of that id") and spent a replacement,
     and its stop would remove them. Each pool handles only its own now (a ``.pool`` label, a
     folder of its own); a sweep of the run's orphans leaves a live pool's alone, and takes
-    them once that pool is gone."""
+    them once that pool is gone. The other pool runs in a process of its own: a pool holds
+    a lock on its folder while its process lives, which a sweep reads as a live pool."""
     run_id = docker.new_run_id()
-    other_pool = subprocess.Popen(["sleep", "60"])
-    other = docker.provider(run_id)
-    other._owner = f"{other_pool.pid}:{psutil.Process(other_pool.pid).create_time():.3f}"
+    other = _pool_owner(docker, run_id, DOCKER_ONE_VM_CHILD)
     try:
-        other_vm = other.start("vm0")
-        other._spares["vm0"].result(timeout=60)  # its spare, booted in the background
-        theirs = {c["name"] for c in containers(f"{LABEL}.run={run_id}")}
-        assert len(theirs) == 2
+        theirs = {c["name"]: c["state"] for c in containers(f"{LABEL}.run={run_id}")}
+        assert sorted(theirs.values()) == ["running", "running"], (theirs, other.stderr.read())
         ours = docker.provider(run_id)
         vm = ours.start("vm0")
         try:
             vm = ours.reset(vm)
-            assert ours.healthy(vm) and other.healthy(other_vm)
+            assert ours.healthy(vm)
         finally:
             ours.stop(vm)
-        assert {c["name"] for c in containers(f"{LABEL}.run={run_id}")} == theirs
+        assert {c["name"]: c["state"] for c in containers(f"{LABEL}.run={run_id}")} == theirs
         assert DockerProvider.sweep(run_id, orphans_only=True) == []
-        assert other.healthy(other_vm) and Path(other_vm.private["vm_dir"], "meta.json").is_file()
-        other_pool.kill()
-        other_pool.wait()
+        assert {c["name"]: c["state"] for c in containers(f"{LABEL}.run={run_id}")} == theirs
+        _kill_owner(other)
         assert DockerProvider.sweep(run_id, orphans_only=True) == [f"{run_id}/vm0"]  # its pool is gone
         assert containers(f"{LABEL}.run={run_id}") == []
     finally:
-        other_pool.kill()
-        other_pool.wait()
+        if other.returncode is None:
+            _kill_owner(other)
         DockerProvider.sweep(run_id)
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None, reason="needs root and unshare")
+def test_docker_sweep_in_another_pid_namespace_leaves_a_live_run_alone(docker):
+    """`unshare --pid --fork --mount-proc parallel-rollout vms sweep --provider-name docker`
+    sees no process of a live run there (its owner's pid means nothing) and removed its
+    containers, though a live run's VMs are never swept. A docker pool holds a lock on its
+    folder (flock: the folder's, in every namespace), as the process and qemu pools do: the
+    live run's containers stay, a killed run's go, and the live one's go once it is killed."""
+    live, dead = docker.new_run_id(), docker.new_run_id()
+    owners = {run_id: _pool_owner(docker, run_id) for run_id in (live, dead)}
+    # --run-id: this test's runs only (another session's on this daemon are not its to judge)
+    argv = ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-m", "parallel_rollout", "vms",
+            "sweep", "--provider-name", "docker", "--run-id"]
+
+    def sweep(run_id: str) -> str:
+        done = subprocess.run([*argv, run_id], capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return done.stdout.strip()
+
+    try:
+        _kill_owner(owners[dead])
+        assert sweep(live) == "removed 0 docker VM(s)"
+        assert {c["state"] for c in containers(f"{LABEL}.run={live}")} == {"running"}
+        assert sweep(dead) == f"removed 2 docker VM(s): {dead}/vm0, {dead}/vm1"
+        assert docker.leftovers(dead) == []
+        _kill_owner(owners[live])
+        assert sweep(live) == f"removed 2 docker VM(s): {live}/vm0, {live}/vm1"
+        assert docker.leftovers(live) == []
+    finally:
+        for child in owners.values():
+            if child.returncode is None:
+                _kill_owner(child)
 
 
 def test_docker_snapshot_name_is_an_image(docker, tmp_path):

@@ -66,7 +66,9 @@ give up at ``boot_timeout_s`` with the container's state and log.
 
 **Sweep** (``docker_sweep.py``). Containers carry labels (run, VM, pool, owner, host):
 ``sweep(run_id)`` removes every container of that run (every pool's) and its folders;
-``sweep()`` those whose owner process is gone on this host.
+``sweep()`` those whose owner process is gone on this host. The pool holds a lock on its
+folder while it lives (``common.hold_pool_lock``), as the process and qemu pools do, so a
+sweep from another PID namespace, where the owner's pid means nothing, sees it live too.
 """
 
 from __future__ import annotations
@@ -262,7 +264,7 @@ class DockerProvider(SpareContainers, Provider):
         with self._lock:
             self._stopped.discard(vm_id)
         secure_base_dir(self.base_dir)  # 0700 and ours, not another user's folder
-        make_vm_dir(vm_dir)
+        make_vm_dir(vm_dir, lock_pool=True)  # a sweep in another PID namespace sees it live
         self._write_meta(vm_id, vm_dir)
         try:
             write_user_files(self.image, vm_dir, self._uids.acquire(vm_id), self._labels(vm_id))

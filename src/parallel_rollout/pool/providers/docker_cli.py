@@ -75,18 +75,18 @@ def daemon_limits() -> dict[str, bool]:
 
 
 def containers(*label_filters: str) -> list[dict]:
-    """Containers (any state) whose labels match every filter; name, state, vm, owner, host."""
-    fields = ["{{.Names}}", "{{.State}}", f'{{{{.Label "{LABEL}.run"}}}}',
-              f'{{{{.Label "{LABEL}.vm"}}}}', f'{{{{.Label "{LABEL}.owner"}}}}',
-              f'{{{{.Label "{LABEL}.host"}}}}']
+    """Containers (any state) whose labels match every filter; name, state, run, vm, owner,
+    host, pool."""
+    keys = ("name", "state", "run", "vm", "owner", "host", "pool")
+    fields = ["{{.Names}}", "{{.State}}", *[f'{{{{.Label "{LABEL}.{key}"}}}}' for key in keys[2:]]]
     argv = ["ps", "-a", "--no-trunc", "--format", "\t".join(fields)]
     for label in label_filters:
         argv += ["--filter", f"label={label}"]
     found = []
     for line in docker(*argv).stdout.splitlines():
         parts = line.split("\t")
-        if len(parts) == 6:
-            found.append(dict(zip(("name", "state", "run", "vm", "owner", "host"), parts)))
+        if len(parts) == len(keys):
+            found.append(dict(zip(keys, parts)))
     return found
 
 
