@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 
 import pytest
 
@@ -151,3 +152,34 @@ def test_a_late_attempt_is_vm_killed_only_when_its_pool_tells_the_vm_it_holds_wa
     assert pool.dead == [("vm-0", 3, True, "killed from outside during a#0: its process 7 (python3, uid 0) "
                                            "was stopped from outside")]
     assert late_failures(late[1:2]) == [timeout] and late_failures([]) == []  # one: asked in this thread
+
+
+class _SlowPool(_Pool):
+    """A pool whose provider waits on a VM that still runs (as one does for a dying VM)
+    until the test lets it answer, and then names a cause."""
+
+    def __init__(self) -> None:
+        super().__init__({("vm-0", 3): "its bwrap was killed by SIGKILL"})
+        self.answer = threading.Event()
+        self.answered = threading.Event()
+
+    def death_cause(self, vm_id: str, lease: int | None = None) -> str | None:
+        self.answer.wait(30)
+        try:
+            return super().death_cause(vm_id, lease)
+        finally:
+            self.answered.set()
+
+
+def test_a_late_attempt_whose_pool_is_slow_to_answer_is_its_timeout_and_nothing_is_marked():
+    """The engine thread does not wait out a provider's few seconds for a VM that still runs
+    (a hung task's): an answer not in by the pass's patience is the timeout's, and the answer
+    that comes later marks no VM dead."""
+    pool = _SlowPool()
+    timeout = TaskTimeout("attempt ran past --task-timeout 10s")
+    failures = late_failures([(pool, _item("a"), timeout, Progress("a#0", 0, "agent", 1, "vm-0", None, 3)),
+                              (pool, _item("b"), timeout, Progress("b#0", 0, "agent", 1, "vm-0", None, 3))])
+    assert failures == [timeout, timeout]
+    pool.answer.set()
+    assert pool.answered.wait(30)
+    assert pool.dead == []  # the answer came to nobody: only the pass marks

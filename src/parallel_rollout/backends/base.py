@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -45,7 +45,7 @@ from .. import records
 from ..config import RunConfig
 from ..errors import AgentEndedWorker, RolloutError, WorkerDied
 from ..messages import Assignment, Cancel
-from ..pool.leasing import killed_from_outside
+from ..pool.leasing import blame_outside
 from ..pool.providers import ProviderOptions
 
 #: the window in which worker crashes are counted (read when a backend starts: a test may
@@ -53,6 +53,8 @@ from ..pool.providers import ProviderOptions
 CRASH_WINDOW_S = 60.0
 #: at most this many pools asked at once why a late attempt's VM died (``late_failures``)
 _BLAME_THREADS = 16
+#: how long a timeout pass waits for the pools' word on its attempts' VMs (``late_failures``)
+_BLAME_PATIENCE_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -296,23 +298,40 @@ def death_failure(item: Assignment, reason: str, exit_code: int | None, progress
 def late_failures(late: list[tuple[Any, Assignment, RolloutError, Any]]) -> list[RolloutError]:
     """What each attempt past its deadline is, given as (its pool, the attempt, its timeout,
     its last ``Progress``): the timeout, unless the attempt held a VM (``progress.lease``)
-    that its pool says was killed from outside (``leasing.killed_from_outside``: the VM is
-    marked dead then); a VM the task may have broken itself (its own uid stopped its
-    processes, it used its memory up) is its timeout still. A provider may wait a few
-    seconds for a dying VM, so the VMs of one pass are asked at once. ``pool`` None: the
-    attempt's pool is gone or it has none."""
-    def blame(pool: Any, item: Assignment, timeout: RolloutError, progress: Any) -> RolloutError:
-        if pool is None or getattr(progress, "lease", None) is None:
-            return timeout
-        try:
-            return killed_from_outside(pool, progress.vm, progress.lease, item.key, timeout) or timeout
-        except (EOFError, OSError, RolloutError):  # the pool is gone or closed: the run sees to that
-            return timeout
+    that its pool says was killed from outside (``leasing.blame_outside``: the VM is marked
+    dead then); a VM the task may have broken itself (its own uid stopped its processes, it
+    used its memory up) is its timeout still. ``pool`` None: the attempt's pool is gone or
+    it has none.
 
-    if len(late) < 2:
-        return [blame(*entry) for entry in late]
-    with ThreadPoolExecutor(min(len(late), _BLAME_THREADS), thread_name_prefix="late-blame") as threads:
-        return list(threads.map(lambda entry: blame(*entry), late))
+    The engine thread waits here, so the VMs of one pass are asked at once and for at most
+    ``_BLAME_PATIENCE_S``: a VM killed or stopped from outside is so by the deadline and
+    says so at once, while a provider asked of a VM that still runs waits a few seconds for
+    it to die (``Provider.death_cause``), as it must after a broken call; an answer not in by
+    then is the timeout's (a hung task's VM runs on)."""
+    asked = [(index, pool, progress) for index, (pool, _, _, progress) in enumerate(late)
+             if pool is not None and getattr(progress, "lease", None) is not None]
+    causes: dict[int, str | None] = {}
+    if asked:
+        threads = ThreadPoolExecutor(min(len(asked), _BLAME_THREADS), thread_name_prefix="late-blame")
+        futures = {index: threads.submit(pool.death_cause, progress.vm, progress.lease)
+                   for index, pool, progress in asked}
+        wait(futures.values(), timeout=_BLAME_PATIENCE_S)
+        threads.shutdown(wait=False, cancel_futures=True)  # a slow answer ends in its thread, unread
+        for index, future in futures.items():
+            try:
+                causes[index] = future.result(timeout=0) if future.done() else None
+            except (EOFError, OSError, RolloutError):  # the pool is gone or closed: the run sees to that
+                causes[index] = None
+    failures: list[RolloutError] = []
+    for index, (pool, item, timeout, progress) in enumerate(late):
+        killed = None
+        if causes.get(index):
+            try:
+                killed = blame_outside(pool, progress.vm, progress.lease, item.key, timeout, causes[index])
+            except (EOFError, OSError, RolloutError):
+                killed = None
+        failures.append(killed or timeout)
+    return failures
 
 
 def died_record(item: Assignment, exc: RolloutError, worker: Any, started_at: float,

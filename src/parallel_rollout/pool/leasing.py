@@ -52,7 +52,12 @@ def killed_from_outside(pool: Any, vm_id: str, lease: int, task_key: str, seen: 
     its snapshot, as any VM that broke under a task); None when the task may have done it,
     or the lease no longer holds the VM (nothing is marked then). ``seen``: what the task
     saw of it (a VMError, or the TaskTimeout of a guest call that never came back)."""
-    cause = pool.death_cause(vm_id, lease)
+    return blame_outside(pool, vm_id, lease, task_key, seen, pool.death_cause(vm_id, lease))
+
+
+def blame_outside(pool: Any, vm_id: str, lease: int, task_key: str, seen: RolloutError,
+                  cause: str | None) -> VMKilled | None:
+    """``killed_from_outside`` once the pool's ``cause`` (None: the task may have done it) is known."""
     if not cause:
         return None
     pool.mark_dead(vm_id, f"killed from outside during {task_key}: {cause}", lease, True)

@@ -251,6 +251,10 @@ def death_cause(private: dict, run_as: int | None) -> str | None:
       (SIGSTOP) or traced (ptrace), which the task's user cannot do to a process of
       another user (``halted_process``)."""
     proc = children.get(private.get("pid"))  # None: stopped by the pool, or not ours
+    if proc is not None and run_as is not None and proc.poll() is None:
+        halted = halted_process(private, run_as)  # said at once: the wait below is for a dying sandbox
+        if halted:
+            return halted
     status = exit_status(proc, DEATH_WAIT_S) if proc is not None else None
     if status is None:
         return halted_process(private, run_as) if proc is not None and run_as is not None else None
