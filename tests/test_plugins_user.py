@@ -312,6 +312,10 @@ def test_a_ray_worker_actor_imports_the_run_s_plugins_before_it_says_ready(tmp_p
     write_module(tmp_path, "actor_mode_q", "from user_plugins import DoubleEnv\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setattr(ray_actors, "_node_id", lambda: "node-1")  # what Ray would say
+    # an actor leads its process's group and has a watcher kill it once the process ends:
+    # not this test's process
+    monkeypatch.setattr(ray_actors, "lead_group", lambda: None)
+    monkeypatch.setattr(ray_actors, "watch_group", lambda: None)
     sys.modules.pop("actor_mode_q", None)
     config = RunConfig(mode="actor_mode_q:DoubleEnv", agent="user_plugins:ModelAgent", output_dir=str(tmp_path))
     (tmp_path / "run").mkdir()
