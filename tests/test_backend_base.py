@@ -151,7 +151,7 @@ def test_a_late_attempt_is_vm_killed_only_when_its_pool_tells_the_vm_it_holds_wa
     assert "stopped from outside" in str(killed) and "task_timeout: attempt ran past" in str(killed), killed
     assert pool.dead == [("vm-0", 3, True, "killed from outside during a#0: its process 7 (python3, uid 0) "
                                            "was stopped from outside")]
-    assert late_failures(late[1:2]) == [timeout] and late_failures([]) == []  # one: asked in this thread
+    assert late_failures(late[1:2]) == [timeout] and late_failures([]) == []
 
 
 class _SlowPool(_Pool):
@@ -183,3 +183,21 @@ def test_a_late_attempt_whose_pool_is_slow_to_answer_is_its_timeout_and_nothing_
     pool.answer.set()
     assert pool.answered.wait(30)
     assert pool.dead == []  # the answer came to nobody: only the pass marks
+
+
+def test_a_timeout_pass_with_more_late_attempts_than_threads_ends_in_timeouts():
+    """More late attempts than the pass asks at once, each pool slow to answer: those still
+    queued at the pass's end are cancelled, and each is its timeout (a cancelled question
+    raised CancelledError into the engine thread, which ended the run)."""
+    from parallel_rollout.backends import base
+
+    pools = [_SlowPool() for _ in range(base._BLAME_THREADS + 2)]
+    timeout = TaskTimeout("attempt ran past --task-timeout 10s")
+    late = [(pool, _item(f"t{n}"), timeout, Progress(f"t{n}#0", 0, "agent", 1, "vm-0", None, 3))
+            for n, pool in enumerate(pools)]
+    try:
+        assert late_failures(late) == [timeout] * len(pools)
+    finally:
+        for pool in pools:
+            pool.answer.set()
+    assert all(pool.dead == [] for pool in pools)

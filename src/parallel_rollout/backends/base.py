@@ -319,7 +319,8 @@ def late_failures(late: list[tuple[Any, Assignment, RolloutError, Any]]) -> list
         threads.shutdown(wait=False, cancel_futures=True)  # a slow answer ends in its thread, unread
         for index, future in futures.items():
             try:
-                causes[index] = future.result(timeout=0) if future.done() else None
+                # not asked in time (cancelled in the queue, or still waiting): the timeout's
+                causes[index] = future.result(timeout=0) if future.done() and not future.cancelled() else None
             except (EOFError, OSError, RolloutError):  # the pool is gone or closed: the run sees to that
                 causes[index] = None
     failures: list[RolloutError] = []
