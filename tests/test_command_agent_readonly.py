@@ -25,6 +25,7 @@ import sys
 import sysconfig
 import tempfile
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -132,6 +133,27 @@ def test_a_command_agent_cannot_connect_to_a_container_daemons_socket(tmp_path, 
 
 
 @needs_bwrap
+def test_a_command_agent_cannot_reach_the_runners_multiprocessing_sockets(tmp_path):
+    """The runner's fork server listens in a ``pymp-*`` folder of the temp folder, and on
+    Python 3.11 it forks and runs whatever a connection sends it, unauthenticated: outside
+    the agent's sandbox, as the runner (found in review: a pickled os.system wrote a file on
+    the host from the runner's PID namespace). A listener in such a folder, as the fork
+    server's: the agent finds no socket there to connect to."""
+    folder = Path(tempfile.mkdtemp(prefix="pymp-prtest-", dir=tempfile.gettempdir()))
+    path = folder / "listener-test"
+    try:
+        with socket.socket(socket.AF_UNIX) as server:
+            server.bind(str(path))
+            server.listen(8)
+            log = run_attacks(tmp_path, "forkserver", [["fork server", "connect", [str(path)]]])
+            assert log == ["fork server refused: No such file or directory"], log
+            with socket.socket(socket.AF_UNIX) as client:  # it was there to be reached
+                client.connect(str(path))
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@needs_bwrap
 def test_a_command_agent_cannot_rename_a_hidden_folder_away(tmp_path, monkeypatch):
     """The VM folders are hidden from it, an empty read-only folder each; but an agent that
     renamed the folder above one (under /tmp, writable) could make a folder of its own by its
@@ -185,3 +207,59 @@ def test_a_command_agent_still_writes_scratch_space_its_home_and_its_folder(tmp_
     home = os.environ["HOME"]
     assert log.read_text().splitlines() == [f"{where} written" for where in ("/tmp", "/var/tmp", "/dev/shm", home, ".")]
     assert list(folder.iterdir()) == []
+
+
+def test_the_agents_current_folder_is_writable_wherever_it_lies():
+    """Its current folder is among the writable ones even outside /tmp, /var/tmp, /dev/shm
+    and $HOME (the test above runs in one under /tmp, which is writable anyway)."""
+    from parallel_rollout.agents.agent_sandbox import _host_view
+
+    view = _host_view("/opt", "/nonexistent-home")
+    assert "/opt" in view.writable and "/nonexistent-home" not in view.writable, view
+
+
+@needs_bwrap
+def test_the_runners_code_inside_a_writable_folder_is_read_only_again(tmp_path):
+    """Whatever the checkout's layout here: a folder given as the runner's code inside a
+    writable folder is read-only to the agent, its neighbour writable, and the folder above
+    it cannot be renamed away (a mount point)."""
+    import subprocess
+    from parallel_rollout.agents.agent_sandbox import HostView, in_own_pid_namespace
+
+    top = tmp_path / "top"
+    code = top / "outer" / "code"
+    code.mkdir(parents=True)
+    script = (f"echo x > {code}/f 2>/dev/null && echo code-written; echo x > {top}/f && echo top-written; "
+              f"mv {top}/outer {top}/moved 2>/dev/null && echo renamed; true")
+    view = HostView((str(top),), (str(code),))
+    done = subprocess.run(in_own_pid_namespace(["sh", "-c", script], view=view), capture_output=True, text=True,
+                          timeout=60)
+    assert done.stdout.split() == ["top-written"], (done.stdout, done.stderr)
+    assert not (code / "f").exists() and (top / "outer").is_dir()
+
+
+def test_the_whole_output_folder_is_hidden_unless_it_holds_what_the_agent_needs(tmp_path, monkeypatch):
+    """--output-dir /tmp or ~ would hide the agent's scratch space or its home (and a pyenv
+    interpreter there): its run's folder alone is hidden then, as when the output folder
+    holds its current folder or its program."""
+    from parallel_rollout.agents.command import run_folder
+
+    program = tmp_path / "agent.py"
+    program.write_text("")
+    monkeypatch.chdir(tmp_path)
+
+    def hidden(output_dir: str, agent: str = "/usr/bin/true") -> tuple[str, ...]:
+        return run_folder(SimpleNamespace(run_id="r1", output_dir=output_dir, agent_cmd=agent))
+
+    assert hidden(str(tmp_path)) == (str(tmp_path / "r1"),)  # its current folder
+    monkeypatch.chdir("/")
+    assert hidden("/tmp") == (os.path.realpath("/tmp") + "/r1",)
+    home = os.path.realpath(os.path.expanduser("~"))
+    assert hidden("~") == (os.path.join(home, "r1"),)
+    elsewhere = Path(tempfile.mkdtemp(prefix="pr-out-", dir="/var/tmp"))
+    try:
+        assert hidden(str(elsewhere)) == (str(elsewhere),)
+        (elsewhere / "agent.py").write_text("")
+        assert hidden(str(elsewhere), f"python3 {elsewhere / 'agent.py'}") == (str(elsewhere / "r1"),)
+    finally:
+        shutil.rmtree(elsewhere)

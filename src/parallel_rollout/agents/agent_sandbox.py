@@ -43,6 +43,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..pool.providers.host_dirs import existing
+
 #: scratch space an agent's program may write, besides $HOME and its current folder
 SCRATCH = ("/tmp", "/var/tmp", "/dev/shm")
 
@@ -62,16 +64,16 @@ def host_view() -> HostView:
     """This process's view: the writable folders (``SCRATCH``, $HOME, the current folder)
     but those inside the runner's code, and the runner's code that lies inside them; worked
     out once for each current folder and $HOME (a worker has one of each)."""
-    return _host_view(_current_folder(), os.path.expanduser("~"))
+    return _host_view(current_folder(), os.path.expanduser("~"))
 
 
 @functools.lru_cache(maxsize=8)
 def _host_view(cwd: str, home: str) -> HostView:
     code = [path for path in _outermost(runner_code()) if path != "/"]
-    writable = [path for path in _outermost(_existing([*SCRATCH, home, cwd]))
-                if path != "/" and not any(_within(path, top) for top in code)]
+    writable = [path for path in _outermost(existing([*SCRATCH, home, cwd]))
+                if path != "/" and not any(within(path, top) for top in code)]
     return HostView(tuple(writable), tuple(path for path in code
-                                           if any(_within(path, top) for top in writable)))
+                                           if any(within(path, top) for top in writable)))
 
 
 def runner_code() -> list[str]:
@@ -81,13 +83,13 @@ def runner_code() -> list[str]:
     ``sys.base_prefix``, ``sys.exec_prefix``, the interpreter, every site-packages folder
     (the user's too when the interpreter reads it)."""
     package = Path(__file__).resolve().parents[1]
-    prefixes = _existing([sys.prefix, sys.base_prefix, sys.exec_prefix, *site.getsitepackages()])
+    prefixes = existing([sys.prefix, sys.base_prefix, sys.exec_prefix, *site.getsitepackages()])
     found = [str(package), *prefixes, sys.executable]
     if site.ENABLE_USER_SITE:
         found.append(site.getusersitepackages())
-    if not any(_within(str(package), prefix) for prefix in prefixes):
+    if not any(within(str(package), prefix) for prefix in prefixes):
         found += [str(folder) for folder in package.parents if (folder / "pyproject.toml").is_file()][:1]
-    return _existing(found)
+    return existing(found)
 
 
 def in_own_pid_namespace(argv: list[str], hidden: tuple[str, ...] = (), view: HostView | None = None) -> list[str]:
@@ -120,7 +122,7 @@ def in_own_pid_namespace(argv: list[str], hidden: tuple[str, ...] = (), view: Ho
     covered: list[str] = []
     protected = list(view.readonly)
     for path in hidden:
-        if any(_within(path, top) for top in covered):
+        if any(within(path, top) for top in covered):
             continue  # inside a folder already hidden
         if os.path.isdir(path):
             hiding += ["--tmpfs", path, "--remount-ro", path]
@@ -177,15 +179,15 @@ def _pins(path: str, view: HostView) -> list[str]:
     none when no writable folder holds it or a read-only one lies between (bound on itself,
     a folder cannot be renamed, nor what lies inside it moved away)."""
     real = os.path.realpath(path)
-    tops = [top for top in view.writable if _within(real, top)]
+    tops = [top for top in view.writable if within(real, top)]
     if not tops:
         return []
     top = max(tops, key=len)
-    if any(_within(real, code) and _within(code, top) and code != real for code in view.readonly):
+    if any(within(real, code) and within(code, top) and code != real for code in view.readonly):
         return []
     pins = []
     folder = os.path.dirname(real)
-    while folder != top and _within(folder, top):
+    while folder != top and within(folder, top):
         pins.append(folder)
         folder = os.path.dirname(folder)
     return pins
@@ -195,23 +197,17 @@ def _binds(option: str, paths) -> list[str]:
     return [part for path in paths for part in (option, path, path)]
 
 
-def _within(path: str, top: str) -> bool:
+def within(path: str, top: str) -> bool:
     """Whether ``path`` is ``top`` or lies inside it (both absolute and normalized)."""
     return path == top or path.startswith(top.rstrip("/") + "/")
 
 
-def _existing(paths) -> list[str]:
-    """The real paths of those of ``paths`` that exist, each once, in order."""
-    real = (os.path.realpath(path) for path in paths if path)
-    return list(dict.fromkeys(path for path in real if os.path.exists(path)))
-
-
 def _outermost(paths: list[str]) -> list[str]:
     """``paths`` but those inside another of them."""
-    return [path for path in paths if not any(other != path and _within(path, other) for other in paths)]
+    return [path for path in paths if not any(other != path and within(path, other) for other in paths)]
 
 
-def _current_folder() -> str:
+def current_folder() -> str:
     try:
         return os.getcwd()
     except OSError:  # removed under it: nothing of it to write

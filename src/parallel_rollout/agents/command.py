@@ -75,7 +75,7 @@ from ..pool.providers import host_dirs
 from ..tasks import resolve_data
 from .base import Agent
 from .command_checks import check_program, exec_failure_hint, shell_syntax_problem
-from .agent_sandbox import check_sandbox
+from .agent_sandbox import SCRATCH, check_sandbox, current_folder, runner_code, within
 from .command_process import AgentProcess, NoReply, ProcessBroken, ProcessKilled, StrayLine
 from .episode import AgentError, AgentKilled
 
@@ -115,7 +115,7 @@ class CommandAgent(Agent):
         start it here as an attempt would, with what it hides (``check_sandbox``)."""
         check_program(_split(config.agent_cmd)[0])
         # probed with what an agent's start hides, as far as it exists yet
-        unavailable = check_sandbox((*host_dirs.private_folders(make=False), *host_dirs.daemon_sockets(),
+        unavailable = check_sandbox((*host_dirs.private_folders(make=False), *host_dirs.control_sockets(),
                                      *run_folder(config), *task_files(config)))
         if unavailable is not None:
             raise ConfigError(f"--agent command runs its program in a PID namespace of its own, so that it "
@@ -228,7 +228,7 @@ class CommandAgent(Agent):
             # where a ConfigError would end the env loop instead of becoming a record.
             # The VM folders are listed (and made) at each start: a run may make one meanwhile;
             # so are the daemons' sockets, a few stat()s.
-            hidden = (*host_dirs.private_folders(), *host_dirs.daemon_sockets(), *self.withheld)
+            hidden = (*host_dirs.private_folders(), *host_dirs.control_sockets(), *self.withheld)
             self._process = AgentProcess(_split(self.command), self.command, hidden)
         return self._process
 
@@ -242,14 +242,16 @@ def run_folder(config) -> tuple[str, ...]:
     """What of the output folder an agent must not see, by its real path: the whole output
     folder (``--output-dir``: earlier runs' records hold their graded answers' ``eval`` too, and
     a baseline ``compare`` reads there must stay as it was written), or only the run's folder
-    (its records, summary and events) when the agent's current folder or a file its command
-    names (its program, its script) lies in the output folder; () without a run."""
+    (its records, summary and events) when the output folder holds what the agent needs:
+    a folder it may write (its current folder, $HOME, /tmp …: ``--output-dir /tmp`` or ``~``),
+    the runner's code, or a file its command names (its program, its script); () without a run."""
     if not config.run_id:
         return ()
     output = os.path.realpath(os.path.expanduser(config.output_dir))
     run = os.path.join(output, config.run_id)
-    own = [os.getcwd(), *(os.path.realpath(word) for word in _split(config.agent_cmd or "") if os.path.isfile(word))]
-    if any(path == output or path.startswith(output.rstrip("/") + "/") for path in own):
+    programs = [os.path.realpath(word) for word in _split(config.agent_cmd or "") if os.path.isfile(word)]
+    needed = [current_folder(), *SCRATCH, os.path.expanduser("~"), *runner_code(), *programs]
+    if any(path and within(os.path.realpath(path), output) for path in needed):
         return (run,)
     return (output,)
 

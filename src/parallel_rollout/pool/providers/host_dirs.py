@@ -1,20 +1,24 @@
 """Where the providers that run VMs on this host keep them: each one's base folder (its VMs'
 folders, their guest agents' sockets, the process provider's cached guest-agent bytecode)
-and the sandbox uids' lock files (``sandbox_uids.py``); and the container daemons' control
-sockets (``daemon_sockets``), through which the docker provider's VMs, and the host, are driven.
+and the sandbox uids' lock files (``sandbox_uids.py``); and the control sockets
+(``control_sockets``) through which the container daemons (the docker provider's VMs, and the
+host) or the runner itself (its fork server, a Ray node) are driven.
 
 One statement of these folders, which their providers read (``process``, ``docker``,
 ``qemu``, ``sandbox_uids``) and which ``private_folders`` lists for what must never reach
 them: the ``command`` agent's program is shown an empty, read-only folder in place of each
 (``agents.agent_sandbox``), so that it can neither replace a VM's guest agent nor the
-code every later sandbox runs; each daemon socket is ``/dev/null`` to it, so that it cannot
-drive Docker (start a container with the host's / in it, or exec into a VM). A light module:
+code every later sandbox runs; each control socket is ``/dev/null`` to it, and each folder of
+them empty, so that it cannot drive Docker (start a container with the host's / in it, or
+exec into a VM) nor have the runner's fork server fork code of its own outside its sandbox. A light module:
 it imports no provider.
 """
 
 from __future__ import annotations
 
+import glob
 import os
+import tempfile
 from pathlib import Path
 from typing import NamedTuple
 
@@ -40,8 +44,16 @@ QEMU = BaseDir("PARALLEL_ROLLOUT_QEMU_DIR", "/tmp/parallel-rollout/qemu")
 DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"
 #: the container daemons' control sockets and run folders: Docker's socket; containerd's
 #: folder (its socket, its ttrpc and debug sockets, its shims' sockets under s/) and
-#: dockerd's (the containerd dockerd starts itself keeps its sockets in containerd/ there)
-DAEMON_SOCKETS = ("/var/run/docker.sock", "/run/docker.sock", "/run/containerd", "/run/docker")
+#: dockerd's (the containerd dockerd starts itself keeps its sockets in containerd/ there);
+#: podman's; rootless Docker's and podman's in the user's runtime folder, Docker Desktop's
+#: and a docker context's in ~/.docker (``~`` and ``$XDG_RUNTIME_DIR`` expanded)
+DAEMON_SOCKETS = ("/var/run/docker.sock", "/run/docker.sock", "/run/containerd", "/run/docker", "/run/podman",
+                  "$XDG_RUNTIME_DIR/docker.sock", "$XDG_RUNTIME_DIR/podman", "~/.docker/run/docker.sock",
+                  "~/.docker/desktop/docker.sock")
+#: where Python's multiprocessing keeps its sockets (``pymp-*`` in the temp folder: the
+#: runner's fork server, which on Python 3.11 runs whatever a connection sends it, without
+#: an authentication key; its Manager's) and Ray's session folders (a raylet's, a plasma store's)
+RUNNER_SOCKET_FOLDERS = ("{tmp}/pymp-*", "/tmp/pymp-*", "$RAY_TMPDIR", "/tmp/ray")
 #: the lock files of the sandbox uids' range, one per uid: host-wide, whatever folder a run's VMs use
 UIDS_LOCK_DIR = SHARED_TMP / "parallel-rollout" / "uids"
 
@@ -67,12 +79,25 @@ def private_folders(make: bool = True) -> list[str]:
             if not any(path != other and path.startswith(other.rstrip("/") + "/") for other in found)]
 
 
-def daemon_sockets() -> list[str]:
-    """Those of ``DAEMON_SOCKETS`` that exist, and the socket $DOCKER_HOST names (a
-    ``unix://`` one: a tcp:// address is no path to hide), each once by its real path."""
-    named = list(DAEMON_SOCKETS)
+def control_sockets() -> list[str]:
+    """The sockets, and the folders of sockets, through which a process of the runner's
+    user could drive the host or the runner itself, as far as they exist now: the container
+    daemons' (``DAEMON_SOCKETS``, and the ``unix://`` socket $DOCKER_HOST names: a tcp://
+    address is no path to hide), the runner's fork server's and Ray's
+    (``RUNNER_SOCKET_FOLDERS``); each once, by its real path."""
+    named = [os.path.expanduser(os.path.expandvars(path)) for path in DAEMON_SOCKETS if
+             "$" not in os.path.expandvars(path)]  # a variable that is not set names nothing
     docker_host = os.environ.get("DOCKER_HOST", "")
     if docker_host.startswith("unix://"):
         named.append(docker_host[len("unix://"):])
-    real = (os.path.realpath(path) for path in named if path)
+    for pattern in RUNNER_SOCKET_FOLDERS:
+        pattern = os.path.expandvars(pattern.format(tmp=tempfile.gettempdir()))
+        if "$" not in pattern:
+            named += glob.glob(pattern) if "*" in pattern else [pattern]
+    return existing(named)
+
+
+def existing(paths) -> list[str]:
+    """The real paths of those of ``paths`` that exist, each once, in order."""
+    real = (os.path.realpath(path) for path in paths if path)
     return list(dict.fromkeys(path for path in real if os.path.exists(path)))
