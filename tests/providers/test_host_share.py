@@ -176,6 +176,10 @@ def test_a_vm_cannot_take_more_than_its_share_of_the_hosts_file_table(tmp_path):
              {"id": "innocent", "mode": "shell", "instruction": "work", "timeout": 120,
               "check": "test -s ~/listing && grep -q 7 ~/sum",
               "reference": ["sleep 15; ls -la / /usr/bin > ~/listing && python3 -c 'print(3 + 4)' > ~/sum"]}]
+    # a run boots no more VMs than its samples can use at once, and a VM's share is of the
+    # VMs booted: as many samples as VMs, and as many rollouts
+    tasks += [{"id": f"filler{n}", "mode": "shell", "instruction": "nothing", "check": "true", "reference": ["true"]}
+              for n in range(vms - len(tasks))]
     peak = [int(Path("/proc/sys/fs/file-nr").read_text().split()[0])]
     baseline, done = peak[0], threading.Event()
 
@@ -186,10 +190,11 @@ def test_a_vm_cannot_take_more_than_its_share_of_the_hosts_file_table(tmp_path):
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
     try:
-        proc = run_cli(tmp_path, tasks, "--num-vms", str(vms))
+        proc = run_cli(tmp_path, tasks, "--num-vms", str(vms), "--num-rollouts", str(vms))
     finally:
         done.set()
         watcher.join()
+    assert "VMs are booted" not in proc.stderr, proc.stderr[-2000:]  # no fewer: the share is theirs
     records = {r["task_id"]: r for r in read_results(tmp_path / "out" / "share") if r.get("final")}
     bomb_log = (tmp_path / "out" / "share" / records["bomb"]["trajectory"]).read_text()
     print(f"{vms} VMs, a VM's share {share} of fs.file-max {file_max}; host file-nr "
