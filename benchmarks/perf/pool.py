@@ -212,11 +212,14 @@ def run_one(workdir: Path, label: str, *, mode: str, tasks: int, think_s: float,
     sampler.join()
     runner_cpu_s = ((cpu_after.user + cpu_after.system) - (cpu_before.user + cpu_before.system)
                     - sampler.own_cpu_s)
-    pool_size = (vms if shared else workers) if not mode.startswith("perf_none") else 0
+    # the VMs booted: a run boots no more than its rollouts (and tasks) can use at once
+    booted = min(vms or 0, workers * envs_per_worker, tasks) if shared else min(workers, tasks)
+    pool_size = booted if not mode.startswith("perf_none") else 0
     call_scope = mode.startswith("perf_call") and shared
     metrics = measure(outcome.run_dir, pool_size, started, loops=workers * envs_per_worker if call_scope else None,
                       think_s=think_s if call_scope else None)
-    metrics.update(label=label, mode=mode, n=workers, k=envs_per_worker, m=pool_size,
+    asked = ((vms if shared else workers) or 0) if pool_size else 0
+    metrics.update(label=label, mode=mode, n=workers, k=envs_per_worker, m=asked, vms_booted=pool_size,
                    shared=shared, provider=provider if pool_size else None,
                    think_s=think_s, vm_cmd_s=vm_s, exit_code=outcome.exit_code,
                    rss_mb_per_worker=mean(sampler.rss_mb), pss_mb_per_worker=mean(sampler.pss_mb),
