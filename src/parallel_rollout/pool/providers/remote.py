@@ -60,11 +60,11 @@ import logging
 import os
 import re
 import shlex
-import signal
 import subprocess
 import tempfile
 import time
 
+from ... import process_group
 from ...errors import ConfigError, GuestUnreachable, VMError
 from . import verify
 from .base import Provider, ProviderOptions, VMInfo
@@ -316,10 +316,7 @@ def wait_agent_ready(address: str, deadline: float, budget_s: float) -> None:
 
 def kill_group(proc: subprocess.Popen) -> None:
     """SIGKILL the process group of ``proc`` (a tunnel or VM tool) and reap it."""
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
+    process_group.kill_group(proc.pid)
     proc.wait()
 
 
