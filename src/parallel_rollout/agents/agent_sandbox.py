@@ -43,7 +43,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..pool.providers.host_dirs import existing
+from ..pool.providers.host_dirs import existing, outermost
 
 #: scratch space an agent's program may write, besides $HOME and its current folder
 SCRATCH = ("/tmp", "/var/tmp", "/dev/shm")
@@ -69,8 +69,8 @@ def host_view() -> HostView:
 
 @functools.lru_cache(maxsize=8)
 def _host_view(cwd: str, home: str) -> HostView:
-    code = [path for path in _outermost(runner_code()) if path != "/"]
-    writable = [path for path in _outermost(existing([*SCRATCH, home, cwd]))
+    code = [path for path in outermost(runner_code()) if path != "/"]
+    writable = [path for path in outermost(existing([*SCRATCH, home, cwd]))
                 if path != "/" and not any(within(path, top) for top in code)]
     return HostView(tuple(writable), tuple(path for path in code
                                            if any(within(path, top) for top in writable)))
@@ -200,11 +200,6 @@ def _binds(option: str, paths) -> list[str]:
 def within(path: str, top: str) -> bool:
     """Whether ``path`` is ``top`` or lies inside it (both absolute and normalized)."""
     return path == top or path.startswith(top.rstrip("/") + "/")
-
-
-def _outermost(paths: list[str]) -> list[str]:
-    """``paths`` but those inside another of them."""
-    return [path for path in paths if not any(other != path and within(path, other) for other in paths)]
 
 
 def current_folder() -> str:

@@ -226,9 +226,10 @@ class CommandAgent(Agent):
         if self._process is None:
             # Split here, not in __init__: the worker constructs agents outside any attempt,
             # where a ConfigError would end the env loop instead of becoming a record.
-            # The VM folders are listed (and made) at each start: a run may make one meanwhile;
-            # so are the daemons' sockets, a few stat()s.
-            hidden = (*host_dirs.private_folders(), *host_dirs.control_sockets(), *self.withheld)
+            # The VM folders and the runner's caches are listed (and made) at each start: a run
+            # may make one meanwhile; so are the daemons' sockets, a few stat()s.
+            hidden = (*host_dirs.private_folders(), *host_dirs.control_sockets(), *runner_caches(self.config),
+                      *self.withheld)
             self._process = AgentProcess(_split(self.command), self.command, hidden)
         return self._process
 
@@ -249,11 +250,43 @@ def run_folder(config) -> tuple[str, ...]:
         return ()
     output = os.path.realpath(os.path.expanduser(config.output_dir))
     run = os.path.join(output, config.run_id)
-    programs = [os.path.realpath(word) for word in _split(config.agent_cmd or "") if os.path.isfile(word)]
+    return (run,) if _holds(output, what_it_needs(config)) else (output,)
+
+
+def runner_caches(config) -> tuple[str, ...]:
+    """The runner's caches (``host_dirs.data_caches``, made when missing), which an agent must
+    neither read nor write: OSWorld's downloads hold the gold files its checks compare against
+    (an agent that read one answered with it; one that rewrote it made the check agree), the
+    image cache the disks VMs boot from. One that holds what the agent needs (its folder,
+    $HOME, /tmp …, the runner's code, its program: ``$PARALLEL_ROLLOUT_CACHE=~``) cannot be
+    hidden; it is left, with a warning, once per process."""
+    hidden, needed = [], what_it_needs(config)
+    for cache in host_dirs.data_caches():
+        if not _holds(cache, needed):
+            hidden.append(cache)
+        elif cache not in _WARNED:
+            _WARNED.add(cache)
+            log.warning("the cache folder %s holds what --agent-cmd's program needs (its folder, $HOME, /tmp, "
+                        "the runner's code or its program): it is not hidden from it, which may read and rewrite "
+                        "the files there (OSWorld's gold files, built images); set $PARALLEL_ROLLOUT_CACHE and "
+                        "$PARALLEL_ROLLOUT_OSWORLD_CACHE to folders of their own", cache)
+    return tuple(hidden)
+
+
+#: the caches a warning said could not be hidden
+_WARNED: set[str] = set()
+
+
+def what_it_needs(config) -> list[str]:
+    """What an agent needs to run, by real path: the folders it may write (its current folder,
+    $HOME, /tmp …), the runner's code, the files its command names (its program)."""
+    programs = [word for word in _split(config.agent_cmd or "") if os.path.isfile(word)]
     needed = [current_folder(), *SCRATCH, os.path.expanduser("~"), *runner_code(), *programs]
-    if any(path and within(os.path.realpath(path), output) for path in needed):
-        return (run,)
-    return (output,)
+    return [os.path.realpath(path) for path in needed if path]
+
+
+def _holds(folder: str, paths: list[str]) -> bool:
+    return any(within(path, folder) for path in paths)
 
 
 def task_files(config) -> tuple[str, ...]:

@@ -27,10 +27,12 @@ import os
 import urllib.parse
 from pathlib import Path
 
+from ...pool.providers.host_dirs import OSWORLD_CACHE
+
 #: tries and per-try timeout of one URL (OSWorld's client: 3 tries, 300 s)
 DOWNLOAD_ATTEMPTS = 3
 DOWNLOAD_TIMEOUT_S = 300.0
-CACHE_ENV = "PARALLEL_ROLLOUT_OSWORLD_CACHE"
+CACHE_ENV = OSWORLD_CACHE.env
 
 
 class DownloadError(OSError):
@@ -38,8 +40,9 @@ class DownloadError(OSError):
 
 
 def cache_root() -> Path:
-    """The cache folder: $PARALLEL_ROLLOUT_OSWORLD_CACHE or ~/.cache/parallel-rollout/osworld."""
-    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "parallel-rollout" / "osworld")
+    """The cache folder: $PARALLEL_ROLLOUT_OSWORLD_CACHE or ~/.cache/parallel-rollout/osworld
+    (``host_dirs.OSWORLD_CACHE``: a command agent's program never sees it, gold files included)."""
+    return OSWORLD_CACHE.path()
 
 
 def is_remote(url: str) -> bool:

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
+from ...pool.providers.host_dirs import rag_cache
 from . import wordnet
 
 #: bump when the documents or the index are made differently: old caches are not reused
@@ -129,11 +130,8 @@ def read_jsonl_corpus(path: Path) -> Iterator[dict[str, str]]:
 
 
 def cache_root() -> Path:
-    """The folder holding every cached index."""
-    if os.environ.get("PARALLEL_ROLLOUT_CACHE"):
-        return Path(os.environ["PARALLEL_ROLLOUT_CACHE"]) / "rag"
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "parallel-rollout" / "rag"
+    """The folder holding every cached index (``host_dirs.rag_cache``)."""
+    return rag_cache()
 
 
 def _bm25s():

@@ -1,14 +1,17 @@
 """Where the providers that run VMs on this host keep them: each one's base folder (its VMs'
 folders, their guest agents' sockets, the process provider's cached guest-agent bytecode)
-and the sandbox uids' lock files (``sandbox_uids.py``); and the control sockets
+and the sandbox uids' lock files (``sandbox_uids.py``); the runner's caches (``data_caches``:
+built images, OSWorld's downloads, the rag mode's indexes); and the control sockets
 (``control_sockets``) through which the container daemons (the docker provider's VMs, and the
 host) or the runner itself (its fork server, a Ray node) are driven.
 
-One statement of these folders, which their providers read (``process``, ``docker``,
-``qemu``, ``sandbox_uids``) and which ``private_folders`` lists for what must never reach
-them: the ``command`` agent's program is shown an empty, read-only folder in place of each
-(``agents.agent_sandbox``), so that it can neither replace a VM's guest agent nor the
-code every later sandbox runs; each control socket is ``/dev/null`` to it, and each folder of
+One statement of these folders, which their providers and modes read (``process``,
+``docker``, ``qemu``, ``sandbox_uids``, ``images``, ``envs.osworld.downloads``,
+``envs.rag.corpus``) and which ``private_folders`` and ``data_caches`` list for what must
+never reach them: the ``command`` agent's program is shown an empty, read-only folder in place
+of each (``agents.agent_sandbox``), so that it can neither replace a VM's guest agent nor the
+code every later sandbox runs, nor read or rewrite a gold file a check compares against or the
+image a VM boots from; each control socket is ``/dev/null`` to it, and each folder of
 them empty, so that it cannot drive Docker (start a container with the host's / in it, or
 exec into a VM) nor have the runner's fork server fork code of its own outside its sandbox. A light module:
 it imports no provider.
@@ -33,13 +36,18 @@ class BaseDir(NamedTuple):
     default: str
 
     def path(self) -> Path:
-        """The folder this process's environment names, else the default."""
-        return Path(os.environ.get(self.env) or self.default)
+        """The folder this process's environment names, else the default (``~`` expanded)."""
+        return Path(os.environ.get(self.env) or self.default).expanduser()
 
 
 PROCESS = BaseDir("PARALLEL_ROLLOUT_PROCESS_DIR", "/tmp/parallel-rollout/process")
 DOCKER = BaseDir("PARALLEL_ROLLOUT_DOCKER_DIR", "/tmp/parallel-rollout/docker")
 QEMU = BaseDir("PARALLEL_ROLLOUT_QEMU_DIR", "/tmp/parallel-rollout/qemu")
+#: the runner's caches: built images and root filesystems (``images``; a QEMU VM's disk is an
+#: overlay on the cached image, read live), and OSWorld's downloads (``envs.osworld.downloads``:
+#: a task's input files and the gold files its checks compare against, fetched once per machine)
+IMAGE_CACHE = BaseDir("PARALLEL_ROLLOUT_CACHE", "~/.cache/parallel-rollout")
+OSWORLD_CACHE = BaseDir("PARALLEL_ROLLOUT_OSWORLD_CACHE", "~/.cache/parallel-rollout/osworld")
 #: where the Docker CLI finds its daemon when $DOCKER_HOST names none (``scripts/dockerd.sh``'s)
 DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"
 #: the container daemons' control sockets and run folders: Docker's socket; containerd's
@@ -75,8 +83,35 @@ def private_folders(make: bool = True) -> list[str]:
         path = os.path.realpath(folder)
         if os.path.isdir(path) and path not in found:
             found.append(path)
-    return [path for path in found
-            if not any(path != other and path.startswith(other.rstrip("/") + "/") for other in found)]
+    return outermost(found)
+
+
+def rag_cache() -> Path:
+    """The rag mode's index cache (``envs.rag.corpus``): ``$PARALLEL_ROLLOUT_CACHE/rag``, else
+    ``rag`` in ``$XDG_CACHE_HOME/parallel-rollout`` or ``~/.cache/parallel-rollout``."""
+    if os.environ.get(IMAGE_CACHE.env):
+        return IMAGE_CACHE.path() / "rag"
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "parallel-rollout" / "rag"
+
+
+def data_caches(make: bool = True) -> list[str]:
+    """The runner's caches as this process's environment names them (``IMAGE_CACHE``,
+    ``OSWORLD_CACHE``, ``rag_cache``), by their real paths, each once (one may lie inside
+    another: the defaults do); made now when missing (mode 0700; not with ``make`` False: those that exist), so that no
+    program of the runner's user can make one first and fill it with files a later run takes
+    for a cached download or image."""
+    found: list[str] = []
+    for folder in (IMAGE_CACHE.path(), OSWORLD_CACHE.path(), rag_cache()):
+        if make:
+            try:
+                folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+            except OSError:
+                pass  # not ours to make (a read-only home): hidden when it exists
+        path = os.path.realpath(folder)
+        if os.path.isdir(path) and path not in found:
+            found.append(path)
+    return found
 
 
 def control_sockets() -> list[str]:
@@ -95,6 +130,12 @@ def control_sockets() -> list[str]:
         if "$" not in pattern:
             named += glob.glob(pattern) if "*" in pattern else [pattern]
     return existing(named)
+
+
+def outermost(paths: list[str]) -> list[str]:
+    """``paths`` (absolute, normalized) but those inside another of them."""
+    return [path for path in paths
+            if not any(other != path and path.startswith(other.rstrip("/") + "/") for other in paths)]
 
 
 def existing(paths) -> list[str]:

@@ -55,8 +55,9 @@ from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
 from ...errors import ProviderUnavailable, VMError
+from .host_dirs import IMAGE_CACHE
 
-CACHE_ENV = "PARALLEL_ROLLOUT_CACHE"
+CACHE_ENV = IMAGE_CACHE.env
 DEFAULT_SUITE = "bookworm"
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 #: bump when the recipe below changes in a way the key does not capture
@@ -125,9 +126,9 @@ Log = Callable[[str], None]
 
 
 def cache_dir() -> Path:
-    """Where built images live: ``$PARALLEL_ROLLOUT_CACHE`` or ``~/.cache/parallel-rollout``."""
-    configured = os.environ.get(CACHE_ENV)
-    return Path(configured).expanduser() if configured else Path.home() / ".cache" / "parallel-rollout"
+    """Where built images live: ``$PARALLEL_ROLLOUT_CACHE`` or ``~/.cache/parallel-rollout``
+    (``host_dirs.IMAGE_CACHE``, which a command agent's program never sees)."""
+    return IMAGE_CACHE.path()
 
 
 def recipe_key(*parts: object) -> str:

@@ -1,0 +1,212 @@
+"""The runner's caches are out of a command agent's reach: OSWorld's download cache holds the
+gold files its checks compare against (a ``cloud_file`` expected), and the image cache the
+disks VMs boot from (a QEMU VM's disk is an overlay on the cached image, read live). Before,
+both lay in ``~/.cache/parallel-rollout``, which the agent may write: a thief read a task's
+gold file and answered with it (success on a task it could not see), a forger could rewrite
+it, and one that planted a file where a later run looks for a download or an image had that
+run use it. Each cache is now an empty, read-only folder to it, made first when missing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from agent_runs import make_config, needs_bwrap, run_cli
+from conftest import ROOT, read_results, write_tasks
+from desktop_support import HEIGHT, WIDTH
+from parallel_rollout.agents import command
+from parallel_rollout.agents.command import CommandAgent
+from parallel_rollout.cli import main
+from parallel_rollout.envs.osworld import downloads
+from parallel_rollout.pool.providers import host_dirs, images
+from parallel_rollout.tasks import Task
+
+
+def shipped() -> list[dict]:
+    return [json.loads(line) for line in (ROOT / "benchmarks" / "osworld_tasks.jsonl").read_text().splitlines()
+            if line.strip()]
+
+
+def command_line(script: Path, *args: str) -> str:
+    return " ".join(shlex.quote(part) for part in (sys.executable, str(script), *args))
+
+
+#: on its first turn: lists every file under each cache it is told of, reads it, tries to
+#: rewrite it and to plant one beside it; logs what it saw; then DONE
+CACHE_PROBE = r"""
+import json, os, sys
+log, caches = sys.argv[1], sys.argv[2:]
+for line in sys.stdin:
+    if json.loads(line)["turn"] == 1:
+        report = {}
+        for cache in caches:
+            seen = report[cache] = {"files": {}, "planted": None}
+            for folder, _, names in os.walk(cache):
+                for name in names:
+                    path = os.path.join(folder, name)
+                    try:
+                        seen["files"][path] = open(path).read()
+                        open(path, "w").write("forged\n")
+                    except OSError as exc:
+                        seen["files"][path] = exc.strerror
+            try:
+                os.makedirs(os.path.join(cache, "urls", "planted"), exist_ok=True)
+                open(os.path.join(cache, "urls", "planted", "gold.txt"), "w").write("planted\n")
+                seen["planted"] = "written"
+            except OSError as exc:
+                seen["planted"] = exc.strerror
+        open(log, "a").write(json.dumps(report) + "\n")
+    print(json.dumps("DONE"), flush=True)
+"""
+
+
+@needs_bwrap
+def test_a_command_agent_neither_reads_nor_rewrites_nor_plants_in_the_runners_caches(tmp_path, monkeypatch):
+    """A shell run through the CLI with a gold file in OSWorld's download cache and a built
+    image in the image cache: the agent finds both caches empty and read-only, and both
+    files are as they were after the run; what it tried to plant is nowhere."""
+    image_cache, osworld_cache = tmp_path / "image-cache", tmp_path / "osworld-cache"
+    monkeypatch.setenv(images.CACHE_ENV, str(image_cache))
+    monkeypatch.setenv(downloads.CACHE_ENV, str(osworld_cache))
+    gold = downloads.cache_path("https://files.example/answer.txt", osworld_cache)
+    gold.parent.mkdir(parents=True)
+    gold.write_text("the answer\n")
+    image = image_cache / "qemu" / "disk.qcow2"
+    image.parent.mkdir(parents=True)
+    image.write_text("a disk\n")
+    script, log = tmp_path / "probe.py", tmp_path / "probe.log"
+    script.write_text(CACHE_PROBE)
+    data = write_tasks(tmp_path / "tasks.jsonl", [{"id": "t0", "mode": "shell", "instruction": "x", "check": "true"}])
+    run_cli(tmp_path, "caches", "--mode", "shell", "--data", str(data), "--num-vms", "1", "--use-vm-pool",
+            "--agent-cmd", command_line(script, str(log), str(image_cache), str(osworld_cache)))
+    report = json.loads(log.read_text())
+    assert report == {str(image_cache): {"files": {}, "planted": "Read-only file system"},
+                      str(osworld_cache): {"files": {}, "planted": "Read-only file system"}}, report
+    assert gold.read_text() == "the answer\n" and image.read_text() == "a disk\n"
+    assert not (osworld_cache / "urls" / "planted").exists()
+
+
+@needs_bwrap
+def test_caches_that_do_not_exist_yet_are_made_first_and_hidden(tmp_path, monkeypatch):
+    """The default caches under a $HOME that has none: they are made (mode 0700) before the
+    agent starts, so that it cannot make one first and fill it with a file a later run takes
+    for a download or an image; the agent sees them empty and cannot write into them."""
+    home = tmp_path / "home"
+    home.mkdir()
+    for name in (images.CACHE_ENV, downloads.CACHE_ENV, "XDG_CACHE_HOME"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(tmp_path)
+    cache = home / ".cache" / "parallel-rollout"
+    script, log = tmp_path / "probe.py", tmp_path / "probe.log"
+    script.write_text(CACHE_PROBE)
+    agent = CommandAgent(make_config(agent="command", agent_cmd=command_line(
+        script, str(log), str(cache), str(cache / "osworld"))))
+    agent.reset(Task(id="c1", mode="math", payload={"problem": "1+1"}))
+    try:
+        assert agent.act({"problem": "1+1"}) == "DONE"
+    finally:
+        agent.close()
+    report = json.loads(log.read_text())
+    assert report == {str(cache): {"files": {}, "planted": "Read-only file system"},
+                      str(cache / "osworld"): {"files": {}, "planted": "Read-only file system"}}, report
+    assert sorted(os.listdir(cache)) == ["osworld", "rag"]
+    assert not any(files for _, _, files in os.walk(cache))
+    assert oct(cache.stat().st_mode & 0o777) == "0o700"
+
+
+def test_a_cache_that_holds_what_the_agent_needs_is_left_with_a_warning(tmp_path, monkeypatch, caplog):
+    """$PARALLEL_ROLLOUT_CACHE set to the agent's own folder: hiding it would hide the agent's
+    program; it is left, and the run's log says why and what to set; the caches that do not
+    hold its needs (OSWorld's, the rag indexes' inside the first) are still hidden."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(images.CACHE_ENV, str(tmp_path))
+    monkeypatch.setenv(downloads.CACHE_ENV, str(tmp_path / "osworld-cache"))
+    monkeypatch.setattr(command, "_WARNED", set())
+    config = make_config(agent="command", agent_cmd=command_line(tmp_path / "agent.py"))
+    with caplog.at_level("WARNING"):
+        hidden = command.runner_caches(config)
+    assert hidden == (str(tmp_path / "osworld-cache"), str(tmp_path / "rag"))  # the others still hidden
+    assert f"the cache folder {tmp_path} holds what --agent-cmd's program needs" in caplog.text
+    assert "PARALLEL_ROLLOUT_OSWORLD_CACHE" in caplog.text
+
+
+def test_each_cache_is_read_where_its_module_keeps_it(tmp_path, monkeypatch):
+    """One statement of the caches (``host_dirs``): the folders hidden are those the image
+    builder, OSWorld's downloads and the rag mode's indexes use."""
+    from parallel_rollout.envs.rag import corpus
+
+    monkeypatch.setenv(images.CACHE_ENV, str(tmp_path / "c"))
+    monkeypatch.setenv(downloads.CACHE_ENV, str(tmp_path / "o"))
+    assert images.cache_dir() == tmp_path / "c" and downloads.cache_root() == tmp_path / "o"
+    assert corpus.cache_root() == tmp_path / "c" / "rag"
+    assert host_dirs.data_caches() == [str(tmp_path / "c"), str(tmp_path / "o"), str(tmp_path / "c" / "rag")]
+    monkeypatch.delenv(images.CACHE_ENV)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert corpus.cache_root() == tmp_path / "xdg" / "parallel-rollout" / "rag"
+
+
+# ------------------------------------------------------------------ an OSWorld task, end to end
+
+#: pyautogui action space: on turn 1 it looks through OSWorld's download cache for any file and
+#: writes what it found into the answer file the task's check reads; then DONE
+GOLD_THIEF = r"""
+import json, os, sys
+cache = os.environ.get("PARALLEL_ROLLOUT_OSWORLD_CACHE", "")
+for line in sys.stdin:
+    if json.loads(line)["turn"] == 1:
+        found = [open(os.path.join(d, n)).read() for d, _, names in os.walk(cache) for n in names]
+        answer = found[0] if found else "nothing found\n"
+        print(json.dumps(f"import os; open(os.path.expanduser('~/answer.txt'), 'w').write({answer!r})"), flush=True)
+    else:
+        print(json.dumps("DONE"), flush=True)
+"""
+
+
+@needs_bwrap
+@pytest.mark.skipif(not all(shutil.which(p) for p in ("Xvfb", "openbox", "xterm")),
+                    reason="the desktop packages are missing (./dev installs them)")
+def test_an_osworld_agent_cannot_answer_with_the_gold_file_from_the_download_cache(tmp_path, monkeypatch):
+    """An OSWorld task whose check compares a file the agent writes with a gold file behind
+    a URL (``cloud_file``, fetched into the download cache once per machine): the agent,
+    which is never handed the evaluator, found the gold file in the cache and wrote it out.
+    It finds nothing now: the task fails, as it should for an agent that cannot know the
+    answer; the oracle's answer still passes."""
+    osworld_cache = tmp_path / "osworld-cache"
+    monkeypatch.setenv(downloads.CACHE_ENV, str(osworld_cache))
+    url = "https://files.example/gold-7f3a.txt"
+    gold = downloads.cache_path(url, osworld_cache)
+    gold.parent.mkdir(parents=True)
+    gold.write_text("the secret only the gold file knows\n")
+    terminal = next(t for t in shipped() if t["id"] == "terminal-echo-file")  # an xterm, the oracle's clicks
+    task = {**terminal, "id": "gold-in-cache", "instruction": "Write the secret into ~/answer.txt.",
+            "reference": [terminal["reference"][0], {"action_type": "TYPING", "parameters": {
+                "text": "echo 'the secret only the gold file knows' > ~/answer.txt\n"}}],
+            "evaluator": {"postconfig": [{"type": "sleep", "parameters": {"seconds": 0.5}}],
+                          "func": "compare_text_file",
+                          "result": {"type": "vm_file", "path": "~/answer.txt", "dest": "answer.txt"},
+                          "expected": {"type": "cloud_file", "path": url, "dest": "gold.txt"}}}
+    data = write_tasks(tmp_path / "tasks.jsonl", [task])
+    script = tmp_path / "thief.py"
+    script.write_text(GOLD_THIEF)
+    common = ["run", "--mode", "osworld", "--data", str(data), "--num-rollouts", "1", "--num-vms", "1",
+              "--use-vm-pool", "--output-dir", str(tmp_path / "out"), "--action-space", "pyautogui",
+              "--screen-width", str(WIDTH), "--screen-height", str(HEIGHT), "--max-turns", "3", "--no-progress"]
+    thief = CliRunner().invoke(main, [*common, "--run-id", "thief", "--agent", "command",
+                                      "--agent-cmd", command_line(script)])
+    assert thief.exit_code == 0, thief.output[-3000:]
+    records = read_results(tmp_path / "out" / "thief")
+    assert [(r["status"], r["reward"]) for r in records] == [("failure", 0.0)], (thief.output[-2000:], records)
+    assert gold.read_text() == "the secret only the gold file knows\n"
+    oracle = CliRunner().invoke(main, [*common, "--run-id", "oracle", "--agent", "oracle"])
+    assert oracle.exit_code == 0, oracle.output[-3000:]
+    records = read_results(tmp_path / "out" / "oracle")
+    assert [(r["status"], r["reward"]) for r in records] == [("success", 1.0)], (oracle.output[-2000:], records)
