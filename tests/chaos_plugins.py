@@ -12,6 +12,7 @@ import json
 import os
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -43,7 +44,7 @@ class ChaosAgent(OracleAgent):
 
     #: every kind it knows: another is a test's typo, which would pass as no chaos at all
     KINDS = frozenset({"exit", "hang", "kill_sandbox", "nan_result", "raise", "remove_socket", "sigkill",
-                       "sigkill_always", "system_exit", "unencodable_result", "unpicklable"})
+                       "sigkill_always", "stop_sandbox", "system_exit", "unencodable_result", "unpicklable"})
 
     def reset(self, task) -> None:
         super().reset(task)
@@ -75,6 +76,12 @@ class ChaosAgent(OracleAgent):
                 # this task leased, from the host.
                 kill_leased_sandbox(self.config, f"{self._task.id}#0")
                 return {"command": "true"}
+            if self.kind == "stop_sandbox":
+                # What an operator's `kill -STOP` does, from the host, a second into the command
+                # this returns (the VM held by its lease): the VM runs on, answering nothing
+                key = f"{self._task.id}#0"
+                threading.Timer(1.0, kill_leased_sandbox, (self.config, key, signal.SIGSTOP)).start()
+                return {"command": "sleep 3; true"}
             if self.kind == "remove_socket":
                 # What an operator's `find … -name agent.sock -delete` does, from the host
                 remove_leased_socket(self.config, f"{self._task.id}#0")
@@ -100,11 +107,13 @@ class WorkerKillerAgent(OracleAgent):
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-def kill_leased_sandbox(config, key: str) -> None:
+def kill_leased_sandbox(config, key: str, sig: int = signal.SIGKILL) -> None:
     """Kill the VM leased to ``key`` (found in the run's events.jsonl) from the host, as its
     provider's VMs die of an operator or the host's OOM killer: a process sandbox's every
     process of all its folders (the leased one and its standbys'), a docker VM's running
-    containers (``docker kill``: the leased one and its spare), a QEMU VM's process."""
+    containers (``docker kill``: the leased one and its spare), a QEMU VM's process. Another
+    ``sig`` (SIGSTOP: an operator's ``kill -STOP``) is sent to the same processes, a docker
+    VM's too (each of its containers' processes, found from the host)."""
     from parallel_rollout.pool.providers import standby
     from parallel_rollout.pool.providers.common import run_folders
 
@@ -116,13 +125,21 @@ def kill_leased_sandbox(config, key: str) -> None:
             ["docker", "ps", "-q", "--filter", f"label=parallel-rollout.run={config.run_id}",
              "--filter", f"label=parallel-rollout.vm={vm}"],
             capture_output=True, text=True, timeout=60, check=True).stdout.split()
-        subprocess.run(["docker", "kill", *names], capture_output=True, timeout=60, check=True)
+        if sig == signal.SIGKILL:
+            subprocess.run(["docker", "kill", *names], capture_output=True, timeout=60, check=True)
+            return
+        pids = subprocess.run(["docker", "inspect", "--format", "{{.State.Pid}}", *names],
+                              capture_output=True, text=True, timeout=60, check=True).stdout.split()
+        for pid in pids:
+            root = psutil.Process(int(pid))
+            for proc in [root, *root.children(recursive=True)]:
+                proc.send_signal(sig)
         return
     if config.provider_name == "qemu":
         marker = f"parallel-rollout-{config.run_id}-{vm}"
         for proc in psutil.process_iter(["name", "cmdline"]):
             if proc.info["name"] == qemu.QEMU and marker in (proc.info["cmdline"] or ()):
-                proc.kill()
+                proc.send_signal(sig)
         return
     [run_dir] = run_folders(Path(os.environ["PARALLEL_ROLLOUT_PROCESS_DIR"]), config.run_id)  # its pool's
     for folder in standby.folders(run_dir, vm):
@@ -133,7 +150,7 @@ def kill_leased_sandbox(config, key: str) -> None:
             continue
         for proc in procs:
             try:
-                proc.kill()
+                proc.send_signal(sig)
             except psutil.NoSuchProcess:
                 pass
 

@@ -50,3 +50,42 @@ def test_a_vm_killed_from_outside_under_a_task_is_retried_as_infrastructure(harn
     events = [json.loads(line) for line in (outcome.run_dir / "events.jsonl").read_text().splitlines()]
     assert any(e.get("to") == "dead" and e.get("vm") == first["vm"]
                and "killed from outside" in e.get("reason", "") for e in events), events
+
+
+#: provider -> what its cause names when the VM was stopped (SIGSTOP), not killed
+STOPPED = {"docker": "was stopped from outside, which the task's user", "qemu": "its QEMU process"}
+
+
+@pytest.mark.parametrize("harness", ["docker", pytest.param("qemu", marks=pytest.mark.slow)],
+                         indirect=True)
+def test_a_vm_stopped_from_outside_under_a_task_is_retried_not_the_tasks_timeout(harness, tmp_path,
+                                                                                 monkeypatch):
+    """Every process of the leased VM gets SIGSTOP from the host between two of the task's
+    actions (an operator's ``kill -STOP``): nothing exits, the next action waits on a guest
+    that answers nothing until --task-timeout. That was the task's ``task_timeout``, final,
+    on docker and qemu (only the process provider told a stopped agent); the provider now
+    finds the stopped process in /proc (a container's init, its agent, not the task's uid;
+    QEMU itself): ``VMKilled``, the VM marked dead, the task retried on another and graded."""
+    monkeypatch.setenv("PR_CHAOS_DIR", str(tmp_path))
+    tasks = [shell_task(f"t{i}") for i in range(2)]
+    tasks[1]["chaos"] = "stop_sandbox"
+    data = write_tasks(tmp_path / "tasks.jsonl", tasks)
+    run_id = harness.new_run_id()
+    flags = dict(mode="shell", data=str(data), agent="chaos_plugins:ChaosAgent", num_rollouts=2,
+                 num_vms=2, use_vm_pool=True, output_dir=str(tmp_path / "out"), run_id=run_id,
+                 provider_name=harness.name, max_retries=1, progress=False, task_timeout=6,
+                 boot_timeout_s=harness.boot_timeout_s)
+    if harness.name == "qemu":
+        flags["vm_memory_mb"] = 384
+    outcome = Runner(build_config(flags)).run()
+    assert outcome.exit_code == 0, outcome.message
+    finals = assert_exactly_once(outcome.run_dir, {"t0#0", "t1#0"})
+    assert {key: record["status"] for key, record in finals.items()} == {"t0#0": "success", "t1#0": "success"}, finals
+    first, *rest = [r for r in read_results(outcome.run_dir) if r["key"] == "t1#0"]
+    failure = first["failure"]
+    assert first["status"] == "vm_error" and first["infrastructure"] and not first["final"], first
+    assert failure["type"] == "VMKilled" and STOPPED[harness.name] in failure["message"], failure
+    assert "task_timeout" in failure["message"], failure  # what the task saw
+    assert [r["attempt"] for r in rest] == [1] and rest[0]["vm"] != first["vm"], rest
+    events = [json.loads(line) for line in (outcome.run_dir / "events.jsonl").read_text().splitlines()]
+    assert any(e.get("to") == "dead" and e.get("vm") == first["vm"] for e in events), events

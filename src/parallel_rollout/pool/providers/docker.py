@@ -318,8 +318,9 @@ class DockerProvider(SpareContainers, Provider):
             return False
 
     def death_cause(self, info: VMInfo) -> str | None:
-        """Why the container died, when its task cannot have done it (``docker_cli``)."""
-        return container_death_cause(info.private["name"], self._memory_mb is not None)
+        """Why the container died or stopped answering, when its task cannot have done it
+        (``docker_cli``); its commands run as the VM's sandbox uid."""
+        return container_death_cause(info.private["name"], self._memory_mb is not None, info.private.get("uid"))
 
     def stop(self, info: VMInfo) -> None:
         """Remove the VM's container, its spare and its folder; a second call does nothing."""

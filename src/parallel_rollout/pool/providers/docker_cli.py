@@ -26,6 +26,7 @@ import psutil
 from ...errors import ConfigError, ProviderUnavailable, VMError
 from . import host_dirs, images, sandbox_fs
 from .common import same_process, signal_name
+from .halted import halted_tree
 
 LABEL = "parallel-rollout"
 GUEST_HOME = "/home/user"
@@ -127,26 +128,34 @@ def container_state(name: str) -> str:
     return done.stdout.strip() if done.returncode == 0 else "missing"
 
 
-def container_death_cause(name: str, memory_limited: bool) -> str | None:
-    """Why a container died, when the task in it cannot have done it (``Provider.
-    death_cause``): removed, paused, or its init (or agent) killed by a signal with no OOM
-    of its own memory limit. The task runs as another user than the agent and docker-init,
-    so it can signal neither. An OOM kill is the task's when the container has a memory
-    limit (it used it up), the host's otherwise. A container that still runs is waited for
-    (DEATH_WAIT_S): dockerd learns of a killed init a moment after its agent's socket closed."""
+def container_death_cause(name: str, memory_limited: bool, task_uid: int | None = None) -> str | None:
+    """Why a container died or stopped answering, when the task in it cannot have done it
+    (``Provider.death_cause``): removed, paused, a process of it that is not the task's
+    (``task_uid``'s: docker-init, the agent) stopped or traced from outside (``halted``), or
+    its init (or agent) killed by a signal with no OOM of its own memory limit. The task runs
+    as another user than the agent and docker-init, so it can signal neither. An OOM kill is
+    the task's when the container has a memory limit (it used it up), the host's otherwise.
+    A container that still runs is waited for (DEATH_WAIT_S): dockerd learns of a killed
+    init a moment after its agent's socket closed."""
     deadline = time.monotonic() + DEATH_WAIT_S
     while True:
-        done = docker("container", "inspect", "--format", "{{json .State}}", name, check=False)
+        done = docker("container", "inspect", "--format", '{"state": {{json .State}}, "id": {{json .Id}}}', name,
+                      check=False)
         if done.returncode != 0:
             return f"its container {name} is gone (removed from outside)"
         try:
-            state = json.loads(done.stdout)
-        except ValueError:
+            found = json.loads(done.stdout)
+            state, container_id = found["state"], found["id"]
+        except (ValueError, KeyError, TypeError):
             return None
         if state.get("Paused"):
             return f"its container {name} was paused from outside"
         if not state.get("Running"):
             break
+        init = local_pid(state.get("Pid"), container_id)
+        halted = halted_tree(init, host_uid(init, task_uid)) if init and task_uid is not None else None
+        if halted:
+            return f"{halted} (container {name})"
         if time.monotonic() > deadline:
             return None  # alive: its agent stopped answering, as far as anyone can tell
         time.sleep(0.05)
@@ -156,6 +165,33 @@ def container_death_cause(name: str, memory_limited: bool) -> str | None:
     if code > 128:
         return f"its container {name} was stopped by {signal_name(code - 128)} from outside (exit code {code})"
     return None
+
+
+def local_pid(pid, container_id: str) -> int | None:
+    """``pid`` (a container's init as dockerd reports it) when it is that container's process
+    on this host (its cgroup path names the container), else None: a daemon on another
+    machine, or in another PID namespace, reports pids this host's /proc does not hold."""
+    if not isinstance(pid, int) or pid <= 0 or not container_id:
+        return None
+    try:
+        with open(f"/proc/{pid}/cgroup") as cgroup:
+            return pid if container_id in cgroup.read() else None
+    except OSError:
+        return None
+
+
+def host_uid(pid: int, uid: int) -> int:
+    """``uid`` inside the user namespace of process ``pid`` as this host sees it (a daemon
+    with ``userns-remap`` maps a container's uids to a range of the host's; none: itself)."""
+    try:
+        with open(f"/proc/{pid}/uid_map") as uid_map:
+            for line in uid_map:
+                inside, outside, count = (int(word) for word in line.split())
+                if inside <= uid < inside + count:
+                    return outside + uid - inside
+    except (OSError, ValueError):
+        pass
+    return uid
 
 
 def check_image(image: str, snapshot_named: bool, desktop: bool) -> None:

@@ -105,6 +105,7 @@ from .common import (LONG_VM_ID, check_name, check_vm_folder_free, checked_socke
                      log_tail, make_vm_dir, new_pool_key, owner_label, pool_folder, process_and_agent_healthy, read_meta,
                      remove_run_dir_if_empty, runs_vm, same_process, secure_base_dir, signal_name,
                      sweep_vm_folders, write_meta)
+from .halted import halted_tree
 from .sandbox_processes import launcher
 # KVM detection and QMP; the accelerator names are part of this module's face (tests,
 # benchmarks and the CLI reach them as qemu.X)
@@ -275,8 +276,13 @@ class QemuProvider(Provider):
         return process_and_agent_healthy(info, timeout_s=5.0)
 
     def death_cause(self, info: VMInfo) -> str | None:
-        """QEMU killed by a signal (which no guest can send its host's process), else None."""
+        """QEMU killed by a signal, or stopped or traced while it runs (no guest can do either
+        to its host's process: ``halted``), else None."""
         proc, pid = _children.get(info.private.get("pid")), info.private.get("pid")
+        if proc is not None and proc.poll() is None:
+            halted = halted_tree(pid, None)  # said at once: the wait below is for a dying QEMU
+            if halted:
+                return halted.replace("its process", "its QEMU process", 1)
         status = exit_status(proc, 2.0) if proc is not None else None
         return f"its QEMU (pid {pid}) was killed by {signal_name(-status)}" if status and status < 0 else None
 

@@ -52,6 +52,7 @@ from ...errors import VMError
 from ...guest.agent_output import pidfd_exited, readable_within, wait_exit
 from . import cgroups
 from .common import create_time, exit_status, runs_vm, same_process, signal_name
+from .halted import halted_tree
 
 log = logging.getLogger(__name__)
 
@@ -275,50 +276,11 @@ def death_cause(private: dict, run_as: int | None) -> str | None:
 def halted_process(private: dict, run_as: int) -> str | None:
     """Which process of a running sandbox that the task's user (``run_as``) cannot signal
     or trace is stopped or traced (its guest agent, its namespace init: an outside act that
-    makes the agent stop answering, as a kill does), or None. A process whose real or saved
-    uid is ``run_as`` is left out: the task may have stopped it itself."""
+    makes the agent stop answering, as a kill does; ``halted.halted_tree``), or None."""
     init_pid, created = private.get("init_pid"), private.get("init_create_time")
     if not init_pid or created is None or not same_process(init_pid, created):
         return None
-    pending, seen = [init_pid], set()
-    while pending:
-        pid = pending.pop()
-        if pid in seen:
-            continue
-        seen.add(pid)
-        fields = _proc_status(pid)
-        uids = fields.get("Uid", "").split()
-        if len(uids) >= 3 and str(run_as) not in (uids[0], uids[2]):
-            state, tracer = fields.get("State", "")[:1], fields.get("TracerPid", "0")
-            if state in ("T", "t") or tracer not in ("", "0"):
-                what = f"traced by process {tracer}" if tracer not in ("", "0") else "stopped"
-                return (f"its process {pid} ({fields.get('Name', '?')}, uid {uids[0]}) was {what} from "
-                        f"outside, which the task's user (uid {run_as}) cannot do")
-        pending.extend(_children_of(pid))
-    return None
-
-
-def _proc_status(pid: int) -> dict[str, str]:
-    try:
-        with open(f"/proc/{pid}/status") as status:
-            return dict(line.rstrip("\n").split(":\t", 1) for line in status if ":\t" in line)
-    except OSError:
-        return {}
-
-
-def _children_of(pid: int) -> list[int]:
-    found = []
-    try:
-        threads = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return found
-    for thread in threads:
-        try:
-            with open(f"/proc/{pid}/task/{thread}/children") as children_file:
-                found.extend(int(child) for child in children_file.read().split())
-        except (OSError, ValueError):
-            continue
-    return found
+    return halted_tree(init_pid, run_as)
 
 
 def kill_all() -> None:
