@@ -21,24 +21,29 @@ from process_tree import stop_guest_agents
 pytestmark = [needs_bwrap, pytest.mark.skipif(os.geteuid() != 0, reason="the agent is another user as root only")]
 
 
+def run_stopping(markers: list[str], *argv: str):
+    """The CLI run of ``argv``, with each marker's guest agent stopped once from outside while
+    it runs; the run's result and the markers done."""
+    stopped, done = [], threading.Event()
+    watcher = threading.Thread(target=stop_guest_agents, args=(markers, stopped, done), daemon=True)
+    watcher.start()
+    try:
+        return CliRunner().invoke(main, list(argv)), stopped
+    finally:
+        done.set()
+        watcher.join(5)
+
+
 def test_a_guest_agent_stopped_from_outside_is_retried_not_graded(tmp_path):
     tasks = [{"id": "check", "mode": "shell", "instruction": "make ~/ok", "check": "sleep 2.71; test -e ~/ok",
               "reference": ["touch ~/ok"], "timeout": 5},
              {"id": "action", "mode": "shell", "instruction": "make ~/ok", "check": "test -e ~/ok",
               "reference": ["sleep 2.72; touch ~/ok"], "timeout": 5}]
     data = write_tasks(tmp_path / "tasks.jsonl", tasks)
-    stopped, done = [], threading.Event()
-    watcher = threading.Thread(target=stop_guest_agents, args=(["sleep 2.71", "sleep 2.72"], stopped, done),
-                               daemon=True)
-    watcher.start()
-    try:
-        result = CliRunner().invoke(main, [
-            "--mode", "shell", "--data", str(data), "--agent", "oracle", "--num-rollouts", "1",
-            "--num-vms", "1", "--use-vm-pool", "--max-retries", "1", "--output-dir", str(tmp_path / "out"),
-            "--run-id", "stop", "--no-progress"])
-    finally:
-        done.set()
-        watcher.join(5)
+    result, stopped = run_stopping(
+        ["sleep 2.71", "sleep 2.72"], "--mode", "shell", "--data", str(data), "--agent", "oracle",
+        "--num-rollouts", "1", "--num-vms", "1", "--use-vm-pool", "--max-retries", "1",
+        "--output-dir", str(tmp_path / "out"), "--run-id", "stop", "--no-progress")
     assert sorted(stopped) == ["sleep 2.71", "sleep 2.72"], stopped
     assert result.exit_code == 0, (result.output[-3000:], result.exception)
     run_dir = tmp_path / "out" / "stop"
@@ -67,17 +72,10 @@ def test_a_guest_agent_stopped_from_outside_past_the_task_timeout_is_not_the_tas
              {**shell, "id": "self_stop", "reference": ["kill -STOP $$"]}]
     data = write_tasks(tmp_path / "tasks.jsonl", tasks)
     markers = {"sleep 1.51": "setup", "sleep 1.52": "action", "sleep 1.53": "check"}
-    stopped, done = [], threading.Event()
-    watcher = threading.Thread(target=stop_guest_agents, args=(list(markers), stopped, done), daemon=True)
-    watcher.start()
-    try:
-        result = CliRunner().invoke(main, [
-            "--mode", "shell", "--data", str(data), "--agent", "oracle", "--num-rollouts", "5",
-            "--num-vms", "5", "--use-vm-pool", "--max-retries", "1", "--task-timeout", "10",
-            "--output-dir", str(tmp_path / "out"), "--run-id", "late", "--no-progress"])
-    finally:
-        done.set()
-        watcher.join(5)
+    result, stopped = run_stopping(
+        list(markers), "--mode", "shell", "--data", str(data), "--agent", "oracle", "--num-rollouts", "5",
+        "--num-vms", "5", "--use-vm-pool", "--max-retries", "1", "--task-timeout", "10",
+        "--output-dir", str(tmp_path / "out"), "--run-id", "late", "--no-progress")
     assert sorted(stopped) == sorted(markers), stopped
     assert result.exit_code in (0, 1), (result.output[-3000:], result.exception)
     run_dir = tmp_path / "out" / "late"
@@ -97,3 +95,25 @@ def test_a_guest_agent_stopped_from_outside_past_the_task_timeout_is_not_the_tas
         assert record["status"] == "task_timeout" and not record["infrastructure"], record
         assert record["failure"]["type"] == "TaskTimeout" and record["failure"]["phase"] == "agent", record["failure"]
     assert finals["hang#0"]["final"] and finals["self_stop#0"]["final"]
+
+
+def test_a_vm_leased_around_one_call_and_stopped_from_outside_is_not_the_tasks_timeout(tmp_path):
+    """A py task leases its VM only around the judge (``vm_scope == "call"``: within the
+    agent's turn that answers, not before it): the worker tells the engine the lease with
+    the end of its wait for the VM (``LeaseWait``), so that a timeout while the stopped
+    agent runs the judge is asked of that VM: ``VMKilled``, retried, graded on another VM."""
+    task = {"id": "judge", "mode": "py", "prompt": "def f():\n", "canonical_solution": "    return 1\n",
+            "entry_point": "f", "test": "import subprocess\n\ndef check(candidate):\n"
+                                        "    subprocess.run(['sleep', '1.54'])\n    assert candidate() == 1\n"}
+    data = write_tasks(tmp_path / "tasks.jsonl", [task])
+    result, stopped = run_stopping(
+        ["sleep 1.54"], "--mode", "py", "--data", str(data), "--agent", "oracle", "--num-rollouts", "1",
+        "--num-vms", "2", "--use-vm-pool", "--max-retries", "1", "--task-timeout", "8",
+        "--output-dir", str(tmp_path / "out"), "--run-id", "call", "--no-progress")
+    assert stopped == ["sleep 1.54"], stopped
+    assert result.exit_code == 0, (result.output[-3000:], result.exception)
+    first, *rest = read_results(tmp_path / "out" / "call")
+    failure = first["failure"]
+    assert first["status"] == "vm_error" and failure["type"] == "VMKilled" and failure["phase"] == "agent", first
+    assert "stopped from outside" in failure["message"] and "task_timeout" in failure["message"], failure
+    assert [(r["attempt"], r["status"]) for r in rest] == [(1, "success")], rest

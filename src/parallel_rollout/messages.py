@@ -74,11 +74,16 @@ class Started:
 @dataclass(frozen=True)
 class LeaseWait:
     """An attempt began (``waiting``) or ended a wait for a VM: the task clock stops
-    meanwhile, and the wait has its own deadline (``lease_timeout_s``)."""
+    meanwhile, and the wait has its own deadline (``lease_timeout_s``). A wait that ended
+    with a VM says which (``vm``) and by which ``lease``: the backend keeps them with the
+    attempt's last ``Progress`` (a lease given back since is harmless there: the pool answers
+    only for a lease that still holds its VM)."""
 
     key: str
     attempt: int
     waiting: bool
+    lease: int | None = None
+    vm: str | None = None
 
 
 @dataclass(frozen=True)

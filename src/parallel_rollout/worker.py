@@ -24,6 +24,7 @@ and goes on.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -78,11 +79,10 @@ class RolloutWorker:
         self._agents: dict[tuple[str, int], Agent] = {}
         self._agents_lock = threading.Lock()
         #: the last Progress of each attempt: a Ray actor's driver asks for it at a timeout (a
-        #: process worker sends each one down its pipe too), and a lease taken or given back
-        #: is said in the same phase
+        #: process worker sends each one down its pipe too)
         self._last_progress: dict[tuple[str, int], Progress] = {}
-        #: the lease by which each attempt holds a VM now (``AttemptLeaser``)
-        self._leases: dict[tuple[str, int], int] = {}
+        #: the lease by which each attempt holds a VM now, and that VM (``AttemptLeaser``)
+        self._leases: dict[tuple[str, int], tuple[int, str | None]] = {}
 
     def run(self) -> None:
         """Read assignments until STOP (or the engine is gone), then let the loops finish."""
@@ -155,8 +155,13 @@ class RolloutWorker:
         self._leases.pop((key, attempt), None)
 
     def progress_of(self, key: str, attempt: int) -> Progress | None:
-        """A Ray actor's last Progress of an attempt under way (None once it is settled)."""
-        return self._last_progress.get((key, attempt))
+        """A Ray actor's last Progress of an attempt under way, with the VM and lease it holds
+        now (None once it is settled)."""
+        last = self._last_progress.get((key, attempt))
+        held = self._leases.get((key, attempt))
+        if last is None or held is None:
+            return last
+        return dataclasses.replace(last, lease=held[0], vm=held[1])
 
     def _check_cancelled(self, item: Assignment) -> None:
         if (item.key, item.attempt) in self._cancelled:
@@ -277,21 +282,19 @@ class RolloutWorker:
     def _progress(self, item: Assignment, record: dict[str, Any], phase: str) -> None:
         """Tell the engine where the attempt is: a timeout's record keeps it (its VM, turns,
         trajectory, and the phase the time ran out in), and the lease it holds its VM by."""
+        held = self._leases.get((item.key, item.attempt))
         self._send(Progress(item.key, item.attempt, phase, record.get("turns"), record.get("vm"),
-                            record.get("trajectory"), self._leases.get((item.key, item.attempt))))
+                            record.get("trajectory"), held[0] if held else None))
 
     def _held(self, item: Assignment, record: dict[str, Any], lease: int | None) -> None:
-        """The attempt took a VM by ``lease``, or gave it back (None). A lease taken within a
-        phase (a ``vm_scope == "call"`` env leases within its reset, step or evaluate) is said
-        at once; one given back is not: the pool answers for a lease that holds its VM only."""
+        """The attempt took a VM by ``lease``, or gave it back (None): the next ``Progress``
+        carries it. A local worker's engine learnt of it already, from the ``LeaseWait`` that
+        ended the wait; a Ray actor's driver asks ``progress_of``, which merges it."""
         ident = (item.key, item.attempt)
         if lease is None:
             self._leases.pop(ident, None)
-            return
-        self._leases[ident] = lease
-        last = self._last_progress.get(ident)
-        if last is not None:
-            self._progress(item, record, last.phase)
+        else:
+            self._leases[ident] = (lease, record.get("vm"))
 
 
 #: the Env classes whose reward outside [0, 1] this process has warned of
@@ -389,7 +392,7 @@ class AttemptLeaser:
         waiting = True
         try:
             with lease_vm(self.pool, self.owner, key, self.timeout_s, self.holder) as info:
-                self.send(LeaseWait(key, attempt, False))
+                self.send(LeaseWait(key, attempt, False, info.lease, info.vm_id))
                 waiting = False
                 waited = time.monotonic() - started
                 self.record["lease_wait_s"] = round((self.record["lease_wait_s"] or 0.0) + waited, 4)

@@ -38,7 +38,7 @@ import logging
 import multiprocessing
 import select
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
@@ -323,7 +323,10 @@ class LocalBackend(WorkerTable):
             w.started[ident] = self.new_clock()
         elif isinstance(message, LeaseWait):
             if ident in w.started:
-                w.started[ident].lease_wait(message.waiting, time.monotonic())
+                clock = w.started[ident]
+                clock.lease_wait(message.waiting, time.monotonic())
+                if message.lease is not None and clock.progress is not None:  # where the attempt holds a VM
+                    clock.progress = replace(clock.progress, lease=message.lease, vm=message.vm)
         elif isinstance(message, Progress):
             if ident in w.started:
                 w.started[ident].progress = message
