@@ -156,24 +156,41 @@ def test_each_cache_is_read_where_its_module_keeps_it(tmp_path, monkeypatch):
 
 # ------------------------------------------------------------------ an OSWorld task, end to end
 
-#: pyautogui action space: on turn 1 it looks through OSWorld's download cache for any file and
-#: writes what it found into the answer file the task's check reads; then DONE
+
+def osworld_run(tmp_path, data, run_id: str, *agent: str) -> list[dict]:
+    """A run of ``data``'s OSWorld tasks through the CLI on one desktop VM; its records."""
+    done = CliRunner().invoke(main, [
+        "run", "--mode", "osworld", "--data", str(data), "--num-rollouts", "1", "--num-vms", "1", "--use-vm-pool",
+        "--output-dir", str(tmp_path / "out"), "--action-space", "pyautogui", "--screen-width", str(WIDTH),
+        "--screen-height", str(HEIGHT), "--max-turns", "3", "--no-progress", "--run-id", run_id, *agent])
+    assert done.exit_code == 0, done.output[-3000:]
+    return read_results(tmp_path / "out" / run_id)
+
+#: pyautogui action space: on turn 1 it reads the place it is told of (a folder: every file
+#: under it, OSWorld's download cache; a file: where an agent would look beside the task file)
+#: and writes the first thing it found into the answer file the task's check reads; then DONE
 GOLD_THIEF = r"""
 import json, os, sys
-cache = os.environ.get("PARALLEL_ROLLOUT_OSWORLD_CACHE", "")
+where = sys.argv[1]
 for line in sys.stdin:
     if json.loads(line)["turn"] == 1:
-        found = [open(os.path.join(d, n)).read() for d, _, names in os.walk(cache) for n in names]
-        answer = found[0] if found else "nothing found\n"
+        files = [os.path.join(d, n) for d, _, names in os.walk(where) for n in names] or [where]
+        try:
+            answer = open(files[0]).read()
+        except OSError as exc:
+            answer = exc.strerror
         print(json.dumps(f"import os; open(os.path.expanduser('~/answer.txt'), 'w').write({answer!r})"), flush=True)
     else:
         print(json.dumps("DONE"), flush=True)
 """
 
+#: the desktop a process VM runs an OSWorld task on
+needs_desktop = pytest.mark.skipif(not all(shutil.which(p) for p in ("Xvfb", "openbox", "xterm")),
+                                   reason="the desktop packages are missing (./dev installs them)")
+
 
 @needs_bwrap
-@pytest.mark.skipif(not all(shutil.which(p) for p in ("Xvfb", "openbox", "xterm")),
-                    reason="the desktop packages are missing (./dev installs them)")
+@needs_desktop
 def test_an_osworld_agent_cannot_answer_with_the_gold_file_from_the_download_cache(tmp_path, monkeypatch):
     """An OSWorld task whose check compares a file the agent writes with a gold file behind
     a URL (``cloud_file``, fetched into the download cache once per machine): the agent,
@@ -197,16 +214,31 @@ def test_an_osworld_agent_cannot_answer_with_the_gold_file_from_the_download_cac
     data = write_tasks(tmp_path / "tasks.jsonl", [task])
     script = tmp_path / "thief.py"
     script.write_text(GOLD_THIEF)
-    common = ["run", "--mode", "osworld", "--data", str(data), "--num-rollouts", "1", "--num-vms", "1",
-              "--use-vm-pool", "--output-dir", str(tmp_path / "out"), "--action-space", "pyautogui",
-              "--screen-width", str(WIDTH), "--screen-height", str(HEIGHT), "--max-turns", "3", "--no-progress"]
-    thief = CliRunner().invoke(main, [*common, "--run-id", "thief", "--agent", "command",
-                                      "--agent-cmd", command_line(script)])
-    assert thief.exit_code == 0, thief.output[-3000:]
-    records = read_results(tmp_path / "out" / "thief")
-    assert [(r["status"], r["reward"]) for r in records] == [("failure", 0.0)], (thief.output[-2000:], records)
+    records = osworld_run(tmp_path, data, "thief", "--agent", "command",
+                          "--agent-cmd", command_line(script, str(osworld_cache)))
+    assert [(r["status"], r["reward"]) for r in records] == [("failure", 0.0)], records
     assert gold.read_text() == "the secret only the gold file knows\n"
-    oracle = CliRunner().invoke(main, [*common, "--run-id", "oracle", "--agent", "oracle"])
-    assert oracle.exit_code == 0, oracle.output[-3000:]
-    records = read_results(tmp_path / "out" / "oracle")
-    assert [(r["status"], r["reward"]) for r in records] == [("success", 1.0)], (oracle.output[-2000:], records)
+    records = osworld_run(tmp_path, data, "oracle", "--agent", "oracle")
+    assert [(r["status"], r["reward"]) for r in records] == [("success", 1.0)], records
+
+
+@needs_bwrap
+@needs_desktop
+def test_an_osworld_agent_cannot_read_a_gold_file_beside_the_task_file(tmp_path):
+    """The gold file of a ``cloud_file`` check given as a path beside the task file
+    (``Env.answer_files``): hidden from the command agent as the task file is; the thief that
+    read it and wrote it out fails, and the file is as it was."""
+    terminal = next(t for t in shipped() if t["id"] == "terminal-echo-file")
+    gold = tmp_path / "gold.txt"
+    gold.write_text("the secret beside the task file\n")
+    task = {**terminal, "id": "gold-beside", "instruction": "Write the secret into ~/answer.txt.",
+            "evaluator": {"func": "compare_text_file",
+                          "result": {"type": "vm_file", "path": "~/answer.txt", "dest": "answer.txt"},
+                          "expected": {"type": "cloud_file", "path": "gold.txt", "dest": "gold.txt"}}}
+    data = write_tasks(tmp_path / "tasks.jsonl", [task])
+    script = tmp_path / "thief.py"
+    script.write_text(GOLD_THIEF)
+    records = osworld_run(tmp_path, data, "thief", "--agent", "command",
+                          "--agent-cmd", command_line(script, str(gold)))
+    assert [(r["status"], r["reward"]) for r in records] == [("failure", 0.0)], records
+    assert gold.read_text() == "the secret beside the task file\n"

@@ -72,7 +72,8 @@ from typing import Any
 
 from ..errors import ConfigError, TaskFileError, TaskTimeout
 from ..pool.providers import host_dirs
-from ..tasks import resolve_data
+from ..envs import get_env, task_validators
+from ..tasks import load_task_set, resolve_data
 from .base import Agent
 from .command_checks import check_program, exec_failure_hint, shell_syntax_problem
 from .agent_sandbox import SCRATCH, check_sandbox, current_folder, runner_code, within
@@ -100,9 +101,9 @@ class CommandAgent(Agent):
         self._budget_left = 0.0
         #: what it must not read: the output folder (its records hold each graded answer's
         #: ``eval``, math's "expected" among them; its summary, events; earlier runs'), or its
-        #: run's folder alone (``run_folder``), and the files the run's tasks came from (their
-        #: answer keys)
-        self.withheld = (*run_folder(config), *task_files(config))
+        #: run's folder alone (``run_folder``), the files the run's tasks came from (their
+        #: answer keys), and the files their checks compare against (``answer_files``)
+        self.withheld = (*run_folder(config), *task_files(config), *answer_files(config))
         self._process: AgentProcess | None = None
         self._task = None
         self._turn = 0
@@ -287,6 +288,21 @@ def what_it_needs(config) -> list[str]:
 
 def _holds(folder: str, paths: list[str]) -> bool:
     return any(within(path, folder) for path in paths)
+
+
+def answer_files(config) -> tuple[str, ...]:
+    """The local files that hold the run's tasks' answer keys (``Env.answer_files``: an
+    OSWorld task's gold file beside its task file), for a mode that has any: its tasks are
+    loaded here as the runner loads them; () when they cannot be (the runner says why)."""
+    try:
+        env_cls = get_env(config.mode)
+        if not env_cls.has_answer_files or not config.data:
+            return ()
+        task_set = load_task_set(config.data, default_mode=config.mode, domain=config.domain,
+                                 validators=task_validators(CommandAgent.task_fields), index=config.osworld_index)
+    except (ConfigError, TaskFileError, OSError, ValueError):
+        return ()
+    return tuple(dict.fromkeys(path for task in task_set.tasks for path in env_cls.answer_files(task)))
 
 
 def task_files(config) -> tuple[str, ...]:

@@ -118,6 +118,17 @@ class Env(abc.ABC):
         the task has no reference."""
         raise ValueError(f"mode {task.mode!r} has no reference actions")
 
+    #: whether ``answer_files`` may name any file (an agent that hides them loads the tasks
+    #: only for a mode that says so)
+    has_answer_files: ClassVar[bool] = False
+
+    @staticmethod
+    def answer_files(task: "Task") -> list[str]:
+        """The local files that hold ``task``'s answer key (an expected file its check compares
+        against), by absolute path: a command agent's program never sees them, as it is never
+        handed ``answer_fields``. Set ``has_answer_files`` where this names any."""
+        return []
+
     @abc.abstractmethod
     def reset(self, task: "Task", vm: "GuestClient | VMLeaser | None") -> dict[str, Any]:
         """Set up the task and return the first observation. ``vm`` is a GuestClient for

@@ -27,6 +27,7 @@ are not executed: the observation says why and the episode goes on.
 from __future__ import annotations
 
 import json
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -122,6 +123,28 @@ class OSWorldEnv(Env):
         from .census import census_notes
 
         return census_notes(tasks, config.provider_name)
+
+    has_answer_files = True
+
+    @staticmethod
+    def answer_files(task) -> list[str]:
+        """The local files of the evaluator's getters (a ``cloud_file`` given as a path or a
+        file:// URL: a gold file beside the task file), by absolute path. Those behind an
+        http(s) URL are in the download cache, which a command agent never sees either."""
+        from .sources import local_path
+
+        evaluator = task.get("evaluator") or {}
+        sides = [evaluator.get("expected"), evaluator.get("result")]
+        getters = [getter for side in sides for getter in (side if isinstance(side, list) else [side])
+                   if isinstance(getter, dict) and getter.get("type") == "cloud_file"]
+        found = []
+        for getter in getters:
+            paths = getter.get("path")
+            for url in paths if isinstance(paths, list) else [paths]:
+                path = local_path(task, url) if isinstance(url, str) else None
+                if path is not None:
+                    found.append(os.path.abspath(path))
+        return found
 
     @staticmethod
     def reference_actions(task) -> list[Any]:

@@ -16,7 +16,7 @@ from pathlib import Path
 from . import downloads
 from .downloads import cache_root
 
-__all__ = ["SetupError", "SourceMissing", "cache_root", "local_source"]
+__all__ = ["SetupError", "SourceMissing", "cache_root", "local_path", "local_source"]
 
 
 class SetupError(RuntimeError):
@@ -33,21 +33,30 @@ class SourceMissing(SetupError):
 def local_source(task, url: str, cache: Path) -> Path:
     """The local file behind ``url``: a file:// URL, a path (relative ones from the task
     file's folder), or an http(s) URL fetched once into the download cache."""
-    if url.startswith("file://"):
-        path = Path(url[len("file://"):])
-    elif downloads.is_remote(url):
+    if downloads.is_remote(url):
         try:
             return downloads.fetch(url, cache, legacy=cache / task.id / downloads.basename(url))
         except downloads.DownloadError as exc:
             raise SourceMissing(f"task {task.id!r}: {exc}") from None
-    elif "://" in url:
+    path = local_path(task, url)
+    if path is None:
         raise SourceMissing(f"task {task.id!r}: unsupported URL scheme in {url!r} "
                          "(http, https, file or a local path)")
-    else:
-        path = Path(url).expanduser()
-        if not path.is_absolute():
-            base = Path(task.source.rsplit(":", 1)[0]).parent if task.source else Path.cwd()
-            path = base / path
     if not path.is_file():
         raise SourceMissing(f"task {task.id!r}: no such local file {path}")
+    return path
+
+
+def local_path(task, url: str) -> Path | None:
+    """Where a file:// URL or a path (a relative one from the task file's folder) points,
+    whether or not a file is there; None for a URL of another scheme (an http(s) one is the
+    download cache's)."""
+    if url.startswith("file://"):
+        return Path(url[len("file://"):])
+    if "://" in url:
+        return None
+    path = Path(url).expanduser()
+    if not path.is_absolute():
+        base = Path(task.source.rsplit(":", 1)[0]).parent if task.source else Path.cwd()
+        path = base / path
     return path

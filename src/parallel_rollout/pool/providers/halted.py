@@ -38,7 +38,8 @@ def halted_tree(root: int, task_uid: int | None) -> str | None:
                 what = f"traced by process {tracer}" if tracer not in ("", "0") else "stopped"
                 who = "nothing inside the VM can do" if task_uid is None else \
                     f"the task's user (uid {task_uid}) cannot do"
-                return f"its process {pid} ({fields.get('Name', '?')}, uid {uids[0]}) was {what} from outside, which {who}"
+                return (f"its process {pid} ({fields.get('Name', '?')}, uid {uids[0]}) was {what} from outside, "
+                        f"which {who}")
         pending.extend(children_of(pid))
     return None
 
