@@ -10,32 +10,43 @@ import sys
 import textwrap
 
 import psutil
+import pytest
 
 from process_tree import sleeps_left
 
 #: a worker as a Ray actor starts: it leads a group, is watched, and its "agent" detaches a sleep
 WORKER = textwrap.dedent("""\
-    import subprocess, sys, time
+    import os, subprocess, sys, time
     from parallel_rollout.process_group import lead_group, watch_group
     lead_group()
-    watch_group()
+    {watch}
     subprocess.run(["sh", "-c", "sleep {marker} >/dev/null 2>&1 &"], check=True)
     print("ready", flush=True)
     time.sleep(600)
 """)
 
 
+#: the watcher as ``watch_group`` starts it, on a Python whose ``os`` has no pidfd_open (Linux
+#: < 5.3, macOS): it polls
+WATCH_WITHOUT_PIDFDS = ("subprocess.run([sys.executable, '-c', 'import os, runpy, sys; del os.pidfd_open; "
+                        "runpy.run_module(\\'parallel_rollout.process_group\\', run_name=\\'__main__\\')', "
+                        "str(os.getpid())], check=True, stdin=subprocess.DEVNULL, start_new_session=True)")
+
+
 def _watchers(pid: int) -> list[psutil.Process]:
     found = []
     for proc in psutil.process_iter(["cmdline"]):
-        if proc.info["cmdline"] and proc.info["cmdline"][-2:] == ["parallel_rollout.process_group", str(pid)]:
+        cmdline = proc.info["cmdline"] or []
+        if cmdline[-1:] == [str(pid)] and "process_group" in " ".join(cmdline[:-1]):
             found.append(proc)
     return found
 
 
-def test_a_watched_group_dies_with_its_leader_killed_from_outside():
-    marker = f"{600 + os.getpid() % 97}.3"
-    worker = subprocess.Popen([sys.executable, "-c", WORKER.format(marker=marker)], stdout=subprocess.PIPE, text=True)
+@pytest.mark.parametrize("watch", ["watch_group()", WATCH_WITHOUT_PIDFDS], ids=["pidfd", "polling"])
+def test_a_watched_group_dies_with_its_leader_killed_from_outside(watch):
+    marker = f"{600 + os.getpid() % 97}.{3 if watch == 'watch_group()' else 4}"
+    worker = subprocess.Popen([sys.executable, "-c", WORKER.format(marker=marker, watch=watch)],
+                              stdout=subprocess.PIPE, text=True)
     try:
         assert worker.stdout.readline() == "ready\n"
         watchers = _watchers(worker.pid)
