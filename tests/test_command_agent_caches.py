@@ -96,7 +96,7 @@ def test_a_command_agent_neither_reads_nor_rewrites_nor_plants_in_the_runners_ca
 
 @needs_bwrap
 def test_caches_that_do_not_exist_yet_are_made_first_and_hidden(tmp_path, monkeypatch):
-    """The default caches under a $HOME that has none: they are made (mode 0700) before the
+    """The default caches under a $HOME that has none: they are made before the
     agent starts, so that it cannot make one first and fill it with a file a later run takes
     for a download or an image; the agent sees them empty and cannot write into them."""
     home = tmp_path / "home"
@@ -120,7 +120,6 @@ def test_caches_that_do_not_exist_yet_are_made_first_and_hidden(tmp_path, monkey
                       str(cache / "osworld"): {"files": {}, "planted": "Read-only file system"}}, report
     assert sorted(os.listdir(cache)) == ["osworld", "rag"]
     assert not any(files for _, _, files in os.walk(cache))
-    assert oct(cache.stat().st_mode & 0o777) == "0o700"
 
 
 def test_a_cache_that_holds_what_the_agent_needs_is_left_with_a_warning(tmp_path, monkeypatch, caplog):
@@ -128,6 +127,7 @@ def test_a_cache_that_holds_what_the_agent_needs_is_left_with_a_warning(tmp_path
     program; it is left, and the run's log says why and what to set; the caches that do not
     hold its needs (OSWorld's, the rag indexes' inside the first) are still hidden."""
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # no default cache there
     monkeypatch.setenv(images.CACHE_ENV, str(tmp_path))
     monkeypatch.setenv(downloads.CACHE_ENV, str(tmp_path / "osworld-cache"))
     monkeypatch.setattr(command, "_WARNED", set())
@@ -141,14 +141,23 @@ def test_a_cache_that_holds_what_the_agent_needs_is_left_with_a_warning(tmp_path
 
 def test_each_cache_is_read_where_its_module_keeps_it(tmp_path, monkeypatch):
     """One statement of the caches (``host_dirs``): the folders hidden are those the image
-    builder, OSWorld's downloads and the rag mode's indexes use."""
+    builder, OSWorld's downloads and the rag mode's indexes use, and the default ones that
+    exist when the variables name others."""
     from parallel_rollout.envs.rag import corpus
 
+    home = tmp_path / "home"
+    monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv(images.CACHE_ENV, str(tmp_path / "c"))
     monkeypatch.setenv(downloads.CACHE_ENV, str(tmp_path / "o"))
     assert images.cache_dir() == tmp_path / "c" and downloads.cache_root() == tmp_path / "o"
     assert corpus.cache_root() == tmp_path / "c" / "rag"
     assert host_dirs.data_caches() == [str(tmp_path / "c"), str(tmp_path / "o"), str(tmp_path / "c" / "rag")]
+    # the defaults, which an earlier run filled, are hidden too when they exist: the
+    # variables name other folders now, and nothing else would hide them
+    (home / ".cache" / "parallel-rollout" / "osworld").mkdir(parents=True)
+    assert host_dirs.data_caches(make=False) == [
+        str(tmp_path / "c"), str(tmp_path / "o"), str(tmp_path / "c" / "rag"),
+        str(home / ".cache" / "parallel-rollout"), str(home / ".cache" / "parallel-rollout" / "osworld")]
     monkeypatch.delenv(images.CACHE_ENV)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     assert corpus.cache_root() == tmp_path / "xdg" / "parallel-rollout" / "rag"
@@ -227,7 +236,8 @@ def test_an_osworld_agent_cannot_answer_with_the_gold_file_from_the_download_cac
 def test_an_osworld_agent_cannot_read_a_gold_file_beside_the_task_file(tmp_path):
     """The gold file of a ``cloud_file`` check given as a path beside the task file
     (``Env.answer_files``): hidden from the command agent as the task file is; the thief that
-    read it and wrote it out fails, and the file is as it was."""
+    read it and wrote it out fails, and the file is as it was. The same thief told of a copy
+    elsewhere scores: what fails it is the hiding, not its action (both thief tests share it)."""
     terminal = next(t for t in shipped() if t["id"] == "terminal-echo-file")
     gold = tmp_path / "gold.txt"
     gold.write_text("the secret beside the task file\n")
@@ -241,4 +251,11 @@ def test_an_osworld_agent_cannot_read_a_gold_file_beside_the_task_file(tmp_path)
     records = osworld_run(tmp_path, data, "thief", "--agent", "command",
                           "--agent-cmd", command_line(script, str(gold)))
     assert [(r["status"], r["reward"]) for r in records] == [("failure", 0.0)], records
+    # the control: the same thief, told of a copy no task names, scores (its action works)
+    copy = tmp_path / "elsewhere" / "copy.txt"
+    copy.parent.mkdir()
+    copy.write_text(gold.read_text())
+    records = osworld_run(tmp_path, data, "control", "--agent", "command",
+                          "--agent-cmd", command_line(script, str(copy.parent)))
+    assert [(r["status"], r["reward"]) for r in records] == [("success", 1.0)], records
     assert gold.read_text() == "the secret beside the task file\n"

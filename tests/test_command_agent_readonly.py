@@ -263,3 +263,24 @@ def test_the_whole_output_folder_is_hidden_unless_it_holds_what_the_agent_needs(
         assert hidden(str(elsewhere), f"python3 {elsewhere / 'agent.py'}") == (str(elsewhere / "r1"),)
     finally:
         shutil.rmtree(elsewhere)
+
+
+@needs_bwrap
+def test_a_hidden_path_reached_through_a_symlink_is_hidden_once_by_its_real_path(tmp_path):
+    """A file to hide named through a symlink to a folder hidden already (a task's gold file
+    beside a task file whose folder is linked): bwrap mounted it again inside the read-only
+    tmpfs and failed, so that every start of the agent failed. Hidden by its real path, the
+    folder is hidden once, the file is nowhere to read, and the agent runs."""
+    import subprocess
+    from parallel_rollout.agents.agent_sandbox import HostView, in_own_pid_namespace
+
+    secret = tmp_path / "secret"
+    secret.mkdir()
+    (secret / "gold.txt").write_text("the answer\n")
+    (tmp_path / "link").symlink_to(secret)
+    view = HostView((str(tmp_path),), ())
+    hidden = (str(secret), str(tmp_path / "link" / "gold.txt"))
+    done = subprocess.run(in_own_pid_namespace(["sh", "-c", f"cat {secret}/gold.txt {tmp_path}/link/gold.txt; "
+                                                "echo ran"], hidden, view), capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0 and done.stdout == "ran\n", (done.stdout, done.stderr)

@@ -4,8 +4,11 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
+
+import pytest
 
 from parallel_rollout.pool.providers.docker_cli import host_uid, local_pid
 from parallel_rollout.pool.providers.halted import children_of, halted_tree, proc_status
@@ -41,8 +44,28 @@ def test_a_stopped_process_in_the_tree_is_named_unless_it_is_the_tasks_uid():
 
 def test_a_pid_that_is_not_the_containers_is_not_read():
     """docker's reported pid is read only when its cgroup names the container (a daemon on
-    another host reports pids this host's /proc does not hold); uids map through the
-    process's user namespace (identity here)."""
+    another host reports pids this host's /proc does not hold)."""
     assert local_pid(os.getpid(), "0" * 64) is None
     assert local_pid(0, "abc") is None and local_pid(None, "abc") is None
+    with open("/proc/self/cgroup") as cgroup:  # a process whose cgroup path names it: ours
+        name = next(part for line in cgroup for part in line.strip().split("/") if len(part) >= 2)
+    assert local_pid(os.getpid(), name) == os.getpid()
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is missing (./dev installs it)")
+def test_a_uid_inside_a_user_namespace_is_read_as_the_host_sees_it():
+    """A container's uids as the host sees them (a daemon's userns-remap): through the
+    namespace's uid_map; outside one, the uid itself."""
     assert host_uid(os.getpid(), 64000) == 64000
+    inside = subprocess.Popen(["bwrap", "--unshare-user", "--uid", "4242", "--die-with-parent", "--ro-bind", "/", "/",
+                               "sleep", "30"])
+    try:
+        for _ in range(100):  # bwrap's child, once it is sleep
+            children = children_of(inside.pid)
+            if children and proc_status(children[0]).get("Name") == "sleep":
+                break
+            subprocess.run(["sleep", "0.02"])
+        assert host_uid(children[0], 4242) == os.getuid()
+    finally:
+        inside.kill()
+        inside.wait()

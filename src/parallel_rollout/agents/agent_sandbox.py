@@ -121,7 +121,9 @@ def in_own_pid_namespace(argv: list[str], hidden: tuple[str, ...] = (), view: Ho
     hiding: list[str] = []
     covered: list[str] = []
     protected = list(view.readonly)
-    for path in hidden:
+    # by real path: one reached through a symlink is what it points to (a symlink into a
+    # folder hidden already would be mounted over again, inside a read-only tmpfs: bwrap fails)
+    for path in dict.fromkeys(os.path.realpath(path) for path in hidden):
         if any(within(path, top) for top in covered):
             continue  # inside a folder already hidden
         if os.path.isdir(path):

@@ -67,6 +67,7 @@ import json
 import logging
 import os
 import shlex
+import shutil
 import time
 from typing import Any
 
@@ -117,7 +118,8 @@ class CommandAgent(Agent):
         check_program(_split(config.agent_cmd)[0])
         # probed with what an agent's start hides, as far as it exists yet
         unavailable = check_sandbox((*host_dirs.private_folders(make=False), *host_dirs.control_sockets(),
-                                     *run_folder(config), *task_files(config)))
+                                     *host_dirs.data_caches(make=False), *run_folder(config), *task_files(config),
+                                     *answer_files(config)))
         if unavailable is not None:
             raise ConfigError(f"--agent command runs its program in a PID namespace of its own, so that it "
                               f"cannot kill its worker; {unavailable}")
@@ -281,7 +283,8 @@ _WARNED: set[str] = set()
 def what_it_needs(config) -> list[str]:
     """What an agent needs to run, by real path: the folders it may write (its current folder,
     $HOME, /tmp …), the runner's code, the files its command names (its program)."""
-    programs = [word for word in _split(config.agent_cmd or "") if os.path.isfile(word)]
+    argv = [os.path.expanduser(word) for word in _split(config.agent_cmd or "")]
+    programs = [word for word in [*argv, shutil.which(argv[0]) or ""] if os.path.isfile(word)]
     needed = [current_folder(), *SCRATCH, os.path.expanduser("~"), *runner_code(), *programs]
     return [os.path.realpath(path) for path in needed if path]
 

@@ -128,23 +128,26 @@ class OSWorldEnv(Env):
 
     @staticmethod
     def answer_files(task) -> list[str]:
-        """The local files of the evaluator's getters (a ``cloud_file`` given as a path or a
-        file:// URL: a gold file beside the task file), by absolute path. Those behind an
+        """The local files the evaluator reads on the host, by absolute and by real path: its
+        getters' ``cloud_file`` given as a path or a file:// URL (a gold file beside the task
+        file), and what its ``postconfig`` steps upload or download from one. Those behind an
         http(s) URL are in the download cache, which a command agent never sees either."""
         from .sources import local_path
 
         evaluator = task.get("evaluator") or {}
         sides = [evaluator.get("expected"), evaluator.get("result")]
-        getters = [getter for side in sides for getter in (side if isinstance(side, list) else [side])
-                   if isinstance(getter, dict) and getter.get("type") == "cloud_file"]
+        urls = [getter.get("path") for side in sides for getter in (side if isinstance(side, list) else [side])
+                if isinstance(getter, dict) and getter.get("type") == "cloud_file"]
+        for step in evaluator.get("postconfig") or []:
+            if isinstance(step, dict) and step.get("type") in ("download", "upload_file"):
+                files = (step.get("parameters") or {}).get("files")
+                urls += [item.get("url", item.get("local_path")) for item in files or [] if isinstance(item, dict)]
         found = []
-        for getter in getters:
-            paths = getter.get("path")
-            for url in paths if isinstance(paths, list) else [paths]:
-                path = local_path(task, url) if isinstance(url, str) else None
-                if path is not None:
-                    found.append(os.path.abspath(path))
-        return found
+        for url in (u for value in urls for u in (value if isinstance(value, list) else [value])):
+            path = local_path(task, url) if isinstance(url, str) else None
+            if path is not None:
+                found += [os.path.abspath(path), os.path.realpath(path)]
+        return list(dict.fromkeys(found))
 
     @staticmethod
     def reference_actions(task) -> list[Any]:

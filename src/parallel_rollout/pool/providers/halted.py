@@ -23,7 +23,8 @@ import os
 def halted_tree(root: int, task_uid: int | None) -> str | None:
     """Which process of ``root`` and its descendants is stopped or traced, as a sentence for
     a VMKilled's cause, or None. A process whose real or saved uid is ``task_uid`` is left
-    out: the task may have stopped it itself (None: no process is left out)."""
+    out, with what it started: the task may have stopped it itself (None: no process is
+    left out), and the walk stays short whatever the task forked."""
     pending, seen = [root], set()
     while pending:
         pid = pending.pop()
@@ -32,14 +33,15 @@ def halted_tree(root: int, task_uid: int | None) -> str | None:
         seen.add(pid)
         fields = proc_status(pid)
         uids = fields.get("Uid", "").split()
-        if len(uids) >= 3 and (task_uid is None or str(task_uid) not in (uids[0], uids[2])):
-            state, tracer = fields.get("State", "")[:1], fields.get("TracerPid", "0")
-            if state in ("T", "t") or tracer not in ("", "0"):
-                what = f"traced by process {tracer}" if tracer not in ("", "0") else "stopped"
-                who = "nothing inside the VM can do" if task_uid is None else \
-                    f"the task's user (uid {task_uid}) cannot do"
-                return (f"its process {pid} ({fields.get('Name', '?')}, uid {uids[0]}) was {what} from outside, "
-                        f"which {who}")
+        if len(uids) < 3:
+            continue  # gone
+        if task_uid is not None and str(task_uid) in (uids[0], uids[2]):
+            continue  # the task's: it may stop it, and what it starts is its too (no_new_privs: no setuid)
+        state, tracer = fields.get("State", "")[:1], fields.get("TracerPid", "0")
+        if state in ("T", "t") or tracer not in ("", "0"):
+            what = f"traced by process {tracer}" if tracer not in ("", "0") else "stopped"
+            who = "nothing inside the VM can do" if task_uid is None else f"the task's user (uid {task_uid}) cannot do"
+            return f"its process {pid} ({fields.get('Name', '?')}, uid {uids[0]}) was {what} from outside, which {who}"
         pending.extend(children_of(pid))
     return None
 
@@ -47,7 +49,7 @@ def halted_tree(root: int, task_uid: int | None) -> str | None:
 def proc_status(pid: int) -> dict[str, str]:
     """``/proc/PID/status`` as its fields ({} when the process is gone)."""
     try:
-        with open(f"/proc/{pid}/status") as status:
+        with open(f"/proc/{pid}/status", errors="replace") as status:  # a Name may be any bytes
             return dict(line.rstrip("\n").split(":\t", 1) for line in status if ":\t" in line)
     except OSError:
         return {}

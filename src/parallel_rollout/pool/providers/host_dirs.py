@@ -86,28 +86,38 @@ def private_folders(make: bool = True) -> list[str]:
     return outermost(found)
 
 
-def rag_cache() -> Path:
+def rag_cache(env: bool = True) -> Path:
     """The rag mode's index cache (``envs.rag.corpus``): ``$PARALLEL_ROLLOUT_CACHE/rag``, else
-    ``rag`` in ``$XDG_CACHE_HOME/parallel-rollout`` or ``~/.cache/parallel-rollout``."""
-    if os.environ.get(IMAGE_CACHE.env):
+    ``rag`` in ``$XDG_CACHE_HOME/parallel-rollout`` or ``~/.cache/parallel-rollout`` (with
+    ``env`` False: the last, whatever the environment says)."""
+    if env and os.environ.get(IMAGE_CACHE.env):
         return IMAGE_CACHE.path() / "rag"
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    base = (env and os.environ.get("XDG_CACHE_HOME")) or Path.home() / ".cache"
     return Path(base) / "parallel-rollout" / "rag"
 
 
 def data_caches(make: bool = True) -> list[str]:
-    """The runner's caches as this process's environment names them (``IMAGE_CACHE``,
-    ``OSWORLD_CACHE``, ``rag_cache``), by their real paths, each once (one may lie inside
-    another: the defaults do); made now when missing (mode 0700; not with ``make`` False: those that exist), so that no
-    program of the runner's user can make one first and fill it with files a later run takes
-    for a cached download or image."""
+    """The runner's caches, by their real paths, each once (one may lie inside another: the
+    defaults do): as this process's environment names them (``IMAGE_CACHE``,
+    ``OSWORLD_CACHE``, ``rag_cache``), made now when missing (not with ``make`` False: those
+    that exist), so that no program of the runner's user can make one first and fill it with
+    files a later run takes for a cached download or image; and the default ones that exist
+    when the environment names others (an earlier run's downloads and gold files are there)."""
     found: list[str] = []
-    for folder in (IMAGE_CACHE.path(), OSWORLD_CACHE.path(), rag_cache()):
+    try:
+        named = [IMAGE_CACHE.path(), OSWORLD_CACHE.path(), rag_cache()]
+        defaults = [Path(IMAGE_CACHE.default).expanduser(), Path(OSWORLD_CACHE.default).expanduser(),
+                    rag_cache(env=False)]
+    except RuntimeError:  # no $HOME and no passwd entry: no default folder to name
+        named, defaults = [Path(p) for p in (os.environ.get(IMAGE_CACHE.env), os.environ.get(OSWORLD_CACHE.env))
+                           if p and p.startswith("/")], []
+    for folder in named:
         if make:
             try:
-                folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+                folder.mkdir(parents=True, exist_ok=True)
             except OSError:
                 pass  # not ours to make (a read-only home): hidden when it exists
+    for folder in (*named, *defaults):
         path = os.path.realpath(folder)
         if os.path.isdir(path) and path not in found:
             found.append(path)
