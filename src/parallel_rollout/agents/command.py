@@ -53,10 +53,12 @@ tail).
 How its process is started, talked to and stopped (and why no agent process outlives its
 agent): ``agents.command_process``. What it is shown of the host (``agents.agent_sandbox``:
 read-only, but for scratch space, $HOME and its folder, the runner's code read-only in those)
-leaves out the providers' VM folders and the container daemons' sockets
-(``pool.providers.host_dirs``) and the files the run's tasks came from (``task_files``: the
-answer key), nor the output folder, or its run's folder alone (``run_folder``: its records'
-``eval`` holds each graded answer's expected one), an empty read-only folder to it. A process whose
+leaves out the providers' VM folders, the container daemons' sockets and the runner's caches
+(``pool.providers.host_dirs``; ``runner_caches``: OSWorld's downloads hold the gold files),
+the files the run's tasks came from (``task_files``: the answer key) and those their checks
+compare against (``answer_files``), and the output folder, or its run's folder alone
+(``run_folder``: its records' ``eval`` holds each graded answer's expected one), an empty
+read-only folder to it. A process whose
 bubblewrap was killed from outside fails its attempt as ``AgentKilled`` (infrastructure,
 retried), any other end of the conversation as ``AgentError`` (graded).
 """

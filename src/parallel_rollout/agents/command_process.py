@@ -16,9 +16,9 @@ request waited is a stray (``StrayLine``); a process that cannot carry on the co
 raises ``ProcessBroken``, ``ProcessKilled`` when its bubblewrap was killed by a signal, which
 only something outside its namespace can send.
 
-The command runs in a PID namespace and a session of its own, with the host's VM folders and
-the run's task files hidden (``agents.agent_sandbox``, bubblewrap): it cannot signal its
-worker, nor anything but what it started itself.
+The command runs in a PID namespace and a session of its own, with the host's VM folders, the
+runner's caches and the run's task and answer files hidden (``agents.agent_sandbox``,
+bubblewrap): it cannot signal its worker, nor anything but what it started itself.
 
 Stopping (``stop``, also a ``weakref.finalize``, so a collected agent stops its process):
 EOF on stdin, then SIGTERM, then SIGKILL to the whole process group. Each agent runs in its
