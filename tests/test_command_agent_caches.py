@@ -133,7 +133,7 @@ def test_a_cache_that_holds_what_the_agent_needs_is_left_with_a_warning(tmp_path
     monkeypatch.setattr(command, "_WARNED", set())
     config = make_config(agent="command", agent_cmd=command_line(tmp_path / "agent.py"))
     with caplog.at_level("WARNING"):
-        hidden = command.runner_caches(config)
+        hidden = command.runner_caches(command.what_it_needs(config))
     assert hidden == (str(tmp_path / "osworld-cache"), str(tmp_path / "rag"))  # the others still hidden
     assert f"the cache folder {tmp_path} holds what --agent-cmd's program needs" in caplog.text
     assert "PARALLEL_ROLLOUT_OSWORLD_CACHE" in caplog.text
@@ -193,6 +193,28 @@ for line in sys.stdin:
         print(json.dumps("DONE"), flush=True)
 """
 
+def thief(tmp_path, where: Path) -> str:
+    """The ``--agent-cmd`` of ``GOLD_THIEF`` told to look at ``where``."""
+    script = tmp_path / "thief.py"
+    script.write_text(GOLD_THIEF)
+    return command_line(script, str(where))
+
+
+def gold_task(tmp_path, task_id: str, secret: str, gold: str) -> Path:
+    """The task file of one OSWorld task on an xterm (the shipped terminal-echo-file's desktop
+    and clicks) whose check compares ~/answer.txt with the gold file ``gold`` (a URL or a path
+    beside the task file, a ``cloud_file``); its reference types ``secret`` there."""
+    terminal = next(t for t in shipped() if t["id"] == "terminal-echo-file")
+    task = {**terminal, "id": task_id, "instruction": "Write the secret into ~/answer.txt.",
+            "reference": [terminal["reference"][0], {"action_type": "TYPING", "parameters": {
+                "text": f"echo '{secret}' > ~/answer.txt\n"}}],
+            "evaluator": {"postconfig": [{"type": "sleep", "parameters": {"seconds": 0.5}}],
+                          "func": "compare_text_file",
+                          "result": {"type": "vm_file", "path": "~/answer.txt", "dest": "answer.txt"},
+                          "expected": {"type": "cloud_file", "path": gold, "dest": "gold.txt"}}}
+    return write_tasks(tmp_path / "tasks.jsonl", [task])
+
+
 #: the desktop a process VM runs an OSWorld task on
 needs_desktop = pytest.mark.skipif(not all(shutil.which(p) for p in ("Xvfb", "openbox", "xterm")),
                                    reason="the desktop packages are missing (./dev installs them)")
@@ -212,19 +234,8 @@ def test_an_osworld_agent_cannot_answer_with_the_gold_file_from_the_download_cac
     gold = downloads.cache_path(url, osworld_cache)
     gold.parent.mkdir(parents=True)
     gold.write_text("the secret only the gold file knows\n")
-    terminal = next(t for t in shipped() if t["id"] == "terminal-echo-file")  # an xterm, the oracle's clicks
-    task = {**terminal, "id": "gold-in-cache", "instruction": "Write the secret into ~/answer.txt.",
-            "reference": [terminal["reference"][0], {"action_type": "TYPING", "parameters": {
-                "text": "echo 'the secret only the gold file knows' > ~/answer.txt\n"}}],
-            "evaluator": {"postconfig": [{"type": "sleep", "parameters": {"seconds": 0.5}}],
-                          "func": "compare_text_file",
-                          "result": {"type": "vm_file", "path": "~/answer.txt", "dest": "answer.txt"},
-                          "expected": {"type": "cloud_file", "path": url, "dest": "gold.txt"}}}
-    data = write_tasks(tmp_path / "tasks.jsonl", [task])
-    script = tmp_path / "thief.py"
-    script.write_text(GOLD_THIEF)
-    records = osworld_run(tmp_path, data, "thief", "--agent", "command",
-                          "--agent-cmd", command_line(script, str(osworld_cache)))
+    data = gold_task(tmp_path, "gold-in-cache", "the secret only the gold file knows", url)
+    records = osworld_run(tmp_path, data, "thief", "--agent", "command", "--agent-cmd", thief(tmp_path, osworld_cache))
     assert [(r["status"], r["reward"]) for r in records] == [("failure", 0.0)], records
     assert gold.read_text() == "the secret only the gold file knows\n"
     records = osworld_run(tmp_path, data, "oracle", "--agent", "oracle")
@@ -238,24 +249,15 @@ def test_an_osworld_agent_cannot_read_a_gold_file_beside_the_task_file(tmp_path)
     (``Env.answer_files``): hidden from the command agent as the task file is; the thief that
     read it and wrote it out fails, and the file is as it was. The same thief told of a copy
     elsewhere scores: what fails it is the hiding, not its action (both thief tests share it)."""
-    terminal = next(t for t in shipped() if t["id"] == "terminal-echo-file")
     gold = tmp_path / "gold.txt"
     gold.write_text("the secret beside the task file\n")
-    task = {**terminal, "id": "gold-beside", "instruction": "Write the secret into ~/answer.txt.",
-            "evaluator": {"func": "compare_text_file",
-                          "result": {"type": "vm_file", "path": "~/answer.txt", "dest": "answer.txt"},
-                          "expected": {"type": "cloud_file", "path": "gold.txt", "dest": "gold.txt"}}}
-    data = write_tasks(tmp_path / "tasks.jsonl", [task])
-    script = tmp_path / "thief.py"
-    script.write_text(GOLD_THIEF)
-    records = osworld_run(tmp_path, data, "thief", "--agent", "command",
-                          "--agent-cmd", command_line(script, str(gold)))
+    data = gold_task(tmp_path, "gold-beside", "the secret beside the task file", "gold.txt")
+    records = osworld_run(tmp_path, data, "thief", "--agent", "command", "--agent-cmd", thief(tmp_path, gold))
     assert [(r["status"], r["reward"]) for r in records] == [("failure", 0.0)], records
     # the control: the same thief, told of a copy no task names, scores (its action works)
     copy = tmp_path / "elsewhere" / "copy.txt"
     copy.parent.mkdir()
     copy.write_text(gold.read_text())
-    records = osworld_run(tmp_path, data, "control", "--agent", "command",
-                          "--agent-cmd", command_line(script, str(copy.parent)))
+    records = osworld_run(tmp_path, data, "control", "--agent", "command", "--agent-cmd", thief(tmp_path, copy.parent))
     assert [(r["status"], r["reward"]) for r in records] == [("success", 1.0)], records
     assert gold.read_text() == "the secret beside the task file\n"

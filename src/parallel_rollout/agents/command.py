@@ -107,6 +107,8 @@ class CommandAgent(Agent):
         #: run's folder alone (``run_folder``), the files the run's tasks came from (their
         #: answer keys), and the files their checks compare against (``answer_files``)
         self.withheld = (*run_folder(config), *task_files(config), *answer_files(config))
+        #: what its program needs to run, which no hidden cache may cover (``runner_caches``)
+        self._needs = what_it_needs(config)
         self._process: AgentProcess | None = None
         self._task = None
         self._turn = 0
@@ -233,7 +235,7 @@ class CommandAgent(Agent):
             # where a ConfigError would end the env loop instead of becoming a record.
             # The VM folders and the runner's caches are listed (and made) at each start: a run
             # may make one meanwhile; so are the daemons' sockets, a few stat()s.
-            hidden = (*host_dirs.private_folders(), *host_dirs.control_sockets(), *runner_caches(self.config),
+            hidden = (*host_dirs.private_folders(), *host_dirs.control_sockets(), *runner_caches(self._needs),
                       *self.withheld)
             self._process = AgentProcess(_split(self.command), self.command, hidden)
         return self._process
@@ -258,14 +260,14 @@ def run_folder(config) -> tuple[str, ...]:
     return (run,) if _holds(output, what_it_needs(config)) else (output,)
 
 
-def runner_caches(config) -> tuple[str, ...]:
+def runner_caches(needed: list[str]) -> tuple[str, ...]:
     """The runner's caches (``host_dirs.data_caches``, made when missing), which an agent must
     neither read nor write: OSWorld's downloads hold the gold files its checks compare against
     (an agent that read one answered with it; one that rewrote it made the check agree), the
-    image cache the disks VMs boot from. One that holds what the agent needs (its folder,
-    $HOME, /tmp …, the runner's code, its program: ``$PARALLEL_ROLLOUT_CACHE=~``) cannot be
-    hidden; it is left, with a warning, once per process."""
-    hidden, needed = [], what_it_needs(config)
+    image cache the disks VMs boot from. One that holds what the agent needs (``needed``:
+    ``what_it_needs``; ``$PARALLEL_ROLLOUT_CACHE=~``) cannot be hidden; it is left, with a
+    warning, once per process."""
+    hidden = []
     for cache in host_dirs.data_caches():
         if not _holds(cache, needed):
             hidden.append(cache)

@@ -20,11 +20,12 @@ from __future__ import annotations
 import os
 
 
-def halted_tree(root: int, task_uid: int | None) -> str | None:
+def halted_tree(root: int, task_uid: int | None, what: str = "process") -> str | None:
     """Which process of ``root`` and its descendants is stopped or traced, as a sentence for
     a VMKilled's cause, or None. A process whose real or saved uid is ``task_uid`` is left
     out, with what it started: the task may have stopped it itself (None: no process is
-    left out), and the walk stays short whatever the task forked."""
+    left out), and the walk stays short whatever the task forked. ``what``: how the sentence
+    names a process ("its QEMU process")."""
     pending, seen = [root], set()
     while pending:
         pid = pending.pop()
@@ -39,9 +40,9 @@ def halted_tree(root: int, task_uid: int | None) -> str | None:
             continue  # the task's: it may stop it, and what it starts is its too (no_new_privs: no setuid)
         state, tracer = fields.get("State", "")[:1], fields.get("TracerPid", "0")
         if state in ("T", "t") or tracer not in ("", "0"):
-            what = f"traced by process {tracer}" if tracer not in ("", "0") else "stopped"
+            how = f"traced by process {tracer}" if tracer not in ("", "0") else "stopped"
             who = "nothing inside the VM can do" if task_uid is None else f"the task's user (uid {task_uid}) cannot do"
-            return f"its process {pid} ({fields.get('Name', '?')}, uid {uids[0]}) was {what} from outside, which {who}"
+            return f"its {what} {pid} ({fields.get('Name', '?')}, uid {uids[0]}) was {how} from outside, which {who}"
         pending.extend(children_of(pid))
     return None
 

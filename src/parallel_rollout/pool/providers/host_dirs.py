@@ -39,6 +39,10 @@ class BaseDir(NamedTuple):
         """The folder this process's environment names, else the default (``~`` expanded)."""
         return Path(os.environ.get(self.env) or self.default).expanduser()
 
+    def default_path(self) -> Path:
+        """The default, whatever the environment names (``~`` expanded)."""
+        return Path(self.default).expanduser()
+
 
 PROCESS = BaseDir("PARALLEL_ROLLOUT_PROCESS_DIR", "/tmp/parallel-rollout/process")
 DOCKER = BaseDir("PARALLEL_ROLLOUT_DOCKER_DIR", "/tmp/parallel-rollout/docker")
@@ -103,24 +107,26 @@ def data_caches(make: bool = True) -> list[str]:
     that exist), so that no program of the runner's user can make one first and fill it with
     files a later run takes for a cached download or image; and the default ones that exist
     when the environment names others (an earlier run's downloads and gold files are there)."""
-    found: list[str] = []
-    try:
-        named = [IMAGE_CACHE.path(), OSWORLD_CACHE.path(), rag_cache()]
-        defaults = [Path(IMAGE_CACHE.default).expanduser(), Path(OSWORLD_CACHE.default).expanduser(),
-                    rag_cache(env=False)]
-    except RuntimeError:  # no $HOME and no passwd entry: no default folder to name
-        named, defaults = [Path(p) for p in (os.environ.get(IMAGE_CACHE.env), os.environ.get(OSWORLD_CACHE.env))
-                           if p and p.startswith("/")], []
-    for folder in named:
-        if make:
+    named = _known([IMAGE_CACHE.path, OSWORLD_CACHE.path, rag_cache])
+    if make:
+        for folder in named:
             try:
                 folder.mkdir(parents=True, exist_ok=True)
             except OSError:
                 pass  # not ours to make (a read-only home): hidden when it exists
-    for folder in (*named, *defaults):
-        path = os.path.realpath(folder)
-        if os.path.isdir(path) and path not in found:
-            found.append(path)
+    return existing([*named, *_known([IMAGE_CACHE.default_path, OSWORLD_CACHE.default_path,
+                                      lambda: rag_cache(env=False)])])
+
+
+def _known(paths) -> list[Path]:
+    """What each of ``paths`` (callables) gives, but those that name a folder under a home
+    this process has none of (no $HOME, no passwd entry: RuntimeError)."""
+    found = []
+    for path in paths:
+        try:
+            found.append(path())
+        except RuntimeError:
+            pass
     return found
 
 

@@ -280,9 +280,9 @@ class QemuProvider(Provider):
         to its host's process: ``halted``), else None."""
         proc, pid = _children.get(info.private.get("pid")), info.private.get("pid")
         if proc is not None and proc.poll() is None:
-            halted = halted_tree(pid, None)  # said at once: the wait below is for a dying QEMU
+            halted = halted_tree(pid, None, "QEMU process")  # said at once: the wait below is for a dying QEMU
             if halted:
-                return halted.replace("its process", "its QEMU process", 1)
+                return halted
         status = exit_status(proc, 2.0) if proc is not None else None
         return f"its QEMU (pid {pid}) was killed by {signal_name(-status)}" if status and status < 0 else None
 
