@@ -42,6 +42,24 @@ class Detaches(SpawnsAndReturns):
         return "DONE"
 
 
+class LeavesSession(SpawnsAndReturns):
+    """Starts a process in a session of its own (``setsid``): it is neither its worker's
+    descendant nor in its process group, only in its worker's cgroup."""
+
+    def act(self, observation):
+        subprocess.Popen(["sleep", self.marker], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                         start_new_session=True)
+        return "DONE"
+
+
+class LeavesSessionAndExits(LeavesSession):
+    """Starts a process in a session of its own, then ends its worker process on the spot."""
+
+    def act(self, observation):
+        super().act(observation)
+        os._exit(3)
+
+
 class DetachesAndHangs(Detaches):
     """Detaches a sleep, then hangs until the run's --task-timeout kills its worker."""
 

@@ -306,3 +306,27 @@ def test_every_grading_gets_the_same_memory_room(tmp_path, monkeypatch):
     soft = int(re.search(r"^Max address space\s+(\S+)", limits, re.M).group(1))
     room = soft - psutil.Process(pid).memory_info().vms
     assert room >= (MEMORY_LIMIT_MB - 8) << 20, room >> 20
+
+
+def test_a_grader_s_oom_count_is_read_from_the_nearest_cgroup_with_the_memory_controller(monkeypatch):
+    """On a cgroup v2 host a worker runs in a cgroup of its own without controllers
+    (process_group.py): its graders' OOM kills are counted in the nearest one above that has
+    memory.events (hierarchical), not lost."""
+    import builtins
+    import io
+
+    from parallel_rollout.envs import math_grader
+
+    files = {"/proc/123/cgroup": "0::/run.slice/parallel-rollout-workers/123\n",
+             "/sys/fs/cgroup/run.slice/memory.events": "low 0\nhigh 0\nmax 3\noom 1\noom_kill 2\n"}
+
+    def fake_open(name, *args, **kwargs):
+        if name in files:
+            return io.StringIO(files[name])
+        if str(name).startswith(("/proc/", "/sys/")):
+            raise FileNotFoundError(name)
+        return builtins.open(name, *args, **kwargs)
+
+    monkeypatch.setattr(math_grader, "open", fake_open, raising=False)
+    assert math_grader.oom_file(123) == "/sys/fs/cgroup/run.slice/memory.events"
+    assert math_grader.oom_kills(math_grader.oom_file(123)) == 2

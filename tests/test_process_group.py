@@ -14,13 +14,16 @@ import pytest
 
 from process_tree import sleeps_left
 
-#: a worker as a Ray actor starts: it leads a group, is watched, and its "agent" detaches a sleep
+#: a worker as a Ray actor starts: it is watched, leads a group and a cgroup, and its "agent"
+#: detaches two sleeps, one of them in a session of its own
 WORKER = textwrap.dedent("""\
     import os, subprocess, sys, time
     from parallel_rollout.process_group import lead_group, watch_group
-    lead_group()
     {watch}
+    lead_group()
     subprocess.run(["sh", "-c", "sleep {marker} >/dev/null 2>&1 &"], check=True)
+    # and one out of the group too: a session of its own, where only the cgroup reaches it
+    subprocess.run(["setsid", "sh", "-c", "sleep {marker} >/dev/null 2>&1 &"], check=True)
     print("ready", flush=True)
     time.sleep(600)
 """)
@@ -58,6 +61,6 @@ def test_a_watched_group_dies_with_its_leader_killed_from_outside(watch):
         worker.kill()  # as the OOM killer or a lost node's end would: no code of its runs
         worker.wait()
     left = sleeps_left(marker)
-    assert not left, "the detached sleep outlived its worker"
+    assert not left, f"{len(left)} detached sleep(s) outlived their worker"
     _, alive = psutil.wait_procs(watchers, timeout=10)
     assert not alive, "the watcher did not end with its worker"

@@ -333,6 +333,8 @@ def test_no_more_vms_are_booted_on_a_node_than_it_can_use(cluster, tmp_path, poo
     ("Detaches", []),                                # the run's end: the driver kills every actor
     ("ForkAndExit", []),                             # the actor ends itself (os._exit)
     ("DetachesAndHangs", ["--task-timeout", "10"]),  # a timeout: the driver kills the actor
+    ("LeavesSession", []),                           # out of the group (setsid): the actor's cgroup
+    ("LeavesSessionAndExits", []),
 ])
 def test_processes_an_agent_starts_die_with_its_worker_actor(cluster, tmp_path, agent, flags):
     """As with --backend local (tests/test_run_lifecycle.py): what a module:Class agent

@@ -152,7 +152,8 @@ def test_no_more_vms_are_booted_than_the_run_can_use(tmp_path, flags, booted, sa
     assert json.loads((tmp_path / "out" / "cap" / "config.json").read_text())["config"]["num_rollouts"] == int(flags[1])
 
 
-@pytest.mark.parametrize("agent", ["SpawnsAndReturns", "ForkAndExit", "Detaches"])
+@pytest.mark.parametrize("agent", ["SpawnsAndReturns", "ForkAndExit", "Detaches", "LeavesSession",
+                                   "LeavesSessionAndExits"])
 def test_processes_an_agent_starts_die_with_its_worker(tmp_path, agent):
     marker = f"{900 + os.getpid() % 97}.{len(agent)}"
     data = write_tasks(tmp_path / "tasks.jsonl", [shell_task(k, instruction=marker) for k in "abc"])

@@ -190,8 +190,8 @@ class WorkerActor:
         _ignore_sigint()
         # before anything of the run's: what an agent (or a plugin's import) starts joins the
         # group, and dies with the actor however it ends (a kill, a death, its node lost)
+        watch_group()  # first: the watcher is not to be in the cgroup it kills
         lead_group()
-        watch_group()
         # before the actor says ready (and so before any attempt's clock): a plugin mode's or
         # agent's import never counts against --task-timeout; one that fails is the actor's
         # start failing, which the driver names

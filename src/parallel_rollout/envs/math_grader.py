@@ -217,9 +217,17 @@ def oom_file(pid: int) -> str | None:
         return None
     candidates = [f"/sys/fs/cgroup/memory{path}/memory.oom_control"
                   for _, controllers, path in entries if "memory" in controllers.split(",")]
-    candidates += [f"{root}{path.rstrip('/')}/memory.events" for _, controllers, path in entries
-                   if not controllers for root in ("/sys/fs/cgroup", "/sys/fs/cgroup/unified")]
+    # v2: the nearest cgroup up from ``pid``'s that has the memory controller (a worker's own,
+    # process_group.py, has none: its parent's memory.events counts its kills too)
+    candidates += [f"{root}{folder}/memory.events" for _, controllers, path in entries if not controllers
+                   for folder in _upward(path) for root in ("/sys/fs/cgroup", "/sys/fs/cgroup/unified")]
     return next((name for name in candidates if oom_kills(name) is not None), None)
+
+
+def _upward(path: str) -> list[str]:
+    """``path`` and each cgroup above it, the root's as ``""``."""
+    parts = path.strip("/").split("/") if path.strip("/") else []
+    return ["/" + "/".join(parts[:n]) if n else "" for n in range(len(parts), -1, -1)]
 
 
 def oom_kills(name: str | None) -> int | None:
