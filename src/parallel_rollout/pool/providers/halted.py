@@ -56,17 +56,27 @@ def proc_status(pid: int) -> dict[str, str]:
         return {}
 
 
-def children_of(pid: int) -> list[int]:
-    """The pids of ``pid``'s children, from each of its threads' ``children`` file."""
+def children_of(pid: int, proc: str = "/proc", strict: bool = False) -> list[int]:
+    """The pids of ``pid``'s children, from each of its threads' ``children`` file in
+    ``proc``; none when it is gone. ``strict``: a file there that cannot be read (not ours
+    to read, no such file on this kernel) raises OSError instead of counting as no children."""
     found = []
     try:
-        threads = os.listdir(f"/proc/{pid}/task")
+        threads = os.listdir(f"{proc}/{pid}/task")
+    except FileNotFoundError:
+        return found
     except OSError:
+        if strict:
+            raise
         return found
     for thread in threads:
         try:
-            with open(f"/proc/{pid}/task/{thread}/children") as children_file:
+            with open(f"{proc}/{pid}/task/{thread}/children") as children_file:
                 found.extend(int(child) for child in children_file.read().split())
+        except FileNotFoundError:
+            continue  # the thread ended meanwhile
         except (OSError, ValueError):
+            if strict:
+                raise OSError(f"{proc}/{pid}/task/{thread}/children cannot be read") from None
             continue
     return found

@@ -64,6 +64,7 @@ PROBE_TAIL_CHARS = 2_000_000
 
 from ...errors import ConfigError
 from .common import create_time, read_proc
+from .halted import children_of
 
 MODES = ("off", "fast", "full")
 #: desktop services that may start after the agent says ready: one more of each is allowed
@@ -198,11 +199,7 @@ def _descendants(pid: int, proc: str) -> list[int] | None:
         parent = todo.pop()
         found.append(parent)
         try:
-            for tid in os.listdir(f"{proc}/{parent}/task"):
-                with open(f"{proc}/{parent}/task/{tid}/children") as handle:
-                    todo += map(int, handle.read().split())
-        except FileNotFoundError:
-            continue  # exited meanwhile: the count decides
+            todo += children_of(parent, proc, strict=True)
         except OSError:
             return None
     return found
