@@ -261,3 +261,22 @@ def test_an_osworld_agent_cannot_read_a_gold_file_beside_the_task_file(tmp_path)
     records = osworld_run(tmp_path, data, "control", "--agent", "command", "--agent-cmd", thief(tmp_path, copy.parent))
     assert [(r["status"], r["reward"]) for r in records] == [("success", 1.0)], records
     assert gold.read_text() == "the secret beside the task file\n"
+
+
+def test_a_worker_s_agents_load_the_task_set_for_its_answer_files_once(tmp_path, monkeypatch):
+    """Each env loop of a worker makes its own command agent, and each hides the run's answer
+    files: the task set they come from is loaded once a worker process, not once an agent
+    (369 OSWorld tasks take 40-70 ms); the start's check (the runner's process) loads afresh."""
+    gold = tmp_path / "gold.txt"
+    gold.write_text("the answer\n")
+    data = gold_task(tmp_path, "gold-once", "the answer", "gold.txt")
+    loads = []
+    real = command.load_task_set
+    monkeypatch.setattr(command, "load_task_set", lambda *a, **k: loads.append(a) or real(*a, **k))
+    command._answer_files_once.cache_clear()
+    config = make_config(mode="osworld", data=str(data), agent="command", agent_cmd=f"{sys.executable} -c pass")
+    agents = [CommandAgent(config) for _ in range(3)]
+    assert all(str(gold) in agent.withheld for agent in agents)
+    assert len(loads) == 1
+    assert str(gold) in command.answer_files(config)
+    assert len(loads) == 2

@@ -65,6 +65,7 @@ retried), any other end of the conversation as ``AgentError`` (graded).
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -106,7 +107,7 @@ class CommandAgent(Agent):
         #: ``eval``, math's "expected" among them; its summary, events; earlier runs'), or its
         #: run's folder alone (``run_folder``), the files the run's tasks came from (their
         #: answer keys), and the files their checks compare against (``answer_files``)
-        self.withheld = (*run_folder(config), *task_files(config), *answer_files(config))
+        self.withheld = (*run_folder(config), *task_files(config), *answer_files(config, once=True))
         #: what its program needs to run, which no hidden cache may cover (``runner_caches``)
         self._needs = what_it_needs(config)
         self._process: AgentProcess | None = None
@@ -297,19 +298,29 @@ def _holds(folder: str, paths: list[str]) -> bool:
     return any(within(path, folder) for path in paths)
 
 
-def answer_files(config) -> tuple[str, ...]:
+def answer_files(config, once: bool = False) -> tuple[str, ...]:
     """The local files that hold the run's tasks' answer keys (``Env.answer_files``: an
     OSWorld task's gold file beside its task file), for a mode that has any: its tasks are
-    loaded here as the runner loads them; () when they cannot be (the runner says why)."""
+    loaded here as the runner loads them; () when they cannot be (the runner says why).
+    ``once``: loaded once a process, for a worker's agents (one per env loop; a worker's
+    process lives for one run, and 369 OSWorld tasks take 40-70 ms to load)."""
+    find = _answer_files_once if once else _answer_files
+    return find(config.mode, config.data, config.domain, config.osworld_index)
+
+
+def _answer_files(mode: str, data: str | None, domain: str | None, index: str | None) -> tuple[str, ...]:
     try:
-        env_cls = get_env(config.mode)
-        if not env_cls.has_answer_files or not config.data:
+        env_cls = get_env(mode)
+        if not env_cls.has_answer_files or not data:
             return ()
-        task_set = load_task_set(config.data, default_mode=config.mode, domain=config.domain,
-                                 validators=task_validators(CommandAgent.task_fields), index=config.osworld_index)
+        task_set = load_task_set(data, default_mode=mode, domain=domain,
+                                 validators=task_validators(CommandAgent.task_fields), index=index)
     except (ConfigError, TaskFileError, OSError, ValueError):
         return ()
     return tuple(dict.fromkeys(path for task in task_set.tasks for path in env_cls.answer_files(task)))
+
+
+_answer_files_once = functools.lru_cache(maxsize=4)(_answer_files)
 
 
 def task_files(config) -> tuple[str, ...]:
