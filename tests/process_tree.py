@@ -10,6 +10,12 @@ import threading
 import time
 
 import psutil
+import pytest
+
+from parallel_rollout import worker_cgroup
+
+#: a process out of its worker's session is held by the worker's cgroup only, where there is one
+needs_worker_cgroup = pytest.mark.skipif(not worker_cgroup.usable(), reason="no writable cgroup v2 tree here")
 
 
 def fork_servers(root: psutil.Process | None = None) -> list[psutil.Process]:

@@ -12,6 +12,7 @@ import textwrap
 import psutil
 import pytest
 
+from parallel_rollout import worker_cgroup
 from process_tree import sleeps_left
 
 #: a worker as a Ray actor starts: it is watched, leads a group and a cgroup, and its "agent"
@@ -19,11 +20,12 @@ from process_tree import sleeps_left
 WORKER = textwrap.dedent("""\
     import os, subprocess, sys, time
     from parallel_rollout.process_group import lead_group, watch_group
+    token = "{token}"
     {watch}
-    lead_group()
+    lead_group(token)
     subprocess.run(["sh", "-c", "sleep {marker} >/dev/null 2>&1 &"], check=True)
-    # and one out of the group too: a session of its own, where only the cgroup reaches it
-    subprocess.run(["setsid", "sh", "-c", "sleep {marker} >/dev/null 2>&1 &"], check=True)
+    if {with_cgroup}:  # and one out of the group too: a session of its own, which only the cgroup holds
+        subprocess.run(["setsid", "sh", "-c", "sleep {marker} >/dev/null 2>&1 &"], check=True)
     print("ready", flush=True)
     time.sleep(600)
 """)
@@ -33,22 +35,25 @@ WORKER = textwrap.dedent("""\
 #: < 5.3, macOS): it polls
 WATCH_WITHOUT_PIDFDS = ("subprocess.run([sys.executable, '-c', 'import os, runpy, sys; del os.pidfd_open; "
                         "runpy.run_module(\\'parallel_rollout.process_group\\', run_name=\\'__main__\\')', "
-                        "str(os.getpid())], check=True, stdin=subprocess.DEVNULL, start_new_session=True)")
+                        "str(os.getpid()), token], check=True, stdin=subprocess.DEVNULL, start_new_session=True)")
 
 
 def _watchers(pid: int) -> list[psutil.Process]:
     found = []
     for proc in psutil.process_iter(["cmdline"]):
         cmdline = proc.info["cmdline"] or []
-        if cmdline[-1:] == [str(pid)] and "process_group" in " ".join(cmdline[:-1]):
+        named = [i for i, word in enumerate(cmdline) if word == str(pid)]  # its pid, then its cgroup's token
+        if named and "process_group" in " ".join(cmdline[:named[0]]):
             found.append(proc)
     return found
 
 
-@pytest.mark.parametrize("watch", ["watch_group()", WATCH_WITHOUT_PIDFDS], ids=["pidfd", "polling"])
+@pytest.mark.parametrize("watch", ["watch_group(token)", WATCH_WITHOUT_PIDFDS], ids=["pidfd", "polling"])
 def test_a_watched_group_dies_with_its_leader_killed_from_outside(watch):
-    marker = f"{600 + os.getpid() % 97}.{3 if watch == 'watch_group()' else 4}"
-    worker = subprocess.Popen([sys.executable, "-c", WORKER.format(marker=marker, watch=watch)],
+    marker = f"{600 + os.getpid() % 97}.{3 if watch == 'watch_group(token)' else 4}"
+    token = f"test-{os.getpid()}-{marker}"
+    script = WORKER.format(marker=marker, watch=watch, token=token, with_cgroup=worker_cgroup.usable())
+    worker = subprocess.Popen([sys.executable, "-c", script],
                               stdout=subprocess.PIPE, text=True)
     try:
         assert worker.stdout.readline() == "ready\n"
@@ -64,3 +69,4 @@ def test_a_watched_group_dies_with_its_leader_killed_from_outside(watch):
     assert not left, f"{len(left)} detached sleep(s) outlived their worker"
     _, alive = psutil.wait_procs(watchers, timeout=10)
     assert not alive, "the watcher did not end with its worker"
+    assert not os.path.exists(worker_cgroup.folder(token) or "/nonexistent"), "the worker's cgroup was left"

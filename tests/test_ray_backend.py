@@ -32,7 +32,7 @@ import pytest
 from conftest import (ROOT, SHELL_TASKS, assert_exactly_once, leftover_sandboxes, live_descendants, max_overlap,
                       read_results, shell_task, write_tasks)
 from parallel_rollout.envs.py import load_humaneval
-from process_tree import sleeps_left, stop_guest_agents
+from process_tree import needs_worker_cgroup, sleeps_left, stop_guest_agents
 from ray_cluster import _NODE, SHELL_IDS, _cli, cluster, no_leaks  # noqa: F401 - fixtures
 
 
@@ -333,8 +333,8 @@ def test_no_more_vms_are_booted_on_a_node_than_it_can_use(cluster, tmp_path, poo
     ("Detaches", []),                                # the run's end: the driver kills every actor
     ("ForkAndExit", []),                             # the actor ends itself (os._exit)
     ("DetachesAndHangs", ["--task-timeout", "10"]),  # a timeout: the driver kills the actor
-    ("LeavesSession", []),                           # out of the group (setsid): the actor's cgroup
-    ("LeavesSessionAndExits", []),
+    pytest.param("LeavesSession", [], marks=needs_worker_cgroup),  # out of the group (setsid): the actor's cgroup
+    pytest.param("LeavesSessionAndExits", [], marks=needs_worker_cgroup),
 ])
 def test_processes_an_agent_starts_die_with_its_worker_actor(cluster, tmp_path, agent, flags):
     """As with --backend local (tests/test_run_lifecycle.py): what a module:Class agent

@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from conftest import ROOT, shell_task, small_tmpfs, write_tasks
 from parallel_rollout.cli import main
 from parallel_rollout.exit_codes import EXIT_USAGE
-from process_tree import sleeps_left
+from process_tree import needs_worker_cgroup, sleeps_left
 from test_runner import family, slow_tasks, start_cli, wait_for_results, wait_gone
 
 
@@ -152,8 +152,9 @@ def test_no_more_vms_are_booted_than_the_run_can_use(tmp_path, flags, booted, sa
     assert json.loads((tmp_path / "out" / "cap" / "config.json").read_text())["config"]["num_rollouts"] == int(flags[1])
 
 
-@pytest.mark.parametrize("agent", ["SpawnsAndReturns", "ForkAndExit", "Detaches", "LeavesSession",
-                                   "LeavesSessionAndExits"])
+@pytest.mark.parametrize("agent", ["SpawnsAndReturns", "ForkAndExit", "Detaches",
+                                   pytest.param("LeavesSession", marks=needs_worker_cgroup),
+                                   pytest.param("LeavesSessionAndExits", marks=needs_worker_cgroup)])
 def test_processes_an_agent_starts_die_with_its_worker(tmp_path, agent):
     marker = f"{900 + os.getpid() % 97}.{len(agent)}"
     data = write_tasks(tmp_path / "tasks.jsonl", [shell_task(k, instruction=marker) for k in "abc"])

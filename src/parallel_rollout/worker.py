@@ -465,9 +465,10 @@ def plugin_modules(config: RunConfig) -> list[str]:
 
 
 def worker_main(worker_id: str, holder: str, conn: Connection, pool: Any, config: RunConfig,
-                run_dir: str) -> None:
-    """Entry point of a worker process (forked from the run's server, ``backends.worker_start``)."""
-    lead_group()  # a process group of its own: the backend kills what is left of it (process_group)
+                run_dir: str, cgroup: str | None = None) -> None:
+    """Entry point of a worker process (forked from the run's server, ``backends.worker_start``);
+    ``cgroup``: the token of its cgroup, where the host has one (``worker_cgroup``)."""
+    lead_group(cgroup)  # a process group (and cgroup) of its own: the backend kills what is left of it
     # Ctrl-C (a closed terminal's SIGHUP) goes to the whole process group; the engine orders the shutdown.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)

@@ -303,24 +303,25 @@ def answer_files(config, once: bool = False) -> tuple[str, ...]:
     OSWorld task's gold file beside its task file), for a mode that has any: its tasks are
     loaded here as the runner loads them; () when they cannot be (the runner says why).
     ``once``: loaded once a process, for a worker's agents (one per env loop; a worker's
-    process lives for one run, and 369 OSWorld tasks take 40-70 ms to load)."""
+    process lives for one run, and 369 OSWorld tasks take 40-70 ms to load); a load that
+    failed is not kept, and is tried again by the next agent."""
     find = _answer_files_once if once else _answer_files
-    return find(config.mode, config.data, config.domain, config.osworld_index)
+    try:
+        return find(config.mode, config.data, config.domain, config.osworld_index)
+    except (ConfigError, TaskFileError, OSError, ValueError):
+        return ()
 
 
 def _answer_files(mode: str, data: str | None, domain: str | None, index: str | None) -> tuple[str, ...]:
-    try:
-        env_cls = get_env(mode)
-        if not env_cls.has_answer_files or not data:
-            return ()
-        task_set = load_task_set(data, default_mode=mode, domain=domain,
-                                 validators=task_validators(CommandAgent.task_fields), index=index)
-    except (ConfigError, TaskFileError, OSError, ValueError):
+    env_cls = get_env(mode)
+    if not env_cls.has_answer_files or not data:
         return ()
+    task_set = load_task_set(data, default_mode=mode, domain=domain,
+                             validators=task_validators(CommandAgent.task_fields), index=index)
     return tuple(dict.fromkeys(path for task in task_set.tasks for path in env_cls.answer_files(task)))
 
 
-_answer_files_once = functools.lru_cache(maxsize=4)(_answer_files)
+_answer_files_once = functools.lru_cache(maxsize=4)(_answer_files)  # raises are not kept
 
 
 def task_files(config) -> tuple[str, ...]:

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
+import secrets
 import select
 import time
 from dataclasses import dataclass, field, replace
@@ -73,6 +74,9 @@ class WorkerHandle:
     #: a psutil handle taken at the start (None: it was gone already): kills by it never
     #: hit a reused pid
     handle: Any = None
+    #: the token of its cgroup (``worker_cgroup``): what its agent started out of its
+    #: process group dies with that
+    cgroup: str | None = None
     #: attempts sent to it and not settled, by (key, attempt)
     assigned: dict[tuple[str, int], Assignment] = field(default_factory=dict)
     #: when each unacknowledged attempt was sent (monotonic)
@@ -184,18 +188,19 @@ class LocalBackend(WorkerTable):
         ctx = self._worker_ctx
         self._spawns += 1
         holder = f"w{index}.{self._spawns}"
+        cgroup = secrets.token_hex(8)
         parent_conn, child_conn = ctx.Pipe(duplex=True)
         child_logs = self._logs.child()
         process = ctx.Process(
             target=run_child, name=f"rollout-worker-{index}",
             args=(child_logs, worker_main, f"w{index}", holder, child_conn, self.pool, self.config,
-                  str(self.spec.run_dir)),
+                  str(self.spec.run_dir), cgroup),
             daemon=True,
         )
         handle = worker_start.start(process)
         child_conn.close()
         child_logs.close()
-        self._workers[index] = WorkerHandle(index, holder, process, parent_conn, handle=handle)
+        self._workers[index] = WorkerHandle(index, holder, process, parent_conn, handle=handle, cgroup=cgroup)
 
     # -- what the engine asks --------------------------------------------------------------
 
@@ -348,7 +353,7 @@ class LocalBackend(WorkerTable):
         ``exit_code``: the status it exited with on its own, None when unknown or killed."""
         self._drain(w)
         w.process.join(timeout=1)
-        kill_group(w.pid)  # what its agent started and left behind
+        kill_group(w.pid, w.cgroup)  # what its agent started and left behind
         self._workers.pop(w.index, None)
         w.conn.close()
         pid = w.process.pid
@@ -447,12 +452,12 @@ class LocalBackend(WorkerTable):
                 if w.process.sentinel in ready:
                     self._drain(w)
                     w.process.join()
-                    kill_group(w.pid)
+                    kill_group(w.pid, w.cgroup)
                     del self._workers[w.index]
         for w in list(self._workers.values()):
             kill_tree(w.handle)
             w.process.join(timeout=5)
-            kill_group(w.pid)
+            kill_group(w.pid, w.cgroup)
             del self._workers[w.index]
         if self._worker_ctx is not None:
             self._worker_ctx = None

@@ -27,6 +27,7 @@ with ``ray.remote`` and pins each to a node. They run inside Ray's worker proces
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import threading
 import uuid
@@ -190,8 +191,9 @@ class WorkerActor:
         _ignore_sigint()
         # before anything of the run's: what an agent (or a plugin's import) starts joins the
         # group, and dies with the actor however it ends (a kill, a death, its node lost)
-        watch_group()  # first: the watcher is not to be in the cgroup it kills
-        lead_group()
+        cgroup = secrets.token_hex(8)
+        watch_group(cgroup)  # first: the watcher is not to be in the cgroup it kills
+        lead_group(cgroup)
         # before the actor says ready (and so before any attempt's clock): a plugin mode's or
         # agent's import never counts against --task-timeout; one that fails is the actor's
         # start failing, which the driver names
