@@ -314,8 +314,8 @@ def test_a_ray_worker_actor_imports_the_run_s_plugins_before_it_says_ready(tmp_p
     monkeypatch.setattr(ray_actors, "_node_id", lambda: "node-1")  # what Ray would say
     # an actor leads its process's group and has a watcher kill it once the process ends:
     # not this test's process
-    monkeypatch.setattr(ray_actors, "lead_group", lambda: None)
-    monkeypatch.setattr(ray_actors, "watch_group", lambda: None)
+    monkeypatch.setattr(ray_actors, "lead_group", lambda cgroup=None: None)
+    monkeypatch.setattr(ray_actors, "watch_group", lambda cgroup=None: None)
     sys.modules.pop("actor_mode_q", None)
     config = RunConfig(mode="actor_mode_q:DoubleEnv", agent="user_plugins:ModelAgent", output_dir=str(tmp_path))
     (tmp_path / "run").mkdir()
