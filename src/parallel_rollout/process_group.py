@@ -7,8 +7,8 @@ died, which init adopts). Once the worker has ended, whichever way (its run's en
 timeout kill, a death, ``os._exit``), ``kill_group`` SIGKILLs what is left of the group. It
 is called by whoever sees the worker end on the worker's host::
 
-    local:  worker process ── ends ──► LocalBackend (its parent) ── kill_group(pid)
-    ray:    worker actor ──── ends ──► its watcher (``watch_group``) ── kill_group(pid)
+    local:  worker process ── ends ──► LocalBackend (its parent) ── kill_group(pid, token)
+    ray:    worker actor ──── ends ──► its watcher (``watch_group``) ── kill_group(pid, token)
 
 A Ray worker actor has no such parent: the driver may be on another host, and on a lost node
 the raylet dies with the actor. So the actor starts a watcher on its node as it starts: a
