@@ -14,8 +14,24 @@ import pytest
 
 from parallel_rollout import worker_cgroup
 
+
+def worker_cgroups_usable() -> bool:
+    """Whether a worker started from this process can have a cgroup of its own
+    (``worker_cgroup``): a folder made where it would be, and removed."""
+    probe = worker_cgroup.folder(f"probe-{os.getpid()}")
+    if probe is None:
+        return False
+    try:
+        os.makedirs(os.path.dirname(probe), exist_ok=True)
+        os.mkdir(probe)
+        os.rmdir(probe)
+    except OSError:
+        return False
+    return True
+
+
 #: a process out of its worker's session is held by the worker's cgroup only, where there is one
-needs_worker_cgroup = pytest.mark.skipif(not worker_cgroup.usable(), reason="no writable cgroup v2 tree here")
+needs_worker_cgroup = pytest.mark.skipif(not worker_cgroups_usable(), reason="no writable cgroup v2 tree here")
 
 
 def fork_servers(root: psutil.Process | None = None) -> list[psutil.Process]:

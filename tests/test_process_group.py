@@ -13,7 +13,7 @@ import psutil
 import pytest
 
 from parallel_rollout import worker_cgroup
-from process_tree import sleeps_left
+from process_tree import sleeps_left, worker_cgroups_usable
 
 #: a worker as a Ray actor starts: it is watched, leads a group and a cgroup, and its "agent"
 #: detaches two sleeps, one of them in a session of its own
@@ -52,7 +52,7 @@ def _watchers(pid: int) -> list[psutil.Process]:
 def test_a_watched_group_dies_with_its_leader_killed_from_outside(watch):
     marker = f"{600 + os.getpid() % 97}.{3 if watch == 'watch_group(token)' else 4}"
     token = f"test-{os.getpid()}-{marker}"
-    script = WORKER.format(marker=marker, watch=watch, token=token, with_cgroup=worker_cgroup.usable())
+    script = WORKER.format(marker=marker, watch=watch, token=token, with_cgroup=worker_cgroups_usable())
     worker = subprocess.Popen([sys.executable, "-c", script],
                               stdout=subprocess.PIPE, text=True)
     try:

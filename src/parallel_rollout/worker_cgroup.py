@@ -48,20 +48,6 @@ def folder(token: str) -> str | None:
     return None if own is None else os.path.join(own, WORKERS, token)
 
 
-def usable() -> bool:
-    """Whether a worker started from this process can have a cgroup of its own (a probe:
-    a folder made and removed)."""
-    probe = folder(f"probe-{os.getpid()}")
-    if probe is None:
-        return False
-    try:
-        os.makedirs(os.path.dirname(probe), exist_ok=True)
-        os.mkdir(probe)
-    except OSError:
-        return False
-    return _remove(probe)
-
-
 def join(token: str | None) -> bool:
     """Move this process (all its threads) into its worker cgroup; False where it cannot
     (the process group is all there is then)."""
@@ -106,18 +92,39 @@ def _kill_each(path: str) -> None:
     frozen = _write(os.path.join(path, "cgroup.freeze"), "1")
     try:
         for _ in range(_KILL_ROUNDS):
-            members = [pid for cgroup in _tree(path) for pid in _members(cgroup)]
+            members = [(cgroup, pid) for cgroup in _tree(path) for pid in _members(cgroup)]
             if not members:
                 break
-            for pid in members:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
+            for cgroup, pid in members:
+                kill_member(pid, f"/{WORKERS}/{os.path.relpath(cgroup, os.path.dirname(path))}")
             time.sleep(0.001)  # killed ones leave the list as they end
     finally:
         if frozen:
             _write(os.path.join(path, "cgroup.freeze"), "0")
+
+
+def kill_member(pid: int, cgroup: str) -> bool:
+    """SIGKILL ``pid`` if it is still a live process of the cgroup whose path ends with
+    ``cgroup`` (as ``/proc/PID/cgroup`` names it); whether it was. A pidfd pins the process,
+    so a pid recycled since the cgroup's ``cgroup.procs`` was read is never hit."""
+    try:
+        fd = os.pidfd_open(pid)
+    except OSError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as stat_file:
+            stat = stat_file.read()
+        if stat[stat.rfind(")") + 2:][:1] in ("Z", "X", ""):
+            return False  # exited, waiting for its parent: nothing left to kill
+        with open(f"/proc/{pid}/cgroup") as lines:
+            if not any(line.rstrip("\n").endswith(cgroup) for line in lines):
+                return False
+        signal.pidfd_send_signal(fd, signal.SIGKILL)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def _sweep(parent: str) -> None:

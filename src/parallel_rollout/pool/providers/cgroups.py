@@ -37,13 +37,13 @@ import os
 import re
 import shutil
 import secrets
-import signal
 import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from ...errors import ConfigError, VMError
+from ...worker_cgroup import kill_member
 
 log = logging.getLogger(__name__)
 
@@ -362,7 +362,9 @@ def kill_paths(paths: list[str]) -> None:
         # until no live member is left: a pass kills what the last one raced with (a fork),
         # and a process SIGKILLed a moment ago may not have finished exiting yet
         deadline, delay = time.monotonic() + 2.0, 0.0005
-        while sum(_kill_member(pid, path) for pid in _members(path)) and time.monotonic() < deadline:
+        # v1 lines read "N:controllers:/relative/path"; ours ends with TOP/run/vm
+        tail = "/" + "/".join(path.parts[-3:])
+        while sum(kill_member(pid, tail) for pid in _members(path)) and time.monotonic() < deadline:
             time.sleep(delay)
             delay = min(delay * 2, 0.05)
 
@@ -415,29 +417,6 @@ def _members(path: Path) -> list[int]:
         return [int(line) for line in (path / "cgroup.procs").read_text().split()]
     except (OSError, ValueError):
         return []
-
-
-def _kill_member(pid: int, path: Path) -> bool:
-    """SIGKILL ``pid`` if it is still a live process of the cgroup ``path``; whether it was.
-    A pidfd pins the process, so a pid recycled since cgroup.procs was read is never hit."""
-    try:
-        fd = os.pidfd_open(pid)
-    except OSError:
-        return False
-    try:
-        stat = _read(Path(f"/proc/{pid}/stat"))
-        if stat[stat.rfind(")") + 2:][:1] in ("Z", "X", ""):
-            return False  # exited, waiting for its parent: nothing left to kill
-        # v1 lines read "N:controllers:/relative/path"; ours ends with TOP/run/vm
-        rel = "/" + "/".join(path.parts[-3:])
-        if not any(line.endswith(rel) for line in _read(Path(f"/proc/{pid}/cgroup")).splitlines()):
-            return False
-        signal.pidfd_send_signal(fd, signal.SIGKILL)
-        return True
-    except OSError:
-        return False
-    finally:
-        os.close(fd)
 
 
 def _mkdir(path: Path, attempts: int = 5) -> None:
