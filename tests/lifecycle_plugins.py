@@ -66,3 +66,14 @@ class DetachesAndHangs(Detaches):
     def act(self, observation):
         super().act(observation)
         time.sleep(3600)
+
+
+class LeavesBothAndHangs(SpawnsAndReturns):
+    """Starts one process in its worker's group and one in a session of its own, then hangs:
+    its run is mid-attempt when its test kills the runner."""
+
+    def act(self, observation):
+        for own_session in (False, True):
+            subprocess.Popen(["sleep", self.marker], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             start_new_session=own_session)
+        time.sleep(3600)

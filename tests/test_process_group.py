@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 
 import psutil
 import pytest
@@ -70,3 +71,65 @@ def test_a_watched_group_dies_with_its_leader_killed_from_outside(watch):
     _, alive = psutil.wait_procs(watchers, timeout=10)
     assert not alive, "the watcher did not end with its worker"
     assert not os.path.exists(worker_cgroup.folder(token) or "/nonexistent"), "the worker's cgroup was left"
+
+
+#: a worker whose runner died: it led a group (and a cgroup) or not, its "agent" detached two
+#: sleeps, one in a session of its own; a line on its stdin is the closed pipe
+ORPHAN = textwrap.dedent("""\
+    import os, subprocess, sys
+    from parallel_rollout import process_group, worker_cgroup
+    token = "{token}"
+    if {leads}:
+        process_group.lead_group(token if {with_cgroup} else None)
+    if {cannot_move}:  # the cgroup it started in refuses it: it kills its cgroup from inside
+        write = worker_cgroup._write
+        worker_cgroup._write = lambda path, text: not path.endswith("cgroup.procs") and write(path, text)
+    subprocess.run(["sh", "-c", "sleep {marker} >/dev/null 2>&1 &"], check=True)
+    subprocess.run(["setsid", "sh", "-c", "sleep {marker} >/dev/null 2>&1 &"], check=True)
+    print("ready", flush=True)
+    sys.stdin.readline()
+    process_group.die_with_group()
+""")
+
+
+@pytest.mark.parametrize("case", ["cgroup", "cgroup-from-inside", "group", "leads-nothing"])
+def test_a_worker_whose_runner_died_takes_what_it_led_with_it(case):
+    with_cgroup = case.startswith("cgroup")
+    if with_cgroup and not worker_cgroups_usable():
+        pytest.skip("no writable cgroup v2 tree for a worker here")
+    marker = f"{600 + os.getpid() % 97}.{5 + ['cgroup', 'cgroup-from-inside', 'group', 'leads-nothing'].index(case)}"
+    token = f"test-{os.getpid()}-{marker}"
+    script = ORPHAN.format(token=token, leads=case != "leads-nothing", with_cgroup=with_cgroup,
+                           cannot_move=case == "cgroup-from-inside", marker=marker)
+    # a session of its own: a group kill it should not make hits nothing of the test's
+    worker = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True, start_new_session=True)
+    try:
+        assert worker.stdout.readline() == "ready\n"
+        deadline = time.monotonic() + 10
+        sleeps: list[psutil.Process] = []
+        while len(sleeps) < 2 and time.monotonic() < deadline:  # each shell's child may not have run sleep yet
+            time.sleep(0.02)
+            sleeps = [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["sleep", marker]]
+        in_session = [p for p in sleeps if os.getsid(p.pid) != worker.pid]
+        assert len(sleeps) == 2 and len(in_session) == 1, sleeps
+        worker.stdin.write("\n")
+        worker.stdin.flush()
+        code = worker.wait(10)
+    finally:
+        worker.kill()
+        worker.wait()
+    _, alive = psutil.wait_procs(sleeps, timeout=5)
+    alive = [p for p in alive if p.status() != psutil.STATUS_ZOMBIE]
+    for proc in alive:
+        proc.kill()
+    if case == "leads-nothing":
+        assert code == 1 and len(alive) == 2, "a process that led no group killed one"
+        return
+    assert code == -9, "the worker did not go with its group"
+    assert alive == ([] if with_cgroup else in_session), f"{alive} outlived their worker"
+    folder = worker_cgroup.folder(token)
+    if case == "cgroup":
+        assert not os.path.exists(folder), "the worker's cgroup was left"
+    elif folder is not None and os.path.isdir(folder):
+        worker_cgroup._remove_tree(folder)  # killed from inside: left for the next run's sweep

@@ -10,13 +10,14 @@ import subprocess
 import sys
 import time
 
+import psutil
 import pytest
 from click.testing import CliRunner
 
 from conftest import ROOT, shell_task, small_tmpfs, write_tasks
 from parallel_rollout.cli import main
 from parallel_rollout.exit_codes import EXIT_USAGE
-from process_tree import needs_worker_cgroup, sleeps_left
+from process_tree import needs_worker_cgroup, sleeps_left, worker_cgroups_usable
 from test_runner import family, slow_tasks, start_cli, wait_for_results, wait_gone
 
 
@@ -167,6 +168,38 @@ def test_processes_an_agent_starts_die_with_its_worker(tmp_path, agent):
     # the pool's VMs were the Manager's: stopped by the pool, not killed with a worker's group
     summary = json.loads((tmp_path / "out" / "kids" / "summary.json").read_text())
     assert summary["vm"]["marked_dead"] == 0
+
+
+def test_what_an_agent_started_dies_when_its_runner_is_sigkilled(tmp_path):
+    """A runner killed with SIGKILL (the OOM killer, a scheduler's hard stop) is not there to
+    kill its workers' groups: each worker sees its pipe close and takes its process group
+    (and its cgroup, where the host has one) with it, mid-attempt. Where there is no cgroup,
+    a process in a session of its own is out of reach (README)."""
+    marker = f"{700 + os.getpid() % 97}.5"
+    data = write_tasks(tmp_path / "tasks.jsonl", [shell_task("a", instruction=marker)])
+    argv = [sys.executable, str(ROOT / "run_parallel_rollout.py"), "--mode", "shell", "--data", str(data),
+            "--agent", "lifecycle_plugins:LeavesBothAndHangs", "--num-rollouts", "1", "--num-vms", "1",
+            "--use-vm-pool", "--output-dir", str(tmp_path / "out"), "--run-id", "orphans", "--no-progress"]
+    tests = str(ROOT / "tests")
+    with open(tmp_path / "out.txt", "w") as out, open(tmp_path / "err.txt", "w") as err:
+        proc = subprocess.Popen(argv, stdout=out, stderr=err, cwd=tests, env={**os.environ, "PYTHONPATH": tests})
+    try:
+        deadline = time.monotonic() + 60
+        sleeps: list[psutil.Process] = []
+        while len(sleeps) < 2:
+            assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "err.txt").read_text()
+            time.sleep(0.05)
+            sleeps = [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["sleep", marker]]
+        in_session = [p for p in sleeps if os.getsid(p.pid) == p.pid]
+        assert len(in_session) == 1, sleeps
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    left = wait_gone(sleeps, timeout=10)  # killed once counted
+    expected_left = [] if worker_cgroups_usable() else in_session
+    assert left == expected_left, f"{left} outlived the runner's SIGKILL"
 
 
 def _run_plugin(tmp_path, deadline_s: float, env: dict[str, str]):

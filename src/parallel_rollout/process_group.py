@@ -9,6 +9,7 @@ is called by whoever sees the worker end on the worker's host::
 
     local:  worker process ── ends ──► LocalBackend (its parent) ── kill_group(pid, token)
     ray:    worker actor ──── ends ──► its watcher (``watch_group``) ── kill_group(pid, token)
+    local, its runner dead:  worker process ── sees its pipe close ── die_with_group()
 
 A Ray worker actor has no such parent: the driver may be on another host, and on a lost node
 the raylet dies with the actor. So the actor starts a watcher on its node as it starts: a
@@ -32,6 +33,7 @@ import signal
 import subprocess
 import sys
 import time
+from typing import NoReturn
 
 from . import worker_cgroup
 
@@ -39,15 +41,32 @@ from . import worker_cgroup
 _POLL_S = 0.5
 #: how long a worker waits for its watcher to be set up
 _WATCH_START_S = 60.0
+#: the pid of this process once it leads its group (``lead_group``; a fork does not)
+_leader: int | None = None
 
 
 def lead_group(cgroup: str | None = None) -> None:
     """Make this process the leader of a process group of its own, and of the worker cgroup
     of token ``cgroup`` where the host has one (``worker_cgroup.join``): what it starts
     joins both."""
+    global _leader
     if os.getsid(0) != os.getpid():  # a session leader leads its group already, and may not leave it
         os.setpgid(0, 0)
+    _leader = os.getpid()
     worker_cgroup.join(cgroup)
+
+
+def die_with_group() -> NoReturn:
+    """End this worker when nobody is left to kill what it led (its runner's pipe closed: the
+    runner died, by SIGKILL too): its worker cgroup and every cgroup below it, then its
+    process group, itself with it. A process that led none (``lead_group``) just exits."""
+    if _leader == os.getpid():
+        worker_cgroup.kill_joined()
+        try:
+            os.killpg(_leader, signal.SIGKILL)  # this process too, at once
+        except OSError:
+            pass
+    os._exit(1)
 
 
 def kill_group(pid: int | None, cgroup: str | None = None) -> None:

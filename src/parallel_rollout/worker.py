@@ -49,7 +49,7 @@ from .errors import AttemptCancelled, RolloutError, SandboxViolation, VMError
 from .messages import (Assignment, Cancel, Finished, LeaseWait, Progress, Started, Stop, receive_message,
                        send_message)
 from .pool.leasing import lease_vm
-from .process_group import lead_group
+from .process_group import die_with_group, lead_group
 from .tasks import safe_name
 from .trajectories import TrajectoryFile
 
@@ -94,9 +94,10 @@ class RolloutWorker:
             try:
                 message = receive_message(self.conn)
             except (EOFError, OSError):
-                # The engine (its process) died: nobody will read our results, so stop at once. The pool
-                # follows that process too and stops the VMs.
-                os._exit(1)
+                # The engine (its process) died: nobody will read our results, so stop at once,
+                # with what the agent started (nobody else will kill it). The pool follows that
+                # process too and stops the VMs.
+                die_with_group()
             if isinstance(message, Stop):
                 for _ in loops:
                     self._inbox.put(message)
@@ -117,7 +118,7 @@ class RolloutWorker:
             with self._send_lock:
                 send_message(self.conn, message)
         except (OSError, ValueError):
-            os._exit(1)  # the engine is gone (see run)
+            die_with_group()  # the engine is gone (see run)
 
     def _loop(self, slot: int) -> None:
         parts = LoopParts(self.config)

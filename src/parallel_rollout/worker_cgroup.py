@@ -10,7 +10,8 @@ its pid, which the kernel recycles while another run's worker may take it)::
 
 beneath the one it started in, so every limit on that one still holds (it gets no
 controllers of its own: the processes are charged to it as before). Once the worker has
-ended, whoever saw it end (its backend, its watcher: both in the cgroup it started in)
+ended, whoever saw it end (its backend, its watcher: both in the cgroup it started in;
+a worker whose runner died, moved back there first: ``kill_joined``)
 ``kill``\\ s the cgroup and every cgroup below it (``cgroup.kill``; on Linux < 5.14 the tree
 frozen, each process SIGKILLed, thawed) and removes them, waiting half a second at most for
 a large process's memory to be freed: a folder still busy then is left, and removed by the
@@ -39,6 +40,9 @@ _EMPTY_S = 0.5
 #: how old an empty folder must be before a sweep removes it: a worker makes its folder
 #: and then moves in, and a sweep must not take the folder from between the two
 _SWEEP_AGE_S = 60.0
+#: (this process's pid, the token of the worker cgroup it joined): what ``kill_joined`` kills;
+#: a fork is in the cgroup too but did not join it
+_joined: tuple[int, str] | None = None
 
 
 def folder(token: str) -> str | None:
@@ -66,7 +70,26 @@ def join(token: str | None) -> bool:
     except OSError:
         _remove(path)
         return False
+    global _joined
+    _joined = (os.getpid(), token)
     return True
+
+
+def kill_joined() -> None:
+    """Kill the worker cgroup this process joined (``join``) with every cgroup below it, as
+    ``kill`` does, for a worker nobody else will do it for (its runner died): the process
+    first moves back to the cgroup it started in, since one that froze its own cgroup would
+    freeze itself. Where it cannot move, the cgroup is killed with it inside; where it joined
+    none, nothing is done."""
+    if _joined is None or _joined[0] != os.getpid():
+        return
+    path, token = _own_v2(), _joined[1]
+    if path is None or os.path.basename(path) != token:
+        return  # moved elsewhere since (by someone else): not ours to kill
+    if not _write(os.path.join(os.path.dirname(os.path.dirname(path)), "cgroup.procs"), "0"):
+        _write(os.path.join(path, "cgroup.kill"), "1")  # this process goes with it
+        return
+    kill(token)
 
 
 def kill(token: str | None) -> None:
