@@ -5,6 +5,7 @@ run: tests/test_run_lifecycle.py (local), tests/test_ray_backend.py (a Ray clust
 from __future__ import annotations
 
 import os
+import secrets
 import subprocess
 import sys
 import textwrap
@@ -14,7 +15,8 @@ import psutil
 import pytest
 
 from parallel_rollout import worker_cgroup
-from process_tree import sleeps_left, worker_cgroups_usable
+from pool_support import wait_until
+from process_tree import sleeps_left, worker_cgroups_killable_from_inside, worker_cgroups_usable
 
 #: a worker as a Ray actor starts: it is watched, leads a group and a cgroup, and its "agent"
 #: detaches two sleeps, one of them in a session of its own
@@ -74,33 +76,50 @@ def test_a_watched_group_dies_with_its_leader_killed_from_outside(watch):
 
 
 #: a worker whose runner died: it led a group (and a cgroup) or not, its "agent" detached two
-#: sleeps, one in a session of its own; a line on its stdin is the closed pipe
+#: sleeps, one in a session of its own, and a thread of it keeps starting sleeps in sessions
+#: of their own (one ends, the next starts: as an agent whose command was killed); a line on
+#: its stdin is the closed pipe
 ORPHAN = textwrap.dedent("""\
-    import os, subprocess, sys
+    import os, subprocess, sys, threading
     from parallel_rollout import process_group, worker_cgroup
     token = "{token}"
     if {leads}:
         process_group.lead_group(token if {with_cgroup} else None)
-    if {cannot_move}:  # the cgroup it started in refuses it: it kills its cgroup from inside
+    if {no_cgroup_kill}:  # as on Linux < 5.14
         write = worker_cgroup._write
-        worker_cgroup._write = lambda path, text: not path.endswith("cgroup.procs") and write(path, text)
+        worker_cgroup._write = lambda path, text: not path.endswith("cgroup.kill") and write(path, text)
     subprocess.run(["sh", "-c", "sleep {marker} >/dev/null 2>&1 &"], check=True)
     subprocess.run(["setsid", "sh", "-c", "sleep {marker} >/dev/null 2>&1 &"], check=True)
+
+    def respawn():
+        while True:
+            subprocess.run(["sleep", "{respawned}"], start_new_session=True)
+
+    if {respawns}:
+        threading.Thread(target=respawn, daemon=True).start()
     print("ready", flush=True)
     sys.stdin.readline()
     process_group.die_with_group()
 """)
 
 
-@pytest.mark.parametrize("case", ["cgroup", "cgroup-from-inside", "group", "leads-nothing"])
+def _sleeps(*markers: str) -> list[psutil.Process]:
+    return [p for p in psutil.process_iter(["cmdline", "status"])
+            if p.info["cmdline"] in [["sleep", m] for m in markers] and p.info["status"] != psutil.STATUS_ZOMBIE]
+
+
+@pytest.mark.parametrize("case", ["cgroup", "no-cgroup-kill", "group", "leads-nothing"])
 def test_a_worker_whose_runner_died_takes_what_it_led_with_it(case):
-    with_cgroup = case.startswith("cgroup")
-    if with_cgroup and not worker_cgroups_usable():
-        pytest.skip("no writable cgroup v2 tree for a worker here")
-    marker = f"{600 + os.getpid() % 97}.{5 + ['cgroup', 'cgroup-from-inside', 'group', 'leads-nothing'].index(case)}"
+    with_cgroup = case in ("cgroup", "no-cgroup-kill")
+    if case == "cgroup" and not worker_cgroups_killable_from_inside():
+        pytest.skip("no writable cgroup v2 tree with cgroup.kill here")
+    if case == "no-cgroup-kill" and not worker_cgroups_usable():
+        pytest.skip("no writable cgroup v2 tree here")
+    marker, respawned = (f"{600 + os.getpid() % 97}.{secrets.randbelow(10**6) + 1}" for _ in range(2))
     token = f"test-{os.getpid()}-{marker}"
     script = ORPHAN.format(token=token, leads=case != "leads-nothing", with_cgroup=with_cgroup,
-                           cannot_move=case == "cgroup-from-inside", marker=marker)
+                           no_cgroup_kill=case == "no-cgroup-kill", marker=marker, respawned=respawned,
+                           respawns=case == "cgroup")
     # a session of its own: a group kill it should not make hits nothing of the test's
     worker = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                               text=True, start_new_session=True)
@@ -110,26 +129,25 @@ def test_a_worker_whose_runner_died_takes_what_it_led_with_it(case):
         sleeps: list[psutil.Process] = []
         while len(sleeps) < 2 and time.monotonic() < deadline:  # each shell's child may not have run sleep yet
             time.sleep(0.02)
-            sleeps = [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["sleep", marker]]
+            sleeps = _sleeps(marker)
         in_session = [p for p in sleeps if os.getsid(p.pid) != worker.pid]
         assert len(sleeps) == 2 and len(in_session) == 1, sleeps
         worker.stdin.write("\n")
         worker.stdin.flush()
         code = worker.wait(10)
+        time.sleep(0.5)  # a sleep its thread started as it died would be there by now
+        _, alive = psutil.wait_procs(_sleeps(marker, respawned), timeout=5)
+        alive = [p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
     finally:
         worker.kill()
         worker.wait()
-    _, alive = psutil.wait_procs(sleeps, timeout=5)
-    alive = [p for p in alive if p.status() != psutil.STATUS_ZOMBIE]
-    for proc in alive:
-        proc.kill()
+        for proc in _sleeps(marker, respawned):
+            proc.kill()
+        folder = worker_cgroup.folder(token)
+        if folder is not None and os.path.isdir(folder):
+            wait_until(lambda: worker_cgroup._remove_tree(folder), 10)  # emptied: a later run's sweep would
     if case == "leads-nothing":
         assert code == 1 and len(alive) == 2, "a process that led no group killed one"
         return
     assert code == -9, "the worker did not go with its group"
-    assert alive == ([] if with_cgroup else in_session), f"{alive} outlived their worker"
-    folder = worker_cgroup.folder(token)
-    if case == "cgroup":
-        assert not os.path.exists(folder), "the worker's cgroup was left"
-    elif folder is not None and os.path.isdir(folder):
-        worker_cgroup._remove_tree(folder)  # killed from inside: left for the next run's sweep
+    assert alive == ([] if case == "cgroup" else in_session), f"{alive} outlived their worker"

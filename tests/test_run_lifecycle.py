@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -17,7 +18,7 @@ from click.testing import CliRunner
 from conftest import ROOT, shell_task, small_tmpfs, write_tasks
 from parallel_rollout.cli import main
 from parallel_rollout.exit_codes import EXIT_USAGE
-from process_tree import needs_worker_cgroup, sleeps_left, worker_cgroups_usable
+from process_tree import needs_worker_cgroup, sleeps_left, worker_cgroups_killable_from_inside
 from test_runner import family, slow_tasks, start_cli, wait_for_results, wait_gone
 
 
@@ -175,17 +176,18 @@ def test_what_an_agent_started_dies_when_its_runner_is_sigkilled(tmp_path):
     kill its workers' groups: each worker sees its pipe close and takes its process group
     (and its cgroup, where the host has one) with it, mid-attempt. Where there is no cgroup,
     a process in a session of its own is out of reach (README)."""
-    marker = f"{700 + os.getpid() % 97}.5"
+    marker = f"{700 + os.getpid() % 97}.{secrets.randbelow(10**6) + 1}"
     data = write_tasks(tmp_path / "tasks.jsonl", [shell_task("a", instruction=marker)])
     argv = [sys.executable, str(ROOT / "run_parallel_rollout.py"), "--mode", "shell", "--data", str(data),
             "--agent", "lifecycle_plugins:LeavesBothAndHangs", "--num-rollouts", "1", "--num-vms", "1",
             "--use-vm-pool", "--output-dir", str(tmp_path / "out"), "--run-id", "orphans", "--no-progress"]
     tests = str(ROOT / "tests")
     with open(tmp_path / "out.txt", "w") as out, open(tmp_path / "err.txt", "w") as err:
-        proc = subprocess.Popen(argv, stdout=out, stderr=err, cwd=tests, env={**os.environ, "PYTHONPATH": tests})
+        proc = subprocess.Popen(argv, stdout=out, stderr=err, cwd=tests, env={**os.environ, "PYTHONPATH": tests},
+                                start_new_session=True)
+    sleeps: list[psutil.Process] = []
     try:
         deadline = time.monotonic() + 60
-        sleeps: list[psutil.Process] = []
         while len(sleeps) < 2:
             assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "err.txt").read_text()
             time.sleep(0.05)
@@ -197,8 +199,8 @@ def test_what_an_agent_started_dies_when_its_runner_is_sigkilled(tmp_path):
     finally:
         if proc.poll() is None:
             proc.kill()
-    left = wait_gone(sleeps, timeout=10)  # killed once counted
-    expected_left = [] if worker_cgroups_usable() else in_session
+        left = wait_gone(sleeps, timeout=10)  # killed once counted
+    expected_left = [] if worker_cgroups_killable_from_inside() else in_session
     assert left == expected_left, f"{left} outlived the runner's SIGKILL"
 
 

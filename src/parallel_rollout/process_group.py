@@ -58,12 +58,13 @@ def lead_group(cgroup: str | None = None) -> None:
 
 def die_with_group() -> NoReturn:
     """End this worker when nobody is left to kill what it led (its runner's pipe closed: the
-    runner died, by SIGKILL too): its worker cgroup and every cgroup below it, then its
-    process group, itself with it. A process that led none (``lead_group``) just exits."""
+    runner died, by SIGKILL too): its worker cgroup with every cgroup below it, else (no
+    cgroup, no ``cgroup.kill``) its process group; either way itself with them, at once. A
+    process that led none (``lead_group``) just exits."""
     if _leader == os.getpid():
-        worker_cgroup.kill_joined()
+        worker_cgroup.kill_joined()  # returns only where it could not
         try:
-            os.killpg(_leader, signal.SIGKILL)  # this process too, at once
+            os.killpg(_leader, signal.SIGKILL)
         except OSError:
             pass
     os._exit(1)

@@ -117,8 +117,10 @@ class RolloutWorker:
         try:
             with self._send_lock:
                 send_message(self.conn, message)
-        except (OSError, ValueError):
+        except OSError:
             die_with_group()  # the engine is gone (see run)
+        except ValueError:
+            os._exit(1)  # a message its pipe cannot carry: the engine reports the worker's exit
 
     def _loop(self, slot: int) -> None:
         parts = LoopParts(self.config)

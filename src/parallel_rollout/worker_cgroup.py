@@ -10,13 +10,14 @@ its pid, which the kernel recycles while another run's worker may take it)::
 
 beneath the one it started in, so every limit on that one still holds (it gets no
 controllers of its own: the processes are charged to it as before). Once the worker has
-ended, whoever saw it end (its backend, its watcher: both in the cgroup it started in;
-a worker whose runner died, moved back there first: ``kill_joined``)
+ended, whoever saw it end (its backend, its watcher: both in the cgroup it started in)
 ``kill``\\ s the cgroup and every cgroup below it (``cgroup.kill``; on Linux < 5.14 the tree
 frozen, each process SIGKILLed, thawed) and removes them, waiting half a second at most for
 a large process's memory to be freed: a folder still busy then is left, and removed by the
-next worker that joins (``_sweep``, once it is empty). Where there is no such cgroup (cgroup v1 only, no
-write access, another OS) ``join`` does nothing and the process group is all there is.
+next worker that joins (``_sweep``, once it is empty). A worker whose runner died kills its
+own from inside (``kill_joined``), and leaves the folder to that sweep. Where there is no
+such cgroup (cgroup v1 only, no write access, another OS) ``join`` does nothing and the
+process group is all there is.
 
 Under systemd, a unit without ``Delegate=yes`` is not meant to get cgroups of others below
 its own: systemd still kills them with the unit, but set ``Delegate=yes`` on a service that
@@ -75,21 +76,19 @@ def join(token: str | None) -> bool:
     return True
 
 
-def kill_joined() -> None:
-    """Kill the worker cgroup this process joined (``join``) with every cgroup below it, as
-    ``kill`` does, for a worker nobody else will do it for (its runner died): the process
-    first moves back to the cgroup it started in, since one that froze its own cgroup would
-    freeze itself. Where it cannot move, the cgroup is killed with it inside; where it joined
-    none, nothing is done."""
+def kill_joined() -> bool:
+    """SIGKILL every process of the worker cgroup this process joined (``join``) and of the
+    cgroups below it, this process with them, for a worker nobody else will do it for (its
+    runner died). From inside, at once (``cgroup.kill``: forks under way too, while the
+    worker's other threads still run); the emptied folder is left to a later worker's sweep.
+    Returns only where it could not: False when this process joined none, or the kernel has
+    no ``cgroup.kill`` (Linux < 5.14: a freeze from inside would freeze the caller too)."""
     if _joined is None or _joined[0] != os.getpid():
-        return
-    path, token = _own_v2(), _joined[1]
-    if path is None or os.path.basename(path) != token:
-        return  # moved elsewhere since (by someone else): not ours to kill
-    if not _write(os.path.join(os.path.dirname(os.path.dirname(path)), "cgroup.procs"), "0"):
-        _write(os.path.join(path, "cgroup.kill"), "1")  # this process goes with it
-        return
-    kill(token)
+        return False
+    path = _own_v2()
+    if path is None or os.path.basename(path) != _joined[1]:
+        return False  # moved elsewhere since (by someone else): not ours to kill
+    return _write(os.path.join(path, "cgroup.kill"), "1")
 
 
 def kill(token: str | None) -> None:
