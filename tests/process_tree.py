@@ -30,14 +30,6 @@ def worker_cgroups_usable() -> bool:
     return True
 
 
-def worker_cgroups_killable_from_inside() -> bool:
-    """Whether a worker's cgroup here can also be killed by the worker itself (its runner
-    dead: ``worker_cgroup.kill_joined``), which takes ``cgroup.kill`` (Linux >= 5.14)."""
-    # the folder of the workers' cgroups (the probe made it): the root cgroup has no cgroup.kill
-    return worker_cgroups_usable() and os.path.exists(
-        os.path.join(os.path.dirname(worker_cgroup.folder("x")), "cgroup.kill"))
-
-
 #: a process out of its worker's session is held by the worker's cgroup only, where there is one
 needs_worker_cgroup = pytest.mark.skipif(not worker_cgroups_usable(), reason="no writable cgroup v2 tree here")
 

@@ -9,14 +9,14 @@ import secrets
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import psutil
 import pytest
 
 from parallel_rollout import worker_cgroup
-from pool_support import wait_until
-from process_tree import sleeps_left, worker_cgroups_killable_from_inside, worker_cgroups_usable
+from process_tree import sleeps_left, worker_cgroups_usable
 
 #: a worker as a Ray actor starts: it is watched, leads a group and a cgroup, and its "agent"
 #: detaches two sleeps, one of them in a session of its own
@@ -76,9 +76,9 @@ def test_a_watched_group_dies_with_its_leader_killed_from_outside(watch):
 
 
 #: a worker whose runner died: it led a group (and a cgroup) or not, its "agent" detached two
-#: sleeps, one in a session of its own, and a thread of it keeps starting sleeps in sessions
-#: of their own (one ends, the next starts: as an agent whose command was killed); a line on
-#: its stdin is the closed pipe
+#: sleeps, one in a session of its own; with a cgroup, a third sleep of its group was moved
+#: out of the cgroup, and a thread keeps starting sleeps in sessions of their own (one ends,
+#: the next starts: an agent whose command was killed); a line on its stdin is the closed pipe
 ORPHAN = textwrap.dedent("""\
     import os, subprocess, sys, threading
     from parallel_rollout import process_group, worker_cgroup
@@ -95,7 +95,10 @@ ORPHAN = textwrap.dedent("""\
         while True:
             subprocess.run(["sleep", "{respawned}"], start_new_session=True)
 
-    if {respawns}:
+    if {with_cgroup}:
+        moved = subprocess.Popen(["sleep", "{marker}"])
+        with open(os.path.join(os.path.dirname(os.path.dirname(worker_cgroup._own_v2())), "cgroup.procs"), "w") as f:
+            f.write(str(moved.pid))
         threading.Thread(target=respawn, daemon=True).start()
     print("ready", flush=True)
     sys.stdin.readline()
@@ -111,43 +114,52 @@ def _sleeps(*markers: str) -> list[psutil.Process]:
 @pytest.mark.parametrize("case", ["cgroup", "no-cgroup-kill", "group", "leads-nothing"])
 def test_a_worker_whose_runner_died_takes_what_it_led_with_it(case):
     with_cgroup = case in ("cgroup", "no-cgroup-kill")
-    if case == "cgroup" and not worker_cgroups_killable_from_inside():
-        pytest.skip("no writable cgroup v2 tree with cgroup.kill here")
-    if case == "no-cgroup-kill" and not worker_cgroups_usable():
+    if with_cgroup and not worker_cgroups_usable():
         pytest.skip("no writable cgroup v2 tree here")
     marker, respawned = (f"{600 + os.getpid() % 97}.{secrets.randbelow(10**6) + 1}" for _ in range(2))
     token = f"test-{os.getpid()}-{marker}"
     script = ORPHAN.format(token=token, leads=case != "leads-nothing", with_cgroup=with_cgroup,
-                           no_cgroup_kill=case == "no-cgroup-kill", marker=marker, respawned=respawned,
-                           respawns=case == "cgroup")
+                           no_cgroup_kill=case == "no-cgroup-kill", marker=marker, respawned=respawned)
     # a session of its own: a group kill it should not make hits nothing of the test's
     worker = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                               text=True, start_new_session=True)
+    hang = threading.Timer(60, worker.kill)  # a worker that never says ready fails, not hangs
+    hang.start()
     try:
         assert worker.stdout.readline() == "ready\n"
         deadline = time.monotonic() + 10
         sleeps: list[psutil.Process] = []
-        while len(sleeps) < 2 and time.monotonic() < deadline:  # each shell's child may not have run sleep yet
+        started = 3 if with_cgroup else 2
+        while len(sleeps) < started and time.monotonic() < deadline:  # a shell's child may not have run sleep yet
             time.sleep(0.02)
             sleeps = _sleeps(marker)
         in_session = [p for p in sleeps if os.getsid(p.pid) != worker.pid]
-        assert len(sleeps) == 2 and len(in_session) == 1, sleeps
+        assert len(sleeps) == started and len(in_session) == 1, sleeps
         worker.stdin.write("\n")
         worker.stdin.flush()
         code = worker.wait(10)
         time.sleep(0.5)  # a sleep its thread started as it died would be there by now
         _, alive = psutil.wait_procs(_sleeps(marker, respawned), timeout=5)
         alive = [p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+        left = worker_cgroup.folder(token)
     finally:
+        hang.cancel()
         worker.kill()
         worker.wait()
         for proc in _sleeps(marker, respawned):
             proc.kill()
-        folder = worker_cgroup.folder(token)
-        if folder is not None and os.path.isdir(folder):
-            wait_until(lambda: worker_cgroup._remove_tree(folder), 10)  # emptied: a later run's sweep would
+        _remove_when_empty(worker_cgroup.folder(token))
     if case == "leads-nothing":
         assert code == 1 and len(alive) == 2, "a process that led no group killed one"
         return
     assert code == -9, "the worker did not go with its group"
-    assert alive == ([] if case == "cgroup" else in_session), f"{alive} outlived their worker"
+    assert alive == ([] if with_cgroup else in_session), f"{alive} outlived their worker"
+    assert left is None or not os.path.exists(left), "the worker's cgroup was left"
+
+
+def _remove_when_empty(folder: str | None) -> None:
+    """A test's cgroup folder, once the kills have emptied it (within 10 s)."""
+    deadline = time.monotonic() + 10
+    while folder is not None and os.path.isdir(folder) and not worker_cgroup._remove_tree(folder) \
+            and time.monotonic() < deadline:
+        time.sleep(0.05)

@@ -18,7 +18,7 @@ from click.testing import CliRunner
 from conftest import ROOT, shell_task, small_tmpfs, write_tasks
 from parallel_rollout.cli import main
 from parallel_rollout.exit_codes import EXIT_USAGE
-from process_tree import needs_worker_cgroup, sleeps_left, worker_cgroups_killable_from_inside
+from process_tree import needs_worker_cgroup, sleeps_left, worker_cgroups_usable
 from test_runner import family, slow_tasks, start_cli, wait_for_results, wait_gone
 
 
@@ -200,7 +200,7 @@ def test_what_an_agent_started_dies_when_its_runner_is_sigkilled(tmp_path):
         if proc.poll() is None:
             proc.kill()
         left = wait_gone(sleeps, timeout=10)  # killed once counted
-    expected_left = [] if worker_cgroups_killable_from_inside() else in_session
+    expected_left = [] if worker_cgroups_usable() else in_session
     assert left == expected_left, f"{left} outlived the runner's SIGKILL"
 
 

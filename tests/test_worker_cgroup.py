@@ -70,9 +70,11 @@ def test_without_cgroup_kill_each_process_of_the_tree_is_killed_even_while_it_fo
     make, start = cgroups
     token = f"t{os.getpid()}-each"
     top, below = make(token), make(token, "sub")
-    forker = start(top, ["sh", "-c", "while :; do sleep 600 & sleep 0.001; done"])
+    # it forks once it is in its cgroup (``start`` moves it after its start): a sleep forked
+    # before would be out of the kill's reach, and left
+    forker = start(top, ["sh", "-c", "sleep 0.2; while :; do sleep 600 & sleep 0.001; done"])
     deep = start(below, ["sleep", "600"])
-    time.sleep(0.2)
+    time.sleep(0.4)
     assert len(forker.children()) > 3
     real_open = open
 

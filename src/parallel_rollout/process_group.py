@@ -58,11 +58,33 @@ def lead_group(cgroup: str | None = None) -> None:
 
 def die_with_group() -> NoReturn:
     """End this worker when nobody is left to kill what it led (its runner's pipe closed: the
-    runner died, by SIGKILL too): its worker cgroup with every cgroup below it, else (no
-    cgroup, no ``cgroup.kill``) its process group; either way itself with them, at once. A
-    process that led none (``lead_group``) just exits."""
+    runner died, by SIGKILL too): its process group and its worker cgroup (with every cgroup
+    below it), itself with them. A process that led none (``lead_group``) just exits.
+
+    The worker's other threads still run meanwhile (an agent's may start a process in a
+    session of its own as its command is killed), so the cgroup is killed from outside, as
+    its backend would: by a single-threaded helper forked for it, which leaves the worker's
+    group and cgroup first (``worker_cgroup.leave``), then kills both (``kill_group``),
+    freezing the cgroup where the kernel has no ``cgroup.kill``. A helper that cannot leave
+    kills the group, then the cgroup from inside, with itself."""
     if _leader == os.getpid():
-        worker_cgroup.kill_joined()  # returns only where it could not
+        token = worker_cgroup.joined()
+        try:
+            helper = None if token is None else os.fork()
+        except OSError:  # no fork to be had (a full pids.max): the group at least
+            helper = None
+        if helper == 0:
+            try:
+                os.setsid()
+                if worker_cgroup.leave(token):
+                    kill_group(_leader, token)
+                else:
+                    kill_group(_leader)
+                    worker_cgroup.kill_from_inside(token)
+            finally:
+                os._exit(0)
+        if helper:
+            os.waitpid(helper, 0)  # the helper's kill; it returns only where the helper failed
         try:
             os.killpg(_leader, signal.SIGKILL)
         except OSError:

@@ -14,9 +14,9 @@ ended, whoever saw it end (its backend, its watcher: both in the cgroup it start
 ``kill``\\ s the cgroup and every cgroup below it (``cgroup.kill``; on Linux < 5.14 the tree
 frozen, each process SIGKILLed, thawed) and removes them, waiting half a second at most for
 a large process's memory to be freed: a folder still busy then is left, and removed by the
-next worker that joins (``_sweep``, once it is empty). A worker whose runner died kills its
-own from inside (``kill_joined``), and leaves the folder to that sweep. Where there is no
-such cgroup (cgroup v1 only, no write access, another OS) ``join`` does nothing and the
+next worker that joins (``_sweep``, once it is empty). A worker whose runner died has a
+helper it forks do it (``leave``, then ``kill``: ``process_group.die_with_group``). Where
+there is no such cgroup (cgroup v1 only, no write access, another OS) ``join`` does nothing and the
 process group is all there is.
 
 Under systemd, a unit without ``Delegate=yes`` is not meant to get cgroups of others below
@@ -41,8 +41,8 @@ _EMPTY_S = 0.5
 #: how old an empty folder must be before a sweep removes it: a worker makes its folder
 #: and then moves in, and a sweep must not take the folder from between the two
 _SWEEP_AGE_S = 60.0
-#: (this process's pid, the token of the worker cgroup it joined): what ``kill_joined`` kills;
-#: a fork is in the cgroup too but did not join it
+#: (this process's pid, the token of the worker cgroup it joined): ``joined``; a fork is in the
+#: cgroup too but did not join it
 _joined: tuple[int, str] | None = None
 
 
@@ -76,19 +76,40 @@ def join(token: str | None) -> bool:
     return True
 
 
-def kill_joined() -> bool:
-    """SIGKILL every process of the worker cgroup this process joined (``join``) and of the
-    cgroups below it, this process with them, for a worker nobody else will do it for (its
-    runner died). From inside, at once (``cgroup.kill``: forks under way too, while the
-    worker's other threads still run); the emptied folder is left to a later worker's sweep.
-    Returns only where it could not: False when this process joined none, or the kernel has
-    no ``cgroup.kill`` (Linux < 5.14: a freeze from inside would freeze the caller too)."""
+def joined() -> str | None:
+    """The token of the worker cgroup this process joined (``join``) while it is still in
+    it, or in a cgroup below it (its agent may have made one); None otherwise."""
     if _joined is None or _joined[0] != os.getpid():
-        return False
+        return None
+    return _joined[1] if _enclosing(_joined[1]) else None
+
+
+def leave(token: str) -> bool:
+    """Move this process out of the worker cgroup of ``token`` (it is in it, or below it)
+    into the cgroup that one was made in, from where ``kill(token)`` reaches it as the
+    backend's does: for a single-threaded helper the worker forks (a process moves with all
+    its threads). False where the move is refused."""
+    path = _enclosing(token)
+    return path is not None and _write(os.path.join(os.path.dirname(os.path.dirname(path)), "cgroup.procs"), "0")
+
+
+def kill_from_inside(token: str) -> None:
+    """SIGKILL the worker cgroup of ``token`` from a process in it (or below it), this one
+    with it (``cgroup.kill``; where the kernel has none, nothing: a freeze would freeze the
+    caller too). The folder is left to a sweep."""
+    path = _enclosing(token)
+    if path is not None:
+        _write(os.path.join(path, "cgroup.kill"), "1")
+
+
+def _enclosing(token: str) -> str | None:
+    """The worker cgroup of ``token`` if this process is in it or below it, else None."""
     path = _own_v2()
-    if path is None or os.path.basename(path) != _joined[1]:
-        return False  # moved elsewhere since (by someone else): not ours to kill
-    return _write(os.path.join(path, "cgroup.kill"), "1")
+    while path is not None and not (os.path.basename(path) == token
+                                    and os.path.basename(os.path.dirname(path)) == WORKERS):
+        parent = os.path.dirname(path)
+        path = None if parent == path else parent
+    return path
 
 
 def kill(token: str | None) -> None:
