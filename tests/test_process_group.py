@@ -11,6 +11,7 @@ import sys
 import textwrap
 import threading
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -85,9 +86,10 @@ ORPHAN = textwrap.dedent("""\
     token = "{token}"
     if {leads}:
         process_group.lead_group(token if {with_cgroup} else None)
-    if {no_cgroup_kill}:  # as on Linux < 5.14
-        write = worker_cgroup._write
-        worker_cgroup._write = lambda path, text: not path.endswith("cgroup.kill") and write(path, text)
+    if {no_cgroup_kill}:  # its helper as on Linux < 5.14
+        process_group._helper_argv = lambda pid, token: [sys.executable, "-c", {no_kill_file!r}, "--kill", str(pid), token]
+    if {helper_hangs}:
+        process_group._helper_argv, process_group._HELPER_S = (lambda pid, token: ["sleep", "30"]), 0.5
     subprocess.run(["sh", "-c", "sleep {marker} >/dev/null 2>&1 &"], check=True)
     subprocess.run(["setsid", "sh", "-c", "sleep {marker} >/dev/null 2>&1 &"], check=True)
 
@@ -106,20 +108,32 @@ ORPHAN = textwrap.dedent("""\
 """)
 
 
+#: the helper's module run with no cgroup.kill to open, as on Linux < 5.14
+NO_KILL_FILE = ("import runpy\n"
+                "from parallel_rollout import worker_cgroup\n"
+                "def no_kill_file(name, *args, real=open, **kwargs):\n"
+                "    if str(name).endswith('cgroup.kill'):\n"
+                "        raise OSError(22, 'no cgroup.kill on this kernel')\n"
+                "    return real(name, *args, **kwargs)\n"
+                "worker_cgroup.open = no_kill_file\n"
+                "runpy.run_module('parallel_rollout.process_group', run_name='__main__')\n")
+
+
 def _sleeps(*markers: str) -> list[psutil.Process]:
     return [p for p in psutil.process_iter(["cmdline", "status"])
             if p.info["cmdline"] in [["sleep", m] for m in markers] and p.info["status"] != psutil.STATUS_ZOMBIE]
 
 
-@pytest.mark.parametrize("case", ["cgroup", "no-cgroup-kill", "group", "leads-nothing"])
+@pytest.mark.parametrize("case", ["cgroup", "no-cgroup-kill", "helper-hangs", "group", "leads-nothing"])
 def test_a_worker_whose_runner_died_takes_what_it_led_with_it(case):
-    with_cgroup = case in ("cgroup", "no-cgroup-kill")
+    with_cgroup = case in ("cgroup", "no-cgroup-kill", "helper-hangs")
     if with_cgroup and not worker_cgroups_usable():
         pytest.skip("no writable cgroup v2 tree here")
     marker, respawned = (f"{600 + os.getpid() % 97}.{secrets.randbelow(10**6) + 1}" for _ in range(2))
     token = f"test-{os.getpid()}-{marker}"
     script = ORPHAN.format(token=token, leads=case != "leads-nothing", with_cgroup=with_cgroup,
-                           no_cgroup_kill=case == "no-cgroup-kill", marker=marker, respawned=respawned)
+                           no_cgroup_kill=case == "no-cgroup-kill", no_kill_file=NO_KILL_FILE,
+                           helper_hangs=case == "helper-hangs", marker=marker, respawned=respawned)
     # a session of its own: a group kill it should not make hits nothing of the test's
     worker = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                               text=True, start_new_session=True)
@@ -134,6 +148,7 @@ def test_a_worker_whose_runner_died_takes_what_it_led_with_it(case):
             time.sleep(0.02)
             sleeps = _sleeps(marker)
         in_session = [p for p in sleeps if os.getsid(p.pid) != worker.pid]
+        moved_out = [p for p in sleeps if with_cgroup and token not in Path(f"/proc/{p.pid}/cgroup").read_text()]
         assert len(sleeps) == started and len(in_session) == 1, sleeps
         worker.stdin.write("\n")
         worker.stdin.flush()
@@ -141,7 +156,8 @@ def test_a_worker_whose_runner_died_takes_what_it_led_with_it(case):
         time.sleep(0.5)  # a sleep its thread started as it died would be there by now
         _, alive = psutil.wait_procs(_sleeps(marker, respawned), timeout=5)
         alive = [p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
-        left = worker_cgroup.folder(token)
+        folder = worker_cgroup.folder(token)
+        left = folder is not None and os.path.exists(folder)
     finally:
         hang.cancel()
         worker.kill()
@@ -153,8 +169,11 @@ def test_a_worker_whose_runner_died_takes_what_it_led_with_it(case):
         assert code == 1 and len(alive) == 2, "a process that led no group killed one"
         return
     assert code == -9, "the worker did not go with its group"
+    if case == "helper-hangs":  # its cgroup killed from inside, itself first: the group's sleep out of it is left
+        assert alive == moved_out and len(moved_out) == 1, f"{alive} outlived their worker"
+        return
     assert alive == ([] if with_cgroup else in_session), f"{alive} outlived their worker"
-    assert left is None or not os.path.exists(left), "the worker's cgroup was left"
+    assert not left, "the worker's cgroup was left"
 
 
 def _remove_when_empty(folder: str | None) -> None:

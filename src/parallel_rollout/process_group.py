@@ -9,7 +9,7 @@ is called by whoever sees the worker end on the worker's host::
 
     local:  worker process ── ends ──► LocalBackend (its parent) ── kill_group(pid, token)
     ray:    worker actor ──── ends ──► its watcher (``watch_group``) ── kill_group(pid, token)
-    local, its runner dead:  worker process ── sees its pipe close ── die_with_group()
+    local, its runner dead:  worker process ── sees its pipe close ── its helper (``die_with_group``)
 
 A Ray worker actor has no such parent: the driver may be on another host, and on a lost node
 the raylet dies with the actor. So the actor starts a watcher on its node as it starts: a
@@ -17,7 +17,8 @@ process that leaves the actor's tree and group at once (Ray kills a worker's own
 it exits: the watcher must outlive it), holds a pidfd of the actor (a reused pid cannot fool
 it) and kills the group as soon as the actor is gone, then exits. It is this module, run as
 ``python -m parallel_rollout.process_group PID [CGROUP]``; it imports nothing of the project
-but ``worker_cgroup``, so a watcher costs an idle interpreter and no more.
+but ``worker_cgroup``, so a watcher costs an idle interpreter and no more. Run with
+``--kill PID CGROUP`` it is the helper a worker whose runner died starts (``die_with_group``).
 
 A process that leaves the group itself (``setsid``, ``start_new_session=True``) leaves its
 reach, not the worker's cgroup, where the host has one for it (``worker_cgroup``): a worker
@@ -43,6 +44,8 @@ _POLL_S = 0.5
 _WATCH_START_S = 60.0
 #: the pid of this process once it leads its group (``lead_group``; a fork does not)
 _leader: int | None = None
+#: how long a worker whose runner died waits for its helper to kill it (``die_with_group``)
+_HELPER_S = 10.0
 
 
 def lead_group(cgroup: str | None = None) -> None:
@@ -62,34 +65,52 @@ def die_with_group() -> NoReturn:
     below it), itself with them. A process that led none (``lead_group``) just exits.
 
     The worker's other threads still run meanwhile (an agent's may start a process in a
-    session of its own as its command is killed), so the cgroup is killed from outside, as
-    its backend would: by a single-threaded helper forked for it, which leaves the worker's
-    group and cgroup first (``worker_cgroup.leave``), then kills both (``kill_group``),
-    freezing the cgroup where the kernel has no ``cgroup.kill``. A helper that cannot leave
-    kills the group, then the cgroup from inside, with itself."""
+    session of its own as its command is killed), so its cgroup is killed from outside, as its
+    backend would, by a helper it starts (this module, ``--kill``: a new interpreter, no fork
+    of a threaded process), which leaves the worker's group and cgroup (a session of its own,
+    ``worker_cgroup.leave``), then kills both (``kill_group``; a freeze where the kernel has no
+    ``cgroup.kill``). Where the helper cannot leave, it kills the group, then the cgroup from
+    inside with itself. Where it cannot start, fails or hangs (``_HELPER_S``), the worker
+    kills its cgroup from inside, else (no ``cgroup.kill``) its group."""
     if _leader == os.getpid():
         token = worker_cgroup.joined()
-        try:
-            helper = None if token is None else os.fork()
-        except OSError:  # no fork to be had (a full pids.max): the group at least
-            helper = None
-        if helper == 0:
-            try:
-                os.setsid()
-                if worker_cgroup.leave(token):
-                    kill_group(_leader, token)
-                else:
-                    kill_group(_leader)
-                    worker_cgroup.kill_from_inside(token)
-            finally:
-                os._exit(0)
-        if helper:
-            os.waitpid(helper, 0)  # the helper's kill; it returns only where the helper failed
+        if token is not None:
+            _kill_by_helper(_leader, token)
+            worker_cgroup.kill_from_inside(token)  # returns only where the kernel has no cgroup.kill
         try:
             os.killpg(_leader, signal.SIGKILL)
         except OSError:
             pass
     os._exit(1)
+
+
+def _kill_by_helper(pid: int, token: str) -> None:
+    """Start the helper that kills the group ``pid`` leads and its worker cgroup ``token``
+    (``_kill_for``), and wait for it: this returns only where it did not kill this process."""
+    try:
+        helper = subprocess.Popen(_helper_argv(pid, token), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL, start_new_session=True)
+    except OSError:  # no process to be had (a full pids.max, no memory)
+        return
+    try:
+        helper.wait(_HELPER_S)
+    except subprocess.TimeoutExpired:
+        helper.kill()
+
+
+def _helper_argv(pid: int, token: str) -> list[str]:
+    return [sys.executable, "-m", __name__, "--kill", str(pid), token]
+
+
+def _kill_for(pid: int, token: str) -> None:
+    """The helper of ``die_with_group`` (started in the worker's cgroup, in a session of its
+    own): out of the cgroup, then the group and the cgroup killed as a backend kills them;
+    where it cannot leave, the group, then the cgroup from inside, with itself."""
+    if worker_cgroup.leave(token):
+        kill_group(pid, token)
+    else:
+        kill_group(pid)
+        worker_cgroup.kill_from_inside(token)
 
 
 def kill_group(pid: int | None, cgroup: str | None = None) -> None:
@@ -146,4 +167,7 @@ def _alive(pid: int) -> bool:
 
 
 if __name__ == "__main__":
-    _watch(int(sys.argv[1]), sys.argv[2] if len(sys.argv) > 2 else None)
+    if sys.argv[1] == "--kill":
+        _kill_for(int(sys.argv[2]), sys.argv[3])
+    else:
+        _watch(int(sys.argv[1]), sys.argv[2] if len(sys.argv) > 2 else None)

@@ -15,7 +15,7 @@ ended, whoever saw it end (its backend, its watcher: both in the cgroup it start
 frozen, each process SIGKILLed, thawed) and removes them, waiting half a second at most for
 a large process's memory to be freed: a folder still busy then is left, and removed by the
 next worker that joins (``_sweep``, once it is empty). A worker whose runner died has a
-helper it forks do it (``leave``, then ``kill``: ``process_group.die_with_group``). Where
+helper it starts do it (``leave``, then ``kill``: ``process_group.die_with_group``). Where
 there is no such cgroup (cgroup v1 only, no write access, another OS) ``join`` does nothing and the
 process group is all there is.
 
@@ -87,8 +87,8 @@ def joined() -> str | None:
 def leave(token: str) -> bool:
     """Move this process out of the worker cgroup of ``token`` (it is in it, or below it)
     into the cgroup that one was made in, from where ``kill(token)`` reaches it as the
-    backend's does: for a single-threaded helper the worker forks (a process moves with all
-    its threads). False where the move is refused."""
+    backend's does: for the helper a worker starts (``process_group.die_with_group``), not the
+    worker, whose threads would run on outside it. False where the move is refused."""
     path = _enclosing(token)
     return path is not None and _write(os.path.join(os.path.dirname(os.path.dirname(path)), "cgroup.procs"), "0")
 
