@@ -10,6 +10,7 @@ import os
 import subprocess
 import time
 
+from parallel_rollout import worker_cgroup
 from parallel_rollout.agents.base import Agent
 
 
@@ -69,11 +70,17 @@ class DetachesAndHangs(Detaches):
 
 
 class LeavesBothAndHangs(SpawnsAndReturns):
-    """Starts one process in its worker's group and one in a session of its own, then hangs:
-    its run is mid-attempt when its test kills the runner."""
+    """Starts one process in its worker's group and one in a session of its own, and where its
+    worker has a cgroup, one of its group moved out of that cgroup; then hangs: its run is
+    mid-attempt when its test kills the runner."""
 
     def act(self, observation):
         for own_session in (False, True):
             subprocess.Popen(["sleep", self.marker], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                              start_new_session=own_session)
+        own = worker_cgroup._own_v2()
+        if own is not None and os.path.basename(os.path.dirname(own)) == worker_cgroup.WORKERS:
+            moved = subprocess.Popen(["sleep", self.marker], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            with open(os.path.join(os.path.dirname(os.path.dirname(own)), "cgroup.procs"), "w") as procs:
+                procs.write(str(moved.pid))
         time.sleep(3600)

@@ -16,7 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from parallel_rollout import worker_cgroup
+from parallel_rollout import process_group, worker_cgroup
 from process_tree import sleeps_left, worker_cgroups_usable
 
 #: a worker as a Ray actor starts: it is watched, leads a group and a cgroup, and its "agent"
@@ -182,3 +182,28 @@ def _remove_when_empty(folder: str | None) -> None:
     while folder is not None and os.path.isdir(folder) and not worker_cgroup._remove_tree(folder) \
             and time.monotonic() < deadline:
         time.sleep(0.05)
+
+
+def test_the_watcher_and_the_helper_run_this_package_whatever_the_environment_says(tmp_path):
+    """A worker's ``sys.path`` may hold the package where its environment does not (a checkout
+    run by its script), or the environment another package of that name: the programs it
+    starts of this module import it from where the worker did, not by PYTHONPATH or the
+    current folder."""
+    shadow = tmp_path / "parallel_rollout"
+    shadow.mkdir()
+    (shadow / "__init__.py").write_text("")
+    (shadow / "process_group.py").write_text(f"open({str(tmp_path / 'shadow-ran')!r}, 'w').close()\n")
+    ended = subprocess.Popen(["true"], start_new_session=True)  # a group of one, ended, kept unreaped
+    while psutil.Process(ended.pid).status() != psutil.STATUS_ZOMBIE:
+        time.sleep(0.01)
+    try:
+        env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+        done = subprocess.run(process_group._self_argv(str(ended.pid)), cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0 and not (tmp_path / "shadow-ran").exists(), done.stderr
+        # what -m would have run there: the shadow
+        subprocess.run([sys.executable, "-m", "parallel_rollout.process_group", str(ended.pid)], cwd=tmp_path,
+                       env=env, capture_output=True, timeout=60)
+        assert (tmp_path / "shadow-ran").exists()
+    finally:
+        ended.wait()

@@ -16,8 +16,8 @@ the raylet dies with the actor. So the actor starts a watcher on its node as it 
 process that leaves the actor's tree and group at once (Ray kills a worker's own children as
 it exits: the watcher must outlive it), holds a pidfd of the actor (a reused pid cannot fool
 it) and kills the group as soon as the actor is gone, then exits. It is this module, run as
-``python -m parallel_rollout.process_group PID [CGROUP]``; it imports nothing of the project
-but ``worker_cgroup``, so a watcher costs an idle interpreter and no more. Run with
+``python -m parallel_rollout.process_group PID [CGROUP]`` (``_self_argv``); it imports nothing of
+the project but ``worker_cgroup``, so a watcher costs an idle interpreter and no more. Run with
 ``--kill PID CGROUP`` it is the helper a worker whose runner died starts (``die_with_group``).
 
 A process that leaves the group itself (``setsid``, ``start_new_session=True``) leaves its
@@ -33,6 +33,7 @@ import select
 import signal
 import subprocess
 import sys
+import threading
 import time
 from typing import NoReturn
 
@@ -46,6 +47,8 @@ _WATCH_START_S = 60.0
 _leader: int | None = None
 #: how long a worker whose runner died waits for its helper to kill it (``die_with_group``)
 _HELPER_S = 10.0
+#: held by the first thread of a worker that ends with its group: one helper, not one a thread
+_dying = threading.Lock()
 
 
 def lead_group(cgroup: str | None = None) -> None:
@@ -73,6 +76,8 @@ def die_with_group() -> NoReturn:
     inside with itself. Where it cannot start, fails or hangs (``_HELPER_S``), the worker
     kills its cgroup from inside, else (no ``cgroup.kill``) its group."""
     if _leader == os.getpid():
+        if not _dying.acquire(blocking=False):
+            _dying.acquire()  # another thread is at it: wait for the end it brings
         token = worker_cgroup.joined()
         if token is not None:
             _kill_by_helper(_leader, token)
@@ -99,7 +104,7 @@ def _kill_by_helper(pid: int, token: str) -> None:
 
 
 def _helper_argv(pid: int, token: str) -> list[str]:
-    return [sys.executable, "-m", __name__, "--kill", str(pid), token]
+    return _self_argv("--kill", str(pid), token)
 
 
 def _kill_for(pid: int, token: str) -> None:
@@ -130,8 +135,22 @@ def watch_group(cgroup: str | None = None) -> None:
     ``cgroup``) once this process is gone; before ``lead_group``: the watcher stays out of the
     cgroup it kills, and finds it from the one they share. Returns when the watcher holds its
     pidfd, out of this process's tree."""
-    subprocess.run([sys.executable, "-m", __name__, str(os.getpid()), *([cgroup] if cgroup else [])],
+    subprocess.run(_self_argv(str(os.getpid()), *([cgroup] if cgroup else [])),
                    check=True, timeout=_WATCH_START_S, stdin=subprocess.DEVNULL, start_new_session=True)
+
+
+def _self_argv(*args: str) -> list[str]:
+    """This module run as a program (``args``: its arguments) by this interpreter, with this
+    package from where it was imported: isolated (``-I -S``: no PYTHONPATH, no site folder,
+    no current folder), since a worker's ``sys.path`` may have it where the environment does
+    not (a checkout run by its script, a runner that put it there), or another of that name."""
+    top = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return [sys.executable, "-I", "-S", "-c", _RUN_SELF, top, *args]
+
+
+#: what ``_self_argv`` runs: its first argument is the folder this package lies in
+_RUN_SELF = ("import runpy, sys; sys.path.insert(0, sys.argv.pop(1)); "
+             f"runpy.run_module({__name__!r}, run_name='__main__', alter_sys=True)")
 
 
 def _watch(pid: int, cgroup: str | None) -> None:
