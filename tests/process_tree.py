@@ -59,19 +59,22 @@ def worker_processes(root: psutil.Process | None = None) -> list[psutil.Process]
     return found
 
 
+def sleeps_of(*markers: str) -> list[psutil.Process]:
+    """The live ``sleep <marker>`` processes of any of ``markers``, zombies left out."""
+    argvs = [["sleep", marker] for marker in markers]
+    return [p for p in psutil.process_iter(["cmdline", "status"])
+            if p.info["cmdline"] in argvs and p.info["status"] != psutil.STATUS_ZOMBIE]
+
+
 def sleeps_left(marker: str, wait_s: float = 5.0) -> list[psutil.Process]:
     """The live ``sleep <marker>`` processes still there after up to ``wait_s`` (what an
     agent of tests/lifecycle_plugins.py started), killed once counted: one leak fails its
     own test, not the next one's leak check."""
-    def found() -> list[psutil.Process]:
-        return [p for p in psutil.process_iter(["cmdline", "status"])
-                if p.info["cmdline"] == ["sleep", marker] and p.info["status"] != psutil.STATUS_ZOMBIE]
-
     deadline = time.monotonic() + wait_s
-    left = found()
+    left = sleeps_of(marker)
     while left and time.monotonic() < deadline:
         time.sleep(0.1)
-        left = found()
+        left = sleeps_of(marker)
     for proc in left:
         try:
             proc.kill()

@@ -17,7 +17,7 @@ import psutil
 import pytest
 
 from parallel_rollout import process_group, worker_cgroup
-from process_tree import sleeps_left, worker_cgroups_usable
+from process_tree import sleeps_left, sleeps_of, worker_cgroups_usable
 
 #: a worker as a Ray actor starts: it is watched, leads a group and a cgroup, and its "agent"
 #: detaches two sleeps, one of them in a session of its own
@@ -119,11 +119,6 @@ NO_KILL_FILE = ("import runpy\n"
                 "runpy.run_module('parallel_rollout.process_group', run_name='__main__')\n")
 
 
-def _sleeps(*markers: str) -> list[psutil.Process]:
-    return [p for p in psutil.process_iter(["cmdline", "status"])
-            if p.info["cmdline"] in [["sleep", m] for m in markers] and p.info["status"] != psutil.STATUS_ZOMBIE]
-
-
 @pytest.mark.parametrize("case", ["cgroup", "no-cgroup-kill", "helper-hangs", "group", "leads-nothing"])
 def test_a_worker_whose_runner_died_takes_what_it_led_with_it(case):
     with_cgroup = case in ("cgroup", "no-cgroup-kill", "helper-hangs")
@@ -146,7 +141,7 @@ def test_a_worker_whose_runner_died_takes_what_it_led_with_it(case):
         started = 3 if with_cgroup else 2
         while len(sleeps) < started and time.monotonic() < deadline:  # a shell's child may not have run sleep yet
             time.sleep(0.02)
-            sleeps = _sleeps(marker)
+            sleeps = sleeps_of(marker)
         in_session = [p for p in sleeps if os.getsid(p.pid) != worker.pid]
         moved_out = [p for p in sleeps if with_cgroup and token not in Path(f"/proc/{p.pid}/cgroup").read_text()]
         assert len(sleeps) == started and len(in_session) == 1, sleeps
@@ -154,7 +149,7 @@ def test_a_worker_whose_runner_died_takes_what_it_led_with_it(case):
         worker.stdin.flush()
         code = worker.wait(10)
         time.sleep(0.5)  # a sleep its thread started as it died would be there by now
-        _, alive = psutil.wait_procs(_sleeps(marker, respawned), timeout=5)
+        _, alive = psutil.wait_procs(sleeps_of(marker, respawned), timeout=5)
         alive = [p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
         folder = worker_cgroup.folder(token)
         left = folder is not None and os.path.exists(folder)
@@ -162,7 +157,7 @@ def test_a_worker_whose_runner_died_takes_what_it_led_with_it(case):
         hang.cancel()
         worker.kill()
         worker.wait()
-        for proc in _sleeps(marker, respawned):
+        for proc in sleeps_of(marker, respawned):
             proc.kill()
         _remove_when_empty(worker_cgroup.folder(token))
     if case == "leads-nothing":

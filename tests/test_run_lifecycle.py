@@ -18,7 +18,7 @@ from click.testing import CliRunner
 from conftest import ROOT, shell_task, small_tmpfs, write_tasks
 from parallel_rollout.cli import main
 from parallel_rollout.exit_codes import EXIT_USAGE
-from process_tree import needs_worker_cgroup, sleeps_left, worker_cgroups_usable
+from process_tree import needs_worker_cgroup, sleeps_left, sleeps_of, worker_cgroups_usable
 from test_runner import family, slow_tasks, start_cli, wait_for_results, wait_gone
 
 
@@ -193,7 +193,7 @@ def test_what_an_agent_started_dies_when_its_runner_is_sigkilled(tmp_path):
         while len(sleeps) < started:
             assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "err.txt").read_text()
             time.sleep(0.05)
-            sleeps = [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["sleep", marker]]
+            sleeps = sleeps_of(marker)
         in_session = [p for p in sleeps if os.getsid(p.pid) == p.pid]
         assert len(in_session) == 1, sleeps
         os.kill(proc.pid, signal.SIGKILL)

@@ -16,8 +16,8 @@ frozen, each process SIGKILLed, thawed) and removes them, waiting half a second 
 a large process's memory to be freed: a folder still busy then is left, and removed by the
 next worker that joins (``_sweep``, once it is empty). A worker whose runner died has a
 helper it starts do it (``leave``, then ``kill``: ``process_group.die_with_group``). Where
-there is no such cgroup (cgroup v1 only, no write access, another OS) ``join`` does nothing and the
-process group is all there is.
+there is no such cgroup (cgroup v1 only, no write access, another OS) ``join`` does nothing
+and the process group is all there is.
 
 Under systemd, a unit without ``Delegate=yes`` is not meant to get cgroups of others below
 its own: systemd still kills them with the unit, but set ``Delegate=yes`` on a service that
@@ -104,12 +104,11 @@ def kill_from_inside(token: str) -> None:
 
 def _enclosing(token: str) -> str | None:
     """The worker cgroup of ``token`` if this process is in it or below it, else None."""
-    path = _own_v2()
-    while path is not None and not (os.path.basename(path) == token
-                                    and os.path.basename(os.path.dirname(path)) == WORKERS):
-        parent = os.path.dirname(path)
-        path = None if parent == path else parent
-    return path
+    own, tail = _own_v2(), f"/{WORKERS}/{token}"
+    if own is None:
+        return None
+    head, found, _ = f"{own}/".partition(f"{tail}/")
+    return head + tail if found else None
 
 
 def kill(token: str | None) -> None:
