@@ -98,7 +98,8 @@ def test_the_sweep_command_names_each_run_s_vms(base_dir, monkeypatch):
 
 
 _DYING_OWNER = """
-import sys, time
+import faulthandler, signal, sys, time
+faulthandler.register(signal.SIGUSR1)  # the test asks where it is when the fork never comes
 from parallel_rollout.pool.providers import sandbox_processes
 from parallel_rollout.pool.providers.process import ProcessProvider
 
@@ -114,22 +115,28 @@ time.sleep(600)
 """
 
 
-def test_an_owner_killed_while_it_forks_a_sandbox_leaves_nothing(base_dir):
+def test_an_owner_killed_while_it_forks_a_sandbox_leaves_nothing(base_dir, tmp_path):
     """The owner of the sandboxes (the pool's Manager) SIGKILLed after its fork of a sandbox
     and before bwrap set up its own parent-death signal: that bwrap used to start anyway,
     re-parented, after the sweep that follows the crash had looked, and leave its child (a
     bare bwrap with no child of its own) waiting forever. The fork now dies with its owner
     from its first instruction on."""
-    owner = subprocess.Popen([sys.executable, "-c", _DYING_OWNER, str(base_dir)],
-                             stdout=subprocess.PIPE, text=True)
+    stderr = tmp_path / "owner.err"
+    with open(stderr, "w") as err:
+        owner = subprocess.Popen([sys.executable, "-c", _DYING_OWNER, str(base_dir)],
+                                 stdout=subprocess.PIPE, stderr=err, text=True)
     said, run_dir = (owner.stdout.readline().split() + ["", ""])[:2]
     vm_dir = Path(run_dir or base_dir / "dying") / "vm0"
     try:
-        assert said == "booting"
-        deadline = time.monotonic() + 10
-        while not _processes_naming(vm_dir) and time.monotonic() < deadline:
+        assert said == "booting", stderr.read_text()
+        deadline = time.monotonic() + 60
+        while not _processes_naming(vm_dir) and owner.poll() is None and time.monotonic() < deadline:
             time.sleep(0.01)  # the fork is under way: the slow shell names the folder
-        assert _processes_naming(vm_dir), "the owner never forked the sandbox"
+        if not _processes_naming(vm_dir):
+            if owner.poll() is None:
+                owner.send_signal(signal.SIGUSR1)  # its threads' stacks, into its stderr
+                time.sleep(1)
+            pytest.fail(f"the owner never forked the sandbox (exit {owner.poll()}):\n{stderr.read_text()}")
         owner.kill()
         owner.wait()
         time.sleep(2.5)  # the slow shell would have exec'd bwrap by now
