@@ -39,7 +39,7 @@ def test_a_server_that_fails_everything_raises_naming_the_endpoint(tmp_path, sch
         failed = re.match(r"(\d+) groups in a row failed \(max_failed_groups=3\)", message)
         assert failed and int(failed.group(1)) >= 3 and server.url in message, message
         assert says in message, message  # the last failure says what the server answered
-        assert "no model request got a reply since the first of them failed: is the model endpoint" in message
+        assert "no model request got a usable reply since the first of them failed: is the model endpoint" in message
         assert time.monotonic() - started < 60
         assert train.stats()["dropped_failed"] >= 3
     finally:
@@ -58,7 +58,7 @@ def test_members_that_fail_on_their_own_raise_saying_what_they_failed_with_not_a
         with pytest.raises(RolloutError) as caught:
             train.get_batch(batch_size=4, step=0, timeout=60)
         message = str(caught.value)
-        assert re.search(r"no model request got a reply since the first of them failed: the members failed with "
+        assert re.search(r"no model request got a usable reply since the first of them failed: the members failed with "
                          r"error ×\d+, none for want of the model endpoint", message), message
         assert "the agent's own bug" in message and "up?" not in message, message
         assert server.requests == []

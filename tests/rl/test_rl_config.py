@@ -29,8 +29,9 @@ from parallel_rollout.rl.config import EnvManagerConfig, TaskSet, load_task_sets
      r"num_groups_partition \[4, 3\] sums to 7, not num_env_groups=8"),
     ({"num_env_groups": 8, "tags": ["a", "b"], "num_groups_partition": [8]},
      "has 1 entries for 2 tags"),
-    ({"tags": ["a"], "num_groups_partition": [-1]}, "list of counts >= 0"),
-    ({"tags": ["a", "b"], "num_groups_partition": [0, 0]}, "gives no tag a group"),
+    ({"tags": ["a"], "num_groups_partition": [-1]}, "list of counts >= 1"),
+    ({"tags": ["a", "b"], "num_groups_partition": [0, 0]}, "list of counts >= 1"),
+    ({"tags": ["a", "b"], "num_groups_partition": [2, 0]}, "list of counts >= 1"),
 ])
 def test_bad_values_name_the_field(kwargs, message):
     with pytest.raises(ConfigError, match=message):

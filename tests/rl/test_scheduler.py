@@ -97,10 +97,20 @@ def test_whole_groups_same_task_and_seed_oldest_first(shared, sibling):
         train.get_batch(batch_size=6, step=1)
 
 
-def test_fractional_ratio_and_bad_partition_are_refused(shared):
+def test_fractional_ratio_and_bad_partition_are_refused(shared, sibling):
     base = shared[0]
-    with pytest.raises(ConfigError, match="only whole numbers"):
-        base.sibling(EnvManagerConfig(tags=["FrozenLake"]), async_generation_ratio=0.5)
+    for ratio in (0.5, -1, float("nan"), float("inf"), "1", True):  # nan and inf raised ValueError, OverflowError
+        with pytest.raises(ConfigError, match="only whole numbers"):
+            base.sibling(EnvManagerConfig(tags=["FrozenLake"]), async_generation_ratio=ratio)
+    for seed in ("x", None, 1.5, -3):  # accepted, then the first get_batch failed with a TypeError
+        with pytest.raises(ConfigError, match="seed must be a whole number >= 0"):
+            base.sibling(EnvManagerConfig(tags=["FrozenLake"]), seed=seed)
+    with pytest.raises(ConfigError, match="group_filter must be a function"):
+        base.sibling(EnvManagerConfig(tags=["FrozenLake"]), group_filter=5)
+    numpy = pytest.importorskip("numpy")
+    train = sibling(EnvManagerConfig(group_size=2, tags=["tiny"], task_sets=tiny(shared)),
+                    async_generation_ratio=numpy.int64(1), seed=numpy.int64(3))  # numpy's integers, as step takes them
+    assert train.ratio == 1 and len(train.get_batch(numpy.int64(2), step=numpy.int64(0))) == 2
     with pytest.raises(ConfigError, match="sums to 3, not num_env_groups=4"):
         base.sibling(EnvManagerConfig(num_env_groups=4, tags=["FrozenLake", "FrozenLake8x8"],
                                       num_groups_partition=[2, 1]))
@@ -162,11 +172,13 @@ def test_async_runs_ahead_and_stale_groups_are_dropped_and_counted(shared, sibli
     assert all(t.created_step == 3 for t in batch)
 
 
-def test_finished_members_free_their_slots_and_a_last_chance_group_is_waited_for(shared, sibling):
+@pytest.mark.parametrize("batch_partition", [None, [1]], ids=["plain", "batch_partition"])
+def test_finished_members_free_their_slots_and_a_last_chance_group_is_waited_for(shared, sibling, batch_partition):
     """ratio 1, one straggling member in each of the first two groups: their finished
     members' env slots start the next groups, which make step 0's batch (slots bound what
     runs, not groups); at step 1, the last step the stragglers' groups may go out in, the batch
-    waits for them instead of taking newer groups that finished first, so none is dropped."""
+    waits for them instead of taking newer groups that finished first, so none is dropped.
+    With ``batch_partition`` too: its batches took the newer groups, and dropped the old."""
     server, switch = shared[2], shared[1]
 
     def straggling_m1(body):
@@ -178,7 +190,7 @@ def test_finished_members_free_their_slots_and_a_last_chance_group_is_waited_for
 
     switch.policy = straggling_m1
     train = sibling(EnvManagerConfig(num_env_groups=2, group_size=2, tags=["tiny"], task_sets=tiny(shared)),
-                    async_generation_ratio=1)
+                    async_generation_ratio=1, batch_partition=batch_partition)
     first = train.get_batch(batch_size=4, step=0)
     assert sorted({t.group_id for t in first}) == [2, 3]  # on the slots of groups 0 and 1's member 0
     second = train.get_batch(batch_size=4, step=1)
@@ -248,6 +260,32 @@ def test_group_filter_drops_equal_rewards(shared, sibling):
         assert len({t.reward for t in members}) == 2
     stats = train.stats()
     assert stats["dropped_filtered"] >= 2 and stats["groups_started"] >= 4
+    train.close()
+    # the gate forgets the samples of the groups the filter dropped (it kept them for the
+    # life of the engine: a long filtered run grew it without bound)
+    gate = shared[0]._shared.gate
+    assert not [key for key in gate._oldest if key.startswith(f"{train._sample_prefix}:")]
+
+
+def test_a_group_filter_that_raises_ends_the_get_batch_with_its_error(shared, sibling):
+    """The trainer's filter raises on a complete group: get_batch raises it (as a
+    RolloutError naming the group, the filter's exception its cause) instead of logging it
+    on the engine's thread while the group went nowhere and the next one started in its
+    place, without end; nothing more starts until a get_batch says so, and a trainer that
+    fixes its filter gets its batch from the next call."""
+    train = sibling(EnvManagerConfig(num_env_groups=2, group_size=2, tags=["tiny"], task_sets=tiny(shared)),
+                    group_filter=lambda group: group[0].record["nonexistent_key"] > 0, async_generation_ratio=1)
+    with pytest.raises(RolloutError, match=r"group_filter raised on group \d+ \(tag 'tiny'\): KeyError") as caught:
+        train.get_batch(batch_size=4, step=0, timeout=30)
+    assert isinstance(caught.value.__cause__, KeyError)
+    time.sleep(1.0)  # the trainer looks at its error; the groups running at the raise settle
+    started = train.stats()["groups_started"]
+    time.sleep(1.5)  # a tiny lake's episode takes milliseconds: regeneration would show here
+    stats = train.stats()
+    assert stats["groups_started"] == started <= 6, stats  # it started 1,474 groups in 20 s
+    assert stats["dropped_filter_error"] >= 1
+    train.group_filter = None  # fixed
+    assert len(train.get_batch(batch_size=4, step=0, timeout=60)) == 4
 
 
 def test_validation_runs_each_task_once_while_training_goes_on(shared, sibling):
@@ -494,3 +532,27 @@ def test_a_timed_out_member_is_recorded_once_and_drops_its_group(tmp_path, sched
     finally:
         release.set()
         server.stop()
+
+
+def test_given_tasks_of_a_tag_of_their_own_run_and_every_named_batch_has_metrics(shared, sibling):
+    """get_batch(tasks=[Task]) with an unseeded task whose tag (its own, or its mode's) is
+    none of the scheduler's: its seed came from the scheduler's tags and it failed with
+    "ValueError: 'custom' is not in list", leaving the call's first group running on;
+    metrics() stayed empty (or the batch before's) after get_batch(tasks=…) and get_batch(-1)."""
+    from parallel_rollout.tasks import Task
+
+    train = sibling(EnvManagerConfig(num_env_groups=2, group_size=2, tags=["tiny"], task_sets=tiny(shared)))
+    assert train.metrics() == {}
+    mine = Task(id="mine", mode="gym", payload={"desc": TINY, "max_steps": 3}, tags=("custom",))
+    plain = Task(id="plain", mode="gym", payload={"desc": TINY, "max_steps": 3})
+    batch = train.get_batch(batch_size=6, step=0, tasks=[mine, plain, "tiny0"])
+    assert [(t.task_id, t.tag) for t in batch] == [("mine", "custom")] * 2 + [("plain", "gym")] * 2 + \
+        [("tiny0", "tiny")] * 2
+    seeds = [t.seed for t in batch]
+    assert all(isinstance(s, int) for s in seeds) and seeds[0] == seeds[1] and seeds[2] == seeds[3]
+    assert len({seeds[0], seeds[2], seeds[4]}) == 3  # the tags' seeds do not meet
+    assert train.metrics()["batch/trajectories"] == 6 and train.metrics()["batch/groups"] == 3
+    assert train.stats()["groups_running"] == 0
+    every = train.get_batch(batch_size=-1, step=1)
+    assert [t.task_id for t in every] == ["tiny0", "tiny0"]
+    assert train.metrics()["batch/trajectories"] == 2

@@ -237,7 +237,7 @@ class BatchBudget:
             cause = (f"the model answered {replies} request(s) since the first of them failed: members fail, "
                      f"not the model endpoint{hint}.")
         else:
-            cause = f"no model request got a reply since the first of them failed: {self._no_reply_cause()}"
+            cause = f"no model request got a usable reply since the first of them failed: {self._no_reply_cause()}"
         raise RolloutError(f"{self.failed_in_a_row} groups in a row failed (max_failed_groups="
                            f"{self.max_failed_groups}): {', '.join(kinds)}; {cause} Last failure: "
                            f"{self.last_failure or 'unknown'}")

@@ -15,7 +15,7 @@ from collections import deque
 from typing import Any
 
 from ..errors import ConfigError, RolloutError
-from .groups import Trajectory, with_turns
+from .groups import Trajectory
 
 
 class ChosenBatches:
@@ -35,7 +35,19 @@ class ChosenBatches:
                 raise RolloutError(f"scheduler {self.name!r} is already running a get_batch(tasks=...)")
             self._begin_call(len(given), timeout)
             self._step = step
-            self._given = {pos: self._start_group(tag, task, purpose="given") for pos, (tag, task) in enumerate(given)}
+            self._given = {}
+            failed: BaseException | None = None
+            try:
+                for pos, (tag, task) in enumerate(given):
+                    self._given[pos] = self._start_group(tag, task, purpose="given")
+            except BaseException as exc:  # none of the call's groups may run on without it
+                self._abandon("given")
+                self._given = None
+                self._budget.call_raised()
+                failed = exc
+        if failed is not None:
+            self._flush()  # their members' submits, and their cancels
+            raise failed
         try:
             with self._afresh_after_raise():
                 while True:
@@ -52,7 +64,7 @@ class ChosenBatches:
                 self._abandon("given")
                 self._given = None
             self._flush()
-        return with_turns([t for group in batch for t in group.trajectories()])
+        return self._hand_out(batch, step)
 
     def _abandon(self, purpose: str) -> None:
         """The groups of ``purpose`` ("given", "all") still running when their get_batch
@@ -109,4 +121,4 @@ class ChosenBatches:
                 self._all, self._all_done = None, []
             self._flush()
         done.sort(key=lambda g: g.group_id)
-        return with_turns([t for group in done for t in group.trajectories()])
+        return self._hand_out(done, step)

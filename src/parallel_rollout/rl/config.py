@@ -20,6 +20,9 @@ of ``config_checks.validate_ranges``, an agent that imports and can be made).
 
 from __future__ import annotations
 
+import math
+import numbers
+import operator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -97,16 +100,17 @@ class EnvManagerConfig:
         if partition is not None:
             tags = self.tags or ["<the run's mode>"]
             if not isinstance(partition, (list, tuple)) or not all(
-                    isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in partition):
-                raise ConfigError(f"EnvManagerConfig.num_groups_partition must be a list of counts >= 0, got {partition!r}")
+                    isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in partition):
+                # a tag with no group at once never runs a task: a batch that needs one (its
+                # batch_partition share, get_batch(-1)) would wait for ever
+                raise ConfigError(f"EnvManagerConfig.num_groups_partition must be a list of counts >= 1 (one "
+                                  f"per tag: groups of that tag at once), got {partition!r}")
             if len(partition) != len(tags):
                 raise ConfigError(f"EnvManagerConfig.num_groups_partition has {len(partition)} entries for "
                                   f"{len(tags)} tags ({', '.join(tags)}); give one count per tag")
             if self.num_env_groups is not None and sum(partition) != self.num_env_groups:
                 raise ConfigError(f"EnvManagerConfig.num_groups_partition {list(partition)} sums to {sum(partition)}, "
                                   f"not num_env_groups={self.num_env_groups}")
-            if sum(partition) == 0:
-                raise ConfigError("EnvManagerConfig.num_groups_partition gives no tag a group")
 
     def partition(self, tags: list[str], num_env_groups: int) -> dict[str, int]:
         """Groups at once per tag: the given partition, or ``num_env_groups`` split evenly
@@ -214,3 +218,28 @@ def check_run_config(run_config: Any) -> None:
         get_agent(run_config.agent)
     except ConfigError as exc:
         raise ConfigError(f"RunConfig: {exc}") from None
+
+
+def whole_number(value: Any, floats: bool = False) -> int | None:
+    """``value`` as an int when it is a whole number (an int, numpy's integers; with
+    ``floats`` a float such as 2.0 too); None otherwise (a bool, a fraction, nan, inf, a
+    string)."""
+    if isinstance(value, bool):
+        return None
+    try:
+        return operator.index(value)
+    except TypeError:
+        pass
+    if floats and isinstance(value, numbers.Real) and math.isfinite(value) and value == int(value):
+        return int(value)
+    return None
+
+
+def whole_ratio(ratio: Any) -> int:
+    """async_generation_ratio as a whole number; ConfigError for fractions, negatives, nan
+    and inf."""
+    whole = whole_number(ratio, floats=True)
+    if whole is None or whole < 0:
+        raise ConfigError(f"async_generation_ratio={ratio!r}: only whole numbers >= 0 mean something here "
+                          "(0 = synchronous, r = generation runs at most r steps ahead)")
+    return whole

@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import time
+import zlib
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -54,6 +55,8 @@ class GroupGeneration:
             return  # the next batch meets its filter fallback; nothing more to regenerate
         if self._budget.failures_spent():
             return  # groups fail in a row: a new one would too, until a call starts afresh
+        if self._filter_error is not None:
+            return  # the trainer's filter raised: nothing more to filter till get_batch says so
         cap = self._need * (self.ratio + (1 if self._waiting else 0))
         while self._outstanding() < cap:
             if self._replay:
@@ -77,9 +80,12 @@ class GroupGeneration:
         """The budget's ``begin`` of a get_batch. After a call that raised it starts afresh,
         and the ready groups made only of placeholders (every member failed, under
         ``failed_member="placeholder"``) are dropped: they are what the failures that
-        raised made, which the new count no longer holds back from a batch."""
+        raised made, which the new count no longer holds back from a batch; so is what the
+        group filter raised on a group that settled since (a filter still broken raises
+        again on the call's first group)."""
         if not self._budget.begin(groups, timeout):
             return
+        self._filter_error = None  # the filter raised on a group that settled after the raise
         failed = [g for g in self._ready if all(t.placeholder for t in g.done)]
         for group in failed:
             self._lag.forget(group.keys.values())
@@ -138,7 +144,7 @@ class GroupGeneration:
             # ROLL's episode seed: the tag's group seed + the episode id, so a restored
             # scheduler (load_state_dict) gives its next groups the seeds an uninterrupted one would
             seed = task.seed if task.seed is not None else \
-                self.seed + TAG_SEED_STRIDE * self.tags.index(tag) + episode_id
+                self.seed + TAG_SEED_STRIDE * self._tag_index(tag) + episode_id
         member_task = dataclasses.replace(task, seed=seed)
         size = self.env_config.group_size
         group = Group(group_id, tag, episode_id, task, seed, self._step, size, created_at=time.time(),
@@ -156,6 +162,14 @@ class GroupGeneration:
             self._by_key[item.key] = (group, member, now)
             self._outbox.append(("submit", item))
         return group
+
+    def _tag_index(self, tag: str) -> int:
+        """The tag's place among the scheduler's tags; a tag of none of them (a ``Task`` given
+        to ``get_batch(tasks=…)`` with a tag of its own) a place after them that its name
+        fixes, so its seeds are the same in every run."""
+        if tag in self.tags:
+            return self.tags.index(tag)
+        return len(self.tags) + zlib.crc32(tag.encode()) % 1000
 
     def _on_final(self, record: dict[str, Any]) -> None:
         """The engine's callback: a member's final record."""
@@ -232,15 +246,38 @@ class GroupGeneration:
             pass  # get_batch(tasks=…) collects it
         elif self._stale(group):
             self._stats["dropped_stale"] += 1
+            self._lag.forget(group.keys.values())
         elif self._lag.drops(group.keys.values()):
             self._stats["dropped_version_lag"] += 1
-        elif self.group_filter is not None and self.group_filter(group.trajectories()):
-            self._stats["dropped_filtered"] += 1
-            self._budget.group_filtered()
+            self._lag.forget(group.keys.values())
+        elif self._filtered_out(group):
+            self._lag.forget(group.keys.values())
         else:
             self._ready.append(group)
             self._ready.sort(key=lambda g: g.group_id)
         self._fill()
+
+    def _filtered_out(self, group: Group) -> bool:
+        """Whether the group filter drops ``group`` (counted). A filter that raises drops it
+        too (``dropped_filter_error``), and what it raised waits for get_batch, which raises
+        it: here, on the engine's thread, it would only be logged while the group went
+        nowhere and the next one was started in its place, without end."""
+        if self.group_filter is None:
+            return False
+        try:
+            dropped = self.group_filter(group.trajectories())
+        except Exception as exc:  # noqa: BLE001 - the trainer's code: get_batch raises it
+            self._stats["dropped_filter_error"] += 1
+            error = RolloutError(f"group_filter raised on group {group.group_id} (tag {group.tag!r}): "
+                                 f"{type(exc).__name__}: {exc}")
+            error.__cause__ = exc
+            self._filter_error = error
+            self._cond.notify_all()
+            return True
+        if dropped:
+            self._stats["dropped_filtered"] += 1
+            self._budget.group_filtered()
+        return bool(dropped)
 
     def _rerun_given(self, group: Group) -> None:
         """A dropped group of get_batch(tasks=…): the same task again, in its place."""

@@ -49,7 +49,8 @@ from ..main_guard import check_guarded
 from ..policy_gate import whole_number_from
 from .budget import BatchBudget
 from .chosen import ChosenBatches
-from .config import EnvManagerConfig, check_count, check_run_config, load_tasks_of, resolve_task_set
+from .config import (EnvManagerConfig, check_count, check_run_config, load_tasks_of, resolve_task_set,
+                     whole_number, whole_ratio)
 from .generation import GroupGeneration
 from .groups import Group, GroupFilter, Trajectory, with_turns
 from .metrics import batch_metrics
@@ -98,20 +99,23 @@ class RolloutScheduler(ChosenBatches, GroupGeneration):
         check_run_config(run_config)  # as run() checks its settings: types, ranges, the agent
         self.env_config = env_config or EnvManagerConfig()
         self.env_config.check()
-        self.ratio = _whole_ratio(async_generation_ratio)
+        self.ratio = whole_ratio(async_generation_ratio)
         if failed_member not in ("drop", "placeholder"):
             raise ConfigError(f"failed_member must be 'drop' or 'placeholder', got {failed_member!r}")
         check_count("max_concurrent_rollouts", max_concurrent_rollouts, 1, optional=True)
         if _shared is not None and max_concurrent_rollouts is not None:
             raise ConfigError("a sibling shares its engine's max_concurrent_rollouts; give it to the first scheduler")
         check_lag_options(max_version_lag, stale_versions)
+        if group_filter is not None and not callable(group_filter):
+            raise ConfigError(f"group_filter must be a function of a group's trajectories (True drops it), "
+                              f"got {group_filter!r}")
         self.failed_member = failed_member
         self.group_filter = group_filter
         #: bounds on a get_batch: its timeout, groups failed in a row, groups filtered (budget)
         self._budget = BatchBudget(max_failed_groups, max_filtered_groups, filter_fallback,
                                    endpoint=_endpoints(run_config.base_url))
         self.name = name
-        self.seed = seed
+        self.seed = whole_number_from("seed", seed, 0, "")
         #: this scheduler's sampling overrides (validation at temperature 0 …), sent with
         #: every attempt and merged over the run config's in each request
         self.sampling = check_sampling(sampling)
@@ -126,6 +130,9 @@ class RolloutScheduler(ChosenBatches, GroupGeneration):
         #: what the task source raised (or returned) when it last gave no task: a get_batch
         #: that needs a new group raises it
         self._source_error: Exception | None = None
+        #: what the group filter raised on a complete group (the engine's thread calls it):
+        #: the next get_batch raises it, and no group starts till then (``generation``)
+        self._filter_error: RolloutError | None = None
         self._owner = _shared is None
         if self._owner and run_config.tokenizer:
             from ..agents.tokens import ChatTokenizer
@@ -218,14 +225,16 @@ class RolloutScheduler(ChosenBatches, GroupGeneration):
         (ConfigError, and nothing changes); SchedulerSuspended when this thread suspended the
         gate and did not resume it (the call could never end)."""
         step = self._check_call(step)
-        if batch_size == -1:
+        if whole_number(batch_size) == -1:
             if tasks is not None:
                 raise ConfigError("get_batch: batch_size=-1 runs every task of the tags once, not with tasks=; "
                                   "to run given tasks pass batch_size=len(tasks) x group_size")
             return self._run_all(step, timeout)
         size = self.env_config.group_size
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1 or batch_size % size:
+        whole = whole_number(batch_size)
+        if whole is None or whole < 1 or whole % size:
             raise ConfigError(f"batch_size must be a positive multiple of group_size ({size}) or -1, got {batch_size!r}")
+        batch_size = whole
         if tasks is not None:
             return self._run_given(batch_size, step, tasks, timeout)
         need = batch_size // size
@@ -241,6 +250,7 @@ class RolloutScheduler(ChosenBatches, GroupGeneration):
                     self._flush()
                     with self._cond:
                         self._budget.check_failures()
+                        self._raise_filter_error()
                         partial = self._budget.filter_spent() and self._budget.filter_fallback == "partial"
                         batch = self._take_ready(need, partial) or None  # partial: never an empty batch
                         if batch is not None:
@@ -290,6 +300,13 @@ class RolloutScheduler(ChosenBatches, GroupGeneration):
             self._stats_at_batch = now
         return trajectories
 
+    def _raise_filter_error(self) -> None:
+        """Raise what the group filter raised, once: the trainer's own code failed, and
+        generation stays stopped until this call ends (the next starts afresh)."""
+        if self._filter_error is not None:
+            error, self._filter_error = self._filter_error, None
+            raise error
+
     def _take_ready(self, need: int, partial: bool) -> list[Group] | None:
         """The ready groups of the next batch, taken off ``_ready`` (oldest first; with
         ``batch_partition`` each tag's quota); None while they are not all there (with
@@ -303,20 +320,21 @@ class RolloutScheduler(ChosenBatches, GroupGeneration):
         chosen: list[Group] = []
         for tag, count in wanted.items():
             mine = [g for g in self._ready if g.tag == tag][:count]
-            if len(mine) < count and not partial:
+            if (len(mine) < count or self._last_chance_running(count, tag)) and not partial:
                 return None
             chosen += mine
         taken = {g.group_id for g in chosen}
         self._ready = [g for g in self._ready if g.group_id not in taken]
         return sorted(chosen, key=lambda g: g.group_id)
 
-    def _last_chance_running(self, need: int) -> bool:
-        """Whether one of the ``need`` oldest batch groups is still running and this step is
-        the last it may be handed out in (``async_generation_ratio``). The batch waits for it:
+    def _last_chance_running(self, need: int, tag: str | None = None) -> bool:
+        """Whether one of the ``need`` oldest batch groups (of ``tag``) is still running and
+        this step is the last it may be handed out in (``async_generation_ratio``). The batch waits for it:
         a newer group that finished first (it started on the slots of finished members) can
         go in the next batch, where this one would be dropped as stale, its tokens wasted and
         the batches biased toward short episodes."""
-        outstanding = sorted([*[g for g in self._groups.values() if g.purpose == "batch"], *self._ready],
+        outstanding = sorted([g for g in [*self._groups.values(), *self._ready]
+                              if g.purpose == "batch" and (tag is None or g.tag == tag)],
                              key=lambda g: g.group_id)[:need]
         return any(g.completed_at is None and g.created_step + self.ratio <= self._step for g in outstanding)
 
@@ -479,13 +497,3 @@ def _load_tags(tags: list[str], env_config: EnvManagerConfig, run_config: RunCon
 def _endpoints(base_url: str | list[str] | None) -> str:
     """The model server(s) an error names."""
     return ", ".join(base_url) if isinstance(base_url, list) else base_url or ""
-
-
-def _whole_ratio(ratio: Any) -> int:
-    """async_generation_ratio as a whole number; ConfigError for fractions and negatives."""
-    if isinstance(ratio, bool) or not isinstance(ratio, (int, float)):
-        raise ConfigError(f"async_generation_ratio must be a whole number >= 0, got {ratio!r}")
-    if ratio < 0 or ratio != int(ratio):
-        raise ConfigError(f"async_generation_ratio={ratio!r}: only whole numbers >= 0 mean something here "
-                          "(0 = synchronous, r = generation runs at most r steps ahead)")
-    return int(ratio)
