@@ -89,7 +89,8 @@ class LeaseWait:
 @dataclass(frozen=True)
 class Progress:
     """Where an attempt is: its ``phase`` (``setup``: the env's reset; ``agent``: the
-    agent's turns; ``grading``), the turns taken, its VM and trajectory file, and the lease
+    agent's turns; ``model_retry``: the agent's turns, retrying a model request the endpoint
+    failed; ``grading``), the turns taken, its VM and trajectory file, and the lease
     by which it holds that VM now (None while it holds none). What the record of an attempt
     whose worker is killed (a task timeout) or dies keeps of it; with the lease, the backend
     asks the pool whether a late attempt's VM was killed from outside (``backends.base``)."""

@@ -181,8 +181,9 @@ class RolloutWorker:
         try:
             self._check_cancelled(item)
             env, agent = parts.env(task.mode), parts.agent()
-            agent.begin_attempt(AttemptInfo(item.key, item.attempt, dict(item.sampling),
-                                            loop=self._loop_index(slot)))
+            agent.begin_attempt(AttemptInfo(
+                item.key, item.attempt, dict(item.sampling), loop=self._loop_index(slot),
+                on_model_retry=lambda failing: self._progress(item, record, "model_retry" if failing else "agent")))
             with self._agents_lock:
                 self._agents[(item.key, item.attempt)] = agent
             self._check_cancelled(item)  # a cancel that came before the agent was known

@@ -1,4 +1,5 @@
-"""A turn's model calls: every call an agent's ``act`` makes is in the turn's record.
+"""A turn's model calls: every call an agent's ``act`` makes is in the turn's record, and
+``Reply``, one call's answer as the agent gets it (``ModelClient.chat`` / ``generate``).
 
 An agent may call the policy more than once a turn (a "plan" call, then an "act" call). Each
 call samples tokens a trainer must see, so the turn's record (``ModelClient.turn_record``)
@@ -30,6 +31,7 @@ sampled is dropped and nothing is stitched: segments() starts a new segment ther
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 #: the field of a turn's record that holds its earlier calls
@@ -87,3 +89,36 @@ def joined(record: dict[str, Any], name: str) -> Any:
     if len(pieces) == 1 or not all(isinstance(piece.get(name), list) for piece in pieces):
         return record.get(name)
     return [value for piece in pieces for value in piece[name]]
+
+
+@dataclasses.dataclass(frozen=True)
+class Reply:
+    """One call's answer: the text, the tool calls as they came, the stop reason, and the
+    call's record (token ids, logprobs, versions …; ``turn_record()`` holds it, with the
+    turn's other calls)."""
+
+    text: str
+    tool_calls: list[dict[str, Any]]
+    stop_reason: str
+    turn: dict[str, Any]
+
+    @property
+    def token_ids(self) -> list[int] | None:
+        """The sampled token ids (under a gate, with a tokenizer, or from ``generate``): the
+        whole reply's, a record split where the server re-tokenized it too (``calls.py``)."""
+        return joined(self.turn, "token_ids")
+
+    @property
+    def logprobs(self) -> list[float] | None:
+        """One logprob per sampled token, where the server sent them."""
+        return joined(self.turn, "logprobs")
+
+    @property
+    def prompt_token_ids(self) -> list[int] | None:
+        """The prompt's token ids (of the call's first request), where known."""
+        return calls_of(self.turn)[0].get("prompt_token_ids")
+
+    @property
+    def policy_version(self) -> int | None:
+        """The policy version that answered (under an RL scheduler's gate)."""
+        return self.turn.get("policy_version")

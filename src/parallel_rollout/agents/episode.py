@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from ..errors import RolloutError
 
@@ -79,6 +79,11 @@ class AttemptInfo:
     #: the env loop's index in the run (worker index × envs_per_worker + slot): with several
     #: servers, where its ties start in the list (servers.py), so one-loop workers spread
     loop: int = 0
+    #: the worker's ear for the model endpoint's trouble: called with True when a request of
+    #: a turn failed and is to be tried again (before the retry's wait), with False once that
+    #: turn's call ended; an attempt whose time runs out in between was the endpoint's, not
+    #: the task's (``backends.base.late_failures``)
+    on_model_retry: Callable[[bool], None] | None = dataclasses.field(default=None, compare=False, repr=False)
 
     @property
     def session_id(self) -> str:

@@ -45,52 +45,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import time
 import uuid
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from ..errors import AttemptCancelled
 from . import calls, openai_request, stream_abort, streaming
 from .episode import AgentError, AttemptInfo, ContextOverflow, EndpointRefused, EpisodeCut, LengthCut, ModelUnavailable
 from .retries import REFUSING_STATUS, RETRYABLE_STATUS, Retryable, parse_retry_after, refusal, retrying
 from .servers import Route
+from .calls import Reply
 from .wire import MalformedResponse, Wire, excerpt, is_overflow, not_an_api_answer
 
-__all__ = ["ModelClient", "Reply"]
-
-
-@dataclasses.dataclass(frozen=True)
-class Reply:
-    """One call's answer: the text, the tool calls as they came, the stop reason, and the
-    call's record (token ids, logprobs, versions …; ``turn_record()`` holds it, with the
-    turn's other calls)."""
-
-    text: str
-    tool_calls: list[dict[str, Any]]
-    stop_reason: str
-    turn: dict[str, Any]
-
-    @property
-    def token_ids(self) -> list[int] | None:
-        """The sampled token ids (under a gate, with a tokenizer, or from ``generate``): the
-        whole reply's, a record split where the server re-tokenized it too (``calls.py``)."""
-        return calls.joined(self.turn, "token_ids")
-
-    @property
-    def logprobs(self) -> list[float] | None:
-        """One logprob per sampled token, where the server sent them."""
-        return calls.joined(self.turn, "logprobs")
-
-    @property
-    def prompt_token_ids(self) -> list[int] | None:
-        """The prompt's token ids (of the call's first request), where known."""
-        return calls.calls_of(self.turn)[0].get("prompt_token_ids")
-
-    @property
-    def policy_version(self) -> int | None:
-        """The policy version that answered (under an RL scheduler's gate)."""
-        return self.turn.get("policy_version")
+__all__ = ["ModelClient", "Reply"]  # Reply: calls.py, the answer of one call
 
 
 class ModelClient:
@@ -134,6 +101,10 @@ class ModelClient:
         self._sampling: dict[str, Any] = {}
         #: the request about to be sent is a retry (counted by ``_sent``)
         self._retrying = False
+        #: the worker's ear for a failing endpoint (``AttemptInfo.on_model_retry``), and
+        #: whether it was told of one in the call under way
+        self._on_model_retry: Callable[[bool], None] | None = None
+        self._told_retry = False
         #: the streamed request under way (abort() closes it) and whether the episode was cancelled
         self._abortable = None
         self._cancelled = False
@@ -161,6 +132,7 @@ class ModelClient:
         if info is not None and info == self._started:
             return
         self._started = info
+        self._on_model_retry = info.on_model_retry if info else None
         self._key = info.key if info else None
         self._sampling = dict(info.sampling) if info else {}
         self._usage = _zero_usage(self.config.model)
@@ -331,8 +303,16 @@ class ModelClient:
 
     def _complete(self, request: dict[str, Any]) -> str:
         """One turn's reply text, retrying what a retry can fix; a server that fails moves
-        the trajectory on to another (several servers); an abort asks again."""
+        the trajectory on to another (several servers); an abort asks again. The worker hears
+        of a failed request that is to be retried, and of the call's end (``_tell_retry``)."""
         openai_request.check_sendable(request)  # the agent's error, not the endpoint's: never sent
+        try:
+            return self._complete_retrying(request)
+        finally:
+            self._tell_retry(False)
+
+    def _complete_retrying(self, request: dict[str, Any]) -> str:
+        """``_complete``'s requests: retries, moves to another server, aborts asked again."""
         partial = None  # the reply sampled before a weight update, with partial_rollout
         while True:
             sent = request
@@ -340,7 +320,8 @@ class ModelClient:
                 sent = streaming.continued(request, partial, tokens="prompt" in request)
             try:
                 policy = retrying(self.max_retries, self.backoff_base_s, self.backoff_max_s,
-                                  self._route.can_move, self._count_request)
+                                  self._route.can_move, self._count_request,
+                                  before_sleep=lambda state: self._tell_retry(True))
                 return policy(self._attempt, self._client_or_new(), sent, partial)
             except Retryable as exc:
                 if not self._route.can_move():
@@ -357,6 +338,13 @@ class ModelClient:
                     raise AttemptCancelled("the episode was cancelled during a model request") from None
                 kept = exc.partial.text or exc.partial.token_ids
                 partial = exc.partial if kept and getattr(self.config, "partial_rollout", False) else None
+
+    def _tell_retry(self, failing: bool) -> None:
+        """Tell the worker the endpoint failed a request this call will try again (True),
+        or that the call is over (False), once each."""
+        if self._on_model_retry is not None and failing != self._told_retry:
+            self._told_retry = failing
+            self._on_model_retry(failing)
 
     def _count_request(self, state) -> None:
         """tenacity's ``before`` hook: every attempt after the first is a retry, counted once

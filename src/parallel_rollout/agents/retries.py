@@ -66,10 +66,12 @@ def refusal(status: int, model: str, base_url: str) -> str:
 
 def retrying(max_retries: int, backoff_base_s: float, backoff_max_s: float,
              can_move: Callable[[], bool],
-             before: Callable[[tenacity.RetryCallState], None]) -> tenacity.Retrying:
+             before: Callable[[tenacity.RetryCallState], None],
+             before_sleep: Callable[[tenacity.RetryCallState], None] | None = None) -> tenacity.Retrying:
     """The retry policy of one call: ``max_retries`` retries of ``Retryable`` failures; a
     refused or reset connection is not retried here when ``can_move()`` (another server is
-    up: the caller moves on at once); ``before`` runs before every attempt."""
+    up: the caller moves on at once); ``before`` runs before every attempt, ``before_sleep``
+    before the wait ahead of a retry."""
     half = backoff_base_s / 2
     backoff = (tenacity.wait_exponential(multiplier=half, max=backoff_max_s / 2)
                + tenacity.wait_random_exponential(multiplier=half, max=backoff_max_s / 2))
@@ -87,6 +89,7 @@ def retrying(max_retries: int, backoff_base_s: float, backoff_max_s: float,
         retry=tenacity.retry_if_exception(lambda exc: isinstance(exc, Retryable) and not (
             exc.server_down and can_move())),
         before=before,
+        before_sleep=before_sleep,
         reraise=True,
     )
 

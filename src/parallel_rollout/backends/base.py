@@ -43,7 +43,8 @@ import psutil
 
 from .. import records
 from ..config import RunConfig
-from ..errors import AgentEndedWorker, RolloutError, WorkerDied
+from ..agents.episode import ModelUnavailable
+from ..errors import AgentEndedWorker, RolloutError, TaskTimeout, WorkerDied
 from ..messages import Assignment, Cancel
 from ..pool.leasing import blame_outside
 from ..pool.providers import ProviderOptions
@@ -266,9 +267,12 @@ class Clock:
             self.running_since = now
 
 
+#: the phases in which only the agent's code runs in the worker (an exit of the worker's own is its doing)
+_AGENT_PHASES = ("agent", "model_retry")
 #: what each phase of ``messages.Progress`` is, in a record's failure message
 _PHASES = {"setup": "the task's setup (the env's reset)",
            "agent": "the agent's turns (its actions and the env's steps running them)",
+           "model_retry": "the agent's turns, retrying a model request the endpoint failed",
            "grading": "grading (the env's evaluate: {grading})"}
 #: what grading runs, per built-in mode (another mode's: "the env's evaluate" alone)
 _GRADING = {"shell": "the task's check", "py": "the task's tests, in the VM", "math": "math-verify's comparison",
@@ -289,7 +293,7 @@ def death_failure(item: Assignment, reason: str, exit_code: int | None, progress
     runs that could end it so; else ``WorkerDied``, infrastructure (a signal, a death while
     the env or the pool worked, a status nobody could read)."""
     where = f"{reason} while running attempt {item.attempt} of {item.key}"
-    if exit_code is not None and exit_code >= 0 and progress is not None and progress.phase == "agent":
+    if exit_code is not None and exit_code >= 0 and progress is not None and progress.phase in _AGENT_PHASES:
         return AgentEndedWorker(f"{where}: the agent ended its worker process (os._exit or the like); an "
                                 "attempt it ended is its own failure, graded 0, not retried")
     return WorkerDied(where)
@@ -331,8 +335,21 @@ def late_failures(late: list[tuple[Any, Assignment, RolloutError, Any]]) -> list
                 killed = blame_outside(pool, progress.vm, progress.lease, item.key, timeout, causes[index])
             except (EOFError, OSError, RolloutError):
                 killed = None
-        failures.append(killed or timeout)
+        failures.append(killed or _endpoints_time(timeout, progress))
     return failures
+
+
+def _endpoints_time(timeout: RolloutError, progress: Any) -> RolloutError:
+    """``timeout``, or ``ModelUnavailable`` when the attempt's time ran out while its agent
+    retried a model request the endpoint had failed (a 429's Retry-After, a server that
+    stopped answering: ``progress.phase`` "model_retry"): the endpoint's time, not the task's,
+    so the attempt is retried and never graded, and an endpoint that keeps failing stops
+    the run for a resume. A request still waiting for its first answer is the task's time:
+    a model that answers slowly is not told from one that hangs until that request fails."""
+    if not isinstance(timeout, TaskTimeout) or getattr(progress, "phase", None) != "model_retry":
+        return timeout
+    return ModelUnavailable(f"{timeout}, while the model endpoint failed a request of the turn and it was "
+                            "being retried: the endpoint's time, not the task's; not graded, retried")
 
 
 def died_record(item: Assignment, exc: RolloutError, worker: Any, started_at: float,
