@@ -101,3 +101,22 @@ def test_the_dry_run_refuses_a_model_the_endpoint_does_not_list(tmp_path, llm_se
     assert "it lists test-model" in said
     right = dry_run("test-model")
     assert right.returncode == 0, right.stderr
+
+
+def test_the_dry_run_names_the_v1_a_base_url_lacks(tmp_path, llm_server):
+    """A base URL without /v1 (its /models a 404, its /v1/models a model list) passed
+    --check-endpoint ("answers (GET /models: HTTP 404)"), and the run then stopped at its
+    first request's 404 with advice to fix --base-url and resume, which the resume refused."""
+    server = llm_server()
+    data = tmp_path / "math.jsonl"
+    data.write_text(MATH_TASKS.read_text().splitlines()[0] + "\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI_")}
+    root = server.url.removesuffix("/v1")
+    dry = subprocess.run([sys.executable, "-m", "parallel_rollout.cli", "run", "--mode", "math", "--data",
+                          str(data), "--agent", "openai", "--base-url", root, "--model", "test-model",
+                          "--output-dir", str(tmp_path / "out"), "--dry-run", "--check-endpoint"],
+                         capture_output=True, text=True, env=env, timeout=120)
+    assert dry.returncode == EXIT_USAGE, dry.stderr
+    said = " ".join(dry.stderr.split())
+    assert f"{root} has no /models (HTTP 404) but {root}/v1 has" in said and f"--base-url {root}/v1" in said, said
+    assert not server.requests  # no completion was asked for

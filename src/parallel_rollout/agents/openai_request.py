@@ -220,6 +220,16 @@ def _shown(value: Any) -> str:
     return f"{type(value).__name__} {text[:80] + '…' if len(text) > 80 else text}"
 
 
+def _answers(url: str, key: str, timeout: float) -> bool:
+    """Whether GET ``url`` answers 200 (with the key)."""
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {key}"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as answer:
+            return answer.status == 200
+    except (urllib.error.URLError, OSError):
+        return False
+
+
 def probe_models(url: str, model: str, timeout: float = PROBE_TIMEOUT_S, agent: str = "openai") -> str:
     """GET ``{url}/models`` as the client would (with the key): a note on what answered, or
     ConfigError saying why the endpoint is unusable (unreachable, no answer in time, the key
@@ -238,6 +248,10 @@ def probe_models(url: str, model: str, timeout: float = PROBE_TIMEOUT_S, agent: 
     except urllib.error.HTTPError as exc:
         if exc.code in (401, 403):
             raise ConfigError(f"{url}/models refused the key (HTTP {exc.code}); check OPENAI_API_KEY") from None
+        if exc.code == 404 and _answers(f"{url.rstrip('/')}/v1/models", key, timeout):
+            # every request of the run would be a 404 (EndpointRefused): the path, not the server
+            raise ConfigError(f"{url} has no /models (HTTP 404) but {url.rstrip('/')}/v1 has: the API is under "
+                              f"/v1 there; give --base-url {url.rstrip('/')}/v1") from None
         # some servers have no /models; one that answers at all is reachable
         return f"{url} answers (GET /models: HTTP {exc.code})"
     except (urllib.error.URLError, OSError) as exc:

@@ -58,8 +58,9 @@ def refusal(status: int, model: str, base_url: str) -> str:
     """What to fix when the endpoint answered ``status`` (one of REFUSING_STATUS)."""
     if status == 404:
         return (f"the endpoint does not know the model {model!r} (--model) or the path (--base-url "
-                f"{base_url}): give --model a name its {base_url}/models lists (a new --run-id: a "
-                "run's model is fixed) or fix --base-url, or serve that model there and resume")
+                f"{base_url}; most servers serve the API under /v1): give --model a name its "
+                f"{base_url}/models lists or fix --base-url, with a new --run-id (a run's model and "
+                "endpoint are fixed), or serve that model there and resume")
     return ("the endpoint refuses the API key: set OPENAI_API_KEY to a key it accepts "
             "(one with access to this model), then resume")
 
