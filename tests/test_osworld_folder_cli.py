@@ -181,3 +181,37 @@ def test_the_dry_run_notes_uncached_downloads_and_apps_the_vms_lack(tmp_path, pr
                         for n in notes), notes
     if provider == "process":  # a note is no problem: the preflight passes
         assert done.returncode == 0, said(done)
+
+
+def _one_task_index(tmp_path: Path) -> tuple[str, Path]:
+    """(an os task's id, an index of one's own that lists it)."""
+    task_id = index_of("test_small.json")["os"][0]
+    index = tmp_path / "one.json"
+    index.write_text(json.dumps({"os": [task_id]}))
+    return task_id, index
+
+
+@pytest.mark.parametrize("where", ["flag", "variable", "config file"])
+def test_an_unknown_action_space_is_refused_before_anything_runs(tmp_path, where):
+    """A typo of --action-space was passed on to every worker, whose reset failed each sample
+    as an error (exit 0, the benchmark scored 0, nothing left for --resume); it is refused as
+    --observation-type is, wherever it is set."""
+    _, index = _one_task_index(tmp_path)
+    args = ["--data", str(EXAMPLES), "--osworld-index", str(index), *MODEL_AGENT, "--output-dir",
+            str(tmp_path / "out"), "--run-id", "r", "--no-progress"]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    if where == "flag":
+        args += ["--action-space", "foo"]
+        says = "Invalid value for '--action-space': 'foo' is not one of 'computer_13', 'pyautogui'"
+    elif where == "variable":
+        env["PARALLEL_ROLLOUT_ACTION_SPACE"] = "foo"
+        says = "(from the environment variable PARALLEL_ROLLOUT_ACTION_SPACE)"
+    else:
+        (tmp_path / "run.toml").write_text('action-space = "foo"\n')
+        args += ["--config", str(tmp_path / "run.toml")]
+        says = f"--action-space must be computer_13 or pyautogui, got 'foo' (action-space = \"foo\" in {tmp_path}"
+    for extra in (["--dry-run"], []):  # the preflight, and the run itself
+        done = subprocess.run([sys.executable, "-m", "parallel_rollout", "run", *args, *extra],
+                              capture_output=True, text=True, timeout=120, env=env)
+        assert done.returncode == EXIT_USAGE and says in said(done), said(done)
+        assert "preflight passed" not in said(done) and not (tmp_path / "out" / "r").exists()

@@ -149,7 +149,7 @@ def main() -> None:
 @click.option("--headless", is_flag=True, help="Run VMs without a window (process is always headless).")
 @click.option("--model", default=_D.model, show_default=True, help="Model name for model-backed agents.")
 @click.option("--action-space", default=_D.action_space, show_default=True,
-              help="Desktop action space (osworld modes): computer_13 or pyautogui.")
+              type=click.Choice(["computer_13", "pyautogui"]), help="Desktop action space (osworld modes).")
 @click.option("--screen-width", type=int, default=_D.screen_width, show_default=True, help="Desktop width (osworld).")
 @click.option("--screen-height", type=int, default=_D.screen_height, show_default=True, help="Desktop height (osworld).")
 @click.option("--client-password", default=_D.client_password, show_default=True,

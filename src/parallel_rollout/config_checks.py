@@ -109,6 +109,8 @@ def validate_ranges(cfg: Any) -> None:
             raise ConfigError(f"--{name.replace('_', '-')} must be at least 1")
     if cfg.observation_type not in ("screenshot", "a11y_tree", "screenshot_a11y_tree"):
         raise ConfigError("--observation-type must be screenshot, a11y_tree or screenshot_a11y_tree")
+    if cfg.action_space not in ("computer_13", "pyautogui"):  # envs/osworld/actions.ACTION_SPACES
+        raise ConfigError(f"--action-space must be computer_13 or pyautogui, got {cfg.action_space!r}")
     if cfg.backend not in ("local", "ray"):
         raise ConfigError("--backend must be local or ray")
     if cfg.ray_address is not None and cfg.backend != "ray":
