@@ -15,6 +15,7 @@ index's folder (where ``test_all.json`` sits beside ``examples/``, as in OSWorld
 
 from __future__ import annotations
 
+import json
 import os
 
 import click
@@ -48,7 +49,8 @@ OSWORLD_REFUSED = {
                 "with --vm-address for guests you started yourself",
     "--log_level": "use -v (DEBUG) or -q (warnings only) for the console; run.log keeps INFO",
     "--api_key": "the openai agent reads its key from OPENAI_API_KEY",
-    "--specific_task_id": "use --data with a task file that holds that task, or --domain",
+    # its message is _one_task_advice's, which names the task and its domain
+    "--specific_task_id": "",
 }
 
 
@@ -57,6 +59,8 @@ def translate_osworld_flags(args: list[str]) -> list[str]:
     equivalent, naming what to use instead."""
     out: list[str] = []
     index_path: str | None = None
+    data: str | None = None
+    one_task: str | None = None
     has_data = False
     rest = iter(args)
     for arg in rest:
@@ -65,14 +69,24 @@ def translate_osworld_flags(args: list[str]) -> list[str]:
             out.extend(rest)
             break
         flag, eq, value = arg.partition("=")
+        if flag == "--specific_task_id":  # refused once the line is read: the advice names its --data
+            one_task = value if eq else next(rest, "")
+            continue
         if flag in OSWORLD_REFUSED:
             raise click.UsageError(f"{flag} (OSWorld's run.py) has no equivalent here: {OSWORLD_REFUSED[flag]}")
         new = OSWORLD_ALIASES.get(flag)
+        if flag in ("--data", "--test_config_base_dir"):  # kept as given, its value noted
+            has_data = True
+            out.append(f"{new or flag}{eq}{value}")
+            if not eq:
+                data = next(rest, None)
+                out += [data] if data is not None else []
+            else:
+                data = value
+            continue
         if new is None:
-            has_data = has_data or flag == "--data"
             out.append(arg)
             continue
-        has_data = has_data or new == "--data"
         if new == "--osworld-index":
             if not eq:
                 value = next(rest, "")
@@ -82,5 +96,22 @@ def translate_osworld_flags(args: list[str]) -> list[str]:
             continue
         out.append(f"{new}{eq}{value}" if eq else new)
     if index_path and not has_data:
-        out.append(f"--data={os.path.dirname(os.path.abspath(index_path))}")
+        data = os.path.dirname(os.path.abspath(index_path))
+        out.append(f"--data={data}")
+    if one_task is not None:
+        raise click.UsageError(f"--specific_task_id (OSWorld's run.py) has no equivalent here: "
+                               f"{_one_task_advice(one_task, data)}")
     return out
+
+
+def _one_task_advice(task_id: str, data: str | None) -> str:
+    """How to run one task of an OSWorld task set: an index of one's own that lists it, with
+    its domain when the task is found under ``data``'s examples/."""
+    from .tasks_osworld import task_domain
+
+    domain = task_domain(data, task_id) if data and task_id else None
+    index = json.dumps({domain or "<domain>": [task_id or "<task id>"]})
+    where = "" if domain else " (<domain>: the folder of examples/ that holds the task's file)"
+    # ./: a bare name is looked up in the --data folder, a path from here is read as it is
+    return (f"to run one task, write {index} to a file one.json{where} and add --osworld-index ./one.json, "
+            "with the task set's folder as --data; --domain runs a whole domain")

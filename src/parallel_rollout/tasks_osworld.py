@@ -17,6 +17,7 @@ lets ``--data`` alone imply ``--mode osworld``.
 
 from __future__ import annotations
 
+import glob
 import json
 from pathlib import Path
 from typing import Any, Iterable
@@ -133,6 +134,14 @@ def task_files(folder: Path, domain: str = "all", index: str = DEFAULT_INDEX) ->
     what a run of the folder is made of. TaskFileError when the folder or index is not there."""
     folder, index_path, selected = _selected(folder, domain, index)
     return folder, [index_path] + [folder / "examples" / name / f"{task_id}.json" for name, task_id in selected]
+
+
+def task_domain(folder: str | Path, task_id: str) -> str | None:
+    """The domain whose examples/ folder holds ``task_id``'s file in the task set at
+    ``folder`` (or the checkout holding it); None when there is none."""
+    examples = _task_set_root(Path(folder)) / "examples"
+    found = sorted(examples.glob(f"*/{glob.escape(task_id)}.json")) if "/" not in task_id else []
+    return found[0].parent.name if found else None
 
 
 def file_hint(path: Path, value: Any) -> str:
