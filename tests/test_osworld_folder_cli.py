@@ -237,3 +237,20 @@ def test_specific_task_id_says_a_way_that_runs_that_task(tmp_path):
     unknown = run_cli("--specific_task_id=nope", "--dry-run")
     assert ('write {"<domain>": ["nope"]} to a file one.json (<domain>: the folder of examples/ that holds '
             "the task's file)") in said(unknown), said(unknown)
+
+
+def test_a_task_file_whose_id_is_not_the_index_one_is_named_with_both(tmp_path):
+    """OSWorld keys an example and its result folder on the index's id: a file that says
+    another was run under its own id, and exported to <model>/all/<that id>/."""
+    folder = copied(tmp_path)
+    ids = index_of("test_small.json")["os"][:2]
+    path = folder / "examples" / "os" / f"{ids[0]}.json"
+    task = json.loads(path.read_text())
+    path.write_text(json.dumps({**task, "id": "wrong-id"}))
+    for extra in (["--dry-run"], []):  # the preflight, and the run itself
+        done = run_cli("--data", str(folder), "--osworld-index", "test_small.json", "--domain", "os", *MODEL_AGENT,
+                       "--output-dir", str(tmp_path / "out"), "--run-id", "r", "--no-progress", *extra)
+        assert done.returncode == EXIT_USAGE
+        assert (f"{path}:1: task id 'wrong-id' is not its id in {folder / 'test_small.json'}, {ids[0]!r} of "
+                "domain 'os': make the file's 'id' and the index agree") in said(done), said(done)
+        assert ids[1] not in said(done) and not (tmp_path / "out" / "r" / "results.jsonl").exists()

@@ -10,9 +10,10 @@
 ``osworld_folder`` finds the folder and the index, and says what was meant when ``--data``
 names a level above or below it (``examples/``, a task file, an index file);
 ``folder_records`` reads the tasks the index selects, each bad file its own error so the
-loader lists every one at once; ``task_files`` are the files a run of the folder is made of
-(the index and the tasks it selects), which the run's data hash covers; ``is_osworld_folder``
-lets ``--data`` alone imply ``--mode osworld``.
+loader lists every one at once (a file whose ``id`` is not the index's is one: OSWorld keys
+the example and its result folder on the index's id); ``task_files`` are the files a run of
+the folder is made of (the index and the tasks it selects), which the run's data hash
+covers; ``is_osworld_folder`` lets ``--data`` alone imply ``--mode osworld``.
 """
 
 from __future__ import annotations
@@ -124,6 +125,11 @@ def folder_records(folder: Path, domain: str, index: str = DEFAULT_INDEX) -> Ite
             raw = TaskFileError(f"{task_path}:1: invalid JSON: {exc}")
         except TaskFileError as exc:
             raw = exc
+        file_id = raw.get("id", raw.get("task_id")) if isinstance(raw, dict) else None
+        if file_id is not None and str(file_id) != task_id:  # a missing id is _parse_task's to name
+            # OSWorld keys the example, and its result folder, on the index's id
+            raw = TaskFileError(f"{task_path}:1: task id {file_id!r} is not its id in {index_path}, "
+                                f"{task_id!r} of domain {name!r}: make the file's 'id' and the index agree")
         if isinstance(raw, dict) and isinstance(raw.get("tags", []), list) and name not in raw.get("tags", []):
             raw["tags"] = [*raw.get("tags", []), name]  # per-domain numbers in the summary
         yield f"{task_path}:1", raw, name
