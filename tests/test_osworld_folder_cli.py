@@ -254,3 +254,22 @@ def test_a_task_file_whose_id_is_not_the_index_one_is_named_with_both(tmp_path):
         assert (f"{path}:1: task id 'wrong-id' is not its id in {folder / 'test_small.json'}, {ids[0]!r} of "
                 "domain 'os': make the file's 'id' and the index agree") in said(done), said(done)
         assert ids[1] not in said(done) and not (tmp_path / "out" / "r" / "results.jsonl").exists()
+
+
+@pytest.mark.parametrize("flags, says", [
+    (("--osworld-index", "test_small.json"), "--osworld-index test_small.json applies"),
+    (("--osworld-index", "test_small.json", "--domain", "os"), "--domain os and --osworld-index test_small.json apply"),
+    (("--domain", "os"), "--domain os applies"),
+])
+def test_a_folder_flag_with_a_task_file_is_refused(tmp_path, flags, says):
+    """--osworld-index picks tasks of a folder: with a task file as --data it was ignored,
+    and the file's every task ran."""
+    from conftest import ROOT
+
+    tasks = ROOT / "benchmarks" / "osworld_tasks.jsonl"
+    for extra in (["--dry-run"], []):  # the preflight, and the run itself
+        done = run_cli("--mode", "osworld", "--data", str(tasks), *flags, *MODEL_AGENT, "--output-dir",
+                       str(tmp_path / "out"), "--run-id", "r", "--no-progress", *extra)
+        assert done.returncode == EXIT_USAGE
+        assert f"{tasks}: {says} to an OSWorld folder given as --data, not to a task file" in said(done), said(done)
+        assert not (tmp_path / "out" / "r" / "results.jsonl").exists()

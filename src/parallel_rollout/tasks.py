@@ -219,9 +219,10 @@ def load_task_set(
     path = resolve_data(str(path))
     if path.is_dir():
         records = folder_records(path, domain, index)
-    elif domain != "all":
-        raise TaskFileError(f"{path}: --domain {domain} applies to an OSWorld folder given as --data, "
-                            "not to a task file")
+    elif domain != "all" or index != DEFAULT_INDEX:
+        flags = [f"--domain {domain}"] * (domain != "all") + [f"--osworld-index {index}"] * (index != DEFAULT_INDEX)
+        raise TaskFileError(f"{path}: {' and '.join(flags)} {'apply' if len(flags) > 1 else 'applies'} to an "
+                            "OSWorld folder given as --data, not to a task file")
     elif path.suffix == ".parquet":
         records = ((f"{path}: row {n}", raw, "all") for n, raw in parquet_records(path))
     elif _kind(path) == ".json":
