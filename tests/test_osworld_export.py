@@ -12,8 +12,10 @@ import pytest
 from click.testing import CliRunner
 
 from parallel_rollout.cli import main
+from llm_server import LLMServer, reply_with_counts
 from readme_support import INSTALLED, bash, readme_lines
-from test_osworld_taskset import osworld_folder
+from test_osworld_openai import INFEASIBLE
+from test_osworld_taskset import EXAMPLES, needs_set, osworld_folder
 
 pytestmark = pytest.mark.skipif(
     not all(shutil.which(p) for p in ("Xvfb", "openbox", "xdotool", "wmctrl")),
@@ -110,3 +112,56 @@ def test_a_run_of_another_mode_or_no_run_is_refused_by_name(tmp_path):
     nothing = CliRunner().invoke(main, ["runs", "export-osworld", str(tmp_path), str(tmp_path / "res")])
     assert nothing.exit_code == 2 and "not a run folder" in nothing.output
     assert not (tmp_path / "res").exists()
+
+
+#: the model's replies, turn by turn: a look, then FAIL (OSWorld's infeasible task passes)
+REPLIES = ("Let me look first.\n```code\nWAIT\n```", "The machine has no such device.\n```code\nFAIL\n```")
+#: a model as Hugging Face names it
+HF_MODEL = "Qwen/Qwen2.5-VL-7B-Instruct"
+
+
+@pytest.fixture(scope="module")
+def model_run(tmp_path_factory):
+    """A run of OSWorld's own infeasible os task (an index of one's own) by the openai agent,
+    its model named ``HF_MODEL``, against a local server that answers ``REPLIES``."""
+    tmp = tmp_path_factory.mktemp("model-run")
+    index = tmp / "one.json"
+    index.write_text(json.dumps({INFEASIBLE[0]: [INFEASIBLE[1]]}))
+    out = tmp / "out"
+    server = LLMServer(policy=lambda body: reply_with_counts(
+        body, REPLIES[sum(m["role"] == "assistant" for m in body["messages"])])).start()
+    try:
+        with pytest.MonkeyPatch.context() as env:
+            env.delenv("OPENAI_API_KEY", raising=False)
+            ran = cli("run", "--data", str(EXAMPLES), "--osworld-index", str(index), "--agent", "openai",
+                      "--base-url", server.url, "--model", HF_MODEL, "--sleep-after-execution", "0.1",
+                      "--num-rollouts", "1", "--output-dir", str(out), "--run-id", "r", "--no-progress",
+                      "--screen-width", "640", "--screen-height", "480")
+    finally:
+        server.stop()
+    assert ran.exit_code == 0, ran.output
+    return out / "r", out / "r" / "trajectories" / INFEASIBLE[1] / "0" / "attempt-0"
+
+
+@needs_set
+def test_each_steps_response_is_the_model_reply_its_action_came_from(model_run):
+    """traj.jsonl's "response", where OSWorld keeps the model's reply, was null at every step."""
+    _, attempt = model_run
+    steps = [json.loads(line) for line in (attempt / "traj.jsonl").read_text().splitlines()]
+    assert [(s["action"], s["response"]) for s in steps] == [("WAIT", REPLIES[0]), ("FAIL", REPLIES[1])]
+    turns = [json.loads(line) for line in attempt.with_suffix(".jsonl").read_text().splitlines()]
+    assert [t.get("reply") for t in turns if "turn" in t] == list(REPLIES)  # the run's own trajectory
+
+
+def test_a_reply_split_by_a_weight_update_is_one_response():
+    """A partial rollout's reply the server re-tokenized is recorded in pieces (agents/calls.py):
+    the step's response is the whole reply, after a plan call of the same turn that is not."""
+    from parallel_rollout.agents.calls import split_retokenized, turn_of
+    from parallel_rollout.envs.osworld.env import reply_text
+
+    text = "I will type it.\n```python\npyautogui.write('hi')\n```"
+    call = split_retokenized({"prompt_token_ids": [1], "token_ids": [5, 6, 7, 8], "logprobs": [0.0] * 4,
+                              "versions": [0, 0, 1, 1], "reply": text}, [(2, 9, [1, 5, 6])], text)
+    plan = {"prompt_token_ids": [1], "token_ids": [9], "reply": "a plan"}
+    assert reply_text(turn_of([plan, call])) == text
+    assert reply_text(turn_of([plan])) == "a plan" and reply_text({}) is None

@@ -250,11 +250,13 @@ class RolloutWorker:
                     record["turns"] = turn
                     trajectory.write({"turn": turn, "action": None, "done": True, **cut.turn})
                 raise
+            turn_record = agent.turn_record()
+            env.turn_record = turn_record  # the env may keep the model's reply with the step
             with _task_breaks_vm("action"):
                 step = checked_step(env, _env_call(record, env.step, action))
             record["turns"] = turn
             trajectory.write({"turn": turn, "action": action, "observation": step.observation,
-                              "done": step.done, "info": step.info, **agent.turn_record()})
+                              "done": step.done, "info": step.info, **turn_record})
             self._progress(item, record, "agent")
             observation = step.observation
             if step.done:

@@ -8,6 +8,7 @@ import numbers
 import reprlib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar, ContextManager, Mapping, Protocol
 
 if TYPE_CHECKING:
@@ -67,6 +68,10 @@ class Env(abc.ABC):
     #: the folder where an env may write extra files of the attempt (screenshots, its own
     #: trajectory), set by the worker before reset; None outside a worker
     trajectory_dir: Path | None = None
+    #: what the agent's ``act`` of the turn being stepped exchanged with a model
+    #: (``Agent.turn_record``: its ``reply`` text …), set by the worker before each ``step``;
+    #: empty when it called none. An env that keeps the reply (osworld's traj.jsonl) reads it
+    turn_record: Mapping[str, Any] = MappingProxyType({})
 
     def __init__(self, config: "RunConfig") -> None:
         self.config = config

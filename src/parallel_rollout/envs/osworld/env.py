@@ -16,7 +16,8 @@ worker read the file (``agents/openai_agent.py`` sends it as an image).
 **Trajectory files** (OSWorld's layout) go to ``self.trajectory_dir``, which the worker sets
 to ``trajectories/<task>/<sample>/attempt-<n>/`` before ``reset`` (the hook; without it a
 temporary folder is used): ``traj.jsonl`` (step_num, action_timestamp, action, response,
-reward, done, info, screenshot_file), ``step_0.png`` … ``step_N.png``, ``result.txt``, and
+reward, done, info, screenshot_file; ``response`` is the model's reply the action was read
+from, ``Env.turn_record``'s), ``step_0.png`` … ``step_N.png``, ``result.txt``, and
 ``recording.mp4`` with ``--record``.
 
 **Scoring** as OSWorld: ``func`` one or a list with ``conj``; ``infeasible`` is 1 iff the
@@ -68,6 +69,21 @@ def _check_multi_file_getters(evaluator: Mapping[str, Any]) -> None:
                                                       for i in gives):
                 raise ValueError(f"evaluator {role} getter {getter['type']}: 'gives' must list "
                                  f"indexes below {len(paths)}")
+
+
+def reply_text(turn: Mapping[str, Any]) -> str | None:
+    """The model's reply the step's action was read from (traj.jsonl's ``response``, as
+    OSWorld keeps it): the turn's last call's text, after the pieces a re-tokenized partial
+    rollout split off it (``agents/calls.py``); None when the agent called no model."""
+    reply = turn.get("reply")
+    if not isinstance(reply, str):
+        return None
+    pieces: list[str] = []
+    for call in reversed(turn.get("earlier_calls") or [] if turn.get("retokenized") else []):
+        if not (isinstance(call, dict) and call.get("partial") and isinstance(call.get("reply"), str)):
+            break
+        pieces.insert(0, call["reply"])
+    return "".join(pieces) + reply
 
 
 class OSWorldEnv(Env):
@@ -229,7 +245,8 @@ class OSWorldEnv(Env):
         observation = self._observe()
         entry = {"step_num": self.step_no, "action_timestamp": time.strftime(
                      "%Y%m%d@%H%M%S", time.localtime(started)),
-                 "action": action, "response": None, "reward": 0, "done": done, "info": info,
+                 "action": action, "response": reply_text(self.turn_record), "reward": 0, "done": done,
+                 "info": info,
                  "screenshot_file": Path(observation["screenshot_path"]).name
                  if observation.get("screenshot_path") else None}
         with self._traj.open("a", encoding="utf-8") as fh:
