@@ -165,3 +165,25 @@ def test_a_reply_split_by_a_weight_update_is_one_response():
     plan = {"prompt_token_ids": [1], "token_ids": [9], "reply": "a plan"}
     assert reply_text(turn_of([plan, call])) == text
     assert reply_text(turn_of([plan])) == "a plan" and reply_text({}) is None
+
+
+@needs_set
+def test_a_model_name_with_a_slash_nests_folders_as_osworld_does(model_run, tmp_path):
+    """A model named as Hugging Face names it exports to the folders OSWorld's run.py makes of
+    it (os.path.join), where show_result.py looks (it was refused as "no folder name"); a name
+    that would leave the result folder is refused, saying how to name the folder."""
+    run_dir, attempt = model_run
+    domain, task_id = INFEASIBLE
+    results = tmp_path / "results"
+    exported = cli("runs", "export-osworld", str(run_dir), str(results))
+    assert exported.exit_code == 0, exported.output
+    assert show_result(results, "pyautogui", "screenshot", HF_MODEL) == {domain: [1.0]}
+    assert (results / "pyautogui" / "screenshot" / "Qwen" / "Qwen2.5-VL-7B-Instruct" / domain / task_id
+            / "traj.jsonl").read_bytes() == (attempt / "traj.jsonl").read_bytes()
+    for name in ("../escape", "a/../../escape", str(tmp_path / "abs"), ""):
+        refused = CliRunner().invoke(main, ["runs", "export-osworld", str(run_dir), str(tmp_path / "res"),
+                                            "--model", name])
+        assert refused.exit_code == 2, refused.output
+        assert f"the model's name {name!r} cannot be the <model> folder of OSWorld's layout" in refused.output
+        assert "name the folder with --model NAME" in refused.output
+    assert not (tmp_path / "res").exists() and not (tmp_path / "escape").exists()

@@ -465,7 +465,8 @@ def runs_list(output_dir: str, as_json: bool) -> None:
 @click.option("--sample", type=click.IntRange(min=0), default=0, show_default=True,
               help="Which sample of each task (OSWorld has one folder per example; with --group-size k, "
                    "export each sample to a result folder of its own).")
-@click.option("--model", help="The <model> folder name (default: the run's --model, else its --agent).")
+@click.option("--model", help="The <model> folder (default: the run's --model, else its --agent); a '/' in it "
+              "nests folders, as OSWorld's run.py does (Qwen/Qwen2.5-VL-7B-Instruct).")
 @click.option("--overwrite", is_flag=True, help="Replace example folders already in RESULT_DIR.")
 def runs_export_osworld(run: str, result_dir: str, output_dir: str, sample: int, model: str | None,
                         overwrite: bool) -> None:

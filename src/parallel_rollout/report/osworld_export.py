@@ -15,6 +15,10 @@ whose final attempt wrote no ``result.txt`` (its VM failed, say) is exported as 
 OSWorld's scripts count an example only once it has one, which is how they treat an
 unfinished example of their own.
 
+The ``<model>`` folder is named as OSWorld's ``run.py`` names it, by joining the model's
+name into the path: ``Qwen/Qwen2.5-VL-7B-Instruct`` is a folder ``Qwen`` holding
+``Qwen2.5-VL-7B-Instruct``, which is where OSWorld's ``show_result.py`` looks for that model.
+
 OSWorld has one folder per example and no samples: with ``--group-size`` k > 1 a call
 exports one sample index (``sample``, 0 by default).
 """
@@ -58,9 +62,9 @@ def export_osworld(run_dir: str | Path, result_dir: str | Path, *, sample: int =
         raise ConfigError(f"{run.run_dir}: no final attempt of sample {sample} (samples: "
                           f"{', '.join(map(str, samples)) or 'none'})")
     config = run.config
-    folder = (Path(result_dir) / str(config.get("action_space") or "pyautogui")
-              / str(config.get("observation_type") or "screenshot")
-              / _safe(model or _model_name(config), "model"))
+    layout = (Path(result_dir) / str(config.get("action_space") or "pyautogui")
+              / str(config.get("observation_type") or "screenshot"))
+    folder = layout / _model_folder(_model_name(config) if model is None else model, layout)
     index_path, domains = _domains(config)
     out = Exported(folder=folder, index=index_path)
     plan = []
@@ -119,6 +123,22 @@ def _attempt_folder(run_dir: Path, record: dict) -> Path | None:
         return None
     folder = run_dir / trajectory[: -len(".jsonl")]
     return folder if folder.is_dir() else None
+
+
+def _model_folder(name: str, layout: Path) -> Path:
+    """The <model> folder, as OSWorld's run.py joins the model's name into the path: a name
+    with '/' is folders in folders (``Qwen/Qwen2.5-VL-7B-Instruct``). ConfigError for a name
+    that names no folder, or one outside ``layout`` (``<result_dir>/<action_space>/<observation_type>``:
+    an absolute path, a '..' part)."""
+    path = Path(name)
+    if path.is_absolute() or ".." in path.parts:
+        why = f"it would put the examples outside {layout}"
+    elif not path.parts or "\0" in name:
+        why = "it is no folder name"
+    else:
+        return path
+    raise ConfigError(f"the model's name {name!r} cannot be the <model> folder of OSWorld's layout ({why}): "
+                      "name the folder with --model NAME")
 
 
 def _safe(name: str, what: str) -> str:
