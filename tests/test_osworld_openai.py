@@ -191,3 +191,34 @@ def test_a_fenced_block_of_any_tag_is_its_body_as_in_osworld(tmp_path, llm_serve
     finals = assert_exactly_once(tmp_path / "out" / "r", {f"{INFEASIBLE[1]}#0"})
     record = finals[f"{INFEASIBLE[1]}#0"]
     assert record["status"] == "success" and record["turns"] == 1, record
+
+
+def test_a_replys_several_actions_run_in_order_as_osworld_runs_them(tmp_path, llm_server):
+    """OSWorld runs every fenced block of a reply, and a block whose last line is DONE, FAIL
+    or WAIT is its code, then that word. Only the first block ran (a FAIL in a second block
+    never came), and a block ending in FAIL ran FAIL as Python (a NameError): an infeasible
+    task the model gave up on in its first reply scored 0 after --max-turns turns."""
+    two_blocks = {**subset()[2], "id": "gives-up-in-a-second-block"}
+    last_line = {**subset()[2], "id": "gives-up-on-the-last-line"}
+    replies = {two_blocks["id"]: "Looking first.\n```python\nprint('looking')\n```\nIt cannot be done.\n```\nFAIL\n```",
+               last_line["id"]: "```python\nprint('looking')\nFAIL\n```"}
+    server = llm_server(policy=lambda body: reply_with_counts(
+        body, next(reply for task_id, reply in replies.items() if task_id in json.dumps(body["messages"]))))
+    for task in (two_blocks, last_line):  # the id is in the instruction the model sees
+        task["instruction"] = f"{task['instruction']} ({task['id']})"
+    data = write_tasks(tmp_path / "two.jsonl", [two_blocks, last_line])
+    outcome = Runner(build_config(dict(
+        mode="osworld", data=str(data), agent="openai", base_url=server.url, action_space="pyautogui",
+        num_rollouts=1, max_turns=3, output_dir=str(tmp_path / "out"), run_id="several",
+        screen_width=WIDTH, screen_height=HEIGHT, progress=False))).run()
+    assert outcome.exit_code == 0, outcome.message
+    finals = assert_exactly_once(outcome.run_dir, {f"{t['id']}#0" for t in (two_blocks, last_line)})
+    for task in (two_blocks, last_line):
+        record = finals[f"{task['id']}#0"]
+        assert (record["status"], record["reward"], record["turns"]) == ("success", 1.0, 1), record
+        attempt = outcome.run_dir / "trajectories" / task["id"] / "0" / "attempt-0"
+        steps = [json.loads(line) for line in (attempt / "traj.jsonl").read_text().splitlines()]
+        assert [(s["step_num"], s["action"], s["done"]) for s in steps] == [
+            (1, "print('looking')", False), (1, "FAIL", True)], steps
+        assert steps[0]["screenshot_file"] is None and (attempt / steps[1]["screenshot_file"]).is_file()
+        assert steps[0]["response"] == replies[task["id"]]

@@ -233,22 +233,35 @@ _SPECIAL = re.compile(r"^[`*\s]*(WAIT|FAIL|DONE)[`*.!\s]*$")
 
 
 def parse_osworld(reply_text: str) -> Any:
-    """A computer_13 dict from a fenced JSON object, pyautogui code from any other fenced
-    block whatever its tag (```python, ```code, ```bash, ``` …, as OSWorld's
-    ``parse_code_from_string`` takes the body of any block: a fence line is never run as
-    code), WAIT/FAIL/DONE from a block or a bare word that holds only it; otherwise the reply
-    itself (the env says what is wrong)."""
+    """The actions of a reply, as OSWorld's ``parse_code_from_string`` reads them: every
+    fenced block is one, whatever its tag (```python, ```code, ```bash, ``` …: a fence line is
+    never run as code); a computer_13 dict from a block holding a JSON object; WAIT/FAIL/DONE
+    from a block or a bare word that holds only it; a block of code whose last line is one of
+    those is its code, then that word. One action alone, a list of them when the reply holds
+    more (the env runs them in order, as one turn, up to a DONE or FAIL); with no block the
+    reply itself (the env says what is wrong)."""
+    found: list[Any] = []
     for tag, body in fenced_blocks(reply_text):
         body = body.strip()
         if tag not in ("python", "py") and body.startswith("{"):
             try:
-                return json.loads(body)
+                found.append(json.loads(body))
+                continue
             except ValueError:
                 pass
         if not body or tag == "json":
             continue
         special = _SPECIAL.match(body)
-        return special.group(1) if special else body
+        lines = body.splitlines()
+        last = _SPECIAL.match(lines[-1]) if len(lines) > 1 else None
+        if special:
+            found.append(special.group(1))
+        elif last:  # its code, then the word (it was run as code: a NameError, and no end)
+            found += ["\n".join(lines[:-1]).strip(), last.group(1)]
+        else:
+            found.append(body)
+    if found:
+        return found[0] if len(found) == 1 else found
     stripped = reply_text.strip()
     special = _SPECIAL.match(stripped.splitlines()[-1] if stripped else "")
     if special:

@@ -6,6 +6,7 @@
                      (a failing step: setup_failed, no score: the agent has not acted)
     step(action):    WAIT/FAIL/DONE, or the action's pyautogui code via POST /execute
                      → sleep --sleep-after-execution → screenshot (+ a11y tree) → observation
+                     (a reply's several actions: each in turn, up to a DONE or FAIL)
     evaluate():      [end recording] → postconfig steps → getters → metrics → conj → score
 
 **Observations** are ``{"instruction", "screenshot_path", "accessibility_tree"}`` plus an
@@ -216,44 +217,58 @@ class OSWorldEnv(Env):
         return self._observe()
 
     def step(self, action: Any) -> StepResult:
-        """One action; done on DONE or FAIL."""
-        reject_none(action, "an osworld action is pyautogui code, a computer_13 dict, or WAIT, FAIL or DONE")
+        """One turn: an action, or the list of them a reply held (``prompts.parse_osworld``)
+        run in order as OSWorld runs a reply's actions, each with its traj.jsonl line (one
+        step_num), up to a DONE or FAIL, which ends the episode; the observation (screenshot)
+        comes after the turn's last action run, and says what went wrong in any of them."""
+        batch = action if isinstance(action, list) and action else [action]
+        for one in batch:
+            reject_none(one, "an osworld action is pyautogui code, a computer_13 dict, or WAIT, FAIL or DONE")
         self.step_no += 1
+        errors: list[str] = []
+        for index, one in enumerate(batch):
+            started = time.time()
+            info, error = self._act(one)
+            if error:
+                errors.append(error if len(batch) == 1 else f"action {index + 1} of {len(batch)}: {error}")
+            done = "done" in info or "fail" in info
+            last = done or index == len(batch) - 1
+            observation = self._observe() if last else None
+            entry = {"step_num": self.step_no, "action_timestamp": time.strftime(
+                         "%Y%m%d@%H%M%S", time.localtime(started)),
+                     "action": one, "response": reply_text(self.turn_record), "reward": 0, "done": done,
+                     "info": info,
+                     "screenshot_file": Path(observation["screenshot_path"]).name
+                     if observation and observation.get("screenshot_path") else None}
+            with self._traj.open("a", encoding="utf-8") as fh:
+                fh.write(json.dumps(entry, default=repr) + "\n")
+            if last:
+                break
+        turn_info: dict[str, Any] = dict(info)
+        if errors:
+            turn_info["error"] = observation["error"] = "\n".join(errors)
+        return StepResult(observation, done=done, info=turn_info)
+
+    def _act(self, action: Any) -> tuple[dict[str, Any], str | None]:
+        """Run one action: (its info, what went wrong or None)."""
         self.actions.append(action)
-        started = time.time()
-        info: dict[str, Any] = {}
         kind = acts.special(action)
-        error = None
         if kind == "WAIT":
             # OSWorld sleeps its pause; with no --sleep-after-execution that would be no wait
             time.sleep(self.pause_s or WAIT_S)
-        elif kind in ("DONE", "FAIL"):
-            info = {kind.lower(): True}
-        else:
-            try:
-                code = acts.to_code(action, self.action_space, self.width, self.height)
-            except acts.ActionError as exc:
-                error = f"invalid action: {exc}"
-            else:
-                result = self.vm.execute(["python", "-c", _PREFIX + code], timeout=ACTION_TIMEOUT_S)
-                if result.get("returncode") != 0:
-                    error = (result.get("error") or result.get("message") or "")[-1000:]
-                time.sleep(self.pause_s)
-        if error:
-            info["error"] = error
-        done = kind in ("DONE", "FAIL")
-        observation = self._observe()
-        entry = {"step_num": self.step_no, "action_timestamp": time.strftime(
-                     "%Y%m%d@%H%M%S", time.localtime(started)),
-                 "action": action, "response": reply_text(self.turn_record), "reward": 0, "done": done,
-                 "info": info,
-                 "screenshot_file": Path(observation["screenshot_path"]).name
-                 if observation.get("screenshot_path") else None}
-        with self._traj.open("a", encoding="utf-8") as fh:
-            fh.write(json.dumps(entry, default=repr) + "\n")
-        if error:
-            observation["error"] = error
-        return StepResult(observation, done=done, info=info)
+            return {}, None
+        if kind in ("DONE", "FAIL"):
+            return {kind.lower(): True}, None
+        try:
+            code = acts.to_code(action, self.action_space, self.width, self.height)
+        except acts.ActionError as exc:
+            return {"error": f"invalid action: {exc}"}, f"invalid action: {exc}"
+        result = self.vm.execute(["python", "-c", _PREFIX + code], timeout=ACTION_TIMEOUT_S)
+        time.sleep(self.pause_s)
+        if result.get("returncode") != 0:
+            error = (result.get("error") or result.get("message") or "")[-1000:]
+            return ({"error": error}, error) if error else ({}, None)
+        return {}, None
 
     def evaluate(self) -> tuple[float, dict[str, Any]]:
         """Postconfig, then the evaluator, scored as OSWorld scores it."""
