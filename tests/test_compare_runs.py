@@ -310,3 +310,82 @@ def test_runs_list_and_summary_give_the_graded_rate_and_say_ungraded(tmp_path, m
     (out / "r" / "results.jsonl").touch()  # changed since the summary: read from the records
     row = json.loads(CliRunner().invoke(main, ["runs", "list", "--output-dir", str(out), "--json"]).output)
     assert (row["status"], row["success_rate"]) == ("ungraded", 0.6667)
+
+
+# -- runs killed hard: a summary.json that no longer fits results.jsonl ----------------------
+
+def _start(tmp_path, data, run_id: str, *extra: str) -> subprocess.Popen:
+    """The CLI as a real main process, one env loop: a run of `data` under tmp_path/out."""
+    return subprocess.Popen([sys.executable, str(ROOT / "run_parallel_rollout.py"), "--mode", "shell", "--data",
+                             str(data), "--num-rollouts", "1", "--output-dir", str(tmp_path / "out"), "--run-id",
+                             run_id, "--no-progress", *extra],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def _lines(run_dir) -> int:
+    path = run_dir / "results.jsonl"
+    return path.read_text().count("\n") if path.exists() else 0
+
+
+def _stop_after(proc: subprocess.Popen, run_dir, lines: int, sig: int) -> None:
+    """Send `sig` to the run's main process once its results.jsonl holds `lines` lines, and
+    wait for its processes (workers, pool manager) to be gone."""
+    import psutil
+
+    deadline = time.monotonic() + 60
+    while _lines(run_dir) < lines:
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.05)
+    family = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
+    os.kill(proc.pid, sig)
+    proc.communicate(timeout=60)
+    psutil.wait_procs(family, timeout=20)
+
+
+@pytest.mark.parametrize("how", ["resume-with-a-higher-limit", "resume-of-an-interrupted-run", "first-session"])
+def test_a_run_killed_hard_is_partial_of_its_whole_total_everywhere(tmp_path, how):
+    """A resume SIGKILLed left the summary.json of the session before it, stamped with the
+    results.jsonl that session counted: it was trusted, so a run resumed with --limit 8 from
+    --limit 2 was listed `4/2 complete` and `compare --check` judged against it (exit 0), and
+    a resumed interrupted run stayed `interrupted`. A run killed in its first session (no
+    summary) was `4/?`. Now runs list, compare, --compare-to and the report call each
+    `partial`, out of the total config.json keeps (exit 5 against it)."""
+    out = tmp_path / "out"
+    data = write_tasks(tmp_path / "slow.jsonl",
+                       [shell_task(f"s{i}", reference=["sleep 0.5", f"touch ~/s{i}.done"]) for i in range(8)])
+    base = _start(tmp_path, data, "base", "--limit", "2")
+    assert base.communicate(timeout=120) and base.returncode == 0
+    run_dir = out / "run"
+    if how == "resume-with-a-higher-limit":
+        first = _start(tmp_path, data, "run", "--limit", "2")
+        assert first.communicate(timeout=120) and first.returncode == 0
+        resumed = _start(tmp_path, data, "run", "--resume", "--limit", "8")
+        _stop_after(resumed, run_dir, 3, signal.SIGKILL)
+    elif how == "resume-of-an-interrupted-run":
+        first = _start(tmp_path, data, "run")
+        _stop_after(first, run_dir, 1, signal.SIGINT)
+        assert first.returncode == exit_codes.EXIT_INTERRUPTED
+        assert json.loads((run_dir / "summary.json").read_text())["interrupted"]
+        resumed = _start(tmp_path, data, "run", "--resume")
+        _stop_after(resumed, run_dir, _lines(run_dir) + 1, signal.SIGKILL)
+    else:
+        first = _start(tmp_path, data, "run")
+        _stop_after(first, run_dir, 2, signal.SIGKILL)
+        assert not (run_dir / "summary.json").exists()
+    finished = len({json.loads(line)["key"] for line in (run_dir / "results.jsonl").read_text().splitlines()})
+    assert finished < 8
+
+    rows = {row["run_id"]: row for row in map(json.loads, CliRunner().invoke(
+        main, ["runs", "list", "--output-dir", str(out), "--json"]).output.splitlines())}
+    assert (rows["run"]["status"], rows["run"]["finished"], rows["run"]["total"]) == ("partial", finished, 8)
+    assert f" {finished}/8 " in CliRunner().invoke(main, ["runs", "list", "--output-dir", str(out)]).output
+    unfinished = f"the baseline A is unfinished (partial: {finished} of 8 samples final)"
+    check = CliRunner().invoke(main, ["compare", "run", "base", "--output-dir", str(out), "--check"])
+    assert check.exit_code == exit_codes.EXIT_NO_VERDICT and f"no verdict: {unfinished}" in check.output, check.output
+    gated = CliRunner().invoke(main, ["run", "--mode", "shell", "--data", str(data), "--limit", "2", "--output-dir",
+                                      str(out), "--run-id", "gated", "--no-progress", "--compare-to", "run"])
+    assert gated.exit_code == exit_codes.EXIT_NO_VERDICT and unfinished in gated.output, gated.output
+    report = CliRunner().invoke(main, ["report", str(run_dir)])
+    assert report.exit_code == 0, report.output
+    page = (run_dir / "report.html").read_text()
+    assert "status partial" in page and f"{finished}/8" in page

@@ -223,7 +223,8 @@ class Runner:
             self._check_scope(index.final, keys)
             self._store.repair(index)  # every check passed: only now is anything changed
             # Written aside and renamed: a kill mid-write must not leave a config.json that
-            # a resume cannot read. ``started_at``: the first session's, for `runs list`.
+            # a resume cannot read. ``started_at``: the first session's, for `runs list`;
+            # ``total_samples``: this session's, for a run killed before its summary.
             now = time.time()
             tmp_path = config_path.with_name("config.json.tmp")
             tmp_path.write_text(json.dumps({
@@ -231,6 +232,7 @@ class Runner:
                 "config": recorded_config(cfg, "model" in self.agent_cls.options), "provenance": self._provenance,
                 "written_at": now,
                 "started_at": (stored or {}).get("started_at") or (stored or {}).get("written_at") or now,
+                "total_samples": len(keys),
             }, indent=2))
             os.replace(tmp_path, config_path)
         except BaseException:

@@ -48,7 +48,7 @@ def _data_hashes(data: RunData) -> list[str]:
 
 def _timing(data: RunData) -> dict[str, float | None]:
     durations = sorted(r["duration_s"] for r in data.records if isinstance(r.get("duration_s"), (int, float)))
-    wall = ((data.summary or {}).get("timing_s") or {}).get("wall")
+    wall = ((data.fitting_summary or {}).get("timing_s") or {}).get("wall")
     return {
         "rollout_p50_s": round(statistics.median(durations), 4) if durations else None,
         "rollout_mean_s": round(statistics.fmean(durations), 4) if durations else None,
@@ -79,7 +79,7 @@ class Comparison:
     #: tasks among the shared samples; the tests pair tasks when fewer than ``shared``
     tasks: int = 0
     #: each run's status (RunData.status: complete, interrupted, partial), its samples
-    #: (summary.json's total; None without one) and its task data's sha256s
+    #: (RunData.total; None when nothing says) and its task data's sha256s
     status_a: str = "complete"
     status_b: str = "complete"
     total_a: int | None = None
@@ -199,7 +199,7 @@ def compare_runs(a: RunData, b: RunData) -> Comparison:
         new_failure_types={str(t): n for t, n in sorted(failures_b.items(), key=str) if t not in types_a},
         speed_a=_timing(a), speed_b=_timing(b), tasks=len({task_of(ra) for ra, _ in pairs}),
         status_a=a.status(), status_b=b.status(),
-        total_a=(a.summary or {}).get("total_samples"), total_b=(b.summary or {}).get("total_samples"),
+        total_a=a.total, total_b=b.total,
         data_a=_data_hashes(a), data_b=_data_hashes(b),
     )
 

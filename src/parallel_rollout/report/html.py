@@ -202,7 +202,7 @@ def render(data: RunData, images_at: str = "") -> str:
     meta = " · ".join(escape(str(x)) for x in (
         f"mode {data.mode}", f"agent {cfg.get('agent', '-')}", f"provider {cfg.get('provider_name', '-')}",
         f"data {os.path.basename(str(cfg.get('data') or '-'))}", f"started {when}", f"status {data.status()}"))
-    reason = ((data.summary or {}).get("stopped") or {}).get("reason")
+    reason = ((data.fitting_summary or {}).get("stopped") or {}).get("reason")
     stopped = f'<p id="stopped" class="warn">stopped before its end: {escape(reason)}</p>' if reason else ""
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">

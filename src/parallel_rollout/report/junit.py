@@ -86,7 +86,7 @@ def junit_tree(data: RunData) -> ET.ElementTree:
             f"not finished: last attempt {last.get('attempt')} ended {last.get('status')}; resume the run", 1000)})
         cases.append(case)
 
-    total = (data.summary or {}).get("total_samples")
+    total = data.total
     never_started = total - len(finals) - len(unfinished) if isinstance(total, int) else 0
     if never_started > 0:
         # samples of the run with no record at all (it stopped before them, or while they ran:

@@ -3,7 +3,8 @@
 * ``headline``: the numbers of summary.json (success rate, mean reward, pass@k, per mode and
   tag, pass@k per mode and tag too) with a 95% interval beside every rate (Wilson; clustered
   by task when tasks have several samples, clustered.py); a folder without summary.json (a run
-  killed hard) is summarised from its records the same way the runner would.
+  killed hard), or whose summary.json no longer fits its results.jsonl (a resume killed hard:
+  ``run_data.summary_fits``), is summarised from its records the same way the runner would.
 * ``failure_groups``: final non-successes by type (status), then by message, with counts and
   a few sample keys each.
 * ``vm_segments`` / ``worker_segments``: the timelines, as (row, start, end, state) from
@@ -36,9 +37,10 @@ IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".gif", ".webp")
 
 def headline(data: RunData) -> dict[str, Any]:
     """summary.json's numbers, each rate with its Wilson interval."""
-    summary = data.summary
+    summary = data.fitting_summary  # one written before results.jsonl last changed is stale
     if summary is None:
-        summary = summarize(data.records, total_samples=len({r["key"] for r in data.records}),
+        keys = len({r["key"] for r in data.records})
+        summary = summarize(data.records, total_samples=keys if data.total is None else max(data.total, keys),
                             pool_stats=None, started_at=data.started_at or time.time())
         summary["run_id"] = data.run_id
     out = dict(summary)

@@ -80,6 +80,45 @@ def results_stamp(run_dir: Path) -> dict[str, int] | None:
     return {"bytes": st.st_size, "mtime_ns": st.st_mtime_ns}
 
 
+def summary_fits(summary: dict[str, Any] | None, stamp: dict[str, int] | None) -> bool | None:
+    """Whether ``summary`` (a summary.json) still describes the results.jsonl whose stamp is
+    ``stamp`` (``results_stamp`` taken before its records are read): True while the file is
+    the one it stamped, False once it changed (a resume going on, or killed before its own
+    summary; an edit) or without a summary, None for a summary without a stamp (an older
+    version's), which cannot say. The one rule of ``runs list``, ``report``, ``compare`` and
+    the ``--compare-to`` gate: a summary that does not fit says nothing of the results."""
+    if summary is None:
+        return False
+    if "results_file" not in summary:
+        return None
+    return summary["results_file"] == stamp
+
+
+def run_total(started_samples: Any, summary: dict[str, Any] | None) -> int | None:
+    """The run's samples as its last session started it: ``started_samples``, config.json's
+    ``total_samples`` (each session writes there the count it starts with, so a resume with
+    a higher --limit has more, and a run killed before its first summary has one), else the
+    summary's (pass it only if it fits: a run an older version started), else None."""
+    total = started_samples
+    if total is None and summary is not None:
+        total = summary.get("total_samples")
+    return total if isinstance(total, int) and not isinstance(total, bool) else None
+
+
+def run_status(summary: dict[str, Any] | None, total: int | None, finished: int, ungraded: bool) -> str:
+    """interrupted (stopped by a signal, as ``summary`` says), complete (all ``total``
+    samples ended, ``finished`` of them, every one graded), ungraded (all ended, some never
+    graded: infrastructure failures after --max-retries), or partial (aborted, killed, still
+    running: anything else). ``summary`` is the run's summary.json only if it fits its
+    results.jsonl (``summary_fits``): one written before a resume that was killed says
+    nothing of the run, which the records and its total do."""
+    if summary is not None and summary.get("interrupted"):
+        return "interrupted"
+    if total is not None and finished >= total:
+        return "ungraded" if ungraded else "complete"
+    return "partial"
+
+
 @dataclass
 class RunData:
     """Everything a run folder says about its run."""
@@ -90,6 +129,10 @@ class RunData:
     summary: dict[str, Any] | None
     records: list[dict[str, Any]]
     events: list[dict[str, Any]] = field(default_factory=list)
+    #: results.jsonl's stamp as it was read (``results_stamp``), for ``summary_fits``
+    results_file: dict[str, int] | None = None
+    #: config.json's ``total_samples``: the samples its last session started with (``run_total``)
+    started_samples: Any = None
 
     @classmethod
     def load(cls, run_dir: str | Path, *, with_events: bool = True) -> "RunData":
@@ -103,16 +146,31 @@ class RunData:
             raise NotARunFolder(f"{run_dir}: no such folder")
         if not run_dir.is_dir() or (config_doc is None and not results.exists()):
             raise NotARunFolder(f"{run_dir}: not a run folder (no config.json or results.jsonl)")
+        summary = _read_json(run_dir / "summary.json")
+        stamp = results_stamp(run_dir)  # before reading: a change made meanwhile is a change
         records = _read_results(results) if results.exists() else []
         config_doc = config_doc or {}
         return cls(
             run_dir=run_dir,
             run_id=config_doc.get("run_id") or run_dir.name,
             config=config_doc.get("config") or {},
-            summary=_read_json(run_dir / "summary.json"),
+            summary=summary,
             records=records,
             events=read_events(run_dir / "events.jsonl") if with_events else [],
+            results_file=stamp,
+            started_samples=config_doc.get("total_samples"),
         )
+
+    @property
+    def fitting_summary(self) -> dict[str, Any] | None:
+        """summary.json unless it no longer describes results.jsonl (``summary_fits``)."""
+        return self.summary if summary_fits(self.summary, self.results_file) is not False else None
+
+    @property
+    def total(self) -> int | None:
+        """The run's samples as its last session started it (``run_total``), None when
+        nothing says."""
+        return run_total(self.started_samples, self.fitting_summary)
 
     @property
     def finals(self) -> dict[str, dict[str, Any]]:
@@ -135,18 +193,11 @@ class RunData:
         return min(times) if times else None
 
     def status(self) -> str:
-        """complete (every sample final), ungraded (every sample ended, some never graded:
-        infrastructure failures after --max-retries), interrupted (stopped by a signal), or
-        partial."""
-        if self.summary is None:
-            return "partial"
-        if self.summary.get("interrupted"):
-            return "interrupted"
-        total = self.summary.get("total_samples")
+        """complete, ungraded, interrupted or partial (``run_status``): a summary.json written
+        before results.jsonl last changed (a resume killed or still going) says nothing."""
         finals = self.finals
-        if total is not None and len(finals) >= total:
-            return "ungraded" if any(r.get("infrastructure") for r in finals.values()) else "complete"
-        return "partial"
+        return run_status(self.fitting_summary, self.total, len(finals),
+                          any(r.get("infrastructure") for r in finals.values()))
 
 
 def resolve_run(ref: str | Path, output_dir: str | Path | None = None) -> Path:

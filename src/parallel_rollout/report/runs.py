@@ -6,14 +6,17 @@ a second one of the id its config.json stores). Its line comes from
 ``config.json`` (mode, when it was written) and ``summary.json`` (samples, success rate of
 the graded samples, as the console says it)
 while its results.jsonl is the one the summary counted (the size and modification time it
-stamped); a run with no summary (killed before writing one), or whose results.jsonl changed
-since (a resume going on, an edit), has its results.jsonl read. Status:
+stamped: ``run_data.summary_fits``, the rule ``report`` and ``compare`` follow too); a run
+with no summary (killed before writing one), or whose results.jsonl changed since (a resume
+going on or killed, an edit), has its results.jsonl read, and such a summary counts for
+nothing. Its samples are those its last session started with (config.json's
+``total_samples``). Status:
 
 * ``complete``: every sample has a final record (every sample graded);
 * ``ungraded``: every sample ended, some never graded (an infrastructure failure after
   ``--max-retries``: the run exited 1, ``--resume`` runs them again);
 * ``interrupted``: stopped by SIGINT/SIGTERM (``--resume`` continues it);
-* ``partial``: anything else short of complete: aborted, killed, or still running;
+* ``partial``: anything else short of complete: aborted, killed (a resume too), or still running;
 * ``unreadable``: its results.jsonl has a corrupted line; ``problem`` names it
   (``results.jsonl:6: corrupted record …``, as ``report`` says it), the rest comes from
   config.json.
@@ -28,7 +31,7 @@ from pathlib import Path
 
 from ..errors import ConfigError
 from ..results import graded
-from .run_data import NotARunFolder, RunData, results_stamp
+from .run_data import NotARunFolder, RunData, results_stamp, run_status, run_total, summary_fits
 
 
 @dataclass(frozen=True)
@@ -65,21 +68,16 @@ def _light(run_dir: Path) -> RunLine | None:
         summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    total, finished = summary.get("total_samples"), summary.get("finished") or 0
-    if summary.get("interrupted"):
-        status = "interrupted"
-    elif total is not None and finished >= total:
-        status = "ungraded" if summary.get("ungraded") else "complete"
-    else:
-        status = "partial"
     # the summary counted the results.jsonl it stamped: a file changed since (a resume going
-    # on, an edit, a corrupted line) or a summary without a stamp (an older version's) is
-    # read from the records
-    if "results_file" not in summary or summary["results_file"] != results_stamp(run_dir):
+    # on or killed, an edit, a corrupted line) or a summary without a stamp (an older
+    # version's, which cannot say) is read from the records
+    if summary_fits(summary, results_stamp(run_dir)) is not True:
         return None
+    total, finished = run_total(config.get("total_samples"), summary), summary.get("finished") or 0
     return RunLine(run_id=run_dir.name, started=config.get("started_at") or config.get("written_at"),
                    mode=(config.get("config") or {}).get("mode") or "?", finished=finished, total=total,
-                   success_rate=summary.get("success_rate_graded", summary.get("success_rate")), status=status)
+                   success_rate=summary.get("success_rate_graded", summary.get("success_rate")),
+                   status=run_status(summary, total, finished, bool(summary.get("ungraded"))))
 
 
 def _stored_config(run_dir: Path) -> dict:
@@ -106,15 +104,15 @@ def run_line(run_dir: Path) -> RunLine:
     except ConfigError as exc:  # a corrupted line: a run all the same, which the user must fix
         problem = str(exc).removeprefix(f"{run_dir}/")
         return RunLine(run_id=run_dir.name, started=written,
-                       mode=(stored.get("config") or {}).get("mode") or "?", finished=None, total=None,
+                       mode=(stored.get("config") or {}).get("mode") or "?", finished=None,
+                       total=run_total(stored.get("total_samples"), None),
                        success_rate=None, status="unreadable", problem=problem)
     finals = data.finals
-    total = (data.summary or {}).get("total_samples")
-    status = data.status()
     successes = sum(1 for r in finals.values() if r.get("success"))
     scored = len(graded(finals.values()))  # as the console's rate
     return RunLine(run_id=run_dir.name, started=written or data.started_at, mode=data.mode, finished=len(finals),
-                   total=total, success_rate=round(successes / scored, 4) if scored else None, status=status)
+                   total=data.total, success_rate=round(successes / scored, 4) if scored else None,
+                   status=data.status())
 
 
 def list_runs(output_dir: str | Path) -> list[RunLine]:
