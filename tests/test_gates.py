@@ -247,6 +247,9 @@ def test_the_regression_gate_gives_no_verdict_without_shared_samples_or_a_finish
     assert "--compare-to base1: no verdict: the runs share no final sample" in other.output
     check = CliRunner().invoke(main, ["compare", "w1", "base1", "--check", "--output-dir", str(out)])
     assert check.exit_code == exit_codes.EXIT_NO_VERDICT and "no verdict: the runs share no final sample" in check.output
+    # other task files, and no id in common: no "same ids" (it said so of runs sharing none)
+    for said in (other.output, check.output):
+        assert "the runs' task files differ (sha256" in said and "same ids" not in said, said
 
     # a baseline killed after 2 of its 12 samples (no summary.json: it never got to write one)
     killed = run_cli(tmp_path, [shell_task(i) for i in ids], "k5")
@@ -268,6 +271,11 @@ def test_the_regression_gate_gives_no_verdict_without_shared_samples_or_a_finish
     both = CliRunner().invoke(main, ["compare", "base1", "fastB", "--output-dir", str(out)])
     assert "samples: 12 in both runs" in both.output
     assert "warning: the runs' task files differ (sha256" in both.output, both.output
+    assert "same ids, maybe not the same tasks" in both.output
+    part = run_cli(tmp_path, [shell_task(i, reference=["true", f"touch ~/{i}.done"]) for i in ids[:4]], "part")
+    assert part.exit_code == 0
+    some = CliRunner().invoke(main, ["compare", "base1", "part", "--output-dir", str(out)])
+    assert "in B): 4 sample ids in common, maybe not the same tasks" in some.output, some.output
 
 
 def test_an_unwritable_junit_path_is_refused_by_the_preflight_and_before_the_run(tmp_path):

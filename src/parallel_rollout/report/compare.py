@@ -114,8 +114,13 @@ class Comparison:
         """What makes the comparison weaker than it looks."""
         out = []
         if self.data_a and self.data_b and self.data_a != self.data_b:
+            in_both = self.shared + self.ungraded
+            # "same ids" only of samples the runs share: runs with none in common have no id
+            # whose task could have changed
+            ids = ("" if not in_both else ": same ids, maybe not the same tasks" if self.same_samples
+                   else f": {in_both} sample ids in common, maybe not the same tasks")
             out.append(f"the runs' task files differ (sha256 {', '.join(h[:12] for h in self.data_a)} in A, "
-                       f"{', '.join(h[:12] for h in self.data_b)} in B): same ids, maybe not the same tasks")
+                       f"{', '.join(h[:12] for h in self.data_b)} in B){ids}")
         if 0 < self.shared < FEW_SHARED:
             out.append(f"only {self.shared} shared samples: too few for the test to find a regression")
         out += [side for side in (self.unfinished("A"), self.unfinished("B")) if side]
