@@ -102,8 +102,44 @@ def test_a_task_file_whose_tasks_name_one_mode_runs_that_mode(tmp_path):
     result = invoke(tmp_path, "--data", str(data), "--run-id", "f")
     assert result.exit_code == 0, (result.output, result.exception)
     assert "2 succeeded" in result.output
-    # tasks of several modes still need --mode, and say which one the run has
+    # tasks of several modes are no one run: without --mode they are named, not a --mode
+    # never given ("the run is --mode shell", the default)
     data.write_text(data.read_text() + json.dumps({"id": "s", "mode": "shell", "instruction": "x", "check": "true"}) + "\n")
     mixed = invoke(tmp_path, "--data", str(data), "--run-id", "g")
     assert mixed.exit_code == 2
-    assert "has mode 'py' but the run is --mode shell" in mixed.output
+    said = " ".join(mixed.output.split())
+    assert (f"{data}:3: task 's' has mode 'shell' but {data}:1: task 'm0' has mode 'py'; a run has one mode and "
+            "no --mode was given: split the task file by mode") in said, said
+    assert "--mode shell" not in said
+    # with --mode given, the load says which one the run has
+    given = invoke(tmp_path, "--mode", "shell", "--data", str(data), "--run-id", "g")
+    assert given.exit_code == 2 and f"{data}:1: task 'm0' has mode 'py' but the run is --mode shell" in given.output
+
+
+def test_tasks_that_name_no_mode_beside_one_that_does_are_named(tmp_path):
+    """A task without a mode takes the run's: the default (shell) when no --mode is given, which
+    a task naming another mode conflicts with; tasks naming none beside shell ones run."""
+    data = tmp_path / "tasks.jsonl"
+    data.write_text(json.dumps({"id": "a", "problem": "1+1", "answer": "2"}) + "\n"
+                    + json.dumps({"id": "b", "mode": "math", "problem": "2+2", "answer": "4"}) + "\n")
+    result = invoke(tmp_path, "--data", str(data), "--run-id", "n")
+    said = " ".join(result.output.split())
+    assert result.exit_code == 2 and "--mode shell" not in said, said
+    assert (f"{data}:2: task 'b' has mode 'math' but {data}:1: task 'a' names none, so it would run as shell, the "
+            "default (no --mode was given): give --mode math to run the tasks that name none as it") in said
+    shell = tmp_path / "shell.jsonl"
+    shell.write_text(json.dumps({"id": "a", "instruction": "x", "check": "true", "reference": ["true"]}) + "\n"
+                     + json.dumps({"id": "b", "mode": "shell", "instruction": "x", "check": "true",
+                                   "reference": ["true"]}) + "\n")
+    assert invoke(tmp_path, "--data", str(shell), "--run-id", "s", "--dry-run").exit_code == 0
+
+
+def test_an_unknown_mode_in_a_task_file_is_named_by_file_and_line(tmp_path):
+    """A task file whose one task says "mode": "shel" was taken as the run's mode and refused
+    as if --mode shel had been given ("unknown mode 'shel'", no file, no line)."""
+    data = tmp_path / "bm.jsonl"
+    data.write_text(json.dumps({"id": "t4", "mode": "shel", "instruction": "x", "check": "true"}) + "\n")
+    for extra in ([], ["--dry-run"]):
+        result = invoke(tmp_path, "--data", str(data), "--run-id", "u", *extra)
+        assert result.exit_code == 2, result.output
+        assert f"{data}:1: unknown mode 'shel' in task 't4'" in " ".join(result.output.split()), (extra, result.output)

@@ -27,7 +27,7 @@ import re
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Container, Iterable, Mapping
 
 from .config import NAMED_DATASETS
 from .errors import TaskFileError
@@ -145,6 +145,40 @@ def declared_mode(data: str) -> str | None:
         return None
     found = modes.pop() if len(modes) == 1 else None
     return found if isinstance(found, str) else None
+
+
+def mixed_modes(data: str, mode: str, known: Container[str]) -> str:
+    """Why the tasks of the task file ``data`` cannot be one run when no --mode was given and
+    they do not all name one mode (``mode``: the run's, the default then): two of them name
+    two ``known`` modes, or one names a mode other than ``mode`` beside one that names none
+    (and so takes ``mode``); "" when nothing stands in the way. Each task is named as the
+    load names it (``file:line``). Unknown modes are left to the load, which names them."""
+    first: dict[str | None, tuple[str, str]] = {}  # mode (None: names none) -> its first task
+    try:
+        path = resolve_data(data)
+        if path.is_dir() or path.suffix == ".parquet":
+            return ""
+        for n, raw in _records(path):
+            if not isinstance(raw, dict):
+                continue
+            named = raw.get("mode")
+            if named is None or (isinstance(named, str) and named in known):
+                where = f"{path}: item {n}" if _kind(path) == ".json" else f"{path}:{n}"
+                first.setdefault(named, (where, str(raw.get("id", raw.get("task_id")))))
+    except (TaskFileError, OSError, ValueError):
+        return ""  # the load says why
+    named_modes = [m for m in first if m is not None]
+    if len(named_modes) >= 2:
+        (where_a, id_a), (where_b, id_b) = first[named_modes[0]], first[named_modes[1]]
+        return (f"{where_b}: task {id_b!r} has mode {named_modes[1]!r} but {where_a}: task {id_a!r} has mode "
+                f"{named_modes[0]!r}; a run has one mode and no --mode was given: split the task file by mode")
+    if named_modes and named_modes[0] != mode and None in first:
+        other = named_modes[0]
+        (where_a, id_a), (where_b, id_b) = first[None], first[other]
+        return (f"{where_b}: task {id_b!r} has mode {other!r} but {where_a}: task {id_a!r} names none, so it "
+                f"would run as {mode}, the default (no --mode was given): give --mode {other} to run the tasks "
+                "that name none as it, or name every task's mode")
+    return ""
 
 
 def _records(path: Path) -> Iterable[tuple[int, Any]]:

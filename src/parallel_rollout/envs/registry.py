@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-from ..errors import ConfigError
+from ..errors import ConfigError, TaskFileError
 from ..plugins import Registry
 from .base import Env
 
@@ -157,9 +157,10 @@ def with_mode_defaults(cfg: "RunConfig") -> "RunConfig":
     one every task of the file names), then
     ``max_turns`` (web 20, py 1 …: ``Env.turn_limit``). What config.json records,
     --print-config shows and a resume compares is then what the run uses. ConfigError for an
-    unknown mode, or a built-in --mode that is not the named dataset's."""
+    unknown mode, or a built-in --mode that is not the named dataset's; TaskFileError, without
+    --mode, for a task file whose tasks name modes no one run has (``tasks.mixed_modes``)."""
     from ..config import NAMED_DATASET_MODES
-    from ..tasks import declared_mode
+    from ..tasks import declared_mode, mixed_modes
 
     named = NAMED_DATASET_MODES.get((cfg.data or "").lower())
     # with --mode given only an OSWorld folder's mode is compared, so a task file is not read
@@ -171,8 +172,14 @@ def with_mode_defaults(cfg: "RunConfig") -> "RunConfig":
     by_flag = [f"--{name.replace('_', '-')}" for name in ("osworld_index", "domain") if name in cfg.explicit]
     if "mode" not in cfg.explicit:
         implied = implied or ("osworld" if by_flag else None)
-        if implied and implied != cfg.mode:
+        # a mode no Env answers to (a task file's "shel") is left to the load, which names
+        # the file and line; taken as the run's, it read as a --mode given
+        if implied and implied != cfg.mode and implied in MODES:
             cfg = dataclasses.replace(cfg, mode=implied)
+        elif asked and not implied:  # the load would call the run's default mode "--mode"
+            mixed = mixed_modes(asked, cfg.mode, MODES)
+            if mixed:
+                raise TaskFileError(mixed)
     elif cfg.mode in _BUILT_IN and ((named or implied == "osworld") and cfg.mode != implied):
         what = f"{named} tasks" if named else "an OSWorld task set"
         raise ConfigError(f"--data {cfg.data} holds {what}, which --mode {cfg.mode} cannot run"
