@@ -13,7 +13,7 @@ import pytest
 
 from conftest import ROOT, shell_task, write_tasks
 from parallel_rollout.api import ConfigError, NotARunFolder, load_run, run
-from test_runner import wait_for_results
+from test_runner import stop_signals_ignoring, wait_for_results
 
 
 def _script(tmp_path, body: str):
@@ -39,7 +39,8 @@ def test_ctrl_c_stops_a_script_that_loops_over_runs(tmp_path):
                 print("STOPPED", exc.outcome.exit_code, exc.outcome.summary["interrupted"], exc, flush=True)
         """)
     proc = subprocess.Popen([sys.executable, str(script)], cwd=str(ROOT), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+                            stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=stop_signals_ignoring())
     wait_for_results(tmp_path / "out" / "r0", 2, proc)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)

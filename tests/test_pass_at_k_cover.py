@@ -16,6 +16,7 @@ import time
 
 from conftest import ROOT, shell_task, write_tasks
 from parallel_rollout import exit_codes
+from test_runner import stop_signals_ignoring
 
 
 def test_an_interrupted_run_says_the_tasks_each_pass_at_k_covers(tmp_path):
@@ -27,7 +28,8 @@ def test_an_interrupted_run_says_the_tasks_each_pass_at_k_covers(tmp_path):
     proc = subprocess.Popen([sys.executable, str(ROOT / "run_parallel_rollout.py"), "--mode", "shell", "--data",
                              str(data), "--group-size", "3", "--num-rollouts", "1", "--envs-per-worker", "1",
                              "--output-dir", str(out), "--run-id", "r", "--no-progress"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=stop_signals_ignoring())
     results = out / "r" / "results.jsonl"
     deadline = time.monotonic() + 120
     while not (results.exists() and results.read_text().count("\n") >= 4):

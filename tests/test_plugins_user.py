@@ -19,6 +19,7 @@ from conftest import ROOT, assert_exactly_once, write_tasks
 from llm_server import first_user_message, llm_server, reply_with_counts  # noqa: F401 - a fixture
 from parallel_rollout.cli import main
 from test_config import assert_usage_error
+from test_runner import stop_signals_ignoring
 
 DOUBLE = "user_plugins:DoubleEnv"
 
@@ -284,7 +285,8 @@ def test_an_interrupt_while_the_run_prepares_exits_130_and_writes_nothing(tmp_pa
          "--data", str(data), "--output-dir", str(tmp_path / "out"), "--run-id", "i", "--no-progress"],
         cwd=tmp_path, env={**without_pythonpath(), "PYTHONPATH": pythonpath, "PR_IMPORT_LOG": str(log),
                            "PR_IMPORT_SLEEP": "30"},
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
+        preexec_fn=stop_signals_ignoring())
     try:
         deadline = time.monotonic() + 60
         while not (log.exists() and log.read_text().strip()):  # the CLI is importing the mode

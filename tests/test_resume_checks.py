@@ -20,6 +20,7 @@ from conftest import ROOT, assert_exactly_once, read_results, shell_task, write_
 from parallel_rollout.cli import main
 from test_gates import JUNIT_XSD
 from test_results import cli, finished_run  # noqa: F401 (a fixture)
+from test_runner import stop_signals_ignoring
 
 
 def folder_state(run_dir: Path) -> dict[str, bytes]:
@@ -161,7 +162,8 @@ def test_junit_of_a_run_stopped_early_names_the_samples_never_started(tmp_path):
     run = subprocess.Popen(
         [sys.executable, str(ROOT / "run_parallel_rollout.py"), "--mode", "shell", "--data", str(data),
          "--num-rollouts", "1", "--output-dir", str(out), "--run-id", "stop", "--no-progress",
-         "--junit-xml", str(junit)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+         "--junit-xml", str(junit)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        preexec_fn=stop_signals_ignoring())
     try:
         deadline = time.monotonic() + 60
         while not list((out / "stop" / "trajectories").glob("*")):

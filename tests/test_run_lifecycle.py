@@ -19,7 +19,7 @@ from conftest import ROOT, shell_task, small_tmpfs, write_tasks
 from parallel_rollout.cli import main
 from parallel_rollout.exit_codes import EXIT_USAGE
 from process_tree import needs_worker_cgroup, sleeps_left, sleeps_of, worker_cgroups_usable
-from test_runner import family, slow_tasks, start_cli, wait_for_results, wait_gone
+from test_runner import family, slow_tasks, start_cli, stop_signals_ignoring, wait_for_results, wait_gone
 
 
 def cli(tmp_path, *args: str):
@@ -82,12 +82,26 @@ def test_a_closed_terminal_sighup_stops_the_run_as_sigterm_does(tmp_path):
     assert "worker_died" not in events and "manager process died" not in err
 
 
-def _default_stop_signals() -> None:
-    """The child's stop signals at their defaults, whatever this process inherited: a test run
-    started in the background (``nohup … &``, as a CI job may be) ignores SIGINT and SIGHUP, and
-    the CLI rightly leaves an ignored signal ignored."""
-    for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
-        signal.signal(sig, signal.SIG_DFL)
+@pytest.mark.parametrize("signum", [signal.SIGHUP, signal.SIGTERM], ids=["SIGHUP", "SIGTERM"])
+def test_a_signal_ignored_at_start_stays_ignored_by_the_run_and_its_workers(tmp_path, signum):
+    """``nohup`` (SIGHUP ignored) or a scheduler that starts the run with a signal ignored:
+    the run set its handler over it, and stopped at a hang-up (130: resume) that nohup was
+    there to keep from it; a worker, which reset SIGTERM to its default, died of one sent
+    to every process of the job. It stays ignored: the run finishes, exit 0."""
+    data, keys = slow_tasks(tmp_path)
+    proc = start_cli(tmp_path, data, ignored=(signum,))
+    run_dir = tmp_path / "out" / "sig"
+    wait_for_results(run_dir, 3, proc)
+    os.killpg(proc.pid, signum)  # the whole process group, as a hang-up
+    server = [p for p in family(proc.pid) if "forkserver" in " ".join(p.cmdline())]
+    for worker in server[0].children():  # and each worker, which leads a group of its own
+        os.kill(worker.pid, signum)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert "interrupted" not in err
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["successes"] == len(keys) and not summary["interrupted"]
+    assert "worker_died" not in (run_dir / "events.jsonl").read_text()
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
@@ -97,7 +111,7 @@ def test_a_signal_while_the_command_loads_exits_130_and_says_nothing_ran(signum)
     code = ("import sys; sys.argv[0] = 'parallel-rollout'\n"  # as the console script's process
             f"import os, time, parallel_rollout.cli; os.kill(os.getpid(), {int(signum)}); time.sleep(10)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                          preexec_fn=_default_stop_signals)
+                          preexec_fn=stop_signals_ignoring())
     assert done.returncode == 130, done.stderr
     assert f"interrupted by signal {int(signum)} before the run started: nothing ran" in done.stderr
 
@@ -243,5 +257,5 @@ def test_a_slow_plugin_import_is_said_while_the_workers_start(tmp_path):
 def test_a_program_that_imports_the_cli_keeps_its_signal_handlers():
     code = "import signal, parallel_rollout.cli; print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                          preexec_fn=_default_stop_signals)
+                          preexec_fn=stop_signals_ignoring())
     assert done.stdout.strip() == "True", done.stderr

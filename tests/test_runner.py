@@ -88,12 +88,22 @@ def slow_tasks(tmp_path, count=40, seconds=0.25):
     return write_tasks(tmp_path / "slow.jsonl", tasks), {f"k{i}#0" for i in range(count)}
 
 
-def start_cli(tmp_path, data, *extra):
+def stop_signals_ignoring(*ignored: int):
+    """A ``preexec_fn``: the child's stop signals at their defaults but ``ignored``, whatever
+    this process inherited: a test run started in the background (``nohup … &``, as a CI job
+    may be) ignores SIGINT and SIGHUP, and the CLI rightly keeps an ignored signal ignored."""
+    def preexec() -> None:
+        for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_IGN if sig in ignored else signal.SIG_DFL)
+    return preexec
+
+
+def start_cli(tmp_path, data, *extra, ignored: tuple[int, ...] = ()):
     argv = [sys.executable, str(ROOT / "run_parallel_rollout.py"), "--mode", "shell", "--data", str(data),
             "--num-rollouts", "4", "--num-vms", "2", "--use-vm-pool", "--output-dir", str(tmp_path / "out"),
             "--run-id", "sig", "--no-progress", *extra]
     return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=stop_signals_ignoring(*ignored))
 
 
 def wait_for_results(run_dir: Path, count: int, proc, timeout=60.0):

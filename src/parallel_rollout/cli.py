@@ -12,7 +12,7 @@ import signal
 import sys
 import threading
 
-from .errors import STOP_SIGNALS
+from .errors import STOP_SIGNALS, handled_stop_signals
 
 
 def _early_exit(signum: int, frame: object) -> None:
@@ -267,7 +267,7 @@ def run(ctx: click.Context, config_file: str | None, dry_run: bool, print_config
     """
     # an interrupt from here on ends as one during the run does (130, said), not as
     # click's 'Aborted!' (1: resume) or a SIGTERM's bare 143; the run sets its own later
-    previous = {sig: signal.signal(sig, raise_interrupted) for sig in STOP_SIGNALS}
+    previous = {sig: signal.signal(sig, raise_interrupted) for sig in handled_stop_signals()}
     try:
         _run(ctx, config_file, dry_run, print_config, check_endpoint, verbose, quiet, flags)
     except InterruptedBeforeStart as exc:

@@ -9,6 +9,14 @@ from typing import Any
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
+def handled_stop_signals() -> tuple[int, ...]:
+    """The STOP_SIGNALS a run sets its handler for: those not ignored. One the process started
+    with ignored (``nohup`` ignores SIGHUP; a scheduler or a background job may ignore one)
+    was ignored on purpose and stays so: no handler of the CLI or the runner ever replaces an
+    ignored signal, so it is still SIG_IGN here, and the workers, which inherit it, keep it."""
+    return tuple(sig for sig in STOP_SIGNALS if signal.getsignal(sig) is not signal.SIG_IGN)
+
+
 class RolloutError(Exception):
     """Base of every error the runner itself raises."""
 

@@ -38,7 +38,7 @@ from .config import PYTHON_CALL, RunConfig, data_required, default_run_id
 from .engine import Engine
 from .envs import get_env, task_validators, with_mode_defaults
 from .envs.registry import answer_like_warnings
-from .errors import STOP_SIGNALS, ConfigError, TaskFileError, raise_interrupted
+from .errors import ConfigError, TaskFileError, handled_stop_signals, raise_interrupted
 from .logs import run_log_handler
 from .messages import Assignment
 from .output_checks import check_free_disk, check_writable_folder
@@ -320,10 +320,10 @@ class Runner:
     def run(self) -> RunOutcome:
         """Run every pending sample to a final record, or stop cleanly trying."""
         # Ctrl-C, SIGTERM and SIGHUP stop the run when it runs on the main thread (Python lets only
-        # that thread set handlers: a run() from another thread leaves signals to its caller):
-        # before the folder opens they end the preparation (InterruptedBeforeStart: nothing
-        # ran), after it the run stops itself, writing its summary
-        signals = STOP_SIGNALS if threading.current_thread() is threading.main_thread() else ()
+        # that thread set handlers: a run() from another thread leaves signals to its caller),
+        # but for one ignored (nohup's SIGHUP): before the folder opens they end the preparation
+        # (InterruptedBeforeStart: nothing ran), after it the run stops itself, writing its summary
+        signals = handled_stop_signals() if threading.current_thread() is threading.main_thread() else ()
         previous = {sig: signal.signal(sig, raise_interrupted) for sig in signals}
         try:
             samples = self.prepare()

@@ -478,7 +478,8 @@ def worker_main(worker_id: str, holder: str, conn: Connection, pool: Any, config
     # Ctrl-C (a closed terminal's SIGHUP) goes to the whole process group; the engine orders the shutdown.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_IGN:  # ignored by the run's starter: kept
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
     try:
         # Before any attempt's clock starts: a plugin's import (preloaded by the server when
         # it could be) never counts against a task's --task-timeout.
