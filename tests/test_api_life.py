@@ -4,6 +4,7 @@ the errors' wording (said as Python spells the settings)."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -78,6 +79,22 @@ def test_a_call_under_the_guard_through_a_function_is_not_refused(tmp_path):
         """)
     done = subprocess.run([sys.executable, str(script)], cwd=str(ROOT), capture_output=True, text=True, timeout=120)
     assert "EXIT 0" in done.stdout, done.stderr
+
+
+def test_a_script_started_with_stdout_closed_runs_without_a_worker_error(tmp_path):
+    """``python script.py >&-``: sys.stdout is None there and in the workers, each of which
+    printed AttributeError as it flushed it on its way out."""
+    script = _script(tmp_path, """\
+        from parallel_rollout.api import run
+
+        if __name__ == "__main__":
+            raise SystemExit(run(mode="shell", data={data!r}, output_dir={out!r}, progress=False, limit=4,
+                                 run_id="closed").exit_code)
+        """)
+    done = subprocess.run([sys.executable, str(script)], cwd=str(ROOT), stderr=subprocess.PIPE, text=True,
+                          timeout=120, preexec_fn=lambda: os.close(1))
+    assert done.returncode == 0, done.stderr
+    assert "AttributeError" not in done.stderr and "Traceback" not in done.stderr, done.stderr
 
 
 def test_api_errors_speak_python(tmp_path):

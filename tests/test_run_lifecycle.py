@@ -104,6 +104,55 @@ def test_a_signal_ignored_at_start_stays_ignored_by_the_run_and_its_workers(tmp_
     assert "worker_died" not in (run_dir / "events.jsonl").read_text()
 
 
+def _start_run(tmp_path, data, *flags: str, closed: int | None = None, **streams):
+    """The CLI on ``data`` as a user starts it, with the standard streams given (files, pipes)
+    and the descriptor ``closed`` closed (``>&-``)."""
+    argv = [sys.executable, str(ROOT / "run_parallel_rollout.py"), "--mode", "shell", "--data", str(data),
+            "--num-rollouts", "2", "--output-dir", str(tmp_path / "out"), "--run-id", "r", *flags]
+
+    def preexec() -> None:
+        stop_signals_ignoring()()
+        if closed is not None:
+            os.close(closed)
+    return subprocess.Popen(argv, preexec_fn=preexec, **streams)
+
+
+@pytest.mark.parametrize("both, progress", [(False, "--no-progress"), (True, "--no-progress"), (True, "--progress")],
+                         ids=["stdout", "stdout-and-stderr", "stdout-and-stderr-with-a-progress-bar"])
+def test_a_run_whose_reader_went_away_exits_with_its_own_status(tmp_path, both, progress):
+    """``run … | true``, ``run … 2>&1 | head -1``: what the run prints is lost, its exit
+    status stays its own (0: finished). The summary's BrokenPipeError made click exit 1
+    (aborted: resume) after a complete run, with nothing said; a progress bar on the closed
+    pipe stopped the run before its first sample."""
+    data = write_tasks(tmp_path / "tasks.jsonl", [shell_task(k) for k in "abc"])
+    reader, writer = os.pipe()
+    os.close(reader)  # gone before the first line, as `| true` is
+    with open(tmp_path / "err.txt", "w") as err:
+        proc = _start_run(tmp_path, data, progress, stdout=writer, stderr=writer if both else err)
+    os.close(writer)
+    assert proc.wait(timeout=120) == 0, (tmp_path / "err.txt").read_text()
+    summary = json.loads((tmp_path / "out" / "r" / "summary.json").read_text())
+    assert summary["successes"] == 3 and summary["unfinished"] == 0
+    said = (tmp_path / "err.txt").read_text()
+    assert "Traceback" not in said and "BrokenPipe" not in said and "Exception ignored" not in said
+
+
+@pytest.mark.parametrize("closed", [1, 2], ids=["stdout", "stderr"])
+def test_a_run_started_with_a_standard_stream_closed_finds_dev_null_there(tmp_path, closed):
+    """``run … >&-``: every worker ended with AttributeError (sys.stdout None) on the
+    console; and the closed descriptor went to the first file the run opened (the run
+    folder's lock), where anything written to fd 1 or 2 landed. It is /dev/null now."""
+    data, keys = slow_tasks(tmp_path, count=12)
+    with open(tmp_path / "said.txt", "w") as said:
+        proc = _start_run(tmp_path, data, "--no-progress", closed=closed, stdout=said, stderr=said)
+    wait_for_results(tmp_path / "out" / "r", 2, proc)
+    assert os.readlink(f"/proc/{proc.pid}/fd/{closed}") == "/dev/null"
+    assert proc.wait(timeout=120) == 0, (tmp_path / "said.txt").read_text()
+    text = (tmp_path / "said.txt").read_text()
+    assert "Traceback" not in text and "AttributeError" not in text, text
+    assert json.loads((tmp_path / "out" / "r" / "summary.json").read_text())["successes"] == len(keys)
+
+
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
 def test_a_signal_while_the_command_loads_exits_130_and_says_nothing_ran(signum):
     # (a program that imports the module keeps its own handlers: see the next test)

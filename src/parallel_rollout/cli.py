@@ -44,7 +44,7 @@ from .errors import ConfigError, InterruptedBeforeStart, ProviderUnavailable, Ru
 from .cli_options import (ENV_PREFIX, LazyHelpOption, RegistryOption, RunCommand, dataset_help, env_var_name,
                           help_sections, invoked_as)
 from .exit_codes import EXIT_ABORTED, EXIT_INTERRUPTED, EXIT_LOCKED, EXIT_USAGE
-from .logs import console_logging
+from .logs import console_logging, devnull_for_closed_streams, say
 
 _D = RunConfig()
 #: --max-turns when not given: each built-in mode's ``Env.default_max_turns`` (a test checks)
@@ -104,6 +104,7 @@ def main() -> None:
 
     Without a command, the options are those of `run`.
     """
+    devnull_for_closed_streams()
 
 
 # run's flags are PARALLEL_ROLLOUT_<FLAG> (not ..._RUN_<FLAG>): run is the default command
@@ -271,7 +272,7 @@ def run(ctx: click.Context, config_file: str | None, dry_run: bool, print_config
     try:
         _run(ctx, config_file, dry_run, print_config, check_endpoint, verbose, quiet, flags)
     except InterruptedBeforeStart as exc:
-        click.echo(str(exc), err=True)
+        say(str(exc), err=True)
         sys.exit(EXIT_INTERRUPTED)
     finally:
         for sig, handler in previous.items():
@@ -304,17 +305,17 @@ def _run(ctx: click.Context, config_file: str | None, dry_run: bool, print_confi
             import json
 
 
-            click.echo(json.dumps(config.to_json(), indent=2))
+            say(json.dumps(config.to_json(), indent=2))
             return
         if dry_run:
             from .preflight import preflight
 
             found = preflight(config, check_endpoint=check_endpoint)
             if found.ok:  # the census stays the last lines, as scripts read it
-                click.echo("preflight passed: " + "; ".join(found.passed), err=True)
-            click.echo("\n".join(found.census))
+                say("preflight passed: " + "; ".join(found.passed), err=True)
+            say("\n".join(found.census))
             if not found.ok:
-                click.echo(found.problem_report(), err=True)
+                say(found.problem_report(), err=True)
                 sys.exit(EXIT_USAGE)
             return
         runner = Runner(config)
@@ -323,15 +324,15 @@ def _run(ctx: click.Context, config_file: str | None, dry_run: bool, print_confi
     except ProviderUnavailable as exc:
         # a missing bwrap, daemon or image found before the run folder opened: nothing ran,
         # as a --dry-run would have said (2); later, a run left to --resume (1)
-        click.echo(f"Error: {exc}", err=True)
+        say(f"Error: {exc}", err=True)
         sys.exit(EXIT_ABORTED if runner is not None and runner.started else EXIT_USAGE)
     except RunLocked as exc:
         # not a usage error: the same command succeeds once the other run is done
-        click.echo(f"Error: {exc}", err=True)
+        say(f"Error: {exc}", err=True)
         sys.exit(EXIT_LOCKED)
-    click.echo(format_summary(outcome.summary, outcome.run_dir), err=False)
+    say(format_summary(outcome.summary, outcome.run_dir))
     if outcome.message:
-        click.echo(outcome.message, err=True)
+        say(outcome.message, err=True)
     sys.exit(outcome.exit_code)
 
 
@@ -422,13 +423,13 @@ def compare_cmd(run_a: str, run_b: str, output_dir: str, html_path: str | None, 
             raise
         # as `run --compare-to` does: a baseline that is not there (a missed night) is no
         # verdict, not a usage error
-        click.echo(f"no verdict: no baseline: {exc}", err=True)
+        say(f"no verdict: no baseline: {exc}", err=True)
         sys.exit(EXIT_NO_VERDICT)
     comparison, text, page = write_comparison(baseline, candidate, html_path)
-    click.echo(text)
-    click.echo(f"written: {page} and {page.with_suffix('.txt')}")
+    say(text)
+    say(f"written: {page} and {page.with_suffix('.txt')}")
     if check and comparison.cannot_judge:
-        click.echo(f"no verdict: {comparison.cannot_judge}", err=True)
+        say(f"no verdict: {comparison.cannot_judge}", err=True)
         sys.exit(EXIT_NO_VERDICT)
     if check and comparison.regressed:
         sys.exit(EXIT_REGRESSION)

@@ -29,6 +29,15 @@ records to the main process, where ``run.log`` and the console take them.
   libraries at WARNING by default; ``-v`` DEBUG and INFO, ``-vv`` DEBUG for everyone. ``-q``
   and ``-qq`` only quiet the console (WARNING, ERROR): ``run.log`` always keeps INFO.
 
+* **A console whose reader went away** (``parallel-rollout run … | head -1``, a closed ssh
+  session's pipe) loses its lines, never the run: the first write that meets the closed pipe
+  points that stream at /dev/null (``lose_output``, Python's documented way: the signal
+  module's note on SIGPIPE) and the run goes on to its own exit status. The console's
+  handler, the progress bar (``PipeSafeStream``) and the CLI's lines (``say``) do so; a
+  BrokenPipeError left to click would exit 1 (aborted: resume) after a finished run, one
+  left to the interpreter's flush at exit 120, and one in the progress bar stop the run. A
+  stream closed before the start (``>&-``) is /dev/null (``devnull_for_closed_streams``).
+
 Ray actors (``--backend ray``) are not covered: they log to their own stderr, which Ray
 forwards to the driver's terminal.
 """
@@ -200,8 +209,92 @@ class ConsoleHandler(logging.Handler):
             else:
                 sys.stderr.write(line + "\n")
                 sys.stderr.flush()
+        except BrokenPipeError:
+            lose_output(sys.stderr)
         except Exception:  # noqa: BLE001 - logging must never raise into the caller
             self.handleError(record)
+
+
+def lose_output(stream: Any) -> None:
+    """Point ``stream`` (stdout or stderr), whose reader went away, at /dev/null: what is
+    written to it from now on, and what its buffer holds for the flush at exit, is lost
+    instead of raising BrokenPipeError again. A stream with no file under it (CliRunner's)
+    has nothing to redirect."""
+    try:
+        fd = stream.fileno()
+    except (AttributeError, OSError, ValueError):
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
+
+
+def devnull_for_closed_streams() -> None:
+    """Open /dev/null (inheritable) on each of the descriptors 0, 1 and 2 that the program
+    started with closed (``>&-``, ``2>&-``): else the first file the run opens takes that
+    number (the run folder's lock, a worker's pipe), and what writes to fd 1 or 2 there (a
+    library, a child process) writes into it. Python's ``sys.stdout`` stays None."""
+    fd = os.open(os.devnull, os.O_RDWR)
+    while fd <= 2:  # open takes the lowest free number: each closed one in turn
+        os.set_inheritable(fd, True)
+        fd = os.open(os.devnull, os.O_RDWR)
+    os.close(fd)
+
+
+def say(text: str, err: bool = False) -> None:
+    """``click.echo`` for the commands whose exit status is a verdict (``run``, ``compare``):
+    a reader gone loses the line (a run's summary, its resume hint), not the status."""
+    import click
+
+    try:
+        click.echo(text, err=err)
+    except BrokenPipeError:
+        lose_output(sys.stderr if err else sys.stdout)
+
+
+def flush_stdout() -> None:
+    """Flush what this process printed before it ends (``os._exit`` flushes nothing): a
+    stdout closed when the program started (``>&-``: None) has nothing to flush, and one
+    whose reader went away loses it."""
+    try:
+        if sys.stdout is not None:
+            sys.stdout.flush()
+    except BrokenPipeError:
+        lose_output(sys.stdout)
+
+
+class PipeSafeStream:
+    """The progress bar's stream (stderr): a write that meets a closed pipe loses the bar
+    (``lose_output``) instead of raising into the engine's thread, which updates it. Equal
+    to the stream it wraps, so that ``tqdm.write`` of the console's lines to that stream
+    still clears the bar first."""
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        """Write ``text``, or lose it with the rest once the reader is gone."""
+        try:
+            return self.stream.write(text)
+        except BrokenPipeError:
+            lose_output(self.stream)
+            return len(text)
+
+    def flush(self) -> None:
+        """Flush, or lose what is buffered once the reader is gone."""
+        try:
+            self.stream.flush()
+        except BrokenPipeError:
+            lose_output(self.stream)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.stream, name)
+
+    def __eq__(self, other: object) -> bool:
+        return other is self or other is self.stream
+
+    def __hash__(self) -> int:
+        return hash(self.stream)
 
 
 class _ConsoleFormatter(logging.Formatter):

@@ -39,7 +39,7 @@ from .engine import Engine
 from .envs import get_env, task_validators, with_mode_defaults
 from .envs.registry import answer_like_warnings
 from .errors import ConfigError, TaskFileError, handled_stop_signals, raise_interrupted
-from .logs import run_log_handler
+from .logs import PipeSafeStream, run_log_handler
 from .messages import Assignment
 from .output_checks import check_free_disk, check_writable_folder
 from .plugins import plugin_call
@@ -454,13 +454,14 @@ class Runner:
     def _open_progress(self, total: int) -> None:
         show = self.config.progress
         if show is None:
-            show = sys.stderr.isatty()
-        if not show:
+            show = sys.stderr is not None and sys.stderr.isatty()
+        if not show or sys.stderr is None:  # None: stderr closed (2>&-)
             return
         from tqdm import tqdm
 
         self._progress = tqdm(total=total, initial=len(self._finished_keys), desc=self.run_id,
-                              unit="rollout", dynamic_ncols=True, mininterval=0.5)
+                              unit="rollout", dynamic_ncols=True, mininterval=0.5,
+                              file=PipeSafeStream(sys.stderr))
 
     def _update_progress(self) -> None:
         done = len(self._finished_keys)

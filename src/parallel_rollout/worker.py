@@ -30,7 +30,6 @@ import logging
 import os
 import queue
 import signal
-import sys
 import threading
 import time
 from contextlib import contextmanager
@@ -46,6 +45,7 @@ from .envs import Env, get_env
 from .envs.base import checked_evaluation, checked_step
 from .envs.registry import MODES
 from .errors import AttemptCancelled, RolloutError, SandboxViolation, VMError
+from .logs import flush_stdout
 from .messages import (Assignment, Cancel, Finished, LeaseWait, Progress, Started, Stop, receive_message,
                        send_message)
 from .pool.leasing import lease_vm
@@ -487,9 +487,9 @@ def worker_main(worker_id: str, holder: str, conn: Connection, pool: Any, config
     except Exception as exc:  # noqa: BLE001 - what the backend stops the run with
         logging.getLogger("parallel_rollout").error("worker %s cannot load the run's mode or agent: %s",
                                                     worker_id, exc)
-        sys.stdout.flush()
+        flush_stdout()
         os._exit(EXIT_CANNOT_LOAD)
     try:
         RolloutWorker(worker_id, holder, conn, pool, config, run_dir).run()
     finally:
-        sys.stdout.flush()
+        flush_stdout()
