@@ -174,6 +174,33 @@ def test_out_of_range_tunables_of_a_config_file_are_rejected(tmp_path, line, mes
     assert_usage_error(invoke(tmp_path, "--config", str(path), "--dry-run"), tmp_path, message, f"in {path}")
 
 
+@pytest.mark.parametrize("where, setting, message", [
+    ("flag", ["--task-timeout", "inf"], "--task-timeout must be a finite number, got inf"),
+    ("flag", ["--server-cooldown", "inf"], "--server-cooldown must be a finite number, got inf"),
+    ("flag", ["--sleep-after-execution", "1e999"], "--sleep-after-execution must be a finite number, got inf"),
+    ("flag", ["--sampling", "top_p=NaN"], "--sampling top_p must be a finite number, got nan"),
+    ("file", "task-timeout = inf", "--task-timeout must be a finite number, got inf (task-timeout = Infinity in"),
+    ("file", "shutdown-grace-s = inf", "shutdown_grace_s must be a finite number, got inf"),
+    ("file", "lease_timeout_s = inf", "lease_timeout_s must be a finite number, got inf"),
+    ("file", "[extra_body]\ntop_k = nan", "extra_body top_k must be a finite number, got nan"),
+    ("variable", "PARALLEL_ROLLOUT_TASK_TIMEOUT", "--task-timeout must be a finite number, got inf (task-timeout = "
+                                                  "Infinity from the environment variable PARALLEL_ROLLOUT_TASK_TIMEOUT)"),
+])
+def test_a_float_setting_that_is_not_finite_is_refused_wherever_it_is_set(tmp_path, monkeypatch, where, setting,
+                                                                          message):
+    """inf passed the range checks (an infinite --task-timeout is > 0) and was kept in
+    config.json as ``Infinity``, which is not JSON; nan was refused only where a range caught it."""
+    args = ["--agent", "openai", "--base-url", "http://127.0.0.1:9/v1", "--dry-run"]
+    if where == "flag":
+        args += setting
+    elif where == "file":
+        (tmp_path / "run.toml").write_text(setting + "\n")
+        args += ["--config", str(tmp_path / "run.toml")]
+    else:
+        monkeypatch.setenv(setting, "inf")
+    assert_usage_error(invoke(tmp_path, *args), tmp_path, message)
+
+
 NOT_HONOURED = [
     (["--screen-width", "800"], "--screen-width is not used by this run", "osworld"),
     (["--screen-height", "600"], "--screen-height is not used by this run", "osworld"),

@@ -7,8 +7,10 @@ with the same functions. Like the config, it imports nothing of the project but 
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
+import math
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -79,6 +81,10 @@ def check_ray() -> None:
     field's value ``ray`` is only valid where it is."""
     if importlib.util.find_spec("ray") is None:
         raise ConfigError(RAY_INSTALL_HINT)
+
+
+#: the float settings with no flag of their own (config.py's tunables): errors name them by key
+_FLAGLESS = ("lease_timeout_s", "ack_timeout_s", "start_timeout_s", "shutdown_grace_s", "api_timeout_s")
 
 
 def validate_ranges(cfg: Any) -> None:
@@ -163,6 +169,23 @@ def validate_ranges(cfg: Any) -> None:
     if cfg.run_id is not None:
         if not cfg.run_id or "/" in cfg.run_id or cfg.run_id in (".", ".."):
             raise ConfigError(f"--run-id {cfg.run_id!r} must be a plain folder name")
+    check_finite(cfg)
+
+
+def check_finite(cfg: Any) -> None:
+    """ConfigError for a float setting that is inf or nan, from a flag, a config file or a
+    variable alike. The range checks above say more where they catch one (nan is no positive
+    timeout); this catches the rest: an infinite timeout passes ``> 0``, and config.json, where
+    the run keeps its settings, would hold ``Infinity``, which is not JSON."""
+    for item in dataclasses.fields(cfg):
+        value = getattr(cfg, item.name)
+        if "float" in str(item.type) and isinstance(value, float) and not math.isfinite(value):
+            name = item.name if item.name in _FLAGLESS else f"--{item.name.replace('_', '-')}"
+            raise ConfigError(f"{name} must be a finite number, got {value:g}")
+    for name, table in (("--sampling", cfg.sampling), ("extra_body", cfg.extra_body)):
+        for key, value in table.items():  # a request body with NaN is no JSON either
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ConfigError(f"{name} {key} must be a finite number, got {value:g}")
 
 
 def check_token_settings(cfg: Any) -> None:
