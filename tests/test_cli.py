@@ -171,3 +171,21 @@ def test_a_run_id_outside_the_rule_is_refused_by_every_mode(tmp_path, mode, data
     assert result.exit_code == 2, (result.output, result.exception)
     assert "run id 'a b' must be 1-64 characters of letters, digits, '.', '_' or '-'" in result.output
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("args, option", [
+    (["report", "RUN", "-o", "-"], "--output"),
+    (["compare", "A", "B", "--html", "-"], "--html"),
+    (["run", "--mode", "shell", "--data", str(SHELL_TASKS), "--limit", "1", "--junit-xml", "-"], "--junit-xml"),
+], ids=["report", "compare", "run"])
+def test_a_dash_for_a_file_a_command_writes_is_refused_not_written_as_a_file_named_dash(tmp_path, monkeypatch,
+                                                                                         args, option):
+    """``report -o -`` wrote the page to a file named '-' (and ``compare --html -`` '-.txt'
+    beside it); none of these files goes to stdout, and each command's --help says so."""
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(main, [*args, "--output-dir", str(tmp_path / "out")])
+    assert result.exit_code == 2, (result.output, result.exception)
+    assert f"{option} -: writing it to stdout is not supported; give a file path" in result.output
+    assert not list(tmp_path.glob("-*")) and not (tmp_path / "out").exists()
+    shown = CliRunner().invoke(main, [args[0], "--help"], terminal_width=200)
+    assert "('-', stdout, is refused" in " ".join(shown.output.split())

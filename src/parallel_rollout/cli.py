@@ -42,7 +42,7 @@ from click.core import ParameterSource
 from .config import RunConfig, build_config
 from .errors import ConfigError, InterruptedBeforeStart, ProviderUnavailable, RunLocked, VMError, raise_interrupted
 from .cli_options import (ENV_PREFIX, LazyHelpOption, RegistryOption, RunCommand, dataset_help, env_var_name,
-                          help_sections, invoked_as)
+                          help_sections, invoked_as, refuse_stdout)
 from .exit_codes import EXIT_ABORTED, EXIT_INTERRUPTED, EXIT_LOCKED, EXIT_USAGE
 from .logs import console_logging, devnull_for_closed_streams, say
 
@@ -238,10 +238,10 @@ def main() -> None:
               "--output-dir (McNemar exact, p < 0.05; with --group-size > 1 the Wilcoxon signed-rank test "
               "over tasks); 5 when it cannot judge (no such run: a warning at the start, and the run goes on).")
 @click.option("--junit-xml", type=click.Path(dir_okay=False),
-              help="Write JUnit XML here: one test case per sample, for CI (a run that stopped "
-              "early adds an error case for the samples without a result). A path whose folder it cannot "
-              "write in is refused at the start, exit 2, nothing run; one that fails when written at the "
-              "end makes the run exit 1.")
+              help="Write JUnit XML to this file ('-', stdout, is refused): one test case per sample, for "
+              "CI (a run that stopped early adds an error case for the samples without a result). A path whose "
+              "folder it cannot write in is refused at the start, exit 2, nothing run; one that fails when "
+              "written at the end makes the run exit 1.")
 @click.option("--backend", type=click.Choice(["local", "ray"]), default=_D.backend, show_default=True,
               help="local: worker processes on this host; ray: workers and one VM pool per node as Ray "
               "actors (--num-rollouts and --num-vms count per node; needs parallel-rollout[ray]).")
@@ -384,9 +384,9 @@ def sweep(provider_name: str, run_id: str | None, backend: str, ray_address: str
 
 @main.command("report")
 @click.argument("run_dir")
-@click.option("--output", "-o", type=click.Path(dir_okay=False),
-              help="Where to write the page (default: RUN_DIR/report.html; screenshots are linked "
-                   "relative to the run folder).")
+@click.option("--output", "-o", type=click.Path(dir_okay=False), callback=refuse_stdout,
+              help="Where to write the page, a file ('-', stdout, is refused; default: RUN_DIR/report.html; "
+                   "screenshots are linked relative to the run folder).")
 @click.option("--output-dir", default=_D.output_dir, show_default=True,
               help="Where a run id given instead of a folder is looked up.")
 def report_cmd(run_dir: str, output: str | None, output_dir: str) -> None:
@@ -403,8 +403,9 @@ def report_cmd(run_dir: str, output: str | None, output_dir: str) -> None:
 @click.argument("run_b")
 @click.option("--output-dir", default=_D.output_dir, show_default=True,
               help="Where run ids given instead of folders are looked up.")
-@click.option("--html", "html_path", type=click.Path(dir_okay=False),
-              help="Where to write the page (default: RUN_B/compare-<A>.html; the text goes beside it as .txt).")
+@click.option("--html", "html_path", type=click.Path(dir_okay=False), callback=refuse_stdout,
+              help="Where to write the page, a file ('-', stdout, is refused; default: RUN_B/compare-<A>.html; "
+                   "the text goes beside it as .txt).")
 @click.option("--check", is_flag=True, help="Exit 4 when B is significantly worse than A (McNemar exact, p < 0.05; with several "
               "samples per task, Wilcoxon signed-rank over tasks); 5 when there is no verdict (no shared sample, "
               "an unfinished A, no such run A: a missed night).")

@@ -27,6 +27,7 @@ from click.core import ParameterSource
 from click.shell_completion import CompletionItem
 
 from .cli_aliases import translate_osworld_flags
+from .config_checks import check_not_stdout
 
 #: the prefix of every flag's environment variable: PARALLEL_ROLLOUT_<FLAG> for run's flags
 ENV_PREFIX = "PARALLEL_ROLLOUT"
@@ -169,6 +170,13 @@ class LazyHelpOption(click.Option):
         """The help as built now."""
         self.help = self.help_builder()
         return super().get_help_record(ctx)
+
+
+def refuse_stdout(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """The callback of an option naming a file the command writes: ``-`` is refused, exit 2
+    (``check_not_stdout``), instead of written as a file named '-'."""
+    check_not_stdout(param.opts[0], value)
+    return value
 
 
 def invoked_as(argv0: str | None = None) -> str:

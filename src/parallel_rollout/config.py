@@ -373,7 +373,7 @@ def build_config(flags: dict[str, Any], config_file: str | None = None,
         # Absolute, so a resume names the same file however the path is spelled (from a
         # cron job's folder, ./tasks.jsonl …) and config.json says which file it was.
         values["data"] = os.path.abspath(values["data"])
-    if values.get("junit_xml"):
+    if values.get("junit_xml") not in (None, "", "-"):  # '-' is refused by validate_ranges, which says where
         values["junit_xml"] = os.path.abspath(values["junit_xml"])
     index = values.get("osworld_index")
     if index and os.path.dirname(index) and not os.path.isabs(index) and os.path.isfile(index):

@@ -72,6 +72,14 @@ def check_base_url(url: str, where: str = "--base-url") -> None:
                       f"e.g. {hint}")
 
 
+def check_not_stdout(option: str, path: str | None) -> None:
+    """ConfigError for ``-`` as the path of a file a command writes (--junit-xml, a report's
+    page): none of them goes to stdout, which carries the command's own lines, and a file
+    named '-' is never what was meant."""
+    if path == "-":
+        raise ConfigError(f"{option} -: writing it to stdout is not supported; give a file path")
+
+
 #: what a user without Ray is told
 RAY_INSTALL_HINT = "--backend ray needs Ray: pip install 'parallel-rollout[ray]'"
 
@@ -166,6 +174,7 @@ def validate_ranges(cfg: Any) -> None:
             raise ConfigError(f"--compare-to {cfg.compare_to!r} must be a run id (a folder of --output-dir)")
         if cfg.run_id is not None and cfg.compare_to == cfg.run_id:
             raise ConfigError("--compare-to names this run itself; give the baseline run's id")
+    check_not_stdout("--junit-xml", cfg.junit_xml)
     if cfg.run_id is not None:
         if not cfg.run_id or "/" in cfg.run_id or cfg.run_id in (".", ".."):
             raise ConfigError(f"--run-id {cfg.run_id!r} must be a plain folder name")
