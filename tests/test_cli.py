@@ -155,6 +155,10 @@ def test_a_mistyped_command_says_the_one_it_is_close_to(tmp_path):
         result = _Runner().invoke(_main, [typo, str(tmp_path)])
         assert result.exit_code == 2, result.output
         assert f"no command {typo!r} (did you mean {meant!r}?)" in result.output, result.output
+    # of two close names, the group that has the next word as a command (runz list: not run)
+    for args, meant in ((["runz", "list"], "runs"), (["runz"], "run"), (["runz", "--help"], "run")):
+        result = _Runner().invoke(_main, args)
+        assert f"no command 'runz' (did you mean {meant!r}?)" in result.output, (args, result.output)
     # run is the default command: its flags, and a word nothing like a command, go to run
     shown = _Runner().invoke(_main, ["--mode", "shell", "--data", "x.jsonl", "--print-config"])
     assert shown.exit_code == 0, shown.output

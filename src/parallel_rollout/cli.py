@@ -56,8 +56,11 @@ class _DefaultRunGroup(click.Group):
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         if args and args[0] not in self.commands and args[0] not in ("--help", "-h", "--version"):
-            # a first bare word close to a command's name is a typo of it (reprot), not run's
-            close = [] if args[0].startswith("-") else difflib.get_close_matches(args[0], list(self.commands), n=1)
+            # a first bare word close to a command's name is a typo of it (reprot), not run's; of
+            # several, the group that has the next word as a command (runz list: runs, not run)
+            close = [] if args[0].startswith("-") else difflib.get_close_matches(args[0], list(self.commands))
+            after = args[1] if len(args) > 1 else None
+            close.sort(key=lambda name: after not in getattr(self.commands[name], "commands", {}))
             if close:
                 raise click.UsageError(f"no command {args[0]!r} (did you mean {close[0]!r}?)", ctx)
             args = ["run", *args]
