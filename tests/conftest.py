@@ -30,6 +30,17 @@ if "PR_TEST_SANDBOX_ROOT" not in os.environ:
 _SANDBOX_ROOT = Path(os.environ["PR_TEST_SANDBOX_ROOT"])
 os.environ["PARALLEL_ROLLOUT_PROCESS_DIR"] = str(_SANDBOX_ROOT)
 
+
+def pytest_configure(config):
+    """A suite started in the background (``cmd &`` in a script, as a CI job may be) inherits
+    SIGINT ignored, and the CLI keeps an ignored signal ignored: every test that sends a run
+    Ctrl-C would see it ignored. The session takes Python's own handler back, so the runs it
+    starts get SIGINT at its default (tests of an ignored signal ignore it in the child)."""
+    import signal
+
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
 ROOT = Path(__file__).resolve().parent.parent
 SHELL_TASKS = ROOT / "benchmarks" / "shell_tasks.jsonl"
 #: OSWorld's task files: shared/osworld beside a folder above the checkout (as CI lays it),
