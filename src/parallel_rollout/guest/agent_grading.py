@@ -8,7 +8,9 @@ desktop's display and bus), a ``PATH`` and ``PYTHONPATH`` of system folders only
 (:func:`grading_env`), Python without user site-packages or the current folder on its path
 (``PYTHONNOUSERSITE``, ``PYTHONSAFEPATH``; ``/run_python`` runs ``python3 -I``), git without
 the user's config (``~/.gitconfig``; through the wrapper below, nor ``~/.config/git``'s
-ignore, attributes and config), and the shell run without startup files (``sh -c`` reads
+ignore, attributes and config), pip and npm without a config file (``PIP_CONFIG_FILE``,
+``NPM_CONFIG_USERCONFIG`` /dev/null: ``~/.config/pip/pip.conf``'s ``[list] path`` made
+``pip list`` show a package the answer only faked, ``~/.npmrc`` can move npm's prefix), and the shell run without startup files (``sh -c`` reads
 none; ``ENV`` and ``BASH_ENV`` are not passed). A ``usercustomize.py``, a ``.pth`` file, a ``json.py`` in
 the home or a ``~/bin`` shim left by the answer is then never loaded: only the files the
 check inspects reach it. Programs that read a file of the home as their config are run
@@ -53,7 +55,7 @@ def grading_env(home: str) -> dict[str, str]:
     if python_path:
         env["PYTHONPATH"] = ":".join(python_path)
     env.update(PYTHONNOUSERSITE="1", PYTHONSAFEPATH="1", PYTHONDONTWRITEBYTECODE="1",
-               GIT_CONFIG_GLOBAL="/dev/null")
+               GIT_CONFIG_GLOBAL="/dev/null", PIP_CONFIG_FILE=os.devnull, NPM_CONFIG_USERCONFIG=os.devnull)
     return env
 
 
