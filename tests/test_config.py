@@ -148,6 +148,27 @@ def test_out_of_range_values_are_rejected_before_anything_runs(tmp_path, args, m
     assert_usage_error(invoke(tmp_path, *args), tmp_path, message)
 
 
+@pytest.mark.parametrize("how", ["run", "dry-run", "config file"])
+def test_several_base_urls_in_one_are_refused_saying_how_to_give_them(tmp_path, how):
+    """``--base-url URL1,URL2`` passed every check (a dry run said "preflight passed"), then
+    every request went to ".../v1,http://.../v1/chat/completions" and failed: one URL a
+    --base-url, repeated for several servers; exit 2, nothing written."""
+    joined = "http://127.0.0.1:1/v1,http://127.0.0.1:2/v1"
+    args = [sys.executable, "-m", "parallel_rollout.cli", "--data", str(SHELL_TASKS), "--agent", "openai",
+            "--model", "m", "--output-dir", str(tmp_path / "out"), "--no-progress"]
+    if how == "config file":
+        (tmp_path / "run.toml").write_text(f'base-url = "{joined}"\n')
+        args += ["--config", str(tmp_path / "run.toml")]
+    else:
+        args += ["--base-url", joined, *(["--dry-run"] if how == "dry-run" else [])]
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=60)
+    said = " ".join(proc.stderr.split())
+    assert proc.returncode == 2, said[-2000:]
+    assert f"--base-url '{joined}' holds a comma: it takes one URL; for several servers repeat --base-url " \
+           "(--base-url http://127.0.0.1:1/v1 --base-url http://127.0.0.1:2/v1)" in said, said[-2000:]
+    assert "preflight passed" not in said and not (tmp_path / "out").exists()
+
+
 def test_an_openai_base_url_without_a_scheme_is_refused_at_start(tmp_path):
     """OPENAI_BASE_URL=localhost:8000/v1 made 16 requests fail, then a stop "resume once it
     answers", which it never would."""

@@ -62,8 +62,13 @@ def check_sampling(value: Any, where: str = "sampling") -> dict[str, Any]:
 
 
 def check_base_url(url: str, where: str = "--base-url") -> None:
-    """ConfigError unless ``url`` is an http(s) URL with a host (or a unix socket's): without
-    a scheme every model request fails, and a run's endpoint cannot change on resume."""
+    """ConfigError unless ``url`` is one http(s) URL with a host (or a unix socket's): without
+    a scheme every model request fails, and a run's endpoint cannot change on resume. A comma
+    or a space in it is several URLs in one (each request would go to their joined text)."""
+    if any(c == "," or c.isspace() for c in url):
+        repeated = " ".join(f"--base-url {part}" for part in url.replace(",", " ").split()[:3])
+        raise ConfigError(f"{where} {url!r} holds {'a comma' if ',' in url else 'a space'}: it takes one URL; "
+                          f"for several servers repeat --base-url ({repeated}) or give a list (base_url = [...])")
     parts = urlsplit(url)
     if ("unix" in parts.scheme or parts.scheme in ("http", "https")) and (parts.netloc or "unix" in parts.scheme):
         return
