@@ -1,15 +1,18 @@
 """--backend ray without a cluster: what a user without Ray is told (through the config and the
-CLI), the flag that needs it, the pools' stats summed over nodes, and the RL policy gate on
-TCP that workers on other hosts reach."""
+CLI), the flag that needs it, a Ray run resumed on --backend local, the pools' stats summed
+over nodes, and the RL policy gate on TCP that workers on other hosts reach."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
 import pytest
 
-from conftest import SHELL_TASKS
+from conftest import SHELL_TASKS, assert_exactly_once, read_results, shell_task, write_tasks
+
+_CLI = [sys.executable, "-m", "parallel_rollout.cli"]
 
 
 def test_without_ray_address_flag_needs_backend_ray(tmp_path):
@@ -46,6 +49,33 @@ def test_missing_ray_through_the_cli(tmp_path):
         assert proc.returncode == 2, (args, proc.stderr[-2000:])
         assert "pip install 'parallel-rollout[ray]'" in proc.stderr, proc.stderr[-2000:]
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("flags", [["--backend", "local"], ["--backend", "local", "--ray-address", ""]])
+def test_a_ray_run_resumes_on_the_local_backend(tmp_path, flags):
+    """The backend changes no result: a run of ``--backend ray --ray-address auto`` resumes
+    with ``--backend local`` (its stored address dropped; ``--ray-address ""`` clears it too),
+    where it was refused as "--ray-address needs --backend ray". Its folder is made here by a
+    local run that config.json then says was a Ray run, its last result taken off."""
+    data = write_tasks(tmp_path / "tasks.jsonl", [shell_task(f"t{i}") for i in range(3)])
+    first = subprocess.run([*_CLI, "--mode", "shell", "--data", str(data), "--output-dir", str(tmp_path),
+                            "--run-id", "r", "--num-rollouts", "1", "--no-progress"],
+                           capture_output=True, text=True, timeout=120)
+    assert first.returncode == 0, first.stderr[-2000:]
+    run_dir = tmp_path / "r"
+    stored = json.loads((run_dir / "config.json").read_text())
+    stored["config"].update(backend="ray", ray_address="auto")
+    stored["config"]["explicit"] = sorted({*stored["config"]["explicit"], "backend", "ray_address"})
+    (run_dir / "config.json").write_text(json.dumps(stored))
+    lines = (run_dir / "results.jsonl").read_text().splitlines(keepends=True)
+    (run_dir / "results.jsonl").write_text("".join(lines[:-1]))
+    resumed = subprocess.run([*_CLI, "--output-dir", str(tmp_path), "--run-id", "r", "--resume", *flags,
+                              "--no-progress"], capture_output=True, text=True, timeout=120)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert_exactly_once(run_dir, {f"t{i}#0" for i in range(3)})
+    assert len(read_results(run_dir)) == 3
+    config = json.loads((run_dir / "config.json").read_text())["config"]
+    assert (config["backend"], config["ray_address"]) == ("local", None)
 
 
 def test_pool_stats_summed_over_nodes_and_lost_nodes_counted_dead():

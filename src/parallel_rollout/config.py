@@ -163,6 +163,7 @@ class RunConfig:
         # KEY=VALUE strings from the flag, or the table of a TOML file / config.json
         self.sampling = parse_sampling(self.sampling)
         self.base_url = _one_or_list(self.base_url)
+        self.ray_address = self.ray_address or None  # --ray-address "": no cluster (a resume's cleared)
         if not isinstance(self.extra_body, dict):
             raise ConfigError(f"extra_body must be a table of request fields, got {self.extra_body!r}")
         if self.abort_url is not None and not str(self.abort_url).startswith(("http://", "https://", "/")):
@@ -365,6 +366,10 @@ def build_config(flags: dict[str, Any], config_file: str | None = None,
         if isinstance(values.get(name), str):
             values[name] = os.path.expanduser(values[name])
     stored = _stored_settings(values)
+    if values.get("backend", stored.get("backend")) != "ray":
+        # a Ray run resumed on another backend (the backend changes no result): the stored
+        # cluster address is no setting of this session
+        stored.pop("ray_address", None)
     if stored:
         where = f"in {_stored_path(values)}, which --resume reads"
         sources.update({name: where for name in stored if name not in values})
