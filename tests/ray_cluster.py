@@ -2,15 +2,22 @@
 head and two worker nodes, each its own raylet on 127.0.0.1), one for each test module that
 imports the ``cluster`` fixture, and what those modules share: the leak check that lets the
 cluster's own processes stay up, the command line of a CLI run on the cluster, the shell
-benchmark's task ids. Used by tests/test_ray_backend.py and tests/test_ray_driver.py.
+benchmark's task ids, a Ray instance of a test's own (``own_ray_tmp``). Used by
+tests/test_ray_backend.py, tests/test_ray_connect.py and tests/test_ray_driver.py.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
+import subprocess
 import sys
+import tempfile
+import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import psutil
 import pytest
@@ -61,6 +68,52 @@ def no_leaks():
     before = {p.pid for p in live_descendants()}
     yield
     check_no_leaks(before, allowed=_is_ray_system, grace_s=15)
+
+
+def ray_servers_in(ray_tmp: Path) -> list[psutil.Process]:
+    """The GCS servers and raylets of the Ray instance whose temp folder is ``ray_tmp`` (one a
+    test started with RAY_TMPDIR, not the module's cluster)."""
+    found = []
+    for proc in psutil.process_iter(["name"]):
+        try:
+            if proc.info["name"] in ("gcs_server", "raylet") and str(ray_tmp) in " ".join(proc.cmdline()):
+                found.append(proc)
+        except psutil.Error:
+            pass
+    return found
+
+
+@contextmanager
+def own_ray_tmp(prefix: str = "pr-ray-") -> Iterator[Path]:
+    """A RAY_TMPDIR for a Ray instance a test (or its run) starts apart from the module's
+    cluster, short as Ray's socket paths need; whatever of that instance is left is killed
+    after."""
+    ray_tmp = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+    try:
+        yield ray_tmp
+    finally:
+        for leftover in ray_servers_in(ray_tmp):  # only what this test started
+            leftover.kill()
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
+def assert_ray_stopped(ray_tmp: Path) -> None:
+    """The Ray instance a run started in ``ray_tmp`` is stopped (within 20 s)."""
+    deadline = time.monotonic() + 20
+    while ray_servers_in(ray_tmp) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not ray_servers_in(ray_tmp), "the run's own Ray instance is still up"
+
+
+def communicate(proc: subprocess.Popen, timeout: float) -> tuple[str, str]:
+    """A CLI run's stdout and stderr once it ends; a run that hangs is killed, so that it
+    fails its test and not the next one's leak check."""
+    try:
+        return proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise
 
 
 def _cli(out: Path, address: str, run_id: str, *extra: str) -> list[str]:

@@ -17,14 +17,11 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
-from pathlib import Path
 
 import psutil
 import pytest
@@ -33,7 +30,8 @@ from conftest import (ROOT, SHELL_TASKS, assert_exactly_once, leftover_sandboxes
                       read_results, shell_task, write_tasks)
 from parallel_rollout.envs.py import load_humaneval
 from process_tree import needs_worker_cgroup, sleeps_left, stop_guest_agents
-from ray_cluster import _NODE, SHELL_IDS, _cli, cluster, no_leaks  # noqa: F401 - fixtures
+from ray_cluster import (_NODE, SHELL_IDS, _cli, assert_ray_stopped, cluster, communicate,  # noqa: F401 - fixtures
+                         no_leaks, own_ray_tmp)
 
 
 @pytest.mark.slow
@@ -208,20 +206,8 @@ def test_ctrl_c_across_nodes_then_resume_under_one_limit(cluster, tmp_path):
 def test_without_address_the_run_starts_and_stops_its_own_ray(cluster, tmp_path):
     """No --ray-address: a Ray instance of the run's own (not the module's cluster, not the one
     /tmp/ray/ray_current_cluster names), stopped when the run ends."""
-    ray_tmp = Path(tempfile.mkdtemp(prefix="pr-ray-", dir="/tmp"))  # short: Ray's socket paths
-
-    def own_servers() -> list[psutil.Process]:
-        found = []
-        for proc in psutil.process_iter(["name"]):
-            try:
-                if proc.info["name"] in ("gcs_server", "raylet") and str(ray_tmp) in " ".join(proc.cmdline()):
-                    found.append(proc)
-            except psutil.Error:
-                pass
-        return found
-
-    env = dict(os.environ, RAY_TMPDIR=str(ray_tmp))
-    try:
+    with own_ray_tmp() as ray_tmp:
+        env = dict(os.environ, RAY_TMPDIR=str(ray_tmp))
         proc = subprocess.run([sys.executable, "-m", "parallel_rollout.cli", "--mode", "shell", "--data",
                                str(SHELL_TASKS), "--output-dir", str(tmp_path), "--run-id", "own", "--backend", "ray",
                                "--limit", "3", "--num-rollouts", "1", "--use-vm-pool", "--num-vms", "1",
@@ -231,14 +217,7 @@ def test_without_address_the_run_starts_and_stops_its_own_ray(cluster, tmp_path)
         # one node, and not one of the module cluster's
         assert len({r["node"] for r in finals.values()}) == 1
         assert not {r["node"] for r in finals.values()} & {n.node_id for n in [cluster[0].head_node, *cluster[0].worker_nodes]}
-        deadline = time.monotonic() + 20
-        while own_servers() and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert not own_servers(), "the run's own Ray instance is still up"
-    finally:
-        for leftover in own_servers():  # only what this test's run started
-            leftover.kill()
-        shutil.rmtree(ray_tmp, ignore_errors=True)
+        assert_ray_stopped(ray_tmp)
 
 
 @pytest.mark.slow
@@ -442,12 +421,7 @@ def test_node_removed_and_node_added_mid_run(cluster, tmp_path):
     assert proc.poll() is None, "the run ended before a node could be removed"
     cl.remove_node(victim, allow_graceful=False)
     joined = cl.add_node(**_NODE)  # a node that joins mid-run adds its pool and workers
-    try:
-        stdout, stderr = proc.communicate(timeout=240)
-    except subprocess.TimeoutExpired:
-        proc.kill()  # a run that hangs fails this test, not the next one's leak check
-        proc.communicate()
-        raise
+    stdout, stderr = communicate(proc, 240)
     assert proc.returncode == 0, stderr[-3000:]
     run_dir = tmp_path / "lossy"
     ids = SHELL_IDS + [t["id"] for t in tail]

@@ -1,13 +1,17 @@
 """--backend ray without a cluster: what a user without Ray is told (through the config and the
-CLI), the flag that needs it, a Ray run resumed on --backend local, the pools' stats summed
-over nodes, and the RL policy gate on TCP that workers on other hosts reach."""
+CLI), the flag that needs it, a cluster that cannot be reached (refused at once, exit 2), a
+Ray run resumed on --backend local, the pools' stats summed over nodes, and the RL policy
+gate on TCP that workers on other hosts reach."""
 
 from __future__ import annotations
 
 import json
+import os
+import socket
 import subprocess
 import sys
 
+import psutil
 import pytest
 
 from conftest import SHELL_TASKS, assert_exactly_once, read_results, shell_task, write_tasks
@@ -51,12 +55,51 @@ def test_missing_ray_through_the_cli(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("how", ["run", "dry-run", "sweep", "auto"])
+def test_a_cluster_nobody_answers_at_is_refused_at_once(tmp_path, how):
+    """--ray-address where nothing takes a connection (here a bound port that does not
+    listen; ``auto`` through RAY_ADDRESS): exit 2 within seconds, saying so, and no run
+    folder, where ray.init printed "Failed to connect to GCS" every 40 s for ever (a run, a
+    sweep) and a dry run said "preflight passed"."""
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{closed.getsockname()[1]}"
+        env = dict(os.environ, RAY_ADDRESS=address) if how == "auto" else dict(os.environ)
+        run = ["--mode", "shell", "--data", str(SHELL_TASKS), "--output-dir", str(tmp_path / "out"),
+               "--backend", "ray", "--ray-address", "auto" if how == "auto" else address, "--no-progress"]
+        args = {"dry-run": [*run, "--dry-run"],
+                "sweep": ["vms", "sweep", "--backend", "ray", "--ray-address", address]}.get(how, run)
+        proc = subprocess.run([*_CLI, *args], capture_output=True, text=True, timeout=60, env=env)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    said = f"cannot reach the Ray cluster at {address}" + (" (--ray-address auto)" if how == "auto" else "")
+    assert said in proc.stderr and "Connection refused" in proc.stderr, proc.stderr[-2000:]
+    assert "preflight passed" not in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_auto_with_no_cluster_is_refused(tmp_path):
+    """``--ray-address auto`` where there is no cluster to find: exit 2 saying so, no run
+    folder (not ray.init's ConnectionError traceback, exit 1)."""
+    if any(p.info["name"] == "gcs_server" for p in psutil.process_iter(["name"])):
+        pytest.skip("a Ray cluster runs on this machine: auto would find it")
+    env = {name: value for name, value in os.environ.items() if name != "RAY_ADDRESS"}
+    env["RAY_TMPDIR"] = str(tmp_path / "ray")  # no ray_current_cluster of an earlier `ray start`
+    proc = subprocess.run([*_CLI, "--mode", "shell", "--data", str(SHELL_TASKS), "--output-dir", str(tmp_path / "out"),
+                           "--backend", "ray", "--ray-address", "auto", "--no-progress"],
+                          capture_output=True, text=True, timeout=60, env=env)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "cannot reach the Ray cluster at auto: ConnectionError: Could not find any running Ray instance" \
+        in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("flags", [["--backend", "local"], ["--backend", "local", "--ray-address", ""]])
 def test_a_ray_run_resumes_on_the_local_backend(tmp_path, flags):
     """The backend changes no result: a run of ``--backend ray --ray-address auto`` resumes
     with ``--backend local`` (its stored address dropped; ``--ray-address ""`` clears it too),
     where it was refused as "--ray-address needs --backend ray". Its folder is made here by a
-    local run that config.json then says was a Ray run, its last result taken off."""
+    local run that config.json then says was a Ray run, its last result taken off
+    (tests/test_ray_connect.py resumes a real one)."""
     data = write_tasks(tmp_path / "tasks.jsonl", [shell_task(f"t{i}") for i in range(3)])
     first = subprocess.run([*_CLI, "--mode", "shell", "--data", str(data), "--output-dir", str(tmp_path),
                             "--run-id", "r", "--num-rollouts", "1", "--no-progress"],

@@ -172,6 +172,12 @@ class RunLocked(ConfigError):
     """Another run holds the run folder's lock; the CLI exits 75 (EX_TEMPFAIL) so cron retries."""
 
 
+class ClusterUnreachable(ConfigError):
+    """The Ray cluster of ``--backend ray`` cannot be reached (nothing takes a connection at
+    its address, ``auto`` finds none) or refuses this driver: a prerequisite missing, nothing
+    ran (exit 2); the message names the address."""
+
+
 class InterruptedBeforeStart(KeyboardInterrupt):
     """Ctrl-C or SIGTERM came while the run was being prepared, before its folder opened:
     nothing ran and nothing was written; the CLI exits 130 as for a later interrupt. A

@@ -15,6 +15,8 @@
       │             that answers; QEMU's binaries), for modes that run in a VM
       ├─ guest      what the mode needs in the guest, where it is known before a boot
       │             (Env.check_guest: web's Chromium on this host for the process provider)
+      ├─ cluster    --backend ray with --ray-address: the head node takes a TCP connection
+      │             (``auto`` resolved as Ray resolves it); nothing joins the cluster
       ├─ disk       free space in --output-dir (``min_free_disk_mb``)
       └─ the rest   only when all of the above passed: the run's own preparation
                     (Runner.prepare: flags nobody honours, unsupported tasks, the image a
@@ -91,6 +93,8 @@ def preflight(cfg: RunConfig, *, check_endpoint: bool = False) -> Preflight:
         check_guest = getattr(env_cls, "check_guest", None)  # web: the Chromium a guest would use
         if check_guest is not None:
             _check("guest", lambda: check_guest(get_provider(cfg.provider_name).name or cfg.provider_name), found)
+    if cfg.backend == "ray" and cfg.ray_address:
+        _check("cluster", lambda: _cluster_reachable(cfg), found)
     _check("disk", lambda: check_free_disk(cfg.output_dir, cfg.min_free_disk_mb), found)
     if found.ok:
         from .runner import Runner
@@ -142,6 +146,12 @@ def _prepare(runner) -> str:
 def _agent_settings(cfg: RunConfig, agent_cls) -> str:
     check_agent(cfg, agent_cls)
     return f"the {cfg.agent} agent's settings" + (" and its model's" if calls_model(agent_cls, cfg) else "")
+
+
+def _cluster_reachable(cfg: RunConfig) -> str:
+    from .backends.ray_cluster import check_reachable
+
+    return f"the Ray cluster at {check_reachable(cfg.ray_address)} takes connections"
 
 
 def _provider_ready(cfg: RunConfig) -> str:

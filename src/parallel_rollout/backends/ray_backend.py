@@ -37,7 +37,10 @@ the same engine thread)::
 * **Ray itself.** ``--ray-address`` (``auto`` or ``HOST:PORT``) joins a running cluster;
   without it a local instance is started (loopback, 200 MB object store, no dashboard) and
   stopped at the end. An engine started inside a process already connected to Ray (an RL
-  trainer) uses that connection and leaves it up.
+  trainer) uses that connection and leaves it up. A cluster that takes no connection is
+  refused as the engine is made, one that refuses the driver as it starts
+  (``ClusterUnreachable``, exit 2: nothing ran); the stop signals keep the driver's handlers,
+  which ray.init replaces (``ray_cluster.connect``).
 """
 
 from __future__ import annotations
@@ -48,12 +51,13 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import wait as mp_wait
 from typing import Any
 
-from ..errors import TaskTimeout, WorkerDied
+from ..errors import ClusterUnreachable, TaskTimeout, WorkerDied
 from ..messages import Assignment, Cancel
 from ..trajectories import unpack_files
 from .base import BackendSpec, Clock, CrashWindow, EngineHooks, WorkerTable, died_record, late_failures
 from .ray_actors import TRAJECTORY_FILES, PoolActor, RayPool, WorkerActor, late_progress, mark_folder, sweep_here
-from .ray_cluster import alive_nodes, connect, done_refs, node_alive, pinned, sweep_cluster, take_events, why
+from .ray_cluster import (alive_nodes, check_reachable, connect, done_refs, node_alive, pinned, sweep_cluster,
+                          take_events, why)
 from .ray_pools import Node, pools_stats, stop_pools
 
 log = logging.getLogger("parallel_rollout")
@@ -115,6 +119,9 @@ class RayBackend(WorkerTable):
         self.pool = None  # the local backend's attribute; pools live in self._nodes
         #: the token in the run folder's FOLDER_MARK (None: not written; every node sends its files)
         self._folder_token: str | None = None
+        # a cluster nobody can reach is refused here, as the engine is made: before a run
+        # opens its folder (ray.init would retry for ever)
+        check_reachable(self.config.ray_address)
 
     # -- start -----------------------------------------------------------------------------
 
@@ -135,7 +142,11 @@ class RayBackend(WorkerTable):
         """Connect to Ray; a pool (if a mode needs VMs) and N workers on every alive node."""
         # connect() first: it says how Ray must read this host's address, which Ray reads
         # once, when it is imported (a cluster on loopback was reached on the host's route)
-        self._owns_ray = connect(self.config.ray_address)
+        try:
+            self._owns_ray = connect(self.config.ray_address)
+        except ClusterUnreachable as exc:
+            self.hooks.stop(str(exc))  # the run's summary says why it stopped: nothing ran
+            raise
         import ray
 
         spec, cfg = self.spec, self.config
@@ -443,6 +454,8 @@ class RayBackend(WorkerTable):
         pools' final stats, summed (None without pools)."""
         import ray
 
+        if not ray.is_initialized():  # never connected: nothing was started
+            return None
         final_stats = None
         try:
             deadline = time.monotonic() + grace

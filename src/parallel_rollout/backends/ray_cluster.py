@@ -1,6 +1,7 @@
-"""The Ray cluster as the ray backend sees it: connecting, its nodes, pinning an actor (or a
-task) to a node, the pools' stats summed over nodes, their events appended to the run's, and a
-sweep of every node.
+"""The Ray cluster as the ray backend sees it: connecting (once its head node takes a TCP
+connection; the caller's stop-signal handlers kept over ray.init), its nodes, pinning an
+actor (or a task) to a node, the pools' stats summed over nodes, their events appended to the
+run's, and a sweep of every node.
 
 Nothing here imports Ray at load: ``--backend local`` never needs it.
 """
@@ -9,10 +10,13 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import socket
+import threading
 from pathlib import Path
 from typing import Any, Iterable
 
+from ..errors import STOP_SIGNALS, ClusterUnreachable, InterruptedBeforeStart
 from .ray_actors import sweep_here
 
 log = logging.getLogger("parallel_rollout")
@@ -20,6 +24,9 @@ log = logging.getLogger("parallel_rollout")
 _LOOPBACK = ("127.0.0.1", "localhost")
 #: the object store of a Ray instance the run starts itself
 LOCAL_OBJECT_STORE_BYTES = 200 * 1024 * 1024
+#: seconds the head node's GCS port has to take a TCP connection before the cluster counts
+#: as unreachable (a firewall that drops packets never refuses)
+REACH_TIMEOUT_S = 5.0
 
 
 def take_events(nodes: Iterable[Any], run_dir: Path, wait_s: float = 0.0) -> None:
@@ -47,25 +54,98 @@ def take_events(nodes: Iterable[Any], run_dir: Path, wait_s: float = 0.0) -> Non
         node.events_ref = node.pool.take_events.remote()
 
 
-def connect(address: str | None) -> bool:
-    """Connect to Ray; True when this call connected (and the caller must disconnect)."""
+def _loopback_first(address: str | None) -> None:
+    """Ray takes this host's address from the route to the internet; a local instance (or a
+    cluster on loopback) must be reached on 127.0.0.1. Read when Ray is imported: call first.
+    ``auto`` is RAY_ADDRESS when that is set, as ray.init reads it."""
+    if address == "auto":
+        address = os.environ.get("RAY_ADDRESS") or address
     if not address or address.split(":")[0] in _LOOPBACK:
-        # Ray takes this host's address from the route to the internet; a local instance
-        # (or a cluster on loopback) must be reached on 127.0.0.1. Read when Ray is imported.
         os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+
+
+def check_reachable(address: str | None) -> str:
+    """ClusterUnreachable unless the head node at ``address`` takes a TCP connection (on its
+    GCS port) within REACH_TIMEOUT_S: ray.init would retry "Failed to connect to GCS" for
+    ever. ``auto`` is resolved as ray.init resolves it (RAY_ADDRESS, the last ``ray start``,
+    a GCS running here). Returns the host:port checked; "" when there is nothing to reach (no
+    address: a local instance; a process already connected to Ray)."""
+    if not address:
+        return ""
+    _loopback_first(address)
+    import ray
+
+    if ray.is_initialized():
+        return ""
+    from ray._private.services import canonicalize_bootstrap_address
+
+    target = ""
+    try:
+        # ray://HOST:PORT is the Ray client's server: reached as it is
+        target = address.split("://", 1)[1] if "://" in address else canonicalize_bootstrap_address(address) or ""
+        host, _, port = target.rpartition(":")
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=REACH_TIMEOUT_S):
+            pass
+    except (OSError, ValueError) as exc:  # a ConnectionError: auto found no cluster
+        said = f"at {target} (--ray-address {address})" if target and target != address else f"at {address}"
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else why(exc)
+        raise ClusterUnreachable(f"cannot reach the Ray cluster {said}: {reason}; start it (ray start --head) or "
+                                 "give its head node's HOST:PORT; nothing ran") from None
+    return target
+
+
+def connect(address: str | None) -> bool:
+    """Connect to Ray; True when this call connected (and the caller must disconnect).
+    ClusterUnreachable when the cluster cannot be reached or refuses this driver. The stop
+    signals' handlers are the caller's again after it (see below)."""
+    _loopback_first(address)
     import ray
 
     if ray.is_initialized():
         return False
+    check_reachable(address)
     kwargs: dict[str, Any] = dict(log_to_driver=False, logging_level=logging.WARNING)
-    if address:
-        ray.init(address=address, **kwargs)
-    else:
-        # "local": a new instance even when RAY_ADDRESS or /tmp/ray/ray_current_cluster names
-        # another (possibly long dead) cluster, which ray.init() would otherwise join
-        ray.init(address="local", num_cpus=os.cpu_count() or 1, object_store_memory=LOCAL_OBJECT_STORE_BYTES,
-                 include_dashboard=False, **kwargs)
+    # ray.init sets SIGTERM's handler (a sys.exit; the core worker's on a cluster, which aborts
+    # the process: no summary, no resume line): the caller's (the run's clean stop, exit 130;
+    # an ignored signal ignored) are set again after it
+    handlers = ({sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
+                if threading.current_thread() is threading.main_thread() else {})
+    stopped = False
+    try:
+        if address:
+            ray.init(address=address, **kwargs)
+        else:
+            # "local": a new instance even when RAY_ADDRESS or /tmp/ray/ray_current_cluster names
+            # another (possibly long dead) cluster, which ray.init() would otherwise join
+            ray.init(address="local", num_cpus=os.cpu_count() or 1, object_store_memory=LOCAL_OBJECT_STORE_BYTES,
+                     include_dashboard=False, **kwargs)
+    except SystemExit as exc:
+        if exc.code != signal.SIGTERM or not handlers:
+            raise
+        stopped = True  # Ray's handler took a SIGTERM meant for the caller's
+    except Exception as exc:  # noqa: BLE001 - whatever Ray raises: ConnectionError, RuntimeError …
+        where = f"the Ray cluster at {address}" if address else "a local Ray instance"
+        raise ClusterUnreachable(f"cannot connect to {where}: {why(exc)}{_first_cause(exc)}; nothing ran") from None
+    finally:
+        for sig, handler in handlers.items():
+            if handler is not None:
+                signal.signal(sig, handler)
+    if stopped:
+        ray.shutdown()
+        signal.raise_signal(signal.SIGTERM)  # to the caller's handler, which decides
+        raise InterruptedBeforeStart(signal.SIGTERM)
     return True
+
+
+def _first_cause(exc: BaseException) -> str:
+    """What ray.init's error was raised from (an invalid token …), in parentheses: the last
+    line of the innermost cause, which may be a traceback's text; "" without a cause."""
+    if exc.__cause__ is None:
+        return ""
+    while exc.__cause__ is not None:
+        exc = exc.__cause__
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return f" ({(lines[-1] if lines else type(exc).__name__)[:500]})"
 
 
 def driver_ip(address: str | None) -> str:

@@ -1,0 +1,125 @@
+"""The driver of a --backend ray run and Ray itself, on real Ray (tests/ray_cluster.py): its
+stop signals stay the run's after ray.init (which sets SIGTERM's handler: on a cluster the
+core worker's, which aborted the driver, exit 134 without a summary; on an instance of the
+run's own a sys.exit, exit 15 with "interrupted": false), so SIGTERM stops it as Ctrl-C does
+and as on --backend local: exit 130, the summary, the resume line; the run stopped on a
+cluster then resumes on --backend local. A cluster that refuses the driver's token is an
+error of the run (exit 2, its summary says why), not ray.init's traceback. A cluster nobody
+answers at: tests/test_ray_config.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import ray_cluster
+from conftest import assert_exactly_once, read_results, shell_task, write_tasks
+from ray_cluster import _NODE, _cli, assert_ray_stopped, communicate, own_ray_tmp
+
+# the module's fixtures: a cluster (made when a test first asks for it) and the leak check
+cluster, no_leaks = ray_cluster.cluster, ray_cluster.no_leaks
+
+#: samples a SIGTERM stops mid-run: each longer than the shutdown grace (3 s)
+_SLOW = [shell_task(f"s{i}", reference=["sleep 4", f"touch ~/s{i}.done"]) for i in range(6)]
+_KEYS = {f"s{i}#0" for i in range(len(_SLOW))}
+
+
+def _sigterm_mid_run(cmd: list[str], run_dir: Path, env: dict[str, str] | None = None) -> tuple[int, str]:
+    """Start the run, SIGTERM it once a VM is leased; its exit status and stderr."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    events = run_dir / "events.jsonl"
+    deadline = time.monotonic() + 120
+    while proc.poll() is None and time.monotonic() < deadline:
+        if events.exists() and '"to": "leased"' in events.read_text():
+            break
+        time.sleep(0.1)
+    assert proc.poll() is None, "the run ended before it could be stopped"
+    proc.send_signal(signal.SIGTERM)
+    stderr = communicate(proc, 120)[1]
+    return proc.returncode, stderr
+
+
+def _assert_stopped_as_on_local(code: int, stderr: str, run_dir: Path) -> None:
+    assert code == 130, stderr[-3000:]
+    assert "SIGTERM received" not in stderr, stderr[-3000:]
+    assert "interrupted by signal 15; resume with:" in stderr and "--resume" in stderr, stderr[-3000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["interrupted"] is True and summary["finished"] < len(_KEYS), summary
+
+
+@pytest.mark.slow
+def test_sigterm_stops_a_run_on_a_cluster_and_it_resumes_on_local(cluster, tmp_path):
+    """SIGTERM to a run on the module's cluster: exit 130, summary and resume line, as on
+    --backend local; then ``--resume --backend local`` (and again with ``--ray-address ""``)
+    finishes every sample once: the backend changes no result."""
+    cl, _ = cluster
+    cmd = _cli(tmp_path, cl.address, "term")
+    cmd[cmd.index("--data") + 1] = str(write_tasks(tmp_path / "tasks.jsonl", _SLOW))
+    _assert_stopped_as_on_local(*_sigterm_mid_run(cmd, tmp_path / "term"), tmp_path / "term")
+    for flags in (["--backend", "local"], ["--backend", "local", "--ray-address", ""]):
+        resumed = subprocess.run([sys.executable, "-m", "parallel_rollout.cli", "--output-dir", str(tmp_path),
+                                  "--run-id", "term", "--resume", "--num-rollouts", "3", *flags, "--no-progress"],
+                                 capture_output=True, text=True, timeout=180)
+        assert resumed.returncode == 0, (flags, resumed.stderr[-3000:])
+    finals = assert_exactly_once(tmp_path / "term", _KEYS)
+    assert {r["status"] for r in finals.values()} == {"success"}
+    assert any(not r.get("node") for r in finals.values()), "no sample was left to the local resume"
+
+
+@pytest.mark.slow
+def test_sigterm_stops_a_run_on_a_ray_instance_of_its_own(tmp_path):
+    """No --ray-address: SIGTERM stops the run as on --backend local, and its own Ray
+    instance is stopped with it."""
+    cmd = _cli(tmp_path, "", "own")
+    del cmd[cmd.index("--ray-address"):cmd.index("--ray-address") + 2]
+    cmd[cmd.index("--data") + 1] = str(write_tasks(tmp_path / "tasks.jsonl", _SLOW))
+    with own_ray_tmp() as ray_tmp:
+        code, stderr = _sigterm_mid_run(cmd, tmp_path / "own", dict(os.environ, RAY_TMPDIR=str(ray_tmp)))
+        _assert_stopped_as_on_local(code, stderr, tmp_path / "own")
+        assert_ray_stopped(ray_tmp)
+
+
+#: a head node of its own, token authentication on, up until its stdin closes
+_TOKEN_HEAD = f"""
+import sys
+from ray.cluster_utils import Cluster
+head = Cluster(initialize_head=True, connect=False, head_node_args=dict({_NODE!r}, include_dashboard=False))
+print(head.address, flush=True)
+sys.stdin.read()
+head.shutdown()
+"""
+
+
+@pytest.mark.slow
+def test_a_cluster_that_refuses_the_driver_s_token_is_the_run_s_error(tmp_path):
+    """A head node that takes connections but refuses this driver's token: after Ray's own
+    retries (~20 s), exit 2 naming the cluster and Ray's reason, no traceback; the run folder
+    it opened holds no result, and its summary says why it stopped."""
+    with own_ray_tmp("pr-tok-") as ray_tmp:
+        env = dict(os.environ, RAY_TMPDIR=str(ray_tmp), RAY_AUTH_MODE="token", RAY_AUTH_TOKEN="a" * 32)
+        head = subprocess.Popen([sys.executable, "-c", _TOKEN_HEAD], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                text=True, env=env)
+        try:
+            address = head.stdout.readline().strip()
+            assert address, "the token cluster did not start"
+            proc = subprocess.run(_cli(tmp_path, address, "refused"), capture_output=True, text=True, timeout=150,
+                                  env=dict(env, RAY_AUTH_TOKEN="b" * 32))
+        finally:
+            head.stdin.close()
+            head.wait(60)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert f"cannot connect to the Ray cluster at {address}" in proc.stderr, proc.stderr[-3000:]
+    assert "InvalidAuthToken" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    run_dir = tmp_path / "refused"
+    assert not (run_dir / "results.jsonl").exists() or not read_results(run_dir)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["finished"] == 0 and summary["interrupted"] is False
+    assert summary["stopped"]["reason"].startswith(f"cannot connect to the Ray cluster at {address}"), summary
