@@ -41,12 +41,15 @@ class ChosenBatches:
                 for pos, (tag, task) in enumerate(given):
                     self._given[pos] = self._start_group(tag, task, purpose="given")
             except BaseException as exc:  # none of the call's groups may run on without it
+                keys = {key for group in self._given.values() for key in group.keys.values()}
                 self._abandon("given")
+                # their members were never submitted (queued only): neither submit nor cancel them
+                self._outbox = [(op, arg) for op, arg in self._outbox
+                                if (arg.key if op == "submit" else arg) not in keys]
                 self._given = None
                 self._budget.call_raised()
                 failed = exc
         if failed is not None:
-            self._flush()  # their members' submits, and their cancels
             raise failed
         try:
             with self._afresh_after_raise():
