@@ -80,6 +80,28 @@ def test_an_abstract_mode_or_agent_is_refused_naming_what_it_lacks(tmp_path):
     assert dry.exit_code == 2 and "does not define act" in dry.output, dry.output
 
 
+def test_a_class_the_run_cannot_make_with_its_config_is_refused_before_it_starts(tmp_path):
+    """An agent's ``__init__(self, config, tokenizer)`` (a mode's ``__init__(self)``) loaded,
+    passed --dry-run and made every attempt the agent's ``error``: 'missing 1 required
+    positional argument', exit 0. The run makes both as ``cls(config)``: refused, exit 2,
+    nothing written; an extra argument with a default is fine."""
+    data = double_tasks(tmp_path)
+    assert_usage_error(invoke(tmp_path, "--mode", DOUBLE, "--agent", "user_plugins:TokenizerArgAgent",
+                              "--data", str(data)),
+                       tmp_path, "agent 'user_plugins:TokenizerArgAgent'", "TokenizerArgAgent(config)",
+                       "missing a required argument: 'tokenizer'")
+    assert_usage_error(invoke(tmp_path, "--mode", "user_plugins:ConfigLessEnv", "--agent", "oracle",
+                              "--data", str(data)),
+                       tmp_path, "mode 'user_plugins:ConfigLessEnv'", "ConfigLessEnv(config)", "too many")
+    dry = invoke(tmp_path, "--mode", DOUBLE, "--agent", "user_plugins:TokenizerArgAgent", "--data", str(data),
+                 "--dry-run")
+    assert dry.exit_code == 2 and "TokenizerArgAgent(config)" in dry.output, dry.output
+    fine = invoke(tmp_path, "--mode", DOUBLE, "--agent", "user_plugins:OptionalArgAgent", "--data", str(data),
+                  "--run-id", "fine")
+    assert fine.exit_code == 0, fine.output
+    assert {r["reward"] for r in assert_exactly_once(tmp_path / "out" / "fine", {"d2#0", "d5#0", "d7#0"}).values()} == {1.0}
+
+
 def write_module(folder: Path, name: str, source: str) -> Path:
     path = folder / f"{name}.py"
     path.write_text(source)

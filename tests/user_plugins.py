@@ -97,3 +97,31 @@ class OddUsageAgent(Agent):
 
     def usage(self):
         return {"requests": 1, "cost": float("nan"), "obj": object(), "seen": {1}}
+
+
+class TokenizerArgAgent(ModelAgent):
+    """An agent whose ``__init__`` wants more than the run gives (``cls(config)``)."""
+
+    def __init__(self, config, tokenizer) -> None:
+        super().__init__(config)
+        self.tokenizer = tokenizer
+
+
+class ConfigLessEnv(DoubleEnv):
+    """A mode whose ``__init__`` takes no config: the run cannot make it."""
+
+    def __init__(self) -> None:
+        pass
+
+
+class OptionalArgAgent(ModelAgent):
+    """An ``__init__`` whose extra argument has a default: the run makes it as ``cls(config)``."""
+
+    options = frozenset()
+
+    def __init__(self, config, tokenizer=None) -> None:
+        super().__init__(config)
+        self.tokenizer = tokenizer
+
+    def act(self, observation):
+        return 2 * observation["n"]

@@ -67,6 +67,9 @@ class Registry(Generic[T]):
     builtin: Mapping[str, str]
     #: the class every plugin of this kind must subclass
     base: type
+    #: the arguments a run makes one with (an agent or a mode: ``cls(config)``), checked
+    #: against the class's constructor at load; None: not checked (a provider's vary)
+    made_with: tuple[str, ...] | None = None
     #: name -> class already loaded in this process (a worker looks its mode up per task)
     _loaded: dict = field(default_factory=dict, compare=False, repr=False)
 
@@ -135,7 +138,26 @@ class Registry(Generic[T]):
             missing = ", ".join(sorted(getattr(cls, "__abstractmethods__", ())))
             raise ConfigError(f"{self.kind} {name!r}: {class_name} in {module_name} cannot be "
                               f"made: it does not define {missing} (abstract in {self.base.__name__})")
+        self._check_constructor(name, cls, class_name, module_name)
         return cls
+
+    def _check_constructor(self, name: str, cls: type, class_name: str, module_name: str) -> None:
+        """ConfigError when the run cannot make ``cls`` as it makes one (``made_with``): an
+        ``__init__(self, config, tokenizer)`` loaded, passed --dry-run and failed every task
+        with "missing 1 required positional argument", exit 0."""
+        if self.made_with is None:
+            return
+        try:
+            signature = inspect.signature(cls)
+        except (TypeError, ValueError):  # no signature to read (a C type): made as it is
+            return
+        try:
+            signature.bind(*self.made_with)
+        except TypeError as exc:
+            made = f"{class_name}({', '.join(self.made_with)})"
+            raise ConfigError(f"{self.kind} {name!r}: {class_name} in {module_name} cannot be made: the run "
+                              f"makes it as {made}, but its __init__ takes {signature}: {exc} (give its other "
+                              "arguments defaults)") from None
 
     def _failed(self, name: str, module_name: str, exc: BaseException) -> ConfigError:
         """The error for a module that raised at import: the plugin, its file, the error

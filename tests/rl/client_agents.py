@@ -106,6 +106,15 @@ class HalfAgent(Agent):
         """Nothing to set up."""
 
 
+class TokenizerArgAgent(ToolLakeAgent):
+    """A team's agent whose ``__init__`` wants its tokenizer too: no worker can make it as
+    ``cls(config)``."""
+
+    def __init__(self, config, tokenizer) -> None:
+        super().__init__(config)
+        self.tokenizer = tokenizer
+
+
 class PlanActAgent(Agent):
     """Two model calls a turn, one conversation: a "plan" call, then an "act" call that sees
     the plan as the assistant's last message (both calls' sampled tokens are training data)."""

@@ -85,6 +85,9 @@ def test_task_sets_from_the_toml_config(tmp_path):
     ({"agent": "nomod:X"}, "RunConfig: agent 'nomod:X': cannot import module 'nomod'"),
     ({"agent": "client_agents:HalfAgent"}, "RunConfig: agent 'client_agents:HalfAgent': HalfAgent in "
                                            "client_agents cannot be made: it does not define act"),
+    ({"agent": "client_agents:TokenizerArgAgent"}, "RunConfig: agent 'client_agents:TokenizerArgAgent': "
+                                                   "TokenizerArgAgent in client_agents cannot be made: the run makes "
+                                                   "it as TokenizerArgAgent(config)"),
 ])
 def test_a_scheduler_refuses_the_run_config_run_would_refuse_naming_the_field(tmp_path, schedulers, changes, message):
     """Each was accepted and then spun: num_rollouts=0 started no worker (get_batch waited for

@@ -144,7 +144,7 @@ AGENTS: Registry[Agent] = Registry("agent", {
     "oracle": "parallel_rollout.agents.oracle:OracleAgent",
     "openai": "parallel_rollout.agents.openai_agent:OpenAIAgent",
     "command": "parallel_rollout.agents.command:CommandAgent",
-}, Agent)
+}, Agent, made_with=("config",))
 
 
 def get_agent(name: str) -> type[Agent]:

@@ -26,7 +26,7 @@ _BUILT_IN = {
     "web": "parallel_rollout.envs.web:WebEnv",
     "rag": "parallel_rollout.envs.rag:RagEnv",
 }
-MODES: Registry[Env] = Registry("mode", _BUILT_IN, Env)
+MODES: Registry[Env] = Registry("mode", _BUILT_IN, Env, made_with=("config",))
 
 
 def mode_names() -> list[str]:
