@@ -171,7 +171,9 @@ def test_code_that_kills_the_guest_agent_is_graded_and_its_vm_restarted(tmp_path
 
 @pytest.mark.parametrize("answer,expected", [
     ("```python\ndef add(a, b):\n    return a + b\n```", "def add(a, b):\n    return a + b\n"),
-    ("Here:\n```py\nimport math\n```\nand\n```python\ndef add(a, b):\n    return 1\n```", "def add(a, b):\n    return 1\n"),
+    # the block that defines the entry point, after the imports and definitions of the others
+    ("Here:\n```py\nimport math\n```\nand\n```python\ndef add(a, b):\n    return 1\n```",
+     "import math\n\ndef add(a, b):\n    return 1\n"),
     ("    return a + b\n", "    return a + b\n"),
 ])
 def test_extract_code(answer, expected):

@@ -32,6 +32,8 @@ import json
 import re
 from typing import Any, Mapping
 
+from ..envs.fences import fenced_blocks
+
 SHELL_SYSTEM = """\
 You are operating a Linux shell to complete a task. Each of your replies runs exactly one \
 shell command: put it in a single fenced block, like
@@ -117,27 +119,6 @@ def parse_shell(reply_text: str) -> Any:
     if any(_DONE.match(line) for line in text.splitlines()):
         return "DONE"
     return {"command": text}
-
-
-def fenced_blocks(text: str) -> list[tuple[str, str]]:
-    """(lower-case info tag, body) of every ``` fenced block; an unclosed last block counts
-    (a reply cut off by max_tokens)."""
-    blocks: list[tuple[str, str]] = []
-    tag: str | None = None
-    body: list[str] = []
-    for line in text.splitlines():
-        stripped = line.strip()
-        if tag is None:
-            if stripped.startswith("```"):
-                tag, body = stripped[3:].strip().lower(), []
-        elif stripped.startswith("```"):
-            blocks.append((tag, "\n".join(body)))
-            tag = None
-        else:
-            body.append(line)
-    if tag is not None:
-        blocks.append((tag, "\n".join(body)))
-    return blocks
 
 
 def _strip_prompts(block: str) -> str:

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from .base import Env, StepResult, require
+from .fences import fenced_blocks
 
 #: seconds one execution of a program and its tests may take, unless the task says otherwise
 DEFAULT_EXEC_TIMEOUT_S = 10.0
@@ -47,25 +48,55 @@ def _harness(program: str, tests: str, entry_point: str, prompt: str) -> str:
             f"PROMPT = {prompt!r}\n" + _JUDGE.read_text())
 
 
-_FENCE = re.compile(r"```[ \t]*(?:python|py|python3)?[ \t]*\n(.*?)(?:```|\Z)", re.DOTALL | re.IGNORECASE)
+#: info tags of a fenced block that holds the answer's Python (```python, ```py, a bare ```)
+_PYTHON_TAGS = frozenset({"", "python", "py", "python3", "py3"})
+#: what another block of the answer contributes: its imports and definitions, never its calls
+_DEFINITIONS = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+
+
+def _defines(code: str, entry_point: str) -> bool:
+    return bool(re.search(rf"^\s*def\s+{re.escape(entry_point)}\s*\(", code, re.MULTILINE))
+
+
+def _top_level(source: str, entry_point: str | None, kinds: tuple[type, ...] = (ast.stmt,)) -> list[str] | None:
+    """The source of each top-level statement of ``source`` of ``kinds``, except the definition
+    of ``entry_point``; None when ``source`` is no Python."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return None
+    lines = source.splitlines()
+    kept = []
+    for node in tree.body:
+        if not isinstance(node, kinds) or getattr(node, "name", None) == entry_point:
+            continue
+        start = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
+        kept.append("\n".join(lines[start - 1:node.end_lineno]))
+    return kept
 
 
 def extract_code(answer: str, entry_point: str | None = None) -> str:
-    """The code of an answer: the fenced block that defines ``entry_point`` (else the first
-    fenced block), or the whole answer when it has no fences."""
-    blocks = _FENCE.findall(answer)
+    """The code of an answer. Its fenced Python blocks (```python, ```py or a bare fence;
+    a ```bash or ```text block is no code of the answer): the one that defines
+    ``entry_point`` (else the first), after the imports, functions and classes the other
+    blocks define (a helper in a block of its own; their calls and prints are left out).
+    The whole answer when it has no such block. A reasoning model's ``<think>…</think>``
+    is left out when an answer follows it: its drafts are not the answer."""
+    if "</think>" in answer and answer.rsplit("</think>", 1)[1].strip():
+        answer = answer.rsplit("</think>", 1)[1]
+    blocks = [body + "\n" for tag, body in fenced_blocks(answer) if tag.split(" ")[0] in _PYTHON_TAGS]
     if not blocks:
         return answer
-    if entry_point:
-        for block in blocks:
-            if re.search(rf"^\s*def\s+{re.escape(entry_point)}\s*\(", block, re.MULTILINE):
-                return block
-    return blocks[0]
+    chosen = next((b for b in blocks if entry_point and _defines(b, entry_point)), blocks[0])
+    helpers = [part for b in blocks if b is not chosen for part in _top_level(b, entry_point, _DEFINITIONS) or []]
+    return "\n\n".join(helpers + [chosen])
 
 
 def build_program(prompt: str, code: str, entry_point: str) -> str:
-    """A runnable program from the agent's code: a whole program (it defines
-    ``entry_point`` at top level) gets the prompt's imports; a body continues the prompt."""
+    """A runnable program from the agent's code: a body continues the prompt; a whole
+    program (it defines ``entry_point`` at top level) comes after what the prompt holds
+    besides the entry point's stub: its imports and the functions it gives (HumanEval/10's
+    ``is_palindrome``, /32's ``poly``), which the answer may call without repeating them."""
     try:
         tree = ast.parse(code)
         defines = any(isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == entry_point
@@ -73,8 +104,10 @@ def build_program(prompt: str, code: str, entry_point: str) -> str:
     except SyntaxError:
         defines = bool(re.search(rf"^def\s+{re.escape(entry_point)}\s*\(", code, re.MULTILINE))
     if defines:
-        imports = [line for line in prompt.splitlines() if re.match(r"(import|from)\s+\w", line)]
-        return "\n".join(imports + [code])
+        context = _top_level(prompt, entry_point)
+        if context is None:  # a prompt in words (MBPP's): only its import lines are code
+            context = [line for line in prompt.splitlines() if re.match(r"(import|from)\s+\w", line)]
+        return "\n".join(context + [code])
     return prompt + code
 
 
