@@ -267,6 +267,12 @@ SHELL_ROWS = {
     "write_sandbox_folders": ([WRITE_SANDBOX_FOLDERS], GOT_IT, False),
     # a check's git runs no program the config of the answer's repo names
     **GIT_ROWS,
+    # a link into a process's /proc folder: what the check reads there is its own, here its
+    # arguments (grep's "pr-37" among them), never the answer's work; /dev/fd/.. is /proc/self
+    "link_to_the_checks_cmdline": (["ln -s /proc/self/cmdline ~/count.txt"], "grep -qx pr-37 ~/count.txt",
+                                   False),
+    "link_chain_to_the_checks_cmdline": (["ln -s /dev/fd/.. ~/.p && ln -s ~/.p/cmdline /tmp/c"
+                                          " && ln -s /tmp/c ~/count.txt"], "grep -q pr-37 ~/count.txt", False),
 }
 
 #: rows that must never run without a bound only a cgroup gives: row -> the controller. The
@@ -404,6 +410,10 @@ def shell_tasks(port: int, leave_out=()) -> list[dict]:
     for index in range(2):
         tasks.append({"id": f"honest{index}", "mode": "shell", "instruction": "make ok",
                       "reference": ["touch ~/ok"], "check": GOT_IT, "timeout": 30})  # a loaded machine: no hurry
+    # links that lead elsewhere than a process's /proc folder are read as ever
+    tasks.append({"id": "honest_links", "mode": "shell", "instruction": "links",
+                  "reference": ["echo 3 > ~/a && ln -s a ~/b && ln -s /proc/cpuinfo ~/cpu && ln -s ~/loop ~/loop"],
+                  "check": 'test "$(cat ~/b)" = 3 && grep -q . ~/cpu', "timeout": 30})
     tasks.append({"id": "honest_wrappers", "mode": "shell", "instruction": "nothing",
                   "reference": ["true"], "check": HONEST_WRAPPERS, "timeout": 30})
     tools = list(dict.fromkeys(program for row, program in NEEDS_PROGRAM.items() if row not in leave_out))

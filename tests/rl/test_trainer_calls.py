@@ -1,6 +1,6 @@
 """The trainer's calls refused or ended cleanly instead of hanging, leaking or miscounting:
 bad options before anything starts, a closed scheduler, a get_batch(-1) after a timeout, a
-step that is no step, a get_batch behind the caller's own suspend()."""
+step that is no step, a get_batch behind the caller's own suspend(), get_batch from two threads at once."""
 
 from __future__ import annotations
 
@@ -145,6 +145,50 @@ def test_get_batch_behind_its_own_suspend_raises_and_a_timeout_says_the_gate_is_
         assert len(train.get_batch(1, step=0, timeout=120)) == 1
     finally:
         base.resume(base.policy_version)
+        train.close()
+
+
+def test_get_batch_from_two_threads_at_once_takes_turns(engine):
+    """Two threads of a trainer ask one synchronous scheduler for batches of different sizes at
+    once: each gets its own whole batch. The calls shared the scheduler's state, and the one
+    that returned first stopped generation for the other, left waiting with no group running."""
+    base, switch, folder = engine
+    train = base.sibling(EnvManagerConfig(num_env_groups=2, group_size=2, tags=["tiny"], task_sets=lake_set(
+        folder, count=4, name="tiny", desc=TINY, max_steps=2)), name="two-threads", async_generation_ratio=0)
+    release = threading.Event()
+
+    def held(body):  # every reply waits until both calls are under way
+        release.wait(30)
+        return {"reply": "<answer>Right</answer>"}
+
+    switch.policy = held
+    results, errors = {}, []
+    try:
+        big = threading.Thread(target=lambda: _catch(errors, lambda: results.update(
+            big=train.get_batch(4, step=0, timeout=20))))
+        big.start()
+        deadline = time.monotonic() + 30
+        while train.stats().get("groups_started", 0) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        late = []  # a call that waits its turn longer than its timeout says so
+        _catch(late, lambda: train.get_batch(2, step=0, timeout=0.3))
+        assert len(late) == 1 and isinstance(late[0], BatchTimeout), late
+        assert "waiting for the get_batch another thread is making" in str(late[0])
+        small = threading.Thread(target=lambda: _catch(errors, lambda: results.update(
+            small=train.get_batch(2, step=0, timeout=20))))
+        small.start()
+        time.sleep(0.3)  # the small call is in before any group of the big one completes
+        release.set()
+        big.join(60)
+        small.join(60)
+        assert not errors, errors
+        assert len(results["big"]) == 4 and len(results["small"]) == 2
+        ids = [t.trajectory_id for batch in results.values() for t in batch]
+        assert len(set(ids)) == 6, ids  # no trajectory handed out twice
+        assert train.stats()["groups_returned"] == 3
+    finally:
+        release.set()
+        switch.policy = switch.default
         train.close()
 
 

@@ -12,7 +12,9 @@ answer left behind (``/reap``): a daemon cannot change the end state while it is
 task whose check is about a process left running says ``"reap": false``. The check runs as a
 grading command (``isolated``: a cleared environment, system folders on ``PATH``, Python
 without user site-packages or the home on its path, no shell startup file), so nothing the
-answer left in the home but the files the check inspects can change its verdict.
+answer left in the home but the files the check inspects can change its verdict; and not at
+all (graded 0) over a link the answer left into a process's folder of ``/proc``, where what
+the check reads is its own (``/proc/self/cmdline``: its arguments).
 """
 
 from __future__ import annotations
@@ -108,6 +110,8 @@ class ShellEnv(Env):
         left is gone: a daemon of the answer cannot fake or race the check."""
         if self.task.get("reap", True):
             self.vm.reap()
+        # not run over a link the answer left into /proc/self (…/cmdline holds the check's own
+        # arguments: grep -qx 37 ~/count.txt passed over one): graded 0, with why
         result = self._run(self.task.get("check"), isolated=True)
         # stderr too: "command not found" or a failed assertion's message is where a user looks
         details = {"check_returncode": result["returncode"], "check_output": result["output"][-500:],
@@ -119,7 +123,7 @@ class ShellEnv(Env):
         # the agent keeps only the tail this mode keeps: an answer that prints a gigabyte
         # costs neither side more
         result = self.vm.execute(command, shell=True, timeout=self.timeout_s,
-                                 isolated=isolated, tail=OUTPUT_TAIL)
+                                 isolated=isolated, tail=OUTPUT_TAIL, refuse_proc_links=isolated)
         timed_out = bool(result.get("timeout"))
         return {
             "returncode": result.get("returncode"),

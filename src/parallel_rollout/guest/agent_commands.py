@@ -404,6 +404,25 @@ def _output_fields(body: dict) -> dict:
     return {"isolated": field(body, "isolated", (bool,), False), "tail": tail}
 
 
+def _refused_links(timeout: float) -> tuple[dict, float]:
+    """The answer of a command not run because the graded code left a link into a process's
+    ``/proc`` folder (``agent_grading.links_into_processes``), or ``{}``; and what is left
+    of ``timeout``, which the search spends."""
+    import time
+
+    start = time.monotonic()
+    try:
+        links = agent_grading.links_into_processes(home(), start + timeout)
+    except TimeoutError:
+        return {"returncode": -9, "output": "", "error": "", "timeout": True,
+                "message": f"timed out after {timeout:g}s looking for links into /proc"}, timeout
+    if not links:
+        return {}, max(0.0, timeout - (time.monotonic() - start))
+    why = (f"not run: the answer left {len(links)} link(s) into a process's folder of /proc, where "
+           f"what a check reads is its own (its arguments, its input): {', '.join(links[:3])}")
+    return {"returncode": 126, "output": "", "error": why, "not_found": True, "message": why}, timeout
+
+
 def route_execute(req: Request):
     """POST /execute: run a command, OSWorld's ``{status, output, error, returncode}``."""
     body = req.json()
@@ -413,7 +432,11 @@ def route_execute(req: Request):
     env = field(body, "env", (dict,))
     if env and not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
         raise HTTPError(400, "field 'env' must map strings to strings")
-    result = run(argv, shell=shell, timeout=timeout, cwd=cwd, env=env, **_output_fields(body))
+    options, result = _output_fields(body), {}
+    if field(body, "refuse_proc_links", (bool,), False):  # a shell task's check
+        result, timeout = _refused_links(timeout)
+    if not result:
+        result = run(argv, shell=shell, timeout=timeout, cwd=cwd, env=env, **options)
     failed = result.pop("not_found", False) or result.get("timeout", False)
     result["status"] = "error" if failed else "success"
     return 200, result

@@ -30,7 +30,9 @@ the answer left in its home.
 
 from __future__ import annotations
 
+import errno
 import os
+import time
 
 #: the PATH of a grading command: system folders (those of the agent's PATH among them)
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -76,3 +78,78 @@ def _system_folders(value: str, home: str) -> list[str]:
 
 def _inside(path: str, top: str) -> bool:
     return path == top or path.startswith(top.rstrip("/") + "/")
+
+
+# ------------------------------------------------ links to what a check would read of itself
+
+#: where the graded code leaves files a check reads (the home is added): the folders every
+#: user may write
+WRITABLE_FOLDERS = ("/tmp", "/var/tmp", "/dev/shm")
+#: errors of a readlink that say only that a path is not a link (or not there): a plain step
+_PLAIN = {errno.EINVAL, errno.ENOENT, errno.ENOTDIR, errno.EACCES}
+
+
+def links_into_processes(home: str, deadline: float) -> list[str]:
+    """The symlinks in ``home`` and :data:`WRITABLE_FOLDERS` that lead into a process's
+    folder of ``/proc`` (``self``, ``thread-self``, a pid: ``/dev/stdin`` and ``/dev/fd``
+    lead there too), as ``link -> target``. What a check reads through one is the reader's
+    own: ``/proc/self/cmdline`` holds the check's arguments, so ``grep -qx 37 ~/count.txt``
+    passed when the answer made ``~/count.txt`` that link instead of counting. TimeoutError
+    past ``deadline`` (``time.monotonic()``)."""
+    found: list[str] = []
+    stack = list(dict.fromkeys(os.path.realpath(f) for f in (home, *WRITABLE_FOLDERS) if os.path.isdir(f)))
+    seen: set[tuple[int, int]] = set()
+    while stack:
+        try:
+            folder = os.scandir(stack.pop())
+        except OSError:
+            continue  # nor can the check (the answer's user) list it
+        with folder:
+            for entry in folder:
+                if time.monotonic() > deadline:
+                    raise TimeoutError
+                try:
+                    if entry.is_symlink():
+                        if _through_a_process(entry.path):
+                            found.append(f"{entry.path} -> {os.readlink(entry.path)}")
+                    elif entry.is_dir(follow_symlinks=False):
+                        info = entry.stat(follow_symlinks=False)
+                        if (info.st_dev, info.st_ino) not in seen:  # a folder inside another's
+                            seen.add((info.st_dev, info.st_ino))
+                            stack.append(entry.path)
+                except OSError:
+                    continue
+    return found
+
+
+def _through_a_process(link: str, hops: int = 40) -> bool:
+    """Whether resolving ``link`` (absolute) as the kernel does, one component and one link
+    at a time, passes through ``/proc/self``, ``/proc/thread-self`` or ``/proc/<pid>``
+    (never through this agent's own: those are not followed). A chain this cannot follow
+    (too long a path) counts as one that does."""
+    pending = link.split("/")[::-1]
+    resolved = ""
+    while pending:
+        name = pending.pop()
+        if name in ("", "."):
+            continue
+        if name == "..":
+            resolved = resolved.rsplit("/", 1)[0]
+            continue
+        path = f"{resolved}/{name}"
+        if resolved == "/proc" and (name in ("self", "thread-self") or name.isdigit()):
+            return True
+        try:
+            target = os.readlink(path)
+        except OSError as exc:
+            if exc.errno not in _PLAIN:
+                return True  # ENAMETOOLONG, ELOOP …: what a reader would meet is unknown
+            resolved = path
+            continue
+        hops -= 1
+        if hops < 0:
+            return False  # a loop: every reader gets ELOOP
+        if target.startswith("/"):
+            resolved = ""
+        pending.extend(target.split("/")[::-1])
+    return False

@@ -207,10 +207,14 @@ class GuestClient:
     def execute(self, command: list[str] | str, shell: bool = False,
                 timeout: float | None = None, cwd: str | None = None,
                 env: dict[str, str] | None = None, *, isolated: bool = False,
-                tail: int | None = None) -> dict:
+                tail: int | None = None, refuse_proc_links: bool = False) -> dict:
         """POST /execute: ``{status, output, error, returncode}`` (+ ``timeout``/``message``);
-        ``isolated``: a grading command; ``tail``: characters of each stream to keep."""
+        ``isolated``: a grading command; ``tail``: characters of each stream to keep;
+        ``refuse_proc_links``: not run (126) when the graded code left a link into a process's
+        folder of ``/proc`` (a shell task's check: ``agent_grading.links_into_processes``)."""
         payload: dict[str, Any] = {"command": command, "shell": shell, **_options(isolated, tail)}
+        if refuse_proc_links:
+            payload["refuse_proc_links"] = True
         if timeout is not None:
             payload["timeout"] = timeout
         if cwd is not None:

@@ -75,6 +75,13 @@ class BatchTimeout(RolloutError):
     kind = "batch_timeout"
 
 
+def check_timeout(timeout: Any) -> None:
+    """ConfigError unless ``timeout`` is a positive number of seconds or None."""
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
+                                or not timeout > 0):
+        raise ConfigError(f"get_batch timeout must be a positive number of seconds or None, got {timeout!r}")
+
+
 class BatchBudget:
     """One scheduler's bounds on a ``get_batch`` (see the module docstring)."""
 
@@ -113,12 +120,11 @@ class BatchBudget:
         #: the last get_batch raised: the next one starts afresh (``call_raised``)
         self._afresh = False
 
-    def begin(self, groups_needed: int, timeout: float | None) -> bool:
-        """A ``get_batch`` of ``groups_needed`` groups starts now; True when the call before
-        raised, and this one starts afresh (no group failed or filtered counted)."""
-        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
-                                    or not timeout > 0):
-            raise ConfigError(f"get_batch timeout must be a positive number of seconds or None, got {timeout!r}")
+    def begin(self, groups_needed: int, timeout: float | None, called_at: float | None = None) -> bool:
+        """A ``get_batch`` of ``groups_needed`` groups starts now (its ``timeout`` counted from
+        ``called_at``, a monotonic time, when it waited for its turn); True when the call
+        before raised, and this one starts afresh (no group failed or filtered counted)."""
+        check_timeout(timeout)
         afresh, self._afresh = self._afresh, False
         if afresh:
             self._silence_from = None
@@ -126,7 +132,7 @@ class BatchBudget:
             self.failed_in_a_row = self.dropped_in_a_row = 0
             self._statuses.clear()
         self._timeout = timeout
-        self._deadline = None if timeout is None else time.monotonic() + timeout
+        self._deadline = None if timeout is None else (called_at or time.monotonic()) + timeout
         self._filter_limit = (FILTERED_BATCHES * groups_needed if self.max_filtered_groups is None
                               else self.max_filtered_groups)
         return afresh

@@ -243,3 +243,16 @@ def whole_ratio(ratio: Any) -> int:
         raise ConfigError(f"async_generation_ratio={ratio!r}: only whole numbers >= 0 mean something here "
                           "(0 = synchronous, r = generation runs at most r steps ahead)")
     return whole
+
+
+def load_tags(tags: list[str], env_config: EnvManagerConfig, run_config: RunConfig) -> dict[str, list[Any]]:
+    """Each tag's tasks, checked by its mode's ``prepare_run`` (rag builds its index once
+    here, before any worker needs it) as the batch runner does."""
+    from ..envs import get_env
+
+    tasks = {}
+    for tag in tags:
+        task_set = resolve_task_set(tag, env_config, run_config.mode, run_config.data)
+        tasks[tag] = load_tasks_of(tag, task_set)
+        get_env(task_set.mode).prepare_run(tasks[tag])
+    return tasks

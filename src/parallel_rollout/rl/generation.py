@@ -83,7 +83,7 @@ class GroupGeneration:
         raised made, which the new count no longer holds back from a batch; so is what the
         group filter raised on a group that settled since (a filter still broken raises
         again on the call's first group)."""
-        if not self._budget.begin(groups, timeout):
+        if not self._budget.begin(groups, timeout, self._called_at):
             return
         self._filter_error = None  # the filter raised on a group that settled after the raise
         failed = [g for g in self._ready if all(t.placeholder for t in g.done)]

@@ -48,9 +48,9 @@ from ..errors import ConfigError, RolloutError
 from ..main_guard import check_guarded
 from ..policy_gate import whole_number_from
 from .budget import BatchBudget
+from .callers import TakingTurns
 from .chosen import ChosenBatches
-from .config import (EnvManagerConfig, check_count, check_run_config, load_tasks_of, resolve_task_set,
-                     whole_number, whole_ratio)
+from .config import EnvManagerConfig, check_count, check_run_config, load_tags, whole_number, whole_ratio
 from .generation import GroupGeneration
 from .groups import Group, GroupFilter, Trajectory, with_turns
 from .metrics import batch_metrics
@@ -80,9 +80,10 @@ class SchedulerSuspended(RolloutError):
     kind = "scheduler_suspended"
 
 
-class RolloutScheduler(ChosenBatches, GroupGeneration):
+class RolloutScheduler(ChosenBatches, GroupGeneration, TakingTurns):
     """Hands out batches of whole groups; see the module docstring (the generation side is
-    ``generation.GroupGeneration``, batches of named tasks ``chosen.ChosenBatches``)."""
+    ``generation.GroupGeneration``, batches of named tasks ``chosen.ChosenBatches``, calls
+    from several threads ``callers.TakingTurns``)."""
 
     def __init__(self, run_config: RunConfig, env_config: EnvManagerConfig | None = None, *,
                  async_generation_ratio: float = 0, max_concurrent_rollouts: int | None = None,
@@ -124,7 +125,7 @@ class RolloutScheduler(ChosenBatches, GroupGeneration):
         self.batch_partition = check_batch_partition(batch_partition, self.tags)
         if _shared is not None and _shared.closed:
             raise SchedulerClosed("the engine of this scheduler's maker is closed: make a new RolloutScheduler")
-        self._tasks = _load_tags(self.tags, self.env_config, run_config)
+        self._tasks = load_tags(self.tags, self.env_config, run_config)
         #: which task each new group runs (``sources``): the built-in order, or the trainer's
         self._source: TaskSource = task_source or ShuffledTasks(self._tasks, seed)
         #: what the task source raised (or returned) when it last gave no task: a get_batch
@@ -223,7 +224,13 @@ class RolloutScheduler(ChosenBatches, GroupGeneration):
         ``max_filtered_groups`` filtered ones. A call that raised leaves nothing counted: the
         next starts afresh. ``step``: a whole number >= 0, never below the last call's
         (ConfigError, and nothing changes); SchedulerSuspended when this thread suspended the
-        gate and did not resume it (the call could never end)."""
+        gate and did not resume it (the call could never end). Calls from several threads
+        take turns (``callers``)."""
+        self._check_call(step)  # what fails at once fails before waiting for a turn
+        with self._turn(timeout):
+            return self._get_batch(batch_size, step, timeout, tasks)
+
+    def _get_batch(self, batch_size: Any, step: Any, timeout: float | None, tasks: list[Any] | None) -> list[Trajectory]:
         step = self._check_call(step)
         if whole_number(batch_size) == -1:
             if tasks is not None:
@@ -479,19 +486,6 @@ class RolloutScheduler(ChosenBatches, GroupGeneration):
         if self._closed or self._shared.closed:
             raise SchedulerClosed(f"scheduler {self.name!r} is closed" if self._closed else
                                   f"scheduler {self.name!r}: its engine is closed (its first scheduler's close())")
-
-
-def _load_tags(tags: list[str], env_config: EnvManagerConfig, run_config: RunConfig) -> dict[str, list[Any]]:
-    """Each tag's tasks, checked by its mode's ``prepare_run`` (rag builds its index once
-    here, before any worker needs it) as the batch runner does."""
-    from ..envs import get_env
-
-    tasks = {}
-    for tag in tags:
-        task_set = resolve_task_set(tag, env_config, run_config.mode, run_config.data)
-        tasks[tag] = load_tasks_of(tag, task_set)
-        get_env(task_set.mode).prepare_run(tasks[tag])
-    return tasks
 
 
 def _endpoints(base_url: str | list[str] | None) -> str:
