@@ -53,6 +53,20 @@ def test_a_plugin_agent_takes_the_model_settings_of_its_model_client(tmp_path, l
     assert {(r["body"]["model"], r["body"]["temperature"]) for r in server.requests} == {("my-model", 0.25)}
 
 
+def test_an_agent_whose_init_skips_super_init_still_has_its_model_client(tmp_path, llm_server):
+    """``def __init__(self, config): self.asked = 0`` without ``super().__init__(config)``:
+    every attempt was the agent's error, "'NoSuperAgent' object has no attribute 'config'",
+    raised inside ``self.model``, which every agent is told it has."""
+    server = llm_server(policy=lambda body: reply_with_counts(
+        body, str(2 * int(re.search(r"twice (\d+)", first_user_message(body)).group(1)))))
+    result = invoke(tmp_path, "--mode", DOUBLE, "--agent", "user_plugins:NoSuperAgent", "--data",
+                    str(double_tasks(tmp_path)), "--model", "m", "--base-url", server.url, "--run-id", "nosuper")
+    assert result.exit_code == 0, (result.output, result.exception)
+    finals = assert_exactly_once(tmp_path / "out" / "nosuper", {"d2#0", "d5#0", "d7#0"})
+    assert {(r["status"], r["reward"]) for r in finals.values()} == {("success", 1.0)}, finals
+    assert len(server.requests) == 3 and all(r["usage"]["requests"] == 1 for r in finals.values())
+
+
 def test_agents_that_call_no_model_still_refuse_the_model_settings(tmp_path):
     data = double_tasks(tmp_path)
     assert_usage_error(invoke(tmp_path, "--mode", DOUBLE, "--agent", "oracle", "--data", str(data), "--model", "x"),

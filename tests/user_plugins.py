@@ -125,3 +125,10 @@ class OptionalArgAgent(ModelAgent):
 
     def act(self, observation):
         return 2 * observation["n"]
+
+
+class NoSuperAgent(ModelAgent):
+    """An ``__init__`` of its own that never calls ``super().__init__(config)``."""
+
+    def __init__(self, config) -> None:
+        self.asked = 0

@@ -53,6 +53,16 @@ class Agent(abc.ABC):
     #: the attempt of the episode ``reset`` starts (None outside a worker, e.g. in a test)
     attempt_info: AttemptInfo | None = None
 
+    def __new__(cls, *args: Any, **kwargs: Any) -> "Agent":
+        # __init__'s fields, set before it runs: an agent whose own __init__ does not call
+        # super().__init__(config) has self.config and self.model all the same (it failed
+        # every attempt with "'MyAgent' object has no attribute 'config'" at its first chat)
+        agent = super().__new__(cls)
+        agent.config = args[0] if args else kwargs.get("config")
+        agent.sample_key = None
+        agent._model_client = None
+        return agent
+
     def __init__(self, config: "RunConfig") -> None:
         self.config = config
         #: the engine's key of the sample the episode under way belongs to (set by the
