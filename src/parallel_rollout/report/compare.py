@@ -4,7 +4,9 @@ Only samples final in both runs are paired (their keys, ``task#sample``, match),
 those graded in both: a sample never graded (an infrastructure failure after its retries) has
 no score, so no 0 either, and the comparison says how many shared samples it left out so.
 When the two runs cover different samples the comparison is made on the intersection and says
-how many samples each run had alone. Over the shared samples:
+how many samples each run had alone, and why: an unfinished run, other tasks, or another
+number of samples per task (``--group-size``: only the samples both have are paired, a
+task's first ones). Over the shared samples:
 
 * success rate and mean reward of each run, and McNemar's exact test on pass/fail;
 * the Wilcoxon signed-rank test on the rewards (B - A per sample);
@@ -44,6 +46,15 @@ def _data_hashes(data: RunData) -> list[str]:
     if any(isinstance(d, dict) and "files" in d and "file_sha256" not in d for d in made):
         return []
     return [str(d.get("sha256")) for d in made if isinstance(d, dict) and d.get("sha256")]
+
+
+def _samples_per_task(data: RunData) -> int:
+    """The run's samples per task: its ``--group-size`` (config.json), else the most final
+    samples a task has."""
+    size = data.config.get("group_size") if isinstance(data.config, dict) else None
+    if isinstance(size, int) and not isinstance(size, bool) and size > 0:
+        return size
+    return max(Counter(task_of(r) for r in data.finals.values()).values(), default=1)
 
 
 def _timing(data: RunData) -> dict[str, float | None]:
@@ -88,6 +99,12 @@ class Comparison:
     data_b: list[str] = field(default_factory=list)
     #: samples final in both runs but left out of ``shared``: never graded in A or in B
     ungraded: int = 0
+    #: tasks with a final sample in one run and none in the other
+    tasks_only_a: int = 0
+    tasks_only_b: int = 0
+    #: each run's samples per task (its --group-size)
+    samples_per_task_a: int = 1
+    samples_per_task_b: int = 1
 
     def unfinished(self, side: str) -> str | None:
         """"A is unfinished (interrupted: 2 of 12 samples final)" unless that run is complete
@@ -98,6 +115,21 @@ class Comparison:
         total = self.total_a if side == "A" else self.total_b
         final = self.shared + self.ungraded + (self.only_a if side == "A" else self.only_b)
         return f"{side} is unfinished ({status}: {final} of {'?' if total is None else total} samples final)"
+
+    def differences(self) -> list[str]:
+        """Why the runs' samples differ, in words (none when they are the same): an unfinished
+        run, tasks in one run only, another number of samples per task."""
+        if self.same_samples:
+            return []
+        out = [side for side in (self.unfinished("A"), self.unfinished("B")) if side]
+        if not out and (self.tasks_only_a or self.tasks_only_b):
+            out.append("the task sets differ")
+        a, b = self.samples_per_task_a, self.samples_per_task_b
+        if a != b:
+            paired = "#0" if min(a, b) == 1 else f"#0 to #{min(a, b) - 1}"
+            out.append(f"the runs have different samples per task (A {a}, B {b}: --group-size): "
+                       f"only the samples both have are paired, {paired} of each task")
+        return out or ["the samples differ"]
 
     @property
     def cannot_judge(self) -> str | None:
@@ -160,6 +192,8 @@ class Comparison:
             "run_a": self.run_a, "run_b": self.run_b,
             "shared_samples": self.shared, "only_in_a": self.only_a, "only_in_b": self.only_b,
             "left_out_never_graded": self.ungraded,
+            "tasks_only_in_a": self.tasks_only_a, "tasks_only_in_b": self.tasks_only_b,
+            "samples_per_task": {"a": self.samples_per_task_a, "b": self.samples_per_task_b},
             "shared_tasks": self.tasks, "clustered_by_task": self.clustered,
             "success_rate": {"a": self.success_rate_a, "b": self.success_rate_b},
             "mean_reward": {"a": self.mean_reward_a, "b": self.mean_reward_b},
@@ -194,6 +228,8 @@ def compare_runs(a: RunData, b: RunData) -> Comparison:
     types_a = {r.get("status") for r in finals_a.values()}
     failures_b = Counter(r.get("status") for r in side_b if not r.get("success"))
     pass_fail, rewards = paired_tests(pairs)
+    tasks_a = {task_of(r) for r in finals_a.values()}
+    tasks_b = {task_of(r) for r in finals_b.values()}
     return Comparison(
         run_a=a.run_id, run_b=b.run_id, shared=len(shared),
         only_a=len(finals_a) - len(in_both), only_b=len(finals_b) - len(in_both), ungraded=len(in_both) - len(shared),
@@ -206,6 +242,8 @@ def compare_runs(a: RunData, b: RunData) -> Comparison:
         status_a=a.status(), status_b=b.status(),
         total_a=a.total, total_b=b.total,
         data_a=_data_hashes(a), data_b=_data_hashes(b),
+        tasks_only_a=len(tasks_a - tasks_b), tasks_only_b=len(tasks_b - tasks_a),
+        samples_per_task_a=_samples_per_task(a), samples_per_task_b=_samples_per_task(b),
     )
 
 
@@ -223,8 +261,7 @@ def format_comparison(c: Comparison, *, max_keys: int = 50) -> str:
     if c.same_samples:
         lines.append(f"samples: {c.shared} in both runs")
     else:
-        why = "; ".join(unfinished) if unfinished else "the task sets differ"
-        lines.append(f"samples: {why}; compared on the intersection of {c.shared} samples "
+        lines.append(f"samples: {'; '.join(c.differences())}; compared on the intersection of {c.shared} samples "
                      f"({c.only_a} only in A, {c.only_b} only in B)")
     if c.ungraded:
         lines.append(f"left out: {c.ungraded} shared sample(s) never graded in A or B (an infrastructure "

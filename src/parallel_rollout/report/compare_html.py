@@ -38,7 +38,7 @@ def _sample_links(keys: list[str], report_a: str, report_b: str) -> str:
 def render_comparison(c: Comparison, report_a: str, report_b: str) -> str:
     """The comparison page; ``report_a``/``report_b`` are the runs' report.html, relative to it."""
     scope = (f"{c.shared} samples in both runs" if c.same_samples else
-             f"<b>the task sets differ</b>: compared on the intersection of {c.shared} samples "
+             f"<b>{escape('; '.join(c.differences()))}</b>: compared on the intersection of {c.shared} samples "
              f"({c.only_a} only in A, {c.only_b} only in B)")
     if c.ungraded:
         scope += f"; {c.ungraded} shared samples left out: never graded in A or B (no score, so no 0 either)"
