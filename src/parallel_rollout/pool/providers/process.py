@@ -199,7 +199,7 @@ class ProcessProvider(Provider):
             snapshot=self.snapshot, desktop=bool(self.options.desktop), screen=self.options.screen,
             memory_mb=self._memory_mb,
             limit_as=self._memory_mb * 2**20 if self._limit_as else None,
-            limit_nproc=self._limit_nproc)
+            limit_nproc=self._limit_nproc, hidden_files=self.options.hidden_files)
         #: per VM folder, what its every boot shares, made at its first: its cgroups, and
         #: bwrap's argv but the fds (by VM, folder and uid); forgotten with the folder
         self._groups: dict[str, cgroups.VMCgroup] = {}

@@ -72,6 +72,8 @@ class SandboxSpec:
     limit_as: int | None
     #: RLIMIT_NPROC, where it caps a sandbox and no pids cgroup does
     limit_nproc: int | None
+    #: files no command may read (``ProviderOptions.hidden_files``: the run's task file)
+    hidden_files: tuple[str, ...] = ()
 
     def tmpfs_mb(self, size_mb: int) -> int:
         """A tmpfs's size: its pages are charged to the VM's memory cgroup and never freed
@@ -155,6 +157,7 @@ def folder_argv(spec: SandboxSpec, vm_id: str, vm_dir: Path,
         *NAMESPACE_FLAGS, *privileges, "--die-with-parent", "--new-session",
         "--hostname", vm_id,
         *sandbox_fs.system_binds(), *sandbox_fs.secret_masks(vm_dir / "empty"),
+        *sandbox_fs.hidden_masks(vm_dir / "empty", spec.hidden_files),
         *(sandbox_fs.user_entries(vm_dir, uid, GUEST_HOME) if uid is not None else ()),
         "--proc", "/proc", "--dev", "/dev",
         # shared memory (Chromium, multiprocessing) for the commands' user too

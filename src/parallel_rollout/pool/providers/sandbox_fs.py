@@ -79,6 +79,23 @@ def secret_masks(empty: Path) -> list[str]:
             for arg in ("--ro-bind", str(empty), path)]
 
 
+def hidden_masks(empty: Path, paths) -> list[str]:
+    """An empty file (or folder) over each of ``paths`` (real paths) that a system folder
+    holds: the run's task file, read-only in the sandbox else, where a task's answer read
+    its own check or tests (a dataset pip-installed under /usr/local)."""
+    systems = [os.path.realpath(path) for path in SYSTEM_DIRS if os.path.isdir(path)]
+    args = []
+    for path in paths:
+        if not any(path.startswith(top.rstrip("/") + "/") for top in systems):
+            continue
+        if os.path.isdir(path):
+            (empty.parent / "empty-dir").mkdir(mode=0o555, exist_ok=True)
+            args += ["--ro-bind", str(empty.parent / "empty-dir"), path]
+        elif os.path.exists(path):
+            args += ["--ro-bind", str(empty), path]
+    return args
+
+
 def open_dirs(*paths: str) -> list[str]:
     """Folders made 0755 ahead of the binds in them: bwrap (0.8) makes a bind's missing
     parents 0700, whatever the umask, which would shut the commands' user out."""
