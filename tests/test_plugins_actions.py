@@ -48,3 +48,28 @@ def test_the_browser_and_desktop_modes_refuse_none_before_the_vm(mode):
     env = get_env(mode)(RunConfig(mode=mode))
     with pytest.raises(ValueError, match=r"action is .*, got NoneType$"):
         env.step(None)
+
+
+@pytest.mark.parametrize("agent, data, shown", [
+    ("user_plugins:ActionIdAgent", "sokoban-endless", "got int 1"),
+    ("user_plugins:DictMoveAgent", "sokoban-endless", "got dict {'move': 'Right'}"),
+    ("user_plugins:DictMoveAgent", "frozenlake", "got dict {'move': 'Right'}"),
+])
+def test_a_gym_action_that_is_no_text_is_an_error_naming_the_type(tmp_path, agent, data, shown):
+    """ROLL's action id 1 (Up) given to Sokoban, or a dict, was read as a reply without a
+    move: every turn a no-op with the format penalty, graded 'failure' (reward -2.5), no error."""
+    result = CliRunner().invoke(main, ["--mode", "gym", "--data", data, "--limit", "1", "--agent", agent,
+                                       "--output-dir", str(tmp_path / "out"), "--run-id", "id", "--no-progress",
+                                       "--num-rollouts", "1"])
+    assert result.exit_code == 0, (result.output, result.exception)
+    [record] = read_results(tmp_path / "out" / "id")
+    assert record["status"] == "error" and not record["infrastructure"] and record["turns"] == 0, record
+    assert record["failure"]["type"] == "ValueError" and record["failure"]["message"].endswith(shown), record
+
+
+def test_a_lake_still_takes_gymnasiums_action_numbers():
+    from parallel_rollout.tasks import Task
+
+    env = get_env("gym")(RunConfig(mode="gym"))
+    env.reset(Task(id="l", mode="gym", payload={"desc": ["SFG"]}, seed=0), None)
+    assert env.step(2).observation["position"] == [0, 1]  # 2: Right

@@ -132,3 +132,22 @@ class NoSuperAgent(ModelAgent):
 
     def __init__(self, config) -> None:
         self.asked = 0
+
+
+class ActionIdAgent(Agent):
+    """Answers ROLL's Sokoban action id for Up (1), a number where the gym mode takes text."""
+
+    options = frozenset()
+
+    def reset(self, task) -> None:
+        self.task = task
+
+    def act(self, observation):
+        return 1
+
+
+class DictMoveAgent(ActionIdAgent):
+    """Answers a dict, an action of no gym game."""
+
+    def act(self, observation):
+        return {"move": "Right"}

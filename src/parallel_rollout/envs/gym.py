@@ -35,6 +35,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import re
+import reprlib
 from collections import deque
 from typing import Any, Mapping
 
@@ -55,6 +56,9 @@ FROZENLAKE_RULES = (
     "you may slide sideways. Reply with your move as <answer>Right</answer>.")
 #: the sizes a generated map may have
 _SIZES = range(2, 17)
+#: what an action is, for the error an action of another kind gets
+_TAKES = ("a gym action is a move's name (Left, Down, Right, Up) or a reply with <answer>MOVE</answer> "
+          "(on a FrozenLake also gymnasium's action number 0-3)")
 
 
 def parse_action(reply: Any) -> int | None:
@@ -219,8 +223,13 @@ class GymEnv(Env):
         return {**self._observation(last=None, error=None), "instructions": FROZENLAKE_RULES}
 
     def step(self, action: Any) -> StepResult:
-        """One move; a reply without a move costs the turn."""
-        reject_none(action, "a gym action is a move's name (or 0-3) or a reply with <answer>MOVE</answer>")
+        """One move; a reply without a move costs the turn. An action that is no text (nor,
+        on a lake, a number 0-3) is the agent's error: a dict, or a ROLL action id 1-4 given to
+        Sokoban, played as a reply without a move spent every turn as the policy's failure."""
+        reject_none(action, _TAKES)
+        lake_index = isinstance(action, int) and not isinstance(action, bool) and self._sokoban is None
+        if not (isinstance(action, str) or lake_index):
+            raise ValueError(f"{_TAKES}, got {type(action).__name__} {reprlib.repr(action)}")
         if self._sokoban is not None:
             return StepResult(*self._sokoban.step(action))
         self._steps += 1
