@@ -1,7 +1,8 @@
 """A stream whose chunks a trainer cannot take as they are: token ids and logprobs that do not
 pair up in a chunk (the whole turn's logprobs used to become None, status success, nothing
 said), a chunk without logprobs (NaN for its own tokens only), and the same checks on a
-whole (not streamed) reply. The test server streams the chunks as given (``"chunks"``)."""
+whole (not streamed) reply. The test server streams the chunks as given (``"chunks"``). And
+a reply the server ended itself (``finish_reason: "abort"``), no answer of the policy."""
 
 from __future__ import annotations
 
@@ -166,3 +167,64 @@ def test_an_empty_prompt_report_is_refused_like_a_missing_one(gate, llm_server):
     with pytest.raises(NoTokenIds, match=r"turn 1 has an empty prompt_token_ids: the model server reported no "
                                          r"prompt tokens .*return_token_ids"):
         build_segments([{**reply.turn, "turn": 1}])
+
+
+# A reply the model server ended itself (``finish_reason: "abort"``: it was told to abort
+# the request by something other than this client, as a trainer that aborts every request on
+# the server for a weight update does, SGLang's abort or vLLM's) is no answer of the policy:
+# it was taken as the turn's whole reply and parsed as an action, so the episode played on a
+# cut reply and the trainer got it as the policy's outcome. Now, under a policy gate, it is an
+# aborted turn as one this client aborts is: continued from its tokens with
+# ``partial_rollout``, else asked again, spending no retry; a server that aborts every request
+# at one policy version fails the turn as the endpoint's (``ModelUnavailable``) after
+# ``max_retries + 1`` of them instead of asking without end. Without a gate it is a failed
+# request, retried.
+
+#: the server aborts the reply after two tokens, then (asked again) answers it whole or the rest
+CUT = {"reply": "<answer>Ri", "token_ids": [10, 11], "logprobs": [-0.1, -0.2], "prompt_token_ids": [1, 2, 3],
+       "finish_reason": "abort"}
+REST = {"reply": "ght</answer>", "token_ids": [12, 13], "logprobs": [-0.3, -0.4],
+        "prompt_token_ids": [1, 2, 3, 10, 11]}
+WHOLE = {"reply": "<answer>Right</answer>", "token_ids": [10, 14, 15], "logprobs": [-0.1, -0.5, -0.6],
+         "prompt_token_ids": [1, 2, 3]}
+
+
+def test_a_reply_the_server_aborted_is_continued_from_its_tokens(gate, llm_server):
+    server = llm_server(script=[CUT, REST])
+    client = _client(server, gate, partial_rollout=True)
+    reply = client.chat(USER)
+    assert reply.text == "<answer>Right</answer>" and reply.stop_reason == "stop"
+    assert reply.token_ids == [10, 11, 12, 13] and reply.logprobs == [-0.1, -0.2, -0.3, -0.4]
+    continued = server.requests[1]["body"]
+    assert continued["messages"][-1] == {"role": "assistant", "content": "<answer>Ri"}
+    assert continued["continue_final_message"] is True
+    turn = client.turn_record()
+    assert turn["partial"] and turn["versions"] == [2, 2, 2, 2] and turn["redone"] == 1
+    [segment] = build_segments([turn])
+    assert [i for i, m in zip(segment.input_ids, segment.loss_mask) if m] == [10, 11, 12, 13]
+    assert client.usage()["retries"] == 0  # an abort is never a retry
+
+
+def test_a_reply_the_server_aborted_is_asked_again_without_partial_rollout(gate, llm_server):
+    server = llm_server(script=[CUT, WHOLE])
+    client = _client(server, gate)
+    reply = client.chat(USER)
+    assert reply.text == "<answer>Right</answer>" and reply.stop_reason == "stop"
+    assert reply.token_ids == [10, 14, 15]
+    assert server.requests[1]["body"]["messages"] == USER  # from scratch
+    assert client.usage()["retries"] == 0 and client.turn_record()["redone"] == 1
+
+
+def test_a_server_that_aborts_every_request_fails_the_turn_instead_of_asking_for_ever(gate, llm_server):
+    server = llm_server(script=[CUT] * 5)
+    with pytest.raises(ModelUnavailable, match=r"aborted 2 requests of this turn in a row \(finish_reason 'abort'\)"):
+        _client(server, gate).chat(USER)
+    assert len(server.requests) == 2 and gate.in_flight == 0
+
+
+def test_without_a_gate_a_reply_the_server_aborted_is_a_failed_request(llm_server):
+    server = llm_server(script=[{k: v for k, v in CUT.items() if k != "token_ids"}, {"reply": "<answer>Right</answer>"}])
+    client = _client(server, None)
+    reply = client.chat(USER)
+    assert reply.text == "<answer>Right</answer>" and reply.stop_reason == "stop"
+    assert client.usage()["retries"] == 1 and len(server.requests) == 2

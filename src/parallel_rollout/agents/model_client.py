@@ -314,6 +314,7 @@ class ModelClient:
     def _complete_retrying(self, request: dict[str, Any]) -> str:
         """``_complete``'s requests: retries, moves to another server, aborts asked again."""
         partial = None  # the reply sampled before a weight update, with partial_rollout
+        server_aborts = (0, None)  # requests the server aborted in a row, at one policy version
         while True:
             sent = request
             if partial is not None:
@@ -336,6 +337,12 @@ class ModelClient:
                 self._turn["redone"] = self._turn.get("redone", 0) + 1
                 if self._cancelled:
                     raise AttemptCancelled("the episode was cancelled during a model request") from None
+                if exc.by_server:  # no weight update between (the same version): the server's failure
+                    server_aborts = (server_aborts[0] + 1 if server_aborts[1] == exc.version else 1, exc.version)
+                    if server_aborts[0] > self.max_retries:
+                        raise ModelUnavailable(f"{self.endpoint}: the server aborted {server_aborts[0]} requests of "
+                                               f"this turn in a row (finish_reason 'abort') at policy version "
+                                               f"{exc.version} (--max-retries {self.max_retries})") from None
                 kept = exc.partial.text or exc.partial.token_ids
                 partial = exc.partial if kept and getattr(self.config, "partial_rollout", False) else None
 
@@ -380,6 +387,8 @@ class ModelClient:
                 except MalformedResponse as exc:
                     exc.content_type = raw.headers.get("content-type")
                     raise
+                if info.get("stop_reason") == streaming.SERVER_ABORT:  # cut short by the server: no answer
+                    raise Retryable("the server aborted the request (finish_reason 'abort')", unavailable=True)
         except openai.APIStatusError as exc:
             problem = f"HTTP {exc.status_code}: {excerpt(exc.response.text)}"
             if is_overflow(exc.status_code, exc.response.text):
@@ -452,6 +461,8 @@ class ModelClient:
         self._sent()
         try:
             reply = self.wire.send_streamed(client, dict(request), abortable)
+            if reply.finish_reason == streaming.SERVER_ABORT:  # ended by the server: aborted, not answered
+                raise streaming.Aborted(reply, by_server=True)
         except openai.APITimeoutError:  # nothing came back within api_timeout_s
             unanswered = True
             raise
@@ -459,7 +470,7 @@ class ModelClient:
             unanswered = exc.timed_out
             raise
         except streaming.Aborted as exc:
-            exc.partial = (partial or streaming.Partial()).extend(exc.reply, version)
+            exc.partial, exc.version = (partial or streaming.Partial()).extend(exc.reply, version), version
             if getattr(self.config, "partial_rollout", False):
                 kept = exc.partial.oldest
             raise

@@ -46,15 +46,24 @@ from .episode import AgentError
 from .stream_abort import Abortable
 
 
-class Aborted(Exception):
-    """The request was aborted mid-reply (a weight update or a cancel). ``reply``: what the
-    server streamed before; ``partial``: the whole turn's tokens so far (set by the agent,
-    which knows the policy version)."""
+#: the finish_reason of a reply the server ended itself, told to abort it by something other
+#: than this client (a trainer aborting every request on the server for a weight update:
+#: SGLang's abort, vLLM's): no answer of the policy, but an aborted request (``Aborted.by_server``)
+SERVER_ABORT = "abort"
 
-    def __init__(self, reply: "StreamedReply", partial: "Partial | None" = None) -> None:
+
+class Aborted(Exception):
+    """The request was aborted mid-reply (a weight update or a cancel; ``by_server``: the
+    server ended it, ``SERVER_ABORT``). ``reply``: what the server streamed before;
+    ``partial``: the whole turn's tokens so far and ``version`` the request's policy version
+    (set by the agent, which knows it)."""
+
+    def __init__(self, reply: "StreamedReply", partial: "Partial | None" = None, by_server: bool = False) -> None:
         super().__init__("the model request was aborted")
         self.reply = reply
         self.partial = partial
+        self.by_server = by_server
+        self.version: int | None = None
 
 
 class StreamBroken(Exception):
