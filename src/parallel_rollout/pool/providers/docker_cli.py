@@ -106,13 +106,21 @@ def remove_containers(names: list[str], *, strict: bool) -> None:
 def remove_old_guest_images(keep: str, kind: str, log: Callable[[str], None]) -> None:
     """Remove guest images of this kind (guest, desktop) made from earlier agents or recipes
     (~100 MB each, ~1.9 GB with a desktop), and the one a ``--force`` build untagged; one
-    that a container still uses stays (``docker rmi`` without ``-f`` refuses)."""
+    that a container still uses stays (``docker rmi`` without ``-f`` refuses). Only builds
+    of ours: tags in ``keep``'s repository, and untagged images ``docker import`` made. An
+    image committed from a guest container (a ``--snapshot-name`` snapshot) carries the
+    guest's label too, and is the user's: it stays, under any name."""
     keep_id = docker("image", "inspect", "--format", "{{.Id}}", keep).stdout.strip()
+    repo = keep.rpartition(":")[0]
     listing = docker("images", "--no-trunc", "--filter", f"label={LABEL}.image={kind}",
                      "--format", "{{.ID}} {{.Repository}}:{{.Tag}}", check=False).stdout
-    old = sorted({ref if not ref.endswith("<none>") else image_id
-                  for image_id, ref in (line.split() for line in listing.splitlines() if line)
-                  if image_id != keep_id})
+    found = [line.split() for line in listing.splitlines() if line and not line.startswith(keep_id)]
+    untagged = sorted({image_id for image_id, ref in found if ref == "<none>:<none>"})
+    comments = docker("image", "inspect", "--format", "{{.Id}} {{.Comment}}", *untagged,
+                      check=False).stdout if untagged else ""
+    imported = {words[0] for words in map(str.split, comments.splitlines()) if words[1:2] == ["Imported"]}
+    old = sorted({ref for _, ref in found if ref.rpartition(":")[0] == repo}
+                 | {image_id for image_id in untagged if image_id in imported})
     if old and docker("rmi", *old, check=False).returncode == 0:
         log(f"[image] removed older guest images: {' '.join(old)}")
 

@@ -1,0 +1,61 @@
+"""Snapshot images of the docker provider (``--snapshot-name IMAGE``): a ``docker commit``
+of a guest container is the user's, whatever the image build does with its own images."""
+
+from __future__ import annotations
+
+import io
+import os
+import tarfile
+
+import pytest
+
+from parallel_rollout.pool.providers.docker_cli import LABEL, docker, image_exists, remove_old_guest_images
+
+#: an image kind of this test's own: the real guest and desktop images are never touched
+KIND = f"prt-kind-{os.getpid()}"
+REPO = f"prt-guest-{os.getpid()}"
+
+
+def _import(tmp_path, tag: str, content: bytes) -> str:
+    """``docker import`` of a one-file tree, labelled as the image build labels its images."""
+    tarball = tmp_path / f"{tag.replace(':', '-')}.tar"
+    with tarfile.open(tarball, "w") as archive:
+        member = tarfile.TarInfo("marker")
+        member.size = len(content)
+        archive.addfile(member, io.BytesIO(content))
+    docker("import", "--change", f"LABEL {LABEL}.image={KIND}", str(tarball), tag)
+    return tag
+
+
+@pytest.fixture
+def images_of_test():
+    made: list[str] = []
+    yield made
+    docker("rmi", "-f", *made, check=False)
+
+
+def test_an_image_build_keeps_snapshots_committed_from_its_guest(docker_harness, tmp_path, images_of_test):
+    old = _import(tmp_path, f"{REPO}:old", b"old build")
+    # the user's snapshot: a container of the guest image, committed (it inherits the label)
+    container = f"prt-snap-{os.getpid()}"
+    docker("create", "--name", container, "--network", "none", old, "/marker")
+    snapshot = f"prt-snapshot-{os.getpid()}:1"
+    try:
+        docker("commit", container, snapshot)
+    finally:
+        docker("rm", "-f", container, check=False)
+    images_of_test += [snapshot, old]
+    # an untagged image the commit did not make: what a --force build left of the last one
+    untagged = docker("image", "inspect", "--format", "{{.Id}}",
+                      _import(tmp_path, f"{REPO}:forced", b"forced build")).stdout.strip()
+    docker("rmi", f"{REPO}:forced")
+    images_of_test.append(untagged)
+    new = _import(tmp_path, f"{REPO}:new", b"new build")
+    images_of_test.append(new)
+
+    remove_old_guest_images(keep=new, kind=KIND, log=lambda line: None)
+
+    assert image_exists(snapshot), "the user's committed snapshot image was removed"
+    assert not image_exists(old), "the earlier build's tag stayed"
+    assert not image_exists(untagged), "the untagged earlier build stayed"
+    assert image_exists(new)
