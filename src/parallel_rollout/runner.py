@@ -144,7 +144,8 @@ class Runner:
                                             "settings --resume would read)" if cfg.resume else ""))
         check_agent(cfg, self.agent_cls)  # the model settings if it calls the model, its own
         task_set = load_task_set(cfg.data, default_mode=cfg.mode, validators=task_validators(
-            self.agent_cls.task_fields), domain=cfg.domain, index=cfg.osworld_index)
+            self.agent_cls.task_fields), domain=cfg.domain, index=cfg.osworld_index,
+            mode_given="mode" in cfg.explicit)
         if task_set.unsupported and not cfg.skip_unsupported:
             raise TaskFileError(unsupported_message(task_set))
         tasks = task_set.tasks

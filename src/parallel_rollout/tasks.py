@@ -247,9 +247,12 @@ def load_task_set(
     validators: Validators,
     domain: str = "all",
     index: str = DEFAULT_INDEX,
+    mode_given: bool = True,
 ) -> TaskSet:
     """Like :func:`load_tasks`, but an unsupported task is set aside (with every feature it
-    lacks) instead of failing the load; a malformed one still does."""
+    lacks) instead of failing the load; a malformed one still does. ``mode_given``: whether
+    the user named ``default_mode`` (else it is the default, and records that are another
+    mode's tasks get the ``--mode`` to give named)."""
     path = resolve_data(str(path))
     if path.is_dir():
         records = folder_records(path, domain, index)
@@ -266,6 +269,7 @@ def load_task_set(
     task_set = TaskSet([], [], {})
     seen: dict[str, str] = {}
     bad: list[str] = []  # every bad record, said at once (a fix-rerun loop per line is slow)
+    refused: list[Any] = []  # those records, for the mode they may be of
     for where, raw, task_domain in records:
         try:
             if isinstance(raw, TaskFileError):
@@ -276,6 +280,7 @@ def load_task_set(
             task = exc.task
         except TaskFileError as exc:
             bad.append(str(exc))
+            refused.append(raw)
             continue
         else:
             task_set.tasks.append(task)
@@ -285,7 +290,8 @@ def load_task_set(
         seen[task.id] = where
         task_set.domains[task.id] = task_domain
     if bad:
-        raise TaskFileError.of_records(str(path), bad)
+        hint = "" if mode_given else _mode_hint(refused, default_mode, validators)
+        raise TaskFileError(str(TaskFileError.of_records(str(path), bad)) + hint)
     if not task_set.total:
         raise TaskFileError(f"{path}: no tasks in file")
     return task_set
@@ -319,6 +325,29 @@ def unsupported_message(task_set: TaskSet) -> str:
     lines += [f"  {item.task.source}: task {item.task.id!r}: {', '.join(item.features)}"
               for item in task_set.unsupported]
     return "\n".join(lines + census_lines(task_set))
+
+
+def _mode_hint(refused: list[Any], default_mode: str | None, validators: Validators) -> str:
+    """The ``--mode`` to give when every refused record, none naming a mode, is a task of
+    another mode (HumanEval's own JSONL read as the default shell tasks), else ""."""
+    if not refused or not all(isinstance(raw, dict) and "mode" not in raw
+                              and raw.get("id", raw.get("task_id")) is not None for raw in refused):
+        return ""  # a record that is no task, or that another --mode would refuse all the same
+
+    def takes(validate: Callable[[Mapping[str, Any]], None], raw: Mapping[str, Any]) -> bool:
+        try:
+            validate({k: v for k, v in raw.items() if k not in _CORE_FIELDS})
+        except Exception:  # noqa: BLE001 - any refusal: not this mode's task
+            return False
+        return True
+
+    # a mode that takes an empty task (gym: every field has a default) says nothing of these
+    fits = [mode for mode, validate in validators.items()
+            if not takes(validate, {}) and all(takes(validate, raw) for raw in refused)]
+    if len(fits) != 1 or fits[0] == default_mode:
+        return ""
+    return (f"\n(no --mode was given, so these were read as {default_mode} tasks; "
+            f"they are {fits[0]} tasks: add --mode {fits[0]})")
 
 
 def _parse_task(raw: Any, where: str, default_mode: str | None, validators: Validators) -> Task:
