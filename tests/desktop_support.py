@@ -121,3 +121,18 @@ class RandomAgent(Agent):
                   "HOTKEY": {"keys": ["shift", self.rng.choice("abc")]},
                   "SCROLL": {"dx": 0, "dy": self.rng.choice([-2, 2])}}[kind]
         return {"action_type": kind, "parameters": params}
+
+
+class ScriptAgent(Agent):
+    """Replays the task's own ``script`` (pyautogui code run in the VM, or WAIT/DONE/FAIL), one
+    action a turn, then DONE: an agent's code as a red team writes it (``--action-space
+    pyautogui``), for the hostile osworld rows."""
+
+    name = "script"
+    task_fields = frozenset({"script"})
+
+    def reset(self, task) -> None:
+        self.actions = list(task.get("script") or [])
+
+    def act(self, observation):
+        return self.actions.pop(0) if self.actions else "DONE"

@@ -271,8 +271,8 @@ def test_a_worker_s_agents_load_the_task_set_for_its_answer_files_once(tmp_path,
     gold.write_text("the answer\n")
     data = gold_task(tmp_path, "gold-once", "the answer", "gold.txt")
     loads = []
-    real = command.load_task_set
-    monkeypatch.setattr(command, "load_task_set", lambda *a, **k: loads.append(a) or real(*a, **k))
+    real = command.task_answer_files  # the one that loads the tasks (envs.registry's)
+    monkeypatch.setattr(command, "task_answer_files", lambda *a, **k: loads.append(a) or real(*a, **k))
     command._answer_files_once.cache_clear()
     config = make_config(mode="osworld", data=str(data), agent="command", agent_cmd=f"{sys.executable} -c pass")
     agents = [CommandAgent(config) for _ in range(3)]

@@ -9,6 +9,8 @@ import tarfile
 
 import pytest
 
+from parallel_rollout.guest.client import GuestClient
+from parallel_rollout.pool.providers.docker import image_tag
 from parallel_rollout.pool.providers.docker_cli import LABEL, docker, image_exists, remove_old_guest_images
 
 #: an image kind of this test's own: the real guest and desktop images are never touched
@@ -59,3 +61,27 @@ def test_an_image_build_keeps_snapshots_committed_from_its_guest(docker_harness,
     assert not image_exists(old), "the earlier build's tag stayed"
     assert not image_exists(untagged), "the untagged earlier build stayed"
     assert image_exists(new)
+
+
+def test_a_snapshot_with_an_entrypoint_and_a_user_of_its_own_boots_the_agent(docker_harness, images_of_test):
+    """An image made FROM the guest with an ENTRYPOINT (a setup script) and a USER of its own:
+    the agent is still the container's command, as root, and the commands run as the VM's uid."""
+    container = f"prt-entry-{os.getpid()}"
+    docker("create", "--name", container, "--network", "none", image_tag())
+    snapshot = f"prt-entry-{os.getpid()}:1"
+    try:
+        docker("commit", "--change", 'ENTRYPOINT ["/bin/sh", "-c", "echo setting up; exec sleep 600"]',
+               "--change", "USER 1000", container, snapshot)
+    finally:
+        docker("rm", "-f", container, check=False)
+    images_of_test.append(snapshot)
+    provider = docker_harness.provider(snapshot_name=snapshot, boot_timeout_s=20.0)
+    info = provider.start("vm0")
+    try:
+        result = GuestClient(info.address).execute("id -u", shell=True)
+        assert result["returncode"] == 0, result
+        assert result["output"].strip() == str(info.private["uid"])
+        info = provider.reset(info)  # the spare, made the same way
+        assert GuestClient(info.address).execute("id -u", shell=True)["returncode"] == 0
+    finally:
+        provider.stop(info)

@@ -76,8 +76,8 @@ from typing import Any
 
 from ..errors import ConfigError, TaskFileError, TaskTimeout
 from ..pool.providers import host_dirs
-from ..envs import get_env, task_validators
-from ..tasks import load_task_set, resolve_data
+from ..envs import task_answer_files
+from ..tasks import resolve_data
 from .base import Agent
 from .command_checks import check_program, exec_failure_hint, shell_syntax_problem
 from .agent_sandbox import SCRATCH, check_sandbox, current_folder, runner_code, within
@@ -312,13 +312,8 @@ def answer_files(config, once: bool = False) -> tuple[str, ...]:
         return ()
 
 
-def _answer_files(mode: str, data: str | None, domain: str | None, index: str | None) -> tuple[str, ...]:
-    env_cls = get_env(mode)
-    if not env_cls.has_answer_files or not data:
-        return ()
-    task_set = load_task_set(data, default_mode=mode, domain=domain,
-                             validators=task_validators(CommandAgent.task_fields), index=index)
-    return tuple(dict.fromkeys(path for task in task_set.tasks for path in env_cls.answer_files(task)))
+def _answer_files(mode: str, data: str | None, domain: str, index: str) -> tuple[str, ...]:
+    return task_answer_files(mode, data, domain, index, also=CommandAgent.task_fields)
 
 
 _answer_files_once = functools.lru_cache(maxsize=4)(_answer_files)  # raises are not kept

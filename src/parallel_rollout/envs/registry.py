@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from ..errors import ConfigError, TaskFileError
 from ..plugins import Registry
+from ..tasks_osworld import DEFAULT_INDEX
 from .base import Env
 
 if TYPE_CHECKING:
@@ -189,3 +190,18 @@ def with_mode_defaults(cfg: "RunConfig") -> "RunConfig":
                           f"{cfg.where('mode')} conflict: leave --mode out, or give --mode osworld")
     turns = get_env(cfg.mode).turn_limit(cfg)
     return cfg if turns == cfg.max_turns else dataclasses.replace(cfg, max_turns=turns)
+
+
+def task_answer_files(mode: str, data: str | None, domain: str = "all", index: str = DEFAULT_INDEX,
+                 also: frozenset[str] = frozenset()) -> tuple[str, ...]:
+    """The local files that hold the answer keys of the tasks of ``data`` (``Env.answer_files``:
+    an OSWorld task's gold file, beside its task file or anywhere its ``cloud_file`` names), by
+    absolute and real path, each once; () for a mode that has none. The tasks load as the
+    runner loads them (``also``: the fields the run's agent reads); a load that fails raises."""
+    from ..tasks import load_task_set
+
+    env_cls = get_env(mode)
+    if not env_cls.has_answer_files or not data:
+        return ()
+    task_set = load_task_set(data, default_mode=mode, domain=domain, validators=task_validators(also), index=index)
+    return tuple(dict.fromkeys(path for task in task_set.tasks for path in env_cls.answer_files(task)))

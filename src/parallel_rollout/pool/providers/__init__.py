@@ -9,9 +9,10 @@ import os
 from typing import Any
 
 from ...config import RunConfig
-from ...errors import TaskFileError
+from ...errors import ConfigError, TaskFileError
 from ...plugins import Registry
 from .base import Provider, ProviderOptions, VMInfo, default_memory_mb
+from .host_dirs import outermost
 
 __all__ = ["Provider", "ProviderOptions", "VMInfo", "default_memory_mb", "get_provider",
            "provider_names", "provider_options"]
@@ -72,14 +73,31 @@ def provider_options(config: RunConfig, provider_cls: Any, vm_envs: list[Any]) -
                            headless=config.headless, boot_timeout_s=config.boot_timeout_s,
                            vm_addresses=config.vm_address, reset_command=config.reset_command,
                            verify_reset=config.verify_reset, spare_vms=config.spare_vms,
-                           hidden_files=_task_files(config), **limits)
+                           hidden_files=hidden_files(config, vm_envs), **limits)
 
 
-def _task_files(config: RunConfig) -> tuple[str, ...]:
-    """The real path of the file (or OSWorld folder) the run's tasks come from, if any."""
+def hidden_files(config: RunConfig, vm_envs: list[Any]) -> tuple[str, ...]:
+    """What no VM may read, by real path, none inside another (``ProviderOptions.hidden_files``):
+    the file (or OSWorld folder) the run's tasks come from, and for a mode whose checks compare
+    against local files (osworld's ``Env.answer_files``) those gold files, wherever the task
+    names them, and the download cache that keeps the gold files behind URLs (made when
+    missing, so that a download mid-run lands in the hidden folder)."""
+    from ...envs import task_answer_files
     from ...tasks import resolve_data
+    from .host_dirs import OSWORLD_CACHE
 
+    found: list[str] = []
     try:
-        return (os.path.realpath(resolve_data(config.data)),) if config.data else ()
-    except (TaskFileError, OSError, ValueError):
-        return ()  # the load says what is wrong with it
+        found += [str(resolve_data(config.data))] if config.data else []
+        for env_cls in [cls for cls in vm_envs if cls.has_answer_files]:
+            found += task_answer_files(env_cls.name or config.mode, config.data, config.domain, config.osworld_index)
+    except (ConfigError, TaskFileError, OSError, ValueError):
+        pass  # the load says what is wrong with it
+    if any(cls.has_answer_files for cls in vm_envs):
+        for cache in dict.fromkeys((OSWORLD_CACHE.path(), OSWORLD_CACHE.default_path())):
+            try:
+                cache.mkdir(parents=True, exist_ok=True)
+            except OSError:
+                pass  # not ours to make: hidden when it exists
+            found.append(str(cache))
+    return tuple(outermost(list(dict.fromkeys(os.path.realpath(path) for path in found))))

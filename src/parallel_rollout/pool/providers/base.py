@@ -62,8 +62,10 @@ class ProviderOptions:
     #: provider's ``default_spares``
     spare_vms: int | None = None
     #: the files the run's tasks are loaded from (``--data``: a named dataset's file too),
-    #: by real path: no VM may read its own check or tests there (the process provider
-    #: masks those its system folders hold: HumanEval's, pip-installed under /usr/local)
+    #: the gold files their checks compare against and OSWorld's download cache, by real path
+    #: (``providers.hidden_files``): no VM may read its own check, tests or gold file there (the
+    #: process provider masks those its system folders hold: HumanEval's, pip-installed under
+    #: /usr/local; an OSWorld install's gold files under /usr/local/share)
     hidden_files: tuple[str, ...] = ()
 
     def memory_limit(self, bounded: bool) -> int | None:

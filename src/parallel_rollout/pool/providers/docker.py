@@ -380,6 +380,9 @@ class DockerProvider(SpareContainers, Provider):
             "--name", name, "--hostname", vm_id[:63],
             *[arg for label in self._labels(vm_id) for arg in ("--label", label)],
             "--network", "none", "--init",
+            # the agent is the container's command, as root (it runs the commands as the VM's
+            # uid): a snapshot image's own ENTRYPOINT or USER would keep it from starting
+            "--entrypoint", "", "--user", "0:0",
             "--tmpfs", f"/tmp:mode=1777,size={TMP_SIZE_MB}m",
             # the agent keeps what running commands as another user takes; they get nothing
             "--cap-drop", "ALL", *[a for cap in AGENT_CAPS for a in ("--cap-add", cap)],

@@ -1,0 +1,85 @@
+"""Hostile agents of the osworld mode: an agent's actions are Python run in the desktop VM
+(``--action-space pyautogui``), and its score comes from getters that read the VM and from
+gold files the host holds. Each row is a task whose check passes only if the attack on the
+check worked (``desktop_support.ScriptAgent`` replays the task's ``script``); an honest task
+beside them must still pass."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from conftest import assert_exactly_once, write_tasks
+from desktop_support import HEIGHT, WIDTH
+from parallel_rollout.config import build_config
+from parallel_rollout.envs.osworld import downloads
+from parallel_rollout.runner import Runner
+
+pytestmark = pytest.mark.skipif(
+    not all(shutil.which(p) for p in ("bwrap", "Xvfb", "openbox", "xterm", "dbus-daemon", "xdotool")),
+    reason="the desktop packages are missing (./dev installs them)")
+
+IS_ROOT = os.geteuid() == 0
+
+
+def copy_to_answer(pattern: str) -> str:
+    """An action that copies the first file matching ``pattern`` to ~/answer.txt."""
+    return ("import glob, os, shutil; "
+            f"shutil.copyfile(sorted(glob.glob({pattern!r}))[0], os.path.expanduser('~/answer.txt'))")
+
+
+def gold_task(task_id: str, gold: str, script: list[str]) -> dict:
+    """A task graded by comparing ~/answer.txt with the gold file ``gold`` (a path, a URL)."""
+    return {"id": task_id, "mode": "osworld", "instruction": "write the secret word to ~/answer.txt",
+            "config": [], "script": script,
+            "evaluator": {"func": "compare_text_file",
+                          "result": {"type": "vm_file", "path": "/home/user/answer.txt", "dest": "answer.txt"},
+                          "expected": {"type": "cloud_file", "path": gold, "dest": "gold.txt"}}}
+
+
+def run(tmp_path, tasks: list[dict], run_id: str):
+    data = write_tasks(tmp_path / "tasks.jsonl", tasks)
+    config = build_config(dict(mode="osworld", data=str(data), agent="desktop_support:ScriptAgent",
+                               num_rollouts=2, num_vms=1, use_vm_pool=True, output_dir=str(tmp_path / "out"),
+                               run_id=run_id, progress=False, screen_width=WIDTH, screen_height=HEIGHT,
+                               action_space="pyautogui", max_turns=3, max_retries=0))
+    outcome = Runner(config).run()
+    return assert_exactly_once(outcome.run_dir, {f"{t['id']}#0" for t in tasks}), outcome
+
+
+@pytest.mark.skipif(not IS_ROOT, reason="writes gold files under the host's /usr, as a shared OSWorld install is")
+def test_gold_files_in_a_system_folder_are_not_the_agents_to_read(tmp_path, monkeypatch):
+    """The process sandbox binds the host's system folders read-only: an OSWorld checkout or
+    its gold files kept there (/usr/local/share), and the download cache when
+    $PARALLEL_ROLLOUT_OSWORLD_CACHE names a folder there, were read by the agent's code,
+    which copied the gold file to where the check looks and scored 1. Each is an empty file
+    (folder) in the VM now; the host's getters still read them, so an honest task passes."""
+    top = "/usr/local/share" if os.path.isdir("/usr/local/share") else "/usr/share"
+    folder = Path(tempfile.mkdtemp(prefix="pr-hostile-gold-", dir=top))
+    try:
+        folder.chmod(0o755)  # as an install's folders are: every user reads them
+        (folder / "gold.txt").write_text("pr-gold-4217\n")
+        (folder / "honest.txt").write_text("pr-honest\n")
+        monkeypatch.setenv(downloads.CACHE_ENV, str(folder / "cache"))
+        url = "https://files.invalid/pr-cached-gold.txt"
+        cached = downloads.cache_path(url)
+        cached.parent.mkdir(parents=True)
+        cached.write_text("pr-gold-cached-77\n")
+        for path in [folder / "cache", *(folder / "cache").rglob("*")]:
+            path.chmod(0o755 if path.is_dir() else 0o644)
+        tasks = [gold_task("read_the_gold_file", str(folder / "gold.txt"), [copy_to_answer(str(folder / "gold.txt"))]),
+                 gold_task("read_the_download_cache", url,
+                           [copy_to_answer(f"{folder}/cache/urls/*/pr-cached-gold.txt")]),
+                 gold_task("honest", str(folder / "honest.txt"),
+                           ["open(__import__('os').path.expanduser('~/answer.txt'), 'w').write('pr-honest\\n')"])]
+        finals, outcome = run(tmp_path, tasks, "gold")
+    finally:
+        shutil.rmtree(folder)
+    assert finals["honest#0"]["status"] == "success", finals["honest#0"]
+    for key in ("read_the_gold_file#0", "read_the_download_cache#0"):
+        assert finals[key]["reward"] == 0.0, finals[key]
+    assert outcome.exit_code == 0, outcome.message
