@@ -116,6 +116,24 @@ def test_a_weight_update_is_neither_model_nor_env_time(tmp_path, llm_server, sch
         assert 0 < t.record["env_s"] < 0.5
 
 
+def test_completion_tokens_of_a_server_that_sends_no_token_ids_are_its_usage(tmp_path, llm_server, schedulers):
+    """An OpenAI-compatible server that streams usage but no token ids: the completion tokens
+    are what its usage says. They were counted 0 under a scheduler (tokens/completion 0,
+    every record's usage 0), where the prompt tokens were taken from the same usage."""
+    server = llm_server(policy=lambda body: {"reply": "<answer>Right</answer>",
+                                             "usage": {"prompt_tokens": 11, "completion_tokens": 4}})
+    train = schedulers(rl_config(tmp_path, server, num_rollouts=1, envs_per_worker=2),
+                       EnvManagerConfig(group_size=2, tags=["tiny"],
+                                        task_sets=lake_set(tmp_path, count=1, name="tiny", desc=TINY, max_steps=3)))
+    batch = train.get_batch(batch_size=2, step=0)
+    for trajectory in batch:
+        turns = len(trajectory.turns)
+        assert turns == 2 and "token_ids" not in trajectory.turns[0]  # SFG: Right twice; no ids sent
+        usage = trajectory.record["usage"]
+        assert (usage["prompt_tokens"], usage["completion_tokens"]) == (11 * turns, 4 * turns), usage
+    assert train.metrics()["tokens/completion"] == 4 * 4
+
+
 def test_failed_members_are_counted_by_their_reason(tmp_path, llm_server, schedulers):
     answered = iter(range(1_000_000))
 

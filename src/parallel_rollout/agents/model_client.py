@@ -376,7 +376,7 @@ class ModelClient:
             if isinstance(raw, streaming.Partial):  # streamed through the policy gate
                 text, info = self.wire.streamed_reply(raw)
                 usage = {"prompt_tokens": raw.prompt_tokens,
-                         "completion_tokens": len(raw.token_ids) if raw.has_token_ids else 0}
+                         "completion_tokens": len(raw.token_ids) if raw.has_token_ids else raw.completion_tokens}
                 if raw.requests > 1:
                     info.update(versions=raw.versions, partial=True)
                     if not self.wire.sends_ids:  # in chat the server re-tokenized the partial text

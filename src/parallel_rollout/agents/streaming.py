@@ -118,6 +118,9 @@ class Partial:
     #: (token index, text index, the prompt ids the server reported) of each continuation whose
     #: prompt was not the previous prompt + the ids sampled since: the server re-tokenized the text
     retokenized: list[tuple[int, int, list[int]]] = field(default_factory=list)
+    #: completion tokens the server counted (its usage chunk), over its requests: the reply's
+    #: length from a server that sends no token ids
+    completion_tokens: int = 0
 
     def _retokenized_by(self, reply: "StreamedReply") -> list[tuple[int, int, list[int]]]:
         """Where ``reply``, continuing this partial, started from a prompt of the server's own
@@ -140,7 +143,8 @@ class Partial:
                        self.prompt_tokens + reply.usage.get("prompt_tokens", 0),
                        self.oldest if not (reply.text or reply.token_ids)
                        else version if self.oldest is None else min(self.oldest, version),
-                       reply.whole_tool_calls() or self.tool_calls, self.retokenized + self._retokenized_by(reply))
+                       reply.whole_tool_calls() or self.tool_calls, self.retokenized + self._retokenized_by(reply),
+                       self.completion_tokens + reply.usage.get("completion_tokens", 0))
 
 
 @dataclass
