@@ -3,9 +3,9 @@
 HumanEval's own check runs ``prompt + completion``: the functions a prompt gives
 (HumanEval/10's ``is_palindrome``, /32's ``poly``, /38's ``encode_cyclic``, /50's
 ``encode_shift``) are there for the answer to call. A chat model answers with the whole
-function, often with prose, a shell block before the code, a helper in a block of its own or
-an indented fence in a list: each such correct answer must pass, as the package's check
-passes it.
+function, often with prose (around a fenced block, or around the bare code), a shell block
+before the code, a helper in a block of its own or an indented fence in a list: each such
+correct answer must pass, as the package's check passes it.
 """
 
 from __future__ import annotations
@@ -47,6 +47,8 @@ STYLES = [
                                           f"Then:\n```python\n{_signature(p)}\n    _noop()\n{p['canonical_solution']}```\n"
                                           "Usage:\n```python\nprint(_noop())\n```"),
     ("fence in a list item", lambda p: f"1. The code:\n   ```python\n{_indented(_whole(p))}\n   ```\n2. Done."),
+    ("no fence, prose around", lambda p: f"Here is the completed function:\n\n{_whole(p)}\n"
+                                          f"It returns what the docstring asks for, e.g. {p['entry_point']}(…)."),
     ("a draft in <think>", lambda p: f"<think>\n```python\ndef {p['entry_point']}(*args):\n    return None\n```\n"
                                       f"</think>\n```python\n{_whole(p)}```"),
 ]

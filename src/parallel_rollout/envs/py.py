@@ -75,6 +75,33 @@ def _top_level(source: str, entry_point: str | None, kinds: tuple[type, ...] = (
     return kept
 
 
+#: a line that starts top-level code: an import, a decorator, a definition
+_CODE_START = re.compile(r"(import|from)\s+\w|@\w|(async\s+)?def\s+\w|class\s+\w")
+
+
+def _code_in_prose(answer: str, entry_point: str | None) -> str | None:
+    """The function an unfenced reply writes between sentences ("Here is the function:",
+    the code, "This works because …"): the longest stretch of lines that is Python, from
+    the imports and definitions just before ``def entry_point(`` through it; None when the
+    reply is Python as it is, or holds no such definition."""
+    if not entry_point or _top_level(answer, None) is not None:
+        return None
+    lines = answer.splitlines()
+    at = next((i for i, line in enumerate(lines)
+               if re.match(rf"(async\s+)?def\s+{re.escape(entry_point)}\s*\(", line)), None)
+    if at is None:
+        return None
+    start = at  # back over the code before it: definitions and their indented bodies
+    while start > 0 and (_CODE_START.match(lines[start - 1]) or lines[start - 1][:1] in ("", " ", "\t")):
+        start -= 1
+    for first in [i for i in range(start, at + 1) if _CODE_START.match(lines[i])]:
+        for end in range(len(lines), at, -1):
+            code = "\n".join(lines[first:end]).strip("\n") + "\n"
+            if _top_level(code, None) is not None:
+                return code
+    return None
+
+
 def extract_code(answer: str, entry_point: str | None = None) -> str:
     """The code of an answer. Its fenced Python blocks (```python, ```py or a bare fence;
     a ```bash or ```text block is no code of the answer): the one that defines
@@ -86,7 +113,7 @@ def extract_code(answer: str, entry_point: str | None = None) -> str:
         answer = answer.rsplit("</think>", 1)[1]
     blocks = [body + "\n" for tag, body in fenced_blocks(answer) if tag.split(" ")[0] in _PYTHON_TAGS]
     if not blocks:
-        return answer
+        return _code_in_prose(answer, entry_point) or answer
     chosen = next((b for b in blocks if entry_point and _defines(b, entry_point)), blocks[0])
     helpers = [part for b in blocks if b is not chosen for part in _top_level(b, entry_point, _DEFINITIONS) or []]
     return "\n\n".join(helpers + [chosen])
