@@ -18,7 +18,7 @@ import sys
 
 import pytest
 
-from conftest import shell_task, write_tasks
+from conftest import shell_task, small_tmpfs, write_tasks
 from llm_server import llm_server  # noqa: F401 - fixture
 from parallel_rollout.exit_codes import EXIT_USAGE
 
@@ -210,3 +210,24 @@ def test_a_run_checks_min_free_disk_at_start_as_the_dry_run_does(tmp_path):
     # the same words (the MB free may move between the two: the disk is shared)
     message = re.search(r"disk: (.*MB \(min_free_disk_mb\).*)", dry.stderr).group(1)
     assert re.sub(r"has \d+ MB", "has N MB", message) in re.sub(r"has \d+ MB", "has N MB", done.stderr)
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
+def test_a_read_only_output_dir_fails_the_dry_run_as_it_fails_the_run(tmp_path):
+    """--output-dir on a read-only mount: the run exits 2 ('cannot make the run folder'), and
+    --dry-run said 'preflight passed … a new run folder' of it; it now names the folder."""
+    with small_tmpfs(tmp_path / "ro", "1m") as ro:
+        subprocess.run(["mount", "-o", "remount,ro", str(ro)], check=True)
+        config = tmp_path / "run.toml"
+        config.write_text("min-free-disk-mb = 0\n")  # the tmpfs is small: the disk is not the point
+        out = ro / "out"
+        argv = [sys.executable, "-m", "parallel_rollout.cli", "run", "--mode", "shell", "--data",
+                str(write_tasks(tmp_path / "tasks.jsonl", [shell_task("t0")])), "--config", str(config),
+                "--output-dir", str(out), "--no-progress"]
+        run = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+        assert run.returncode == EXIT_USAGE and "Read-only file system" in run.stderr, run.stderr
+        dry = subprocess.run([*argv, "--dry-run"], capture_output=True, text=True, timeout=120)
+        assert dry.returncode == EXIT_USAGE, dry.stderr
+        assert (f"--output-dir {out}: cannot write the run folder {out}/" in dry.stderr
+                and f"the folder {ro} is not writable (Read-only file system)" in dry.stderr), dry.stderr
+        assert "preflight passed" not in dry.stderr

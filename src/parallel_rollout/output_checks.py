@@ -19,9 +19,10 @@ from .errors import ConfigError
 log = logging.getLogger(__name__)
 
 
-def check_writable_folder(flag: str, path: str) -> None:
+def check_writable_folder(flag: str, path: str, said: str = "") -> None:
     """ConfigError unless the file ``path`` can be written: its folder, or the nearest one
-    that exists (the writer makes the rest), is a folder this process may write in."""
+    that exists (the writer makes the rest), is a folder this process may write in. The
+    message starts with ``said`` when given, else with the flag and the path."""
     where = Path(path).absolute().parent
     while not where.exists() and where != where.parent:
         where = where.parent
@@ -32,7 +33,16 @@ def check_writable_folder(flag: str, path: str) -> None:
         os.close(fd)
         os.unlink(probe)
     except OSError as exc:
-        raise ConfigError(f"{flag} {path}: the folder {where} is not writable ({exc.strerror})") from None
+        raise ConfigError(f"{said or f'{flag} {path}'}: the folder {where} is not writable "
+                          f"({exc.strerror})") from None
+
+
+def check_run_folder_writable(output_dir: str, run_dir: Path) -> None:
+    """ConfigError unless this process can make ``run_dir`` and write in it (not on a
+    read-only mount, nor in a folder it may not write in): ``--dry-run`` finds what opening
+    the run folder would."""
+    check_writable_folder("--output-dir", str(run_dir / "results.jsonl"),
+                          f"--output-dir {output_dir}: cannot write the run folder {run_dir}")
 
 
 def check_free_disk(output_dir: str, min_free_disk_mb: int) -> str:

@@ -41,7 +41,7 @@ from .envs.registry import answer_like_warnings
 from .errors import ConfigError, TaskFileError, handled_stop_signals, raise_interrupted
 from .logs import PipeSafeStream, run_log_handler
 from .messages import Assignment
-from .output_checks import check_free_disk, check_writable_folder
+from .output_checks import check_free_disk, check_run_folder_writable, check_writable_folder
 from .plugins import plugin_call
 from .pool.providers import get_provider
 from .pool.providers.common import check_name
@@ -285,6 +285,7 @@ class Runner:
         checks the run would make on opening it; ConfigError for what it would refuse."""
         if self.run_dir.exists() and not self.run_dir.is_dir():
             raise ConfigError(f"--output-dir {self.config.output_dir}: {self.run_dir} is a file, not a folder")
+        check_run_folder_writable(self.config.output_dir, self.run_dir)  # as opening it would
         self._check_resume()
         results_path = self.run_dir / "results.jsonl"
         if not results_path.exists():
