@@ -15,6 +15,7 @@ import pytest
 
 from conftest import ROOT, assert_exactly_once, read_results, shell_task, write_tasks
 from parallel_rollout.config import build_config
+from parallel_rollout.run_end import format_summary
 from parallel_rollout.runner import Runner
 
 #: fault -> (provider, final status of the chaos task, whether it was retried, event to find)
@@ -81,6 +82,9 @@ def test_crash_table(tmp_path, monkeypatch, fault):
         assert "killed from outside" in failure["message"] and "SIGKILL" in failure["message"], failure
         assert any(e.get("to") == "dead" and "killed from outside" in e.get("reason", "") for e in events)
         assert outcome.summary["vm"]["restarts"] >= 1 and outcome.summary["vm"]["replacements"] == 0
+        # the summary's line says the VM was restarted, not "1 died, 0 replaced"
+        restarts = outcome.summary["vm"]["restarts"]
+        assert f"died, {restarts} restarted from the snapshot, 0 replaced" in format_summary(outcome.summary, outcome.run_dir)
     if fault in ("nan_result", "unencodable_result"):
         assert finals["t3#0"]["failure"]["type"] == "UnstorableResult"
         assert "field 'usage'" in finals["t3#0"]["failure"]["message"]

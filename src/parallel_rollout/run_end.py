@@ -164,7 +164,10 @@ def format_summary(summary: dict[str, Any], run_dir: Any) -> str:
                      f"{vm.get('resets', 0)} resets"
                      + (f" ({vm['released_not_reset']} released, not reset)" if vm.get("released_not_reset") else "")
                      + f", {vm.get('marked_dead', 0)} died, "
-                     f"{vm.get('replacements', 0)} replaced")
+                     # a VM that broke under a task, or was killed from outside, restarts from
+                     # its snapshot; only a replacement spends the budget
+                     + (f"{vm['restarts']} restarted from the snapshot, " if vm.get("restarts") else "")
+                     + f"{vm.get('replacements', 0)} replaced")
     lines.append(f"results: {run_dir}/")
     return "\n".join(lines)
 
