@@ -7,6 +7,7 @@ takes one final answer out of it and grades it against the task's answer::
     reply ─► extract: the last \\boxed{…}/\\fbox{…} (nested braces; "\\boxed 5" too)
                     ─► else the last "Answer:" / "Final answer:" / "answer is" line
                     ─► else the whole reply when it is one short formula
+                    ─► else the formula in $…$ (or \\(…\\)) that holds the last number
                     ─► else the last number in the reply
           ─► grade:  math-verify parse(answer), parse(extracted), verify(gold, pred)
                      in a grader process with a deadline  ─► reward 1.0 / 0.0 + details
@@ -45,6 +46,8 @@ _ANSWER_LINE = re.compile(r"(?:final\s+answer|answer)\s*(?:\*\*)?\s*(?::|is\b)\s
                           re.IGNORECASE | re.MULTILINE)
 # A sign counts only when it is not a binary minus ("3-5" ends in 5, not -5).
 _NUMBER = re.compile(r"(?:(?<![\w)\]}])-)?\d+(?:,\d{3})*(?:\.\d+)?(?:\s*/\s*\d+(?:\.\d+)?)?")
+#: a formula in math delimiters: $$…$$, $…$, \\(…\\), \\[…\\]
+_MATH = re.compile(r"\$\$(.+?)\$\$|\$(.+?)\$|\\\((.+?)\\\)|\\\[(.+?)\\\]", re.DOTALL)
 _WORD = re.compile(r"(?<![\\A-Za-z])[A-Za-z]{2,}")
 #: words a bare formula may contain without being prose
 _FORMULA_WORDS = frozenset({"sqrt", "pi", "inf", "infty", "oo", "sin", "cos", "tan", "cot", "sec", "csc",
@@ -113,6 +116,20 @@ def _last_number(text: str) -> str | None:
     return re.sub(r"\s+", "", numbers[-1]).replace(",", "") if numbers else None
 
 
+def _formula_of_last_number(text: str) -> str | None:
+    """The formula in math delimiters that holds the reply's last number, when it is one
+    ("The probability is $\\frac{1}{2}$.": ``\\frac{1}{2}``, not its last number 2)."""
+    numbers = list(_NUMBER.finditer(text))
+    if not numbers:
+        return None
+    at = numbers[-1].start()
+    for found in _MATH.finditer(text):
+        inner = next(group for group in found.groups() if group is not None)
+        if found.start() < at < found.end() and _is_formula(inner.strip()):
+            return inner.strip()
+    return None
+
+
 def extract_answer(reply: str) -> tuple[str | None, str | None]:
     """(final answer, how it was found) from a reply; (None, None) when it has none."""
     boxed = _last_boxed(reply)
@@ -121,13 +138,17 @@ def extract_answer(reply: str) -> tuple[str | None, str | None]:
     lines = [m.group(1) for m in _ANSWER_LINE.finditer(reply) if _unwrap(m.group(1))]
     if lines:
         fragment = _unwrap(lines[-1])
-        # "Answer: the width is 12 cm" — prose on the answer line: keep its number.
+        # "Answer: the width is 12 cm" — prose on the answer line: keep its number (or the
+        # formula that holds it: "Answer: the probability is $\frac{1}{2}$")
         if not _is_formula(fragment) and _last_number(fragment) is not None:
-            return _last_number(fragment), "answer_line"
+            return _formula_of_last_number(fragment) or _last_number(fragment), "answer_line"
         return fragment, "answer_line"
     whole = _unwrap(reply)
     if _is_formula(whole):
         return whole, "formula"
+    formula = _formula_of_last_number(reply)
+    if formula is not None:
+        return formula, "last_formula"
     number = _last_number(reply)
     if number is not None:
         return number, "last_number"
