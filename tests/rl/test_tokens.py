@@ -375,6 +375,35 @@ def test_a_template_that_writes_the_last_reply_apart_still_extends_the_history(t
         "B B<|im_end|>\n<|im_start|>user\nu3<|im_end|>\n<|im_start|>assistant\n")
 
 
+def test_tokenizer_chat_refuses_messages_that_do_not_extend_the_conversation_sent(tmp_path, tokenizer_dir):
+    """With tokenizer=, chat() tokenizes only the messages after those already sent and the
+    last reply: an agent that asked the same question again, or sent a shortened conversation,
+    had a prompt of the history with its reply and nothing new sent in its place (the model
+    asked to continue after its own reply), silently. Now a ValueError before anything is sent."""
+    from parallel_rollout.agents import ModelClient
+    from parallel_rollout.config import RunConfig
+
+    model = TokenModel(tokenizer_dir, three_rights)
+    server = LLMServer(policy=model).start()
+    try:
+        client = ModelClient(RunConfig(mode="gym", agent="openai", base_url=server.url, model="m",
+                                       tokenizer=str(tokenizer_dir)))
+        first = [{"role": "system", "content": "s"}, {"role": "user", "content": "u1"}]
+        reply = client.chat(first)
+        for messages, why in ((first, "message 2 is not the last reply as an assistant message"),
+                              ([first[0], {"role": "user", "content": "u2"}], "message 1 is not the one sent before"),
+                              (first + [{"role": "assistant", "content": reply.text}], "nothing new follows")):
+            with pytest.raises(ValueError, match=f"chat\\(\\) takes the whole conversation so far.*{why}"):
+                client.chat(messages)
+        assert len(server.requests) == 1  # nothing was sent for them
+        again = client.chat(first + [{"role": "assistant", "content": reply.text}, {"role": "user", "content": "u2"}])
+        assert again.prompt_token_ids[:len(reply.prompt_token_ids) + len(reply.token_ids)] == \
+            reply.prompt_token_ids + reply.token_ids
+        assert model.tokenizer.decode(again.prompt_token_ids, skip_special_tokens=False).endswith("u2<|im_end|>\n<|im_start|>assistant\n")
+    finally:
+        server.stop()
+
+
 def test_a_template_that_writes_the_last_reply_apart_gives_one_segment(tmp_path, tokenizer_dir):
     """The same template through a scheduler: the episode plays to the goal on token ids, one
     segment of exactly what the server saw and sampled."""

@@ -79,8 +79,11 @@ class Wire:
         self._sampled: list[int] = []
         #: the turn's prompt ids and message count (None: an agent's own ids, no history)
         self._pending: tuple[list[int], int | None] = ([], 0)
-        #: messages of the conversation already in the history
+        #: messages of the conversation already in the history (the reply the agent appends
+        #: included), and those sent, as they were (``_check_extends``)
         self._tokenized = 0
+        self._sent: list[dict[str, Any]] = []
+        self._pending_sent: list[dict[str, Any]] = []
         #: whether the turn under way sends token ids (tokenizer=, or ``prepare_ids``)
         self.sends_ids = False
         #: whether the server reported other prompt ids than were sent (logged once)
@@ -103,7 +106,7 @@ class Wire:
             from .tokens import ChatTokenizer
 
             self.tokenizer = ChatTokenizer(self._folder)
-        self._history, self._sampled, self._tokenized = [], [], 0
+        self._history, self._sampled, self._tokenized, self._sent = [], [], 0, []
 
     def prepare(self, request: dict[str, Any]) -> dict[str, Any]:
         """The request to send for a chat request (``model``, ``messages``, sampling); made
@@ -114,6 +117,7 @@ class Wire:
             return request
         request = dict(request)
         messages = request.pop("messages")
+        self._check_extends(messages)
         new = messages[self._tokenized:]
         for message in new:
             if not isinstance(message.get("content"), str):
@@ -124,9 +128,32 @@ class Wire:
             prompt = self._history + self.tokenizer.continuation(self._sampled, new)
         else:
             prompt = self.tokenizer.first_prompt(new)
-        self._pending = (prompt, len(messages))
+        self._pending, self._pending_sent = (prompt, len(messages)), [dict(m) for m in messages]
         request["prompt"] = prompt
         return self._bounded(request, prompt)
+
+    def _check_extends(self, messages: list[dict[str, Any]]) -> None:
+        """ValueError unless ``messages`` are the conversation already sent, then the last reply
+        as an assistant message, then at least one new message: only those are tokenized, after
+        the history the model saw, so anything else (a conversation shortened or edited, the
+        same one asked again) would be silently sent as something the agent did not ask."""
+        if not self._history:
+            return
+        reply = self._tokenized - 1
+        if messages[:reply] != self._sent:
+            where = next((k for k, (a, b) in enumerate(zip(messages, self._sent)) if a != b), len(messages))
+            why = f"message {where} is not the one sent before"
+        elif len(messages) <= reply or messages[reply].get("role") != "assistant":
+            why = f"message {reply} is not the last reply as an assistant message"
+        elif len(messages) == self._tokenized:
+            why = "nothing new follows the last reply"
+        else:
+            return
+        raise ValueError(f"tokenizer=: chat() takes the whole conversation so far, the last reply appended as an "
+                         f"assistant message, then what is new ({len(self._sent)} message(s) sent, then the reply); "
+                         f"got {len(messages)} message(s): {why}. Token in, token out keeps the token history the "
+                         "model saw and tokenizes only what is new; for a prompt of your own call generate() with "
+                         "its token ids")
 
     def prepare_ids(self, request: dict[str, Any]) -> dict[str, Any]:
         """The request for an agent's own token ids (``request["prompt"]``): sent as they are,
@@ -236,6 +263,7 @@ class Wire:
         self._sampled = list(info["token_ids"])
         self._history = prompt + self._sampled
         self._tokenized = count + 1  # the agent appends the reply as the next message
+        self._sent = self._pending_sent
 
 
     def context_full(self) -> bool:
