@@ -288,6 +288,31 @@ def test_a_stale_image_asks_for_a_rebuild(image, monkeypatch):
         QemuProvider("r")
 
 
+def test_a_damaged_image_is_refused_at_once_and_image_build_rebuilds_it(image, tmp_path, monkeypatch):
+    """A base.qcow2 cut short (an interrupted copy, a disk that filled up): every guest panicked
+    at boot, the pool spent its budget on boots of ~45 s each and the run ended on a kernel
+    stack trace, while image build called the image current. Now refused before anything
+    boots, naming the file, and image build rebuilds it."""
+    cache = tmp_path / "cache"
+    shutil.copytree(image, cache / "qemu", ignore=shutil.ignore_patterns(".build*"))
+    monkeypatch.setenv("PARALLEL_ROLLOUT_CACHE", str(cache))
+    QemuProvider("r")  # the copy is whole
+    os.truncate(cache / "qemu" / "base.qcow2", 10 * 2**20)
+    with pytest.raises(ProviderUnavailable, match=r"qemu guest image in .*/cache/qemu is damaged \(base.qcow2 has "
+                       r"10485760 bytes, built with \d+\); rebuild it with: parallel-rollout image build --provider qemu$"):
+        QemuProvider("r")
+
+    class Building(Exception):
+        pass
+
+    def building(*args, **kwargs):
+        raise Building()
+
+    monkeypatch.setattr(qemu_image, "_fetch_packages", building)  # the build's first step
+    with pytest.raises(Building):
+        QemuProvider.build_image(log=lambda line: None)
+
+
 def test_the_shims_and_wrappers_go_into_images_and_a_changed_shim_makes_them_stale(tmp_path, monkeypatch):
     # guest/shim/bin (OSWorld's sudo, vlc, thunderbird) is part of the guest package images hold
     files = images.guest_files()

@@ -98,7 +98,7 @@ from ...errors import ConfigError, GuestUnreachable, ProviderUnavailable, VMErro
 from . import host_dirs, qemu_image, verify
 from .base import Provider, ProviderOptions, VMInfo
 # The image build lives in its own module; these are what booting and tests use of it.
-from .qemu_image import (GUEST_PORT, IMAGE_FILES, QEMU_IMG, image_dir, image_format,
+from .qemu_image import (GUEST_PORT, IMAGE_FILES, QEMU_IMG, damaged_files, image_dir, image_format,
                          image_inputs, read_bytes, read_json, run)
 # Shared with the process provider: same labelling, same pid checks, same launcher thread.
 from .common import (LONG_VM_ID, check_name, check_vm_folder_free, checked_socket, create_time, exit_status,
@@ -386,6 +386,10 @@ def _check_image(desktop: bool) -> None:
         raise ProviderUnavailable(
             f"the qemu guest image in {where} was built from another guest agent or "
             f"recipe; rebuild it with: {command}")
+    damaged = damaged_files(where, manifest)
+    if damaged:  # its guests would panic at boot, or hang, until the boot timeout
+        raise ProviderUnavailable(f"the qemu guest image in {where} is damaged ({'; '.join(damaged)}); "
+                                  f"rebuild it with: {command}")
 
 
 # ----------------------------------------------------------------------- processes

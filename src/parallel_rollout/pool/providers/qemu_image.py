@@ -265,6 +265,21 @@ def guest_seccomp() -> bytes:
 IMAGE_FILES = ("vmlinuz", "initrd.img", "base.qcow2")
 
 
+def damaged_files(where: Path, manifest: dict) -> list[str]:
+    """The image files in ``where`` that are missing or not the size the build recorded in
+    ``manifest`` (a truncated copy, a disk that filled up): each as a phrase naming it."""
+    found, sizes = [], manifest.get("sizes") or {}  # an image.json of old records none
+    for name in IMAGE_FILES:
+        try:
+            actual = (where / name).stat().st_size
+        except OSError:
+            found.append(f"{name} is missing")
+            continue
+        if name in sizes and actual != sizes[name]:
+            found.append(f"{name} has {actual} bytes, built with {sizes[name]}")
+    return found
+
+
 def read_json(path: Path) -> dict | None:
     """The JSON object in ``path``; None when it is missing, unreadable or not an object."""
     try:
@@ -314,7 +329,7 @@ def build_image(force: bool, log: Callable[[str], None], desktop: bool = False) 
         fcntl.flock(lock, fcntl.LOCK_EX)  # two builds at once: the second finds the first's
         manifest = read_json(out / "image.json")
         if (not force and manifest and manifest.get("inputs") == image_inputs(desktop)
-                and all((out / n).is_file() for n in IMAGE_FILES)):
+                and all((out / n).is_file() for n in IMAGE_FILES) and not damaged_files(out, manifest)):
             log(f"[image] qemu image is current: {out} (built {manifest.get('built')}); "
                 "--force rebuilds it")
             return str(out / "base.qcow2")
