@@ -45,15 +45,17 @@ class TakingTurns:
                 raise RolloutError(f"get_batch on scheduler {self.name!r} was called from inside a get_batch of "
                                    "the same thread (a task source or group filter calling back?): it could "
                                    "never run")
-            while self._caller is not None:
-                if deadline is not None and time.monotonic() >= deadline:
-                    raise BatchTimeout(f"get_batch timed out after {timeout:g}s waiting for the get_batch another "
-                                       f"thread is making on scheduler {self.name!r} (calls take turns)")
-                self._wait()
-            self._caller, self._called_at = me, called_at
-        try:
+        try:  # the turn is given back whatever ends the call, a Ctrl-C included
+            with self._cond:
+                while self._caller is not None:
+                    if deadline is not None and time.monotonic() >= deadline:
+                        raise BatchTimeout(f"get_batch timed out after {timeout:g}s waiting for the get_batch "
+                                           f"another thread is making on scheduler {self.name!r} (calls take turns)")
+                    self._wait()
+                self._caller, self._called_at = me, called_at
             yield
         finally:
             with self._cond:
-                self._caller = self._called_at = None
-                self._cond.notify_all()
+                if self._caller == me:
+                    self._caller = self._called_at = None
+                    self._cond.notify_all()
