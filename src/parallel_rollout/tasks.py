@@ -23,6 +23,7 @@ import difflib
 import gzip
 import hashlib
 import importlib
+import json
 import re
 import zlib
 from dataclasses import dataclass, field
@@ -201,7 +202,10 @@ def _records(path: Path) -> Iterable[tuple[int, Any]]:
         lineno = raw[: exc.start].count(b"\n") + 1
         raise TaskFileError(f"{path}:{lineno}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     if _kind(path) == ".json":
-        data = parse_json(text, path, 1)
+        try:
+            data = parse_json(text, path, 1)
+        except TaskFileError as exc:
+            raise TaskFileError(str(exc) + _format_hint(text, ".json")) from None
         if isinstance(data, dict) and "tasks" in data:
             data = data["tasks"]
         if not isinstance(data, list):
@@ -213,13 +217,41 @@ def _records(path: Path) -> Iterable[tuple[int, Any]]:
     # Split on "\n" only: str.splitlines() also breaks on U+2028, U+0085 …, which JSON
     # allows raw inside strings, and would cut a record in two and shift line numbers.
     # A line that is no JSON is yielded as its error: the load goes on, to name every bad line.
+    hinted = False
     for lineno, line in enumerate(text.split("\n"), start=1):
         if not line.strip():
             continue
         try:
             yield lineno, parse_json(line, path, lineno)
         except TaskFileError as exc:
+            hint = "" if hinted else _format_hint(text, ".jsonl")
+            if hint:  # one document over many lines: one error, not one per line
+                raise TaskFileError(f"{path}{hint}") from None
+            hinted = True
             yield lineno, exc
+
+
+def _format_hint(text: str, kind: str) -> str:
+    """Why a file fails as ``kind`` when it is the other kind of task file: JSON lines in a
+    .json file, one pretty-printed document in a .jsonl file; "" otherwise."""
+    lines = [line for line in text.split("\n") if line.strip()]
+    if kind == ".json":
+        try:
+            objects = len(lines) > 1 and all(isinstance(json.loads(line), dict) for line in lines)
+        except ValueError:
+            objects = False
+        return "; the file holds one JSON object per line (JSON lines): name it .jsonl" if objects else ""
+    try:  # a document that spans lines: its first line alone is no JSON, the whole text is
+        json.loads(lines[0])
+        return ""
+    except ValueError:
+        pass
+    try:
+        json.loads(text)
+    except ValueError:
+        return ""
+    return (f": one JSON document over {len(lines)} lines, not one task object per line (JSON lines): "
+            "name it .json, or write each task on a line of its own")
 
 
 def load_tasks(
