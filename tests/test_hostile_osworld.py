@@ -83,3 +83,27 @@ def test_gold_files_in_a_system_folder_are_not_the_agents_to_read(tmp_path, monk
     for key in ("read_the_gold_file#0", "read_the_download_cache#0"):
         assert finals[key]["reward"] == 0.0, finals[key]
     assert outcome.exit_code == 0, outcome.message
+
+
+def command_task(task_id: str, script: list[str], command: str, **evaluator) -> dict:
+    """A task graded by a command the getter runs in the VM, whose output must be 'yes'."""
+    return {"id": task_id, "mode": "osworld", "instruction": "count the files and write the count to ~/count.txt",
+            "config": [], "script": script,
+            "evaluator": {"func": "exact_match", "result": {"type": "vm_command_line", "command": command, "shell": True},
+                          "expected": {"type": "rule", "rules": {"expected": "yes\n"}}, **evaluator}}
+
+
+def test_a_command_check_does_not_run_over_a_link_into_proc(tmp_path):
+    """A getter's command that reads a file the agent made a link to /proc/self/cmdline reads
+    its own arguments: ``grep -qx 4217 ~/count.txt`` passed with nothing counted (as a shell
+    task's check did before it refused such links). The getter is refused now (0); a link
+    elsewhere (~/cpu to /proc/cpuinfo) beside an honest answer is read as ever."""
+    check = "grep -qx 4217 ~/count.txt && echo yes || echo no"
+    link = "import os; os.symlink('/proc/self/cmdline', os.path.expanduser('~/count.txt'))"
+    honest = ("import os; os.symlink('/proc/cpuinfo', os.path.expanduser('~/cpu')); "
+              "open(os.path.expanduser('~/count.txt'), 'w').write('4217\\n')")
+    finals, outcome = run(tmp_path, [command_task("link_to_own_arguments", [link], check),
+                                     command_task("honest_count", [honest], check)], "links")
+    assert finals["honest_count#0"]["status"] == "success", finals["honest_count#0"]
+    assert finals["link_to_own_arguments#0"]["reward"] == 0.0, finals["link_to_own_arguments#0"]
+    assert outcome.exit_code == 0, outcome.message

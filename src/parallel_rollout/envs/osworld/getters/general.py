@@ -8,18 +8,23 @@ from typing import Any
 
 def get_vm_command_line(env, config: dict) -> str:
     """POST /execute and its stdout."""
-    command = config["command"]
-    result = env.vm.execute(command, shell=bool(config.get("shell", isinstance(command, str))),
-                            timeout=float(config.get("timeout", 60)), isolated=True)
-    return result.get("output") or ""
+    return _check_command(env, config).get("output") or ""
 
 
 def get_vm_command_error(env, config: dict) -> str:
     """POST /execute and its stderr."""
+    return _check_command(env, config).get("error") or ""
+
+
+def _check_command(env, config: dict) -> dict:
+    """The getter's command run as a grading command, and never over a link the agent's code
+    left into a process's folder of /proc (``refuse_proc_links``, as a shell task's check):
+    what a check reads through one is its own, so ``grep -qx 4217 ~/count.txt`` read its
+    own arguments and passed with ``~/count.txt`` a link to ``/proc/self/cmdline``. Refused,
+    it gives no output and the guest's reason as its error (exit 126)."""
     command = config["command"]
-    result = env.vm.execute(command, shell=bool(config.get("shell", isinstance(command, str))),
-                            timeout=float(config.get("timeout", 60)), isolated=True)
-    return result.get("error") or ""
+    return env.vm.execute(command, shell=bool(config.get("shell", isinstance(command, str))),
+                          timeout=float(config.get("timeout", 60)), isolated=True, refuse_proc_links=True)
 
 
 def get_rule(env, config: dict) -> Any:
