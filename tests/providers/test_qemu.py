@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import shutil
 import socket
 import statistics
@@ -238,7 +239,8 @@ def test_boot_timeout_is_a_vm_error_with_the_serial_log_tail(image, request, mon
         provider.start("vm0")
     assert time.monotonic() - started < 12.0 + 10
     message = str(caught.value)
-    assert "did not answer within the boot timeout" in message
+    # what ran out, and the flag that sets it: under TCG a boot takes 9-18 s here
+    assert re.search(r"did not answer within the boot timeout, 12s under (TCG|KVM) \(--boot-timeout-s\)", message), message
     tail = message.split("serial log tail:", 1)[1]
     assert "[    " in tail  # kernel messages: the guest was booting
 

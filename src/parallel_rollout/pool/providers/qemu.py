@@ -358,7 +358,7 @@ class QemuProvider(Provider):
             self._write_meta(vm_id, vm_dir, private)
             client = GuestClient(f"http://127.0.0.1:{port}", timeout_s=2.0)
             try:
-                _wait_for_agent(client, proc, deadline)
+                _wait_for_agent(client, proc, deadline, self.options.boot_timeout_s, accel)
                 return client
             except VMError:
                 if proc.poll() is None or b"host forwarding" not in read_bytes(
@@ -386,8 +386,7 @@ def _check_image(desktop: bool) -> None:
         raise ProviderUnavailable(
             f"the qemu guest image in {where} was built from another guest agent or "
             f"recipe; rebuild it with: {command}")
-    damaged = damaged_files(where, manifest)
-    if damaged:  # its guests would panic at boot, or hang, until the boot timeout
+    if damaged := damaged_files(where, manifest):  # its guests would panic at boot, or hang
         raise ProviderUnavailable(f"the qemu guest image in {where} is damaged ({'; '.join(damaged)}); "
                                   f"rebuild it with: {command}")
 
@@ -419,7 +418,7 @@ def _is_our_qemu(pid, create_time, vm_dir: Path) -> bool:
     return runs_vm(pid, create_time, vm_dir)
 
 
-def _wait_for_agent(client, proc: subprocess.Popen | None, deadline: float) -> None:
+def _wait_for_agent(client, proc: subprocess.Popen | None, deadline: float, budget_s: float, accel: str) -> None:
     """Poll the agent's /health until it answers; VMError when QEMU exits or time is up."""
     from ...guest.client import wait_ready
 
@@ -429,9 +428,10 @@ def _wait_for_agent(client, proc: subprocess.Popen | None, deadline: float) -> N
                           "agent answered")
 
     try:
-        wait_ready(client, deadline, check_alive=qemu_alive, max_delay_s=0.2)
+        wait_ready(client, deadline, check_alive=qemu_alive, max_delay_s=0.2, budget_s=budget_s)
     except GuestUnreachable as exc:
-        raise VMError(f"the guest agent did not answer within the boot timeout ({exc})") from None
+        raise VMError(f"the guest agent did not answer within the boot timeout, {budget_s:g}s under "
+                      f"{accel.upper()} (--boot-timeout-s) ({exc})") from None
 
 
 def _set_guest_clock(port: int, deadline: float) -> None:
