@@ -93,11 +93,13 @@ def hidden_files(config: RunConfig, vm_envs: list[Any]) -> tuple[str, ...]:
             found += task_answer_files(env_cls.name or config.mode, config.data, config.domain, config.osworld_index)
     except (ConfigError, TaskFileError, OSError, ValueError):
         pass  # the load says what is wrong with it
-    if any(cls.has_answer_files for cls in vm_envs):
-        for cache in dict.fromkeys((OSWORLD_CACHE.path(), OSWORLD_CACHE.default_path())):
-            try:
-                cache.mkdir(parents=True, exist_ok=True)
-            except OSError:
-                pass  # not ours to make: hidden when it exists
-            found.append(str(cache))
+    for where in (OSWORLD_CACHE.path, OSWORLD_CACHE.default_path) if any(cls.has_answer_files for cls in vm_envs) else ():
+        try:
+            cache = where()
+            cache.mkdir(parents=True, exist_ok=True)
+        except RuntimeError:
+            continue  # a folder under a home this process has none of (no $HOME, no passwd entry)
+        except OSError:
+            pass  # not ours to make: hidden when it exists
+        found.append(str(cache))
     return tuple(outermost(list(dict.fromkeys(os.path.realpath(path) for path in found))))
