@@ -218,6 +218,10 @@ class PolicyGate:
                         self._peers[ident] = (conn, key or None)
                         self.requests += 1
                         conn.sendall(f"go {self.version}\n".encode())
+                elif command == "forget":  # a new attempt of sample ``key``: what its earlier ones kept is not its
+                    with self._cond:
+                        self._oldest.pop(key, None)
+                    conn.sendall(b"ok\n")
                 elif command == "end":
                     unanswered, key = key == "-", "" if key == "-" else key
                     with self._cond:
@@ -317,6 +321,14 @@ class GateClient:
             self.close()
             raise ConnectionError(f"policy gate {self.path} closed")
         return answer == "redo" or self.aborted
+
+    def forget(self, key: str) -> None:
+        """Sample ``key`` starts a new attempt: the versions its earlier attempts' tokens were
+        sampled by are no longer its (the trainer gets the new attempt's turns only), so
+        ``max_version_lag`` no longer judges it by them. ConnectionError when the gate is gone."""
+        if self._ask(f"forget {key}") != "ok":
+            self.close()
+            raise ConnectionError(f"policy gate {self.path}: unexpected answer to forget")
 
     def close(self) -> None:
         """Hang up (the gate counts any open request as ended); safe from another thread,

@@ -501,3 +501,36 @@ def test_partial_rollout_with_a_tokenizer_continues_from_the_token_ids(gate, llm
     assert second["prompt"] == state["base"] + ids[:done] and second["max_tokens"] == 200 - done
     agent.act(OBSERVATION)  # the next turn's prompt extends the whole reply's ids
     assert server.requests[2]["body"]["prompt"][:len(state["base"]) + len(ids)] == state["base"] + ids
+
+
+@pytest.mark.parametrize("stale_versions", ["drop", "keep"])
+def test_max_version_lag_judges_a_retried_member_by_its_last_attempt_only(tmp_path, llm_server, schedulers,
+                                                                        stale_versions):
+    """A member whose attempt failed (the endpoint's 500s past the retries) is run again by
+    the engine; the trajectory handed out is the new attempt's. The versions its failed
+    attempt's turns were sampled by still counted: its group, every token of it sampled
+    within the lag, was dropped as stale (or marked ``version_stale``)."""
+    served = []
+
+    def policy(body):
+        served.append(body)
+        if len(served) == 1:
+            return {"reply": "<answer>Right</answer>"}  # turn 1 of attempt 0, sampled by version 0
+        if len(served) in (2, 3):  # turn 2 fails twice (max_retries=1): attempt 0 is model_unavailable
+            if len(served) == 2:
+                train.resume(1)  # the trainer moves the policy on (no suspend: nothing aborted)
+            return {"status": 500}
+        if len(served) == 4:
+            train.resume(2)  # attempt 1's first turn, sampled by version 1: within max_version_lag=1
+        return {"reply": "<answer>Right</answer>"}
+
+    server = llm_server(policy=policy)
+    train = schedulers(rl_config(tmp_path, server, num_rollouts=1, envs_per_worker=1, max_retries=1),
+                       EnvManagerConfig(num_env_groups=1, group_size=1, tags=["tiny"],
+                                        task_sets=lake_set(tmp_path, name="tiny", desc=TINY, max_steps=2)),
+                       max_version_lag=1, stale_versions=stale_versions)
+    (trajectory,) = train.get_batch(batch_size=1, step=0, timeout=120)
+    assert trajectory.group_id == 0 and trajectory.record["attempt"] == 1, trajectory.record
+    assert trajectory.policy_versions == [1, 2] and trajectory.status == "success"
+    assert not trajectory.version_stale
+    assert "dropped_version_lag" not in train.stats()

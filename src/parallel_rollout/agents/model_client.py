@@ -144,6 +144,9 @@ class ModelClient:
                           info.loop if info else 0)
         self._use_server(self._route.url)
         self._cancelled = False
+        if self._gate is not None and info is not None and info.attempt > 0:
+            with contextlib.suppress(ConnectionError):  # a gone gate fails the attempt's first request
+                self._gate.forget(info.key)  # staleness judges the tokens of this attempt, not a failed one's
 
     def chat(self, messages: Sequence[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
              **sampling: Any) -> Reply:
