@@ -17,23 +17,24 @@ answer's process has no handle on the judge's stdout: its own stdout and stderr 
 the judge reads, and the judge is not dumpable, so ``/proc/<judge>/fd``, ``/proc/<judge>/mem``
 and ptrace are closed to a process of the same user. What the answer can still do is return
 values, and those cross as plain data (JSON of None, bools, numbers, strings, lists, tuples,
-sets, dicts, bytes): an object whose ``__eq__`` always says yes cannot cross. Killing the
+sets, dicts, bytes; numpy's scalars, ``Fraction`` and ``Decimal`` as their values): an object
+whose ``__eq__`` always says yes cannot cross. Killing the
 judge leaves no verdict, which the host grades ``killed``. The answer's process is a fresh
 interpreter, not a fork: it never holds the tests, and this script, which does, is no file
 it could read: the agent hands it over as a sealed memfd (``/proc/self/fd/N``, which the
 answer's process does not inherit), or, where memfds are missing, a temp file unlinked
 before the answer starts.
 """
-import builtins, ctypes, json, os, subprocess, sys, threading, traceback
+import builtins, ctypes, decimal, fractions, json, os, subprocess, sys, threading, traceback
 
 TAIL = 2000
 CHILD = r'''
-import json, os, sys, traceback
+import decimal, fractions, json, numbers, os, sys, traceback
 def enc(x):
     if x is None or isinstance(x, (bool, int, str)):
         return x
     if isinstance(x, float):
-        return {"f": repr(x)}
+        return {"f": float.__repr__(x)}
     if isinstance(x, list):
         return [enc(v) for v in x]
     if isinstance(x, tuple):
@@ -45,7 +46,22 @@ def enc(x):
     if isinstance(x, bytes):
         return {"b": x.hex()}
     if isinstance(x, complex):
-        return {"c": [repr(x.real), repr(x.imag)]}
+        return {"c": [float.__repr__(x.real), float.__repr__(x.imag)]}
+    # numbers of other types, as their values (what == in the tests' own process compares):
+    # numpy's scalars (np.int64 is no int, np.float64's repr is 'np.float64(2.5)'), Fraction,
+    # Decimal; a numpy scalar of another kind (np.bool_, np.str_) by its Python value
+    if isinstance(x, numbers.Integral):
+        return int(x)
+    if isinstance(x, fractions.Fraction):
+        return {"q": [int(x.numerator), int(x.denominator)]}
+    if isinstance(x, decimal.Decimal):
+        return {"m": str(x)}
+    if isinstance(x, numbers.Real):
+        return {"f": float.__repr__(float(x))}
+    if isinstance(x, numbers.Complex):
+        return enc(complex(x))
+    if type(x).__module__ == "numpy" and getattr(x, "ndim", None) == 0:
+        return enc(x.item())
     raise TypeError(f"a return value of type {type(x).__name__} cannot be checked")
 def dec(x):
     if isinstance(x, list):
@@ -124,6 +140,8 @@ def _dec(x):
     if tag == "d": return {_dec(k): _dec(w) for k, w in v}
     if tag == "b": return bytes.fromhex(v)
     if tag == "c": return complex(float(v[0]), float(v[1]))
+    if tag == "q": return fractions.Fraction(int(v[0]), int(v[1]))
+    if tag == "m": return decimal.Decimal(str(v))
     raise ValueError(f"unknown value tag {tag!r}")
 
 

@@ -1,0 +1,81 @@
+"""py mode: what an answer returns is compared as the tests' own process would compare it.
+
+The answer runs in a process of its own and its return values cross to the judge as plain
+data. A correct answer returning a number of another type must pass as HumanEval's check
+(one process) passes it: numpy's integers (not ``int``), numpy 2's floats (a ``float`` whose
+repr is ``np.float64(2.5)``), ``Fraction`` and ``Decimal`` (compared exactly: 1/3 is not
+0.333…). numpy is not in this guest's Python, so its two scalar kinds are stood in by classes
+that behave as they do (an ``Integral`` that is no ``int``, a ``float`` with numpy 2's repr).
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+from click.testing import CliRunner
+
+from conftest import read_results, write_tasks
+from parallel_rollout.cli import main
+
+pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
+
+NUMPY_LIKE = '''
+import numbers
+class int64:
+    """as numpy's: an integral number that is no int"""
+    def __init__(self, v): self.v = v
+    def __int__(self): return self.v
+    def __index__(self): return self.v
+    def __eq__(self, other): return self.v == other
+    def __hash__(self): return hash(self.v)
+numbers.Integral.register(int64)
+class float64(float):
+    """as numpy 2's: a float whose repr is no float literal"""
+    def __repr__(self): return f"np.float64({float(self)})"
+'''
+
+#: (entry point, prompt's imports, solution body, the check) of correct answers
+CASES = {
+    "numpy_int": ("count", "", "    return int64(len(xs))\n",
+                  "    assert candidate([1, 2, 3]) == 3\n    assert candidate([]) == 0\n"),
+    "numpy_float": ("mean", "", "    return float64(sum(xs) / len(xs))\n",
+                    "    assert abs(candidate([1, 2, 3, 4]) - 2.5) < 1e-9\n"),
+    "fraction": ("mean", "from fractions import Fraction\n", "    return Fraction(sum(xs), len(xs))\n",
+                 "    assert candidate([1, 1, 2]) == Fraction(4, 3)\n"
+                 "    assert candidate([1, 1, 2]) != 4 / 3\n"),
+    "decimal": ("total", "from decimal import Decimal\n", "    return sum(Decimal(x) for x in xs)\n",
+                "    assert candidate(['0.1', '0.2']) == Decimal('0.3')\n"),
+}
+
+
+def _task(name: str) -> dict:
+    entry, imports, body, check = CASES[name]
+    prompt = f"{imports}{NUMPY_LIKE}\ndef {entry}(xs):\n    \"\"\"...\"\"\"\n"
+    return {"id": name, "mode": "py", "prompt": prompt, "entry_point": entry,
+            "test": f"{imports}def check(candidate):\n{check}", "canonical_solution": body}
+
+
+def test_an_answer_returning_numpy_fraction_or_decimal_numbers_passes_as_in_one_process(tmp_path):
+    data = write_tasks(tmp_path / "values.jsonl", [_task(name) for name in CASES])
+    out = tmp_path / "out"
+    result = CliRunner().invoke(main, ["run", "--mode", "py", "--data", str(data), "--agent", "oracle",
+                                       "--num-rollouts", "2", "--num-vms", "1", "--use-vm-pool",
+                                       "--output-dir", str(out), "--run-id", "values", "--no-progress"])
+    records = {r["task_id"]: r for r in read_results(out / "values")}
+    assert set(records) == set(CASES), result.output
+    failed = {name: (r["status"], r.get("eval"))
+              for name, r in records.items() if r["reward"] != 1}
+    assert not failed, failed
+    assert result.exit_code == 0, result.output
+
+
+def test_a_wrong_fraction_still_fails_exactly(tmp_path):
+    wrong = dict(_task("fraction"), canonical_solution="    return sum(xs) / len(xs)\n")
+    data = write_tasks(tmp_path / "wrong.jsonl", [wrong])
+    out = tmp_path / "out"
+    CliRunner().invoke(main, ["run", "--mode", "py", "--data", str(data), "--agent", "oracle",
+                              "--num-rollouts", "1", "--num-vms", "1", "--use-vm-pool",
+                              "--output-dir", str(out), "--run-id", "wrong", "--no-progress"])
+    (record,) = read_results(out / "wrong")
+    assert record["reward"] == 0 and record["eval"]["kind"] == "assertion", record["eval"]
