@@ -20,7 +20,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import os
 import signal
 import sys
 import threading
@@ -47,6 +46,7 @@ from .pool.providers import get_provider
 from .pool.providers.common import check_name
 from .provenance import SCHEMA_VERSION, check_resume, provenance, recorded_config
 from .records import sample_ends, unsupported_record
+from .report.files import write_text_whole
 from .results import ResultStore, ResumeIndex, StorageError, lock_run_folder, read_records
 from .run_end import RunOutcome, finish_run, read_summary, resume_command
 from .tasks import Sample, expand, load_task_set, unsupported_message
@@ -223,23 +223,23 @@ class Runner:
                 raise ConfigError(f"cannot resume {self.run_id}: {exc}") from None
             self._check_scope(index.final, keys)
             self._store.repair(index)  # every check passed: only now is anything changed
-            # Written aside and renamed: a kill mid-write must not leave a config.json that
-            # a resume cannot read. ``started_at``: the first session's, for `runs list`;
-            # ``total_samples``: this session's, for a run killed before its summary.
+            (self.run_dir / "trajectories").mkdir(exist_ok=True)
+            # Written whole (aside, renamed): a kill mid-write must not leave a config.json a resume
+            # cannot read. ``started_at``: the first session's, for `runs list`; ``total_samples``:
+            # this session's, for a run killed before its summary.
             now = time.time()
-            tmp_path = config_path.with_name("config.json.tmp")
-            tmp_path.write_text(json.dumps({
+            write_text_whole(config_path, json.dumps({
                 "schema_version": SCHEMA_VERSION, "run_id": self.run_id, "identity_hash": cfg.identity_hash(),
                 "config": recorded_config(cfg, "model" in self.agent_cls.options), "provenance": self._provenance,
                 "written_at": now,
                 "started_at": (stored or {}).get("started_at") or (stored or {}).get("written_at") or now,
                 "total_samples": len(keys),
             }, indent=2))
-            os.replace(tmp_path, config_path)
-        except BaseException:
+        except BaseException as exc:
             lock.release()
+            if isinstance(exc, OSError):  # a full disk before anything ran: nothing is lost
+                raise ConfigError(f"cannot write in the run folder {self.run_dir}: {exc.strerror or exc}") from None
             raise
-        (self.run_dir / "trajectories").mkdir(exist_ok=True)
         return lock, index
 
     def _check_resume(self) -> dict[str, Any] | None:

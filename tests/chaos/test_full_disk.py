@@ -132,3 +132,24 @@ def test_pool_shutdown_on_a_full_disk_stops_its_vms_and_returns(small_disk):
     finally:
         pool.shutdown()
     assert pool.stats()["states"]["stopped"] == 1 and pool.stats()["states"]["dead"] == 0
+
+
+def test_a_resume_on_a_disk_still_full_is_refused_naming_what_it_cannot_write(tmp_path, small_disk):
+    """--resume while the disk is still full (min-free-disk-mb lowered, as its message offers)
+    was a traceback from writing config.json (exit 1, a config.json.tmp left in the folder);
+    it is now exit 2 naming the file, with the run folder as it was, and resumes once freed."""
+    write_tasks(tmp_path / "tasks.jsonl", [shell_task(f"t{i}") for i in range(3)])
+    first = cli(tmp_path, small_disk, "--limit", "2")
+    assert first.exit_code == 0, (first.output, first.exception)
+    run_dir = small_disk / "full"
+    before = {name: (run_dir / name).read_bytes() for name in ("results.jsonl", "config.json")}
+    fill(small_disk)
+    resumed = cli(tmp_path, small_disk, "--resume")
+    assert resumed.exit_code == 2, (resumed.output, resumed.exception)
+    assert f"cannot write {run_dir}/config.json: No space left on device" in resumed.stderr, resumed.stderr
+    assert {name: (run_dir / name).read_bytes() for name in before} == before
+    assert not (run_dir / "config.json.tmp").exists()
+    (small_disk / "filler").unlink()
+    again = cli(tmp_path, small_disk, "--resume")
+    assert again.exit_code == 0, (again.output, again.exception)
+    assert_exactly_once(run_dir, {"t0#0", "t1#0"})  # the resume keeps the run's --limit
