@@ -280,3 +280,40 @@ def test_a_worker_s_agents_load_the_task_set_for_its_answer_files_once(tmp_path,
     assert len(loads) == 1
     assert str(gold) in command.answer_files(config)
     assert len(loads) == 2
+
+
+#: on turn 1 it looks its task up in the project's OSWorld references (the runner's code, which
+#: it may read) and says FAIL where the reference does (an infeasible task), else DONE
+REFERENCE_THIEF = r"""
+import json, sys
+for line in sys.stdin:
+    message = json.loads(line)
+    try:
+        entries = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+    except OSError:
+        entries = []
+    reference = next((e["reference"] for e in entries if e["id"] == message["task_id"]), ["DONE"])
+    print(json.dumps("FAIL" if reference[-1] == "FAIL" else "DONE"), flush=True)
+"""
+#: an infeasible OSWorld task (os: switch the Bluetooth on) with a project reference: FAIL
+INFEASIBLE = ("os", "b3d4a89c-53f2-4d6b-8b6a-541fb5d205fa")
+EXAMPLES = Path("/work/shared/osworld/evaluation_examples")
+
+
+@needs_bwrap
+@needs_desktop
+@pytest.mark.skipif(not (EXAMPLES / "test_all.json").is_file(), reason="OSWorld's task set is not at /work/shared/osworld")
+def test_an_osworld_agent_cannot_read_the_projects_reference_for_its_task(tmp_path):
+    """The project's references for real OSWorld tasks (``envs/data/osworld_references.jsonl``,
+    in the runner's code, which a command agent's program may read) are the oracle's answer
+    key: a program that looked its task id up there said FAIL on an infeasible task, passed,
+    and would have replayed the actions of a feasible one. The file is empty to it now."""
+    from parallel_rollout.envs.osworld.references import references_file
+
+    script = tmp_path / "thief.py"
+    script.write_text(REFERENCE_THIEF)
+    index = tmp_path / "one.json"
+    index.write_text(json.dumps({INFEASIBLE[0]: [INFEASIBLE[1]]}))
+    records = osworld_run(tmp_path, EXAMPLES, "references", "--osworld-index", str(index), "--agent", "command",
+                          "--agent-cmd", command_line(script, references_file()))
+    assert [(r["status"], r["reward"]) for r in records] == [("failure", 0.0)], records

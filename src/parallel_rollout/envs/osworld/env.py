@@ -149,6 +149,7 @@ class OSWorldEnv(Env):
         getters' ``cloud_file`` given as a path or a file:// URL (a gold file beside the task
         file), and what its ``postconfig`` steps upload or download from one. Those behind an
         http(s) URL are in the download cache, which a command agent never sees either."""
+        from .references import reference_of, references_file
         from .sources import local_path
 
         evaluator = task.get("evaluator") or {}
@@ -164,6 +165,10 @@ class OSWorldEnv(Env):
             path = local_path(task, url) if isinstance(url, str) else None
             if path is not None:
                 found += [os.path.abspath(path), os.path.realpath(path)]
+        if reference_of(task.id) is not None:
+            # the project's reference for the task (``envs/data``, in the runner's code):
+            # its actions, and FAIL for an infeasible task, which says FAIL to pass
+            found.append(os.path.realpath(references_file()))
         return list(dict.fromkeys(found))
 
     @staticmethod

@@ -16,6 +16,12 @@ from typing import Any
 FILE = "osworld_references.jsonl"
 
 
+def references_file() -> str:
+    """The references' file, by path: an answer key, hidden from every agent but the oracle
+    (``OSWorldEnv.answer_files``)."""
+    return str(resources.files("parallel_rollout.envs").joinpath("data", FILE))
+
+
 @functools.lru_cache(maxsize=1)
 def references() -> dict[str, dict[str, Any]]:
     """Task id -> ``{"id", "domain", "reference", "why"}``, in file order."""
