@@ -148,6 +148,22 @@ def test_get_batch_behind_its_own_suspend_raises_and_a_timeout_says_the_gate_is_
         train.close()
 
 
+def test_a_suspend_timeout_that_is_no_timeout_is_refused_and_changes_nothing(engine):
+    """suspend(timeout="5") was taken: it shut the gate (and, with requests in flight, failed
+    with a TypeError), so no model request went out until a resume; nan waited for ever,
+    True one second. Now each is a ConfigError before anything changes."""
+    base, _, _ = engine
+    train = base.sibling(EnvManagerConfig(num_env_groups=1, group_size=1, tags=["FrozenLake"]), name="suspend-args")
+    try:
+        for bad in ("5", -1, 0, float("nan"), True):
+            with pytest.raises(ConfigError, match=r"suspend timeout must be a positive number of seconds or None"):
+                train.suspend(timeout=bad)
+            assert base._shared.gate.is_open
+        assert len(train.get_batch(1, step=0, timeout=120)) == 1  # not behind a suspend of its own
+    finally:
+        train.close()
+
+
 def test_get_batch_from_two_threads_at_once_takes_turns(engine):
     """Two threads of a trainer ask one synchronous scheduler for batches of different sizes at
     once: each gets its own whole batch. The calls shared the scheduler's state, and the one

@@ -75,11 +75,11 @@ class BatchTimeout(RolloutError):
     kind = "batch_timeout"
 
 
-def check_timeout(timeout: Any) -> None:
-    """ConfigError unless ``timeout`` is a positive number of seconds or None."""
+def check_timeout(timeout: Any, call: str = "get_batch") -> None:
+    """ConfigError naming ``call`` unless ``timeout`` is a positive number of seconds or None."""
     if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
                                 or not timeout > 0):
-        raise ConfigError(f"get_batch timeout must be a positive number of seconds or None, got {timeout!r}")
+        raise ConfigError(f"{call} timeout must be a positive number of seconds or None, got {timeout!r}")
 
 
 class BatchBudget:

@@ -47,7 +47,7 @@ from ..config_checks import check_sampling
 from ..errors import ConfigError, RolloutError
 from ..main_guard import check_guarded
 from ..policy_gate import whole_number_from
-from .budget import BatchBudget
+from .budget import BatchBudget, check_timeout
 from .callers import TakingTurns
 from .chosen import ChosenBatches
 from .config import EnvManagerConfig, check_count, check_run_config, load_tags, whole_number, whole_ratio
@@ -384,8 +384,10 @@ class RolloutScheduler(ChosenBatches, GroupGeneration, TakingTurns):
     def suspend(self, abort: bool = False, timeout: float | None = None) -> None:
         """Stop new model requests (every scheduler of this engine) for a weight update; wait
         for those in flight, or with ``abort`` have them redone after ``resume``. Task clocks
-        stop until ``resume``: waiting for the update is not an episode's time."""
+        stop until ``resume``: waiting for the update is not an episode's time. ``timeout``
+        (seconds, or None): TimeoutError when requests outlast it, the gate left shut."""
         self._check_open()
+        check_timeout(timeout, "suspend")  # a ConfigError changes nothing: the gate stays open
         self._shared.engine.hold_clocks(True)
         self._shared.suspended_by = threading.get_ident()  # a get_batch of this thread could never end
         self._shared.gate.suspend(abort=abort, timeout=timeout)
