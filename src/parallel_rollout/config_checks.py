@@ -164,13 +164,18 @@ def validate_ranges(cfg: Any) -> None:
     if not cfg.use_vm_pool and "num_vms" in cfg.explicit:
         raise ConfigError("--num-vms sizes the shared pool and needs --use-vm-pool; without it each "
                           "worker owns one VM of its own (--num-rollouts VMs)")
+    # one machine per VM: the pool's other VMs would wait for one, fail to boot and spend its budget
     wanted = cfg.pool_size + (cfg.spare_vms or 0)
-    if cfg.provider_name == "remote" and cfg.vm_address and wanted > len(cfg.vm_address):
+    vm_files = [p for p in (cfg.path_to_vm or "").split(",") if p.strip()]
+    one_each = {"remote": ("address", "address(es)", "--vm-address", cfg.vm_address),
+                "vmware": ("file", "file(s)", "--path-to-vm", vm_files),
+                "virtualbox": ("file", "file(s)", "--path-to-vm", vm_files)}
+    one, some, flag, given = one_each.get(cfg.provider_name, ("", "", "", []))
+    if given and wanted > len(given):
         raise ConfigError(
-            f"the remote provider has {len(cfg.vm_address)} VM address(es) (--vm-address) but "
-            f"the pool needs {wanted} VMs (--num-vms with --use-vm-pool, else "
-            "--num-rollouts, plus --spare-vms): give one address per VM, or fewer VMs"
-        )
+            f"the {cfg.provider_name} provider has {len(given)} VM {some} ({flag}) but the pool needs "
+            f"{wanted} VMs (--num-vms with --use-vm-pool, else --num-rollouts, plus --spare-vms): "
+            f"give one {one} per VM, or fewer VMs")
     if cfg.fail_under is not None and not 0.0 <= cfg.fail_under <= 1.0:
         raise ConfigError(f"--fail-under {cfg.fail_under:g} must be a fraction between 0 and 1 "
                           "(0.8 means 80%)")

@@ -98,3 +98,32 @@ def test_the_providers_drive_qemu_vms(standins, name, monkeypatch):
     monkeypatch.setenv("STANDIN_BACKEND", "qemu")
     vmx, _ = standins
     _cycle(name, vmx if name == "vmware" else ["ubuntu0", "ubuntu1"], boot_timeout_s=300.0)
+
+
+def test_fewer_vm_files_than_the_pools_vms_is_refused_at_the_start(standins, tmp_path):
+    """One VM file per VM: with fewer, the pool's other VMs waited for a file, failed their boot
+    after --boot-timeout-s and spent the replacement budget until the run stopped (exit 1,
+    'every VM of the vmware pool is dead'): OSWorld's command (one .vmx) with the default
+    --num-rollouts 5 did so. Refused before anything runs (exit 2), as the remote provider's
+    addresses are; as many files as VMs passes."""
+    vmx, _ = standins
+    data = ROOT / "benchmarks" / "shell_tasks.jsonl"
+
+    def cli(*flags):
+        return CliRunner().invoke(main, ["--mode", "shell", "--data", str(data), "--output-dir",
+                                         str(tmp_path / "out"), "--no-progress", "--snapshot-name",
+                                         "init_state", *flags])
+
+    one = cli("--provider-name", "vmware", "--path-to-vm", vmx[0])  # OSWorld's runner's command
+    assert one.exit_code == 2, (one.output, one.exception)
+    assert ("the vmware provider has 1 VM file(s) (--path-to-vm) but the pool needs 5 VMs"
+            in one.output), one.output
+    two = cli("--provider-name", "virtualbox", "--path-to-vm", "ubuntu0,ubuntu1", "--use-vm-pool",
+              "--num-vms", "3", "--num-rollouts", "3")
+    assert two.exit_code == 2, (two.output, two.exception)
+    assert "the virtualbox provider has 2 VM file(s) (--path-to-vm) but the pool needs 3 VMs" in two.output
+    assert "give one file per VM, or fewer VMs" in two.output
+    assert not (tmp_path / "out").exists()
+    enough = cli("--provider-name", "vmware", "--path-to-vm", ",".join(vmx), "--use-vm-pool", "--num-vms",
+                 "2", "--num-rollouts", "2", "--dry-run")
+    assert enough.exit_code == 0, (enough.output, enough.exception)
