@@ -133,6 +133,8 @@ class VMPoolManager(ProviderCalls):
                     if holder is not None and holder in self._dead_holders:
                         raise WorkerDied(f"worker {holder} was reclaimed; it cannot lease")
                     vm = self._pick(worker_id)
+                    if vm is not None and self._found_dead(vm):
+                        continue  # replaced; another VM, or the wait
                     if vm is not None:
                         vm.owner = vm.owner or (worker_id if self.per_worker else None)
                         vm.worker_id, vm.holder, vm.task_key = worker_id, holder, task_key
@@ -340,6 +342,20 @@ class VMPoolManager(ProviderCalls):
             return None
         # The VM idle longest first: spreads wear and keeps lease order fair.
         return min(idle, key=lambda vm: vm.since, default=None)
+
+    def _found_dead(self, vm: VMRecord) -> bool:
+        """Whether the IDLE VM a lease picked no longer runs (``Provider.still_runs``: a
+        syscall or a /proc read, under the lock): killed while idle, before the idle check's
+        noes added up. It is replaced as the idle check replaces it, and the lease takes
+        another VM: a task is never handed a VM known dead, nor spends a retry on it."""
+        try:
+            runs = self._provider.still_runs(vm.info)
+        except Exception:  # noqa: BLE001 - cannot tell: the idle check and the task will
+            log.exception("whether %s still runs could not be read", vm.vm_id)
+            return False
+        if not runs:
+            self._mark_dead_and_replace(vm, "stopped running while idle (found dead at lease)")
+        return not runs
 
     def _exhausted(self, worker_id: str) -> bool:
         alive = [vm for vm in self._vms.values() if vm.state is not VMState.DEAD]

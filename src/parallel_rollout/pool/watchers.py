@@ -12,7 +12,9 @@ is a pool method (state transitions happen only in pool methods, under the pool'
   killer, a crashed hypervisor) is replaced from the budget, as a VM that fails on its own
   is, before a task is handed a dead VM and graded for it. It takes ``IDLE_CHECK_FAILURES``
   answers in a row, ``IDLE_CHECK_S`` apart: one slow answer on a loaded machine is not a
-  death. A VM leased or reset between the question and the answer is left alone.
+  death. A VM leased or reset between the question and the answer is left alone. Between
+  two checks, a lease looks at the VM's own process itself (``Provider.still_runs``, in
+  ``VMPoolManager.lease``): a VM killed meanwhile is replaced there, never handed out.
 """
 
 from __future__ import annotations

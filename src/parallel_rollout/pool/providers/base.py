@@ -170,6 +170,14 @@ class Provider(abc.ABC):
         seconds of each IDLE VM (``pool/watchers.py``): answer within a few seconds, never
         raise; three noes in a row replace the VM."""
 
+    def still_runs(self, info: VMInfo) -> bool:
+        """Whether the VM's own process still runs, where the provider can tell for a syscall
+        or one small /proc read (no call into the guest, no subprocess): the pool asks it,
+        under its lock, of the VM a lease is about to hand out, so that a VM killed while
+        idle, before the idle check's noes add up, is replaced instead of given to a task.
+        True where it cannot tell that cheaply (this default); never raises."""
+        return True
+
     def death_cause(self, info: VMInfo) -> str | None:
         """Why a VM that broke under a task died, when the cause is outside the task: its
         VM, sandbox or agent killed by a signal the pool did not send (or stopped, traced,

@@ -131,17 +131,46 @@ _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 def _stat(pid: int) -> tuple[str, float] | None:
     """``pid``'s state letter and start time (psutil's ``create_time``), None when it is gone."""
+    found = _stat_ticks(pid)
+    if found is None:
+        return None
     try:
-        stat_line, system = read_proc(f"/proc/{int(pid)}/stat"), read_proc("/proc/stat")
+        system = read_proc("/proc/stat")
+    except OSError:
+        return None
+    at = system.find(b"\nbtime ")
+    if at < 0:
+        return None
+    boot_time = float(system[at + 7:system.index(b"\n", at + 1)])
+    return found[0], found[1] / _CLOCK_TICKS + boot_time
+
+
+def _stat_ticks(pid: int) -> tuple[str, int] | None:
+    """``pid``'s state letter and start in clock ticks since the host's boot (its
+    /proc/PID/stat alone), None when it is gone."""
+    try:
+        stat_line = read_proc(f"/proc/{int(pid)}/stat")
     except (OSError, ValueError, TypeError):  # gone, or no pid at all
         return None
     # the name in parentheses may hold spaces and parentheses: the fields follow the last ")"
     fields = stat_line[stat_line.rfind(b")") + 2:].split()
-    at = system.find(b"\nbtime ")
-    if len(fields) < 20 or at < 0:
-        return None
-    boot_time = float(system[at + 7:system.index(b"\n", at + 1)])
-    return fields[0].decode(), int(fields[19]) / _CLOCK_TICKS + boot_time
+    return (fields[0].decode(), int(fields[19])) if len(fields) >= 20 else None
+
+
+def start_ticks(pid) -> int | None:
+    """When ``pid`` started, in clock ticks since the host's boot, None when it is gone or
+    a zombie: a start that no clock step moves, read from /proc/PID/stat alone (not
+    /proc/stat, whose size grows with the host's CPUs and interrupts), for checks cheap
+    enough to make at every lease (``Provider.still_runs``)."""
+    found = _stat_ticks(pid) if pid else None
+    return found[1] if found is not None and found[0] not in ("Z", "X") else None
+
+
+def child_runs(children: dict, pid) -> bool:
+    """Whether the child process ``pid`` of this process (its Popen in ``children``) has not
+    exited: one ``waitpid(WNOHANG)``; True when it is no child of ours (nothing to tell)."""
+    proc = children.get(pid)
+    return proc is None or proc.poll() is None
 
 
 def read_proc(path: str) -> bytes:

@@ -91,7 +91,7 @@ from ...errors import ConfigError, GuestUnreachable, ProviderUnavailable, VMErro
 from . import docker_sweep, host_dirs, host_share, images, seccomp, verify
 from .base import Provider, ProviderOptions, VMInfo
 from .common import (LONG_VM_ID, check_name, checked_socket, make_vm_dir, new_pool_key, pool_folder, read_meta,
-                     remove_run_dir_if_empty, secure_base_dir)
+                     remove_run_dir_if_empty, secure_base_dir, start_ticks)
 from .docker_cli import (GUEST_HOME, GUEST_SOCK_DIR, LABEL, SOCKET_NAME, START_HINT, agent_argv,
                          check_image, check_leftovers_free, container_death_cause, container_state,
                          containers, daemon_address, daemon_limits, docker, image_exists, image_kind,
@@ -316,6 +316,12 @@ class DockerProvider(SpareContainers, Provider):
             return GuestClient(info.address, timeout_s=2.0).health().get("vm") == info.vm_id
         except Exception:  # unreachable, malformed: either way not healthy
             return False
+
+    def still_runs(self, info: VMInfo) -> bool:
+        """The container's init (recorded at boot, where this host sees it) has not exited:
+        its /proc/PID/stat, the same start (``docker kill`` ends it; a reused pid is another)."""
+        ticks = info.private.get("init_ticks")
+        return ticks is None or start_ticks(info.private.get("init_pid")) == ticks
 
     def death_cause(self, info: VMInfo) -> str | None:
         """Why the container died or stopped answering, when its task cannot have done it

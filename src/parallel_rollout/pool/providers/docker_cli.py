@@ -25,7 +25,7 @@ import psutil
 
 from ...errors import ConfigError, ProviderUnavailable, VMError
 from . import host_dirs, images, sandbox_fs
-from .common import same_process, signal_name
+from .common import same_process, signal_name, start_ticks
 from .halted import halted_tree
 
 LABEL = "parallel-rollout"
@@ -297,8 +297,9 @@ def import_changes(desktop: bool = False) -> list[str]:
 
 
 def local_init(name: str) -> dict:
-    """The host pid and start time of the container's init (docker-init), when this host
-    sees it (a local daemon, in our pid namespace); {} otherwise. Such a container's devpts
+    """The host pid and start time of the container's init (docker-init), and its start in
+    clock ticks (``DockerProvider.still_runs``), when this host sees it (a local daemon, in
+    our pid namespace); {} otherwise. Such a container's devpts
     gets a process sandbox's cap (``sandbox_fs.cap_ptys``): the machine's pseudo-terminals are
     one pool, and one container took them all."""
     done = docker("inspect", "--format", "{{.State.Pid}}", name, check=False)
@@ -306,7 +307,8 @@ def local_init(name: str) -> dict:
         proc = psutil.Process(int(done.stdout.strip()))
         if "init" not in proc.name():
             return {}
-        found = {"init_pid": proc.pid, "init_create_time": proc.create_time()}
+        found = {"init_pid": proc.pid, "init_create_time": proc.create_time(),
+                 "init_ticks": start_ticks(proc.pid)}
     except (ValueError, psutil.Error):
         return {}
     sandbox_fs.cap_ptys(proc.pid, own_userns=False)

@@ -57,10 +57,9 @@ allowed calls is a way out. The docker and qemu providers are the stronger walls
 at /run/snapshot and copied into the home's tmpfs by the agent at start (``--seed-home``).
 Reset kills bwrap and the pid namespace's init; the kernel then kills every process of the
 namespace, and we wait until the init is gone, which happens only after all of them are
-(``sandbox_processes.py``). The new sandbox was booted ahead, the VM's *standby*
-(``standby.py``: after each reset the next one boots in another folder of the VM, two
-where the CPUs outnumber the VMs), or boots then. Readiness is a pipe the agent writes to
-once it listens, so nobody polls.
+(``sandbox_processes.py``). The new sandbox was booted ahead, the VM's *standby* (``standby.py``:
+after each reset the next one boots in another folder of the VM, two where the CPUs outnumber
+the VMs), or boots then. Readiness is a pipe the agent writes to once it listens: nobody polls.
 
 **Desktop** (``options.desktop``, the osworld mode). The agent starts with ``--desktop WxH``:
 a D-Bus session bus, Xvfb on display :0 and openbox, inside the sandbox, before it says ready
@@ -104,7 +103,7 @@ from .sandbox_argv import (AGENT_SOURCES, DESKTOP_SOURCES, GRADING_BIN, GUEST_HO
                            SandboxSpec, boot_argv, folder_argv)
 from .sandbox_uids import SandboxUids
 from .base import Provider, ProviderOptions, VMInfo
-from .common import (LONG_VM_ID, check_name, check_vm_folder_free, checked_socket, create_time, log_tail,
+from .common import (LONG_VM_ID, check_name, check_vm_folder_free, checked_socket, child_runs, create_time, log_tail,
                      make_vm_dir, new_pool_key, owner_label, pool_folder, process_and_agent_healthy,
                      read_meta, remove_vm_dir, same_process, secure_base_dir, sweep_vm_folders, write_meta)
 from .sandbox_processes import (KILL_WAIT_S, children, death_cause, kill_recorded, kill_sandbox,
@@ -324,6 +323,10 @@ class ProcessProvider(Provider):
     def healthy(self, info: VMInfo) -> bool:
         """The bwrap process is the one we started and its agent answers /health quickly."""
         return process_and_agent_healthy(info, timeout_s=2.0)
+
+    def still_runs(self, info: VMInfo) -> bool:
+        """bwrap, our child, has not exited (one waitpid; it exits with its sandbox's init)."""
+        return child_runs(children, info.private.get("pid"))
 
     def death_cause(self, info: VMInfo) -> str | None:
         """Why the sandbox died or cannot be reached, when its task cannot have done it: its

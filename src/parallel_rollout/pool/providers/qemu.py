@@ -101,7 +101,7 @@ from .base import Provider, ProviderOptions, VMInfo
 from .qemu_image import (GUEST_PORT, IMAGE_FILES, QEMU_IMG, damaged_files, image_dir, image_format,
                          image_inputs, read_bytes, read_json, run)
 # Shared with the process provider: same labelling, same pid checks, same launcher thread.
-from .common import (LONG_VM_ID, check_name, check_vm_folder_free, checked_socket, create_time, exit_status,
+from .common import (LONG_VM_ID, check_name, check_vm_folder_free, checked_socket, child_runs, create_time, exit_status,
                      log_tail, make_vm_dir, new_pool_key, owner_label, pool_folder, process_and_agent_healthy, read_meta,
                      remove_run_dir_if_empty, runs_vm, same_process, secure_base_dir, signal_name,
                      sweep_vm_folders, write_meta)
@@ -274,6 +274,10 @@ class QemuProvider(Provider):
     def healthy(self, info: VMInfo) -> bool:
         """QEMU is the process we started and the agent answers /health quickly."""
         return process_and_agent_healthy(info, timeout_s=5.0)
+
+    def still_runs(self, info: VMInfo) -> bool:
+        """QEMU, our child, has not exited (one waitpid: a guest killed with kill -9)."""
+        return child_runs(_children, info.private.get("pid"))
 
     def death_cause(self, info: VMInfo) -> str | None:
         """QEMU killed by a signal, or stopped or traced while it runs (no guest can do either
