@@ -52,6 +52,12 @@ from .errors import ConfigError
 _CONNECT_TIMEOUT_S = 10.0
 
 
+#: the temp folder's subfolder a local gate listens in (``pr-gate-*``): hidden from a command
+#: agent's program (``pool.providers.host_dirs.RUNNER_SOCKET_FOLDERS``), which could hold a
+#: request "in flight" there and a ``suspend()`` with it
+GATE_FOLDER_PREFIX = "pr-gate-"
+
+
 class PolicyGate:
     """The trainer's side: open/suspended, the policy version, requests in flight."""
 
@@ -76,7 +82,7 @@ class PolicyGate:
         self.unanswered = 0
         self._folder: str | None = None
         if host is None:
-            self._folder = tempfile.mkdtemp(prefix="pr-gate-")
+            self._folder = tempfile.mkdtemp(prefix=GATE_FOLDER_PREFIX)
             self.path = str(Path(self._folder) / "gate.sock")
             self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             self._listener.bind(self.path)

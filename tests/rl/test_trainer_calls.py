@@ -12,6 +12,7 @@ import pytest
 
 from llm_server import LLMServer
 from process_tree import fork_servers
+from parallel_rollout.config import RunConfig
 from parallel_rollout.errors import ConfigError
 from parallel_rollout.rl import (BatchTimeout, EnvManagerConfig, RolloutScheduler, SchedulerClosed,
                                  SchedulerSuspended)
@@ -205,6 +206,45 @@ def test_get_batch_from_two_threads_at_once_takes_turns(engine):
     finally:
         release.set()
         switch.policy = switch.default
+        train.close()
+
+
+ROGUE_AGENT = """#!/usr/bin/env python3
+import glob, json, socket, sys
+held = []
+for line in sys.stdin:
+    for path in glob.glob("/tmp/pr-gate-*/gate.sock") if not held else []:
+        try:  # a request "in flight" that never ends
+            sock = socket.socket(socket.AF_UNIX)
+            sock.connect(path)
+            sock.sendall(b"begin\\n")
+            held.append(sock)
+        except OSError as exc:
+            print(f"{path}: {exc}", file=sys.stderr, flush=True)
+    print(json.dumps("<answer>Right</answer>"), flush=True)
+"""
+
+
+def test_a_command_agent_cannot_hold_the_policy_gate(tmp_path):
+    """A command agent's program (sandboxed, the runner's user) found the scheduler's policy
+    gate socket in the temp folder and said "begin" there without an "end": a request the
+    gate counted in flight for ever, so the trainer's suspend() never returned. The gate's
+    folder is hidden from it, as the runner's other sockets are."""
+    agent = tmp_path / "rogue.py"
+    agent.write_text(ROGUE_AGENT)
+    agent.chmod(0o755)
+    config = RunConfig(mode="gym", data="frozenlake", agent="command", agent_cmd=str(agent), num_rollouts=1,
+                       envs_per_worker=1, output_dir=str(tmp_path / "out"), progress=False, task_timeout=60.0)
+    train = RolloutScheduler(config, EnvManagerConfig(group_size=1, tags=["tiny"], task_sets=lake_set(
+        tmp_path, name="tiny", desc=TINY, max_steps=3)))
+    try:
+        (trajectory,) = train.get_batch(1, step=0, timeout=120)
+        assert trajectory.status == "success", trajectory.record
+        gate = train._shared.gate
+        assert gate.requests == 0 and gate.in_flight == 0  # the agent's program made no request there
+        train.suspend(timeout=10)  # TimeoutError: 1 model request(s) still in flight
+        train.resume(1)
+    finally:
         train.close()
 
 

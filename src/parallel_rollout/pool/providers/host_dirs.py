@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from ...errors import ConfigError
+from ...policy_gate import GATE_FOLDER_PREFIX
 from .common import SHARED_TMP, secure_base_dir
 
 
@@ -64,8 +65,11 @@ DAEMON_SOCKETS = ("/var/run/docker.sock", "/run/docker.sock", "/run/containerd",
                   "~/.docker/desktop/docker.sock")
 #: where Python's multiprocessing keeps its sockets (``pymp-*`` in the temp folder: the
 #: runner's fork server, which on Python 3.11 runs whatever a connection sends it, without
-#: an authentication key; its Manager's) and Ray's session folders (a raylet's, a plasma store's)
-RUNNER_SOCKET_FOLDERS = ("{tmp}/pymp-*", "/tmp/pymp-*", "$RAY_TMPDIR", "/tmp/ray")
+#: an authentication key; its Manager's), Ray's session folders (a raylet's, a plasma store's)
+#: and an RL scheduler's policy gate (``pr-gate-*``: a connection that says "begin" and never
+#: "end" held the trainer's ``suspend()`` for ever)
+RUNNER_SOCKET_FOLDERS = ("{tmp}/pymp-*", "/tmp/pymp-*", "$RAY_TMPDIR", "/tmp/ray",
+                         f"{{tmp}}/{GATE_FOLDER_PREFIX}*", f"/tmp/{GATE_FOLDER_PREFIX}*")
 #: the lock files of the sandbox uids' range, one per uid: host-wide, whatever folder a run's VMs use
 UIDS_LOCK_DIR = SHARED_TMP / "parallel-rollout" / "uids"
 
