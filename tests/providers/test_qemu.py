@@ -245,6 +245,44 @@ def test_boot_timeout_is_a_vm_error_with_the_serial_log_tail(image, request, mon
     assert "[    " in tail  # kernel messages: the guest was booting
 
 
+def _disk(tmp_path, boot_code: bytes = b"") -> Path:
+    """A raw disk of 1 MiB: zeros (nothing bootable), or an MBR whose boot code is ``boot_code``."""
+    disk = bytearray(1024 * 1024)
+    if boot_code:
+        disk[:len(boot_code)] = boot_code
+        disk[510:512] = b"\x55\xaa"
+    path = tmp_path / ("mbr.raw" if boot_code else "zeros.raw")
+    path.write_bytes(bytes(disk))
+    return path
+
+
+def test_a_path_to_vm_disk_with_nothing_to_boot_fails_at_once_naming_it(image, request, tmp_path):
+    """A --path-to-vm disk nothing boots from: QEMU's BIOS says so and QEMU ends (it waited out
+    the boot timeout, with empty qemu and serial logs, and the error did not name the disk)."""
+    disk = _disk(tmp_path)
+    provider = QemuProvider(_run_id(request), ProviderOptions(path_to_vm=str(disk), boot_timeout_s=60.0))
+    with pytest.raises(VMError) as caught:
+        provider.start("vm0")
+    message = str(caught.value)
+    assert f"VM vm0 did not boot from {disk}: QEMU exited" in message, message
+    assert "nothing at all on its serial console" in message, message
+    assert message.endswith("the BIOS: Booting from Hard Disk...; Boot failed: not a bootable disk; "
+                            "No bootable device."), message
+
+
+def test_a_path_to_vm_disk_that_never_serves_the_agent_says_what_was_seen(image, request, tmp_path):
+    """Its boot code runs (here a jump to itself) and prints nothing: the error names the disk,
+    the empty serial console and that the BIOS ran the disk's boot code."""
+    disk = _disk(tmp_path, boot_code=b"\xeb\xfe")
+    provider = QemuProvider(_run_id(request), ProviderOptions(path_to_vm=str(disk), boot_timeout_s=4.0))
+    with pytest.raises(VMError) as caught:
+        provider.start("vm0")
+    message = str(caught.value)
+    assert f"VM vm0 did not boot from {disk}: the guest agent did not answer within the boot timeout" in message
+    assert "nothing at all on its serial console, ttyS0" in message, message
+    assert "the BIOS: Booting from Hard Disk...; Booting from 0000:7c00 (it ran the disk's boot code" in message
+
+
 def test_qemu_that_exits_at_once_says_why(image, request):
     provider = QemuProvider(_run_id(request))
     provider.memory_mb = 64 * 1024 * 1024  # past the refusal at start: QEMU cannot allocate it

@@ -72,7 +72,9 @@ pool starts VMs from short-lived threads), so a VM dies with the process that ow
 need more than the host's RAM is a ConfigError. ``max_processes`` cannot be enforced
 from outside a VM: ConfigError. ``path_to_vm`` is a user's own disk image (qcow2 or raw) that
 boots by itself (BIOS) and serves the guest agent on port 5000, as OSWorld's images do; the
-KVM probe still uses the built kernel, so ``image build`` is needed either way.
+KVM probe still uses the built kernel, so ``image build`` is needed either way. Its failed
+boot names it and says what the BIOS saw of it (``qemu_boot``); one with nothing bootable
+fails at once.
 
 **Numbers** (2-core host, TCG, 512 MB guest): a boot, snapshot included, takes 9-18 s (so
 the default ``boot_timeout_s`` of 60 s holds, with two VMs booting at once); a reset 0.25-0.35
@@ -94,7 +96,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from ...errors import ConfigError, GuestUnreachable, ProviderUnavailable, VMError
+from ...errors import ConfigError, ProviderUnavailable, VMError
 from . import host_dirs, qemu_image, verify
 from .base import Provider, ProviderOptions, VMInfo
 # The image build lives in its own module; these are what booting and tests use of it.
@@ -102,10 +104,11 @@ from .qemu_image import (GUEST_PORT, IMAGE_FILES, QEMU_IMG, damaged_files, image
                          image_inputs, read_bytes, read_json, run)
 # Shared with the process provider: same labelling, same pid checks, same launcher thread.
 from .common import (LONG_VM_ID, check_name, check_vm_folder_free, checked_socket, child_runs, create_time, exit_status,
-                     log_tail, make_vm_dir, new_pool_key, owner_label, pool_folder, process_and_agent_healthy, read_meta,
+                     make_vm_dir, new_pool_key, owner_label, pool_folder, process_and_agent_healthy, read_meta,
                      remove_run_dir_if_empty, runs_vm, same_process, secure_base_dir, signal_name,
                      sweep_vm_folders, write_meta)
 from .halted import halted_tree
+from .qemu_boot import failure_detail, user_disk_argv, wait_for_agent
 from .sandbox_processes import launcher
 # KVM detection and QMP; the accelerator names are part of this module's face (tests,
 # benchmarks and the CLI reach them as qemu.X)
@@ -235,12 +238,13 @@ class QemuProvider(Provider):
             private["boot_s"] = round(time.monotonic() - started, 2)
             qmp_hmp(vm_dir, f"savevm {self.snapshot_name}", timeout_s=120.0)
         except BaseException as exc:
-            detail = _failure_detail(vm_dir)
+            detail = failure_detail(vm_dir, self.user_image)
             _kill_qemu(private)
             shutil.rmtree(vm_dir, ignore_errors=True)
             remove_run_dir_if_empty(self.run_dir)
             if isinstance(exc, (VMError, ConfigError, ProviderUnavailable)):
-                raise type(exc)(f"VM {vm_id} did not boot: {exc}{detail}") from None
+                disk = f" from {self.user_image}" if self.user_image else ""
+                raise type(exc)(f"VM {vm_id} did not boot{disk}: {exc}{detail}") from None
             raise
         info = VMInfo(vm_id=vm_id, provider=self.name, address=client.address,
                       run_id=self.run_id, private=private)
@@ -259,7 +263,7 @@ class QemuProvider(Provider):
         """loadvm the snapshot, set the guest clock, check that the agent answers."""
         vm_dir = Path(info.private["vm_dir"])
         if not same_process(info.private.get("pid"), info.private.get("create_time")):
-            raise VMError(f"VM {info.vm_id}: its QEMU process is gone{_failure_detail(vm_dir)}")
+            raise VMError(f"VM {info.vm_id}: its QEMU process is gone{failure_detail(vm_dir, self.user_image)}")
         qmp_hmp(vm_dir, f"loadvm {info.private['snapshot']}", timeout_s=60.0)
         from ...guest.client import GuestClient
 
@@ -332,7 +336,9 @@ class QemuProvider(Provider):
                        f"hostfwd=tcp:127.0.0.1:{port}-:{GUEST_PORT}",
             "-device", "virtio-net-pci,netdev=net0,romfile=",
         ]
-        if self.user_image is None:
+        if self.user_image is not None:
+            argv += user_disk_argv(vm_dir)
+        else:
             append = f"console=ttyS0 panic=-1 8250.nr_uarts=1 pr.hostname={vm_id}"
             if self.options.screen:
                 append += f" pr.desktop={self.options.screen}"
@@ -362,7 +368,7 @@ class QemuProvider(Provider):
             self._write_meta(vm_id, vm_dir, private)
             client = GuestClient(f"http://127.0.0.1:{port}", timeout_s=2.0)
             try:
-                _wait_for_agent(client, proc, deadline, self.options.boot_timeout_s, accel)
+                wait_for_agent(client, proc, deadline, self.options.boot_timeout_s, accel)
                 return client
             except VMError:
                 if proc.poll() is None or b"host forwarding" not in read_bytes(
@@ -422,22 +428,6 @@ def _is_our_qemu(pid, create_time, vm_dir: Path) -> bool:
     return runs_vm(pid, create_time, vm_dir)
 
 
-def _wait_for_agent(client, proc: subprocess.Popen | None, deadline: float, budget_s: float, accel: str) -> None:
-    """Poll the agent's /health until it answers; VMError when QEMU exits or time is up."""
-    from ...guest.client import wait_ready
-
-    def qemu_alive() -> None:
-        if proc is not None and proc.poll() is not None:
-            raise VMError(f"QEMU exited with status {proc.returncode} before the guest "
-                          "agent answered")
-
-    try:
-        wait_ready(client, deadline, check_alive=qemu_alive, max_delay_s=0.2, budget_s=budget_s)
-    except GuestUnreachable as exc:
-        raise VMError(f"the guest agent did not answer within the boot timeout, {budget_s:g}s under "
-                      f"{accel.upper()} (--boot-timeout-s) ({exc})") from None
-
-
 def _set_guest_clock(port: int, deadline: float) -> None:
     """Set the guest's clock to the host's: guest-init's relay takes a ``PR-SETTIME`` line
     on the forwarded port (tasks cannot reach that port: their namespace has only lo).
@@ -491,11 +481,6 @@ def _wait_gone(pid, created, proc: subprocess.Popen | None, timeout_s: float) ->
             return False
         time.sleep(0.02)
     return True
-
-
-def _failure_detail(vm_dir: Path) -> str:
-    return (f"; qemu log: {log_tail(vm_dir / 'qemu.log', 600)}; "
-            f"serial log tail: {log_tail(vm_dir / 'serial.log', 1500)}")
 
 
 # --------------------------------------------------------------------------- image
