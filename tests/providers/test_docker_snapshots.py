@@ -9,9 +9,10 @@ import tarfile
 
 import pytest
 
+from parallel_rollout.errors import VMError
 from parallel_rollout.guest.client import GuestClient
 from parallel_rollout.pool.providers.docker import image_tag
-from parallel_rollout.pool.providers.docker_cli import LABEL, docker, image_exists, remove_old_guest_images
+from parallel_rollout.pool.providers.docker_cli import LABEL, containers, docker, image_exists, remove_old_guest_images
 
 #: an image kind of this test's own: the real guest and desktop images are never touched
 KIND = f"prt-kind-{os.getpid()}"
@@ -85,3 +86,32 @@ def test_a_snapshot_with_an_entrypoint_and_a_user_of_its_own_boots_the_agent(doc
         assert GuestClient(info.address).execute("id -u", shell=True)["returncode"] == 0
     finally:
         provider.stop(info)
+
+
+def test_a_start_that_fails_leaves_nothing_of_its_vm(docker_harness, tmp_path, images_of_test):
+    """A snapshot image the agent cannot run in (no python3): ``start`` raises, and the VM's
+    folder (the passwd, group and meta.json it wrote before the container) goes with the
+    container; a caller of the provider itself has no VMInfo to ``stop``."""
+    snapshot = _import(tmp_path, f"prt-nopython-{os.getpid()}:1", b"no python here")
+    images_of_test.append(snapshot)
+    provider = docker_harness.provider(snapshot_name=snapshot, boot_timeout_s=20.0)
+    with pytest.raises(VMError, match="vm0"):
+        provider.start("vm0")
+    left = sorted(str(p) for p in provider.run_dir.rglob("*")) if provider.run_dir.exists() else []
+    assert not left and not provider.run_dir.exists(), left
+    assert not containers(f"{LABEL}.run={provider.run_id}")
+
+
+def test_a_start_whose_baseline_fails_leaves_no_container(docker_harness, monkeypatch):
+    """The reset check's baseline of the fresh container fails (``docker diff`` under
+    --verify-reset full, an unreadable /proc): the container was left running."""
+    provider = docker_harness.provider()
+
+    def fail(*args, **kwargs):
+        raise VMError("cannot list the container's writable layer (the test's)")
+
+    monkeypatch.setattr(provider._view, "baseline", fail)
+    with pytest.raises(VMError, match="the test's"):
+        provider.start("vm0")
+    assert not provider.run_dir.exists()
+    assert not containers(f"{LABEL}.run={provider.run_id}")

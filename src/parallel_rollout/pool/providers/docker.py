@@ -269,12 +269,20 @@ class DockerProvider(SpareContainers, Provider):
         try:
             write_user_files(self.image, vm_dir, self._uids.acquire(vm_id), self._labels(vm_id))
             info = self._boot(vm_id, deadline)
+            try:
+                if info.private.get("init_pid"):
+                    self._view.baseline(vm_id, info.private["init_pid"], info.address,
+                                        container=info.private["name"])
+            except BaseException:
+                self._remove([info.private])
+                raise
         except BaseException:
             self._uids.release(vm_id)  # no container of the VM holds it (_boot removes its own)
+            # nor is anything of it left: its passwd, group and meta.json go (stop's work,
+            # which a caller of a start that failed has no VMInfo to ask for)
+            shutil.rmtree(vm_dir, ignore_errors=True)
+            remove_run_dir_if_empty(self.run_dir)
             raise
-        if info.private.get("init_pid"):
-            self._view.baseline(vm_id, info.private["init_pid"], info.address,
-                                container=info.private["name"])
         self._make_spare(vm_id)
         return info
 
