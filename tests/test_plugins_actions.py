@@ -54,6 +54,7 @@ def test_the_browser_and_desktop_modes_refuse_none_before_the_vm(mode):
     ("user_plugins:ActionIdAgent", "sokoban-endless", "got int 1"),
     ("user_plugins:DictMoveAgent", "sokoban-endless", "got dict {'move': 'Right'}"),
     ("user_plugins:DictMoveAgent", "frozenlake", "got dict {'move': 'Right'}"),
+    ("user_plugins:LakeNumberAgent", "frozenlake", "(0 Left, 1 Down, 2 Right, 3 Up), got int 7"),
 ])
 def test_a_gym_action_that_is_no_text_is_an_error_naming_the_type(tmp_path, agent, data, shown):
     """ROLL's action id 1 (Up) given to Sokoban, or a dict, was read as a reply without a
@@ -73,3 +74,15 @@ def test_a_lake_still_takes_gymnasiums_action_numbers():
     env = get_env("gym")(RunConfig(mode="gym"))
     env.reset(Task(id="l", mode="gym", payload={"desc": ["SFG"]}, seed=0), None)
     assert env.step(2).observation["position"] == [0, 1]  # 2: Right
+
+
+@pytest.mark.parametrize("number", [7, 4, -1])
+def test_a_lake_number_outside_0_3_is_the_agents_error_naming_the_range(number):
+    """It was played as a reply without a move: a turn spent, the policy's failure."""
+    from parallel_rollout.tasks import Task
+
+    env = get_env("gym")(RunConfig(mode="gym"))
+    env.reset(Task(id="l", mode="gym", payload={"desc": ["SFG"]}, seed=0), None)
+    with pytest.raises(ValueError, match=rf"action number is gymnasium's 0-3 \(.*\), got int {number}$"):
+        env.step(number)
+    assert env.step(3).observation["position"] == [0, 0]  # 3: Up, off the grid; the lake plays on

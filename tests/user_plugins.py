@@ -151,3 +151,10 @@ class DictMoveAgent(ActionIdAgent):
 
     def act(self, observation):
         return {"move": "Right"}
+
+
+class LakeNumberAgent(ActionIdAgent):
+    """Answers 7, a number past gymnasium's FrozenLake actions 0-3."""
+
+    def act(self, observation):
+        return 7

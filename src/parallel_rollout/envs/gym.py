@@ -225,11 +225,16 @@ class GymEnv(Env):
     def step(self, action: Any) -> StepResult:
         """One move; a reply without a move costs the turn. An action that is no text (nor,
         on a lake, a number 0-3) is the agent's error: a dict, or a ROLL action id 1-4 given to
-        Sokoban, played as a reply without a move spent every turn as the policy's failure."""
+        Sokoban, played as a reply without a move spent every turn as the policy's failure;
+        so is a lake's number outside 0-3 (7), which was played as a reply without a move."""
         reject_none(action, _TAKES)
         lake_index = isinstance(action, int) and not isinstance(action, bool) and self._sokoban is None
         if not (isinstance(action, str) or lake_index):
             raise ValueError(f"{_TAKES}, got {type(action).__name__} {reprlib.repr(action)}")
+        if lake_index and not 0 <= action < len(ACTIONS):  # not a reply without a move
+            numbers = ", ".join(f"{number} {name}" for number, name in enumerate(ACTIONS))
+            raise ValueError(f"a FrozenLake action number is gymnasium's 0-{len(ACTIONS) - 1} "
+                             f"({numbers}), got int {action}")
         if self._sokoban is not None:
             return StepResult(*self._sokoban.step(action))
         self._steps += 1
