@@ -15,7 +15,7 @@ from process_tree import fork_servers
 from parallel_rollout.config import RunConfig
 from parallel_rollout.errors import ConfigError
 from parallel_rollout.rl import (BatchTimeout, EnvManagerConfig, RolloutScheduler, SchedulerClosed,
-                                 SchedulerSuspended)
+                                 SchedulerSuspended, drop_equal_rewards)
 from rl_support import TINY, Switch, lake_set, rl_config
 from table_policy import TablePolicy
 
@@ -39,6 +39,8 @@ def engine(tmp_path_factory):
     ({"max_concurrent_rollouts": -1}, "max_concurrent_rollouts must be a whole number >= 1"),
     ({"max_concurrent_rollouts": 0}, "max_concurrent_rollouts must be a whole number >= 1"),
     ({"max_concurrent_rollouts": 2.5}, "max_concurrent_rollouts must be a whole number >= 1"),
+    # groups of one member (the default group_size): every group was generated, then dropped
+    ({"group_filter": drop_equal_rewards}, "group_filter=drop_equal_rewards drops every group of group_size=1"),
 ])
 def test_a_bad_option_is_refused_before_the_engine_starts(tmp_path, options, message):
     server = LLMServer(policy=TablePolicy(seed=0)).start()

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..agents.calls import calls_of
-from ..errors import RolloutError
+from ..errors import ConfigError, RolloutError
 from ..trajectories import read_turns
 from .segments import Segment, build_segments
 
@@ -224,3 +224,15 @@ GroupFilter = Callable[[list[Trajectory]], bool]
 def drop_equal_rewards(group: list[Trajectory]) -> bool:
     """A group_filter: drop a group whose rewards are all equal (no GRPO signal)."""
     return len({t.reward for t in group}) <= 1
+
+
+def check_group_filter(group_filter: Any, group_size: int) -> None:
+    """ConfigError for a ``group_filter`` that is no function, or ``drop_equal_rewards`` on
+    groups of one member, whose rewards are always all equal: it would drop every group, and
+    get_batch raise once ``max_filtered_groups`` were generated and thrown away."""
+    if group_filter is not None and not callable(group_filter):
+        raise ConfigError(f"group_filter must be a function of a group's trajectories (True drops it), "
+                          f"got {group_filter!r}")
+    if group_filter is drop_equal_rewards and group_size < 2:
+        raise ConfigError(f"group_filter=drop_equal_rewards drops every group of group_size={group_size}: one "
+                          "member's rewards are always all equal; give group_size >= 2, or no filter")

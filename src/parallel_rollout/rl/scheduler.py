@@ -52,7 +52,7 @@ from .callers import TakingTurns
 from .chosen import ChosenBatches
 from .config import EnvManagerConfig, check_count, check_run_config, load_tags, whole_number, whole_ratio
 from .generation import GroupGeneration
-from .groups import Group, GroupFilter, Trajectory, with_turns
+from .groups import Group, GroupFilter, Trajectory, check_group_filter, with_turns
 from .metrics import batch_metrics
 from .staleness import VersionLag, check_lag_options
 from .sources import STATE_VERSION, ShuffledTasks, TaskSource, check_batch_partition, checked_state, quotas
@@ -107,9 +107,7 @@ class RolloutScheduler(ChosenBatches, GroupGeneration, TakingTurns):
         if _shared is not None and max_concurrent_rollouts is not None:
             raise ConfigError("a sibling shares its engine's max_concurrent_rollouts; give it to the first scheduler")
         check_lag_options(max_version_lag, stale_versions)
-        if group_filter is not None and not callable(group_filter):
-            raise ConfigError(f"group_filter must be a function of a group's trajectories (True drops it), "
-                              f"got {group_filter!r}")
+        check_group_filter(group_filter, self.env_config.group_size)
         self.failed_member = failed_member
         self.group_filter = group_filter
         #: bounds on a get_batch: its timeout, groups failed in a row, groups filtered (budget)
