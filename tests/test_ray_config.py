@@ -148,7 +148,7 @@ def test_policy_gate_on_tcp_for_nodes_of_other_hosts():
     gate = PolicyGate(version=1, host="127.0.0.1")
     try:
         assert gate.path.startswith("tcp://127.0.0.1:")
-        client = GateClient(gate.path)
+        client = GateClient(gate.path, gate.key)
         assert client.begin()[0] == 1 and client.end() is False
         gate.suspend()
         started = threading.Event()

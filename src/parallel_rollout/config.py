@@ -125,6 +125,9 @@ class RunConfig:
     api_timeout_s: float = 120.0
     #: RL schedulers: the unix socket of the policy gate model requests pass (policy_gate)
     policy_gate: str | None = None
+    #: RL schedulers: the gate's secret (``PolicyGate.key``) every connection to it says first;
+    #: never in config.json nor a repr
+    policy_gate_key: str | None = field(default=None, repr=False)
     #: RL schedulers: a reply aborted by a weight update keeps its sampled tokens and goes
     #: on from them after resume (each token records its policy version), instead of being
     #: generated again from scratch (agents/streaming.py)
@@ -203,7 +206,7 @@ class RunConfig:
         """The resolved config as written to config.json."""
         data = dataclasses.asdict(self)
         data["explicit"] = sorted(self.explicit)
-        del data["sources"]
+        del data["sources"], data["policy_gate_key"]
         return data
 
     def where(self, name: str) -> str:
@@ -248,7 +251,7 @@ RUN_ONLY_FIELDS = (
     "max_retries", "verify_reset", "vm_address", "reset_command", "client_password",
     "fail_under", "compare_to", "junit_xml",
     "lease_timeout_s", "ack_timeout_s", "start_timeout_s", "boot_timeout_s", "max_vm_replacements", "shutdown_grace_s",
-    "api_timeout_s", "min_free_disk_mb", "policy_gate", "backend", "ray_address",
+    "api_timeout_s", "min_free_disk_mb", "policy_gate", "policy_gate_key", "backend", "ray_address",
     "session_header", "server_cooldown", "abort_url",
 )
 _FIELDS = {f.name: f for f in dataclasses.fields(RunConfig) if f.name not in ("explicit", "sources")}

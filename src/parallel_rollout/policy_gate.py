@@ -7,6 +7,8 @@ agents in the worker processes reach it over a unix socket whose path travels to
 they run on other hosts (the ray backend). One connection per env loop, a line protocol::
 
     agent                          gate
+    "key <secret>\\n"   ─►  (first line of every connection) a wrong or missing key: the
+                                     connection is closed, "refused" said, and a warning logged
     "begin [<key>]\\n"   ─►  waits while suspended ─►  "go <version>\\n"
     … the model request (streamed) …
                          ◄─  "abort\\n"   (unsolicited, at most once, only between go and end:
@@ -31,13 +33,24 @@ request got no answer at all within its timeout: ``unanswered`` counts them, how
 (``rl/budget.py``). A worker that dies between
 begin and end closes its connection, which counts as its end: a killed process never holds
 the gate shut.
+
+``<secret>`` is the gate's ``key``, random per gate, which reaches the workers as its address
+does (``RunConfig.policy_gate_key``: pickled to them, never in config.json, a log line or an
+environment variable): whoever else reaches the port (an agent's code in a sandbox with a
+network, another user of the host: TCP listens to every process that can route to it) could
+otherwise say "begin" and never "end", and no ``suspend()`` would return. A unix-socket gate
+asks for it too, though its folder is the trainer's user's alone (``mkdtemp``: 0700) and
+hidden from every sandbox (``GATE_FOLDER_PREFIX``).
 """
 
 from __future__ import annotations
 
+import hmac
+import logging
 import operator
 import os
 import queue
+import secrets
 import socket
 import tempfile
 import threading
@@ -46,6 +59,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .errors import ConfigError
+
+log = logging.getLogger("parallel_rollout")
 
 #: how long an agent waits for the gate's answer to a line before it gives up (seconds);
 #: "begin" itself may wait as long as the trainer keeps the gate suspended
@@ -64,6 +79,11 @@ class PolicyGate:
     def __init__(self, version: int = 0, host: str | None = None) -> None:
         """``host``: serve on TCP at that address (a free port) instead of a unix socket."""
         self._cond = threading.Condition()
+        #: what every connection must say first ("key <key>"); hand it to the clients as the
+        #: address is (``RunConfig.policy_gate_key``)
+        self.key = secrets.token_hex(16)
+        #: connections closed for a wrong or missing key
+        self.refused = 0
         self._open = True
         self._closed = False
         self.version = version
@@ -207,10 +227,39 @@ class PolicyGate:
             self._conns.append(conn)
             threading.Thread(target=self._serve, args=(conn,), name="policy-gate-conn", daemon=True).start()
 
+    def _admitted(self, conn: socket.socket, reader) -> bool:
+        """Whether the connection's first line is "key <the gate's key>" (read within the
+        connect timeout); else it is refused and logged, and the caller closes it."""
+        conn.settimeout(_CONNECT_TIMEOUT_S)
+        try:
+            line = reader.readline(len(self.key) + 16)
+        except (OSError, UnicodeDecodeError):
+            line = ""
+        command, _, given = line.strip().partition(" ")
+        if command == "key" and hmac.compare_digest(given.encode("ascii", "replace"), self.key.encode()):
+            conn.settimeout(None)
+            return True
+        with self._cond:
+            self.refused += 1
+        try:
+            peer = conn.getpeername() or "a local process"
+        except OSError:
+            peer = "a peer gone"
+        log.warning("policy gate %s: refused a connection from %s without the gate's key (its first line "
+                    "was %s)", self.path, peer, "a key that is not the gate's" if command == "key" else
+                    repr(line[:40]) if line else "nothing")
+        try:
+            conn.sendall(b"refused\n")
+        except OSError:
+            pass
+        return False
+
     def _serve(self, conn: socket.socket) -> None:
         ident = id(conn)
         reader = conn.makefile("r", encoding="ascii", newline="\n")
         try:
+            if not self._admitted(conn, reader):
+                return
             for line in reader:
                 command, _, key = line.strip().partition(" ")
                 if command == "begin":
@@ -269,8 +318,10 @@ class GateClient:
     unsolicited "abort" calls the ``on_abort`` given to ``begin`` (which closes the model
     request), and the answer to "end" is handed to ``end``."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, key: str | None = None) -> None:
+        """``key``: the gate's ``PolicyGate.key``, said first on every connection."""
         self.path = path
+        self.key = key
         self._sock: socket.socket | None = None
         self._reader = None
         self._answers: "queue.Queue[str]" = queue.Queue()
@@ -368,7 +419,9 @@ class GateClient:
             return
 
     def _ask(self, command: str, cancelled: Callable[[], bool] | None = None) -> str:
+        hello = ""  # a new connection says the key first, in the same write as its command
         if self._sock is None:
+            hello = f"key {self.key or ''}\n"
             try:
                 sock = _connect(self.path)
             except OSError as exc:
@@ -381,7 +434,7 @@ class GateClient:
             self.close()
             raise ConnectionError(f"policy gate {self.path}: cancelled")
         try:
-            self._sock.sendall(f"{command}\n".encode())
+            self._sock.sendall(f"{hello}{command}\n".encode())
             answer = self._reader.readline()
         except OSError as exc:
             self.close()
@@ -389,6 +442,10 @@ class GateClient:
         if not answer:
             self.close()
             raise ConnectionError(f"policy gate {self.path} closed")
+        if answer.strip() == "refused":
+            self.close()
+            raise ConnectionError(f"policy gate {self.path} refused the connection: "
+                                  f"{'not the gate key' if self.key else 'no gate key'} (RunConfig.policy_gate_key)")
         return answer.strip()
 
 

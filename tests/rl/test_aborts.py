@@ -45,7 +45,7 @@ def continuing(body):
 
 
 def _agent(url: str, gate: PolicyGate, **changes) -> OpenAIAgent:
-    config = RunConfig(mode="gym", agent="openai", base_url=url, model="m", policy_gate=gate.path,
+    config = RunConfig(mode="gym", agent="openai", base_url=url, model="m", policy_gate=gate.path, policy_gate_key=gate.key,
                        max_retries=2, **changes)
     agent = OpenAIAgent(config)
     agent.model.backoff_base_s = 0.01
@@ -277,7 +277,7 @@ def test_a_request_queued_at_the_server_is_aborted_before_its_reply_begins(gate,
 
 
 def test_the_gate_keeps_the_oldest_version_of_the_tokens_kept(gate):
-    client = GateClient(gate.path)
+    client = GateClient(gate.path, gate.key)
     client.begin("k")
     gate.suspend(abort=True)
     assert client.end() is True and gate.oldest_version("k") is None  # aborted, starting over
@@ -295,7 +295,7 @@ def test_the_gate_keeps_the_oldest_version_of_the_tokens_kept(gate):
 
 
 def test_wait_aborted_waits_for_the_agents_to_say_what_they_keep(gate):
-    client = GateClient(gate.path)
+    client = GateClient(gate.path, gate.key)
     client.begin("k")
     gate.suspend(abort=True)
     slow = threading.Timer(0.3, lambda: client.end(kept=6))  # an agent slow to hang up
@@ -311,7 +311,7 @@ def test_wait_aborted_waits_for_the_agents_to_say_what_they_keep(gate):
     client.begin("j")
     client.end()
     assert gate.wait_aborted(0.1) is True  # nothing aborted is pending
-    other = GateClient(gate.path)
+    other = GateClient(gate.path, gate.key)
     other.begin("i")
     gate.suspend(abort=True)
     assert gate.wait_aborted(0.2) is False  # its agent never answers: bounded

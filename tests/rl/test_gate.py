@@ -33,7 +33,7 @@ def gate():
 
 
 def test_suspend_waits_for_the_request_in_flight(gate):
-    client = GateClient(gate.path)
+    client = GateClient(gate.path, gate.key)
     assert client.begin()[0] == 3
     done = threading.Event()
     threading.Thread(target=lambda: (gate.suspend(), done.set()), daemon=True).start()
@@ -45,7 +45,7 @@ def test_suspend_waits_for_the_request_in_flight(gate):
 
 def test_nothing_starts_while_suspended_and_resume_gives_the_new_version(gate):
     gate.suspend()
-    client = GateClient(gate.path)
+    client = GateClient(gate.path, gate.key)
     got: list[tuple[int, float]] = []
     thread = threading.Thread(target=lambda: got.append(client.begin()), daemon=True)
     thread.start()
@@ -59,7 +59,7 @@ def test_nothing_starts_while_suspended_and_resume_gives_the_new_version(gate):
 
 
 def test_abort_returns_at_once_and_the_reply_is_redone(gate):
-    client = GateClient(gate.path)
+    client = GateClient(gate.path, gate.key)
     client.begin()
     started = time.monotonic()
     gate.suspend(abort=True)
@@ -74,7 +74,7 @@ def test_abort_returns_at_once_and_the_reply_is_redone(gate):
 def test_a_hang_up_mid_request_leaves_the_next_request_its_own_answers(gate):
     """A cancel hangs up on the gate between begin and end (ModelClient.abort): the next
     begin connects again, and the answer its end gets is its own, not the dead connection's."""
-    client = GateClient(gate.path)
+    client = GateClient(gate.path, gate.key)
     client.begin("a")
     client.close()  # from the cancel; the request's reader thread sees its connection end
     time.sleep(0.1)
@@ -88,7 +88,7 @@ def test_a_hang_up_mid_request_leaves_the_next_request_its_own_answers(gate):
 
 
 def test_a_hang_up_ends_a_begin_waiting_at_a_suspended_gate(gate):
-    client = GateClient(gate.path)
+    client = GateClient(gate.path, gate.key)
     client.begin()
     client.end()
     gate.suspend()
@@ -119,7 +119,7 @@ def test_a_cancel_while_the_connection_is_made_ends_the_begin(gate, monkeypatch)
     import parallel_rollout.policy_gate as policy_gate
 
     gate.suspend()
-    client = GateClient(gate.path)
+    client = GateClient(gate.path, gate.key)
     cancelled = threading.Event()
     connect = policy_gate._connect
 
@@ -147,15 +147,15 @@ def test_a_cancel_while_the_connection_is_made_ends_the_begin(gate, monkeypatch)
     assert gate.in_flight == 0 and gate.requests == 0
 
 
-def _hold_the_gate(path: str) -> None:
-    client = GateClient(path)
+def _hold_the_gate(path: str, key: str) -> None:
+    client = GateClient(path, key)
     client.begin()
     time.sleep(60)
     client.end()
 
 
 def test_a_killed_process_never_holds_the_gate_shut(gate):
-    child = multiprocessing.get_context("spawn").Process(target=_hold_the_gate, args=(gate.path,))
+    child = multiprocessing.get_context("spawn").Process(target=_hold_the_gate, args=(gate.path, gate.key))
     child.start()
     deadline = time.monotonic() + 20
     while gate.in_flight == 0 and time.monotonic() < deadline:
@@ -168,15 +168,16 @@ def test_a_killed_process_never_holds_the_gate_shut(gate):
 
 
 def test_suspend_timeout_says_how_many_are_in_flight(gate):
-    client = GateClient(gate.path)
+    client = GateClient(gate.path, gate.key)
     client.begin()
     with pytest.raises(TimeoutError, match="1 model request"):
         gate.suspend(timeout=0.2)
     client.close()
 
 
-def _agent(server_url: str, gate_path: str) -> OpenAIAgent:
-    config = RunConfig(mode="gym", agent="openai", base_url=server_url, model="table", policy_gate=gate_path)
+def _agent(server_url: str, gate: PolicyGate) -> OpenAIAgent:
+    config = RunConfig(mode="gym", agent="openai", base_url=server_url, model="table", policy_gate=gate.path,
+                       policy_gate_key=gate.key)
     agent = OpenAIAgent(config)
     agent.reset(Task(id="lake", mode="gym", payload={"size": 4}))
     return agent
@@ -188,7 +189,7 @@ OBSERVATION = {"grid": "PFFF\nFHFH\nFFFH\nHFFG", "position": [0, 0], "steps": 0,
 def test_agent_records_version_tokens_and_logprobs(gate, llm_server):
     policy = TablePolicy(seed=1)
     server = llm_server(policy=policy, routes=policy.routes())
-    agent = _agent(server.url, gate.path)
+    agent = _agent(server.url, gate)
     action = agent.act(OBSERVATION)
     turn = agent.turn_record()
     assert turn["reply"] == action and turn["policy_version"] == 3
@@ -206,7 +207,7 @@ def test_agent_records_version_tokens_and_logprobs(gate, llm_server):
 def test_agent_waits_while_suspended_and_redoes_an_aborted_turn(gate, llm_server):
     policy = TablePolicy(seed=1, delay_s=0.4)
     server = llm_server(policy=policy, routes=policy.routes())
-    agent = _agent(server.url, gate.path)
+    agent = _agent(server.url, gate)
     result: list = []
     thread = threading.Thread(target=lambda: result.append(agent.act(OBSERVATION)), daemon=True)
     thread.start()
@@ -227,7 +228,7 @@ def test_an_answer_the_client_cannot_read_releases_the_request(gate):
     """A "go" the client cannot read (a version that is no int) comes after the gate counted
     the request in flight: begin hangs up, so the request ends there and suspend returns."""
     gate.version = "v2"  # what resume() refuses now; the client must not leak it either
-    client = GateClient(gate.path)
+    client = GateClient(gate.path, gate.key)
     with pytest.raises(ConnectionError, match="unexpected answer 'go v2'"):
         client.begin("k")
     deadline = time.monotonic() + 5
@@ -279,3 +280,41 @@ def test_a_schedulers_resume_checks_the_version_before_anything_changes(tmp_path
     assert train._shared.gate.in_flight == 0
     train.suspend(timeout=10)  # returns: nothing is left in flight
     train.resume(3)
+
+
+@pytest.mark.parametrize("host", [None, "127.0.0.1"], ids=["unix", "tcp"])
+def test_a_connection_without_the_gates_key_cannot_hold_it(host, caplog):
+    """Whoever reaches the gate's port (an agent's code in a sandbox with a network, another
+    user of the host) but lacks its key is refused at its first line and logged: its "begin"
+    is never counted in flight, so suspend() returns; the key's holder goes through."""
+    from parallel_rollout.policy_gate import _connect
+
+    gate = PolicyGate(version=5, host=host)
+    try:
+        for first in (b"begin intruder\n", b"key 0123456789abcdef\nbegin intruder\n", b"key\nbegin\n"):
+            sock = _connect(gate.path)
+            sock.sendall(first)
+            reader = sock.makefile("r")
+            assert reader.readline().strip() == "refused"
+            assert reader.readline() == ""  # and hung up on
+            sock.close()
+        with pytest.raises(ConnectionError, match="refused the connection: not the gate key"):
+            GateClient(gate.path, "f" * 32).begin("k")
+        with pytest.raises(ConnectionError, match="refused the connection: no gate key"):
+            GateClient(gate.path).begin("k")
+        assert gate.requests == 0 and gate.in_flight == 0 and gate.refused == 5
+        gate.suspend(timeout=2)  # returns: nobody without the key held it
+        gate.resume(6)
+        client = GateClient(gate.path, gate.key)
+        assert client.begin("k")[0] == 6 and gate.in_flight == 1 and client.end(kept=6) is False
+        client.close()
+    finally:
+        gate.close()
+    refusals = [r.getMessage() for r in caplog.records if "refused a connection" in r.getMessage()]
+    assert len(refusals) == 5 and not any(gate.key in line for line in refusals)
+    assert "'begin intruder\\n'" in refusals[0] and "a key that is not the gate's" in refusals[1]
+
+
+def test_the_gates_key_is_never_written_to_config_json_nor_shown():
+    config = RunConfig(mode="gym", policy_gate="tcp://127.0.0.1:1", policy_gate_key="s3cret")
+    assert "policy_gate_key" not in config.to_json() and "s3cret" not in repr(config)

@@ -132,7 +132,7 @@ def test_a_request_cancelled_while_it_waited_at_a_suspended_gate_is_not_counted(
     gate = PolicyGate(version=0)
     try:
         server = llm_server(script=[{"reply": "never"}])
-        client = _client(server, policy_gate=gate.path)
+        client = _client(server, policy_gate=gate.path, policy_gate_key=gate.key)
         gate.suspend()
         raised: list = []
 
@@ -217,7 +217,7 @@ def test_a_plugin_agents_default_abort_ends_its_request_at_the_server(llm_server
     try:
         server = llm_server(script=[{"reply": "x" * 100, "token_ids": [9] * 100, "logprobs": [-1.0] * 100,
                                      "token_rate": 10}])
-        agent = _Plain(RunConfig(mode="gym", agent="openai", base_url=server.url, model="m", policy_gate=gate.path))
+        agent = _Plain(RunConfig(mode="gym", agent="openai", base_url=server.url, model="m", policy_gate=gate.path, policy_gate_key=gate.key))
         raised: list = []
 
         def act():

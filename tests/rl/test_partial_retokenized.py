@@ -62,7 +62,7 @@ def test_a_continuation_the_server_retokenized_starts_a_segment_from_what_it_saw
     gate = PolicyGate(version=6)
     try:
         client = ModelClient(RunConfig(mode="gym", agent="openai", base_url=server.url, model="m",
-                                       policy_gate=gate.path, partial_rollout=True, max_retries=2))
+                                       policy_gate=gate.path, policy_gate_key=gate.key, partial_rollout=True, max_retries=2))
         client.start()
         got: list = []
         thread = threading.Thread(target=lambda: got.append(client.chat([{"role": "user", "content": "go"}])),

@@ -44,7 +44,7 @@ def gate():
 
 def _client(server, gate: PolicyGate | None, **changes) -> ModelClient:
     config = RunConfig(mode="gym", agent="openai", base_url=server.url, model="m", max_retries=1,
-                       policy_gate=gate.path if gate else None, **changes)
+                       policy_gate=gate.path if gate else None, policy_gate_key=gate.key if gate else None, **changes)
     client = ModelClient(config)
     client.backoff_base_s = 0.01
     return client

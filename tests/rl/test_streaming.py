@@ -30,7 +30,7 @@ def gate():
 
 def _client(server, gate: PolicyGate) -> ModelClient:
     config = RunConfig(mode="gym", agent="openai", base_url=server.url, model="m", max_retries=1,
-                       policy_gate=gate.path)
+                       policy_gate=gate.path, policy_gate_key=gate.key)
     client = ModelClient(config)
     client.backoff_base_s = 0.01
     return client

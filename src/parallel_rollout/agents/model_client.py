@@ -88,7 +88,7 @@ class ModelClient:
         if getattr(config, "policy_gate", None):
             from ..policy_gate import GateClient
 
-            self._gate = GateClient(config.policy_gate)
+            self._gate = GateClient(config.policy_gate, getattr(config, "policy_gate_key", None))
         self._usage = _zero_usage(config.model)
         self._turn: dict[str, Any] = {}
         #: the turn's earlier calls that were answered, and whether ``turn_record()`` was taken

@@ -51,7 +51,7 @@ class SharedEngine:
         store = engine = folder = None
         try:
             run_id = run_config.run_id or default_run_id("rl", run_config.output_dir)
-            changes: dict[str, Any] = {"policy_gate": gate.path, "run_id": run_id}
+            changes: dict[str, Any] = {"policy_gate": gate.path, "policy_gate_key": gate.key, "run_id": run_id}
             if max_concurrent_rollouts is not None:
                 changes["max_concurrent_rollouts"] = max_concurrent_rollouts
             if envs_per_worker is not None:
