@@ -404,21 +404,24 @@ def _output_fields(body: dict) -> dict:
     return {"isolated": field(body, "isolated", (bool,), False), "tail": tail}
 
 
-def _refused_links(timeout: float) -> tuple[dict, float]:
+def _refused_links(timeout: float, within: float | None) -> tuple[dict, float]:
     """The answer of a command not run because the graded code left a link into a process's
     ``/proc`` folder (``agent_grading.links_into_processes``), or ``{}``; and what is left
-    of ``timeout``, which the search spends."""
+    of ``timeout``, which the search spends. ``within``: the attempt's seconds so far (the
+    request's ``links_made_within_s``), when only links made since it began count."""
     import time
 
     start = time.monotonic()
+    since = None if within is None else time.time() - within - agent_grading.SINCE_SLACK_S
     try:
-        links = agent_grading.links_into_processes(home(), start + timeout)
+        links = agent_grading.links_into_processes(home(), start + timeout, since)
     except TimeoutError:
         return {"returncode": -9, "output": "", "error": "", "timeout": True,
                 "message": f"timed out after {timeout:g}s looking for links into /proc"}, timeout
     if not links:
         return {}, max(0.0, timeout - (time.monotonic() - start))
-    why = (f"not run: the answer left {len(links)} link(s) into a process's folder of /proc, where "
+    made = "" if within is None else f" made during the attempt (its last {within:.0f}s; older links are left alone)"
+    why = (f"not run: the answer left {len(links)} link(s){made} into a process's folder of /proc, where "
            f"what a check reads is its own (its arguments, its input): {', '.join(links[:3])}")
     return {"returncode": 126, "output": "", "error": why, "not_found": True, "message": why}, timeout
 
@@ -434,7 +437,10 @@ def route_execute(req: Request):
         raise HTTPError(400, "field 'env' must map strings to strings")
     options, result = _output_fields(body), {}
     if field(body, "refuse_proc_links", (bool,), False):  # a shell task's check
-        result, timeout = _refused_links(timeout)
+        within = field(body, "links_made_within_s", (int, float))
+        if within is not None and not within >= 0:
+            raise HTTPError(400, f"field 'links_made_within_s' must be a number of seconds >= 0, got {within}")
+        result, timeout = _refused_links(timeout, within)
     if not result:
         result = run(argv, shell=shell, timeout=timeout, cwd=cwd, env=env, **options)
     failed = result.pop("not_found", False) or result.get("timeout", False)

@@ -87,18 +87,34 @@ def _inside(path: str, top: str) -> bool:
 WRITABLE_FOLDERS = ("/tmp", "/var/tmp", "/dev/shm")
 #: errors of a readlink that say only that a path is not a link (or not there): a plain step
 _PLAIN = {errno.EINVAL, errno.ENOENT, errno.ENOTDIR, errno.EACCES}
+#: seconds before the attempt's start a link may be dated and still count as the attempt's:
+#: a file's ctime is the kernel's coarse clock (a tick behind ``time.time()``), and the
+#: caller's count of the attempt's seconds is its own clock's
+SINCE_SLACK_S = 1.0
 
 
-def links_into_processes(home: str, deadline: float) -> list[str]:
+def links_into_processes(home: str, deadline: float, since: float | None = None) -> list[str]:
     """The symlinks in ``home`` and :data:`WRITABLE_FOLDERS` that lead into a process's
     folder of ``/proc`` (``self``, ``thread-self``, a pid: ``/dev/stdin`` and ``/dev/fd``
     lead there too), as ``link -> target``. What a check reads through one is the reader's
     own: ``/proc/self/cmdline`` holds the check's arguments, so ``grep -qx 37 ~/count.txt``
-    passed when the answer made ``~/count.txt`` that link instead of counting. TimeoutError
-    past ``deadline`` (``time.monotonic()``)."""
+    passed when the answer made ``~/count.txt`` that link instead of counting. With
+    ``since`` (a ``time.time()``), only links whose ctime is at or after it: those the
+    attempt could have made (no user can set a ctime back; a rename or a hard link of an
+    older link dates it anew). On a machine of one's own (a ``remote`` VM) ``/tmp`` and the
+    home hold other programs' links, made before the attempt: they are not the answer's, and
+    one of them failed every check of a run. A link made since that leads through an older
+    one is still found, the chain being followed. TimeoutError past ``deadline``
+    (``time.monotonic()``)."""
     found: list[str] = []
     stack = list(dict.fromkeys(os.path.realpath(f) for f in (home, *WRITABLE_FOLDERS) if os.path.isdir(f)))
     seen: set[tuple[int, int]] = set()
+    for top in stack:  # a home inside /tmp is looked at once, not once more from /tmp
+        try:
+            info = os.stat(top)
+            seen.add((info.st_dev, info.st_ino))
+        except OSError:
+            pass
     while stack:
         try:
             folder = os.scandir(stack.pop())
@@ -110,7 +126,8 @@ def links_into_processes(home: str, deadline: float) -> list[str]:
                     raise TimeoutError
                 try:
                     if entry.is_symlink():
-                        if _through_a_process(entry.path):
+                        if (since is None or entry.stat(follow_symlinks=False).st_ctime >= since) \
+                                and _through_a_process(entry.path):
                             found.append(f"{entry.path} -> {os.readlink(entry.path)}")
                     elif entry.is_dir(follow_symlinks=False):
                         info = entry.stat(follow_symlinks=False)

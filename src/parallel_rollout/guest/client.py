@@ -112,6 +112,9 @@ class GuestClient:
     def __init__(self, address: str, timeout_s: float = 30.0) -> None:
         self.address = address
         self.timeout_s = timeout_s
+        #: when this client was made (``time.monotonic()``): a worker makes one per lease, so
+        #: before the attempt's first act; what ``refuse_proc_links`` dates links from
+        self.made_at = time.monotonic()
         if address.startswith("unix:"):
             self._unix_path: str | None = address[len("unix:"):]
             self._host, self._port = "", 0
@@ -211,10 +214,13 @@ class GuestClient:
         """POST /execute: ``{status, output, error, returncode}`` (+ ``timeout``/``message``);
         ``isolated``: a grading command; ``tail``: characters of each stream to keep;
         ``refuse_proc_links``: not run (126) when the graded code left a link into a process's
-        folder of ``/proc`` (a shell task's check: ``agent_grading.links_into_processes``)."""
+        folder of ``/proc`` (a shell task's check: ``agent_grading.links_into_processes``),
+        one made since this client was: a link the machine held before the lease (a machine
+        of one's own: another program's, in ``/tmp``) is not the attempt's."""
         payload: dict[str, Any] = {"command": command, "shell": shell, **_options(isolated, tail)}
         if refuse_proc_links:
             payload["refuse_proc_links"] = True
+            payload["links_made_within_s"] = round(time.monotonic() - self.made_at, 3)
         if timeout is not None:
             payload["timeout"] = timeout
         if cwd is not None:
