@@ -381,7 +381,7 @@ class ModelClient:
                 usage = {"prompt_tokens": raw.prompt_tokens,
                          "completion_tokens": len(raw.token_ids) if raw.has_token_ids else raw.completion_tokens}
                 if raw.requests > 1:
-                    info.update(versions=raw.versions, partial=True)
+                    info.update(versions=raw.versions, partial=True, **streaming.unchecked_limit(raw, request))
                     if not self.wire.sends_ids:  # in chat the server re-tokenized the partial text
                         info = calls.split_retokenized(info, raw.retokenized, text)
             else:

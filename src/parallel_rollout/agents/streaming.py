@@ -24,7 +24,10 @@ server that ignores ``stream``) and fails the request on anything else, quoting 
 the request continues from them (``continued``) instead of starting over, with token ids
 (prompt + partial ids to ``/completions``) or, in chat, by the server's continue-final-message
 (the partial text as the last assistant message, ``continue_final_message``). Each token keeps
-the policy version that sampled it (``versions``). In chat the server tokenizes that text
+the policy version that sampled it (``versions``). The continuation's max_tokens is what
+the turn's has left: less the ids sampled, else the usage's completion tokens; a part nobody
+counted (no ids, a stream closed before its usage chunk) is said (``unchecked_limit``), not
+guessed. In chat the server tokenizes that text
 again, which need not give the ids it sampled (another valid tokenization; a partial UTF-8
 character its detokenizer held back, whose ids came without their text): a continuation whose
 reported ``prompt_token_ids`` are not the previous prompt + the ids sampled since is noted in
@@ -37,6 +40,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
 import math
 import time
 from dataclasses import dataclass, field
@@ -45,6 +49,7 @@ from typing import Any, Iterable
 from .episode import AgentError
 from .stream_abort import Abortable
 
+log = logging.getLogger("parallel_rollout")
 
 #: the finish_reason of a reply the server ended itself, told to abort it by something other
 #: than this client (a trainer aborting every request on the server for a weight update:
@@ -121,6 +126,15 @@ class Partial:
     #: completion tokens the server counted (its usage chunk), over its requests: the reply's
     #: length from a server that sends no token ids
     completion_tokens: int = 0
+    #: requests that sampled something whose length nobody told: no token ids and no usage
+    #: (a stream this client closed ends before its usage chunk)
+    uncounted: int = 0
+
+    @property
+    def sampled(self) -> int:
+        """Tokens sampled so far as far as known: the ids, else what the server's usage
+        counted (``uncounted`` says how many requests' tokens are missing from it)."""
+        return len(self.token_ids) if self.has_token_ids else self.completion_tokens
 
     def _retokenized_by(self, reply: "StreamedReply") -> list[tuple[int, int, list[int]]]:
         """Where ``reply``, continuing this partial, started from a prompt of the server's own
@@ -144,7 +158,8 @@ class Partial:
                        self.oldest if not (reply.text or reply.token_ids)
                        else version if self.oldest is None else min(self.oldest, version),
                        reply.whole_tool_calls() or self.tool_calls, self.retokenized + self._retokenized_by(reply),
-                       self.completion_tokens + reply.usage.get("completion_tokens", 0))
+                       self.completion_tokens + reply.usage.get("completion_tokens", 0),
+                       self.uncounted + reply.uncounted)
 
 
 @dataclass
@@ -163,6 +178,11 @@ class StreamedReply:
     tool_calls: dict[int, dict[str, Any]] = field(default_factory=dict)
     #: the choices folded in (what a MalformedChunk names)
     chunks: int = 0
+
+    @property
+    def uncounted(self) -> bool:
+        """Whether it sampled something nobody counted: neither token ids nor usage."""
+        return bool(self.text or self.tool_calls) and not self.has_token_ids and "completion_tokens" not in self.usage
 
     def whole_tool_calls(self) -> list[dict[str, Any]]:
         """The tool calls the deltas made, in index order, shaped as a non-streamed reply's."""
@@ -388,7 +408,8 @@ def stream(client, path: str, request: dict[str, Any], abortable: Abortable) -> 
 def continued(request: dict[str, Any], partial: Partial, tokens: bool) -> dict[str, Any]:
     """``request`` continuing after ``partial``: token ids appended to the prompt, or (chat)
     the partial text as the last assistant message the server continues; max_tokens less by
-    what was already sampled."""
+    what was already sampled: its ids, else the completion tokens the server's usage counted
+    (``Partial.sampled``; what no one counted, ``Partial.uncounted``, cannot be taken off)."""
     request = dict(request)
     if tokens:
         request["prompt"] = list(request["prompt"]) + partial.token_ids
@@ -396,7 +417,30 @@ def continued(request: dict[str, Any], partial: Partial, tokens: bool) -> dict[s
         request["messages"] = list(request["messages"]) + [{"role": "assistant", "content": partial.text}]
         request["extra_body"] = {**request.get("extra_body", {}), "add_generation_prompt": False,
                                  "continue_final_message": True}
-    for name in ("max_tokens", "max_completion_tokens"):
+    for name in _LIMITS:
         if request.get(name) is not None:
-            request[name] = max(1, request[name] - len(partial.token_ids))
+            request[name] = max(1, request[name] - partial.sampled)
     return request
+
+
+#: the request fields that bound a reply's length
+_LIMITS = ("max_tokens", "max_completion_tokens")
+#: whether this process logged a turn ``unchecked_limit`` marked (once is enough to be told)
+_told_unchecked: list[bool] = []
+
+
+def unchecked_limit(partial: Partial, request: dict[str, Any]) -> dict[str, Any]:
+    """``{"max_tokens_unchecked": True}`` for the record of a continued reply whose earlier
+    requests sampled tokens nobody counted (``Partial.uncounted``: a server that streams no
+    token ids, and no usage for a stream this client closed) while ``request`` has a token
+    limit: its continuations could not take them off, so the reply may be longer than
+    max_tokens; they are not guessed. Logged once per process."""
+    if not partial.uncounted or all(request.get(name) is None for name in _LIMITS):
+        return {}
+    if not _told_unchecked:
+        _told_unchecked.append(True)
+        log.warning("a reply continued after an abort (partial_rollout) may be longer than max_tokens: the model "
+                    "server streamed no token ids (return_token_ids) and no usage for the aborted part, so its "
+                    "length could not be taken off the continuation's max_tokens; such turns say "
+                    "max_tokens_unchecked")
+    return {"max_tokens_unchecked": True}

@@ -1,0 +1,85 @@
+"""A partial rollout's continuation and the turn's limits: max_tokens is the whole turn's, the
+tokens sampled before the abort included (counted by their ids, else by the server's usage;
+what nobody counted is said, not guessed)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from llm_server import llm_server  # noqa: F401 - fixture
+from parallel_rollout.agents import ModelClient, streaming
+from parallel_rollout.config import RunConfig
+from parallel_rollout.policy_gate import PolicyGate
+
+USER = [{"role": "user", "content": "go"}]
+
+
+@pytest.fixture
+def gate():
+    gate = PolicyGate(version=2)
+    yield gate
+    gate.close()
+
+
+def _client(server, gate: PolicyGate, **changes) -> ModelClient:
+    config = RunConfig(mode="gym", agent="openai", base_url=server.url, model="m", max_retries=1,
+                       policy_gate=gate.path, policy_gate_key=gate.key, partial_rollout=True, **changes)
+    client = ModelClient(config)
+    client.backoff_base_s = 0.01
+    return client
+
+
+def test_a_chat_continuation_without_token_ids_takes_off_what_the_usage_counted(gate, llm_server):
+    """A server that streams no token ids aborts the reply after 4 tokens (its usage says so):
+    the continuation may sample 16 more of max_tokens=20, not 20 again (a turn of 24)."""
+    server = llm_server(script=[{"reply": "<answer> R i", "finish_reason": "abort",
+                                 "usage": {"prompt_tokens": 10, "completion_tokens": 4}},
+                                {"reply": "ght </answer>", "usage": {"prompt_tokens": 14, "completion_tokens": 2}}])
+    client = _client(server, gate, max_tokens=20)
+    reply = client.chat(USER)
+    assert reply.text == "<answer> R ight </answer>" and reply.stop_reason == "stop"
+    assert server.requests[0]["body"]["max_tokens"] == 20
+    assert server.requests[1]["body"]["max_tokens"] == 16
+    turn = client.turn_record()
+    assert turn["partial"] and "max_tokens_unchecked" not in turn
+    assert client.usage()["completion_tokens"] == 6
+
+
+def test_a_continuation_whose_aborted_part_nobody_counted_says_so(gate, llm_server, caplog, monkeypatch):
+    """The trainer's own abort closes a stream of a server that sends no token ids before its
+    usage chunk: nobody knows how many tokens came. The continuation is not given a guess:
+    the turn says max_tokens_unchecked (it may be longer than max_tokens), and the log once."""
+    monkeypatch.setattr(streaming, "_told_unchecked", [])
+    server = llm_server(script=[{"reply": "w " * 40 + "<answer>Right</answer>", "token_rate": 40},
+                                {"reply": "<answer>Right</answer>"}])
+    client = _client(server, gate, max_tokens=100)
+    got: list = []
+    thread = threading.Thread(target=lambda: got.append(client.chat(USER)), daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while server.tokens_streamed < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    gate.suspend(abort=True)
+    while not server.aborts and time.monotonic() < deadline:
+        time.sleep(0.01)
+    gate.resume(3)
+    thread.join(10)
+    assert got and got[0].text.endswith("<answer>Right</answer>") and got[0].text.startswith("w w")
+    assert server.requests[1]["body"]["max_tokens"] == 100  # not guessed
+    turn = client.turn_record()
+    assert turn["partial"] and turn["max_tokens_unchecked"] is True
+    assert [r for r in caplog.records if "max_tokens_unchecked" in r.getMessage()]
+
+
+def test_a_continuation_with_token_ids_is_never_marked(gate, llm_server):
+    ids = {"token_ids": [10, 11], "logprobs": [-0.1, -0.2], "prompt_token_ids": [1, 2, 3]}
+    server = llm_server(script=[{"reply": "<answer>Ri", **ids, "finish_reason": "abort", "usage": {"prompt_tokens": 3}},
+                                {"reply": "ght</answer>", "token_ids": [12], "logprobs": [-0.3],
+                                 "prompt_token_ids": [1, 2, 3, 10, 11]}])
+    client = _client(server, gate, max_tokens=20)
+    client.chat(USER)
+    assert server.requests[1]["body"]["max_tokens"] == 18
+    assert "max_tokens_unchecked" not in client.turn_record()
