@@ -83,3 +83,54 @@ def test_a_continuation_with_token_ids_is_never_marked(gate, llm_server):
     client.chat(USER)
     assert server.requests[1]["body"]["max_tokens"] == 18
     assert "max_tokens_unchecked" not in client.turn_record()
+
+
+def test_a_continuation_with_no_room_left_in_max_model_len_keeps_the_sampled_tokens(gate, llm_server, tmp_path):
+    """Token in, token out: the server aborted the reply right after its last token fitting
+    max_model_len. Continuing it sent a prompt of max_model_len tokens, which the server refused
+    ("maximum context length"), and the ContextOverflow lost every token sampled: now nothing
+    is sent, and the turn ends there, stop reason length, its tokens kept in the cut episode."""
+    from token_model import write_tokenizer
+    from tokenizers import Tokenizer
+
+    from parallel_rollout.agents.episode import ContextOverflow
+
+    folder = write_tokenizer(tmp_path / "tok")
+    ids = Tokenizer.from_file(str(folder / "tokenizer.json")).encode("<think>go right</think> " * 40).ids
+    budget = 120
+
+    def policy(body):
+        prompt = body["prompt"]
+        if len(prompt) + 1 > budget:
+            return {"status": 400, "message": f"This model's maximum context length is {budget} tokens. "
+                                              f"However, you requested {len(prompt)} tokens in the messages."}
+        left = body["max_tokens"]
+        return {"reply": "x" * left, "pieces": ["x"] * left, "token_ids": ids[:left], "logprobs": [-0.1] * left,
+                "prompt_token_ids": prompt, "finish_reason": "abort"}
+
+    server = llm_server(policy=policy)
+    client = _client(server, gate, tokenizer=str(folder), max_model_len=budget)
+    with pytest.raises(ContextOverflow, match="max_model_len=120") as cut:
+        client.chat(USER)
+    first = server.requests[0]["body"]
+    left = budget - len(first["prompt"])
+    assert first["max_tokens"] == left and len(server.requests) == 1  # nothing more sent
+    turn = cut.value.turn
+    assert turn["token_ids"] == ids[:left] and turn["stop_reason"] == "length" and turn["versions"] == [2] * left
+    assert client.usage()["requests"] == 1
+
+
+def test_a_chat_continuation_past_the_servers_context_ends_the_turn_with_its_tokens(gate, llm_server):
+    """In chat only the server knows its context: its 400 "maximum context length" to a
+    continuation means the partial reply filled it; the turn ends there (length), the ids
+    sampled before kept, instead of a ContextOverflow that lost them."""
+    server = llm_server(script=[{"reply": "<answer>Ri", "token_ids": [10, 11], "logprobs": [-0.1, -0.2],
+                                 "prompt_token_ids": [1, 2, 3], "finish_reason": "abort"},
+                                {"status": 400, "message": "This model's maximum context length is 5 tokens. "
+                                                           "However, you requested 5 tokens in the messages."}])
+    client = _client(server, gate)
+    reply = client.chat(USER)
+    assert reply.text == "<answer>Ri" and reply.stop_reason == "length"
+    assert reply.token_ids == [10, 11] and reply.logprobs == [-0.1, -0.2]
+    turn = client.turn_record()
+    assert turn["partial"] and turn["versions"] == [2, 2] and len(server.requests) == 2

@@ -461,9 +461,10 @@ class ModelClient:
         started = time.time()
         kept = None  # the oldest version among the tokens kept: the gate judges staleness by it
         unanswered = False  # no answer in time: what tells a hung server from long replies
-        self._sent()
+        if not streaming.nothing_left(request, partial):  # a continuation with no room is never sent
+            self._sent()
         try:
-            reply = self.wire.send_streamed(client, dict(request), abortable)
+            reply = self.wire.send_streamed(client, dict(request), abortable, partial)
             if reply.finish_reason == streaming.SERVER_ABORT:  # ended by the server: aborted, not answered
                 raise streaming.Aborted(reply, by_server=True)
         except openai.APITimeoutError:  # nothing came back within api_timeout_s

@@ -419,12 +419,18 @@ def continued(request: dict[str, Any], partial: Partial, tokens: bool) -> dict[s
                                  "continue_final_message": True}
     for name in _LIMITS:
         if request.get(name) is not None:
-            request[name] = max(1, request[name] - partial.sampled)
+            request[name] = max(0, request[name] - partial.sampled)  # 0: nothing left (Wire.send_streamed)
     return request
 
 
 #: the request fields that bound a reply's length
 _LIMITS = ("max_tokens", "max_completion_tokens")
+
+
+def nothing_left(request: dict[str, Any], partial: Partial | None) -> bool:
+    """Whether ``request`` continues ``partial`` with no token left to sample (``continued``
+    made its max_tokens 0): it is never sent (``Wire.send_streamed``)."""
+    return partial is not None and any(request.get(name) == 0 for name in _LIMITS)
 #: whether this process logged a turn ``unchecked_limit`` marked (once is enough to be told)
 _told_unchecked: list[bool] = []
 

@@ -188,17 +188,33 @@ class Wire:
         extra = {**request.pop("extra_body", {}), "return_token_ids": True}
         return client.chat.completions.with_raw_response.create(**request, logprobs=True, extra_body=extra)
 
-    def send_streamed(self, client, request: dict[str, Any], abortable):
+    def send_streamed(self, client, request: dict[str, Any], abortable, partial=None):
         """The request streamed (RL: abortable mid-reply), asking for token ids and logprobs:
-        a ``streaming.StreamedReply``; ``streaming.Aborted`` when ``abortable`` ended it."""
+        a ``streaming.StreamedReply``; ``streaming.Aborted`` when ``abortable`` ended it.
+        A continuation of ``partial`` (``streaming.continued``) that has no token left to
+        sample (its max_tokens 0: the partial holds the turn's max_tokens, or all
+        ``max_model_len`` leaves) is not sent, and one the server refuses as past its context
+        (the partial filled it) is not an overflow: either is an empty reply that ends the
+        turn with stop reason length, the tokens sampled before kept, as a reply that reached
+        the limit unaborted ends (a ContextOverflow here lost them)."""
+        import openai
+
         request = dict(request)
         extra = {**request.pop("extra_body", {}), "return_token_ids": True}
         logprobs = 1 if "prompt" in request else True
         path = self.path_of(request)
+        if streaming.nothing_left(request, partial):
+            return streaming.StreamedReply(finish_reason="length")
         try:
             return streaming.stream(client, path, {**request, "logprobs": logprobs, "extra_body": extra}, abortable)
         except streaming.NotAStream as exc:
             return _whole_streamed(exc, path)
+        except openai.APIStatusError as exc:
+            if partial is None or not is_overflow(exc.status_code, exc.response.text):
+                raise
+            log.info("%s: a continued reply reached the model's context (%s): the turn ends there (length)",
+                     path, excerpt(exc.response.text))
+            return streaming.StreamedReply(finish_reason="length")
 
     def streamed_reply(self, partial) -> tuple[str, dict[str, Any]]:
         """(reply text, turn info) of a whole streamed reply (``streaming.Partial``, every
