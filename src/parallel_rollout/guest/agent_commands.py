@@ -127,6 +127,7 @@ def run(argv, *, shell: bool, timeout: float, cwd: str | None = None,
     True, message`` on a timeout, or ``not_found: True, message`` when the program cannot
     be started (see "Commands that cannot start").
     """
+    agent_grading.note_clock()  # a step of the clock between the attempt's commands (wall_since)
     program = argv if isinstance(argv, str) else (argv[0] if argv else "")
     cwd = expand(cwd) if cwd else home()
     if not os.path.isdir(cwd):
@@ -412,7 +413,7 @@ def _refused_links(timeout: float, within: float | None) -> tuple[dict, float]:
     import time
 
     start = time.monotonic()
-    since = None if within is None else time.time() - within - agent_grading.SINCE_SLACK_S
+    since = None if within is None else agent_grading.wall_since(within)
     try:
         links = agent_grading.links_into_processes(home(), start + timeout, since)
     except TimeoutError:

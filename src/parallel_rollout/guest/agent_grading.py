@@ -91,6 +91,35 @@ _PLAIN = {errno.EINVAL, errno.ENOENT, errno.ENOTDIR, errno.EACCES}
 #: a file's ctime is the kernel's coarse clock (a tick behind ``time.time()``), and the
 #: caller's count of the attempt's seconds is its own clock's
 SINCE_SLACK_S = 1.0
+#: the guest's wall clock against its monotonic one, ``(time.monotonic(), time.time() -
+#: time.monotonic())``, noted when the agent starts and at each command it runs once it moved
+#: (a step: a VM reverted to a snapshot, then set right by its tools or NTP)
+_clock: list[tuple[float, float]] = []
+
+
+def note_clock() -> None:
+    """Note the wall clock's offset when it moved since the last note (a step, not a drift)."""
+    now = time.monotonic()
+    offset = time.time() - now
+    if not _clock or abs(offset - _clock[-1][1]) > 0.01:
+        _clock.append((now, offset))
+        del _clock[:-1000]
+
+
+def wall_since(within: float) -> float:
+    """The wall-clock time (a ctime's clock) ``within`` seconds ago, by the earliest reading
+    the clock gave since: a clock stepped forward meanwhile would else date a link made
+    before the step older than the attempt. ``-inf`` (every link) when the offset in effect
+    then was not noted (the agent started since)."""
+    note_clock()
+    start = time.monotonic() - within
+    before = [offset for mono, offset in _clock if mono <= start]
+    if not before:
+        return float("-inf")
+    return start + min([before[-1]] + [offset for mono, offset in _clock if mono > start]) - SINCE_SLACK_S
+
+
+note_clock()
 
 
 def links_into_processes(home: str, deadline: float, since: float | None = None) -> list[str]:
