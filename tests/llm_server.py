@@ -39,6 +39,8 @@ are, one chunk each (``prompt_token_ids`` in the first when the step has them), 
 or with ``"then": "close"`` the connection closed (no finish_reason, no ``[DONE]``), with
 ``"then": "cut"`` closed short of the Content-Length it announced (httpx's RemoteProtocolError):
 chunks that pair token ids and logprobs wrongly, a stream that stalls after its first chunk.
+A chunk ``{"raw": payload}`` is streamed as that payload, as it is: an error event
+(``{"error": {…}}``, SGLang's answer to a request its scheduler aborted, a prompt too long).
 
 ``GET /v1/models`` lists one model (what a preflight asks); ``model_listings`` counts those calls.
 
@@ -319,8 +321,9 @@ def _handler(server: LLMServer) -> type[BaseHTTPRequestHandler]:
             self.close_connection = True
             try:
                 for k, choice in enumerate(step["chunks"]):
-                    chunk = {"id": f"cmpl-{index}", "object": "chat.completion.chunk",
-                             "model": body.get("model", "?"), "choices": [choice]}
+                    chunk = choice["raw"] if "raw" in choice else {
+                        "id": f"cmpl-{index}", "object": "chat.completion.chunk",
+                        "model": body.get("model", "?"), "choices": [choice]}
                     if k == 0 and "prompt_token_ids" in step:
                         chunk["prompt_token_ids"] = step["prompt_token_ids"]
                     self._event(chunk)

@@ -134,3 +134,29 @@ def test_a_chat_continuation_past_the_servers_context_ends_the_turn_with_its_tok
     assert reply.token_ids == [10, 11] and reply.logprobs == [-0.1, -0.2]
     turn = client.turn_record()
     assert turn["partial"] and turn["versions"] == [2, 2] and len(server.requests) == 2
+
+
+#: SGLang's answer to a prompt longer than its context once the stream has begun: its scheduler
+#: aborts the request (FINISH_ABORT, 400) and serving_chat streams the abort as an error event
+SGLANG_TOO_LONG = {"raw": {"error": {"object": "error", "message": "Input length (4099 tokens) exceeds the maximum "
+                                     "allowed length (4096 tokens). Use a shorter input or enable "
+                                     "--allow-auto-truncate.", "type": "BAD_REQUEST", "param": None, "code": 400}}}
+
+
+def test_a_prompt_too_long_that_sglang_streams_as_an_error_event_is_a_context_overflow(gate, llm_server):
+    """It was the agent's error ("the model server streamed an error"), so the member failed
+    where a trainer expects context_overflow: an outcome, kept in its group."""
+    from parallel_rollout.agents.episode import ContextOverflow
+
+    server = llm_server(script=[{"chunks": [SGLANG_TOO_LONG]}])
+    with pytest.raises(ContextOverflow, match=r"Input length \(4099 tokens\) exceeds the maximum allowed length"):
+        _client(server, gate).chat(USER)
+    assert len(server.requests) == 1 and gate.in_flight == 0
+
+
+def test_a_continuation_sglang_refuses_as_too_long_ends_the_turn_with_its_tokens(gate, llm_server):
+    server = llm_server(script=[{"reply": "<answer>Ri", "token_ids": [10, 11], "logprobs": [-0.1, -0.2],
+                                 "prompt_token_ids": [1, 2, 3], "finish_reason": "abort"},
+                                {"chunks": [SGLANG_TOO_LONG]}])
+    reply = _client(server, gate).chat(USER)
+    assert reply.stop_reason == "length" and reply.token_ids == [10, 11]

@@ -60,6 +60,19 @@ class ContextOverflow(EpisodeCut):
     kind = "context_overflow"
 
 
+#: words of an error that mean the prompt no longer fits the model's context: vLLM's and
+#: OpenAI's 400s, SGLang's ("The input (N tokens) is longer than the model's context length",
+#: and its scheduler's abort of a prompt past its limit, "Input length (N tokens) exceeds the
+#: maximum allowed length (M tokens)", streamed as an error event)
+OVERFLOW_WORDS = ("maximum context length", "context length", "context_length_exceeded", "too long",
+                  "prompt is too long", "exceeds the context", "exceeds the maximum allowed length")
+
+
+def says_overflow(text: str) -> bool:
+    """Whether a server's error text says the prompt does not fit the model's context."""
+    return any(word in text.lower() for word in OVERFLOW_WORDS)
+
+
 class LengthCut(EpisodeCut):
     """A reply cut at the token limit (``stop_reason == "length"``) under ``on_length="end"``."""
 

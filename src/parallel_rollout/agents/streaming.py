@@ -46,7 +46,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from .episode import AgentError
+from .episode import AgentError, ContextOverflow, says_overflow
 from .stream_abort import Abortable
 
 log = logging.getLogger("parallel_rollout")
@@ -353,7 +353,10 @@ def read_events(lines: Iterable[str]) -> Iterable[dict[str, Any]]:
         except ValueError:
             raise AgentError(f"the model server streamed a line that is not JSON: {data[:200]!r}") from None
         if isinstance(event, dict) and "error" in event and "choices" not in event:
-            raise AgentError(f"the model server streamed an error: {json.dumps(event['error'])[:300]}")
+            said = json.dumps(event["error"])[:300]
+            if says_overflow(said):  # SGLang streams its scheduler's abort of a prompt too long so
+                raise ContextOverflow(f"the model server streamed an error: {said}")
+            raise AgentError(f"the model server streamed an error: {said}")
         yield event
 
 

@@ -31,16 +31,13 @@ import logging
 from typing import Any
 
 from . import streaming
-from .episode import AgentError, ContextOverflow
+from .episode import AgentError, ContextOverflow, says_overflow
 from .streaming import logprobs_of, token_ids_of
 
 log = logging.getLogger("parallel_rollout")
 
 #: characters of an error body quoted in messages
 BODY_EXCERPT = 300
-#: words of a 4xx body that mean the prompt no longer fits the model's context
-_OVERFLOW_WORDS = ("maximum context length", "context length", "context_length_exceeded", "too long",
-                   "prompt is too long", "exceeds the context")
 #: what to do when a server answers without token ids
 NO_TOKEN_IDS_HINT = ("serve the policy with vLLM >= 0.10.2 (the agent asks for return_token_ids and logprobs), "
                      "or set tokenizer= in the run config so the agent sends and keeps token ids itself")
@@ -209,11 +206,12 @@ class Wire:
             return streaming.stream(client, path, {**request, "logprobs": logprobs, "extra_body": extra}, abortable)
         except streaming.NotAStream as exc:
             return _whole_streamed(exc, path)
-        except openai.APIStatusError as exc:
-            if partial is None or not is_overflow(exc.status_code, exc.response.text):
+        except (openai.APIStatusError, ContextOverflow) as exc:
+            said = exc.response.text if isinstance(exc, openai.APIStatusError) else str(exc)
+            if partial is None or not (isinstance(exc, ContextOverflow) or is_overflow(exc.status_code, said)):
                 raise
             log.info("%s: a continued reply reached the model's context (%s): the turn ends there (length)",
-                     path, excerpt(exc.response.text))
+                     path, excerpt(said))
             return streaming.StreamedReply(finish_reason="length")
 
     def streamed_reply(self, partial) -> tuple[str, dict[str, Any]]:
@@ -291,8 +289,7 @@ class Wire:
 
 def is_overflow(status: int, body: str) -> bool:
     """Whether an HTTP error says the prompt no longer fits the model's context."""
-    text = body.lower()
-    return status in (400, 413, 422) and any(word in text for word in _OVERFLOW_WORDS)
+    return status in (400, 413, 422) and says_overflow(body)
 
 
 def reply_of(body: bytes | str) -> tuple[str, dict[str, int]]:
