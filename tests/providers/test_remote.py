@@ -358,7 +358,12 @@ def _cli(tmp_path, *args):
       "ssh vmhost revert {hots} {VM_ID} awk-keeps-'{x}' '${HOME}'"],
      "--reset-command: unknown placeholder {hots} (did you mean {host}?), {VM_ID} (did you mean {vm_id}?); "
      "the placeholders are {address}, {host}, {port}, {vm_id}, {run_id}"),
-], ids=["address-on-process", "reset-on-process", "too-few", "no-reset", "placeholder-typo"])
+    # every VM was quarantined at the first task that left anything, the budget spent as the
+    # provider's fault, and the run stopped (exit 1)
+    (["--provider-name", "remote", "--vm-address", "h1", "--num-rollouts", "1", "--reset-command", "none",
+      "--verify-reset", "fast"], "--verify-reset fast checks each reset against the machine's first boot, and "
+     "--reset-command none resets nothing"),
+], ids=["address-on-process", "reset-on-process", "too-few", "no-reset", "placeholder-typo", "verify-no-reset"])
 def test_cli_flags_are_checked_before_anything_runs(tmp_path, args, message):
     result = _cli(tmp_path, *args)
     assert result.exit_code == 2, (result.output, result.exception)

@@ -124,6 +124,13 @@ class RemoteProvider(Provider):
                 "snapshot; --reset-command none accepts no reset (each task sees what earlier "
                 "tasks left)")
         self.reset_command = None if command.strip().lower() == NO_RESET else command
+        if self.reset_command is None and (opts.verify_reset or "off") != "off":
+            # a machine a task left anything on fails every later check, its restart's too
+            # (nothing restores it), which was charged as the provider's fault until the run stopped
+            raise ConfigError(f"--verify-reset {opts.verify_reset} checks each reset against the machine's first "
+                              "boot, and --reset-command none resets nothing: the first task that leaves a "
+                              "file or a process would make every VM fail its check; give a --reset-command, "
+                              "or --verify-reset off")
         check_placeholders(command)
         #: with --reset-command none a reset only waits for the machine's agent: the pool
         #: counts it as a release, not a reset
