@@ -45,17 +45,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 import uuid
 from typing import Any, Callable, Sequence
 
 from ..errors import AttemptCancelled
-from . import calls, openai_request, stream_abort, streaming
+from . import calls, openai_request, streaming
 from .episode import AgentError, AttemptInfo, ContextOverflow, EndpointRefused, EpisodeCut, LengthCut, ModelUnavailable
-from .retries import REFUSING_STATUS, RETRYABLE_STATUS, Retryable, parse_retry_after, refusal, retrying
+from .gated_request import GatedRequests
+from .retries import Retryable, failure_of, retrying
 from .servers import Route
 from .calls import Reply
-from .wire import MalformedResponse, Wire, excerpt, is_overflow, not_an_api_answer
+from .wire import MalformedResponse, Wire
 
 __all__ = ["ModelClient", "Reply"]  # Reply: calls.py, the answer of one call
 
@@ -84,11 +84,8 @@ class ModelClient:
         # Made on first use: the worker constructs agents outside any attempt, where an
         # exception would end the env loop instead of becoming a record.
         self._clients: dict[str, Any] = {}
-        self._gate = None
-        if getattr(config, "policy_gate", None):
-            from ..policy_gate import GateClient
-
-            self._gate = GateClient(config.policy_gate, getattr(config, "policy_gate_key", None))
+        #: the policy gate each request passes under an RL scheduler (gated_request.py)
+        self._gate = GatedRequests(config) if getattr(config, "policy_gate", None) else None
         self._usage = _zero_usage(config.model)
         self._turn: dict[str, Any] = {}
         #: the turn's earlier calls that were answered, and whether ``turn_record()`` was taken
@@ -105,11 +102,8 @@ class ModelClient:
         #: whether it was told of one in the call under way
         self._on_model_retry: Callable[[bool], None] | None = None
         self._told_retry = False
-        #: the streamed request under way (abort() closes it) and whether the episode was cancelled
-        self._abortable = None
+        #: whether the episode was cancelled
         self._cancelled = False
-        #: the connections of the HTTP clients, which an abort before the response shuts
-        self._sockets = stream_abort.Sockets()
         #: the endpoint's failure a call of this attempt raised (ModelUnavailable, EndpointRefused):
         #: the worker records the attempt as it even when the agent caught it and went on
         self.endpoint_failure: AgentError | None = None
@@ -145,8 +139,7 @@ class ModelClient:
         self._use_server(self._route.url)
         self._cancelled = False
         if self._gate is not None and info is not None and info.attempt > 0:
-            with contextlib.suppress(ConnectionError):  # a gone gate fails the attempt's first request
-                self._gate.forget(info.key)  # staleness judges the tokens of this attempt, not a failed one's
+            self._gate.forget(info.key)  # staleness judges the tokens of this attempt, not a failed one's
 
     def chat(self, messages: Sequence[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
              **sampling: Any) -> Reply:
@@ -215,11 +208,8 @@ class ModelClient:
         server stops decoding it), or end its wait at a suspended gate; this call and every
         later one raise AttemptCancelled."""
         self._cancelled = True
-        abortable = self._abortable
-        if abortable is not None:
-            abortable.abort()
         if self._gate is not None:
-            self._gate.close()  # a request waiting at a suspended gate ends too (reconnects next attempt)
+            self._gate.abort()  # a request waiting at a suspended gate ends too (reconnects next attempt)
 
     # -- one call ----------------------------------------------------------------------------
 
@@ -288,9 +278,7 @@ class ModelClient:
                 raise EndpointRefused(openai_request.missing_key_message(self.base_url, agent))
             extra = {}
             if self._gate is not None:  # abortable requests: their connections are traced
-                from openai import DefaultHttpxClient
-
-                extra["http_client"] = DefaultHttpxClient(event_hooks={"request": [self._sockets.hook]})
+                extra["http_client"] = self._gate.http_client()
             self._clients[self.base_url] = OpenAI(api_key=key, base_url=self.base_url,
                                                   max_retries=0, timeout=self.timeout_s, **extra)
         return self._clients[self.base_url]
@@ -372,8 +360,6 @@ class ModelClient:
     def _attempt(self, client, request: dict[str, Any], partial=None) -> str:
         """One request: the reply text; Retryable for what a retry may fix, AgentError for
         what it cannot, streaming.Aborted when a weight update or a cancel ended it."""
-        import openai
-
         try:
             raw = self._send(client, request, partial)
             if isinstance(raw, streaming.Partial):  # streamed through the policy gate
@@ -392,26 +378,11 @@ class ModelClient:
                     raise
                 if info.get("stop_reason") == streaming.SERVER_ABORT:  # cut short by the server: no answer
                     raise Retryable("the server aborted the request (finish_reason 'abort')", unavailable=True)
-        except openai.APIStatusError as exc:
-            problem = f"HTTP {exc.status_code}: {excerpt(exc.response.text)}"
-            if is_overflow(exc.status_code, exc.response.text):
-                raise ContextOverflow(f"{self.endpoint}: {problem}") from None
-            if exc.status_code in REFUSING_STATUS:
-                raise EndpointRefused(f"{self.endpoint}: {problem}; "
-                                      f"{refusal(exc.status_code, request.get('model'), self.base_url)}") from None
-            if exc.status_code not in RETRYABLE_STATUS:
-                raise AgentError(f"{self.endpoint}: {problem} (not retried)") from None
-            raise Retryable(problem, parse_retry_after(exc.response.headers), unavailable=True) from None
-        except openai.APITimeoutError:
-            raise Retryable(f"no response within {self.timeout_s} s", unavailable=True) from None
-        except openai.APIConnectionError as exc:
-            raise Retryable(f"connection failed: {exc.__cause__ or exc}", server_down=True) from None
-        except streaming.StreamBroken as exc:  # cut, closed early, stalled: the endpoint's transport
-            raise Retryable(f"the reply stream broke: {exc}", unavailable=True) from None
-        except streaming.MalformedChunk as exc:  # token ids and logprobs that do not pair: the endpoint's
-            raise Retryable(f"malformed response: {exc}", unavailable=True) from None
-        except MalformedResponse as exc:  # an HTML page for an answer: the endpoint's fault
-            raise Retryable(f"malformed response: {exc}", unavailable=not_an_api_answer(exc.content_type)) from None
+        except Exception as exc:  # the HTTP client's and the stream's failures, as the call's (retries.py)
+            failure = failure_of(exc, self.endpoint, request.get("model"), self.base_url, self.timeout_s)
+            if failure is None:
+                raise
+            raise failure from None
         self._usage["prompt_tokens"] += usage.get("prompt_tokens", 0)
         self._usage["completion_tokens"] += usage.get("completion_tokens", 0)
         self._turn.update(info if self._gate is not None or self.wire.sends_ids
@@ -436,63 +407,13 @@ class ModelClient:
     def _request(self, client, request: dict[str, Any], partial=None):
         """One HTTP request: the raw response; through the policy gate when there is one, a
         streamed request whose reply (``partial`` followed by it, every token with its
-        policy version) is a ``streaming.Partial``. The gate's "abort" (a weight update) or
-        ``abort()`` (a cancel) closes the stream: ``streaming.Aborted``."""
-        import openai
-
+        policy version) is a ``streaming.Partial`` (gated_request.py). The gate's "abort" (a
+        weight update) or ``abort()`` (a cancel) closes the stream: ``streaming.Aborted``."""
         if self._gate is None:
             self._sent()
             return self.wire.send(client, dict(request), rl=False)
-        abortable = stream_abort.Abortable(stream_abort.abort_endpoint(getattr(self.config, "abort_url", None),
-                                                                 self.base_url), self._sockets)
-        self._abortable = abortable
-        if self._cancelled:  # after the abortable is known: a cancel sees it, or is seen here
-            self._abortable = None
-            raise AttemptCancelled("the episode was cancelled")
-        try:
-            version, waited = self._gate.begin(self._key, on_abort=abortable.abort,
-                                               cancelled=lambda: self._cancelled)
-        except ConnectionError as exc:
-            if self._cancelled:  # abort() hung up on the gate while the request waited there
-                raise AttemptCancelled("the episode was cancelled while its model request waited for a "
-                                       "weight update") from None
-            raise AgentError(f"the RL scheduler's policy gate failed: {exc}") from None
-        self._turn["gate_wait_s"] = round(self._turn.get("gate_wait_s", 0.0) + waited, 4)
-        started = time.time()
-        kept = None  # the oldest version among the tokens kept: the gate judges staleness by it
-        unanswered = False  # no answer in time: what tells a hung server from long replies
-        if not streaming.nothing_left(request, partial):  # a continuation with no room is never sent
-            self._sent()
-        try:
-            reply = self.wire.send_streamed(client, dict(request), abortable, partial)
-            if reply.finish_reason == streaming.SERVER_ABORT:  # ended by the server: aborted, not answered
-                raise streaming.Aborted(reply, by_server=True)
-        except openai.APITimeoutError:  # nothing came back within api_timeout_s
-            unanswered = True
-            raise
-        except streaming.StreamBroken as exc:  # no chunk for api_timeout_s: as unanswered
-            unanswered = exc.timed_out
-            raise
-        except streaming.Aborted as exc:
-            exc.partial, exc.version = (partial or streaming.Partial()).extend(exc.reply, version), version
-            if getattr(self.config, "partial_rollout", False):
-                kept = exc.partial.oldest
-            raise
-        else:
-            # a reply that came whole before an abort is kept: its versions say whose it is
-            whole = (partial or streaming.Partial()).extend(reply, version)
-            kept = whole.oldest
-        finally:
-            self._abortable = None
-            # every request's time, an aborted one's too: the turn's model time (metrics)
-            self._turn["model_s"] = round(self._turn.get("model_s", 0.0) + time.time() - started, 4)
-            try:
-                self._gate.end(kept, unanswered=unanswered)
-            except ConnectionError:
-                pass
-        self._turn.update(policy_version=version, model_started_at=round(started, 4),
-                          model_ended_at=round(time.time(), 4))
-        return whole
+        return self._gate.send(self.wire, client, request, partial, base_url=self.base_url, key=self._key,
+                               turn=self._turn, cancelled=lambda: self._cancelled, sent=self._sent)
 
 
 def _zero_usage(model: str) -> dict[str, Any]:

@@ -27,6 +27,10 @@ from typing import Callable, Mapping
 
 import tenacity
 
+from . import streaming
+from .episode import AgentError, ContextOverflow, EndpointRefused
+from .wire import MalformedResponse, excerpt, is_overflow, not_an_api_answer
+
 #: longest server-requested wait honoured; a longer one is cut to this (a retry that comes
 #: early costs one more 429, a wait past the task timeout would cost the attempt)
 MAX_RETRY_AFTER_S = 120.0
@@ -63,6 +67,36 @@ def refusal(status: int, model: str, base_url: str) -> str:
                 "endpoint are fixed), or serve that model there and resume")
     return ("the endpoint refuses the API key: set OPENAI_API_KEY to a key it accepts "
             "(one with access to this model), then resume")
+
+
+def failure_of(exc: Exception, endpoint: str, model: str | None, base_url: str,
+               timeout_s: float) -> Exception | None:
+    """What a failed request is to the call: Retryable for what a retry may fix (5xx, 429,
+    a timeout, a broken connection or stream, a malformed answer), EndpointRefused for the
+    run's settings (REFUSING_STATUS), ContextOverflow for a prompt past the model's context,
+    AgentError for another 4xx; None for a failure that is none of the endpoint's."""
+    import openai
+
+    if isinstance(exc, openai.APIStatusError):
+        problem = f"HTTP {exc.status_code}: {excerpt(exc.response.text)}"
+        if is_overflow(exc.status_code, exc.response.text):
+            return ContextOverflow(f"{endpoint}: {problem}")
+        if exc.status_code in REFUSING_STATUS:
+            return EndpointRefused(f"{endpoint}: {problem}; {refusal(exc.status_code, model, base_url)}")
+        if exc.status_code not in RETRYABLE_STATUS:
+            return AgentError(f"{endpoint}: {problem} (not retried)")
+        return Retryable(problem, parse_retry_after(exc.response.headers), unavailable=True)
+    if isinstance(exc, openai.APITimeoutError):
+        return Retryable(f"no response within {timeout_s} s", unavailable=True)
+    if isinstance(exc, openai.APIConnectionError):
+        return Retryable(f"connection failed: {exc.__cause__ or exc}", server_down=True)
+    if isinstance(exc, streaming.StreamBroken):  # cut, closed early, stalled: the endpoint's transport
+        return Retryable(f"the reply stream broke: {exc}", unavailable=True)
+    if isinstance(exc, streaming.MalformedChunk):  # token ids and logprobs that do not pair: the endpoint's
+        return Retryable(f"malformed response: {exc}", unavailable=True)
+    if isinstance(exc, MalformedResponse):  # an HTML page for an answer: the endpoint's fault
+        return Retryable(f"malformed response: {exc}", unavailable=not_an_api_answer(exc.content_type))
+    return None
 
 
 def retrying(max_retries: int, backoff_base_s: float, backoff_max_s: float,
