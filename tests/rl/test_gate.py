@@ -18,7 +18,8 @@ from llm_server import llm_server  # noqa: F401 - fixture
 from parallel_rollout.agents.openai_agent import OpenAIAgent
 from parallel_rollout.config import RunConfig
 from parallel_rollout.errors import ConfigError
-from parallel_rollout.policy_gate import GateClient, PolicyGate
+from parallel_rollout.gate_client import GateClient
+from parallel_rollout.policy_gate import PolicyGate
 from parallel_rollout.rl import EnvManagerConfig
 from parallel_rollout.tasks import Task
 from rl_support import TINY, lake_set, rl_config
@@ -116,12 +117,12 @@ def test_a_hang_up_ends_a_begin_waiting_at_a_suspended_gate(gate):
 def test_a_cancel_while_the_connection_is_made_ends_the_begin(gate, monkeypatch):
     """A cancel sets its flag, then hangs up; one that lands while begin is still connecting
     finds no connection to hang up, and begin must not then wait at a suspended gate."""
-    import parallel_rollout.policy_gate as policy_gate
+    import parallel_rollout.gate_client as gate_client
 
     gate.suspend()
     client = GateClient(gate.path, gate.key)
     cancelled = threading.Event()
-    connect = policy_gate._connect
+    connect = gate_client.connect
 
     def connect_then_cancel(path):
         sock = connect(path)
@@ -129,7 +130,7 @@ def test_a_cancel_while_the_connection_is_made_ends_the_begin(gate, monkeypatch)
         client.close()  # nothing to hang up yet
         return sock
 
-    monkeypatch.setattr(policy_gate, "_connect", connect_then_cancel)
+    monkeypatch.setattr(gate_client, "connect", connect_then_cancel)
     raised: list = []
 
     def begin():
@@ -287,12 +288,12 @@ def test_a_connection_without_the_gates_key_cannot_hold_it(host, caplog):
     """Whoever reaches the gate's port (an agent's code in a sandbox with a network, another
     user of the host) but lacks its key is refused at its first line and logged: its "begin"
     is never counted in flight, so suspend() returns; the key's holder goes through."""
-    from parallel_rollout.policy_gate import _connect
+    from parallel_rollout.gate_client import connect
 
     gate = PolicyGate(version=5, host=host)
     try:
         for first in (b"begin intruder\n", b"key 0123456789abcdef\nbegin intruder\n", b"key\nbegin\n"):
-            sock = _connect(gate.path)
+            sock = connect(gate.path)
             sock.sendall(first)
             reader = sock.makefile("r")
             assert reader.readline().strip() == "refused"

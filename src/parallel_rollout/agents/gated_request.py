@@ -1,6 +1,6 @@
 """One agent's requests through an RL scheduler's policy gate.
 
-Under an RL scheduler every model request passes the gate (``policy_gate.GateClient``): it
+Under an RL scheduler every model request passes the gate (``gate_client.GateClient``): it
 waits there while weights update, then streams (``streaming.py``), so the gate's abort (a
 weight update) or a cancel (``ModelClient.abort``) closes it at once and the server stops
 decoding (``stream_abort.py``). The gate hears when the request ends, with the oldest policy
@@ -27,7 +27,7 @@ class GatedRequests:
     from another thread)."""
 
     def __init__(self, config) -> None:
-        from ..policy_gate import GateClient
+        from ..gate_client import GateClient
 
         self.config = config
         self.gate = GateClient(config.policy_gate, getattr(config, "policy_gate_key", None))
