@@ -12,7 +12,7 @@ import pytest
 
 from llm_server import llm_server  # noqa: F401 - fixture
 from parallel_rollout.agents import ModelClient
-from parallel_rollout.agents.episode import AgentError
+from parallel_rollout.agents.episode import AgentError, ContextOverflow, ModelUnavailable
 from parallel_rollout.config import RunConfig
 from parallel_rollout.policy_gate import PolicyGate
 
@@ -180,3 +180,75 @@ def test_a_stream_request_that_cannot_be_built_raises_its_own_error_not_a_broken
     with pytest.raises(TypeError, match="Object of type object is not JSON serializable"):
         streaming.stream(client, "/chat/completions", request, stream_abort.Abortable())
     assert server.requests == []
+
+
+# -- errors streamed after the 200 -------------------------------------------------------------
+# What vLLM's and SGLang's OpenAI servers stream when a request fails after its 200, replayed
+# byte for byte by the test server, and what the model client makes of each: the server's
+# failure is retried and then the endpoint's (model_unavailable, infrastructure), a request
+# error is the member's error quoting the server, a prompt past the context is context_overflow.
+#
+# Both servers stream a failure as one event, ``data: {"error": {...}}``, then (SGLang) the
+# usage chunk and ``[DONE]``: SGLang's ``OpenAIServingBase.create_streaming_error_response``
+# (python/sglang/srt/entrypoints/openai/serving_base.py), sent by serving_chat.py's
+# ``_generate_chat_stream`` for a request its scheduler aborted with a status code
+# (``FINISH_ABORT(message, HTTPStatus...)``: code.name as the type, code.value as the code);
+# vLLM's ``OpenAIServing.create_streaming_error_response`` (vllm/entrypoints/openai/engine/
+# serving.py), which gives an exception that is no validation error code 500, InternalServerError
+# (its EngineDeadError: vllm/v1/engine/exceptions.py).
+
+
+def _sglang(message: str, status: str, code: int) -> dict:
+    return {"raw": {"error": {"object": "error", "message": message, "type": status, "param": None, "code": code}}}
+
+
+#: SGLang's scheduler aborting a request it cannot serve with HTTPStatus.SERVICE_UNAVAILABLE (a full
+#: queue): the event's shape is serving_chat.py's, its wording here the test's own
+SGLANG_QUEUE_FULL = _sglang("The request queue is full.", "SERVICE_UNAVAILABLE", 503)
+#: vLLM's engine core died under the request (EngineDeadError, streamed as InternalServerError)
+VLLM_ENGINE_DEAD = {"raw": {"error": {"message": "EngineCore encountered an issue. See stack trace (above) for "
+                                                 "the root cause.", "type": "InternalServerError", "param": None,
+                                      "code": 500}}}
+#: the same before vLLM 0.10, whose stream generator gave every exception the default 400
+VLLM_ENGINE_DEAD_OLD = {"raw": {"error": {"object": "error", "message": "EngineCore encountered an issue. See stack "
+                                          "trace (above) for the root cause.", "type": "BadRequestError",
+                                          "param": None, "code": 400}}}
+#: a request error SGLang finds once streaming began (a tool call its parser refuses: ValueError, 400)
+SGLANG_BAD_REQUEST = _sglang("Tool call arguments must be a JSON object.", "BadRequestError", 400)
+#: SGLang's scheduler abort of a prompt past its context (FINISH_ABORT, 400)
+SGLANG_TOO_LONG = _sglang("Input length (4099 tokens) exceeds the maximum allowed length (4096 tokens). Use a "
+                          "shorter input or enable --allow-auto-truncate.", "BAD_REQUEST", 400)
+
+
+@pytest.mark.parametrize("event", [SGLANG_QUEUE_FULL, VLLM_ENGINE_DEAD, VLLM_ENGINE_DEAD_OLD],
+                         ids=["sglang-queue-full", "vllm-engine-dead", "vllm-engine-dead-before-0.10"])
+def test_a_server_failure_streamed_as_an_error_event_is_retried(gate, llm_server, event):
+    """It was the member's AgentError at once ("the model server streamed an error"), graded
+    as the policy's failure: a busy or dying server cost the group a member."""
+    server = llm_server(script=[{"chunks": [event]}, {"reply": "<answer>Right</answer>"}])
+    client = _client(server, gate)
+    assert client.chat(USER).text == "<answer>Right</answer>"
+    assert len(server.requests) == 2 and client.usage()["retries"] == 1 and gate.in_flight == 0
+
+
+def test_a_server_failure_streamed_every_time_is_the_endpoints_failure(gate, llm_server):
+    server = llm_server(script=[{"chunks": [VLLM_ENGINE_DEAD]}] * 2)
+    client = _client(server, gate)
+    with pytest.raises(ModelUnavailable, match="EngineCore encountered an issue") as caught:
+        client.chat(USER)
+    assert caught.value.infrastructure and len(server.requests) == 2
+    assert client.endpoint_failure is caught.value
+
+
+def test_a_request_error_streamed_as_an_error_event_is_the_members_error_with_the_servers_words(gate, llm_server):
+    server = llm_server(script=[{"chunks": [SGLANG_BAD_REQUEST]}, {"reply": "never asked"}])
+    with pytest.raises(AgentError, match="Tool call arguments must be a JSON object") as caught:
+        _client(server, gate).chat(USER)
+    assert not isinstance(caught.value, ModelUnavailable) and len(server.requests) == 1
+
+
+def test_a_prompt_too_long_streamed_as_an_error_event_stays_a_context_overflow(gate, llm_server):
+    server = llm_server(script=[{"chunks": [SGLANG_TOO_LONG]}])
+    with pytest.raises(ContextOverflow, match="exceeds the maximum allowed length"):
+        _client(server, gate).chat(USER)
+    assert len(server.requests) == 1

@@ -82,6 +82,14 @@ class StreamBroken(Exception):
         self.timed_out = timed_out
 
 
+class ServerFailed(StreamBroken):
+    """The server streamed an error event that says it failed, not the request: a 5xx, 408,
+    409 or 429 ``code`` (SGLang's scheduler abort of a request it cannot serve, 503; vLLM's
+    EngineDeadError, 500), vLLM's dead-engine words under any code (its releases before
+    0.10 streamed every error as 400), or no code at all. A retry may fix it: the endpoint's
+    failure (``model_unavailable`` when the retries run out), as a broken stream is."""
+
+
 class MalformedChunk(Exception):
     """Token ids and logprobs that do not pair up (2 ids, 1 logprob): the endpoint's fault."""
 
@@ -353,11 +361,33 @@ def read_events(lines: Iterable[str]) -> Iterable[dict[str, Any]]:
         except ValueError:
             raise AgentError(f"the model server streamed a line that is not JSON: {data[:200]!r}") from None
         if isinstance(event, dict) and "error" in event and "choices" not in event:
-            said = json.dumps(event["error"])[:300]
-            if says_overflow(said):  # SGLang streams its scheduler's abort of a prompt too long so
-                raise ContextOverflow(f"the model server streamed an error: {said}")
-            raise AgentError(f"the model server streamed an error: {said}")
+            raise streamed_error(event["error"])
         yield event
+
+
+#: HTTP statuses of a failure a retry may fix (retries.RETRYABLE_STATUS, which imports this module)
+_SERVER_CODES = frozenset({408, 409, 429}) | frozenset(range(500, 600))
+#: vLLM's EngineDeadError (vllm/v1/engine/exceptions.py), whatever code it is streamed with
+_ENGINE_DEAD = "EngineCore encountered an issue"
+
+
+def streamed_error(error: Any) -> Exception:
+    """What an error event of a stream (``data: {"error": {"message", "type", "code"}}``: SGLang's
+    and vLLM's ``create_streaming_error_response``, sent after the 200) says, by its ``code``
+    as the same error's HTTP status would: a prompt past the context is a ContextOverflow
+    (SGLang's scheduler abort, "Input length (N tokens) exceeds the maximum allowed length"),
+    the server's own failure ``ServerFailed`` (retried: SGLang's 503 of a full queue or an
+    unavailable scheduler, vLLM's 500 of a dead engine, an event without a code), another 4xx
+    the request's error, AgentError quoting the server's message (not retried)."""
+    said = json.dumps(error)[:300]
+    problem = f"the model server streamed an error: {said}"
+    if says_overflow(said):
+        return ContextOverflow(problem)
+    code = error.get("code") if isinstance(error, dict) else None
+    code = int(code) if isinstance(code, str) and code.isdigit() else code
+    if not isinstance(code, int) or isinstance(code, bool) or code in _SERVER_CODES or _ENGINE_DEAD in said:
+        return ServerFailed(problem)
+    return AgentError(f"{problem} (not retried)")
 
 
 def stream(client, path: str, request: dict[str, Any], abortable: Abortable) -> StreamedReply:
