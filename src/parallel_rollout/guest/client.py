@@ -106,11 +106,42 @@ class _UnixHTTPConnection(http.client.HTTPConnection):
         self.sock = sock
 
 
+#: what follows a guest address to name the key its relay asks for (``http://127.0.0.1:PORT#pr-key=HEX``)
+KEY_MARK = "#pr-key="
+#: the first line of a connection to such a relay: ``PR-KEY <key>``
+KEY_LINE = "PR-KEY"
+
+
+def keyed_address(address: str, key: str) -> str:
+    """``address`` with the key its relay asks for: what a VMInfo carries, never shown."""
+    return f"{address}{KEY_MARK}{key}"
+
+
+class _KeyedHTTPConnection(http.client.HTTPConnection):
+    """An HTTP connection that says the relay's key line first, when there is one."""
+
+    def __init__(self, host: str, port: int, timeout: float, preamble: bytes) -> None:
+        super().__init__(host, port, timeout=timeout)
+        self._preamble = preamble
+
+    def connect(self) -> None:
+        super().connect()
+        if self._preamble:
+            self.sock.sendall(self._preamble)
+
+
 class GuestClient:
     """Talks to one guest agent at ``unix:/path`` or ``http://host:port``."""
 
     def __init__(self, address: str, timeout_s: float = 30.0) -> None:
+        #: as given, the key included (what a VMInfo carries to the workers)
         self.address = address
+        address, _, key = address.partition(KEY_MARK)
+        #: the line sent first on each connection to a relay that asks for the VM's key
+        #: (a QEMU guest's: its port is on the host's loopback, which any process reaches)
+        self._preamble = f"{KEY_LINE} {key}\n".encode() if key else b""
+        #: the address without its key: what messages and the repr show
+        self._where = address
         self.timeout_s = timeout_s
         #: when this client was made (``time.monotonic()``): a worker makes one per lease, so
         #: before the attempt's first act; what ``refuse_proc_links`` dates links from
@@ -130,7 +161,7 @@ class GuestClient:
                              f"got {address!r}")
 
     def __repr__(self) -> str:
-        return f"GuestClient({self.address!r})"
+        return f"GuestClient({self._where!r})"
 
     # ------------------------------------------------------------------ transport
 
@@ -154,21 +185,21 @@ class GuestClient:
         if self._unix_path is not None:
             conn: http.client.HTTPConnection = _UnixHTTPConnection(self._unix_path, timeout)
         else:
-            conn = http.client.HTTPConnection(self._host, self._port, timeout=timeout)
+            conn = _KeyedHTTPConnection(self._host, self._port, timeout=timeout, preamble=self._preamble)
         try:
             conn.request(method, path, body=data, headers=headers)
             answer = conn.getresponse()
             if max_bytes is not None and (answer.length or 0) > max_bytes:
-                raise VMError(f"guest agent at {self.address} answered {method} {path} with "
+                raise VMError(f"guest agent at {self._where} answered {method} {path} with "
                               f"{answer.length} bytes, more than the {max_bytes} allowed")
             body = answer.read() if max_bytes is None else answer.read(max_bytes + 1)
             if max_bytes is not None and len(body) > max_bytes:
-                raise VMError(f"guest agent at {self.address} answered {method} {path} with "
+                raise VMError(f"guest agent at {self._where} answered {method} {path} with "
                               f"more than the {max_bytes} bytes allowed")
         except (OSError, http.client.HTTPException) as exc:
             # socket.timeout, refused, reset, no socket file, a half-written answer
             raise GuestUnreachable(
-                f"guest agent at {self.address} did not answer {method} {path}: "
+                f"guest agent at {self._where} did not answer {method} {path}: "
                 f"{type(exc).__name__}: {exc}") from exc
         finally:
             conn.close()
@@ -183,7 +214,7 @@ class GuestClient:
         message = _error_message(response)
         if response.status < 500:
             raise GuestRequestError(response.status, f"{method} {path}: {message}")
-        raise VMError(f"guest agent at {self.address} failed on {method} {path} "
+        raise VMError(f"guest agent at {self._where} failed on {method} {path} "
                       f"({response.status}): {message}")
 
     def _json_call(self, path: str, payload: dict, command_timeout: float | None,
@@ -239,7 +270,7 @@ class GuestClient:
         self._check("POST", "/reap", response)
         left = response.json().get("left") or 0
         if left:  # a check run beside them could be raced or faked: no grade
-            raise VMError(f"guest agent at {self.address}: {left} process(es) the commands left survived "
+            raise VMError(f"guest agent at {self._where}: {left} process(es) the commands left survived "
                           "/reap (stopped and killed for 5 s)")
         return True
 
@@ -271,7 +302,7 @@ class GuestClient:
                                 content_type="application/x-www-form-urlencoded",
                                 check=False)
         if response.status == 404:
-            raise FileNotFoundError(f"{path} (in the guest at {self.address})")
+            raise FileNotFoundError(f"{path} (in the guest at {self._where})")
         self._check("POST", "/file", response)
         return response.body
 
@@ -298,7 +329,7 @@ class GuestClient:
         """GET /screenshot: PNG bytes (cursor drawn); VMError when they are not a PNG."""
         body = self.request("GET", "/screenshot", timeout=timeout).body
         if not body.startswith(b"\x89PNG") and not body.startswith(b"\xff\xd8"):
-            raise VMError(f"guest agent at {self.address}: /screenshot answered no image")
+            raise VMError(f"guest agent at {self._where}: /screenshot answered no image")
         return body
 
     def accessibility_tree(self, timeout: float = 30.0) -> str:
@@ -332,7 +363,7 @@ class GuestClient:
         response = self.request("POST", "/setup/open_file", json={"path": path, "timeout": timeout},
                                 timeout=timeout + TIMEOUT_MARGIN_S, check=False)
         if response.status == 404:
-            raise FileNotFoundError(f"{path} (in the guest at {self.address})")
+            raise FileNotFoundError(f"{path} (in the guest at {self._where})")
         if response.status == 500:
             raise TimeoutError(f"open_file {path!r}: {_error_message(response)}")
         self._check("POST", "/setup/open_file", response)

@@ -87,6 +87,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import secrets
 import shutil
 import signal
 import socket
@@ -234,7 +235,7 @@ class QemuProvider(Provider):
             started = time.monotonic()
             client = self._boot(vm_id, vm_dir, accel, private, deadline)
             # a freshly booted guest's clock is a second or two off (the RTC has whole seconds)
-            _set_guest_clock(private["port"], deadline)
+            _set_guest_clock(private["port"], deadline, private.get("key"))
             private["boot_s"] = round(time.monotonic() - started, 2)
             qmp_hmp(vm_dir, f"savevm {self.snapshot_name}", timeout_s=120.0)
         except BaseException as exc:
@@ -269,7 +270,7 @@ class QemuProvider(Provider):
 
         deadline = time.monotonic() + min(30.0, self.options.boot_timeout_s)
         try:
-            _set_guest_clock(info.private["port"], deadline)
+            _set_guest_clock(info.private["port"], deadline, info.private.get("key"))
             GuestClient(info.address, timeout_s=5.0).health()
         except VMError as exc:
             raise VMError(f"VM {info.vm_id}: after loadvm: {exc}") from None
@@ -318,7 +319,7 @@ class QemuProvider(Provider):
 
     # ------------------------------------------------------------------- internals
 
-    def _argv(self, vm_id: str, vm_dir: Path, accel: str, port: int) -> list[str]:
+    def _argv(self, vm_id: str, vm_dir: Path, accel: str, port: int, key: str | None = None) -> list[str]:
         image = image_dir(self.desktop)
         argv = [
             shutil.which(QEMU) or QEMU,
@@ -340,6 +341,8 @@ class QemuProvider(Provider):
             argv += user_disk_argv(vm_dir)
         else:
             append = f"console=ttyS0 panic=-1 8250.nr_uarts=1 pr.hostname={vm_id}"
+            if key:  # what guest-init's relay asks each connection for
+                append += f" pr.key={key}"
             if self.options.screen:
                 append += f" pr.desktop={self.options.screen}"
             argv += ["-kernel", str(image / "vmlinuz"), "-initrd", str(image / "initrd.img"),
@@ -350,12 +353,17 @@ class QemuProvider(Provider):
               deadline: float):
         """Start QEMU on a free loopback port (another one if that was taken meanwhile) and
         wait for the guest agent; its GuestClient."""
-        from ...guest.client import GuestClient
+        from ...guest.client import GuestClient, keyed_address
 
+        # our image's relay asks every connection for this key (the port is on the host's
+        # loopback, where a command agent's program could set the guest's clock or use its
+        # agent); a --path-to-vm disk's guest is the user's own
+        key = None if self.user_image is not None else secrets.token_hex(16)
+        private["key"] = key
         for _attempt in range(5):
             port = _free_port()
             argv = ["setpriv", "--pdeathsig", "KILL", "--",
-                    *self._argv(vm_id, vm_dir, accel, port)]
+                    *self._argv(vm_id, vm_dir, accel, port, key)]
             with open(vm_dir / "qemu.log", "wb") as qemu_log:
                 try:
                     proc = launcher().popen(argv, stdin=subprocess.DEVNULL, stdout=qemu_log,
@@ -366,7 +374,8 @@ class QemuProvider(Provider):
             private.update(pid=proc.pid, create_time=create_time(proc.pid), port=port,
                            accel=accel)
             self._write_meta(vm_id, vm_dir, private)
-            client = GuestClient(f"http://127.0.0.1:{port}", timeout_s=2.0)
+            address = f"http://127.0.0.1:{port}"
+            client = GuestClient(keyed_address(address, key) if key else address, timeout_s=2.0)
             try:
                 wait_for_agent(client, proc, deadline, self.options.boot_timeout_s, accel)
                 return client
@@ -428,15 +437,16 @@ def _is_our_qemu(pid, create_time, vm_dir: Path) -> bool:
     return runs_vm(pid, create_time, vm_dir)
 
 
-def _set_guest_clock(port: int, deadline: float) -> None:
+def _set_guest_clock(port: int, deadline: float, key: str | None = None) -> None:
     """Set the guest's clock to the host's: guest-init's relay takes a ``PR-SETTIME`` line
-    on the forwarded port (tasks cannot reach that port: their namespace has only lo).
+    on the forwarded port, after the VM's ``PR-KEY`` line (tasks cannot reach that port:
+    their namespace has only lo; a process of the host can, but does not know the key).
     Retried until ``deadline``, so it doubles as the wait for a guest resuming from loadvm."""
     delay = 0.005
     while True:
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=5.0) as sock:
-                sock.sendall(b"PR-SETTIME %.6f\n" % time.time())
+                sock.sendall((f"PR-KEY {key}\n" if key else "").encode() + b"PR-SETTIME %.6f\n" % time.time())
                 if sock.recv(16).startswith(b"ok"):
                     return
         except OSError:

@@ -97,8 +97,10 @@ The agent and every command it runs live in a network namespace of their own wit
 lo: a task sees no network interface, as in the other providers. The NIC that QEMU
 forwards the host's port to stays here, in PID 1's namespace, where a relay passes each
 connection on to the agent's unix socket (pathname sockets belong to no namespace).
+Any process of the host reaches that port: with ``pr.key`` given, a connection's first
+line must be ``PR-KEY <key>``, or nothing is passed on, nor the clock set.
 """
-import ctypes, fcntl, os, select, socket, struct, sys, threading, time
+import ctypes, fcntl, hmac, os, select, socket, struct, sys, threading, time
 
 AGENT = "AGENT_PATH"
 SHIM = "SHIM_PATH"
@@ -170,6 +172,16 @@ def relay_one(outside):
     try:
         outside.settimeout(60)
         first = outside.recv(262144)
+        if key:  # the runner's key first, else nothing
+            while b"\n" not in first and 0 < len(first) < 256:
+                more = outside.recv(256)
+                if not more:
+                    return
+                first += more
+            said, _, first = first.partition(b"\n")
+            if not hmac.compare_digest(said, b"PR-KEY " + key.encode()):
+                return
+            first = first or outside.recv(262144)
         outside.settimeout(None)
         if first.startswith(b"PR-SETTIME "):  # from the host after loadvm: no agent involved
             time.clock_settime(time.CLOCK_REALTIME, float(first.split()[1]))
@@ -217,6 +229,7 @@ os.makedirs("/run/guest", exist_ok=True)
 cmdline = open("/proc/cmdline").read().split()
 hostname = next((a[12:] for a in cmdline if a.startswith("pr.hostname=")), "guest")
 desktop = next((a[11:] for a in cmdline if a.startswith("pr.desktop=")), "")
+key = next((a[7:] for a in cmdline if a.startswith("pr.key=")), "")
 libc.sethostname(hostname.encode(), len(hostname.encode()))
 agent = start_agent()  # before the relay's threads exist: fork a single-threaded process
 try:
