@@ -22,8 +22,8 @@ its own fork (``agent_spawn.spawn(user=...)``) once it has given up what only a 
 the graded code cannot signal, trace or replace the agent, and cannot reach
 its socket (0600, in a folder it cannot write). Temp scripts and uploads are handed to that
 user. A desktop (``desktop.py``) runs as that user too: its session, the apps it launches
-and its helpers, all through :func:`as_user`. ``POST /reap`` kills what a task left running
-(daemons, a process that left its group) before its ``check`` runs. With ``--reap-all``
+and its helpers, all through :func:`as_user`. ``POST /reap`` (``agent_reap.py``) kills what a
+task left running (daemons, a process that left its group) before its ``check`` runs. With ``--reap-all``
 (given by a provider whose agent has a pid namespace or a VM of its own) it kills every
 process of the commands' user (stopped, then killed, round after round from the agent itself
 until none is left: ``left`` in the answer counts any still alive), or without ``--run-as``
@@ -94,16 +94,14 @@ limit_nproc: int | None = None
 run_as: tuple[int, int] | None = None
 #: commands start as ``run_as`` from the fork (``agent_spawn.spawn(user=...)``), not through setpriv
 direct = False
-#: ``--reap-all``: the agent is alone in a pid namespace of its own (a sandbox, a container,
-#: a VM), so /reap may kill every process it sees but itself and pid 1. Never the default:
-#: an agent run on a host (a remote machine, a test) would kill the whole machine
-reap_all = False
 #: what a command's answer says when it exited but a process it left running holds its output
 HELD_NOTE = (f"the command exited, but a process it left running still holds its output open: "
              f"read for {agent_output.HELD_GRACE_S:g}s more, then left running (redirect its output, "
              "`cmd > file 2>&1 &`, to return at once)")
-#: pids of the commands running now: their request's thread waits for each
-_running: set[int] = set()
+#: pids of the commands running now: their request's thread waits for each (``/reap``,
+#: ``agent_reap.py``, leaves them to it)
+running: set[int] = set()
+
 def expand(path: str) -> str:
     """``~`` and ``$VARS`` of a guest path expanded."""
     return os.path.expandvars(os.path.expanduser(path))
@@ -168,11 +166,11 @@ def run(argv, *, shell: bool, timeout: float, cwd: str | None = None,
                 raise  # the guest's own failure (no descriptors, no memory): not the command's
             why = agent_scripts.unstartable(exc, argv, full_env)
             return {"returncode": 126, "output": "", "error": why, "not_found": True, "message": why}
-        _running.add(proc.pid)
+        running.add(proc.pid)
         try:
             return _finish(proc, timeout, tail)
         finally:
-            _running.discard(proc.pid)
+            running.discard(proc.pid)
     finally:
         if script is not None:
             script.close()
@@ -267,102 +265,6 @@ def give(path: str) -> None:
     """Hand a file the agent made to the user commands run as (no-op without --run-as)."""
     if run_as is not None:
         os.lchown(path, *run_as)
-
-
-def route_reap(req: Request):
-    """POST /reap: kill every process the commands left (see "Who runs what"); the body is
-    an empty JSON object, like every POST route's a JSON object. ``left``: how many were
-    still alive after it (0, or the reap failed: the client raises rather than grade)."""
-    req.json()  # 400 for anything else: a malformed request is refused, not obeyed
-
-    # With --run-as and --reap-all: that user's processes, from the agent itself (no fork).
-    # It was one shell that ran `kill -9 -1` as that user: a process the answer left running
-    # could kill that shell before its kill (its pid is the next one), and the check then
-    # ran beside it (a daemon that re-created what the check tests, or killed its git).
-    killed, left = _kill_rounds(run_as[0] if run_as is not None and reap_all else None)
-    if not reap_all:
-        _collect()
-    return 200, {"status": "success" if not left else "error", "killed": killed, "left": left}
-
-
-def _kill_rounds(uid: int | None = None) -> tuple[int, int]:
-    """Kill what /reap kills (of ``uid`` only, when given) from the agent itself, which
-    needs no fork: each round stops them all, so that none forks or kills meanwhile (a fork
-    bomb refills what one pass of kills empties), then kills them, until none is left alive
-    (5 s at most). (How many were killed, how many are still alive.)"""
-    import time
-
-    deadline, killed = time.monotonic() + 5.0, 0
-    while True:
-        alive = [pid for pid in _reapable() if _alive(pid, uid)]
-        if not alive or time.monotonic() >= deadline:
-            return killed, len(alive)
-        for signal in (agent_spawn.SIGSTOP, agent_spawn.SIGKILL):
-            for pid in alive:
-                try:
-                    os.kill(pid, signal)
-                except OSError:
-                    pass
-        killed += len(alive)
-        time.sleep(0.001)  # a killed process takes a moment to be a zombie
-
-
-def _alive(pid: int, uid: int | None) -> bool:
-    """Whether process ``pid`` runs (not a zombie), as ``uid`` when given."""
-    try:
-        with open(f"/proc/{pid}/status", "rb") as handle:
-            fields = dict(line.split(b":", 1) for line in handle if line.startswith((b"State:", b"Uid:")))
-        return fields[b"State"].split()[0] != b"Z" and \
-            (uid is None or int(fields[b"Uid"].split()[0]) == uid)
-    except (OSError, KeyError, ValueError, IndexError):
-        return False  # gone meanwhile
-
-
-def _reapable() -> dict[int, int]:
-    """What /reap kills without --run-as, pid -> parent pid: with --reap-all every process
-    but the agent and pid 1; else the agent's descendants (the agent is then a child
-    subreaper, so a daemon that left its session is still one), nothing else of the
-    machine."""
-    me = os.getpid()
-    parents = {}
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                with open(f"/proc/{name}/stat", "rb") as handle:
-                    parents[int(name)] = int(handle.read().rsplit(b")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                pass  # gone meanwhile
-    if reap_all:
-        return {pid: ppid for pid, ppid in parents.items() if pid not in (1, me)}
-    ours = {me}
-    grew = True
-    while grew:  # pid order is not parents first
-        grew = False
-        for pid, ppid in parents.items():
-            if ppid in ours and pid not in ours:
-                ours.add(pid)
-                grew = True
-    return {pid: parents[pid] for pid in ours if pid != me}
-
-
-def _collect() -> None:
-    """Wait for the agent's children that no request waits for: orphans it adopted as a
-    subreaper, which the kill made zombies (a grandchild may be adopted only as its
-    parent dies, so look until none is left, for at most 2 s)."""
-    import time
-
-    deadline = time.monotonic() + 2.0
-    while True:
-        adopted = [pid for pid, ppid in _reapable().items()
-                   if ppid == os.getpid() and pid not in _running]
-        for pid in adopted:
-            try:
-                os.waitpid(pid, os.WNOHANG)
-            except ChildProcessError:
-                pass
-        if not adopted or time.monotonic() > deadline:
-            return
-        time.sleep(0.01)
 
 
 def _kill_group(pgid: int) -> None:

@@ -20,7 +20,7 @@ starts it::
 **Modules.** ``agent_http`` is the HTTP layer (request parsing, multipart, dispatch, errors),
 ``agent_json`` its JSON, ``agent_commands`` runs commands (``agent_spawn`` starts them,
 ``agent_grading``: a grading command's environment, ``agent_scripts``: the scripts an
-interpreter reads), ``agent_files`` reads and writes files,
+interpreter reads; ``agent_reap``: ``/reap``), ``agent_files`` reads and writes files,
 ``agent_setup`` holds OSWorld's rarer setup routes, ``desktop`` starts the X display and
 ``desktop_routes`` serves the desktop. In a guest they are sibling files, not a package: each
 imports the others relatively when it is part of ``parallel_rollout`` (tests) and as
@@ -58,11 +58,12 @@ import os
 import sys
 
 if __package__:
-    from . import agent_commands, agent_files, agent_http
+    from . import agent_commands, agent_files, agent_http, agent_reap
 else:  # server.py put this folder on sys.path
     import agent_commands  # type: ignore[no-redef]
     import agent_files  # type: ignore[no-redef]
     import agent_http  # type: ignore[no-redef]
+    import agent_reap  # type: ignore[no-redef]
 
 Request = agent_http.Request
 
@@ -108,7 +109,7 @@ ROUTES = {
     "/file": ("POST", agent_files.route_file),
     "/setup/upload": ("POST", agent_files.route_upload),
     "/list_directory": ("POST", agent_files.route_list_directory),
-    "/reap": ("POST", agent_commands.route_reap),
+    "/reap": ("POST", agent_reap.route_reap),
 }
 
 
@@ -262,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     agent_http.verbose = args["verbose"]
     agent_commands.limit_as = args["limit_as"]
     agent_commands.limit_nproc = args["limit_nproc"]
-    agent_commands.reap_all = args["reap_all"]
+    agent_reap.reap_all = args["reap_all"]
     for option in ("limit_as", "limit_nproc"):
         if args[option] is not None and not _which("prlimit"):
             sys.exit(f"server.py: --{option.replace('_', '-')} needs util-linux prlimit on PATH")
@@ -283,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
         # (/proc/PID/mem, pidfd_getfd need CAP_SYS_PTRACE then); its commands are dumpable
         # again, as execve resets the flag
         _prctl(4, 0, "PR_SET_DUMPABLE")
-    if not agent_commands.reap_all:
+    if not agent_reap.reap_all:
         # on a shared host: a daemon a command leaves is adopted by the agent, not by the
         # machine's init, so /reap still finds it among the agent's descendants
         _prctl(36, 1, "PR_SET_CHILD_SUBREAPER")
