@@ -155,8 +155,8 @@ import os, sys, threading, time
 import psutil
 sys.path.insert(0, sys.argv[3])
 from test_process_leftovers import StuckProvider as Stuck
-from parallel_rollout.pool.providers import process
-process.read_until = lambda fd, terminator, deadline: time.sleep(600)  # nobody reads it
+from parallel_rollout.pool.providers import sandbox_launch
+sandbox_launch.read_until = lambda fd, terminator, deadline: time.sleep(600)  # nobody reads it
 
 def owner(base_dir):
     provider = Stuck("exiting", base_dir=base_dir)
@@ -338,10 +338,10 @@ def test_bwrap_killed_before_it_reports_its_init_leaves_no_orphan(machine, base_
     and the child waits forever, re-parented to pid 1. The failed boot must still kill it."""
     if machine == "no cgroups":
         request.getfixturevalue("no_cgroups")
-    from parallel_rollout.pool.providers import process
+    from parallel_rollout.pool.providers import sandbox_launch
 
     Stuck = StuckProvider
-    real_read_until = process.read_until
+    real_read_until = sandbox_launch.read_until
     held: list[psutil.Process] = []
     provider = Stuck("orphan", ProviderOptions(boot_timeout_s=5), base_dir=base_dir)
     vm_dir = provider.run_dir / "vm0"
@@ -360,7 +360,7 @@ def test_bwrap_killed_before_it_reports_its_init_leaves_no_orphan(machine, base_
             bwrap.kill()
         return real_read_until(fd, terminator, deadline)
 
-    monkeypatch.setattr(process, "read_until", kill_bwrap_then_read)
+    monkeypatch.setattr(sandbox_launch, "read_until", kill_bwrap_then_read)
     with pytest.raises(VMError, match="did not boot"):
         provider.start("vm0")
     assert held and not any(_alive(child.pid) for child in held), \

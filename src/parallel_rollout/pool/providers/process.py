@@ -13,6 +13,7 @@
         sock/        sock/agent.sock: bound and listened on here, the agent serves its fd
         meta.json    run id, vm id, owner pid, bwrap pid and start times: what sweep() reads
         agent.log    bwrap's and the agent's output (a pipe, 1 MiB kept: sandbox_log.py), quoted when a boot fails
+                     (the boot itself, bwrap started and the agent's ready line: sandbox_launch.py)
     <base>/.agent-bytecode/<key>/  the agent's modules, their bytecode and the grading wrappers,
                                    bound read-only at /opt/parallel-rollout (agent_folder.py)
 
@@ -89,7 +90,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import logging
 import os
 import shutil
@@ -98,16 +98,15 @@ import time
 from pathlib import Path
 
 from ...errors import ConfigError, ProviderUnavailable, VMError
-from . import agent_folder, cgroups, host_dirs, host_share, images, sandbox_fs, sandbox_log, seccomp, standby, verify
+from . import agent_folder, cgroups, host_dirs, host_share, images, sandbox_fs, sandbox_launch, seccomp, standby, verify
 from .sandbox_argv import (AGENT_SOURCES, DESKTOP_SOURCES, GRADING_BIN, GUEST_HOME, NAMESPACE_FLAGS, SHIM_DIR,
                            SandboxSpec, boot_argv, folder_argv)
 from .sandbox_uids import SandboxUids
 from .base import Provider, ProviderOptions, VMInfo
-from .common import (LONG_VM_ID, check_name, check_vm_folder_free, checked_socket, child_runs, create_time, log_tail,
-                     make_vm_dir, new_pool_key, owner_label, pool_folder, process_and_agent_healthy,
-                     read_meta, remove_vm_dir, same_process, secure_base_dir, sweep_vm_folders, write_meta)
-from .sandbox_processes import (KILL_WAIT_S, children, death_cause, kill_recorded, kill_sandbox,
-                                kill_unrecorded, read_until, sandbox_alive)
+from .common import (LONG_VM_ID, check_name, check_vm_folder_free, checked_socket, child_runs, make_vm_dir,
+                     new_pool_key, owner_label, pool_folder, process_and_agent_healthy, read_meta, remove_vm_dir,
+                     same_process, secure_base_dir, sweep_vm_folders, write_meta)
+from .sandbox_processes import children, death_cause, kill_recorded, kill_sandbox, kill_unrecorded, sandbox_alive
 
 log = logging.getLogger(__name__)
 
@@ -429,58 +428,14 @@ class ProcessProvider(Provider):
             # gone and not made again: the boots bind the package's files, as without it
             self._spec = dataclasses.replace(spec, agent_dir=None)
             self._argvs.clear()
-        listener = sandbox_fs.listen(vm_dir / "sock" / SOCKET_NAME)
-        ready_r, ready_w = os.pipe()
-        info_r, info_w = os.pipe()
-        seccomp_fd = seccomp.program_fd()
-        argv = self._argv(vm_id, vm_dir, ready_w, info_w, listener.fileno())
-        argv = [argv[0], "--seccomp", str(seccomp_fd), *argv[1:]]
-        log_path = vm_dir / "agent.log"
-        try:
-            # joins the cgroups before bwrap forks anything: the shell in front of it
-            proc, logged = sandbox_log.start(argv, log_path, (ready_w, info_w, seccomp_fd, listener.fileno()),
-                                             cgroup_procs=group.procs, nofile=self._nofile)
-        except OSError as exc:
-            for fd in (ready_r, ready_w, info_r, info_w):
-                os.close(fd)
-            raise VMError(f"VM {vm_id}: cannot start bwrap: {exc}") from exc
-        finally:
-            os.close(seccomp_fd)
-            # only the agent holds it now: when the agent dies, connecting is refused at once
-            listener.close()
-        os.close(ready_w)
-        os.close(info_w)
-        children[proc.pid] = proc
-        private = {"pid": proc.pid, "create_time": create_time(proc.pid),
-                   "vm_dir": str(vm_dir), "cgroups": group.paths,
-                   "oom_baseline": cgroups.oom_counts(group.paths)}  # the folder's so far
-        try:
-            deadline = time.monotonic() + self.options.boot_timeout_s
-            info = read_until(info_r, b"}", deadline)
-            try:
-                init_pid = json.loads(info)["child-pid"]
-            except (ValueError, KeyError) as exc:
-                raise VMError(f"bwrap gave no child pid (got {info!r})") from exc
-            private["init_pid"] = init_pid
-            private["init_create_time"] = create_time(init_pid)
-            # what a sweep kills by pid; until now it finds the sandbox by the folder's
-            # cgroups and bwrap's command line (``sweep``)
-            self._write_meta(vm_id, vm_dir, private)
-            if not read_until(ready_r, b"\n", deadline).startswith(b"ready"):
-                raise VMError("the guest agent exited before it was ready")
-            # once the agent runs, bwrap has built the sandbox: its /dev/pts is there
-            sandbox_fs.cap_ptys(init_pid, own_userns=not self._uids.enabled)
-        except BaseException as exc:
-            kill_sandbox(private)  # whatever stopped the boot, even an interrupt
-            if not isinstance(exc, VMError):
-                raise
-            logged.wait(KILL_WAIT_S)  # the pipe's last words, in the file
-            tail = log_tail(log_path)
-            raise VMError(f"VM {vm_id} did not boot: {exc}; agent log: {tail}") from None
-        finally:
-            os.close(ready_r)
-            os.close(info_r)
-        address = f"unix:{vm_dir / 'sock' / SOCKET_NAME}"
+        socket_path = vm_dir / "sock" / SOCKET_NAME
+        private = sandbox_launch.launch(
+            vm_id, vm_dir, socket_path, group,
+            lambda ready_w, info_w, listen_fd: self._argv(vm_id, vm_dir, ready_w, info_w, listen_fd),
+            nofile=self._nofile, boot_timeout_s=self.options.boot_timeout_s,
+            write_meta=lambda private: self._write_meta(vm_id, vm_dir, private),
+            own_userns=not self._uids.enabled)
+        address = f"unix:{socket_path}"
         return VMInfo(vm_id=vm_id, provider=self.name, address=address, run_id=self.run_id,
                       private=private)
 
