@@ -140,6 +140,8 @@ def main() -> None:
 @click.option("--vm-address", multiple=True,
               help="Guest agent of one VM for --provider-name remote: HOST[:PORT] (port 5000 by "
                    "default) or http://HOST:PORT; repeat it or give a comma list, one per VM.")
+@click.option("--vm-key-file", help="For --provider-name remote: the file holding the key its guest agents were "
+                                    "started with (their --key-file); never written to the run's folder.")
 @click.option("--reset-command",
               help="For --provider-name remote: shell command run on this host to reset the VM at "
                    "{address} ({host}, {port}, {vm_id}, {run_id}); 'none' never resets (no isolation).")

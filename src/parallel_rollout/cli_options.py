@@ -36,7 +36,7 @@ ENV_PREFIX = "PARALLEL_ROLLOUT"
 #: and the guest read (README), and what ./dev and the pool pass their own processes
 SETTINGS_VARIABLES = frozenset({
     "ATSPI", "ATSPI_TIMEOUT", "CACHE", "DOCKERD_DIR", "DOCKERD_WAIT_S", "DOCKER_DIR",
-    "FORKSERVER", "FORKSERVER_MAIN", "FORKSERVER_PLUGINS", "NODE_DIR", "OSWORLD_CACHE", "OSWORLD_CDP_PORTS", "OSWORLD_SETTINGS",
+    "FORKSERVER", "FORKSERVER_MAIN", "FORKSERVER_PLUGINS", "GUEST_KEY", "NODE_DIR", "OSWORLD_CACHE", "OSWORLD_CDP_PORTS", "OSWORLD_SETTINGS",
     "PROCESS_DIR", "PROCESS_STANDBY", "PROG", "QEMU_ACCEL", "QEMU_DIR", "SANDBOX_UID", "VM",
     "VM_HOST", "VM_ID", "VM_PORT", "WORDNET",
 })
@@ -75,7 +75,7 @@ HELP_SECTIONS: dict[str, tuple[str, ...]] = {
     "Agent and model": ("agent", "agent_cmd", "model", "base_url", "temperature", "max_tokens", "sampling",
                         "tool_calls", "session_header", "server_cooldown"),
     "Workers and VMs": ("num_rollouts", "envs_per_worker", "max_concurrent_rollouts", "num_vms", "use_vm_pool",
-                        "provider_name", "snapshot_name", "path_to_vm", "vm_address", "reset_command",
+                        "provider_name", "snapshot_name", "path_to_vm", "vm_address", "vm_key_file", "reset_command",
                         "verify_reset", "spare_vms", "headless", "vm_memory_mb", "vm_max_processes",
                         "boot_timeout_s", "max_retries"),
     "Desktop (osworld)": ("observation_type", "action_space", "screen_width", "screen_height", "client_password",

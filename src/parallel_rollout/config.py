@@ -46,6 +46,9 @@ class RunConfig:
     #: remote provider: one guest address per VM (HOST[:PORT] or http://HOST:PORT); the
     #: flag repeats or takes a comma list
     vm_address: tuple[str, ...] = ()
+    #: remote provider: the file holding the key the guest agents were started with
+    #: (their --key-file); the key itself is never stored
+    vm_key_file: str | None = None
     #: remote provider: shell command that resets the VM at {address}; "none": never reset
     reset_command: str | None = None
     headless: bool = False
@@ -248,7 +251,7 @@ RUN_ONLY_FIELDS = (
     "provider_name",
     "num_rollouts", "num_vms", "use_vm_pool", "envs_per_worker", "max_concurrent_rollouts", "spare_vms",
     "output_dir", "run_id", "resume", "progress", "limit", "skip_unsupported", "record", "headless",
-    "max_retries", "verify_reset", "vm_address", "reset_command", "client_password",
+    "max_retries", "verify_reset", "vm_address", "vm_key_file", "reset_command", "client_password",
     "fail_under", "compare_to", "junit_xml",
     "lease_timeout_s", "ack_timeout_s", "start_timeout_s", "boot_timeout_s", "max_vm_replacements", "shutdown_grace_s",
     "api_timeout_s", "min_free_disk_mb", "policy_gate", "policy_gate_key", "backend", "ray_address",
@@ -364,7 +367,7 @@ def build_config(flags: dict[str, Any], config_file: str | None = None,
     sources = {name: f"in {config_file}" for name in values if name not in flags}
     sources.update(flag_sources or {})
     values.update(flags)
-    for name in ("data", "output_dir", "junit_xml"):
+    for name in ("data", "output_dir", "junit_xml", "vm_key_file"):
         # ~ as the shell expands it on the command line: a config file's or a variable's is not
         if isinstance(values.get(name), str):
             values[name] = os.path.expanduser(values[name])
@@ -383,6 +386,8 @@ def build_config(flags: dict[str, Any], config_file: str | None = None,
         values["data"] = os.path.abspath(values["data"])
     if values.get("junit_xml") not in (None, "", "-"):  # '-' is refused by validate_ranges, which says where
         values["junit_xml"] = os.path.abspath(values["junit_xml"])
+    if values.get("vm_key_file"):  # read by the provider wherever it runs (a Ray driver's folder)
+        values["vm_key_file"] = os.path.abspath(values["vm_key_file"])
     index = values.get("osworld_index")
     if index and os.path.dirname(index) and not os.path.isabs(index) and os.path.isfile(index):
         # a path from here (evaluation_examples/test_small.json), as OSWorld's

@@ -120,10 +120,8 @@ class Runner:
             "path_to_vm": ("modes that run in a VM", frozenset({"vm"} if self.provider_cls else ())),
             "num_vms": ("modes that run in a VM", frozenset({"vm"} if self.provider_cls else ())),
             "use_vm_pool": ("modes that run in a VM", frozenset({"vm"} if self.provider_cls else ())),
-            "vm_address": ("the remote provider", frozenset(
-                {"remote"} if self.provider_cls and self.provider_cls.name == "remote" else ())),
-            "reset_command": ("the remote provider", frozenset(
-                {"remote"} if self.provider_cls and self.provider_cls.name == "remote" else ())),
+            **dict.fromkeys(("vm_address", "vm_key_file", "reset_command"), ("the remote provider", frozenset(
+                {"remote"} if self.provider_cls and self.provider_cls.name == "remote" else ()))),
         })
         if self.provider_cls is not None and not cfg.use_vm_pool and cfg.envs_per_worker > 1:
             raise ConfigError(

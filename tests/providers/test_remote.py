@@ -44,7 +44,7 @@ from click.testing import CliRunner
 from parallel_rollout.cli import main
 from parallel_rollout.config import build_config
 from parallel_rollout.errors import ConfigError, VMError
-from parallel_rollout.guest.client import GuestClient
+from parallel_rollout.guest.client import GuestClient, keyed_address
 from parallel_rollout.pool.providers import get_provider
 from parallel_rollout.pool.providers.base import ProviderOptions
 from parallel_rollout.pool.providers.remote import RemoteProvider, normalize_address
@@ -93,8 +93,10 @@ RESET_SCRIPT = textwrap.dedent('''
     shutil.copytree(os.path.join(state, "snapshot"), home)
     env = {"PATH": os.environ["PATH"], "HOME": home, "LANG": "C.UTF-8",
            marker: tag.decode().split("=", 1)[1]}
+    key = os.path.join(state, "key")  # a machine started with a key: its agent's --key-file
     with open(os.path.join(state, f"agent-{port}.log"), "ab") as log:
-        subprocess.Popen([sys.executable, "-I", agent, "--host", "127.0.0.1", "--port", port],
+        subprocess.Popen([sys.executable, "-I", agent, "--host", "127.0.0.1", "--port", port,
+                          *(["--key-file", key] if os.path.exists(key) else [])],
                          cwd=home, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                          start_new_session=True)
     print(f"machine {port} reverted", flush=True)
@@ -104,11 +106,16 @@ RESET_SCRIPT = textwrap.dedent('''
 class Machines:
     """Guest agents on 127.0.0.1 ports, each with a home restored from one snapshot folder."""
 
-    def __init__(self, state: Path, count: int) -> None:
+    def __init__(self, state: Path, count: int, key: str | None = None) -> None:
         self.state = state
         self.token = uuid.uuid4().hex[:12]
         state.mkdir(parents=True)
         (state / "token").write_text(self.token)
+        #: the key each agent is started with (``--key-file``), in ``key_file``; None: none
+        self.key, self.key_file = key, state / "key"
+        if key is not None:
+            self.key_file.write_text(key + "\n")
+            self.key_file.chmod(0o600)
         (state / "snapshot").mkdir()
         (state / "snapshot" / "snapshot.txt").write_text("from the snapshot\n")
         self.script = state / "reset_machine.py"
@@ -121,7 +128,11 @@ class Machines:
             subprocess.run([sys.executable, str(self.script), str(port), str(state), MARKER,
                             str(AGENT)], check=True, capture_output=True, timeout=30)
         for address in self.addresses:
-            GuestClient(f"http://{address}").wait_ready(15)
+            self.client(address).wait_ready(15)
+
+    def client(self, address: str) -> GuestClient:
+        """A client of the agent at ``address`` (HOST:PORT), with the machines' key."""
+        return GuestClient(keyed_address(f"http://{address}", self.key) if self.key else f"http://{address}")
 
     def home(self, port: int) -> Path:
         return self.state / f"home-{port}"
@@ -418,3 +429,5 @@ def test_reset_none_counts_no_reset_through_the_cli(machines, tmp_path):
     vm = json.loads((tmp_path / "out" / "unreset" / "summary.json").read_text())["vm"]
     assert vm["resets"] == 0 and vm["released_not_reset"] == 3, vm
     assert "0 resets (3 released, not reset)" in result.output
+    # agents without a key: one warning says anything that reaches their port drives them
+    assert (tmp_path / "out" / "unreset" / "run.log").read_text().count("no --vm-key-file: anything that reaches") == 1

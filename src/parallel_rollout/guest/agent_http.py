@@ -46,7 +46,7 @@ MAX_HEADERS = 100
 LISTEN_BACKLOG = 16
 
 _REASONS = {
-    100: "Continue", 200: "OK", 400: "Bad Request", 404: "Not Found",
+    100: "Continue", 200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found",
     405: "Method Not Allowed", 408: "Request Timeout", 411: "Length Required",
     413: "Payload Too Large", 500: "Internal Server Error", 501: "Not Implemented",
     503: "Service Unavailable",
@@ -54,6 +54,9 @@ _REASONS = {
 
 #: ``--verbose``: log every request's method, path and status
 verbose = False
+#: the first line of a connection to an agent started with a key: ``PR-KEY <key>`` (what
+#: ``GuestClient`` sends for an address with ``#pr-key=``, as to a QEMU guest's relay)
+KEY_LINE = b"PR-KEY "
 
 
 def log(message: str) -> None:
@@ -260,6 +263,8 @@ class Handler:
         line = self.rfile.readline(MAX_HEADER_LINE + 1)
         if not line:
             return None
+        if self.server.key is not None:
+            line = self._check_key(line)
         if len(line) > MAX_HEADER_LINE:
             raise HTTPError(400, "request line too long")
         parts = line.decode("latin-1").split()
@@ -298,6 +303,22 @@ class Handler:
             raise HTTPError(400, f"body ended after {len(body)} of {length} bytes")
         return Request(method, target.split("?", 1)[0], headers, body)
 
+    def _check_key(self, line: bytes) -> bytes:
+        """The request line after a ``PR-KEY`` line that names the agent's key; HTTPError 401
+        (logged, without what was said) for a connection that does not start with it."""
+        from _operator import _compare_digest
+
+        said = line.rstrip(b"\r\n")
+        if said.startswith(KEY_LINE) and _compare_digest(said[len(KEY_LINE):], self.server.key):
+            return self.rfile.readline(MAX_HEADER_LINE + 1)
+        try:
+            peer = self.connection.getpeername()
+        except OSError:
+            peer = "?"
+        what = "a wrong key" if said.startswith(KEY_LINE) else "no key"
+        log(f"refused a connection from {peer or 'a unix socket'} with {what} (the agent was started with one)")
+        raise HTTPError(401, "this guest agent takes requests only with its key (a PR-KEY line first)")
+
     def _send(self, status: int, payload) -> None:
         if isinstance(payload, tuple):  # (content type, bytes): a PNG, an mp4
             ctype, data = payload
@@ -335,10 +356,12 @@ class Server:
     """A listening socket and the agent's route table; :meth:`serve_forever` answers each
     connection on a thread of its own."""
 
-    def __init__(self, listener, resolve, max_body_bytes: int) -> None:
+    def __init__(self, listener, resolve, max_body_bytes: int, key: bytes | None = None) -> None:
         self.socket = listener
         self.resolve = resolve
         self.max_body_bytes = max_body_bytes
+        #: with a key, every connection must say it first (``Handler._check_key``)
+        self.key = key
         self.server_address = listener.getsockname()
 
     def serve_forever(self) -> None:
@@ -380,10 +403,11 @@ class Server:
 
 
 def make_server(resolve, *, unix: str | None = None, host: str = "127.0.0.1", port: int = 5000,
-                max_body_mb: float = 256, listen_fd: int | None = None) -> Server:
+                max_body_mb: float = 256, listen_fd: int | None = None, key: bytes | None = None) -> Server:
     """A bound, listening server (not yet serving) for a unix socket path, host:port, or a
     unix socket the caller bound and listens on (``listen_fd``: its path is not ours to see);
-    ``resolve(path)`` answers ``(method, route)`` or None for an unknown path."""
+    ``resolve(path)`` answers ``(method, route)`` or None for an unknown path; with ``key``,
+    a connection that does not say it first is answered 401."""
     if listen_fd is not None:
         listener = _socket.socket(fileno=listen_fd)
         os.set_inheritable(listen_fd, False)  # no command the agent runs may hold it
@@ -400,4 +424,4 @@ def make_server(resolve, *, unix: str | None = None, host: str = "127.0.0.1", po
         listener.setsockopt(_socket.SOL_SOCKET, _socket.SO_REUSEADDR, 1)
         listener.bind((host, port))
         listener.listen(LISTEN_BACKLOG)
-    return Server(listener, resolve, int(max_body_mb * 1024 * 1024))
+    return Server(listener, resolve, int(max_body_mb * 1024 * 1024), key)

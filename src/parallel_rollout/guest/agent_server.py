@@ -122,9 +122,12 @@ def resolve(path: str):
     return route
 
 
+#: the environment variable an agent's key may come in instead of --key-file
+KEY_ENV = "PARALLEL_ROLLOUT_GUEST_KEY"
 _USAGE = """usage: server.py [--unix PATH | --listen-fd FD | --host HOST --port PORT] [--ready-fd FD]
                  [--max-body-mb MB] [--limit-as BYTES] [--limit-nproc N] [--run-as UID:GID]
-                 [--seed-home DIR] [--desktop WxH] [--seccomp FILE] [--reap-all] [--verbose]
+                 [--seed-home DIR] [--desktop WxH] [--seccomp FILE] [--reap-all] [--key-file FILE]
+                 [--verbose]
 
 --listen-fd FD      serve a unix socket the caller bound and listens on (the process
                    sandbox: the socket's folder stays outside, where commands cannot
@@ -138,17 +141,20 @@ _USAGE = """usage: server.py [--unix PATH | --listen-fd FD | --host HOST --port 
 --seccomp FILE     load this compiled seccomp BPF program (pool/providers/seccomp.py) before
                    anything else: the agent and every process it starts are under it
 --reap-all         /reap kills every process but this one and pid 1: only for an agent
-                   alone in its own pid namespace (without it, its descendants only)"""
+                   alone in its own pid namespace (without it, its descendants only)
+--key-file FILE    answer only connections that say this file's key first (a PR-KEY line:
+                   the runner's --vm-key-file), others 401; or the key in $%s,
+                   which the agent takes out of its environment (its commands never see it)""" % KEY_ENV
 _OPTIONS = {"--unix": str, "--listen-fd": int, "--host": str, "--port": int, "--ready-fd": int,
             "--max-body-mb": float, "--limit-as": int, "--limit-nproc": int, "--desktop": str, "--run-as": str,
-            "--seed-home": str, "--seccomp": str}
+            "--seed-home": str, "--seccomp": str, "--key-file": str}
 
 
 def _parse_args(argv: list[str]) -> dict:
     # argparse (with the re and shutil it imports) would add ~5 ms to every VM reset
     args = {"unix": None, "listen_fd": None, "host": "127.0.0.1", "port": 5000, "ready_fd": None,
             "max_body_mb": 256.0, "verbose": False, "limit_as": None, "limit_nproc": None, "desktop": None,
-            "run_as": None, "seed_home": None, "seccomp": None, "reap_all": False}
+            "run_as": None, "seed_home": None, "seccomp": None, "reap_all": False, "key_file": None}
     items = list(argv)
     while items:
         item = items.pop(0)
@@ -255,9 +261,29 @@ def _seal() -> bool:
                                             for name in ("CapInh", "CapAmb", "CapBnd"))
 
 
+def _key(path: str | None) -> bytes | None:
+    """The key every connection must say first: ``--key-file``'s, else ``$KEY_ENV``'s, which
+    leaves the environment either way (no command the agent runs inherits it); None: none."""
+    key = os.environ.pop(KEY_ENV, None)
+    if path:
+        try:
+            with open(path, "rb") as handle:
+                key = handle.read().decode("ascii")
+        except (OSError, UnicodeDecodeError) as exc:
+            sys.exit(f"server.py: --key-file {path}: cannot read a key: {exc}")
+    if key is None:
+        return None
+    key = key.strip()
+    if not key or len(key.split()) != 1:
+        sys.exit(f"server.py: the key ({'--key-file ' + path if path else '$' + KEY_ENV}) must be one word, "
+                 "no spaces: e.g. the output of `openssl rand -hex 16`")
+    return key.encode()
+
+
 def main(argv: list[str] | None = None) -> int:
     """Serve until killed."""
     args = _parse_args(sys.argv[1:] if argv is None else argv)
+    key = _key(args["key_file"])
     if args["seccomp"]:
         _load_seccomp(args["seccomp"])
     agent_http.verbose = args["verbose"]
@@ -296,7 +322,7 @@ def main(argv: list[str] | None = None) -> int:
             sys.exit(f"server.py: --desktop takes WIDTHxHEIGHT, got {args['desktop']!r}")
         _sibling("desktop").start_desktop(int(width), int(height))
     server = agent_http.make_server(resolve, unix=args["unix"], host=args["host"], port=args["port"],
-                                    max_body_mb=args["max_body_mb"], listen_fd=args["listen_fd"])
+                                    max_body_mb=args["max_body_mb"], listen_fd=args["listen_fd"], key=key)
     if args["unix"] and agent_commands.run_as is not None:
         os.chmod(args["unix"], 0o600)  # the commands' user must not talk to the agent
     if args["listen_fd"] is not None:
@@ -307,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
         os.write(args["ready_fd"], b"ready\n")
         os.close(args["ready_fd"])
     if agent_http.verbose:
-        agent_http.log(f"listening on {where}")
+        agent_http.log(f"listening on {where}" + (" (each connection must say the key first)" if key else ""))
     try:
         server.serve_forever()
     except KeyboardInterrupt:

@@ -117,6 +117,11 @@ def keyed_address(address: str, key: str) -> str:
     return f"{address}{KEY_MARK}{key}"
 
 
+def shown_address(address: str) -> str:
+    """``address`` without the key it may carry: what a message may show."""
+    return address.partition(KEY_MARK)[0]
+
+
 class _KeyedHTTPConnection(http.client.HTTPConnection):
     """An HTTP connection that says the relay's key line first, when there is one."""
 
@@ -443,7 +448,7 @@ def wait_ready(client: GuestClient, deadline: float, *, route: str = "/health",
             next_check = time.monotonic() + 1.0
         if time.monotonic() + delay > deadline:
             budget = f"{budget_s:g}s" if budget_s is not None else "the boot timeout"
-            raise GuestUnreachable(f"guest agent at {client.address} not ready after {budget} "
+            raise GuestUnreachable(f"guest agent at {shown_address(client.address)} not ready after {budget} "
                                    f"(GET {route}; last error: {last})")
         time.sleep(delay)
         delay = min(delay * 2, max_delay_s)

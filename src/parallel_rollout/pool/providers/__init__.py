@@ -72,6 +72,7 @@ def provider_options(config: RunConfig, provider_cls: Any, vm_envs: list[Any]) -
     return ProviderOptions(snapshot_name=config.snapshot_name, path_to_vm=config.path_to_vm,
                            headless=config.headless, boot_timeout_s=config.boot_timeout_s,
                            vm_addresses=config.vm_address, reset_command=config.reset_command,
+                           vm_key_file=config.vm_key_file,
                            verify_reset=config.verify_reset, spare_vms=config.spare_vms,
                            hidden_files=hidden_files(config, vm_envs), **limits)
 

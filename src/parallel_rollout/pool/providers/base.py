@@ -55,6 +55,8 @@ class ProviderOptions:
     #: resets one ("none": no reset); other providers ignore them (the runner rejects them)
     vm_addresses: tuple[str, ...] = ()
     reset_command: str | None = None
+    #: remote provider: the file holding the key its guest agents ask each connection for
+    vm_key_file: str | None = None
     #: how a reset is checked before the VM goes back to the pool: off, fast or full
     #: (see ``verify.py``); None: the provider's ``verify_default``
     verify_reset: str | None = None

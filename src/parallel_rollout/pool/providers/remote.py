@@ -47,6 +47,13 @@ not take away what a task left is found: the task's VM is quarantined (free), an
 restart that runs the command again fails its check and spends the replacement budget. The
 machine must run our guest agent (OSWorld's server has no ``/run_python`` for the probe).
 
+**Keys.** Anything that reaches a guest agent's port can drive it: run commands, read and
+write files (another user of the network; a ``command`` agent's program, which keeps the
+host's network). An agent started with ``--key-file`` answers only connections that say its
+key first (``PR-KEY``, what ``GuestClient`` sends for an address with ``#pr-key=``); the run
+reads the key from ``--vm-key-file`` and keeps it in its VMs' addresses, never in a message,
+config.json or a record (messages show ``shown_address``). Without one a warning says so.
+
 **Not ours to remove.** ``stop`` only gives the address back; it never stops a machine this
 provider did not start. ``sweep`` has nothing to remove (it makes no containers, processes or
 files) and returns ``[]``. ``snapshot_name``, ``path_to_vm`` and resource limits cannot be
@@ -66,6 +73,7 @@ import time
 
 from ... import process_group
 from ...errors import ConfigError, GuestUnreachable, VMError
+from ...guest.client import keyed_address, shown_address
 from . import verify
 from .base import Provider, ProviderOptions, VMInfo
 from .slots import Slots
@@ -132,6 +140,13 @@ class RemoteProvider(Provider):
                               "file or a process would make every VM fail its check; give a --reset-command, "
                               "or --verify-reset off")
         check_placeholders(command)
+        #: what each agent asks every connection for (``--vm-key-file``); None: they ask nothing
+        self._key = read_key(opts.vm_key_file)
+        if self._key is None:
+            log.warning("remote provider: no --vm-key-file: anything that reaches the guest agents at %s (another "
+                        "user of the network, a command agent's program) can run commands there and read or write "
+                        "their files; start each with --key-file FILE and give the run --vm-key-file FILE",
+                        ", ".join(self.addresses))
         #: with --reset-command none a reset only waits for the machine's agent: the pool
         #: counts it as a release, not a reset
         self.restores_on_reset = self.reset_command is not None
@@ -154,39 +169,39 @@ class RemoteProvider(Provider):
         deadline = time.monotonic() + self.options.boot_timeout_s
         address = self.slots.acquire(vm_id, deadline)
         host, port = split_address(address)
-        info = VMInfo(vm_id=vm_id, provider=self.name, address=address, run_id=self.run_id,
-                      private={"host": host, "port": port})
+        info = VMInfo(vm_id=vm_id, provider=self.name, run_id=self.run_id, private={"host": host, "port": port},
+                      address=keyed_address(address, self._key) if self._key else address)
         try:
             self._reset_and_wait(info, deadline)
             if self.options.desktop:
                 self._check_screen(info)
             verify.baseline_machine(self._view, address, info)
         except BaseException:
-            self.slots.release(info.address, info.vm_id)
+            self.slots.release(address, info.vm_id)
             raise
         return info
 
     def reset(self, info: VMInfo) -> VMInfo:
         """Run the reset command for this machine, then wait until its agent answers."""
-        if not self.slots.holds(info.address, info.vm_id):
-            raise VMError(f"VM {info.vm_id} ({info.address}) was stopped; it cannot be reset")
+        if not self.slots.holds(shown_address(info.address), info.vm_id):
+            raise VMError(f"VM {info.vm_id} ({shown_address(info.address)}) was stopped; it cannot be reset")
         self._reset_and_wait(info, time.monotonic() + self.options.boot_timeout_s)
         return info
 
     def verify(self, info: VMInfo) -> list[str]:
         """The machine's home (the agent's), /tmp and processes through a probe its agent
         runs, against what it had at its first boot in this run (``verify.py``)."""
-        return self._view.check(info.address, None, info.address)
+        return self._view.check(shown_address(info.address), None, info.address)
 
     def healthy(self, info: VMInfo) -> bool:
         """The address is still this VM's and its agent answers GET /platform quickly."""
-        if not self.slots.holds(info.address, info.vm_id):
+        if not self.slots.holds(shown_address(info.address), info.vm_id):
             return False
         return answers(info.address, HEALTH_TIMEOUT_S)
 
     def stop(self, info: VMInfo) -> None:
         """Give the address back; the machine is not ours to stop. Safe to call twice."""
-        self.slots.release(info.address, info.vm_id)
+        self.slots.release(shown_address(info.address), info.vm_id)
 
     @classmethod
     def sweep(cls, run_id: str | None = None, *, orphans_only: bool = False) -> list[str]:
@@ -201,7 +216,8 @@ class RemoteProvider(Provider):
         wait_agent_ready(info.address, deadline, self.options.boot_timeout_s)
 
     def _run_reset_command(self, info: VMInfo, deadline: float) -> None:
-        values = {"address": info.address, "host": info.private["host"],
+        where = shown_address(info.address)
+        values = {"address": where, "host": info.private["host"],
                   "port": str(info.private["port"]), "vm_id": info.vm_id, "run_id": self.run_id}
         command = self.reset_command
         for name, value in values.items():
@@ -222,27 +238,27 @@ class RemoteProvider(Provider):
                 code = proc.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
                 kill_group(proc)
-                raise VMError(f"VM {info.vm_id} ({info.address}): the reset command did not "
+                raise VMError(f"VM {info.vm_id} ({where}): the reset command did not "
                               f"finish within {self.options.boot_timeout_s:g}s (killed; --boot-timeout-s allows more); "
                               f"output: {_tail(output)}") from None
             except BaseException:
                 kill_group(proc)
                 raise
             if code != 0:
-                raise VMError(f"VM {info.vm_id} ({info.address}): the reset command exited "
+                raise VMError(f"VM {info.vm_id} ({where}): the reset command exited "
                               f"with {code}: {_tail(output)}")
 
     def _check_screen(self, info: VMInfo) -> None:
         from ...guest.client import GuestClient
 
-        want = (self.options.screen_width, self.options.screen_height)
+        where, want = shown_address(info.address), (self.options.screen_width, self.options.screen_height)
         try:
             have = GuestClient(info.address, timeout_s=10.0).screen_size()
         except (GuestUnreachable, VMError, ValueError, KeyError) as exc:
-            raise VMError(f"VM {info.vm_id} ({info.address}) has no usable desktop: "
+            raise VMError(f"VM {info.vm_id} ({where}) has no usable desktop: "
                           f"POST /screen_size failed: {exc}") from None
         if tuple(have) != want:
-            raise VMError(f"VM {info.vm_id} ({info.address}) has a {have[0]}x{have[1]} screen; "
+            raise VMError(f"VM {info.vm_id} ({where}) has a {have[0]}x{have[1]} screen; "
                           f"the run asks for {want[0]}x{want[1]} (set --screen-width and "
                           "--screen-height to the machine's)")
 
@@ -264,6 +280,22 @@ def check_placeholders(command: str) -> None:
     if typos:
         raise ConfigError(f"--reset-command: unknown placeholder {', '.join(typos)}; the placeholders are "
                           + ", ".join(f"{{{name}}}" for name in known) + " (other braces are left as they are)")
+
+
+def read_key(path: str | None) -> str | None:
+    """The key in ``path`` (one word, the guest agents' ``--key-file``); None without a path;
+    ConfigError, not quoting the file, when it cannot be read or is no key."""
+    if not path:
+        return None
+    try:
+        with open(path, "rb") as handle:
+            words = handle.read(4096).decode("ascii").split()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"--vm-key-file {path}: cannot read a key: {type(exc).__name__}") from None
+    if len(words) != 1:
+        raise ConfigError(f"--vm-key-file {path}: the file must hold one key, one word (what the guest "
+                          "agents' --key-file holds: e.g. the output of `openssl rand -hex 16`)")
+    return words[0]
 
 
 def normalize_address(raw: str) -> str:

@@ -401,11 +401,12 @@ def baseline_machine(view: GuestView, slot: str, info) -> None:
     restore that does not take away what a task left shows before the next lease. VMError
     when its agent cannot run the probe."""
     from ...errors import VMError
+    from ...guest.client import shown_address
 
     try:
         view.baseline(slot, None, info.address, keep=True)
     except LookupError as exc:
-        raise VMError(f"VM {info.vm_id} ({info.address}): {exc}") from None
+        raise VMError(f"VM {info.vm_id} ({shown_address(info.address)}): {exc}") from None
 
 
 def _probe_source(home: str, full: bool) -> str:

@@ -1,0 +1,155 @@
+"""A remote machine's guest agent started with a key (``--key-file``) takes nothing from a
+connection that does not say it first, and a run given that key (``--vm-key-file``) works
+without writing it anywhere in its folder.
+
+Without a key, anything that reaches the agent's port drives the machine: another user of the
+network, or a ``command`` agent's program (it keeps the host's network, which a model API
+needs), which wrote the file the check reads through the agent itself and was graded 1.0
+with no action of its own. The machines are real guest agents on 127.0.0.1 (``Machines`` of
+test_remote.py), started with a key.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import socket
+import subprocess
+import sys
+import uuid
+
+import pytest
+from click.testing import CliRunner
+
+from conftest import read_results, write_tasks
+from parallel_rollout.cli import main
+from parallel_rollout.guest.client import GuestClient, GuestRequestError, keyed_address
+from test_remote import AGENT, Machines, _free_port
+
+KEY = "k" + uuid.uuid4().hex
+
+
+@pytest.fixture
+def keyed(tmp_path):
+    found = Machines(tmp_path / "machines", 1, key=KEY)
+    try:
+        yield found
+    finally:
+        found.power_off()
+
+
+def _raw(port: int, data: bytes) -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(data)
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    return answer
+
+
+def test_a_keyed_agent_refuses_every_request_without_its_key(keyed):
+    address = f"http://{keyed.addresses[0]}"
+    home = keyed.home(keyed.ports[0])
+    for client in (GuestClient(address), GuestClient(keyed_address(address, "not-" + KEY))):
+        with pytest.raises(GuestRequestError) as refused:
+            client.execute("echo pwned > ~/pwned.txt", shell=True)
+        assert refused.value.status == 401
+        with pytest.raises(GuestRequestError):
+            client.write_file("~/pwned.txt", b"pwned")
+        assert client.request("POST", "/reap", json={}, check=False).status == 401
+    # a plain HTTP client (curl's request) is refused as well
+    assert _raw(keyed.ports[0], b"GET /platform HTTP/1.1\r\nHost: x\r\n\r\n").startswith(b"HTTP/1.1 401 ")
+    assert not (home / "pwned.txt").exists()
+    # with the key it answers, and its commands do not see it
+    client = keyed.client(keyed.addresses[0])
+    assert client.execute("echo $((6 * 7))", shell=True)["output"] == "42\n"
+    log = (keyed.state / f"agent-{keyed.ports[0]}.log").read_text()
+    assert "refused a connection" in log and "wrong key" in log and KEY not in log, log
+    assert KEY not in repr(client) and KEY not in str(refused.value)
+
+
+def test_the_key_in_the_environment_leaves_it(tmp_path):
+    port = _free_port()
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "PARALLEL_ROLLOUT_GUEST_KEY": KEY}
+    proc = subprocess.Popen([sys.executable, "-I", str(AGENT), "--host", "127.0.0.1", "--port", str(port)],
+                            env=env, cwd=tmp_path, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        client = GuestClient(keyed_address(f"http://127.0.0.1:{port}", KEY))
+        client.wait_ready(15)
+        assert KEY not in client.execute("env", shell=True)["output"]
+        with pytest.raises(GuestRequestError):
+            GuestClient(f"http://127.0.0.1:{port}").platform()
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_run_with_the_key_works_and_keeps_it_out_of_its_folder(keyed, tmp_path):
+    data = write_tasks(tmp_path / "tasks.jsonl", [
+        {"id": f"t{i}", "mode": "shell", "instruction": "x", "check": "test -f ~/snapshot.txt",
+         "reference": ["true"]} for i in range(2)])
+    result = CliRunner().invoke(main, [
+        "--mode", "shell", "--data", str(data), "--provider-name", "remote", "--vm-address",
+        f"http://{keyed.addresses[0]}", "--vm-key-file", str(keyed.key_file), "--num-rollouts", "1",
+        "--reset-command", keyed.reset_command, "--output-dir", str(tmp_path / "out"), "--run-id", "keyed",
+        "--no-progress"])
+    assert result.exit_code == 0, (result.output, result.exception)
+    run = tmp_path / "out" / "keyed"
+    assert [r["status"] for r in read_results(run)] == ["success", "success"]
+    assert json.loads((run / "config.json").read_text())["config"]["vm_key_file"] == str(keyed.key_file)
+    for path in run.rglob("*"):
+        if path.is_file():
+            assert KEY.encode() not in path.read_bytes(), path
+    assert KEY not in result.output and "no --vm-key-file" not in result.output
+
+
+def test_a_bad_key_file_is_refused_before_the_run(keyed, tmp_path):
+    empty = tmp_path / "empty.key"
+    empty.write_text("\n")
+    for key_file, message in ((tmp_path / "missing.key", "cannot read a key"), (empty, "one key")):
+        result = CliRunner().invoke(main, [
+            "--mode", "shell", "--data", str(write_tasks(tmp_path / "t.jsonl", [{"id": "t", "instruction": "x", "check": "true", "reference": ["true"]}])),
+            "--provider-name", "remote", "--vm-address", keyed.addresses[0], "--vm-key-file", str(key_file),
+            "--reset-command", "none", "--num-rollouts", "1", "--output-dir", str(tmp_path / "out"), "--no-progress"])
+        assert result.exit_code == 2 and message in result.output, result.output
+
+
+DRIVER = r"""
+import json, socket, sys
+port, key_file, log = int(sys.argv[1]), sys.argv[2], open(sys.argv[3], "a")
+try:
+    read = open(key_file).read().strip()
+except OSError as exc:
+    read = ""
+    log.write("key file: %s\n" % type(exc).__name__)
+body = json.dumps({"command": "echo pr-37 > ~/count.txt", "shell": True}).encode()
+for first in (b"", ("PR-KEY %s\n" % read).encode()):
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(first + b"POST /execute HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        log.write("answer: %r\n" % sock.recv(64)[:12])
+log.flush()
+for line in sys.stdin:
+    print(json.dumps("DONE"), flush=True)
+"""
+
+
+def test_a_command_agent_cannot_drive_the_keyed_agent(keyed, tmp_path):
+    script, log = tmp_path / "driver.py", tmp_path / "driver.log"
+    script.write_text(DRIVER)
+    data = write_tasks(tmp_path / "tasks.jsonl", [{
+        "id": "count", "mode": "shell", "instruction": "write pr-37 into ~/count.txt",
+        "check": "grep -qx pr-37 ~/count.txt"}])
+    argv = (sys.executable, str(script), str(keyed.ports[0]), str(keyed.key_file), str(log))
+    result = CliRunner().invoke(main, [
+        "--mode", "shell", "--data", str(data), "--provider-name", "remote", "--vm-address", keyed.addresses[0],
+        "--vm-key-file", str(keyed.key_file), "--reset-command", keyed.reset_command, "--agent", "command",
+        "--agent-cmd", " ".join(shlex.quote(p) for p in argv), "--num-rollouts", "1",
+        "--output-dir", str(tmp_path / "out"), "--run-id", "driver", "--no-progress"])
+    assert result.exit_code == 0, (result.output, result.exception)
+    records = read_results(tmp_path / "out" / "driver")
+    assert [(r["status"], r["reward"]) for r in records] == [("failure", 0.0)], records
+    said = log.read_text()
+    assert said.count("answer: b'HTTP/1.1 401") == 2, said
