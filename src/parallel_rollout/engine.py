@@ -71,7 +71,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from .config import RunConfig
-from .envs import get_env
+from .envs import get_env, run_answer_files
 from .errors import GuestPrerequisiteMissing, PoolClosed, PoolExhausted, RolloutError
 from .messages import Assignment, Cancel
 from .output_checks import EventsFile
@@ -135,7 +135,8 @@ class Engine:
         self.provider_options: ProviderOptions | None = None
         if self.provider_cls is not None:
             self.provider_cls.check_available()
-            self.provider_options = provider_options(config, self.provider_cls, vm_envs)
+            self.provider_options = provider_options(config, self.provider_cls, vm_envs,
+                                                     run_answer_files(config, vm_envs))
             # Constructing one checks the options it cannot honour (e.g. --path-to-vm).
             self.provider_cls(self.run_id, self.provider_options)
         self._sink = record_sink

@@ -192,6 +192,17 @@ def with_mode_defaults(cfg: "RunConfig") -> "RunConfig":
     return cfg if turns == cfg.max_turns else dataclasses.replace(cfg, max_turns=turns)
 
 
+def run_answer_files(cfg: "RunConfig", env_classes: list[type[Env]]) -> tuple[str, ...]:
+    """The answer files of the run's tasks for those of ``env_classes`` that have any
+    (:func:`task_answer_files`), which no VM may read (the pool hides them); () when the
+    tasks do not load: the run's own load says what is wrong with them."""
+    try:
+        return tuple(path for cls in env_classes if cls.has_answer_files
+                     for path in task_answer_files(cls.name or cfg.mode, cfg.data, cfg.domain, cfg.osworld_index))
+    except (ConfigError, TaskFileError, OSError, ValueError):
+        return ()
+
+
 def task_answer_files(mode: str, data: str | None, domain: str = "all", index: str = DEFAULT_INDEX,
                  also: frozenset[str] = frozenset()) -> tuple[str, ...]:
     """The local files that hold the answer keys of the tasks of ``data`` (``Env.answer_files``:

@@ -40,12 +40,14 @@ def get_provider(name: str) -> type[Provider]:
     return PROVIDERS.load(name)
 
 
-def provider_options(config: RunConfig, provider_cls: Any, vm_envs: list[Any]) -> ProviderOptions:
+def provider_options(config: RunConfig, provider_cls: Any, vm_envs: list[Any],
+                     answer_files: tuple[str, ...] = ()) -> ProviderOptions:
     """The VM settings of a pool serving ``vm_envs``: their default limits where the
     provider supports them, the user's explicit limits always. A VM's default memory is sized
     from the host (or the runner's cgroup, where the provider's VMs count in it) and the VMs
     of the pool (``config.pool_size``: --num-vms with a shared pool, else one VM per worker;
-    and its spares), and a mode's own default (py's) never goes beyond it."""
+    and its spares), and a mode's own default (py's) never goes beyond it. ``answer_files``:
+    the files of the tasks' answer keys (``envs.run_answer_files``), hidden from every VM."""
     limits: dict[str, Any] = {}
     supported = provider_cls.supported_limits()
     desktop = any(getattr(env_cls, "needs_desktop", False) for env_cls in vm_envs)
@@ -74,26 +76,24 @@ def provider_options(config: RunConfig, provider_cls: Any, vm_envs: list[Any]) -
                            vm_addresses=config.vm_address, reset_command=config.reset_command,
                            vm_key_file=config.vm_key_file,
                            verify_reset=config.verify_reset, spare_vms=config.spare_vms,
-                           hidden_files=hidden_files(config, vm_envs), **limits)
+                           hidden_files=hidden_files(config, vm_envs, answer_files), **limits)
 
 
-def hidden_files(config: RunConfig, vm_envs: list[Any]) -> tuple[str, ...]:
+def hidden_files(config: RunConfig, vm_envs: list[Any], answer_files: tuple[str, ...] = ()) -> tuple[str, ...]:
     """What no VM may read, by real path, none inside another (``ProviderOptions.hidden_files``):
     the file (or OSWorld folder) the run's tasks come from, and for a mode whose checks compare
-    against local files (osworld's ``Env.answer_files``) those gold files, wherever the task
-    names them, and the download cache that keeps the gold files behind URLs (made when
-    missing, so that a download mid-run lands in the hidden folder)."""
-    from ...envs import task_answer_files
+    against local files (osworld's ``Env.answer_files``) those gold files (``answer_files``,
+    found by the envs: wherever a task names them), and the download cache that keeps the gold
+    files behind URLs (made when missing, so that a download mid-run lands in the hidden folder)."""
     from ...tasks import resolve_data
     from .host_dirs import OSWORLD_CACHE
 
     found: list[str] = []
     try:
         found += [str(resolve_data(config.data))] if config.data else []
-        for env_cls in [cls for cls in vm_envs if cls.has_answer_files]:
-            found += task_answer_files(env_cls.name or config.mode, config.data, config.domain, config.osworld_index)
     except (ConfigError, TaskFileError, OSError, ValueError):
         pass  # the load says what is wrong with it
+    found += answer_files
     for where in (OSWORLD_CACHE.path, OSWORLD_CACHE.default_path) if any(cls.has_answer_files for cls in vm_envs) else ():
         try:
             cache = where()
