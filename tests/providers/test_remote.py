@@ -431,3 +431,4 @@ def test_reset_none_counts_no_reset_through_the_cli(machines, tmp_path):
     assert "0 resets (3 released, not reset)" in result.output
     # agents without a key: one warning says anything that reaches their port drives them
     assert (tmp_path / "out" / "unreset" / "run.log").read_text().count("no --vm-key-file: anything that reaches") == 1
+    assert result.output.count("no --vm-key-file: anything that reaches") == 1, result.output

@@ -25,7 +25,8 @@ from click.testing import CliRunner
 from conftest import read_results, write_tasks
 from parallel_rollout.cli import main
 from parallel_rollout.guest.client import GuestClient, GuestRequestError, keyed_address
-from test_remote import AGENT, Machines, _free_port
+from parallel_rollout.errors import GuestUnreachable, VMError
+from test_remote import AGENT, Machines, _free_port, remote
 
 KEY = "k" + uuid.uuid4().hex
 
@@ -67,6 +68,17 @@ def test_a_keyed_agent_refuses_every_request_without_its_key(keyed):
     log = (keyed.state / f"agent-{keyed.ports[0]}.log").read_text()
     assert "refused a connection" in log and "wrong key" in log and KEY not in log, log
     assert KEY not in repr(client) and KEY not in str(refused.value)
+
+
+def test_a_start_without_the_right_key_fails_at_once_saying_so(keyed, tmp_path):
+    wrong = tmp_path / "wrong.key"
+    wrong.write_text("not-" + KEY)
+    for key_file in (None, str(wrong)):  # a 401 is no agent still starting: the boot fails, not waits it out
+        provider = remote(keyed, reset_command="none", vm_key_file=key_file, boot_timeout_s=20.0)
+        with pytest.raises(VMError, match="refused the key the run gave it") as failed:
+            provider.start("vm0")
+        assert not isinstance(failed.value, GuestUnreachable) and KEY not in str(failed.value)
+        assert "answered 401" in str(failed.value)
 
 
 def test_the_key_in_the_environment_leaves_it(tmp_path):

@@ -429,7 +429,8 @@ def wait_ready(client: GuestClient, deadline: float, *, route: str = "/health",
 
     ``check_alive()`` runs between tries (at most once a second) and raises when the VM is
     gone for good (its QEMU exited, its container stopped), so nobody waits for a corpse.
-    GuestUnreachable at ``deadline``, saying the last thing that went wrong."""
+    GuestUnreachable at ``deadline``, saying the last thing that went wrong; VMError at once
+    when the agent answers 401 (it asks for a key the client does not have)."""
     delay, next_check, last = 0.005, time.monotonic(), "no answer"
     while True:
         remaining = deadline - time.monotonic()
@@ -439,6 +440,9 @@ def wait_ready(client: GuestClient, deadline: float, *, route: str = "/health",
             if response.status == 200 and (accept is None or accept(response)):
                 return response
             last = f"answered {response.status}: {response.body[:200]!r}"
+            if response.status == 401:  # an agent that asks for a key refused ours (or none): no wait mends that
+                raise VMError(f"guest agent at {shown_address(client.address)} refused the key the run gave it, or "
+                              f"its lack (a remote agent's --key-file against --vm-key-file): {last}")
         except GuestUnreachable as exc:
             last = repr(exc.__cause__ or exc)
         except ValueError as exc:  # accept() could not read a half-started agent's answer

@@ -69,6 +69,7 @@ import re
 import shlex
 import subprocess
 import tempfile
+import threading
 import time
 
 from ... import process_group
@@ -142,11 +143,10 @@ class RemoteProvider(Provider):
         check_placeholders(command)
         #: what each agent asks every connection for (``--vm-key-file``); None: they ask nothing
         self._key = read_key(opts.vm_key_file)
-        if self._key is None:
-            log.warning("remote provider: no --vm-key-file: anything that reaches the guest agents at %s (another "
-                        "user of the network, a command agent's program) can run commands there and read or write "
-                        "their files; start each with --key-file FILE and give the run --vm-key-file FILE",
-                        ", ".join(self.addresses))
+        #: whether the warning on agents without a key is still to come: at the first start,
+        #: so the pool says it once (not each construction that only checks the options)
+        self._warn_unkeyed = self._key is None
+        self._warning = threading.Lock()
         #: with --reset-command none a reset only waits for the machine's agent: the pool
         #: counts it as a release, not a reset
         self.restores_on_reset = self.reset_command is not None
@@ -166,6 +166,13 @@ class RemoteProvider(Provider):
 
     def start(self, vm_id: str) -> VMInfo:
         """Take an unused address, reset that machine, wait until its agent answers."""
+        with self._warning:
+            if self._warn_unkeyed:
+                self._warn_unkeyed = False
+                log.warning("remote provider: no --vm-key-file: anything that reaches the guest agents at %s (another "
+                            "user of the network, a command agent's program) can run commands there and read or "
+                            "write their files; start each with --key-file FILE and give the run --vm-key-file FILE",
+                            ", ".join(self.addresses))
         deadline = time.monotonic() + self.options.boot_timeout_s
         address = self.slots.acquire(vm_id, deadline)
         host, port = split_address(address)
