@@ -27,6 +27,7 @@ for a plugin's hooks the main process calls (``Env.prepare_run``, ``Agent.check_
 
 from __future__ import annotations
 
+import difflib
 import functools
 import importlib
 import importlib.machinery
@@ -105,9 +106,10 @@ class Registry(Generic[T]):
     def _import(self, name: str) -> type[T]:
         target = self.target(name)
         if target is None:
+            close = difflib.get_close_matches(name, list(self.names()), n=1, cutoff=0.75)
             raise ConfigError(
-                f"unknown {self.kind} {name!r}; known {self.kind}s: {', '.join(self.names())} "
-                f"(or module:Class of your own {self.base.__name__})"
+                f"unknown {self.kind} {name!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
+                + f"; known {self.kind}s: {', '.join(self.names())} (or module:Class of your own {self.base.__name__})"
             )
         module_name, _, class_name = target.partition(":")
         try:
