@@ -298,8 +298,8 @@ def test_reset_command_placeholders_environment_and_failures(machines, tmp_path)
 def test_reset_none_keeps_the_machine_as_it_is(machines, caplog):
     with caplog.at_level("WARNING"):
         provider = remote(machines, reset_command="none")
+        info = provider.start("vm0")
     assert "VMs are never reset" in caplog.text
-    info = provider.start("vm0")
     client = GuestClient(info.address)
     client.write_file("~/kept.txt", b"still here")
     info = provider.reset(info)
@@ -432,3 +432,5 @@ def test_reset_none_counts_no_reset_through_the_cli(machines, tmp_path):
     # agents without a key: one warning says anything that reaches their port drives them
     assert (tmp_path / "out" / "unreset" / "run.log").read_text().count("no --vm-key-file: anything that reaches") == 1
     assert result.output.count("no --vm-key-file: anything that reaches") == 1, result.output
+    # and one that the machines are never reset (it was said twice: once by the options' check)
+    assert result.output.count("--reset-command none: VMs are never reset") == 1, result.output

@@ -143,16 +143,14 @@ class RemoteProvider(Provider):
         check_placeholders(command)
         #: what each agent asks every connection for (``--vm-key-file``); None: they ask nothing
         self._key = read_key(opts.vm_key_file)
-        #: whether the warning on agents without a key is still to come: at the first start,
-        #: so the pool says it once (not each construction that only checks the options)
-        self._warn_unkeyed = self._key is None
+        #: whether the warnings (agents without a key, machines never reset) are still to come:
+        #: at the first start, so the pool says them once (not each construction that only
+        #: checks the options)
+        self._warn_first_start = True
         self._warning = threading.Lock()
         #: with --reset-command none a reset only waits for the machine's agent: the pool
         #: counts it as a release, not a reset
         self.restores_on_reset = self.reset_command is not None
-        if self.reset_command is None:
-            log.warning("remote provider: --reset-command none: VMs are never reset; tasks "
-                        "see what earlier tasks on the same machine left")
         #: which VM holds which address
         self.slots = Slots(self.addresses, "remote addresses")
         #: reset verification through each machine's agent, against its first boot
@@ -167,12 +165,15 @@ class RemoteProvider(Provider):
     def start(self, vm_id: str) -> VMInfo:
         """Take an unused address, reset that machine, wait until its agent answers."""
         with self._warning:
-            if self._warn_unkeyed:
-                self._warn_unkeyed = False
+            if self._warn_first_start and self.reset_command is None:
+                log.warning("remote provider: --reset-command none: VMs are never reset; tasks "
+                            "see what earlier tasks on the same machine left")
+            if self._warn_first_start and self._key is None:
                 log.warning("remote provider: no --vm-key-file: anything that reaches the guest agents at %s (another "
                             "user of the network, a command agent's program) can run commands there and read or "
                             "write their files; start each with --key-file FILE and give the run --vm-key-file FILE",
                             ", ".join(self.addresses))
+            self._warn_first_start = False
         deadline = time.monotonic() + self.options.boot_timeout_s
         address = self.slots.acquire(vm_id, deadline)
         host, port = split_address(address)
