@@ -139,6 +139,13 @@ def test_report_command_on_a_run_without_vms(tmp_path):
     assert "this mode runs without VMs" in report.read_text()
     missing = CliRunner().invoke(main, ["report", str(tmp_path / "nothing")])
     assert missing.exit_code == 2 and "no such run folder" in missing.output
+    # its results.jsonl given for the folder: the folder is named (it said 'no such run folder')
+    for command in (["report", str(tmp_path / "m" / "results.jsonl")],
+                    ["compare", str(tmp_path / "m" / "results.jsonl"), str(tmp_path / "m")]):
+        a_file = CliRunner().invoke(main, command)
+        assert a_file.exit_code == 2, a_file.output
+        assert f"a file, not a run folder: give the folder that holds it ({tmp_path / 'm'})" in \
+            " ".join(a_file.output.split()), a_file.output
     # a run id under --output-dir, as compare and export-osworld take it
     report.unlink()
     by_id = CliRunner().invoke(main, ["report", "m", "--output-dir", str(tmp_path)])

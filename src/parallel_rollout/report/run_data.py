@@ -20,6 +20,10 @@ from ..records import sample_ends
 
 log = logging.getLogger(__name__)
 
+#: the files of a run folder a user may give in its place
+RUN_FILES = frozenset({"results.jsonl", "config.json", "summary.json", "events.jsonl", "run.log",
+                       "report.html", "compare.json"})
+
 
 class NotARunFolder(ConfigError):
     """A path given as a run folder that holds no run."""
@@ -144,7 +148,9 @@ class RunData:
         config_doc = _read_json(run_dir / "config.json") if run_dir.is_dir() else None
         if not run_dir.exists():
             raise NotARunFolder(f"{run_dir}: no such folder")
-        if not run_dir.is_dir() or (config_doc is None and not results.exists()):
+        if not run_dir.is_dir():
+            raise NotARunFolder(_a_file(run_dir))
+        if config_doc is None and not results.exists():
             raise NotARunFolder(f"{run_dir}: not a run folder (no config.json or results.jsonl)")
         summary = _read_json(run_dir / "summary.json")
         stamp = results_stamp(run_dir)  # before reading: a change made meanwhile is a change
@@ -209,5 +215,13 @@ def resolve_run(ref: str | Path, output_dir: str | Path | None = None) -> Path:
         candidate = Path(output_dir) / str(ref)
         if candidate.is_dir():
             return candidate
+    if path.exists():
+        raise NotARunFolder(_a_file(path))
     where = f" (nor {Path(output_dir) / str(ref)})" if output_dir is not None else ""
     raise NotARunFolder(f"{ref}: no such run folder{where}")
+
+
+def _a_file(path: Path) -> str:
+    """The error for a file given where a run folder is wanted (its results.jsonl, say)."""
+    return (f"{path}: a file, not a run folder: give the folder that holds it ({path.parent})"
+            if path.name in RUN_FILES else f"{path}: a file, not a run folder")
