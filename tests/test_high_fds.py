@@ -85,6 +85,7 @@ def _guest_relay():
 def test_the_qemu_guest_relay_passes_a_connection_on_above_fd_1023(tmp_path):
     relay = _guest_relay()
     relay["AGENT_SOCKET"] = str(tmp_path / "agent.sock")
+    relay["key"] = "k3y"  # the VM's key, from pr.key= on its kernel command line
     with socket.socket(socket.AF_UNIX) as agent:
         agent.bind(relay["AGENT_SOCKET"])
         agent.listen()
@@ -92,7 +93,7 @@ def test_the_qemu_guest_relay_passes_a_connection_on_above_fd_1023(tmp_path):
             host, outside = socket.socketpair()
             relaying = threading.Thread(target=relay["relay_one"], args=(outside,), daemon=True)
             relaying.start()  # its socket to the agent is above 1023 too
-            host.sendall(b"GET /health")
+            host.sendall(b"PR-KEY k3y\nGET /health")
             conn, _ = agent.accept()
         with host, conn:
             assert host.fileno() >= 1024 and outside.fileno() >= 1024
