@@ -48,6 +48,7 @@ from parallel_rollout.errors import ConfigError, ProviderUnavailable  # noqa: E4
 from parallel_rollout.guest.client import GuestClient  # noqa: E402
 from parallel_rollout.pool.providers import ProviderOptions, get_provider  # noqa: E402
 from parallel_rollout.pool.providers import process as process_provider  # noqa: E402
+from parallel_rollout.pool.providers import sandbox_launch  # noqa: E402
 
 #: provider label -> (provider, desktop)
 TARGETS = {"process": ("process", False), "docker": ("docker", False),
@@ -116,7 +117,7 @@ def cold_reset_breakdown(spec: dict) -> dict:
     """Where a process reset without a standby spends its time: kill, bwrap's set-up (to
     the init's pid on --info-fd), the agent's start-up to its ready line."""
     marks: dict[bytes, float] = {}
-    real = process_provider.read_until
+    real = sandbox_launch.read_until  # a boot's reads (bwrap's info, the agent's ready line)
 
     def timed(fd, separator, deadline):
         out = real(fd, separator, deadline)
@@ -127,7 +128,7 @@ def cold_reset_breakdown(spec: dict) -> dict:
     provider = process_provider.ProcessProvider(f"cold{os.getpid()}", ProviderOptions(), base_dir=base)
     info = provider.start("vm0")
     rows = []
-    process_provider.read_until = timed
+    sandbox_launch.read_until = timed
     try:
         for _ in range(spec["resets"]):
             time.sleep(spec["gap_s"])
@@ -138,7 +139,7 @@ def cold_reset_breakdown(spec: dict) -> dict:
             rows.append((t1 - t0, marks[b"}"] - t1, marks[b"\n"] - marks[b"}"],
                          time.perf_counter() - t0))
     finally:
-        process_provider.read_until = real
+        sandbox_launch.read_until = real
         provider.stop(info)
     names = ("kill and wait", "folder + bwrap set-up", "agent start-up to ready", "total")
     return {name: quantiles(list(col)) for name, col in zip(names, zip(*rows))}
