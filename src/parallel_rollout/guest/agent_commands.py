@@ -72,6 +72,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 
 try:
     from . import agent_grading, agent_output, agent_scripts, agent_spawn
@@ -115,6 +116,25 @@ def home() -> str:
 # ------------------------------------------------------------------------------ commands
 
 
+#: how long a command's start is tried again while its user is at the process limit (EAGAIN):
+#: the reap before a check kills what the answer left, and the kernel frees those processes a
+#: moment later (a fork bomb's on a loaded machine: its check failed to start, a 500)
+SPAWN_EAGAIN_S = 5.0
+
+
+def _spawn(argv, **options):
+    """``agent_spawn.spawn``, tried again for :data:`SPAWN_EAGAIN_S` on EAGAIN."""
+    deadline, delay = time.monotonic() + SPAWN_EAGAIN_S, 0.01
+    while True:
+        try:
+            return agent_spawn.spawn(argv, **options)
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(delay)
+            delay = min(delay * 2, 0.2)
+
+
 def run(argv, *, shell: bool, timeout: float, cwd: str | None = None,
         env: dict | None = None, merge_stderr: bool = False, isolated: bool = False,
         tail: int | None = None, pass_fds: tuple = ()) -> dict:
@@ -154,8 +174,8 @@ def run(argv, *, shell: bool, timeout: float, cwd: str | None = None,
                         "not_found": True, "message": f"command not found: {program}"}
             argv = ["/bin/sh", "-c", argv] if shell else list(argv)
             # in a session of its own, so a timeout kills its children with it
-            proc = agent_spawn.spawn(argv, cwd=cwd, env=full_env, user=user, pass_fds=pass_fds,
-                                     merge_stderr=merge_stderr)
+            proc = _spawn(argv, cwd=cwd, env=full_env, user=user, pass_fds=pass_fds,
+                          merge_stderr=merge_stderr)
         except (FileNotFoundError, PermissionError, NotADirectoryError) as exc:
             code = 126 if isinstance(exc, PermissionError) else 127
             what = "permission denied" if code == 126 else "command not found"
