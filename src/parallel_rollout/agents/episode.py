@@ -60,6 +60,9 @@ class ContextOverflow(EpisodeCut):
     kind = "context_overflow"
 
 
+#: HTTP statuses of a failure a retry may fix: rate limits, server trouble, request timeout,
+#: lock conflict (a request's status, or the code of a stream's error event)
+RETRYABLE_STATUS = frozenset({408, 409, 429}) | frozenset(range(500, 600))
 #: words of an error that mean the prompt no longer fits the model's context: vLLM's and
 #: OpenAI's 400s, SGLang's ("The input (N tokens) is longer than the model's context length",
 #: and its scheduler's abort of a prompt past its limit, "Input length (N tokens) exceeds the

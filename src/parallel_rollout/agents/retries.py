@@ -28,14 +28,12 @@ from typing import Callable, Mapping
 import tenacity
 
 from . import streaming
-from .episode import AgentError, ContextOverflow, EndpointRefused
+from .episode import RETRYABLE_STATUS, AgentError, ContextOverflow, EndpointRefused
 from .wire import MalformedResponse, excerpt, is_overflow, not_an_api_answer
 
 #: longest server-requested wait honoured; a longer one is cut to this (a retry that comes
 #: early costs one more 429, a wait past the task timeout would cost the attempt)
 MAX_RETRY_AFTER_S = 120.0
-#: HTTP statuses worth retrying: rate limits, server trouble, request timeout, lock conflict
-RETRYABLE_STATUS = frozenset({408, 409, 429}) | frozenset(range(500, 600))
 #: HTTP statuses that refuse the run's settings, whatever is asked: OpenAI answers a bad key
 #: 401 (403 for a key without access) and an unknown model 404 (model_not_found); vLLM 404
 #: ("The model `x` does not exist.") and, with --api-key, 401; Ollama 404 ("model \"x\" not

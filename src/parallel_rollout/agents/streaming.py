@@ -46,7 +46,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from .episode import AgentError, ContextOverflow, says_overflow
+from .episode import RETRYABLE_STATUS, AgentError, ContextOverflow, says_overflow
 from .stream_abort import Abortable
 
 log = logging.getLogger("parallel_rollout")
@@ -365,8 +365,6 @@ def read_events(lines: Iterable[str]) -> Iterable[dict[str, Any]]:
         yield event
 
 
-#: HTTP statuses of a failure a retry may fix (retries.RETRYABLE_STATUS, which imports this module)
-_SERVER_CODES = frozenset({408, 409, 429}) | frozenset(range(500, 600))
 #: vLLM's EngineDeadError (vllm/v1/engine/exceptions.py), whatever code it is streamed with
 _ENGINE_DEAD = "EngineCore encountered an issue"
 
@@ -385,7 +383,7 @@ def streamed_error(error: Any) -> Exception:
         return ContextOverflow(problem)
     code = error.get("code") if isinstance(error, dict) else None
     code = int(code) if isinstance(code, str) and code.isdigit() else code
-    if not isinstance(code, int) or isinstance(code, bool) or code in _SERVER_CODES or _ENGINE_DEAD in said:
+    if not isinstance(code, int) or isinstance(code, bool) or code in RETRYABLE_STATUS or _ENGINE_DEAD in said:
         return ServerFailed(problem)
     return AgentError(f"{problem} (not retried)")
 
