@@ -129,6 +129,20 @@ def test_a_wrong_level_data_says_what_to_give():
         assert done.returncode == EXIT_USAGE and says in said(done), (args, said(done))
 
 
+def test_run_py_flags_from_a_folder_without_the_task_set_say_no_such_folder(tmp_path):
+    """OSWorld's run.py line started from another folder: its --test_config_base_dir names no
+    folder, said as that (not as a task file the folder flags do not apply to)."""
+    lines = [("--test_config_base_dir", "evaluation_examples", "--test_all_meta_path",
+              "evaluation_examples/test_all.json", "--domain", "os"),
+             ("--test_config_base_dir", "evaluation_examples", "--domain", "os"),
+             ("--mode", "osworld", "--data", "evaluation_examples")]
+    for args in lines:
+        done = run_cli(*args, "--dry-run", *MODEL_AGENT, cwd=tmp_path)
+        assert done.returncode == EXIT_USAGE, (args, said(done))
+        assert f"{tmp_path / 'evaluation_examples'}: no such folder" in said(done), (args, said(done))
+        assert "not to a task file" not in said(done) and "task file not found" not in said(done)
+
+
 def test_an_index_path_from_the_current_folder_is_read_as_that_path(tmp_path):
     folder = copied(tmp_path)
     done = run_cli("--data", "evaluation_examples", "--osworld-index", "evaluation_examples/test_small.json",

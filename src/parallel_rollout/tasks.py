@@ -288,6 +288,12 @@ def load_task_set(
     path = resolve_data(str(path))
     if path.is_dir():
         records = folder_records(path, domain, index)
+    elif not path.exists() and (domain != "all" or index != DEFAULT_INDEX or (default_mode == "osworld"
+                                                                              and not path.suffix)):
+        # OSWorld's flags name a folder: a run.py line started from another folder lands here
+        raise TaskFileError(f"{path}: no such folder (--data, OSWorld's --test_config_base_dir: the task set's "
+                            f"folder, examples/ beside test_all.json, or the checkout that holds it; a relative "
+                            f"path is from the current folder, {Path.cwd()})")
     elif domain != "all" or index != DEFAULT_INDEX:
         flags = [f"--domain {domain}"] * (domain != "all") + [f"--osworld-index {index}"] * (index != DEFAULT_INDEX)
         raise TaskFileError(f"{path}: {' and '.join(flags)} {'apply' if len(flags) > 1 else 'applies'} to an "
