@@ -5,6 +5,7 @@ delivered into the guest through the agent."""
 from __future__ import annotations
 
 import functools
+import shutil
 import threading
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from types import SimpleNamespace
@@ -102,3 +103,26 @@ def test_the_download_step_and_cloud_file_getter_use_the_cache(served, agent, tm
     with pytest.raises(steps.SetupError, match="t1.*missing.xlsx"):
         steps.run_steps(env, [{"type": "download", "parameters": {"files": [
             {"url": f"{served.url}/missing.xlsx", "path": "~/m.xlsx"}]}}], "config")
+
+
+@pytest.mark.skipif(not all(shutil.which(p) for p in ("Xvfb", "openbox", "xdotool", "wmctrl")),
+                    reason="the desktop packages are missing (./dev installs them)")
+def test_the_run_end_says_where_to_put_a_file_it_could_not_download(served, tmp_path, monkeypatch):
+    """OSWorld's file-cache URLs are long: the run's last words on a task whose input could not
+    be downloaded keep the path to put the file at, whole, however long the URL."""
+    from click.testing import CliRunner
+
+    from parallel_rollout.cli import main
+    from test_osworld_taskset import osworld_folder
+
+    url = f"{served.url}/{'ubuntu_osworld_file_cache/resolve/main/os/' * 4}photos%20of%20a%20trip.zip"
+    data = osworld_folder(tmp_path / "set", {"needs-a-file": {
+        "domain": "os", "instruction": "unzip it", "evaluator": {"func": "infeasible"}, "reference": ["FAIL"],
+        "config": [{"type": "download", "parameters": {"files": [{"url": url, "path": "/home/user/p.zip"}]}}]}})
+    monkeypatch.setenv("PARALLEL_ROLLOUT_OSWORLD_CACHE", str(tmp_path / "cache"))
+    done = CliRunner().invoke(main, [
+        "run", "--test_config_base_dir", str(data), "--domain", "os", "--agent", "oracle", "--max-retries", "0",
+        "--result_dir", str(tmp_path / "out"), "--no-progress", "--screen-width", "640", "--screen-height", "480"])
+    assert done.exit_code == 1, done.output
+    said = " ".join(done.output.split())
+    assert "never graded" in said and f"put the file at {downloads.cache_path(url, tmp_path / 'cache')});" in said

@@ -98,11 +98,17 @@ def ungraded_message(records: list[dict[str, Any]], count: int, max_retries: int
     finals = sample_ends(records)
     lost = sorted(key for key, r in finals.items() if r.get("infrastructure"))
     kinds = Counter(str(finals[key].get("status")) for key in lost)
-    last = next((str((finals[key].get("failure") or {}).get("message") or "")[:300] for key in lost), "")
+    last = _elided(next((str((finals[key].get("failure") or {}).get("message") or "") for key in lost), ""))
     return (f"{count} sample(s) were never graded: each ended on an infrastructure failure after "
             f"--max-retries {max_retries} retries ({', '.join(f'{k} {n}' for k, n in sorted(kinds.items()))}; "
             f"{', '.join(lost[:5])}{' …' if len(lost) > 5 else ''}; last: {last}); the gates were not applied. "
             f"A resume runs them again (once each) once the cause is fixed: {resume_cmd}")
+
+
+def _elided(message: str, head: int = 120, tail: int = 300) -> str:
+    """``message``, its middle cut (marked ``…``) when long: the end is kept, where a message
+    says what to do (an osworld download's 'without network, put the file at PATH')."""
+    return message if len(message) <= head + tail else f"{message[:head]} … {message[-tail:]}"
 
 
 def read_summary(run_dir: Path) -> dict[str, Any] | None:
