@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -423,6 +425,40 @@ def test_reap_on_a_shared_host_kills_only_what_its_commands_started(agent):
         assert bystander.poll() is None, "the agent's /reap killed a process it did not start"
     finally:
         bystander.kill()
+        bystander.wait()
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_an_agent_stopped_on_a_shared_host_takes_what_its_commands_left_with_it(tmp_path, signum):
+    # A remote machine's agent stopped (SIGTERM, or SIGHUP: the ssh session that ran it
+    # ended): a daemon its commands left (here one that left its session, as a web episode's
+    # page server does) ends with it instead of running on as the machine's; a process it
+    # did not start lives on, and the agent still dies by the signal.
+    home = tmp_path / "home"
+    home.mkdir()
+    proc = _start_agent(tmp_path / "agent.sock", home)
+    bystander = subprocess.Popen(["sleep", "300"])
+    left = []
+    try:
+        client = GuestClient(f"unix:{tmp_path / 'agent.sock'}", timeout_s=10)
+        client.execute("setsid sleep 300 >/dev/null 2>&1 < /dev/null &", shell=True)
+        deadline = time.monotonic() + 10
+        while not (left := [p for p in psutil.Process(proc.pid).children(recursive=True)
+                            if p.cmdline() == ["sleep", "300"]]):
+            assert time.monotonic() < deadline, "the command's sleeper never started"
+            time.sleep(0.05)
+        proc.send_signal(signum)
+        assert proc.wait(timeout=30) == -signum
+        gone, alive = psutil.wait_procs(left, timeout=5)
+        assert not alive, "what the agent's command left outlived the agent"
+        assert bystander.poll() is None, "the stopped agent killed a process it did not start"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for process in [*left, bystander]:  # by pid: what a failing run left
+            with contextlib.suppress(psutil.NoSuchProcess, ProcessLookupError):
+                process.kill()
         bystander.wait()
 
 

@@ -44,6 +44,45 @@ def route_reap(req: Request):
     return 200, {"status": "success" if not left else "error", "killed": killed, "left": left}
 
 
+#: the signal that is stopping the agent (SIGTERM, SIGHUP), once one came
+_stopped_by: list[int] = []
+
+
+def end_with_the_agent() -> None:
+    """On a shared host (no --reap-all): what the commands left running (a daemon, a web
+    episode's page server and browser) goes when the agent is stopped, by SIGTERM, SIGHUP (an
+    ssh session that ended) or ^C, instead of living on as the machine's: SIGTERM and SIGHUP
+    (unless ignored: ``nohup``) end ``serve_forever`` so that :func:`agent_ends` runs. A
+    SIGKILL leaves them, as it leaves any program's."""
+    try:
+        import _signal as signals
+    except ImportError:  # not CPython
+        import signal as signals  # type: ignore[no-redef]
+
+    def stop(signum, frame):
+        _stopped_by.append(signum)
+        raise SystemExit(128 + signum)
+
+    for signum in (signals.SIGTERM, signals.SIGHUP):
+        if signals.getsignal(signum) == signals.SIG_DFL:
+            signals.signal(signum, stop)
+
+
+def agent_ends() -> None:
+    """The agent stops: without --reap-all, kill its descendants (what /reap kills), then
+    die by the signal that stopped it, as it did before."""
+    if reap_all:
+        return
+    _kill_rounds()
+    if _stopped_by:
+        try:
+            import _signal as signals
+        except ImportError:
+            import signal as signals  # type: ignore[no-redef]
+        signals.signal(_stopped_by[0], signals.SIG_DFL)
+        os.kill(os.getpid(), _stopped_by[0])
+
+
 def _kill_rounds(uid: int | None = None) -> tuple[int, int]:
     """Kill what /reap kills (of ``uid`` only, when given) from the agent itself, which
     needs no fork: each round stops them all, so that none forks or kills meanwhile (a fork

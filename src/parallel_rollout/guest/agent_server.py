@@ -314,6 +314,7 @@ def main(argv: list[str] | None = None) -> int:
         # on a shared host: a daemon a command leaves is adopted by the agent, not by the
         # machine's init, so /reap still finds it among the agent's descendants
         _prctl(36, 1, "PR_SET_CHILD_SUBREAPER")
+        agent_reap.end_with_the_agent()
     if args["seed_home"]:
         agent_files.seed_home(args["seed_home"], agent_commands.home())
     if args["desktop"]:
@@ -338,4 +339,6 @@ def main(argv: list[str] | None = None) -> int:
         server.serve_forever()
     except KeyboardInterrupt:
         pass
+    finally:
+        agent_reap.agent_ends()
     return 0
