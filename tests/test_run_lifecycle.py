@@ -63,23 +63,31 @@ def test_a_corrupt_config_json_resumes_with_the_flags_given_and_the_data_still_c
     assert json.loads(config.read_text())["run_id"] == "cj"  # written anew
 
 
-def test_a_closed_terminal_sighup_stops_the_run_as_sigterm_does(tmp_path):
+@pytest.mark.parametrize("signum", [signal.SIGHUP, signal.SIGTERM], ids=["SIGHUP", "SIGTERM"])
+def test_a_signal_to_the_whole_process_group_stops_the_run_in_order(tmp_path, signum):
+    """A closed terminal's SIGHUP, and the SIGTERM a job's stop sends to its whole process
+    group (``timeout 6h parallel-rollout run …`` in a crontab, Airflow's task kill, ``kill
+    -TERM -PGID``). With SIGTERM the pool's Manager and the workers' server died of it first,
+    each saying "interrupted by signal 15 before the run started: nothing ran" (the CLI's
+    early handler, inherited with the main module), and the run logged "the VM pool's
+    manager process died" and lost the attempts it was finishing."""
     data, keys = slow_tasks(tmp_path)
     proc = start_cli(tmp_path, data)
     run_dir = tmp_path / "out" / "sig"
     wait_for_results(run_dir, 3, proc)
     procs = family(proc.pid)
-    os.killpg(proc.pid, signal.SIGHUP)  # what a hang-up sends: the whole process group
+    os.killpg(proc.pid, signum)  # the whole process group
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
-    assert "interrupted by signal 1; resume with:" in err and "--run-id sig" in err
+    assert f"interrupted by signal {int(signum)}; resume with:" in err and "--run-id sig" in err
+    assert "nothing ran" not in err, err
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["interrupted"] and summary["unfinished"] > 0
-    assert "signal 1: stopping" in (run_dir / "run.log").read_text()
+    assert f"signal {int(signum)}: stopping" in (run_dir / "run.log").read_text()
     assert not wait_gone(procs, timeout=5)
     # the workers and the pool ignored it: none died, nothing was retried for it
     events = (run_dir / "events.jsonl").read_text()
-    assert "worker_died" not in events and "manager process died" not in err
+    assert "worker_died" not in events and "manager process died" not in err, err
 
 
 @pytest.mark.parametrize("signum", [signal.SIGHUP, signal.SIGTERM], ids=["SIGHUP", "SIGTERM"])

@@ -12,7 +12,7 @@ import signal
 import sys
 import threading
 
-from .errors import STOP_SIGNALS, handled_stop_signals
+from .errors import STOP_SIGNALS, handled_stop_signals, importing_the_parents_main
 
 
 def _early_exit(signum: int, frame: object) -> None:
@@ -24,9 +24,9 @@ def _early_exit(signum: int, frame: object) -> None:
 
 # set before the imports below, which are most of the time the program takes to load; only
 # in the command's own process (its console script, run_parallel_rollout.py, -m), not in a
-# program that imports this module
+# program that imports this module, nor in the run's Manager or workers' server importing it
 _PROGRAM = os.path.basename(sys.argv[0] if sys.argv else "") in ("parallel-rollout", "run_parallel_rollout.py",
-                                                                  "__main__.py")
+                                                                  "__main__.py") and not importing_the_parents_main()
 _EARLY = ({sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
           if _PROGRAM and threading.current_thread() is threading.main_thread() else {})
 for _sig, _was in _EARLY.items():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import sys
 from typing import Any
 
 #: the signals that stop a run cleanly (exit 130): Ctrl-C, SIGTERM, and a closed ssh session's SIGHUP
@@ -15,6 +16,29 @@ def handled_stop_signals() -> tuple[int, ...]:
     was ignored on purpose and stays so: no handler of the CLI or the runner ever replaces an
     ignored signal, so it is still SIG_IGN here, and the workers, which inherit it, keep it."""
     return tuple(sig for sig in STOP_SIGNALS if signal.getsignal(sig) is not signal.SIG_IGN)
+
+
+def _runner_orders_the_stop(signum: int, frame: object) -> None:
+    """SIGTERM in the run's helper processes: see ``follow_the_runner_on_sigterm``."""
+
+
+def follow_the_runner_on_sigterm() -> None:
+    """In a process the runner stops itself (the pool's Manager, the workers' server): a
+    SIGTERM sent to the whole job (``timeout``, Airflow's kill, ``kill -TERM -PGID``, a
+    systemd stop) reaches it with the runner, which stops the run in order (finishing what
+    completes within seconds, then stopping the pool); dying of it first lost those attempts
+    and logged the pool's death. A handler, not SIG_IGN: the programs it starts (VMs) get
+    SIGTERM's default back at exec, and the workers it forks set theirs. Kept ignored when the
+    run was started with it ignored."""
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_IGN:
+        signal.signal(signal.SIGTERM, _runner_orders_the_stop)
+
+
+def importing_the_parents_main() -> bool:
+    """True while multiprocessing runs the parent's main module in a child (spawn's
+    ``prepare``, a server's preload): that module's code is not this process's command."""
+    mp_process = sys.modules.get("multiprocessing.process")
+    return bool(mp_process and getattr(mp_process.current_process(), "_inheriting", False))
 
 
 class RolloutError(Exception):

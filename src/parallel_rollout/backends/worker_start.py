@@ -55,6 +55,8 @@ from typing import Any
 
 import psutil
 
+from ..errors import follow_the_runner_on_sigterm
+
 #: what the server imports before it forks anything: this module (which runs the main
 #: module, see ``_preload_main``) and the worker's own modules
 PRELOAD = ["parallel_rollout.backends.worker_start", "parallel_rollout.worker"]
@@ -267,5 +269,6 @@ if _ready:
 _preload_main()
 _preload_plugins()
 if _ready:
+    follow_the_runner_on_sigterm()  # so does a SIGTERM sent to the whole job (its workers reset it)
     with open(_ready, "w") as _fh:  # the imports are done: _wait_ready's caller goes on
         _fh.write("ready")

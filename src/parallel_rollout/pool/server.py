@@ -15,6 +15,7 @@ import time
 from multiprocessing.managers import BaseManager
 from typing import Any
 
+from ..errors import follow_the_runner_on_sigterm
 from ..logs import ChildLogging
 from .manager import VMPoolManager
 from .providers.sandbox_processes import kill_all
@@ -46,6 +47,7 @@ def _serve_init(parent_pid: int, log_to: ChildLogging | None) -> None:
     # decides the shutdown order.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    follow_the_runner_on_sigterm()  # so does a SIGTERM sent to the whole job
 
     def follow_parent() -> None:
         while os.getppid() == parent_pid:
