@@ -90,6 +90,14 @@ def test_a_signal_to_the_whole_process_group_stops_the_run_in_order(tmp_path, si
     assert "worker_died" not in events and "manager process died" not in err, err
 
 
+def _cmdline(proc: psutil.Process) -> list[str]:
+    """Its command line; none for one that ended meanwhile (a zombie, gone)."""
+    try:
+        return proc.cmdline()
+    except psutil.Error:
+        return []
+
+
 @pytest.mark.parametrize("signum", [signal.SIGHUP, signal.SIGTERM], ids=["SIGHUP", "SIGTERM"])
 def test_a_signal_ignored_at_start_stays_ignored_by_the_run_and_its_workers(tmp_path, signum):
     """``nohup`` (SIGHUP ignored) or a scheduler that starts the run with a signal ignored:
@@ -101,7 +109,7 @@ def test_a_signal_ignored_at_start_stays_ignored_by_the_run_and_its_workers(tmp_
     run_dir = tmp_path / "out" / "sig"
     wait_for_results(run_dir, 3, proc)
     os.killpg(proc.pid, signum)  # the whole process group, as a hang-up
-    server = [p for p in family(proc.pid) if "forkserver" in " ".join(p.cmdline())]
+    server = [p for p in family(proc.pid) if "forkserver" in " ".join(_cmdline(p))]
     for worker in server[0].children():  # and each worker, which leads a group of its own
         os.kill(worker.pid, signum)
     out, err = proc.communicate(timeout=120)
