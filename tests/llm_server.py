@@ -42,6 +42,9 @@ chunks that pair token ids and logprobs wrongly, a stream that stalls after its 
 A chunk ``{"raw": payload}`` is streamed as that payload, as it is: an error event
 (``{"error": {…}}``, SGLang's answer to a request its scheduler aborted, a prompt too long).
 
+**The model's context.** ``max_model_len`` refuses a request past it before any step is taken,
+as vLLM does (``context_refusal``: recorded with its ``refused`` message).
+
 ``GET /v1/models`` lists one model (what a preflight asks); ``model_listings`` counts those calls.
 
 Every request is recorded (``requests``: body, arrival time, step, Authorization header, every
@@ -82,8 +85,10 @@ class LLMServer:
 
     def __init__(self, script: list[Step] | None = None, policy: Policy | None = None,
                  routes: dict[str, Callable[[dict[str, Any]], Any]] | None = None,
-                 token_rate: float | None = None) -> None:
+                 token_rate: float | None = None, max_model_len: int | None = None) -> None:
         self.script = list(script or [])
+        #: the model's context, as vLLM's --max-model-len (None: no limit; ``context_refusal``)
+        self.max_model_len = max_model_len
         #: streamed tokens a second (None: all at once)
         self.token_rate = token_rate
         #: streams the client hung up on: {"time", "request", "tokens"}
@@ -167,6 +172,12 @@ def _handler(server: LLMServer) -> type[BaseHTTPRequestHandler]:
                 return self._send(200, server.routes[self.path.rstrip("/")](body))
             if self.path.rstrip("/") not in ("/v1/chat/completions", "/v1/completions"):
                 return self._send(404, {"error": {"message": f"no route {self.path}"}})
+            refusal = context_refusal(body, server.max_model_len)
+            if refusal is not None:  # refused before sampling, as vLLM does: no step is taken
+                with server._lock:
+                    server.requests.append({"body": body, "time": time.monotonic(), "step": None,
+                                            "refused": refusal["error"]["message"], "path": self.path.rstrip("/")})
+                return self._send(400, refusal)
             step = server.next_step(body, self.headers.get("Authorization"),
                                     {k.lower(): v for k, v in self.headers.items()}, self.path.rstrip("/"))
             try:
@@ -382,6 +393,29 @@ def _pieces(text: str, count: int | None) -> list[str]:
     return [text[round(k * step): round((k + 1) * step)] for k in range(count)]
 
 
+def context_refusal(body: dict[str, Any], max_model_len: int | None) -> dict[str, Any] | None:
+    """vLLM's 400 (0.6–0.11's wording, vllm/entrypoints/openai/serving_engine.py) for a request
+    past ``max_model_len``: a prompt that does not fit itself, or prompt + max_tokens past it
+    although the prompt fits; None when it fits. A prompt's tokens are a token-id prompt's ids,
+    else the words of the messages (as ``reply_with_counts`` counts them)."""
+    if max_model_len is None:
+        return None
+    prompt = body.get("prompt")
+    tokens = len(prompt) if isinstance(prompt, list) else sum(
+        len(str(m.get("content") or "").split()) for m in body.get("messages") or [])
+    limit = body.get("max_completion_tokens") or body.get("max_tokens")
+    if tokens >= max_model_len:
+        message = (f"This model's maximum context length is {max_model_len} tokens. However, your request has "
+                   f"{tokens} input tokens. Please reduce the length of the input messages.")
+    elif limit is not None and tokens + limit > max_model_len:
+        message = (f"'max_tokens' or 'max_completion_tokens' is too large: {limit}. This model's maximum context "
+                   f"length is {max_model_len} tokens and your request has {tokens} input tokens ({limit} > "
+                   f"{max_model_len} - {tokens}).")
+    else:
+        return None
+    return {"error": {"message": message, "type": "BadRequestError", "param": None, "code": 400}}
+
+
 def completion(content: str | None, model: str, usage: dict[str, int] | None = None) -> dict[str, Any]:
     """A chat.completion body."""
     usage = usage or {"prompt_tokens": 10, "completion_tokens": 5}
@@ -398,8 +432,8 @@ def llm_server():
     servers: list[LLMServer] = []
 
     def start(script: list[Step] | None = None, policy: Policy | None = None, routes=None,
-              token_rate: float | None = None) -> LLMServer:
-        server = LLMServer(script, policy, routes, token_rate).start()
+              token_rate: float | None = None, max_model_len: int | None = None) -> LLMServer:
+        server = LLMServer(script, policy, routes, token_rate, max_model_len).start()
         servers.append(server)
         return server
 

@@ -16,7 +16,7 @@ import pytest
 
 from parallel_rollout.errors import VMError
 from parallel_rollout.guest import agent_output, desktop
-from parallel_rollout.pool.providers import qemu_image
+from parallel_rollout.pool.providers import qemu_guest_init
 from parallel_rollout.pool.providers.sandbox_processes import read_until
 from pool_support import fds_above
 
@@ -72,9 +72,9 @@ def test_the_math_grader_answers_on_pipes_above_fd_1023():
 
 
 def _guest_relay():
-    """``relay_one`` of the qemu guest's PID 1 (``qemu_image.GUEST_INIT``), with its imports:
+    """``relay_one`` of the qemu guest's PID 1 (``qemu_guest_init.GUEST_INIT``), with its imports:
     the rest of that script mounts and configures a guest, not this host."""
-    tree = ast.parse(qemu_image.GUEST_INIT)
+    tree = ast.parse(qemu_guest_init.GUEST_INIT)
     tree.body = [node for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))
                  or getattr(node, "name", None) == "relay_one"]
     namespace: dict = {}

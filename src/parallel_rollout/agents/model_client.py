@@ -49,7 +49,7 @@ import uuid
 from typing import Any, Callable, Sequence
 
 from ..errors import AttemptCancelled
-from . import calls, openai_request, streaming
+from . import calls, context_room, openai_request, streaming
 from .episode import AgentError, AttemptInfo, ContextOverflow, EndpointRefused, EpisodeCut, LengthCut, ModelUnavailable
 from .gated_request import GatedRequests
 from .retries import Retryable, failure_of, retrying
@@ -393,16 +393,25 @@ class ModelClient:
 
     def _send(self, client, request: dict[str, Any], partial=None):
         """``_request``, sent again once with ``max_completion_tokens`` when the server
-        refuses ``max_tokens`` (OpenAI's reasoning models; openai_request.py)."""
+        refuses ``max_tokens`` (OpenAI's reasoning models; openai_request.py), and once with
+        its token limit lowered to what the model's context leaves when the server refuses
+        prompt + limit past it while the prompt fits (vLLM's and SGLang's 400 that give both
+        numbers; context_room.py): the turn records the limit it got (``max_tokens_fitted``)."""
         import openai
 
-        try:
-            return self._request(client, request, partial)
-        except openai.APIStatusError as exc:
-            if not openai_request.adopt_completion_tokens(request, self.endpoint, exc.status_code,
-                                                          exc.response.text):
-                raise
-        return self._request(client, request, partial)
+        renamed = fitted = False
+        while True:
+            try:
+                return self._request(client, request, partial)
+            except openai.APIStatusError as exc:
+                status, said = exc.status_code, exc.response.text
+                if not renamed and openai_request.adopt_completion_tokens(request, self.endpoint, status, said):
+                    renamed = True
+                elif not fitted and (room := context_room.fit(request, status, said)) is not None:
+                    fitted = True
+                    self._turn["max_tokens_fitted"] = room
+                else:
+                    raise
 
     def _request(self, client, request: dict[str, Any], partial=None):
         """One HTTP request: the raw response; through the policy gate when there is one, a

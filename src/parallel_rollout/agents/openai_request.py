@@ -38,6 +38,8 @@ import urllib.request
 from typing import Any
 from urllib.parse import urlsplit
 
+from .episode import says_overflow
+
 #: where requests go without --base-url or OPENAI_BASE_URL
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 #: sent as the key to a server that needs none when OPENAI_API_KEY is unset
@@ -114,8 +116,10 @@ def token_limit_name(endpoint: str, model: str) -> str:
 def adopt_completion_tokens(request: dict[str, Any], endpoint: str, status: int, body: str) -> bool:
     """After an error answer: when it is the 400 that refuses ``max_tokens`` in favour of
     ``max_completion_tokens``, rename the field in ``request``, remember the switch for this
-    endpoint and model, and return True (send it again); False otherwise."""
-    if status != 400 or "max_tokens" not in request:
+    endpoint and model, and return True (send it again); False otherwise, and for vLLM's
+    "'max_tokens' or 'max_completion_tokens' is too large" (a context past the model's: both
+    names are accepted, and the switch would be remembered for nothing; context_room.py)."""
+    if status != 400 or "max_tokens" not in request or says_overflow(body):
         return False
     if "max_completion_tokens" not in body and "unsupported_parameter" not in body:
         return False

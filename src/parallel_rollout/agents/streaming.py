@@ -448,20 +448,20 @@ def continued(request: dict[str, Any], partial: Partial, tokens: bool) -> dict[s
         request["messages"] = list(request["messages"]) + [{"role": "assistant", "content": partial.text}]
         request["extra_body"] = {**request.get("extra_body", {}), "add_generation_prompt": False,
                                  "continue_final_message": True}
-    for name in _LIMITS:
+    for name in LIMITS:
         if request.get(name) is not None:
             request[name] = max(0, request[name] - partial.sampled)  # 0: nothing left (Wire.send_streamed)
     return request
 
 
 #: the request fields that bound a reply's length
-_LIMITS = ("max_tokens", "max_completion_tokens")
+LIMITS = ("max_tokens", "max_completion_tokens")
 
 
 def nothing_left(request: dict[str, Any], partial: Partial | None) -> bool:
     """Whether ``request`` continues ``partial`` with no token left to sample (``continued``
     made its max_tokens 0): it is never sent (``Wire.send_streamed``)."""
-    return partial is not None and any(request.get(name) == 0 for name in _LIMITS)
+    return partial is not None and any(request.get(name) == 0 for name in LIMITS)
 #: whether this process logged a turn ``unchecked_limit`` marked (once is enough to be told)
 _told_unchecked: list[bool] = []
 
@@ -472,7 +472,7 @@ def unchecked_limit(partial: Partial, request: dict[str, Any]) -> dict[str, Any]
     token ids, and no usage for a stream this client closed) while ``request`` has a token
     limit: its continuations could not take them off, so the reply may be longer than
     max_tokens; they are not guessed. Logged once per process."""
-    if not partial.uncounted or all(request.get(name) is None for name in _LIMITS):
+    if not partial.uncounted or all(request.get(name) is None for name in LIMITS):
         return {}
     if not _told_unchecked:
         _told_unchecked.append(True)

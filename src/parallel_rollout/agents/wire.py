@@ -30,7 +30,7 @@ import json
 import logging
 from typing import Any
 
-from . import streaming
+from . import context_room, streaming
 from .episode import AgentError, ContextOverflow, says_overflow
 from .streaming import logprobs_of, token_ids_of
 
@@ -191,7 +191,8 @@ class Wire:
         A continuation of ``partial`` (``streaming.continued``) that has no token left to
         sample (its max_tokens 0: the partial holds the turn's max_tokens, or all
         ``max_model_len`` leaves) is not sent, and one the server refuses as past its context
-        (the partial filled it) is not an overflow: either is an empty reply that ends the
+        (the partial filled it; one whose refusal leaves room for fewer tokens is raised, and
+        asked again with those: context_room.py) is not an overflow: either is an empty reply that ends the
         turn with stop reason length, the tokens sampled before kept, as a reply that reached
         the limit unaborted ends (a ContextOverflow here lost them)."""
         import openai
@@ -210,6 +211,8 @@ class Wire:
             said = exc.response.text if isinstance(exc, openai.APIStatusError) else str(exc)
             if partial is None or not (isinstance(exc, ContextOverflow) or is_overflow(exc.status_code, said)):
                 raise
+            if isinstance(exc, openai.APIStatusError) and context_room.fit(dict(request), exc.status_code, said):
+                raise  # the context has room for fewer tokens: asked again with those (ModelClient._send)
             log.info("%s: a continued reply reached the model's context (%s): the turn ends there (length)",
                      path, excerpt(said))
             return streaming.StreamedReply(finish_reason="length")

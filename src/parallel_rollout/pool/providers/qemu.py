@@ -101,8 +101,9 @@ from ...errors import ConfigError, ProviderUnavailable, VMError
 from . import host_dirs, qemu_image, verify
 from .base import Provider, ProviderOptions, VMInfo
 # The image build lives in its own module; these are what booting and tests use of it.
-from .qemu_image import (GUEST_PORT, IMAGE_FILES, QEMU_IMG, damaged_files, image_dir, image_format,
-                         image_inputs, read_bytes, read_json, run)
+from .qemu_image import (IMAGE_FILES, QEMU_IMG, damaged_files, image_dir, image_format, image_inputs,
+                         read_bytes, read_json, run)
+from .qemu_guest_init import GUEST_PORT
 # Shared with the process provider: same labelling, same pid checks, same launcher thread.
 from .common import (LONG_VM_ID, check_name, check_vm_folder_free, checked_socket, child_runs, create_time, exit_status,
                      make_vm_dir, new_pool_key, owner_label, pool_folder, process_and_agent_healthy, read_meta,
