@@ -187,3 +187,23 @@ def test_a_model_name_with_a_slash_nests_folders_as_osworld_does(model_run, tmp_
         assert f"the model's name {name!r} cannot be the <model> folder of OSWorld's layout" in refused.output
         assert "name the folder with --model NAME" in refused.output
     assert not (tmp_path / "res").exists() and not (tmp_path / "escape").exists()
+
+
+def test_a_task_skipped_as_unsupported_is_scored_0_by_osworlds_scripts_as_by_the_run(tmp_path):
+    """--skip-unsupported scores a skipped task 0 so the rate is over the whole set: the export
+    gives it its result.txt, so show_result.py's rate is the run's, not that of the rest."""
+    data = osworld_folder(tmp_path / "set", {
+        "gives-up": {"domain": "os", "instruction": "cannot be done", "config": [],
+                     "evaluator": {"func": "infeasible"}, "reference": ["FAIL"]},
+        "lacks-a-metric": {"domain": "gimp", "instruction": "b", "config": [], "evaluator": {
+            "func": "no_such_metric_at_all", "result": {"type": "vm_file", "path": "/tmp/x", "dest": "x"}}},
+    })
+    out = tmp_path / "out"
+    ran = cli("run", "--test_config_base_dir", str(data), "--skip-unsupported", "--agent", "oracle",
+              "--result_dir", str(out), "--run-id", "r", "--num-rollouts", "1", "--no-progress",
+              "--screen-width", "640", "--screen-height", "480")
+    assert ran.exit_code == 0, ran.output
+    assert json.loads((out / "r" / "summary.json").read_text())["success_rate"] == 0.5
+    done = cli("runs", "export-osworld", str(out / "r"), str(tmp_path / "res"))
+    assert "exported 2 example(s)" in done.output and "(2 with result.txt;" in done.output, done.output
+    assert show_result(tmp_path / "res", "pyautogui", "screenshot", "oracle") == {"gimp": [0.0], "os": [1.0]}

@@ -13,7 +13,9 @@ run's own). The domain is the task's folder in the OSWorld index the run read (`
 FOLDER``); a run of a task file has no domains, so its examples go under ``all``. A sample
 whose final attempt wrote no ``result.txt`` (its VM failed, say) is exported as it is:
 OSWorld's scripts count an example only once it has one, which is how they treat an
-unfinished example of their own.
+unfinished example of their own. A sample graded without an attempt of files (a task
+``--skip-unsupported`` skipped, scored 0) is a folder holding its ``result.txt`` alone, so
+OSWorld's scripts score the run over the same examples as the run's summary.
 
 The ``<model>`` folder is named as OSWorld's ``run.py`` names it, by joining the model's
 name into the path: ``Qwen/Qwen2.5-VL-7B-Instruct`` is a folder ``Qwen`` holding
@@ -70,7 +72,7 @@ def export_osworld(run_dir: str | Path, result_dir: str | Path, *, sample: int =
     plan = []
     for record in sorted(finals, key=lambda r: r["task_id"]):
         source = _attempt_folder(run.run_dir, record)
-        if source is None:
+        if source is None and not record.get("final"):
             out.without_files.append(record["task_id"])
             continue
         domain = _safe(domains.get(record["task_id"], "all"), "domain")
@@ -78,12 +80,14 @@ def export_osworld(run_dir: str | Path, result_dir: str | Path, *, sample: int =
         if target.exists() and not overwrite:
             raise ConfigError(f"{target} already exists: export into an empty result folder, "
                               "or pass --overwrite to replace its examples")
-        plan.append((source, target))
-    for source, target in plan:
+        plan.append((source, target, record))
+    for source, target, record in plan:
         if target.exists():
             shutil.rmtree(target)
         target.mkdir(parents=True)
-        for item in sorted(source.iterdir()):
+        if source is None:  # graded with no attempt's files (skipped as unsupported): its score, as run.py writes one
+            (target / "result.txt").write_text(f"{float(record.get('reward') or 0.0)}\n")
+        for item in sorted(source.iterdir()) if source is not None else ():
             if item.is_file():
                 shutil.copy2(item, target / item.name)
         out.examples += 1
