@@ -3,15 +3,20 @@ openai agent's prompt and parser, resets that leave no browser state, bad input.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
+import psutil
 import pytest
 
 from conftest import assert_exactly_once, write_tasks
@@ -20,6 +25,8 @@ from parallel_rollout.agents import prompts
 from parallel_rollout.config import build_config
 from parallel_rollout.envs.web import catalog, oracle
 from parallel_rollout.envs.web.actions import ActionError, parse_action
+from parallel_rollout.envs.web.env import WebEnv
+from parallel_rollout.guest.client import GuestClient
 from parallel_rollout.errors import TaskFileError
 from parallel_rollout.runner import Runner
 from parallel_rollout.tasks import load_tasks
@@ -332,18 +339,18 @@ def test_a_host_without_chromium_fails_the_preflight_and_the_run_before_it_start
     assert not (tmp_path / "out" / "w").exists()
 
 
-def test_a_remote_guest_without_chromium_stops_the_run_at_its_first_episode(tmp_path):
-    """A guest agent whose PATH has no Chromium: the run stops with exit 1 at the first
-    attempt, saying so, with no VM marked dead and no retries spent on VM after VM."""
+@contextmanager
+def remote_agent(tmp_path, path):
+    """A guest agent on a loopback port, as a remote machine runs it (no --reap-all), with
+    ``path`` for its PATH; yields (its process, port). After the block: nothing it started
+    is left alive (checked by pid)."""
     import socket
 
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    empty = tmp_path / "bin"
-    empty.mkdir()
     server = subprocess.Popen([sys.executable, str(ROOT / "src/parallel_rollout/guest/server.py"), "--host",
-                               "127.0.0.1", "--port", str(port)], env={"PATH": str(empty), "HOME": str(tmp_path)},
+                               "127.0.0.1", "--port", str(port)], env={"PATH": path, "HOME": str(tmp_path)},
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 30
@@ -354,18 +361,83 @@ def test_a_remote_guest_without_chromium_stops_the_run_at_its_first_episode(tmp_
             except OSError:
                 assert time.monotonic() < deadline and server.poll() is None
                 time.sleep(0.1)
-        data = write_tasks(tmp_path / "web1.jsonl", [web_task("click-button"), web_task("enter-text")])
-        proc = subprocess.run([sys.executable, "-m", "parallel_rollout.cli", "run", "--mode", "web", "--data",
-                               str(data), "--provider-name", "remote", "--vm-address", f"127.0.0.1:{port}",
-                               "--reset-command", "none", "--num-rollouts", "1", "--output-dir",
-                               str(tmp_path / "out"), "--run-id", "nochrome", "--no-progress"],
-                              capture_output=True, text=True, timeout=300)
+        yield server, port
     finally:
+        left = psutil.Process(server.pid).children(recursive=True) if server.poll() is None else []
         server.terminate()
         server.wait(timeout=30)
+        for process in left:  # what a failing test left: not this test's to leave behind
+            process.kill()
+
+
+def live_descendants(pid):
+    """The processes ``pid`` started (a subreaper: orphans too) that are alive."""
+    alive = []
+    for process in psutil.Process(pid).children(recursive=True):
+        with contextlib.suppress(psutil.NoSuchProcess):
+            if process.status() != psutil.STATUS_ZOMBIE:
+                alive.append(process)
+    return alive
+
+
+def run_remote(tmp_path, data, port, run_id):
+    return subprocess.run([sys.executable, "-m", "parallel_rollout.cli", "run", "--mode", "web", "--data",
+                           str(data), "--provider-name", "remote", "--vm-address", f"127.0.0.1:{port}",
+                           "--reset-command", "none", "--num-rollouts", "1", "--output-dir",
+                           str(tmp_path / "out"), "--run-id", run_id, "--no-progress"],
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_a_remote_guest_without_chromium_stops_the_run_at_its_first_episode(tmp_path):
+    """A guest agent whose PATH has no Chromium: the run stops with exit 1 at the first
+    attempt, saying so, with no VM marked dead and no retries spent on VM after VM; and
+    nothing of the episode (its page server) is left running on the machine."""
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    with remote_agent(tmp_path, str(empty)) as (server, port):
+        data = write_tasks(tmp_path / "web1.jsonl", [web_task("click-button"), web_task("enter-text")])
+        proc = run_remote(tmp_path, data, port, "nochrome")
+        assert live_descendants(server.pid) == []
     assert proc.returncode == 1, proc.stdout + proc.stderr[-2000:]
     assert "run stopped: web: start failed in the VM: BrowserMissing: no Chromium in the VM" in proc.stderr
     records = [json.loads(line) for line in (tmp_path / "out" / "nochrome" / "results.jsonl").read_text().splitlines()]
     assert [r["status"] for r in records] == ["guest_prerequisite_missing"] and not records[0]["final"]
     summary = json.loads((tmp_path / "out" / "nochrome" / "summary.json").read_text())
     assert summary["vm"]["marked_dead"] == 0 and summary["vm"]["replacements"] == 0
+
+
+@pytest.mark.slow
+def test_a_remote_guest_keeps_no_page_server_or_browser_after_the_run_nor_after_its_agent(tmp_path):
+    """A remote machine is not reset by killing its processes (here --reset-command none):
+    the page server and Chromium an episode started end with the episode, by pid; a page
+    server the machine runs itself lives on. What a failed episode leaves (cut before its
+    end) goes with the agent when the agent is stopped."""
+    theirs = subprocess.Popen([sys.executable, "-m", "http.server", "0", "--bind", "127.0.0.1"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp_path)
+    try:
+        with remote_agent(tmp_path, os.environ["PATH"]) as (server, port):
+            data = write_tasks(tmp_path / "web2.jsonl", [web_task("click-button")])
+            proc = run_remote(tmp_path, data, port, "remote")
+            assert proc.returncode == 0, proc.stdout + proc.stderr[-2000:]
+            assert live_descendants(server.pid) == []
+            records = [json.loads(line) for line in (tmp_path / "out" / "remote" / "results.jsonl").read_text().splitlines()]
+            assert [r["reward"] for r in records] == [1.0]
+            # an episode's start that no end followed (a worker killed at --task-timeout)
+            client = GuestClient(f"http://127.0.0.1:{port}", timeout_s=60)
+            env = WebEnv(build_config(dict(mode="web", data=str(data), agent="oracle")))
+            env.trajectory_dir = str(tmp_path / "traj")
+            env.reset(load_tasks(str(data), default_mode="web", validators=task_validators())[0], client)
+            started = live_descendants(server.pid)
+            commands = []
+            for process in started:
+                with contextlib.suppress(psutil.NoSuchProcess):  # Chromium's short-lived helpers
+                    commands.append(process.cmdline())
+            assert any("http.server" in c for c in commands) and any("--headless" in c for c in commands), commands
+            server.terminate()
+            assert server.wait(timeout=30) == -signal.SIGTERM
+            gone, alive = psutil.wait_procs(started, timeout=10)
+            assert alive == [], alive
+        assert theirs.poll() is None, "the machine's own page server was killed"
+    finally:
+        theirs.kill()
+        theirs.wait()

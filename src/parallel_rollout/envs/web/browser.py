@@ -35,6 +35,9 @@ HTTP_PORT = 8765
 ROOT = os.path.join(os.path.expanduser("~"), "miniwob")
 PROFILE = os.path.join(os.path.expanduser("~"), ".cache", "web-profile")
 LOG = os.path.join(os.path.expanduser("~"), ".cache", "web-browser.log")
+#: the page server and Chromium this driver started, ``[[pid, start time], ...]``: ``stop`` (the
+#: episode's end, the next ``start``) ends them and no other process (a page server of the machine's own)
+PIDS = os.path.join(os.path.expanduser("~"), ".cache", "web-pids.json")
 CHROMIUM = ("chromium", "chromium-browser", "google-chrome")
 
 # -- a minimal websocket client (RFC 6455, text frames, client-masked) ----------------------
@@ -173,13 +176,50 @@ def _which_chromium():
     return found
 
 
+def _started(pid):
+    """The start time of process ``pid`` (field 22 of its stat), or None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return int(fh.read().rsplit(b")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def _spawn(argv):
     import subprocess
 
     os.makedirs(os.path.dirname(LOG), exist_ok=True)
     log = open(LOG, "ab")
-    return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                             start_new_session=True, cwd=os.path.expanduser("~"))
+    with open(PIDS + ".tmp", "w") as fh:
+        json.dump(_ours() + [[proc.pid, _started(proc.pid)]], fh)
+    os.replace(PIDS + ".tmp", PIDS)
+
+
+def _ours():
+    try:
+        with open(PIDS) as fh:
+            return json.load(fh)
+    except (OSError, ValueError):
+        return []
+
+
+def stop():
+    """End the process groups this driver started (each its own session: Chromium's helpers
+    go with it) whose leader is still the process it started (a pid reused since is not
+    ours); how many."""
+    ended = 0
+    for pid, started in _ours():
+        try:
+            if started is not None and _started(pid) == started:
+                os.killpg(pid, 9)
+                ended += 1
+        except OSError:
+            pass
+    if os.path.exists(PIDS):
+        os.unlink(PIDS)
+    return ended
 
 
 def _wait(predicate, timeout, what):
@@ -217,10 +257,12 @@ def start(req):
         # the files come from the host's miniwob package; "data" refuses links and absolute paths
         tar.extractall(ROOT, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
     os.makedirs(PROFILE, exist_ok=True)
+    stop()  # an earlier episode's, on a machine no reset cleared (a remote one)
+    chromium = _which_chromium()  # before anything starts: a guest without it is left as it was
     _spawn([sys.executable, "-m", "http.server", str(HTTP_PORT), "--bind", "127.0.0.1",
             "--directory", ROOT])
     width, height = req.get("width", 800), req.get("height", 600)
-    _spawn([_which_chromium(), "--headless", "--no-sandbox", "--disable-gpu",
+    _spawn([chromium, "--headless", "--no-sandbox", "--disable-gpu",
             "--disable-dev-shm-usage", "--no-first-run", "--no-default-browser-check",
             "--disable-extensions", "--disable-background-networking", "--disable-sync",
             "--disable-component-update", "--disable-breakpad", "--disable-crash-reporter",
@@ -428,7 +470,13 @@ def main(req):
     """Run one request and print its answer on a MARKER line."""
     try:
         if req["op"] == "start":
-            answer = start(req)
+            try:
+                answer = start(req)
+            except BaseException:
+                stop()  # nothing of a start that failed runs on
+                raise
+        elif req["op"] == "stop":
+            answer = {"stopped": stop()}
         else:
             ws = _page_socket()
             error = None

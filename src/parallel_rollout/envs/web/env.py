@@ -15,7 +15,8 @@ One episode, all of it inside the VM (``browser.py`` runs there through ``/run_p
     step   action (JSON or click("12")) ─► checked here ─► CDP: core.elementClick(ref) | mouse
            and key events | wheel ─► observation: utterance, DOM list, WOB_* reward globals
     end    when MiniWoB's page says done (a graded action, or its time limit ran out), the
-           agent says done, or --max-turns
+           agent says done, or --max-turns; once graded, the browser and page server are
+           ended (by pid: only the ones the driver started), as is an earlier episode's at start
 
 The reward is MiniWoB's raw reward (``WOB_RAW_REWARD_GLOBAL``: 1 for success, -1 for failure,
 partial credit in between for a few tasks) clipped to [0, 1]; the time-discounted
@@ -157,6 +158,11 @@ class WebEnv(Env):
         """MiniWoB's raw reward clipped to [0, 1]; 0 when the page never finished."""
         done = bool(self.state.get("done"))
         raw = float(self.state.get("raw_reward") or 0.0) if done else 0.0
+        try:  # the page is read: the browser and its page server end here, not at the VM's reset,
+            # which a remote machine may not have (--reset-command none) or which may not end them
+            self._call({"op": "stop"}, STEP_TIMEOUT_S)
+        except VMError:
+            pass  # a VM broken now has its grade all the same; the pool's reset finds it out
         return max(0.0, min(1.0, raw)), {
             "env": self.env_name, "done": done, "raw_reward": self.state.get("raw_reward"),
             "env_reward": self.state.get("reward"), "reason": self.state.get("reason"),
