@@ -89,10 +89,8 @@ import os
 import re
 import secrets
 import shutil
-import signal
 import socket
 import subprocess
-import threading
 import time
 from pathlib import Path
 from typing import Callable
@@ -104,10 +102,11 @@ from .base import Provider, ProviderOptions, VMInfo
 from .qemu_image import (IMAGE_FILES, QEMU_IMG, damaged_files, image_dir, image_format, image_inputs,
                          read_bytes, read_json, run)
 from .qemu_guest_init import GUEST_PORT
+from .qemu_process import children, free_port, is_our_qemu, kill_qemu
 # Shared with the process provider: same labelling, same pid checks, same launcher thread.
 from .common import (LONG_VM_ID, check_name, check_vm_folder_free, checked_socket, child_runs, create_time, exit_status,
                      make_vm_dir, new_pool_key, owner_label, pool_folder, process_and_agent_healthy, read_meta,
-                     remove_run_dir_if_empty, runs_vm, same_process, secure_base_dir, signal_name,
+                     remove_run_dir_if_empty, same_process, secure_base_dir, signal_name,
                      sweep_vm_folders, write_meta)
 from .halted import halted_tree
 from .qemu_boot import failure_detail, user_disk_argv, wait_for_agent
@@ -126,7 +125,6 @@ DEFAULT_SNAPSHOT = "init"
 DEFAULT_MEMORY_MB = 512
 #: a desktop guest runs Xvfb, a window manager and GTK apps besides the agent
 DESKTOP_MEMORY_MB = 1024
-QUIT_WAIT_S = 5.0
 _SAFE_SNAPSHOT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
@@ -218,7 +216,7 @@ class QemuProvider(Provider):
         if vm_dir.exists():
             meta = read_meta(vm_dir) or {}
             check_vm_folder_free(self.run_id, vm_id, meta,
-                                 _is_our_qemu(meta.get("pid"), meta.get("create_time"), vm_dir))
+                                 is_our_qemu(meta.get("pid"), meta.get("create_time"), vm_dir))
             shutil.rmtree(vm_dir, ignore_errors=True)
         secure_base_dir(self.base_dir)  # 0700 and ours, not another user's folder
         make_vm_dir(vm_dir, lock_pool=True)  # a sweep in another PID namespace sees it live
@@ -241,7 +239,7 @@ class QemuProvider(Provider):
             qmp_hmp(vm_dir, f"savevm {self.snapshot_name}", timeout_s=120.0)
         except BaseException as exc:
             detail = failure_detail(vm_dir, self.user_image)
-            _kill_qemu(private)
+            kill_qemu(private)
             shutil.rmtree(vm_dir, ignore_errors=True)
             remove_run_dir_if_empty(self.run_dir)
             if isinstance(exc, (VMError, ConfigError, ProviderUnavailable)):
@@ -283,12 +281,12 @@ class QemuProvider(Provider):
 
     def still_runs(self, info: VMInfo) -> bool:
         """QEMU, our child, has not exited (one waitpid: a guest killed with kill -9)."""
-        return child_runs(_children, info.private.get("pid"))
+        return child_runs(children, info.private.get("pid"))
 
     def death_cause(self, info: VMInfo) -> str | None:
         """QEMU killed by a signal, or stopped or traced while it runs (no guest can do either
         to its host's process: ``halted``), else None."""
-        proc, pid = _children.get(info.private.get("pid")), info.private.get("pid")
+        proc, pid = children.get(info.private.get("pid")), info.private.get("pid")
         if proc is not None and proc.poll() is None:
             halted = halted_tree(pid, None, "QEMU process")  # said at once: the wait below is for a dying QEMU
             if halted:
@@ -301,7 +299,7 @@ class QemuProvider(Provider):
         vm_dir = Path(info.private["vm_dir"])
         self._view.forget(info.vm_id)
         try:
-            _kill_qemu(info.private, graceful=True)
+            kill_qemu(info.private, graceful=True)
         finally:
             shutil.rmtree(vm_dir, ignore_errors=True)
             remove_run_dir_if_empty(vm_dir.parent)
@@ -312,8 +310,8 @@ class QemuProvider(Provider):
         """Kill and remove the VMs of ``run_id`` (any state), or, without a run id, those
         whose owning process is gone; return the removed VMs as ``<run id>/<vm id>``."""
         def kill(meta: dict, vm_dir: Path) -> None:
-            if _is_our_qemu(meta.get("pid"), meta.get("create_time"), vm_dir):
-                _kill_qemu(meta)
+            if is_our_qemu(meta.get("pid"), meta.get("create_time"), vm_dir):
+                kill_qemu(meta)
 
         return sweep_vm_folders(Path(base_dir) if base_dir else base_dir_default(), run_id, kill,
                                 orphans_only=orphans_only)
@@ -362,7 +360,7 @@ class QemuProvider(Provider):
         key = None if self.user_image is not None else secrets.token_hex(16)
         private["key"] = key
         for _attempt in range(5):
-            port = _free_port()
+            port = free_port()
             argv = ["setpriv", "--pdeathsig", "KILL", "--",
                     *self._argv(vm_id, vm_dir, accel, port, key)]
             with open(vm_dir / "qemu.log", "wb") as qemu_log:
@@ -371,7 +369,7 @@ class QemuProvider(Provider):
                                             stderr=qemu_log, start_new_session=True)
                 except OSError as exc:
                     raise VMError(f"cannot start {QEMU}: {exc}") from exc
-            _children[proc.pid] = proc
+            children[proc.pid] = proc
             private.update(pid=proc.pid, create_time=create_time(proc.pid), port=port,
                            accel=accel)
             self._write_meta(vm_id, vm_dir, private)
@@ -384,7 +382,7 @@ class QemuProvider(Provider):
                 if proc.poll() is None or b"host forwarding" not in read_bytes(
                         vm_dir / "qemu.log"):
                     raise
-                _children.pop(proc.pid, None)  # the port was taken meanwhile: try another
+                children.pop(proc.pid, None)  # the port was taken meanwhile: try another
         raise VMError("no free loopback port for the guest agent after 5 attempts")
 
     def _write_meta(self, vm_id: str, vm_dir: Path, private: dict) -> None:
@@ -411,31 +409,7 @@ def _check_image(desktop: bool) -> None:
                                   f"rebuild it with: {command}")
 
 
-# ----------------------------------------------------------------------- processes
-
-#: QEMU processes this process started, so it can reap them (no zombies)
-_children: dict[int, subprocess.Popen] = {}
-_ports_lock = threading.Lock()
-_recent_ports: list[int] = []
-
-
-def _free_port() -> int:
-    """A loopback port free right now, not handed out to another VM of ours lately."""
-    with _ports_lock:
-        for _ in range(50):
-            with socket.socket() as sock:
-                sock.bind(("127.0.0.1", 0))
-                port = sock.getsockname()[1]
-            if port not in _recent_ports:
-                _recent_ports.append(port)
-                del _recent_ports[:-64]
-                return port
-    raise VMError("cannot find a free loopback port")
-
-
-def _is_our_qemu(pid, create_time, vm_dir: Path) -> bool:
-    """Whether ``pid`` is still the QEMU (or its setpriv) that runs ``vm_dir``."""
-    return runs_vm(pid, create_time, vm_dir)
+# ------------------------------------------------------------------------- clock
 
 
 def _set_guest_clock(port: int, deadline: float, key: str | None = None) -> None:
@@ -457,43 +431,3 @@ def _set_guest_clock(port: int, deadline: float, key: str | None = None) -> None
                           "not answer)")
         time.sleep(delay)
         delay = min(delay * 2, 0.2)
-
-
-def _kill_qemu(private: dict, graceful: bool = False) -> None:
-    """Stop the recorded QEMU: QMP quit first when ``graceful``, then SIGKILL; wait for it."""
-    pid, created = private.get("pid"), private.get("create_time")
-    proc = _children.pop(pid, None) if pid else None
-    if same_process(pid, created):
-        if graceful and private.get("vm_dir"):
-            try:
-                qmp(Path(private["vm_dir"]), "quit", timeout_s=2.0)
-            except VMError:
-                pass  # QMP is stuck or gone: SIGKILL below
-            _wait_gone(pid, created, proc, QUIT_WAIT_S)
-        if same_process(pid, created):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-    if not _wait_gone(pid, created, proc, QUIT_WAIT_S):
-        raise VMError(f"QEMU {pid} survived SIGKILL for {QUIT_WAIT_S}s")
-
-
-def _wait_gone(pid, created, proc: subprocess.Popen | None, timeout_s: float) -> bool:
-    if proc is not None:
-        try:
-            proc.wait(timeout=timeout_s)
-            return True
-        except subprocess.TimeoutExpired:
-            return False
-    deadline = time.monotonic() + timeout_s
-    while same_process(pid, created):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
-
-
-# --------------------------------------------------------------------------- image
-
-
