@@ -16,7 +16,10 @@ A step is one of::
 ``POST /v1/completions`` (a token-id or text ``prompt``, as vLLM takes it) is answered the same
 way, in the completions shape: ``choices[0].text``, ``token_ids``, ``logprobs.token_logprobs``.
 A step may carry ``"finish_reason"`` (default "stop") and a status step a ``"message"``; a
-chat step ``"content_type"`` (the answer's Content-Type instead of application/json).
+chat step ``"content_type"`` (the answer's Content-Type instead of application/json). A step's
+``"choice"`` joins its choice: vLLM's ``{"stop_reason": "</act>"}`` (the stop matched; null at
+EOS), SGLang's ``{"matched_stop": 2}``; streamed, on the last chunk, and as null on the others
+(vLLM's chunks carry ``stop_reason: null`` until the last).
 
 ``routes`` adds POST endpoints (path → handler(body) → JSON answer), e.g. a trainer's weight push.
 
@@ -239,12 +242,14 @@ def _handler(server: LLMServer) -> type[BaseHTTPRequestHandler]:
                 answer["choices"][0]["message"]["tool_calls"] = step["tool_calls"]
             answer["choices"][0]["finish_reason"] = step.get(
                 "finish_reason", "tool_calls" if step.get("tool_calls") else "stop")
+            answer["choices"][0].update(step.get("choice", {}))
             self._send(200, answer, content_type=content_type)
 
         def _answer_completion(self, step: Step, body: dict[str, Any]) -> None:
             if "status" in step:
                 return self._send(step["status"], {"error": {"message": step.get("message", "scripted")}})
-            choice = {"index": 0, "text": step["reply"], "finish_reason": step.get("finish_reason", "stop")}
+            choice = {"index": 0, "text": step["reply"], "finish_reason": step.get("finish_reason", "stop"),
+                      **step.get("choice", {})}
             if "token_ids" in step:  # vLLM's return_token_ids
                 choice["token_ids"] = step["token_ids"]
                 choice["prompt_token_ids"] = step.get("prompt_token_ids", [])
@@ -276,7 +281,8 @@ def _handler(server: LLMServer) -> type[BaseHTTPRequestHandler]:
                 for k, piece in enumerate(pieces):
                     if rate:
                         server.sleep(1.0 / rate)
-                    choice: dict[str, Any] = {"index": 0, "finish_reason": None}
+                    choice: dict[str, Any] = {"index": 0, "finish_reason": None,
+                                              **dict.fromkeys(step.get("choice", {}))}
                     if chat:
                         choice["delta"] = {"content": piece} if k else {"role": "assistant", "content": piece}
                     else:
@@ -303,6 +309,7 @@ def _handler(server: LLMServer) -> type[BaseHTTPRequestHandler]:
                     if k == len(pieces) - 1:
                         choice["finish_reason"] = step.get("finish_reason",
                                                            "tool_calls" if step.get("tool_calls") else "stop")
+                        choice.update(step.get("choice", {}))
                     chunk: dict[str, Any] = {"id": f"cmpl-{index}", "object": "chat.completion.chunk",
                                              "model": body.get("model", "?"), "choices": [choice]}
                     if k == 0 and ids is not None:

@@ -36,6 +36,22 @@ from typing import Any
 
 #: the field of a turn's record that holds its earlier calls
 EARLIER_CALLS = "earlier_calls"
+#: the fields of a completion's choice that name the stop a reply ended on: vLLM's
+#: ``stop_reason`` (the ``stop`` string or ``stop_token_ids`` id matched; null at EOS or a
+#: length stop) and SGLang's ``matched_stop`` (the stop string or token id, its EOS id too)
+MATCHED_FIELDS = ("stop_reason", "matched_stop")
+
+
+def matched_stop_of(choice: Any) -> dict[str, Any]:
+    """``{"matched_stop": value}`` of a choice that says what its reply stopped on (a string,
+    a token id, or null: ``MATCHED_FIELDS``), recorded next to the call's ``stop_reason``;
+    {} of one that says nothing of it (a server that sends neither field)."""
+    if not isinstance(choice, dict) or not any(name in choice for name in MATCHED_FIELDS):
+        return {}
+    value = next((choice[name] for name in MATCHED_FIELDS if choice.get(name) is not None), None)
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (str, int))):
+        value = str(value)  # neither a string nor a token id: kept as the server said it
+    return {"matched_stop": value}
 
 
 def calls_of(record: dict[str, Any]) -> list[dict[str, Any]]:
@@ -117,6 +133,12 @@ class Reply:
     def prompt_token_ids(self) -> list[int] | None:
         """The prompt's token ids (of the call's first request), where known."""
         return calls_of(self.turn)[0].get("prompt_token_ids")
+
+    @property
+    def matched_stop(self) -> str | int | None:
+        """The stop string or token id the reply ended on, where the server says (vLLM's
+        ``stop_reason``, SGLang's ``matched_stop``; None at EOS, or when it says nothing)."""
+        return self.turn.get("matched_stop")
 
     @property
     def policy_version(self) -> int | None:

@@ -6,7 +6,7 @@ gets::
 
     reply = self.model.chat(messages, tools=None, temperature=…)     # chat messages
     reply = self.model.generate(prompt_token_ids, max_tokens=…)      # the token-in form
-    reply.text, reply.tool_calls (as they came), reply.stop_reason,
+    reply.text, reply.tool_calls (as they came), reply.stop_reason, reply.matched_stop,
     reply.token_ids, reply.logprobs, reply.prompt_token_ids, reply.policy_version
     await self.model.achat(…) / agenerate(…)                         # for async agents
 
@@ -387,7 +387,7 @@ class ModelClient:
         self._usage["completion_tokens"] += usage.get("completion_tokens", 0)
         self._turn.update(info if self._gate is not None or self.wire.sends_ids
                           else {"stop_reason": info.get("stop_reason"),
-                                **({"tool_calls": info["tool_calls"]} if "tool_calls" in info else {})})
+                                **{name: info[name] for name in ("matched_stop", "tool_calls") if name in info}})
         self.wire.accept(info)
         return text
 

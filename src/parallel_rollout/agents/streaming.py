@@ -46,6 +46,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from .calls import matched_stop_of
 from .episode import RETRYABLE_STATUS, AgentError, ContextOverflow, says_overflow
 from .stream_abort import Abortable
 
@@ -137,6 +138,8 @@ class Partial:
     #: requests that sampled something whose length nobody told: no token ids and no usage
     #: (a stream this client closed ends before its usage chunk)
     uncounted: int = 0
+    #: the last request's ``{"matched_stop": …}`` (``calls.matched_stop_of``), {} when not said
+    matched: dict[str, Any] = field(default_factory=dict)
 
     @property
     def sampled(self) -> int:
@@ -167,7 +170,7 @@ class Partial:
                        else version if self.oldest is None else min(self.oldest, version),
                        reply.whole_tool_calls() or self.tool_calls, self.retokenized + self._retokenized_by(reply),
                        self.completion_tokens + reply.usage.get("completion_tokens", 0),
-                       self.uncounted + reply.uncounted)
+                       self.uncounted + reply.uncounted, reply.matched)
 
 
 @dataclass
@@ -186,6 +189,8 @@ class StreamedReply:
     tool_calls: dict[int, dict[str, Any]] = field(default_factory=dict)
     #: the choices folded in (what a MalformedChunk names)
     chunks: int = 0
+    #: the finishing choice's ``{"matched_stop": …}`` (``calls.matched_stop_of``)
+    matched: dict[str, Any] = field(default_factory=dict)
 
     @property
     def uncounted(self) -> bool:
@@ -255,6 +260,7 @@ class StreamedReply:
             self._pair(ids, _chunk_logprobs(choice.get("logprobs")))
             if choice.get("finish_reason"):
                 self.finish_reason = choice["finish_reason"]
+                self.matched = matched_stop_of(choice)  # vLLM's earlier chunks say null: not theirs
 
 
 #: how far above 0 a sampled token's logprob may be: a server's float32 log-softmax can put a

@@ -19,7 +19,8 @@ may take at most what is left. A request that already holds a ``prompt`` of ids 
 own token-in call, ``ModelClient.generate``) goes to ``/completions`` as it is.
 
 Every turn records ``stop_reason`` (the server's ``finish_reason``: stop, length, tool_calls,
-abort …) and a reply's ``tool_calls`` as they came (a reply of tool calls alone, content null,
+abort …), ``matched_stop`` where the server says which stop string or token id it matched
+(vLLM's ``stop_reason``, SGLang's ``matched_stop``: ``calls.matched_stop_of``) and a reply's ``tool_calls`` as they came (a reply of tool calls alone, content null,
 is a reply, not a malformed one; ``tools.py`` makes actions of them). A server's "maximum
 context length" / "too long" 4xx is a ``ContextOverflow`` (``is_overflow``), not an error.
 """
@@ -31,6 +32,7 @@ import logging
 from typing import Any
 
 from . import context_room, streaming
+from .calls import matched_stop_of
 from .episode import AgentError, ContextOverflow, says_overflow
 from .streaming import logprobs_of, token_ids_of
 
@@ -220,7 +222,7 @@ class Wire:
     def streamed_reply(self, partial) -> tuple[str, dict[str, Any]]:
         """(reply text, turn info) of a whole streamed reply (``streaming.Partial``, every
         token with its version); AgentError when a token-id prompt got no token ids."""
-        info: dict[str, Any] = {"stop_reason": partial.finish_reason or "unknown"}
+        info: dict[str, Any] = {"stop_reason": partial.finish_reason or "unknown", **partial.matched}
         if self.sends_ids:
             if not partial.has_token_ids:
                 raise AgentError(f"the server returned no token ids for a token-id prompt: {NO_TOKEN_IDS_HINT}")
@@ -254,7 +256,7 @@ class Wire:
                    "choices": [{**{k: v for k, v in choice.items() if k != "text"}, "index": 0}]})
         info = {**self._prompt_seen(whole.prompt_token_ids), "token_ids": whole.token_ids,
                 "logprobs": whole.logprobs if isinstance(choice.get("logprobs"), dict) else None,
-                "stop_reason": choice.get("finish_reason") or "unknown"}
+                "stop_reason": choice.get("finish_reason") or "unknown", **matched_stop_of(choice)}
         return text, _usage(data), info
 
     def _prompt_seen(self, reported: list[int] | None) -> dict[str, Any]:
@@ -325,7 +327,7 @@ def turn_info(body: bytes | str) -> dict[str, Any]:
         choice = data["choices"][0]
     except (ValueError, KeyError, IndexError, TypeError):
         return {}
-    info: dict[str, Any] = {"stop_reason": choice.get("finish_reason") or "unknown"}
+    info: dict[str, Any] = {"stop_reason": choice.get("finish_reason") or "unknown", **matched_stop_of(choice)}
     calls = (choice.get("message") or {}).get("tool_calls") if isinstance(choice.get("message"), dict) else None
     if isinstance(calls, list) and calls:
         info["tool_calls"] = calls  # as they came: the agent (or a trainer) reads them
