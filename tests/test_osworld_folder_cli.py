@@ -143,6 +143,20 @@ def test_run_py_flags_from_a_folder_without_the_task_set_say_no_such_folder(tmp_
         assert "not to a task file" not in said(done) and "task file not found" not in said(done)
 
 
+def test_run_py_flags_without_a_task_set_name_the_one_osworld_reads_untold(tmp_path):
+    """OSWorld's README runs run.py with no --test_config_base_dir (./evaluation_examples by
+    default): here --data is asked for, naming the one of the current folder."""
+    args = ("--observation_type", "screenshot", "--max_steps", "15", "--domain", "os", "--dry-run", *MODEL_AGENT)
+    bare = run_cli(*args, cwd=tmp_path)
+    assert bare.returncode == EXIT_USAGE and "--data is required" in said(bare), said(bare)
+    assert "evaluation_examples" not in said(bare)
+    copied(tmp_path)
+    done = run_cli(*args, cwd=tmp_path)
+    assert done.returncode == EXIT_USAGE, said(done)
+    assert ("OSWorld's run.py reads ./evaluation_examples when not told: here, --data evaluation_examples"
+            in said(done)), said(done)
+
+
 def test_an_index_path_from_the_current_folder_is_read_as_that_path(tmp_path):
     folder = copied(tmp_path)
     done = run_cli("--data", "evaluation_examples", "--osworld-index", "evaluation_examples/test_small.json",

@@ -457,7 +457,10 @@ NAMED_DATASETS = {
 
 
 def data_required(why: str = "") -> str:
-    """The error of a run without ``--data``: every kind it takes (``why``: what else to say)."""
+    """The error of a run without ``--data``: every kind it takes (``why``: what else to say),
+    and the OSWorld task set in the current folder, which OSWorld's run.py reads untold."""
+    if Path("evaluation_examples", "examples").is_dir():
+        why += "; OSWorld's run.py reads ./evaluation_examples when not told: here, --data evaluation_examples"
     return ("--data is required: a task file (JSON list or JSONL, optionally .gz, or Parquet), an OSWorld "
             f"folder, or a named dataset: {', '.join(NAMED_DATASETS)}{why}")
 
