@@ -26,7 +26,7 @@ from parallel_rollout.errors import ConfigError
 from parallel_rollout.exit_codes import EXIT_ABORTED
 from parallel_rollout.guest.client import GuestClient
 from parallel_rollout.pool.manager import VMPoolManager
-from parallel_rollout.pool.providers import ProviderOptions, verify
+from parallel_rollout.pool.providers import ProviderOptions, verify, verify_guest
 from parallel_rollout.pool.providers.process import ProcessProvider
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
@@ -316,7 +316,7 @@ def _sandbox(snapshot, prefix: str):
 def test_the_guest_probe_sees_what_the_host_sees(snapshot):
     """GuestView (qemu's verification) on a sandbox, where the host's view is known."""
     provider, info = _sandbox(snapshot, "vg")
-    view = verify.GuestView("full", "/home/user", None)
+    view = verify_guest.GuestView("full", "/home/user", None)
     try:
         view.baseline("vm0", None, info.address)
         assert view.check("vm0", None, info.address) == []  # the probe's own file is left out
@@ -339,7 +339,7 @@ def test_the_guest_probe_compares_a_home_of_tens_of_thousands_of_entries(snapsho
     was quarantined as 'the VM's agent did not answer'. The answer is compressed now; a
     leftover among the 60,000 is still found."""
     provider, info = _sandbox(snapshot, "vb")
-    view = verify.GuestView("fast", "/home/user", None)
+    view = verify_guest.GuestView("fast", "/home/user", None)
     try:
         GuestClient(info.address).execute(
             "mkdir -p ~/.cache/pip && cd ~/.cache/pip && for d in $(seq 0 119); do mkdir $d; "
@@ -351,7 +351,7 @@ def test_the_guest_probe_compares_a_home_of_tens_of_thousands_of_entries(snapsho
         assert len(found) == 1 and ".cache/pip/7/left-behind" in found[0], found
         # an answer past what is kept, even compressed, says so (not "did not answer")
         with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(verify, "PROBE_TAIL_CHARS", 2000)
+            patch.setattr(verify_guest, "PROBE_TAIL_CHARS", 2000)
             [too_big] = view.check("vm0", None, info.address)
         assert "the reset probe's answer passed 2,000 characters, compressed" in too_big, too_big
     finally:

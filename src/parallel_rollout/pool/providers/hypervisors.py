@@ -43,7 +43,7 @@ import sys
 import time
 
 from ...errors import ConfigError, ProviderUnavailable, VMError
-from . import verify
+from . import verify_guest
 from .base import Provider, ProviderOptions, VMInfo
 from .remote import DEFAULT_PORT, HEALTH_TIMEOUT_S, answers, kill_group, wait_agent_ready
 from .slots import Slots
@@ -80,7 +80,7 @@ class _HypervisorProvider(Provider):
         #: which VM holds which VM file
         self.slots = Slots(self.vm_files, "VM files of --path-to-vm (give one per VM, comma-separated)")
         #: reset verification through the guest agent, against each VM file's first boot
-        self._view = verify.machine_view(opts)
+        self._view = verify_guest.machine_view(opts)
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(run_id={self.run_id!r}, vm_files={self.vm_files!r}, "
@@ -103,7 +103,7 @@ class _HypervisorProvider(Provider):
             info = self._restore(VMInfo(vm_id=vm_id, provider=self.name, address="",
                                         run_id=self.run_id, private={"vm_file": vm_file}),
                                  deadline)
-            verify.baseline_machine(self._view, vm_file, info)
+            verify_guest.baseline_machine(self._view, vm_file, info)
             return info
         except BaseException:
             self.slots.release(vm_file, vm_id)
@@ -117,7 +117,7 @@ class _HypervisorProvider(Provider):
 
     def verify(self, info: VMInfo) -> list[str]:
         """The guest's home (its agent's), /tmp and processes through a probe the agent runs,
-        against what that VM file had at its first boot in this run (``verify.py``)."""
+        against what that VM file had at its first boot in this run (``verify_guest.py``)."""
         return self._view.check(info.private["vm_file"], None, info.address)
 
     def healthy(self, info: VMInfo) -> bool:

@@ -96,7 +96,7 @@ from pathlib import Path
 from typing import Callable
 
 from ...errors import ConfigError, ProviderUnavailable, VMError
-from . import host_dirs, qemu_image, verify
+from . import host_dirs, qemu_image, verify, verify_guest
 from .base import Provider, ProviderOptions, VMInfo
 # The image build lives in its own module; these are what booting and tests use of it.
 from .qemu_image import (IMAGE_FILES, QEMU_IMG, damaged_files, image_dir, image_format, image_inputs,
@@ -171,9 +171,9 @@ class QemuProvider(Provider):
         checked_socket(self.run_dir, LONG_VM_ID, "qmp.sock", env=BASE_DIR_ENV)
         _check_image(self.desktop)
         #: reset verification through the guest agent (a probe: off unless asked for)
-        self._view = verify.GuestView(opts.verify_reset or "off", "/home/user", None,
-                                      spare_processes=verify.DESKTOP_LAZY if self.desktop else (),
-                                      windows=self.desktop)
+        self._view = verify_guest.GuestView(opts.verify_reset or "off", "/home/user", None,
+                                            spare_processes=verify.DESKTOP_LAZY if self.desktop else (),
+                                            windows=self.desktop)
 
     def __repr__(self) -> str:
         return (f"QemuProvider(run_id={self.run_id!r}, base_dir={str(self.base_dir)!r}, "
@@ -256,7 +256,7 @@ class QemuProvider(Provider):
         return info
 
     def verify(self, info: VMInfo) -> list[str]:
-        """The guest's home, /tmp and processes through a probe its agent runs (verify.py)."""
+        """The guest's home, /tmp and processes through a probe its agent runs (verify_guest.py)."""
         return self._view.check(info.vm_id, None, info.address)
 
     def reset(self, info: VMInfo) -> VMInfo:

@@ -41,8 +41,8 @@ against ``--screen-width``/``--screen-height``, since tasks click at pixel posit
 
 **Verified resets** (``--verify-reset fast|full``; off by default: each check is a round
 trip to the machine). The first start of each address in a run records what the machine
-holds (the agent's home, ``/tmp``, its processes: ``verify.GuestView``); after every reset,
-and once after every later start, the machine must hold the same. A reset command that does
+holds (the agent's home, ``/tmp``, its processes: ``verify_guest.GuestView``); after every
+reset, and once after every later start, the machine must hold the same. A reset command that does
 not take away what a task left is found: the task's VM is quarantined (free), and the
 restart that runs the command again fails its check and spends the replacement budget. The
 machine must run our guest agent (OSWorld's server has no ``/run_python`` for the probe).
@@ -75,7 +75,7 @@ import time
 from ... import process_group
 from ...errors import ConfigError, GuestUnreachable, VMError
 from ...guest.client import keyed_address, shown_address
-from . import verify
+from . import verify_guest
 from .base import Provider, ProviderOptions, VMInfo
 from .slots import Slots
 
@@ -154,7 +154,7 @@ class RemoteProvider(Provider):
         #: which VM holds which address
         self.slots = Slots(self.addresses, "remote addresses")
         #: reset verification through each machine's agent, against its first boot
-        self._view = verify.machine_view(opts)
+        self._view = verify_guest.machine_view(opts)
 
     def __repr__(self) -> str:
         return (f"RemoteProvider(run_id={self.run_id!r}, addresses={self.addresses!r}, "
@@ -183,7 +183,7 @@ class RemoteProvider(Provider):
             self._reset_and_wait(info, deadline)
             if self.options.desktop:
                 self._check_screen(info)
-            verify.baseline_machine(self._view, address, info)
+            verify_guest.baseline_machine(self._view, address, info)
         except BaseException:
             self.slots.release(address, info.vm_id)
             raise
@@ -198,7 +198,7 @@ class RemoteProvider(Provider):
 
     def verify(self, info: VMInfo) -> list[str]:
         """The machine's home (the agent's), /tmp and processes through a probe its agent
-        runs, against what it had at its first boot in this run (``verify.py``)."""
+        runs, against what it had at its first boot in this run (``verify_guest.py``)."""
         return self._view.check(shown_address(info.address), None, info.address)
 
     def healthy(self, info: VMInfo) -> bool:

@@ -39,28 +39,22 @@ The modes (``--verify-reset``):
 
 Where each provider looks: process and docker from the host (``HostView``, on by default);
 qemu, remote, vmware and virtualbox through a probe the guest agent runs (``GuestView``,
-off unless asked for). A provider without ``verify`` (a plugin) refuses an explicit fast or
-full with a ConfigError naming it (``Provider.__init__``); nothing is silently ignored.
+``verify_guest.py``; off unless asked for). A provider without ``verify`` (a plugin) refuses
+an explicit fast or full with a ConfigError naming it (``Provider.__init__``); nothing is
+silently ignored.
 """
 
 from __future__ import annotations
 
-import base64
 import hashlib
-import inspect
-import json
 import logging
 import os
 import re
 import stat
-import zlib
 from pathlib import Path
 from typing import Iterable
 
 log = logging.getLogger(__name__)
-#: characters of the reset probe's answer kept (a fingerprint of a large home is long: more
-#: than the agent's default tail of a command's output)
-PROBE_TAIL_CHARS = 2_000_000
 
 from ...errors import ConfigError
 from .common import create_time, read_proc
@@ -110,13 +104,13 @@ def tree_fingerprint(root: str | os.PathLike, full: bool = False) -> dict[str, E
                 found[rel] = ("link", 0, 0, os.readlink(entry.path))
             elif stat.S_ISREG(st.st_mode):
                 found[rel] = ("file", st.st_size, st.st_mtime_ns,
-                              _sha256(entry.path) if full else "")
+                              file_sha256(entry.path) if full else "")
             else:
                 found[rel] = ("other", 0, 0, "")
     return found
 
 
-def _sha256(path: str) -> str:
+def file_sha256(path: str) -> str:
     digest = hashlib.sha256()
     try:
         with open(path, "rb") as handle:
@@ -353,90 +347,6 @@ class HostView:
                     windows.remove(title)
             differences += [f"window {title!r} left open" for title in windows]
         return capped(differences)
-
-
-class GuestView(HostView):
-    """Verifies a VM the host cannot look into (qemu, remote, vmware, virtualbox): the same
-    checks, with the home, /tmp, /dev/shm and the processes read by a probe the guest agent
-    runs (a Python program of this module's tree walk; tens of ms, more under TCG: off unless
-    asked for). Kernel threads and the probe's own session are left out of the processes.
-    A ``home`` of ``~`` is the agent's own home (a machine the user set up)."""
-
-    def _observe(self, pid: int | None, address: str | None) -> dict:
-        from ...guest.client import GuestClient
-
-        try:
-            result = GuestClient(address, timeout_s=60.0).run_python(
-                _probe_source(self.home, self.mode == "full"), timeout=60.0, isolated=True,
-                tail=PROBE_TAIL_CHARS)
-        except Exception as exc:  # noqa: BLE001 - unreachable, refused: a difference
-            raise LookupError(f"the VM's agent did not answer the reset probe: {exc}") from None
-        output = result.get("output") or ""
-        if len(output) >= PROBE_TAIL_CHARS:
-            raise LookupError(f"the reset probe's answer passed {PROBE_TAIL_CHARS:,} characters, compressed: the "
-                              f"VM's home, /tmp and /dev/shm hold too many entries for --verify-reset "
-                              f"{self.mode} to compare (a few hundred thousand); slim them, or use "
-                              "--verify-reset off for these VMs")
-        try:
-            seen = json.loads(zlib.decompress(base64.b64decode(output.strip().splitlines()[-1])))
-        except Exception as exc:  # noqa: BLE001 - garbled: a difference
-            raise LookupError(f"the reset probe answered what is not its report ({exc}): "
-                              f"{(result.get('error') or output)[-300:]!r}") from None
-        seen["home"] = {rel: tuple(entry) for rel, entry in seen["home"].items()}
-        return seen
-
-
-def machine_view(options, default: str = "off") -> GuestView:
-    """The view of a provider whose VMs are the user's machines running our guest agent
-    (remote, vmware, virtualbox): the agent's home, checked through it; ``default`` when
-    ``--verify-reset`` is not given (a probe is a round trip: off)."""
-    return GuestView(options.verify_reset or default, "~", None,
-                     spare_processes=DESKTOP_LAZY if options.desktop else (),
-                     windows=options.desktop)
-
-
-def baseline_machine(view: GuestView, slot: str, info) -> None:
-    """Take the baseline of the machine ``slot`` (an address, a VM file) at its first boot
-    and keep it: a restart of that machine is then checked against its first boot, so a
-    restore that does not take away what a task left shows before the next lease. VMError
-    when its agent cannot run the probe."""
-    from ...errors import VMError
-    from ...guest.client import shown_address
-
-    try:
-        view.baseline(slot, None, info.address, keep=True)
-    except LookupError as exc:
-        raise VMError(f"VM {info.vm_id} ({shown_address(info.address)}): {exc}") from None
-
-
-def _probe_source(home: str, full: bool) -> str:
-    """The program GuestView runs in the guest: prints one JSON line of what it sees."""
-    functions = inspect.getsource(tree_fingerprint) + "\n" + inspect.getsource(_sha256)
-    return f"""from __future__ import annotations
-import base64, hashlib, json, os, stat, zlib
-{functions}
-me, procs = os.getsid(0), []
-for name in os.listdir("/proc"):
-    try:
-        if not name.isdigit() or os.getsid(int(name)) == me:
-            continue
-        with open(f"/proc/{{name}}/cmdline", "rb") as fh:
-            cmdline = fh.read().replace(b"\\0", b" ").decode(errors="replace").strip()
-        with open(f"/proc/{{name}}/comm") as fh:
-            comm = fh.read().strip()
-    except OSError:
-        continue
-    if cmdline:  # a kernel thread has none
-        procs.append((int(name), comm, cmdline))
-boot = [float(line.split()[1]) for line in open("/proc/stat") if line.startswith("btime")][0]
-tmp = tree_fingerprint("/tmp")
-tmp.pop(os.path.basename(globals().get("__file__", "")), None)  # this probe's own file
-seen = json.dumps({{"home": tree_fingerprint(os.path.expanduser({home!r}), {full!r}), "tmp": tmp,
-                    "shm": tree_fingerprint("/dev/shm"), "processes": procs,
-                    "booted_ns": int((boot - 1) * 1e9)}})
-# compressed: a home of tens of thousands of entries is megabytes of JSON, a tenth of it so
-print(base64.b64encode(zlib.compress(seen.encode(), 6)).decode())
-"""
 
 
 def scratch_print(fingerprint: dict[str, Entry]) -> dict[tuple[str, str], int]:
