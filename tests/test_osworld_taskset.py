@@ -88,6 +88,19 @@ def test_bad_index_and_domain_say_what_exists():
 
 
 @needs_set
+def test_an_index_or_domain_that_lists_no_tasks_says_so_not_no_tasks_in_file(tmp_path):
+    index = tmp_path / "mine.json"
+    index.write_text(json.dumps({"os": index_of("test_all.json")["os"][:2], "vlc": []}))
+    result = cli("--data", str(EXAMPLES), "--osworld-index", str(index), "--domain", "vlc", "--dry-run")
+    assert result.exit_code == 2 and "no tasks in file" not in result.output, result.output
+    assert f"{index}: domain 'vlc' lists no tasks (tasks per domain: os 2)" in result.output
+    index.write_text(json.dumps({"os": []}))
+    result = cli("--data", str(EXAMPLES), "--osworld-index", str(index), "--agent", "openai", "--base-url",
+                 "http://127.0.0.1:9/v1", "--output-dir", str(tmp_path / "out"))
+    assert result.exit_code == 2 and f"{index}: the index lists no tasks" in result.output, result.output
+
+
+@needs_set
 def test_a_folder_with_unsupported_tasks_is_refused_listing_every_one(tmp_path):
     # OSWorld's os domain as it is, but two tasks ask for features no version has
     ids = index_of("test_all.json")["os"]

@@ -133,6 +133,36 @@ def _start_run(tmp_path, data, *flags: str, closed: int | None = None, **streams
     return subprocess.Popen(argv, preexec_fn=preexec, **streams)
 
 
+def test_a_stop_signal_as_the_run_writes_its_summary_and_report_lets_it_finish(tmp_path):
+    """A scheduler's SIGTERM that lands as a run ends: every sample final, its summary,
+    report and JUnit file being written (seconds, for a big run). The CLI's early handler
+    was back in place then: the finish broke off without its report or JUnit file, exit 130
+    and "interrupted by signal 15 before the run started: nothing ran"."""
+    data = write_tasks(tmp_path / "tasks.jsonl", [shell_task(f"t{i}") for i in range(30)])
+    run_dir, junit = tmp_path / "out" / "r", tmp_path / "junit.xml"
+    assert _start_run(tmp_path, data, "--no-progress", stdout=subprocess.DEVNULL).wait(timeout=120) == 0
+    summary, report = run_dir / "summary.json", run_dir / "report.html"
+    for _ in range(20):  # until the signal lands between the summary and the report
+        before = summary.stat().st_mtime_ns, report.stat().st_mtime_ns
+        junit.unlink(missing_ok=True)
+        proc = _start_run(tmp_path, data, "--no-progress", "--resume", "--junit-xml", str(junit),
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        while summary.stat().st_mtime_ns == before[0] and proc.poll() is None:
+            time.sleep(0.0002)
+        os.kill(proc.pid, signal.SIGSTOP)
+        landed = report.stat().st_mtime_ns == before[1]
+        os.kill(proc.pid, signal.SIGTERM)
+        os.kill(proc.pid, signal.SIGCONT)
+        out, err = proc.communicate(timeout=60)
+        if landed:
+            break
+    assert landed, "the signal never landed between the summary and the report"
+    assert proc.returncode == 0, err
+    assert "nothing ran" not in err and "signal 15 after the run's end" in err, err
+    assert "30/30 samples finished, 30 succeeded" in out
+    assert report.stat().st_mtime_ns != before[1] and junit.exists()
+
+
 @pytest.mark.parametrize("both, progress", [(False, "--no-progress"), (True, "--no-progress"), (True, "--progress")],
                          ids=["stdout", "stdout-and-stderr", "stdout-and-stderr-with-a-progress-bar"])
 def test_a_run_whose_reader_went_away_exits_with_its_own_status(tmp_path, both, progress):

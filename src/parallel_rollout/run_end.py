@@ -92,6 +92,14 @@ def finish_run(config: RunConfig, run_dir: Path, run_id: str, *, total: int,
     return RunOutcome(code, run_dir, summary, message)
 
 
+def signal_after_the_end(signum: int, frame: object) -> None:
+    """A stop signal once the run has ended (its engine closed, every record stored): its
+    summary, report, JUnit file and gates take a moment and are written whole first, and the
+    outcome is the run's own. Before, the CLI's early handler was back then: the finish
+    broke off, with no report or JUnit file, saying 'before the run started: nothing ran'."""
+    log.warning("signal %d after the run's end: writing its summary, report and gates first", signum)
+
+
 def ungraded_message(records: list[dict[str, Any]], count: int, max_retries: int, resume_cmd: str) -> str:
     """Why a run whose samples all ended is no result yet: ``count`` of them ended on an
     infrastructure failure after their retries, so they have no score (not a 0)."""

@@ -48,7 +48,7 @@ from .provenance import SCHEMA_VERSION, check_resume, provenance, recorded_confi
 from .records import sample_ends, unsupported_record
 from .report.files import write_text_whole
 from .results import ResultStore, ResumeIndex, StorageError, lock_run_folder, read_records
-from .run_end import RunOutcome, finish_run, read_summary, resume_command
+from .run_end import RunOutcome, finish_run, read_summary, resume_command, signal_after_the_end
 from .tasks import Sample, expand, load_task_set, unsupported_message
 
 log = logging.getLogger("parallel_rollout")
@@ -359,8 +359,8 @@ class Runner:
                 self.engine.close(grace=self.config.shutdown_grace_s if self._interrupted else None)
             finally:
                 self._store.close()
-                for sig, handler_ in previous.items():
-                    signal.signal(sig, handler_)
+                for sig in previous:  # the run has ended: its summary, report and gates are written whole
+                    signal.signal(sig, signal_after_the_end)
                 if self._progress is not None:
                     self._progress.close()
                 try:
@@ -374,6 +374,8 @@ class Runner:
                     logging.getLogger("parallel_rollout").removeHandler(handler)
                     handler.close()
                     lock.release()
+                    for sig, handler_ in previous.items():
+                        signal.signal(sig, handler_)
         return outcome
 
     def _queue_samples(self, samples: list[Sample], index) -> list[Assignment]:

@@ -105,8 +105,12 @@ def _selected(folder: Path, domain: str, index: str) -> tuple[Path, Path, list[t
     ids = read_osworld_index(index_path)
     if domain != "all" and domain not in ids:
         raise TaskFileError(f"{index_path}: no domain {domain!r}; domains: {', '.join(sorted(ids)) or 'none'}")
-    return folder, index_path, [(name, task_id) for name in (sorted(ids) if domain == "all" else [domain])
-                                for task_id in ids[name]]
+    selected = [(name, task_id) for name in (sorted(ids) if domain == "all" else [domain]) for task_id in ids[name]]
+    if not selected:  # not a task file's "no tasks in file": the index lists none to run
+        listing = ", ".join(f"{name} {len(ids[name])}" for name in sorted(ids) if ids[name]) or "none"
+        raise TaskFileError(f"{index_path}: {'the index' if domain == 'all' else f'domain {domain!r}'} lists no "
+                            f"tasks (tasks per domain: {listing})")
+    return folder, index_path, selected
 
 
 def folder_records(folder: Path, domain: str, index: str = DEFAULT_INDEX) -> Iterable[tuple[str, Any, str]]:
