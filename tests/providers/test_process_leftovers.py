@@ -448,7 +448,7 @@ def test_a_pools_first_vm_folder_is_made_in_a_locked_pool_folder(base_dir, monke
     """At a pool's first VM the pool folder is made and locked before the VM folder is made
     in it: a sweep in another PID namespace (where the owner's pid says nothing) never finds
     the new, unlabelled VM folder in an unlocked pool folder."""
-    from parallel_rollout.pool.providers import common
+    from parallel_rollout.pool.providers import common, pool_lock
 
     seen: dict[str, bool] = {}
     makedirs = os.makedirs
@@ -457,7 +457,7 @@ def test_a_pools_first_vm_folder_is_made_in_a_locked_pool_folder(base_dir, monke
         path = Path(path)
         if path.name == "vm0" or path.parent.name == "vm0":
             vm_dir = path if path.name == "vm0" else path.parent
-            seen.setdefault(str(vm_dir), common.pool_locked(vm_dir.parent))
+            seen.setdefault(str(vm_dir), pool_lock.pool_locked(vm_dir.parent))
         return makedirs(path, *args, **kwargs)
 
     monkeypatch.setattr(common.os, "makedirs", spying)

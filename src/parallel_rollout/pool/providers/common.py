@@ -12,9 +12,9 @@ the unkeyed ``<base>/<run_id>`` of earlier versions), or, without a run id, thos
 process is gone. A recorded pid is trusted only while it is the same process
 (``same_process``: its start time, so a recycled pid is never killed). A pid means nothing
 to a sweep in another PID namespace (``unshare --pid --mount-proc``: no such process there),
-so a pool also holds a lock on its folder while it lives (``hold_pool_lock``: flock, which is
-the folder's in every namespace), and a sweep leaves a pool folder whose lock is held
-(``pool_locked``) as it does one whose owner's pid runs.
+so a pool also holds a lock on its folder while it lives (``pool_lock.py``: flock, which is
+the folder's in every namespace), and a sweep leaves a pool folder whose lock is held as it
+does one whose owner's pid runs.
 
 **Start times** are psutil's (``psutil.Process.create_time``: the start in clock ticks since
 boot from ``/proc/PID/stat``, over the ticks per second, plus the boot time from
@@ -31,7 +31,6 @@ following it.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import functools
 import hashlib
 import json
@@ -48,6 +47,7 @@ from typing import Callable
 
 from ...errors import ConfigError, VMError
 from ...guest.agent_output import wait_exit
+from .pool_lock import hold_pool_lock, pool_held
 
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 #: the shared parent every default base folder lives in
@@ -269,73 +269,6 @@ def _owner_label(pid: int) -> tuple:
 def owner_alive(meta: dict) -> bool:
     """Whether the process a meta.json names as owner still runs."""
     return same_process(meta.get("owner_pid"), meta.get("owner_create_time"))
-
-
-#: pool folder -> the descriptor through which this process holds its lock (``hold_pool_lock``)
-_pool_locks: dict[str, int] = {}
-
-
-def hold_pool_lock(pool_dir: Path) -> None:
-    """Hold a shared flock on ``pool_dir`` (the folder of this process's pool) until this
-    process exits: what tells a sweep the pool is live where its owner's pid tells nothing
-    (the sweep in another PID namespace). Called at each VM folder made: a pool folder made
-    anew (its last VM's stop removed the old one) is locked again. Best effort: without it
-    the owner's pid still says the pool lives."""
-    key = str(pool_dir)
-    held = _pool_locks.get(key)
-    try:
-        now = os.stat(pool_dir)
-        if held is not None and (os.fstat(held).st_ino, os.fstat(held).st_dev) == (now.st_ino, now.st_dev):
-            return
-        fd = os.open(pool_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    except OSError:
-        return
-    fcntl.flock(fd, fcntl.LOCK_SH)  # a sweep holds it exclusively for a moment at most
-    if held is not None:
-        os.close(held)
-    _pool_locks[key] = fd
-
-
-def _drop_inherited_pool_locks() -> None:
-    """A forked child closes its copies of the parent's lock descriptors: the lock must end
-    with the pool's owner, not with a child that outlives it."""
-    for fd in _pool_locks.values():
-        with contextlib.suppress(OSError):
-            os.close(fd)
-    _pool_locks.clear()
-
-
-os.register_at_fork(after_in_child=_drop_inherited_pool_locks)
-
-
-def pool_locked(pool_dir: Path) -> bool:
-    """Whether a live process holds ``pool_dir``'s lock (``hold_pool_lock``), in whatever
-    PID namespace it runs."""
-    try:
-        fd = os.open(pool_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    except OSError:
-        return False
-    finally:
-        os.close(fd)  # and with it the lock just taken
-    return False
-
-
-def pool_held(pool_dir: Path, settle_s: float = 1.0) -> bool:
-    """Whether ``pool_dir``'s lock stays held for ``settle_s``: a child its owner was forking
-    when it was killed holds a copy of the lock's descriptor until it execs (close-on-exec), a
-    moment in which a sweep must not take the dead pool for a live one."""
-    deadline = time.monotonic() + settle_s
-    while pool_locked(pool_dir):
-        if time.monotonic() >= deadline:
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def check_vm_folder_free(run_id: str, vm_id: str, meta: dict | None, running: bool) -> None:

@@ -67,7 +67,7 @@ give up at ``boot_timeout_s`` with the container's state and log.
 **Sweep** (``docker_sweep.py``). Containers carry labels (run, VM, pool, owner, host):
 ``sweep(run_id)`` removes every container of that run (every pool's) and its folders;
 ``sweep()`` those whose owner process is gone on this host. The pool holds a lock on its
-folder while it lives (``common.hold_pool_lock``), as the process and qemu pools do, so a
+folder while it lives (``pool_lock.hold_pool_lock``), as the process and qemu pools do, so a
 sweep from another PID namespace, where the owner's pid means nothing, sees it live too.
 """
 

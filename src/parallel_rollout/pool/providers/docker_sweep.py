@@ -5,7 +5,7 @@ own: another run of the run id has a ``vm-0`` too), ``.owner`` (pid and start ti
 process that made them) and ``.host``. ``sweep(base, run_id)`` removes every container of that
 run (every pool's) and its folders under ``base``; without a run id (or with
 ``orphans_only``) it removes those whose pool is gone on this host: neither its owner process
-runs nor its pool folder's lock is held (``common.pool_held``: the pool holds it while it
+runs nor its pool folder's lock is held (``pool_lock.pool_held``: the pool holds it while it
 lives, and a lock is the folder's in every PID namespace, where a pid is not: a sweep run
 under ``unshare --pid`` sees no owner alive). Spares are
 containers like any other: a killed run leaves no trace a sweep cannot find. Every docker CLI
@@ -21,9 +21,10 @@ import socket
 import time
 from pathlib import Path
 
-from .common import (check_name, pool_folder, pool_held, read_meta, remove_run_dir_if_empty, run_folders, swept_name,
+from .common import (check_name, pool_folder, read_meta, remove_run_dir_if_empty, run_folders, swept_name,
                      vm_folders)
 from .docker_cli import LABEL, containers, owner_alive, remove_containers
+from .pool_lock import pool_held
 
 #: a sweep lists again after this long, for containers whose creation was under way
 SWEEP_SETTLE_S = 0.5
