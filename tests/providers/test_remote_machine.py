@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import tempfile
 import time
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -101,3 +104,52 @@ def test_a_clock_stepped_forward_during_the_attempt_hides_no_link(tmp_path, monk
     result, _ = agent_commands._refused_links(30.0, 5.0)
     monkeypatch.undo()
     assert result.get("returncode") == 126 and f"{tmp_path}/count.txt -> /proc/self/cmdline" in result["error"], result
+
+
+@pytest.mark.parametrize("where", ["disk", "tmpfs"])
+def test_a_link_made_deep_in_a_big_old_tree_is_found_without_reading_the_old_folders(tmp_path, where, monkeypatch):
+    """A home holding a big tree from before the attempt (a virtualenv on a machine of one's
+    own, a snapshot's files in a sandbox's tmpfs home): a check's scan reads the folders dated
+    since the lease and those that lead to them, not every old folder of the tree (it read
+    them all on every check: ~0.5 s per 100k files), and still finds a link the answer made
+    anywhere in it: in an old leaf folder, in a new folder below an old one, renamed into
+    one, or a hard link of an older link (its new place is dated)."""
+    if where == "tmpfs" and not os.path.isdir("/dev/shm"):
+        pytest.skip("no /dev/shm")
+    home = Path(tempfile.mkdtemp(dir="/dev/shm")) if where == "tmpfs" else tmp_path / "home"
+    try:
+        site = home / "venv" / "site-packages"
+        for number in range(40):
+            for folder in (site / f"pkg{number}", site / f"pkg{number}" / "__pycache__", site / f"pkg{number}" / "sub"):
+                folder.mkdir(parents=True)
+                for index in range(5):
+                    (folder / f"m{index}.py").touch()
+        stray = site / "pkg1" / "sub" / "stale-fd"  # a program's, before the attempt: not the answer's
+        os.symlink("/proc/self/fd/0", stray)
+        time.sleep(agent_grading.SINCE_SLACK_S + 0.2)
+        since = time.time() - agent_grading.SINCE_SLACK_S  # the lease
+        monkeypatch.setattr(agent_grading, "WRITABLE_FOLDERS", ())  # this home alone
+        made = [site / "pkg7" / "sub" / "count.txt", site / "pkg9" / "__pycache__" / "new" / "deeper" / "x",
+                site / "pkg3" / "sub" / "moved", site / "pkg5" / "__pycache__" / "hard"]
+        os.symlink("/proc/self/cmdline", made[0])
+        made[1].parent.mkdir(parents=True)
+        os.symlink("/proc/self/cmdline", made[1])
+        os.symlink("/proc/self/cmdline", home / "staged")
+        os.rename(home / "staged", made[2])
+        os.link(stray, made[3], follow_symlinks=False)
+        read: list[str] = []
+        scandir = os.scandir
+        monkeypatch.setattr(agent_grading.os, "scandir", lambda path: read.append(path) or scandir(path))
+        found = agent_grading.links_into_processes(str(home), time.monotonic() + 60, since)
+        monkeypatch.undo()
+        assert sorted(found) == sorted(f"{link} -> {os.readlink(link)}" for link in made), found
+        untouched = {str(site / f"pkg{n}" / leaf) for n in (0, 2, 20, 39) for leaf in ("__pycache__", "sub")}
+        assert not untouched & set(read), sorted(untouched & set(read))
+        assert len(read) < 3 * 40, len(read)
+        # without the lease's time every folder is read and every link looked at, the old one too
+        assert str(stray) + " -> /proc/self/fd/0" in agent_grading.links_into_processes(str(home), time.monotonic() + 60)
+    finally:
+        for link in home.rglob("*"):  # no link into /proc left where another run's check looks
+            if link.is_symlink():
+                link.unlink()
+        shutil.rmtree(home, ignore_errors=True)

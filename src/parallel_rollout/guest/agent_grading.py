@@ -134,19 +134,33 @@ def links_into_processes(home: str, deadline: float, since: float | None = None)
     home hold other programs' links, made before the attempt: they are not the answer's, and
     one of them failed every check of a run. A link made since that leads through an older
     one is still found, the chain being followed. TimeoutError past ``deadline``
-    (``time.monotonic()``)."""
+    (``time.monotonic()``).
+
+    With ``since``, a folder dated before it (:func:`_folder`) holds no link made since: a
+    link made, renamed or hard-linked into a folder dates the folder anew (its ctime, as its
+    mtime). Its links are not looked at, and on a filesystem that counts a folder's subfolders
+    in its link count it is read only until its subfolders are found (not at all without
+    any): a link made deep in an old tree dates its own folder, not the tree's, so every
+    folder below is still visited. An old link whose own ctime moved while its folder's did
+    not (a hard link of it made elsewhere, which is found there; its owner or attributes
+    changed) is the same link where it was before the attempt."""
     found: list[str] = []
-    stack = list(dict.fromkeys(os.path.realpath(f) for f in (home, *WRITABLE_FOLDERS) if os.path.isdir(f)))
+    kinds = _filesystems() if since is not None else {}
+    stack: list[tuple[str, bool, int | None]] = []
     seen: set[tuple[int, int]] = set()
-    for top in stack:  # a home inside /tmp is looked at once, not once more from /tmp
-        try:
+    for top in dict.fromkeys(os.path.realpath(f) for f in (home, *WRITABLE_FOLDERS) if os.path.isdir(f)):
+        try:  # a home inside /tmp is looked at once, not once more from /tmp
             info = os.stat(top)
-            seen.add((info.st_dev, info.st_ino))
         except OSError:
-            pass
+            continue
+        seen.add((info.st_dev, info.st_ino))
+        stack.append(_folder(top, info, since, kinds))
     while stack:
+        path, old, subfolders = stack.pop()
+        if subfolders == 0:
+            continue  # nothing made in it since, and no folder below it
         try:
-            folder = os.scandir(stack.pop())
+            folder = os.scandir(path)
         except OSError:
             continue  # nor can the check (the answer's user) list it
         with folder:
@@ -155,17 +169,54 @@ def links_into_processes(home: str, deadline: float, since: float | None = None)
                     raise TimeoutError
                 try:
                     if entry.is_symlink():
-                        if (since is None or entry.stat(follow_symlinks=False).st_ctime >= since) \
+                        if not old and (since is None or entry.stat(follow_symlinks=False).st_ctime >= since) \
                                 and _through_a_process(entry.path):
                             found.append(f"{entry.path} -> {os.readlink(entry.path)}")
                     elif entry.is_dir(follow_symlinks=False):
                         info = entry.stat(follow_symlinks=False)
                         if (info.st_dev, info.st_ino) not in seen:  # a folder inside another's
                             seen.add((info.st_dev, info.st_ino))
-                            stack.append(entry.path)
+                            stack.append(_folder(entry.path, info, since, kinds))
+                        if subfolders is not None:
+                            subfolders -= 1
+                            if subfolders == 0:
+                                break  # the rest of an old folder: no link to look at, no folder
                 except OSError:
                     continue
     return found
+
+
+#: local filesystems that date a folder anew (its ctime) whenever an entry is made, removed
+#: or renamed in it, as POSIX asks
+_DATED = frozenset({"tmpfs", "ext2", "ext3", "ext4", "xfs", "btrfs", "overlay"})
+#: those whose folder's link count is 2 + its subfolders, exactly (``find``'s leaf
+#: optimization; ext4 says 1 past 65,000 subfolders, btrfs and overlayfs's merged folders 1 always)
+_COUNTED = frozenset({"tmpfs", "ext2", "ext3", "ext4", "xfs"})
+
+
+def _folder(path: str, info: os.stat_result, since: float | None,
+            kinds: dict[int, str]) -> tuple[str, bool, int | None]:
+    """``(path, old, subfolders)``: ``old`` when it is dated before ``since`` on a filesystem
+    of :data:`_DATED` (a filesystem of unknown ways, FUSE or NFS, never is); then, on one of
+    :data:`_COUNTED`, how many folders it holds (None: unknown)."""
+    kind = kinds.get(info.st_dev)
+    old = since is not None and kind in _DATED and info.st_ctime < since
+    counted = old and kind in _COUNTED and info.st_nlink >= 2
+    return path, old, info.st_nlink - 2 if counted else None
+
+
+def _filesystems() -> dict[int, str]:
+    """Device number -> filesystem type, of every mount this process sees."""
+    kinds: dict[int, str] = {}
+    try:
+        with open("/proc/self/mountinfo") as handle:
+            for line in handle:
+                fields = line.split()
+                major, _, minor = fields[2].partition(":")
+                kinds[os.makedev(int(major), int(minor))] = fields[fields.index("-") + 1]
+    except (OSError, ValueError, IndexError):
+        return {}
+    return kinds
 
 
 def _through_a_process(link: str, hops: int = 40) -> bool:
