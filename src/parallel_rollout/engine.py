@@ -123,7 +123,7 @@ class Engine:
 
     def __init__(self, config: RunConfig, run_dir: str | Path, *, run_id: str | None = None,
                  modes: Iterable[str] | None = None, record_sink: Callable[[dict[str, Any]], None] | None = None,
-                 stop_on: Callable[[dict[str, Any]], str | None] | None = None) -> None:
+                 stop_on: Callable[[dict[str, Any]], str | None] | None = None, hidden: Iterable[str] = ()) -> None:
         self.run_dir = Path(run_dir)
         self.run_id = run_id or config.run_id or self.run_dir.name
         # the run id the workers' agents and envs are told (a command agent's read-only folder)
@@ -136,7 +136,7 @@ class Engine:
         if self.provider_cls is not None:
             self.provider_cls.check_available()
             self.provider_options = provider_options(config, self.provider_cls, vm_envs,
-                                                     run_answer_files(config, vm_envs))
+                                                     run_answer_files(config, vm_envs) + tuple(hidden))
             # Constructing one checks the options it cannot honour (e.g. --path-to-vm).
             self.provider_cls(self.run_id, self.provider_options)
         self._sink = record_sink

@@ -211,8 +211,15 @@ def task_answer_files(mode: str, data: str | None, domain: str = "all", index: s
     runner loads them (``also``: the fields the run's agent reads); a load that fails raises."""
     from ..tasks import load_task_set
 
-    env_cls = get_env(mode)
-    if not env_cls.has_answer_files or not data:
+    if not get_env(mode).has_answer_files or not data:
         return ()
     task_set = load_task_set(data, default_mode=mode, domain=domain, validators=task_validators(also), index=index)
-    return tuple(dict.fromkeys(path for task in task_set.tasks for path in env_cls.answer_files(task)))
+    return answer_files_of(task_set.tasks)
+
+
+def answer_files_of(tasks) -> tuple[str, ...]:
+    """The local files that hold the answer keys of ``tasks`` (``Env.answer_files`` of each
+    task's mode, for a mode that has any), each once: those of tasks given in Python (an RL
+    scheduler's), which no task file names."""
+    return tuple(dict.fromkeys(path for task in tasks if get_env(task.mode).has_answer_files
+                               for path in get_env(task.mode).answer_files(task)))

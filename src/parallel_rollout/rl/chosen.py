@@ -90,6 +90,7 @@ class ChosenBatches:
             raise ConfigError(f"get_batch(tasks=...): task {getattr(task, 'id', task)!r} has mode {mode!r}; "
                               f"this scheduler's engine runs {self.modes}")
         tag = next((t for t in self.tags if task in self._tasks[t]), (task.tags or (mode,))[0])
+        self._shared.check_hidden([task], "get_batch(tasks=...)")  # a Task made in Python: its gold files too
         return tag, task
 
     def _run_all(self, step: int, timeout: float | None) -> list[Trajectory]:

@@ -109,6 +109,8 @@ class GroupGeneration:
         would only be logged)."""
         try:
             task = next_task_of(self._source, tag, self._tasks, self.modes)
+            if not any(task in listed for listed in self._tasks.values()):  # made in Python: its gold files too
+                self._shared.check_hidden([task], f"task_source {type(self._source).__name__}.next_task({tag!r})")
         except (TaskSourceError, ConfigError) as exc:
             self._source_error = exc
             self._cond.notify_all()

@@ -139,10 +139,10 @@ class RolloutScheduler(ChosenBatches, GroupGeneration, TakingTurns):
             ChatTokenizer(run_config.tokenizer)  # a bad folder: a ConfigError now, not every episode's error
         self.modes = sorted({task.mode for tasks in self._tasks.values() for task in tasks})
         if _shared is not None:
-            _shared.check_sibling(name, self.modes)
+            _shared.check_sibling(name, self.modes, self._tasks)
         self._shared = _shared or SharedEngine.start(
             run_config, self.modes, max_concurrent_rollouts=max_concurrent_rollouts,
-            envs_per_worker=self.env_config.max_env_num_per_worker)
+            envs_per_worker=self.env_config.max_env_num_per_worker, tasks=self._tasks)
         try:
             self._init_state(max_version_lag, stale_versions)
         except BaseException:

@@ -41,10 +41,14 @@ class SharedEngine:
 
     @classmethod
     def start(cls, run_config: RunConfig, modes: list[str], *, max_concurrent_rollouts: int | None,
-              envs_per_worker: int | None) -> "SharedEngine":
-        """Start the gate and the engine for ``modes``; nothing is left running if it fails."""
+              envs_per_worker: int | None, tasks: dict[str, list[Any]] | None = None) -> "SharedEngine":
+        """Start the gate and the engine for ``modes``; nothing is left running if it fails.
+        The answer files of ``tasks`` (tag → the scheduler's tasks: an OSWorld task's gold
+        files, ``envs.answer_files_of``) are hidden from every VM, as a run's ``--data`` are:
+        a scheduler's tasks come from task sets or from Python, which ``--data`` never names."""
         from ..config import default_run_id
         from ..engine import Engine
+        from ..envs import answer_files_of
         from ..results import ResultStore
 
         gate = PolicyGate(version=0, host=gate_host(run_config))
@@ -59,7 +63,9 @@ class SharedEngine:
             config = dataclasses.replace(run_config, **changes)
             folder = RunFolder.open(Path(config.output_dir) / run_id, resume=config.resume)
             store = ResultStore(folder.run_dir)
-            engine = Engine(config, folder.run_dir, run_id=run_id, modes=modes, record_sink=store.append)
+            hidden = answer_files_of(task for listed in (tasks or {}).values() for task in listed)
+            engine = Engine(config, folder.run_dir, run_id=run_id, modes=modes, record_sink=store.append,
+                            hidden=hidden)
             shared = cls(engine, gate, store, folder)
             engine.start()
         except BaseException:
@@ -75,8 +81,9 @@ class SharedEngine:
         atexit.register(shared.close)
         return shared
 
-    def check_sibling(self, name: str, modes: list[str]) -> None:
-        """ConfigError when a scheduler named ``name`` serving ``modes`` cannot join."""
+    def check_sibling(self, name: str, modes: list[str], tasks: dict[str, list[Any]] | None = None) -> None:
+        """ConfigError when a scheduler named ``name`` serving ``modes`` cannot join (its
+        ``tasks``' answer files not hidden from the VMs among the reasons: ``check_hidden``)."""
         from ..envs import get_env
 
         if any(other.name == name for other in self.schedulers):
@@ -87,6 +94,27 @@ class SharedEngine:
             raise ConfigError(f"a sibling's tags need VMs of mode {', '.join(missing)}, but its engine's pool "
                               f"was made for modes {', '.join(self.engine.modes)}: give the first scheduler a "
                               "tag of that mode too")
+        self.check_hidden([task for listed in (tasks or {}).values() for task in listed], f"sibling {name!r}")
+
+    def check_hidden(self, tasks: list[Any], where: str) -> None:
+        """ConfigError naming ``where`` when an answer file of ``tasks`` (``envs.answer_files_of``:
+        an OSWorld task's gold file) is not hidden from the engine's VMs: the pool hides what
+        it is told at its start (the first scheduler's tasks), and a gold file it does not hide
+        is one an answer in a sandbox could read and write out as its own."""
+        import os
+
+        from ..agents.agent_sandbox import within
+        from ..envs import answer_files_of
+
+        options = self.engine.provider_options
+        hidden = options.hidden_files if options is not None else None
+        exposed = [] if hidden is None else [path for path in answer_files_of(tasks) if not any(
+            within(os.path.realpath(path), top) for top in hidden)]
+        if exposed:
+            raise ConfigError(f"{where}: the answer files {', '.join(exposed[:3])}{' …' if len(exposed) > 3 else ''} "
+                              "are not hidden from this engine's VMs, which hide those of the tasks the first "
+                              "scheduler loaded at its start: give these tasks in a task set of that scheduler "
+                              "(EnvManagerConfig.task_sets), so that no answer can read them")
 
     def close(self) -> None:
         """End every scheduler's generation and stop the engine, workers, pool and gate.

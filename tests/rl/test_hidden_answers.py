@@ -1,0 +1,109 @@
+"""The gold files of tasks given straight to an RL scheduler (a task set, a ``Task`` made in
+Python) are hidden from every VM, as a run's ``--data`` tasks' are: the policy's answer, run in
+the VM's sandbox, cannot read the file its check compares against and write it out as its own."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from desktop_support import HEIGHT, WIDTH
+from llm_server import llm_server  # noqa: F401 - fixture
+from parallel_rollout.errors import ConfigError
+from parallel_rollout.rl import EnvManagerConfig, TaskSet
+from parallel_rollout.tasks import Task
+from rl_support import Switch, rl_config
+
+ROOT = Path(__file__).resolve().parents[2]
+needs_desktop = pytest.mark.skipif(not all(shutil.which(p) for p in ("bwrap", "Xvfb", "openbox", "xterm")),
+                                   reason="bubblewrap or the desktop packages are missing (./dev installs them)")
+SECRET = "the secret only the gold file knows"
+
+
+def gold_task(task_id: str, gold: str) -> dict:
+    """An OSWorld task on an xterm (the shipped terminal-echo-file's desktop) whose check
+    compares ~/answer.txt with the gold file at ``gold`` (a ``cloud_file``)."""
+    shipped = [json.loads(line) for line in (ROOT / "benchmarks" / "osworld_tasks.jsonl").read_text().splitlines()
+               if line.strip()]
+    terminal = next(t for t in shipped if t["id"] == "terminal-echo-file")
+    return {**terminal, "id": task_id, "instruction": "Write the secret into ~/answer.txt.",
+            "evaluator": {"postconfig": [{"type": "sleep", "parameters": {"seconds": 0.5}}],
+                          "func": "compare_text_file",
+                          "result": {"type": "vm_file", "path": "~/answer.txt", "dest": "answer.txt"},
+                          "expected": {"type": "cloud_file", "path": gold, "dest": "gold.txt"}}}
+
+
+def copying(path: Path):
+    """A policy whose answer copies ``path`` into ~/answer.txt (in the VM), then says DONE."""
+    code = (f"import os\ntry:\n    text = open({str(path)!r}).read()\nexcept OSError as exc:\n    text = exc.strerror\n"
+            "open(os.path.expanduser('~/answer.txt'), 'w').write(text)")
+
+    def policy(body):
+        turn = sum(1 for m in body["messages"] if m["role"] == "assistant")
+        return {"reply": f"```python\n{code}\n```" if turn == 0 else "DONE"}
+
+    return policy
+
+
+@pytest.fixture
+def servers(request):
+    """``llm_server`` (tests/llm_server.py): ``servers(policy=…)`` starts one."""
+    return request.getfixturevalue("llm_server")
+
+
+@pytest.fixture
+def system_folder():
+    """A folder of its own under /usr/local/share, which a process VM sees as the host has it (an
+    OSWorld install's gold files live there): removed after the test."""
+    import tempfile
+
+    if not os.access("/usr/local/share", os.W_OK):
+        pytest.skip("/usr/local/share is not writable here (the test writes a gold file where a VM sees it)")
+    folder = Path(tempfile.mkdtemp(prefix="pr-hidden-answers-", dir="/usr/local/share"))
+    folder.chmod(0o755)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def _file(path: Path, text: str) -> Path:
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(text)
+    path.chmod(0o644)
+    path.parent.chmod(0o755)
+    return path
+
+
+@needs_desktop
+def test_a_schedulers_gold_files_are_hidden_from_the_answer_in_the_vm(tmp_path, servers, schedulers,
+                                                                       system_folder):
+    """The answer that reads its task's gold file (where a process VM sees it, under
+    /usr/local/share) fails: it read it, and the task passed, for a scheduler's task set, which
+    --data never names; the same answer reading a copy no task names passes (what fails it is
+    the hiding). A Task made in Python whose gold file the engine did not hide at its start
+    is refused before it runs."""
+    gold = _file(system_folder / "gold" / "gold.txt", SECRET + "\n")
+    copy = _file(system_folder / "elsewhere" / "copy.txt", SECRET + "\n")
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(json.dumps(gold_task("gold-task", str(gold))) + "\n")
+    switch = Switch(copying(gold))
+    server = servers(policy=switch)
+    train = schedulers(rl_config(tmp_path, server, mode="osworld", data=None, num_rollouts=1, envs_per_worker=1,
+                                 num_vms=1, use_vm_pool=True, action_space="pyautogui", screen_width=WIDTH,
+                                 screen_height=HEIGHT, max_turns=3),
+                       EnvManagerConfig(group_size=1, tags=["gold"], task_sets={"gold": TaskSet("osworld", str(tasks))}))
+    (stolen,) = train.get_batch(batch_size=1, step=0, tasks=["gold-task"])
+    assert (stolen.status, stolen.reward) == ("failure", 0.0), stolen.record
+    switch.policy = copying(copy)  # the control: the same action on a file no task names
+    (control,) = train.get_batch(batch_size=1, step=1, tasks=["gold-task"])
+    assert (control.status, control.reward) == ("success", 1.0), control.record
+    assert gold.read_text() == SECRET + "\n"
+    # a Task made in Python with a gold file the engine does not hide: refused, never run
+    other = _file(system_folder / "other" / "gold.txt", SECRET + "\n")
+    made = Task("made", "osworld", gold_task("made", str(other)))
+    with pytest.raises(ConfigError, match=r"get_batch\(tasks=...\): the answer files .*other/gold.txt"):
+        train.get_batch(batch_size=1, step=2, tasks=[made])
+    assert len(server.requests) == 4  # two turns of each run task: none of the refused one
