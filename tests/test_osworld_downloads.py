@@ -5,6 +5,7 @@ delivered into the guest through the agent."""
 from __future__ import annotations
 
 import functools
+import json
 import shutil
 import threading
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
@@ -16,6 +17,7 @@ from parallel_rollout.envs.osworld import downloads
 from parallel_rollout.envs.osworld import setup as steps
 from parallel_rollout.envs.osworld.getters import GETTERS
 from parallel_rollout.tasks import Task
+from llm_server import llm_server  # noqa: F401  (the fixture: a local model server)
 from test_guest import agent  # noqa: F401  (the fixture: a running agent, no desktop)
 
 
@@ -126,3 +128,47 @@ def test_the_run_end_says_where_to_put_a_file_it_could_not_download(served, tmp_
     assert done.exit_code == 1, done.output
     said = " ".join(done.output.split())
     assert "never graded" in said and f"put the file at {downloads.cache_path(url, tmp_path / 'cache')});" in said
+
+
+@pytest.mark.skipif(not all(shutil.which(p) for p in ("Xvfb", "openbox", "xdotool", "wmctrl")),
+                    reason="the desktop packages are missing (./dev installs them)")
+def test_a_gold_file_that_cannot_be_had_ends_the_attempt_before_the_model_is_asked(served, tmp_path,
+                                                                                   monkeypatch, llm_server):
+    """The evaluation's files (a cloud_file gold, a postconfig's download) are had before the
+    agent acts: one that cannot be downloaded ends each attempt setup_failed with no model
+    call, where every retry ran the whole episode first and its grading then failed."""
+    from click.testing import CliRunner
+
+    from parallel_rollout.cli import main
+    from test_osworld_taskset import osworld_folder
+
+    (served.folder / "gold.txt").write_text("3\n")
+    model = llm_server(policy=lambda body: {"reply": "DONE"})
+
+    def task(gold: str, script: str) -> dict:
+        return {"domain": "os", "instruction": "write 3 to ~/n.txt", "config": [], "evaluator": {
+            "postconfig": [{"type": "download", "parameters": {"files": [
+                {"url": f"{served.url}/{script}", "path": "/home/user/eval.sh"}]}}],
+            "func": "compare_text_file", "result": {"type": "vm_file", "path": "/home/user/n.txt", "dest": "n.txt"},
+            "expected": {"type": "cloud_file", "path": f"{served.url}/{gold}", "dest": "gold.txt"}}}
+
+    (served.folder / "eval.sh").write_text("true\n")
+    data = osworld_folder(tmp_path / "set", {"gold-missing": task("no-gold.txt", "eval.sh"),
+                                             "script-missing": task("gold.txt", "no-eval.sh"),
+                                             "all-there": task("gold.txt", "eval.sh")})
+    monkeypatch.setenv("PARALLEL_ROLLOUT_OSWORLD_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("OPENAI_API_KEY", "test")
+    out = tmp_path / "out"
+    done = CliRunner().invoke(main, [
+        "run", "--test_config_base_dir", str(data), "--agent", "openai", "--base_url", model.url, "--model", "m",
+        "--max-retries", "1", "--result_dir", str(out), "--run-id", "r", "--num-rollouts", "1", "--no-progress",
+        "--screen-width", "640", "--screen-height", "480"])
+    assert done.exit_code == 1, done.output
+    records = [json.loads(line) for line in (out / "r" / "results.jsonl").read_text().splitlines()]
+    by_task = {r["task_id"]: r for r in records}
+    assert by_task["all-there"]["final"] and by_task["all-there"]["reward"] == 0.0  # graded: the model said DONE
+    for missing in ("gold-missing", "script-missing"):
+        tries = [r for r in records if r["task_id"] == missing]
+        assert [r["status"] for r in tries] == ["setup_failed"] * 2 and all(r["turns"] == 0 for r in tries)
+    # one request, the graded task's: none for the attempts that could not be graded
+    assert len(model.requests) == 1, [r["body"]["messages"][1] for r in model.requests]

@@ -52,6 +52,20 @@ WAIT_S = 1.0
 _PREFIX = "import pyautogui; import time; pyautogui.FAILSAFE = False; "
 
 
+def _evaluator_sources(evaluator: dict[str, Any]) -> list[str]:
+    """The files an evaluation reads from outside the VM, as the task names them (an
+    http(s) URL, a file:// URL or a path): its getters' ``cloud_file`` paths and what its
+    ``postconfig`` steps download or upload."""
+    sides = [evaluator.get("expected"), evaluator.get("result")]
+    found = [getter.get("path") for side in sides for getter in (side if isinstance(side, list) else [side])
+             if isinstance(getter, dict) and getter.get("type") == "cloud_file"]
+    for step in evaluator.get("postconfig") or []:
+        if isinstance(step, dict) and step.get("type") in ("download", "upload_file"):
+            files = (step.get("parameters") or {}).get("files")
+            found += [item.get("url", item.get("local_path")) for item in files or [] if isinstance(item, dict)]
+    return [u for value in found for u in (value if isinstance(value, list) else [value]) if isinstance(u, str)]
+
+
 def _check_multi_file_getters(evaluator: Mapping[str, Any]) -> None:
     """ValueError at load for a ``vm_file``/``cloud_file`` getter with ``multi: true`` whose
     ``path`` and ``dest`` are not lists of one length, or whose ``gives`` picks past them."""
@@ -152,17 +166,9 @@ class OSWorldEnv(Env):
         from .references import reference_of, references_file
         from .sources import local_path
 
-        evaluator = task.get("evaluator") or {}
-        sides = [evaluator.get("expected"), evaluator.get("result")]
-        urls = [getter.get("path") for side in sides for getter in (side if isinstance(side, list) else [side])
-                if isinstance(getter, dict) and getter.get("type") == "cloud_file"]
-        for step in evaluator.get("postconfig") or []:
-            if isinstance(step, dict) and step.get("type") in ("download", "upload_file"):
-                files = (step.get("parameters") or {}).get("files")
-                urls += [item.get("url", item.get("local_path")) for item in files or [] if isinstance(item, dict)]
         found = []
-        for url in (u for value in urls for u in (value if isinstance(value, list) else [value])):
-            path = local_path(task, url) if isinstance(url, str) else None
+        for url in _evaluator_sources(task.get("evaluator") or {}):
+            path = local_path(task, url)
             if path is not None:
                 found += [os.path.abspath(path), os.path.realpath(path)]
         if reference_of(task.id) is not None:
@@ -216,6 +222,11 @@ class OSWorldEnv(Env):
             vm.start_recording()
             self.recording = True
         try:
+            # the files the evaluation fetches (gold files, a postconfig's downloads), had
+            # before the agent acts: one that cannot be had ends the attempt setup_failed
+            # now, not after an episode (its model calls) whose grading it would fail
+            for source in _evaluator_sources(task.get("evaluator") or {}):
+                steps.local_source(task, source, self.cache_root)
             steps.run_steps(self, task.get("config", []), "config")
         except steps.SetupError as exc:
             raise TaskSetupFailed(str(exc)) from exc
