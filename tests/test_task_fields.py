@@ -113,3 +113,28 @@ def test_a_column_named_like_an_answer_that_goes_to_the_agent_is_warned_of(tmp_p
     assert "'Solution' (2 task(s)), 'gold' (2 task(s))" in " ".join(run.output.split()), run.output
     assert [json.loads(line) for line in seen.read_text().splitlines()] == [
         ["Solution", "difficulty", "gold", "id", "mode", "problem", "seed", "tags"]] * 2
+
+
+def test_a_known_field_in_another_case_or_spelling_is_kept_and_warned_of_once_per_file(tmp_path, caplog):
+    """``TIMEOUT`` or ``Time_Out`` for ``timeout``, ``SEED`` for ``seed``: no typo distance
+    sees them (``TIMEOUT`` shares no letter of ``timeout`` in its case) and the task ran
+    without the field, in silence. They are kept as the task's own data, as before, with one
+    warning per field and file naming the first line and the mode's fields; a dataset's own
+    columns (``model``, near ``mode``; ``checks`` beside ``check``) get none."""
+    from parallel_rollout.envs import task_validators
+    from parallel_rollout.tasks import load_tasks
+
+    tasks = [shell_task("t0"), {**shell_task("t1"), "TIMEOUT": 300, "SEED": 3}, {**shell_task("t2"), "TIMEOUT": 300},
+             {**shell_task("t3"), "Time_Out": 5, "model": "m", "difficulty": "hard", "checks": ["x"]}]
+    data = write_tasks(tmp_path / "tasks.jsonl", tasks)
+    for _ in range(2):
+        with caplog.at_level("WARNING", logger="parallel_rollout"):
+            loaded = load_tasks(data, default_mode="shell", validators=task_validators())
+    assert [t.get("TIMEOUT") for t in loaded] == [None, 300, 300, None] and loaded[1].seed is None
+    said = [r.getMessage() for r in caplog.records if "in another case or spelling" in r.getMessage()]
+    assert len(said) == 3, said
+    assert said[0].startswith(f"{data}:2: field 'TIMEOUT' is not a shell task's, but reads as 'timeout'"), said
+    assert "the task runs without 'timeout' (a shell task's fields: id, mode, seed, tags, check, instruction, " \
+           "reap, reference, setup, timeout)" in said[0], said
+    assert said[1].startswith(f"{data}:2: field 'SEED' is not a shell task's, but reads as 'seed'"), said
+    assert said[2].startswith(f"{data}:4: field 'Time_Out' is not a shell task's, but reads as 'timeout'"), said

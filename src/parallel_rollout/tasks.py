@@ -24,6 +24,7 @@ import gzip
 import hashlib
 import importlib
 import json
+import logging
 import re
 import zlib
 from dataclasses import dataclass, field
@@ -37,7 +38,7 @@ from .tasks_osworld import DEFAULT_INDEX, file_hint, folder_records, is_osworld_
 from .tasks_parquet import parquet_mode, parquet_records
 
 #: fields the Task model owns; everything else is the mode's payload
-_CORE_FIELDS = ("id", "mode", "seed", "tags")
+CORE_FIELDS = ("id", "mode", "seed", "tags")
 
 
 @dataclass(frozen=True)
@@ -322,6 +323,7 @@ def load_task_set(
             continue
         else:
             task_set.tasks.append(task)
+            _warn_of_look_alikes(validators, task, str(path))
         if task.id in seen:
             bad.append(f"{where}: duplicate task id {task.id!r} (first at {seen[task.id]})")
             continue
@@ -333,6 +335,24 @@ def load_task_set(
     if not task_set.total:
         raise TaskFileError(f"{path}: no tasks in file")
     return task_set
+
+
+#: (file, field) pairs already warned of as a known field in another case or spelling
+_look_alikes_warned: set[tuple[str, str]] = set()
+
+
+def _warn_of_look_alikes(validators: Validators, task: Task, path: str) -> None:
+    """Say once per field and file that a field of ``task`` is a known one in another case or
+    with other separators (``TIMEOUT``, ``timeLimitS``): kept as the task's own data, as any
+    other field the mode does not read, but the task runs without the field it looks like."""
+    look_alikes = getattr(validators, "look_alikes", None)  # the registry's validators have it
+    for name, field_name, fields in look_alikes(task.mode, task.payload) if look_alikes else ():
+        if (path, name) not in _look_alikes_warned:
+            _look_alikes_warned.add((path, name))
+            logging.getLogger("parallel_rollout").warning(
+                "%s: field %r is not a %s task's, but reads as %r in another case or spelling: it is kept "
+                "as the task's own data and the task runs without %r (a %s task's fields: %s); said once "
+                "per field and file", task.source, name, task.mode, field_name, field_name, task.mode, ", ".join(fields))
 
 
 def census_lines(task_set: TaskSet) -> list[str]:
@@ -374,7 +394,7 @@ def _mode_hint(refused: list[Any], default_mode: str | None, validators: Validat
 
     def takes(validate: Callable[[Mapping[str, Any]], None], raw: Mapping[str, Any]) -> bool:
         try:
-            validate({k: v for k, v in raw.items() if k not in _CORE_FIELDS})
+            validate({k: v for k, v in raw.items() if k not in CORE_FIELDS})
         except Exception:  # noqa: BLE001 - any refusal: not this mode's task
             return False
         return True
@@ -417,7 +437,7 @@ def _parse_task(raw: Any, where: str, default_mode: str | None, validators: Vali
     tags = raw.get("tags", [])
     if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
         raise TaskFileError(f"{where}: field 'tags' must be a list of strings")
-    payload = {k: v for k, v in raw.items() if k not in _CORE_FIELDS}
+    payload = {k: v for k, v in raw.items() if k not in CORE_FIELDS}
     task = Task(id=task_id, mode=mode, payload=payload, seed=seed, tags=tuple(tags), source=where)
     try:
         validators[mode](payload)

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from ..errors import ConfigError, TaskFileError
 from ..plugins import Registry
+from ..tasks import CORE_FIELDS
 from ..tasks_osworld import DEFAULT_INDEX
 from .base import Env
 
@@ -81,6 +82,25 @@ class _Validators(Mapping):
     def __contains__(self, mode: object) -> bool:
         return mode in MODES
 
+    def look_alikes(self, mode: str, payload: Mapping[str, Any]) -> list[tuple[str, str, list[str]]]:
+        """``(name, field, fields)`` for each payload field that is none of the mode's (nor the
+        agent's) but is one of them, or of the core fields, in another case or with other
+        separators (``TIMEOUT``, ``timeLimitS``, ``time-limit-s``, ``SEED``), which the task
+        lacks: a typo's refusal (``_known_fields``) does not see those, and the task would
+        run without the field. Kept as the task's own data all the same (a load warns)."""
+        env = get_env(mode)
+        if env.task_fields is None:
+            return []
+        fields = env.task_fields | self.also
+        known = [*CORE_FIELDS, *sorted(fields)]
+        by_form = {_form(name): name for name in known}
+        found = []
+        for name in payload:
+            field = by_form.get(_form(name))
+            if field is not None and field != name and field not in payload and name not in fields:
+                found.append((name, field, known))
+        return found
+
     def __iter__(self):
         return iter(mode_names())
 
@@ -94,7 +114,7 @@ def _known_fields(env: type[Env], fields: frozenset[str], payload: Mapping[str, 
     task would run without it), naming it; then the mode's own checks. Other fields a mode
     does not know are kept (a dataset's own columns: difficulty, source …) for the agent."""
     known = sorted(fields)
-    core = ["id", "mode", "seed", "tags"]
+    core = list(CORE_FIELDS)
     for name in payload:
         if name in fields or name == "task_id":
             continue
@@ -103,6 +123,12 @@ def _known_fields(env: type[Env], fields: frozenset[str], payload: Mapping[str, 
             raise ValueError(f"unknown field {name!r} (did you mean {close[0]!r}?); a {env.name or 'task'} "
                              f"task's fields are {', '.join([*core, *known])} (others are kept for the agent)")
     env.validate_task(payload)
+
+
+def _form(name: str) -> str:
+    """A field's name without case or separators: ``timeLimitS``, ``TIME_LIMIT_S`` and
+    ``time-limit-s`` are ``timelimits``."""
+    return re.sub(r"[\W_]+", "", name).casefold()
 
 
 #: how like a known field an unknown one must be to be refused as its typo (difflib's ratio:
