@@ -13,7 +13,7 @@ guest with each ``/run_python`` call, followed by one call of ``main(request)``:
 Chromium (its profile under the home, so a VM reset takes cookies, local storage and pages
 with it), opens the task's page, seeds MiniWoB's random generator and starts the episode.
 ``act`` carries out one action; ``observe`` reads the page; ``eval`` (tests, debugging)
-evaluates an expression in it. Each answers one JSON line after
+evaluates an expression in it; ``stop`` ends the server and Chromium (``PIDS``). Each answers one JSON line after
 ``MARKER``: the utterance, the DOM as a flat element list, MiniWoB's reward globals, and a PNG
 screenshot (base64) when asked.
 
