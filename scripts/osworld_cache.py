@@ -5,8 +5,9 @@
     python scripts/osworld_cache.py where URL            # the path the cache keeps URL at
     python scripts/osworld_cache.py put URL FILE         # copy FILE there
     python scripts/osworld_cache.py missing [FOLDER] [--index test_all.json] [--domain D]
-                                                         # every http(s) URL of the task set
-                                                         # that is not cached yet
+                                                         # every http(s) file the task set
+                                                         # downloads that is not cached yet
+                                                         # (not the web pages Chrome opens)
 
 The cache is ``$PARALLEL_ROLLOUT_OSWORLD_CACHE`` or ``~/.cache/parallel-rollout/osworld``
 (see ``parallel_rollout/envs/osworld/downloads.py``).
@@ -21,6 +22,7 @@ import sys
 from pathlib import Path
 
 from parallel_rollout.envs.osworld import downloads
+from parallel_rollout.envs.osworld.sources import task_sources
 from parallel_rollout.tasks_osworld import DEFAULT_INDEX, osworld_folder
 
 
@@ -51,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
         for domain in sorted(index) if args.domain == "all" else [args.domain]:
             for task_id in index[domain]:
                 task = json.loads((folder / "examples" / domain / f"{task_id}.json").read_text())
-                urls = downloads.urls_in([task.get("config", []), task.get("evaluator", {})])
+                urls = [url for url in task_sources(task) if downloads.is_remote(url)]
                 for url in dict.fromkeys(urls):
                     if not downloads.cache_path(url).is_file():
                         print(f"{domain}/{task_id}\t{url}")

@@ -183,16 +183,17 @@ def test_the_dry_run_notes_uncached_downloads_and_apps_the_vms_lack(tmp_path, pr
     not in the download cache) or on these VMs (an app they lack: VS Code's code everywhere),
     found from the task files alone, with no network."""
     from parallel_rollout.envs.osworld import downloads
+    from parallel_rollout.envs.osworld.sources import task_sources
 
     if provider == "process" and shutil.which("code"):
         pytest.skip("this host has VS Code")
     small = index_of("test_small.json")
     tasks = {(d, i): json.loads((EXAMPLES / "examples" / d / f"{i}.json").read_text()) for d, ids in small.items()
              for i in ids}
-    fetching = [key for key, task in tasks.items() if downloads.urls_in([task.get("config") or [], task["evaluator"]])]
+    fetching = [key for key, task in tasks.items() if any(map(downloads.is_remote, task_sources(task)))]
     cache = tmp_path / "cache"
     first = tasks[fetching[0]]  # its files put in the cache: no longer counted
-    for url in downloads.urls_in([first.get("config") or [], first["evaluator"]]):
+    for url in filter(downloads.is_remote, task_sources(first)):
         downloads.cache_path(url, cache).parent.mkdir(parents=True, exist_ok=True)
         downloads.cache_path(url, cache).write_bytes(b"x")
     done = subprocess.run([sys.executable, "-m", "parallel_rollout", "run", "--data", str(EXAMPLES), "--osworld-index",
@@ -209,6 +210,28 @@ def test_the_dry_run_notes_uncached_downloads_and_apps_the_vms_lack(tmp_path, pr
                         for n in notes), notes
     if provider == "process":  # a note is no problem: the preflight passes
         assert done.returncode == 0, said(done)
+
+
+def test_web_pages_a_task_opens_are_no_files_to_cache(tmp_path):
+    """A chrome task that opens amazon.com in a tab (and a rule that names it) downloads
+    nothing: the dry run's note counts, and osworld_cache.py missing lists, only the files a
+    run downloads (os: its postconfig's eval.sh), never web pages no cache can hold."""
+    from parallel_rollout.envs.osworld import downloads
+
+    opens_pages, downloads_a_file = "7b6c7e24-c58a-49fc-a5bb-d57b80e5b4c3", "5ced85fc-fa1a-4217-95fd-0fb530545ce2"
+    index = tmp_path / "two.json"
+    index.write_text(json.dumps({"chrome": [opens_pages], "os": [downloads_a_file]}))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), downloads.CACHE_ENV: str(tmp_path / "cache")}
+    done = subprocess.run([sys.executable, "-m", "parallel_rollout", "run", "--data", str(EXAMPLES),
+                           "--osworld-index", str(index), "--dry-run", *MODEL_AGENT],
+                          capture_output=True, text=True, timeout=120, env=env)
+    assert "note: 1 task fetch files not in the download cache" in said(done), said(done)
+    listed = subprocess.run([sys.executable, str(Path(__file__).parents[1] / "scripts" / "osworld_cache.py"),
+                             "missing", str(EXAMPLES), "--index", str(index)],
+                            capture_output=True, text=True, timeout=60, env=env)
+    assert listed.returncode == 0, listed.stderr
+    assert [line.split("\t")[0] for line in listed.stdout.splitlines()] == [f"os/{downloads_a_file}"]
+    assert listed.stdout.split("\t")[1].strip().endswith("/eval.sh"), listed.stdout
 
 
 def _one_task_index(tmp_path: Path) -> tuple[str, Path]:

@@ -18,11 +18,8 @@ from pathlib import Path
 
 from . import chrome
 from .metrics.browser import compare_urls
-from .sources import local_source
+from .sources import EMPTY_HISTORY_URL, local_source
 
-#: OSWorld's empty Chrome history database
-EMPTY_HISTORY_URL = ("https://huggingface.co/datasets/xlangai/ubuntu_osworld_file_cache/resolve/main/"
-                     "chrome/44ee5668-ecd5-4366-a6ce-c1c9b8d4e938/history_empty.sqlite?download=true")
 #: Chrome's transition type for a typed, chain-start-and-end visit (OSWorld's value)
 _TRANSITION = 805306368
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from . import downloads
+from .sources import task_sources
 
 #: providers whose desktop is this project's image: the apps it holds are known here
 _IMAGE_PROVIDERS = ("docker", "qemu")
@@ -64,7 +65,7 @@ def _launched(payload: dict[str, Any]) -> Iterable[str]:
 def _uncached(task: Any) -> bool:
     """Whether the task fetches a URL that is in neither of the cache's places."""
     root = downloads.cache_root()
-    urls = downloads.urls_in([task.get("config") or [], task.get("evaluator") or {}])
+    urls = [url for url in task_sources(task) if downloads.is_remote(url)]
     return any(not downloads.cache_path(url, root).is_file()
                and not (root / task.id / downloads.basename(url)).is_file() for url in urls)
 

@@ -42,6 +42,7 @@ from . import actions as acts
 from . import evaluators as ev
 from . import registry
 from . import setup as steps
+from . import sources
 
 #: the --observation-type values (OSWorld's)
 OBSERVATION_TYPES = ("screenshot", "a11y_tree", "screenshot_a11y_tree")
@@ -50,20 +51,6 @@ ACTION_TIMEOUT_S = 90.0
 #: seconds WAIT sleeps when --sleep-after-execution is 0
 WAIT_S = 1.0
 _PREFIX = "import pyautogui; import time; pyautogui.FAILSAFE = False; "
-
-
-def _evaluator_sources(evaluator: dict[str, Any]) -> list[str]:
-    """The files an evaluation reads from outside the VM, as the task names them (an
-    http(s) URL, a file:// URL or a path): its getters' ``cloud_file`` paths and what its
-    ``postconfig`` steps download or upload."""
-    sides = [evaluator.get("expected"), evaluator.get("result")]
-    found = [getter.get("path") for side in sides for getter in (side if isinstance(side, list) else [side])
-             if isinstance(getter, dict) and getter.get("type") == "cloud_file"]
-    for step in evaluator.get("postconfig") or []:
-        if isinstance(step, dict) and step.get("type") in ("download", "upload_file"):
-            files = (step.get("parameters") or {}).get("files")
-            found += [item.get("url", item.get("local_path")) for item in files or [] if isinstance(item, dict)]
-    return [u for value in found for u in (value if isinstance(value, list) else [value]) if isinstance(u, str)]
 
 
 def _check_multi_file_getters(evaluator: Mapping[str, Any]) -> None:
@@ -164,10 +151,10 @@ class OSWorldEnv(Env):
         file), and what its ``postconfig`` steps upload or download from one. Those behind an
         http(s) URL are in the download cache, which a command agent never sees either."""
         from .references import reference_of, references_file
-        from .sources import local_path
+        from .sources import evaluation_sources, local_path
 
         found = []
-        for url in _evaluator_sources(task.get("evaluator") or {}):
+        for url in evaluation_sources(task.get("evaluator") or {}):
             path = local_path(task, url)
             if path is not None:
                 found += [os.path.abspath(path), os.path.realpath(path)]
@@ -225,7 +212,7 @@ class OSWorldEnv(Env):
             # the files the evaluation fetches (gold files, a postconfig's downloads), had
             # before the agent acts: one that cannot be had ends the attempt setup_failed
             # now, not after an episode (its model calls) whose grading it would fail
-            for source in _evaluator_sources(task.get("evaluator") or {}):
+            for source in sources.evaluation_sources(task.get("evaluator") or {}):
                 steps.local_source(task, source, self.cache_root)
             steps.run_steps(self, task.get("config", []), "config")
         except steps.SetupError as exc:

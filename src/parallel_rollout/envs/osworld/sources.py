@@ -12,11 +12,17 @@ folder) or an http(s) URL fetched once per machine into the download cache
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from . import downloads
 from .downloads import cache_root
 
-__all__ = ["SetupError", "SourceMissing", "cache_root", "local_path", "local_source"]
+__all__ = ["EMPTY_HISTORY_URL", "SetupError", "SourceMissing", "cache_root", "evaluation_sources", "local_path",
+           "local_source", "task_sources"]
+
+#: the empty Chrome history ``update_browse_history`` starts from when the profile has none
+EMPTY_HISTORY_URL = ("https://huggingface.co/datasets/xlangai/ubuntu_osworld_file_cache/resolve/main/"
+                     "chrome/44ee5668-ecd5-4366-a6ce-c1c9b8d4e938/history_empty.sqlite?download=true")
 
 
 class SetupError(RuntimeError):
@@ -60,3 +66,39 @@ def local_path(task, url: str) -> Path | None:
         base = Path(task.source.rsplit(":", 1)[0]).parent if task.source else Path.cwd()
         path = base / path
     return path
+
+
+def _step_files(steps: Any, maybe: bool) -> list[Any]:
+    """The files ``steps`` fetch from outside the VM: ``download`` and ``upload_file``
+    steps' (``maybe``: also the empty history ``update_browse_history`` fetches only when
+    the profile has none)."""
+    found: list[Any] = []
+    for step in steps if isinstance(steps, list) else []:
+        kind = step.get("type") if isinstance(step, dict) else None
+        if kind in ("download", "upload_file"):
+            files = (step.get("parameters") or {}).get("files")
+            found += [item.get("url", item.get("local_path")) for item in files or [] if isinstance(item, dict)]
+        elif kind == "update_browse_history" and maybe:
+            found.append(EMPTY_HISTORY_URL)
+    return found
+
+
+def _strings(values: list[Any]) -> list[str]:
+    return [u for value in values for u in (value if isinstance(value, list) else [value]) if isinstance(u, str)]
+
+
+def evaluation_sources(evaluator: dict[str, Any], maybe: bool = False) -> list[str]:
+    """The files an evaluation reads from outside the VM, as the task names them (an http(s)
+    URL, a file:// URL or a path): its getters' ``cloud_file`` paths and what its
+    ``postconfig`` steps download or upload (``maybe``: see :func:`_step_files`). Not the
+    web pages a step opens in Chrome or a rule names: nothing fetches those into the cache."""
+    sides = [evaluator.get("expected"), evaluator.get("result")]
+    found = [getter.get("path") for side in sides for getter in (side if isinstance(side, list) else [side])
+             if isinstance(getter, dict) and getter.get("type") == "cloud_file"]
+    return _strings(found + _step_files(evaluator.get("postconfig"), maybe))
+
+
+def task_sources(task: Any) -> list[str]:
+    """Every file a task's steps and getters may fetch from outside the VM (its config's
+    and its evaluation's): what the download cache must hold for it to run offline."""
+    return _strings(_step_files(task.get("config"), True)) + evaluation_sources(task.get("evaluator") or {}, True)
