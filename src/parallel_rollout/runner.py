@@ -8,7 +8,7 @@
       └─► run folder (lock, config.json, run.log, events.jsonl) · progress · summary.json
 
 The Runner owns what makes a batch a run: the folder and its lock (one writer at a time),
-``config.json`` (what ``--resume`` reads back and checks), logging to ``run.log``, the
+``config.json`` (what ``--resume`` reads back and checks: run_folder.py), logging to ``run.log``, the
 progress bar or lines, the results store (one line per attempt, resume skips samples that
 have a final one) and the summary. Ctrl-C / SIGTERM close the engine with the grace period;
 the exit code says how the run ended (0 done, 1 stopped, 130 interrupted: run_end.py) and the message
@@ -18,7 +18,6 @@ how to resume. Everything about processes and VMs is the engine's.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import signal
 import sys
@@ -27,28 +26,26 @@ import time
 from pathlib import Path
 from typing import Any
 
-import filelock
 
 from .agents import get_agent
 from .agents.base import MODEL_OPTIONS
 from .agents.episode import EndpointRefused, ModelUnavailable
 from .agents.model_checks import check_agent
-from .config import PYTHON_CALL, RunConfig, data_required, default_run_id
+from .config import RunConfig, data_required, default_run_id
 from .engine import Engine
 from .envs import get_env, task_validators, with_mode_defaults
 from .envs.registry import answer_like_warnings
 from .errors import ConfigError, TaskFileError, handled_stop_signals, raise_interrupted
 from .logs import PipeSafeStream, run_log_handler
 from .messages import Assignment
-from .output_checks import check_free_disk, check_run_folder_writable, check_writable_folder
+from .output_checks import check_free_disk, check_writable_folder
 from .plugins import plugin_call
 from .pool.providers import get_provider
 from .pool.providers.common import check_name
-from .provenance import SCHEMA_VERSION, check_resume, provenance, recorded_config
-from .records import sample_ends, unsupported_record
-from .report.files import write_text_whole
-from .results import ResultStore, ResumeIndex, StorageError, lock_run_folder, read_records
-from .run_end import RunOutcome, finish_run, read_summary, resume_command, signal_after_the_end
+from .records import unsupported_record
+from .results import ResultStore, StorageError
+from .run_end import RunOutcome, finish_run, resume_command, signal_after_the_end
+from .run_folder import RunFolder
 from .tasks import Sample, expand, load_task_set, unsupported_message
 
 log = logging.getLogger("parallel_rollout")
@@ -201,102 +198,14 @@ class Runner:
             return dataclasses.replace(cfg, num_rollouts=samples)
         return cfg
 
-    def _open_run_dir(self, keys: set[str]) -> tuple[filelock.BaseFileLock, ResumeIndex]:
-        """Lock the run folder, check a resume against it and read its results (``keys``:
-        this run's samples); config.json is written only once all of that passed."""
-        cfg = self.config
-        try:
-            self.run_dir.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise ConfigError(f"--output-dir {cfg.output_dir}: cannot make the run folder "
-                              f"{self.run_dir}: {exc.strerror or exc}") from None
-        lock = lock_run_folder(self.run_dir)
-        try:
-            config_path = self.run_dir / "config.json"
-            stored = self._check_resume()
-            self._store = ResultStore(self.run_dir)
-            try:
-                index = self._store.load()
-            except StorageError as exc:
-                raise ConfigError(f"cannot resume {self.run_id}: {exc}") from None
-            self._check_scope(index.final, keys)
-            self._store.repair(index)  # every check passed: only now is anything changed
-            (self.run_dir / "trajectories").mkdir(exist_ok=True)
-            # Written whole (aside, renamed): a kill mid-write must not leave a config.json a resume
-            # cannot read. ``started_at``: the first session's, for `runs list`; ``total_samples``:
-            # this session's, for a run killed before its summary.
-            now = time.time()
-            write_text_whole(config_path, json.dumps({
-                "schema_version": SCHEMA_VERSION, "run_id": self.run_id, "identity_hash": cfg.identity_hash(),
-                "config": recorded_config(cfg, "model" in self.agent_cls.options), "provenance": self._provenance,
-                "written_at": now,
-                "started_at": (stored or {}).get("started_at") or (stored or {}).get("written_at") or now,
-                "total_samples": len(keys),
-            }, indent=2))
-        except BaseException as exc:
-            lock.release()
-            if isinstance(exc, OSError):  # a full disk before anything ran: nothing is lost
-                raise ConfigError(f"cannot write in the run folder {self.run_dir}: {exc.strerror or exc}") from None
-            raise
-        return lock, index
-
-    def _check_resume(self) -> dict[str, Any] | None:
-        """ConfigError unless the run folder may be (re)opened with this config: results there
-        need --resume and the settings and task data they were made with. Returns the
-        stored config.json (None without one). Reads only."""
-        config_path = self.run_dir / "config.json"
-        results_path = self.run_dir / "results.jsonl"
-        has_results = results_path.exists() and results_path.stat().st_size > 0
-        if has_results and not self.config.resume:
-            python = PYTHON_CALL in self.config.sources.values()  # said as run()'s caller spells it
-            raise ConfigError(f"{self.run_dir} already holds results; add {'resume=True' if python else '--resume'} "
-                              f"to continue that run or pick a new {'run_id' if python else '--run-id'}")
-        self._provenance = provenance(self.config, endpoints=self._endpoints())
-        try:
-            stored = json.loads(config_path.read_text()) if config_path.exists() else None
-        except ValueError as exc:
-            if not (has_results and self.config.resume):
-                raise ConfigError(f"cannot resume {self.run_id}: {config_path} is not JSON ({exc})") from None
-            # resumed with its flags given (config.build_config): the task data is checked
-            # against the hashes summary.json keeps; its config.json is written anew
-            made = (read_summary(self.run_dir) or {}).get("provenance")
-            log.warning("%s is not JSON (%s): resuming with the settings given%s", config_path, exc,
-                        "" if made else "; nor is there a summary.json: the task data cannot be checked")
-            stored = {"provenance": made} if made else None
-        if has_results and stored is not None:
-            check_resume(self.run_id, stored, self.config, self._provenance)
-        return stored
-
-    def _check_scope(self, finals: dict[str, Any], keys: set[str]) -> None:
-        """ConfigError for final results of samples this run no longer holds (a lower
-        --limit): they would count against a total that leaves them out."""
-        outside = sorted(set(finals) - keys)
-        if outside:
-            raise ConfigError(
-                f"cannot resume {self.run_id}: {len(outside)} finished sample(s) are not among "
-                f"this run's {len(keys)} (e.g. {outside[0]}), as with a --limit lower than the "
-                "run's before; resume with a --limit at least as high, or start a new "
-                "--run-id")
+    def _folder(self) -> RunFolder:
+        """The run folder, as this run's settings (after ``prepare``) see it."""
+        return RunFolder(self.config, self.run_dir, self.run_id, self._endpoints)
 
     def check_folder(self, samples: list[Sample]) -> str:
         """What ``--dry-run`` says of the run folder (after ``prepare``), reading only: the
         checks the run would make on opening it; ConfigError for what it would refuse."""
-        if self.run_dir.exists() and not self.run_dir.is_dir():
-            raise ConfigError(f"--output-dir {self.config.output_dir}: {self.run_dir} is a file, not a folder")
-        check_run_folder_writable(self.config.output_dir, self.run_dir)  # as opening it would
-        self._check_resume()
-        results_path = self.run_dir / "results.jsonl"
-        if not results_path.exists():
-            return f"a new run folder {self.run_dir}"
-        try:
-            finals = sample_ends(read_records(results_path))
-        except StorageError as exc:
-            raise ConfigError(f"cannot resume {self.run_id}: {exc}") from None
-        keys = self._keys(samples)
-        self._check_scope(finals, keys)
-        ungraded = sum(1 for r in finals.values() if r.get("infrastructure"))
-        return (f"resumes {self.run_id}: {len(finals) - ungraded} of {len(keys)} samples already final"
-                + (f", {ungraded} never graded (infrastructure) to run again" if ungraded else ""))
+        return self._folder().describe(self._keys(samples))
 
     def _keys(self, samples: list[Sample]) -> set[str]:
         """The keys of this run's samples: those it runs and those --skip-unsupported skips."""
@@ -328,7 +237,9 @@ class Runner:
         try:
             samples = self.prepare()
             total = len(samples) + len(self._skipped)
-            lock, index = self._open_run_dir(self._keys(samples))
+            folder = self._folder()
+            lock, self._store, index = folder.open(self._keys(samples), "model" in self.agent_cls.options)
+            self._provenance = folder.provenance
             for sig in signals:
                 signal.signal(sig, self._on_signal)
         except BaseException:
