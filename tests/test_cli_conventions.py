@@ -16,6 +16,7 @@ from click.testing import CliRunner
 from conftest import ROOT, SHELL_TASKS
 from parallel_rollout import plugins
 from parallel_rollout.agents.base import AGENTS
+from parallel_rollout.agents.openai_agent import KEEP_IMAGES
 from parallel_rollout.cli import main
 from parallel_rollout.envs import mode_names
 from parallel_rollout.pool.providers import provider_names
@@ -139,7 +140,8 @@ def test_osworld_spellings_are_read_as_this_clis_flags(tmp_path):
 
 
 @pytest.mark.parametrize("flag, equivalent", [
-    ("--top_p", "--sampling top_p="), ("--max_trajectory_length", "whole episode"),
+    ("--top_p", "--sampling top_p="),
+    ("--max_trajectory_length", f"the openai agent keeps the {KEEP_IMAGES} newest screenshots in its conversation"),
     ("--log_level", "-v"), ("--region", "--provider-name remote")])
 def test_osworld_flags_without_an_equivalent_say_what_to_use(flag, equivalent):
     result = CliRunner().invoke(main, ["--mode", "osworld", flag, "1"])

@@ -44,7 +44,10 @@ OSWORLD_ALIASES = {
 OSWORLD_REFUSED = {
     "--top_p": "set it with --sampling top_p=VALUE (the openai agent's sampling parameters)",
     "--stop_token": "set it with --sampling stop=TEXT (the openai agent's sampling parameters)",
-    "--max_trajectory_length": "the openai agent sends the whole episode; there is no window to set",
+    # agents/openai_agent.KEEP_IMAGES (tests/test_cli_conventions.py holds the two equal)
+    "--max_trajectory_length": "the openai agent keeps the 3 newest screenshots in its conversation (as "
+                               "OSWorld's default, 3, does) and every turn's text; that window is not set "
+                               "here: leave the flag out",
     "--region": "cloud providers (aws, azure) are not built in; use --provider-name remote "
                 "with --vm-address for guests you started yourself",
     "--log_level": "use -v (DEBUG) or -q (warnings only) for the console; run.log keeps INFO",
