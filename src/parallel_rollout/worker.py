@@ -41,7 +41,7 @@ from . import records
 from .agents import Agent, AttemptInfo, EpisodeCut, get_agent
 from .agents.base import AGENTS, run_maybe_async
 from .config import RunConfig
-from .envs import Env, get_env
+from .envs import Env, answer_files_of, get_env
 from .envs.base import checked_evaluation, checked_step
 from .envs.registry import MODES
 from .errors import AttemptCancelled, RolloutError, SandboxViolation, VMError
@@ -182,7 +182,8 @@ class RolloutWorker:
             self._check_cancelled(item)
             env, agent = parts.env(task.mode), parts.agent()
             agent.begin_attempt(AttemptInfo(
-                item.key, item.attempt, dict(item.sampling), loop=self._loop_index(slot),
+                item.key, item.attempt, dict(item.sampling), loop=self._loop_index(slot),  # and the gold files:
+                withheld=answer_files_of([task], quiet=True),  # the task's, wherever it came from
                 on_model_retry=lambda failing: self._progress(item, record, "model_retry" if failing else "agent")))
             with self._agents_lock:
                 self._agents[(item.key, item.attempt)] = agent

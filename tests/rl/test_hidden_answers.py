@@ -107,3 +107,50 @@ def test_a_schedulers_gold_files_are_hidden_from_the_answer_in_the_vm(tmp_path, 
     with pytest.raises(ConfigError, match=r"get_batch\(tasks=...\): the answer files .*other/gold.txt"):
         train.get_batch(batch_size=1, step=2, tasks=[made])
     assert len(server.requests) == 4  # two turns of each run task: none of the refused one
+
+
+#: a command agent (its program on the host, in bubblewrap) that reads the file named in the file
+#: ``sys.argv[1]`` on turn 1 and answers with pyautogui code writing it into ~/answer.txt; then DONE
+THIEF = r"""
+import json, os, sys
+for line in sys.stdin:
+    if json.loads(line)["turn"] == 1:
+        try:
+            answer = open(open(sys.argv[1]).read()).read()
+        except OSError as exc:
+            answer = exc.strerror
+        print(json.dumps(f"import os; open(os.path.expanduser('~/answer.txt'), 'w').write({answer!r})"), flush=True)
+    else:
+        print(json.dumps("DONE"), flush=True)
+"""
+
+
+@needs_desktop
+def test_a_command_agent_under_a_scheduler_cannot_read_its_tasks_gold_file(tmp_path, servers, schedulers):
+    """The command agent's program withholds the gold file of the task it plays (beside the
+    task set's file): it read it, for a scheduler's task, which --data never names, and scored
+    1; the same program told of a copy no task names scores (what fails it is the hiding)."""
+    import sys
+
+    gold = tmp_path / "set" / "gold.txt"
+    gold.parent.mkdir()
+    gold.write_text(SECRET + "\n")
+    tasks = gold.parent / "tasks.jsonl"
+    tasks.write_text(json.dumps(gold_task("gold-beside", "gold.txt")) + "\n")
+    copy = tmp_path / "elsewhere" / "copy.txt"
+    copy.parent.mkdir()
+    copy.write_text(SECRET + "\n")
+    where, script = tmp_path / "where.txt", tmp_path / "thief.py"
+    where.write_text(str(gold))
+    script.write_text(THIEF)
+    train = schedulers(rl_config(tmp_path, servers(), mode="osworld", data=None, agent="command",
+                                 agent_cmd=f"{sys.executable} {script} {where}", base_url=None, model=None,
+                                 num_rollouts=1, envs_per_worker=1, num_vms=1, use_vm_pool=True,
+                                 action_space="pyautogui", screen_width=WIDTH, screen_height=HEIGHT, max_turns=3),
+                       EnvManagerConfig(group_size=1, tags=["gold"], task_sets={"gold": TaskSet("osworld", str(tasks))}))
+    (stolen,) = train.get_batch(batch_size=1, step=0, tasks=["gold-beside"])
+    assert (stolen.status, stolen.reward) == ("failure", 0.0), stolen.record
+    where.write_text(str(copy))  # the control: the same program on a file no task names
+    (control,) = train.get_batch(batch_size=1, step=1, tasks=["gold-beside"])
+    assert (control.status, control.reward) == ("success", 1.0), control.record
+    assert gold.read_text() == SECRET + "\n"

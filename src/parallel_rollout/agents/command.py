@@ -134,6 +134,10 @@ class CommandAgent(Agent):
         self._task = task
         self._turn = 0
         self._budget_left = self.reply_budget_s
+        own = [path for path in (self.attempt_info.withheld if self.attempt_info else ()) if path not in self.withheld]
+        if own:  # the task's gold files, which no file of the run names (an RL scheduler's task)
+            self.withheld = (*self.withheld, *own)
+            self._stop_process()  # the next one starts without them
 
     def act(self, observation: dict[str, Any]) -> Any:
         """Send the observation, return the JSON value the agent answers with."""

@@ -100,6 +100,10 @@ class AttemptInfo:
     #: turn's call ended; an attempt whose time runs out in between was the endpoint's, not
     #: the task's (``backends.base.late_failures``)
     on_model_retry: Callable[[bool], None] | None = dataclasses.field(default=None, compare=False, repr=False)
+    #: the local files that hold the task's answer key (``envs.answer_files_of``: an OSWorld
+    #: task's gold files), which an agent that runs a program of its own withholds from it
+    #: (the ``command`` agent): a task given in Python names them in no file of the run
+    withheld: tuple[str, ...] = ()
 
     @property
     def session_id(self) -> str:

@@ -243,9 +243,15 @@ def task_answer_files(mode: str, data: str | None, domain: str = "all", index: s
     return answer_files_of(task_set.tasks)
 
 
-def answer_files_of(tasks) -> tuple[str, ...]:
+def answer_files_of(tasks, quiet: bool = False) -> tuple[str, ...]:
     """The local files that hold the answer keys of ``tasks`` (``Env.answer_files`` of each
     task's mode, for a mode that has any), each once: those of tasks given in Python (an RL
-    scheduler's), which no task file names."""
-    return tuple(dict.fromkeys(path for task in tasks if get_env(task.mode).has_answer_files
-                               for path in get_env(task.mode).answer_files(task)))
+    scheduler's), which no task file names. ``quiet``: () where they cannot be told (a path
+    no file can have), which the task's grading then meets and says."""
+    try:
+        return tuple(dict.fromkeys(path for task in tasks if get_env(task.mode).has_answer_files
+                                   for path in get_env(task.mode).answer_files(task)))
+    except (ConfigError, TaskFileError, OSError, ValueError):
+        if not quiet:
+            raise
+        return ()
