@@ -37,7 +37,7 @@ from pathlib import Path
 #: (``"engine.py"`` one file, ``"pool/"`` a whole package). A module may import modules of
 #: its own layer and of every layer below it.
 LAYERS: list[list[str]] = [
-    ["cli.py", "__main__.py", "cli_options.py", "cli_aliases.py", "preflight.py", "api.py"],
+    ["cli.py", "__main__.py", "cli_options.py", "cli_aliases.py", "cli_runs.py", "preflight.py", "api.py"],
     ["runner.py", "run_end.py", "run_folder.py", "rl/"],
     ["engine.py"],
     ["backends/"],
@@ -59,8 +59,8 @@ LEAVES: dict[str, tuple[str, ...]] = {"config.py": ("errors.py", "config_checks.
 #: what each rule is for, in the README block
 RULES = (
     "Paths are relative to `src/parallel_rollout/`: `x/` is a whole package, `x.py` one "
-    "module, `__init__.py` the root package's own. `report/` is read by `cli`, `api`, `runner`, "
-    "`run_folder` and `run_end` only and reads `results`.",
+    "module, `__init__.py` the root package's own. `report/` is read by `cli`, `cli_runs`, `api`, "
+    "`runner`, `run_folder` and `run_end` only and reads `results`.",
     "Imports run one way, top to bottom: a module imports modules of its own layer or of a "
     "layer below it, never above. Inside a layer, imports are allowed while they stay "
     "acyclic.",

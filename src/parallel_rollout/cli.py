@@ -42,9 +42,10 @@ from click.core import ParameterSource
 from .config import RunConfig, build_config
 from .errors import ConfigError, InterruptedBeforeStart, ProviderUnavailable, RunLocked, VMError, raise_interrupted
 from .cli_options import (ENV_PREFIX, LazyHelpOption, RegistryOption, RunCommand, dataset_help, env_var_name,
-                          help_sections, invoked_as, refuse_stdout)
+                          help_sections, invoked_as)
 from .exit_codes import EXIT_ABORTED, EXIT_INTERRUPTED, EXIT_LOCKED, EXIT_USAGE
 from .logs import console_logging, devnull_for_closed_streams, say
+from .cli_runs import compare_cmd, report_cmd, runs
 
 _D = RunConfig()
 #: --max-turns when not given: each built-in mode's ``Env.default_max_turns`` (a test checks)
@@ -387,108 +388,10 @@ def sweep(provider_name: str, run_id: str | None, backend: str, ray_address: str
     click.echo(f"removed {len(removed)} {provider_name} VM(s)" + (": " + ", ".join(removed) if removed else ""))
 
 
-@main.command("report")
-@click.argument("run_dir")
-@click.option("--output", "-o", type=click.Path(dir_okay=False), callback=refuse_stdout,
-              help="Where to write the page, a file ('-', stdout, is refused; default: RUN_DIR/report.html; "
-                   "screenshots are linked relative to the run folder).")
-@click.option("--output-dir", default=_D.output_dir, show_default=True,
-              help="Where a run id given instead of a folder is looked up.")
-def report_cmd(run_dir: str, output: str | None, output_dir: str) -> None:
-    """Write the self-contained HTML report of a run (its folder, or its run id under
-    --output-dir) and print its path."""
-    from .report.html import write_report
-    from .report.run_data import resolve_run
-
-    click.echo(write_report(resolve_run(run_dir, output_dir), output))
-
-
-@main.command("compare")
-@click.argument("run_a")
-@click.argument("run_b")
-@click.option("--output-dir", default=_D.output_dir, show_default=True,
-              help="Where run ids given instead of folders are looked up.")
-@click.option("--html", "html_path", type=click.Path(dir_okay=False), callback=refuse_stdout,
-              help="Where to write the page, a file ('-', stdout, is refused; default: RUN_B/compare-<A>.html; "
-                   "the text goes beside it as .txt).")
-@click.option("--check", is_flag=True, help="Exit 4 when B is significantly worse than A (McNemar exact, p < 0.05; with several "
-              "samples per task, Wilcoxon signed-rank over tasks); 5 when there is no verdict (no shared sample, "
-              "an unfinished A, no such run A: a missed night).")
-def compare_cmd(run_a: str, run_b: str, output_dir: str, html_path: str | None, check: bool) -> None:
-    """Compare run B with the baseline run A (folders or run ids) over their shared samples."""
-    from .exit_codes import EXIT_NO_VERDICT, EXIT_REGRESSION
-    from .report.compare_html import write_comparison
-    from .report.run_data import NotARunFolder, resolve_run
-
-    # B first: a mistyped B is a usage error (exit 2), not hidden behind a missing A's "no verdict"
-    candidate = resolve_run(run_b, output_dir)
-    try:
-        baseline = resolve_run(run_a, output_dir)
-    except NotARunFolder as exc:
-        if not check:
-            raise
-        # as `run --compare-to` does: a baseline that is not there (a missed night) is no
-        # verdict, not a usage error
-        say(f"no verdict: no baseline: {exc}", err=True)
-        sys.exit(EXIT_NO_VERDICT)
-    comparison, text, page = write_comparison(baseline, candidate, html_path)
-    say(text)
-    say(f"written: {page} and {page.with_suffix('.txt')}")
-    if check and comparison.cannot_judge:
-        say(f"no verdict: {comparison.cannot_judge}", err=True)
-        sys.exit(EXIT_NO_VERDICT)
-    if check and comparison.regressed:
-        sys.exit(EXIT_REGRESSION)
-
-
-@main.group()
-def runs() -> None:
-    """The runs of an output folder."""
-
-
-@runs.command("list")
-@click.option("--output-dir", default=_D.output_dir, show_default=True, help="The folder that holds the runs.")
-@click.option("--json", "as_json", is_flag=True, help="One JSON object per run instead of a table.")
-def runs_list(output_dir: str, as_json: bool) -> None:
-    """Every run with its date, mode, samples, success rate (of the graded samples) and status (complete,
-    ungraded, partial, interrupted, unreadable)."""
-    import json
-
-    from .report.runs import format_runs, list_runs
-
-    lines = list_runs(output_dir)
-    if as_json:
-        for line in lines:
-            click.echo(json.dumps(line.to_json()))
-    else:
-        click.echo(format_runs(lines))
-
-
-@runs.command("export-osworld")
-@click.argument("run")
-@click.argument("result_dir", type=click.Path(file_okay=False))
-@click.option("--output-dir", default=_D.output_dir, show_default=True,
-              help="Where RUN is looked up when it is a run id, not a folder.")
-@click.option("--sample", type=click.IntRange(min=0), default=0, show_default=True,
-              help="Which sample of each task (OSWorld has one folder per example; with --group-size k, "
-                   "export each sample to a result folder of its own).")
-@click.option("--model", help="The <model> folder (default: the run's --model, else its --agent); a '/' in it "
-              "nests folders, as OSWorld's run.py does (Qwen/Qwen2.5-VL-7B-Instruct).")
-@click.option("--overwrite", is_flag=True, help="Replace example folders already in RESULT_DIR.")
-def runs_export_osworld(run: str, result_dir: str, output_dir: str, sample: int, model: str | None,
-                        overwrite: bool) -> None:
-    """Put an osworld run's final trajectories in OSWorld's result layout, which its
-    show_result.py reads: RESULT_DIR/<action_space>/<observation_type>/<model>/<domain>/<id>/."""
-    from .report.osworld_export import export_osworld
-    from .report.run_data import resolve_run
-
-    done = export_osworld(resolve_run(run, output_dir), result_dir, sample=sample, model=model,
-                          overwrite=overwrite)
-    domains = f"domains from {done.index}" if done.index else "no OSWorld index: every example under all/"
-    click.echo(f"exported {done.examples} example(s) to {done.folder} ({done.scored} with result.txt; {domains})")
-    if done.without_files:
-        click.echo(f"no trajectory folder for {len(done.without_files)} task(s): {', '.join(done.without_files[:10])}",
-                   err=True)
+# the commands that read runs already written (cli_runs.py)
+main.add_command(report_cmd)
+main.add_command(compare_cmd)
+main.add_command(runs)
 
 
 if __name__ == "__main__":
