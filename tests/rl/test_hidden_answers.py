@@ -154,3 +154,31 @@ def test_a_command_agent_under_a_scheduler_cannot_read_its_tasks_gold_file(tmp_p
     (control,) = train.get_batch(batch_size=1, step=1, tasks=["gold-beside"])
     assert (control.status, control.reward) == ("success", 1.0), control.record
     assert gold.read_text() == SECRET + "\n"
+
+
+def test_a_task_sets_file_is_hidden_from_the_answer_in_the_vm(tmp_path, servers, schedulers, system_folder):
+    """A py task set's file where a process VM sees it (a dataset pip-installed under
+    /usr/local, as HumanEval's is in Python's Docker images): the answer that reads it (its
+    tests and canonical solution are there) fails; it passed for a scheduler's task set, which
+    --data never names. The same answer reading a copy no task set names passes."""
+    if not shutil.which("bwrap"):
+        pytest.skip("bubblewrap is missing")
+    task = {"id": "peek", "mode": "py", "prompt": "def answer():\n", "entry_point": "answer",
+            "test": "def check(candidate):\n    assert candidate() == 42\n", "canonical_solution": "    return 42\n"}
+    tasks = _file(system_folder / "set" / "tasks.jsonl", json.dumps(task) + "\n")
+    copy = _file(system_folder / "elsewhere" / "copy.jsonl", json.dumps(task) + "\n")
+
+    def reading(path: Path):
+        code = (f"def answer():\n    try:\n        return 42 if 'canonical_solution' in open({str(path)!r}).read() "
+                "else 0\n    except OSError:\n        return 0\n")
+        return lambda body: {"reply": f"```python\n{code}```"}
+
+    switch = Switch(reading(tasks))
+    train = schedulers(rl_config(tmp_path, servers(policy=switch), mode="py", data=None, num_rollouts=1,
+                                 envs_per_worker=1, num_vms=1, max_turns=1),
+                       EnvManagerConfig(group_size=1, tags=["peek"], task_sets={"peek": TaskSet("py", str(tasks))}))
+    (stolen,) = train.get_batch(batch_size=1, step=0)
+    assert (stolen.status, stolen.reward) == ("failure", 0.0), stolen.record
+    switch.policy = reading(copy)  # the control: the same answer on a file no task set names
+    (control,) = train.get_batch(batch_size=1, step=1)
+    assert (control.status, control.reward) == ("success", 1.0), control.record

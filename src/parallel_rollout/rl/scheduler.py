@@ -50,7 +50,8 @@ from ..policy_gate import whole_number_from
 from .budget import BatchBudget, check_timeout
 from .callers import TakingTurns
 from .chosen import ChosenBatches
-from .config import EnvManagerConfig, check_count, check_run_config, load_tags, whole_number, whole_ratio
+from .config import (EnvManagerConfig, check_count, check_run_config, load_tags, resolve_task_set, whole_number,
+                     whole_ratio)
 from .generation import GroupGeneration
 from .groups import Group, GroupFilter, Trajectory, check_group_filter, with_turns
 from .metrics import batch_metrics
@@ -142,7 +143,8 @@ class RolloutScheduler(ChosenBatches, GroupGeneration, TakingTurns):
             _shared.check_sibling(name, self.modes, self._tasks)
         self._shared = _shared or SharedEngine.start(
             run_config, self.modes, max_concurrent_rollouts=max_concurrent_rollouts,
-            envs_per_worker=self.env_config.max_env_num_per_worker, tasks=self._tasks)
+            envs_per_worker=self.env_config.max_env_num_per_worker, tasks=self._tasks,
+            task_files=[resolve_task_set(tag, self.env_config, run_config.mode, run_config.data).data for tag in self.tags])
         try:
             self._init_state(max_version_lag, stale_versions)
         except BaseException:

@@ -41,11 +41,13 @@ class SharedEngine:
 
     @classmethod
     def start(cls, run_config: RunConfig, modes: list[str], *, max_concurrent_rollouts: int | None,
-              envs_per_worker: int | None, tasks: dict[str, list[Any]] | None = None) -> "SharedEngine":
+              envs_per_worker: int | None, tasks: dict[str, list[Any]] | None = None,
+              task_files: list[str | None] = ()) -> "SharedEngine":
         """Start the gate and the engine for ``modes``; nothing is left running if it fails.
-        The answer files of ``tasks`` (tag → the scheduler's tasks: an OSWorld task's gold
-        files, ``envs.answer_files_of``) are hidden from every VM, as a run's ``--data`` are:
-        a scheduler's tasks come from task sets or from Python, which ``--data`` never names."""
+        The files the scheduler's task sets come from (``task_files``: their ``data``, a named
+        dataset's file too) and the answer files of ``tasks`` (tag → the scheduler's tasks: an
+        OSWorld task's gold files, ``envs.answer_files_of``) are hidden from every VM, as a
+        run's ``--data`` and its gold files are: ``--data`` never names a scheduler's tasks."""
         from ..config import default_run_id
         from ..engine import Engine
         from ..envs import answer_files_of
@@ -63,7 +65,7 @@ class SharedEngine:
             config = dataclasses.replace(run_config, **changes)
             folder = RunFolder.open(Path(config.output_dir) / run_id, resume=config.resume)
             store = ResultStore(folder.run_dir)
-            hidden = answer_files_of(task for listed in (tasks or {}).values() for task in listed)
+            hidden = (*files_of(task_files), *answer_files_of(task for listed in (tasks or {}).values() for task in listed))
             engine = Engine(config, folder.run_dir, run_id=run_id, modes=modes, record_sink=store.append,
                             hidden=hidden)
             shared = cls(engine, gate, store, folder)
@@ -132,6 +134,23 @@ class SharedEngine:
             self.gate.close()
             self.store.close()
             self.folder.close()  # last: the folder is another run's to write only once all is stopped
+
+
+def files_of(data: list[str | None]) -> list[str]:
+    """The files task sets' ``data`` name (a path, or a named dataset's file: HumanEval's), as
+    the loader finds them; one that does not resolve, or is no file, is left out."""
+    from ..errors import TaskFileError
+    from ..tasks import resolve_data
+
+    found = []
+    for name in data:
+        try:
+            path = resolve_data(name) if name else None
+        except (ConfigError, TaskFileError, OSError, ValueError):
+            continue
+        if path is not None and path.exists():  # a built-in set's name ("frozenlake") is no file
+            found.append(str(path))
+    return found
 
 
 def gate_host(run_config: RunConfig) -> str | None:
