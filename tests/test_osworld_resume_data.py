@@ -20,6 +20,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from parallel_rollout.exit_codes import EXIT_USAGE
 from test_osworld_taskset import EXAMPLES, index_of, needs_set
 
@@ -100,3 +102,41 @@ def test_a_run_recorded_by_an_older_version_resumes_unless_a_task_file_was_modif
     assert refused.returncode == EXIT_USAGE
     assert (f"examples/os/{ids[0]}.json (modified since the run started)"
             in " ".join(refused.stderr.split())), refused.stderr
+
+
+def test_a_run_started_again_after_a_stop_says_which_run_to_resume(tmp_path):
+    """OSWorld's run.py started again goes on where it stopped; here the same line starts a
+    new run, which runs every sample again: it says so, naming the run --resume goes on with
+    (a new run of other settings says nothing)."""
+    import signal
+
+    from test_osworld_taskset import osworld_folder
+
+    if not all(shutil.which(p) for p in ("Xvfb", "openbox", "xdotool", "wmctrl")):
+        pytest.skip("the desktop packages are missing (./dev installs them)")
+    data = osworld_folder(tmp_path / "set", {
+        "quick": {"domain": "os", "instruction": "cannot", "config": [], "evaluator": {"func": "infeasible"},
+                  "reference": ["FAIL"]},
+        "slow": {"domain": "os", "instruction": "cannot either", "config": [], "evaluator": {"func": "infeasible"},
+                 "reference": ["WAIT"] * 60 + ["FAIL"]}})
+    out = tmp_path / "out"
+    line = [sys.executable, "-m", "parallel_rollout", "run", "--test_config_base_dir", str(data), "--result_dir",
+            str(out), "--num-rollouts", "1", "--no-progress", "--screen-width", "640", "--screen-height", "480"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    first = subprocess.Popen(line, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not any(
+            '"final": true' in p.read_text() for p in out.glob("*/results.jsonl")):
+        time.sleep(0.2)
+    first.send_signal(signal.SIGINT)
+    assert first.wait(timeout=60) == 130, first.stdout.read()
+    [stopped] = [p.name for p in out.iterdir()]
+    again = subprocess.run([*line, "--limit", "1"], capture_output=True, text=True, timeout=120, env=env)
+    assert again.returncode == 0, again.stderr
+    said = " ".join((again.stdout + again.stderr).split())
+    assert (f"an earlier run of these settings, {stopped}, was interrupted with 1 of 2 samples final: this one "
+            f"runs every sample again; --run-id {stopped} --resume goes on with that one instead") in said, said
+    other = subprocess.run([*line, "--limit", "1", "--max-turns", "5"], capture_output=True, text=True,
+                           timeout=120, env=env)
+    assert other.returncode == 0 and "an earlier run" not in other.stdout + other.stderr, other.stderr

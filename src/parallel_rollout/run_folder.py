@@ -63,6 +63,10 @@ class RunFolder:
         try:
             config_path = self.run_dir / "config.json"
             stored = self.check_resume()
+            if stored is None and not cfg.resume:
+                note = self.twins_note()
+                if note:
+                    log.warning("%s", note)
             store = ResultStore(self.run_dir)
             try:
                 index = store.load()
@@ -116,6 +120,15 @@ class RunFolder:
             check_resume(self.run_id, stored, self.config, self.provenance)
         return stored
 
+    def twins_note(self) -> str:
+        """What a new run says of the runs of its output folder made with its settings that
+        were stopped short: a run started again (as OSWorld's run.py is) goes on by
+        ``--resume`` only (``report.runs.unfinished_twins``)."""
+        from .report.runs import twins_note, unfinished_twins
+
+        twins = unfinished_twins(self.config.output_dir, self.config.identity_hash(), besides=self.run_id)
+        return twins_note(twins, python=PYTHON_CALL in self.config.sources.values())
+
     def check_scope(self, finals: dict[str, Any], keys: set[str]) -> None:
         """ConfigError for final results of samples this run no longer holds (a lower
         --limit): they would count against a total that leaves them out."""
@@ -136,7 +149,8 @@ class RunFolder:
         self.check_resume()
         results_path = self.run_dir / "results.jsonl"
         if not results_path.exists():
-            return f"a new run folder {self.run_dir}"
+            note = self.twins_note()
+            return f"a new run folder {self.run_dir}" + (f" ({note})" if note else "")
         try:
             finals = sample_ends(read_records(results_path))
         except StorageError as exc:

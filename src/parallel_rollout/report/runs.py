@@ -130,6 +130,38 @@ def list_runs(output_dir: str | Path) -> list[RunLine]:
     return sorted(lines, key=lambda line: (line.started is None, line.started or 0, line.run_id))
 
 
+def unfinished_twins(output_dir: str | Path, identity_hash: str, besides: str) -> list[RunLine]:
+    """The runs of ``output_dir`` made with the settings of ``identity_hash`` (what a resume
+    must keep: the task data, domain, agent, model …) that a signal or a kill stopped short
+    (``interrupted``, ``partial``), but the run ``besides``: what a new run of those settings
+    does again, where ``--run-id RUN --resume`` would go on (OSWorld's run.py, started again,
+    goes on by itself). Only their config.json is read but for those that match."""
+    root = Path(output_dir)
+    found = []
+    for child in sorted(root.iterdir()) if root.is_dir() else ():
+        if child.name == besides or _stored_config(child).get("identity_hash") != identity_hash:
+            continue
+        try:
+            line = run_line(child)
+        except NotARunFolder:
+            continue
+        if line.status in ("interrupted", "partial") and line.finished:
+            found.append(line)
+    return found
+
+
+def twins_note(lines: list[RunLine], python: bool = False) -> str:
+    """What a new run says of :func:`unfinished_twins` (the newest named), "" for none."""
+    if not lines:
+        return ""
+    last = max(lines, key=lambda line: (line.started or 0, line.run_id))
+    resume = f"run_id={last.run_id!r}, resume=True" if python else f"--run-id {last.run_id} --resume"
+    more = f" (and {len(lines) - 1} more)" if len(lines) > 1 else ""
+    return (f"an earlier run of these settings, {last.run_id}{more}, was {last.status} with {last.finished} of "
+            f"{'?' if last.total is None else last.total} samples final: this one runs every sample again; "
+            f"{resume} goes on with that one instead")
+
+
 def format_runs(lines: list[RunLine]) -> str:
     """An aligned table of runs; a PROBLEM column when a run has one."""
     problems = any(line.problem for line in lines)
