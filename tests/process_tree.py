@@ -125,3 +125,17 @@ def stop_guest_agents(markers: list[str], stopped: list[str], done: threading.Ev
                 stopped.append(marker)
                 left.remove(marker)
         time.sleep(0.02)
+
+
+def signal_at(proc, reached, signum: int, still=lambda: True) -> bool:
+    """Send ``signum`` to ``proc`` at a moment of its own: once ``reached()`` (or it ended),
+    it is stopped (SIGSTOP), ``still()`` asked, then signalled and let go on. Returns what
+    ``still()`` said: whether the signal landed before the next step (the caller retries)."""
+    while not reached() and proc.poll() is None:
+        time.sleep(0.0002)
+    os.kill(proc.pid, signal.SIGSTOP)
+    try:
+        return still()
+    finally:
+        os.kill(proc.pid, signum)
+        os.kill(proc.pid, signal.SIGCONT)

@@ -14,6 +14,7 @@ import pytest
 
 from conftest import ROOT, shell_task, write_tasks
 from parallel_rollout.api import ConfigError, NotARunFolder, load_run, run
+from process_tree import signal_at
 from test_runner import stop_signals_ignoring, wait_for_results
 
 
@@ -107,3 +108,38 @@ def test_api_errors_speak_python(tmp_path):
         run(agnet="oracle", **settings)
     with pytest.raises(NotARunFolder, match=r"/nonexistent: no such folder"):
         load_run("/nonexistent")
+
+
+def test_ctrl_c_as_a_run_writes_its_summary_and_report_lets_them_be_written_and_stops_the_script(tmp_path):
+    """Ctrl-C once a run has ended, as it writes its summary and report: Python's
+    KeyboardInterrupt broke the finish off (no report); the run's handler now lets it write
+    them, and the script stops as after any Ctrl-C (RunInterrupted), before its next run."""
+    script = _script(tmp_path, """\
+        import sys
+        from parallel_rollout.api import RunInterrupted, run
+
+        if __name__ == "__main__":
+            try:
+                for i in range(2):
+                    run(mode="shell", data={data!r}, output_dir=sys.argv[1], run_id=f"r{{i}}", progress=False, limit=3)
+                    print("RUN", i, "returned", flush=True)
+            except KeyboardInterrupt as exc:
+                assert isinstance(exc, RunInterrupted)
+                print("STOPPED", exc.outcome.exit_code, exc.outcome.summary["finished"], flush=True)
+        """)
+    for attempt in range(10):  # until the signal lands between the summary and the report
+        out_dir = tmp_path / "out" / str(attempt)
+        run_dir = out_dir / "r0"
+        proc = subprocess.Popen([sys.executable, str(script), str(out_dir)], cwd=str(ROOT), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, start_new_session=True,
+                                preexec_fn=stop_signals_ignoring())
+        landed = signal_at(proc, (run_dir / "summary.json").exists, signal.SIGINT,
+                           still=lambda: not (run_dir / "report.html").exists())
+        out, err = proc.communicate(timeout=60)
+        if landed:
+            break
+    assert landed, "the signal never landed between the summary and the report"
+    assert proc.returncode == 0, err
+    assert "STOPPED 0 3" in out and "RUN 0 returned" not in out, (out, err)
+    assert (run_dir / "report.html").exists()
+    assert not (out_dir / "r1").exists()  # the loop stopped

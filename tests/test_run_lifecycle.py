@@ -18,7 +18,7 @@ from click.testing import CliRunner
 from conftest import ROOT, shell_task, small_tmpfs, write_tasks
 from parallel_rollout.cli import main
 from parallel_rollout.exit_codes import EXIT_USAGE
-from process_tree import needs_worker_cgroup, sleeps_left, sleeps_of, worker_cgroups_usable
+from process_tree import needs_worker_cgroup, signal_at, sleeps_left, sleeps_of, worker_cgroups_usable
 from test_runner import family, slow_tasks, start_cli, stop_signals_ignoring, wait_for_results, wait_gone
 
 
@@ -147,12 +147,8 @@ def test_a_stop_signal_as_the_run_writes_its_summary_and_report_lets_it_finish(t
         junit.unlink(missing_ok=True)
         proc = _start_run(tmp_path, data, "--no-progress", "--resume", "--junit-xml", str(junit),
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        while summary.stat().st_mtime_ns == before[0] and proc.poll() is None:
-            time.sleep(0.0002)
-        os.kill(proc.pid, signal.SIGSTOP)
-        landed = report.stat().st_mtime_ns == before[1]
-        os.kill(proc.pid, signal.SIGTERM)
-        os.kill(proc.pid, signal.SIGCONT)
+        landed = signal_at(proc, lambda: summary.stat().st_mtime_ns != before[0], signal.SIGTERM,
+                           still=lambda: report.stat().st_mtime_ns == before[1])
         out, err = proc.communicate(timeout=60)
         if landed:
             break

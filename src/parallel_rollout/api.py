@@ -42,9 +42,11 @@ def run(config_file: str | Path | None = None, **run_settings: Any) -> RunOutcom
     the outcome (see the module's doc for the settings and the errors)."""
     check_guarded("run()")
     flags = settings(run_settings, "run()")
-    outcome = Runner(build_config(flags, str(config_file) if config_file else None,
-                                  {name: PYTHON_CALL for name in flags})).run()
-    if outcome.summary.get("interrupted"):  # Ctrl-C stops the caller too, once the run is closed
+    runner = Runner(build_config(flags, str(config_file) if config_file else None,
+                                 {name: PYTHON_CALL for name in flags}))
+    outcome = runner.run()
+    # Ctrl-C stops the caller too, once the run is closed (one as it wrote its summary too)
+    if outcome.summary.get("interrupted") or runner.late_signal:
         raise RunInterrupted(outcome, f"run(resume=True, run_id={outcome.run_dir.name!r}, ...)")
     return outcome
 

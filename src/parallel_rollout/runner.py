@@ -71,6 +71,8 @@ class Runner:
         #: how the resume hint starts: the CLI puts what the user typed (``./dev run``)
         self.program = "parallel-rollout run"
         self._interrupted: int | None = None
+        #: a stop signal that came once the run had ended, as it wrote its summary and report
+        self.late_signal: int | None = None
         self._finished_keys: set[str] = set()
         self._successes = 0
         #: model_unavailable attempts in a row (``_model_outage``), and how many stop the
@@ -271,7 +273,7 @@ class Runner:
             finally:
                 self._store.close()
                 for sig in previous:  # the run has ended: its summary, report and gates are written whole
-                    signal.signal(sig, signal_after_the_end)
+                    signal.signal(sig, self._on_late_signal)
                 if self._progress is not None:
                     self._progress.close()
                 try:
@@ -357,6 +359,12 @@ class Runner:
                           resume_cmd=resume_command(self.program, self.config.output_dir, self.run_id))
 
     # -- helpers --------------------------------------------------------------------------
+
+    def _on_late_signal(self, signum, frame) -> None:
+        """A stop signal once the run has ended (``run_end.signal_after_the_end``): kept in
+        ``late_signal``, so that ``api.run`` stops its caller too, as after an interrupt."""
+        self.late_signal = self.late_signal or signum
+        signal_after_the_end(signum, frame)
 
     def _on_signal(self, signum, frame) -> None:
         if self._interrupted is None:
