@@ -41,7 +41,7 @@ LAYERS: list[list[str]] = [
     ["runner.py", "run_end.py", "run_folder.py", "rl/"],
     ["engine.py"],
     ["backends/"],
-    ["worker.py"],
+    ["worker.py", "attempt_vms.py"],
     ["pool/", "envs/", "agents/"],
     ["guest/"],
     ["report/"],

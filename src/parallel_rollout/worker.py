@@ -32,23 +32,22 @@ import queue
 import signal
 import threading
 import time
-from contextlib import contextmanager
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable
 
 from . import records
+from .attempt_vms import AttemptLeaser, task_breaks_vm
 from .agents import Agent, AttemptInfo, EpisodeCut, get_agent
 from .agents.base import AGENTS, run_maybe_async
 from .config import RunConfig
 from .envs import Env, answer_files_of, get_env
 from .envs.base import checked_evaluation, checked_step
 from .envs.registry import MODES
-from .errors import AttemptCancelled, RolloutError, SandboxViolation, VMError
+from .errors import AttemptCancelled, RolloutError, VMError
 from .logs import flush_stdout
 from .messages import (Assignment, Cancel, Finished, LeaseWait, Progress, Started, Stop, receive_message,
                        send_message)
-from .pool.leasing import lease_vm
 from .process_group import die_with_group, lead_group
 from .tasks import safe_name
 from .trajectories import TrajectoryFile
@@ -253,7 +252,7 @@ class RolloutWorker:
                 raise
             turn_record = agent.turn_record()
             env.turn_record = turn_record  # the env may keep the model's reply with the step
-            with _task_breaks_vm("action"):
+            with task_breaks_vm("action"):
                 step = checked_step(env, _env_call(record, env.step, action))
             record["turns"] = turn
             trajectory.write({"turn": turn, "action": action, "observation": step.observation,
@@ -264,7 +263,7 @@ class RolloutWorker:
                 done = True
                 break
         self._progress(item, record, "grading")
-        with _task_breaks_vm("grading"):  # what the answer left running may break it too
+        with task_breaks_vm("grading"):  # what the answer left running may break it too
             reward, details = checked_evaluation(env, _env_call(record, env.evaluate))
         record["eval"] = details
         if type(agent).end_episode is not Agent.end_episode:
@@ -329,20 +328,6 @@ def _env_call(record: dict[str, Any], call: Callable[..., Any], *args: Any) -> A
         record["env_s"] = round(record["env_s"] + time.monotonic() - started, 4)
 
 
-@contextmanager
-def _task_breaks_vm(phase: str) -> Iterator[None]:
-    """A VMError once the task's own actions ran is a ``SandboxViolation``: the task's doing
-    (a hostile answer kills its guest agent), not the pool's, unless its provider tells it
-    was killed from outside (``leasing.lease_vm``: ``VMKilled``, retried); a failure of
-    ``env.reset`` (the task's setup, before any action) stays infrastructure and is retried."""
-    try:
-        yield
-    except SandboxViolation:
-        raise
-    except VMError as exc:
-        raise SandboxViolation(f"the VM broke during the task's {phase}: {exc.kind}: {exc}") from exc
-
-
 class LoopParts:
     """One env loop's Env per mode and its Agent, each made on first use."""
 
@@ -372,48 +357,6 @@ class LoopParts:
 
             self._loop = asyncio.new_event_loop()
         return self._loop
-
-
-class AttemptLeaser:
-    """The ``VMLeaser`` (``envs.base``) an env gets: the leases of one attempt,
-    ``with leaser.lease() as client`` per block (an episode, or each call of a
-    ``vm_scope == "call"`` env). It notes the VMs and the lease wait in the attempt's record
-    and tells the engine when a wait for a VM begins and ends (``LeaseWait``), so that the
-    task clock stops while the attempt queues for a VM, and ``held`` each lease it holds
-    (None once given back)."""
-
-    def __init__(self, pool: Any, owner: str, item: Assignment, timeout_s: float, holder: str,
-                 record: dict[str, Any], send: Callable[[Any], None], held: Callable[[int | None], None]) -> None:
-        self.pool, self.owner, self.item = pool, owner, item
-        self.timeout_s, self.holder, self.record, self.send = timeout_s, holder, record, send
-        self.held = held
-
-    @contextmanager
-    def lease(self) -> Iterator[Any]:
-        """``with leaser.lease() as client:`` a GuestClient on a leased VM, reset afterwards."""
-        from .guest.client import GuestClient
-
-        started = time.monotonic()
-        key, attempt = self.item.key, self.item.attempt
-        self.send(LeaseWait(key, attempt, True))
-        waiting = True
-        try:
-            with lease_vm(self.pool, self.owner, key, self.timeout_s, self.holder) as info:
-                self.send(LeaseWait(key, attempt, False, info.lease, info.vm_id))
-                waiting = False
-                waited = time.monotonic() - started
-                self.record["lease_wait_s"] = round((self.record["lease_wait_s"] or 0.0) + waited, 4)
-                self.record["vm"] = info.vm_id  # the last one; "vms" lists every VM used
-                if info.vm_id not in self.record.setdefault("vms", []):
-                    self.record["vms"].append(info.vm_id)
-                self.held(info.lease)
-                try:
-                    yield GuestClient(info.address)
-                finally:
-                    self.held(None)
-        finally:
-            if waiting:  # the lease itself failed
-                self.send(LeaseWait(key, attempt, False))
 
 
 def _trajectory_file(run_dir: Path, item: Assignment) -> TrajectoryFile:

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 class VMLeaser(Protocol):
     """What a ``vm_scope == "call"`` env gets: ``with vm.lease() as client:`` holds a VM
-    (reset after the block) only while the env needs one (``worker.AttemptLeaser``)."""
+    (reset after the block) only while the env needs one (``attempt_vms.AttemptLeaser``)."""
 
     def lease(self) -> ContextManager["GuestClient"]:
         """Lease a VM for the block."""
