@@ -49,6 +49,17 @@ def copying(path: Path):
     return policy
 
 
+def writing(text: str):
+    """A policy whose answer writes ``text`` into ~/answer.txt (in the VM), then says DONE."""
+    code = f"import os\nopen(os.path.expanduser('~/answer.txt'), 'w').write({text + chr(10)!r})"
+
+    def policy(body):
+        turn = sum(1 for m in body["messages"] if m["role"] == "assistant")
+        return {"reply": f"```python\n{code}\n```" if turn == 0 else "DONE"}
+
+    return policy
+
+
 @pytest.fixture
 def servers(request):
     """``llm_server`` (tests/llm_server.py): ``servers(policy=…)`` starts one."""
@@ -107,6 +118,12 @@ def test_a_schedulers_gold_files_are_hidden_from_the_answer_in_the_vm(tmp_path, 
     with pytest.raises(ConfigError, match=r"get_batch\(tasks=...\): the answer files .*other/gold.txt"):
         train.get_batch(batch_size=1, step=2, tasks=[made])
     assert len(server.requests) == 4  # two turns of each run task: none of the refused one
+    # one whose gold file no VM sees (under the test's own folder, not a system folder): it runs
+    # and is graded against it, as a trainer's Python-made tasks are
+    unseen = _file(tmp_path / "gold" / "gold.txt", SECRET + "\n")
+    switch.policy = writing(SECRET)
+    (ran,) = train.get_batch(batch_size=1, step=2, tasks=[Task("unseen", "osworld", gold_task("unseen", str(unseen)))])
+    assert (ran.status, ran.reward) == ("success", 1.0), ran.record
 
 
 #: a command agent (its program on the host, in bubblewrap) that reads the file named in the file

@@ -100,18 +100,22 @@ class SharedEngine:
 
     def check_hidden(self, tasks: list[Any], where: str) -> None:
         """ConfigError naming ``where`` when an answer file of ``tasks`` (``envs.answer_files_of``:
-        an OSWorld task's gold file) is not hidden from the engine's VMs: the pool hides what
-        it is told at its start (the first scheduler's tasks), and a gold file it does not hide
-        is one an answer in a sandbox could read and write out as its own."""
+        an OSWorld task's gold file) is one the engine's VMs can read: the pool hides what it is
+        told at its start (the first scheduler's tasks), and a gold file it does not hide, where
+        a process VM sees the host's files (a system folder), is one an answer could read and
+        write out as its own. A gold file no VM sees (a home, a project's folder; any file under
+        docker, QEMU or a remote machine) needs no hiding and is not refused."""
         import os
 
         from ..agents.agent_sandbox import within
         from ..envs import answer_files_of
+        from ..pool.providers.sandbox_fs import seen_in_sandboxes
 
         options = self.engine.provider_options
-        hidden = options.hidden_files if options is not None else None
-        exposed = [] if hidden is None else [path for path in answer_files_of(tasks) if not any(
-            within(os.path.realpath(path), top) for top in hidden)]
+        if options is None or self.engine.config.provider_name != "process":
+            return
+        exposed = [path for path in answer_files_of(tasks) if seen_in_sandboxes(os.path.realpath(path))
+                   and not any(within(os.path.realpath(path), top) for top in options.hidden_files)]
         if exposed:
             raise ConfigError(f"{where}: the answer files {', '.join(exposed[:3])}{' …' if len(exposed) > 3 else ''} "
                               "are not hidden from this engine's VMs, which hide those of the tasks the first "

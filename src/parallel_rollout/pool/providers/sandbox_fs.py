@@ -79,17 +79,24 @@ def secret_masks(empty: Path) -> list[str]:
             for arg in ("--ro-bind", str(empty), path)]
 
 
+def seen_in_sandboxes(path: str) -> bool:
+    """Whether a sandbox sees ``path`` (a real path) as the host has it, so that hiding it
+    takes a mask: a system folder holds it, and it is not a folder that holds the guest's
+    python3 (a cache named ``/usr/local``), without which no command runs."""
+    systems = [os.path.realpath(top) for top in SYSTEM_DIRS if os.path.isdir(top)]
+    python = os.path.realpath(guest_python() or "/usr/bin/python3")
+    return any(path.startswith(top.rstrip("/") + "/") for top in systems) and not python.startswith(path + "/")
+
+
 def hidden_masks(empty: Path, paths) -> list[str]:
     """An empty file (or folder) over each of ``paths`` (real paths) that a system folder
     holds: the run's task file, read-only in the sandbox else, where a task's answer read
     its own check or tests (a dataset pip-installed under /usr/local), an OSWorld gold file or
     the download cache that keeps them. Never a folder that holds the guest's python3 (a cache
     named ``/usr/local``), without which no command runs."""
-    systems = [os.path.realpath(path) for path in SYSTEM_DIRS if os.path.isdir(path)]
-    python = os.path.realpath(guest_python() or "/usr/bin/python3")
     args = []
     for path in paths:
-        if not any(path.startswith(top.rstrip("/") + "/") for top in systems) or python.startswith(path + "/"):
+        if not seen_in_sandboxes(path):
             continue
         if os.path.isdir(path):
             (empty.parent / "empty-dir").mkdir(mode=0o555, exist_ok=True)
