@@ -179,6 +179,24 @@ def test_a_run_whose_reader_went_away_exits_with_its_own_status(tmp_path, both, 
     assert "Traceback" not in said and "BrokenPipe" not in said and "Exception ignored" not in said
 
 
+@pytest.mark.parametrize("streams", ["stdout", "stdout-and-stderr"])
+def test_a_run_whose_console_log_is_on_a_full_disk_exits_with_its_own_status(tmp_path, streams):
+    """A scheduler's log on a full disk (``run … >> /var/log/nightly.log 2>&1``, the run
+    folder elsewhere): every console line is lost (ENOSPC), the run's status is its own. The
+    summary's write to stdout raised: exit 1 (aborted: resume) after a complete, passing run."""
+    data = write_tasks(tmp_path / "tasks.jsonl", [shell_task(k) for k in "abc"])
+    with small_tmpfs(tmp_path / "logs", "64k") as logs:
+        (logs / "filler").write_bytes(b"f" * 64 * 1024)
+        with open(logs / "nightly.log", "a") as log, open(tmp_path / "err.txt", "w") as err:
+            proc = _start_run(tmp_path, data, "--no-progress", "--fail-under", "0.5", stdout=log,
+                              stderr=log if streams == "stdout-and-stderr" else err)
+            assert proc.wait(timeout=120) == 0, (tmp_path / "err.txt").read_text()
+    summary = json.loads((tmp_path / "out" / "r" / "summary.json").read_text())
+    assert summary["successes"] == 3 and summary["unfinished"] == 0
+    said = (tmp_path / "err.txt").read_text()
+    assert "Traceback" not in said and "Logging error" not in said, said
+
+
 @pytest.mark.parametrize("closed", [1, 2], ids=["stdout", "stderr"])
 def test_a_run_started_with_a_standard_stream_closed_finds_dev_null_there(tmp_path, closed):
     """``run … >&-``: every worker ended with AttributeError (sys.stdout None) on the

@@ -37,6 +37,8 @@ records to the main process, where ``run.log`` and the console take them.
   BrokenPipeError left to click would exit 1 (aborted: resume) after a finished run, one
   left to the interpreter's flush at exit 120, and one in the progress bar stop the run. A
   stream closed before the start (``>&-``) is /dev/null (``devnull_for_closed_streams``).
+  So is a console on a full disk (a scheduler's log file: ENOSPC, over quota, EIO,
+  ``output_lost``): the run folder, elsewhere, keeps everything (run.log too).
 
 Ray actors (``--backend ray``) are not covered: they log to their own stderr, which Ray
 forwards to the driver's terminal.
@@ -44,6 +46,7 @@ forwards to the driver's terminal.
 
 from __future__ import annotations
 
+import errno
 import logging
 import logging.handlers
 import os
@@ -209,10 +212,24 @@ class ConsoleHandler(logging.Handler):
             else:
                 sys.stderr.write(line + "\n")
                 sys.stderr.flush()
-        except BrokenPipeError:
+        except OSError as exc:
+            if not output_lost(exc):
+                self.handleError(record)
+                return
             lose_output(sys.stderr)
         except Exception:  # noqa: BLE001 - logging must never raise into the caller
             self.handleError(record)
+
+
+#: what a console write that fails with these lost is its line, not the run: where the output
+#: goes is full (a scheduler's log file on a full disk, over quota, past its size limit) or broken
+_LOST_ERRNOS = frozenset({errno.EPIPE, errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO})
+
+
+def output_lost(exc: OSError) -> bool:
+    """Whether ``exc``, raised by a write to stdout or stderr, says the output is lost
+    (a reader gone, a full disk): the stream is then pointed at /dev/null (``lose_output``)."""
+    return isinstance(exc, BrokenPipeError) or exc.errno in _LOST_ERRNOS
 
 
 def lose_output(stream: Any) -> None:
@@ -248,7 +265,9 @@ def say(text: str, err: bool = False) -> None:
 
     try:
         click.echo(text, err=err)
-    except BrokenPipeError:
+    except OSError as exc:
+        if not output_lost(exc):
+            raise
         lose_output(sys.stderr if err else sys.stdout)
 
 
@@ -259,7 +278,9 @@ def flush_stdout() -> None:
     try:
         if sys.stdout is not None:
             sys.stdout.flush()
-    except BrokenPipeError:
+    except OSError as exc:
+        if not output_lost(exc):
+            raise
         lose_output(sys.stdout)
 
 
@@ -276,7 +297,9 @@ class PipeSafeStream:
         """Write ``text``, or lose it with the rest once the reader is gone."""
         try:
             return self.stream.write(text)
-        except BrokenPipeError:
+        except OSError as exc:
+            if not output_lost(exc):
+                raise
             lose_output(self.stream)
             return len(text)
 
@@ -284,7 +307,9 @@ class PipeSafeStream:
         """Flush, or lose what is buffered once the reader is gone."""
         try:
             self.stream.flush()
-        except BrokenPipeError:
+        except OSError as exc:
+            if not output_lost(exc):
+                raise
             lose_output(self.stream)
 
     def __getattr__(self, name: str) -> Any:
