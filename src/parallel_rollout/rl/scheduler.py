@@ -47,16 +47,17 @@ from ..config_checks import check_sampling
 from ..errors import ConfigError, RolloutError
 from ..main_guard import check_guarded
 from ..policy_gate import whole_number_from
+from .batches import ReadyBatches
 from .budget import BatchBudget, check_timeout
 from .callers import TakingTurns
 from .chosen import ChosenBatches
 from .config import (EnvManagerConfig, check_count, check_run_config, load_tags, resolve_task_set, whole_number,
                      whole_ratio)
 from .generation import GroupGeneration
-from .groups import Group, GroupFilter, Trajectory, check_group_filter, with_turns
+from .groups import Group, GroupFilter, Trajectory, check_group_filter
 from .metrics import batch_metrics
 from .staleness import VersionLag, check_lag_options
-from .sources import STATE_VERSION, ShuffledTasks, TaskSource, check_batch_partition, checked_state, quotas
+from .sources import STATE_VERSION, ShuffledTasks, TaskSource, check_batch_partition, checked_state
 from .shared import SharedEngine
 
 log = logging.getLogger("parallel_rollout")
@@ -81,10 +82,11 @@ class SchedulerSuspended(RolloutError):
     kind = "scheduler_suspended"
 
 
-class RolloutScheduler(ChosenBatches, GroupGeneration, TakingTurns):
+class RolloutScheduler(ChosenBatches, GroupGeneration, ReadyBatches, TakingTurns):
     """Hands out batches of whole groups; see the module docstring (the generation side is
-    ``generation.GroupGeneration``, batches of named tasks ``chosen.ChosenBatches``, calls
-    from several threads ``callers.TakingTurns``)."""
+    ``generation.GroupGeneration``, batches of named tasks ``chosen.ChosenBatches``, which
+    ready groups make a batch ``batches.ReadyBatches``, calls from several threads
+    ``callers.TakingTurns``)."""
 
     def __init__(self, run_config: RunConfig, env_config: EnvManagerConfig | None = None, *,
                  async_generation_ratio: float = 0, max_concurrent_rollouts: int | None = None,
@@ -293,57 +295,12 @@ class RolloutScheduler(ChosenBatches, GroupGeneration, TakingTurns):
             return whole_number_from("step", step, self._step, "steps date the groups (async_generation_ratio "
                                      "drops a group made at step s once the step passes s + r)")
 
-    def _hand_out(self, batch: list[Group], step: int) -> list[Trajectory]:
-        """The trajectories of ``batch``, noted for ``metrics()``."""
-        for group in batch:
-            stale = self._lag.stale(group.keys.values())  # only a "keep" scheduler hands out stale ones
-            for trajectory in group.trajectories():
-                trajectory.version_stale = stale
-            self._lag.forget(group.keys.values())
-        trajectories = with_turns([t for group in batch for t in group.trajectories()])
-        with self._cond:
-            now = dict(self._stats)
-            self._last_batch = (trajectories, self._shared.gate.version, step, now, self._stats_at_batch)
-            self._stats_at_batch = now
-        return trajectories
-
     def _raise_filter_error(self) -> None:
         """Raise what the group filter raised, once: the trainer's own code failed, and
         generation stays stopped until this call ends (the next starts afresh)."""
         if self._filter_error is not None:
             error, self._filter_error = self._filter_error, None
             raise error
-
-    def _take_ready(self, need: int, partial: bool) -> list[Group] | None:
-        """The ready groups of the next batch, taken off ``_ready`` (oldest first; with
-        ``batch_partition`` each tag's quota); None while they are not all there (with
-        ``partial``: what is there)."""
-        if self.batch_partition is None:
-            if (len(self._ready) < need or self._last_chance_running(need)) and not partial:
-                return None
-            batch, self._ready = self._ready[:need], self._ready[need:]
-            return batch
-        wanted = quotas(self.batch_partition, need)
-        chosen: list[Group] = []
-        for tag, count in wanted.items():
-            mine = [g for g in self._ready if g.tag == tag][:count]
-            if (len(mine) < count or self._last_chance_running(count, tag)) and not partial:
-                return None
-            chosen += mine
-        taken = {g.group_id for g in chosen}
-        self._ready = [g for g in self._ready if g.group_id not in taken]
-        return sorted(chosen, key=lambda g: g.group_id)
-
-    def _last_chance_running(self, need: int, tag: str | None = None) -> bool:
-        """Whether one of the ``need`` oldest batch groups (of ``tag``) is still running and
-        this step is the last it may be handed out in (``async_generation_ratio``). The batch waits for it:
-        a newer group that finished first (it started on the slots of finished members) can
-        go in the next batch, where this one would be dropped as stale, its tokens wasted and
-        the batches biased toward short episodes."""
-        outstanding = sorted([g for g in [*self._groups.values(), *self._ready]
-                              if g.purpose == "batch" and (tag is None or g.tag == tag)],
-                             key=lambda g: g.group_id)[:need]
-        return any(g.completed_at is None and g.created_step + self.ratio <= self._step for g in outstanding)
 
     def state_dict(self) -> dict[str, Any]:
         """Where task drawing stands, for the trainer's checkpoint: the source's state, the

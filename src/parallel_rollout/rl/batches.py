@@ -1,0 +1,64 @@
+"""Which ready groups make the next batch, and how a batch is handed out.
+
+A batch is whole groups, oldest first: the ``need`` oldest ready groups, or with
+``batch_partition`` each tag's quota of them (``sources.quotas``). It waits while one of
+the oldest groups it would hold is still running and this step is the last it may be handed
+out in (``async_generation_ratio``): a newer group that finished first must not take its
+place, leaving it to be dropped as stale. Handing a batch out marks each trajectory's
+staleness (``staleness``), reads its turns (in the trainer's thread, not the engine's) and
+keeps the batch for ``metrics()``. The state is the scheduler's (``self``), as for ``generation.GroupGeneration``.
+"""
+
+from __future__ import annotations
+
+from .groups import Group, Trajectory, with_turns
+from .sources import quotas
+
+
+class ReadyBatches:
+    """The next batch of ready groups, and its hand-out; the state is the scheduler's (``self``)."""
+
+    def _take_ready(self, need: int, partial: bool) -> list[Group] | None:
+        """The ready groups of the next batch, taken off ``_ready`` (oldest first; with
+        ``batch_partition`` each tag's quota); None while they are not all there (with
+        ``partial``: what is there)."""
+        if self.batch_partition is None:
+            if (len(self._ready) < need or self._last_chance_running(need)) and not partial:
+                return None
+            batch, self._ready = self._ready[:need], self._ready[need:]
+            return batch
+        wanted = quotas(self.batch_partition, need)
+        chosen: list[Group] = []
+        for tag, count in wanted.items():
+            mine = [g for g in self._ready if g.tag == tag][:count]
+            if (len(mine) < count or self._last_chance_running(count, tag)) and not partial:
+                return None
+            chosen += mine
+        taken = {g.group_id for g in chosen}
+        self._ready = [g for g in self._ready if g.group_id not in taken]
+        return sorted(chosen, key=lambda g: g.group_id)
+
+    def _last_chance_running(self, need: int, tag: str | None = None) -> bool:
+        """Whether one of the ``need`` oldest batch groups (of ``tag``) is still running and
+        this step is the last it may be handed out in (``async_generation_ratio``). The batch waits for it:
+        a newer group that finished first (it started on the slots of finished members) can
+        go in the next batch, where this one would be dropped as stale, its tokens wasted and
+        the batches biased toward short episodes."""
+        outstanding = sorted([g for g in [*self._groups.values(), *self._ready]
+                              if g.purpose == "batch" and (tag is None or g.tag == tag)],
+                             key=lambda g: g.group_id)[:need]
+        return any(g.completed_at is None and g.created_step + self.ratio <= self._step for g in outstanding)
+
+    def _hand_out(self, batch: list[Group], step: int) -> list[Trajectory]:
+        """The trajectories of ``batch``, noted for ``metrics()``."""
+        for group in batch:
+            stale = self._lag.stale(group.keys.values())  # only a "keep" scheduler hands out stale ones
+            for trajectory in group.trajectories():
+                trajectory.version_stale = stale
+            self._lag.forget(group.keys.values())
+        trajectories = with_turns([t for group in batch for t in group.trajectories()])
+        with self._cond:
+            now = dict(self._stats)
+            self._last_batch = (trajectories, self._shared.gate.version, step, now, self._stats_at_batch)
+            self._stats_at_batch = now
+        return trajectories
