@@ -22,6 +22,8 @@ import filelock
 import pytest
 
 from conftest import assert_exactly_once, shell_task, write_tasks
+from parallel_rollout.envs.osworld import downloads
+from parallel_rollout.envs.osworld.sources import evaluation_sources
 from llm_server import LLMServer, lookup_solver, reply_with_counts
 from readme_support import ENV, INSTALLED, bash, readme_lines, readme_section, run_every_shipped_desktop_task
 
@@ -311,13 +313,19 @@ def test_the_osworld_task_set_command_runs_one_domain_against_a_local_model(tmp_
     assert printed in line and "--data OSWorld " in line
     server = LLMServer(policy=lambda body: reply_with_counts(body, "FAIL")).start()
     env = {k: v for k, v in ENV.items() if k != "OPENAI_API_KEY"}
-    env["PARALLEL_ROLLOUT_OSWORLD_CACHE"] = str(tmp_path / "cache")  # nothing cached: no download works
+    env["PARALLEL_ROLLOUT_OSWORLD_CACHE"] = str(tmp_path / "cache")  # no download works: no internet
+    ids = json.loads((OSWORLD / "evaluation_examples" / "test_small.json").read_text())["os"]
+    for task_id in ids:  # the files only the evaluation fetches are in the cache (a stand-in): those
+        # tasks reach the model (it gives up, graded), which a missing one ends before, as a config's does
+        task = json.loads((OSWORLD / "evaluation_examples" / "examples" / "os" / f"{task_id}.json").read_text())
+        for url in filter(downloads.is_remote, evaluation_sources(task["evaluator"])):
+            downloads.cache_path(url, tmp_path / "cache").parent.mkdir(parents=True, exist_ok=True)
+            downloads.cache_path(url, tmp_path / "cache").write_text("exit 1\n")
     command = line.replace(printed, f"--base-url {server.url}").replace("--data OSWorld ", f"--data {OSWORLD} ")
     try:
         proc = bash(f"{command} --output-dir {tmp_path} --run-id small --no-progress", ROOT, env=env, timeout=600)
     finally:
         server.stop()
-    ids = json.loads((OSWORLD / "evaluation_examples" / "test_small.json").read_text())["os"]
     finals = assert_exactly_once(tmp_path / "small", {f"{i}#0" for i in ids})
     outcomes = {(r["status"], r["infrastructure"]) for r in finals.values()}
     assert outcomes <= {("failure", False), ("setup_failed", True)}, finals
