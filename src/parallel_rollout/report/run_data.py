@@ -110,16 +110,17 @@ def run_total(started_samples: Any, summary: dict[str, Any] | None) -> int | Non
 
 
 def run_status(summary: dict[str, Any] | None, total: int | None, finished: int, ungraded: bool) -> str:
-    """interrupted (stopped by a signal, as ``summary`` says), complete (all ``total``
-    samples ended, ``finished`` of them, every one graded), ungraded (all ended, some never
-    graded: infrastructure failures after --max-retries), or partial (aborted, killed, still
-    running: anything else). ``summary`` is the run's summary.json only if it fits its
-    results.jsonl (``summary_fits``): one written before a resume that was killed says
-    nothing of the run, which the records and its total do."""
-    if summary is not None and summary.get("interrupted"):
-        return "interrupted"
+    """complete (all ``total`` samples ended, ``finished`` of them, every one graded),
+    ungraded (all ended, some never graded: infrastructure failures after --max-retries),
+    interrupted (short of that, stopped by a signal, as ``summary`` says: a signal that came
+    once every sample had ended, as the run stopped its VMs, cut nothing), or partial
+    (aborted, killed, still running: anything else). ``summary`` is the run's summary.json
+    only if it fits its results.jsonl (``summary_fits``): one written before a resume that
+    was killed says nothing of the run, which the records and its total do."""
     if total is not None and finished >= total:
         return "ungraded" if ungraded else "complete"
+    if summary is not None and summary.get("interrupted"):
+        return "interrupted"
     return "partial"
 
 
