@@ -207,3 +207,23 @@ def test_a_task_skipped_as_unsupported_is_scored_0_by_osworlds_scripts_as_by_the
     done = cli("runs", "export-osworld", str(out / "r"), str(tmp_path / "res"))
     assert "exported 2 example(s)" in done.output and "(2 with result.txt;" in done.output, done.output
     assert show_result(tmp_path / "res", "pyautogui", "screenshot", "oracle") == {"gimp": [0.0], "os": [1.0]}
+
+
+def test_a_run_whose_task_folder_is_gone_exports_each_example_under_its_domain(tmp_path):
+    """Results copied off the machine that ran them (or the task set moved): the index cannot
+    be read, and the domains are those of the task files the run recorded reading, not one
+    `all/` that show_result.py would report as a single domain."""
+    data = osworld_folder(tmp_path / "set", {
+        "gives-up": {"domain": "os", "instruction": "cannot be done", "config": [],
+                     "evaluator": {"func": "infeasible"}, "reference": ["FAIL"]},
+        "acts-instead": {"domain": "chrome", "instruction": "was feasible", "config": [],
+                         "evaluator": {"func": "infeasible"}, "reference": ["WAIT"]},
+    })
+    out = tmp_path / "out"
+    ran = cli("run", "--test_config_base_dir", str(data), "--agent", "oracle", "--result_dir", str(out),
+              "--run-id", "r", "--num-rollouts", "1", "--no-progress", "--screen-width", "640", "--screen-height", "480")
+    assert ran.exit_code == 0, ran.output
+    shutil.rmtree(data)
+    done = cli("runs", "export-osworld", str(out / "r"), str(tmp_path / "res"))
+    assert "domains from the task files the run recorded, its index not readable now" in done.output, done.output
+    assert show_result(tmp_path / "res", "pyautogui", "screenshot", "oracle") == {"chrome": [0.0], "os": [1.0]}

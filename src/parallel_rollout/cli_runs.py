@@ -117,7 +117,8 @@ def runs_export_osworld(run: str, result_dir: str, output_dir: str, sample: int,
 
     done = export_osworld(resolve_run(run, output_dir), result_dir, sample=sample, model=model,
                           overwrite=overwrite)
-    domains = f"domains from {done.index}" if done.index else "no OSWorld index: every example under all/"
+    domains = (f"domains from {done.index}" if done.index else "domains from the task files the run recorded, "
+               "its index not readable now" if done.recorded else "no OSWorld index: every example under all/")
     click.echo(f"exported {done.examples} example(s) to {done.folder} ({done.scored} with result.txt; {domains})")
     if done.without_files:
         click.echo(f"no trajectory folder for {len(done.without_files)} task(s): {', '.join(done.without_files[:10])}",

@@ -48,6 +48,9 @@ class Exported:
     without_files: list[str] = field(default_factory=list)
     #: where the domains came from: the run's OSWorld index, or None (all under ``all``)
     index: Path | None = None
+    #: the index could not be read (moved, another machine): the domains are those of the
+    #: task files the run recorded reading (config.json's provenance, ``examples/<domain>/``)
+    recorded: bool = False
 
 
 def export_osworld(run_dir: str | Path, result_dir: str | Path, *, sample: int = 0,
@@ -68,7 +71,9 @@ def export_osworld(run_dir: str | Path, result_dir: str | Path, *, sample: int =
               / str(config.get("observation_type") or "screenshot"))
     folder = layout / _model_folder(_model_name(config) if model is None else model, layout)
     index_path, domains = _domains(config)
-    out = Exported(folder=folder, index=index_path)
+    recorded = {} if domains else _recorded_domains(run)
+    out = Exported(folder=folder, index=index_path, recorded=bool(recorded))
+    domains = domains or recorded
     plan = []
     for record in sorted(finals, key=lambda r: r["task_id"]):
         source = _attempt_folder(run.run_dir, record)
@@ -117,6 +122,23 @@ def _domains(config: dict) -> tuple[Path | None, dict[str, str]]:
     except (TaskFileError, OSError):
         return None, {}
     return index_path, {task_id: domain for domain, ids in index.items() for task_id in ids}
+
+
+def _recorded_domains(run: RunData) -> dict[str, str]:
+    """Task id -> domain from the task files the run read, as its provenance recorded them
+    (config.json's, else summary.json's: ``examples/<domain>/<id>.json``): the index's
+    selection when it was read."""
+    import json
+
+    try:
+        provenance = json.loads((run.run_dir / "config.json").read_text()).get("provenance")
+    except (OSError, ValueError, AttributeError):
+        provenance = None
+    provenance = provenance or (run.summary or {}).get("provenance") or {}
+    files = [name for entry in (provenance.get("data") or []) if isinstance(entry, dict)
+             for name in (entry.get("file_sha256") or {})]
+    return {parts[-1][: -len(".json")]: parts[-2] for parts in (Path(name).parts for name in files)
+            if len(parts) >= 3 and parts[-3] == "examples" and parts[-1].endswith(".json")}
 
 
 def _attempt_folder(run_dir: Path, record: dict) -> Path | None:
