@@ -62,7 +62,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import os
 import threading
 import time
 from collections import deque
@@ -71,6 +70,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from .config import RunConfig
+from .doorbell import Doorbell
 from .envs import get_env, run_answer_files
 from .errors import GuestPrerequisiteMissing, PoolClosed, PoolExhausted, RolloutError
 from .messages import Assignment, Cancel
@@ -159,10 +159,7 @@ class Engine:
         self._closed = False
         self._thread: threading.Thread | None = None
         #: the engine thread's doorbell (a non-blocking pipe): one byte for any number of submits
-        self._wake_r: int | None = None
-        self._wake_w: int | None = None
-        self._wake_lock = threading.Lock()
-        self._rung = False
+        self._bell = Doorbell()
         self._events = None
         self.stats = _Stats()
         #: the workers and pools (``backends``): it calls back only through ``EngineHooks``
@@ -189,9 +186,7 @@ class Engine:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             (self.run_dir / "trajectories").mkdir(exist_ok=True)
             self._events = EventsFile(self.run_dir / "events.jsonl", repair=True)
-            self._wake_r, self._wake_w = os.pipe()
-            os.set_blocking(self._wake_r, False)
-            os.set_blocking(self._wake_w, False)
+            self._bell.open()
             self.backend.start()
             note = self.config.concurrency_note(self.concurrency)  # a cut --max-concurrent-rollouts
             log.log(logging.WARNING if note else logging.INFO, "[Concurrency] Set max concurrent rollouts to %d%s",
@@ -209,7 +204,7 @@ class Engine:
             self._subs[item.key] = _Submission(item, on_final)
             self._pending.append(item)
             self.stats.submitted += 1
-        self._wake()
+        self._bell.ring()
 
     def cancel(self, key: str) -> bool:
         """Abandon a submitted sample; False when it is unknown or already final."""
@@ -226,7 +221,7 @@ class Engine:
             sub.cancelled = True
             sub.cancel_deadline = None if self.cancel_grace_s is None else time.monotonic() + self.cancel_grace_s
             self._cancelled.add(key)
-        self._wake()
+        self._bell.ring()
         return True
 
     def pause(self) -> None:
@@ -238,14 +233,14 @@ class Engine:
         """Dispatch again."""
         with self._lock:
             self._paused = False
-        self._wake()
+        self._bell.ring()
 
     def hold_clocks(self, held: bool) -> None:
         """Stop (``held``) or restart the task clocks of every attempt, those started
         meanwhile included: time waiting for a weight update is not the task's time."""
         with self._lock:
             self._clocks_held = held
-        self._wake()
+        self._bell.ring()
 
     def in_flight(self) -> int:
         """Attempts sent to workers and not settled."""
@@ -288,7 +283,7 @@ class Engine:
                 return
             self._closing = True
             self._changed.notify_all()
-        self._wake()
+        self._bell.ring()
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join()
@@ -307,10 +302,7 @@ class Engine:
             with self._lock:
                 self._closed = True
                 self._changed.notify_all()
-            with self._wake_lock:
-                fds, self._wake_r, self._wake_w = (self._wake_r, self._wake_w), None, None
-            for fd in [fd for fd in fds if fd is not None]:
-                os.close(fd)
+            self._bell.close()
             if self._events is not None:
                 events, self._events = self._events, None
                 events.close()
@@ -323,34 +315,13 @@ class Engine:
 
     # -- the engine thread -----------------------------------------------------------------
 
-    def _wake(self) -> None:
-        """Ring the engine thread: at most one byte waits in the pipe (a batch that submits
-        thousands of samples costs one write and one read, not thousands)."""
-        if self._rung:
-            return  # the engine thread has yet to answer the last ring, and will see ours
-        with self._wake_lock:  # never a write to a closed (maybe reused) descriptor
-            if self._wake_w is None:
-                return
-            self._rung = True
-            try:
-                os.write(self._wake_w, b"!")
-            except OSError:
-                pass  # full (it rings already) or closing
-
     def _serve(self) -> None:
         try:
             while not self._closing and self.error is None:
                 self._dispatch()
-                ready = self.backend.wait(extra=[self._wake_r], timeout=_TICK_S)
-                if self._wake_r in ready:
-                    # cleared before the pipe is read: a ring that comes after the read
-                    # writes again, and one before it is answered by this pass
-                    self._rung = False
-                    try:
-                        while os.read(self._wake_r, 4096):
-                            pass
-                    except BlockingIOError:
-                        pass
+                ready = self.backend.wait(extra=[self._bell.fd], timeout=_TICK_S)
+                if self._bell.fd in ready:
+                    self._bell.answer()
                 if self._clocks_applied != self._clocks_held:
                     self._clocks_applied = self._clocks_held
                     self.backend.hold_clocks(self._clocks_applied)
