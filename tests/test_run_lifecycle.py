@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -88,6 +89,31 @@ def test_a_signal_to_the_whole_process_group_stops_the_run_in_order(tmp_path, si
     # the workers and the pool ignored it: none died, nothing was retried for it
     events = (run_dir / "events.jsonl").read_text()
     assert "worker_died" not in events and "manager process died" not in err, err
+
+
+def test_a_sigterm_to_the_whole_job_as_the_pool_starts_exits_130(tmp_path):
+    """``timeout``'s or Airflow's SIGTERM to the job's process group in the run's first
+    seconds, while the pool's Manager process is still starting (importing, before it takes
+    SIGTERM from the run): it died of it, the run's wait for its address ended in EOFError,
+    and the CLI said "Aborted!" and exited 1 instead of 130."""
+    data, keys = slow_tasks(tmp_path)
+    proc = start_cli(tmp_path, data)
+    deadline = time.monotonic() + 60
+    manager = None
+    while manager is None:
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        manager = next((p for p in psutil.Process(proc.pid).children() if "spawn_main" in " ".join(_cmdline(p))), None)
+    manager.suspend()
+    caught = int(next(line for line in open(f"/proc/{manager.pid}/status") if line.startswith("SigCgt")).split()[1], 16)
+    os.killpg(proc.pid, signal.SIGTERM)  # the Manager gets it as it goes on (or dies of it at once)
+    with contextlib.suppress(psutil.NoSuchProcess):
+        manager.resume()
+    out, err = proc.communicate(timeout=60)
+    if caught & (1 << (signal.SIGTERM - 1)):
+        pytest.skip("the Manager had set its SIGTERM handler before it was stopped")
+    assert proc.returncode == 130, err
+    assert "Aborted!" not in err and "interrupted by signal 15; resume with:" in err, err
+    assert json.loads((tmp_path / "out" / "sig" / "summary.json").read_text())["interrupted"]
 
 
 def _cmdline(proc: psutil.Process) -> list[str]:

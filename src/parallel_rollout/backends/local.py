@@ -163,14 +163,20 @@ class LocalBackend(WorkerTable):
             from ..pool.server import start_pool
 
             pool_logs = self._logs.child()
-            self._manager, self.pool = start_pool(
-                self._ctx, cfg.provider_name, spec.run_id, cfg.pool_size, log_to=pool_logs,
-                options=spec.provider_options,
-                events_path=str(spec.run_dir / "events.jsonl"),
-                replacement_budget=cfg.replacement_budget,
-                per_worker=not cfg.use_vm_pool,
-            )
-            pool_logs.close()
+            try:
+                self._manager, self.pool = start_pool(
+                    self._ctx, cfg.provider_name, spec.run_id, cfg.pool_size, log_to=pool_logs,
+                    options=spec.provider_options,
+                    events_path=str(spec.run_dir / "events.jsonl"),
+                    replacement_budget=cfg.replacement_budget,
+                    per_worker=not cfg.use_vm_pool,
+                )
+            except EOFError:  # it died as it started (a SIGTERM to the whole job, the OOM killer)
+                spec.provider_cls.sweep(spec.run_id, orphans_only=True)
+                self.hooks.stop("the VM pool's manager process died as it started; no sample ran")
+                return
+            finally:
+                pool_logs.close()
         from ..worker import plugin_modules
 
         # the run's plugin modules are imported once, by the server the workers fork from
