@@ -71,9 +71,10 @@ from typing import Any, Callable, Iterable
 
 from .config import RunConfig
 from .doorbell import Doorbell
+from .engine_cancels import EngineCancels
 from .envs import get_env, run_answer_files
 from .errors import GuestPrerequisiteMissing, PoolClosed, PoolExhausted, RolloutError
-from .messages import Assignment, Cancel
+from .messages import Assignment
 from .output_checks import EventsFile
 from .pool.providers import ProviderOptions, get_provider, provider_options
 from .results import StorageError
@@ -115,11 +116,9 @@ class _Stats:
     cancelled: int = 0
 
 
-class Engine:
-    """Long-lived: the pool, the workers, dispatch, deaths, timeouts, retries, shutdown."""
-
-    #: seconds a cancelled attempt has before its worker (and its other loops) is killed; None: never
-    cancel_grace_s: float | None = None
+class Engine(EngineCancels):
+    """Long-lived: the pool, the workers, dispatch, deaths, timeouts, retries, shutdown
+    (cancels: ``engine_cancels.EngineCancels``)."""
 
     def __init__(self, config: RunConfig, run_dir: str | Path, *, run_id: str | None = None,
                  modes: Iterable[str] | None = None, record_sink: Callable[[dict[str, Any]], None] | None = None,
@@ -205,24 +204,6 @@ class Engine:
             self._pending.append(item)
             self.stats.submitted += 1
         self._bell.ring()
-
-    def cancel(self, key: str) -> bool:
-        """Abandon a submitted sample; False when it is unknown or already final."""
-        with self._lock:
-            sub = self._subs.get(key)
-            if sub is None or sub.cancelled:
-                return False
-            self.stats.cancelled += 1
-            queued = [item for item in self._pending if item.key == key]
-            if queued:
-                self._pending.remove(queued[0])
-                self._settle(key)
-                return True
-            sub.cancelled = True
-            sub.cancel_deadline = None if self.cancel_grace_s is None else time.monotonic() + self.cancel_grace_s
-            self._cancelled.add(key)
-        self._bell.ring()
-        return True
 
     def pause(self) -> None:
         """Dispatch no new attempt until ``resume``; those running go on."""
@@ -348,28 +329,6 @@ class Engine:
                 if not self.backend.send(item):
                     self._pending.appendleft(item)
                     return
-
-    def _enforce_cancels(self) -> None:
-        now = time.monotonic()
-        with self._lock:
-            if not self._cancelled:
-                return
-            # settled ones are gone (a key submitted again is a new, uncancelled submission)
-            cancelled = [sub for sub in map(self._subs.get, self._cancelled) if sub is not None and sub.cancelled]
-            self._cancelled = {sub.item.key for sub in cancelled}
-        for sub in cancelled:
-            item = sub.item
-            if not self.backend.holds(item):
-                with self._lock:  # settled meanwhile (its record was dropped)
-                    self._settle(item.key)
-                continue
-            if not sub.cancel_sent:
-                sub.cancel_sent = True
-                self.backend.send_cancel(Cancel(item.key, item.attempt))
-            elif sub.cancel_deadline is not None and now > sub.cancel_deadline:
-                sub.cancel_deadline = None
-                self.backend.kill_holder(item, f"cancelled attempt {item.attempt} of {item.key} "
-                                                   f"did not stop within {self.cancel_grace_s:g}s")
 
     # -- records ---------------------------------------------------------------------------
 
