@@ -25,8 +25,8 @@ user. A desktop (``desktop.py``) runs as that user too: its session, the apps it
 and its helpers, all through :func:`as_user`. ``POST /reap`` (``agent_reap.py``) kills what a
 task left running (daemons, a process that left its group) before its ``check`` runs. With ``--reap-all``
 (given by a provider whose agent has a pid namespace or a VM of its own) it kills every
-process of the commands' user (stopped, then killed, round after round from the agent itself
-until none is left: ``left`` in the answer counts any still alive), or without ``--run-as``
+process of the commands' user (killed round after round from the agent itself, a process
+group of theirs whole, until none is left: ``left`` in the answer counts any still alive), or without ``--run-as``
 every process but the agent and the namespace's init.
 Without ``--reap-all`` (an agent started on a shared host, e.g. a ``remote`` VM that is a
 process on this machine) the agent is a child subreaper (``agent_server.py``) and /reap kills

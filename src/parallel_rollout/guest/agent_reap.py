@@ -2,12 +2,13 @@
 
 With ``--reap-all`` (:data:`reap_all`: a provider whose agent has a pid namespace or a VM of
 its own) it kills every process of the commands' user (``--run-as``), or without one every
-process but the agent and the namespace's init; round after round, each stopping them all
-before it kills them, so a fork bomb cannot refill what a pass empties; ``left`` in the
-answer counts any still alive. Without ``--reap-all`` (an agent started on a shared host) the
-agent is a child subreaper (``agent_server.py``) and /reap kills only its own descendants, a
-daemon that left its session included, then collects their zombies: never a process of the
-machine it did not start. The commands themselves are ``agent_commands.py``'s.
+process but the agent and the namespace's init; round after round, each killing whole each
+process group that holds only such processes (one ``kill(-pgid)``: no member forks once it
+began, so a fork bomb cannot refill what a pass empties) and stopping, then killing, the
+others; ``left`` in the answer counts any still alive after the rounds (:func:`_kill_rounds`).
+Without ``--reap-all`` (an agent started on a shared host) the agent is a child subreaper
+(``agent_server.py``) and /reap kills only its own descendants, a daemon that left its session
+included, then collects their zombies: never a process of the machine it did not start. The commands themselves are ``agent_commands.py``'s.
 """
 
 from __future__ import annotations
@@ -83,37 +84,114 @@ def agent_ends() -> None:
         os.kill(os.getpid(), _stopped_by[0])
 
 
+#: a reap's time: BASE_S, then a round that leaves fewer processes alive than any before it
+#: (it killed more than were forked meanwhile) extends it to PROGRESS_S past that round, up to
+#: MAX_S in all (below the client's 20 s wait for the answer)
+REAP_BASE_S, REAP_PROGRESS_S, REAP_MAX_S = 5.0, 3.0, 15.0
+
+
 def _kill_rounds(uid: int | None = None) -> tuple[int, int]:
     """Kill what /reap kills (of ``uid`` only, when given) from the agent itself, which
-    needs no fork: each round stops them all, so that none forks or kills meanwhile (a fork
-    bomb refills what one pass of kills empties), then kills them, until none is left alive
-    (5 s at most). (How many were killed, how many are still alive.)"""
+    needs no fork, round after round until a round finds none alive: REAP_BASE_S, longer
+    while rounds make progress (see there). (How many were killed, how many are still alive.)
+
+    A process group all of whose processes are to be killed is killed whole, by one
+    ``kill(-pgid, SIGKILL)``: the kernel signals every member at once, and a fork under way
+    in it is cancelled or its child killed too, so no member forks once the kill began; a
+    fork bomb (a shell's ``f() { f | f & }``: one group) ends in one round. Killed one pid at a
+    time (stopped first, then killed), processes forked between a round's listing and its
+    signals refilled each slot of ``pids.max`` a kill freed, and new ones appeared even after
+    a round that found every process stopped (the kernel continues an orphaned group that has
+    stopped members, SIGHUP then SIGCONT, and a kill orphans one): on a loaded machine dozens
+    survived 5 s of rounds. The others (a group that also holds a process /reap must spare)
+    are stopped, then killed, one by one as before."""
     import time
 
-    deadline, killed = time.monotonic() + 5.0, 0
+    start = time.monotonic()
+    deadline, fewest = start + REAP_BASE_S, None
+    killed: set[int] = set()
     while True:
-        alive = [pid for pid in _reapable() if _alive(pid, uid)]
-        if not alive or time.monotonic() >= deadline:
-            return killed, len(alive)
+        members, whole = _members(uid)
+        now = time.monotonic()
+        if fewest is None or len(members) < fewest:
+            fewest = len(members)
+            deadline = min(max(deadline, now + REAP_PROGRESS_S), start + REAP_MAX_S)
+        if not members or now >= deadline:
+            return len(killed), len(members)
+        for pgid in whole:
+            _signal(-pgid, agent_spawn.SIGKILL)
+        rest = [pid for pid, pgid in members.items() if pgid not in whole]
         for signal in (agent_spawn.SIGSTOP, agent_spawn.SIGKILL):
-            for pid in alive:
-                try:
-                    os.kill(pid, signal)
-                except OSError:
-                    pass
-        killed += len(alive)
-        time.sleep(0.001)  # a killed process takes a moment to be a zombie
+            for pid in rest:
+                _signal(pid, signal)
+        killed.update(members)
+        time.sleep(0.002)  # a killed process takes a moment to be a zombie
 
 
-def _alive(pid: int, uid: int | None) -> bool:
-    """Whether process ``pid`` runs (not a zombie), as ``uid`` when given."""
+#: the states of a process that is gone but for its exit status
+DEAD = (b"Z", b"X")
+
+
+def _members(uid: int | None) -> tuple[dict[int, int], set[int]]:
+    """(pid -> process group of each live process /reap kills (of ``uid`` only, when
+    given), the groups all of whose live processes are among them)."""
+    me = os.getpid()
+    table = {pid: found for pid in _pids() if (found := _status(pid)) is not None}
+    if reap_all:
+        chosen = {pid for pid in table if pid not in (1, me)}
+    else:
+        chosen = _descendants({pid: found[0] for pid, found in table.items()})
+    members, spared = {}, set()
+    for pid, (_, state, owner) in table.items():
+        if state in DEAD:
+            continue
+        try:
+            pgid = os.getpgid(pid)
+        except OSError:
+            continue  # gone meanwhile
+        if pid in chosen and (uid is None or owner == uid):
+            members[pid] = pgid
+        else:
+            spared.add(pgid)
+    return members, set(members.values()) - spared
+
+
+def _signal(pid: int, signal: int) -> None:
+    try:
+        os.kill(pid, signal)
+    except OSError:
+        pass  # gone meanwhile
+
+
+def _pids() -> list[int]:
+    return [int(name) for name in os.listdir("/proc") if name.isdigit()]
+
+
+def _status(pid: int) -> tuple[int, bytes, int] | None:
+    """(parent pid, state letter, real uid) of process ``pid``; None when it is gone."""
     try:
         with open(f"/proc/{pid}/status", "rb") as handle:
-            fields = dict(line.split(b":", 1) for line in handle if line.startswith((b"State:", b"Uid:")))
-        return fields[b"State"].split()[0] != b"Z" and \
-            (uid is None or int(fields[b"Uid"].split()[0]) == uid)
+            fields = dict(line.split(b":", 1) for line in handle
+                          if line.startswith((b"State:", b"PPid:", b"Uid:")))
+        return int(fields[b"PPid"]), fields[b"State"].split()[0], int(fields[b"Uid"].split()[0])
     except (OSError, KeyError, ValueError, IndexError):
-        return False  # gone meanwhile
+        return None  # gone meanwhile
+
+
+def _descendants(parents: dict[int, int]) -> set[int]:
+    """The agent's descendants among ``parents`` (pid -> parent pid): the agent is then a
+    child subreaper, so a daemon that left its session is still one."""
+    me = os.getpid()
+    ours = {me}
+    grew = True
+    while grew:  # pid order is not parents first
+        grew = False
+        for pid, ppid in parents.items():
+            if ppid in ours and pid not in ours:
+                ours.add(pid)
+                grew = True
+    ours.discard(me)
+    return ours
 
 
 def _reapable() -> dict[int, int]:
@@ -132,15 +210,7 @@ def _reapable() -> dict[int, int]:
                 pass  # gone meanwhile
     if reap_all:
         return {pid: ppid for pid, ppid in parents.items() if pid not in (1, me)}
-    ours = {me}
-    grew = True
-    while grew:  # pid order is not parents first
-        grew = False
-        for pid, ppid in parents.items():
-            if ppid in ours and pid not in ours:
-                ours.add(pid)
-                grew = True
-    return {pid: parents[pid] for pid in ours if pid != me}
+    return {pid: parents[pid] for pid in _descendants(parents)}
 
 
 def _collect() -> None:
