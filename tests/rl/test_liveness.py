@@ -142,6 +142,23 @@ def test_a_policy_that_always_wins_stops_after_max_filtered_groups(tmp_path, sch
         server.stop()
 
 
+def test_drop_equal_rewards_does_not_count_a_placeholder_as_a_reward(tmp_path, schedulers):
+    """One member's request is refused (its agent's error: a reward-0 placeholder), the other
+    wins: the group's only real reward is 1, no GRPO signal, so drop_equal_rewards drops it.
+    It was handed out, the placeholder's 0 counted as an outcome that differed from the win."""
+    server = LLMServer(script=[{"status": 400, "message": "refused"}],
+                       policy=lambda body: {"reply": "<answer>Right</answer>"}).start()  # S F G: two moves win
+    try:
+        train = schedulers(_config(tmp_path, server), _tiny_lakes(tmp_path), group_filter=drop_equal_rewards,
+                           failed_member="placeholder", max_filtered_groups=6)
+        with pytest.raises(RolloutError, match=r"filter dropped \d+ groups .*max_filtered_groups=6"):
+            batch = train.get_batch(batch_size=2, step=0, timeout=60)
+            pytest.fail(f"handed out {[(t.reward, t.placeholder) for t in batch]}")
+        assert train.stats()["placeholders"] == 1 and train.stats()["dropped_filtered"] >= 7
+    finally:
+        server.stop()
+
+
 def test_a_spent_filter_starts_nothing_while_the_trainer_trains(tmp_path, schedulers):
     """ratio 1, fallback partial: once the filter has dropped max_filtered_groups since the
     last batch and none passed, get_batch raises (never an empty batch), and no new group

@@ -222,8 +222,10 @@ GroupFilter = Callable[[list[Trajectory]], bool]
 
 
 def drop_equal_rewards(group: list[Trajectory]) -> bool:
-    """A group_filter: drop a group whose rewards are all equal (no GRPO signal)."""
-    return len({t.reward for t in group}) <= 1
+    """A group_filter: drop a group whose rewards are all equal (no GRPO signal). A
+    placeholder's reward 0 is no outcome (the trainer masks it): only the real members'
+    rewards count, so [1, 1, placeholder] has no signal either."""
+    return len({t.reward for t in group if not t.placeholder}) <= 1
 
 
 def check_group_filter(group_filter: Any, group_size: int) -> None:
