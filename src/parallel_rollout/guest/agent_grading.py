@@ -155,6 +155,7 @@ def links_into_processes(home: str, deadline: float, since: float | None = None)
             continue
         seen.add((info.st_dev, info.st_ino))
         stack.append(_folder(top, info, since, kinds))
+    stack.reverse()  # the home first: its links are named first (a machine's /tmp holds others')
     while stack:
         path, old, subfolders = stack.pop()
         if subfolders == 0:
