@@ -15,7 +15,6 @@ sandbox range per container: sandbox_uids.py) with no capability, out of the age
 from __future__ import annotations
 
 import json
-import os
 import time
 
 import pytest
@@ -83,14 +82,8 @@ def test_the_readme_desktop_image_build_command_keeps_the_built_image(desktop):
     assert proc.stdout.strip(), "the built image is printed"
 
 
-def _slow_on_qemu(desktop, request, why: str) -> None:
-    if desktop.name == "qemu" and not (request.config.getoption("--slow") or os.environ.get("PR_SLOW") == "1"):
-        pytest.skip(f"slow on qemu ({why}): run with ./dev test --slow")
-
-
-def test_a_desktop_vm_shows_typed_text_and_resets_clean(desktop, request):
-    # ~50 s under TCG; the default run keeps the QEMU desktop image's build and README check
-    _slow_on_qemu(desktop, request, "~50 s under TCG")
+def test_a_desktop_vm_shows_typed_text_and_resets_clean(desktop):
+    # ~50 s under TCG on qemu, which the desktop fixture keeps for ./dev test --slow
     provider = _provider(desktop)
     info = provider.start("vm0")
     try:
@@ -118,9 +111,8 @@ def test_a_desktop_vm_shows_typed_text_and_resets_clean(desktop, request):
         provider.stop(info)
 
 
-def test_the_accessibility_tree_of_a_gtk_app_in_the_image(desktop, request):
-    # ~40-80 s under TCG; the default run keeps the QEMU desktop image's build and README check
-    _slow_on_qemu(desktop, request, "~40-80 s under TCG")
+def test_the_accessibility_tree_of_a_gtk_app_in_the_image(desktop):
+    # ~40-80 s under TCG on qemu, which the desktop fixture keeps for ./dev test --slow
     provider = _provider(desktop)
     info = provider.start("vm0")
     try:
@@ -188,11 +180,10 @@ def _shipped(snapshots_once: bool) -> list[dict]:
 
 
 @pytest.mark.slow
-def test_the_oracle_passes_shipped_desktop_tasks_through_a_shared_pool(desktop, tmp_path, request):
+def test_the_oracle_passes_shipped_desktop_tasks_through_a_shared_pool(desktop, tmp_path):
     from parallel_rollout.runner import Runner
 
-    # the docker variant runs every shipped task through a pool in the default run
-    _slow_on_qemu(desktop, request, "~200 s under TCG")
+    # ~200 s under TCG on qemu
 
     # docker: every shipped task (N=3, M=2); qemu under TCG: one task of each kind (terminal, editor,
     # file manager, LibreOffice) through one VM, reset between them
