@@ -22,13 +22,13 @@ from parallel_rollout.guest.client import GuestClient, GuestRequestError
 SERVER = Path(server_module.__file__)
 
 
-def _start_agent(sock: Path, home: Path, *extra: str) -> subprocess.Popen:
+def _start_agent(sock: Path, home: Path, *extra: str, **popen) -> subprocess.Popen:
     read_fd, write_fd = os.pipe()
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home)}
     proc = subprocess.Popen(
         ["/usr/bin/python3", "-I", "-S", str(SERVER), "--unix", str(sock),
          "--ready-fd", str(write_fd), "--max-body-mb", "1", *extra],
-        pass_fds=(write_fd,), env=env, cwd=home)
+        pass_fds=(write_fd,), env=env, cwd=home, **popen)
     os.close(write_fd)
     assert os.read(read_fd, 16).startswith(b"ready")
     os.close(read_fd)
@@ -436,7 +436,10 @@ def test_an_agent_stopped_on_a_shared_host_takes_what_its_commands_left_with_it(
     # did not start lives on, and the agent still dies by the signal.
     home = tmp_path / "home"
     home.mkdir()
-    proc = _start_agent(tmp_path / "agent.sock", home)
+    # SIGHUP as a login or ssh session leaves it to the agent: not ignored, which it would
+    # be (and the agent keep it so, as under nohup) in a test run started under nohup
+    proc = _start_agent(tmp_path / "agent.sock", home,
+                        preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL))
     bystander = subprocess.Popen(["sleep", "300"])
     left = []
     try:
