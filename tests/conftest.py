@@ -281,6 +281,32 @@ SLOW_CASES = frozenset({
     "tests/test_osworld_openai.py::test_openai_agent_solves_desktop_tasks_from_screenshots"
     "[computer_13-screenshot_a11y_tree]",
 })
+#: long tests (6-37 s each of a quiet 2-core run) whose area keeps a shorter test in the default
+#: run: the stop from outside (test_outside_stops' two others, test_death_cause), random kills
+#: (test_manager_dies), Ray (a node lost), timeouts, limits, resumes and plugin imports
+LONG_TESTS = frozenset({
+    "tests/test_outside_stops.py::test_a_guest_agent_stopped_from_outside_is_retried_not_graded",
+    "tests/chaos/test_random_kills.py::test_random_kills_lose_nothing_and_double_nothing",
+    "tests/test_ray_driver.py::test_engine_submit_cancel_pause_and_a_killed_worker_actor",
+    "tests/test_timeout_records.py::test_an_osworld_grading_timeout_names_the_osworld_phase",
+    "tests/test_openai_agent.py::test_an_attempt_whose_time_runs_out_while_a_failed_model_request_is_retried_is_the_endpoints",
+    "tests/test_command_agent_cli.py::test_a_hanging_agent_is_a_task_timeout_with_its_stderr",
+    "tests/providers/test_remote.py::test_shell_benchmark_through_the_pool_on_two_remote_machines",
+    "tests/test_pool.py::test_a_hung_reset_is_given_up_and_the_vm_restarted",
+    "tests/test_math_grader.py::test_a_grader_is_bounded_in_memory_and_a_grading_that_used_much_ends_it",
+    "tests/test_math_grader.py::test_a_grading_past_rlimit_cpus_hard_limit_is_the_answers_cpu_limit",
+    "tests/test_compare_runs.py::test_a_run_killed_hard_is_partial_of_its_whole_total_everywhere[resume-of-an-interrupted-run]",
+    "tests/test_compare_runs.py::test_a_run_killed_hard_is_partial_of_its_whole_total_everywhere[resume-with-a-higher-limit]",
+    "tests/test_vm_costs.py::test_one_vm_cannot_take_another_vms_per_user_limits",
+    "tests/test_run_lifecycle.py::test_a_plugin_import_that_never_ends_stops_the_run_at_the_start_deadline",
+    "tests/test_run_lifecycle.py::test_a_slow_plugin_import_is_said_while_the_workers_start",
+    "tests/test_run_lifecycle.py::test_a_signal_ignored_at_start_stays_ignored_by_the_run_and_its_workers[SIGHUP]",
+    "tests/test_process_group.py::test_a_worker_whose_runner_died_takes_what_it_led_with_it[helper-hangs]",
+    "tests/test_process_group.py::test_a_worker_whose_runner_died_takes_what_it_led_with_it[leads-nothing]",
+    "tests/chaos/test_boot_failures.py::test_ctrl_c_during_a_slow_boot_does_not_wait_for_the_boot",
+    "tests/test_command_agent_limits.py::test_stray_lines_cost_the_worker_a_few_lines_of_memory_and_fail_the_attempt",
+    "tests/rl/test_liveness.py::test_replies_longer_than_the_api_timeout_are_no_silence",
+})
 #: the same, by the start of their ids (ids with free text in them)
 SLOW_CASE_PREFIXES = tuple(
     f"tests/test_run_provenance.py::test_resume_refuses_another_model_setting_naming_it[{case}-"
@@ -294,5 +320,5 @@ def pytest_collection_modifyitems(config, items):
         return
     skip = pytest.mark.skip(reason="slow: run with ./dev test --slow")
     for item in items:
-        if "slow" in item.keywords or item.nodeid in SLOW_CASES or item.nodeid.startswith(SLOW_CASE_PREFIXES):
+        if "slow" in item.keywords or item.nodeid in SLOW_CASES or item.nodeid in LONG_TESTS or item.nodeid.startswith(SLOW_CASE_PREFIXES):
             item.add_marker(skip)
