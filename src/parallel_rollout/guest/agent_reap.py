@@ -194,25 +194,6 @@ def _descendants(parents: dict[int, int]) -> set[int]:
     return ours
 
 
-def _reapable() -> dict[int, int]:
-    """What /reap kills without --run-as, pid -> parent pid: with --reap-all every process
-    but the agent and pid 1; else the agent's descendants (the agent is then a child
-    subreaper, so a daemon that left its session is still one), nothing else of the
-    machine."""
-    me = os.getpid()
-    parents = {}
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                with open(f"/proc/{name}/stat", "rb") as handle:
-                    parents[int(name)] = int(handle.read().rsplit(b")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                pass  # gone meanwhile
-    if reap_all:
-        return {pid: ppid for pid, ppid in parents.items() if pid not in (1, me)}
-    return {pid: parents[pid] for pid in _descendants(parents)}
-
-
 def _collect() -> None:
     """Wait for the agent's children that no request waits for: orphans it adopted as a
     subreaper, which the kill made zombies (a grandchild may be adopted only as its
@@ -221,8 +202,8 @@ def _collect() -> None:
 
     deadline = time.monotonic() + 2.0
     while True:
-        adopted = [pid for pid, ppid in _reapable().items()
-                   if ppid == os.getpid() and pid not in agent_commands.running]
+        adopted = [pid for pid in _pids() if pid not in agent_commands.running
+                   and (found := _status(pid)) is not None and found[0] == os.getpid()]
         for pid in adopted:
             try:
                 os.waitpid(pid, os.WNOHANG)
