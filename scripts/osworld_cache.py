@@ -10,7 +10,8 @@
                                                          # (not the web pages Chrome opens)
 
 The cache is ``$PARALLEL_ROLLOUT_OSWORLD_CACHE`` or ``~/.cache/parallel-rollout/osworld``
-(see ``parallel_rollout/envs/osworld/downloads.py``).
+(see ``parallel_rollout/envs/osworld/downloads.py``). A file an earlier version had put at
+``<cache>/<task id>/<name>`` counts as cached, as a run takes it from there too.
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
                 task = json.loads((folder / "examples" / domain / f"{task_id}.json").read_text())
                 urls = [url for url in task_sources(task) if downloads.is_remote(url)]
                 for url in dict.fromkeys(urls):
-                    if not downloads.cache_path(url).is_file():
+                    if downloads.cached(url, task_id) is None:
                         print(f"{domain}/{task_id}\t{url}")
     return 0
 

@@ -172,3 +172,42 @@ def test_a_gold_file_that_cannot_be_had_ends_the_attempt_before_the_model_is_ask
         assert [r["status"] for r in tries] == ["setup_failed"] * 2 and all(r["turns"] == 0 for r in tries)
     # one request, the graded task's: none for the attempts that could not be graded
     assert len(model.requests) == 1, [r["body"]["messages"][1] for r in model.requests]
+
+
+def test_files_in_the_earlier_cache_layout_count_as_cached_and_are_used(tmp_path):
+    """A cache filled by an earlier version (``<cache>/<task id>/<name>``, the name as its
+    message spelled it: the URL's last segment, a query or %-escapes and all) is not to be
+    filled again: ``osworld_cache.py missing`` lists only what is in neither layout, and a run
+    without network takes the file from where it is."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from parallel_rollout.envs.osworld.sources import local_source
+
+    base = "http://127.0.0.1:1/resolve/main"  # nothing listens: no download can succeed
+    escaped, queried, plain, absent = (f"{base}/Order_Sales_Serial%23.xlsx", f"{base}/history.sqlite?download=true",
+                                       f"{base}/budget.xlsx", f"{base}/never_put.docx")
+    folder = tmp_path / "evaluation_examples"
+    (folder / "examples" / "os").mkdir(parents=True)
+    (folder / "test_all.json").write_text(json.dumps({"os": ["t1"]}))
+    files = [{"url": url, "path": f"/home/user/{n}"} for n, url in enumerate((escaped, queried, plain, absent))]
+    (folder / "examples" / "os" / "t1.json").write_text(json.dumps({
+        "id": "t1", "instruction": "open them", "config": [{"type": "download", "parameters": {"files": files}}],
+        "evaluator": {"func": "infeasible"}}))
+    cache = tmp_path / "cache"
+    (cache / "t1").mkdir(parents=True)
+    (cache / "t1" / "Order_Sales_Serial%23.xlsx").write_bytes(b"escaped")  # what the earlier message said
+    (cache / "t1" / "history.sqlite?download=true").write_bytes(b"queried")
+    (cache / "t1" / "budget.xlsx").write_bytes(b"plain")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), downloads.CACHE_ENV: str(cache)}
+    listed = subprocess.run([sys.executable, str(Path(__file__).parents[1] / "scripts" / "osworld_cache.py"),
+                             "missing", str(folder)], capture_output=True, text=True, timeout=60, env=env)
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout == f"os/t1\t{absent}\n"
+    task = Task(id="t1", mode="osworld", payload={}, source=str(folder / "examples" / "os" / "t1.json:1"))
+    assert [local_source(task, url, cache).read_bytes() for url in (escaped, queried, plain)] == [
+        b"escaped", b"queried", b"plain"]
+    with pytest.raises(steps.SourceMissing, match="never_put.docx"):
+        local_source(task, absent, cache)

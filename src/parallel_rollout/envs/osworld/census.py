@@ -64,10 +64,8 @@ def _launched(payload: dict[str, Any]) -> Iterable[str]:
 
 def _uncached(task: Any) -> bool:
     """Whether the task fetches a URL that is in neither of the cache's places."""
-    root = downloads.cache_root()
     urls = [url for url in task_sources(task) if downloads.is_remote(url)]
-    return any(not downloads.cache_path(url, root).is_file()
-               and not (root / task.id / downloads.basename(url)).is_file() for url in urls)
+    return any(downloads.cached(url, task.id) is None for url in urls)
 
 
 def census_notes(tasks: list[Any], provider_name: str) -> list[str]:

@@ -15,9 +15,10 @@ they are and a run without it works from a filled cache.
 
 ``<cache>`` is ``$PARALLEL_ROLLOUT_OSWORLD_CACHE`` or ``~/.cache/parallel-rollout/osworld``.
 A machine without internet fills it with :func:`cache_path` (``scripts/osworld_cache.py`` puts
-local files in place for their URLs); a file put at ``<cache>/<task id>/<basename>`` (the
-earlier layout) is still found. A URL that cannot be fetched raises :class:`DownloadError`
-naming the URL, the error and where the file would be taken from.
+local files in place for their URLs); a file put where earlier versions said to put it,
+``<cache>/<task id>/<name>`` (the earlier layout, :func:`legacy_paths`), is still found, by a
+run and by ``osworld_cache.py missing`` alike (:func:`cached`). A URL that cannot be fetched
+raises :class:`DownloadError` naming the URL, the error and where the file would be taken from.
 """
 
 from __future__ import annotations
@@ -73,14 +74,33 @@ def cache_path(url: str, root: Path | None = None) -> Path:
     return (root or cache_root()) / "urls" / digest / basename(url)
 
 
-def fetch(url: str, root: Path | None = None, legacy: Path | None = None) -> Path:
-    """The local copy of ``url``, downloaded into the cache on first use; ``legacy`` is an
-    older place the file may have been put by hand."""
+def legacy_paths(url: str, task_id: str, root: Path | None = None) -> list[Path]:
+    """Where earlier versions kept the file of ``url`` for task ``task_id`` (and told a user
+    without internet to put it): ``<cache>/<task id>/<name>``, the name being the URL's last
+    segment as the URL spells it (``history_empty.sqlite?download=true``,
+    ``Order_Sales_Serial%23.xlsx``: what their message said) or its file name (:func:`basename`)."""
+    if not task_id or "/" in task_id or task_id in (".", ".."):
+        return []
+    folder = (root or cache_root()) / task_id
+    names = [basename(url), url.rstrip("/").rsplit("/", 1)[-1]]
+    return [folder / name for name in dict.fromkeys(names) if name not in ("", ".", "..")]
+
+
+def cached(url: str, task_id: str | None = None, root: Path | None = None) -> Path | None:
+    """The cached file of ``url`` (for task ``task_id``: also in the earlier layout), or None."""
+    for path in [cache_path(url, root), *legacy_paths(url, task_id or "", root)]:
+        if path.is_file():
+            return path
+    return None
+
+
+def fetch(url: str, root: Path | None = None, task_id: str | None = None) -> Path:
+    """The local copy of ``url``, downloaded into the cache on first use; ``task_id``: the
+    task that names it, whose folder of the earlier layout may hold it (:func:`legacy_paths`)."""
+    found = cached(url, task_id, root)
+    if found is not None:
+        return found
     target = cache_path(url, root)
-    if target.is_file():
-        return target
-    if legacy is not None and legacy.is_file():
-        return legacy
     import filelock
 
     target.parent.mkdir(parents=True, exist_ok=True)

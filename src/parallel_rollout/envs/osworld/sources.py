@@ -41,7 +41,7 @@ def local_source(task, url: str, cache: Path) -> Path:
     file's folder), or an http(s) URL fetched once into the download cache."""
     if downloads.is_remote(url):
         try:
-            return downloads.fetch(url, cache, legacy=cache / task.id / downloads.basename(url))
+            return downloads.fetch(url, cache, task.id)
         except downloads.DownloadError as exc:
             raise SourceMissing(f"task {task.id!r}: {exc}") from None
     path = local_path(task, url)
