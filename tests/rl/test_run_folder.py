@@ -82,3 +82,24 @@ def test_turns_that_are_not_the_attempts_own_are_refused(tmp_path, table, schedu
     trajectory.turns_file.write_text("\n".join(lines[:-1]) + "\n")  # one turn short: another attempt's file
     with pytest.raises(RolloutError, match=f"record counts {len(lines)} turn.*holds {len(lines) - 1}"):
         other.turns  # noqa: B018
+
+
+def test_trajectory_ids_are_unique_across_siblings_and_sessions(tmp_path, table, schedulers):
+    """A train scheduler and its validation sibling both play FrozenLake group 0, episode 0,
+    and a resumed session starts its group ids at 0 again: each trajectory_id is still its
+    own (both gave ``FrozenLake/g0/e0/m0``, so a trainer logging or deduplicating by id
+    mixed them). The id is the run id and the member's key in results.jsonl."""
+    _, server = table
+    train = schedulers(rl_config(tmp_path, server, num_rollouts=1, run_id="grpo"), _lake())
+    val = train.sibling(EnvManagerConfig(num_env_groups=2, group_size=1, tags=["FrozenLake"]), name="val")
+    trained, validated = train.get_batch(4, step=0), val.get_batch(2, step=0)
+    assert {(t.tag, t.group_id, t.episode_id, t.member) for t in validated} <= \
+        {(t.tag, t.group_id, t.episode_id, t.member) for t in trained}  # the same coordinates
+    assert all(t.trajectory_id == f"grpo/{t.record['key']}" for t in trained + validated)
+    assert trained[0].trajectory_id.startswith("grpo/train:FrozenLake/g")
+    train.close()
+    again = schedulers(rl_config(tmp_path, server, num_rollouts=1, run_id="grpo", resume=True), _lake())
+    resumed = again.get_batch(4, step=0)
+    assert resumed[0].trajectory_id.startswith("grpo/train@s1:FrozenLake/g")
+    ids = [t.trajectory_id for t in trained + validated + resumed]
+    assert len(set(ids)) == len(ids), ids

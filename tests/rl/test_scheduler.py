@@ -89,7 +89,8 @@ def test_whole_groups_same_task_and_seed_oldest_first(shared, sibling):
         assert len({(t.task_id, t.seed, t.tag, t.episode_id) for t in members}) == 1
     ids = [t.trajectory_id for t in batch]
     assert len(set(ids)) == len(ids)
-    assert all(i == f"{t.tag}/g{t.group_id}/e{t.episode_id}/m{t.member}" for i, t in zip(ids, batch))
+    assert all(i == f"{train.run_dir.name}/{t.record['key']}" for i, t in zip(ids, batch))
+    assert all(t.record["key"].endswith(f":{t.tag}/g{t.group_id}/e{t.episode_id}/m{t.member}") for t in batch)
     turn = batch[0].turns[0]
     assert {"observation", "action", "request", "reply", "token_ids", "logprobs", "policy_version"} <= set(turn)
     assert batch[0].timings["started_at"] <= batch[0].timings["ended_at"]

@@ -32,7 +32,7 @@ from typing import Any, Iterator
 
 from ..errors import ConfigError, RolloutError
 from ..messages import Assignment
-from .groups import Group, from_record, trajectory_id
+from .groups import Group, from_record, sample_name
 from .sources import TaskSourceError, next_task_of, quotas
 
 #: how far apart the seeds of two tags start (episodes of one tag before they could meet)
@@ -150,13 +150,13 @@ class GroupGeneration:
         member_task = dataclasses.replace(task, seed=seed)
         size = self.env_config.group_size
         group = Group(group_id, tag, episode_id, task, seed, self._step, size, created_at=time.time(),
-                      purpose=purpose)
+                      purpose=purpose, id_prefix=f"{self._shared.engine.run_id}/{self._sample_prefix}")
         self._groups[group_id] = group
         self._stats["groups_started"] += 1
         now = time.time()
         for member in range(self.env_config.members):
-            ident = trajectory_id(tag, group_id, episode_id, member)
-            item = Assignment(member_task, member, 0, name=f"{self._sample_prefix}:{ident}",
+            item = Assignment(member_task, member, 0,
+                              name=f"{self._sample_prefix}:{sample_name(tag, group_id, episode_id, member)}",
                               meta={"scheduler": self.name, "tag": tag, "group": group_id,
                                     "episode": episode_id, "member": member, "step": self._step},
                               sampling=self.sampling)

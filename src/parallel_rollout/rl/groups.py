@@ -163,6 +163,9 @@ class Group:
     completed_at: float | None = None
     #: "batch" (get_batch(n)) or "all" (get_batch(-1): failures are returned, not dropped)
     purpose: str = "batch"
+    #: what its trajectory ids start with: the run id and the scheduler's sample prefix
+    #: (``grpo/train``, ``grpo/val@s1``), so ids are unique across schedulers and sessions
+    id_prefix: str = ""
 
     @property
     def complete(self) -> bool:
@@ -183,14 +186,20 @@ class Group:
         member = self.failed[len([t for t in self.done if t.placeholder])] if self.failed else None
         index = member.member if member else -1
         return Trajectory(self.tag, self.group_id, self.episode_id, index,
-                          trajectory_id(self.tag, self.group_id, self.episode_id, index), self.task.id,
+                          self.trajectory_id(index), self.task.id,
                           self.seed, self.created_step, reward=0.0, status="placeholder", placeholder=True,
                           record=member.record if member else {}, timings=member.timings if member else {},
                           _turns=[])
 
+    def trajectory_id(self, member: int) -> str:
+        """``<run id>/<sample's key>``: ``grpo/train:FrozenLake/g0/e0/m0``, and in a later
+        session of the run folder ``grpo/train@s1:…`` (the key is the member's in results.jsonl)."""
+        return f"{self.id_prefix}:{sample_name(self.tag, self.group_id, self.episode_id, member)}"
 
-def trajectory_id(tag: str, group_id: int, episode_id: int, member: int) -> str:
-    """``tag/g<group>/e<episode>/m<member>``: unique within a scheduler."""
+
+def sample_name(tag: str, group_id: int, episode_id: int, member: int) -> str:
+    """``tag/g<group>/e<episode>/m<member>``: unique within a scheduler (its samples' names
+    in the run folder are it after ``<scheduler>:``)."""
     return f"{tag}/g{group_id}/e{episode_id}/m{member}"
 
 
@@ -200,7 +209,7 @@ def from_record(group: Group, member: int, record: dict[str, Any], run_dir: Path
     relpath = record.get("trajectory")
     return Trajectory(
         tag=group.tag, group_id=group.group_id, episode_id=group.episode_id, member=member,
-        trajectory_id=trajectory_id(group.tag, group.group_id, group.episode_id, member),
+        trajectory_id=group.trajectory_id(member),
         task_id=group.task.id, seed=group.seed, created_step=group.created_step,
         reward=float(record.get("reward") or 0.0), status=str(record.get("status")),
         success=bool(record.get("success")), turns_file=run_dir / relpath if relpath else None,
