@@ -91,6 +91,47 @@ def test_a_signal_to_the_whole_process_group_stops_the_run_in_order(tmp_path, si
     assert "worker_died" not in events and "manager process died" not in err, err
 
 
+def _workers(proc) -> list[psutil.Process]:
+    """The run's worker processes: the children of its workers' server."""
+    server = [p for p in family(proc.pid) if "forkserver" in " ".join(_cmdline(p))]
+    return server[0].children()
+
+
+def test_a_sigterm_to_every_process_of_the_job_stops_the_run_in_order(tmp_path):
+    """``systemctl stop`` signals every process of the unit's cgroup at once, the workers
+    (each the leader of a group of its own) with the run: they died of it before the run
+    stopped them, each attempt under way recorded ``worker_died`` and retried."""
+    data, keys = slow_tasks(tmp_path)
+    proc = start_cli(tmp_path, data)
+    run_dir = tmp_path / "out" / "sig"
+    wait_for_results(run_dir, 3, proc)
+    assert _workers(proc)
+    for member in family(proc.pid):  # the run, its pool, its workers, its VMs
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(member.pid, signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "interrupted by signal 15; resume with:" in err and "died" not in err, err
+    assert json.loads((run_dir / "summary.json").read_text())["interrupted"]
+    assert "worker_died" not in (run_dir / "events.jsonl").read_text()
+
+
+def test_a_sigterm_to_one_worker_alone_still_ends_it(tmp_path):
+    """An operator's ``kill PID`` of one worker: no STOP from the run follows, so the worker
+    dies of it (within ``SIGTERM_WAIT_S``), its attempt is retried and the run finishes."""
+    data, keys = slow_tasks(tmp_path, count=30, seconds=0.5)  # longer than its wait
+    proc = start_cli(tmp_path, data)
+    run_dir = tmp_path / "out" / "sig"
+    wait_for_results(run_dir, 2, proc)
+    victim = _workers(proc)[0]
+    victim.send_signal(signal.SIGTERM)
+    victim.wait(timeout=30)  # gone (not our child: its status is the run's to see)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert f"(pid {victim.pid}) died: worker exited with code -15" in err, err
+    assert json.loads((run_dir / "summary.json").read_text())["successes"] == len(keys)
+
+
 def test_a_sigterm_to_the_whole_job_as_the_pool_starts_exits_130(tmp_path):
     """``timeout``'s or Airflow's SIGTERM to the job's process group in the run's first
     seconds, while the pool's Manager process is still starting (importing, before it takes
@@ -135,8 +176,7 @@ def test_a_signal_ignored_at_start_stays_ignored_by_the_run_and_its_workers(tmp_
     run_dir = tmp_path / "out" / "sig"
     wait_for_results(run_dir, 3, proc)
     os.killpg(proc.pid, signum)  # the whole process group, as a hang-up
-    server = [p for p in family(proc.pid) if "forkserver" in " ".join(_cmdline(p))]
-    for worker in server[0].children():  # and each worker, which leads a group of its own
+    for worker in _workers(proc):  # and each worker, which leads a group of its own
         os.kill(worker.pid, signum)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err

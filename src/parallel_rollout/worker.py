@@ -98,6 +98,7 @@ class RolloutWorker:
                 # process too and stops the VMs.
                 die_with_group()
             if isinstance(message, Stop):
+                _stop_received.set()
                 for _ in loops:
                     self._inbox.put(message)
                 break
@@ -196,9 +197,9 @@ class RolloutWorker:
                     self._episode(env, agent, parts, item, vm, record, trajectory)
             else:
                 self._episode(env, agent, parts, item, leaser if env.vm_scope else None, record, trajectory)
-        except RolloutError as exc:
-            record.update(status=exc.kind, infrastructure=exc.infrastructure, reward=0.0, success=False,
-                          failure=records.failure(exc))
+        except RolloutError as exc:  # an EpisodeCut graded as it stood keeps its reward
+            record.update(status=exc.kind, infrastructure=exc.infrastructure, success=False,
+                          reward=exc.reward if isinstance(exc, EpisodeCut) else 0.0, failure=records.failure(exc))
         except (EOFError, ConnectionError, BrokenPipeError) as exc:
             # The pool's Manager process is gone; the engine notices and stops the run.
             record.update(status=VMError.kind, infrastructure=True,
@@ -249,6 +250,10 @@ class RolloutWorker:
                 if cut.turn:  # the reply's sampled tokens are part of the episode
                     record["turns"] = turn
                     trajectory.write({"turn": turn, "action": None, "done": True, **cut.turn})
+                if item.grade_cut:  # its reward as it stands (Sokoban: the step rewards so far)
+                    self._progress(item, record, "grading")
+                    with task_breaks_vm("grading"):
+                        cut.reward, record["eval"] = checked_evaluation(env, _env_call(record, env.evaluate))
                 raise
             turn_record = agent.turn_record()
             env.turn_record = turn_record  # the env may keep the model's reply with the step
@@ -401,6 +406,27 @@ def _serializable(record: dict[str, Any]) -> dict[str, Any]:
         return records.replacement_record(record, exc)
 
 
+#: how long a worker given SIGTERM waits for its runner's STOP before it dies of the signal
+SIGTERM_WAIT_S = 5.0
+#: set once the engine's STOP has come: the run is stopping this worker in order
+_stop_received = threading.Event()
+
+
+def _sigterm_after_the_runner(signum: int, frame: object) -> None:
+    """SIGTERM in a worker. A stop of the whole job (systemd's ``systemctl stop`` signals
+    every process of the unit's cgroup at once) reaches the runner with it, which sends its
+    STOP at once and stops the run in order: dying of it first recorded the attempts under
+    way as ``worker_died``. So it waits ``SIGTERM_WAIT_S`` for that STOP, and dies of the
+    signal (as before) when none comes: a SIGTERM sent to this worker alone. A second SIGTERM
+    meanwhile kills it at once."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+    def die_unless_stopped() -> None:
+        if not _stop_received.wait(SIGTERM_WAIT_S):
+            os.kill(os.getpid(), signal.SIGTERM)
+    threading.Thread(target=die_unless_stopped, name="sigterm", daemon=True).start()
+
+
 #: a worker's exit status when it cannot import the run's mode or agent: the backend stops
 #: the run with that error instead of starting the next worker into the same failure
 EXIT_CANNOT_LOAD = 86
@@ -423,7 +449,7 @@ def worker_main(worker_id: str, holder: str, conn: Connection, pool: Any, config
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     if signal.getsignal(signal.SIGTERM) is not signal.SIG_IGN:  # ignored by the run's starter: kept
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGTERM, _sigterm_after_the_runner)
     try:
         # Before any attempt's clock starts: a plugin's import (preloaded by the server when
         # it could be) never counts against a task's --task-timeout.
