@@ -20,6 +20,7 @@ from parallel_rollout.pool.providers.base import ProviderOptions
 from parallel_rollout.pool.providers.process import ProcessProvider
 from parallel_rollout.runner import Runner
 from parallel_rollout.tasks import load_tasks
+from parallel_rollout.trajectories import read_turns
 from parallel_rollout.envs import task_validators
 
 TASKS = ROOT / "benchmarks" / "osworld_tasks.jsonl"
@@ -65,6 +66,25 @@ def test_oracle_passes_every_shipped_task_through_a_shared_pool(tmp_path):
     for line in lines:
         assert (folder / line["screenshot_file"]).read_bytes().startswith(b"\x89PNG")
     assert (folder / "result.txt").read_text().strip() == "1.0"
+
+
+def test_an_a11y_tree_run_saves_each_steps_screenshot_as_osworld_does(tmp_path):
+    """--observation-type a11y_tree shows the agent the tree and no image, but OSWorld's
+    run.py saves a screenshot per step whatever the observation type: step_N.png, named by
+    traj.jsonl's screenshot_file, is there for every step (none was saved, the field null)."""
+    task = next(t for t in shipped() if t["id"] == "terminal-mkdir")
+    data = write_tasks(tmp_path / "tasks.jsonl", [task])
+    outcome = run(tmp_path, data, "a11y", num_rollouts=1, num_vms=1, observation_type="a11y_tree")
+    assert outcome.exit_code == 0, outcome.message
+    folder = outcome.run_dir / "trajectories" / "terminal-mkdir" / "0" / "attempt-0"
+    lines = [json.loads(line) for line in (folder / "traj.jsonl").read_text().splitlines()]
+    assert lines and lines[-1]["done"]
+    assert [line["screenshot_file"] for line in lines] == [f"step_{line['step_num']}.png" for line in lines]
+    for name in ["step_0.png", *(line["screenshot_file"] for line in lines)]:
+        assert (folder / name).read_bytes().startswith(b"\x89PNG"), name
+    turns = read_turns(outcome.run_dir / "trajectories" / "terminal-mkdir" / "0" / "attempt-0.jsonl")
+    observations = [turn["observation"] for turn in turns]
+    assert observations and all(o["screenshot_path"] is None and o["accessibility_tree"] for o in observations)
 
 
 @pytest.mark.slow  # ~25-60 s: every shipped desktop task, 4 turns each; the oracle's run stays

@@ -201,6 +201,7 @@ class OSWorldEnv(Env):
         self.cache_dir = self.dir / "cache"
         self.cache_root = steps.cache_root()
         self.step_no = 0
+        self.screenshot_file: str | None = None
         self.actions: list[Any] = []
         self._traj = self.dir / "traj.jsonl"
         self._traj.write_text("")
@@ -241,8 +242,7 @@ class OSWorldEnv(Env):
                          "%Y%m%d@%H%M%S", time.localtime(started)),
                      "action": one, "response": reply_text(self.turn_record), "reward": 0, "done": done,
                      "info": info,
-                     "screenshot_file": Path(observation["screenshot_path"]).name
-                     if observation and observation.get("screenshot_path") else None}
+                     "screenshot_file": self.screenshot_file if observation else None}
             with self._traj.open("a", encoding="utf-8") as fh:
                 fh.write(json.dumps(entry, default=repr) + "\n")
             if last:
@@ -327,11 +327,16 @@ class OSWorldEnv(Env):
     # ---------------------------------------------------------------- helpers
 
     def _observe(self) -> dict[str, Any]:
+        """The observation after a turn (or the reset). Its screenshot is saved as
+        ``step_N.png`` whatever the observation type, as OSWorld's run.py saves one per step
+        (traj.jsonl's ``screenshot_file`` names it, and OSWorld's result viewers show it); with
+        ``a11y_tree`` the agent is not shown it (no ``screenshot_path``)."""
         observation: dict[str, Any] = {"instruction": self.task.get("instruction"),
                                        "screenshot_path": None, "accessibility_tree": None}
+        path = self.dir / f"step_{self.step_no}.png"
+        path.write_bytes(self.vm.screenshot())
+        self.screenshot_file = path.name
         if self.observation_type in ("screenshot", "screenshot_a11y_tree"):
-            path = self.dir / f"step_{self.step_no}.png"
-            path.write_bytes(self.vm.screenshot())
             observation["screenshot_path"] = str(path)
         if self.observation_type in ("a11y_tree", "screenshot_a11y_tree"):
             observation["accessibility_tree"] = self.vm.accessibility_tree()
