@@ -372,8 +372,7 @@ class Engine(EngineCancels):
                 self.stop(reason)
         elif record.get("infrastructure") and record["attempt"] < self.config.max_retries:
             record["final"] = False
-            retry = Assignment(sub.item.task, sub.item.sample_idx, record["attempt"] + 1,
-                               name=sub.item.name, meta=sub.item.meta, sampling=sub.item.sampling)
+            retry = dataclasses.replace(sub.item, attempt=record["attempt"] + 1)  # the front end's fields kept
             with self._lock:
                 sub.item = retry
                 # Retries go first: the sample has already waited its turn once.

@@ -47,6 +47,10 @@ class Assignment:
     #: sampling overrides of the attempt (a scheduler's ``sampling=``: temperature, top_p …),
     #: merged over the run config's in each model request
     sampling: Mapping[str, Any] = field(default_factory=dict)
+    #: grade an episode the model could not finish (``EpisodeCut``: its context ran out, a
+    #: reply cut at max_tokens) as it stands, its reward the env's evaluation so far (an RL
+    #: scheduler's ``cut_reward="so_far"``: Sokoban's step rewards so far), not 0
+    grade_cut: bool = False
 
     @property
     def key(self) -> str:

@@ -197,9 +197,9 @@ class RolloutWorker:
                     self._episode(env, agent, parts, item, vm, record, trajectory)
             else:
                 self._episode(env, agent, parts, item, leaser if env.vm_scope else None, record, trajectory)
-        except RolloutError as exc:
-            record.update(status=exc.kind, infrastructure=exc.infrastructure, reward=0.0, success=False,
-                          failure=records.failure(exc))
+        except RolloutError as exc:  # an EpisodeCut graded as it stood keeps its reward
+            record.update(status=exc.kind, infrastructure=exc.infrastructure, success=False,
+                          reward=exc.reward if isinstance(exc, EpisodeCut) else 0.0, failure=records.failure(exc))
         except (EOFError, ConnectionError, BrokenPipeError) as exc:
             # The pool's Manager process is gone; the engine notices and stops the run.
             record.update(status=VMError.kind, infrastructure=True,
@@ -250,6 +250,10 @@ class RolloutWorker:
                 if cut.turn:  # the reply's sampled tokens are part of the episode
                     record["turns"] = turn
                     trajectory.write({"turn": turn, "action": None, "done": True, **cut.turn})
+                if item.grade_cut:  # its reward as it stands (Sokoban: the step rewards so far)
+                    self._progress(item, record, "grading")
+                    with task_breaks_vm("grading"):
+                        cut.reward, record["eval"] = checked_evaluation(env, _env_call(record, env.evaluate))
                 raise
             turn_record = agent.turn_record()
             env.turn_record = turn_record  # the env may keep the model's reply with the step

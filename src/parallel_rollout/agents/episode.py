@@ -43,10 +43,15 @@ class AgentKilled(AgentError):
 
 
 class EpisodeCut(AgentError):
-    """The model cannot go on with this episode; it ends graded at reward 0 and is kept (an
+    """The model cannot go on with this episode; it ends graded at reward 0 (or, where the
+    attempt asks, the env's reward of the episode so far) and is kept (an
     RL group keeps it as an outcome: the trainer masks or penalises it, it is not a failure).
     ``turn``: the cut turn's model exchange, written as the episode's last turn when the
     model did reply (its sampled tokens belong to the episode); {} when it did not."""
+
+    #: the episode's reward as it stood when cut, set by the worker where the attempt asks
+    #: for it (``Assignment.grade_cut``); else 0
+    reward = 0.0
 
     def __init__(self, message: str, turn: dict[str, Any] | None = None) -> None:
         super().__init__(message)

@@ -10,7 +10,8 @@ spares still running are cancelled). A member whose final record is a failure (a
 infrastructure failure past its retries, an agent error) is replaced by a spare if one is
 left; otherwise the group is dropped, or completed with a placeholder member (reward 0,
 ``placeholder=True``) so the trainer can mask it. An episode the model could not finish
-(``context_overflow``, ``truncated``) is an outcome, not a failure: reward 0, kept in its group.
+(``context_overflow``, ``truncated``) is an outcome, not a failure: reward 0 (or with
+``cut_reward="so_far"`` the env's reward of the episode as it stood), kept in its group.
 """
 
 from __future__ import annotations
@@ -133,7 +134,7 @@ class Trajectory:
     @property
     def cut(self) -> bool:
         """Whether the model could not finish the episode (``CUT_STATUSES``): the trainer
-        masks it or keeps its reward 0 as a penalty."""
+        masks it or keeps its reward (0, or its reward so far: ``cut_reward``) as a penalty."""
         return self.status in CUT_STATUSES
 
     @property

@@ -90,7 +90,7 @@ class RolloutScheduler(ChosenBatches, GroupGeneration, ReadyBatches, TakingTurns
 
     def __init__(self, run_config: RunConfig, env_config: EnvManagerConfig | None = None, *,
                  async_generation_ratio: float = 0, max_concurrent_rollouts: int | None = None,
-                 group_filter: GroupFilter | None = None, failed_member: str = "drop",
+                 group_filter: GroupFilter | None = None, failed_member: str = "drop", cut_reward: str = "zero",
                  name: str = "train", seed: int = 0, max_failed_groups: int = 10,
                  max_filtered_groups: int | None = None, filter_fallback: str = "raise",
                  max_version_lag: int | None = None, stale_versions: str = "drop",
@@ -106,12 +106,16 @@ class RolloutScheduler(ChosenBatches, GroupGeneration, ReadyBatches, TakingTurns
         self.ratio = whole_ratio(async_generation_ratio)
         if failed_member not in ("drop", "placeholder"):
             raise ConfigError(f"failed_member must be 'drop' or 'placeholder', got {failed_member!r}")
+        if cut_reward not in ("zero", "so_far"):
+            raise ConfigError(f"cut_reward must be 'zero' or 'so_far', got {cut_reward!r}")
         check_count("max_concurrent_rollouts", max_concurrent_rollouts, 1, optional=True)
         if _shared is not None and max_concurrent_rollouts is not None:
             raise ConfigError("a sibling shares its engine's max_concurrent_rollouts; give it to the first scheduler")
         check_lag_options(max_version_lag, stale_versions)
         check_group_filter(group_filter, self.env_config.group_size)
         self.failed_member = failed_member
+        #: a cut member's reward (trajectory.cut): 0, or the env's reward of its episode so far
+        self.cut_reward = cut_reward
         self.group_filter = group_filter
         #: bounds on a get_batch: its timeout, groups failed in a row, groups filtered (budget)
         self._budget = BatchBudget(max_failed_groups, max_filtered_groups, filter_fallback,
@@ -195,7 +199,7 @@ class RolloutScheduler(ChosenBatches, GroupGeneration, ReadyBatches, TakingTurns
 
     def sibling(self, env_config: EnvManagerConfig, *, async_generation_ratio: float | None = None,
                 group_filter: GroupFilter | None = None, failed_member: str | None = None,
-                name: str | None = None, sampling: dict[str, Any] | None = None,
+                cut_reward: str | None = None, name: str | None = None, sampling: dict[str, Any] | None = None,
                 **options: Any) -> "RolloutScheduler":
         """Another scheduler on the same engine, gate and concurrency limit (validation, a
         baseline evaluation). ``sampling``: its own overrides (e.g. ``{"temperature": 0}``);
@@ -209,6 +213,7 @@ class RolloutScheduler(ChosenBatches, GroupGeneration, ReadyBatches, TakingTurns
             self.run_config, env_config,
             async_generation_ratio=self.ratio if async_generation_ratio is None else async_generation_ratio,
             group_filter=group_filter, failed_member=failed_member or self.failed_member,
+            cut_reward=cut_reward or self.cut_reward,
             name=name or f"{self.name}-sibling{len(self._shared.schedulers)}",
             sampling=self.sampling if sampling is None else sampling, _shared=self._shared, **options)
 
