@@ -393,31 +393,37 @@ def test_a_run_killed_hard_is_partial_of_its_whole_total_everywhere(tmp_path, ho
 
 def test_a_run_signalled_as_it_closed_with_every_sample_final_is_complete_and_a_baseline(tmp_path):
     """A scheduler's SIGTERM that lands once the last sample's record is stored, as the run
-    stops its workers and VMs: the run exits 130 and its summary says interrupted, but it
-    cut nothing. `runs list` called it interrupted ("8 of 8 samples final"), and the next
-    night's `--compare-to` it refused as an unfinished baseline (exit 5, no verdict)."""
+    stops its workers and VMs: it cut nothing, and the run ends as it would have without it.
+    It exited 130 ("interrupted", resume) with its gates skipped, so a night below
+    --fail-under (or a regression) went unreported; `runs list` called it interrupted ("8 of
+    8 samples final"), and the next night's `--compare-to` refused it as an unfinished
+    baseline (exit 5, no verdict)."""
     from process_tree import signal_at
 
     out = tmp_path / "out"
-    data = write_tasks(tmp_path / "tasks.jsonl", [shell_task(f"t{i}") for i in range(8)])
+    tasks = [failing("t0")] + [shell_task(f"t{i}") for i in range(1, 8)]
+    data = write_tasks(tmp_path / "tasks.jsonl", tasks)
     results, summary = out / "a" / "results.jsonl", out / "a" / "summary.json"
     for attempt in range(10):  # until the signal lands before the run's finish (its summary)
         shutil.rmtree(out / "a", ignore_errors=True)
         proc = subprocess.Popen([sys.executable, str(ROOT / "run_parallel_rollout.py"), "--mode", "shell", "--data",
                                  str(data), "--num-rollouts", "2", "--output-dir", str(out), "--run-id", "a",
-                                 "--no-progress"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                 "--no-progress", "--fail-under", "0.9"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         landed = signal_at(proc, lambda: results.exists() and results.read_text().count("\n") >= 8,
                            signal.SIGTERM, still=lambda: not summary.exists())
-        proc.communicate(timeout=60)
+        stdout, stderr = proc.communicate(timeout=60)
         if landed:
             break
     assert landed, "the signal never landed before the run's summary"
-    assert proc.returncode == exit_codes.EXIT_INTERRUPTED
-    assert json.loads(summary.read_text())["interrupted"]  # a signal came: said as it is
+    assert proc.returncode == exit_codes.EXIT_BELOW_THRESHOLD, stderr  # its gate decides, not the signal
+    assert "resume with" not in stderr and "signal 15 came once every sample had ended" in stderr, stderr
+    written = json.loads(summary.read_text())
+    assert not written["interrupted"] and written["signal_after_end"] == signal.SIGTERM  # a signal came: said
 
     listed = CliRunner().invoke(main, ["runs", "list", "--output-dir", str(out), "--json"])
     assert [json.loads(line)["status"] for line in listed.output.splitlines()] == ["complete"], listed.output
-    assert real_run(tmp_path, "b", [shell_task(f"t{i}") for i in range(8)]).exit_code == 0
+    assert real_run(tmp_path, "b", tasks).exit_code == 0
     compared = CliRunner().invoke(main, ["compare", "a", "b", "--output-dir", str(out), "--check"])
     assert compared.exit_code == 0, compared.output
     assert "unfinished" not in compared.output

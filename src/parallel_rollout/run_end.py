@@ -43,6 +43,8 @@ class RunOutcome:
     run_dir: Path
     summary: dict[str, Any]
     message: str = ""
+    #: a stop signal that came once every sample had ended: it changed nothing of the run
+    late_signal: int | None = None
 
 
 def finish_run(config: RunConfig, run_dir: Path, run_id: str, *, total: int,
@@ -68,6 +70,14 @@ def finish_run(config: RunConfig, run_dir: Path, run_id: str, *, total: int,
     # the results.jsonl this summary counted: `runs list` trusts the summary only while the
     # file is still that one (an edit, a corrupted line, a resume going on changes it)
     summary["results_file"] = stamp
+    late = None
+    if interrupted and not summary["unfinished"]:
+        # every sample had ended (a signal as the run stopped its workers and VMs after its
+        # last sample, or within the grace that let the last ones finish): it cut nothing, so
+        # the run ends as it would have without it, its gates deciding its status
+        late, interrupted = interrupted, None
+        summary["interrupted"], summary["signal_after_end"] = False, late
+        log.warning("signal %d came once every sample had ended: the run finished", late)
     write_summary(run_dir, summary)
     # what the CLI prints last (the caller's to print): run.log ends the same way
     for line in format_summary(summary, run_dir).splitlines():
@@ -89,7 +99,7 @@ def finish_run(config: RunConfig, run_dir: Path, run_id: str, *, total: int,
     from .report.gate import after_run
 
     code, message = after_run(config, run_dir, code, message)
-    return RunOutcome(code, run_dir, summary, message)
+    return RunOutcome(code, run_dir, summary, message, late_signal=late)
 
 
 def signal_after_the_end(signum: int, frame: object) -> None:

@@ -278,6 +278,7 @@ class Runner:
                     self._progress.close()
                 try:
                     outcome = self._finish(total)
+                    self.late_signal = self.late_signal or outcome.late_signal
                 except StorageError as exc:
                     if not failed:
                         raise
