@@ -51,6 +51,9 @@ class Assignment:
     #: reply cut at max_tokens) as it stands, its reward the env's evaluation so far (an RL
     #: scheduler's ``cut_reward="so_far"``: Sokoban's step rewards so far), not 0
     grade_cut: bool = False
+    #: files the attempt's agent withholds from a program of its own (the command agent's)
+    #: that no file of the run names: an RL scheduler's task set files
+    withheld: tuple[str, ...] = ()
 
     @property
     def key(self) -> str:

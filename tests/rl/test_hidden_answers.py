@@ -199,3 +199,50 @@ def test_a_task_sets_file_is_hidden_from_the_answer_in_the_vm(tmp_path, servers,
     switch.policy = reading(copy)  # the control: the same answer on a file no task set names
     (control,) = train.get_batch(batch_size=1, step=1)
     assert (control.status, control.reward) == ("success", 1.0), control.record
+
+
+#: a command agent whose program reads the py task set named in the file ``sys.argv[1]`` and
+#: answers with the canonical solution it finds there (``return 0`` when it cannot read it)
+SOLUTION_THIEF = r"""
+import json, sys
+for line in sys.stdin:
+    try:
+        task = json.loads(open(open(sys.argv[1]).read()).readline())
+        body = task["canonical_solution"]
+    except OSError:
+        body = "    return 0\n"
+    print(json.dumps("def answer():\n" + body), flush=True)
+"""
+
+
+def test_a_command_agent_under_a_scheduler_cannot_read_its_task_sets(tmp_path, servers, schedulers):
+    """The command agent's program withholds the files of the scheduler's task sets, and of a
+    sibling's, as it withholds a run's --data: it read a py task set's canonical solution, for
+    a scheduler's task set, which --data never names, and scored 1; the same program reading
+    a copy no task set names scores (what fails it is the withholding)."""
+    import sys
+
+    if not shutil.which("bwrap"):
+        pytest.skip("bubblewrap is missing")
+    task = {"id": "peek", "mode": "py", "prompt": "def answer():\n", "entry_point": "answer",
+            "test": "def check(candidate):\n    assert candidate() == 42\n", "canonical_solution": "    return 42\n"}
+    train_set = _file(tmp_path / "train" / "tasks.jsonl", json.dumps(task) + "\n")
+    val_set = _file(tmp_path / "val" / "tasks.jsonl", json.dumps({**task, "id": "peek-val"}) + "\n")
+    copy = _file(tmp_path / "elsewhere" / "copy.jsonl", json.dumps(task) + "\n")
+    where, script = tmp_path / "where.txt", tmp_path / "thief.py"
+    where.write_text(str(train_set))
+    script.write_text(SOLUTION_THIEF)
+    train = schedulers(rl_config(tmp_path, servers(), mode="py", data=None, agent="command",
+                                 agent_cmd=f"{sys.executable} {script} {where}", base_url=None, model=None,
+                                 num_rollouts=1, envs_per_worker=1, num_vms=1, max_turns=1),
+                       EnvManagerConfig(group_size=1, tags=["peek"], task_sets={"peek": TaskSet("py", str(train_set))}))
+    val = train.sibling(EnvManagerConfig(group_size=1, tags=["val"], task_sets={"val": TaskSet("py", str(val_set))}),
+                        name="val")
+    (stolen,) = train.get_batch(batch_size=1, step=0)
+    assert (stolen.status, stolen.reward) == ("failure", 0.0), stolen.record
+    where.write_text(str(val_set))  # the sibling's task set, read while the sibling plays
+    (stolen,) = val.get_batch(batch_size=-1, step=0)
+    assert (stolen.status, stolen.reward) == ("failure", 0.0), stolen.record
+    where.write_text(str(copy))  # the control: the same program on a file no task set names
+    (control,) = train.get_batch(batch_size=1, step=1)
+    assert (control.status, control.reward) == ("success", 1.0), control.record

@@ -135,7 +135,7 @@ class CommandAgent(Agent):
         self._turn = 0
         self._budget_left = self.reply_budget_s
         own = [path for path in (self.attempt_info.withheld if self.attempt_info else ()) if path not in self.withheld]
-        if own:  # the task's gold files, which no file of the run names (an RL scheduler's task)
+        if own:  # the task's gold files, an RL scheduler's task set files: no file of the run names them
             self.withheld = (*self.withheld, *own)
             self._stop_process()  # the next one starts without them
 

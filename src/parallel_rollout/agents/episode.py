@@ -107,7 +107,8 @@ class AttemptInfo:
     on_model_retry: Callable[[bool], None] | None = dataclasses.field(default=None, compare=False, repr=False)
     #: the local files that hold the task's answer key (``envs.answer_files_of``: an OSWorld
     #: task's gold files), which an agent that runs a program of its own withholds from it
-    #: (the ``command`` agent): a task given in Python names them in no file of the run
+    #: (the ``command`` agent): a task given in Python names them in no file of the run; and
+    #: an RL scheduler's task set files, which no file of the run names either
     withheld: tuple[str, ...] = ()
 
     @property

@@ -159,7 +159,8 @@ class GroupGeneration:
                               name=f"{self._sample_prefix}:{sample_name(tag, group_id, episode_id, member)}",
                               meta={"scheduler": self.name, "tag": tag, "group": group_id,
                                     "episode": episode_id, "member": member, "step": self._step},
-                              sampling=self.sampling, grade_cut=self.cut_reward == "so_far")
+                              sampling=self.sampling, grade_cut=self.cut_reward == "so_far",
+                              withheld=self._shared.task_files)
             group.keys[member] = item.key
             self._by_key[item.key] = (group, member, now)
             self._outbox.append(("submit", item))

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import atexit
 import dataclasses
+import os
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,15 @@ class SharedEngine:
         #: the thread whose suspend() shut the gate, until a resume() (what a get_batch of
         #: that thread refuses to wait for)
         self.suspended_by: int | None = None
+        #: the files every scheduler's task sets come from (by absolute and real path), which
+        #: each attempt tells its agent to withhold from a program of its own (the command
+        #: agent's), as it withholds a run's --data: no file of the run names them
+        self.task_files: tuple[str, ...] = ()
+
+    def withhold(self, task_files: list[str | None]) -> None:
+        """Add the files of a scheduler's task sets (their ``data``) to ``task_files``."""
+        found = [os.path.abspath(path) for path in files_of(task_files)]
+        self.task_files = tuple(dict.fromkeys([*self.task_files, *found, *map(os.path.realpath, found)]))
 
     @classmethod
     def start(cls, run_config: RunConfig, modes: list[str], *, max_concurrent_rollouts: int | None,
@@ -69,6 +79,7 @@ class SharedEngine:
             engine = Engine(config, folder.run_dir, run_id=run_id, modes=modes, record_sink=store.append,
                             hidden=hidden)
             shared = cls(engine, gate, store, folder)
+            shared.withhold(task_files)
             engine.start()
         except BaseException:
             if engine is not None:
