@@ -427,3 +427,16 @@ def test_a_run_signalled_as_it_closed_with_every_sample_final_is_complete_and_a_
     compared = CliRunner().invoke(main, ["compare", "a", "b", "--output-dir", str(out), "--check"])
     assert compared.exit_code == 0, compared.output
     assert "unfinished" not in compared.output
+
+
+def test_compare_says_a_missing_time_as_a_dash_without_a_unit(tmp_path):
+    """A run without a summary.json (killed before it wrote one) has no wall time: compare
+    printed "wall: 1.2s -> -s"."""
+    tasks = [shell_task(f"t{i}") for i in range(3)]
+    assert real_run(tmp_path, "a", tasks).exit_code == 0
+    assert real_run(tmp_path, "b", tasks).exit_code == 0
+    (tmp_path / "out" / "b" / "summary.json").unlink()
+    compared = CliRunner().invoke(main, ["compare", "a", "b", "--output-dir", str(tmp_path / "out")])
+    assert compared.exit_code == 0, compared.output
+    speed = next(line for line in compared.output.splitlines() if line.startswith("rollout time p50:"))
+    assert "-s" not in speed and speed.endswith("s -> -"), speed

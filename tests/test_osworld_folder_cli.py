@@ -225,7 +225,9 @@ def test_web_pages_a_task_opens_are_no_files_to_cache(tmp_path):
     done = subprocess.run([sys.executable, "-m", "parallel_rollout", "run", "--data", str(EXAMPLES),
                            "--osworld-index", str(index), "--dry-run", *MODEL_AGENT],
                           capture_output=True, text=True, timeout=120, env=env)
-    assert "note: 1 task fetch files not in the download cache" in said(done), said(done)
+    # the note's verb agrees with its count: it said "1 task fetch files … they end setup_failed"
+    assert "note: 1 task fetches files not in the download cache" in said(done), said(done)
+    assert "without internet it ends setup_failed" in said(done), said(done)
     listed = subprocess.run([sys.executable, str(Path(__file__).parents[1] / "scripts" / "osworld_cache.py"),
                              "missing", str(EXAMPLES), "--index", str(index)],
                             capture_output=True, text=True, timeout=60, env=env)

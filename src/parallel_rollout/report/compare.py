@@ -256,6 +256,9 @@ def format_comparison(c: Comparison, *, max_keys: int = 50) -> str:
     def num(v: float | None) -> str:
         return "-" if v is None else f"{v:g}"
 
+    def secs(v: float | None) -> str:  # none known: "-", not "-s"
+        return "-" if v is None else f"{v:g}s"
+
     lines = [f"compare {c.run_a} (A) -> {c.run_b} (B)"]
     unfinished = [side for side in (c.unfinished("A"), c.unfinished("B")) if side]
     if c.same_samples:
@@ -285,9 +288,9 @@ def format_comparison(c: Comparison, *, max_keys: int = 50) -> str:
     else:
         lines.append("new failure types in B: none")
     sa, sb = c.speed_a, c.speed_b
-    lines.append(f"rollout time p50: {num(sa.get('rollout_p50_s'))}s -> {num(sb.get('rollout_p50_s'))}s"
+    lines.append(f"rollout time p50: {secs(sa.get('rollout_p50_s'))} -> {secs(sb.get('rollout_p50_s'))}"
                  f"{_ratio(sa.get('rollout_p50_s'), sb.get('rollout_p50_s'))}; "
-                 f"wall: {num(sa.get('wall_s'))}s -> {num(sb.get('wall_s'))}s"
+                 f"wall: {secs(sa.get('wall_s'))} -> {secs(sb.get('wall_s'))}"
                  f"{_ratio(sa.get('wall_s'), sb.get('wall_s'))}")
     if c.regressed:
         lines.append("verdict: B regressed significantly")

@@ -68,14 +68,24 @@ def _uncached(task: Any) -> bool:
     return any(downloads.cached(url, task.id) is None for url in urls)
 
 
+def _tasks_that(count: int, does: str, do: str) -> str:
+    """The note's subject and its verb, which agree: '1 task fetches', '3 tasks fetch'."""
+    return f"{count} task {does}" if count == 1 else f"{count} tasks {do}"
+
+
+def _they(count: int, end: str = "") -> str:
+    """What those tasks end as: 'it ends', 'they end' ('it will end', 'they will end')."""
+    return ("it " + (end or "ends")) if count == 1 else ("they " + (end or "end"))
+
+
 def census_notes(tasks: list[Any], provider_name: str) -> list[str]:
     """The dry run's notes on ``tasks`` (runnable OSWorld tasks) for VMs of ``provider_name``."""
     notes = []
     uncached = [task.id for task in tasks if _uncached(task)]
     if uncached:
-        notes.append(f"note: {len(uncached)} task{'s' if len(uncached) != 1 else ''} fetch files not in the "
+        notes.append(f"note: {_tasks_that(len(uncached), 'fetches', 'fetch')} files not in the "
                      f"download cache ({downloads.cache_root()}): the run downloads them, and without "
-                     "internet they end setup_failed; python scripts/osworld_cache.py missing lists them")
+                     f"internet {_they(len(uncached))} setup_failed; python scripts/osworld_cache.py missing lists them")
     if provider_name in _IMAGE_PROVIDERS:
         programs = _image_programs()
         lacks = lambda program: program not in programs  # noqa: E731 - one test, two providers
@@ -91,6 +101,6 @@ def census_notes(tasks: list[Any], provider_name: str) -> list[str]:
     where = "this host's PATH (the process provider's VMs run its programs)" if provider_name == "process" \
         else f"the {provider_name} desktop image"
     for program, ids in sorted(by_app.items()):
-        notes.append(f"note: {len(ids)} task{'s' if len(ids) != 1 else ''} launch {program}, which "
-                     f"{where} lacks: they will end setup_failed (e.g. {ids[0]})")
+        notes.append(f"note: {_tasks_that(len(ids), 'launches', 'launch')} {program}, which "
+                     f"{where} lacks: {_they(len(ids), 'will end')} setup_failed (e.g. {ids[0]})")
     return notes
