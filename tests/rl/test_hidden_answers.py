@@ -199,6 +199,17 @@ def test_a_task_sets_file_is_hidden_from_the_answer_in_the_vm(tmp_path, servers,
     switch.policy = reading(copy)  # the control: the same answer on a file no task set names
     (control,) = train.get_batch(batch_size=1, step=1)
     assert (control.status, control.reward) == ("success", 1.0), control.record
+    # a sibling's task set where the VMs see it, which the pool (made at the first scheduler's
+    # start) does not hide: refused, as a sibling's gold files are (its answers read it and passed)
+    val_set = _file(system_folder / "val" / "tasks.jsonl", json.dumps({**task, "id": "peek-val"}) + "\n")
+    with pytest.raises(ConfigError, match=r"sibling 'val': the task set files .*val/tasks.jsonl"):
+        train.sibling(EnvManagerConfig(group_size=1, tags=["val"], task_sets={"val": TaskSet("py", str(val_set))}),
+                      name="val")
+    unseen = _file(tmp_path / "val" / "tasks.jsonl", json.dumps({**task, "id": "peek-val"}) + "\n")
+    val = train.sibling(EnvManagerConfig(group_size=1, tags=["val"], task_sets={"val": TaskSet("py", str(unseen))}),
+                        name="val")  # one no VM sees joins and runs
+    (ran,) = val.get_batch(batch_size=-1, step=1)
+    assert ran.task_id == "peek-val" and ran.status in ("success", "failure"), ran.record
 
 
 #: a command agent whose program reads the py task set named in the file ``sys.argv[1]`` and

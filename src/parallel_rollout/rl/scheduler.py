@@ -147,7 +147,7 @@ class RolloutScheduler(ChosenBatches, GroupGeneration, ReadyBatches, TakingTurns
         self.modes = sorted({task.mode for tasks in self._tasks.values() for task in tasks})
         task_files = [resolve_task_set(tag, self.env_config, run_config.mode, run_config.data).data for tag in self.tags]
         if _shared is not None:
-            _shared.check_sibling(name, self.modes, self._tasks)
+            _shared.check_sibling(name, self.modes, self._tasks, task_files)
             _shared.withhold(task_files)  # from a command agent's program, as the first scheduler's
         self._shared = _shared or SharedEngine.start(
             run_config, self.modes, max_concurrent_rollouts=max_concurrent_rollouts,

@@ -94,9 +94,11 @@ class SharedEngine:
         atexit.register(shared.close)
         return shared
 
-    def check_sibling(self, name: str, modes: list[str], tasks: dict[str, list[Any]] | None = None) -> None:
+    def check_sibling(self, name: str, modes: list[str], tasks: dict[str, list[Any]] | None = None,
+                      task_files: list[str | None] = ()) -> None:
         """ConfigError when a scheduler named ``name`` serving ``modes`` cannot join (its
-        ``tasks``' answer files not hidden from the VMs among the reasons: ``check_hidden``)."""
+        ``tasks``' answer files, or its task sets' files (``task_files``: their ``data``), not
+        hidden from the VMs among the reasons: ``check_hidden``)."""
         from ..envs import get_env
 
         if any(other.name == name for other in self.schedulers):
@@ -107,17 +109,17 @@ class SharedEngine:
             raise ConfigError(f"a sibling's tags need VMs of mode {', '.join(missing)}, but its engine's pool "
                               f"was made for modes {', '.join(self.engine.modes)}: give the first scheduler a "
                               "tag of that mode too")
-        self.check_hidden([task for listed in (tasks or {}).values() for task in listed], f"sibling {name!r}")
+        self.check_hidden([task for listed in (tasks or {}).values() for task in listed], f"sibling {name!r}",
+                          files_of(task_files))
 
-    def check_hidden(self, tasks: list[Any], where: str) -> None:
+    def check_hidden(self, tasks: list[Any], where: str, task_files: list[str] = ()) -> None:
         """ConfigError naming ``where`` when an answer file of ``tasks`` (``envs.answer_files_of``:
         an OSWorld task's gold file) is one the engine's VMs can read: the pool hides what it is
         told at its start (the first scheduler's tasks), and a gold file it does not hide, where
         a process VM sees the host's files (a system folder), is one an answer could read and
         write out as its own. A gold file no VM sees (a home, a project's folder; any file under
-        docker, QEMU or a remote machine) needs no hiding and is not refused."""
-        import os
-
+        docker, QEMU or a remote machine) needs no hiding and is not refused. So is a task
+        set's file (``task_files``, a sibling's: a py set's tests and canonical solutions)."""
         from ..agents.agent_sandbox import within
         from ..envs import answer_files_of
         from ..pool.providers.sandbox_fs import seen_in_sandboxes
@@ -125,13 +127,17 @@ class SharedEngine:
         options = self.engine.provider_options
         if options is None or self.engine.config.provider_name != "process":
             return
-        exposed = [path for path in answer_files_of(tasks) if seen_in_sandboxes(os.path.realpath(path))
-                   and not any(within(os.path.realpath(path), top) for top in options.hidden_files)]
-        if exposed:
-            raise ConfigError(f"{where}: the answer files {', '.join(exposed[:3])}{' …' if len(exposed) > 3 else ''} "
-                              "are not hidden from this engine's VMs, which hide those of the tasks the first "
-                              "scheduler loaded at its start: give these tasks in a task set of that scheduler "
-                              "(EnvManagerConfig.task_sets), so that no answer can read them")
+
+        def exposed(paths: Any) -> list[str]:
+            return [path for path in paths if seen_in_sandboxes(os.path.realpath(path))
+                    and not any(within(os.path.realpath(path), top) for top in options.hidden_files)]
+
+        for what, paths in (("answer files", exposed(answer_files_of(tasks))), ("task set files", exposed(task_files))):
+            if paths:
+                raise ConfigError(f"{where}: the {what} {', '.join(paths[:3])}{' …' if len(paths) > 3 else ''} "
+                                  "are not hidden from this engine's VMs, which hide those of the tasks the first "
+                                  "scheduler loaded at its start: give these tasks in a task set of that scheduler "
+                                  "(EnvManagerConfig.task_sets), so that no answer can read them")
 
     def close(self) -> None:
         """End every scheduler's generation and stop the engine, workers, pool and gate.
