@@ -118,6 +118,15 @@ class Env(abc.ABC):
         return []
 
     @staticmethod
+    def cut_cleanup() -> str | None:
+        """A Python program ending what an episode of this mode starts in the VM apart from
+        its guest calls (the web mode's page server and Chromium), which a provider whose
+        reset does not restore the machine (remote) runs through ``/run_python`` at each
+        reset and stop: an episode cut before its end (its worker killed at --task-timeout,
+        the run stopped) ends nothing itself. None: nothing to end."""
+        return None
+
+    @staticmethod
     def reference_actions(task: "Task") -> list[Any]:
         """The actions that solve ``task`` (what the oracle agent replays); ValueError when
         the task has no reference."""

@@ -61,6 +61,11 @@ def driver_source() -> str:
     return (resources.files(__package__) / "browser.py").read_text(encoding="utf-8")
 
 
+def driver_program(request: dict[str, Any]) -> str:
+    """The program ``/run_python`` runs for one request of the driver."""
+    return f"{driver_source()}\nmain(json.loads({json.dumps(json.dumps(request))}))\n"
+
+
 class WebEnv(Env):
     """A MiniWoB++ page in Chromium inside the VM; one episode per task."""
 
@@ -103,6 +108,12 @@ class WebEnv(Env):
                 f"none of {', '.join(CHROMIUM)} is in {GUEST_PATH}; install Debian's chromium package "
                 "(./dev run installs it)")
         return f"Chromium for the web mode: {found}"
+
+    @staticmethod
+    def cut_cleanup() -> str | None:
+        """The driver's stop: the page server and Chromium an episode cut before its grading
+        started (their pids are in the guest's home) end at the VM's next reset or stop."""
+        return driver_program({"op": "stop"})
 
     @staticmethod
     def reference_actions(task) -> list[Any]:
@@ -180,8 +191,7 @@ class WebEnv(Env):
         request = {**request, "screenshot": self.want_screenshot}
         from .browser import MARKER
 
-        code = f"{driver_source()}\nmain(json.loads({json.dumps(json.dumps(request))}))\n"
-        result = self.vm.run_python(code, timeout=timeout)
+        result = self.vm.run_python(driver_program(request), timeout=timeout)
         output = result.get("output") or ""
         _, marker, answer = output.rpartition(MARKER)
         if result.get("timeout") or not marker:

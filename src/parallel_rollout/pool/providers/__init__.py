@@ -76,7 +76,14 @@ def provider_options(config: RunConfig, provider_cls: Any, vm_envs: list[Any],
                            vm_addresses=config.vm_address, reset_command=config.reset_command,
                            vm_key_file=config.vm_key_file,
                            verify_reset=config.verify_reset, spare_vms=config.spare_vms,
-                           hidden_files=hidden_files(config, vm_envs, answer_files), **limits)
+                           hidden_files=hidden_files(config, vm_envs, answer_files),
+                           cleanup_programs=cleanup_programs(vm_envs), **limits)
+
+
+def cleanup_programs(vm_envs: list[Any]) -> tuple[str, ...]:
+    """What ``vm_envs`` leave running outside a reset's reach (``Env.cut_cleanup``), each once."""
+    found = (getattr(env_cls, "cut_cleanup", lambda: None)() for env_cls in vm_envs)
+    return tuple(dict.fromkeys(program for program in found if program))
 
 
 def hidden_files(config: RunConfig, vm_envs: list[Any], answer_files: tuple[str, ...] = ()) -> tuple[str, ...]:

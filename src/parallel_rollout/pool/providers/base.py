@@ -69,6 +69,11 @@ class ProviderOptions:
     #: process provider masks those its system folders hold: HumanEval's, pip-installed under
     #: /usr/local; an OSWorld install's gold files under /usr/local/share)
     hidden_files: tuple[str, ...] = ()
+    #: Python programs (the run's modes' ``Env.cut_cleanup``) that a provider whose reset does
+    #: not restore the machine (remote) runs through its agent's ``/run_python`` at each reset
+    #: and stop: they end what an episode cut short left running there (web: the page server
+    #: and Chromium its driver started, by pid)
+    cleanup_programs: tuple[str, ...] = ()
 
     def memory_limit(self, bounded: bool) -> int | None:
         """A VM's memory limit: ``memory_mb``, else ``default_memory_mb`` where the provider

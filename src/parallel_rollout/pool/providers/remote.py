@@ -33,7 +33,11 @@ so the first task on a machine starts from the snapshot whatever ran there befor
 
 Without a reset command a remote VM could not be brought back, so there is no default:
 ``--reset-command none`` says so explicitly and accepts that each task sees what earlier
-tasks left (no isolation; a warning is logged).
+tasks left (no isolation; a warning is logged). Before each reset, and at each stop, the run's
+modes end what an episode may have left running outside any reset's reach
+(``ProviderOptions.cleanup_programs``, run through ``/run_python``: the web mode's page server
+and Chromium, by the pids its driver started), so an episode cut short (its worker killed at
+--task-timeout, the run stopped) leaves nothing running on the machine.
 
 **Readiness and health** use ``GET /platform``: OSWorld's server has no ``/health``, and
 ``/screenshot`` is costly. With a desktop mode, ``start`` also checks ``POST /screen_size``
@@ -54,8 +58,8 @@ key first (``PR-KEY``, what ``GuestClient`` sends for an address with ``#pr-key=
 reads the key from ``--vm-key-file`` and keeps it in its VMs' addresses, never in a message,
 config.json or a record (messages show ``shown_address``). Without one a warning says so.
 
-**Not ours to remove.** ``stop`` only gives the address back; it never stops a machine this
-provider did not start. ``sweep`` has nothing to remove (it makes no containers, processes or
+**Not ours to remove.** ``stop`` gives the address back (after the cleanup above); it never
+stops a machine this provider did not start. ``sweep`` has nothing to remove (it makes no containers, processes or
 files) and returns ``[]``. ``snapshot_name``, ``path_to_vm`` and resource limits cannot be
 honoured (the snapshot is whatever the reset command restores): ConfigError.
 """
@@ -89,6 +93,9 @@ NO_RESET = "none"
 READY_ROUTE = "/platform"
 #: how long one health probe may take
 HEALTH_TIMEOUT_S = 2.0
+#: how long one of the run's cleanup programs (``ProviderOptions.cleanup_programs``) may run
+#: on a machine at a reset or stop
+CLEANUP_TIMEOUT_S = 15.0
 #: characters of the reset command's output quoted in a VMError
 OUTPUT_TAIL = 2000
 #: placeholder -> the environment variable that holds the same value for the reset command
@@ -193,7 +200,9 @@ class RemoteProvider(Provider):
         """Run the reset command for this machine, then wait until its agent answers."""
         if not self.slots.holds(shown_address(info.address), info.vm_id):
             raise VMError(f"VM {info.vm_id} ({shown_address(info.address)}) was stopped; it cannot be reset")
-        self._reset_and_wait(info, time.monotonic() + self.options.boot_timeout_s)
+        deadline = time.monotonic() + self.options.boot_timeout_s
+        self._clean_up(info, deadline)
+        self._reset_and_wait(info, deadline)
         return info
 
     def verify(self, info: VMInfo) -> list[str]:
@@ -208,7 +217,10 @@ class RemoteProvider(Provider):
         return answers(info.address, HEALTH_TIMEOUT_S)
 
     def stop(self, info: VMInfo) -> None:
-        """Give the address back; the machine is not ours to stop. Safe to call twice."""
+        """Give the address back, after ending what the run's mode left running there (the
+        machine itself is not ours to stop). Safe to call twice."""
+        if self.slots.holds(shown_address(info.address), info.vm_id):
+            self._clean_up(info, time.monotonic() + CLEANUP_TIMEOUT_S)
         self.slots.release(shown_address(info.address), info.vm_id)
 
     @classmethod
@@ -217,6 +229,23 @@ class RemoteProvider(Provider):
         return []
 
     # ------------------------------------------------------------------- internals
+
+    def _clean_up(self, info: VMInfo, deadline: float) -> None:
+        """Run the modes' ``cleanup_programs`` on the machine: no reset command may end what an
+        episode cut short started there (the web mode's browser), and a stop ends nothing.
+        Best effort, within ``deadline`` and CLEANUP_TIMEOUT_S: a machine that does not answer
+        is the reset's (and its check's) to find out."""
+        from ...guest.client import GuestClient
+
+        for program in self.options.cleanup_programs:
+            budget = min(CLEANUP_TIMEOUT_S, deadline - time.monotonic())
+            if budget <= 0:
+                return
+            try:
+                GuestClient(info.address).run_python(program, timeout=budget)
+            except Exception as exc:  # noqa: BLE001 - best effort, as above
+                log.warning("VM %s (%s): ending what its last episode left running failed: %s",
+                            info.vm_id, shown_address(info.address), exc)
 
     def _reset_and_wait(self, info: VMInfo, deadline: float) -> None:
         if self.reset_command is not None:

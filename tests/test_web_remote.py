@@ -1,0 +1,106 @@
+"""web mode on a remote machine (``--provider remote``), which no reset clears by killing its
+processes: an episode cut before its grading (its worker killed at --task-timeout, the run
+stopped) leaves no page server or Chromium running there. The machine is a guest agent on a
+loopback port, as ``tests/test_web.py`` stands one up."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from conftest import write_tasks
+from parallel_rollout.config import build_config
+from parallel_rollout.envs.registry import task_validators
+from parallel_rollout.envs.web.env import WebEnv
+from parallel_rollout.guest.client import GuestClient
+from parallel_rollout.pool.providers import provider_options
+from parallel_rollout.pool.providers.remote import RemoteProvider
+from parallel_rollout.tasks import load_tasks
+from test_web import ROOT, live_descendants, remote_agent, web_task
+
+pytestmark = pytest.mark.skipif(not any(map(os.path.exists, ("/usr/bin/chromium", "/usr/bin/chromium-browser"))),
+                                reason="Debian's chromium is not installed")
+
+
+def start_episode(tmp_path, data, server, port) -> list[psutil.Process]:
+    """An episode's start on the machine with no end after it (what a worker killed mid-episode
+    leaves): its page server and Chromium, found among the agent's descendants."""
+    env = WebEnv(build_config(dict(mode="web", data=str(data), agent="oracle")))
+    env.trajectory_dir = str(tmp_path / "traj")
+    env.reset(load_tasks(str(data), default_mode="web", validators=task_validators())[0],
+              GuestClient(f"http://127.0.0.1:{port}", timeout_s=60))
+    return live_descendants(server.pid)
+
+
+def commands(processes: list[psutil.Process]) -> list[list[str]]:
+    found = []
+    for process in processes:
+        try:
+            found.append(process.cmdline())
+        except psutil.NoSuchProcess:  # Chromium's short-lived helpers
+            pass
+    return found
+
+
+def still_running(processes: list[psutil.Process], wait_s: float = 10.0) -> list[list[str]]:
+    """The command lines of ``processes`` still running (not ended, nor zombies: the agent, a
+    subreaper, reaps them when it next asks) after up to ``wait_s``."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        running = []
+        for process in processes:
+            try:
+                if process.is_running() and process.status() != psutil.STATUS_ZOMBIE:
+                    running.append(process.cmdline())
+            except psutil.NoSuchProcess:
+                pass
+        if not running or time.monotonic() > deadline:
+            return running
+        time.sleep(0.1)
+
+
+def test_a_cut_episodes_browser_ends_at_the_machines_reset_and_at_its_stop(tmp_path):
+    """The options a web run gives the remote provider carry the driver's stop: the next reset
+    of the machine (--reset-command none: nothing else ends anything) ends the page server
+    and Chromium a cut episode left, and so does the stop at the run's end."""
+    data = write_tasks(tmp_path / "web.jsonl", [web_task("click-button")])
+    with remote_agent(tmp_path, os.environ["PATH"]) as (server, port):
+        config = build_config(dict(mode="web", data=str(data), agent="oracle", provider_name="remote",
+                                   vm_address=(f"127.0.0.1:{port}",), reset_command="none",
+                                   num_rollouts=1))
+        provider = RemoteProvider("cut", provider_options(config, RemoteProvider, [WebEnv]))
+        info = provider.start("vm-0")
+        for end in (provider.reset, provider.stop):
+            started = start_episode(tmp_path, data, server, port)
+            found = commands(started)
+            assert any("http.server" in c for c in found) and any("--headless" in c for c in found), found
+            end(info)
+            assert still_running(started) == [], end.__name__
+        assert server.poll() is None  # the machine's agent itself is not ours to stop
+
+
+@pytest.mark.slow  # ~30 s: Chromium starts, then the attempt runs to its --task-timeout
+def test_an_attempt_cut_at_its_task_timeout_leaves_no_browser_on_the_remote_machine(tmp_path):
+    """Through the CLI: an agent that thinks past --task-timeout has its worker killed, and
+    the page server and Chromium its episode started on the remote machine end with it."""
+    task = web_task("click-button", answers=['click("1")'], think_s=600)
+    data = write_tasks(tmp_path / "slow.jsonl", [task])
+    with remote_agent(tmp_path, os.environ["PATH"]) as (server, port):
+        proc = subprocess.run(
+            [sys.executable, "-m", "parallel_rollout.cli", "run", "--mode", "web", "--data", str(data),
+             "--agent", "py_agents:ScriptedAnswerAgent", "--provider-name", "remote",
+             "--vm-address", f"127.0.0.1:{port}", "--reset-command", "none", "--num-rollouts", "1",
+             "--task-timeout", "25", "--output-dir", str(tmp_path / "out"), "--run-id", "cut", "--no-progress"],
+            capture_output=True, text=True, timeout=300,
+            env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT / "tests")])})
+        left = commands(live_descendants(server.pid))
+    records = [json.loads(line) for line in (tmp_path / "out" / "cut" / "results.jsonl").read_text().splitlines()]
+    assert [(r["status"], r["failure"]["phase"]) for r in records] == [("task_timeout", "agent")], \
+        proc.stderr[-3000:]
+    assert left == []
