@@ -111,7 +111,7 @@ def test_a_sigterm_to_every_process_of_the_job_stops_the_run_in_order(tmp_path):
             os.kill(member.pid, signal.SIGTERM)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
-    assert "interrupted by signal 15; resume with:" in err and "died" not in err, err
+    assert "interrupted by signal 15; resume with:" in err and "died: worker exited" not in err, err
     assert json.loads((run_dir / "summary.json").read_text())["interrupted"]
     assert "worker_died" not in (run_dir / "events.jsonl").read_text()
 
