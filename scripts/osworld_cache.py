@@ -4,10 +4,15 @@
 
     python scripts/osworld_cache.py where URL            # the path the cache keeps URL at
     python scripts/osworld_cache.py put URL FILE         # copy FILE there
-    python scripts/osworld_cache.py missing [FOLDER] [--index test_all.json] [--domain D]
-                                                         # every http(s) file the task set
-                                                         # downloads that is not cached yet
+    python scripts/osworld_cache.py missing DATA [--index test_all.json] [--domain D]
+                                                         # every http(s) file the run's tasks
+                                                         # download that is not cached yet
                                                          # (not the web pages Chrome opens)
+
+``missing`` takes what the run takes: its ``--data`` (an OSWorld folder, or a task file) and,
+for a folder, its ``--osworld-index`` and ``--domain``; the dry run's note names the command
+with the run's own. It loads them as the run does (a domain the index lacks, a folder that is
+none: the loader's message, exit 2) and lists ``<domain>/<task id>\t<url>`` per file.
 
 The cache is ``$PARALLEL_ROLLOUT_OSWORLD_CACHE`` or ``~/.cache/parallel-rollout/osworld``
 (see ``parallel_rollout/envs/osworld/downloads.py``). A file an earlier version had put at
@@ -17,14 +22,17 @@ The cache is ``$PARALLEL_ROLLOUT_OSWORLD_CACHE`` or ``~/.cache/parallel-rollout/
 from __future__ import annotations
 
 import argparse
-import json
+import os
 import shutil
 import sys
 from pathlib import Path
 
 from parallel_rollout.envs.osworld import downloads
 from parallel_rollout.envs.osworld.sources import task_sources
-from parallel_rollout.tasks_osworld import DEFAULT_INDEX, osworld_folder
+from parallel_rollout.envs.registry import task_validators
+from parallel_rollout.errors import TaskFileError
+from parallel_rollout.tasks import load_task_set
+from parallel_rollout.tasks_osworld import DEFAULT_INDEX
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -37,8 +45,8 @@ def main(argv: list[str] | None = None) -> int:
     put.add_argument("url")
     put.add_argument("file", type=Path)
     missing = sub.add_parser("missing")
-    missing.add_argument("folder", nargs="?", default="../shared/osworld/evaluation_examples")
-    missing.add_argument("--index", default=DEFAULT_INDEX)
+    missing.add_argument("data", help="the run's --data: an OSWorld folder, or a task file")
+    missing.add_argument("--index", default=DEFAULT_INDEX, help="the run's --osworld-index")
     missing.add_argument("--domain", default="all")
     args = parser.parse_args(argv)
     if args.command == "where":
@@ -49,15 +57,20 @@ def main(argv: list[str] | None = None) -> int:
         shutil.copyfile(args.file, target)
         print(target)
     else:
-        folder, index_path = osworld_folder(Path(args.folder), args.index)
-        index = json.loads(index_path.read_text())
-        for domain in sorted(index) if args.domain == "all" else [args.domain]:
-            for task_id in index[domain]:
-                task = json.loads((folder / "examples" / domain / f"{task_id}.json").read_text())
-                urls = [url for url in task_sources(task) if downloads.is_remote(url)]
-                for url in dict.fromkeys(urls):
-                    if downloads.cached(url, task_id) is None:
-                        print(f"{domain}/{task_id}\t{url}")
+        index = args.index
+        if os.path.dirname(index) and not os.path.isabs(index) and os.path.isfile(index):
+            index = os.path.abspath(index)  # a path from here, as the run reads --osworld-index
+        try:
+            task_set = load_task_set(args.data, default_mode="osworld", validators=task_validators(),
+                                     domain=args.domain, index=index)
+        except TaskFileError as exc:
+            print(f"osworld_cache.py missing: {exc}", file=sys.stderr)
+            return 2
+        for task in task_set.tasks + [left.task for left in task_set.unsupported]:
+            urls = [url for url in task_sources(task.payload) if downloads.is_remote(url)]
+            for url in dict.fromkeys(urls):
+                if downloads.cached(url, task.id) is None:
+                    print(f"{task_set.domains.get(task.id, 'all')}/{task.id}\t{url}")
     return 0
 
 

@@ -20,6 +20,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Iterable
 
+from ...tasks_osworld import DEFAULT_INDEX
 from . import downloads
 from .sources import task_sources
 
@@ -78,14 +79,26 @@ def _they(count: int, end: str = "") -> str:
     return ("it " + (end or "ends")) if count == 1 else ("they " + (end or "end"))
 
 
-def census_notes(tasks: list[Any], provider_name: str) -> list[str]:
-    """The dry run's notes on ``tasks`` (runnable OSWorld tasks) for VMs of ``provider_name``."""
+def missing_command(data: str, index: str, domain: str) -> str:
+    """The ``osworld_cache.py missing`` command that lists the uncached files of the tasks a
+    run of ``data`` (its ``--osworld-index`` and ``--domain``) reads: the checkout's script by
+    its path, as the dry run may be run from any folder."""
+    script = Path(__file__).resolve().parents[4] / "scripts" / "osworld_cache.py"
+    words = ["python", str(script) if script.is_file() else "scripts/osworld_cache.py", "missing", data]
+    words += ["--index", index] if index != DEFAULT_INDEX else []
+    words += ["--domain", domain] if domain != "all" else []
+    return shlex.join(words)
+
+
+def census_notes(tasks: list[Any], provider_name: str, listing: str) -> list[str]:
+    """The dry run's notes on ``tasks`` (runnable OSWorld tasks) for VMs of ``provider_name``;
+    ``listing``: the command that lists their uncached files (:func:`missing_command`)."""
     notes = []
     uncached = [task.id for task in tasks if _uncached(task)]
     if uncached:
         notes.append(f"note: {_tasks_that(len(uncached), 'fetches', 'fetch')} files not in the "
                      f"download cache ({downloads.cache_root()}): the run downloads them, and without "
-                     f"internet {_they(len(uncached))} setup_failed; python scripts/osworld_cache.py missing lists them")
+                     f"internet {_they(len(uncached))} setup_failed; {listing} lists them")
     if provider_name in _IMAGE_PROVIDERS:
         programs = _image_programs()
         lacks = lambda program: program not in programs  # noqa: E731 - one test, two providers

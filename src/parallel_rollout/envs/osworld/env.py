@@ -138,9 +138,10 @@ class OSWorldEnv(Env):
     def census_notes(tasks, config) -> list[str]:
         """The dry run's notes: tasks that fetch files not in the download cache, or launch
         an app this run's VMs lack (see :mod:`.census`)."""
-        from .census import census_notes
+        from .census import census_notes, missing_command
 
-        return census_notes(tasks, config.provider_name)
+        listing = missing_command(str(config.data), config.osworld_index, config.domain)
+        return census_notes(tasks, config.provider_name, listing)
 
     has_answer_files = True
 
