@@ -11,11 +11,16 @@ finished: the next call runs its tasks afresh, none counted twice. The state is 
 
 from __future__ import annotations
 
+import logging
 from collections import deque
 from typing import Any
 
 from ..errors import ConfigError, RolloutError
 from .groups import Trajectory
+
+log = logging.getLogger("parallel_rollout")
+#: the built-in tags whose one unseeded task generates a room per group (rl/config.py)
+_SOKOBAN_TAGS = ("SimpleSokoban", "LargerSokoban", "SokobanDifferentGridVocab")
 
 
 class ChosenBatches:
@@ -69,6 +74,22 @@ class ChosenBatches:
             self._flush()
         return self._hand_out(batch, step)
 
+    def _warn_generated(self) -> None:
+        """Say once per scheduler that get_batch(-1) plays one generated room of a tag whose
+        task is unseeded (the Sokoban tags: a new room per group), naming the fixed rooms."""
+        generated = [tag for tag in self.tags if any(task.seed is None for task in self._tasks[tag])]
+        if not generated or self._warned_generated:
+            return
+        self._warned_generated = True
+        sokoban = [tag for tag in generated if tag in _SOKOBAN_TAGS]
+        fixed = (f"; the shipped fixed rooms are EnvManagerConfig(tags={sokoban!r}, task_sets="
+                 + "{" + ", ".join(f'{tag!r}: TaskSet("gym", "sokoban", tags=({tag!r},))' for tag in sokoban) + "})"
+                 if sokoban else "")
+        log.warning("get_batch(-1) on scheduler %r: tag(s) %s generate a new room per group from an unseeded "
+                    "task, so validation plays one generated room of each (the same at every call: the "
+                    "scheduler's seed picks it); to validate on many fixed rooms give the tag tasks with seeds "
+                    "of their own%s", self.name, ", ".join(generated), fixed)
+
     def _abandon(self, purpose: str) -> None:
         """The groups of ``purpose`` ("given", "all") still running when their get_batch
         ended: dropped and their members cancelled (``dropped_abandoned`` when it raised), so
@@ -103,7 +124,12 @@ class ChosenBatches:
                 raise RolloutError(f"scheduler {self.name!r} is already running get_batch(-1)")
             self._begin_call(1, timeout)
             self._step = step
-            self._all = deque((tag, task) for tag in self.tags for task in self._tasks[tag])
+            self._warn_generated()
+            # the same episode ids at every call (a task's place in its tag), so an unseeded
+            # task gets the same seed, the same room, each validation, as ROLL's val env
+            # managers start their episode ids at 0 again; the tag's counter stays training's
+            self._all = deque((tag, task, place) for tag in self.tags
+                              for place, task in enumerate(self._tasks[tag]))
             self._all_done = []
             self._fill()
         try:

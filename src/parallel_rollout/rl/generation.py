@@ -48,8 +48,8 @@ class GroupGeneration:
             return
         if self._all is not None:
             while self._all and self._start_allowed(self._all[0][0]):
-                tag, task = self._all.popleft()
-                self._start_group(tag, task, purpose="all")
+                tag, task, place = self._all.popleft()
+                self._start_group(tag, task, purpose="all", episode_id=place)
             return
         if self._budget.filter_spent():
             return  # the next batch meets its filter fallback; nothing more to regenerate

@@ -186,7 +186,8 @@ class RolloutScheduler(ChosenBatches, GroupGeneration, ReadyBatches, TakingTurns
         self._need = 0
         self._waiting = False
         self._closed = False
-        self._all: deque | None = None           # get_batch(-1): tasks still to start
+        self._all: deque | None = None           # get_batch(-1): (tag, task, episode id) still to start
+        self._warned_generated = False           # get_batch(-1) said its tags generate rooms
         self._all_done: list[Group] = []
         self._stats = Counter()
         #: the last batch returned, with the counters then and at the batch before (metrics())

@@ -1,0 +1,43 @@
+"""Validation on a tag that generates its rooms (the Sokoban tags: one unseeded task, each
+group's seed picks its room): ``get_batch(-1)`` plays the same rooms at every call, as ROLL's
+val env managers do (their episode ids start again at 0 each validation, from the fixed
+``seed``), so validation scores compare across training steps; and it says once that such a
+tag validates on one generated room, naming the shipped fixed rooms."""
+
+from __future__ import annotations
+
+import logging
+
+from llm_server import LLMServer
+from parallel_rollout.rl import EnvManagerConfig
+from parallel_rollout.rl.generation import TAG_SEED_STRIDE
+from rl_support import rl_config
+
+
+def _up(body):
+    return {"reply": "<answer>Up</answer>"}
+
+
+def test_validation_on_a_generated_tag_replays_the_same_rooms_at_every_call(tmp_path, schedulers, caplog):
+    server = LLMServer(policy=_up).start()
+    try:
+        train = schedulers(rl_config(tmp_path, server), EnvManagerConfig(tags=["SimpleSokoban"], group_size=2))
+        trained = train.get_batch(2, step=0)
+        val = train.sibling(EnvManagerConfig(tags=["LargerSokoban", "SimpleSokoban"], group_size=1), seed=7)
+        with caplog.at_level(logging.WARNING, logger="parallel_rollout"):
+            reports = [val.get_batch(-1, step=step) for step in (0, 1, 2)]
+        train.get_batch(2, step=3)  # training goes on drawing new rooms
+        after = train.get_batch(2, step=4)
+    finally:
+        server.stop()
+    rooms = [sorted((t.tag, t.seed, tuple(t.record["eval"]["room"])) for t in report) for report in reports]
+    assert len(rooms[0]) == 2 and rooms[0] == rooms[1] == rooms[2], rooms
+    # the validation scheduler's own seed picks its rooms: seed + stride x tag index + the task's place
+    assert sorted(t.seed for t in reports[0]) == [7, 7 + TAG_SEED_STRIDE]
+    assert len({t.trajectory_id for report in reports for t in report}) == 6  # ids still unique
+    # training's rooms are its own: validation took none of its episodes
+    assert trained[0].seed == 0 and after[0].seed == 2, (trained[0].seed, after[0].seed)
+    warned = [r.getMessage() for r in caplog.records if "generate a new room per group" in r.getMessage()]
+    assert len(warned) == 1, warned  # once per scheduler, however often it validates
+    assert "SimpleSokoban" in warned[0] and "LargerSokoban" in warned[0]
+    assert 'TaskSet("gym", "sokoban"' in warned[0]
