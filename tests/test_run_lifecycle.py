@@ -343,6 +343,22 @@ def test_no_more_vms_are_booted_than_the_run_can_use(tmp_path, flags, booted, sa
     assert json.loads((tmp_path / "out" / "cap" / "config.json").read_text())["config"]["num_rollouts"] == int(flags[1])
 
 
+def test_a_resume_boots_no_more_vms_than_the_samples_it_has_left(tmp_path):
+    """A nightly resume with 1 sample left to run (the rest final) booted the whole pool,
+    sized by the run's samples: on QEMU, minutes of boots for VMs that never ran a task."""
+    data = write_tasks(tmp_path / "tasks.jsonl", [shell_task(k) for k in "abcd"])
+    flags = ["--mode", "shell", "--data", str(data), "--run-id", "left", "--num-rollouts", "4", "--num-vms", "3",
+             "--use-vm-pool"]
+    assert cli(tmp_path, *flags, "--limit", "3").exit_code == 0
+    done = cli(tmp_path, *flags, "--resume", "--limit", "4")
+    assert done.exit_code == 0, (done.output, done.exception)
+    assert "--num-vms 3: at most 1 rollouts run at once (1 samples, 4 env loops), so 1 VMs are booted" in done.output
+    summary = json.loads((tmp_path / "out" / "left" / "summary.json").read_text())
+    assert summary["finished"] == 4 and summary["vm"]["size"] == 1, summary["vm"]
+    events = (tmp_path / "out" / "left" / "events.jsonl").read_text()
+    assert events.count('"initial boot"') == 3 + 1  # the first session's 3, the resume's 1
+
+
 @pytest.mark.parametrize("agent", ["SpawnsAndReturns", "ForkAndExit", "Detaches",
                                    pytest.param("LeavesSession", marks=needs_worker_cgroup),
                                    pytest.param("LeavesSessionAndExits", marks=needs_worker_cgroup)])

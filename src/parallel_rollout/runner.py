@@ -171,11 +171,22 @@ class Runner:
             check_guest(self.provider_cls.name or cfg.provider_name)
         samples = expand(tasks, cfg.group_size)
         # The engine checks its provider (available here, options it can honour).
-        self.engine = Engine(self._vms_used(cfg, len(samples)), self.run_dir, run_id=self.run_id,
-                             record_sink=self._store_record, stop_on=self._model_outage)
+        # sized by the run's samples here (its checks made before the folder opens), by those
+        # left to run once it is open (``_size_engine``: a resume's may be fewer)
+        self.engine = self._engine(self._vms_used(cfg, len(samples)))
         return samples
 
-    def _vms_used(self, cfg: RunConfig, samples: int) -> RunConfig:
+    def _engine(self, cfg: RunConfig) -> Engine:
+        return Engine(cfg, self.run_dir, run_id=self.run_id, record_sink=self._store_record, stop_on=self._model_outage)
+
+    def _size_engine(self, to_run: int) -> None:
+        """No more VMs and workers than the samples this session runs can use: a resume of a
+        run with 1 sample left booted the whole pool (the engine is not started yet)."""
+        sized = self._vms_used(self.config, to_run, warn=False)
+        if (sized.num_vms, sized.num_rollouts) != (self.engine.config.num_vms, self.engine.config.num_rollouts):
+            self.engine = self._engine(self._vms_used(self.config, to_run))  # said, this time
+
+    def _vms_used(self, cfg: RunConfig, samples: int, warn: bool = True) -> RunConfig:
         """The engine's config: no more VMs than ``samples`` can use at once (warned; config.json
         keeps the ask). On ray the bound is a node's: each node's pool serves its own node's N
         workers; one pool leased from every node (remote VMs) is bounded by the samples and
@@ -189,14 +200,15 @@ class Runner:
         else:
             usable, why = min(cfg.concurrency, samples), f", {cfg.concurrency} env loops"
         a_node, each_node = (" on a node", " on each node") if per_node else ("", "")
+        say = log.warning if warn else log.debug
         if cfg.use_vm_pool and cfg.num_vms > usable:
-            log.warning("--num-vms %d: at most %d rollouts run at once%s (%d samples%s), so %d VMs are booted%s",
-                        cfg.num_vms, usable, a_node, samples, why, usable, each_node)
+            say("--num-vms %d: at most %d rollouts run at once%s (%d samples%s), so %d VMs are booted%s",
+                cfg.num_vms, usable, a_node, samples, why, usable, each_node)
             return dataclasses.replace(cfg, num_vms=usable)
         if not cfg.use_vm_pool and cfg.num_rollouts > samples:
-            log.warning("--num-rollouts %d without --use-vm-pool boots a VM per worker: %d samples need %d "
-                        "workers, so %d start%s", cfg.num_rollouts, samples, samples, samples,
-                        " on each node" if cfg.backend == "ray" else "")
+            say("--num-rollouts %d without --use-vm-pool boots a VM per worker: %d samples need %d "
+                "workers, so %d start%s", cfg.num_rollouts, samples, samples, samples,
+                " on each node" if cfg.backend == "ray" else "")
             return dataclasses.replace(cfg, num_rollouts=samples)
         return cfg
 
@@ -301,6 +313,7 @@ class Runner:
 
     def _run_engine(self, pending: list[Assignment], total: int) -> None:
         self._total = total
+        self._size_engine(len(pending))
         self._last_progress_log = time.monotonic()
         self._open_progress(total)
         self.engine.start()
