@@ -264,6 +264,31 @@ def test_recording_and_bounded_window_calls(desktop_vm):
         client.open_file("~/missing.txt", timeout=1)
 
 
+def test_a_recording_an_episode_cut_short_left_running_does_not_fail_the_next(desktop_vm, tmp_path):
+    """--record on a machine no reset clears (a remote one, --reset-command none): an episode
+    cut before its grading (--task-timeout, a model that stopped answering) never ended its
+    recording, and every later episode's start was refused ('Recording is already in
+    progress'), each attempt an error. The next start ends the stale recording first."""
+    from parallel_rollout.envs.osworld.env import OSWorldEnv
+
+    provider, holder = desktop_vm
+    client = GuestClient(holder["info"].address)
+    task = next(t for t in shipped() if t["id"] == "terminal-mkdir")
+    data = write_tasks(tmp_path / "tasks.jsonl", [task])
+    config = build_config(dict(mode="osworld", data=str(data), agent="oracle", record=True, screen_width=WIDTH,
+                               screen_height=HEIGHT, action_space="computer_13"))
+    [loaded] = load_tasks(str(data), default_mode="osworld", validators=task_validators())
+    cut = OSWorldEnv(config)
+    cut.trajectory_dir = str(tmp_path / "cut")
+    cut.reset(loaded, client)  # recording; then the attempt is cut: no evaluate
+    after = OSWorldEnv(config)
+    after.trajectory_dir = str(tmp_path / "after")
+    after.reset(loaded, client)
+    after.step("DONE")
+    after.evaluate()
+    assert (tmp_path / "after" / "recording.mp4").read_bytes()[4:8] == b"ftyp"
+
+
 # ------------------------------------------------------------------------ tables
 
 

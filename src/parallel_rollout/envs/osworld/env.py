@@ -53,6 +53,21 @@ WAIT_S = 1.0
 _PREFIX = "import pyautogui; import time; pyautogui.FAILSAFE = False; "
 
 
+def start_recording(vm) -> None:
+    """Start the episode's recording. One an earlier episode left running (cut before its
+    grading on a machine no reset clears: a remote one) is ended first, its video dropped:
+    the guest (ours, OSWorld's) keeps one recorder and refuses a second start."""
+    from ...guest.client import GuestRequestError
+
+    try:
+        vm.start_recording()
+    except GuestRequestError as exc:
+        if exc.status != 400 or "already in progress" not in exc.message:
+            raise
+        vm.end_recording()
+        vm.start_recording()
+
+
 def _check_multi_file_getters(evaluator: Mapping[str, Any]) -> None:
     """ValueError at load for a ``vm_file``/``cloud_file`` getter with ``multi: true`` whose
     ``path`` and ``dest`` are not lists of one length, or whose ``gives`` picks past them."""
@@ -208,7 +223,7 @@ class OSWorldEnv(Env):
         self._traj.write_text("")
         self.recording = False
         if self.record:
-            vm.start_recording()
+            start_recording(vm)
             self.recording = True
         try:
             # the files the evaluation fetches (gold files, a postconfig's downloads), had
