@@ -282,3 +282,30 @@ def test_a_state_of_another_shape_is_refused_naming_the_field_and_nothing_loads(
         assert [t.task_id for t in train.get_batch(batch_size=2, step=0)] == ["lakes0"] * 2
     finally:
         server.stop()
+
+
+def test_a_checkpoint_taken_after_close_keeps_the_groups_close_stopped(tmp_path, schedulers):
+    """A trainer stopped (Ctrl-C, a preemption) closes its scheduler in ``finally`` and then
+    saves its checkpoint: state_dict() still answers on a closed scheduler, and the groups
+    close() stopped mid-way (drawn, never handed out) are in it, so the restarted session
+    (same run_id, resume=True) runs those tasks next instead of skipping them."""
+    server = LLMServer(policy=lambda body: {**RIGHT, "sleep": 0.3}).start()
+    try:
+        config = EnvManagerConfig(group_size=2, tags=["lakes"], task_sets=_lakes(tmp_path, "lakes", 5))
+        first = schedulers(rl_config(tmp_path, server, num_rollouts=1, run_id="grpo"), config,
+                           async_generation_ratio=1)
+        handed = first.get_batch(batch_size=4, step=0)
+        running = first.state_dict()
+        first.close()
+        state = json.loads(json.dumps(first.state_dict()))
+        assert len(running["unreturned"]) == 2, running  # step 1's groups were under way
+        assert state == running, (running, state)
+        second = schedulers(rl_config(tmp_path, server, num_rollouts=1, run_id="grpo", resume=True), config,
+                            async_generation_ratio=1)
+        second.load_state_dict(state)
+        resumed = second.get_batch(batch_size=4, step=1)
+    finally:
+        server.stop()
+    assert sorted({(t.task_id, t.seed, t.episode_id) for t in resumed}) == \
+        sorted((u["task_id"], u["seed"], u["episode"]) for u in running["unreturned"])
+    assert not {t.trajectory_id for t in handed} & {t.trajectory_id for t in resumed}

@@ -186,6 +186,7 @@ class RolloutScheduler(ChosenBatches, GroupGeneration, ReadyBatches, TakingTurns
         self._need = 0
         self._waiting = False
         self._closed = False
+        self._closed_unreturned: list[Group] = []  # batch groups close() stopped (state_dict)
         self._all: deque | None = None           # get_batch(-1): (tag, task, episode id) still to start
         self._warned_generated = False           # get_batch(-1) said its tags generate rooms
         self._all_done: list[Group] = []
@@ -312,10 +313,10 @@ class RolloutScheduler(ChosenBatches, GroupGeneration, ReadyBatches, TakingTurns
     def state_dict(self) -> dict[str, Any]:
         """Where task drawing stands, for the trainer's checkpoint: the source's state, the
         episode counters, and the groups drawn but not yet handed out (started again first
-        by ``load_state_dict``)."""
+        by ``load_state_dict``), those ``close()`` stopped included."""
         with self._cond:
-            unreturned = sorted([*[g for g in self._groups.values() if g.purpose == "batch"], *self._ready],
-                                key=lambda g: g.group_id)
+            unreturned = sorted([*[g for g in self._groups.values() if g.purpose == "batch"], *self._ready,
+                                 *self._closed_unreturned], key=lambda g: g.group_id)
             return {"version": STATE_VERSION, "source": self._source.state_dict(), "episodes": dict(self._episodes),
                     "unreturned": [{"tag": g.tag, "task_id": g.task.id, "episode": g.episode_id, "seed": g.seed}
                                    for g in unreturned]
@@ -416,6 +417,8 @@ class RolloutScheduler(ChosenBatches, GroupGeneration, ReadyBatches, TakingTurns
             if self._closed:
                 return
             self._closed = True
+            # drawn and never handed out: a checkpoint taken after close() starts them again
+            self._closed_unreturned = [g for g in self._groups.values() if g.purpose == "batch"]
             for group in list(self._groups.values()):
                 self._drop(group, "closed")
             self._cond.notify_all()
