@@ -296,3 +296,16 @@ def test_an_unwritable_junit_path_is_refused_by_the_preflight_and_before_the_run
     helped = " ".join(CliRunner().invoke(main, ["run", "--help"]).output.split())
     assert ("A path whose folder it cannot write in is refused at the start, exit 2, nothing run; one that "
             "fails when written at the end makes the run exit 1") in helped
+
+
+def test_a_missing_baseline_is_not_said_to_let_a_run_go_on_that_a_bad_task_file_stops(tmp_path):
+    """The warning "the run goes on; its gate will give no verdict (exit 5)" came before the
+    task file was read: a nightly log said the run went on, then "Error: … exit 2"."""
+    bad = dict(shell_task("a"), setup="false")  # setup is a list of commands
+    refused = run_cli(tmp_path, [bad], "night", "--compare-to", "missed-night")
+    assert refused.exit_code == exit_codes.EXIT_USAGE, refused.output
+    assert "field 'setup' must be list" in refused.output
+    assert "the run goes on" not in refused.output, refused.output
+    ran = run_cli(tmp_path, [shell_task("a")], "night", "--compare-to", "missed-night")
+    assert ran.exit_code == exit_codes.EXIT_NO_VERDICT
+    assert "--compare-to missed-night: " in ran.output and "the run goes on" in ran.output, ran.output

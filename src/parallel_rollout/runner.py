@@ -127,12 +127,6 @@ class Runner:
                 "--envs-per-worker > 1 runs several env loops per worker that share VMs; "
                 "add --use-vm-pool (without it each worker owns exactly one VM of its own)"
             )
-        from .report.gate import missing_baseline
-
-        missing = missing_baseline(cfg)
-        if missing:  # a missed night must not stop every night after it
-            log.warning("--compare-to %s: %s; the run goes on; its gate will give no verdict (exit 5)",
-                        cfg.compare_to, missing)
         if cfg.junit_xml:
             check_writable_folder("--junit-xml", cfg.junit_xml)
         check_free_disk(cfg.output_dir, cfg.min_free_disk_mb)  # as --dry-run does
@@ -174,6 +168,12 @@ class Runner:
         # sized by the run's samples here (its checks made before the folder opens), by those
         # left to run once it is open (``_size_engine``: a resume's may be fewer)
         self.engine = self._engine(self._vms_used(cfg, len(samples)))
+        from .report.gate import missing_baseline
+
+        missing = missing_baseline(cfg)
+        if missing:  # a missed night must not stop every night after it (said once its checks passed)
+            log.warning("--compare-to %s: %s; the run goes on; its gate will give no verdict (exit 5)",
+                        cfg.compare_to, missing)
         return samples
 
     def _engine(self, cfg: RunConfig) -> Engine:
