@@ -227,3 +227,31 @@ def test_a_run_whose_task_folder_is_gone_exports_each_example_under_its_domain(t
     done = cli("runs", "export-osworld", str(out / "r"), str(tmp_path / "res"))
     assert "domains from the task files the run recorded, its index not readable now" in done.output, done.output
     assert show_result(tmp_path / "res", "pyautogui", "screenshot", "oracle") == {"chrome": [0.0], "os": [1.0]}
+
+
+def test_a_sample_graded_without_the_evaluators_result_is_scored_by_osworlds_scripts_as_by_the_run(
+        tmp_path, monkeypatch):
+    """An attempt past --task-timeout is final with reward 0 (so is an agent's error): the
+    evaluator never wrote its result.txt, and the export left the example without one, so
+    show_result.py took it for unfinished and its rate was over the other examples only (here
+    100% where the run says 50%). It gets the run's score, as a skipped task does."""
+    from conftest import ROOT
+
+    monkeypatch.syspath_prepend(str(ROOT / "tests"))
+    data = osworld_folder(tmp_path / "set", {
+        "gives-up": {"domain": "os", "instruction": "cannot be done", "config": [],
+                     "evaluator": {"func": "infeasible"}, "answers": ["FAIL"]},
+        "thinks-too-long": {"domain": "chrome", "instruction": "cannot be done either", "config": [],
+                            "evaluator": {"func": "infeasible"}, "answers": ["FAIL"], "think_s": 120},
+    })
+    out = tmp_path / "out"
+    ran = cli("run", "--test_config_base_dir", str(data), "--agent", "py_agents:ScriptedAnswerAgent",
+              "--task-timeout", "10", "--result_dir", str(out), "--run-id", "r", "--num-rollouts", "2",
+              "--no-progress", "--screen-width", "640", "--screen-height", "480")
+    summary = json.loads((out / "r" / "summary.json").read_text())
+    assert summary["success_rate"] == 0.5 and summary["status_counts"].get("task_timeout") == 1, ran.output
+    done = cli("runs", "export-osworld", str(out / "r"), str(tmp_path / "res"), "--model", "m")
+    assert "exported 2 example(s)" in done.output and "(2 with result.txt;" in done.output, done.output
+    assert show_result(tmp_path / "res", "pyautogui", "screenshot", "m") == {"chrome": [0.0], "os": [1.0]}
+    cut = out / "r" / "trajectories" / "thinks-too-long" / "0" / "attempt-0"
+    assert cut.is_dir() and not (cut / "result.txt").exists()  # the run's own files are left as they are

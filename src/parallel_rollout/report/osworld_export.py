@@ -11,10 +11,11 @@ attempt that counts for each sample (the final one) into that layout, as copies 
 ``run.py`` resumes into such a folder and appends to its files: a link would change the
 run's own). The domain is the task's folder in the OSWorld index the run read (``--data
 FOLDER``); a run of a task file has no domains, so its examples go under ``all``. A sample
-whose final attempt wrote no ``result.txt`` (its VM failed, say) is exported as it is:
-OSWorld's scripts count an example only once it has one, which is how they treat an
-unfinished example of their own. A sample graded without an attempt of files (a task
-``--skip-unsupported`` skipped, scored 0) is a folder holding its ``result.txt`` alone, so
+never graded (its VM failed, say: no final attempt) is exported as it is, with no
+``result.txt``: OSWorld's scripts count an example only once it has one, which is how they
+treat an unfinished example of their own. A sample graded without the evaluator's
+``result.txt`` (a task ``--skip-unsupported`` skipped, with no attempt's files; an attempt
+past --task-timeout or ended by the agent's error, scored 0) gets one of its score, so
 OSWorld's scripts score the run over the same examples as the run's summary.
 
 The ``<model>`` folder is named as OSWorld's ``run.py`` names it, by joining the model's
@@ -90,11 +91,13 @@ def export_osworld(run_dir: str | Path, result_dir: str | Path, *, sample: int =
         if target.exists():
             shutil.rmtree(target)
         target.mkdir(parents=True)
-        if source is None:  # graded with no attempt's files (skipped as unsupported): its score, as run.py writes one
-            (target / "result.txt").write_text(f"{float(record.get('reward') or 0.0)}\n")
         for item in sorted(source.iterdir()) if source is not None else ():
             if item.is_file():
                 shutil.copy2(item, target / item.name)
+        if record.get("final") and not (target / "result.txt").exists():
+            # graded with no evaluator's result.txt (skipped as unsupported: no attempt's files;
+            # past --task-timeout, an agent's error: reward 0): its score, as run.py writes one
+            (target / "result.txt").write_text(f"{float(record.get('reward') or 0.0)}\n")
         out.examples += 1
         out.scored += (target / "result.txt").is_file()
     return out
