@@ -171,3 +171,27 @@ def test_every_model_call_of_a_turn_counts_in_lag_and_times():
     assert metrics["staleness/lag_1"] == 1 and metrics["staleness/max_lag"] == 1
     assert metrics["time/model_s_mean"] == 2.0 and metrics["time/gate_wait_s_mean"] == 0.5
     assert metrics["time/other_s_mean"] == 0.5
+
+
+def test_a_validations_failed_members_are_counted_as_failed_not_as_its_score(tmp_path, llm_server, schedulers):
+    """get_batch(-1) hands its failed members back as they are (a validation report counts
+    them); metrics() counts them among the failed members and leaves them out of the reward
+    and the success rate, as a placeholder is in training: a request the server refused is no
+    outcome of the policy. It said success_rate 0.5 and failed_members 0 for a validation
+    whose every graded episode succeeded."""
+    answered = iter(range(1_000_000))
+
+    def policy(body):  # the first request is refused (HTTP 400: the agent's error, not retried)
+        return {"status": 400, "message": "bad request"} if next(answered) < 1 else {"reply": "<answer>Right</answer>"}
+
+    server = llm_server(policy=policy)
+    val = schedulers(rl_config(tmp_path, server, num_rollouts=1, envs_per_worker=2),
+                     EnvManagerConfig(group_size=1, tags=["tiny"],
+                                      task_sets=lake_set(tmp_path, count=2, name="tiny", desc=TINY, max_steps=3)))
+    report = val.get_batch(batch_size=-1, step=0)
+    assert sorted(t.status for t in report) == ["error", "success"], [t.status for t in report]
+    metrics = val.metrics()
+    assert metrics["batch/trajectories"] == 2 and metrics["status/error"] == 1
+    assert metrics["success_rate"] == 1.0 and metrics["reward/mean"] == 1.0, metrics
+    assert metrics["tag/tiny/success_rate"] == 1.0 and metrics["tag/tiny/trajectories"] == 2, metrics
+    assert metrics["failed_members"] == 1 and metrics["failed/error"] == 1, metrics

@@ -207,9 +207,10 @@ class GroupGeneration:
             # notes the record only: its turns are read by get_batch, in the trainer's thread
             trajectory = from_record(group, member, record, Path(self._shared.engine.run_dir), queued_at)
             all_mode = group.purpose == "all"
-            if trajectory.failed and not all_mode:
+            if trajectory.failed:  # a validation's too, which it hands back as it is
                 self._stats["members_failed"] += 1
                 self._stats[f"failed_{trajectory.status}"] += 1  # by reason: error, task_timeout …
+            if trajectory.failed and not all_mode:
                 self._budget.member_failed(record)
                 group.failed.append(trajectory)
                 if len(group.done) + len(group.running) < group.size:

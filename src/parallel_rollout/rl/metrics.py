@@ -5,7 +5,9 @@
 float::
 
     batch/trajectories, batch/groups, batch/placeholders     what the batch holds
-    reward/mean, reward/std, success_rate                    over its real (not placeholder) members
+    reward/mean, reward/std, success_rate                    over its members that made an episode: not
+                                                             placeholders, nor the failed members a
+                                                             validation (get_batch(-1)) hands back
     tag/<tag>/trajectories, tag/<tag>/reward_mean, tag/<tag>/success_rate
     status/<status>                                          trajectories by final status
     staleness/lag_<k>                                        trajectories whose oldest turn came from
@@ -50,11 +52,14 @@ def batch_metrics(batch: list[Trajectory], current_version: int, step: int,
         "scheduler/policy_version": current_version,
         "scheduler/step": step,
     }
-    out.update(_rewards(real))
+    # a failed member has no score (never graded, or the agent's error): its stand-in 0 is no
+    # outcome of the policy, as a placeholder's is not (a validation hands failed members back)
+    scored = [t for t in real if not t.failed]
+    out.update(_rewards(scored))
     for tag in sorted({t.tag for t in real}):
         tagged = [t for t in real if t.tag == tag]
         out[f"tag/{tag}/trajectories"] = len(tagged)
-        rewards = _rewards(tagged)
+        rewards = _rewards([t for t in tagged if not t.failed])
         out[f"tag/{tag}/reward_mean"] = rewards["reward/mean"]
         out[f"tag/{tag}/success_rate"] = rewards["success_rate"]
     for status, count in sorted(Counter(t.status for t in batch).items()):
