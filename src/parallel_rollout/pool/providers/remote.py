@@ -94,8 +94,9 @@ READY_ROUTE = "/platform"
 #: how long one health probe may take
 HEALTH_TIMEOUT_S = 2.0
 #: how long one of the run's cleanup programs (``ProviderOptions.cleanup_programs``) may run
-#: on a machine at a reset or stop
+#: on a machine before its reset, and at its stop (a Ctrl-C's stop waits for it)
 CLEANUP_TIMEOUT_S = 15.0
+CLEANUP_AT_STOP_S = 5.0
 #: characters of the reset command's output quoted in a VMError
 OUTPUT_TAIL = 2000
 #: placeholder -> the environment variable that holds the same value for the reset command
@@ -220,7 +221,7 @@ class RemoteProvider(Provider):
         """Give the address back, after ending what the run's mode left running there (the
         machine itself is not ours to stop). Safe to call twice."""
         if self.slots.holds(shown_address(info.address), info.vm_id):
-            self._clean_up(info, time.monotonic() + CLEANUP_TIMEOUT_S)
+            self._clean_up(info, time.monotonic() + CLEANUP_AT_STOP_S)
         self.slots.release(shown_address(info.address), info.vm_id)
 
     @classmethod
@@ -241,8 +242,9 @@ class RemoteProvider(Provider):
             budget = min(CLEANUP_TIMEOUT_S, deadline - time.monotonic())
             if budget <= 0:
                 return
-            try:
-                GuestClient(info.address).run_python(program, timeout=budget)
+            try:  # the request bounded by the budget too: a machine gone silent must not hold a Ctrl-C's stop
+                GuestClient(info.address).request("POST", "/run_python", json={"code": program, "timeout": budget},
+                                                  timeout=budget + 2.0)
             except Exception as exc:  # noqa: BLE001 - best effort, as above
                 log.warning("VM %s (%s): ending what its last episode left running failed: %s",
                             info.vm_id, shown_address(info.address), exc)
