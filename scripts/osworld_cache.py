@@ -52,9 +52,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "where":
         print(downloads.cache_path(args.url))
     elif args.command == "put":
+        if not args.file.is_file():
+            print(f"osworld_cache.py put: no such file {args.file}", file=sys.stderr)
+            return 2
         target = downloads.cache_path(args.url)
         target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(args.file, target)
+        # a copy cut short must not be taken for the file: a run uses whatever is at target
+        partial = target.with_name(f".{target.name}.part")
+        shutil.copyfile(args.file, partial)
+        os.replace(partial, target)
         print(target)
     else:
         index = args.index

@@ -211,3 +211,20 @@ def test_files_in_the_earlier_cache_layout_count_as_cached_and_are_used(tmp_path
         b"escaped", b"queried", b"plain"]
     with pytest.raises(steps.SourceMissing, match="never_put.docx"):
         local_source(task, absent, cache)
+
+
+def test_putting_a_file_that_is_not_there_says_so_and_caches_nothing(tmp_path):
+    """`osworld_cache.py put URL FILE` with a FILE that is not there: a message and exit 2,
+    where it ended in a traceback and left the URL's folder made, empty."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), downloads.CACHE_ENV: str(tmp_path / "cache")}
+    done = subprocess.run([sys.executable, str(Path(__file__).parents[1] / "scripts" / "osworld_cache.py"), "put",
+                           "https://example.com/a.xlsx", str(tmp_path / "no-such.xlsx")],
+                          capture_output=True, text=True, timeout=60, env=env)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert f"no such file {tmp_path / 'no-such.xlsx'}" in done.stderr
+    assert not (tmp_path / "cache").exists()
