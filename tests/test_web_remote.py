@@ -17,7 +17,7 @@ import pytest
 from conftest import write_tasks
 from parallel_rollout.config import build_config
 from parallel_rollout.envs.registry import task_validators
-from parallel_rollout.envs.web.env import WebEnv
+from parallel_rollout.envs.web.env import WebEnv, driver_source
 from parallel_rollout.guest.client import GuestClient
 from parallel_rollout.pool.providers import provider_options
 from parallel_rollout.pool.providers.remote import RemoteProvider
@@ -104,3 +104,54 @@ def test_an_attempt_cut_at_its_task_timeout_leaves_no_browser_on_the_remote_mach
     assert [(r["status"], r["failure"]["phase"]) for r in records] == [("task_timeout", "agent")], \
         proc.stderr[-3000:]
     assert left == []
+
+
+#: run after browser.py's source in the guest: close Chromium through DevTools, wait for it to end
+_CLOSE = """
+ws = Socket(_http_json("/json/version")["webSocketDebuggerUrl"], timeout=10)
+try:
+    ws.call("Browser.close")
+except Exception:
+    pass  # the browser may close the socket before it answers
+def running(pid, started):
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read()
+    except OSError:
+        return False
+    return _started(pid) == started and b"chrom" in stat.split(b")")[0] and stat.rsplit(b")", 1)[1].split()[0] != b"Z"
+
+
+for pid, started in _ours():
+    while running(pid, started):
+        time.sleep(0.1)
+print("closed")
+"""
+
+
+def test_the_next_episode_on_a_remote_machine_starts_from_a_fresh_browser_profile(tmp_path):
+    """No reset clears a remote machine's home (--reset-command none), where the browser's
+    profile lives: the local storage and cookies a page set in one episode were the next
+    episode's. Each start begins from an empty profile, as a VM's reset gives elsewhere."""
+    from test_web import _STATE
+
+    data = write_tasks(tmp_path / "web.jsonl", [web_task("click-button")])
+    [task] = load_tasks(str(data), default_mode="web", validators=task_validators())
+    with remote_agent(tmp_path, os.environ["PATH"]) as (server, port):
+        client = GuestClient(f"http://127.0.0.1:{port}", timeout_s=60)
+        first = WebEnv(build_config(dict(mode="web", data=str(data), agent="oracle")))
+        first.trajectory_dir = str(tmp_path / "first")
+        first.reset(task, client)
+        dirty = first._call({"op": "eval", "expression": "localStorage.setItem('carried', 'yes');"
+                             "document.cookie = 'carried=yes; max-age=86400; path=/'; " + _STATE}, 30)
+        assert json.loads(dirty["value"])["local"] == "yes"
+        # Chromium closed as a user closes it writes them to the profile (a kill may lose them)
+        closed = client.run_python(driver_source() + _CLOSE, timeout=60)
+        assert "closed" in closed["output"], closed
+        first.evaluate()  # the episode's end: what is left of its browser stops
+        second = WebEnv(build_config(dict(mode="web", data=str(data), agent="oracle")))
+        second.trajectory_dir = str(tmp_path / "second")
+        second.reset(task, client)
+        clean = second._call({"op": "eval", "expression": _STATE}, 30)
+        second.evaluate()
+    assert json.loads(clean["value"]) == {"local": None, "session": None, "cookie": ""}

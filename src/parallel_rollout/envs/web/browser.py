@@ -10,8 +10,8 @@ guest with each ``/run_python`` call, followed by one call of ``main(request)``:
                                                         (python3 -m http.server, in the VM)
 
 ``start`` unpacks the MiniWoB files into the VM's home, starts the loopback file server and
-Chromium (its profile under the home, so a VM reset takes cookies, local storage and pages
-with it), opens the task's page, seeds MiniWoB's random generator and starts the episode.
+Chromium (its profile under the home, emptied first: on a machine no reset clears, the last
+episode's cookies and local storage are gone all the same), opens the task's page, seeds MiniWoB's random generator and starts the episode.
 ``act`` carries out one action; ``observe`` reads the page; ``eval`` (tests, debugging)
 evaluates an expression in it; ``stop`` ends the server and Chromium (``PIDS``). Each answers one JSON line after
 ``MARKER``: the utterance, the DOM as a flat element list, MiniWoB's reward globals, and a PNG
@@ -24,6 +24,7 @@ sandbox (bubblewrap, a container) may refuse; the VM is the boundary.
 import base64
 import json
 import os
+import shutil
 import socket
 import struct
 import sys
@@ -256,9 +257,12 @@ def start(req):
     with tarfile.open(fileobj=io.BytesIO(base64.b64decode(req["bundle"])), mode="r:gz") as tar:
         # the files come from the host's miniwob package; "data" refuses links and absolute paths
         tar.extractall(ROOT, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
-    os.makedirs(PROFILE, exist_ok=True)
     stop()  # an earlier episode's, on a machine no reset cleared (a remote one)
     chromium = _which_chromium()  # before anything starts: a guest without it is left as it was
+    # an empty profile, as a VM's reset leaves it: on a machine no reset clears (a remote one) the
+    # last episode's cookies and local storage would be this one's
+    shutil.rmtree(PROFILE, ignore_errors=True)
+    os.makedirs(PROFILE)
     _spawn([sys.executable, "-m", "http.server", str(HTTP_PORT), "--bind", "127.0.0.1",
             "--directory", ROOT])
     width, height = req.get("width", 800), req.get("height", 600)
