@@ -309,3 +309,57 @@ def test_a_checkpoint_taken_after_close_keeps_the_groups_close_stopped(tmp_path,
     assert sorted({(t.task_id, t.seed, t.episode_id) for t in resumed}) == \
         sorted((u["task_id"], u["seed"], u["episode"]) for u in running["unreturned"])
     assert not {t.trajectory_id for t in handed} & {t.trajectory_id for t in resumed}
+
+
+class _Generated(TaskSource):
+    """A curriculum that makes its tasks in Python (no task file holds them): Task objects."""
+
+    def __init__(self) -> None:
+        self.made = 0
+
+    def next_task(self, tag):
+        from parallel_rollout.tasks import Task
+
+        self.made += 1
+        desc = TINY if self.made % 2 else ["SFFG"]  # two moves to the goal, or three
+        return Task(id=f"gen{self.made}", mode="gym", payload={"desc": desc, "max_steps": 4}, seed=100 + self.made)
+
+    def state_dict(self):
+        return {"made": self.made}
+
+    def load_state_dict(self, state):
+        self.made = state["made"]
+
+
+def test_a_restarted_scheduler_runs_again_the_tasks_its_own_source_made_in_python(tmp_path, schedulers):
+    """A task source may return Task objects of its own making (a generated curriculum): the
+    groups of such tasks drawn but not handed out are in state_dict() with the task itself,
+    and a restarted scheduler starts them again first. load_state_dict refused the state
+    ("names task 'gen3' … which this scheduler does not have"): a generated curriculum's
+    checkpoint could not be resumed once a group was under way."""
+    server = LLMServer(policy=lambda body: RIGHT).start()
+    try:
+        config = EnvManagerConfig(group_size=2, tags=["lakes"], task_sets=_lakes(tmp_path, "lakes", 1))
+        first = schedulers(rl_config(tmp_path, server, num_rollouts=1, run_id="grpo"), config,
+                           task_source=_Generated(), async_generation_ratio=1)
+        first.get_batch(batch_size=4, step=0)
+        state = json.loads(json.dumps(first.state_dict()))
+        first.close()
+        unreturned = [(u["task_id"], u["seed"]) for u in state["unreturned"]]
+        assert len(unreturned) == 2, state  # step 1's groups were under way
+        source = _Generated()
+        second = schedulers(rl_config(tmp_path, server, num_rollouts=1, run_id="grpo", resume=True), config,
+                            task_source=source, async_generation_ratio=1)
+        bad = json.loads(json.dumps(state))
+        bad["unreturned"][0]["task"]["id"] = "another"
+        with pytest.raises(ConfigError, match=r"unreturned\[0\]\.task\.id must be the entry's task_id"):
+            second.load_state_dict(bad)
+        second.load_state_dict(state)
+        assert source.made == 4  # it draws on after the tasks it made before
+        resumed = second.get_batch(batch_size=4, step=1)
+    finally:
+        server.stop()
+    assert sorted({(t.task_id, t.seed) for t in resumed}) == sorted(unreturned)
+    # the same tasks, not only their names: the lake each was made with
+    assert all(len(t.turns) == (2 if int(t.task_id[3:]) % 2 else 3) and t.success for t in resumed), \
+        [(t.task_id, len(t.turns)) for t in resumed]

@@ -57,7 +57,8 @@ from .generation import GroupGeneration
 from .groups import Group, GroupFilter, Trajectory, check_group_filter
 from .metrics import batch_metrics
 from .staleness import VersionLag, check_lag_options
-from .sources import STATE_VERSION, ShuffledTasks, TaskSource, check_batch_partition, checked_state
+from .sources import (STATE_VERSION, ShuffledTasks, TaskSource, check_batch_partition, checked_state, task_entry,
+                      task_of_entry)
 from .shared import SharedEngine
 
 log = logging.getLogger("parallel_rollout")
@@ -318,10 +319,16 @@ class RolloutScheduler(ChosenBatches, GroupGeneration, ReadyBatches, TakingTurns
             unreturned = sorted([*[g for g in self._groups.values() if g.purpose == "batch"], *self._ready,
                                  *self._closed_unreturned], key=lambda g: g.group_id)
             return {"version": STATE_VERSION, "source": self._source.state_dict(), "episodes": dict(self._episodes),
-                    "unreturned": [{"tag": g.tag, "task_id": g.task.id, "episode": g.episode_id, "seed": g.seed}
-                                   for g in unreturned]
-                                  + [{"tag": tag, "task_id": task.id, "episode": episode, "seed": seed}
-                                     for tag, task, episode, seed in self._replay]}
+                    "unreturned": [self._unreturned(g.tag, g.task, g.episode_id, g.seed) for g in unreturned]
+                                  + [self._unreturned(*entry) for entry in self._replay]}
+
+    def _unreturned(self, tag: str, task: Any, episode: int, seed: int | None) -> dict[str, Any]:
+        """A state's entry of a group drawn and not handed out; a task made in Python (a task
+        source's own, in none of the tags' sets) goes with it whole, to be made again."""
+        entry = {"tag": tag, "task_id": task.id, "episode": episode, "seed": seed}
+        if task not in self._tasks.get(tag, []):
+            entry["task"] = task_entry(task)
+        return entry
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from ``state_dict()`` of an earlier scheduler with the same tags; call it
@@ -337,6 +344,12 @@ class RolloutScheduler(ChosenBatches, GroupGeneration, ReadyBatches, TakingTurns
             for entry in state["unreturned"]:
                 tag, task_id = entry["tag"], entry["task_id"]
                 task = next((t for t in self._tasks.get(tag, []) if t.id == task_id), None)
+                if "task" in entry:  # made in Python by the task source: made again, checked as it was
+                    task = task_of_entry(entry["task"])
+                    if task.mode not in self.modes:
+                        raise ConfigError(f"the saved state's task {task_id!r} has mode {task.mode!r}; this "
+                                          f"scheduler's engine runs {self.modes}")
+                    self._shared.check_hidden([task], "load_state_dict")
                 if task is None:
                     raise ConfigError(f"the saved state names task {task_id!r} of tag {tag!r}, which this "
                                       "scheduler does not have")

@@ -65,9 +65,38 @@ def checked_state(state: Any, tags: list[str], source: Any = None) -> dict[str, 
             raise ConfigError(f"{name}.episode must be a whole number >= 0, got {entry['episode']!r}")
         if entry.get("seed") is not None and (isinstance(entry["seed"], bool) or not isinstance(entry["seed"], int)):
             raise ConfigError(f"{name}.seed must be a whole number or None, got {entry['seed']!r}")
+        if "task" in entry:
+            _check_task_entry(entry["task"], entry["task_id"], f"{name}.task")
     if callable(getattr(source, "checked_state", None)):
         source.checked_state(state["source"])
     return state
+
+
+def task_entry(task: Any) -> dict[str, Any]:
+    """A task made in Python (a task source's own, in no task file) as JSON values, for a
+    state's ``unreturned`` entry: the restarted scheduler makes it again (``task_of_entry``)."""
+    return {"id": task.id, "mode": task.mode, "payload": dict(task.payload), "seed": task.seed,
+            "tags": list(task.tags)}
+
+
+def task_of_entry(entry: dict[str, Any]) -> Any:
+    """The Task a state's ``unreturned[i].task`` (``task_entry``) holds."""
+    from ..tasks import Task
+
+    return Task(id=entry["id"], mode=entry["mode"], payload=dict(entry["payload"]), seed=entry.get("seed"),
+                tags=tuple(entry.get("tags") or ()), source="load_state_dict")
+
+
+def _check_task_entry(task: Any, task_id: Any, name: str) -> None:
+    if not isinstance(task, dict) or not isinstance(task.get("mode"), str) or not isinstance(task.get("payload"), dict):
+        raise ConfigError(f"{name} must be a dict of id, mode, payload, seed and tags, got {task!r:.200}")
+    if task.get("id") != task_id:
+        raise ConfigError(f"{name}.id must be the entry's task_id {task_id!r}, got {task.get('id')!r}")
+    seed, tags = task.get("seed"), task.get("tags", [])
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise ConfigError(f"{name}.seed must be a whole number or None, got {seed!r}")
+    if not isinstance(tags, list) or not all(isinstance(tag, str) for tag in tags):
+        raise ConfigError(f"{name}.tags must be a list of names, got {tags!r:.200}")
 
 
 def _count(value: Any) -> bool:
