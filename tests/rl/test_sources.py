@@ -354,6 +354,11 @@ def test_a_restarted_scheduler_runs_again_the_tasks_its_own_source_made_in_pytho
         bad["unreturned"][0]["task"]["id"] = "another"
         with pytest.raises(ConfigError, match=r"unreturned\[0\]\.task\.id must be the entry's task_id"):
             second.load_state_dict(bad)
+        bad = json.loads(json.dumps(state))
+        bad["unreturned"][0]["tag"] = "mazes"
+        named = bad["unreturned"][0]["task_id"]
+        with pytest.raises(ConfigError, match=f"names task '{named}' of tag 'mazes', which this scheduler does not have"):
+            second.load_state_dict(bad)
         second.load_state_dict(state)
         assert source.made == 4  # it draws on after the tasks it made before
         resumed = second.get_batch(batch_size=4, step=1)

@@ -344,8 +344,8 @@ class RolloutScheduler(ChosenBatches, GroupGeneration, ReadyBatches, TakingTurns
             for entry in state["unreturned"]:
                 tag, task_id = entry["tag"], entry["task_id"]
                 task = next((t for t in self._tasks.get(tag, []) if t.id == task_id), None)
-                if "task" in entry:  # made in Python by the task source: made again, checked as it was
-                    task = task_of_entry(entry["task"])
+                if "task" in entry and tag in self._tasks:  # made in Python by the task source: made
+                    task = task_of_entry(entry["task"])   # again, checked as it was
                     if task.mode not in self.modes:
                         raise ConfigError(f"the saved state's task {task_id!r} has mode {task.mode!r}; this "
                                           f"scheduler's engine runs {self.modes}")
