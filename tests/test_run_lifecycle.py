@@ -451,3 +451,25 @@ def test_a_program_that_imports_the_cli_keeps_its_signal_handlers():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                           preexec_fn=stop_signals_ignoring())
     assert done.stdout.strip() == "True", done.stderr
+
+
+def test_a_stop_signal_as_the_pool_starts_starts_no_attempt(tmp_path):
+    """A SIGTERM that lands while the run starts its pool and workers (seconds; a QEMU pool's
+    boots go on meanwhile): the run then queued every sample all the same, and the attempts
+    its workers took ran in the stop's grace, after the stop was asked (model calls paid for)."""
+    data, keys = slow_tasks(tmp_path, count=8)
+    run_dir = tmp_path / "out" / "sig"
+    events, log = run_dir / "events.jsonl", run_dir / "run.log"
+    for attempt in range(10):  # until the signal lands after the pool's start began, before the engine's
+        shutil.rmtree(run_dir, ignore_errors=True)
+        proc = start_cli(tmp_path, data)
+        landed = signal_at(proc, events.exists, signal.SIGTERM,
+                           still=lambda: not log.exists() or "Set max concurrent rollouts" not in log.read_text())
+        out, err = proc.communicate(timeout=60)
+        if landed:
+            break
+    assert landed, "the signal never landed as the pool started"
+    assert proc.returncode == 130, err
+    results = run_dir / "results.jsonl"
+    assert not results.exists() or not results.read_text().strip(), results.read_text()
+    assert json.loads((run_dir / "summary.json").read_text())["unfinished"] == len(keys)

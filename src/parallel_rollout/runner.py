@@ -318,7 +318,9 @@ class Runner:
         self._open_progress(total)
         self.engine.start()
         for item in pending:
-            if self.engine.error is not None:  # stopped as it started (no worker could start)
+            # stopped as it started (no worker could start), or a stop signal came meanwhile
+            # (the pool's start takes seconds): no attempt starts after it
+            if self.engine.error is not None or self._interrupted:
                 break
             self.engine.submit(item, self._on_final)
         last_progress = 0.0
