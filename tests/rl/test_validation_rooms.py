@@ -41,3 +41,37 @@ def test_validation_on_a_generated_tag_replays_the_same_rooms_at_every_call(tmp_
     assert len(warned) == 1, warned  # once per scheduler, however often it validates
     assert "SimpleSokoban" in warned[0] and "LargerSokoban" in warned[0]
     assert 'TaskSet("gym", "sokoban"' in warned[0]
+
+
+def test_a_closed_validation_sibling_is_let_go_and_its_name_stays_taken(tmp_path, schedulers):
+    """A trainer that makes a validation sibling for each evaluation (``with train.sibling(…)
+    as val:``) gets it freed once closed: the engine kept every closed sibling, with the last
+    report it handed out (every trajectory's turns, an OSWorld run's screenshots), for the
+    whole training. Its name stays taken: a later sibling of that name would write its
+    samples under the closed one's names in the run folder."""
+    import gc
+    import weakref
+
+    import pytest
+
+    from parallel_rollout.errors import ConfigError
+    from rl_support import lake_set
+
+    server = LLMServer(policy=lambda body: {"reply": "<answer>Right</answer>"}).start()
+    try:
+        train = schedulers(rl_config(tmp_path, server), EnvManagerConfig(tags=["FrozenLake"], group_size=1))
+        lakes = lake_set(tmp_path, count=1, name="val")
+        names, gone = [], []
+        for step in range(2):
+            with train.sibling(EnvManagerConfig(group_size=1, tags=["val"], task_sets=lakes)) as val:
+                (report,) = val.get_batch(-1, step=step)
+                names.append(val.name)
+                gone.append(weakref.ref(val))
+            del val, report
+        gc.collect()
+        assert [ref() for ref in gone] == [None, None]
+        assert len(set(names)) == 2, names  # a new name each time: their samples never meet
+        with pytest.raises(ConfigError, match=f"a scheduler named {names[0]!r} already runs"):
+            train.sibling(EnvManagerConfig(group_size=1, tags=["val"], task_sets=lakes), name=names[0])
+    finally:
+        server.stop()

@@ -159,7 +159,7 @@ class RolloutScheduler(ChosenBatches, GroupGeneration, ReadyBatches, TakingTurns
             if self._owner:
                 self._shared.close()
             raise
-        self._shared.schedulers.append(self)  # last: a sibling is only listed once it is whole
+        self._shared.join(self)  # last: a sibling is only listed once it is whole
 
     def _init_state(self, max_version_lag: int | None, stale_versions: str) -> None:
         """The state of a scheduler on its engine (arguments checked, the engine started)."""
@@ -218,7 +218,7 @@ class RolloutScheduler(ChosenBatches, GroupGeneration, ReadyBatches, TakingTurns
             async_generation_ratio=self.ratio if async_generation_ratio is None else async_generation_ratio,
             group_filter=group_filter, failed_member=failed_member or self.failed_member,
             cut_reward=cut_reward or self.cut_reward,
-            name=name or f"{self.name}-sibling{len(self._shared.schedulers)}",
+            name=name or f"{self.name}-sibling{len(self._shared.names)}",
             sampling=self.sampling if sampling is None else sampling, _shared=self._shared, **options)
 
     # -- the trainer's calls --------------------------------------------------------------
@@ -437,6 +437,7 @@ class RolloutScheduler(ChosenBatches, GroupGeneration, ReadyBatches, TakingTurns
             self._cond.notify_all()
         if not self._owner:
             self._flush()  # the engine goes on for the others: cancel what was ours
+            self._shared.leave(self)  # and lets this one go (a trainer's per-evaluation sibling)
         else:
             self._shared.close()
 

@@ -33,8 +33,12 @@ class SharedEngine:
         self.store = store
         #: the locked run folder, and this session's number in it
         self.folder = folder
-        #: every scheduler on this engine (each has ``mark_closed()``)
+        #: every scheduler on this engine not yet closed (each has ``mark_closed()``); a closed
+        #: sibling leaves (``leave``), so a trainer's per-evaluation siblings are freed
         self.schedulers: list[Any] = []
+        #: the names of every scheduler that ever ran on it: a name's samples are in the run
+        #: folder, so no later scheduler may take it
+        self.names: set[str] = set()
         self.closed = False
         #: the thread whose suspend() shut the gate, until a resume() (what a get_batch of
         #: that thread refuses to wait for)
@@ -43,6 +47,16 @@ class SharedEngine:
         #: each attempt tells its agent to withhold from a program of its own (the command
         #: agent's), as it withholds a run's --data: no file of the run names them
         self.task_files: tuple[str, ...] = ()
+
+    def join(self, scheduler: Any) -> None:
+        """List a scheduler made whole on this engine; its name is taken from now on."""
+        self.schedulers.append(scheduler)
+        self.names.add(scheduler.name)
+
+    def leave(self, scheduler: Any) -> None:
+        """Forget a closed sibling (its name stays taken)."""
+        if scheduler in self.schedulers:
+            self.schedulers.remove(scheduler)
 
     def withhold(self, task_files: list[str | None]) -> None:
         """Add the files of a scheduler's task sets (their ``data``) to ``task_files``."""
@@ -101,9 +115,9 @@ class SharedEngine:
         hidden from the VMs among the reasons: ``check_hidden``)."""
         from ..envs import get_env
 
-        if any(other.name == name for other in self.schedulers):
-            raise ConfigError(f"a scheduler named {name!r} already runs on this engine; give the sibling "
-                              "another name")
+        if name in self.names:
+            raise ConfigError(f"a scheduler named {name!r} already runs (or ran) on this engine: its samples are "
+                              "in the run folder under that name; give the sibling another name")
         missing = [mode for mode in modes if mode not in self.engine.modes and get_env(mode).needs_vm()]
         if missing:
             raise ConfigError(f"a sibling's tags need VMs of mode {', '.join(missing)}, but its engine's pool "
