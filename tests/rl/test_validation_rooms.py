@@ -6,10 +6,11 @@ tag validates on one generated room, naming the shipped fixed rooms."""
 
 from __future__ import annotations
 
+import json
 import logging
 
 from llm_server import LLMServer
-from parallel_rollout.rl import EnvManagerConfig
+from parallel_rollout.rl import EnvManagerConfig, TaskSet
 from parallel_rollout.rl.generation import TAG_SEED_STRIDE
 from rl_support import rl_config
 
@@ -24,7 +25,13 @@ def test_validation_on_a_generated_tag_replays_the_same_rooms_at_every_call(tmp_
         train = schedulers(rl_config(tmp_path, server), EnvManagerConfig(tags=["SimpleSokoban"], group_size=2))
         trained = train.get_batch(2, step=0)
         val = train.sibling(EnvManagerConfig(tags=["LargerSokoban", "SimpleSokoban"], group_size=1), seed=7)
+        drawn = tmp_path / "drawn.jsonl"  # unseeded, but their maps are drawn: nothing is generated
+        drawn.write_text("".join(json.dumps({"id": f"lake{i}", "mode": "gym", "desc": ["SFG"], "max_steps": 3}) + "\n"
+                                 for i in range(2)))
+        fixed = train.sibling(EnvManagerConfig(group_size=1, tags=["drawn"],
+                                               task_sets={"drawn": TaskSet("gym", str(drawn))}))
         with caplog.at_level(logging.WARNING, logger="parallel_rollout"):
+            assert len(fixed.get_batch(-1, step=0)) == 2
             reports = [val.get_batch(-1, step=step) for step in (0, 1, 2)]
         train.get_batch(2, step=3)  # training goes on drawing new rooms
         after = train.get_batch(2, step=4)
@@ -38,7 +45,7 @@ def test_validation_on_a_generated_tag_replays_the_same_rooms_at_every_call(tmp_
     # training's rooms are its own: validation took none of its episodes
     assert trained[0].seed == 0 and after[0].seed == 2, (trained[0].seed, after[0].seed)
     warned = [r.getMessage() for r in caplog.records if "generate a new room per group" in r.getMessage()]
-    assert len(warned) == 1, warned  # once per scheduler, however often it validates
+    assert len(warned) == 1, warned  # once per scheduler, however often it validates; none of drawn maps
     assert "SimpleSokoban" in warned[0] and "LargerSokoban" in warned[0]
     assert 'TaskSet("gym", "sokoban"' in warned[0]
 

@@ -77,6 +77,14 @@ def parse_action(reply: Any) -> int | None:
     return ACTIONS.index(words[-1].capitalize()) if words else None
 
 
+def generated_from_seed(payload: Mapping[str, Any]) -> bool:
+    """Whether a gym task's map is generated from its seed (a Sokoban task without ``room``,
+    a lake without ``desc`` or ``map_name``): an unseeded one plays a new map per seed."""
+    if payload.get("game", "FrozenLake") == "Sokoban":
+        return "room" not in payload
+    return "desc" not in payload and "map_name" not in payload
+
+
 def lake_map(payload: Mapping[str, Any], seed: int | None) -> list[str]:
     """The task's map as rows of S/F/H/G."""
     if "desc" in payload:

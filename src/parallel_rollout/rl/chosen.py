@@ -77,7 +77,10 @@ class ChosenBatches:
     def _warn_generated(self) -> None:
         """Say once per scheduler that get_batch(-1) plays one generated room of a tag whose
         task is unseeded (the Sokoban tags: a new room per group), naming the fixed rooms."""
-        generated = [tag for tag in self.tags if any(task.seed is None for task in self._tasks[tag])]
+        from ..envs.gym import generated_from_seed
+
+        generated = [tag for tag in self.tags if any(task.seed is None and task.mode == "gym"
+                                                     and generated_from_seed(task.payload) for task in self._tasks[tag])]
         if not generated or self._warned_generated:
             return
         self._warned_generated = True
