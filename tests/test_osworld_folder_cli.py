@@ -239,9 +239,11 @@ def test_web_pages_a_task_opens_are_no_files_to_cache(tmp_path):
 def test_the_dry_runs_cache_note_names_the_listing_of_the_runs_own_tasks(tmp_path):
     """The note on uncached files names the osworld_cache.py command for the run's own --data,
     --osworld-index and --domain, which lists the files of the tasks it counted, run from any
-    folder: it said `python scripts/osworld_cache.py missing`, which lists a set of the
-    project's own (test_all.json of ../shared/…) or, elsewhere, ends in a traceback. A domain
-    the index lacks is the loader's message, exit 2, not a KeyError."""
+    folder, by the interpreter that has the package (./dev run's users have no virtualenv
+    active): it said `python scripts/osworld_cache.py missing`, which lists a set of the
+    project's own (test_all.json of ../shared/…), elsewhere ends in a traceback, and with the
+    shell's python cannot import the package. A domain the index lacks is the loader's
+    message, exit 2, not a KeyError."""
     import shlex
 
     from parallel_rollout.envs.osworld import downloads
@@ -256,16 +258,18 @@ def test_the_dry_runs_cache_note_names_the_listing_of_the_runs_own_tasks(tmp_pat
     [note] = [line for line in done.stdout.splitlines() if "not in the download cache" in line]
     count = int(note.split("note: ", 1)[1].split()[0])
     command = shlex.split(note.split("setup_failed; ", 1)[1].removesuffix(" lists them"))
-    assert command[0] == "python" and command[2:4] == ["missing", str(EXAMPLES)], command
+    assert command[0] == sys.executable and command[2:4] == ["missing", str(EXAMPLES)], command
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    listed = subprocess.run([sys.executable, *command[1:]], capture_output=True, text=True, timeout=60,
-                            env=env, cwd=elsewhere)
+    # as printed, from another folder, in a shell with no virtualenv active (./dev run's users)
+    plain = {**{k: v for k, v in env.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")},
+             "PYTHONPATH": os.pathsep.join(p for p in sys.path if p.endswith("/src"))}
+    listed = subprocess.run(command, capture_output=True, text=True, timeout=60, env=plain, cwd=elsewhere)
     assert listed.returncode == 0, listed.stderr
     tasks = {line.split("\t")[0] for line in listed.stdout.splitlines()}
     assert len(tasks) == count and all(task.startswith("os/") for task in tasks), (note, listed.stdout)
-    wrong = subprocess.run([sys.executable, *command[1:-1], "OS"], capture_output=True, text=True, timeout=60,
-                           env=env, cwd=elsewhere)
+    wrong = subprocess.run([*command[:-1], "OS"], capture_output=True, text=True, timeout=60,
+                           env=plain, cwd=elsewhere)
     assert wrong.returncode == 2 and "Traceback" not in wrong.stderr, wrong.stderr
     assert "no domain 'OS'; domains: chrome, os" in wrong.stderr, wrong.stderr
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import shlex
 import shutil
+import sys
 from collections import defaultdict
 from pathlib import Path
 from typing import Any, Iterable
@@ -82,9 +83,11 @@ def _they(count: int, end: str = "") -> str:
 def missing_command(data: str, index: str, domain: str) -> str:
     """The ``osworld_cache.py missing`` command that lists the uncached files of the tasks a
     run of ``data`` (its ``--osworld-index`` and ``--domain``) reads: the checkout's script by
-    its path, as the dry run may be run from any folder."""
+    its path, as the dry run may be run from any folder, and the interpreter running this one,
+    which has the package (``./dev run`` activates no virtualenv in the user's shell)."""
     script = Path(__file__).resolve().parents[4] / "scripts" / "osworld_cache.py"
-    words = ["python", str(script) if script.is_file() else "scripts/osworld_cache.py", "missing", data]
+    words = [sys.executable or "python", str(script) if script.is_file() else "scripts/osworld_cache.py",
+             "missing", data]
     words += ["--index", index] if index != DEFAULT_INDEX else []
     words += ["--domain", domain] if domain != "all" else []
     return shlex.join(words)
