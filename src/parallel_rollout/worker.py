@@ -440,6 +440,21 @@ def plugin_modules(config: RunConfig) -> list[str]:
     return [target.partition(":")[0] for target in targets if target]
 
 
+def model_modules(config: RunConfig) -> list[str]:
+    """``openai`` when the run's agent may call the model (``self.model`` imports it at its
+    first request): the workers' server imports it too, so no worker pays its import (a second
+    or more on a busy host) in its first attempt's clock, each on its own."""
+    import importlib.util
+
+    from .agents.model_checks import may_call_model
+
+    try:
+        calls = may_call_model(get_agent(config.agent))
+    except Exception:  # noqa: BLE001 - an agent that does not load: the worker reports it
+        return []
+    return ["openai"] if calls and importlib.util.find_spec("openai") is not None else []
+
+
 def worker_main(worker_id: str, holder: str, conn: Connection, pool: Any, config: RunConfig,
                 run_dir: str, cgroup: str | None = None) -> None:
     """Entry point of a worker process (forked from the run's server, ``backends.worker_start``);

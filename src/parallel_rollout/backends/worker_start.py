@@ -79,6 +79,8 @@ class ServerStartTimeout(Exception):
     """The workers' server did not finish its imports (the run's plugins) within the deadline."""
 #: those of the run that started the server, for a restart
 _plugins: list[str] = []
+#: modules the server imports after them that are no plugin (the model client's ``openai``)
+_also: list[str] = []
 
 _lock = threading.Lock()
 _users = 0
@@ -86,16 +88,18 @@ _users = 0
 _started: int | None = None
 
 
-def acquire(plugins: list[str] | tuple[str, ...] = (), deadline_s: float = 300.0) -> Any:
+def acquire(plugins: list[str] | tuple[str, ...] = (), deadline_s: float = 300.0,
+            also: list[str] | tuple[str, ...] = ()) -> Any:
     """The context workers are started with; the first caller starts the server, which
-    imports ``plugins`` (module names: the run's mode and agent) before it forks a worker,
-    so no worker imports them in its first attempt (ServerStartTimeout when that takes more
-    than ``deadline_s``). A later caller's server is the one running: its workers import
-    their plugins as they start (``worker.worker_main``)."""
-    global _users, _plugins, _deadline_s
+    imports ``plugins`` (module names: the run's mode and agent) and ``also`` (what they
+    import when first used: the model client's ``openai``) before it forks a worker, so no
+    worker imports them in its first attempt (ServerStartTimeout when that takes more than
+    ``deadline_s``; its messages name the plugins). A later caller's server is the one
+    running: its workers import their plugins as they start (``worker.worker_main``)."""
+    global _users, _plugins, _also, _deadline_s
     with _lock:
         if _users == 0:
-            _plugins, _deadline_s = list(plugins), deadline_s
+            _plugins, _also, _deadline_s = list(plugins), list(also), deadline_s
             server = forkserver._forkserver  # noqa: SLF001 - the stdlib's one server
             modules = dict.fromkeys([*PRELOAD, *getattr(server, "_preload_modules", [])])
             modules.pop("__main__", None)  # preloaded here, with its path (_preload_main)
@@ -186,8 +190,8 @@ def _start() -> None:
     main_path = _main_path()
     if main_path:
         os.environ[_MAIN_ENV] = main_path
-    if _plugins:
-        os.environ[_PLUGINS_ENV] = ",".join(_plugins)
+    if _plugins or _also:
+        os.environ[_PLUGINS_ENV] = ",".join([*_plugins, *_also])
     fd, ready = tempfile.mkstemp(prefix="parallel-rollout-server-")
     os.close(fd)
     os.environ[_SERVER_ENV] = ready
