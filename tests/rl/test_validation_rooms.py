@@ -82,3 +82,25 @@ def test_a_closed_validation_sibling_is_let_go_and_its_name_stays_taken(tmp_path
             train.sibling(EnvManagerConfig(group_size=1, tags=["val"], task_sets=lakes), name=names[0])
     finally:
         server.stop()
+
+
+def test_a_restarted_scheduler_plays_the_rooms_its_checkpoint_would_have(tmp_path, schedulers):
+    """The built-in task order saved in state_dict() carries the scheduler's seed, and a
+    scheduler given the state draws on in that order; the rooms of its next groups (an unseeded
+    task's seed: seed + stride x tag index + episode id) follow that seed too, not the seed the
+    restarted trainer passed (ROLL draws a new train seed per run): it played the saved order's
+    tasks in rooms the uninterrupted run never had."""
+    server = LLMServer(policy=_up).start()
+    try:
+        config = EnvManagerConfig(tags=["SimpleSokoban"], group_size=1)
+        first = schedulers(rl_config(tmp_path, server, run_id="grpo"), config, seed=5)
+        first.get_batch(1, step=0)
+        state = json.loads(json.dumps(first.state_dict()))
+        uninterrupted = [t.seed for step in (1, 2) for t in first.get_batch(1, step=step)]
+        first.close()
+        second = schedulers(rl_config(tmp_path, server, run_id="grpo", resume=True), config, seed=9)
+        second.load_state_dict(state)
+        resumed = [t.seed for step in (1, 2) for t in second.get_batch(1, step=step)]
+    finally:
+        server.stop()
+    assert uninterrupted == [6, 7] and resumed == uninterrupted, (uninterrupted, resumed)

@@ -355,6 +355,8 @@ class RolloutScheduler(ChosenBatches, GroupGeneration, ReadyBatches, TakingTurns
                                       "scheduler does not have")
                 replay.append((tag, task, entry["episode"], entry.get("seed")))
             self._source.load_state_dict(state["source"])
+            if isinstance(self._source, ShuffledTasks):  # its order follows the saved seed: so do the rooms
+                self.seed = self._source.seed
             self._episodes = Counter(state["episodes"])
             self._replay.clear()
             self._replay.extend(replay)
