@@ -24,9 +24,13 @@ import pytest
 # and a developer's real runs are never touched. Set before any worker is spawned: children
 # inherit it.
 # A worker process that imports a test module (a plugin agent defined there) imports this
-# file too: it reuses the session's folder instead of making one of its own.
-if "PR_TEST_SANDBOX_ROOT" not in os.environ:
-    os.environ["PR_TEST_SANDBOX_ROOT"] = tempfile.mkdtemp(prefix="pr-test-sandboxes-")
+# file too: it reuses the session's folder instead of making one of its own. Each pytest-xdist
+# worker (./dev test runs two) is a session of its own: its folder, and so its leak check's
+# marker, are its own, or each would see the other's runs as its leaks.
+_XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+if "PR_TEST_SANDBOX_ROOT" not in os.environ or os.environ.get("PR_TEST_SANDBOX_OWNER", "") != _XDIST_WORKER:
+    os.environ["PR_TEST_SANDBOX_ROOT"] = tempfile.mkdtemp(prefix=f"pr-test-sandboxes-{_XDIST_WORKER}")
+    os.environ["PR_TEST_SANDBOX_OWNER"] = _XDIST_WORKER
 _SANDBOX_ROOT = Path(os.environ["PR_TEST_SANDBOX_ROOT"])
 os.environ["PARALLEL_ROLLOUT_PROCESS_DIR"] = str(_SANDBOX_ROOT)
 
@@ -313,9 +317,26 @@ SLOW_CASE_PREFIXES = tuple(
     for case in ("args0", "args1", "args3"))
 
 
+#: tests that share what one machine has once, each group run by one pytest-xdist worker
+#: (``--dist loadgroup``): the providers' Docker daemon, images and VMs; the Ray clusters
+XDIST_GROUPS = (("tests/providers/", "providers"), ("tests/test_ray_", "ray"))
+#: tests that must have the machine to themselves (marked ``exclusive``: ./dev test runs them
+#: after the others, one at a time): this host as a ``remote`` machine, whose shell checks
+#: refuse any link into /proc made in its /tmp during the attempt, another test's too (the
+#: hostile answers' sandboxes live in /tmp)
+EXCLUSIVE = ("tests/providers/test_remote", "tests/test_web_remote.py",
+             "tests/test_ray_backend.py::test_remote_vms_are_one_pool_leased_from_every_node")
+
+
 def pytest_collection_modifyitems(config, items):
     """Leave the tests marked ``slow`` (and SLOW_CASES) out of the default run, so it stays
-    lean; ``--slow`` or PR_SLOW=1 runs them too."""
+    lean; ``--slow`` or PR_SLOW=1 runs them too. Put each test of XDIST_GROUPS in its group."""
+    for item in items:
+        group = next((name for start, name in XDIST_GROUPS if item.nodeid.startswith(start)), None)
+        if group:
+            item.add_marker(pytest.mark.xdist_group(group))
+        if item.nodeid.startswith(EXCLUSIVE):
+            item.add_marker(pytest.mark.exclusive)
     if config.getoption("--slow") or os.environ.get("PR_SLOW") == "1":
         return
     skip = pytest.mark.skip(reason="slow: run with ./dev test --slow")

@@ -139,8 +139,12 @@ class DockerHarness(Harness):
             if shutil.which("dockerd", path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin") is None:
                 pytest.skip("no Docker daemon answers and dockerd is not installed "
                             "(./dev installs docker.io)")
+            # The daemon is shared by every test session of the machine (the flock below): not
+            # this session's, so without its marker, or the leak checks of this session would
+            # take another session's containers' shims for this one's leftovers
             out = subprocess.run([str(DOCKERD_SCRIPT), "start"], capture_output=True, text=True,
-                                 timeout=120)
+                                 timeout=120, env={k: v for k, v in os.environ.items()
+                                                   if not k.startswith("PR_TEST_SANDBOX_")})
             if out.returncode != 0:
                 pytest.fail(f"scripts/dockerd.sh start failed: {out.stderr.strip()}")
             DockerHarness.started_dockerd = out.stdout.startswith("started")
