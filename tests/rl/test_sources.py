@@ -368,3 +368,33 @@ def test_a_restarted_scheduler_runs_again_the_tasks_its_own_source_made_in_pytho
     # the same tasks, not only their names: the lake each was made with
     assert all(len(t.turns) == (2 if int(t.task_id[3:]) % 2 else 3) and t.success for t in resumed), \
         [(t.task_id, len(t.turns)) for t in resumed]
+
+
+def test_a_restarted_scheduler_starts_its_saved_groups_within_its_env_slots(tmp_path, schedulers):
+    """The groups a restarted scheduler starts again (load_state_dict) wait for their tag's
+    env slots as every group does (num_env_groups, num_groups_partition): they all started at
+    once, so a tag held more slots than its share (an OSWorld tag, as many VMs) as it began."""
+    server = LLMServer(policy=lambda body: {**RIGHT, "sleep": 0.3}).start()
+    try:
+        config = EnvManagerConfig(num_env_groups=1, group_size=2, tags=["lakes"],
+                                  task_sets=_lakes(tmp_path, "lakes", 5))
+        first = schedulers(rl_config(tmp_path, server, num_rollouts=1, run_id="grpo"), config,
+                           async_generation_ratio=2)
+        first.get_batch(batch_size=2, step=0)
+        deadline = time.monotonic() + 60  # the next group finishes, the one after starts (its slot)
+        while len(first.state_dict()["unreturned"]) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        state = json.loads(json.dumps(first.state_dict()))
+        first.close()
+        assert len(state["unreturned"]) == 2, state
+        second = schedulers(rl_config(tmp_path, server, num_rollouts=1, run_id="grpo", resume=True), config,
+                            async_generation_ratio=2)
+        second.load_state_dict(state)
+        resumed = second.get_batch(batch_size=2, step=1) + second.get_batch(batch_size=2, step=2)
+        spans = [(t.record["started_at"], t.record["ended_at"]) for t in resumed]
+    finally:
+        server.stop()
+    assert sorted((t.task_id, t.episode_id) for t in resumed) == \
+        sorted((u["task_id"], u["episode"]) for u in state["unreturned"] for _ in range(2))
+    at_once = max(sum(1 for s, e in spans if s <= start < e) for start, _ in spans)
+    assert at_once <= 2, spans  # one group's two members: the slots of num_env_groups=1

@@ -9,7 +9,7 @@ this class is its half that keeps generation going:
 * **Filling** (``_fill``): while fewer groups are outstanding (running or ready) than the
   ratio allows and a whole group fits in a tag's free env slots (its share of
   ``num_groups_partition`` × members; a member that is in frees its slot), start one: groups
-  to replay first (``load_state_dict``), then the tag with the fewest slots busy for its share
+  to replay first (``load_state_dict``; each in its tag's slots too), then the tag with the fewest slots busy for its share
   (and, with ``batch_partition``, a tag short of its quota), its next task from the task
   source. Counting slots, not groups, lets the next batch start on the loops a batch's early
   finishers leave while the trainer waits for its stragglers.
@@ -59,11 +59,15 @@ class GroupGeneration:
             return  # the trainer's filter raised: nothing more to filter till get_batch says so
         cap = self._need * (self.ratio + (1 if self._waiting else 0))
         while self._outstanding() < cap:
-            if self._replay:
-                tag, task, episode, seed = self._replay.popleft()
+            # groups to start again first, each when its tag's slots allow (a tag's in order)
+            replay = next((entry for entry in self._replay if self._start_allowed(entry[0])), None)
+            if replay is not None:
+                self._replay.remove(replay)
+                tag, task, episode, seed = replay
                 self._start_group(tag, task, purpose="batch", episode_id=episode, seed=seed)
                 continue
-            open_tags = [t for t in self.tags if self._start_allowed(t)]
+            waiting = {entry[0] for entry in self._replay}  # no new task of a tag before its replays
+            open_tags = [t for t in self.tags if self._start_allowed(t) and t not in waiting]
             if self.batch_partition is not None:
                 share = quotas(self.batch_partition, self._need)
                 open_tags = [t for t in open_tags
