@@ -18,6 +18,7 @@ from conftest import write_tasks
 from parallel_rollout.config import build_config
 from parallel_rollout.envs.registry import task_validators
 from parallel_rollout.envs.web.env import WebEnv, driver_source
+from parallel_rollout.guest import agent_reap
 from parallel_rollout.guest.client import GuestClient
 from parallel_rollout.pool.providers import provider_options
 from parallel_rollout.pool.providers.remote import RemoteProvider
@@ -65,10 +66,23 @@ def still_running(processes: list[psutil.Process], wait_s: float = 10.0) -> list
         time.sleep(0.1)
 
 
+def zombies_under(pid: int) -> list[int]:
+    """The children of ``pid`` that are zombies."""
+    found = []
+    for child in psutil.Process(pid).children():
+        try:
+            if child.status() == psutil.STATUS_ZOMBIE:
+                found.append(child.pid)
+        except psutil.NoSuchProcess:
+            pass  # collected meanwhile
+    return found
+
+
 def test_a_cut_episodes_browser_ends_at_the_machines_reset_and_at_its_stop(tmp_path):
     """The options a web run gives the remote provider carry the driver's stop: the next reset
     of the machine (--reset-command none: nothing else ends anything) ends the page server
-    and Chromium a cut episode left, and so does the stop at the run's end."""
+    and Chromium a cut episode left, and so does the stop at the run's end; and the agent, a
+    child subreaper, collects their zombies, which piled up under it until it ended."""
     data = write_tasks(tmp_path / "web.jsonl", [web_task("click-button")])
     with remote_agent(tmp_path, os.environ["PATH"]) as (server, port):
         config = build_config(dict(mode="web", data=str(data), agent="oracle", provider_name="remote",
@@ -83,6 +97,11 @@ def test_a_cut_episodes_browser_ends_at_the_machines_reset_and_at_its_stop(tmp_p
             end(info)
             assert still_running(started) == [], end.__name__
         assert server.poll() is None  # the machine's agent itself is not ours to stop
+        # nor do their zombies pile up under the agent (a dozen an episode) as long as it runs
+        deadline = time.monotonic() + 4 * agent_reap.ORPHAN_LOOK_S
+        while zombies := zombies_under(server.pid):
+            assert time.monotonic() < deadline, f"zombies left under the agent: {zombies}"
+            time.sleep(0.2)
 
 
 @pytest.mark.slow  # ~30 s: Chromium starts, then the attempt runs to its --task-timeout

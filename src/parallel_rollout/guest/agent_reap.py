@@ -8,7 +8,9 @@ began, so a fork bomb cannot refill what a pass empties) and stopping, then kill
 others; ``left`` in the answer counts any still alive after the rounds (:func:`_kill_rounds`).
 Without ``--reap-all`` (an agent started on a shared host) the agent is a child subreaper
 (``agent_server.py``) and /reap kills only its own descendants, a daemon that left its session
-included, then collects their zombies: never a process of the machine it did not start. The commands themselves are ``agent_commands.py``'s.
+included, then collects their zombies: never a process of the machine it did not start; a
+thread of its own collects those of orphans nothing waits for meanwhile (:func:`collect_orphans`).
+The commands themselves are ``agent_commands.py``'s.
 """
 
 from __future__ import annotations
@@ -154,6 +156,52 @@ def _members(uid: int | None) -> tuple[dict[int, int], set[int]]:
         else:
             spared.add(pgid)
     return members, set(members.values()) - spared
+
+
+#: seconds between two looks for zombies no request waits for (no --reap-all): see
+#: :func:`collect_orphans`
+ORPHAN_LOOK_S = 5.0
+
+
+def collect_orphans() -> None:
+    """Without --reap-all, in a thread of the agent's own, for as long as it runs: collect the
+    zombies of the processes it adopted as a child subreaper that nothing else waits for (a
+    web episode's page server and Chromium, ended by pid once graded: a dozen zombies an
+    episode, which piled up under an agent on a machine no reset clears until /reap or the
+    agent's end). A zombie child that is no running command's and is still one, with the same
+    start time, ORPHAN_LOOK_S later is waited for by no request: a request's thread collects
+    its own as it exits."""
+    import _thread  # not threading: the agent's boot imports no module it can do without
+    import time
+
+    def look() -> None:
+        seen: dict[int, bytes] = {}
+        while True:
+            time.sleep(ORPHAN_LOOK_S)
+            zombies = _zombie_children()
+            for pid, started in zombies.items():
+                if seen.get(pid) == started and pid not in agent_commands.running:
+                    try:
+                        os.waitpid(pid, os.WNOHANG)
+                    except ChildProcessError:
+                        pass  # collected meanwhile
+            seen = zombies
+
+    _thread.start_new_thread(look, ())
+
+
+def _zombie_children() -> dict[int, bytes]:
+    """pid -> start time of the agent's children that are zombies."""
+    me, found = os.getpid(), {}
+    for pid in _pids():
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as handle:
+                fields = handle.read().rsplit(b")", 1)[1].split()
+            if fields[0] == b"Z" and int(fields[1]) == me:
+                found[pid] = fields[19]
+        except (OSError, IndexError, ValueError):
+            continue  # gone meanwhile
+    return found
 
 
 def _signal(pid: int, signal: int) -> None:

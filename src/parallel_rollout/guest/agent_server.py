@@ -315,6 +315,7 @@ def main(argv: list[str] | None = None) -> int:
         # machine's init, so /reap still finds it among the agent's descendants
         _prctl(36, 1, "PR_SET_CHILD_SUBREAPER")
         agent_reap.end_with_the_agent()
+        agent_reap.collect_orphans()
     if args["seed_home"]:
         agent_files.seed_home(args["seed_home"], agent_commands.home())
     if args["desktop"]:
