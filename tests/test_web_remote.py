@@ -174,3 +174,20 @@ def test_the_next_episode_on_a_remote_machine_starts_from_a_fresh_browser_profil
         clean = second._call({"op": "eval", "expression": _STATE}, 30)
         second.evaluate()
     assert json.loads(clean["value"]) == {"local": None, "session": None, "cookie": ""}
+
+
+def test_a_profile_folder_that_is_a_link_on_the_machine_is_used_as_it_is(tmp_path):
+    """A machine whose ~/.cache/web-profile is a link to another disk: the start, which empties
+    the profile, does not fail on it (the link is left, and used)."""
+    data = write_tasks(tmp_path / "web.jsonl", [web_task("click-button")])
+    [task] = load_tasks(str(data), default_mode="web", validators=task_validators())
+    elsewhere = tmp_path / "big-disk" / "profile"
+    elsewhere.mkdir(parents=True)
+    (tmp_path / ".cache").mkdir()
+    (tmp_path / ".cache" / "web-profile").symlink_to(elsewhere)
+    with remote_agent(tmp_path, os.environ["PATH"]) as (server, port):
+        env = WebEnv(build_config(dict(mode="web", data=str(data), agent="oracle")))
+        env.trajectory_dir = str(tmp_path / "traj")
+        first = env.reset(task, GuestClient(f"http://127.0.0.1:{port}", timeout_s=60))
+        env.evaluate()
+    assert first["utterance"] and (tmp_path / ".cache" / "web-profile").is_symlink()
