@@ -178,7 +178,10 @@ def collect_orphans() -> None:
         seen: dict[int, bytes] = {}
         while True:
             time.sleep(ORPHAN_LOOK_S)
-            zombies = _zombie_children()
+            try:
+                zombies = _zombie_children()
+            except OSError:  # /proc unreadable for a moment: the thread goes on
+                continue
             for pid, started in zombies.items():
                 if seen.get(pid) == started and pid not in agent_commands.running:
                     try:
