@@ -306,4 +306,6 @@ def test_the_resume_hint_is_the_command_as_typed(monkeypatch, tmp_path):
     assert options.invoked_as(str(entry)) == "./dev run"
     # ./dev passes it for run, not for the tests (whose runs print their own)
     dev = (ROOT / "dev").read_text()
-    assert 'PARALLEL_ROLLOUT_PROG="$prog" exec "$venv/bin/parallel-rollout" run' in dev and "test) exec" in dev
+    tests = dev[dev.index("\n  test)\n"):dev.index('exit "$status" ;;')]
+    assert 'PARALLEL_ROLLOUT_PROG="$prog" exec "$venv/bin/parallel-rollout" run' in dev
+    assert "-m pytest" in tests and "PARALLEL_ROLLOUT_PROG" not in tests
