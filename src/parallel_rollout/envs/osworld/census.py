@@ -88,6 +88,8 @@ def missing_command(data: str, index: str, domain: str) -> str:
     script = Path(__file__).resolve().parents[4] / "scripts" / "osworld_cache.py"
     words = [sys.executable or "python", str(script) if script.is_file() else "scripts/osworld_cache.py",
              "missing", data]
+    if Path(index).parent != Path() and Path(index).resolve().parent == Path(data).resolve():
+        index = Path(index).name  # --test_all_meta_path names it by a path: the same note as by its name
     words += ["--index", index] if index != DEFAULT_INDEX else []
     words += ["--domain", domain] if domain != "all" else []
     return shlex.join(words)
