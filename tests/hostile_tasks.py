@@ -24,6 +24,7 @@ import pytest
 
 from conftest import assert_exactly_once, write_tasks
 from hostile_git import GIT_ROWS, HONEST_GIT
+from hostile_leftovers import LEFTOVER_ROWS, STILL_RUNNING
 from parallel_rollout.config import build_config
 from parallel_rollout.pool.providers import cgroups
 from parallel_rollout.runner import Runner
@@ -33,8 +34,6 @@ ROOT = Path(__file__).resolve().parent.parent
 IS_ROOT = os.geteuid() == 0
 #: the check every row shares, unless it says otherwise: the attack left its mark
 GOT_IT = "test -e ~/ok"
-#: a check that fails only if a process of the answer still runs while the check does
-STILL_RUNNING = "rm -f ~/ok; sleep 0.5; test -e ~/ok"
 #: N processes (argv[1]) that poll the last pid the kernel gave out and SIGKILL the first
 #: new one, then keep making ~/ok: the reap's own process, when it forks one, dies before it kills
 KILL_THE_REAPER = """
@@ -267,6 +266,7 @@ SHELL_ROWS = {
     "write_sandbox_folders": ([WRITE_SANDBOX_FOLDERS], GOT_IT, False),
     # a check's git runs no program the config of the answer's repo names
     **GIT_ROWS,
+    **LEFTOVER_ROWS,  # what the answer leaves to act while its check runs
     # a link into a process's /proc folder: what the check reads there is its own, here its
     # arguments (grep's "pr-37" among them), never the answer's work; /dev/fd/.. is /proc/self
     "link_to_the_checks_cmdline": (["ln -s /proc/self/cmdline ~/count.txt"], "grep -qx pr-37 ~/count.txt",

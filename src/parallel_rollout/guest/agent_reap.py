@@ -134,6 +134,27 @@ def _kill_rounds(uid: int | None = None) -> tuple[int, int]:
 DEAD = (b"Z", b"X")
 
 
+def _gone(pid: int, state: bytes) -> bool:
+    """Whether process ``pid`` (its leader in ``state``) is gone but for its exit status: a
+    leader that ended by the exit system call (not exit_group) is a zombie while the other
+    threads of its process run on, and a daemon of the answer that did so was spared, its
+    threads rewriting what the check read."""
+    if state not in DEAD:
+        return False
+    try:
+        threads = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return True
+    for tid in threads:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat", "rb") as handle:
+                if handle.read().rsplit(b")", 1)[1].split()[0] not in DEAD:
+                    return False
+        except (OSError, IndexError):
+            continue  # gone meanwhile
+    return True
+
+
 def _members(uid: int | None) -> tuple[dict[int, int], set[int]]:
     """(pid -> process group of each live process /reap kills (of ``uid`` only, when
     given), the groups all of whose live processes are among them)."""
@@ -145,7 +166,7 @@ def _members(uid: int | None) -> tuple[dict[int, int], set[int]]:
         chosen = _descendants({pid: found[0] for pid, found in table.items()})
     members, spared = {}, set()
     for pid, (_, state, owner) in table.items():
-        if state in DEAD:
+        if _gone(pid, state):
             continue
         try:
             pgid = os.getpgid(pid)

@@ -1,0 +1,31 @@
+"""Rows of the hostile table (tests/hostile_tasks.py: :data:`LEFTOVER_ROWS`) whose answer
+leaves something behind that would still act while its check runs, past what the reap and
+the grading environment took away.
+"""
+
+import textwrap
+
+#: a check that fails only if a process of the answer still runs while the check does
+STILL_RUNNING = "rm -f ~/ok; sleep 0.5; test -e ~/ok"
+
+#: a daemon whose main thread ends by the exit system call (not exit_group): the process's
+#: leader is then a zombie (State: Z) while its other thread runs on, making ~/ok; a reap that
+#: took a zombie leader for a dead process spared it, and the check ran beside it
+ZOMBIE_LEADER = textwrap.dedent("""\
+    import ctypes, os, platform, threading, time
+    def mark():
+        while True:
+            open(os.path.expanduser("~/ok"), "w").close()
+            time.sleep(0.05)
+    if os.fork() == 0:
+        os.setsid()
+        threading.Thread(target=mark).start()
+        time.sleep(0.2)
+        ctypes.CDLL(None).syscall({"x86_64": 60, "aarch64": 93}[platform.machine()], 0)  # exit
+""")
+
+#: name -> (shell commands of the answer, check, whether it can kill the guest agent)
+LEFTOVER_ROWS = {
+    "zombie_leader_daemon": ([f"python3 -c '{ZOMBIE_LEADER}' >/dev/null 2>&1 </dev/null; sleep 0.5"],
+                             STILL_RUNNING, False),
+}
