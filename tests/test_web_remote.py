@@ -178,11 +178,15 @@ def test_the_next_episode_on_a_remote_machine_starts_from_a_fresh_browser_profil
 
 def test_a_profile_folder_that_is_a_link_on_the_machine_is_used_as_it_is(tmp_path):
     """A machine whose ~/.cache/web-profile is a link to another disk: the start, which empties
-    the profile, does not fail on it (the link is left, and used)."""
+    the profile, does not fail on it (the link is left, and used), and empties the folder it
+    links to: what the last episode left there (its cookies) was kept, the link being all
+    the emptying tried to remove."""
     data = write_tasks(tmp_path / "web.jsonl", [web_task("click-button")])
     [task] = load_tasks(str(data), default_mode="web", validators=task_validators())
     elsewhere = tmp_path / "big-disk" / "profile"
-    elsewhere.mkdir(parents=True)
+    (elsewhere / "Default" / "Local Storage").mkdir(parents=True)
+    left = elsewhere / "Default" / "Local Storage" / "carried.ldb"  # what the last episode stored
+    left.write_text("carried=yes")
     (tmp_path / ".cache").mkdir()
     (tmp_path / ".cache" / "web-profile").symlink_to(elsewhere)
     with remote_agent(tmp_path, os.environ["PATH"]) as (server, port):
@@ -191,3 +195,4 @@ def test_a_profile_folder_that_is_a_link_on_the_machine_is_used_as_it_is(tmp_pat
         first = env.reset(task, GuestClient(f"http://127.0.0.1:{port}", timeout_s=60))
         env.evaluate()
     assert first["utterance"] and (tmp_path / ".cache" / "web-profile").is_symlink()
+    assert not left.exists()

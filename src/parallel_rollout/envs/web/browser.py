@@ -262,7 +262,9 @@ def start(req):
     # an empty profile, as a VM's reset leaves it: on a machine no reset clears (a remote one) the
     # last episode's cookies and local storage would be this one's
     shutil.rmtree(PROFILE, ignore_errors=True)
-    os.makedirs(PROFILE, exist_ok=True)  # (a link there, which rmtree leaves, is used as it is)
+    os.makedirs(PROFILE, exist_ok=True)
+    for entry in os.scandir(PROFILE):  # a link there (to another disk), which rmtree leaves: its folder
+        (shutil.rmtree if entry.is_dir(follow_symlinks=False) else os.unlink)(entry.path)
     _spawn([sys.executable, "-m", "http.server", str(HTTP_PORT), "--bind", "127.0.0.1",
             "--directory", ROOT])
     width, height = req.get("width", 800), req.get("height", 600)
