@@ -104,3 +104,28 @@ def test_a_restarted_scheduler_plays_the_rooms_its_checkpoint_would_have(tmp_pat
     finally:
         server.stop()
     assert uninterrupted == [6, 7] and resumed == uninterrupted, (uninterrupted, resumed)
+
+
+def test_a_validation_member_that_fails_leaves_its_place_to_a_spare_still_running(tmp_path, schedulers):
+    """get_batch(-1) with group_size_redundancy: the first group_size members to finish an
+    episode make the group, as in training; a member that failed (here every request of
+    member 0 is refused) is handed back only when no spare is left to take its place. It made
+    the group as it failed, first, and the spare about to succeed was cancelled."""
+
+    class ByMember(LLMServer):
+        def next_step(self, body, authorization=None, headers=None, path=None):
+            session = (headers or {}).get("x-session-id", "")
+            if "/m0@" in session:
+                return {"status": 400, "message": "refused"}
+            return super().next_step(body, authorization, headers, path)
+
+    server = ByMember(policy=lambda body: {"reply": "<answer>Up</answer>", "sleep": 0.5}).start()  # the spare: slower
+    try:
+        drawn = tmp_path / "drawn.jsonl"
+        drawn.write_text(json.dumps({"id": "lake", "mode": "gym", "desc": ["SFG"], "max_steps": 3}) + "\n")
+        val = schedulers(rl_config(tmp_path, server), EnvManagerConfig(
+            group_size=1, group_size_redundancy=1, tags=["drawn"], task_sets={"drawn": TaskSet("gym", str(drawn))}))
+        (member,) = val.get_batch(-1, step=0)
+    finally:
+        server.stop()
+    assert (member.member, member.status) == (1, "failure"), (member.member, member.status, member.record.get("failure"))

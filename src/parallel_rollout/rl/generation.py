@@ -230,6 +230,10 @@ class GroupGeneration:
                         self._cond.notify_all()
                         self._fill()
                         return
+            elif trajectory.failed:  # get_batch(-1): handed back as it is, unless a spare takes its place
+                group.failed.append(trajectory)
+                if len(group.done) + len(group.running) < group.size:  # no spare left to
+                    group.done.append(trajectory)
             else:
                 group.done.append(trajectory)
             if group.complete:
