@@ -29,3 +29,14 @@ LEFTOVER_ROWS = {
     "zombie_leader_daemon": ([f"python3 -c '{ZOMBIE_LEADER}' >/dev/null 2>&1 </dev/null; sleep 0.5"],
                              STILL_RUNNING, False),
 }
+
+#: a link into /proc/self in a folder its user may enter but not list (or in a home so made):
+#: where the agent is the answer's uid (a runner not root) the search for such links could
+#: not see it, and the check, which names the file, read its own arguments through it
+HIDDEN_LINK_ROWS = {
+    "link_in_a_folder_no_one_lists": (["mkdir ~/out && ln -s /proc/self/cmdline ~/out/count.txt && chmod 111 ~/out"],
+                                      "grep -q pr-37 ~/out/count.txt", False),
+    "link_in_a_home_no_one_lists": (["ln -s /proc/self/cmdline ~/count.txt && chmod 111 ~"],
+                                    "grep -q pr-37 ~/count.txt", False),
+}
+LEFTOVER_ROWS.update(HIDDEN_LINK_ROWS)

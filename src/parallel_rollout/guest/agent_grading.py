@@ -134,7 +134,9 @@ def links_into_processes(home: str, deadline: float, since: float | None = None)
     home hold other programs' links, made before the attempt: they are not the answer's, and
     one of them failed every check of a run. A link made since that leads through an older
     one is still found, the chain being followed. TimeoutError past ``deadline``
-    (``time.monotonic()``).
+    (``time.monotonic()``). A folder that its user may enter but not list (``chmod 111``:
+    a check reads a link in it by name, which the search cannot see where this agent is
+    that user) is named as ``folder/* -> ?``, unless dated before ``since``.
 
     With ``since``, a folder dated before it (:func:`_folder`) holds no link made since: a
     link made, renamed or hard-linked into a folder dates the folder anew (its ctime, as its
@@ -162,8 +164,14 @@ def links_into_processes(home: str, deadline: float, since: float | None = None)
             continue  # nothing made in it since, and no folder below it
         try:
             folder = os.scandir(path)
-        except OSError:
-            continue  # nor can the check (the answer's user) list it
+        except OSError as exc:
+            # nor can the check list it; but one it may still enter (execute, not read: what
+            # `chmod 111` leaves) reads a link in it by name, unseen here, where this agent is
+            # the answer's uid (a runner not root): a link of it that the attempt hid so is named
+            if exc.errno in (errno.EACCES, errno.EPERM) and not old and os.access(path, os.X_OK):
+                found.append(f"{path}/* -> ? (a folder its user may enter but not list: "
+                             "the links in it cannot be looked at)")
+            continue
         with folder:
             for entry in folder:
                 if time.monotonic() > deadline:
