@@ -27,10 +27,11 @@ import shutil
 import sys
 from pathlib import Path
 
+from parallel_rollout.config import build_config
 from parallel_rollout.envs.osworld import downloads
 from parallel_rollout.envs.osworld.sources import task_sources
 from parallel_rollout.envs.registry import task_validators
-from parallel_rollout.errors import TaskFileError
+from parallel_rollout.errors import ConfigError, TaskFileError
 from parallel_rollout.tasks import load_task_set
 from parallel_rollout.tasks_osworld import DEFAULT_INDEX
 
@@ -63,13 +64,11 @@ def main(argv: list[str] | None = None) -> int:
         os.replace(partial, target)
         print(target)
     else:
-        index = args.index
-        if os.path.dirname(index) and not os.path.isabs(index) and os.path.isfile(index):
-            index = os.path.abspath(index)  # a path from here, as the run reads --osworld-index
-        try:
-            task_set = load_task_set(args.data, default_mode="osworld", validators=task_validators(),
-                                     domain=args.domain, index=index)
-        except TaskFileError as exc:
+        try:  # the run's settings as the run makes them (--osworld-index a path from here, or the folder's)
+            cfg = build_config({"mode": "osworld", "data": args.data, "osworld_index": args.index, "domain": args.domain})
+            task_set = load_task_set(cfg.data, default_mode="osworld", validators=task_validators(),
+                                     domain=cfg.domain, index=cfg.osworld_index)
+        except (ConfigError, TaskFileError) as exc:
             print(f"osworld_cache.py missing: {exc}", file=sys.stderr)
             return 2
         for task in task_set.tasks + [left.task for left in task_set.unsupported]:
