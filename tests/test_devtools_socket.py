@@ -1,5 +1,5 @@
 """The DevTools websocket client the web mode and OSWorld's Chrome getters send into guests
-(envs/web/browser.py ``Socket``), against a websocket server on loopback: a real handshake,
+(envs/web/cdp.py ``Socket``), against a websocket server on loopback: a real handshake,
 a message in fragments, and one large frame read in linear time (a bytes buffer copied
 itself per 64 KB chunk: a 64 MB frame took about a minute)."""
 
@@ -10,7 +10,7 @@ import struct
 import threading
 import time
 
-from parallel_rollout.envs.web.browser import Socket
+from parallel_rollout.envs.web.cdp import Socket
 
 
 def frame(payload: bytes, *, final: bool = True, opcode: int = 1) -> bytes:

@@ -127,7 +127,7 @@ def test_an_attempt_cut_at_its_task_timeout_leaves_no_browser_on_the_remote_mach
 
 #: run after browser.py's source in the guest: close Chromium through DevTools, wait for it to end
 _CLOSE = """
-ws = Socket(_http_json("/json/version")["webSocketDebuggerUrl"], timeout=10)
+ws = Socket(http_json("/json/version")["webSocketDebuggerUrl"], timeout=10)
 try:
     ws.call("Browser.close")
 except Exception:

@@ -4,8 +4,8 @@ OSWorld's tasks forward to Chrome's 1337); here a small standard-library program
 guest through ``/run_python`` and uses that port on the guest's loopback, so nothing but the
 guest agent needs to be reachable from the host.
 
-The guest program is the web mode's DevTools client (``envs/web/browser.py``: a websocket
-client and a loopback HTTP GET) followed by the operations below; each call prints one JSON
+The guest program is the web mode's driver with its DevTools client (``envs/web/cdp.py``: a
+websocket client and a loopback HTTP GET) followed by the operations below; each call prints one JSON
 line after :data:`MARKER`. Operations: ``pages`` (the open tabs: id, title, url), ``open``
 (new tabs on URLs, waiting for each to load, optionally closing the tab that was first),
 ``close`` (tabs by id), ``read`` (a URL opened in a new tab: title, final url and HTML,
@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-from importlib import resources
 from typing import Any
 
 MARKER = "__PARALLEL_ROLLOUT_OSWORLD_CHROME__"
@@ -73,7 +72,7 @@ def _osworld_connect(ports, timeout):
     while True:
         for port in ports:
             try:
-                status, body = _http_get(port, "/json/version", 2.0)
+                status, body = http_get(port, "/json/version", 2.0)
                 if status == 200:
                     CDP_PORT = port
                     return Socket(json.loads(body)["webSocketDebuggerUrl"], timeout=30)
@@ -88,7 +87,7 @@ def _osworld_connect(ports, timeout):
 def _osworld_pages():
     return [{"id": t["id"], "title": t.get("title", ""), "url": t.get("url", ""),
              "ws": t.get("webSocketDebuggerUrl")}
-            for t in _http_json("/json/list", 20.0) if t.get("type") == "page"]  # slow when loaded
+            for t in http_json("/json/list", 20.0) if t.get("type") == "page"]  # slow when loaded
 
 
 def _osworld_wait_loaded(target, timeout):
@@ -348,10 +347,9 @@ class ChromeError(OSError):
 
 def guest_program(request: dict) -> str:
     """The Python source run in the guest for one operation."""
-    from ..web import browser
+    from ..web.env import driver_source
 
-    client = (resources.files(browser.__package__) / "browser.py").read_text(encoding="utf-8")
-    return "\n".join([client, f"MARKER = {MARKER!r}", f"QUERY_JS = {QUERY_JS!r}", _OPERATIONS,
+    return "\n".join([driver_source(), f"MARKER = {MARKER!r}", f"QUERY_JS = {QUERY_JS!r}", _OPERATIONS,
                       f"osworld_main(json.loads({json.dumps(json.dumps(request))}))", ""])
 
 

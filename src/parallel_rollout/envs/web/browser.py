@@ -1,6 +1,7 @@
 """The browser driver that runs inside the VM: Chromium headless, spoken to over the DevTools
 protocol (CDP) on a loopback port. Standard library only: this file's source is sent to the
-guest with each ``/run_python`` call, followed by one call of ``main(request)``::
+guest with each ``/run_python`` call, after ``cdp.py``'s (the DevTools client: a websocket client
+and a loopback HTTP GET) and followed by one call of ``main(request)``::
 
     host (WebEnv) ──/run_python: this source + main({...})──► guest python3
                                                                  │ websocket, 127.0.0.1:PORT
@@ -25,13 +26,15 @@ import base64
 import json
 import os
 import shutil
-import socket
-import struct
 import sys
 import time
 
+try:  # on the host, a package; in the guest cdp.py's source comes first, in one program (driver_source)
+    from .cdp import CDP_PORT, Socket, http_get, http_json
+except ImportError:
+    pass
+
 MARKER = "__PARALLEL_ROLLOUT_WEB__"
-CDP_PORT = 9222
 HTTP_PORT = 8765
 ROOT = os.path.join(os.path.expanduser("~"), "miniwob")
 PROFILE = os.path.join(os.path.expanduser("~"), ".cache", "web-profile")
@@ -41,117 +44,7 @@ LOG = os.path.join(os.path.expanduser("~"), ".cache", "web-browser.log")
 PIDS = os.path.join(os.path.expanduser("~"), ".cache", "web-pids.json")
 CHROMIUM = ("chromium", "chromium-browser", "google-chrome")
 
-# -- a minimal websocket client (RFC 6455, text frames, client-masked) ----------------------
-
-
-class Socket:
-    """One websocket connection to a DevTools target."""
-
-    def __init__(self, url, timeout):
-        rest = url.split("://", 1)[1]
-        hostport, _, path = rest.partition("/")
-        host, _, port = hostport.partition(":")
-        self.sock = socket.create_connection((host, int(port)), timeout=timeout)
-        key = base64.b64encode(os.urandom(16)).decode()
-        self.sock.sendall((f"GET /{path} HTTP/1.1\r\nHost: {hostport}\r\nUpgrade: websocket\r\n"
-                           f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\n"
-                           "Sec-WebSocket-Version: 13\r\n\r\n").encode())
-        head = b""
-        while b"\r\n\r\n" not in head:
-            chunk = self.sock.recv(4096)
-            if not chunk:
-                raise ConnectionError("the DevTools port closed during the handshake")
-            head += chunk
-        head, _, rest = head.partition(b"\r\n\r\n")
-        # a bytearray: appending a chunk and cutting a frame off the front stay linear, where
-        # bytes copied the whole buffer per 64 KB chunk (a 64 MB frame took a minute)
-        self.buffer = bytearray(rest)
-        if b" 101 " not in head.split(b"\r\n", 1)[0]:
-            raise ConnectionError(f"DevTools refused the websocket: {head[:200]!r}")
-        self.next_id = 0
-
-    def send(self, text):
-        data = text.encode()
-        mask = os.urandom(4)
-        n = len(data)
-        if n < 126:
-            header = struct.pack("!BB", 0x81, 0x80 | n)
-        elif n < 65536:
-            header = struct.pack("!BBH", 0x81, 0x80 | 126, n)
-        else:
-            header = struct.pack("!BBQ", 0x81, 0x80 | 127, n)
-        body = bytes(b ^ mask[i % 4] for i, b in enumerate(data))
-        self.sock.sendall(header + mask + body)
-
-    def _read(self, n):
-        while len(self.buffer) < n:
-            chunk = self.sock.recv(65536)
-            if not chunk:
-                raise ConnectionError("the DevTools connection closed")
-            self.buffer += chunk
-        data = bytes(self.buffer[:n])
-        del self.buffer[:n]
-        return data
-
-    def recv(self):
-        message = bytearray()
-        while True:
-            first, second = self._read(2)
-            n = second & 0x7F
-            if n == 126:
-                n = struct.unpack("!H", self._read(2))[0]
-            elif n == 127:
-                n = struct.unpack("!Q", self._read(8))[0]
-            payload = self._read(n)
-            opcode = first & 0x0F
-            if opcode == 8:
-                raise ConnectionError("the DevTools connection was closed by the browser")
-            if opcode in (0, 1, 2):
-                message += payload
-                if first & 0x80:
-                    return message.decode("utf-8", "replace")
-
-    def call(self, method, **params):
-        """Send one CDP command and return its result (events in between are skipped)."""
-        self.next_id += 1
-        self.send(json.dumps({"id": self.next_id, "method": method, "params": params}))
-        while True:
-            reply = json.loads(self.recv())
-            if reply.get("id") == self.next_id:
-                if "error" in reply:
-                    raise RuntimeError(f"{method}: {reply['error'].get('message')}")
-                return reply.get("result", {})
-
-
 # -- starting the browser ---------------------------------------------------------------------
-
-
-def _http_get(port, path, timeout=2.0):
-    """(status, body) of a GET on a loopback port; no urllib: its imports cost ~100 ms."""
-    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
-        sock.sendall(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n".encode())
-        data, length = b"", None
-        while True:
-            if length is None and b"\r\n\r\n" in data:
-                for line in data.partition(b"\r\n\r\n")[0].split(b"\r\n")[1:]:
-                    name, _, value = line.partition(b":")
-                    if name.strip().lower() == b"content-length":
-                        length = int(value.strip())
-            if length is not None and len(data.partition(b"\r\n\r\n")[2]) >= length:
-                break
-            chunk = sock.recv(65536)
-            if not chunk:
-                break
-            data += chunk
-    head, _, body = data.partition(b"\r\n\r\n")
-    status = head.split(b" ", 2)
-    if len(status) < 2 or not status[1].isdigit():
-        raise ConnectionError(f"not an HTTP answer from port {port}: {data[:100]!r}")
-    return int(status[1]), body
-
-
-def _http_json(path, timeout=2.0):
-    return json.loads(_http_get(CDP_PORT, path, timeout)[1])
 
 
 class BrowserMissing(RuntimeError):
@@ -243,7 +136,7 @@ def _wait(predicate, timeout, what):
 
 def _page_socket(timeout=10.0):
     """A connection to the task's page (the first page when none shows it yet)."""
-    pages = _wait(lambda: [t for t in _http_json("/json/list") if t.get("type") == "page"],
+    pages = _wait(lambda: [t for t in http_json("/json/list") if t.get("type") == "page"],
                   timeout, "no page target on the DevTools port")
     ours = [t for t in pages if t.get("url", "").startswith(f"http://127.0.0.1:{HTTP_PORT}/")]
     return Socket((ours or pages)[0]["webSocketDebuggerUrl"], timeout=timeout)
@@ -275,9 +168,9 @@ def start(req):
             "--mute-audio", "--hide-scrollbars", f"--window-size={width},{height}",
             f"--user-data-dir={PROFILE}", "--remote-debugging-address=127.0.0.1",
             f"--remote-debugging-port={CDP_PORT}", "about:blank"])
-    _wait(lambda: _http_json("/json/version"), req.get("boot_timeout", 40.0), "Chromium did not answer")
+    _wait(lambda: http_json("/json/version"), req.get("boot_timeout", 40.0), "Chromium did not answer")
     url = f"http://127.0.0.1:{HTTP_PORT}/{req['page']}"
-    _wait(lambda: _http_get(HTTP_PORT, "/" + req["page"])[0] == 200, 10.0, "the file server did not answer")
+    _wait(lambda: http_get(HTTP_PORT, "/" + req["page"])[0] == 200, 10.0, "the file server did not answer")
     ws = _page_socket()
     ws.call("Page.enable")
     ws.call("Page.bringToFront")  # the page has focus: focus and blur events fire as for a user
@@ -495,7 +388,7 @@ def main(req):
             answer["error"] = error
             if req["op"] == "eval":  # for tests and debugging: not an agent's action
                 answer["value"] = _eval(ws, req["expression"])
-                answer["pages"] = len([t for t in _http_json("/json/list") if t.get("type") == "page"])
+                answer["pages"] = len([t for t in http_json("/json/list") if t.get("type") == "page"])
     except Exception as exc:  # noqa: BLE001 - everything goes back to the host
         answer = {"fatal": f"{type(exc).__name__}: {exc}", "missing": isinstance(exc, BrowserMissing)}
     sys.stdout.write("\n" + MARKER + json.dumps(answer) + "\n")

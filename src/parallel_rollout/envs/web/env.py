@@ -57,8 +57,10 @@ WINDOW = (500, 400)
 
 @lru_cache(maxsize=1)
 def driver_source() -> str:
-    """``browser.py``, the guest-side driver, as text."""
-    return (resources.files(__package__) / "browser.py").read_text(encoding="utf-8")
+    """``browser.py``, the guest-side driver, as text: after ``cdp.py``'s, the DevTools client
+    it uses (OSWorld's Chrome steps send the same, ``envs/osworld/chrome.py``)."""
+    return "\n".join((resources.files(__package__) / name).read_text(encoding="utf-8")
+                     for name in ("cdp.py", "browser.py"))
 
 
 def driver_program(request: dict[str, Any]) -> str:
