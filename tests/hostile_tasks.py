@@ -24,7 +24,7 @@ import pytest
 
 from conftest import assert_exactly_once, write_tasks
 from hostile_git import GIT_ROWS, HONEST_GIT
-from hostile_leftovers import LEFTOVER_ROWS, STILL_RUNNING
+from hostile_leftovers import LEFTOVER_HONEST, LEFTOVER_JVM, LEFTOVER_PROGRAMS, LEFTOVER_ROWS, STILL_RUNNING
 from parallel_rollout.config import build_config
 from parallel_rollout.pool.providers import cgroups
 from parallel_rollout.runner import Runner
@@ -285,7 +285,7 @@ NEEDS_CGROUP = {"fork_bomb": "pids"}
 #: fails whatever the answer did, so the row would prove nothing and is left out
 NEEDS_PROGRAM = {"rig_check_curlrc": "curl", "rig_check_pip_conf": "pip3", "rig_check_jq": "jq", "rig_check_sqliterc": "sqlite3",
                  "rig_check_magic": "file", "rig_check_wgetrc": "wget", "rig_check_psqlrc": "psql",
-                 "rig_check_node_modules": "node", **{row: "git" for row in GIT_ROWS}}
+                 "rig_check_node_modules": "node", **{row: "git" for row in GIT_ROWS}, **LEFTOVER_PROGRAMS}
 #: program -> an honest task's check of it through its wrapper: the real program runs, arguments
 #: and all, on what the task's answer wrote (~/a.json, ~/t.db), where its row is not left out
 HONEST_TOOLS = {
@@ -299,7 +299,7 @@ HONEST_TOOLS = {
     # the home and its HOME are still the answer's (the wrapper only hides its global folders)
     "node": "node -e 'const os = require(\"os\"); process.exit(process.env.HOME === os.homedir()"
             " && require(os.homedir() + \"/a.json\").a === 2 ? 0 : 1)'",
-    "git": f"({HONEST_GIT[1]})",
+    "git": f"({HONEST_GIT[1]})", **LEFTOVER_HONEST,
 }
 #: an honest task's check that needs none of them: the wrappers come first on a check's PATH
 #: programs kept from the home's config by the grading environment, not a wrapper (pip: its
@@ -313,7 +313,7 @@ HONEST_WRAPPERS = " && ".join(f'[ "$(command -v {p})" = /opt/parallel-rollout/gr
 #: provider's where no memory cgroup is, as nobody's runs here): node reserves ~1 GB of address
 #: space at start (V8's code range), and dies of SIGTRAP
 NEEDS_ADDRESS_SPACE = {"rig_check_node_modules": "node cannot start under RLIMIT_AS of 256 MB, a VM's "
-                                                 "memory bound without a memory cgroup"}
+                                                 "memory bound without a memory cgroup", **LEFTOVER_JVM}
 
 
 def rows_without_programs(where: str, has=shutil.which) -> dict[str, str]:
