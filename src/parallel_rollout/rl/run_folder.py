@@ -6,8 +6,9 @@ A scheduler's engine writes ``results.jsonl``, ``events.jsonl`` and ``trajectori
 ``run()`` takes) until it closes: a second scheduler, or a batch run, on a live folder raises
 ``RunLocked`` before it starts or writes anything.
 
-A sample's key is its scheduler's name and trajectory id (``train:FrozenLake/g0/e0/m0``) and
-names its trajectory folder; group ids start at 0 in every scheduler. So a second session in
+A sample's key is its scheduler's name and the member's name (``train:FrozenLake/g0/e0/m0``,
+``groups.sample_name``; the trajectory id is the run id and that key) and names its trajectory
+folder; group ids start at 0 in every scheduler. So a second session in
 the same folder (a trainer restarted with a fixed ``run_id``) would write the same keys: its
 records would sit beside the first session's as duplicate finals, and its trajectory files
 would overwrite theirs. A folder that holds an earlier session (``sessions.jsonl``, or a
