@@ -16,11 +16,10 @@ from collections import deque
 from typing import Any
 
 from ..errors import ConfigError, RolloutError
+from .config import BUILTIN_TASK_SETS
 from .groups import Trajectory
 
 log = logging.getLogger("parallel_rollout")
-#: the built-in tags whose one unseeded task generates a room per group (rl/config.py)
-_SOKOBAN_TAGS = ("SimpleSokoban", "LargerSokoban", "SokobanDifferentGridVocab")
 
 
 class ChosenBatches:
@@ -79,12 +78,15 @@ class ChosenBatches:
         task is unseeded (the Sokoban tags: a new room per group), naming the fixed rooms."""
         from ..envs.gym import generated_from_seed
 
+        if self._warned_generated:
+            return
         generated = [tag for tag in self.tags if any(task.seed is None and task.mode == "gym"
                                                      and generated_from_seed(task.payload) for task in self._tasks[tag])]
-        if not generated or self._warned_generated:
+        if not generated:
             return
         self._warned_generated = True
-        sokoban = [tag for tag in generated if tag in _SOKOBAN_TAGS]
+        # the built-in tags whose one unseeded task generates a room per group
+        sokoban = [tag for tag in generated if tag in BUILTIN_TASK_SETS and BUILTIN_TASK_SETS[tag].data == "sokoban-endless"]
         fixed = (f"; the shipped fixed rooms are EnvManagerConfig(tags={sokoban!r}, task_sets="
                  + "{" + ", ".join(f'{tag!r}: TaskSet("gym", "sokoban", tags=({tag!r},))' for tag in sokoban) + "})"
                  if sokoban else "")
