@@ -146,12 +146,9 @@ def _gone(pid: int, state: bytes) -> bool:
     except OSError:
         return True
     for tid in threads:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/stat", "rb") as handle:
-                if handle.read().rsplit(b")", 1)[1].split()[0] not in DEAD:
-                    return False
-        except (OSError, IndexError):
-            continue  # gone meanwhile
+        fields = _stat(f"/proc/{pid}/task/{tid}/stat")
+        if fields and fields[0] not in DEAD:  # (none: gone meanwhile)
+            return False
     return True
 
 
@@ -218,14 +215,20 @@ def _zombie_children() -> dict[int, bytes]:
     """pid -> start time of the agent's children that are zombies."""
     me, found = os.getpid(), {}
     for pid in _pids():
-        try:
-            with open(f"/proc/{pid}/stat", "rb") as handle:
-                fields = handle.read().rsplit(b")", 1)[1].split()
-            if fields[0] == b"Z" and int(fields[1]) == me:
-                found[pid] = fields[19]
-        except (OSError, IndexError, ValueError):
-            continue  # gone meanwhile
+        fields = _stat(f"/proc/{pid}/stat")
+        if fields and len(fields) > 19 and fields[0] == b"Z" and fields[1] == b"%d" % me:
+            found[pid] = fields[19]
     return found
+
+
+def _stat(path: str) -> list[bytes] | None:
+    """The fields of a ``/proc/PID/stat`` (or a thread's) after the command's name: the state
+    letter, the parent pid …, the start time at [19]; None when the process is gone."""
+    try:
+        with open(path, "rb") as handle:
+            return handle.read().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return None  # gone meanwhile
 
 
 def _signal(pid: int, signal: int) -> None:
