@@ -39,11 +39,10 @@ from typing import TYPE_CHECKING, Any, Callable
 from . import records
 from .attempt_vms import AttemptLeaser, task_breaks_vm
 from .agents import Agent, AttemptInfo, EpisodeCut, get_agent
-from .agents.base import AGENTS, run_maybe_async
+from .agents.base import run_maybe_async
 from .config import RunConfig
 from .envs import Env, answer_files_of, get_env
 from .envs.base import checked_evaluation, checked_step
-from .envs.registry import MODES
 from .errors import AttemptCancelled, RolloutError, VMError
 from .logs import flush_stdout
 from .messages import (Assignment, Cancel, Finished, LeaseWait, Progress, Started, Stop, receive_message,
@@ -430,29 +429,6 @@ def _sigterm_after_the_runner(signum: int, frame: object) -> None:
 #: a worker's exit status when it cannot import the run's mode or agent: the backend stops
 #: the run with that error instead of starting the next worker into the same failure
 EXIT_CANNOT_LOAD = 86
-
-
-def plugin_modules(config: RunConfig) -> list[str]:
-    """The modules of the run's mode and agent that are plugins (``module:Class`` paths and
-    entry points, not built-ins): what the workers' server imports before it forks one."""
-    targets = [MODES.target(config.mode) if config.mode not in MODES.builtin else None,
-               AGENTS.target(config.agent) if config.agent not in AGENTS.builtin else None]
-    return [target.partition(":")[0] for target in targets if target]
-
-
-def model_modules(config: RunConfig) -> list[str]:
-    """``openai`` when the run's agent may call the model (``self.model`` imports it at its
-    first request): the workers' server imports it too, so no worker pays its import (a second
-    or more on a busy host) in its first attempt's clock, each on its own."""
-    import importlib.util
-
-    from .agents.model_checks import may_call_model
-
-    try:
-        calls = may_call_model(get_agent(config.agent))
-    except Exception:  # noqa: BLE001 - an agent that does not load: the worker reports it
-        return []
-    return ["openai"] if calls and importlib.util.find_spec("openai") is not None else []
 
 
 def worker_main(worker_id: str, holder: str, conn: Connection, pool: Any, config: RunConfig,

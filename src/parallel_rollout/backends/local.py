@@ -177,12 +177,11 @@ class LocalBackend(WorkerTable):
                 return
             finally:
                 pool_logs.close()
-        from ..worker import model_modules, plugin_modules
-
         # the run's plugin modules (and the model client's) are imported once, by the server
         # the workers fork from
         try:
-            self._worker_ctx = worker_start.acquire(plugin_modules(cfg), cfg.start_timeout_s, also=model_modules(cfg))
+            self._worker_ctx = worker_start.acquire(worker_start.plugin_modules(cfg), cfg.start_timeout_s,
+                                                    also=worker_start.model_modules(cfg))
         except worker_start.ServerStartTimeout as exc:  # no worker can start: the run stops
             self.hooks.stop(f"no worker started: {exc}; the run's mode {cfg.mode!r} and agent {cfg.agent!r}")
             return

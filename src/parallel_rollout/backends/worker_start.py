@@ -109,6 +109,33 @@ def acquire(plugins: list[str] | tuple[str, ...] = (), deadline_s: float = 300.0
         return multiprocessing.get_context("forkserver")
 
 
+def plugin_modules(config: Any) -> list[str]:
+    """The modules of the run's mode and agent that are plugins (``module:Class`` paths and
+    entry points, not built-ins): what the workers' server imports before it forks one."""
+    from ..agents.base import AGENTS
+    from ..envs.registry import MODES
+
+    targets = [MODES.target(config.mode) if config.mode not in MODES.builtin else None,
+               AGENTS.target(config.agent) if config.agent not in AGENTS.builtin else None]
+    return [target.partition(":")[0] for target in targets if target]
+
+
+def model_modules(config: Any) -> list[str]:
+    """``openai`` when the run's agent may call the model (``self.model`` imports it at its
+    first request): the workers' server imports it too, so no worker pays its import (a second
+    or more on a busy host) in its first attempt's clock, each on its own."""
+    import importlib.util
+
+    from ..agents import get_agent
+    from ..agents.model_checks import may_call_model
+
+    try:
+        calls = may_call_model(get_agent(config.agent))
+    except Exception:  # noqa: BLE001 - an agent that does not load: the worker reports it
+        return []
+    return ["openai"] if calls and importlib.util.find_spec("openai") is not None else []
+
+
 def release() -> None:
     """The caller has no worker left; the last one stops the server this module started."""
     global _users, _started
