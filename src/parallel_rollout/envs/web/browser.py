@@ -153,11 +153,18 @@ def start(req):
     stop()  # an earlier episode's, on a machine no reset cleared (a remote one)
     chromium = _which_chromium()  # before anything starts: a guest without it is left as it was
     # an empty profile, as a VM's reset leaves it: on a machine no reset clears (a remote one) the
-    # last episode's cookies and local storage would be this one's
+    # last episode's cookies and local storage would be this one's. A link there (to another
+    # disk), which rmtree leaves whole, is kept and the folder it names emptied (as best it can)
     shutil.rmtree(PROFILE, ignore_errors=True)
     os.makedirs(PROFILE, exist_ok=True)
-    for entry in os.scandir(PROFILE):  # a link there (to another disk), which rmtree leaves: its folder
-        (shutil.rmtree if entry.is_dir(follow_symlinks=False) else os.unlink)(entry.path)
+    for entry in os.scandir(PROFILE):
+        if entry.is_dir(follow_symlinks=False):
+            shutil.rmtree(entry.path, ignore_errors=True)
+        else:
+            try:
+                os.unlink(entry.path)
+            except OSError:
+                pass
     _spawn([sys.executable, "-m", "http.server", str(HTTP_PORT), "--bind", "127.0.0.1",
             "--directory", ROOT])
     width, height = req.get("width", 800), req.get("height", 600)
