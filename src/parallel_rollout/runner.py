@@ -166,8 +166,8 @@ class Runner:
         samples = expand(tasks, cfg.group_size)
         # The engine checks its provider (available here, options it can honour).
         # sized by the run's samples here (its checks made before the folder opens), by those
-        # left to run once it is open (``_size_engine``: a resume's may be fewer)
-        self.engine = self._engine(self._vms_used(cfg, len(samples)))
+        # left to run once it is open (``_size_engine``: a resume's may be fewer, and are said there)
+        self.engine = self._engine(self._vms_used(cfg, len(samples), warn=not cfg.resume))
         from .report.gate import missing_baseline
 
         missing = missing_baseline(cfg)
@@ -181,10 +181,12 @@ class Runner:
 
     def _size_engine(self, to_run: int) -> None:
         """No more VMs and workers than the samples this session runs can use: a resume of a
-        run with 1 sample left booted the whole pool (the engine is not started yet)."""
-        sized = self._vms_used(self.config, to_run, warn=False)
+        run with 1 sample left booted the whole pool (the engine is not started yet). A resume
+        says its pool here alone, of the samples it has left (its log said the run's first)."""
+        said = self.config.resume
+        sized = self._vms_used(self.config, to_run, warn=said)
         if (sized.num_vms, sized.num_rollouts) != (self.engine.config.num_vms, self.engine.config.num_rollouts):
-            self.engine = self._engine(self._vms_used(self.config, to_run))  # said, this time
+            self.engine = self._engine(sized if said else self._vms_used(self.config, to_run))  # said, this time
 
     def _vms_used(self, cfg: RunConfig, samples: int, warn: bool = True) -> RunConfig:
         """The engine's config: no more VMs than ``samples`` can use at once (warned; config.json
