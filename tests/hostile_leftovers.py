@@ -1,6 +1,6 @@
-"""Rows of the hostile table (tests/hostile_tasks.py: :data:`LEFTOVER_ROWS`) whose answer
-leaves something behind that would still act while its check runs, past what the reap and
-the grading environment took away.
+"""Rows of the hostile table (tests/hostile_tasks.py): shell rows (:data:`LEFTOVER_ROWS`) whose
+answer leaves something behind that would still act while its check runs, past what the reap
+and the grading environment took away, and py rows (:data:`LEFTOVER_PY_ROWS`).
 """
 
 import textwrap
@@ -51,3 +51,12 @@ LEFTOVER_HONEST = {"mvn": "mvn -v | grep -q 'Apache Maven'"}
 #: rows whose program cannot start where RLIMIT_AS bounds a VM (hostile_tasks.NEEDS_ADDRESS_SPACE)
 LEFTOVER_JVM = {"rig_check_mavenrc": "the JVM cannot start under RLIMIT_AS of 256 MB, a VM's memory bound "
                                      "without a memory cgroup (it reserves more address space for its code cache)"}
+
+#: py rows: name -> (the body of add(a, b), its tests), a wrong answer that tries to pass.
+#: It changes the list it was given, which its tests forbid: the change stayed in the answer's
+#: process (its arguments cross as values), so the tests saw their list untouched and passed it
+LEFTOVER_PY_ROWS = {
+    "change_the_input_it_must_keep": ("    a.extend(b)\n    return a\n",
+                                      "def check(candidate):\n    a = [1]\n    assert candidate(a, [2]) == [1, 2]\n"
+                                      "    assert a == [1]\n"),
+}

@@ -24,7 +24,8 @@ import pytest
 
 from conftest import assert_exactly_once, write_tasks
 from hostile_git import GIT_ROWS, HONEST_GIT
-from hostile_leftovers import LEFTOVER_HONEST, LEFTOVER_JVM, LEFTOVER_PROGRAMS, LEFTOVER_ROWS, STILL_RUNNING
+from hostile_leftovers import (LEFTOVER_HONEST, LEFTOVER_JVM, LEFTOVER_PROGRAMS, LEFTOVER_PY_ROWS, LEFTOVER_ROWS,
+                               STILL_RUNNING)
 from parallel_rollout.config import build_config
 from parallel_rollout.pool.providers import cgroups
 from parallel_rollout.runner import Runner
@@ -337,7 +338,7 @@ TEST = "def check(candidate):\n    assert candidate(2, 3) == 5\n    assert candi
 GOOD = "    return a + b\n"
 PASSED = '{"kind": "passed", "detail": "", "output": "", "returncode": 0}'
 #: name -> the body of add(): a wrong answer that tries to be graded as passed
-PY_ROWS = {
+PY_ROWS = {**{name: body for name, (body, _) in LEFTOVER_PY_ROWS.items()},
     "verdict_on_stdout": f"    print({PASSED!r})\n    print('__PARALLEL_ROLLOUT_VERDICT__{{\"kind\": \"passed\"}}')\n    return 0\n",
     "verdict_on_stderr": f"    import sys\n    sys.stderr.write({PASSED!r})\n    return 0\n",
     "verdict_on_fd_1": f"    import os\n    os.write(1, {PASSED.encode()!r})\n    os._exit(0)\n",
@@ -363,7 +364,7 @@ PY_ROWS = {
 }
 #: row -> its tests, where they are not TEST: these import a module after the answer ran,
 #: and no right answer passes them
-PY_ROW_TESTS = {"shadow_a_module_of_the_tests": (
+PY_ROW_TESTS = {**{name: test for name, (_, test) in LEFTOVER_PY_ROWS.items()}, "shadow_a_module_of_the_tests": (
     "def check(candidate):\n    assert candidate(2, 3) == 5\n    import fractions\n"
     "    assert candidate(1, 1) == 3\n")}
 

@@ -4,7 +4,8 @@ The answer runs in a process of its own and its return values cross to the judge
 data. A correct answer returning a number of another type must pass as HumanEval's check
 (one process) passes it: numpy's integers (not ``int``), numpy 2's floats (a ``float`` whose
 repr is ``np.float64(2.5)``), ``Fraction`` and ``Decimal`` (compared exactly: 1/3 is not
-0.333…). numpy is not in this guest's Python, so its two scalar kinds are stood in by classes
+0.333…); and what a call changes in its arguments (a list sorted in place) is seen by the
+tests in their own objects, as in one process. numpy is not in this guest's Python, so its two scalar kinds are stood in by classes
 that behave as they do (an ``Integral`` that is no ``int``, a ``float`` with numpy 2's repr).
 """
 
@@ -46,6 +47,12 @@ CASES = {
                  "    assert candidate([1, 1, 2]) != 4 / 3\n"),
     "decimal": ("total", "from decimal import Decimal\n", "    return sum(Decimal(x) for x in xs)\n",
                 "    assert candidate(['0.1', '0.2']) == Decimal('0.3')\n"),
+    # what a call changes in its arguments, the tests see in their own objects
+    "sort_in_place": ("sort_rows", "", "    for row in xs:\n        row.sort()\n    xs.append([])\n",
+                      "    xs = [[3, 1], [2, 0]]\n    first = xs[0]\n    assert candidate(xs) is None\n"
+                      "    assert xs == [[1, 3], [0, 2], []] and first == [1, 3]\n"),
+    "fill_a_dict": ("count", "", "    xs['n'] = len(xs)\n    xs.pop('gone')\n",
+                    "    xs = {'gone': 1, 'a': [2]}\n    candidate(xs)\n    assert xs == {'a': [2], 'n': 2}\n"),
 }
 
 

@@ -6,7 +6,7 @@ task's ``PROGRAM``, ``TESTS``, ``ENTRY_POINT`` and ``PROMPT``, to ``/run_python`
 
     judge (this process: the task's tests, check(candidate))
       │  calls: {"args": [...]} ──pipe──►  answer process (the program, exec'd)
-      │  ◄──pipe── {"value": ...} | {"error": traceback}
+      │  ◄──pipe── {"value": ...} | {"error": traceback}, + the arguments it changed
       │  ◄──pipe── the answer's stdout and stderr (kept for the output tail)
       ▼
     stdout: ONE JSON verdict {"kind", "detail", "output", "returncode"}
@@ -18,7 +18,10 @@ the judge reads, and the judge is not dumpable, so ``/proc/<judge>/fd``, ``/proc
 and ptrace are closed to a process of the same user. What the answer can still do is return
 values, and those cross as plain data (JSON of None, bools, numbers, strings, lists, tuples,
 sets, dicts, bytes; numpy's scalars, ``Fraction`` and ``Decimal`` as their values): an object
-whose ``__eq__`` always says yes cannot cross. Killing the
+whose ``__eq__`` always says yes cannot cross. What a call changes in its arguments (a
+list sorted in place, a dict filled) comes back with its answer and is made in the tests'
+own objects (``_sync``), as one process would have left them: a test that an answer leaves
+its input alone, or fills it, checks it here too. Killing the
 judge leaves no verdict, which the host grades ``killed``. The answer's process is a fresh
 interpreter, not a fork: it never holds the tests, and this script, which does, is no file
 it could read: the agent hands it over as a sealed memfd (``/proc/self/fd/N``, which the
@@ -93,12 +96,20 @@ except BaseException as exc:
 send({"ready": True})
 for line in rpc_in:
     call = json.loads(line)
+    args, kwargs = dec(call["args"]), {k: dec(v) for k, v in call["kwargs"]}
     try:
-        result = function(*dec(call["args"]), **{k: dec(v) for k, v in call["kwargs"]})
+        result = function(*args, **kwargs)
         answer = {"value": enc(result)}
     except BaseException as exc:
         answer = {"error": traceback.format_exc(), "type": type(exc).__name__,
                   "message": str(exc)}
+    try:  # the arguments as the call left them: what it changed in place, the tests see
+        after = [enc(args), [[k, enc(v)] for k, v in kwargs.items()]]
+        if after != [call["args"], call["kwargs"]]:
+            answer["args"], answer["kwargs"] = after
+    except BaseException as exc:
+        answer = {"error": traceback.format_exc(), "type": "TypeError",
+                  "message": f"an argument the answer changed holds what cannot be checked: {exc}"}
     sys.stdout.flush(); sys.stderr.flush()
     send(answer)
 '''
@@ -143,6 +154,38 @@ def _dec(x):
     if tag == "q": return fractions.Fraction(int(v[0]), int(v[1]))
     if tag == "m": return decimal.Decimal(str(v))
     raise ValueError(f"unknown value tag {tag!r}")
+
+
+def _sync(old, new):
+    """Make ``old`` (a value the tests passed) hold ``new`` (it, as the answer's call left
+    it), keeping the tests' objects (a list, a dict, a set, what a tuple holds) as the tests
+    hold them: a list's items by place, a dict's by key (identity does not cross: an item the
+    call moved within a list is seen where it went by value, not as the object the tests
+    hold). True when ``old`` is such a container of ``new``'s kind."""
+    if old is new:
+        return True
+    if type(old) is list and type(new) is list:
+        kept = min(len(old), len(new))  # by place: an item the tests hold keeps its place
+        for index, item in enumerate(new[:kept]):
+            if not _sync(old[index], item):
+                old[index] = item
+        old[kept:] = new[kept:]
+        return True
+    if type(old) is dict and type(new) is dict:
+        merged = {key: old[key] if key in old and _sync(old[key], item) else item
+                  for key, item in new.items()}
+        old.clear()
+        old.update(merged)  # in the order the call left
+        return True
+    if type(old) is set and type(new) is set:
+        old.clear()
+        old.update(new)
+        return True
+    if type(old) is tuple and type(new) is tuple and len(old) == len(new):
+        for item, changed in zip(old, new):
+            _sync(item, changed)  # a tuple stays: what it holds may have changed
+        return True
+    return False
 
 
 def main():
@@ -202,6 +245,13 @@ def main():
     def candidate(*args, **kwargs):
         answer = exchange({"args": _enc(list(args)),
                            "kwargs": [[k, _enc(v)] for k, v in kwargs.items()]})
+        # what the call changed in its arguments (a list sorted in place, a dict filled),
+        # made in the tests' own objects, as a call in their process would have left them
+        for old, new in zip(args, _dec(answer.get("args") or [])):
+            _sync(old, new)
+        for name, new in answer.get("kwargs") or []:
+            if name in kwargs:
+                _sync(kwargs[name], _dec(new))
         if "error" in answer:
             kind = getattr(builtins, str(answer.get("type")), None)
             if not (isinstance(kind, type) and issubclass(kind, Exception)):
