@@ -52,11 +52,16 @@ LEFTOVER_HONEST = {"mvn": "mvn -v | grep -q 'Apache Maven'"}
 LEFTOVER_JVM = {"rig_check_mavenrc": "the JVM cannot start under RLIMIT_AS of 256 MB, a VM's memory bound "
                                      "without a memory cgroup (it reserves more address space for its code cache)"}
 
-#: py rows: name -> (the body of add(a, b), its tests), a wrong answer that tries to pass.
-#: It changes the list it was given, which its tests forbid: the change stayed in the answer's
-#: process (its arguments cross as values), so the tests saw their list untouched and passed it
+#: py rows: name -> (the body of add(a, b), its tests), a wrong answer that tries to pass where
+#: its arguments cross to its process as values. This one changes the list it was given, which
+#: its tests forbid: the change stayed in the answer's process, and the tests passed it
 LEFTOVER_PY_ROWS = {
     "change_the_input_it_must_keep": ("    a.extend(b)\n    return a\n",
                                       "def check(candidate):\n    a = [1]\n    assert candidate(a, [2]) == [1, 2]\n"
                                       "    assert a == [1]\n"),
+    # returns the list it was given where its tests ask for a new one: what it returned crossed
+    # as a copy, so `is not` held for every answer
+    "return_the_input_for_a_copy": ("    return a\n",
+                                    "def check(candidate):\n    a = [1, 2]\n    r = candidate(a, [])\n"
+                                    "    assert r == [1, 2] and r is not a\n"),
 }

@@ -51,6 +51,9 @@ CASES = {
     "sort_in_place": ("sort_rows", "", "    for row in xs:\n        row.sort()\n    xs.append([])\n",
                       "    xs = [[3, 1], [2, 0]]\n    first = xs[0]\n    assert candidate(xs) is None\n"
                       "    assert xs == [[1, 3], [0, 2], []] and first == [1, 3]\n"),
+    "returns_its_argument": ("sort_rows", "", "    xs.sort()\n    return xs\n",
+                             "    xs = [[2], [1]]\n    assert candidate(xs) is xs and xs == [[1], [2]]\n"
+                             "    assert candidate([xs])[0] is xs\n"),
     "fill_a_dict": ("count", "", "    xs['n'] = len(xs)\n    xs.pop('gone')\n",
                     "    xs = {'gone': 1, 'a': [2]}\n    candidate(xs)\n    assert xs == {'a': [2], 'n': 2}\n"),
 }

@@ -21,7 +21,8 @@ sets, dicts, bytes; numpy's scalars, ``Fraction`` and ``Decimal`` as their value
 whose ``__eq__`` always says yes cannot cross. What a call changes in its arguments (a
 list sorted in place, a dict filled) comes back with its answer and is made in the tests'
 own objects (``_sync``), as one process would have left them: a test that an answer leaves
-its input alone, or fills it, checks it here too. Killing the
+its input alone, or fills it, checks it here too; and a list, dict or set of the arguments
+that the answer returns is the tests' own object (``candidate(x) is x``), not a copy. Killing the
 judge leaves no verdict, which the host grades ``killed``. The answer's process is a fresh
 interpreter, not a fork: it never holds the tests, and this script, which does, is no file
 it could read: the agent hands it over as a sealed memfd (``/proc/self/fd/N``, which the
@@ -33,9 +34,32 @@ import builtins, ctypes, decimal, fractions, json, os, subprocess, sys, threadin
 TAIL = 2000
 CHILD = r'''
 import decimal, fractions, json, numbers, os, sys, traceback
+#: id -> where in the arguments, of each list, dict and set the call's arguments hold: what
+#: the answer returns of them is sent as that place, so the tests get their own object back
+REFS = {}
+def places(args, kwargs):
+    found = {}
+    def walk(x, path):
+        if type(x) in (list, dict, set):
+            if id(x) in found:
+                return
+            found[id(x)] = path
+        if type(x) in (list, tuple):
+            for i, v in enumerate(x):
+                walk(v, path + [i])
+        elif type(x) is dict:
+            for k, v in x.items():
+                walk(v, path + [{"key": enc(k)}])
+    for i, v in enumerate(args):
+        walk(v, [i])
+    for k, v in kwargs.items():
+        walk(v, [k])
+    return found
 def enc(x):
     if x is None or isinstance(x, (bool, int, str)):
         return x
+    if type(x) in (list, dict, set) and id(x) in REFS:
+        return {"r": REFS[id(x)]}
     if isinstance(x, float):
         return {"f": float.__repr__(x)}
     if isinstance(x, list):
@@ -99,10 +123,13 @@ for line in rpc_in:
     args, kwargs = dec(call["args"]), {k: dec(v) for k, v in call["kwargs"]}
     try:
         result = function(*args, **kwargs)
+        REFS.update(places(args, kwargs))
         answer = {"value": enc(result)}
     except BaseException as exc:
         answer = {"error": traceback.format_exc(), "type": type(exc).__name__,
                   "message": str(exc)}
+    finally:
+        REFS.clear()
     try:  # the arguments as the call left them: what it changed in place, the tests see
         after = [enc(args), [[k, enc(v)] for k, v in kwargs.items()]]
         if after != [call["args"], call["kwargs"]]:
@@ -139,16 +166,19 @@ def _enc(x):
     raise TypeError(f"the tests pass a {type(x).__name__}, which cannot cross to the answer")
 
 
-def _dec(x):
+def _dec(x, place=None):
+    """A value the answer's process sent; ``place``: what its ``{"r": path}`` (one of the
+    arguments the tests passed, or what they hold) is, for a return value."""
     if isinstance(x, list):
-        return [_dec(v) for v in x]
+        return [_dec(v, place) for v in x]
     if not isinstance(x, dict) or len(x) != 1:
         return x
     (tag, v), = x.items()
+    if tag == "r" and place is not None: return place(v)
     if tag == "f": return float(v)
-    if tag == "t": return tuple(_dec(i) for i in v)
-    if tag == "s": return {_dec(i) for i in v}
-    if tag == "d": return {_dec(k): _dec(w) for k, w in v}
+    if tag == "t": return tuple(_dec(i, place) for i in v)
+    if tag == "s": return {_dec(i, place) for i in v}
+    if tag == "d": return {_dec(k, place): _dec(w, place) for k, w in v}
     if tag == "b": return bytes.fromhex(v)
     if tag == "c": return complex(float(v[0]), float(v[1]))
     if tag == "q": return fractions.Fraction(int(v[0]), int(v[1]))
@@ -262,7 +292,14 @@ def main():
                 error = RuntimeError(answer.get("message", ""))
             error.remote_traceback = answer["error"]
             raise error
-        return _dec(answer["value"])
+
+        def place(path):  # the object of the tests' arguments the answer returned (is)
+            found = args[path[0]] if isinstance(path[0], int) else kwargs[path[0]]
+            for step in path[1:]:
+                found = found[step] if isinstance(step, int) else found[_dec(step["key"])]
+            return found
+
+        return _dec(answer["value"], place)
 
     candidate.__name__ = ENTRY_POINT
     verdict = None
