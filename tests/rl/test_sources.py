@@ -398,3 +398,56 @@ def test_a_restarted_scheduler_starts_its_saved_groups_within_its_env_slots(tmp_
         sorted((u["task_id"], u["episode"]) for u in state["unreturned"] for _ in range(2))
     at_once = max(sum(1 for s, e in spans if s <= start < e) for start, _ in spans)
     assert at_once <= 2, spans  # one group's two members: the slots of num_env_groups=1
+
+
+class _Asked(TaskSource):
+    """Questions a trainer's source makes in Python from a folder of its own, each with the
+    ``source`` a task file gives (``file:line``): their corpus is named from that folder."""
+
+    def __init__(self, folder) -> None:
+        self.folder, self.made = folder, 0
+
+    def next_task(self, tag):
+        from parallel_rollout.tasks import Task
+
+        self.made += 1
+        return Task(id=f"asked{self.made}", mode="rag", source=f"{self.folder / 'asked.jsonl'}:{self.made}",
+                    payload={"question": "What is JSON?", "answers": ["a format"], "corpus": "docs.jsonl"})
+
+    def state_dict(self):
+        return {"made": self.made}
+
+    def load_state_dict(self, state):
+        self.made = state["made"]
+
+
+def test_a_restarted_scheduler_reads_a_python_made_tasks_files_from_its_folder(tmp_path, schedulers, monkeypatch):
+    """A task made in Python keeps in the state the file it came from (``source``), from
+    whose folder its relative paths are read (a rag task's corpus, an OSWorld task's gold
+    file): restored without it, the restarted scheduler looked for the corpus in the current
+    folder, and each such group it started again ended in the env's error."""
+    monkeypatch.setenv("PARALLEL_ROLLOUT_CACHE", str(tmp_path / "cache"))
+    folder = tmp_path / "asked"
+    folder.mkdir()
+    (folder / "docs.jsonl").write_text(json.dumps({"id": "json", "title": "JSON", "text": "JSON is a format."}) + "\n")
+    (folder / "asked.jsonl").write_text(json.dumps({"id": "asked0", "question": "What is JSON?",
+                                                    "answers": ["a format"], "corpus": "docs.jsonl"}) + "\n")
+    server = LLMServer(policy=lambda body: {"reply": '{"answer": "a format"}'}).start()
+    try:
+        config = EnvManagerConfig(group_size=1, tags=["asked"],
+                                  task_sets={"asked": TaskSet("rag", str(folder / "asked.jsonl"))})
+        first = schedulers(rl_config(tmp_path, server, num_rollouts=1, run_id="grpo"), config,
+                           task_source=_Asked(folder), async_generation_ratio=1)
+        (played,) = first.get_batch(batch_size=1, step=0)
+        state = json.loads(json.dumps(first.state_dict()))
+        first.close()
+        second = schedulers(rl_config(tmp_path, server, num_rollouts=1, run_id="grpo", resume=True), config,
+                            task_source=_Asked(folder))  # in step: the saved group alone starts
+        second.load_state_dict(state)
+        (resumed,) = second.get_batch(batch_size=1, step=1)
+    finally:
+        server.stop()
+    assert played.status == "success", played.record
+    (saved,) = [u["task_id"] for u in state["unreturned"]]  # the group drawn but not handed out
+    assert (resumed.task_id, resumed.status) == (saved, "success"), resumed.record.get("failure")
+    assert second.stats().get("members_failed", 0) == 0

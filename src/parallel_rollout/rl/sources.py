@@ -74,9 +74,11 @@ def checked_state(state: Any, tags: list[str], source: Any = None) -> dict[str, 
 
 def task_entry(task: Any) -> dict[str, Any]:
     """A task made in Python (a task source's own, in no task file) as JSON values, for a
-    state's ``unreturned`` entry: the restarted scheduler makes it again (``task_of_entry``)."""
+    state's ``unreturned`` entry: the restarted scheduler makes it again (``task_of_entry``).
+    Its ``source`` (``file:line``) too: its relative paths (a rag corpus, an OSWorld gold
+    file) are read from that file's folder."""
     return {"id": task.id, "mode": task.mode, "payload": dict(task.payload), "seed": task.seed,
-            "tags": list(task.tags)}
+            "tags": list(task.tags), "source": task.source}
 
 
 def task_of_entry(entry: dict[str, Any]) -> Any:
@@ -84,7 +86,7 @@ def task_of_entry(entry: dict[str, Any]) -> Any:
     from ..tasks import Task
 
     return Task(id=entry["id"], mode=entry["mode"], payload=dict(entry["payload"]), seed=entry.get("seed"),
-                tags=tuple(entry.get("tags") or ()), source="load_state_dict")
+                tags=tuple(entry.get("tags") or ()), source=entry.get("source") or "load_state_dict")
 
 
 def _check_task_entry(task: Any, task_id: Any, name: str) -> None:
@@ -97,6 +99,8 @@ def _check_task_entry(task: Any, task_id: Any, name: str) -> None:
         raise ConfigError(f"{name}.seed must be a whole number or None, got {seed!r}")
     if not isinstance(tags, list) or not all(isinstance(tag, str) for tag in tags):
         raise ConfigError(f"{name}.tags must be a list of names, got {tags!r:.200}")
+    if not isinstance(task.get("source", ""), str):
+        raise ConfigError(f"{name}.source must be the task's file:line (text), got {task.get('source')!r:.200}")
 
 
 def _count(value: Any) -> bool:
