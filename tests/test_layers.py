@@ -203,3 +203,13 @@ def test_the_readme_states_the_layer_table_the_check_uses():
 def test_the_table_names_each_prefix_once():
     prefixes = [p for layer in LAYERS for p in layer]
     assert len(prefixes) == len(set(prefixes))
+
+
+#: a module is one concept of at most this many lines (a bigger one is split by concept)
+MAX_MODULE_LINES = 500
+
+
+def test_no_module_of_the_package_passes_the_size_of_one_concept():
+    sizes = {str(path.relative_to(SRC)): len(path.read_text().splitlines()) for path in SRC.rglob("*.py")}
+    assert sizes, SRC
+    assert {name: lines for name, lines in sizes.items() if lines > MAX_MODULE_LINES} == {}
