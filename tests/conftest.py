@@ -35,6 +35,13 @@ _SANDBOX_ROOT = Path(os.environ["PR_TEST_SANDBOX_ROOT"])
 os.environ["PARALLEL_ROLLOUT_PROCESS_DIR"] = str(_SANDBOX_ROOT)
 
 
+def pytest_sessionfinish(session, exitstatus):
+    """Remove this session's sandbox folder (each xdist worker has one) once nothing but the
+    bytecode caches is left in it; one that holds a leftover stays, as the leak check named it."""
+    if _SANDBOX_ROOT.exists() and not leftover_sandboxes():
+        shutil.rmtree(_SANDBOX_ROOT, ignore_errors=True)
+
+
 def pytest_configure(config):
     """A suite started in the background (``cmd &`` in a script, as a CI job may be) inherits
     SIGINT ignored, and the CLI keeps an ignored signal ignored: every test that sends a run
