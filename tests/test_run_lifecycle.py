@@ -348,15 +348,20 @@ def test_a_resume_boots_no_more_vms_than_the_samples_it_has_left(tmp_path):
     """A nightly resume with 1 sample left to run (the rest final) booted the whole pool,
     sized by the run's samples: on QEMU, minutes of boots for VMs that never ran a task. Its
     log says the pool once, the one it boots: it said first the pool the run's samples would
-    use ('so 4 VMs are booted'), then this one, a log that contradicted itself."""
+    use ('so 4 VMs are booted'), then this one, a log that contradicted itself. Its --dry-run
+    says that pool too (it said none)."""
     data = write_tasks(tmp_path / "tasks.jsonl", [shell_task(k) for k in "abcd"])
     flags = ["--mode", "shell", "--data", str(data), "--run-id", "left", "--num-rollouts", "4", "--num-vms", "8",
              "--use-vm-pool"]
     assert cli(tmp_path, *flags, "--limit", "3").exit_code == 0
+    one_vm = ["--num-vms 8: at most 1 rollouts run at once (1 samples, 4 env loops), so 1 VMs are booted"]
+    dry = cli(tmp_path, *flags, "--resume", "--limit", "4", "--dry-run")
+    assert dry.exit_code == 0, (dry.output, dry.exception)
+    assert [line for line in dry.output.splitlines() if "VMs are booted" in line] == one_vm, dry.output
     done = cli(tmp_path, *flags, "--resume", "--limit", "4")
     assert done.exit_code == 0, (done.output, done.exception)
     said = [line for line in done.output.splitlines() if "VMs are booted" in line]
-    assert said == ["--num-vms 8: at most 1 rollouts run at once (1 samples, 4 env loops), so 1 VMs are booted"], said
+    assert said == one_vm, said
     summary = json.loads((tmp_path / "out" / "left" / "summary.json").read_text())
     assert summary["finished"] == 4 and summary["vm"]["size"] == 1, summary["vm"]
     events = (tmp_path / "out" / "left" / "events.jsonl").read_text()

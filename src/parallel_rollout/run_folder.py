@@ -48,6 +48,8 @@ class RunFolder:
         self.endpoints = endpoints
         #: versions and task-data hashes behind this run (provenance.py), set by check_resume
         self.provenance: dict[str, Any] | None = None
+        #: sample key -> the record that ended it, as ``describe`` read them
+        self.finals: dict[str, dict[str, Any]] = {}
 
     def open(self, keys: set[str], model_recorded: bool) -> tuple[filelock.BaseFileLock, ResultStore, ResumeIndex]:
         """Lock the run folder, check a resume against it and read its results (``keys``:
@@ -156,6 +158,7 @@ class RunFolder:
         except StorageError as exc:
             raise ConfigError(f"cannot resume {self.run_id}: {exc}") from None
         self.check_scope(finals, keys)
+        self.finals = finals
         ungraded = sum(1 for r in finals.values() if r.get("infrastructure"))
         return (f"resumes {self.run_id}: {len(finals) - ungraded} of {len(keys)} samples already final"
                 + (f", {ungraded} never graded (infrastructure) to run again" if ungraded else ""))

@@ -220,8 +220,13 @@ class Runner:
 
     def check_folder(self, samples: list[Sample]) -> str:
         """What ``--dry-run`` says of the run folder (after ``prepare``), reading only: the
-        checks the run would make on opening it; ConfigError for what it would refuse."""
-        return self._folder().describe(self._keys(samples))
+        checks the run would make on opening it; ConfigError for what it would refuse. A
+        resume's pool is said as the resume says it, sized by the samples it has left."""
+        folder = self._folder()
+        said = folder.describe(self._keys(samples))
+        finished = finished_keys(folder.finals)
+        self._vms_used(self.config, sum(s.key not in finished for s in samples), warn=self.config.resume)
+        return said
 
     def _keys(self, samples: list[Sample]) -> set[str]:
         """The keys of this run's samples: those it runs and those --skip-unsupported skips."""
@@ -307,8 +312,7 @@ class Runner:
         return outcome
 
     def _queue_samples(self, samples: list[Sample], index) -> list[Assignment]:
-        # a sample final on an infrastructure failure was never graded: a resume runs it again
-        self._finished_keys = {key for key, r in index.final.items() if not r.get("infrastructure")}
+        self._finished_keys = finished_keys(index.final)
         self._successes = sum(1 for key in self._finished_keys if index.final[key].get("success"))
         return [Assignment(sample.task, sample.sample_idx, index.attempts.get(sample.key, -1) + 1)
                 for sample in samples if sample.key not in self._finished_keys]
@@ -422,6 +426,12 @@ class Runner:
             self._last_progress_log = time.monotonic()
             log.info("progress: %d/%d done, success %s, in flight %d, VMs %s",
                      done, self._total, rate, self.engine.in_flight(), vms or "-")
+
+
+def finished_keys(finals: dict[str, dict[str, Any]]) -> set[str]:
+    """The samples a resume does not run again: a sample final on an infrastructure failure
+    was never graded, and a resume runs it again."""
+    return {key for key, r in finals.items() if not r.get("infrastructure")}
 
 
 def check_honoured(cfg: RunConfig, owners: dict[str, tuple[str, frozenset[str]]]) -> None:
