@@ -29,6 +29,7 @@ package's ``__init__``). Names imported through ``importlib`` or registry string
 from __future__ import annotations
 
 import ast
+import functools
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -92,6 +93,19 @@ def modules(root: Path) -> list[str]:
                   if "__pycache__" not in p.parts)
 
 
+def _nodes(root: Path, module: str) -> tuple[ast.AST, ...]:
+    """Every node of the module (``ast.walk``'s order), parsed and walked once while the file
+    stays as it is: the checks read each module several times."""
+    path = Path(root) / module
+    stat = path.stat()
+    return _parse(str(path), module, stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=None)
+def _parse(path: str, module: str, mtime_ns: int, size: int) -> tuple[ast.AST, ...]:
+    return tuple(ast.walk(ast.parse(Path(path).read_text(), filename=module)))
+
+
 def _resolve(root: Path, parts: list[str]) -> str | None:
     """The module file of a dotted path (relative to ``root``), or None when there is none."""
     if not parts:
@@ -116,11 +130,10 @@ def edges(root: Path) -> tuple[list[Edge], list[str]]:
     found: list[Edge] = []
     unresolved: list[str] = []
     for module in modules(root):
-        tree = ast.parse((root / module).read_text(), filename=module)
         # the package a relative import starts from: an __init__'s own package, else the
         # folder of the file
         here = module.split("/")[:-1]
-        for node in ast.walk(tree):
+        for node in _nodes(root, module):
             if isinstance(node, ast.Import):
                 for alias in node.names:
                     parts = alias.name.split(".")
@@ -254,18 +267,19 @@ def private_reads(root: Path) -> list[str]:
     return list(_module_private_reads(root).values())
 
 
-def _module_private_reads(root: Path) -> dict[tuple[str, int, str], str]:
-    """:func:`private_reads` by (module, line, name)."""
+def _module_private_reads(root: Path, found: list[Edge] | None = None
+                          ) -> dict[tuple[str, int, str], str]:
+    """:func:`private_reads` by (module, line, name); ``found`` is :func:`edges`' list when
+    the caller has it."""
     root = Path(root)
     problems = {}
     by_module: dict[str, dict[str, int]] = {}
-    for edge in edges(root)[0]:
+    for edge in edges(root)[0] if found is None else found:
         if edge.source != edge.target and not edge.names:
             by_module.setdefault(edge.source, {})[edge.target] = edge.line
     for module, targets in by_module.items():
-        tree = ast.parse((root / module).read_text(), filename=module)
         names = {}  # local name -> the module it stands for
-        for node in ast.walk(tree):
+        for node in _nodes(root, module):
             if isinstance(node, (ast.Import, ast.ImportFrom)):
                 for alias in node.names:
                     local = alias.asname or alias.name.split(".")[-1]
@@ -273,7 +287,7 @@ def _module_private_reads(root: Path) -> dict[tuple[str, int, str], str]:
                         stem = target.removesuffix("/__init__.py").removesuffix(".py")
                         if stem.split("/")[-1] == alias.name.split(".")[-1]:
                             names[local] = target
-        for node in ast.walk(tree):
+        for node in _nodes(root, module):
             if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
                     and node.value.id in names and node.attr.startswith("_")
                     and not node.attr.startswith("__")):
@@ -283,11 +297,11 @@ def _module_private_reads(root: Path) -> dict[tuple[str, int, str], str]:
     return problems
 
 
-def _private_defined(tree: ast.AST) -> set[str]:
+def _private_defined(nodes: tuple[ast.AST, ...]) -> set[str]:
     """The private names a module defines: functions, classes, names it assigns (class
     fields included) and attributes it assigns on ``self`` or ``cls``."""
     defined = set()
-    for node in ast.walk(tree):
+    for node in nodes:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             defined.add(node.name)
         elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
@@ -298,18 +312,19 @@ def _private_defined(tree: ast.AST) -> set[str]:
     return {name for name in defined if name.startswith("_") and not name.startswith("__")}
 
 
-def foreign_attributes(root: Path) -> list[str]:
+def foreign_attributes(root: Path, module_reads: dict | None = None) -> list[str]:
     """Every ``obj._x`` (read or written, ``obj`` not ``self``, ``cls`` or ``super()``) whose
     ``_x`` this module does not define and another project module does, as violation lines
     (``module._x`` is :func:`private_reads`'s)."""
     root = Path(root)
-    module_reads = _module_private_reads(root)
-    trees = {m: ast.parse((root / m).read_text(), filename=m) for m in modules(root)}
-    defined = {m: _private_defined(tree) for m, tree in trees.items()}
+    if module_reads is None:
+        module_reads = _module_private_reads(root)
+    trees = {m: _nodes(root, m) for m in modules(root)}
+    defined = {m: _private_defined(nodes) for m, nodes in trees.items()}
     problems = []
-    for module, tree in trees.items():
+    for module, nodes in trees.items():
         lines = (root / module).read_text().splitlines()
-        for node in ast.walk(tree):
+        for node in nodes:
             if not (isinstance(node, ast.Attribute) and node.attr.startswith("_")
                     and not node.attr.startswith("__") and node.attr not in defined[module]):
                 continue
@@ -358,8 +373,9 @@ def check(root: Path, layers: list[list[str]] = LAYERS,
             allowed = ", ".join(leaves[edge.source]) or "nothing"
             problems.append(f"{edge.source} -> {edge.target}: {edge.source} may import only "
                             f"{allowed} of the project {where}")
-    problems += private_reads(root)
-    problems += foreign_attributes(root)
+    module_reads = _module_private_reads(root, found)
+    problems += list(module_reads.values())
+    problems += foreign_attributes(root, module_reads)
     for component in cycles(graph):
         path = _a_cycle(component, graph)
         steps = ", ".join(f"{a}:{first_line[(a, b)]}" for a, b in zip(path, path[1:]))
