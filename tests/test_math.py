@@ -90,6 +90,23 @@ GRADING = [
     ("-3", "3", False),
     ("\\{-1, 0, 1\\}", "\\{-1, 1\\}", False),
     ("(7, 3)", "(3, 7)", False),
+    # e-notation is a power of ten (math-verify reads a small e as Euler's number: 1e3 was 3e),
+    # a closing decimal point is the number's (math-verify could not parse 5.); neither makes
+    # a near miss, a different number or two answers right
+    ("1000", "1e3", True),
+    ("1000", "1e+3", True),
+    ("0.001", "1e-3", True),
+    ("2500", "2.5e3", True),
+    ("1e-05", "0.00001", True),  # a task's answer 0.00001 (a JSON number), as Python writes it
+    ("5", "5.", True),
+    ("-5", "-5.", True),
+    ("(5, 6)", "(5., 6.)", True),
+    ("2e - 1", "2e-1", True),  # beside Euler's number, 2e-1 stays 2e - 1
+    ("1001", "1e3", False),
+    ("1000", "2.5e3", False),
+    ("5", "5.5", False),
+    ("5", "5, 6.", False),
+    ("6", "5., 6.", False),
 ]
 
 
@@ -196,6 +213,16 @@ def test_garbage_scores_zero_with_a_reason(action, reason):
                                     "Final answer: 7"])
 def test_accepted_action_shapes(action):
     reward, details, _ = episode(make_env(), 7, action)
+    assert reward == 1.0, details
+
+
+@pytest.mark.parametrize("answer, reply", [(0.00001, "\\boxed{0.00001}"), (1e20, "$\\boxed{10^{20}}$"),
+                                           (1000, "\\boxed{1e3}"), (5, "so \\boxed{5.}")])
+def test_a_number_answer_grades_the_same_number_correct(answer, reply):
+    """A task's answer given as a JSON number is graded as that number (0.00001 reached the grader
+    as Python writes it, 1e-05, which math-verify read as e - 5), and a reply's e-notation or
+    closing decimal point is the number it writes."""
+    reward, details, _ = episode(make_env(), answer, reply)
     assert reward == 1.0, details
 
 

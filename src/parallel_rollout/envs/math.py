@@ -13,7 +13,8 @@ takes one final answer out of it and grades it against the task's answer::
                      in a grader process with a deadline  ─► reward 1.0 / 0.0 + details
 
 So ``1/2``, ``0.5``, ``\\frac{1}{2}`` and ``\\dfrac12`` agree; decimals count when they match
-to six places (``0.333333`` is 1/3, ``0.33`` is not); intervals keep their brackets.
+to six places (``0.333333`` is 1/3, ``0.33`` is not); intervals keep their brackets; ``1e3``
+is 1000 and ``5.`` is 5 (``_plain_numbers``: math-verify alone read 3e and nothing).
 
 The grade runs in a grader process with a deadline (``math_grader``: why a process, and why
 not a fork of the threaded worker). A short answer can still be ruinous — ``9^{9^{9}}`` is
@@ -48,6 +49,13 @@ _ANSWER_LINE = re.compile(r"(?:final\s+answer|answer)\s*(?:\*\*)?\s*(?::|is\b)\s
 _NUMBER = re.compile(r"(?:(?<![\w)\]}])-)?\d+(?:,\d{3})*(?:\.\d+)?(?:\s*/\s*\d+(?:\.\d+)?)?")
 #: a formula in math delimiters: $$…$$, $…$, \\(…\\), \\[…\\]
 _MATH = re.compile(r"\$\$(.+?)\$\$|\$(.+?)\$|\\\((.+?)\\\)|\\\[(.+?)\\\]", re.DOTALL)
+#: a decimal point that closes a number (``5.``) at the end of the answer or of one of its
+#: items (before a comma, a closing bracket or a percent sign): not ``5. 6.``, which reads as 5 6
+_CLOSING_POINT = re.compile(r"(?<=\d)\.(?=\s*(?:$|[,;)\]%]|\\[}%)\]]|\\right))")
+#: a number in e-notation, its mantissa and its exponent
+_E_NUMBER = re.compile(r"([+-]?(?:\d+(?:\.\d*)?|\.\d+))[eE]([+-]?\d+)")
+#: Euler's number: an e that is no part of a word (commands removed first)
+_EULER = re.compile(r"(?<![A-Za-z])e(?![A-Za-z])")
 _WORD = re.compile(r"(?<![\\A-Za-z])[A-Za-z]{2,}")
 #: words a bare formula may contain without being prose
 _FORMULA_WORDS = frozenset({"sqrt", "pi", "inf", "infty", "oo", "sin", "cos", "tan", "cot", "sec", "csc",
@@ -155,12 +163,28 @@ def extract_answer(reply: str) -> tuple[str | None, str | None]:
     return None, None
 
 
+def _plain_numbers(answer: str, other: str) -> str:
+    """``answer`` with its numbers written as math-verify reads them, beside the ``other``
+    answer it is compared with: a decimal point that closes a number dropped (``5.`` is 5,
+    math-verify cannot parse it), and
+    a whole answer in e-notation (``1e3``, ``2.5e-4``; Python writes a task's answer 0.00001 as
+    ``1e-05``) with the capital E that math-verify reads as a power of ten (its small e is
+    Euler's number: ``1e3`` was 3e), unless ``other`` holds Euler's number (``2e-1`` beside
+    ``2e - 1`` stays 2e-1)."""
+    answer = _CLOSING_POINT.sub("", answer)
+    number = _E_NUMBER.fullmatch(answer.strip())
+    if number is None or (_E_NUMBER.fullmatch(other.strip()) is None
+                          and _EULER.search(re.sub(r"\\[A-Za-z]+", "", other))):
+        return answer
+    return f"{number[1]}E{number[2]}"
+
+
 def grade(expected: str, extracted: str, timeout_s: float = DEFAULT_GRADE_TIMEOUT_S) -> dict[str, Any]:
     """``{"correct": bool, "reason": ...}`` for an extracted answer; safe on any thread, bounded
     by ``timeout_s``; raises only ``GraderKilled`` (its grader killed from outside: retried)."""
     if len(extracted) > MAX_ANSWER_CHARS:
         return {"correct": False, "reason": "answer_too_long"}
-    return grade_isolated(expected, extracted, timeout_s)
+    return grade_isolated(_plain_numbers(expected, extracted), _plain_numbers(extracted, expected), timeout_s)
 
 
 def _reply_text(action: Any) -> tuple[str | None, bool]:
