@@ -103,6 +103,40 @@ def test_explicit_tasks_run_exactly_and_in_order(tmp_path, schedulers):
         server.stop()
 
 
+def test_given_tasks_whose_members_all_failed_are_run_again_under_placeholder_too(tmp_path, schedulers):
+    """get_batch(tasks=[…]) runs a group whose members fail again: under
+    failed_member="placeholder" too when every member failed (it handed back a group of
+    placeholders only, nothing of the task the trainer asked for); a task that keeps failing
+    ends in RolloutError after max_failed_groups, and a group some of whose members made an
+    episode keeps placeholders for the others."""
+    import threading
+
+    lock, rejects = threading.Lock(), [2]  # how many requests the model refuses next
+
+    def policy(body):
+        with lock:
+            rejects[0] -= 1
+            return {"status": 400, "message": "rejected"} if rejects[0] >= 0 else RIGHT
+
+    server = LLMServer(policy=policy).start()
+    try:
+        config = EnvManagerConfig(group_size=2, tags=["lakes"], task_sets=_lakes(tmp_path, "lakes", 2))
+        train = schedulers(rl_config(tmp_path, server, num_rollouts=1, max_retries=0), config,
+                           failed_member="placeholder", max_failed_groups=2)
+        batch = train.get_batch(batch_size=2, step=0, tasks=["lakes0"], timeout=60)  # its first group: 400s
+        assert [(t.task_id, t.placeholder, t.success) for t in batch] == [("lakes0", False, True)] * 2
+        assert train.stats()["dropped_failed"] == 1
+        rejects[0] = 1  # one member fails: its group is handed out, a placeholder in its place
+        batch = train.get_batch(batch_size=2, step=1, tasks=["lakes1"], timeout=60)
+        assert sorted((t.task_id, t.placeholder) for t in batch) == [("lakes1", False), ("lakes1", True)]
+        assert train.stats()["dropped_failed"] == 1
+        rejects[0] = 10**6  # the model refuses everything now
+        with pytest.raises(RolloutError, match=r"groups in a row failed \(max_failed_groups=2\)"):
+            train.get_batch(batch_size=2, step=1, tasks=["lakes1"], timeout=60)
+    finally:
+        server.stop()
+
+
 def test_batch_partition_gives_half_and_half_batches(tmp_path, schedulers):
     def policy(body):
         if "FFFFFFG" in json.dumps(body["messages"]):

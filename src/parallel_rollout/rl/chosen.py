@@ -4,7 +4,8 @@ each, in their order) and ``get_batch(-1)`` (every task of the tags once: valida
 Neither draws from the task source nor meets the group filter, the ratio or staleness: the
 trainer chose the tasks. Their groups run beside the scheduler's own on the same slots
 (``purpose`` "given" / "all"): a given group whose members fail is started again in its
-place, and get_batch(-1) hands back failed members as they are (a validation report counts
+place (under ``failed_member="placeholder"`` one whose every member failed: placeholders
+only hold nothing of the task), and get_batch(-1) hands back failed members as they are (a validation report counts
 them). A call that raised (a timeout …) drops its groups still running and forgets those that
 finished: the next call runs its tasks afresh, none counted twice. The state is the scheduler's (``self``), as for ``generation.GroupGeneration``.
 """
@@ -27,7 +28,7 @@ class ChosenBatches:
 
     def _run_given(self, batch_size: int, step: int, tasks: list[Any], timeout: float | None) -> list[Trajectory]:
         """get_batch(tasks=[…]): one group per given task, their groups in the given order. A
-        group whose members fail is run again (the budget counts it); the group filter, the
+        group whose members fail (all of them, under "placeholder") is run again (the budget counts it); the group filter, the
         ratio and staleness do not apply: the trainer chose these tasks."""
         given = [self._resolve(task) for task in tasks]
         if batch_size != len(given) * self.env_config.group_size:

@@ -255,7 +255,11 @@ class GroupGeneration:
         if group.purpose == "all":
             self._all_done.append(group)
         elif group.purpose == "given":
-            pass  # get_batch(tasks=…) collects it
+            if all(t.failed or t.placeholder for t in group.done):  # placeholders only: nothing of the task
+                self._stats["dropped_failed"] += 1
+                self._lag.forget(group.keys.values())
+                self._rerun_given(group)  # run again, as under "drop" (the budget counted it)
+            # else get_batch(tasks=…) collects it
         elif self._stale(group):
             self._stats["dropped_stale"] += 1
             self._lag.forget(group.keys.values())
