@@ -481,3 +481,24 @@ def test_a_stop_signal_as_the_pool_starts_starts_no_attempt(tmp_path):
     results = run_dir / "results.jsonl"
     assert not results.exists() or not results.read_text().strip(), results.read_text()
     assert json.loads((run_dir / "summary.json").read_text())["unfinished"] == len(keys)
+
+
+def test_a_new_run_names_no_run_of_its_settings_that_is_still_going(tmp_path):
+    """Tonight's run (a new --run-id) started while last night's of the same settings still
+    ran said that one 'was partial … --run-id … --resume goes on with that one instead': a
+    resume the lock refuses (exit 75), of a run that was not stopped short. Once that run is
+    stopped short, it is named."""
+    data, _ = slow_tasks(tmp_path, count=20, seconds=0.5)
+    going = start_cli(tmp_path, data)
+    try:
+        wait_for_results(tmp_path / "out" / "sig", 1, going)
+        flags = ["--mode", "shell", "--data", str(data), "--num-rollouts", "4", "--num-vms", "2", "--use-vm-pool",
+                 "--run-id", "tonight", "--dry-run"]
+        dry = cli(tmp_path, *flags)
+        assert dry.exit_code == 0, (dry.output, dry.exception)
+        assert "an earlier run" not in dry.output, dry.output
+    finally:
+        going.send_signal(signal.SIGTERM)
+        assert going.wait(timeout=60) == 130, going.communicate()
+    stopped = cli(tmp_path, *flags)
+    assert "an earlier run of these settings, sig, was interrupted" in stopped.output, stopped.output

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import statistics
 import time
 from collections import Counter, defaultdict
@@ -416,6 +417,21 @@ def total_usage(records: Iterable[dict[str, Any]]) -> dict[str, int]:
             if isinstance(value, int) and not isinstance(value, bool):
                 totals[name] += value
     return totals
+
+
+def run_folder_locked(run_dir: Path) -> bool:
+    """Whether a live process holds ``run_dir``'s lock (``lock_run_folder``: a run still
+    going), as ``/proc/locks`` lists it: trying the lock would take it for a moment, and a run
+    started in that moment would be refused (exit 75). A holder in another PID namespace is
+    not listed there: False, as for a folder with no lock."""
+    try:
+        lock = os.stat(Path(run_dir) / ".lock")
+        held = Path("/proc/locks").read_text()
+    except OSError:
+        return False
+    name = f"{os.major(lock.st_dev):02x}:{os.minor(lock.st_dev):02x}:{lock.st_ino}"
+    # "1: FLOCK  ADVISORY  WRITE 22941 fe:00:2531780 0 EOF" (a waiter's line has "->" after "1:")
+    return any(len(f) > 5 and f[1] == "FLOCK" and f[5] == name for f in map(str.split, held.splitlines()))
 
 
 def lock_run_folder(run_dir: Path, hint: str = "choose another --run-id") -> Any:

@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..errors import ConfigError
-from ..results import graded
+from ..results import graded, run_folder_locked
 from .run_data import NotARunFolder, RunData, results_stamp, run_status, run_total, summary_fits
 
 
@@ -133,7 +133,8 @@ def list_runs(output_dir: str | Path) -> list[RunLine]:
 def unfinished_twins(output_dir: str | Path, identity_hash: str, besides: str) -> list[RunLine]:
     """The runs of ``output_dir`` made with the settings of ``identity_hash`` (what a resume
     must keep: the task data, domain, agent, model …) that a signal or a kill stopped short
-    (``interrupted``, ``partial``), but the run ``besides``: what a new run of those settings
+    (``interrupted``, ``partial``), but the run ``besides`` and those still going (their lock
+    held: a resume of one would be refused, exit 75): what a new run of those settings
     does again, where ``--run-id RUN --resume`` would go on (OSWorld's run.py, started again,
     goes on by itself). Only their config.json is read but for those that match."""
     root = Path(output_dir)
@@ -145,7 +146,7 @@ def unfinished_twins(output_dir: str | Path, identity_hash: str, besides: str) -
             line = run_line(child)
         except NotARunFolder:
             continue
-        if line.status in ("interrupted", "partial") and line.finished:
+        if line.status in ("interrupted", "partial") and line.finished and not run_folder_locked(child):
             found.append(line)
     return found
 
