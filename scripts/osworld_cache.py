@@ -1,83 +1,10 @@
-"""Fill or inspect the osworld download cache for a machine without internet.
+"""Fill or inspect the osworld download cache for a machine without internet: the CLI's
+``osworld-cache`` command (``parallel-rollout osworld-cache where|put|missing …``), kept here
+for a checkout's users. See ``parallel_rollout/envs/osworld/cache_tool.py``."""
 
-::
-
-    python scripts/osworld_cache.py where URL            # the path the cache keeps URL at
-    python scripts/osworld_cache.py put URL FILE         # copy FILE there
-    python scripts/osworld_cache.py missing DATA [--index test_all.json] [--domain D]
-                                                         # every http(s) file the run's tasks
-                                                         # download that is not cached yet
-                                                         # (not the web pages Chrome opens)
-
-``missing`` takes what the run takes: its ``--data`` (an OSWorld folder, or a task file) and,
-for a folder, its ``--osworld-index`` and ``--domain``; the dry run's note names the command
-with the run's own. It loads them as the run does (a domain the index lacks, a folder that is
-none: the loader's message, exit 2) and lists ``<domain>/<task id>\t<url>`` per file.
-
-The cache is ``$PARALLEL_ROLLOUT_OSWORLD_CACHE`` or ``~/.cache/parallel-rollout/osworld``
-(see ``parallel_rollout/envs/osworld/downloads.py``). A file an earlier version had put at
-``<cache>/<task id>/<name>`` counts as cached, as a run takes it from there too.
-"""
-
-from __future__ import annotations
-
-import argparse
-import os
-import shutil
 import sys
-from pathlib import Path
 
-from parallel_rollout.config import build_config
-from parallel_rollout.envs.osworld import downloads
-from parallel_rollout.envs.osworld.sources import task_sources
-from parallel_rollout.envs.registry import task_validators
-from parallel_rollout.errors import ConfigError, TaskFileError
-from parallel_rollout.tasks import load_task_set
-from parallel_rollout.tasks_osworld import DEFAULT_INDEX
-
-
-def main(argv: list[str] | None = None) -> int:
-    """The command line above."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    where = sub.add_parser("where")
-    where.add_argument("url")
-    put = sub.add_parser("put")
-    put.add_argument("url")
-    put.add_argument("file", type=Path)
-    missing = sub.add_parser("missing")
-    missing.add_argument("data", help="the run's --data: an OSWorld folder, or a task file")
-    missing.add_argument("--index", default=DEFAULT_INDEX, help="the run's --osworld-index")
-    missing.add_argument("--domain", default="all")
-    args = parser.parse_args(argv)
-    if args.command == "where":
-        print(downloads.cache_path(args.url))
-    elif args.command == "put":
-        if not args.file.is_file():
-            print(f"osworld_cache.py put: no such file {args.file}", file=sys.stderr)
-            return 2
-        target = downloads.cache_path(args.url)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        # a copy cut short must not be taken for the file: a run uses whatever is at target
-        partial = target.with_name(f".{target.name}.part")
-        shutil.copyfile(args.file, partial)
-        os.replace(partial, target)
-        print(target)
-    else:
-        try:  # the run's settings as the run makes them (--osworld-index a path from here, or the folder's)
-            cfg = build_config({"mode": "osworld", "data": args.data, "osworld_index": args.index, "domain": args.domain})
-            task_set = load_task_set(cfg.data, default_mode="osworld", validators=task_validators(),
-                                     domain=cfg.domain, index=cfg.osworld_index)
-        except (ConfigError, TaskFileError) as exc:
-            print(f"osworld_cache.py missing: {exc}", file=sys.stderr)
-            return 2
-        for task in task_set.tasks + [left.task for left in task_set.unsupported]:
-            urls = [url for url in task_sources(task.payload) if downloads.is_remote(url)]
-            for url in dict.fromkeys(urls):
-                if downloads.cached(url, task.id) is None:
-                    print(f"{task_set.domains.get(task.id, 'all')}/{task.id}\t{url}")
-    return 0
-
+from parallel_rollout.envs.osworld.cache_tool import main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(prog="osworld_cache.py"))

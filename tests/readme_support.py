@@ -21,6 +21,21 @@ VENV_BIN = Path(sys.executable).parent
 INSTALLED = {**ENV, "PATH": f"{VENV_BIN}:{ENV['PATH']}"}
 
 
+def one_download_task_folder(tmp_path: Path) -> tuple[Path, str]:
+    """An OSWorld folder (``evaluation_examples``) of one task, os/t1, whose one download step
+    fetches the URL returned; the file to put in the cache for it is ``tmp_path/budget.xlsx``."""
+    url = "https://example.com/files/budget.xlsx"
+    folder = tmp_path / "evaluation_examples"
+    (folder / "examples" / "os").mkdir(parents=True)
+    (folder / "test_all.json").write_text(json.dumps({"os": ["t1"]}))
+    (folder / "examples" / "os" / "t1.json").write_text(json.dumps({
+        "id": "t1", "instruction": "open it", "config": [
+            {"type": "download", "parameters": {"files": [{"url": url, "path": "/home/user/budget.xlsx"}]}}],
+        "evaluator": {"func": "infeasible"}}))
+    (tmp_path / "budget.xlsx").write_bytes(b"PK\x03\x04 a workbook")
+    return folder, url
+
+
 def readme_section(title: str | None) -> str:
     """The text of the README's ``## title`` section (None: what comes before the first one)."""
     text = (ROOT / "README.md").read_text(encoding="utf-8")

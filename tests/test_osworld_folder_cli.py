@@ -237,7 +237,7 @@ def test_web_pages_a_task_opens_are_no_files_to_cache(tmp_path):
 
 
 def test_the_dry_runs_cache_note_names_the_listing_of_the_runs_own_tasks(tmp_path):
-    """The note on uncached files names the osworld_cache.py command for the run's own --data,
+    """The note on uncached files names the osworld-cache command for the run's own --data,
     --osworld-index and --domain, which lists the files of the tasks it counted, run from any
     folder, by the interpreter that has the package (./dev run's users have no virtualenv
     active): it said `python scripts/osworld_cache.py missing`, which lists a set of the
@@ -258,7 +258,7 @@ def test_the_dry_runs_cache_note_names_the_listing_of_the_runs_own_tasks(tmp_pat
     [note] = [line for line in done.stdout.splitlines() if "not in the download cache" in line]
     count = int(note.split("note: ", 1)[1].split()[0])
     command = shlex.split(note.split("setup_failed; ", 1)[1].removesuffix(" lists them"))
-    assert command[0] == sys.executable and command[2:4] == ["missing", str(EXAMPLES)], command
+    assert command[:6] == [sys.executable, "-m", "parallel_rollout", "osworld-cache", "missing", str(EXAMPLES)], command
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     # as printed, from another folder, in a shell with no virtualenv active (./dev run's users)

@@ -4,20 +4,34 @@ console script, and math-verify only under the ``math`` extra (sympy is ~80 MB).
 
 from __future__ import annotations
 
+import os
+import shlex
 import subprocess
 import sys
+import sysconfig
 import zipfile
 from email.parser import Parser
+from pathlib import Path
+
+import pytest
 
 from conftest import ROOT
+from readme_support import one_download_task_folder
 
 
-def test_the_wheel_ships_licence_types_script_and_a_lean_base(tmp_path):
-    assert not (ROOT / "setup.cfg").exists() and not (ROOT / "setup.py").exists()  # one metadata file
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    """The project's wheel, as pip builds it (offline, from the checkout)."""
+    folder = tmp_path_factory.mktemp("wheel")
     build = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-                            "-w", str(tmp_path), str(ROOT)], capture_output=True, text=True, timeout=300)
+                            "-w", str(folder), str(ROOT)], capture_output=True, text=True, timeout=300)
     assert build.returncode == 0, build.stderr
-    (wheel,) = tmp_path.glob("parallel_rollout-*.whl")
+    (found,) = folder.glob("parallel_rollout-*.whl")
+    return found
+
+
+def test_the_wheel_ships_licence_types_script_and_a_lean_base(wheel):
+    assert not (ROOT / "setup.cfg").exists() and not (ROOT / "setup.py").exists()  # one metadata file
     with zipfile.ZipFile(wheel) as archive:
         names = archive.namelist()
         info = next(n.split("/")[0] for n in names if n.endswith(".dist-info/METADATA"))
@@ -41,3 +55,45 @@ def test_the_wheel_ships_licence_types_script_and_a_lean_base(tmp_path):
     assert not any(r.startswith(("math-verify", "sympy", "ray", "gymnasium")) for r in base), base
     assert any(r.startswith("math-verify") and 'extra == "math"' in r for r in requires)
     assert {"math", "rl", "osworld", "web", "rag", "ray", "test"} <= set(metadata.get_all("Provides-Extra"))
+
+
+def test_a_pip_install_lists_and_fills_the_osworld_cache_by_the_command_its_dry_run_names(wheel, tmp_path):
+    """A user who installed the wheel (no checkout, so no scripts/osworld_cache.py) is told by
+    the dry run of an OSWorld folder which command lists its uncached files, and that command
+    works: `parallel-rollout osworld-cache missing DATA`, then `put` fills the cache. The note
+    named `python .../scripts/osworld_cache.py`, a file a pip install does not have."""
+    venv = tmp_path / "venv"  # a fresh venv holding the wheel; the dependencies are the test venv's
+    env = {**{k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PARALLEL_ROLLOUT_PROG")},
+           "PATH": f"{venv / 'bin'}:/usr/bin:/bin", "PARALLEL_ROLLOUT_OSWORLD_CACHE": str(tmp_path / "cache")}
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=60)
+    done = subprocess.run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "-q", "--no-compile",
+                           "--no-deps", "--no-index", str(wheel)], capture_output=True, text=True, timeout=120,
+                          env={**env, "PATH": os.environ["PATH"]})
+    assert done.returncode == 0, done.stderr
+    purelib = Path(subprocess.check_output([venv / "bin" / "python", "-c",
+                                            "import sysconfig; print(sysconfig.get_path('purelib'))"], text=True, env=env).strip())
+    (purelib / "deps.pth").write_text(sysconfig.get_path("purelib") + "\n")  # a plain path: not the checkout's src
+    folder, url = one_download_task_folder(tmp_path)
+    where = subprocess.check_output([venv / "bin" / "python", "-c", "import parallel_rollout; print(parallel_rollout.__file__)"],
+                                    text=True, env=env)
+    assert Path(where).is_relative_to(purelib), where  # the installed package, not the checkout's
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    dry = subprocess.run(["parallel-rollout", "run", "--data", str(folder), "--dry-run", "--agent", "openai",
+                          "--base-url", "http://127.0.0.1:9/v1"], capture_output=True, text=True, timeout=120,
+                         env=env, cwd=elsewhere)
+    assert dry.returncode == 0, dry.stderr
+    [note] = [line for line in dry.stdout.splitlines() if "not in the download cache" in line]
+    command = note.split("setup_failed; ", 1)[1].removesuffix(" lists them")
+    assert command == f"parallel-rollout osworld-cache missing {folder}", note
+
+    def shell(line: str) -> str:
+        done = subprocess.run(line, shell=True, capture_output=True, text=True, timeout=60, env=env, cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    assert shell(command) == f"os/t1\t{url}\n"
+    put = Path(shell(f"parallel-rollout osworld-cache put {shlex.quote(url)} budget.xlsx").strip())
+    assert put.is_relative_to(tmp_path / "cache") and put.read_bytes() == b"PK\x03\x04 a workbook"
+    assert shell(command) == ""
+    assert shell(f"{venv / 'bin' / 'python'} -m parallel_rollout osworld-cache missing {folder}") == ""

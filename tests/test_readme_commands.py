@@ -25,7 +25,8 @@ from conftest import assert_exactly_once, shell_task, write_tasks
 from parallel_rollout.envs.osworld import downloads
 from parallel_rollout.envs.osworld.sources import evaluation_sources
 from llm_server import LLMServer, lookup_solver, reply_with_counts
-from readme_support import ENV, INSTALLED, bash, readme_lines, readme_section, run_every_shipped_desktop_task
+from readme_support import (ENV, INSTALLED, bash, one_download_task_folder, readme_lines, readme_section,
+                            run_every_shipped_desktop_task)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -260,23 +261,15 @@ def test_the_report_compare_and_list_commands(nightly):
 
 
 def test_the_osworld_cache_script_lists_and_fills_the_download_cache(tmp_path):
-    """`scripts/osworld_cache.py missing|put` lists and fills the cache, on a machine without
+    """`parallel-rollout osworld-cache missing|put` lists and fills the cache, on a machine without
     internet: a task folder with one download step, its file put by hand."""
-    assert "`scripts/osworld_cache.py missing|put` lists and fills it" in " ".join(readme_section(
+    assert "`parallel-rollout osworld-cache missing|put` lists and fills it" in " ".join(readme_section(
         "Desktop tasks (osworld)").split())
-    url = "https://example.com/files/budget.xlsx"
-    folder = tmp_path / "evaluation_examples"
-    (folder / "examples" / "os").mkdir(parents=True)
-    (folder / "test_all.json").write_text(json.dumps({"os": ["t1"]}))
-    (folder / "examples" / "os" / "t1.json").write_text(json.dumps({
-        "id": "t1", "instruction": "open it", "config": [
-            {"type": "download", "parameters": {"files": [{"url": url, "path": "/home/user/budget.xlsx"}]}}],
-        "evaluator": {"func": "infeasible"}}))
-    (tmp_path / "budget.xlsx").write_bytes(b"PK\x03\x04 a workbook")
+    folder, url = one_download_task_folder(tmp_path)
     env = {**INSTALLED, "PARALLEL_ROLLOUT_OSWORLD_CACHE": str(tmp_path / "cache")}
 
     def script(args: str) -> str:
-        proc = bash(f"python {ROOT / 'scripts' / 'osworld_cache.py'} {args}", tmp_path, env=env, timeout=60)
+        proc = bash(f"parallel-rollout osworld-cache {args}", tmp_path, env=env, timeout=60)
         assert proc.returncode == 0, proc.stderr[-3000:]
         return proc.stdout
 

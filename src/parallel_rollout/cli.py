@@ -388,6 +388,18 @@ def sweep(provider_name: str, run_id: str | None, backend: str, ray_address: str
     click.echo(f"removed {len(removed)} {provider_name} VM(s)" + (": " + ", ".join(removed) if removed else ""))
 
 
+@main.command("osworld-cache", add_help_option=False,
+              context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def osworld_cache(args: tuple[str, ...]) -> None:
+    """Fill or inspect OSWorld's download cache for a machine without internet: where URL,
+    put URL FILE, missing DATA [--index I] [--domain D] (osworld-cache --help)."""
+    from .envs.osworld.cache_tool import COMMAND, main as cache_main
+    from .provenance import program
+
+    sys.exit(cache_main(list(args), prog=f"{program()} {COMMAND}"))
+
+
 # the commands that read runs already written (cli_runs.py)
 main.add_command(report_cmd)
 main.add_command(compare_cmd)

@@ -17,9 +17,6 @@ from __future__ import annotations
 
 import difflib
 import os
-import shlex
-import shutil
-import sys
 from typing import Any, Callable
 
 import click
@@ -28,6 +25,7 @@ from click.shell_completion import CompletionItem
 
 from .cli_aliases import translate_osworld_flags
 from .config_checks import check_not_stdout
+from .provenance import program
 
 #: the prefix of every flag's environment variable: PARALLEL_ROLLOUT_<FLAG> for run's flags
 ENV_PREFIX = "PARALLEL_ROLLOUT"
@@ -181,22 +179,8 @@ def refuse_stdout(ctx: click.Context, param: click.Parameter, value: str | None)
 
 def invoked_as(argv0: str | None = None) -> str:
     """The command that reaches ``run`` as the user typed it, for the hints it prints (the
-    resume command): ``./dev run`` (``dev`` sets ``PARALLEL_ROLLOUT_PROG``), the script of
-    ``python run_parallel_rollout.py``, ``python -m parallel_rollout``, or the entry point:
-    ``parallel-rollout run`` when that is the one on PATH, else its path."""
-    prog = os.environ.get(f"{ENV_PREFIX}_PROG")
-    if prog:
-        return f"{prog} run"
-    script = sys.argv[0] if argv0 is None else argv0
-    name = os.path.basename(script)
-    if name.endswith(".py"):  # run_parallel_rollout.py, or -m parallel_rollout[.cli]
-        if os.path.dirname(os.path.abspath(script)) == os.path.dirname(os.path.abspath(__file__)):
-            return f"{shlex.quote(sys.executable)} -m parallel_rollout run"
-        return f"{shlex.quote(sys.executable)} {shlex.quote(script)} run"
-    found = shutil.which(name) if name else None
-    if found and script and os.path.realpath(found) == os.path.realpath(script):
-        return f"{name} run"
-    return f"{shlex.quote(script) if script else 'parallel-rollout'} run"
+    resume command): :func:`provenance.program`'s, then ``run``."""
+    return f"{program(argv0)} run"
 
 
 def unknown_variables(ctx: click.Context, command: click.Command) -> list[str]:

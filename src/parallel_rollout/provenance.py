@@ -36,6 +36,9 @@ import hashlib
 import logging
 import os
 import platform
+import shlex
+import shutil
+import sys
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -59,6 +62,28 @@ MODE_DEPENDENCIES = {
 }
 #: read size when hashing
 _CHUNK = 1 << 20
+
+
+def program(argv0: str | None = None) -> str:
+    """The command that reaches the tool as the user typed it, for the commands its hints
+    print (the resume line, the dry run's ``osworld-cache missing``): ``./dev`` (``dev`` sets
+    ``PARALLEL_ROLLOUT_PROG``), the script of ``python run_parallel_rollout.py``, ``python -m
+    parallel_rollout``, or the entry point: ``parallel-rollout`` when that is the one on PATH,
+    else its path. Each works where the user typed it, whether the package is installed by
+    pip or run from a checkout."""
+    prog = os.environ.get("PARALLEL_ROLLOUT_PROG")
+    if prog:
+        return prog
+    script = sys.argv[0] if argv0 is None else argv0
+    name = os.path.basename(script)
+    if name.endswith(".py"):  # run_parallel_rollout.py, or -m parallel_rollout[.cli]
+        if os.path.dirname(os.path.abspath(script)) == os.path.dirname(os.path.abspath(__file__)):
+            return f"{shlex.quote(sys.executable)} -m parallel_rollout"
+        return f"{shlex.quote(sys.executable)} {shlex.quote(script)}"
+    found = shutil.which(name) if name else None
+    if found and script and os.path.realpath(found) == os.path.realpath(script):
+        return name
+    return shlex.quote(script) if script else "parallel-rollout"
 
 
 def provenance(cfg: RunConfig, modes: tuple[str, ...] | None = None,

@@ -5,7 +5,7 @@ can be seen from the task files alone, without a VM and without network:
 
 * a file it fetches by URL (``download`` steps, ``cloud_file`` getters) that is not in the
   download cache (``downloads.cache_path``): the run downloads it, and without internet it
-  cannot (``scripts/osworld_cache.py missing`` lists the URLs, ``put`` fills them in);
+  cannot (``osworld-cache missing`` lists the URLs, ``put`` fills them in: :mod:`.cache_tool`);
 * an app it launches that the provider's VMs lack: ``code`` (VS Code, not in Debian) and
   ``nautilus`` on the desktop images this project builds (docker, qemu); for the process
   provider, whose sandboxes see the host's ``/usr``, the host's PATH decides. Remote, vmware
@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import shlex
 import shutil
-import sys
 from collections import defaultdict
 from pathlib import Path
 from typing import Any, Iterable
 
+from ... import provenance
 from ...tasks_osworld import DEFAULT_INDEX
 from . import downloads
 from .sources import task_sources
@@ -81,18 +81,17 @@ def _they(count: int, end: str = "") -> str:
 
 
 def missing_command(data: str, index: str, domain: str) -> str:
-    """The ``osworld_cache.py missing`` command that lists the uncached files of the tasks a
-    run of ``data`` (its ``--osworld-index`` and ``--domain``) reads: the checkout's script by
-    its path, as the dry run may be run from any folder, and the interpreter running this one,
-    which has the package (``./dev run`` activates no virtualenv in the user's shell)."""
-    script = Path(__file__).resolve().parents[4] / "scripts" / "osworld_cache.py"
-    words = [sys.executable or "python", str(script) if script.is_file() else "scripts/osworld_cache.py",
-             "missing", data]
+    """The ``osworld-cache missing`` command that lists the uncached files of the tasks a run
+    of ``data`` (its ``--osworld-index`` and ``--domain``) reads, under the program the user
+    reached this one by (``parallel-rollout``, ``./dev``, ``python -m parallel_rollout``,
+    ``python run_parallel_rollout.py``): a command of the package, which a pip install has
+    as a checkout does, where a checkout's ``scripts/`` is not installed."""
+    words = ["osworld-cache", "missing", data]
     if Path(index).parent != Path() and Path(index).resolve().parent == Path(data).resolve():
         index = Path(index).name  # --test_all_meta_path names it by a path: the same note as by its name
     words += ["--index", index] if index != DEFAULT_INDEX else []
     words += ["--domain", domain] if domain != "all" else []
-    return shlex.join(words)
+    return f"{provenance.program()} {shlex.join(words)}"
 
 
 def census_notes(tasks: list[Any], provider_name: str, listing: str) -> list[str]:
