@@ -6,6 +6,7 @@ leaks fails even when its own assertions passed.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -335,13 +336,43 @@ EXCLUSIVE = ("tests/providers/test_remote", "tests/test_web_remote.py",
              "tests/test_ray_backend.py::test_remote_vms_are_one_pool_leased_from_every_node")
 
 
+def xdist_scope(nodeid: str) -> str:
+    """What one pytest-xdist worker runs together: a group of XDIST_GROUPS, the whole of a module
+    that has a module-scoped fixture (a hostile table's run, a built wheel: built once, not once
+    a worker and again whenever that worker's turn in the module is broken), else the test."""
+    group = next((name for start, name in XDIST_GROUPS if nodeid.startswith(start)), None)
+    if group:
+        return group
+    module = nodeid.split("::", 1)[0]
+    return module if _has_module_fixture(module) else nodeid
+
+
+@functools.lru_cache(maxsize=None)
+def _has_module_fixture(module: str) -> bool:
+    path = Path(__file__).parent.parent / module
+    return path.suffix == ".py" and 'scope="module"' in path.read_text()
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadgroup``, its work units from :func:`xdist_scope`. xdist 3.8 names a test's
+    ``xdist_group`` by rewriting ``Item._nodeid``, which pytest 9 no longer reads, so the mark
+    grouped nothing: the providers' and Ray's tests ran on both workers, and every module
+    fixture was built on each."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadGroupScheduling
+
+    class Scheduling(LoadGroupScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return xdist_scope(nodeid)
+
+    return Scheduling(config, log)
+
+
 def pytest_collection_modifyitems(config, items):
     """Leave the tests marked ``slow`` (and SLOW_CASES) out of the default run, so it stays
-    lean; ``--slow`` or PR_SLOW=1 runs them too. Put each test of XDIST_GROUPS in its group."""
+    lean; ``--slow`` or PR_SLOW=1 runs them too."""
     for item in items:
-        group = next((name for start, name in XDIST_GROUPS if item.nodeid.startswith(start)), None)
-        if group:
-            item.add_marker(pytest.mark.xdist_group(group))
         if item.nodeid.startswith(EXCLUSIVE):
             item.add_marker(pytest.mark.exclusive)
     if config.getoption("--slow") or os.environ.get("PR_SLOW") == "1":
