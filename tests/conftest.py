@@ -350,7 +350,7 @@ def xdist_scope(nodeid: str) -> str:
 @functools.lru_cache(maxsize=None)
 def _has_module_fixture(module: str) -> bool:
     path = Path(__file__).parent.parent / module
-    return path.suffix == ".py" and 'scope="module"' in path.read_text()
+    return path.suffix == ".py" and path.is_file() and 'scope="module"' in path.read_text()
 
 
 def pytest_xdist_make_scheduler(config, log):
