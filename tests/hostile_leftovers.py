@@ -64,4 +64,9 @@ LEFTOVER_PY_ROWS = {
     "return_the_input_for_a_copy": ("    return a\n",
                                     "def check(candidate):\n    a = [1, 2]\n    r = candidate(a, [])\n"
                                     "    assert r == [1, 2] and r is not a\n"),
+    # raises StopIteration: in a call that map() makes it ended the tests' iteration early, and
+    # all(map(...)) held for an answer that answers nothing
+    "stop_the_tests_iteration": ("    raise StopIteration\n",
+                                 "def check(candidate):\n"
+                                 "    assert all(map(lambda p: candidate(*p) == sum(p), [(2, 3), (-1, 1)]))\n"),
 }

@@ -22,7 +22,10 @@ whose ``__eq__`` always says yes cannot cross. What a call changes in its argume
 list sorted in place, a dict filled) comes back with its answer and is made in the tests'
 own objects (``_sync``), as one process would have left them: a test that an answer leaves
 its input alone, or fills it, checks it here too; and a list, dict or set of the arguments
-that the answer returns is the tests' own object (``candidate(x) is x``), not a copy. Killing the
+that the answer returns is the tests' own object (``candidate(x) is x``), not a copy. What the
+answer raises reaches the tests as the builtin exception it names, but StopIteration (and
+StopAsyncIteration) as a RuntimeError, as PEP 479 makes it out of a generator: it would end an
+iteration of the tests' (``all(map(...))``) early, a pass for an answer that answers nothing. Killing the
 judge leaves no verdict, which the host grades ``killed``. The answer's process is a fresh
 interpreter, not a fork: it never holds the tests, and this script, which does, is no file
 it could read: the agent hands it over as a sealed memfd (``/proc/self/fd/N``, which the
@@ -284,7 +287,11 @@ def main():
                 _sync(kwargs[name], _dec(new))
         if "error" in answer:
             kind = getattr(builtins, str(answer.get("type")), None)
-            if not (isinstance(kind, type) and issubclass(kind, Exception)):
+            # StopIteration (and its async kin) out of the answer is a RuntimeError, as PEP 479
+            # makes it out of a generator: raised in a call that map() or iter(f, end) makes,
+            # it would end the tests' iteration early (all(map(...)) passed every answer)
+            if not (isinstance(kind, type) and issubclass(kind, Exception)) \
+                    or issubclass(kind, (StopIteration, StopAsyncIteration)):
                 kind = RuntimeError
             try:
                 error = kind(answer.get("message", ""))
