@@ -117,6 +117,25 @@ def test_fractional_ratio_and_bad_partition_are_refused(shared, sibling):
                                       num_groups_partition=[2, 1]))
 
 
+def test_an_unnamed_sibling_never_takes_a_name_a_trainer_gave(shared, sibling):
+    """An unnamed sibling is named ``<maker>-sibling<k>``: one named so by the trainer first
+    made every later unnamed sibling a ConfigError ("already runs (or ran)") that asked for a
+    name the trainer never gave. A name that could write another scheduler's sample keys (one
+    holding ':', one ending in a later session's '@s<k>') is refused."""
+    lake = EnvManagerConfig(group_size=1, tags=["FrozenLake"])
+    first = sibling(lake)
+    count = int(first.name.rsplit("sibling", 1)[1])
+    named = sibling(lake, name=f"base-sibling{count + 2}")  # the name the next unnamed one took
+    unnamed = [sibling(lake), sibling(lake)]
+    names = [first.name, named.name, *(s.name for s in unnamed)]
+    assert len(set(names)) == len(names) and all(n.startswith("base-sibling") for n in names), names
+    with pytest.raises(ConfigError, match="already runs"):
+        sibling(lake, name=unnamed[0].name)  # a name the trainer gives stays refused when taken
+    for bad in ("val:greedy", "val@s1", 7):
+        with pytest.raises(ConfigError, match="scheduler's name must be"):
+            sibling(lake, name=bad)
+
+
 def test_tags_of_two_modes_share_one_engine(shared, sibling):
     """A gym tag and a math tag (the issue's ["FrozenLake", "math"]) in one scheduler; a
     sibling whose tags need VMs the engine's pool was not made for is refused."""

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -67,6 +68,17 @@ class RunFolder:
     def close(self) -> None:
         """Release the folder's lock."""
         self._lock.release()
+
+
+def check_scheduler_name(name: object) -> str:
+    """``name`` if a scheduler may take it: a sample's key is ``<name>:<tag>/…``, and
+    ``<name>@s<k>:…`` in a later session, so a name holding ``:`` or ending in ``@s<k>`` could
+    write another scheduler's keys, and its trajectory files, in a folder's later session."""
+    if not isinstance(name, str) or not name or ":" in name or re.search(r"@s\d+$", name):
+        raise ConfigError(f"a scheduler's name must be a non-empty string without ':' that does not end in "
+                          f"'@s<number>' (its samples are named <name>:<tag>/…, a later session's "
+                          f"<name>@s<k>:…), got {name!r}")
+    return name
 
 
 def earlier_sessions(run_dir: Path) -> int:

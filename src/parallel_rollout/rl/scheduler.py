@@ -56,6 +56,7 @@ from .config import (EnvManagerConfig, check_count, check_run_config, load_tags,
 from .generation import GroupGeneration
 from .groups import Group, GroupFilter, Trajectory, check_group_filter
 from .metrics import batch_metrics
+from .run_folder import check_scheduler_name
 from .staleness import VersionLag, check_lag_options
 from .sources import (STATE_VERSION, ShuffledTasks, TaskSource, check_batch_partition, checked_state, task_entry,
                       task_of_entry)
@@ -121,7 +122,7 @@ class RolloutScheduler(ChosenBatches, GroupGeneration, ReadyBatches, TakingTurns
         #: bounds on a get_batch: its timeout, groups failed in a row, groups filtered (budget)
         self._budget = BatchBudget(max_failed_groups, max_filtered_groups, filter_fallback,
                                    endpoint=_endpoints(run_config.base_url))
-        self.name = name
+        self.name = check_scheduler_name(name)
         self.seed = whole_number_from("seed", seed, 0, "")
         #: this scheduler's sampling overrides (validation at temperature 0 …), sent with
         #: every attempt and merged over the run config's in each request
@@ -218,7 +219,7 @@ class RolloutScheduler(ChosenBatches, GroupGeneration, ReadyBatches, TakingTurns
             async_generation_ratio=self.ratio if async_generation_ratio is None else async_generation_ratio,
             group_filter=group_filter, failed_member=failed_member or self.failed_member,
             cut_reward=cut_reward or self.cut_reward,
-            name=name or f"{self.name}-sibling{len(self._shared.names)}",
+            name=name or self._shared.free_name(self.name),
             sampling=self.sampling if sampling is None else sampling, _shared=self._shared, **options)
 
     # -- the trainer's calls --------------------------------------------------------------

@@ -55,6 +55,14 @@ class SharedEngine:
 
     def leave(self, scheduler: Any) -> None:
         """Forget a closed sibling (its name stays taken)."""
+    def free_name(self, maker: str) -> str:
+        """A name no scheduler of this engine took, for an unnamed sibling of ``maker``:
+        ``<maker>-sibling<k>``, k from the count of names so far, past any a trainer gave."""
+        count = len(self.names)
+        while f"{maker}-sibling{count}" in self.names:
+            count += 1
+        return f"{maker}-sibling{count}"
+
         if scheduler in self.schedulers:
             self.schedulers.remove(scheduler)
 
