@@ -175,8 +175,8 @@ _STATE = ("JSON.stringify({local: localStorage.getItem('carried'), session: sess
           "cookie: document.cookie})")
 _OPEN_PAGE = """
 import socket
-s = socket.create_connection(("127.0.0.1", 9222), timeout=10)
-s.sendall(b"PUT /json/new?about:blank HTTP/1.1\\r\\nHost: 127.0.0.1:9222\\r\\nConnection: close\\r\\n\\r\\n")
+s = socket.create_connection(("127.0.0.1", PORT), timeout=10)
+s.sendall(b"PUT /json/new?about:blank HTTP/1.1\\r\\nHost: 127.0.0.1\\r\\nConnection: close\\r\\n\\r\\n")
 print(s.recv(4096).split(b"\\r\\n")[0].decode())
 """
 
@@ -197,7 +197,8 @@ def test_a_reset_leaves_no_browser_state_for_the_next_task(tmp_path):
                            "sessionStorage.setItem('carried', 'yes');"
                            "document.cookie = 'carried=yes; max-age=86400; path=/'; " + _STATE}, 30)
         assert json.loads(dirty["value"]) == {"local": "yes", "session": "yes", "cookie": "carried=yes"}
-        assert "200" in GuestClient(info.address).run_python(_OPEN_PAGE)["output"]
+        opened = GuestClient(info.address).run_python(f"PORT = {env.ports['cdp']}\n{_OPEN_PAGE}")
+        assert "200" in opened["output"], opened
         assert env._call({"op": "eval", "expression": "1"}, 30)["pages"] == 2
         # the same VM, reset as the pool resets it on release, then the next task
         info = provider.reset(info)

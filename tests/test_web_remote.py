@@ -17,6 +17,7 @@ import pytest
 from conftest import write_tasks
 from parallel_rollout.config import build_config
 from parallel_rollout.envs.registry import task_validators
+from parallel_rollout.envs.web.browser import PAGE_SERVER
 from parallel_rollout.envs.web.env import WebEnv, driver_source
 from parallel_rollout.guest import agent_reap
 from parallel_rollout.guest.client import GuestClient
@@ -93,7 +94,7 @@ def test_a_cut_episodes_browser_ends_at_the_machines_reset_and_at_its_stop(tmp_p
         for end in (provider.reset, provider.stop):
             started = start_episode(tmp_path, data, server, port)
             found = commands(started)
-            assert any("http.server" in c for c in found) and any("--headless" in c for c in found), found
+            assert any(PAGE_SERVER in c for c in found) and any("--headless" in c for c in found), found
             end(info)
             assert still_running(started) == [], end.__name__
         assert server.poll() is None  # the machine's agent itself is not ours to stop
@@ -127,7 +128,7 @@ def test_an_attempt_cut_at_its_task_timeout_leaves_no_browser_on_the_remote_mach
 
 #: run after browser.py's source in the guest: close Chromium through DevTools, wait for it to end
 _CLOSE = """
-ws = Socket(http_json("/json/version")["webSocketDebuggerUrl"], timeout=10)
+ws = Socket(_devtools("/json/version")["webSocketDebuggerUrl"], timeout=10)
 try:
     ws.call("Browser.close")
 except Exception:
@@ -165,7 +166,7 @@ def test_the_next_episode_on_a_remote_machine_starts_from_a_fresh_browser_profil
                              "document.cookie = 'carried=yes; max-age=86400; path=/'; " + _STATE}, 30)
         assert json.loads(dirty["value"])["local"] == "yes"
         # Chromium closed as a user closes it writes them to the profile (a kill may lose them)
-        closed = client.run_python(driver_source() + _CLOSE, timeout=60)
+        closed = client.run_python(f"{driver_source()}\nPORTS.update({first.ports!r})\n{_CLOSE}", timeout=60)
         assert "closed" in closed["output"], closed
         first.evaluate()  # the episode's end: what is left of its browser stops
         second = WebEnv(build_config(dict(mode="web", data=str(data), agent="oracle")))
@@ -196,3 +197,33 @@ def test_a_profile_folder_that_is_a_link_on_the_machine_is_used_as_it_is(tmp_pat
         env.evaluate()
     assert first["utterance"] and (tmp_path / ".cache" / "web-profile").is_symlink()
     assert not left.exists()
+
+
+def test_two_machines_on_one_host_run_their_web_episodes_at_once(tmp_path):
+    """Two agents on one host (two remote machines that are the same host), an episode on each
+    at once: each drives its own browser and page, by ports the OS gave. The driver's fixed
+    ports (DevTools 9222, the page server 8765) let the second episode's Chromium and server
+    fail to bind, and its start went on against the first one's."""
+    from parallel_rollout.envs.web.oracle import next_action
+
+    data = write_tasks(tmp_path / "web.jsonl", [web_task("click-button", seed=1), web_task("enter-text", seed=2)])
+    tasks = load_tasks(str(data), default_mode="web", validators=task_validators())
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    with remote_agent(tmp_path / "a", os.environ["PATH"]) as (_, port_a), \
+            remote_agent(tmp_path / "b", os.environ["PATH"]) as (_, port_b):
+        envs, seen = [], []
+        for task, port in zip(tasks, (port_a, port_b)):
+            env = WebEnv(build_config(dict(mode="web", data=str(data), agent="oracle")))
+            env.trajectory_dir = str(tmp_path / task.id)
+            seen.append(env.reset(task, GuestClient(f"http://127.0.0.1:{port}", timeout_s=60)))
+            envs.append(env)  # the first episode runs on while the second starts
+        assert envs[0].ports["cdp"] != envs[1].ports["cdp"] and envs[0].ports["http"] != envs[1].ports["http"]
+        done = [False, False]
+        for _ in range(10):  # their turns interleaved, each by the oracle of its own page
+            for i, env in enumerate(envs):
+                if not done[i]:
+                    step = env.step(next_action(env.env_name, seen[i]))
+                    seen[i], done[i] = step.observation, step.done
+        rewards = [env.evaluate()[0] for env in envs]
+    assert done == [True, True] and rewards == [1.0, 1.0], seen

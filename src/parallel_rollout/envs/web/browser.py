@@ -4,14 +4,15 @@ guest with each ``/run_python`` call, after ``cdp.py``'s (the DevTools client: a
 and a loopback HTTP GET) and followed by one call of ``main(request)``::
 
     host (WebEnv) ──/run_python: this source + main({...})──► guest python3
-                                                                 │ websocket, 127.0.0.1:PORT
+                                                                 │ websocket, 127.0.0.1:PORTS["cdp"]
                                                                  ▼
                                                    chromium --headless --no-sandbox
-                                                     └─ http://127.0.0.1:HTTP/miniwob/<env>.html
-                                                        (python3 -m http.server, in the VM)
+                                                     └─ http://127.0.0.1:PORTS["http"]/<env>.html
+                                                        (PAGE_SERVER: http.server, in the VM)
 
 ``start`` unpacks the MiniWoB files into the VM's home, starts the loopback file server and
-Chromium (its profile under the home, emptied first: on a machine no reset clears, the last
+Chromium, each on a port the OS gives (``PORTS``, which ``start`` answers and later requests
+carry; its profile under the home, emptied first: on a machine no reset clears, the last
 episode's cookies and local storage are gone all the same), opens the task's page, seeds MiniWoB's random generator and starts the episode.
 ``act`` carries out one action; ``observe`` reads the page; ``eval`` (tests, debugging)
 evaluates an expression in it; ``stop`` ends the server and Chromium (``PIDS``). Each answers one JSON line after
@@ -30,12 +31,27 @@ import sys
 import time
 
 try:  # on the host, a package; in the guest cdp.py's source comes first, in one program (driver_source)
-    from .cdp import CDP_PORT, Socket, http_get, http_json
+    from .cdp import Socket, http_get
 except ImportError:
     pass
 
 MARKER = "__PARALLEL_ROLLOUT_WEB__"
-HTTP_PORT = 8765
+#: the episode's loopback ports, each one the OS gave when it started (``start`` answers them,
+#: the host sends them back with every later request): Chromium's DevTools (``cdp``) and the
+#: page server's (``http``). Fixed ports collided where two agents share a host (two remote
+#: machines that are one, two runs at once) or one was taken (an OSWorld image's 9222 forward):
+#: the second episode's browser and server could not bind, and it drove the first one's page
+PORTS = {"cdp": None, "http": None}
+#: the page server: serves ROOT on the listening socket it is handed (its fd, then ROOT)
+PAGE_SERVER = """
+import functools, http.server, socket, sys
+sock = socket.socket(fileno=int(sys.argv[1]))
+handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=sys.argv[2])
+server = http.server.ThreadingHTTPServer(sock.getsockname(), handler, bind_and_activate=False)
+server.socket.close()
+server.socket = sock
+server.serve_forever()
+"""
 ROOT = os.path.join(os.path.expanduser("~"), "miniwob")
 PROFILE = os.path.join(os.path.expanduser("~"), ".cache", "web-profile")
 LOG = os.path.join(os.path.expanduser("~"), ".cache", "web-browser.log")
@@ -79,12 +95,12 @@ def _started(pid):
         return None
 
 
-def _spawn(argv):
+def _spawn(argv, pass_fds=()):
     import subprocess
 
     os.makedirs(os.path.dirname(LOG), exist_ok=True)
     log = open(LOG, "ab")
-    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, pass_fds=pass_fds,
                             start_new_session=True, cwd=os.path.expanduser("~"))
     with open(PIDS + ".tmp", "w") as fh:
         json.dump(_ours() + [[proc.pid, _started(proc.pid)]], fh)
@@ -134,11 +150,30 @@ def _wait(predicate, timeout, what):
         time.sleep(0.05)
 
 
+def _devtools(path):
+    """The JSON the browser's DevTools answer at ``path``."""
+    return json.loads(http_get(PORTS["cdp"], path)[1])
+
+
+def _pages():
+    return [t for t in _devtools("/json/list") if t.get("type") == "page"]
+
+
+def _devtools_port():
+    """The port Chromium's DevTools listen on, from the DevToolsActivePort file it writes in
+    its profile once they do (``--remote-debugging-port=0``: the OS picks it); None before."""
+    try:
+        with open(os.path.join(PROFILE, "DevToolsActivePort")) as fh:
+            first = fh.readline().strip()
+    except OSError:
+        return None
+    return int(first) if first.isdigit() and int(first) > 0 else None
+
+
 def _page_socket(timeout=10.0):
     """A connection to the task's page (the first page when none shows it yet)."""
-    pages = _wait(lambda: [t for t in http_json("/json/list") if t.get("type") == "page"],
-                  timeout, "no page target on the DevTools port")
-    ours = [t for t in pages if t.get("url", "").startswith(f"http://127.0.0.1:{HTTP_PORT}/")]
+    pages = _wait(_pages, timeout, "no page target on the DevTools port")
+    ours = [t for t in pages if t.get("url", "").startswith(f"http://127.0.0.1:{PORTS['http']}/")]
     return Socket((ours or pages)[0]["webSocketDebuggerUrl"], timeout=timeout)
 
 
@@ -165,8 +200,13 @@ def start(req):
                 os.unlink(entry.path)
             except OSError:
                 pass
-    _spawn([sys.executable, "-m", "http.server", str(HTTP_PORT), "--bind", "127.0.0.1",
-            "--directory", ROOT])
+    import socket
+
+    with socket.socket() as listener:  # the page server's port: the OS's, bound here, so it is known
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(64)
+        PORTS["http"] = listener.getsockname()[1]
+        _spawn([sys.executable, "-c", PAGE_SERVER, str(listener.fileno()), ROOT], pass_fds=(listener.fileno(),))
     width, height = req.get("width", 800), req.get("height", 600)
     _spawn([chromium, "--headless", "--no-sandbox", "--disable-gpu",
             "--disable-dev-shm-usage", "--no-first-run", "--no-default-browser-check",
@@ -174,10 +214,12 @@ def start(req):
             "--disable-component-update", "--disable-breakpad", "--disable-crash-reporter",
             "--mute-audio", "--hide-scrollbars", f"--window-size={width},{height}",
             f"--user-data-dir={PROFILE}", "--remote-debugging-address=127.0.0.1",
-            f"--remote-debugging-port={CDP_PORT}", "about:blank"])
-    _wait(lambda: http_json("/json/version"), req.get("boot_timeout", 40.0), "Chromium did not answer")
-    url = f"http://127.0.0.1:{HTTP_PORT}/{req['page']}"
-    _wait(lambda: http_get(HTTP_PORT, "/" + req["page"])[0] == 200, 10.0, "the file server did not answer")
+            "--remote-debugging-port=0", "about:blank"])
+    deadline = time.time() + req.get("boot_timeout", 40.0)
+    PORTS["cdp"] = _wait(_devtools_port, deadline - time.time(), "Chromium did not say its DevTools port")
+    _wait(lambda: _devtools("/json/version"), deadline - time.time(), "Chromium did not answer")
+    url = f"http://127.0.0.1:{PORTS['http']}/{req['page']}"
+    _wait(lambda: http_get(PORTS["http"], "/" + req["page"])[0] == 200, 10.0, "the file server did not answer")
     ws = _page_socket()
     ws.call("Page.enable")
     ws.call("Page.bringToFront")  # the page has focus: focus and blur events fire as for a user
@@ -191,7 +233,7 @@ def start(req):
     _eval(ws, setup + "core.startEpisodeReal(); true")
     _wait(lambda: _eval(ws, "WOB_TASK_READY"), 10.0, "the MiniWoB task did not get ready")
     time.sleep(req.get("settle_s", 0.05))
-    return observe(ws, req)
+    return {**observe(ws, req), "ports": dict(PORTS)}
 
 
 # -- reading the page --------------------------------------------------------------------------
@@ -374,6 +416,7 @@ def act(ws, action):
 
 def main(req):
     """Run one request and print its answer on a MARKER line."""
+    PORTS.update(req.get("ports") or {})  # the episode's, which its start answered
     try:
         if req["op"] == "start":
             try:
@@ -395,7 +438,7 @@ def main(req):
             answer["error"] = error
             if req["op"] == "eval":  # for tests and debugging: not an agent's action
                 answer["value"] = _eval(ws, req["expression"])
-                answer["pages"] = len([t for t in http_json("/json/list") if t.get("type") == "page"])
+                answer["pages"] = len(_pages())
     except Exception as exc:  # noqa: BLE001 - everything goes back to the host
         answer = {"fatal": f"{type(exc).__name__}: {exc}", "missing": isinstance(exc, BrowserMissing)}
     sys.stdout.write("\n" + MARKER + json.dumps(answer) + "\n")

@@ -9,7 +9,7 @@ A task names a MiniWoB++ environment and a seed::
 
 One episode, all of it inside the VM (``browser.py`` runs there through ``/run_python``)::
 
-    reset  bundle(env) ─► unpack in ~/miniwob, python3 -m http.server on 127.0.0.1,
+    reset  bundle(env) ─► unpack in ~/miniwob, a page server on 127.0.0.1 (ports: the OS's),
            chromium --headless --no-sandbox (profile in ~/.cache) ─► open the page,
            Math.seedrandom(seed), core.startEpisodeReal() ─► observation
     step   action (JSON or click("12")) ─► checked here ─► CDP: core.elementClick(ref) | mouse
@@ -140,12 +140,14 @@ class WebEnv(Env):
         self.steps = 0
         self.actions: list[Any] = []
         self.ended_by: str | None = None
+        self.ports: dict[str, int] | None = None  # the episode's loopback ports in the VM (its start says)
         limit = task.get("time_limit_s")
         seed = task.seed if task.seed is not None else 0
         request = {"op": "start", "bundle": catalog.bundle(self.env_name), "page": catalog.page(self.env_name),
                    "seed": seed, "width": WINDOW[0], "height": WINDOW[1],
                    "time_limit_ms": int(limit * 1000) if limit else None}
         self.state = self._call(request, START_TIMEOUT_S)
+        self.ports = self.state.pop("ports")
         return self._observation(None)
 
     def step(self, action: Any) -> StepResult:
@@ -190,7 +192,7 @@ class WebEnv(Env):
     def _call(self, request: dict[str, Any], timeout: float) -> dict[str, Any]:
         """Run the driver in the guest with one request; its answer. VMError when the guest
         or the browser broke (an infrastructure failure: the attempt is retried)."""
-        request = {**request, "screenshot": self.want_screenshot}
+        request = {**request, "screenshot": self.want_screenshot, "ports": self.ports}
         from .browser import MARKER
 
         result = self.vm.run_python(driver_program(request), timeout=timeout)
