@@ -53,6 +53,8 @@ EXTRACTION = {
     "I get 3 apples, then 4,000 pears": ("4000", "last_number"),
     "so x is -7 or so": ("-7", "last_number"),
     "it is 3/4 of the way": ("3/4", "last_number"),
+    "the distance is about 2.5e6 m": ("2.5e6", "last_number"),
+    "Answer: the mass is 1.2e-3 kg": ("1.2e-3", "answer_line"),
     "I have no idea.": (None, None),
     "": (None, None),
 }
@@ -101,6 +103,7 @@ GRADING = [
     ("5", "5.", True),
     ("-5", "-5.", True),
     ("(5, 6)", "(5., 6.)", True),
+    ("1/2", "\\frac{1.}{2.}", True),
     ("2e - 1", "2e-1", True),  # beside Euler's number, 2e-1 stays 2e - 1
     ("1001", "1e3", False),
     ("1000", "2.5e3", False),

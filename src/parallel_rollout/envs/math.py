@@ -46,12 +46,13 @@ _BOX = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])")
 _ANSWER_LINE = re.compile(r"(?:final\s+answer|answer)\s*(?:\*\*)?\s*(?::|is\b)\s*(?:\*\*)?(.*)$",
                           re.IGNORECASE | re.MULTILINE)
 # A sign counts only when it is not a binary minus ("3-5" ends in 5, not -5).
-_NUMBER = re.compile(r"(?:(?<![\w)\]}])-)?\d+(?:,\d{3})*(?:\.\d+)?(?:\s*/\s*\d+(?:\.\d+)?)?")
+# e-notation is the number's (2.5e6), not a last number 6.
+_NUMBER = re.compile(r"(?:(?<![\w)\]}])-)?\d+(?:,\d{3})*(?:\.\d+)?(?:[eE][+-]?\d+\b)?(?:\s*/\s*\d+(?:\.\d+)?)?")
 #: a formula in math delimiters: $$…$$, $…$, \\(…\\), \\[…\\]
 _MATH = re.compile(r"\$\$(.+?)\$\$|\$(.+?)\$|\\\((.+?)\\\)|\\\[(.+?)\\\]", re.DOTALL)
 #: a decimal point that closes a number (``5.``) at the end of the answer or of one of its
-#: items (before a comma, a closing bracket or a percent sign): not ``5. 6.``, which reads as 5 6
-_CLOSING_POINT = re.compile(r"(?<=\d)\.(?=\s*(?:$|[,;)\]%]|\\[}%)\]]|\\right))")
+#: items (before a comma, a closing bracket or brace, a percent sign): not ``5. 6.``, read as 5 6
+_CLOSING_POINT = re.compile(r"(?<=\d)\.(?=\s*(?:$|[,;)\]}%]|\\[}%)\]]|\\right))")
 #: a number in e-notation, its mantissa and its exponent
 _E_NUMBER = re.compile(r"([+-]?(?:\d+(?:\.\d*)?|\.\d+))[eE]([+-]?\d+)")
 #: Euler's number: an e that is no part of a word (commands removed first)
