@@ -10,8 +10,8 @@ from collections import Counter
 import pytest
 
 from llm_server import LLMServer
-from parallel_rollout.errors import ConfigError, RolloutError
-from parallel_rollout.rl import EnvManagerConfig, TaskSet, TaskSource, TaskSourceError
+from parallel_rollout.errors import ConfigError, RolloutError, RunLocked
+from parallel_rollout.rl import EnvManagerConfig, RolloutScheduler, TaskSet, TaskSource, TaskSourceError
 from parallel_rollout.rl.config import load_tasks_of
 from parallel_rollout.rl.sources import ShuffledTasks, quotas
 from rl_support import TINY, rl_config
@@ -318,11 +318,15 @@ def test_a_state_of_another_shape_is_refused_naming_the_field_and_nothing_loads(
         server.stop()
 
 
-def test_a_checkpoint_taken_after_close_keeps_the_groups_close_stopped(tmp_path, schedulers):
+def test_a_checkpoint_taken_after_close_keeps_the_groups_close_stopped(tmp_path, schedulers, monkeypatch):
     """A trainer stopped (Ctrl-C, a preemption) closes its scheduler in ``finally`` and then
     saves its checkpoint: state_dict() still answers on a closed scheduler, and the groups
     close() stopped mid-way (drawn, never handed out) are in it, so the restarted session
-    (same run_id, resume=True) runs those tasks next instead of skipping them."""
+    (same run_id, resume=True) runs those tasks next instead of skipping them. A Ctrl-C that
+    lands inside close() lists each of them once still (the groups it had noted as stopped
+    while they ran on were listed twice, and a resume played them twice), and the next
+    close() finishes it (it returned at once, leaving the engine running and the folder
+    locked till the exit)."""
     server = LLMServer(policy=lambda body: {**RIGHT, "sleep": 0.3}).start()
     try:
         config = EnvManagerConfig(group_size=2, tags=["lakes"], task_sets=_lakes(tmp_path, "lakes", 5))
@@ -330,6 +334,22 @@ def test_a_checkpoint_taken_after_close_keeps_the_groups_close_stopped(tmp_path,
                            async_generation_ratio=1)
         handed = first.get_batch(batch_size=4, step=0)
         running = first.state_dict()
+
+        def interrupted(*args, **kwargs):
+            raise KeyboardInterrupt
+
+        monkeypatch.setattr(first, "_drop", interrupted)  # after close() noted its groups, before it stops them
+        with pytest.raises(KeyboardInterrupt):
+            first.close()
+        assert first.state_dict() == running
+        monkeypatch.undo()
+        monkeypatch.setattr(first._shared.engine, "close", interrupted)  # the next one, as the engine stops
+        with pytest.raises(KeyboardInterrupt):
+            first.close()
+        assert first.state_dict() == running
+        with pytest.raises(RunLocked):  # the engine may still run: its folder stays locked
+            RolloutScheduler(rl_config(tmp_path, server, num_rollouts=1, run_id="grpo", resume=True), config)
+        monkeypatch.undo()
         first.close()
         state = json.loads(json.dumps(first.state_dict()))
         assert len(running["unreturned"]) == 2, running  # step 1's groups were under way

@@ -189,6 +189,7 @@ class RolloutScheduler(ChosenBatches, GroupGeneration, ReadyBatches, TakingTurns
         self._waiting = False
         self._closed = False
         self._closed_unreturned: list[Group] = []  # batch groups close() stopped (state_dict)
+        self._close_done = False                 # close() ran to its end (a Ctrl-C can cut it short)
         self._all: deque | None = None           # get_batch(-1): (tag, task, episode id) still to start
         self._warned_generated = False           # get_batch(-1) said its tags generate rooms
         self._all_done: list[Group] = []
@@ -317,8 +318,11 @@ class RolloutScheduler(ChosenBatches, GroupGeneration, ReadyBatches, TakingTurns
         episode counters, and the groups drawn but not yet handed out (started again first
         by ``load_state_dict``), those ``close()`` stopped included."""
         with self._cond:
-            unreturned = sorted([*[g for g in self._groups.values() if g.purpose == "batch"], *self._ready,
-                                 *self._closed_unreturned], key=lambda g: g.group_id)
+            # each group once, wherever close() was cut short (noted as stopped and still
+            # running, or finished since): a resume would play it twice
+            groups = {g.group_id: g for g in [*[g for g in self._groups.values() if g.purpose == "batch"],
+                                              *self._ready, *self._closed_unreturned]}
+            unreturned = sorted(groups.values(), key=lambda g: g.group_id)
             return {"version": STATE_VERSION, "source": self._source.state_dict(), "episodes": dict(self._episodes),
                     "unreturned": [self._unreturned(g.tag, g.task, g.episode_id, g.seed) for g in unreturned]
                                   + [self._unreturned(*entry) for entry in self._replay]}
@@ -428,13 +432,15 @@ class RolloutScheduler(ChosenBatches, GroupGeneration, ReadyBatches, TakingTurns
 
     def close(self) -> None:
         """Stop this scheduler's generation; the scheduler that started the engine also
-        stops the engine (workers, pool, VMs) and the gate. Idempotent."""
+        stops the engine (workers, pool, VMs) and the gate. Idempotent; one that a Ctrl-C
+        cut short is finished by the next call (``finally: close()``)."""
         with self._cond:
-            if self._closed:
+            if self._close_done:
                 return
             self._closed = True
             # drawn and never handed out: a checkpoint taken after close() starts them again
-            self._closed_unreturned = [g for g in self._groups.values() if g.purpose == "batch"]
+            self._closed_unreturned += [g for g in self._groups.values()
+                                        if g.purpose == "batch" and g not in self._closed_unreturned]
             for group in list(self._groups.values()):
                 self._drop(group, "closed")
             self._cond.notify_all()
@@ -443,6 +449,7 @@ class RolloutScheduler(ChosenBatches, GroupGeneration, ReadyBatches, TakingTurns
             self._shared.leave(self)  # and lets this one go (a trainer's per-evaluation sibling)
         else:
             self._shared.close()
+        self._close_done = True
 
     def __enter__(self) -> "RolloutScheduler":
         return self

@@ -40,6 +40,8 @@ class SharedEngine:
         #: folder, so no later scheduler may take it
         self.names: set[str] = set()
         self.closed = False
+        #: close() ran to its end (``closed`` is set at its start)
+        self._stopped = False
         #: the thread whose suspend() shut the gate, until a resume() (what a get_batch of
         #: that thread refuses to wait for)
         self.suspended_by: int | None = None
@@ -53,8 +55,6 @@ class SharedEngine:
         self.schedulers.append(scheduler)
         self.names.add(scheduler.name)
 
-    def leave(self, scheduler: Any) -> None:
-        """Forget a closed sibling (its name stays taken)."""
     def free_name(self, maker: str) -> str:
         """A name no scheduler of this engine took, for an unnamed sibling of ``maker``:
         ``<maker>-sibling<k>``, k from the count of names so far, past any a trainer gave."""
@@ -63,6 +63,8 @@ class SharedEngine:
             count += 1
         return f"{maker}-sibling{count}"
 
+    def leave(self, scheduler: Any) -> None:
+        """Forget a closed sibling (its name stays taken)."""
         if scheduler in self.schedulers:
             self.schedulers.remove(scheduler)
 
@@ -164,19 +166,29 @@ class SharedEngine:
     def close(self) -> None:
         """End every scheduler's generation and stop the engine, workers, pool and gate.
         Idempotent; safe from ``finally`` after Ctrl-C and at interpreter exit."""
-        if self.closed:
+        if self._stopped:
             return
-        self.closed = True
-        atexit.unregister(self.close)
+        self.closed = True  # a close() a Ctrl-C cut short stays to be finished: by the next call, or at exit
         for scheduler in list(self.schedulers):
             scheduler.mark_closed()
         self.gate.resume()  # nobody stays parked at the gate while the workers stop
         try:
             self.engine.close(grace=0.0)
-        finally:
-            self.gate.close()
-            self.store.close()
-            self.folder.close()  # last: the folder is another run's to write only once all is stopped
+        except KeyboardInterrupt:
+            raise  # the engine may run on: its folder stays locked till a close() stops it
+        except BaseException:
+            self._release()
+            raise
+        self._release()
+        self._stopped = True
+        atexit.unregister(self.close)
+
+    def _release(self) -> None:
+        """Close the gate and the results file, and unlock the folder (last: the folder is
+        another run's to write only once all is stopped)."""
+        self.gate.close()
+        self.store.close()
+        self.folder.close()
 
 
 def files_of(data: list[str | None]) -> list[str]:
