@@ -309,3 +309,31 @@ def test_a_missing_baseline_is_not_said_to_let_a_run_go_on_that_a_bad_task_file_
     ran = run_cli(tmp_path, [shell_task("a")], "night", "--compare-to", "missed-night")
     assert ran.exit_code == exit_codes.EXIT_NO_VERDICT
     assert "--compare-to missed-night: " in ran.output and "the run goes on" in ran.output, ran.output
+
+
+def test_a_baseline_that_cannot_be_read_or_a_comparison_that_cannot_be_written_is_no_pass(tmp_path):
+    """A baseline with a corrupted line raised past the gates: the run exited 0 at 0% success
+    (a traceback in its log), its --fail-under not applied either. It is no verdict (5), and
+    --fail-under still judges (3). A comparison whose files cannot be written (a full disk)
+    keeps its verdict: it was exit 0 too."""
+    out = tmp_path / "out"
+    ids = [f"t{i}" for i in range(6)]
+    assert run_cli(tmp_path, [shell_task(i) for i in ids], "base").exit_code == 0
+    results = out / "base" / "results.jsonl"
+    whole = results.read_text()
+    lines = whole.splitlines(keepends=True)
+    results.write_text("".join(lines[:2] + ['{"key": "t2#0", "att\n'] + lines[3:]))  # a bad sector's line
+    worse = [failing_task(i) for i in ids]
+    tonight = run_cli(tmp_path, worse, "tonight", "--compare-to", "base")
+    assert tonight.exit_code == exit_codes.EXIT_NO_VERDICT, tonight.output
+    assert f"--compare-to base: no verdict: cannot read the baseline: {results}:3: corrupted record" in tonight.output
+    gated = run_cli(tmp_path, worse, "tonight", "--resume", "--fail-under", "0.5")
+    assert gated.exit_code == exit_codes.EXIT_BELOW_THRESHOLD, gated.output
+    assert "success rate 0.0% is below --fail-under 0.5" in gated.output and "no verdict" in gated.output
+
+    results.write_text(whole)
+    (out / "tonight" / "compare-base.txt").mkdir()  # where the comparison's text goes: not writable
+    judged = run_cli(tmp_path, worse, "tonight", "--resume", "--fail-under", "0")
+    assert judged.exit_code == exit_codes.EXIT_REGRESSION, judged.output
+    assert "significant regression against base" in judged.output
+    assert f"cannot write {out / 'tonight' / 'compare-base.txt'}" in judged.output

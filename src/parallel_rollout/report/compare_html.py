@@ -83,10 +83,17 @@ def write_comparison(run_a: RunData | str | Path, run_b: RunData | str | Path,
     b = run_b if isinstance(run_b, RunData) else RunData.load(run_b, with_events=False)
     comparison = compare_runs(a, b)
     text = format_comparison(comparison)
+    return comparison, text, write_compared(comparison, text, a, b, html_path)
+
+
+def write_compared(comparison: Comparison, text: str, a: RunData, b: RunData,
+                   html_path: str | Path | None = None) -> Path:
+    """Write the text and the page of ``comparison`` (A's run to B's; default: into B's
+    folder); CannotWrite where they cannot be written. Returns the page's path."""
     html_path = Path(html_path) if html_path is not None else b.run_dir / f"compare-{a.run_id}.html"
     where = html_path.parent.resolve()
     report_a = os.path.relpath(a.run_dir.resolve() / "report.html", where)
     report_b = os.path.relpath(b.run_dir.resolve() / "report.html", where)
     write_text_whole(html_path.with_suffix(".txt"), text + "\n")
     write_text_whole(html_path, render_comparison(comparison, report_a, report_b))
-    return comparison, text, html_path
+    return html_path

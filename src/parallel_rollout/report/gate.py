@@ -7,8 +7,9 @@
 * ``--fail-under RATE``: the success rate (final samples) below RATE → exit 3;
 * ``--compare-to RUN_ID``: a significant regression against that run of the same
   ``--output-dir`` (``compare.Comparison.regressed``) → exit 4; no shared sample, an
-  unfinished baseline (``cannot_judge``) or no such run (``missing_baseline``: a nightly
-  job's missed night, warned of at the run's start) → exit 5; the comparison is kept
+  unfinished baseline (``cannot_judge``), no such run (``missing_baseline``: a nightly
+  job's missed night, warned of at the run's start) or one that cannot be read (a
+  corrupted line) → exit 5, as is a gate that raised: never 0; the comparison is kept
   as ``compare-<RUN_ID>.txt`` and ``.html`` in the run folder.
 
 An aborted or interrupted run keeps its own exit code: a gate judges finished runs only.
@@ -24,7 +25,9 @@ from typing import Any
 
 from ..logs import NOT_ON_CONSOLE
 from ..exit_codes import EXIT_ABORTED, EXIT_BELOW_THRESHOLD, EXIT_NO_VERDICT, EXIT_OK, EXIT_REGRESSION
-from .compare_html import write_comparison
+from ..errors import ConfigError
+from .compare import compare_runs, format_comparison
+from .compare_html import write_compared
 from .files import CannotWrite
 from .html import write_report
 from .junit import write_junit
@@ -40,19 +43,7 @@ def gate(config: Any, data: RunData) -> tuple[int, str]:
         failed.append((EXIT_NO_VERDICT, f"--compare-to {config.compare_to}: no verdict: there is no run "
                                         f"{config.compare_to} in {config.output_dir} (no results.jsonl)"))
     elif config.compare_to is not None:
-        comparison, text, _ = write_comparison(Path(config.output_dir) / config.compare_to, data)
-        log.info("%s", text)
-        for warning in comparison.warnings:
-            log.warning("--compare-to %s: %s", config.compare_to, warning)
-        if comparison.cannot_judge:
-            failed.append((EXIT_NO_VERDICT, f"--compare-to {config.compare_to}: no verdict: "
-                                            f"{comparison.cannot_judge}"))
-        elif comparison.regressed:
-            failed.append((EXIT_REGRESSION,
-                           f"significant regression against {config.compare_to}: success rate "
-                           f"{_pct(comparison.success_rate_a)} -> {_pct(comparison.success_rate_b)} on "
-                           f"{comparison.shared} shared samples, {len(comparison.pass_to_fail)} pass->fail, "
-                           f"{_test_name(comparison)} p={comparison.pass_fail.p_value:.4g}"))
+        failed += _against_baseline(config, data)
     if config.fail_under is not None:
         rate = (data.summary or {}).get("success_rate")
         if rate is None or rate < config.fail_under:
@@ -64,6 +55,37 @@ def gate(config: Any, data: RunData) -> tuple[int, str]:
     # The threshold wins over the regression: it is the promise a nightly job states.
     failed.sort(key=lambda item: item[0] != EXIT_BELOW_THRESHOLD)
     return failed[0][0], "\n".join(message for _, message in failed)
+
+
+def _against_baseline(config: Any, data: RunData) -> list[tuple[int, str]]:
+    """The ``--compare-to`` gate's failure (none when it passed). A baseline that cannot be
+    read (a corrupted line, a file the run may not read) is no verdict, never a pass: it
+    raised past the gates, and a run at 0% success exited 0, its --fail-under not applied."""
+    name = config.compare_to
+    try:
+        baseline = RunData.load(Path(config.output_dir) / name, with_events=False)
+    except OSError as exc:
+        return [(EXIT_NO_VERDICT, f"--compare-to {name}: no verdict: cannot read {exc.filename}: {exc.strerror}")]
+    except ConfigError as exc:
+        return [(EXIT_NO_VERDICT, f"--compare-to {name}: no verdict: cannot read the baseline: {exc}")]
+    comparison = compare_runs(baseline, data)
+    text = format_comparison(comparison)
+    log.info("%s", text)
+    for warning in comparison.warnings:
+        log.warning("--compare-to %s: %s", name, warning)
+    try:  # files that cannot be written (a full disk) are said; the verdict stands
+        write_compared(comparison, text, baseline, data)
+    except CannotWrite as exc:
+        log.error("%s", exc)
+    if comparison.cannot_judge:
+        return [(EXIT_NO_VERDICT, f"--compare-to {name}: no verdict: {comparison.cannot_judge}")]
+    if comparison.regressed:
+        return [(EXIT_REGRESSION,
+                 f"significant regression against {name}: success rate "
+                 f"{_pct(comparison.success_rate_a)} -> {_pct(comparison.success_rate_b)} on "
+                 f"{comparison.shared} shared samples, {len(comparison.pass_to_fail)} pass->fail, "
+                 f"{_test_name(comparison)} p={comparison.pass_fail.p_value:.4g}")]
+    return []
 
 
 def missing_baseline(config: Any) -> str:
@@ -106,9 +128,12 @@ def after_run(config: Any, run_dir: Path, exit_code: int, message: str) -> tuple
         return exit_code, message
     try:
         code, gate_message = gate(config, data)
-    except Exception:  # noqa: BLE001
+    except Exception as exc:  # noqa: BLE001
         log.exception("cannot apply the run's gates")
-        return exit_code, message
+        if config.fail_under is None and config.compare_to is None:
+            return exit_code, message
+        # a gate that could not judge is no pass: a scheduler must not read 0
+        return EXIT_NO_VERDICT, f"the run's gates could not be applied: {exc}"
     if gate_message:  # the caller says it last, as run_end's message (the CLI after the summary)
         log.error("%s", gate_message, extra=NOT_ON_CONSOLE)
     return code, "\n".join(m for m in (message, gate_message) if m)
