@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import statistics
 import threading
 import time
@@ -195,3 +196,22 @@ def test_a_validations_failed_members_are_counted_as_failed_not_as_its_score(tmp
     assert metrics["success_rate"] == 1.0 and metrics["reward/mean"] == 1.0, metrics
     assert metrics["tag/tiny/success_rate"] == 1.0 and metrics["tag/tiny/trajectories"] == 2, metrics
     assert metrics["failed_members"] == 1 and metrics["failed/error"] == 1, metrics
+
+
+def test_a_batch_without_a_scored_member_has_no_reward_nor_success_rate_to_log():
+    """A batch of placeholders only (every member failed, failed_member="placeholder") and a
+    validation tag whose members all failed have no score: their reward/mean, reward/std and
+    success_rate are NaN (a gap in W&B and TensorBoard), where they logged 0.0, a policy that
+    fails everything, while no episode was measured; a tag that has scored members keeps its own."""
+    def member(tag, status, placeholder=False, reward=0.0):
+        return Trajectory(tag=tag, group_id=0, episode_id=0, member=0, trajectory_id=tag, task_id=tag, seed=None,
+                          created_step=0, status=status, success=status == "success", reward=reward,
+                          placeholder=placeholder, _turns=[])
+
+    placeholders = batch_metrics([member("lake", "placeholder", placeholder=True)] * 2, current_version=0, step=0,
+                                 stats_now={}, stats_before={})
+    assert all(math.isnan(placeholders[k]) for k in ("reward/mean", "reward/std", "success_rate")), placeholders
+    validation = batch_metrics([member("lake", "error"), member("sums", "success", reward=1.0)],
+                               current_version=0, step=0, stats_now={}, stats_before={})
+    assert math.isnan(validation["tag/lake/success_rate"]) and math.isnan(validation["tag/lake/reward_mean"])
+    assert validation["tag/sums/success_rate"] == 1.0 and validation["success_rate"] == 1.0, validation

@@ -7,7 +7,8 @@ float::
     batch/trajectories, batch/groups, batch/placeholders     what the batch holds
     reward/mean, reward/std, success_rate                    over its members that made an episode: not
                                                              placeholders, nor the failed members a
-                                                             validation (get_batch(-1)) hands back
+                                                             validation (get_batch(-1)) hands back;
+                                                             NaN when none did (no score, not 0)
     tag/<tag>/trajectories, tag/<tag>/reward_mean, tag/<tag>/success_rate
     status/<status>                                          trajectories by final status
     staleness/lag_<k>                                        trajectories whose oldest turn came from
@@ -32,6 +33,7 @@ installed (neither is a dependency).
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import Counter
 from typing import Any, Iterable
@@ -101,6 +103,11 @@ def log_metrics(metrics: dict[str, float], step: int, logger: Any) -> None:
 
 
 def _rewards(trajectories: list[Trajectory]) -> dict[str, float]:
+    """Reward mean and spread and success rate of scored members; NaN for none (a batch of
+    placeholders only, a validation tag whose members all failed): a logged 0 read as a
+    policy that fails everything where nothing was measured."""
+    if not trajectories:
+        return {"reward/mean": math.nan, "reward/std": math.nan, "success_rate": math.nan}
     rewards = [t.reward for t in trajectories]
     return {"reward/mean": _mean(rewards),
             "reward/std": statistics.pstdev(rewards) if len(rewards) > 1 else 0.0,
