@@ -16,6 +16,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import filelock
@@ -277,6 +278,42 @@ def test_the_osworld_cache_script_lists_and_fills_the_download_cache(tmp_path):
     where = Path(script(f"put {url} budget.xlsx").strip())
     assert where.is_relative_to(tmp_path / "cache") and where.read_bytes() == b"PK\x03\x04 a workbook"
     assert script(f"missing {folder}") == ""
+
+
+def test_the_remote_agents_folder_is_where_the_readme_says_and_runs_as_a_copy(tmp_path):
+    """The README's command that prints the guest agent's folder (a pip install has no guest/
+    of its own at hand; the README named only `guest/`, which neither an install nor a
+    checkout has at its top) prints one that, copied to another place as to a remote machine,
+    runs as the agent and answers OSWorld's /platform."""
+    import socket
+    import urllib.request
+
+    text = " ".join(readme_section("The remote provider").split())
+    printing = re.search(r"`(python -c 'import parallel_rollout\.guest[^`]*)` prints it", text)
+    assert printing, "the remote provider's section names no command that prints the guest folder"
+    proc = bash(printing.group(1), tmp_path, env=INSTALLED, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    copy = tmp_path / "machine" / "guest"
+    shutil.copytree(proc.stdout.strip(), copy, ignore=shutil.ignore_patterns("__pycache__"))
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    agent = subprocess.Popen(["python3", str(copy / "server.py"), "--host", "127.0.0.1", "--port", str(port)],
+                             env={"PATH": ENV["PATH"], "HOME": str(tmp_path / "machine")},
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/platform", timeout=5) as answer:
+                    assert answer.read().strip() == b"Linux"
+                break
+            except OSError:
+                assert agent.poll() is None and time.monotonic() < deadline, agent.stderr.read()
+                time.sleep(0.1)
+    finally:
+        agent.terminate()
+        agent.wait(timeout=30)
 
 
 OSWORLD = Path("/work/shared/osworld")  # a checkout of OSWorld's task files: the README's `OSWorld`
