@@ -61,6 +61,11 @@ def test_tags_resolve_to_task_sets(tmp_path):
     assert len(plain) == 17 and all("4x4" in t.tags and not t.get("is_slippery") for t in plain)
     with pytest.raises(ConfigError, match="no task of frozenlake carries"):
         load_tasks_of("x", TaskSet("gym", "frozenlake", tags=("16x16",)))
+    # a limit made in Python is checked as a TOML table's: -1 took every task but the last, 0 all
+    assert len(load_tasks_of("x", TaskSet("gym", "frozenlake", tags=("4x4",), limit=2))) == 2
+    for limit in (-1, 0, 1.5, "2", True):
+        with pytest.raises(ConfigError, match=r"tag 'x': TaskSet.limit must be a whole number >= 1 or None"):
+            load_tasks_of("x", TaskSet("gym", "frozenlake", tags=("4x4",), limit=limit))
 
 
 def test_task_sets_from_the_toml_config(tmp_path):

@@ -147,6 +147,8 @@ def load_tasks_of(tag: str, task_set: TaskSet) -> list[Any]:
 
     if task_set.data is None:
         raise ConfigError(f"tag {tag!r}: its task set (mode {task_set.mode}) has no data")
+    # as a TOML table's: limit=-1 (an "all" elsewhere) took every task but the last, 0 all of them
+    check_count(f"tag {tag!r}: TaskSet.limit", task_set.limit, 1, optional=True)
     tasks = load_tasks(task_set.data, default_mode=task_set.mode, validators=task_validators())
     if task_set.tags:
         tasks = [t for t in tasks if set(task_set.tags) <= set(t.tags)]
