@@ -93,6 +93,9 @@ def test_explicit_tasks_run_exactly_and_in_order(tmp_path, schedulers):
         assert all(t.success for t in batch[:2])  # two moves right on SFG
         with pytest.raises(ConfigError, match="no task 'nope'"):
             train.get_batch(batch_size=2, step=2, tasks=["nope"])
+        for one in ("lakes1", own):  # a task not in a list: "no task 'l'", or a TypeError
+            with pytest.raises(ConfigError, match=r"get_batch\(tasks=...\) takes a list of tasks"):
+                train.get_batch(batch_size=2, step=2, tasks=one)
         with pytest.raises(ConfigError, match="len\\(tasks\\) x group_size"):
             train.get_batch(batch_size=2, step=2, tasks=["lakes1", "lakes2"])
         started = train.stats()["groups_started"]

@@ -30,6 +30,9 @@ class ChosenBatches:
         """get_batch(tasks=[…]): one group per given task, their groups in the given order. A
         group whose members fail (all of them, under "placeholder") is run again (the budget counts it); the group filter, the
         ratio and staleness do not apply: the trainer chose these tasks."""
+        if isinstance(tasks, (str, bytes)) or not hasattr(tasks, "__iter__"):  # a str was read as its letters' ids
+            raise ConfigError(f"get_batch(tasks=...) takes a list of tasks (Task objects or ids of the tags' tasks), "
+                              f"got {type(tasks).__name__} {tasks!r:.80}")
         given = [self._resolve(task) for task in tasks]
         if batch_size != len(given) * self.env_config.group_size:
             raise ConfigError(f"batch_size {batch_size} must be len(tasks) x group_size "
