@@ -98,7 +98,7 @@ def finish_run(config: RunConfig, run_dir: Path, run_id: str, *, total: int,
         log.error(message, extra=NOT_ON_CONSOLE)
     from .report.gate import after_run
 
-    code, message = after_run(config, run_dir, code, message)
+    code, message = after_run(config, run_dir, code, message, summary)
     return RunOutcome(code, run_dir, summary, message, late_signal=late)
 
 

@@ -99,13 +99,19 @@ def missing_baseline(config: Any) -> str:
     return f"{baseline} holds no results.jsonl (no such run in --output-dir)"
 
 
-def after_run(config: Any, run_dir: Path, exit_code: int, message: str) -> tuple[int, str]:
-    """Write the run's report files and apply its gates; returns the final (code, message)."""
+def after_run(config: Any, run_dir: Path, exit_code: int, message: str,
+              summary: dict[str, Any] | None = None) -> tuple[int, str]:
+    """Write the run's report files and apply its gates; returns the final (code, message).
+    ``summary``: the one the run made, which they judge even when summary.json could not be
+    written (a full disk): read back, an earlier session's passed a --fail-under this
+    session's numbers missed."""
     try:
         data = RunData.load(run_dir)
     except Exception:  # noqa: BLE001 - a report must never cost the run its lock release
         log.exception("cannot read %s back for its report", run_dir)
         return exit_code, message
+    if summary is not None:
+        data.summary = summary
     try:
         write_report(data)
     except CannotWrite as exc:  # a full disk, a read-only folder: said, not a traceback
