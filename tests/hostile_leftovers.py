@@ -44,10 +44,22 @@ LEFTOVER_ROWS.update(HIDDEN_LINK_ROWS)
 #: Maven's script sources ~/.mavenrc, shell code: `exit 0` there passed a check that runs mvn
 #: on a project that does not build (here: none at all); the grading wrapper skips it
 LEFTOVER_ROWS["rig_check_mavenrc"] = (["echo 'exit 0' > ~/.mavenrc"], "mvn -q -o -f ~/none/pom.xml validate", False)
+#: valgrind takes options from ~/.valgrindrc (and ./.valgrindrc): --errors-for-leak-kinds=none
+#: there passed a leak check of a program that leaks; its wrapper does not run beside one
+LEAK = ("printf '#include <stdlib.h>\\nint main(void) { void *p = malloc(100); p = 0; return 0; }\\n' > ~/leak.c"
+        " && cc -o ~/leak ~/leak.c")
+LEFTOVER_ROWS["rig_check_valgrindrc"] = ([LEAK, "echo --errors-for-leak-kinds=none > ~/.valgrindrc"],
+                                         "valgrind -q --error-exitcode=1 --leak-check=full ~/leak", False)
+#: gdb runs ~/.gdbinit even with -batch: its echo of what the check greps for passed a check
+#: that ~/prog was built with its debug lines (there is no ~/prog); its wrapper passes --nh
+LEFTOVER_ROWS["rig_check_gdbinit"] = (["printf 'echo Line 3 of \"prog.c\"\\\\n\\nquit\\n' > ~/.gdbinit"],
+                                      "gdb -batch -ex 'info line main' ~/prog 2>&1 | grep -q 'of \"prog.c\"'", False)
 #: row -> the program its check needs (hostile_tasks.NEEDS_PROGRAM)
-LEFTOVER_PROGRAMS = {"rig_check_mavenrc": "mvn"}
+LEFTOVER_PROGRAMS = {"rig_check_mavenrc": "mvn", "rig_check_valgrindrc": "valgrind", "rig_check_gdbinit": "gdb"}
 #: program -> an honest check of it through its wrapper (hostile_tasks.HONEST_TOOLS)
-LEFTOVER_HONEST = {"mvn": "mvn -v | grep -q 'Apache Maven'"}
+LEFTOVER_HONEST = {"mvn": "mvn -v | grep -q 'Apache Maven'",
+                   "valgrind": "valgrind -q --error-exitcode=1 --leak-check=full true",
+                   "gdb": "gdb -batch -ex 'print 6 * 7' | grep -q '= 42'"}
 #: rows whose program cannot start where RLIMIT_AS bounds a VM (hostile_tasks.NEEDS_ADDRESS_SPACE)
 LEFTOVER_JVM = {"rig_check_mavenrc": "the JVM cannot start under RLIMIT_AS of 256 MB, a VM's memory bound "
                                      "without a memory cgroup (it reserves more address space for its code cache)"}
