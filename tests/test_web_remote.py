@@ -105,6 +105,43 @@ def test_a_cut_episodes_browser_ends_at_the_machines_reset_and_at_its_stop(tmp_p
             time.sleep(0.2)
 
 
+def test_a_start_cut_under_way_leaves_nothing_running_on_the_machine(tmp_path):
+    """The machine's stop (a run stopped, an attempt past --task-timeout) while an episode's
+    start is under way ends the start too, not only the browser and page server it started:
+    the driver waited out its 40 s for the browser the stop had killed, and one it started
+    after the stop ran on with nothing left to end it."""
+    import threading
+
+    data = write_tasks(tmp_path / "web.jsonl", [web_task("click-button")])
+    [task] = load_tasks(str(data), default_mode="web", validators=task_validators())
+    with remote_agent(tmp_path, os.environ["PATH"]) as (server, port):
+        config = build_config(dict(mode="web", data=str(data), agent="oracle", provider_name="remote",
+                                   vm_address=(f"127.0.0.1:{port}",), reset_command="none", num_rollouts=1))
+        provider = RemoteProvider("cutstart", provider_options(config, RemoteProvider, [WebEnv]))
+        info = provider.start("vm-0")
+        env = WebEnv(config)
+        env.trajectory_dir = str(tmp_path / "traj")
+        failed = []
+
+        def start() -> None:
+            try:
+                env.reset(task, GuestClient(f"http://127.0.0.1:{port}", timeout_s=120))
+            except Exception as exc:  # noqa: BLE001 - the start cut: its error is expected
+                failed.append(exc)
+
+        starting = threading.Thread(target=start)
+        starting.start()
+        deadline = time.monotonic() + 60
+        while not any("--headless" in c for c in commands(live_descendants(server.pid))):
+            assert time.monotonic() < deadline and starting.is_alive(), "the start never launched Chromium"
+            time.sleep(0.02)
+        under_way = live_descendants(server.pid)  # the driver, its page server and Chromium
+        provider.stop(info)
+        assert still_running(under_way, wait_s=5) == []
+        starting.join(timeout=60)
+    assert not starting.is_alive() and failed, "the start ran on past the machine's stop"
+
+
 @pytest.mark.slow  # ~30 s: Chromium starts, then the attempt runs to its --task-timeout
 def test_an_attempt_cut_at_its_task_timeout_leaves_no_browser_on_the_remote_machine(tmp_path):
     """Through the CLI: an agent that thinks past --task-timeout has its worker killed, and

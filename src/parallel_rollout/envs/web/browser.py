@@ -102,8 +102,14 @@ def _spawn(argv, pass_fds=()):
     log = open(LOG, "ab")
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, pass_fds=pass_fds,
                             start_new_session=True, cwd=os.path.expanduser("~"))
+    _remember(proc.pid)
+
+
+def _remember(pid):
+    """Add ``pid`` (with its start time) to the processes ``stop`` ends."""
+    os.makedirs(os.path.dirname(PIDS), exist_ok=True)
     with open(PIDS + ".tmp", "w") as fh:
-        json.dump(_ours() + [[proc.pid, _started(proc.pid)]], fh)
+        json.dump(_ours() + [[pid, _started(pid)]], fh)
     os.replace(PIDS + ".tmp", PIDS)
 
 
@@ -118,12 +124,18 @@ def _ours():
 def stop():
     """End the process groups this driver started (each its own session: Chromium's helpers
     go with it) whose leader is still the process it started (a pid reused since is not
-    ours); how many."""
+    ours), and a start still under way (a driver: its group, or itself where the agent did
+    not make it one, as OSWorld's server does not); how many."""
     ended = 0
     for pid, started in _ours():
+        if pid == os.getpid():
+            continue  # this start's own stop, of what it started before it failed
         try:
             if started is not None and _started(pid) == started:
-                os.killpg(pid, 9)
+                try:
+                    os.killpg(pid, 9)
+                except ProcessLookupError:  # no group of its own
+                    os.kill(pid, 9)
                 ended += 1
         except OSError:
             pass
@@ -186,6 +198,10 @@ def start(req):
         # the files come from the host's miniwob package; "data" refuses links and absolute paths
         tar.extractall(ROOT, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
     stop()  # an earlier episode's, on a machine no reset cleared (a remote one)
+    # this start too, until it ends: a stop meanwhile (the episode cut: its worker killed at
+    # --task-timeout, the run stopped) ends it with what it started, where it waited out its
+    # timeouts for a browser gone, and started one after that stop, which nothing ended
+    _remember(os.getpid())
     chromium = _which_chromium()  # before anything starts: a guest without it is left as it was
     # an empty profile, as a VM's reset leaves it: on a machine no reset clears (a remote one) the
     # last episode's cookies and local storage would be this one's. A link there (to another
