@@ -487,7 +487,8 @@ def test_a_new_run_names_no_run_of_its_settings_that_is_still_going(tmp_path):
     """Tonight's run (a new --run-id) started while last night's of the same settings still
     ran said that one 'was partial … --run-id … --resume goes on with that one instead': a
     resume the lock refuses (exit 75), of a run that was not stopped short. Once that run is
-    stopped short, it is named."""
+    stopped short, it is named. A dry run of that resume says the lock is held (it passed
+    in silence a command that exits 75)."""
     data, _ = slow_tasks(tmp_path, count=20, seconds=0.5)
     going = start_cli(tmp_path, data)
     try:
@@ -497,6 +498,9 @@ def test_a_new_run_names_no_run_of_its_settings_that_is_still_going(tmp_path):
         dry = cli(tmp_path, *flags)
         assert dry.exit_code == 0, (dry.output, dry.exception)
         assert "an earlier run" not in dry.output, dry.output
+        busy = cli(tmp_path, *flags[:-3], "--run-id", "sig", "--resume", "--dry-run")
+        assert busy.exit_code == 0, (busy.output, busy.exception)
+        assert "another run is writing to it now (its lock is held): the run would exit 75" in busy.output, busy.output
     finally:
         going.send_signal(signal.SIGTERM)
         assert going.wait(timeout=60) == 130, going.communicate()

@@ -29,7 +29,7 @@ from .output_checks import check_run_folder_writable
 from .provenance import SCHEMA_VERSION, check_resume, provenance, recorded_config
 from .records import sample_ends
 from .report.files import write_text_whole
-from .results import ResultStore, ResumeIndex, StorageError, lock_run_folder, read_records
+from .results import ResultStore, ResumeIndex, StorageError, lock_run_folder, read_records, run_folder_locked
 from .run_end import read_summary
 
 log = logging.getLogger("parallel_rollout")
@@ -149,10 +149,13 @@ class RunFolder:
             raise ConfigError(f"--output-dir {self.config.output_dir}: {self.run_dir} is a file, not a folder")
         check_run_folder_writable(self.config.output_dir, self.run_dir)  # as opening it would
         self.check_resume()
+        # not a problem of the settings: the same command goes on once that run has ended
+        busy = ("; another run is writing to it now (its lock is held): the run would exit 75 until "
+                "that one ends" if run_folder_locked(self.run_dir) else "")
         results_path = self.run_dir / "results.jsonl"
         if not results_path.exists():
             note = self.twins_note()
-            return f"a new run folder {self.run_dir}" + (f" ({note})" if note else "")
+            return f"a new run folder {self.run_dir}" + (f" ({note})" if note else "") + busy
         try:
             finals = sample_ends(read_records(results_path))
         except StorageError as exc:
@@ -161,4 +164,4 @@ class RunFolder:
         self.finals = finals
         ungraded = sum(1 for r in finals.values() if r.get("infrastructure"))
         return (f"resumes {self.run_id}: {len(finals) - ungraded} of {len(keys)} samples already final"
-                + (f", {ungraded} never graded (infrastructure) to run again" if ungraded else ""))
+                + (f", {ungraded} never graded (infrastructure) to run again" if ungraded else "") + busy)
