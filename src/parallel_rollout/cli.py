@@ -269,7 +269,7 @@ def run(ctx: click.Context, config_file: str | None, dry_run: bool, print_config
     2 bad usage or a missing prerequisite (nothing ran), or a model endpoint that refused the
     key or does not know the model (fix it, then --resume), 3 below --fail-under,
     4 significant regression against --compare-to, 5 --compare-to cannot judge (no shared
-    samples, an unfinished baseline, no such run: the run goes on without one),
+    samples, an unfinished or unreadable baseline, no such run: the run goes on without one),
     75 another run holds the folder's lock (retry later), 130 interrupted.
     """
     # an interrupt from here on ends as one during the run does (130, said), not as
