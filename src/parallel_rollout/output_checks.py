@@ -71,7 +71,7 @@ class EventsFile:
     def __init__(self, path: str | Path, repair: bool = False) -> None:
         self.path = Path(path)
         if repair:
-            _repair_tail(self.path)
+            repair_tail(self.path)
         self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
     def write(self, text: str) -> None:
@@ -86,8 +86,10 @@ class EventsFile:
             os.close(fd)
 
 
-def _repair_tail(path: Path) -> None:
-    """A last line without its newline: ended when it is a whole line, else moved aside."""
+def repair_tail(path: Path) -> None:
+    """A last line without its newline: ended when it is a whole line, else moved aside (to
+    ``<name>.torn``): a later append would glue its line onto it. ``events.jsonl``'s, and a
+    scheduler's ``results.jsonl`` when a later session opens its folder."""
     try:
         with open(path, "rb") as fh:
             size = fh.seek(0, os.SEEK_END)

@@ -11,6 +11,7 @@ import threading
 
 import pytest
 
+from parallel_rollout.api import load_run
 from parallel_rollout.errors import ConfigError, RolloutError, RunLocked
 from parallel_rollout.results import read_records
 from parallel_rollout.rl import EnvManagerConfig, RolloutScheduler
@@ -56,7 +57,11 @@ def test_a_later_session_of_a_run_id_is_refused_or_kept_apart(tmp_path, table, s
     closer.start()
     closer.join()
     run_dir = first.run_dir
-    files, records = _files(run_dir), read_records(run_dir / "results.jsonl")
+    results = run_dir / "results.jsonl"
+    whole = results.read_bytes()
+    results.write_bytes(whole[:-40])  # a session killed mid-write (the OOM killer): half its last line
+    torn = whole[whole.rstrip(b"\n").rfind(b"\n") + 1:-40]
+    files, records = _files(run_dir), read_records(results)
     with pytest.raises(ConfigError, match="already holds the results of an earlier run.*resume=True"):
         RolloutScheduler(rl_config(tmp_path, server, num_rollouts=1, run_id="grpo"), _lake())
     assert _files(run_dir) == files  # refused before anything was written
@@ -66,8 +71,12 @@ def test_a_later_session_of_a_run_id_is_refused_or_kept_apart(tmp_path, table, s
     assert all(t.record["key"].startswith("train@s1:") for t in batch)
     now = _files(run_dir)
     assert {name: now[name] for name in files} == files  # the first session's files are untouched
-    assert read_records(run_dir / "results.jsonl")[:len(records)] == records
-    finals = [r["key"] for r in read_records(run_dir / "results.jsonl") if r.get("final")]
+    assert read_records(results)[:len(records)] == records
+    # the torn line was set aside, not glued onto by the next session's first record (a
+    # corrupt line in the middle, which made every reader refuse the run folder)
+    assert (run_dir / "results.jsonl.torn").read_bytes() == torn + b"\n"
+    assert len(load_run(run_dir).records) == len(read_records(results)) > len(records)
+    finals = [r["key"] for r in read_records(results) if r.get("final")]
     assert len(finals) == len(set(finals)), finals
     sessions = [json.loads(line)["session"] for line in (run_dir / "sessions.jsonl").read_text().splitlines()]
     assert sessions == [0, 1]

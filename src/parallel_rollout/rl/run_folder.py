@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
+from ..output_checks import repair_tail
 from ..results import lock_run_folder
 
 #: one line per scheduler session that opened the folder
@@ -54,6 +55,8 @@ class RunFolder:
                 raise ConfigError(f"{run_dir} already holds the results of an earlier run; a scheduler would "
                                   "write its samples under the same names: give it another run_id (or none: "
                                   "a new one each time), or RunConfig(resume=True) to add a session to it")
+            if earlier:  # a session killed mid-write (the OOM killer) left half a line: set aside, not glued onto
+                repair_tail(run_dir / "results.jsonl")
             with open(run_dir / SESSIONS, "a", encoding="utf-8") as fh:
                 fh.write(json.dumps({"session": earlier, "started_at": time.time(), "pid": os.getpid()}) + "\n")
         except BaseException:
