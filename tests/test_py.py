@@ -67,12 +67,19 @@ VERDICTS = {
     "timeout": "    while True:\n        pass\n",
     "killed": "    import os; os._exit(9)\n",
 }
+#: code nested too deep for Python's parser (RecursionError, MemoryError): the answer's
+#: syntax_error, graded 0; it was the worker's error (the env's parse raised), a member a
+#: trainer's group may drop, so an answer could escape its 0 that way
+TOO_DEEP = {"too_deep_sum": "def add(a, b):\n    return " + "1+" * 200000 + "1\n",
+            "too_deep_minus": "```python\ndef add(a, b):\n    return " + "-" * 100000 + "1\n```\n"}
 
 
 def test_failure_kinds_are_recorded(tmp_path):
-    tasks = [task(kind, [answer], timeout=2) for kind, answer in VERDICTS.items()]
+    tasks = [task(kind, [answer], timeout=2) for kind, answer in {**VERDICTS, **TOO_DEEP}.items()]
     outcome = run(tmp_path, tasks)
-    finals = assert_exactly_once(outcome.run_dir, {f"{k}#0" for k in VERDICTS})
+    finals = assert_exactly_once(outcome.run_dir, {f"{k}#0" for k in {**VERDICTS, **TOO_DEEP}})
+    for name in TOO_DEEP:
+        assert finals[f"{name}#0"]["eval"]["kind"] == "syntax_error", finals[f"{name}#0"]
     for kind in VERDICTS:
         assert finals[f"{kind}#0"]["eval"]["kind"] == kind, finals[f"{kind}#0"]["eval"]
         assert finals[f"{kind}#0"]["success"] == (kind == "passed")

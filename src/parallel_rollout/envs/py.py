@@ -58,12 +58,18 @@ def _defines(code: str, entry_point: str) -> bool:
     return bool(re.search(rf"^\s*def\s+{re.escape(entry_point)}\s*\(", code, re.MULTILINE))
 
 
+#: what parsing an answer may raise: besides a syntax error, code nested too deep for the
+#: parser (``1+1+…``, 200,000 terms: RecursionError; ``------1``: MemoryError), which is the
+#: answer's syntax error (the judge reports it), not an error of the env that ends the attempt
+_NOT_PARSED = (SyntaxError, ValueError, RecursionError, MemoryError)
+
+
 def _top_level(source: str, entry_point: str | None, kinds: tuple[type, ...] = (ast.stmt,)) -> list[str] | None:
     """The source of each top-level statement of ``source`` of ``kinds``, except the definition
     of ``entry_point``; None when ``source`` is no Python."""
     try:
         tree = ast.parse(source)
-    except (SyntaxError, ValueError):
+    except _NOT_PARSED:
         return None
     lines = source.splitlines()
     kept = []
@@ -128,7 +134,7 @@ def build_program(prompt: str, code: str, entry_point: str) -> str:
         tree = ast.parse(code)
         defines = any(isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == entry_point
                       for node in tree.body)
-    except SyntaxError:
+    except _NOT_PARSED:
         defines = bool(re.search(rf"^def\s+{re.escape(entry_point)}\s*\(", code, re.MULTILINE))
     if defines:
         context = _top_level(prompt, entry_point)

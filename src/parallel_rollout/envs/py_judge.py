@@ -112,7 +112,7 @@ def send(message):
 job = json.loads(rpc_in.readline())
 try:
     code = compile(job["program"], "solution.py", "exec")
-except SyntaxError as exc:
+except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:  # too deep to compile too
     send({"syntax_error": "".join(traceback.format_exception_only(type(exc), exc))}); sys.exit(0)
 namespace = {"__name__": "__solution__"}
 try:
