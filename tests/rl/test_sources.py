@@ -55,13 +55,27 @@ def test_quotas_split_in_proportion():
     assert sum(quotas({"a": 1, "b": 2, "c": 4}, 10).values()) == 10
 
 
-def test_a_restarted_scheduler_gets_the_same_next_tasks(tmp_path, schedulers):
+def test_a_restarted_scheduler_gets_the_same_next_tasks(tmp_path, schedulers, monkeypatch):
+    """A Ctrl-C as a batch is handed out (its turns read) leaves its groups drawn and not
+    handed out: in state_dict(), and the next call's batch (they were in neither, and a
+    checkpoint saved then skipped their tasks)."""
+    from parallel_rollout.rl import batches
+
+    def interrupted(trajectories):
+        raise KeyboardInterrupt
+
     server = LLMServer(policy=lambda body: RIGHT).start()
     try:
         config = EnvManagerConfig(group_size=2, tags=["lakes"], task_sets=_lakes(tmp_path, "lakes", 7))
         first = schedulers(rl_config(tmp_path, server, num_rollouts=1), config, seed=5)
         ids = []
         for step in range(6):
+            if step == 4:
+                with monkeypatch.context() as patch:
+                    patch.setattr(batches, "with_turns", interrupted)
+                    with pytest.raises(KeyboardInterrupt):
+                        first.get_batch(batch_size=4, step=step)
+                assert len(first.state_dict()["unreturned"]) == 2
             ids.append([t.task_id for t in first.get_batch(batch_size=4, step=step)])
             if step == 3:
                 state = json.loads(json.dumps(first.state_dict()))

@@ -50,13 +50,23 @@ class ReadyBatches:
         return any(g.completed_at is None and g.created_step + self.ratio <= self._step for g in outstanding)
 
     def _hand_out(self, batch: list[Group], step: int) -> list[Trajectory]:
-        """The trajectories of ``batch``, noted for ``metrics()``."""
+        """The trajectories of ``batch``, noted for ``metrics()``. A Ctrl-C while their turns
+        are read puts the batch's groups back among the ready ones: never handed out, they
+        stay in ``state_dict()`` (a checkpoint saved then skipped their tasks) and go out next."""
         for group in batch:
             stale = self._lag.stale(group.keys.values())  # only a "keep" scheduler hands out stale ones
             for trajectory in group.trajectories():
                 trajectory.version_stale = stale
+        try:
+            trajectories = with_turns([t for group in batch for t in group.trajectories()])
+        except KeyboardInterrupt:
+            with self._cond:
+                self._ready = sorted([*self._ready, *(g for g in batch if g.purpose == "batch")],
+                                     key=lambda g: g.group_id)
+                self._stats["groups_returned"] -= len(batch)
+            raise
+        for group in batch:
             self._lag.forget(group.keys.values())
-        trajectories = with_turns([t for group in batch for t in group.trajectories()])
         with self._cond:
             now = dict(self._stats)
             self._last_batch = (trajectories, self._shared.gate.version, step, now, self._stats_at_batch)
