@@ -506,3 +506,16 @@ def test_a_new_run_names_no_run_of_its_settings_that_is_still_going(tmp_path):
         assert going.wait(timeout=60) == 130, going.communicate()
     stopped = cli(tmp_path, *flags)
     assert "an earlier run of these settings, sig, was interrupted" in stopped.output, stopped.output
+
+
+def test_a_resume_draws_no_progress_bar_that_the_session_it_resumes_asked_for(tmp_path):
+    """A run started at a terminal with --progress, resumed by cron into a log file: the
+    resume took --progress from config.json and drew its bar into the log, carriage returns
+    and all. The bar is the session's: a resume without the flag decides by its own stderr."""
+    data = write_tasks(tmp_path / "tasks.jsonl", [shell_task("a"), shell_task("b")])
+    run = ["run", "--output-dir", str(tmp_path / "out"), "--run-id", "bar"]
+    first = CliRunner().invoke(main, [*run, "--mode", "shell", "--data", str(data), "--limit", "1", "--progress"])
+    assert first.exit_code == 0 and "\r" in first.output, first.output  # asked for: drawn
+    resumed = CliRunner().invoke(main, [*run, "--resume", "--limit", "2"])
+    assert resumed.exit_code == 0, (resumed.output, resumed.exception)
+    assert "\r" not in resumed.output and "2/2 samples finished" in resumed.output, resumed.output

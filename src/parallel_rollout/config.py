@@ -376,6 +376,9 @@ def build_config(flags: dict[str, Any], config_file: str | None = None,
         # a Ray run resumed on another backend (the backend changes no result): the stored
         # cluster address is no setting of this session
         stored.pop("ray_address", None)
+    # the progress bar is the console's of this session: a run started at a terminal with
+    # --progress, resumed by cron, drew its bar into the job's log (carriage returns)
+    stored.pop("progress", None)
     if stored:
         where = f"in {_stored_path(values)}, which --resume reads"
         sources.update({name: where for name in stored if name not in values})
