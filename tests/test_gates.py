@@ -317,7 +317,7 @@ def test_a_baseline_that_cannot_be_read_or_a_comparison_that_cannot_be_written_i
     """A baseline with a corrupted line raised past the gates: the run exited 0 at 0% success
     (a traceback in its log), its --fail-under not applied either. It is no verdict (5), and
     --fail-under still judges (3). A comparison whose files cannot be written (a full disk)
-    keeps its verdict: it was exit 0 too."""
+    keeps its verdict: it was exit 0 too. The unreadable baseline is said at the start too."""
     out = tmp_path / "out"
     ids = [f"t{i}" for i in range(6)]
     assert run_cli(tmp_path, [shell_task(i) for i in ids], "base").exit_code == 0
@@ -329,6 +329,9 @@ def test_a_baseline_that_cannot_be_read_or_a_comparison_that_cannot_be_written_i
     tonight = run_cli(tmp_path, worse, "tonight", "--compare-to", "base")
     assert tonight.exit_code == exit_codes.EXIT_NO_VERDICT, tonight.output
     assert f"--compare-to base: no verdict: cannot read the baseline: {results}:3: corrupted record" in tonight.output
+    # said at the start too, as a missed night is: there is time to fix the line
+    assert (f"--compare-to base: cannot read the baseline: {results}:3: corrupted record"
+            in tonight.output.split("run tonight: 6 samples")[0]), tonight.output
     gated = run_cli(tmp_path, worse, "tonight", "--resume", "--fail-under", "0.5")
     assert gated.exit_code == exit_codes.EXIT_BELOW_THRESHOLD, gated.output
     assert "success rate 0.0% is below --fail-under 0.5" in gated.output and "no verdict" in gated.output

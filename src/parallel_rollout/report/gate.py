@@ -62,12 +62,9 @@ def _against_baseline(config: Any, data: RunData) -> list[tuple[int, str]]:
     read (a corrupted line, a file the run may not read) is no verdict, never a pass: it
     raised past the gates, and a run at 0% success exited 0, its --fail-under not applied."""
     name = config.compare_to
-    try:
-        baseline = RunData.load(Path(config.output_dir) / name, with_events=False)
-    except OSError as exc:
-        return [(EXIT_NO_VERDICT, f"--compare-to {name}: no verdict: cannot read {exc.filename}: {exc.strerror}")]
-    except ConfigError as exc:
-        return [(EXIT_NO_VERDICT, f"--compare-to {name}: no verdict: cannot read the baseline: {exc}")]
+    baseline, unreadable = _read_baseline(config)
+    if baseline is None:
+        return [(EXIT_NO_VERDICT, f"--compare-to {name}: no verdict: {unreadable}")]
     comparison = compare_runs(baseline, data)
     text = format_comparison(comparison)
     log.info("%s", text)
@@ -86,6 +83,25 @@ def _against_baseline(config: Any, data: RunData) -> list[tuple[int, str]]:
                  f"{comparison.shared} shared samples, {len(comparison.pass_to_fail)} pass->fail, "
                  f"{_test_name(comparison)} p={comparison.pass_fail.p_value:.4g}")]
     return []
+
+
+def _read_baseline(config: Any) -> tuple[RunData | None, str]:
+    """The ``--compare-to`` run read back, or None and why it cannot be (a corrupted line of
+    its results.jsonl, a file the run may not read)."""
+    try:
+        return RunData.load(Path(config.output_dir) / config.compare_to, with_events=False), ""
+    except OSError as exc:
+        return None, f"cannot read {exc.filename}: {exc.strerror}"
+    except ConfigError as exc:
+        return None, f"cannot read the baseline: {exc}"
+
+
+def baseline_problem(config: Any) -> str:
+    """Why the ``--compare-to`` gate will give no verdict whatever the run does, known at its
+    start ("" when none): no such run (``missing_baseline``), or one that cannot be read."""
+    if config.compare_to is None:
+        return ""
+    return missing_baseline(config) or _read_baseline(config)[1]
 
 
 def missing_baseline(config: Any) -> str:
