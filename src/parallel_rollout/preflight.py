@@ -13,6 +13,7 @@
       │             agent's own check_endpoint, else its model client's endpoints)
       ├─ provider   its prerequisites (check_available: bwrap; the docker CLI and a daemon
       │             that answers; QEMU's binaries), for modes that run in a VM
+      ├─ machines   the remote provider's: each agent answers GET /platform with the key
       ├─ guest      what the mode needs in the guest, where it is known before a boot
       │             (Env.check_guest: web's Chromium on this host for the process provider)
       ├─ cluster    --backend ray with --ray-address: the head node takes a TCP connection
@@ -90,6 +91,10 @@ def preflight(cfg: RunConfig, *, check_endpoint: bool = False) -> Preflight:
             _check("endpoint", lambda: probe(cfg), found)
     if env_cls.needs_vm():
         _check("provider", lambda: _provider_ready(cfg), found)
+        if cfg.provider_name == "remote" and cfg.vm_address:  # machines already running: do they answer?
+            from .pool.providers.remote import check_machines
+
+            _check("machines", lambda: check_machines(cfg.vm_address, cfg.vm_key_file, cfg.reset_command), found)
         check_guest = getattr(env_cls, "check_guest", None)  # web: the Chromium a guest would use
         if check_guest is not None:
             _check("guest", lambda: check_guest(get_provider(cfg.provider_name).name or cfg.provider_name), found)

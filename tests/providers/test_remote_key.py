@@ -165,3 +165,36 @@ def test_a_command_agent_cannot_drive_the_keyed_agent(keyed, tmp_path):
     assert [(r["status"], r["reward"]) for r in records] == [("failure", 0.0)], records
     said = log.read_text()
     assert said.count("answer: b'HTTP/1.1 401") == 2, said
+
+
+def test_the_dry_run_asks_each_machine_with_the_runs_key(keyed, tmp_path):
+    """--dry-run of a remote run asks each machine's agent, with the run's key: one that refuses
+    it (none given, another key) is a problem, and so, with --reset-command none (nothing
+    starts a machine), is one that does not answer; exit 2, each named. The dry run passed all
+    of these, and the run then failed each VM's boot until its replacement budget was spent."""
+    data = write_tasks(tmp_path / "t.jsonl", [{"id": "t", "instruction": "x", "check": "true", "reference": ["true"]}])
+    wrong = tmp_path / "wrong.key"
+    wrong.write_text("not-" + KEY)
+    up, down = keyed.addresses[0], f"127.0.0.1:{_free_port()}"
+
+    def dry(*flags: str):
+        result = CliRunner().invoke(main, ["--mode", "shell", "--data", str(data), "--provider-name", "remote",
+                                           "--output-dir", str(tmp_path / "out"), "--dry-run", *flags])
+        lines = [line for line in result.output.splitlines() if line.startswith(("  - machines:", "preflight passed"))]
+        return result.exit_code, " ".join(lines)
+
+    code, said = dry("--vm-address", up, "--vm-address", down, "--num-rollouts", "2",
+                     "--vm-key-file", str(keyed.key_file), "--reset-command", "none")
+    assert code == 2 and f"http://{down} did not answer" in said and up not in said, said
+    code, said = dry("--vm-address", up, "--num-rollouts", "1", "--reset-command", "none")
+    assert code == 2 and f"http://{up} asks for a key (401): give the run its agent's key" in said, said
+    code, said = dry("--vm-address", up, "--num-rollouts", "1", "--reset-command", "none", "--vm-key-file", str(wrong))
+    assert code == 2 and f"http://{up} refused the key of --vm-key-file {wrong} (401)" in said, said
+    assert KEY not in said
+    code, said = dry("--vm-address", up, "--num-rollouts", "1", "--reset-command", "none",
+                     "--vm-key-file", str(keyed.key_file))
+    assert code == 0 and "machines: the 1 remote machine(s) answer" in said, said
+    # a reset command may be what starts a machine: one that does not answer yet passes
+    code, said = dry("--vm-address", up, "--vm-address", down, "--num-rollouts", "2",
+                     "--vm-key-file", str(keyed.key_file), "--reset-command", keyed.reset_command)
+    assert code == 0 and "answer or are left to --reset-command" in said, said

@@ -93,6 +93,8 @@ NO_RESET = "none"
 READY_ROUTE = "/platform"
 #: how long one health probe may take
 HEALTH_TIMEOUT_S = 2.0
+#: how long the dry run waits for each machine's agent to answer
+PREFLIGHT_TIMEOUT_S = 5.0
 #: how long one of the run's cleanup programs (``ProviderOptions.cleanup_programs``) may run
 #: on a machine before its reset, and at its stop (a Ctrl-C's stop waits for it)
 CLEANUP_TIMEOUT_S = 15.0
@@ -319,6 +321,40 @@ def check_placeholders(command: str) -> None:
     if typos:
         raise ConfigError(f"--reset-command: unknown placeholder {', '.join(typos)}; the placeholders are "
                           + ", ".join(f"{{{name}}}" for name in known) + " (other braces are left as they are)")
+
+
+def check_machines(addresses: tuple[str, ...], key_file: str | None, reset_command: str | None) -> str:
+    """The dry run's look at the machines, which starts and resets nothing: each agent answers
+    GET /platform with the run's key (``--vm-key-file``) within PREFLIGHT_TIMEOUT_S, all asked
+    at once. ConfigError naming every agent that refuses the key and, with ``--reset-command
+    none`` (nothing would bring it up), every one that does not answer: such a run boots each
+    VM until the replacement budget is spent, a minute a boot (--boot-timeout-s), then stops.
+    With a reset command, a machine that does not answer yet may be one it starts."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from ...guest.client import GuestClient
+
+    key, plain = read_key(key_file), [normalize_address(a) for a in addresses]
+    resets = reset_command is not None and reset_command.strip().lower() != NO_RESET
+
+    def ask(address: str) -> str | None:
+        try:
+            answer = GuestClient(keyed_address(address, key) if key else address).request(
+                "GET", READY_ROUTE, timeout=PREFLIGHT_TIMEOUT_S, check=False)
+        except GuestUnreachable as exc:
+            return None if resets else f"{exc} (with --reset-command none nothing starts it: start its agent first)"
+        if answer.status == 401:
+            return (f"{address} refused the key of --vm-key-file {key_file} (401)" if key else
+                    f"{address} asks for a key (401): give the run its agent's key with --vm-key-file FILE")
+        if answer.status != 200 or not answer.body.strip():
+            return f"{address} answered GET {READY_ROUTE} with HTTP {answer.status}, not a guest agent's answer"
+        return None
+
+    with ThreadPoolExecutor(max_workers=min(16, len(plain))) as pool:
+        problems = [problem for problem in pool.map(ask, plain) if problem]
+    if problems:
+        raise ConfigError("the remote machines: " + "; ".join(problems))
+    return f"the {len(plain)} remote machine(s) " + ("answer or are left to --reset-command" if resets else "answer")
 
 
 def read_key(path: str | None) -> str | None:
