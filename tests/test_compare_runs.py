@@ -143,6 +143,10 @@ def test_runs_list_names_a_run_by_its_folder(tmp_path, summary):
     result = CliRunner().invoke(main, ["runs", "list", "--output-dir", str(out), "--json"])
     assert result.exit_code == 0, result.output
     assert sorted(json.loads(line)["run_id"] for line in result.output.splitlines()) == ["nightly", "nightly-copy"]
+    # compare names it so too: it said "compare nightly (A) -> nightly (B)" and wrote compare-nightly.txt
+    compared = CliRunner().invoke(main, ["compare", "nightly-copy", "nightly", "--output-dir", str(out)])
+    assert compared.exit_code == 0 and compared.output.startswith("compare nightly-copy (A) -> nightly (B)"), compared.output
+    assert (out / "nightly" / "compare-nightly-copy.txt").is_file()
 
 
 def test_a_corrupted_results_line_is_named_by_file_and_line(tmp_path):

@@ -159,7 +159,9 @@ class RunData:
         config_doc = config_doc or {}
         return cls(
             run_dir=run_dir,
-            run_id=config_doc.get("run_id") or run_dir.name,
+            # the folder's name, which runs list, report and compare take: a copied run folder
+            # is a run of its own name (compare labelled a copy and its original alike)
+            run_id=run_dir.resolve().name or config_doc.get("run_id") or str(run_dir),
             config=config_doc.get("config") or {},
             summary=summary,
             records=records,
