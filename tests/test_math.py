@@ -284,26 +284,36 @@ def test_oracle_run_solves_every_task_without_a_pool(tmp_path):
     assert all(r["vm"] is None and r["eval"]["reason"] == "correct" for r in records(outcome.run_dir))
 
 
+#: task number -> the reply of a model repeating itself to its token limit, in place of the
+#: agent's own: each is searched in time linear in its length, and graded as the others (every
+#: unclosed group was read to the end, and a run of spaces split two ways: minutes each, and
+#: the attempt ended in its task timeout instead)
+DEGENERATE = {1: "\\boxed{" * 12000, 3: "The answer" + " " * 50000 + "?", 2: "\\(" * 60000 + " so it is 0"}
+
+
 class WrongAnswerAgent(Agent):
-    """Answers \\boxed{0} to even-numbered tasks and rambles without an answer to odd ones."""
+    """Answers \\boxed{0} to even-numbered tasks and rambles without an answer to odd ones
+    (some of them at length: DEGENERATE)."""
 
     def reset(self, task) -> None:
-        self.garbage = int(task.id.rsplit("-", 1)[-1]) % 2 == 1
+        self.number = int(task.id.rsplit("-", 1)[-1])
 
     def act(self, observation):
-        return "I am not sure what to say here." if self.garbage else "Easy: $\\boxed{0}$."
+        if self.number in DEGENERATE:
+            return DEGENERATE[self.number]
+        return "I am not sure what to say here." if self.number % 2 else "Easy: $\\boxed{0}$."
 
 
 def test_wrong_answers_score_zero_with_reasons(tmp_path):
     lines = MATH_TASKS.read_text().splitlines()[:10]
     data = tmp_path / "ten.jsonl"
     data.write_text("\n".join(lines) + "\n")
-    outcome = run(tmp_path, data=str(data), agent="test_math:WrongAnswerAgent")
+    outcome = run(tmp_path, data=str(data), agent="test_math:WrongAnswerAgent", task_timeout=20)
     assert outcome.exit_code == 0, outcome.message
     assert outcome.summary["successes"] == 0
     assert outcome.summary["status_counts"] == {"failure": 10}
     evals = {r["task_id"]: r["eval"] for r in records(outcome.run_dir)}
-    assert len(evals) == 10
+    assert len(evals) == 10 and {int(t.rsplit("-", 1)[-1]) for t in evals} >= set(DEGENERATE)
     for task_id, details in evals.items():
         if int(task_id.rsplit("-", 1)[-1]) % 2:
             assert details["reason"] == "no_answer" and details["extracted"] is None, details

@@ -43,13 +43,19 @@ MAX_ANSWER_CHARS = 1000
 
 _BOX = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])")
 # "Answer: 5", "**Final answer:** $5$", "The answer is 5." — the rest of the line is the answer.
-_ANSWER_LINE = re.compile(r"(?:final\s+answer|answer)\s*(?:\*\*)?\s*(?::|is\b)\s*(?:\*\*)?(.*)$",
+# (One run of spaces before the colon: two in a row made a reply of "answer" and 10,000 spaces
+# take seconds to search, 20,000 half a minute.)
+_ANSWER_LINE = re.compile(r"(?:final\s+answer|answer)\s*(?:\*\*\s*)?(?::|is\b)\s*(?:\*\*)?(.*)$",
                           re.IGNORECASE | re.MULTILINE)
 # A sign counts only when it is not a binary minus ("3-5" ends in 5, not -5).
 # e-notation is the number's (2.5e6), not a last number 6.
 _NUMBER = re.compile(r"(?:(?<![\w)\]}])-)?\d+(?:,\d{3})*(?:\.\d+)?(?:[eE][+-]?\d+\b)?(?:\s*/\s*\d+(?:\.\d+)?)?")
-#: a formula in math delimiters: $$…$$, $…$, \\(…\\), \\[…\\]
-_MATH = re.compile(r"\$\$(.+?)\$\$|\$(.+?)\$|\\\((.+?)\\\)|\\\[(.+?)\\\]", re.DOTALL)
+#: the math delimiters, openers and closers ($$…$$, $…$, \\(…\\), \\[…\\]), in the order they are tried
+_DELIMITERS = (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]"))
+_OPENER = re.compile(r"\$|\\[(\[]")
+#: what a brace group is made of: an escaped character (``\\{`` is a literal brace), a brace
+_BRACE_TOKEN = re.compile(r"\\.|[{}]", re.DOTALL)
+_TOKEN = re.compile(r"[^\s$]+")
 #: a decimal point that closes a number (``5.``) at the end of the answer or of one of its
 #: items (before a comma, a closing bracket or brace, a percent sign): not ``5. 6.``, read as 5 6
 _CLOSING_POINT = re.compile(r"(?<=\d)\.(?=\s*(?:$|[,;)\]}%]|\\[}%)\]]|\\right))")
@@ -82,17 +88,33 @@ def _braced(text: str, start: int) -> str | None:
     return None
 
 
+def _closing_braces(text: str) -> dict[int, int]:
+    """Where each brace group of ``text`` that closes closes: ``{`` index -> ``}`` index, in one
+    pass, as :func:`_braced` finds them one by one (which, for each of many unclosed boxes,
+    read to the end: a 70 KB reply of ``\\boxed{`` took 74 s)."""
+    closes: dict[int, int] = {}
+    opened: list[int] = []
+    for token in _BRACE_TOKEN.finditer(text):
+        if token.group() == "{":
+            opened.append(token.start())
+        elif token.group() == "}" and opened:
+            closes[opened.pop()] = token.start()
+    return closes
+
+
 def _last_boxed(text: str) -> str | None:
     """The content of the last complete ``\\boxed``/``\\fbox`` in ``text``."""
+    closes = None
     for match in reversed(list(_BOX.finditer(text))):
         rest = match.end()
         while rest < len(text) and text[rest] in " \t":
             rest += 1
         if rest < len(text) and text[rest] == "{":
-            content = _braced(text, rest)
+            closes = _closing_braces(text) if closes is None else closes
+            content = text[rest + 1:closes[rest]] if rest in closes else None
         else:
             # "\boxed 12": LaTeX would box one token, but a model means the whole number.
-            token = re.match(r"[^\s$]+", text[rest:])
+            token = _TOKEN.match(text, rest)
             content = token.group(0).rstrip(".,;") if token else None
         if content and content.strip():
             return content.strip()
@@ -132,11 +154,34 @@ def _formula_of_last_number(text: str) -> str | None:
     if not numbers:
         return None
     at = numbers[-1].start()
-    for found in _MATH.finditer(text):
-        inner = next(group for group in found.groups() if group is not None)
-        if found.start() < at < found.end() and _is_formula(inner.strip()):
+    for start, end, inner in _formulas(text):
+        if start < at < end and _is_formula(inner.strip()):
             return inner.strip()
     return None
+
+
+def _formulas(text: str):
+    """``(start, end, inner)`` of each formula in math delimiters, left to right: each opener
+    with the nearest closer after one character at least, none nested (what a regular
+    expression's search gives, ``\\$\\$(.+?)\\$\\$|\\$(.+?)\\$|…``), in linear time: a closer's
+    place is looked for again only past where it was found (the search for each of many
+    unclosed ``\\(`` read to the end: a 40 KB reply of them took 20 s)."""
+    found: dict[str, int] = {}  # closer -> its next place from the last look (-1: none after it)
+    pos = 0
+    while (opener := _OPENER.search(text, pos)) is not None:
+        start = pos = opener.start()
+        for left, right in _DELIMITERS:
+            if not text.startswith(left, start):
+                continue
+            begin = start + len(left)
+            if right not in found or -1 < found[right] < begin + 1:
+                found[right] = text.find(right, begin + 1)
+            if found[right] != -1:
+                yield start, found[right] + len(right), text[begin:found[right]]
+                pos = found[right] + len(right)
+                break
+        else:
+            pos = start + 1
 
 
 def extract_answer(reply: str) -> tuple[str | None, str | None]:
