@@ -206,12 +206,18 @@ def test_the_next_episode_on_a_remote_machine_starts_from_a_fresh_browser_profil
         closed = client.run_python(f"{driver_source()}\nPORTS.update({first.ports!r})\n{_CLOSE}", timeout=60)
         assert "closed" in closed["output"], closed
         first.evaluate()  # the episode's end: what is left of its browser stops
+        log = tmp_path / ".cache" / "web-browser.log"
+        with log.open("a") as earlier:
+            earlier.write("a line of an earlier episode\n")
         second = WebEnv(build_config(dict(mode="web", data=str(data), agent="oracle")))
         second.trajectory_dir = str(tmp_path / "second")
         second.reset(task, client)
         clean = second._call({"op": "eval", "expression": _STATE}, 30)
         second.evaluate()
     assert json.loads(clean["value"]) == {"local": None, "session": None, "cookie": ""}
+    # the browser's log holds this episode's lines alone: it grew by every episode the
+    # machine ran, and a failed start quoted an earlier episode's tail as its own
+    assert "GET /miniwob/click-button.html" in log.read_text() and "earlier episode" not in log.read_text()
 
 
 def test_a_profile_folder_that_is_a_link_on_the_machine_is_used_as_it_is(tmp_path):

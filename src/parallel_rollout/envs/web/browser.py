@@ -202,6 +202,10 @@ def start(req):
     # --task-timeout, the run stopped) ends it with what it started, where it waited out its
     # timeouts for a browser gone, and started one after that stop, which nothing ended
     _remember(os.getpid())
+    # the log of this episode's server and browser, begun empty: a failed start quotes its own
+    # tail, not an earlier episode's, and a machine no reset clears keeps no log that grows
+    # with every episode it ever ran
+    open(LOG, "wb").close()
     chromium = _which_chromium()  # before anything starts: a guest without it is left as it was
     # an empty profile, as a VM's reset leaves it: on a machine no reset clears (a remote one) the
     # last episode's cookies and local storage would be this one's. A link there (to another
