@@ -361,3 +361,21 @@ def test_the_gates_judge_this_sessions_numbers_when_its_summary_cannot_be_writte
     assert f"cannot write {summary}" in gated.output, gated.output
     assert gated.exit_code == exit_codes.EXIT_BELOW_THRESHOLD, gated.output
     assert "success rate 50.0% is below --fail-under 0.8" in gated.output
+
+
+def test_other_tools_names_of_the_gates_point_to_the_gates(tmp_path, monkeypatch):
+    """--min-pass-rate (as other harnesses call the threshold) was answered 'did you mean
+    --client-password?', --threshold '--record?', and a systemd unit's
+    PARALLEL_ROLLOUT_MIN_PASS_RATE was ignored with 'did you mean PARALLEL_ROLLOUT_VM_PORT?':
+    a nightly job without its gate. Each names the gate's own setting."""
+    for flag, gate in (("--min-pass-rate", "--fail-under"), ("--threshold", "--fail-under"),
+                       ("--baseline", "--compare-to")):
+        said = CliRunner().invoke(main, ["run", flag, "0.8"])
+        assert said.exit_code == 2 and f"Did you mean '{gate}'?" in said.output, said.output
+    (tmp_path / "nightly.toml").write_text("min-pass-rate = 0.8\n")
+    said = CliRunner().invoke(main, ["run", "--config", str(tmp_path / "nightly.toml")])
+    assert said.exit_code == 2 and "unknown key 'min-pass-rate'; did you mean fail-under?" in said.output, said.output
+    monkeypatch.setenv("PARALLEL_ROLLOUT_MIN_PASS_RATE", "0.8")
+    said = CliRunner().invoke(main, ["run", "--output-dir", str(tmp_path / "out")])  # no --data: stops there
+    assert "PARALLEL_ROLLOUT_MIN_PASS_RATE is set but is no flag of run nor a setting parallel-rollout reads: " \
+           "ignored (did you mean PARALLEL_ROLLOUT_FAIL_UNDER?)" in said.output, said.output

@@ -24,7 +24,7 @@ from click.core import ParameterSource
 from click.shell_completion import CompletionItem
 
 from .cli_aliases import translate_osworld_flags
-from .config_checks import check_not_stdout
+from .config_checks import GATE_SYNONYMS, check_not_stdout
 from .provenance import program
 
 #: the prefix of every flag's environment variable: PARALLEL_ROLLOUT_<FLAG> for run's flags
@@ -195,7 +195,8 @@ def unknown_variables(ctx: click.Context, command: click.Command) -> list[str]:
     lines = []
     for name in sorted(os.environ):
         if name.startswith(prefix) and name not in known and not name.startswith(others):
-            close = difflib.get_close_matches(name, known, n=1, cutoff=0.75)
+            gate = GATE_SYNONYMS.get(name[len(prefix):].lower())
+            close = [prefix + gate.upper()] if gate else difflib.get_close_matches(name, known, n=1, cutoff=0.75)
             lines.append(f"{name} is set but is no flag of run nor a setting parallel-rollout reads: "
                          "ignored" + (f" (did you mean {close[0]}?)" if close else ""))
     return lines
@@ -217,6 +218,11 @@ class RunCommand(click.Command):
         args = translate_osworld_flags(args)
         try:
             rest = super().parse_args(ctx, args)
+        except click.NoSuchOption as exc:
+            gate = GATE_SYNONYMS.get(exc.option_name.lstrip("-").replace("-", "_"))
+            if gate is not None:  # another tool's name of a gate: click's nearest was another flag
+                exc.possibilities = ["--" + gate.replace("_", "-")]
+            raise
         except click.BadParameter as exc:
             param = exc.param
             if param is not None and param.name and \

@@ -8,7 +8,6 @@ mode, agent or provider cannot honour is rejected instead of silently ignored.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import hashlib
 import json
 import os
@@ -19,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .config_checks import parse_sampling, validate_ranges
+from .config_checks import closest_setting, parse_sampling, validate_ranges
 from .errors import ConfigError
 
 try:
@@ -346,8 +345,8 @@ def settings(raw: dict[str, Any], where: str) -> dict[str, Any]:
         name = key.replace("-", "_")
         if name not in _FIELDS:
             example = "num_vms" if where.endswith("()") else "num-vms"  # a Python call's, a file's
-            close = difflib.get_close_matches(name, list(_FIELDS), n=1, cutoff=0.75)  # as the CLI's flags
-            hint = f"did you mean {close[0] if where.endswith('()') else close[0].replace('_', '-')}?" if close else ""
+            close = closest_setting(name, _FIELDS)  # as the CLI's flags
+            hint = f"did you mean {close if where.endswith('()') else close.replace('_', '-')}?" if close else ""
             raise ConfigError(f"{where}: unknown key {key!r}; {hint or f'keys are the flag names, e.g. {example}'}")
         if name in values:
             # num-vms and num_vms are one setting; silently keeping the last would hide a typo.

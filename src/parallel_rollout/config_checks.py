@@ -8,6 +8,7 @@ with the same functions. Like the config, it imports nothing of the project but 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import importlib.util
 import json
 import math
@@ -219,3 +220,22 @@ def check_token_settings(cfg: Any) -> None:
                           "sends with tokenizer= only; without one the server renders the chat and its own "
                           "context limit applies (its 'too long' error ends the episode as context_overflow): "
                           "set tokenizer= or leave max_model_len out")
+
+
+#: what other eval harnesses and CI tools call the gates -> the setting it is here: the nearest
+#: spelling was another setting's ("--min-pass-rate": did you mean --client-password?), and the
+#: variable of that name a systemd unit set was ignored, its gate never applied
+GATE_SYNONYMS = {
+    **dict.fromkeys(("min_pass_rate", "min_success_rate", "pass_rate", "success_rate", "threshold",
+                     "pass_threshold", "success_threshold", "min_score", "fail_below"), "fail_under"),
+    **dict.fromkeys(("baseline", "baseline_run", "compare", "compare_with"), "compare_to"),
+}
+
+
+def closest_setting(name: str, names: Any) -> str | None:
+    """The setting (of ``names``, underscored) that ``name`` (underscored) misspells or that
+    another tool calls so (``GATE_SYNONYMS``), None when none is close."""
+    if name in GATE_SYNONYMS:
+        return GATE_SYNONYMS[name]
+    close = difflib.get_close_matches(name, list(names), n=1, cutoff=0.75)
+    return close[0] if close else None
