@@ -218,6 +218,20 @@ def test_finished_members_free_their_slots_and_a_last_chance_group_is_waited_for
     assert train.stats()["groups_dropped"] == 0
 
 
+@pytest.mark.parametrize("ratio", [0, 1])
+def test_batch_partition_gives_each_tag_its_share_over_batches_that_do_not_divide(shared, sibling, ratio):
+    """batch_partition=[1, 1] with one group a batch: each batch rounded alone gave the first
+    tag every group, and the second tag never ran; three a batch gave it a third. The
+    rounding is carried from batch to batch: they alternate."""
+    sets = {**tiny(shared), **lake_set(shared[3], name="other", desc=TINY, max_steps=2)}
+    train = sibling(EnvManagerConfig(group_size=1, tags=["tiny", "other"], task_sets=sets),
+                    async_generation_ratio=ratio, batch_partition=[1, 1])
+    assert [[t.tag for t in train.get_batch(batch_size=1, step=step)] for step in range(4)] == \
+        [["tiny"], ["other"], ["tiny"], ["other"]]
+    thirds = Counter(t.tag for step in (4, 5) for t in train.get_batch(batch_size=3, step=step))
+    assert thirds == {"tiny": 3, "other": 3}, thirds
+
+
 def test_redundancy_cancels_the_slowest_members(shared, sibling):
     base, switch, _, _ = shared
     policy = TablePolicy(seed=1)

@@ -13,7 +13,7 @@ from llm_server import LLMServer
 from parallel_rollout.errors import ConfigError, RolloutError, RunLocked
 from parallel_rollout.rl import EnvManagerConfig, RolloutScheduler, TaskSet, TaskSource, TaskSourceError
 from parallel_rollout.rl.config import load_tasks_of
-from parallel_rollout.rl.sources import ShuffledTasks, quotas
+from parallel_rollout.rl.sources import BatchShares, ShuffledTasks, quotas
 from rl_support import TINY, rl_config
 
 RIGHT = {"reply": "<answer>Right</answer>"}
@@ -53,6 +53,18 @@ def test_quotas_split_in_proportion():
     assert quotas({"a": 1, "b": 1}, 3) == {"a": 2, "b": 1}
     assert quotas({"a": 3, "b": 1}, 4) == {"a": 3, "b": 1}
     assert sum(quotas({"a": 1, "b": 2, "c": 4}, 10).values()) == 10
+    # batch after batch the rounding is carried: each batch a share rounded down or up, and
+    # over batches every tag its share (each batch rounded alone: "a" every odd group)
+    shares = BatchShares({"a": 1, "b": 2, "c": 4})
+    assert shares.next(7, batches=2) == {"a": 2, "b": 4, "c": 8}  # whole shares: as they are
+    taken = Counter()
+    for groups in [1, 3, 2, 5, 1, 1, 4, 3] * 7:
+        batch = shares.next(groups)
+        assert sum(batch.values()) == groups
+        assert all(int(groups * w / 7) <= batch[t] <= -(-groups * w // 7) for t, w in shares.weights.items()), batch
+        shares.take(groups)
+        taken.update(batch)
+    assert taken == {"a": 20, "b": 40, "c": 80}, taken  # 140 groups: 1:2:4
 
 
 def test_a_restarted_scheduler_gets_the_same_next_tasks(tmp_path, schedulers, monkeypatch):

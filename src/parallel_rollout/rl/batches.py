@@ -1,7 +1,7 @@
 """Which ready groups make the next batch, and how a batch is handed out.
 
 A batch is whole groups, oldest first: the ``need`` oldest ready groups, or with
-``batch_partition`` each tag's quota of them (``sources.quotas``). It waits while one of
+``batch_partition`` each tag's quota of them (``sources.BatchShares``). It waits while one of
 the oldest groups it would hold is still running and this step is the last it may be handed
 out in (``async_generation_ratio``): a newer group that finished first must not take its
 place, leaving it to be dropped as stale. Handing a batch out marks each trajectory's
@@ -12,7 +12,6 @@ keeps the batch for ``metrics()``. The state is the scheduler's (``self``), as f
 from __future__ import annotations
 
 from .groups import Group, Trajectory, with_turns
-from .sources import quotas
 
 
 class ReadyBatches:
@@ -27,7 +26,7 @@ class ReadyBatches:
                 return None
             batch, self._ready = self._ready[:need], self._ready[need:]
             return batch
-        wanted = quotas(self.batch_partition, need)
+        wanted = self.batch_partition.next(need)
         chosen: list[Group] = []
         for tag, count in wanted.items():
             mine = [g for g in self._ready if g.tag == tag][:count]
@@ -36,6 +35,7 @@ class ReadyBatches:
             chosen += mine
         taken = {g.group_id for g in chosen}
         self._ready = [g for g in self._ready if g.group_id not in taken]
+        self.batch_partition.take(need)  # its rounding is carried to the next batches
         return sorted(chosen, key=lambda g: g.group_id)
 
     def _last_chance_running(self, need: int, tag: str | None = None) -> bool:

@@ -33,7 +33,7 @@ from typing import Any, Iterator
 from ..errors import ConfigError, RolloutError
 from ..messages import Assignment
 from .groups import Group, from_record, sample_name
-from .sources import TaskSourceError, next_task_of, quotas
+from .sources import TaskSourceError, next_task_of
 
 #: how far apart the seeds of two tags start (episodes of one tag before they could meet)
 TAG_SEED_STRIDE = 1_000_000
@@ -69,9 +69,8 @@ class GroupGeneration:
             waiting = {entry[0] for entry in self._replay}  # no new task of a tag before its replays
             open_tags = [t for t in self.tags if self._start_allowed(t) and t not in waiting]
             if self.batch_partition is not None:
-                share = quotas(self.batch_partition, self._need)
-                open_tags = [t for t in open_tags
-                             if self._outstanding(t) < share[t] * (self.ratio + (1 if self._waiting else 0))]
+                share = self.batch_partition.next(self._need, self.ratio + (1 if self._waiting else 0))
+                open_tags = [t for t in open_tags if self._outstanding(t) < share[t]]
             if not open_tags:
                 return
             tag = min(open_tags, key=lambda t: self._running(t) / self.partition[t])

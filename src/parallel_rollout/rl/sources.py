@@ -14,13 +14,15 @@ seed, same episode id), then draws on. A trainer that saves it with its checkpoi
 and restarts gets the same next tasks as a run that never stopped.
 
 **Proportions.** ``batch_partition=[w1, w2, …]`` (one weight per tag) makes every batch hold
-the tags in those proportions (``quotas``: largest remainders), so a fast tag (math) cannot
+the tags in those proportions (``BatchShares``: a share rounded down or up, the rounding
+carried to the next batches), so a fast tag (math) cannot
 crowd a slow one (osworld) out of the batches; ``num_groups_partition`` still caps the groups
 of each tag running at once.
 """
 
 from __future__ import annotations
 
+import math
 import random
 from typing import Any, Protocol
 
@@ -218,17 +220,50 @@ def next_task_of(source: TaskSource, tag: str, tasks: dict[str, list[Any]], mode
 def quotas(weights: dict[str, float], groups: int) -> dict[str, int]:
     """``groups`` split over the tags in proportion to ``weights`` (largest remainders; ties
     go to the tag listed first)."""
-    total = sum(weights.values())
-    exact = {tag: groups * w / total for tag, w in weights.items()}
-    out = {tag: int(share) for tag, share in exact.items()}
-    left = groups - sum(out.values())
-    order = sorted(weights, key=lambda tag: (-(exact[tag] - out[tag]), list(weights).index(tag)))
-    for tag in order[:left]:
+    return _rounded(weights, groups, dict.fromkeys(weights, 0.0))
+
+
+class BatchShares:
+    """``batch_partition``'s weights per tag, and the groups per tag of each batch: a tag's
+    share rounded down or up, the rounding carried from batch to batch (``credit``: what the
+    earlier batches' rounding owes each tag), so that over batches each tag gets its share.
+    Each batch rounded alone gave the first tag listed every odd group: with one group a
+    batch and ``[1, 1]`` the second tag never ran, with three a batch it got a third."""
+
+    def __init__(self, weights: dict[str, float]) -> None:
+        self.weights = weights
+        self.credit = dict.fromkeys(weights, 0.0)
+
+    def next(self, groups: int, batches: int = 1) -> dict[str, int]:
+        """The groups per tag of the next ``batches`` batches of ``groups`` (nothing taken)."""
+        credit, total = dict(self.credit), dict.fromkeys(self.weights, 0)
+        for _ in range(batches):
+            for tag, count in _rounded(self.weights, groups, credit).items():
+                total[tag] += count
+        return total
+
+    def take(self, groups: int) -> None:
+        """A batch of ``groups`` was taken: carry its rounding to the next."""
+        _rounded(self.weights, groups, self.credit)
+
+
+def _rounded(weights: dict[str, float], groups: int, credit: dict[str, float]) -> dict[str, int]:
+    """``groups`` split in proportion to ``weights``, each tag's share rounded down or up: the
+    groups left over go to the tags ``credit`` and their remainder owe most (ties: the tag
+    listed first); ``credit`` is updated with this batch's rounding."""
+    total, tags = sum(weights.values()), list(weights)
+    share = {tag: groups * w / total for tag, w in weights.items()}
+    out = {tag: math.floor(share[tag] + 1e-9) for tag in tags}
+    owed = [tag for tag in tags if share[tag] - out[tag] > 1e-9]
+    order = sorted(owed, key=lambda tag: (-(share[tag] - out[tag] + credit[tag]), tags.index(tag)))
+    for tag in order[:groups - sum(out.values())]:
         out[tag] += 1
+    for tag in tags:
+        credit[tag] += share[tag] - out[tag]
     return out
 
 
-def check_batch_partition(partition: list[float] | None, tags: list[str]) -> dict[str, float] | None:
+def check_batch_partition(partition: list[float] | None, tags: list[str]) -> BatchShares | None:
     """``batch_partition`` as weights per tag; ConfigError for a wrong length or weight."""
     if partition is None:
         return None
@@ -236,4 +271,4 @@ def check_batch_partition(partition: list[float] | None, tags: list[str]) -> dic
         raise ConfigError(f"batch_partition must give one weight per tag ({len(tags)}: {tags}), got {partition!r}")
     if any(isinstance(w, bool) or not isinstance(w, (int, float)) or not w > 0 for w in partition):
         raise ConfigError(f"batch_partition weights must be positive numbers, got {partition!r}")
-    return dict(zip(tags, partition))
+    return BatchShares(dict(zip(tags, partition)))
