@@ -6,6 +6,7 @@ close() — also on Ctrl-C in a trainer process."""
 from __future__ import annotations
 
 import itertools
+import json
 import logging
 import os
 import random
@@ -222,13 +223,17 @@ def test_finished_members_free_their_slots_and_a_last_chance_group_is_waited_for
 def test_batch_partition_gives_each_tag_its_share_over_batches_that_do_not_divide(shared, sibling, ratio):
     """batch_partition=[1, 1] with one group a batch: each batch rounded alone gave the first
     tag every group, and the second tag never ran; three a batch gave it a third. The
-    rounding is carried from batch to batch: they alternate."""
+    rounding is carried from batch to batch: they alternate, and a restarted scheduler given
+    the state goes on with the tag an uninterrupted one would."""
     sets = {**tiny(shared), **lake_set(shared[3], name="other", desc=TINY, max_steps=2)}
-    train = sibling(EnvManagerConfig(group_size=1, tags=["tiny", "other"], task_sets=sets),
-                    async_generation_ratio=ratio, batch_partition=[1, 1])
-    assert [[t.tag for t in train.get_batch(batch_size=1, step=step)] for step in range(4)] == \
-        [["tiny"], ["other"], ["tiny"], ["other"]]
-    thirds = Counter(t.tag for step in (4, 5) for t in train.get_batch(batch_size=3, step=step))
+    config = EnvManagerConfig(group_size=1, tags=["tiny", "other"], task_sets=sets)
+    train = sibling(config, async_generation_ratio=ratio, batch_partition=[1, 1])
+    assert [[t.tag for t in train.get_batch(batch_size=1, step=step)] for step in range(5)] == \
+        [["tiny"], ["other"], ["tiny"], ["other"], ["tiny"]]
+    restarted = sibling(config, async_generation_ratio=ratio, batch_partition=[1, 1])
+    restarted.load_state_dict(json.loads(json.dumps(train.state_dict())))
+    assert [t.tag for t in restarted.get_batch(batch_size=1, step=5)] == ["other"]
+    thirds = Counter(t.tag for step in (5, 6) for t in train.get_batch(batch_size=3, step=step))
     assert thirds == {"tiny": 3, "other": 3}, thirds
 
 

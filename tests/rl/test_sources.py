@@ -324,6 +324,7 @@ BAD_STATES = {
                     r"the state's source: pass\['lakes'\] must be a whole number >= 0, got 'x'"),
     "source-seed": ({**GOOD_STATE, "source": {"seed": "9"}}, r"the state's source: seed must be a whole number"),
     "source-tag": ({**GOOD_STATE, "source": {"drawn": {"zzz": 1}}}, r"the state's source: drawn names tags"),
+    "shares": ({**GOOD_STATE, "shares": {"zzz": 0.5}}, r"shares must map tags of this scheduler to numbers"),
 }
 
 

@@ -325,7 +325,8 @@ class RolloutScheduler(ChosenBatches, GroupGeneration, ReadyBatches, TakingTurns
             unreturned = sorted(groups.values(), key=lambda g: g.group_id)
             return {"version": STATE_VERSION, "source": self._source.state_dict(), "episodes": dict(self._episodes),
                     "unreturned": [self._unreturned(g.tag, g.task, g.episode_id, g.seed) for g in unreturned]
-                                  + [self._unreturned(*entry) for entry in self._replay]}
+                                  + [self._unreturned(*entry) for entry in self._replay],
+                    **({"shares": dict(self.batch_partition.credit)} if self.batch_partition else {})}
 
     def _unreturned(self, tag: str, task: Any, episode: int, seed: int | None) -> dict[str, Any]:
         """A state's entry of a group drawn and not handed out; a task made in Python (a task
@@ -363,6 +364,8 @@ class RolloutScheduler(ChosenBatches, GroupGeneration, ReadyBatches, TakingTurns
             if isinstance(self._source, ShuffledTasks):  # its order follows the saved seed: so do the rooms
                 self.seed = self._source.seed
             self._episodes = Counter(state["episodes"])
+            if self.batch_partition is not None:
+                self.batch_partition.load(state.get("shares", {}))
             self._replay.clear()
             self._replay.extend(replay)
 

@@ -42,8 +42,8 @@ def checked_state(state: Any, tags: list[str], source: Any = None) -> dict[str, 
     where = "load_state_dict"
     if not isinstance(state, dict):
         raise ConfigError(f"{where}: the state must be the dict state_dict() returned, got {type(state).__name__}")
-    fields = {"version", "source", "episodes", "unreturned"}
-    unknown, missing = sorted(set(state) - fields, key=str), sorted(fields - {"version"} - set(state))
+    fields = {"version", "source", "episodes", "unreturned", "shares"}
+    unknown, missing = sorted(set(state) - fields, key=str), sorted(fields - {"version", "shares"} - set(state))
     if unknown or missing:
         raise ConfigError(f"{where}: the state is no scheduler's state_dict(): "
                           + "; ".join(([f"unknown field(s) {unknown}"] if unknown else [])
@@ -69,6 +69,10 @@ def checked_state(state: Any, tags: list[str], source: Any = None) -> dict[str, 
             raise ConfigError(f"{name}.seed must be a whole number or None, got {entry['seed']!r}")
         if "task" in entry:
             _check_task_entry(entry["task"], entry["task_id"], f"{name}.task")
+    shares = state.get("shares", {})  # batch_partition's carried rounding (a state without it: none)
+    if not isinstance(shares, dict) or not set(shares) <= set(tags) or not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in shares.values()):
+        raise ConfigError(f"{where}: shares must map tags of this scheduler to numbers, got {shares!r:.200}")
     if callable(getattr(source, "checked_state", None)):
         source.checked_state(state["source"])
     return state
@@ -245,6 +249,11 @@ class BatchShares:
     def take(self, groups: int) -> None:
         """A batch of ``groups`` was taken: carry its rounding to the next."""
         _rounded(self.weights, groups, self.credit)
+
+    def load(self, credit: dict[str, float]) -> None:
+        """The rounding a saved state carried (``state_dict()["shares"]``): the restarted
+        scheduler's batches hold the tags an uninterrupted one's would."""
+        self.credit.update({tag: float(value) for tag, value in credit.items() if tag in self.credit})
 
 
 def _rounded(weights: dict[str, float], groups: int, credit: dict[str, float]) -> dict[str, int]:
