@@ -266,6 +266,13 @@ def test_the_regression_gate_gives_no_verdict_without_shared_samples_or_a_finish
     text = (out / "int2" / "compare-k5.txt").read_text()
     assert "the task sets differ" not in text and "A is unfinished" in text
     assert "warning: only 2 shared samples" in text
+    # killed before its first result (config.json alone): unfinished, not "no such run" (a
+    # missed night), nor "the runs share no final sample"
+    (out / "k5" / "results.jsonl").unlink()
+    first = run_cli(tmp_path, [shell_task(i) for i in ids], "int2", "--resume", "--compare-to", "k5")
+    assert first.exit_code == exit_codes.EXIT_NO_VERDICT, first.output
+    assert "no verdict: the baseline A is unfinished (partial: 0 of 12 samples final)" in first.output, first.output
+    assert "no such run" not in first.output
 
     # same ids, other task contents: the provenance's sha256 differs
     changed = run_cli(tmp_path, [shell_task(i, reference=["true", f"touch ~/{i}.done"]) for i in ids], "fastB")

@@ -135,11 +135,13 @@ class Comparison:
     def cannot_judge(self) -> str | None:
         """Why a gate on this comparison cannot pass or fail (no shared samples, an unfinished
         baseline), or None."""
+        baseline = self.unfinished("A")  # first: a baseline stopped before its first result shares none
+        if baseline:
+            return f"the baseline {baseline}"
         if self.shared == 0:
             return ("the runs share no final sample" if not self.ungraded else
                     f"the runs share no graded sample ({self.ungraded} shared ones never graded)")
-        baseline = self.unfinished("A")
-        return f"the baseline {baseline}" if baseline else None
+        return None
 
     @property
     def warnings(self) -> list[str]:

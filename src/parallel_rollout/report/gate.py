@@ -110,7 +110,8 @@ def missing_baseline(config: Any) -> str:
     if config.compare_to is None:
         return ""
     baseline = Path(config.output_dir) / config.compare_to
-    if (baseline / "results.jsonl").is_file():
+    # a run stopped before its first result has its config.json alone: unfinished, not missing
+    if (baseline / "results.jsonl").is_file() or (baseline / "config.json").is_file():
         return ""
     return f"{baseline} holds no results.jsonl (no such run in --output-dir)"
 
