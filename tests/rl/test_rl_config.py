@@ -66,6 +66,8 @@ def test_tags_resolve_to_task_sets(tmp_path):
     for limit in (-1, 0, 1.5, "2", True):
         with pytest.raises(ConfigError, match=r"tag 'x': TaskSet.limit must be a whole number >= 1 or None"):
             load_tasks_of("x", TaskSet("gym", "frozenlake", tags=("4x4",), limit=limit))
+    with pytest.raises(ConfigError, match=r"TaskSet.tags must be a tuple of tag names \(one tag: \('8x8',\)\)"):
+        load_tasks_of("x", TaskSet("gym", "frozenlake", tags=("8x8")))  # a string: "no task carries ['8', 'x', '8']"
 
 
 def test_task_sets_from_the_toml_config(tmp_path):

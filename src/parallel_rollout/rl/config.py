@@ -149,6 +149,10 @@ def load_tasks_of(tag: str, task_set: TaskSet) -> list[Any]:
         raise ConfigError(f"tag {tag!r}: its task set (mode {task_set.mode}) has no data")
     # as a TOML table's: limit=-1 (an "all" elsewhere) took every task but the last, 0 all of them
     check_count(f"tag {tag!r}: TaskSet.limit", task_set.limit, 1, optional=True)
+    if isinstance(task_set.tags, str) or not all(isinstance(t, str) for t in task_set.tags):
+        # tags=("8x8") is a string: its letters were the tags, and no task carried them
+        raise ConfigError(f"tag {tag!r}: TaskSet.tags must be a tuple of tag names (one tag: ({task_set.tags!r},)), "
+                          f"got {task_set.tags!r}")
     tasks = load_tasks(task_set.data, default_mode=task_set.mode, validators=task_validators())
     if task_set.tags:
         tasks = [t for t in tasks if set(task_set.tags) <= set(t.tags)]
