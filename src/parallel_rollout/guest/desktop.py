@@ -116,10 +116,32 @@ class DesktopError(HTTPError):
 HOME_FOLDERS = ("~/Desktop", "~/Documents", "~/Downloads", "~/Music", "~/Pictures", "~/Videos")
 
 
+def put_pyautogui_shim() -> None:
+    """On a machine whose commands' ``python`` has no pyautogui (one's own Debian machine given
+    ``--desktop``, for ``--provider-name remote``), this agent's xdotool-backed one (``shim/``)
+    goes on the PYTHONPATH of the commands it runs, as this project's images and sandboxes put
+    it: OSWorld's actions are ``python -c "import pyautogui; …"``, and each failed there. A
+    PYTHONPATH that holds one already (the images', the sandboxes') is left as it is."""
+    paths = [path for path in os.environ.get("PYTHONPATH", "").split(os.pathsep) if path]
+    shim = os.path.join(os.path.dirname(os.path.abspath(__file__)), "shim")
+    if any(os.path.isfile(os.path.join(path, "pyautogui.py")) for path in paths) \
+            or not os.path.isfile(os.path.join(shim, "pyautogui.py")):
+        return
+    try:
+        found = subprocess.run(["python", "-c", "import importlib.util, sys; "
+                                "sys.exit(importlib.util.find_spec('pyautogui') is None)"],
+                               stdin=subprocess.DEVNULL, capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return  # no python to give it to: an osworld run says so at its first episode
+    if not found:
+        os.environ["PYTHONPATH"] = os.pathsep.join([shim, *paths])
+
+
 def start_desktop(width: int, height: int, wm: str = "openbox") -> None:
     """Start the session bus, Xvfb at WxH and the window manager; return once all are ready
     (a session bus that cannot start leaves a desktop without AT-SPI, see the module doc)."""
     deadline = time.monotonic() + START_TIMEOUT_S
+    put_pyautogui_shim()
     for folder in HOME_FOLDERS:  # as on OSWorld's Ubuntu, whose tasks take them for granted
         os.makedirs(os.path.expanduser(folder), exist_ok=True)
         give(os.path.expanduser(folder))

@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 from typing import Any, ClassVar, Mapping
 
-from ...errors import TaskSetupFailed, VMError
+from ...errors import GuestPrerequisiteMissing, TaskSetupFailed, VMError
 from ...tasks import UnsupportedTask
 from ..base import Env, StepResult, reject_none, require
 from . import actions as acts
@@ -66,6 +66,26 @@ def start_recording(vm) -> None:
             raise
         vm.end_recording()
         vm.start_recording()
+
+
+def check_pyautogui(vm) -> None:
+    """GuestPrerequisiteMissing when the VM's ``python`` has no pyautogui, which every action's
+    code imports first (``_PREFIX``): each action would fail, and the attempt be graded 0 as
+    the agent's own failure; a machine of one's own given to --provider-name remote may lack
+    it (OSWorld's images have it, this project's images and sandboxes carry a shim). Asked
+    before the task's setup, without the agent's code: only a missing module or command stops
+    the run, any other failure is left to the actions to show."""
+    probe = vm.execute(["python", "-c", "import pyautogui"], timeout=ACTION_TIMEOUT_S)
+    error = f"{probe.get('message') or ''} {probe.get('error') or ''}".strip()
+    if probe.get("not_found") or "command not found" in error:
+        raise GuestPrerequisiteMissing(
+            "osworld: the VM has no `python` command, which runs every action (`python -c \"import pyautogui; "
+            "…\"`, as OSWorld runs them): install one there (Debian, Ubuntu: python-is-python3)")
+    if "No module named 'pyautogui'" in error:
+        raise GuestPrerequisiteMissing(
+            "osworld: the VM's python has no pyautogui, which every action runs: install it there "
+            "(pip install pyautogui; OSWorld's images have it), or start its guest agent with --desktop, "
+            "which puts its own xdotool-backed one on the PYTHONPATH of the commands it runs")
 
 
 def _check_multi_file_getters(evaluator: Mapping[str, Any]) -> None:
@@ -222,6 +242,7 @@ class OSWorldEnv(Env):
         self._traj = self.dir / "traj.jsonl"
         self._traj.write_text("")
         self.recording = False
+        check_pyautogui(vm)
         if self.record:
             start_recording(vm)
             self.recording = True

@@ -1,0 +1,79 @@
+"""OSWorld on a machine of one's own (``--provider-name remote``) whose agent runs the desktop
+(``--desktop``): every action is ``python -c "import pyautogui; …"``, and such a machine's
+python has no pyautogui unless one installs it. Real guest agents with Xvfb on 127.0.0.1 (the
+host's display :0: this file runs alone, with the other remote-provider tests)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from conftest import read_results, write_tasks
+from parallel_rollout.cli import main
+from parallel_rollout.guest.client import GuestClient
+from providers.test_remote import AGENT, _free_port
+
+pytestmark = pytest.mark.skipif(not all(shutil.which(p) for p in ("Xvfb", "openbox", "xdotool")),
+                                reason="no Xvfb, openbox or xdotool for a desktop")
+
+
+@contextmanager
+def desktop_agent(tmp_path: Path, server: Path):
+    """The guest agent ``server`` with ``--desktop``, its commands' ``python`` one without
+    pyautogui (as Debian's and Ubuntu's are); yields its port."""
+    assert importlib.util.find_spec("pyautogui") is None  # the python the machine's commands get
+    bin_dir, home = tmp_path / "bin", tmp_path / "home"
+    bin_dir.mkdir()
+    home.mkdir()
+    (bin_dir / "python").symlink_to(sys.executable)
+    port = _free_port()
+    with (tmp_path / "agent.log").open("wb") as log:
+        agent = subprocess.Popen([sys.executable, "-I", str(server), "--host", "127.0.0.1", "--port", str(port),
+                                  "--desktop", "1920x1080"], cwd=home, stdin=subprocess.DEVNULL, stdout=log,
+                                 stderr=log, env={"PATH": f"{bin_dir}:{os.environ['PATH']}", "HOME": str(home)})
+    try:
+        GuestClient(f"http://127.0.0.1:{port}").wait_ready(60)
+        yield port
+    finally:
+        agent.terminate()
+        agent.wait(timeout=30)
+
+
+def test_a_desktop_agent_gives_its_commands_its_own_pyautogui(tmp_path):
+    """The agent's xdotool-backed pyautogui (shim/) is on its commands' PYTHONPATH, as this
+    project's images put it: every OSWorld action on such a machine failed with
+    ModuleNotFoundError, and each task was graded 0 as the agent's failure."""
+    with desktop_agent(tmp_path, AGENT) as port:
+        done = GuestClient(f"http://127.0.0.1:{port}").execute(
+            ["python", "-c", "import pyautogui; print(pyautogui.__file__, pyautogui.size())"], timeout=60)
+    assert done["returncode"] == 0, done
+    assert done["output"].split()[0] == str(AGENT.parent / "shim" / "pyautogui.py"), done
+
+
+def test_an_osworld_run_on_a_machine_without_pyautogui_stops_saying_so(tmp_path):
+    """A machine where the actions' pyautogui cannot be had (here an agent's folder without
+    its shim): the run stops at its first episode naming what to install (exit 1), its attempt
+    left to a resume, as the web mode's missing Chromium does; it ran every task, each action
+    failing, and graded them all 0 as the agent's own failures."""
+    guest = tmp_path / "guest"
+    shutil.copytree(AGENT.parent, guest, ignore=shutil.ignore_patterns("__pycache__", "shim"))
+    data = write_tasks(tmp_path / "t.jsonl", [
+        {"id": f"t{i}", "mode": "osworld", "instruction": "nothing to do", "config": [],
+         "evaluator": {"func": "infeasible"}, "reference": ["FAIL"]} for i in range(2)])
+    with desktop_agent(tmp_path, guest / "server.py") as port:
+        result = CliRunner().invoke(main, [
+            "--mode", "osworld", "--data", str(data), "--agent", "oracle", "--provider-name", "remote",
+            "--vm-address", f"127.0.0.1:{port}", "--reset-command", "none", "--num-rollouts", "1",
+            "--output-dir", str(tmp_path / "out"), "--run-id", "r", "--no-progress"])
+    assert result.exit_code == 1, result.output
+    assert "the VM's python has no pyautogui, which every action runs: install it there" in result.output
+    records = read_results(tmp_path / "out" / "r")
+    assert [(r["status"], r["final"]) for r in records] == [("guest_prerequisite_missing", False)], records
