@@ -47,8 +47,12 @@ def test_every_reference_is_a_supported_osworld_task_with_valid_actions():
 
 
 def test_a_task_without_any_reference_says_so():
-    with pytest.raises(ValueError, match="osworld_references.jsonl"):
+    """... naming the project's references file by a path that is there, wherever the package
+    is installed: it said envs/data/osworld_references.jsonl, a path from no folder a user has."""
+    with pytest.raises(ValueError, match="osworld_references.jsonl") as missing:
         OSWorldEnv.reference_actions(Task(id="no-such-task", mode="osworld", payload={}))
+    named = str(missing.value).rsplit("see ", 1)[1].rstrip(")")
+    assert os.path.isabs(named) and os.path.isfile(named), named
 
 
 needs_desktop = pytest.mark.skipif(

@@ -204,12 +204,12 @@ class OSWorldEnv(Env):
     def reference_actions(task) -> list[Any]:
         """The task's reference (its own ``reference``, else the project's for that OSWorld
         task id, see :mod:`.references`), ending with DONE (unless it ends with FAIL)."""
-        from .references import reference_of
+        from .references import reference_of, references_file
 
         reference = task.get("reference") or reference_of(task.id)
-        if reference is None:
+        if reference is None:  # the file where this installation has it (a pip install's site-packages)
             raise ValueError(f"task {task.id!r} has no 'reference' actions (and the project "
-                             "has written none for it: see envs/data/osworld_references.jsonl)")
+                             f"has written none for it: see {references_file()})")
         reference = list(reference)
         if not reference or not acts.special(reference[-1]) in ("DONE", "FAIL"):
             reference.append("DONE")
