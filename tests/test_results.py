@@ -429,7 +429,8 @@ def test_a_held_lock_refuses_a_second_run(tmp_path, finished_run):
     with filelock.FileLock(str(run_dir / ".lock"), timeout=0):
         result = cli(tmp_path, finished_run, "--resume")
     assert result.exit_code == 75  # EX_TEMPFAIL: a cron wrapper retries later
-    assert f"another run is writing to {run_dir}" in " ".join(result.output.split())
+    said = " ".join(result.output.split())
+    assert f"another run (pid {os.getpid()}, running since " in said and f"is writing to {run_dir}" in said, said
     assert "lock is held" in result.output
     assert (run_dir / "config.json").read_bytes() == config_before
 

@@ -488,7 +488,7 @@ def test_a_new_run_names_no_run_of_its_settings_that_is_still_going(tmp_path):
     ran said that one 'was partial … --run-id … --resume goes on with that one instead': a
     resume the lock refuses (exit 75), of a run that was not stopped short. Once that run is
     stopped short, it is named. A dry run of that resume says the lock is held (it passed
-    in silence a command that exits 75)."""
+    in silence a command that exits 75), and the resume, refused, names the lock's holder."""
     data, _ = slow_tasks(tmp_path, count=20, seconds=0.5)
     going = start_cli(tmp_path, data)
     try:
@@ -501,6 +501,10 @@ def test_a_new_run_names_no_run_of_its_settings_that_is_still_going(tmp_path):
         busy = cli(tmp_path, *flags[:-3], "--run-id", "sig", "--resume", "--dry-run")
         assert busy.exit_code == 0, (busy.output, busy.exception)
         assert "another run is writing to it now (its lock is held): the run would exit 75" in busy.output, busy.output
+        # the resume itself exits 75 naming the process that holds the lock (a hung run is told apart)
+        locked = cli(tmp_path, "--run-id", "sig", "--resume")
+        assert locked.exit_code == 75, (locked.output, locked.exception)
+        assert f"another run (pid {going.pid}, running since " in locked.output, locked.output
     finally:
         going.send_signal(signal.SIGTERM)
         assert going.wait(timeout=60) == 130, going.communicate()

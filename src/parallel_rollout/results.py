@@ -424,14 +424,38 @@ def run_folder_locked(run_dir: Path) -> bool:
     going), as ``/proc/locks`` lists it: trying the lock would take it for a moment, and a run
     started in that moment would be refused (exit 75). A holder in another PID namespace is
     not listed there: False, as for a folder with no lock."""
+    return lock_holder(run_dir) is not None
+
+
+def lock_holder(run_dir: Path) -> int | None:
+    """The pid of the process holding ``run_dir``'s lock, as ``/proc/locks`` lists it (0 when
+    it holds it from another PID namespace and is listed all the same); None when no one does."""
     try:
         lock = os.stat(Path(run_dir) / ".lock")
         held = Path("/proc/locks").read_text()
     except OSError:
-        return False
+        return None
     name = f"{os.major(lock.st_dev):02x}:{os.minor(lock.st_dev):02x}:{lock.st_ino}"
     # "1: FLOCK  ADVISORY  WRITE 22941 fe:00:2531780 0 EOF" (a waiter's line has "->" after "1:")
-    return any(len(f) > 5 and f[1] == "FLOCK" and f[5] == name for f in map(str.split, held.splitlines()))
+    for f in map(str.split, held.splitlines()):
+        if len(f) > 5 and f[1] == "FLOCK" and f[5] == name:
+            return int(f[4]) if f[4].isdigit() else 0
+    return None
+
+
+def _holder_said(run_dir: Path) -> str:
+    """" (pid 4242, running since 2026-12-01 02:15)": which process holds the lock, for an
+    operator to tell a run still going from one that hangs; "" when it cannot be told."""
+    pid = lock_holder(run_dir)
+    if not pid:
+        return ""
+    try:
+        import psutil
+
+        since = time.strftime("%Y-%m-%d %H:%M", time.localtime(psutil.Process(pid).create_time()))
+    except Exception:  # noqa: BLE001 - gone meanwhile, not ours to read: the pid alone
+        return f" (pid {pid})"
+    return f" (pid {pid}, running since {since})"
 
 
 def lock_run_folder(run_dir: Path, hint: str = "choose another --run-id") -> Any:
@@ -444,8 +468,8 @@ def lock_run_folder(run_dir: Path, hint: str = "choose another --run-id") -> Any
     try:
         lock.acquire(timeout=0)
     except filelock.Timeout:
-        raise RunLocked(f"another run is writing to {run_dir} (its lock is held); wait for it to "
-                        f"finish or {hint}") from None
+        raise RunLocked(f"another run{_holder_said(run_dir)} is writing to {run_dir} (its lock is held); "
+                        f"wait for it to finish or {hint}") from None
     except OSError as exc:  # read-only, removed: a usage error as a new run's mkdir failing is
         raise ConfigError(f"cannot lock the run folder {run_dir}: {exc.strerror or exc}") from None
     return lock

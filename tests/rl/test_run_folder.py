@@ -39,7 +39,7 @@ def test_a_second_scheduler_on_a_live_run_folder_is_refused(tmp_path, table, sch
     train = schedulers(rl_config(tmp_path, server, num_rollouts=1, run_id="grpo"), _lake(), async_generation_ratio=1)
     train.get_batch(4, step=0)
     before = read_records(train.run_dir / "results.jsonl")
-    with pytest.raises(RunLocked, match="another run is writing to .*grpo"):
+    with pytest.raises(RunLocked, match="another run .*is writing to .*grpo"):
         RolloutScheduler(rl_config(tmp_path, server, num_rollouts=1, run_id="grpo"), _lake())
     batch = train.get_batch(4, step=1)
     _own_turns(batch)
