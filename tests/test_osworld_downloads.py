@@ -228,3 +228,19 @@ def test_putting_a_file_that_is_not_there_says_so_and_caches_nothing(tmp_path):
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
     assert f"no such file {tmp_path / 'no-such.xlsx'}" in done.stderr
     assert not (tmp_path / "cache").exists()
+
+
+def test_the_cache_listing_takes_the_index_by_the_runs_flag_its_messages_name(tmp_path, monkeypatch, capsys):
+    """`osworld-cache missing` takes the run's --osworld-index as well as --index: its loader's
+    message for a task file given an index says --osworld-index, a flag the command refused."""
+    from readme_support import one_download_task_folder
+
+    from parallel_rollout.envs.osworld.cache_tool import main
+
+    monkeypatch.setenv(downloads.CACHE_ENV, str(tmp_path / "cache"))
+    folder, url = one_download_task_folder(tmp_path)
+    assert main(["missing", str(folder / "examples" / "os" / "t1.json")], prog="osworld-cache") == 2
+    said = capsys.readouterr().err  # one task's file: give the folder, and an index as --osworld-index
+    assert "as --osworld-index" in said, said
+    assert main(["missing", str(folder), "--osworld-index", "test_all.json"], prog="osworld-cache") == 0
+    assert capsys.readouterr().out == f"os/t1\t{url}\n"

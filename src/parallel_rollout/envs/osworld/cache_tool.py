@@ -51,7 +51,9 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     put.add_argument("file", type=Path)
     missing = sub.add_parser("missing", help="list the files the run's tasks download that are not cached yet")
     missing.add_argument("data", help="the run's --data: an OSWorld folder, or a task file")
-    missing.add_argument("--index", default=DEFAULT_INDEX, help="the run's --osworld-index")
+    # also by the run's own name, which the loader's messages say (a task file given an index)
+    missing.add_argument("--index", "--osworld-index", dest="index", default=DEFAULT_INDEX,
+                         help="the run's --osworld-index")
     missing.add_argument("--domain", default="all", help="the run's --domain")
     args = parser.parse_args(argv)
     name = f"{parser.prog} {args.command}"
