@@ -339,6 +339,9 @@ def test_a_baseline_that_cannot_be_read_or_a_comparison_that_cannot_be_written_i
     # said at the start too, as a missed night is: there is time to fix the line
     assert (f"--compare-to base: cannot read the baseline: {results}:3: corrupted record"
             in tonight.output.split("run tonight: 6 samples")[0]), tonight.output
+    check = CliRunner().invoke(main, ["compare", "base", "tonight", "--check", "--output-dir", str(out)])
+    assert check.exit_code == exit_codes.EXIT_NO_VERDICT, check.output  # as run --compare-to (it was 2)
+    assert f"no verdict: cannot read the baseline: {results}:3: corrupted record" in check.output
     gated = run_cli(tmp_path, worse, "tonight", "--resume", "--fail-under", "0.5")
     assert gated.exit_code == exit_codes.EXIT_BELOW_THRESHOLD, gated.output
     assert "success rate 0.0% is below --fail-under 0.5" in gated.output and "no verdict" in gated.output

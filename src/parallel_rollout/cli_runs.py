@@ -14,6 +14,7 @@ import click
 
 from .cli_options import refuse_stdout
 from .config import RunConfig
+from .errors import ConfigError
 from .logs import say
 
 #: where a run id given instead of a folder is looked up: run's --output-dir default
@@ -51,18 +52,19 @@ def compare_cmd(run_a: str, run_b: str, output_dir: str, html_path: str | None, 
     """Compare run B with the baseline run A (folders or run ids) over their shared samples."""
     from .exit_codes import EXIT_NO_VERDICT, EXIT_REGRESSION
     from .report.compare_html import write_comparison
-    from .report.run_data import NotARunFolder, resolve_run
+    from .report.run_data import NotARunFolder, RunData, resolve_run
 
     # B first: a mistyped B is a usage error (exit 2), not hidden behind a missing A's "no verdict"
     candidate = resolve_run(run_b, output_dir)
     try:
-        baseline = resolve_run(run_a, output_dir)
-    except NotARunFolder as exc:
+        baseline = RunData.load(resolve_run(run_a, output_dir), with_events=False)
+    except ConfigError as exc:
         if not check:
             raise
-        # as `run --compare-to` does: a baseline that is not there (a missed night) is no
-        # verdict, not a usage error
-        say(f"no verdict: no baseline: {exc}", err=True)
+        # as `run --compare-to` does: a baseline that is not there (a missed night), or that
+        # cannot be read (a corrupted line), is no verdict, not a usage error
+        say(f"no verdict: {'no baseline' if isinstance(exc, NotARunFolder) else 'cannot read the baseline'}: {exc}",
+            err=True)
         sys.exit(EXIT_NO_VERDICT)
     comparison, text, page = write_comparison(baseline, candidate, html_path)
     say(text)
