@@ -47,7 +47,7 @@ def report_cmd(run_dir: str, output: str | None, output_dir: str) -> None:
                    "the text goes beside it as .txt).")
 @click.option("--check", is_flag=True, help="Exit 4 when B is significantly worse than A (McNemar exact, p < 0.05; with several "
               "samples per task, Wilcoxon signed-rank over tasks); 5 when there is no verdict (no shared sample, "
-              "an unfinished A, no such run A: a missed night).")
+              "an unfinished or unreadable A, no such run A: a missed night).")
 def compare_cmd(run_a: str, run_b: str, output_dir: str, html_path: str | None, check: bool) -> None:
     """Compare run B with the baseline run A (folders or run ids) over their shared samples."""
     from .exit_codes import EXIT_NO_VERDICT, EXIT_REGRESSION

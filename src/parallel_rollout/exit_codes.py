@@ -16,8 +16,8 @@ code   meaning
 4      finished with a significant regression against ``--compare-to`` (McNemar exact,
        p < 0.05, or over tasks with groups: report/clustered.py; lower success rate)
 5      finished, but ``--compare-to`` (or ``compare --check``) cannot judge: the runs share
-       no final sample, the baseline is unfinished (or, to ``--compare-to``, cannot be read:
-       a corrupted line), or there is no such run
+       no final sample, the baseline is unfinished or cannot be read (a corrupted line), or
+       there is no such run
 75     another run holds this run folder's lock (EX_TEMPFAIL: try again later)
 130    interrupted by SIGINT, SIGTERM or SIGHUP; ``--resume`` continues
 =====  ==============================================================================
