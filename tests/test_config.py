@@ -253,6 +253,17 @@ def test_a_vm_memory_too_small_for_the_guest_agent_is_refused(tmp_path, extra):
     assert invoke(tmp_path, "--use-vm-pool", "--num-vms", "1", "--vm-memory-mb", "16", "--limit", "1").exit_code == 0
 
 
+def test_a_model_setting_without_an_agent_says_the_agent_is_the_default_one(tmp_path):
+    """--model with no --agent (OSWorld's run.py takes --model, and its agent is the model's):
+    the refusal says the run's agent is the default oracle and which agent calls the model; it
+    said only that --model applies to agents that call a model."""
+    assert_usage_error(invoke(tmp_path, "--mode", "shell", "--model", "gpt-4o"), tmp_path,
+                       "--model is not used by this run", "this run's agent is oracle, the default: "
+                       "--agent openai calls the model")
+    chosen = invoke(tmp_path, "--mode", "shell", "--agent", "oracle", "--model", "gpt-4o")
+    assert "the default" not in chosen.output, chosen.output  # an agent chosen is not the default's
+
+
 def test_unhonoured_key_in_config_file_is_rejected_too(tmp_path):
     path = tmp_path / "run.toml"
     path.write_text("screen-width = 800\n")

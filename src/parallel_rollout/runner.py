@@ -445,4 +445,9 @@ def check_honoured(cfg: RunConfig, owners: dict[str, tuple[str, frozenset[str]]]
     for name, (needed_by, users) in owners.items():
         if name in cfg.explicit and not users:
             flag = "--" + name.replace("_", "-")
-            raise ConfigError(f"{flag} is not used by this run: it only applies to {needed_by}{cfg.where(name)}")
+            # a model's setting with no --agent (a script written for OSWorld's run.py, whose
+            # agent is the model's): the agent that ignores it is the default one, not chosen
+            default = (f"; this run's agent is {cfg.agent}, the default: --agent openai calls the model"
+                       if name in MODEL_OPTIONS and "agent" not in cfg.explicit else "")
+            raise ConfigError(f"{flag} is not used by this run: it only applies to {needed_by}{cfg.where(name)}"
+                              + default)
