@@ -67,16 +67,19 @@ VERDICTS = {
     "timeout": "    while True:\n        pass\n",
     "killed": "    import os; os._exit(9)\n",
 }
-#: code nested too deep for Python's parser (RecursionError, MemoryError): the answer's
-#: syntax_error, graded 0; it was the worker's error (the env's parse raised), a member a
-#: trainer's group may drop, so an answer could escape its 0 that way
+#: answers that no parse takes, each its syntax_error, graded 0 within the task timeout: code
+#: nested too deep for Python's parser (RecursionError, MemoryError: it was the worker's error,
+#: a member a trainer's group may drop, so an answer could escape its 0 that way), and prose
+#: with 200 imports before the definition and a tail that never parses (the search for its
+#: code took minutes, and the attempt ended in its task timeout)
 TOO_DEEP = {"too_deep_sum": "def add(a, b):\n    return " + "1+" * 200000 + "1\n",
-            "too_deep_minus": "```python\ndef add(a, b):\n    return " + "-" * 100000 + "1\n```\n"}
+            "too_deep_minus": "```python\ndef add(a, b):\n    return " + "-" * 100000 + "1\n```\n",
+            "imports_then_unclosed": "Sure.\n" + "import os\n" * 200 + "def add(a, b):\n" + "    x = (\n" * 500}
 
 
 def test_failure_kinds_are_recorded(tmp_path):
     tasks = [task(kind, [answer], timeout=2) for kind, answer in {**VERDICTS, **TOO_DEEP}.items()]
-    outcome = run(tmp_path, tasks)
+    outcome = run(tmp_path, tasks, task_timeout=30)
     finals = assert_exactly_once(outcome.run_dir, {f"{k}#0" for k in {**VERDICTS, **TOO_DEEP}})
     for name in TOO_DEEP:
         assert finals[f"{name}#0"]["eval"]["kind"] == "syntax_error", finals[f"{name}#0"]

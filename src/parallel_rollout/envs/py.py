@@ -81,6 +81,10 @@ def _top_level(source: str, entry_point: str | None, kinds: tuple[type, ...] = (
     return kept
 
 
+#: parses of stretches of a reply a search for the code in its prose makes at most: one of each
+#: stretch from each import made 200 imports before the definition and a tail that never
+#: parses (unclosed brackets, a reply cut at its token limit) take minutes of the worker's
+_MOST_PARSES = 100
 #: a line that starts top-level code: an import, a decorator, a definition
 _CODE_START = re.compile(r"(import|from)\s+\w|@\w|(async\s+)?def\s+\w|class\s+\w")
 
@@ -100,11 +104,29 @@ def _code_in_prose(answer: str, entry_point: str | None) -> str | None:
     start = at  # back over the code before it: definitions and their indented bodies
     while start > 0 and (_CODE_START.match(lines[start - 1]) or lines[start - 1][:1] in ("", " ", "\t")):
         start -= 1
+    tries = _MOST_PARSES
     for first in [i for i in range(start, at + 1) if _CODE_START.match(lines[i])]:
-        for end in range(len(lines), at, -1):
+        end = len(lines)
+        while end > at and tries:
+            tries -= 1
             code = "\n".join(lines[first:end]).strip("\n") + "\n"
-            if _top_level(code, None) is not None:
+            error = _syntax_error_line(code)
+            if error is None:
                 return code
+            # a longer stretch than one ending at the error's line fails as this one did: the
+            # next to try ends there (prose after the code: one more parse, not one a line)
+            end = min(end - 1, first + error)
+    return None
+
+
+def _syntax_error_line(code: str) -> int | None:
+    """None when ``code`` parses; else the line of its error (its last one when not known)."""
+    try:
+        ast.parse(code)
+    except SyntaxError as exc:
+        return exc.lineno or code.count("\n")
+    except _NOT_PARSED:
+        return code.count("\n")
     return None
 
 
