@@ -104,6 +104,15 @@ GRADING = [
     ("-5", "-5.", True),
     ("(5, 6)", "(5., 6.)", True),
     ("1/2", "\\frac{1.}{2.}", True),
+    # a thin space parts digits in threes (MATH writes 10\,000): no product; spaces alone, no sum
+    ("1000", "1\\,000", True),
+    ("10\\,000", "10000", True),
+    ("1000000", "1\\,000\\,000", True),
+    ("12345.678", "12\\,345.678", True),
+    ("1", "1\\,000", False),
+    ("100", "1\\,00", False),
+    ("11", "5 6", False),
+    ("56", "5 6", False),
     ("2e - 1", "2e-1", True),  # beside Euler's number, 2e-1 stays 2e - 1
     ("1001", "1e3", False),
     ("1000", "2.5e3", False),

@@ -59,6 +59,11 @@ _TOKEN = re.compile(r"[^\s$]+")
 #: a decimal point that closes a number (``5.``) at the end of the answer or of one of its
 #: items (before a comma, a closing bracket or brace, a percent sign): not ``5. 6.``, read as 5 6
 _CLOSING_POINT = re.compile(r"(?<=\d)\.(?=\s*(?:$|[,;)\]}%]|\\[}%)\]]|\\right))")
+#: a thin space that parts a number's digits in threes (``10\\,000``, as MATH's answers write
+#: it): math-verify read it as a product, 10*0
+_THIN_SPACE = re.compile(r"(?<=\d)\\,(?=\d{3}(?!\d))")
+#: numbers with nothing but spaces between them (``5 6``): math-verify added them up (11)
+_SPACED_NUMBERS = re.compile(r"[+-]?\d+(?:\.\d+)?(?:\s+\d+(?:\.\d+)?)+")
 #: a number in e-notation, its mantissa and its exponent
 _E_NUMBER = re.compile(r"([+-]?(?:\d+(?:\.\d*)?|\.\d+))[eE]([+-]?\d+)")
 #: Euler's number: an e that is no part of a word (commands removed first)
@@ -212,12 +217,15 @@ def extract_answer(reply: str) -> tuple[str | None, str | None]:
 def _plain_numbers(answer: str, other: str) -> str:
     """``answer`` with its numbers written as math-verify reads them, beside the ``other``
     answer it is compared with: a decimal point that closes a number dropped (``5.`` is 5,
-    math-verify cannot parse it), and
+    math-verify cannot parse it), a thin space between its digits too (``10\\,000``), numbers
+    parted by spaces alone as a list (``5 6`` is no 11), and
     a whole answer in e-notation (``1e3``, ``2.5e-4``; Python writes a task's answer 0.00001 as
     ``1e-05``) with the capital E that math-verify reads as a power of ten (its small e is
     Euler's number: ``1e3`` was 3e), unless ``other`` holds Euler's number (``2e-1`` beside
     ``2e - 1`` stays 2e-1)."""
-    answer = _CLOSING_POINT.sub("", answer)
+    answer = _THIN_SPACE.sub("", _CLOSING_POINT.sub("", answer))
+    if _SPACED_NUMBERS.fullmatch(answer.strip()):
+        return ", ".join(answer.split())  # as many numbers as it writes, not their sum
     number = _E_NUMBER.fullmatch(answer.strip())
     if number is None or (_E_NUMBER.fullmatch(other.strip()) is None
                           and _EULER.search(re.sub(r"\\[A-Za-z]+", "", other))):
