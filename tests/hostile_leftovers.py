@@ -54,12 +54,23 @@ LEFTOVER_ROWS["rig_check_valgrindrc"] = ([LEAK, "echo --errors-for-leak-kinds=no
 #: that ~/prog was built with its debug lines (there is no ~/prog); its wrapper passes --nh
 LEFTOVER_ROWS["rig_check_gdbinit"] = (["printf 'echo Line 3 of \"prog.c\"\\\\n\\nquit\\n' > ~/.gdbinit"],
                                       "gdb -batch -ex 'info line main' ~/prog 2>&1 | grep -q 'of \"prog.c\"'", False)
+#: a tmux server reads ~/.tmux.conf as it starts: its default-command put in the pane what a
+#: check of the pane's text reads; its wrapper passes -f /dev/null
+LEFTOVER_ROWS["rig_check_tmux_conf"] = (["echo 'set -g default-command \"echo pr-tmux-ok; sleep 9\"' > ~/.tmux.conf"],
+                                        "r=1; tmux new-session -d -s t && for i in 1 2 3 4 5 6 7 8 9 10; do"
+                                        " if tmux capture-pane -p -t t | grep -q pr-tmux-ok; then r=0; break; fi;"
+                                        " sleep 0.3; done; tmux kill-server; exit $r", False)
+#: rows that cannot run as nobody (tests/test_hostile_answers.py's nobody table), with why
+LEFTOVER_NOT_AS_NOBODY = {"rig_check_tmux_conf": "a tmux server started in a sandbox run as nobody exits at once "
+                                                 "here ('server exited unexpectedly'): no check of it can pass"}
 #: row -> the program its check needs (hostile_tasks.NEEDS_PROGRAM)
-LEFTOVER_PROGRAMS = {"rig_check_mavenrc": "mvn", "rig_check_valgrindrc": "valgrind", "rig_check_gdbinit": "gdb"}
+LEFTOVER_PROGRAMS = {"rig_check_mavenrc": "mvn", "rig_check_valgrindrc": "valgrind", "rig_check_gdbinit": "gdb",
+                     "rig_check_tmux_conf": "tmux"}
 #: program -> an honest check of it through its wrapper (hostile_tasks.HONEST_TOOLS)
 LEFTOVER_HONEST = {"mvn": "mvn -v | grep -q 'Apache Maven'",
                    "valgrind": "valgrind -q --error-exitcode=1 --leak-check=full true",
-                   "gdb": "gdb -batch -ex 'print 6 * 7' | grep -q '= 42'"}
+                   "gdb": "gdb -batch -ex 'print 6 * 7' | grep -q '= 42'",
+                   "tmux": "tmux new-session -d -s h 'sleep 9' && tmux has-session -t h; r=$?; tmux kill-server; exit $r"}
 #: rows whose program cannot start where RLIMIT_AS bounds a VM (hostile_tasks.NEEDS_ADDRESS_SPACE)
 LEFTOVER_JVM = {"rig_check_mavenrc": "the JVM cannot start under RLIMIT_AS of 256 MB, a VM's memory bound "
                                      "without a memory cgroup (it reserves more address space for its code cache)"}

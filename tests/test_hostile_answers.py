@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from conftest import read_results, shell_task
+from hostile_leftovers import LEFTOVER_NOT_AS_NOBODY
 from hostile_tasks import (GOT_IT, IS_ROOT, NEEDS_ADDRESS_SPACE, PY_ROWS, SHELL_ROWS, _host_marks, check_row,
                            loopback, py_tasks, run_pool, shell_tasks, unbounded_rows)  # noqa: F401 - fixture
 from nobody_runs import _delegated_pids_cgroup, _nobody_can_run, _run_as_nobody
@@ -119,7 +120,8 @@ def nobody_table(loopback):
         pytest.skip(why)
     nobody = pwd.getpwnam("nobody")
     with _delegated_pids_cgroup(nobody.pw_uid, nobody.pw_gid) as join:
-        left_out = {**unbounded_rows(), **NEEDS_ADDRESS_SPACE, **({} if join else NOT_AS_NOBODY)}
+        left_out = {**unbounded_rows(), **NEEDS_ADDRESS_SPACE, **LEFTOVER_NOT_AS_NOBODY,
+                    **({} if join else NOT_AS_NOBODY)}
         tasks = shell_tasks(loopback.port, left_out)
         flags = ("--vm-max-processes", "128") if join else ()
         for table in _run_as_nobody("shell", tasks, join, *flags):
