@@ -121,7 +121,12 @@ def test_the_window_list_stands_in_in_bounded_time(request, monkeypatch, breaks_
     client = GuestClient(holder["info"].address)
     _open_editor_and_terminal(client)
     if breaks_it:
-        assert "mousepad" in _applications(client.accessibility_tree())  # AT-SPI was up
+        # AT-SPI was up: mousepad joins its bus a moment after its window shows (seconds on
+        # a loaded machine), and until then the tree is the window list's
+        deadline = time.monotonic() + 30
+        while "mousepad" not in _applications(client.accessibility_tree()):
+            assert time.monotonic() < deadline, "mousepad never showed on the AT-SPI bus"
+            time.sleep(0.5)
         # [.]: the pattern must not match the shell that runs it
         bus = "$(pgrep -f 'at-spi2/accessibility[.]conf')"
         result = client.execute(breaks_it.format(bus=bus), shell=True)

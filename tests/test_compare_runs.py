@@ -105,8 +105,8 @@ def test_runs_list_shows_complete_interrupted_and_partial_runs(tmp_path):
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
         time.sleep(0.05)
     proc.send_signal(signal.SIGINT)
-    proc.communicate(timeout=60)
-    assert proc.returncode == exit_codes.EXIT_INTERRUPTED
+    said = proc.communicate(timeout=60)
+    assert proc.returncode == exit_codes.EXIT_INTERRUPTED, (results.read_text(), *said)
 
     result = CliRunner().invoke(main, ["runs", "list", "--output-dir", str(out)])
     assert result.exit_code == 0, result.output

@@ -212,8 +212,10 @@ def test_loadvm_reset_restores_state_and_stop_removes_the_overlay(image, request
         print(f"[qemu] {info.private['accel']} boot {info.private['boot_s']:.1f}s, "
               f"reset p50 {p50 * 1000:.0f} ms p95 {p95 * 1000:.0f} ms")
         assert p50 < 1.5, times  # about 0.3-0.5 s here; slack for a loaded CI machine
+        asked = time.time()
         guest_time = float(client.execute(["date", "+%s.%N"])["output"])
-        assert abs(guest_time - time.time()) < 1.0
+        # within the call's own time (seconds under TCG on a loaded machine), not behind it
+        assert asked - 1.0 < guest_time < time.time() + 1.0, (asked, guest_time)
         assert provider.healthy(info)
     finally:
         provider.stop(info)
