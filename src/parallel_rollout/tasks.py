@@ -210,7 +210,8 @@ def _records(path: Path) -> Iterable[tuple[int, Any]]:
         if isinstance(data, dict) and "tasks" in data:
             data = data["tasks"]
         if not isinstance(data, list):
-            raise TaskFileError(f"{path}:1: a .json task file holds a list of task objects{file_hint(path, data)}")
+            hint = file_hint(path, data) or (ONE_OBJECT_HINT if isinstance(data, dict) else "")
+            raise TaskFileError(f"{path}:1: a .json task file holds a list of task objects{hint}")
         # A JSON list has no line per task; report the item's position instead.
         for index, item in enumerate(data):
             yield index + 1, item
@@ -232,6 +233,10 @@ def _records(path: Path) -> Iterable[tuple[int, Any]]:
             yield lineno, exc
 
 
+#: what to do with one task object saved as a .json file (the README prints its tasks so)
+ONE_OBJECT_HINT = ", not one task object: put it in a list, [{…}], or write it on one line of a .jsonl file"
+
+
 def _format_hint(text: str, kind: str) -> str:
     """Why a file fails as ``kind`` when it is the other kind of task file: JSON lines in a
     .json file, one pretty-printed document in a .jsonl file; "" otherwise."""
@@ -248,9 +253,12 @@ def _format_hint(text: str, kind: str) -> str:
     except ValueError:
         pass
     try:
-        json.loads(text)
+        document = json.loads(text)
     except ValueError:
         return ""
+    if isinstance(document, dict):  # renamed .json, it would be refused as no list
+        return (f": one task object over {len(lines)} lines, not one task object per line (JSON lines): "
+                "write it on one line, or put it in a list, [{…}], in a .json file")
     return (f": one JSON document over {len(lines)} lines, not one task object per line (JSON lines): "
             "name it .json, or write each task on a line of its own")
 
