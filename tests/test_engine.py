@@ -141,3 +141,36 @@ def test_the_next_attempt_runs_while_the_last_record_is_written(tmp_path):
     # the worker held m1 while m0's record was written, and m2 while m1's was
     assert held_while_writing["m0#0"] is not None and held_while_writing["m1#0"] is not None, held_while_writing
     assert held_while_writing["m2#0"] is None  # nothing was left to hand out
+
+
+def test_a_close_cut_short_by_ctrl_c_is_finished_by_the_next(tmp_path, monkeypatch):
+    """A Ctrl-C that lands while close() waits for the workers to exit leaves the engine to be
+    stopped by the next close() (``finally: close()``): workers and VMs, not at interpreter exit."""
+    import psutil
+
+    from parallel_rollout.backends import local
+
+    by_id = tasks(tmp_path, [shell_task("a")])
+    finals = queue.Queue()
+    engine = engine_for(tmp_path, num_rollouts=2, envs_per_worker=1, num_vms=2)
+    engine.start()
+    engine.submit(Assignment(by_id["a"], 0, 0), finals.put)
+    assert engine.wait_idle(timeout=60)
+    family = [psutil.Process(pid) for pid in engine.worker_pids().values() if pid]
+    assert family and leftover_sandboxes()
+    real_wait, calls = local.wait, []
+
+    def interrupted(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            raise KeyboardInterrupt  # as from the terminal, in the shutdown's wait for the workers
+        return real_wait(*args, **kwargs)
+
+    monkeypatch.setattr(local, "wait", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        engine.close()
+    engine.close()  # finishes the stop
+    _, alive = psutil.wait_procs(family, timeout=10)
+    assert not alive, f"workers left running: {[p.pid for p in alive]}"
+    assert not leftover_sandboxes()
+    assert finals.get_nowait()["status"] == "success"

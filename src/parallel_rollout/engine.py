@@ -156,6 +156,7 @@ class Engine(EngineCancels):
         self._clocks_applied = False
         self._closing = False
         self._closed = False
+        self._interrupted = False  # a close() a Ctrl-C cut short
         self._thread: threading.Thread | None = None
         #: the engine thread's doorbell (a non-blocking pipe): one byte for any number of submits
         self._bell = Doorbell()
@@ -270,8 +271,8 @@ class Engine(EngineCancels):
             thread.join()
         clean = self.error is None and not self.in_flight()
         if grace is None:
-            if self.error is not None:
-                grace = 0.0
+            if self.error is not None or self._interrupted:
+                grace = 0.0  # a Ctrl-C already cut the grace short
             elif not self.in_flight():
                 grace = 10.0  # clean completion: workers exit at once anyway
             else:
@@ -279,14 +280,24 @@ class Engine(EngineCancels):
         try:
             # A manager that died (or was killed) could not stop its VMs itself.
             self.final_pool_stats = self.backend.shutdown(grace, sweep=not clean)
-        finally:
-            with self._lock:
-                self._closed = True
-                self._changed.notify_all()
-            self._bell.close()
-            if self._events is not None:
-                events, self._events = self._events, None
-                events.close()
+        except KeyboardInterrupt:
+            # Not closed: the next close() (``finally: close()``) finishes the stop, the
+            # backend's shutdown goes on from where it was cut short.
+            self._interrupted = True
+            raise
+        except BaseException:
+            self._mark_closed()
+            raise
+        self._mark_closed()
+
+    def _mark_closed(self) -> None:
+        with self._lock:
+            self._closed = True
+            self._changed.notify_all()
+        self._bell.close()
+        if self._events is not None:
+            events, self._events = self._events, None
+            events.close()
 
     def __enter__(self) -> "Engine":
         return self
