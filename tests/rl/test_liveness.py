@@ -308,3 +308,24 @@ def test_replies_longer_than_the_api_timeout_are_no_silence(tmp_path, schedulers
         assert train._shared.gate.unanswered == 0
     finally:
         server.stop()
+
+
+def test_groups_whose_every_member_failed_are_failures_not_filtered(tmp_path, schedulers):
+    """Under failed_member="placeholder" a group whose every member failed is all placeholders,
+    which drop_equal_rewards drops: it is a failed group (dropped_failed, the failure budget's),
+    not one the filter dropped. It was counted in both, and a server that is down raised "the
+    group filter dropped N groups … the policy always wins or always fails" once the filter's
+    budget (smaller than the failures') was spent."""
+    server = LLMServer(policy=lambda body: {"status": 500}).start()
+    try:
+        train = schedulers(_config(tmp_path, server), _tiny_lakes(tmp_path), group_filter=drop_equal_rewards,
+                           failed_member="placeholder", max_failed_groups=4, max_filtered_groups=1)
+        with pytest.raises(RolloutError) as caught:
+            train.get_batch(batch_size=4, step=0, timeout=60)
+        message = str(caught.value)
+        assert re.match(r"\d+ groups in a row failed \(max_failed_groups=4\)", message), message
+        assert "is the model endpoint" in message, message
+        stats = train.stats()
+        assert stats.get("dropped_filtered", 0) == 0 and stats["dropped_failed"] >= 4, stats
+    finally:
+        server.stop()

@@ -289,7 +289,11 @@ class GroupGeneration:
             self._filter_error = error
             self._cond.notify_all()
             return True
-        if dropped:
+        if dropped and all(t.placeholder for t in group.done):
+            # every member failed (placeholders only): a failure, which the budget counted
+            # as one, not a group the filter judged (drop_equal_rewards always drops it)
+            self._stats["dropped_failed"] += 1
+        elif dropped:
             self._stats["dropped_filtered"] += 1
             self._budget.group_filtered()
         return bool(dropped)
