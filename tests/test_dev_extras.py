@@ -4,6 +4,7 @@ the base package alone."""
 
 from __future__ import annotations
 
+import gzip
 import os
 import subprocess
 
@@ -70,3 +71,26 @@ def test_an_osworld_task_set_without_mode_installs_the_osworld_extra(tmp_path, h
     proc = subprocess.run(["bash", str(ROOT / "dev"), "extras", *args], capture_output=True, text=True,
                           cwd=tmp_path, timeout=30)
     assert proc.stdout.split() == ["osworld"], proc.stderr
+
+
+def test_a_task_file_without_mode_installs_the_extras_of_the_mode_it_implies(tmp_path):
+    """`--data benchmarks/math_tasks.jsonl` alone runs math (its tasks all name it), and a Parquet
+    file in verl's layout alone runs math (README, "Parquet task files"): ./dev installed no
+    math-verify for them, so in a fresh checkout the run was refused for the missing extra."""
+    shipped = ROOT / "benchmarks"
+    assert extras("--data", str(shipped / "math_tasks.jsonl")) == ["math"]
+    assert extras("--data", str(shipped / "osworld_tasks.jsonl")) == ["osworld"]
+    assert extras("--data", str(shipped / "shell_tasks.jsonl")) == []
+    assert extras("--mode", "shell", "--data", str(shipped / "math_tasks.jsonl")) == []  # --mode wins, as in a run
+    packed = tmp_path / "math.jsonl.gz"
+    packed.write_bytes(gzip.compress((ROOT / "benchmarks" / "math_tasks.jsonl").read_bytes()))
+    assert extras(f"--data={packed}") == ["math"]
+    pq = pytest.importorskip("pyarrow.parquet")
+    import pyarrow as pa
+    verl = tmp_path / "test.parquet"
+    pq.write_table(pa.table({"data_source": ["openai/gsm8k"], "prompt": [[{"role": "user", "content": "1+1?"}]],
+                             "reward_model": [{"ground_truth": "2", "style": "rule"}]}), verl)
+    assert extras("--data", str(verl)) == ["math", "parquet"]
+    own = tmp_path / "own.parquet"
+    pq.write_table(pa.table({"id": ["a"], "instruction": ["x"], "check": ["true"]}), own)
+    assert extras("--data", str(own)) == ["parquet"]
