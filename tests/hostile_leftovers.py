@@ -60,16 +60,33 @@ LEFTOVER_ROWS["rig_check_tmux_conf"] = (["echo 'set -g default-command \"echo pr
                                         "r=1; tmux new-session -d -s t && for i in 1 2 3 4 5 6 7 8 9 10; do"
                                         " if tmux capture-pane -p -t t | grep -q pr-tmux-ok; then r=0; break; fi;"
                                         " sleep 0.3; done; tmux kill-server; exit $r", False)
+#: less reads the home's lesskey file (~/.lesskey, ~/.config/lesskey, a compiled ~/.less): its
+#: #env section's LESSOPEN put its own output in place of the file (there is none), piped too;
+#: its wrapper sets LESSKEYIN and LESSKEY to /dev/null
+LEFTOVER_ROWS["rig_check_lesskey"] = (["printf '#env\\nLESSOPEN=|echo 42;: %%s\\n' > ~/.lesskey"],
+                                      "less -F ~/answer.txt | grep -qx 42", False)
+#: gpg reads ~/.gnupg/gpg.conf: a `keyring` line there added the answer's keys to those a check
+#: trusts (here none: /dev/null, read-only in a VM, hence --lock-never), and the signature the
+#: answer made was good; its wrapper
+#: passes --no-options
+GPG_SIGN = ("gpg --batch --passphrase '' --quick-gen-key pr@x ed25519 sign never 2>/dev/null"
+            " && echo 42 > ~/answer.txt && gpg --batch -u pr@x --detach-sign ~/answer.txt")
+LEFTOVER_ROWS["rig_check_gpg_conf"] = ([GPG_SIGN, 'echo "keyring $HOME/.gnupg/pubring.kbx" > ~/.gnupg/gpg.conf'],
+                                       "gpg --batch --lock-never --no-default-keyring --keyring /dev/null"
+                                       " --verify ~/answer.txt.sig ~/answer.txt", False)
 #: rows that cannot run as nobody (tests/test_hostile_answers.py's nobody table), with why
 LEFTOVER_NOT_AS_NOBODY = {"rig_check_tmux_conf": "a tmux server started in a sandbox run as nobody exits at once "
                                                  "here ('server exited unexpectedly'): no check of it can pass"}
 #: row -> the program its check needs (hostile_tasks.NEEDS_PROGRAM)
 LEFTOVER_PROGRAMS = {"rig_check_mavenrc": "mvn", "rig_check_valgrindrc": "valgrind", "rig_check_gdbinit": "gdb",
-                     "rig_check_tmux_conf": "tmux"}
+                     "rig_check_tmux_conf": "tmux", "rig_check_lesskey": "less",
+                     "rig_check_gpg_conf": "gpg"}
 #: program -> an honest check of it through its wrapper (hostile_tasks.HONEST_TOOLS)
 LEFTOVER_HONEST = {"mvn": "mvn -v | grep -q 'Apache Maven'",
                    "valgrind": "valgrind -q --error-exitcode=1 --leak-check=full true",
                    "gdb": "gdb -batch -ex 'print 6 * 7' | grep -q '= 42'",
+                   "gpg": "gpg --print-md SHA256 ~/a.json | grep -q a.json",
+                   "less": "less -F ~/a.json | grep -q '\"a\"'",
                    "tmux": "tmux new-session -d -s h 'sleep 9' && tmux has-session -t h; r=$?; tmux kill-server; exit $r"}
 #: rows whose program cannot start where RLIMIT_AS bounds a VM (hostile_tasks.NEEDS_ADDRESS_SPACE)
 LEFTOVER_JVM = {"rig_check_mavenrc": "the JVM cannot start under RLIMIT_AS of 256 MB, a VM's memory bound "

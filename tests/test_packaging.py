@@ -42,7 +42,7 @@ def test_the_wheel_ships_licence_types_script_and_a_lean_base(wheel):
         # files they read, never commands of a check's PATH
         wrappers = {name: archive.getinfo(f"parallel_rollout/guest/grading_bin/{name}").external_attr >> 16
                     for name in ("curl", "jq", "sqlite3", "file", "wget", "psql", "node", "git",
-                                 "git_external_diff", "mvn", "gdb", "tmux", "valgrind", "wrap.sh", "wgetrc", "node_no_home.js",
+                                 "git_external_diff", "mvn", "gdb", "tmux", "less", "gpg", "valgrind", "wrap.sh", "wgetrc", "node_no_home.js",
                                  "git_no_programs.py")}
     assert "parallel_rollout/py.typed" in names
     assert "parallel_rollout/guest/shim/pyautogui.py" in names  # package data the images copy
