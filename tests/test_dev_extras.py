@@ -85,6 +85,11 @@ def test_a_task_file_without_mode_installs_the_extras_of_the_mode_it_implies(tmp
     packed = tmp_path / "math.jsonl.gz"
     packed.write_bytes(gzip.compress((ROOT / "benchmarks" / "math_tasks.jsonl").read_bytes()))
     assert extras(f"--data={packed}") == ["math"]
+    unnamed = tmp_path / "tasks.jsonl"  # tasks that name no mode: the default, shell
+    unnamed.write_text('{"id": "a", "instruction": "x", "check": "true"}\n')
+    assert extras("--data", str(unnamed), "--backend", "ray") == ["ray"]
+    (tmp_path / "tasks.jsonl.gz").write_bytes(gzip.compress(unnamed.read_bytes()))
+    assert extras("--data", str(tmp_path / "tasks.jsonl.gz")) == []
     pq = pytest.importorskip("pyarrow.parquet")
     import pyarrow as pa
     verl = tmp_path / "test.parquet"
