@@ -44,7 +44,7 @@ DESKTOP_SOURCES = tuple(images.GUEST_SOURCE_DIR / name for name in images.GUEST_
 #: ctypes and all for two names), passed on from the host when set
 ATSPI_ENVS = ("PARALLEL_ROLLOUT_ATSPI", "PARALLEL_ROLLOUT_ATSPI_TIMEOUT")
 SHIM_DIR = images.GUEST_SOURCE_DIR / "shim"
-#: the grading commands' wrappers (curl, jq, sqlite3, file, wget, psql, node, git, mvn, gdb, tmux, less, gpg, valgrind), bound
+#: the grading commands' wrappers (curl, jq, sqlite3, file, wget, psql, node, git, mvn, gdb, tmux, less, gpg, ImageMagick, valgrind), bound
 #: into every
 #: sandbox
 GRADING_BIN = images.GUEST_SOURCE_DIR / "grading_bin"
