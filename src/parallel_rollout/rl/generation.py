@@ -320,12 +320,18 @@ class GroupGeneration:
         for group in [g for g in self._groups.values() if g.purpose == "batch"]:
             if self._lag.drops(group.keys.values(), current):
                 self._drop(group, "version_lag")
+        self._drop_ready(lambda group: self._lag.drops(group.keys.values(), current), "version_lag")
+
+    def _drop_ready(self, drops: Any, reason: str) -> None:
+        """Drop the ready groups ``drops`` judges, counted under ``reason``; the gate forgets
+        their samples (kept, a long run grew it by every group dropped so)."""
         kept = []
         for group in self._ready:
-            if self._lag.drops(group.keys.values(), current):
-                self._stats["dropped_version_lag"] += 1
-                continue
-            kept.append(group)
+            if drops(group):
+                self._stats[f"dropped_{reason}"] += 1
+                self._lag.forget(group.keys.values())
+            else:
+                kept.append(group)
         self._ready = kept
 
     def _cancel_member(self, group: Group, member: int) -> None:
@@ -342,6 +348,5 @@ class GroupGeneration:
         for group in [g for g in self._groups.values() if g.purpose == "batch"]:
             if self._stale(group):
                 self._drop(group, "stale")
-        kept = [g for g in self._ready if not self._stale(g)]
-        self._stats["dropped_stale"] += len(self._ready) - len(kept)
-        self._ready = kept
+        self._stats["dropped_stale"] += 0  # stats() names it from the first get_batch on, at 0
+        self._drop_ready(self._stale, "stale")
