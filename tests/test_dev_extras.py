@@ -90,6 +90,8 @@ def test_a_task_file_without_mode_installs_the_extras_of_the_mode_it_implies(tmp
     assert extras("--data", str(unnamed), "--backend", "ray") == ["ray"]
     (tmp_path / "tasks.jsonl.gz").write_bytes(gzip.compress(unnamed.read_bytes()))
     assert extras("--data", str(tmp_path / "tasks.jsonl.gz")) == []
+    (tmp_path / "eval.toml").write_text('data = "~/math.jsonl.gz"\n')  # ~ is the home there too
+    assert extras("--config", str(tmp_path / "eval.toml"), env={"HOME": str(tmp_path)}) == ["math"]
     pq = pytest.importorskip("pyarrow.parquet")
     import pyarrow as pa
     verl = tmp_path / "test.parquet"
