@@ -152,9 +152,14 @@ class PolicyGate:
             return self._oldest.get(key)
 
     def forget(self, key: str) -> None:
-        """Drop what is kept of sample ``key`` (it is settled)."""
+        """Drop what is kept of sample ``key`` (it is settled), and what a request of it still
+        in flight would keep at its "end" (a dropped group's member the cancel has yet to
+        reach): it came back, kept for the life of the gate."""
         with self._cond:
             self._oldest.pop(key, None)
+            for ident, (conn, sample) in list(self._peers.items()):
+                if sample == key:
+                    self._peers[ident] = (conn, None)
 
     def _abort_locked(self, ident: int) -> None:
         """Mark a request aborted and tell its agent (under the lock: see the docstring)."""

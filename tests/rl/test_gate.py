@@ -319,3 +319,20 @@ def test_a_connection_without_the_gates_key_cannot_hold_it(host, caplog):
 def test_the_gates_key_is_never_written_to_config_json_nor_shown():
     config = RunConfig(mode="gym", policy_gate="tcp://127.0.0.1:1", policy_gate_key="s3cret")
     assert "policy_gate_key" not in config.to_json() and "s3cret" not in repr(config)
+
+
+def test_a_request_that_ends_after_its_sample_was_forgotten_is_not_kept(gate):
+    """The scheduler settles a sample (its group dropped or handed out: ``PolicyGate.forget``)
+    while a request of it is in flight (a member the drop's cancel has yet to reach): the
+    request's "end <kept>" must not bring the sample back, or it stayed for the life of the
+    engine (a long run grew it by such requests)."""
+    client = GateClient(gate.path, gate.key)
+    assert client.begin("train:tiny/g0/e0/m1")[0] == 3
+    gate.forget("train:tiny/g0/e0/m1")
+    assert client.end(kept=3) is False
+    assert gate.oldest_version("train:tiny/g0/e0/m1") is None
+    # a sample that is not forgotten is kept as before
+    assert client.begin("train:tiny/g1/e1/m0")[0] == 3
+    client.end(kept=3)
+    assert gate.oldest_version("train:tiny/g1/e1/m0") == 3
+    client.close()
