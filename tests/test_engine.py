@@ -174,3 +174,35 @@ def test_a_close_cut_short_by_ctrl_c_is_finished_by_the_next(tmp_path, monkeypat
     assert not alive, f"workers left running: {[p.pid for p in alive]}"
     assert not leftover_sandboxes()
     assert finals.get_nowait()["status"] == "success"
+
+
+def test_two_threads_closing_at_once(tmp_path):
+    """A trainer closes from another thread while its own finally: close() runs: the second
+    close() waits for the first to finish stopping (both ran the backend's shutdown at once)."""
+    import threading
+
+    import psutil
+
+    by_id = tasks(tmp_path, [shell_task("a")])
+    engine = engine_for(tmp_path, num_rollouts=2, envs_per_worker=1, num_vms=2)
+    engine.start()
+    engine.submit(Assignment(by_id["a"], 0, 0), lambda record: None)
+    assert engine.wait_idle(timeout=60)
+    family = [psutil.Process(pid) for pid in engine.worker_pids().values() if pid]
+    errors: list = []
+
+    def close():
+        try:
+            engine.close()
+        except BaseException as exc:  # noqa: BLE001 - the test reports it
+            errors.append(exc)
+
+    threads = [threading.Thread(target=close) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert not errors, errors
+    _, alive = psutil.wait_procs(family, timeout=10)
+    assert not alive
+    assert not leftover_sandboxes()

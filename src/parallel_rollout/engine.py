@@ -157,6 +157,7 @@ class Engine(EngineCancels):
         self._closing = False
         self._closed = False
         self._interrupted = False  # a close() a Ctrl-C cut short
+        self._close_lock = threading.RLock()  # one close() at a time (a thread's own may nest)
         self._thread: threading.Thread | None = None
         #: the engine thread's doorbell (a non-blocking pipe): one byte for any number of submits
         self._bell = Doorbell()
@@ -259,7 +260,19 @@ class Engine(EngineCancels):
     def close(self, grace: float | None = None) -> None:
         """Stop everything; idempotent. ``grace``: seconds attempts under way may take to
         finish (default: none after an error, ``--shutdown-grace-s`` when attempts are
-        running, enough for idle workers to exit otherwise)."""
+        running, enough for idle workers to exit otherwise). A close() from another thread
+        while one runs waits for it (both stopped the backend at once: a KeyError)."""
+        if threading.current_thread() is self._thread:
+            if not self._close_lock.acquire(blocking=False):
+                return  # another thread closes, and waits for this one to end
+        else:
+            self._close_lock.acquire()
+        try:
+            self._close(grace)
+        finally:
+            self._close_lock.release()
+
+    def _close(self, grace: float | None) -> None:
         with self._lock:
             if self._closed:
                 return
