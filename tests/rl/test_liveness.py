@@ -329,3 +329,25 @@ def test_groups_whose_every_member_failed_are_failures_not_filtered(tmp_path, sc
         assert stats.get("dropped_filtered", 0) == 0 and stats["dropped_failed"] >= 4, stats
     finally:
         server.stop()
+
+
+def test_ready_groups_a_weight_update_leaves_behind_are_dropped_and_forgotten(tmp_path, schedulers):
+    """ratio 1, max_version_lag=0: the group made ahead while the trainer trains is ready,
+    its tokens the old version's; resume with the next version drops it (counted), and the
+    gate forgets its samples (they stayed for the life of the engine)."""
+    server = LLMServer(policy=lambda body: {"reply": "<answer>Right</answer>"}).start()
+    try:
+        train = schedulers(_config(tmp_path, server), _tiny_lakes(tmp_path), async_generation_ratio=1,
+                           max_version_lag=0)
+        train.get_batch(batch_size=2, step=0)
+        deadline = time.monotonic() + 20
+        while train.stats()["groups_ready"] < 1:
+            assert time.monotonic() < deadline, train.stats()
+            time.sleep(0.05)
+        train.resume(policy_version=1)
+        assert train.stats()["dropped_version_lag"] == 1 and train.stats()["groups_ready"] == 0
+        gate = train._shared.gate
+        train.close()
+        assert not [key for key in gate._oldest if key.startswith(f"{train._sample_prefix}:")]
+    finally:
+        server.stop()

@@ -446,6 +446,8 @@ class RolloutScheduler(ChosenBatches, GroupGeneration, ReadyBatches, TakingTurns
                                         if g.purpose == "batch" and g not in self._closed_unreturned]
             for group in list(self._groups.values()):
                 self._drop(group, "closed")
+            for group in self._ready:  # still listed by state_dict(); a sibling's engine goes on
+                self._lag.forget(group.keys.values())
             self._cond.notify_all()
         if not self._owner:
             self._flush()  # the engine goes on for the others: cancel what was ours
