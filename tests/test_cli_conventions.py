@@ -309,3 +309,15 @@ def test_the_resume_hint_is_the_command_as_typed(monkeypatch, tmp_path):
     tests = dev[dev.index("\n  test)\n"):dev.index('exit "$status" ;;')]
     assert 'PARALLEL_ROLLOUT_PROG="$prog" exec "$venv/bin/parallel-rollout" run' in dev
     assert "-m pytest" in tests and "PARALLEL_ROLLOUT_PROG" not in tests
+
+
+def test_another_packages_main_that_imports_the_cli_keeps_its_ctrl_c(tmp_path):
+    """`python -m pytest` (or any package's __main__.py) importing the CLI keeps Python's own
+    Ctrl-C handler; the CLI's early exit (130 while it loads) is for its own programs only."""
+    probe = ("import signal, sys; sys.argv[0] = {argv0!r}; import parallel_rollout.cli; "
+             "print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)")
+    for argv0, keeps in (("/usr/lib/python3/dist-packages/pytest/__main__.py", True),
+                         (str(ROOT / "src" / "parallel_rollout" / "__main__.py"), False)):
+        out = subprocess.run([sys.executable, "-c", probe.format(argv0=argv0)], capture_output=True,
+                             text=True, timeout=60)
+        assert out.stdout.strip() == str(keeps), (argv0, out.stdout, out.stderr)

@@ -25,8 +25,10 @@ def _early_exit(signum: int, frame: object) -> None:
 # set before the imports below, which are most of the time the program takes to load; only
 # in the command's own process (its console script, run_parallel_rollout.py, -m), not in a
 # program that imports this module, nor in the run's Manager or workers' server importing it
-_PROGRAM = os.path.basename(sys.argv[0] if sys.argv else "") in ("parallel-rollout", "run_parallel_rollout.py",
-                                                                  "__main__.py") and not importing_the_parents_main()
+_ARGV0 = sys.argv[0] if sys.argv else ""
+_PROGRAM = (os.path.basename(_ARGV0) in ("parallel-rollout", "run_parallel_rollout.py")
+            # python -m parallel_rollout, not another package's __main__ (python -m pytest)
+            or _ARGV0.endswith(os.path.join("parallel_rollout", "__main__.py"))) and not importing_the_parents_main()
 _EARLY = ({sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
           if _PROGRAM and threading.current_thread() is threading.main_thread() else {})
 for _sig, _was in _EARLY.items():
