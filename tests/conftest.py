@@ -124,6 +124,31 @@ def project_logger_propagates():
     logging.getLogger("parallel_rollout").propagate = True
 
 
+@pytest.fixture(autouse=True)
+def stop_signals_as_they_were(request):
+    """Put SIGINT, SIGTERM and SIGHUP back as the test found them (their handlers, and their
+    mask on this thread), saying which test changed them: a run a later test starts inherits a
+    signal ignored or blocked here, and a Ctrl-C that test sends it was lost (the run finished
+    and exited 0 where 130 was checked)."""
+    import signal
+    import sys
+
+    signals = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    handlers = {sig: signal.getsignal(sig) for sig in signals}
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    yield
+    changed = [sig for sig in signals if signal.getsignal(sig) is not handlers[sig]]
+    now_blocked = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    for sig in changed:
+        signal.signal(sig, handlers[sig])
+    if now_blocked != blocked:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+    if changed or now_blocked != blocked:
+        print(f"{request.node.nodeid} left {[signal.Signals(s).name for s in changed]} handled otherwise "
+              f"and {sorted(signal.Signals(s).name for s in now_blocked ^ blocked)} blocked otherwise: "
+              "put back", file=sys.stderr)
+
+
 def _grader_of_an_older_worker(proc: psutil.Process, before: set[int]) -> bool:
     """A math grader (envs/math_grader.py) whose worker was running before the test, or of
     this test process: it is that process's, kept for its next grading (a module's shared
