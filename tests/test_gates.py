@@ -146,6 +146,19 @@ def test_fail_under_is_a_fraction(tmp_path):
     assert not (tmp_path / "out" / "pct").exists()
 
 
+def test_fail_under_compares_the_exact_rate_not_the_rounded_one(tmp_path):
+    """2 of 3 is 0.666666…, which summary.json rounds to 0.6667: a gate on the rounded figure
+    passed --fail-under 0.66669 (and 1 of 3, 0.3333, failed --fail-under 0.33333)."""
+    tasks = [shell_task("ok1"), shell_task("ok2"), failing_task("bad")]
+    above = run_cli(tmp_path, tasks, "above", "--fail-under", "0.66669")
+    assert above.exit_code == exit_codes.EXIT_BELOW_THRESHOLD, above.output
+    # the message tells the two apart, as rounded to one place both read 66.7%
+    assert "success rate 66.667% is below --fail-under 0.66669 (66.669%)" in above.output
+    tasks = [shell_task("ok1"), failing_task("bad1"), failing_task("bad2")]
+    third = run_cli(tmp_path, tasks, "third", "--fail-under", "0.33333")
+    assert third.exit_code == exit_codes.EXIT_OK, third.output
+
+
 def test_compare_to_exits_4_on_a_significant_regression_only(tmp_path):
     ids = [f"t{i}" for i in range(8)]
     base = run_cli(tmp_path, [shell_task(i) for i in ids], "base")

@@ -45,11 +45,11 @@ def gate(config: Any, data: RunData) -> tuple[int, str]:
     elif config.compare_to is not None:
         failed += _against_baseline(config, data)
     if config.fail_under is not None:
-        rate = (data.summary or {}).get("success_rate")
+        rate = exact_success_rate(data.summary or {})
         if rate is None or rate < config.fail_under:
+            shown, threshold = _pcts_apart(rate, config.fail_under)
             failed.append((EXIT_BELOW_THRESHOLD,
-                           f"success rate {_pct(rate)} is below --fail-under {config.fail_under:g} "
-                           f"({_pct(config.fail_under)})"))
+                           f"success rate {shown} is below --fail-under {config.fail_under:g} ({threshold})"))
     if not failed:
         return EXIT_OK, ""
     # The threshold wins over the regression: it is the promise a nightly job states.
@@ -167,6 +167,25 @@ def _test_name(comparison: Any) -> str:
     if comparison.clustered:
         return f"Wilcoxon signed-rank over {comparison.tasks} tasks"
     return "McNemar exact"
+
+
+def exact_success_rate(summary: dict[str, Any]) -> float | None:
+    """The success rate a gate compares: successes over graded samples, unrounded (the
+    summary's ``success_rate`` is rounded to 4 places, so 2 of 3 passed --fail-under 0.66669
+    and 1 of 3 failed --fail-under 0.33333). A summary without the counts has its figure."""
+    successes, finished, ungraded = (summary.get(k) for k in ("successes", "finished", "ungraded"))
+    if all(isinstance(n, int) for n in (successes, finished, ungraded)):
+        return successes / (finished - ungraded) if finished > ungraded else None
+    return summary.get("success_rate")
+
+
+def _pcts_apart(rate: float | None, threshold: float) -> tuple[str, str]:
+    """Both as percentages, with as many decimals as it takes to tell them apart (at most 4)."""
+    for places in range(1, 5):
+        shown, limit = (f"{rate:.{places}%}" if rate is not None else "-"), f"{threshold:.{places}%}"
+        if shown != limit:
+            break
+    return shown, limit
 
 
 def _pct(value: float | None) -> str:
