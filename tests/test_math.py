@@ -114,6 +114,17 @@ GRADING = [
     ("11", "5 6", False),
     ("56", "5 6", False),
     ("2e - 1", "2e-1", True),  # beside Euler's number, 2e-1 stays 2e - 1
+    # e-notation in a longer answer is a power of ten too (math-verify read 2e5+1 as 10e + 1)
+    ("200001", "2e5+1", True),
+    ("2e5+1", "200001", True),
+    ("100000", "\\frac{2e5}{2}", True),
+    ("1.0015", "1.5e-3 + 1", True),
+    ("(200000, 3)", "(2e5, 3)", True),
+    ("10e + 1", "2e5+1", False),
+    ("10e", "2e5", False),
+    ("200002", "2e5+1", False),
+    ("3e + 1", "e + 2e+1", True),  # beside Euler's number, 2e+1 in a sum stays 2e + 1
+    ("2e^{5}+1", "2e^5+1", True),
     ("1001", "1e3", False),
     ("1000", "2.5e3", False),
     ("5", "5.5", False),

@@ -64,8 +64,9 @@ _CLOSING_POINT = re.compile(r"(?<=\d)\.(?=\s*(?:$|[,;)\]}%]|\\[}%)\]]|\\right))"
 _THIN_SPACE = re.compile(r"(?<=\d)\\,(?=\d{3}(?!\d))")
 #: numbers with nothing but spaces between them (``5 6``): math-verify added them up (11)
 _SPACED_NUMBERS = re.compile(r"[+-]?\d+(?:\.\d+)?(?:\s+\d+(?:\.\d+)?)+")
-#: a number in e-notation, its mantissa and its exponent
-_E_NUMBER = re.compile(r"([+-]?(?:\d+(?:\.\d*)?|\.\d+))[eE]([+-]?\d+)")
+#: a number in e-notation, alone or in a longer answer (``2e5+1``, ``\\frac{2e5}{2}``): its
+#: mantissa, its exponent's sign and its digits; no part of a name or of a longer number
+_E_NUMBER = re.compile(r"(?<![A-Za-z0-9_.])(\d+(?:\.\d*)?|\.\d+)[eE]([+-]?)(\d+)(?![A-Za-z0-9_.])")
 #: Euler's number: an e that is no part of a word (commands removed first)
 _EULER = re.compile(r"(?<![A-Za-z])e(?![A-Za-z])")
 _WORD = re.compile(r"(?<![\\A-Za-z])[A-Za-z]{2,}")
@@ -219,18 +220,17 @@ def _plain_numbers(answer: str, other: str) -> str:
     answer it is compared with: a decimal point that closes a number dropped (``5.`` is 5,
     math-verify cannot parse it), a thin space between its digits too (``10\\,000``), numbers
     parted by spaces alone as a list (``5 6`` is no 11), and
-    a whole answer in e-notation (``1e3``, ``2.5e-4``; Python writes a task's answer 0.00001 as
-    ``1e-05``) with the capital E that math-verify reads as a power of ten (its small e is
-    Euler's number: ``1e3`` was 3e), unless ``other`` holds Euler's number (``2e-1`` beside
-    ``2e - 1`` stays 2e-1)."""
+    its numbers in e-notation, whole or in a longer answer (``1e3``, ``2.5e-4``, ``2e5+1``;
+    Python writes a task's answer 0.00001 as ``1e-05``), with the capital E that math-verify
+    reads as a power of ten (its small e is Euler's number: ``1e3`` was 3e, ``2e5+1`` 10e + 1,
+    so 200001 was wrong and 10e + 1 right); one with a signed exponent stays as written where
+    ``other`` holds Euler's number (``2e-1`` beside ``2e - 1`` stays 2e - 1)."""
     answer = _THIN_SPACE.sub("", _CLOSING_POINT.sub("", answer))
     if _SPACED_NUMBERS.fullmatch(answer.strip()):
         return ", ".join(answer.split())  # as many numbers as it writes, not their sum
-    number = _E_NUMBER.fullmatch(answer.strip())
-    if number is None or (_E_NUMBER.fullmatch(other.strip()) is None
-                          and _EULER.search(re.sub(r"\\[A-Za-z]+", "", other))):
-        return answer
-    return f"{number[1]}E{number[2]}"
+    euler = _EULER.search(re.sub(r"\\[A-Za-z]+", "", _E_NUMBER.sub("", other)))
+    return _E_NUMBER.sub(lambda number: number[0] if number[2] and euler else
+                         f"{number[1]}E{number[2]}{number[3]}", answer)
 
 
 def grade(expected: str, extracted: str, timeout_s: float = DEFAULT_GRADE_TIMEOUT_S) -> dict[str, Any]:
