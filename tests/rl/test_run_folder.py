@@ -112,3 +112,44 @@ def test_trajectory_ids_are_unique_across_siblings_and_sessions(tmp_path, table,
     assert resumed[0].trajectory_id.startswith("grpo/train@s1:FrozenLake/g")
     ids = [t.trajectory_id for t in trained + validated + resumed]
     assert len(set(ids)) == len(ids), ids
+
+
+def test_a_start_whose_clean_up_a_second_ctrl_c_cut_short_is_finished_by_the_next_scheduler(tmp_path, table,
+                                                                                           schedulers, monkeypatch):
+    """A Ctrl-C as the engine starts, and a second one inside the clean-up that follows: no
+    scheduler came to be, so the trainer (a notebook's next cell) has nothing to close. Its
+    workers, their server and the run folder's lock stayed for the interpreter's life (the
+    next scheduler's workers forked from that old server, with the old run's environment and
+    modules); now the next scheduler finishes that stop before it starts its own."""
+    import psutil
+
+    from parallel_rollout.backends import local, worker_start
+    from parallel_rollout.engine import Engine
+
+    _, server = table
+    started, real_start, real_kill, kills = [], Engine.start, local.kill_tree, []
+
+    def start(engine):
+        real_start(engine)
+        started.append(([pid for pid in engine.worker_pids().values() if pid], worker_start._started))
+        raise KeyboardInterrupt  # the first, as the workers came up
+
+    def kill_tree(*args, **kwargs):
+        kills.append(1)
+        if len(kills) == 1:
+            raise KeyboardInterrupt  # the second, as the clean-up stops the workers
+        return real_kill(*args, **kwargs)
+
+    monkeypatch.setattr(Engine, "start", start)
+    monkeypatch.setattr(local, "kill_tree", kill_tree)
+    with pytest.raises(KeyboardInterrupt):
+        RolloutScheduler(rl_config(tmp_path, server, num_rollouts=1, run_id="grpo"), _lake())
+    monkeypatch.undo()
+    (workers, server_pid), = started
+    assert workers and server_pid and psutil.pid_exists(server_pid)
+    train = schedulers(rl_config(tmp_path, server, num_rollouts=1, run_id="grpo", resume=True), _lake())
+    _, alive = psutil.wait_procs([psutil.Process(pid) for pid in [*workers, server_pid] if psutil.pid_exists(pid)],
+                                 timeout=10)
+    assert not alive, f"the first start's processes left running: {alive}"
+    assert worker_start._started not in (None, server_pid)  # its workers fork from a server of its own
+    _own_turns(train.get_batch(4, step=0))

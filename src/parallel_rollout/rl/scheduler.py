@@ -158,7 +158,7 @@ class RolloutScheduler(ChosenBatches, GroupGeneration, ReadyBatches, TakingTurns
             self._init_state(max_version_lag, stale_versions)
         except BaseException:
             if self._owner:
-                self._shared.close()
+                self._shared.stop_or_leave()
             raise
         self._shared.join(self)  # last: a sibling is only listed once it is whole
 

@@ -87,8 +87,9 @@ class SharedEngine:
         from ..envs import answer_files_of
         from ..results import ResultStore
 
+        finish_unfinished()  # an earlier start a second Ctrl-C cut short in its clean-up: its folder too
         gate = PolicyGate(version=0, host=gate_host(run_config))
-        store = engine = folder = None
+        store = engine = folder = shared = None
         try:
             run_id = run_config.run_id or default_run_id("rl", run_config.output_dir)
             changes: dict[str, Any] = {"policy_gate": gate.path, "policy_gate_key": gate.key, "run_id": run_id}
@@ -106,6 +107,9 @@ class SharedEngine:
             shared.withhold(task_files)
             engine.start()
         except BaseException:
+            if shared is not None:  # the engine may have started its workers
+                shared.stop_or_leave()
+                raise
             if engine is not None:
                 engine.close(grace=0.0)
             if store is not None:
@@ -165,7 +169,25 @@ class SharedEngine:
 
     def close(self) -> None:
         """End every scheduler's generation and stop the engine, workers, pool and gate.
-        Idempotent; safe from ``finally`` after Ctrl-C and at interpreter exit."""
+        Idempotent; safe from ``finally`` after Ctrl-C and at interpreter exit. Also finishes
+        the stop of an engine whose scheduler never came to be (``stop_or_leave``)."""
+        self._stop()
+        finish_unfinished()
+
+    def stop_or_leave(self) -> None:
+        """close() an engine whose scheduler failed to start (no trainer holds it to close
+        again): one that a Ctrl-C cuts short is left to the next start or close() of any
+        scheduler of this interpreter (a notebook's next cell), or to its exit, to finish:
+        its workers, their server and its folder's lock stayed for the interpreter's life."""
+        try:
+            self.close()
+        except KeyboardInterrupt:
+            if self not in _unfinished:
+                _unfinished.append(self)
+                atexit.register(self.close)
+            raise
+
+    def _stop(self) -> None:
         if self._stopped:
             return
         self.closed = True  # a close() a Ctrl-C cut short stays to be finished: by the next call, or at exit
@@ -189,6 +211,17 @@ class SharedEngine:
         self.gate.close()
         self.store.close()
         self.folder.close()
+
+
+#: engines whose start failed and whose stop a Ctrl-C cut short (``stop_or_leave``)
+_unfinished: list[SharedEngine] = []
+
+
+def finish_unfinished() -> None:
+    """Finish the stops ``stop_or_leave`` left; one a Ctrl-C cuts short again stays listed."""
+    while _unfinished:
+        _unfinished[0]._stop()
+        _unfinished.pop(0)
 
 
 def files_of(data: list[str | None]) -> list[str]:
