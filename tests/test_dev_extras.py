@@ -101,3 +101,48 @@ def test_a_task_file_without_mode_installs_the_extras_of_the_mode_it_implies(tmp
     own = tmp_path / "own.parquet"
     pq.write_table(pa.table({"id": ["a"], "instruction": ["x"], "check": ["true"]}), own)
     assert extras("--data", str(own)) == ["parquet"]
+
+
+#: what ./dev reads with before it installs anything, linked into the folder that is the PATH of
+#: the test below: the desktop's apps and Chromium are then missing, as on a fresh host
+_DEV_TOOLS = ("dirname", "sed", "tr", "grep", "awk", "tail", "gzip", "head", "ls", "id", "cat", "paste",
+              "bwrap", "prlimit", "setpriv")
+
+
+def _apt_installs(tmp_path, *args: str) -> list[str]:
+    """The packages ``./dev ARGS`` asks apt-get to install on a host that has none of the
+    desktop's apps (a fake apt-get records them; the run is asked for its --help)."""
+    import shutil
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    for tool in _DEV_TOOLS:
+        found = shutil.which(tool)
+        if found and not (bin_dir / tool).exists():
+            (bin_dir / tool).symlink_to(found)
+    log = tmp_path / "apt.log"
+    log.write_text("")
+    (bin_dir / "apt-get").write_text(f'#!/bin/bash\necho "$*" >> {log}\n')
+    (bin_dir / "apt-get").chmod(0o755)
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("PARALLEL_ROLLOUT_") and k != "PATH"}
+    subprocess.run([shutil.which("bash"), str(ROOT / "dev"), *args, "--help"], capture_output=True, text=True,
+                   env={**clean, "PATH": str(bin_dir)}, cwd=tmp_path, timeout=60)
+    return [word for line in log.read_text().splitlines() if line.startswith("install")
+            for word in line.split() if not word.startswith("-") and word != "install"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="./dev installs system packages as root only")
+def test_a_run_on_vms_of_their_own_installs_no_desktop_apps_on_this_host(tmp_path):
+    """The desktop's apps (GIMP, VLC, LibreOffice, Xvfb …) and the web mode's Chromium run in the
+    VM: on this host only the process provider's sandboxes use them (they see its /usr). A run on
+    remote machines, docker or QEMU VMs installed them all here (as a user not root, it stopped
+    with "missing system packages" until they were); OSWorld's OCR metric, which runs here, stays."""
+    desktop = {"gimp", "vlc", "thunderbird", "xvfb", "openbox", "libreoffice-writer", "chromium"}
+    remote = _apt_installs(tmp_path, "run", "--mode", "osworld", "--provider-name", "remote",
+                           "--vm-address", "127.0.0.1:5000")
+    assert "tesseract-ocr" in remote and not desktop & set(remote), remote
+    assert not desktop & set(_apt_installs(tmp_path, "run", "--mode=web", "--provider_name=docker")), "docker"
+    (tmp_path / "run.toml").write_text('mode = "web"\nprovider-name = "remote"\n')
+    assert not desktop & set(_apt_installs(tmp_path, "run", "--config", "run.toml", "--mode", "web")), "config"
+    # the process provider's sandboxes run them from this host: installed, as before
+    assert desktop <= set(_apt_installs(tmp_path, "run", "--mode", "osworld"))
