@@ -188,16 +188,33 @@ def test_exit_codes_are_documented_in_the_cli_help():
         assert f"{code} " in result.output
 
 
-def test_resumed_cron_run_keeps_its_gates(tmp_path):
-    """A cron line repeats --run-id … --resume; the gates stored in config.json still apply."""
+def test_resumed_cron_run_keeps_its_gates_until_one_is_turned_off(tmp_path):
+    """A cron line repeats --run-id … --resume; the gates stored in config.json still apply,
+    and 'none' (a flag, a variable) turns one off: a resume whose baseline was deleted had no
+    way to drop the gate but editing config.json."""
     tasks = [shell_task("ok"), failing_task("bad")]
-    first = run_cli(tmp_path, tasks, "nightly", "--fail-under", "0.9")
+    first = run_cli(tmp_path, tasks, "nightly", "--fail-under", "0.9", "--compare-to", "deleted")
     assert first.exit_code == exit_codes.EXIT_BELOW_THRESHOLD
+
     resumed = subprocess.run(
         [sys.executable, str(ROOT / "run_parallel_rollout.py"), "--output-dir", str(tmp_path / "out"),
          "--run-id", "nightly", "--resume", "--no-progress"], capture_output=True, text=True, timeout=120)
     assert resumed.returncode == exit_codes.EXIT_BELOW_THRESHOLD, resumed.stderr
-    assert json.loads((tmp_path / "out" / "nightly" / "config.json").read_text())["config"]["fail_under"] == 0.9
+    stored = tmp_path / "out" / "nightly" / "config.json"
+    assert json.loads(stored.read_text())["config"]["fail_under"] == 0.9
+
+    def resume(*args: str, **env: str):
+        return CliRunner().invoke(main, ["run", "--output-dir", str(tmp_path / "out"), "--run-id", "nightly",
+                                         "--resume", "--no-progress", *args], env=env)
+
+    # the threshold off, the baseline's gate kept: no verdict
+    without_threshold = resume("--fail-under", "none")
+    assert without_threshold.exit_code == exit_codes.EXIT_NO_VERDICT, without_threshold.output
+    # the baseline's off too (from a variable); the threshold stays off, as config.json now says
+    finished = resume(PARALLEL_ROLLOUT_COMPARE_TO="none")
+    assert finished.exit_code == exit_codes.EXIT_OK, finished.output
+    config = json.loads(stored.read_text())["config"]
+    assert config["fail_under"] is None and config["compare_to"] is None
 
 
 def test_a_run_with_samples_never_graded_exits_1_and_a_resume_runs_them_again(tmp_path, monkeypatch):

@@ -43,7 +43,7 @@ from click.core import ParameterSource
 
 from .config import RunConfig, build_config
 from .errors import ConfigError, InterruptedBeforeStart, ProviderUnavailable, RunLocked, VMError, raise_interrupted
-from .cli_options import (ENV_PREFIX, LazyHelpOption, RegistryOption, RunCommand, dataset_help, env_var_name,
+from .cli_options import (ENV_PREFIX, Gate, LazyHelpOption, RegistryOption, RunCommand, dataset_help, env_var_name,
                           help_sections, invoked_as)
 from .exit_codes import EXIT_ABORTED, EXIT_INTERRUPTED, EXIT_LOCKED, EXIT_USAGE
 from .logs import console_logging, devnull_for_closed_streams, say
@@ -240,11 +240,14 @@ def main() -> None:
 @click.option("--limit", type=int, help="Run only the first N tasks of --data.")
 @click.option("--config", "config_file", type=click.Path(dir_okay=False), envvar=f"{ENV_PREFIX}_CONFIG",
               help="TOML file whose keys are these flags' names; flags given here win.")
-@click.option("--fail-under", type=float,
-              help="Exit 3 when the finished run's success rate is below this fraction (0.8 means 80%).")
-@click.option("--compare-to", help="Exit 4 when the run is significantly worse than this earlier run of "
+@click.option("--fail-under", type=Gate(click.FLOAT, "fraction|none"),
+              help="Exit 3 when the finished run's success rate is below this fraction (0.8 means 80%). "
+              "A resume keeps the run's gates; 'none' turns this one off.")
+@click.option("--compare-to", type=Gate(click.STRING, "run-id|none"),
+              help="Exit 4 when the run is significantly worse than this earlier run of "
               "--output-dir (McNemar exact, p < 0.05; with --group-size > 1 the Wilcoxon signed-rank test "
-              "over tasks); 5 when it cannot judge (no such run: a warning at the start, and the run goes on).")
+              "over tasks); 5 when it cannot judge (no such run: a warning at the start, and the run goes on). "
+              "A resume keeps the run's gates; 'none' turns this one off (a deleted baseline).")
 @click.option("--junit-xml", type=click.Path(dir_okay=False),
               help="Write JUnit XML to this file ('-', stdout, is refused): one test case per sample, for "
               "CI (a run that stopped early adds an error case for the samples without a result). A path whose "

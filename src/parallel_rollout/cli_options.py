@@ -24,7 +24,7 @@ from click.core import ParameterSource
 from click.shell_completion import CompletionItem
 
 from .cli_aliases import translate_osworld_flags
-from .config_checks import GATE_SYNONYMS, check_not_stdout
+from .config_checks import GATE_SYNONYMS, check_not_stdout, gate_setting
 from .provenance import program
 
 #: the prefix of every flag's environment variable: PARALLEL_ROLLOUT_<FLAG> for run's flags
@@ -64,6 +64,19 @@ BUILTIN_NOTES = {
         "virtualbox": "VBoxManage with --path-to-vm and --snapshot-name",
     },
 }
+
+
+class Gate(click.ParamType):
+    """A gate's value (``inner``: a fraction, a run id), or None for ``none`` (or empty): the
+    gate off, also the one a resumed run inherits from its config.json."""
+
+    def __init__(self, inner: click.ParamType, name: str) -> None:
+        self.inner, self.name = inner, name
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if param is not None and gate_setting(param.name or "", value) is None:
+            return None
+        return self.inner.convert(value, param, ctx)
 
 
 #: run's help, in sections: each flag (its parameter name) under one heading, both in this order

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .config_checks import closest_setting, parse_sampling, validate_ranges
+from .config_checks import closest_setting, gate_setting, parse_sampling, validate_ranges
 from .errors import ConfigError
 
 try:
@@ -280,6 +280,7 @@ def _coerce(name: str, value: Any, where: str, key: str | None = None) -> Any:
     as the file spells it (num-vms), else the field."""
     kind = _FIELDS[name].type
     key = key or name
+    value = gate_setting(name, value)  # fail-under = "none": the gate off, as on the command line
     if value is None:
         return value
     if kind.startswith("dict"):

@@ -232,6 +232,19 @@ GATE_SYNONYMS = {
 }
 
 
+#: the words that turn a gate off (``--fail-under none``, ``--compare-to none``, or empty): a
+#: resume inherits the gates its run was started with from config.json, and a night whose
+#: baseline was deleted, or a resume meant only to finish the run, had no other way out
+GATE_OFF = ("none", "")
+
+
+def gate_setting(name: str, value: Any) -> Any:
+    """``value`` of setting ``name``, None for a gate given as ``GATE_OFF``."""
+    if name in ("fail_under", "compare_to") and isinstance(value, str) and value.strip().lower() in GATE_OFF:
+        return None
+    return value
+
+
 def closest_setting(name: str, names: Any) -> str | None:
     """The setting (of ``names``, underscored) that ``name`` (underscored) misspells or that
     another tool calls so (``GATE_SYNONYMS``), None when none is close."""
