@@ -206,7 +206,7 @@ def test_the_next_episode_on_a_remote_machine_starts_from_a_fresh_browser_profil
         closed = client.run_python(f"{driver_source()}\nPORTS.update({first.ports!r})\n{_CLOSE}", timeout=60)
         assert "closed" in closed["output"], closed
         first.evaluate()  # the episode's end: what is left of its browser stops
-        log = tmp_path / ".cache" / "web-browser.log"
+        log = tmp_path / ".cache" / "web-agents" / f"port-{port}" / "browser.log"
         with log.open("a") as earlier:
             earlier.write("a line of an earlier episode\n")
         second = WebEnv(build_config(dict(mode="web", data=str(data), agent="oracle")))
@@ -221,7 +221,7 @@ def test_the_next_episode_on_a_remote_machine_starts_from_a_fresh_browser_profil
 
 
 def test_a_profile_folder_that_is_a_link_on_the_machine_is_used_as_it_is(tmp_path):
-    """A machine whose ~/.cache/web-profile is a link to another disk: the start, which empties
+    """A machine whose web profile folder is a link to another disk: the start, which empties
     the profile, does not fail on it (the link is left, and used), and empties the folder it
     links to: what the last episode left there (its cookies) was kept, the link being all
     the emptying tried to remove."""
@@ -231,14 +231,15 @@ def test_a_profile_folder_that_is_a_link_on_the_machine_is_used_as_it_is(tmp_pat
     (elsewhere / "Default" / "Local Storage").mkdir(parents=True)
     left = elsewhere / "Default" / "Local Storage" / "carried.ldb"  # what the last episode stored
     left.write_text("carried=yes")
-    (tmp_path / ".cache").mkdir()
-    (tmp_path / ".cache" / "web-profile").symlink_to(elsewhere)
     with remote_agent(tmp_path, os.environ["PATH"]) as (server, port):
+        profile = tmp_path / ".cache" / "web-agents" / f"port-{port}" / "profile"
+        profile.parent.mkdir(parents=True)
+        profile.symlink_to(elsewhere)
         env = WebEnv(build_config(dict(mode="web", data=str(data), agent="oracle")))
         env.trajectory_dir = str(tmp_path / "traj")
         first = env.reset(task, GuestClient(f"http://127.0.0.1:{port}", timeout_s=60))
         env.evaluate()
-    assert first["utterance"] and (tmp_path / ".cache" / "web-profile").is_symlink()
+    assert first["utterance"] and profile.is_symlink()
     assert not left.exists()
 
 
@@ -270,3 +271,38 @@ def test_two_machines_on_one_host_run_their_web_episodes_at_once(tmp_path):
                     seen[i], done[i] = step.observation, step.done
         rewards = [env.evaluate()[0] for env in envs]
     assert done == [True, True] and rewards == [1.0, 1.0], seen
+
+
+def test_two_agents_of_one_home_do_not_end_each_others_browser(tmp_path):
+    """Two agents on one host that share a home (HOME the same for both ports): an episode on
+    each at once, and one ends first. Their episodes kept one pids file and one profile in that
+    home, so the second's start ended the first's browser (and took over its profile), and the
+    first's end would have ended the second's: each agent now keeps its own."""
+    from parallel_rollout.envs.web.oracle import next_action
+
+    data = write_tasks(tmp_path / "web.jsonl", [web_task("click-button", seed=1), web_task("enter-text", seed=2)])
+    tasks = load_tasks(str(data), default_mode="web", validators=task_validators())
+    with remote_agent(tmp_path, os.environ["PATH"]) as (server_a, port_a), \
+            remote_agent(tmp_path, os.environ["PATH"]) as (server_b, port_b):
+        envs, seen = [], []
+        for task, port in zip(tasks, (port_a, port_b)):
+            env = WebEnv(build_config(dict(mode="web", data=str(data), agent="oracle")))
+            env.trajectory_dir = str(tmp_path / task.id)
+            seen.append(env.reset(task, GuestClient(f"http://127.0.0.1:{port}", timeout_s=60)))
+            envs.append(env)
+        first_browser = [c for c in commands(live_descendants(server_a.pid)) if "--headless" in c]
+        assert first_browser, "the first agent's browser ended when the second agent's episode started"
+        for _ in range(10):  # the first episode to its end, graded: its browser and page server stop
+            step = envs[0].step(next_action(envs[0].env_name, seen[0]))
+            seen[0] = step.observation
+            if step.done:
+                break
+        assert envs[0].evaluate()[0] == 1.0, seen[0]
+        assert any("--headless" in c for c in commands(live_descendants(server_b.pid))), \
+            "the first episode's end ended the second agent's browser"
+        for _ in range(10):
+            step = envs[1].step(next_action(envs[1].env_name, seen[1]))
+            seen[1] = step.observation
+            if step.done:
+                break
+        assert envs[1].evaluate()[0] == 1.0, seen[1]

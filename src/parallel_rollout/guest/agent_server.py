@@ -122,6 +122,9 @@ def resolve(path: str):
     return route
 
 
+#: the environment variable that names the agent to the commands it runs: ``port-PORT`` (TCP),
+#: else ``pid-PID``
+AGENT_ENV = "PARALLEL_ROLLOUT_AGENT"
 #: the environment variable an agent's key may come in instead of --key-file
 KEY_ENV = "PARALLEL_ROLLOUT_GUEST_KEY"
 _USAGE = """usage: server.py [--unix PATH | --listen-fd FD | --host HOST --port PORT] [--ready-fd FD]
@@ -327,6 +330,10 @@ def main(argv: list[str] | None = None) -> int:
                                     max_body_mb=args["max_body_mb"], listen_fd=args["listen_fd"], key=key)
     if args["unix"] and agent_commands.run_as is not None:
         os.chmod(args["unix"], 0o600)  # the commands' user must not talk to the agent
+    # the agent's name in its commands' environment: what a web episode's files are kept under
+    # (envs/web/browser.py), so two agents of one home (one host, two ports) keep theirs apart
+    os.environ[AGENT_ENV] = (f"pid-{os.getpid()}" if args["unix"] or args["listen_fd"] is not None
+                             else f"port-{server.server_address[1]}")
     if args["listen_fd"] is not None:
         where = f"fd {args['listen_fd']}"
     else:

@@ -12,7 +12,7 @@ and a loopback HTTP GET) and followed by one call of ``main(request)``::
 
 ``start`` unpacks the MiniWoB files into the VM's home, starts the loopback file server and
 Chromium, each on a port the OS gives (``PORTS``, which ``start`` answers and later requests
-carry; its profile under the home, emptied first: on a machine no reset clears, the last
+carry; its profile under the home, in the agent's own folder (``agent_folder``), emptied first: on a machine no reset clears, the last
 episode's cookies and local storage are gone all the same), opens the task's page, seeds MiniWoB's random generator and starts the episode.
 ``act`` carries out one action; ``observe`` reads the page; ``eval`` (tests, debugging)
 evaluates an expression in it; ``stop`` ends the server and Chromium (``PIDS``). Each answers one JSON line after
@@ -52,12 +52,31 @@ server.socket.close()
 server.socket = sock
 server.serve_forever()
 """
-ROOT = os.path.join(os.path.expanduser("~"), "miniwob")
-PROFILE = os.path.join(os.path.expanduser("~"), ".cache", "web-profile")
-LOG = os.path.join(os.path.expanduser("~"), ".cache", "web-browser.log")
-#: the page server and Chromium this driver started, ``[[pid, start time], ...]``: ``stop`` (the
-#: episode's end, the next ``start``) ends them and no other process (a page server of the machine's own)
-PIDS = os.path.join(os.path.expanduser("~"), ".cache", "web-pids.json")
+#: the agent's name for itself in its commands' environment (``agent_server``: ``port-5001``):
+#: two agents of one home (two remote machines that are one host, HOME shared) each keep their
+#: episode's files in a folder of their own. With one folder, an episode's start (which ends an
+#: earlier episode's browser) ended the other agent's browser mid-episode, and its stop too
+AGENT_ENV = "PARALLEL_ROLLOUT_AGENT"
+
+
+def agent_folder(environ=os.environ, home=None):
+    """Where this agent's episodes keep their pages, profile, log and pids: ``~/.cache/web-agents/<agent>``,
+    or the home's own names (``~/miniwob``, ``~/.cache/web-profile`` …) under a server that names
+    no agent (OSWorld's)."""
+    home = home or os.path.expanduser("~")
+    key = "".join(c if c.isalnum() or c in "._-" else "_" for c in environ.get(AGENT_ENV, "")).lstrip(".")
+    return os.path.join(home, ".cache", "web-agents", key) if key else None
+
+
+_FOLDER = agent_folder()
+ROOT = os.path.join(_FOLDER, "pages") if _FOLDER else os.path.join(os.path.expanduser("~"), "miniwob")
+#: Chromium's profile, the log of the page server and Chromium, and the pids file: the page server
+#: and Chromium this driver started, ``[[pid, start time], ...]``, which ``stop`` (the episode's end,
+#: the next ``start``) ends, and no other process (a page server of the machine's own, another
+#: agent's browser)
+PROFILE, LOG, PIDS = (os.path.join(_FOLDER, name) if _FOLDER else
+                      os.path.join(os.path.expanduser("~"), ".cache", "web-" + name)
+                      for name in ("profile", "browser.log", "pids.json"))
 CHROMIUM = ("chromium", "chromium-browser", "google-chrome")
 
 # -- starting the browser ---------------------------------------------------------------------

@@ -9,8 +9,8 @@ A task names a MiniWoB++ environment and a seed::
 
 One episode, all of it inside the VM (``browser.py`` runs there through ``/run_python``)::
 
-    reset  bundle(env) ─► unpack in ~/miniwob, a page server on 127.0.0.1 (ports: the OS's),
-           chromium --headless --no-sandbox (profile in ~/.cache) ─► open the page,
+    reset  bundle(env) ─► unpack in ~/.cache/web-agents/<agent>, a page server on 127.0.0.1
+           (ports: the OS's), chromium --headless --no-sandbox (profile there) ─► open the page,
            Math.seedrandom(seed), core.startEpisodeReal() ─► observation
     step   action (JSON or click("12")) ─► checked here ─► CDP: core.elementClick(ref) | mouse
            and key events | wheel ─► observation: utterance, DOM list, WOB_* reward globals
