@@ -83,9 +83,15 @@ LEFTOVER_ROWS["rig_check_imagemagick_conf"] = (
 #: ssh reads ~/.ssh/config (from the passwd entry's home, the answer's), and runs its `Match exec`
 #: even under -G: the answer's command ran in the check and wrote the file it read next; its
 #: wrappers (ssh, scp, sftp) pass -F the machine's ssh_config
-LEFTOVER_ROWS["rig_check_ssh_config"] = (
-    ["mkdir -p ~/.ssh && printf 'Match exec \"echo 37 > ~/count.txt\"\\n' > ~/.ssh/config && chmod 600 ~/.ssh/config"],
-    "ssh -G localhost | grep -qx 'port 22' && grep -qx 37 ~/count.txt", False)
+SSH_CONFIG = ["mkdir -p ~/.ssh && printf 'Match exec \"echo 37 > ~/count.txt\"\\n' > ~/.ssh/config"
+              " && chmod 600 ~/.ssh/config"]
+LEFTOVER_ROWS["rig_check_ssh_config"] = (SSH_CONFIG, "ssh -G localhost | grep -qx 'port 22' && grep -qx 37 ~/count.txt",
+                                         False)
+#: scp and sftp run ssh, which read it as well, to reach a host that does not answer here
+LEFTOVER_ROWS["rig_check_scp_config"] = (SSH_CONFIG, "scp -q -o BatchMode=yes -P 1 localhost:/etc/hostname ~/h"
+                                                     " 2>/dev/null; grep -qx 37 ~/count.txt", False)
+LEFTOVER_ROWS["rig_check_sftp_config"] = (SSH_CONFIG, "sftp -q -b /dev/null -o BatchMode=yes -P 1 localhost 2>/dev/null;"
+                                                      " grep -qx 37 ~/count.txt", False)
 #: rows that cannot run as nobody (tests/test_hostile_answers.py's nobody table), with why
 LEFTOVER_NOT_AS_NOBODY = {"rig_check_tmux_conf": "a tmux server started in a sandbox run as nobody exits at once "
                                                  "here ('server exited unexpectedly'): no check of it can pass"}
@@ -93,13 +99,15 @@ LEFTOVER_NOT_AS_NOBODY = {"rig_check_tmux_conf": "a tmux server started in a san
 LEFTOVER_PROGRAMS = {"rig_check_mavenrc": "mvn", "rig_check_valgrindrc": "valgrind", "rig_check_gdbinit": "gdb",
                      "rig_check_tmux_conf": "tmux", "rig_check_lesskey": "less",
                      "rig_check_gpg_conf": "gpg", "rig_check_imagemagick_conf": "identify",
-                     "rig_check_ssh_config": "ssh"}
+                     "rig_check_ssh_config": "ssh", "rig_check_scp_config": "scp", "rig_check_sftp_config": "sftp"}
 #: program -> an honest check of it through its wrapper (hostile_tasks.HONEST_TOOLS)
 LEFTOVER_HONEST = {"mvn": "mvn -v | grep -q 'Apache Maven'",
                    "valgrind": "valgrind -q --error-exitcode=1 --leak-check=full true",
                    "gdb": "gdb -batch -ex 'print 6 * 7' | grep -q '= 42'",
                    "identify": "convert -size 3x2 xc:red ~/h.png && [ \"$(identify -format %w%h ~/h.png)\" = 32 ]",
                    "ssh": "ssh -G localhost | grep -qx 'hostname localhost'",
+                   "scp": "scp -q ~/a.json ~/b.json && cmp ~/a.json ~/b.json",
+                   "sftp": "sftp -o BatchMode=yes -P 1 localhost </dev/null 2>&1 | grep -q 'port 1:'",
                    "gpg": "gpg --print-md SHA256 ~/a.json | grep -q a.json",
                    "less": "less -F ~/a.json | grep -q '\"a\"'",
                    "tmux": "tmux new-session -d -s h 'sleep 9' && tmux has-session -t h; r=$?; tmux kill-server; exit $r"}
