@@ -245,3 +245,41 @@ def test_turns_that_are_not_on_this_host_make_get_batch_raise(tmp_path, schedule
                                            r"\(it ran on node a1b2c3\)"):
         train.get_batch(batch_size=2, step=0)
     assert len(gone) == 2 and train.stats()["groups_started"] == 1
+
+
+def test_a_ready_groups_lost_file_neither_loses_its_group_nor_the_batchs_others(tmp_path, schedulers):
+    """A trajectory file deleted (or its disk unmounted) before get_batch reads it: the call
+    raises naming the file, and the batch's groups were lost, in neither the trainer's hands
+    nor state_dict(). Now the group whose turns are gone is started again (same task, seed
+    and episode; ``dropped_unreadable``) and the others go out with the next batch; a
+    checkpoint taken after the error lists them all."""
+    from llm_server import LLMServer
+    from parallel_rollout.errors import RolloutError
+    from rl_support import TINY, lake_set, rl_config
+
+    server = LLMServer(policy=lambda body: {"reply": "<answer>Right</answer>"}).start()
+    try:
+        train = schedulers(rl_config(tmp_path, server, num_rollouts=1, envs_per_worker=4),
+                           EnvManagerConfig(group_size=2, num_env_groups=2, tags=["lakes"],
+                                            task_sets=lake_set(tmp_path, 2, desc=TINY)))
+        on_final, gone = train._on_final, []
+
+        def deleted(record):  # the first member of group 0 to end: its file gone before get_batch reads it
+            if "/g0/" in record["key"] and not gone:
+                gone.append(train.run_dir / record["trajectory"])
+                gone[0].unlink()
+            on_final(record)
+
+        train._on_final = deleted
+        with pytest.raises(RolloutError, match=r"attempt-0\.jsonl"):
+            train.get_batch(batch_size=4, step=0)
+        assert gone
+        drawn = [(u["task_id"], u["seed"], u["episode"]) for u in train.state_dict()["unreturned"]]
+        assert sorted(task for task, _, _ in drawn) == ["lakes0", "lakes1"], drawn  # a checkpoint now has both
+        train._on_final = on_final
+        batch = train.get_batch(batch_size=4, step=0)
+        assert sorted({(t.task_id, t.seed, t.episode_id) for t in batch}) == sorted(drawn)
+        assert all(len(t.turns) == t.record["turns"] > 0 for t in batch)
+        assert train.stats()["dropped_unreadable"] == 1 and not train.state_dict()["unreturned"]
+    finally:
+        server.stop()

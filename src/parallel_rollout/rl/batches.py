@@ -52,19 +52,31 @@ class ReadyBatches:
     def _hand_out(self, batch: list[Group], step: int) -> list[Trajectory]:
         """The trajectories of ``batch``, noted for ``metrics()``. A Ctrl-C while their turns
         are read puts the batch's groups back among the ready ones: never handed out, they
-        stay in ``state_dict()`` (a checkpoint saved then skipped their tasks) and go out next."""
+        stay in ``state_dict()`` (a checkpoint saved then skipped their tasks) and go out next.
+        A group whose turns cannot be read (its file deleted, its disk unmounted) is started
+        again and the error raised; the others go back among the ready ones (``_put_back``):
+        the batch's groups were in neither the trainer's hands nor a checkpoint."""
         for group in batch:
             stale = self._lag.stale(group.keys.values())  # only a "keep" scheduler hands out stale ones
             for trajectory in group.trajectories():
                 trajectory.version_stale = stale
+        readable, unreadable, error = [], [], None
         try:
-            trajectories = with_turns([t for group in batch for t in group.trajectories()])
+            for group in batch:
+                try:
+                    with_turns(group.trajectories())
+                except Exception as exc:  # a file deleted, its disk unmounted, another attempt's
+                    unreadable.append(group)
+                    error = error or exc
+                else:
+                    readable.append(group)
         except KeyboardInterrupt:
-            with self._cond:
-                self._ready = sorted([*self._ready, *(g for g in batch if g.purpose == "batch")],
-                                     key=lambda g: g.group_id)
-                self._stats["groups_returned"] -= len(batch)
+            self._put_back(batch, [])
             raise
+        if error is not None:
+            self._put_back(readable, unreadable)
+            raise error
+        trajectories = [t for group in batch for t in group.trajectories()]
         for group in batch:
             self._lag.forget(group.keys.values())
         with self._cond:
@@ -72,3 +84,17 @@ class ReadyBatches:
             self._last_batch = (trajectories, self._shared.gate.version, step, now, self._stats_at_batch)
             self._stats_at_batch = now
         return trajectories
+
+    def _put_back(self, ready: list[Group], rerun: list[Group]) -> None:
+        """A batch that was not handed out (``_hand_out``): its groups of ``ready`` go back
+        among the ready ones, those of ``rerun``, whose turns could not be read, are started
+        again (same task, seed and episode; ``dropped_unreadable``), so that neither is lost
+        from ``state_dict()``. Groups of a get_batch(tasks=…) or (-1) are that call's: dropped."""
+        with self._cond:
+            self._ready = sorted([*self._ready, *(g for g in ready if g.purpose == "batch")], key=lambda g: g.group_id)
+            self._replay.extendleft(reversed([(g.tag, g.task, g.episode_id, g.seed) for g in rerun
+                                              if g.purpose == "batch"]))
+            self._stats["dropped_unreadable"] += len(rerun)
+            self._stats["groups_returned"] -= len(ready) + len(rerun)
+            for group in [*rerun, *(g for g in ready if g.purpose != "batch")]:
+                self._lag.forget(group.keys.values())
