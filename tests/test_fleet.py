@@ -295,6 +295,56 @@ def test_a_server_whose_retries_run_out_cools_down_and_the_turn_moves_on(servers
     assert healthy.requests[-1]["headers"]["x-session-id"] == "lake#1@0"
 
 
+@pytest.mark.parametrize("failure", ["503", "refused"])
+def test_a_turn_every_server_failed_gives_up_though_their_cool_down_is_over(servers, failure):
+    """Both servers fail and their cool-down (--server-cooldown 0 here; a hung fleet's 4 x 120 s
+    of timeouts against the default 30 s) ends before the turn's retries at the other do: the
+    turn moves to each server once, then gives up as one server's turn does, naming both. It
+    went back and forth for ever: until the servers answered (503s), or, refused, in a busy
+    loop until the task timeout, which graded the sample task_timeout."""
+    from parallel_rollout.agents import ModelClient, ModelUnavailable
+    from parallel_rollout.agents.servers import pool_for
+
+    answered = Counter()
+
+    def recovers_late(body):  # 503 twenty times, then replies: a turn that never gives up gets one
+        answered["requests"] += 1
+        return {"status": 503, "message": "overloaded"} if answered["requests"] <= 20 else _echo(body)
+
+    a, b = servers(recovers_late, 2)
+    if failure == "refused":
+        a.stop()
+        b.stop()
+    urls = [a.url, b.url]
+    client = ModelClient(build_config({"agent": "openai", "mode": "gym", "base_url": urls, "max_retries": 1,
+                                       "server_cooldown": 0}))
+    client.backoff_base_s = 0.01
+    client.start(AttemptInfo("lake#0", 0))
+    outcome: list = []
+
+    def turn():
+        try:
+            outcome.append(client.chat([{"role": "user", "content": "go"}]))
+        except Exception as exc:  # noqa: BLE001 - the outcome under test
+            outcome.append(exc)
+
+    thread = threading.Thread(target=turn, daemon=True)
+    thread.start()
+    thread.join(20)
+    bounced = thread.is_alive()
+    if bounced:  # let a turn that went back and forth end: its servers now cool down for long
+        pool_for(urls, 0.0).cooldown_s = 600
+        thread.join(20)
+    assert not bounced, "the turn went back and forth between the failed servers"
+    (error,) = outcome
+    assert isinstance(error, ModelUnavailable), error
+    assert f"the last of 2 servers that failed it ({a.url}, {b.url})" in str(error), error
+    assert "gave up after 2 requests for this turn (--max-retries 1)" in str(error), error
+    assert [(m["from"], m["to"]) for m in client.usage()["server_moves"]] == [(a.url, b.url)]
+    if failure == "503":  # 1 + --max-retries 1 at each
+        assert len(a.requests) == len(b.requests) == 2
+
+
 def test_cli_two_servers_balance_and_one_stopped_mid_run_moves_its_trajectories(tmp_path, servers,
                                                                                 monkeypatch):
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)

@@ -306,21 +306,25 @@ class ModelClient:
         """``_complete``'s requests: retries, moves to another server, aborts asked again."""
         partial = None  # the reply sampled before a weight update, with partial_rollout
         server_aborts = (0, None)  # requests the server aborted in a row, at one policy version
+        failed: list[str] = []  # the servers that failed this turn: it moves to each at most once
         while True:
             sent = request
             if partial is not None:
                 sent = streaming.continued(request, partial, tokens="prompt" in request)
             try:
                 policy = retrying(self.max_retries, self.backoff_base_s, self.backoff_max_s,
-                                  self._route.can_move, self._count_request,
+                                  lambda: self._route.can_move(failed), self._count_request,
                                   before_sleep=lambda state: self._tell_retry(True))
                 return policy(self._attempt, self._client_or_new(), sent, partial)
             except Retryable as exc:
-                if not self._route.can_move():
+                failed.append(self.base_url)
+                if not self._route.can_move(failed):
                     error = ModelUnavailable if exc.unavailable else AgentError
-                    raise error(f"{self.endpoint}: gave up after {self.max_retries + 1} requests for "
-                                f"this turn (--max-retries {self.max_retries}); last error: {exc}") from None
-                move = self._route.move(f"{self.endpoint}: {exc}")
+                    where = (f", the last of {len(failed)} servers that failed it ({', '.join(failed)})"
+                             if len(failed) > 1 else "")
+                    raise error(f"{self.endpoint}: gave up after {self.max_retries + 1} requests for this turn "
+                                f"(--max-retries {self.max_retries}){where}; last error: {exc}") from None
+                move = self._route.move(f"{self.endpoint}: {exc}", exclude=failed)
                 self._use_server(self._route.url)
                 self._turn.setdefault("server_moves", []).append(move)
             except streaming.Aborted as exc:

@@ -18,14 +18,17 @@ processes (and Ray actors) balance on their own. A tie goes to the env loop's ow
 list (``AttemptInfo.loop``, its index in the run, modulo the servers), so N one-loop workers
 spread over the servers as N loops of one worker do, instead of all taking the first; that
 spreads evenly when the trajectories are alike. When every server cools down, the one whose
-cool-down ends first is used (a request that fails again moves on again).
+cool-down ends first is used (a request that fails again moves on again). One turn moves to
+each server at most once (``exclude``: the servers that failed it): a cool-down shorter than a
+server's retries (``--server-cooldown 0``, a hung fleet's timeouts) would otherwise send the
+turn back and forth for ever, never giving up as one server's turn does.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from typing import Sequence
+from typing import Collection, Sequence
 
 #: the session header's name unless ``session_header`` says another
 DEFAULT_SESSION_HEADER = "X-Session-ID"
@@ -45,13 +48,14 @@ class ServerPool:
         self._down_until = {url: 0.0 for url in self.urls}
         self._lock = threading.Lock()
 
-    def acquire(self, avoid: str | None = None, turn: int = 0) -> str:
+    def acquire(self, avoid: str | Collection[str] = (), turn: int = 0) -> str:
         """A server for a new (or moving) trajectory: the least-loaded one that is up, other
-        than ``avoid``; a tie goes to the first in the list from position ``turn`` (modulo
-        the servers) on. Its load counts the trajectory until ``release``."""
+        than ``avoid`` (a URL or several); a tie goes to the first in the list from position
+        ``turn`` (modulo the servers) on. Its load counts the trajectory until ``release``."""
+        avoid = _urls(avoid)
         with self._lock:
             now = time.monotonic()
-            candidates = [u for u in self.urls if u != avoid] or list(self.urls)
+            candidates = [u for u in self.urls if u not in avoid] or list(self.urls)
             up = [u for u in candidates if self._down_until[u] <= now]
             if up:
                 # ties from position `turn` on: turn 0 (one trajectory alone) uses the first
@@ -73,16 +77,22 @@ class ServerPool:
         with self._lock:
             self._down_until[url] = time.monotonic() + self.cooldown_s
 
-    def available(self, avoid: str) -> bool:
-        """Whether a server other than ``avoid`` is up (worth moving to)."""
+    def available(self, avoid: str | Collection[str]) -> bool:
+        """Whether a server other than ``avoid`` (a URL or several) is up (worth moving to)."""
+        avoid = _urls(avoid)
         with self._lock:
             now = time.monotonic()
-            return any(u != avoid and self._down_until[u] <= now for u in self.urls)
+            return any(u not in avoid and self._down_until[u] <= now for u in self.urls)
 
     def load(self) -> dict[str, int]:
         """Trajectories held per server now."""
         with self._lock:
             return dict(self._load)
+
+
+def _urls(value: str | Collection[str] | None) -> frozenset[str]:
+    """A URL or several as a set (None: none)."""
+    return frozenset([value] if isinstance(value, str) else value or ())
 
 
 _pools: dict[tuple[tuple[str, ...], float], ServerPool] = {}
@@ -141,17 +151,19 @@ class Route:
             self.pool.release(self.url)
             self._held = False
 
-    def can_move(self) -> bool:
-        """Whether another server is up to move to."""
-        return self.pool is not None and self.pool.available(self.url)
+    def can_move(self, exclude: Collection[str] = ()) -> bool:
+        """Whether another server is up to move to, not one of ``exclude`` (those that
+        failed the turn already)."""
+        return self.pool is not None and self.pool.available({self.url, *exclude})
 
-    def move(self, reason: str) -> dict[str, object]:
-        """The current server failed: cool it down and go on at another; the move made."""
+    def move(self, reason: str, exclude: Collection[str] = ()) -> dict[str, object]:
+        """The current server failed: cool it down and go on at another, not one of
+        ``exclude``; the move made."""
         assert self.pool is not None
         old = self.url
         self.pool.fail(old)
         self.pool.release(old)
-        self.url = self.pool.acquire(avoid=old, turn=self.turn)
+        self.url = self.pool.acquire(avoid={old, *exclude}, turn=self.turn)
         move = {"from": old, "to": self.url, "reason": reason, "at": round(time.time(), 4)}
         self.moves.append(move)
         return move
