@@ -92,6 +92,17 @@ LEFTOVER_ROWS["rig_check_scp_config"] = (SSH_CONFIG, "scp -q -o BatchMode=yes -P
                                                      " 2>/dev/null; grep -qx 37 ~/count.txt", False)
 LEFTOVER_ROWS["rig_check_sftp_config"] = (SSH_CONFIG, "sftp -q -b /dev/null -o BatchMode=yes -P 1 localhost 2>/dev/null;"
                                                       " grep -qx 37 ~/count.txt", False)
+#: vim reads ~/.vimrc, and ~/.vim's plugins even under -es: an autocmd there rewrote the answer's
+#: file as a check saved it through vim (trailing spaces cut), and the check ran the answer's
+#: `print(42)`; its wrappers (vim, vi, view, ex, vimdiff) pass --clean
+VIM_RIG = "autocmd BufWritePre * call setline(1, \"print(42)\")"
+LEFTOVER_ROWS["rig_check_vimrc"] = ([f"echo 'print(41)' > ~/answer.py && echo '{VIM_RIG}' > ~/.vimrc"],
+                                    "vim -c '%s/\\s\\+$//e' -c wq ~/answer.py </dev/null >/dev/null 2>&1;"
+                                    " python3 ~/answer.py | grep -qx 42", False)
+LEFTOVER_ROWS["rig_check_vim_plugin"] = ([f"echo 'print(41)' > ~/answer.py && mkdir -p ~/.vim/plugin"
+                                          f" && echo '{VIM_RIG}' > ~/.vim/plugin/trim.vim"],
+                                         "ex -s -c '%s/\\s\\+$//e' -c wq ~/answer.py </dev/null;"
+                                         " python3 ~/answer.py | grep -qx 42", False)
 #: rows that cannot run as nobody (tests/test_hostile_answers.py's nobody table), with why
 LEFTOVER_NOT_AS_NOBODY = {"rig_check_tmux_conf": "a tmux server started in a sandbox run as nobody exits at once "
                                                  "here ('server exited unexpectedly'): no check of it can pass"}
@@ -99,7 +110,8 @@ LEFTOVER_NOT_AS_NOBODY = {"rig_check_tmux_conf": "a tmux server started in a san
 LEFTOVER_PROGRAMS = {"rig_check_mavenrc": "mvn", "rig_check_valgrindrc": "valgrind", "rig_check_gdbinit": "gdb",
                      "rig_check_tmux_conf": "tmux", "rig_check_lesskey": "less",
                      "rig_check_gpg_conf": "gpg", "rig_check_imagemagick_conf": "identify",
-                     "rig_check_ssh_config": "ssh", "rig_check_scp_config": "scp", "rig_check_sftp_config": "sftp"}
+                     "rig_check_ssh_config": "ssh", "rig_check_scp_config": "scp", "rig_check_sftp_config": "sftp",
+                     "rig_check_vimrc": "vim", "rig_check_vim_plugin": "ex"}
 #: program -> an honest check of it through its wrapper (hostile_tasks.HONEST_TOOLS)
 LEFTOVER_HONEST = {"mvn": "mvn -v | grep -q 'Apache Maven'",
                    "valgrind": "valgrind -q --error-exitcode=1 --leak-check=full true",
@@ -108,6 +120,11 @@ LEFTOVER_HONEST = {"mvn": "mvn -v | grep -q 'Apache Maven'",
                    "ssh": "ssh -G localhost | grep -qx 'hostname localhost'",
                    "scp": "scp -q ~/a.json ~/b.json && cmp ~/a.json ~/b.json",
                    "sftp": "sftp -o BatchMode=yes -P 1 localhost </dev/null 2>&1 | grep -q 'port 1:'",
+                   "vim": "cp ~/a.json ~/v.json && vim -es -c '%s/2/3/' -c wq ~/v.json </dev/null"
+                          " && grep -q '\"a\": 3' ~/v.json",
+                   # a check's own -u still wins
+                   "ex": "echo 'let g:pr = \"5\"' > ~/u.vim && ex -s -u ~/u.vim -c 'call writefile([g:pr], $HOME . \"/u.txt\")'"
+                         " -c q </dev/null && grep -qx 5 ~/u.txt",
                    "gpg": "gpg --print-md SHA256 ~/a.json | grep -q a.json",
                    "less": "less -F ~/a.json | grep -q '\"a\"'",
                    "tmux": "tmux new-session -d -s h 'sleep 9' && tmux has-session -t h; r=$?; tmux kill-server; exit $r"}

@@ -1,0 +1,13 @@
+# Sourced by the wrappers ./vim, ./vi, ./view, ./ex and ./vimdiff: runs the program of the
+# wrapper's name (see ./curl), when it is Vim (or Neovim), with --clean, so that it reads no
+# ~/.vimrc, ~/.vim (its plugins, its after/ folder, its packages) or ~/.viminfo of the graded
+# code's: an `autocmd BufWritePre` there rewrote the answer's file as a check of
+# `vim -c '%s/\s\+$//e' -c wq ~/answer.py` saved it, and the check then ran what the answer
+# had put there. --clean skips the machine's /etc/vim/vimrc too (no option skips the home's
+# alone): the check's vim is Vim's defaults. A check's own -u, given later, wins. A vi or ex
+# that is no Vim (nvi, busybox) runs as it is.
+. "${0%/*}/wrap.sh" || exit
+case $(readlink -f "$(command -v "${0##*/}")") in
+    *vim*) exec "${0##*/}" --clean "$@" ;;
+esac
+exec "${0##*/}" "$@"
