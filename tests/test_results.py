@@ -7,6 +7,7 @@ import errno
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -433,6 +434,29 @@ def test_a_held_lock_refuses_a_second_run(tmp_path, finished_run):
     assert f"another run (pid {os.getpid()}, running since " in said and f"is writing to {run_dir}" in said, said
     assert "lock is held" in result.output
     assert (run_dir / "config.json").read_bytes() == config_before
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None, reason="needs root and unshare")
+def test_a_lock_held_from_another_pid_namespace_is_seen_held(tmp_path):
+    """/proc/locks lists only the holders of the reader's PID namespace: a run in a container
+    sharing the results folder (here: `unshare --pid --fork --mount-proc`, and the holder this
+    test) had its --dry-run say nothing of the lock, and a new run of its settings call it
+    interrupted. The lock itself is asked; the holder is said to be in another namespace."""
+    data = write_tasks(tmp_path / "tasks.jsonl", [shell_task("a")])
+    run_dir = tmp_path / "out" / "r"
+    run_dir.mkdir(parents=True)
+    argv = ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-m", "parallel_rollout", "run",
+            "--mode", "shell", "--data", str(data), "--output-dir", str(tmp_path / "out"), "--run-id", "r",
+            "--resume", "--no-progress"]
+    with filelock.FileLock(str(run_dir / ".lock"), timeout=0):
+        dry = subprocess.run([*argv, "--dry-run"], capture_output=True, text=True, timeout=120)
+        refused = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert dry.returncode == 0, dry.stderr
+    assert "another run is writing to it now (its lock is held)" in " ".join(dry.stderr.split()), dry.stderr
+    assert refused.returncode == 75, refused.stderr
+    said = " ".join(refused.stderr.split())
+    assert "another run (a process in another PID namespace: its pid cannot be seen from here)" in said, said
+    assert not (run_dir / "results.jsonl").exists()
 
 
 def test_a_concurrent_run_refuses_a_second_run(tmp_path):

@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 import statistics
 import time
 from collections import Counter, defaultdict
@@ -26,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from .errors import ConfigError, RolloutError, RunLocked
+from .errors import RolloutError
 from .output_checks import append_whole, set_aside_torn
 from .records import ends_sample, replacement_record, sample_ends
 
@@ -417,59 +416,3 @@ def total_usage(records: Iterable[dict[str, Any]]) -> dict[str, int]:
             if isinstance(value, int) and not isinstance(value, bool):
                 totals[name] += value
     return totals
-
-
-def run_folder_locked(run_dir: Path) -> bool:
-    """Whether a live process holds ``run_dir``'s lock (``lock_run_folder``: a run still
-    going), as ``/proc/locks`` lists it: trying the lock would take it for a moment, and a run
-    started in that moment would be refused (exit 75). A holder in another PID namespace is
-    not listed there: False, as for a folder with no lock."""
-    return lock_holder(run_dir) is not None
-
-
-def lock_holder(run_dir: Path) -> int | None:
-    """The pid of the process holding ``run_dir``'s lock, as ``/proc/locks`` lists it (0 when
-    it holds it from another PID namespace and is listed all the same); None when no one does."""
-    try:
-        lock = os.stat(Path(run_dir) / ".lock")
-        held = Path("/proc/locks").read_text()
-    except OSError:
-        return None
-    name = f"{os.major(lock.st_dev):02x}:{os.minor(lock.st_dev):02x}:{lock.st_ino}"
-    # "1: FLOCK  ADVISORY  WRITE 22941 fe:00:2531780 0 EOF" (a waiter's line has "->" after "1:")
-    for f in map(str.split, held.splitlines()):
-        if len(f) > 5 and f[1] == "FLOCK" and f[5] == name:
-            return int(f[4]) if f[4].isdigit() else 0
-    return None
-
-
-def _holder_said(run_dir: Path) -> str:
-    """" (pid 4242, running since 2026-12-01 02:15)": which process holds the lock, for an
-    operator to tell a run still going from one that hangs; "" when it cannot be told."""
-    pid = lock_holder(run_dir)
-    if not pid:
-        return ""
-    try:
-        import psutil
-
-        since = time.strftime("%Y-%m-%d %H:%M", time.localtime(psutil.Process(pid).create_time()))
-    except Exception:  # noqa: BLE001 - gone meanwhile, not ours to read: the pid alone
-        return f" (pid {pid})"
-    return f" (pid {pid}, running since {since})"
-
-
-def lock_run_folder(run_dir: Path, hint: str = "choose another --run-id") -> Any:
-    """The run folder's lock (``run_dir/.lock``), held: one writer per folder, a batch run or
-    an RL scheduler's engine. RunLocked (saying ``hint``) when another process holds it."""
-    import filelock
-
-    # not thread-local: a trainer may close its scheduler (release) from another thread
-    lock = filelock.FileLock(str(Path(run_dir) / ".lock"), thread_local=False)
-    try:
-        lock.acquire(timeout=0)
-    except filelock.Timeout:
-        raise RunLocked(f"another run{_holder_said(run_dir)} is writing to {run_dir} (its lock is held); "
-                        f"wait for it to finish or {hint}") from None
-    except OSError as exc:  # read-only, removed: a usage error as a new run's mkdir failing is
-        raise ConfigError(f"cannot lock the run folder {run_dir}: {exc.strerror or exc}") from None
-    return lock

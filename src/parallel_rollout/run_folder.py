@@ -29,7 +29,8 @@ from .output_checks import check_run_folder_writable
 from .provenance import SCHEMA_VERSION, check_resume, provenance, recorded_config
 from .records import sample_ends
 from .report.files import write_text_whole
-from .results import ResultStore, ResumeIndex, StorageError, lock_run_folder, read_records, run_folder_locked
+from .results import ResultStore, ResumeIndex, StorageError, read_records
+from .run_lock import lock_run_folder, run_folder_locked
 from .run_end import read_summary
 
 log = logging.getLogger("parallel_rollout")

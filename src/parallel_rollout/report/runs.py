@@ -30,7 +30,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..errors import ConfigError
-from ..results import graded, run_folder_locked
+from ..results import graded
+from ..run_lock import run_folder_locked
 from .run_data import NotARunFolder, RunData, results_stamp, run_status, run_total, summary_fits
 
 

@@ -29,7 +29,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..output_checks import repair_tail
-from ..results import lock_run_folder
+from ..run_lock import lock_run_folder
 
 #: one line per scheduler session that opened the folder
 SESSIONS = "sessions.jsonl"

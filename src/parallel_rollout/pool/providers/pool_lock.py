@@ -16,6 +16,8 @@ import os
 import time
 from pathlib import Path
 
+from ...run_lock import flock_held
+
 #: pool folder -> the descriptor through which this process holds its lock (``hold_pool_lock``)
 _pool_locks: dict[str, int] = {}
 
@@ -56,19 +58,7 @@ os.register_at_fork(after_in_child=_drop_inherited_pool_locks)
 def pool_locked(pool_dir: Path) -> bool:
     """Whether a live process holds ``pool_dir``'s lock (``hold_pool_lock``), in whatever
     PID namespace it runs."""
-    try:
-        fd = os.open(pool_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    except OSError:
-        return False
-    finally:
-        os.close(fd)  # and with it the lock just taken
-    return False
+    return flock_held(pool_dir)
 
 
 def pool_held(pool_dir: Path, settle_s: float = 1.0) -> bool:
