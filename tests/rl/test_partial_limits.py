@@ -96,7 +96,8 @@ def test_a_continuation_with_no_room_left_in_max_model_len_keeps_the_sampled_tok
     from parallel_rollout.agents.episode import ContextOverflow
 
     folder = write_tokenizer(tmp_path / "tok")
-    ids = Tokenizer.from_file(str(folder / "tokenizer.json")).encode("<think>go right</think> " * 40).ids
+    tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    ids = tokenizer.encode("<think>go right</think> " * 40).ids
     budget = 120
 
     def policy(body):
@@ -105,7 +106,8 @@ def test_a_continuation_with_no_room_left_in_max_model_len_keeps_the_sampled_tok
             return {"status": 400, "message": f"This model's maximum context length is {budget} tokens. "
                                               f"However, you requested {len(prompt)} tokens in the messages."}
         left = body["max_tokens"]
-        return {"reply": "x" * left, "pieces": ["x"] * left, "token_ids": ids[:left], "logprobs": [-0.1] * left,
+        pieces = [tokenizer.decode([i]) for i in ids[:left]]  # the text of the ids, as a server streams it
+        return {"reply": "".join(pieces), "pieces": pieces, "token_ids": ids[:left], "logprobs": [-0.1] * left,
                 "prompt_token_ids": prompt, "finish_reason": "abort"}
 
     server = llm_server(policy=policy)

@@ -516,3 +516,32 @@ def test_max_model_len_without_a_tokenizer_is_refused_for_the_openai_agent(tmp_p
         validate_ranges(RunConfig(agent="openai", max_model_len=2000))
     validate_ranges(RunConfig(agent="my_agents:TokenAgent", max_model_len=2000))  # generate() is bounded by it
 
+
+
+def test_a_tokenizer_folder_not_the_served_models_is_a_config_error(tmp_path, tokenizer_dir, schedulers):
+    """tokenizer= given another model's folder: the agent's token history (its prompts) and
+    the trainer's segments are ids of other text than the model saw and wrote, and nothing
+    said so: get_batch handed out the batch. The server's sampled ids are now decoded by the
+    folder and compared with the reply's text: get_batch raises a ConfigError naming the
+    folder and the served model, and the served model's own folder passes the same check."""
+    from parallel_rollout.errors import ConfigError
+
+    other = write_tokenizer(tmp_path / "other-model", corpus=[
+        "The quick brown fox jumps over the lazy dog; 0123456789 pack my box with five dozen jugs."] * 20)
+    server = LLMServer(policy=TokenModel(tokenizer_dir, three_rights)).start()
+    try:
+        tasks = EnvManagerConfig(group_size=2, tags=["line"],
+                                 task_sets=lake_set(tmp_path, name="line", desc=["SFFG"], max_steps=60))
+        wrong = schedulers(rl_config(tmp_path, server, num_rollouts=1, envs_per_worker=2, tokenizer=str(other),
+                                     max_retries=0, run_id="wrong"), tasks)
+        with pytest.raises(ConfigError, match=r"tokenizer='.*other-model' is not the tokenizer of the model the "
+                                              r"server runs \(model 'table' at http://127\.0\.0\.1:\d+.*"
+                                              r"which this folder decodes as"):
+            wrong.get_batch(batch_size=2, step=0, timeout=60)
+        wrong.close()
+        right = schedulers(rl_config(tmp_path, server, num_rollouts=1, envs_per_worker=2,
+                                     tokenizer=str(tokenizer_dir), run_id="right"), tasks)
+        batch = right.get_batch(batch_size=2, step=0, timeout=60)
+        assert [t.status for t in batch] == ["success"] * 2 and len(batch[0].segments()) == 1
+    finally:
+        server.stop()

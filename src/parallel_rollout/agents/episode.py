@@ -32,6 +32,14 @@ class EndpointRefused(AgentError):
     infrastructure = True
 
 
+class TokenizerMismatch(EndpointRefused):
+    """With ``tokenizer=``, the server's sampled token ids do not decode, by the run's
+    tokenizer folder, to the reply's text: the folder is not the served model's, so the
+    token history the agent keeps, and a trainer's tensors, would be ids of other text. The
+    run's settings, as a refused model is: the batch runner stops at it (exit 2), and an RL
+    scheduler's get_batch raises it as a ConfigError (``rl.budget``)."""
+
+
 class AgentKilled(AgentError):
     """A ``command`` agent's process was killed from outside while its attempt ran: its
     bubblewrap died of a signal, which nothing inside its PID namespace and session can send

@@ -392,6 +392,7 @@ class ModelClient:
         self._turn.update(info if self._gate is not None or self.wire.sends_ids
                           else {"stop_reason": info.get("stop_reason"),
                                 **{name: info[name] for name in ("matched_stop", "tool_calls") if name in info}})
+        self.wire.check_tokenizer(text, info, self.base_url)
         self.wire.accept(info)
         return text
 

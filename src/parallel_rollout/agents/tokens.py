@@ -86,6 +86,21 @@ class ChatTokenizer:
         """The text of ``ids``, special tokens included."""
         return self._tokenizer.decode(list(ids), skip_special_tokens=False)
 
+    def mismatch(self, text: str, ids: list[int]) -> str | None:
+        """None when the server's sampled ``ids`` decode to its reply ``text`` by this
+        tokenizer, else what they decode to. Whitespace is left out (a sentencepiece decoder
+        drops a first token's leading space), and the text may stop short of the ids (a stop
+        string the server leaves out of the text, a character whose last bytes have not come):
+        a folder of another model's tokenizer decodes the ids to other words."""
+        def plain(value: str) -> str:
+            return "".join(value.replace("\ufffd", "").split())
+
+        said = plain(text)
+        decoded = [self._tokenizer.decode(list(ids), skip_special_tokens=skip) for skip in (True, False)]
+        if not said or any(plain(found).startswith(said) for found in decoded):
+            return None
+        return decoded[0]
+
     def first_prompt(self, messages: list[dict[str, Any]]) -> list[int]:
         """The first turn's prompt: the whole conversation so far, with the generation prompt."""
         return self.encode(self.render(messages, add_generation_prompt=True))

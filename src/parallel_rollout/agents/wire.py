@@ -87,6 +87,8 @@ class Wire:
         self.sends_ids = False
         #: whether the server reported other prompt ids than were sent (logged once)
         self._differed = False
+        #: whether a reply's sampled ids decoded to its text by the tokenizer (``check_tokenizer``)
+        self._matched = False
 
     @property
     def path(self) -> str:
@@ -273,6 +275,25 @@ class Wire:
                         "%d seen, starting %s): turns record what it saw (prompt_differs)",
                         len(sent), sent[:5], len(reported), reported[:5])
         return {"prompt_token_ids": reported, "prompt_differs": True}
+
+    def check_tokenizer(self, text: str, info: dict[str, Any], server: str | None) -> None:
+        """TokenizerMismatch when the reply's sampled ids do not decode to its text by the
+        run's tokenizer folder (``tokens.ChatTokenizer.mismatch``), until one reply does: the
+        folder is then the served model's (the first replies of each agent are checked)."""
+        if self.tokenizer is None or self._matched or not self.sends_ids or not info.get("token_ids"):
+            return
+        decoded = self.tokenizer.mismatch(text, info["token_ids"])
+        if decoded is None:
+            self._matched = bool(text.strip())
+            return
+        from .episode import TokenizerMismatch
+
+        raise TokenizerMismatch(
+            f"tokenizer={str(self._folder)!r} is not the tokenizer of the model the server runs "
+            f"(model {getattr(self.config, 'model', None)!r} at {server}): the server's reply {excerpt(text)[:80]!r} "
+            f"came as token ids {info['token_ids'][:8]}{'…' if len(info['token_ids']) > 8 else ''}, which this "
+            f"folder decodes as {excerpt(decoded)[:80]!r}. Its ids are not what the model saw and wrote, and a "
+            "trainer would train on them: give tokenizer= the served model's own tokenizer folder")
 
     def accept(self, info: dict[str, Any]) -> None:
         """A reply was taken: its sampled ids extend the token history (tokenizer= only)."""

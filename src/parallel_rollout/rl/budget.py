@@ -119,6 +119,8 @@ class BatchBudget:
         self._timeout: float | None = None
         #: the last get_batch raised: the next one starts afresh (``call_raised``)
         self._afresh = False
+        #: a member failed for settings that do not fit the model server (``settings_failed``)
+        self._settings: ConfigError | None = None
 
     def begin(self, groups_needed: int, timeout: float | None, called_at: float | None = None) -> bool:
         """A ``get_batch`` of ``groups_needed`` groups starts now (its ``timeout`` counted from
@@ -150,6 +152,21 @@ class BatchBudget:
         failure = record.get("failure") or {}
         self.last_failure = f"{record.get('status')}: {failure.get('message', '')}"[:500]
         self._statuses[str(record.get("status"))] += 1
+
+    def settings_failed(self, record: dict[str, Any]) -> None:
+        """Note a member that failed because the tokenizer folder is not the served model's
+        (``agents.episode.TokenizerMismatch``): the next check raises it as a ConfigError. No
+        batch of this scheduler can be right until the settings are (a validation's too)."""
+        failure = record.get("failure") or {}
+        if failure.get("type") == "TokenizerMismatch":
+            self._settings = ConfigError(f"the run config's settings do not fit the model server: "
+                                         f"{failure.get('message', '')}")
+
+    def check_settings(self) -> None:
+        """Raise, once, what ``settings_failed`` noted."""
+        if self._settings is not None:
+            error, self._settings = self._settings, None
+            raise error
 
     def watch(self, gate, loops: int = 1) -> None:
         """Read the model's replies off ``gate`` (a ``PolicyGate``): what tells an endpoint
@@ -212,6 +229,7 @@ class BatchBudget:
     def check_silence(self) -> None:
         """Raise once ``UNANSWERED_PER_LOOP`` requests per env loop sending got no answer
         within their timeout, no reply between (the module docstring: a hung or stopped server)."""
+        self.check_settings()
         if self._gate is None:
             return
         replies, unanswered, now = self._gate.replies, self._gate.unanswered, time.monotonic()
@@ -232,6 +250,7 @@ class BatchBudget:
         or dropped for one) and whether the model answered meanwhile (the module docstring);
         get_batch asks before it takes a batch too, so groups that failed while the trainer
         trained (placeholders, at ``async_generation_ratio`` >= 1) never make up a batch."""
+        self.check_settings()
         if not self.failures_spent():
             return
         every, dropped = self.failed_in_a_row - self.dropped_in_a_row, self.dropped_in_a_row
