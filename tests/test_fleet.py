@@ -235,6 +235,20 @@ def test_base_url_one_string_or_a_list_from_flags_and_toml(tmp_path):
         build_config({"session_header": "bad header"})
 
 
+def test_a_fleet_that_lists_one_server_twice_is_refused(tmp_path):
+    """A server listed twice (a port mistyped as another's) is one server: the run went on with
+    one server fewer than its fleet file lists, and not a word of it."""
+    toml = tmp_path / "fleet.toml"
+    toml.write_text('base-url = ["http://127.0.0.1:8000/v1", "http://127.0.0.1:8000/v1/"]\n')
+    with pytest.raises(ConfigError, match=r"--base-url 'http://127.0.0.1:8000/v1/' is listed twice.*fleet.toml"):
+        build_config({"agent": "openai", "mode": "gym"}, str(toml))
+    result = CliRunner().invoke(main, ["run", "--mode", "gym", "--data", "frozenlake", "--agent", "openai",
+                                       "--base-url", "http://127.0.0.1:9/v1", "--base-url", "http://127.0.0.1:9/v1",
+                                       "--dry-run", "--output-dir", str(tmp_path)])
+    assert result.exit_code == 2 and "'http://127.0.0.1:9/v1' is listed twice" in result.output, result.output
+    assert build_config({"base_url": ("http://127.0.0.1:9/v1", "http://127.0.0.1:10/v1")}).base_url
+
+
 def test_the_pool_takes_the_least_loaded_and_skips_a_cooling_server():
     pool = ServerPool(["a", "b"], cooldown_s=60)
     assert [pool.acquire() for _ in range(4)] == ["a", "b", "a", "b"]

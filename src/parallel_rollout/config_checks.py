@@ -62,6 +62,18 @@ def check_sampling(value: Any, where: str = "sampling") -> dict[str, Any]:
     return items
 
 
+def check_distinct_servers(urls: Any) -> None:
+    """ConfigError for a server listed twice in a fleet (``--base-url`` repeated, a TOML list):
+    it is one server all the same, so the fleet had one server fewer than it lists, with no
+    word of it (a port mistyped as another's left the server meant out)."""
+    seen: set[str] = set()
+    for url in urls:
+        if url.rstrip("/") in seen:
+            raise ConfigError(f"--base-url {url!r} is listed twice: list each server of the fleet once "
+                              f"(the same server twice is one server; was another meant?)")
+        seen.add(url.rstrip("/"))
+
+
 def check_base_url(url: str, where: str = "--base-url") -> None:
     """ConfigError unless ``url`` is one http(s) URL with a host (or a unix socket's): without
     a scheme every model request fails, and a run's endpoint cannot change on resume. A comma
@@ -147,8 +159,10 @@ def validate_ranges(cfg: Any) -> None:
         raise ConfigError("--sleep-after-execution must be 0 or more (seconds)")
     if not cfg.server_cooldown >= 0:
         raise ConfigError("--server-cooldown must be 0 or more (seconds)")
-    for url in [cfg.base_url] if isinstance(cfg.base_url, str) else cfg.base_url or ():
+    servers = [cfg.base_url] if isinstance(cfg.base_url, str) else cfg.base_url or ()
+    for url in servers:
         check_base_url(url)
+    check_distinct_servers(servers)
     if not cfg.session_header.strip() or any(c in cfg.session_header for c in ":\r\n "):
         raise ConfigError(f"--session-header {cfg.session_header!r} must be an HTTP header name, e.g. X-Session-ID")
     if cfg.temperature is not None and not 0 <= cfg.temperature <= 2:
