@@ -103,6 +103,13 @@ LEFTOVER_ROWS["rig_check_vim_plugin"] = ([f"echo 'print(41)' > ~/answer.py && mk
                                           f" && echo '{VIM_RIG}' > ~/.vim/plugin/trim.vim"],
                                          "ex -s -c '%s/\\s\\+$//e' -c wq ~/answer.py </dev/null;"
                                          " python3 ~/answer.py | grep -qx 42", False)
+#: npm runs a package's scripts with the script-shell ~/.npmrc names: the answer's, which exits 0,
+#: passed a check of `npm test` on a package whose tests fail; the grading environment's
+#: NPM_CONFIG_USERCONFIG is /dev/null
+LEFTOVER_ROWS["rig_check_npmrc"] = (['printf "#!/bin/sh\\nexit 0\\n" > ~/sh && chmod +x ~/sh'
+                                     ' && echo "script-shell=$HOME/sh" > ~/.npmrc'],
+                                    "d=$(mktemp -d) && echo '{\"scripts\": {\"test\": \"exit 3\"}}' > $d/package.json"
+                                    " && cd $d && npm test --silent", False)
 #: rows that cannot run as nobody (tests/test_hostile_answers.py's nobody table), with why
 LEFTOVER_NOT_AS_NOBODY = {"rig_check_tmux_conf": "a tmux server started in a sandbox run as nobody exits at once "
                                                  "here ('server exited unexpectedly'): no check of it can pass"}
@@ -111,7 +118,7 @@ LEFTOVER_PROGRAMS = {"rig_check_mavenrc": "mvn", "rig_check_valgrindrc": "valgri
                      "rig_check_tmux_conf": "tmux", "rig_check_lesskey": "less",
                      "rig_check_gpg_conf": "gpg", "rig_check_imagemagick_conf": "identify",
                      "rig_check_ssh_config": "ssh", "rig_check_scp_config": "scp", "rig_check_sftp_config": "sftp",
-                     "rig_check_vimrc": "vim", "rig_check_vim_plugin": "ex"}
+                     "rig_check_vimrc": "vim", "rig_check_vim_plugin": "ex", "rig_check_npmrc": "npm"}
 #: program -> an honest check of it through its wrapper (hostile_tasks.HONEST_TOOLS)
 LEFTOVER_HONEST = {"mvn": "mvn -v | grep -q 'Apache Maven'",
                    "valgrind": "valgrind -q --error-exitcode=1 --leak-check=full true",
@@ -125,12 +132,16 @@ LEFTOVER_HONEST = {"mvn": "mvn -v | grep -q 'Apache Maven'",
                    # a check's own -u still wins
                    "ex": "echo 'let g:pr = \"5\"' > ~/u.vim && ex -s -u ~/u.vim -c 'call writefile([g:pr], $HOME . \"/u.txt\")'"
                          " -c q </dev/null && grep -qx 5 ~/u.txt",
+                   "npm": "d=$(mktemp -d) && echo '{\"scripts\": {\"test\": \"test -e package.json\"}}'"
+                          " > $d/package.json && cd $d && npm test --silent",
                    "gpg": "gpg --print-md SHA256 ~/a.json | grep -q a.json",
                    "less": "less -F ~/a.json | grep -q '\"a\"'",
                    "tmux": "tmux new-session -d -s h 'sleep 9' && tmux has-session -t h; r=$?; tmux kill-server; exit $r"}
 #: rows whose program cannot start where RLIMIT_AS bounds a VM (hostile_tasks.NEEDS_ADDRESS_SPACE)
-LEFTOVER_JVM = {"rig_check_mavenrc": "the JVM cannot start under RLIMIT_AS of 256 MB, a VM's memory bound "
-                                     "without a memory cgroup (it reserves more address space for its code cache)"}
+LEFTOVER_ADDRESS_SPACE = {
+    "rig_check_mavenrc": "the JVM cannot start under RLIMIT_AS of 256 MB, a VM's memory bound "
+                         "without a memory cgroup (it reserves more address space for its code cache)",
+    "rig_check_npmrc": "npm's node cannot start under RLIMIT_AS of 256 MB, a VM's memory bound without a memory cgroup"}
 
 #: py rows: name -> (the body of add(a, b), its tests), a wrong answer that tries to pass where
 #: its arguments cross to its process as values. This one changes the list it was given, which

@@ -24,7 +24,7 @@ import pytest
 
 from conftest import assert_exactly_once, write_tasks
 from hostile_git import GIT_ROWS, HONEST_GIT
-from hostile_leftovers import (LEFTOVER_HONEST, LEFTOVER_JVM, LEFTOVER_PROGRAMS, LEFTOVER_PY_ROWS, LEFTOVER_ROWS,
+from hostile_leftovers import (LEFTOVER_ADDRESS_SPACE, LEFTOVER_HONEST, LEFTOVER_PROGRAMS, LEFTOVER_PY_ROWS, LEFTOVER_ROWS,
                                STILL_RUNNING)
 from parallel_rollout.config import build_config
 from parallel_rollout.pool.providers import cgroups
@@ -303,9 +303,9 @@ HONEST_TOOLS = {
     "git": f"({HONEST_GIT[1]})", **LEFTOVER_HONEST,
 }
 #: an honest task's check that needs none of them: the wrappers come first on a check's PATH
-#: programs kept from the home's config by the grading environment, not a wrapper (pip: its
-#: PIP_CONFIG_FILE, which `python3 -m pip` reads too)
-BY_ENVIRONMENT = {"pip3"}
+#: programs kept from the home's config by the grading environment, not a wrapper (pip and npm:
+#: PIP_CONFIG_FILE, which `python3 -m pip` reads too, and NPM_CONFIG_USERCONFIG)
+BY_ENVIRONMENT = {"pip3", "npm"}
 HONEST_WRAPPERS = " && ".join(f'[ "$(command -v {p})" = /opt/parallel-rollout/grading_bin/{p} ]'
                               for p in dict.fromkeys(NEEDS_PROGRAM.values()) if p not in BY_ENVIRONMENT)
 
@@ -314,7 +314,7 @@ HONEST_WRAPPERS = " && ".join(f'[ "$(command -v {p})" = /opt/parallel-rollout/gr
 #: provider's where no memory cgroup is, as nobody's runs here): node reserves ~1 GB of address
 #: space at start (V8's code range), and dies of SIGTRAP
 NEEDS_ADDRESS_SPACE = {"rig_check_node_modules": "node cannot start under RLIMIT_AS of 256 MB, a VM's "
-                                                 "memory bound without a memory cgroup", **LEFTOVER_JVM}
+                                                 "memory bound without a memory cgroup", **LEFTOVER_ADDRESS_SPACE}
 
 
 def rows_without_programs(where: str, has=shutil.which) -> dict[str, str]:
