@@ -255,3 +255,41 @@ def _catch(errors, call):
         call()
     except Exception as exc:  # noqa: BLE001 - the test looks at it
         errors.append(exc)
+
+
+def test_a_ctrl_c_as_get_batch_hands_its_groups_to_the_engine_loses_no_member(engine, monkeypatch):
+    """A Ctrl-C that lands while get_batch hands the members of the groups it started to the
+    engine: those not handed yet were never run, their groups stayed running for ever, and
+    every later get_batch waited on them (BatchTimeout, or for ever). Now every call is made
+    before the Ctrl-C is raised, a member the engine had taken just before it once only."""
+    from parallel_rollout.results import read_records
+
+    base, switch, folder = engine
+    switch.policy = lambda body: {"reply": "<answer>Right</answer>"}
+    train = base.sibling(EnvManagerConfig(group_size=2, num_env_groups=2, tags=["ctrl-c-lake"],
+                                          task_sets=lake_set(folder, 2, name="ctrl-c-lake", desc=TINY)), name="ctrl-c")
+    shared_engine = base._shared.engine
+    real, calls = shared_engine.submit, []
+
+    def submit(item, on_final):
+        calls.append(item.key)
+        if len(calls) == 2:  # the engine took it, then the Ctrl-C
+            real(item, on_final)
+            raise KeyboardInterrupt
+        if len(calls) == 4:  # the Ctrl-C before the engine took it
+            raise KeyboardInterrupt
+        return real(item, on_final)
+
+    monkeypatch.setattr(shared_engine, "submit", submit)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            train.get_batch(batch_size=4, step=0)
+        monkeypatch.undo()
+        batch = train.get_batch(batch_size=4, step=0, timeout=60)
+        assert len(batch) == 4 and len({t.group_id for t in batch}) == 2
+        finals = [r["key"] for r in read_records(train.run_dir / "results.jsonl")
+                  if r["key"].startswith("ctrl-c:") and r.get("final")]
+        assert sorted(finals) == sorted(t.record["key"] for t in batch)  # each member ran once
+    finally:
+        train.close()
+        switch.policy = switch.default

@@ -185,19 +185,37 @@ class GroupGeneration:
             self._flush()
 
     def _flush(self) -> None:
-        """Make the engine calls queued under the lock (never called under it)."""
+        """Make the engine calls queued under the lock (never called under it). A Ctrl-C that
+        lands among them is raised once every one is made: a submit it cut off left its
+        member never run, its group running for ever, and every later get_batch waiting on it."""
         with self._cond:
             ops, self._outbox = self._outbox, []
-        engine = self._shared.engine
+        interrupted: KeyboardInterrupt | None = None
         for op, arg in ops:
-            try:
-                if op == "submit":
-                    if not self._shared.closed:
-                        engine.submit(arg, self._on_final)
-                else:
-                    engine.cancel(arg)
-            except RolloutError:
-                pass  # the engine stopped: get_batch reports engine.error
+            for again in (False, True):
+                try:
+                    self._engine_call(op, arg, again)
+                    break
+                except KeyboardInterrupt as exc:  # made again (a submit the engine took: once), then raised
+                    interrupted = interrupted or exc
+        if interrupted is not None:
+            raise interrupted
+
+    def _engine_call(self, op: str, arg: Any, again: bool) -> None:
+        """One of ``_flush``'s calls; ``again``: the one a Ctrl-C cut short, made once more
+        (a cancel is idempotent; a submit the engine had taken is not repeated)."""
+        engine = self._shared.engine
+        try:
+            if op == "submit":
+                if not self._shared.closed:
+                    engine.submit(arg, self._on_final)
+            else:
+                engine.cancel(arg)
+        except RolloutError:
+            pass  # the engine stopped: get_batch reports engine.error
+        except ValueError:
+            if not again:
+                raise  # (the engine refuses a key it has: the Ctrl-C came once it took it)
 
     def _take_record(self, record: dict[str, Any]) -> None:
         with self._cond:
