@@ -15,12 +15,14 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from xml.etree import ElementTree as ET
 
 import pytest
 import xmlschema
 from click.testing import CliRunner
 
 from conftest import ROOT, assert_exactly_once, shell_task, write_tasks
+from llm_server import llm_server  # noqa: F401 - fixture
 from parallel_rollout import exit_codes
 from parallel_rollout.cli import main
 from parallel_rollout.report.junit import junit_tree
@@ -157,6 +159,25 @@ def test_fail_under_compares_the_exact_rate_not_the_rounded_one(tmp_path):
     tasks = [shell_task("ok1"), failing_task("bad1"), failing_task("bad2")]
     third = run_cli(tmp_path, tasks, "third", "--fail-under", "0.33333")
     assert third.exit_code == exit_codes.EXIT_OK, third.output
+
+
+def test_junit_of_a_run_whose_model_endpoint_was_down_is_no_pass(tmp_path, request, monkeypatch):
+    """A model endpoint down all night: every sample had an attempt (model_unavailable, not
+    final) and the run stopped, exit 1. Its JUnit file held only skipped cases, 0 failures
+    and 0 errors, which CI shows as a passed report; the samples without a result are an error."""
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    server = request.getfixturevalue("llm_server")(policy=lambda body: {"status": 503, "retry_after_ms": 10})
+    junit = tmp_path / "ci" / "junit.xml"
+    down = run_cli(tmp_path, [shell_task("a")], "down", "--agent", "openai", "--base-url", server.url,
+                   "--max-retries", "1", "--junit-xml", str(junit))
+    assert down.exit_code == exit_codes.EXIT_ABORTED, down.output
+    xmlschema.XMLSchema(str(JUNIT_XSD)).validate(str(junit))
+    suite = ET.parse(junit).getroot().find("testsuite")
+    assert suite.get("errors") == "1" and suite.get("skipped") == "1", ET.tostring(suite, "unicode")
+    cases = {c.get("name"): c for c in suite.iter("testcase")}
+    assert cases["a#0"].find("skipped") is not None
+    message = cases["samples without a result"].find("error").get("message")
+    assert message.startswith("1 of 1 samples have no result") and "1 after an attempt that failed" in message
 
 
 def test_compare_to_exits_4_on_a_significant_regression_only(tmp_path):
