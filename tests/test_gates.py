@@ -221,6 +221,11 @@ def test_resumed_cron_run_keeps_its_gates_until_one_is_turned_off(tmp_path):
         [sys.executable, str(ROOT / "run_parallel_rollout.py"), "--output-dir", str(tmp_path / "out"),
          "--run-id", "nightly", "--resume", "--no-progress"], capture_output=True, text=True, timeout=120)
     assert resumed.returncode == exit_codes.EXIT_BELOW_THRESHOLD, resumed.stderr
+    # a gate the command line did not give says where it comes from, and how to drop it
+    said = " ".join(resumed.stderr.split())
+    assert ("below --fail-under 0.9 (90.0%) (--fail-under kept from the run's config.json; "
+            "--fail-under none drops it)") in said, said
+    assert "(--compare-to kept from the run's config.json; --compare-to none drops it)" in said, said
     stored = tmp_path / "out" / "nightly" / "config.json"
     assert json.loads(stored.read_text())["config"]["fail_under"] == 0.9
 

@@ -168,14 +168,14 @@ class Runner:
         # sized by the run's samples here (its checks made before the folder opens), by those
         # left to run once it is open (``_size_engine``: a resume's may be fewer, and are said there)
         self.engine = self._engine(self._vms_used(cfg, len(samples), warn=not cfg.resume))
-        from .report.gate import baseline_problem
+        from .report.gate import baseline_problem, kept_gate
 
         # a missed night (or a baseline with a corrupted line) must not stop every night after
         # it: said once its checks passed, and judged again at the end
         missing = baseline_problem(cfg)
         if missing:
-            log.warning("--compare-to %s: %s; the run goes on; its gate will give no verdict (exit 5)",
-                        cfg.compare_to, missing)
+            log.warning("--compare-to %s: %s; the run goes on; its gate will give no verdict (exit 5)%s",
+                        cfg.compare_to, missing, kept_gate(cfg, "compare_to"))
         return samples
 
     def _engine(self, cfg: RunConfig) -> Engine:

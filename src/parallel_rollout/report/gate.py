@@ -41,15 +41,17 @@ def gate(config: Any, data: RunData) -> tuple[int, str]:
     failed: list[tuple[int, str]] = []
     if missing_baseline(config):
         failed.append((EXIT_NO_VERDICT, f"--compare-to {config.compare_to}: no verdict: there is no run "
-                                        f"{config.compare_to} in {config.output_dir} (no results.jsonl)"))
+                                        f"{config.compare_to} in {config.output_dir} (no results.jsonl)"
+                                        f"{kept_gate(config, 'compare_to')}"))
     elif config.compare_to is not None:
-        failed += _against_baseline(config, data)
+        failed += [(code, message + kept_gate(config, "compare_to")) for code, message in _against_baseline(config, data)]
     if config.fail_under is not None:
         rate = exact_success_rate(data.summary or {})
         if rate is None or rate < config.fail_under:
             shown, threshold = _pcts_apart(rate, config.fail_under)
             failed.append((EXIT_BELOW_THRESHOLD,
-                           f"success rate {shown} is below --fail-under {config.fail_under:g} ({threshold})"))
+                           f"success rate {shown} is below --fail-under {config.fail_under:g} ({threshold})"
+                           f"{kept_gate(config, 'fail_under')}"))
     if not failed:
         return EXIT_OK, ""
     # The threshold wins over the regression: it is the promise a nightly job states.
@@ -83,6 +85,15 @@ def _against_baseline(config: Any, data: RunData) -> list[tuple[int, str]]:
                  f"{comparison.shared} shared samples, {len(comparison.pass_to_fail)} pass->fail, "
                  f"{_test_name(comparison)} p={comparison.pass_fail.p_value:.4g}")]
     return []
+
+
+def kept_gate(config: Any, name: str) -> str:
+    """What a gate's message adds when a resume kept the gate from the run's config.json (its
+    command line did not give it): where it comes from, and how to drop it ("" otherwise)."""
+    if not str(getattr(config, "sources", {}).get(name, "")).endswith("which --resume reads"):
+        return ""
+    flag = "--" + name.replace("_", "-")
+    return f" ({flag} kept from the run's config.json; {flag} none drops it)"
 
 
 def _read_baseline(config: Any) -> tuple[RunData | None, str]:
