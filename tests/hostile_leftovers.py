@@ -106,10 +106,17 @@ LEFTOVER_ROWS["rig_check_vim_plugin"] = ([f"echo 'print(41)' > ~/answer.py && mk
 #: npm runs a package's scripts with the script-shell ~/.npmrc names: the answer's, which exits 0,
 #: passed a check of `npm test` on a package whose tests fail; the grading environment's
 #: NPM_CONFIG_USERCONFIG is /dev/null
-LEFTOVER_ROWS["rig_check_npmrc"] = (['printf "#!/bin/sh\\nexit 0\\n" > ~/sh && chmod +x ~/sh'
-                                     ' && echo "script-shell=$HOME/sh" > ~/.npmrc'],
-                                    "d=$(mktemp -d) && echo '{\"scripts\": {\"test\": \"exit 3\"}}' > $d/package.json"
-                                    " && cd $d && npm test --silent", False)
+NPM_SHELL = 'printf "#!/bin/sh\\nexit 0\\n" > ~/sh && chmod +x ~/sh && echo "script-shell=$HOME/sh" >'
+NPM_TEST = ("d=$(mktemp -d) && echo '{\"scripts\": {\"test\": \"exit 3\"}}' > $d/package.json"
+            " && cd $d && npm test --silent")
+LEFTOVER_ROWS["rig_check_npmrc"] = ([f"{NPM_SHELL} ~/.npmrc"], NPM_TEST, False)
+#: npm reads the .npmrc of a folder above a package whose package.json names it a workspace as
+#: its project config: the check's package in /tmp (mktemp -d) took /tmp's; and from a folder
+#: that is no package, that folder's (the home's, from the home); the wrappers (npm, npx) pass
+#: --workspaces=false, and refuse (126) beside such an .npmrc
+LEFTOVER_ROWS["rig_check_npm_workspace"] = ([f"{NPM_SHELL} /tmp/.npmrc && echo '{{\"workspaces\": [\"*\"]}}'"
+                                             " > /tmp/package.json"], NPM_TEST, False)
+LEFTOVER_ROWS["rig_check_npmrc_from_home"] = ([f"{NPM_SHELL} ~/.npmrc"], "npm exec -c 'exit 3'", False)
 #: rows that cannot run as nobody (tests/test_hostile_answers.py's nobody table), with why
 LEFTOVER_NOT_AS_NOBODY = {"rig_check_tmux_conf": "a tmux server started in a sandbox run as nobody exits at once "
                                                  "here ('server exited unexpectedly'): no check of it can pass"}
@@ -118,7 +125,8 @@ LEFTOVER_PROGRAMS = {"rig_check_mavenrc": "mvn", "rig_check_valgrindrc": "valgri
                      "rig_check_tmux_conf": "tmux", "rig_check_lesskey": "less",
                      "rig_check_gpg_conf": "gpg", "rig_check_imagemagick_conf": "identify",
                      "rig_check_ssh_config": "ssh", "rig_check_scp_config": "scp", "rig_check_sftp_config": "sftp",
-                     "rig_check_vimrc": "vim", "rig_check_vim_plugin": "ex", "rig_check_npmrc": "npm"}
+                     "rig_check_vimrc": "vim", "rig_check_vim_plugin": "ex", "rig_check_npmrc": "npm",
+                     "rig_check_npm_workspace": "npm", "rig_check_npmrc_from_home": "npm"}
 #: program -> an honest check of it through its wrapper (hostile_tasks.HONEST_TOOLS)
 LEFTOVER_HONEST = {"mvn": "mvn -v | grep -q 'Apache Maven'",
                    "valgrind": "valgrind -q --error-exitcode=1 --leak-check=full true",
@@ -141,7 +149,8 @@ LEFTOVER_HONEST = {"mvn": "mvn -v | grep -q 'Apache Maven'",
 LEFTOVER_ADDRESS_SPACE = {
     "rig_check_mavenrc": "the JVM cannot start under RLIMIT_AS of 256 MB, a VM's memory bound "
                          "without a memory cgroup (it reserves more address space for its code cache)",
-    "rig_check_npmrc": "npm's node cannot start under RLIMIT_AS of 256 MB, a VM's memory bound without a memory cgroup"}
+    **{row: "npm's node cannot start under RLIMIT_AS of 256 MB, a VM's memory bound without a memory cgroup"
+       for row in ("rig_check_npmrc", "rig_check_npm_workspace", "rig_check_npmrc_from_home")}}
 
 #: py rows: name -> (the body of add(a, b), its tests), a wrong answer that tries to pass where
 #: its arguments cross to its process as values. This one changes the list it was given, which

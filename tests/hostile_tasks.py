@@ -303,9 +303,9 @@ HONEST_TOOLS = {
     "git": f"({HONEST_GIT[1]})", **LEFTOVER_HONEST,
 }
 #: an honest task's check that needs none of them: the wrappers come first on a check's PATH
-#: programs kept from the home's config by the grading environment, not a wrapper (pip and npm:
-#: PIP_CONFIG_FILE, which `python3 -m pip` reads too, and NPM_CONFIG_USERCONFIG)
-BY_ENVIRONMENT = {"pip3", "npm"}
+#: programs kept from the home's config by the grading environment, not a wrapper (pip: its
+#: PIP_CONFIG_FILE, which `python3 -m pip` reads too)
+BY_ENVIRONMENT = {"pip3"}
 HONEST_WRAPPERS = " && ".join(f'[ "$(command -v {p})" = /opt/parallel-rollout/grading_bin/{p} ]'
                               for p in dict.fromkeys(NEEDS_PROGRAM.values()) if p not in BY_ENVIRONMENT)
 

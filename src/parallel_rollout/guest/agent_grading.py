@@ -10,7 +10,9 @@ desktop's display and bus), a ``PATH`` and ``PYTHONPATH`` of system folders only
 the user's config (``~/.gitconfig``; through the wrapper below, nor ``~/.config/git``'s
 ignore, attributes and config), pip and npm without a config file (``PIP_CONFIG_FILE``,
 ``NPM_CONFIG_USERCONFIG`` /dev/null: ``~/.config/pip/pip.conf``'s ``[list] path`` made
-``pip list`` show a package the answer only faked, ``~/.npmrc`` can move npm's prefix), and the shell run without startup files (``sh -c`` reads
+``pip list`` show a package the answer only faked, ``~/.npmrc`` can move npm's prefix; npm and npx
+through a wrapper too, which reads no ``.npmrc`` of a workspace root above the package or of a
+folder that is no package as the project's), and the shell run without startup files (``sh -c`` reads
 none; ``ENV`` and ``BASH_ENV`` are not passed). A ``usercustomize.py``, a ``.pth`` file, a ``json.py`` in
 the home or a ``~/bin`` shim left by the answer is then never loaded: only the files the
 check inspects reach it. Programs that read a file of the home as their config are run

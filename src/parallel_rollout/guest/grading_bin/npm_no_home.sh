@@ -1,0 +1,41 @@
+# Sourced by the wrappers ./npm and ./npx: runs the program of the wrapper's name (see ./curl)
+# so that it reads no .npmrc of the graded code's as a project's config. The grading
+# environment's NPM_CONFIG_USERCONFIG (/dev/null) keeps ~/.npmrc from being the user's config,
+# but npm reads $prefix/.npmrc as the project's, its prefix the nearest folder up from the
+# current one with a package.json or node_modules, and climbs on to a folder whose package.json
+# names that one among its workspaces: a /tmp/package.json of {"workspaces": ["*"]} made /tmp
+# the prefix of a check's package in a `mktemp -d` folder, and the script-shell of /tmp/.npmrc
+# ran its `npm test` (exit 0 for tests that fail). So a package runs with --workspaces=false,
+# which stops that climb (one that is a workspace of another runs as a package of its own); one
+# that names workspaces itself, or a folder that is no package, is not run at all (126) below a
+# workspace root with an .npmrc, or beside an .npmrc (the home's, from the home) that would be
+# its config. A check's own --prefix, -g, -w or --workspaces runs npm as the check asks.
+. "${0%/*}/wrap.sh" || exit
+for arg in "$@"; do
+    case $arg in
+        --prefix|--prefix=*|-C|-g|--global|--global=*|--location|--location=*|-w|--workspace|--workspace=*|-ws|--workspaces|--workspaces=*)
+            exec "${0##*/}" "$@" ;;
+        --) break ;;
+    esac
+done
+refuse() {
+    echo "${0##*/}: not run: $1/.npmrc, a file the graded code could have written, would be read as the config of the project it runs" >&2
+    exit 126
+}
+package=$PWD
+while [ ! -e "${package%/}/package.json" ] && [ ! -d "${package%/}/node_modules" ]; do
+    if [ -z "$package" ]; then  # no package here or above: npm's prefix is the current folder
+        if [ -e .npmrc ] || [ -L .npmrc ]; then refuse "$PWD"; fi
+        exec "${0##*/}" "$@"
+    fi
+    package=${package%/*}
+done
+if ! grep -q '"workspaces"' "${package%/}/package.json" 2>/dev/null; then
+    exec "${0##*/}" --workspaces=false "$@"
+fi
+above=$package
+while [ -n "$above" ] && [ "$above" != / ]; do
+    above=${above%/*}
+    if [ -e "$above/package.json" ] && { [ -e "$above/.npmrc" ] || [ -L "$above/.npmrc" ]; }; then refuse "${above:-/}"; fi
+done
+exec "${0##*/}" "$@"
