@@ -193,7 +193,8 @@ def test_runs_list_names_a_run_with_a_corrupted_line_and_load_run_says_where(tmp
 
 def test_report_and_compare_make_missing_folders_and_name_a_path_they_cannot_write(tmp_path):
     """report -o and compare --html make the folders they need; a path that cannot be written
-    (under a file, under /proc) is a usage error naming it, never a traceback."""
+    (under a file, under /proc) is a usage error naming it, never a traceback; but for
+    compare --check, whose verdict stands."""
     assert real_run(tmp_path, "a", [shell_task("a")]).exit_code == 0
     run_dir = tmp_path / "out" / "a"
     made = CliRunner().invoke(main, ["report", str(run_dir), "-o", str(tmp_path / "nodir" / "deeper" / "r.html")])
@@ -208,6 +209,12 @@ def test_report_and_compare_make_missing_folders_and_name_a_path_they_cannot_wri
         assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
         assert f"cannot write {path}" in " ".join(result.output.split())
     assert not list(tmp_path.glob("afile*.tmp"))
+    # with --check the verdict is the answer (as run --compare-to's): said, and the exit is its
+    # own, not a usage error that a nightly job cannot tell from a wrong flag
+    checked = CliRunner().invoke(main, ["compare", str(run_dir), str(run_dir), "--html", "/proc/pr-x.html", "--check"])
+    assert checked.exit_code == 0, checked.output
+    said = " ".join(checked.output.split())
+    assert "cannot write /proc/pr-x." in said and "the verdict stands" in said and "success rate:" in said
 
 
 def test_a_report_that_fills_the_disk_leaves_no_tmp_file(tmp_path):

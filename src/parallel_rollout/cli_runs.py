@@ -51,7 +51,9 @@ def report_cmd(run_dir: str, output: str | None, output_dir: str) -> None:
 def compare_cmd(run_a: str, run_b: str, output_dir: str, html_path: str | None, check: bool) -> None:
     """Compare run B with the baseline run A (folders or run ids) over their shared samples."""
     from .exit_codes import EXIT_NO_VERDICT, EXIT_REGRESSION
-    from .report.compare_html import write_comparison
+    from .report.compare import compare_runs, format_comparison
+    from .report.compare_html import write_compared
+    from .report.files import CannotWrite
     from .report.run_data import NotARunFolder, RunData, resolve_run
 
     # B first: a mistyped B is a usage error (exit 2), not hidden behind a missing A's "no verdict"
@@ -66,9 +68,20 @@ def compare_cmd(run_a: str, run_b: str, output_dir: str, html_path: str | None, 
         say(f"no verdict: {'no baseline' if isinstance(exc, NotARunFolder) else 'cannot read the baseline'}: {exc}",
             err=True)
         sys.exit(EXIT_NO_VERDICT)
-    comparison, text, page = write_comparison(baseline, candidate, html_path)
+    compared = RunData.load(candidate, with_events=False)
+    comparison = compare_runs(baseline, compared)
+    text = format_comparison(comparison)
     say(text)
-    say(f"written: {page} and {page.with_suffix('.txt')}")
+    try:
+        page = write_compared(comparison, text, baseline, compared, html_path)
+    except CannotWrite as exc:
+        if not check:
+            raise
+        # the verdict is what --check is for: a full disk does not hide it behind exit 2, as
+        # it does not for run --compare-to
+        say(f"{exc}; the verdict stands", err=True)
+    else:
+        say(f"written: {page} and {page.with_suffix('.txt')}")
     if check and comparison.cannot_judge:
         say(f"no verdict: {comparison.cannot_judge}", err=True)
         sys.exit(EXIT_NO_VERDICT)

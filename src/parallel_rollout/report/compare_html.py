@@ -1,6 +1,6 @@
 """``compare`` written out: the comparison of two runs as text and as one self-contained page.
 
-``write_comparison`` is what ``parallel-rollout compare RUN_A RUN_B`` and ``run
+``write_compared`` is what ``parallel-rollout compare RUN_A RUN_B`` and ``run
 --compare-to`` both call: it writes ``compare-<A>.txt`` and ``compare-<A>.html`` into run
 B's folder (or where asked). The page links each flipped sample to its row in either run's
 report.html, by a path relative to the page.
@@ -12,7 +12,7 @@ import os
 from html import escape
 from pathlib import Path
 
-from .compare import Comparison, compare_runs, format_comparison
+from .compare import Comparison
 from .page_assets import CSS
 from .files import write_text_whole
 from .run_data import RunData
@@ -74,16 +74,6 @@ def render_comparison(c: Comparison, report_a: str, report_b: str) -> str:
 <section id="new-failures"><h2>Failure types new in B</h2><ul>{new_types}</ul></section>
 </main></body></html>
 """
-
-
-def write_comparison(run_a: RunData | str | Path, run_b: RunData | str | Path,
-                     html_path: str | Path | None = None) -> tuple[Comparison, str, Path]:
-    """Compare two runs (or their folders); write the text and the page (default: into B's folder)."""
-    a = run_a if isinstance(run_a, RunData) else RunData.load(run_a, with_events=False)
-    b = run_b if isinstance(run_b, RunData) else RunData.load(run_b, with_events=False)
-    comparison = compare_runs(a, b)
-    text = format_comparison(comparison)
-    return comparison, text, write_compared(comparison, text, a, b, html_path)
 
 
 def write_compared(comparison: Comparison, text: str, a: RunData, b: RunData,
