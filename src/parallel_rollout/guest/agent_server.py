@@ -68,10 +68,15 @@ else:  # server.py put this folder on sys.path
 Request = agent_http.Request
 
 
+#: the X display of the desktop this agent started (``--desktop``), None without one
+display = None
+
+
 def route_health(req: Request):
-    """GET /health: liveness, plus the pid and the VM id the sandbox gave us."""
+    """GET /health: liveness, plus the pid, the VM id the sandbox gave us and the display of
+    the agent's desktop (the first free one, or ``--display``'s)."""
     return 200, {"status": "ok", "pid": os.getpid(),
-                 "vm": os.environ.get("PARALLEL_ROLLOUT_VM")}
+                 "vm": os.environ.get("PARALLEL_ROLLOUT_VM"), "display": display}
 
 
 def route_platform(req: Request):
@@ -129,8 +134,8 @@ AGENT_ENV = "PARALLEL_ROLLOUT_AGENT"
 KEY_ENV = "PARALLEL_ROLLOUT_GUEST_KEY"
 _USAGE = """usage: server.py [--unix PATH | --listen-fd FD | --host HOST --port PORT] [--ready-fd FD]
                  [--max-body-mb MB] [--limit-as BYTES] [--limit-nproc N] [--run-as UID:GID]
-                 [--seed-home DIR] [--desktop WxH] [--seccomp FILE] [--reap-all] [--key-file FILE]
-                 [--verbose]
+                 [--seed-home DIR] [--desktop WxH [--display :N]] [--seccomp FILE] [--reap-all]
+                 [--key-file FILE] [--verbose]
 
 --listen-fd FD      serve a unix socket the caller bound and listens on (the process
                    sandbox: the socket's folder stays outside, where commands cannot
@@ -140,7 +145,10 @@ _USAGE = """usage: server.py [--unix PATH | --listen-fd FD | --host HOST --port 
                    agent is in a user namespace of its own)
 --run-as UID:GID   run every command as this user (through util-linux setpriv)
 --seed-home DIR    copy DIR into $HOME (given to --run-as's user) before saying ready
---desktop WxH      start Xvfb at WxH and a window manager before saying ready
+--desktop WxH      start Xvfb at WxH and a window manager before saying ready, on the first
+                   free display (:0 unless an X server of the machine holds it; GET /health
+                   says which)
+--display :N       the desktop's display, instead of the first free one
 --seccomp FILE     load this compiled seccomp BPF program (pool/providers/seccomp.py) before
                    anything else: the agent and every process it starts are under it
 --reap-all         /reap kills every process but this one and pid 1: only for an agent
@@ -150,14 +158,15 @@ _USAGE = """usage: server.py [--unix PATH | --listen-fd FD | --host HOST --port 
                    which the agent takes out of its environment (its commands never see it)""" % KEY_ENV
 _OPTIONS = {"--unix": str, "--listen-fd": int, "--host": str, "--port": int, "--ready-fd": int,
             "--max-body-mb": float, "--limit-as": int, "--limit-nproc": int, "--desktop": str, "--run-as": str,
-            "--seed-home": str, "--seccomp": str, "--key-file": str}
+            "--seed-home": str, "--seccomp": str, "--key-file": str, "--display": str}
 
 
 def _parse_args(argv: list[str]) -> dict:
     # argparse (with the re and shutil it imports) would add ~5 ms to every VM reset
     args = {"unix": None, "listen_fd": None, "host": "127.0.0.1", "port": 5000, "ready_fd": None,
             "max_body_mb": 256.0, "verbose": False, "limit_as": None, "limit_nproc": None, "desktop": None,
-            "run_as": None, "seed_home": None, "seccomp": None, "reap_all": False, "key_file": None}
+            "run_as": None, "seed_home": None, "seccomp": None, "reap_all": False, "key_file": None,
+            "display": None}
     items = list(argv)
     while items:
         item = items.pop(0)
@@ -321,11 +330,17 @@ def main(argv: list[str] | None = None) -> int:
         agent_reap.collect_orphans()
     if args["seed_home"]:
         agent_files.seed_home(args["seed_home"], agent_commands.home())
+    if args["display"] is not None and not (args["desktop"] and args["display"].startswith(":")
+                                            and args["display"][1:].isdigit()):
+        sys.exit(f"server.py: --display takes :N with --desktop, got {args['display']!r}")
     if args["desktop"]:
+        global display
         width, _, height = args["desktop"].partition("x")
         if not (width.isdigit() and height.isdigit()):
             sys.exit(f"server.py: --desktop takes WIDTHxHEIGHT, got {args['desktop']!r}")
-        _sibling("desktop").start_desktop(int(width), int(height))
+        desktop = _sibling("desktop")
+        desktop.start_desktop(int(width), int(height), display=args["display"])
+        display = desktop.DISPLAY
     server = agent_http.make_server(resolve, unix=args["unix"], host=args["host"], port=args["port"],
                                     max_body_mb=args["max_body_mb"], listen_fd=args["listen_fd"], key=key)
     if args["unix"] and agent_commands.run_as is not None:

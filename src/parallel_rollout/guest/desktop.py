@@ -77,10 +77,13 @@ except ImportError:  # a sibling file in the guest, not a package
     from agent_http import HTTPError  # type: ignore[no-redef]
     from agent_output import readable_within  # type: ignore[no-redef]
 
-#: the display every desktop VM uses: the sandbox has its own /tmp and network namespace
+#: the display a desktop takes: the first free one (:0 in a VM of this project's, whose sandbox
+#: has its own /tmp and network namespace) unless ``--display`` names one; the start sets it
 DISPLAY = ":0"
 #: where X servers put their sockets
 X11_SOCKETS = "/tmp/.X11-unix"
+#: the displays a desktop looks among for a free one
+DISPLAYS_TRIED = 64
 #: seconds a helper command (wmctrl, xdotool) may take
 HELPER_TIMEOUT_S = 10.0
 #: seconds Xvfb and the window manager may take to come up
@@ -137,16 +140,65 @@ def put_pyautogui_shim() -> None:
         os.environ["PYTHONPATH"] = os.pathsep.join([shim, *paths])
 
 
-def start_desktop(width: int, height: int, wm: str = "openbox") -> None:
-    """Start the session bus, Xvfb at WxH and the window manager; return once all are ready
-    (a session bus that cannot start leaves a desktop without AT-SPI, see the module doc)."""
+def free_display() -> str:
+    """The first display no X server of this machine holds (no lock file, no socket, in /tmp or
+    abstract) and no other agent starting at the same time has claimed (``/tmp/.X<N>-claim``,
+    locked for this agent's life): ``:0`` in a VM of this project's. Two desktop agents on one
+    host (two remote machines that are one) each took :0, and the second exited (``Xvfb exited
+    before it was ready``)."""
+    import fcntl
+
+    global _claim
+    try:  # X servers also listen on an abstract socket, one per network namespace: not in /tmp
+        with open("/proc/net/unix", encoding="utf-8", errors="replace") as handle:
+            listening = {line.rsplit(None, 1)[-1] for line in handle if "@" + X11_SOCKETS in line}
+    except OSError:
+        listening = set()
+    for number in range(DISPLAYS_TRIED):
+        held = (f"/tmp/.X{number}-lock", f"{X11_SOCKETS}/X{number}")
+        if any(map(os.path.lexists, held)) or f"@{X11_SOCKETS}/X{number}" in listening:
+            continue
+        try:
+            fd = os.open(f"/tmp/.X{number}-claim", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        except OSError:
+            continue  # another user's claim
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            continue  # an agent starting now has it
+        if any(map(os.path.lexists, held)):  # taken while this one looked
+            os.close(fd)
+            continue
+        _claim = fd
+        return f":{number}"
+    raise RuntimeError(f"no free X display among :0-:{DISPLAYS_TRIED - 1}; name one with --display")
+
+
+#: the file descriptor of this agent's claim on its display (see free_display), held open
+_claim = None
+
+
+def _per_display(path: str) -> str:
+    """``path`` for this desktop: as it is for :0, else with the display's number added (two
+    desktops of one host do not share their session bus, runtime folder or openbox config)."""
+    number = DISPLAY.lstrip(":")
+    return path if number == "0" else f"{path}-{number}"
+
+
+def start_desktop(width: int, height: int, wm: str = "openbox", display: str | None = None) -> None:
+    """Start the session bus, Xvfb at WxH on ``display`` (the first free one when None) and the
+    window manager; return once all are ready (a session bus that cannot start leaves a desktop
+    without AT-SPI, see the module doc)."""
+    global DISPLAY
     deadline = time.monotonic() + START_TIMEOUT_S
+    DISPLAY = display or free_display()
     put_pyautogui_shim()
     for folder in HOME_FOLDERS:  # as on OSWorld's Ubuntu, whose tasks take them for granted
         os.makedirs(os.path.expanduser(folder), exist_ok=True)
         give(os.path.expanduser(folder))
     # GTK apps and the AT-SPI bus: a private runtime folder, where the bus puts its socket
-    runtime = "/tmp/xdg-runtime"
+    runtime = _per_display("/tmp/xdg-runtime")
     os.makedirs(runtime, mode=0o700, exist_ok=True)
     give(runtime)
     os.environ.setdefault("XDG_RUNTIME_DIR", runtime)
@@ -168,7 +220,7 @@ def start_desktop(width: int, height: int, wm: str = "openbox") -> None:
         stderr=None, start_new_session=True)  # into agent.log
     os.close(write_fd)
     try:
-        _read_line(read_fd, deadline, "Xvfb")
+        _read_line(read_fd, deadline, f"Xvfb on {DISPLAY}")
     finally:
         os.close(read_fd)
     os.environ["DISPLAY"] = DISPLAY
@@ -253,9 +305,10 @@ def _openbox_config() -> str | None:
         return None
     if "<keyboard>" not in text:
         return None
-    with open(OPENBOX_OURS, "w", encoding="utf-8") as handle:
+    ours = _per_display(OPENBOX_OURS)
+    with open(ours, "w", encoding="utf-8") as handle:
         handle.write(text.replace("<keyboard>", "<keyboard>" + OPENBOX_KEYS, 1))
-    return OPENBOX_OURS
+    return ours
 
 
 def _start_accessibility_bus(deadline: float) -> None:
@@ -317,7 +370,7 @@ def _spawn_session_bus():
             bus = subprocess.Popen(as_user(
                 # a socket of a fixed name (the session config's is random): a reset VM's
                 # /tmp is then the same as at its first boot (pool/providers/verify.py)
-                ["dbus-daemon", "--session", "--nofork", "--nopidfile", f"--address={SESSION_BUS}",
+                ["dbus-daemon", "--session", "--nofork", "--nopidfile", f"--address={_per_display(SESSION_BUS)}",
                  f"--print-address={write_fd}"]),
                 # what the services it activates get: at-spi-bus-launcher marks the display
                 env={**os.environ, "DISPLAY": DISPLAY},

@@ -1,0 +1,105 @@
+"""Two desktop agents on one host (two ``remote`` machines that are one: one /tmp, one network),
+as a user starts them (``server.py --host … --port … --desktop WxH``). Each takes a display of
+its own, says which in ``/health``, and goes on when the other stops. The host's /tmp is a
+tmpfs of their own here (a mount namespace), so that what their X servers and buses make
+there is gone with them."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from conftest import ROOT
+from desktop_support import pixels
+from parallel_rollout.guest.client import GuestClient
+
+pytestmark = pytest.mark.skipif(
+    os.geteuid() != 0 or not all(map(shutil.which, ("Xvfb", "openbox", "xprop", "unshare"))),
+    reason="needs root (a mount namespace for /tmp), Xvfb, openbox and x11-utils")
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@contextlib.contextmanager
+def two_desktop_agents(tmp_path, *extra: list[str]):
+    """Two agents with a desktop on loopback ports, one home, one /tmp; yields their clients."""
+    ports = [_free_port(), _free_port()]
+    # the agent's files where the tmpfs does not hide them (a checkout, pytest's folders are under /tmp)
+    copy = Path(tempfile.mkdtemp(prefix="pr-desktops-", dir="/dev/shm"))
+    shutil.copytree(ROOT / "src/parallel_rollout/guest", copy / "guest",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    server = copy / "guest" / "server.py"
+    starts = " & ".join(
+        f"{sys.executable} {server} --host 127.0.0.1 --port {port} --desktop 320x240 {' '.join(more)}"
+        for port, more in zip(ports, extra or ([], [])))
+    script = f"mount -t tmpfs tmpfs /tmp && {{ {starts} & wait; }}"
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "PARALLEL_ROLLOUT_ATSPI": "0"}
+    log = tmp_path / "agents.log"  # a file (opened before the mount): a pipe's read would wait for every agent's end
+    with log.open("wb") as sink:
+        holder = subprocess.Popen(["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
+                                  env=env, stdout=subprocess.DEVNULL, stderr=sink, start_new_session=True)
+    clients = [GuestClient(f"http://127.0.0.1:{port}", timeout_s=30) for port in ports]
+    try:
+        deadline = time.monotonic() + 60
+        for client in clients:
+            while True:
+                try:
+                    client.health()
+                    break
+                except Exception:  # noqa: BLE001 - not up yet
+                    assert holder.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+                    time.sleep(0.2)
+        yield clients, holder
+    finally:
+        left = psutil.Process(holder.pid).children(recursive=True) if holder.poll() is None else []
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(holder.pid, signal.SIGTERM)
+        for process in left:  # Xvfb, openbox, dbus: sessions of their own
+            with contextlib.suppress(psutil.NoSuchProcess):
+                process.kill()
+        holder.wait(timeout=30)
+        shutil.rmtree(copy)
+
+
+def test_two_desktop_agents_on_one_host_take_a_display_each_and_one_outlives_the_other(tmp_path):
+    """Each desktop took display :0: the second agent's Xvfb could not, and the agent exited
+    ("Xvfb exited before it was ready"). Now each takes the first free display, /health says
+    which, and stopping one leaves the other's desktop serving."""
+    with two_desktop_agents(tmp_path) as ([first, second], _):
+        displays = [first.health()["display"], second.health()["display"]]
+        assert displays[0] != displays[1] and all(d and d[0] == ":" for d in displays), displays
+        shown = [second.execute(["sh", "-c", "echo $DISPLAY"])["output"].strip()]
+        assert shown == [displays[1]]  # what the agent's commands (pyautogui, apps) draw on
+        assert pixels(first.screenshot())[:2] == (320, 240) == pixels(second.screenshot())[:2]
+        os.kill(first.health()["pid"], signal.SIGTERM)
+        deadline = time.monotonic() + 30
+        while True:
+            with contextlib.suppress(Exception):
+                first.health()
+                assert time.monotonic() < deadline, "the first agent did not stop"
+                time.sleep(0.2)
+                continue
+            break
+        assert pixels(second.screenshot())[:2] == (320, 240)
+        assert second.health()["display"] == displays[1]
+
+
+def test_a_display_named_with_the_option_is_the_one_taken(tmp_path):
+    """--display :N pins the desktop's display (the other agent then takes the first free one)."""
+    with two_desktop_agents(tmp_path, ["--display", ":57"], []) as ([first, second], _):
+        assert first.health()["display"] == ":57" and second.health()["display"] not in (":57", None)
