@@ -153,3 +153,29 @@ def test_a_start_whose_clean_up_a_second_ctrl_c_cut_short_is_finished_by_the_nex
     assert not alive, f"the first start's processes left running: {alive}"
     assert worker_start._started not in (None, server_pid)  # its workers fork from a server of its own
     _own_turns(train.get_batch(4, step=0))
+
+
+def test_a_start_that_ran_no_sample_leaves_the_run_id_free(tmp_path, table, schedulers, monkeypatch):
+    """A scheduler whose start failed (here a Ctrl-C as its workers came up: a script that
+    imports torch takes seconds there) ran no sample, but its session line stayed in
+    sessions.jsonl: the same script started again was refused, "already holds the results of
+    an earlier run" (it held none), and could only go on with resume=True, its samples named
+    as a second session's. Now a session that ran no sample takes its line back."""
+    from parallel_rollout.engine import Engine
+
+    _, server = table
+    real_start = Engine.start
+
+    def start(engine):
+        real_start(engine)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Engine, "start", start)
+    with pytest.raises(KeyboardInterrupt):
+        RolloutScheduler(rl_config(tmp_path, server, num_rollouts=1, run_id="grpo"), _lake())
+    monkeypatch.undo()
+    train = schedulers(rl_config(tmp_path, server, num_rollouts=1, run_id="grpo"), _lake())
+    batch = train.get_batch(4, step=0)
+    assert all(t.record["key"].startswith("train:") for t in batch)
+    run_dir = tmp_path / "out" / "grpo"
+    assert [json.loads(line)["session"] for line in (run_dir / "sessions.jsonl").read_text().splitlines()] == [0]

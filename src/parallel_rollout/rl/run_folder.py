@@ -38,10 +38,12 @@ SESSIONS = "sessions.jsonl"
 class RunFolder:
     """The locked run folder of one engine, and the session number its samples carry."""
 
-    def __init__(self, run_dir: Path, lock: Any, session: int) -> None:
+    def __init__(self, run_dir: Path, lock: Any, session: int, sessions_size: int = 0) -> None:
         self.run_dir = run_dir
         self.session = session
         self._lock = lock
+        #: the size of ``sessions.jsonl`` before this session's line (``close(retract=True)``)
+        self._sessions_size = sessions_size
 
     @classmethod
     def open(cls, run_dir: Path, resume: bool) -> "RunFolder":
@@ -58,18 +60,27 @@ class RunFolder:
             if earlier:  # a session killed mid-write (the OOM killer) left half a line: set aside, not glued onto
                 repair_tail(run_dir / "results.jsonl")
             with open(run_dir / SESSIONS, "a", encoding="utf-8") as fh:
+                size = fh.tell()
                 fh.write(json.dumps({"session": earlier, "started_at": time.time(), "pid": os.getpid()}) + "\n")
         except BaseException:
             lock.release()
             raise
-        return cls(run_dir, lock, earlier)
+        return cls(run_dir, lock, earlier, size)
 
     def sample_prefix(self, scheduler: str) -> str:
         """What a scheduler's sample names start with: its name, and ``@s<k>`` in a later session."""
         return scheduler if self.session == 0 else f"{scheduler}@s{self.session}"
 
-    def close(self) -> None:
-        """Release the folder's lock."""
+    def close(self, retract: bool = False) -> None:
+        """Release the folder's lock; ``retract``: the session ran no sample (its engine's start
+        failed, a Ctrl-C cut it short, no get_batch came), so its line in ``sessions.jsonl`` is
+        taken back: the same run_id starts again without ``resume=True`` (it was refused as a
+        folder holding the results of an earlier run, which held none)."""
+        if retract:
+            try:
+                os.truncate(self.run_dir / SESSIONS, self._sessions_size)
+            except OSError:
+                pass  # the folder is gone or read-only: the line stays, as before
         self._lock.release()
 
 

@@ -115,7 +115,7 @@ class SharedEngine:
             if store is not None:
                 store.close()
             if folder is not None:
-                folder.close()
+                folder.close(retract=True)  # no sample ran
             gate.close()
             raise
         # A trainer that dies without close() still leaves nothing behind.
@@ -210,7 +210,7 @@ class SharedEngine:
         another run's to write only once all is stopped)."""
         self.gate.close()
         self.store.close()
-        self.folder.close()
+        self.folder.close(retract=not self.engine.stats.submitted)  # a session that ran no sample leaves none
 
 
 #: engines whose start failed and whose stop a Ctrl-C cut short (``stop_or_leave``)
