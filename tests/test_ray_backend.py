@@ -332,6 +332,31 @@ def test_processes_an_agent_starts_die_with_its_worker_actor(cluster, tmp_path, 
 
 
 @pytest.mark.slow
+def test_an_agent_the_nodes_cannot_import_stops_the_run_naming_the_error(cluster, tmp_path):
+    """A module:Class agent found where the command runs (its PYTHONPATH) but not on the
+    cluster's nodes: the run stops at once, exit 1, saying the import's error and that every
+    node needs it, as --backend local stops at a worker that cannot import it. It said only
+    "an error raised in its creation task", after 60 s of worker actors respawned and dying
+    (with one worker a node, respawned without end). The RL scheduler's: tests/test_ray_driver.py."""
+    cl, _ = cluster
+    plugins = tmp_path / "plugins"
+    plugins.mkdir()
+    (plugins / "driver_only_agent.py").write_text("from parallel_rollout.agents.oracle import OracleAgent as Agent\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        p for p in (str(plugins), os.environ.get("PYTHONPATH")) if p))
+    cmd = [sys.executable, "-m", "parallel_rollout.cli", "--mode", "gym", "--data", "frozenlake", "--agent",
+           "driver_only_agent:Agent", "--output-dir", str(tmp_path), "--run-id", "noimport", "--backend", "ray",
+           "--ray-address", cl.address, "--num-rollouts", "1", "--no-progress"]  # no VM: no pool to boot
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env, cwd=tmp_path)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    said = " ".join(proc.stderr.split())
+    assert "cannot load the run's mode or agent" in said and "No module named 'driver_only_agent'" in said, said[-3000:]
+    assert "every node of the cluster needs them" in said and "resume with:" in said, said[-3000:]
+    events = [json.loads(line) for line in (tmp_path / "noimport" / "events.jsonl").read_text().splitlines()]
+    assert sum(e.get("event") == "worker_died" for e in events) <= 3, events  # none respawned
+
+
+@pytest.mark.slow
 def test_processes_an_agent_starts_die_with_a_lost_node_s_worker(cluster, tmp_path):
     """A node that leaves the cluster (its raylet killed): its worker actor ends with it, out
     of the driver's reach, and what the actor's agent started ends too; the other nodes'

@@ -158,6 +158,35 @@ def test_rl_scheduler_batches_on_the_nodes(cluster, tmp_path):
     assert len({r["node"] for r in records if r.get("node")}) >= 2, "every rollout ran on one node"
 
 
+def test_an_agent_the_nodes_cannot_import_fails_get_batch_naming_the_error(cluster, tmp_path, monkeypatch):
+    """A team's module:Class agent that imports in the trainer but not on the cluster's nodes:
+    get_batch raises at once with the import's error and that every node needs it. The worker
+    actors died saying only "an error raised in its creation task" and were respawned without
+    end (one worker a node never reached the crash limit): get_batch waited out its timeout."""
+    from parallel_rollout.config import RunConfig
+    from parallel_rollout.errors import RolloutError
+    from parallel_rollout.rl import EnvManagerConfig, RolloutScheduler
+    from rl_support import TINY, lake_set
+
+    cl, _ = cluster
+    plugins = tmp_path / "plugins"
+    plugins.mkdir()
+    (plugins / "trainer_only_agent.py").write_text("from parallel_rollout.agents.oracle import OracleAgent as Agent\n")
+    monkeypatch.syspath_prepend(str(plugins))  # the trainer's, not the nodes' (started before)
+    config = RunConfig(mode="gym", agent="trainer_only_agent:Agent", num_rollouts=1, backend="ray",
+                       ray_address=cl.address, output_dir=str(tmp_path / "out"), progress=False)
+    train = RolloutScheduler(config, EnvManagerConfig(num_env_groups=1, group_size=1, tags=["tiny"],
+                                                      task_sets=lake_set(tmp_path, name="tiny", desc=TINY)))
+    try:
+        with pytest.raises(RolloutError) as raised:
+            train.get_batch(batch_size=1, step=0, timeout=90)
+    finally:
+        train.close()
+    said = str(raised.value)
+    assert "cannot load the run's mode or agent" in said and "No module named 'trainer_only_agent'" in said, said
+    assert "every node of the cluster needs them" in said, said
+
+
 @pytest.mark.slow
 def test_rl_turns_come_back_from_a_node_that_writes_elsewhere(cluster, tmp_path, monkeypatch):
     """A node whose disk is not the driver's (PARALLEL_ROLLOUT_NODE_DIR: it writes attempts'

@@ -195,20 +195,29 @@ class WorkerActor:
         watch_group(cgroup)  # first: the watcher is not to be in the cgroup it kills
         lead_group(cgroup)
         # before the actor says ready (and so before any attempt's clock): a plugin mode's or
-        # agent's import never counts against --task-timeout; one that fails is the actor's
-        # start failing, which the driver names
-        get_env(config.mode), get_agent(config.agent)
+        # agent's import never counts against --task-timeout; one that fails is said by
+        # ready(), and the driver stops the run naming it (every worker of the node would fail
+        # alike; raised here, Ray's death of the actor kept only "an error raised in its
+        # creation task", and the driver respawned it until the crash limit, 60 s later)
+        #: why this node cannot make the run's mode or agent (None: it can)
+        self.cannot_load: str | None = None
+        self._node = _node_id()
+        try:
+            get_env(config.mode), get_agent(config.agent)
+        except Exception as exc:  # noqa: BLE001 - said to the driver, which stops the run
+            self.cannot_load = f"{type(exc).__name__}: {exc}"
+            return
         pool = RayPool(pool_handle) if pool_handle is not None else None
         run_dir = node_run_dir(run_dir)
         #: the driver reads this node's files itself: records need not carry them
         self.shares_folder = shares_folder(run_dir, folder_token)
         self.worker = RolloutWorker(worker_id, holder, None, pool, config, run_dir)
         self._parts: dict[int, LoopParts] = {}
-        self._node = _node_id()
 
     def ready(self) -> dict[str, Any]:
-        """The actor's pid and node."""
-        return {"pid": os.getpid(), "node": self._node}
+        """The actor's pid and node, and why it cannot run the run's mode or agent (the
+        import's error; None when it can)."""
+        return {"pid": os.getpid(), "node": self._node, "cannot_load": self.cannot_load}
 
     def run(self, item: Assignment, slot: int) -> dict[str, Any]:
         """Run one attempt to its record (never raises)."""

@@ -279,8 +279,12 @@ class RayBackend(WorkerTable):
                 self.hooks.record(record, loop_free=True)
         for worker in [w for w in list(self._workers.values()) if w.ready_ref in ready]:
             try:
-                worker.pid = ray.get(worker.ready_ref)["pid"]
-                worker.ready_ref = None
+                started = ray.get(worker.ready_ref)
+                worker.pid, worker.ready_ref = started["pid"], None
+                if started.get("cannot_load"):  # every worker would fail alike: stop, saying why
+                    self.hooks.stop(f"worker {worker.worker_id} on node {worker.node_id[:8]} cannot load the run's "
+                                    f"mode or agent: {started['cannot_load']} (every node of the cluster needs them)")
+                    self._on_worker_death(worker, "it cannot load the run's mode or agent", deliberate=True)
             except ray.exceptions.ActorUnschedulableError as exc:
                 # pinned to a node that is gone (before the poll below sees it leave): the
                 # node is lost, not a worker that crashed (a respawn there fails at once)
