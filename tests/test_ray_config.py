@@ -160,3 +160,26 @@ def test_policy_gate_on_tcp_for_nodes_of_other_hosts():
     finally:
         gate.close()
 
+
+
+def test_a_ray_error_is_said_with_what_raised_it():
+    """An actor that died of an error its creation raised (a node's pool whose provider does
+    not import or start there), or a method's error: the one line a run logs and stops with
+    ends with the error itself; it was Ray's first line only, "an error raised in its creation
+    task, ray::PoolActor.__init__() (pid=…)", with the terminal's colour codes in it."""
+    import traceback
+
+    ray_exceptions = pytest.importorskip("ray.exceptions")
+    from parallel_rollout.backends.ray_cluster import why
+
+    try:
+        raise FileNotFoundError("bwrap not found: install bubblewrap on this node")
+    except FileNotFoundError as exc:
+        raised = ray_exceptions.RayTaskError("PoolActor.__init__", "".join(traceback.format_exception(exc)), exc,
+                                             proctitle="ray::PoolActor.__init__()", pid=7, ip="127.0.0.1")
+    for error in (ray_exceptions.ActorDiedError(cause=raised), raised):
+        said = why(error)
+        assert said.startswith(type(error).__name__ + ": ") and "ray::PoolActor.__init__()" in said, said
+        assert said.endswith("… FileNotFoundError: bwrap not found: install bubblewrap on this node"), said
+        assert "\x1b" not in said and "\n" not in said, said
+    assert why(ray_exceptions.ActorDiedError()) == "ActorDiedError: The actor died unexpectedly before finishing this task."

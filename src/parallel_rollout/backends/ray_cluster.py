@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import signal
 import socket
 import threading
@@ -193,10 +194,16 @@ def done_refs(refs: list[Any]) -> set[Any]:
 
 
 def why(exc: BaseException) -> str:
-    """An exception from Ray (an actor's death, a task's error) in one line: its type and
-    first line."""
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}"[:500]
+    """An exception from Ray (an actor's death, a task's error) in one line: its type, first
+    line and, when Ray's text goes on (the traceback of an error an actor's creation or method
+    raised, the fields of a death), its last line, which says what happened (the first alone
+    said only "an error raised in its creation task, ray::PoolActor.__init__() (pid=…)");
+    without the terminal's colour codes Ray puts in it."""
+    lines = [line.strip() for line in re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).splitlines() if line.strip()]
+    text = lines[0][:300] if lines else ""
+    if len(lines) > 1:
+        text += f" … {lines[-1][:300]}"
+    return f"{type(exc).__name__}: {text}"
 
 
 def pinned(cls: Any, node_id: str, **options: Any) -> Any:
