@@ -545,3 +545,25 @@ def test_a_tokenizer_folder_not_the_served_models_is_a_config_error(tmp_path, to
         assert [t.status for t in batch] == ["success"] * 2 and len(batch[0].segments()) == 1
     finally:
         server.stop()
+
+
+def test_a_server_that_returns_no_token_ids_for_token_id_prompts_is_a_config_error(tmp_path, tokenizer_dir,
+                                                                                    schedulers):
+    """tokenizer= against a server that returns no sampled token ids (vLLM before 0.10.2):
+    every member was the agent's own error, graded 0 (a batch run's samples final failures),
+    and get_batch raised only after max_failed_groups groups, saying that members fail, not
+    the endpoint, and to "set tokenizer=", which was set. It is the settings against this
+    server: get_batch raises a ConfigError saying what the server lacks."""
+    from parallel_rollout.errors import ConfigError
+
+    server = LLMServer(policy=lambda body: {"reply": "<answer>Right</answer>"}).start()  # text, no ids
+    try:
+        train = schedulers(rl_config(tmp_path, server, num_rollouts=1, envs_per_worker=2, max_retries=0,
+                                     tokenizer=str(tokenizer_dir)),
+                           EnvManagerConfig(group_size=2, tags=["line"], task_sets=lake_set(tmp_path, name="line")))
+        with pytest.raises(ConfigError, match=r"returned no token ids for a token-id prompt .*vLLM >= 0\.10\.2.*"
+                                              r"or run without tokenizer="):
+            train.get_batch(batch_size=2, step=0, timeout=60)
+        assert train.stats()["groups_started"] < 10  # at the first group, not after max_failed_groups
+    finally:
+        server.stop()

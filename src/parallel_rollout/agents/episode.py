@@ -40,6 +40,18 @@ class TokenizerMismatch(EndpointRefused):
     scheduler's get_batch raises it as a ConfigError (``rl.budget``)."""
 
 
+class TokenIdsNotReturned(EndpointRefused):
+    """A token-id prompt (``tokenizer=``, ``generate()``) answered without the sampled token
+    ids: the server does not return them (vLLM before 0.10.2), so no turn can be kept token
+    for token. The run's settings against this server, as ``TokenizerMismatch``: not the
+    policy's answer (it was every sample's final ``error``, graded 0)."""
+
+
+#: the failures (their type names in a record) that say the run's settings do not fit the
+#: model server: an RL scheduler's get_batch raises them as a ConfigError (``rl.budget``)
+SETTINGS_MISMATCHES = frozenset({"TokenizerMismatch", "TokenIdsNotReturned"})
+
+
 class AgentKilled(AgentError):
     """A ``command`` agent's process was killed from outside while its attempt ran: its
     bubblewrap died of a signal, which nothing inside its PID namespace and session can send

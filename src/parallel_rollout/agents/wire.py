@@ -33,7 +33,7 @@ from typing import Any
 
 from . import context_room, streaming
 from .calls import matched_stop_of
-from .episode import AgentError, ContextOverflow, says_overflow
+from .episode import AgentError, ContextOverflow, TokenIdsNotReturned, says_overflow
 from .streaming import logprobs_of, token_ids_of
 
 log = logging.getLogger("parallel_rollout")
@@ -43,6 +43,11 @@ BODY_EXCERPT = 300
 #: what to do when a server answers without token ids
 NO_TOKEN_IDS_HINT = ("serve the policy with vLLM >= 0.10.2 (the agent asks for return_token_ids and logprobs), "
                      "or set tokenizer= in the run config so the agent sends and keeps token ids itself")
+
+#: what a token-id prompt answered without its sampled token ids is told
+NO_IDS_FOR_IDS = ("the server returned no token ids for a token-id prompt (tokenizer= and generate() send token "
+                  "ids to /completions and keep the ids it samples): serve the policy with vLLM >= 0.10.2, which "
+                  "returns them when asked (return_token_ids), or run without tokenizer= (chat requests)")
 
 
 class MalformedResponse(Exception):
@@ -223,11 +228,11 @@ class Wire:
 
     def streamed_reply(self, partial) -> tuple[str, dict[str, Any]]:
         """(reply text, turn info) of a whole streamed reply (``streaming.Partial``, every
-        token with its version); AgentError when a token-id prompt got no token ids."""
+        token with its version); TokenIdsNotReturned when a token-id prompt got no token ids."""
         info: dict[str, Any] = {"stop_reason": partial.finish_reason or "unknown", **partial.matched}
         if self.sends_ids:
             if not partial.has_token_ids:
-                raise AgentError(f"the server returned no token ids for a token-id prompt: {NO_TOKEN_IDS_HINT}")
+                raise TokenIdsNotReturned(NO_IDS_FOR_IDS)
             info.update(self._prompt_seen(partial.prompt_token_ids))
         elif partial.prompt_token_ids is not None:
             info["prompt_token_ids"] = partial.prompt_token_ids
@@ -251,7 +256,7 @@ class Wire:
             raise MalformedResponse(f"choices[0].text is {_json_type(text)}")
         sampled = choice.get("token_ids")
         if not isinstance(sampled, list):
-            raise AgentError(f"the server returned no token ids for a token-id prompt: {NO_TOKEN_IDS_HINT}")
+            raise TokenIdsNotReturned(NO_IDS_FOR_IDS)
         # checked as a streamed reply's are (one chunk): they go into a trainer's tensors as they are
         whole = streaming.StreamedReply()
         whole.add({"prompt_token_ids": data.get("prompt_token_ids"),

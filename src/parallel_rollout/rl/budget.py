@@ -154,11 +154,14 @@ class BatchBudget:
         self._statuses[str(record.get("status"))] += 1
 
     def settings_failed(self, record: dict[str, Any]) -> None:
-        """Note a member that failed because the tokenizer folder is not the served model's
-        (``agents.episode.TokenizerMismatch``): the next check raises it as a ConfigError. No
+        """Note a member that failed because the run's settings do not fit the model server
+        (``agents.episode.SETTINGS_MISMATCHES``: a tokenizer folder not the served model's, a
+        server that returns no token ids for token-id prompts): the next check raises it as a ConfigError. No
         batch of this scheduler can be right until the settings are (a validation's too)."""
+        from ..agents.episode import SETTINGS_MISMATCHES
+
         failure = record.get("failure") or {}
-        if failure.get("type") == "TokenizerMismatch":
+        if failure.get("type") in SETTINGS_MISMATCHES:
             self._settings = ConfigError(f"the run config's settings do not fit the model server: "
                                          f"{failure.get('message', '')}")
 
