@@ -135,3 +135,20 @@ def test_the_homes_git_files_do_not_pass_a_check_through_the_cli(tmp_path):
     finals = assert_exactly_once(tmp_path / "out" / "git", {"ignore#0", "attributes#0", "honest#0"})
     assert {key: (r["status"], r["reward"]) for key, r in finals.items()} == {
         "ignore#0": ("failure", 0.0), "attributes#0": ("failure", 0.0), "honest#0": ("success", 1.0)}
+
+
+def test_a_check_that_puts_a_folder_before_the_wrappers_still_runs_through_them(tmp_path, monkeypatch):
+    """A check that puts a folder of its own first on PATH (``export PATH=~/bin:$PATH``,
+    ``PATH=./node_modules/.bin:$PATH``) runs the programs the wrappers wrap, through them:
+    each exited 127 ('must come first on PATH'), so an honest answer failed its check, and a
+    wrong one passed ``test -z "$(git status --porcelain)"``, which saw no output."""
+    home = _home(tmp_path, monkeypatch)
+    _answer(REPO, f"{PROGRAM} && git commit -qam done")
+    first = 'export PATH="$HOME/bin:/usr/games:$PATH"; '
+    assert _check(first + STATUS_ALL)["returncode"] == 0
+    assert _check(first + "echo 2 > ~/n && curl -s file://$HOME/n | grep -qx 2")["returncode"] == 0
+    _answer("cd ~/repo && echo c > f")  # a change left: the answer is wrong
+    assert _check(first + STATUS)["returncode"] != 0
+    _answer("cd ~/repo && git config core.fsmonitor ~/.x")  # and the wrapper still acts
+    result = _check(first + STATUS)
+    assert result["returncode"] != 0 and not (home / "ran").exists(), result

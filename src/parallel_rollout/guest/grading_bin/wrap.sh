@@ -1,7 +1,14 @@
 # Sourced by the wrappers in this folder, which agent_grading.grading_env puts first on a
-# grading command's PATH: takes the folder off PATH, so that what a wrapper execs is the
-# system's program, never the wrapper again (anywhere else on PATH it would be).
-case ":$PATH:" in
-    ":${0%/*}:"*) PATH=${PATH#"${0%/*}"} PATH=${PATH#:} ;;
-    *) echo "${0##*/}: ${0%/*} must come first on PATH" >&2; exit 127 ;;
-esac
+# grading command's PATH: takes the folder off PATH, wherever it is (a check's own
+# `export PATH=~/bin:$PATH` or `PATH=./node_modules/.bin:$PATH` puts it later), so that what a
+# wrapper execs is the system's program, never the wrapper again.
+path=:$PATH:
+while :; do
+    case $path in
+        *":${0%/*}:"*) path=${path%%":${0%/*}:"*}:${path#*":${0%/*}:"} ;;
+        *) break ;;
+    esac
+done
+path=${path#:}
+PATH=${path%:}
+unset path
