@@ -36,9 +36,11 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def two_desktop_agents(tmp_path, *extra: list[str]):
-    """Two agents with a desktop on loopback ports, one home, one /tmp; yields their clients."""
-    ports = [_free_port(), _free_port()]
+def desktop_agents(tmp_path, *extra: list[str], env: dict | None = None):
+    """Agents with a desktop on loopback ports, one home, one /tmp, one for each list of extra
+    options (two without); yields their clients and the process that holds them."""
+    extra = extra or ([], [])
+    ports = [_free_port() for _ in extra]
     # the agent's files where the tmpfs does not hide them (a checkout, pytest's folders are under /tmp)
     copy = Path(tempfile.mkdtemp(prefix="pr-desktops-", dir="/dev/shm"))
     shutil.copytree(ROOT / "src/parallel_rollout/guest", copy / "guest",
@@ -46,9 +48,9 @@ def two_desktop_agents(tmp_path, *extra: list[str]):
     server = copy / "guest" / "server.py"
     starts = " & ".join(
         f"{sys.executable} {server} --host 127.0.0.1 --port {port} --desktop 320x240 {' '.join(more)}"
-        for port, more in zip(ports, extra or ([], [])))
+        for port, more in zip(ports, extra))
     script = f"mount -t tmpfs tmpfs /tmp && {{ {starts} & wait; }}"
-    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "PARALLEL_ROLLOUT_ATSPI": "0"}
+    env = env or {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "PARALLEL_ROLLOUT_ATSPI": "0"}
     log = tmp_path / "agents.log"  # a file (opened before the mount): a pipe's read would wait for every agent's end
     with log.open("wb") as sink:
         holder = subprocess.Popen(["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
@@ -80,7 +82,7 @@ def test_two_desktop_agents_on_one_host_take_a_display_each_and_one_outlives_the
     """Each desktop took display :0: the second agent's Xvfb could not, and the agent exited
     ("Xvfb exited before it was ready"). Now each takes the first free display, /health says
     which, and stopping one leaves the other's desktop serving."""
-    with two_desktop_agents(tmp_path) as ([first, second], _):
+    with desktop_agents(tmp_path) as ([first, second], _):
         displays = [first.health()["display"], second.health()["display"]]
         assert displays[0] != displays[1] and all(d and d[0] == ":" for d in displays), displays
         shown = [second.execute(["sh", "-c", "echo $DISPLAY"])["output"].strip()]
@@ -101,5 +103,29 @@ def test_two_desktop_agents_on_one_host_take_a_display_each_and_one_outlives_the
 
 def test_a_display_named_with_the_option_is_the_one_taken(tmp_path):
     """--display :N pins the desktop's display (the other agent then takes the first free one)."""
-    with two_desktop_agents(tmp_path, ["--display", ":57"], []) as ([first, second], _):
+    with desktop_agents(tmp_path, ["--display", ":57"], []) as ([first, second], _):
         assert first.health()["display"] == ":57" and second.health()["display"] not in (":57", None)
+
+
+@pytest.mark.skipif(not shutil.which("chromium"), reason="Debian's chromium is not installed")
+def test_a_web_episode_runs_on_a_machine_whose_agent_has_a_desktop(tmp_path):
+    """A remote machine's agent started with --desktop (its session bus and AT-SPI on, for
+    OSWorld's tasks): the web mode's headless Chromium joined that bus, its Page.navigate never
+    answered, and every web episode there failed to start (vm_error, "TimeoutError: timed out")."""
+    from conftest import write_tasks
+    from parallel_rollout.config import build_config
+    from parallel_rollout.envs.registry import task_validators
+    from parallel_rollout.envs.web.env import WebEnv
+    from parallel_rollout.envs.web.oracle import next_action
+    from parallel_rollout.tasks import load_tasks
+    from test_web import web_task
+
+    data = write_tasks(tmp_path / "web.jsonl", [web_task("click-button", seed=3)])
+    [task] = load_tasks(str(data), default_mode="web", validators=task_validators())
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path)}  # the bus and AT-SPI on, as by default
+    with desktop_agents(tmp_path, [], env=env) as ([client], _):
+        web = WebEnv(build_config(dict(mode="web", data=str(data), agent="oracle")))
+        web.trajectory_dir = str(tmp_path / "traj")
+        seen = web.reset(task, client)
+        step = web.step(next_action(web.env_name, seen))
+        assert step.done and web.evaluate()[0] == 1.0, step.observation

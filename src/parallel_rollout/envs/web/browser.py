@@ -115,12 +115,17 @@ def _started(pid):
 
 
 def _spawn(argv, pass_fds=()):
+    """Start ``argv`` in a session of its own, its output into LOG, without the desktop's
+    session bus: on a machine whose agent has a desktop (``--desktop``, its AT-SPI bus on),
+    headless Chromium joined the accessibility bus and its ``Page.navigate`` never answered, so
+    no web episode started there (``TimeoutError: timed out``)."""
     import subprocess
 
     os.makedirs(os.path.dirname(LOG), exist_ok=True)
     log = open(LOG, "ab")
+    env = {name: value for name, value in os.environ.items() if name != "DBUS_SESSION_BUS_ADDRESS"}
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, pass_fds=pass_fds,
-                            start_new_session=True, cwd=os.path.expanduser("~"))
+                            start_new_session=True, cwd=os.path.expanduser("~"), env=env)
     _remember(proc.pid)
 
 
