@@ -88,6 +88,19 @@ def test_bad_index_and_domain_say_what_exists():
 
 
 @needs_set
+def test_an_index_of_the_current_folder_named_bare_says_how_to_name_it(tmp_path, monkeypatch):
+    """A bare --osworld-index is the --data folder's: a user whose ids.json is in the current
+    folder was told only the folder's indexes, not how to name the one they meant."""
+    (tmp_path / "ids.json").write_text(json.dumps({"os": index_of("test_all.json")["os"][:1]}))
+    monkeypatch.chdir(tmp_path)
+    result = cli("--data", str(EXAMPLES), "--osworld-index", "ids.json", "--dry-run")
+    assert result.exit_code == 2 and "no index ids.json" in result.output
+    assert "the current folder's ids.json is read as --osworld-index ./ids.json" in result.output, result.output
+    named = cli("--data", str(EXAMPLES), "--osworld-index", "./ids.json", "--dry-run", *MODEL_AGENT)
+    assert named.exit_code == 0, named.output
+
+
+@needs_set
 def test_an_index_or_domain_that_lists_no_tasks_says_so_not_no_tasks_in_file(tmp_path):
     index = tmp_path / "mine.json"
     index.write_text(json.dumps({"os": index_of("test_all.json")["os"][:2], "vlc": []}))

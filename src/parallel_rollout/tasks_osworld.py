@@ -81,9 +81,12 @@ def osworld_folder(folder: Path, index: str = DEFAULT_INDEX) -> tuple[Path, Path
                             f"that holds it and its indexes as --data: --data {folder.parent}")
     index_path = Path(index) if Path(index).is_absolute() else folder / index
     if not index_path.is_file():
+        # a bare name is the folder's: one in the current folder is read when its folder is written
+        here = "" if Path(index).is_absolute() or not Path(index).is_file() else \
+            f"; the current folder's {index} is read as --osworld-index ./{index}"
         raise TaskFileError(
             f"{folder}: no index {index_path if Path(index).is_absolute() else index} ({_LAYOUT}; "
-            f"indexes here: {', '.join(index_files(folder)) or 'none'})")
+            f"indexes here: {', '.join(index_files(folder)) or 'none'}{here})")
     return folder, index_path
 
 
