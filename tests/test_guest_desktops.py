@@ -80,11 +80,13 @@ def desktop_agents(tmp_path, *extra: list[str], env: dict | None = None):
 
 def test_two_desktop_agents_on_one_host_take_a_display_each_and_one_outlives_the_other(tmp_path):
     """Each desktop took display :0: the second agent's Xvfb could not, and the agent exited
-    ("Xvfb exited before it was ready"). Now each takes the first free display, /health says
-    which, and stopping one leaves the other's desktop serving."""
-    with desktop_agents(tmp_path) as ([first, second], _):
+    ("Xvfb exited before it was ready"). Now each takes the first free display (two starting at
+    once included), or the one --display names, /health says which, and stopping one leaves
+    the other's desktop serving."""
+    with desktop_agents(tmp_path, [], [], ["--display", ":57"]) as ([first, second, named], _):
         displays = [first.health()["display"], second.health()["display"]]
         assert displays[0] != displays[1] and all(d and d[0] == ":" for d in displays), displays
+        assert named.health()["display"] == ":57" and ":57" not in displays
         shown = [second.execute(["sh", "-c", "echo $DISPLAY"])["output"].strip()]
         assert shown == [displays[1]]  # what the agent's commands (pyautogui, apps) draw on
         assert pixels(first.screenshot())[:2] == (320, 240) == pixels(second.screenshot())[:2]
@@ -99,12 +101,6 @@ def test_two_desktop_agents_on_one_host_take_a_display_each_and_one_outlives_the
             break
         assert pixels(second.screenshot())[:2] == (320, 240)
         assert second.health()["display"] == displays[1]
-
-
-def test_a_display_named_with_the_option_is_the_one_taken(tmp_path):
-    """--display :N pins the desktop's display (the other agent then takes the first free one)."""
-    with desktop_agents(tmp_path, ["--display", ":57"], []) as ([first, second], _):
-        assert first.health()["display"] == ":57" and second.health()["display"] not in (":57", None)
 
 
 @pytest.mark.skipif(not shutil.which("chromium"), reason="Debian's chromium is not installed")
