@@ -249,6 +249,26 @@ def test_a_fleet_that_lists_one_server_twice_is_refused(tmp_path):
     assert build_config({"base_url": ("http://127.0.0.1:9/v1", "http://127.0.0.1:10/v1")}).base_url
 
 
+def test_a_fleet_run_resumes_with_its_servers_listed_in_another_order(tmp_path, servers, monkeypatch):
+    """The same servers in another order (a fleet file rewritten, service discovery) are the
+    same endpoints: the resume goes on; it was refused as a changed base_url. Another server
+    is still refused."""
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    a, b, c = servers(_echo, 3)
+
+    def run(*urls: str, resume: bool = False):
+        flags = [arg for url in urls for arg in ("--base-url", url)] + (["--resume"] if resume else [])
+        return CliRunner().invoke(main, ["run", "--mode", "gym", "--data", "frozenlake", "--limit", "2", "--agent",
+                                         "openai", "--max-turns", "1", "--num-rollouts", "1", "--output-dir", str(tmp_path), "--run-id",
+                                         "fleet", *flags])
+
+    assert run(a.url, b.url).exit_code == 0
+    resumed = run(b.url, a.url, resume=True)
+    assert resumed.exit_code == 0 and "2 already final, 0 to run" in resumed.output, resumed.output
+    other = run(a.url, c.url, resume=True)
+    assert other.exit_code == 2 and "cannot resume fleet" in other.output and "base_url" in other.output, other.output
+
+
 def test_the_pool_takes_the_least_loaded_and_skips_a_cooling_server():
     pool = ServerPool(["a", "b"], cooldown_s=60)
     assert [pool.acquire() for _ in range(4)] == ["a", "b", "a", "b"]

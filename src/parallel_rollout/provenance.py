@@ -21,7 +21,8 @@ with the same result-changing settings (``config.RESULT_FIELDS``; the settings t
 change results are ``config.RUN_ONLY_FIELDS``) and the same task data. It raises ConfigError
 naming each changed setting and each changed file. Where both runs recorded their endpoints,
 ``base_url`` is judged by them: a resume that names the same server by the flag instead of
-OPENAI_BASE_URL goes ahead, one whose OPENAI_BASE_URL points elsewhere is refused. A folder written before this record
+OPENAI_BASE_URL goes ahead, one whose OPENAI_BASE_URL points elsewhere is refused; a fleet's
+servers listed in another order are the same endpoints. A folder written before this record
 existed has no hashes: only its settings are compared. A folder recorded by an older version
 (one hash of every ``.json`` file under it, no ``file_sha256``) goes ahead when that hash still
 holds; else when none of the files the run's tasks are made of was modified since the run
@@ -187,8 +188,8 @@ def check_resume(run_id: str, stored: dict[str, Any], cfg: RunConfig, now: dict[
     by_endpoint = "endpoints" in old_made and "endpoints" in now
     changed = [f"{name} ({_shown(old_config[name])} then, {_shown(getattr(cfg, name))} now)"
                for name in RESULT_FIELDS if name in old_config and not (by_endpoint and name == "base_url")
-               and _normal(old_config[name]) != _normal(getattr(cfg, name))]
-    if by_endpoint and old_made["endpoints"] != now["endpoints"]:
+               and _servers(name, old_config[name]) != _servers(name, getattr(cfg, name))]
+    if by_endpoint and sorted(old_made["endpoints"]) != sorted(now["endpoints"]):  # a fleet in any order
         changed.append(f"base_url (the model endpoint, from --base-url else OPENAI_BASE_URL: "
                        f"{_shown(_one(old_made['endpoints']))} then, {_shown(_one(now['endpoints']))} now)")
     if changed:
@@ -244,6 +245,12 @@ def _path_of(name: str, folder: Path) -> Path:
 def _normal(value: Any) -> Any:
     """A setting as config.json holds it (tuples are lists there)."""
     return list(value) if isinstance(value, tuple) else value
+
+
+def _servers(name: str, value: Any) -> Any:
+    """A setting to compare: the servers of a fleet (``base_url``) in any order, as the same
+    servers listed otherwise are the same endpoint; any other as config.json holds it."""
+    return sorted(value) if name == "base_url" and isinstance(value, (list, tuple)) else _normal(value)
 
 
 def _one(urls: list[str]) -> Any:
