@@ -249,6 +249,22 @@ def test_a_fleet_that_lists_one_server_twice_is_refused(tmp_path):
     assert build_config({"base_url": ("http://127.0.0.1:9/v1", "http://127.0.0.1:10/v1")}).base_url
 
 
+def test_a_fleet_with_an_empty_entry_is_refused(tmp_path):
+    """``--base-url "$SERVER2"`` with the variable unset, a fleet file's blank entry: the run
+    went on a server short, the entry dropped without a word."""
+    toml = tmp_path / "fleet.toml"
+    toml.write_text('base-url = ["http://127.0.0.1:8000/v1", ""]\n')
+    with pytest.raises(ConfigError, match=r"holds an empty entry: list each server's URL .*fleet.toml"):
+        build_config({"agent": "openai", "mode": "gym"}, str(toml))
+    toml.write_text("base-url = []\n")
+    with pytest.raises(ConfigError, match="an empty list names no server"):
+        load_toml(toml)
+    result = CliRunner().invoke(main, ["run", "--mode", "gym", "--data", "frozenlake", "--agent", "openai",
+                                       "--base-url", "http://127.0.0.1:9/v1", "--base-url", "", "--dry-run",
+                                       "--output-dir", str(tmp_path)])
+    assert result.exit_code == 2 and "holds an empty entry" in result.output, result.output
+
+
 def test_a_fleet_run_resumes_with_its_servers_listed_in_another_order(tmp_path, servers, monkeypatch):
     """The same servers in another order (a fleet file rewritten, service discovery) are the
     same endpoints: the resume goes on; it was refused as a changed base_url. Another server

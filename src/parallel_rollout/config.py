@@ -260,9 +260,14 @@ _FIELDS = {f.name: f for f in dataclasses.fields(RunConfig) if f.name not in ("e
 
 
 def _one_or_list(value: Any) -> str | list[str] | None:
-    """``base_url`` as a string (one server: as it always was) or a list of several."""
+    """``base_url`` as a string (one server: as it always was) or a list of several. An empty
+    entry among others is a ConfigError (``--base-url "$SERVER2"`` with the variable unset, a
+    fleet file's blank line): dropped, the fleet ran a server short without a word."""
     if value is None or isinstance(value, str):
         return value or None
+    if len(value) > 1 and not all(str(item).strip() for item in value):
+        raise ConfigError(f"--base-url {list(value)!r} holds an empty entry: list each server's URL "
+                          "(is a variable that names one unset?)")
     urls = [str(item) for item in value if str(item).strip()]
     if not urls:
         return None
@@ -291,7 +296,8 @@ def _coerce(name: str, value: Any, where: str, key: str | None = None) -> Any:
     if kind.startswith("str | list"):
         if isinstance(value, str) or (isinstance(value, list) and value and all(isinstance(v, str) for v in value)):
             return value
-        raise ConfigError(f"{where}: {key} must be a string or a list of strings, got {value!r}")
+        raise ConfigError(f"{where}: {key} must be a string or a list of strings, got {value!r}"
+                          + (" (an empty list names no server)" if value == [] else ""))
     if kind.startswith("tuple"):
         if isinstance(value, str):
             return split_addresses(value)
