@@ -37,7 +37,13 @@ def tokened_tool_solver(body):
                          ids=["sync", "async"])
 def test_a_plugin_agent_calling_only_the_model_client_gets_versions_tokens_and_tool_calls(
         tmp_path, llm_server, schedulers, agent):
-    server = llm_server(policy=tokened_tool_solver, token_rate=40)  # 8 tokens: 0.2 s a reply
+    resumed = threading.Event()
+
+    def policy(body):  # 8 tokens: 0.2 s a reply; from the sixth until resume(), which suspend() meets mid-stream, 2 s
+        slow = len(server.requests) >= 6 and not resumed.is_set()
+        return {**tokened_tool_solver(body), **({"token_rate": 4} if slow else {})}
+
+    server = llm_server(policy=policy, token_rate=40)
     train = schedulers(rl_config(tmp_path, server, agent=agent, num_rollouts=1, envs_per_worker=4),
                        EnvManagerConfig(num_env_groups=2, group_size=2, tags=["lakes"],
                                         task_sets=lake_set(tmp_path, count=2, max_steps=8)))
@@ -48,8 +54,9 @@ def test_a_plugin_agent_calling_only_the_model_client_gets_versions_tokens_and_t
     while len(server.requests) < 6:  # first turns done at version 0, later ones under way
         assert time.monotonic() < deadline, "the model requests did not come"
         time.sleep(0.01)
-    train.suspend(abort=True)  # the request that just came is mid-stream: aborted at the server
+    train.suspend(abort=True)  # the sixth request is mid-stream (2 s): aborted at the server, under load too
     time.sleep(0.3)
+    resumed.set()
     train.resume(1)
     thread.join(120)
     (batch,) = got
