@@ -73,7 +73,7 @@ from .config import RunConfig
 from .doorbell import Doorbell
 from .engine_cancels import EngineCancels
 from .envs import get_env, run_answer_files
-from .errors import GuestPrerequisiteMissing, PoolClosed, PoolExhausted, RolloutError
+from .errors import GuestPrerequisiteMissing, PoolClosed, PoolExhausted, RolloutError, VMSettingsMismatch
 from .messages import Assignment
 from .output_checks import EventsFile
 from .pool.providers import ProviderOptions, get_provider, provider_options
@@ -384,7 +384,7 @@ class Engine(EngineCancels):
                 self._settle(key)
                 return
         if record.get("status") in (PoolExhausted.kind, PoolClosed.kind, StorageError.kind,
-                                    GuestPrerequisiteMissing.kind):
+                                    GuestPrerequisiteMissing.kind, VMSettingsMismatch.kind):
             # Not the sample's fault and not final: a resumed run (with working VMs, with
             # space on the disk) runs it.
             record["final"] = False

@@ -165,6 +165,17 @@ class GuestPrerequisiteMissing(RolloutError):
     infrastructure = True
 
 
+class VMSettingsMismatch(RolloutError):
+    """A VM that booted is not what the run's settings ask for, and no retry or replacement
+    can change that (a remote machine whose screen is not --screen-width x --screen-height):
+    the run's settings to fix, not a flaky machine. The provider's ``start`` raises it; the
+    pool boots no replacement and fails every later lease with it, and the run stops at once
+    (exit 2, as for a bad flag), its attempts left to a resume."""
+
+    kind = "vm_settings_mismatch"
+    infrastructure = True
+
+
 class ProviderUnavailable(RolloutError):
     """A provider cannot run on this machine (missing binary, no daemon); says how to fix it."""
 

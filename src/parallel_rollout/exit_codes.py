@@ -10,8 +10,9 @@ code   meaning
        kept; ``--resume`` continues and runs the never-graded samples once more
 2      bad usage: a flag, config file or task file is wrong, or a provider's prerequisite
        is missing (bwrap, the docker CLI or daemon, QEMU, a guest image); nothing ran; or the
-       model endpoint refused the run's key or does not know its model (401, 403, 404): the
-       run stopped at that answer, nothing it answered graded; ``--resume`` once it is fixed
+       model endpoint refused the run's key or does not know its model (401, 403, 404), or a
+       VM booted unlike the run's settings (a remote machine's screen size): the run stopped
+       there, nothing it answered graded; ``--resume`` once it is fixed
 3      finished below ``--fail-under``: the success rate is under the threshold
 4      finished with a significant regression against ``--compare-to`` (McNemar exact,
        p < 0.05, or over tasks with groups: report/clustered.py; lower success rate)

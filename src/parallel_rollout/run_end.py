@@ -5,7 +5,7 @@
     Runner.run ─► finish_run ─► summary.json (every session's counts, timings, VM figures)
                      │        ─► the exit code: 130 interrupted, 1 stopped (the engine's
                      │           reason; 2 when the model endpoint refused the key or
-                     │           model), else 0
+                     │           model, or a VM is not what the settings ask), else 0
                      └─► report.gate.after_run: report.html, --junit-xml, the gates
 
 The summary lines (``format_summary``) and the message go to ``run.log`` here and to the
@@ -53,7 +53,8 @@ def finish_run(config: RunConfig, run_dir: Path, run_id: str, *, total: int,
                refused: bool = False) -> RunOutcome:
     """Write the run's summary.json and decide its exit code: ``interrupted`` (the signal
     that stopped it), ``stopped`` (why the engine stopped it; ``refused``: the model endpoint
-    refused the run's key or model, a configuration error), else finished; then the report
+    refused the run's key or model, or a VM booted unlike the run's settings, a configuration
+    error), else finished; then the report
     files and the gates (``report.gate.after_run``)."""
     results = run_dir / "results.jsonl"
     stamp = results_stamp(run_dir)  # before reading: a change made meanwhile is a change

@@ -35,7 +35,7 @@ from .config import RunConfig, data_required, default_run_id
 from .engine import Engine
 from .envs import get_env, task_validators, with_mode_defaults
 from .envs.registry import answer_like_warnings
-from .errors import ConfigError, TaskFileError, handled_stop_signals, raise_interrupted
+from .errors import ConfigError, TaskFileError, VMSettingsMismatch, handled_stop_signals, raise_interrupted
 from .logs import PipeSafeStream, run_log_handler
 from .messages import Assignment
 from .output_checks import check_free_disk, check_writable_folder
@@ -80,7 +80,8 @@ class Runner:
         self._outage = 0
         self._outage_limit = max(4, 2 * (config.max_concurrent_rollouts
                                          or config.num_rollouts * config.envs_per_worker))
-        #: the endpoint refused the run's key or model (EndpointRefused): a configuration error
+        #: the endpoint refused the run's key or model (EndpointRefused), or a VM booted unlike
+        #: the run's settings (VMSettingsMismatch): a configuration error (exit 2)
         self.refused = False
         self._store: ResultStore | None = None
         self._progress = None
@@ -341,6 +342,8 @@ class Runner:
 
     def _store_record(self, record: dict[str, Any]) -> None:
         """The engine's record sink: one line per attempt in results.jsonl."""
+        if record.get("status") == VMSettingsMismatch.kind:
+            self.refused = True  # the engine stopped the run on it: the settings to fix
         self._store.append(record)
 
     def _model_outage(self, record: dict[str, Any]) -> str | None:

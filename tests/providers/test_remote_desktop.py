@@ -6,6 +6,7 @@ host's display :0: this file runs alone, with the other remote-provider tests)."
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import shutil
 import subprocess
@@ -26,8 +27,8 @@ pytestmark = pytest.mark.skipif(not all(shutil.which(p) for p in ("Xvfb", "openb
 
 
 @contextmanager
-def desktop_agent(tmp_path: Path, server: Path):
-    """The guest agent ``server`` with ``--desktop``, its commands' ``python`` one without
+def desktop_agent(tmp_path: Path, server: Path, size: str = "1920x1080"):
+    """The guest agent ``server`` with ``--desktop size``, its commands' ``python`` one without
     pyautogui (as Debian's and Ubuntu's are); yields its port."""
     assert importlib.util.find_spec("pyautogui") is None  # the python the machine's commands get
     bin_dir, home = tmp_path / "bin", tmp_path / "home"
@@ -37,7 +38,7 @@ def desktop_agent(tmp_path: Path, server: Path):
     port = _free_port()
     with (tmp_path / "agent.log").open("wb") as log:
         agent = subprocess.Popen([sys.executable, "-I", str(server), "--host", "127.0.0.1", "--port", str(port),
-                                  "--desktop", "1920x1080"], cwd=home, stdin=subprocess.DEVNULL, stdout=log,
+                                  "--desktop", size], cwd=home, stdin=subprocess.DEVNULL, stdout=log,
                                  stderr=log, env={"PATH": f"{bin_dir}:{os.environ['PATH']}", "HOME": str(home)})
     try:
         GuestClient(f"http://127.0.0.1:{port}").wait_ready(60)
@@ -77,3 +78,29 @@ def test_an_osworld_run_on_a_machine_without_pyautogui_stops_saying_so(tmp_path)
     assert "the VM's python has no pyautogui, which every action runs: install it there" in result.output
     records = read_results(tmp_path / "out" / "r")
     assert [(r["status"], r["final"]) for r in records] == [("guest_prerequisite_missing", False)], records
+
+
+def test_a_machine_whose_screen_is_not_the_runs_stops_the_run_at_once(tmp_path):
+    """A machine whose screen is 1280x720 under a run that asks the default 1920x1080: no
+    reset or new boot changes that, so the run stops at its first boot (exit 2, as a bad
+    flag), naming the machine, its size and the flags to give, its attempt left to a resume.
+    It was taken for a failed boot: the machine booted again and again until the replacement
+    budget was spent (a reset command's revert each time), and the run exited 1."""
+    data = write_tasks(tmp_path / "t.jsonl", [
+        {"id": "t0", "mode": "osworld", "instruction": "nothing to do", "config": [],
+         "evaluator": {"func": "infeasible"}, "reference": ["FAIL"]}])
+    with desktop_agent(tmp_path, AGENT, size="1280x720") as port:
+        result = CliRunner().invoke(main, [
+            "--mode", "osworld", "--data", str(data), "--agent", "oracle", "--provider-name", "remote",
+            "--vm-address", f"127.0.0.1:{port}", "--reset-command", "none", "--num-rollouts", "1",
+            "--output-dir", str(tmp_path / "out"), "--run-id", "r", "--no-progress"])
+    assert result.exit_code == 2, result.output
+    assert (f"VM vm-0 (http://127.0.0.1:{port}) has a 1280x720 screen; the run asks for 1920x1080: set the "
+            "machine's screen to 1920x1080, or start a new run with --screen-width 1280 --screen-height 720") \
+        in result.output
+    assert "resume with:" in result.output
+    boots = [e for e in map(json.loads, (tmp_path / "out" / "r" / "events.jsonl").read_text().splitlines())
+             if e.get("event") == "vm" and e.get("to") == "booting"]
+    assert len(boots) == 1, boots  # no replacement booted
+    records = read_results(tmp_path / "out" / "r")
+    assert [(r["status"], r["final"]) for r in records] == [("vm_settings_mismatch", False)], records

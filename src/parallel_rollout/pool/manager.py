@@ -16,7 +16,8 @@ happens in a method of this class, under it::
 
 * ``lease`` blocks until an IDLE VM exists. It raises ``PoolExhausted`` at once when every
   VM is DEAD and no replacement can come (never waits forever), ``LeaseTimeout`` after its
-  timeout, ``WorkerDied`` when the caller's holder token was reclaimed meanwhile.
+  timeout, ``WorkerDied`` when the caller's holder token was reclaimed meanwhile, and
+  ``VMSettingsMismatch`` once a VM booted unlike the run's settings (nothing is replaced).
 * ``release`` hands the VM to the pool's reset threads and returns at once; the worker
   never waits for a reset. A failed reset marks the VM DEAD.
 * ``reclaim(holder)`` is how the engine returns the VMs of a dead worker: they are reset, and
@@ -40,7 +41,7 @@ import threading
 import time
 from typing import IO, Any
 
-from ..errors import LeaseTimeout, PoolClosed, PoolExhausted, WorkerDied
+from ..errors import LeaseTimeout, PoolClosed, PoolExhausted, VMSettingsMismatch, WorkerDied
 from ..output_checks import EventsFile
 from ..results import percentiles
 from . import spares, watchers
@@ -95,6 +96,8 @@ class VMPoolManager(ProviderCalls):
         self._reset_times: list[float] = []
         self._boot_times: list[float] = []
         self._last_death = ""
+        #: a VM that booted unlike the run's settings (VMSettingsMismatch): every lease fails with it
+        self._settings_error = ""
         #: where the VMs' transitions go, a line each: ``events_path`` (events.jsonl), or a
         #: stream of the caller's (a Ray node's pool apart from the run folder keeps them)
         self._events = EventsFile(events_path) if events_path else events_stream
@@ -130,6 +133,8 @@ class VMPoolManager(ProviderCalls):
             try:
                 while True:
                     self._check_running()
+                    if self._settings_error:
+                        raise VMSettingsMismatch(self._settings_error)
                     if holder is not None and holder in self._dead_holders:
                         raise WorkerDied(f"worker {holder} was reclaimed; it cannot lease")
                     vm = self._pick(worker_id)

@@ -16,6 +16,7 @@ import logging
 import time
 from typing import Any
 
+from ..errors import VMSettingsMismatch
 from .call_threads import Call
 from .providers import VMInfo, verify
 from .vm_record import VMRecord, VMState
@@ -45,7 +46,15 @@ class ProviderCalls:
             with self._lock:
                 if vm.state is VMState.BOOTING:
                     self._counters["boot_failures"] += 1
-                    self._mark_dead_and_replace(vm, f"boot failed: {type(exc).__name__}: {exc}")
+                    if isinstance(exc, VMSettingsMismatch):
+                        # the run's settings, not the machine: a replacement would fail the
+                        # same way, so none boots and every lease fails with it (lease)
+                        self._settings_error = self._settings_error or str(exc)
+                        self._counters["marked_dead"] += 1
+                        self._last_death = f"{vm.vm_id}: {exc}"
+                        self._move(vm, VMState.DEAD, f"boot failed: {type(exc).__name__}: {exc}")
+                    else:
+                        self._mark_dead_and_replace(vm, f"boot failed: {type(exc).__name__}: {exc}")
             return
         # Checked once before its first lease, against the same fingerprint as every reset:
         # no task ran on it, so a difference is the provider's fault (verify.py: it spends

@@ -41,7 +41,9 @@ and Chromium, by the pids its driver started), so an episode cut short (its work
 
 **Readiness and health** use ``GET /platform``: OSWorld's server has no ``/health``, and
 ``/screenshot`` is costly. With a desktop mode, ``start`` also checks ``POST /screen_size``
-against ``--screen-width``/``--screen-height``, since tasks click at pixel positions.
+against ``--screen-width``/``--screen-height``, since tasks click at pixel positions; a
+machine of another size is the run's settings, not a failed boot (VMSettingsMismatch: the
+run stops at once, exit 2).
 
 **Verified resets** (``--verify-reset fast|full``; off by default: each check is a round
 trip to the machine). The first start of each address in a run records what the machine
@@ -77,7 +79,7 @@ import threading
 import time
 
 from ... import process_group
-from ...errors import ConfigError, GuestUnreachable, VMError
+from ...errors import ConfigError, GuestUnreachable, VMError, VMSettingsMismatch
 from ...guest.client import keyed_address, shown_address
 from . import verify_guest
 from .base import Provider, ProviderOptions, VMInfo
@@ -298,10 +300,11 @@ class RemoteProvider(Provider):
         except (GuestUnreachable, VMError, ValueError, KeyError) as exc:
             raise VMError(f"VM {info.vm_id} ({where}) has no usable desktop: "
                           f"POST /screen_size failed: {exc}") from None
-        if tuple(have) != want:
-            raise VMError(f"VM {info.vm_id} ({where}) has a {have[0]}x{have[1]} screen; "
-                          f"the run asks for {want[0]}x{want[1]} (set --screen-width and "
-                          "--screen-height to the machine's)")
+        if tuple(have) != want:  # no reset or other boot changes the machine's screen
+            raise VMSettingsMismatch(f"VM {info.vm_id} ({where}) has a {have[0]}x{have[1]} screen; the run asks "
+                                     f"for {want[0]}x{want[1]}: set the machine's screen to {want[0]}x{want[1]}, "
+                                     f"or start a new run with --screen-width {have[0]} --screen-height {have[1]} "
+                                     "(a resume keeps the run's size)")
 
 
 # --------------------------------------------------------------------------- helpers
