@@ -35,19 +35,30 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
+#: the agent's interpreter: the one the venv was made from (the agent needs only the standard
+#: library), as a venv under /tmp (a CI clone's) is hidden by the agents' own /tmp
+GUEST_PYTHON = getattr(sys, "_base_executable", sys.executable)
+
+
+def _guest_copy() -> Path:
+    """The agent's files where a tmpfs on /tmp does not hide them (a checkout, pytest's folders
+    are under /tmp)."""
+    copy = Path(tempfile.mkdtemp(prefix="pr-desktops-", dir="/dev/shm"))
+    shutil.copytree(ROOT / "src/parallel_rollout/guest", copy / "guest",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    return copy
+
+
 @contextlib.contextmanager
 def desktop_agents(tmp_path, *extra: list[str], env: dict | None = None):
     """Agents with a desktop on loopback ports, one home, one /tmp, one for each list of extra
     options (two without); yields their clients and the process that holds them."""
     extra = extra or ([], [])
     ports = [_free_port() for _ in extra]
-    # the agent's files where the tmpfs does not hide them (a checkout, pytest's folders are under /tmp)
-    copy = Path(tempfile.mkdtemp(prefix="pr-desktops-", dir="/dev/shm"))
-    shutil.copytree(ROOT / "src/parallel_rollout/guest", copy / "guest",
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    copy = _guest_copy()
     server = copy / "guest" / "server.py"
     starts = " & ".join(
-        f"{sys.executable} {server} --host 127.0.0.1 --port {port} --desktop 320x240 {' '.join(more)}"
+        f"{GUEST_PYTHON} {server} --host 127.0.0.1 --port {port} --desktop 320x240 {' '.join(more)}"
         for port, more in zip(ports, extra))
     script = f"mount -t tmpfs tmpfs /tmp && {{ {starts} & wait; }}"
     env = env or {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "PARALLEL_ROLLOUT_ATSPI": "0"}
@@ -101,6 +112,32 @@ def test_two_desktop_agents_on_one_host_take_a_display_each_and_one_outlives_the
             break
         assert pixels(second.screenshot())[:2] == (320, 240)
         assert second.health()["display"] == displays[1]
+
+
+@pytest.mark.skipif(not shutil.which("dbus-daemon"), reason="dbus-daemon is not installed")
+def test_an_agent_whose_desktop_cannot_start_leaves_no_session_bus_behind(tmp_path):
+    """The session bus starts while Xvfb does, in a session of its own: an agent whose Xvfb
+    could not take the display (another X server's socket there) did not even exit (seen for
+    60 s), and its bus and Xvfb outlived it, the machine's for good."""
+    copy = _guest_copy()
+    script = (f"mount -t tmpfs tmpfs /tmp && exec {GUEST_PYTHON} {copy / 'guest' / 'server.py'} "
+              f"--host 127.0.0.1 --port {_free_port()} --desktop 320x240 --display :58")
+    taken = socket.socket(socket.AF_UNIX)
+    try:
+        taken.bind("\0/tmp/.X11-unix/X58")  # the abstract socket X servers listen on: :58 is taken
+        agent = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
+                               env={"PATH": os.environ["PATH"], "HOME": str(tmp_path)},
+                               capture_output=True, text=True, timeout=30)
+    finally:
+        taken.close()
+        shutil.rmtree(copy)
+        left = [p for p in psutil.process_iter(["cmdline"])
+                if any(part.endswith(("dbus-session-58", ":58")) or "bus_58" in part for part in p.info["cmdline"] or [])]
+        for process in left:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                process.kill()
+    assert agent.returncode != 0 and "Xvfb on :58 exited before it was ready" in agent.stderr, agent.stderr[-2000:]
+    assert not left, [p.info["cmdline"] for p in left]
 
 
 @pytest.mark.skipif(not shutil.which("chromium"), reason="Debian's chromium is not installed")

@@ -339,7 +339,11 @@ def main(argv: list[str] | None = None) -> int:
         if not (width.isdigit() and height.isdigit()):
             sys.exit(f"server.py: --desktop takes WIDTHxHEIGHT, got {args['desktop']!r}")
         desktop = _sibling("desktop")
-        desktop.start_desktop(int(width), int(height), display=args["display"])
+        try:
+            desktop.start_desktop(int(width), int(height), display=args["display"])
+        except BaseException:
+            agent_reap.agent_ends()  # its session bus and Xvfb, in sessions of their own, go too
+            raise
         display = desktop.DISPLAY
     server = agent_http.make_server(resolve, unix=args["unix"], host=args["host"], port=args["port"],
                                     max_body_mb=args["max_body_mb"], listen_fd=args["listen_fd"], key=key)
