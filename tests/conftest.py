@@ -317,6 +317,14 @@ SLOW_CASES = frozenset({
     "tests/test_vm_costs.py::test_one_vm_cannot_take_the_machines_ptys[nobody]",
     "tests/test_osworld_openai.py::test_openai_agent_solves_desktop_tasks_from_screenshots"
     "[computer_13-screenshot_a11y_tree]",
+    # one case of each stays in the default run: the fence's tag, the folder flag beside a task
+    # file, the failure policy a fixed server's batch comes under
+    *(f"tests/test_osworld_openai.py::test_a_fenced_block_of_any_tag_is_its_body_as_in_osworld[{tag}]"
+      for tag in ("code", "bash")),
+    "tests/test_osworld_folder_cli.py::test_a_folder_flag_with_a_task_file_is_refused"
+    "[flags1---domain os and --osworld-index test_small.json apply]",
+    "tests/test_osworld_folder_cli.py::test_a_folder_flag_with_a_task_file_is_refused[flags2---domain os applies]",
+    "tests/rl/test_liveness.py::test_a_trainer_that_fixes_its_server_after_the_failure_error_gets_a_batch[placeholder]",
 })
 #: long tests (6-37 s each of a quiet 2-core run) whose area keeps a shorter test in the default
 #: run: the stop from outside (test_outside_stops' two others, test_death_cause), random kills
@@ -343,11 +351,15 @@ LONG_TESTS = frozenset({
     "tests/chaos/test_boot_failures.py::test_ctrl_c_during_a_slow_boot_does_not_wait_for_the_boot",
     "tests/test_command_agent_limits.py::test_stray_lines_cost_the_worker_a_few_lines_of_memory_and_fail_the_attempt",
     "tests/rl/test_liveness.py::test_replies_longer_than_the_api_timeout_are_no_silence",
+    "tests/rl/test_sources.py::test_a_restarted_scheduler_running_ahead_gets_the_same_next_tasks",
 })
 #: the same, by the start of their ids (ids with free text in them)
-SLOW_CASE_PREFIXES = tuple(
-    f"tests/test_run_provenance.py::test_resume_refuses_another_model_setting_naming_it[{case}-"
-    for case in ("args0", "args1", "args3"))
+SLOW_CASE_PREFIXES = (
+    *(f"tests/test_run_provenance.py::test_resume_refuses_another_model_setting_naming_it[{case}-"
+      for case in ("args0", "args1", "args3")),
+    # 401 stays, with the same fix said
+    "tests/test_endpoint_refusals.py::test_a_refused_key_or_unknown_model_stops_the_run_and_its_resume_runs_every_sample[403-",
+)
 
 
 #: tests that share what one machine has once, each group run by one pytest-xdist worker
