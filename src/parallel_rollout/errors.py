@@ -155,6 +155,12 @@ class GuestUnreachable(VMError):
     kind = "guest_unreachable"
 
 
+class GuestKeyRefused(VMError):
+    """The guest agent answered 401: it asks for a key the client did not give it, or for
+    another one (a remote agent's ``--key-file`` against the run's ``--vm-key-file``). No wait
+    mends that."""
+
+
 class GuestPrerequisiteMissing(RolloutError):
     """The leased VM lacks what the mode needs in it (the web mode's Chromium): no broken VM
     to replace and no task's failure, but a guest image to fix. The engine stops the run at

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import socket
 import subprocess
@@ -25,7 +26,7 @@ from click.testing import CliRunner
 from conftest import read_results, write_tasks
 from parallel_rollout.cli import main
 from parallel_rollout.guest.client import GuestClient, GuestRequestError, keyed_address
-from parallel_rollout.errors import GuestUnreachable, VMError
+from parallel_rollout.errors import VMSettingsMismatch
 from test_remote import AGENT, Machines, _free_port, remote
 
 KEY = "k" + uuid.uuid4().hex
@@ -73,12 +74,35 @@ def test_a_keyed_agent_refuses_every_request_without_its_key(keyed):
 def test_a_start_without_the_right_key_fails_at_once_saying_so(keyed, tmp_path):
     wrong = tmp_path / "wrong.key"
     wrong.write_text("not-" + KEY)
-    for key_file in (None, str(wrong)):  # a 401 is no agent still starting: the boot fails, not waits it out
+    for key_file, said in ((None, "asks for a key (401): give the run its agent's key with --vm-key-file FILE"),
+                           (str(wrong), f"refused the key of --vm-key-file {wrong} (401)")):
+        # a 401 is no agent still starting: the boot fails, not waits it out, as the run's settings
         provider = remote(keyed, reset_command="none", vm_key_file=key_file, boot_timeout_s=20.0)
-        with pytest.raises(VMError, match="refused the key the run gave it") as failed:
+        with pytest.raises(VMSettingsMismatch, match=re.escape(f"VM vm0: http://{keyed.addresses[0]} {said}")) as failed:
             provider.start("vm0")
-        assert not isinstance(failed.value, GuestUnreachable) and KEY not in str(failed.value)
-        assert "answered 401" in str(failed.value)
+        assert KEY not in str(failed.value)
+
+
+def test_a_run_whose_key_the_agent_refuses_stops_at_its_first_boot(keyed, tmp_path):
+    """A --vm-key-file that is not the agent's key: no reset or new boot mends that, so the
+    run stops at its first boot (exit 2), naming the machine and the file, its attempts left to
+    a resume. It was taken for a failed boot: the machine was reset and booted again until the
+    replacement budget was spent (three reverts of the machine), and the run exited 1."""
+    wrong = tmp_path / "wrong.key"
+    wrong.write_text("not-" + KEY)
+    data = write_tasks(tmp_path / "tasks.jsonl", [{"id": "t0", "instruction": "x", "check": "true",
+                                                   "reference": ["true"]}])
+    result = CliRunner().invoke(main, [
+        "--mode", "shell", "--data", str(data), "--provider-name", "remote", "--vm-address", keyed.addresses[0],
+        "--vm-key-file", str(wrong), "--reset-command", keyed.reset_command, "--num-rollouts", "1",
+        "--output-dir", str(tmp_path / "out"), "--run-id", "r", "--no-progress"])
+    assert result.exit_code == 2, result.output
+    assert f"VM vm-0: http://{keyed.addresses[0]} refused the key of --vm-key-file {wrong} (401)" in result.output
+    assert KEY not in result.output
+    run = tmp_path / "out" / "r"
+    boots = [e for e in map(json.loads, (run / "events.jsonl").read_text().splitlines()) if e.get("to") == "booting"]
+    assert len(boots) == 1, boots  # no replacement booted
+    assert [(r["status"], r["final"]) for r in read_results(run)] == [("vm_settings_mismatch", False)]
 
 
 def test_the_key_in_the_environment_leaves_it(tmp_path):

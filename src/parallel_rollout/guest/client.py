@@ -40,7 +40,7 @@ import time
 import uuid
 from typing import Any, Callable
 
-from ..errors import GuestUnreachable, VMError
+from ..errors import GuestKeyRefused, GuestUnreachable, VMError
 
 #: extra seconds the host waits beyond a command's timeout, for the agent to answer
 TIMEOUT_MARGIN_S = 10.0
@@ -429,8 +429,8 @@ def wait_ready(client: GuestClient, deadline: float, *, route: str = "/health",
 
     ``check_alive()`` runs between tries (at most once a second) and raises when the VM is
     gone for good (its QEMU exited, its container stopped), so nobody waits for a corpse.
-    GuestUnreachable at ``deadline``, saying the last thing that went wrong; VMError at once
-    when the agent answers 401 (it asks for a key the client does not have)."""
+    GuestUnreachable at ``deadline``, saying the last thing that went wrong; GuestKeyRefused
+    (a VMError) at once when the agent answers 401 (it asks for a key the client does not have)."""
     delay, next_check, last = 0.005, time.monotonic(), "no answer"
     while True:
         remaining = deadline - time.monotonic()
@@ -441,7 +441,7 @@ def wait_ready(client: GuestClient, deadline: float, *, route: str = "/health",
                 return response
             last = f"answered {response.status}: {response.body[:200]!r}"
             if response.status == 401:  # an agent that asks for a key refused ours (or none): no wait mends that
-                raise VMError(f"guest agent at {shown_address(client.address)} refused the key the run gave it, or "
+                raise GuestKeyRefused(f"guest agent at {shown_address(client.address)} refused the key the run gave it, or "
                               f"its lack (a remote agent's --key-file against --vm-key-file): {last}")
         except GuestUnreachable as exc:
             last = repr(exc.__cause__ or exc)

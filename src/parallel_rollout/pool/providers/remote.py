@@ -59,6 +59,8 @@ host's network). An agent started with ``--key-file`` answers only connections t
 key first (``PR-KEY``, what ``GuestClient`` sends for an address with ``#pr-key=``); the run
 reads the key from ``--vm-key-file`` and keeps it in its VMs' addresses, never in a message,
 config.json or a record (messages show ``shown_address``). Without one a warning says so.
+An agent that refuses the run's key (or its lack) at a boot is the run's settings
+(VMSettingsMismatch: the run stops at once, exit 2), as a screen of another size is.
 
 **Not ours to remove.** ``stop`` gives the address back (after the cleanup above); it never
 stops a machine this provider did not start. ``sweep`` has nothing to remove (it makes no containers, processes or
@@ -79,7 +81,7 @@ import threading
 import time
 
 from ... import process_group
-from ...errors import ConfigError, GuestUnreachable, VMError, VMSettingsMismatch
+from ...errors import ConfigError, GuestKeyRefused, GuestUnreachable, VMError, VMSettingsMismatch
 from ...guest.client import keyed_address, shown_address
 from . import verify_guest
 from .base import Provider, ProviderOptions, VMInfo
@@ -192,7 +194,10 @@ class RemoteProvider(Provider):
         info = VMInfo(vm_id=vm_id, provider=self.name, run_id=self.run_id, private={"host": host, "port": port},
                       address=keyed_address(address, self._key) if self._key else address)
         try:
-            self._reset_and_wait(info, deadline)
+            try:
+                self._reset_and_wait(info, deadline)
+            except GuestKeyRefused:  # the run's key against the agent's: no other boot mends that
+                raise VMSettingsMismatch(f"VM {vm_id}: {key_refused(address, self.options.vm_key_file)}") from None
             if self.options.desktop:
                 self._check_screen(info)
             verify_guest.baseline_machine(self._view, address, info)
@@ -347,8 +352,7 @@ def check_machines(addresses: tuple[str, ...], key_file: str | None, reset_comma
         except GuestUnreachable as exc:
             return None if resets else f"{exc} (with --reset-command none nothing starts it: start its agent first)"
         if answer.status == 401:
-            return (f"{address} refused the key of --vm-key-file {key_file} (401)" if key else
-                    f"{address} asks for a key (401): give the run its agent's key with --vm-key-file FILE")
+            return key_refused(address, key_file)
         if answer.status != 200 or not answer.body.strip():
             return f"{address} answered GET {READY_ROUTE} with HTTP {answer.status}, not a guest agent's answer"
         return None
@@ -358,6 +362,15 @@ def check_machines(addresses: tuple[str, ...], key_file: str | None, reset_comma
     if problems:
         raise ConfigError("the remote machines: " + "; ".join(problems))
     return f"the {len(plain)} remote machine(s) " + ("answer or are left to --reset-command" if resets else "answer")
+
+
+def key_refused(address: str, key_file: str | None) -> str:
+    """What to say of the agent at ``address`` that answered 401 to the run's key, that of
+    ``key_file`` (``--vm-key-file``; None: the run gave none)."""
+    if key_file:
+        return (f"{address} refused the key of --vm-key-file {key_file} (401): give the run the file "
+                "that holds its agent's key (the agent's --key-file)")
+    return f"{address} asks for a key (401): give the run its agent's key with --vm-key-file FILE"
 
 
 def read_key(path: str | None) -> str | None:
