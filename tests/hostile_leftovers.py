@@ -3,7 +3,10 @@ answer leaves something behind that would still act while its check runs, past w
 and the grading environment took away, and py rows (:data:`LEFTOVER_PY_ROWS`).
 """
 
+import shutil
 import textwrap
+
+from parallel_rollout.guest.agent_grading import SYSTEM_PATH
 
 #: a check that fails only if a process of the answer still runs while the check does
 STILL_RUNNING = "rm -f ~/ok; sleep 0.5; test -e ~/ok"
@@ -117,6 +120,17 @@ LEFTOVER_ROWS["rig_check_npmrc"] = ([f"{NPM_SHELL} ~/.npmrc"], NPM_TEST, False)
 LEFTOVER_ROWS["rig_check_npm_workspace"] = ([f"{NPM_SHELL} /tmp/.npmrc && echo '{{\"workspaces\": [\"*\"]}}'"
                                              " > /tmp/package.json"], NPM_TEST, False)
 LEFTOVER_ROWS["rig_check_npmrc_from_home"] = ([f"{NPM_SHELL} ~/.npmrc"], "npm exec -c 'exit 3'", False)
+#: pytest climbs from its tests' folder to the first folder with an ini file (pytest.ini, tox.ini,
+#: setup.cfg, pyproject.toml) and reads it as its config, and loads every conftest.py above it
+#: that no ini file bounds: the answer's /tmp/pytest.ini of `addopts = --co` (collect only) or
+#: /tmp/conftest.py that ends the run with 0 passed a check's own tests in a `mktemp -d` folder,
+#: which fail; the wrappers (pytest, py.test, python3 -m pytest) pin rootdir and config to the
+#: tests' folder, and refuse (126) below an ini file they do not reach
+PYTEST_TEST = ("d=$(mktemp -d) && printf 'def test_a():\\n    assert False\\n' > $d/test_a.py && cd $d && ")
+LEFTOVER_ROWS["rig_check_pytest_ini"] = (["printf '[pytest]\\naddopts = --co\\n' > /tmp/pytest.ini"],
+                                         PYTEST_TEST + "pytest -q", False)
+LEFTOVER_ROWS["rig_check_pytest_conftest"] = (["printf 'import os\\ndef pytest_sessionfinish():\\n    os._exit(0)\\n'"
+                                               " > /tmp/conftest.py"], PYTEST_TEST + "python3 -m pytest -q", False)
 #: rows that cannot run as nobody (tests/test_hostile_answers.py's nobody table), with why
 LEFTOVER_NOT_AS_NOBODY = {"rig_check_tmux_conf": "a tmux server started in a sandbox run as nobody exits at once "
                                                  "here ('server exited unexpectedly'): no check of it can pass"}
@@ -126,7 +140,16 @@ LEFTOVER_PROGRAMS = {"rig_check_mavenrc": "mvn", "rig_check_valgrindrc": "valgri
                      "rig_check_gpg_conf": "gpg", "rig_check_imagemagick_conf": "identify",
                      "rig_check_ssh_config": "ssh", "rig_check_scp_config": "scp", "rig_check_sftp_config": "sftp",
                      "rig_check_vimrc": "vim", "rig_check_vim_plugin": "ex", "rig_check_npmrc": "npm",
-                     "rig_check_npm_workspace": "npm", "rig_check_npmrc_from_home": "npm"}
+                     "rig_check_npm_workspace": "npm", "rig_check_npmrc_from_home": "npm",
+                     "rig_check_pytest_ini": "pytest", "rig_check_pytest_conftest": "pytest"}
+
+
+def on_system_path(program: str) -> str | None:
+    """Where a sandbox of the host finds ``program``: in the system folders of a grading
+    command's PATH (the pytest of the tests' venv, on their own PATH, is not there)."""
+    return shutil.which(program, path=SYSTEM_PATH)
+
+
 #: program -> an honest check of it through its wrapper (hostile_tasks.HONEST_TOOLS)
 LEFTOVER_HONEST = {"mvn": "mvn -v | grep -q 'Apache Maven'",
                    "valgrind": "valgrind -q --error-exitcode=1 --leak-check=full true",
@@ -142,6 +165,12 @@ LEFTOVER_HONEST = {"mvn": "mvn -v | grep -q 'Apache Maven'",
                          " -c q </dev/null && grep -qx 5 ~/u.txt",
                    "npm": "d=$(mktemp -d) && echo '{\"scripts\": {\"test\": \"test -e package.json\"}}'"
                           " > $d/package.json && cd $d && npm test --silent",
+                   # the check's own config in its tests' folder, by pytest's search and by -c; what
+                   # a test runs still runs through the wrappers
+                   "pytest": "d=$(mktemp -d) && mkdir $d/t && printf '[pytest]\\npython_files = check_*.py\\n' > $d/pytest.ini"
+                             " && printf 'import os\\ndef test_a():\\n    assert os.environ[\"PATH\"].startswith("
+                             "\"/opt/parallel-rollout/grading_bin:\")\\n' > $d/t/check_a.py && (cd $d && pytest -q t)"
+                             " && python3 -m pytest -q -c $d/pytest.ini $d/t",
                    "gpg": "gpg --print-md SHA256 ~/a.json | grep -q a.json",
                    "less": "less -F ~/a.json | grep -q '\"a\"'",
                    "tmux": "tmux new-session -d -s h 'sleep 9' && tmux has-session -t h; r=$?; tmux kill-server; exit $r"}

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import glob
 import os
-import shutil
 import socket
 import textwrap
 import threading
@@ -25,7 +24,7 @@ import pytest
 from conftest import assert_exactly_once, write_tasks
 from hostile_git import GIT_ROWS, HONEST_GIT
 from hostile_leftovers import (LEFTOVER_ADDRESS_SPACE, LEFTOVER_HONEST, LEFTOVER_PROGRAMS, LEFTOVER_PY_ROWS, LEFTOVER_ROWS,
-                               STILL_RUNNING)
+                               STILL_RUNNING, on_system_path)
 from parallel_rollout.config import build_config
 from parallel_rollout.pool.providers import cgroups
 from parallel_rollout.runner import Runner
@@ -317,7 +316,7 @@ NEEDS_ADDRESS_SPACE = {"rig_check_node_modules": "node cannot start under RLIMIT
                                                  "memory bound without a memory cgroup", **LEFTOVER_ADDRESS_SPACE}
 
 
-def rows_without_programs(where: str, has=shutil.which) -> dict[str, str]:
+def rows_without_programs(where: str, has=on_system_path) -> dict[str, str]:
     """The rows of NEEDS_PROGRAM whose program ``has`` does not find, with why (``where``
     names what lacks it)."""
     return {row: f"{where} has no {program}" for row, program in NEEDS_PROGRAM.items()

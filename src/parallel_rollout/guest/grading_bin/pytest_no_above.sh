@@ -1,0 +1,87 @@
+# Sourced by the wrappers ./pytest, ./py.test and ./python3 (for `python3 -m pytest`): finds the
+# program of the wrapper's name (see ./wrap.sh) in $program, to be run with PATH as it was (the
+# wrappers' folder kept for what it runs: a test's `git status` is the wrapped git), and defines
+# pytest_pin, which pins pytest's config, rootdir and conftest.py files to the folder it runs
+# from. pytest climbs from its tests' folder to the first folder with an ini file (pytest.ini,
+# pytest.toml, tox.ini's [pytest], setup.cfg's [tool:pytest], pyproject.toml's [tool.pytest...])
+# and reads it as its config, and loads the conftest.py files of every folder above its tests
+# up to that one (up to / with none): the graded code's /tmp/pytest.ini of `addopts = --co`
+# (collect only) or its /tmp/conftest.py that ended the run with 0 passed a check's failing
+# tests in a `mktemp -d` folder. The folder pytest runs from is the current one when the tests
+# it names lie in it or below (none named: the current one), else their common folder: an ini
+# file there or between it and the tests is passed as -c, with none pytest gets --rootdir and
+# --confcutdir of that folder (or of a setup.py's folder on the way, pytest's own rootdir),
+# and pytest is not run at all (126, saying why) below an ini file above it. A check's own -c
+# (--config-file) runs pytest as the check asks; its own --rootdir or --confcutdir wins.
+
+path_as_it_was=$PATH
+. "${0%/*}/wrap.sh" || exit
+program=$(command -v "${0##*/}") || exec "${0##*/}" "$@"
+PATH=$path_as_it_was
+
+pytest_ini_in() {  # the first file of folder $1 that pytest takes for its config, in $found
+    for name in pytest.toml .pytest.toml pytest.ini .pytest.ini; do
+        if [ -f "$1/$name" ]; then found=$1/$name; return 0; fi
+    done
+    found=$1/pyproject.toml
+    if [ -f "$found" ] && grep -q '^[[:space:]]*\[[[:space:]]*tool[[:space:]]*\.[[:space:]]*"\{0,1\}pytest' "$found"; then
+        return 0
+    fi
+    found=$1/tox.ini
+    if [ -f "$found" ] && grep -q '^[[:space:]]*\[pytest\]' "$found"; then return 0; fi
+    found=$1/setup.cfg
+    if [ -f "$found" ] && grep -q '^[[:space:]]*\[tool:pytest\]' "$found"; then return 0; fi
+    found=
+    return 1
+}
+
+pytest_pin() {  # $1: how many of the words after it are not pytest's; sets pin_c, pin_rootdir, pin_cut
+    shift "$(($1 + 1))"
+    pin_c= pin_rootdir= pin_cut= own_rootdir= own_cut= skip= top= any=
+    for arg; do
+        if [ -n "$skip" ]; then skip=; continue; fi
+        case $arg in
+            -c|--config-file|-c?*|--config-file=*) return ;;
+            --rootdir) own_rootdir=1 skip=1 ;;
+            --rootdir=*) own_rootdir=1 ;;
+            --confcutdir) own_cut=1 skip=1 ;;
+            --confcutdir=*) own_cut=1 ;;
+            -k|-m|-p|-o|-W|-r|--override-ini|--basetemp|--deselect|--ignore|--ignore-glob|--junitxml|--junit-xml|--log-file|--tb|--durations|--maxfail|--import-mode|--capture|--color)
+                skip=1 ;;
+            --) ;;
+            -*) ;;
+            *)
+                dir=${arg%%::*}
+                if [ -e "$dir" ]; then
+                    if [ ! -d "$dir" ]; then
+                        case $dir in */*) dir=${dir%/*} ;; *) dir=. ;; esac
+                    fi
+                    if dir=$(cd "${dir:-/}" 2>/dev/null && pwd); then
+                        dir=${dir%/}
+                        if [ -z "$any" ]; then top=$dir any=1; fi
+                        while case $dir/ in "$top"/*) false ;; *) true ;; esac; do top=${top%/*}; done
+                    fi
+                fi ;;
+        esac
+    done
+    here=${PWD%/}
+    if [ -z "$any" ]; then top=$here; fi
+    case $top/ in "$here"/*) base=$here ;; *) base=$top ;; esac
+    dir=$top setup=
+    while :; do
+        if pytest_ini_in "$dir"; then pin_c=$found; return; fi
+        if [ -z "$setup" ] && [ -f "$dir/setup.py" ]; then setup=$dir; fi
+        if [ "$dir" = "$base" ]; then break; fi
+        dir=${dir%/*}
+    done
+    dir=$base
+    while [ -n "$dir" ]; do
+        dir=${dir%/*}
+        if pytest_ini_in "$dir"; then
+            echo "pytest: not run: $found, a file the graded code could have written, would be read as pytest's config (run pytest from the folder of its own config, or name it with -c)" >&2
+            exit 126
+        fi
+    done
+    if [ -z "$own_rootdir" ]; then pin_rootdir=${setup:-$base}; pin_rootdir=${pin_rootdir:-/}; fi
+    if [ -z "$own_cut" ]; then pin_cut=${setup:-$base}; pin_cut=${pin_cut:-/}; fi
+}
