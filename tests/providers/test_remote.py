@@ -434,3 +434,29 @@ def test_reset_none_counts_no_reset_through_the_cli(machines, tmp_path):
     assert result.output.count("no --vm-key-file: anything that reaches") == 1, result.output
     # and one that the machines are never reset (it was said twice: once by the options' check)
     assert result.output.count("--reset-command none: VMs are never reset") == 1, result.output
+
+
+def test_a_reset_command_whose_program_is_not_found_stops_the_run_at_once(tmp_path):
+    """A --reset-command whose program is not there (a typo, a tool not installed: the
+    shell's exit 127): no later reset or boot finds it, so the run stops at the first boot
+    (exit 2), naming the machine and the shell's complaint, its attempt left to a resume
+    (which may give another command). It was taken for a failed boot: the command ran again
+    for each replacement until the budget was spent, and the run exited 1."""
+    data = tmp_path / "tasks.jsonl"
+    data.write_text(json.dumps({"id": "t0", "mode": "shell", "instruction": "x", "check": "true",
+                                "reference": ["true"]}) + "\n")
+    address = f"127.0.0.1:{_free_port()}"  # the command fails before any agent is asked
+    result = CliRunner().invoke(main, [
+        "--mode", "shell", "--data", str(data), "--provider-name", "remote", "--vm-address", address,
+        "--num-rollouts", "1", "--reset-command", "vmrunn-not-installed revertToSnapshot {host} init_state",
+        "--output-dir", str(tmp_path / "out"), "--run-id", "r", "--no-progress"])
+    assert result.exit_code == 2, result.output
+    said = re.search(r"run stopped: (.*)", result.output).group(1)  # the shell's words are its own
+    assert said.startswith(f"VM vm-0 (http://{address}): the reset command exited with 127, a program it runs "
+                           "was not found: /bin/sh: "), said
+    assert "vmrunn-not-installed" in said and said.endswith("; fix --reset-command (a resume may give another)"), said
+    run = tmp_path / "out" / "r"
+    boots = [e for e in map(json.loads, (run / "events.jsonl").read_text().splitlines()) if e.get("to") == "booting"]
+    assert len(boots) == 1, boots  # no replacement booted
+    assert [(r["status"], r["final"]) for r in map(json.loads, (run / "results.jsonl").read_text().splitlines())] \
+        == [("vm_settings_mismatch", False)]

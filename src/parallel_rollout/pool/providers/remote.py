@@ -27,7 +27,8 @@ in its environment as ``PARALLEL_ROLLOUT_VM_ADDRESS``, ``…_VM_HOST``, ``…_VM
 them (``{hots}``, ``{VM_ID}``) is refused when the provider is made, naming them: it would run
 as those characters. Other braces are left alone (shell and awk use them). The command and the agent's answer afterwards must fit in ``boot_timeout_s``: past it
 the command's process group is killed. A non-zero exit is a VMError quoting the end of its
-output (the pool then marks the VM dead). The command should return once the old state is
+output (the pool then marks the VM dead); an exit of 126 or 127 (a program it runs that
+cannot be executed or is not found) is the run's settings (VMSettingsMismatch: the run stops). The command should return once the old state is
 gone: the first answer to ``GET /platform`` afterwards counts as ready. ``start`` runs it too,
 so the first task on a machine starts from the snapshot whatever ran there before.
 
@@ -105,6 +106,9 @@ CLEANUP_TIMEOUT_S = 15.0
 CLEANUP_AT_STOP_S = 5.0
 #: characters of the reset command's output quoted in a VMError
 OUTPUT_TAIL = 2000
+#: the reset command's exit statuses that say a program it names cannot be run (POSIX sh's,
+#: and ssh's of the remote command): the run's settings, not a flaky machine
+UNRUNNABLE = {126: "a program it runs cannot be executed", 127: "a program it runs was not found"}
 #: placeholder -> the environment variable that holds the same value for the reset command
 ENV_NAMES = {"address": "PARALLEL_ROLLOUT_VM_ADDRESS", "host": "PARALLEL_ROLLOUT_VM_HOST",
              "port": "PARALLEL_ROLLOUT_VM_PORT", "vm_id": "PARALLEL_ROLLOUT_VM_ID",
@@ -292,6 +296,10 @@ class RemoteProvider(Provider):
             except BaseException:
                 kill_group(proc)
                 raise
+            if code in UNRUNNABLE:  # the shell's own word: no later reset or boot finds the program
+                raise VMSettingsMismatch(f"VM {info.vm_id} ({where}): the reset command exited with {code}, "
+                                         f"{UNRUNNABLE[code]}: {_tail(output)}; fix --reset-command (a resume "
+                                         "may give another)")
             if code != 0:
                 raise VMError(f"VM {info.vm_id} ({where}): the reset command exited "
                               f"with {code}: {_tail(output)}")
