@@ -43,7 +43,7 @@ from click.testing import CliRunner
 
 from parallel_rollout.cli import main
 from parallel_rollout.config import build_config
-from parallel_rollout.errors import ConfigError, VMError
+from parallel_rollout.errors import ConfigError, VMError, VMSettingsMismatch
 from parallel_rollout.guest.client import GuestClient, keyed_address
 from parallel_rollout.pool.providers import get_provider
 from parallel_rollout.pool.providers.base import ProviderOptions
@@ -320,10 +320,30 @@ def test_healthy_turns_false_when_the_machine_dies_and_reset_brings_it_back(mach
     provider.stop(info)
 
 
-def test_a_desktop_run_needs_a_desktop_of_the_right_size(machines):
+def test_a_desktop_run_on_an_agent_without_a_desktop_stops_at_once(machines, tmp_path):
+    """An osworld run on a machine whose agent was started without --desktop: no reset or
+    new boot gives it one, so the run stops at its first boot (exit 2), naming the machine and
+    the agent's flag with the run's size. It was taken for a failed boot: the machine was reset
+    and booted again until the replacement budget was spent, and the run exited 1."""
     provider = remote(machines, desktop=True, screen_width=1024, screen_height=768)
-    with pytest.raises(VMError, match="has no usable desktop"):
-        provider.start("vm0")  # our agent without --desktop has no X display
+    with pytest.raises(VMSettingsMismatch, match=re.escape("has no desktop: its agent answered POST /screen_size "
+                                                           "with 503")):
+        provider.start("vm0")
+    data = tmp_path / "tasks.jsonl"
+    data.write_text(json.dumps({"id": "t0", "mode": "osworld", "instruction": "nothing to do", "config": [],
+                                "evaluator": {"func": "infeasible"}, "reference": ["FAIL"]}) + "\n")
+    result = CliRunner().invoke(main, [
+        "--mode", "osworld", "--data", str(data), "--agent", "oracle", "--provider-name", "remote",
+        "--vm-address", machines.addresses[0], "--reset-command", machines.reset_command, "--num-rollouts", "1",
+        "--output-dir", str(tmp_path / "out"), "--run-id", "r", "--no-progress"])
+    assert result.exit_code == 2, result.output
+    said = re.search(r"run stopped: (.*)", result.output).group(1)
+    assert said.startswith(f"VM vm-0 (http://{machines.addresses[0]}) has no desktop: its agent answered "
+                           "POST /screen_size with 503"), said
+    assert said.endswith("start it with --desktop 1920x1080, the run's screen"), said
+    run = tmp_path / "out" / "r"
+    boots = [e for e in map(json.loads, (run / "events.jsonl").read_text().splitlines()) if e.get("to") == "booting"]
+    assert len(boots) == 1, boots  # no replacement booted
 
 
 @pytest.mark.parametrize("options, message", [

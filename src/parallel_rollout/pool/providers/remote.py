@@ -109,6 +109,8 @@ OUTPUT_TAIL = 2000
 #: the reset command's exit statuses that say a program it names cannot be run (POSIX sh's,
 #: and ssh's of the remote command): the run's settings, not a flaky machine
 UNRUNNABLE = {126: "a program it runs cannot be executed", 127: "a program it runs was not found"}
+#: what our guest agent started without ``--desktop`` answers a desktop route
+NO_DESKTOP = 503
 #: placeholder -> the environment variable that holds the same value for the reset command
 ENV_NAMES = {"address": "PARALLEL_ROLLOUT_VM_ADDRESS", "host": "PARALLEL_ROLLOUT_VM_HOST",
              "port": "PARALLEL_ROLLOUT_VM_PORT", "vm_id": "PARALLEL_ROLLOUT_VM_ID",
@@ -308,9 +310,17 @@ class RemoteProvider(Provider):
         from ...guest.client import GuestClient
 
         where, want = shown_address(info.address), (self.options.screen_width, self.options.screen_height)
+        client = GuestClient(info.address, timeout_s=10.0)
         try:
-            have = GuestClient(info.address, timeout_s=10.0).screen_size()
-        except (GuestUnreachable, VMError, ValueError, KeyError) as exc:
+            answer = client.request("POST", "/screen_size", timeout=10.0, check=False)
+            if answer.status == NO_DESKTOP:  # our agent started without --desktop: no reset gives it one
+                raise VMSettingsMismatch(f"VM {info.vm_id} ({where}) has no desktop: its agent answered POST "
+                                         f"/screen_size with {NO_DESKTOP} ({answer.text[:200]}); start it with "
+                                         f"--desktop {want[0]}x{want[1]}, the run's screen")
+            size = answer.json() if answer.status == 200 else None
+            # another failure: asked again the client's way, which raises it as for any route
+            have = (int(size["width"]), int(size["height"])) if size is not None else client.screen_size()
+        except (GuestUnreachable, VMError, ValueError, KeyError, TypeError) as exc:
             raise VMError(f"VM {info.vm_id} ({where}) has no usable desktop: "
                           f"POST /screen_size failed: {exc}") from None
         if tuple(have) != want:  # no reset or other boot changes the machine's screen
