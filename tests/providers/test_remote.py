@@ -480,3 +480,16 @@ def test_a_reset_command_whose_program_is_not_found_stops_the_run_at_once(tmp_pa
     assert len(boots) == 1, boots  # no replacement booted
     assert [(r["status"], r["final"]) for r in map(json.loads, (run / "results.jsonl").read_text().splitlines())] \
         == [("vm_settings_mismatch", False)]
+
+
+def test_a_mismatch_at_a_later_boot_of_a_machine_is_no_settings_error(machines, tmp_path):
+    """A machine that booted in the run and later fails the same way (its reset's program
+    gone from it) changed: a failed boot, replaced from the budget, not the run's settings."""
+    flag = tmp_path / "gone"
+    provider = remote(machines, vm_addresses=(machines.addresses[0],),
+                      reset_command=f"test -e {flag} && exec vmrunn-not-installed; true")
+    provider.stop(provider.start("vm0"))
+    flag.write_text("")
+    with pytest.raises(VMError, match="exited with 127, a program it runs was not found") as failed:
+        provider.start("vm1")
+    assert not isinstance(failed.value, VMSettingsMismatch)

@@ -44,7 +44,8 @@ and Chromium, by the pids its driver started), so an episode cut short (its work
 ``/screenshot`` is costly. With a desktop mode, ``start`` also checks ``POST /screen_size``
 against ``--screen-width``/``--screen-height``, since tasks click at pixel positions; a
 machine of another size is the run's settings, not a failed boot (VMSettingsMismatch: the
-run stops at once, exit 2).
+run stops at once, exit 2), at the first boot of its address in the run; at a later one (it
+matched before) the machine changed, a VMError as any failed boot, and so for the others below.
 
 **Verified resets** (``--verify-reset fast|full``; off by default: each check is a round
 trip to the machine). The first start of each address in a run records what the machine
@@ -173,6 +174,9 @@ class RemoteProvider(Provider):
         self.restores_on_reset = self.reset_command is not None
         #: which VM holds which address
         self.slots = Slots(self.addresses, "remote addresses")
+        #: the addresses that booted in this run: a mismatch found at a later boot of one (a
+        #: screen, a key that was right) is the machine's change, not the run's settings
+        self._booted: set[str] = set()
         #: reset verification through each machine's agent, against its first boot
         self._view = verify_guest.machine_view(opts)
 
@@ -207,9 +211,15 @@ class RemoteProvider(Provider):
             if self.options.desktop:
                 self._check_screen(info)
             verify_guest.baseline_machine(self._view, address, info)
+        except VMSettingsMismatch as exc:
+            self.slots.release(address, info.vm_id)
+            if address in self._booted:  # it matched at a boot of this run: the machine changed since
+                raise VMError(f"{exc} (it booted earlier in this run: the machine changed since)") from None
+            raise
         except BaseException:
             self.slots.release(address, info.vm_id)
             raise
+        self._booted.add(address)
         return info
 
     def reset(self, info: VMInfo) -> VMInfo:
