@@ -136,6 +136,13 @@ LEFTOVER_ROWS["rig_check_pytest_ini"] = (["printf '[pytest]\\naddopts = --co\\n'
                                          PYTEST_TEST + "pytest -q", False)
 LEFTOVER_ROWS["rig_check_pytest_conftest"] = (["printf 'import os\\ndef pytest_sessionfinish():\\n    os._exit(0)\\n'"
                                                " > /tmp/conftest.py"], PYTEST_TEST + "python3 -m pytest -q", False)
+#: npm ran with its wrapper's folder off PATH, so the `node t.js` of a test script was the system's
+#: node, which loads a module of ~/.node_modules (the node wrapper's is hidden): the answer's
+#: pr-hostile.js exited 0 for tests that fail; npm now runs with PATH as it was
+LEFTOVER_ROWS["rig_check_npm_script_node"] = (["mkdir -p ~/.node_modules && echo 'process.exit(0)' > ~/.node_modules/pr-hostile.js"],
+                                              "d=$(mktemp -d) && echo \"require('pr-hostile'); process.exit(3)\" > $d/t.js"
+                                              " && echo '{\"scripts\": {\"test\": \"node t.js\"}}' > $d/package.json"
+                                              " && cd $d && npm test --silent", False)
 #: rows that cannot run as nobody (tests/test_hostile_answers.py's nobody table), with why
 LEFTOVER_NOT_AS_NOBODY = {"rig_check_tmux_conf": "a tmux server started in a sandbox run as nobody exits at once "
                                                  "here ('server exited unexpectedly'): no check of it can pass"}
@@ -145,7 +152,7 @@ LEFTOVER_PROGRAMS = {"rig_check_mavenrc": "mvn", "rig_check_mvn_config": "mvn", 
                      "rig_check_gpg_conf": "gpg", "rig_check_imagemagick_conf": "identify",
                      "rig_check_ssh_config": "ssh", "rig_check_scp_config": "scp", "rig_check_sftp_config": "sftp",
                      "rig_check_vimrc": "vim", "rig_check_vim_plugin": "ex", "rig_check_npmrc": "npm",
-                     "rig_check_npm_workspace": "npm", "rig_check_npmrc_from_home": "npm",
+                     "rig_check_npm_workspace": "npm", "rig_check_npmrc_from_home": "npm", "rig_check_npm_script_node": "npm",
                      "rig_check_pytest_ini": "pytest", "rig_check_pytest_conftest": "pytest"}
 
 
@@ -186,7 +193,8 @@ LEFTOVER_ADDRESS_SPACE = {
             "without a memory cgroup (it reserves more address space for its code cache)"
        for row in ("rig_check_mavenrc", "rig_check_mvn_config")},
     **{row: "npm's node cannot start under RLIMIT_AS of 256 MB, a VM's memory bound without a memory cgroup"
-       for row in ("rig_check_npmrc", "rig_check_npm_workspace", "rig_check_npmrc_from_home")}}
+       for row in ("rig_check_npmrc", "rig_check_npm_workspace", "rig_check_npmrc_from_home",
+                   "rig_check_npm_script_node")}}
 
 #: py rows: name -> (the body of add(a, b), its tests), a wrong answer that tries to pass where
 #: its arguments cross to its process as values. This one changes the list it was given, which

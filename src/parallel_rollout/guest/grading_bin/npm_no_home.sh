@@ -9,12 +9,16 @@
 # which stops that climb (one that is a workspace of another runs as a package of its own); one
 # that names workspaces itself, or a folder that is no package, is not run at all (126) below a
 # workspace root with an .npmrc, or beside an .npmrc (the home's, from the home) that would be
-# its config. A check's own --prefix, -g, -w or --workspaces runs npm as the check asks.
+# its config. A check's own --prefix, -g, -w or --workspaces runs npm as the check asks. npm runs
+# with PATH as it was (see ./wrap.sh): the `node test.js` of a package's test script is the
+# wrapped node, which reads no ~/.node_modules of the graded code's.
 . "${0%/*}/wrap.sh" || exit
+program=$(command -v "${0##*/}") || exec "${0##*/}" "$@"
+PATH=$path_as_it_was
 for arg in "$@"; do
     case $arg in
         --prefix|--prefix=*|-C|-g|--global|--global=*|--location|--location=*|-w|--workspace|--workspace=*|-ws|--workspaces|--workspaces=*)
-            exec "${0##*/}" "$@" ;;
+            exec "$program" "$@" ;;
         --) break ;;
     esac
 done
@@ -26,16 +30,16 @@ package=$PWD
 while [ ! -e "${package%/}/package.json" ] && [ ! -d "${package%/}/node_modules" ]; do
     if [ -z "$package" ]; then  # no package here or above: npm's prefix is the current folder
         if [ -e .npmrc ] || [ -L .npmrc ]; then refuse "$PWD"; fi
-        exec "${0##*/}" "$@"
+        exec "$program" "$@"
     fi
     package=${package%/*}
 done
 if ! grep -q '"workspaces"' "${package%/}/package.json" 2>/dev/null; then
-    exec "${0##*/}" --workspaces=false "$@"
+    exec "$program" --workspaces=false "$@"
 fi
 above=$package
 while [ -n "$above" ] && [ "$above" != / ]; do
     above=${above%/*}
     if [ -e "$above/package.json" ] && { [ -e "$above/.npmrc" ] || [ -L "$above/.npmrc" ]; }; then refuse "${above:-/}"; fi
 done
-exec "${0##*/}" "$@"
+exec "$program" "$@"

@@ -14,7 +14,6 @@
 # and pytest is not run at all (126, saying why) below an ini file above it. A check's own -c
 # (--config-file) runs pytest as the check asks; its own --rootdir or --confcutdir wins.
 
-path_as_it_was=$PATH
 . "${0%/*}/wrap.sh" || exit
 program=$(command -v "${0##*/}") || exec "${0##*/}" "$@"
 PATH=$path_as_it_was
