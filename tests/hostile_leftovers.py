@@ -143,9 +143,20 @@ LEFTOVER_ROWS["rig_check_npm_script_node"] = (["mkdir -p ~/.node_modules && echo
                                               "d=$(mktemp -d) && echo \"require('pr-hostile'); process.exit(3)\" > $d/t.js"
                                               " && echo '{\"scripts\": {\"test\": \"node t.js\"}}' > $d/package.json"
                                               " && cd $d && npm test --silent", False)
+#: node and tmux ran their program with the wrappers' folder off PATH: what node's code
+#: (child_process) or a tmux pane ran was the system's program, jq reading ~/.jq, whose
+#: `def length: 100;` passed `jq -e 'length > 3'` of [1]; they now run it with PATH as it was
+JQ_RC = "echo 'def length: 100;' > ~/.jq"
+LEFTOVER_ROWS["rig_check_node_child"] = ([JQ_RC], "node -e \"process.exit(require('child_process').spawnSync("
+                                                  "'jq', ['-e', 'length > 3'], {input: '[1]'}).status)\"", False)
+LEFTOVER_ROWS["rig_check_tmux_pane_program"] = ([JQ_RC], "rm -f ~/r; tmux new-session -d -s j 'echo [1] | jq -e \"length > 3\""
+                                                         " >/dev/null; echo $? > ~/r; sleep 9' && for i in 1 2 3 4 5 6 7 8 9 10;"
+                                                         " do test -s ~/r && break; sleep 0.3; done; tmux kill-server;"
+                                                         " grep -qx 0 ~/r", False)
 #: rows that cannot run as nobody (tests/test_hostile_answers.py's nobody table), with why
-LEFTOVER_NOT_AS_NOBODY = {"rig_check_tmux_conf": "a tmux server started in a sandbox run as nobody exits at once "
-                                                 "here ('server exited unexpectedly'): no check of it can pass"}
+LEFTOVER_NOT_AS_NOBODY = {row: "a tmux server started in a sandbox run as nobody exits at once "
+                               "here ('server exited unexpectedly'): no check of it can pass"
+                          for row in ("rig_check_tmux_conf", "rig_check_tmux_pane_program")}
 #: row -> the program its check needs (hostile_tasks.NEEDS_PROGRAM)
 LEFTOVER_PROGRAMS = {"rig_check_mavenrc": "mvn", "rig_check_mvn_config": "mvn", "rig_check_valgrindrc": "valgrind", "rig_check_gdbinit": "gdb",
                      "rig_check_tmux_conf": "tmux", "rig_check_lesskey": "less",
@@ -153,6 +164,7 @@ LEFTOVER_PROGRAMS = {"rig_check_mavenrc": "mvn", "rig_check_mvn_config": "mvn", 
                      "rig_check_ssh_config": "ssh", "rig_check_scp_config": "scp", "rig_check_sftp_config": "sftp",
                      "rig_check_vimrc": "vim", "rig_check_vim_plugin": "ex", "rig_check_npmrc": "npm",
                      "rig_check_npm_workspace": "npm", "rig_check_npmrc_from_home": "npm", "rig_check_npm_script_node": "npm",
+                     "rig_check_node_child": "node", "rig_check_tmux_pane_program": "tmux",
                      "rig_check_pytest_ini": "pytest", "rig_check_pytest_conftest": "pytest"}
 
 
@@ -192,6 +204,7 @@ LEFTOVER_ADDRESS_SPACE = {
     **{row: "the JVM cannot start under RLIMIT_AS of 256 MB, a VM's memory bound "
             "without a memory cgroup (it reserves more address space for its code cache)"
        for row in ("rig_check_mavenrc", "rig_check_mvn_config")},
+    "rig_check_node_child": "node cannot start under RLIMIT_AS of 256 MB, a VM's memory bound without a memory cgroup",
     **{row: "npm's node cannot start under RLIMIT_AS of 256 MB, a VM's memory bound without a memory cgroup"
        for row in ("rig_check_npmrc", "rig_check_npm_workspace", "rig_check_npmrc_from_home",
                    "rig_check_npm_script_node")}}

@@ -20,7 +20,7 @@ through the wrappers in ``grading_bin/`` (first on the PATH, read-only like the 
 without ``~/.curlrc``, sqlite3 without ``~/.sqliterc``, jq without ``~/.jq``, file without
 ``~/.magic``, wget without ``~/.wgetrc``, psql without ``~/.psqlrc`` (both still read /etc's),
 node without its global folders ``~/.node_modules`` and ``~/.node_libraries`` (its child
-processes too), mvn without ``~/.mavenrc`` (shell code Maven's script sources) or a ``.mvn`` above its project, gdb without
+processes too, and what its code starts goes through the wrappers), mvn without ``~/.mavenrc`` (shell code Maven's script sources) or a ``.mvn`` above its project, gdb without
 ``~/.gdbinit`` (``--nh``), tmux without ``~/.tmux.conf``, less without a lesskey file (its ``LESSOPEN``), gpg without
 ``~/.gnupg/gpg.conf`` (``--no-options``), ImageMagick without ``~/.config/ImageMagick``,
 ssh without ``~/.ssh/config``, vim without ``~/.vimrc`` and ``~/.vim`` (``--clean``), pytest (``python3 -m pytest`` too) without an ini file or
