@@ -134,6 +134,9 @@ LEFTOVER_ROWS["rig_check_npmrc_from_home"] = ([f"{NPM_SHELL} ~/.npmrc"], "npm ex
 PYTEST_TEST = ("d=$(mktemp -d) && printf 'def test_a():\\n    assert False\\n' > $d/test_a.py && cd $d && ")
 LEFTOVER_ROWS["rig_check_pytest_ini"] = (["printf '[pytest]\\naddopts = --co\\n' > /tmp/pytest.ini"],
                                          PYTEST_TEST + "pytest -q", False)
+#: from / the tests' folder is where pytest starts (/ encloses every folder the answer wrote)
+LEFTOVER_ROWS["rig_check_pytest_ini_from_root"] = (LEFTOVER_ROWS["rig_check_pytest_ini"][0],
+                                                   PYTEST_TEST.replace("cd $d", "cd /") + "pytest -q $d", False)
 LEFTOVER_ROWS["rig_check_pytest_conftest"] = (["printf 'import os\\ndef pytest_sessionfinish():\\n    os._exit(0)\\n'"
                                                " > /tmp/conftest.py"], PYTEST_TEST + "python3 -m pytest -q", False)
 #: npm ran with its wrapper's folder off PATH, so the `node t.js` of a test script was the system's
@@ -165,7 +168,8 @@ LEFTOVER_PROGRAMS = {"rig_check_mavenrc": "mvn", "rig_check_mvn_config": "mvn", 
                      "rig_check_vimrc": "vim", "rig_check_vim_plugin": "ex", "rig_check_npmrc": "npm",
                      "rig_check_npm_workspace": "npm", "rig_check_npmrc_from_home": "npm", "rig_check_npm_script_node": "npm",
                      "rig_check_node_child": "node", "rig_check_tmux_pane_program": "tmux",
-                     "rig_check_pytest_ini": "pytest", "rig_check_pytest_conftest": "pytest"}
+                     "rig_check_pytest_ini": "pytest", "rig_check_pytest_conftest": "pytest",
+                     "rig_check_pytest_ini_from_root": "pytest"}
 
 
 def on_system_path(program: str) -> str | None:

@@ -8,7 +8,7 @@
 # up to that one (up to / with none): the graded code's /tmp/pytest.ini of `addopts = --co`
 # (collect only) or its /tmp/conftest.py that ended the run with 0 passed a check's failing
 # tests in a `mktemp -d` folder. The folder pytest runs from is the current one when the tests
-# it names lie in it or below (none named: the current one), else their common folder: an ini
+# it names lie in it or below (none named: the current one), else (or from /) their common folder: an ini
 # file there or between it and the tests is passed as -c, with none pytest gets --rootdir and
 # --confcutdir of that folder (or of a setup.py's folder on the way, pytest's own rootdir),
 # and pytest is not run at all (126, saying why) below an ini file above it. A check's own -c
@@ -65,7 +65,7 @@ pytest_pin() {  # $1: how many of the words after it are not pytest's; sets pin_
     done
     here=${PWD%/}
     if [ -z "$any" ]; then top=$here; fi
-    case $top/ in "$here"/*) base=$here ;; *) base=$top ;; esac
+    case $top/ in "${here:-/nowhere}"/*) base=$here ;; *) base=$top ;; esac  # never / itself
     dir=$top setup=
     while :; do
         if pytest_ini_in "$dir"; then pin_c=$found; return; fi
