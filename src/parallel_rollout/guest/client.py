@@ -210,10 +210,11 @@ class GuestClient:
             conn.close()
         response = GuestResponse(answer.status, answer.getheader("Content-Type", ""), body)
         if check:
-            self._check(method, path, response)
+            self.check_answer(method, path, response)
         return response
 
-    def _check(self, method: str, path: str, response: GuestResponse) -> None:
+    def check_answer(self, method: str, path: str, response: GuestResponse) -> None:
+        """GuestRequestError for a 4xx answer to ``method path``, VMError for a 5xx one."""
         if response.status < 400:
             return
         message = _error_message(response)
@@ -272,7 +273,7 @@ class GuestClient:
         response = self.request("POST", "/reap", json={}, check=False, timeout=20.0)
         if response.status == 404:
             return False
-        self._check("POST", "/reap", response)
+        self.check_answer("POST", "/reap", response)
         left = response.json().get("left") or 0
         if left:  # a check run beside them could be raced or faked: no grade
             raise VMError(f"guest agent at {self._where}: {left} process(es) the commands left survived "
@@ -308,7 +309,7 @@ class GuestClient:
                                 check=False)
         if response.status == 404:
             raise FileNotFoundError(f"{path} (in the guest at {self._where})")
-        self._check("POST", "/file", response)
+        self.check_answer("POST", "/file", response)
         return response.body
 
     def write_file(self, path: str, data: bytes) -> None:
@@ -358,7 +359,7 @@ class GuestClient:
                                 timeout=30.0, check=False)
         if response.status == 404:
             raise FileNotFoundError(_error_message(response))
-        self._check("POST", "/setup/launch", response)
+        self.check_answer("POST", "/setup/launch", response)
         return response.text
 
     def open_file(self, path: str, timeout: float = 30.0) -> str:
@@ -371,7 +372,7 @@ class GuestClient:
             raise FileNotFoundError(f"{path} (in the guest at {self._where})")
         if response.status == 500:
             raise TimeoutError(f"open_file {path!r}: {_error_message(response)}")
-        self._check("POST", "/setup/open_file", response)
+        self.check_answer("POST", "/setup/open_file", response)
         return response.text
 
     def activate_window(self, window_name: str, strict: bool = False, by_class: bool = False) -> None:
@@ -388,7 +389,7 @@ class GuestClient:
                                 timeout=20.0, check=False)
         if response.status == 404:
             raise LookupError(f"{path}: {_error_message(response)}")
-        self._check("POST", path, response)
+        self.check_answer("POST", path, response)
 
     def start_recording(self) -> None:
         """POST /start_recording (ffmpeg x11grab in the guest)."""

@@ -327,9 +327,9 @@ class RemoteProvider(Provider):
                 raise VMSettingsMismatch(f"VM {info.vm_id} ({where}) has no desktop: its agent answered POST "
                                          f"/screen_size with {NO_DESKTOP} ({answer.text[:200]}); start it with "
                                          f"--desktop {want[0]}x{want[1]}, the run's screen")
-            size = answer.json() if answer.status == 200 else None
-            # another failure: asked again the client's way, which raises it as for any route
-            have = (int(size["width"]), int(size["height"])) if size is not None else client.screen_size()
+            client.check_answer("POST", "/screen_size", answer)  # another failure, as for any route
+            size = answer.json()
+            have = (int(size["width"]), int(size["height"]))
         except (GuestUnreachable, VMError, ValueError, KeyError, TypeError) as exc:
             raise VMError(f"VM {info.vm_id} ({where}) has no usable desktop: "
                           f"POST /screen_size failed: {exc}") from None
