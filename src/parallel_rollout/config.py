@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .config_checks import closest_setting, gate_setting, parse_sampling, validate_ranges
+from .config_checks import RESUME_READS, closest_setting, gate_setting, parse_sampling, validate_ranges
 from .errors import ConfigError
 
 try:
@@ -386,7 +386,7 @@ def build_config(flags: dict[str, Any], config_file: str | None = None,
     # --progress, resumed by cron, drew its bar into the job's log (carriage returns)
     stored.pop("progress", None)
     if stored:
-        where = f"in {_stored_path(values)}, which --resume reads"
+        where = f"in {_stored_path(values)}, {RESUME_READS}"
         sources.update({name: where for name in stored if name not in values})
     values = {**stored, **values}
     if values.get("data") and values["data"].lower() not in NAMED_DATASETS:

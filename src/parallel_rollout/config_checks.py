@@ -246,6 +246,8 @@ GATE_SYNONYMS = {
 }
 
 
+#: how a setting a resume took from the run's config.json is said to come from (``RunConfig.sources``)
+RESUME_READS = "which --resume reads"
 #: the words that turn a gate off (``--fail-under none``, ``--compare-to none``, or empty): a
 #: resume inherits the gates its run was started with from config.json, and a night whose
 #: baseline was deleted, or a resume meant only to finish the run, had no other way out

@@ -25,6 +25,7 @@ from typing import Any
 
 from ..logs import NOT_ON_CONSOLE
 from ..exit_codes import EXIT_ABORTED, EXIT_BELOW_THRESHOLD, EXIT_NO_VERDICT, EXIT_OK, EXIT_REGRESSION
+from ..config_checks import RESUME_READS
 from ..errors import ConfigError
 from .compare import compare_runs, format_comparison
 from .compare_html import write_compared
@@ -90,7 +91,7 @@ def _against_baseline(config: Any, data: RunData) -> list[tuple[int, str]]:
 def kept_gate(config: Any, name: str) -> str:
     """What a gate's message adds when a resume kept the gate from the run's config.json (its
     command line did not give it): where it comes from, and how to drop it ("" otherwise)."""
-    if not str(getattr(config, "sources", {}).get(name, "")).endswith("which --resume reads"):
+    if not str(getattr(config, "sources", {}).get(name, "")).endswith(RESUME_READS):
         return ""
     flag = "--" + name.replace("_", "-")
     return f" ({flag} kept from the run's config.json; {flag} none drops it)"
