@@ -15,7 +15,7 @@ MATH_TASKS = ROOT / "benchmarks" / "math_tasks.jsonl"
 
 def run(tmp_path, run_id: str, data, *flags: str) -> None:
     result = CliRunner().invoke(main, ["run", "--mode", "math", "--data", str(data), "--agent", "oracle",
-                                       "--num-rollouts", "2", "--output-dir", str(tmp_path / "out"),
+                                       "--num-rollouts", "1", "--output-dir", str(tmp_path / "out"),
                                        "--run-id", run_id, "--no-progress", *flags])
     assert result.exit_code == 0, result.output[-2000:]
 

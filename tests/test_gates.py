@@ -298,7 +298,7 @@ def test_the_regression_gate_gives_no_verdict_without_shared_samples_or_a_finish
     """No shared sample, or a baseline cut short, is no pass: exit 5 saying why; few shared
     samples, an unfinished B and task files whose sha256 differ are warned of."""
     out = tmp_path / "out"
-    ids = [f"t{i}" for i in range(12)]
+    ids = [f"t{i}" for i in range(6)]
     assert run_cli(tmp_path, [shell_task(i) for i in ids], "base1").exit_code == 0
     other = run_cli(tmp_path, [shell_task("w0"), shell_task("w1")], "w1", "--compare-to", "base1")
     assert other.exit_code == exit_codes.EXIT_NO_VERDICT, other.output
@@ -309,7 +309,7 @@ def test_the_regression_gate_gives_no_verdict_without_shared_samples_or_a_finish
     for said in (other.output, check.output):
         assert "the runs' task files differ (sha256" in said and "same ids" not in said, said
 
-    # a baseline killed after 2 of its 12 samples (no summary.json: it never got to write one)
+    # a baseline killed after 2 of its 6 samples (no summary.json: it never got to write one)
     killed = run_cli(tmp_path, [shell_task(i) for i in ids], "k5")
     assert killed.exit_code == 0
     lines = (out / "k5" / "results.jsonl").read_text().splitlines(keepends=True)
@@ -318,7 +318,7 @@ def test_the_regression_gate_gives_no_verdict_without_shared_samples_or_a_finish
     gated = run_cli(tmp_path, [shell_task(i) for i in ids], "int2", "--compare-to", "k5")
     assert gated.exit_code == exit_codes.EXIT_NO_VERDICT, gated.output
     # its total from config.json, which the run wrote at its start (there is no summary)
-    assert "no verdict: the baseline A is unfinished (partial: 2 of 12 samples final)" in gated.output
+    assert "no verdict: the baseline A is unfinished (partial: 2 of 6 samples final)" in gated.output
     text = (out / "int2" / "compare-k5.txt").read_text()
     assert "the task sets differ" not in text and "A is unfinished" in text
     assert "warning: only 2 shared samples" in text
@@ -327,14 +327,14 @@ def test_the_regression_gate_gives_no_verdict_without_shared_samples_or_a_finish
     (out / "k5" / "results.jsonl").unlink()
     first = run_cli(tmp_path, [shell_task(i) for i in ids], "int2", "--resume", "--compare-to", "k5")
     assert first.exit_code == exit_codes.EXIT_NO_VERDICT, first.output
-    assert "no verdict: the baseline A is unfinished (partial: 0 of 12 samples final)" in first.output, first.output
+    assert "no verdict: the baseline A is unfinished (partial: 0 of 6 samples final)" in first.output, first.output
     assert "no such run" not in first.output
 
     # same ids, other task contents: the provenance's sha256 differs
     changed = run_cli(tmp_path, [shell_task(i, reference=["true", f"touch ~/{i}.done"]) for i in ids], "fastB")
     assert changed.exit_code == 0
     both = CliRunner().invoke(main, ["compare", "base1", "fastB", "--output-dir", str(out)])
-    assert "samples: 12 in both runs" in both.output
+    assert "samples: 6 in both runs" in both.output
     assert "warning: the runs' task files differ (sha256" in both.output, both.output
     assert "same ids, maybe not the same tasks" in both.output
     part = run_cli(tmp_path, [shell_task(i, reference=["true", f"touch ~/{i}.done"]) for i in ids[:4]], "part")
