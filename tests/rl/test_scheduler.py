@@ -605,3 +605,30 @@ def test_given_tasks_of_a_tag_of_their_own_run_and_every_named_batch_has_metrics
     every = train.get_batch(batch_size=-1, step=1)
     assert [t.task_id for t in every] == ["tiny0", "tiny0"]
     assert train.metrics()["batch/trajectories"] == 2
+
+
+def test_a_batch_put_back_takes_no_tags_share_and_the_next_batches_keep_the_shares(shared, sibling):
+    """batch_partition=[1, 1], one group a batch: a get_batch that raised after taking its
+    batch (a trajectory file gone before it was read) put the group back to run again, but
+    counted its tag's share as handed out; the next call then asked for the other tag while
+    the put-back group filled the only slot the ratio allows, and waited for ever. Nothing
+    went out: the shares stand as before, and the next batches are an unbroken run's."""
+    sets = {**tiny(shared), **lake_set(shared[3], name="other", desc=TINY, max_steps=2)}
+    train = sibling(EnvManagerConfig(group_size=1, tags=["tiny", "other"], task_sets=sets), batch_partition=[1, 1])
+    on_final, gone = train._on_final, []
+
+    def deleted(record):  # the batch's group: its file gone before get_batch reads it
+        if not gone:
+            gone.append(train.run_dir / record["trajectory"])
+            gone[0].unlink()
+        on_final(record)
+
+    train._on_final = deleted
+    shares = train.state_dict()["shares"]
+    with pytest.raises(RolloutError, match=r"attempt-0\.jsonl"):
+        train.get_batch(batch_size=1, step=0)
+    assert gone and train.state_dict()["shares"] == shares
+    train._on_final = on_final
+    tags = [[t.tag for t in train.get_batch(batch_size=1, step=step, timeout=30)] for step in range(3)]
+    assert tags == [["tiny"], ["other"], ["tiny"]]
+    assert train.stats()["dropped_unreadable"] == 1

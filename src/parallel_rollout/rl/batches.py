@@ -96,5 +96,7 @@ class ReadyBatches:
                                               if g.purpose == "batch"]))
             self._stats["dropped_unreadable"] += len(rerun)
             self._stats["groups_returned"] -= len(ready) + len(rerun)
+            if self.batch_partition is not None and all(g.purpose == "batch" for g in [*ready, *rerun]):
+                self.batch_partition.put_back()  # nothing went out: no tag's share was given
             for group in [*rerun, *(g for g in ready if g.purpose != "batch")]:
                 self._lag.forget(group.keys.values())

@@ -237,6 +237,7 @@ class BatchShares:
     def __init__(self, weights: dict[str, float]) -> None:
         self.weights = weights
         self.credit = dict.fromkeys(weights, 0.0)
+        self._before = self.credit  # before the last take()
 
     def next(self, groups: int, batches: int = 1) -> dict[str, int]:
         """The groups per tag of the next ``batches`` batches of ``groups`` (nothing taken)."""
@@ -248,7 +249,13 @@ class BatchShares:
 
     def take(self, groups: int) -> None:
         """A batch of ``groups`` was taken: carry its rounding to the next."""
+        self._before = dict(self.credit)
         _rounded(self.weights, groups, self.credit)
+
+    def put_back(self) -> None:
+        """The batch last taken was not handed out (``batches._put_back``): its rounding is
+        not carried, or the next batches would skip the shares it never gave."""
+        self.credit = self._before
 
     def load(self, credit: dict[str, float]) -> None:
         """The rounding a saved state carried (``state_dict()["shares"]``): the restarted
