@@ -22,7 +22,7 @@ from conftest import read_results, shell_task, write_tasks
 from pool_support import read_events, wait_idle, wait_until
 from parallel_rollout.cli import main
 from parallel_rollout.config import build_config
-from parallel_rollout.errors import ConfigError
+from parallel_rollout.errors import ConfigError, VMError, VMSettingsMismatch
 from parallel_rollout.exit_codes import EXIT_ABORTED
 from parallel_rollout.guest.client import GuestClient
 from parallel_rollout.pool.manager import VMPoolManager
@@ -356,3 +356,22 @@ def test_the_guest_probe_compares_a_home_of_tens_of_thousands_of_entries(snapsho
         assert "the reset probe's answer passed 2,000 characters, compressed" in too_big, too_big
     finally:
         provider.stop(info)
+
+
+def test_a_machine_the_probe_cannot_report_stops_the_run_at_its_first_boot(snapshot):
+    """A machine that holds more than the probe may report (its snapshot: every reset brings
+    it back) is the run's settings at its first boot, not a failed boot: it was booted again
+    until the replacement budget was spent. A probe that fails otherwise is still a failed boot."""
+    provider, info = _sandbox(snapshot, "vc")
+    view = verify_guest.GuestView("fast", "/home/user", None)
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(verify_guest, "PROBE_TAIL_CHARS", 40)
+            with pytest.raises(VMSettingsMismatch, match=re.escape(
+                    f"VM vm0 ({info.address}): the reset probe's answer passed 40 characters")):
+                verify_guest.baseline_machine(view, "slot", info)
+    finally:
+        provider.stop(info)
+    with pytest.raises(VMError, match="did not answer the reset probe") as failed:
+        verify_guest.baseline_machine(view, "slot", info)
+    assert not isinstance(failed.value, VMSettingsMismatch)

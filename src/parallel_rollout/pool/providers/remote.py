@@ -53,7 +53,8 @@ holds (the agent's home, ``/tmp``, its processes: ``verify_guest.GuestView``); a
 reset, and once after every later start, the machine must hold the same. A reset command that does
 not take away what a task left is found: the task's VM is quarantined (free), and the
 restart that runs the command again fails its check and spends the replacement budget. The
-machine must run our guest agent (OSWorld's server has no ``/run_python`` for the probe).
+machine must run our guest agent (OSWorld's server has no ``/run_python`` for the probe: at a
+first boot, VMSettingsMismatch).
 
 **Keys.** Anything that reaches a guest agent's port can drive it: run commands, read and
 write files (another user of the network; a ``command`` agent's program, which keeps the

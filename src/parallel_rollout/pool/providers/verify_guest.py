@@ -24,6 +24,12 @@ from .verify import DESKTOP_LAZY, HostView, file_sha256, tree_fingerprint
 PROBE_TAIL_CHARS = 2_000_000
 
 
+class ProbeUnusable(LookupError):
+    """The machine cannot be checked by the probe, and no reset or other boot changes that: its
+    agent has no ``POST /run_python`` (OSWorld's server), or it holds more than the probe's
+    answer may report. At a machine's first boot, the run's settings (``baseline_machine``)."""
+
+
 class GuestView(HostView):
     """Verifies a VM the host cannot look into (qemu, remote, vmware, virtualbox): the same
     checks, with the home, /tmp, /dev/shm and the processes read by a probe the guest agent
@@ -32,17 +38,23 @@ class GuestView(HostView):
     A ``home`` of ``~`` is the agent's own home (a machine the user set up)."""
 
     def _observe(self, pid: int | None, address: str | None) -> dict:
-        from ...guest.client import GuestClient
+        from ...guest.client import GuestClient, GuestRequestError
 
         try:
             result = GuestClient(address, timeout_s=60.0).run_python(
                 _probe_source(self.home, self.mode == "full"), timeout=60.0, isolated=True,
                 tail=PROBE_TAIL_CHARS)
+        except GuestRequestError as exc:
+            if exc.status not in (404, 405):  # no such route: not this project's agent
+                raise LookupError(f"the VM's agent did not answer the reset probe: {exc}") from None
+            raise ProbeUnusable(f"its agent has no POST /run_python, which --verify-reset {self.mode} runs its "
+                                f"probe through ({exc}): run this project's guest agent there (guest/server.py), "
+                                "or --verify-reset off (a resume may give it)") from None
         except Exception as exc:  # noqa: BLE001 - unreachable, refused: a difference
             raise LookupError(f"the VM's agent did not answer the reset probe: {exc}") from None
         output = result.get("output") or ""
         if len(output) >= PROBE_TAIL_CHARS:
-            raise LookupError(f"the reset probe's answer passed {PROBE_TAIL_CHARS:,} characters, compressed: the "
+            raise ProbeUnusable(f"the reset probe's answer passed {PROBE_TAIL_CHARS:,} characters, compressed: the "
                               f"VM's home, /tmp and /dev/shm hold too many entries for --verify-reset "
                               f"{self.mode} to compare (a few hundred thousand); slim them, or use "
                               "--verify-reset off for these VMs")
@@ -68,12 +80,15 @@ def baseline_machine(view: GuestView, slot: str, info) -> None:
     """Take the baseline of the machine ``slot`` (an address, a VM file) at its first boot
     and keep it: a restart of that machine is then checked against its first boot, so a
     restore that does not take away what a task left shows before the next lease. VMError
-    when its agent cannot run the probe."""
-    from ...errors import VMError
+    when its agent cannot run the probe; VMSettingsMismatch when no retry changes that
+    (``ProbeUnusable``: only a first boot takes the baseline)."""
+    from ...errors import VMError, VMSettingsMismatch
     from ...guest.client import shown_address
 
     try:
         view.baseline(slot, None, info.address, keep=True)
+    except ProbeUnusable as exc:  # the machine against the run's --verify-reset: no boot mends it
+        raise VMSettingsMismatch(f"VM {info.vm_id} ({shown_address(info.address)}): {exc}") from None
     except LookupError as exc:
         raise VMError(f"VM {info.vm_id} ({shown_address(info.address)}): {exc}") from None
 
