@@ -50,16 +50,18 @@ def _guest_copy() -> Path:
 
 
 @contextlib.contextmanager
-def desktop_agents(tmp_path, *extra: list[str], env: dict | None = None):
-    """Agents with a desktop on loopback ports, one home, one /tmp, one for each list of extra
-    options (two without); yields their clients and the process that holds them."""
+def desktop_agents(tmp_path, *extra: list[str], env: dict | None = None, homes: tuple = ()):
+    """Agents with a desktop on loopback ports, one home (or each its own of ``homes``), one
+    /tmp, one for each list of extra options (two without); yields their clients and the
+    process that holds them."""
     extra = extra or ([], [])
     ports = [_free_port() for _ in extra]
     copy = _guest_copy()
     server = copy / "guest" / "server.py"
     starts = " & ".join(
-        f"{GUEST_PYTHON} {server} --host 127.0.0.1 --port {port} --desktop 320x240 {' '.join(more)}"
-        for port, more in zip(ports, extra))
+        f"{f'HOME={home} ' if home else ''}{GUEST_PYTHON} {server} --host 127.0.0.1 --port {port} "
+        f"--desktop 320x240 {' '.join(more)}"
+        for port, more, home in zip(ports, extra, list(homes) + [None] * len(extra)))
     script = f"mount -t tmpfs tmpfs /tmp && {{ {starts} & wait; }}"
     env = env or {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "PARALLEL_ROLLOUT_ATSPI": "0"}
     log = tmp_path / "agents.log"  # a file (opened before the mount): a pipe's read would wait for every agent's end
@@ -162,3 +164,25 @@ def test_a_web_episode_runs_on_a_machine_whose_agent_has_a_desktop(tmp_path):
         seen = web.reset(task, client)
         step = web.step(next_action(web.env_name, seen))
         assert step.done and web.evaluate()[0] == 1.0, step.observation
+
+
+@pytest.mark.skipif(not all(map(shutil.which, ("chromium", "socat"))), reason="chromium or socat is not installed")
+def test_two_desktop_agents_on_one_host_each_reach_their_own_chrome(tmp_path):
+    """OSWorld's Chrome tasks start Chrome on --remote-debugging-port=1337 and socat on 9222,
+    ports of the machine: on two desktop agents of one host (homes of their own) the second's
+    could not listen, and its getters read the first agent's browser. The host's first keeps
+    OSWorld's ports, the other maps them to its own (in /setup/launch and the getters)."""
+    from parallel_rollout.envs.osworld import chrome, setup as steps
+    from test_osworld_apps import env_on
+
+    with desktop_agents(tmp_path, homes=("/tmp/home-a", "/tmp/home-b")) as (clients, _):
+        for name, client in zip("AB", clients):
+            steps.run_steps(env_on(client), [  # a Chrome task's first steps, plus a page to tell them apart
+                {"type": "launch", "parameters": {"command": [
+                    "google-chrome", "--remote-debugging-port=1337", f"data:text/html,agent-{name}"]}},
+                {"type": "launch", "parameters": {"command": ["socat", "tcp-listen:9222,fork", "tcp:localhost:1337"]}},
+            ], "config")
+        assert [[page["url"] for page in chrome.pages(client)] for client in clients] == [
+            ["data:text/html,agent-A"], ["data:text/html,agent-B"]]
+        mapped = [client.health().get("devtools_ports") for client in clients]
+        assert sorted(map(bool, mapped)) == [False, True], mapped  # one kept OSWorld's, one has its own

@@ -48,9 +48,10 @@ GRADING_BIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "grading_
 _WRAPPERS = [GRADING_BIN] if os.path.isdir(GRADING_BIN) else []
 #: the names of the agent's environment a grading command gets (all set by whoever started
 #: the agent, none by the graded code): the home it inspects, the locale, who it is, the
-#: desktop it may look at
+#: desktop it may look at and the ports its Chrome's DevTools are on (desktop_routes.DEVTOOLS_ENV)
 GRADING_NAMES = ("HOME", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "TZ", "TERM", "USER", "LOGNAME",
-                 "DISPLAY", "DBUS_SESSION_BUS_ADDRESS", "XDG_RUNTIME_DIR", "PARALLEL_ROLLOUT_VM")
+                 "DISPLAY", "DBUS_SESSION_BUS_ADDRESS", "XDG_RUNTIME_DIR", "PARALLEL_ROLLOUT_VM",
+                 "PARALLEL_ROLLOUT_DEVTOOLS_PORTS")
 
 
 def grading_env(home: str) -> dict[str, str]:

@@ -70,13 +70,18 @@ Request = agent_http.Request
 
 #: the X display of the desktop this agent started (``--desktop``), None without one
 display = None
+#: its DevTools ports where they are not OSWorld's (``desktop_routes.claim_devtools_ports``)
+devtools_ports: dict = {}
 
 
 def route_health(req: Request):
-    """GET /health: liveness, plus the pid, the VM id the sandbox gave us and the display of
-    the agent's desktop (the first free one, or ``--display``'s)."""
-    return 200, {"status": "ok", "pid": os.getpid(),
-                 "vm": os.environ.get("PARALLEL_ROLLOUT_VM"), "display": display}
+    """GET /health: liveness, plus the pid, the VM id the sandbox gave us, the display of
+    the agent's desktop (the first free one, or ``--display``'s) and, on a host's second
+    desktop, the ports its Chrome tasks' 9222 and 1337 are (``devtools_ports``)."""
+    answer = {"status": "ok", "pid": os.getpid(), "vm": os.environ.get("PARALLEL_ROLLOUT_VM"), "display": display}
+    if devtools_ports:
+        answer["devtools_ports"] = {str(port): ours for port, ours in devtools_ports.items()}
+    return 200, answer
 
 
 def route_platform(req: Request):
@@ -345,6 +350,7 @@ def main(argv: list[str] | None = None) -> int:
             agent_reap.agent_ends()  # its session bus and Xvfb, in sessions of their own, go too
             raise
         display = desktop.DISPLAY
+        devtools_ports.update(_sibling("desktop_routes").claim_devtools_ports())
     server = agent_http.make_server(resolve, unix=args["unix"], host=args["host"], port=args["port"],
                                     max_body_mb=args["max_body_mb"], listen_fd=args["listen_fd"], key=key)
     if args["unix"] and agent_commands.run_as is not None:

@@ -112,9 +112,71 @@ def resolve_app(command: list[str]) -> list[str]:
                             f"{' (nor ' + alias[0] + ')' if alias else ''}")
 
 
+#: OSWorld's Chrome tasks' DevTools ports, fixed ports of the machine: Chrome's own
+#: (``--remote-debugging-port=1337``) and socat's forward to it (``tcp-listen:9222,fork``)
+DEVTOOLS_PORTS = (9222, 1337)
+#: what an agent that maps them tells its commands (the Chrome getters' guest program,
+#: ``envs/osworld/chrome.py``): ``9222=P,1337=Q``
+DEVTOOLS_ENV = "PARALLEL_ROLLOUT_DEVTOOLS_PORTS"
+#: the first desktop agent of a machine holds it (locked for its life) and keeps OSWorld's ports
+DEVTOOLS_CLAIM = "/tmp/.parallel-rollout-devtools-claim"
+#: OSWorld's port -> this desktop's (empty: OSWorld's own); see claim_devtools_ports
+devtools_ports: dict = {}
+_devtools_claim = None
+#: where a command line names a DevTools port: Chrome's flag, socat's listen and its loopback target
+_PORT_ARGS = r"(--remote-debugging-port=|\btcp[46]?-l(?:isten)?:|\btcp[46]?:(?:localhost|127\.0\.0\.1|\[::1\]):)(\d+)\b"
+
+
+def claim_devtools_ports() -> dict:
+    """This desktop's DevTools ports. The machine's first desktop agent (the one holding
+    DEVTOOLS_CLAIM: every agent of this project's VMs, whose sandbox has its own /tmp and
+    network) keeps OSWorld's; another (two remote agents of one host) gets ports the OS gives,
+    which /setup/launch writes into a task's Chrome and socat command lines and DEVTOOLS_ENV
+    tells the getters. Both started Chrome on 1337 and socat on 9222: the second's could not
+    listen, and its task's getters read the first agent's browser."""
+    import fcntl
+    import socket
+
+    global _devtools_claim
+    try:
+        fd = os.open(DEVTOOLS_CLAIM, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError:
+        fd = None  # another user's claim
+    try:
+        if fd is not None:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            _devtools_claim = fd
+            return devtools_ports
+    except OSError:
+        os.close(fd)
+    probes = [socket.socket() for _ in DEVTOOLS_PORTS]
+    try:
+        for port, probe in zip(DEVTOOLS_PORTS, probes):
+            probe.bind(("127.0.0.1", 0))
+            devtools_ports[port] = probe.getsockname()[1]
+    finally:
+        for probe in probes:
+            probe.close()
+    os.environ[DEVTOOLS_ENV] = ",".join(f"{ours}={theirs}" for ours, theirs in devtools_ports.items())
+    return devtools_ports
+
+
+def devtools_mapped(command):
+    """``command`` (argv or shell text) with OSWorld's DevTools ports made this desktop's."""
+    if not devtools_ports:
+        return command
+    import re
+
+    def mapped(text: str) -> str:
+        return re.sub(_PORT_ARGS, lambda m: m.group(1) + str(devtools_ports.get(int(m.group(2)), m.group(2))),
+                      text, flags=re.IGNORECASE)
+    return mapped(command) if isinstance(command, str) else [mapped(part) for part in command]
+
+
 def route_launch(req):
     """POST /setup/launch: start a command without waiting for it; 404 "app not installed"
-    when its program is missing."""
+    when its program is missing. OSWorld's DevTools ports in it become this desktop's
+    (claim_devtools_ports)."""
     require_desktop()
     body = _json(req)
     command, shell = body.get("command"), bool(body.get("shell", False))
@@ -124,6 +186,7 @@ def route_launch(req):
         command = shlex.split(command)
     if not command or not (isinstance(command, str) or all(isinstance(p, str) for p in command)):
         return 400, {"status": "error", "message": "field 'command' must be a string or a list of strings"}
+    command = devtools_mapped(command)
     if isinstance(command, list):
         command = resolve_app([os.path.expanduser(p) if p.startswith("~") else p for p in command])
     argv, shell = wrapped(command, shell)  # as the commands' user, like /execute

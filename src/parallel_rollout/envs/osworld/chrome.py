@@ -68,6 +68,11 @@ import urllib.parse
 
 def _osworld_connect(ports, timeout):
     global CDP_PORT
+    # a host's second desktop agent runs its tasks' Chrome and socat on ports of its own
+    # (guest/desktop_routes.py's claim_devtools_ports) and names them here: 9222=P,1337=Q
+    ours = dict(pair.split("=", 1) for pair in
+                os.environ.get("PARALLEL_ROLLOUT_DEVTOOLS_PORTS", "").split(",") if "=" in pair)
+    ports = [int(ours.get(str(port), port)) for port in ports]
     deadline = time.time() + timeout
     while True:
         for port in ports:
