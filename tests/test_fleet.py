@@ -510,3 +510,92 @@ def test_cli_preflight_probes_every_server(tmp_path, servers, monkeypatch):
     b.stop()
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 2 and f"the model endpoint {b.url} is not reachable" in result.output, result.output
+
+
+# -- a server that refuses the run's settings -------------------------------------------------
+
+
+def _refuses(body):
+    """A server restarted with another model: vLLM's 404 for the run's."""
+    return {"status": 404, "message": f"The model `{body.get('model')}` does not exist."}
+
+
+def test_cli_a_fleet_server_that_refuses_the_model_is_taken_out_and_the_run_goes_on(tmp_path, servers,
+                                                                                    monkeypatch):
+    """One server of the fleet answers 404 (it serves another model): it is taken out of the
+    rotation, named once (console, events.jsonl, summary), and its trajectories go on at the
+    other; it stopped the whole run (exit 2) as a refusal on a single endpoint does. Only
+    when every server refuses does the run stop so, nothing graded, resumable."""
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    (good,) = servers(_echo)
+    (wrong,) = servers(_refuses)
+
+    def run(run_id: str):
+        return CliRunner().invoke(main, [
+            "run", "--mode", "gym", "--data", "frozenlake", "--limit", "3", "--agent", "openai", "--max-turns", "1",
+            "--num-rollouts", "1", "--base-url", wrong.url, "--base-url", good.url, "--no-progress",
+            "--output-dir", str(tmp_path), "--run-id", run_id])
+
+    result = run("one-refuses")
+    assert result.exit_code == 0, result.output
+    said = " ".join(result.output.split())
+    assert said.count(f"server taken out of the rotation, it refused the run's settings: {wrong.url}") == 1, said
+    records = results(tmp_path / "one-refuses")
+    assert len(records) == 3 and all(r["final"] and not r["infrastructure"] for r in records), records
+    moves = [m for r in records for m in r["usage"].get("server_moves", [])]
+    assert moves and all((m["from"], m["to"], m["refused"]) == (wrong.url, good.url, True) for m in moves)
+    assert "HTTP 404" in moves[0]["reason"] and "does not exist" in moves[0]["reason"]
+    events = [json.loads(line) for line in (tmp_path / "one-refuses" / "events.jsonl").read_text().splitlines()]
+    assert [e["reason"].split(": ")[0] for e in events if e["event"] == "server_refused"] == [wrong.url]
+    log_text = (tmp_path / "one-refuses" / "run.log").read_text()
+    assert log_text.count(f"model server {wrong.url} refused this run's settings and was taken out") == 1
+    summary = json.loads((tmp_path / "one-refuses" / "summary.json").read_text())
+    assert list(summary["servers_refused"]) == [wrong.url]
+
+    good.policy = _refuses  # now every server refuses: the run stops at once, as with one server
+    stopped = run("all-refuse")
+    assert stopped.exit_code == 2, stopped.output
+    said = " ".join(stopped.output.split())
+    assert f"every server of the fleet refuses ({good.url}, {wrong.url})" in said or \
+        f"every server of the fleet refuses ({wrong.url}, {good.url})" in said, said
+    assert "--resume" in said
+    records = results(tmp_path / "all-refuse")
+    assert records and {(r["status"], r["final"]) for r in records} == {("endpoint_refused", False)}
+
+
+def test_a_server_taken_out_for_a_refusal_is_tried_again_after_its_cool_down(servers):
+    """A refused turn moves on, marked so; the server is left out while it cools down and
+    asked again after it (a restart with the right model serves). A refusal at one server and
+    an outage at the other is the fleet's outage (model_unavailable, retried), not a refusal
+    of the run's settings."""
+    from parallel_rollout.agents import ModelClient, ModelUnavailable
+
+    (wrong,) = servers(_refuses)
+    (good,) = servers(_echo)
+    urls = [wrong.url, good.url]
+    client = ModelClient(build_config({"agent": "openai", "mode": "gym", "base_url": urls, "max_retries": 1,
+                                       "server_cooldown": 600}))
+    client.backoff_base_s = 0.01
+    client.start(AttemptInfo("lake#0", 0))
+    assert client.chat([{"role": "user", "content": "go"}]).text == "<answer>Right</answer>"
+    (move,) = client.usage()["server_moves"]
+    assert (move["from"], move["to"], move["refused"]) == (wrong.url, good.url, True)
+    client.start(AttemptInfo("lake#1", 0))  # cooling down: not asked again
+    client.chat([{"role": "user", "content": "go"}])
+    assert len(wrong.requests) == 1 and client.usage()["server"] == good.url
+    client._route.pool.cooldown_s = 0  # its cool-down over (restarted with the right model meanwhile)
+    client._route.pool.refuse(wrong.url)
+    wrong.policy = _echo
+    client.start(AttemptInfo("lake#2", 0))
+    assert client.chat([{"role": "user", "content": "go"}]).text == "<answer>Right</answer>"
+    assert client.usage()["server"] == wrong.url and len(wrong.requests) == 2
+
+    wrong.policy = _refuses
+    good.policy = lambda body: {"status": 503, "message": "overloaded"}
+    client.start(AttemptInfo("lake#3", 0))
+    with pytest.raises(ModelUnavailable):
+        client.chat([{"role": "user", "content": "go"}])
+    good.policy, wrong.policy = _refuses, lambda body: {"status": 503, "message": "overloaded"}
+    client.start(AttemptInfo("lake#4", 0))  # the outage first, the refusal last: an outage still
+    with pytest.raises(ModelUnavailable, match=f"the other servers failed this turn .{wrong.url}"):
+        client.chat([{"role": "user", "content": "go"}])

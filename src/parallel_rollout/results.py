@@ -368,6 +368,8 @@ def summarize(
         },
         "vm": pool_stats,
         "usage": total_usage(records),
+        # a fleet's servers taken out for refusing the run's key or model: URL -> their answer
+        "servers_refused": refused_servers(records),
     }
     return summary
 
@@ -396,6 +398,19 @@ def carry_over(summary: dict[str, Any], earlier: dict[str, Any] | None,
     timing["wall"] = round(timing["wall"] + earlier_wall, 3)
     if summary.get("vm") is None and earlier is not None:
         summary["vm"] = earlier.get("vm")
+
+
+def refused_servers(records: Iterable[dict[str, Any]]) -> dict[str, str]:
+    """The servers of a fleet that refused the run's key or model and were taken out of the
+    rotation (a move marked ``refused`` in a record's ``usage.server_moves``): URL -> what it
+    answered, the first time."""
+    refused: dict[str, str] = {}
+    for record in records:
+        usage = record.get("usage")
+        for move in (usage.get("server_moves") or []) if isinstance(usage, dict) else []:
+            if isinstance(move, dict) and move.get("refused"):
+                refused.setdefault(str(move.get("from")), str(move.get("reason") or ""))
+    return refused
 
 
 #: the usage counters summed into summary.json (model-backed agents report them)

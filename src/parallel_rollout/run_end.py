@@ -182,6 +182,8 @@ def format_summary(summary: dict[str, Any], run_dir: Any) -> str:
     if usage.get("requests"):
         lines.append(f"model: {usage['requests']} requests ({usage.get('retries', 0)} retried), "
                      f"{usage.get('prompt_tokens', 0)} prompt + {usage.get('completion_tokens', 0)} completion tokens")
+    for url, answer in (summary.get("servers_refused") or {}).items():
+        lines.append(f"server taken out of the rotation, it refused the run's settings: {url} ({_elided(answer)})")
     vm = summary.get("vm")
     if vm:
         # a run whose every pool was lost has no pool's counters, only their size and states

@@ -26,10 +26,14 @@ class EndpointRefused(AgentError):
     """The model endpoint refused the run's settings (HTTP 401 or 403: the key; 404: the
     model, or the path under --base-url): no request can succeed until they are fixed, so it
     says nothing of the policy. Infrastructure: never graded; the batch runner stops the run
-    at the first one (exit 2), its attempts left to a resume (retries.REFUSING_STATUS)."""
+    at the first one (exit 2), its attempts left to a resume (retries.REFUSING_STATUS). With
+    several servers the client raises it only when every one refuses (servers.ServerPool.refuse)."""
 
     kind = "endpoint_refused"
     infrastructure = True
+    #: the HTTP status that refused (401, 403, 404); None when no server answered so (a key
+    #: missing before any request, a tokenizer that is not the served model's)
+    status: int | None = None
 
 
 class TokenizerMismatch(EndpointRefused):

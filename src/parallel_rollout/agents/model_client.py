@@ -15,7 +15,8 @@ What a call does for the agent:
 * **Routing.** Every request of an attempt goes to one server (several ``base_url``: the
   least-loaded at the attempt's start, ``servers.Route``) with the attempt's session id header;
   a server that refuses the connection, or whose retries run out, cools down and the call
-  moves on to another (``server_moves`` in the turn and in ``usage()``).
+  moves on to another (``server_moves`` in the turn and in ``usage()``); so does one that
+  refuses the key or the model (401, 403, 404) while another may serve it.
 * **Sampling.** The run config's temperature, max_tokens and ``sampling`` table, then the
   attempt's overrides (a scheduler's ``sampling=``), then the call's keyword arguments.
 * **Retries** (``retries.py``): 429, 5xx, timeouts, connection errors, malformed bodies, up to
@@ -307,6 +308,7 @@ class ModelClient:
         partial = None  # the reply sampled before a weight update, with partial_rollout
         server_aborts = (0, None)  # requests the server aborted in a row, at one policy version
         failed: list[str] = []  # the servers that failed this turn: it moves to each at most once
+        refused: list[str] = []  # those of them that refused the run's key or model (a fleet's)
         while True:
             sent = request
             if partial is not None:
@@ -325,6 +327,25 @@ class ModelClient:
                     raise error(f"{self.endpoint}: gave up after {self.max_retries + 1} requests for this turn "
                                 f"(--max-retries {self.max_retries}){where}; last error: {exc}") from None
                 move = self._route.move(f"{self.endpoint}: {exc}", exclude=failed)
+                self._use_server(self._route.url)
+                self._turn.setdefault("server_moves", []).append(move)
+            except EndpointRefused as exc:
+                # a fleet's server that refuses the key or the model is that server's settings
+                # (restarted with another model, a wrong entry): out of the rotation while
+                # another may serve; the run stops only when every server refuses
+                failed.append(self.base_url)
+                refused.append(self.base_url)
+                if exc.status is None or not self._route.can_leave_refusal(failed):
+                    if self._route.pool is None or exc.status is None:
+                        raise
+                    pool = self._route.pool
+                    if set(pool.urls) <= {*refused, *pool.refusing()}:
+                        raise EndpointRefused(f"every server of the fleet refuses ({', '.join(pool.urls)}); "
+                                              f"the last: {exc}") from None
+                    # another failed this turn without refusing (down, overloaded): it may come back
+                    raise ModelUnavailable(f"{exc}; the other servers failed this turn "
+                                           f"({', '.join(u for u in failed if u not in refused)})") from None
+                move = self._route.move(str(exc), exclude=failed, refused=True)
                 self._use_server(self._route.url)
                 self._turn.setdefault("server_moves", []).append(move)
             except streaming.Aborted as exc:

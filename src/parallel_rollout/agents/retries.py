@@ -80,7 +80,9 @@ def failure_of(exc: Exception, endpoint: str, model: str | None, base_url: str,
         if is_overflow(exc.status_code, exc.response.text):
             return ContextOverflow(f"{endpoint}: {problem}")
         if exc.status_code in REFUSING_STATUS:
-            return EndpointRefused(f"{endpoint}: {problem}; {refusal(exc.status_code, model, base_url)}")
+            refused = EndpointRefused(f"{endpoint}: {problem}; {refusal(exc.status_code, model, base_url)}")
+            refused.status = exc.status_code  # a fleet's other servers may still serve (ModelClient)
+            return refused
         if exc.status_code not in RETRYABLE_STATUS:
             return AgentError(f"{endpoint}: {problem} (not retried)")
         return Retryable(problem, parse_retry_after(exc.response.headers), unavailable=True)

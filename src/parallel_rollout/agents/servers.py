@@ -10,6 +10,9 @@ the affinity too::
     each request ── to that server, header {session_header: session id}
     a failure    ── ServerPool.fail(url) ──► out for server_cooldown; acquire() another,
                     the move recorded in the turn and the record (server_moves)
+    a refusal    ── ServerPool.refuse(url) ─► the same, marked refused: a server that answers
+                    401/403/404 (another model served there, a wrong entry) is that server's
+                    settings, not the fleet's; the run stops only when none is left to serve
     next reset   ── ServerPool.release(url)
 
 Load is the number of trajectories a server holds. The pool is one per set of URLs per
@@ -46,6 +49,8 @@ class ServerPool:
         self.cooldown_s = cooldown_s
         self._load = {url: 0 for url in self.urls}
         self._down_until = {url: 0.0 for url in self.urls}
+        #: until when each server counts as refusing the run's settings (``refuse``)
+        self._refused_until = {url: 0.0 for url in self.urls}
         self._lock = threading.Lock()
 
     def acquire(self, avoid: str | Collection[str] = (), turn: int = 0) -> str:
@@ -76,6 +81,27 @@ class ServerPool:
         """``url`` failed: leave it out of ``acquire`` for the cool-down."""
         with self._lock:
             self._down_until[url] = time.monotonic() + self.cooldown_s
+
+    def refuse(self, url: str) -> None:
+        """``url`` refused the run's key or model: out for the cool-down as a failed server
+        is, and counted as refusing meanwhile (``serving``); then tried again, as a server
+        restarted with the right model would serve."""
+        with self._lock:
+            self._down_until[url] = self._refused_until[url] = time.monotonic() + self.cooldown_s
+
+    def serving(self, avoid: str | Collection[str]) -> bool:
+        """Whether a server other than ``avoid`` may serve the run's settings: one not
+        refusing them now (up, or cooling down after another failure)."""
+        avoid = _urls(avoid)
+        with self._lock:
+            now = time.monotonic()
+            return any(u not in avoid and self._refused_until[u] <= now for u in self.urls)
+
+    def refusing(self) -> frozenset[str]:
+        """The servers that refused the run's settings within their cool-down."""
+        with self._lock:
+            now = time.monotonic()
+            return frozenset(u for u in self.urls if self._refused_until[u] > now)
 
     def available(self, avoid: str | Collection[str]) -> bool:
         """Whether a server other than ``avoid`` (a URL or several) is up (worth moving to)."""
@@ -156,15 +182,24 @@ class Route:
         failed the turn already)."""
         return self.pool is not None and self.pool.available({self.url, *exclude})
 
-    def move(self, reason: str, exclude: Collection[str] = ()) -> dict[str, object]:
-        """The current server failed: cool it down and go on at another, not one of
-        ``exclude``; the move made."""
+    def can_leave_refusal(self, exclude: Collection[str] = ()) -> bool:
+        """Whether another server, not one of ``exclude``, may serve what the current one
+        refused (one not refusing it too)."""
+        return self.pool is not None and self.pool.serving({self.url, *exclude})
+
+    def move(self, reason: str, exclude: Collection[str] = (), refused: bool = False) -> dict[str, object]:
+        """The current server failed (``refused``: refused the run's key or model): cool it
+        down and go on at another, not one of ``exclude`` (after a refusal, not one refusing
+        too); the move made (marked ``refused``)."""
         assert self.pool is not None
         old = self.url
-        self.pool.fail(old)
+        (self.pool.refuse if refused else self.pool.fail)(old)
         self.pool.release(old)
-        self.url = self.pool.acquire(avoid={old, *exclude}, turn=self.turn)
+        avoid = {old, *exclude, *(self.pool.refusing() if refused else ())}
+        self.url = self.pool.acquire(avoid=avoid, turn=self.turn)
         move = {"from": old, "to": self.url, "reason": reason, "at": round(time.time(), 4)}
+        if refused:
+            move["refused"] = True
         self.moves.append(move)
         return move
 
