@@ -180,8 +180,8 @@ def main() -> None:
               help="A preflight that starts nothing: load and check every task of --data (printing per "
                    "domain the tasks, the runnable ones and the unsupported features), the agent's settings "
                    "(the key), the provider's prerequisites (bwrap; docker's daemon and image; QEMU and its "
-                   "image), free disk, the run's own preparation and its folder (a resume's settings); exit 2 "
-                   "naming each thing missing.")
+                   "image; each remote machine's agent: the key, for osworld its screen), free disk, the run's "
+                   "own preparation and its folder (a resume's settings); exit 2 naming each thing missing.")
 @click.option("--print-config", is_flag=True,
               help="Print the resolved settings as JSON (defaults, then --config, then PARALLEL_ROLLOUT_* "
                    "variables, then flags; with --resume, the run's stored ones) and exit; nothing runs.")

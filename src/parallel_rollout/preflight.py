@@ -13,7 +13,9 @@
       │             agent's own check_endpoint, else its model client's endpoints)
       ├─ provider   its prerequisites (check_available: bwrap; the docker CLI and a daemon
       │             that answers; QEMU's binaries), for modes that run in a VM
-      ├─ machines   the remote provider's: each agent answers GET /platform with the key
+      ├─ machines   the remote provider's: each agent answers GET /platform with the key,
+      │             and has what its first boot checks (the desktop's size, /run_python
+      │             for --verify-reset), as it runs now
       ├─ guest      what the mode needs in the guest, where it is known before a boot
       │             (Env.check_guest: web's Chromium on this host for the process provider)
       ├─ cluster    --backend ray with --ray-address: the head node takes a TCP connection
@@ -92,9 +94,11 @@ def preflight(cfg: RunConfig, *, check_endpoint: bool = False) -> Preflight:
     if env_cls.needs_vm():
         _check("provider", lambda: _provider_ready(cfg), found)
         if cfg.provider_name == "remote" and cfg.vm_address:  # machines already running: do they answer?
-            from .pool.providers.remote import check_machines
+            from .pool.providers.remote_preflight import check_machines
 
-            _check("machines", lambda: check_machines(cfg.vm_address, cfg.vm_key_file, cfg.reset_command), found)
+            screen = (cfg.screen_width, cfg.screen_height) if getattr(env_cls, "needs_desktop", False) else None
+            _check("machines", lambda: check_machines(cfg.vm_address, cfg.vm_key_file, cfg.reset_command, screen,
+                                                      cfg.verify_reset), found)
         check_guest = getattr(env_cls, "check_guest", None)  # web: the Chromium a guest would use
         if check_guest is not None:
             _check("guest", lambda: check_guest(get_provider(cfg.provider_name).name or cfg.provider_name), found)

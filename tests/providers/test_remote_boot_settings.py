@@ -7,17 +7,20 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from conftest import read_results, write_tasks
 from parallel_rollout.cli import main
 from parallel_rollout.guest.client import GuestClient
 from providers.test_remote import AGENT, _free_port
+from providers.test_remote_desktop import desktop_agent
 
 #: the guest agent with some of its routes taken away (a server that lacks them)
 WITHOUT_ROUTES = """import sys
@@ -83,3 +86,43 @@ def test_a_verified_run_on_an_agent_without_run_python_stops_at_its_first_boot(t
     run = tmp_path / "out" / "r"
     assert len(_boots(run)) == 1  # no replacement booted
     assert [(r["status"], r["final"]) for r in read_results(run)] == [("vm_settings_mismatch", False)]
+
+
+@pytest.mark.skipif(not all(shutil.which(p) for p in ("Xvfb", "openbox", "xdotool")),
+                    reason="no Xvfb, openbox or xdotool for a desktop")
+def test_the_dry_run_finds_what_a_first_boot_would_stop_at(tmp_path):
+    """--dry-run asks each machine what its first boot checks: a screen of another size, no
+    desktop, no /run_python under --verify-reset. It said all was well of such machines (it
+    asked only GET /platform), and the run then stopped at their first boot."""
+    tasks = write_tasks(tmp_path / "o.jsonl", [
+        {"id": "t0", "mode": "osworld", "instruction": "nothing to do", "config": [],
+         "evaluator": {"func": "infeasible"}, "reference": ["FAIL"]}])
+
+    def dry(data: Path, *addresses: str, args: tuple[str, ...] = ("--reset-command", "none")):
+        return CliRunner().invoke(main, [
+            "--data", str(data), "--agent", "oracle", "--provider-name", "remote", "--use-vm-pool",
+            "--num-vms", str(len(addresses)), *(a for address in addresses for a in ("--vm-address", address)),
+            *args, "--output-dir", str(tmp_path / "out"), "--dry-run"])
+
+    (tmp_path / "plain").mkdir()
+    with desktop_agent(tmp_path, AGENT, size="1280x720") as port, \
+            agent(tmp_path / "plain", without=("/run_python",)) as plain:
+        small = f"127.0.0.1:{port}"
+        result = dry(tasks, small, plain)
+        assert result.exit_code == 2, result.output
+        said = " ".join(result.output.split())
+        assert (f"machines: the remote machines: http://{small} has a 1280x720 screen; the run asks for 1920x1080: "
+                "set the machine's screen to 1920x1080, or start a new run with --screen-width 1280 "
+                "--screen-height 720") in said, said
+        assert f"http://{plain} has no desktop: its agent answered POST /screen_size with 503" in said, said
+        assert "start it with --desktop 1920x1080, the run's screen" in said, said
+        fits = dry(tasks, small, args=("--reset-command", "none", "--screen-width", "1280", "--screen-height", "720",
+                                       "--verify-reset", "off"))
+        assert fits.exit_code == 0, fits.output
+        probed = dry(_shell_tasks(tmp_path), small, plain, args=("--reset-command", "true", "--verify-reset", "fast"))
+    assert probed.exit_code == 2, probed.output
+    said = " ".join(probed.output.split())
+    assert (f"machines: the remote machines: http://{plain}: its agent has no POST /run_python, which --verify-reset "
+            "fast runs its probe through (HTTP 404)") in said, said
+    assert small not in said, said  # this project's agent has it
+    assert not (tmp_path / "out").exists()

@@ -100,8 +100,6 @@ NO_RESET = "none"
 READY_ROUTE = "/platform"
 #: how long one health probe may take
 HEALTH_TIMEOUT_S = 2.0
-#: how long the dry run waits for each machine's agent to answer
-PREFLIGHT_TIMEOUT_S = 5.0
 #: how long one of the run's cleanup programs (``ProviderOptions.cleanup_programs``) may run
 #: on a machine before its reset, and at its stop (a Ctrl-C's stop waits for it)
 CLEANUP_TIMEOUT_S = 15.0
@@ -318,27 +316,8 @@ class RemoteProvider(Provider):
                               f"with {code}: {_tail(output)}")
 
     def _check_screen(self, info: VMInfo) -> None:
-        from ...guest.client import GuestClient
-
-        where, want = shown_address(info.address), (self.options.screen_width, self.options.screen_height)
-        client = GuestClient(info.address, timeout_s=10.0)
-        try:
-            answer = client.request("POST", "/screen_size", timeout=10.0, check=False)
-            if answer.status == NO_DESKTOP:  # our agent started without --desktop: no reset gives it one
-                raise VMSettingsMismatch(f"VM {info.vm_id} ({where}) has no desktop: its agent answered POST "
-                                         f"/screen_size with {NO_DESKTOP} ({answer.text[:200]}); start it with "
-                                         f"--desktop {want[0]}x{want[1]}, the run's screen")
-            client.check_answer("POST", "/screen_size", answer)  # another failure, as for any route
-            size = answer.json()
-            have = (int(size["width"]), int(size["height"]))
-        except (GuestUnreachable, VMError, ValueError, KeyError, TypeError) as exc:
-            raise VMError(f"VM {info.vm_id} ({where}) has no usable desktop: "
-                          f"POST /screen_size failed: {exc}") from None
-        if tuple(have) != want:  # no reset or other boot changes the machine's screen
-            raise VMSettingsMismatch(f"VM {info.vm_id} ({where}) has a {have[0]}x{have[1]} screen; the run asks "
-                                     f"for {want[0]}x{want[1]}: set the machine's screen to {want[0]}x{want[1]}, "
-                                     f"or start a new run with --screen-width {have[0]} --screen-height {have[1]} "
-                                     "(a resume keeps the run's size)")
+        check_screen(info.address, f"VM {info.vm_id} ({shown_address(info.address)})",
+                     (self.options.screen_width, self.options.screen_height))
 
 
 # --------------------------------------------------------------------------- helpers
@@ -360,37 +339,29 @@ def check_placeholders(command: str) -> None:
                           + ", ".join(f"{{{name}}}" for name in known) + " (other braces are left as they are)")
 
 
-def check_machines(addresses: tuple[str, ...], key_file: str | None, reset_command: str | None) -> str:
-    """The dry run's look at the machines, which starts and resets nothing: each agent answers
-    GET /platform with the run's key (``--vm-key-file``) within PREFLIGHT_TIMEOUT_S, all asked
-    at once. ConfigError naming every agent that refuses the key and, with ``--reset-command
-    none`` (nothing would bring it up), every one that does not answer: such a run boots each
-    VM until the replacement budget is spent, a minute a boot (--boot-timeout-s), then stops.
-    With a reset command, a machine that does not answer yet may be one it starts."""
-    from concurrent.futures import ThreadPoolExecutor
-
+def check_screen(address: str, machine: str, want: tuple[int, int]) -> None:
+    """That the agent at ``address`` (keyed) has a desktop of ``want`` (width, height), what a
+    first boot of a desktop run checks: VMSettingsMismatch when it has none (503) or one of
+    another size, no reset or other boot changes that; VMError when it cannot tell.
+    ``machine`` names it in the messages (``VM vm-0 (http://…)``)."""
     from ...guest.client import GuestClient
 
-    key, plain = read_key(key_file), [normalize_address(a) for a in addresses]
-    resets = reset_command is not None and reset_command.strip().lower() != NO_RESET
-
-    def ask(address: str) -> str | None:
-        try:
-            answer = GuestClient(keyed_address(address, key) if key else address).request(
-                "GET", READY_ROUTE, timeout=PREFLIGHT_TIMEOUT_S, check=False)
-        except GuestUnreachable as exc:
-            return None if resets else f"{exc} (with --reset-command none nothing starts it: start its agent first)"
-        if answer.status == 401:
-            return key_refused(address, key_file)
-        if answer.status != 200 or not answer.body.strip():
-            return f"{address} answered GET {READY_ROUTE} with HTTP {answer.status}, not a guest agent's answer"
-        return None
-
-    with ThreadPoolExecutor(max_workers=min(16, len(plain))) as pool:
-        problems = [problem for problem in pool.map(ask, plain) if problem]
-    if problems:
-        raise ConfigError("the remote machines: " + "; ".join(problems))
-    return f"the {len(plain)} remote machine(s) " + ("answer or are left to --reset-command" if resets else "answer")
+    client = GuestClient(address, timeout_s=10.0)
+    try:
+        answer = client.request("POST", "/screen_size", timeout=10.0, check=False)
+        if answer.status == NO_DESKTOP:  # our agent started without --desktop: no reset gives it one
+            raise VMSettingsMismatch(f"{machine} has no desktop: its agent answered POST /screen_size with "
+                                     f"{NO_DESKTOP} ({answer.text[:200]}); start it with --desktop "
+                                     f"{want[0]}x{want[1]}, the run's screen")
+        client.check_answer("POST", "/screen_size", answer)  # another failure, as for any route
+        size = answer.json()
+        have = (int(size["width"]), int(size["height"]))
+    except (GuestUnreachable, VMError, ValueError, KeyError, TypeError) as exc:
+        raise VMError(f"{machine} has no usable desktop: POST /screen_size failed: {exc}") from None
+    if tuple(have) != want:  # no reset or other boot changes the machine's screen
+        raise VMSettingsMismatch(f"{machine} has a {have[0]}x{have[1]} screen; the run asks for {want[0]}x{want[1]}: "
+                                 f"set the machine's screen to {want[0]}x{want[1]}, or start a new run with "
+                                 f"--screen-width {have[0]} --screen-height {have[1]} (a resume keeps the run's size)")
 
 
 def key_refused(address: str, key_file: str | None) -> str:

@@ -24,6 +24,16 @@ from .verify import DESKTOP_LAZY, HostView, file_sha256, tree_fingerprint
 PROBE_TAIL_CHARS = 2_000_000
 
 
+#: what an agent without the probe's route answers it (OSWorld's server: no /run_python)
+NO_ROUTE = (404, 405)
+
+
+def no_probe_route(mode: str, answered: str) -> str:
+    """What to say of a machine whose agent ``answered`` the probe's route as having none."""
+    return (f"its agent has no POST /run_python, which --verify-reset {mode} runs its probe through ({answered}): "
+            "run this project's guest agent there (guest/server.py), or --verify-reset off (a resume may give it)")
+
+
 class ProbeUnusable(LookupError):
     """The machine cannot be checked by the probe, and no reset or other boot changes that: its
     agent has no ``POST /run_python`` (OSWorld's server), or it holds more than the probe's
@@ -45,11 +55,9 @@ class GuestView(HostView):
                 _probe_source(self.home, self.mode == "full"), timeout=60.0, isolated=True,
                 tail=PROBE_TAIL_CHARS)
         except GuestRequestError as exc:
-            if exc.status not in (404, 405):  # no such route: not this project's agent
+            if exc.status not in NO_ROUTE:
                 raise LookupError(f"the VM's agent did not answer the reset probe: {exc}") from None
-            raise ProbeUnusable(f"its agent has no POST /run_python, which --verify-reset {self.mode} runs its "
-                                f"probe through ({exc}): run this project's guest agent there (guest/server.py), "
-                                "or --verify-reset off (a resume may give it)") from None
+            raise ProbeUnusable(no_probe_route(self.mode, str(exc))) from None
         except Exception as exc:  # noqa: BLE001 - unreachable, refused: a difference
             raise LookupError(f"the VM's agent did not answer the reset probe: {exc}") from None
         output = result.get("output") or ""
