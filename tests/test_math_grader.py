@@ -9,12 +9,14 @@ import logging
 import os
 import re
 import resource
+import secrets
 import shutil
 import signal
 import subprocess
 import sys
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import psutil
@@ -226,6 +228,42 @@ def test_a_grader_stopped_from_outside_past_its_deadline_is_not_the_answers_time
         timer.cancel()
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
     assert grade("\\frac{1}{2}", "0.5")["correct"]
+
+
+@contextmanager
+def cpu_share(pid: int, percent: int):
+    """``pid`` in a child of our own cpu cgroup allowed ``percent`` % of one CPU: the share a
+    busy machine leaves it. Root only; removed after."""
+    from parallel_rollout.pool.providers import cgroups
+
+    if os.geteuid() != 0 or "cpu" not in cgroups.available():
+        pytest.skip("needs root and a working cpu cgroup")
+    hierarchy = cgroups._probe()[0]["cpu"]
+    path = hierarchy.root / f"pr-busy-{os.getpid()}-{secrets.token_hex(3)}"
+    path.mkdir()
+    try:
+        if hierarchy.version == 2:
+            (path / "cpu.max").write_text(f"{percent * 1000} 100000")
+        else:
+            (path / "cpu.cfs_period_us").write_text("100000")
+            (path / "cpu.cfs_quota_us").write_text(str(percent * 1000))
+        (path / "cgroup.procs").write_text(str(pid))
+        yield
+    finally:
+        if psutil.pid_exists(pid):
+            (hierarchy.root / "cgroup.procs").write_text(str(pid))
+        cgroups.remove_paths([str(path)], parents=False)
+
+
+def test_a_grading_a_busy_machine_gave_no_cpu_until_its_deadline_is_not_the_answers_timeout():
+    """The deadline counts the grader's CPU seconds: a grader held to 5% of a CPU (a busy
+    machine's share) that used less than its deadline in 6 times it could not run: ``GraderKilled``
+    (retried), not the answer's ``timeout`` (a grading that used its deadline is: the test above)."""
+    assert grade("5", "5")["correct"]
+    (pid,) = grader_pids()
+    with cpu_share(pid, 5), pytest.raises(GraderKilled, match=r"CPU seconds of its 0.5s deadline in 3s: the machine was too busy"):
+        grade("4^{2^{25}}", "2^{2^{26}}", timeout_s=0.5)
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
 
 
 def test_a_grader_that_cannot_start_is_infrastructure_not_the_answers_0(monkeypatch):

@@ -7,8 +7,8 @@
                           │ math-verify imported and its LaTeX parser built once, ~1 s)
                           ▼
                         grader process ── one JSON line in, one JSON line out per grading
-                          └─ past timeout_s: SIGKILLed; the grading is ``timeout``, and the
-                             next one starts a fresh grader
+                          └─ past timeout_s of its CPU: SIGKILLed; the grading is ``timeout``,
+                             and the next one starts a fresh grader
 
 Why a process: math-verify bounds its work with ``signal.alarm``, which Python allows only
 on the main thread, and envs run on a worker's loop threads; and a short answer can be
@@ -39,7 +39,8 @@ infrastructure, retried, never the answer's 0. So is a grader found dead before 
 handed the answer, one that could not be started (spawning failed: EAGAIN, ENOMEM), did not
 start within ``STARTUP_TIMEOUT_S`` or ended as it started (no answer in it yet; math-verify's
 own reported error at start stays ``grader_error``), and one that reached its deadline
-stopped (SIGSTOP) or traced from outside: it could not run.
+stopped (SIGSTOP) or traced from outside, or starved of CPU (``STARVED_WALL_FACTOR``): it
+could not run.
 """
 
 from __future__ import annotations
@@ -66,10 +67,16 @@ DEFAULT_GRADE_TIMEOUT_S = 5.0
 STARTUP_TIMEOUT_S = 120.0
 #: CPU seconds one grading may use before the kernel stops its grader, even as an orphan
 _CPU_LIMIT_S = 30
+#: a grading's deadline counts its grader's CPU seconds; this many times the deadline in wall
+#: time is how long it may wait for CPU a busy machine does not give it (past it, a grader that
+#: used less than its deadline could not run: not the answer's ``timeout``)
+STARVED_WALL_FACTOR = 6
 #: MB of address space a grading may take beyond what its grader holds as it begins (~90 MB warmed up)
 MEMORY_LIMIT_MB = 256
 #: signals a grader raises on itself when its grading faults: the answer's doing
 _CRASH_SIGNALS = frozenset({signal.SIGSEGV, signal.SIGABRT, signal.SIGBUS, signal.SIGFPE, signal.SIGILL})
+#: seconds of one clock tick, the unit of /proc/PID/stat's CPU times
+_TICK_S = 1 / os.sysconf("SC_CLK_TCK")
 #: what to do when math-verify is missing
 INSTALL_HINT = "math-verify is not installed: pip install 'parallel-rollout[math]'"
 
@@ -310,19 +317,32 @@ class Grader:
             self.proc.stdin.flush()
         except OSError as exc:  # dead before it had the answer: not the answer's doing
             raise GraderKilled(f"the math grader is gone: {exc} (status {self.proc.poll()})") from None
+        cpu_before = self._cpu_s()
         try:
-            result = self._read_line(timeout_s)
+            result = self._read_line(timeout_s, cpu_before)
         except GraderDied as died:
             if died.code == -signal.SIGKILL and oom_before is not None:
                 died.oom_killed = (oom_kills(self.oom_file) or 0) > oom_before
             raise
         if result is None:
-            stopped = self._stopped()
+            stopped, used = self._stopped(), self._cpu_s() - cpu_before
             self.kill()
             if stopped:  # the answer cannot stop it: its deadline passed while it could not run
                 raise GraderKilled(f"the math grader was {stopped} from outside during a grading "
                                    f"and reached its deadline ({timeout_s:g}s)")
+            if used < timeout_s - _TICK_S:  # a busy machine gave it no CPU: it could not run
+                raise GraderKilled(f"the math grader had {used:.2f} CPU seconds of its {timeout_s:g}s deadline "
+                                   f"in {timeout_s * STARVED_WALL_FACTOR:g}s: the machine was too busy to grade")
         return result
+
+    def _cpu_s(self) -> float:
+        """The CPU seconds the grader has used (0 once it cannot be read: gone)."""
+        try:
+            with open(f"/proc/{self.proc.pid}/stat", "rb") as stat:
+                fields = stat.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            return 0.0
+        return (int(fields[11]) + int(fields[12])) * _TICK_S
 
     def _stopped(self) -> str | None:
         """``stopped`` or ``traced`` when the grader is (SIGSTOP, ptrace), else None."""
@@ -335,13 +355,22 @@ class Grader:
             return "traced"
         return "stopped" if fields.get("State", "")[:1] in ("T", "t") else None
 
-    def _read_line(self, timeout_s: float) -> dict[str, Any] | None:
-        deadline = time.monotonic() + timeout_s
+    def _read_line(self, timeout_s: float, cpu_before: float | None = None) -> dict[str, Any] | None:
+        """The grader's answer; None past ``timeout_s``, or with ``cpu_before`` past ``timeout_s``
+        CPU seconds since then, stopped, or ``STARVED_WALL_FACTOR`` times ``timeout_s`` in all."""
+        now = time.monotonic()
+        deadline, last = now + timeout_s, now + timeout_s * STARVED_WALL_FACTOR
         fd = self.proc.stdout.fileno()
         while b"\n" not in self._buffer:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                return None
+                if cpu_before is None:
+                    return None
+                left = timeout_s - (self._cpu_s() - cpu_before)
+                if left < _TICK_S or time.monotonic() >= last or self._stopped():
+                    return None
+                deadline = min(time.monotonic() + left, last)  # the CPU a busy machine did not give it
+                continue
             if not readable_within(fd, remaining):  # poll: any fd, select() none above 1023
                 continue
             chunk = os.read(fd, 65536)
