@@ -632,3 +632,28 @@ def test_a_batch_put_back_takes_no_tags_share_and_the_next_batches_keep_the_shar
     tags = [[t.tag for t in train.get_batch(batch_size=1, step=step, timeout=30)] for step in range(3)]
     assert tags == [["tiny"], ["other"], ["tiny"]]
     assert train.stats()["dropped_unreadable"] == 1
+
+
+def test_a_partial_batch_under_batch_partition_is_what_passed_and_the_short_tag_is_owed(shared, sibling):
+    """batch_partition=[1, 1] with filter_fallback='partial': the filter dropped the group of
+    the tag the batch wanted and the other tag's passed. Each look at the ready groups while
+    get_batch waited counted a batch toward the shares, an empty one too, and only that drift
+    let the other tag's group out (without it the call waited for ever on a tag nothing would
+    start). The batch is what passed, and the tag it lacked is owed its share."""
+    sets = {**tiny(shared), **lake_set(shared[3], name="other", desc=TINY, max_steps=2)}
+    dropped = []
+
+    def drop_the_first_tiny(group):
+        if group[0].tag == "tiny" and not dropped:
+            dropped.append(group[0].group_id)
+            return True
+        return False
+
+    train = sibling(EnvManagerConfig(group_size=2, num_env_groups=2, tags=["tiny", "other"], task_sets=sets),
+                    async_generation_ratio=1, batch_partition=[1, 1], group_filter=drop_the_first_tiny,
+                    max_filtered_groups=0, filter_fallback="partial")
+    batch = train.get_batch(batch_size=2, step=0, timeout=30)
+    assert dropped and [t.tag for t in batch] == ["other", "other"]
+    assert train.state_dict()["shares"] == {"tiny": 0.5, "other": -0.5}  # tiny is owed the half it lacked
+    tags = [t.tag for step in (1, 2, 3) for t in train.get_batch(batch_size=2, step=step, timeout=30)][::2]
+    assert tags == ["tiny", "tiny", "other"], tags  # over the four batches, two each

@@ -33,9 +33,14 @@ class ReadyBatches:
             if (len(mine) < count or self._last_chance_running(count, tag)) and not partial:
                 return None
             chosen += mine
+        if partial:  # the filter's fallback: the groups that passed, of any tag (none starts for a short one)
+            chosen += [g for g in self._ready if g not in chosen][:need - len(chosen)]
+        if not chosen:
+            return None  # no batch: nothing counted toward the shares
         taken = {g.group_id for g in chosen}
         self._ready = [g for g in self._ready if g.group_id not in taken]
-        self.batch_partition.take(need)  # its rounding is carried to the next batches
+        given = {tag: sum(1 for g in chosen if g.tag == tag) for tag in wanted}
+        self.batch_partition.take(need, given)  # its rounding, and a partial batch's shortfall, carried on
         return sorted(chosen, key=lambda g: g.group_id)
 
     def _last_chance_running(self, need: int, tag: str | None = None) -> bool:

@@ -247,10 +247,14 @@ class BatchShares:
                 total[tag] += count
         return total
 
-    def take(self, groups: int) -> None:
-        """A batch of ``groups`` was taken: carry its rounding to the next."""
+    def take(self, groups: int, given: dict[str, int] | None = None) -> None:
+        """A batch of ``groups`` was taken: carry its rounding to the next. ``given``: the
+        groups per tag it held, when not its shares (a partial batch): what a tag lacked is
+        owed to it, what it got past its share owed by it."""
         self._before = dict(self.credit)
-        _rounded(self.weights, groups, self.credit)
+        shares = _rounded(self.weights, groups, self.credit)
+        for tag, count in (given or shares).items():
+            self.credit[tag] += shares[tag] - count
 
     def put_back(self) -> None:
         """The batch last taken was not handed out (``batches._put_back``): its rounding is
