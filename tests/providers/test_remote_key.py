@@ -15,10 +15,13 @@ import json
 import os
 import re
 import shlex
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import uuid
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -120,6 +123,44 @@ def test_the_key_in_the_environment_leaves_it(tmp_path):
     finally:
         proc.kill()
         proc.wait()
+
+
+def _agent_says(tmp_path, *args: str) -> str:
+    """What the guest agent started with ``args`` says on stderr by the time it answers."""
+    port, log = _free_port(), tmp_path / f"agent-{uuid.uuid4().hex[:6]}.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen([sys.executable, "-I", str(AGENT), "--host", "127.0.0.1", "--port", str(port), *args],
+                                env={"PATH": os.environ["PATH"], "HOME": str(tmp_path)}, cwd=tmp_path,
+                                stdin=subprocess.DEVNULL, stdout=out, stderr=out)
+    try:
+        GuestClient(keyed_address(f"http://127.0.0.1:{port}", KEY)).wait_ready(15)
+    finally:
+        proc.kill()
+        proc.wait()
+    return log.read_text()
+
+
+def test_an_agent_whose_commands_can_read_its_key_file_says_so(tmp_path):
+    """The README's agent started with --key-file and no --run-as: every command it runs can
+    read the key (`cat ~/agent.key` put it in the run's trajectory and report), and it said
+    nothing of it. It says so now; a file its --run-as user cannot read is kept quiet."""
+    key_file = tmp_path / "agent.key"
+    key_file.write_text(KEY + "\n")
+    key_file.chmod(0o600)
+    said = _agent_says(tmp_path, "--key-file", str(key_file))
+    assert f"warning: the commands this agent runs can read --key-file {key_file}: one that prints it puts the " \
+           "key in what it answers" in said, said
+    assert KEY not in said
+    if os.geteuid() != 0 or not shutil.which("setpriv"):
+        return
+    with tempfile.TemporaryDirectory(dir="/tmp") as shared:  # the run-as user may look in it (not in pytest's)
+        os.chmod(shared, 0o755)
+        key_file = Path(shared, "agent.key")
+        key_file.write_text(KEY + "\n")
+        key_file.chmod(0o600)  # root's alone
+        assert "warning" not in _agent_says(tmp_path, "--key-file", str(key_file), "--run-as", "65534:65534")
+        key_file.chmod(0o644)
+        assert "can read --key-file" in _agent_says(tmp_path, "--key-file", str(key_file), "--run-as", "65534:65534")
 
 
 def test_a_run_with_the_key_works_and_keeps_it_out_of_its_folder(keyed, tmp_path):

@@ -160,7 +160,8 @@ _USAGE = """usage: server.py [--unix PATH | --listen-fd FD | --host HOST --port 
                    alone in its own pid namespace (without it, its descendants only)
 --key-file FILE    answer only connections that say this file's key first (a PR-KEY line:
                    the runner's --vm-key-file), others 401; or the key in $%s,
-                   which the agent takes out of its environment (its commands never see it)""" % KEY_ENV
+                   which the agent takes out of its environment (its commands never see it);
+                   a warning when its commands can read the file (no --run-as user kept out)""" % KEY_ENV
 _OPTIONS = {"--unix": str, "--listen-fd": int, "--host": str, "--port": int, "--ready-fd": int,
             "--max-body-mb": float, "--limit-as": int, "--limit-nproc": int, "--desktop": str, "--run-as": str,
             "--seed-home": str, "--seccomp": str, "--key-file": str, "--display": str}
@@ -297,10 +298,31 @@ def _key(path: str | None) -> bytes | None:
     return key.encode()
 
 
+def _commands_read(path: str, run_as: str | None) -> bool:
+    """Whether the commands the agent runs can read the file ``path``: as its own user (no
+    ``--run-as``) they can; as ``run_as``'s (UID:GID), what ``test -r`` says as that user."""
+    uid, _, gid = (run_as or "").partition(":")
+    if not run_as:
+        return True
+    if not (uid.isdigit() and gid.isdigit()) or not _which("setpriv"):
+        return False  # refused below
+    import subprocess
+
+    return subprocess.run(["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "/bin/sh", "-c",
+                           'test -r "$0"', path], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL).returncode == 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Serve until killed."""
     args = _parse_args(sys.argv[1:] if argv is None else argv)
     key = _key(args["key_file"])
+    if args["key_file"] and _commands_read(args["key_file"], args["run_as"]):
+        # with the key a command's output (a run's trajectory) carries, anything drives the agent
+        agent_http.log(f"warning: the commands this agent runs can read --key-file {args['key_file']}: one that "
+                       "prints it puts the key in what it answers (a run's results), and with it anything that "
+                       "reaches this port drives the agent; keep the file where they cannot read it (--run-as "
+                       f"another user), or give the key in ${KEY_ENV} and keep no copy they can read")
     if args["seccomp"]:
         _load_seccomp(args["seccomp"])
     agent_http.verbose = args["verbose"]
