@@ -69,9 +69,40 @@ def wait_window(client: GuestClient, word: str, timeout: float = 90.0) -> str:
         time.sleep(0.5)
 
 
-def test_chrome_steps_of_osworld_reach_devtools_on_9222(desktop):
-    # the first two config steps of OSWorld's chrome tasks, as they are
-    steps.run_steps(env_on(desktop), [
+SET_DO_NOT_TRACK = """
+import json, time
+body = None
+while body is None:
+    try:
+        body = http_get(9222, "/json/version", 2.0)[1]
+    except OSError:
+        time.sleep(0.5)
+browser = Socket(json.loads(body)["webSocketDebuggerUrl"], timeout=30)
+target = browser.call("Target.createTarget", url="chrome://settings/privacy")["targetId"]
+while True:  # the settings page, once its scripts are there
+    page = [t for t in json.loads(http_get(9222, "/json/list", 5.0)[1]) if t["id"] == target][0]
+    tab = Socket(page["webSocketDebuggerUrl"], timeout=30)
+    done = tab.call("Runtime.evaluate", awaitPromise=True, returnByValue=True, expression=
+                    "window.chrome && chrome.settingsPrivate ? new Promise(r => chrome.settingsPrivate"
+                    ".setPref('enable_do_not_track', true, '', r)) : false")
+    if done["result"].get("value"):
+        break
+    time.sleep(0.3)
+print("set")
+"""
+
+
+def test_chrome_steps_of_osworld_reach_devtools_on_9222_and_its_pkill_chrome_stops_chromium(desktop):
+    """The first two config steps of OSWorld's chrome tasks, as they are; then a setting
+    changed in the browser's settings page and the tasks' postconfig, which stops Chrome
+    (``pkill chrome``: Chrome writes its profile at exit) and starts it again before a getter
+    reads Preferences. Chromium, running for Chrome, was not stopped (its name is another), so
+    the setting was not yet in Preferences: graded false (task 030eeff7, Do Not Track)."""
+    from parallel_rollout.envs.osworld.getters.browser_profile import get_enable_do_not_track
+    from parallel_rollout.envs.web.env import driver_source
+
+    env = env_on(desktop)
+    steps.run_steps(env, [
         {"type": "launch", "parameters": {"command": ["google-chrome", "--remote-debugging-port=1337"]}},
         {"type": "launch", "parameters": {"command": ["socat", "tcp-listen:9222,fork", "tcp:localhost:1337"]}},
     ], "config")
@@ -79,6 +110,13 @@ def test_chrome_steps_of_osworld_reach_devtools_on_9222(desktop):
     assert answer["status"] == "success", answer
     assert answer["output"].startswith(("Chrome/", "HeadlessChrome/", "Chromium/"))
     wait_window(desktop, "chromium")
+    answer = desktop.run_python(driver_source() + SET_DO_NOT_TRACK, timeout=90)
+    assert answer["output"].strip().endswith("set"), answer
+    steps.run_steps(env, [  # the task's postconfig (less its 3 s sleep)
+        {"type": "launch", "parameters": {"command": ["pkill", "chrome"]}},
+        {"type": "launch", "parameters": {"command": ["google-chrome", "--remote-debugging-port=1337"]}},
+    ], "postconfig")
+    assert get_enable_do_not_track(env, {}) == "true"
 
 
 def test_ctrl_alt_t_opens_a_terminal_as_on_ubuntu(desktop):

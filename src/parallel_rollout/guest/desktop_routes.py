@@ -173,10 +173,47 @@ def devtools_mapped(command):
     return mapped(command) if isinstance(command, str) else [mapped(part) for part in command]
 
 
+#: the names OSWorld's tasks stop Chrome by (``pkill chrome`` before a getter reads its profile:
+#: Chrome writes Preferences, Bookmarks and History at exit, a setting changed a moment ago only
+#: then); Chromium, which runs for it (APP_ALIASES), is named otherwise and went on running
+CHROME_NAMES = ("chrome", "google-chrome", "google-chrome-stable")
+#: seconds /setup/launch of such a pkill waits for Chromium to have exited
+BROWSER_EXIT_TIMEOUT_S = 15.0
+
+
+def stopping_chromium(command):
+    """``command`` made to stop Chromium too, when it is a ``pkill``/``killall`` of Chrome on a
+    VM where Chromium runs for Chrome; None for any other."""
+    import shutil
+
+    if not isinstance(command, list) or os.path.basename(command[0]) not in ("pkill", "killall"):
+        return None
+    browser = CHROME_AS_CHROMIUM[0]
+    if not any(part in CHROME_NAMES for part in command[1:]) or shutil.which("google-chrome") \
+            or not shutil.which(browser):
+        return None
+    if os.path.basename(command[0]) == "killall":
+        return [*command, browser]
+    return [f"{part}|{browser}" if part in CHROME_NAMES else part for part in command]  # a regex
+
+
+def _await_exit(started: subprocess.Popen, name: str) -> None:
+    """Wait (BROWSER_EXIT_TIMEOUT_S at most) for ``started`` and then every process ``name``
+    to have exited: the next step's launch starts a browser afresh, on the files it wrote."""
+    deadline = time.monotonic() + BROWSER_EXIT_TIMEOUT_S
+    try:
+        started.wait(BROWSER_EXIT_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return
+    while time.monotonic() < deadline and helper(["pgrep", "-x", name], check=False).returncode == 0:
+        time.sleep(0.2)
+
+
 def route_launch(req):
     """POST /setup/launch: start a command without waiting for it; 404 "app not installed"
     when its program is missing. OSWorld's DevTools ports in it become this desktop's
-    (claim_devtools_ports)."""
+    (claim_devtools_ports); a ``pkill chrome`` stops Chromium too and answers once it has
+    exited (stopping_chromium)."""
     require_desktop()
     body = _json(req)
     command, shell = body.get("command"), bool(body.get("shell", False))
@@ -187,17 +224,21 @@ def route_launch(req):
     if not command or not (isinstance(command, str) or all(isinstance(p, str) for p in command)):
         return 400, {"status": "error", "message": "field 'command' must be a string or a list of strings"}
     command = devtools_mapped(command)
+    stops = stopping_chromium(command)
+    command = stops or command
     if isinstance(command, list):
         command = resolve_app([os.path.expanduser(p) if p.startswith("~") else p for p in command])
     argv, shell = wrapped(command, shell)  # as the commands' user, like /execute
     if argv is None:
         raise DesktopError(404, f"app not installed: {command[0]} is not in this VM")
     try:
-        subprocess.Popen(argv, shell=shell, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                         stderr=subprocess.DEVNULL, start_new_session=True,
-                         cwd=os.environ.get("HOME"))
+        started = subprocess.Popen(argv, shell=shell, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.DEVNULL, start_new_session=True,
+                                   cwd=os.environ.get("HOME"))
     except OSError as exc:
         return 500, {"status": "error", "message": f"cannot launch {command!r}: {exc}"}
+    if stops:
+        _await_exit(started, CHROME_AS_CHROMIUM[0])
     return 200, f"{command} launched successfully"
 
 
