@@ -524,40 +524,48 @@ def test_cli_a_fleet_server_that_refuses_the_model_is_taken_out_and_the_run_goes
                                                                                     monkeypatch):
     """One server of the fleet answers 404 (it serves another model): it is taken out of the
     rotation, named once (console, events.jsonl, summary), and its trajectories go on at the
-    other; it stopped the whole run (exit 2) as a refusal on a single endpoint does. Only
-    when every server refuses does the run stop so, nothing graded, resumable."""
+    others; it stopped the whole run (exit 2) as a refusal on a single endpoint does. A server
+    that does not answer at all (a fleet entry with a wrong port) is named too: only
+    results.jsonl said so. Only when every server refuses does the run stop, nothing graded,
+    resumable."""
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     (good,) = servers(_echo)
     (wrong,) = servers(_refuses)
+    (dead,) = servers(_echo)
+    dead.stop()
 
-    def run(run_id: str):
+    def run(run_id: str, *urls: str):
         return CliRunner().invoke(main, [
             "run", "--mode", "gym", "--data", "frozenlake", "--limit", "3", "--agent", "openai", "--max-turns", "1",
-            "--num-rollouts", "1", "--base-url", wrong.url, "--base-url", good.url, "--no-progress",
+            "--num-rollouts", "1", *[arg for url in urls for arg in ("--base-url", url)], "--no-progress",
             "--output-dir", str(tmp_path), "--run-id", run_id])
 
-    result = run("one-refuses")
+    # one worker: its first trajectory starts at the first server, refused, then the dead one
+    result = run("one-refuses", wrong.url, dead.url, good.url)
     assert result.exit_code == 0, result.output
     said = " ".join(result.output.split())
     assert said.count(f"server taken out of the rotation, it refused the run's settings: {wrong.url}") == 1, said
+    assert said.count(f"server left out for its cool-down, it failed: {dead.url}") == 1, said
     records = results(tmp_path / "one-refuses")
     assert len(records) == 3 and all(r["final"] and not r["infrastructure"] for r in records), records
     moves = [m for r in records for m in r["usage"].get("server_moves", [])]
-    assert moves and all((m["from"], m["to"], m["refused"]) == (wrong.url, good.url, True) for m in moves)
+    assert [(m["from"], m["to"], m.get("refused", False)) for m in moves] == [
+        (wrong.url, dead.url, True), (dead.url, good.url, False)]
     assert "HTTP 404" in moves[0]["reason"] and "does not exist" in moves[0]["reason"]
     events = [json.loads(line) for line in (tmp_path / "one-refuses" / "events.jsonl").read_text().splitlines()]
-    assert [e["reason"].split(": ")[0] for e in events if e["event"] == "server_refused"] == [wrong.url]
+    assert [(e["event"], e["reason"].split(": ")[0]) for e in events if e["event"].startswith("server_")] == [
+        ("server_refused", wrong.url), ("server_failed", dead.url)]
     log_text = (tmp_path / "one-refuses" / "run.log").read_text()
     assert log_text.count(f"model server {wrong.url} refused this run's settings and was taken out") == 1
+    assert log_text.count(f"model server {dead.url} failed") == 1
     summary = json.loads((tmp_path / "one-refuses" / "summary.json").read_text())
-    assert list(summary["servers_refused"]) == [wrong.url]
+    assert list(summary["servers_refused"]) == [wrong.url] and list(summary["servers_failed"]) == [dead.url]
 
     good.policy = _refuses  # now every server refuses: the run stops at once, as with one server
-    stopped = run("all-refuse")
+    stopped = run("all-refuse", wrong.url, good.url)
     assert stopped.exit_code == 2, stopped.output
     said = " ".join(stopped.output.split())
-    assert f"every server of the fleet refuses ({good.url}, {wrong.url})" in said or \
-        f"every server of the fleet refuses ({wrong.url}, {good.url})" in said, said
+    assert f"every server of the fleet refuses ({wrong.url}, {good.url})" in said, said
     assert "--resume" in said
     records = results(tmp_path / "all-refuse")
     assert records and {(r["status"], r["final"]) for r in records} == {("endpoint_refused", False)}

@@ -206,7 +206,8 @@ def main() -> None:
 @click.option("--session-header", default=_D.session_header, show_default=True,
               help="The header carrying each attempt's session id in every model request (--agent openai).")
 @click.option("--server-cooldown", type=float, default=_D.server_cooldown,
-              show_default=True, help="Seconds a failing server (of several --base-url) is left out.")
+              show_default=True, help="Seconds a failing server (of several --base-url), or one refusing "
+              "the run's key or model, is left out; then it is asked again.")
 @click.option("--tool-calls", is_flag=True,
               help="--agent openai offers the mode's actions as OpenAI tools and reads the reply's tool_calls.")
 @click.option("--temperature", type=float, help="Sampling temperature for --agent openai (default: the server's).")

@@ -19,11 +19,12 @@ import json
 import logging
 import math
 import statistics
+import threading
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from .errors import RolloutError
 from .output_checks import append_whole, set_aside_torn
@@ -369,7 +370,9 @@ def summarize(
         "vm": pool_stats,
         "usage": total_usage(records),
         # a fleet's servers taken out for refusing the run's key or model: URL -> their answer
-        "servers_refused": refused_servers(records),
+        "servers_refused": servers_left(records, refused=True),
+        # and those left for the cool-down after failing otherwise (down, past their retries)
+        "servers_failed": servers_left(records, refused=False),
     }
     return summary
 
@@ -400,17 +403,49 @@ def carry_over(summary: dict[str, Any], earlier: dict[str, Any] | None,
         summary["vm"] = earlier.get("vm")
 
 
-def refused_servers(records: Iterable[dict[str, Any]]) -> dict[str, str]:
-    """The servers of a fleet that refused the run's key or model and were taken out of the
-    rotation (a move marked ``refused`` in a record's ``usage.server_moves``): URL -> what it
-    answered, the first time."""
-    refused: dict[str, str] = {}
+def servers_left(records: Iterable[dict[str, Any]], refused: bool) -> dict[str, str]:
+    """The servers of a fleet a trajectory moved away from (a record's ``usage.server_moves``):
+    those that refused the run's key or model (``refused``: taken out of the rotation), else
+    those that failed otherwise (down, overloaded, past their retries): URL -> why, the first
+    time."""
+    left: dict[str, str] = {}
     for record in records:
         usage = record.get("usage")
         for move in (usage.get("server_moves") or []) if isinstance(usage, dict) else []:
-            if isinstance(move, dict) and move.get("refused"):
-                refused.setdefault(str(move.get("from")), str(move.get("reason") or ""))
-    return refused
+            if isinstance(move, dict) and bool(move.get("refused")) == refused:
+                left.setdefault(str(move.get("from")), str(move.get("reason") or ""))
+    return left
+
+
+class ServerNotes:
+    """Names each server of a fleet that a trajectory left, once a run, as its record comes
+    in: on the console and in run.log, and through ``event`` (events.jsonl's
+    ``server_refused`` / ``server_failed``). Its trajectories went on at the others; without
+    this only results.jsonl said so, and a fleet entry that never answered went unnoticed."""
+
+    def __init__(self, cooldown_s: float, event: Callable[..., None] | None = None) -> None:
+        self.cooldown_s = cooldown_s
+        self.event = event
+        self._named: set[tuple[str, bool]] = set()
+        self._lock = threading.Lock()
+
+    def note(self, record: dict[str, Any]) -> None:
+        """Name the servers ``record``'s attempt left that were not named yet (not when every
+        server refused it: the run's stop names them)."""
+        if record.get("status") == "endpoint_refused":
+            return
+        for refused in (True, False):
+            for url, why in servers_left([record], refused).items():
+                with self._lock:
+                    if (url, refused) in self._named:
+                        continue
+                    self._named.add((url, refused))
+                what = "refused this run's settings and was taken out of the rotation" if refused else "failed"
+                log.warning("model server %s %s (asked again after --server-cooldown %gs); its trajectories go on "
+                            "at the fleet's other servers: %s", url, what, self.cooldown_s, why[:600])
+                if self.event is not None:
+                    self.event("server_refused" if refused else "server_failed", record.get("key"),
+                               record.get("worker"), f"{url}: {why}")
 
 
 #: the usage counters summed into summary.json (model-backed agents report them)

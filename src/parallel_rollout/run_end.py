@@ -184,6 +184,8 @@ def format_summary(summary: dict[str, Any], run_dir: Any) -> str:
                      f"{usage.get('prompt_tokens', 0)} prompt + {usage.get('completion_tokens', 0)} completion tokens")
     for url, answer in (summary.get("servers_refused") or {}).items():
         lines.append(f"server taken out of the rotation, it refused the run's settings: {url} ({_elided(answer)})")
+    for url, why in (summary.get("servers_failed") or {}).items():
+        lines.append(f"server left out for its cool-down, it failed: {url} ({_elided(why)})")
     vm = summary.get("vm")
     if vm:
         # a run whose every pool was lost has no pool's counters, only their size and states

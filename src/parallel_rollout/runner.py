@@ -43,7 +43,7 @@ from .plugins import plugin_call
 from .pool.providers import get_provider
 from .pool.providers.common import check_name
 from .records import unsupported_record
-from .results import ResultStore, StorageError, refused_servers
+from .results import ResultStore, ServerNotes, StorageError
 from .run_end import RunOutcome, finish_run, resume_command, signal_after_the_end
 from .run_folder import RunFolder
 from .tasks import Sample, expand, load_task_set, unsupported_message
@@ -88,8 +88,8 @@ class Runner:
         self._lock = threading.Lock()
         #: (sample, features) of each unsupported task left out by --skip-unsupported
         self._skipped: list[tuple[Sample, tuple[str, ...]]] = []
-        #: a fleet's servers named as refusing the run's settings (``_name_refusing_servers``)
-        self._refusing: set[str] = set()
+        #: names each server of a fleet that a trajectory left (refused or failed), once
+        self._servers = ServerNotes(config.server_cooldown, lambda *event: self.engine and self.engine.event(*event))
         #: versions and task-data hashes behind this run (provenance.py), set with the folder
         self._provenance: dict[str, Any] | None = None
 
@@ -347,25 +347,7 @@ class Runner:
         if record.get("status") == VMSettingsMismatch.kind:
             self.refused = True  # the engine stopped the run on it: the settings to fix
         self._store.append(record)
-        self._name_refusing_servers(record)
-
-    def _name_refusing_servers(self, record: dict[str, Any]) -> None:
-        """A fleet's server that refused the run's key or model, named once (console,
-        run.log, events.jsonl): its trajectories went on at the other servers (when every
-        server refused, the run's stop names them)."""
-        if record.get("status") == EndpointRefused.kind:
-            return
-        for url, answer in refused_servers([record]).items():
-            with self._lock:
-                if url in self._refusing:
-                    continue
-                self._refusing.add(url)
-            log.warning("model server %s refused this run's settings and was taken out of the rotation "
-                        "(tried again after --server-cooldown %gs); the run goes on with the fleet's others: %s",
-                        url, self.config.server_cooldown, answer[:600])
-            if self.engine is not None:
-                self.engine.event("server_refused", task=record.get("key"), worker=record.get("worker"),
-                                  reason=f"{url}: {answer}")
+        self._servers.note(record)  # a fleet's server its attempt left, named once
 
     def _model_outage(self, record: dict[str, Any]) -> str | None:
         """The engine's ``stop_on``: a model endpoint that keeps failing stops the run with

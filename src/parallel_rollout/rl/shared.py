@@ -85,7 +85,7 @@ class SharedEngine:
         from ..config import default_run_id
         from ..engine import Engine
         from ..envs import answer_files_of
-        from ..results import ResultStore
+        from ..results import ResultStore, ServerNotes
 
         finish_unfinished()  # an earlier start a second Ctrl-C cut short in its clean-up: its folder too
         gate = PolicyGate(version=0, host=gate_host(run_config))
@@ -101,8 +101,13 @@ class SharedEngine:
             folder = RunFolder.open(Path(config.output_dir) / run_id, resume=config.resume)
             store = ResultStore(folder.run_dir)
             hidden = (*files_of(task_files), *answer_files_of(task for listed in (tasks or {}).values() for task in listed))
-            engine = Engine(config, folder.run_dir, run_id=run_id, modes=modes, record_sink=store.append,
-                            hidden=hidden)
+            notes = ServerNotes(config.server_cooldown, lambda *event: engine.event(*event))
+
+            def sink(record: dict[str, Any], store=store) -> None:
+                store.append(record)
+                notes.note(record)  # a fleet's server an attempt left, named once
+
+            engine = Engine(config, folder.run_dir, run_id=run_id, modes=modes, record_sink=sink, hidden=hidden)
             shared = cls(engine, gate, store, folder)
             shared.withhold(task_files)
             engine.start()
@@ -181,24 +186,15 @@ class SharedEngine:
         its workers, their server and its folder's lock stayed for the interpreter's life."""
         try:
             self.close()
-        except KeyboardInterrupt:  # listed in _unfinished (``_stop``); its start registered no exit hook
-            atexit.register(self.close)
-            raise
-
-    def _stop(self) -> None:
-        """Stop it (``close``). One a Ctrl-C cuts short is listed in ``_unfinished``: the next
-        start or close() of any scheduler of this interpreter finishes it first, as the
-        owner's next close() does; the next scheduler's workers forked from its server."""
-        if self._stopped:
-            return
-        try:
-            self._stop_now()
         except KeyboardInterrupt:
             if self not in _unfinished:
                 _unfinished.append(self)
+                atexit.register(self.close)
             raise
 
-    def _stop_now(self) -> None:
+    def _stop(self) -> None:
+        if self._stopped:
+            return
         self.closed = True  # a close() a Ctrl-C cut short stays to be finished: by the next call, or at exit
         for scheduler in list(self.schedulers):
             scheduler.mark_closed()
@@ -222,7 +218,7 @@ class SharedEngine:
         self.folder.close(retract=not self.engine.stats.submitted)  # a session that ran no sample leaves none
 
 
-#: engines whose stop a Ctrl-C cut short (``_stop``): a start that failed, a close()
+#: engines whose start failed and whose stop a Ctrl-C cut short (``stop_or_leave``)
 _unfinished: list[SharedEngine] = []
 
 
