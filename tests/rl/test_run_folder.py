@@ -15,7 +15,7 @@ from parallel_rollout.api import load_run
 from parallel_rollout.errors import ConfigError, RolloutError, RunLocked
 from parallel_rollout.results import read_records
 from parallel_rollout.rl import EnvManagerConfig, RolloutScheduler
-from rl_support import rl_config
+from rl_support import TINY, lake_set, rl_config
 
 
 def _lake(**changes):
@@ -153,6 +153,41 @@ def test_a_start_whose_clean_up_a_second_ctrl_c_cut_short_is_finished_by_the_nex
     assert not alive, f"the first start's processes left running: {alive}"
     assert worker_start._started not in (None, server_pid)  # its workers fork from a server of its own
     _own_turns(train.get_batch(4, step=0))
+
+
+@pytest.mark.slow  # two engines start (~15 s); the start cut short above keeps the area in the default run
+def test_a_close_a_ctrl_c_cut_short_is_finished_by_the_next_scheduler(tmp_path, table, schedulers, monkeypatch):
+    """A second Ctrl-C inside a trainer's finally: close(), as it stops the workers, and the
+    notebook's next cell makes a scheduler: the first engine's server stayed with the
+    interpreter, and the new scheduler's workers forked from it (the old run's environment
+    and modules), as after a start cut short (the test above). Now the new start finishes
+    that stop first: the old processes end and its folder is free to resume."""
+    import psutil
+
+    from parallel_rollout.backends import local, worker_start
+
+    _, server = table
+    lake = _lake(tags=["tiny"], task_sets=lake_set(tmp_path, 2, name="tiny", desc=TINY, max_steps=2))
+    first = schedulers(rl_config(tmp_path, server, num_rollouts=1, run_id="grpo"), lake)
+    first.get_batch(4, step=0)
+    workers, server_pid = [pid for pid in first._shared.engine.worker_pids().values() if pid], worker_start._started
+    real_kill = local.kill_tree
+
+    def kill_tree(*args, **kwargs):
+        monkeypatch.setattr(local, "kill_tree", real_kill)
+        raise KeyboardInterrupt  # as the close stops the workers
+
+    monkeypatch.setattr(local, "kill_tree", kill_tree)
+    with pytest.raises(KeyboardInterrupt):
+        first.close()
+    assert workers and server_pid and psutil.pid_exists(server_pid)
+    train = schedulers(rl_config(tmp_path, server, num_rollouts=1, run_id="grpo", resume=True), lake)
+    _, alive = psutil.wait_procs([psutil.Process(pid) for pid in [*workers, server_pid] if psutil.pid_exists(pid)],
+                                 timeout=10)
+    assert not alive, f"the first engine's processes left running: {alive}"
+    assert worker_start._started not in (None, server_pid)  # its workers fork from a server of its own
+    _own_turns(train.get_batch(4, step=0))
+    first.close()  # the trainer's own second close(): nothing left to do
 
 
 def test_a_start_that_ran_no_sample_leaves_the_run_id_free(tmp_path, table, schedulers, monkeypatch):

@@ -11,8 +11,9 @@ import pytest
 
 from llm_server import LLMServer
 from parallel_rollout.errors import ConfigError, RolloutError, RunLocked
-from parallel_rollout.rl import EnvManagerConfig, RolloutScheduler, TaskSet, TaskSource, TaskSourceError
+from parallel_rollout.rl import EnvManagerConfig, TaskSet, TaskSource, TaskSourceError
 from parallel_rollout.rl.config import load_tasks_of
+from parallel_rollout.rl.run_folder import RunFolder
 from parallel_rollout.rl.sources import BatchShares, ShuffledTasks, quotas
 from rl_support import TINY, rl_config
 
@@ -378,7 +379,7 @@ def test_a_checkpoint_taken_after_close_keeps_the_groups_close_stopped(tmp_path,
             first.close()
         assert first.state_dict() == running
         with pytest.raises(RunLocked):  # the engine may still run: its folder stays locked
-            RolloutScheduler(rl_config(tmp_path, server, num_rollouts=1, run_id="grpo", resume=True), config)
+            RunFolder.open(first.run_dir, resume=True)  # (a new scheduler's start finishes the stop first)
         monkeypatch.undo()
         first.close()
         state = json.loads(json.dumps(first.state_dict()))

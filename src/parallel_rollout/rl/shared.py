@@ -186,15 +186,24 @@ class SharedEngine:
         its workers, their server and its folder's lock stayed for the interpreter's life."""
         try:
             self.close()
-        except KeyboardInterrupt:
-            if self not in _unfinished:
-                _unfinished.append(self)
-                atexit.register(self.close)
+        except KeyboardInterrupt:  # listed in _unfinished (``_stop``); its start registered no exit hook
+            atexit.register(self.close)
             raise
 
     def _stop(self) -> None:
+        """Stop it (``close``). One a Ctrl-C cuts short is listed in ``_unfinished``: the next
+        start or close() of any scheduler of this interpreter finishes it first, as the
+        owner's next close() does; the next scheduler's workers forked from its server."""
         if self._stopped:
             return
+        try:
+            self._stop_now()
+        except KeyboardInterrupt:
+            if self not in _unfinished:
+                _unfinished.append(self)
+            raise
+
+    def _stop_now(self) -> None:
         self.closed = True  # a close() a Ctrl-C cut short stays to be finished: by the next call, or at exit
         for scheduler in list(self.schedulers):
             scheduler.mark_closed()
@@ -218,7 +227,7 @@ class SharedEngine:
         self.folder.close(retract=not self.engine.stats.submitted)  # a session that ran no sample leaves none
 
 
-#: engines whose start failed and whose stop a Ctrl-C cut short (``stop_or_leave``)
+#: engines whose stop a Ctrl-C cut short (``_stop``): a start that failed, a close()
 _unfinished: list[SharedEngine] = []
 
 
