@@ -9,9 +9,13 @@ home and does nothing else); the real reset must pass the same checks.
 
 from __future__ import annotations
 
+import inspect
+import json
 import os
 import re
 import shutil
+import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -74,6 +78,44 @@ def test_fingerprint_sees_names_sizes_mtimes_and_full_sees_content(tmp_path):
     assert verify.diff_trees("/h", fast, verify.tree_fingerprint(tree)) == [
         "/h/d/f: 6 bytes, the snapshot has 4", "/h/link: missing (link)",
         "/h/new: not in the snapshot (file, 1 bytes)"]
+
+
+def _as_nobody_python() -> str | None:
+    """A python3 the user nobody may run (as a machine's agent runs the probe as its user), None
+    when this is no root or there is none."""
+    python = shutil.which("python3", path="/usr/bin:/bin")
+    if os.geteuid() != 0 or not shutil.which("setpriv") or python is None:
+        return None
+    return python if subprocess.run(["setpriv", *NOBODY, python, "-c", "pass"]).returncode == 0 else None
+
+
+NOBODY = ("--reuid=65534", "--regid=65534", "--clear-groups")
+
+
+def test_a_fingerprint_by_a_user_that_is_not_root_passes_what_it_may_not_list():
+    """The reset probe walks /tmp as the agent's user: on a machine whose agent is not root (an
+    OSWorld VM's user, an agent with --run-as) /tmp holds folders of root's it may not list
+    (systemd-private-…, 700). The walk raised PermissionError at every boot, so --verify-reset
+    failed each boot until the replacement budget was spent; the folder is an entry now, and
+    a root that may not be listed still raises."""
+    python = _as_nobody_python()
+    if python is None:
+        pytest.skip("needs root, setpriv and a python3 the user nobody may run")
+    walk = "\n".join(["from __future__ import annotations", "import hashlib, json, os, stat, sys",
+                      inspect.getsource(verify.tree_fingerprint), inspect.getsource(verify.file_sha256),
+                      "print(json.dumps(tree_fingerprint(sys.argv[1])))"])
+    with tempfile.TemporaryDirectory(dir="/tmp") as tmp:  # pytest's folders: nobody may not look in
+        os.chmod(tmp, 0o755)
+        Path(tmp, "open.txt").write_text("x")
+        Path(tmp, "private").mkdir(mode=0o700)
+        Path(tmp, "private", "secret").write_text("root's")
+        seen = subprocess.run(["setpriv", *NOBODY, python, "-I", "-c", walk, tmp], capture_output=True, text=True)
+        assert seen.returncode == 0, seen.stderr
+        found = json.loads(seen.stdout)
+        assert found.keys() == {"open.txt", "private"} and found["private"] == ["dir", 0, 0, ""], found
+        root = subprocess.run(["setpriv", *NOBODY, python, "-I", "-c", walk, f"{tmp}/private"],
+                              capture_output=True, text=True)
+    assert root.returncode == 1 and "PermissionError" in root.stderr, root.stderr
 
 
 def test_scratch_folders_match_by_pattern_and_count():

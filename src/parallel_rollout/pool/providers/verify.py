@@ -85,7 +85,9 @@ def tree_fingerprint(root: str | os.PathLike, full: bool = False) -> dict[str, E
 
     Symbolic links are not followed (their target is their content); a folder's size and
     mtime are left out (0), since seeding a home changes them. ``full`` hashes each regular
-    file. A ``root`` that does not exist has an empty fingerprint."""
+    file. A ``root`` that does not exist has an empty fingerprint. A folder below it that may
+    not be listed is an entry with nothing in it, one that cannot be looked at an ``other``
+    one: a probe run as a user that is not root meets them in every /tmp."""
     found: dict[str, Entry] = {}
     stack = [(os.fspath(root), "")]
     while stack:
@@ -94,9 +96,19 @@ def tree_fingerprint(root: str | os.PathLike, full: bool = False) -> dict[str, E
             entries = list(os.scandir(folder))
         except (FileNotFoundError, NotADirectoryError):
             continue
+        except PermissionError:
+            if not prefix:  # ``root`` itself: the caller's to say (a VM the host may not look into)
+                raise
+            continue  # another user's folder (/tmp/systemd-private-…): the folder is seen, not what it holds
         for entry in entries:
             rel = prefix + entry.name
-            st = entry.stat(follow_symlinks=False)
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except FileNotFoundError:  # gone since the folder was read
+                continue
+            except OSError as exc:  # a FUSE mount whose daemon ended (ENOTCONN), another user's (EACCES)
+                found[rel] = ("other", 0, 0, f"unreadable: {exc.strerror}")
+                continue
             if stat.S_ISDIR(st.st_mode):
                 found[rel] = ("dir", 0, 0, "")
                 stack.append((entry.path, rel + "/"))
