@@ -552,6 +552,8 @@ def test_cli_a_fleet_server_that_refuses_the_model_is_taken_out_and_the_run_goes
     assert [(m["from"], m["to"], m.get("refused", False)) for m in moves] == [
         (wrong.url, dead.url, True), (dead.url, good.url, False)]
     assert "HTTP 404" in moves[0]["reason"] and "does not exist" in moves[0]["reason"]
+    # what the server said; not a single endpoint's fix (a new --run-id, a resume): the run goes on
+    assert "--run-id" not in moves[0]["reason"] and "resume" not in moves[0]["reason"]
     events = [json.loads(line) for line in (tmp_path / "one-refuses" / "events.jsonl").read_text().splitlines()]
     assert [(e["event"], e["reason"].split(": ")[0]) for e in events if e["event"].startswith("server_")] == [
         ("server_refused", wrong.url), ("server_failed", dead.url)]

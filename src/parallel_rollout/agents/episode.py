@@ -34,6 +34,8 @@ class EndpointRefused(AgentError):
     #: the HTTP status that refused (401, 403, 404); None when no server answered so (a key
     #: missing before any request, a tokenizer that is not the served model's)
     status: int | None = None
+    #: the endpoint and what it answered (with ``status``), without what to fix
+    answer: str = ""
 
 
 class TokenizerMismatch(EndpointRefused):

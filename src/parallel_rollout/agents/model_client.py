@@ -345,7 +345,7 @@ class ModelClient:
                     # another failed this turn without refusing (down, overloaded): it may come back
                     raise ModelUnavailable(f"{exc}; the other servers failed this turn "
                                            f"({', '.join(u for u in failed if u not in refused)})") from None
-                move = self._route.move(str(exc), exclude=failed, refused=True)
+                move = self._route.move(exc.answer or str(exc), exclude=failed, refused=True)
                 self._use_server(self._route.url)
                 self._turn.setdefault("server_moves", []).append(move)
             except streaming.Aborted as exc:

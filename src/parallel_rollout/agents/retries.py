@@ -82,6 +82,7 @@ def failure_of(exc: Exception, endpoint: str, model: str | None, base_url: str,
         if exc.status_code in REFUSING_STATUS:
             refused = EndpointRefused(f"{endpoint}: {problem}; {refusal(exc.status_code, model, base_url)}")
             refused.status = exc.status_code  # a fleet's other servers may still serve (ModelClient)
+            refused.answer = f"{endpoint}: {problem}"  # what it said, without the single endpoint's fix
             return refused
         if exc.status_code not in RETRYABLE_STATUS:
             return AgentError(f"{endpoint}: {problem} (not retried)")
