@@ -3,6 +3,7 @@ answer leaves something behind that would still act while its check runs, past w
 and the grading environment took away, and py rows (:data:`LEFTOVER_PY_ROWS`).
 """
 
+import os
 import shutil
 import textwrap
 
@@ -156,6 +157,19 @@ LEFTOVER_ROWS["rig_check_tmux_pane_program"] = ([JQ_RC], "rm -f ~/r; tmux new-se
                                                          " >/dev/null; echo $? > ~/r; sleep 9' && for i in 1 2 3 4 5 6 7 8 9 10;"
                                                          " do test -s ~/r && break; sleep 0.3; done; tmux kill-server;"
                                                          " grep -qx 0 ~/r", False)
+#: pytest by other names ran unwrapped: python3.11 -m pytest (python3's versioned name: the
+#: machine's) and pytest-3 read the answer's /tmp/pytest.ini of `addopts = --co`
+VERSIONED_PYTHON = os.path.basename(os.path.realpath(shutil.which("python3", path=SYSTEM_PATH) or "python3"))
+LEFTOVER_ROWS["rig_check_pytest_versioned_python"] = (LEFTOVER_ROWS["rig_check_pytest_ini"][0],
+                                                      PYTEST_TEST + f"{VERSIONED_PYTHON} -m pytest -q", False)
+LEFTOVER_ROWS["rig_check_pytest_3"] = (LEFTOVER_ROWS["rig_check_pytest_ini"][0], PYTEST_TEST + "pytest-3 -q", False)
+#: tests a check wrote into the home itself and ran from there read the answer's ~/pytest.ini and
+#: ~/conftest.py (no folder's name to guess); from the home the wrappers refuse (126) beside them
+HOME_TEST = "printf 'def test_a():\\n    assert False\\n' > ~/test_check.py && "
+LEFTOVER_ROWS["rig_check_pytest_home_ini"] = (["printf '[pytest]\\naddopts = --co\\n' > ~/pytest.ini"],
+                                              HOME_TEST + "cd ~ && pytest -q ~/test_check.py", False)
+LEFTOVER_ROWS["rig_check_pytest_home_conftest"] = (["printf 'import os\\ndef pytest_sessionfinish():\\n    os._exit(0)\\n'"
+                                                    " > ~/conftest.py"], HOME_TEST + "cd / && py.test -q ~/test_check.py", False)
 #: rows that cannot run as nobody (tests/test_hostile_answers.py's nobody table), with why
 LEFTOVER_NOT_AS_NOBODY = {row: "a tmux server started in a sandbox run as nobody exits at once "
                                "here ('server exited unexpectedly'): no check of it can pass"
@@ -169,7 +183,8 @@ LEFTOVER_PROGRAMS = {"rig_check_mavenrc": "mvn", "rig_check_mvn_config": "mvn", 
                      "rig_check_npm_workspace": "npm", "rig_check_npmrc_from_home": "npm", "rig_check_npm_script_node": "npm",
                      "rig_check_node_child": "node", "rig_check_tmux_pane_program": "tmux",
                      "rig_check_pytest_ini": "pytest", "rig_check_pytest_conftest": "pytest",
-                     "rig_check_pytest_ini_from_root": "pytest"}
+                     "rig_check_pytest_ini_from_root": "pytest", "rig_check_pytest_versioned_python": "pytest",
+                     "rig_check_pytest_3": "pytest-3", "rig_check_pytest_home_ini": "pytest", "rig_check_pytest_home_conftest": "pytest"}
 
 
 def on_system_path(program: str) -> str | None:
@@ -200,6 +215,11 @@ LEFTOVER_HONEST = {"mvn": "d=$(mktemp -d) && mkdir $d/.mvn && echo -v > $d/.mvn/
                              " && printf 'import os\\ndef test_a():\\n    assert os.environ[\"PATH\"].startswith("
                              "\"/opt/parallel-rollout/grading_bin:\")\\n' > $d/t/check_a.py && (cd $d && pytest -q t)"
                              " && python3 -m pytest -q -c $d/pytest.ini $d/t",
+                   # from the home with nothing of pytest's there, and a project's own config in the
+                   # home, by pytest's other names
+                   "pytest-3": "printf 'def test_a():\\n    pass\\n' > ~/test_ok.py && cd ~ && pytest-3 -q test_ok.py"
+                               f" && {VERSIONED_PYTHON} -m pytest -q ~/test_ok.py && mkdir ~/proj && cp ~/test_ok.py ~/proj/check_ok.py"
+                               " && printf '[pytest]\\npython_files = check_*.py\\n' > ~/proj/pytest.ini && cd ~/proj && py.test-3 -q",
                    "gpg": "gpg --print-md SHA256 ~/a.json | grep -q a.json",
                    "less": "less -F ~/a.json | grep -q '\"a\"'",
                    "tmux": "tmux new-session -d -s h 'sleep 9' && tmux has-session -t h; r=$?; tmux kill-server; exit $r"}

@@ -12,7 +12,12 @@
 # file there or between it and the tests is passed as -c, with none pytest gets --rootdir and
 # --confcutdir of that folder (or of a setup.py's folder on the way, pytest's own rootdir),
 # and pytest is not run at all (126, saying why) below an ini file above it. A check's own -c
-# (--config-file) runs pytest as the check asks; its own --rootdir or --confcutdir wins.
+# (--config-file) runs pytest as the check asks; its own --rootdir or --confcutdir wins. From
+# the home itself (its tests there, or run from there with tests below it) pytest is not run
+# (126) beside an ini file or a conftest.py in the home, which the graded code writes without
+# guessing a folder's name: its ~/pytest.ini of `addopts = --co` passed `cd ~ && pytest
+# ~/test_check.py` of a check's failing tests. A project's own config in a folder of the home
+# (cd ~/proj && pytest) is read as ever.
 
 . "${0%/*}/wrap.sh" || exit
 program=$(command -v "${0##*/}") || exec "${0##*/}" "$@"
@@ -32,6 +37,17 @@ pytest_ini_in() {  # the first file of folder $1 that pytest takes for its confi
     if [ -f "$found" ] && grep -q '^[[:space:]]*\[tool:pytest\]' "$found"; then return 0; fi
     found=
     return 1
+}
+
+pytest_none_of_home() {  # pytest runs from the home itself: no ini file or conftest.py there
+    if pytest_ini_in "$base"; then pytest_home_refuse; fi
+    found=$base/conftest.py
+    if [ -f "$found" ] || [ -L "$found" ]; then pytest_home_refuse; fi
+}
+
+pytest_home_refuse() {
+    echo "pytest: not run: $found, a file the graded code could have written in the home, would be read as pytest's config or conftest.py (write the tests, and their config, to a folder of their own, d=\$(mktemp -d), and run pytest there)" >&2
+    exit 126
 }
 
 pytest_pin() {  # $1: how many of the words after it are not pytest's; sets pin_c, pin_rootdir, pin_cut
@@ -66,6 +82,7 @@ pytest_pin() {  # $1: how many of the words after it are not pytest's; sets pin_
     here=${PWD%/}
     if [ -z "$any" ]; then top=$here; fi
     case $top/ in "${here:-/nowhere}"/*) base=$here ;; *) base=$top ;; esac  # never / itself
+    if [ -n "${HOME%/}" ] && [ "$base" = "${HOME%/}" ]; then pytest_none_of_home; fi
     dir=$top setup=
     while :; do
         if pytest_ini_in "$dir"; then pin_c=$found; return; fi
