@@ -170,6 +170,14 @@ LEFTOVER_ROWS["rig_check_pytest_home_ini"] = (["printf '[pytest]\\naddopts = --c
                                               HOME_TEST + "cd ~ && pytest -q ~/test_check.py", False)
 LEFTOVER_ROWS["rig_check_pytest_home_conftest"] = (["printf 'import os\\ndef pytest_sessionfinish():\\n    os._exit(0)\\n'"
                                                     " > ~/conftest.py"], HOME_TEST + "cd / && py.test -q ~/test_check.py", False)
+#: vim, valgrind and git ran their program with the wrappers' folder off PATH: what it started (a
+#: vim filter, the program valgrind runs, a git alias) ran the system's jq, which read ~/.jq
+LEFTOVER_ROWS["rig_check_vim_filter"] = ([JQ_RC], "echo '[1]' > ~/v.json && vim -es -c '%!jq length' -c wq ~/v.json"
+                                                  " </dev/null; grep -qx 100 ~/v.json", False)
+LEFTOVER_ROWS["rig_check_valgrind_child"] = ([JQ_RC], "valgrind -q --tool=none sh -c 'echo [1] | jq -e \"length > 3\"'"
+                                                      " >/dev/null", False)
+LEFTOVER_ROWS["rig_check_git_alias_child"] = ([JQ_RC], "cd $(mktemp -d) && git init -q && git -c alias.t='!echo [1] |"
+                                                       " jq -e \"length > 3\"' t >/dev/null", False)
 #: rows that cannot run as nobody (tests/test_hostile_answers.py's nobody table), with why
 LEFTOVER_NOT_AS_NOBODY = {row: "a tmux server started in a sandbox run as nobody exits at once "
                                "here ('server exited unexpectedly'): no check of it can pass"
@@ -184,7 +192,8 @@ LEFTOVER_PROGRAMS = {"rig_check_mavenrc": "mvn", "rig_check_mvn_config": "mvn", 
                      "rig_check_node_child": "node", "rig_check_tmux_pane_program": "tmux",
                      "rig_check_pytest_ini": "pytest", "rig_check_pytest_conftest": "pytest",
                      "rig_check_pytest_ini_from_root": "pytest", "rig_check_pytest_versioned_python": "pytest",
-                     "rig_check_pytest_3": "pytest-3", "rig_check_pytest_home_ini": "pytest", "rig_check_pytest_home_conftest": "pytest"}
+                     "rig_check_pytest_3": "pytest-3", "rig_check_pytest_home_ini": "pytest", "rig_check_pytest_home_conftest": "pytest",
+                     "rig_check_vim_filter": "vim", "rig_check_valgrind_child": "valgrind", "rig_check_git_alias_child": "git"}
 
 
 def on_system_path(program: str) -> str | None:

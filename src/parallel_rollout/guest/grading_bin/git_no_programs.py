@@ -35,6 +35,7 @@ of the answer's, ``send-email``, ``web--browse``) run it.
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -190,7 +191,14 @@ def main(argv: list[str]) -> None:
     except Refused as refused:
         print(refused, file=sys.stderr)
         sys.exit(refused.code)
-    os.execvpe("git", ["git", *argv], env)
+    # git is the system's (this PATH, ./git's, has no wrappers); what it starts (an alias's
+    # `!cmd`, `git bisect run`, `rebase --exec`) runs with PATH as it was, through the wrappers:
+    # it ran the system's jq, which read the graded code's ~/.jq
+    program = shutil.which("git", path=env.get("PATH", os.defpath))
+    env["PATH"] = env.pop("PR_PATH_AS_IT_WAS", env.get("PATH", os.defpath))
+    if program is None:
+        os.execvpe("git", ["git", *argv], env)  # not found: the shell's error, as without the wrapper
+    os.execve(program, ["git", *argv], env)
 
 
 if __name__ == "__main__":

@@ -5,9 +5,13 @@
 # `vim -c '%s/\s\+$//e' -c wq ~/answer.py` saved it, and the check then ran what the answer
 # had put there. --clean skips the machine's /etc/vim/vimrc too (no option skips the home's
 # alone): the check's vim is Vim's defaults. A check's own -u, given later, wins. A vi or ex
-# that is no Vim (nvi, busybox) runs as it is.
+# that is no Vim (nvi, busybox) runs as it is. It runs with PATH as it was (see ./wrap.sh): a
+# filter or a shell command of its (`:%!jq .`, `:!make`) runs through the wrappers: it ran the
+# system's jq, which read the graded code's ~/.jq.
 . "${0%/*}/wrap.sh" || exit
-case $(readlink -f "$(command -v "${0##*/}")") in
-    *vim*) exec "${0##*/}" --clean "$@" ;;
+program=$(command -v "${0##*/}") || exec "${0##*/}" "$@"
+PATH=$path_as_it_was
+case $(readlink -f "$program") in
+    *vim*) exec "$program" --clean "$@" ;;
 esac
-exec "${0##*/}" "$@"
+exec "$program" "$@"
