@@ -178,6 +178,10 @@ LEFTOVER_ROWS["rig_check_valgrind_child"] = ([JQ_RC], "valgrind -q --tool=none s
                                                       " >/dev/null", False)
 LEFTOVER_ROWS["rig_check_git_alias_child"] = ([JQ_RC], "cd $(mktemp -d) && git init -q && git -c alias.t='!echo [1] |"
                                                        " jq -e \"length > 3\"' t >/dev/null", False)
+#: npm climbs from a folder that is no package to one above that is: the answer's home, whose
+#: .npmrc's script-shell (exit 0) passed `npm exec -c 'exit 3'` from the check's ~/t
+LEFTOVER_ROWS["rig_check_npm_home_package"] = ([f"{NPM_SHELL} ~/.npmrc && echo '{{\"scripts\": {{}}}}' > ~/package.json"],
+                                               "mkdir -p ~/t && cd ~/t && npm exec -c 'exit 3'", False)
 #: rows that cannot run as nobody (tests/test_hostile_answers.py's nobody table), with why
 LEFTOVER_NOT_AS_NOBODY = {row: "a tmux server started in a sandbox run as nobody exits at once "
                                "here ('server exited unexpectedly'): no check of it can pass"
@@ -193,7 +197,8 @@ LEFTOVER_PROGRAMS = {"rig_check_mavenrc": "mvn", "rig_check_mvn_config": "mvn", 
                      "rig_check_pytest_ini": "pytest", "rig_check_pytest_conftest": "pytest",
                      "rig_check_pytest_ini_from_root": "pytest", "rig_check_pytest_versioned_python": "pytest",
                      "rig_check_pytest_3": "pytest-3", "rig_check_pytest_home_ini": "pytest", "rig_check_pytest_home_conftest": "pytest",
-                     "rig_check_vim_filter": "vim", "rig_check_valgrind_child": "valgrind", "rig_check_git_alias_child": "git"}
+                     "rig_check_vim_filter": "vim", "rig_check_valgrind_child": "valgrind", "rig_check_git_alias_child": "git",
+                     "rig_check_npm_home_package": "npm"}
 
 
 def on_system_path(program: str) -> str | None:
@@ -240,7 +245,7 @@ LEFTOVER_ADDRESS_SPACE = {
     "rig_check_node_child": "node cannot start under RLIMIT_AS of 256 MB, a VM's memory bound without a memory cgroup",
     **{row: "npm's node cannot start under RLIMIT_AS of 256 MB, a VM's memory bound without a memory cgroup"
        for row in ("rig_check_npmrc", "rig_check_npm_workspace", "rig_check_npmrc_from_home",
-                   "rig_check_npm_script_node")}}
+                   "rig_check_npm_script_node", "rig_check_npm_home_package")}}
 
 #: py rows: name -> (the body of add(a, b), its tests), a wrong answer that tries to pass where
 #: its arguments cross to its process as values. This one changes the list it was given, which

@@ -9,7 +9,10 @@
 # which stops that climb (one that is a workspace of another runs as a package of its own); one
 # that names workspaces itself, or a folder that is no package, is not run at all (126) below a
 # workspace root with an .npmrc, or beside an .npmrc (the home's, from the home) that would be
-# its config. A check's own --prefix, -g, -w or --workspaces runs npm as the check asks. npm runs
+# its config. Nor is it run (126) below a package, a folder with a package.json or node_modules
+# above the current one: npm takes that for the project, so the graded code's ~/package.json
+# and ~/.npmrc (or its scripts) passed `npm exec -c 'exit 3'` (or `npm test`) from a folder of
+# the check's in the home. A check's own --prefix, -g, -w or --workspaces runs npm as the check asks. npm runs
 # with PATH as it was (see ./wrap.sh): the `node test.js` of a package's test script is the
 # wrapped node, which reads no ~/.node_modules of the graded code's.
 . "${0%/*}/wrap.sh" || exit
@@ -34,6 +37,10 @@ while [ ! -e "${package%/}/package.json" ] && [ ! -d "${package%/}/node_modules"
     fi
     package=${package%/*}
 done
+if [ "$package" != "$PWD" ]; then  # a package above: npm runs its scripts, reads its .npmrc
+    echo "${0##*/}: not run: ${package:-/}, a package the graded code could have made (its package.json or node_modules) above the current folder, would be the project npm runs, its scripts and its .npmrc (run npm in the folder of the package it tests, or name it with --prefix)" >&2
+    exit 126
+fi
 if ! grep -q '"workspaces"' "${package%/}/package.json" 2>/dev/null; then
     exec "$program" --workspaces=false "$@"
 fi
