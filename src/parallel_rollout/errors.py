@@ -175,7 +175,8 @@ class VMSettingsMismatch(RolloutError):
     """A VM that booted is not what the run's settings ask for, and no retry or replacement
     can change that (a remote machine whose screen is not --screen-width x --screen-height or
     that runs no desktop, whose agent refuses the --vm-key-file, whose --reset-command names a
-    program not found, whose agent cannot run --verify-reset's probe: no /run_python): the run's settings to fix, not a flaky machine. The provider's
+    program not found, whose agent cannot run --verify-reset's probe: no /run_python, an address
+    whose server has no GET /platform: no guest agent): the run's settings to fix, not a flaky machine. The provider's
     ``start`` raises it, at a machine's first boot in the run; the
     pool boots no replacement and fails every later lease with it, and the run stops at once
     (exit 2, as for a bad flag), its attempts left to a resume."""

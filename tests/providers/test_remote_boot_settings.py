@@ -10,7 +10,10 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 from contextlib import contextmanager
+from functools import partial
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -18,7 +21,10 @@ from click.testing import CliRunner
 
 from conftest import read_results, write_tasks
 from parallel_rollout.cli import main
+from parallel_rollout.errors import VMSettingsMismatch
 from parallel_rollout.guest.client import GuestClient
+from parallel_rollout.pool.providers.base import ProviderOptions
+from parallel_rollout.pool.providers.remote import RemoteProvider
 from providers.test_remote import AGENT, _free_port
 from providers.test_remote_desktop import desktop_agent
 
@@ -126,3 +132,23 @@ def test_the_dry_run_finds_what_a_first_boot_would_stop_at(tmp_path):
             "fast runs its probe through (HTTP 404)") in said, said
     assert small not in said, said  # this project's agent has it
     assert not (tmp_path / "out").exists()
+
+
+def test_an_address_where_no_guest_agent_listens_stops_at_its_first_boot(tmp_path):
+    """--vm-address naming another web server (a wrong port): it answers GET /platform 404 for
+    the whole boot timeout, and no reset or other boot puts an agent there, so the first boot is
+    the run's settings. It was a failed boot: booted again, a --boot-timeout-s each (a minute
+    by default), until the replacement budget was spent, and the run exited 1."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), partial(SimpleHTTPRequestHandler, directory=str(tmp_path)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    address = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        provider = RemoteProvider("r", ProviderOptions(vm_addresses=(address,), reset_command="true",
+                                                       boot_timeout_s=1.0))
+        with pytest.raises(VMSettingsMismatch, match=re.escape(
+                f"VM vm0: {address} answered GET /platform with HTTP 404 for 1s (--boot-timeout-s): no guest agent "
+                "listens there")):
+            provider.start("vm0")
+    finally:
+        server.shutdown()
+        server.server_close()

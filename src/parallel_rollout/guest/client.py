@@ -430,9 +430,10 @@ def wait_ready(client: GuestClient, deadline: float, *, route: str = "/health",
 
     ``check_alive()`` runs between tries (at most once a second) and raises when the VM is
     gone for good (its QEMU exited, its container stopped), so nobody waits for a corpse.
-    GuestUnreachable at ``deadline``, saying the last thing that went wrong; GuestKeyRefused
+    GuestUnreachable at ``deadline``, saying the last thing that went wrong (its ``answered``:
+    the last answer's HTTP status, None when there was none); GuestKeyRefused
     (a VMError) at once when the agent answers 401 (it asks for a key the client does not have)."""
-    delay, next_check, last = 0.005, time.monotonic(), "no answer"
+    delay, next_check, last, status = 0.005, time.monotonic(), "no answer", None
     while True:
         remaining = deadline - time.monotonic()
         try:
@@ -440,21 +441,23 @@ def wait_ready(client: GuestClient, deadline: float, *, route: str = "/health",
                                       check=False)
             if response.status == 200 and (accept is None or accept(response)):
                 return response
-            last = f"answered {response.status}: {response.body[:200]!r}"
+            last, status = f"answered {response.status}: {response.body[:200]!r}", response.status
             if response.status == 401:  # an agent that asks for a key refused ours (or none): no wait mends that
                 raise GuestKeyRefused(f"guest agent at {shown_address(client.address)} refused the key the run gave it, or "
                               f"its lack (a remote agent's --key-file against --vm-key-file): {last}")
         except GuestUnreachable as exc:
-            last = repr(exc.__cause__ or exc)
+            last, status = repr(exc.__cause__ or exc), None
         except ValueError as exc:  # accept() could not read a half-started agent's answer
-            last = str(exc)
+            last, status = str(exc), None
         if check_alive is not None and time.monotonic() >= next_check:
             check_alive()
             next_check = time.monotonic() + 1.0
         if time.monotonic() + delay > deadline:
             budget = f"{budget_s:g}s" if budget_s is not None else "the boot timeout"
-            raise GuestUnreachable(f"guest agent at {shown_address(client.address)} not ready after {budget} "
-                                   f"(GET {route}; last error: {last})")
+            unready = GuestUnreachable(f"guest agent at {shown_address(client.address)} not ready after {budget} "
+                                       f"(GET {route}; last error: {last})")
+            unready.answered = status  # the HTTP status of the last answer, None: no answer
+            raise unready
         time.sleep(delay)
         delay = min(delay * 2, max_delay_s)
 

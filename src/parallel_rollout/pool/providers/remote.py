@@ -41,7 +41,8 @@ and Chromium, by the pids its driver started), so an episode cut short (its work
 --task-timeout, the run stopped) leaves nothing running on the machine.
 
 **Readiness and health** use ``GET /platform``: OSWorld's server has no ``/health``, and
-``/screenshot`` is costly. With a desktop mode, ``start`` also checks ``POST /screen_size``
+``/screenshot`` is costly. A server that answers it 404 (or 405) for the whole boot timeout is no guest
+agent: at a first boot, VMSettingsMismatch naming the address. With a desktop mode, ``start`` also checks ``POST /screen_size``
 against ``--screen-width``/``--screen-height``, since tasks click at pixel positions; a
 machine of another size is the run's settings, not a failed boot (VMSettingsMismatch: the
 run stops at once, exit 2), at the first boot of its address in the run; at a later one (it
@@ -207,6 +208,13 @@ class RemoteProvider(Provider):
                 self._reset_and_wait(info, deadline)
             except GuestKeyRefused:  # the run's key against the agent's: no other boot mends that
                 raise VMSettingsMismatch(f"VM {vm_id}: {key_refused(address, self.options.vm_key_file)}") from None
+            except GuestUnreachable as exc:  # a server without the route answered all along: no agent is there
+                if getattr(exc, "answered", None) not in verify_guest.NO_ROUTE:
+                    raise
+                raise VMSettingsMismatch(f"VM {vm_id}: {address} answered GET {READY_ROUTE} with HTTP {exc.answered} "
+                                         f"for {self.options.boot_timeout_s:g}s (--boot-timeout-s): no guest agent "
+                                         "listens there (OSWorld's server and this project's answer it); fix "
+                                         "--vm-address (a resume may give another)") from None
             if self.options.desktop:
                 self._check_screen(info)
             verify_guest.baseline_machine(self._view, address, info)
