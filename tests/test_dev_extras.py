@@ -108,7 +108,7 @@ def test_a_task_file_without_mode_installs_the_extras_of_the_mode_it_implies(tmp
 _DEV_TOOLS = ("dirname", "sed", "tr", "grep", "awk", "tail", "gzip", "head", "ls", "cat", "paste")
 
 
-def _apt_installs(tmp_path, *args: str) -> list[str]:
+def _apt_installs(tmp_path, *args: str, env: dict | None = None) -> list[str]:
     """The system packages ``./dev ARGS`` asks for on a host that has none of the desktop's
     apps, as it says them to a user who is not root (an ``id`` that says uid 1000): it stops
     there, before any setup."""
@@ -124,7 +124,7 @@ def _apt_installs(tmp_path, *args: str) -> list[str]:
     (bin_dir / "id").chmod(0o755)
     clean = {k: v for k, v in os.environ.items() if not k.startswith("PARALLEL_ROLLOUT_") and k != "PATH"}
     proc = subprocess.run([shutil.which("bash"), str(ROOT / "dev"), *args], capture_output=True, text=True,
-                          env={**clean, "PATH": str(bin_dir)}, cwd=tmp_path, timeout=60)
+                          env={**clean, **(env or {}), "PATH": str(bin_dir)}, cwd=tmp_path, timeout=60)
     assert proc.returncode == 1 and "missing system packages: " in proc.stderr, proc.stderr
     return proc.stderr.split("missing system packages: ", 1)[1].split(";", 1)[0].split()
 
@@ -143,3 +143,25 @@ def test_a_run_on_vms_of_their_own_installs_no_desktop_apps_on_this_host(tmp_pat
     assert not desktop & set(_apt_installs(tmp_path, "run", "--config", "run.toml", "--mode", "web")), "config"
     # the process provider's sandboxes run them from this host: installed, as before
     assert desktop <= set(_apt_installs(tmp_path, "run", "--mode", "osworld"))
+
+
+
+@pytest.mark.parametrize("how", ["config", "folder", "task file", "variable", "qemu"])
+def test_a_run_installs_the_system_packages_of_the_mode_and_provider_it_implies(tmp_path, how):
+    """The system packages follow what the run reads, as the extras do: a mode or provider
+    named by the --config file or a PARALLEL_ROLLOUT_* variable, or a mode its --data implies
+    (an OSWorld folder, a task file whose tasks name it), installed no desktop, no Chromium and
+    no QEMU: the run then stopped at its preflight for a program ./dev is there to install."""
+    (tmp_path / "eval.toml").write_text('mode = "shell"\nprovider-name = "qemu"\n' if how == "qemu"
+                                        else 'mode = "osworld"\n')
+    (tmp_path / "OSWorld" / "evaluation_examples" / "examples" / "os").mkdir(parents=True)
+    (tmp_path / "tasks.jsonl").write_text('{"id": "a", "mode": "web", "env": "click-button", "seed": 0}\n')
+    args, env, wanted = {
+        "config": (("--config", "eval.toml"), {}, {"xvfb", "openbox", "libreoffice-writer", "chromium"}),
+        "folder": (("--data", "OSWorld/evaluation_examples"), {}, {"xvfb", "openbox", "chromium"}),
+        "task file": (("--data", "tasks.jsonl"), {}, {"chromium"}),
+        "variable": ((), {"PARALLEL_ROLLOUT_MODE": "web"}, {"chromium"}),
+        "qemu": (("--config", "eval.toml"), {}, {"qemu-system-x86", "qemu-utils"}),
+    }[how]
+    asked = set(_apt_installs(tmp_path, "run", *args, env=env))
+    assert wanted <= asked, asked
