@@ -163,6 +163,8 @@ VERSIONED_PYTHON = os.path.basename(os.path.realpath(shutil.which("python3", pat
 LEFTOVER_ROWS["rig_check_pytest_versioned_python"] = (LEFTOVER_ROWS["rig_check_pytest_ini"][0],
                                                       PYTEST_TEST + f"{VERSIONED_PYTHON} -m pytest -q", False)
 LEFTOVER_ROWS["rig_check_pytest_3"] = (LEFTOVER_ROWS["rig_check_pytest_ini"][0], PYTEST_TEST + "pytest-3 -q", False)
+#: python3's flags joined to -m (-Im pytest) were taken for no module, and pytest ran unwrapped
+LEFTOVER_ROWS["rig_check_pytest_joined_flags"] = (LEFTOVER_ROWS["rig_check_pytest_ini"][0], PYTEST_TEST + "python3 -Im pytest -q", False)
 #: tests a check wrote into the home itself and ran from there read the answer's ~/pytest.ini and
 #: ~/conftest.py (no folder's name to guess); from the home the wrappers refuse (126) beside them
 HOME_TEST = "printf 'def test_a():\\n    assert False\\n' > ~/test_check.py && "
@@ -197,6 +199,7 @@ LEFTOVER_PROGRAMS = {"rig_check_mavenrc": "mvn", "rig_check_mvn_config": "mvn", 
                      "rig_check_pytest_ini": "pytest", "rig_check_pytest_conftest": "pytest",
                      "rig_check_pytest_ini_from_root": "pytest", "rig_check_pytest_versioned_python": "pytest",
                      "rig_check_pytest_3": "pytest-3", "rig_check_pytest_home_ini": "pytest", "rig_check_pytest_home_conftest": "pytest",
+                     "rig_check_pytest_joined_flags": "pytest",
                      "rig_check_vim_filter": "vim", "rig_check_valgrind_child": "valgrind", "rig_check_git_alias_child": "git",
                      "rig_check_npm_home_package": "npm"}
 
@@ -233,7 +236,8 @@ LEFTOVER_HONEST = {"mvn": "d=$(mktemp -d) && mkdir $d/.mvn && echo -v > $d/.mvn/
                    # home, by pytest's other names
                    "pytest-3": "printf 'def test_a():\\n    pass\\n' > ~/test_ok.py && cd ~ && pytest-3 -q test_ok.py"
                                f" && {VERSIONED_PYTHON} -m pytest -q ~/test_ok.py && mkdir ~/proj && cp ~/test_ok.py ~/proj/check_ok.py"
-                               " && printf '[pytest]\\npython_files = check_*.py\\n' > ~/proj/pytest.ini && cd ~/proj && py.test-3 -q",
+                               " && printf '[pytest]\\npython_files = check_*.py\\n' > ~/proj/pytest.ini && cd ~/proj && py.test-3 -q"
+                               " && python3 -BImpytest -q && python3 -X dev -Im pytest -q",
                    "gpg": "gpg --print-md SHA256 ~/a.json | grep -q a.json",
                    "less": "less -F ~/a.json | grep -q '\"a\"'",
                    "tmux": "tmux new-session -d -s h 'sleep 9' && tmux has-session -t h; r=$?; tmux kill-server; exit $r"}
