@@ -211,6 +211,44 @@ def test_every_flag_of_run_has_its_variable(monkeypatch):
         monkeypatch.delenv(variable)
 
 
+def test_every_flag_of_the_other_commands_has_its_variable(monkeypatch, tmp_path):
+    """PARALLEL_ROLLOUT_<COMMAND>_<FLAG> (README: PARALLEL_ROLLOUT_VMS_SWEEP_PROVIDER_NAME): a flag
+    whose value has another name in the code read a variable of that name instead, so
+    PARALLEL_ROLLOUT_RUNS_LIST_JSON=1 printed the table (..._AS_JSON), and compare --html and
+    image build --provider had ..._HTML_PATH and ..._PROVIDER_NAME."""
+    import click
+
+    result = CliRunner().invoke(main, ["runs", "list", "--output-dir", str(tmp_path)],
+                                env={"PARALLEL_ROLLOUT_RUNS_LIST_JSON": "1"})
+    assert result.exit_code == 0 and result.output == "", result.output  # no runs: no JSON line, no header
+    root = main.make_context("parallel-rollout", ["runs", "list"], resilient_parsing=True)
+
+    def leaves(group, parent):
+        for name, command in group.commands.items():
+            ctx = command.make_context(name, [], parent=parent, resilient_parsing=True)
+            if isinstance(command, click.Group):
+                yield from leaves(command, ctx)
+            elif name != "run":  # run's are PARALLEL_ROLLOUT_<FLAG> (above)
+                yield ctx
+
+    checked = []
+    for ctx in leaves(main, root):
+        for param in ctx.command.get_params(ctx):
+            flag = next((o for o in param.opts if o.startswith("--")), None)
+            if not isinstance(param, click.Option) or flag in (None, "--help"):
+                continue
+            variable = f"{ctx.auto_envvar_prefix}_{flag[2:].upper().replace('-', '_')}"
+            numeric = isinstance(param.type, (click.types.IntParamType, click.types.FloatParamType))
+            value = ("2" if numeric else "true" if param.is_flag
+                     else param.type.choices[0] if isinstance(param.type, click.Choice) else "x")
+            monkeypatch.setenv(variable, value)
+            assert param.value_from_envvar(ctx) not in (None, ()), variable
+            monkeypatch.delenv(variable)
+            checked.append(variable)
+    assert {"PARALLEL_ROLLOUT_VMS_SWEEP_PROVIDER_NAME", "PARALLEL_ROLLOUT_COMPARE_HTML",
+            "PARALLEL_ROLLOUT_IMAGE_BUILD_PROVIDER"} <= set(checked)
+
+
 @pytest.mark.skipif(not (EXAMPLES / "test_small.json").is_file(), reason="OSWorld's task set is not here")
 def test_an_osworld_run_py_command_line_is_read_as_ours(tmp_path):
     """OSWorld's run.py command line, every spelling as its README has it, gives the same

@@ -44,7 +44,7 @@ from click.core import ParameterSource
 from .config import RunConfig, build_config
 from .errors import ConfigError, InterruptedBeforeStart, ProviderUnavailable, RunLocked, VMError, raise_interrupted
 from .cli_options import (ENV_PREFIX, Gate, LazyHelpOption, RegistryOption, RunCommand, dataset_help, env_var_name,
-                          help_sections, invoked_as)
+                          help_sections, invoked_as, name_variables_after_flags)
 from .exit_codes import EXIT_ABORTED, EXIT_INTERRUPTED, EXIT_LOCKED, EXIT_USAGE
 from .logs import console_logging, devnull_for_closed_streams, say
 from .cli_runs import compare_cmd, report_cmd, runs
@@ -410,6 +410,8 @@ def osworld_cache(args: tuple[str, ...]) -> None:
 main.add_command(report_cmd)
 main.add_command(compare_cmd)
 main.add_command(runs)
+# PARALLEL_ROLLOUT_<COMMAND>_<FLAG> for every flag of them, named after the flag
+name_variables_after_flags(main)
 
 
 if __name__ == "__main__":

@@ -33,7 +33,7 @@ ENV_PREFIX = "PARALLEL_ROLLOUT"
 #: PARALLEL_ROLLOUT_<NAME> variables that are no flag of run: the settings providers, modes
 #: and the guest read (README), and what ./dev and the pool pass their own processes
 SETTINGS_VARIABLES = frozenset({
-    "ATSPI", "ATSPI_TIMEOUT", "CACHE", "DOCKERD_DIR", "DOCKERD_WAIT_S", "DOCKER_DIR",
+    "ATSPI", "ATSPI_TIMEOUT", "CACHE", "DEVTOOLS_PORTS", "DOCKERD_DIR", "DOCKERD_WAIT_S", "DOCKER_DIR",
     "FORKSERVER", "FORKSERVER_MAIN", "FORKSERVER_PLUGINS", "GUEST_KEY", "NODE_DIR", "OSWORLD_CACHE", "OSWORLD_CDP_PORTS", "OSWORLD_SETTINGS",
     "PROCESS_DIR", "PROCESS_STANDBY", "PROG", "QEMU_ACCEL", "QEMU_DIR", "SANDBOX_UID", "VM",
     "VM_HOST", "VM_ID", "VM_PORT", "WORDNET",
@@ -213,6 +213,28 @@ def unknown_variables(ctx: click.Context, command: click.Command) -> list[str]:
             lines.append(f"{name} is set but is no flag of run nor a setting parallel-rollout reads: "
                          "ignored" + (f" (did you mean {close[0]}?)" if close else ""))
     return lines
+
+
+def name_variables_after_flags(group: click.Group, prefix: str = ENV_PREFIX) -> None:
+    """Every option of the commands other than ``run`` reads PARALLEL_ROLLOUT_<COMMAND>_<FLAG>,
+    named after its flag (README), first: click names the variable after the option's Python
+    name, which differs where the value has another (``runs list --json``: ``as_json``;
+    ``compare --html``: ``html_path``; ``image build --provider``: ``provider_name``). That
+    name is still read after it."""
+    for name, command in group.commands.items():
+        words = f"{prefix}_{name.upper().replace('-', '_')}"
+        if isinstance(command, click.Group):
+            name_variables_after_flags(command, words)
+            continue
+        if command.context_settings.get("auto_envvar_prefix"):
+            continue  # run: PARALLEL_ROLLOUT_<FLAG>, its own prefix
+        for param in command.params:
+            flag = next((o for o in param.opts if o.startswith("--")), None)
+            if not isinstance(param, click.Option) or param.envvar or flag is None or not param.name:
+                continue
+            own, by_name = f"{words}_{flag[2:].upper().replace('-', '_')}", f"{words}_{param.name.upper()}"
+            if own != by_name:
+                param.envvar = [own, by_name]
 
 
 def env_var_name(ctx: click.Context, param: click.Parameter) -> str:
