@@ -186,3 +186,15 @@ def test_two_desktop_agents_on_one_host_each_reach_their_own_chrome(tmp_path):
             ["data:text/html,agent-A"], ["data:text/html,agent-B"]]
         mapped = [client.health().get("devtools_ports") for client in clients]
         assert sorted(map(bool, mapped)) == [False, True], mapped  # one kept OSWorld's, one has its own
+        # a Chrome task's postconfig on the first: its Chromium ends, the other agent's goes on
+        steps.run_steps(env_on(clients[0]), [{"type": "launch", "parameters": {"command": ["pkill", "chrome"]}}],
+                        "postconfig")
+        assert [page["url"] for page in chrome.pages(clients[1])] == ["data:text/html,agent-B"]
+        assert _own_chromium(clients[0]) == 0 < _own_chromium(clients[1])
+
+
+def _own_chromium(client: GuestClient) -> int:
+    """How many Chromium processes run with this agent's profile folder."""
+    home = client.execute(["sh", "-c", "echo $HOME"])["output"].strip()
+    return sum(f"--user-data-dir={home}/" in " ".join(p.info["cmdline"] or [])
+               for p in psutil.process_iter(["cmdline"]))

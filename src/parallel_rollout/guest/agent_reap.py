@@ -253,6 +253,23 @@ def _status(pid: int) -> tuple[int, bytes, int] | None:
         return None  # gone meanwhile
 
 
+def own_processes(name: str) -> dict[int, int]:
+    """pid -> parent pid of the live processes named ``name`` (their ``comm``) that /reap would
+    count as the commands': this agent's descendants (every process but pid 1 and the agent's
+    with --reap-all), never another agent's of the same host."""
+    table = {pid: found for pid in _pids() if (found := _status(pid)) is not None and not _gone(pid, found[1])}
+    chosen = set(table) - {1, os.getpid()} if reap_all else _descendants({pid: f[0] for pid, f in table.items()})
+    named = {}
+    for pid in chosen:
+        try:
+            with open(f"/proc/{pid}/comm", "rb") as handle:
+                if handle.read().strip() == name.encode():
+                    named[pid] = table[pid][0]
+        except OSError:
+            continue  # gone meanwhile
+    return named
+
+
 def _descendants(parents: dict[int, int]) -> set[int]:
     """The agent's descendants among ``parents`` (pid -> parent pid): the agent is then a
     child subreaper, so a daemon that left its session is still one."""

@@ -13,6 +13,7 @@ shape); helper commands have short timeouts.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -20,11 +21,13 @@ import threading
 import time
 
 try:
+    from . import agent_reap
     from .agent_commands import as_user, wrapped
     from .desktop import DesktopError, helper, require_desktop, state
     from .desktop_screen import screenshot_png
     from .desktop_windows import accessibility_xml, list_windows, wmctrl_window
 except ImportError:  # sibling files in the guest, not a package
+    import agent_reap  # type: ignore[no-redef]
     from agent_commands import as_user, wrapped  # type: ignore[no-redef]
     from desktop import DesktopError, helper, require_desktop, state  # type: ignore[no-redef]
     from desktop_screen import screenshot_png  # type: ignore[no-redef]
@@ -118,8 +121,9 @@ DEVTOOLS_PORTS = (9222, 1337)
 #: what an agent that maps them tells its commands (the Chrome getters' guest program,
 #: ``envs/osworld/chrome.py``): ``9222=P,1337=Q``
 DEVTOOLS_ENV = "PARALLEL_ROLLOUT_DEVTOOLS_PORTS"
-#: the first desktop agent of a machine holds it (locked for its life) and keeps OSWorld's ports
-DEVTOOLS_CLAIM = "/tmp/.parallel-rollout-devtools-claim"
+#: the first desktop agent of a network holds this abstract socket (a network namespace's:
+#: a sandbox's own, a host's shared by its agents, whatever their /tmp) and keeps OSWorld's ports
+DEVTOOLS_CLAIM = "\0parallel-rollout-devtools-claim"
 #: OSWorld's port -> this desktop's (empty: OSWorld's own); see claim_devtools_ports
 devtools_ports: dict = {}
 _devtools_claim = None
@@ -128,27 +132,22 @@ _PORT_ARGS = r"(--remote-debugging-port=|\btcp[46]?-l(?:isten)?:|\btcp[46]?:(?:l
 
 
 def claim_devtools_ports() -> dict:
-    """This desktop's DevTools ports. The machine's first desktop agent (the one holding
-    DEVTOOLS_CLAIM: every agent of this project's VMs, whose sandbox has its own /tmp and
-    network) keeps OSWorld's; another (two remote agents of one host) gets ports the OS gives,
-    which /setup/launch writes into a task's Chrome and socat command lines and DEVTOOLS_ENV
-    tells the getters. Both started Chrome on 1337 and socat on 9222: the second's could not
+    """This desktop's DevTools ports. The network's first desktop agent (the one holding
+    DEVTOOLS_CLAIM: every agent of this project's VMs, whose sandbox has its own network)
+    keeps OSWorld's; another (two remote agents of one host) gets ports the OS gives, which
+    /setup/launch writes into a task's Chrome and socat command lines and DEVTOOLS_ENV tells
+    the getters. Both started Chrome on 1337 and socat on 9222: the second's could not
     listen, and its task's getters read the first agent's browser."""
-    import fcntl
     import socket
 
     global _devtools_claim
+    claim = socket.socket(socket.AF_UNIX)
     try:
-        fd = os.open(DEVTOOLS_CLAIM, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        claim.bind(DEVTOOLS_CLAIM)
+        _devtools_claim = claim  # held for the agent's life
+        return devtools_ports
     except OSError:
-        fd = None  # another user's claim
-    try:
-        if fd is not None:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            _devtools_claim = fd
-            return devtools_ports
-    except OSError:
-        os.close(fd)
+        claim.close()  # another agent of this network holds it
     probes = [socket.socket() for _ in DEVTOOLS_PORTS]
     try:
         for port, probe in zip(DEVTOOLS_PORTS, probes):
@@ -181,39 +180,41 @@ CHROME_NAMES = ("chrome", "google-chrome", "google-chrome-stable")
 BROWSER_EXIT_TIMEOUT_S = 15.0
 
 
-def stopping_chromium(command):
-    """``command`` made to stop Chromium too, when it is a ``pkill``/``killall`` of Chrome on a
-    VM where Chromium runs for Chrome; None for any other."""
+def stops_chrome(command) -> bool:
+    """Whether ``command`` is a ``pkill``/``killall`` of Chrome on a VM where Chromium runs
+    for Chrome (and is named otherwise: the task's pattern misses it)."""
     import shutil
 
-    if not isinstance(command, list) or os.path.basename(command[0]) not in ("pkill", "killall"):
-        return None
-    browser = CHROME_AS_CHROMIUM[0]
-    if not any(part in CHROME_NAMES for part in command[1:]) or shutil.which("google-chrome") \
-            or not shutil.which(browser):
-        return None
-    if os.path.basename(command[0]) == "killall":
-        return [*command, browser]
-    return [f"{part}|{browser}" if part in CHROME_NAMES else part for part in command]  # a regex
+    return (isinstance(command, list) and os.path.basename(command[0]) in ("pkill", "killall")
+            and any(part in CHROME_NAMES for part in command[1:])
+            and not shutil.which("google-chrome") and bool(shutil.which(CHROME_AS_CHROMIUM[0])))
 
 
-def _await_exit(started: subprocess.Popen, name: str) -> None:
-    """Wait (BROWSER_EXIT_TIMEOUT_S at most) for ``started`` and then every process ``name``
-    to have exited: the next step's launch starts a browser afresh, on the files it wrote."""
+def stop_own_chromium(started: subprocess.Popen) -> None:
+    """After the task's pkill (``started``): end this agent's Chromium as the pkill ends
+    Chrome (SIGTERM to each browser process: it writes its profile and exits) and wait
+    (BROWSER_EXIT_TIMEOUT_S at most) for every process of it to be gone, so the next step's
+    launch starts it afresh on the files it wrote. Only this agent's: on a host of two desktop
+    agents of one user, a pkill of Chromium by name ended the other agent's browser too."""
+    name = CHROME_AS_CHROMIUM[0]
     deadline = time.monotonic() + BROWSER_EXIT_TIMEOUT_S
-    try:
+    with contextlib.suppress(subprocess.TimeoutExpired):
         started.wait(BROWSER_EXIT_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        return
-    while time.monotonic() < deadline and helper(["pgrep", "-x", name], check=False).returncode == 0:
+    own = agent_reap.own_processes(name)
+    for pid, parent in own.items():
+        if parent not in own:  # a browser, not one of its zygotes or renderers
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGTERM)
+    while own and time.monotonic() < deadline:
         time.sleep(0.2)
+        own = agent_reap.own_processes(name)
 
 
 def route_launch(req):
     """POST /setup/launch: start a command without waiting for it; 404 "app not installed"
     when its program is missing. OSWorld's DevTools ports in it become this desktop's
-    (claim_devtools_ports); a ``pkill chrome`` stops Chromium too and answers once it has
-    exited (stopping_chromium)."""
+    (claim_devtools_ports); a ``pkill chrome`` stops this agent's Chromium too and answers
+    once it has exited (stop_own_chromium)."""
     require_desktop()
     body = _json(req)
     command, shell = body.get("command"), bool(body.get("shell", False))
@@ -224,8 +225,7 @@ def route_launch(req):
     if not command or not (isinstance(command, str) or all(isinstance(p, str) for p in command)):
         return 400, {"status": "error", "message": "field 'command' must be a string or a list of strings"}
     command = devtools_mapped(command)
-    stops = stopping_chromium(command)
-    command = stops or command
+    stops = stops_chrome(command)
     if isinstance(command, list):
         command = resolve_app([os.path.expanduser(p) if p.startswith("~") else p for p in command])
     argv, shell = wrapped(command, shell)  # as the commands' user, like /execute
@@ -238,7 +238,7 @@ def route_launch(req):
     except OSError as exc:
         return 500, {"status": "error", "message": f"cannot launch {command!r}: {exc}"}
     if stops:
-        _await_exit(started, CHROME_AS_CHROMIUM[0])
+        stop_own_chromium(started)
     return 200, f"{command} launched successfully"
 
 
