@@ -99,3 +99,32 @@ def test_tool_calls_under_the_policy_gate_come_through_the_stream(tmp_path, sche
         assert all(r["body"].get("stream") for r in server.requests)  # the gate's streamed path
     finally:
         server.stop()
+
+
+def test_a_server_that_refuses_the_model_is_left_out_and_every_one_refusing_is_a_config_error(tmp_path, schedulers):
+    """A fleet's server that answers 404 for the model (restarted with another) is taken out:
+    the batch comes from the other. When every server refuses, get_batch raises a ConfigError
+    at the first member that failed so, as a run stops at it (exit 2): it spent
+    max_failed_groups groups, each member's retries, before a RolloutError."""
+    from parallel_rollout.errors import ConfigError
+
+    def refuses(body):
+        return {"status": 404, "message": "The model `table` does not exist."}
+
+    good, wrong = LLMServer(policy=TablePolicy(seed=1)).start(), LLMServer(policy=refuses).start()
+    try:
+        scheduler = schedulers(rl_config(tmp_path, good, base_url=[wrong.url, good.url], num_rollouts=1,
+                                         envs_per_worker=2, max_retries=0),
+                               EnvManagerConfig(num_env_groups=2, group_size=2, tags=["lakes"],
+                                                task_sets=lake_set(tmp_path, count=4, max_steps=2)))
+        batch = scheduler.get_batch(batch_size=4, step=0)
+        moves = [m for t in batch for m in (t.record.get("usage") or {}).get("server_moves", [])]
+        assert len(batch) == 4 and moves and all(m["from"] == wrong.url and m["refused"] for m in moves)
+        good.policy = refuses
+        asked = len(good.requests) + len(wrong.requests)
+        with pytest.raises(ConfigError, match="every server of the fleet refuses"):
+            scheduler.get_batch(batch_size=4, step=1)
+        assert len(good.requests) + len(wrong.requests) - asked <= 8  # the first members' turns, not 10 groups'
+    finally:
+        good.stop()
+        wrong.stop()

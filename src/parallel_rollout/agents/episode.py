@@ -26,8 +26,9 @@ class EndpointRefused(AgentError):
     """The model endpoint refused the run's settings (HTTP 401 or 403: the key; 404: the
     model, or the path under --base-url): no request can succeed until they are fixed, so it
     says nothing of the policy. Infrastructure: never graded; the batch runner stops the run
-    at the first one (exit 2), its attempts left to a resume (retries.REFUSING_STATUS). With
-    several servers the client raises it only when every one refuses (servers.ServerPool.refuse)."""
+    at the first one (exit 2), its attempts left to a resume (retries.REFUSING_STATUS), and an
+    RL scheduler's get_batch raises it as a ConfigError (SETTINGS_MISMATCHES). With several
+    servers the client raises it only when every one refuses (servers.ServerPool.refuse)."""
 
     kind = "endpoint_refused"
     infrastructure = True
@@ -54,8 +55,10 @@ class TokenIdsNotReturned(EndpointRefused):
 
 
 #: the failures (their type names in a record) that say the run's settings do not fit the
-#: model server: an RL scheduler's get_batch raises them as a ConfigError (``rl.budget``)
-SETTINGS_MISMATCHES = frozenset({"TokenizerMismatch", "TokenIdsNotReturned"})
+#: model server: an RL scheduler's get_batch raises them as a ConfigError (``rl.budget``), as
+#: a run stops at them (exit 2). A key or model the endpoint refuses (every server of a fleet)
+#: is one: it spent max_failed_groups groups, each member's retries, before a RolloutError
+SETTINGS_MISMATCHES = frozenset({"EndpointRefused", "TokenizerMismatch", "TokenIdsNotReturned"})
 
 
 class AgentKilled(AgentError):
