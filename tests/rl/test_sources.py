@@ -4,6 +4,7 @@ tasks per batch, and batch_partition (rl/sources.py)."""
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections import Counter
 
@@ -69,9 +70,9 @@ def test_quotas_split_in_proportion():
 
 
 def test_a_restarted_scheduler_gets_the_same_next_tasks(tmp_path, schedulers, monkeypatch):
-    """A Ctrl-C as a batch is handed out (its turns read) leaves its groups drawn and not
-    handed out: in state_dict(), and the next call's batch (they were in neither, and a
-    checkpoint saved then skipped their tasks)."""
+    """A Ctrl-C as a batch is handed out (its turns read), or as the groups after it start,
+    leaves its groups drawn and not handed out: in state_dict(), and the next call's batch
+    (they were in neither, and a checkpoint saved then skipped their tasks)."""
     from parallel_rollout.rl import batches
 
     def interrupted(trajectories):
@@ -89,6 +90,20 @@ def test_a_restarted_scheduler_gets_the_same_next_tasks(tmp_path, schedulers, mo
                     with pytest.raises(KeyboardInterrupt):
                         first.get_batch(batch_size=4, step=step)
                 assert len(first.state_dict()["unreturned"]) == 2
+            if step == 2:  # as the next groups start, the batch taken: it goes out next time too
+                fill, calls = first._fill, []
+
+                def fill_once():  # the trainer's thread's second fill is interrupted (the engine's run)
+                    if threading.current_thread() is not threading.main_thread():
+                        return fill()
+                    calls.append(1)
+                    return fill() if len(calls) == 1 else interrupted(None)
+
+                with monkeypatch.context() as patch:
+                    patch.setattr(first, "_fill", fill_once)
+                    with pytest.raises(KeyboardInterrupt):
+                        first.get_batch(batch_size=4, step=step)
+                assert len(first.state_dict()["unreturned"]) == 2 and len(calls) == 2
             ids.append([t.task_id for t in first.get_batch(batch_size=4, step=step)])
             if step == 3:
                 state = json.loads(json.dumps(first.state_dict()))

@@ -264,34 +264,40 @@ class RolloutScheduler(ChosenBatches, GroupGeneration, ReadyBatches, TakingTurns
             self._step, self._need, self._waiting = step, need, True
             self._drop_stale()
             self._fill()
+        batch = None
         try:
-            with self._afresh_after_raise():
-                while True:
-                    self._flush()
-                    with self._cond:
-                        self._budget.check_failures()
-                        self._raise_filter_error()
-                        partial = self._budget.filter_spent() and self._budget.filter_fallback == "partial"
-                        batch = self._take_ready(need, partial) or None  # partial: never an empty batch
-                        if batch is not None:
-                            self._waiting = False
-                            self._budget.batch_taken()
-                            self._stats["groups_returned"] += len(batch)
-                            if len(batch) < need:
-                                self._stats["partial_batches"] += 1
-                                log.warning("get_batch(step=%d): the group filter dropped too many groups; "
-                                            "returning %d of %d", step, len(batch), need)
-                            self._fill()
-                            break
-                        self._budget.check(len(self._ready), len(self._groups))
-                        if self._source_error is not None and self._outstanding() < need:
-                            error, self._source_error = self._source_error, None
-                            raise error  # the batch needs a group the task source did not give
-                        self._wait()
-        finally:
-            with self._cond:
-                self._waiting = False
-            self._flush()
+            try:
+                with self._afresh_after_raise():
+                    while True:
+                        self._flush()
+                        with self._cond:
+                            self._budget.check_failures()
+                            self._raise_filter_error()
+                            partial = self._budget.filter_spent() and self._budget.filter_fallback == "partial"
+                            batch = self._take_ready(need, partial) or None  # partial: never an empty batch
+                            if batch is not None:
+                                self._waiting = False
+                                self._budget.batch_taken()
+                                self._stats["groups_returned"] += len(batch)
+                                if len(batch) < need:
+                                    self._stats["partial_batches"] += 1
+                                    log.warning("get_batch(step=%d): the group filter dropped too many groups; "
+                                                "returning %d of %d", step, len(batch), need)
+                                self._fill()
+                                break
+                            self._budget.check(len(self._ready), len(self._groups))
+                            if self._source_error is not None and self._outstanding() < need:
+                                error, self._source_error = self._source_error, None
+                                raise error  # the batch needs a group the task source did not give
+                            self._wait()
+            finally:
+                with self._cond:
+                    self._waiting = False
+                self._flush()
+        except BaseException:
+            if batch is not None:  # taken, never handed out (a Ctrl-C as the next groups start): out next time
+                self._put_back(batch, [])
+            raise
         return self._hand_out(batch, step)
 
     def _check_call(self, step: Any) -> int:
