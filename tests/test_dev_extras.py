@@ -165,3 +165,18 @@ def test_a_run_installs_the_system_packages_of_the_mode_and_provider_it_implies(
     }[how]
     asked = set(_apt_installs(tmp_path, "run", *args, env=env))
     assert wanted <= asked, asked
+
+
+def test_the_command_line_wins_over_a_variable_and_the_config_file_as_in_the_run(tmp_path):
+    """./dev read the last --data and --provider-name of the flags, the variables and the config
+    file, in that order: the config file's won over the command line's, the reverse of the run's
+    order, so `--config eval.toml --data math_tasks.jsonl` installed no math-verify for a math
+    run, and a config's docker provider kept the desktop's apps from an osworld run on process."""
+    shipped = ROOT / "benchmarks"
+    (tmp_path / "eval.toml").write_text(f'data = "{shipped / "shell_tasks.jsonl"}"\nprovider-name = "docker"\n')
+    config = str(tmp_path / "eval.toml")
+    assert extras("--config", config, "--data", str(shipped / "math_tasks.jsonl")) == ["math"]
+    assert extras("--data", str(shipped / "shell_tasks.jsonl"),
+                  env={"PARALLEL_ROLLOUT_DATA": str(shipped / "math_tasks.jsonl")}) == []
+    asked = _apt_installs(tmp_path, "run", "--config", "eval.toml", "--mode", "osworld", "--provider-name", "process")
+    assert {"xvfb", "openbox"} <= set(asked), asked
