@@ -603,3 +603,16 @@ def test_a_server_taken_out_for_a_refusal_is_tried_again_after_its_cool_down(ser
     client.start(AttemptInfo("lake#5", 0))
     with pytest.raises(EndpointRefused, match=f"every server of the fleet refuses .{wrong.url}, {good.url}"):
         client.chat([{"role": "user", "content": "go"}])
+
+
+def test_an_abort_url_on_one_server_of_a_fleet_is_refused():
+    """A full abort_url naming one server of several sent every abort there: the requests at
+    the other servers were never told, and decoded on through a weight update. Its path goes to
+    each request's own server; a URL elsewhere (a router that fans out) is taken."""
+    fleet = ["http://10.0.0.1:30000/v1", "http://10.0.0.2:30000/v1"]
+    with pytest.raises(ConfigError, match=r"abort_url 'http://10.0.0.1:30000/abort_request' is on one server of "
+                                          r"the fleet \(10.0.0.1:30000\).*give its path, '/abort_request'"):
+        build_config({"base_url": fleet, "abort_url": "http://10.0.0.1:30000/abort_request"})
+    for taken in ("/abort_request", "http://10.0.0.9:8080/abort_request"):
+        assert build_config({"base_url": fleet, "abort_url": taken}).abort_url == taken
+    assert build_config({"base_url": fleet[0], "abort_url": "http://10.0.0.1:30000/abort_request"}).abort_url

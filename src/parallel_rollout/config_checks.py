@@ -74,6 +74,19 @@ def check_distinct_servers(urls: Any) -> None:
         seen.add(url.rstrip("/"))
 
 
+def check_abort_url(abort_url: str | None, urls: Any) -> None:
+    """ConfigError for an ``abort_url`` on one server of several: every abort, of requests at
+    the other servers too, was POSTed there, and those servers decoded the aborted requests on
+    (a path is told to each request's own server; another host, a router, may fan out)."""
+    if not abort_url or abort_url.startswith("/") or len(urls) < 2:
+        return
+    where = urlsplit(abort_url)
+    if any(urlsplit(url).netloc == where.netloc for url in urls):
+        raise ConfigError(f"abort_url {abort_url!r} is on one server of the fleet ({where.netloc}): the aborts of "
+                          f"requests at the others would be told there; give its path, {where.path or '/'!r}, to "
+                          "tell each server of base_url its own")
+
+
 def check_base_url(url: str, where: str = "--base-url") -> None:
     """ConfigError unless ``url`` is one http(s) URL with a host (or a unix socket's): without
     a scheme every model request fails, and a run's endpoint cannot change on resume. A comma
@@ -163,6 +176,7 @@ def validate_ranges(cfg: Any) -> None:
     for url in servers:
         check_base_url(url)
     check_distinct_servers(servers)
+    check_abort_url(cfg.abort_url, servers)
     if not cfg.session_header.strip() or any(c in cfg.session_header for c in ":\r\n "):
         raise ConfigError(f"--session-header {cfg.session_header!r} must be an HTTP header name, e.g. X-Session-ID")
     if cfg.temperature is not None and not 0 <= cfg.temperature <= 2:
