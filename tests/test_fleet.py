@@ -603,6 +603,15 @@ def test_a_server_taken_out_for_a_refusal_is_tried_again_after_its_cool_down(ser
     client.start(AttemptInfo("lake#5", 0))
     with pytest.raises(EndpointRefused, match=f"every server of the fleet refuses .{wrong.url}, {good.url}"):
         client.chat([{"role": "user", "content": "go"}])
+    # a URL that is no API's (a static web server: 405 to the POST): the path, refused as a 404 is;
+    # it was the attempt's error, graded 0
+    wrong.policy, good.policy = (lambda body: {"status": 405, "message": "Method Not Allowed"}), _echo
+    client.start(AttemptInfo("lake#6", 0))
+    assert client.chat([{"role": "user", "content": "go"}]).text == "<answer>Right</answer>"
+    assert client.usage()["server_moves"][0]["refused"] and "HTTP 405" in client.usage()["server_moves"][0]["reason"]
+    alone = ModelClient(build_config({"agent": "openai", "mode": "gym", "base_url": wrong.url, "max_retries": 1}))
+    with pytest.raises(EndpointRefused, match="takes no POST of the API there: it is not an OpenAI-compatible"):
+        alone.chat([{"role": "user", "content": "go"}])
 
 
 def test_an_abort_url_on_one_server_of_a_fleet_is_refused():

@@ -24,7 +24,7 @@ class ModelUnavailable(AgentError):
 
 class EndpointRefused(AgentError):
     """The model endpoint refused the run's settings (HTTP 401 or 403: the key; 404: the
-    model, or the path under --base-url): no request can succeed until they are fixed, so it
+    model, or the path under --base-url; 405: a URL that takes no POST of the API): no request can succeed until they are fixed, so it
     says nothing of the policy. Infrastructure: never graded; the batch runner stops the run
     at the first one (exit 2), its attempts left to a resume (retries.REFUSING_STATUS), and an
     RL scheduler's get_batch raises it as a ConfigError (SETTINGS_MISMATCHES). With several
@@ -32,7 +32,7 @@ class EndpointRefused(AgentError):
 
     kind = "endpoint_refused"
     infrastructure = True
-    #: the HTTP status that refused (401, 403, 404); None when no server answered so (a key
+    #: the HTTP status that refused (401, 403, 404, 405); None when no server answered so (a key
     #: missing before any request, a tokenizer that is not the served model's)
     status: int | None = None
     #: the endpoint and what it answered (with ``status``), without what to fix

@@ -16,12 +16,12 @@ What a call does for the agent:
   least-loaded at the attempt's start, ``servers.Route``) with the attempt's session id header;
   a server that refuses the connection, or whose retries run out, cools down and the call
   moves on to another (``server_moves`` in the turn and in ``usage()``); so does one that
-  refuses the key or the model (401, 403, 404) while another may serve it.
+  refuses the key or the model (401, 403, 404, 405) while another may serve it.
 * **Sampling.** The run config's temperature, max_tokens and ``sampling`` table, then the
   attempt's overrides (a scheduler's ``sampling=``), then the call's keyword arguments.
 * **Retries** (``retries.py``): 429, 5xx, timeouts, connection errors, malformed bodies, up to
   ``--max-retries``; then ``AgentError`` naming the endpoint. A refused key or an unknown
-  model (401, 403, 404) is ``EndpointRefused``, other 4xx an ``AgentError``, at once.
+  model or path (401, 403, 404, 405) is ``EndpointRefused``, other 4xx an ``AgentError``, at once.
 * **The policy gate** (under an RL scheduler): each request waits while weights update and
   streams (``streaming.py``), so a weight update or a cancel (``abort()``) closes it at once
   and the server stops decoding. An aborted call is asked again after the update, from

@@ -8,7 +8,7 @@ honours what the server asked for. A call is retried up to ``--max-retries`` tim
 message, null content). The wait honours the server's ``retry-after-ms`` / ``Retry-After``
 (seconds or an HTTP date); otherwise it backs off exponentially with "equal jitter" (half the
 step fixed, half random), so many env loops hitting one rate limit do not retry in step.
-A key the endpoint refuses (401, 403) or a model or path it does not know (404) is
+A key the endpoint refuses (401, 403) or a model or path it does not know (404, 405) is
 ``EndpointRefused``: the run's settings are wrong, not the reply (``refusal``). Other 4xx
 fail at once: retrying cannot fix them.
 
@@ -38,8 +38,9 @@ MAX_RETRY_AFTER_S = 120.0
 #: 401 (403 for a key without access) and an unknown model 404 (model_not_found); vLLM 404
 #: ("The model `x` does not exist.") and, with --api-key, 401; Ollama 404 ("model \"x\" not
 #: found, try pulling it first"); SGLang 401 with --api-key (it answers any model name); a
-#: base URL without /v1 is a 404 anywhere
-REFUSING_STATUS = frozenset({401, 403, 404})
+#: base URL without /v1 is a 404 anywhere; 405 (a POST the URL does not take: a static web
+#: server, a gateway's other route) says the same of the path: it was the attempt's error, graded 0
+REFUSING_STATUS = frozenset({401, 403, 404, 405})
 
 
 class Retryable(Exception):
@@ -58,6 +59,10 @@ class Retryable(Exception):
 
 def refusal(status: int, model: str, base_url: str) -> str:
     """What to fix when the endpoint answered ``status`` (one of REFUSING_STATUS)."""
+    if status == 405:
+        return (f"{base_url} takes no POST of the API there: it is not an OpenAI-compatible endpoint's URL "
+                "(most servers serve the API under /v1); fix --base-url, with a new --run-id (a run's "
+                "endpoint is fixed)")
     if status == 404:
         return (f"the endpoint does not know the model {model!r} (--model) or the path (--base-url "
                 f"{base_url}; most servers serve the API under /v1): give --model a name its "
