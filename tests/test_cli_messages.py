@@ -47,6 +47,20 @@ def test_a_missing_task_file_gets_no_dataset_hint(tmp_path):
     assert "task file not found" in done.output and "did you mean" not in done.output
 
 
+def test_a_missing_task_file_names_the_file_beside_it_it_misspells(tmp_path, monkeypatch):
+    """`--data tasks.json` where tasks.jsonl lies said only "task file not found": the file a
+    typo of the name meant, in the same folder, is named (and nothing else is run)."""
+    write_tasks(tmp_path / "tasks.jsonl", [shell_task("a")])
+    monkeypatch.chdir(tmp_path)
+    for typo in ("tasks.json", "task.jsonl"):
+        done = run(tmp_path, "--data", typo)
+        assert done.exit_code == EXIT_USAGE
+        assert f"{tmp_path / typo}: task file not found (did you mean --data {tmp_path / 'tasks.jsonl'}?)" in done.output
+    assert not (tmp_path / "out").exists()
+    done = run(tmp_path, "--data", "other.jsonl")  # no name near it: no guess
+    assert "task file not found" in done.output and "did you mean" not in done.output
+
+
 def test_a_failed_gate_is_said_once(tmp_path):
     data = write_tasks(tmp_path / "tasks.jsonl", [shell_task("a"), failing_task("b")])
     done = run(tmp_path, "--mode", "shell", "--data", str(data), "--run-id", "g", "--fail-under", "0.9")

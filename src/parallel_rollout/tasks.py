@@ -121,6 +121,9 @@ def resolve_data(data: str) -> Path:
         # a name like a dataset's that is no file is a typo of it (--data humaneva)
         close = [] if "." in path.name or path.exists() else difflib.get_close_matches(
             path.name.lower(), list(NAMED_DATASETS), n=1)
+        # or of a file beside it (--data tasks.json where tasks.jsonl lies)
+        close = close or ([] if path.exists() else [str(path.parent / name) for name in difflib.get_close_matches(
+            path.name, _names_in(path.parent), n=1, cutoff=0.8)])
         if close:
             raise TaskFileError(f"{path}: task file not found (did you mean --data {close[0]}?)")
         return path
@@ -129,6 +132,14 @@ def resolve_data(data: str) -> Path:
         return getattr(importlib.import_module(module_name), func)()
     except (FileNotFoundError, ModuleNotFoundError) as exc:
         raise TaskFileError(f"--data {data}: {exc}") from None
+
+
+def _names_in(folder: Path) -> list[str]:
+    """The names in ``folder`` but hidden ones (none when it cannot be listed)."""
+    try:
+        return [p.name for p in folder.iterdir() if not p.name.startswith(".")]
+    except OSError:
+        return []
 
 
 def declared_mode(data: str) -> str | None:
