@@ -4,7 +4,9 @@ servers with session affinity, one stopped mid-batch."""
 
 from __future__ import annotations
 
+import itertools
 import threading
+import time
 from collections import defaultdict
 
 import pytest
@@ -105,26 +107,36 @@ def test_a_server_that_refuses_the_model_is_left_out_and_every_one_refusing_is_a
     """A fleet's server that answers 404 for the model (restarted with another) is taken out:
     the batch comes from the other. When every server refuses, get_batch raises a ConfigError
     at the first member that failed so, as a run stops at it (exit 2): it spent
-    max_failed_groups groups, each member's retries, before a RolloutError."""
+    max_failed_groups groups, each member's retries, before a RolloutError. The members that
+    fail so after the raise (those running then) are not the next call's: once the servers
+    serve the model it gets its batch; it raised the same ConfigError at once."""
     from parallel_rollout.errors import ConfigError
 
-    def refuses(body):
-        return {"status": 404, "message": "The model `table` does not exist."}
+    asked = itertools.count()
+
+    def refuses(body):  # some answer late: members that fail after the first one raised
+        return {"sleep": 0.3 * (next(asked) % 2), "status": 404, "message": "The model `table` does not exist."}
 
     good, wrong = LLMServer(policy=TablePolicy(seed=1)).start(), LLMServer(policy=refuses).start()
     try:
         scheduler = schedulers(rl_config(tmp_path, good, base_url=[wrong.url, good.url], num_rollouts=1,
-                                         envs_per_worker=2, max_retries=0),
-                               EnvManagerConfig(num_env_groups=2, group_size=2, tags=["lakes"],
+                                         envs_per_worker=4, max_retries=0),
+                               EnvManagerConfig(num_env_groups=4, group_size=2, tags=["lakes"],
                                                 task_sets=lake_set(tmp_path, count=4, max_steps=2)))
         batch = scheduler.get_batch(batch_size=4, step=0)
         moves = [m for t in batch for m in (t.record.get("usage") or {}).get("server_moves", [])]
         assert len(batch) == 4 and moves and all(m["from"] == wrong.url and m["refused"] for m in moves)
         good.policy = refuses
-        asked = len(good.requests) + len(wrong.requests)
+        before = len(good.requests) + len(wrong.requests)
         with pytest.raises(ConfigError, match="every server of the fleet refuses"):
             scheduler.get_batch(batch_size=4, step=1)
-        assert len(good.requests) + len(wrong.requests) - asked <= 8  # the first members' turns, not 10 groups'
+        assert len(good.requests) + len(wrong.requests) - before <= 16  # the first members' turns, not 10 groups'
+        deadline = time.monotonic() + 60
+        while scheduler.stats()["groups_running"] and time.monotonic() < deadline:
+            time.sleep(0.05)  # the members running at the raise fail too, refused
+        assert not scheduler.stats()["groups_running"]
+        good.policy = wrong.policy = TablePolicy(seed=2)  # the servers serve the model again
+        assert len(scheduler.get_batch(batch_size=4, step=2)) == 4
     finally:
         good.stop()
         wrong.stop()

@@ -133,6 +133,9 @@ class BatchBudget:
             self._filtered = 0
             self.failed_in_a_row = self.dropped_in_a_row = 0
             self._statuses.clear()
+            # members running when it raised that failed so too: a settings error the
+            # trainer may have fixed since (a server restarted with the model), not this call's
+            self._settings = None
         self._timeout = timeout
         self._deadline = None if timeout is None else (called_at or time.monotonic()) + timeout
         self._filter_limit = (FILTERED_BATCHES * groups_needed if self.max_filtered_groups is None
