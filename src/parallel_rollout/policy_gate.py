@@ -54,6 +54,7 @@ import secrets
 import socket
 import tempfile
 import threading
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -96,6 +97,11 @@ class PolicyGate:
         self.requests = 0
         self.replies = 0
         self.aborted = 0
+        #: the same two counts by who asked: a sample key's part before its first ":" (an RL
+        #: scheduler's samples name it: ``train:…``, ``val@s1:…``), so each scheduler of an
+        #: engine counts its own (``requests_of``)
+        self._requests_by: Counter[str] = Counter()
+        self._aborted_by: Counter[str] = Counter()
         #: requests that ended with no answer from the server within their timeout ("end -")
         self.unanswered = 0
         self._folder: str | None = None
@@ -145,6 +151,12 @@ class PolicyGate:
         ``oldest_version`` says is then complete, even right after ``suspend(abort=True)``."""
         with self._cond:
             return self._cond.wait_for(lambda: not self._aborted or self._closed, timeout)
+
+    def requests_of(self, asker: str) -> tuple[int, int]:
+        """(requests let through, of them aborted) of the samples whose keys start with
+        ``asker:`` (an RL scheduler's sample prefix)."""
+        with self._cond:
+            return self._requests_by[asker], self._aborted_by[asker]
 
     def oldest_version(self, key: str) -> int | None:
         """The oldest policy version among the tokens sample ``key`` kept; None when none yet."""
@@ -275,6 +287,7 @@ class PolicyGate:
                         self._in_flight.add(ident)
                         self._peers[ident] = (conn, key or None)
                         self.requests += 1
+                        self._requests_by[_asker(key)] += 1
                         conn.sendall(f"go {self.version}\n".encode())
                 elif command == "forget":  # a new attempt of sample ``key``: what its earlier ones kept is not its
                     with self._cond:
@@ -293,6 +306,7 @@ class PolicyGate:
                         self._in_flight.discard(ident)
                         self._peers.pop(ident, None)
                         self.aborted += redo
+                        self._aborted_by[_asker(peer[1] if peer is not None else None)] += redo
                         self._cond.notify_all()
                         conn.sendall(b"redo\n" if redo else b"ok\n")
         except OSError:
@@ -310,6 +324,11 @@ class PolicyGate:
                 conn.close()
             except OSError:
                 pass
+
+
+def _asker(key: str | None) -> str:
+    """Who a request's sample key belongs to: its part before the first ":" ("" for none)."""
+    return key.partition(":")[0] if key and ":" in key else ""
 
 
 def _hung_up(conn: socket.socket) -> bool:

@@ -357,6 +357,13 @@ def test_validation_runs_each_task_once_while_training_goes_on(shared, sibling):
     expected = Counter([*(f"lakes{i}" for i in range(6)), "tiny0"])
     assert Counter(t.task_id for t in report) == expected
     assert val.stats()["groups_returned"] == 7  # as a batch's groups are counted (it said none)
+    # each scheduler counts its own model requests, those its samples sent (the session
+    # header names the sample): val's stats counted every request of the engine, train's too
+    sent = Counter(next((v for k, v in r["headers"].items() if k.lower() == "x-session-id"), "").split(":")[0]
+                   for r in shared[2].requests)
+    assert val.stats()["model_requests"] == sent[val.name] > 0
+    # (train goes on generating: a request or two may have passed the gate and not yet come)
+    assert sent[train.name] <= train.stats()["model_requests"] < sent[train.name] + sent[val.name]
     val_start = min(t.timings["started_at"] for t in report)
     val_end = max(t.timings["ended_at"] for t in report)
     assert sum(val_start < when < val_end for when in train_times) >= 2, "training paused during validation"

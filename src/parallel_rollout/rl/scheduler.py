@@ -421,12 +421,14 @@ class RolloutScheduler(ChosenBatches, GroupGeneration, ReadyBatches, TakingTurns
 
     def stats(self) -> dict[str, Any]:
         """Counts so far: groups started/returned/dropped (per reason), members cancelled,
-        placeholders, what is running and ready, and the gate's requests."""
+        placeholders, what is running and ready, and this scheduler's model requests (its
+        samples', not its siblings' on the engine) and how many of them were aborted."""
+        requests, aborted = self._shared.gate.requests_of(self._sample_prefix)
         with self._cond:
             stats = dict(self._stats)
             stats.update(groups_running=len(self._groups), groups_ready=len(self._ready), step=self._step,
-                         policy_version=self._shared.gate.version, model_requests=self._shared.gate.requests,
-                         model_requests_aborted=self._shared.gate.aborted, concurrency=self.concurrency,
+                         policy_version=self._shared.gate.version, model_requests=requests,
+                         model_requests_aborted=aborted, concurrency=self.concurrency,
                          partition=dict(self.partition))
             stats["groups_dropped"] = sum(v for k, v in self._stats.items() if k.startswith("dropped_"))
         return stats
