@@ -6,6 +6,7 @@ cannot be installed here and are untested."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import time
 from pathlib import Path
@@ -127,3 +128,32 @@ def test_fewer_vm_files_than_the_pools_vms_is_refused_at_the_start(standins, tmp
     enough = cli("--provider-name", "vmware", "--path-to-vm", ",".join(vmx), "--use-vm-pool", "--num-vms",
                  "2", "--num-rollouts", "2", "--dry-run")
     assert enough.exit_code == 0, (enough.output, enough.exception)
+
+
+@pytest.mark.skipif(not all(shutil.which(p) for p in ("Xvfb", "openbox", "xdotool")),
+                    reason="no Xvfb, openbox or xdotool for a desktop")
+def test_a_vm_whose_screen_is_not_the_runs_stops_the_run_at_its_first_boot(standins, monkeypatch, tmp_path):
+    """An osworld run on a VM whose screen is 1024x768 (the stand-in's desktop) under the
+    default 1920x1080: tasks click at pixel positions, and no revert or boot changes the VM's
+    screen, so the run stops at the first boot (exit 2), naming the VM file, its size and the
+    flags that match it, as the remote provider's machines do; the VM is stopped again. It
+    ran the tasks on the other screen without a word."""
+    monkeypatch.setenv("STANDIN_DESKTOP", "1")
+    vm_file = standins[0][0]
+    data = tmp_path / "o.jsonl"
+    data.write_text(json.dumps({"id": "t0", "mode": "osworld", "instruction": "nothing to do", "config": [],
+                                "evaluator": {"func": "infeasible"}, "reference": ["FAIL"]}) + "\n")
+    result = CliRunner().invoke(main, [
+        "--mode", "osworld", "--data", str(data), "--agent", "oracle", "--num-rollouts", "1", "--output-dir",
+        str(tmp_path / "out"), "--run-id", "r", "--no-progress", "--provider-name", "vmware",
+        "--path-to-vm", vm_file, "--snapshot-name", "init_state"])
+    assert result.exit_code == 2, (result.output, result.exception)
+    said = re.search(r"run stopped: (.*)", result.output).group(1)
+    assert re.fullmatch(
+        rf"VM vm-0 \({re.escape(vm_file)} at http://127\.0\.[0-9.]+:5000\) has a 1024x768 screen; the run asks "
+        r"for 1920x1080: set the machine's screen to 1920x1080, or start a new run with --screen-width 1024 "
+        r"--screen-height 768 \(a resume keeps the run's size\)", said), said
+    assert "resume with:" in result.output
+    events = [json.loads(line) for line in (tmp_path / "out" / "r" / "events.jsonl").read_text().splitlines()]
+    assert len([e for e in events if e.get("to") == "booting"]) == 1  # no replacement booted
+    # the standins fixture checks that the VM was stopped

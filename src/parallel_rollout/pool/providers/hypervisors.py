@@ -22,6 +22,12 @@ the pool; ``start`` takes a file no other VM of this provider holds and waits, u
 5000 of the address the hypervisor reports. ``--snapshot-name`` is required: without it a VM
 could not be brought back between tasks.
 
+**A first boot checks the run's settings** (``boot_checks.py``, as the remote provider's):
+with a desktop (osworld) the VM's screen against ``--screen-width``/``--screen-height``, and
+that its agent has a desktop at all; a mismatch at a VM file's first boot in the run stops
+the run (VMSettingsMismatch, exit 2), at a later one it is a failed boot. A boot that fails
+after the VM was started stops it again: nothing of a failed boot is left running.
+
 **Verified resets** (``--verify-reset fast|full``, off by default: a round trip to the
 guest): as the remote provider's, through our guest agent in the VM, against what each VM
 file held at its first boot in this run.
@@ -35,6 +41,7 @@ machine's VMs (``tests/hypervisor_standin.py``); the real products are untested.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import shutil
@@ -45,8 +52,11 @@ import time
 from ...errors import ConfigError, ProviderUnavailable, VMError
 from . import verify_guest
 from .base import Provider, ProviderOptions, VMInfo
+from .boot_checks import check_booted, first_boot, no_agent_is_settings
 from .remote import DEFAULT_PORT, HEALTH_TIMEOUT_S, answers, kill_group, wait_agent_ready
 from .slots import Slots
+
+log = logging.getLogger(__name__)
 
 #: characters of a failed command's output quoted in its VMError
 OUTPUT_TAIL = 1500
@@ -81,6 +91,9 @@ class _HypervisorProvider(Provider):
         self.slots = Slots(self.vm_files, "VM files of --path-to-vm (give one per VM, comma-separated)")
         #: reset verification through the guest agent, against each VM file's first boot
         self._view = verify_guest.machine_view(opts)
+        #: the VM files that booted in this run: a settings mismatch at a later boot of one (a
+        #: screen that was right) is the machine's change, not the run's settings
+        self._booted: set[str] = set()
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(run_id={self.run_id!r}, vm_files={self.vm_files!r}, "
@@ -100,13 +113,20 @@ class _HypervisorProvider(Provider):
         deadline = time.monotonic() + self.options.boot_timeout_s
         vm_file = self.slots.acquire(vm_id, deadline)
         try:
-            info = self._restore(VMInfo(vm_id=vm_id, provider=self.name, address="",
-                                        run_id=self.run_id, private={"vm_file": vm_file}),
-                                 deadline)
-            verify_guest.baseline_machine(self._view, vm_file, info)
+            with first_boot(self._booted, vm_file):
+                with no_agent_is_settings(f"VM {vm_id} ({vm_file}): port {DEFAULT_PORT} of its guest IP",
+                                          self.options.boot_timeout_s, "--path-to-vm"):
+                    info = self._restore(VMInfo(vm_id=vm_id, provider=self.name, address="",
+                                                run_id=self.run_id, private={"vm_file": vm_file}), deadline)
+                check_booted(self.options, self._view, vm_file, info, f"VM {vm_id} ({vm_file} at {info.address})")
             return info
         except BaseException:
-            self.slots.release(vm_file, vm_id)
+            try:  # a boot that failed past its start (no agent, another screen) leaves no VM running
+                self._stop(vm_file, time.monotonic() + self.options.boot_timeout_s)
+            except VMError as exc:
+                log.warning("VM %s (%s): stopping it after its failed boot failed: %s", vm_id, vm_file, exc)
+            finally:
+                self.slots.release(vm_file, vm_id)
             raise
 
     def reset(self, info: VMInfo) -> VMInfo:

@@ -88,6 +88,7 @@ from ... import process_group
 from ...errors import ConfigError, GuestKeyRefused, GuestUnreachable, VMError, VMSettingsMismatch
 from ...guest.client import keyed_address, shown_address
 from . import verify_guest
+from .boot_checks import READY_ROUTE, check_booted, first_boot, no_agent_is_settings
 from .base import Provider, ProviderOptions, VMInfo
 from .slots import Slots
 
@@ -97,8 +98,6 @@ log = logging.getLogger(__name__)
 DEFAULT_PORT = 5000
 #: the --reset-command value that accepts no reset at all
 NO_RESET = "none"
-#: the route readiness and health ask: OSWorld's server and ours both have it
-READY_ROUTE = "/platform"
 #: how long one health probe may take
 HEALTH_TIMEOUT_S = 2.0
 #: how long one of the run's cleanup programs (``ProviderOptions.cleanup_programs``) may run
@@ -110,8 +109,6 @@ OUTPUT_TAIL = 2000
 #: the reset command's exit statuses that say a program it names cannot be run (POSIX sh's,
 #: and ssh's of the remote command): the run's settings, not a flaky machine
 UNRUNNABLE = {126: "a program it runs cannot be executed", 127: "a program it runs was not found"}
-#: what our guest agent started without ``--desktop`` answers a desktop route
-NO_DESKTOP = 503
 #: placeholder -> the environment variable that holds the same value for the reset command
 ENV_NAMES = {"address": "PARALLEL_ROLLOUT_VM_ADDRESS", "host": "PARALLEL_ROLLOUT_VM_HOST",
              "port": "PARALLEL_ROLLOUT_VM_PORT", "vm_id": "PARALLEL_ROLLOUT_VM_ID",
@@ -204,29 +201,16 @@ class RemoteProvider(Provider):
         info = VMInfo(vm_id=vm_id, provider=self.name, run_id=self.run_id, private={"host": host, "port": port},
                       address=keyed_address(address, self._key) if self._key else address)
         try:
-            try:
-                self._reset_and_wait(info, deadline)
-            except GuestKeyRefused:  # the run's key against the agent's: no other boot mends that
-                raise VMSettingsMismatch(f"VM {vm_id}: {key_refused(address, self.options.vm_key_file)}") from None
-            except GuestUnreachable as exc:  # a server without the route answered all along: no agent is there
-                if getattr(exc, "answered", None) not in verify_guest.NO_ROUTE:
-                    raise
-                raise VMSettingsMismatch(f"VM {vm_id}: {address} answered GET {READY_ROUTE} with HTTP {exc.answered} "
-                                         f"for {self.options.boot_timeout_s:g}s (--boot-timeout-s): no guest agent "
-                                         "listens there (OSWorld's server and this project's answer it); fix "
-                                         "--vm-address (a resume may give another)") from None
-            if self.options.desktop:
-                self._check_screen(info)
-            verify_guest.baseline_machine(self._view, address, info)
-        except VMSettingsMismatch as exc:
-            self.slots.release(address, info.vm_id)
-            if address in self._booted:  # it matched at a boot of this run: the machine changed since
-                raise VMError(f"{exc} (it booted earlier in this run: the machine changed since)") from None
-            raise
+            with first_boot(self._booted, address):
+                try:
+                    with no_agent_is_settings(f"VM {vm_id}: {address}", self.options.boot_timeout_s, "--vm-address"):
+                        self._reset_and_wait(info, deadline)
+                except GuestKeyRefused:  # the run's key against the agent's: no other boot mends that
+                    raise VMSettingsMismatch(f"VM {vm_id}: {key_refused(address, self.options.vm_key_file)}") from None
+                check_booted(self.options, self._view, address, info, f"VM {vm_id} ({address})")
         except BaseException:
             self.slots.release(address, info.vm_id)
             raise
-        self._booted.add(address)
         return info
 
     def reset(self, info: VMInfo) -> VMInfo:
@@ -323,9 +307,6 @@ class RemoteProvider(Provider):
                 raise VMError(f"VM {info.vm_id} ({where}): the reset command exited "
                               f"with {code}: {_tail(output)}")
 
-    def _check_screen(self, info: VMInfo) -> None:
-        check_screen(info.address, f"VM {info.vm_id} ({shown_address(info.address)})",
-                     (self.options.screen_width, self.options.screen_height))
 
 
 # --------------------------------------------------------------------------- helpers
@@ -345,31 +326,6 @@ def check_placeholders(command: str) -> None:
     if typos:
         raise ConfigError(f"--reset-command: unknown placeholder {', '.join(typos)}; the placeholders are "
                           + ", ".join(f"{{{name}}}" for name in known) + " (other braces are left as they are)")
-
-
-def check_screen(address: str, machine: str, want: tuple[int, int]) -> None:
-    """That the agent at ``address`` (keyed) has a desktop of ``want`` (width, height), what a
-    first boot of a desktop run checks: VMSettingsMismatch when it has none (503) or one of
-    another size, no reset or other boot changes that; VMError when it cannot tell.
-    ``machine`` names it in the messages (``VM vm-0 (http://…)``)."""
-    from ...guest.client import GuestClient
-
-    client = GuestClient(address, timeout_s=10.0)
-    try:
-        answer = client.request("POST", "/screen_size", timeout=10.0, check=False)
-        if answer.status == NO_DESKTOP:  # our agent started without --desktop: no reset gives it one
-            raise VMSettingsMismatch(f"{machine} has no desktop: its agent answered POST /screen_size with "
-                                     f"{NO_DESKTOP} ({answer.text[:200]}); start it with --desktop "
-                                     f"{want[0]}x{want[1]}, the run's screen")
-        client.check_answer("POST", "/screen_size", answer)  # another failure, as for any route
-        size = answer.json()
-        have = (int(size["width"]), int(size["height"]))
-    except (GuestUnreachable, VMError, ValueError, KeyError, TypeError) as exc:
-        raise VMError(f"{machine} has no usable desktop: POST /screen_size failed: {exc}") from None
-    if tuple(have) != want:  # no reset or other boot changes the machine's screen
-        raise VMSettingsMismatch(f"{machine} has a {have[0]}x{have[1]} screen; the run asks for {want[0]}x{want[1]}: "
-                                 f"set the machine's screen to {want[0]}x{want[1]}, or start a new run with "
-                                 f"--screen-width {have[0]} --screen-height {have[1]} (a resume keeps the run's size)")
 
 
 def key_refused(address: str, key_file: str | None) -> str:

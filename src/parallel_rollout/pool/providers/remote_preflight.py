@@ -8,7 +8,8 @@ from __future__ import annotations
 from ...errors import ConfigError, GuestUnreachable, VMError, VMSettingsMismatch
 from ...guest.client import keyed_address
 from . import verify_guest
-from .remote import NO_RESET, READY_ROUTE, check_screen, key_refused, normalize_address, read_key
+from .boot_checks import READY_ROUTE, check_screen
+from .remote import NO_RESET, key_refused, normalize_address, read_key
 
 #: how long the dry run waits for each machine's agent to answer
 PREFLIGHT_TIMEOUT_S = 5.0
