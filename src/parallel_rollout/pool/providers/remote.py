@@ -346,7 +346,9 @@ def read_key(path: str | None) -> str | None:
         with open(path, "rb") as handle:
             words = handle.read(4096).decode("ascii").split()
     except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"--vm-key-file {path}: cannot read a key: {type(exc).__name__}") from None
+        # the system's reason (no such file, a permission), never the file's bytes
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else "not a text file of a key"
+        raise ConfigError(f"--vm-key-file {path}: cannot read a key: {why}") from None
     if len(words) != 1:
         raise ConfigError(f"--vm-key-file {path}: the file must hold one key, one word (what the guest "
                           "agents' --key-file holds: e.g. the output of `openssl rand -hex 16`)")
