@@ -393,6 +393,41 @@ def test_suspend_stops_model_requests_and_versions_are_recorded(shared, sibling)
     assert train.policy_version == 7
 
 
+def test_a_resume_by_any_scheduler_drops_the_groups_behind_a_siblings_version_lag(shared, sibling):
+    """The weight update is the engine's: ``base.resume(v)`` (the scheduler that made the
+    engine, without a max_version_lag of its own) drops a sibling's running group holding
+    tokens older than the sibling's max_version_lag allows, as the sibling's own resume does;
+    it ran on to its end on the old tokens, only to be dropped then."""
+    base, switch, server = shared[0], shared[1], shared[2]
+    table, hold = TablePolicy(seed=0), threading.Event()
+
+    def first_turns_then_held(body):  # the group's first turns answered, the next ones wait
+        if len(table.served) >= 2:
+            hold.wait(30)
+        return table(body)
+
+    switch.policy = first_turns_then_held
+    lagging = sibling(EnvManagerConfig(num_env_groups=1, group_size=2, tags=["tiny"], task_sets=tiny(shared)),
+                      max_version_lag=0)
+    sent = len(server.requests)
+    got: list = []
+    thread = threading.Thread(target=lambda: got.append(lagging.get_batch(batch_size=2, step=0, timeout=60)))
+    thread.start()
+    try:
+        deadline = time.monotonic() + 60
+        while len(server.requests) < sent + 3 and time.monotonic() < deadline:
+            time.sleep(0.01)  # a second turn asked: the first's tokens are the group's
+        version = base.policy_version + 1
+        base.suspend(abort=True)
+        base.resume(version)
+        assert lagging.stats().get("dropped_version_lag") == 1
+    finally:
+        hold.set()
+        thread.join(60)
+    (batch,) = got
+    assert {v for t in batch for v in t.policy_versions} == {version}
+
+
 def workers_since(before: set[int]) -> list[psutil.Process]:
     """Worker processes of this test process started after ``before`` was taken (other
     engines of the module have theirs)."""

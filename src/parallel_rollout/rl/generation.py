@@ -341,6 +341,16 @@ class GroupGeneration:
                 self._drop(group, "version_lag")
         self._drop_ready(lambda group: self._lag.drops(group.keys.values(), current), "version_lag")
 
+    def judge_versions(self, current: int) -> None:
+        """A resume to version ``current`` (any scheduler's of the engine calls it on each):
+        drop the groups behind ``max_version_lag`` and start others in their place."""
+        with self._cond:
+            if not self._closed:
+                self._drop_version_stale(current)
+                self._fill()  # in the dropped groups' place
+                self._cond.notify_all()
+        self._flush()
+
     def _drop_ready(self, drops: Any, reason: str) -> None:
         """Drop the ready groups ``drops`` judges, counted under ``reason``; the gate forgets
         their samples (kept, a long run grew it by every group dropped so)."""

@@ -390,21 +390,19 @@ class RolloutScheduler(ChosenBatches, GroupGeneration, ReadyBatches, TakingTurns
         """Let model requests go on, recorded as ``policy_version`` from now on: a whole number
         >= 0, not below the current version (ConfigError, and nothing changes: the gate stays
         suspended; ``PolicyGate.check_version``). Without ``suspend()`` before, it only moves the
-        version on (requests under way keep theirs). With ``max_version_lag``, running groups
-        already holding tokens older than it allows are dropped first (their members
-        cancelled, requests in flight aborted): the requests ``suspend(abort=True)`` ended are
-        awaited first (their agents say which tokens they keep), so a partial reply counts
-        even when the trainer resumes at once."""
+        version on (requests under way keep theirs). Of every scheduler of the engine with
+        ``max_version_lag`` (the update is the engine's, whichever scheduler resumes it),
+        running groups already holding tokens older than it allows are dropped first (their
+        members cancelled, requests in flight aborted): the requests ``suspend(abort=True)``
+        ended are awaited first (their agents say which tokens they keep), so a partial reply
+        counts even when the trainer resumes at once."""
         self._check_open()
         policy_version = self._shared.gate.check_version(policy_version)
-        if self._lag.max_lag is not None:
+        judged = [s for s in self._shared.schedulers if s is self or s._lag.max_lag is not None]
+        if any(s._lag.max_lag is not None for s in judged):
             self._shared.gate.wait_aborted(_ABORTED_END_S)
-        with self._cond:
-            if not self._closed:
-                self._drop_version_stale(policy_version)
-                self._fill()  # in the dropped groups' place
-                self._cond.notify_all()
-        self._flush()
+        for scheduler in judged:
+            scheduler.judge_versions(policy_version)
         self._shared.gate.resume(policy_version)
         self._shared.suspended_by = None
         self._shared.engine.hold_clocks(False)
