@@ -9,9 +9,11 @@ VMs (QEMU, or a process sandbox for the fast test).
         <ip>:5000 (an address of 127/8, one per VM) to its guest agent, and obeys "reset" and
         "stop" on a unix socket in $STANDIN_DIR
     vmrun revertToSnapshot X.vmx SNAP ──► "reset" (a VM that is off boots from the snapshot)
-    vmrun getGuestIPAddress X.vmx -wait ──► the relay's ip;  vmrun stop ──► "stop";  vmrun list
+    vmrun getGuestIPAddress X.vmx -wait ──► the relay's ip;  vmrun stop ──► "stop";  vmrun list;
+    vmrun listSnapshots X.vmx
     VBoxManage list vms | list runningvms | startvm | controlvm UUID savestate |
-               snapshot UUID restore SNAP | guestproperty get UUID /VirtualBox/GuestInfo/Net/0/V4/IP
+               snapshot UUID restore SNAP | snapshot UUID list --machinereadable |
+               guestproperty get UUID /VirtualBox/GuestInfo/Net/0/V4/IP
 
 A ``.vmx`` here is a text file with ``snapshot = "NAME"`` lines; VirtualBox's VMs are listed in
 ``$STANDIN_DIR/vbox.json`` (``{"name": {"uuid": ..., "snapshots": [...]}}``). Run as
@@ -202,6 +204,8 @@ def vmrun(args: list[str]) -> None:
     elif command == "stop":
         if _running(vmx):
             _send(vmx, "stop")
+    elif command == "listSnapshots":
+        print("\n".join([f"Total snapshots: {len(snapshots)}", *snapshots]))
     else:
         sys.exit(f"Error: Unrecognized command: {command}")
 
@@ -240,6 +244,11 @@ def vboxmanage(args: list[str]) -> None:
             sys.exit(f"VBoxManage: error: Could not find a snapshot named '{rest[2]}'")
         if _running(name):
             sys.exit("VBoxManage: error: Cannot restore a snapshot of a running machine")
+    elif command == "snapshot" and rest[1] == "list":
+        snapshots = _vbox_vms()[_vbox_name(rest[0])]["snapshots"]
+        if not snapshots:
+            sys.exit("This machine does not have any snapshots")
+        print("\n".join(f'SnapshotName{"-1" * i}="{name}"' for i, name in enumerate(snapshots)))
     elif command == "guestproperty" and rest[0] == "get":
         name = _vbox_name(rest[1])
         print(f"Value: {_ip(name)}" if _running(name) else "No value set!")

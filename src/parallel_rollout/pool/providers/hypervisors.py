@@ -24,8 +24,11 @@ could not be brought back between tasks.
 
 **A first boot checks the run's settings** (``boot_checks.py``, as the remote provider's):
 with a desktop (osworld) the VM's screen against ``--screen-width``/``--screen-height``, and
-that its agent has a desktop at all; a mismatch at a VM file's first boot in the run stops
-the run (VMSettingsMismatch, exit 2), at a later one it is a failed boot. A boot that fails
+that its agent has a desktop at all; after a failed revert, that the VM has the snapshot
+(``vmrun listSnapshots``, ``VBoxManage snapshot UUID list``) and, for VirtualBox, that it knows
+the VM (a ``.vmx`` that is not there is a ConfigError when the provider is made); a
+mismatch at a VM file's first boot in the run stops the run (VMSettingsMismatch, exit 2), at
+a later one it is a failed boot. A boot that fails
 after the VM was started stops it again: nothing of a failed boot is left running.
 
 **Verified resets** (``--verify-reset fast|full``, off by default: a round trip to the
@@ -49,7 +52,7 @@ import subprocess
 import sys
 import time
 
-from ...errors import ConfigError, ProviderUnavailable, VMError
+from ...errors import ConfigError, ProviderUnavailable, VMError, VMSettingsMismatch
 from . import verify_guest
 from .base import Provider, ProviderOptions, VMInfo
 from .boot_checks import check_booted, first_boot, no_agent_is_settings
@@ -62,6 +65,8 @@ log = logging.getLogger(__name__)
 OUTPUT_TAIL = 1500
 #: seconds between two polls of VirtualBox's guest-IP property
 IP_POLL_S = 1.0
+#: the least time a failed revert's look at the VM's snapshots gets, its boot's time spent
+SNAPSHOT_LIST_S = 10.0
 
 
 class _HypervisorProvider(Provider):
@@ -112,21 +117,26 @@ class _HypervisorProvider(Provider):
         """Take a free VM file, bring it to the snapshot, wait for its agent."""
         deadline = time.monotonic() + self.options.boot_timeout_s
         vm_file = self.slots.acquire(vm_id, deadline)
+        info = VMInfo(vm_id=vm_id, provider=self.name, address="", run_id=self.run_id,
+                      private={"vm_file": vm_file})
         try:
             with first_boot(self._booted, vm_file):
-                with no_agent_is_settings(f"VM {vm_id} ({vm_file}): port {DEFAULT_PORT} of its guest IP",
-                                          self.options.boot_timeout_s, "--path-to-vm"):
-                    info = self._restore(VMInfo(vm_id=vm_id, provider=self.name, address="",
-                                                run_id=self.run_id, private={"vm_file": vm_file}), deadline)
-                check_booted(self.options, self._view, vm_file, info, f"VM {vm_id} ({vm_file} at {info.address})")
+                try:
+                    self._revert(vm_file, deadline)
+                except VMError:
+                    self._check_snapshot(vm_id, vm_file, deadline)  # the VM's own word: no such snapshot
+                    raise
+                try:
+                    with no_agent_is_settings(f"VM {vm_id} ({vm_file}): port {DEFAULT_PORT} of its guest IP",
+                                              self.options.boot_timeout_s, "--path-to-vm"):
+                        info = self._boot(info, deadline)
+                    check_booted(self.options, self._view, vm_file, info, f"VM {vm_id} ({vm_file} at {info.address})")
+                except BaseException:  # a boot that failed once the VM started (no agent, another screen)
+                    self._stop_quietly(vm_id, vm_file)
+                    raise
             return info
         except BaseException:
-            try:  # a boot that failed past its start (no agent, another screen) leaves no VM running
-                self._stop(vm_file, time.monotonic() + self.options.boot_timeout_s)
-            except VMError as exc:
-                log.warning("VM %s (%s): stopping it after its failed boot failed: %s", vm_id, vm_file, exc)
-            finally:
-                self.slots.release(vm_file, vm_id)
+            self.slots.release(vm_file, vm_id)
             raise
 
     def reset(self, info: VMInfo) -> VMInfo:
@@ -164,13 +174,38 @@ class _HypervisorProvider(Provider):
     # ------------------------------------------------------------------- internals
 
     def _restore(self, info: VMInfo, deadline: float) -> VMInfo:
+        self._revert(info.private["vm_file"], deadline)
+        return self._boot(info, deadline)
+
+    def _boot(self, info: VMInfo, deadline: float) -> VMInfo:
+        """Start the reverted VM and wait for its agent at the guest IP."""
         vm_file = info.private["vm_file"]
-        self._revert(vm_file, deadline)
         self._start(vm_file, deadline)
         address = f"http://{self._guest_ip(vm_file, deadline)}:{DEFAULT_PORT}"
         wait_agent_ready(address, deadline, self.options.boot_timeout_s)
         return VMInfo(vm_id=info.vm_id, provider=self.name, address=address,
                       run_id=self.run_id, private=dict(info.private))
+
+    def _check_snapshot(self, vm_id: str, vm_file: str, deadline: float) -> None:
+        """After a failed revert: VMSettingsMismatch when the VM lists its snapshots and
+        --snapshot-name is not among them (no other boot brings it); else nothing."""
+        try:
+            snapshots = self._snapshots(vm_file, max(deadline, time.monotonic() + SNAPSHOT_LIST_S))
+        except VMSettingsMismatch as exc:  # no such VM at all
+            raise VMSettingsMismatch(f"VM {vm_id}: {exc}") from None
+        if snapshots is None or self.options.snapshot_name in snapshots:
+            return
+        raise VMSettingsMismatch(
+            f"VM {vm_id} ({vm_file}) has no snapshot named {self.options.snapshot_name!r} (--snapshot-name); "
+            f"its snapshots: {', '.join(repr(name) for name in snapshots) or 'none'}: give the one every task "
+            "starts from (a resume may give another)")
+
+    def _stop_quietly(self, vm_id: str, vm_file: str) -> None:
+        """Stop a VM whose boot failed; a stop that fails is said, not raised over the boot's error."""
+        try:
+            self._stop(vm_file, time.monotonic() + self.options.boot_timeout_s)
+        except VMError as exc:
+            log.warning("VM %s (%s): stopping it after its failed boot failed: %s", vm_id, vm_file, exc)
 
     def _run(self, args: list[str], deadline: float, check: bool = True) -> str:
         """``program *args`` in its own process group, bounded by ``deadline``; its output."""
@@ -209,6 +244,10 @@ class _HypervisorProvider(Provider):
     def _stop(self, vm_file: str, deadline: float) -> None:
         raise NotImplementedError
 
+    def _snapshots(self, vm_file: str, deadline: float) -> list[str] | None:
+        """The names of the VM's snapshots; None when the product cannot list them."""
+        raise NotImplementedError
+
 
 class VMwareProvider(_HypervisorProvider):
     """VMware Workstation (Linux, Windows) or Fusion (macOS) through ``vmrun``."""
@@ -216,6 +255,12 @@ class VMwareProvider(_HypervisorProvider):
     name = "vmware"
     program = "vmrun"
     install_hint = "it comes with VMware Workstation or Fusion"
+
+    def __init__(self, run_id: str, options: ProviderOptions | None = None) -> None:
+        super().__init__(run_id, options)
+        missing = [path for path in self.vm_files if not os.path.isfile(path)]
+        if missing:  # vmrun could open none of them: every boot would fail until the budget is spent
+            raise ConfigError(f"--path-to-vm: no such VM file {', '.join(missing)} (the .vmx of each VM)")
 
     def _host_type(self) -> list[str]:
         return ["-T", "fusion" if sys.platform == "darwin" else "ws"]
@@ -236,6 +281,15 @@ class VMwareProvider(_HypervisorProvider):
 
     def _stop(self, vm_file: str, deadline: float) -> None:
         self._run([*self._host_type(), "stop", vm_file], deadline, check=False)
+
+    def _snapshots(self, vm_file: str, deadline: float) -> list[str] | None:
+        try:  # "Total snapshots: N", then a name a line
+            lines = self._run([*self._host_type(), "listSnapshots", vm_file], deadline).splitlines()
+        except VMError:
+            return None
+        if not lines or not lines[0].startswith("Total snapshots:"):
+            return None
+        return [line.strip() for line in lines[1:] if line.strip()]
 
 
 class VirtualBoxProvider(_HypervisorProvider):
@@ -285,6 +339,20 @@ class VirtualBoxProvider(_HypervisorProvider):
         uuid = self._uuid(vm_file, deadline)
         if self._running(uuid, deadline):
             self._run(["controlvm", uuid, "savestate"], deadline, check=False)
+
+    def _snapshots(self, vm_file: str, deadline: float) -> list[str] | None:
+        try:
+            uuid = self._uuid(vm_file, deadline)
+        except VMError as exc:
+            if "has no VM named" in str(exc):  # not registered: no boot finds it
+                raise VMSettingsMismatch(f"{exc}: give --path-to-vm a VM's name or uuid (VBoxManage list vms), "
+                                         "or its file (a resume may give another)") from None
+            return None
+        try:  # SnapshotName="…", SnapshotName-1="…" (a child) …
+            text = self._run(["snapshot", uuid, "list", "--machinereadable"], deadline)
+        except VMError as exc:
+            return [] if "does not have any snapshots" in str(exc) else None
+        return re.findall(r'^SnapshotName(?:-\d+)*="(.*)"$', text, flags=re.M)
 
 
 def _ip_in(text: str, what: str) -> str:
