@@ -102,6 +102,8 @@ class PolicyGate:
         #: engine counts its own (``requests_of``)
         self._requests_by: Counter[str] = Counter()
         self._aborted_by: Counter[str] = Counter()
+        #: connection id -> who asked its request in flight (kept when ``forget`` clears its key)
+        self._askers: dict[int, str] = {}
         #: requests that ended with no answer from the server within their timeout ("end -")
         self.unanswered = 0
         self._folder: str | None = None
@@ -287,7 +289,8 @@ class PolicyGate:
                         self._in_flight.add(ident)
                         self._peers[ident] = (conn, key or None)
                         self.requests += 1
-                        self._requests_by[_asker(key)] += 1
+                        self._askers[ident] = _asker(key)
+                        self._requests_by[self._askers[ident]] += 1
                         conn.sendall(f"go {self.version}\n".encode())
                 elif command == "forget":  # a new attempt of sample ``key``: what its earlier ones kept is not its
                     with self._cond:
@@ -306,7 +309,7 @@ class PolicyGate:
                         self._in_flight.discard(ident)
                         self._peers.pop(ident, None)
                         self.aborted += redo
-                        self._aborted_by[_asker(peer[1] if peer is not None else None)] += redo
+                        self._aborted_by[self._askers.pop(ident, "")] += redo
                         self._cond.notify_all()
                         conn.sendall(b"redo\n" if redo else b"ok\n")
         except OSError:
@@ -316,6 +319,7 @@ class PolicyGate:
                 self._in_flight.discard(ident)
                 self._aborted.discard(ident)
                 self._peers.pop(ident, None)
+                self._askers.pop(ident, None)
                 self._cond.notify_all()
             if conn in self._conns:
                 self._conns.remove(conn)

@@ -69,7 +69,18 @@ def test_abort_returns_at_once_and_the_reply_is_redone(gate):
     assert gate.aborted == 1
     gate.resume(5)
     assert client.begin()[0] == 5 and client.end() is False
+    # each scheduler's requests and aborts, by its samples' keys: one whose group was dropped
+    # (the gate forgot its key) while its request was in flight is still its scheduler's
+    other = GateClient(gate.path, gate.key)
+    client.begin("val:lakes/g0/e0/m0")
+    other.begin("train@s1:lakes/g3/e3/m1")
+    gate.forget("train@s1:lakes/g3/e3/m1")
+    gate.suspend(abort=True)
+    assert client.end() is True and other.end() is True
+    assert gate.requests_of("val") == (1, 1) and gate.requests_of("train@s1") == (1, 1)
+    assert gate.requests == 4 and gate.aborted == 3
     client.close()
+    other.close()
 
 
 def test_a_hang_up_mid_request_leaves_the_next_request_its_own_answers(gate):
