@@ -50,10 +50,11 @@ def _guest_copy() -> Path:
 
 
 @contextlib.contextmanager
-def desktop_agents(tmp_path, *extra: list[str], env: dict | None = None, homes: tuple = ()):
+def desktop_agents(tmp_path, *extra: list[str], env: dict | None = None, homes: tuple = (),
+                   own_tmp: bool = False):
     """Agents with a desktop on loopback ports, one home (or each its own of ``homes``), one
-    /tmp, one for each list of extra options (two without); yields their clients and the
-    process that holds them."""
+    /tmp (or each its own: ``own_tmp``), one for each list of extra options (two without);
+    yields their clients and the process that holds them."""
     extra = extra or ([], [])
     ports = [_free_port() for _ in extra]
     copy = _guest_copy()
@@ -62,6 +63,9 @@ def desktop_agents(tmp_path, *extra: list[str], env: dict | None = None, homes: 
         f"{f'HOME={home} ' if home else ''}{GUEST_PYTHON} {server} --host 127.0.0.1 --port {port} "
         f"--desktop 320x240 {' '.join(more)}"
         for port, more, home in zip(ports, extra, list(homes) + [None] * len(extra)))
+    if own_tmp:  # as systemd's PrivateTmp gives each service
+        starts = " & ".join(f"unshare --mount --propagation private sh -c 'mount -t tmpfs tmpfs /tmp && "
+                            f"exec {start.strip()}'" for start in starts.split(" & "))
     script = f"mount -t tmpfs tmpfs /tmp && {{ {starts} & wait; }}"
     env = env or {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "PARALLEL_ROLLOUT_ATSPI": "0"}
     log = tmp_path / "agents.log"  # a file (opened before the mount): a pipe's read would wait for every agent's end
@@ -198,3 +202,15 @@ def _own_chromium(client: GuestClient) -> int:
     home = client.execute(["sh", "-c", "echo $HOME"])["output"].strip()
     return sum(f"--user-data-dir={home}/" in " ".join(p.info["cmdline"] or [])
                for p in psutil.process_iter(["cmdline"]))
+
+
+@pytest.mark.slow  # ~3 s: the suite's time is near its budget
+def test_desktop_agents_with_a_tmp_each_started_at_once_all_serve(tmp_path):
+    """Agents of one host whose /tmp is each its own (systemd's PrivateTmp) but whose network
+    is one, started at once: each claimed :0 in its own /tmp, and all Xvfbs but one exited at
+    start (X's abstract socket is the network's), and all kept OSWorld's DevTools ports. The
+    claims are the network's now: a display each, all but one on ports of their own."""
+    with desktop_agents(tmp_path, [], [], [], own_tmp=True) as (clients, _):
+        answers = [client.health() for client in clients]
+        assert len({answer["display"] for answer in answers}) == 3, answers
+        assert sorted("devtools_ports" in answer for answer in answers) == [False, True, True], answers

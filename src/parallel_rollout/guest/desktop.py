@@ -142,11 +142,12 @@ def put_pyautogui_shim() -> None:
 
 def free_display() -> str:
     """The first display no X server of this machine holds (no lock file, no socket, in /tmp or
-    abstract) and no other agent starting at the same time has claimed (``/tmp/.X<N>-claim``,
-    locked for this agent's life): ``:0`` in a VM of this project's. Two desktop agents on one
+    abstract) and no other agent starting at the same time has claimed (``/tmp/.X<N>-claim``
+    locked and an abstract socket bound, for this agent's life): ``:0`` in a VM of this project's. Two desktop agents on one
     host (two remote machines that are one) each took :0, and the second exited (``Xvfb exited
     before it was ready``)."""
     import fcntl
+    import socket
 
     global _claim
     try:  # X servers also listen on an abstract socket, one per network namespace: not in /tmp
@@ -167,15 +168,25 @@ def free_display() -> str:
         except OSError:
             os.close(fd)
             continue  # an agent starting now has it
-        if any(map(os.path.lexists, held)):  # taken while this one looked
+        # and the same claim in the network's abstract sockets, where X's own is: agents whose
+        # /tmp is their own (systemd's PrivateTmp) both took :0 (one Xvfb exited at start)
+        abstract = socket.socket(socket.AF_UNIX)
+        try:
+            abstract.bind(f"\0parallel-rollout-display-{number}")
+        except OSError:
+            abstract.close()
             os.close(fd)
             continue
-        _claim = fd
+        if any(map(os.path.lexists, held)):  # taken while this one looked
+            abstract.close()
+            os.close(fd)
+            continue
+        _claim = (fd, abstract)
         return f":{number}"
     raise RuntimeError(f"no free X display among :0-:{DISPLAYS_TRIED - 1}; name one with --display")
 
 
-#: the file descriptor of this agent's claim on its display (see free_display), held open
+#: this agent's claims on its display (see free_display): a locked file and a socket, held open
 _claim = None
 
 
