@@ -61,6 +61,17 @@ def test_a_missing_task_file_names_the_file_beside_it_it_misspells(tmp_path, mon
     assert "task file not found" in done.output and "did you mean" not in done.output
 
 
+def test_a_mode_that_conflicts_with_every_task_is_said_once(tmp_path):
+    """--mode py on a file of shell tasks was a line per task (the first twenty, "… and 5 more"),
+    each the same conflict; it is one line, as for a named dataset, with what to give."""
+    data = write_tasks(tmp_path / "tasks.jsonl", [{**shell_task(f"t{i}"), "mode": "shell"} for i in range(3)])
+    done = run(tmp_path, "--data", str(data), "--mode", "py")
+    assert done.exit_code == EXIT_USAGE
+    assert done.output.strip().splitlines() == [
+        f"Error: {data}: its tasks are shell tasks (each names its mode), which --mode py cannot run: "
+        "leave --mode out, or give --mode shell"]
+
+
 def test_a_failed_gate_is_said_once(tmp_path):
     data = write_tasks(tmp_path / "tasks.jsonl", [shell_task("a"), failing_task("b")])
     done = run(tmp_path, "--mode", "shell", "--data", str(data), "--run-id", "g", "--fail-under", "0.9")

@@ -212,6 +212,10 @@ class TaskFileError(ConfigError):
         return cls(f"{where}: {len(bad)} {what}:\n" + "\n".join(f"  {line}" for line in shown))
 
 
+class ModeConflict(TaskFileError):
+    """A task that names another mode than the run's --mode."""
+
+
 class RunLocked(ConfigError):
     """Another run holds the run folder's lock; the CLI exits 75 (EX_TEMPFAIL) so cron retries."""
 

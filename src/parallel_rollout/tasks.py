@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Callable, Container, Iterable, Mapping
 
 from .config import NAMED_DATASETS
-from .errors import TaskFileError
+from .errors import ModeConflict, TaskFileError
 from .task_json import parse_json
 from .tasks_osworld import DEFAULT_INDEX, file_hint, folder_records, is_osworld_folder
 from .tasks_parquet import parquet_mode, parquet_records
@@ -328,6 +328,7 @@ def load_task_set(
     seen: dict[str, str] = {}
     bad: list[str] = []  # every bad record, said at once (a fix-rerun loop per line is slow)
     refused: list[Any] = []  # those records, for the mode they may be of
+    conflicts = 0  # of them, those refused for naming another mode than --mode
     for where, raw, task_domain in records:
         try:
             if isinstance(raw, TaskFileError):
@@ -339,6 +340,7 @@ def load_task_set(
         except TaskFileError as exc:
             bad.append(str(exc))
             refused.append(raw)
+            conflicts += isinstance(exc, ModeConflict)
             continue
         else:
             task_set.tasks.append(task)
@@ -348,6 +350,11 @@ def load_task_set(
             continue
         seen[task.id] = where
         task_set.domains[task.id] = task_domain
+    # every record refused for one mode, another than --mode's: one line (a named dataset's)
+    named = {raw["mode"] for raw in refused if mode_given and conflicts == len(bad) > 1 and not task_set.total}
+    if len(named) == 1:
+        raise TaskFileError(f"{path}: its tasks are {next(iter(named))} tasks (each names its mode), which --mode "
+                            f"{default_mode} cannot run: leave --mode out, or give --mode {next(iter(named))}")
     if bad:
         hint = "" if mode_given else _mode_hint(refused, default_mode, validators)
         raise TaskFileError(str(TaskFileError.of_records(str(path), bad)) + hint)
@@ -449,7 +456,7 @@ def _parse_task(raw: Any, where: str, default_mode: str | None, validators: Vali
             f"known modes: {', '.join(sorted(validators))}"
         )
     if default_mode is not None and mode != default_mode:
-        raise TaskFileError(f"{where}: task {task_id!r} has mode {mode!r} but the run is --mode {default_mode}")
+        raise ModeConflict(f"{where}: task {task_id!r} has mode {mode!r} but the run is --mode {default_mode}")
     seed = raw.get("seed")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
         raise TaskFileError(f"{where}: field 'seed' must be an integer")
