@@ -111,7 +111,8 @@ _DEV_TOOLS = ("dirname", "sed", "tr", "grep", "awk", "tail", "gzip", "head", "ls
 def _apt_installs(tmp_path, *args: str, env: dict | None = None) -> list[str]:
     """The system packages ``./dev ARGS`` asks for on a host that has none of the desktop's
     apps, as it says them to a user who is not root (an ``id`` that says uid 1000): it stops
-    there, before any setup."""
+    there, before any setup, with the exit status of a run whose prerequisite is missing, 2
+    (it was 1, a run aborted that --resume continues)."""
     import shutil
 
     bin_dir = tmp_path / "bin"
@@ -125,7 +126,7 @@ def _apt_installs(tmp_path, *args: str, env: dict | None = None) -> list[str]:
     clean = {k: v for k, v in os.environ.items() if not k.startswith("PARALLEL_ROLLOUT_") and k != "PATH"}
     proc = subprocess.run([shutil.which("bash"), str(ROOT / "dev"), *args], capture_output=True, text=True,
                           env={**clean, **(env or {}), "PATH": str(bin_dir)}, cwd=tmp_path, timeout=60)
-    assert proc.returncode == 1 and "missing system packages: " in proc.stderr, proc.stderr
+    assert proc.returncode == 2 and "missing system packages: " in proc.stderr, proc.stderr
     return proc.stderr.split("missing system packages: ", 1)[1].split(";", 1)[0].split()
 
 
