@@ -195,6 +195,12 @@ class PolicyGate:
             self._open = True
             self._cond.notify_all()
 
+    def move_on(self, version: int) -> None:
+        """Move the version on to ``version`` when it is past the current one, the gate left
+        open or suspended as it is (a restored scheduler's saved version: ``load_state_dict``)."""
+        with self._cond:
+            self.version = max(self.version, version)
+
     def check_version(self, version: Any) -> int:
         """``version`` as the int a resume may set; ConfigError naming ``policy_version``
         unless it is a whole number >= 0 (an int, or an integer type ``operator.index`` takes,

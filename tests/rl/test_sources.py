@@ -105,12 +105,22 @@ def test_a_restarted_scheduler_gets_the_same_next_tasks(tmp_path, schedulers, mo
                         first.get_batch(batch_size=4, step=step)
                 assert len(first.state_dict()["unreturned"]) == 2 and len(calls) == 2
             ids.append([t.task_id for t in first.get_batch(batch_size=4, step=step)])
+            first.resume(policy_version=step + 1)  # the trainer's weight update after each step
             if step == 3:
                 state = json.loads(json.dumps(first.state_dict()))
         first.close()
         second = schedulers(rl_config(tmp_path, server, num_rollouts=1, run_id="restarted"), config, seed=5)
         second.load_state_dict(state)
-        resumed = [[t.task_id for t in second.get_batch(batch_size=4, step=step)] for step in (4, 5)]
+        # the policy version goes on from the saved one (its gate started at 0: the restarted
+        # trainer's tokens were dated version 0, and its first update's resume(5) put every
+        # group in flight past a max_version_lag)
+        assert second.policy_version == 4
+        resumed = []
+        for step in (4, 5):
+            batch = second.get_batch(batch_size=4, step=step)
+            assert {v for t in batch for v in t.policy_versions} == {step}
+            resumed.append([t.task_id for t in batch])
+            second.resume(policy_version=step + 1)
         assert resumed == ids[4:], (ids, resumed)
         assert len({tid for batch in ids for tid in batch}) == 7  # every task came round
     finally:
@@ -341,6 +351,7 @@ BAD_STATES = {
     "source-seed": ({**GOOD_STATE, "source": {"seed": "9"}}, r"the state's source: seed must be a whole number"),
     "source-tag": ({**GOOD_STATE, "source": {"drawn": {"zzz": 1}}}, r"the state's source: drawn names tags"),
     "shares": ({**GOOD_STATE, "shares": {"zzz": 0.5}}, r"shares must map tags of this scheduler to numbers"),
+    "policy_version": ({**GOOD_STATE, "policy_version": -1}, r"policy_version must be a whole number >= 0, got -1"),
 }
 
 

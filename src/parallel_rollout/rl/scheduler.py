@@ -321,8 +321,8 @@ class RolloutScheduler(ChosenBatches, GroupGeneration, ReadyBatches, TakingTurns
 
     def state_dict(self) -> dict[str, Any]:
         """Where task drawing stands, for the trainer's checkpoint: the source's state, the
-        episode counters, and the groups drawn but not yet handed out (started again first
-        by ``load_state_dict``), those ``close()`` stopped included."""
+        episode counters, the groups drawn but not yet handed out (started again first by
+        ``load_state_dict``), those ``close()`` stopped included, and the policy version."""
         with self._cond:
             # each group once, wherever close() was cut short (noted as stopped and still
             # running, or finished since): a resume would play it twice
@@ -330,6 +330,7 @@ class RolloutScheduler(ChosenBatches, GroupGeneration, ReadyBatches, TakingTurns
                                               *self._ready, *self._closed_unreturned]}
             unreturned = sorted(groups.values(), key=lambda g: g.group_id)
             return {"version": STATE_VERSION, "source": self._source.state_dict(), "episodes": dict(self._episodes),
+                    "policy_version": self._shared.gate.version,
                     "unreturned": [self._unreturned(g.tag, g.task, g.episode_id, g.seed) for g in unreturned]
                                   + [self._unreturned(*entry) for entry in self._replay],
                     **({"shares": dict(self.batch_partition.credit)} if self.batch_partition else {})}
@@ -374,6 +375,7 @@ class RolloutScheduler(ChosenBatches, GroupGeneration, ReadyBatches, TakingTurns
                 self.batch_partition.load(state.get("shares", {}))
             self._replay.clear()
             self._replay.extend(replay)
+            self._shared.gate.move_on(state.get("policy_version", 0))  # tokens dated as if it never stopped
 
     def suspend(self, abort: bool = False, timeout: float | None = None) -> None:
         """Stop new model requests (every scheduler of this engine) for a weight update; wait

@@ -42,8 +42,9 @@ def checked_state(state: Any, tags: list[str], source: Any = None) -> dict[str, 
     where = "load_state_dict"
     if not isinstance(state, dict):
         raise ConfigError(f"{where}: the state must be the dict state_dict() returned, got {type(state).__name__}")
-    fields = {"version", "source", "episodes", "unreturned", "shares"}
-    unknown, missing = sorted(set(state) - fields, key=str), sorted(fields - {"version", "shares"} - set(state))
+    fields = {"version", "source", "episodes", "unreturned", "shares", "policy_version"}
+    optional = {"version", "shares", "policy_version"}  # absent in a state saved before them
+    unknown, missing = sorted(set(state) - fields, key=str), sorted(fields - optional - set(state))
     if unknown or missing:
         raise ConfigError(f"{where}: the state is no scheduler's state_dict(): "
                           + "; ".join(([f"unknown field(s) {unknown}"] if unknown else [])
@@ -51,6 +52,8 @@ def checked_state(state: Any, tags: list[str], source: Any = None) -> dict[str, 
     if state.get("version", STATE_VERSION) != STATE_VERSION:
         raise ConfigError(f"{where}: state version {state['version']!r}, where this scheduler reads version "
                           f"{STATE_VERSION}")
+    if not _count(state.get("policy_version", 0)):
+        raise ConfigError(f"{where}: policy_version must be a whole number >= 0, got {state['policy_version']!r:.200}")
     episodes, unreturned = state["episodes"], state["unreturned"]
     if not isinstance(episodes, dict) or not all(_count(n) for n in episodes.values()):
         raise ConfigError(f"{where}: episodes must map each tag to a whole number >= 0, got {episodes!r:.200}")
