@@ -13,6 +13,7 @@ VMs (QEMU, or a process sandbox for the fast test).
     vmrun listSnapshots X.vmx
     VBoxManage list vms | list runningvms | startvm | controlvm UUID savestate |
                snapshot UUID restore SNAP | snapshot UUID list --machinereadable |
+               showvminfo UUID --machinereadable |
                guestproperty get UUID /VirtualBox/GuestInfo/Net/0/V4/IP
 
 A ``.vmx`` here is a text file with ``snapshot = "NAME"`` lines; VirtualBox's VMs are listed in
@@ -249,6 +250,10 @@ def vboxmanage(args: list[str]) -> None:
         if not snapshots:
             sys.exit("This machine does not have any snapshots")
         print("\n".join(f'SnapshotName{"-1" * i}="{name}"' for i, name in enumerate(snapshots)))
+    elif command == "showvminfo":  # a daemon killed from outside (never told to stop): aborted
+        name = _vbox_name(rest[0])
+        state = "running" if _running(name) else "aborted" if (STATE / f"{_key(name)}.pid").exists() else "poweroff"
+        print(f'name="{name}"\nVMState="{state}"')
     elif command == "guestproperty" and rest[0] == "get":
         name = _vbox_name(rest[1])
         print(f"Value: {_ip(name)}" if _running(name) else "No value set!")

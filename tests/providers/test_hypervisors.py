@@ -6,8 +6,11 @@ cannot be installed here and are untested."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
+import signal
+import threading
 import time
 from pathlib import Path
 
@@ -185,3 +188,46 @@ def test_a_misnamed_snapshot_or_vm_stops_the_run_at_its_first_boot(standins, tmp
     events = tmp_path / "out" / "r" / "events.jsonl"
     if events.exists():
         assert len([e for e in map(json.loads, events.read_text().splitlines()) if e.get("to") == "booting"]) == 1
+
+
+@pytest.mark.slow  # two boots and the task twice: ~13 s
+def test_a_virtualbox_vm_killed_under_a_task_is_the_infrastructures_not_the_tasks(standins, tmp_path):
+    """The VM's process killed from outside mid-task (the stand-in's, as VirtualBox's VM
+    process): VirtualBox says the VM aborted, which no task can do, so the attempt is
+    vm_error (infrastructure), naming the VM, and runs again on the VM restarted from its
+    snapshot. It was the task's sandbox_violation, graded 0 and final."""
+    _, state = standins
+    data = tmp_path / "k.jsonl"
+    data.write_text(json.dumps({"id": "k0", "mode": "shell", "instruction": "x", "check": "test -e ~/k0.done",
+                                "reference": ["sleep 2; touch ~/k0.done"]}) + "\n")
+    run = tmp_path / "out" / "r"
+
+    def kill_once_leased():
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if (run / "events.jsonl").exists() and '"leased"' in (run / "events.jsonl").read_text():
+                time.sleep(0.5)  # the task's sleep runs
+                pid_file = next(state.glob("*.pid"))
+                killed.append(pid_file.stem)
+                os.kill(int(pid_file.read_text()), signal.SIGKILL)
+                return
+            time.sleep(0.05)
+
+    killed: list[str] = []
+    killer = threading.Thread(target=kill_once_leased)
+    killer.start()
+    try:
+        result = CliRunner().invoke(main, [
+            "--mode", "shell", "--data", str(data), "--num-rollouts", "1", "--output-dir", str(tmp_path / "out"),
+            "--run-id", "r", "--no-progress", "--provider-name", "virtualbox", "--path-to-vm", "ubuntu0",
+            "--snapshot-name", "init_state"])
+    finally:
+        killer.join()
+        for key in killed:  # what the killed stand-in's own sandbox left
+            get_provider("process").sweep(f"standin-{key}")
+    assert result.exit_code == 0, (result.output, result.exception)
+    records = [json.loads(line) for line in (run / "results.jsonl").read_text().splitlines()]
+    assert [(r["status"], r["infrastructure"], r["final"]) for r in records] == [
+        ("vm_error", True, False), ("success", False, True)], records
+    assert ("VirtualBox VM ubuntu0 (11111111-2222-3333-4444-555555555555) aborted: its VM process ended outside "
+            "the guest (killed, or it crashed)") in records[0]["failure"]["message"], records[0]

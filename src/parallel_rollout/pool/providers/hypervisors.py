@@ -31,6 +31,10 @@ mismatch at a VM file's first boot in the run stops the run (VMSettingsMismatch,
 a later one it is a failed boot. A boot that fails
 after the VM was started stops it again: nothing of a failed boot is left running.
 
+**A VM that dies under a task** is the task's (``sandbox_violation``: a task may hold sudo
+and power its guest off), unless VirtualBox says the VM ``aborted`` (its process ended outside
+the guest): ``death_cause``, infrastructure. ``vmrun`` tells nothing of the kind.
+
 **Verified resets** (``--verify-reset fast|full``, off by default: a round trip to the
 guest): as the remote provider's, through our guest agent in the VM, against what each VM
 file held at its first boot in this run.
@@ -65,6 +69,8 @@ log = logging.getLogger(__name__)
 OUTPUT_TAIL = 1500
 #: seconds between two polls of VirtualBox's guest-IP property
 IP_POLL_S = 1.0
+#: how long death_cause waits for a VirtualBox VM that still says running to say aborted
+DEATH_CAUSE_S = 3.0
 #: the least time a failed revert's look at the VM's snapshots gets, its boot's time spent
 SNAPSHOT_LIST_S = 10.0
 
@@ -339,6 +345,26 @@ class VirtualBoxProvider(_HypervisorProvider):
         uuid = self._uuid(vm_file, deadline)
         if self._running(uuid, deadline):
             self._run(["controlvm", uuid, "savestate"], deadline, check=False)
+
+    def death_cause(self, info: VMInfo) -> str | None:
+        """VirtualBox says ``aborted`` of a VM whose process ended without the guest powering
+        it off (killed from outside, crashed): no task can do that. Polled a few seconds
+        while it still says running (a dying VM); anything else is None (a task with sudo
+        may power its guest off)."""
+        vm_file, deadline = info.private["vm_file"], time.monotonic() + DEATH_CAUSE_S
+        while True:
+            try:
+                uuid = self._uuid(vm_file, deadline)
+                text = self._run(["showvminfo", uuid, "--machinereadable"], deadline)
+            except VMError:
+                return None
+            state = re.search(r'^VMState="(.*)"$', text, flags=re.M)
+            if state is not None and state.group(1) == "aborted":
+                return (f"VirtualBox VM {vm_file} ({uuid}) aborted: its VM process ended outside the guest (killed, "
+                        "or it crashed), as VBoxManage showvminfo says (VMState aborted)")
+            if state is None or state.group(1) != "running" or time.monotonic() + IP_POLL_S > deadline:
+                return None
+            time.sleep(IP_POLL_S)
 
     def _snapshots(self, vm_file: str, deadline: float) -> list[str] | None:
         try:
