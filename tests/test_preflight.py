@@ -106,6 +106,22 @@ def test_no_docker_daemon_is_named(tmp_path):
     assert "provider: no Docker daemon answers at" in done.stderr, done.stderr
 
 
+@pytest.mark.parametrize("case", ["no daemon", "no CLI"])
+def test_a_docker_sweep_without_docker_says_why(tmp_path, case):
+    """`vms sweep --provider-name docker` (a cron job's clean-up) with no daemon answering or
+    no docker CLI says so as a run does, exit 2: it ended in a Python traceback, exit 1."""
+    if case == "no daemon" and shutil.which("docker") is None:
+        pytest.skip("needs the docker CLI")
+    env = {**os.environ, "DOCKER_HOST": f"unix://{tmp_path / 'no-daemon.sock'}"}
+    if case == "no CLI":
+        env["PATH"] = empty_path(tmp_path)
+    done = subprocess.run([sys.executable, "-m", "parallel_rollout.cli", "vms", "sweep", "--provider-name", "docker"],
+                          capture_output=True, text=True, env=env, timeout=60)
+    says = "no Docker daemon answers at" if case == "no daemon" else "the docker CLI is not installed"
+    assert (done.returncode, done.stdout) == (EXIT_USAGE, ""), done.stderr
+    assert done.stderr.startswith(f"Error: {says}") and "Traceback" not in done.stderr, done.stderr
+
+
 def docker_answers() -> bool:
     """Whether a Docker daemon answers here (the image check needs one)."""
     if shutil.which("docker") is None:

@@ -390,7 +390,15 @@ def sweep(provider_name: str, run_id: str | None, backend: str, ray_address: str
 
     if ray_address is not None and backend != "ray":
         raise ConfigError("--ray-address needs --backend ray")
-    removed = sweep_vms(provider_name, run_id, backend, ray_address)
+    try:
+        removed = sweep_vms(provider_name, run_id, backend, ray_address)
+    except ProviderUnavailable as exc:
+        # no docker CLI or daemon: said as a run says it (2), not a traceback
+        say(f"Error: {exc}", err=True)
+        sys.exit(EXIT_USAGE)
+    except VMError as exc:  # a docker call that failed or hung: nothing swept for certain
+        say(f"Error: sweep failed: {exc}", err=True)
+        sys.exit(EXIT_ABORTED)
     click.echo(f"removed {len(removed)} {provider_name} VM(s)" + (": " + ", ".join(removed) if removed else ""))
 
 
