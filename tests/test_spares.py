@@ -127,6 +127,7 @@ def test_cli_spares_in_the_progress_and_the_summary(tmp_path):
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["vm"]["spare_vms"] == 1
     assert " spares " in result.output
+    assert " + 1 spare, utilization " in result.output  # the summary's VMs line, as the README says
     events = [e for e in read_events(run_dir / "events.jsonl") if e.get("event") == "vm"]
     level = peak = 0
     for event in events:  # never more than --num-vms leased at once

@@ -189,7 +189,9 @@ def format_summary(summary: dict[str, Any], run_dir: Any) -> str:
     vm = summary.get("vm")
     if vm:
         # a run whose every pool was lost has no pool's counters, only their size and states
-        lines.append(f"VMs: {vm.get('size')} {vm.get('provider')}, utilization {_pct(vm.get('utilization'))}, "
+        lines.append(f"VMs: {vm.get('size')} {vm.get('provider')}"
+                     + (f" + {vm['spare_vms']} spare" if vm.get("spare_vms") else "")  # booted beyond them
+                     + f", utilization {_pct(vm.get('utilization'))}, "
                      f"{vm.get('resets', 0)} resets"
                      + (f" ({vm['released_not_reset']} released, not reset)" if vm.get("released_not_reset") else "")
                      + f", {vm.get('marked_dead', 0)} died, "
