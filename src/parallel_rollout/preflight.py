@@ -15,7 +15,8 @@
       │             that answers; QEMU's binaries), for modes that run in a VM
       ├─ machines   the remote provider's: each agent answers GET /platform with the key,
       │             and has what its first boot checks (the desktop's size, /run_python
-      │             for --verify-reset), as it runs now
+      │             for --verify-reset), as it runs now; vmware's and virtualbox's: each
+      │             VM has the --snapshot-name (and VirtualBox knows the VM)
       ├─ guest      what the mode needs in the guest, where it is known before a boot
       │             (Env.check_guest: web's Chromium on this host for the process provider)
       ├─ cluster    --backend ray with --ray-address: the head node takes a TCP connection
@@ -99,6 +100,12 @@ def preflight(cfg: RunConfig, *, check_endpoint: bool = False) -> Preflight:
             screen = (cfg.screen_width, cfg.screen_height) if getattr(env_cls, "needs_desktop", False) else None
             _check("machines", lambda: check_machines(cfg.vm_address, cfg.vm_key_file, cfg.reset_command, screen,
                                                       cfg.verify_reset), found)
+        if cfg.provider_name in ("vmware", "virtualbox") and cfg.path_to_vm:  # their snapshots, asked read-only
+            from .pool.providers.base import ProviderOptions
+            from .pool.providers.hypervisors import check_vm_files
+
+            _check("machines", lambda: check_vm_files(cfg.provider_name, ProviderOptions(
+                path_to_vm=cfg.path_to_vm, snapshot_name=cfg.snapshot_name)), found)
         check_guest = getattr(env_cls, "check_guest", None)  # web: the Chromium a guest would use
         if check_guest is not None:
             _check("guest", lambda: check_guest(get_provider(cfg.provider_name).name or cfg.provider_name), found)

@@ -167,7 +167,7 @@ def test_a_vm_whose_screen_is_not_the_runs_stops_the_run_at_its_first_boot(stand
      "its snapshots: 'init_state': give the one every task starts from (a resume may give another)"),
     ("virtualbox", "ubuntu0", "Init_State", "VM vm-0 (ubuntu0) has no snapshot named 'Init_State' (--snapshot-name); "
      "its snapshots: 'init_state': give the one every task starts from (a resume may give another)"),
-    ("virtualbox", "ubuntu9", "init_state", "VM vm-0: VBoxManage list vms has no VM named ['ubuntu9']: give "
+    ("virtualbox", "ubuntu9", "init_state", "VM vm-0 (ubuntu9): VBoxManage list vms has no VM named ['ubuntu9']: give "
      "--path-to-vm a VM's name or uuid (VBoxManage list vms), or its file (a resume may give another)"),
     ("vmware", "{vmx}9", "init_state", "--path-to-vm: no such VM file {vmx}9 (the .vmx of each VM)"),
 ], ids=["vmware-snapshot", "virtualbox-snapshot", "virtualbox-vm", "vmware-vm"])
@@ -188,6 +188,32 @@ def test_a_misnamed_snapshot_or_vm_stops_the_run_at_its_first_boot(standins, tmp
     events = tmp_path / "out" / "r" / "events.jsonl"
     if events.exists():
         assert len([e for e in map(json.loads, events.read_text().splitlines()) if e.get("to") == "booting"]) == 1
+
+
+def test_the_dry_run_finds_a_misnamed_snapshot_or_vm(standins, tmp_path):
+    """--dry-run asks each VM's snapshots (read-only: nothing starts or reverts) what its
+    first boot would stop at, a --snapshot-name it lacks or a VirtualBox VM it does not know.
+    It said all was well, and the run then stopped at the first boot."""
+    vmx = standins[0][0]
+
+    def dry(name, vm_files, snapshot):
+        return CliRunner().invoke(main, [
+            "--mode", "shell", "--data", str(ROOT / "benchmarks" / "shell_tasks.jsonl"), "--limit", "2",
+            "--use-vm-pool", "--num-vms", str(len(vm_files.split(","))), "--output-dir", str(tmp_path / "out"),
+            "--provider-name", name, "--path-to-vm", vm_files, "--snapshot-name", snapshot, "--dry-run"])
+
+    vbox = dry("virtualbox", "ubuntu0,ubuntu9", "init-state")
+    assert vbox.exit_code == 2, vbox.output
+    said = " ".join(vbox.output.split())
+    assert ("machines: the virtualbox VMs: ubuntu0 has no snapshot named 'init-state' (--snapshot-name); its "
+            "snapshots: 'init_state': give the one every task starts from") in said, said
+    assert "; ubuntu9: VBoxManage list vms has no VM named ['ubuntu9']" in said, said
+    wrong = dry("vmware", vmx, "init-state")
+    assert wrong.exit_code == 2 and f"machines: the vmware VMs: {vmx} has no snapshot named 'init-state'" in \
+        " ".join(wrong.output.split()), wrong.output
+    right = dry("vmware", vmx, "init_state")
+    assert right.exit_code == 0, right.output
+    assert not (tmp_path / "out").exists() and not list(standins[1].glob("*.ready"))  # nothing started
 
 
 @pytest.mark.slow  # two boots and the task twice: ~13 s

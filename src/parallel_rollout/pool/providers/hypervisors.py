@@ -130,7 +130,7 @@ class _HypervisorProvider(Provider):
                 try:
                     self._revert(vm_file, deadline)
                 except VMError:
-                    self._check_snapshot(vm_id, vm_file, deadline)  # the VM's own word: no such snapshot
+                    self.check_snapshot(f"VM {vm_id} ({vm_file})", vm_file, deadline)  # the VM's word: no such snapshot
                     raise
                 try:
                     with no_agent_is_settings(f"VM {vm_id} ({vm_file}): port {DEFAULT_PORT} of its guest IP",
@@ -192,17 +192,18 @@ class _HypervisorProvider(Provider):
         return VMInfo(vm_id=info.vm_id, provider=self.name, address=address,
                       run_id=self.run_id, private=dict(info.private))
 
-    def _check_snapshot(self, vm_id: str, vm_file: str, deadline: float) -> None:
-        """After a failed revert: VMSettingsMismatch when the VM lists its snapshots and
-        --snapshot-name is not among them (no other boot brings it); else nothing."""
+    def check_snapshot(self, machine: str, vm_file: str, deadline: float) -> None:
+        """VMSettingsMismatch when the VM lists its snapshots and --snapshot-name is not among
+        them, or the product knows no such VM (no boot brings either); else nothing. Asked
+        after a failed revert, and by ``--dry-run``. ``machine`` names it in the message."""
         try:
             snapshots = self._snapshots(vm_file, max(deadline, time.monotonic() + SNAPSHOT_LIST_S))
         except VMSettingsMismatch as exc:  # no such VM at all
-            raise VMSettingsMismatch(f"VM {vm_id}: {exc}") from None
+            raise VMSettingsMismatch(f"{machine}: {exc}") from None
         if snapshots is None or self.options.snapshot_name in snapshots:
             return
         raise VMSettingsMismatch(
-            f"VM {vm_id} ({vm_file}) has no snapshot named {self.options.snapshot_name!r} (--snapshot-name); "
+            f"{machine} has no snapshot named {self.options.snapshot_name!r} (--snapshot-name); "
             f"its snapshots: {', '.join(repr(name) for name in snapshots) or 'none'}: give the one every task "
             "starts from (a resume may give another)")
 
@@ -386,3 +387,20 @@ def _ip_in(text: str, what: str) -> str:
     if found is None:
         raise VMError(f"{what} gave no IPv4 address: {text[-OUTPUT_TAIL:] or '(no output)'}")
     return found.group(1)
+
+
+def check_vm_files(provider_name: str, options: ProviderOptions) -> str:
+    """``--dry-run``'s look at the VM files of ``--path-to-vm``, which starts and reverts
+    nothing: what their first boot would stop at (``check_snapshot``: a snapshot the VM does
+    not have, a VirtualBox VM it does not know). ConfigError naming each; a VM whose snapshots
+    cannot be listed is left to its boot."""
+    provider = {cls.name: cls for cls in (VMwareProvider, VirtualBoxProvider)}[provider_name]("dry-run", options)
+    problems = []
+    for vm_file in provider.vm_files:
+        try:
+            provider.check_snapshot(vm_file, vm_file, time.monotonic() + SNAPSHOT_LIST_S)
+        except VMSettingsMismatch as exc:
+            problems.append(str(exc))
+    if problems:
+        raise ConfigError(f"the {provider_name} VMs: " + "; ".join(problems))
+    return f"the {len(provider.vm_files)} {provider_name} VM(s) have snapshot {options.snapshot_name!r}, or do not say"
