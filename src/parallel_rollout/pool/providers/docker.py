@@ -96,7 +96,7 @@ from .docker_cli import (GUEST_HOME, GUEST_SOCK_DIR, LABEL, SOCKET_NAME, START_H
                          check_image, check_leftovers_free, container_death_cause, container_state,
                          containers, daemon_address, daemon_limits, docker, image_exists, image_kind,
                          import_changes, kill_init, local_init, logs,
-                         remove_containers, remove_old_guest_images, write_user_files)
+                         remove_containers, remove_old_guest_images, wait_for_daemon, write_user_files)
 from .docker_spare import Background, SpareContainers
 from .layer_diff import LayerView
 from .sandbox_uids import SandboxUids
@@ -251,9 +251,19 @@ class DockerProvider(SpareContainers, Provider):
         return tag
 
     def start(self, vm_id: str) -> VMInfo:
-        """Run a new container for ``vm_id``, wait for its agent, start the spare."""
+        """Run a new container for ``vm_id``, wait for its agent, start the spare. A daemon
+        that stops answering (a restart) is waited for within the boot's time: its boots
+        failed at once and spent the pool's replacement budget in a second, aborting the run."""
         check_name("vm id", vm_id)
         deadline = time.monotonic() + self.options.boot_timeout_s
+        while True:
+            try:
+                return self._start(vm_id, deadline)
+            except ProviderUnavailable:
+                if not wait_for_daemon(deadline):
+                    raise
+
+    def _start(self, vm_id: str, deadline: float) -> VMInfo:
         vm_dir = self.run_dir / vm_id
         leftovers = containers(*self._labels(vm_id)[:3])  # run, vm, pool
         check_leftovers_free(self.run_id, vm_id, leftovers, read_meta(vm_dir), self._owner,

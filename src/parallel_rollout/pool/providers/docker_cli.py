@@ -38,6 +38,8 @@ DOCKER_TIMEOUT_S = 60.0
 KILL_WAIT_S = 5.0
 #: how long death_cause waits for a container whose agent stopped answering to stop running
 DEATH_WAIT_S = 2.0
+#: how often a boot asks a daemon that stopped answering whether it is back
+DAEMON_POLL_S = 0.5
 START_HINT = "dockerd --bridge=none --iptables=false (as root; or: scripts/dockerd.sh start)"
 _DEATHSIG = [shutil.which("setpriv"), "--pdeathsig", "KILL"] if shutil.which("setpriv") else []
 
@@ -269,6 +271,20 @@ def logs(name: str) -> str:
 def daemon_address() -> str:
     """Where the Docker CLI looks for the daemon (``DOCKER_HOST`` or the default socket)."""
     return os.environ.get("DOCKER_HOST") or host_dirs.DEFAULT_DOCKER_HOST
+
+
+def wait_for_daemon(deadline: float) -> bool:
+    """Whether the daemon answers again before ``deadline``, asked every DAEMON_POLL_S: a
+    daemon restarting (``systemctl restart docker``) is gone for seconds, not for good."""
+    while time.monotonic() < deadline:
+        time.sleep(min(DAEMON_POLL_S, max(0.0, deadline - time.monotonic())))
+        try:
+            docker("version", "--format", "{{.Server.Version}}",
+                   timeout=max(1.0, min(DOCKER_TIMEOUT_S, deadline - time.monotonic())))
+            return True
+        except (ProviderUnavailable, VMError):
+            continue
+    return False
 
 
 def agent_argv(screen: str | None = None) -> list[str]:
