@@ -10,8 +10,10 @@ import json
 import threading
 
 import pytest
+from click.testing import CliRunner
 
 from parallel_rollout.api import load_run
+from parallel_rollout.cli import main
 from parallel_rollout.errors import ConfigError, RolloutError, RunLocked
 from parallel_rollout.results import read_records
 from parallel_rollout.rl import EnvManagerConfig, RolloutScheduler
@@ -57,6 +59,8 @@ def test_a_later_session_of_a_run_id_is_refused_or_kept_apart(tmp_path, table, s
     closer.start()
     closer.join()
     run_dir = first.run_dir
+    listed = CliRunner().invoke(main, ["runs", "list", "--output-dir", str(run_dir.parent), "--json"])
+    assert listed.exit_code == 0 and json.loads(listed.output.splitlines()[0])["status"] == "rl", listed.output  # not partial
     results = run_dir / "results.jsonl"
     whole = results.read_bytes()
     results.write_bytes(whole[:-40])  # a session killed mid-write (the OOM killer): half its last line

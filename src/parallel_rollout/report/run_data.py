@@ -203,7 +203,11 @@ class RunData:
 
     def status(self) -> str:
         """complete, ungraded, interrupted or partial (``run_status``): a summary.json written
-        before results.jsonl last changed (a resume killed or still going) says nothing."""
+        before results.jsonl last changed (a resume killed or still going) says nothing. An RL
+        scheduler's folder (its sessions listed in sessions.jsonl) is ``rl``: it draws samples
+        as the trainer asks, so it has no total to fall short of."""
+        if self.total is None and (self.run_dir / "sessions.jsonl").is_file():
+            return "rl"
         finals = self.finals
         return run_status(self.fitting_summary, self.total, len(finals),
                           any(r.get("infrastructure") for r in finals.values()))

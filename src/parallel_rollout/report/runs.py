@@ -17,6 +17,7 @@ nothing. Its samples are those its last session started with (config.json's
   ``--max-retries``: the run exited 1, ``--resume`` runs them again);
 * ``interrupted``: stopped by SIGINT/SIGTERM (``--resume`` continues it);
 * ``partial``: anything else short of complete: aborted, killed (a resume too), or still running;
+* ``rl``: an RL scheduler's folder, which has no total (samples are drawn as the trainer asks);
 * ``unreadable``: its results.jsonl has a corrupted line; ``problem`` names it
   (``results.jsonl:6: corrupted record …``, as ``report`` says it), the rest comes from
   config.json.
