@@ -80,7 +80,8 @@ class ShellEnv(Env):
             if result["returncode"] != 0:
                 raise TaskSetupFailed(
                     f"setup command {index} of task {task.id!r} failed with exit status "
-                    f"{result['returncode']}: {command!r}: {result['timeout'] or result['error'][-500:]}"
+                    f"{result['returncode']}: {command!r}: "
+                    f"{result['timeout'] or result['error'][-500:] or result['output'][-500:] or '(it wrote nothing)'}"
                 )
         return {"instruction": task.get("instruction"), "output": "", "returncode": None}
 
