@@ -95,14 +95,29 @@ def test_validation_after_a_timeout_runs_each_task_once(engine):
     val = base.sibling(EnvManagerConfig(group_size=1, tags=["tiny"], task_sets=lake_set(
         folder, count=3, name="tiny", desc=TINY, max_steps=2)), name="val")
     try:
+        second_moves, lock = [], threading.Lock()
+
+        def one_episode_ends(body):  # every first move at once, one second move: one group done
+            with lock:
+                second = sum(m.get("role") == "user" for m in body["messages"]) > 1
+                late = second and bool(second_moves)
+                if second:
+                    second_moves.append(body)
+            return {"sleep": 3, "reply": "<answer>Right</answer>"} if late else {"reply": "<answer>Right</answer>"}
+
         switch.policy = lambda body: {"sleep": 1.5, "reply": "<answer>Right</answer>"}
         with pytest.raises(BatchTimeout, match="0 group"):
             val.get_batch(-1, step=0, timeout=0.5)
+        switch.policy = one_episode_ends
+        with pytest.raises(BatchTimeout, match="1 group"):
+            val.get_batch(-1, step=0, timeout=2)
         switch.policy = lambda body: {"reply": "<answer>Right</answer>"}
         report = val.get_batch(-1, step=1, timeout=120)
         assert Counter(t.task_id for t in report) == Counter({"tiny0": 1, "tiny1": 1, "tiny2": 1}), \
             [t.trajectory_id for t in report]
-        assert val.stats()["dropped_abandoned"] >= 1
+        # every group a call that raised started is counted, those it finished and dropped too
+        stats = val.stats()
+        assert stats["dropped_abandoned"] == 6 and stats["groups_started"] == 9 == 3 + stats["groups_dropped"]
         assert [t.reward for t in report] == [1.0] * 3  # this call's episodes, not the timed-out ones
     finally:
         switch.policy = switch.default

@@ -100,6 +100,7 @@ class ReadyBatches:
             self._replay.extendleft(reversed([(g.tag, g.task, g.episode_id, g.seed) for g in rerun
                                               if g.purpose == "batch"]))
             self._stats["dropped_unreadable"] += len(rerun)
+            self._stats["dropped_abandoned"] += sum(1 for g in ready if g.purpose != "batch")  # the call's own
             self._stats["groups_returned"] -= len(ready) + len(rerun)
             if self.batch_partition is not None and all(g.purpose == "batch" for g in [*ready, *rerun]):
                 self.batch_partition.put_back()  # nothing went out: no tag's share was given

@@ -59,6 +59,7 @@ class ChosenBatches:
                 failed = exc
         if failed is not None:
             raise failed
+        batch = None
         try:
             with self._afresh_after_raise():
                 while True:
@@ -72,7 +73,8 @@ class ChosenBatches:
                         self._wait()
         finally:
             with self._cond:
-                self._abandon("given")
+                self._abandon("given", [] if batch is not None else
+                              [g for g in self._given.values() if g.completed_at is not None])
                 self._given = None
             self._flush()
         return self._hand_out(batch, step)
@@ -99,12 +101,16 @@ class ChosenBatches:
                     "scheduler's seed picks it); to validate on many fixed rooms give the tag tasks with seeds "
                     "of their own%s", self.name, ", ".join(generated), fixed)
 
-    def _abandon(self, purpose: str) -> None:
+    def _abandon(self, purpose: str, done: list[Any] = ()) -> None:
         """The groups of ``purpose`` ("given", "all") still running when their get_batch
         ended: dropped and their members cancelled (``dropped_abandoned`` when it raised), so
-        none is counted in the next call's batch."""
+        none is counted in the next call's batch; ``done``: those it finished and, as it
+        raised, never handed out, counted so too (every group started is counted somewhere)."""
         for group in [g for g in self._groups.values() if g.purpose == purpose]:
             self._drop(group, "abandoned")
+        for group in done:
+            self._stats["dropped_abandoned"] += 1
+            self._lag.forget(group.keys.values())
 
     def _resolve(self, task: Any) -> tuple[str, Any]:
         """(tag, Task) of a task given to get_batch: a Task of an engine mode, or the id of a
@@ -156,7 +162,7 @@ class ChosenBatches:
                     self._fill()
         finally:
             with self._cond:
-                self._abandon("all")
+                self._abandon("all", self._all_done)  # none once the batch is taken
                 self._all, self._all_done = None, []
             self._flush()
         done.sort(key=lambda g: g.group_id)
