@@ -286,6 +286,7 @@ def test_the_remote_agents_folder_is_where_the_readme_says_and_runs_as_a_copy(tm
     checkout has at its top) prints one that, copied to another place as to a remote machine,
     runs as the agent and answers OSWorld's /platform."""
     import socket
+    import urllib.error
     import urllib.request
 
     text = " ".join(readme_section("The remote provider").split())
@@ -311,6 +312,13 @@ def test_the_remote_agents_folder_is_where_the_readme_says_and_runs_as_a_copy(tm
             except OSError:
                 assert agent.poll() is None and time.monotonic() < deadline, agent.stderr.read()
                 time.sleep(0.1)
+        # a desktop route whose module this machine cannot import is answered 503 (no desktop
+        # here), as one of an agent without --desktop is: the connection was dropped
+        (copy / "desktop_routes.py").unlink()
+        request = urllib.request.Request(f"http://127.0.0.1:{port}/screen_size", data=b"{}", method="POST")
+        with pytest.raises(urllib.error.HTTPError) as answered:
+            urllib.request.urlopen(request, timeout=10)
+        assert answered.value.code == 503 and b"desktop_routes" in answered.value.read()
     finally:
         agent.terminate()
         agent.wait(timeout=30)

@@ -242,7 +242,10 @@ class Handler:
         self._send(status, payload)
 
     def _dispatch(self, req: Request):
-        route = self.server.resolve(req.path)
+        try:
+            route = self.server.resolve(req.path)
+        except ImportError as exc:  # a lazy route's module this machine lacks (the desktop's, or what it imports)
+            return 503, {"status": "error", "message": f"{req.path}: this agent cannot serve it: {exc}"}
         if route is None:
             return 404, {"status": "error", "message": f"no such route: {req.path}"}
         method, func = route
