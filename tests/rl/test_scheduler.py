@@ -357,6 +357,9 @@ def test_validation_runs_each_task_once_while_training_goes_on(shared, sibling):
     expected = Counter([*(f"lakes{i}" for i in range(6)), "tiny0"])
     assert Counter(t.task_id for t in report) == expected
     assert val.stats()["groups_returned"] == 7  # as a batch's groups are counted (it said none)
+    # one log for both: validation's keys apart from training's, its own numbers
+    logged = {**train.metrics(), **val.metrics(prefix="val/")}
+    assert logged["val/batch/trajectories"] == 7 and logged["batch/trajectories"] == train.metrics()["batch/trajectories"]
     # each scheduler counts its own model requests, those its samples sent (the session
     # header names the sample): val's stats counted every request of the engine, train's too
     sent = Counter(next((v for k, v in r["headers"].items() if k.lower() == "x-session-id"), "").split(":")[0]

@@ -433,13 +433,14 @@ class RolloutScheduler(ChosenBatches, GroupGeneration, ReadyBatches, TakingTurns
             stats["groups_dropped"] = sum(v for k, v in self._stats.items() if k.startswith("dropped_"))
         return stats
 
-    def metrics(self) -> dict[str, float]:
+    def metrics(self, prefix: str = "") -> dict[str, float]:
         """One flat dict of numbers for the last batch ``get_batch`` returned (per-tag counts
         and rewards, success rate, staleness by version lag, model vs env time, drops and
-        failures since the batch before, tokens); see ``rl.metrics``. Empty before the first."""
+        failures since the batch before, tokens); see ``rl.metrics``. Empty before the first.
+        ``prefix`` goes before each key (``"val/"``: a sibling's beside training's in one log)."""
         with self._cond:
             last = self._last_batch
-        return batch_metrics(*last) if last is not None else {}
+        return {prefix + key: value for key, value in batch_metrics(*last).items()} if last is not None else {}
 
     def close(self) -> None:
         """Stop this scheduler's generation; the scheduler that started the engine also
