@@ -2,7 +2,9 @@
 upgrade restarting it under a nightly run) is waited for by the boots that need it, within
 their boot timeout: each boot failed at once with "no Docker daemon answers", and a pool whose
 containers the restart had killed spent its whole replacement budget (2×M boots) in a third
-of a second, aborting the run (exit 1) although the daemon was back a moment later.
+of a second, aborting the run (exit 1) although the daemon was back a moment later. The
+tasks of the containers the restart stopped are said to have lost them to the daemon, not to
+a "removal from outside" (what a container that inspect cannot find had been called).
 
 The daemon here is the session's real one, reached through a unix-socket relay that the test
 takes away and brings back (the socket a restart takes away): stopping the shared daemon
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
 import threading
 import time
 
@@ -36,6 +39,10 @@ class SocketRelay:
         listener.listen(64)
         self._listener = listener
         threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
+
+    @property
+    def is_up(self) -> bool:
+        return self._listener is not None
 
     def down(self) -> None:
         """Gone as a stopped daemon's socket is: the file removed, open connections cut."""
@@ -91,20 +98,30 @@ def relayed_daemon(docker_harness, monkeypatch):
 
 def test_a_boot_waits_for_a_daemon_that_restarts(docker_harness, relayed_daemon):
     provider = docker_harness.provider(boot_timeout_s=30.0)
-    relayed_daemon.down()
-    back = threading.Timer(1.0, relayed_daemon.up)
-    back.start()
-    started = time.monotonic()
+    first = provider.start("vm-0")
+    booted = []
     try:
-        info = provider.start("vm-0")
-    finally:
-        back.join()
-    try:
+        # the restart stops the containers: the death is the daemon's, not a removal
+        relayed_daemon.down()
+        subprocess.run(["docker", "kill", first.private["name"]], capture_output=True, timeout=60, check=True,
+                       env={**os.environ, "DOCKER_HOST": f"unix://{relayed_daemon.target}"})
+        assert provider.death_cause(first) == (f"the Docker daemon stopped answering at unix://{relayed_daemon.path} "
+                                               "(restarted or ended)")
+        back = threading.Timer(1.0, relayed_daemon.up)
+        back.start()
+        started = time.monotonic()
+        try:
+            booted.append(provider.start("vm-1"))
+        finally:
+            back.join()
         # it waited for the daemon, then booted as ever
         assert time.monotonic() - started >= 1.0
-        assert GuestClient(info.address).execute("echo ok", shell=True)["output"] == "ok\n"
+        assert GuestClient(booted[0].address).execute("echo ok", shell=True)["output"] == "ok\n"
     finally:
-        provider.stop(info)
+        if not relayed_daemon.is_up:
+            relayed_daemon.up()
+        for info in (first, *booted):
+            provider.stop(info)
 
 
 def test_a_daemon_that_does_not_come_back_fails_the_boot_at_its_timeout(docker_harness, relayed_daemon):

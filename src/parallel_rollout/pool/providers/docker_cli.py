@@ -40,6 +40,8 @@ KILL_WAIT_S = 5.0
 DEATH_WAIT_S = 2.0
 #: how often a boot asks a daemon that stopped answering whether it is back
 DAEMON_POLL_S = 0.5
+#: what the docker CLI says when no daemon answers at its socket
+_NO_DAEMON = "Cannot connect to the Docker daemon"
 START_HINT = "dockerd --bridge=none --iptables=false (as root; or: scripts/dockerd.sh start)"
 _DEATHSIG = [shutil.which("setpriv"), "--pdeathsig", "KILL"] if shutil.which("setpriv") else []
 
@@ -62,7 +64,7 @@ def docker(*args: str, timeout: float = DOCKER_TIMEOUT_S, check: bool = True) ->
         raise VMError(f"docker {args[0]} did not finish within {timeout:.0f}s") from None
     if check and done.returncode != 0:
         message = done.stderr.strip() or done.stdout.strip()
-        if "Cannot connect to the Docker daemon" in message or "Is the docker daemon running" in message:
+        if _NO_DAEMON in message or "Is the docker daemon running" in message:
             raise ProviderUnavailable(f"no Docker daemon answers at {daemon_address()}; start "
                                       f"one with: {START_HINT}")
         raise VMError(f"docker {' '.join(args[:2])} failed: {message[-800:]}")
@@ -152,6 +154,8 @@ def container_death_cause(name: str, memory_limited: bool, task_uid: int | None 
         done = docker("container", "inspect", "--format", '{"state": {{json .State}}, "id": {{json .Id}}}', name,
                       check=False)
         if done.returncode != 0:
+            if _NO_DAEMON in done.stderr:  # a restart stops every container: none was removed
+                return f"the Docker daemon stopped answering at {daemon_address()} (restarted or ended)"
             return f"its container {name} is gone (removed from outside)"
         try:
             found = json.loads(done.stdout)
