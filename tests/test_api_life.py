@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -143,3 +144,43 @@ def test_ctrl_c_as_a_run_writes_its_summary_and_report_lets_them_be_written_and_
     assert "STOPPED 0 3" in out and "RUN 0 returned" not in out, (out, err)
     assert (run_dir / "report.html").exists()
     assert not (out_dir / "r1").exists()  # the loop stopped
+
+
+#: bad run() calls, each refused before anything runs; the CLI's errors for the same settings
+#: name its flags, a call's must name its keywords (README: `add resume=True`, not `--resume`)
+BAD_CALLS = [
+    {"num_vms": 0, "use_vm_pool": True}, {"num_vms": 2}, {"resume": True}, {"agent": "command"},
+    {"agent": "command", "agent_cmd": "python3 agent.py | cat"}, {"agent": "openai"},
+    {"agent": "openai", "base_url": "http://127.0.0.1:1/v1,http://127.0.0.1:2/v1"}, {"ray_address": "h:1"},
+    {"mode": "py"}, {"provider_name": "remote"}, {"domain": "chrome"}, {"fail_under": 2.0},
+    {"screen_width": 800}, {"run_id": "a/b"}, {"junit_xml": "-"}, {"compare_to": "a/b"},
+]
+
+
+def test_every_error_of_a_bad_call_names_the_calls_keywords_and_the_clis_its_flags(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from parallel_rollout.cli import main
+
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    data = write_tasks(tmp_path / "tasks.jsonl", [shell_task("a")])
+    base = {"mode": "shell", "data": str(data), "output_dir": str(tmp_path / "out"), "progress": False}
+    for bad in BAD_CALLS:
+        settings = {**base, **bad}
+        with pytest.raises(ConfigError) as raised:
+            run(**settings)
+        assert not re.search(r"--[a-z]", str(raised.value)), (bad, str(raised.value))
+        flags = [word for name, value in settings.items() if name != "progress"
+                 for word in ([f"--{name.replace('_', '-')}"] + ([] if value is True else [str(value)]))]
+        done = CliRunner().invoke(main, [*flags, "--no-progress"])
+        assert done.exit_code == 2 and re.search(r"--[a-z]", done.output), (bad, done.output)
+    assert not (tmp_path / "out").exists()
+    # said as the call spells it: the keyword, and the value it was given
+    with pytest.raises(ConfigError, match=r"^resume=True needs the run_id of the run"):
+        run(**base, resume=True)
+    with pytest.raises(ConfigError, match=r"^agent='command' needs agent_cmd, e\.g\. agent_cmd='python"):
+        run(**base, agent="command")
+    # the call's own text stays as it is: an agent's flags are no settings of the run
+    with pytest.raises(ConfigError, match=r"agent_cmd='python3 agent\.py --model m \| cat': '\|' is a shell"):
+        run(**base, agent="command", agent_cmd="python3 agent.py --model m | cat")

@@ -24,10 +24,12 @@ stopped: closed as the CLI closes it, it raises RunInterrupted (a KeyboardInterr
 
 from __future__ import annotations
 
+import dataclasses
+import re
 from pathlib import Path
 from typing import Any
 
-from .config import PYTHON_CALL, build_config, settings
+from .config import PYTHON_CALL, RunConfig, build_config, settings
 from .errors import ConfigError, InterruptedBeforeStart, ProviderUnavailable, RunInterrupted, RunLocked
 from .main_guard import check_guarded
 from .report.run_data import NotARunFolder, RunData
@@ -41,14 +43,56 @@ def run(config_file: str | Path | None = None, **run_settings: Any) -> RunOutcom
     """Run every task of ``data`` as rollouts, write ``<output_dir>/<run_id>/`` and return
     the outcome (see the module's doc for the settings and the errors)."""
     check_guarded("run()")
-    flags = settings(run_settings, "run()")
-    runner = Runner(build_config(flags, str(config_file) if config_file else None,
-                                 {name: PYTHON_CALL for name in flags}))
-    outcome = runner.run()
+    flags: dict[str, Any] = {}
+    try:
+        flags = settings(run_settings, "run()")
+        runner = Runner(build_config(flags, str(config_file) if config_file else None,
+                                     {name: PYTHON_CALL for name in flags}))
+        outcome = runner.run()
+    except (ConfigError, ProviderUnavailable) as exc:
+        # the core says its settings as the CLI's flags: said again as this call spells them
+        exc.args = (as_called(str(exc), flags), *exc.args[1:])
+        raise
     # Ctrl-C stops the caller too, once the run is closed (one as it wrote its summary too)
     if outcome.summary.get("interrupted") or runner.late_signal:
         raise RunInterrupted(outcome, f"run(resume=True, run_id={outcome.run_dir.name!r}, ...)")
     return outcome
+
+
+#: a CLI flag in an error, with the value that may follow it ('x', a number, a word)
+_FLAG = (r"(?<![\w-])--(?P<no>no-)?(?P<name>[a-z][a-z0-9]*(?:-[a-z0-9]+)*)(?![\w-])"
+         r"(?: (?P<value>'[^']*'|\"[^\"]*\"|-?\d+(?:\.\d+)?(?![\w.])|[\w.:/-]+))?")
+#: what is said as it is: a command line to type (`parallel-rollout image build …`)
+_COMMAND = r"`[^`]*`|(?:parallel-rollout|\./dev|run_parallel_rollout\.py) [^;\n)]*"
+_FIELDS = {f.name: f.type for f in dataclasses.fields(RunConfig) if f.name not in ("explicit", "sources")}
+
+
+def as_called(message: str, call: dict[str, Any]) -> str:
+    """``message`` with each CLI flag of a setting said as a ``run()`` keyword: ``--num-vms``
+    as ``num_vms``, ``--resume`` as ``resume=True``, ``--agent command`` as ``agent='command'``
+    when the call gave that value (a quoted value or a number always), ``--config`` as
+    ``config_file``. A command line, and the text of the call's own values (an agent_cmd's
+    flags), stay as they are."""
+    own = sorted({v for v in call.values() if isinstance(v, str) and len(v) > 2}, key=len, reverse=True)
+    kept = "|".join([_COMMAND, *map(re.escape, own)])
+
+    def say(found: re.Match[str]) -> str:
+        if found.group("kept") is not None:
+            return found.group(0)
+        flag, value = found.group("name"), found.group("value")
+        name = "config_file" if flag == "config" else flag.replace("-", "_")
+        if name not in _FIELDS and name != "config_file":
+            return found.group(0)
+        if value is not None and value == call.get(name):
+            return f"{name}={value!r}"
+        if value and (value[0] in "'\"" or re.fullmatch(r"-?[\d.]+", value)):
+            return f"{name}={value}"
+        rest = f" {value}" if value else ""
+        if _FIELDS.get(name, "").startswith("bool"):
+            return f"{name}={not found.group('no')}{rest}"
+        return f"{name}{rest}"
+
+    return re.sub(f"(?P<kept>{kept})|{_FLAG}", say, message)
 
 
 def load_run(run_dir: str | Path, *, with_events: bool = True) -> RunData:

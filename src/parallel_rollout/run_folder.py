@@ -103,10 +103,9 @@ class RunFolder:
         config_path = self.run_dir / "config.json"
         results_path = self.run_dir / "results.jsonl"
         has_results = results_path.exists() and results_path.stat().st_size > 0
-        if has_results and not self.config.resume:
-            python = PYTHON_CALL in self.config.sources.values()  # said as run()'s caller spells it
-            raise ConfigError(f"{self.run_dir} already holds results; add {'resume=True' if python else '--resume'} "
-                              f"to continue that run or pick a new {'run_id' if python else '--run-id'}")
+        if has_results and not self.config.resume:  # said again as a run() call spells it (api.as_called)
+            raise ConfigError(f"{self.run_dir} already holds results; add --resume to continue that run or pick "
+                              "a new --run-id")
         self.provenance = provenance(self.config, endpoints=self.endpoints())
         try:
             stored = json.loads(config_path.read_text()) if config_path.exists() else None
