@@ -47,6 +47,12 @@ CASES = {
                  "    assert candidate([1, 1, 2]) != 4 / 3\n"),
     "decimal": ("total", "from decimal import Decimal\n", "    return sum(Decimal(x) for x in xs)\n",
                 "    assert candidate(['0.1', '0.2']) == Decimal('0.3')\n"),
+    # ints whose decimal text is past Python's int_max_str_digits (4300): returned, passed, in
+    # a Fraction; a correct answer's process died sending 2**20000, graded 0 ("killed")
+    "big_int": ("count", "from fractions import Fraction\n",
+                "    return 2 ** len(xs) if isinstance(xs, list) else Fraction(xs + 1, 3 ** 9000)\n",
+                "    assert candidate([0] * 20000) == 2 ** 20000\n"
+                "    assert candidate(10 ** 5000) == Fraction(10 ** 5000 + 1, 3 ** 9000)\n"),
     # what a call changes in its arguments, the tests see in their own objects
     "sort_in_place": ("sort_rows", "", "    for row in xs:\n        row.sort()\n    xs.append([])\n",
                       "    xs = [[3, 1], [2, 0]]\n    first = xs[0]\n    assert candidate(xs) is None\n"
