@@ -53,6 +53,12 @@ CASES = {
                 "    return 2 ** len(xs) if isinstance(xs, list) else Fraction(xs + 1, 3 ** 9000)\n",
                 "    assert candidate([0] * 20000) == 2 ** 20000\n"
                 "    assert candidate(10 ** 5000) == Fraction(10 ** 5000 + 1, 3 ** 9000)\n"),
+    # frozensets, which a set holds and a dict is keyed by: they crossed as sets, unhashable
+    # there, and a correct answer was graded 0 (its process died of a TypeError)
+    "frozensets": ("count", "", "    return {frozenset(g) for g in xs}, {frozenset(g): len(g) for g in xs}\n",
+                   "    groups, sizes = candidate([[1, 2], [3]])\n"
+                   "    assert groups == {frozenset({1, 2}), frozenset({3})} and sizes[frozenset({3})] == 1\n"
+                   "    assert candidate({frozenset({4})})[0] == {frozenset({4})}\n"),
     # what a call changes in its arguments, the tests see in their own objects
     "sort_in_place": ("sort_rows", "", "    for row in xs:\n        row.sort()\n    xs.append([])\n",
                       "    xs = [[3, 1], [2, 0]]\n    first = xs[0]\n    assert candidate(xs) is None\n"

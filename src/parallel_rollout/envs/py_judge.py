@@ -74,8 +74,8 @@ def enc(x):
         return [enc(v) for v in x]
     if isinstance(x, tuple):
         return {"t": [enc(v) for v in x]}
-    if isinstance(x, (set, frozenset)):
-        return {"s": [enc(v) for v in x]}
+    if isinstance(x, (set, frozenset)):  # a frozenset as one: a set's items, a dict's key
+        return {"z" if isinstance(x, frozenset) else "s": [enc(v) for v in x]}
     if isinstance(x, dict):
         return {"d": [[enc(k), enc(v)] for k, v in x.items()]}
     if isinstance(x, bytes):
@@ -107,6 +107,7 @@ def dec(x):
     if tag == "f": return float(v)
     if tag == "t": return tuple(dec(i) for i in v)
     if tag == "s": return {dec(i) for i in v}
+    if tag == "z": return frozenset(dec(i) for i in v)
     if tag == "d": return {dec(k): dec(w) for k, w in v}
     if tag == "b": return bytes.fromhex(v)
     if tag == "x": return int(v, 16)
@@ -181,8 +182,8 @@ def _enc(x):
         return [_enc(v) for v in x]
     if isinstance(x, tuple):
         return {"t": [_enc(v) for v in x]}
-    if isinstance(x, (set, frozenset)):
-        return {"s": [_enc(v) for v in x]}
+    if isinstance(x, (set, frozenset)):  # a frozenset as one (a set of them, a dict's key)
+        return {"z" if isinstance(x, frozenset) else "s": [_enc(v) for v in x]}
     if isinstance(x, dict):
         return {"d": [[_enc(k), _enc(v)] for k, v in x.items()]}
     if isinstance(x, bytes):
@@ -204,6 +205,7 @@ def _dec(x, place=None):
     if tag == "f": return float(v)
     if tag == "t": return tuple(_dec(i, place) for i in v)
     if tag == "s": return {_dec(i, place) for i in v}
+    if tag == "z": return frozenset(_dec(i, place) for i in v)
     if tag == "d": return {_dec(k, place): _dec(w, place) for k, w in v}
     if tag == "b": return bytes.fromhex(v)
     if tag == "c": return complex(float(v[0]), float(v[1]))
