@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -194,3 +195,26 @@ def test_an_unwritable_junit_path_fails_the_run(tmp_path):
     result = cli(tmp_path, data, "--junit-xml", str(tmp_path / "file" / "junit.xml"))
     assert result.exit_code == 2, (result.output, result.exception)
     assert "--junit-xml" in result.output and "is not a folder" in result.output
+
+
+@pytest.mark.skipif(shutil.which("docker") is None, reason="needs the docker CLI")
+def test_a_resume_with_nothing_left_to_run_needs_no_docker_daemon(tmp_path, finished_run, monkeypatch):
+    """A cron job's second try of a run that has ended (the same command, `--resume`) with no
+    Docker daemon answering (or a guest image not rebuilt since an upgrade) finishes as the
+    run did, its summary and gates, exit 0, warning of the daemon: it exited 2, nothing ran, for
+    a run that needed no VM. One with a sample left to run still stops at it (exit 2), its
+    folder unchanged."""
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path / 'no-daemon.sock'}")
+    run_dir = tmp_path / "out" / "r"
+    result = cli(tmp_path, finished_run, "--resume", "--provider-name", "docker")
+    said = " ".join(result.output.split())
+    assert result.exit_code == 0, (result.output, result.exception)
+    assert "no Docker daemon answers at" in said and "every sample of the run is final" in said
+    assert "3/3 samples finished" in said
+    lines = (run_dir / "results.jsonl").read_bytes().splitlines(keepends=True)
+    (run_dir / "results.jsonl").write_bytes(b"".join(lines[:-1]))
+    before = folder_state(run_dir)
+    result = cli(tmp_path, finished_run, "--resume", "--provider-name", "docker")
+    assert result.exit_code == 2, (result.output, result.exception)
+    assert "Error: no Docker daemon answers at" in result.output
+    assert folder_state(run_dir) == before

@@ -122,7 +122,8 @@ class Engine(EngineCancels):
 
     def __init__(self, config: RunConfig, run_dir: str | Path, *, run_id: str | None = None,
                  modes: Iterable[str] | None = None, record_sink: Callable[[dict[str, Any]], None] | None = None,
-                 stop_on: Callable[[dict[str, Any]], str | None] | None = None, hidden: Iterable[str] = ()) -> None:
+                 stop_on: Callable[[dict[str, Any]], str | None] | None = None, hidden: Iterable[str] = (),
+                 check_provider: bool = True) -> None:
         self.run_dir = Path(run_dir)
         self.run_id = run_id or config.run_id or self.run_dir.name
         # the run id the workers' agents and envs are told (a command agent's read-only folder)
@@ -133,11 +134,12 @@ class Engine(EngineCancels):
         self.provider_cls = get_provider(config.provider_name) if vm_envs else None
         self.provider_options: ProviderOptions | None = None
         if self.provider_cls is not None:
-            self.provider_cls.check_available()
+            if check_provider:  # not for a resume with nothing left to run (Runner.prepare)
+                self.provider_cls.check_available()
             self.provider_options = provider_options(config, self.provider_cls, vm_envs,
                                                      run_answer_files(config, vm_envs) + tuple(hidden))
-            # Constructing one checks the options it cannot honour (e.g. --path-to-vm).
-            self.provider_cls(self.run_id, self.provider_options)
+            if check_provider:  # constructing one checks the options it cannot honour (--path-to-vm)
+                self.provider_cls(self.run_id, self.provider_options)
         self._sink = record_sink
         #: the front end's reason to stop at an attempt (its record then not final), or None
         self._stop_on = stop_on

@@ -35,8 +35,9 @@ from .config import RunConfig, data_required, default_run_id
 from .engine import Engine
 from .envs import get_env, task_validators, with_mode_defaults
 from .envs.registry import answer_like_warnings
-from .errors import ConfigError, TaskFileError, VMSettingsMismatch, handled_stop_signals, raise_interrupted
-from .logs import PipeSafeStream, run_log_handler
+from .errors import (ConfigError, ProviderUnavailable, TaskFileError, VMSettingsMismatch, handled_stop_signals,
+                     raise_interrupted)
+from .logs import PipeSafeStream, close_run_log, run_log_handler
 from .messages import Assignment
 from .output_checks import check_free_disk, check_writable_folder
 from .plugins import plugin_call
@@ -170,7 +171,15 @@ class Runner:
         # The engine checks its provider (available here, options it can honour).
         # sized by the run's samples here (its checks made before the folder opens), by those
         # left to run once it is open (``_size_engine``: a resume's may be fewer, and are said there)
-        self.engine = self._engine(self._vms_used(cfg, len(samples), warn=not cfg.resume))
+        try:
+            self.engine = self._engine(self._vms_used(cfg, len(samples), warn=not cfg.resume))
+        except ProviderUnavailable as exc:
+            # a resume of a run that has ended needs no VM: its summary and gates are had
+            # without the daemon or a guest image rebuilt since (a cron job's second try)
+            if not (cfg.resume and self._all_final(samples)):
+                raise
+            log.warning("%s; every sample of the run is final, so it is finished without it", exc)
+            self.engine = self._engine(cfg, check_provider=False)
         from .report.gate import baseline_problem, kept_gate
 
         # a missed night (or a baseline with a corrupted line) must not stop every night after
@@ -181,8 +190,20 @@ class Runner:
                         cfg.compare_to, missing, kept_gate(cfg, "compare_to"))
         return samples
 
-    def _engine(self, cfg: RunConfig) -> Engine:
-        return Engine(cfg, self.run_dir, run_id=self.run_id, record_sink=self._store_record, stop_on=self._model_outage)
+    def _engine(self, cfg: RunConfig, check_provider: bool = True) -> Engine:
+        return Engine(cfg, self.run_dir, run_id=self.run_id, record_sink=self._store_record,
+                      stop_on=self._model_outage, check_provider=check_provider)
+
+    def _all_final(self, samples: list[Sample]) -> bool:
+        """Whether the run folder holds a final record of every one of ``samples`` (read only;
+        False when it cannot be read: opening it says why)."""
+        folder = self._folder()
+        try:
+            folder.describe(self._keys(samples))
+        except Exception:  # noqa: BLE001 - the open that follows names the problem
+            return False
+        finished = finished_keys(folder.finals)
+        return all(sample.key in finished for sample in samples)
 
     def _size_engine(self, to_run: int) -> None:
         """No more VMs and workers than the samples this session runs can use: a resume of a
@@ -266,6 +287,15 @@ class Runner:
             folder = self._folder()
             lock, self._store, index = folder.open(self._keys(samples), "model" in self.agent_cls.options)
             self._provenance = folder.provenance
+            try:
+                handler = self._setup_logging()
+            except BaseException as exc:  # nothing ran: the folder is left as it was, unlocked
+                self._store.close()
+                lock.release()
+                if isinstance(exc, OSError):
+                    raise ConfigError(f"cannot write in the run folder {self.run_dir}: {exc.strerror or exc} "
+                                      f"({exc.filename})") from None
+                raise
             for sig in signals:
                 signal.signal(sig, self._on_signal)
         except BaseException:
@@ -273,7 +303,6 @@ class Runner:
                 signal.signal(sig, handler_)
             raise
         self.started = True
-        handler = self._setup_logging()
         self._started_at = time.time()
         try:
             pending = self._queue_samples(samples, index)
@@ -309,8 +338,7 @@ class Runner:
                     # The error already on its way (e.g. the same corrupt line) says it.
                     log.error("no summary: %s", exc)
                 finally:
-                    logging.getLogger("parallel_rollout").removeHandler(handler)
-                    handler.close()
+                    close_run_log(handler)
                     lock.release()
                     for sig, handler_ in previous.items():
                         signal.signal(sig, handler_)
