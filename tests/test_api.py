@@ -136,3 +136,42 @@ def test_runs_from_other_threads_run_and_leave_no_log_handler(tmp_path):
     assert len({o.run_dir for o in outcomes}) == 2
     assert logging.getLogger("parallel_rollout").handlers == handlers_before
     assert signal.getsignal(signal.SIGINT) is sigint_before
+
+
+def test_a_run_gives_the_package_logger_back_its_level(tmp_path):
+    """run.log keeps INFO while a run is open; after it the package's logger has the level the
+    script gave it again: left at INFO, a script's logging.basicConfig() handler printed every
+    later INFO line of the package (the next run's preparation, a scheduler's)."""
+    import logging
+
+    project = logging.getLogger("parallel_rollout")
+    data = write_tasks(tmp_path / "tasks.jsonl", [{"id": "d1", "n": 2}])
+    was = project.level
+    project.setLevel(logging.WARNING)
+    try:
+        outcome = run(mode="user_plugins:DoubleEnv", data=data, agent="oracle", num_rollouts=1,
+                      output_dir=tmp_path / "out", run_id="lvl", progress=False)
+        assert project.level == logging.WARNING
+    finally:
+        project.setLevel(was)
+    assert outcome.exit_code == 0 and "run lvl: 1 samples" in (outcome.run_dir / "run.log").read_text()
+
+
+def test_a_run_log_that_cannot_be_opened_is_a_config_error_that_gives_back_the_signals(tmp_path):
+    """A run.log the run cannot open (a folder of that name): a ConfigError naming it, the
+    folder unlocked and Ctrl-C the script's again; it raised IsADirectoryError and left
+    SIGINT to the dead run's handler, so Ctrl-C no longer stopped the script."""
+    import signal
+
+    data = write_tasks(tmp_path / "tasks.jsonl", [{"id": "d1", "n": 2}, {"id": "d2", "n": 5}])
+    settings = dict(mode="user_plugins:DoubleEnv", data=data, agent="oracle", num_rollouts=1,
+                    output_dir=tmp_path / "out", run_id="log", progress=False)
+    run_log = run(**settings, limit=1).run_dir / "run.log"
+    run_log.unlink()
+    run_log.mkdir()
+    sigint = signal.getsignal(signal.SIGINT)
+    with pytest.raises(ConfigError, match=r"cannot write in the run folder .*: Is a directory \(.*/run\.log\)"):
+        run(**settings, resume=True)
+    assert signal.getsignal(signal.SIGINT) is sigint
+    run_log.rmdir()
+    assert run(**settings, resume=True).exit_code == 0  # the folder was left unlocked

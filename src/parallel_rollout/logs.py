@@ -363,13 +363,40 @@ def set_verbosity(verbosity: int, console: logging.Handler | None = None) -> Non
                                  logging.INFO if verbosity == 1 else logging.WARNING)
 
 
+class _RunLog(logging.FileHandler):
+    """A run's ``run.log`` (``run_log_handler``)."""
+
+
+#: the project logger's level before the first run.log raised it to INFO, and that INFO:
+#: given back when the last run.log is closed (``close_run_log``)
+_raised_from: list[int] = []
+_RUN_LOGS = threading.Lock()
+
+
 def run_log_handler(path: Any) -> logging.Handler:
     """The handler of a run's ``run.log``, on the project's logger, which is made to keep
-    INFO (DEBUG stays when ``-v`` asked for it)."""
-    handler = logging.FileHandler(path, encoding="utf-8")
+    INFO (DEBUG stays when ``-v`` asked for it) while a run.log is open."""
+    handler = _RunLog(path, encoding="utf-8")
     handler.setFormatter(logging.Formatter(RUN_LOG_FORMAT))
     project = logging.getLogger(PROJECT_LOGGER)
-    project.addHandler(handler)
-    if project.getEffectiveLevel() > logging.INFO:
-        project.setLevel(logging.INFO)
+    with _RUN_LOGS:
+        project.addHandler(handler)
+        if project.getEffectiveLevel() > logging.INFO:
+            _raised_from.append(project.level)
+            project.setLevel(logging.INFO)
     return handler
+
+
+def close_run_log(handler: logging.Handler) -> None:
+    """Take a run's run.log off the project's logger and close it. The last one open gives
+    the logger back the level it had (Python's default, a script's ``setLevel``): left at
+    INFO, every later INFO line of the package (a second run's preparation, an RL
+    scheduler's) went to the handlers of a script's ``logging.basicConfig()`` after the run."""
+    project = logging.getLogger(PROJECT_LOGGER)
+    with _RUN_LOGS:
+        project.removeHandler(handler)
+        if _raised_from and not any(isinstance(h, _RunLog) for h in project.handlers):
+            if project.level == logging.INFO:  # not set anew since (set_verbosity)
+                project.setLevel(_raised_from[0])
+            _raised_from.clear()
+    handler.close()

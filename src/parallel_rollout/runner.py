@@ -37,7 +37,7 @@ from .envs import get_env, task_validators, with_mode_defaults
 from .envs.registry import answer_like_warnings
 from .errors import (ConfigError, ProviderUnavailable, TaskFileError, VMSettingsMismatch, handled_stop_signals,
                      raise_interrupted)
-from .logs import PipeSafeStream, run_log_handler
+from .logs import PipeSafeStream, close_run_log, run_log_handler
 from .messages import Assignment
 from .output_checks import check_free_disk, check_writable_folder
 from .plugins import plugin_call
@@ -287,6 +287,15 @@ class Runner:
             folder = self._folder()
             lock, self._store, index = folder.open(self._keys(samples), "model" in self.agent_cls.options)
             self._provenance = folder.provenance
+            try:
+                handler = self._setup_logging()
+            except BaseException as exc:  # nothing ran: the folder is left as it was, unlocked
+                self._store.close()
+                lock.release()
+                if isinstance(exc, OSError):
+                    raise ConfigError(f"cannot write in the run folder {self.run_dir}: {exc.strerror or exc} "
+                                      f"({exc.filename})") from None
+                raise
             for sig in signals:
                 signal.signal(sig, self._on_signal)
         except BaseException:
@@ -294,7 +303,6 @@ class Runner:
                 signal.signal(sig, handler_)
             raise
         self.started = True
-        handler = self._setup_logging()
         self._started_at = time.time()
         try:
             pending = self._queue_samples(samples, index)
@@ -330,8 +338,7 @@ class Runner:
                     # The error already on its way (e.g. the same corrupt line) says it.
                     log.error("no summary: %s", exc)
                 finally:
-                    logging.getLogger("parallel_rollout").removeHandler(handler)
-                    handler.close()
+                    close_run_log(handler)
                     lock.release()
                     for sig, handler_ in previous.items():
                         signal.signal(sig, handler_)
