@@ -70,6 +70,32 @@ def test_the_agent_folder_is_made_once_per_source_and_skipped_when_it_cannot_be(
     assert sorted(p.name for p in (tmp_path / ".agent-bytecode").iterdir()) == sorted([first.name, second.name])
 
 
+def test_boots_at_once_and_a_scratch_an_interrupted_run_left_make_the_folder_all_the_same(tmp_path, caplog):
+    """The pool boots its VMs in threads of one process: with the folder gone, each made it in
+    one scratch named by the pid, so the second failed (File exists) and removed the first's
+    as it cleaned up: every boot but one, or all, bound the package's files and the provider
+    kept them so; and a run() interrupted while it made it left that scratch to the next
+    run() of the interpreter, which warned and did without it."""
+    import threading
+
+    from parallel_rollout.pool.providers import agent_folder
+
+    source = tmp_path / "mod.py"
+    source.write_text("X = 1\n")
+    files = _agent_files(source)
+    folder = tmp_path / ".agent-bytecode" / files.key()
+    folder.with_name(f".{folder.name}.{os.getpid()}").mkdir(parents=True)  # an interrupted run's
+    made: list = []
+    threads = [threading.Thread(target=lambda: made.append(agent_folder.use(folder, files))) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert made == [folder] * 3 and "could not be made" not in caplog.text, (made, caplog.text)
+    assert sorted(p.name for p in (folder / "__pycache__").iterdir())[0].startswith("mod.cpython-")
+    assert [p.name for p in folder.parent.iterdir() if p != folder] == [f".{folder.name}.{os.getpid()}"]
+
+
 def test_the_agent_folder_is_readable_by_others_whatever_the_umask(tmp_path):
     """The commands' user reads the modules and runs the wrappers: the folder's modes are
     0755 and 0644 by the sources' run bits, whatever the runner's umask (the checkout's own

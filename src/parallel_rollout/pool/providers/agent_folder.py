@@ -33,6 +33,7 @@ import logging
 import os
 import shutil
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -92,18 +93,25 @@ def use(folder: Path, files: AgentFiles) -> Path | None:
         return folder
     except FileNotFoundError:
         pass
-    scratch = folder.with_name(f".{folder.name}.{os.getpid()}")
+    # a scratch of this call's own: one named by the pid alone was another boot thread's too
+    # (each removed the other's), or one an interrupted run() left to the next of the process
+    scratch = None
     try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        scratch = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
         _make(scratch, files)
         os.rename(scratch, folder)
+        scratch = None
     except (OSError, subprocess.SubprocessError) as exc:
-        shutil.rmtree(scratch, ignore_errors=True)
         if folder.is_dir():  # another provider made it first
             return folder
         detail = getattr(exc, "stderr", b"") or b""
         log.warning("the agent's folder could not be made (%s%s): each sandbox binds its files "
                     "and compiles them", exc, f": {detail.decode(errors='replace').strip()}" if detail else "")
         return None
+    finally:
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
     return folder
 
 
@@ -111,7 +119,6 @@ def _make(scratch: Path, files: AgentFiles) -> None:
     """The folder's content in ``scratch``: files 0644 (0755 where the source may be run),
     folders 0755, whatever the umask or the checkout's modes: the commands' user reads the
     wrappers and runs them."""
-    scratch.mkdir(parents=True)
     for module in files.modules:
         _copy(module, scratch / module.name)
     for source in files.dirs:
