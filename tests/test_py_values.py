@@ -59,6 +59,17 @@ CASES = {
                    "    groups, sizes = candidate([[1, 2], [3]])\n"
                    "    assert groups == {frozenset({1, 2}), frozenset({3})} and sizes[frozenset({3})] == 1\n"
                    "    assert candidate({frozenset({4})})[0] == {frozenset({4})}\n"),
+    # what the answer raises, caught as in one process: its own ValueError, json's (a
+    # ValueError too), the prompt's own class; they reached the tests as RuntimeError
+    "own_exceptions": ("count", "import json\n",
+                       "    class Negative(ValueError):\n        pass\n"
+                       "    if xs is None:\n        raise InvalidInput('none')\n"
+                       "    if isinstance(xs, str):\n        json.loads(xs)\n"
+                       "    if xs < 0:\n        raise Negative('negative')\n    return xs\n",
+                       "    for bad, error in ((-1, ValueError), ('{', ValueError), (None, InvalidInput)):\n"
+                       "        try:\n            candidate(bad)\n        except error:\n            pass\n"
+                       "        else:\n            assert False, bad\n"
+                       "    assert candidate(2) == 2\n"),
     # what a call changes in its arguments, the tests see in their own objects
     "sort_in_place": ("sort_rows", "", "    for row in xs:\n        row.sort()\n    xs.append([])\n",
                       "    xs = [[3, 1], [2, 0]]\n    first = xs[0]\n    assert candidate(xs) is None\n"
@@ -71,9 +82,13 @@ CASES = {
 }
 
 
+#: what a case's prompt defines besides (its tests do not)
+PROMPT_DEFINES = {"own_exceptions": "class InvalidInput(Exception):\n    pass\n"}
+
+
 def _task(name: str) -> dict:
     entry, imports, body, check = CASES[name]
-    prompt = f"{imports}{NUMPY_LIKE}\ndef {entry}(xs):\n    \"\"\"...\"\"\"\n"
+    prompt = f"{imports}{NUMPY_LIKE}{PROMPT_DEFINES.get(name, '')}\ndef {entry}(xs):\n    \"\"\"...\"\"\"\n"
     return {"id": name, "mode": "py", "prompt": prompt, "entry_point": entry,
             "test": f"{imports}def check(candidate):\n{check}", "canonical_solution": body}
 

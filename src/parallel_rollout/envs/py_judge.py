@@ -23,7 +23,7 @@ list sorted in place, a dict filled) comes back with its answer and is made in t
 own objects (``_sync``), as one process would have left them: a test that an answer leaves
 its input alone, or fills it, checks it here too; and a list, dict or set of the arguments
 that the answer returns is the tests' own object (``candidate(x) is x``), not a copy. What the
-answer raises reaches the tests as the builtin exception it names, but StopIteration (and
+answer raises reaches the tests as the builtin exception it names (or derives from: ``_raised``), but StopIteration (and
 StopAsyncIteration) as a RuntimeError, as PEP 479 makes it out of a generator: it would end an
 iteration of the tests' (``all(map(...))``) early, a pass for an answer that answers nothing. Killing the
 judge leaves no verdict, which the host grades ``killed``. The answer's process is a fresh
@@ -36,7 +36,7 @@ import builtins, ctypes, decimal, fractions, json, os, subprocess, sys, threadin
 
 TAIL = 2000
 CHILD = r'''
-import decimal, fractions, json, numbers, os, sys, traceback
+import builtins, decimal, fractions, json, numbers, os, sys, traceback
 #: id -> where in the arguments, of each list, dict and set the call's arguments hold: what
 #: the answer returns of them is sent as that place, so the tests get their own object back
 REFS = {}
@@ -137,7 +137,8 @@ for line in rpc_in:
         answer = {"value": enc(result)}
     except BaseException as exc:
         answer = {"error": traceback.format_exc(), "type": type(exc).__name__,
-                  "message": str(exc)}
+                  "message": str(exc), "bases": [c.__name__ for c in type(exc).__mro__
+                                                 if getattr(builtins, c.__name__, None) is c]}
     finally:
         REFS.clear()
     try:  # the arguments as the call left them: what it changed in place, the tests see
@@ -213,6 +214,42 @@ def _dec(x, place=None):
     if tag == "q": return fractions.Fraction(_int(v[0]), _int(v[1]))
     if tag == "m": return decimal.Decimal(str(v))
     raise ValueError(f"unknown value tag {tag!r}")
+
+
+def _catchable(kind):
+    """Whether the tests may see ``kind`` raised by a call: an Exception, but StopIteration
+    (and its async kin) no more than PEP 479 lets one out of a generator: raised in a call
+    that map() or iter(f, end) makes, it would end the tests' iteration early (all(map(...))
+    passed every answer); nor SystemExit, KeyboardInterrupt (no Exception)."""
+    return isinstance(kind, type) and issubclass(kind, Exception) \
+        and not issubclass(kind, (StopIteration, StopAsyncIteration))
+
+
+def _raised(answer, prompt_errors):
+    """The exception an answer's call raised, as the tests catch it in one process: the builtin
+    of its name; the prompt's class of its name (``except InvalidInput``); else a class of its
+    name on the nearest builtin it derives from (an answer's own ``class Negative(ValueError)``,
+    json's JSONDecodeError: ``except ValueError`` catches it; it was a RuntimeError, and a
+    correct answer failed); RuntimeError when that is not :func:`_catchable`."""
+    name, message = str(answer.get("type")), answer.get("message", "")
+    bases = answer.get("bases") if isinstance(answer.get("bases"), list) else []
+    kind = getattr(builtins, name, None)
+    if not isinstance(kind, type):
+        kind = prompt_errors.get(name)
+    if kind is None:
+        base = next((k for k in (getattr(builtins, str(b), None) for b in bases)
+                     if isinstance(k, type) and issubclass(k, BaseException)), None)
+        if _catchable(base):
+            try:
+                kind = type(name, (base,), {"__module__": "__solution__"})
+            except Exception:
+                kind = base
+    if not _catchable(kind):
+        kind = RuntimeError
+    try:
+        return kind(message)
+    except Exception:
+        return RuntimeError(message)
 
 
 def _sync(old, new):
@@ -312,17 +349,7 @@ def main():
             if name in kwargs:
                 _sync(kwargs[name], _dec(new))
         if "error" in answer:
-            kind = getattr(builtins, str(answer.get("type")), None)
-            # StopIteration (and its async kin) out of the answer is a RuntimeError, as PEP 479
-            # makes it out of a generator: raised in a call that map() or iter(f, end) makes,
-            # it would end the tests' iteration early (all(map(...)) passed every answer)
-            if not (isinstance(kind, type) and issubclass(kind, Exception)) \
-                    or issubclass(kind, (StopIteration, StopAsyncIteration)):
-                kind = RuntimeError
-            try:
-                error = kind(answer.get("message", ""))
-            except Exception:
-                error = RuntimeError(answer.get("message", ""))
+            error = _raised(answer, prompt_errors)
             error.remote_traceback = answer["error"]
             raise error
 
@@ -335,6 +362,7 @@ def main():
         return _dec(answer["value"], place)
 
     candidate.__name__ = ENTRY_POINT
+    prompt_errors = {}  # name -> an exception class the prompt defines (the program holds it too)
     verdict = None
     try:
         first = exchange({"program": PROGRAM, "entry_point": ENTRY_POINT})
@@ -348,6 +376,8 @@ def main():
                 exec(compile(PROMPT, "prompt.py", "exec"), namespace)
             except BaseException:
                 namespace = {"__name__": "__tests__"}  # the tests may not need it
+            prompt_errors.update((name, value) for name, value in namespace.items()
+                                 if isinstance(value, type) and issubclass(value, Exception))
             namespace[ENTRY_POINT] = candidate
             exec(compile(TESTS, "tests.py", "exec"), namespace)
             namespace["check"](candidate)
