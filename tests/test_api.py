@@ -175,3 +175,15 @@ def test_a_run_log_that_cannot_be_opened_is_a_config_error_that_gives_back_the_s
     assert signal.getsignal(signal.SIGINT) is sigint
     run_log.rmdir()
     assert run(**settings, resume=True).exit_code == 0  # the folder was left unlocked
+
+
+def test_an_aborted_runs_message_says_the_call_that_resumes_it(tmp_path):
+    """A run() that ended with samples never graded (exit 1) says how to resume it as the
+    script does it, a call, not the CLI's command line."""
+    data = write_tasks(tmp_path / "tasks.jsonl", [shell_task("a", setup=["exit 3"]), shell_task("b")])
+    out = tmp_path / "out"
+    outcome = run(mode="shell", data=data, agent="oracle", num_rollouts=1, output_dir=out, run_id="ab",
+                  max_retries=0, progress=False)
+    assert outcome.exit_code == 1, outcome
+    assert outcome.message.endswith(f"run(output_dir={str(out)!r}, run_id='ab', resume=True)"), outcome.message
+    assert "parallel-rollout" not in outcome.message

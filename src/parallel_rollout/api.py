@@ -33,6 +33,7 @@ from .config import PYTHON_CALL, RunConfig, build_config, settings
 from .errors import ConfigError, InterruptedBeforeStart, ProviderUnavailable, RunInterrupted, RunLocked
 from .main_guard import check_guarded
 from .report.run_data import NotARunFolder, RunData
+from .run_end import PYTHON_PROGRAM
 from .runner import RunOutcome, Runner
 
 __all__ = ["ConfigError", "InterruptedBeforeStart", "NotARunFolder", "ProviderUnavailable", "RunData", "RunInterrupted",
@@ -48,6 +49,7 @@ def run(config_file: str | Path | None = None, **run_settings: Any) -> RunOutcom
         flags = settings(run_settings, "run()")
         runner = Runner(build_config(flags, str(config_file) if config_file else None,
                                      {name: PYTHON_CALL for name in flags}))
+        runner.program = PYTHON_PROGRAM  # its resume is said as a call: run(..., resume=True)
         outcome = runner.run()
     except (ConfigError, ProviderUnavailable) as exc:
         # the core says its settings as the CLI's flags: said again as this call spells them
@@ -62,8 +64,10 @@ def run(config_file: str | Path | None = None, **run_settings: Any) -> RunOutcom
 #: a CLI flag in an error, with the value that may follow it ('x', a number, a word)
 _FLAG = (r"(?<![\w-])--(?P<no>no-)?(?P<name>[a-z][a-z0-9]*(?:-[a-z0-9]+)*)(?![\w-])"
          r"(?: (?P<value>'[^']*'|\"[^\"]*\"|-?\d+(?:\.\d+)?(?![\w.])|[\w.:/-]+))?")
-#: what is said as it is: a command line to type (`parallel-rollout image build …`)
-_COMMAND = r"`[^`]*`|(?:parallel-rollout|\./dev|run_parallel_rollout\.py) [^;\n)]*"
+#: what is said as it is: a command line to type (`parallel-rollout image build …`), and a
+#: quoted text (a task's command, an agent's stderr: 'curl --data x')
+_COMMAND = (r"`[^`]*`|(?:parallel-rollout|\./dev|run_parallel_rollout\.py) [^;\n)]*"
+            r"""|(?<!\w)'[^'\n]*'(?!\w)|(?<!\w)"[^"\n]*"(?!\w)""")
 _FIELDS = {f.name: f.type for f in dataclasses.fields(RunConfig) if f.name not in ("explicit", "sources")}
 
 
@@ -71,8 +75,8 @@ def as_called(message: str, call: dict[str, Any]) -> str:
     """``message`` with each CLI flag of a setting said as a ``run()`` keyword: ``--num-vms``
     as ``num_vms``, ``--resume`` as ``resume=True``, ``--agent command`` as ``agent='command'``
     when the call gave that value (a quoted value or a number always), ``--config`` as
-    ``config_file``. A command line, and the text of the call's own values (an agent_cmd's
-    flags), stay as they are."""
+    ``config_file``. A command line, a quoted text and the text of the call's own values (an
+    agent_cmd's flags) stay as they are."""
     own = sorted({v for v in call.values() if isinstance(v, str) and len(v) > 2}, key=len, reverse=True)
     kept = "|".join([_COMMAND, *map(re.escape, own)])
 

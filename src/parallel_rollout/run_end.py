@@ -147,8 +147,15 @@ def write_summary(run_dir: Path, summary: dict[str, Any]) -> None:
         log.error("%s", exc)
 
 
+#: ``Runner.program`` of a run a Python call made (``api.run``): its resume is a call too
+PYTHON_PROGRAM = "run()"
+
+
 def resume_command(program: str, output_dir: str, run_id: str) -> str:
-    """The command that resumes a run (--resume reads the rest from config.json)."""
+    """The command that resumes a run (--resume reads the rest from config.json), or the
+    call, for a run a Python call made."""
+    if program == PYTHON_PROGRAM:
+        return f"run(output_dir={str(output_dir)!r}, run_id={run_id!r}, resume=True)"
     argv = ["--output-dir", output_dir, "--run-id", run_id, "--resume"]
     return " ".join([program, *(shlex.quote(a) for a in argv)])
 
