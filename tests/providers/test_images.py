@@ -11,8 +11,11 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 import tarfile
+import time
 
+import psutil
 import pytest
 
 from parallel_rollout.errors import VMError
@@ -67,3 +70,42 @@ def test_a_package_apt_cannot_find_is_a_clear_error_and_leaves_nothing(own_cache
     after = sorted(p.name for p in (own_cache / "rootfs").iterdir() if not p.name.endswith(".lock"))
     assert after == [name for name in before if not name.endswith(".lock")], \
         "a failed build left a tarball or a build folder"
+
+
+def test_a_killed_builds_folder_goes_at_the_next_build(tmp_path, monkeypatch):
+    """A build killed mid-way (a cron job's `timeout` fires: SIGTERM, no clean-up) left its
+    `.build-<key>-*` tree in the cache for ever, 2 GB for the desktop's; the next build of
+    that tree removes it (each build holds the tree's lock while its folder is in use)."""
+    monkeypatch.setenv(images.CACHE_ENV, str(tmp_path / "cache"))
+    tarball = images.rootfs_tarball_path(images.GUEST_PACKAGES)
+    tarball.parent.mkdir(parents=True)
+    tarball.write_bytes(b"")  # built already: the build is a no-op
+    key = tarball.stem.rsplit("-", 1)[1]
+    stale = tarball.parent / f".build-{key}-x1y2z3"
+    (stale / "rootfs" / "usr").mkdir(parents=True)
+    other = tarball.parent / ".build-0123456789abcdef-x1y2z3"  # another tree's: its own build's
+    other.mkdir()
+    assert images.rootfs_tarball(images.GUEST_PACKAGES, log=lambda line: None) == tarball
+    assert not stale.exists() and other.exists()
+
+
+def test_a_killed_build_leaves_no_program_of_it_running(tmp_path):
+    """SIGKILL (or a SIGTERM, whose default ends Python at once) of a build under way ends the
+    program it runs (debootstrap, apt-get, tar): debootstrap ran on, an orphan."""
+    script = ("import sys; from parallel_rollout.pool.providers import images; "
+              "images._run_logged(['sleep', '60'], print, timeout=120, what='sleep')")
+    build = subprocess.Popen([sys.executable, "-c", script])
+    children: list[psutil.Process] = []
+    try:
+        deadline = time.monotonic() + 30
+        while not (children := psutil.Process(build.pid).children(recursive=True)):
+            assert time.monotonic() < deadline, "the build started no program"
+            time.sleep(0.05)
+        build.kill()
+        build.wait()
+        assert psutil.wait_procs(children, timeout=10)[1] == [], "the build's program outlived it"
+    finally:
+        build.kill()
+        for child in children:
+            if child.is_running():
+                child.kill()

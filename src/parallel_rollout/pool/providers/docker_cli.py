@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import shutil
 import signal
 import subprocess
 import tempfile
@@ -43,7 +42,7 @@ DAEMON_POLL_S = 0.5
 #: what the docker CLI says when no daemon answers at its socket
 _NO_DAEMON = "Cannot connect to the Docker daemon"
 START_HINT = "dockerd --bridge=none --iptables=false (as root; or: scripts/dockerd.sh start)"
-_DEATHSIG = [shutil.which("setpriv"), "--pdeathsig", "KILL"] if shutil.which("setpriv") else []
+_DEATHSIG = images.DEATHSIG
 
 
 def docker(*args: str, timeout: float = DOCKER_TIMEOUT_S, check: bool = True) -> subprocess.CompletedProcess:

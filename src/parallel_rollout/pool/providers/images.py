@@ -57,6 +57,10 @@ from typing import Callable, Iterable, Iterator
 from ...errors import ProviderUnavailable, VMError
 from .host_dirs import IMAGE_CACHE
 
+#: a child run under this prefix is SIGKILLed when the thread that started it ends (a killed
+#: owner): ``setpriv --pdeathsig KILL``, where setpriv is installed
+DEATHSIG = [shutil.which("setpriv"), "--pdeathsig", "KILL"] if shutil.which("setpriv") else []
+
 CACHE_ENV = IMAGE_CACHE.env
 DEFAULT_SUITE = "bookworm"
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
@@ -173,6 +177,9 @@ def rootfs_tarball(include: Iterable[str] = ("python3",), *, apt_install: Iterab
     store = tarball.parent
     store.mkdir(parents=True, exist_ok=True)
     with _locked(store / f"{key}.lock"):
+        # the folders of builds of this tree that were killed (each build holds the lock)
+        for stale in store.glob(f".build-{key}-*"):
+            shutil.rmtree(stale, ignore_errors=True)
         if tarball.exists() and not force:
             log(f"[image] rootfs cached: {tarball} ({_size_mb(tarball):.0f} MB)")
             return tarball
@@ -387,9 +394,11 @@ def _apt_install(bwrap: str, tree: Path, packages: list[str], *, suite: str, mir
 
 
 def _run_logged(argv: list[str], log: Log, *, timeout: float, what: str) -> None:
-    """Run ``argv``, passing its output lines to ``log``; VMError with the tail on failure."""
+    """Run ``argv``, passing its output lines to ``log``; VMError with the tail on failure.
+    It dies with the build (DEATHSIG): a build killed by a cron job's ``timeout`` (SIGTERM)
+    or SIGKILL left its debootstrap running on, filling a folder no build would pack."""
     tail: list[str] = []
-    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+    proc = subprocess.Popen([*DEATHSIG, *argv], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, errors="replace")
     deadline = time.monotonic() + timeout
     try:
