@@ -258,6 +258,11 @@ LEFTOVER_PY_ROWS = {
     "change_the_input_it_must_keep": ("    a.extend(b)\n    return a\n",
                                       "def check(candidate):\n    a = [1]\n    assert candidate(a, [2]) == [1, 2]\n"
                                       "    assert a == [1]\n"),
+    # changes the list the tests pass it twice and must keep: it crossed as two copies, and the
+    # second's sync undid the change made through the first, so the input looked kept
+    "change_an_input_passed_twice": ("    a.append(9)\n    return 0\n",
+                                     "def check(candidate):\n    x = [1]\n    assert candidate(x, x) == 0\n"
+                                     "    assert x == [1]\n"),
     # returns the list it was given where its tests ask for a new one: what it returned crossed
     # as a copy, so `is not` held for every answer
     "return_the_input_for_a_copy": ("    return a\n",

@@ -74,6 +74,11 @@ CASES = {
     "sort_in_place": ("sort_rows", "", "    for row in xs:\n        row.sort()\n    xs.append([])\n",
                       "    xs = [[3, 1], [2, 0]]\n    first = xs[0]\n    assert candidate(xs) is None\n"
                       "    assert xs == [[1, 3], [0, 2], []] and first == [1, 3]\n"),
+    # one list the tests hold in two places is one object to the answer too: a row sorted
+    # through one place is sorted in both (as two copies the second's sync undid it)
+    "one_row_twice": ("sort_rows", "", "    xs[0].sort()\n    return xs[1]\n",
+                      "    row = [3, 1]\n    xs = [row, row]\n    assert candidate(xs) == [1, 3]\n"
+                      "    assert row == [1, 3] and xs[1] is row\n"),
     "returns_its_argument": ("sort_rows", "", "    xs.sort()\n    return xs\n",
                              "    xs = [[2], [1]]\n    assert candidate(xs) is xs and xs == [[1], [2]]\n"
                              "    assert candidate([xs])[0] is xs\n"),

@@ -61,23 +61,30 @@ def places(args, kwargs):
 #: bits past which an int crosses as hex: its decimal text is past what a Python may convert
 #: (int_max_str_digits, 640 digits at least), and hex is converted in linear time
 BIG = 2000
-def enc(x):
+def enc(x, seen=None):
+    """``seen``: id -> number of each list, dict and set met so far, in the order met: one met
+    again is sent as {"a": its number}, so that what two places hold is one object there too"""
+    seen = {} if seen is None else seen
     if x is None or isinstance(x, (bool, str)):
         return x
     if isinstance(x, int):
         return x if x.bit_length() <= BIG else {"x": format(int(x), "x")}
     if type(x) in (list, dict, set) and id(x) in REFS:
         return {"r": REFS[id(x)]}
+    if isinstance(x, (list, dict, set)):
+        if id(x) in seen:
+            return {"a": seen[id(x)]}
+        seen[id(x)] = len(seen)
     if isinstance(x, float):
         return {"f": float.__repr__(x)}
     if isinstance(x, list):
-        return [enc(v) for v in x]
+        return [enc(v, seen) for v in x]
     if isinstance(x, tuple):
-        return {"t": [enc(v) for v in x]}
+        return {"t": [enc(v, seen) for v in x]}
     if isinstance(x, (set, frozenset)):  # a frozenset as one: a set's items, a dict's key
-        return {"z" if isinstance(x, frozenset) else "s": [enc(v) for v in x]}
+        return {"z" if isinstance(x, frozenset) else "s": [enc(v, seen) for v in x]}
     if isinstance(x, dict):
-        return {"d": [[enc(k), enc(v)] for k, v in x.items()]}
+        return {"d": [[enc(k, seen), enc(v, seen)] for k, v in x.items()]}
     if isinstance(x, bytes):
         return {"b": x.hex()}
     if isinstance(x, complex):
@@ -98,17 +105,23 @@ def enc(x):
     if type(x).__module__ == "numpy" and getattr(x, "ndim", None) == 0:
         return enc(x.item())
     raise TypeError(f"a return value of type {type(x).__name__} cannot be checked")
-def dec(x):
+def fill(made, empty, items):
+    made.append(empty)
+    (empty.extend if type(empty) is list else empty.update)(items())
+    return empty
+def dec(x, made):
+    """``made``: each list, dict and set made so far, in order ({"a": n} is the n-th)"""
     if isinstance(x, list):
-        return [dec(v) for v in x]
+        return fill(made, [], lambda: [dec(v, made) for v in x])
     if not isinstance(x, dict):
         return x
     (tag, v), = x.items()
+    if tag == "a": return made[v]
     if tag == "f": return float(v)
-    if tag == "t": return tuple(dec(i) for i in v)
-    if tag == "s": return {dec(i) for i in v}
-    if tag == "z": return frozenset(dec(i) for i in v)
-    if tag == "d": return {dec(k): dec(w) for k, w in v}
+    if tag == "t": return tuple(dec(i, made) for i in v)
+    if tag == "s": return fill(made, set(), lambda: [dec(i, made) for i in v])
+    if tag == "z": return frozenset(dec(i, made) for i in v)
+    if tag == "d": return fill(made, {}, lambda: [(dec(k, made), dec(w, made)) for k, w in v])
     if tag == "b": return bytes.fromhex(v)
     if tag == "x": return int(v, 16)
     return complex(float(v[0]), float(v[1]))
@@ -130,7 +143,8 @@ except BaseException as exc:
 send({"ready": True})
 for line in rpc_in:
     call = json.loads(line)
-    args, kwargs = dec(call["args"]), {k: dec(v) for k, v in call["kwargs"]}
+    made = []  # the arguments' lists, dicts and sets: what two of them hold is one object here too
+    args, kwargs = dec(call["args"], made), {k: dec(v, made) for k, v in call["kwargs"]}
     try:
         result = function(*args, **kwargs)
         REFS.update(places(args, kwargs))
@@ -142,7 +156,8 @@ for line in rpc_in:
     finally:
         REFS.clear()
     try:  # the arguments as the call left them: what it changed in place, the tests see
-        after = [enc(args), [[k, enc(v)] for k, v in kwargs.items()]]
+        seen = {}
+        after = [enc(args, seen), [[k, enc(v, seen)] for k, v in kwargs.items()]]
         if after != [call["args"], call["kwargs"]]:
             answer["args"], answer["kwargs"] = after
     except BaseException as exc:
@@ -172,21 +187,29 @@ def _int(x):
     return x
 
 
-def _enc(x):
+def _enc(x, seen):
+    """``x`` as JSON for the answer's process; ``seen``: id -> number of each list, dict and
+    set met so far in the call's arguments, in the order met: one the tests pass twice
+    (``candidate(xs, xs)``) is sent again as ``{"a": number}`` and is one object there too
+    (as two copies, the answer's change through one was undone by the other's sync)."""
     if x is None or isinstance(x, (bool, str)):
         return x
     if isinstance(x, int):
         return x if x.bit_length() <= _BIG else {"x": format(int(x), "x")}
+    if isinstance(x, (list, dict, set)):
+        if id(x) in seen:
+            return {"a": seen[id(x)]}
+        seen[id(x)] = len(seen)
     if isinstance(x, float):
         return {"f": repr(x)}
     if isinstance(x, list):
-        return [_enc(v) for v in x]
+        return [_enc(v, seen) for v in x]
     if isinstance(x, tuple):
-        return {"t": [_enc(v) for v in x]}
+        return {"t": [_enc(v, seen) for v in x]}
     if isinstance(x, (set, frozenset)):  # a frozenset as one (a set of them, a dict's key)
-        return {"z" if isinstance(x, frozenset) else "s": [_enc(v) for v in x]}
+        return {"z" if isinstance(x, frozenset) else "s": [_enc(v, seen) for v in x]}
     if isinstance(x, dict):
-        return {"d": [[_enc(k), _enc(v)] for k, v in x.items()]}
+        return {"d": [[_enc(k, seen), _enc(v, seen)] for k, v in x.items()]}
     if isinstance(x, bytes):
         return {"b": x.hex()}
     if isinstance(x, complex):
@@ -194,20 +217,31 @@ def _enc(x):
     raise TypeError(f"the tests pass a {type(x).__name__}, which cannot cross to the answer")
 
 
-def _dec(x, place=None):
+def _made(made, empty, items):
+    """``empty`` (a list, dict or set) numbered in ``made`` before what it holds is made,
+    then filled with ``items()``: the order ``_enc`` numbers them in."""
+    made.append(empty)
+    (empty.extend if type(empty) is list else empty.update)(items())
+    return empty
+
+
+def _dec(x, place=None, made=None):
     """A value the answer's process sent; ``place``: what its ``{"r": path}`` (one of the
-    arguments the tests passed, or what they hold) is, for a return value."""
+    arguments the tests passed, or what they hold) is, for a return value; ``made``: its
+    lists, dicts and sets so far, which ``{"a": n}`` names again (see ``_enc``)."""
+    made = [] if made is None else made
     if isinstance(x, list):
-        return [_dec(v, place) for v in x]
+        return _made(made, [], lambda: [_dec(v, place, made) for v in x])
     if not isinstance(x, dict) or len(x) != 1:
         return x
     (tag, v), = x.items()
     if tag == "r" and place is not None: return place(v)
+    if tag == "a": return made[_int(v)]
     if tag == "f": return float(v)
-    if tag == "t": return tuple(_dec(i, place) for i in v)
-    if tag == "s": return {_dec(i, place) for i in v}
-    if tag == "z": return frozenset(_dec(i, place) for i in v)
-    if tag == "d": return {_dec(k, place): _dec(w, place) for k, w in v}
+    if tag == "t": return tuple(_dec(i, place, made) for i in v)
+    if tag == "s": return _made(made, set(), lambda: [_dec(i, place, made) for i in v])
+    if tag == "z": return frozenset(_dec(i, place, made) for i in v)
+    if tag == "d": return _made(made, {}, lambda: [(_dec(k, place, made), _dec(w, place, made)) for k, w in v])
     if tag == "b": return bytes.fromhex(v)
     if tag == "c": return complex(float(v[0]), float(v[1]))
     if tag == "x": return _int(x)
@@ -339,15 +373,18 @@ def main():
             raise ValueError("the answer's process sent an unreadable reply") from None
 
     def candidate(*args, **kwargs):
-        answer = exchange({"args": _enc(list(args)),
-                           "kwargs": [[k, _enc(v)] for k, v in kwargs.items()]})
+        seen = {}
+        answer = exchange({"args": _enc(list(args), seen),
+                           "kwargs": [[k, _enc(v, seen)] for k, v in kwargs.items()]})
         # what the call changed in its arguments (a list sorted in place, a dict filled),
         # made in the tests' own objects, as a call in their process would have left them
-        for old, new in zip(args, _dec(answer.get("args") or [])):
+        made = []
+        for old, new in zip(args, _dec(answer.get("args") or [], None, made)):
             _sync(old, new)
         for name, new in answer.get("kwargs") or []:
+            new = _dec(new, None, made)
             if name in kwargs:
-                _sync(kwargs[name], _dec(new))
+                _sync(kwargs[name], new)
         if "error" in answer:
             error = _raised(answer, prompt_errors)
             error.remote_traceback = answer["error"]
