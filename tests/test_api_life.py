@@ -184,3 +184,20 @@ def test_every_error_of_a_bad_call_names_the_calls_keywords_and_the_clis_its_fla
     # the call's own text stays as it is: an agent's flags are no settings of the run
     with pytest.raises(ConfigError, match=r"agent_cmd='python3 agent\.py --model m \| cat': '\|' is a shell"):
         run(**base, agent="command", agent_cmd="python3 agent.py --model m | cat")
+
+
+def test_a_script_read_from_stdin_gets_one_clear_error_and_no_folder(tmp_path):
+    """``python - <<EOF`` (a shell's here-document): multiprocessing starts the helper
+    processes by running the main module's file, '<stdin>', again; each run's Manager died of
+    FileNotFoundError ('no sample ran', exit 1) and left a run folder."""
+    script = _script(tmp_path, """\
+        from parallel_rollout.api import run
+
+        if __name__ == "__main__":
+            run(mode="shell", data={data!r}, output_dir={out!r}, progress=False, limit=1, run_id="stdin")
+        """)
+    done = subprocess.run([sys.executable, "-"], input=script.read_text(), cwd=str(tmp_path), capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 1 and "ConfigError: run() cannot start the run's helper processes" in done.stderr
+    assert f"{tmp_path}/<stdin> is none (a script read from stdin" in done.stderr, done.stderr
+    assert "FileNotFoundError" not in done.stderr and not (tmp_path / "out").exists()

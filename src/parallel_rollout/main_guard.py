@@ -30,6 +30,7 @@ def check_guarded(call: str) -> None:
     (``_inheriting``). A REPL, a notebook, ``python -c``: nothing imports them again."""
     if getattr(multiprocessing.current_process(), "_inheriting", False):
         raise ConfigError(_UNGUARDED.format(call=call, where="the script"))
+    check_main_file(call)
     frame, script = sys._getframe(1), None  # noqa: SLF001 - the script's top level is up the stack
     while frame is not None:
         if frame.f_code.co_name == "<module>" and frame.f_globals.get("__name__") == "__main__":
@@ -47,3 +48,19 @@ def check_guarded(call: str) -> None:
     if not any(isinstance(node, ast.If) and "__main__" in ast.unparse(node.test)
                and node.lineno <= line <= (node.end_lineno or line) for node in tree.body):
         raise ConfigError(_UNGUARDED.format(call=call, where=f"{script.f_code.co_filename}:{line}"))
+
+
+def check_main_file(call: str) -> None:
+    """ConfigError for a main module whose file, as multiprocessing passes it to the helper
+    processes it starts (they run it again), is no file: a script read from stdin (``python -
+    < eval.py``, a shell's here-document: ``<stdin>``) or removed since it started. Each run
+    ended with its Manager dead of FileNotFoundError ('no sample ran', exit 1) and a folder."""
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if path is None or getattr(getattr(main, "__spec__", None), "name", None) is not None:
+        return  # a REPL, a notebook, python -c, python -m: nothing is run again from a file
+    path = os.path.normpath(os.path.join(multiprocessing.process.ORIGINAL_DIR or "", path))
+    if not os.path.isfile(path):
+        raise ConfigError(f"{call} cannot start the run's helper processes: they run the main module again "
+                          f"from its file, and {path} is none (a script read from stdin, or one removed "
+                          "since it started); save the script to a file and run that file")
