@@ -179,11 +179,18 @@ def test_a_run_log_that_cannot_be_opened_is_a_config_error_that_gives_back_the_s
 
 def test_an_aborted_runs_message_says_the_call_that_resumes_it(tmp_path):
     """A run() that ended with samples never graded (exit 1) says how to resume it as the
-    script does it, a call, not the CLI's command line."""
-    data = write_tasks(tmp_path / "tasks.jsonl", [shell_task("a", setup=["exit 3"]), shell_task("b")])
+    script does it, a call, not the CLI's command line, and names its settings as the call
+    does; what a task wrote is quoted as it is."""
+    data = write_tasks(tmp_path / "tasks.jsonl", [shell_task("a", setup=["echo --max-retries 5 >&2; exit 3"]),
+                                                  shell_task("b")])
     out = tmp_path / "out"
     outcome = run(mode="shell", data=data, agent="oracle", num_rollouts=1, output_dir=out, run_id="ab",
                   max_retries=0, progress=False)
     assert outcome.exit_code == 1, outcome
     assert outcome.message.endswith(f"run(output_dir={str(out)!r}, run_id='ab', resume=True)"), outcome.message
-    assert "parallel-rollout" not in outcome.message
+    assert "parallel-rollout" not in outcome.message and "after max_retries=0 retries" in outcome.message
+    assert ": --max-retries 5\n" in outcome.message, outcome.message
+    gated = write_tasks(tmp_path / "gated.jsonl", [shell_task("b", check="false"), shell_task("c")])
+    outcome = run(mode="shell", data=gated, agent="oracle", num_rollouts=1, output_dir=out, run_id="gate",
+                  fail_under=0.9, progress=False)
+    assert outcome.exit_code == 3 and outcome.message == "success rate 50.0% is below fail_under=0.9 (90.0%)"

@@ -55,6 +55,10 @@ def run(config_file: str | Path | None = None, **run_settings: Any) -> RunOutcom
         # the core says its settings as the CLI's flags: said again as this call spells them
         exc.args = (as_called(str(exc), flags), *exc.args[1:])
         raise
+    # why it aborted, which gate failed: free text of tasks and servers too, whose flags are no
+    # settings of this call (strict: only a flag with the run's own value is said as a keyword)
+    settings_of_run = {name: getattr(runner.config, name) for name in _FIELDS}
+    outcome.message = as_called(outcome.message, settings_of_run, strict=True)
     # Ctrl-C stops the caller too, once the run is closed (one as it wrote its summary too)
     if outcome.summary.get("interrupted") or runner.late_signal:
         raise RunInterrupted(outcome, f"run(resume=True, run_id={outcome.run_dir.name!r}, ...)")
@@ -71,12 +75,13 @@ _COMMAND = (r"`[^`]*`|(?:parallel-rollout|\./dev|run_parallel_rollout\.py) [^;\n
 _FIELDS = {f.name: f.type for f in dataclasses.fields(RunConfig) if f.name not in ("explicit", "sources")}
 
 
-def as_called(message: str, call: dict[str, Any]) -> str:
+def as_called(message: str, call: dict[str, Any], strict: bool = False) -> str:
     """``message`` with each CLI flag of a setting said as a ``run()`` keyword: ``--num-vms``
     as ``num_vms``, ``--resume`` as ``resume=True``, ``--agent command`` as ``agent='command'``
     when the call gave that value (a quoted value or a number always), ``--config`` as
     ``config_file``. A command line, a quoted text and the text of the call's own values (an
-    agent_cmd's flags) stay as they are."""
+    agent_cmd's flags) stay as they are; ``strict``: so does every flag not followed by the
+    value ``call`` holds (``--fail-under 0.9``)."""
     own = sorted({v for v in call.values() if isinstance(v, str) and len(v) > 2}, key=len, reverse=True)
     kept = "|".join([_COMMAND, *map(re.escape, own)])
 
@@ -89,6 +94,9 @@ def as_called(message: str, call: dict[str, Any]) -> str:
             return found.group(0)
         if value is not None and value == call.get(name):
             return f"{name}={value!r}"
+        if strict:
+            number = re.fullmatch(r"-?\d+(?:\.\d+)?", value or "") and isinstance(call.get(name), (int, float))
+            return f"{name}={value}" if number and float(value) == call[name] else found.group(0)
         if value and (value[0] in "'\"" or re.fullmatch(r"-?[\d.]+", value)):
             return f"{name}={value}"
         rest = f" {value}" if value else ""
