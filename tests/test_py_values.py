@@ -70,6 +70,16 @@ CASES = {
                        "        try:\n            candidate(bad)\n        except error:\n            pass\n"
                        "        else:\n            assert False, bad\n"
                        "    assert candidate(2) == 2\n"),
+    # an iterator (a generator, endless too; a map), a range, a dict's keys: what the tests
+    # make of them (list, islice, sorted, ==) is what one process makes; "cannot be checked"
+    "iterators": ("squares", "import itertools\n",
+                  "    if xs == 'endless':\n        return (k * k for k in itertools.count())\n"
+                  "    if xs == 'range':\n        return range(1, 10, 2)\n"
+                  "    if xs == 'keys':\n        return {'a': 1, 'b': 2}.keys()\n    return map(str, xs)\n",
+                  "    assert list(itertools.islice(candidate('endless'), 4)) == [0, 1, 4, 9]\n"
+                  "    assert sorted(candidate([2, 1])) == ['1', '2'] and candidate([1]) != ['1']\n"
+                  "    assert candidate('range') == range(1, 10, 2) and len(candidate('range')) == 5\n"
+                  "    assert candidate('keys') == {'a', 'b'}\n"),
     # what a call changes in its arguments, the tests see in their own objects
     "sort_in_place": ("sort_rows", "", "    for row in xs:\n        row.sort()\n    xs.append([])\n",
                       "    xs = [[3, 1], [2, 0]]\n    first = xs[0]\n    assert candidate(xs) is None\n"

@@ -40,6 +40,8 @@ import builtins, decimal, fractions, json, numbers, os, sys, traceback
 #: id -> where in the arguments, of each list, dict and set the call's arguments hold: what
 #: the answer returns of them is sent as that place, so the tests get their own object back
 REFS = {}
+#: the iterators the answer returned (a generator, map, zip …): run on here as the tests ask
+ITERS = []
 def places(args, kwargs):
     found = {}
     def walk(x, path):
@@ -104,13 +106,23 @@ def enc(x, seen=None):
         return enc(complex(x))
     if type(x).__module__ == "numpy" and getattr(x, "ndim", None) == 0:
         return enc(x.item())
+    if isinstance(x, range):
+        return {"g": [enc(x.start), enc(x.stop), enc(x.step)]}
+    for tag, view in (("k", {}.keys()), ("i", {}.items()), ("v", {}.values())):
+        if isinstance(x, type(view)):
+            return {tag: [enc(v, seen) for v in x]}
+    if hasattr(type(x), "__next__") and hasattr(type(x), "__iter__"):
+        ITERS.append(x)
+        return {"n": len(ITERS) - 1}
     raise TypeError(f"a return value of type {type(x).__name__} cannot be checked")
+def failed(exc):
+    return {"error": traceback.format_exc(), "type": type(exc).__name__, "message": str(exc),
+            "bases": [c.__name__ for c in type(exc).__mro__ if getattr(builtins, c.__name__, None) is c]}
 def fill(made, empty, items):
     made.append(empty)
     (empty.extend if type(empty) is list else empty.update)(items())
     return empty
-def dec(x, made):
-    """``made``: each list, dict and set made so far, in order ({"a": n} is the n-th)"""
+def dec(x, made):  # made: each list, dict and set made so far, in order ({"a": n}: the n-th)
     if isinstance(x, list):
         return fill(made, [], lambda: [dec(v, made) for v in x])
     if not isinstance(x, dict):
@@ -143,6 +155,16 @@ except BaseException as exc:
 send({"ready": True})
 for line in rpc_in:
     call = json.loads(line)
+    if "next" in call:  # one more item of an iterator the answer returned
+        try:
+            answer = {"value": enc(next(ITERS[call["next"]]))}
+        except StopIteration:
+            answer = {"stop": True}
+        except BaseException as exc:
+            answer = failed(exc)
+        sys.stdout.flush(); sys.stderr.flush()
+        send(answer)
+        continue
     made = []  # the arguments' lists, dicts and sets: what two of them hold is one object here too
     args, kwargs = dec(call["args"], made), {k: dec(v, made) for k, v in call["kwargs"]}
     try:
@@ -150,9 +172,7 @@ for line in rpc_in:
         REFS.update(places(args, kwargs))
         answer = {"value": enc(result)}
     except BaseException as exc:
-        answer = {"error": traceback.format_exc(), "type": type(exc).__name__,
-                  "message": str(exc), "bases": [c.__name__ for c in type(exc).__mro__
-                                                 if getattr(builtins, c.__name__, None) is c]}
+        answer = failed(exc)
     finally:
         REFS.clear()
     try:  # the arguments as the call left them: what it changed in place, the tests see
@@ -217,9 +237,24 @@ def _enc(x, seen):
     raise TypeError(f"the tests pass a {type(x).__name__}, which cannot cross to the answer")
 
 
+#: set by main(): an iterator's handle -> its next item, StopIteration at its end
+_step = []
+
+
+def _remote(handle):
+    """An iterator the answer returned (a generator, map, zip …), left in its process: each
+    item is made there as the tests ask for it, as in their own process (``list(candidate())``,
+    ``islice(candidate(), 5)`` of an endless one); it was "cannot be checked", a 0."""
+    while True:
+        try:
+            item = _step[0](handle)
+        except StopIteration:
+            return
+        yield item
+
+
 def _made(made, empty, items):
-    """``empty`` (a list, dict or set) numbered in ``made`` before what it holds is made,
-    then filled with ``items()``: the order ``_enc`` numbers them in."""
+    """``empty`` numbered in ``made`` before what it holds is made (``_enc``'s order), then filled."""
     made.append(empty)
     (empty.extend if type(empty) is list else empty.update)(items())
     return empty
@@ -247,6 +282,11 @@ def _dec(x, place=None, made=None):
     if tag == "x": return _int(x)
     if tag == "q": return fractions.Fraction(_int(v[0]), _int(v[1]))
     if tag == "m": return decimal.Decimal(str(v))
+    if tag == "n": return _remote(v)
+    if tag == "g": return range(*(_int(i) for i in v))  # a range, a dict's views: as they were
+    if tag == "k": return dict.fromkeys(_dec(i, place, made) for i in v).keys()
+    if tag == "i": return dict(_dec(i, place, made) for i in v).items()
+    if tag == "v": return dict(enumerate(_dec(i, place, made) for i in v)).values()
     raise ValueError(f"unknown value tag {tag!r}")
 
 
@@ -385,19 +425,29 @@ def main():
             new = _dec(new, None, made)
             if name in kwargs:
                 _sync(kwargs[name], new)
-        if "error" in answer:
-            error = _raised(answer, prompt_errors)
-            error.remote_traceback = answer["error"]
-            raise error
-
         def place(path):  # the object of the tests' arguments the answer returned (is)
             found = args[path[0]] if isinstance(path[0], int) else kwargs[path[0]]
             for step in path[1:]:
                 found = found[step] if isinstance(step, int) else found[_dec(step["key"])]
             return found
 
+        return reply(answer, place)
+
+    def reply(answer, place=None):
+        """What the answer's process answered: its value, or what it raised, raised here."""
+        if "error" in answer:
+            error = _raised(answer, prompt_errors)
+            error.remote_traceback = answer["error"]
+            raise error
         return _dec(answer["value"], place)
 
+    def step(handle):
+        answer = exchange({"next": handle})
+        if answer.get("stop") is True:
+            raise StopIteration
+        return reply(answer)
+
+    _step.append(step)
     candidate.__name__ = ENTRY_POINT
     prompt_errors = {}  # name -> an exception class the prompt defines (the program holds it too)
     verdict = None
