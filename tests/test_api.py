@@ -194,3 +194,28 @@ def test_an_aborted_runs_message_says_the_call_that_resumes_it(tmp_path):
     outcome = run(mode="shell", data=gated, agent="oracle", num_rollouts=1, output_dir=out, run_id="gate",
                   fail_under=0.9, progress=False)
     assert outcome.exit_code == 3 and outcome.message == "success rate 50.0% is below fail_under=0.9 (90.0%)"
+
+
+def test_numpy_numbers_and_tuples_are_taken_as_settings(tmp_path):
+    """A loop over np.arange gives np.int64 (no int), a tuple is what RunConfig keeps
+    vm_address as: each was refused ('num_rollouts must be an integer, got 1'); a numpy
+    number in sampling, which goes into every request's JSON body, is a ConfigError naming
+    it, not a TypeError that left a locked, empty run folder."""
+    import numpy as np
+
+    from parallel_rollout.config import settings
+
+    data = write_tasks(tmp_path / "tasks.jsonl", [{"id": "d1", "n": 2}, {"id": "d2", "n": 5}])
+    for n in np.arange(1, 2):
+        outcome = run(mode="user_plugins:DoubleEnv", data=data, agent="oracle", num_rollouts=n, limit=n + 1,
+                      task_timeout=np.float32(60), output_dir=tmp_path / "out", run_id=f"n{n}", progress=False)
+        assert outcome.exit_code == 0 and outcome.summary["successes"] == 2
+    assert json.loads((tmp_path / "out" / "n1" / "config.json").read_text())["config"]["num_rollouts"] == 1
+    taken = settings({"vm_address": ("127.0.0.1:1", "127.0.0.1:2"), "base_url": ("http://a:1/v1", "http://b:1/v1")},
+                     "run()")
+    assert taken["vm_address"] == ("127.0.0.1:1", "127.0.0.1:2") and list(taken["base_url"]) == ["http://a:1/v1",
+                                                                                                 "http://b:1/v1"]
+    with pytest.raises(ConfigError, match=r"^sampling seed must be a JSON value .* got int64"):
+        run(mode="shell", data=_tasks(tmp_path), agent="openai", base_url="http://127.0.0.1:9/v1",
+            sampling={"seed": np.int64(3)}, output_dir=tmp_path / "out", run_id="samp", progress=False)
+    assert not (tmp_path / "out" / "samp").exists()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import numbers
 import os
 import re
 import threading
@@ -294,24 +295,25 @@ def _coerce(name: str, value: Any, where: str, key: str | None = None) -> Any:
                               f"got {value!r}")
         return value
     if kind.startswith("str | list"):
-        if isinstance(value, str) or (isinstance(value, list) and value and all(isinstance(v, str) for v in value)):
+        if isinstance(value, str) or (isinstance(value, (list, tuple)) and value and all(isinstance(v, str) for v in value)):
             return value
         raise ConfigError(f"{where}: {key} must be a string or a list of strings, got {value!r}"
                           + (" (an empty list names no server)" if value == [] else ""))
     if kind.startswith("tuple"):
         if isinstance(value, str):
             return split_addresses(value)
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
             raise ConfigError(f"{where}: {key} must be a list of strings, got {value!r}")
         return split_addresses(value)
     if "bool" in kind:
         if not isinstance(value, bool):
             raise ConfigError(f"{where}: {key} must be true or false, got {value!r}")
     elif "int" in kind and "float" not in kind:
-        if isinstance(value, bool) or not isinstance(value, int):
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
             raise ConfigError(f"{where}: {key} must be an integer, got {value!r}")
+        value = int(value)  # numpy's int64 (a loop over np.arange) is an integer as well
     elif "float" in kind:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
             raise ConfigError(f"{where}: {key} must be a number, got {value!r}")
         value = float(value)
     elif "str" in kind:
@@ -462,7 +464,6 @@ NAMED_DATASETS = {
     "miniwob": "parallel_rollout.envs.web.catalog:miniwob_path",
     "rag": "parallel_rollout.envs.rag:rag_path",
 }
-
 
 
 def data_required(why: str = "") -> str:

@@ -234,6 +234,11 @@ def check_finite(cfg: Any) -> None:
         for key, value in table.items():  # a request body with NaN is no JSON either
             if isinstance(value, float) and not math.isfinite(value):
                 raise ConfigError(f"{name} {key} must be a finite number, got {value:g}")
+            try:  # it goes into each request's body, and into config.json
+                json.dumps(value)
+            except (TypeError, ValueError):
+                raise ConfigError(f"{name} {key} must be a JSON value (a number, a string, a list or a table of "
+                                  f"them), got {type(value).__name__} {value!r}") from None
 
 
 def check_token_settings(cfg: Any) -> None:
