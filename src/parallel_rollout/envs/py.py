@@ -43,9 +43,13 @@ JUDGE_TAIL = 64 * OUTPUT_TAIL
 _JUDGE = Path(__file__).with_name("py_judge.py")
 
 
+#: what the judge runs the answer in (``python3 -c`` its text): calls its function as asked
+_ANSWER = Path(__file__).with_name("py_answer.py")
+
+
 def _harness(program: str, tests: str, entry_point: str, prompt: str) -> str:
     return (f"PROGRAM = {program!r}\nTESTS = {tests!r}\nENTRY_POINT = {entry_point!r}\n"
-            f"PROMPT = {prompt!r}\n" + _JUDGE.read_text())
+            f"PROMPT = {prompt!r}\nCHILD = {_ANSWER.read_text()!r}\n" + _JUDGE.read_text())
 
 
 #: info tags of a fenced block that holds the answer's Python (```python, ```py, a bare ```)
