@@ -76,11 +76,21 @@ TOO_DEEP = {"too_deep_sum": "def add(a, b):\n    return " + "1+" * 200000 + "1\n
             "too_deep_minus": "```python\ndef add(a, b):\n    return " + "-" * 100000 + "1\n```\n",
             "imports_then_unclosed": "Sure.\n" + "import os\n" * 200 + "def add(a, b):\n" + "    x = (\n" * 500}
 
+#: answers that pass and leave something running, passed within the task timeout: the judge
+#: waited 5 s for the answer's process to end and 5 s more for its output, past the timeout
+PASS_LEAVING = {"passed_leaving_a_thread": "    import threading, time\n"
+                "    threading.Thread(target=time.sleep, args=(60,)).start()\n    return a + b\n",
+                "passed_leaving_a_process": "    import subprocess\n    subprocess.Popen(['sleep', '60'])\n"
+                "    return a + b\n"}
+
 
 def test_failure_kinds_are_recorded(tmp_path):
-    tasks = [task(kind, [answer], timeout=2) for kind, answer in {**VERDICTS, **TOO_DEEP}.items()]
+    answers = {**VERDICTS, **TOO_DEEP, **PASS_LEAVING}
+    tasks = [task(kind, [answer], timeout=2) for kind, answer in answers.items()]
     outcome = run(tmp_path, tasks, task_timeout=30)
-    finals = assert_exactly_once(outcome.run_dir, {f"{k}#0" for k in {**VERDICTS, **TOO_DEEP}})
+    finals = assert_exactly_once(outcome.run_dir, {f"{k}#0" for k in answers})
+    for name in PASS_LEAVING:
+        assert finals[f"{name}#0"]["eval"]["kind"] == "passed", finals[f"{name}#0"]["eval"]
     for name in TOO_DEEP:
         assert finals[f"{name}#0"]["eval"]["kind"] == "syntax_error", finals[f"{name}#0"]
     for kind in VERDICTS:
@@ -88,7 +98,7 @@ def test_failure_kinds_are_recorded(tmp_path):
         assert finals[f"{kind}#0"]["success"] == (kind == "passed")
     assert "KeyError: 'boom'" in finals["exception#0"]["eval"]["detail"]
     assert "SyntaxError" in finals["syntax_error#0"]["eval"]["detail"]
-    assert {r["status"] for k, r in finals.items() if k != "passed#0"} == {"failure"}
+    assert {r["status"] for k, r in finals.items() if "passed" not in k} == {"failure"}
     # the timed-out VM was reset and reused, not lost
     assert outcome.summary["vm"]["marked_dead"] == 0
 

@@ -36,6 +36,8 @@ before the answer starts.
 import builtins, ctypes, decimal, fractions, json, os, subprocess, sys, threading, traceback
 
 TAIL = 2000
+#: seconds the answer's process may take to end once the tests are done (then it is killed)
+GRACE_S = 1.0
 
 
 class ChildDied(Exception):
@@ -330,12 +332,15 @@ def main():
         calls.close()
     except OSError:
         pass
+    # the verdict is known: what the answer left running (a thread that never ends, a process
+    # holding its output) gets a moment, not 5 s twice, which a task's timeout ran out in and
+    # a passed answer was graded timeout
     try:
-        code = child.wait(timeout=5)
+        code = child.wait(timeout=GRACE_S)
     except subprocess.TimeoutExpired:
         child.kill()
         code = child.wait()
-    reader.join(timeout=5)
+    reader.join(timeout=GRACE_S)
     if verdict is None:
         verdict = ("killed", f"exit status {code}")
     text = output.decode("utf-8", "replace")[-TAIL:]
