@@ -289,6 +289,14 @@ class BootFailsProvider(ProcessProvider):
         raise VMError(f"chaos: {vm_id} does not boot")
 
 
+class StopFailsProvider(ProcessProvider):
+    """Stops its sandboxes, then says it could not (a Docker daemon that stopped answering)."""
+
+    def stop(self, info):
+        super().stop(info)
+        raise VMError(f"chaos: no daemon answers to stop {info.vm_id}")
+
+
 class SlowBootProvider(ProcessProvider):
     """Boots a real sandbox, then takes 30 s more to say so (a slow image, a loaded host)."""
 

@@ -245,3 +245,15 @@ def test_a_never_graded_record_that_cannot_be_stored_still_ends_its_sample(tmp_p
     assert doomed["never_graded"] and doomed["infrastructure"] and not doomed["final"], doomed
     assert outcome.summary["ungraded"] == 1 and outcome.summary["finished"] == 2, outcome.summary
     assert outcome.exit_code == 1  # a sample never graded, as without the NaN
+
+
+def test_a_vm_the_provider_cannot_stop_is_one_line_not_a_traceback(tmp_path, monkeypatch):
+    """A provider that says why it could not stop a VM (its daemon stopped answering) is
+    logged in one line naming the VM and the sweep: a traceback per VM read as a crash."""
+    monkeypatch.setenv("PR_CHAOS_DIR", str(tmp_path))
+    outcome = run(tmp_path, [shell_task("t0")], agent="oracle", num_rollouts=1, num_vms=1,
+                  provider_name="chaos_plugins:StopFailsProvider")
+    assert outcome.exit_code == 0, outcome.message
+    log = (outcome.run_dir / "run.log").read_text()
+    assert "stopping vm-0 failed: chaos: no daemon answers to stop vm-0 (./dev vms sweep" in log, log[-3000:]
+    assert "Traceback" not in log, log[-3000:]
