@@ -263,6 +263,11 @@ LEFTOVER_PY_ROWS = {
     "change_an_input_passed_twice": ("    a.append(9)\n    return 0\n",
                                      "def check(candidate):\n    x = [1]\n    assert candidate(x, x) == 0\n"
                                      "    assert x == [1]\n"),
+    # an OrderedDict in the wrong order: it crossed as a plain dict, whose == ignores order
+    "ordered_dict_in_the_wrong_order": ("    from collections import OrderedDict\n"
+                                        "    return OrderedDict([('b', b), ('a', a)])\n",
+                                        "def check(candidate):\n    from collections import OrderedDict\n"
+                                        "    assert candidate(1, 2) == OrderedDict([('a', 1), ('b', 2)])\n"),
     # returns the list it was given where its tests ask for a new one: what it returned crossed
     # as a copy, so `is not` held for every answer
     "return_the_input_for_a_copy": ("    return a\n",

@@ -80,6 +80,16 @@ CASES = {
                   "    assert sorted(candidate([2, 1])) == ['1', '2'] and candidate([1]) != ['1']\n"
                   "    assert candidate('range') == range(1, 10, 2) and len(candidate('range')) == 5\n"
                   "    assert candidate('keys') == {'a', 'b'}\n"),
+    # the standard library's collections as themselves, both ways: a Counter (its missing key
+    # is 0, most_common), a defaultdict, a deque, a named tuple; a Counter argument changed in place
+    "collections": ("tally", "from collections import Counter, defaultdict, deque, namedtuple\n",
+                    "    if isinstance(xs, Counter):\n        xs['z'] += 1\n        return xs.most_common(1)\n"
+                    "    P = namedtuple('P', 'x y')\n    groups = defaultdict(list)\n    groups[0].append(1)\n"
+                    "    return Counter(xs), groups, deque(xs, 2), P(1, 2)\n",
+                    "    counts, groups, last, p = candidate('abca')\n"
+                    "    assert counts['q'] == 0 and counts.most_common(1) == [('a', 2)]\n"
+                    "    assert groups[5] == [] and list(last) == ['c', 'a'] and p.y == 2 and p == (1, 2)\n"
+                    "    c = Counter('zz')\n    assert candidate(c) == [('z', 3)] and c['z'] == 3\n"),
     # what a call changes in its arguments, the tests see in their own objects
     "sort_in_place": ("sort_rows", "", "    for row in xs:\n        row.sort()\n    xs.append([])\n",
                       "    xs = [[3, 1], [2, 0]]\n    first = xs[0]\n    assert candidate(xs) is None\n"

@@ -45,11 +45,14 @@ _JUDGE = Path(__file__).with_name("py_judge.py")
 
 #: what the judge runs the answer in (``python3 -c`` its text): calls its function as asked
 _ANSWER = Path(__file__).with_name("py_answer.py")
+#: what both run to pass the standard library's collections as themselves
+_CODEC = Path(__file__).with_name("py_codec.py")
 
 
 def _harness(program: str, tests: str, entry_point: str, prompt: str) -> str:
     return (f"PROGRAM = {program!r}\nTESTS = {tests!r}\nENTRY_POINT = {entry_point!r}\n"
-            f"PROMPT = {prompt!r}\nCHILD = {_ANSWER.read_text()!r}\n" + _JUDGE.read_text())
+            f"PROMPT = {prompt!r}\nCHILD = {_ANSWER.read_text()!r}\nCODEC = {_CODEC.read_text()!r}\n"
+            + _JUDGE.read_text())
 
 
 #: info tags of a fenced block that holds the answer's Python (```python, ```py, a bare ```)

@@ -31,6 +31,8 @@ def places(args, kwargs):
 #: bits past which an int crosses as hex: its decimal text is past what a Python may convert
 #: (int_max_str_digits, 640 digits at least), and hex is converted in linear time
 BIG = 2000
+#: py_codec.py's functions (its text is this process's third argument): collections as themselves
+CODEC = {}
 def enc(x, seen=None):
     """``seen``: id -> number of each list, dict and set met so far, in the order met: one met
     again is sent as {"a": its number}, so that what two places hold is one object there too"""
@@ -45,6 +47,9 @@ def enc(x, seen=None):
         if id(x) in seen:
             return {"a": seen[id(x)]}
         seen[id(x)] = len(seen)
+    special = CODEC["collection"](x, lambda v: enc(v, seen))
+    if special is not None:
+        return {"o": special}
     if isinstance(x, float):
         return {"f": float.__repr__(x)}
     if isinstance(x, list):
@@ -86,11 +91,8 @@ def enc(x, seen=None):
 def failed(exc):
     return {"error": traceback.format_exc(), "type": type(exc).__name__, "message": str(exc),
             "bases": [c.__name__ for c in type(exc).__mro__ if getattr(builtins, c.__name__, None) is c]}
-def fill(made, empty, items):
-    made.append(empty)
-    (empty.extend if type(empty) is list else empty.update)(items())
-    return empty
 def dec(x, made):  # made: each list, dict and set made so far, in order ({"a": n}: the n-th)
+    fill = CODEC["filled"]
     if isinstance(x, list):
         return fill(made, [], lambda: [dec(v, made) for v in x])
     if not isinstance(x, dict):
@@ -104,10 +106,12 @@ def dec(x, made):  # made: each list, dict and set made so far, in order ({"a": 
     if tag == "d": return fill(made, {}, lambda: [(dec(k, made), dec(w, made)) for k, w in v])
     if tag == "b": return bytes.fromhex(v)
     if tag == "x": return int(v, 16)
+    if tag == "o": return CODEC["collection_of"](v, lambda i: dec(i, made), made)
     return complex(float(v[0]), float(v[1]))
 
 
 def main():
+    exec(compile(sys.argv[3], "py_codec.py", "exec"), CODEC)
     rpc_in = os.fdopen(int(sys.argv[1]), "r")
     rpc_out = os.fdopen(int(sys.argv[2]), "w")
     def send(message):

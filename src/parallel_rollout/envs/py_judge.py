@@ -59,6 +59,10 @@ def _int(x):
     return x
 
 
+#: py_codec.py's functions, run from its text (``CODEC``) by main(): collections as themselves
+_CODEC = {}
+
+
 def _enc(x, seen):
     """``x`` as JSON for the answer's process; ``seen``: id -> number of each list, dict and
     set met so far in the call's arguments, in the order met: one the tests pass twice
@@ -72,6 +76,9 @@ def _enc(x, seen):
         if id(x) in seen:
             return {"a": seen[id(x)]}
         seen[id(x)] = len(seen)
+    special = _CODEC["collection"](x, lambda v: _enc(v, seen))
+    if special is not None:
+        return {"o": special}
     if isinstance(x, float):
         return {"f": repr(x)}
     if isinstance(x, list):
@@ -105,18 +112,11 @@ def _remote(handle):
         yield item
 
 
-def _made(made, empty, items):
-    """``empty`` numbered in ``made`` before what it holds is made (``_enc``'s order), then filled."""
-    made.append(empty)
-    (empty.extend if type(empty) is list else empty.update)(items())
-    return empty
-
-
 def _dec(x, place=None, made=None):
     """A value the answer's process sent; ``place``: what its ``{"r": path}`` (one of the
     arguments the tests passed, or what they hold) is, for a return value; ``made``: its
     lists, dicts and sets so far, which ``{"a": n}`` names again (see ``_enc``)."""
-    made = [] if made is None else made
+    made, _made = [] if made is None else made, _CODEC["filled"]
     if isinstance(x, list):
         return _made(made, [], lambda: [_dec(v, place, made) for v in x])
     if not isinstance(x, dict) or len(x) != 1:
@@ -135,6 +135,7 @@ def _dec(x, place=None, made=None):
     if tag == "q": return fractions.Fraction(_int(v[0]), _int(v[1]))
     if tag == "m": return decimal.Decimal(str(v))
     if tag == "n": return _remote(v)
+    if tag == "o": return _CODEC["collection_of"](v, lambda i: _dec(i, place, made), made)
     if tag == "g": return range(*(_int(i) for i in v))  # a range, a dict's views: as they were
     if tag == "k": return dict.fromkeys(_dec(i, place, made) for i in v).keys()
     if tag == "i": return dict(_dec(i, place, made) for i in v).items()
@@ -193,11 +194,11 @@ def _sync(old, new):
                 old[index] = item
         old[kept:] = new[kept:]
         return True
-    if type(old) is dict and type(new) is dict:
+    if isinstance(old, dict) and type(new) is type(old):  # an OrderedDict, a Counter too
         merged = {key: old[key] if key in old and _sync(old[key], item) else item
                   for key, item in new.items()}
         old.clear()
-        old.update(merged)  # in the order the call left
+        dict.update(old, merged)  # in the order the call left (Counter.update would add)
         return True
     if type(old) is set and type(new) is set:
         old.clear()
@@ -213,8 +214,9 @@ def _sync(old, new):
 def main():
     # set by the preamble envs/py.py writes before this file's text
     task = globals()
-    PROGRAM, TESTS, ENTRY_POINT, PROMPT, CHILD = (task[name] for name in
-                                                  ("PROGRAM", "TESTS", "ENTRY_POINT", "PROMPT", "CHILD"))
+    PROGRAM, TESTS, ENTRY_POINT, PROMPT, CHILD, CODEC = (task[name] for name in (
+        "PROGRAM", "TESTS", "ENTRY_POINT", "PROMPT", "CHILD", "CODEC"))
+    exec(compile(CODEC, "py_codec.py", "exec"), _CODEC)
     # This script holds the tests: a temp file (no memfd in this guest) is gone before the
     # answer's process starts, so it cannot read them (a memfd's path fails here, harmlessly).
     try:
@@ -230,7 +232,7 @@ def main():
     calls_r, calls_w = os.pipe()
     answers_r, answers_w = os.pipe()
     output_r, output_w = os.pipe()
-    child = subprocess.Popen([sys.executable, "-c", CHILD, str(calls_r), str(answers_w)],
+    child = subprocess.Popen([sys.executable, "-c", CHILD, str(calls_r), str(answers_w), CODEC],
                              stdin=subprocess.DEVNULL, stdout=output_w, stderr=output_w,
                              pass_fds=(calls_r, answers_w))
     for fd in (calls_r, answers_w, output_w):
