@@ -268,6 +268,10 @@ LEFTOVER_PY_ROWS = {
                                         "    return OrderedDict([('b', b), ('a', a)])\n",
                                         "def check(candidate):\n    from collections import OrderedDict\n"
                                         "    assert candidate(1, 2) == OrderedDict([('a', 1), ('b', 2)])\n"),
+    # an object of a class the tests define (not the prompt): only the prompt's classes cross
+    "object_of_the_tests_class": ("    return Token()\nclass Token:\n    pass\n",
+                                  "class Token:\n    pass\ndef check(candidate):\n"
+                                  "    assert isinstance(candidate(1, 2), Token)\n"),
     # returns the list it was given where its tests ask for a new one: what it returned crossed
     # as a copy, so `is not` held for every answer
     "return_the_input_for_a_copy": ("    return a\n",

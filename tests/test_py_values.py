@@ -90,6 +90,14 @@ CASES = {
                     "    assert counts['q'] == 0 and counts.most_common(1) == [('a', 2)]\n"
                     "    assert groups[5] == [] and list(last) == ['c', 'a'] and p.y == 2 and p == (1, 2)\n"
                     "    c = Counter('zz')\n    assert candidate(c) == [('z', 3)] and c['z'] == 3\n"),
+    # objects of the prompt's classes, both ways: a tree changed in place, a dataclass, an Enum's
+    # member, a node of a cycle (returned: the tests' own); they "cannot cross", every answer 0
+    "prompt_classes": ("mirror", "", "    if isinstance(xs, Node):\n        for kid in xs.kids:\n"
+                       "            kid.val *= 10\n        return xs.kids[0].next\n"
+                       "    if isinstance(xs, Color):\n        return Color.BLUE\n    return Point(xs.y, xs.x)\n",
+                       "    a, b = Node(1), Node(2)\n    a.next, b.next = b, a\n    root = Node(0, [a, b])\n"
+                       "    assert candidate(root) is b and (a.val, b.val) == (10, 20) and b.next is a\n"
+                       "    assert candidate(Point(1, 2)) == Point(2, 1) and candidate(Color.RED) is Color.BLUE\n"),
     # what a call changes in its arguments, the tests see in their own objects
     "sort_in_place": ("sort_rows", "", "    for row in xs:\n        row.sort()\n    xs.append([])\n",
                       "    xs = [[3, 1], [2, 0]]\n    first = xs[0]\n    assert candidate(xs) is None\n"
@@ -108,7 +116,11 @@ CASES = {
 
 
 #: what a case's prompt defines besides (its tests do not)
-PROMPT_DEFINES = {"own_exceptions": "class InvalidInput(Exception):\n    pass\n"}
+PROMPT_DEFINES = {"own_exceptions": "class InvalidInput(Exception):\n    pass\n",
+                  "prompt_classes": "import dataclasses, enum\nclass Node:\n    def __init__(self, val, kids=()):\n"
+                                    "        self.val, self.kids, self.next = val, list(kids), None\n"
+                                    "@dataclasses.dataclass\nclass Point:\n    x: int\n    y: int\n"
+                                    "class Color(enum.Enum):\n    RED = 1\n    BLUE = 2\n"}
 
 
 def _task(name: str) -> dict:

@@ -13,11 +13,14 @@ ITERS = []
 def places(args, kwargs):
     found = {}
     def walk(x, path):
-        if type(x) in (list, dict, set):
+        if type(x) in (list, dict, set) or CODEC["owned"](x):
             if id(x) in found:
                 return
             found[id(x)] = path
-        if type(x) in (list, tuple):
+        if CODEC["owned"](x):
+            for k, v in vars(x).items():
+                walk(v, path + [{"attr": k}])
+        elif type(x) in (list, tuple):
             for i, v in enumerate(x):
                 walk(v, path + [i])
         elif type(x) is dict:
@@ -41,9 +44,9 @@ def enc(x, seen=None):
         return x
     if isinstance(x, int):
         return x if x.bit_length() <= BIG else {"x": format(int(x), "x")}
-    if type(x) in (list, dict, set) and id(x) in REFS:
+    if (type(x) in (list, dict, set) or CODEC["owned"](x)) and id(x) in REFS:
         return {"r": REFS[id(x)]}
-    if isinstance(x, (list, dict, set)):
+    if isinstance(x, (list, dict, set)) or CODEC["owned"](x):
         if id(x) in seen:
             return {"a": seen[id(x)]}
         seen[id(x)] = len(seen)
@@ -125,6 +128,7 @@ def main():
     try:
         exec(code, namespace)
         function = namespace[job["entry_point"]]
+        CODEC["CLASSES"].update((k, v) for k, v in namespace.items() if isinstance(v, type))
     except BaseException as exc:
         send({"error": traceback.format_exc(), "type": type(exc).__name__}); sys.exit(0)
     send({"ready": True})

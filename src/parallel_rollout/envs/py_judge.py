@@ -72,7 +72,7 @@ def _enc(x, seen):
         return x
     if isinstance(x, int):
         return x if x.bit_length() <= _BIG else {"x": format(int(x), "x")}
-    if isinstance(x, (list, dict, set)):
+    if isinstance(x, (list, dict, set)) or _CODEC["owned"](x):
         if id(x) in seen:
             return {"a": seen[id(x)]}
         seen[id(x)] = len(seen)
@@ -179,23 +179,28 @@ def _raised(answer, prompt_errors):
         return RuntimeError(message)
 
 
-def _sync(old, new):
+def _sync(old, new, done=None):
     """Make ``old`` (a value the tests passed) hold ``new`` (it, as the answer's call left
     it), keeping the tests' objects (a list, a dict, a set, what a tuple holds) as the tests
     hold them: a list's items by place, a dict's by key (identity does not cross: an item the
     call moved within a list is seen where it went by value, not as the object the tests
-    hold). True when ``old`` is such a container of ``new``'s kind."""
-    if old is new:
+    hold); an object of the prompt's classes by its attributes. True when ``old`` is such a
+    container of ``new``'s kind. ``done``: the pairs synced so far (a linked list's cycle)."""
+    done = set() if done is None else done
+    if old is new or (id(old), id(new)) in done:
         return True
+    done.add((id(old), id(new)))
+    if _CODEC["owned"](old) and type(new) is type(old):
+        return _sync(vars(old), vars(new), done)
     if type(old) is list and type(new) is list:
         kept = min(len(old), len(new))  # by place: an item the tests hold keeps its place
         for index, item in enumerate(new[:kept]):
-            if not _sync(old[index], item):
+            if not _sync(old[index], item, done):
                 old[index] = item
         old[kept:] = new[kept:]
         return True
     if isinstance(old, dict) and type(new) is type(old):  # an OrderedDict, a Counter too
-        merged = {key: old[key] if key in old and _sync(old[key], item) else item
+        merged = {key: old[key] if key in old and _sync(old[key], item, done) else item
                   for key, item in new.items()}
         old.clear()
         dict.update(old, merged)  # in the order the call left (Counter.update would add)
@@ -206,7 +211,7 @@ def _sync(old, new):
         return True
     if type(old) is tuple and type(new) is tuple and len(old) == len(new):
         for item, changed in zip(old, new):
-            _sync(item, changed)  # a tuple stays: what it holds may have changed
+            _sync(item, changed, done)  # a tuple stays: what it holds may have changed
         return True
     return False
 
@@ -282,7 +287,8 @@ def main():
         def place(path):  # the object of the tests' arguments the answer returned (is)
             found = args[path[0]] if isinstance(path[0], int) else kwargs[path[0]]
             for step in path[1:]:
-                found = found[step] if isinstance(step, int) else found[_dec(step["key"])]
+                found = found[step] if isinstance(step, int) else vars(found)[str(step["attr"])] \
+                    if "attr" in step and _CODEC["owned"](found) else found[_dec(step["key"])]
             return found
 
         return reply(answer, place)
@@ -319,6 +325,9 @@ def main():
                 namespace = {"__name__": "__tests__"}  # the tests may not need it
             prompt_errors.update((name, value) for name, value in namespace.items()
                                  if isinstance(value, type) and issubclass(value, Exception))
+            _CODEC["CLASSES"].update((name, value) for name, value in namespace.items()
+                                     if isinstance(value, type))  # the prompt's, not the tests'
+
             namespace[ENTRY_POINT] = candidate
             exec(compile(TESTS, "tests.py", "exec"), namespace)
             namespace["check"](candidate)
