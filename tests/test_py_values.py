@@ -81,15 +81,21 @@ CASES = {
                   "    assert candidate('range') == range(1, 10, 2) and len(candidate('range')) == 5\n"
                   "    assert candidate('keys') == {'a', 'b'}\n"),
     # the standard library's collections as themselves, both ways: a Counter (its missing key
-    # is 0, most_common), a defaultdict, a deque, a named tuple; a Counter argument changed in place
-    "collections": ("tally", "from collections import Counter, defaultdict, deque, namedtuple\n",
+    # is 0, most_common), an OrderedDict (its order: it arrived empty), a defaultdict, a deque, a
+    # named tuple; a Counter, an OrderedDict and a deque the call changed in place
+    "collections": ("tally", "from collections import Counter, OrderedDict, defaultdict, deque, namedtuple\n",
                     "    if isinstance(xs, Counter):\n        xs['z'] += 1\n        return xs.most_common(1)\n"
+                    "    if isinstance(xs, OrderedDict):\n        xs.move_to_end('a')\n        return OrderedDict(xs)\n"
+                    "    if isinstance(xs, deque):\n        xs.appendleft(0)\n        return None\n"
                     "    P = namedtuple('P', 'x y')\n    groups = defaultdict(list)\n    groups[0].append(1)\n"
                     "    return Counter(xs), groups, deque(xs, 2), P(1, 2)\n",
                     "    counts, groups, last, p = candidate('abca')\n"
                     "    assert counts['q'] == 0 and counts.most_common(1) == [('a', 2)]\n"
                     "    assert groups[5] == [] and list(last) == ['c', 'a'] and p.y == 2 and p == (1, 2)\n"
-                    "    c = Counter('zz')\n    assert candidate(c) == [('z', 3)] and c['z'] == 3\n"),
+                    "    c = Counter('zz')\n    assert candidate(c) == [('z', 3)] and c['z'] == 3\n"
+                    "    o, d = OrderedDict(a=1, b=2), deque([1])\n"
+                    "    assert candidate(o) == OrderedDict(b=2, a=1) and list(o) == ['b', 'a']\n"
+                    "    assert candidate(d) is None and d == deque([0, 1])\n"),
     # objects of the prompt's classes, both ways: a tree changed in place, a dataclass, an Enum's
     # member, a node of a cycle (returned: the tests' own); they "cannot cross", every answer 0
     "prompt_classes": ("mirror", "", "    if isinstance(xs, Node):\n        for kid in xs.kids:\n"

@@ -41,9 +41,18 @@ def filled(made, empty, items):
     """``empty`` (a list, dict or set) numbered in ``made`` before what it holds is made, as
     the sender numbered it, then filled with ``items()``; returned."""
     made.append(empty)
-    fill = list.extend if isinstance(empty, list) else dict.update if isinstance(empty, dict) else set.update
-    fill(empty, items())
+    if isinstance(empty, dict):
+        set_items(empty, items())
+    else:
+        (list.extend if isinstance(empty, list) else set.update)(empty, items())
     return empty
+
+
+def set_items(mapping, items):
+    """``mapping``'s keys set to ``items``' values, one by one: not ``dict.update`` (an
+    OrderedDict keeps its order apart: it looked empty) nor ``Counter.update`` (which adds)."""
+    for key, value in items:
+        mapping[key] = value
 
 
 def collection(x, one):

@@ -33,7 +33,7 @@ it could read: the agent hands it over as a sealed memfd (``/proc/self/fd/N``, w
 answer's process does not inherit), or, where memfds are missing, a temp file unlinked
 before the answer starts.
 """
-import builtins, ctypes, decimal, fractions, json, os, subprocess, sys, threading, traceback
+import builtins, collections, ctypes, decimal, fractions, json, os, subprocess, sys, threading, traceback
 
 TAIL = 2000
 #: seconds the answer's process may take to end once the tests are done (then it is killed)
@@ -203,11 +203,11 @@ def _sync(old, new, done=None):
         merged = {key: old[key] if key in old and _sync(old[key], item, done) else item
                   for key, item in new.items()}
         old.clear()
-        dict.update(old, merged)  # in the order the call left (Counter.update would add)
+        _CODEC["set_items"](old, merged.items())  # in the order the call left
         return True
-    if type(old) is set and type(new) is set:
+    if type(old) in (set, collections.deque) and type(new) is type(old):
         old.clear()
-        old.update(new)
+        (old.update if type(old) is set else old.extend)(new)
         return True
     if type(old) is tuple and type(new) is tuple and len(old) == len(new):
         for item, changed in zip(old, new):
