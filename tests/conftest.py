@@ -352,13 +352,21 @@ LONG_TESTS = frozenset({
     "tests/test_command_agent_limits.py::test_stray_lines_cost_the_worker_a_few_lines_of_memory_and_fail_the_attempt",
     "tests/rl/test_liveness.py::test_replies_longer_than_the_api_timeout_are_no_silence",
     "tests/rl/test_sources.py::test_a_restarted_scheduler_running_ahead_gets_the_same_next_tasks",
+    # Ray keeps its RL batches on the nodes and the driver's own address; the sessions' ids keep
+    # test_a_later_session_of_a_run_id_is_refused_or_kept_apart; two desktop agents' Chrome ports
+    # keep the 9222 test of test_osworld_apps (whose pkill stops only the agent's own Chromium)
+    "tests/test_ray_driver.py::test_a_driver_that_never_set_ray_s_address_variable_joins_a_cluster_on_loopback",
+    "tests/test_ray_driver.py::test_an_rl_run_goes_on_when_one_node_of_several_is_lost",
+    "tests/rl/test_run_folder.py::test_trajectory_ids_are_unique_across_siblings_and_sessions",
+    "tests/test_guest_desktops.py::test_two_desktop_agents_on_one_host_each_reach_their_own_chrome",
 })
 #: the same, by the start of their ids (ids with free text in them)
 SLOW_CASE_PREFIXES = (
     *(f"tests/test_run_provenance.py::test_resume_refuses_another_model_setting_naming_it[{case}-"
       for case in ("args0", "args1", "args3")),
-    # 401 stays, with the same fix said
+    # 401 stays, with the same fix said; 404's stop and resume are 401's (the fleet tests refuse 404)
     "tests/test_endpoint_refusals.py::test_a_refused_key_or_unknown_model_stops_the_run_and_its_resume_runs_every_sample[403-",
+    "tests/test_endpoint_refusals.py::test_a_refused_key_or_unknown_model_stops_the_run_and_its_resume_runs_every_sample[404-",
 )
 
 
