@@ -214,3 +214,36 @@ def test_desktop_agents_with_a_tmp_each_started_at_once_all_serve(tmp_path):
         answers = [client.health() for client in clients]
         assert len({answer["display"] for answer in answers}) == 3, answers
         assert sorted("devtools_ports" in answer for answer in answers) == [False, True, True], answers
+
+
+def test_a_display_a_killed_x_server_left_is_free_again():
+    """A killed X server leaves its socket file (nobody binds it) and a lock naming a gone
+    pid; X takes such a display, and so does the agent: a host whose Xvfb were killed 64 times
+    had no display left for one ("no free X display among :0-:63")."""
+    from parallel_rollout.guest import desktop
+
+    def release():
+        fd, claim = desktop._claim
+        claim.close()
+        os.close(fd)
+        desktop._claim = None
+
+    number = int(desktop.free_display()[1:])
+    release()
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    path, lock = f"{desktop.X11_SOCKETS}/X{number}", f"/tmp/.X{number}-lock"
+    os.makedirs(desktop.X11_SOCKETS, exist_ok=True)
+    made = not os.path.lexists(path)  # (one a killed X server left may be there already)
+    if made:
+        with socket.socket(socket.AF_UNIX) as stale:
+            stale.bind(path)  # closed: the file stays, bound by nobody
+    try:
+        with open(lock, "w") as handle:
+            handle.write(f"{gone.pid:10d}\n")
+        assert desktop.free_display() == f":{number}"
+        release()
+    finally:
+        for left in (path, lock)[0 if made else 1:]:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(left)

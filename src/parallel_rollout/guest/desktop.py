@@ -21,45 +21,41 @@ screenshot in ``desktop_screen.py``, windows and the accessibility tree in
            xterm does not
 
 **Who runs it.** With ``--run-as`` (the process provider as root, docker, qemu) every process of the
-desktop runs as the commands' unprivileged user with no capabilities (``agent_commands.as_user``):
-the session bus, Xvfb, the window manager, the apps ``/setup/launch`` and ``/setup/open_file``
-start, the recorder and every helper (wmctrl, xdotool, dbus-send, the AT-SPI walker). The
-session bus admits one uid, that one, and apps that refuse root (VLC) just run. The agent
-keeps its own user and is an X client only at boot, before any command runs (the probe that
-Xvfb is up): the X server is then the user's, and screenshots are taken by a child as that
-user (``desktop_screen.py``).
+desktop runs as the commands' unprivileged user with no capabilities (``agent_commands.as_user``): the
+session bus, Xvfb, the window manager, the apps ``/setup/launch`` and ``/setup/open_file`` start, the
+recorder and every helper (wmctrl, xdotool, dbus-send, the AT-SPI walker). The session bus admits one
+uid, that one, and apps that refuse root (VLC) just run. The agent keeps its own user and is an X client
+only at boot, before any command runs (the probe that Xvfb is up): the X server is then the user's, and
+screenshots are taken by a child as that user (``desktop_screen.py``).
 
-Every process of the desktop is a child of the agent's sandbox or VM and dies with it. The
-AT-SPI bus is started before "ready", not on the first app's demand, so that it is part of
-the snapshot: when the first app (pcmanfm's GTK 2 bridge) and the registry came up at the
-same time on a slow guest, the app sometimes never mapped its window (seen under TCG, after
-a reset, in about one open of ten). Starting it costs ~0.1 s of a boot.
+Every process of the desktop is a child of the agent's sandbox or VM and dies with it. The AT-SPI bus is
+started before "ready", not on the first app's demand, so that it is part of the snapshot: when the
+first app (pcmanfm's GTK 2 bridge) and the registry came up at the same time on a slow guest, the app
+sometimes never mapped its window (seen under TCG, after a reset, in about one open of ten). Starting it
+costs ~0.1 s of a boot.
 
-Like the rest of the agent this is standard library only: screenshots read the frame buffer
-with ``XGetImage`` and the pointer with ``XFixesGetCursorImage`` through ctypes (libX11 and
-libXfixes come with Xvfb's dependencies), paste the cursor at the pointer as OSWorld does, and
-encode the PNG with zlib. Windows are handled with ``wmctrl``/``xdotool``, recordings with
-``ffmpeg -f x11grab``.
+Like the rest of the agent this is standard library only: screenshots read the frame buffer with
+``XGetImage`` and the pointer with ``XFixesGetCursorImage`` through ctypes (libX11 and libXfixes come
+with Xvfb's dependencies), paste the cursor at the pointer as OSWorld does, and encode the PNG with
+zlib. Windows are handled with ``wmctrl``/``xdotool``, recordings with ``ffmpeg -f x11grab``.
 
-**Accessibility.** ``GET /accessibility`` answers OSWorld's ``{"AT": xml}``: a
-``desktop-frame`` root with OSWorld's namespaces, then the AT-SPI tree of each app that
-exposes one (walked by ``atspi_tree.py`` in a child ``python3`` that can import the system's
-pyatspi), then, for every window whose process has no such tree (xterm, a hung app), an
-``application``/``frame`` pair with its title, class and geometry from the window list.
-Which apps have a tree: GTK apps always; once the bus is up the desktop says an assistive
-technology runs (``org.a11y.Status.IsEnabled``, as GNOME's accessibility switch does on
-OSWorld's Ubuntu), and only then do Chromium (the browser and the page) and Thunderbird join;
-LibreOffice runs on its GTK 3 plugin (``SAL_USE_VCLPLUGIN=gtk3`` where Debian's
-libreoffice-gtk3 is installed), its only one with an AT-SPI bridge. The
-walker gets :func:`atspi_timeout` seconds and is killed after that; a walk that fails or times out,
-a missing pyatspi, or a desktop without a bus (dbus-daemon or at-spi2-core not installed, or
-``PARALLEL_ROLLOUT_ATSPI=0``; GTK apps then run with ``NO_AT_BRIDGE=1``) leaves the window
-list alone, so the answer always comes, in bounded time.
+**Accessibility.** ``GET /accessibility`` answers OSWorld's ``{"AT": xml}``: a ``desktop-frame`` root
+with OSWorld's namespaces, then the AT-SPI tree of each app that exposes one (walked by
+``atspi_tree.py`` in a child ``python3`` that can import the system's pyatspi), then, for every window
+whose process has no such tree (xterm, a hung app), an ``application``/``frame`` pair with its title,
+class and geometry from the window list. Which apps have a tree: GTK apps always; once the bus is up the
+desktop says an assistive technology runs (``org.a11y.Status.IsEnabled``, as GNOME's accessibility
+switch does on OSWorld's Ubuntu), and only then do Chromium (the browser and the page) and Thunderbird
+join; LibreOffice runs on its GTK 3 plugin (``SAL_USE_VCLPLUGIN=gtk3`` where Debian's libreoffice-gtk3
+is installed), its only one with an AT-SPI bridge. The walker gets :func:`atspi_timeout` seconds and is
+killed after that; a walk that fails or times out, a missing pyatspi, or a desktop without a bus
+(dbus-daemon or at-spi2-core not installed, or ``PARALLEL_ROLLOUT_ATSPI=0``; GTK apps then run with
+``NO_AT_BRIDGE=1``) leaves the window list alone, so the answer always comes, in bounded time.
 
-**Bounded waits.** Every route finishes in bounded time: ``/setup/open_file`` waits for the
-window at most ``timeout`` seconds (default ``desktop_routes.OPEN_TIMEOUT_S``, never OSWorld's 1800 s)
-and answers 500 ``{"status": "error", "message": ...}`` when it does not appear (OSWorld's
-shape); helper commands have short timeouts; the AT-SPI walk has its own (above).
+**Bounded waits.** Every route finishes in bounded time: ``/setup/open_file`` waits for the window at
+most ``timeout`` seconds (default ``desktop_routes.OPEN_TIMEOUT_S``, never OSWorld's 1800 s) and answers
+500 ``{"status": "error", "message": ...}`` when it does not appear (OSWorld's shape); helper commands
+have short timeouts; the AT-SPI walk has its own (above).
 """
 
 from __future__ import annotations
@@ -141,49 +137,60 @@ def put_pyautogui_shim() -> None:
 
 
 def free_display() -> str:
-    """The first display no X server of this machine holds (no lock file, no socket, in /tmp or
-    abstract) and no other agent starting at the same time has claimed (``/tmp/.X<N>-claim``
-    locked and an abstract socket bound, for this agent's life): ``:0`` in a VM of this project's. Two desktop agents on one
-    host (two remote machines that are one) each took :0, and the second exited (``Xvfb exited
-    before it was ready``)."""
+    """The first display no X server holds (``_x_held``) nor another agent starting now claimed (``/tmp/.X<N>-claim``
+    locked, an abstract socket bound, for this agent's life): two agents of one host each took :0."""
     import fcntl
     import socket
 
     global _claim
-    try:  # X servers also listen on an abstract socket, one per network namespace: not in /tmp
-        with open("/proc/net/unix", encoding="utf-8", errors="replace") as handle:
-            listening = {line.rsplit(None, 1)[-1] for line in handle if "@" + X11_SOCKETS in line}
-    except OSError:
-        listening = set()
     for number in range(DISPLAYS_TRIED):
-        held = (f"/tmp/.X{number}-lock", f"{X11_SOCKETS}/X{number}")
-        if any(map(os.path.lexists, held)) or f"@{X11_SOCKETS}/X{number}" in listening:
+        if _x_held(number):
             continue
         try:
             fd = os.open(f"/tmp/.X{number}-claim", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         except OSError:
             continue  # another user's claim
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(fd)
-            continue  # an agent starting now has it
         # and the same claim in the network's abstract sockets, where X's own is: agents whose
         # /tmp is their own (systemd's PrivateTmp) both took :0 (one Xvfb exited at start)
         abstract = socket.socket(socket.AF_UNIX)
         try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # else an agent starting now has it
             abstract.bind(f"\0parallel-rollout-display-{number}")
+            if _x_held(number):  # taken while this one looked
+                raise OSError
         except OSError:
-            abstract.close()
-            os.close(fd)
-            continue
-        if any(map(os.path.lexists, held)):  # taken while this one looked
             abstract.close()
             os.close(fd)
             continue
         _claim = (fd, abstract)
         return f":{number}"
     raise RuntimeError(f"no free X display among :0-:{DISPLAYS_TRIED - 1}; name one with --display")
+
+
+def _x_held(number: int) -> bool:
+    """Whether an X server holds display ``number``: its socket is bound (in /tmp or abstract) or its
+    lock names a live pid. A killed one leaves neither, and X takes its display; a host had none left."""
+    path = f"{X11_SOCKETS}/X{number}"
+    try:  # bound sockets, by path or abstract name (X's own, one per network namespace)
+        with open("/proc/net/unix", encoding="utf-8", errors="replace") as handle:
+            if any(line.rstrip().endswith((f" {path}", f" @{path}")) for line in handle):
+                return True
+    except OSError:
+        return os.path.lexists(path) or os.path.lexists(f"/tmp/.X{number}-lock")
+    try:
+        with open(f"/tmp/.X{number}-lock", encoding="ascii", errors="replace") as lock:
+            pid = int(lock.read().strip())
+    except FileNotFoundError:
+        return False
+    except (OSError, ValueError):
+        return True  # cannot tell: another's
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        pass  # alive, another user's
+    return True
 
 
 #: this agent's claims on its display (see free_display): a locked file and a socket, held open
