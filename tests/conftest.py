@@ -378,7 +378,9 @@ XDIST_GROUPS = (("tests/providers/", "providers"), ("tests/test_ray_", "ray"))
 #: refuse any link into /proc made in its /tmp during the attempt, another test's too (the
 #: hostile answers' sandboxes live in /tmp)
 EXCLUSIVE = ("tests/providers/test_remote", "tests/test_web_remote.py",
-             "tests/test_ray_backend.py::test_remote_vms_are_one_pool_leased_from_every_node")
+             "tests/test_ray_backend.py::test_remote_vms_are_one_pool_leased_from_every_node",
+             # which uid a VM gets: the lowest the machine's runs leave free
+             "tests/providers/test_process.py::test_each_vm_runs_its_commands_as_a_uid_of_its_own")
 
 
 def xdist_scope(nodeid: str) -> str:
