@@ -258,20 +258,20 @@ def shell_task(task_id: str, **extra) -> dict:
 
 
 @contextmanager
-def limited_cgroup(limit_mb: int, prefix: str = "pr-share"):
-    """A child of our own memory cgroup limited to ``limit_mb``, with whatever is made in it
-    (a runner started in it makes its VMs' cgroups there); removed after. Root only."""
+def child_cgroup(controller: str, limits, prefix: str):
+    """A child of our own ``controller`` cgroup with ``limits(version)`` (file -> value)
+    written into it, and whatever is made in it; removed after. Root only."""
     from parallel_rollout.pool.providers import cgroups
 
-    if os.geteuid() != 0 or "memory" not in cgroups.available():
-        pytest.skip("needs root and a working memory cgroup")
-    hierarchy = cgroups._probe()[0]["memory"]
+    if os.geteuid() != 0 or controller not in cgroups.available():
+        pytest.skip(f"needs root and a working {controller} cgroup")
+    hierarchy = cgroups._probe()[0][controller]
     path = hierarchy.root / f"{prefix}-{os.getpid()}-{secrets.token_hex(3)}"
     path.mkdir()
     try:
-        limit = path / ("memory.max" if hierarchy.version == 2 else "memory.limit_in_bytes")
         try:
-            limit.write_text(str(limit_mb << 20))
+            for name, value in limits(hierarchy.version).items():
+                (path / name).write_text(value)
         except OSError as exc:
             pytest.skip(f"cannot limit a child of our cgroup: {exc}")
         yield path
@@ -280,6 +280,13 @@ def limited_cgroup(limit_mb: int, prefix: str = "pr-share"):
             if folder.is_dir():
                 cgroups.remove_paths([str(folder)], parents=False)
         cgroups.remove_paths([str(path)], parents=False)
+
+
+def limited_cgroup(limit_mb: int, prefix: str = "pr-share"):
+    """A child of our own memory cgroup limited to ``limit_mb``, with whatever is made in it
+    (a runner started in it makes its VMs' cgroups there); removed after. Root only."""
+    return child_cgroup("memory", lambda version: {
+        "memory.max" if version == 2 else "memory.limit_in_bytes": str(limit_mb << 20)}, prefix)
 
 
 @contextmanager

@@ -9,7 +9,6 @@ import logging
 import os
 import re
 import resource
-import secrets
 import shutil
 import signal
 import subprocess
@@ -22,7 +21,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import ROOT, limited_cgroup
+from conftest import ROOT, child_cgroup, limited_cgroup
 from parallel_rollout.envs.math import grade
 from parallel_rollout.envs.math_grader import (MEMORY_LIMIT_MB, GraderDied, close_graders, death_verdict,
                                                grader_pids)
@@ -234,25 +233,15 @@ def test_a_grader_stopped_from_outside_past_its_deadline_is_not_the_answers_time
 def cpu_share(pid: int, percent: int):
     """``pid`` in a child of our own cpu cgroup allowed ``percent`` % of one CPU: the share a
     busy machine leaves it. Root only; removed after."""
-    from parallel_rollout.pool.providers import cgroups
-
-    if os.geteuid() != 0 or "cpu" not in cgroups.available():
-        pytest.skip("needs root and a working cpu cgroup")
-    hierarchy = cgroups._probe()[0]["cpu"]
-    path = hierarchy.root / f"pr-busy-{os.getpid()}-{secrets.token_hex(3)}"
-    path.mkdir()
-    try:
-        if hierarchy.version == 2:
-            (path / "cpu.max").write_text(f"{percent * 1000} 100000")
-        else:
-            (path / "cpu.cfs_period_us").write_text("100000")
-            (path / "cpu.cfs_quota_us").write_text(str(percent * 1000))
+    quota = str(percent * 1000)
+    with child_cgroup("cpu", lambda version: {"cpu.max": f"{quota} 100000"} if version == 2 else
+                      {"cpu.cfs_period_us": "100000", "cpu.cfs_quota_us": quota}, "pr-busy") as path:
         (path / "cgroup.procs").write_text(str(pid))
-        yield
-    finally:
-        if psutil.pid_exists(pid):
-            (hierarchy.root / "cgroup.procs").write_text(str(pid))
-        cgroups.remove_paths([str(path)], parents=False)
+        try:
+            yield
+        finally:
+            if psutil.pid_exists(pid):
+                (path.parent / "cgroup.procs").write_text(str(pid))
 
 
 def test_a_grading_a_busy_machine_gave_no_cpu_until_its_deadline_is_not_the_answers_timeout():
