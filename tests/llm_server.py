@@ -48,7 +48,7 @@ A chunk ``{"raw": payload}`` is streamed as that payload, as it is: an error eve
 **The model's context.** ``max_model_len`` refuses a request past it before any step is taken,
 as vLLM does (``context_refusal``: recorded with its ``refused`` message).
 
-``GET /v1/models`` lists one model (what a preflight asks); ``model_listings`` counts those calls.
+``GET /v1/models`` lists ``models`` (one, "test-model": what a preflight asks); ``model_listings`` counts those calls.
 
 Every request is recorded (``requests``: body, arrival time, step, Authorization header, every
 header, the path) for assertions. The
@@ -104,6 +104,8 @@ class LLMServer:
         self.requests: list[dict[str, Any]] = []
         #: GET /v1/models calls served
         self.model_listings = 0
+        #: the model ids GET /v1/models lists (another: a server restarted with another model)
+        self.models = ["test-model"]
         self._lock = threading.Lock()
         # Set at shutdown so a sleeping step ends instead of holding a thread.
         self._closing = threading.Event()
@@ -201,7 +203,7 @@ def _handler(server: LLMServer) -> type[BaseHTTPRequestHandler]:
                 return self._send(404, {"error": {"message": f"no route {self.path}"}})
             with server._lock:
                 server.model_listings += 1
-            self._send(200, {"object": "list", "data": [{"id": "test-model", "object": "model"}]})
+            self._send(200, {"object": "list", "data": [{"id": m, "object": "model"} for m in server.models]})
 
         def _answer(self, step: Step, body: dict[str, Any]) -> None:
             if "sleep" in step:

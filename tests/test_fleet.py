@@ -512,6 +512,29 @@ def test_cli_preflight_probes_every_server(tmp_path, servers, monkeypatch):
     assert result.exit_code == 2 and f"the model endpoint {b.url} is not reachable" in result.output, result.output
 
 
+def test_cli_preflight_of_a_fleet_with_a_server_of_another_model_says_what_the_run_does(tmp_path, servers,
+                                                                                       monkeypatch):
+    """One server of the fleet lists another model: the run takes it out and goes on at the
+    others, so the dry run passes with a warning naming it (it exited 2 and advised --model,
+    which the good servers serve); every server refusing fails it, as the run would stop."""
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    good, other = servers(_echo, 2)
+    other.models = ["other-model"]
+    args = ["run", "--mode", "gym", "--data", "frozenlake", "--agent", "openai", "--base-url", good.url,
+            "--base-url", other.url, "--model", "test-model", "--dry-run", "--check-endpoint",
+            "--output-dir", str(tmp_path)]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    warned = [line for line in result.output.splitlines() if "takes this server out" in line]
+    assert len(warned) == 1 and f"{other.url} does not list the model 'test-model'" in warned[0], result.output
+    assert "it lists other-model" in warned[0] and "give --model" not in result.output, result.output
+    good.models = ["third-model"]
+    result = CliRunner().invoke(main, args)
+    said = " ".join(result.output.split())
+    assert result.exit_code == 2 and "every server of the fleet refuses the run" in said, said
+    assert f"{good.url} does not list the model 'test-model'" in said and "it lists other-model" in said
+
+
 # -- a server that refuses the run's settings -------------------------------------------------
 
 

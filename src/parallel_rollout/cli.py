@@ -187,7 +187,8 @@ def main() -> None:
                    "variables, then flags; with --resume, the run's stored ones) and exit; nothing runs.")
 @click.option("--check-endpoint", is_flag=True,
               help="With --dry-run: also ask the model endpoint for its models (GET /models, 5 s timeout); "
-                   "a key it refuses or a --model it does not list is a problem.")
+                   "a key it refuses or a --model it does not list is a problem (of one server of several, a warning: "
+                   "the run goes on at the others).")
 @click.option("--record", is_flag=True, help="Keep a recording.mp4 of each osworld attempt.")
 @click.option("--rag-metric", type=click.Choice(["f1", "em"]), default=_D.rag_metric, show_default=True,
               help="The rag mode's reward: token F1 or exact match of the answer (both are recorded).")

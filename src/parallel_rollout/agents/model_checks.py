@@ -15,6 +15,7 @@ model setting) meets the same missing key at its first request, which then stops
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from ..config_checks import check_base_url
@@ -23,6 +24,8 @@ from ..plugins import plugin_call
 from . import openai_request
 
 __all__ = ["calls_model", "check_agent", "check_model_settings", "may_call_model", "probe_endpoint"]
+
+log = logging.getLogger(__name__)
 
 #: run settings that, given explicitly, say a plugin agent calls the model
 _MODEL_SIGNS = frozenset({"model", "base_url"})
@@ -73,6 +76,27 @@ def check_agent(config: Any, agent_cls: Any) -> None:
 def probe_endpoint(config: Any) -> str:
     """``--check-endpoint`` for an agent that may call the model: GET /models of every server
     its model client would call; a note on what answered, or ConfigError naming the one that
-    is unusable (unreachable, the key missing or refused, a model list without --model)."""
-    return "; ".join(openai_request.probe_models(url, config.model, agent=config.agent)
-                     for url in openai_request.resolve_base_urls(config.base_url))
+    is unusable (unreachable, the key missing or refused, a model list without --model).
+
+    A fleet's server that refuses the run's key, path or model is what the run takes out of
+    its rotation and goes on without: a warning naming it, while another server serves; a
+    problem only when every one refuses, as the run then stops (exit 2)."""
+    urls = openai_request.resolve_base_urls(config.base_url)
+    notes, refused = [], []
+    for url in urls:
+        try:
+            notes.append(openai_request.probe_models(url, config.model, agent=config.agent))
+        except openai_request.ServerRefused as exc:
+            if len(urls) == 1:
+                raise
+            refused.append(exc)
+    if refused and not notes:
+        fixes = list(dict.fromkeys(exc.fix for exc in refused))
+        raise ConfigError("every server of the fleet refuses the run, which would stop at its first request: "
+                          + "; ".join(exc.answer for exc in refused) + "; " + "; ".join(fixes))
+    for exc in refused:
+        log.warning("%s; the run takes this server out of its rotation and goes on at the %d other(s) of "
+                    "the fleet (to use it too, fix that there, or leave it out of --base-url)",
+                    exc.answer, len(urls) - len(refused))
+        notes.append(f"{exc.url} refuses the run (warned)")
+    return "; ".join(notes)

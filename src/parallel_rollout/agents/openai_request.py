@@ -38,6 +38,7 @@ import urllib.request
 from typing import Any
 from urllib.parse import urlsplit
 
+from ..errors import ConfigError
 from .episode import says_overflow
 
 #: where requests go without --base-url or OPENAI_BASE_URL
@@ -224,6 +225,16 @@ def _shown(value: Any) -> str:
     return f"{type(value).__name__} {text[:80] + '…' if len(text) > 80 else text}"
 
 
+class ServerRefused(ConfigError):
+    """``probe_models``: the server refuses the run's key, its path or its model (the run's
+    requests would be answered 401/403/404: ``EndpointRefused``). ``answer`` is what it said,
+    ``fix`` what to change; one server of a fleet is taken out by the run, which goes on."""
+
+    def __init__(self, url: str, answer: str, fix: str) -> None:
+        super().__init__(f"{answer}; {fix}")
+        self.url, self.answer, self.fix = url, answer, fix
+
+
 def _answers(url: str, key: str, timeout: float) -> bool:
     """Whether GET ``url`` answers 200 (with the key)."""
     request = urllib.request.Request(url, headers={"Authorization": f"Bearer {key}"})
@@ -237,9 +248,7 @@ def _answers(url: str, key: str, timeout: float) -> bool:
 def probe_models(url: str, model: str, timeout: float = PROBE_TIMEOUT_S, agent: str = "openai") -> str:
     """GET ``{url}/models`` as the client would (with the key): a note on what answered, or
     ConfigError saying why the endpoint is unusable (unreachable, no answer in time, the key
-    refused, a model list without ``model``)."""
-    from ..errors import ConfigError
-
+    refused, a model list without ``model``: ``ServerRefused``)."""
     if "unix" in urlsplit(url).scheme:
         return f"{url}: a unix socket, not probed"
     key = api_key(url)
@@ -251,11 +260,11 @@ def probe_models(url: str, model: str, timeout: float = PROBE_TIMEOUT_S, agent: 
             body = answer.read(1_000_000)
     except urllib.error.HTTPError as exc:
         if exc.code in (401, 403):
-            raise ConfigError(f"{url}/models refused the key (HTTP {exc.code}); check OPENAI_API_KEY") from None
+            raise ServerRefused(url, f"{url}/models refused the key (HTTP {exc.code})", "check OPENAI_API_KEY") from None
         if exc.code == 404 and _answers(f"{url.rstrip('/')}/v1/models", key, timeout):
             # every request of the run would be a 404 (EndpointRefused): the path, not the server
-            raise ConfigError(f"{url} has no /models (HTTP 404) but {url.rstrip('/')}/v1 has: the API is under "
-                              f"/v1 there; give --base-url {url.rstrip('/')}/v1") from None
+            raise ServerRefused(url, f"{url} has no /models (HTTP 404) but {url.rstrip('/')}/v1 has: the API is under /v1 "
+                                "there", f"give --base-url {url.rstrip('/')}/v1") from None
         # some servers have no /models; one that answers at all is reachable
         return f"{url} answers (GET /models: HTTP {exc.code})"
     except (urllib.error.URLError, OSError) as exc:
@@ -267,6 +276,6 @@ def probe_models(url: str, model: str, timeout: float = PROBE_TIMEOUT_S, agent: 
         return f"{url} answers (GET /models: not a model list)"
     if ids and model not in ids:  # its requests would be answered 404: EndpointRefused
         listed = ", ".join(ids[:10]) + (f" and {len(ids) - 10} more" if len(ids) > 10 else "")
-        raise ConfigError(f"{url} does not list the model {model!r} (--model): it lists {listed}; "
-                          "give --model one of them")
+        raise ServerRefused(url, f"{url} does not list the model {model!r} (--model): it lists {listed}",
+                            "give --model one of them")
     return f"{url} answers with {len(ids)} model(s)"
