@@ -76,13 +76,34 @@ def test_a_refused_sibling_leaves_nothing_and_a_closed_scheduler_refuses_every_c
     train.close()  # idempotent
 
 
-def test_a_sibling_of_a_closed_engine_never_waits(tmp_path, table):
+def test_a_sibling_of_a_closed_engine_never_waits(tmp_path):
     """A sibling made before its engine closed (it was not told, say, as it joined meanwhile)
-    still ends at once."""
-    _, server = table
+    still ends at once. A sibling generating ahead as the engine closed counts none of its
+    groups running from then on, before its own close() (it counted them running for ever),
+    and its checkpoint lists the stopped one to start again."""
+    table, release = TablePolicy(seed=0), threading.Event()
+
+    def held_on_the_long_lake(body):  # the "held" tag's lake (SFFFG) is never answered
+        if "FFF" in str([m.get("content") for m in body.get("messages", [])]):
+            release.wait(30)
+        return table(body)
+
+    server = LLMServer(policy=held_on_the_long_lake).start()
     train = RolloutScheduler(rl_config(tmp_path, server, num_rollouts=1), EnvManagerConfig(tags=["FrozenLake"]))
-    val = train.sibling(EnvManagerConfig(group_size=1, tags=["FrozenLake"]))
-    train.close()
+    try:
+        ahead = train.sibling(EnvManagerConfig(num_env_groups=2, tags=["tiny", "held"], task_sets={
+            **lake_set(tmp_path, name="tiny", desc=TINY, max_steps=2),
+            **lake_set(tmp_path, name="held", desc=["SFFFG"], max_steps=2)}), async_generation_ratio=1, name="ahead")
+        (done,) = ahead.get_batch(batch_size=1, step=0, timeout=60)
+        assert done.tag == "tiny" and ahead.stats()["groups_running"] == 1  # the held one, ahead
+        val = train.sibling(EnvManagerConfig(group_size=1, tags=["FrozenLake"]))
+        train.close()
+        assert ahead.stats()["groups_running"] == 0 and ahead.stats()["dropped_closed"] == 1
+        assert [e["tag"] for e in ahead.state_dict()["unreturned"]] == ["held"]
+    finally:
+        release.set()
+        train.close()
+        server.stop()
     val._closed = False  # as if it had joined after close() told the others
     started = time.monotonic()
     with pytest.raises(SchedulerClosed, match="engine is closed"):

@@ -326,6 +326,20 @@ class GroupGeneration:
                 self._given[pos] = self._start_group(group.tag, group.task, purpose="given")
                 return
 
+    def _stop_generation(self) -> None:
+        """No more generation (the scheduler's close(), or its engine's): its running groups
+        are dropped as "closed", so stats() counts none running (those of batches stay listed
+        by state_dict(), to start again), and a waiting get_batch ends."""
+        self._closed = True
+        # drawn and never handed out: a checkpoint taken after close() starts them again
+        self._closed_unreturned += [g for g in self._groups.values()
+                                    if g.purpose == "batch" and g not in self._closed_unreturned]
+        for group in list(self._groups.values()):
+            self._drop(group, "closed")
+        for group in self._ready:  # still listed by state_dict(); a sibling's engine goes on
+            self._lag.forget(group.keys.values())
+        self._cond.notify_all()
+
     def _drop(self, group: Group, reason: str) -> None:
         for member in group.running:
             self._cancel_member(group, member)

@@ -449,15 +449,7 @@ class RolloutScheduler(ChosenBatches, GroupGeneration, ReadyBatches, TakingTurns
         with self._cond:
             if self._close_done:
                 return
-            self._closed = True
-            # drawn and never handed out: a checkpoint taken after close() starts them again
-            self._closed_unreturned += [g for g in self._groups.values()
-                                        if g.purpose == "batch" and g not in self._closed_unreturned]
-            for group in list(self._groups.values()):
-                self._drop(group, "closed")
-            for group in self._ready:  # still listed by state_dict(); a sibling's engine goes on
-                self._lag.forget(group.keys.values())
-            self._cond.notify_all()
+            self._stop_generation()
         if not self._owner:
             self._flush()  # the engine goes on for the others: cancel what was ours
             self._shared.leave(self)  # and lets this one go (a trainer's per-evaluation sibling)
@@ -472,11 +464,10 @@ class RolloutScheduler(ChosenBatches, GroupGeneration, ReadyBatches, TakingTurns
         self.close()
 
     def mark_closed(self) -> None:
-        """The engine is stopping (its owner calls this on close): no more generation, and a
-        waiting get_batch ends."""
+        """The engine is stopping (its owner calls this on close): no more generation, its
+        running groups stopped (``_stop_generation``), and a waiting get_batch ends."""
         with self._cond:
-            self._closed = True
-            self._cond.notify_all()
+            self._stop_generation()
 
     def _wait(self) -> None:
         self._check_open()
