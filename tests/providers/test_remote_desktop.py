@@ -104,3 +104,24 @@ def test_a_machine_whose_screen_is_not_the_runs_stops_the_run_at_once(tmp_path):
     assert len(boots) == 1, boots  # no replacement booted
     records = read_results(tmp_path / "out" / "r")
     assert [(r["status"], r["final"]) for r in records] == [("vm_settings_mismatch", False)], records
+
+
+
+def test_a_shell_tasks_reap_ends_its_leftovers_not_the_agents_desktop(tmp_path):
+    """A shell task on a desktop agent (``--desktop``) leaves a daemon and an app, then the
+    shell mode's /reap before its check: the daemon and the app end, but the desktop the agent
+    started (its session bus, Xvfb, window manager) is the agent's own and lives on, so the next
+    OSWorld task's screenshots and actions work. The reap ended the desktop too, and every later
+    desktop task on that agent failed (no display)."""
+    with desktop_agent(tmp_path, AGENT) as port:
+        client = GuestClient(f"http://127.0.0.1:{port}")
+        left = client.execute("setsid sleep 300 > /dev/null 2>&1 & echo $!", shell=True)["output"]
+        app = client.execute("xterm > /dev/null 2>&1 & echo $!", shell=True)["output"]
+        assert client.reap()
+        for pid in (int(left), int(app)):
+            assert not os.path.exists(f"/proc/{pid}"), f"{pid} outlived the reap"
+        assert client.screen_size() == (1920, 1080)
+        assert client.screenshot().startswith(b"\x89PNG")
+        moved = client.execute(["python", "-c", "import pyautogui; pyautogui.moveTo(7, 9)"], timeout=30)
+        assert moved["returncode"] == 0, moved
+        assert client.cursor_position() == (7, 9)

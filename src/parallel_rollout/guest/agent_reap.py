@@ -10,6 +10,10 @@ Without ``--reap-all`` (an agent started on a shared host) the agent is a child 
 (``agent_server.py``) and /reap kills only its own descendants, a daemon that left its session
 included, then collects their zombies: never a process of the machine it did not start; a
 thread of its own collects those of orphans nothing waits for meanwhile (:func:`collect_orphans`).
+Either way the desktop the agent itself started (``--desktop``: its session bus, Xvfb, window
+manager and the AT-SPI buses they started before "ready", :func:`keep_desktop`) is spared, by pid
+and start time: a shell task's reap on a desktop agent ended it, and every later desktop task
+on that agent failed. What a task started through them later (an app a bus activated) is reaped.
 The commands themselves are ``agent_commands.py``'s.
 """
 
@@ -41,10 +45,25 @@ def route_reap(req: Request):
     # It was one shell that ran `kill -9 -1` as that user: a process the answer left running
     # could kill that shell before its kill (its pid is the next one), and the check then
     # ran beside it (a daemon that re-created what the check tests, or killed its git).
-    killed, left = _kill_rounds(agent_commands.run_as[0] if agent_commands.run_as is not None and reap_all else None)
+    killed, left = _kill_rounds(agent_commands.run_as[0] if agent_commands.run_as is not None and reap_all else None,
+                                spare=desktop)
     if not reap_all:
         _collect()
     return 200, {"status": "success" if not left else "error", "killed": killed, "left": left}
+
+
+#: pid -> start time of the agent's own desktop processes (:func:`keep_desktop`), which /reap spares
+desktop: dict[int, bytes] = {}
+
+
+def keep_desktop() -> None:
+    """Once the agent's desktop is up (before "ready", so before any command runs): its
+    processes then, the agent's descendants, are the desktop's own, which /reap spares (by pid
+    and start time: a pid reused later is not spared). The agent's end still ends them."""
+    for pid in _descendants({pid: found[0] for pid in _pids() if (found := _status(pid)) is not None}):
+        fields = _stat(f"/proc/{pid}/stat")
+        if fields and len(fields) > 19:
+            desktop[pid] = fields[19]
 
 
 #: the signal that is stopping the agent (SIGTERM, SIGHUP), once one came
@@ -92,8 +111,9 @@ def agent_ends() -> None:
 REAP_BASE_S, REAP_PROGRESS_S, REAP_MAX_S = 5.0, 3.0, 15.0
 
 
-def _kill_rounds(uid: int | None = None) -> tuple[int, int]:
-    """Kill what /reap kills (of ``uid`` only, when given) from the agent itself, which
+def _kill_rounds(uid: int | None = None, spare: dict[int, bytes] | None = None) -> tuple[int, int]:
+    """Kill what /reap kills (of ``uid`` only, when given; never ``spare``'s processes, pid ->
+    start time) from the agent itself, which
     needs no fork, round after round until a round finds none alive: REAP_BASE_S, longer
     while rounds make progress (see there). (How many were killed, how many are still alive.)
 
@@ -113,7 +133,7 @@ def _kill_rounds(uid: int | None = None) -> tuple[int, int]:
     deadline, fewest = start + REAP_BASE_S, None
     killed: set[int] = set()
     while True:
-        members, whole = _members(uid)
+        members, whole = _members(uid, spare or {})
         now = time.monotonic()
         if fewest is None or len(members) < fewest:
             fewest = len(members)
@@ -152,9 +172,10 @@ def _gone(pid: int, state: bytes) -> bool:
     return True
 
 
-def _members(uid: int | None) -> tuple[dict[int, int], set[int]]:
+def _members(uid: int | None, spare: dict[int, bytes]) -> tuple[dict[int, int], set[int]]:
     """(pid -> process group of each live process /reap kills (of ``uid`` only, when
-    given), the groups all of whose live processes are among them)."""
+    given; none of ``spare``, pid -> start time), the groups all of whose live processes are
+    among them)."""
     me = os.getpid()
     table = {pid: found for pid in _pids() if (found := _status(pid)) is not None}
     if reap_all:
@@ -169,11 +190,19 @@ def _members(uid: int | None) -> tuple[dict[int, int], set[int]]:
             pgid = os.getpgid(pid)
         except OSError:
             continue  # gone meanwhile
-        if pid in chosen and (uid is None or owner == uid):
+        if pid in chosen and (uid is None or owner == uid) and not _spared(pid, spare):
             members[pid] = pgid
         else:
             spared.add(pgid)
     return members, set(members.values()) - spared
+
+
+def _spared(pid: int, spare: dict[int, bytes]) -> bool:
+    """Whether ``pid`` is one of ``spare``'s processes, with the start time it had then."""
+    if pid not in spare:
+        return False
+    fields = _stat(f"/proc/{pid}/stat")
+    return bool(fields) and len(fields) > 19 and fields[19] == spare[pid]
 
 
 #: seconds between two looks for zombies no request waits for (no --reap-all): see

@@ -373,6 +373,7 @@ def main(argv: list[str] | None = None) -> int:
             raise
         display = desktop.DISPLAY
         devtools_ports.update(_sibling("desktop_routes").claim_devtools_ports())
+        agent_reap.keep_desktop()  # the desktop's own processes: /reap spares them
     server = agent_http.make_server(resolve, unix=args["unix"], host=args["host"], port=args["port"],
                                     max_body_mb=args["max_body_mb"], listen_fd=args["listen_fd"], key=key)
     if args["unix"] and agent_commands.run_as is not None:
