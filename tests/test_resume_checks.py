@@ -206,6 +206,13 @@ def test_a_resume_with_nothing_left_to_run_needs_no_docker_daemon(tmp_path, fini
     folder unchanged."""
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path / 'no-daemon.sock'}")
     run_dir = tmp_path / "out" / "r"
+    # its dry run (before the nightly job) says so too, and passes: it exited 2 at the daemon
+    before = folder_state(run_dir)
+    result = cli(tmp_path, finished_run, "--resume", "--provider-name", "docker", "--dry-run")
+    said = " ".join(result.output.split())
+    assert result.exit_code == 0, (result.output, result.exception)
+    assert "no Docker daemon answers at" in said and "every sample of the run is final" in said, said
+    assert folder_state(run_dir) == before
     result = cli(tmp_path, finished_run, "--resume", "--provider-name", "docker")
     said = " ".join(result.output.split())
     assert result.exit_code == 0, (result.output, result.exception)
@@ -218,3 +225,5 @@ def test_a_resume_with_nothing_left_to_run_needs_no_docker_daemon(tmp_path, fini
     assert result.exit_code == 2, (result.output, result.exception)
     assert "Error: no Docker daemon answers at" in result.output
     assert folder_state(run_dir) == before
+    result = cli(tmp_path, finished_run, "--resume", "--provider-name", "docker", "--dry-run")
+    assert result.exit_code == 2 and "provider: no Docker daemon answers at" in result.output, result.output

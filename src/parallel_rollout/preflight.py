@@ -26,7 +26,9 @@
                     (Runner.prepare: flags nobody honours, unsupported tasks, the image a
                     provider boots, each task against the agent), then the run folder as
                     opening it would check it (Runner.check_folder: results there need
-                    --resume, a resume its run's settings, task data and a --limit as high)
+                    --resume, a resume its run's settings, task data and a --limit as high);
+                    for a resume whose only problems are the VMs' (provider, machines, guest)
+                    too: when every sample is final it needs no VM, and they are warnings
 
 Each check runs whatever the others found, so one dry run names every missing thing, not
 just the first. ``Preflight.problems`` lists them; the CLI prints the census, then the
@@ -35,6 +37,7 @@ problems, and exits 2 (the config-error code) when there is any.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 
 from .agents import get_agent
@@ -46,6 +49,8 @@ from .output_checks import check_free_disk
 from .plugins import plugin_call
 from .pool.providers import get_provider
 from .tasks import census_lines, load_task_set
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -92,6 +97,7 @@ def preflight(cfg: RunConfig, *, check_endpoint: bool = False) -> Preflight:
             found.problems.append(f"--check-endpoint: the {cfg.agent} agent calls no model endpoint")
         else:
             _check("endpoint", lambda: probe(cfg), found)
+    vm_from = len(found.problems)
     if env_cls.needs_vm():
         _check("provider", lambda: _provider_ready(cfg), found)
         if cfg.provider_name == "remote" and cfg.vm_address:  # machines already running: do they answer?
@@ -109,6 +115,7 @@ def preflight(cfg: RunConfig, *, check_endpoint: bool = False) -> Preflight:
         check_guest = getattr(env_cls, "check_guest", None)  # web: the Chromium a guest would use
         if check_guest is not None:
             _check("guest", lambda: check_guest(get_provider(cfg.provider_name).name or cfg.provider_name), found)
+    vm_problems = found.problems[vm_from:]
     if cfg.backend == "ray" and cfg.ray_address:
         _check("cluster", lambda: _cluster_reachable(cfg), found)
     _check("disk", lambda: check_free_disk(cfg.output_dir, cfg.min_free_disk_mb), found)
@@ -116,7 +123,32 @@ def preflight(cfg: RunConfig, *, check_endpoint: bool = False) -> Preflight:
         from .runner import Runner
 
         _check("preparation", lambda: _prepare(Runner(cfg)), found)
+    elif cfg.resume and found.problems == vm_problems:
+        _finished_without_vms(cfg, found)
     return found
+
+
+def _finished_without_vms(cfg: RunConfig, found: Preflight) -> None:
+    """A resume whose only problems are its VMs' (no Docker daemon, a guest image gone, a
+    remote machine down): the run finishes without a VM when every sample is final, as its
+    start says in a warning (Runner.prepare); the problems stand otherwise."""
+    from .runner import Runner
+
+    runner = Runner(cfg)
+    try:
+        samples = runner.prepare()  # warns of an unavailable provider when every sample is final
+    except ProviderUnavailable:  # a sample is left to run: it needs the provider
+        return
+    except ConfigError as exc:
+        found.problems.append(f"preparation: {exc}")
+        return
+    if not runner._all_final(samples):
+        return
+    for problem in found.problems:
+        if not problem.startswith("provider: "):  # that one Runner.prepare warned of
+            log.warning("%s; every sample of the run is final, so it is finished without it", problem)
+    found.problems = []
+    _check("preparation", lambda: _prepare(runner, samples), found)
 
 
 def _check(what: str, run, found: Preflight) -> None:
@@ -153,10 +185,11 @@ def census(cfg: RunConfig) -> str:
     return "\n".join(lines)
 
 
-def _prepare(runner) -> str:
-    """The run's own preparation, then what opening its folder would check (a resume's
-    settings and task data against the run's, its results file, a lower --limit)."""
-    samples = runner.prepare()
+def _prepare(runner, samples=None) -> str:
+    """The run's own preparation (unless made: its ``samples``), then what opening its folder
+    would check (a resume's settings and task data against the run's, its results file, a
+    lower --limit)."""
+    samples = runner.prepare() if samples is None else samples
     return "the run's own preparation; " + runner.check_folder(samples)
 
 
