@@ -142,7 +142,7 @@ def _finished_without_vms(cfg: RunConfig, found: Preflight) -> None:
     except ConfigError as exc:
         found.problems.append(f"preparation: {exc}")
         return
-    if not runner._all_final(samples):
+    if not runner.all_final(samples):
         return
     for problem in found.problems:
         if not problem.startswith("provider: "):  # that one Runner.prepare warned of

@@ -176,7 +176,7 @@ class Runner:
         except ProviderUnavailable as exc:
             # a resume of a run that has ended needs no VM: its summary and gates are had
             # without the daemon or a guest image rebuilt since (a cron job's second try)
-            if not (cfg.resume and self._all_final(samples)):
+            if not (cfg.resume and self.all_final(samples)):
                 raise
             log.warning("%s; every sample of the run is final, so it is finished without it", exc)
             self.engine = self._engine(cfg, check_provider=False)
@@ -194,7 +194,7 @@ class Runner:
         return Engine(cfg, self.run_dir, run_id=self.run_id, record_sink=self._store_record,
                       stop_on=self._model_outage, check_provider=check_provider)
 
-    def _all_final(self, samples: list[Sample]) -> bool:
+    def all_final(self, samples: list[Sample]) -> bool:
         """Whether the run folder holds a final record of every one of ``samples`` (read only;
         False when it cannot be read: opening it says why)."""
         folder = self._folder()
