@@ -353,24 +353,35 @@ def test_max_version_lag_judges_a_group_by_its_tokens_versions(tmp_path, llm_ser
 def test_a_partial_reply_aborted_by_an_update_counts_at_the_resume_right_after(tmp_path, llm_server, schedulers):
     """max_version_lag with partial rollouts: the partial tokens an abort leaves are judged
     at resume even when the trainer resumes at once (the agents' "end" lines are awaited),
-    so the group is dropped there, not after the rest of its episode ran on stale tokens."""
+    so the group is dropped there, not after the rest of its episode ran on stale tokens.
+    A validation sibling's get_batch(-1) running across the update (no max_version_lag of its
+    own) validates one policy: its episode begun under version 0 starts over under 1, where
+    its partial reply was continued under 1 and its report mixed the two policies."""
     server = llm_server(policy=continuing, token_rate=20)
-    train = schedulers(rl_config(tmp_path, server, num_rollouts=1, envs_per_worker=2, partial_rollout=True),
-                       EnvManagerConfig(num_env_groups=1, group_size=2, tags=["tiny"],
-                                        task_sets=lake_set(tmp_path, name="tiny", desc=TINY, max_steps=2)),
+    tiny = lake_set(tmp_path, name="tiny", desc=TINY, max_steps=2)
+    train = schedulers(rl_config(tmp_path, server, num_rollouts=1, envs_per_worker=3, partial_rollout=True),
+                       EnvManagerConfig(num_env_groups=1, group_size=2, tags=["tiny"], task_sets=tiny),
                        max_version_lag=0)
+    val = train.sibling(EnvManagerConfig(group_size=1, tags=["tiny"], task_sets=tiny), name="val")
     got: list = []
     thread = threading.Thread(target=lambda: got.append(train.get_batch(batch_size=2, step=0)), daemon=True)
+    report: list = []
+    validation = threading.Thread(target=lambda: report.extend(val.get_batch(-1, step=0)), daemon=True)
     thread.start()
-    _wait(lambda: len(server.requests) == 2, timeout=120)
+    validation.start()
+    _wait(lambda: len(server.requests) == 3, timeout=120)
     _wait(lambda: time.monotonic() - server.requests[-1]["time"] > 0.3)  # tokens sampled by version 0
     train.suspend(abort=True)
     train.resume(1)  # an instant update: the agents may not have said what they keep yet
     assert train.stats().get("dropped_version_lag") == 1
     assert train.stats()["groups_started"] == 2  # another in its place
+    assert val.stats().get("dropped_version_changed") == 1 and val.stats()["groups_started"] == 2
     thread.join(120)
+    validation.join(120)
     (batch,) = got
     assert all(set(t.policy_versions) == {1} for t in batch)
+    assert [t.task_id for t in report] == ["tiny0"] and report[0].policy_versions == [1, 1]
+    assert not any(turn.get("partial") for turn in report[0].turns)
 
 
 @pytest.mark.parametrize("blocked", ["streaming", "queued"])

@@ -2,7 +2,8 @@
 each, in their order) and ``get_batch(-1)`` (every task of the tags once: validation).
 
 Neither draws from the task source nor meets the group filter, the ratio or staleness: the
-trainer chose the tasks. Their groups run beside the scheduler's own on the same slots
+trainer chose the tasks (a validation's episode that an older policy began starts over at a
+weight update: ``GroupGeneration._restart_validation``). Their groups run beside the scheduler's own on the same slots
 (``purpose`` "given" / "all"): a given group whose members fail is started again in its
 place (under ``failed_member="placeholder"`` one whose every member failed: placeholders
 only hold nothing of the task), and get_batch(-1) hands back failed members as they are (a validation report counts

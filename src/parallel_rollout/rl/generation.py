@@ -355,15 +355,36 @@ class GroupGeneration:
                 self._drop(group, "version_lag")
         self._drop_ready(lambda group: self._lag.drops(group.keys.values(), current), "version_lag")
 
+    def judges_versions(self) -> bool:
+        """Whether a resume to a new version may drop or restart groups of this scheduler:
+        it has ``max_version_lag``, or a get_batch(-1) under way (``_restart_validation``)."""
+        return self._lag.max_lag is not None or self._all is not None
+
     def judge_versions(self, current: int) -> None:
         """A resume to version ``current`` (any scheduler's of the engine calls it on each):
-        drop the groups behind ``max_version_lag`` and start others in their place."""
+        drop the groups behind ``max_version_lag`` and start others in their place, and
+        start again a validation's groups that an older policy began."""
         with self._cond:
             if not self._closed:
                 self._drop_version_stale(current)
+                self._restart_validation(current)
                 self._fill()  # in the dropped groups' place
                 self._cond.notify_all()
         self._flush()
+
+    def _restart_validation(self, current: int) -> None:
+        """get_batch(-1) validates a policy, not a mix: a running validation group holding
+        tokens of a version older than ``current`` (earlier turns, or a partial reply that
+        ``partial_rollout`` would continue under ``current``) starts over, the same task and
+        room, under ``current`` (counted ``dropped_version_changed``); a finished one keeps
+        the version that played it."""
+        if self._all is None:
+            return
+        for group in [g for g in self._groups.values() if g.purpose == "all"]:
+            oldest = self._lag.oldest(group.keys.values())
+            if oldest is not None and oldest < current:
+                self._drop(group, "version_changed")
+                self._all.appendleft((group.tag, group.task, group.episode_id))
 
     def _drop_ready(self, drops: Any, reason: str) -> None:
         """Drop the ready groups ``drops`` judges, counted under ``reason``; the gate forgets

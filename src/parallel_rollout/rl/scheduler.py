@@ -395,13 +395,14 @@ class RolloutScheduler(ChosenBatches, GroupGeneration, ReadyBatches, TakingTurns
         version on (requests under way keep theirs). Of every scheduler of the engine with
         ``max_version_lag`` (the update is the engine's, whichever scheduler resumes it),
         running groups already holding tokens older than it allows are dropped first (their
-        members cancelled, requests in flight aborted): the requests ``suspend(abort=True)``
+        members cancelled, requests in flight aborted), and a get_batch(-1)'s groups an older
+        version began start over (``_restart_validation``): the requests ``suspend(abort=True)``
         ended are awaited first (their agents say which tokens they keep), so a partial reply
         counts even when the trainer resumes at once."""
         self._check_open()
         policy_version = self._shared.gate.check_version(policy_version)
-        judged = [s for s in self._shared.schedulers if s is self or s._lag.max_lag is not None]
-        if any(s._lag.max_lag is not None for s in judged):
+        judged = [s for s in self._shared.schedulers if s is self or s.judges_versions()]
+        if any(s.judges_versions() for s in judged):
             self._shared.gate.wait_aborted(_ABORTED_END_S)
         for scheduler in judged:
             scheduler.judge_versions(policy_version)
