@@ -348,6 +348,19 @@ def test_max_version_lag_judges_a_group_by_its_tokens_versions(tmp_path, llm_ser
     else:
         assert "dropped_version_lag" not in stats
         assert any(t.version_stale for t in batch) and min(v for t in batch for v in t.policy_versions) == 0
+    # a task the trainer chose, played across two updates: handed out as it came, never
+    # marked version_stale (no staleness applies to it), where it was, under "drop" too
+    got.clear()
+    thread = threading.Thread(target=lambda: got.append(train.get_batch(2, step=1, tasks=["tiny0"])), daemon=True)
+    replies = train._shared.gate.replies
+    thread.start()
+    _wait(lambda: train._shared.gate.replies > replies, timeout=60)  # a first turn's reply kept, by version 2
+    for version in (3, 4):
+        train.suspend(abort=True)
+        train.resume(version)
+    thread.join(60)
+    (chosen,) = got
+    assert min(v for t in chosen for v in t.policy_versions) < 3 and not any(t.version_stale for t in chosen)
 
 
 def test_a_partial_reply_aborted_by_an_update_counts_at_the_resume_right_after(tmp_path, llm_server, schedulers):

@@ -62,7 +62,9 @@ class ReadyBatches:
         again and the error raised; the others go back among the ready ones (``_put_back``):
         the batch's groups were in neither the trainer's hands nor a checkpoint."""
         for group in batch:
-            stale = self._lag.stale(group.keys.values())  # only a "keep" scheduler hands out stale ones
+            # only a "keep" scheduler hands out stale ones; staleness is not a chosen task's
+            # (get_batch(tasks=…)) nor a validation's: the trainer asked for those as they came
+            stale = group.purpose == "batch" and self._lag.stale(group.keys.values())
             for trajectory in group.trajectories():
                 trajectory.version_stale = stale
         readable, unreadable, error = [], [], None
