@@ -31,3 +31,13 @@ class LoggingProcessProvider(ProcessProvider):
         """Log, then boot the sandbox."""
         log.warning("provider-warning booting %s", vm_id)
         return super().start(vm_id)
+
+
+class FlagNamingOracle(OracleAgent):
+    """The oracle, with a project's WARNING per task that names a setting as the CLI's flag
+    (``--max-turns N``), as the package's own warnings do: what run() says as its keyword."""
+
+    def reset(self, task) -> None:
+        """Warn, then queue the reference actions."""
+        project_log.warning("task %s: --max-turns %d", task.id, self.config.max_turns)
+        super().reset(task)

@@ -219,3 +219,31 @@ def test_numpy_numbers_and_tuples_are_taken_as_settings(tmp_path):
         run(mode="shell", data=_tasks(tmp_path), agent="openai", base_url="http://127.0.0.1:9/v1",
             sampling={"seed": np.int64(3)}, output_dir=tmp_path / "out", run_id="samp", progress=False)
     assert not (tmp_path / "out" / "samp").exists()
+
+
+def test_the_warnings_of_a_run_say_its_settings_as_the_call_does(tmp_path):
+    """A run()'s warnings, of the main process and of its workers, name the settings as the
+    call spells them (max_concurrent_rollouts, num_rollouts=1, max_turns=3), as its errors do;
+    they said the CLI's flags (--max-concurrent-rollouts, --num-rollouts 1, --max-turns 3),
+    which a notebook's author never typed. The record factory is the script's again after."""
+    import logging
+
+    data = write_tasks(tmp_path / "tasks.jsonl", [{"id": "d1", "n": 2}, {"id": "d2", "n": 5}])
+    said: list[str] = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = lambda record: said.append(record.getMessage())
+    project, factory = logging.getLogger("parallel_rollout"), logging.getLogRecordFactory()
+    project.addHandler(handler)
+    try:
+        outcome = run(mode="user_plugins:DoubleEnv", data=data, agent="log_plugins:FlagNamingOracle",
+                      num_rollouts=1, max_concurrent_rollouts=4, max_turns=3, output_dir=tmp_path / "out",
+                      run_id="warn", progress=False)
+    finally:
+        project.removeHandler(handler)
+    assert outcome.exit_code == 0 and outcome.summary["successes"] == 2, outcome
+    assert logging.getLogRecordFactory() is factory
+    concurrency = [m for m in said if m.startswith("[Concurrency]")]
+    assert len(concurrency) == 1 and "(num_rollouts=1 × envs_per_worker=1)" in concurrency[0], said
+    assert "asked for by max_concurrent_rollouts (" in concurrency[0], said
+    assert sorted(m for m in said if m.startswith("task ")) == ["task d1: max_turns=3", "task d2: max_turns=3"], said
+    assert "task d1: max_turns=3" in (outcome.run_dir / "run.log").read_text()

@@ -31,6 +31,7 @@ from typing import Any
 
 from .config import PYTHON_CALL, RunConfig, build_config, settings
 from .errors import ConfigError, InterruptedBeforeStart, ProviderUnavailable, RunInterrupted, RunLocked
+from .logs import reworded
 from .main_guard import check_guarded
 from .report.run_data import NotARunFolder, RunData
 from .run_end import PYTHON_PROGRAM
@@ -47,10 +48,11 @@ def run(config_file: str | Path | None = None, **run_settings: Any) -> RunOutcom
     flags: dict[str, Any] = {}
     try:
         flags = settings(run_settings, "run()")
-        runner = Runner(build_config(flags, str(config_file) if config_file else None,
-                                     {name: PYTHON_CALL for name in flags}))
-        runner.program = PYTHON_PROGRAM  # its resume is said as a call: run(..., resume=True)
-        outcome = runner.run()
+        with reworded(lambda text: as_called(text, flags)):  # its warnings, as its errors
+            runner = Runner(build_config(flags, str(config_file) if config_file else None,
+                                         {name: PYTHON_CALL for name in flags}))
+            runner.program = PYTHON_PROGRAM  # its resume is said as a call: run(..., resume=True)
+            outcome = runner.run()
     except (ConfigError, ProviderUnavailable) as exc:
         # the core says its settings as the CLI's flags: said again as this call spells them
         exc.args = (as_called(str(exc), flags), *exc.args[1:])

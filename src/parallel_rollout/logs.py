@@ -46,6 +46,7 @@ forwards to the driver's terminal.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import logging.handlers
@@ -53,7 +54,7 @@ import os
 import sys
 import threading
 from multiprocessing.connection import Connection, Pipe, wait
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 #: the project's logger: every module logs under it
 PROJECT_LOGGER = "parallel_rollout"
@@ -122,6 +123,8 @@ class LogCollector:
         self._lock = threading.Lock()
         self._wake_r, self._wake_w = os.pipe()
         self._closing = False
+        #: how its children's warnings are said: as the thread that made it says its own
+        self._rewrite = getattr(_said, "rewrite", None)
         self._thread = threading.Thread(target=self._serve, name="log-collector", daemon=True)
         self._thread.start()
 
@@ -145,6 +148,7 @@ class LogCollector:
         os.close(self._wake_w)
 
     def _serve(self) -> None:
+        _said.rewrite = self._rewrite
         while True:
             with self._lock:
                 readers = list(self._readers)
@@ -187,7 +191,57 @@ def dispatch(record: logging.LogRecord) -> None:
     project's, else by the project's logger (so run.log has it too)."""
     name = record.name
     own = name == PROJECT_LOGGER or name.startswith(PROJECT_LOGGER + ".")
+    _reword(record, getattr(_said, "rewrite", None))
     logging.getLogger(name if own else PROJECT_LOGGER).handle(record)
+
+
+#: the rewrite (``reworded``) of the thread's records, and of a collector's thread: the one of
+#: the thread that made it, so runs in two threads each say their own
+_said = threading.local()
+#: the record factory ``reworded`` installed, and how many ``reworded`` use it
+_FACTORY: list[Any] = []
+_FACTORY_LOCK = threading.Lock()
+
+
+def _reword(record: logging.LogRecord, rewrite: Callable[[str], str] | None) -> None:
+    """The record's message said through ``rewrite``, when it is a project's warning or error."""
+    if rewrite is None or record.levelno < logging.WARNING or not record.name.startswith(PROJECT_LOGGER):
+        return
+    try:
+        record.msg, record.args = rewrite(record.getMessage()), None
+    except Exception:  # noqa: BLE001 - a record whose arguments do not format is said as it is
+        pass
+
+
+@contextlib.contextmanager
+def reworded(rewrite: Callable[[str], str]) -> Iterator[None]:
+    """While it lasts, the project's warnings and errors of this thread, and those the
+    children of a ``LogCollector`` made meanwhile forward, are said through ``rewrite``:
+    ``run()`` says the CLI's flags in them as its keywords (``api.as_called``)."""
+    with _FACTORY_LOCK:
+        if not _FACTORY:
+            previous = logging.getLogRecordFactory()
+
+            def make(*args: Any, **kwargs: Any) -> logging.LogRecord:
+                record = previous(*args, **kwargs)
+                _reword(record, getattr(_said, "rewrite", None))
+                return record
+
+            logging.setLogRecordFactory(make)
+            _FACTORY[:] = [make, previous, 0]
+        _FACTORY[2] += 1
+    outer, _said.rewrite = getattr(_said, "rewrite", None), rewrite
+    try:
+        yield
+    finally:
+        _said.rewrite = outer
+        with _FACTORY_LOCK:
+            _FACTORY[2] -= 1
+            if not _FACTORY[2]:
+                make, previous, _ = _FACTORY
+                if logging.getLogRecordFactory() is make:  # not replaced since by someone else's
+                    logging.setLogRecordFactory(previous)
+                _FACTORY.clear()
 
 
 #: ``log.error(message, extra=NOT_ON_CONSOLE)``: for run.log, not the console
