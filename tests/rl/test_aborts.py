@@ -19,7 +19,7 @@ from parallel_rollout.config import RunConfig
 from parallel_rollout.errors import AttemptCancelled, ConfigError
 from parallel_rollout.policy_gate import GateClient, PolicyGate
 from parallel_rollout.results import read_records
-from parallel_rollout.rl import EnvManagerConfig, SchedulerClosed
+from parallel_rollout.rl import EnvManagerConfig, SchedulerClosed, generation
 from parallel_rollout.rl.segments import build_segments
 from parallel_rollout.tasks import Task
 from rl_support import TINY, lake_set, rl_config
@@ -363,13 +363,17 @@ def test_max_version_lag_judges_a_group_by_its_tokens_versions(tmp_path, llm_ser
     assert min(v for t in chosen for v in t.policy_versions) < 3 and not any(t.version_stale for t in chosen)
 
 
-def test_a_partial_reply_aborted_by_an_update_counts_at_the_resume_right_after(tmp_path, llm_server, schedulers):
+def test_a_partial_reply_aborted_by_an_update_counts_at_the_resume_right_after(tmp_path, llm_server, schedulers,
+                                                                              monkeypatch, caplog):
     """max_version_lag with partial rollouts: the partial tokens an abort leaves are judged
     at resume even when the trainer resumes at once (the agents' "end" lines are awaited),
     so the group is dropped there, not after the rest of its episode ran on stale tokens.
     A validation sibling's get_batch(-1) running across the update (no max_version_lag of its
-    own) validates one policy: its episode begun under version 0 starts over under 1, where
-    its partial reply was continued under 1 and its report mixed the two policies."""
+    own) validates one policy: its episode begun under version 0 starts over under 1 (its
+    partial reply was continued under 1, the report mixing two policies in one episode);
+    started over as often as it may (VALIDATION_RESTARTS, 1 here), it runs on across the next
+    update, said in a warning and counted, rather than start over for ever."""
+    monkeypatch.setattr(generation, "VALIDATION_RESTARTS", 1)
     server = llm_server(policy=continuing, token_rate=20)
     tiny = lake_set(tmp_path, name="tiny", desc=TINY, max_steps=2)
     train = schedulers(rl_config(tmp_path, server, num_rollouts=1, envs_per_worker=3, partial_rollout=True),
@@ -389,12 +393,18 @@ def test_a_partial_reply_aborted_by_an_update_counts_at_the_resume_right_after(t
     assert train.stats().get("dropped_version_lag") == 1
     assert train.stats()["groups_started"] == 2  # another in its place
     assert val.stats().get("dropped_version_changed") == 1 and val.stats()["groups_started"] == 2
+    _wait(lambda: len(server.requests) == 6, timeout=60)  # each group's first turn again, under version 1
+    _wait(lambda: time.monotonic() - server.requests[-1]["time"] > 0.3)
+    train.suspend(abort=True)
+    train.resume(2)
+    assert train.stats().get("dropped_version_lag") == 2
+    assert val.stats().get("dropped_version_changed") == 1 and val.stats()["validation_versions_mixed"] == 1
     thread.join(120)
     validation.join(120)
     (batch,) = got
-    assert all(set(t.policy_versions) == {1} for t in batch)
-    assert [t.task_id for t in report] == ["tiny0"] and report[0].policy_versions == [1, 1]
-    assert not any(turn.get("partial") for turn in report[0].turns)
+    assert all(set(t.policy_versions) == {2} for t in batch)
+    assert [t.task_id for t in report] == ["tiny0"] and report[0].policy_versions == [1, 2]
+    assert report[0].turns[0].get("partial") and "started over 1 times at weight updates" in caplog.text
 
 
 @pytest.mark.parametrize("blocked", ["streaming", "queued"])

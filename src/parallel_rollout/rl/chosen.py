@@ -14,7 +14,7 @@ finished: the next call runs its tasks afresh, none counted twice. The state is 
 from __future__ import annotations
 
 import logging
-from collections import deque
+from collections import Counter, deque
 from typing import Any
 
 from ..errors import ConfigError, RolloutError
@@ -147,6 +147,7 @@ class ChosenBatches:
             self._all = deque((tag, task, place) for tag in self.tags
                               for place, task in enumerate(self._tasks[tag]))
             self._all_done = []
+            self._all_restarts = Counter()  # (tag, place) -> times started over (``_restart_validation``)
             self._fill()
         try:
             while True:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import time
 import zlib
 from pathlib import Path
@@ -37,6 +38,11 @@ from .sources import TaskSourceError, next_task_of
 
 #: how far apart the seeds of two tags start (episodes of one tag before they could meet)
 TAG_SEED_STRIDE = 1_000_000
+#: how often a validation episode starts over at weight updates (``_restart_validation``)
+#: before it runs on across one: updates faster than it lasts would start it over for ever
+VALIDATION_RESTARTS = 3
+
+log = logging.getLogger("parallel_rollout")
 
 
 class GroupGeneration:
@@ -377,14 +383,26 @@ class GroupGeneration:
         tokens of a version older than ``current`` (earlier turns, or a partial reply that
         ``partial_rollout`` would continue under ``current``) starts over, the same task and
         room, under ``current`` (counted ``dropped_version_changed``); a finished one keeps
-        the version that played it."""
+        the version that played it. One started over ``VALIDATION_RESTARTS`` times runs on
+        across the update, said in a warning and ``validation_versions_mixed``: a get_batch(-1)
+        never waits for ever on updates that come faster than an episode lasts."""
         if self._all is None:
             return
         for group in [g for g in self._groups.values() if g.purpose == "all"]:
             oldest = self._lag.oldest(group.keys.values())
-            if oldest is not None and oldest < current:
-                self._drop(group, "version_changed")
-                self._all.appendleft((group.tag, group.task, group.episode_id))
+            place = (group.tag, group.episode_id)
+            if oldest is None or oldest >= current or self._all_restarts[place] > VALIDATION_RESTARTS:
+                continue
+            self._all_restarts[place] += 1
+            if self._all_restarts[place] > VALIDATION_RESTARTS:
+                self._stats["validation_versions_mixed"] += 1
+                log.warning("get_batch(-1) on scheduler %r: task %r started over %d times at weight updates and "
+                            "spans another: it runs on, its turns sampled by versions %d to %d (their "
+                            "policy_version); to validate one policy, call get_batch(-1) between updates",
+                            self.name, group.task.id, VALIDATION_RESTARTS, oldest, current)
+                continue
+            self._drop(group, "version_changed")
+            self._all.appendleft((group.tag, group.task, group.episode_id))
 
     def _drop_ready(self, drops: Any, reason: str) -> None:
         """Drop the ready groups ``drops`` judges, counted under ``reason``; the gate forgets
