@@ -92,9 +92,22 @@ def own_ray_tmp(prefix: str = "pr-ray-") -> Iterator[Path]:
     try:
         yield ray_tmp
     finally:
-        for leftover in ray_servers_in(ray_tmp):  # only what this test started
+        for leftover in ray_servers_in(ray_tmp) + _holding_files_in(ray_tmp):  # only what this test started
             leftover.kill()
         shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
+def _holding_files_in(ray_tmp: Path) -> list[psutil.Process]:
+    """The processes with a file open under ``ray_tmp``: what is left of an instance whose
+    raylets were killed (their dashboard and runtime-env agents, logging there, outlive them)."""
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if any(f.path.startswith(f"{ray_tmp}/") for f in proc.open_files()):
+                found.append(proc)
+        except psutil.Error:
+            pass
+    return found
 
 
 def assert_ray_stopped(ray_tmp: Path) -> None:

@@ -123,3 +123,69 @@ def test_a_cluster_that_refuses_the_driver_s_token_is_the_run_s_error(tmp_path):
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["finished"] == 0 and summary["interrupted"] is False
     assert summary["stopped"]["reason"].startswith(f"cannot connect to the Ray cluster at {address}"), summary
+
+
+#: a cluster of its own (a head and one other node), up until it is killed; it says its
+#: address and the pids of its head node's processes
+_HEAD_AND_NODE = f"""
+import json, sys
+from ray.cluster_utils import Cluster
+cl = Cluster(initialize_head=True, connect=False, head_node_args=dict({_NODE!r}, include_dashboard=False))
+cl.add_node(**{_NODE!r})
+cl.wait_for_nodes()
+head = [info.process.pid for infos in cl.head_node.all_processes.values() for info in infos]
+print(json.dumps({{"address": cl.address, "head": head}}), flush=True)
+sys.stdin.read()
+"""
+
+
+@pytest.mark.slow
+def test_a_lost_head_node_ends_the_run_with_its_summary_and_it_resumes(tmp_path):
+    """The head node killed mid-run (its GCS, raylet, everything): the driver stops the run
+    itself, with its summary, a message naming the lost head and the resume line, and the
+    attempts under way recorded worker_died (infrastructure, not final). It went on until
+    Ray's own end of a driver without its GCS (60 s): 'Failed to connect to GCS', exit 1,
+    no summary, no resume line. Then --resume on one host finishes every sample once."""
+    tasks = [shell_task(f"h{i}", reference=["sleep 3", f"touch ~/h{i}.done"]) for i in range(20)]
+    keys = {f"h{i}#0" for i in range(len(tasks))}
+    with own_ray_tmp("pr-head-") as ray_tmp:
+        env = dict(os.environ, RAY_TMPDIR=str(ray_tmp))
+        cluster_proc = subprocess.Popen([sys.executable, "-c", _HEAD_AND_NODE], stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, text=True, env=env)
+        try:
+            said = json.loads(cluster_proc.stdout.readline() or "{}")
+            assert said, "the cluster did not start"
+            cmd = _cli(tmp_path, said["address"], "headless")
+            cmd[cmd.index("--data") + 1] = str(write_tasks(tmp_path / "tasks.jsonl", tasks))
+            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+            results = tmp_path / "headless" / "results.jsonl"
+            deadline = time.monotonic() + 120
+            while proc.poll() is None and time.monotonic() < deadline and not (results.exists() and results.read_text()):
+                time.sleep(0.1)
+            assert proc.poll() is None, "the run ended before its head node could be killed"
+            for pid in said["head"]:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            stderr = communicate(proc, 150)[1]
+        finally:
+            cluster_proc.kill()  # its shutdown waits on the dead head; the rest: own_ray_tmp's
+            cluster_proc.wait()
+    run_dir = tmp_path / "headless"
+    assert proc.returncode == 1, stderr[-3000:]
+    assert "Failed to connect to GCS" not in stderr, stderr[-3000:]
+    assert "the Ray cluster's head node" in stderr and "resume with:" in stderr, stderr[-3000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert "the Ray cluster's head node" in summary["stopped"]["reason"], summary["stopped"]
+    assert summary["finished"] < len(keys), summary
+    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    assert any(e["event"] == "head_lost" for e in events), events
+    died = [r for r in read_results(run_dir) if r["status"] == "worker_died"]
+    assert died and all(r["infrastructure"] and not r["final"] for r in died), died
+    resumed = subprocess.run([sys.executable, "-m", "parallel_rollout.cli", "--output-dir", str(tmp_path),
+                              "--run-id", "headless", "--resume", "--backend", "local", "--num-rollouts", "6",
+                              "--num-vms", "6", "--no-progress"], capture_output=True, text=True, timeout=180)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    finals = assert_exactly_once(run_dir, keys)
+    assert {r["status"] for r in finals.values()} == {"success"}

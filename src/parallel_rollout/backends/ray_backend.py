@@ -26,7 +26,9 @@ the same engine thread)::
 * **Lost and new nodes.** The driver holds a ``PoolActor.watch`` reference per pool and polls
   ``ray.nodes()``: a pool or node that dies has its workers killed (their attempts
   ``worker_died``), its VMs counted dead in the stats, and no new worker; a node that joins
-  mid-run gets its pool and workers. The concurrency limit follows the alive nodes.
+  mid-run gets its pool and workers. The concurrency limit follows the alive nodes. A head
+  node whose GCS takes no connection for ``HEAD_LOST_S`` stops the run (``HeadWatch``)
+  before Ray ends the driver, asking Ray nothing more that waits on the head.
 * **Deadlines, cancels.** ``--task-timeout`` counts from dispatch (a worker gets an attempt
   only when it has a free slot and has started), time waiting for a VM included; a late
   attempt is recorded ``task_timeout`` (``VMKilled`` when its node's pool tells the VM it
@@ -48,7 +50,6 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from multiprocessing.connection import wait as mp_wait
 from typing import Any
 
 from ..errors import ClusterUnreachable, TaskTimeout, WorkerDied
@@ -56,16 +57,14 @@ from ..messages import Assignment, Cancel
 from ..trajectories import unpack_files
 from .base import BackendSpec, Clock, CrashWindow, EngineHooks, WorkerTable, died_record, late_failures
 from .ray_actors import TRAJECTORY_FILES, PoolActor, RayPool, WorkerActor, late_progress, mark_folder, sweep_here
-from .ray_cluster import (alive_nodes, check_reachable, connect, done_refs, node_alive, pinned, sweep_cluster,
-                          take_events, why)
+from .ray_cluster import (HEAD_LOST_S, HeadWatch, alive_nodes, check_reachable, connect, done_refs, node_alive,
+                          pinned, sweep_cluster, take_events, wait_ready, why)
 from .ray_pools import Node, pools_stats, stop_pools
 
 log = logging.getLogger("parallel_rollout")
 
 #: seconds between two looks at the cluster's nodes
 _NODE_POLL_S = 1.0
-#: how often wait() looks at its pipes while waiting on Ray
-_SLICE_S = 0.05
 #: what the pool actor may serve at once (blocked leases included)
 _POOL_CONCURRENCY = 512
 
@@ -119,6 +118,7 @@ class RayBackend(WorkerTable):
         self.pool = None  # the local backend's attribute; pools live in self._nodes
         #: the token in the run folder's FOLDER_MARK (None: not written; every node sends its files)
         self._folder_token: str | None = None
+        self._head = HeadWatch()
         # a cluster nobody can reach is refused here, as the engine is made: before a run
         # opens its folder (ray.init would retry for ever)
         check_reachable(self.config.ray_address)
@@ -150,6 +150,7 @@ class RayBackend(WorkerTable):
         import ray
 
         spec, cfg = self.spec, self.config
+        self._head.attach()
         nodes = alive_nodes()
         if not nodes:
             raise RuntimeError("the Ray cluster has no alive node")
@@ -242,22 +243,7 @@ class RayBackend(WorkerTable):
 
     def wait(self, extra: list[Any], timeout: float) -> set[Any]:
         """Block until an attempt ends, a worker starts, a pool dies, or ``extra`` is ready."""
-        import ray
-
-        deadline = time.monotonic() + timeout
-        while True:
-            refs = self._watched()
-            done: list[Any] = []
-            if refs:
-                done, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
-            ready = set(done) | set(mp_wait(extra, timeout=0))
-            remaining = deadline - time.monotonic()
-            if ready or remaining <= 0:
-                return ready
-            if refs:
-                ray.wait(refs, num_returns=1, timeout=min(_SLICE_S, remaining))
-            else:
-                mp_wait(extra, timeout=min(_SLICE_S, remaining))
+        return wait_ready(self._watched, extra, timeout)
 
     def handle(self, ready: set[Any]) -> None:
         """Settle finished attempts, note started workers, handle lost pools and nodes."""
@@ -305,6 +291,9 @@ class RayBackend(WorkerTable):
         if time.monotonic() - self._last_poll > _NODE_POLL_S:
             self._last_poll = time.monotonic()
             take_events(self._nodes.values(), self.spec.run_dir)
+            down = 0.0 if self._head.lost else self._head.down_for()
+            if down:  # ray.nodes() would wait for the head until Ray ends this process
+                return self._lose_head(down) if down >= HEAD_LOST_S else None
             try:
                 alive = set(alive_nodes())
             except Exception:  # noqa: BLE001 - the GCS did not answer this time
@@ -349,6 +338,21 @@ class RayBackend(WorkerTable):
             self.hooks.stop(f"the node of the run's only VM pool is lost ({reason}); every finished "
                              f"result is kept in {self.spec.run_dir / 'results.jsonl'}")
 
+    def _lose_head(self, down: float) -> None:
+        """The head's GCS took no connection for ``down`` s (killed, cut off): Ray ends this
+        driver soon. The run stops with what it has, asking Ray nothing that waits on the head."""
+        self._head.lost = True
+        reason = f"the Ray cluster's head node ({self._head.address}) has taken no connection for {down:.0f}s"
+        self.hooks.event("head_lost", reason=reason)
+        self.hooks.stop(f"{reason}: the cluster is lost; every finished result is kept in "
+                        f"{self.spec.run_dir / 'results.jsonl'}")
+        if self._head.node_id in self._nodes:
+            self._nodes[self._head.node_id].alive = False  # its VMs counted dead
+        self._kill(*self._workers.values())  # their agents' processes, where nodes still answer
+        for w in list(self._workers.values()):
+            w.lost = True
+            self._on_worker_death(w, f"{reason} (the cluster is lost)", deliberate=True)
+
     def _on_worker_death(self, w: _Worker, reason: str, deliberate: bool = False) -> None:
         """Record what the worker held as worker_died, reclaim its VMs, replace it;
         ``deliberate``: killed on purpose (a timeout, a cancel, its node lost), not a crash."""
@@ -362,7 +366,7 @@ class RayBackend(WorkerTable):
         self._kill(w)
         pool_node = self._nodes[self._shared_home or w.node_id]
         reclaimed: list[str] = []
-        if pool_node.alive and pool_node.pool is not None:
+        if pool_node.alive and pool_node.pool is not None and not self._head.lost:
             try:
                 reclaimed = ray.get(pool_node.pool.call.remote("reclaim", w.holder), timeout=10)
             except Exception:  # noqa: BLE001 - the pool is going too
@@ -378,7 +382,7 @@ class RayBackend(WorkerTable):
         if self.hooks.closing:
             return
         node = self._nodes[w.node_id]
-        if not deliberate and node.alive and not node_alive(w.node_id):
+        if not deliberate and node.alive and not self._head.down_for() and not node_alive(w.node_id):
             # the worker died with its node, which the poll has not seen leave yet: no crash,
             # and no respawn pinned to a node that is gone
             self._lose_node(node, f"node {w.node_id[:8]} left the cluster")
@@ -407,7 +411,7 @@ class RayBackend(WorkerTable):
                 pass
         if refs:
             ray.wait(refs, num_returns=len(refs), timeout=5)
-        for w in workers:
+        for w in workers if not self._head.lost else ():  # ray.kill waits on the head
             try:
                 ray.kill(w.actor, no_restart=True)
             except Exception:  # noqa: BLE001
@@ -472,10 +476,12 @@ class RayBackend(WorkerTable):
             # A lost node's pool could not stop its VMs: sweep the run's VMs wherever a node
             # can still see them (nodes sharing a host or a Docker daemon).
             unclean = sweep or any(not n.alive for n in self._nodes.values())
-            unclean = stop_pools(self._nodes.values(), self.spec.run_dir) or unclean
+            unclean = stop_pools(self._nodes.values(), self.spec.run_dir, self._head.lost) or unclean
             if self.spec.provider_cls is not None:
                 final_stats = self.pool_stats()
-                if unclean:
+                if unclean and self._head.lost:
+                    log.warning("the run's VMs on nodes that did not answer are swept by --resume")
+                elif unclean:
                     sweep_cluster(self.config.provider_name, self.spec.run_id, None)
         finally:
             if self._owns_ray:

@@ -14,8 +14,10 @@ import re
 import signal
 import socket
 import threading
+import time
+from multiprocessing.connection import wait as mp_wait
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from ..errors import STOP_SIGNALS, ClusterUnreachable, InterruptedBeforeStart
 from .ray_actors import sweep_here
@@ -28,6 +30,12 @@ LOCAL_OBJECT_STORE_BYTES = 200 * 1024 * 1024
 #: seconds the head node's GCS port has to take a TCP connection before the cluster counts
 #: as unreachable (a firewall that drops packets never refuses)
 REACH_TIMEOUT_S = 5.0
+#: how often wait_ready() looks at its pipes while waiting on Ray
+_SLICE_S = 0.05
+#: seconds the head node's GCS may take no TCP connection before the run counts the cluster
+#: lost and stops: Ray itself ends a driver whose GCS is gone 60 s (its
+#: gcs_rpc_server_reconnect_timeout_s), at once, with no summary; this leaves the stop its time
+HEAD_LOST_S = 15.0
 
 
 def take_events(nodes: Iterable[Any], run_dir: Path, wait_s: float = 0.0) -> None:
@@ -167,6 +175,42 @@ def driver_ip(address: str | None) -> str:
         return probe.getsockname()[0]
 
 
+class HeadWatch:
+    """The head node's GCS as the driver sees it, asked before each call that would wait on
+    it: ``ray.nodes()`` (and ``ray.kill``) wait for a lost GCS until Ray ends the process."""
+
+    def __init__(self) -> None:
+        self.address, self.node_id = "", None  # none watched until attach()
+        self._down_since: float | None = None
+        #: the run counted the head lost (HEAD_LOST_S): no call that waits on it any more
+        self.lost = False
+
+    def attach(self) -> None:
+        """Watch the head of the cluster this process is connected to."""
+        import ray
+
+        try:
+            self.address = ray.get_runtime_context().gcs_address or ""
+            self.node_id = next((n["NodeID"] for n in ray.nodes()
+                                 if "node:__internal_head__" in n.get("Resources", {})), None)
+        except Exception:  # noqa: BLE001 - a Ray client (ray://): nothing to watch
+            self.address = ""
+
+    def down_for(self) -> float:
+        """Seconds the head's GCS port has taken no TCP connection (0.0: it takes them)."""
+        host, _, port = self.address.rpartition(":")
+        if not host:
+            return 0.0
+        try:
+            with socket.create_connection((host.strip("[]"), int(port)), timeout=1.0):
+                self._down_since = None
+                return 0.0
+        except (OSError, ValueError):
+            now = time.monotonic()
+            self._down_since = self._down_since or now
+            return max(now - self._down_since, 1e-3)
+
+
 def alive_nodes() -> list[str]:
     """The ids of the cluster's alive nodes, in a stable order."""
     import ray
@@ -191,6 +235,27 @@ def done_refs(refs: list[Any]) -> set[Any]:
         return set()
     done, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
     return set(done)
+
+
+def wait_ready(watched: Callable[[], list[Any]], extra: list[Any], timeout: float) -> set[Any]:
+    """Block until one of the references ``watched()`` returns (asked again every _SLICE_S)
+    or one of the ``extra`` pipes is ready, or ``timeout`` passes; what is ready."""
+    import ray
+
+    deadline = time.monotonic() + timeout
+    while True:
+        refs = watched()
+        done: list[Any] = []
+        if refs:
+            done, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+        ready = set(done) | set(mp_wait(extra, timeout=0))
+        remaining = deadline - time.monotonic()
+        if ready or remaining <= 0:
+            return ready
+        if refs:
+            ray.wait(refs, num_returns=1, timeout=min(_SLICE_S, remaining))
+        else:
+            mp_wait(extra, timeout=min(_SLICE_S, remaining))
 
 
 def why(exc: BaseException) -> str:

@@ -51,10 +51,12 @@ def pools_stats(nodes: Iterable[Node], size: int, provider: str) -> dict[str, An
     return merge_stats(per_node, size, provider)
 
 
-def stop_pools(nodes: Iterable[Node], run_dir: Path) -> bool:
+def stop_pools(nodes: Iterable[Node], run_dir: Path, head_lost: bool = False) -> bool:
     """Shut every alive node's pool down (its stats kept in ``final_stats``, its last
     events.jsonl lines taken) and kill every pool actor; True when one left VMs behind (boots
-    it stopped waiting for, a pool that did not answer): the run's VMs are then swept."""
+    it stopped waiting for, a pool that did not answer): the run's VMs are then swept.
+    ``head_lost``: the cluster's head is gone, and Ray ends the driver soon: each pool gets
+    10 s, and no actor is killed (``ray.kill`` waits on the head; the pools die with their nodes)."""
     import ray
 
     unclean = False
@@ -63,7 +65,7 @@ def stop_pools(nodes: Iterable[Node], run_dir: Path) -> bool:
             continue
         if node.alive:
             try:
-                if ray.get(node.pool.call.remote("shutdown"), timeout=120):
+                if ray.get(node.pool.call.remote("shutdown"), timeout=10 if head_lost else 120):
                     unclean = True  # boots it stopped waiting for: swept below
                 node.final_stats = ray.get(node.pool.call.remote("stats"), timeout=10)
                 take_events([node], run_dir, wait_s=10)  # the call under way,
@@ -71,6 +73,9 @@ def stop_pools(nodes: Iterable[Node], run_dir: Path) -> bool:
             except Exception:  # noqa: BLE001
                 log.warning("the pool of node %s did not shut down; sweeping it", node.node_id[:8])
                 unclean = True
+                node.alive = not head_lost  # its VMs counted dead; not asked again
+        if head_lost:
+            continue
         try:
             ray.kill(node.pool, no_restart=True)
         except Exception:  # noqa: BLE001
