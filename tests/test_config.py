@@ -271,6 +271,21 @@ def test_unhonoured_key_in_config_file_is_rejected_too(tmp_path):
                        f"(screen-width = 800 in {path})")
 
 
+@pytest.mark.parametrize("key, value, agent", [
+    ("tokenizer", '"/models/qwen"', "oracle"), ("max_model_len", "4096", "oracle"),
+    ("api_timeout_s", "30", "oracle"), ("partial_rollout", "true", "oracle"),
+    ("abort_url", '"/abort_request"', "oracle"), ("on_length", '"end"', "command")])
+def test_a_model_clients_setting_with_an_agent_that_calls_no_model_is_rejected(tmp_path, key, value, agent):
+    """The model client's settings that have no flag (a config file's keys, run()'s keywords)
+    are refused for an agent that calls no model, as --model is, named as the key: they were
+    taken in silence, a nightly job's tokenizer read by nobody."""
+    path = tmp_path / "run.toml"
+    path.write_text(f"{key} = {value}\n")
+    extra = ["--agent-cmd", "true"] if agent == "command" else []
+    assert_usage_error(invoke(tmp_path, "--agent", agent, *extra, "--config", str(path)), tmp_path,
+                       f"the setting {key} is not used by this run", "it only applies to agents that call a model")
+
+
 def test_a_bad_value_off_the_command_line_says_where_it_was_set(tmp_path, monkeypatch):
     """A range error names the file, the variable or the run's config.json the value came
     from (it named the flag only, which the user never typed); one on the command line

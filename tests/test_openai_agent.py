@@ -248,7 +248,8 @@ def test_reply_of_reads_text_and_usage():
 def test_builtin_agent_names():
     assert get_agent("openai") is OpenAIAgent and get_agent("command") is CommandAgent
     assert OpenAIAgent.options == {"model", "base_url", "temperature", "max_tokens", "sampling", "extra_body",
-                                   "tool_calls", "session_header", "server_cooldown"}
+                                   "tool_calls", "session_header", "server_cooldown", "tokenizer", "max_model_len",
+                                   "on_length", "api_timeout_s", "partial_rollout", "abort_url", "policy_gate"}
     assert CommandAgent.options == {"agent_cmd"}
 
 

@@ -28,7 +28,7 @@ from typing import Any
 
 
 from .agents import get_agent
-from .agents.base import MODEL_OPTIONS
+from .agents.base import MODEL_KEYS, MODEL_OPTIONS
 from .agents.episode import EndpointRefused, ModelUnavailable
 from .agents.model_checks import check_agent
 from .config import RunConfig, data_required, default_run_id
@@ -478,7 +478,7 @@ def check_honoured(cfg: RunConfig, owners: dict[str, tuple[str, frozenset[str]]]
     """
     for name, (needed_by, users) in owners.items():
         if name in cfg.explicit and not users:
-            flag = "--" + name.replace("_", "-")
+            flag = f"the setting {name}" if name in MODEL_KEYS else "--" + name.replace("_", "-")
             # a model's setting with no --agent (a script written for OSWorld's run.py, whose
             # agent is the model's): the agent that ignores it is the default one, not chosen
             default = (f"; this run's agent is {cfg.agent}, the default: --agent openai calls the model"

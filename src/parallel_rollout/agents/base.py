@@ -22,12 +22,15 @@ if TYPE_CHECKING:
     from ..tasks import Task
     from .model_client import ModelClient
 
-__all__ = ["AGENTS", "MODEL_OPTIONS", "Agent", "AgentError", "AttemptInfo", "ContextOverflow", "EpisodeCut",
+__all__ = ["AGENTS", "MODEL_KEYS", "MODEL_OPTIONS", "Agent", "AgentError", "AttemptInfo", "ContextOverflow", "EpisodeCut",
            "LengthCut", "get_agent", "run_maybe_async"]
 
+#: the model client's settings with no flag of their own (config-file keys, run()'s keywords)
+MODEL_KEYS: frozenset[str] = frozenset({"tokenizer", "max_model_len", "on_length", "api_timeout_s", "partial_rollout",
+                                        "abort_url", "policy_gate"})
 #: the run settings an agent's ModelClient (``self.model``) reads: every agent's by default
 MODEL_OPTIONS: frozenset[str] = frozenset({"model", "base_url", "temperature", "max_tokens", "sampling",
-                                           "extra_body", "session_header", "server_cooldown"})
+                                           "extra_body", "session_header", "server_cooldown"}) | MODEL_KEYS
 
 
 class Agent(abc.ABC):
