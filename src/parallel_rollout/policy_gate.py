@@ -165,6 +165,12 @@ class PolicyGate:
         with self._cond:
             return self._oldest.get(key)
 
+    def samples_in_flight(self) -> set[str]:
+        """The sample keys of the requests between "go" and "end" now: they sample under the
+        version they began with (a ``resume`` without ``suspend`` moves it on under them)."""
+        with self._cond:
+            return {sample for _, sample in self._peers.values() if sample}
+
     def forget(self, key: str) -> None:
         """Drop what is kept of sample ``key`` (it is settled), and what a request of it still
         in flight would keep at its "end" (a dropped group's member the cancel has yet to

@@ -431,6 +431,35 @@ def test_a_resume_by_any_scheduler_drops_the_groups_behind_a_siblings_version_la
     assert {v for t in batch for v in t.policy_versions} == {version}
 
 
+def test_a_validation_request_under_way_at_a_resume_without_suspend_starts_over(shared, sibling):
+    """get_batch(-1) validates one policy: ``resume(v)`` without ``suspend()`` moves the
+    version on under a request under way, whose episode went on under v and was reported as
+    if one policy had played it; it starts over under v, as one an abort ended does."""
+    base, switch = shared[0], shared[1]
+    table, held, release = TablePolicy(seed=0), threading.Event(), threading.Event()
+
+    def first_held(body):  # the validation's first request waits at the server
+        if not held.is_set():
+            held.set()
+            release.wait(30)
+        return table(body)
+
+    switch.policy = first_held
+    val = sibling(EnvManagerConfig(group_size=1, tags=["tiny"], task_sets=tiny(shared)))
+    report: list = []
+    thread = threading.Thread(target=lambda: report.extend(val.get_batch(-1, step=0, timeout=60)))
+    thread.start()
+    try:
+        assert held.wait(60)
+        version = base.policy_version + 1
+        base.resume(version)  # no suspend(): the request under way was let through under the last version
+        assert val.stats().get("dropped_version_changed") == 1
+    finally:
+        release.set()
+        thread.join(60)
+    assert [t.task_id for t in report] == ["tiny0"] and set(report[0].policy_versions) == {version}
+
+
 def workers_since(before: set[int]) -> list[psutil.Process]:
     """Worker processes of this test process started after ``before`` was taken (other
     engines of the module have theirs)."""

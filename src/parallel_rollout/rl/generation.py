@@ -380,16 +380,20 @@ class GroupGeneration:
 
     def _restart_validation(self, current: int) -> None:
         """get_batch(-1) validates a policy, not a mix: a running validation group holding
-        tokens of a version older than ``current`` (earlier turns, or a partial reply that
-        ``partial_rollout`` would continue under ``current``) starts over, the same task and
+        tokens of a version older than ``current`` (earlier turns, a partial reply that
+        ``partial_rollout`` would continue under ``current``, a request under way when the
+        version moves on without a ``suspend()``) starts over, the same task and
         room, under ``current`` (counted ``dropped_version_changed``); a finished one keeps
         the version that played it. One started over ``VALIDATION_RESTARTS`` times runs on
         across the update, said in a warning and ``validation_versions_mixed``: a get_batch(-1)
         never waits for ever on updates that come faster than an episode lasts."""
         if self._all is None:
             return
+        gate = self._shared.gate
+        busy = gate.samples_in_flight() if current > gate.version else set()  # a resume without suspend
         for group in [g for g in self._groups.values() if g.purpose == "all"]:
-            oldest = self._lag.oldest(group.keys.values())
+            began = [self._lag.oldest(group.keys.values()), gate.version if busy & set(group.keys.values()) else None]
+            oldest = min((v for v in began if v is not None), default=None)
             place = (group.tag, group.episode_id)
             if oldest is None or oldest >= current or self._all_restarts[place] > VALIDATION_RESTARTS:
                 continue
