@@ -123,6 +123,7 @@ def test_a_ray_run_resumes_on_the_local_backend(tmp_path, flags):
 
 def test_pool_stats_summed_over_nodes_and_lost_nodes_counted_dead():
     from parallel_rollout.backends.ray_cluster import merge_stats
+    from parallel_rollout.run_end import format_summary
 
     node = {"size": 2, "states": {"booting": 0, "idle": 1, "leased": 1, "resetting": 0, "dead": 0},
             "utilization": 0.5, "leases": 4, "reset_s": {"p50": 0.2, "p95": 0.4}}
@@ -135,6 +136,11 @@ def test_pool_stats_summed_over_nodes_and_lost_nodes_counted_dead():
     # no node answers: every state still there (the progress bar reads each)
     assert merge_stats({"a": None}, 1, "process")["states"] == \
         {"booting": 0, "idle": 0, "leased": 0, "resetting": 0, "dead": 1}
+    # the summary's line says the lost node's VMs (it said "0 died": no pool counted them)
+    summary = {"success_rate": 1.0, "mean_reward": 1.0, "successes": 3, "finished": 3, "total_samples": 3,
+               "status_counts": {"success": 3}, "attempts": 4, "retried_attempts": 1, "timing_s": {}, "vm": total}
+    line = next(x for x in format_summary(summary, "out").splitlines() if x.startswith("VMs:"))
+    assert "0 died, 2 lost with 1 Ray node(s), 0 replaced" in line, line
 
 
 def test_policy_gate_on_tcp_for_nodes_of_other_hosts():

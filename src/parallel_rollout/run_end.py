@@ -195,6 +195,8 @@ def format_summary(summary: dict[str, Any], run_dir: Any) -> str:
         lines.append(f"server left out for its cool-down, it failed: {url} ({_elided(why)})")
     vm = summary.get("vm")
     if vm:
+        # --backend ray: a lost node's VMs are not the pool's deaths (it could not count them)
+        lost = [n for n in (vm.get("nodes") or {}).values() if isinstance(n, dict) and n.get("lost")]
         # a run whose every pool was lost has no pool's counters, only their size and states
         lines.append(f"VMs: {vm.get('size')} {vm.get('provider')}"
                      + (f" + {vm['spare_vms']} spare" if vm.get("spare_vms") else "")  # booted beyond them
@@ -202,6 +204,7 @@ def format_summary(summary: dict[str, Any], run_dir: Any) -> str:
                      f"{vm.get('resets', 0)} resets"
                      + (f" ({vm['released_not_reset']} released, not reset)" if vm.get("released_not_reset") else "")
                      + f", {vm.get('marked_dead', 0)} died, "
+                     + (f"{sum(n.get('size', 0) for n in lost)} lost with {len(lost)} Ray node(s), " if lost else "")
                      # a VM that broke under a task, or was killed from outside, restarts from
                      # its snapshot; only a replacement spends the budget
                      + (f"{vm['restarts']} restarted from the snapshot, " if vm.get("restarts") else "")
