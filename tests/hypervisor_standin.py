@@ -11,6 +11,9 @@ VMs (QEMU, or a process sandbox for the fast test).
     vmrun revertToSnapshot X.vmx SNAP ──► "reset" (a VM that is off boots from the snapshot)
     vmrun getGuestIPAddress X.vmx -wait ──► the relay's ip;  vmrun stop ──► "stop";  vmrun list;
     vmrun listSnapshots X.vmx
+    a .vmx's daemon keeps its vmware.log (beside it) as VMware's VMX process
+    does: begun at each power-on (the last one kept as vmware-0.log), ended by "VMX has left the
+    building" when the VM stops of its own accord, so a daemon killed never writes that line
     VBoxManage list vms | list runningvms | startvm | controlvm UUID savestate |
                snapshot UUID restore SNAP | snapshot UUID list --machinereadable |
                showvminfo UUID --machinereadable |
@@ -107,6 +110,7 @@ def daemon(vm: str) -> None:
     except Exception as exc:  # said to the waiting `start`
         ready.write_text(f"{type(exc).__name__}: {exc}")
         raise
+    _vmx_log(vm, f"Log for VMware Workstation (stand-in) pid={os.getpid()}")
     holder = {"info": info}
     threading.Thread(target=_relay, args=(relay, holder), daemon=True).start()
     (STATE / f"{_key(vm)}.pid").write_text(str(os.getpid()))
@@ -120,10 +124,25 @@ def daemon(vm: str) -> None:
                 conn.sendall(b"ok\n")
             elif command == "stop":
                 provider.stop(holder["info"])
+                _vmx_log(vm, "VMX exit (0).", "VMX has left the building: 0.")
                 _control(vm).unlink(missing_ok=True)
                 (STATE / f"{_key(vm)}.pid").unlink(missing_ok=True)
                 conn.sendall(b"ok\n")
                 return
+
+
+def _vmx_log(vm: str, *lines: str) -> None:
+    """Write ``lines`` to a .vmx's vmware.log as its VMX process would: the first of a power-on
+    begins the log anew (the earlier one kept as vmware-0.log)."""
+    if not vm.endswith(".vmx"):
+        return
+    path = Path(vm).resolve().parent / "vmware.log"
+    if lines[0].startswith("Log for"):
+        if path.exists():
+            path.replace(path.with_name("vmware-0.log"))
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
+    with path.open("a") as log:
+        log.write("".join(f"{stamp}.000Z| vmx| I005: {line}\n" for line in lines))
 
 
 def _relay(listener: socket.socket, holder: dict) -> None:

@@ -293,8 +293,8 @@ def standins(tmp_path, monkeypatch):
     monkeypatch.setenv("STANDIN_BACKEND", "process")
     vmx = []
     for name in ("ubuntu0", "ubuntu1"):
-        path = tmp_path / "vms" / f"{name}.vmx"
-        path.parent.mkdir(exist_ok=True)
+        path = tmp_path / "vms" / name / f"{name}.vmx"  # a folder each, as VMware makes them
+        path.parent.mkdir(parents=True)
         path.write_text('displayName = "Ubuntu"\nsnapshot = "init_state"\n')
         vmx.append(str(path))
     (state / "vbox.json").write_text(json.dumps({

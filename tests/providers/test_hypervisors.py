@@ -10,6 +10,7 @@ import os
 import re
 import shutil
 import signal
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -217,12 +218,20 @@ def test_the_dry_run_finds_a_misnamed_snapshot_or_vm(standins, tmp_path):
 
 
 @pytest.mark.slow  # two boots and the task twice: ~13 s
-def test_a_virtualbox_vm_killed_under_a_task_is_the_infrastructures_not_the_tasks(standins, tmp_path):
+@pytest.mark.parametrize("name, vm_file, said", [
+    ("virtualbox", "ubuntu0", "VirtualBox VM ubuntu0 (11111111-2222-3333-4444-555555555555) aborted: its VM "
+     "process ended outside the guest (killed, or it crashed)"),
+    ("vmware", "{vmx}", "VMware VM {vmx} ended without its VMX process's own exit"),
+], ids=["virtualbox", "vmware"])
+def test_a_hypervisor_vm_killed_under_a_task_is_the_infrastructures_not_the_tasks(standins, tmp_path, name, vm_file,
+                                                                                  said):
     """The VM's process killed from outside mid-task (the stand-in's, as VirtualBox's VM
-    process): VirtualBox says the VM aborted, which no task can do, so the attempt is
+    process or VMware's VMX): VirtualBox says the VM aborted, VMware's vmware.log lacks the VMX's
+    own exit, which no task can do, so the attempt is
     vm_error (infrastructure), naming the VM, and runs again on the VM restarted from its
     snapshot. It was the task's sandbox_violation, graded 0 and final."""
-    _, state = standins
+    vmx, state = standins
+    vm_file, said = vm_file.format(vmx=vmx[0]), said.format(vmx=vmx[0])
     data = tmp_path / "k.jsonl"
     data.write_text(json.dumps({"id": "k0", "mode": "shell", "instruction": "x", "check": "test -e ~/k0.done",
                                 "reference": ["sleep 2; touch ~/k0.done"]}) + "\n")
@@ -245,7 +254,7 @@ def test_a_virtualbox_vm_killed_under_a_task_is_the_infrastructures_not_the_task
     try:
         result = CliRunner().invoke(main, [
             "--mode", "shell", "--data", str(data), "--num-rollouts", "1", "--output-dir", str(tmp_path / "out"),
-            "--run-id", "r", "--no-progress", "--provider-name", "virtualbox", "--path-to-vm", "ubuntu0",
+            "--run-id", "r", "--no-progress", "--provider-name", name, "--path-to-vm", vm_file,
             "--snapshot-name", "init_state"])
     finally:
         killer.join()
@@ -255,5 +264,47 @@ def test_a_virtualbox_vm_killed_under_a_task_is_the_infrastructures_not_the_task
     records = [json.loads(line) for line in (run / "results.jsonl").read_text().splitlines()]
     assert [(r["status"], r["infrastructure"], r["final"]) for r in records] == [
         ("vm_error", True, False), ("success", False, True)], records
-    assert ("VirtualBox VM ubuntu0 (11111111-2222-3333-4444-555555555555) aborted: its VM process ended outside "
-            "the guest (killed, or it crashed)") in records[0]["failure"]["message"], records[0]
+    assert said in records[0]["failure"]["message"], records[0]
+
+
+
+def test_a_vmware_vm_whose_vmx_was_killed_is_the_infrastructures(standins):
+    """vmrun tells nothing of who stopped a VM, but its vmware.log does: a VMX process that
+    exits of its own accord (a power-off, the guest's own included: the task's, which may hold
+    sudo) ends it with 'VMX has left the building'; one killed from outside never writes that.
+    So a VM whose VMX was killed under a task is the infrastructure's (death_cause names it:
+    vm_error, retried on the VM restarted), as VirtualBox's aborted VM is. It was the task's
+    sandbox_violation, graded 0 and final."""
+    vmx, state = standins
+    provider = get_provider("vmware")("hv", ProviderOptions(path_to_vm=vmx[0], snapshot_name="init_state",
+                                                            boot_timeout_s=60))
+    info = provider.start("vm0")
+    pid_file = next(state.glob("*.pid"))
+    try:
+        os.kill(int(pid_file.read_text()), signal.SIGKILL)  # the VMX killed from outside
+        cause = provider.death_cause(info)
+    finally:
+        provider.stop(info)
+        get_provider("process").sweep(f"standin-{pid_file.stem}")  # what the killed stand-in's sandbox left
+        pid_file.unlink()  # as a killed VMX leaves its lock
+    assert cause is not None and cause.startswith(f"VMware VM {vmx[0]} ended without its VMX process's own exit: "
+                                                  f"{Path(vmx[0]).parent / 'vmware.log'} does not end with 'VMX has "
+                                                  "left the building'"), cause
+    assert "killed from outside the guest" in cause, cause
+
+
+@pytest.mark.slow  # a boot and a stop: ~4 s
+def test_a_vmware_vm_that_powered_off_is_still_the_tasks(standins):
+    """A VM whose VMX exited of its own accord (a power-off, as a task with sudo may make its
+    guest do; here vmrun stop) wrote 'VMX has left the building': death_cause claims no cause
+    outside the task, so it stays the task's sandbox_violation."""
+    vmx, _ = standins
+    provider = get_provider("vmware")("hv", ProviderOptions(path_to_vm=vmx[0], snapshot_name="init_state",
+                                                            boot_timeout_s=60))
+    info = provider.start("vm0")
+    try:
+        subprocess.run(["vmrun", "-T", "ws", "stop", vmx[0]], check=True)
+        assert provider.death_cause(info) is None
+        assert "VMX has left the building" in (Path(vmx[0]).parent / "vmware.log").read_text()
+    finally:
+        provider.stop(info)

@@ -32,8 +32,11 @@ a later one it is a failed boot. A boot that fails
 after the VM was started stops it again: nothing of a failed boot is left running.
 
 **A VM that dies under a task** is the task's (``sandbox_violation``: a task may hold sudo
-and power its guest off), unless VirtualBox says the VM ``aborted`` (its process ended outside
-the guest): ``death_cause``, infrastructure. ``vmrun`` tells nothing of the kind.
+and power its guest off), unless its product tells it ended outside the guest (``death_cause``,
+infrastructure): VirtualBox says the VM ``aborted``; for VMware, whose ``vmrun`` tells nothing of
+the kind, the VM's log does: every exit of its VMX process of its own (a power-off, the guest's
+included, ``vmrun stop``) ends ``vmware.log`` with ``VMX has left the building``, which a VMX
+killed (or crashed) never writes.
 
 **Verified resets** (``--verify-reset fast|full``, off by default: a round trip to the
 guest): as the remote provider's, through our guest agent in the VM, against what each VM
@@ -289,6 +292,37 @@ class VMwareProvider(_HypervisorProvider):
     def _stop(self, vm_file: str, deadline: float) -> None:
         self._run([*self._host_type(), "stop", vm_file], deadline, check=False)
 
+    def death_cause(self, info: VMInfo) -> str | None:
+        """A VM no longer running whose ``vmware.log`` (its VMX process's log, beside the
+        ``.vmx`` or where its ``log.fileName`` says) does not end with the VMX's own exit, ``VMX
+        has left the building``: its VMX process was killed (or crashed), which no task in the
+        guest can do. A power-off, the guest's own included, writes that line as the VMX
+        exits. Polled a few seconds while ``vmrun list`` still names the VM (a guest powering
+        off); anything else is None (the task's: it may hold sudo and power its guest off)."""
+        vm_file, deadline = info.private["vm_file"], time.monotonic() + DEATH_CAUSE_S
+        while True:
+            try:
+                running = self._run([*self._host_type(), "list"], deadline).splitlines()[1:]
+            except VMError:
+                return None
+            if os.path.realpath(vm_file) not in {os.path.realpath(line.strip()) for line in running}:
+                break
+            if time.monotonic() + IP_POLL_S > deadline:
+                return None
+            time.sleep(IP_POLL_S)
+        log_file = vmx_log(vm_file)
+        try:
+            with open(log_file, "rb") as handle:
+                handle.seek(max(0, os.fstat(handle.fileno()).st_size - LOG_TAIL_BYTES))
+                tail = handle.read()
+        except OSError:
+            return None  # no log (logging off): cannot tell
+        if not tail or CLEAN_EXIT in tail:
+            return None
+        return (f"VMware VM {vm_file} ended without its VMX process's own exit: {log_file} does not end with "
+                f"'{CLEAN_EXIT.decode()}' (as every power-off, the guest's own included, ends it), so the VMX "
+                "process was killed from outside the guest, or it crashed")
+
     def _snapshots(self, vm_file: str, deadline: float) -> list[str] | None:
         try:  # "Total snapshots: N", then a name a line
             lines = self._run([*self._host_type(), "listSnapshots", vm_file], deadline).splitlines()
@@ -380,6 +414,28 @@ class VirtualBoxProvider(_HypervisorProvider):
         except VMError as exc:
             return [] if "does not have any snapshots" in str(exc) else None
         return re.findall(r'^SnapshotName(?:-\d+)*="(.*)"$', text, flags=re.M)
+
+
+#: what a VMX process writes last to its vmware.log as it exits of its own accord
+CLEAN_EXIT = b"VMX has left the building"
+#: bytes of the end of a vmware.log that death_cause reads
+LOG_TAIL_BYTES = 64 * 1024
+
+
+def vmx_log(vm_file: str) -> str:
+    """The VMX process's log of ``vm_file``: its ``log.fileName`` (relative to the .vmx's
+    folder), else ``vmware.log`` beside it (the current power-on's; VMware keeps the
+    earlier ones as vmware-N.log)."""
+    folder, name = os.path.dirname(os.path.abspath(vm_file)), "vmware.log"
+    try:
+        with open(vm_file, encoding="utf-8", errors="replace") as handle:
+            for line in handle:
+                key, _, value = line.partition("=")
+                if key.strip().lower() == "log.filename" and value.strip().strip('"'):
+                    name = value.strip().strip('"')
+    except OSError:
+        pass
+    return os.path.join(folder, name)
 
 
 def _ip_in(text: str, what: str) -> str:
