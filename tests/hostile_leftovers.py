@@ -225,7 +225,9 @@ LEFTOVER_HONEST = {"mvn": "d=$(mktemp -d) && mkdir $d/.mvn && echo -v > $d/.mvn/
                    "ex": "echo 'let g:pr = \"5\"' > ~/u.vim && ex -s -u ~/u.vim -c 'call writefile([g:pr], $HOME . \"/u.txt\")'"
                          " -c q </dev/null && grep -qx 5 ~/u.txt",
                    "npm": "d=$(mktemp -d) && echo '{\"scripts\": {\"test\": \"test -e package.json\"}}'"
-                          " > $d/package.json && cd $d && npm test --silent",
+                          " > $d/package.json && cd $d && npm test --silent"
+                          # from a folder of the check's own package: npm runs the package's script
+                          " && mkdir $d/src && cd $d/src && npm test --silent",
                    # the check's own config in its tests' folder, by pytest's search and by -c; what
                    # a test runs still runs through the wrappers
                    "pytest": "d=$(mktemp -d) && mkdir $d/t && printf '[pytest]\\npython_files = check_*.py\\n' > $d/pytest.ini"

@@ -12,7 +12,10 @@
 # its config. Nor is it run (126) below a package, a folder with a package.json or node_modules
 # above the current one: npm takes that for the project, so the graded code's ~/package.json
 # and ~/.npmrc (or its scripts) passed `npm exec -c 'exit 3'` (or `npm test`) from a folder of
-# the check's in the home. A check's own --prefix, -g, -w or --workspaces runs npm as the check asks. npm runs
+# the check's in the home; a package the check made itself (its package.json, and its .npmrc
+# if any, dated since the grading command began, $PARALLEL_ROLLOUT_GRADING_SINCE: the graded
+# code's processes were all reaped before) is run from a folder below it as npm would. A
+# check's own --prefix, -g, -w or --workspaces runs npm as the check asks. npm runs
 # with PATH as it was (see ./wrap.sh): the `node test.js` of a package's test script is the
 # wrapped node, which reads no ~/.node_modules of the graded code's.
 . "${0%/*}/wrap.sh" || exit
@@ -37,7 +40,17 @@ while [ ! -e "${package%/}/package.json" ] && [ ! -d "${package%/}/node_modules"
     fi
     package=${package%/*}
 done
-if [ "$package" != "$PWD" ]; then  # a package above: npm runs its scripts, reads its .npmrc
+made_by_the_check() {  # $1 is not there, or dated since the grading command began
+    [ ! -e "$1" ] && [ ! -L "$1" ] && return 0
+    [ -n "$PARALLEL_ROLLOUT_GRADING_SINCE" ] || return 1
+    dated=$(stat -c %.9Z "$1" 2>/dev/null) || return 1
+    s=${dated%.*} since=${PARALLEL_ROLLOUT_GRADING_SINCE%.*}
+    [ "$s" -gt "$since" ] || { [ "$s" -eq "$since" ] && [ "1${dated#*.}" -ge "1${PARALLEL_ROLLOUT_GRADING_SINCE#*.}" ]; }
+}
+if [ "$package" != "$PWD" ] && [ -e "${package%/}/package.json" ] \
+    && made_by_the_check "${package%/}/package.json" && made_by_the_check "${package%/}/.npmrc"; then
+    :  # the check's own package, made since it began (a subfolder of it is where npm runs)
+elif [ "$package" != "$PWD" ]; then  # a package above: npm runs its scripts, reads its .npmrc
     echo "${0##*/}: not run: ${package:-/}, a package the graded code could have made (its package.json or node_modules) above the current folder, would be the project npm runs, its scripts and its .npmrc (run npm in the folder of the package it tests, or name it with --prefix)" >&2
     exit 126
 fi
