@@ -172,6 +172,11 @@ LEFTOVER_ROWS["rig_check_pytest_home_ini"] = (["printf '[pytest]\\naddopts = --c
                                               HOME_TEST + "cd ~ && pytest -q ~/test_check.py", False)
 LEFTOVER_ROWS["rig_check_pytest_home_conftest"] = (["printf 'import os\\ndef pytest_sessionfinish():\\n    os._exit(0)\\n'"
                                                     " > ~/conftest.py"], HOME_TEST + "cd / && py.test -q ~/test_check.py", False)
+#: pytest put the home, the folder of tests there, first on sys.path: the answer's ~/fractions.py
+#: (os._exit(0)) shadowed the module the check's tests import; the wrappers pin --import-mode=append
+LEFTOVER_ROWS["rig_check_pytest_home_module"] = (["printf 'import os\\nos._exit(0)\\n' > ~/fractions.py"],
+                                                 "printf 'import fractions\\ndef test_a():\\n    assert False\\n'"
+                                                 " > ~/test_check.py && cd ~ && pytest -q test_check.py", False)
 #: vim, valgrind and git ran their program with the wrappers' folder off PATH: what it started (a
 #: vim filter, the program valgrind runs, a git alias) ran the system's jq, which read ~/.jq
 LEFTOVER_ROWS["rig_check_vim_filter"] = ([JQ_RC], "echo '[1]' > ~/v.json && vim -es -c '%!jq length' -c wq ~/v.json"
@@ -199,7 +204,7 @@ LEFTOVER_PROGRAMS = {"rig_check_mavenrc": "mvn", "rig_check_mvn_config": "mvn", 
                      "rig_check_pytest_ini": "pytest", "rig_check_pytest_conftest": "pytest",
                      "rig_check_pytest_ini_from_root": "pytest", "rig_check_pytest_versioned_python": "pytest",
                      "rig_check_pytest_3": "pytest-3", "rig_check_pytest_home_ini": "pytest", "rig_check_pytest_home_conftest": "pytest",
-                     "rig_check_pytest_joined_flags": "pytest",
+                     "rig_check_pytest_joined_flags": "pytest", "rig_check_pytest_home_module": "pytest",
                      "rig_check_vim_filter": "vim", "rig_check_valgrind_child": "valgrind", "rig_check_git_alias_child": "git",
                      "rig_check_npm_home_package": "npm"}
 
@@ -237,6 +242,9 @@ LEFTOVER_HONEST = {"mvn": "d=$(mktemp -d) && mkdir $d/.mvn && echo -v > $d/.mvn/
                    # from the home with nothing of pytest's there, and a project's own config in the
                    # home, by pytest's other names
                    "pytest-3": "printf 'def test_a():\\n    pass\\n' > ~/test_ok.py && cd ~ && pytest-3 -q test_ok.py"
+                               # the answer's module, which the tests import from the home
+                               " && printf 'def f():\\n    return 3\\n' > ~/sol.py && printf 'from sol import f\\n"
+                               "def test_f():\\n    assert f() == 3\\n' > ~/test_sol.py && pytest -q test_sol.py"
                                f" && {VERSIONED_PYTHON} -m pytest -q ~/test_ok.py && mkdir ~/proj && cp ~/test_ok.py ~/proj/check_ok.py"
                                " && printf '[pytest]\\npython_files = check_*.py\\n' > ~/proj/pytest.ini && cd ~/proj && py.test-3 -q"
                                " && python3 -BImpytest -q && python3 -X dev -Im pytest -q",

@@ -17,7 +17,10 @@
 # (126) beside an ini file or a conftest.py in the home, which the graded code writes without
 # guessing a folder's name: its ~/pytest.ini of `addopts = --co` passed `cd ~ && pytest
 # ~/test_check.py` of a check's failing tests. A project's own config in a folder of the home
-# (cd ~/proj && pytest) is read as ever.
+# (cd ~/proj && pytest) is read as ever. Tests in the home (or in /tmp, /var/tmp, /dev/shm
+# themselves) run with --import-mode=append (a check's own --import-mode wins): pytest put their
+# folder first on sys.path, and the graded code's ~/fractions.py (os._exit(0)) was what the
+# check's tests imported; its own module the tests import is still found, after the system's.
 
 . "${0%/*}/wrap.sh" || exit
 program=$(command -v "${0##*/}") || exec "${0##*/}" "$@"
@@ -50,18 +53,20 @@ pytest_home_refuse() {
     exit 126
 }
 
-pytest_pin() {  # $1: how many of the words after it are not pytest's; sets pin_c, pin_rootdir, pin_cut
+pytest_pin() {  # $1: how many of the words after it are not pytest's; sets pin_c, pin_rootdir, pin_cut, pin_import
     shift "$(($1 + 1))"
-    pin_c= pin_rootdir= pin_cut= own_rootdir= own_cut= skip= top= any=
+    pin_c= pin_rootdir= pin_cut= pin_import= own_c= own_import= own_rootdir= own_cut= skip= top= any=
     for arg; do
         if [ -n "$skip" ]; then skip=; continue; fi
         case $arg in
-            -c|--config-file|-c?*|--config-file=*) return ;;
+            -c|--config-file) own_c=1 skip=1 ;;
+            -c?*|--config-file=*) own_c=1 ;;
+            --import-mode|--import-mode=*) own_import=1 ;;
             --rootdir) own_rootdir=1 skip=1 ;;
             --rootdir=*) own_rootdir=1 ;;
             --confcutdir) own_cut=1 skip=1 ;;
             --confcutdir=*) own_cut=1 ;;
-            -k|-m|-p|-o|-W|-r|--override-ini|--basetemp|--deselect|--ignore|--ignore-glob|--junitxml|--junit-xml|--log-file|--tb|--durations|--maxfail|--import-mode|--capture|--color)
+            -k|-m|-p|-o|-W|-r|--override-ini|--basetemp|--deselect|--ignore|--ignore-glob|--junitxml|--junit-xml|--log-file|--tb|--durations|--maxfail|--capture|--color)
                 skip=1 ;;
             --) ;;
             -*) ;;
@@ -81,6 +86,10 @@ pytest_pin() {  # $1: how many of the words after it are not pytest's; sets pin_
     done
     here=${PWD%/}
     if [ -z "$any" ]; then top=$here; fi
+    if [ -z "$own_import" ]; then  # tests in a folder the graded code writes: its modules after the system's
+        case $top/ in "${HOME%/}"/*|/tmp/|/var/tmp/|/dev/shm/) if [ -n "${HOME%/}" ]; then pin_import=append; fi ;; esac
+    fi
+    if [ -n "$own_c" ]; then return; fi
     case $top/ in "${here:-/nowhere}"/*) base=$here ;; *) base=$top ;; esac  # never / itself
     if [ -n "${HOME%/}" ] && [ "$base" = "${HOME%/}" ]; then pytest_none_of_home; fi
     dir=$top setup=
