@@ -247,3 +247,26 @@ def test_the_warnings_of_a_run_say_its_settings_as_the_call_does(tmp_path):
     assert "asked for by max_concurrent_rollouts (" in concurrency[0], said
     assert sorted(m for m in said if m.startswith("task ")) == ["task d1: max_turns=3", "task d2: max_turns=3"], said
     assert "task d1: max_turns=3" in (outcome.run_dir / "run.log").read_text()
+
+
+def test_a_dry_run_from_python_is_preflight_and_run_says_so(tmp_path):
+    """The CLI's --dry-run from Python: preflight() with run()'s settings checks them and the
+    tasks, starts nothing and makes no folder, its problems said as the call spells them;
+    run(dry_run=True) was refused as an 'unknown key' whose hint, 'keys are the flag names',
+    dry_run is. A config file's dry-run key is said to be the command line's."""
+    from parallel_rollout.api import preflight
+
+    data, out = _tasks(tmp_path, 2), tmp_path / "out"
+    with pytest.raises(ConfigError, match=r"'dry_run' is no setting of a run .* preflight\(\.\.\.\) of "
+                                          r"parallel_rollout\.api"):
+        run(mode="shell", data=data, output_dir=out, dry_run=True)
+    found = preflight(mode="shell", data=data, output_dir=out, model="x")
+    assert not found.ok and found.census[-1] == "runnable 2 of 2 tasks", found
+    assert len(found.problems) == 1 and "model is not used by this run" in found.problems[0], found.problems
+    assert "(model='x' in run())" in found.problems[0] and "--" not in found.problems[0], found.problems
+    found = preflight(mode="shell", data=data, output_dir=out, check_endpoint=True)
+    assert found.problems == ["check_endpoint=True: the oracle agent calls no model endpoint"], found.problems
+    assert preflight(mode="shell", data=data, output_dir=out).ok and not out.exists()
+    (tmp_path / "run.toml").write_text("dry-run = true\n")
+    with pytest.raises(ConfigError, match=r"'dry-run' is no setting of a run .*: give it on the command line"):
+        preflight(config_file=tmp_path / "run.toml", data=data)

@@ -10,7 +10,9 @@
 The settings are the flags' names with underscores (``num_vms`` for ``--num-vms``), checked
 as a config file's keys are: an unknown name or a wrong type is a ConfigError that names it,
 before anything starts. ``config_file`` is a TOML file of the same keys, which the settings
-override, as flags override it on the command line.
+override, as flags override it on the command line. ``preflight(**settings)`` is the CLI's
+``--dry-run`` (``check_endpoint=True``: ``--check-endpoint``): nothing starts, no folder is
+made, and what it found is returned (``Preflight.ok``, ``problems``, ``census``).
 
 Where the CLI turns a failure into an exit status, these raise: ConfigError (bad settings, a
 task file that does not load: nothing ran), ProviderUnavailable (no bubblewrap, no daemon,
@@ -33,12 +35,14 @@ from .config import PYTHON_CALL, RunConfig, build_config, settings
 from .errors import ConfigError, InterruptedBeforeStart, ProviderUnavailable, RunInterrupted, RunLocked
 from .logs import reworded
 from .main_guard import check_guarded
+from .preflight import Preflight
+from .preflight import preflight as check_run
 from .report.run_data import NotARunFolder, RunData
 from .run_end import PYTHON_PROGRAM
 from .runner import RunOutcome, Runner
 
-__all__ = ["ConfigError", "InterruptedBeforeStart", "NotARunFolder", "ProviderUnavailable", "RunData", "RunInterrupted",
-           "RunLocked", "RunOutcome", "load_run", "run"]
+__all__ = ["ConfigError", "InterruptedBeforeStart", "NotARunFolder", "Preflight", "ProviderUnavailable", "RunData",
+           "RunInterrupted", "RunLocked", "RunOutcome", "load_run", "preflight", "run"]
 
 
 def run(config_file: str | Path | None = None, **run_settings: Any) -> RunOutcome:
@@ -65,6 +69,27 @@ def run(config_file: str | Path | None = None, **run_settings: Any) -> RunOutcom
     if outcome.summary.get("interrupted") or runner.late_signal:
         raise RunInterrupted(outcome, f"run(resume=True, run_id={outcome.run_dir.name!r}, ...)")
     return outcome
+
+
+def preflight(config_file: str | Path | None = None, *, check_endpoint: bool = False,
+              **run_settings: Any) -> Preflight:
+    """The CLI's ``--dry-run`` (``--check-endpoint``) for ``run()``'s settings: everything the
+    run needs, checked, nothing started, no folder made; its ``census`` lines, its ``problems``
+    (said as this call spells the settings; ``ok`` when there are none) and what ``passed``.
+    A setting that does not even make a config (an unknown name, a wrong type) raises
+    ConfigError, as ``run()`` does."""
+    flags: dict[str, Any] = {}
+    try:
+        flags = settings(run_settings, "preflight()")
+        with reworded(lambda text: as_called(text, flags)):  # its warnings, as run()'s
+            found = check_run(build_config(flags, str(config_file) if config_file else None,
+                                           {name: PYTHON_CALL for name in flags}), check_endpoint=check_endpoint)
+    except ConfigError as exc:
+        exc.args = (as_called(str(exc), flags), *exc.args[1:])
+        raise
+    found.problems = [as_called(problem, flags).replace("--check-endpoint", "check_endpoint=True")
+                      for problem in found.problems]
+    return found
 
 
 #: a CLI flag in an error, with the value that may follow it ('x', a number, a word)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .config_checks import RESUME_READS, closest_setting, gate_setting, parse_sampling, validate_ranges
+from .config_checks import RESUME_READS, gate_setting, parse_sampling, unknown_key, validate_ranges
 from .errors import ConfigError
 
 try:
@@ -353,10 +353,7 @@ def settings(raw: dict[str, Any], where: str) -> dict[str, Any]:
     for key, value in raw.items():
         name = key.replace("-", "_")
         if name not in _FIELDS:
-            example = "num_vms" if where.endswith("()") else "num-vms"  # a Python call's, a file's
-            close = closest_setting(name, _FIELDS)  # as the CLI's flags
-            hint = f"did you mean {close if where.endswith('()') else close.replace('_', '-')}?" if close else ""
-            raise ConfigError(f"{where}: unknown key {key!r}; {hint or f'keys are the flag names, e.g. {example}'}")
+            raise unknown_key(key, where, _FIELDS)
         if name in values:
             # num-vms and num_vms are one setting; silently keeping the last would hide a typo.
             raise ConfigError(f"{where}: {key!r} is given twice (as dashes and as underscores)")

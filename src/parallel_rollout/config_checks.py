@@ -287,3 +287,28 @@ def closest_setting(name: str, names: Any) -> str | None:
         return GATE_SYNONYMS[name]
     close = difflib.get_close_matches(name, list(names), n=1, cutoff=0.75)
     return close[0] if close else None
+
+
+#: the CLI's flags of how ``run`` runs, no RunConfig field: what a Python call does instead
+_COMMAND_LINE_ONLY = {
+    "dry_run": "from Python the dry run is preflight(...) of parallel_rollout.api, with the same settings",
+    "check_endpoint": "from Python it is preflight(..., check_endpoint=True) of parallel_rollout.api",
+    "print_config": "from Python, parallel_rollout.config.build_config(...).to_json() shows the settings",
+    "verbose": "from Python, set the level of the 'parallel_rollout' logger",
+    "quiet": "from Python, set the level of the 'parallel_rollout' logger",
+}
+
+
+def unknown_key(key: str, where: str, fields: Any) -> ConfigError:
+    """The error for ``key``, no setting of ``fields``, given ``where`` (a file, a Python call:
+    ``where`` ends in ``()``): the setting it misspells; for one of the CLI's flags of how it
+    runs (``dry_run``: it was an unknown key whose hint, 'keys are the flag names', it is),
+    what does it in a call, or that it goes on the command line."""
+    name, call = key.replace("-", "_"), where.endswith("()")
+    if name in _COMMAND_LINE_ONLY:
+        return ConfigError(f"{where}: {key!r} is no setting of a run but how the command runs: "
+                           + (_COMMAND_LINE_ONLY[name] if call else "give it on the command line"))
+    example = "num_vms" if call else "num-vms"
+    close = closest_setting(name, fields)  # as the CLI's flags
+    hint = f"did you mean {close if call else close.replace('_', '-')}?" if close else ""
+    return ConfigError(f"{where}: unknown key {key!r}; {hint or f'keys are the flag names, e.g. {example}'}")
