@@ -182,6 +182,30 @@ def test_get_batch_behind_its_own_suspend_raises_and_a_timeout_says_the_gate_is_
         assert "the policy gate is suspended" in str(errors[0])
         train.resume(train.policy_version)
         assert len(train.get_batch(1, step=0, timeout=120)) == 1
+        # a thread that suspended and ended, the resume to come from another (a controller's
+        # thread per call): a new thread given its id again is not it, and its get_batch waits
+        # for the resume (it raised SchedulerSuspended, "this thread suspended the policy gate")
+        suspender = threading.Thread(target=train.suspend)
+        suspender.start()
+        suspender.join(30)
+        got: list = []
+
+        def get_in_a_thread_with_its_id():
+            if threading.get_ident() == suspender.ident:  # else another try
+                got.append("started")
+                _catch(errors, lambda: got.append(train.get_batch(1, step=0, timeout=120)))
+
+        errors.clear()
+        for _ in range(50):
+            getter = threading.Thread(target=get_in_a_thread_with_its_id)
+            getter.start()
+            getter.join(0.5)
+            if got:
+                break
+        assert got, "no new thread got the ended one's id"
+        train.resume(train.policy_version)
+        getter.join(120)
+        assert not errors and len(got) == 2 and len(got[1]) == 1, errors
     finally:
         base.resume(base.policy_version)
         train.close()

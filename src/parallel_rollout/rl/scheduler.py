@@ -304,7 +304,7 @@ class RolloutScheduler(ChosenBatches, GroupGeneration, ReadyBatches, TakingTurns
         """``step`` as an int, checked with the rest of what a get_batch needs before it
         changes anything (see ``get_batch``)."""
         self._check_open()
-        if self._shared.suspended_by == threading.get_ident() and not self._shared.gate.is_open:
+        if self._shared.suspended_by is threading.current_thread() and not self._shared.gate.is_open:
             raise SchedulerSuspended(
                 f"get_batch on scheduler {self.name!r}: this thread suspended the policy gate and did not resume "
                 "it, so no model request goes out and no batch could come: call resume(policy_version) first")
@@ -385,7 +385,7 @@ class RolloutScheduler(ChosenBatches, GroupGeneration, ReadyBatches, TakingTurns
         self._check_open()
         check_timeout(timeout, "suspend")  # a ConfigError changes nothing: the gate stays open
         self._shared.engine.hold_clocks(True)
-        self._shared.suspended_by = threading.get_ident()  # a get_batch of this thread could never end
+        self._shared.suspended_by = threading.current_thread()  # a get_batch of this thread could never end
         self._shared.gate.suspend(abort=abort, timeout=timeout)
 
     def resume(self, policy_version: int) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import atexit
 import dataclasses
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -43,8 +44,9 @@ class SharedEngine:
         #: close() ran to its end (``closed`` is set at its start)
         self._stopped = False
         #: the thread whose suspend() shut the gate, until a resume() (what a get_batch of
-        #: that thread refuses to wait for)
-        self.suspended_by: int | None = None
+        #: that thread refuses to wait for): the Thread itself, not its id, which a thread
+        #: started after it ended may be given again
+        self.suspended_by: threading.Thread | None = None
         #: the files every scheduler's task sets come from (by absolute and real path), which
         #: each attempt tells its agent to withhold from a program of its own (the command
         #: agent's), as it withholds a run's --data: no file of the run names them
