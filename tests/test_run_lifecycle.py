@@ -510,6 +510,13 @@ def test_a_new_run_names_no_run_of_its_settings_that_is_still_going(tmp_path):
         assert going.wait(timeout=60) == 130, going.communicate()
     stopped = cli(tmp_path, *flags)
     assert "an earlier run of these settings, sig, was interrupted" in stopped.output, stopped.output
+    # its task file edited since: a resume of it is refused, so it is not named (it was: the
+    # note compared the settings, not the task data, and sent the user to an exit 2)
+    data.write_text(data.read_text() + json.dumps(shell_task("added")) + "\n")
+    refused = cli(tmp_path, *flags[:-3], "--run-id", "sig", "--resume", "--dry-run")
+    assert refused.exit_code == 2 and "changed since the run started" in refused.output, refused.output
+    edited = cli(tmp_path, *flags)
+    assert edited.exit_code == 0 and "an earlier run" not in edited.output, edited.output
 
 
 def test_a_resume_draws_no_progress_bar_that_the_session_it_resumes_asked_for(tmp_path):

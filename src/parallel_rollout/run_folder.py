@@ -129,7 +129,18 @@ class RunFolder:
         from .report.runs import twins_note, unfinished_twins
 
         twins = unfinished_twins(self.config.output_dir, self.config.identity_hash(), besides=self.run_id)
+        twins = [twin for twin in twins if self._resumable(twin.run_id)]
         return twins_note(twins, python=PYTHON_CALL in self.config.sources.values())
+
+    def _resumable(self, run_id: str) -> bool:
+        """Whether a resume of the output folder's run ``run_id`` with this run's settings and
+        task data would pass ``check_resume`` (a task file edited since refuses it)."""
+        try:
+            stored = json.loads((Path(self.config.output_dir) / run_id / "config.json").read_text())
+            check_resume(run_id, stored, self.config, self.provenance or {})
+        except (OSError, ValueError, ConfigError):
+            return False
+        return True
 
     def check_scope(self, finals: dict[str, Any], keys: set[str]) -> None:
         """ConfigError for final results of samples this run no longer holds (a lower
