@@ -185,6 +185,9 @@ LEFTOVER_ROWS["rig_check_valgrind_child"] = ([JQ_RC], "valgrind -q --tool=none s
                                                       " >/dev/null", False)
 LEFTOVER_ROWS["rig_check_git_alias_child"] = ([JQ_RC], "cd $(mktemp -d) && git init -q && git -c alias.t='!echo [1] |"
                                                        " jq -e \"length > 3\"' t >/dev/null", False)
+#: gdb ran with the wrappers' folder off PATH: what its `shell` command ran was the system's jq
+LEFTOVER_ROWS["rig_check_gdb_shell"] = ([JQ_RC], "rm -f ~/r; gdb -batch -ex 'shell echo [1] | jq -e \"length > 3\" >/dev/null;"
+                                                 " echo $? > ~/r' </dev/null; grep -qx 0 ~/r", False)
 #: npm climbs from a folder that is no package to one above that is: the answer's home, whose
 #: .npmrc's script-shell (exit 0) passed `npm exec -c 'exit 3'` from the check's ~/t
 LEFTOVER_ROWS["rig_check_npm_home_package"] = ([f"{NPM_SHELL} ~/.npmrc && echo '{{\"scripts\": {{}}}}' > ~/package.json"],
@@ -205,7 +208,7 @@ LEFTOVER_PROGRAMS = {"rig_check_mavenrc": "mvn", "rig_check_mvn_config": "mvn", 
                      "rig_check_pytest_ini_from_root": "pytest", "rig_check_pytest_versioned_python": "pytest",
                      "rig_check_pytest_3": "pytest-3", "rig_check_pytest_home_ini": "pytest", "rig_check_pytest_home_conftest": "pytest",
                      "rig_check_pytest_joined_flags": "pytest", "rig_check_pytest_home_module": "pytest",
-                     "rig_check_vim_filter": "vim", "rig_check_valgrind_child": "valgrind", "rig_check_git_alias_child": "git",
+                     "rig_check_vim_filter": "vim", "rig_check_valgrind_child": "valgrind", "rig_check_git_alias_child": "git", "rig_check_gdb_shell": "gdb",
                      "rig_check_npm_home_package": "npm"}
 
 
@@ -219,7 +222,8 @@ def on_system_path(program: str) -> str | None:
 LEFTOVER_HONEST = {"mvn": "d=$(mktemp -d) && mkdir $d/.mvn && echo -v > $d/.mvn/maven.config"  # a project's own
                           " && cd $d && mvn | grep -q 'Apache Maven'",
                    "valgrind": "valgrind -q --error-exitcode=1 --leak-check=full true",
-                   "gdb": "gdb -batch -ex 'print 6 * 7' | grep -q '= 42'",
+                   "gdb": "gdb -batch -ex 'print 6 * 7' | grep -q '= 42' && gdb -batch -ex 'shell echo [1,2] | jq length'"
+                          " </dev/null | grep -qx 2",
                    "identify": "convert -size 3x2 xc:red ~/h.png && [ \"$(identify -format %w%h ~/h.png)\" = 32 ]",
                    "ssh": "ssh -G localhost | grep -qx 'hostname localhost'",
                    "scp": "scp -q ~/a.json ~/b.json && cmp ~/a.json ~/b.json",
