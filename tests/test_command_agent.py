@@ -423,4 +423,6 @@ def test_command_check_config(tmp_path):
         CommandAgent.check_config(make_config(agent="command", agent_cmd="no-such-agent-binary --x"))
     with pytest.raises(ConfigError, match="No closing quotation"):
         CommandAgent.check_config(make_config(agent="command", agent_cmd="python 'unterminated"))
-    CommandAgent.check_config(make_config(agent="command", agent_cmd=f"{sys.executable} agent.py"))
+    script = tmp_path / "agent.py"
+    script.write_text("")  # a script the interpreter is given must exist (check_script)
+    CommandAgent.check_config(make_config(agent="command", agent_cmd=f"{sys.executable} {script}"))

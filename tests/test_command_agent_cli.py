@@ -137,6 +137,27 @@ def test_a_program_that_cannot_start_is_refused_before_the_run(tmp_path):
     assert "but its interpreter '/no/such/interpreter' does not exist" in result.output, result.output
 
 
+def test_a_script_the_interpreter_cannot_find_is_refused_before_the_run(tmp_path, monkeypatch):
+    """--agent-cmd 'python3 agnet.py' (a typo, or a job run from another folder): its dry run
+    passed and the run exited 0 with every task the agent's error, graded 0, python3 saying
+    "can't open file" in each record. Refused at the start now (the run and --dry-run alike,
+    exit 2), naming the script and the folder a relative one is looked for in."""
+    monkeypatch.chdir(tmp_path)
+    command = f"{shlex.quote(sys.executable)} agnet.py"
+    for run_id, flags in (("typo", ()), ("typo-dry", ("--dry-run",))):
+        result = run(tmp_path, run_id, command, *flags)
+        said = " ".join(result.output.split())
+        assert result.exit_code == 2, result.output[-3000:]
+        assert (f"would run the script 'agnet.py', which does not exist (in {tmp_path}, the folder the agent "
+                "starts in)") in said, said
+        assert not (tmp_path / "out" / run_id / "results.jsonl").exists()
+    from parallel_rollout.agents.command_checks import check_script
+
+    (tmp_path / "agnet.py").write_text("")
+    check_script([sys.executable, "agnet.py"])  # there: passes
+    check_script([sys.executable, "-m", "no_such_module"])  # an option first: not looked into
+
+
 def refused_with_a_bwrap_that_fails_at(tmp_path, monkeypatch, run_id: str, option: str, complaint: str) -> str:
     """A run whose bubblewrap says ``complaint`` and fails at ``option``, as a restricted
     host's does: refused before the run (exit 2, no record); what it said, on one line."""

@@ -79,7 +79,7 @@ from ..pool.providers import host_dirs
 from ..envs import task_answer_files
 from ..tasks import resolve_data
 from .base import Agent
-from .command_checks import check_program, exec_failure_hint, shell_syntax_problem
+from .command_checks import check_program, check_script, exec_failure_hint, shell_syntax_problem
 from .agent_sandbox import SCRATCH, check_sandbox, current_folder, runner_code, within
 from .command_process import AgentProcess, NoReply, ProcessBroken, ProcessKilled, StrayLine
 from .episode import AgentError, AgentKilled
@@ -121,6 +121,7 @@ class CommandAgent(Agent):
         CRLF line end's '/bin/bash\\r'; ``agents.command_checks``), or when bubblewrap cannot
         start it here as an attempt would, with what it hides (``check_sandbox``)."""
         check_program(_split(config.agent_cmd)[0])
+        check_script(_split(config.agent_cmd))
         # probed with what an agent's start hides, as far as it exists yet
         unavailable = check_sandbox((*host_dirs.private_folders(make=False), *host_dirs.control_sockets(),
                                      *host_dirs.data_caches(make=False), *run_folder(config), *task_files(config),

@@ -10,7 +10,8 @@ of operator characters a token), is refused, with ``sh -c`` or a wrapper script 
 
 ``check_program`` (from ``CommandAgent.check_config``, so ``--dry-run`` says it too): the
 program must be an executable file or on PATH, and a script's ``#!`` line must name an
-interpreter that exists. A ``#!`` line that ends in a carriage return (a file with Windows
+interpreter that exists; ``check_script``: a script an interpreter is given (``python3
+agent.py``) must exist. A ``#!`` line that ends in a carriage return (a file with Windows
 CRLF line ends) is refused as such: the system reads the ``\\r`` as part of the line and
 looks for ``/bin/bash\\r``, which bubblewrap reports only once the attempt starts, as
 ``execvp ./agent.sh: No such file or directory`` of a file that exists. What cannot be
@@ -36,6 +37,8 @@ _SHELL_BUILTINS = frozenset({"cd", "export", "source", ".", "set", "unset", "ali
 _PUNCTUATION = frozenset("();<>|&")
 #: a first word a shell reads as setting a variable
 _ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
+#: programs whose first argument, with no option before it, is the script they run
+_INTERPRETER = re.compile(r"(python|pypy|node|nodejs|bash|sh|dash|zsh|ksh|ruby|perl|php|lua|Rscript)[\d.]*")
 #: bubblewrap's word when it cannot exec the program
 _EXEC_FAILED = re.compile(r"bwrap: execvp (.+?): (No such file or directory|Permission denied)")
 
@@ -57,6 +60,20 @@ def check_program(name: str) -> None:
         if problem:
             raise ConfigError(f"--agent-cmd: {name!r} starts with the line "
                               f"{line.decode(errors='replace')!r}, {problem}")
+
+
+def check_script(words: list[str]) -> None:
+    """ConfigError when --agent-cmd runs an interpreter (``python3 agent.py``, ``node``,
+    ``bash`` …) on a script, its first argument with no option before it, that does not exist
+    from the runner's folder, the agent's too: every attempt would fail as the agent's error,
+    graded 0 (exit 0), after a dry run that passed. An option first (``-m``, ``-c``) is not
+    looked into."""
+    if len(words) < 2 or not _INTERPRETER.fullmatch(os.path.basename(words[0])) or words[1].startswith("-"):
+        return
+    if not os.path.exists(words[1]):
+        where = "" if os.path.isabs(words[1]) else f" (in {os.getcwd()}, the folder the agent starts in)"
+        raise ConfigError(f"--agent-cmd: {words[0]!r} would run the script {words[1]!r}, which does not "
+                          f"exist{where}; every attempt would fail as the agent's error")
 
 
 def shell_syntax_problem(command: str) -> str | None:
