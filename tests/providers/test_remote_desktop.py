@@ -125,3 +125,31 @@ def test_a_shell_tasks_reap_ends_its_leftovers_not_the_agents_desktop(tmp_path):
         moved = client.execute(["python", "-c", "import pyautogui; pyautogui.moveTo(7, 9)"], timeout=30)
         assert moved["returncode"] == 0, moved
         assert client.cursor_position() == (7, 9)
+
+
+@pytest.mark.slow  # two desktop agents: ~6 s
+def test_a_desktop_agent_whose_tasks_can_end_another_desktop_says_so(tmp_path):
+    """Two desktop agents on one host whose commands run as one user (here root): a task of
+    one can end the other's desktop (pkill Xvfb, kill -9 -1), and the other's task then fails
+    as its own. The design contains it (--run-as a user of its own per agent: a task signals
+    only that user's processes); an agent started without it beside another's X server says
+    so in its log, naming that server and the flag. It said nothing."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    with desktop_agent(tmp_path / "a", AGENT) as first:
+        display = GuestClient(f"http://127.0.0.1:{first}").health()["display"]
+        xvfb = [pid for pid in os.listdir("/proc") if pid.isdigit() and _cmdline(pid)[:2] == ["Xvfb", display]]
+        assert len(xvfb) == 1, xvfb
+        with desktop_agent(tmp_path / "b", AGENT):
+            log = (tmp_path / "b" / "agent.log").read_text()
+    said = " ".join(log.split())
+    assert "warning: this machine runs other X servers (" in said, log
+    assert f"pid {xvfb[0]}, uid {os.getuid()}" in said, log
+    assert "start each desktop agent with --run-as UID:GID of a user of its own" in said, log
+
+
+def _cmdline(pid: str) -> list[str]:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+    except OSError:
+        return []

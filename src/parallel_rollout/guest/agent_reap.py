@@ -286,17 +286,36 @@ def own_processes(name: str) -> dict[int, int]:
     """pid -> parent pid of the live processes named ``name`` (their ``comm``) that /reap would
     count as the commands': this agent's descendants (every process but pid 1 and the agent's
     with --reap-all), never another agent's of the same host."""
-    table = {pid: found for pid in _pids() if (found := _status(pid)) is not None and not _gone(pid, found[1])}
+    table = _live()
     chosen = set(table) - {1, os.getpid()} if reap_all else _descendants({pid: f[0] for pid, f in table.items()})
-    named = {}
-    for pid in chosen:
-        try:
-            with open(f"/proc/{pid}/comm", "rb") as handle:
-                if handle.read().strip() == name.encode():
-                    named[pid] = table[pid][0]
-        except OSError:
-            continue  # gone meanwhile
-    return named
+    return {pid: table[pid][0] for pid in chosen if _named(pid, name)}
+
+
+def _live() -> dict[int, tuple[int, bytes, int]]:
+    """pid -> (parent pid, state, uid) of every live process (no zombie)."""
+    return {pid: found for pid in _pids() if (found := _status(pid)) is not None and not _gone(pid, found[1])}
+
+
+def _named(pid: int, name: str) -> bool:
+    """Whether process ``pid``'s ``comm`` is ``name`` (False once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/comm", "rb") as handle:
+            return handle.read().strip() == name.encode()
+    except OSError:
+        return False  # gone meanwhile
+
+
+def others_in_reach(name: str) -> dict[int, int]:
+    """pid -> uid of the live processes named ``name`` (their ``comm``) that are not this
+    agent's but that its commands can signal: all of them when the commands run as root,
+    else those of the commands' user. On a host of several desktop agents whose commands run
+    as one user (or root), a task's ``pkill Xvfb`` or ``kill -9 -1`` ends another agent's
+    desktop, and that agent's task fails as if it were its own doing."""
+    commands_uid = agent_commands.run_as[0] if agent_commands.run_as is not None else os.getuid()
+    table = _live()
+    ours = _descendants({pid: found[0] for pid, found in table.items()}) | {os.getpid()}
+    return {pid: owner for pid, (_, _, owner) in table.items()
+            if pid not in ours and commands_uid in (0, owner) and _named(pid, name)}
 
 
 def _descendants(parents: dict[int, int]) -> set[int]:

@@ -374,6 +374,11 @@ def main(argv: list[str] | None = None) -> int:
         display = desktop.DISPLAY
         devtools_ports.update(_sibling("desktop_routes").claim_devtools_ports())
         agent_reap.keep_desktop()  # the desktop's own processes: /reap spares them
+        if not agent_reap.reap_all and (others := agent_reap.others_in_reach("Xvfb")):
+            agent_http.log(f"warning: this machine runs other X servers ({', '.join(f'pid {p}, uid {u}' for p, u in others.items())}) "
+                           "that this agent's commands can signal (they run as root or as their user): a task's pkill "
+                           "or kill -9 -1 ends another desktop agent's desktop, and its task fails as its own; start "
+                           "each desktop agent with --run-as UID:GID of a user of its own")
     server = agent_http.make_server(resolve, unix=args["unix"], host=args["host"], port=args["port"],
                                     max_body_mb=args["max_body_mb"], listen_fd=args["listen_fd"], key=key)
     if args["unix"] and agent_commands.run_as is not None:
