@@ -153,12 +153,17 @@ def _relay(listener: socket.socket, holder: dict) -> None:
 
 
 def _pipe_pair(client: socket.socket, address: str) -> None:
+    from parallel_rollout.guest.client import KEY_LINE, KEY_MARK
+
     if address.startswith("unix:"):
         upstream = socket.socket(socket.AF_UNIX)
         upstream.connect(address[len("unix:"):])
-    else:
+    else:  # a QEMU VM's relay asks for its key first (``#pr-key=``, as GuestClient says it)
+        address, _, key = address.partition(KEY_MARK)
         host, _, port = address[len("http://"):].rpartition(":")
         upstream = socket.create_connection((host, int(port)))
+        if key:
+            upstream.sendall(f"{KEY_LINE} {key}\n".encode())
     relay(client, upstream)
 
 
