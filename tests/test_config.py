@@ -244,6 +244,23 @@ def test_flags_the_run_cannot_honour_are_rejected(tmp_path, args, message, why):
     assert_usage_error(result, tmp_path, message, why)
 
 
+def test_vm_settings_of_a_mode_that_runs_in_no_vm_are_warned_of(tmp_path):
+    """--spare-vms, --verify-reset, --boot-timeout-s, max_vm_replacements in a mode without a
+    VM (gym) were taken in silence, where --num-vms is refused; warned of now, each named,
+    not refused: one config file may serve every mode of a nightly job."""
+    (tmp_path / "run.toml").write_text("max_vm_replacements = 2\n")
+    result = invoke(tmp_path, "--mode", "gym", "--data", "frozenlake", "--limit", "1", "--spare-vms", "1",
+                    "--verify-reset", "fast", "--boot-timeout-s", "30", "--config", str(tmp_path / "run.toml"),
+                    "--dry-run", data=None)
+    said = " ".join(result.output.split())
+    assert result.exit_code == 0, result.output
+    for name in ("--boot-timeout-s", "max_vm_replacements", "--spare-vms", "--verify-reset"):
+        assert f"{name} is not used by this run: the gym mode runs in no VM" in said, said
+    assert f"(max-vm-replacements = 2 in {tmp_path / 'run.toml'}); it is ignored" in said, said
+    shell = invoke(tmp_path, "--mode", "shell", "--use-vm-pool", "--num-vms", "1", "--spare-vms", "1", "--dry-run")
+    assert shell.exit_code == 0 and "is not used" not in shell.output, shell.output
+
+
 @pytest.mark.parametrize("extra", [[], ["--dry-run"]], ids=["run", "dry-run"])
 def test_a_vm_memory_too_small_for_the_guest_agent_is_refused(tmp_path, extra):
     """--vm-memory-mb 4 starved each sandbox's own agent: every task, even an echo, was graded
