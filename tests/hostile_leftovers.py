@@ -140,6 +140,12 @@ LEFTOVER_ROWS["rig_check_pytest_ini_from_root"] = (LEFTOVER_ROWS["rig_check_pyte
                                                    PYTEST_TEST.replace("cd $d", "cd /") + "pytest -q $d", False)
 LEFTOVER_ROWS["rig_check_pytest_conftest"] = (["printf 'import os\\ndef pytest_sessionfinish():\\n    os._exit(0)\\n'"
                                                " > /tmp/conftest.py"], PYTEST_TEST + "python3 -m pytest -q", False)
+#: a pyproject.toml's tool.pytest table spelled otherwise than the header the wrappers grepped for
+#: (a quoted key, an escape, an inline table), which pytest reads all the same
+LEFTOVER_ROWS["rig_check_pytest_toml_spelling"] = ([r"""printf '["tool"."\\u0070ytest".ini_options]\naddopts = "--co"\n'"""
+                                                    " > /tmp/pyproject.toml"], PYTEST_TEST + "pytest -q", False)
+LEFTOVER_ROWS["rig_check_pytest_toml_inline"] = (["""echo 'tool = {pytest = {ini_options = {addopts = "--co"}}}'"""
+                                                  " > /tmp/pyproject.toml"], PYTEST_TEST + "pytest -q", False)
 #: npm ran with its wrapper's folder off PATH, so the `node t.js` of a test script was the system's
 #: node, which loads a module of ~/.node_modules (the node wrapper's is hidden): the answer's
 #: pr-hostile.js exited 0 for tests that fail; npm now runs with PATH as it was
@@ -208,6 +214,7 @@ LEFTOVER_PROGRAMS = {"rig_check_mavenrc": "mvn", "rig_check_mvn_config": "mvn", 
                      "rig_check_pytest_ini_from_root": "pytest", "rig_check_pytest_versioned_python": "pytest",
                      "rig_check_pytest_3": "pytest-3", "rig_check_pytest_home_ini": "pytest", "rig_check_pytest_home_conftest": "pytest",
                      "rig_check_pytest_joined_flags": "pytest", "rig_check_pytest_home_module": "pytest",
+                     "rig_check_pytest_toml_spelling": "pytest", "rig_check_pytest_toml_inline": "pytest",
                      "rig_check_vim_filter": "vim", "rig_check_valgrind_child": "valgrind", "rig_check_git_alias_child": "git", "rig_check_gdb_shell": "gdb",
                      "rig_check_npm_home_package": "npm"}
 
@@ -242,7 +249,11 @@ LEFTOVER_HONEST = {"mvn": "d=$(mktemp -d) && mkdir $d/.mvn && echo -v > $d/.mvn/
                    "pytest": "d=$(mktemp -d) && mkdir $d/t && printf '[pytest]\\npython_files = check_*.py\\n' > $d/pytest.ini"
                              " && printf 'import os\\ndef test_a():\\n    assert os.environ[\"PATH\"].startswith("
                              "\"/opt/parallel-rollout/grading_bin:\")\\n' > $d/t/check_a.py && (cd $d && pytest -q t)"
-                             " && python3 -m pytest -q -c $d/pytest.ini $d/t",
+                             " && python3 -m pytest -q -c $d/pytest.ini $d/t"
+                             # a pyproject.toml above that only names pytest is no config of pytest's
+                             " && e=$(mktemp -d) && mkdir $e/t && printf 'def test_a():\\n    pass\\n' > $e/t/test_a.py"
+                             " && printf '[project]\\nname = \"t\"\\ndependencies = [\"pytest\"]\\n' > $e/pyproject.toml"
+                             " && (cd $e/t && pytest -q)",
                    # from the home with nothing of pytest's there, and a project's own config in the
                    # home, by pytest's other names
                    "pytest-3": "printf 'def test_a():\\n    pass\\n' > ~/test_ok.py && cd ~ && pytest-3 -q test_ok.py"

@@ -31,15 +31,33 @@ pytest_ini_in() {  # the first file of folder $1 that pytest takes for its confi
         if [ -f "$1/$name" ]; then found=$1/$name; return 0; fi
     done
     found=$1/pyproject.toml
-    if [ -f "$found" ] && grep -q '^[[:space:]]*\[[[:space:]]*tool[[:space:]]*\.[[:space:]]*"\{0,1\}pytest' "$found"; then
-        return 0
-    fi
+    if [ -f "$found" ] && pytest_toml_table "$found"; then return 0; fi
     found=$1/tox.ini
     if [ -f "$found" ] && grep -q '^[[:space:]]*\[pytest\]' "$found"; then return 0; fi
     found=$1/setup.cfg
     if [ -f "$found" ] && grep -q '^[[:space:]]*\[tool:pytest\]' "$found"; then return 0; fi
     found=
     return 1
+}
+
+pytest_toml_table() {  # the TOML file $1 has a tool.pytest table, however its keys are spelled
+    # (["tool".pytest.ini_options], an inline table tool = {pytest = ...}: a grep for a header
+    # missed both, and /tmp/pyproject.toml's addopts = "--co" passed failing tests); a file
+    # that does not parse is none (pytest stops at it); with no TOML parser, every one is
+    python3 -I -c 'import sys
+try:
+    import tomllib
+except ImportError:
+    try:
+        import tomli as tomllib
+    except ImportError:
+        sys.exit(0)
+try:
+    with open(sys.argv[1], "rb") as f:
+        tool = tomllib.load(f).get("tool")
+except Exception:
+    sys.exit(1)
+sys.exit(0 if isinstance(tool, dict) and "pytest" in tool else 1)' "$1" 2>/dev/null
 }
 
 pytest_none_of_home() {  # pytest runs from the home itself: no ini file or conftest.py there
