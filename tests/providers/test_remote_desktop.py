@@ -5,12 +5,15 @@ host's display :0: this file runs alone, with the other remote-provider tests)."
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
+import time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -19,6 +22,7 @@ from click.testing import CliRunner
 
 from conftest import read_results, write_tasks
 from parallel_rollout.cli import main
+from parallel_rollout.errors import GuestUnreachable
 from parallel_rollout.guest.client import GuestClient
 from providers.test_remote import AGENT, _free_port
 
@@ -153,3 +157,55 @@ def _cmdline(pid: str) -> list[str]:
         return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
     except OSError:
         return []
+
+
+@pytest.mark.slow  # a desktop agent's start: ~3 s
+def test_a_run_as_desktop_agent_passes_over_a_display_a_killed_root_x_server_left(tmp_path):
+    """A killed X server of root's left its socket in /tmp/.X11-unix (nobody binds it; every
+    root desktop agent stopped leaves one): a root agent's Xvfb takes that display over, but one
+    started with --run-as (a user of its own per agent, as the README says to keep two agents'
+    tasks apart) runs Xvfb as that user, who cannot remove root's file from the sticky folder:
+    the agent, as root, removes it first. Its Xvfb exited ('server already running') and the
+    agent never came up."""
+    from parallel_rollout.guest import desktop
+
+    display = desktop.free_display()  # the display a new agent would take now
+    fd, claim = desktop._claim
+    os.close(fd)
+    claim.close()
+    desktop._claim = None
+    stale = Path(desktop.X11_SOCKETS) / f"X{display[1:]}"
+    if stale.exists() and stale.lstat().st_uid != 0:  # a killed X server's of another user: as X does
+        stale.unlink()
+    made = not stale.exists()  # else root's, as a root agent stopped here leaves (its Xvfb killed)
+    if made:
+        with socket.socket(socket.AF_UNIX) as left:  # bound, then its server gone: the file stays
+            left.bind(str(stale))
+    tmp_path.chmod(0o755)
+    home = tmp_path / "home"
+    home.mkdir()
+    os.chown(home, 64101, 64101)
+    port = _free_port()
+    try:
+        with (tmp_path / "agent.log").open("wb") as log:
+            agent = subprocess.Popen([sys.executable, "-I", str(AGENT), "--host", "127.0.0.1", "--port", str(port),
+                                      "--desktop", "800x600", "--run-as", "64101:64101"], cwd=home,
+                                     stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                     env={"PATH": os.environ["PATH"], "HOME": str(home)})
+        try:
+            client = GuestClient(f"http://127.0.0.1:{port}")
+            deadline = time.monotonic() + 30
+            while agent.poll() is None and time.monotonic() < deadline:
+                with contextlib.suppress(OSError, GuestUnreachable):
+                    client.wait_ready(1)
+                    break
+            assert agent.poll() is None, (tmp_path / "agent.log").read_text()[-3000:]
+            assert client.health()["display"] == display  # the leftover gone, as a root Xvfb takes it over
+            assert client.screen_size() == (800, 600)
+            assert client.screenshot().startswith(b"\x89PNG")
+        finally:
+            agent.terminate()
+            agent.wait(timeout=30)
+    finally:
+        if made:
+            stale.unlink(missing_ok=True)

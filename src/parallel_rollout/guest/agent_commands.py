@@ -287,6 +287,22 @@ def give(path: str) -> None:
         os.lchown(path, *run_as)
 
 
+def take_over(paths) -> bool:
+    """Remove each of ``paths`` (a killed X server's socket and lock) that is another user's than
+    the one commands run as (--run-as, or the agent's): that user's Xvfb, unlike root's, cannot
+    remove them from the sticky /tmp and would not start. False when one cannot be removed."""
+    uid = run_as[0] if run_as is not None else os.getuid()
+    for path in paths:
+        try:
+            if uid != 0 and os.lstat(path).st_uid != uid:
+                os.unlink(path)
+        except FileNotFoundError:
+            continue
+        except OSError:
+            return False
+    return True
+
+
 def _kill_group(pgid: int) -> None:
     try:
         os.killpg(pgid, agent_spawn.SIGKILL)

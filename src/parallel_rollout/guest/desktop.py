@@ -52,10 +52,8 @@ killed after that; a walk that fails or times out, a missing pyatspi, or a deskt
 (dbus-daemon or at-spi2-core not installed, or ``PARALLEL_ROLLOUT_ATSPI=0``; GTK apps then run with
 ``NO_AT_BRIDGE=1``) leaves the window list alone, so the answer always comes, in bounded time.
 
-**Bounded waits.** Every route finishes in bounded time: ``/setup/open_file`` waits for the window at
-most ``timeout`` seconds (default ``desktop_routes.OPEN_TIMEOUT_S``, never OSWorld's 1800 s) and answers
-500 ``{"status": "error", "message": ...}`` when it does not appear (OSWorld's shape); helper commands
-have short timeouts; the AT-SPI walk has its own (above).
+**Bounded waits.** ``/setup/open_file`` waits ``desktop_routes.OPEN_TIMEOUT_S`` at most (never OSWorld's
+1800 s), then answers 500 (OSWorld's shape); helpers and the AT-SPI walk have short timeouts of their own.
 """
 
 from __future__ import annotations
@@ -180,14 +178,14 @@ def _x_held(number: int) -> bool:
     try:
         with open(f"/tmp/.X{number}-lock", encoding="ascii", errors="replace") as lock:
             pid = int(lock.read().strip())
-    except FileNotFoundError:
-        return False
+    except FileNotFoundError:  # free: a killed one's files, which the desktop's user may not remove, go
+        return not _sibling("agent_commands").take_over((path, f"/tmp/.X{number}-lock"))
     except (OSError, ValueError):
         return True  # cannot tell: another's
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
-        return False
+        return not _sibling("agent_commands").take_over((path, f"/tmp/.X{number}-lock"))
     except OSError:
         pass  # alive, another user's
     return True
