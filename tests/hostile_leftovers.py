@@ -171,6 +171,7 @@ LEFTOVER_ROWS["rig_check_pytest_versioned_python"] = (LEFTOVER_ROWS["rig_check_p
 LEFTOVER_ROWS["rig_check_pytest_3"] = (LEFTOVER_ROWS["rig_check_pytest_ini"][0], PYTEST_TEST + "pytest-3 -q", False)
 #: python3's flags joined to -m (-Im pytest) were taken for no module, and pytest ran unwrapped
 LEFTOVER_ROWS["rig_check_pytest_joined_flags"] = (LEFTOVER_ROWS["rig_check_pytest_ini"][0], PYTEST_TEST + "python3 -Im pytest -q", False)
+LEFTOVER_ROWS["rig_check_pytest_main_module"] = (LEFTOVER_ROWS["rig_check_pytest_ini"][0], PYTEST_TEST + "python3 -m pytest.__main__ -q", False)
 #: tests a check wrote into the home itself and ran from there read the answer's ~/pytest.ini and
 #: ~/conftest.py (no folder's name to guess); from the home the wrappers refuse (126) beside them
 HOME_TEST = "printf 'def test_a():\\n    assert False\\n' > ~/test_check.py && "
@@ -215,6 +216,7 @@ LEFTOVER_PROGRAMS = {"rig_check_mavenrc": "mvn", "rig_check_mvn_config": "mvn", 
                      "rig_check_pytest_3": "pytest-3", "rig_check_pytest_home_ini": "pytest", "rig_check_pytest_home_conftest": "pytest",
                      "rig_check_pytest_joined_flags": "pytest", "rig_check_pytest_home_module": "pytest",
                      "rig_check_pytest_toml_spelling": "pytest", "rig_check_pytest_toml_inline": "pytest",
+                     "rig_check_pytest_main_module": "pytest",
                      "rig_check_vim_filter": "vim", "rig_check_valgrind_child": "valgrind", "rig_check_git_alias_child": "git", "rig_check_gdb_shell": "gdb",
                      "rig_check_npm_home_package": "npm"}
 
@@ -262,7 +264,7 @@ LEFTOVER_HONEST = {"mvn": "d=$(mktemp -d) && mkdir $d/.mvn && echo -v > $d/.mvn/
                                "def test_f():\\n    assert f() == 3\\n' > ~/test_sol.py && pytest -q test_sol.py"
                                f" && {VERSIONED_PYTHON} -m pytest -q ~/test_ok.py && mkdir ~/proj && cp ~/test_ok.py ~/proj/check_ok.py"
                                " && printf '[pytest]\\npython_files = check_*.py\\n' > ~/proj/pytest.ini && cd ~/proj && py.test-3 -q"
-                               " && python3 -BImpytest -q && python3 -X dev -Im pytest -q",
+                               " && python3 -BImpytest -q && python3 -X dev -Im pytest -q && python3 -m pytest.__main__ -q",
                    "gpg": "gpg --print-md SHA256 ~/a.json | grep -q a.json",
                    "less": "less -F ~/a.json | grep -q '\"a\"'",
                    "tmux": "tmux new-session -d -s h 'sleep 9' && tmux has-session -t h; r=$?; tmux kill-server; exit $r"}
