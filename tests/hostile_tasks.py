@@ -398,7 +398,7 @@ class LoopbackServer:
 
 
 def shell_tasks(port: int, leave_out=()) -> list[dict]:
-    """The table's rows but ``leave_out``, then two honest tasks."""
+    """The honest tools' checks, the table's rows but ``leave_out``, then honest tasks."""
     tasks = []
     for name, (commands, check, _) in SHELL_ROWS.items():
         if name in leave_out:
@@ -419,9 +419,9 @@ def shell_tasks(port: int, leave_out=()) -> list[dict]:
     tools = list(dict.fromkeys(program for row, program in NEEDS_PROGRAM.items() if row not in leave_out))
     table = ["sqlite3 ~/t.db 'create table t(x); insert into t values (4);'"] if "sqlite3" in tools else []
     repo = HONEST_GIT[0] if "git" in tools else []
-    for part, half in enumerate((tools[:len(tools) // 2], tools[len(tools) // 2:])):  # on both VMs at once
+    for part, half in enumerate((tools[:len(tools) // 2], tools[len(tools) // 2:])):  # first, on both VMs at once
         if half:  # each check in a subshell: tmux's `exit $r` ended the check, and none after it ran
-            tasks.append({"id": f"honest_tools{part or ''}", "mode": "shell", "instruction": "a JSON file, a table, a repo",
+            tasks.insert(part, {"id": f"honest_tools{part or ''}", "mode": "shell", "instruction": "a JSON file, a table, a repo",
                           "reference": ["echo '{\"a\": 2}' > ~/a.json", *table, *repo],
                           "check": " && ".join(f"({HONEST_TOOLS[program]})" for program in half), "timeout": 60})
     return tasks
