@@ -10,6 +10,7 @@ answers at: tests/test_ray_config.py.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -133,19 +134,22 @@ from ray.cluster_utils import Cluster
 cl = Cluster(initialize_head=True, connect=False, head_node_args=dict({_NODE!r}, include_dashboard=False))
 cl.add_node(**{_NODE!r})
 cl.wait_for_nodes()
-head = [info.process.pid for infos in cl.head_node.all_processes.values() for info in infos]
+head = {{name: [info.process.pid for info in infos] for name, infos in cl.head_node.all_processes.items()}}
 print(json.dumps({{"address": cl.address, "head": head}}), flush=True)
 sys.stdin.read()
 """
 
 
 @pytest.mark.slow
-def test_a_lost_head_node_ends_the_run_with_its_summary_and_it_resumes(tmp_path):
-    """The head node killed mid-run (its GCS, raylet, everything): the driver stops the run
-    itself, with its summary, a message naming the lost head and the resume line, and the
-    attempts under way recorded worker_died (infrastructure, not final). It went on until
-    Ray's own end of a driver without its GCS (60 s): 'Failed to connect to GCS', exit 1,
-    no summary, no resume line. Then --resume on one host finishes every sample once."""
+@pytest.mark.parametrize("how", ["killed", "stopped"])
+def test_a_lost_head_node_ends_the_run_with_its_summary_and_it_resumes(tmp_path, how):
+    """The head node lost mid-run, ``killed`` (its GCS, raylet, everything) or its GCS
+    ``stopped`` (SIGSTOP: it takes connections and answers nothing, as one cut off without a
+    reset): the driver stops the run itself, with its summary, a message naming the lost
+    head and the resume line, and the attempts under way recorded worker_died
+    (infrastructure, not final). Killed, it went on until Ray's own end of a driver without
+    its GCS (60 s): 'Failed to connect to GCS', exit 1, no summary, no resume line; stopped,
+    it hung for ever. Then --resume on one host finishes every sample once."""
     tasks = [shell_task(f"h{i}", reference=["sleep 3", f"touch ~/h{i}.done"]) for i in range(20)]
     keys = {f"h{i}#0" for i in range(len(tasks))}
     with own_ray_tmp("pr-head-") as ray_tmp:
@@ -160,14 +164,14 @@ def test_a_lost_head_node_ends_the_run_with_its_summary_and_it_resumes(tmp_path)
             proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
             results = tmp_path / "headless" / "results.jsonl"
             deadline = time.monotonic() + 120
-            while proc.poll() is None and time.monotonic() < deadline and not (results.exists() and results.read_text()):
+            while proc.poll() is None and time.monotonic() < deadline and not (
+                    results.exists() and results.stat().st_size):
                 time.sleep(0.1)
             assert proc.poll() is None, "the run ended before its head node could be killed"
-            for pid in said["head"]:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+            head = said["head"]
+            for pid in [p for pids in head.values() for p in pids] if how == "killed" else head["gcs_server"]:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL if how == "killed" else signal.SIGSTOP)
             stderr = communicate(proc, 150)[1]
         finally:
             cluster_proc.kill()  # its shutdown waits on the dead head; the rest: own_ray_tmp's

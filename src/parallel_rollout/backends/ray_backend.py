@@ -27,8 +27,8 @@ the same engine thread)::
   ``ray.nodes()``: a pool or node that dies has its workers killed (their attempts
   ``worker_died``), its VMs counted dead in the stats, and no new worker; a node that joins
   mid-run gets its pool and workers. The concurrency limit follows the alive nodes. A head
-  node whose GCS takes no connection for ``HEAD_LOST_S`` stops the run (``HeadWatch``)
-  before Ray ends the driver, asking Ray nothing more that waits on the head.
+  node whose GCS leaves the poll unanswered for ``HEAD_LOST_S`` (killed, stopped, cut off)
+  stops the run (``HeadWatch``) before Ray ends the driver, or for ever waits on it.
 * **Deadlines, cancels.** ``--task-timeout`` counts from dispatch (a worker gets an attempt
   only when it has a free slot and has started), time waiting for a VM included; a late
   attempt is recorded ``task_timeout`` (``VMKilled`` when its node's pool tells the VM it
@@ -57,8 +57,8 @@ from ..messages import Assignment, Cancel
 from ..trajectories import unpack_files
 from .base import BackendSpec, Clock, CrashWindow, EngineHooks, WorkerTable, died_record, late_failures
 from .ray_actors import TRAJECTORY_FILES, PoolActor, RayPool, WorkerActor, late_progress, mark_folder, sweep_here
-from .ray_cluster import (HEAD_LOST_S, HeadWatch, alive_nodes, check_reachable, connect, done_refs, node_alive,
-                          pinned, sweep_cluster, take_events, wait_ready, why)
+from .ray_cluster import (HEAD_LOST_S, HeadWatch, alive_nodes, check_reachable, connect, disconnect_lost,
+                          done_refs, pinned, sweep_cluster, take_events, wait_ready, why)
 from .ray_pools import Node, pools_stats, stop_pools
 
 log = logging.getLogger("parallel_rollout")
@@ -291,13 +291,11 @@ class RayBackend(WorkerTable):
         if time.monotonic() - self._last_poll > _NODE_POLL_S:
             self._last_poll = time.monotonic()
             take_events(self._nodes.values(), self.spec.run_dir)
-            down = 0.0 if self._head.lost else self._head.down_for()
-            if down:  # ray.nodes() would wait for the head until Ray ends this process
-                return self._lose_head(down) if down >= HEAD_LOST_S else None
-            try:
-                alive = set(alive_nodes())
-            except Exception:  # noqa: BLE001 - the GCS did not answer this time
-                return
+            nodes = None if self._head.lost else self._head.alive_nodes()
+            if nodes is None:  # the GCS did not answer in time
+                down = self._head.down_for()
+                return self._lose_head(down) if down >= HEAD_LOST_S and not self._head.lost else None
+            alive = set(nodes)
             for node in list(self._nodes.values()):
                 if node.alive and node.node_id not in alive:
                     self._lose_node(node, f"node {node.node_id[:8]} left the cluster")
@@ -342,7 +340,7 @@ class RayBackend(WorkerTable):
         """The head's GCS took no connection for ``down`` s (killed, cut off): Ray ends this
         driver soon. The run stops with what it has, asking Ray nothing that waits on the head."""
         self._head.lost = True
-        reason = f"the Ray cluster's head node ({self._head.address}) has taken no connection for {down:.0f}s"
+        reason = f"the Ray cluster's head node ({self._head.address}) has not answered for {down:.0f}s"
         self.hooks.event("head_lost", reason=reason)
         self.hooks.stop(f"{reason}: the cluster is lost; every finished result is kept in "
                         f"{self.spec.run_dir / 'results.jsonl'}")
@@ -382,7 +380,7 @@ class RayBackend(WorkerTable):
         if self.hooks.closing:
             return
         node = self._nodes[w.node_id]
-        if not deliberate and node.alive and not self._head.down_for() and not node_alive(w.node_id):
+        if not deliberate and node.alive and w.node_id not in (self._head.alive_nodes() or [w.node_id]):
             # the worker died with its node, which the poll has not seen leave yet: no crash,
             # and no respawn pinned to a node that is gone
             self._lose_node(node, f"node {w.node_id[:8]} left the cluster")
@@ -486,5 +484,5 @@ class RayBackend(WorkerTable):
         finally:
             if self._owns_ray:
                 self._owns_ray = False
-                ray.shutdown()
+                disconnect_lost() if self._head.lost else ray.shutdown()
         return final_stats

@@ -13,6 +13,7 @@ import os
 import re
 import signal
 import socket
+import sys
 import threading
 import time
 from multiprocessing.connection import wait as mp_wait
@@ -32,8 +33,8 @@ LOCAL_OBJECT_STORE_BYTES = 200 * 1024 * 1024
 REACH_TIMEOUT_S = 5.0
 #: how often wait_ready() looks at its pipes while waiting on Ray
 _SLICE_S = 0.05
-#: seconds the head node's GCS may take no TCP connection before the run counts the cluster
-#: lost and stops: Ray itself ends a driver whose GCS is gone 60 s (its
+#: seconds the head node's GCS may leave the driver's questions unanswered before the run
+#: counts the cluster lost and stops: Ray itself ends a driver whose GCS is gone 60 s (its
 #: gcs_rpc_server_reconnect_timeout_s), at once, with no summary; this leaves the stop its time
 HEAD_LOST_S = 15.0
 
@@ -176,12 +177,18 @@ def driver_ip(address: str | None) -> str:
 
 
 class HeadWatch:
-    """The head node's GCS as the driver sees it, asked before each call that would wait on
-    it: ``ray.nodes()`` (and ``ray.kill``) wait for a lost GCS until Ray ends the process."""
+    """The cluster's head node as the driver sees it. Its GCS is asked for the alive nodes in
+    a thread of its own: ``ray.nodes()`` waits for a GCS that is gone until Ray ends the
+    process (60 s, no summary), and for one that is stopped or cut off without a reset, for
+    ever; the engine's thread waits for the answer ``ANSWER_S`` at most."""
+
+    #: seconds the engine's thread waits for the GCS's answer
+    ANSWER_S = 1.0
 
     def __init__(self) -> None:
-        self.address, self.node_id = "", None  # none watched until attach()
-        self._down_since: float | None = None
+        self.address, self.node_id = "", None  # said once attached
+        self._since: float | None = None  # the head has not answered since
+        self._asked: dict[str, Any] | None = None  # the call under way: "done", "nodes"
         #: the run counted the head lost (HEAD_LOST_S): no call that waits on it any more
         self.lost = False
 
@@ -193,22 +200,65 @@ class HeadWatch:
             self.address = ray.get_runtime_context().gcs_address or ""
             self.node_id = next((n["NodeID"] for n in ray.nodes()
                                  if "node:__internal_head__" in n.get("Resources", {})), None)
-        except Exception:  # noqa: BLE001 - a Ray client (ray://): nothing to watch
-            self.address = ""
+        except Exception:  # noqa: BLE001 - a Ray client (ray://): said without its address
+            pass
+
+    def alive_nodes(self) -> list[str] | None:
+        """The alive nodes, as the GCS says them within ANSWER_S; None when it did not (a call
+        that does not return is waited for, never made twice)."""
+        if self._asked is None:
+            asked: dict[str, Any] = {"done": threading.Event(), "nodes": None}
+
+            def ask() -> None:
+                try:
+                    asked["nodes"] = alive_nodes()
+                except Exception:  # noqa: BLE001 - the GCS did not answer this time
+                    pass
+                asked["done"].set()
+
+            self._asked = asked
+            threading.Thread(target=ask, name="ray-head-watch", daemon=True).start()
+        if not self._asked["done"].wait(self.ANSWER_S):
+            self._since = self._since or time.monotonic()
+            return None
+        nodes, self._asked = self._asked["nodes"], None
+        self._since = None if nodes is not None else self._since or time.monotonic()
+        return nodes
 
     def down_for(self) -> float:
-        """Seconds the head's GCS port has taken no TCP connection (0.0: it takes them)."""
-        host, _, port = self.address.rpartition(":")
-        if not host:
-            return 0.0
+        """Seconds since the head last answered in time (0.0: it answers)."""
+        return 0.0 if self._since is None else max(time.monotonic() - self._since, 1e-3)
+
+
+#: the driver's head node was lost: Ray's disconnect and its clean-up at exit wait on it
+_STRANDED = threading.Event()
+
+
+def disconnect_lost() -> None:
+    """What ``ray.shutdown()`` is for a driver whose head node is lost: nothing. It waits on the
+    GCS (a stopped one for ever), and so does Ray's own at the process's exit; the command
+    ends with ``exit_if_stranded``."""
+    import atexit
+
+    import ray
+
+    _STRANDED.set()
+    atexit.unregister(ray.shutdown)
+
+
+def exit_if_stranded(code: int) -> None:
+    """End the command now with ``code`` when its driver lost the head node (its summary and
+    messages written): the interpreter's own end, Ray's core worker's included, waited on
+    the head or crashed (SIGSEGV) in it."""
+    if not _STRANDED.is_set():
+        return
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
         try:
-            with socket.create_connection((host.strip("[]"), int(port)), timeout=1.0):
-                self._down_since = None
-                return 0.0
+            stream.flush()
         except (OSError, ValueError):
-            now = time.monotonic()
-            self._down_since = self._down_since or now
-            return max(now - self._down_since, 1e-3)
+            pass
+    os._exit(code)
 
 
 def alive_nodes() -> list[str]:
@@ -216,15 +266,6 @@ def alive_nodes() -> list[str]:
     import ray
 
     return sorted(n["NodeID"] for n in ray.nodes() if n.get("Alive"))
-
-
-def node_alive(node_id: str) -> bool:
-    """Whether the cluster still counts the node alive (True when the GCS does not answer:
-    the backend's poll decides later)."""
-    try:
-        return node_id in alive_nodes()
-    except Exception:  # noqa: BLE001
-        return True
 
 
 def done_refs(refs: list[Any]) -> set[Any]:
