@@ -78,9 +78,9 @@ def probe_endpoint(config: Any) -> str:
     its model client would call; a note on what answered, or ConfigError naming the one that
     is unusable (unreachable, the key missing or refused, a model list without --model).
 
-    A fleet's server that refuses the run's key, path or model is what the run takes out of
-    its rotation and goes on without: a warning naming it, while another server serves; a
-    problem only when every one refuses, as the run then stops (exit 2)."""
+    A fleet's server that refuses the run's key, path or model, or does not answer, is what
+    the run takes out of its rotation and goes on without: a warning naming it, while another
+    server serves; a problem only when none serves, as the run then stops (exit 2)."""
     urls = openai_request.resolve_base_urls(config.base_url)
     notes, refused = [], []
     for url in urls:
@@ -92,11 +92,11 @@ def probe_endpoint(config: Any) -> str:
             refused.append(exc)
     if refused and not notes:
         fixes = list(dict.fromkeys(exc.fix for exc in refused))
-        raise ConfigError("every server of the fleet refuses the run, which would stop at its first request: "
+        raise ConfigError("no server of the fleet serves the run, which would stop at its first request: "
                           + "; ".join(exc.answer for exc in refused) + "; " + "; ".join(fixes))
     for exc in refused:
         log.warning("%s; the run takes this server out of its rotation and goes on at the %d other(s) of "
                     "the fleet (to use it too, fix that there, or leave it out of --base-url)",
                     exc.answer, len(urls) - len(refused))
-        notes.append(f"{exc.url} refuses the run (warned)")
+        notes.append(f"{exc.url} left out (warned)")
     return "; ".join(notes)

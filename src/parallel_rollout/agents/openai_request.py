@@ -227,8 +227,9 @@ def _shown(value: Any) -> str:
 
 class ServerRefused(ConfigError):
     """``probe_models``: the server refuses the run's key, its path or its model (the run's
-    requests would be answered 401/403/404: ``EndpointRefused``). ``answer`` is what it said,
-    ``fix`` what to change; one server of a fleet is taken out by the run, which goes on."""
+    requests would be answered 401/403/404: ``EndpointRefused``), or does not answer.
+    ``answer`` is what it said, ``fix`` what to change; one server of a fleet is taken out by
+    the run, which goes on."""
 
     def __init__(self, url: str, answer: str, fix: str) -> None:
         super().__init__(f"{answer}; {fix}")
@@ -247,8 +248,8 @@ def _answers(url: str, key: str, timeout: float) -> bool:
 
 def probe_models(url: str, model: str, timeout: float = PROBE_TIMEOUT_S, agent: str = "openai") -> str:
     """GET ``{url}/models`` as the client would (with the key): a note on what answered, or
-    ConfigError saying why the endpoint is unusable (unreachable, no answer in time, the key
-    refused, a model list without ``model``: ``ServerRefused``)."""
+    ConfigError saying why the endpoint is unusable (the key missing; unreachable, no answer in
+    time, the key refused, a model list without ``model``: ``ServerRefused``)."""
     if "unix" in urlsplit(url).scheme:
         return f"{url}: a unix socket, not probed"
     key = api_key(url)
@@ -269,7 +270,8 @@ def probe_models(url: str, model: str, timeout: float = PROBE_TIMEOUT_S, agent: 
         return f"{url} answers (GET /models: HTTP {exc.code})"
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
-        raise ConfigError(f"the model endpoint {url} is not reachable (GET /models: {reason})") from None
+        raise ServerRefused(url, f"the model endpoint {url} is not reachable (GET /models: {reason})",
+                            "check that it runs there") from None
     try:
         ids = [str(m.get("id")) for m in json.loads(body).get("data", []) if isinstance(m, dict)]
     except (ValueError, AttributeError):
