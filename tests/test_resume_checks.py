@@ -227,3 +227,23 @@ def test_a_resume_with_nothing_left_to_run_needs_no_docker_daemon(tmp_path, fini
     assert folder_state(run_dir) == before
     result = cli(tmp_path, finished_run, "--resume", "--provider-name", "docker", "--dry-run")
     assert result.exit_code == 2 and "provider: no Docker daemon answers at" in result.output, result.output
+
+
+def test_a_stored_setting_this_version_refuses_warns_and_the_resume_finishes(tmp_path, finished_run):
+    """A setting the run was started with (config.json) that this version refuses for its
+    agent (``tokenizer`` with the oracle, refused since the model client's keys are checked)
+    is a warning at the resume, which finishes the run: the folder has no flag to take it
+    back, and the resume was refused (exit 2). Given anew, it is still refused."""
+    config = tmp_path / "out" / "r" / "config.json"
+    stored = json.loads(config.read_text())
+    stored["config"]["tokenizer"] = "/models/qwen"
+    stored["config"]["explicit"] = [*stored["config"]["explicit"], "tokenizer"]
+    config.write_text(json.dumps(stored))
+    result = cli(tmp_path, finished_run, "--resume")
+    assert result.exit_code == 0, (result.output, result.exception)
+    said = " ".join(result.output.split())
+    assert "the setting tokenizer is not used by this run" in said and "the run was started with it" in said, said
+    toml = tmp_path / "run.toml"
+    toml.write_text('tokenizer = "/models/qwen"\n')
+    result = cli(tmp_path, finished_run, "--resume", "--config", str(toml))
+    assert result.exit_code == 2 and "the setting tokenizer is not used by this run" in result.output, result.output

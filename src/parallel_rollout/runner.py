@@ -32,6 +32,7 @@ from .agents.base import MODEL_KEYS, MODEL_OPTIONS
 from .agents.episode import EndpointRefused, ModelUnavailable
 from .agents.model_checks import check_agent
 from .config import RunConfig, data_required, default_run_id
+from .config_checks import RESUME_READS
 from .engine import Engine
 from .envs import get_env, task_validators, with_mode_defaults
 from .envs.registry import answer_like_warnings
@@ -481,8 +482,8 @@ def check_honoured(cfg: RunConfig, owners: dict[str, tuple[str, frozenset[str]]]
     """Reject explicit settings nobody in this run uses.
 
     ``owners`` maps a situational field to (who would use it, the set of things in this run
-    that do); an explicit field with an empty user set is an error that says who needs it.
-    """
+    that do); an explicit field with an empty user set is an error that says who needs it
+    (a warning when a resume read it from the run's config.json: the run was started with it)."""
     for name, (needed_by, users) in owners.items():
         if name in cfg.explicit and not users:
             flag = f"the setting {name}" if name in MODEL_KEYS else "--" + name.replace("_", "-")
@@ -490,5 +491,10 @@ def check_honoured(cfg: RunConfig, owners: dict[str, tuple[str, frozenset[str]]]
             # agent is the model's): the agent that ignores it is the default one, not chosen
             default = (f"; this run's agent is {cfg.agent}, the default: --agent openai calls the model"
                        if name in MODEL_OPTIONS and "agent" not in cfg.explicit else "")
-            raise ConfigError(f"{flag} is not used by this run: it only applies to {needed_by}{cfg.where(name)}"
-                              + default)
+            message = f"{flag} is not used by this run: it only applies to {needed_by}{cfg.where(name)}" + default
+            if RESUME_READS in cfg.sources.get(name, ""):
+                # the resumed run was started with it, by a version that took it: its folder
+                # must still finish (it has no flag to take the setting back)
+                log.warning("%s; the run was started with it, and goes on", message)
+                continue
+            raise ConfigError(message)
