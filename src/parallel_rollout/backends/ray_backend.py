@@ -26,9 +26,11 @@ the same engine thread)::
 * **Lost and new nodes.** The driver holds a ``PoolActor.watch`` reference per pool and polls
   ``ray.nodes()``: a pool or node that dies has its workers killed (their attempts
   ``worker_died``), its VMs counted dead in the stats, and no new worker; a node that joins
-  mid-run gets its pool and workers. The concurrency limit follows the alive nodes. A head
-  node whose GCS leaves the poll unanswered for ``HEAD_LOST_S`` (killed, stopped, cut off)
-  stops the run (``HeadWatch``) before Ray ends the driver, or for ever waits on it.
+  mid-run gets its pool and workers once swept of the run's leftovers (``ray_pools.Sweeps``,
+  the run going on meanwhile; one whose sweep fails or hangs is left out, as at the start).
+  The concurrency limit follows the alive nodes. A head node whose GCS leaves the poll
+  unanswered for ``HEAD_LOST_S`` (killed, stopped, cut off; at the start sweep too) stops
+  the run (``HeadWatch``) before Ray ends the driver, or for ever waits on it.
 * **Deadlines, cancels.** ``--task-timeout`` counts from dispatch (a worker gets an attempt
   only when it has a free slot and has started), time waiting for a VM included; a late
   attempt is recorded ``task_timeout`` (``VMKilled`` when its node's pool tells the VM it
@@ -56,10 +58,10 @@ from ..errors import ClusterUnreachable, TaskTimeout, WorkerDied
 from ..messages import Assignment, Cancel
 from ..trajectories import unpack_files
 from .base import BackendSpec, Clock, CrashWindow, EngineHooks, WorkerTable, died_record, late_failures
-from .ray_actors import TRAJECTORY_FILES, PoolActor, RayPool, WorkerActor, late_progress, mark_folder, sweep_here
+from .ray_actors import TRAJECTORY_FILES, PoolActor, RayPool, WorkerActor, late_progress, mark_folder
 from .ray_cluster import (HEAD_LOST_S, HeadWatch, alive_nodes, check_reachable, connect, disconnect_lost,
                           done_refs, pinned, sweep_cluster, take_events, wait_ready, why)
-from .ray_pools import Node, pools_stats, stop_pools
+from .ray_pools import Node, Sweeps, pools_stats, stop_pools
 
 log = logging.getLogger("parallel_rollout")
 
@@ -119,6 +121,8 @@ class RayBackend(WorkerTable):
         #: the token in the run folder's FOLDER_MARK (None: not written; every node sends its files)
         self._folder_token: str | None = None
         self._head = HeadWatch()
+        #: the nodes' sweeps of the run's leftovers, each before its pool and workers
+        self._sweeps = Sweeps(self.config.provider_name, spec.run_id)
         # a cluster nobody can reach is refused here, as the engine is made: before a run
         # opens its folder (ray.init would retry for ever)
         check_reachable(self.config.ray_address)
@@ -154,9 +158,12 @@ class RayBackend(WorkerTable):
         nodes = alive_nodes()
         if not nodes:
             raise RuntimeError("the Ray cluster has no alive node")
-        if spec.provider_cls is not None:
-            # leftovers of an earlier, killed run, on every node
-            ray.get([pinned(sweep_here, n).remote(cfg.provider_name, spec.run_id, True) for n in nodes])
+        if spec.provider_cls is not None:  # leftovers of an earlier, killed run, on every node
+            if (swept := self._sweeps.first(nodes, self._head)) is None:  # the head lost meanwhile
+                return self._lose_head(self._head.down_for())
+            (nodes, left_out), _ = swept, self._joined([], swept[1])
+            if not nodes:
+                return self.hooks.stop(f"every node of the Ray cluster is left out: {'; '.join(left_out.values())}")
         if getattr(spec.provider_cls, "reachable_from_any_node", False):
             here = ray.get_runtime_context().get_node_id()
             self._shared_home = here if here in nodes else nodes[0]
@@ -239,7 +246,7 @@ class RayBackend(WorkerTable):
         refs = list(self._refs)
         refs += [w.ready_ref for w in self._workers.values() if w.ready_ref is not None]
         refs += [n.watch_ref for n in self._nodes.values() if n.watch_ref is not None and n.alive]
-        return refs
+        return refs + self._sweeps.refs()
 
     def wait(self, extra: list[Any], timeout: float) -> set[Any]:
         """Block until an attempt ends, a worker starts, a pool dies, or ``extra`` is ready."""
@@ -288,6 +295,8 @@ class RayBackend(WorkerTable):
                     node.watch_ref = None  # shut down in order
                 except Exception as exc:  # noqa: BLE001
                     self._lose_node(node, f"the pool of node {node.node_id[:8]} died: {why(exc)}")
+        if self._sweeps.pending:
+            self._joined(*self._sweeps.settle())
         if time.monotonic() - self._last_poll > _NODE_POLL_S:
             self._last_poll = time.monotonic()
             take_events(self._nodes.values(), self.spec.run_dir)
@@ -300,20 +309,21 @@ class RayBackend(WorkerTable):
                 if node.alive and node.node_id not in alive:
                     self._lose_node(node, f"node {node.node_id[:8]} left the cluster")
             for node_id in sorted(alive - set(self._nodes)):
-                if not self.hooks.closing:
-                    self._join(node_id)
+                if not self.hooks.closing and not self._sweeps.known(node_id):
+                    self._sweeps.start(node_id) if self.spec.provider_cls is not None else self._joined([node_id], {})
 
-    def _join(self, node_id: str) -> None:
-        """A node that joined mid-run: swept of this run's leftovers, then its pool and workers."""
-        import ray
-
-        if self.spec.provider_cls is not None:
-            # orphans only: a node on a host of other nodes must not sweep their live VMs
-            ray.get(pinned(sweep_here, node_id).remote(self.config.provider_name, self.spec.run_id, True))
-        self._add_node(node_id)
-        pool = "" if self._shared_home is not None else f"a pool of {self.config.pool_size} and "
-        self.hooks.event("node_joined", reason=f"node {node_id[:8]}: {pool}{self.config.num_rollouts} worker(s)")
-        log.info("[Ray] node %s joined", node_id[:8])
+    def _joined(self, swept: list[str], left_out: dict[str, str]) -> None:
+        """Nodes that joined mid-run and were swept of this run's leftovers (orphans only: a node
+        on a host of other nodes must not sweep their live VMs), the run going on meanwhile:
+        their pools and workers. A node whose sweep failed (it died) or hung is left out."""
+        for reason in [f"node {node_id[:8]} is left out of the run: {said}" for node_id, said in left_out.items()]:
+            log.warning("%s (%d node(s) left out)", reason, len(self._sweeps.left_out))
+            self.hooks.event("node_left_out", reason=reason)
+        for node_id in swept if not self.hooks.closing else ():
+            self._add_node(node_id)
+            pool = "" if self._shared_home is not None else f"a pool of {self.config.pool_size} and "
+            self.hooks.event("node_joined", reason=f"node {node_id[:8]}: {pool}{self.config.num_rollouts} worker(s)")
+            log.info("[Ray] node %s joined", node_id[:8])
 
     def _settle(self, worker: _Worker, ident: tuple[str, int]) -> None:
         worker.assigned.pop(ident, None)
@@ -448,9 +458,7 @@ class RayBackend(WorkerTable):
     def _died_record(w: _Worker, item: Assignment, exc: Exception, started_at: float,
                      progress: Any = None) -> dict[str, Any]:
         """The record of an attempt its actor could not finish, with its node (as the actor's)."""
-        record = died_record(item, exc, w, started_at, progress)
-        record["node"] = w.node_id
-        return record
+        return {**died_record(item, exc, w, started_at, progress), "node": w.node_id}
 
     # -- the end ---------------------------------------------------------------------------
 
@@ -464,6 +472,8 @@ class RayBackend(WorkerTable):
             return None
         final_stats = None
         try:
+            if not self._head.lost:
+                self._sweeps.cancel()
             deadline = time.monotonic() + grace
             while self._refs and time.monotonic() < deadline:
                 ready = self.wait([], timeout=min(0.2, max(0.0, deadline - time.monotonic())))

@@ -1,0 +1,133 @@
+"""The sweep of a run's leftovers each node runs before it gets a pool and workers, on real
+Ray (tests/ray_cluster.py), made to hang for real: the node's process provider folder holds
+a pool folder of the run whose VM's meta.json is a FIFO, which the sweep's read waits on (as
+on a hung mount) for as long as the test keeps a writer open and writes nothing. A node that
+joins mid-run and hangs there, or dies there, is left out and the run goes on at the others
+(the driver waited on the sweep for ever; a node that died there stopped the run, "the engine
+thread failed"); the head node lost while the run's first sweep hangs stops the run as a lost
+head does mid-run (Ray ended the driver 60 s later, without the run's summary).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import ray_cluster
+from conftest import assert_exactly_once, read_results, shell_task, write_tasks
+from ray_cluster import _NODE, _cli, communicate, own_ray_tmp
+from test_ray_connect import _HEAD_AND_NODE
+
+# the module's fixtures: a cluster (made when a test first asks for it) and the leak check
+cluster, no_leaks = ray_cluster.cluster, ray_cluster.no_leaks
+
+_ENV = "PARALLEL_ROLLOUT_PROCESS_DIR"
+
+
+def _stuck_sweep(base: Path, run_id: str) -> Path:
+    """A process provider folder where a sweep of ``run_id`` reads a FIFO (the one returned)."""
+    vm_dir = base / run_id / "vm0"
+    vm_dir.mkdir(parents=True)
+    os.mkfifo(vm_dir / "meta.json")
+    return vm_dir / "meta.json"
+
+
+def _hold_sweep(fifo: Path, timeout: float = 60) -> int:
+    """Once a sweep opens ``fifo`` to read it: a writer's descriptor that keeps it reading (no
+    data, no end) until it is closed."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            return os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)  # ENXIO while no one reads it
+        except OSError:
+            time.sleep(0.1)
+    raise AssertionError(f"no sweep read {fifo} within {timeout}s")
+
+
+def _wait_for_a_result(proc: subprocess.Popen, results: Path) -> None:
+    deadline = time.monotonic() + 120
+    while proc.poll() is None and time.monotonic() < deadline and not (results.exists() and results.stat().st_size):
+        time.sleep(0.1)
+
+
+@pytest.mark.slow
+def test_a_node_that_joins_and_hangs_or_dies_in_its_sweep_is_left_out(cluster, tmp_path, monkeypatch):
+    """Two nodes join mid-run; the sweep of one hangs, the other dies in its sweep: the run
+    finishes at the first nodes (exit 0, every sample once), the dead one said left out."""
+    cl, _ = cluster
+    tasks = [shell_task(f"j{i}", reference=["sleep 2", f"touch ~/j{i}.done"]) for i in range(30)]
+    cmd = _cli(tmp_path, cl.address, "joins")
+    cmd[cmd.index("--data") + 1] = str(write_tasks(tmp_path / "tasks.jsonl", tasks))
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    run_dir = tmp_path / "joins"
+    added, writers = [], []
+    try:
+        _wait_for_a_result(proc, run_dir / "results.jsonl")
+        for name in ("hung", "dead"):
+            fifo = _stuck_sweep(tmp_path / name, "joins")
+            monkeypatch.setenv(_ENV, str(tmp_path / name))  # the node's raylet's, and its workers'
+            added.append(cl.add_node(**_NODE))
+            monkeypatch.delenv(_ENV)
+            writers.append(_hold_sweep(fifo))
+        assert proc.poll() is None, "the run ended before a joining node could die"
+        cl.remove_node(added.pop(), allow_graceful=False)
+        stderr = communicate(proc, 120)[1]
+    finally:
+        for fd in writers:
+            os.close(fd)
+        for node in added:
+            cl.remove_node(node, allow_graceful=False)
+        proc.kill()
+        proc.wait()
+    assert proc.returncode == 0, stderr[-3000:]
+    finals = assert_exactly_once(run_dir, {f"j{i}#0" for i in range(len(tasks))})
+    assert {r["status"] for r in finals.values()} == {"success"}
+    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    left_out = [e["reason"] for e in events if e["event"] == "node_left_out"]
+    assert len(left_out) == 1 and "sweep of the run's leftovers failed" in left_out[0], left_out
+    assert "is left out of the run" in stderr, stderr[-3000:]
+    assert not [e for e in events if e["event"] == "node_joined"], events
+    assert len(json.loads((run_dir / "summary.json").read_text())["vm"]["nodes"]) == 3
+
+
+@pytest.mark.slow
+def test_the_head_node_lost_during_the_first_sweep_stops_the_run_with_its_summary(tmp_path):
+    """The head node killed while every node's first sweep hangs: the run stops as when the
+    head is lost mid-run (exit 1, the message naming the head, its summary, the resume line)."""
+    with own_ray_tmp("pr-hsw-") as ray_tmp:
+        fifo = _stuck_sweep(tmp_path / "stuck", "startless")
+        env = dict(os.environ, RAY_TMPDIR=str(ray_tmp))
+        cluster_proc = subprocess.Popen([sys.executable, "-c", _HEAD_AND_NODE], stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, text=True, env={**env, _ENV: str(fifo.parents[2])})
+        writer = None
+        try:
+            said = json.loads(cluster_proc.stdout.readline() or "{}")
+            assert said, "the cluster did not start"
+            proc = subprocess.Popen(_cli(tmp_path, said["address"], "startless"), stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True, env=env)
+            writer = _hold_sweep(fifo)
+            assert proc.poll() is None, "the run ended before its head node could be killed"
+            for pid in [p for pids in said["head"].values() for p in pids]:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            stderr = communicate(proc, 150)[1]
+        finally:
+            if writer is not None:
+                os.close(writer)
+            cluster_proc.kill()  # its shutdown waits on the dead head; the rest: own_ray_tmp's
+            cluster_proc.wait()
+    assert proc.returncode == 1, stderr[-3000:]
+    assert "Failed to connect to GCS" not in stderr, stderr[-3000:]
+    assert "the Ray cluster's head node" in stderr and "resume with:" in stderr, stderr[-3000:]
+    summary = json.loads((tmp_path / "startless" / "summary.json").read_text())
+    assert "the Ray cluster's head node" in summary["stopped"]["reason"], summary["stopped"]
+    results = tmp_path / "startless" / "results.jsonl"
+    assert summary["finished"] == 0 and not (results.exists() and read_results(results.parent))
