@@ -190,6 +190,11 @@ LEFTOVER_ROWS["rig_check_unittest_home_module"] = (["printf 'import os\\nos._exi
                                                    "printf 'import fractions, unittest\\nclass T(unittest.TestCase):\\n"
                                                    "    def test_a(self):\\n        self.fail()\\n' > ~/test_check.py"
                                                    " && cd ~ && python3 -m unittest discover", False)
+#: python3 -m doctest put the folder of the file it tests first on sys.path while importing it: the
+#: answer's ~/fractions.py shadowed the module the check's ~/check_doc.py imports
+LEFTOVER_ROWS["rig_check_doctest_home_module"] = (LEFTOVER_ROWS["rig_check_unittest_home_module"][0],
+                                                  "printf '\"\"\"\\n>>> 1 + 1\\n3\\n\"\"\"\\nimport fractions\\n' > ~/check_doc.py"
+                                                  " && cd ~ && python3 -m doctest check_doc.py", False)
 #: vim, valgrind and git ran their program with the wrappers' folder off PATH: what it started (a
 #: vim filter, the program valgrind runs, a git alias) ran the system's jq, which read ~/.jq
 LEFTOVER_ROWS["rig_check_vim_filter"] = ([JQ_RC], "echo '[1]' > ~/v.json && vim -es -c '%!jq length' -c wq ~/v.json"
@@ -223,6 +228,7 @@ LEFTOVER_PROGRAMS = {"rig_check_mavenrc": "mvn", "rig_check_mvn_config": "mvn", 
                      "rig_check_pytest_joined_flags": "pytest", "rig_check_pytest_home_module": "pytest",
                      "rig_check_pytest_toml_spelling": "pytest", "rig_check_pytest_toml_inline": "pytest",
                      "rig_check_pytest_main_module": "pytest", "rig_check_unittest_home_module": "python3",
+                     "rig_check_doctest_home_module": "python3",
                      "rig_check_vim_filter": "vim", "rig_check_valgrind_child": "valgrind", "rig_check_git_alias_child": "git", "rig_check_gdb_shell": "gdb",
                      "rig_check_npm_home_package": "npm"}
 
@@ -271,12 +277,15 @@ LEFTOVER_HONEST = {"mvn": "d=$(mktemp -d) && mkdir $d/.mvn && echo -v > $d/.mvn/
                                f" && {VERSIONED_PYTHON} -m pytest -q ~/test_ok.py && mkdir ~/proj && cp ~/test_ok.py ~/proj/check_ok.py"
                                " && printf '[pytest]\\npython_files = check_*.py\\n' > ~/proj/pytest.ini && cd ~/proj && py.test-3 -q"
                                " && python3 -BImpytest -q && python3 -X dev -Im pytest -q && python3 -m pytest.__main__ -q",
-                   # unittest's discover in a folder of the home, and -Im unittest of a mktemp -d folder: the
-                   # tests import their own module (the answer's), a folder's found after the system's
-                   "python3": "mkdir ~/ut && printf 'def f():\\n    return 3\\n' > ~/ut/sol.py && printf 'import unittest\\n"
-                              "from sol import f\\nclass T(unittest.TestCase):\\n    def test_f(self):\\n"
+                   # unittest's discover and doctest in a folder of the home, and -Im unittest of a mktemp -d
+                   # folder: the tests import their own module (the answer's, and its own helper), a folder's
+                   # found after the system's
+                   "python3": "mkdir ~/ut && printf 'def h():\\n    return 2\\n' > ~/ut/helper.py && printf 'from helper import h\\n"
+                              "def f():\\n    \"\"\"\\n    >>> f()\\n    3\\n    \"\"\"\\n    return h() + 1\\n' > ~/ut/sol.py"
+                              " && printf 'import unittest\\nfrom sol import f\\nclass T(unittest.TestCase):\\n    def test_f(self):\\n"
                               "        self.assertEqual(f(), 3)\\n' > ~/ut/test_sol.py && cd ~/ut"
                               " && python3 -m unittest discover -v 2>&1 | grep -q 'test_f .* ok'"
+                              " && python3 -m doctest -v ~/ut/sol.py | grep -q '^1 passed and 0 failed'"
                               " && d=$(mktemp -d) && cp ~/ut/*.py $d && cd / && python3 -Im unittest discover -v -s $d 2>&1"
                               " | grep -q 'test_f .* ok'",
                    "gpg": "gpg --print-md SHA256 ~/a.json | grep -q a.json",

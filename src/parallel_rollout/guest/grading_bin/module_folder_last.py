@@ -1,0 +1,81 @@
+"""`python3 -m unittest` and `python3 -m doctest` as a grading command (run by ./python3 in their
+place: module_folder_last.py MODULE ARGS...): as -m runs them, but a folder of tests in the home
+(the home or below it, /tmp, /var/tmp or /dev/shm themselves), which they put first on sys.path,
+goes last, after the system's modules. unittest's discover put its top folder first, and
+doctest the folder of the file it tests while importing it: the graded code's ~/fractions.py
+(os._exit(0)) was what the check's ~/test_check.py (or ~/check_doc.py) imported, and its failing
+tests passed. The graded code's own module the tests import is still found, after the system's.
+"""
+
+import os
+import runpy
+import sys
+
+
+def graded(folder):
+    """Whether ``folder`` is one the graded code writes: the home or below it, /tmp, /var/tmp or
+    /dev/shm themselves."""
+    home = os.environ.get("HOME", "").rstrip("/")
+    real = os.path.realpath(folder)
+    return bool(home) and (real == os.path.realpath(home) or real.startswith(os.path.realpath(home) + "/")
+                           or real in ("/tmp", "/var/tmp", "/dev/shm"))
+
+
+def unittest_main():
+    import unittest.loader
+
+    discover = unittest.loader.TestLoader.discover
+
+    def folder_last(self, start_dir, pattern="test*.py", top_level_dir=None):
+        # discover inserts its top folder first only when it is not on sys.path yet
+        top = os.path.abspath(top_level_dir or self._top_level_dir or start_dir)
+        if os.path.isdir(top) and top not in sys.path and graded(top):
+            sys.path.append(top)
+        return discover(self, start_dir, pattern, top_level_dir)
+
+    unittest.loader.TestLoader.discover = folder_last
+    runpy.run_module("unittest", run_name="__main__", alter_sys=True)
+
+
+def doctest_main():
+    import doctest
+    import importlib.util
+
+    def imported(name, *rest):
+        # doctest's _test: sys.path.insert(0, folder); m = __import__(name); del sys.path[0]
+        folder = sys.path[0] if sys.path else None  # "" of a file named from its folder: that folder
+        path = os.path.join(folder or ".", name + ".py")
+        if rest or folder is None or not os.path.isfile(path) or not graded(folder or "."):
+            return __import__(name, *rest)
+        del sys.path[0]
+        try:
+            if folder not in sys.path:
+                sys.path.append(folder)  # the tested module's own modules, after the system's
+            spec = importlib.util.spec_from_file_location(name, path)  # that file, whatever its name
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[name] = module
+            spec.loader.exec_module(module)
+            return module
+        finally:
+            sys.path.insert(0, folder)
+
+    doctest.__import__ = imported  # the name doctest's _test calls, found in its globals first
+    sys.argv[0] = doctest.__file__
+    sys.exit(doctest._test())
+
+
+def main():
+    module = sys.argv.pop(1)
+    sys.argv[0] = "-m"  # as -m: the current folder first on sys.path unless it is safe (-P, -I)
+    if sys.path and os.path.realpath(sys.path[0]) == os.path.dirname(os.path.realpath(__file__)):
+        del sys.path[0]  # this file's folder, not the current one
+    if not getattr(sys.flags, "safe_path", False):
+        sys.path.insert(0, os.getcwd())
+    if module in ("unittest", "unittest.__main__"):
+        unittest_main()
+    else:
+        doctest_main()
+
+
+if __name__ == "__main__":
+    main()
