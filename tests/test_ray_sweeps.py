@@ -131,3 +131,33 @@ def test_the_head_node_lost_during_the_first_sweep_stops_the_run_with_its_summar
     assert "the Ray cluster's head node" in summary["stopped"]["reason"], summary["stopped"]
     results = tmp_path / "startless" / "results.jsonl"
     assert summary["finished"] == 0 and not (results.exists() and read_results(results.parent))
+
+
+@pytest.mark.slow
+def test_vms_sweep_on_a_cluster_says_which_node_died_in_its_sweep(cluster, tmp_path, monkeypatch):
+    """`vms sweep --backend ray` on a cluster of which one node dies while it sweeps: exit 1,
+    `Error: sweep failed:` naming that node (and what the others removed), no Ray traceback."""
+    cl, _ = cluster
+    fifo = _stuck_sweep(tmp_path / "gone", "swept")
+    monkeypatch.setenv(_ENV, str(tmp_path / "gone"))
+    node = cl.add_node(**_NODE)
+    monkeypatch.delenv(_ENV)
+    proc = subprocess.Popen([sys.executable, "-m", "parallel_rollout.cli", "vms", "sweep", "--backend", "ray",
+                             "--ray-address", cl.address, "--run-id", "swept"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    writer = None
+    try:
+        writer = _hold_sweep(fifo)
+        cl.remove_node(node, allow_graceful=False)
+        stdout, stderr = communicate(proc, 90)
+    finally:
+        if writer is not None:
+            os.close(writer)
+        if node in cl.worker_nodes:
+            cl.remove_node(node, allow_graceful=False)
+        proc.kill()
+        proc.wait()
+    assert proc.returncode == 1, (stdout, stderr[-3000:])
+    said = " ".join(stderr.split())
+    assert f"Error: sweep failed: node {node.node_id[:8]}:" in said, stderr[-3000:]
+    assert "removed on the other nodes: none" in said and "Traceback" not in stderr, stderr[-3000:]

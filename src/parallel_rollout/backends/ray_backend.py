@@ -54,7 +54,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import ClusterUnreachable, TaskTimeout, WorkerDied
+from ..errors import ClusterUnreachable, TaskTimeout, VMError, WorkerDied
 from ..messages import Assignment, Cancel
 from ..trajectories import unpack_files
 from .base import BackendSpec, Clock, CrashWindow, EngineHooks, WorkerTable, died_record, late_failures
@@ -313,9 +313,8 @@ class RayBackend(WorkerTable):
                     self._sweeps.start(node_id) if self.spec.provider_cls is not None else self._joined([node_id], {})
 
     def _joined(self, swept: list[str], left_out: dict[str, str]) -> None:
-        """Nodes that joined mid-run and were swept of this run's leftovers (orphans only: a node
-        on a host of other nodes must not sweep their live VMs), the run going on meanwhile:
-        their pools and workers. A node whose sweep failed (it died) or hung is left out."""
+        """Pools and workers of nodes swept of the run's leftovers (orphans only: not the live VMs
+        of other nodes on their host), the run going on meanwhile; those whose sweep failed or hung left out."""
         for reason in [f"node {node_id[:8]} is left out of the run: {said}" for node_id, said in left_out.items()]:
             log.warning("%s (%d node(s) left out)", reason, len(self._sweeps.left_out))
             self.hooks.event("node_left_out", reason=reason)
@@ -326,9 +325,8 @@ class RayBackend(WorkerTable):
             log.info("[Ray] node %s joined", node_id[:8])
 
     def _settle(self, worker: _Worker, ident: tuple[str, int]) -> None:
-        worker.assigned.pop(ident, None)
-        worker.slots.pop(ident, None)
-        worker.started.pop(ident, None)
+        for held in (worker.assigned, worker.slots, worker.started):
+            held.pop(ident, None)
 
     def _lose_node(self, node: Node, reason: str) -> None:
         node.alive = False
@@ -490,7 +488,10 @@ class RayBackend(WorkerTable):
                 if unclean and self._head.lost:
                     log.warning("the run's VMs on nodes that did not answer are swept by --resume")
                 elif unclean:
-                    sweep_cluster(self.config.provider_name, self.spec.run_id, None)
+                    try:
+                        sweep_cluster(self.config.provider_name, self.spec.run_id, None)
+                    except VMError as exc:  # a node's sweep failed or hung
+                        log.warning("the run's VMs are not swept on every node (--resume sweeps them): %s", exc)
         finally:
             if self._owns_ray:
                 self._owns_ray = False

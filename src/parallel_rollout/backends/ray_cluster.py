@@ -20,7 +20,7 @@ from multiprocessing.connection import wait as mp_wait
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from ..errors import STOP_SIGNALS, ClusterUnreachable, InterruptedBeforeStart
+from ..errors import STOP_SIGNALS, ClusterUnreachable, InterruptedBeforeStart, VMError
 from .ray_actors import sweep_here
 
 log = logging.getLogger("parallel_rollout")
@@ -37,6 +37,8 @@ _SLICE_S = 0.05
 #: counts the cluster lost and stops: Ray itself ends a driver whose GCS is gone 60 s (its
 #: gcs_rpc_server_reconnect_timeout_s), at once, with no summary; this leaves the stop its time
 HEAD_LOST_S = 15.0
+#: seconds a node has for a sweep of leftovers (``ray_pools.Sweeps``, ``sweep_cluster``)
+SWEEP_S = 120.0
 
 
 def take_events(nodes: Iterable[Any], run_dir: Path, wait_s: float = 0.0) -> None:
@@ -363,14 +365,30 @@ def merge_stats(per_node: dict[str, dict[str, Any] | None], size: int, provider:
 
 
 def sweep_cluster(provider_name: str, run_id: str | None, address: str | None) -> list[str]:
-    """Run the provider's sweep on every alive node; the removed VMs of all of them."""
+    """Run the provider's sweep on every alive node; the removed VMs of all of them. VMError
+    (naming each node and what the others removed) when a node's sweep failed (the node died)
+    or did not end within SWEEP_S (a hung mount, daemon …): it waited for ever, or Ray's
+    error escaped as a traceback."""
     owned = connect(address)  # before Ray's import: see connect()
     import ray
 
     try:
-        nodes = alive_nodes()
-        removed = ray.get([pinned(sweep_here, n).remote(provider_name, run_id, True) for n in nodes])
-        return [vm for per_node in removed for vm in per_node]
+        refs = {pinned(sweep_here, n).remote(provider_name, run_id, True): n for n in alive_nodes()}
+        ray.wait(list(refs), num_returns=len(refs), timeout=SWEEP_S)
+        removed: list[str] = []
+        failed: list[str] = []
+        for ref, node_id in refs.items():
+            if not ray.wait([ref], timeout=0)[0]:
+                ray.cancel(ref, force=True)
+                failed.append(f"node {node_id[:8]}: its sweep did not end within {SWEEP_S:.0f}s")
+                continue
+            try:
+                removed += ray.get(ref)
+            except Exception as exc:  # noqa: BLE001 - the node died, the sweep raised
+                failed.append(f"node {node_id[:8]}: {why(exc)}")
+        if failed:
+            raise VMError(f"{'; '.join(failed)} (removed on the other nodes: {', '.join(removed) or 'none'})")
+        return removed
     finally:
         if owned:
             ray.shutdown()

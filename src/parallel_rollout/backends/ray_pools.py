@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from .ray_actors import sweep_here
-from .ray_cluster import HEAD_LOST_S, HeadWatch, merge_stats, pinned, take_events, why
+from .ray_cluster import HEAD_LOST_S, SWEEP_S, HeadWatch, merge_stats, pinned, take_events, why
 
 log = logging.getLogger("parallel_rollout")
 
@@ -32,10 +32,6 @@ class Node:
     final_stats: dict[str, Any] | None = None
     #: the pool's take_events call under way (its events.jsonl lines, where it is apart)
     events_ref: Any = None
-
-
-#: seconds a node has for its sweep of the run's leftovers before it gets a pool and workers
-SWEEP_S = 120.0
 
 
 class Sweeps:
