@@ -189,7 +189,7 @@ LEFTOVER_ROWS["rig_check_pytest_home_module"] = (["printf 'import os\\nos._exit(
 LEFTOVER_ROWS["rig_check_unittest_home_module"] = (["printf 'import os\\nos._exit(0)\\n' > ~/fractions.py"],
                                                    "printf 'import fractions, unittest\\nclass T(unittest.TestCase):\\n"
                                                    "    def test_a(self):\\n        self.fail()\\n' > ~/test_check.py"
-                                                   " && cd ~ && python3 -m unittest discover", False)
+                                                   " && cd ~ && python3 -m unittest discover -p test_check.py", False)
 #: python3 -m doctest put the folder of the file it tests first on sys.path while importing it: the
 #: answer's ~/fractions.py shadowed the module the check's ~/check_doc.py imports
 LEFTOVER_ROWS["rig_check_doctest_home_module"] = (LEFTOVER_ROWS["rig_check_unittest_home_module"][0],
