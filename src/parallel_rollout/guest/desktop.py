@@ -175,19 +175,15 @@ def _x_held(number: int) -> bool:
                 return True
     except OSError:
         return os.path.lexists(path) or os.path.lexists(f"/tmp/.X{number}-lock")
+    lock_path = f"/tmp/.X{number}-lock"
     try:
-        with open(f"/tmp/.X{number}-lock", encoding="ascii", errors="replace") as lock:
-            pid = int(lock.read().strip())
-    except FileNotFoundError:  # free: a killed one's files, which the desktop's user may not remove, go
-        return not _sibling("agent_commands").take_over((path, f"/tmp/.X{number}-lock"))
+        with open(lock_path, encoding="ascii", errors="replace") as lock:
+            os.kill(int(lock.read().strip()), 0)
+    except (FileNotFoundError, ProcessLookupError):  # no lock, or its pid gone: free, a killed
+        # one's files (which the desktop's user may not remove) go
+        return not _sibling("agent_commands").take_over((path, lock_path))
     except (OSError, ValueError):
-        return True  # cannot tell: another's
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return not _sibling("agent_commands").take_over((path, f"/tmp/.X{number}-lock"))
-    except OSError:
-        pass  # alive, another user's
+        return True  # cannot tell (another's), or alive and another user's
     return True
 
 
