@@ -279,9 +279,12 @@ class VMwareProvider(_HypervisorProvider):
         self._run([*self._host_type(), "revertToSnapshot", vm_file, self.options.snapshot_name],
                   deadline)
 
+    def _running_vms(self, deadline: float, check: bool = True) -> list[str]:
+        """The .vmx files ``vmrun list`` names running (after its "Total running VMs" line)."""
+        return self._run([*self._host_type(), "list"], deadline, check=check).splitlines()[1:]
+
     def _start(self, vm_file: str, deadline: float) -> None:
-        running = self._run([*self._host_type(), "list"], deadline, check=False)
-        if vm_file not in running.splitlines()[1:]:
+        if vm_file not in self._running_vms(deadline, check=False):
             self._run([*self._host_type(), "start", vm_file,
                        "nogui" if self.options.headless else "gui"], deadline)
 
@@ -302,7 +305,7 @@ class VMwareProvider(_HypervisorProvider):
         vm_file, deadline = info.private["vm_file"], time.monotonic() + DEATH_CAUSE_S
         while True:
             try:
-                running = self._run([*self._host_type(), "list"], deadline).splitlines()[1:]
+                running = self._running_vms(deadline)
             except VMError:
                 return None
             if os.path.realpath(vm_file) not in {os.path.realpath(line.strip()) for line in running}:
