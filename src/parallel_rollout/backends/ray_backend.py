@@ -26,7 +26,7 @@ the same engine thread)::
 * **Lost and new nodes.** The driver holds a ``PoolActor.watch`` reference per pool and polls
   ``ray.nodes()``: a pool or node that dies has its workers killed (their attempts
   ``worker_died``), its VMs counted dead in the stats, and no new worker; a node that joins
-  mid-run gets its pool and workers once swept of the run's leftovers (``ray_pools.Sweeps``,
+  mid-run gets its pool and workers once swept of the run's leftovers (``ray_cluster.Sweeps``,
   the run going on meanwhile; one whose sweep fails or hangs is left out, as at the start).
   The concurrency limit follows the alive nodes. A head node whose GCS leaves the poll
   unanswered for ``HEAD_LOST_S`` (killed, stopped, cut off; at the start sweep too) stops
@@ -60,8 +60,8 @@ from ..trajectories import unpack_files
 from .base import BackendSpec, Clock, CrashWindow, EngineHooks, WorkerTable, died_record, late_failures
 from .ray_actors import TRAJECTORY_FILES, PoolActor, RayPool, WorkerActor, late_progress, mark_folder
 from .ray_cluster import (HEAD_LOST_S, HeadWatch, alive_nodes, check_reachable, connect, disconnect_lost,
-                          done_refs, pinned, sweep_cluster, take_events, wait_ready, why)
-from .ray_pools import Node, Sweeps, pools_stats, stop_pools
+                          Sweeps, done_refs, pinned, sweep_cluster, take_events, wait_ready, why)
+from .ray_pools import Node, pools_stats, stop_pools
 
 log = logging.getLogger("parallel_rollout")
 

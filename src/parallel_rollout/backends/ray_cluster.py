@@ -37,7 +37,7 @@ _SLICE_S = 0.05
 #: counts the cluster lost and stops: Ray itself ends a driver whose GCS is gone 60 s (its
 #: gcs_rpc_server_reconnect_timeout_s), at once, with no summary; this leaves the stop its time
 HEAD_LOST_S = 15.0
-#: seconds a node has for a sweep of leftovers (``ray_pools.Sweeps``, ``sweep_cluster``)
+#: seconds a node has for a sweep of leftovers (``Sweeps``, ``sweep_cluster``)
 SWEEP_S = 120.0
 
 
@@ -364,31 +364,98 @@ def merge_stats(per_node: dict[str, dict[str, Any] | None], size: int, provider:
     return total
 
 
+class Sweeps:
+    """The sweeps of this run's leftovers (orphans only) that nodes run before they get a pool
+    and workers, at the start and when a node joins mid-run: each a task pinned to its node,
+    waited for with the others' work going on. A node whose sweep fails (the node died) or
+    does not end within SWEEP_S is left out of the run: ``left_out`` says why."""
+
+    def __init__(self, provider_name: str, run_id: str) -> None:
+        self.provider_name, self.run_id = provider_name, run_id
+        self.pending: dict[str, tuple[Any, float]] = {}
+        self.left_out: dict[str, str] = {}
+        self.removed: list[str] = []  # the VMs the ended sweeps removed
+
+    def start(self, node_id: str) -> None:
+        ref = pinned(sweep_here, node_id).remote(self.provider_name, self.run_id, True)
+        self.pending[node_id] = (ref, time.monotonic() + SWEEP_S)
+
+    def known(self, node_id: str) -> bool:
+        return node_id in self.pending or node_id in self.left_out
+
+    def refs(self) -> list[Any]:
+        return [ref for ref, _ in self.pending.values()]
+
+    def settle(self, give_up: bool = False) -> tuple[list[str], dict[str, str]]:
+        """The nodes whose sweep ended (theirs to add, in order) and those left out now, with why
+        (``give_up``: every sweep still running, as if past its time)."""
+        import ray
+
+        swept, failed = [], {}
+        for node_id, (ref, deadline) in sorted(self.pending.items()):
+            if ray.wait([ref], timeout=0)[0]:
+                try:
+                    self.removed += ray.get(ref)
+                    swept.append(node_id)
+                except Exception as exc:  # noqa: BLE001 - the node died, the sweep failed
+                    failed[node_id] = f"its sweep of the run's leftovers failed: {why(exc)}"
+            elif give_up or time.monotonic() > deadline:
+                self.cancel(node_id)
+                failed[node_id] = f"its sweep of the run's leftovers did not end within {SWEEP_S:.0f}s"
+            else:
+                continue
+            del self.pending[node_id]
+        self.left_out.update(failed)
+        return swept, failed
+
+    def first(self, nodes: list[str], head: HeadWatch) -> tuple[list[str], dict[str, str]] | None:
+        """Sweep ``nodes`` at the run's start and wait for them: the nodes swept and those left
+        out, with why; None once the cluster's head has not answered for HEAD_LOST_S (a ``ray.get``
+        waited until Ray ended the driver, 60 s, without the run's summary)."""
+        import ray
+
+        swept, failed = [], {}
+        for node_id in nodes:
+            self.start(node_id)
+        while self.pending:
+            ray.wait(self.refs(), num_returns=len(self.pending), timeout=1.0)
+            done, left_out = self.settle()
+            swept, failed = swept + done, {**failed, **left_out}
+            if self.pending and head.alive_nodes() is None and head.down_for() >= HEAD_LOST_S:
+                return None
+        return sorted(swept), failed
+
+    def cancel(self, node_id: str | None = None) -> None:
+        """Stop the sweep under way on ``node_id`` (every node's: None), best effort."""
+        import ray
+
+        for node in [node_id] if node_id else list(self.pending):
+            try:
+                ray.cancel(self.pending[node][0], force=True)
+            except Exception:  # noqa: BLE001 - its node is gone
+                pass
+            if node_id is None:
+                del self.pending[node]
+
+
 def sweep_cluster(provider_name: str, run_id: str | None, address: str | None) -> list[str]:
-    """Run the provider's sweep on every alive node; the removed VMs of all of them. VMError
-    (naming each node and what the others removed) when a node's sweep failed (the node died)
-    or did not end within SWEEP_S (a hung mount, daemon …): it waited for ever, or Ray's
-    error escaped as a traceback."""
+    """Run the provider's sweep on every alive node (``Sweeps``); the removed VMs of all of
+    them. VMError (naming each node and what the others removed) when a node's sweep failed
+    (the node died) or did not end within SWEEP_S (a hung mount, daemon …): it waited for
+    ever, or Ray's error escaped as a traceback."""
     owned = connect(address)  # before Ray's import: see connect()
     import ray
 
     try:
-        refs = {pinned(sweep_here, n).remote(provider_name, run_id, True): n for n in alive_nodes()}
-        ray.wait(list(refs), num_returns=len(refs), timeout=SWEEP_S)
-        removed: list[str] = []
-        failed: list[str] = []
-        for ref, node_id in refs.items():
-            if not ray.wait([ref], timeout=0)[0]:
-                ray.cancel(ref, force=True)
-                failed.append(f"node {node_id[:8]}: its sweep did not end within {SWEEP_S:.0f}s")
-                continue
-            try:
-                removed += ray.get(ref)
-            except Exception as exc:  # noqa: BLE001 - the node died, the sweep raised
-                failed.append(f"node {node_id[:8]}: {why(exc)}")
+        sweeps = Sweeps(provider_name, run_id)
+        for node_id in alive_nodes():
+            sweeps.start(node_id)
+        ray.wait(sweeps.refs(), num_returns=len(sweeps.pending), timeout=SWEEP_S)
+        _, failed = sweeps.settle(give_up=True)
         if failed:
-            raise VMError(f"{'; '.join(failed)} (removed on the other nodes: {', '.join(removed) or 'none'})")
-        return removed
+            raise VMError("; ".join(f"node {node_id[:8]}: {reason}" for node_id, reason in failed.items())
+                          + f" (removed on the other nodes: {', '.join(sweeps.removed) or 'none'})")
+        return sweeps.removed
     finally:
         if owned:
             ray.shutdown()

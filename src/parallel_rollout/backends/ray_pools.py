@@ -9,13 +9,11 @@ asks them through these. Nothing here imports Ray at load: ``--backend local`` n
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-from .ray_actors import sweep_here
-from .ray_cluster import HEAD_LOST_S, SWEEP_S, HeadWatch, merge_stats, pinned, take_events, why
+from .ray_cluster import merge_stats, take_events
 
 log = logging.getLogger("parallel_rollout")
 
@@ -32,78 +30,6 @@ class Node:
     final_stats: dict[str, Any] | None = None
     #: the pool's take_events call under way (its events.jsonl lines, where it is apart)
     events_ref: Any = None
-
-
-class Sweeps:
-    """The sweeps of this run's leftovers (orphans only) that nodes run before they get a pool
-    and workers, at the start and when a node joins mid-run: each a task pinned to its node,
-    waited for with the others' work going on. A node whose sweep fails (the node died) or
-    does not end within SWEEP_S is left out of the run: ``left_out`` says why."""
-
-    def __init__(self, provider_name: str, run_id: str) -> None:
-        self.provider_name, self.run_id = provider_name, run_id
-        self.pending: dict[str, tuple[Any, float]] = {}
-        self.left_out: dict[str, str] = {}
-
-    def start(self, node_id: str) -> None:
-        ref = pinned(sweep_here, node_id).remote(self.provider_name, self.run_id, True)
-        self.pending[node_id] = (ref, time.monotonic() + SWEEP_S)
-
-    def known(self, node_id: str) -> bool:
-        return node_id in self.pending or node_id in self.left_out
-
-    def refs(self) -> list[Any]:
-        return [ref for ref, _ in self.pending.values()]
-
-    def settle(self) -> tuple[list[str], dict[str, str]]:
-        """The nodes whose sweep ended (theirs to add, in order) and those left out now, with why."""
-        import ray
-
-        swept, failed = [], {}
-        for node_id, (ref, deadline) in sorted(self.pending.items()):
-            if ray.wait([ref], timeout=0)[0]:
-                try:
-                    ray.get(ref)
-                    swept.append(node_id)
-                except Exception as exc:  # noqa: BLE001 - the node died, the sweep failed
-                    failed[node_id] = f"its sweep of the run's leftovers failed: {why(exc)}"
-            elif time.monotonic() > deadline:
-                self.cancel(node_id)
-                failed[node_id] = f"its sweep of the run's leftovers did not end within {SWEEP_S:.0f}s"
-            else:
-                continue
-            del self.pending[node_id]
-        self.left_out.update(failed)
-        return swept, failed
-
-    def first(self, nodes: list[str], head: HeadWatch) -> tuple[list[str], dict[str, str]] | None:
-        """Sweep ``nodes`` at the run's start and wait for them: the nodes swept and those left
-        out, with why; None once the cluster's head has not answered for HEAD_LOST_S (a ``ray.get``
-        waited until Ray ended the driver, 60 s, without the run's summary)."""
-        import ray
-
-        swept, failed = [], {}
-        for node_id in nodes:
-            self.start(node_id)
-        while self.pending:
-            ray.wait(self.refs(), num_returns=len(self.pending), timeout=1.0)
-            done, left_out = self.settle()
-            swept, failed = swept + done, {**failed, **left_out}
-            if self.pending and head.alive_nodes() is None and head.down_for() >= HEAD_LOST_S:
-                return None
-        return sorted(swept), failed
-
-    def cancel(self, node_id: str | None = None) -> None:
-        """Stop the sweep under way on ``node_id`` (every node's: None), best effort."""
-        import ray
-
-        for node in [node_id] if node_id else list(self.pending):
-            try:
-                ray.cancel(self.pending[node][0], force=True)
-            except Exception:  # noqa: BLE001 - its node is gone
-                pass
-            if node_id is None:
-                del self.pending[node]
 
 
 def pools_stats(nodes: Iterable[Node], size: int, provider: str) -> dict[str, Any]:
