@@ -14,6 +14,7 @@ from llm_server import LLMServer
 from process_tree import fork_servers
 from parallel_rollout.config import RunConfig
 from parallel_rollout.errors import ConfigError
+from parallel_rollout.rl import suspension
 from parallel_rollout.rl import (BatchTimeout, EnvManagerConfig, RolloutScheduler, SchedulerClosed,
                                  SchedulerSuspended, drop_equal_rewards)
 from rl_support import TINY, Switch, lake_set, rl_config
@@ -163,8 +164,9 @@ def test_a_step_that_is_no_step_is_refused_and_changes_nothing(engine):
         train.close()
 
 
-def test_get_batch_behind_its_own_suspend_raises_and_a_timeout_says_the_gate_is_shut(engine):
+def test_get_batch_behind_its_own_suspend_raises_and_a_timeout_says_the_gate_is_shut(engine, caplog, monkeypatch):
     base, _, _ = engine
+    monkeypatch.setattr(suspension, "ORPHANED_WARN_S", 0.0)  # at once, not 10 s after the suspend
     train = base.sibling(EnvManagerConfig(num_env_groups=1, group_size=1, tags=["FrozenLake"]), name="shut")
     try:
         train.suspend()
@@ -203,7 +205,20 @@ def test_get_batch_behind_its_own_suspend_raises_and_a_timeout_says_the_gate_is_
             if got:
                 break
         assert got, "no new thread got the ended one's id"
+        # the suspending thread died without resume(): the waiting get_batch says so (it was
+        # silent for ever), once, and stats() says since when and by which thread
+        stats = train.stats()
+        assert stats["suspended"] and stats["suspended_by"] == suspender.name, stats
+        assert stats["suspended_by_alive"] is False and time.time() - 60 < stats["suspended_since"] <= time.time()
+        warned = lambda: [r for r in caplog.records if "has ended without resume()" in r.getMessage()]  # noqa: E731
+        for _ in range(100):
+            if warned():
+                break
+            time.sleep(0.1)
+        time.sleep(0.5)  # a few more polls of the waiting get_batch: no second warning before ORPHANED_REPEAT_S
+        assert len(warned()) == 1 and suspender.name in warned()[0].getMessage(), caplog.text
         train.resume(train.policy_version)
+        assert not train.stats()["suspended"] and train.stats()["suspended_since"] is None
         getter.join(120)
         assert not errors and len(got) == 2 and len(got[1]) == 1, errors
     finally:

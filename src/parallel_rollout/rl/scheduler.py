@@ -304,7 +304,7 @@ class RolloutScheduler(ChosenBatches, GroupGeneration, ReadyBatches, TakingTurns
         """``step`` as an int, checked with the rest of what a get_batch needs before it
         changes anything (see ``get_batch``)."""
         self._check_open()
-        if self._shared.suspended_by is threading.current_thread() and not self._shared.gate.is_open:
+        if self._shared.suspension.by is threading.current_thread() and not self._shared.gate.is_open:
             raise SchedulerSuspended(
                 f"get_batch on scheduler {self.name!r}: this thread suspended the policy gate and did not resume "
                 "it, so no model request goes out and no batch could come: call resume(policy_version) first")
@@ -385,7 +385,7 @@ class RolloutScheduler(ChosenBatches, GroupGeneration, ReadyBatches, TakingTurns
         self._check_open()
         check_timeout(timeout, "suspend")  # a ConfigError changes nothing: the gate stays open
         self._shared.engine.hold_clocks(True)
-        self._shared.suspended_by = threading.current_thread()  # a get_batch of this thread could never end
+        self._shared.suspension.suspended()  # a get_batch of this thread could never end
         self._shared.gate.suspend(abort=abort, timeout=timeout)
 
     def resume(self, policy_version: int) -> None:
@@ -407,7 +407,7 @@ class RolloutScheduler(ChosenBatches, GroupGeneration, ReadyBatches, TakingTurns
         for scheduler in judged:
             scheduler.judge_versions(policy_version)
         self._shared.gate.resume(policy_version)
-        self._shared.suspended_by = None
+        self._shared.suspension.resumed()
         self._shared.engine.hold_clocks(False)
 
     @property
@@ -423,14 +423,16 @@ class RolloutScheduler(ChosenBatches, GroupGeneration, ReadyBatches, TakingTurns
     def stats(self) -> dict[str, Any]:
         """Counts so far: groups started/returned/dropped (per reason), members cancelled,
         placeholders, what is running and ready, and this scheduler's model requests (its
-        samples', not its siblings' on the engine) and how many of them were aborted."""
+        samples', not its siblings' on the engine) and how many of them were aborted; whether
+        the engine's gate is suspended, since when and by which thread (``suspension``)."""
         requests, aborted = self._shared.gate.requests_of(self._sample_prefix)
+        suspension = self._shared.suspension.state(self._shared.gate.is_open)
         with self._cond:
             stats = dict(self._stats)
             stats.update(groups_running=len(self._groups), groups_ready=len(self._ready), step=self._step,
                          policy_version=self._shared.gate.version, model_requests=requests,
                          model_requests_aborted=aborted, concurrency=self.concurrency,
-                         partition=dict(self.partition))
+                         partition=dict(self.partition), **suspension)
             stats["groups_dropped"] = sum(v for k, v in self._stats.items() if k.startswith("dropped_"))
         return stats
 
@@ -475,6 +477,7 @@ class RolloutScheduler(ChosenBatches, GroupGeneration, ReadyBatches, TakingTurns
         error = getattr(self._shared.engine, "error", None)
         if error:
             raise RolloutError(f"the rollout engine stopped: {error}")
+        self._shared.suspension.warn_if_orphaned(self._shared.gate.is_open, self.name)
         self._cond.wait(_POLL_S)
         self._check_open()
 

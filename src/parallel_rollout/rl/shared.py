@@ -15,7 +15,6 @@ from __future__ import annotations
 import atexit
 import dataclasses
 import os
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,7 @@ from ..config import RunConfig
 from ..errors import ConfigError
 from ..policy_gate import PolicyGate
 from .run_folder import RunFolder
+from .suspension import Suspension
 
 
 class SharedEngine:
@@ -43,10 +43,10 @@ class SharedEngine:
         self.closed = False
         #: close() ran to its end (``closed`` is set at its start)
         self._stopped = False
-        #: the thread whose suspend() shut the gate, until a resume() (what a get_batch of
-        #: that thread refuses to wait for): the Thread itself, not its id, which a thread
-        #: started after it ended may be given again
-        self.suspended_by: threading.Thread | None = None
+        #: the thread whose suspend() shut the gate, and since when, until a resume() (what a
+        #: get_batch of that thread refuses to wait for, and one of another warns about once
+        #: that thread has ended: ``suspension``)
+        self.suspension = Suspension()
         #: the files every scheduler's task sets come from (by absolute and real path), which
         #: each attempt tells its agent to withhold from a program of its own (the command
         #: agent's), as it withholds a run's --data: no file of the run names them
