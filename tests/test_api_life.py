@@ -186,6 +186,27 @@ def test_every_error_of_a_bad_call_names_the_calls_keywords_and_the_clis_its_fla
         run(**base, agent="command", agent_cmd="python3 agent.py --model m | cat")
 
 
+def test_a_flags_value_the_call_did_not_give_is_said_as_a_value(tmp_path, monkeypatch):
+    """A message that names a flag with a value of its own, not the call's (``--backend ray``,
+    ``--agent openai``): the value was left as a bare word, 'ray_address needs backend ray',
+    'the default: agent openai calls the model', which no call can be written from."""
+    from parallel_rollout.api import as_called
+
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    data = write_tasks(tmp_path / "tasks.jsonl", [shell_task("a")])
+    base = {"mode": "shell", "data": str(data), "output_dir": str(tmp_path / "out"), "progress": False}
+    with pytest.raises(ConfigError, match=r"^ray_address needs backend='ray' \(ray_address='h:1' in run\(\)\)$"):
+        run(**base, ray_address="h:1")
+    with pytest.raises(ConfigError, match=r"the default: agent='openai' calls the model$"):
+        run(**base, model="gpt-4o")
+    assert not (tmp_path / "out").exists()
+    # each kind of such a value; a word of the sentence after a flag stays a word
+    said = as_called("leave --mode out, or give --mode osworld; --data miniwob; --verify-reset off; "
+                     "--reset-command none; --fail-under none; --num-vms is; --agent oracle: no", {"agent": "oracle"})
+    assert said == ("leave mode out, or give mode='osworld'; data='miniwob'; verify_reset='off'; "
+                    "reset_command='none'; fail_under=None; num_vms is; agent='oracle': no"), said
+
+
 def test_a_script_read_from_stdin_gets_one_clear_error_and_no_folder(tmp_path):
     """``python - <<EOF`` (a shell's here-document): multiprocessing starts the helper
     processes by running the main module's file, '<stdin>', again; each run's Manager died of

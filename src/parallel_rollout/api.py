@@ -31,10 +31,14 @@ import re
 from pathlib import Path
 from typing import Any
 
-from .config import PYTHON_CALL, RunConfig, build_config, settings
+from .agents.base import AGENTS
+from .config import NAMED_DATASETS, PYTHON_CALL, RunConfig, build_config, settings
+from .config_checks import CHOICES, GATE_OFF
+from .envs.registry import MODES
 from .errors import ConfigError, InterruptedBeforeStart, ProviderUnavailable, RunInterrupted, RunLocked
 from .logs import reworded
 from .main_guard import check_guarded
+from .pool.providers import PROVIDERS
 from .preflight import Preflight
 from .preflight import preflight as check_run
 from .report.run_data import NotARunFolder, RunData
@@ -94,12 +98,25 @@ def preflight(config_file: str | Path | None = None, *, check_endpoint: bool = F
 
 #: a CLI flag in an error, with the value that may follow it ('x', a number, a word)
 _FLAG = (r"(?<![\w-])--(?P<no>no-)?(?P<name>[a-z][a-z0-9]*(?:-[a-z0-9]+)*)(?![\w-])"
-         r"(?: (?P<value>'[^']*'|\"[^\"]*\"|-?\d+(?:\.\d+)?(?![\w.])|[\w.:/-]+))?")
+         r"(?: (?P<value>'[^']*'|\"[^\"]*\"|-?\d+(?:\.\d+)?(?![\w.])|[\w.:/-]*[\w/-]))?")
 #: what is said as it is: a command line to type (`parallel-rollout image build …`), and a
 #: quoted text (a task's command, an agent's stderr: 'curl --data x')
 _COMMAND = (r"`[^`]*`|(?:parallel-rollout|\./dev|run_parallel_rollout\.py) [^;\n)]*"
             r"""|(?<!\w)'[^'\n]*'(?!\w)|(?<!\w)"[^"\n]*"(?!\w)""")
 _FIELDS = {f.name: f.type for f in dataclasses.fields(RunConfig) if f.name not in ("explicit", "sources")}
+#: the gates, whose 'none' a call says as None
+_GATES = ("fail_under", "compare_to")
+
+
+def _named(name: str) -> tuple[str, ...] | list[str]:
+    """The words setting ``name`` takes as its value (``--agent openai``, ``--backend ray``,
+    ``--fail-under none``): such a word after its flag is said as the value it is."""
+    if name in ("agent", "mode", "provider_name"):
+        registry = {"agent": AGENTS, "mode": MODES, "provider_name": PROVIDERS}[name]
+        return [*registry.builtin]  # no plugin scan: a message names the built-in ones
+    if name == "data":
+        return [*NAMED_DATASETS]
+    return GATE_OFF[:1] if name in _GATES else CHOICES.get(name, ())
 
 
 def as_called(message: str, call: dict[str, Any], strict: bool = False) -> str:
@@ -126,6 +143,8 @@ def as_called(message: str, call: dict[str, Any], strict: bool = False) -> str:
             return f"{name}={value}" if number and float(value) == call[name] else found.group(0)
         if value and (value[0] in "'\"" or re.fullmatch(r"-?[\d.]+", value)):
             return f"{name}={value}"
+        if value and value in _named(name):  # a value the setting takes, not the sentence's next word
+            return f"{name}=None" if name in _GATES else f"{name}={value!r}"
         rest = f" {value}" if value else ""
         if _FIELDS.get(name, "").startswith("bool"):
             return f"{name}={not found.group('no')}{rest}"

@@ -122,6 +122,11 @@ def check_ray() -> None:
         raise ConfigError(RAY_INSTALL_HINT)
 
 
+#: the values of the settings that take one of a few words (the CLI's choices); what else
+#: names one: the registries of agents, modes and providers, the named datasets, GATE_OFF
+CHOICES = {"observation_type": ("screenshot", "a11y_tree", "screenshot_a11y_tree"),
+           "action_space": ("computer_13", "pyautogui"), "backend": ("local", "ray"),
+           "verify_reset": ("off", "fast", "full"), "rag_metric": ("f1", "em"), "reset_command": ("none",)}
 #: the float settings with no flag of their own (config.py's tunables): errors name them by key
 _FLAGLESS = ("lease_timeout_s", "ack_timeout_s", "start_timeout_s", "shutdown_grace_s", "api_timeout_s")
 
@@ -152,11 +157,11 @@ def validate_ranges(cfg: Any) -> None:
         value = getattr(cfg, name)
         if value is not None and value < 1:
             raise ConfigError(f"--{name.replace('_', '-')} must be at least 1")
-    if cfg.observation_type not in ("screenshot", "a11y_tree", "screenshot_a11y_tree"):
+    if cfg.observation_type not in CHOICES["observation_type"]:
         raise ConfigError("--observation-type must be screenshot, a11y_tree or screenshot_a11y_tree")
-    if cfg.action_space not in ("computer_13", "pyautogui"):  # envs/osworld/actions.ACTION_SPACES
+    if cfg.action_space not in CHOICES["action_space"]:  # envs/osworld/actions.ACTION_SPACES
         raise ConfigError(f"--action-space must be computer_13 or pyautogui, got {cfg.action_space!r}")
-    if cfg.backend not in ("local", "ray"):
+    if cfg.backend not in CHOICES["backend"]:
         raise ConfigError("--backend must be local or ray")
     if cfg.ray_address is not None and cfg.backend != "ray":
         raise ConfigError("--ray-address needs --backend ray")
@@ -164,9 +169,9 @@ def validate_ranges(cfg: Any) -> None:
         check_ray()
     if cfg.spare_vms is not None and cfg.spare_vms < 0:
         raise ConfigError("--spare-vms must be 0 or more")
-    if cfg.verify_reset not in (None, "off", "fast", "full"):
+    if cfg.verify_reset not in (None, *CHOICES["verify_reset"]):
         raise ConfigError(f"--verify-reset must be off, fast or full, got {cfg.verify_reset!r}")
-    if cfg.rag_metric not in ("f1", "em"):
+    if cfg.rag_metric not in CHOICES["rag_metric"]:
         raise ConfigError("--rag-metric must be f1 or em")
     if not cfg.sleep_after_execution >= 0:
         raise ConfigError("--sleep-after-execution must be 0 or more (seconds)")
