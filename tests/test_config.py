@@ -261,6 +261,26 @@ def test_vm_settings_of_a_mode_that_runs_in_no_vm_are_warned_of(tmp_path):
     assert shell.exit_code == 0 and "is not used" not in shell.output, shell.output
 
 
+def test_headless_where_no_vm_opens_a_window_is_warned_of(tmp_path):
+    """--headless (OSWorld's run.py habit) was taken in silence by every mode and provider,
+    though only vmware's and virtualbox's VMs open a window: warned of now, as the VMs'
+    other tunables are, where it is ignored (a mode with no VM, a provider with no window)."""
+    gym = invoke(tmp_path, "--mode", "gym", "--data", "frozenlake", "--limit", "1", "--headless", "--dry-run", data=None)
+    assert gym.exit_code == 0 and "--headless is not used by this run: the gym mode runs in no VM; it is ignored" in (
+        " ".join(gym.output.split())), gym.output
+    shell = invoke(tmp_path, "--mode", "shell", "--limit", "1", "--headless", "--dry-run")
+    said = " ".join(shell.output.split())
+    assert shell.exit_code == 0 and "--headless is not used by this run: the process provider's VMs open no window" in (
+        said), shell.output
+    # the hypervisors' VMs open one (their preflight stops before the run's preparation here)
+    from parallel_rollout.config_checks import ignored_vm_settings
+    from parallel_rollout.pool.providers import PROVIDERS, get_provider
+
+    given = RunConfig(mode="shell", headless=True, explicit=frozenset({"headless"}))
+    assert [name for name in sorted(PROVIDERS.builtin) if ignored_vm_settings(given, get_provider(name))] == [
+        "docker", "process", "qemu", "remote"]
+
+
 @pytest.mark.parametrize("extra", [[], ["--dry-run"]], ids=["run", "dry-run"])
 def test_a_vm_memory_too_small_for_the_guest_agent_is_refused(tmp_path, extra):
     """--vm-memory-mb 4 starved each sandbox's own agent: every task, even an echo, was graded

@@ -155,7 +155,8 @@ def main() -> None:
 @click.option("--spare-vms", type=int,
               help="VMs booted ahead beyond the pool (at most --num-vms leased at once): a release hands "
               "out a spare at once and resets the old VM in the background. Default: 1 for qemu, 0 elsewhere.")
-@click.option("--headless", is_flag=True, help="Run VMs without a window (process is always headless).")
+@click.option("--headless", is_flag=True,
+              help="Run VMs without a window (vmware, virtualbox; the other providers never open one).")
 @click.option("--model", default=_D.model, show_default=True, help="Model name for model-backed agents.")
 @click.option("--action-space", default=_D.action_space, show_default=True,
               type=click.Choice(["computer_13", "pyautogui"]), help="Desktop action space (osworld modes).")

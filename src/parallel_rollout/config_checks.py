@@ -122,6 +122,22 @@ def check_ray() -> None:
         raise ConfigError(RAY_INSTALL_HINT)
 
 
+#: the VMs' settings a run whose VMs do not use them ignores, with a warning (the rest are refused)
+_VM_TUNABLES = frozenset({"spare_vms", "verify_reset", "boot_timeout_s", "max_vm_replacements", "headless"})
+
+
+def ignored_vm_settings(cfg: Any, provider_cls: Any) -> list[tuple[str, str, str]]:
+    """(the setting as said, why the run ignores it, its name) of each VM setting given to a
+    run that has no use for it: any in a mode that runs in no VM (``provider_cls`` None),
+    --headless where the provider's VMs open no window (process, docker, qemu, remote)."""
+    given = sorted(_VM_TUNABLES & cfg.explicit)
+    if provider_cls is not None:
+        given = [] if provider_cls.opens_windows or "headless" not in given else ["headless"]
+    why = (f"the {provider_cls.name} provider's VMs open no window" if provider_cls is not None
+           else f"the {cfg.mode} mode runs in no VM")
+    return [(name if name == "max_vm_replacements" else "--" + name.replace("_", "-"), why, name) for name in given]
+
+
 #: the values of the settings that take one of a few words (the CLI's choices); what else
 #: names one: the registries of agents, modes and providers, the named datasets, GATE_OFF
 CHOICES = {"observation_type": ("screenshot", "a11y_tree", "screenshot_a11y_tree"),

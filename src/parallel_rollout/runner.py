@@ -32,7 +32,7 @@ from .agents.base import MODEL_KEYS, MODEL_OPTIONS
 from .agents.episode import EndpointRefused, ModelUnavailable
 from .agents.model_checks import check_agent
 from .config import RunConfig, data_required, default_run_id
-from .config_checks import RESUME_READS
+from .config_checks import RESUME_READS, ignored_vm_settings
 from .engine import Engine
 from .envs import get_env, task_validators, with_mode_defaults
 from .envs.registry import answer_like_warnings
@@ -56,9 +56,6 @@ log = logging.getLogger("parallel_rollout")
 _TICK_S = 0.2
 #: seconds between progress lines in the log when there is no progress bar
 _PROGRESS_LOG_S = 30.0
-#: the VMs' settings a mode that runs in no VM ignores, with a warning (the rest are refused)
-_VM_TUNABLES = frozenset({"spare_vms", "verify_reset", "boot_timeout_s", "max_vm_replacements"})
-_FLAGLESS = frozenset({"max_vm_replacements"})
 #: who takes the model settings (--model, --base-url …), for the error that refuses them
 _MODEL_AGENTS = "agents that call a model (openai, or a module:Class agent through self.model)"
 
@@ -130,10 +127,9 @@ class Runner:
             **dict.fromkeys(("vm_address", "vm_key_file", "reset_command"), ("the remote provider", frozenset(
                 {"remote"} if self.provider_cls and self.provider_cls.name == "remote" else ()))),
         })
-        for name in sorted(_VM_TUNABLES & cfg.explicit if self.provider_cls is None else ()):
+        for said, why, name in ignored_vm_settings(cfg, self.provider_cls):
             # warned, not refused: one config file for every mode of a nightly job sets them
-            log.warning("%s is not used by this run: the %s mode runs in no VM%s; it is ignored",
-                        name if name in _FLAGLESS else "--" + name.replace("_", "-"), cfg.mode, cfg.where(name))
+            log.warning("%s is not used by this run: %s%s; it is ignored", said, why, cfg.where(name))
         if self.provider_cls is not None and not cfg.use_vm_pool and cfg.envs_per_worker > 1:
             raise ConfigError(
                 "--envs-per-worker > 1 runs several env loops per worker that share VMs; "

@@ -121,6 +121,9 @@ class Provider(abc.ABC):
     #: are children of it, a QEMU guest is a process of the runner), so a limit there bounds
     #: them with the runner (``host_share``); a container's is dockerd's, elsewhere
     vms_in_runner_cgroup: ClassVar[bool] = False
+    #: whether its VMs may open a window on this host, which --headless keeps shut (a
+    #: hypervisor's GUI; a plugin's, which reads options.headless); False where none does
+    opens_windows: ClassVar[bool] = True
     #: whether ``reset`` brings a VM back to its snapshot; False where it only waits for the
     #: VM (the remote provider with --reset-command none): the pool counts a release then,
     #: not a reset

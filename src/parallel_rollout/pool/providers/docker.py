@@ -137,6 +137,7 @@ class DockerProvider(SpareContainers, Provider):
     """VMs as containers of one image; a reset starts a fresh container made ahead of time."""
 
     name = "docker"
+    opens_windows = False
 
     def __init__(self, run_id: str, options: ProviderOptions | None = None,
                  base_dir: str | os.PathLike | None = None) -> None:

@@ -134,6 +134,7 @@ class ProcessProvider(Provider):
 
     name = "process"
     vms_in_runner_cgroup = True  # its cgroups are children of the runner's (cgroups.py)
+    opens_windows = False
 
     def __init__(self, run_id: str, options: ProviderOptions | None = None,
                  base_dir: str | os.PathLike | None = None) -> None:

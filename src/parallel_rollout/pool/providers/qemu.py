@@ -138,6 +138,7 @@ class QemuProvider(Provider):
 
     name = "qemu"
     vms_in_runner_cgroup = True  # a guest's RAM is a process of the runner's (host_share.py)
+    opens_windows = False  # -display none
     #: a loadvm reset takes ~0.6 s and a boot seconds: one VM booted ahead (pool/spares.py)
     default_spares = 1
 

@@ -119,6 +119,7 @@ class RemoteProvider(Provider):
     """VMs at fixed guest addresses (``http://host:port``), reset by a user-given command."""
 
     name = "remote"
+    opens_windows = False  # another machine's
     #: its VMs are network addresses, not local sockets: the ray backend runs one pool (on the
     #: driver's node, where --reset-command runs) that workers on every node lease from
     reachable_from_any_node = True
