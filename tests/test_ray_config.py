@@ -143,6 +143,23 @@ def test_pool_stats_summed_over_nodes_and_lost_nodes_counted_dead():
     assert "0 died, 2 lost with 1 Ray node(s), 0 replaced" in line, line
 
 
+def test_the_summary_names_the_nodes_lost_and_left_out_with_why():
+    """A node lost mid-run and one the run never used (its sweep failed): summary.json's vm
+    says both with why, and the summary's lines name the one left out (they were only in a
+    warning and events.jsonl: a scheduler could not tell the run had fewer nodes)."""
+    from parallel_rollout.backends.ray_pools import Node, pools_stats
+    from parallel_rollout.run_end import format_summary
+
+    lost = Node("lost-node", pool=object(), alive=False, lost_reason="node lost-nod left the cluster")
+    total = pools_stats([lost], 2, "process", {"dead-node-id": "its sweep of the run's leftovers failed: X"})
+    assert total["nodes"]["lost-node"] == {"lost": True, "size": 2, "reason": "node lost-nod left the cluster"}
+    assert total["nodes_left_out"] == {"dead-node-id": "its sweep of the run's leftovers failed: X"}
+    summary = {"success_rate": 1.0, "mean_reward": 1.0, "successes": 3, "finished": 3, "total_samples": 3,
+               "status_counts": {"success": 3}, "attempts": 3, "retried_attempts": 0, "timing_s": {}, "vm": total}
+    assert "Ray node dead-nod left out of the run: its sweep of the run's leftovers failed: X" in \
+        format_summary(summary, "out").splitlines()
+
+
 def test_policy_gate_on_tcp_for_nodes_of_other_hosts():
     """The gate a trainer serves to other hosts: TCP, same protocol; suspend holds a request."""
     import threading

@@ -78,8 +78,9 @@ def test_a_node_that_joins_and_hangs_or_dies_in_its_sweep_is_left_out(cluster, t
             monkeypatch.delenv(_ENV)
             writers.append(_hold_sweep(fifo))
         assert proc.poll() is None, "the run ended before a joining node could die"
+        dead, hung = added[1].node_id, added[0].node_id
         cl.remove_node(added.pop(), allow_graceful=False)
-        stderr = communicate(proc, 120)[1]
+        stdout, stderr = communicate(proc, 120)
     finally:
         for fd in writers:
             os.close(fd)
@@ -95,7 +96,13 @@ def test_a_node_that_joins_and_hangs_or_dies_in_its_sweep_is_left_out(cluster, t
     assert len(left_out) == 1 and "sweep of the run's leftovers failed" in left_out[0], left_out
     assert "is left out of the run" in stderr, stderr[-3000:]
     assert not [e for e in events if e["event"] == "node_joined"], events
-    assert len(json.loads((run_dir / "summary.json").read_text())["vm"]["nodes"]) == 3
+    vm = json.loads((run_dir / "summary.json").read_text())["vm"]
+    assert len(vm["nodes"]) == 3
+    # both nodes the run never used, with why (a scheduler reads the summary, not the warnings)
+    assert set(vm["nodes_left_out"]) == {dead, hung}, vm["nodes_left_out"]
+    assert "sweep of the run's leftovers failed" in vm["nodes_left_out"][dead]
+    assert "had not ended when the run ended" in vm["nodes_left_out"][hung]
+    assert f"Ray node {dead[:8]} left out of the run" in stdout + stderr, stdout[-2000:]
 
 
 @pytest.mark.slow

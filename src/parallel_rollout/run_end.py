@@ -209,6 +209,8 @@ def format_summary(summary: dict[str, Any], run_dir: Any) -> str:
                      # its snapshot; only a replacement spends the budget
                      + (f"{vm['restarts']} restarted from the snapshot, " if vm.get("restarts") else "")
                      + f"{vm.get('replacements', 0)} replaced")
+        for node_id, why in (vm.get("nodes_left_out") or {}).items():  # --backend ray: never used
+            lines.append(f"Ray node {str(node_id)[:8]} left out of the run: {_elided(str(why))}")
     lines.append(f"results: {run_dir}/")
     return "\n".join(lines)
 

@@ -235,10 +235,10 @@ class RayBackend(WorkerTable):
             self._on_worker_death(worker, reason, deliberate=True)
 
     def pool_stats(self) -> dict[str, Any] | None:
-        """Every node's pool stats summed (a lost node's VMs counted dead); None without pools."""
-        if self.spec.provider_cls is None or not self._nodes:
+        """Every node's pool stats summed (a lost node's VMs counted dead), the nodes left out named; None without pools."""
+        if self.spec.provider_cls is None or not (self._nodes or self._sweeps.left_out):
             return None
-        return pools_stats(self._nodes.values(), self.config.pool_size, self.config.provider_name)
+        return pools_stats(self._nodes.values(), self.config.pool_size, self.config.provider_name, self._sweeps.left_out)
 
     # -- watching --------------------------------------------------------------------------
 
@@ -329,7 +329,7 @@ class RayBackend(WorkerTable):
             held.pop(ident, None)
 
     def _lose_node(self, node: Node, reason: str) -> None:
-        node.alive = False
+        node.alive, node.lost_reason = False, reason
         log.warning("%s; its VMs are counted dead, its attempts retried elsewhere", reason)
         self.hooks.event("node_lost", reason=reason)
         for worker in [w for w in list(self._workers.values()) if w.node_id == node.node_id]:
@@ -353,7 +353,7 @@ class RayBackend(WorkerTable):
         self.hooks.stop(f"{reason}: the cluster is lost; every finished result is kept in "
                         f"{self.spec.run_dir / 'results.jsonl'}")
         if self._head.node_id in self._nodes:
-            self._nodes[self._head.node_id].alive = False  # its VMs counted dead
+            self._nodes[self._head.node_id].alive, self._nodes[self._head.node_id].lost_reason = False, reason
         self._kill(*self._workers.values())  # their agents' processes, where nodes still answer
         for w in list(self._workers.values()):
             w.lost = True

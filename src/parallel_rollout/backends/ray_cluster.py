@@ -426,7 +426,8 @@ class Sweeps:
         return sorted(swept), failed
 
     def cancel(self, node_id: str | None = None) -> None:
-        """Stop the sweep under way on ``node_id`` (every node's: None), best effort."""
+        """Stop the sweep under way on ``node_id`` (every node's: None, as the run ends: those
+        nodes never served it, and are left out), best effort."""
         import ray
 
         for node in [node_id] if node_id else list(self.pending):
@@ -436,6 +437,7 @@ class Sweeps:
                 pass
             if node_id is None:
                 del self.pending[node]
+                self.left_out[node] = "its sweep of the run's leftovers had not ended when the run ended"
 
 
 def sweep_cluster(provider_name: str, run_id: str | None, address: str | None) -> list[str]:

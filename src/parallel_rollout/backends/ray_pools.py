@@ -30,13 +30,20 @@ class Node:
     final_stats: dict[str, Any] | None = None
     #: the pool's take_events call under way (its events.jsonl lines, where it is apart)
     events_ref: Any = None
+    #: why the run lost it (its pool died, it left the cluster, the head was lost)
+    lost_reason: str = ""
 
 
-def pools_stats(nodes: Iterable[Node], size: int, provider: str) -> dict[str, Any]:
+def pools_stats(nodes: Iterable[Node], size: int, provider: str,
+                left_out: dict[str, str] | None = None) -> dict[str, Any]:
     """Every node's pool stats summed (``merge_stats``: a lost node's, or one whose pool does
-    not answer, counted dead); a node leasing from another's pool has none of its own."""
+    not answer, counted dead, with why it was lost); a node leasing from another's pool has
+    none of its own. ``left_out``: the nodes the run never used (their sweep failed or hung),
+    with why, kept as ``nodes_left_out``: a scheduler reading summary.json sees that the run
+    ran on fewer nodes than the cluster had."""
     import ray
 
+    nodes = list(nodes)
     per_node: dict[str, dict[str, Any] | None] = {}
     for node in nodes:
         if node.pool is None:
@@ -48,7 +55,12 @@ def pools_stats(nodes: Iterable[Node], size: int, provider: str) -> dict[str, An
             except Exception:  # noqa: BLE001 - a pool that cannot answer counts as lost
                 stats = None
         per_node[node.node_id] = stats
-    return merge_stats(per_node, size, provider)
+    total = merge_stats(per_node, size, provider)
+    for node in nodes:
+        if node.lost_reason and total["nodes"].get(node.node_id, {}).get("lost"):
+            total["nodes"][node.node_id]["reason"] = node.lost_reason
+    total["nodes_left_out"] = dict(left_out or {})
+    return total
 
 
 def stop_pools(nodes: Iterable[Node], run_dir: Path, head_lost: bool = False) -> bool:
