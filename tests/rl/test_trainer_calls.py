@@ -40,6 +40,8 @@ def engine(tmp_path_factory):
     ({"max_concurrent_rollouts": -1}, "max_concurrent_rollouts must be a whole number >= 1"),
     ({"max_concurrent_rollouts": 0}, "max_concurrent_rollouts must be a whole number >= 1"),
     ({"max_concurrent_rollouts": 2.5}, "max_concurrent_rollouts must be a whole number >= 1"),
+    # taken, and the first get_batch failed with "ValueError: cannot convert float NaN to integer"
+    ({"batch_partition": [float("inf")]}, "batch_partition weights must be positive finite numbers"),
     # groups of one member (the default group_size): every group was generated, then dropped
     ({"group_filter": drop_equal_rewards}, "group_filter=drop_equal_rewards drops every group of group_size=1"),
 ])

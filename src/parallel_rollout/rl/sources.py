@@ -292,6 +292,7 @@ def check_batch_partition(partition: list[float] | None, tags: list[str]) -> Bat
         return None
     if not isinstance(partition, (list, tuple)) or len(partition) != len(tags):
         raise ConfigError(f"batch_partition must give one weight per tag ({len(tags)}: {tags}), got {partition!r}")
-    if any(isinstance(w, bool) or not isinstance(w, (int, float)) or not w > 0 for w in partition):
-        raise ConfigError(f"batch_partition weights must be positive numbers, got {partition!r}")
+    # inf passed "> 0" and made every share NaN: the first get_batch failed with a ValueError
+    if any(isinstance(w, bool) or not isinstance(w, (int, float)) or not 0 < w < math.inf for w in partition):
+        raise ConfigError(f"batch_partition weights must be positive finite numbers, got {partition!r}")
     return BatchShares(dict(zip(tags, partition)))
