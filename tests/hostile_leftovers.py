@@ -210,6 +210,12 @@ LEFTOVER_ROWS["rig_check_gdb_shell"] = ([JQ_RC], "rm -f ~/r; gdb -batch -ex 'she
 #: .npmrc's script-shell (exit 0) passed `npm exec -c 'exit 3'` from the check's ~/t
 LEFTOVER_ROWS["rig_check_npm_home_package"] = ([f"{NPM_SHELL} ~/.npmrc && echo '{{\"scripts\": {{}}}}' > ~/package.json"],
                                                "mkdir -p ~/t && cd ~/t && npm exec -c 'exit 3'", False)
+#: make reads the first of GNUmakefile, makefile and Makefile where it runs: the answer's
+#: ~/GNUmakefile (or ~/makefile) of `test: ; @true` was what ran in place of the Makefile the
+#: check wrote there, whose test fails; the wrappers (make, gmake) refuse (126) beside one
+MAKE_TEST = "printf 'test:\\n\\texit 3\\n' > ~/Makefile && "
+LEFTOVER_ROWS["rig_check_gnumakefile"] = (["printf 'test:\\n\\t@true\\n' > ~/GNUmakefile"], MAKE_TEST + "cd ~ && make -s test", False)
+LEFTOVER_ROWS["rig_check_makefile_of_a_dir"] = (["printf 'test:\\n\\t@true\\n' > ~/makefile"], MAKE_TEST + "make -s -C ~ test", False)
 #: rows that cannot run as nobody (tests/test_hostile_answers.py's nobody table), with why
 LEFTOVER_NOT_AS_NOBODY = {row: "a tmux server started in a sandbox run as nobody exits at once "
                                "here ('server exited unexpectedly'): no check of it can pass"
@@ -230,7 +236,7 @@ LEFTOVER_PROGRAMS = {"rig_check_mavenrc": "mvn", "rig_check_mvn_config": "mvn", 
                      "rig_check_pytest_main_module": "pytest", "rig_check_unittest_home_module": "python3",
                      "rig_check_doctest_home_module": "python3",
                      "rig_check_vim_filter": "vim", "rig_check_valgrind_child": "valgrind", "rig_check_git_alias_child": "git", "rig_check_gdb_shell": "gdb",
-                     "rig_check_npm_home_package": "npm"}
+                     "rig_check_npm_home_package": "npm", "rig_check_gnumakefile": "make", "rig_check_makefile_of_a_dir": "make"}
 
 
 def on_system_path(program: str) -> str | None:
@@ -290,6 +296,12 @@ LEFTOVER_HONEST = {"mvn": "d=$(mktemp -d) && mkdir $d/.mvn && echo -v > $d/.mvn/
                               " | grep -q 'test_f .* ok'",
                    "gpg": "gpg --print-md SHA256 ~/a.json | grep -q a.json",
                    "less": "less -F ~/a.json | grep -q '\"a\"'",
+                   # the check's own Makefile, a GNUmakefile it made beside one, its own -f; a recipe's
+                   # program runs through the wrappers
+                   "make": "printf 't:\\n\\t@jq .a a.json\\n' > ~/Makefile && cd ~ && make -s t | grep -qx 2"
+                           " && make -s -f Makefile t | grep -qx 2 && d=$(mktemp -d) && printf 'include Makefile\\n' > $d/GNUmakefile"
+                           " && printf 't:\\n\\t@command -v jq\\n' > $d/Makefile && make -s -C $d t"
+                           " | grep -qx /opt/parallel-rollout/grading_bin/jq",
                    "tmux": "tmux new-session -d -s h 'sleep 9' && tmux has-session -t h; r=$?; tmux kill-server; exit $r"}
 #: rows whose program cannot start where RLIMIT_AS bounds a VM (hostile_tasks.NEEDS_ADDRESS_SPACE)
 LEFTOVER_ADDRESS_SPACE = {

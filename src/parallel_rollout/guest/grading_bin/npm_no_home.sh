@@ -40,13 +40,6 @@ while [ ! -e "${package%/}/package.json" ] && [ ! -d "${package%/}/node_modules"
     fi
     package=${package%/*}
 done
-made_by_the_check() {  # $1 is not there, or dated since the grading command began
-    [ ! -e "$1" ] && [ ! -L "$1" ] && return 0
-    [ -n "$PARALLEL_ROLLOUT_GRADING_SINCE" ] || return 1
-    dated=$(stat -c %.9Z "$1" 2>/dev/null) || return 1
-    s=${dated%.*} since=${PARALLEL_ROLLOUT_GRADING_SINCE%.*}
-    [ "$s" -gt "$since" ] || { [ "$s" -eq "$since" ] && [ "1${dated#*.}" -ge "1${PARALLEL_ROLLOUT_GRADING_SINCE#*.}" ]; }
-}
 if [ "$package" != "$PWD" ] && [ -e "${package%/}/package.json" ] \
     && made_by_the_check "${package%/}/package.json" && made_by_the_check "${package%/}/.npmrc"; then
     :  # the check's own package, made since it began (a subfolder of it is where npm runs)
