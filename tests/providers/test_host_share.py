@@ -125,6 +125,20 @@ def test_an_explicit_process_cap_over_the_pid_share_is_refused(tmp_path):
     assert f"give at most {shares.pids}" in said, said
 
 
+def test_more_spares_than_the_pid_table_has_room_for_are_refused_by_name(tmp_path):
+    """--spare-vms 100000 (spares are not cut to the samples as --num-vms is) left each VM a
+    share of 0 pids: the run died of a ZeroDivisionError traceback; each VM needs a few."""
+    shares = host_share.table_shares(1)
+    if shares.pids is None:
+        pytest.skip("no kernel.pid_max here")
+    tasks = [{"id": "t", "mode": "shell", "instruction": "x", "check": "true", "reference": ["true"]}]
+    proc = run_cli(tmp_path, tasks, "--num-vms", "1", "--spare-vms", str(shares.pids))
+    said = " ".join(proc.stderr.split())
+    assert proc.returncode == 2 and "Traceback" not in said, (proc.returncode, proc.stderr[-2000:])
+    assert f"{shares.pids + 1} VMs (the pool's and its spares) leave each 0 processes" in said, said
+    assert "run fewer VMs (--num-vms, --spare-vms)" in said and not (tmp_path / "out" / "share").exists(), said
+
+
 #: takes open files in child processes (each as many as it may) until it holds ``limit`` in
 #: all or cannot fork; writes how many to ~/files and holds them ``hold`` seconds
 FILE_BOMB = textwrap.dedent("""\

@@ -58,6 +58,8 @@ DEFAULT_NOFILE = 1024
 MIN_NOFILE = 64
 #: how low the default process cap goes to keep DEFAULT_NOFILE (py mode's own default)
 MIN_DEFAULT_PROCESSES = 256
+#: the least share of the pid table a VM must have: its guest agent, a shell and a command
+MIN_VM_PROCESSES = 16
 #: a cgroup v1 memory limit at least this big is "no limit" (the kernel shows ~2**63)
 _V1_UNLIMITED = 2**62
 
@@ -212,6 +214,12 @@ def process_limits(cap: int | None, *, explicit: bool, vms: int) -> tuple[int | 
     the cap. ConfigError for an explicit ``cap`` over the pid share, or one that would leave
     fewer than MIN_NOFILE open files a process."""
     shares = table_shares(vms)
+    if cap is not None and shares.pids is not None and shares.pids < MIN_VM_PROCESSES:
+        # a default cap went down to it: 0 divided the file share by zero (a traceback)
+        raise ConfigError(
+            f"{vms} VMs (the pool's and its spares) leave each {shares.pids} processes of the machine's pid "
+            f"table ({shares.pid_table}: {int(TABLE_SHARE * 100)}% for the VMs), fewer than the "
+            f"{MIN_VM_PROCESSES} a VM needs: run fewer VMs (--num-vms, --spare-vms)")
     if cap is not None and shares.pids is not None and cap > shares.pids:
         if explicit:
             raise ConfigError(
