@@ -102,7 +102,7 @@ class AgentExitsProvider(ProcessProvider):
 FAILED_BOOTS = {
     # killed a moment after bwrap starts: often before it has forked the namespace's init,
     # or before that init has set up --die-with-parent; many tries to hit every moment
-    "timeout": (ProcessProvider, 0.001, "timed out waiting for the guest agent", 100),
+    "timeout": (ProcessProvider, 0.001, r"guest agent: not ready after 0\.001s \(--boot-timeout-s\)", 100),
     "agent-exits": (AgentExitsProvider, 10.0, "exited before it was ready", 3),
 }
 

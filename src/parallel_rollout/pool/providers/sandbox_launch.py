@@ -63,7 +63,7 @@ def launch(vm_id: str, vm_dir: Path, socket_path: Path, group: cgroups.VMCgroup,
                "oom_baseline": cgroups.oom_counts(group.paths)}  # the folder's so far
     try:
         deadline = time.monotonic() + boot_timeout_s
-        info = read_until(info_r, b"}", deadline)
+        info = read_until(info_r, b"}", deadline, boot_timeout_s)
         try:
             init_pid = json.loads(info)["child-pid"]
         except (ValueError, KeyError) as exc:
@@ -73,7 +73,7 @@ def launch(vm_id: str, vm_dir: Path, socket_path: Path, group: cgroups.VMCgroup,
         # what a sweep kills by pid; until now it finds the sandbox by the folder's
         # cgroups and bwrap's command line (``sweep``)
         write_meta(private)
-        if not read_until(ready_r, b"\n", deadline).startswith(b"ready"):
+        if not read_until(ready_r, b"\n", deadline, boot_timeout_s).startswith(b"ready"):
             raise VMError("the guest agent exited before it was ready")
         # once the agent runs, bwrap has built the sandbox: its /dev/pts is there
         sandbox_fs.cap_ptys(init_pid, own_userns=own_userns)

@@ -372,14 +372,15 @@ def kill_recorded(meta: dict, vm_dir: Path) -> None:
         pass  # sweep is best effort; the folder goes regardless
 
 
-def read_until(fd: int, terminator: bytes, deadline: float) -> bytes:
-    """Bytes from a pipe up to ``terminator`` or EOF; VMError at the deadline. Any fd: a
-    pool of a few hundred VMs holds fds above select()'s 1023 (``readable_within``)."""
+def read_until(fd: int, terminator: bytes, deadline: float, budget_s: float) -> bytes:
+    """Bytes from a pipe up to ``terminator`` or EOF; VMError at the deadline, the boot's
+    ``budget_s`` named (which --boot-timeout-s sets). Any fd: a pool of a few hundred VMs
+    holds fds above select()'s 1023 (``readable_within``)."""
     data = b""
     while terminator not in data:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
-            raise VMError("timed out waiting for the guest agent")
+            raise VMError(f"timed out waiting for the guest agent: not ready after {budget_s:g}s (--boot-timeout-s)")
         if not readable_within(fd, remaining):
             continue
         chunk = os.read(fd, 4096)
