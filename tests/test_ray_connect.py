@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -140,6 +141,23 @@ sys.stdin.read()
 """
 
 
+@contextlib.contextmanager
+def head_and_node(prefix: str) -> Iterator[tuple[dict, dict[str, str]]]:
+    """A cluster of its own (``_HEAD_AND_NODE``) in a RAY_TMPDIR of its own: what it said (its
+    address, its head node's pids) and the environment that reaches it; killed after."""
+    with own_ray_tmp(prefix) as ray_tmp:
+        env = dict(os.environ, RAY_TMPDIR=str(ray_tmp))
+        cluster_proc = subprocess.Popen([sys.executable, "-c", _HEAD_AND_NODE], stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, text=True, env=env)
+        try:
+            said = json.loads(cluster_proc.stdout.readline() or "{}")
+            assert said, "the cluster did not start"
+            yield said, env
+        finally:
+            cluster_proc.kill()  # its shutdown waits on the lost head; the rest: own_ray_tmp's
+            cluster_proc.wait()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("how", ["killed", "stopped"])
 def test_a_lost_head_node_ends_the_run_with_its_summary_and_it_resumes(tmp_path, how):
@@ -152,30 +170,21 @@ def test_a_lost_head_node_ends_the_run_with_its_summary_and_it_resumes(tmp_path,
     it hung for ever. Then --resume on one host finishes every sample once."""
     tasks = [shell_task(f"h{i}", reference=["sleep 3", f"touch ~/h{i}.done"]) for i in range(20)]
     keys = {f"h{i}#0" for i in range(len(tasks))}
-    with own_ray_tmp("pr-head-") as ray_tmp:
-        env = dict(os.environ, RAY_TMPDIR=str(ray_tmp))
-        cluster_proc = subprocess.Popen([sys.executable, "-c", _HEAD_AND_NODE], stdin=subprocess.PIPE,
-                                        stdout=subprocess.PIPE, text=True, env=env)
-        try:
-            said = json.loads(cluster_proc.stdout.readline() or "{}")
-            assert said, "the cluster did not start"
-            cmd = _cli(tmp_path, said["address"], "headless")
-            cmd[cmd.index("--data") + 1] = str(write_tasks(tmp_path / "tasks.jsonl", tasks))
-            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-            results = tmp_path / "headless" / "results.jsonl"
-            deadline = time.monotonic() + 120
-            while proc.poll() is None and time.monotonic() < deadline and not (
-                    results.exists() and results.stat().st_size):
-                time.sleep(0.1)
-            assert proc.poll() is None, "the run ended before its head node could be killed"
-            head = said["head"]
-            for pid in [p for pids in head.values() for p in pids] if how == "killed" else head["gcs_server"]:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL if how == "killed" else signal.SIGSTOP)
-            stderr = communicate(proc, 150)[1]
-        finally:
-            cluster_proc.kill()  # its shutdown waits on the dead head; the rest: own_ray_tmp's
-            cluster_proc.wait()
+    with head_and_node("pr-head-") as (said, env):
+        cmd = _cli(tmp_path, said["address"], "headless")
+        cmd[cmd.index("--data") + 1] = str(write_tasks(tmp_path / "tasks.jsonl", tasks))
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        results = tmp_path / "headless" / "results.jsonl"
+        deadline = time.monotonic() + 120
+        while proc.poll() is None and time.monotonic() < deadline and not (
+                results.exists() and results.stat().st_size):
+            time.sleep(0.1)
+        assert proc.poll() is None, "the run ended before its head node could be killed"
+        head = said["head"]
+        for pid in [p for pids in head.values() for p in pids] if how == "killed" else head["gcs_server"]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL if how == "killed" else signal.SIGSTOP)
+        stderr = communicate(proc, 150)[1]
     run_dir = tmp_path / "headless"
     assert proc.returncode == 1, stderr[-3000:]
     assert "Failed to connect to GCS" not in stderr, stderr[-3000:]
@@ -193,3 +202,39 @@ def test_a_lost_head_node_ends_the_run_with_its_summary_and_it_resumes(tmp_path,
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     finals = assert_exactly_once(run_dir, keys)
     assert {r["status"] for r in finals.values()} == {"success"}
+
+
+#: the CLI run, its head node's GCS stopped (SIGSTOP: it takes connections and answers
+#: nothing) the moment after the driver connected, before it asks the head anything
+_STOPPED_AFTER_CONNECT = """
+import os, runpy, signal, sys
+from parallel_rollout.backends import ray_backend
+connect, gcs = ray_backend.connect, [int(pid) for pid in sys.argv[1].split(",")]
+def connect_then_stop(address):
+    owned = connect(address)
+    for pid in gcs:
+        os.kill(pid, signal.SIGSTOP)
+    return owned
+ray_backend.connect = connect_then_stop
+sys.argv = ["parallel-rollout", *sys.argv[2:]]
+runpy.run_module("parallel_rollout.cli", run_name="__main__")
+"""
+
+
+@pytest.mark.slow
+def test_a_head_that_stops_answering_as_the_run_starts_ends_it_naming_the_head(tmp_path):
+    """The head's GCS stopped right after the driver connected, as the backend's start asks
+    it for the head node and the alive nodes: the run stops within the lost-head limit with
+    its summary, the message naming the head's address and the resume line (the start asked
+    with no time limit: the command hung for ever, saying nothing)."""
+    with head_and_node("pr-hst-") as (said, env):
+        gcs = ",".join(str(pid) for pid in said["head"]["gcs_server"])
+        cli = _cli(tmp_path, said["address"], "stalled")
+        proc = subprocess.Popen([sys.executable, "-c", _STOPPED_AFTER_CONNECT, gcs, *cli[3:]],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        stderr = communicate(proc, 75)[1]
+    assert proc.returncode == 1, stderr[-3000:]
+    assert f"the Ray cluster's head node ({said['address']}) has not answered" in stderr, stderr[-3000:]
+    assert "resume with:" in stderr, stderr[-3000:]
+    summary = json.loads((tmp_path / "stalled" / "summary.json").read_text())
+    assert said["address"] in summary["stopped"]["reason"] and summary["finished"] == 0, summary

@@ -59,7 +59,7 @@ from ..messages import Assignment, Cancel
 from ..trajectories import unpack_files
 from .base import BackendSpec, Clock, CrashWindow, EngineHooks, WorkerTable, died_record, late_failures
 from .ray_actors import TRAJECTORY_FILES, PoolActor, RayPool, WorkerActor, late_progress, mark_folder
-from .ray_cluster import (HEAD_LOST_S, HeadWatch, alive_nodes, check_reachable, connect, disconnect_lost,
+from .ray_cluster import (HEAD_LOST_S, HeadWatch, check_reachable, connect, disconnect_lost,
                           Sweeps, done_refs, pinned, sweep_cluster, take_events, wait_ready, why)
 from .ray_pools import Node, pools_stats, stop_pools
 
@@ -154,8 +154,8 @@ class RayBackend(WorkerTable):
         import ray
 
         spec, cfg = self.spec, self.config
-        self._head.attach()
-        nodes = alive_nodes()
+        if (nodes := self._head.attach()) is None:  # its GCS did not answer for HEAD_LOST_S
+            return self._lose_head(self._head.down_for())
         if not nodes:
             raise RuntimeError("the Ray cluster has no alive node")
         if spec.provider_cls is not None:  # leftovers of an earlier, killed run, on every node

@@ -194,16 +194,20 @@ class HeadWatch:
         #: the run counted the head lost (HEAD_LOST_S): no call that waits on it any more
         self.lost = False
 
-    def attach(self) -> None:
-        """Watch the head of the cluster this process is connected to."""
+    def attach(self) -> list[str] | None:
+        """Watch the head of the cluster this process is connected to: its address, then the
+        alive nodes (and the head's id) as its GCS says them, waited for HEAD_LOST_S at most;
+        None when it did not answer that long (stopped, cut off: the run's start waited on
+        ``ray.nodes()`` for ever, saying nothing)."""
         import ray
 
         try:
             self.address = ray.get_runtime_context().gcs_address or ""
-            self.node_id = next((n["NodeID"] for n in ray.nodes()
-                                 if "node:__internal_head__" in n.get("Resources", {})), None)
         except Exception:  # noqa: BLE001 - a Ray client (ray://): said without its address
             pass
+        while (nodes := self.alive_nodes()) is None and self.down_for() < HEAD_LOST_S:
+            time.sleep(0.1)  # an error rather than no answer: asked again
+        return nodes
 
     def alive_nodes(self) -> list[str] | None:
         """The alive nodes, as the GCS says them within ANSWER_S; None when it did not (a call
@@ -212,8 +216,13 @@ class HeadWatch:
             asked: dict[str, Any] = {"done": threading.Event(), "nodes": None}
 
             def ask() -> None:
+                import ray
+
                 try:
-                    asked["nodes"] = alive_nodes()
+                    found = ray.nodes()
+                    self.node_id = self.node_id or next((n["NodeID"] for n in found if "node:__internal_head__"
+                                                         in n.get("Resources", {})), None)
+                    asked["nodes"] = _alive(found)
                 except Exception:  # noqa: BLE001 - the GCS did not answer this time
                     pass
                 asked["done"].set()
@@ -267,7 +276,11 @@ def alive_nodes() -> list[str]:
     """The ids of the cluster's alive nodes, in a stable order."""
     import ray
 
-    return sorted(n["NodeID"] for n in ray.nodes() if n.get("Alive"))
+    return _alive(ray.nodes())
+
+
+def _alive(nodes: list[dict[str, Any]]) -> list[str]:
+    return sorted(n["NodeID"] for n in nodes if n.get("Alive"))
 
 
 def done_refs(refs: list[Any]) -> set[Any]:
