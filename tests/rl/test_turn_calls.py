@@ -135,3 +135,35 @@ def test_a_cut_keeps_the_calls_answered_before_it(tmp_path, tokenizer_dir):
         server.stop()
     assert cut.value.turn["token_ids"] == plan.token_ids and cut.value.turn["reply"] == PLAN
     assert cut.value.turn["prompt_token_ids"] == plan.prompt_token_ids and "earlier_calls" not in cut.value.turn
+
+
+def test_calls_of_one_client_at_once_take_turns_and_each_is_recorded(tmp_path, tokenizer_dir):
+    """An async agent's act that gathers two calls (asyncio.gather of two agenerate/achat:
+    two candidates a turn): both ran at once in the client's one turn record, each wrote
+    its reply into the other's, and one call's sampled ids were lost or filed under the
+    other's prompt. Calls of one client take turns: each is in the turn, with its own prompt."""
+    import asyncio
+    import time
+
+    model = TokenModel(tokenizer_dir, lambda call: ACT if call % 2 else PLAN)
+    server = LLMServer(policy=lambda body: (time.sleep(0.3), model(body))[1]).start()  # both under way at once
+    try:
+        client = ModelClient(RunConfig(mode="gym", agent="openai", base_url=server.url, model="m"))
+        client.start()
+        first = model.encode("<|im_start|>assistant\n")  # the model's reply follows the markers it counts
+        prompts = [first, first + model.encode("x") + first]
+
+        async def act():
+            return await asyncio.gather(*(client.agenerate(prompt) for prompt in prompts))
+
+        replies = asyncio.run(act())
+        turn = client.turn_record()
+    finally:
+        server.stop()
+    assert [r.text for r in replies] == [ACT, PLAN]
+    assert [r.prompt_token_ids for r in replies] == prompts
+    calls = sorted(_calls(turn), key=lambda call: len(call["prompt_token_ids"]))  # in the order they ran
+    assert len(calls) == 2, turn
+    for call, prompt, reply in zip(calls, prompts, (ACT, PLAN)):
+        assert call["prompt_token_ids"] == prompt and call["token_ids"] == model.encode(reply) + [model.end_id]
+    assert client.usage()["requests"] == 2

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 import uuid
 from typing import Any, Callable, Sequence
 
@@ -62,8 +63,11 @@ __all__ = ["ModelClient", "Reply"]  # Reply: calls.py, the answer of one call
 
 
 class ModelClient:
-    """One agent's calls to the policy (one per agent: no locking; ``abort`` may come from
-    another thread)."""
+    """One agent's calls to the policy (one per agent; ``abort`` may come from another
+    thread). Its calls take turns (``_one_call``): an async agent's ``asyncio.gather`` of two
+    ``achat`` calls ran both at once in one turn record, token history and gate connection,
+    and each wrote its reply into the other's record (a call's sampled ids lost, or filed
+    under the other's prompt); now the second waits for the first, and both are the turn's."""
 
     #: first backoff wait in seconds, doubled per retry; tests shrink it
     backoff_base_s = 1.0
@@ -88,6 +92,8 @@ class ModelClient:
         #: the policy gate each request passes under an RL scheduler (gated_request.py)
         self._gate = GatedRequests(config) if getattr(config, "policy_gate", None) else None
         self._usage = _zero_usage(config.model)
+        #: held by the call under way (chat, generate): the calls of one client take turns
+        self._one_call = threading.Lock()
         self._turn: dict[str, Any] = {}
         #: the turn's earlier calls that were answered, and whether ``turn_record()`` was taken
         #: since the last call (the next call then begins a new turn)
@@ -150,27 +156,29 @@ class ModelClient:
         after ``abort()``; TypeError or ValueError, before anything is sent, for a request
         that cannot be sent (``openai_request.chat_arguments``, ``check_sendable``)."""
         messages, tools = openai_request.chat_arguments(messages, tools)
-        self._begin({"request": messages} if self._gate is not None else {})
-        request: dict[str, Any] = {"model": self.config.model, "messages": messages}
-        self._path = "/chat/completions"
-        self._sample(request, sampling)
-        if tools:
-            request["tools"] = tools
-        with self._cut_keeps_the_turn():
-            prepared = self.wire.prepare(request)
-            self._path = self.wire.path_of(prepared)  # with a tokenizer: token ids to /completions
-            return self._finish(self._answer(prepared))
+        with self._one_call:
+            self._begin({"request": messages} if self._gate is not None else {})
+            request: dict[str, Any] = {"model": self.config.model, "messages": messages}
+            self._path = "/chat/completions"
+            self._sample(request, sampling)
+            if tools:
+                request["tools"] = tools
+            with self._cut_keeps_the_turn():
+                prepared = self.wire.prepare(request)
+                self._path = self.wire.path_of(prepared)  # with a tokenizer: token ids to /completions
+                return self._finish(self._answer(prepared))
 
     def generate(self, prompt_token_ids: Sequence[int], **sampling: Any) -> Reply:
         """The token-in form: the reply to the agent's own prompt ids, sent as they are to
         ``{base_url}/completions`` (vLLM takes a list of ids as ``prompt``); the reply's
         ``token_ids`` are what was sampled. Errors as ``chat``."""
-        self._begin({"request": {"prompt_token_ids": list(prompt_token_ids)}} if self._gate is not None else {})
-        request: dict[str, Any] = {"model": self.config.model, "prompt": list(prompt_token_ids)}
-        self._path = "/completions"
-        self._sample(request, sampling)
-        with self._cut_keeps_the_turn():
-            return self._finish(self._answer(self.wire.prepare_ids(request)))
+        with self._one_call:
+            self._begin({"request": {"prompt_token_ids": list(prompt_token_ids)}} if self._gate is not None else {})
+            request: dict[str, Any] = {"model": self.config.model, "prompt": list(prompt_token_ids)}
+            self._path = "/completions"
+            self._sample(request, sampling)
+            with self._cut_keeps_the_turn():
+                return self._finish(self._answer(self.wire.prepare_ids(request)))
 
     async def achat(self, messages: Sequence[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
                     **sampling: Any) -> Reply:
