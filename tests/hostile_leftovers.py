@@ -216,6 +216,45 @@ LEFTOVER_ROWS["rig_check_npm_home_package"] = ([f"{NPM_SHELL} ~/.npmrc && echo '
 MAKE_TEST = "printf 'test:\\n\\texit 3\\n' > ~/Makefile && "
 LEFTOVER_ROWS["rig_check_gnumakefile"] = (["printf 'test:\\n\\t@true\\n' > ~/GNUmakefile"], MAKE_TEST + "cd ~ && make -s test", False)
 LEFTOVER_ROWS["rig_check_makefile_of_a_dir"] = (["printf 'test:\\n\\t@true\\n' > ~/makefile"], MAKE_TEST + "make -s -C ~ test", False)
+#: javac with no class path given takes the current folder's, the home where a check starts, and
+#: runs the annotation processors its META-INF/services names: the answer's rewrote each class
+#: a check compiled (a stub whose main returns: Check's exit 3 never ran); the javac wrapper
+#: refuses (126) beside such a file
+JAVA_PROCESSOR = """\
+import com.sun.source.util.*;
+import java.nio.file.*;
+import java.util.*;
+import javax.annotation.processing.*;
+import javax.lang.model.SourceVersion;
+import javax.lang.model.element.*;
+import javax.tools.*;
+@SupportedAnnotationTypes("*")
+public class P extends AbstractProcessor {
+    public SourceVersion getSupportedSourceVersion() { return SourceVersion.latest(); }
+    public synchronized void init(ProcessingEnvironment env) {
+        super.init(env);
+        JavacTask.instance(env).addTaskListener(new TaskListener() {
+            public void finished(TaskEvent e) {
+                if (e.getKind() != TaskEvent.Kind.GENERATE) return;
+                try {
+                    String name = e.getTypeElement().getSimpleName().toString();
+                    Path out = Paths.get(env.getFiler().getResource(StandardLocation.CLASS_OUTPUT, "", "x").toUri()).getParent();
+                    Path stub = Files.createTempDirectory("p").resolve(name + ".java");
+                    Files.writeString(stub, "public class " + name + " { public static void main(String[] a) {} }");
+                    ToolProvider.getSystemJavaCompiler().run(null, null, null, "-proc:none", "-d", out.toString(), stub.toString());
+                } catch (Exception x) { }
+            }
+        });
+    }
+    public boolean process(Set<? extends TypeElement> a, RoundEnvironment r) { return false; }
+}
+"""
+JAVA_CHECK = ("d=$(mktemp -d) && printf 'public class Check { public static void main(String[] a) { System.exit(3); } }\\n'"
+              " > $d/Check.java && javac -d $d $d/Check.java && java -cp $d Check")
+LEFTOVER_ROWS["rig_check_javac_processor"] = ([f"mkdir -p ~/.p && cat > ~/.p/P.java <<'EOF'\n{JAVA_PROCESSOR}EOF\n",
+                                               "javac -d ~ ~/.p/P.java && mkdir -p ~/META-INF/services"
+                                               " && echo P > ~/META-INF/services/javax.annotation.processing.Processor"],
+                                              JAVA_CHECK, False)
 #: rows that cannot run as nobody (tests/test_hostile_answers.py's nobody table), with why
 LEFTOVER_NOT_AS_NOBODY = {row: "a tmux server started in a sandbox run as nobody exits at once "
                                "here ('server exited unexpectedly'): no check of it can pass"
@@ -236,7 +275,8 @@ LEFTOVER_PROGRAMS = {"rig_check_mavenrc": "mvn", "rig_check_mvn_config": "mvn", 
                      "rig_check_pytest_main_module": "pytest", "rig_check_unittest_home_module": "python3",
                      "rig_check_doctest_home_module": "python3",
                      "rig_check_vim_filter": "vim", "rig_check_valgrind_child": "valgrind", "rig_check_git_alias_child": "git", "rig_check_gdb_shell": "gdb",
-                     "rig_check_npm_home_package": "npm", "rig_check_gnumakefile": "make", "rig_check_makefile_of_a_dir": "make"}
+                     "rig_check_npm_home_package": "npm", "rig_check_gnumakefile": "make", "rig_check_makefile_of_a_dir": "make",
+                     "rig_check_javac_processor": "javac"}
 
 
 def on_system_path(program: str) -> str | None:
@@ -302,12 +342,14 @@ LEFTOVER_HONEST = {"mvn": "d=$(mktemp -d) && mkdir $d/.mvn && echo -v > $d/.mvn/
                            " && make -s -f Makefile t | grep -qx 2 && d=$(mktemp -d) && printf 'include Makefile\\n' > $d/GNUmakefile"
                            " && printf 't:\\n\\t@command -v jq\\n' > $d/Makefile && make -s -C $d t"
                            " | grep -qx /opt/parallel-rollout/grading_bin/jq",
+                   # from the home, and with a class path of the check's own
+                   "javac": JAVA_CHECK.replace("exit(3)", "exit(0)") + " && javac -cp $d -d $d $d/Check.java",
                    "tmux": "tmux new-session -d -s h 'sleep 9' && tmux has-session -t h; r=$?; tmux kill-server; exit $r"}
 #: rows whose program cannot start where RLIMIT_AS bounds a VM (hostile_tasks.NEEDS_ADDRESS_SPACE)
 LEFTOVER_ADDRESS_SPACE = {
     **{row: "the JVM cannot start under RLIMIT_AS of 256 MB, a VM's memory bound "
             "without a memory cgroup (it reserves more address space for its code cache)"
-       for row in ("rig_check_mavenrc", "rig_check_mvn_config")},
+       for row in ("rig_check_mavenrc", "rig_check_mvn_config", "rig_check_javac_processor")},
     "rig_check_node_child": "node cannot start under RLIMIT_AS of 256 MB, a VM's memory bound without a memory cgroup",
     **{row: "npm's node cannot start under RLIMIT_AS of 256 MB, a VM's memory bound without a memory cgroup"
        for row in ("rig_check_npmrc", "rig_check_npm_workspace", "rig_check_npmrc_from_home",

@@ -25,7 +25,8 @@ processes too, and what its code starts goes through the wrappers), mvn without 
 ``~/.gnupg/gpg.conf`` (``--no-options``), ImageMagick without ``~/.config/ImageMagick``,
 ssh without ``~/.ssh/config``, vim without ``~/.vimrc`` and ``~/.vim`` (``--clean``), pytest (``python3 -m pytest`` too) without an ini file or
 ``conftest.py`` above its tests' folder (pinned there, or refused below such an ini file), valgrind not beside a ``.valgrindrc`` (no option turns it off), make not where it would read a
-``GNUmakefile`` or ``makefile`` in place of the ``Makefile`` the check wrote, git running no program that the config of the repo it reads names (the
+``GNUmakefile`` or ``makefile`` in place of the ``Makefile`` the check wrote, javac not beside
+an annotation processor's ``META-INF/services`` file of its class path's current folder, git running no program that the config of the repo it reads names (the
 answer's repo: ``core.fsmonitor``, filters, diff drivers, hooks …; ``git_no_programs.py``),
 each of which could make a wrong answer pass; a check's own options win.
 The rest of the home is still read: node's ``node_modules`` of the folder it runs in (the

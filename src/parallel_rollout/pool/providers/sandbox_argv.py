@@ -45,7 +45,7 @@ DESKTOP_SOURCES = tuple(images.GUEST_SOURCE_DIR / name for name in images.GUEST_
 ATSPI_ENVS = ("PARALLEL_ROLLOUT_ATSPI", "PARALLEL_ROLLOUT_ATSPI_TIMEOUT")
 SHIM_DIR = images.GUEST_SOURCE_DIR / "shim"
 #: the grading commands' wrappers (curl, jq, sqlite3, file, wget, psql, node, git, mvn, gdb, tmux, less, gpg, ImageMagick, ssh,
-#: vim, npm, pytest, valgrind, make), bound into every sandbox
+#: vim, npm, pytest, valgrind, make, javac), bound into every sandbox
 GRADING_BIN = images.GUEST_SOURCE_DIR / "grading_bin"
 GUEST_SHIM = images.GUEST_SHIM_DIR
 GUEST_BIN = f"{images.GUEST_DIR}/bin"
