@@ -21,6 +21,10 @@
 # themselves) run with --import-mode=append (a check's own --import-mode wins): pytest put their
 # folder first on sys.path, and the graded code's ~/fractions.py (os._exit(0)) was what the
 # check's tests imported; its own module the tests import is still found, after the system's.
+# Nor is pytest run (126) where the folders of its tests' packages (each up from them with an
+# __init__.py) reach the home, /tmp, /var/tmp or /dev/shm with an __init__.py the check did not
+# make: pytest imports it as their package, and the graded code's ~/__init__.py (os._exit(0))
+# passed `cd ~ && pytest test_check.py` of a check's failing tests.
 
 . "${0%/*}/wrap.sh" || exit
 program=$(command -v "${0##*/}") || exec "${0##*/}" "$@"
@@ -107,6 +111,17 @@ pytest_pin() {  # $1: how many of the words after it are not pytest's; sets pin_
     if [ -z "$own_import" ]; then  # tests in a folder the graded code writes: its modules after the system's
         case $top/ in "${HOME%/}"/*|/tmp/|/var/tmp/|/dev/shm/) if [ -n "${HOME%/}" ]; then pin_import=append; fi ;; esac
     fi
+    dir=$top  # the tests' packages: pytest imports the __init__.py of each folder up from them that has one
+    while [ -n "$dir" ] && { [ -f "$dir/__init__.py" ] || [ -L "$dir/__init__.py" ]; }; do
+        case $dir in
+            "${HOME%/}"|/tmp|/var/tmp|/dev/shm)
+                if ! made_by_the_check "$dir/__init__.py"; then
+                    echo "pytest: not run: $dir/__init__.py, a file the graded code could have written, would be imported as the package of the tests (write them to a folder of their own, d=\$(mktemp -d), and run pytest there)" >&2
+                    exit 126
+                fi ;;
+        esac
+        dir=${dir%/*}
+    done
     if [ -n "$own_c" ]; then return; fi
     case $top/ in "${here:-/nowhere}"/*) base=$here ;; *) base=$top ;; esac  # never / itself
     if [ -n "${HOME%/}" ] && [ "$base" = "${HOME%/}" ]; then pytest_none_of_home; fi
