@@ -168,7 +168,7 @@ def test_a_step_that_is_no_step_is_refused_and_changes_nothing(engine):
 
 def test_get_batch_behind_its_own_suspend_raises_and_a_timeout_says_the_gate_is_shut(engine, caplog, monkeypatch):
     base, _, _ = engine
-    monkeypatch.setattr(suspension, "ORPHANED_WARN_S", 0.0)  # at once, not 10 s after the suspend
+    monkeypatch.setattr(suspension, "ORPHANED_WARN_S", 0.0)  # at once, not a minute after the suspend
     train = base.sibling(EnvManagerConfig(num_env_groups=1, group_size=1, tags=["FrozenLake"]), name="shut")
     try:
         train.suspend()

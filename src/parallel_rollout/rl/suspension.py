@@ -19,10 +19,12 @@ from typing import Any
 
 log = logging.getLogger("parallel_rollout")
 
-#: seconds the gate stays shut, its suspending thread ended, before a waiting get_batch warns
-ORPHANED_WARN_S = 10.0
+#: seconds the gate stays shut, its suspending thread ended, before a waiting get_batch warns:
+#: past a weight update's usual length, so that a controller resuming from a thread of its
+#: own (legitimate) is rarely told
+ORPHANED_WARN_S = 60.0
 #: seconds between the warnings while that lasts
-ORPHANED_REPEAT_S = 60.0
+ORPHANED_REPEAT_S = 300.0
 
 
 class Suspension:
@@ -71,4 +73,5 @@ class Suspension:
             shut_for = now - self._since_mono
         log.warning("get_batch on scheduler %r waits on the policy gate, suspended %.0f s ago by thread %r, "
                     "which has ended without resume(): no model request goes out until some thread calls "
-                    "resume(policy_version) (get_batch(timeout=) bounds the wait)", scheduler, shut_for, by.name)
+                    "resume(policy_version), and if none is to, this get_batch never returns "
+                    "(get_batch(timeout=) bounds the wait)", scheduler, shut_for, by.name)
