@@ -10,6 +10,7 @@ import os
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import psutil
 import pytest
@@ -93,13 +94,9 @@ def test_auto_with_no_cluster_is_refused(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.parametrize("flags", [["--backend", "local"], ["--backend", "local", "--ray-address", ""]])
-def test_a_ray_run_resumes_on_the_local_backend(tmp_path, flags):
-    """The backend changes no result: a run of ``--backend ray --ray-address auto`` resumes
-    with ``--backend local`` (its stored address dropped; ``--ray-address ""`` clears it too),
-    where it was refused as "--ray-address needs --backend ray". Its folder is made here by a
-    local run that config.json then says was a Ray run, its last result taken off
-    (tests/test_ray_connect.py resumes a real one)."""
+def _a_ray_run_with_a_sample_left(tmp_path: Path, address: str) -> Path:
+    """The folder of a run of 3 samples, the last left to a resume, that config.json says ran
+    with ``--backend ray --ray-address address`` (made by a local run)."""
     data = write_tasks(tmp_path / "tasks.jsonl", [shell_task(f"t{i}") for i in range(3)])
     first = subprocess.run([*_CLI, "--mode", "shell", "--data", str(data), "--output-dir", str(tmp_path),
                             "--run-id", "r", "--num-rollouts", "1", "--no-progress"],
@@ -107,11 +104,38 @@ def test_a_ray_run_resumes_on_the_local_backend(tmp_path, flags):
     assert first.returncode == 0, first.stderr[-2000:]
     run_dir = tmp_path / "r"
     stored = json.loads((run_dir / "config.json").read_text())
-    stored["config"].update(backend="ray", ray_address="auto")
+    stored["config"].update(backend="ray", ray_address=address)
     stored["config"]["explicit"] = sorted({*stored["config"]["explicit"], "backend", "ray_address"})
     (run_dir / "config.json").write_text(json.dumps(stored))
     lines = (run_dir / "results.jsonl").read_text().splitlines(keepends=True)
     (run_dir / "results.jsonl").write_text("".join(lines[:-1]))
+    return run_dir
+
+
+def test_a_resume_whose_cluster_is_gone_says_how_to_go_on(tmp_path):
+    """A --resume of a Ray run whose cluster is gone (its stored --ray-address takes no
+    connection): exit 2, and the error says the two ways on, another cluster's --ray-address or
+    --backend local (it said only to start the cluster or give its address, as to a new run)."""
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        run_dir = _a_ray_run_with_a_sample_left(tmp_path, f"127.0.0.1:{closed.getsockname()[1]}")
+        resumed = subprocess.run([*_CLI, "--output-dir", str(tmp_path), "--run-id", "r", "--resume", "--no-progress"],
+                                 capture_output=True, text=True, timeout=120)
+    assert resumed.returncode == 2, resumed.stderr[-2000:]
+    said = " ".join(resumed.stderr.split())
+    assert "cannot reach the Ray cluster at 127.0.0.1:" in said and "Traceback" not in said, said
+    assert "resume on another with --ray-address HOST:PORT, or on this host with --backend local" in said, said
+    assert len(read_results(run_dir)) == 2  # nothing ran
+
+
+@pytest.mark.parametrize("flags", [["--backend", "local"], ["--backend", "local", "--ray-address", ""]])
+def test_a_ray_run_resumes_on_the_local_backend(tmp_path, flags):
+    """The backend changes no result: a run of ``--backend ray --ray-address auto`` resumes
+    with ``--backend local`` (its stored address dropped; ``--ray-address ""`` clears it too),
+    where it was refused as "--ray-address needs --backend ray". Its folder is made here by a
+    local run that config.json then says was a Ray run, its last result taken off
+    (tests/test_ray_connect.py resumes a real one)."""
+    run_dir = _a_ray_run_with_a_sample_left(tmp_path, "auto")
     resumed = subprocess.run([*_CLI, "--output-dir", str(tmp_path), "--run-id", "r", "--resume", *flags,
                               "--no-progress"], capture_output=True, text=True, timeout=120)
     assert resumed.returncode == 0, resumed.stderr[-2000:]

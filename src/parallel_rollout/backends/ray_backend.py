@@ -125,7 +125,7 @@ class RayBackend(WorkerTable):
         self._sweeps = Sweeps(self.config.provider_name, spec.run_id)
         # a cluster nobody can reach is refused here, as the engine is made: before a run
         # opens its folder (ray.init would retry for ever)
-        check_reachable(self.config.ray_address)
+        check_reachable(self.config.ray_address, self.config.resume)
 
     # -- start -----------------------------------------------------------------------------
 

@@ -76,12 +76,14 @@ def _loopback_first(address: str | None) -> None:
         os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
 
-def check_reachable(address: str | None) -> str:
+def check_reachable(address: str | None, resume: bool = False) -> str:
     """ClusterUnreachable unless the head node at ``address`` takes a TCP connection (on its
     GCS port) within REACH_TIMEOUT_S: ray.init would retry "Failed to connect to GCS" for
     ever. ``auto`` is resolved as ray.init resolves it (RAY_ADDRESS, the last ``ray start``,
     a GCS running here). Returns the host:port checked; "" when there is nothing to reach (no
-    address: a local instance; a process already connected to Ray)."""
+    address: a local instance; a process already connected to Ray). ``resume``: the address
+    is the one the run stored, and the error says how a resume gives another (its cluster
+    is often gone by then)."""
     if not address:
         return ""
     _loopback_first(address)
@@ -101,8 +103,10 @@ def check_reachable(address: str | None) -> str:
     except (OSError, ValueError) as exc:  # a ConnectionError: auto found no cluster
         said = f"at {target} (--ray-address {address})" if target and target != address else f"at {address}"
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else why(exc)
+        again = ("; the run's cluster may be gone: resume on another with --ray-address HOST:PORT, or on this "
+                 "host with --backend local" if resume else "")
         raise ClusterUnreachable(f"cannot reach the Ray cluster {said}: {reason}; start it (ray start --head) or "
-                                 "give its head node's HOST:PORT; nothing ran") from None
+                                 f"give its head node's HOST:PORT{again}; nothing ran") from None
     return target
 
 
