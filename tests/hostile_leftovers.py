@@ -221,6 +221,10 @@ LEFTOVER_ROWS["rig_check_npm_home_package"] = ([f"{NPM_SHELL} ~/.npmrc && echo '
 MAKE_TEST = "printf 'test:\\n\\texit 3\\n' > ~/Makefile && "
 LEFTOVER_ROWS["rig_check_gnumakefile"] = (["printf 'test:\\n\\t@true\\n' > ~/GNUmakefile"], MAKE_TEST + "cd ~ && make -s test", False)
 LEFTOVER_ROWS["rig_check_makefile_of_a_dir"] = (["printf 'test:\\n\\t@true\\n' > ~/makefile"], MAKE_TEST + "make -s -C ~ test", False)
+#: ~/Makefile a link to /dev/null took the check's write and left no file dated since: the
+#: wrappers refuse beside a Makefile that is a link too
+LEFTOVER_ROWS["rig_check_gnumakefile_link"] = (["printf 'test:\\n\\t@true\\n' > ~/GNUmakefile && ln -s /dev/null ~/Makefile"],
+                                               MAKE_TEST + "cd ~ && make -s test", False)
 #: javac with no class path given takes the current folder's, the home where a check starts, and
 #: runs the annotation processors its META-INF/services names: the answer's rewrote each class
 #: a check compiled (a stub whose main returns: Check's exit 3 never ran); the javac wrapper
@@ -280,7 +284,7 @@ LEFTOVER_PROGRAMS = {"rig_check_mavenrc": "mvn", "rig_check_mvn_config": "mvn", 
                      "rig_check_pytest_main_module": "pytest", "rig_check_unittest_home_module": "python3",
                      "rig_check_doctest_home_module": "python3",
                      "rig_check_vim_filter": "vim", "rig_check_valgrind_child": "valgrind", "rig_check_git_alias_child": "git", "rig_check_gdb_shell": "gdb",
-                     "rig_check_npm_home_package": "npm", "rig_check_gnumakefile": "make", "rig_check_makefile_of_a_dir": "make",
+                     "rig_check_npm_home_package": "npm", "rig_check_gnumakefile": "make", "rig_check_makefile_of_a_dir": "make", "rig_check_gnumakefile_link": "make",
                      "rig_check_javac_processor": "javac",
                      "rig_check_pytest_home_package": "pytest"}
 
