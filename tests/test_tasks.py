@@ -375,22 +375,25 @@ def test_domain_with_a_task_file_is_refused(tmp_path):
         load_tasks(path, default_mode="shell", validators=task_validators(), domain="os")
 
 
-@pytest.mark.parametrize("declared, extra", [(True, []), (False, []), (False, ["--dry-run"])],
-                         ids=["mode-run", "no-mode-run", "no-mode-dry-run"])
-def test_the_default_osworld_index_named_with_a_task_file_is_refused_as_another_is(tmp_path, declared, extra):
-    """--osworld-index test_all.json (the default's name) beside a task file: its records
-    that name their mode ran, the flag ignored in silence; those that do not were read as
-    OSWorld tasks, every one refused, and the hint said 'add --mode shell', which is then
-    refused as a conflict with --osworld-index. Refused as --osworld-index test_small.json is."""
+@pytest.mark.parametrize("declared, flag, extra", [
+    (True, ["--osworld-index", "test_all.json"], []), (False, ["--osworld-index", "test_all.json"], []),
+    (False, ["--osworld-index", "test_all.json"], ["--dry-run"]), (False, ["--domain", "all"], []),
+], ids=["index-mode-run", "index-no-mode-run", "index-no-mode-dry-run", "domain-no-mode-run"])
+def test_the_default_osworld_index_named_with_a_task_file_is_refused_as_another_is(tmp_path, declared, flag, extra):
+    """--osworld-index test_all.json, --domain all (the defaults, named: OSWorld's run.py
+    habit) beside a task file: its records that name their mode ran, the flag ignored in
+    silence; those that do not were read as OSWorld tasks, every one refused, and the hint
+    said 'add --mode shell', which is then refused as a conflict with the flag. Refused as
+    --osworld-index test_small.json and --domain os are."""
     task = shell_task("a")
     if not declared:
         del task["mode"]
     data = write_tasks(tmp_path / "t.jsonl", [task])
-    result = CliRunner().invoke(main, ["--data", str(data), "--osworld-index", "test_all.json", "--output-dir",
-                                       str(tmp_path / "out"), "--no-progress", *extra])
+    result = CliRunner().invoke(main, ["--data", str(data), *flag, "--output-dir", str(tmp_path / "out"),
+                                       "--no-progress", *extra])
     said = " ".join(result.output.split())
     assert result.exit_code == 2, result.output
-    assert f"{data}: --osworld-index test_all.json applies to an OSWorld folder given as --data" in said, said
+    assert f"{data}: {' '.join(flag)} applies to an OSWorld folder given as --data" in said, said
     assert "add --mode shell" not in said and not (tmp_path / "out").exists()
 
 

@@ -176,7 +176,7 @@ def census(cfg: RunConfig) -> str:
         raise ConfigError(data_required())
     task_set = load_task_set(cfg.data, default_mode=cfg.mode, validators=task_validators(
         get_agent(cfg.agent).task_fields), domain=cfg.domain, index=cfg.osworld_index,
-        mode_given="mode" in cfg.explicit, index_given="osworld_index" in cfg.explicit)
+        mode_given="mode" in cfg.explicit, given=cfg.explicit)
     lines = census_lines(task_set)
     lines[-1:-1] = get_env(cfg.mode).census_notes(task_set.tasks, cfg)  # the last line stays the count
     if cfg.limit:  # before the last line, which scripts read

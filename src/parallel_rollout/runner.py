@@ -144,7 +144,7 @@ class Runner:
         check_agent(cfg, self.agent_cls)  # the model settings if it calls the model, its own
         task_set = load_task_set(cfg.data, default_mode=cfg.mode, validators=task_validators(
             self.agent_cls.task_fields), domain=cfg.domain, index=cfg.osworld_index,
-            mode_given="mode" in cfg.explicit, index_given="osworld_index" in cfg.explicit)
+            mode_given="mode" in cfg.explicit, given=cfg.explicit)
         if task_set.unsupported and not cfg.skip_unsupported:
             raise TaskFileError(unsupported_message(task_set))
         tasks = task_set.tasks

@@ -300,24 +300,24 @@ def load_task_set(
     domain: str = "all",
     index: str = DEFAULT_INDEX,
     mode_given: bool = True,
-    index_given: bool = False,
+    given: Container[str] = (),
 ) -> TaskSet:
     """Like :func:`load_tasks`, but an unsupported task is set aside (with every feature it
     lacks) instead of failing the load; a malformed one still does. ``mode_given``: whether
     the user named ``default_mode`` (else it is the default, and records that are another
-    mode's tasks get the ``--mode`` to give named); ``index_given``: whether the user named
-    ``index``, the default one too (--osworld-index test_all.json), which a task file refuses."""
+    mode's tasks get the ``--mode`` to give named); ``given``: the settings the user named,
+    of which ``domain`` and ``osworld_index`` (their defaults too: --domain all) a task file refuses."""
     path = resolve_data(str(path))
-    index_given = index_given or index != DEFAULT_INDEX
+    domain_given, index_given = domain != "all" or "domain" in given, index != DEFAULT_INDEX or "osworld_index" in given
     if path.is_dir():
         records = folder_records(path, domain, index)
-    elif not path.exists() and (domain != "all" or index_given or (default_mode == "osworld" and not path.suffix)):
+    elif not path.exists() and (domain_given or index_given or (default_mode == "osworld" and not path.suffix)):
         # OSWorld's flags name a folder: a run.py line started from another folder lands here
         raise TaskFileError(f"{path}: no such folder (--data, OSWorld's --test_config_base_dir: the task set's "
                             f"folder, examples/ beside test_all.json, or the checkout that holds it; a relative "
                             f"path is from the current folder, {Path.cwd()})")
-    elif domain != "all" or index_given:
-        flags = [f"--domain {domain}"] * (domain != "all") + [f"--osworld-index {index}"] * index_given
+    elif domain_given or index_given:
+        flags = [f"--domain {domain}"] * domain_given + [f"--osworld-index {index}"] * index_given
         raise TaskFileError(f"{path}: {' and '.join(flags)} {'apply' if len(flags) > 1 else 'applies'} to an "
                             "OSWorld folder given as --data, not to a task file")
     elif path.suffix == ".parquet":
