@@ -167,3 +167,45 @@ def test_calls_of_one_client_at_once_take_turns_and_each_is_recorded(tmp_path, t
     for call, prompt, reply in zip(calls, prompts, (ACT, PLAN)):
         assert call["prompt_token_ids"] == prompt and call["token_ids"] == model.encode(reply) + [model.end_id]
     assert client.usage()["requests"] == 2
+
+
+def test_a_call_of_the_last_attempt_still_under_way_stays_out_of_the_next(tmp_path, tokenizer_dir):
+    """A gathered call that outlived its act (the other raised, so the act ended with this
+    one still under way or waiting for its turn): the next attempt's start() waited for
+    nothing, and the stray reply was written into the new attempt's turn, an earlier call of
+    its first turn. start() lets it end first; a call still waiting for its turn is not sent."""
+    import threading
+    import time
+
+    from parallel_rollout.errors import AttemptCancelled
+
+    model = TokenModel(tokenizer_dir, lambda call: ACT)
+    server = LLMServer(policy=lambda body: (time.sleep(0.5), model(body))[1]).start()
+    try:
+        client = ModelClient(RunConfig(mode="gym", agent="openai", base_url=server.url, model="m"))
+        client.start()
+        old, new = model.encode("<|im_start|>assistant\n"), model.encode("x<|im_start|>assistant\n")
+        outcomes: list = []
+
+        def stray():
+            try:
+                outcomes.append(client.generate(old).prompt_token_ids)
+            except AttemptCancelled as exc:
+                outcomes.append(exc)
+
+        strays = [threading.Thread(target=stray) for _ in range(2)]  # one under way, one waiting its turn
+        for thread in strays:
+            thread.start()
+        while not server.requests:
+            time.sleep(0.01)
+        client.start()  # the next attempt
+        reply = client.generate(new)
+        turn = client.turn_record()
+        for thread in strays:
+            thread.join(10)
+    finally:
+        server.stop()
+    assert reply.prompt_token_ids == new and len(_calls(turn)) == 1 and turn["prompt_token_ids"] == new, turn
+    assert client.usage()["requests"] == 1
+    # the strays were sent in the old attempt, or not at all (the one waiting, when start() came first)
+    assert len(outcomes) == 2 and all(o == old or isinstance(o, AttemptCancelled) for o in outcomes), outcomes

@@ -92,8 +92,11 @@ class ModelClient:
         #: the policy gate each request passes under an RL scheduler (gated_request.py)
         self._gate = GatedRequests(config) if getattr(config, "policy_gate", None) else None
         self._usage = _zero_usage(config.model)
-        #: held by the call under way (chat, generate): the calls of one client take turns
+        #: held by the call under way (chat, generate) and by start(): the calls of one client
+        #: take turns, and a new attempt starts once a call of the last one has ended
         self._one_call = threading.Lock()
+        #: start()s so far: a call waiting for its turn when the next attempt started is not sent
+        self._attempts = 0
         self._turn: dict[str, Any] = {}
         #: the turn's earlier calls that were answered, and whether ``turn_record()`` was taken
         #: since the last call (the next call then begins a new turn)
@@ -129,9 +132,16 @@ class ModelClient:
         """A new episode: its server and session id, usage from zero, an empty token history.
         The worker calls it at each attempt; again with the same attempt it does nothing, so
         an agent's ``reset`` may call it too (outside a worker, ``info`` None, each call starts
-        afresh, its session id made of ``label``)."""
+        afresh, its session id made of ``label``). A call of the last attempt still under way
+        (an agent's gathered call that outlived its act) ends first; one still waiting for its
+        turn raises AttemptCancelled: neither writes into this attempt's record."""
         if info is not None and info == self._started:
             return
+        with self._one_call:
+            self._attempts += 1
+            self._start(info, label)
+
+    def _start(self, info: AttemptInfo | None, label: str) -> None:
         self._started = info
         self._on_model_retry = info.on_model_retry if info else None
         self._key = info.key if info else None
@@ -156,7 +166,7 @@ class ModelClient:
         after ``abort()``; TypeError or ValueError, before anything is sent, for a request
         that cannot be sent (``openai_request.chat_arguments``, ``check_sendable``)."""
         messages, tools = openai_request.chat_arguments(messages, tools)
-        with self._one_call:
+        with self._turn_of_call():
             self._begin({"request": messages} if self._gate is not None else {})
             request: dict[str, Any] = {"model": self.config.model, "messages": messages}
             self._path = "/chat/completions"
@@ -172,7 +182,7 @@ class ModelClient:
         """The token-in form: the reply to the agent's own prompt ids, sent as they are to
         ``{base_url}/completions`` (vLLM takes a list of ids as ``prompt``); the reply's
         ``token_ids`` are what was sampled. Errors as ``chat``."""
-        with self._one_call:
+        with self._turn_of_call():
             self._begin({"request": {"prompt_token_ids": list(prompt_token_ids)}} if self._gate is not None else {})
             request: dict[str, Any] = {"model": self.config.model, "prompt": list(prompt_token_ids)}
             self._path = "/completions"
@@ -188,6 +198,16 @@ class ModelClient:
     async def agenerate(self, prompt_token_ids: Sequence[int], **sampling: Any) -> Reply:
         """``generate`` for async agents."""
         return await asyncio.to_thread(self.generate, prompt_token_ids, **sampling)
+
+    @contextlib.contextmanager
+    def _turn_of_call(self):
+        """One call's turn at the client (``_one_call``); AttemptCancelled, nothing sent, when
+        the next attempt started while it waited."""
+        attempts = self._attempts
+        with self._one_call:
+            if attempts != self._attempts:
+                raise AttemptCancelled("the attempt this model call was made in has ended")
+            yield
 
     def begin_turn(self) -> None:
         """A new turn (the worker's call before each ``act``): the calls since the last
@@ -226,7 +246,7 @@ class ModelClient:
         if self._cancelled:
             raise AttemptCancelled("the episode was cancelled")
         if self._started is None and not self._route.session:
-            self.start()  # used without a worker and without start(): an episode of its own
+            self._start(None, "episode")  # used without a worker and without start(): an episode of its own
         if self._recorded:  # the turn was recorded: this call begins the next one
             self._answered, self._recorded = [], False
         elif "reply" in self._turn:  # the turn's previous call was answered: its tokens stay
