@@ -30,7 +30,8 @@ from parallel_rollout.pool.providers.process import ProcessProvider
 #: provider -> (what the last death says, the pool's boot timeout in seconds)
 NEVER_BOOTS = {
     "raises": ("chaos_plugins:BootFailsProvider", "boot failed: VMError: chaos: vm-", 5.0),
-    "hangs": ("chaos_plugins:BootHangsProvider", "boot timed out after 1s", 1.0),
+    # the timeout as given, and the flag that sets it (it said 'after 0s' of 0.5 s, and no flag)
+    "hangs": ("chaos_plugins:BootHangsProvider", "boot timed out after 0.5s (--boot-timeout-s)", 0.5),
 }
 POOL = 2
 REPLACEMENTS = 2
