@@ -238,3 +238,66 @@ def test_a_head_that_stops_answering_as_the_run_starts_ends_it_naming_the_head(t
     assert "resume with:" in stderr, stderr[-3000:]
     summary = json.loads((tmp_path / "stalled" / "summary.json").read_text())
     assert said["address"] in summary["stopped"]["reason"] and summary["finished"] == 0, summary
+
+
+#: a trainer whose scheduler runs on the cluster (argv: its address, its head node's pids, a
+#: folder): a batch, then the head killed while the model holds the next batch's turns; it
+#: says get_batch's error and ends with its own status, 3
+_TRAINER = """
+import os, signal, sys, threading
+sys.path[:0] = {paths!r}
+from pathlib import Path
+from llm_server import LLMServer
+from rl_support import TINY, lake_set, random_moves, rl_config
+from parallel_rollout.errors import RolloutError
+from parallel_rollout.rl import EnvManagerConfig, RolloutScheduler
+
+def main():
+    address, head, tmp = sys.argv[1], [int(pid) for pid in sys.argv[2].split(",")], Path(sys.argv[3])
+    moves, held = random_moves(), threading.Event()
+
+    def policy(body):
+        held.wait(90)  # cleared: the turns wait
+        return moves(body)
+
+    server = LLMServer(policy=policy).start()
+    held.set()
+    train = RolloutScheduler(rl_config(tmp, server, backend="ray", ray_address=address, num_rollouts=1),
+                             EnvManagerConfig(num_env_groups=1, group_size=2, tags=["tiny"],
+                                              task_sets=lake_set(tmp, name="tiny", desc=TINY, max_steps=2)))
+    train.get_batch(batch_size=2, step=0)
+    held.clear()
+    for pid in head:
+        os.kill(pid, signal.SIGKILL)
+    try:
+        train.get_batch(batch_size=2, step=1, timeout=120)
+    except RolloutError as exc:
+        print("get_batch:", exc, flush=True)
+    train.close()
+    held.set()
+    server.stop()
+    sys.exit(3)
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+@pytest.mark.slow
+def test_a_trainer_whose_head_node_is_lost_gets_the_error_and_exits_with_its_own_status(tmp_path):
+    """An RL trainer's get_batch under way as the head node is killed: it raises naming the
+    head, and the trainer's process ends promptly with the status it chose (3). Ray's core
+    worker, torn down at the interpreter's exit without its head, killed it with SIGSEGV."""
+    from pathlib import Path
+
+    tests = Path(__file__).parent
+    script = tmp_path / "trainer.py"
+    script.write_text(_TRAINER.format(paths=[str(tests), str(tests / "rl")]))
+    with head_and_node("pr-trn-") as (said, env):
+        head = ",".join(str(pid) for pids in said["head"].values() for pid in pids)
+        proc = subprocess.Popen([sys.executable, str(script), said["address"], head, str(tmp_path)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        stdout, stderr = communicate(proc, 120)
+    assert f"get_batch: the rollout engine stopped: the Ray cluster's head node ({said['address']}) has not " \
+           "answered" in stdout, (stdout, stderr[-3000:])
+    assert proc.returncode == 3, (proc.returncode, stderr[-3000:])

@@ -250,15 +250,31 @@ _STRANDED = threading.Event()
 
 
 def disconnect_lost() -> None:
-    """What ``ray.shutdown()`` is for a driver whose head node is lost: nothing. It waits on the
-    GCS (a stopped one for ever), and so does Ray's own at the process's exit; the command
-    ends with ``exit_if_stranded``."""
+    """What ``ray.shutdown()`` is for a driver whose head node is lost: nothing now. It waits on
+    the GCS (a stopped one for ever), and so does Ray's own at the process's exit; the command
+    ends with ``exit_if_stranded``, a program that ran the engine in its own process (an RL
+    trainer) as it chooses, ``_let_go`` at its exit."""
     import atexit
 
     import ray
 
     _STRANDED.set()
     atexit.unregister(ray.shutdown)
+    atexit.register(_let_go)
+
+
+def _let_go() -> None:
+    """At the exit of a program whose driver lost the head: tell Ray's core worker that the
+    driver ends, waiting 1 s at most (it waits on the head): the interpreter's end otherwise
+    tore the core worker down under its threads, and the program died of SIGSEGV, its own
+    exit status (a trainer's ``sys.exit(3)`` after get_batch's error) lost."""
+    import ray
+
+    core_worker = getattr(ray._private.worker.global_worker, "core_worker", None)
+    if core_worker is not None:
+        ending = threading.Thread(target=core_worker.shutdown_driver, name="ray-let-go", daemon=True)
+        ending.start()
+        ending.join(1.0)
 
 
 def exit_if_stranded(code: int) -> None:
