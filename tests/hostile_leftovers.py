@@ -221,6 +221,9 @@ LEFTOVER_ROWS["rig_check_npm_home_package"] = ([f"{NPM_SHELL} ~/.npmrc && echo '
 MAKE_TEST = "printf 'test:\\n\\texit 3\\n' > ~/Makefile && "
 LEFTOVER_ROWS["rig_check_gnumakefile"] = (["printf 'test:\\n\\t@true\\n' > ~/GNUmakefile"], MAKE_TEST + "cd ~ && make -s test", False)
 LEFTOVER_ROWS["rig_check_makefile_of_a_dir"] = (["printf 'test:\\n\\t@true\\n' > ~/makefile"], MAKE_TEST + "make -s -C ~ test", False)
+#: the folder named by make's long option (its wrapper read the name of another option there)
+LEFTOVER_ROWS["rig_check_makefile_of_a_long_dir"] = (LEFTOVER_ROWS["rig_check_makefile_of_a_dir"][0],
+                                                     MAKE_TEST + "cd / && make -s --directory=$HOME test", False)
 #: ~/Makefile a link to /dev/null took the check's write and left no file dated since: the
 #: wrappers refuse beside a Makefile that is a link too
 LEFTOVER_ROWS["rig_check_gnumakefile_link"] = (["printf 'test:\\n\\t@true\\n' > ~/GNUmakefile && ln -s /dev/null ~/Makefile"],
@@ -285,6 +288,7 @@ LEFTOVER_PROGRAMS = {"rig_check_mavenrc": "mvn", "rig_check_mvn_config": "mvn", 
                      "rig_check_doctest_home_module": "python3",
                      "rig_check_vim_filter": "vim", "rig_check_valgrind_child": "valgrind", "rig_check_git_alias_child": "git", "rig_check_gdb_shell": "gdb",
                      "rig_check_npm_home_package": "npm", "rig_check_gnumakefile": "make", "rig_check_makefile_of_a_dir": "make", "rig_check_gnumakefile_link": "make",
+                     "rig_check_makefile_of_a_long_dir": "make",
                      "rig_check_javac_processor": "javac",
                      "rig_check_pytest_home_package": "pytest"}
 
