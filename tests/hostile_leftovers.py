@@ -358,8 +358,8 @@ LEFTOVER_HONEST = {"mvn": "d=$(mktemp -d) && mkdir $d/.mvn && echo -v > $d/.mvn/
                            " && make -s -f Makefile t | grep -qx 2 && d=$(mktemp -d) && printf 'include Makefile\\n' > $d/GNUmakefile"
                            " && printf 't:\\n\\t@command -v jq\\n' > $d/Makefile && make -s -C $d t"
                            " | grep -qx /opt/parallel-rollout/grading_bin/jq",
-                   # from the home, and with a class path of the check's own
-                   "javac": JAVA_CHECK.replace("exit(3)", "exit(0)") + " && javac -cp $d -d $d $d/Check.java",
+                   # from the home, with no processor of the answer's there
+                   "javac": JAVA_CHECK.replace("exit(3)", "exit(0)"),
                    "tmux": "tmux new-session -d -s h 'sleep 9' && tmux has-session -t h; r=$?; tmux kill-server; exit $r"}
 #: rows whose program cannot start where RLIMIT_AS bounds a VM (hostile_tasks.NEEDS_ADDRESS_SPACE)
 LEFTOVER_ADDRESS_SPACE = {
