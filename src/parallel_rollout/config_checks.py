@@ -12,7 +12,7 @@ import difflib
 import importlib.util
 import json
 import math
-from typing import Any
+from typing import Any, Callable
 from urllib.parse import urlsplit
 
 from .errors import ConfigError
@@ -136,6 +136,51 @@ def ignored_vm_settings(cfg: Any, provider_cls: Any) -> list[tuple[str, str, str
     why = (f"the {provider_cls.name} provider's VMs open no window" if provider_cls is not None
            else f"the {cfg.mode} mode runs in no VM")
     return [(name if name == "max_vm_replacements" else "--" + name.replace("_", "-"), why, name) for name in given]
+
+
+def sized_for_samples(cfg: Any, samples: int, provider_cls: Any, say: Callable[..., None]) -> Any:
+    """``cfg`` for a run of ``samples``: no more VMs than can be used at once, and no more
+    workers than the samples keep busy, ceil(samples / K) (idle loops started for nothing: 300
+    workers for one sample took 8 s and a process each), each cut ``say``-ed (config.json
+    keeps the ask)."""
+    if samples < 1:
+        return cfg
+    if provider_cls is not None:
+        cfg = _vms_for_samples(cfg, samples, provider_cls, say)
+    busy = -(-samples // cfg.envs_per_worker)
+    if cfg.num_rollouts > busy and (provider_cls is None or cfg.use_vm_pool):
+        say("--num-rollouts %d: %d samples keep at most %d workers of %d env loops busy, so %d start%s",
+            cfg.num_rollouts, samples, busy, cfg.envs_per_worker, busy,
+            " on each node" if cfg.backend == "ray" else "")
+        # a limit the loops left now meet is no limit of theirs (said as a cut otherwise)
+        limit = cfg.max_concurrent_rollouts
+        cfg = dataclasses.replace(cfg, num_rollouts=busy, max_concurrent_rollouts=None if (
+            limit or 0) >= busy * cfg.envs_per_worker else limit)
+    return cfg
+
+
+def _vms_for_samples(cfg: Any, samples: int, provider_cls: Any, say: Callable[..., None]) -> Any:
+    """No more VMs than ``samples`` can use at once. On ray the bound is a node's: each
+    node's pool serves its own node's N workers; one pool leased from every node (remote VMs)
+    is bounded by the samples and --max-concurrent-rollouts only, the cluster's loops being
+    unknown until it is joined."""
+    per_node = cfg.backend == "ray" and not getattr(provider_cls, "reachable_from_any_node", False)
+    if cfg.backend == "ray" and not per_node:  # one pool, leased from every node: their loops are unknown yet
+        limit = cfg.max_concurrent_rollouts
+        usable, why = min(limit or samples, samples), f", --max-concurrent-rollouts {limit}" if limit else ""
+    else:
+        usable, why = min(cfg.concurrency, samples), f", {cfg.concurrency} env loops"
+    a_node, each_node = (" on a node", " on each node") if per_node else ("", "")
+    if cfg.use_vm_pool and cfg.num_vms > usable:
+        say("--num-vms %d: at most %d rollouts run at once%s (%d samples%s), so %d VMs are booted%s",
+            cfg.num_vms, usable, a_node, samples, why, usable, each_node)
+        return dataclasses.replace(cfg, num_vms=usable)
+    if not cfg.use_vm_pool and cfg.num_rollouts > samples:
+        say("--num-rollouts %d without --use-vm-pool boots a VM per worker: %d samples need %d "
+            "workers, so %d start%s", cfg.num_rollouts, samples, samples, samples,
+            " on each node" if cfg.backend == "ray" else "")
+        return dataclasses.replace(cfg, num_rollouts=samples)
+    return cfg
 
 
 #: the values of the settings that take one of a few words (the CLI's choices); what else

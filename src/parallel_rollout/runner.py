@@ -17,7 +17,6 @@ how to resume. Everything about processes and VMs is the engine's.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import signal
 import sys
@@ -32,7 +31,7 @@ from .agents.base import MODEL_KEYS, MODEL_OPTIONS
 from .agents.episode import EndpointRefused, ModelUnavailable
 from .agents.model_checks import check_agent
 from .config import RunConfig, data_required, default_run_id
-from .config_checks import RESUME_READS, ignored_vm_settings
+from .config_checks import RESUME_READS, ignored_vm_settings, sized_for_samples
 from .engine import Engine
 from .envs import get_env, task_validators, with_mode_defaults
 from .envs.registry import answer_like_warnings
@@ -219,30 +218,9 @@ class Runner:
             self.engine = self._engine(sized if said else self._vms_used(self.config, to_run))  # said, this time
 
     def _vms_used(self, cfg: RunConfig, samples: int, warn: bool = True) -> RunConfig:
-        """The engine's config: no more VMs than ``samples`` can use at once (warned; config.json
-        keeps the ask). On ray the bound is a node's: each node's pool serves its own node's N
-        workers; one pool leased from every node (remote VMs) is bounded by the samples and
-        --max-concurrent-rollouts only, the cluster's loops being unknown until it is joined."""
-        if self.provider_cls is None or samples < 1:
-            return cfg
-        per_node = cfg.backend == "ray" and not getattr(self.provider_cls, "reachable_from_any_node", False)
-        if cfg.backend == "ray" and not per_node:  # one pool, leased from every node: their loops are unknown yet
-            limit = cfg.max_concurrent_rollouts
-            usable, why = min(limit or samples, samples), f", --max-concurrent-rollouts {limit}" if limit else ""
-        else:
-            usable, why = min(cfg.concurrency, samples), f", {cfg.concurrency} env loops"
-        a_node, each_node = (" on a node", " on each node") if per_node else ("", "")
-        say = log.warning if warn else log.debug
-        if cfg.use_vm_pool and cfg.num_vms > usable:
-            say("--num-vms %d: at most %d rollouts run at once%s (%d samples%s), so %d VMs are booted%s",
-                cfg.num_vms, usable, a_node, samples, why, usable, each_node)
-            return dataclasses.replace(cfg, num_vms=usable)
-        if not cfg.use_vm_pool and cfg.num_rollouts > samples:
-            say("--num-rollouts %d without --use-vm-pool boots a VM per worker: %d samples need %d "
-                "workers, so %d start%s", cfg.num_rollouts, samples, samples, samples,
-                " on each node" if cfg.backend == "ray" else "")
-            return dataclasses.replace(cfg, num_rollouts=samples)
-        return cfg
+        """The engine's config: no more workers and VMs than ``samples`` can use at once
+        (``config_checks.sized_for_samples``: warned, or logged when ``warn`` is False)."""
+        return sized_for_samples(cfg, samples, self.provider_cls, log.warning if warn else log.debug)
 
     def _folder(self) -> RunFolder:
         """The run folder, as this run's settings (after ``prepare``) see it."""
