@@ -147,6 +147,16 @@ def test_task_mode_differing_from_run_mode_is_rejected(tmp_path):
         load_tasks(path, default_mode="other", validators=validators)
 
 
+def test_a_task_of_another_mode_beside_a_mistyped_one_says_no_mode_was_given(tmp_path):
+    """A file whose first task names a mode with a typo ('shel') and another names py: with
+    no --mode, the second was refused as 'the run is --mode shell', a flag nobody gave."""
+    path = write_tasks(tmp_path / "tasks.jsonl", [shell_task("a", mode="shel"), shell_task("b", mode="py")])
+    result = CliRunner().invoke(main, ["--data", str(path), "--output-dir", str(tmp_path / "out"), "--dry-run"])
+    said = " ".join(result.output.split())
+    assert result.exit_code == 2 and f"{path}:1: unknown mode 'shel' in task 'a'" in said, said
+    assert f"{path}:2: task 'b' has mode 'py' but the run is shell, the default (no --mode was given)" in said, said
+
+
 def test_no_mode_anywhere_is_rejected(tmp_path):
     task = shell_task("a")
     del task["mode"]

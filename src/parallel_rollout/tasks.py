@@ -335,7 +335,7 @@ def load_task_set(
         try:
             if isinstance(raw, TaskFileError):
                 raise raw
-            task = _parse_task(raw, where, default_mode, validators)
+            task = _parse_task(raw, where, default_mode, validators, mode_given)
         except UnsupportedTask as exc:
             task_set.unsupported.append(Unsupported(exc.task, exc.features))
             task = exc.task
@@ -436,7 +436,8 @@ def _mode_hint(refused: list[Any], default_mode: str | None, validators: Validat
             f"they are {fits[0]} tasks: add --mode {fits[0]})")
 
 
-def _parse_task(raw: Any, where: str, default_mode: str | None, validators: Validators) -> Task:
+def _parse_task(raw: Any, where: str, default_mode: str | None, validators: Validators,
+                mode_given: bool = True) -> Task:
     if not isinstance(raw, dict):
         raise TaskFileError(f"{where}: a task is a JSON object, got {type(raw).__name__}")
     task_id = raw.get("id", raw.get("task_id"))
@@ -458,7 +459,8 @@ def _parse_task(raw: Any, where: str, default_mode: str | None, validators: Vali
             f"known modes: {', '.join(sorted(validators))}"
         )
     if default_mode is not None and mode != default_mode:
-        raise ModeConflict(f"{where}: task {task_id!r} has mode {mode!r} but the run is --mode {default_mode}")
+        run_mode = f"--mode {default_mode}" if mode_given else f"{default_mode}, the default (no --mode was given)"
+        raise ModeConflict(f"{where}: task {task_id!r} has mode {mode!r} but the run is {run_mode}")
     seed = raw.get("seed")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
         raise TaskFileError(f"{where}: field 'seed' must be an integer")
