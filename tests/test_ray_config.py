@@ -5,11 +5,15 @@ gate on TCP that workers on other hosts reach."""
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
 import socket
+import socketserver
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import psutil
@@ -75,6 +79,35 @@ def test_a_cluster_nobody_answers_at_is_refused_at_once(tmp_path, how):
     said = f"cannot reach the Ray cluster at {address}" + (" (--ray-address auto)" if how == "auto" else "")
     assert said in proc.stderr and "Connection refused" in proc.stderr, proc.stderr[-2000:]
     assert "preflight passed" not in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
+class _Silent(socketserver.BaseRequestHandler):
+    def handle(self) -> None:
+        self.request.recv(64)
+        time.sleep(8)  # takes the connection, answers nothing: a head that hangs
+
+
+@pytest.mark.parametrize("service", ["web", pytest.param("silent", marks=pytest.mark.slow)])
+def test_an_address_where_no_ray_head_answers_is_refused_saying_so(tmp_path, service):
+    """--ray-address where something else takes the connection (a web server, as the
+    dashboard's port would) or where nothing answers once connected: exit 2 within seconds,
+    saying what answered there and which port a head's GCS has, no run folder. ray.init waited
+    for ever ('Failed to get cluster ID from GCS server' every 40 s), the run never starting."""
+    handler = http.server.SimpleHTTPRequestHandler if service == "web" else _Silent
+    with socketserver.ThreadingTCPServer(("127.0.0.1", 0), handler) as server:
+        server.daemon_threads = True
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        address = f"127.0.0.1:{server.server_address[1]}"
+        proc = subprocess.run([*_CLI, "--mode", "shell", "--data", str(SHELL_TASKS), "--output-dir",
+                               str(tmp_path / "out"), "--backend", "ray", "--ray-address", address, "--no-progress"],
+                              capture_output=True, text=True, timeout=60, cwd=tmp_path)
+        server.shutdown()
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    said = " ".join(proc.stderr.split())
+    assert f"cannot reach the Ray cluster at {address}:" in said and "Traceback" not in said, said
+    assert ("it answers, but not as a Ray head node's GCS (it said '<!DOCTYPE HTML>')" in said if service == "web"
+            else "takes connections but said nothing within 5s" in said), said
     assert not (tmp_path / "out").exists()
 
 

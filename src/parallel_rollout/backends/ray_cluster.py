@@ -22,6 +22,7 @@ from typing import Any, Callable, Iterable
 
 from ..errors import STOP_SIGNALS, ClusterUnreachable, InterruptedBeforeStart, VMError
 from .ray_actors import sweep_here
+from .ray_probe import answers_as_grpc
 
 log = logging.getLogger("parallel_rollout")
 
@@ -78,8 +79,8 @@ def _loopback_first(address: str | None) -> None:
 
 def check_reachable(address: str | None, resume: bool = False) -> str:
     """ClusterUnreachable unless the head node at ``address`` takes a TCP connection (on its
-    GCS port) within REACH_TIMEOUT_S: ray.init would retry "Failed to connect to GCS" for
-    ever. ``auto`` is resolved as ray.init resolves it (RAY_ADDRESS, the last ``ray start``,
+    GCS port) within REACH_TIMEOUT_S and answers there as a GCS (``ray_probe``): ray.init
+    would retry "Failed to connect to GCS" for ever. ``auto`` is resolved as ray.init resolves it (RAY_ADDRESS, the last ``ray start``,
     a GCS running here). Returns the host:port checked; "" when there is nothing to reach (no
     address: a local instance; a process already connected to Ray). ``resume``: the address
     is the one the run stored, and the error says how a resume gives another (its cluster
@@ -98,8 +99,8 @@ def check_reachable(address: str | None, resume: bool = False) -> str:
         # ray://HOST:PORT is the Ray client's server: reached as it is
         target = address.split("://", 1)[1] if "://" in address else canonicalize_bootstrap_address(address) or ""
         host, _, port = target.rpartition(":")
-        with socket.create_connection((host.strip("[]"), int(port)), timeout=REACH_TIMEOUT_S):
-            pass
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=REACH_TIMEOUT_S) as conn:
+            answers_as_grpc(conn, REACH_TIMEOUT_S)
     except (OSError, ValueError) as exc:  # a ConnectionError: auto found no cluster
         said = f"at {target} (--ray-address {address})" if target and target != address else f"at {address}"
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else why(exc)
