@@ -157,6 +157,21 @@ def test_a_task_of_another_mode_beside_a_mistyped_one_says_no_mode_was_given(tmp
     assert f"{path}:2: task 'b' has mode 'py' but the run is shell, the default (no --mode was given)" in said, said
 
 
+def test_a_resume_whose_task_file_is_gone_says_it_read_the_path_from_the_runs_config(tmp_path):
+    """A nightly --resume of a run whose task file was moved since: 'task file not found' named
+    a path the command line never held; it says now that --resume read it from config.json."""
+    path = write_tasks(tmp_path / "tasks.jsonl", [shell_task("a")])
+    out = str(tmp_path / "out")
+    first = CliRunner().invoke(main, ["--data", str(path), "--output-dir", out, "--run-id", "r", "--no-progress"])
+    assert first.exit_code == 0, first.output
+    path.rename(tmp_path / "moved.jsonl")
+    for extra in ([], ["--dry-run"]):
+        result = CliRunner().invoke(main, ["--output-dir", out, "--run-id", "r", "--resume", "--no-progress", *extra])
+        said = " ".join(result.output.split())
+        assert result.exit_code == 2 and f"{path}: task file not found" in said, said
+        assert f'(data = "{path}" in {out}/r/config.json, which --resume reads)' in said, said
+
+
 def test_no_mode_anywhere_is_rejected(tmp_path):
     task = shell_task("a")
     del task["mode"]

@@ -43,12 +43,12 @@ from dataclasses import dataclass, field
 from .agents import get_agent
 from .agents.model_checks import calls_model, check_agent, may_call_model, probe_endpoint
 from .config import RunConfig, data_required
-from .envs import get_env, task_validators, with_mode_defaults
+from .envs import get_env, run_task_set, with_mode_defaults
 from .errors import ConfigError, ProviderUnavailable
 from .output_checks import check_free_disk
 from .plugins import plugin_call
 from .pool.providers import get_provider
-from .tasks import census_lines, load_task_set
+from .tasks import census_lines
 
 log = logging.getLogger(__name__)
 
@@ -174,9 +174,7 @@ def census(cfg: RunConfig) -> str:
     the runnable ones and the unsupported features; nothing is started."""
     if cfg.data is None:
         raise ConfigError(data_required())
-    task_set = load_task_set(cfg.data, default_mode=cfg.mode, validators=task_validators(
-        get_agent(cfg.agent).task_fields), domain=cfg.domain, index=cfg.osworld_index,
-        mode_given="mode" in cfg.explicit, given=cfg.explicit)
+    task_set = run_task_set(cfg, get_agent(cfg.agent).task_fields)
     lines = census_lines(task_set)
     lines[-1:-1] = get_env(cfg.mode).census_notes(task_set.tasks, cfg)  # the last line stays the count
     if cfg.limit:  # before the last line, which scripts read

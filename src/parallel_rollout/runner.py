@@ -33,7 +33,7 @@ from .agents.model_checks import check_agent
 from .config import RunConfig, data_required, default_run_id
 from .config_checks import RESUME_READS, ignored_vm_settings, sized_for_samples
 from .engine import Engine
-from .envs import get_env, task_validators, with_mode_defaults
+from .envs import get_env, run_task_set, with_mode_defaults
 from .envs.registry import answer_like_warnings
 from .errors import (ConfigError, ProviderUnavailable, TaskFileError, VMSettingsMismatch, handled_stop_signals,
                      raise_interrupted)
@@ -47,7 +47,7 @@ from .records import unsupported_record
 from .results import ResultStore, ServerNotes, StorageError
 from .run_end import RunOutcome, finish_run, resume_command, signal_after_the_end
 from .run_folder import RunFolder
-from .tasks import Sample, expand, load_task_set, unsupported_message
+from .tasks import Sample, expand, unsupported_message
 
 log = logging.getLogger("parallel_rollout")
 
@@ -141,9 +141,7 @@ class Runner:
             raise ConfigError(data_required(f" (there is no run {cfg.run_id} in {cfg.output_dir} whose "
                                             "settings --resume would read)" if cfg.resume else ""))
         check_agent(cfg, self.agent_cls)  # the model settings if it calls the model, its own
-        task_set = load_task_set(cfg.data, default_mode=cfg.mode, validators=task_validators(
-            self.agent_cls.task_fields), domain=cfg.domain, index=cfg.osworld_index,
-            mode_given="mode" in cfg.explicit, given=cfg.explicit)
+        task_set = run_task_set(cfg, self.agent_cls.task_fields)
         if task_set.unsupported and not cfg.skip_unsupported:
             raise TaskFileError(unsupported_message(task_set))
         tasks = task_set.tasks

@@ -178,6 +178,23 @@ def task_validators(also: frozenset[str] = frozenset()) -> Mapping[str, Callable
     return _Validators(also)
 
 
+def run_task_set(cfg: "RunConfig", task_fields: frozenset[str]) -> Any:
+    """``tasks.load_task_set`` of the run's --data, as ``cfg`` names it (``task_fields``: the
+    agent's); an error of the file as a whole (not found, not JSON, no tasks) says where
+    --data was named when not on the command line: a resume's config.json, which a nightly
+    resume reads of a file moved or deleted since."""
+    from ..tasks import load_task_set
+
+    try:
+        return load_task_set(cfg.data, default_mode=cfg.mode, validators=task_validators(task_fields),
+                             domain=cfg.domain, index=cfg.osworld_index, mode_given="mode" in cfg.explicit,
+                             given=cfg.explicit)
+    except TaskFileError as exc:
+        if "\n" not in str(exc) and cfg.where("data"):  # one line: the file's own error, not a record's
+            exc.args = (f"{exc}{cfg.where('data')}", *exc.args[1:])
+        raise
+
+
 def with_mode_defaults(cfg: "RunConfig") -> "RunConfig":
     """``cfg`` with what its data and mode decide when not given: the mode (a named dataset's,
     ``--data humaneval`` is py; an OSWorld folder's, or OSWorld's flags', osworld; else the
