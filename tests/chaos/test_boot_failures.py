@@ -31,7 +31,7 @@ from parallel_rollout.pool.providers.process import ProcessProvider
 NEVER_BOOTS = {
     "raises": ("chaos_plugins:BootFailsProvider", "boot failed: VMError: chaos: vm-", 5.0),
     # the timeout as given, and the flag that sets it (it said 'after 0s' of 0.5 s, and no flag)
-    "hangs": ("chaos_plugins:BootHangsProvider", "boot timed out after 0.5s (--boot-timeout-s)", 0.5),
+    "hangs": ("chaos_plugins:BootHangsProvider", "boot timed out (--boot-timeout-s 0.5)", 0.5),
 }
 POOL = 2
 REPLACEMENTS = 2
@@ -103,7 +103,7 @@ class AgentExitsProvider(ProcessProvider):
 FAILED_BOOTS = {
     # killed a moment after bwrap starts: often before it has forked the namespace's init,
     # or before that init has set up --die-with-parent; many tries to hit every moment
-    "timeout": (ProcessProvider, 0.001, r"guest agent: not ready after 0\.001s \(--boot-timeout-s\)", 100),
+    "timeout": (ProcessProvider, 0.001, r"guest agent \(--boot-timeout-s 0\.001\)", 100),
     "agent-exits": (AgentExitsProvider, 10.0, "exited before it was ready", 3),
 }
 

@@ -380,7 +380,7 @@ def read_until(fd: int, terminator: bytes, deadline: float, budget_s: float) -> 
     while terminator not in data:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
-            raise VMError(f"timed out waiting for the guest agent: not ready after {budget_s:g}s (--boot-timeout-s)")
+            raise VMError(f"timed out waiting for the guest agent (--boot-timeout-s {budget_s:g})")
         if not readable_within(fd, remaining):
             continue
         chunk = os.read(fd, 4096)
