@@ -205,6 +205,12 @@ def test_a_flags_value_the_call_did_not_give_is_said_as_a_value(tmp_path, monkey
                      "--reset-command none; --fail-under none; --num-vms is; --agent oracle: no", {"agent": "oracle"})
     assert said == ("leave mode out, or give mode='osworld'; data='miniwob'; verify_reset='off'; "
                     "reset_command='none'; fail_under=None; num_vms is; agent='oracle': no"), said
+    # a path (given as a Path too), a URL, a file's name: values, never words of the sentence
+    folder = tmp_path / "osworld"
+    said = as_called(f"--data {folder} holds an OSWorld task set; --config run.toml; --base-url "
+                     "http://127.0.0.1:8000/v1 is down; --output-dir results/x", {"data": folder})
+    assert said == (f"data='{folder}' holds an OSWorld task set; config_file='run.toml'; base_url="
+                    "'http://127.0.0.1:8000/v1' is down; output_dir='results/x'"), said
 
 
 def test_a_script_read_from_stdin_gets_one_clear_error_and_no_folder(tmp_path):

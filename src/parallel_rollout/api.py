@@ -27,6 +27,7 @@ stopped: closed as the CLI closes it, it raises RunInterrupted (a KeyboardInterr
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -136,7 +137,8 @@ def as_called(message: str, call: dict[str, Any], strict: bool = False) -> str:
         name = "config_file" if flag == "config" else flag.replace("-", "_")
         if name not in _FIELDS and name != "config_file":
             return found.group(0)
-        if value is not None and value == call.get(name):
+        given = call.get(name)  # a path given as a Path is said as its text
+        if value is not None and value == (os.fspath(given) if isinstance(given, os.PathLike) else given):
             return f"{name}={value!r}"
         if strict:
             number = re.fullmatch(r"-?\d+(?:\.\d+)?", value or "") and isinstance(call.get(name), (int, float))
@@ -145,6 +147,8 @@ def as_called(message: str, call: dict[str, Any], strict: bool = False) -> str:
             return f"{name}={value}"
         if value and value in _named(name):  # a value the setting takes, not the sentence's next word
             return f"{name}=None" if name in _GATES else f"{name}={value!r}"
+        if value and re.search(r"/|\.(jsonl?|toml|gz|parquet|xml|key)$", value):  # a path, a URL: no word of a sentence
+            return f"{name}={value!r}"
         rest = f" {value}" if value else ""
         if _FIELDS.get(name, "").startswith("bool"):
             return f"{name}={not found.group('no')}{rest}"
