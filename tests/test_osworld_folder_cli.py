@@ -101,6 +101,29 @@ def test_every_bad_file_and_record_of_a_folder_is_said_at_once(tmp_path):
         assert f"{paths[4]}:1: task {ids[4]!r}: unknown step 'lanuch' (did you mean 'launch'?)" in text
 
 
+def test_a_getter_without_a_field_it_needs_is_refused_naming_the_file_and_field(tmp_path):
+    """A getter config that lacks what the getter reads (vm_command_line's 'command', vm_file's
+    'path') is the task file's error: it loaded, and every attempt's grading raised a KeyError
+    that was scored as the agent's failure (reward 0, the run's exit 0)."""
+    folder = copied(tmp_path)
+    single, listed = (folder / "examples" / "os" / f"{task_id}.json" for task_id in
+                      ("94d95f96-9699-4208-98ba-3c3119edf9c2", "bedcedc4-4d72-425e-ad62-21960b11fe0d"))
+    task = json.loads(single.read_text())
+    del task["evaluator"]["result"]["command"]
+    single.write_text(json.dumps(task))
+    task = json.loads(listed.read_text())
+    task["evaluator"]["result"][1] = {"type": "vm_file", "dest": "x"}
+    listed.write_text(json.dumps(task))
+    done = run_cli("--data", str(folder), "--domain", "os", "--dry-run", *MODEL_AGENT)
+    assert done.returncode == EXIT_USAGE, said(done)
+    text = said(done)
+    assert "2 bad task records" in text, text
+    assert (f"{single}:1: task '94d95f96-9699-4208-98ba-3c3119edf9c2': evaluator result getter "
+            "'vm_command_line' of metric 'check_include_exclude' needs the field 'command'") in text, text
+    assert (f"{listed}:1: task 'bedcedc4-4d72-425e-ad62-21960b11fe0d': evaluator result getter 'vm_file' "
+            "of metric 'exact_match' needs the field 'path'") in text, text
+
+
 def _json_error_position(text: str) -> tuple[int, int]:
     try:
         json.loads(text)

@@ -15,6 +15,13 @@ from .metrics import METRICS
 
 __all__ = ["GETTERS", "METRICS", "normalized", "check_evaluator", "combine"]
 
+#: the fields a getter reads from its config without a default, as OSWorld's own do: one
+#: missing is the task file's error, which failed every attempt's grading (a KeyError taken
+#: for the agent's output failing the metric: reward 0, the run's exit 0)
+GETTER_FIELDS = {"vm_file": ("path",), "cloud_file": ("path",), "cache_file": ("path",),
+                 "vm_command_line": ("command",), "vm_command_error": ("command",), "rule": ("rules",),
+                 "content_from_vm_file": ("path", "file_type", "file_content")}
+
 
 # ------------------------------------------------------------------------- structure
 
@@ -62,6 +69,10 @@ def check_evaluator(evaluator: Any) -> None:
                 raise ValueError(f"evaluator {role} getter must be an object with a 'type'")
             if getter["type"] not in GETTERS:
                 problems.append(f"unsupported {role} getter type {getter['type']!r}")
+            for name in GETTER_FIELDS.get(getter["type"], ()):
+                if name not in getter:
+                    raise ValueError(f"evaluator {role} getter {getter['type']!r} of metric {func!r} "
+                                     f"needs the field {name!r}")
         if not isinstance(options, dict):
             raise ValueError("evaluator 'options' must be objects")
     if problems:
