@@ -235,6 +235,36 @@ def test_the_dry_run_notes_uncached_downloads_and_apps_the_vms_lack(tmp_path, pr
         assert done.returncode == 0, said(done)
 
 
+def test_the_dry_run_notes_local_files_a_task_reads_that_are_not_there(tmp_path):
+    """A gold file beside the task file (a cloud_file path, a file:// URL) or a download
+    step's local input that is not there ends the task setup_failed before the agent acts,
+    and can be seen from the task files alone: the dry run said 'runnable 3 of 3 tasks' and
+    nothing else, and the run that followed ended every one setup_failed."""
+    from test_osworld_taskset import osworld_folder
+
+    check = {"func": "exact_match", "result": {"type": "vm_command_line", "command": "echo hi"},
+             "expected": {"type": "rule", "rules": {"expected": "hi"}}}
+
+    def gold(path: str) -> dict:
+        return {"func": "compare_text_file", "result": {"type": "vm_file", "path": "/tmp/a", "dest": "a"},
+                "expected": {"type": "cloud_file", "path": path, "dest": "gold.txt"}}
+
+    tasks = {"gold-beside": {"evaluator": gold("gold.txt")},
+             "gold-url": {"evaluator": gold(f"file://{tmp_path}/nowhere/gold.txt")},
+             "input": {"config": [{"type": "download", "parameters": {"files": [
+                 {"url": "input.txt", "path": "/tmp/in.txt"}]}}], "evaluator": check},
+             "there": {"evaluator": gold("there.txt")}}
+    folder = osworld_folder(tmp_path, {task_id: {"domain": "os", "instruction": "x", "config": [], **task}
+                                       for task_id, task in tasks.items()}) / "evaluation_examples"
+    (folder / "examples" / "os" / "there.txt").write_text("hi\n")
+    done = run_cli("--data", str(folder), "--dry-run", *MODEL_AGENT)
+    assert done.returncode == 0, said(done)  # a note, not a problem
+    lines = done.stdout.strip().splitlines()
+    assert lines[-1] == "runnable 4 of 4 tasks", said(done)
+    assert (f"note: 3 tasks read a local file that is not there: they will end setup_failed (e.g. gold-beside: "
+            f"{folder / 'examples' / 'os' / 'gold.txt'})") in lines, said(done)
+
+
 def test_web_pages_a_task_opens_are_no_files_to_cache(tmp_path):
     """A chrome task that opens amazon.com in a tab (and a rule that names it) downloads
     nothing: the dry run's note counts, and osworld_cache.py missing lists, only the files a

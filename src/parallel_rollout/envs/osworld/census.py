@@ -1,11 +1,13 @@
 """What a dry run says of OSWorld tasks besides their support: information, not problems.
 
-Two things end a supported task ``setup_failed`` (no score) before its agent acts, and both
+Three things end a supported task ``setup_failed`` (no score) before its agent acts, and all
 can be seen from the task files alone, without a VM and without network:
 
 * a file it fetches by URL (``download`` steps, ``cloud_file`` getters) that is not in the
   download cache (``downloads.cache_path``): the run downloads it, and without internet it
   cannot (``osworld-cache missing`` lists the URLs, ``put`` fills them in: :mod:`.cache_tool`);
+* a local file it reads (a path, relative ones from the task file's folder, or a file:// URL:
+  a ``cloud_file`` gold beside the task file, a ``download`` step's input) that is not there;
 * an app it launches that the provider's VMs lack: ``code`` (VS Code, not in Debian) and
   ``nautilus`` on the desktop images this project builds (docker, qemu); for the process
   provider, whose sandboxes see the host's ``/usr``, the host's PATH decides. Remote, vmware
@@ -23,7 +25,7 @@ from typing import Any, Iterable
 from ... import provenance
 from ...tasks_osworld import DEFAULT_INDEX
 from . import downloads
-from .sources import task_sources
+from .sources import local_path, task_sources
 
 #: providers whose desktop is this project's image: the apps it holds are known here
 _IMAGE_PROVIDERS = ("docker", "qemu")
@@ -70,6 +72,17 @@ def _uncached(task: Any) -> bool:
     return any(downloads.cached(url, task.id) is None for url in urls)
 
 
+def _missing_local(task: Any) -> str | None:
+    """The first local file the task reads that is not there (as ``local_source`` looks for
+    it), or a URL of a scheme it cannot read; None when there is none."""
+    for url in task_sources(task):
+        if not downloads.is_remote(url):
+            path = local_path(task, url)
+            if path is None or not path.is_file():
+                return url if path is None else str(path)
+    return None
+
+
 def _tasks_that(count: int, does: str, do: str) -> str:
     """The note's subject and its verb, which agree: '1 task fetches', '3 tasks fetch'."""
     return f"{count} task {does}" if count == 1 else f"{count} tasks {do}"
@@ -103,6 +116,11 @@ def census_notes(tasks: list[Any], provider_name: str, listing: str) -> list[str
         notes.append(f"note: {_tasks_that(len(uncached), 'fetches', 'fetch')} files not in the "
                      f"download cache ({downloads.cache_root()}): the run downloads them, and without "
                      f"internet {_they(len(uncached))} setup_failed; {listing} lists them")
+    missing = {task.id: name for task in tasks if (name := _missing_local(task)) is not None}
+    if missing:
+        first = next(iter(missing))
+        notes.append(f"note: {_tasks_that(len(missing), 'reads', 'read')} a local file that is not there: "
+                     f"{_they(len(missing), 'will end')} setup_failed (e.g. {first}: {missing[first]})")
     if provider_name in _IMAGE_PROVIDERS:
         programs = _image_programs()
         lacks = lambda program: program not in programs  # noqa: E731 - one test, two providers
