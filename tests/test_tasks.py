@@ -172,6 +172,21 @@ def test_a_resume_whose_task_file_is_gone_says_it_read_the_path_from_the_runs_co
         assert f'(data = "{path}" in {out}/r/config.json, which --resume reads)' in said, said
 
 
+def test_a_run_an_earlier_version_started_with_the_default_osworld_index_still_resumes(tmp_path):
+    """A run of a task file given --osworld-index test_all.json, which an earlier version took
+    in silence: its config.json has the flag, which no flag of a resume takes back; the
+    resume reads it as the default it is and finishes, where it was refused (exit 2)."""
+    path = write_tasks(tmp_path / "tasks.jsonl", [shell_task("a")])
+    out = str(tmp_path / "out")
+    first = CliRunner().invoke(main, ["--data", str(path), "--output-dir", out, "--run-id", "r", "--no-progress"])
+    assert first.exit_code == 0, first.output
+    stored = json.loads((tmp_path / "out" / "r" / "config.json").read_text())
+    stored["config"]["explicit"].append("osworld_index")
+    (tmp_path / "out" / "r" / "config.json").write_text(json.dumps(stored))
+    resumed = CliRunner().invoke(main, ["--output-dir", out, "--run-id", "r", "--resume", "--no-progress"])
+    assert resumed.exit_code == 0, resumed.output
+
+
 def test_no_mode_anywhere_is_rejected(tmp_path):
     task = shell_task("a")
     del task["mode"]

@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
+from ..config_checks import RESUME_READS
 from ..errors import ConfigError, TaskFileError
 from ..plugins import Registry
 from ..tasks import CORE_FIELDS
@@ -182,13 +183,16 @@ def run_task_set(cfg: "RunConfig", task_fields: frozenset[str]) -> Any:
     """``tasks.load_task_set`` of the run's --data, as ``cfg`` names it (``task_fields``: the
     agent's); an error of the file as a whole (not found, not JSON, no tasks) says where
     --data was named when not on the command line: a resume's config.json, which a nightly
-    resume reads of a file moved or deleted since."""
+    resume reads of a file moved or deleted since. An OSWorld flag's default value that a resume
+    read from config.json is no flag given: a run an earlier version started with it (where a
+    task file took it in silence) still finishes."""
     from ..tasks import load_task_set
 
+    given = {name for name in cfg.explicit if RESUME_READS not in cfg.sources.get(name, "")}
     try:
         return load_task_set(cfg.data, default_mode=cfg.mode, validators=task_validators(task_fields),
                              domain=cfg.domain, index=cfg.osworld_index, mode_given="mode" in cfg.explicit,
-                             given=cfg.explicit)
+                             given=given)
     except TaskFileError as exc:
         if "\n" not in str(exc) and cfg.where("data"):  # one line: the file's own error, not a record's
             exc.args = (f"{exc}{cfg.where('data')}", *exc.args[1:])
