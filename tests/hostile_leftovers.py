@@ -172,6 +172,17 @@ LEFTOVER_ROWS["rig_check_pytest_3"] = (LEFTOVER_ROWS["rig_check_pytest_ini"][0],
 #: python3's flags joined to -m (-Im pytest) were taken for no module, and pytest ran unwrapped
 LEFTOVER_ROWS["rig_check_pytest_joined_flags"] = (LEFTOVER_ROWS["rig_check_pytest_ini"][0], PYTEST_TEST + "python3 -Im pytest -q", False)
 LEFTOVER_ROWS["rig_check_pytest_main_module"] = (LEFTOVER_ROWS["rig_check_pytest_ini"][0], PYTEST_TEST + "python3 -m pytest.__main__ -q", False)
+#: pytest run otherwise than by its name, which no wrapper sees, read the answer's /tmp/pytest.ini
+#: of `addopts = --co` as pytest does: /usr/bin/pytest by its path, a check's pytest.main(), a
+#: program's subprocess.call([sys.executable, "-m", "pytest"]); the wrappers' sitecustomize.py
+#: judges each as it starts
+PYTEST_BY_PATH = shutil.which("pytest", path=SYSTEM_PATH) or "/usr/bin/pytest"
+LEFTOVER_ROWS["rig_check_pytest_by_path"] = (LEFTOVER_ROWS["rig_check_pytest_ini"][0], PYTEST_TEST + f"{PYTEST_BY_PATH} -q", False)
+LEFTOVER_ROWS["rig_check_pytest_main"] = (LEFTOVER_ROWS["rig_check_pytest_ini"][0], PYTEST_TEST
+                                          + "python3 -c 'import pytest, sys; sys.exit(pytest.main([\"-q\"]))'", False)
+LEFTOVER_ROWS["rig_check_pytest_from_a_program"] = (LEFTOVER_ROWS["rig_check_pytest_ini"][0], PYTEST_TEST
+                                                    + "python3 -c 'import subprocess, sys; sys.exit(subprocess.call("
+                                                    "[sys.executable, \"-m\", \"pytest\", \"-q\"]))'", False)
 #: tests a check wrote into the home itself and ran from there read the answer's ~/pytest.ini and
 #: ~/conftest.py (no folder's name to guess); from the home the wrappers refuse (126) beside them
 HOME_TEST = "printf 'def test_a():\\n    assert False\\n' > ~/test_check.py && "
@@ -290,7 +301,8 @@ LEFTOVER_PROGRAMS = {"rig_check_mavenrc": "mvn", "rig_check_mvn_config": "mvn", 
                      "rig_check_npm_home_package": "npm", "rig_check_gnumakefile": "make", "rig_check_makefile_of_a_dir": "make", "rig_check_gnumakefile_link": "make",
                      "rig_check_makefile_of_a_long_dir": "make",
                      "rig_check_javac_processor": "javac",
-                     "rig_check_pytest_home_package": "pytest"}
+                     "rig_check_pytest_home_package": "pytest", "rig_check_pytest_by_path": "pytest",
+                     "rig_check_pytest_main": "pytest", "rig_check_pytest_from_a_program": "pytest"}
 
 
 def on_system_path(program: str) -> str | None:
@@ -324,6 +336,8 @@ LEFTOVER_HONEST = {"mvn": "d=$(mktemp -d) && mkdir $d/.mvn && echo -v > $d/.mvn/
                              " && printf 'import os\\ndef test_a():\\n    assert os.environ[\"PATH\"].startswith("
                              "\"/opt/parallel-rollout/grading_bin:\")\\n' > $d/t/check_a.py && (cd $d && pytest -q t)"
                              " && python3 -m pytest -q -c $d/pytest.ini $d/t"
+                             # and by its path, by pytest.main(), the project's own config as ever
+                             f" && (cd $d && {PYTEST_BY_PATH} -q t && python3 -c 'import pytest, sys; sys.exit(pytest.main([\"-q\", \"t\"]))')"
                              # a pyproject.toml above that only names pytest is no config of pytest's
                              " && e=$(mktemp -d) && mkdir $e/t && printf 'def test_a():\\n    pass\\n' > $e/t/test_a.py"
                              " && printf '[project]\\nname = \"t\"\\ndependencies = [\"pytest\"]\\n' > $e/pyproject.toml"

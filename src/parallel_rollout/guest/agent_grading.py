@@ -24,7 +24,9 @@ processes too, and what its code starts goes through the wrappers), mvn without 
 ``~/.gdbinit`` (``--nh``), tmux without ``~/.tmux.conf``, less without a lesskey file (its ``LESSOPEN``), gpg without
 ``~/.gnupg/gpg.conf`` (``--no-options``), ImageMagick without ``~/.config/ImageMagick``,
 ssh without ``~/.ssh/config``, vim without ``~/.vimrc`` and ``~/.vim`` (``--clean``), pytest (``python3 -m pytest`` too) without an ini file or
-``conftest.py`` above its tests' folder (pinned there, or refused below such an ini file), valgrind not beside a ``.valgrindrc`` (no option turns it off), make not where it would read a
+``conftest.py`` above its tests' folder (pinned there, or refused below such an ini file; started
+otherwise, ``/usr/bin/pytest`` or a program's ``pytest.main()``, judged alike by the wrappers'
+``sitecustomize.py``, their folder first on ``PYTHONPATH`` too), valgrind not beside a ``.valgrindrc`` (no option turns it off), make not where it would read a
 ``GNUmakefile`` or ``makefile`` in place of the ``Makefile`` the check wrote, javac not beside
 an annotation processor's ``META-INF/services`` file of its class path's current folder, git running no program that the config of the repo it reads names (the
 answer's repo: ``core.fsmonitor``, filters, diff drivers, hooks …; ``git_no_programs.py``),
@@ -62,7 +64,9 @@ def grading_env(home: str) -> dict[str, str]:
     env = {name: os.environ[name] for name in GRADING_NAMES if name in os.environ}
     path = _system_folders(os.environ.get("PATH", ""), home)
     env["PATH"] = ":".join(dict.fromkeys(_WRAPPERS + path + SYSTEM_PATH.split(":")))
-    python_path = _system_folders(os.environ.get("PYTHONPATH", ""), home)  # a desktop's shims
+    # the wrappers' sitecustomize.py first (pytest, however started, judged as they judge it),
+    # then a desktop's shims
+    python_path = list(dict.fromkeys(_WRAPPERS + _system_folders(os.environ.get("PYTHONPATH", ""), home)))
     if python_path:
         env["PYTHONPATH"] = ":".join(python_path)
     env.update(PYTHONNOUSERSITE="1", PYTHONSAFEPATH="1", PYTHONDONTWRITEBYTECODE="1",

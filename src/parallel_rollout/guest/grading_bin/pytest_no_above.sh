@@ -27,7 +27,9 @@
 # passed `cd ~ && pytest test_check.py` of a check's failing tests.
 
 . "${0%/*}/wrap.sh" || exit
-program=$(command -v "${0##*/}") || exec "${0##*/}" "$@"
+if [ "${0##*/}" != pytest_judge ]; then  # ./pytest_judge runs no program: it judges
+    program=$(command -v "${0##*/}") || exec "${0##*/}" "$@"
+fi
 PATH=$path_as_it_was
 
 pytest_ini_in() {  # the first file of folder $1 that pytest takes for its config, in $found
@@ -77,6 +79,8 @@ pytest_home_refuse() {
 
 pytest_pin() {  # $1: how many of the words after it are not pytest's; sets pin_c, pin_rootdir, pin_cut, pin_import
     shift "$(($1 + 1))"
+    # the pytest this wrapper execs (its pid: $$) is judged: ./sitecustomize.py judges it no more
+    export PARALLEL_ROLLOUT_PYTEST_JUDGED=$$
     pin_c= pin_rootdir= pin_cut= pin_import= own_c= own_import= own_rootdir= own_cut= skip= top= any=
     for arg; do
         if [ -n "$skip" ]; then skip=; continue; fi
