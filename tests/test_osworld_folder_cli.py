@@ -249,11 +249,11 @@ def test_the_dry_run_notes_local_files_a_task_reads_that_are_not_there(tmp_path)
         return {"func": "compare_text_file", "result": {"type": "vm_file", "path": "/tmp/a", "dest": "a"},
                 "expected": {"type": "cloud_file", "path": path, "dest": "gold.txt"}}
 
-    tasks = {"gold-beside": {"evaluator": gold("gold.txt")},
+    tasks = {"there": {"evaluator": gold("there.txt")},
+             "gold-beside": {"evaluator": gold("gold.txt")},
              "gold-url": {"evaluator": gold(f"file://{tmp_path}/nowhere/gold.txt")},
              "input": {"config": [{"type": "download", "parameters": {"files": [
-                 {"url": "input.txt", "path": "/tmp/in.txt"}]}}], "evaluator": check},
-             "there": {"evaluator": gold("there.txt")}}
+                 {"url": "input.txt", "path": "/tmp/in.txt"}]}}], "evaluator": check}}
     folder = osworld_folder(tmp_path, {task_id: {"domain": "os", "instruction": "x", "config": [], **task}
                                        for task_id, task in tasks.items()}) / "evaluation_examples"
     (folder / "examples" / "os" / "there.txt").write_text("hi\n")
@@ -263,6 +263,12 @@ def test_the_dry_run_notes_local_files_a_task_reads_that_are_not_there(tmp_path)
     assert lines[-1] == "runnable 4 of 4 tasks", said(done)
     assert (f"note: 3 tasks read a local file that is not there: they will end setup_failed (e.g. gold-beside: "
             f"{folder / 'examples' / 'os' / 'gold.txt'})") in lines, said(done)
+    # --limit: the notes are of the tasks the run takes (the first runnable ones), no others
+    done = run_cli("--data", str(folder), "--dry-run", "--limit", "2", *MODEL_AGENT)
+    lines = done.stdout.strip().splitlines()
+    assert "--limit 2: the run takes the first 2 runnable tasks" in lines, said(done)
+    assert "note: 1 task reads a local file that is not there: it will end setup_failed (e.g. gold-beside: " \
+        f"{folder / 'examples' / 'os' / 'gold.txt'})" in lines, said(done)
 
 
 def test_web_pages_a_task_opens_are_no_files_to_cache(tmp_path):

@@ -176,7 +176,8 @@ def census(cfg: RunConfig) -> str:
         raise ConfigError(data_required())
     task_set = run_task_set(cfg, get_agent(cfg.agent).task_fields)
     lines = census_lines(task_set)
-    lines[-1:-1] = get_env(cfg.mode).census_notes(task_set.tasks, cfg)  # the last line stays the count
+    taken = task_set.tasks[: cfg.limit] if cfg.limit else task_set.tasks  # what the run takes
+    lines[-1:-1] = get_env(cfg.mode).census_notes(taken, cfg)  # the last line stays the count
     if cfg.limit:  # before the last line, which scripts read
         lines.insert(-1, f"--limit {cfg.limit}: the run takes the first "
                          f"{min(cfg.limit, len(task_set.tasks))} runnable tasks")
