@@ -14,63 +14,29 @@ again; another ``pytest.main()`` in it is. The system's own sitecustomize, which
 runs after it.
 """
 
-import importlib.machinery
 import os
 import sys
 
+# the import system's own modules, loaded before site runs: importlib.machinery and
+# importlib.util cost a grading command's every python 2-9 ms of imports (contextlib, collections)
+from _frozen_importlib import module_from_spec
+from _frozen_importlib_external import PathFinder
+
 _HERE = os.path.dirname(os.path.abspath(__file__))
-_JUDGED = "PARALLEL_ROLLOUT_PYTEST_JUDGED"
-
-
-def _judged(main):
-    """pytest's ``main`` (what ``pytest.main``, ``/usr/bin/pytest`` and ``-m pytest`` call), judged first."""
-    def judged_main(args=None, plugins=None):
-        if os.environ.get(_JUDGED) == str(os.getpid()):
-            del os.environ[_JUDGED]  # the wrapper's judgement, of this run only
-            return main(args, plugins)
-        if args is None:
-            words = sys.argv[1:]
-        elif isinstance(args, os.PathLike):
-            words = [os.fspath(args)]
-        elif isinstance(args, list):
-            words = [os.fspath(arg) if isinstance(arg, os.PathLike) else arg for arg in args]
-        else:
-            return main(args, plugins)  # pytest refuses it (TypeError): nothing runs
-        import subprocess
-        try:
-            judge = subprocess.run(["/bin/sh", os.path.join(_HERE, "pytest_judge"), *map(str, words)],
-                                   stdin=subprocess.DEVNULL, stdout=subprocess.PIPE)
-        except OSError as e:
-            judge = None
-            sys.stderr.write(f"pytest: not run: its judgement did not run ({e})\n")
-        if judge is None or judge.returncode != 0:
-            if judge is not None and judge.returncode != 126:
-                sys.stderr.write(f"pytest: not run: its judgement failed (exit {judge.returncode})\n")
-            sys.stdout.flush()
-            raise SystemExit(126)  # as the wrapper, which exits: a check ignoring main()'s code passed
-        pins = [pin.decode(errors="surrogateescape") for pin in judge.stdout.split(b"\0") if pin]
-        return main([*pins, *words], plugins)
-    return judged_main
 
 
 class _PytestJudged:
-    """Finds ``_pytest.config`` as the path finder does, its ``main`` judged once it is loaded
-    (before ``pytest/__init__`` takes it as ``pytest.main``)."""
+    """Finds ``_pytest.config`` through ./pytest_judged.py (by its path: a check may have put the
+    graded code's folder on ``sys.path`` by then), which judges its ``main``."""
 
     @staticmethod
     def find_spec(name, path=None, target=None):
         if name != "_pytest.config":
             return None
-        spec = importlib.machinery.PathFinder.find_spec(name, path, target)
-        load = getattr(spec and spec.loader, "exec_module", None)
-        if load is None:
-            return spec
-
-        def exec_module(module):
-            load(module)
-            module.main = _judged(module.main)
-        spec.loader.exec_module = exec_module
-        return spec
+        spec = PathFinder.find_spec("pytest_judged", [_HERE])
+        judge = module_from_spec(spec)
+        spec.loader.exec_module(judge)
+        return judge.judged_spec(name, path, target)
 
 
 def _system_sitecustomize():
@@ -78,11 +44,10 @@ def _system_sitecustomize():
     ``site`` runs it."""
     here = os.path.realpath(_HERE)
     rest = [p for p in sys.path if os.path.isabs(p) and os.path.realpath(p) != here]
-    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
+    spec = PathFinder.find_spec("sitecustomize", rest)
     if spec is None or spec.loader is None:
         return
     try:
-        from importlib.util import module_from_spec
         spec.loader.exec_module(module_from_spec(spec))
     except Exception as e:  # as site says it of its own
         sys.stderr.write(f"Error in sitecustomize; set PYTHONVERBOSE for traceback:\n{type(e).__name__}: {e}\n")
