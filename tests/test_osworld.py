@@ -345,6 +345,25 @@ def test_scores_combine_like_osworld():
     assert ev.METRICS["exact_match"](None, {"expected": ""}) == 0.0
 
 
+def test_metrics_stop_at_the_first_that_decides_the_score_as_osworlds_do(tmp_path):
+    """OSWorld's evaluate returns at a metric of 0 under "and" and of 1 under "or", and never
+    runs the getters of the rest; every metric was run here (a later getter that hangs or
+    breaks the VM then cost the attempt a score OSWorld had already given)."""
+    def check(conj: str, outputs: list[str]) -> dict:
+        return {"func": ["exact_match"] * len(outputs), "conj": conj,
+                "result": [{"type": "vm_command_line", "command": f"echo {word}"} for word in outputs],
+                "expected": [{"type": "rule", "rules": {"expected": "hi\n"}}] * len(outputs)}
+
+    base = {"mode": "osworld", "instruction": "nothing", "config": [], "reference": [{"action_type": "DONE"}]}
+    tasks = [{**base, "id": "and-0-first", "evaluator": check("and", ["no", "hi"])},
+             {**base, "id": "or-1-first", "evaluator": check("or", ["hi", "no"])},
+             {**base, "id": "or-1-second", "evaluator": check("or", ["no", "hi"])}]
+    outcome = run(tmp_path, write_tasks(tmp_path / "tasks.jsonl", tasks), "conj", num_rollouts=2, num_vms=2)
+    finals = {r["task_id"]: r for r in read_results(outcome.run_dir) if r["final"]}
+    assert {t: (r["reward"], r["eval"]["scores"]) for t, r in finals.items()} == {
+        "and-0-first": (0.0, [0.0]), "or-1-first": (1.0, [1.0]), "or-1-second": (1.0, [0.0, 1.0])}, finals
+
+
 @pytest.mark.parametrize("change, message", [
     ({"config": [{"type": "no_such_step", "parameters": {}}]}, "step no_such_step"),
     ({"evaluator": {"func": ["no_such_metric", "other_metric"], "result": [

@@ -342,8 +342,11 @@ class OSWorldEnv(Env):
         agent's output scores 0; a step or getter that cannot run (SetupError) is the
         attempt's error: after the agent's turns it may be the agent's doing. A VM that
         broke under a getter (VMError) goes to the lease, which tells a VM killed from
-        outside (retried) from one the task broke (sandbox_violation)."""
+        outside (retried) from one the task broke (sandbox_violation). As OSWorld's
+        ``evaluate``, the metrics stop at the first that decides the score (a 0 under "and",
+        a 1 under "or"): the getters of the rest are not run."""
         steps.run_steps(self, evaluator.get("postconfig", []), "postconfig")
+        decides = 0.0 if evaluator.get("conj", "and") == "and" else 1.0
         scores = []
         for func, result_cfg, expected_cfg, options in ev.normalized(evaluator):
             try:
@@ -359,6 +362,8 @@ class OSWorldEnv(Env):
             except Exception as exc:  # a metric failing on the agent's output scores 0
                 scores.append(0.0)
                 details.setdefault("errors", []).append(f"{func}: {type(exc).__name__}: {exc}")
+            if scores[-1] == decides:
+                break
         return scores
 
     # ---------------------------------------------------------------- helpers
