@@ -101,26 +101,35 @@ def test_every_bad_file_and_record_of_a_folder_is_said_at_once(tmp_path):
         assert f"{paths[4]}:1: task {ids[4]!r}: unknown step 'lanuch' (did you mean 'launch'?)" in text
 
 
+def dry_run_here(*args: str):
+    """``run ARGS --dry-run`` with the openai agent, in this process (click's runner): what a
+    user sees, without an interpreter's start."""
+    from click.testing import CliRunner
+
+    from parallel_rollout.cli import main
+
+    return CliRunner().invoke(main, ["run", *args, "--dry-run", *MODEL_AGENT])
+
+
 def test_a_getter_without_a_field_it_needs_is_refused_naming_the_file_and_field(tmp_path):
     """A getter config that lacks what the getter reads (vm_command_line's 'command', vm_file's
     'path') is the task file's error: it loaded, and every attempt's grading raised a KeyError
     that was scored as the agent's failure (reward 0, the run's exit 0)."""
-    folder = copied(tmp_path)
-    single, listed = (folder / "examples" / "os" / f"{task_id}.json" for task_id in
-                      ("94d95f96-9699-4208-98ba-3c3119edf9c2", "bedcedc4-4d72-425e-ad62-21960b11fe0d"))
-    task = json.loads(single.read_text())
-    del task["evaluator"]["result"]["command"]
-    single.write_text(json.dumps(task))
-    task = json.loads(listed.read_text())
-    task["evaluator"]["result"][1] = {"type": "vm_file", "dest": "x"}
-    listed.write_text(json.dumps(task))
-    done = run_cli("--data", str(folder), "--domain", "os", "--dry-run", *MODEL_AGENT)
-    assert done.returncode == EXIT_USAGE, said(done)
-    text = said(done)
+    from test_osworld_taskset import osworld_folder
+
+    rule = {"type": "rule", "rules": {"expected": "hi"}}
+    tasks = {"no-command": {"func": "exact_match", "result": {"type": "vm_command_line"}, "expected": rule},
+             "no-path": {"func": ["exact_match", "exact_match"], "expected": [rule, rule],
+                         "result": [{"type": "vm_command_line", "command": "echo hi"}, {"type": "vm_file", "dest": "x"}]}}
+    folder = osworld_folder(tmp_path, {task_id: {"domain": "os", "instruction": "x", "config": [], "evaluator": evaluator}
+                                       for task_id, evaluator in tasks.items()}) / "evaluation_examples"
+    done = dry_run_here("--data", str(folder))
+    assert done.exit_code == EXIT_USAGE, done.output
+    text = " ".join(done.output.split())
     assert "2 bad task records" in text, text
-    assert (f"{single}:1: task '94d95f96-9699-4208-98ba-3c3119edf9c2': evaluator result getter "
-            "'vm_command_line' of metric 'check_include_exclude' needs the field 'command'") in text, text
-    assert (f"{listed}:1: task 'bedcedc4-4d72-425e-ad62-21960b11fe0d': evaluator result getter 'vm_file' "
+    assert (f"{folder / 'examples' / 'os' / 'no-command.json'}:1: task 'no-command': evaluator result getter "
+            "'vm_command_line' of metric 'exact_match' needs the field 'command'") in text, text
+    assert (f"{folder / 'examples' / 'os' / 'no-path.json'}:1: task 'no-path': evaluator result getter 'vm_file' "
             "of metric 'exact_match' needs the field 'path'") in text, text
 
 
@@ -257,18 +266,18 @@ def test_the_dry_run_notes_local_files_a_task_reads_that_are_not_there(tmp_path)
     folder = osworld_folder(tmp_path, {task_id: {"domain": "os", "instruction": "x", "config": [], **task}
                                        for task_id, task in tasks.items()}) / "evaluation_examples"
     (folder / "examples" / "os" / "there.txt").write_text("hi\n")
-    done = run_cli("--data", str(folder), "--dry-run", *MODEL_AGENT)
-    assert done.returncode == 0, said(done)  # a note, not a problem
+    done = dry_run_here("--data", str(folder))
+    assert done.exit_code == 0, done.output  # a note, not a problem
     lines = done.stdout.strip().splitlines()
-    assert lines[-1] == "runnable 4 of 4 tasks", said(done)
+    assert lines[-1] == "runnable 4 of 4 tasks", done.output
     assert (f"note: 3 tasks read a local file that is not there: they will end setup_failed (e.g. gold-beside: "
-            f"{folder / 'examples' / 'os' / 'gold.txt'})") in lines, said(done)
+            f"{folder / 'examples' / 'os' / 'gold.txt'})") in lines, done.output
     # --limit: the notes are of the tasks the run takes (the first runnable ones), no others
-    done = run_cli("--data", str(folder), "--dry-run", "--limit", "2", *MODEL_AGENT)
+    done = dry_run_here("--data", str(folder), "--limit", "2")
     lines = done.stdout.strip().splitlines()
-    assert "--limit 2: the run takes the first 2 runnable tasks" in lines, said(done)
+    assert "--limit 2: the run takes the first 2 runnable tasks" in lines, done.output
     assert "note: 1 task reads a local file that is not there: it will end setup_failed (e.g. gold-beside: " \
-        f"{folder / 'examples' / 'os' / 'gold.txt'})" in lines, said(done)
+        f"{folder / 'examples' / 'os' / 'gold.txt'})" in lines, done.output
 
 
 def test_web_pages_a_task_opens_are_no_files_to_cache(tmp_path):
