@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, SHELL_TASKS
+from conftest import ROOT, SHELL_TASKS, shell_task, write_tasks
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
 
@@ -95,3 +95,19 @@ def test_run_log_holds_what_the_console_showed_at_the_end(tmp_path):
     logged = [line.split(": ", 1)[1] for line in run_log.read_text().splitlines()
               if " INFO MainProcess parallel_rollout: " in line]
     assert logged[-len(shown):] == shown, (logged[-len(shown):], shown)
+
+
+def test_the_bar_shows_the_rate_and_the_vms_of_now_between_two_ends(tmp_path):
+    """The bar's rate and VM states are drawn within a second, not at the next sample's end
+    only: they were set undrawn, so after the first of two slow samples (an OSWorld task takes
+    minutes) the bar read '1/2 … ok -' until the second ended, the rate and VMs of before."""
+    data = write_tasks(tmp_path / "tasks.jsonl", [
+        shell_task("t0"), shell_task("t1", check="sleep 2 && test -e ~/t1.done")])
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(TESTS)]))
+    proc = subprocess.run(
+        [sys.executable, "-m", "parallel_rollout", "run", "--mode", "shell", "--data", str(data),
+         "--num-rollouts", "1", "--output-dir", str(tmp_path), "--run-id", "bar", "--progress"],
+        capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    drawn = re.split(r"[\r\n]", proc.stderr)
+    assert any(" 1/2 " in line and "ok 100% | VMs busy 1 " in line for line in drawn), drawn

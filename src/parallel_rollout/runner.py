@@ -436,7 +436,9 @@ class Runner:
                 if stats.get("spare_vms"):
                     vms += f" spares {stats['spares_ready']}/{stats['spare_vms']}"
         if self._progress is not None:
-            self._progress.set_postfix_str(f"ok {rate} | VMs {vms}", refresh=False)
+            # drawn now (a second apart at most): a bar drawn only as a sample ends showed the
+            # rate and VMs of before that end until the next one, minutes on a desktop task
+            self._progress.set_postfix_str(f"ok {rate} | VMs {vms}", refresh=True)
         elif time.monotonic() - self._last_progress_log >= _PROGRESS_LOG_S:
             # No terminal (cron, CI): a line now and then instead of a bar.
             self._last_progress_log = time.monotonic()
