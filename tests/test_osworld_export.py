@@ -79,6 +79,24 @@ def test_the_readme_command_exports_what_osworlds_show_result_reads(osworld_run,
     assert (attempt / "result.txt").read_text().strip() == "1.0"
 
 
+def test_a_task_its_index_no_longer_lists_keeps_the_domain_the_run_read_it_from(osworld_run, tmp_path):
+    """An index of the user's own, edited since the run (the next task to try): the examples it
+    no longer lists went under `all/`, a domain of one example to show_result.py, though the run
+    recorded reading examples/chrome/acts-instead.json."""
+    out, run_dir = osworld_run
+    settings = json.loads((run_dir / "config.json").read_text())["config"]
+    index = Path(settings["data"]) / "evaluation_examples" / "test_all.json"
+    kept = index.read_text()
+    try:
+        index.write_text(json.dumps({"os": ["gives-up"], "chrome": ["also-gives-up"]}))
+        done = cli("runs", "export-osworld", str(run_dir), str(tmp_path / "res"))
+    finally:
+        index.write_text(kept)
+    assert "exported 3 example(s)" in done.output, done.output
+    assert show_result(tmp_path / "res", "pyautogui", "screenshot", "oracle") == {
+        "chrome": [0.0, 1.0], "os": [1.0]}
+
+
 def test_another_sample_goes_to_a_result_folder_of_its_own_and_nothing_is_overwritten(osworld_run, tmp_path):
     out, run_dir = osworld_run
     target = tmp_path / "results"

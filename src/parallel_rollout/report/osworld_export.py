@@ -10,7 +10,8 @@ A run of ours keeps the same files per attempt, under
 attempt that counts for each sample (the final one) into that layout, as copies (OSWorld's
 ``run.py`` resumes into such a folder and appends to its files: a link would change the
 run's own). The domain is the task's folder in the OSWorld index the run read (``--data
-FOLDER``); a run of a task file has no domains, so its examples go under ``all``. A sample
+FOLDER``; a task it no longer lists, that of the task file the run recorded reading); a run
+of a task file has no domains, so its examples go under ``all``. A sample
 never graded (its VM failed, say: no final attempt) is exported as it is, with no
 ``result.txt``: OSWorld's scripts count an example only once it has one, which is how they
 treat an unfinished example of their own. A sample graded without the evaluator's
@@ -72,9 +73,11 @@ def export_osworld(run_dir: str | Path, result_dir: str | Path, *, sample: int =
               / str(config.get("observation_type") or "screenshot"))
     folder = layout / _model_folder(_model_name(config) if model is None else model, layout)
     index_path, domains = _domains(config)
-    recorded = {} if domains else _recorded_domains(run)
-    out = Exported(folder=folder, index=index_path, recorded=bool(recorded))
-    domains = domains or recorded
+    recorded = _recorded_domains(run)
+    out = Exported(folder=folder, index=index_path, recorded=bool(recorded) and not domains)
+    # a task the index no longer lists (an index of the user's own, edited since) keeps the
+    # domain of the task file the run read, not 'all'
+    domains = {**recorded, **domains}
     plan = []
     for record in sorted(finals, key=lambda r: r["task_id"]):
         source = _attempt_folder(run.run_dir, record)
