@@ -156,7 +156,7 @@ import psutil
 sys.path.insert(0, sys.argv[3])
 from test_process_leftovers import StuckProvider as Stuck
 from parallel_rollout.pool.providers import sandbox_launch
-sandbox_launch.read_until = lambda fd, terminator, deadline: time.sleep(600)  # nobody reads it
+sandbox_launch.read_until = lambda fd, terminator, deadline, budget_s: time.sleep(600)  # nobody reads it
 
 def owner(base_dir):
     provider = Stuck("exiting", base_dir=base_dir)
@@ -346,7 +346,7 @@ def test_bwrap_killed_before_it_reports_its_init_leaves_no_orphan(machine, base_
     provider = Stuck("orphan", ProviderOptions(boot_timeout_s=5), base_dir=base_dir)
     vm_dir = provider.run_dir / "vm0"
 
-    def kill_bwrap_then_read(fd, terminator, deadline):
+    def kill_bwrap_then_read(fd, terminator, deadline, budget_s):
         if terminator == b"}":  # the --info-fd read: bwrap is stuck writing it
             deadline = time.monotonic() + 10
             while not held and time.monotonic() < deadline:
@@ -358,7 +358,7 @@ def test_bwrap_killed_before_it_reports_its_init_leaves_no_orphan(machine, base_
             assert held, "bwrap never forked its child"
             bwrap, = bwraps
             bwrap.kill()
-        return real_read_until(fd, terminator, deadline)
+        return real_read_until(fd, terminator, deadline, budget_s)
 
     monkeypatch.setattr(sandbox_launch, "read_until", kill_bwrap_then_read)
     with pytest.raises(VMError, match="did not boot"):
