@@ -80,15 +80,27 @@ def grading_env(home: str) -> dict[str, str]:
 #: processes were reaped before it began), which a wrapper may trust (npm a package the check
 #: made above the folder it runs from)
 GRADING_SINCE = "PARALLEL_ROLLOUT_GRADING_SINCE"
-#: the kernel's coarse wall clock (CLOCK_REALTIME_COARSE), which dates files: never after the
-#: ctime of a file made once it was read
+#: the kernel's coarse wall clock (CLOCK_REALTIME_COARSE), which dates files on a kernel without
+#: fine-grained timestamps
 _COARSE_REALTIME = getattr(time, "CLOCK_REALTIME_COARSE", 5)
+#: seconds a grading command's start waits at most for the coarse clock to pass the fine one
+_COARSE_WAIT_S = 0.05
 
 
 def grading_since() -> str:
-    """Now, as :data:`GRADING_SINCE` says it."""
+    """Now, as :data:`GRADING_SINCE` says it: after every write of the graded code (reaped
+    before a grading command starts) and before every write of the grading command. The fine
+    clock, returned once the coarse clock has passed it (a tick at most, 4 ms at HZ=250), so
+    that a file the command makes is dated after it on a kernel that dates files by the coarse
+    clock (Debian 12's 6.1), as on one of multigrain timestamps (6.13 on), which dates a file
+    by the fine clock once its times were read. The coarse clock alone was no such time: there
+    the answer's last writes in the tick before the check were dated after it, and npm ran the
+    answer's ``~/.npmrc`` as the check's own package's (one attempt in four)."""
     try:
-        now = time.clock_gettime_ns(_COARSE_REALTIME)
+        now = time.clock_gettime_ns(time.CLOCK_REALTIME)
+        waited_until = time.monotonic() + _COARSE_WAIT_S
+        while time.clock_gettime_ns(_COARSE_REALTIME) <= now and time.monotonic() < waited_until:
+            time.sleep(0.0005)
     except OSError:  # no such clock (not Linux)
         now = time.time_ns()
     return f"{now // 10**9}.{now % 10**9:09d}"
