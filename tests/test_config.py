@@ -233,7 +233,8 @@ NOT_HONOURED = [
     (["--model", "x"], "--model is not used by this run", "agents that call a model"),
     (["--num-vms", "2"], "--num-vms sizes the shared pool and needs --use-vm-pool", "VM of its own"),
     (["--envs-per-worker", "2"], "--envs-per-worker > 1", "add --use-vm-pool"),
-    (["--path-to-vm", "/images/ubuntu.vmx"], "process provider has no VM image", "path_to_vm cannot be honoured"),
+    (["--path-to-vm", "/images/ubuntu.vmx"], "process provider has no VM image",
+     "--path-to-vm cannot be honoured (give a snapshot folder with --snapshot-name,"),
 ]
 
 
@@ -242,6 +243,17 @@ def test_flags_the_run_cannot_honour_are_rejected(tmp_path, args, message, why):
     """shell mode + oracle agent + process provider: these flags would be silently ignored."""
     result = invoke(tmp_path, "--mode", "shell", "--agent", "oracle", *args)
     assert_usage_error(result, tmp_path, message, why)
+
+
+def test_a_setting_the_provider_cannot_honour_is_said_as_the_call_spells_it(tmp_path):
+    """The provider's refusal said the option's inner name ('path_to_vm cannot be honoured
+    (give ... snapshot_name)') on the CLI, which has --path-to-vm; run() says its keywords."""
+    from parallel_rollout.api import run
+
+    with pytest.raises(ConfigError, match=r"no VM image: path_to_vm cannot be honoured \(give a snapshot "
+                                          r"folder with snapshot_name, or use the qemu provider\)"):
+        run(mode="shell", data=str(SHELL_TASKS), agent="oracle", path_to_vm="/images/ubuntu.vmx",
+            output_dir=str(tmp_path / "out"), progress=False)
 
 
 def test_vm_settings_of_a_mode_that_runs_in_no_vm_are_warned_of(tmp_path):

@@ -382,7 +382,7 @@ def test_the_shims_and_wrappers_go_into_images_and_a_changed_shim_makes_them_sta
 def test_rejects_what_it_cannot_honour(image, tmp_path):  # a stale image would be said first
     assert get_provider("qemu") is QemuProvider
     assert QemuProvider.supported_limits() == {"memory_mb"}
-    with pytest.raises(ConfigError, match="max_processes cannot be enforced"):
+    with pytest.raises(ConfigError, match="--vm-max-processes cannot be enforced"):
         QemuProvider("r", ProviderOptions(max_processes=10))
     with pytest.raises(ConfigError, match="at least 128"):
         QemuProvider("r", ProviderOptions(memory_mb=16))

@@ -353,10 +353,10 @@ def test_a_desktop_run_on_an_agent_without_a_desktop_stops_at_once(machines, tmp
     ({"vm_addresses": ("h:1", "http://h:1/")}, "names http://h:1 more than once"),
     ({"vm_addresses": ("h:99999",)}, "port from 1 to 65535"),
     ({"vm_addresses": ("https://h",)}, "plain http"),
-    ({"path_to_vm": "/vms/ubuntu.vmx"}, "cannot honour path_to_vm"),
-    ({"snapshot_name": "init_state"}, "cannot honour snapshot_name"),
-    ({"memory_mb": 512}, "cannot enforce memory_mb"),
-    ({"max_processes": 64}, "cannot enforce max_processes"),
+    ({"path_to_vm": "/vms/ubuntu.vmx"}, "cannot honour --path-to-vm"),
+    ({"snapshot_name": "init_state"}, "cannot honour --snapshot-name"),
+    ({"memory_mb": 512}, "cannot enforce --vm-memory-mb"),
+    ({"max_processes": 64}, "cannot enforce --vm-max-processes"),
 ], ids=lambda v: str(v)[:30])
 def test_what_it_cannot_honour_is_a_config_error(options, message):
     values = {"vm_addresses": ("127.0.0.1:5000",), "reset_command": "true", **options}

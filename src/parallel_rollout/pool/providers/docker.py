@@ -143,14 +143,14 @@ class DockerProvider(SpareContainers, Provider):
                  base_dir: str | os.PathLike | None = None) -> None:
         super().__init__(run_id, options)
         if self.options.path_to_vm:
-            raise ConfigError("the docker provider boots an image, not a VM file: path_to_vm "
-                              "cannot be honoured (name an image with snapshot_name)")
-        for limit in ("memory_mb", "max_processes"):
+            raise ConfigError("the docker provider boots an image, not a VM file: --path-to-vm "
+                              "cannot be honoured (name an image with --snapshot-name)")
+        for limit, flag in (("memory_mb", "--vm-memory-mb"), ("max_processes", "--vm-max-processes")):
             value = getattr(self.options, limit)
             if value is not None and value <= 0:
-                raise ConfigError(f"{limit} must be positive, got {value}")
+                raise ConfigError(f"{flag} must be positive, got {value}")
         if self.options.memory_mb is not None and self.options.memory_mb < 6:
-            raise ConfigError(f"docker needs memory_mb >= 6, got {self.options.memory_mb}")
+            raise ConfigError(f"docker needs --vm-memory-mb >= 6, got {self.options.memory_mb}")
         self.base_dir = Path(base_dir) if base_dir else base_dir_default()
         self._pool = new_pool_key()  # this pool's folder and containers: not another run's of the id
         self.run_dir = pool_folder(self.base_dir, run_id, self._pool)
@@ -179,11 +179,11 @@ class DockerProvider(SpareContainers, Provider):
         """ConfigError when a limit asked for would be discarded by the daemon (it only warns),
         so that no container runs without the bound it was promised; the memory default."""
         enforced = daemon_limits()
-        for limit, key, flag in (("max_processes", "pids", "--pids-limit"),
-                                 ("memory_mb", "memory", "--memory")):
+        for limit, setting, key, flag in (("max_processes", "--vm-max-processes", "pids", "--pids-limit"),
+                                          ("memory_mb", "--vm-memory-mb", "memory", "--memory")):
             if getattr(self.options, limit) is not None and not enforced[key]:
                 raise ConfigError(
-                    f"{limit} cannot be honoured: this Docker daemon does not enforce {flag} "
+                    f"{setting} cannot be honoured: this Docker daemon does not enforce {flag} "
                     f"(docker info: {key} limit false; its kernel or cgroup setup lacks the "
                     f"{key} controller)")
         self._memory_mb = self.options.memory_limit(bounded=enforced["memory"])

@@ -216,7 +216,7 @@ def check_image(image: str, snapshot_named: bool, desktop: bool) -> None:
         if container_state(image) != "missing":
             raise ConfigError(
                 f"docker snapshot {image!r} is a container, not an image; commit it "
-                f"first: docker commit {image} my-snapshot, then snapshot_name my-snapshot")
+                f"first: docker commit {image} my-snapshot, then --snapshot-name my-snapshot")
         raise ConfigError(f"docker snapshot image {image!r} does not exist "
                           "(docker image ls lists the images there are)")
     raise ProviderUnavailable(

@@ -141,8 +141,8 @@ class ProcessProvider(Provider):
         super().__init__(run_id, options)
         if self.options.path_to_vm:
             raise ConfigError(
-                "the process provider has no VM image: path_to_vm cannot be honoured "
-                "(give a snapshot folder with snapshot_name, or use the qemu provider)")
+                "the process provider has no VM image: --path-to-vm cannot be honoured "
+                "(give a snapshot folder with --snapshot-name, or use the qemu provider)")
         self.base_dir = Path(base_dir) if base_dir else base_dir_default()
         #: this pool's own: another run of the run id (another output folder) has its own
         #: folders and cgroups, which it must not share or remove (``common.pool_folder``)

@@ -147,10 +147,10 @@ class QemuProvider(Provider):
         super().__init__(run_id, options)
         opts = self.options
         if opts.max_processes is not None:
-            raise ConfigError("max_processes cannot be enforced from outside a QEMU VM; "
-                              "the qemu provider supports memory_mb only")
+            raise ConfigError("--vm-max-processes cannot be enforced from outside a QEMU VM; "
+                              "the qemu provider supports --vm-memory-mb only")
         if opts.memory_mb is not None and opts.memory_mb < 128:
-            raise ConfigError(f"memory_mb must be at least 128 for a QEMU VM, "
+            raise ConfigError(f"--vm-memory-mb must be at least 128 for a QEMU VM, "
                               f"got {opts.memory_mb}")
         self.desktop = opts.desktop
         self.memory_mb = opts.memory_mb or (DESKTOP_MEMORY_MB if self.desktop else DEFAULT_MEMORY_MB)
@@ -165,7 +165,7 @@ class QemuProvider(Provider):
         if opts.path_to_vm:
             self.user_image = Path(opts.path_to_vm).expanduser().resolve()
             if not self.user_image.is_file():
-                raise ConfigError(f"path_to_vm {opts.path_to_vm!r} is not a disk image file")
+                raise ConfigError(f"--path-to-vm {opts.path_to_vm!r} is not a disk image file")
             self.user_format = image_format(self.user_image)
         self.base_dir = Path(base_dir) if base_dir else base_dir_default()
         self.run_dir = pool_folder(self.base_dir, run_id, new_pool_key())  # this pool's own

@@ -127,13 +127,14 @@ class RemoteProvider(Provider):
     def __init__(self, run_id: str, options: ProviderOptions | None = None) -> None:
         super().__init__(run_id, options)
         opts = self.options
-        for field, why in (("path_to_vm", "it does not boot VM files"),
-                           ("snapshot_name", "the snapshot is whatever --reset-command restores")):
+        for field, flag, why in (("path_to_vm", "--path-to-vm", "it does not boot VM files"),
+                                 ("snapshot_name", "--snapshot-name",
+                                  "the snapshot is whatever --reset-command restores")):
             if getattr(opts, field):
-                raise ConfigError(f"the remote provider cannot honour {field}: {why}")
-        for limit in ("memory_mb", "max_processes"):
+                raise ConfigError(f"the remote provider cannot honour {flag}: {why}")
+        for limit, flag in (("memory_mb", "--vm-memory-mb"), ("max_processes", "--vm-max-processes")):
             if getattr(opts, limit) is not None:
-                raise ConfigError(f"the remote provider cannot enforce {limit}: it does not "
+                raise ConfigError(f"the remote provider cannot enforce {flag}: it does not "
                                   "own the machines (limit them where they run)")
         raw = tuple(getattr(opts, "vm_addresses", ()) or ())
         if not raw:
