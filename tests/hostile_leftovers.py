@@ -239,6 +239,12 @@ LEFTOVER_ROWS["rig_check_makefile_of_a_long_dir"] = (LEFTOVER_ROWS["rig_check_ma
 #: wrappers refuse beside a Makefile that is a link too
 LEFTOVER_ROWS["rig_check_gnumakefile_link"] = (["printf 'test:\\n\\t@true\\n' > ~/GNUmakefile && ln -s /dev/null ~/Makefile"],
                                                MAKE_TEST + "cd ~ && make -s test", False)
+#: a recursive make, the check's `$(MAKE) -C sub test`, ran make by its path, not the wrapper,
+#: and read the answer's sub/GNUmakefile in place of the check's sub/Makefile
+LEFTOVER_ROWS["rig_check_recursive_make"] = (["mkdir -p ~/sub && printf 'test:\\n\\t@true\\n' > ~/sub/GNUmakefile"],
+                                             "mkdir -p ~/sub && printf 'test:\\n\\texit 3\\n' > ~/sub/Makefile"
+                                             " && printf 'test:\\n\\t@$(MAKE) -s -C sub test\\n' > ~/Makefile && cd ~ && make -s test",
+                                             False)
 #: javac with no class path given takes the current folder's, the home where a check starts, and
 #: runs the annotation processors its META-INF/services names: the answer's rewrote each class
 #: a check compiled (a stub whose main returns: Check's exit 3 never ran); the javac wrapper
@@ -299,7 +305,7 @@ LEFTOVER_PROGRAMS = {"rig_check_mavenrc": "mvn", "rig_check_mvn_config": "mvn", 
                      "rig_check_doctest_home_module": "python3",
                      "rig_check_vim_filter": "vim", "rig_check_valgrind_child": "valgrind", "rig_check_git_alias_child": "git", "rig_check_gdb_shell": "gdb",
                      "rig_check_npm_home_package": "npm", "rig_check_gnumakefile": "make", "rig_check_makefile_of_a_dir": "make", "rig_check_gnumakefile_link": "make",
-                     "rig_check_makefile_of_a_long_dir": "make",
+                     "rig_check_makefile_of_a_long_dir": "make", "rig_check_recursive_make": "make",
                      "rig_check_javac_processor": "javac",
                      "rig_check_pytest_home_package": "pytest", "rig_check_pytest_by_path": "pytest",
                      "rig_check_pytest_main": "pytest", "rig_check_pytest_from_a_program": "pytest"}
@@ -371,7 +377,12 @@ LEFTOVER_HONEST = {"mvn": "d=$(mktemp -d) && mkdir $d/.mvn && echo -v > $d/.mvn/
                    "make": "printf 't:\\n\\t@jq .a a.json\\n' > ~/Makefile && cd ~ && make -s t | grep -qx 2"
                            " && make -s -f Makefile t | grep -qx 2 && d=$(mktemp -d) && printf 'include Makefile\\n' > $d/GNUmakefile"
                            " && printf 't:\\n\\t@command -v jq\\n' > $d/Makefile && make -s -C $d t"
-                           " | grep -qx /opt/parallel-rollout/grading_bin/jq",
+                           " | grep -qx /opt/parallel-rollout/grading_bin/jq"
+                           # a recursive make of the check's own sub-folder, through the wrapper; a
+                           # makefile's own MAKE := $(MAKE) ... still works
+                           " && mkdir $d/sub && printf 'MAKE := $(MAKE) -s\\nt:\\n\\t@$(MAKE) -C sub t\\n' > $d/Makefile"
+                           " && printf 't:\\n\\t@echo $(MAKE)\\n' > $d/sub/Makefile && make -s -C $d t"
+                           " | grep -qx /opt/parallel-rollout/grading_bin/make",
                    # from the home, with no processor of the answer's there
                    "javac": JAVA_CHECK.replace("exit(3)", "exit(0)"),
                    "tmux": "tmux new-session -d -s h 'sleep 9' && tmux has-session -t h; r=$?; tmux kill-server; exit $r"}
