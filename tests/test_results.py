@@ -336,6 +336,20 @@ def test_summary_without_groups_or_records():
     assert empty["timing_s"]["rollout"] is None
 
 
+def test_the_summary_says_no_rollout_time_of_attempts_that_ran_no_sample():
+    """A run whose pool died before any sample ran printed 'rollout time p50 0.05s': the times
+    of its attempts that failed to get a VM, said as those of rollouts."""
+    from parallel_rollout.run_end import format_summary
+
+    failed = [record(f"a#{i}", final=False, status="pool_exhausted", reward=0.0, duration=0.05,
+                     infrastructure=True) for i in range(2)]
+    said = format_summary(summarize(failed, total_samples=2, pool_stats=None, started_at=time.time()), "out")
+    assert "rollout time" not in said, said
+    assert "no sample finished; time of its 2 failed attempt(s): p50 0.05s p90 0.05s, wall" in said, said
+    ran = format_summary(summarize([record("a#0")], total_samples=1, pool_stats=None, started_at=time.time()), "out")
+    assert "rollout time p50 1.0s p90 1.0s, wall" in ran, ran
+
+
 # -- the run folder through the CLI ---------------------------------------------------------
 
 

@@ -183,7 +183,11 @@ def format_summary(summary: dict[str, Any], run_dir: Any) -> str:
         lines.append(pass_at_k_text(values, summary.get("pass_at_k_tasks") or {}, summary.get("tasks_finished", 0)))
     timing = summary["timing_s"]
     if timing.get("rollout"):
-        lines.append(f"rollout time p50 {timing['rollout']['p50']}s p90 {timing['rollout']['p90']}s, "
+        # with no sample finished, the times are those of attempts that failed (a lease the
+        # dead pool never gave): no rollout's
+        what = ("rollout time" if summary["finished"]
+                else f"no sample finished; time of its {timing['rollout']['count']} failed attempt(s):")
+        lines.append(f"{what} p50 {timing['rollout']['p50']}s p90 {timing['rollout']['p90']}s, "
                      f"wall {timing['wall']}s")
     usage = summary.get("usage") or {}
     if usage.get("requests"):
