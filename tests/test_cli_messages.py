@@ -59,6 +59,12 @@ def test_a_missing_task_file_names_the_file_beside_it_it_misspells(tmp_path, mon
     assert not (tmp_path / "out").exists()
     done = run(tmp_path, "--data", "other.jsonl")  # no name near it: no guess
     assert "task file not found" in done.output and "did you mean" not in done.output
+    # close only as its .jsonl: nope.jsonl was said to mean nomode.jsonl
+    write_tasks(tmp_path / "nomode.jsonl", [shell_task("a")])
+    done = run(tmp_path, "--data", "nope.jsonl")
+    assert "task file not found" in done.output and "did you mean" not in done.output, done.output
+    done = run(tmp_path, "--data", "taks.jsonl")  # a near-miss of the name itself still is
+    assert f"(did you mean --data {tmp_path / 'tasks.jsonl'}?)" in done.output, done.output
 
 
 def test_a_mode_that_conflicts_with_every_task_is_said_once(tmp_path):

@@ -122,8 +122,7 @@ def resolve_data(data: str) -> Path:
         close = [] if "." in path.name or path.exists() else difflib.get_close_matches(
             path.name.lower(), list(NAMED_DATASETS), n=1)
         # or of a file beside it (--data tasks.json where tasks.jsonl lies)
-        close = close or ([] if path.exists() else [str(path.parent / name) for name in difflib.get_close_matches(
-            path.name, _names_in(path.parent), n=1, cutoff=0.8)])
+        close = close or ([] if path.exists() else [str(path.parent / name) for name in _misspelt(path)])
         if close:
             raise TaskFileError(f"{path}: task file not found (did you mean --data {close[0]}?)")
         return path
@@ -134,12 +133,14 @@ def resolve_data(data: str) -> Path:
         raise TaskFileError(f"--data {data}: {exc}") from None
 
 
-def _names_in(folder: Path) -> list[str]:
-    """The names in ``folder`` but hidden ones (none when it cannot be listed)."""
+def _misspelt(path: Path) -> list[str]:
+    """The name beside ``path`` its name misspells, if one: close before the first dot too (not only .jsonl)."""
     try:
-        return [p.name for p in folder.iterdir() if not p.name.startswith(".")]
+        names = [p.name for p in path.parent.iterdir() if not p.name.startswith(".")]
     except OSError:
         return []
+    return [name for name in difflib.get_close_matches(path.name, names, n=5, cutoff=0.8)
+            if difflib.SequenceMatcher(None, path.name.split(".")[0], name.split(".")[0]).ratio() >= 0.8][:1]
 
 
 def declared_mode(data: str) -> str | None:
