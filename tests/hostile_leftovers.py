@@ -245,6 +245,19 @@ LEFTOVER_ROWS["rig_check_recursive_make"] = (["mkdir -p ~/sub && printf 'test:\\
                                              "mkdir -p ~/sub && printf 'test:\\n\\texit 3\\n' > ~/sub/Makefile"
                                              " && printf 'test:\\n\\t@$(MAKE) -s -C sub test\\n' > ~/Makefile && cd ~ && make -s test",
                                              False)
+#: a GNUmakefile dated since the check began is the check's only when it was written then: its
+#: ctime alone moved on when the check copied the answer's folder with its times (cp -a), a
+#: future mtime kept, or wrote to another name of it (a hard link: `>>` to the answer's log)
+MAKE_PROJECT = "mkdir -p ~/proj && printf 'test:\\n\\t@true\\n' > ~/proj/GNUmakefile"
+MAKE_COPY_TEST = "d=$(mktemp -d) && cp -a ~/proj/. $d && printf 'test:\\n\\texit 3\\n' > $d/Makefile && make -s -C $d test"
+LEFTOVER_ROWS["rig_check_makefile_copied_with_its_times"] = ([MAKE_PROJECT], MAKE_COPY_TEST, False)
+LEFTOVER_ROWS["rig_check_makefile_dated_ahead"] = ([MAKE_PROJECT + " && touch -d @4102444800 ~/proj/GNUmakefile"],
+                                                   MAKE_COPY_TEST, False)
+LEFTOVER_ROWS["rig_check_makefile_of_two_names"] = (["mkdir -p ~/sub && printf 'test:\\n\\t@true\\n#\\\\\\n' > ~/sub/GNUmakefile"
+                                                     " && ln ~/sub/GNUmakefile ~/grading.log"],
+                                                    "echo graded >> ~/grading.log && mkdir -p ~/sub"
+                                                    " && printf 'test:\\n\\texit 3\\n' > ~/sub/Makefile && make -s -C ~/sub test",
+                                                    False)
 #: javac with no class path given takes the current folder's, the home where a check starts, and
 #: runs the annotation processors its META-INF/services names: the answer's rewrote each class
 #: a check compiled (a stub whose main returns: Check's exit 3 never ran); the javac wrapper
@@ -306,6 +319,8 @@ LEFTOVER_PROGRAMS = {"rig_check_mavenrc": "mvn", "rig_check_mvn_config": "mvn", 
                      "rig_check_vim_filter": "vim", "rig_check_valgrind_child": "valgrind", "rig_check_git_alias_child": "git", "rig_check_gdb_shell": "gdb",
                      "rig_check_npm_home_package": "npm", "rig_check_gnumakefile": "make", "rig_check_makefile_of_a_dir": "make", "rig_check_gnumakefile_link": "make",
                      "rig_check_makefile_of_a_long_dir": "make", "rig_check_recursive_make": "make",
+                     "rig_check_makefile_copied_with_its_times": "make", "rig_check_makefile_dated_ahead": "make",
+                     "rig_check_makefile_of_two_names": "make",
                      "rig_check_javac_processor": "javac",
                      "rig_check_pytest_home_package": "pytest", "rig_check_pytest_by_path": "pytest",
                      "rig_check_pytest_main": "pytest", "rig_check_pytest_from_a_program": "pytest"}

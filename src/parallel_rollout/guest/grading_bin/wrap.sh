@@ -15,15 +15,27 @@ done
 path=${path#:}
 PATH=${path%:}
 unset path
-# made_by_the_check FILE [-L]: FILE is not there, or dated (its ctime, which no user can set
-# back) since the grading command began, $PARALLEL_ROLLOUT_GRADING_SINCE: the check's own, since
-# the graded code's processes were all reaped before it began (npm trusts a package, make a
-# makefile, so made). A link is dated as a link, or with -L by the file it leads to (what a
-# check wrote through a link the graded code left)
+# made_by_the_check FILE [-L]: FILE is not there, or written since the grading command began,
+# $PARALLEL_ROLLOUT_GRADING_SINCE: the check's own, since the graded code's processes were all
+# reaped before it began (npm trusts a package, make a makefile, so made). Written: dated so by
+# its ctime (which no user can set back) and its mtime, the mtime no later than the ctime, one
+# name: a ctime alone moved on for what the check did to the graded code's file without writing
+# it (cp -a or tar x of its folder, a chmod, mv or ln of another name of it, a future mtime kept),
+# and one name of several took the check's `>>` to another. A link is dated as a link, or with
+# -L by the file it leads to (what a check wrote through a link the graded code left)
 made_by_the_check() {
     [ ! -e "$1" ] && [ ! -L "$1" ] && return 0
-    [ -n "$PARALLEL_ROLLOUT_GRADING_SINCE" ] || return 1
-    dated=$(stat ${2:+"$2"} -c %.9Z "$1" 2>/dev/null) || return 1
-    s=${dated%.*} since=${PARALLEL_ROLLOUT_GRADING_SINCE%.*}
-    [ "$s" -gt "$since" ] || { [ "$s" -eq "$since" ] && [ "1${dated#*.}" -ge "1${PARALLEL_ROLLOUT_GRADING_SINCE#*.}" ]; }
+    dated=$(stat ${2:+"$2"} -c '%.9Y %.9Z %h' "$1" 2>/dev/null) || return 1
+    set -- "${dated%% *}" "${dated#* }"
+    [ "${2#* }" = 1 ] && not_before "$1" "$PARALLEL_ROLLOUT_GRADING_SINCE" && not_before "${2% *}" "$1"
+}
+# dated_since FILE [-L]: FILE is there and its ctime is since the grading command began (what
+# the check may have written: make refuses beside a Makefile so dated)
+dated_since() {
+    dated=$(stat ${2:+"$2"} -c %.9Z "$1" 2>/dev/null) && not_before "$dated" "$PARALLEL_ROLLOUT_GRADING_SINCE"
+}
+# not_before A B: the time A (seconds.nanoseconds) is B or later; never when B is not given
+not_before() {
+    [ -n "$2" ] || return 1
+    [ "${1%.*}" -gt "${2%.*}" ] || { [ "${1%.*}" -eq "${2%.*}" ] && [ "1${1#*.}" -ge "1${2#*.}" ]; }
 }
