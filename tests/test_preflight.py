@@ -17,9 +17,11 @@ import subprocess
 import sys
 
 import pytest
+from click.testing import CliRunner
 
 from conftest import shell_task, small_tmpfs, write_tasks
 from llm_server import llm_server  # noqa: F401 - fixture
+from parallel_rollout.cli import main
 from parallel_rollout.exit_codes import EXIT_USAGE
 
 
@@ -247,3 +249,11 @@ def test_a_read_only_output_dir_fails_the_dry_run_as_it_fails_the_run(tmp_path):
         assert (f"--output-dir {out}: cannot write the run folder {out}/" in dry.stderr
                 and f"the folder {ro} is not writable (Read-only file system)" in dry.stderr), dry.stderr
         assert "preflight passed" not in dry.stderr
+        # with the free space it wants (512 MB), which the small mount has not: said read-only
+        # too, not 'has 0 MB free' (the free space was checked first)
+        for extra in ([], ["--dry-run"]):
+            done = CliRunner().invoke(main, ["run", "--mode", "shell", "--data", str(tmp_path / "tasks.jsonl"),
+                                             "--output-dir", str(out), "--no-progress", *extra])
+            assert done.exit_code == EXIT_USAGE, done.output
+            assert f"the folder {ro} is not writable (Read-only file system)" in done.output, done.output
+            assert "MB free" not in done.output, done.output

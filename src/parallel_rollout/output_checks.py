@@ -47,7 +47,8 @@ def check_run_folder_writable(output_dir: str, run_dir: Path) -> None:
 
 def check_free_disk(output_dir: str, min_free_disk_mb: int) -> str:
     """ConfigError unless the folder the run folder goes in (``output_dir`` or its nearest
-    existing parent) has ``min_free_disk_mb`` free; else what it has, for the dry run."""
+    existing parent) has ``min_free_disk_mb`` free (one short of it that cannot be written at
+    all is said to be so); else what it has, for the dry run."""
     where = Path(output_dir).resolve()
     while not where.exists():
         where = where.parent
@@ -55,6 +56,9 @@ def check_free_disk(output_dir: str, min_free_disk_mb: int) -> str:
         raise ConfigError(f"--output-dir {output_dir}: {where} is a file, not a folder")
     free_mb = shutil.disk_usage(where).free // 2**20
     if free_mb < min_free_disk_mb:
+        # a folder it cannot write in at all (a read-only mount, often a small one) is said so,
+        # not as too little free space
+        check_writable_folder("--output-dir", str(where / "results.jsonl"), f"--output-dir {output_dir}")
         raise ConfigError(f"{where} has {free_mb} MB free; a run wants at least {min_free_disk_mb} MB "
                           "(min_free_disk_mb) for its results, trajectories and logs")
     return f"{free_mb} MB free in {where}"
