@@ -315,6 +315,13 @@ def test_every_task_the_oracle_cannot_replay_is_named_at_once(tmp_path):
         for i in range(3):
             assert f"task 'n{i}' has no 'reference' commands" in result.output
         assert not (tmp_path / "out").exists()
+        assert "is the default" not in result.output, result.output
+    # the oracle by default, on a task file of one's own: said to be the default, and what to give
+    done = CliRunner().invoke(main, ["--data", str(write_tasks(tmp_path / "mine.jsonl", plain[:1])),
+                                     "--output-dir", str(tmp_path / "out"), "--no-progress"])
+    assert done.exit_code == 2 and "task 'n0' has no 'reference' commands" in done.output, done.output
+    assert "--agent oracle is the default (no --agent was given): give the agent to run them with: " \
+           "--agent openai with --model, --agent command with --agent-cmd" in " ".join(done.output.split()), done.output
 
 
 def _raw(task_id: str, extra: str) -> str:

@@ -159,7 +159,12 @@ class Runner:
                 except TaskFileError as exc:
                     bad.append(str(exc))
             if bad:
-                raise TaskFileError.of_records(str(cfg.data), bad, f"tasks --agent {cfg.agent} cannot run")
+                error = TaskFileError.of_records(str(cfg.data), bad, f"tasks --agent {cfg.agent} cannot run")
+                if "agent" not in cfg.explicit:  # the default, a name the user never gave
+                    error.args = (f"{error}\n--agent {cfg.agent} is the default (no --agent was given): give the agent "
+                                  "to run them with: --agent openai with --model, --agent command with --agent-cmd, "
+                                  "or your own --agent module:Class",)
+                raise error
         if cfg.limit:
             tasks = tasks[: cfg.limit]
         for line in answer_like_warnings(tasks, self.agent_cls):
