@@ -361,9 +361,9 @@ def test_docker_desktop_without_its_image_says_how_to_build_it(docker, monkeypat
 
 
 def test_docker_rejects_what_it_cannot_honour(docker):
-    with pytest.raises(ConfigError, match="path_to_vm"):
+    with pytest.raises(ConfigError, match="--path-to-vm cannot be honoured"):
         docker.cls("r", ProviderOptions(path_to_vm="/x.qcow2"))
-    with pytest.raises(ConfigError, match="memory_mb"):
+    with pytest.raises(ConfigError, match="--vm-memory-mb must be positive"):
         docker.cls("r", ProviderOptions(memory_mb=0))
     assert docker.cls.supported_limits() == {"memory_mb", "max_processes"}
 
