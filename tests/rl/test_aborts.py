@@ -393,7 +393,9 @@ def test_a_partial_reply_aborted_by_an_update_counts_at_the_resume_right_after(t
     assert train.stats().get("dropped_version_lag") == 1
     assert train.stats()["groups_started"] == 2  # another in its place
     assert val.stats().get("dropped_version_changed") == 1 and val.stats()["groups_started"] == 2
-    _wait(lambda: len(server.requests) == 6, timeout=60)  # each group's first turn again, under version 1
+    # each group's first turn again, under version 1 (at least: the three start at once, and the
+    # count passed 6 between two looks at it in one run of eight, the test then waiting for ever)
+    _wait(lambda: len(server.requests) >= 6, timeout=60)
     _wait(lambda: time.monotonic() - server.requests[-1]["time"] > 0.3)
     train.suspend(abort=True)
     train.resume(2)
