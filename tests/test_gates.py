@@ -144,8 +144,31 @@ def test_a_run_whose_agent_calls_no_model_names_none(tmp_path, agent):
 def test_fail_under_is_a_fraction(tmp_path):
     result = run_cli(tmp_path, [shell_task("a")], "pct", "--fail-under", "80")
     assert result.exit_code == exit_codes.EXIT_USAGE
-    assert "must be a fraction between 0 and 1" in result.output
+    assert "must be a fraction between 0 and 1: 0.8 or 80% for 80%" in result.output, result.output
     assert not (tmp_path / "out" / "pct").exists()
+
+
+def test_fail_under_takes_a_percentage_as_coverage_tools_write_it(tmp_path):
+    """`--fail-under 80%` was click's "'80%' is not a valid float": a percentage is its fraction,
+    on the command line, in a config file and in run(); one that is none is refused by name."""
+    tasks = [shell_task("ok1"), failing_task("bad1")]
+    below = run_cli(tmp_path, tasks, "below", "--fail-under", "75%")
+    assert below.exit_code == exit_codes.EXIT_BELOW_THRESHOLD, below.output
+    assert "success rate 50.0% is below --fail-under 0.75 (75.0%)" in below.output
+    assert json.loads((tmp_path / "out" / "below" / "config.json").read_text())["config"]["fail_under"] == 0.75
+    config = tmp_path / "gate.toml"
+    config.write_text('fail-under = "50%"\n')
+    assert run_cli(tmp_path, tasks, "at", "--config", str(config)).exit_code == exit_codes.EXIT_OK
+    for given, said in [("abc%", "--fail-under 'abc%' is no percentage: give a fraction (0.8) or a percentage (80%)"),
+                        ("150%", "--fail-under '150%' must be a percentage between 0% and 100%")]:
+        refused = run_cli(tmp_path, tasks, "bad", "--fail-under", given)
+        assert refused.exit_code == exit_codes.EXIT_USAGE and f"Error: {said}" in refused.output, refused.output
+    config.write_text('fail-under = "eighty%"\n')
+    refused = run_cli(tmp_path, tasks, "bad", "--config", str(config))
+    assert f"{config}: fail-under 'eighty%' is no percentage" in refused.output, refused.output
+    assert not (tmp_path / "out" / "bad").exists()
+    from parallel_rollout.api import preflight
+    assert preflight(mode="shell", data=str(tmp_path / "at.jsonl"), fail_under="80%").ok
 
 
 def test_fail_under_compares_the_exact_rate_not_the_rounded_one(tmp_path):

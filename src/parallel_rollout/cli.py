@@ -243,8 +243,9 @@ def main() -> None:
 @click.option("--limit", type=int, help="Run only the first N tasks of --data.")
 @click.option("--config", "config_file", type=click.Path(dir_okay=False), envvar=f"{ENV_PREFIX}_CONFIG",
               help="TOML file whose keys are these flags' names; flags given here win.")
-@click.option("--fail-under", type=Gate(click.FLOAT, "fraction|none"),
-              help="Exit 3 when the finished run's success rate is below this fraction (0.8 means 80%). "
+@click.option("--fail-under", type=Gate(click.FLOAT, "fraction|N%|none"),
+              help="Exit 3 when the finished run's success rate is below this fraction (0.8) or "
+              "percentage (80%). "
               "A resume keeps the run's gates; 'none' turns this one off.")
 @click.option("--compare-to", type=Gate(click.STRING, "run-id|none"),
               help="Exit 4 when the run is significantly worse than this earlier run of "

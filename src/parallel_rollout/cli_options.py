@@ -25,6 +25,7 @@ from click.shell_completion import CompletionItem
 
 from .cli_aliases import translate_osworld_flags
 from .config_checks import GATE_SYNONYMS, check_not_stdout, gate_setting
+from .errors import ConfigError
 from .provenance import program
 
 #: the prefix of every flag's environment variable: PARALLEL_ROLLOUT_<FLAG> for run's flags
@@ -74,8 +75,13 @@ class Gate(click.ParamType):
         self.inner, self.name = inner, name
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        if param is not None and gate_setting(param.name or "", value) is None:
-            return None
+        if param is not None:
+            try:
+                value = gate_setting(param.name or "", value)
+            except ConfigError as exc:  # it names the flag: no "Invalid value for" before it
+                raise click.UsageError(str(exc), ctx) from None
+            if value is None:
+                return None
         return self.inner.convert(value, param, ctx)
 
 

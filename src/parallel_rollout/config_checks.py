@@ -272,8 +272,9 @@ def validate_ranges(cfg: Any) -> None:
             f"{wanted} VMs (--num-vms with --use-vm-pool, else --num-rollouts, plus --spare-vms): "
             f"give one {one} per VM, or fewer VMs")
     if cfg.fail_under is not None and not 0.0 <= cfg.fail_under <= 1.0:
-        raise ConfigError(f"--fail-under {cfg.fail_under:g} must be a fraction between 0 and 1 "
-                          "(0.8 means 80%)")
+        percent = f": {cfg.fail_under / 100:g} or {cfg.fail_under:g}% for {cfg.fail_under:g}%" \
+            if 1 < cfg.fail_under <= 100 else " (0.8 or 80% means 80%)"
+        raise ConfigError(f"--fail-under {cfg.fail_under:g} must be a fraction between 0 and 1{percent}")
     if cfg.compare_to is not None:
         if not cfg.compare_to or "/" in cfg.compare_to or cfg.compare_to in (".", ".."):
             raise ConfigError(f"--compare-to {cfg.compare_to!r} must be a run id (a folder of --output-dir)")
@@ -339,10 +340,21 @@ RESUME_READS = "which --resume reads"
 GATE_OFF = ("none", "")
 
 
-def gate_setting(name: str, value: Any) -> Any:
-    """``value`` of setting ``name``, None for a gate given as ``GATE_OFF``."""
+def gate_setting(name: str, value: Any, said: str = "--fail-under") -> Any:
+    """``value`` of setting ``name``, None for a gate given as ``GATE_OFF``; ``fail_under`` as a
+    percentage (``80%``, the way coverage tools write it) is its fraction, 0.8 (an error says
+    the setting as ``said``: the flag, or a config file's key)."""
     if name in ("fail_under", "compare_to") and isinstance(value, str) and value.strip().lower() in GATE_OFF:
         return None
+    if name == "fail_under" and isinstance(value, str) and value.strip().endswith("%"):
+        try:
+            percent = float(value.strip()[:-1])
+        except ValueError:
+            raise ConfigError(f"{said} {value!r} is no percentage: give a fraction (0.8) "
+                              "or a percentage (80%)") from None
+        if not 0 <= percent <= 100:
+            raise ConfigError(f"{said} {value!r} must be a percentage between 0% and 100%")
+        return percent / 100
     return value
 
 
