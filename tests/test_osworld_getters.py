@@ -91,6 +91,20 @@ def deck_with_media() -> bytes:
     return out.getvalue()
 
 
+def test_a_relative_date_given_as_a_list_of_formats_fills_each():
+    """OSWorld's chrome task 82bc8d6a ("next Monday, a flight from Mumbai to Stockholm") gives
+    ``"time": ["{Year}-{Month0D}-{Day0D}"]``, a list of acceptable dates, as OSWorld's getter
+    (after desktop-env 1.0.2) reads it: the getter raised on the list (AttributeError), and
+    every attempt scored 0 whatever the agent did."""
+    rules = {"relativeTime": {"from": "next Monday"}, "timezone": "Europe/Zurich",
+             "expected": {"fromStation": ["BOM"], "time": ["{Year}-{Month0D}-{Day0D}", "{DoW}"]}}
+    alone = {**copy.deepcopy(rules), "expected": {"time": "{Year}-{Month0D}-{Day0D}"}}
+    day = GETTERS["rule_relativeTime"](None, {"rules": alone})["expected"]["time"]
+    filled = GETTERS["rule_relativeTime"](None, {"rules": rules})["expected"]
+    assert filled == {"fromStation": ["BOM"], "time": [day, filled["time"][1]]}, filled
+    assert filled["time"][1] == "Mon", filled
+
+
 def test_desktop_getters_through_a_real_guest_agent(guest):
     env, home = guest
     (home / ".config" / "vlc").mkdir(parents=True)

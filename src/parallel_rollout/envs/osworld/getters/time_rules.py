@@ -109,8 +109,9 @@ def _end(name: str, start_name: str, start: datetime | None, now: datetime) -> d
 def _fill(expected: dict, keys: tuple[str, ...], day: datetime | None) -> None:
     if day is None:
         raise ValueError(f"rule_relativeTime: no date for {keys}")
-    for key in keys:
-        expected[key] = formatted(expected[key], day)
+    for key in keys:  # a list holds acceptable formats, each filled (OSWorld's, since 1.0.2)
+        value = expected[key]
+        expected[key] = [formatted(v, day) for v in value] if isinstance(value, list) else formatted(value, day)
 
 
 def get_rule_relativeTime(env, config: dict) -> Any:
