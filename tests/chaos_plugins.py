@@ -322,3 +322,17 @@ class KillInGradingEnv(OSWorldEnv):
         if first_time(f"{self.task.id}.grading-kill"):
             kill_leased_sandbox(self.config, f"{self.task.id}#0")
         return super().evaluate()
+
+
+class BootsOnceProvider(ProcessProvider):
+    """The test's first VM boots; its reset and every later boot fail: a pool that one
+    attempt ran on, exhausted before the next got a VM."""
+
+    def start(self, vm_id):
+        if not first_time("boots-once"):
+            raise VMError(f"chaos: {vm_id} does not boot")
+        return super().start(vm_id)
+
+    def reset(self, info):
+        self.stop(info)
+        raise VMError("chaos: reset failed")

@@ -240,3 +240,28 @@ def test_the_intervals_are_over_the_graded_samples_as_their_rates(tmp_path):
                      (head["per_mode"]["shell"]["success_rate"], head["per_mode"]["shell"]["ci"]),
                      (head["per_tag"]["x"]["success_rate"], head["per_tag"]["x"]["ci"])]:
         assert ci[0] <= rate <= ci[1], (rate, ci)
+
+
+def test_rollout_times_leave_out_the_attempts_that_never_got_a_vm(tmp_path, monkeypatch):
+    """A pool exhausted after one attempt ran: the rollout-time histogram counted the
+    attempts whose lease failed too, under "N attempts", beside a lease-wait histogram of
+    fewer. Each plots the attempts its figure names, and those left out are said."""
+    monkeypatch.setenv("PR_CHAOS_DIR", str(tmp_path))
+    data = write_tasks(tmp_path / "tasks.jsonl", [shell_task(f"t{i}") for i in range(3)])
+    done = CliRunner().invoke(main, ["run", "--mode", "shell", "--data", str(data), "--num-rollouts", "1",
+                                     "--num-vms", "1", "--use-vm-pool", "--provider-name",
+                                     "chaos_plugins:BootsOnceProvider", "--output-dir", str(tmp_path / "out"),
+                                     "--run-id", "r", "--no-progress"])
+    records = [json.loads(line) for line in (tmp_path / "out" / "r" / "results.jsonl").read_text().splitlines()]
+    ran = [r for r in records if r.get("vm")]
+    never = [r for r in records if not r.get("vm") and r.get("duration_s") is not None]
+    assert ran and never and {r["status"] for r in never} == {"pool_exhausted"}, (done.output, records)
+    html = (tmp_path / "out" / "r" / "report.html").read_text()
+    section = html[html.index('<section id="distributions">'):]
+    for label, counted in (("rollout time", len(ran)), ("lease wait", len(ran))):
+        chart = section[section.index(f'data-label="{label}"'):]
+        chart, said = chart[:chart.index("</svg>")], chart[chart.index('<div class="muted"'):]
+        said = said[:said.index("</div>")]
+        assert sum(int(n) for n in re.findall(r": (\d+)</title>", chart)) == counted, chart
+        assert f'data-counted="{counted}">{counted} attempts that' in said, said
+    assert f"; {len(never)} that never ran left out (pool_exhausted {len(never)})" in section

@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+from collections import Counter
 from html import escape
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ from typing import Any
 from . import charts, model
 from .files import write_text_whole
 from .page_assets import CSS, JS
-from ..results import pass_at_k_scope
+from ..results import pass_at_k_scope, percentiles
 from .run_data import RunData
 
 _VM_STATES = ("booting", "idle", "leased", "resetting", "dead")
@@ -153,17 +154,27 @@ def _timelines_html(data: RunData) -> str:
     return "".join(parts)
 
 
-def _distributions_html(data: RunData, head: dict[str, Any]) -> str:
-    timing = head.get("timing_s") or {}
+def _distributions_html(data: RunData) -> str:
+    """The rollout times of the attempts that ran and the lease waits of those that got a VM,
+    each figure under a histogram computed from what it plots; the attempts that never ran (a
+    failed lease, an unsupported task: summary.json's times count them) are said left out."""
+    timed = [r for r in data.records if isinstance(r.get("duration_s"), (int, float))]
+    left_out = Counter(str(r.get("status")) for r in timed if not model.ran(r))
+    rollouts = [r["duration_s"] for r in timed if model.ran(r)]
+    waits = [r["lease_wait_s"] for r in data.records if isinstance(r.get("lease_wait_s"), (int, float))]
     parts = []
-    for name, field, label in (("rollout", "duration_s", "rollout time"), ("lease_wait", "lease_wait_s", "lease wait")):
-        values = [r[field] for r in data.records if isinstance(r.get(field), (int, float))]
-        stats = timing.get(name) or {}
-        markers = {p: stats.get(p) for p in ("p50", "p90", "p99") if stats.get(p) is not None}
+    for values, label, noun in ((rollouts, "rollout time", "attempts that ran"),
+                                (waits, "lease wait", "attempts that got a VM")):
+        stats = percentiles(values) or {}
+        markers = {p: stats[p] for p in ("p50", "p90", "p99") if p in stats}
         figures = ", ".join(f"{p} {charts.fmt_s(v)}" for p, v in markers.items())
+        said = f"{len(values)} {noun}" + (f"; {figures}" if figures else "")
+        if noun == "attempts that ran" and left_out:
+            said += (f"; {sum(left_out.values())} that never ran left out ("
+                     + ", ".join(f"{status} {count}" for status, count in sorted(left_out.items())) + ")")
         parts.append(f'<div style="display:inline-block;margin-right:24px"><h3>{label}</h3>'
                      f'{charts.histogram_svg(values, label=label, markers=markers)}'
-                     f'<div class="muted">{len(values)} attempts; {figures}</div></div>')
+                     f'<div class="muted" data-counted="{len(values)}">{escape(said)}</div></div>')
     return "".join(parts)
 
 
@@ -215,7 +226,7 @@ def render(data: RunData, images_at: str = "") -> str:
 <section id="headline"><h2>Headline</h2>{_headline_html(head)}</section>
 <section id="failures"><h2>Failures by type</h2>{_failures_html(model.failure_groups(data))}</section>
 <section id="timelines"><h2>Timelines</h2>{_timelines_html(data)}</section>
-<section id="distributions"><h2>Distributions</h2>{_distributions_html(data, head)}</section>
+<section id="distributions"><h2>Distributions</h2>{_distributions_html(data)}</section>
 <section id="samples-section"><h2>Samples</h2>{_samples_html()}</section>
 <section id="events"><h2>Runner events</h2>{_runner_events_html(data)}</section>
 </main>
