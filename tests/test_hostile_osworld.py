@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import assert_exactly_once, write_tasks
+from conftest import assert_exactly_once, read_results, write_tasks
 from desktop_support import HEIGHT, WIDTH
 from parallel_rollout.config import build_config
 from parallel_rollout.envs.osworld import downloads
@@ -41,13 +41,18 @@ def gold_task(task_id: str, gold: str, script: list[str]) -> dict:
                           "expected": {"type": "cloud_file", "path": gold, "dest": "gold.txt"}}}
 
 
-def run(tmp_path, tasks: list[dict], run_id: str):
+def run_tasks(tmp_path, tasks: list[dict], run_id: str):
+    """The run's outcome: ``tasks`` replayed by the script agent, no retry."""
     data = write_tasks(tmp_path / "tasks.jsonl", tasks)
     config = build_config(dict(mode="osworld", data=str(data), agent="desktop_support:ScriptAgent",
                                num_rollouts=2, num_vms=1, use_vm_pool=True, output_dir=str(tmp_path / "out"),
                                run_id=run_id, progress=False, screen_width=WIDTH, screen_height=HEIGHT,
                                action_space="pyautogui", max_turns=3, max_retries=0))
-    outcome = Runner(config).run()
+    return Runner(config).run()
+
+
+def run(tmp_path, tasks: list[dict], run_id: str):
+    outcome = run_tasks(tmp_path, tasks, run_id)
     return assert_exactly_once(outcome.run_dir, {f"{t['id']}#0" for t in tasks}), outcome
 
 
@@ -107,3 +112,36 @@ def test_a_command_check_does_not_run_over_a_link_into_proc(tmp_path):
     assert finals["honest_count#0"]["status"] == "success", finals["honest_count#0"]
     assert finals["link_to_own_arguments#0"]["reward"] == 0.0, finals["link_to_own_arguments#0"]
     assert outcome.exit_code == 0, outcome.message
+
+
+def prefs_task(task_id: str, line: str, rule: dict) -> dict:
+    """A task graded by check_thunderbird_prefs on ~/prefs.js, which the agent writes as ``line``."""
+    write = f"open(__import__('os').path.expanduser('~/prefs.js'), 'w').write({line + chr(10)!r})"
+    return {"id": task_id, "mode": "osworld", "instruction": "set mail.check to 1 in ~/prefs.js",
+            "config": [], "script": [write],
+            "evaluator": {"func": "check_thunderbird_prefs",
+                          "result": {"type": "vm_file", "path": "/home/user/prefs.js", "dest": "prefs.js"},
+                          "expected": {"type": "rule", "rules": {"expect": {"mail.check": rule}}}}}
+
+
+def test_a_rule_the_metric_cannot_read_is_the_tasks_error_not_the_agents_garbage(tmp_path):
+    """A rule without the key its metric reads (a pref rule without 'method', which the load
+    cannot know of) scored the agent 0 with the error in eval.errors; it is the task's error
+    now (setup_failed, no score), as OSWorld's run errs on it. The agent's garbage that makes
+    the metric raise (a pref value that is no JSON) still scores 0: it is not the task's."""
+    good = {"method": "eq", "ref": 1}
+    tasks = [prefs_task("rule_without_method", 'user_pref("mail.check", 1);', {"ref": 1}),
+             prefs_task("garbage_value", 'user_pref("mail.check", nonsense);', good),
+             prefs_task("honest_prefs", 'user_pref("mail.check", 1);', good)]
+    outcome = run_tasks(tmp_path, tasks, "rules")  # a never-graded sample has no final record
+    records = {r["task_id"]: r for r in read_results(outcome.run_dir)}
+    assert records["honest_prefs"]["status"] == "success", records["honest_prefs"]
+    garbage = records["garbage_value"]
+    assert (garbage["status"], garbage["reward"], garbage["final"]) == ("failure", 0.0, True), garbage
+    broken = records["rule_without_method"]
+    assert broken["status"] == "setup_failed" and broken["never_graded"], broken
+    cause = "evaluator metric 'check_thunderbird_prefs': the task file's rule has no key 'method'"
+    assert cause in broken["failure"]["message"], broken
+    # the run says so as it ends (the sample never graded, named with the cause), not exit 0
+    assert outcome.exit_code != 0 and "rule_without_method#0" in outcome.message and cause in outcome.message, \
+        (outcome.exit_code, outcome.message)

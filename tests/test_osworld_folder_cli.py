@@ -133,6 +133,54 @@ def test_a_getter_without_a_field_it_needs_is_refused_naming_the_file_and_field(
             "of metric 'exact_match' needs the field 'path'") in text, text
 
 
+def test_a_rule_its_metric_cannot_read_is_refused_naming_the_file_metric_and_key(tmp_path):
+    """A rule getter's ``rules`` that lack a key the metric reads, or are of the wrong type,
+    are the task file's mistake: they loaded, and every attempt's grading raised a KeyError
+    (or iterated a string's letters) that was scored as the agent's failure, reward 0."""
+    folder = copied(tmp_path)
+    broken = {"28cc3b7e-b194-4bc9-8353-d04c0f4d56d2": {"expect": "100\n"},           # exact_match
+              "13584542-872b-42d8-b299-866967b5c3ef": {"include": "43 132"},          # a string, not a list
+              "37887e8c-da15-4192-923c-08fa390a176d": ["SUCCESS"]}                    # a list, not an object
+    paths = {}
+    for task_id, rules in broken.items():
+        paths[task_id] = folder / "examples" / "os" / f"{task_id}.json"
+        task = json.loads(paths[task_id].read_text())
+        task["evaluator"]["expected"]["rules"] = rules
+        paths[task_id].write_text(json.dumps(task))
+    done = run_cli("--data", str(folder), "--domain", "os", "--dry-run", *MODEL_AGENT)
+    assert done.returncode == EXIT_USAGE, said(done)
+    text = said(done)
+    assert "3 bad task records" in text, text
+    says = {"28cc3b7e-b194-4bc9-8353-d04c0f4d56d2": "'exact_match': its 'rules' needs the key 'expected'",
+            "13584542-872b-42d8-b299-866967b5c3ef":
+                "'check_include_exclude': its 'rules' key 'include' must be a list, not a string",
+            "37887e8c-da15-4192-923c-08fa390a176d": "'check_include_exclude': its 'rules' must be an object, not a list"}
+    for task_id, reason in says.items():
+        assert f"{paths[task_id]}:1: task {task_id!r}: evaluator expected getter 'rule' of metric {reason}" in text, text
+
+
+def test_no_rule_of_osworlds_own_tasks_is_refused():
+    """Every rule of the 369 real tasks is one its metric reads, and every relative date one the
+    getter fills (the dry run of test_all loads them all too:
+    test_dry_run_counts_every_task_of_test_all_per_domain)."""
+    from parallel_rollout.envs.osworld.evaluators import check_evaluator, normalized
+    from parallel_rollout.envs.osworld.rule_keys import RULE_GETTERS, RULE_SHAPES
+
+    checked, problems = set(), []
+    paths = sorted((EXAMPLES / "examples").glob("*/*.json"))
+    for path in paths:
+        evaluator = json.loads(path.read_text())["evaluator"]
+        try:
+            check_evaluator(evaluator)
+        except ValueError as exc:
+            if not str(exc).startswith("unsupported"):  # what this version lacks is counted, not refused
+                problems.append(f"{path}: {exc}")
+        checked.update(func for func, _, expected, _ in normalized(evaluator)
+                       if isinstance(expected, dict) and expected.get("type") in RULE_GETTERS and func in RULE_SHAPES)
+    assert len(paths) == 369 and not problems, problems
+    assert len(checked) >= 50, sorted(checked)  # the shapes were checked against real rules
+
+
 def _json_error_position(text: str) -> tuple[int, int]:
     try:
         json.loads(text)

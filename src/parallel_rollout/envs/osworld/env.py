@@ -43,6 +43,7 @@ from . import evaluators as ev
 from . import registry
 from . import setup as steps
 from . import sources
+from .rule_keys import RULE_GETTERS, MalformedRule, task_rules
 
 #: the --observation-type values (OSWorld's)
 OBSERVATION_TYPES = ("screenshot", "a11y_tree", "screenshot_a11y_tree")
@@ -340,7 +341,8 @@ class OSWorldEnv(Env):
     def _scores(self, evaluator: dict[str, Any], details: dict[str, Any]) -> list[float]:
         """Postconfig, then each metric on its getters' states. A metric failing on the
         agent's output scores 0; a step or getter that cannot run (SetupError) is the
-        attempt's error: after the agent's turns it may be the agent's doing. A VM that
+        attempt's error: after the agent's turns it may be the agent's doing. A key that the
+        task file's rule lacks (``MalformedRule``) is the task's error, no score. A VM that
         broke under a getter (VMError) goes to the lease, which tells a VM killed from
         outside (retried) from one the task broke (sandbox_violation). As OSWorld's
         ``evaluate``, the metrics stop at the first that decides the score (a 0 under "and",
@@ -352,6 +354,8 @@ class OSWorldEnv(Env):
             try:
                 result = ev.GETTERS[result_cfg["type"]](self, result_cfg)
                 if expected_cfg:  # OSWorld passes the expected state only when there is one
+                    if expected_cfg["type"] in RULE_GETTERS:  # the task's rule: a key it lacks raises
+                        expected_cfg = task_rules(expected_cfg)
                     expected = ev.GETTERS[expected_cfg["type"]](self, expected_cfg)
                     score = ev.METRICS[func](result, expected, **options)
                 else:
@@ -359,6 +363,8 @@ class OSWorldEnv(Env):
                 scores.append(float(score))
             except (steps.SetupError, VMError):  # a VM that broke is the lease's to judge, not a 0
                 raise
+            except MalformedRule as exc:  # the task file's mistake, as OSWorld's run raises: no score
+                raise TaskSetupFailed(f"evaluator metric {func!r}: {exc}, which the metric reads") from exc
             except Exception as exc:  # a metric failing on the agent's output scores 0
                 scores.append(0.0)
                 details.setdefault("errors", []).append(f"{func}: {type(exc).__name__}: {exc}")

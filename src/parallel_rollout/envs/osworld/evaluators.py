@@ -12,6 +12,7 @@ from typing import Any
 
 from .getters import GETTERS
 from .metrics import METRICS
+from .rule_keys import RULE_GETTERS, MalformedRule, rule_problem, task_rules
 
 __all__ = ["GETTERS", "METRICS", "normalized", "check_evaluator", "combine"]
 
@@ -20,7 +21,8 @@ __all__ = ["GETTERS", "METRICS", "normalized", "check_evaluator", "combine"]
 #: for the agent's output failing the metric: reward 0, the run's exit 0)
 GETTER_FIELDS = {"vm_file": ("path",), "cloud_file": ("path",), "cache_file": ("path",),
                  "vm_command_line": ("command",), "vm_command_error": ("command",), "rule": ("rules",),
-                 "content_from_vm_file": ("path", "file_type", "file_content")}
+                 "content_from_vm_file": ("path", "file_type", "file_content"),
+                 "rule_relativeTime": ("rules",)}
 
 
 # ------------------------------------------------------------------------- structure
@@ -73,6 +75,18 @@ def check_evaluator(evaluator: Any) -> None:
                 if name not in getter:
                     raise ValueError(f"evaluator {role} getter {getter['type']!r} of metric {func!r} "
                                      f"needs the field {name!r}")
+            # the rule is the task's: a key its metric reads missing failed every grading, a 0
+            problem = rule_problem(func, getter["rules"]) if role == "expected" and getter["type"] in RULE_GETTERS \
+                else None
+            if problem:
+                raise ValueError(f"evaluator {role} getter {getter['type']!r} of metric {func!r}: "
+                                 f"its 'rules' {problem}")
+            if getter["type"] == "rule_relativeTime":  # reads the task's rules alone: run it now
+                try:
+                    GETTERS["rule_relativeTime"](None, task_rules(getter))
+                except (MalformedRule, ValueError, TypeError, AttributeError) as exc:
+                    raise ValueError(f"evaluator {role} getter 'rule_relativeTime' of metric {func!r}: "
+                                     f"{exc}") from exc
         if not isinstance(options, dict):
             raise ValueError("evaluator 'options' must be objects")
     if problems:

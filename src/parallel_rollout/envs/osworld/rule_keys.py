@@ -1,0 +1,160 @@
+"""What a metric reads from the rules a task file gives it, and whose error a bad rule is.
+
+A ``rule`` (or ``rule_relativeTime``) expected getter hands its config's ``rules`` to the
+metric as is: ``exact_match`` reads ``rules["expected"]``, ``is_expected_tabs`` reads
+``rules["type"]`` and then ``rules["urls"]``. A rule without a key its metric reads is the
+task file's mistake, not the agent's, yet OSWorld's metrics raise on it while grading, and a
+metric raising here scores the agent 0 (its output may be what made it raise). So:
+
+* at load, :func:`rule_problem` checks a rule against :data:`RULE_SHAPES` (the metric's
+  container, the keys it reads without a default, the keys one ``type`` value adds, and the
+  lists that a string would be silently iterated for): the folder is refused, naming the file,
+  the metric and the key;
+* at grading, the expected state of a rule getter goes to its metric as :func:`task_rules`,
+  whose dicts raise :class:`MalformedRule` (a KeyError) for a key the rule lacks, where the
+  metric reads one the load could not know (a nested rule's, a ``type``'s own). The env makes
+  that the task's error, not a 0. Only the rule's own dicts raise it: a metric never looks a
+  rule up by a key of the agent's output (each ``rules[...]`` of ``metrics/`` is a literal or
+  a key of the rule itself), so an agent cannot turn its failure into the task's error.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["RULE_GETTERS", "RULE_SHAPES", "MalformedRule", "RuleShape", "rule_problem", "task_rules"]
+
+#: the expected getters whose state is the task file's ``rules``
+RULE_GETTERS = ("rule", "rule_relativeTime")
+
+
+@dataclass(frozen=True)
+class RuleShape:
+    """The rule a metric reads: its container, the keys it needs, at least one of ``any_of``
+    (a metric that reads each with a default: a rule of none checks nothing), the keys each
+    ``type`` value needs (other values are refused), and the keys that must be lists."""
+
+    needs: tuple[str, ...] = ()
+    any_of: tuple[str, ...] = ()
+    by_type: dict[str, tuple[str, ...]] | None = None
+    lists: tuple[str, ...] = ()
+    container: type = dict
+
+
+def _needs(*keys: str, lists: tuple[str, ...] = ()) -> RuleShape:
+    return RuleShape(needs=keys, lists=lists)
+
+
+def _typed(**by_type: tuple[str, ...]) -> RuleShape:
+    return RuleShape(needs=("type",), by_type=by_type)
+
+
+_INCLUDE = RuleShape(any_of=("include", "exclude"), lists=("include", "exclude"))
+_EXPECT = RuleShape(any_of=("expect", "unexpect"))
+_EXPECT_LISTS = RuleShape(any_of=("expect", "unexpect"), lists=("expect", "unexpect"))
+
+#: metric name -> the rule it reads, from each metric's code in ``metrics/``
+RULE_SHAPES: dict[str, RuleShape] = {
+    **{name: _needs("expected") for name in (
+        "exact_match", "match_in_list", "is_in_list", "fuzzy_match", "compare_answer", "compare_config",
+        "check_gnome_favorite_apps", "check_moved_jpgs", "check_json_keybindings", "check_line_number",
+        "compare_conference_city_in_order", "fuzzy_place_math", "check_direct_json_object")},
+    **{name: _needs("expected", lists=("expected",)) for name in (
+        "file_contains", "is_expected_url_pattern_match", "is_expected_installed_extensions")},
+    "check_json_settings": _needs("expected"),
+    "check_include_exclude": _INCLUDE,
+    "check_list": _EXPECT_LISTS, "check_csv": _EXPECT_LISTS, "check_thunderbird_filter": _EXPECT_LISTS,
+    "check_json": _EXPECT, "check_thunderbird_prefs": _EXPECT,
+    "check_accessibility_tree": RuleShape(container=list),
+    "check_auto_saving_time": _needs("minutes"),
+    "check_config_status": _needs("key", "value"),
+    "check_image_file_size": _needs("max_size"),
+    "check_page_number_colors": _needs("color"),
+    "check_pdf_pages": _needs("relation", "ref_value"),
+    "check_transition": _needs("slide_idx", "transition_type"),
+    "check_strikethrough": _needs("slide_index_s", "shape_index_s", "paragraph_index_s"),
+    "compare_font_names": _needs("font_name"), "find_default_font": _needs("font_name"),
+    "evaluate_presentation_fill_to_rgb_distance": _needs("rgb"),
+    "is_added_to_steam_cart": _needs("items", lists=("items",)),
+    "is_expected_search_query": _needs("expect"),
+    "is_vlc_recordings_folder": _needs("recording_file_path"),
+    "run_sqlite3": _needs("sql"),
+    **{f"check_{name}": _needs(f"expected_{name}") for name in (
+        "qt_bgcone", "qt_max_volume", "qt_minimal_view", "one_instance_when_started_from_file",
+        "play_and_exit", "global_key_play_pause")},
+    "check_qt_slider_colours": _typed(match=("expected_qt_slider_colours",), blackish=()),
+    "is_expected_active_tab": _typed(url=("url",)), "is_expected_active_tab_approximate": _typed(url=("url",)),
+    "is_expected_tabs": _typed(url=("urls",)),
+    "is_expected_bookmarks": _typed(bookmark_bar_folders_names=("names",), bookmark_bar_websites_urls=("urls",),
+                                    liked_authors_websites_urls=("urls",)),
+    "is_cookie_deleted": _typed(domains=("domains",)),
+    "is_shortcut_on_desktop": _typed(name=("name",), exec=("exec",)),
+    "check_history_deleted": _typed(keywords=("keywords",)),
+    "check_font_size": _typed(value=("value",), range=("min", "max")),
+    "is_extension_installed": _typed(contain=("expected",), not_contain=("expected",)),
+    "is_vlc_playing": _typed(file_name=("file_name",), url=("url",)),
+    "compare_image_text": _typed(text=("text",)),
+}
+
+def _kind(value: Any) -> str:
+    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean",
+            type(None): "null"}.get(type(value), "a number")
+
+
+def rule_problem(func: str, rules: Any) -> str | None:
+    """What ``func`` cannot read in ``rules`` (a task file's), or None: one this module does
+    not know the shape of is taken as is."""
+    shape = RULE_SHAPES.get(func)
+    if shape is None:
+        return None
+    if not isinstance(rules, shape.container):
+        return f"must be {_kind(shape.container())}, not {_kind(rules)}"
+    if shape.container is not dict:
+        return None
+    for key in shape.needs:
+        if key not in rules:
+            return f"needs the key {key!r}"
+    if shape.any_of and not any(key in rules for key in shape.any_of):
+        return "needs the key " + " or ".join(repr(key) for key in shape.any_of)
+    if shape.by_type is not None:
+        kind = rules["type"]
+        if not isinstance(kind, str) or kind not in shape.by_type:
+            known = ", ".join(repr(name) for name in shape.by_type)
+            return f"has the type {kind!r}, which the metric does not read (it reads {known})"
+        for key in shape.by_type[kind]:
+            if key not in rules:
+                return f"of type {kind!r} needs the key {key!r}"
+    for key in shape.lists:
+        if key in rules and not isinstance(rules[key], list):
+            return f"key {key!r} must be a list, not {_kind(rules[key])}"
+    return None
+
+
+class MalformedRule(KeyError):
+    """A metric read a key that the task file's rule lacks: the task's error, not the agent's."""
+
+    def __init__(self, key: Any):
+        super().__init__(key)
+        self.key = key
+
+    def __str__(self) -> str:
+        return f"the task file's rule has no key {self.key!r}"
+
+
+class _RuleDict(dict):
+    """A dict of a task's rule: a missing key is :class:`MalformedRule` (``get`` and ``in``
+    are unchanged, so a metric's optional keys stay optional)."""
+
+    def __missing__(self, key: Any) -> Any:
+        raise MalformedRule(key)
+
+
+def task_rules(value: Any) -> Any:
+    """``value`` (a rule getter's state) with each dict in it a :class:`_RuleDict`."""
+    if isinstance(value, dict):
+        return _RuleDict((key, task_rules(item)) for key, item in value.items())
+    if isinstance(value, list):
+        return [task_rules(item) for item in value]
+    return value
+
