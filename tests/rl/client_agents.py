@@ -161,3 +161,40 @@ class PlanInResetAgent(Agent):
     def act(self, observation: dict[str, Any]) -> str:
         """The plan's next move."""
         return self.plan.pop(0)
+
+
+class FirstAnswerAgent(Agent):
+    """Async: two candidate calls a turn, raced with ``asyncio.wait(FIRST_COMPLETED)``; the
+    move is the first answer's, and ``act`` returns with the other call still under way."""
+
+    async def reset(self, task) -> None:
+        """Turns counted from 1."""
+        self.turns = 0
+
+    def prompt(self, observation: dict[str, Any], name: str) -> list[dict[str, Any]]:
+        """This turn's request of the call ``name``: it says its turn and its name."""
+        return [{"role": "user", "content": f"{observation['grid']}\nturn {self.turns} {name}"}]
+
+    async def act(self, observation: dict[str, Any]) -> str:
+        """Both candidates asked at once; the first answer moves."""
+        import asyncio
+
+        self.turns += 1
+        calls = [asyncio.ensure_future(self.model.achat(self.prompt(observation, name))) for name in ("a", "b")]
+        done, _ = await asyncio.wait(calls, return_when=asyncio.FIRST_COMPLETED)
+        reply = next(iter(done)).result()
+        return reply.text.split("<answer>")[-1].split("</answer>")[0]
+
+
+class BackgroundCallAgent(FirstAnswerAgent):
+    """Async: the move's call awaited, then a "critique" call fired as a background task that
+    ``act`` never waits for."""
+
+    async def act(self, observation: dict[str, Any]) -> str:
+        """The move, and a call left running."""
+        import asyncio
+
+        self.turns += 1
+        reply = await self.model.achat(self.prompt(observation, "a"))
+        self.critique = asyncio.ensure_future(self.model.achat(self.prompt(observation, "b")))
+        return reply.text.split("<answer>")[-1].split("</answer>")[0]

@@ -32,17 +32,23 @@ def tokenizer_dir(tmp_path_factory):
     return write_tokenizer(tmp_path_factory.mktemp("tokenizer"))
 
 
-def _batch(tmp_path, schedulers, tokenizer_dir, **config):
-    model = TokenModel(tokenizer_dir, plan_then_act)
-    server = LLMServer(policy=model).start()
+def _lake_batch(tmp_path, schedulers, agent, policy, **config):
+    """A batch of two trajectories of ``client_agents:<agent>`` on a 1x4 lake (three moves
+    right), the test server answering by ``policy``; the batch and the server."""
+    server = LLMServer(policy=policy).start()
     try:
-        train = schedulers(rl_config(tmp_path, server, agent="client_agents:PlanActAgent", num_rollouts=1,
+        train = schedulers(rl_config(tmp_path, server, agent=f"client_agents:{agent}", num_rollouts=1,
                                      envs_per_worker=2, **config),
                            EnvManagerConfig(group_size=2, tags=["line"],
                                             task_sets=lake_set(tmp_path, name="line", desc=["SFFG"], max_steps=10)))
-        batch = train.get_batch(batch_size=2, step=0, timeout=120)
+        return train.get_batch(batch_size=2, step=0, timeout=120), server
     finally:
         server.stop()
+
+
+def _batch(tmp_path, schedulers, tokenizer_dir, **config):
+    model = TokenModel(tokenizer_dir, plan_then_act)
+    batch, server = _lake_batch(tmp_path, schedulers, "PlanActAgent", model, **config)
     return batch, model, server
 
 
@@ -90,15 +96,7 @@ def test_a_turn_that_calls_no_model_records_no_model_exchange(tmp_path, schedule
     would have trained on three times). PlanInResetAgent asks in reset(), before turn 1:
     its call is turn 1's (it was cleared before turn 1, its sampled ids in no segment)."""
     model = TokenModel(tokenizer_dir, lambda call: "<answer>Right,Right,Right</answer>")
-    server = LLMServer(policy=model).start()
-    try:
-        train = schedulers(rl_config(tmp_path, server, agent=f"client_agents:{agent}", num_rollouts=1,
-                                     envs_per_worker=2),
-                           EnvManagerConfig(group_size=2, tags=["line"],
-                                            task_sets=lake_set(tmp_path, name="line", desc=["SFFG"], max_steps=10)))
-        batch = train.get_batch(batch_size=2, step=0, timeout=120)
-    finally:
-        server.stop()
+    batch, server = _lake_batch(tmp_path, schedulers, agent, model)
     sampled = model.encode("<answer>Right,Right,Right</answer>") + [model.end_id]
     for trajectory in batch:
         assert trajectory.status == "success" and len(trajectory.turns) == 3, trajectory.record
@@ -209,3 +207,34 @@ def test_a_call_of_the_last_attempt_still_under_way_stays_out_of_the_next(tmp_pa
     assert client.usage()["requests"] == 1
     # the strays were sent in the old attempt, or not at all (the one waiting, when start() came first)
     assert len(outcomes) == 2 and all(o == old or isinstance(o, AttemptCancelled) for o in outcomes), outcomes
+
+
+@pytest.mark.parametrize("agent", ["FirstAnswerAgent", "BackgroundCallAgent"])
+def test_a_call_that_outlives_its_act_is_recorded_under_its_turn(tmp_path, schedulers, tokenizer_dir, agent):
+    """An async agent's act returns with one of its model calls still under way (the loser of
+    an asyncio.wait(FIRST_COMPLETED) race; a call fired as a background task): the turn's
+    record held that call's prompt without its reply, and the reply's sampled ids landed in
+    the next turn's record, an earlier call under the next turn's order. The worker's
+    turn_record() waits for the turn's calls: each turn holds both of its calls, each with its
+    own prompt and sampled ids, the late one marked ``outlived_act``."""
+    import time
+
+    model = TokenModel(tokenizer_dir, lambda call: ACT)
+    # the "b" call answers late: it is still under way when act has its "a" answer
+    batch, server = _lake_batch(tmp_path, schedulers, agent, lambda body: (
+        time.sleep(0.5 if body["messages"][-1]["content"].endswith(" b") else 0), model(body))[1])
+    sampled = model.encode(ACT) + [model.end_id]
+    for trajectory in batch:
+        assert trajectory.status == "success" and len(trajectory.turns) == 3, trajectory.record
+        for number, turn in enumerate(trajectory.turns, 1):
+            calls = _calls(turn)
+            names = [call["request"][-1]["content"].rsplit("\n", 1)[-1] for call in calls]
+            assert sorted(names) == [f"turn {number} a", f"turn {number} b"], (number, turn)
+            for call in calls:
+                assert call["reply"] == ACT and call["token_ids"] == sampled and call["stop_reason"] == "stop"
+                assert call["prompt_token_ids"] in model.prompts
+            # in the order they ran: the one act's move came from, then the one still under way
+            assert [call.get("outlived_act", False) for call in calls] == [False, True], turn
+        masked = [i for s in trajectory.segments() for i, m in zip(s.input_ids, s.loss_mask) if m]
+        assert masked == sampled * 6  # every call's sampled ids, each once
+    assert len(server.requests) == 2 * 3 * 2

@@ -31,11 +31,18 @@ sampled is dropped and nothing is stitched: segments() starts a new segment ther
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 import dataclasses
-from typing import Any
+import functools
+import threading
+from typing import Any, Callable
 
 #: the field of a turn's record that holds its earlier calls
 EARLIER_CALLS = "earlier_calls"
+#: the field, true, of a call still under way (or waiting for its turn) when its ``act``
+#: returned: the turn's record waited for it (``Turns.record``)
+OUTLIVED_ACT = "outlived_act"
 #: the fields of a completion's choice that name the stop a reply ended on: vLLM's
 #: ``stop_reason`` (the ``stop`` string or ``stop_token_ids`` id matched; null at EOS or a
 #: length stop) and SGLang's ``matched_stop`` (the stop string or token id, its EOS id too)
@@ -105,6 +112,123 @@ def joined(record: dict[str, Any], name: str) -> Any:
     if len(pieces) == 1 or not all(isinstance(piece.get(name), list) for piece in pieces):
         return record.get(name)
     return [value for piece in pieces for value in piece[name]]
+
+
+class Ticket:
+    """One call of a client: the turn it belongs to (the one under way when it was made)
+    and, once it runs, its record."""
+
+    __slots__ = ("turn", "record", "outlived")
+
+    def __init__(self, turn: int) -> None:
+        self.turn = turn
+        self.record: dict[str, Any] | None = None
+        #: it was still under way when its turn was recorded (its act had returned)
+        self.outlived = False
+
+
+class Turns:
+    """Which turn each call of one client is recorded under: the turn whose ``act`` made it.
+
+    A call is made (``made``) in the turn under way, runs (``runs``, its record filed under
+    that turn, in the order calls run) and ends (``ended``). ``record()``, the worker's after
+    ``act``, waits for the turn's calls still under way or waiting for their turn (an async
+    agent's call that lost an ``asyncio.wait(FIRST_COMPLETED)`` race, one fired as a
+    background task): their sampled ids are the turn's, each under its own prompt, marked
+    ``outlived_act``; they were filed under the next turn, an earlier call of its order. A call
+    made after the turn was recorded begins the next one (``begin``: the worker's before each
+    ``act``; calls made in ``reset`` are turn 1's). Thread-safe: calls run in threads."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Condition()
+        self._turn = 0  # the turn under way (unique in the client's life: a stray call of a past one files nowhere)
+        self._recorded = False  # whether its record was taken: the next call begins a new turn
+        self._calls: dict[int, list[dict[str, Any]]] = {}
+        self._running: dict[int, list[Ticket]] = {}
+
+    def reset(self) -> None:
+        """A new episode: no turn's calls kept."""
+        with self._lock:
+            self._turn, self._recorded = self._turn + 1, False
+            self._calls, self._running = {}, {}
+            self._lock.notify_all()
+
+    def begin(self) -> None:
+        """A new turn, once the last one was recorded."""
+        with self._lock:
+            self._current()
+
+    def _current(self) -> int:
+        if self._recorded:
+            self._turn, self._recorded = self._turn + 1, False
+        return self._turn
+
+    def made(self) -> Ticket:
+        """A call is made: its ticket, in the turn under way, counted until it ``ended``."""
+        with self._lock:
+            ticket = Ticket(self._current())
+            self._running.setdefault(ticket.turn, []).append(ticket)
+            return ticket
+
+    def runs(self, ticket: Ticket, record: dict[str, Any]) -> None:
+        """The call is sent now (its turn at the client): ``record``, filled as it runs, is
+        its turn's next call."""
+        with self._lock:
+            ticket.record = record
+            self._calls.setdefault(ticket.turn, []).append(record)
+
+    def ended(self, ticket: Ticket) -> None:
+        """The call ended (answered, failed or never sent)."""
+        with self._lock:
+            running = self._running.get(ticket.turn, [])
+            if ticket in running:
+                running.remove(ticket)
+            if ticket.outlived and ticket.record is not None:
+                ticket.record[OUTLIVED_ACT] = True
+            self._lock.notify_all()
+
+    def answered_before(self, ticket: Ticket) -> list[dict[str, Any]]:
+        """The calls of the ticket's turn answered before it ran (a cut keeps them)."""
+        with self._lock:
+            return [call for call in self._calls.get(ticket.turn, [])
+                    if call is not ticket.record and "reply" in call]
+
+    def record(self) -> dict[str, Any]:
+        """The turn's record, once its calls have ended: its answered calls in the order they
+        ran, and the last one answered or not (``turn_of``); the next call begins a new turn."""
+        with self._lock:
+            turn = self._turn
+            for ticket in self._running.get(turn, []):
+                ticket.outlived = True
+            while self._running.get(turn) and turn == self._turn:
+                self._lock.wait()
+            self._recorded = self._recorded or turn == self._turn  # not a new episode's, started meanwhile
+            made = self._calls.pop(turn, [])
+            self._running.pop(turn, None)
+        kept = [call for call in made[:-1] if "reply" in call] + made[-1:]
+        return turn_of(kept)
+
+
+def run_made(turns: Turns, ticket: Ticket, call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``call(ticket, …)``, the call ``ticket`` ended when it returns or raises: its turn's
+    record waits for it until then."""
+    try:
+        return call(ticket, *args, **kwargs)
+    finally:
+        turns.ended(ticket)
+
+
+async def in_thread(turns: Turns, call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``run_made`` in a thread (as ``asyncio.to_thread``), the call made now: its ticket is
+    taken on the event loop, in the ``act`` that awaits or fires it, not when its thread runs."""
+    ticket = turns.made()
+    try:
+        running = asyncio.get_running_loop().run_in_executor(
+            None, functools.partial(contextvars.copy_context().run, run_made, turns, ticket, call, *args, **kwargs))
+    except BaseException:
+        turns.ended(ticket)
+        raise
+    return await running
 
 
 @dataclasses.dataclass(frozen=True)

@@ -44,7 +44,6 @@ the last reply appended as an assistant message: only what is new since is token
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import threading
 import uuid
@@ -97,11 +96,10 @@ class ModelClient:
         self._one_call = threading.Lock()
         #: start()s so far: a call waiting for its turn when the next attempt started is not sent
         self._attempts = 0
+        #: the record of the call under way (filled as it runs)
         self._turn: dict[str, Any] = {}
-        #: the turn's earlier calls that were answered, and whether ``turn_record()`` was taken
-        #: since the last call (the next call then begins a new turn)
-        self._answered: list[dict[str, Any]] = []
-        self._recorded = False
+        #: which turn each call is recorded under: the one whose act made it (calls.Turns)
+        self._turns = calls.Turns()
         #: the attempt started (None: outside a worker), its key and sampling overrides
         self._started: AttemptInfo | None = None
         self._key: str | None = None
@@ -139,6 +137,7 @@ class ModelClient:
             return
         with self._one_call:
             self._attempts += 1
+            self._turns.reset()
             self._start(info, label)
 
     def _start(self, info: AttemptInfo | None, label: str) -> None:
@@ -147,7 +146,7 @@ class ModelClient:
         self._key = info.key if info else None
         self._sampling = dict(info.sampling) if info else {}
         self._usage = _zero_usage(self.config.model)
-        self._turn, self._answered, self._recorded = {}, [], False
+        self._turn = {}
         self.wire.reset()
         self.endpoint_failure = None
         # the least-loaded server keeps every request of this attempt (its prefix cache)
@@ -165,15 +164,18 @@ class ModelClient:
         ``LengthCut``/``ContextOverflow`` when the episode cannot go on, ``AttemptCancelled``
         after ``abort()``; TypeError or ValueError, before anything is sent, for a request
         that cannot be sent (``openai_request.chat_arguments``, ``check_sendable``)."""
+        return self._call(None, self._chat, messages, tools, **sampling)
+
+    def _chat(self, ticket: calls.Ticket, messages, tools, **sampling: Any) -> Reply:
         messages, tools = openai_request.chat_arguments(messages, tools)
         with self._turn_of_call():
-            self._begin({"request": messages} if self._gate is not None else {})
+            self._begin(ticket, {"request": messages} if self._gate is not None else {})
             request: dict[str, Any] = {"model": self.config.model, "messages": messages}
             self._path = "/chat/completions"
             self._sample(request, sampling)
             if tools:
                 request["tools"] = tools
-            with self._cut_keeps_the_turn():
+            with self._cut_keeps_the_turn(ticket):
                 prepared = self.wire.prepare(request)
                 self._path = self.wire.path_of(prepared)  # with a tokenizer: token ids to /completions
                 return self._finish(self._answer(prepared))
@@ -182,22 +184,31 @@ class ModelClient:
         """The token-in form: the reply to the agent's own prompt ids, sent as they are to
         ``{base_url}/completions`` (vLLM takes a list of ids as ``prompt``); the reply's
         ``token_ids`` are what was sampled. Errors as ``chat``."""
+        return self._call(None, self._generate, prompt_token_ids, **sampling)
+
+    def _generate(self, ticket: calls.Ticket, prompt_token_ids: Sequence[int], **sampling: Any) -> Reply:
         with self._turn_of_call():
-            self._begin({"request": {"prompt_token_ids": list(prompt_token_ids)}} if self._gate is not None else {})
+            self._begin(ticket, {"request": {"prompt_token_ids": list(prompt_token_ids)}} if self._gate is not None else {})
             request: dict[str, Any] = {"model": self.config.model, "prompt": list(prompt_token_ids)}
             self._path = "/completions"
             self._sample(request, sampling)
-            with self._cut_keeps_the_turn():
+            with self._cut_keeps_the_turn(ticket):
                 return self._finish(self._answer(self.wire.prepare_ids(request)))
 
     async def achat(self, messages: Sequence[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
                     **sampling: Any) -> Reply:
-        """``chat`` for async agents (the call runs in a thread; ``abort()`` still ends it)."""
-        return await asyncio.to_thread(self.chat, messages, tools, **sampling)
+        """``chat`` for async agents (the call runs in a thread; ``abort()`` still ends it). The
+        call is the turn's under way when the coroutine first runs, however long it outlives
+        the ``act`` that made it (``turn_record`` waits for it)."""
+        return await calls.in_thread(self._turns, self._chat, messages, tools, **sampling)
 
     async def agenerate(self, prompt_token_ids: Sequence[int], **sampling: Any) -> Reply:
         """``generate`` for async agents."""
-        return await asyncio.to_thread(self.generate, prompt_token_ids, **sampling)
+        return await calls.in_thread(self._turns, self._generate, prompt_token_ids, **sampling)
+
+    def _call(self, ticket: calls.Ticket | None, call: Callable[..., Reply], *args: Any, **kwargs: Any) -> Reply:
+        """``call`` as the call ``ticket`` (a new one, of the turn under way, when None)."""
+        return calls.run_made(self._turns, ticket or self._turns.made(), call, *args, **kwargs)
 
     @contextlib.contextmanager
     def _turn_of_call(self):
@@ -213,17 +224,17 @@ class ModelClient:
         """A new turn (the worker's call before each ``act``): the calls since the last
         ``turn_record()`` are its (an agent's ``reset`` asking for a plan: turn 1's), none
         once a turn was recorded."""
-        if self._recorded:
-            self._turn, self._answered, self._recorded = {}, [], False
+        self._turns.begin()
 
     def turn_record(self) -> dict[str, Any]:
         """The turn's record: its last call's (the reply and its stop_reason, and tool_calls;
         under an RL scheduler, or with a tokenizer, the request, the policy version, and token
         ids / logprobs when the server sent them; the server and its moves with several
         servers) and, when the turn made more calls, theirs in ``earlier_calls`` (``calls.py``).
-        The calls since the last ``turn_record()`` make the turn: the next call begins a new one."""
-        self._recorded = True
-        return calls.turn_of(self._answered + [self._turn])
+        The calls since the last ``turn_record()`` make the turn: the next call begins a new one.
+        It waits for the turn's calls still under way or waiting for their turn (an async
+        agent's that outlived its act: ``calls.Turns``), each then marked ``outlived_act``."""
+        return self._turns.record()
 
     def usage(self) -> dict[str, Any]:
         """Tokens, requests and retries of the episode so far; with several servers, the
@@ -242,26 +253,24 @@ class ModelClient:
 
     # -- one call ----------------------------------------------------------------------------
 
-    def _begin(self, turn: dict[str, Any]) -> None:
+    def _begin(self, ticket: calls.Ticket, turn: dict[str, Any]) -> None:
         if self._cancelled:
             raise AttemptCancelled("the episode was cancelled")
         if self._started is None and not self._route.session:
             self._start(None, "episode")  # used without a worker and without start(): an episode of its own
-        if self._recorded:  # the turn was recorded: this call begins the next one
-            self._answered, self._recorded = [], False
-        elif "reply" in self._turn:  # the turn's previous call was answered: its tokens stay
-            self._answered.append(self._turn)
         self._turn = turn
+        self._turns.runs(ticket, turn)  # the next call of the turn that made it
 
     @contextlib.contextmanager
-    def _cut_keeps_the_turn(self):
+    def _cut_keeps_the_turn(self, ticket: calls.Ticket):
         """An EpisodeCut ends the episode with the whole turn: the calls answered before the
         one cut (or refused, a context overflow) keep their sampled tokens in the trajectory."""
         try:
             yield
         except EpisodeCut as cut:
-            if self._answered:
-                cut.turn = calls.turn_of(self._answered + ([cut.turn] if cut.turn else []))
+            answered = self._turns.answered_before(ticket)
+            if answered:
+                cut.turn = calls.turn_of(answered + ([cut.turn] if cut.turn else []))
             raise
 
     def _sample(self, request: dict[str, Any], sampling: dict[str, Any]) -> None:
