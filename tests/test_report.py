@@ -19,6 +19,7 @@ from click.testing import CliRunner
 from conftest import ROOT, shell_task, write_tasks
 from parallel_rollout.cli import main
 from parallel_rollout.config import build_config
+from parallel_rollout.report import charts
 from parallel_rollout.runner import Runner
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -265,3 +266,9 @@ def test_rollout_times_leave_out_the_attempts_that_never_got_a_vm(tmp_path, monk
         assert sum(int(n) for n in re.findall(r": (\d+)</title>", chart)) == counted, chart
         assert f'data-counted="{counted}">{counted} attempts that' in said, said
     assert f"; {len(never)} that never ran left out (pool_exhausted {len(never)})" in section
+    # the same figures in summary.json, the end-of-run summary and a comparison
+    rollout = json.loads((tmp_path / "out" / "r" / "summary.json").read_text())["timing_s"]["rollout"]
+    assert rollout["count"] == len(ran) and f"p50 {charts.fmt_s(rollout['p50'])}" in section, (rollout, section)
+    assert f"rollout time p50 {rollout['p50']}s p90 {rollout['p90']}s" in done.output, done.output
+    compared = CliRunner().invoke(main, ["compare", "r", "r", "--output-dir", str(tmp_path / "out")])
+    assert f"rollout time p50: {rollout['p50']}s -> {rollout['p50']}s" in compared.output, compared.output

@@ -28,6 +28,8 @@ import time
 import traceback
 from typing import Any, Iterator
 
+from .errors import LeaseTimeout, PoolClosed, PoolExhausted
+
 #: characters of a traceback kept in a record
 TRACEBACK_TAIL = 4000
 
@@ -215,3 +217,14 @@ def sample_ends(records: Any) -> dict[str, dict[str, Any]]:
         if ends_sample(record, ended.get(record.get("key"))):
             ended[record["key"]] = record
     return ended
+
+
+#: the statuses of an attempt that never ran: its lease failed (no VM in time, the pool
+#: exhausted or closed) or --skip-unsupported left it out; its duration is no rollout's
+NEVER_RAN = (LeaseTimeout.kind, PoolExhausted.kind, PoolClosed.kind, "unsupported")
+
+
+def ran(record: dict[str, Any]) -> bool:
+    """Whether the attempt ran: it got a VM, or ended otherwise than on a failed lease (a mode
+    without VMs), and was no sample --skip-unsupported left out."""
+    return bool(record.get("vm") or record.get("vms")) or record.get("status") not in NEVER_RAN

@@ -28,7 +28,7 @@ from typing import Any, Callable, Iterable
 
 from .errors import RolloutError
 from .output_checks import append_whole, set_aside_torn
-from .records import ends_sample, replacement_record, sample_ends
+from .records import ends_sample, ran, replacement_record, sample_ends
 
 log = logging.getLogger(__name__)
 
@@ -339,6 +339,7 @@ def summarize(
     left = sum(1 for r in records if not r.get("final") and not r.get("never_graded") and left_off(r))
     retried = sum(1 for r in records if not r.get("final") and not r.get("never_graded")) - left
     wall = time.time() - started_at
+    timed = [r for r in records if r.get("duration_s") is not None]
     summary = {
         "total_samples": total_samples,
         "finished": len(final_list),
@@ -363,7 +364,10 @@ def summarize(
         "pass_at_k_tasks": _column(pass_k, "tasks"),
         "tasks_finished": pass_k["tasks"],
         "timing_s": {
-            "rollout": percentiles(r["duration_s"] for r in records if r.get("duration_s") is not None),
+            # of the attempts that ran (a failed lease's time is no rollout's); when none did,
+            # of those whose lease failed, which the end-of-run summary says they are
+            "rollout": percentiles(r["duration_s"] for r in timed if ran(r))
+            or percentiles(r["duration_s"] for r in timed if r.get("status") != "unsupported"),
             "lease_wait": percentiles(r["lease_wait_s"] for r in records if r.get("lease_wait_s") is not None),
             "wall": round(wall, 3),
         },

@@ -29,6 +29,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..records import ran
 from .clustered import paired_tests, reward, task_of
 from .run_data import RunData
 from .stats import PairedResult
@@ -58,7 +59,8 @@ def _samples_per_task(data: RunData) -> int:
 
 
 def _timing(data: RunData) -> dict[str, float | None]:
-    durations = sorted(r["duration_s"] for r in data.records if isinstance(r.get("duration_s"), (int, float)))
+    # of the attempts that ran, as summary.json's: one whose lease failed is no rollout
+    durations = sorted(r["duration_s"] for r in data.records if isinstance(r.get("duration_s"), (int, float)) and ran(r))
     wall = ((data.fitting_summary or {}).get("timing_s") or {}).get("wall")
     return {
         "rollout_p50_s": round(statistics.median(durations), 4) if durations else None,

@@ -22,6 +22,7 @@ from typing import Any
 from . import charts, model
 from .files import write_text_whole
 from .page_assets import CSS, JS
+from ..records import ran
 from ..results import pass_at_k_scope, percentiles
 from .run_data import RunData
 
@@ -159,8 +160,8 @@ def _distributions_html(data: RunData) -> str:
     each figure under a histogram computed from what it plots; the attempts that never ran (a
     failed lease, an unsupported task: summary.json's times count them) are said left out."""
     timed = [r for r in data.records if isinstance(r.get("duration_s"), (int, float))]
-    left_out = Counter(str(r.get("status")) for r in timed if not model.ran(r))
-    rollouts = [r["duration_s"] for r in timed if model.ran(r)]
+    left_out = Counter(str(r.get("status")) for r in timed if not ran(r))
+    rollouts = [r["duration_s"] for r in timed if ran(r)]
     waits = [r["lease_wait_s"] for r in data.records if isinstance(r.get("lease_wait_s"), (int, float))]
     parts = []
     for values, label, noun in ((rollouts, "rollout time", "attempts that ran"),

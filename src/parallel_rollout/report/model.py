@@ -22,15 +22,11 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from ..errors import LeaseTimeout, PoolClosed, PoolExhausted
 from ..results import graded, mean_reward, pass_at_k_columns, summarize
 from ..trajectories import shown_turn
 from .run_data import RunData
 from .clustered import is_grouped, success_interval
 
-#: the statuses of an attempt that never ran: its lease failed (no VM in time, the pool
-#: exhausted or closed) or --skip-unsupported left it out; its duration is no rollout's
-NEVER_RAN = (LeaseTimeout.kind, PoolExhausted.kind, PoolClosed.kind, "unsupported")
 #: characters of one observation or action kept in the embedded trajectory
 TURN_TEXT_LIMIT = 2000
 #: total characters of embedded trajectories; a 10,000-sample report stays a few MB
@@ -72,12 +68,6 @@ def headline(data: RunData) -> dict[str, Any]:
                         "ci": success_interval(graded(tagged)), "pass_at_k": values, "pass_at_k_cover": cover}
     out["per_mode"], out["per_tag"] = per_mode, per_tag
     return out
-
-
-def ran(record: dict[str, Any]) -> bool:
-    """Whether the attempt ran: it got a VM, or ended otherwise than on a failed lease (a mode
-    without VMs), and was no sample --skip-unsupported left out."""
-    return bool(record.get("vm") or record.get("vms")) or record.get("status") not in NEVER_RAN
 
 
 def _message(record: dict[str, Any]) -> str:
