@@ -211,6 +211,24 @@ LEFTOVER_ROWS["rig_check_unittest_home_module"] = (["printf 'import os\\nos._exi
 LEFTOVER_ROWS["rig_check_doctest_home_module"] = (LEFTOVER_ROWS["rig_check_unittest_home_module"][0],
                                                   "printf '\"\"\"\\n>>> 1 + 1\\n3\\n\"\"\"\\nimport fractions\\n' > ~/check_doc.py"
                                                   " && cd ~ && python3 -m doctest check_doc.py", False)
+#: Python found the answer's module first under the name of the one a check wrote in the home: a
+#: package ~/test_check/ or an extension ~/test_check.so (its constructor exits 0) beside the
+#: check's ~/test_check.py; or read the answer's bytecode of it from ~/__pycache__, an unchecked
+#: hash-based pyc (PEP 552), never compared to the source: the check's failing tests passed. A
+#: grading python imports the check's source first there, and no bytecode older than its source
+UNITTEST_HOME = LEFTOVER_ROWS["rig_check_unittest_home_module"][1].replace("import fractions, ", "import ")
+LEFTOVER_ROWS["rig_check_unittest_home_package"] = (["mkdir ~/test_check && printf 'import os\\nos._exit(0)\\n'"
+                                                     " > ~/test_check/__init__.py"], UNITTEST_HOME, False)
+LEFTOVER_ROWS["rig_check_pytest_home_extension"] = (["printf '#include <unistd.h>\\n__attribute__((constructor)) static void"
+                                                     " f(void) { _exit(0); }\\n' > ~/x.c && cc -shared -fPIC -o ~/test_check.so"
+                                                     " ~/x.c"], HOME_TEST + "cd ~ && pytest -q test_check.py", False)
+UNCHECKED_PYC = ("python3 -c 'import importlib.util as u, marshal, os, sys; d = os.path.expanduser(\"~/__pycache__\");"
+                 " os.makedirs(d, exist_ok=True); open(f\"{d}/{sys.argv[1]}.{sys.implementation.cache_tag}.pyc\", \"wb\")"
+                 ".write(u.MAGIC_NUMBER + bytes([1, 0, 0, 0]) + bytes(8) + marshal.dumps(compile(\"import os; os._exit(0)\","
+                 " \"x\", \"exec\")))' ")
+LEFTOVER_ROWS["rig_check_unittest_home_bytecode"] = ([UNCHECKED_PYC + "test_check"], UNITTEST_HOME, False)
+LEFTOVER_ROWS["rig_check_doctest_home_bytecode"] = ([UNCHECKED_PYC + "check_doc"],
+                                                    LEFTOVER_ROWS["rig_check_doctest_home_module"][1], False)
 #: vim, valgrind and git ran their program with the wrappers' folder off PATH: what it started (a
 #: vim filter, the program valgrind runs, a git alias) ran the system's jq, which read ~/.jq
 LEFTOVER_ROWS["rig_check_vim_filter"] = ([JQ_RC], "echo '[1]' > ~/v.json && vim -es -c '%!jq length' -c wq ~/v.json"
@@ -322,6 +340,8 @@ LEFTOVER_PROGRAMS = {"rig_check_mavenrc": "mvn", "rig_check_mvn_config": "mvn", 
                      "rig_check_makefile_copied_with_its_times": "make", "rig_check_makefile_dated_ahead": "make",
                      "rig_check_makefile_of_two_names": "make",
                      "rig_check_javac_processor": "javac",
+                     "rig_check_unittest_home_package": "python3", "rig_check_pytest_home_extension": "pytest",
+                     "rig_check_unittest_home_bytecode": "python3", "rig_check_doctest_home_bytecode": "python3",
                      "rig_check_pytest_home_package": "pytest", "rig_check_pytest_by_path": "pytest",
                      "rig_check_pytest_main": "pytest", "rig_check_pytest_from_a_program": "pytest"}
 

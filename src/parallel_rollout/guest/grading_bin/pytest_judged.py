@@ -43,9 +43,13 @@ def judged(main):
     return judged_main
 
 
-def judged_spec(name, path, target):
-    """``_pytest.config``'s spec as the path finder finds it, its ``main`` judged once it is
-    loaded (before ``pytest/__init__`` takes it as ``pytest.main``)."""
+def judge_main(config):
+    """``_pytest.config``, loaded: its ``main`` judged (before ``pytest/__init__`` takes it as ``pytest.main``)."""
+    config.main = judged(config.main)
+
+
+def changed_spec(name, path, target, change):
+    """``name``'s spec as the path finder finds it, ``change(module)`` once it is loaded."""
     spec = PathFinder.find_spec(name, path, target)
     load = getattr(spec and spec.loader, "exec_module", None)
     if load is None:
@@ -53,6 +57,6 @@ def judged_spec(name, path, target):
 
     def exec_module(module):
         load(module)
-        module.main = judged(module.main)
+        change(module)
     spec.loader.exec_module = exec_module
     return spec

@@ -10,7 +10,8 @@ tests passed. (A pytest plugin, a ``pytest11`` entry point, comes too late: pyte
 after the ini file it chose, whose addopts ``-p no:<its name>`` keeps it out, and whose
 ``pythonpath = .`` and ``-p <a module of the graded code's>`` runs that module first.) The
 pytest a wrapper judged and became (its pid in PARALLEL_ROLLOUT_PYTEST_JUDGED) is not judged
-again; another ``pytest.main()`` in it is. The system's own sitecustomize, which this one hides,
+again; another ``pytest.main()`` in it is. What it imports from the graded code's folders
+follows ./graded_imports.py's rules. The system's own sitecustomize, which this one hides,
 runs after it.
 """
 
@@ -27,16 +28,22 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 
 class _PytestJudged:
     """Finds ``_pytest.config`` through ./pytest_judged.py (by its path: a check may have put the
-    graded code's folder on ``sys.path`` by then), which judges its ``main``."""
+    graded code's folder on ``sys.path`` by then), which judges its ``main``, and
+    ``_pytest.assertion.rewrite``, whose cache ./graded_imports.py's rule reads."""
 
     @staticmethod
     def find_spec(name, path=None, target=None):
-        if name != "_pytest.config":
+        if name not in ("_pytest.config", "_pytest.assertion.rewrite"):
             return None
         spec = PathFinder.find_spec("pytest_judged", [_HERE])
         judge = module_from_spec(spec)
         spec.loader.exec_module(judge)
-        return judge.judged_spec(name, path, target)
+        change = judge.judge_main if name == "_pytest.config" else _RULES[0].fresh_pytest_cache
+        return judge.changed_spec(name, path, target, change)
+
+
+#: ./graded_imports.py, once loaded
+_RULES = []
 
 
 def _system_sitecustomize():
@@ -53,5 +60,15 @@ def _system_sitecustomize():
         sys.stderr.write(f"Error in sitecustomize; set PYTHONVERBOSE for traceback:\n{type(e).__name__}: {e}\n")
 
 
+def _graded_imports():
+    """./graded_imports.py's rules, before Python's own."""
+    spec = PathFinder.find_spec("graded_imports", [_HERE])
+    rules = module_from_spec(spec)
+    spec.loader.exec_module(rules)
+    rules.install(sys.path_hooks, sys.path_importer_cache)
+    _RULES.append(rules)
+
+
 sys.meta_path.insert(0, _PytestJudged)
+_graded_imports()
 _system_sitecustomize()

@@ -1,0 +1,118 @@
+"""What a grading command's python imports from the folders the graded code writes (the home,
+/tmp, /var/tmp, /dev/shm and below), installed by ./sitecustomize.py as it starts.
+
+Two ways the graded code's files were imported in place of the check's own, under the name of
+a module the check wrote there (`cd ~ && python3 -m unittest discover -p test_check.py` of
+its `~/test_check.py`, `cd ~ && pytest test_check.py`), and its `os._exit(0)` passed failing
+tests:
+
+- a module beside it that Python finds first under that name: a package (`~/test_check/`
+  with an `__init__.py`) or an extension module (`~/test_check.so`, whose constructor runs as
+  it loads). A source file the check wrote (its ctime since the grading command began,
+  `PARALLEL_ROLLOUT_GRADING_SINCE`) is imported before one the graded code left beside it;
+  a module of the graded code's own (`import fast` of its `~/fast.so`) is imported as ever.
+- bytecode in `__pycache__` that Python reads without comparing it to its source (a pyc of
+  PEP 552's unchecked hashes), or whose date and size were made to match: bytecode older
+  (by ctime, which no user can set back) than its source is not read there, and the source
+  is compiled. A cache written after its source (a virtualenv's, pip's) is read as ever. So
+  with pytest's own cache of the tests it rewrites (`__pycache__/test_check.*-pytest-*.pyc`),
+  which it takes when the source's mtime and size match, numbers the graded code can write.
+"""
+
+import os
+
+from _frozen_importlib_external import (BYTECODE_SUFFIXES, EXTENSION_SUFFIXES, SOURCE_SUFFIXES, ExtensionFileLoader,
+                                        FileFinder, SourceFileLoader, SourcelessFileLoader, spec_from_file_location)
+
+_TOPS = []
+
+
+def _graded(path):
+    """Whether ``path`` (a real path) is in a folder the graded code writes."""
+    if not _TOPS:
+        home = os.environ.get("HOME", "")
+        _TOPS.extend(os.path.realpath(top) for top in ("/tmp", "/var/tmp", "/dev/shm") + ((home,) if home else ()))
+    return any(path == top or path.startswith(top + "/") for top in _TOPS)
+
+
+def _since_ns():
+    """The grading command's start, in ns (None outside one)."""
+    since = os.environ.get("PARALLEL_ROLLOUT_GRADING_SINCE", "")
+    seconds, _, nanos = since.partition(".")
+    if not (seconds.isdigit() and nanos.isdigit()):
+        return None
+    return int(seconds) * 10**9 + int(nanos.ljust(9, "0")[:9])
+
+
+def _by_the_check(path, since):
+    """``path`` is there and was written since the grading command began."""
+    try:
+        return os.stat(path).st_ctime_ns >= since
+    except OSError:
+        return False
+
+
+class _GradedFolderFinder(FileFinder):
+    """A folder's finder that imports the check's own source before what shadows it."""
+
+    def find_spec(self, fullname, target=None):
+        spec = super().find_spec(fullname, target)
+        since = _since_ns()
+        if spec is None or spec.origin is None or since is None:
+            return spec
+        tail = fullname.rpartition(".")[2]
+        for suffix in SOURCE_SUFFIXES:
+            source = os.path.join(self.path, tail + suffix)
+            if (os.path.abspath(spec.origin) != os.path.abspath(source) and _by_the_check(source, since)
+                    and not _by_the_check(spec.origin, since)):
+                return spec_from_file_location(fullname, source, loader=SourceFileLoader(fullname, source))
+        return spec
+
+
+def _folder_hook(path):
+    """sys.path_hooks' entry: a :class:`_GradedFolderFinder` for a folder the graded code writes."""
+    folder = os.path.realpath(path or ".")
+    if not _graded(folder) or not os.path.isdir(folder):
+        raise ImportError("not a folder of the graded code's")
+    return _GradedFolderFinder(path or ".", (ExtensionFileLoader, EXTENSION_SUFFIXES),
+                               (SourceFileLoader, SOURCE_SUFFIXES), (SourcelessFileLoader, BYTECODE_SUFFIXES))
+
+
+def _stale(bytecode, source):
+    """``bytecode``, in a graded folder, is older than its ``source`` (by ctime)."""
+    if not _graded(os.path.realpath(bytecode)):
+        return False
+    try:
+        return os.stat(bytecode).st_ctime_ns < os.stat(source).st_ctime_ns
+    except OSError:
+        return False  # the reader says why
+
+
+_read = SourceFileLoader.get_data
+
+
+def _get_data(self, path):
+    """SourceFileLoader's get_data, but no bytecode older than its source in a graded folder."""
+    if path != self.path and path.endswith(tuple(BYTECODE_SUFFIXES)) and _stale(path, self.path):
+        raise OSError(f"{path}: bytecode older than its source {self.path}, not read in a grading command")
+    return _read(self, path)
+
+
+def fresh_pytest_cache(rewrite):
+    """``_pytest.assertion.rewrite``, loaded: its ``_read_pyc(source, pyc)`` reads no cache older
+    than its source in a graded folder (./sitecustomize.py calls it as pytest loads)."""
+    read = getattr(rewrite, "_read_pyc", None)
+    if read is None:
+        return
+
+    def fresh_read_pyc(source, pyc, *rest, **named):
+        return None if _stale(os.fspath(pyc), os.fspath(source)) else read(source, pyc, *rest, **named)
+    rewrite._read_pyc = fresh_read_pyc
+
+
+def install(path_hooks, importer_cache):
+    """Put the rules above before Python's own, for every folder not yet imported from."""
+    SourceFileLoader.get_data = _get_data
+    path_hooks.insert(0, _folder_hook)
+    for folder in [f for f in importer_cache if _graded(os.path.realpath(f or "."))]:
+        del importer_cache[folder]

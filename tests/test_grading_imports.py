@@ -1,0 +1,79 @@
+"""What a grading command's python imports from the folders the graded code writes
+(guest/grading_bin/graded_imports.py): the hostile table's rows run the attacks in a sandbox
+(a package, an extension module, unchecked bytecode in place of a check's own module), these
+the edges on the host's own python, in a home under /tmp: what the answer left there is dated
+before the grading command began, what the check wrote after."""
+
+from __future__ import annotations
+
+import os
+import py_compile
+import subprocess
+import sys
+
+import pytest
+
+from parallel_rollout.guest.agent_grading import grading_env
+
+IMPORT_X = "import sys; sys.path.append(sys.argv[1]); import x; print(x.X)"
+
+
+def _grading_python(home, code: str, env: dict) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code, str(home)], cwd=home, env={**env, "HOME": str(home)},
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_the_checks_module_is_imported_before_the_answers_package_beside_it(tmp_path):
+    (tmp_path / "x").mkdir()
+    (tmp_path / "x" / "__init__.py").write_text("X = 'the answer'\n")
+    env = grading_env(str(tmp_path))
+    # the answer's own package, alone, is imported as ever
+    done = _grading_python(tmp_path, IMPORT_X, env)
+    assert done.stdout == "the answer\n", (done.stdout, done.stderr)
+    (tmp_path / "x.py").write_text("X = 'the check'\n")  # written since the grading command began
+    done = _grading_python(tmp_path, IMPORT_X, env)
+    assert done.stdout == "the check\n", (done.stdout, done.stderr)
+    # a module both made before the grading command: Python's own order, the package first
+    done = _grading_python(tmp_path, IMPORT_X, grading_env(str(tmp_path)))
+    assert done.stdout == "the answer\n", (done.stdout, done.stderr)
+
+
+def test_bytecode_older_than_its_source_is_not_read(tmp_path):
+    source = tmp_path / "x.py"
+    source.write_text("X = 'the check'\n")
+    stat = source.stat()
+    # the answer's cache of other code, dated and sized to pass for the check's source's
+    (tmp_path / "forged.py").write_text("X = 'forged'\n".ljust(len("X = 'the check'\n") - 1) + "\n")
+    os.utime(tmp_path / "forged.py", ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    cache = py_compile.compile(str(tmp_path / "forged.py"), cfile=str(tmp_path / "__pycache__" / "x.pyc"))
+    os.rename(cache, tmp_path / "__pycache__" / f"x.{sys.implementation.cache_tag}.pyc")
+    env = grading_env(str(tmp_path))
+    # a cache written after its source is read, as ever
+    done = _grading_python(tmp_path, IMPORT_X, env)
+    assert done.stdout == "forged\n", (done.stdout, done.stderr)
+    # the check writes its source again, as it was, dated as it was: the cache is older now
+    source.write_text("X = 'the check'\n")
+    os.utime(source, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    done = _grading_python(tmp_path, IMPORT_X, env)
+    assert done.stdout == "the check\n", (done.stdout, done.stderr)
+
+
+def test_pytests_cache_of_a_rewritten_test_older_than_it_is_not_read(tmp_path):
+    # the system's pytest, as in a sandbox: before pytest 8 it took its cache by its test's mtime and size
+    python = "/usr/bin/python3"
+    if subprocess.run([python, "-c", "import pytest"], capture_output=True).returncode != 0:
+        pytest.skip("needs the system's pytest")
+    test = tmp_path / "test_x.py"
+    test.write_text("def test_a():\n    assert 1\n")
+    stat = test.stat()
+    plain = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    cached = subprocess.run([python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_x.py"], cwd=tmp_path,
+                            env=plain, capture_output=True, text=True, timeout=120)
+    assert cached.returncode == 0 and list((tmp_path / "__pycache__").glob("test_x.*pytest*.pyc")), cached.stdout
+    # the check's failing test, of that size, dated as the answer's cache says
+    test.write_text("def test_a():\n    assert 0\n")
+    os.utime(test, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    done = subprocess.run([python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_x.py"], cwd=tmp_path,
+                          env={**grading_env(str(tmp_path)), "HOME": str(tmp_path)}, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 1 and "1 failed" in done.stdout, (done.stdout, done.stderr)
