@@ -229,6 +229,11 @@ UNCHECKED_PYC = ("python3 -c 'import importlib.util as u, marshal, os, sys; d = 
 LEFTOVER_ROWS["rig_check_unittest_home_bytecode"] = ([UNCHECKED_PYC + "test_check"], UNITTEST_HOME, False)
 LEFTOVER_ROWS["rig_check_doctest_home_bytecode"] = ([UNCHECKED_PYC + "check_doc"],
                                                     LEFTOVER_ROWS["rig_check_doctest_home_module"][1], False)
+#: prove (Perl's test harness) reads ~/.proverc as options: `--dry` there listed the check's
+#: failing tests and exited 0; its wrapper passes --norc (a ./.proverc still counts, not the home's)
+LEFTOVER_ROWS["rig_check_proverc"] = (["echo --dry > ~/.proverc"],
+                                      "d=$(mktemp -d) && printf 'use Test::More tests => 1;\\nok(0);\\n' > $d/t.t"
+                                      " && cd $d && prove t.t", False)
 #: vim, valgrind and git ran their program with the wrappers' folder off PATH: what it started (a
 #: vim filter, the program valgrind runs, a git alias) ran the system's jq, which read ~/.jq
 LEFTOVER_ROWS["rig_check_vim_filter"] = ([JQ_RC], "echo '[1]' > ~/v.json && vim -es -c '%!jq length' -c wq ~/v.json"
@@ -342,6 +347,7 @@ LEFTOVER_PROGRAMS = {"rig_check_mavenrc": "mvn", "rig_check_mvn_config": "mvn", 
                      "rig_check_javac_processor": "javac",
                      "rig_check_unittest_home_package": "python3", "rig_check_pytest_home_extension": "pytest",
                      "rig_check_unittest_home_bytecode": "python3", "rig_check_doctest_home_bytecode": "python3",
+                     "rig_check_proverc": "prove",
                      "rig_check_pytest_home_package": "pytest", "rig_check_pytest_by_path": "pytest",
                      "rig_check_pytest_main": "pytest", "rig_check_pytest_from_a_program": "pytest"}
 
@@ -405,6 +411,9 @@ LEFTOVER_HONEST = {"mvn": "d=$(mktemp -d) && mkdir $d/.mvn && echo -v > $d/.mvn/
                               " && python3 -m doctest -v ~/ut/sol.py | grep -q '^1 passed and 0 failed'"
                               " && d=$(mktemp -d) && cp ~/ut/*.py $d && cd / && python3 -Im unittest discover -v -s $d 2>&1"
                               " | grep -q 'test_f .* ok'",
+                   # a project's own ./.proverc (-v: each test's lines), tests that pass from the home
+                   "prove": "d=$(mktemp -d) && printf 'use Test::More tests => 1;\\nok(1);\\n' > $d/t.t && echo -v > $d/.proverc"
+                            " && (cd $d && prove t.t | grep -qx 'ok 1') && cp $d/t.t ~/t.t && cd ~ && prove -Q t.t",
                    "gpg": "gpg --print-md SHA256 ~/a.json | grep -q a.json",
                    "less": "less -F ~/a.json | grep -q '\"a\"'",
                    # the check's own Makefile, a GNUmakefile it made beside one, its own -f; a recipe's
