@@ -159,11 +159,15 @@ def test_a_mistyped_command_says_the_one_it_is_close_to(tmp_path):
     for args, meant in ((["runz", "list"], "runs"), (["runz"], "run"), (["runz", "--help"], "run")):
         result = _Runner().invoke(_main, args)
         assert f"no command 'runz' (did you mean {meant!r}?)" in result.output, (args, result.output)
-    # run is the default command: its flags, and a word nothing like a command, go to run
+    # run is the default command: its flags go to run; a word nothing like a command is no
+    # command (it was run's "unexpected extra argument", and with --help run's help, exit 0)
     shown = _Runner().invoke(_main, ["--mode", "shell", "--data", "x.jsonl", "--print-config"])
     assert shown.exit_code == 0, shown.output
-    other = _Runner().invoke(_main, ["zzzzqq"])
-    assert "no command" not in other.output and "unexpected extra argument" in other.output
+    for args in (["zzzzqq"], ["results", "--help"], ["results", "list"]):
+        other = _Runner().invoke(_main, args)
+        assert other.exit_code == 2, (args, other.output)
+        assert (f"no command {args[0]!r}: the commands are compare, image, osworld-cache, report, run, runs, vms; "
+                "run's flags (--mode, --data …) need no command before them") in " ".join(other.output.split()), other.output
 
 
 @pytest.mark.parametrize("mode, data", [("shell", SHELL_TASKS), ("gym", "frozenlake")])

@@ -66,6 +66,11 @@ class _DefaultRunGroup(click.Group):
             close.sort(key=lambda name: after not in getattr(self.commands[name], "commands", {}))
             if close:
                 raise click.UsageError(f"no command {args[0]!r} (did you mean {close[0]!r}?)", ctx)
+            if not args[0].startswith("-"):
+                # run takes no word of its own: 'results' was run's "unexpected extra argument",
+                # and 'results --help' showed run's help as if it were a command
+                raise click.UsageError(f"no command {args[0]!r}: the commands are {', '.join(sorted(self.commands))}; "
+                                       "run's flags (--mode, --data …) need no command before them", ctx)
             args = ["run", *args]
         return super().parse_args(ctx, args)
 
