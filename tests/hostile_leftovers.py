@@ -229,6 +229,12 @@ UNCHECKED_PYC = ("python3 -c 'import importlib.util as u, marshal, os, sys; d = 
 LEFTOVER_ROWS["rig_check_unittest_home_bytecode"] = ([UNCHECKED_PYC + "test_check"], UNITTEST_HOME, False)
 LEFTOVER_ROWS["rig_check_doctest_home_bytecode"] = ([UNCHECKED_PYC + "check_doc"],
                                                     LEFTOVER_ROWS["rig_check_doctest_home_module"][1], False)
+#: python3 -I (and -E, -S) reads no sitecustomize.py of the PYTHONPATH: ./python3 runs -m unittest,
+#: -m doctest and -m pytest through module_folder_last.py, which puts the same rules
+LEFTOVER_ROWS["rig_check_unittest_isolated_package"] = (LEFTOVER_ROWS["rig_check_unittest_home_package"][0],
+                                                        UNITTEST_HOME.replace("python3 -m", "python3 -I -m"), False)
+LEFTOVER_ROWS["rig_check_pytest_isolated_package"] = (LEFTOVER_ROWS["rig_check_unittest_home_package"][0],
+                                                      HOME_TEST + "cd ~ && python3 -Im pytest -q test_check.py", False)
 #: prove (Perl's test harness) reads ~/.proverc as options: `--dry` there listed the check's
 #: failing tests and exited 0; its wrapper passes --norc (a ./.proverc still counts, not the home's)
 LEFTOVER_ROWS["rig_check_proverc"] = (["echo --dry > ~/.proverc"],
@@ -347,6 +353,7 @@ LEFTOVER_PROGRAMS = {"rig_check_mavenrc": "mvn", "rig_check_mvn_config": "mvn", 
                      "rig_check_javac_processor": "javac",
                      "rig_check_unittest_home_package": "python3", "rig_check_pytest_home_extension": "pytest",
                      "rig_check_unittest_home_bytecode": "python3", "rig_check_doctest_home_bytecode": "python3",
+                     "rig_check_unittest_isolated_package": "python3", "rig_check_pytest_isolated_package": "pytest",
                      "rig_check_proverc": "prove",
                      "rig_check_pytest_home_package": "pytest", "rig_check_pytest_by_path": "pytest",
                      "rig_check_pytest_main": "pytest", "rig_check_pytest_from_a_program": "pytest"}

@@ -111,7 +111,11 @@ def fresh_pytest_cache(rewrite):
 
 
 def install(path_hooks, importer_cache):
-    """Put the rules above before Python's own, for every folder not yet imported from."""
+    """Put the rules above before Python's own, for every folder not yet imported from (once:
+    ./module_folder_last.py installs them too, where ./sitecustomize.py may not have run)."""
+    if any(getattr(hook, "graded_imports", False) for hook in path_hooks):
+        return
+    _folder_hook.graded_imports = True
     SourceFileLoader.get_data = _get_data
     path_hooks.insert(0, _folder_hook)
     for folder in [f for f in importer_cache if _graded(os.path.realpath(f or "."))]:

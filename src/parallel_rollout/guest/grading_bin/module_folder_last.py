@@ -5,11 +5,19 @@ goes last, after the system's modules. unittest's discover put its top folder fi
 doctest the folder of the file it tests while importing it: the graded code's ~/fractions.py
 (os._exit(0)) was what the check's ~/test_check.py (or ~/check_doc.py) imported, and its failing
 tests passed. The graded code's own module the tests import is still found, after the system's.
+
+`python3 -m pytest` runs through it too (./python3 gives it pytest's pins), as -m runs it: so
+do all three keep ./graded_imports.py's rules under `python3 -I`, `-E` and `-S`, which read no
+sitecustomize.py of the PYTHONPATH (the graded code's ~/test_check/ package was what `cd ~ &&
+python3 -I -m unittest discover -p test_check.py` imported of the check's ~/test_check.py).
 """
 
 import os
 import runpy
 import sys
+
+from _frozen_importlib import module_from_spec
+from _frozen_importlib_external import PathFinder
 
 
 def graded(folder):
@@ -64,6 +72,14 @@ def doctest_main():
     sys.exit(doctest._test())
 
 
+def graded_imports():
+    """./graded_imports.py's rules, as ./sitecustomize.py puts them (once)."""
+    spec = PathFinder.find_spec("graded_imports", [os.path.dirname(os.path.abspath(__file__))])
+    rules = module_from_spec(spec)
+    spec.loader.exec_module(rules)
+    rules.install(sys.path_hooks, sys.path_importer_cache)
+
+
 def main():
     module = sys.argv.pop(1)
     sys.argv[0] = "-m"  # as -m: the current folder first on sys.path unless it is safe (-P, -I)
@@ -71,10 +87,13 @@ def main():
         del sys.path[0]  # this file's folder, not the current one
     if not getattr(sys.flags, "safe_path", False):
         sys.path.insert(0, os.getcwd())
+    graded_imports()
     if module in ("unittest", "unittest.__main__"):
         unittest_main()
-    else:
+    elif module == "doctest":
         doctest_main()
+    else:
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
 
 
 if __name__ == "__main__":
