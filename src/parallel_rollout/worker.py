@@ -246,6 +246,7 @@ class RolloutWorker:
             try:
                 action = run_maybe_async(agent.act(observation), parts.event_loop)
             except EpisodeCut as cut:
+                cut.turn = agent.cut_turn(cut)  # with the turn's calls that outlived the act
                 if cut.turn:  # the reply's sampled tokens are part of the episode
                     record["turns"] = turn
                     trajectory.write({"turn": turn, "action": None, "done": True, **cut.turn})

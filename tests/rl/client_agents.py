@@ -198,3 +198,19 @@ class BackgroundCallAgent(FirstAnswerAgent):
         reply = await self.model.achat(self.prompt(observation, "a"))
         self.critique = asyncio.ensure_future(self.model.achat(self.prompt(observation, "b")))
         return reply.text.split("<answer>")[-1].split("</answer>")[0]
+
+
+class CutRaceAgent(FirstAnswerAgent):
+    """Async: a "b" call, then, while it is under way, an "a" call, gathered; when "b" is cut
+    (a LengthCut under ``on_length="end"``) ``act`` raises with "a" still waiting for its turn."""
+
+    async def act(self, observation: dict[str, Any]) -> str:
+        """Both calls' replies; the move is the "a" call's."""
+        import asyncio
+
+        self.turns += 1
+        first = asyncio.ensure_future(self.model.achat(self.prompt(observation, "b")))
+        await asyncio.sleep(0.2)  # "b" is sent first (were "a" sent first, it is simply answered before the cut)
+        second = asyncio.ensure_future(self.model.achat(self.prompt(observation, "a")))
+        replies = await asyncio.gather(first, second)
+        return replies[1].text.split("<answer>")[-1].split("</answer>")[0]

@@ -238,3 +238,35 @@ def test_a_call_that_outlives_its_act_is_recorded_under_its_turn(tmp_path, sched
         masked = [i for s in trajectory.segments() for i, m in zip(s.input_ids, s.loss_mask) if m]
         assert masked == sampled * 6  # every call's sampled ids, each once
     assert len(server.requests) == 2 * 3 * 2
+
+
+def test_a_call_that_outlives_a_cut_act_is_in_the_cut_turn(tmp_path, schedulers, tokenizer_dir):
+    """One of an act's gathered calls is cut at the token limit (on_length="end") while the
+    other waits for its turn: the act raises LengthCut and the episode ends truncated. The
+    cut turn the worker writes held only the calls answered before the cut: the other call
+    was still sent and sampled, and its ids were in no record. The worker waits for the
+    turn's calls: the cut turn holds it too, marked ``outlived_act``."""
+    import time
+
+    model = TokenModel(tokenizer_dir, lambda call: ACT)
+
+    def policy(body):
+        if body["messages"][-1]["content"].endswith(" b"):  # cut after two tokens, answered late
+            time.sleep(0.5)
+            return model({**body, "max_tokens": 2})
+        return model(body)
+
+    batch, server = _lake_batch(tmp_path, schedulers, "CutRaceAgent", policy, on_length="end")
+    sampled = model.encode(ACT) + [model.end_id]
+    for trajectory in batch:
+        assert trajectory.status == "truncated" and len(trajectory.turns) == 1, trajectory.record
+        (turn,) = trajectory.turns
+        (answered,) = turn.get("earlier_calls", [])  # the "a" call ...
+        assert answered["request"][-1]["content"].endswith("turn 1 a"), turn
+        assert answered["reply"] == ACT and answered["token_ids"] == sampled and answered.get("outlived_act")
+        # ... then the cut "b" call, the turn's own fields
+        assert turn["request"][-1]["content"].endswith("turn 1 b") and turn["stop_reason"] == "length", turn
+        assert turn["token_ids"] == sampled[:2]
+        masked = [i for s in trajectory.segments() for i, m in zip(s.input_ids, s.loss_mask) if m]
+        assert sorted(masked) == sorted(sampled + sampled[:2])  # every sampled id, each once
+    assert len(server.requests) == 2 * 2

@@ -129,6 +129,13 @@ class Agent(abc.ABC):
         client = self.__dict__.get("_model_client")
         return client.turn_record() if client is not None else {}
 
+    def cut_turn(self, cut: EpisodeCut) -> dict[str, Any]:
+        """The model exchange of the turn whose ``act`` raised ``cut``, written as the
+        episode's last turn: the model client's (every call of the turn, those that outlived
+        the act too: ``ModelClient.cut_turn``); ``cut.turn`` for agents that never called it."""
+        client = self.__dict__.get("_model_client")
+        return client.cut_turn(cut) if client is not None else cut.turn
+
     def usage(self) -> dict[str, Any]:
         """Resource use of the episode so far (token counts, requests, retries), recorded
         with the attempt: the model client's; {} for agents that never called it."""

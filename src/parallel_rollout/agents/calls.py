@@ -145,12 +145,14 @@ class Turns:
         self._recorded = False  # whether its record was taken: the next call begins a new turn
         self._calls: dict[int, list[dict[str, Any]]] = {}
         self._running: dict[int, list[Ticket]] = {}
+        #: the call an EpisodeCut ended, the cut, and the cut call's own record as it raised it
+        self._cut: tuple[Ticket, BaseException, dict[str, Any]] | None = None
 
     def reset(self) -> None:
         """A new episode: no turn's calls kept."""
         with self._lock:
             self._turn, self._recorded = self._turn + 1, False
-            self._calls, self._running = {}, {}
+            self._calls, self._running, self._cut = {}, {}, None
             self._lock.notify_all()
 
     def begin(self) -> None:
@@ -197,16 +199,38 @@ class Turns:
         """The turn's record, once its calls have ended: its answered calls in the order they
         ran, and the last one answered or not (``turn_of``); the next call begins a new turn."""
         with self._lock:
-            turn = self._turn
-            for ticket in self._running.get(turn, []):
-                ticket.outlived = True
-            while self._running.get(turn) and turn == self._turn:
-                self._lock.wait()
-            self._recorded = self._recorded or turn == self._turn  # not a new episode's, started meanwhile
-            made = self._calls.pop(turn, [])
-            self._running.pop(turn, None)
-        kept = [call for call in made[:-1] if "reply" in call] + made[-1:]
-        return turn_of(kept)
+            made = self._ended_calls(self._turn)
+        return turn_of([call for call in made[:-1] if "reply" in call] + made[-1:])
+
+    def cut(self, ticket: Ticket, cut: BaseException, own: dict[str, Any]) -> None:
+        """The call ``ticket`` raised ``cut`` (an EpisodeCut), its record as the cut holds it
+        ``own`` ({} when the model did not reply)."""
+        with self._lock:
+            self._cut = (ticket, cut, dict(own))
+
+    def cut_record(self, cut: BaseException) -> dict[str, Any] | None:
+        """The cut turn's record, once its other calls have ended (a gathered call that
+        outlived the cut act, sampled all the same): its answered calls in the order they ran,
+        the cut call last; None when ``cut`` was not raised by a call of this client."""
+        with self._lock:
+            if self._cut is None or self._cut[1] is not cut:
+                return None
+            ticket, _, own = self._cut
+            self._cut = None
+            made = self._ended_calls(ticket.turn)
+        return turn_of([call for call in made if call is not ticket.record and "reply" in call] + ([own] if own else []))
+
+    def _ended_calls(self, turn: int) -> list[dict[str, Any]]:
+        """``turn``'s calls, once those under way or waiting for their turn have ended (each
+        then marked outlived); the turn is recorded: the next call begins a new one. Under
+        the lock."""
+        for ticket in self._running.get(turn, []):
+            ticket.outlived = True
+        while self._running.get(turn) and turn == self._turn:
+            self._lock.wait()
+        self._recorded = self._recorded or turn == self._turn  # not a new episode's, started meanwhile
+        self._running.pop(turn, None)
+        return self._calls.pop(turn, [])
 
 
 def run_made(turns: Turns, ticket: Ticket, call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:

@@ -236,6 +236,13 @@ class ModelClient:
         agent's that outlived its act: ``calls.Turns``), each then marked ``outlived_act``."""
         return self._turns.record()
 
+    def cut_turn(self, cut: EpisodeCut) -> dict[str, Any]:
+        """The turn ``cut`` ended (the worker's, after ``act`` raised it): ``turn_record``'s
+        of the cut turn, the cut call last, once the turn's other calls have ended; ``cut.turn``
+        when no call of this client raised it."""
+        record = self._turns.cut_record(cut)
+        return cut.turn if record is None else record
+
     def usage(self) -> dict[str, Any]:
         """Tokens, requests and retries of the episode so far; with several servers, the
         server it ended on and its moves (``server_moves``)."""
@@ -268,6 +275,7 @@ class ModelClient:
         try:
             yield
         except EpisodeCut as cut:
+            self._turns.cut(ticket, cut, cut.turn)
             answered = self._turns.answered_before(ticket)
             if answered:
                 cut.turn = calls.turn_of(answered + ([cut.turn] if cut.turn else []))
