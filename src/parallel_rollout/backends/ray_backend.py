@@ -24,7 +24,7 @@ the same engine thread)::
   the same node if it is alive (none elsewhere: another node's pool is sized for its own).
   Attempts go to the node with the fewest under way.
 * **Lost and new nodes.** The driver holds a ``PoolActor.watch`` reference per pool and polls
-  ``ray.nodes()``: a pool or node that dies has its workers killed (their attempts
+  ``ray.nodes()`` (``ray_nodes``): a pool or node that dies has its workers killed (their attempts
   ``worker_died``), its VMs counted dead in the stats, and no new worker; a node that joins
   mid-run gets its pool and workers once swept of the run's leftovers (``ray_cluster.Sweeps``,
   the run going on meanwhile; one whose sweep fails or hangs is left out, as at the start).
@@ -59,14 +59,13 @@ from ..messages import Assignment, Cancel
 from ..trajectories import unpack_files
 from .base import BackendSpec, Clock, CrashWindow, EngineHooks, WorkerTable, died_record, late_failures
 from .ray_actors import TRAJECTORY_FILES, PoolActor, RayPool, WorkerActor, late_progress, mark_folder
-from .ray_cluster import (HEAD_LOST_S, HeadWatch, check_reachable, connect, disconnect_lost,
-                          Sweeps, done_refs, pinned, sweep_cluster, take_events, wait_ready, why)
+from .ray_cluster import (HeadWatch, check_reachable, connect, disconnect_lost, Sweeps, done_refs, pinned,
+                          sweep_cluster, wait_ready, why)
+from .ray_nodes import NodeWatch
 from .ray_pools import Node, pools_stats, stop_pools
 
 log = logging.getLogger("parallel_rollout")
 
-#: seconds between two looks at the cluster's nodes
-_NODE_POLL_S = 1.0
 #: what the pool actor may serve at once (blocked leases included)
 _POOL_CONCURRENCY = 512
 
@@ -99,7 +98,7 @@ class _Worker:
         return self.ready_ref is None and self.pid is not None
 
 
-class RayBackend(WorkerTable):
+class RayBackend(WorkerTable, NodeWatch):
     """Worker actors and per-node pool actors of one engine."""
 
     def __init__(self, spec: BackendSpec, hooks: EngineHooks) -> None:
@@ -297,67 +296,11 @@ class RayBackend(WorkerTable):
                     self._lose_node(node, f"the pool of node {node.node_id[:8]} died: {why(exc)}")
         if self._sweeps.pending:
             self._joined(*self._sweeps.settle())
-        if time.monotonic() - self._last_poll > _NODE_POLL_S:
-            self._last_poll = time.monotonic()
-            take_events(self._nodes.values(), self.spec.run_dir)
-            nodes = None if self._head.lost else self._head.alive_nodes()
-            if nodes is None:  # the GCS did not answer in time
-                down = self._head.down_for()
-                return self._lose_head(down) if down >= HEAD_LOST_S and not self._head.lost else None
-            alive = set(nodes)
-            for node in list(self._nodes.values()):
-                if node.alive and node.node_id not in alive:
-                    self._lose_node(node, f"node {node.node_id[:8]} left the cluster")
-            for node_id in sorted(alive - set(self._nodes)):
-                if not self.hooks.closing and not self._sweeps.known(node_id):
-                    self._sweeps.start(node_id) if self.spec.provider_cls is not None else self._joined([node_id], {})
-
-    def _joined(self, swept: list[str], left_out: dict[str, str]) -> None:
-        """Pools and workers of nodes swept of the run's leftovers (orphans only: not the live VMs
-        of other nodes on their host), the run going on meanwhile; those whose sweep failed or hung left out."""
-        for reason in [f"node {node_id[:8]} is left out of the run: {said}" for node_id, said in left_out.items()]:
-            log.warning("%s (%d node(s) left out)", reason, len(self._sweeps.left_out))
-            self.hooks.event("node_left_out", reason=reason)
-        for node_id in swept if not self.hooks.closing else ():
-            self._add_node(node_id)
-            pool = "" if self._shared_home is not None else f"a pool of {self.config.pool_size} and "
-            self.hooks.event("node_joined", reason=f"node {node_id[:8]}: {pool}{self.config.num_rollouts} worker(s)")
-            log.info("[Ray] node %s joined", node_id[:8])
+        self._poll_nodes()
 
     def _settle(self, worker: _Worker, ident: tuple[str, int]) -> None:
         for held in (worker.assigned, worker.slots, worker.started):
             held.pop(ident, None)
-
-    def _lose_node(self, node: Node, reason: str) -> None:
-        node.alive, node.lost_reason = False, reason
-        log.warning("%s; its VMs are counted dead, its attempts retried elsewhere", reason)
-        self.hooks.event("node_lost", reason=reason)
-        for worker in [w for w in list(self._workers.values()) if w.node_id == node.node_id]:
-            worker.lost = True  # nothing to ask it: ray.kill only
-            self._on_worker_death(worker, reason, deliberate=True)
-        if self.hooks.closing:
-            return
-        if not any(n.alive for n in self._nodes.values()):
-            self.hooks.stop(f"every node of the Ray cluster (or its VM pool) is lost, the last: {reason}; "
-                             f"every finished result is kept in {self.spec.run_dir / 'results.jsonl'}")
-        elif node.node_id == self._shared_home:
-            self.hooks.stop(f"the node of the run's only VM pool is lost ({reason}); every finished "
-                             f"result is kept in {self.spec.run_dir / 'results.jsonl'}")
-
-    def _lose_head(self, down: float) -> None:
-        """The head's GCS took no connection for ``down`` s (killed, cut off): Ray ends this
-        driver soon. The run stops with what it has, asking Ray nothing that waits on the head."""
-        self._head.lost = True
-        reason = f"the Ray cluster's head node ({self._head.address}) has not answered for {down:.0f}s"
-        self.hooks.event("head_lost", reason=reason)
-        self.hooks.stop(f"{reason}: the cluster is lost; every finished result is kept in "
-                        f"{self.spec.run_dir / 'results.jsonl'}")
-        if self._head.node_id in self._nodes:
-            self._nodes[self._head.node_id].alive, self._nodes[self._head.node_id].lost_reason = False, reason
-        self._kill(*self._workers.values())  # their agents' processes, where nodes still answer
-        for w in list(self._workers.values()):
-            w.lost = True
-            self._on_worker_death(w, f"{reason} (the cluster is lost)", deliberate=True)
 
     def _on_worker_death(self, w: _Worker, reason: str, deliberate: bool = False) -> None:
         """Record what the worker held as worker_died, reclaim its VMs, replace it;
