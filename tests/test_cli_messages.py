@@ -101,3 +101,21 @@ def test_a_run_that_finished_no_sample_has_no_score(tmp_path):
     assert "run empty: 0/0 samples finished: no success rate, no mean reward" in done.output
     assert "None" not in done.output and "success rate -" not in done.output
     assert json.loads((tmp_path / "out" / "empty" / "summary.json").read_text())["total_samples"] == 0
+
+
+def test_a_resume_given_another_modes_data_says_the_mode_is_the_runs(tmp_path):
+    """`--run-id r --resume --data other.jsonl` of a --mode shell run, other.jsonl's tasks py ones,
+    said "which --mode shell cannot run: leave --mode out, or give --mode py": a --mode the user
+    never gave (config.json's), and advice a resume refuses (another mode is other settings)."""
+    data = write_tasks(tmp_path / "tasks.jsonl", [shell_task("a")])
+    assert run(tmp_path, "--mode", "shell", "--data", str(data), "--run-id", "r").exit_code == 0
+    other = write_tasks(tmp_path / "other.jsonl", [{"id": f"p{i}", "mode": "py", "prompt": "def f():"} for i in range(2)])
+    config = tmp_path / "out" / "r" / "config.json"
+    for given, what in ((other, f"{other}: its tasks are py tasks (each names its mode)"),
+                        ("humaneval", "--data humaneval holds py tasks")):
+        done = run(tmp_path, "--run-id", "r", "--resume", "--data", str(given))
+        assert done.exit_code == EXIT_USAGE, done.output
+        assert (f"{what}, which --mode shell cannot run (mode = \"shell\" in {config}, which --resume reads): "
+                "--resume continues r in its mode: give the run's own --data, or start a new --run-id") \
+            in " ".join(done.output.split()), done.output
+    assert run(tmp_path, "--run-id", "r", "--resume").exit_code == 0  # its own data: it ends as it did

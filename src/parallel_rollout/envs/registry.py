@@ -188,15 +188,34 @@ def run_task_set(cfg: "RunConfig", task_fields: frozenset[str]) -> Any:
     task file took it in silence) still finishes."""
     from ..tasks import load_task_set
 
+    from ..tasks import declared_mode
+
     given = {name for name in cfg.explicit if RESUME_READS not in cfg.sources.get(name, "")}
     try:
         return load_task_set(cfg.data, default_mode=cfg.mode, validators=task_validators(task_fields),
                              domain=cfg.domain, index=cfg.osworld_index, mode_given="mode" in cfg.explicit,
                              given=given)
     except TaskFileError as exc:
+        other = declared_mode(cfg.data) if "data" in given and "mode" not in given else None
+        if other and other != cfg.mode and _resumed(cfg, "mode"):  # it said --mode, which the user never gave
+            raise TaskFileError(f"{cfg.data}: its tasks are {other} tasks (each names its mode), which --mode "
+                                f"{cfg.mode} cannot run{cfg.where('mode')}: {_mode_advice(cfg, other)}") from None
         if "\n" not in str(exc) and cfg.where("data"):  # one line: the file's own error, not a record's
             exc.args = (f"{exc}{cfg.where('data')}", *exc.args[1:])
         raise
+
+
+def _resumed(cfg: "RunConfig", name: str) -> bool:
+    """Whether setting ``name`` is the resumed run's, read from its config.json."""
+    return RESUME_READS in cfg.sources.get(name, "")
+
+
+def _mode_advice(cfg: "RunConfig", implied: str) -> str:
+    """What to do about a --data whose tasks the run's --mode cannot run: a resume continues
+    the run in its own mode (another --mode is refused as other settings), so its own data."""
+    if _resumed(cfg, "mode"):
+        return f"--resume continues {cfg.run_id} in its mode: give the run's own --data, or start a new --run-id"
+    return f"leave --mode out, or give --mode {implied}"
 
 
 def with_mode_defaults(cfg: "RunConfig") -> "RunConfig":
@@ -231,7 +250,7 @@ def with_mode_defaults(cfg: "RunConfig") -> "RunConfig":
     elif cfg.mode in _BUILT_IN and ((named or implied == "osworld") and cfg.mode != implied):
         what = f"{named} tasks" if named else "an OSWorld task set"
         raise ConfigError(f"--data {cfg.data} holds {what}, which --mode {cfg.mode} cannot run"
-                          f"{cfg.where('mode')}: leave --mode out, or give --mode {implied}")
+                          f"{cfg.where('mode')}: {_mode_advice(cfg, implied)}")
     elif cfg.mode in _BUILT_IN and by_flag and cfg.mode != "osworld":
         raise ConfigError(f"{' and '.join(by_flag)} (an OSWorld task set's) and --mode {cfg.mode}"
                           f"{cfg.where('mode')} conflict: leave --mode out, or give --mode osworld")
