@@ -119,3 +119,19 @@ def test_a_resume_given_another_modes_data_says_the_mode_is_the_runs(tmp_path):
                 "--resume continues r in its mode: give the run's own --data, or start a new --run-id") \
             in " ".join(done.output.split()), done.output
     assert run(tmp_path, "--run-id", "r", "--resume").exit_code == 0  # its own data: it ends as it did
+
+
+def test_report_of_the_output_folder_names_its_runs(tmp_path):
+    """`report results` (the output folder, not a run's) said only "not a run folder": it names
+    the runs it holds and how to list them."""
+    data = write_tasks(tmp_path / "tasks.jsonl", [shell_task("a")])
+    assert run(tmp_path, "--data", str(data), "--run-id", "first").exit_code == 0
+    out = tmp_path / "out"
+    (out / "notes").mkdir()  # a folder of the user's own is no run
+    done = CliRunner().invoke(main, ["report", str(out)])
+    assert done.exit_code == EXIT_USAGE, done.output
+    assert (f"{out}: not a run folder (no config.json or results.jsonl); it is an output folder of runs (first): "
+            f"give one, {out / 'first'}, or list them with `runs list --output-dir {out}`") \
+        in " ".join(done.output.split()), done.output
+    alone = CliRunner().invoke(main, ["report", str(out / "notes")])
+    assert alone.exit_code == EXIT_USAGE and "output folder" not in alone.output, alone.output

@@ -152,7 +152,8 @@ class RunData:
         if not run_dir.is_dir():
             raise NotARunFolder(_a_file(run_dir))
         if config_doc is None and not results.exists():
-            raise NotARunFolder(f"{run_dir}: not a run folder (no config.json or results.jsonl)")
+            raise NotARunFolder(f"{run_dir}: not a run folder (no config.json or results.jsonl)"
+                                f"{_runs_inside(run_dir)}")
         summary = _read_json(run_dir / "summary.json")
         stamp = results_stamp(run_dir)  # before reading: a change made meanwhile is a change
         records = _read_results(results) if results.exists() else []
@@ -226,6 +227,20 @@ def resolve_run(ref: str | Path, output_dir: str | Path | None = None) -> Path:
         raise NotARunFolder(_a_file(path))
     where = f" (nor {Path(output_dir) / str(ref)})" if output_dir is not None else ""
     raise NotARunFolder(f"{ref}: no such run folder{where}")
+
+
+def _runs_inside(folder: Path, shown: int = 5) -> str:
+    """What an output folder given for a run folder (`report results`) holds: its runs."""
+    try:
+        runs = sorted(p.name for p in folder.iterdir()
+                      if (p / "config.json").is_file() or (p / "results.jsonl").is_file())
+    except OSError:
+        return ""
+    if not runs:
+        return ""
+    more = f" and {len(runs) - shown} more" if len(runs) > shown else ""
+    return (f"; it is an output folder of runs ({', '.join(runs[:shown])}{more}): give one, "
+            f"{folder / runs[0]}, or list them with `runs list --output-dir {folder}`")
 
 
 def _a_file(path: Path) -> str:
