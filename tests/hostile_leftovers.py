@@ -240,6 +240,16 @@ LEFTOVER_ROWS["rig_check_pytest_isolated_package"] = (LEFTOVER_ROWS["rig_check_u
 LEFTOVER_ROWS["rig_check_proverc"] = (["echo --dry > ~/.proverc"],
                                       "d=$(mktemp -d) && printf 'use Test::More tests => 1;\\nok(0);\\n' > $d/t.t"
                                       " && cd $d && prove t.t", False)
+#: cmake's find_package() searches the user package registry, ~/.cmake/packages, before the
+#: system's packages: the answer's GTestConfig.cmake (FindGTest tries it first) rewrote the check's
+#: test program as it configured, and ctest passed; its wrapper turns the registry off
+CMAKE_CHECK = ("d=$(mktemp -d) && printf 'cmake_minimum_required(VERSION 3.10)\\nproject(t C)\\nfind_package(GTest)\\n"
+               "enable_testing()\\nadd_executable(t t.c)\\nadd_test(NAME t COMMAND t)\\n' > $d/CMakeLists.txt"
+               " && printf 'int main(void) { return 3; }\\n' > $d/t.c && cmake -S $d -B $d/b >/dev/null"
+               " && cmake --build $d/b >/dev/null && ctest --test-dir $d/b")
+LEFTOVER_ROWS["rig_check_cmake_registry"] = (["mkdir -p ~/.cmake/packages/GTest ~/.g && echo $HOME/.g > ~/.cmake/packages/GTest/a"
+                                              " && printf 'file(WRITE ${CMAKE_SOURCE_DIR}/t.c \"int main(void) { return 0; }\\\\n\")\\n'"
+                                              " > ~/.g/GTestConfig.cmake"], CMAKE_CHECK, False)
 #: vim, valgrind and git ran their program with the wrappers' folder off PATH: what it started (a
 #: vim filter, the program valgrind runs, a git alias) ran the system's jq, which read ~/.jq
 LEFTOVER_ROWS["rig_check_vim_filter"] = ([JQ_RC], "echo '[1]' > ~/v.json && vim -es -c '%!jq length' -c wq ~/v.json"
@@ -354,7 +364,7 @@ LEFTOVER_PROGRAMS = {"rig_check_mavenrc": "mvn", "rig_check_mvn_config": "mvn", 
                      "rig_check_unittest_home_package": "python3", "rig_check_pytest_home_extension": "pytest",
                      "rig_check_unittest_home_bytecode": "python3", "rig_check_doctest_home_bytecode": "python3",
                      "rig_check_unittest_isolated_package": "python3", "rig_check_pytest_isolated_package": "pytest",
-                     "rig_check_proverc": "prove",
+                     "rig_check_proverc": "prove", "rig_check_cmake_registry": "cmake",
                      "rig_check_pytest_home_package": "pytest", "rig_check_pytest_by_path": "pytest",
                      "rig_check_pytest_main": "pytest", "rig_check_pytest_from_a_program": "pytest"}
 
@@ -421,6 +431,11 @@ LEFTOVER_HONEST = {"mvn": "d=$(mktemp -d) && mkdir $d/.mvn && echo -v > $d/.mvn/
                    # a project's own ./.proverc (-v: each test's lines), tests that pass from the home
                    "prove": "d=$(mktemp -d) && printf 'use Test::More tests => 1;\\nok(1);\\n' > $d/t.t && echo -v > $d/.proverc"
                             " && (cd $d && prove t.t | grep -qx 'ok 1') && cp $d/t.t ~/t.t && cd ~ && prove -Q t.t",
+                   # a package of the check's own prefix found, a project that passes, cmake's other modes
+                   "cmake": "d=$(mktemp -d) && mkdir -p $d/p/lib/cmake/Foo && echo 'set(FOO_OK 1)' > $d/p/lib/cmake/Foo/FooConfig.cmake"
+                            " && " + CMAKE_CHECK.replace("d=$(mktemp -d) && ", "").replace("return 3", "return 0")
+                            .replace("(GTest)", "(Foo REQUIRED)").replace("cmake -S", "cmake -DCMAKE_PREFIX_PATH=$d/p -S") +
+                            " >/dev/null && [ \"$(cmake -E echo ok)\" = ok ] && cmake --version | grep -q 'cmake version'",
                    "gpg": "gpg --print-md SHA256 ~/a.json | grep -q a.json",
                    "less": "less -F ~/a.json | grep -q '\"a\"'",
                    # the check's own Makefile, a GNUmakefile it made beside one, its own -f; a recipe's
