@@ -159,10 +159,16 @@ def test_fail_under_takes_a_percentage_as_coverage_tools_write_it(tmp_path):
     config = tmp_path / "gate.toml"
     config.write_text('fail-under = "50%"\n')
     assert run_cli(tmp_path, tasks, "at", "--config", str(config)).exit_code == exit_codes.EXIT_OK
-    for given, said in [("abc%", "--fail-under 'abc%' is no percentage: give a fraction (0.8) or a percentage (80%)"),
-                        ("150%", "--fail-under '150%' must be a percentage between 0% and 100%")]:
+    for given, said in [("abc%", "'abc%' is no percentage: give a fraction (0.8) or a percentage (80%)"),
+                        ("150%", "'150%' must be a percentage between 0% and 100%")]:
         refused = run_cli(tmp_path, tasks, "bad", "--fail-under", given)
-        assert refused.exit_code == exit_codes.EXIT_USAGE and f"Error: {said}" in refused.output, refused.output
+        assert refused.exit_code == exit_codes.EXIT_USAGE, refused.output
+        assert f"Error: Invalid value for '--fail-under': {said}" in refused.output, refused.output
+    # from the environment, the variable is named as for any flag's bad value
+    refused = CliRunner().invoke(main, ["run", "--mode", "shell", "--data", str(tmp_path / "at.jsonl"), "--dry-run"],
+                                 env={"PARALLEL_ROLLOUT_FAIL_UNDER": "x%"})
+    assert ("'x%' is no percentage: give a fraction (0.8) or a percentage (80%) (from the environment variable "
+            "PARALLEL_ROLLOUT_FAIL_UNDER)") in refused.output, refused.output
     config.write_text('fail-under = "eighty%"\n')
     refused = run_cli(tmp_path, tasks, "bad", "--config", str(config))
     assert f"{config}: fail-under 'eighty%' is no percentage" in refused.output, refused.output

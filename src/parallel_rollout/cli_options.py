@@ -77,9 +77,9 @@ class Gate(click.ParamType):
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         if param is not None:
             try:
-                value = gate_setting(param.name or "", value)
-            except ConfigError as exc:  # it names the flag: no "Invalid value for" before it
-                raise click.UsageError(str(exc), ctx) from None
+                value = gate_setting(param.name or "", value, said="")
+            except ConfigError as exc:  # click names the flag, or the variable that held it
+                self.fail(str(exc), param, ctx)
             if value is None:
                 return None
         return self.inner.convert(value, param, ctx)

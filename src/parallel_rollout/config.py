@@ -286,7 +286,7 @@ def _coerce(name: str, value: Any, where: str, key: str | None = None) -> Any:
     as the file spells it (num-vms), else the field."""
     kind = _FIELDS[name].type
     key = key or name
-    value = gate_setting(name, value, f"{where}: {key}")  # "none": the gate off; "80%": 0.8
+    value = gate_setting(name, value, f"{where}: {key} ")  # "none": the gate off; "80%": 0.8
     if value is None:
         return value
     if kind.startswith("dict"):

@@ -340,20 +340,20 @@ RESUME_READS = "which --resume reads"
 GATE_OFF = ("none", "")
 
 
-def gate_setting(name: str, value: Any, said: str = "--fail-under") -> Any:
+def gate_setting(name: str, value: Any, said: str = "--fail-under ") -> Any:
     """``value`` of setting ``name``, None for a gate given as ``GATE_OFF``; ``fail_under`` as a
     percentage (``80%``, the way coverage tools write it) is its fraction, 0.8 (an error says
-    the setting as ``said``: the flag, or a config file's key)."""
+    the setting as ``said``: the flag, a config file's key, or nothing where click names it)."""
     if name in ("fail_under", "compare_to") and isinstance(value, str) and value.strip().lower() in GATE_OFF:
         return None
     if name == "fail_under" and isinstance(value, str) and value.strip().endswith("%"):
         try:
             percent = float(value.strip()[:-1])
         except ValueError:
-            raise ConfigError(f"{said} {value!r} is no percentage: give a fraction (0.8) "
+            raise ConfigError(f"{said}{value!r} is no percentage: give a fraction (0.8) "
                               "or a percentage (80%)") from None
         if not 0 <= percent <= 100:
-            raise ConfigError(f"{said} {value!r} must be a percentage between 0% and 100%")
+            raise ConfigError(f"{said}{value!r} must be a percentage between 0% and 100%")
         return percent / 100
     return value
 
