@@ -235,6 +235,17 @@ LEFTOVER_ROWS["rig_check_unittest_isolated_package"] = (LEFTOVER_ROWS["rig_check
                                                         UNITTEST_HOME.replace("python3 -m", "python3 -I -m"), False)
 LEFTOVER_ROWS["rig_check_pytest_isolated_package"] = (LEFTOVER_ROWS["rig_check_unittest_home_package"][0],
                                                       HOME_TEST + "cd ~ && python3 -Im pytest -q test_check.py", False)
+#: python3 -E ignores PYTHONNOUSERSITE and PYTHONSAFEPATH too: it ran the answer's usercustomize.py
+#: of its user site-packages, and put the current folder (the home) first on sys.path; ./python3
+#: runs it as -I
+USERCUSTOMIZE = ("d=$(python3 -c 'import site; print(site.getusersitepackages())') && mkdir -p $d"
+                 " && printf 'import os\\nos._exit(0)\\n' > $d/usercustomize.py")
+LEFTOVER_ROWS["rig_check_python_e_usercustomize"] = ([USERCUSTOMIZE], "python3 -E -c 'import sys; sys.exit(3)'", False)
+LEFTOVER_ROWS["rig_check_python_e_home_module"] = (["printf 'import os\\nos._exit(0)\\n' > ~/json.py"],
+                                                   "cd ~ && python3 -E -c 'import json, sys; sys.exit(3)'", False)
+LEFTOVER_ROWS["rig_check_unittest_e_home_module"] = (LEFTOVER_ROWS["rig_check_unittest_home_module"][0],
+                                                     LEFTOVER_ROWS["rig_check_unittest_home_module"][1].replace(
+                                                         "python3 -m", "python3 -BEm"), False)
 #: prove (Perl's test harness) reads ~/.proverc as options: `--dry` there listed the check's
 #: failing tests and exited 0; its wrapper passes --norc (a ./.proverc still counts, not the home's)
 LEFTOVER_ROWS["rig_check_proverc"] = (["echo --dry > ~/.proverc"],
@@ -364,6 +375,8 @@ LEFTOVER_PROGRAMS = {"rig_check_mavenrc": "mvn", "rig_check_mvn_config": "mvn", 
                      "rig_check_unittest_home_package": "python3", "rig_check_pytest_home_extension": "pytest",
                      "rig_check_unittest_home_bytecode": "python3", "rig_check_doctest_home_bytecode": "python3",
                      "rig_check_unittest_isolated_package": "python3", "rig_check_pytest_isolated_package": "pytest",
+                     "rig_check_python_e_usercustomize": "python3", "rig_check_python_e_home_module": "python3",
+                     "rig_check_unittest_e_home_module": "python3",
                      "rig_check_proverc": "prove", "rig_check_cmake_registry": "cmake",
                      "rig_check_pytest_home_package": "pytest", "rig_check_pytest_by_path": "pytest",
                      "rig_check_pytest_main": "pytest", "rig_check_pytest_from_a_program": "pytest"}
@@ -427,7 +440,7 @@ LEFTOVER_HONEST = {"mvn": "d=$(mktemp -d) && mkdir $d/.mvn && echo -v > $d/.mvn/
                               " && python3 -m unittest discover -v 2>&1 | grep -q 'test_f .* ok'"
                               " && python3 -m doctest -v ~/ut/sol.py | grep -q '^1 passed and 0 failed'"
                               " && d=$(mktemp -d) && cp ~/ut/*.py $d && cd / && python3 -Im unittest discover -v -s $d 2>&1"
-                              " | grep -q 'test_f .* ok'",
+                              " | grep -q 'test_f .* ok' && cd ~/ut && python3 -E -m unittest discover -v 2>&1 | grep -q 'test_f .* ok'",
                    # a project's own ./.proverc (-v: each test's lines), tests that pass from the home
                    "prove": "d=$(mktemp -d) && printf 'use Test::More tests => 1;\\nok(1);\\n' > $d/t.t && echo -v > $d/.proverc"
                             " && (cd $d && prove t.t | grep -qx 'ok 1') && cp $d/t.t ~/t.t && cd ~ && prove -Q t.t",

@@ -85,7 +85,7 @@ def main():
     sys.argv[0] = "-m"  # as -m: the current folder first on sys.path unless it is safe (-P, -I)
     if sys.path and os.path.realpath(sys.path[0]) == os.path.dirname(os.path.realpath(__file__)):
         del sys.path[0]  # this file's folder, not the current one
-    if not getattr(sys.flags, "safe_path", False):
+    if not getattr(sys.flags, "safe_path", False) and not sys.flags.isolated:  # -I before Python 3.11
         sys.path.insert(0, os.getcwd())
     graded_imports()
     if module in ("unittest", "unittest.__main__"):
