@@ -272,3 +272,20 @@ def test_rollout_times_leave_out_the_attempts_that_never_got_a_vm(tmp_path, monk
     assert f"rollout time p50 {rollout['p50']}s p90 {rollout['p90']}s" in done.output, done.output
     compared = CliRunner().invoke(main, ["compare", "r", "r", "--output-dir", str(tmp_path / "out")])
     assert f"rollout time p50: {rollout['p50']}s -> {rollout['p50']}s" in compared.output, compared.output
+
+
+def test_samples_skipped_as_unsupported_have_no_rollout_time(tmp_path):
+    """--skip-unsupported's final records (no VM, no time) were the run's 'rollout time p50
+    0.0s', in the console, summary.json and the report's histogram."""
+    from test_osworld_taskset import osworld_folder
+
+    lacking = {"func": "no_such_metric", "result": {"type": "vm_file", "path": "/tmp/x", "dest": "x"}}
+    folder = osworld_folder(tmp_path / "set", {"a": {"domain": "os", "instruction": "a", "config": [],
+                                                    "evaluator": lacking}})
+    done = CliRunner().invoke(main, ["run", "--mode", "osworld", "--data", str(folder), "--skip-unsupported",
+                                     "--run-id", "u", "--output-dir", str(tmp_path / "out"), "--no-progress"])
+    assert done.exit_code == 0 and "statuses: unsupported 1" in done.output, done.output
+    assert "rollout time" not in done.output, done.output
+    assert json.loads((tmp_path / "out" / "u" / "summary.json").read_text())["timing_s"]["rollout"] is None
+    html = (tmp_path / "out" / "u" / "report.html").read_text()
+    assert "0 attempts that ran; 1 that never ran left out (unsupported 1)" in html
