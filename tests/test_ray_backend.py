@@ -7,9 +7,10 @@ nodes, HumanEval's judges graded on them, timeouts that are not crashes, a sweep
 node, Ctrl-C then --resume under one limit, a run without an address that starts and stops
 a Ray of its own, remote VMs leased from every node, no more VMs booted on a node than it
 can use, what an agent starts dying with its worker actor (the run's end, os._exit, a
-timeout kill, a node of the test's own removed), every pool lost, a node removed and one
-added mid-run. One cluster serves the whole module (Ray start-up is the expensive part), with
-Ray's own process-group clean-up off; the last test removes one of its nodes. The Engine API and the RL scheduler on a cluster:
+timeout kill, a node of the test's own removed), every pool lost, a run without VMs that
+says in summary.json which node it lost, a node removed and one added mid-run. One cluster
+serves the whole module (Ray start-up is the expensive part), with Ray's own process-group
+clean-up off; the last test removes one of its nodes. The Engine API and the RL scheduler on a cluster:
 tests/test_ray_driver.py; without a cluster: tests/test_ray_config.py.
 """
 
@@ -420,6 +421,59 @@ def test_every_pool_lost_exits_1_and_resume_finishes(cluster, tmp_path):
     assert_exactly_once(tmp_path / "aborted", keys)
 
 
+_SLOW_ORACLE = """import time
+
+from parallel_rollout.agents.oracle import OracleAgent
+
+
+class Agent(OracleAgent):
+    def act(self, observation):
+        time.sleep(0.5)  # the run still going when the test kills a node
+        return super().act(observation)
+"""
+
+
+@pytest.mark.slow
+def test_a_run_without_vms_says_in_its_summary_which_node_it_lost(cluster, tmp_path):
+    """--mode math (no VM, no pool) on the cluster and a node of the test's own, killed mid-run
+    (its raylet, by pid): summary.json's ``ray`` section names every node the run used, the
+    lost one with why, and the printed summary says it. Before, a run without VMs said a lost
+    node only in its warnings and events.jsonl: summary.json had no word of the cluster."""
+    cl, _ = cluster
+    victim = cl.add_node(**_NODE)  # this test's own, killed below
+    cl.wait_for_nodes()
+    alive = {node.node_id for node in cl.list_all_nodes()}  # the head's and every worker node's
+    (tmp_path / "slow_oracle.py").write_text(_SLOW_ORACLE)  # the nodes import it from the driver's folder
+    data = tmp_path / "tasks.jsonl"
+    data.write_text("".join(json.dumps({"id": f"t{i}", "mode": "math", "problem": "1+1", "answer": "2"}) + "\n"
+                            for i in range(80)))
+    cmd = [sys.executable, "-m", "parallel_rollout.cli", "--mode", "math", "--data", str(data), "--agent",
+           "slow_oracle:Agent", "--output-dir", str(tmp_path), "--run-id", "nodes", "--backend", "ray",
+           "--ray-address", cl.address, "--num-rollouts", "1", "--no-progress"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    results = tmp_path / "nodes" / "results.jsonl"
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline and proc.poll() is None:
+        if results.exists() and f'"node": "{victim.node_id}"' in results.read_text():
+            break  # the victim's worker has served: the run uses the node
+        time.sleep(0.05)
+    assert proc.poll() is None, "the run ended before a node could be killed"
+    cl.remove_node(victim, allow_graceful=False)
+    stdout, stderr = communicate(proc, 240)
+    assert proc.returncode == 0, stderr[-3000:]
+    assert_exactly_once(tmp_path / "nodes", {f"t{i}#0" for i in range(80)})
+    summary = json.loads((tmp_path / "nodes" / "summary.json").read_text())
+    assert summary["vm"] is None  # no VM: no pool's figures
+    used = summary["ray"]["nodes"]
+    assert set(used) == alive and victim.node_id in used, used
+    assert used[victim.node_id]["lost"] is True, used
+    assert victim.node_id[:8] in used[victim.node_id]["reason"], used
+    assert [n for n, said in used.items() if said["lost"]] == [victim.node_id], used
+    assert summary["ray"]["nodes_left_out"] == {}
+    said = " ".join(stdout.split())
+    assert f"Ray node {victim.node_id[:8]} lost: {used[victim.node_id]['reason']}" in said, stdout[-3000:]
+
+
 @pytest.mark.slow
 def test_node_removed_and_node_added_mid_run(cluster, tmp_path):
     """Nothing lost or doubled when a node dies mid-run; a node that joins gets a pool."""
@@ -466,7 +520,12 @@ def test_node_removed_and_node_added_mid_run(cluster, tmp_path):
             assert retry and retry[0]["node"] != victim.node_id
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["vm"]["states"].get("dead", 0) >= 1  # the lost node's VM
-    assert {"lost": True, "size": 1} in summary["vm"]["nodes"].values()
+    lost = summary["vm"]["nodes"][victim.node_id]
+    assert lost["lost"] is True and lost["size"] == 1 and victim.node_id[:8] in lost["reason"], lost
+    # the cluster's section, as a run without VMs has it, says the same (tests/…which_node_it_lost)
+    assert summary["ray"]["nodes"][victim.node_id] == {"lost": True, "reason": lost["reason"]}
+    assert [n for n, said in summary["ray"]["nodes"].items() if said["lost"]] == [victim.node_id]
+    assert f"Ray node {victim.node_id[:8]} lost: {lost['reason']}" in " ".join(stdout.split()), stdout[-3000:]
     assert any(e["event"] == "node_joined" for e in events), "the new node was not noticed"
     assert joined.node_id in summary["vm"]["nodes"] and len(summary["vm"]["nodes"]) == 4
     assert summary["vm"]["nodes"][joined.node_id]["leases"] >= 1, "the new node's pool served nothing"

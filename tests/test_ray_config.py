@@ -204,7 +204,7 @@ def test_the_summary_names_the_nodes_lost_and_left_out_with_why():
     """A node lost mid-run and one the run never used (its sweep failed): summary.json's vm
     says both with why, and the summary's lines name the one left out (they were only in a
     warning and events.jsonl: a scheduler could not tell the run had fewer nodes)."""
-    from parallel_rollout.backends.ray_pools import Node, pools_stats
+    from parallel_rollout.backends.ray_pools import Node, cluster_nodes, pools_stats
     from parallel_rollout.run_end import format_summary
 
     lost = Node("lost-node", pool=object(), alive=False, lost_reason="node lost-nod left the cluster")
@@ -215,6 +215,32 @@ def test_the_summary_names_the_nodes_lost_and_left_out_with_why():
                "status_counts": {"success": 3}, "attempts": 3, "retried_attempts": 0, "timing_s": {}, "vm": total}
     assert "Ray node dead-nod left out of the run: its sweep of the run's leftovers failed: X" in \
         format_summary(summary, "out").splitlines()
+    # the cluster's section beside it (every Ray run's): each node said once, the lost one too
+    summary["ray"] = cluster_nodes([lost], total["nodes_left_out"])
+    lines = format_summary(summary, "out").splitlines()
+    assert [line for line in lines if line.startswith("Ray node")] == [
+        "Ray node lost-nod lost: node lost-nod left the cluster",
+        "Ray node dead-nod left out of the run: its sweep of the run's leftovers failed: X"], lines
+
+
+def test_a_run_without_vms_names_the_nodes_it_used_and_lost_with_why():
+    """No pool, so no ``vm`` section: summary.json's ``ray`` says every node used, the lost
+    one with why, and the summary's lines name it (it was only in a warning and events.jsonl).
+    On a real cluster: tests/test_ray_backend.py."""
+    from parallel_rollout.backends.ray_pools import Node, cluster_nodes
+    from parallel_rollout.run_end import format_summary
+
+    nodes = [Node("kept-node"), Node("lost-node", alive=False, lost_reason="node lost-nod left the cluster")]
+    cluster = cluster_nodes(nodes)
+    assert cluster == {"nodes": {"kept-node": {"lost": False},
+                                 "lost-node": {"lost": True, "reason": "node lost-nod left the cluster"}},
+                       "nodes_left_out": {}}
+    summary = {"success_rate": 1.0, "mean_reward": 1.0, "successes": 3, "finished": 3, "total_samples": 3,
+               "status_counts": {"success": 3}, "attempts": 3, "retried_attempts": 0, "timing_s": {}, "vm": None,
+               "ray": cluster}
+    lines = format_summary(summary, "out").splitlines()
+    assert [line for line in lines if line.startswith("Ray node")] == [
+        "Ray node lost-nod lost: node lost-nod left the cluster"], lines
 
 
 def test_policy_gate_on_tcp_for_nodes_of_other_hosts():

@@ -146,6 +146,8 @@ class Engine(EngineCancels):
         self.error: str | None = None  # why the engine stopped on its own
         #: the pool's stats taken after its shutdown (every reset counted), for summaries
         self.final_pool_stats: dict[str, Any] | None = None
+        #: a Ray run's nodes as it ended (used, lost, left out), for summaries
+        self.final_cluster: dict[str, Any] | None = None
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
         self._pending: deque[Assignment] = deque()
@@ -295,6 +297,7 @@ class Engine(EngineCancels):
         try:
             # A manager that died (or was killed) could not stop its VMs itself.
             self.final_pool_stats = self.backend.shutdown(grace, sweep=not clean)
+            self.final_cluster = self.backend.cluster()
         except KeyboardInterrupt:
             # Not closed: the next close() (``finally: close()``) finishes the stop, the
             # backend's shutdown goes on from where it was cut short.

@@ -2,7 +2,8 @@
 
 ::
 
-    Runner.run ─► finish_run ─► summary.json (every session's counts, timings, VM figures)
+    Runner.run ─► finish_run ─► summary.json (every session's counts, timings, VM figures,
+                     │           a Ray run's nodes)
                      │        ─► the exit code: 130 interrupted, 1 stopped (the engine's
                      │           reason; 2 when the model endpoint refused the key or
                      │           model, or a VM is not what the settings ask), else 0
@@ -50,12 +51,13 @@ class RunOutcome:
 def finish_run(config: RunConfig, run_dir: Path, run_id: str, *, total: int,
                pool_stats: dict[str, Any] | None, started_at: float, interrupted: int | None,
                stopped: str | None, provenance: dict[str, Any] | None, resume_cmd: str,
-               refused: bool = False) -> RunOutcome:
+               refused: bool = False, cluster: dict[str, Any] | None = None) -> RunOutcome:
     """Write the run's summary.json and decide its exit code: ``interrupted`` (the signal
     that stopped it), ``stopped`` (why the engine stopped it; ``refused``: the model endpoint
     refused the run's key or model, or a VM booted unlike the run's settings, a configuration
     error), else finished; then the report
-    files and the gates (``report.gate.after_run``)."""
+    files and the gates (``report.gate.after_run``). ``cluster``: a Ray run's nodes (used, lost
+    with why, left out: ``ray_pools.cluster_nodes``), its summary's ``ray``; None otherwise."""
     results = run_dir / "results.jsonl"
     stamp = results_stamp(run_dir)  # before reading: a change made meanwhile is a change
     records = read_records(results) if results.exists() else []
@@ -66,6 +68,7 @@ def finish_run(config: RunConfig, run_dir: Path, run_id: str, *, total: int,
     summary["run_id"] = run_id
     summary["schema_version"] = SCHEMA_VERSION
     summary["provenance"] = provenance
+    summary["ray"] = cluster  # this session's cluster: with VMs or without, which node it lost and why
     # why the run stopped before its end (a pool exhausted, a dead manager, a model outage)
     summary["stopped"] = {"reason": stopped} if stopped and not interrupted else None
     # the results.jsonl this summary counted: `runs list` trusts the summary only while the
@@ -213,10 +216,22 @@ def format_summary(summary: dict[str, Any], run_dir: Any) -> str:
                      # its snapshot; only a replacement spends the budget
                      + (f"{vm['restarts']} restarted from the snapshot, " if vm.get("restarts") else "")
                      + f"{vm.get('replacements', 0)} replaced")
-        for node_id, why in (vm.get("nodes_left_out") or {}).items():  # --backend ray: never used
-            lines.append(f"Ray node {str(node_id)[:8]} left out of the run: {_elided(str(why))}")
+    lines += _ray_lines(summary)
     lines.append(f"results: {run_dir}/")
     return "\n".join(lines)
+
+
+def _ray_lines(summary: dict[str, Any]) -> list[str]:
+    """--backend ray: each node the run lost, with why, and each it left out (never used);
+    a summary from before the ``ray`` section has only its VM runs' nodes left out."""
+    ray = summary.get("ray") if isinstance(summary.get("ray"), dict) else {}
+    nodes = ray.get("nodes") if isinstance(ray.get("nodes"), dict) else {}
+    lines = [f"Ray node {str(node_id)[:8]} lost: {_elided(str(said.get('reason') or ''))}"
+             for node_id, said in nodes.items() if isinstance(said, dict) and said.get("lost")]
+    left_out = ray.get("nodes_left_out") if ray else (summary.get("vm") or {}).get("nodes_left_out")
+    for node_id, why in (left_out or {}).items():
+        lines.append(f"Ray node {str(node_id)[:8]} left out of the run: {_elided(str(why))}")
+    return lines
 
 
 def _pct(value: float | None) -> str:

@@ -395,6 +395,7 @@ class Runner:
     def _finish(self, total: int) -> RunOutcome:
         return finish_run(self.config, self.run_dir, self.run_id, total=total,
                           pool_stats=self.engine.final_pool_stats if self.engine else None,
+                          cluster=self.engine.final_cluster if self.engine else None,
                           started_at=self._started_at, interrupted=self._interrupted,
                           stopped=self.engine.error if self.engine is not None else None,
                           refused=self.refused,

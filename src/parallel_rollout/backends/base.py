@@ -146,6 +146,9 @@ class Backend(Protocol):
     def shutdown(self, grace: float, sweep: bool) -> dict[str, Any] | None:
         """Stop workers and pools in order; returns the pool's final stats (None without)."""
 
+    def cluster(self) -> dict[str, Any] | None:
+        """The nodes of a Ray run (used, lost with why, left out), for summary.json; None without."""
+
 
 class WorkerTable:
     """Every backend's table of its workers (``_workers``: index → a handle with

@@ -251,6 +251,10 @@ class LocalBackend(WorkerTable):
         if worker is not None:
             self._kill(worker, reason)
 
+    def cluster(self) -> dict[str, Any] | None:
+        """No cluster: one host."""
+        return None
+
     def pool_stats(self) -> dict[str, Any] | None:
         """The pool's live stats, or None."""
         if self.pool is None:

@@ -2,7 +2,8 @@
 of it, as ``base.WorkerTable`` is): a look at the cluster every ``_NODE_POLL_S`` (the pools'
 events.jsonl lines taken, a node gone from the cluster lost, a new one swept of the run's
 leftovers, then joined), a node lost (its pool died, it left the cluster: its workers killed,
-their attempts ``worker_died``) and the cluster's head lost (``HEAD_LOST_S``: the run stops).
+their attempts ``worker_died``) and the cluster's head lost (``HEAD_LOST_S``: the run stops);
+what summary.json's ``ray`` section says of them (``cluster``).
 
 Nothing here imports Ray at load: ``--backend local`` never needs it.
 """
@@ -15,7 +16,7 @@ from typing import Any
 
 from .base import BackendSpec, EngineHooks
 from .ray_cluster import HEAD_LOST_S, HeadWatch, Sweeps, take_events
-from .ray_pools import Node
+from .ray_pools import Node, cluster_nodes
 
 log = logging.getLogger("parallel_rollout")
 
@@ -37,6 +38,13 @@ class NodeWatch:
     _head: HeadWatch
     _shared_home: str | None
     _last_poll: float = 0.0
+
+    def cluster(self) -> dict[str, Any] | None:
+        """summary.json's ``ray`` section (``ray_pools.cluster_nodes``): the nodes used, lost
+        (with why) and left out; None when the run never reached the cluster."""
+        if not (self._nodes or self._sweeps.left_out):
+            return None
+        return cluster_nodes(self._nodes.values(), self._sweeps.left_out)
 
     def _poll_nodes(self) -> None:
         """Every _NODE_POLL_S: the pools' events taken; nodes gone from the cluster lost, new

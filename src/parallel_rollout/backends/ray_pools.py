@@ -1,6 +1,7 @@
 """The driver's side of the ray backend's VM pools: one ``Node`` record per node (its pool
 actor, the watch reference that fails when the pool dies, the events call under way), the
-pools' stats summed over the nodes, and their shutdown at the end of a run.
+pools' stats summed over the nodes, what summary.json says of the nodes (``cluster_nodes``,
+every Ray run's, VMs or none), and the pools' shutdown at the end of a run.
 
 A pool is a ``ray_actors.PoolActor`` pinned to its node; ``ray_backend`` places them, and
 asks them through these. Nothing here imports Ray at load: ``--backend local`` never needs it.
@@ -56,11 +57,28 @@ def pools_stats(nodes: Iterable[Node], size: int, provider: str,
                 stats = None
         per_node[node.node_id] = stats
     total = merge_stats(per_node, size, provider)
-    for node in nodes:
-        if node.lost_reason and total["nodes"].get(node.node_id, {}).get("lost"):
-            total["nodes"][node.node_id]["reason"] = node.lost_reason
-    total["nodes_left_out"] = dict(left_out or {})
+    cluster = cluster_nodes(nodes, left_out)
+    for node_id, said in cluster["nodes"].items():  # a pool counted lost says why its node was
+        if said.get("reason") and total["nodes"].get(node_id, {}).get("lost"):
+            total["nodes"][node_id]["reason"] = said["reason"]
+    total["nodes_left_out"] = cluster["nodes_left_out"]
     return total
+
+
+def cluster_nodes(nodes: Iterable[Node], left_out: dict[str, str] | None = None) -> dict[str, Any]:
+    """summary.json's ``ray`` section, for every Ray run (with VMs or without): each node the
+    run used, ``{"lost": false}`` or ``{"lost": true, "reason": why}`` (its pool died, it left
+    the cluster, the head was lost), and ``nodes_left_out``: those it never used (their sweep
+    of the run's leftovers failed or hung), with why. A scheduler reading summary.json sees
+    that the run lost a node, or ran on fewer nodes than the cluster had, and why; the VM
+    section's ``nodes`` and ``nodes_left_out`` say the same of the pools (``pools_stats``)."""
+    used: dict[str, dict[str, Any]] = {}
+    for node in nodes:
+        used[node.node_id] = {"lost": not node.alive}
+        if not node.alive:  # no reason of its own: a pool that did not answer once the head was lost
+            used[node.node_id]["reason"] = (node.lost_reason
+                                            or "its pool did not answer as the run ended, the cluster's head lost")
+    return {"nodes": used, "nodes_left_out": dict(left_out or {})}
 
 
 def stop_pools(nodes: Iterable[Node], run_dir: Path, head_lost: bool = False) -> bool:
