@@ -25,6 +25,7 @@ from conftest import assert_exactly_once, write_tasks
 from hostile_git import GIT_ROWS, HONEST_GIT
 from hostile_leftovers import (LEFTOVER_ADDRESS_SPACE, LEFTOVER_HONEST, LEFTOVER_PROGRAMS, LEFTOVER_PY_ROWS, LEFTOVER_ROWS,
                                STILL_RUNNING, on_system_path)
+from hostile_spelling import SPELLING_HONEST, SPELLING_PROGRAMS, SPELLING_ROWS
 from parallel_rollout.config import build_config
 from parallel_rollout.pool.providers import cgroups
 from parallel_rollout.runner import Runner
@@ -267,6 +268,7 @@ SHELL_ROWS = {
     # a check's git runs no program the config of the answer's repo names
     **GIT_ROWS,
     **LEFTOVER_ROWS,  # what the answer leaves to act while its check runs
+    **SPELLING_ROWS,  # a check that spell-checks the answer's text
     # a link into a process's /proc folder: what the check reads there is its own, here its
     # arguments (grep's "pr-37" among them), never the answer's work; /dev/fd/.. is /proc/self
     "link_to_the_checks_cmdline": (["ln -s /proc/self/cmdline ~/count.txt"], "grep -qx pr-37 ~/count.txt",
@@ -285,7 +287,7 @@ NEEDS_CGROUP = {"fork_bomb": "pids"}
 #: fails whatever the answer did, so the row would prove nothing and is left out
 NEEDS_PROGRAM = {"rig_check_curlrc": "curl", "rig_check_pip_conf": "pip3", "rig_check_jq": "jq", "rig_check_sqliterc": "sqlite3",
                  "rig_check_magic": "file", "rig_check_wgetrc": "wget", "rig_check_psqlrc": "psql",
-                 "rig_check_node_modules": "node", **{row: "git" for row in GIT_ROWS}, **LEFTOVER_PROGRAMS}
+                 "rig_check_node_modules": "node", **{row: "git" for row in GIT_ROWS}, **LEFTOVER_PROGRAMS, **SPELLING_PROGRAMS}
 #: program -> an honest task's check of it through its wrapper: the real program runs, arguments
 #: and all, on what the task's answer wrote (~/a.json, ~/t.db), where its row is not left out
 HONEST_TOOLS = {
@@ -299,7 +301,7 @@ HONEST_TOOLS = {
     # the home and its HOME are still the answer's (the wrapper only hides its global folders)
     "node": "node -e 'const os = require(\"os\"); process.exit(process.env.HOME === os.homedir()"
             " && require(os.homedir() + \"/a.json\").a === 2 ? 0 : 1)'",
-    "git": f"({HONEST_GIT[1]})", **LEFTOVER_HONEST,
+    "git": f"({HONEST_GIT[1]})", **LEFTOVER_HONEST, **SPELLING_HONEST,
 }
 #: an honest task's check that needs none of them: the wrappers come first on a check's PATH
 #: programs kept from the home's config by the grading environment, not a wrapper (pip: its

@@ -1,11 +1,11 @@
-"""What a process sandbox sees of the host, and how the runner reaches its agent: the
-system folders bound read-only (merged-/usr symlinks kept), the host's secrets masked by an
-empty file, the sandbox's user in its /etc/passwd, folders and guest files its user can
-walk and read, the guest's python3 (one under the bound folders), and the agent's listening
-socket, bound and listened on by the runner outside the sandbox so that no code inside can
-unlink it and answer in the agent's place (see process.py, "The boundary"); the folders no
-command may write (the sandbox's root and /dev, read-only once built), and its pseudo-terminals
-capped (:func:`cap_ptys`)."""
+"""What a process sandbox sees of the host, and how the runner reaches its agent: the system
+folders bound read-only (merged-/usr symlinks kept) and their programs' data of /var, the
+host's secrets masked by an empty file, the sandbox's user in its /etc/passwd, folders and
+guest files its user can walk and read, the guest's python3 (one under the bound folders), and
+the agent's listening socket, bound and listened on by the runner outside the sandbox so that
+no code inside can unlink it and answer in the agent's place (see process.py, "The boundary");
+the folders no command may write (the sandbox's root and /dev, read-only once built), and its
+pseudo-terminals capped (:func:`cap_ptys`)."""
 
 from __future__ import annotations
 
@@ -182,12 +182,34 @@ _CLONE_FS, _CLONE_NEWNS = 0x200, 0x20000
 _MS_NOSUID, _MS_NOEXEC, _MS_REMOUNT = 0x2, 0x8, 0x20
 
 
+#: folders of /var that files of the system folders link to, the data of system programs
+#: (root's, read-only here): aspell's dictionaries (``/usr/lib/aspell/*.rws`` are links into
+#: /var/lib/aspell: without them ``aspell list`` printed nothing, and a check that the
+#: answer's text has no misspelt word passed any text), the spelling dictionaries' registry,
+#: ghostscript's CMaps and font maps, the SGML and XML catalogs (``/etc/sgml/catalog``),
+#: LibreOffice's bundled extensions, PostgreSQL's full-text dictionaries. No folder of /var
+#: that a program writes or that holds the host's own state (apt, dpkg, docker, the logs …)
+SYSTEM_DATA = ("/var/lib/aspell", "/var/lib/dictionaries-common", "/var/cache/dictionaries-common",
+               "/var/lib/ispell", "/var/lib/ghostscript", "/var/lib/sgml-base", "/var/lib/xml-core",
+               "/var/lib/libreoffice/share", "/var/cache/postgresql/dicts")
+
+
+def system_data() -> list[str]:
+    """The folders of :data:`SYSTEM_DATA` the host has, bound read-only as they are, in
+    folders made for them (and /var/cache, for :func:`font_cache`) that hold nothing else."""
+    found = [path for path in SYSTEM_DATA if os.path.isdir(path) and not os.path.islink(path)]
+    parents = {"/var", "/var/cache"} | {str(parent) for path in found for parent in Path(path).parents
+                                         if parent != Path("/")}
+    return [*open_dirs(*sorted(parents)),  # a folder's name sorts before its folders'
+            *(arg for path in found for arg in ("--ro-bind", path, path))]
+
+
 def font_cache() -> list[str]:
     """The system's font cache for a desktop, read-only: without it every app start
-    rebuilds it (seconds)."""
+    rebuilds it (seconds). /var/cache is :func:`system_data`'s."""
     if not os.path.isdir("/var/cache/fontconfig"):
         return []
-    return [*open_dirs("/var", "/var/cache"), "--ro-bind", "/var/cache/fontconfig", "/var/cache/fontconfig"]
+    return ["--ro-bind", "/var/cache/fontconfig", "/var/cache/fontconfig"]
 
 
 #: files of the sandbox's own /proc that reach the whole machine's kernel: a sysctl and the
