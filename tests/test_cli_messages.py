@@ -135,3 +135,29 @@ def test_report_of_the_output_folder_names_its_runs(tmp_path):
         in " ".join(done.output.split()), done.output
     alone = CliRunner().invoke(main, ["report", str(out / "notes")])
     assert alone.exit_code == EXIT_USAGE and "output folder" not in alone.output, alone.output
+
+
+def test_a_folder_that_holds_no_task_set_is_said_to_be_so(tmp_path):
+    """An empty folder as --data was read as an OSWorld folder and said "no index test_all.json":
+    it is said to be empty (no task file, no OSWorld task set), named, with every kind --data
+    takes; a folder of task files names one to give; nothing is run."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    for extra in ([], ["--dry-run"]):
+        done = run(tmp_path, "--data", str(empty), *extra)
+        assert done.exit_code == EXIT_USAGE, done.output
+        said = " ".join(done.output.split())
+        assert (f"{empty}: the folder is empty: no task file and no OSWorld task set (examples/ beside an index "
+                f"such as test_all.json); --data takes a task file (JSON list or JSONL, optionally .gz, or "
+                f"Parquet), an OSWorld folder, or a named dataset: {', '.join(NAMED_DATASETS)}") in said, said
+        assert "no index" not in said
+    files = tmp_path / "files"
+    files.mkdir()
+    write_tasks(files / "b.jsonl", [shell_task("b")])
+    write_tasks(files / "a.jsonl", [shell_task("a")])
+    done = run(tmp_path, "--data", str(files))
+    assert done.exit_code == EXIT_USAGE, done.output
+    assert (f"{files}: a folder of task files, not a task file, and no OSWorld task set (examples/ beside an "
+            f"index such as test_all.json); give one of them: --data {files / 'a.jsonl'}") \
+        in " ".join(done.output.split()), done.output
+    assert not (tmp_path / "out").exists()

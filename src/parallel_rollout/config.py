@@ -461,6 +461,9 @@ NAMED_DATASETS = {
     "miniwob": "parallel_rollout.envs.web.catalog:miniwob_path",
     "rag": "parallel_rollout.envs.rag:rag_path",
 }
+#: every kind of --data, as its errors list them
+DATA_KINDS = ("a task file (JSON list or JSONL, optionally .gz, or Parquet), an OSWorld folder, or a named dataset: "
+              + ", ".join(NAMED_DATASETS))
 
 
 def data_required(why: str = "") -> str:
@@ -468,8 +471,7 @@ def data_required(why: str = "") -> str:
     and the OSWorld task set in the current folder, which OSWorld's run.py reads untold."""
     if Path("evaluation_examples", "examples").is_dir():
         why += "; OSWorld's run.py reads ./evaluation_examples when not told: here, --data evaluation_examples"
-    return ("--data is required: a task file (JSON list or JSONL, optionally .gz, or Parquet), an OSWorld "
-            f"folder, or a named dataset: {', '.join(NAMED_DATASETS)}{why}")
+    return f"--data is required: {DATA_KINDS}{why}"
 
 
 #: the mode of each named dataset's tasks: --data humaneval without --mode runs the py mode

@@ -23,6 +23,7 @@ import json
 from pathlib import Path
 from typing import Any, Iterable
 
+from .config import DATA_KINDS
 from .errors import TaskFileError
 from .task_json import parse_json
 
@@ -80,6 +81,8 @@ def osworld_folder(folder: Path, index: str = DEFAULT_INDEX) -> tuple[Path, Path
         raise TaskFileError(f"{folder}: this is the examples/ folder of an OSWorld task set; give the folder "
                             f"that holds it and its indexes as --data: --data {folder.parent}")
     index_path = Path(index) if Path(index).is_absolute() else folder / index
+    if not (folder / "examples").is_dir() and not index_files(folder) and not index_path.is_file():
+        raise TaskFileError(_no_task_set(folder))
     if not index_path.is_file():
         # a bare name is the folder's: one in the current folder is read when its folder is written
         here = "" if Path(index).is_absolute() or not Path(index).is_file() else \
@@ -88,6 +91,19 @@ def osworld_folder(folder: Path, index: str = DEFAULT_INDEX) -> tuple[Path, Path
             f"{folder}: no index {index_path if Path(index).is_absolute() else index} ({_LAYOUT}; "
             f"indexes here: {', '.join(index_files(folder)) or 'none'}{here})")
     return folder, index_path
+
+
+def _no_task_set(folder: Path) -> str:
+    """What a folder given as ``--data`` that holds no OSWorld task set is: empty, or files
+    (task files among them: --data takes one of them)."""
+    names = sorted(p.name for p in folder.iterdir() if not p.name.startswith("."))
+    files = [name for name in names if name.endswith((".json", ".jsonl", ".json.gz", ".jsonl.gz", ".parquet"))]
+    layout = f"OSWorld task set (examples/ beside an index such as {DEFAULT_INDEX})"
+    if files:
+        return (f"{folder}: a folder of task files, not a task file, and no {layout}; give one of them: "
+                f"--data {folder / files[0]}")
+    what = "the folder is empty: no task file and" if not names else "no task file in this folder and"
+    return f"{folder}: {what} no {layout}; --data takes {DATA_KINDS}"
 
 
 def read_osworld_index(index_path: Path) -> dict[str, list[str]]:
