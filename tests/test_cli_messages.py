@@ -161,3 +161,15 @@ def test_a_folder_that_holds_no_task_set_is_said_to_be_so(tmp_path):
             f"index such as test_all.json); give one of them: --data {files / 'a.jsonl'}") \
         in " ".join(done.output.split()), done.output
     assert not (tmp_path / "out").exists()
+
+
+def test_an_output_dir_under_proc_says_no_file_can_be_made_there(tmp_path):
+    """--output-dir /proc/x said "the folder /proc is not writable (No such file or directory)":
+    the folder is there; /proc is the kernel's file system, which takes no file."""
+    for extra in ([], ["--dry-run"]):
+        done = run(tmp_path, "--mode", "py", "--data", "humaneval", *extra, "--output-dir", "/proc/pr-x")
+        assert done.exit_code == EXIT_USAGE, done.output
+        said = " ".join(done.output.split())
+        assert ("--output-dir /proc/pr-x: no file can be made in the folder /proc: it is on the proc file system, "
+                "one the kernel fills, not storage") in said, said
+        assert "not writable (No such file or directory)" not in said

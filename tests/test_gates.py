@@ -385,7 +385,7 @@ def test_an_unwritable_junit_path_is_refused_by_the_preflight_and_before_the_run
     proc_path = "/proc/pr-nowhere/junit.xml"
     dry = run_cli(tmp_path, [shell_task("a")], "jproc", "--junit-xml", proc_path, "--dry-run")
     assert dry.exit_code == exit_codes.EXIT_USAGE, dry.output
-    assert f"--junit-xml {proc_path}: the folder /proc is not writable" in dry.output
+    assert f"--junit-xml {proc_path}: no file can be made in the folder /proc: it is on the proc file" in dry.output
     # the help says what happens: refused at the start, exit 2 (it said "makes the run exit 1")
     helped = " ".join(CliRunner().invoke(main, ["run", "--help"]).output.split())
     assert ("A path whose folder it cannot write in is refused at the start, exit 2, nothing run; one that "

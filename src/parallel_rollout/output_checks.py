@@ -7,6 +7,7 @@ events' lines whole meanwhile.
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -33,8 +34,38 @@ def check_writable_folder(flag: str, path: str, said: str = "") -> None:
         os.close(fd)
         os.unlink(probe)
     except OSError as exc:
-        raise ConfigError(f"{said or f'{flag} {path}'}: the folder {where} is not writable "
-                          f"({exc.strerror})") from None
+        raise ConfigError(f"{said or f'{flag} {path}'}: {_why_not_writable(where, exc)}") from None
+
+
+def _why_not_writable(where: Path, exc: OSError) -> str:
+    """Why no file could be made in the folder ``where``, which exists: its file system's
+    "No such file or directory" (/proc's) is no missing folder but a place files are not made."""
+    if exc.errno != errno.ENOENT:
+        return f"the folder {where} is not writable ({exc.strerror})"
+    kind = mount_type(where)
+    return (f"no file can be made in the folder {where}: it is {f'on the {kind} file system, ' if kind else ''}"
+            "one the kernel fills, not storage (making a file there says 'No such file or directory'); "
+            "give a folder on a disk")
+
+
+def mount_type(path: Path) -> str:
+    """The type of the file system ``path`` is on (``proc``, ``sysfs``, ``ext4`` …), from
+    /proc/self/mountinfo; "" when it cannot be read."""
+    best, kind = -1, ""
+    try:
+        lines = Path("/proc/self/mountinfo").read_text().splitlines()
+    except OSError:
+        return ""
+    text = os.path.realpath(path)
+    for line in lines:
+        fields, _, rest = line.partition(" - ")
+        parts = fields.split()
+        if len(parts) < 5 or not rest:
+            continue
+        point = parts[4].replace("\\040", " ")
+        if (text == point or text.startswith(point.rstrip("/") + "/")) and len(point) > best:
+            best, kind = len(point), rest.split()[0]
+    return kind
 
 
 def check_run_folder_writable(output_dir: str, run_dir: Path) -> None:
