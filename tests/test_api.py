@@ -263,7 +263,11 @@ def test_a_dry_run_from_python_is_preflight_and_run_says_so(tmp_path):
     found = preflight(mode="shell", data=data, output_dir=out, model="x")
     assert not found.ok and found.census[-1] == "runnable 2 of 2 tasks", found
     assert len(found.problems) == 1 and "model is not used by this run" in found.problems[0], found.problems
-    assert "(model='x' in run())" in found.problems[0] and "--" not in found.problems[0], found.problems
+    # the call it was given to is named: preflight(), not run()
+    assert "(model='x' in preflight())" in found.problems[0] and "--" not in found.problems[0], found.problems
+    with pytest.raises(ConfigError) as refused:
+        preflight(mode="shell", data=data, output_dir=out, fail_under=80)
+    assert str(refused.value).endswith("(fail_under=80.0 in preflight())") and "run()" not in str(refused.value)
     found = preflight(mode="shell", data=data, output_dir=out, check_endpoint=True)
     assert found.problems == ["check_endpoint=True: the oracle agent calls no model endpoint"], found.problems
     assert preflight(mode="shell", data=data, output_dir=out).ok and not out.exists()

@@ -88,7 +88,7 @@ def preflight(config_file: str | Path | None = None, *, check_endpoint: bool = F
         flags = settings(run_settings, "preflight()")
         with reworded(lambda text: as_called(text, flags)):  # its warnings, as run()'s
             found = check_run(build_config(flags, str(config_file) if config_file else None,
-                                           {name: PYTHON_CALL for name in flags}), check_endpoint=check_endpoint)
+                                           {name: "in preflight()" for name in flags}), check_endpoint=check_endpoint)
     except ConfigError as exc:
         exc.args = (as_called(str(exc), flags), *exc.args[1:])
         raise

@@ -440,8 +440,8 @@ PYTHON_CALL = "in run()"
 
 def said_where(name: str, value: Any, source: str) -> str:
     """Where a setting was set, as its source spells it: ``(num-vms = 0 in run.toml)``, or
-    ``(num_vms=0 in run())`` for a Python call's keyword."""
-    if source == PYTHON_CALL:
+    ``(num_vms=0 in run())`` for a Python call's keyword (``in preflight()`` too)."""
+    if source.endswith("()"):
         return f"({name}={value!r} {source})"
     return f"({name.replace('_', '-')} = {json.dumps(value, default=str)} {source})"
 
