@@ -173,3 +173,20 @@ def test_an_output_dir_under_proc_says_no_file_can_be_made_there(tmp_path):
         assert ("--output-dir /proc/pr-x: no file can be made in the folder /proc: it is on the proc file system, "
                 "one the kernel fills, not storage") in said, said
         assert "not writable (No such file or directory)" not in said
+
+
+def test_run_takes_provider_as_image_build_spells_it(tmp_path):
+    """`image build --provider docker` then `run --provider docker` was click's "No such option:
+    --provider": run (and vms sweep) take it as another name of --provider-name, shown in the
+    help, and image build takes --provider-name."""
+    data = write_tasks(tmp_path / "tasks.jsonl", [shell_task("a")])
+    done = run(tmp_path, "--data", str(data), "--provider", "process", "--run-id", "p")
+    assert done.exit_code == 0, done.output
+    assert json.loads((tmp_path / "out" / "p" / "config.json").read_text())["config"]["provider_name"] == "process"
+    wrong = run(tmp_path, "--data", str(data), "--provider", "dokcer", "--dry-run")
+    assert wrong.exit_code == EXIT_USAGE and "unknown provider 'dokcer' (did you mean 'docker'?)" in wrong.output
+    assert "--provider-name, --provider" in CliRunner().invoke(main, ["run", "--help"]).output
+    assert "--provider-name, --provider" in CliRunner().invoke(main, ["vms", "sweep", "--help"]).output
+    assert "--provider, --provider-name" in CliRunner().invoke(main, ["image", "build", "--help"]).output
+    swept = CliRunner().invoke(main, ["vms", "sweep", "--provider", "process", "--run-id", "pr-none"])
+    assert swept.exit_code == 0 and "removed 0 process VM(s)" in swept.output, swept.output

@@ -140,6 +140,9 @@ def test_a_run_on_vms_of_their_own_installs_no_desktop_apps_on_this_host(tmp_pat
                            "--vm-address", "127.0.0.1:5000")
     assert "tesseract-ocr" in remote and not desktop & set(remote), remote
     assert not desktop & set(_apt_installs(tmp_path, "run", "--mode=web", "--provider_name=docker")), "docker"
+    # run's --provider, as image build spells it, is --provider-name
+    for spelling in (["--provider", "docker"], ["--provider=docker"]):
+        assert not desktop & set(_apt_installs(tmp_path, "run", "--mode", "web", *spelling)), spelling
     (tmp_path / "run.toml").write_text('mode = "web"\nprovider-name = "remote"\n')
     assert not desktop & set(_apt_installs(tmp_path, "run", "--config", "run.toml", "--mode", "web")), "config"
     # the process provider's sandboxes run them from this host: installed, as before

@@ -141,7 +141,7 @@ def main() -> None:
 @click.option("--max-retries", type=int, default=_D.max_retries, show_default=True,
               help="Retries of an attempt lost to infrastructure (VM died, worker died, lease timeout, model "
                    "endpoint unavailable).")
-@click.option("--provider-name", default=_D.provider_name, show_default=True, cls=RegistryOption,
+@click.option("--provider-name", "--provider", default=_D.provider_name, show_default=True, cls=RegistryOption,
               registry="provider", help_template="VM technology: {names}; or module:Class of your own Provider.")
 @click.option("--snapshot-name", help="Snapshot VMs are reset to; for process: a folder copied as the home.")
 @click.option("--path-to-vm", help="VM image or .vmx file, for providers that boot one.")
@@ -365,7 +365,7 @@ def image() -> None:
 
 
 @image.command("build")
-@click.option("--provider", "provider_name", required=True, help="Whose image: docker or qemu.")
+@click.option("--provider", "--provider-name", "provider_name", required=True, help="Whose image: docker or qemu.")
 @click.option("--force", is_flag=True, help="Rebuild even when a cached image exists.")
 @click.option("--desktop", is_flag=True,
               help="The image of desktop modes (osworld): adds Xvfb, openbox, xterm, mousepad, "
@@ -389,7 +389,8 @@ def vms() -> None:
 
 
 @vms.command()
-@click.option("--provider-name", default="process", show_default=True, help="Which provider's VMs to sweep.")
+@click.option("--provider-name", "--provider", default="process", show_default=True,
+              help="Which provider's VMs to sweep.")
 @click.option("--run-id", help="Only the VMs of this run (default: every run's); a live run's VMs are never removed.")
 @click.option("--backend", type=click.Choice(["local", "ray"]), default="local", show_default=True,
               help="local: this host; ray: every node of the Ray cluster.")
