@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -17,6 +19,7 @@ from conftest import assert_exactly_once, read_results, write_tasks
 from desktop_support import HEIGHT, WIDTH
 from parallel_rollout.config import build_config
 from parallel_rollout.envs.osworld import downloads
+from parallel_rollout.exit_codes import EXIT_ABORTED
 from parallel_rollout.runner import Runner
 
 pytestmark = pytest.mark.skipif(
@@ -145,3 +148,56 @@ def test_a_rule_the_metric_cannot_read_is_the_tasks_error_not_the_agents_garbage
     # the run says so as it ends (the sample never graded, named with the cause), not exit 0
     assert outcome.exit_code != 0 and "rule_without_method#0" in outcome.message and cause in outcome.message, \
         (outcome.exit_code, outcome.message)
+
+
+def test_a_task_files_own_error_is_run_once_not_retried_nor_resumed(tmp_path):
+    """A rule its metric reads a missing key of (found only at grading) and a gold file the
+    task names by a path with nothing there are the task's own errors: each attempt ended
+    setup_failed, an infrastructure failure, so --max-retries ran it again and again (the
+    rule: the agent's whole episode each time). Now each is attempted once, never graded,
+    named as the run ends (exit 1). A resume, whose task file is the same, leaves the rule
+    be; the gold file put in place, it grades that task. The other task is graded."""
+    good = {"method": "eq", "ref": 1}
+    gold = tmp_path / "gold_put_later.txt"
+    write = "open(__import__('os').path.expanduser('~/answer.txt'), 'w').write('42\\n')"
+    tasks = [prefs_task("rule_without_method", 'user_pref("mail.check", 1);', {"ref": 1}),
+             gold_task("gold_not_there", str(gold), [write]),
+             prefs_task("honest_prefs", 'user_pref("mail.check", 1);', good)]
+    data = write_tasks(tmp_path / "tasks.jsonl", tasks)
+    out = tmp_path / "out"
+    args = ["--mode", "osworld", "--data", str(data), "--agent", "desktop_support:ScriptAgent",
+            "--num-rollouts", "2", "--num-vms", "1", "--use-vm-pool", "--output-dir", str(out),
+            "--run-id", "faults", "--no-progress", "--screen-width", str(WIDTH), "--screen-height", str(HEIGHT),
+            "--action-space", "pyautogui", "--max-turns", "3", "--max-retries", "2"]
+
+    def run_cli(*more: str) -> tuple[int, str, dict[str, list[dict]]]:
+        done = subprocess.run([sys.executable, "-m", "parallel_rollout", "run", *args, *more], capture_output=True,
+                              text=True, timeout=300, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+        attempts: dict[str, list[dict]] = {}
+        for record in read_results(out / "faults"):
+            attempts.setdefault(record["task_id"], []).append(record)
+        return done.returncode, " ".join((done.stdout + done.stderr).split()), attempts
+
+    code, text, attempts = run_cli()
+    assert {task_id: [r["attempt"] for r in rs] for task_id, rs in attempts.items()} == {
+        "rule_without_method": [0], "gold_not_there": [0], "honest_prefs": [0]}, text
+    honest = attempts["honest_prefs"][0]
+    assert honest["status"] == "success" and honest["final"], honest
+    faults = {"rule_without_method": ("task_file", "the task file's rule has no key 'method'"),
+              "gold_not_there": ("file_missing", f"no such local file {gold}")}
+    for task_id, (fault, cause) in faults.items():
+        end = attempts[task_id][0]
+        assert (end["status"], end["never_graded"], end["task_fault"]) == ("setup_failed", True, fault), end
+        assert cause in end["failure"]["message"] and f"{task_id}#0" in text, (end, text)
+    assert code == EXIT_ABORTED, text
+    assert "rule_without_method#0; last: evaluator metric 'check_thunderbird_prefs'" in text, text
+    assert "each ended on its task file's own error, not retried" in text, text
+    assert "a file each task names is not there, not retried" in text, text
+
+    gold.write_text("42\n")
+    code, text, attempts = run_cli("--resume")
+    assert [r["attempt"] for r in attempts["rule_without_method"]] == [0], text  # not run again
+    again = attempts["gold_not_there"]
+    assert [(r["attempt"], r["status"], r.get("final")) for r in again] == [
+        (0, "setup_failed", False), (1, "success", True)], text
+    assert code == EXIT_ABORTED and "A resume does not run them again" in text, text

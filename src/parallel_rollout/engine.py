@@ -399,7 +399,8 @@ class Engine(EngineCancels):
             record["final"] = False  # the front end's call: a resumed run runs it
             if not self._closing:
                 self.stop(reason)
-        elif record.get("infrastructure") and record["attempt"] < self.config.max_retries:
+        elif record.get("infrastructure") and record["attempt"] < self.config.max_retries \
+                and not record.get("task_fault"):  # the task file's error would end each retry so
             record["final"] = False
             retry = dataclasses.replace(sub.item, attempt=record["attempt"] + 1)  # the front end's fields kept
             with self._lock:

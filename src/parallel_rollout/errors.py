@@ -48,6 +48,10 @@ class RolloutError(Exception):
     kind = "error"
     #: infrastructure failures are retried on another VM and never graded
     infrastructure = False
+    #: the task's own error, never graded yet not retried (the record's ``task_fault``):
+    #: "task_file" (a resume, which refuses an edited task file, leaves it) or "file_missing"
+    #: (a file the task names: a resume runs it again, once the file is there)
+    task_fault: str | None = None
 
 
 class WorkerDied(RolloutError):
@@ -91,6 +95,24 @@ class TaskSetupFailed(RolloutError):
 
     kind = "setup_failed"
     infrastructure = True
+
+
+class TaskFileFault(TaskSetupFailed):
+    """What the task file itself got wrong, found only as an attempt runs (a rule without a
+    key its metric reads): ``setup_failed``, never graded as any, but not retried (every
+    attempt would end so, each after the agent's whole episode) nor run again by a resume
+    (which refuses an edited task file). Its record says ``task_fault: "task_file"``. A VM
+    that failed to set the task up stays ``TaskSetupFailed``, retried."""
+
+    task_fault = "task_file"
+
+
+class TaskFileMissing(TaskFileFault):
+    """A file the task names by a path (a gold file, a step's input) that is not there: not
+    retried either (no other VM has it), but a resume runs it again (once), the file put in
+    place (the task file itself unchanged). ``task_fault: "file_missing"``."""
+
+    task_fault = "file_missing"
 
 
 class AttemptCancelled(RolloutError):

@@ -7,7 +7,8 @@ code   meaning
 1      aborted: the VM pool is exhausted, its manager process died, the disk is full, a
        guest lacks the mode's prerequisite …; or finished with samples never graded (their
        final record an infrastructure failure; no gate applied). Every finished result is
-       kept; ``--resume`` continues and runs the never-graded samples once more
+       kept; ``--resume`` continues and runs the never-graded samples once more (not one
+       that ended on its task file's own error: ``task_fault`` "task_file")
 2      bad usage: a flag, config file or task file is wrong, or a provider's prerequisite
        is missing (bwrap, the docker CLI or daemon, QEMU, a guest image); nothing ran; or the
        model endpoint refused the run's key or does not know its model (401, 403, 404), or a

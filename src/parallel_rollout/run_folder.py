@@ -173,6 +173,8 @@ class RunFolder:
             raise ConfigError(f"cannot resume {self.run_id}: {exc}") from None
         self.check_scope(finals, keys)
         self.finals = finals
-        ungraded = sum(1 for r in finals.values() if r.get("infrastructure"))
-        return (f"resumes {self.run_id}: {len(finals) - ungraded} of {len(keys)} samples already final"
-                + (f", {ungraded} never graded (infrastructure) to run again" if ungraded else "") + busy)
+        faults = sum(1 for r in finals.values() if r.get("task_fault") == "task_file")
+        ungraded = sum(1 for r in finals.values() if r.get("infrastructure")) - faults
+        return (f"resumes {self.run_id}: {len(finals) - ungraded - faults} of {len(keys)} samples already final"
+                + (f", {ungraded} never graded (infrastructure) to run again" if ungraded else "")
+                + (f", {faults} never graded for their task file's error (not run again)" if faults else "") + busy)

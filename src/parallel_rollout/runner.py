@@ -454,8 +454,10 @@ class Runner:
 
 def finished_keys(finals: dict[str, dict[str, Any]]) -> set[str]:
     """The samples a resume does not run again: a sample final on an infrastructure failure
-    was never graded, and a resume runs it again."""
-    return {key for key, r in finals.items() if not r.get("infrastructure")}
+    was never graded, and a resume runs it again; not one that ended on its task file's own
+    error (``task_fault`` "task_file"): the resume's task file is the same (an edited one is
+    refused), so it would end the same way, after another episode."""
+    return {key for key, r in finals.items() if not r.get("infrastructure") or r.get("task_fault") == "task_file"}
 
 
 def check_honoured(cfg: RunConfig, owners: dict[str, tuple[str, frozenset[str]]]) -> None:

@@ -199,6 +199,8 @@ class RolloutWorker:
         except RolloutError as exc:  # an EpisodeCut graded as it stood keeps its reward
             record.update(status=exc.kind, infrastructure=exc.infrastructure, success=False,
                           reward=exc.reward if isinstance(exc, EpisodeCut) else 0.0, failure=records.failure(exc))
+            if exc.task_fault:  # the task's own error: the engine does not retry it
+                record["task_fault"] = exc.task_fault
         except (EOFError, ConnectionError, BrokenPipeError) as exc:
             # The pool's Manager process is gone; the engine notices and stops the run.
             record.update(status=VMError.kind, infrastructure=True,
@@ -211,6 +213,7 @@ class RolloutWorker:
             trajectory.close()
         caught = _caught_endpoint_failure(agent, record)
         if caught is not None:  # not the policy's outcome: the model did not answer a turn
+            record.pop("task_fault", None)
             record.update(status=caught.kind, infrastructure=True, reward=0.0, success=False,
                           failure=records.failure(caught, f"{caught} (the agent caught this and went on; "
                                                           f"its episode ended {record['status']})"))

@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 from typing import Any, ClassVar, Mapping
 
-from ...errors import GuestPrerequisiteMissing, TaskSetupFailed, VMError
+from ...errors import GuestPrerequisiteMissing, TaskFileFault, TaskFileMissing, TaskSetupFailed, VMError
 from ...tasks import UnsupportedTask
 from ..base import Env, StepResult, reject_none, require
 from . import actions as acts
@@ -254,6 +254,8 @@ class OSWorldEnv(Env):
             for source in sources.evaluation_sources(task.get("evaluator") or {}):
                 steps.local_source(task, source, self.cache_root)
             steps.run_steps(self, task.get("config", []), "config")
+        except sources.SourceNotThere as exc:  # the task's own file: no retry would have it
+            raise TaskFileMissing(str(exc)) from exc
         except steps.SetupError as exc:
             raise TaskSetupFailed(str(exc)) from exc
         return self._observe()
@@ -332,7 +334,8 @@ class OSWorldEnv(Env):
             try:
                 scores = self._scores(evaluator, details)
             except steps.SourceMissing as exc:  # the task's own file (a gold one): no score
-                raise TaskSetupFailed(str(exc)) from exc
+                raise (TaskFileMissing if isinstance(exc, sources.SourceNotThere) else TaskSetupFailed)(str(exc)) \
+                    from exc
             score = ev.combine(scores, evaluator.get("conj", "and"))
             details.update(func=funcs, scores=scores)
         (self.dir / "result.txt").write_text(f"{score}\n")
@@ -364,7 +367,7 @@ class OSWorldEnv(Env):
             except (steps.SetupError, VMError):  # a VM that broke is the lease's to judge, not a 0
                 raise
             except MalformedRule as exc:  # the task file's mistake, as OSWorld's run raises: no score
-                raise TaskSetupFailed(f"evaluator metric {func!r}: {exc}, which the metric reads") from exc
+                raise TaskFileFault(f"evaluator metric {func!r}: {exc}, which the metric reads") from exc
             except Exception as exc:  # a metric failing on the agent's output scores 0
                 scores.append(0.0)
                 details.setdefault("errors", []).append(f"{func}: {type(exc).__name__}: {exc}")

@@ -17,7 +17,7 @@ from typing import Any
 from . import downloads
 from .downloads import cache_root
 
-__all__ = ["EMPTY_HISTORY_URL", "SetupError", "SourceMissing", "cache_root", "evaluation_sources", "local_path",
+__all__ = ["EMPTY_HISTORY_URL", "SetupError", "SourceMissing", "SourceNotThere", "cache_root", "evaluation_sources", "local_path",
            "local_source", "task_sources"]
 
 #: the empty Chrome history ``update_browse_history`` starts from when the profile has none
@@ -36,6 +36,12 @@ class SourceMissing(SetupError):
     task's data, which nothing in the VM touches, so never the agent's doing."""
 
 
+class SourceNotThere(SourceMissing):
+    """A file the task names that no retry can have: a path or ``file://`` URL with no file
+    there, a URL of a scheme nothing reads. The task's own error (a download that failed
+    may be the network's, and is retried)."""
+
+
 def local_source(task, url: str, cache: Path) -> Path:
     """The local file behind ``url``: a file:// URL, a path (relative ones from the task
     file's folder), or an http(s) URL fetched once into the download cache."""
@@ -46,10 +52,10 @@ def local_source(task, url: str, cache: Path) -> Path:
             raise SourceMissing(f"task {task.id!r}: {exc}") from None
     path = local_path(task, url)
     if path is None:
-        raise SourceMissing(f"task {task.id!r}: unsupported URL scheme in {url!r} "
-                         "(http, https, file or a local path)")
+        raise SourceNotThere(f"task {task.id!r}: unsupported URL scheme in {url!r} "
+                             "(http, https, file or a local path)")
     if not path.is_file():
-        raise SourceMissing(f"task {task.id!r}: no such local file {path}")
+        raise SourceNotThere(f"task {task.id!r}: no such local file {path}")
     return path
 
 
