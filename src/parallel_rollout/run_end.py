@@ -125,27 +125,27 @@ def ungraded_message(records: list[dict[str, Any]], count: int, max_retries: int
             groups.setdefault(end.get("task_fault"), []).append(key)
     said = []
     if groups.get(None):
-        said.append(f"{_named(finals, groups[None])}: each ended on an infrastructure failure after "
-                    f"--max-retries {max_retries} retries; the gates were not applied. "
-                    f"A resume runs them again (once each) once the cause is fixed: {resume_cmd}")
+        said.append(f"{len(groups[None])} sample(s) were never graded: each ended on an infrastructure failure "
+                    f"after --max-retries {max_retries} retries ({_named(finals, groups[None])}); the gates were "
+                    f"not applied. A resume runs them again (once each) once the cause is fixed: {resume_cmd}")
     if groups.get("file_missing"):
-        said.append(f"{_named(finals, groups['file_missing'])}: a file each task names is not there, "
-                    "not retried; the gates were not applied. A resume runs them again (once each) once "
-                    f"the file is there: {resume_cmd}")
+        said.append(f"{len(groups['file_missing'])} sample(s) were never graded: a file each task names is not "
+                    f"there, not retried ({_named(finals, groups['file_missing'])}); the gates were not applied. "
+                    f"A resume runs them again (once each) once the file is there: {resume_cmd}")
     if groups.get("task_file"):
-        said.append(f"{_named(finals, groups['task_file'])}: each ended on its task file's own error, not "
-                    "retried; the gates were not applied. A resume does not run them again (it refuses an "
-                    "edited task file): fix the task and run it in a new run (another --run-id)")
+        said.append(f"{len(groups['task_file'])} sample(s) were never graded: each ended on its task file's own "
+                    f"error, not retried ({_named(finals, groups['task_file'])}); the gates were not applied. A "
+                    "resume does not run them again (it refuses an edited task file): fix the task and run it in "
+                    "a new run (another --run-id)")
     return "\n".join(said) or f"{count} sample(s) were never graded"
 
 
 def _named(finals: dict[str, dict[str, Any]], keys: list[str]) -> str:
-    """How many of the samples ``keys`` were never graded, their statuses, the first five,
-    and the first one's failure."""
+    """The statuses of the samples ``keys``, the first five, and the first one's failure."""
     kinds = Counter(str(finals[key].get("status")) for key in keys)
     last = _elided(str((finals[keys[0]].get("failure") or {}).get("message") or ""))
-    return (f"{len(keys)} sample(s) were never graded ({', '.join(f'{k} {n}' for k, n in sorted(kinds.items()))}; "
-            f"{', '.join(keys[:5])}{' …' if len(keys) > 5 else ''}; last: {last})")
+    return (f"{', '.join(f'{k} {n}' for k, n in sorted(kinds.items()))}; "
+            f"{', '.join(keys[:5])}{' …' if len(keys) > 5 else ''}; last: {last}")
 
 
 def _elided(message: str, head: int = 120, tail: int = 300) -> str:
