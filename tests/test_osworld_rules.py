@@ -4,6 +4,8 @@ agent's own file that makes a metric raise still raises something else (scored 0
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from parallel_rollout.envs.osworld.evaluators import check_evaluator
@@ -52,3 +54,59 @@ def test_a_relative_date_the_getter_cannot_fill_is_refused_at_load(relative, say
         check_evaluator(evaluator)
     assert str(refused.value) == ("evaluator expected getter 'rule_relativeTime' of metric "
                                   f"'check_direct_json_object': {says}")
+
+
+def test_a_method_or_table_rule_its_metric_does_not_know_is_refused_at_load(tmp_path):
+    """A value rule's method match_value does not know (it raised NotImplementedError at
+    every grading), and a compare_table rule of a type it does not read, without a key its
+    type reads or naming a bad method: each scored every attempt 0 as the agent's failure.
+    The folder is refused as it loads, naming the file, the metric and the key (exit 2)."""
+    import json
+
+    from parallel_rollout.exit_codes import EXIT_USAGE
+    from test_osworld_folder_cli import MODEL_AGENT, copied, run_cli, said
+
+    folder = copied(tmp_path)
+
+    def broken(path: str, change) -> Path:
+        task_file = folder / "examples" / path
+        task = json.loads(task_file.read_text())
+        change(task["evaluator"])
+        task_file.write_text(json.dumps(task))
+        return task_file
+
+    def prefs(evaluator):
+        evaluator["expected"]["rules"]["expect"]["extensions.activeThemeID"]["method"] = "equals"
+
+    def zoom(evaluator):
+        evaluator["options"]["rules"][0]["method"] = "approx"
+
+    def cell(evaluator):
+        evaluator["options"]["rules"][0]["props"] = {"value": {"method": "eqq", "ref": 1}}
+
+    def kind(evaluator):
+        evaluator["options"]["rules"][0]["type"] = "check_cel"
+
+    def pair(evaluator):
+        del evaluator["options"]["rules"][0]["sheet_idx1"]
+
+    says = {broken("thunderbird/10a730d5-d414-4b40-b479-684bed1ae522.json", prefs):
+                "evaluator expected getter 'rule' of metric 'check_thunderbird_prefs': its 'rules' "
+                "['expect']['extensions.activeThemeID'] method 'equals' is no method the metric knows",
+            broken("libreoffice_calc/1334ca3e-f9e3-4db8-9ca7-b4c653be7d17.json", zoom):
+                "evaluator metric 'compare_table': its options 'rules'[0] method 'approx' gives no tolerance",
+            broken("libreoffice_calc/357ef137-7eeb-4c80-a3bb-0951f26a8aff.json", cell):
+                "evaluator metric 'compare_table': its options 'rules'[0]['props']['value'] method 'eqq' is no "
+                "method the metric knows",
+            broken("libreoffice_calc/1d17d234-e39d-4ed7-b46f-4417922a4e7c.json", kind):
+                "evaluator metric 'compare_table': its options 'rules'[0] has the type 'check_cel', which the "
+                "metric does not read",
+            broken("libreoffice_calc/30e3e107-1cfb-46ee-a755-2cd080d7ba6a.json", pair):
+                "evaluator metric 'compare_table': its options 'rules'[0] of type 'pivot_table' needs the key "
+                "'sheet_idx1'"}
+    done = run_cli("--data", str(folder), "--domain", "all", "--dry-run", *MODEL_AGENT)
+    text = said(done)
+    assert done.returncode == EXIT_USAGE, text
+    assert "5 bad task records" in text, text
+    for path, reason in says.items():
+        assert f"{path}:1: task {path.stem!r}: {reason}" in text, text

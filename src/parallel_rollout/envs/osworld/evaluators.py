@@ -13,6 +13,7 @@ from typing import Any
 from .getters import GETTERS
 from .metrics import METRICS
 from .rule_keys import RULE_GETTERS, MalformedRule, rule_problem, task_rules
+from .rule_methods import table_rules_problem, value_rules_problem
 
 __all__ = ["GETTERS", "METRICS", "normalized", "check_evaluator", "combine"]
 
@@ -76,8 +77,8 @@ def check_evaluator(evaluator: Any) -> None:
                     raise ValueError(f"evaluator {role} getter {getter['type']!r} of metric {func!r} "
                                      f"needs the field {name!r}")
             # the rule is the task's: a key its metric reads missing failed every grading, a 0
-            problem = rule_problem(func, getter["rules"]) if role == "expected" and getter["type"] in RULE_GETTERS \
-                else None
+            problem = rule_problem(func, getter["rules"]) or value_rules_problem(func, getter["rules"]) \
+                if role == "expected" and getter["type"] in RULE_GETTERS else None
             if problem:
                 raise ValueError(f"evaluator {role} getter {getter['type']!r} of metric {func!r}: "
                                  f"its 'rules' {problem}")
@@ -89,6 +90,9 @@ def check_evaluator(evaluator: Any) -> None:
                                      f"{exc}") from exc
         if not isinstance(options, dict):
             raise ValueError("evaluator 'options' must be objects")
+        problem = table_rules_problem(func, options)  # a rule compare_table cannot read: every grading's 0
+        if problem:
+            raise ValueError(f"evaluator metric {func!r}: its {problem}")
     if problems:
         raise ValueError("; ".join(dict.fromkeys(problems)))
 

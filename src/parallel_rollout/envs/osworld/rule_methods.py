@@ -1,0 +1,121 @@
+"""The value rules a task file hands a metric (``{"method": M, "ref": R}``, matched by
+``metrics.rules.match_value``) and ``compare_table``'s ``options["rules"]``, checked as the
+folder loads.
+
+A method ``match_value`` does not know raised NotImplementedError at every grading, and
+``compare_table`` raised on a rule ``type`` it does not know or a key a rule of its type
+lacks (or, for a ``check_cell`` rule, caught it): each was scored 0 as the agent's failure,
+where the task file was wrong. :func:`value_rules_problem` and :func:`table_rules_problem`
+name the first such piece (the caller names the file and the metric); a method or key in
+the shapes OSWorld's own 369 tasks use is never refused.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Iterator
+
+__all__ = ["METHODS", "TABLE_RULE_KEYS", "method_problem", "table_rules_problem", "value_rules_problem"]
+
+#: match_value's methods named in full; ``re[.FLAG…]``, ``approx:<tolerance>`` and
+#: ``range.<l><r>`` are read by their prefix
+METHODS = ("eq", "ne", "lt", "le", "gt", "ge", "spreadsheet_range", "str_list_eq", "str_set_eq")
+_KNOWN = ", ".join((*METHODS[:6], "re[.FLAG…]", "approx:TOLERANCE", "range.XY", *METHODS[6:]))
+
+_PAIR = ("sheet_idx0", "sheet_idx1")
+#: compare_table's rule type -> the keys it reads without a default
+TABLE_RULE_KEYS: dict[str, tuple[str, ...]] = {
+    "sheet_name": (), "sheet_data": _PAIR, "sheet_print": _PAIR, "sheet_fuzzy": (*_PAIR, "rules"),
+    "sparkline": _PAIR, "chart": _PAIR, "style": _PAIR, "freeze": _PAIR, "row_props": _PAIR,
+    "col_props": _PAIR, "filter": _PAIR, "pivot_table": _PAIR, "zoom": ("sheet_idx", "method"),
+    "data_validation": ("sheet_idx", "dv_props"), "check_cell": ("sheet_idx", "coordinate", "props")}
+#: a sheet index that is no number: R(esult) or E(xpected), then I(ndex) or N(ame)
+_SHEET_PREFIXES = ("RI", "RN", "EI", "EN")
+
+
+def method_problem(method: Any) -> str | None:
+    """What ``match_value`` cannot do with ``method``, or None."""
+    if not isinstance(method, str):
+        return f"must be a string, not {type(method).__name__}"
+    if method in METHODS:
+        return None
+    if method.startswith("re"):  # as match_value reads it: each part after a dot is a flag of re
+        bad = [name for name in method.split(".")[1:] if not isinstance(getattr(re, name, None), re.RegexFlag)]
+        return f"{method!r} names {bad[0]!r}, no flag of Python's re (I, M, S, X …)" if bad else None
+    if method.startswith("approx"):
+        try:
+            float(method.split(":")[1])
+            return None
+        except (IndexError, ValueError):
+            return f"{method!r} gives no tolerance (approx:0.01)"
+    if method.startswith("range.") and len(method) >= 8:
+        return None
+    return f"{method!r} is no method the metric knows ({_KNOWN})"
+
+
+def _methods(rules: Any, where: str) -> Iterator[tuple[str, Any]]:
+    """(where, method) of each value rule in ``rules``: a dict of them by name or a list;
+    one without a method is left to grading (``rule_keys.MalformedRule``)."""
+    items = rules.items() if isinstance(rules, dict) else enumerate(rules) if isinstance(rules, list) else ()
+    for name, rule in items:
+        if isinstance(rule, dict) and "method" in rule:
+            yield f"{where}[{name!r}]", rule["method"]
+
+
+def _first(found: Iterator[tuple[str, Any]], what: str) -> str | None:
+    for where, method in found:
+        problem = method_problem(method)
+        if problem:
+            return f"{what}{where} method {problem}"
+    return None
+
+
+def value_rules_problem(func: str, rules: Any) -> str | None:
+    """What in a rule getter's ``rules`` of ``func`` names a method match_value does not know."""
+    if not isinstance(rules, dict):
+        return None  # its shape is rule_keys'
+    if func in ("check_thunderbird_prefs", "check_json"):  # each side a dict (prefs) or list (JSON keys)
+        return _first((pair for side in ("expect", "unexpect") for pair in _methods(rules.get(side), f"[{side!r}]")), "")
+    if func == "check_mp3_meta":
+        return _first(_methods(rules, ""), "")
+    return None
+
+
+def _sheet_problem(rule: dict, key: str) -> str | None:
+    index = rule[key]
+    if isinstance(index, int) and not isinstance(index, bool):
+        return None
+    if isinstance(index, str) and index[:2] in _SHEET_PREFIXES:
+        return None
+    return f"key {key!r} is {index!r}, no sheet index (a number, or RI0, RNSheet1, EI0, ENSheet1)"
+
+
+def table_rules_problem(func: str, options: dict) -> str | None:
+    """What ``compare_table`` cannot read in ``options["rules"]``, or None."""
+    if func != "compare_table":
+        return None
+    rules = options.get("rules")
+    if not isinstance(rules, list) or not rules:
+        return "options need 'rules', a non-empty list" if rules is None else \
+            "options 'rules' must be a non-empty list"
+    for index, rule in enumerate(rules):
+        where = f"options 'rules'[{index}]"
+        if not isinstance(rule, dict) or not isinstance(rule.get("type"), str) or rule["type"] not in TABLE_RULE_KEYS:
+            kind = rule.get("type") if isinstance(rule, dict) else None
+            return f"{where} has the type {kind!r}, which the metric does not read (it reads " \
+                   f"{', '.join(map(repr, TABLE_RULE_KEYS))})"
+        for key in TABLE_RULE_KEYS[rule["type"]]:
+            if key not in rule:
+                return f"{where} of type {rule['type']!r} needs the key {key!r}"
+        problem = next((p for key in ("sheet_idx", *_PAIR) if key in rule
+                        for p in [_sheet_problem(rule, key)] if p), None)
+        if problem:
+            return f"{where} {problem}"
+        found = {"zoom": lambda: iter([("", rule["method"])]),
+                 "check_cell": lambda: _methods(rule["props"], "['props']"),
+                 "data_validation": lambda: (pair for n, props in enumerate(rule["dv_props"])
+                                             for pair in _methods(props, f"['dv_props'][{n}]"))}.get(rule["type"])
+        problem = _first(found(), where) if found else None
+        if problem:
+            return problem
+    return None
