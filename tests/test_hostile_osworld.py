@@ -194,6 +194,9 @@ def test_a_task_files_own_error_is_run_once_not_retried_nor_resumed(tmp_path):
     assert "each ended on its task file's own error, not retried" in text, text
     assert "a file each task names is not there, not retried" in text, text
 
+    code, text, _ = run_cli("--resume", "--dry-run")  # what a resume would run, said before it runs
+    assert code == 0 and ("resumes faults: 1 of 3 samples already final, 1 never graded (infrastructure) to run "
+                          "again, 1 never graded for their task file's error (not run again)") in text, text
     gold.write_text("42\n")
     code, text, attempts = run_cli("--resume")
     assert [r["attempt"] for r in attempts["rule_without_method"]] == [0], text  # not run again
