@@ -1,12 +1,13 @@
 """Rows of the hostile table (tests/hostile_tasks.py): shell rows (:data:`LEFTOVER_ROWS`) whose
 answer leaves something behind that would still act while its check runs, past what the reap
-and the grading environment took away, and py rows (:data:`LEFTOVER_PY_ROWS`).
+and the grading environment took away (with those of Python's test runners, tests/hostile_python.py),
+and py rows (:data:`LEFTOVER_PY_ROWS`).
 """
 
-import os
 import shutil
 import textwrap
 
+from hostile_python import PYTHON_HONEST, PYTHON_PROGRAMS, PYTHON_ROWS
 from parallel_rollout.guest.agent_grading import SYSTEM_PATH
 
 #: a check that fails only if a process of the answer still runs while the check does
@@ -126,26 +127,7 @@ LEFTOVER_ROWS["rig_check_npmrc"] = ([f"{NPM_SHELL} ~/.npmrc"], NPM_TEST, False)
 LEFTOVER_ROWS["rig_check_npm_workspace"] = ([f"{NPM_SHELL} /tmp/.npmrc && echo '{{\"workspaces\": [\"*\"]}}'"
                                              " > /tmp/package.json"], NPM_TEST, False)
 LEFTOVER_ROWS["rig_check_npmrc_from_home"] = ([f"{NPM_SHELL} ~/.npmrc"], "npm exec -c 'exit 3'", False)
-#: pytest climbs from its tests' folder to the first folder with an ini file (pytest.ini, tox.ini,
-#: setup.cfg, pyproject.toml) and reads it as its config, and loads every conftest.py above it
-#: that no ini file bounds: the answer's /tmp/pytest.ini of `addopts = --co` (collect only) or
-#: /tmp/conftest.py that ends the run with 0 passed a check's own tests in a `mktemp -d` folder,
-#: which fail; the wrappers (pytest, py.test, python3 -m pytest) pin rootdir and config to the
-#: tests' folder, and refuse (126) below an ini file they do not reach
-PYTEST_TEST = ("d=$(mktemp -d) && printf 'def test_a():\\n    assert False\\n' > $d/test_a.py && cd $d && ")
-LEFTOVER_ROWS["rig_check_pytest_ini"] = (["printf '[pytest]\\naddopts = --co\\n' > /tmp/pytest.ini"],
-                                         PYTEST_TEST + "pytest -q", False)
-#: from / the tests' folder is where pytest starts (/ encloses every folder the answer wrote)
-LEFTOVER_ROWS["rig_check_pytest_ini_from_root"] = (LEFTOVER_ROWS["rig_check_pytest_ini"][0],
-                                                   PYTEST_TEST.replace("cd $d", "cd /") + "pytest -q $d", False)
-LEFTOVER_ROWS["rig_check_pytest_conftest"] = (["printf 'import os\\ndef pytest_sessionfinish():\\n    os._exit(0)\\n'"
-                                               " > /tmp/conftest.py"], PYTEST_TEST + "python3 -m pytest -q", False)
-#: a pyproject.toml's tool.pytest table spelled otherwise than the header the wrappers grepped for
-#: (a quoted key, an escape, an inline table), which pytest reads all the same
-LEFTOVER_ROWS["rig_check_pytest_toml_spelling"] = ([r"""printf '["tool"."\\u0070ytest".ini_options]\naddopts = "--co"\n'"""
-                                                    " > /tmp/pyproject.toml"], PYTEST_TEST + "pytest -q", False)
-LEFTOVER_ROWS["rig_check_pytest_toml_inline"] = (["""echo 'tool = {pytest = {ini_options = {addopts = "--co"}}}'"""
-                                                  " > /tmp/pyproject.toml"], PYTEST_TEST + "pytest -q", False)
+LEFTOVER_ROWS.update(PYTHON_ROWS)
 #: npm ran with its wrapper's folder off PATH, so the `node t.js` of a test script was the system's
 #: node, which loads a module of ~/.node_modules (the node wrapper's is hidden): the answer's
 #: pr-hostile.js exited 0 for tests that fail; npm now runs with PATH as it was
@@ -163,90 +145,6 @@ LEFTOVER_ROWS["rig_check_tmux_pane_program"] = ([JQ_RC], "rm -f ~/r; tmux new-se
                                                          " >/dev/null; echo $? > ~/r; sleep 9' && for i in 1 2 3 4 5 6 7 8 9 10;"
                                                          " do test -s ~/r && break; sleep 0.3; done; tmux kill-server;"
                                                          " grep -qx 0 ~/r", False)
-#: pytest by other names ran unwrapped: python3.11 -m pytest (python3's versioned name: the
-#: machine's) and pytest-3 read the answer's /tmp/pytest.ini of `addopts = --co`
-VERSIONED_PYTHON = os.path.basename(os.path.realpath(shutil.which("python3", path=SYSTEM_PATH) or "python3"))
-LEFTOVER_ROWS["rig_check_pytest_versioned_python"] = (LEFTOVER_ROWS["rig_check_pytest_ini"][0],
-                                                      PYTEST_TEST + f"{VERSIONED_PYTHON} -m pytest -q", False)
-LEFTOVER_ROWS["rig_check_pytest_3"] = (LEFTOVER_ROWS["rig_check_pytest_ini"][0], PYTEST_TEST + "pytest-3 -q", False)
-#: python3's flags joined to -m (-Im pytest) were taken for no module, and pytest ran unwrapped
-LEFTOVER_ROWS["rig_check_pytest_joined_flags"] = (LEFTOVER_ROWS["rig_check_pytest_ini"][0], PYTEST_TEST + "python3 -Im pytest -q", False)
-LEFTOVER_ROWS["rig_check_pytest_main_module"] = (LEFTOVER_ROWS["rig_check_pytest_ini"][0], PYTEST_TEST + "python3 -m pytest.__main__ -q", False)
-#: pytest run otherwise than by its name, which no wrapper sees, read the answer's /tmp/pytest.ini
-#: of `addopts = --co` as pytest does: /usr/bin/pytest by its path, a check's pytest.main(), a
-#: program's subprocess.call([sys.executable, "-m", "pytest"]); the wrappers' sitecustomize.py
-#: judges each as it starts
-PYTEST_BY_PATH = shutil.which("pytest", path=SYSTEM_PATH) or "/usr/bin/pytest"
-LEFTOVER_ROWS["rig_check_pytest_by_path"] = (LEFTOVER_ROWS["rig_check_pytest_ini"][0], PYTEST_TEST + f"{PYTEST_BY_PATH} -q", False)
-LEFTOVER_ROWS["rig_check_pytest_main"] = (LEFTOVER_ROWS["rig_check_pytest_ini"][0], PYTEST_TEST
-                                          + "python3 -c 'import pytest, sys; sys.exit(pytest.main([\"-q\"]))'", False)
-LEFTOVER_ROWS["rig_check_pytest_from_a_program"] = (LEFTOVER_ROWS["rig_check_pytest_ini"][0], PYTEST_TEST
-                                                    + "python3 -c 'import subprocess, sys; sys.exit(subprocess.call("
-                                                    "[sys.executable, \"-m\", \"pytest\", \"-q\"]))'", False)
-#: tests a check wrote into the home itself and ran from there read the answer's ~/pytest.ini and
-#: ~/conftest.py (no folder's name to guess); from the home the wrappers refuse (126) beside them
-HOME_TEST = "printf 'def test_a():\\n    assert False\\n' > ~/test_check.py && "
-LEFTOVER_ROWS["rig_check_pytest_home_ini"] = (["printf '[pytest]\\naddopts = --co\\n' > ~/pytest.ini"],
-                                              HOME_TEST + "cd ~ && pytest -q ~/test_check.py", False)
-LEFTOVER_ROWS["rig_check_pytest_home_conftest"] = (["printf 'import os\\ndef pytest_sessionfinish():\\n    os._exit(0)\\n'"
-                                                    " > ~/conftest.py"], HOME_TEST + "cd / && py.test -q ~/test_check.py", False)
-#: pytest imports the __init__.py of every folder up from its tests that has one as their
-#: package: the answer's ~/__init__.py (os._exit(0)) ended the run of a check's failing tests
-#: in the home with 0; the wrappers refuse (126) beside one in the home (or /tmp ...)
-LEFTOVER_ROWS["rig_check_pytest_home_package"] = (["printf 'import os\\nos._exit(0)\\n' > ~/__init__.py"],
-                                                  HOME_TEST + "cd ~ && pytest -q test_check.py", False)
-#: pytest put the home, the folder of tests there, first on sys.path: the answer's ~/fractions.py
-#: (os._exit(0)) shadowed the module the check's tests import; the wrappers pin --import-mode=append
-LEFTOVER_ROWS["rig_check_pytest_home_module"] = (["printf 'import os\\nos._exit(0)\\n' > ~/fractions.py"],
-                                                 "printf 'import fractions\\ndef test_a():\\n    assert False\\n'"
-                                                 " > ~/test_check.py && cd ~ && pytest -q test_check.py", False)
-#: python3 -m unittest discover put its top folder, the home, first on sys.path: the answer's
-#: ~/fractions.py shadowed the module the check's tests import; the wrapper appends that folder
-LEFTOVER_ROWS["rig_check_unittest_home_module"] = (["printf 'import os\\nos._exit(0)\\n' > ~/fractions.py"],
-                                                   "printf 'import fractions, unittest\\nclass T(unittest.TestCase):\\n"
-                                                   "    def test_a(self):\\n        self.fail()\\n' > ~/test_check.py"
-                                                   " && cd ~ && python3 -m unittest discover -p test_check.py", False)
-#: python3 -m doctest put the folder of the file it tests first on sys.path while importing it: the
-#: answer's ~/fractions.py shadowed the module the check's ~/check_doc.py imports
-LEFTOVER_ROWS["rig_check_doctest_home_module"] = (LEFTOVER_ROWS["rig_check_unittest_home_module"][0],
-                                                  "printf '\"\"\"\\n>>> 1 + 1\\n3\\n\"\"\"\\nimport fractions\\n' > ~/check_doc.py"
-                                                  " && cd ~ && python3 -m doctest check_doc.py", False)
-#: Python found the answer's module first under the name of the one a check wrote in the home: a
-#: package ~/test_check/ or an extension ~/test_check.so (its constructor exits 0) beside the
-#: check's ~/test_check.py; or read the answer's bytecode of it from ~/__pycache__, an unchecked
-#: hash-based pyc (PEP 552), never compared to the source: the check's failing tests passed. A
-#: grading python imports the check's source first there, and no bytecode older than its source
-UNITTEST_HOME = LEFTOVER_ROWS["rig_check_unittest_home_module"][1].replace("import fractions, ", "import ")
-LEFTOVER_ROWS["rig_check_unittest_home_package"] = (["mkdir ~/test_check && printf 'import os\\nos._exit(0)\\n'"
-                                                     " > ~/test_check/__init__.py"], UNITTEST_HOME, False)
-LEFTOVER_ROWS["rig_check_pytest_home_extension"] = (["printf '#include <unistd.h>\\n__attribute__((constructor)) static void"
-                                                     " f(void) { _exit(0); }\\n' > ~/x.c && cc -shared -fPIC -o ~/test_check.so"
-                                                     " ~/x.c"], HOME_TEST + "cd ~ && pytest -q test_check.py", False)
-UNCHECKED_PYC = ("python3 -c 'import importlib.util as u, marshal, os, sys; d = os.path.expanduser(\"~/__pycache__\");"
-                 " os.makedirs(d, exist_ok=True); open(f\"{d}/{sys.argv[1]}.{sys.implementation.cache_tag}.pyc\", \"wb\")"
-                 ".write(u.MAGIC_NUMBER + bytes([1, 0, 0, 0]) + bytes(8) + marshal.dumps(compile(\"import os; os._exit(0)\","
-                 " \"x\", \"exec\")))' ")
-LEFTOVER_ROWS["rig_check_unittest_home_bytecode"] = ([UNCHECKED_PYC + "test_check"], UNITTEST_HOME, False)
-LEFTOVER_ROWS["rig_check_doctest_home_bytecode"] = ([UNCHECKED_PYC + "check_doc"],
-                                                    LEFTOVER_ROWS["rig_check_doctest_home_module"][1], False)
-#: python3 -I (and -E, -S) reads no sitecustomize.py of the PYTHONPATH: ./python3 runs -m unittest,
-#: -m doctest and -m pytest through module_folder_last.py, which puts the same rules
-LEFTOVER_ROWS["rig_check_unittest_isolated_package"] = (LEFTOVER_ROWS["rig_check_unittest_home_package"][0],
-                                                        UNITTEST_HOME.replace("python3 -m", "python3 -I -m"), False)
-LEFTOVER_ROWS["rig_check_pytest_isolated_package"] = (LEFTOVER_ROWS["rig_check_unittest_home_package"][0],
-                                                      HOME_TEST + "cd ~ && python3 -Im pytest -q test_check.py", False)
-#: python3 -E ignores PYTHONNOUSERSITE and PYTHONSAFEPATH too: it ran the answer's usercustomize.py
-#: of its user site-packages, and put the current folder (the home) first on sys.path; ./python3
-#: runs it as -I
-USERCUSTOMIZE = ("d=$(python3 -c 'import site; print(site.getusersitepackages())') && mkdir -p $d"
-                 " && printf 'import os\\nos._exit(0)\\n' > $d/usercustomize.py")
-LEFTOVER_ROWS["rig_check_python_e_usercustomize"] = ([USERCUSTOMIZE], "python3 -E -c 'import sys; sys.exit(3)'", False)
-LEFTOVER_ROWS["rig_check_python_e_home_module"] = (["printf 'import os\\nos._exit(0)\\n' > ~/json.py"],
-                                                   "cd ~ && python3 -E -c 'import json, sys; sys.exit(3)'", False)
-LEFTOVER_ROWS["rig_check_unittest_e_home_module"] = (LEFTOVER_ROWS["rig_check_unittest_home_module"][0],
-                                                     LEFTOVER_ROWS["rig_check_unittest_home_module"][1].replace(
-                                                         "python3 -m", "python3 -BEm"), False)
-#: prove (Perl's test harness) reads ~/.proverc as options: `--dry` there listed the check's
 #: failing tests and exited 0; its wrapper passes --norc (a ./.proverc still counts, not the home's)
 LEFTOVER_ROWS["rig_check_proverc"] = (["echo --dry > ~/.proverc"],
                                       "d=$(mktemp -d) && printf 'use Test::More tests => 1;\\nok(0);\\n' > $d/t.t"
@@ -352,34 +250,20 @@ LEFTOVER_NOT_AS_NOBODY = {row: "a tmux server started in a sandbox run as nobody
                                "here ('server exited unexpectedly'): no check of it can pass"
                           for row in ("rig_check_tmux_conf", "rig_check_tmux_pane_program")}
 #: row -> the program its check needs (hostile_tasks.NEEDS_PROGRAM)
-LEFTOVER_PROGRAMS = {"rig_check_mavenrc": "mvn", "rig_check_mvn_config": "mvn", "rig_check_valgrindrc": "valgrind", "rig_check_gdbinit": "gdb",
-                     "rig_check_tmux_conf": "tmux", "rig_check_lesskey": "less",
-                     "rig_check_gpg_conf": "gpg", "rig_check_imagemagick_conf": "identify",
-                     "rig_check_ssh_config": "ssh", "rig_check_scp_config": "scp", "rig_check_sftp_config": "sftp",
-                     "rig_check_vimrc": "vim", "rig_check_vim_plugin": "ex", "rig_check_npmrc": "npm",
-                     "rig_check_npm_workspace": "npm", "rig_check_npmrc_from_home": "npm", "rig_check_npm_script_node": "npm",
-                     "rig_check_node_child": "node", "rig_check_tmux_pane_program": "tmux",
-                     "rig_check_pytest_ini": "pytest", "rig_check_pytest_conftest": "pytest",
-                     "rig_check_pytest_ini_from_root": "pytest", "rig_check_pytest_versioned_python": "pytest",
-                     "rig_check_pytest_3": "pytest-3", "rig_check_pytest_home_ini": "pytest", "rig_check_pytest_home_conftest": "pytest",
-                     "rig_check_pytest_joined_flags": "pytest", "rig_check_pytest_home_module": "pytest",
-                     "rig_check_pytest_toml_spelling": "pytest", "rig_check_pytest_toml_inline": "pytest",
-                     "rig_check_pytest_main_module": "pytest", "rig_check_unittest_home_module": "python3",
-                     "rig_check_doctest_home_module": "python3",
-                     "rig_check_vim_filter": "vim", "rig_check_valgrind_child": "valgrind", "rig_check_git_alias_child": "git", "rig_check_gdb_shell": "gdb",
-                     "rig_check_npm_home_package": "npm", "rig_check_gnumakefile": "make", "rig_check_makefile_of_a_dir": "make", "rig_check_gnumakefile_link": "make",
-                     "rig_check_makefile_of_a_long_dir": "make", "rig_check_recursive_make": "make",
-                     "rig_check_makefile_copied_with_its_times": "make", "rig_check_makefile_dated_ahead": "make",
-                     "rig_check_makefile_of_two_names": "make",
-                     "rig_check_javac_processor": "javac",
-                     "rig_check_unittest_home_package": "python3", "rig_check_pytest_home_extension": "pytest",
-                     "rig_check_unittest_home_bytecode": "python3", "rig_check_doctest_home_bytecode": "python3",
-                     "rig_check_unittest_isolated_package": "python3", "rig_check_pytest_isolated_package": "pytest",
-                     "rig_check_python_e_usercustomize": "python3", "rig_check_python_e_home_module": "python3",
-                     "rig_check_unittest_e_home_module": "python3",
-                     "rig_check_proverc": "prove", "rig_check_cmake_registry": "cmake",
-                     "rig_check_pytest_home_package": "pytest", "rig_check_pytest_by_path": "pytest",
-                     "rig_check_pytest_main": "pytest", "rig_check_pytest_from_a_program": "pytest"}
+LEFTOVER_PROGRAMS = {"rig_check_mavenrc": "mvn", "rig_check_mvn_config": "mvn", "rig_check_valgrindrc": "valgrind",
+                     "rig_check_gdbinit": "gdb", "rig_check_tmux_conf": "tmux", "rig_check_lesskey": "less",
+                     "rig_check_gpg_conf": "gpg", "rig_check_imagemagick_conf": "identify", "rig_check_ssh_config": "ssh",
+                     "rig_check_scp_config": "scp", "rig_check_sftp_config": "sftp", "rig_check_vimrc": "vim",
+                     "rig_check_vim_plugin": "ex", "rig_check_npmrc": "npm", "rig_check_npm_workspace": "npm",
+                     "rig_check_npmrc_from_home": "npm", "rig_check_npm_script_node": "npm", "rig_check_node_child": "node",
+                     "rig_check_tmux_pane_program": "tmux", "rig_check_vim_filter": "vim",
+                     "rig_check_valgrind_child": "valgrind", "rig_check_git_alias_child": "git", "rig_check_gdb_shell": "gdb",
+                     "rig_check_npm_home_package": "npm", "rig_check_gnumakefile": "make", "rig_check_makefile_of_a_dir": "make",
+                     "rig_check_gnumakefile_link": "make", "rig_check_makefile_of_a_long_dir": "make",
+                     "rig_check_recursive_make": "make", "rig_check_makefile_copied_with_its_times": "make",
+                     "rig_check_makefile_dated_ahead": "make", "rig_check_makefile_of_two_names": "make",
+                     "rig_check_javac_processor": "javac", "rig_check_proverc": "prove", "rig_check_cmake_registry": "cmake"}
+LEFTOVER_PROGRAMS.update(PYTHON_PROGRAMS)
 
 
 def on_system_path(program: str) -> str | None:
@@ -407,40 +291,6 @@ LEFTOVER_HONEST = {"mvn": "d=$(mktemp -d) && mkdir $d/.mvn && echo -v > $d/.mvn/
                           " > $d/package.json && cd $d && npm test --silent"
                           # from a folder of the check's own package: npm runs the package's script
                           " && mkdir $d/src && cd $d/src && npm test --silent",
-                   # the check's own config in its tests' folder, by pytest's search and by -c; what
-                   # a test runs still runs through the wrappers
-                   "pytest": "d=$(mktemp -d) && mkdir $d/t && printf '[pytest]\\npython_files = check_*.py\\n' > $d/pytest.ini"
-                             " && printf 'import os\\ndef test_a():\\n    assert os.environ[\"PATH\"].startswith("
-                             "\"/opt/parallel-rollout/grading_bin:\")\\n' > $d/t/check_a.py && (cd $d && pytest -q t)"
-                             " && python3 -m pytest -q -c $d/pytest.ini $d/t"
-                             # and by its path, by pytest.main(), the project's own config as ever
-                             f" && (cd $d && {PYTEST_BY_PATH} -q t && python3 -c 'import pytest, sys; sys.exit(pytest.main([\"-q\", \"t\"]))')"
-                             # a pyproject.toml above that only names pytest is no config of pytest's
-                             " && e=$(mktemp -d) && mkdir $e/t && printf 'def test_a():\\n    pass\\n' > $e/t/test_a.py"
-                             " && printf '[project]\\nname = \"t\"\\ndependencies = [\"pytest\"]\\n' > $e/pyproject.toml"
-                             " && (cd $e/t && pytest -q)",
-                   # from the home with nothing of pytest's there, and a project's own config in the
-                   # home, by pytest's other names
-                   "pytest-3": "printf 'def test_a():\\n    pass\\n' > ~/test_ok.py && cd ~ && pytest-3 -q test_ok.py"
-                               # the answer's module, which the tests import from the home
-                               " && printf 'def f():\\n    return 3\\n' > ~/sol.py && printf 'from sol import f\\n"
-                               "def test_f():\\n    assert f() == 3\\n' > ~/test_sol.py && pytest -q test_sol.py"
-                               f" && {VERSIONED_PYTHON} -m pytest -q ~/test_ok.py && mkdir ~/proj && cp ~/test_ok.py ~/proj/check_ok.py"
-                               " && printf '[pytest]\\npython_files = check_*.py\\n' > ~/proj/pytest.ini && cd ~/proj && py.test-3 -q"
-                               " && python3 -BImpytest -q && python3 -X dev -Im pytest -q && python3 -m pytest.__main__ -q"
-                               # a package of tests the check made in the home
-                               " && mkdir ~/pk && touch ~/pk/__init__.py && cp ~/test_ok.py ~/pk && cd ~ && pytest -q pk",
-                   # unittest's discover and doctest in a folder of the home, and -Im unittest of a mktemp -d
-                   # folder: the tests import their own module (the answer's, and its own helper), a folder's
-                   # found after the system's
-                   "python3": "mkdir ~/ut && printf 'def h():\\n    return 2\\n' > ~/ut/helper.py && printf 'from helper import h\\n"
-                              "def f():\\n    \"\"\"\\n    >>> f()\\n    3\\n    \"\"\"\\n    return h() + 1\\n' > ~/ut/sol.py"
-                              " && printf 'import unittest\\nfrom sol import f\\nclass T(unittest.TestCase):\\n    def test_f(self):\\n"
-                              "        self.assertEqual(f(), 3)\\n' > ~/ut/test_sol.py && cd ~/ut"
-                              " && python3 -m unittest discover -v 2>&1 | grep -q 'test_f .* ok'"
-                              " && python3 -m doctest -v ~/ut/sol.py | grep -q '^1 passed and 0 failed'"
-                              " && d=$(mktemp -d) && cp ~/ut/*.py $d && cd / && python3 -Im unittest discover -v -s $d 2>&1"
-                              " | grep -q 'test_f .* ok' && cd ~/ut && python3 -E -m unittest discover -v 2>&1 | grep -q 'test_f .* ok'",
                    # a project's own ./.proverc (-v: each test's lines), tests that pass from the home
                    "prove": "d=$(mktemp -d) && printf 'use Test::More tests => 1;\\nok(1);\\n' > $d/t.t && echo -v > $d/.proverc"
                             " && (cd $d && prove t.t | grep -qx 'ok 1') && cp $d/t.t ~/t.t && cd ~ && prove -Q t.t",
@@ -465,6 +315,7 @@ LEFTOVER_HONEST = {"mvn": "d=$(mktemp -d) && mkdir $d/.mvn && echo -v > $d/.mvn/
                    # from the home, with no processor of the answer's there
                    "javac": JAVA_CHECK.replace("exit(3)", "exit(0)"),
                    "tmux": "tmux new-session -d -s h 'sleep 9' && tmux has-session -t h; r=$?; tmux kill-server; exit $r"}
+LEFTOVER_HONEST.update(PYTHON_HONEST)
 #: rows whose program cannot start where RLIMIT_AS bounds a VM (hostile_tasks.NEEDS_ADDRESS_SPACE)
 LEFTOVER_ADDRESS_SPACE = {
     **{row: "the JVM cannot start under RLIMIT_AS of 256 MB, a VM's memory bound "

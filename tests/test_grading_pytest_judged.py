@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from hostile_leftovers import PYTEST_BY_PATH
+from hostile_python import PYTEST_BY_PATH
 from parallel_rollout.guest.agent_grading import GRADING_BIN, grading_env
 
 pytestmark = pytest.mark.skipif(not os.path.exists(PYTEST_BY_PATH), reason="needs the system's pytest")

@@ -1,0 +1,169 @@
+"""Rows of the hostile table (tests/hostile_tasks.py, through tests/hostile_leftovers.py): shell
+rows whose answer leaves behind what Python's test runners read as they start (pytest's ini
+files, conftest.py and packages, a module or bytecode shadowing the check's own, a user site),
+the programs their checks need, and honest checks of those runners through their wrappers.
+"""
+
+import os
+import shutil
+
+from parallel_rollout.guest.agent_grading import SYSTEM_PATH
+
+#: name -> (shell commands of the answer, check, whether it can kill the guest agent)
+PYTHON_ROWS = {}
+#: pytest climbs from its tests' folder to the first folder with an ini file (pytest.ini, tox.ini,
+#: setup.cfg, pyproject.toml) and reads it as its config, and loads every conftest.py above it
+#: that no ini file bounds: the answer's /tmp/pytest.ini of `addopts = --co` (collect only) or
+#: /tmp/conftest.py that ends the run with 0 passed a check's own tests in a `mktemp -d` folder,
+#: which fail; the wrappers (pytest, py.test, python3 -m pytest) pin rootdir and config to the
+#: tests' folder, and refuse (126) below an ini file they do not reach
+PYTEST_TEST = ("d=$(mktemp -d) && printf 'def test_a():\\n    assert False\\n' > $d/test_a.py && cd $d && ")
+PYTHON_ROWS["rig_check_pytest_ini"] = (["printf '[pytest]\\naddopts = --co\\n' > /tmp/pytest.ini"],
+                                         PYTEST_TEST + "pytest -q", False)
+#: from / the tests' folder is where pytest starts (/ encloses every folder the answer wrote)
+PYTHON_ROWS["rig_check_pytest_ini_from_root"] = (PYTHON_ROWS["rig_check_pytest_ini"][0],
+                                                   PYTEST_TEST.replace("cd $d", "cd /") + "pytest -q $d", False)
+PYTHON_ROWS["rig_check_pytest_conftest"] = (["printf 'import os\\ndef pytest_sessionfinish():\\n    os._exit(0)\\n'"
+                                               " > /tmp/conftest.py"], PYTEST_TEST + "python3 -m pytest -q", False)
+#: a pyproject.toml's tool.pytest table spelled otherwise than the header the wrappers grepped for
+#: (a quoted key, an escape, an inline table), which pytest reads all the same
+PYTHON_ROWS["rig_check_pytest_toml_spelling"] = ([r"""printf '["tool"."\\u0070ytest".ini_options]\naddopts = "--co"\n'"""
+                                                    " > /tmp/pyproject.toml"], PYTEST_TEST + "pytest -q", False)
+PYTHON_ROWS["rig_check_pytest_toml_inline"] = (["""echo 'tool = {pytest = {ini_options = {addopts = "--co"}}}'"""
+                                                  " > /tmp/pyproject.toml"], PYTEST_TEST + "pytest -q", False)
+#: pytest by other names ran unwrapped: python3.11 -m pytest (python3's versioned name: the
+#: machine's) and pytest-3 read the answer's /tmp/pytest.ini of `addopts = --co`
+VERSIONED_PYTHON = os.path.basename(os.path.realpath(shutil.which("python3", path=SYSTEM_PATH) or "python3"))
+PYTHON_ROWS["rig_check_pytest_versioned_python"] = (PYTHON_ROWS["rig_check_pytest_ini"][0],
+                                                      PYTEST_TEST + f"{VERSIONED_PYTHON} -m pytest -q", False)
+PYTHON_ROWS["rig_check_pytest_3"] = (PYTHON_ROWS["rig_check_pytest_ini"][0], PYTEST_TEST + "pytest-3 -q", False)
+#: python3's flags joined to -m (-Im pytest) were taken for no module, and pytest ran unwrapped
+PYTHON_ROWS["rig_check_pytest_joined_flags"] = (PYTHON_ROWS["rig_check_pytest_ini"][0], PYTEST_TEST + "python3 -Im pytest -q", False)
+PYTHON_ROWS["rig_check_pytest_main_module"] = (PYTHON_ROWS["rig_check_pytest_ini"][0], PYTEST_TEST + "python3 -m pytest.__main__ -q", False)
+#: pytest run otherwise than by its name, which no wrapper sees, read the answer's /tmp/pytest.ini
+#: of `addopts = --co` as pytest does: /usr/bin/pytest by its path, a check's pytest.main(), a
+#: program's subprocess.call([sys.executable, "-m", "pytest"]); the wrappers' sitecustomize.py
+#: judges each as it starts
+PYTEST_BY_PATH = shutil.which("pytest", path=SYSTEM_PATH) or "/usr/bin/pytest"
+PYTHON_ROWS["rig_check_pytest_by_path"] = (PYTHON_ROWS["rig_check_pytest_ini"][0], PYTEST_TEST + f"{PYTEST_BY_PATH} -q", False)
+PYTHON_ROWS["rig_check_pytest_main"] = (PYTHON_ROWS["rig_check_pytest_ini"][0], PYTEST_TEST
+                                          + "python3 -c 'import pytest, sys; sys.exit(pytest.main([\"-q\"]))'", False)
+PYTHON_ROWS["rig_check_pytest_from_a_program"] = (PYTHON_ROWS["rig_check_pytest_ini"][0], PYTEST_TEST
+                                                    + "python3 -c 'import subprocess, sys; sys.exit(subprocess.call("
+                                                    "[sys.executable, \"-m\", \"pytest\", \"-q\"]))'", False)
+#: tests a check wrote into the home itself and ran from there read the answer's ~/pytest.ini and
+#: ~/conftest.py (no folder's name to guess); from the home the wrappers refuse (126) beside them
+HOME_TEST = "printf 'def test_a():\\n    assert False\\n' > ~/test_check.py && "
+PYTHON_ROWS["rig_check_pytest_home_ini"] = (["printf '[pytest]\\naddopts = --co\\n' > ~/pytest.ini"],
+                                              HOME_TEST + "cd ~ && pytest -q ~/test_check.py", False)
+PYTHON_ROWS["rig_check_pytest_home_conftest"] = (["printf 'import os\\ndef pytest_sessionfinish():\\n    os._exit(0)\\n'"
+                                                    " > ~/conftest.py"], HOME_TEST + "cd / && py.test -q ~/test_check.py", False)
+#: pytest imports the __init__.py of every folder up from its tests that has one as their
+#: package: the answer's ~/__init__.py (os._exit(0)) ended the run of a check's failing tests
+#: in the home with 0; the wrappers refuse (126) beside one in the home (or /tmp ...)
+PYTHON_ROWS["rig_check_pytest_home_package"] = (["printf 'import os\\nos._exit(0)\\n' > ~/__init__.py"],
+                                                  HOME_TEST + "cd ~ && pytest -q test_check.py", False)
+#: pytest put the home, the folder of tests there, first on sys.path: the answer's ~/fractions.py
+#: (os._exit(0)) shadowed the module the check's tests import; the wrappers pin --import-mode=append
+PYTHON_ROWS["rig_check_pytest_home_module"] = (["printf 'import os\\nos._exit(0)\\n' > ~/fractions.py"],
+                                                 "printf 'import fractions\\ndef test_a():\\n    assert False\\n'"
+                                                 " > ~/test_check.py && cd ~ && pytest -q test_check.py", False)
+#: python3 -m unittest discover put its top folder, the home, first on sys.path: the answer's
+#: ~/fractions.py shadowed the module the check's tests import; the wrapper appends that folder
+PYTHON_ROWS["rig_check_unittest_home_module"] = (["printf 'import os\\nos._exit(0)\\n' > ~/fractions.py"],
+                                                   "printf 'import fractions, unittest\\nclass T(unittest.TestCase):\\n"
+                                                   "    def test_a(self):\\n        self.fail()\\n' > ~/test_check.py"
+                                                   " && cd ~ && python3 -m unittest discover -p test_check.py", False)
+#: python3 -m doctest put the folder of the file it tests first on sys.path while importing it: the
+#: answer's ~/fractions.py shadowed the module the check's ~/check_doc.py imports
+PYTHON_ROWS["rig_check_doctest_home_module"] = (PYTHON_ROWS["rig_check_unittest_home_module"][0],
+                                                  "printf '\"\"\"\\n>>> 1 + 1\\n3\\n\"\"\"\\nimport fractions\\n' > ~/check_doc.py"
+                                                  " && cd ~ && python3 -m doctest check_doc.py", False)
+#: Python found the answer's module first under the name of the one a check wrote in the home: a
+#: package ~/test_check/ or an extension ~/test_check.so (its constructor exits 0) beside the
+#: check's ~/test_check.py; or read the answer's bytecode of it from ~/__pycache__, an unchecked
+#: hash-based pyc (PEP 552), never compared to the source: the check's failing tests passed. A
+#: grading python imports the check's source first there, and no bytecode older than its source
+UNITTEST_HOME = PYTHON_ROWS["rig_check_unittest_home_module"][1].replace("import fractions, ", "import ")
+PYTHON_ROWS["rig_check_unittest_home_package"] = (["mkdir ~/test_check && printf 'import os\\nos._exit(0)\\n'"
+                                                     " > ~/test_check/__init__.py"], UNITTEST_HOME, False)
+PYTHON_ROWS["rig_check_pytest_home_extension"] = (["printf '#include <unistd.h>\\n__attribute__((constructor)) static void"
+                                                     " f(void) { _exit(0); }\\n' > ~/x.c && cc -shared -fPIC -o ~/test_check.so"
+                                                     " ~/x.c"], HOME_TEST + "cd ~ && pytest -q test_check.py", False)
+UNCHECKED_PYC = ("python3 -c 'import importlib.util as u, marshal, os, sys; d = os.path.expanduser(\"~/__pycache__\");"
+                 " os.makedirs(d, exist_ok=True); open(f\"{d}/{sys.argv[1]}.{sys.implementation.cache_tag}.pyc\", \"wb\")"
+                 ".write(u.MAGIC_NUMBER + bytes([1, 0, 0, 0]) + bytes(8) + marshal.dumps(compile(\"import os; os._exit(0)\","
+                 " \"x\", \"exec\")))' ")
+PYTHON_ROWS["rig_check_unittest_home_bytecode"] = ([UNCHECKED_PYC + "test_check"], UNITTEST_HOME, False)
+PYTHON_ROWS["rig_check_doctest_home_bytecode"] = ([UNCHECKED_PYC + "check_doc"],
+                                                    PYTHON_ROWS["rig_check_doctest_home_module"][1], False)
+#: python3 -I (and -E, -S) reads no sitecustomize.py of the PYTHONPATH: ./python3 runs -m unittest,
+#: -m doctest and -m pytest through module_folder_last.py, which puts the same rules
+PYTHON_ROWS["rig_check_unittest_isolated_package"] = (PYTHON_ROWS["rig_check_unittest_home_package"][0],
+                                                        UNITTEST_HOME.replace("python3 -m", "python3 -I -m"), False)
+PYTHON_ROWS["rig_check_pytest_isolated_package"] = (PYTHON_ROWS["rig_check_unittest_home_package"][0],
+                                                      HOME_TEST + "cd ~ && python3 -Im pytest -q test_check.py", False)
+#: python3 -E ignores PYTHONNOUSERSITE and PYTHONSAFEPATH too: it ran the answer's usercustomize.py
+#: of its user site-packages, and put the current folder (the home) first on sys.path; ./python3
+#: runs it as -I
+USERCUSTOMIZE = ("d=$(python3 -c 'import site; print(site.getusersitepackages())') && mkdir -p $d"
+                 " && printf 'import os\\nos._exit(0)\\n' > $d/usercustomize.py")
+PYTHON_ROWS["rig_check_python_e_usercustomize"] = ([USERCUSTOMIZE], "python3 -E -c 'import sys; sys.exit(3)'", False)
+PYTHON_ROWS["rig_check_python_e_home_module"] = (["printf 'import os\\nos._exit(0)\\n' > ~/json.py"],
+                                                   "cd ~ && python3 -E -c 'import json, sys; sys.exit(3)'", False)
+PYTHON_ROWS["rig_check_unittest_e_home_module"] = (PYTHON_ROWS["rig_check_unittest_home_module"][0],
+                                                     PYTHON_ROWS["rig_check_unittest_home_module"][1].replace(
+                                                         "python3 -m", "python3 -BEm"), False)
+#: prove (Perl's test harness) reads ~/.proverc as options: `--dry` there listed the check's
+#: row -> the program its check needs (hostile_tasks.NEEDS_PROGRAM)
+PYTHON_PROGRAMS = {"rig_check_pytest_ini": "pytest", "rig_check_pytest_conftest": "pytest",
+                   "rig_check_pytest_ini_from_root": "pytest", "rig_check_pytest_versioned_python": "pytest",
+                   "rig_check_pytest_3": "pytest-3", "rig_check_pytest_home_ini": "pytest",
+                   "rig_check_pytest_home_conftest": "pytest", "rig_check_pytest_joined_flags": "pytest",
+                   "rig_check_pytest_home_module": "pytest", "rig_check_pytest_toml_spelling": "pytest",
+                   "rig_check_pytest_toml_inline": "pytest", "rig_check_pytest_main_module": "pytest",
+                   "rig_check_unittest_home_module": "python3", "rig_check_doctest_home_module": "python3",
+                   "rig_check_unittest_home_package": "python3", "rig_check_pytest_home_extension": "pytest",
+                   "rig_check_unittest_home_bytecode": "python3", "rig_check_doctest_home_bytecode": "python3",
+                   "rig_check_unittest_isolated_package": "python3", "rig_check_pytest_isolated_package": "pytest",
+                   "rig_check_python_e_usercustomize": "python3", "rig_check_python_e_home_module": "python3",
+                   "rig_check_unittest_e_home_module": "python3", "rig_check_pytest_home_package": "pytest",
+                   "rig_check_pytest_by_path": "pytest", "rig_check_pytest_main": "pytest",
+                   "rig_check_pytest_from_a_program": "pytest"}
+
+#: program -> an honest check of it through its wrapper (hostile_tasks.HONEST_TOOLS)
+PYTHON_HONEST = {
+                 # the check's own config in its tests' folder, by pytest's search and by -c; what
+                 # a test runs still runs through the wrappers
+                 "pytest": "d=$(mktemp -d) && mkdir $d/t && printf '[pytest]\\npython_files = check_*.py\\n' > $d/pytest.ini"
+                           " && printf 'import os\\ndef test_a():\\n    assert os.environ[\"PATH\"].startswith("
+                           "\"/opt/parallel-rollout/grading_bin:\")\\n' > $d/t/check_a.py && (cd $d && pytest -q t)"
+                           " && python3 -m pytest -q -c $d/pytest.ini $d/t"
+                           # and by its path, by pytest.main(), the project's own config as ever
+                           f" && (cd $d && {PYTEST_BY_PATH} -q t && python3 -c 'import pytest, sys; sys.exit(pytest.main([\"-q\", \"t\"]))')"
+                           # a pyproject.toml above that only names pytest is no config of pytest's
+                           " && e=$(mktemp -d) && mkdir $e/t && printf 'def test_a():\\n    pass\\n' > $e/t/test_a.py"
+                           " && printf '[project]\\nname = \"t\"\\ndependencies = [\"pytest\"]\\n' > $e/pyproject.toml"
+                           " && (cd $e/t && pytest -q)",
+                 # from the home with nothing of pytest's there, and a project's own config in the
+                 # home, by pytest's other names
+                 "pytest-3": "printf 'def test_a():\\n    pass\\n' > ~/test_ok.py && cd ~ && pytest-3 -q test_ok.py"
+                             # the answer's module, which the tests import from the home
+                             " && printf 'def f():\\n    return 3\\n' > ~/sol.py && printf 'from sol import f\\n"
+                             "def test_f():\\n    assert f() == 3\\n' > ~/test_sol.py && pytest -q test_sol.py"
+                             f" && {VERSIONED_PYTHON} -m pytest -q ~/test_ok.py && mkdir ~/proj && cp ~/test_ok.py ~/proj/check_ok.py"
+                             " && printf '[pytest]\\npython_files = check_*.py\\n' > ~/proj/pytest.ini && cd ~/proj && py.test-3 -q"
+                             " && python3 -BImpytest -q && python3 -X dev -Im pytest -q && python3 -m pytest.__main__ -q"
+                             # a package of tests the check made in the home
+                             " && mkdir ~/pk && touch ~/pk/__init__.py && cp ~/test_ok.py ~/pk && cd ~ && pytest -q pk",
+                 # unittest's discover and doctest in a folder of the home, and -Im unittest of a mktemp -d
+                 # folder: the tests import their own module (the answer's, and its own helper), a folder's
+                 # found after the system's
+                 "python3": "mkdir ~/ut && printf 'def h():\\n    return 2\\n' > ~/ut/helper.py && printf 'from helper import h\\n"
+                            "def f():\\n    \"\"\"\\n    >>> f()\\n    3\\n    \"\"\"\\n    return h() + 1\\n' > ~/ut/sol.py"
+                            " && printf 'import unittest\\nfrom sol import f\\nclass T(unittest.TestCase):\\n    def test_f(self):\\n"
+                            "        self.assertEqual(f(), 3)\\n' > ~/ut/test_sol.py && cd ~/ut"
+                            " && python3 -m unittest discover -v 2>&1 | grep -q 'test_f .* ok'"
+                            " && python3 -m doctest -v ~/ut/sol.py | grep -q '^1 passed and 0 failed'"
+                            " && d=$(mktemp -d) && cp ~/ut/*.py $d && cd / && python3 -Im unittest discover -v -s $d 2>&1"
+                            " | grep -q 'test_f .* ok' && cd ~/ut && python3 -E -m unittest discover -v 2>&1 | grep -q 'test_f .* ok'"}
