@@ -110,3 +110,38 @@ def test_a_method_or_table_rule_its_metric_does_not_know_is_refused_at_load(tmp_
     assert "5 bad task records" in text, text
     for path, reason in says.items():
         assert f"{path}:1: task {path.stem!r}: {reason}" in text, text
+
+
+def test_a_metric_call_that_cannot_bind_is_refused_at_load(tmp_path):
+    """Grading calls a metric with the result's state, the expected state when the task gives
+    one, and its options as keywords: a call its signature cannot take (an expected state given
+    to a metric of the result alone, none given to one that compares two) raised TypeError at
+    every grading, scored 0 whatever the agent did. The folder is refused as it loads, naming
+    the file, the metric and why (exit 2); the 369 real tasks all bind
+    (test_no_rule_of_osworlds_own_tasks_is_refused)."""
+    import json
+
+    from parallel_rollout.exit_codes import EXIT_USAGE
+    from test_osworld_folder_cli import MODEL_AGENT, copied, run_cli, said
+
+    folder = copied(tmp_path)
+    given = folder / "examples" / "libreoffice_impress" / "ce88f674-ab7a-43da-9201-468d38539e4a.json"
+    task = json.loads(given.read_text())  # check_slide_orientation_Portrait reads the result alone
+    assert task["evaluator"]["func"] == "check_slide_orientation_Portrait", task["evaluator"]
+    task["evaluator"]["expected"] = {"type": "rule", "rules": {"expected": "portrait"}}
+    given.write_text(json.dumps(task))
+    missing = folder / "examples" / "libreoffice_writer" / "0810415c-bde4-4443-9047-d5f70165a697.json"
+    task = json.loads(missing.read_text())  # compare_line_spacing twice, each file with a gold one
+    evaluator = task["evaluator"]
+    assert evaluator["func"] == ["compare_line_spacing", "compare_line_spacing"], evaluator
+    evaluator["expected"][1] = None  # the second metric of the list given no gold file
+    missing.write_text(json.dumps(task))
+    done = run_cli("--data", str(folder), "--domain", "all", "--dry-run", *MODEL_AGENT)
+    text = said(done)
+    assert done.returncode == EXIT_USAGE, text
+    assert "2 bad task records" in text, text
+    assert (f"{given}:1: task {given.stem!r}: evaluator metric 'check_slide_orientation_Portrait': cannot be "
+            "called with a result and an expected state: too many positional arguments (it takes result, **options)") in text, text
+    assert (f"{missing}:1: task {missing.stem!r}: evaluator metric 'compare_line_spacing': cannot be called with a "
+            "result and no expected state: missing a required argument: 'expected' (it takes result, expected, "
+            "**options)") in text, text

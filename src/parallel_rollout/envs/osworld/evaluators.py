@@ -8,6 +8,7 @@ evaluator or one using anything those registries lack, naming every unsupported 
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 from .getters import GETTERS
@@ -15,7 +16,7 @@ from .metrics import METRICS
 from .rule_keys import RULE_GETTERS, MalformedRule, rule_problem, task_rules
 from .rule_methods import table_rules_problem, value_rules_problem
 
-__all__ = ["GETTERS", "METRICS", "normalized", "check_evaluator", "combine"]
+__all__ = ["GETTERS", "METRICS", "normalized", "check_evaluator", "call_problem", "combine"]
 
 #: the fields a getter reads from its config without a default, as OSWorld's own do: one
 #: missing is the task file's error, which failed every attempt's grading (a KeyError taken
@@ -93,8 +94,30 @@ def check_evaluator(evaluator: Any) -> None:
         problem = table_rules_problem(func, options)  # a rule compare_table cannot read: every grading's 0
         if problem:
             raise ValueError(f"evaluator metric {func!r}: its {problem}")
+        problem = call_problem(func, bool(expected), options) if func in METRICS else None
+        if problem:
+            raise ValueError(f"evaluator metric {func!r}: {problem}")
     if problems:
         raise ValueError("; ".join(dict.fromkeys(problems)))
+
+
+def call_problem(func: str, has_expected: bool, options: dict) -> str | None:
+    """Why metric ``func`` cannot be called as grading calls it (the result's state, the
+    expected state when the task gives one, then ``options`` as keywords), or None: a call
+    that cannot bind raised TypeError at every grading, scored 0 as the agent's failure."""
+    metric = METRICS[func]
+    states = ("result", "expected") if has_expected else ("result",)
+    try:
+        inspect.signature(metric).bind(*states, **options)
+    except TypeError as exc:
+        given = "a result and an expected state" if has_expected else "a result and no expected state"
+        return f"cannot be called with {given}{' and the options ' + ', '.join(map(repr, options)) if options else ''}" \
+               f": {exc} (it takes {_parameters(metric)})"
+    return None
+
+
+def _parameters(metric: Any) -> str:
+    return ", ".join(str(p).split(":")[0].split("=")[0].strip() for p in inspect.signature(metric).parameters.values())
 
 
 def combine(scores: list[float], conj: str) -> float:
