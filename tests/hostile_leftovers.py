@@ -145,6 +145,7 @@ LEFTOVER_ROWS["rig_check_tmux_pane_program"] = ([JQ_RC], "rm -f ~/r; tmux new-se
                                                          " >/dev/null; echo $? > ~/r; sleep 9' && for i in 1 2 3 4 5 6 7 8 9 10;"
                                                          " do test -s ~/r && break; sleep 0.3; done; tmux kill-server;"
                                                          " grep -qx 0 ~/r", False)
+#: prove (Perl's test harness) reads ~/.proverc as options: `--dry` there listed the check's
 #: failing tests and exited 0; its wrapper passes --norc (a ./.proverc still counts, not the home's)
 LEFTOVER_ROWS["rig_check_proverc"] = (["echo --dry > ~/.proverc"],
                                       "d=$(mktemp -d) && printf 'use Test::More tests => 1;\\nok(0);\\n' > $d/t.t"

@@ -114,7 +114,6 @@ PYTHON_ROWS["rig_check_python_e_home_module"] = (["printf 'import os\\nos._exit(
 PYTHON_ROWS["rig_check_unittest_e_home_module"] = (PYTHON_ROWS["rig_check_unittest_home_module"][0],
                                                      PYTHON_ROWS["rig_check_unittest_home_module"][1].replace(
                                                          "python3 -m", "python3 -BEm"), False)
-#: prove (Perl's test harness) reads ~/.proverc as options: `--dry` there listed the check's
 #: row -> the program its check needs (hostile_tasks.NEEDS_PROGRAM)
 PYTHON_PROGRAMS = {"rig_check_pytest_ini": "pytest", "rig_check_pytest_conftest": "pytest",
                    "rig_check_pytest_ini_from_root": "pytest", "rig_check_pytest_versioned_python": "pytest",
