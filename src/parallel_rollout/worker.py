@@ -40,6 +40,7 @@ from . import records
 from .attempt_vms import AttemptLeaser, task_breaks_vm
 from .agents import Agent, AttemptInfo, EpisodeCut, get_agent
 from .agents.base import run_maybe_async
+from .agents.calls import OUTLIVED_ACT, calls_of
 from .config import RunConfig
 from .envs import Env, answer_files_of, get_env
 from .envs.base import checked_evaluation, checked_step
@@ -258,6 +259,11 @@ class RolloutWorker:
                     with task_breaks_vm("grading"):
                         cut.reward, record["eval"] = checked_evaluation(env, _env_call(record, env.evaluate))
                 raise
+            except AttemptCancelled:
+                raise  # its calls are aborted, and its record is dropped
+            except BaseException:
+                _failed_turn(agent, turn, record, trajectory)  # the calls it made, sampled all the same
+                raise
             turn_record = agent.turn_record()
             env.turn_record = turn_record  # the env may keep the model's reply with the step
             with task_breaks_vm("action"):
@@ -387,6 +393,25 @@ def _caught_endpoint_failure(agent: Agent | None, record: dict[str, Any]) -> Rol
         return agent.model_failure()
     except Exception:  # noqa: BLE001 - a plugin's override: it says nothing then
         return None
+
+
+def _failed_turn(agent: Agent, turn: int, record: dict[str, Any], trajectory: TrajectoryFile) -> None:
+    """The turn whose ``act`` raised (neither a cut nor a cancel), written as the episode's
+    last turn once its model calls still under way have ended (an async agent's gathered or
+    background call: sampled and spent all the same; the attempt's usage then counts them),
+    each such call marked ``outlived_act``; their number is the record's ``outlived_act``."""
+    try:
+        exchange = agent.turn_record()
+    except Exception:  # noqa: BLE001 - a plugin's override: the act's own error is the attempt's
+        return
+    made = calls_of(exchange) if exchange else []
+    if not any("request" in call or "reply" in call or "stop_reason" in call for call in made):
+        return  # no model call (or none of the client's): nothing to add
+    record["turns"] = turn
+    trajectory.write({"turn": turn, "action": None, "done": True, **exchange})
+    outlived = sum(1 for call in made if call.get(OUTLIVED_ACT))
+    if outlived:
+        record[OUTLIVED_ACT] = outlived
 
 
 def _safe_usage(agent: Agent) -> Any:

@@ -214,3 +214,17 @@ class CutRaceAgent(FirstAnswerAgent):
         second = asyncio.ensure_future(self.model.achat(self.prompt(observation, "a")))
         replies = await asyncio.gather(first, second)
         return replies[1].text.split("<answer>")[-1].split("</answer>")[0]
+
+
+class FailingRaceAgent(FirstAnswerAgent):
+    """Async: the move's "a" call awaited, a "critique" call fired as a background task, then
+    the agent's own bug raises while that call is still under way."""
+
+    async def act(self, observation: dict[str, Any]) -> str:
+        """Both calls made; the act raises before "b" answers."""
+        import asyncio
+
+        self.turns += 1
+        await self.model.achat(self.prompt(observation, "a"))
+        self.critique = asyncio.ensure_future(self.model.achat(self.prompt(observation, "b")))
+        raise ValueError("the agent's own bug, after its calls")

@@ -270,3 +270,36 @@ def test_a_call_that_outlives_a_cut_act_is_in_the_cut_turn(tmp_path, schedulers,
         masked = [i for s in trajectory.segments() for i, m in zip(s.input_ids, s.loss_mask) if m]
         assert sorted(masked) == sorted(sampled + sampled[:2])  # every sampled id, each once
     assert len(server.requests) == 2 * 2
+
+
+def test_a_call_that_outlives_a_failed_act_is_in_the_failed_attempts_record(tmp_path, schedulers, tokenizer_dir):
+    """An async agent's act raises its own error (no cut) with a model call it fired still
+    under way: that call was sent and sampled, yet it ended only before the next attempt,
+    in no record, its tokens in no usage. The failed attempt's trajectory now ends with the
+    act's turn, both calls in it, the late one marked ``outlived_act``; the record counts it
+    (``outlived_act``, and usage counts its tokens) and so does the scheduler's stats()."""
+    import time
+
+    model = TokenModel(tokenizer_dir, lambda call: ACT)
+    server = LLMServer(policy=lambda body: (
+        time.sleep(0.5 if body["messages"][-1]["content"].endswith(" b") else 0), model(body))[1]).start()
+    try:
+        train = schedulers(rl_config(tmp_path, server, agent="client_agents:FailingRaceAgent", num_rollouts=1,
+                                     envs_per_worker=1),
+                           EnvManagerConfig(group_size=1, tags=["line"],
+                                            task_sets=lake_set(tmp_path, name="line", desc=["SFFG"], max_steps=10)))
+        (failed,) = train.get_batch(-1, step=0, timeout=120)
+        stats = train.stats()
+    finally:
+        server.stop()
+    sampled = model.encode(ACT) + [model.end_id]
+    assert failed.status == "error" and "the agent's own bug" in str(failed.record["failure"]), failed.record
+    (turn,) = failed.turns
+    calls = _calls(turn)
+    assert [call["request"][-1]["content"].rsplit("\n", 1)[-1] for call in calls] == ["turn 1 a", "turn 1 b"], turn
+    assert all(call["reply"] == ACT and call["token_ids"] == sampled for call in calls), turn
+    assert [call.get("outlived_act", False) for call in calls] == [False, True], turn
+    assert failed.record["outlived_act"] == 1
+    assert failed.record["usage"]["requests"] == 2 and failed.record["usage"]["completion_tokens"] == 2 * len(sampled)
+    assert stats["calls_outlived_failed_act"] == 1, stats
+    assert len(server.requests) == 2

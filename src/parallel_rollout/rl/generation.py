@@ -237,6 +237,8 @@ class GroupGeneration:
             if trajectory.failed:  # a validation's too, which it hands back as it is
                 self._stats["members_failed"] += 1
                 self._stats[f"failed_{trajectory.status}"] += 1  # by reason: error, task_timeout …
+                if record.get("outlived_act"):  # calls its failed act left running: sampled, in no batch
+                    self._stats["calls_outlived_failed_act"] += record["outlived_act"]
                 self._budget.settings_failed(record)  # a tokenizer folder not the served model's
             if trajectory.failed and not all_mode:
                 self._budget.member_failed(record)
