@@ -76,6 +76,7 @@ def grading_env(home: str) -> dict[str, str]:
     env.update(PYTHONNOUSERSITE="1", PYTHONSAFEPATH="1", PYTHONDONTWRITEBYTECODE="1",
                GIT_CONFIG_GLOBAL="/dev/null", PIP_CONFIG_FILE=os.devnull, NPM_CONFIG_USERCONFIG=os.devnull)
     env[GRADING_SINCE] = grading_since()
+    env[GRADED_HOME] = home
     return env
 
 
@@ -84,6 +85,10 @@ def grading_env(home: str) -> dict[str, str]:
 #: processes were reaped before it began), which a wrapper may trust (npm a package the check
 #: made above the folder it runs from)
 GRADING_SINCE = "PARALLEL_ROLLOUT_GRADING_SINCE"
+#: the name of the graded code's home in a grading command's environment: the wrappers take the
+#: home for a folder the graded code writes by it as well as by HOME, which the check may set
+#: otherwise (HOME=/nonexistent, env -u HOME) without the home ceasing to be the graded code's
+GRADED_HOME = "PARALLEL_ROLLOUT_GRADED_HOME"
 #: the kernel's coarse wall clock (CLOCK_REALTIME_COARSE), which dates files on a kernel without
 #: fine-grained timestamps
 _COARSE_REALTIME = getattr(time, "CLOCK_REALTIME_COARSE", 5)

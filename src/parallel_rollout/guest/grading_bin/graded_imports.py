@@ -1,5 +1,6 @@
 """What a grading command's python imports from the folders the graded code writes (the home,
-/tmp, /var/tmp, /dev/shm and below), installed by ./sitecustomize.py as it starts.
+whatever HOME the check gives it, /tmp, /var/tmp, /dev/shm and below), installed by
+./sitecustomize.py as it starts.
 
 Two ways the graded code's files were imported in place of the check's own, under the name of
 a module the check wrote there (`cd ~ && python3 -m unittest discover -p test_check.py` of
@@ -27,11 +28,19 @@ from _frozen_importlib_external import (BYTECODE_SUFFIXES, EXTENSION_SUFFIXES, S
 _TOPS = []
 
 
+def homes():
+    """The graded code's home, real: HOME, and the home the grading environment named
+    (``PARALLEL_ROLLOUT_GRADED_HOME``), which a check's own HOME does not move: with its
+    ``HOME=/nonexistent`` (or ``env -u HOME``) the home was no folder of the graded code's, and
+    its ~/test_check/ package was what the check's ~/test_check.py imported."""
+    found = (os.environ.get("HOME", ""), os.environ.get("PARALLEL_ROLLOUT_GRADED_HOME", ""))
+    return list(dict.fromkeys(os.path.realpath(home) for home in found if home))
+
+
 def _graded(path):
     """Whether ``path`` (a real path) is in a folder the graded code writes."""
     if not _TOPS:
-        home = os.environ.get("HOME", "")
-        _TOPS.extend(os.path.realpath(top) for top in ("/tmp", "/var/tmp", "/dev/shm") + ((home,) if home else ()))
+        _TOPS.extend([*(os.path.realpath(top) for top in ("/tmp", "/var/tmp", "/dev/shm")), *homes()])
     return any(path == top or path.startswith(top + "/") for top in _TOPS)
 
 

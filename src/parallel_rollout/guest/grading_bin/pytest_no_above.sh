@@ -82,6 +82,10 @@ pytest_pin() {  # $1: how many of the words after it are not pytest's; sets pin_
     # the pytest this wrapper execs (its pid: $$) is judged: ./sitecustomize.py judges it no more
     export PARALLEL_ROLLOUT_PYTEST_JUDGED=$$
     pin_c= pin_rootdir= pin_cut= pin_import= own_c= own_import= own_rootdir= own_cut= skip= top= any=
+    # the home: HOME, and the graded code's as the grading environment set it, which a check's own
+    # HOME (HOME=/nonexistent, env -u HOME) does not move; either stands for the other when unset
+    home=${HOME%/} graded_home=${PARALLEL_ROLLOUT_GRADED_HOME%/}
+    home=${home:-$graded_home} graded_home=${graded_home:-$home}
     for arg; do
         if [ -n "$skip" ]; then skip=; continue; fi
         case $arg in
@@ -113,12 +117,12 @@ pytest_pin() {  # $1: how many of the words after it are not pytest's; sets pin_
     here=${PWD%/}
     if [ -z "$any" ]; then top=$here; fi
     if [ -z "$own_import" ]; then  # tests in a folder the graded code writes: its modules after the system's
-        case $top/ in "${HOME%/}"/*|/tmp/|/var/tmp/|/dev/shm/) if [ -n "${HOME%/}" ]; then pin_import=append; fi ;; esac
+        case $top/ in "$home"/*|"$graded_home"/*|/tmp/|/var/tmp/|/dev/shm/) if [ -n "$home" ]; then pin_import=append; fi ;; esac
     fi
     dir=$top  # the tests' packages: pytest imports the __init__.py of each folder up from them that has one
     while [ -n "$dir" ] && { [ -f "$dir/__init__.py" ] || [ -L "$dir/__init__.py" ]; }; do
         case $dir in
-            "${HOME%/}"|/tmp|/var/tmp|/dev/shm)
+            "$home"|"$graded_home"|/tmp|/var/tmp|/dev/shm)
                 if ! made_by_the_check "$dir/__init__.py"; then
                     echo "pytest: not run: $dir/__init__.py, a file the graded code could have written, would be imported as the package of the tests (write them to a folder of their own, d=\$(mktemp -d), and run pytest there)" >&2
                     exit 126
@@ -128,7 +132,7 @@ pytest_pin() {  # $1: how many of the words after it are not pytest's; sets pin_
     done
     if [ -n "$own_c" ]; then return; fi
     case $top/ in "${here:-/nowhere}"/*) base=$here ;; *) base=$top ;; esac  # never / itself
-    if [ -n "${HOME%/}" ] && [ "$base" = "${HOME%/}" ]; then pytest_none_of_home; fi
+    if [ -n "$home" ] && { [ "$base" = "$home" ] || [ "$base" = "$graded_home" ]; }; then pytest_none_of_home; fi
     dir=$top setup=
     while :; do
         if pytest_ini_in "$dir"; then pin_c=$found; return; fi
