@@ -366,6 +366,9 @@ def test_metrics_stop_at_the_first_that_decides_the_score_as_osworlds_do(tmp_pat
         "and-0-first": (0.0, [0.0]), "or-1-first": (1.0, [1.0]), "or-1-second": (1.0, [0.0, 1.0])}, finals
 
 
+RULE = {"type": "rule", "rules": {"expected": "a"}}  # exact_match compares with an expected state
+
+
 @pytest.mark.parametrize("change, message", [
     ({"config": [{"type": "no_such_step", "parameters": {}}]}, "step no_such_step"),
     ({"evaluator": {"func": ["no_such_metric", "other_metric"], "result": [
@@ -375,9 +378,9 @@ def test_metrics_stop_at_the_first_that_decides_the_score_as_osworlds_do(tmp_pat
     ({"evaluator": {"func": ["exact_match", "exact_match"], "result": [{"type": "rule", "rules": {}}]}}, "as long as 'func'"),
     ({"reference": [{"action_type": "PRESS", "parameters": {"key": "nope"}}]}, "reference action 1"),
     ({"evaluator": {"func": "exact_match", "result": {"type": "vm_file", "multi": True, "path": ["a", "b"],
-                                                      "dest": "a"}}}, "must be lists of the same length"),
+                                                      "dest": "a"}, "expected": RULE}}, "must be lists of the same length"),
     ({"evaluator": {"func": "exact_match", "result": {"type": "cloud_file", "multi": True, "path": ["a"],
-                                                      "dest": ["a"], "gives": [1]}}}, "'gives'"),
+                                                      "dest": ["a"], "gives": [1]}, "expected": RULE}}, "'gives'"),
 ])
 def test_unsupported_pieces_fail_at_load_naming_the_task(tmp_path, change, message):
     task = {**shipped()[0], **change, "id": "bad-task"}
