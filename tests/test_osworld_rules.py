@@ -15,6 +15,19 @@ from parallel_rollout.envs.osworld.rule_keys import MalformedRule, task_rules
 PREFS = "check_thunderbird_prefs"
 
 
+def assert_refused(folder: Path, says: dict[Path, str]) -> None:
+    """A dry run of the whole ``folder`` exits 2, naming each broken file with its reason."""
+    from parallel_rollout.exit_codes import EXIT_USAGE
+    from test_osworld_folder_cli import MODEL_AGENT, run_cli, said
+
+    done = run_cli("--data", str(folder), "--domain", "all", "--dry-run", *MODEL_AGENT)
+    text = said(done)
+    assert done.returncode == EXIT_USAGE, text
+    assert f"{len(says)} bad task records" in text, text
+    for path, reason in says.items():
+        assert f"{path}:1: task {path.stem!r}: {reason}" in text, text
+
+
 def test_a_key_the_rule_lacks_is_the_rules_error_and_a_garbage_file_is_not(tmp_path):
     prefs = tmp_path / "prefs.js"
     prefs.write_text('user_pref("mail.check", 1);\n')
@@ -47,7 +60,7 @@ def test_task_rules_keep_optional_keys_optional():
 def test_a_relative_date_the_getter_cannot_fill_is_refused_at_load(relative, says):
     """The rule_relativeTime getter reads the task's rules alone: one it cannot fill raised at
     every grading (scored 0); it is run as the task loads, and refused there."""
-    evaluator = {"func": "check_direct_json_object", "result": {"type": "active_tab_url_parse"},
+    evaluator = {"func": "check_direct_json_object", "result": {"type": "active_tab_url_parse", "parse_keys": ["time"]},
                  "expected": {"type": "rule_relativeTime",
                               "rules": {"relativeTime": relative, "expected": {"time": "{Year}"}}}}
     with pytest.raises(ValueError) as refused:
@@ -63,8 +76,7 @@ def test_a_method_or_table_rule_its_metric_does_not_know_is_refused_at_load(tmp_
     The folder is refused as it loads, naming the file, the metric and the key (exit 2)."""
     import json
 
-    from parallel_rollout.exit_codes import EXIT_USAGE
-    from test_osworld_folder_cli import MODEL_AGENT, copied, run_cli, said
+    from test_osworld_folder_cli import copied
 
     folder = copied(tmp_path)
 
@@ -104,12 +116,7 @@ def test_a_method_or_table_rule_its_metric_does_not_know_is_refused_at_load(tmp_
             broken("libreoffice_calc/30e3e107-1cfb-46ee-a755-2cd080d7ba6a.json", pair):
                 "evaluator metric 'compare_table': its options 'rules'[0] of type 'pivot_table' needs the key "
                 "'sheet_idx1'"}
-    done = run_cli("--data", str(folder), "--domain", "all", "--dry-run", *MODEL_AGENT)
-    text = said(done)
-    assert done.returncode == EXIT_USAGE, text
-    assert "5 bad task records" in text, text
-    for path, reason in says.items():
-        assert f"{path}:1: task {path.stem!r}: {reason}" in text, text
+    assert_refused(folder, says)
 
 
 def test_a_metric_call_that_cannot_bind_is_refused_at_load(tmp_path):
@@ -121,8 +128,7 @@ def test_a_metric_call_that_cannot_bind_is_refused_at_load(tmp_path):
     (test_no_rule_of_osworlds_own_tasks_is_refused)."""
     import json
 
-    from parallel_rollout.exit_codes import EXIT_USAGE
-    from test_osworld_folder_cli import MODEL_AGENT, copied, run_cli, said
+    from test_osworld_folder_cli import copied
 
     folder = copied(tmp_path)
     given = folder / "examples" / "libreoffice_impress" / "ce88f674-ab7a-43da-9201-468d38539e4a.json"
@@ -136,12 +142,35 @@ def test_a_metric_call_that_cannot_bind_is_refused_at_load(tmp_path):
     assert evaluator["func"] == ["compare_line_spacing", "compare_line_spacing"], evaluator
     evaluator["expected"][1] = None  # the second metric of the list given no gold file
     missing.write_text(json.dumps(task))
-    done = run_cli("--data", str(folder), "--domain", "all", "--dry-run", *MODEL_AGENT)
-    text = said(done)
-    assert done.returncode == EXIT_USAGE, text
-    assert "2 bad task records" in text, text
-    assert (f"{given}:1: task {given.stem!r}: evaluator metric 'check_slide_orientation_Portrait': cannot be "
-            "called with a result and an expected state: too many positional arguments (it takes result, **options)") in text, text
-    assert (f"{missing}:1: task {missing.stem!r}: evaluator metric 'compare_line_spacing': cannot be called with a "
-            "result and no expected state: missing a required argument: 'expected' (it takes result, expected, "
-            "**options)") in text, text
+    assert_refused(folder, {
+        given: "evaluator metric 'check_slide_orientation_Portrait': cannot be called with a result and an expected "
+               "state: too many positional arguments (it takes result, **options)",
+        missing: "evaluator metric 'compare_line_spacing': cannot be called with a result and no expected state: "
+                 "missing a required argument: 'expected' (it takes result, expected, **options)"})
+
+
+def test_a_getter_field_both_osworlds_getter_and_ours_read_is_needed_at_load(tmp_path):
+    """The browser, VLC and slide getters read fields of their config without a default, as
+    OSWorld's own getters do (active_tab_url_parse's parse_keys, vlc_config's dest,
+    audio_in_slide's slide_index): a task file without one loaded, and every grading raised
+    KeyError, scored 0. It is refused as the folder loads, naming the file, getter and field."""
+    import json
+
+    from test_osworld_folder_cli import copied
+
+    folder = copied(tmp_path)
+    cases = {"chrome/1704f00f-79e6-43a7-961b-cedd3724d5fd.json": ("result", 1, "active_tab_url_parse",
+                                                                  "check_direct_json_object", "parse_keys"),
+             "vlc/215dfd39-f493-4bc3-a027-8a97d72c61bf.json": ("result", None, "vlc_config", "check_qt_bgcone", "dest"),
+             "libreoffice_impress/c59742c0-4323-4b9d-8a02-723c251deaa0.json": ("result", None, "audio_in_slide",
+                                                                               "compare_audios", "slide_index")}
+    says = {}
+    for path, (role, index, getter, metric, field) in cases.items():
+        task_file = folder / "examples" / path
+        task = json.loads(task_file.read_text())
+        config = task["evaluator"][role] if index is None else task["evaluator"][role][index]
+        assert config["type"] == getter, config
+        del config[field]
+        task_file.write_text(json.dumps(task))
+        says[task_file] = f"evaluator {role} getter {getter!r} of metric {metric!r} needs the field {field!r}"
+    assert_refused(folder, says)

@@ -21,10 +21,20 @@ __all__ = ["GETTERS", "METRICS", "normalized", "check_evaluator", "call_problem"
 #: the fields a getter reads from its config without a default, as OSWorld's own do: one
 #: missing is the task file's error, which failed every attempt's grading (a KeyError taken
 #: for the agent's output failing the metric: reward 0, the run's exit 0)
+_DEST = ("dest",)
 GETTER_FIELDS = {"vm_file": ("path",), "cloud_file": ("path",), "cache_file": ("path",),
                  "vm_command_line": ("command",), "vm_command_error": ("command",), "rule": ("rules",),
                  "content_from_vm_file": ("path", "file_type", "file_content"),
-                 "rule_relativeTime": ("rules",)}
+                 "rule_relativeTime": ("rules",),
+                 **dict.fromkeys(("cookie_data", "history", "vlc_config", "vlc_playing_info", "vm_wallpaper"), _DEST),
+                 "gimp_config_file": ("dest", "file_name"), "vscode_config": ("path", "dest", "vscode_extension_command"),
+                 "pdf_from_url": ("path", "dest"), "list_directory": ("path",), "page_info": ("url",),
+                 "info_from_website": ("url",), "vm_window_size": ("app_class_name",),
+                 "audio_in_slide": ("ppt_file_path", "slide_index"),
+                 "background_image_in_slide": ("ppt_file_path", "slide_index"),
+                 "active_tab_html_parse": ("category",), "active_tab_url_parse": ("parse_keys",),
+                 "url_path_parse": ("parse_keys",), "url_dashPart": ("partIndex", "returnType", "key"),
+                 "gotoRecreationPage_and_get_html_content": ("class",)}
 
 
 # ------------------------------------------------------------------------- structure
