@@ -318,7 +318,8 @@ def test_an_rl_run_goes_on_when_one_node_of_several_is_lost(cluster, tmp_path):
     """A node removed mid-run under the RL scheduler (gym: no VM pool, whose watch would say
     the node is gone): its worker's death came before the node poll saw the node leave, the
     worker was respawned pinned to it, each respawn failed at once as a crash, and the crash
-    limit stopped the whole run within half a second. The node is lost, the run goes on."""
+    limit stopped the whole run within half a second. The node is lost, the run goes on, and
+    the scheduler's stats() says which node it lost and why (its ``ray`` section)."""
     from llm_server import LLMServer
     from parallel_rollout.rl import EnvManagerConfig, RolloutScheduler
     from rl_support import TINY, lake_set, rl_config
@@ -347,6 +348,7 @@ def test_an_rl_run_goes_on_when_one_node_of_several_is_lost(cluster, tmp_path):
             while after < 2 and time.monotonic() < deadline:
                 batches.append(train.get_batch(batch_size=4, step=len(batches)))
                 after += any(e.get("event") == "node_lost" for e in events())
+            stats = train.stats()  # what a trainer sees of the nodes (the scheduler writes no summary.json)
         finally:
             train.close()
     finally:
@@ -354,4 +356,9 @@ def test_an_rl_run_goes_on_when_one_node_of_several_is_lost(cluster, tmp_path):
     assert all(len(batch) == 4 for batch in batches)
     lost = [e for e in events() if e.get("event") == "node_lost"]
     assert len(lost) == 1 and node.node_id[:8] in lost[0]["reason"], events()
+    # stats() has summary.json's ray section: every node used, the lost one with why
+    used = stats["ray"]["nodes"]
+    assert used[node.node_id] == {"lost": True, "reason": lost[0]["reason"]}, used
+    assert [n for n, said in used.items() if said["lost"]] == [node.node_id] and len(used) >= 2, used
+    assert stats["ray"]["nodes_left_out"] == {}, stats["ray"]
     assert sum(e.get("event") == "worker_died" for e in events()) <= 3, events()

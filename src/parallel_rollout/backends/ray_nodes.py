@@ -44,7 +44,7 @@ class NodeWatch:
         (with why) and left out; None when the run never reached the cluster."""
         if not (self._nodes or self._sweeps.left_out):
             return None
-        return cluster_nodes(self._nodes.values(), self._sweeps.left_out)
+        return cluster_nodes(list(self._nodes.values()), self._sweeps.left_out)  # a copy: a trainer's stats() asks from its thread
 
     def _poll_nodes(self) -> None:
         """Every _NODE_POLL_S: the pools' events taken; nodes gone from the cluster lost, new

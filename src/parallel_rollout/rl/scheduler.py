@@ -424,15 +424,16 @@ class RolloutScheduler(ChosenBatches, GroupGeneration, ReadyBatches, TakingTurns
         """Counts so far: groups started/returned/dropped (per reason), members cancelled,
         placeholders, what is running and ready, and this scheduler's model requests (its
         samples', not its siblings' on the engine) and how many of them were aborted; whether
-        the engine's gate is suspended, since when and by which thread (``suspension``)."""
+        the engine's gate is suspended, since when and by which thread (``suspension``); on
+        ``--backend ray`` the nodes used, lost with why, and left out (``ray``)."""
         requests, aborted = self._shared.gate.requests_of(self._sample_prefix)
-        suspension = self._shared.suspension.state(self._shared.gate.is_open)
+        states = {**self._shared.suspension.state(self._shared.gate.is_open), **self._shared.cluster()}
         with self._cond:
             stats = dict(self._stats)
             stats.update(groups_running=len(self._groups), groups_ready=len(self._ready), step=self._step,
                          policy_version=self._shared.gate.version, model_requests=requests,
                          model_requests_aborted=aborted, concurrency=self.concurrency,
-                         partition=dict(self.partition), **suspension)
+                         partition=dict(self.partition), **states)
             stats["groups_dropped"] = sum(v for k, v in self._stats.items() if k.startswith("dropped_"))
         return stats
 

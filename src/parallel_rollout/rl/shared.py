@@ -52,6 +52,16 @@ class SharedEngine:
         #: agent's), as it withholds a run's --data: no file of the run names them
         self.task_files: tuple[str, ...] = ()
 
+    def cluster(self) -> dict[str, Any]:
+        """``{"ray": section}`` on ``--backend ray``: the nodes used so far, the lost ones with
+        why, and those left out, as summary.json's ``ray`` section (the backend's ``cluster()``,
+        ``backends.ray_pools.cluster_nodes``; as the run ended once the engine is closed); {}
+        on the local backend, or before the run reached the cluster."""
+        section = self.engine.final_cluster
+        if section is None and not self.closed:
+            section = self.engine.backend.cluster()
+        return {"ray": section} if section is not None else {}
+
     def join(self, scheduler: Any) -> None:
         """List a scheduler made whole on this engine; its name is taken from now on."""
         self.schedulers.append(scheduler)
