@@ -53,12 +53,19 @@ def _since_ns():
     return int(seconds) * 10**9 + int(nanos.ljust(9, "0")[:9])
 
 
-def _by_the_check(path, since):
-    """``path`` is there and was written since the grading command began."""
+def _by_the_check(path, since, written=False):
+    """``path`` is there and was changed since the grading command began (its ctime); with
+    ``written``, was written since, as ./wrap.sh's made_by_the_check says it: its mtime since,
+    its ctime no earlier, one name. What shadows the check's source, or is its bytecode, is
+    the check's only so: by its ctime alone, a check's own ``chmod -R go-w ~`` (``chown``)
+    dated the answer's ~/test_check/__init__.py, or its bytecode of ~/test_check.py, since."""
     try:
-        return os.stat(path).st_ctime_ns >= since
+        status = os.stat(path)
     except OSError:
         return False
+    if not written:
+        return status.st_ctime_ns >= since
+    return status.st_mtime_ns >= since and status.st_ctime_ns >= status.st_mtime_ns and status.st_nlink == 1
 
 
 class _GradedFolderFinder(FileFinder):
@@ -73,7 +80,7 @@ class _GradedFolderFinder(FileFinder):
         for suffix in SOURCE_SUFFIXES:
             source = os.path.join(self.path, tail + suffix)
             if (os.path.abspath(spec.origin) != os.path.abspath(source) and _by_the_check(source, since)
-                    and not _by_the_check(spec.origin, since)):
+                    and not _by_the_check(spec.origin, since, written=True)):
                 return spec_from_file_location(fullname, source, loader=SourceFileLoader(fullname, source))
         return spec
 
@@ -88,9 +95,13 @@ def _folder_hook(path):
 
 
 def _stale(bytecode, source):
-    """``bytecode``, in a graded folder, is older than its ``source`` (by ctime)."""
+    """``bytecode``, in a graded folder, is older than its ``source`` (by ctime), or was not
+    written by the grading command where its source was changed by it."""
     if not _graded(os.path.realpath(bytecode)):
         return False
+    since = _since_ns()
+    if since is not None and _by_the_check(source, since) and not _by_the_check(bytecode, since, written=True):
+        return True
     try:
         return os.stat(bytecode).st_ctime_ns < os.stat(source).st_ctime_ns
     except OSError:
