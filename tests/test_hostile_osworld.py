@@ -127,13 +127,28 @@ def prefs_task(task_id: str, line: str, rule: dict) -> dict:
                           "expected": {"type": "rule", "rules": {"expect": {"mail.check": rule}}}}}
 
 
+def search_task(task_id: str) -> dict:
+    """A task whose is_expected_search_query rule has its ``expect`` without the ``pattern`` the
+    metric reads in it, which the load does not look into (a pref rule without its method, which
+    it does, is refused there): graded on a file the agent writes, the rule read whatever it holds."""
+    write = "open(__import__('os').path.expanduser('~/url.txt'), 'w').write('https://example.com/?q=x')"
+    return {"id": task_id, "mode": "osworld", "instruction": "search for x", "config": [], "script": [write],
+            "evaluator": {"func": "is_expected_search_query",
+                          "result": {"type": "vm_file", "path": "/home/user/url.txt", "dest": "url.txt"},
+                          "expected": {"type": "rule", "rules": {"expect": {"patern": "q=x"}}}}}
+
+
+#: what a run says of search_task's rule
+NO_PATTERN = "evaluator metric 'is_expected_search_query': the task file's rule has no key 'pattern'"
+
+
 def test_a_rule_the_metric_cannot_read_is_the_tasks_error_not_the_agents_garbage(tmp_path):
-    """A rule without the key its metric reads (a pref rule without 'method', which the load
-    cannot know of) scored the agent 0 with the error in eval.errors; it is the task's error
-    now (setup_failed, no score), as OSWorld's run errs on it. The agent's garbage that makes
-    the metric raise (a pref value that is no JSON) still scores 0: it is not the task's."""
+    """A rule without a key its metric reads, which only grading finds (search_task's), scored
+    the agent 0 with the error in eval.errors; it is the task's error now (setup_failed, no
+    score), as OSWorld's run errs on it. The agent's garbage that makes the metric raise (a
+    pref value that is no JSON) still scores 0: it is not the task's."""
     good = {"method": "eq", "ref": 1}
-    tasks = [prefs_task("rule_without_method", 'user_pref("mail.check", 1);', {"ref": 1}),
+    tasks = [search_task("rule_without_pattern"),
              prefs_task("garbage_value", 'user_pref("mail.check", nonsense);', good),
              prefs_task("honest_prefs", 'user_pref("mail.check", 1);', good)]
     outcome = run_tasks(tmp_path, tasks, "rules")  # a never-graded sample has no final record
@@ -141,12 +156,11 @@ def test_a_rule_the_metric_cannot_read_is_the_tasks_error_not_the_agents_garbage
     assert records["honest_prefs"]["status"] == "success", records["honest_prefs"]
     garbage = records["garbage_value"]
     assert (garbage["status"], garbage["reward"], garbage["final"]) == ("failure", 0.0, True), garbage
-    broken = records["rule_without_method"]
+    broken = records["rule_without_pattern"]
     assert broken["status"] == "setup_failed" and broken["never_graded"], broken
-    cause = "evaluator metric 'check_thunderbird_prefs': the task file's rule has no key 'method'"
-    assert cause in broken["failure"]["message"], broken
+    assert NO_PATTERN in broken["failure"]["message"], broken
     # the run says so as it ends (the sample never graded, named with the cause), not exit 0
-    assert outcome.exit_code != 0 and "rule_without_method#0" in outcome.message and cause in outcome.message, \
+    assert outcome.exit_code != 0 and "rule_without_pattern#0" in outcome.message and NO_PATTERN in outcome.message, \
         (outcome.exit_code, outcome.message)
 
 
@@ -160,7 +174,7 @@ def test_a_task_files_own_error_is_run_once_not_retried_nor_resumed(tmp_path):
     good = {"method": "eq", "ref": 1}
     gold = tmp_path / "gold_put_later.txt"
     write = "open(__import__('os').path.expanduser('~/answer.txt'), 'w').write('42\\n')"
-    tasks = [prefs_task("rule_without_method", 'user_pref("mail.check", 1);', {"ref": 1}),
+    tasks = [search_task("rule_without_pattern"),
              gold_task("gold_not_there", str(gold), [write]),
              prefs_task("honest_prefs", 'user_pref("mail.check", 1);', good)]
     data = write_tasks(tmp_path / "tasks.jsonl", tasks)
@@ -180,17 +194,17 @@ def test_a_task_files_own_error_is_run_once_not_retried_nor_resumed(tmp_path):
 
     code, text, attempts = run_cli()
     assert {task_id: [r["attempt"] for r in rs] for task_id, rs in attempts.items()} == {
-        "rule_without_method": [0], "gold_not_there": [0], "honest_prefs": [0]}, text
+        "rule_without_pattern": [0], "gold_not_there": [0], "honest_prefs": [0]}, text
     honest = attempts["honest_prefs"][0]
     assert honest["status"] == "success" and honest["final"], honest
-    faults = {"rule_without_method": ("task_file", "the task file's rule has no key 'method'"),
+    faults = {"rule_without_pattern": ("task_file", NO_PATTERN),
               "gold_not_there": ("file_missing", f"no such local file {gold}")}
     for task_id, (fault, cause) in faults.items():
         end = attempts[task_id][0]
         assert (end["status"], end["never_graded"], end["task_fault"]) == ("setup_failed", True, fault), end
         assert cause in end["failure"]["message"] and f"{task_id}#0" in text, (end, text)
     assert code == EXIT_ABORTED, text
-    assert "rule_without_method#0; last: evaluator metric 'check_thunderbird_prefs'" in text, text
+    assert "rule_without_pattern#0; last: evaluator metric 'is_expected_search_query'" in text, text
     assert "each ended on its task file's own error, not retried" in text, text
     assert "a file each task names is not there, not retried" in text, text
 
@@ -199,7 +213,7 @@ def test_a_task_files_own_error_is_run_once_not_retried_nor_resumed(tmp_path):
                           "again, 1 never graded for their task file's error (not run again)") in text, text
     gold.write_text("42\n")
     code, text, attempts = run_cli("--resume")
-    assert [r["attempt"] for r in attempts["rule_without_method"]] == [0], text  # not run again
+    assert [r["attempt"] for r in attempts["rule_without_pattern"]] == [0], text  # not run again
     again = attempts["gold_not_there"]
     assert [(r["attempt"], r["status"], r.get("final")) for r in again] == [
         (0, "setup_failed", False), (1, "success", True)], text

@@ -15,6 +15,17 @@ from parallel_rollout.envs.osworld.rule_keys import MalformedRule, task_rules
 PREFS = "check_thunderbird_prefs"
 
 
+def broken_copy(folder: Path, path: str, change) -> Path:
+    """The task file ``path`` of a copied folder, its evaluator changed by ``change``."""
+    import json
+
+    task_file = folder / "examples" / path
+    task = json.loads(task_file.read_text())
+    change(task["evaluator"])
+    task_file.write_text(json.dumps(task))
+    return task_file
+
+
 def assert_refused(folder: Path, says: dict[Path, str]) -> None:
     """A dry run of the whole ``folder`` exits 2, naming each broken file with its reason."""
     from parallel_rollout.exit_codes import EXIT_USAGE
@@ -74,18 +85,12 @@ def test_a_method_or_table_rule_its_metric_does_not_know_is_refused_at_load(tmp_
     every grading), and a compare_table rule of a type it does not read, without a key its
     type reads or naming a bad method: each scored every attempt 0 as the agent's failure.
     The folder is refused as it loads, naming the file, the metric and the key (exit 2)."""
-    import json
-
     from test_osworld_folder_cli import copied
 
     folder = copied(tmp_path)
 
     def broken(path: str, change) -> Path:
-        task_file = folder / "examples" / path
-        task = json.loads(task_file.read_text())
-        change(task["evaluator"])
-        task_file.write_text(json.dumps(task))
-        return task_file
+        return broken_copy(folder, path, change)
 
     def prefs(evaluator):
         evaluator["expected"]["rules"]["expect"]["extensions.activeThemeID"]["method"] = "equals"
@@ -174,3 +179,44 @@ def test_a_getter_field_both_osworlds_getter_and_ours_read_is_needed_at_load(tmp
         task_file.write_text(json.dumps(task))
         says[task_file] = f"evaluator {role} getter {getter!r} of metric {metric!r} needs the field {field!r}"
     assert_refused(folder, says)
+
+
+def test_a_value_rule_without_its_method_and_a_fuzzy_check_it_cannot_read_are_refused_at_load(tmp_path):
+    """A value rule without its ``method`` (a Thunderbird pref's, an MP3 tag's, a compare_table
+    cell's) was found only at grading: the task's error after the agent's whole episode, or, in
+    compare_table, a 0 as the agent's failure; so was a sheet_fuzzy check without its ``range``,
+    or of a ``type`` it does not read (it compared nothing). Each is refused as the folder loads,
+    naming the file, the metric and the rule's place (exit 2), on copies of real tasks."""
+    import json
+
+    from test_osworld_folder_cli import copied
+
+    folder = copied(tmp_path)
+
+    def broken(path: str, change) -> Path:
+        return broken_copy(folder, path, change)
+
+    def fuzzy(evaluator) -> dict:
+        return next(rule for rule in evaluator["options"]["rules"] if rule["type"] == "sheet_fuzzy")
+
+    where = "evaluator metric 'compare_table': its options 'rules'"
+    index = next(n for n, rule in enumerate(json.loads(
+        (folder / "examples" / "multi_apps" / "8e116af7-7db7-4e35-a68b-b0939c066c78.json").read_text()
+    )["evaluator"]["options"]["rules"]) if rule["type"] == "sheet_fuzzy")
+    assert_refused(folder, {
+        broken("thunderbird/10a730d5-d414-4b40-b479-684bed1ae522.json",
+               lambda ev: ev["expected"]["rules"]["expect"]["extensions.activeThemeID"].pop("method")):
+            "evaluator expected getter 'rule' of metric 'check_thunderbird_prefs': its 'rules' "
+            "['expect']['extensions.activeThemeID'] needs the key 'method'",
+        broken("multi_apps/3f05f3b9-29ba-4b6b-95aa-2204697ffc06.json",
+               lambda ev: ev["expected"][0]["rules"]["title"].pop("method")):
+            "evaluator expected getter 'rule' of metric 'check_mp3_meta': its 'rules' ['title'] needs the key 'method'",
+        broken("libreoffice_calc/1d17d234-e39d-4ed7-b46f-4417922a4e7c.json",
+               lambda ev: ev["options"]["rules"][0]["props"]["value"].pop("method")):
+            f"{where}[0]['props']['value'] needs the key 'method'",
+        broken("multi_apps/8e116af7-7db7-4e35-a68b-b0939c066c78.json", lambda ev: fuzzy(ev)["rules"][0].pop("range")):
+            f"{where}[{index}] ['rules'][0] needs the key 'range'",
+        broken("multi_apps/b5062e3e-641c-4e3a-907b-ac864d2e7652.json",
+               lambda ev: fuzzy(ev)["rules"][1].update(type="exact")):
+            f"{where}[0] ['rules'][1] has the type 'exact', which sheet_fuzzy does not read (it reads 'includes', "
+            "'included_by', 'fuzzy_match', 'exact_match')"})

@@ -5,7 +5,9 @@ folder loads.
 A method ``match_value`` does not know raised NotImplementedError at every grading, and
 ``compare_table`` raised on a rule ``type`` it does not know or a key a rule of its type
 lacks (or, for a ``check_cell`` rule, caught it): each was scored 0 as the agent's failure,
-where the task file was wrong. :func:`value_rules_problem` and :func:`table_rules_problem`
+where the task file was wrong; so was a value rule without its ``method`` (the task's error at
+grading, a 0 in ``compare_table``) and a ``sheet_fuzzy`` check without the ``range`` or a
+``type`` it reads. :func:`value_rules_problem` and :func:`table_rules_problem`
 name the first such piece (the caller names the file and the metric); a method or key in
 the shapes OSWorld's own 369 tasks use is never refused.
 """
@@ -53,20 +55,48 @@ def method_problem(method: Any) -> str | None:
     return f"{method!r} is no method the metric knows ({_KNOWN})"
 
 
+#: a value rule without its ``method``, which match_value reads first
+_NO_METHOD = object()
+
+
 def _methods(rules: Any, where: str) -> Iterator[tuple[str, Any]]:
-    """(where, method) of each value rule in ``rules``: a dict of them by name or a list;
-    one without a method is left to grading (``rule_keys.MalformedRule``)."""
+    """(where, method) of each value rule in ``rules``: a dict of them by name or a list
+    (``_NO_METHOD`` for a rule without one)."""
     items = rules.items() if isinstance(rules, dict) else enumerate(rules) if isinstance(rules, list) else ()
     for name, rule in items:
-        if isinstance(rule, dict) and "method" in rule:
-            yield f"{where}[{name!r}]", rule["method"]
+        if isinstance(rule, dict):
+            yield f"{where}[{name!r}]", rule.get("method", _NO_METHOD)
 
 
 def _first(found: Iterator[tuple[str, Any]], what: str) -> str | None:
     for where, method in found:
+        if method is _NO_METHOD:  # grading raised KeyError on it: the task's error, or a 0 in compare_table
+            return f"{what}{where} needs the key 'method'"
         problem = method_problem(method)
         if problem:
             return f"{what}{where} method {problem}"
+    return None
+
+
+#: sheet_fuzzy's comparisons of a cell pair; another type compares nothing (OSWorld's kept the
+#: previous cell's result, or raised at the first)
+FUZZY_TYPES = ("includes", "included_by", "fuzzy_match", "exact_match")
+
+
+def _fuzzy_problem(checks: Any) -> str | None:
+    """What sheet_fuzzy cannot read in its rule's ``rules`` (a list of cell-range checks)."""
+    if not isinstance(checks, list) or not checks:
+        return "key 'rules' must be a non-empty list"
+    for index, check in enumerate(checks):
+        where = f"['rules'][{index}]"
+        if not isinstance(check, dict):
+            return f"{where} must be an object"
+        for key in ("range", "type"):
+            if key not in check:
+                return f"{where} needs the key {key!r}"
+        if check["type"] not in FUZZY_TYPES:
+            return f"{where} has the type {check['type']!r}, which sheet_fuzzy does not read " \
+                   f"(it reads {', '.join(map(repr, FUZZY_TYPES))})"
     return None
 
 
@@ -109,6 +139,8 @@ def table_rules_problem(func: str, options: dict) -> str | None:
                 return f"{where} of type {rule['type']!r} needs the key {key!r}"
         problem = next((p for key in ("sheet_idx", *_PAIR) if key in rule
                         for p in [_sheet_problem(rule, key)] if p), None)
+        if problem is None and rule["type"] == "sheet_fuzzy":
+            problem = _fuzzy_problem(rule["rules"])
         if problem:
             return f"{where} {problem}"
         found = {"zoom": lambda: iter([("", rule["method"])]),
