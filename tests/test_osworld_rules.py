@@ -34,7 +34,7 @@ def assert_refused(folder: Path, says: dict[Path, str]) -> None:
     done = run_cli("--data", str(folder), "--domain", "all", "--dry-run", *MODEL_AGENT)
     text = said(done)
     assert done.returncode == EXIT_USAGE, text
-    assert f"{len(says)} bad task records" in text, text
+    assert len(says) == 1 or f"{len(says)} bad task records" in text, text  # one is named alone
     for path, reason in says.items():
         assert f"{path}:1: task {path.stem!r}: {reason}" in text, text
 
@@ -220,3 +220,20 @@ def test_a_value_rule_without_its_method_and_a_fuzzy_check_it_cannot_read_are_re
                lambda ev: fuzzy(ev)["rules"][1].update(type="exact")):
             f"{where}[0] ['rules'][1] has the type 'exact', which sheet_fuzzy does not read (it reads 'includes', "
             "'included_by', 'fuzzy_match', 'exact_match')"})
+
+
+def test_a_check_json_rule_without_its_key_is_refused_at_load(tmp_path):
+    """check_json walks each rule's ``key`` path in the file inside a try that turns any error
+    into a 0, so a rule without one scored every attempt 0 as the agent's failure, even a file
+    that holds every expected value. The folder is refused as it loads (a real task's copy)."""
+    from test_osworld_folder_cli import copied
+
+    settings = tmp_path / "settings.json"
+    settings.write_text('{"name": "Test Account"}')
+    keyless = {"expect": [{"key": ["name"], "method": "eq", "ref": "Test Account"}, {"method": "eq", "ref": 1}]}
+    assert METRICS["check_json"](str(settings), task_rules(keyless)) == 0.0  # what grading made of it
+    folder = copied(tmp_path)
+    assert_refused(folder, {
+        broken_copy(folder, "multi_apps/e2392362-125e-4f76-a2ee-524b183a3412.json",
+                    lambda ev: ev["expected"]["rules"]["expect"][1].pop("key")):
+            "evaluator expected getter 'rule' of metric 'check_json': its 'rules' ['expect'][1] needs the key 'key'"})

@@ -104,6 +104,11 @@ def value_rules_problem(func: str, rules: Any) -> str | None:
     """What in a rule getter's ``rules`` of ``func`` names a method match_value does not know."""
     if not isinstance(rules, dict):
         return None  # its shape is rule_keys'
+    if func == "check_json":  # each rule names its path in the file: check_json took one without for a 0
+        keyless = next((f"[{side!r}][{n}]" for side in ("expect", "unexpect") if isinstance(rules.get(side), list)
+                        for n, rule in enumerate(rules[side]) if isinstance(rule, dict) and "key" not in rule), None)
+        if keyless:
+            return f"{keyless} needs the key 'key'"
     if func in ("check_thunderbird_prefs", "check_json"):  # each side a dict (prefs) or list (JSON keys)
         return _first((pair for side in ("expect", "unexpect") for pair in _methods(rules.get(side), f"[{side!r}]")), "")
     if func == "check_mp3_meta":
