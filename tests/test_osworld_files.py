@@ -8,7 +8,9 @@ import zipfile
 
 import pytest
 
+from conftest import OSWORLD_EXAMPLES
 from osworld_reference import check_all, reference
+from parallel_rollout.envs.osworld.evaluators import normalized
 from parallel_rollout.envs.osworld.metrics import METRICS
 
 
@@ -212,3 +214,26 @@ def test_compare_epub_scores_as_osworld(tmp_path):
         assert ours == reference("others").compare_epub(result, gold)
         assert ours == score if score is not None else 0.0 < ours < 1.0
     assert json.dumps(METRICS["compare_epub"](None, gold)) == "0.0"
+
+
+def test_the_real_vs_code_theme_tasks_containment_ok_accepts_settings_vs_code_wrote(tmp_path):
+    """982d12a5 ("change the color theme to Visual Studio Dark") gives compare_config
+    ``containment_ok: true``: settings.json as VS Code writes it (indented, other settings kept)
+    holds the expected setting. The port compared the text exactly and scored it 0."""
+    if OSWORLD_EXAMPLES is None:
+        pytest.skip("OSWorld's task set is not beside the checkout")
+    task = json.loads((OSWORLD_EXAMPLES / "examples" / "vs_code"
+                       / "982d12a5-beab-424f-8d38-d2a48429e511.json").read_text())
+    [(func, _result, expected, options)] = normalized(task["evaluator"])
+    assert options == {"containment_ok": True}
+    metric, rules = METRICS[func], expected["rules"]
+    settings = tmp_path / "settings.json"
+    settings.write_text(json.dumps({"editor.fontSize": 14, "workbench.colorTheme": "Visual Studio Dark"}, indent=4))
+    assert metric(str(settings), rules, **options) == 1.0
+    assert metric(str(settings), rules) == 0.0  # without the option the text must match exactly
+    settings.write_text(json.dumps({"editor.fontSize": 14, "workbench.colorTheme": "Red"}, indent=4))
+    assert metric(str(settings), rules, **options) == 0.0
+    settings.write_text('{"workbench.colorTheme": "Visual Studio Dark",}')  # not JSON: the text within
+    assert metric(str(settings), rules, **options) == 0.0
+    settings.write_text('// mine\n{"workbench.colorTheme": "Visual Studio Dark"}\n')
+    assert metric(str(settings), rules, **options) == 1.0
