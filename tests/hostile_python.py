@@ -135,6 +135,11 @@ PYTHON_ROWS["rig_check_doctest_module_other_home"] = (PYTHON_ROWS["rig_check_doc
 CHMOD_HOME = UNITTEST_HOME.replace(" && cd ~ && ", " && chmod -R go-w ~ && cd ~ && ")
 PYTHON_ROWS["rig_check_unittest_package_chmod"] = (PYTHON_ROWS["rig_check_unittest_home_package"][0], CHMOD_HOME, False)
 PYTHON_ROWS["rig_check_unittest_bytecode_chmod"] = (PYTHON_ROWS["rig_check_unittest_home_bytecode"][0], CHMOD_HOME, False)
+#: a check that cleared its environment (env -i PATH=/usr/bin:/bin) ran the system's python3, none of
+#: the wrappers' rules: the answer's ~/test_check/ package passed its failing tests; the wrappers'
+#: env gives what it runs the grading command's own names back, the wrappers first on its PATH
+PYTHON_ROWS["rig_check_unittest_env_cleared"] = (PYTHON_ROWS["rig_check_unittest_home_package"][0],
+                                                 UNITTEST_HOME.replace("python3 -m", "env -i PATH=/usr/bin:/bin python3 -m"), False)
 #: row -> the program its check needs (hostile_tasks.NEEDS_PROGRAM)
 PYTHON_PROGRAMS = {"rig_check_pytest_ini": "pytest", "rig_check_pytest_conftest": "pytest",
                    "rig_check_pytest_ini_from_root": "pytest", "rig_check_pytest_versioned_python": "pytest",
@@ -143,6 +148,7 @@ PYTHON_PROGRAMS = {"rig_check_pytest_ini": "pytest", "rig_check_pytest_conftest"
                    "rig_check_pytest_home_module": "pytest", "rig_check_pytest_toml_spelling": "pytest",
                    "rig_check_pytest_toml_inline": "pytest", "rig_check_pytest_main_module": "pytest",
                    "rig_check_unittest_home_module": "python3", "rig_check_doctest_home_module": "python3",
+                   "rig_check_unittest_env_cleared": "python3",
                    "rig_check_unittest_home_package": "python3", "rig_check_pytest_home_extension": "pytest",
                    "rig_check_unittest_home_bytecode": "python3", "rig_check_doctest_home_bytecode": "python3",
                    "rig_check_unittest_isolated_package": "python3", "rig_check_pytest_isolated_package": "pytest",
