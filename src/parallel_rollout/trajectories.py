@@ -20,9 +20,10 @@ at an image that is not on disk). Both files grow linearly with the turns. ``rea
 reassembles ``request`` (messages shared between turns are the same objects, so reading is
 linear too); a line without ``request_delta`` is read as written, so older files still read.
 A turn's ``earlier_calls`` (the model calls an agent made before its last one in that turn,
-``agents/calls.py``) are stored the same way, each as a delta from the previous turn's own
-request and prompt + reply, which they leave as the base of the next turn's: a reader that
-knows no ``earlier_calls`` still reads every turn's own fields right.
+``agents/calls.py``) and ``outlived_calls`` (those still under way when its act returned)
+are stored the same way, each as a delta from the previous turn's own request and prompt +
+reply, which they leave as the base of the next turn's: a reader that knows neither list
+still reads every turn's own fields right.
 
 Every line is strict JSON, whatever an env or agent put in the turn: a number JSON does not
 have (NaN, ±Infinity) is stored as ``null``, a value JSON cannot hold (an object, a set,
@@ -43,6 +44,9 @@ from pathlib import Path
 from typing import Any
 
 from .results import StorageError
+
+#: a turn's lists of model calls other than its own (``agents/calls.py``: CALL_LISTS)
+_CALL_LISTS = ("earlier_calls", "outlived_calls")
 
 #: the side file of an attempt's images, beside ``attempt-<n>.jsonl``
 IMAGES_SUFFIX = ".images.jsonl"
@@ -91,9 +95,10 @@ class TrajectoryFile:
             if self._fh is None:
                 self._fh = self._open()
             entry = dict(entry)
-            if isinstance(entry.get("earlier_calls"), list):  # before the turn's own: it moves the base
-                entry["earlier_calls"] = [self._compact(call, move=False) if isinstance(call, dict) else call
-                                          for call in entry["earlier_calls"]]
+            for name in _CALL_LISTS:  # before the turn's own: it moves the base
+                if isinstance(entry.get(name), list):
+                    entry[name] = [self._compact(call, move=False) if isinstance(call, dict) else call
+                                   for call in entry[name]]
             _write_all(self._fh, self._line(self._compact(entry, move=True)))
         except OSError as exc:
             # A full disk is not the sample's outcome: the engine stops and a
@@ -274,8 +279,8 @@ def read_turns(path: Path) -> list[dict[str, Any]]:
             turn = json.loads(line)
         except ValueError:
             break  # a torn last line of a killed attempt
-        if isinstance(turn, dict) and isinstance(turn.get("earlier_calls"), list):
-            for call in turn["earlier_calls"]:  # deltas from the same base as the turn's own
+        for name in _CALL_LISTS if isinstance(turn, dict) else ():
+            for call in turn[name] if isinstance(turn.get(name), list) else ():  # deltas from the turn's own base
                 if isinstance(call, dict):
                     base.restore(call, number, move=False)
         if isinstance(turn, dict):
@@ -324,9 +329,9 @@ def shown_turn(turn: dict[str, Any]) -> dict[str, Any]:
     added, after a note of what it kept from the previous turn; the rest as stored. Images stay
     ``sha256:<hex>`` references (their data is in the images file)."""
     shown = dict(turn)
-    if isinstance(shown.get("earlier_calls"), list):
-        shown["earlier_calls"] = [shown_turn(call) if isinstance(call, dict) else call
-                                  for call in shown["earlier_calls"]]
+    for name in _CALL_LISTS:
+        if isinstance(shown.get(name), list):
+            shown[name] = [shown_turn(call) if isinstance(call, dict) else call for call in shown[name]]
     for stored, name, what in (("request_delta", "request", "messages of the previous turn's request"),
                                ("prompt_delta", "prompt_token_ids", "ids of the previous turn's prompt + reply")):
         delta = shown.pop(stored, None)

@@ -176,14 +176,19 @@ class FirstAnswerAgent(Agent):
         return [{"role": "user", "content": f"{observation['grid']}\nturn {self.turns} {name}"}]
 
     async def act(self, observation: dict[str, Any]) -> str:
-        """Both candidates asked at once; the first answer moves."""
+        """Both candidates asked at once; the first answer moves (its call's name: ``moved_by``)."""
         import asyncio
 
         self.turns += 1
-        calls = [asyncio.ensure_future(self.model.achat(self.prompt(observation, name))) for name in ("a", "b")]
+        calls = {asyncio.ensure_future(self.model.achat(self.prompt(observation, name))): name for name in ("a", "b")}
         done, _ = await asyncio.wait(calls, return_when=asyncio.FIRST_COMPLETED)
-        reply = next(iter(done)).result()
-        return reply.text.split("<answer>")[-1].split("</answer>")[0]
+        won = next(iter(done))
+        self.moved_by = calls[won]
+        return won.result().text.split("<answer>")[-1].split("</answer>")[0]
+
+    def turn_record(self) -> dict[str, Any]:
+        """The model client's record of the turn, and which call's answer moved."""
+        return {**super().turn_record(), "moved_by": getattr(self, "moved_by", None)}
 
 
 class BackgroundCallAgent(FirstAnswerAgent):
@@ -196,8 +201,23 @@ class BackgroundCallAgent(FirstAnswerAgent):
 
         self.turns += 1
         reply = await self.model.achat(self.prompt(observation, "a"))
+        self.moved_by = "a"
         self.critique = asyncio.ensure_future(self.model.achat(self.prompt(observation, "b")))
         return reply.text.split("<answer>")[-1].split("</answer>")[0]
+
+
+class BackgroundOnlyAgent(FirstAnswerAgent):
+    """Async: a "b" call fired as a background task and the move made without it: every
+    call of the turn outlives ``act``."""
+
+    async def act(self, observation: dict[str, Any]) -> str:
+        """A call left running; the move its own."""
+        import asyncio
+
+        self.turns += 1
+        self.critique = asyncio.ensure_future(self.model.achat(self.prompt(observation, "b")))
+        await asyncio.sleep(0)  # the call's coroutine runs: it is made in this turn
+        return "Right"
 
 
 class CutRaceAgent(FirstAnswerAgent):

@@ -155,6 +155,33 @@ def test_a_turns_earlier_calls_are_stored_as_deltas_and_old_readers_still_read_i
     assert read_turns(old) == [{k: v for k, v in turn.items() if k != "earlier_calls"} for turn in turns]
 
 
+def test_a_turns_outlived_calls_are_stored_as_deltas_and_read_back_whole(tmp_path):
+    """A turn whose act left a call running (agents/calls.py ``outlived_calls``, after the
+    turn's own): that call is stored as a delta from the previous turn's request and prompt +
+    reply, as an earlier call is, not whole, and read back whole; the next turn's deltas are
+    still from the turn's own call."""
+    from parallel_rollout.trajectories import read_turns, shown_turn
+
+    history = [{"role": "system", "content": "s"}, {"role": "user", "content": "u1"}]
+    late = {"request": history + [{"role": "user", "content": "critique"}], "prompt_token_ids": [1, 2, 3, 4],
+            "token_ids": [5], "logprobs": [-0.1], "stop_reason": "stop", "reply": "late", "outlived_act": True}
+    turns = [
+        {"turn": 1, "request": history, "prompt_token_ids": [1, 2], "token_ids": [3], "reply": "a"},
+        {"turn": 2, "request": history + [{"role": "user", "content": "u2"}], "prompt_token_ids": [1, 2, 3, 6],
+         "token_ids": [7], "reply": "b", "outlived_calls": [late]},
+        {"turn": 3, "request": history + [{"role": "user", "content": "u3"}], "prompt_token_ids": [1, 2, 3, 6, 7, 8],
+         "token_ids": [9], "reply": "c"},
+    ]
+    path = _written(tmp_path, turns)
+    assert read_turns(path) == turns
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    (stored,) = lines[1]["outlived_calls"]
+    assert "request" not in stored and stored["request_delta"]["keep"] == 2, stored
+    assert "prompt_token_ids" not in stored and stored["prompt_delta"] == {"keep": 3, "new": [4]}, stored
+    assert lines[2]["prompt_delta"] == {"keep": 5, "new": [8]}  # from turn 2's own prompt + reply
+    assert "prompt_token_ids" in shown_turn(lines[1])["outlived_calls"][0]  # the report's viewer shows it
+
+
 def test_turns_are_read_in_the_trainers_thread_not_the_engines(tmp_path, schedulers, monkeypatch):
     """The engine calls the scheduler back on its dispatch thread: a trajectory is parsed
     only by get_batch, in the caller's thread."""

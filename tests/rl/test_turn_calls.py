@@ -12,6 +12,7 @@ import pytest
 
 from llm_server import LLMServer
 from parallel_rollout.agents import ContextOverflow, ModelClient
+from parallel_rollout.agents.calls import calls_of
 from parallel_rollout.config import RunConfig
 from parallel_rollout.rl import EnvManagerConfig
 from rl_support import lake_set, rl_config
@@ -53,7 +54,7 @@ def _batch(tmp_path, schedulers, tokenizer_dir, **config):
 
 
 def _calls(turn):
-    return [*turn.get("earlier_calls", []), turn]
+    return calls_of(turn)  # its earlier calls, its own, the calls that outlived its act
 
 
 @pytest.mark.parametrize("tokens", [False, True], ids=["chat", "tokenizer"])
@@ -216,7 +217,9 @@ def test_a_call_that_outlives_its_act_is_recorded_under_its_turn(tmp_path, sched
     record held that call's prompt without its reply, and the reply's sampled ids landed in
     the next turn's record, an earlier call under the next turn's order. The worker's
     turn_record() waits for the turn's calls: each turn holds both of its calls, each with its
-    own prompt and sampled ids, the late one marked ``outlived_act``."""
+    own prompt and sampled ids, the late one marked ``outlived_act``. The turn's own fields
+    are the call the move came from (the agent's ``moved_by``), not the late one, which ended
+    last: that one is in ``outlived_calls``, after it, in the order the calls ran."""
     import time
 
     model = TokenModel(tokenizer_dir, lambda call: ACT)
@@ -235,9 +238,38 @@ def test_a_call_that_outlives_its_act_is_recorded_under_its_turn(tmp_path, sched
                 assert call["prompt_token_ids"] in model.prompts
             # in the order they ran: the one act's move came from, then the one still under way
             assert [call.get("outlived_act", False) for call in calls] == [False, True], turn
+            # the turn's own sample is the move's call; the late one is kept apart, not earlier
+            assert turn["moved_by"] in ("a", "b") and names[0] == f"turn {number} {turn['moved_by']}", turn
+            assert turn["request"][-1]["content"].endswith(names[0]) and not turn.get("outlived_act"), turn
+            assert "earlier_calls" not in turn and [c["request"] for c in turn["outlived_calls"]] == [
+                calls[1]["request"]], turn
         masked = [i for s in trajectory.segments() for i, m in zip(s.input_ids, s.loss_mask) if m]
         assert masked == sampled * 6  # every call's sampled ids, each once
     assert len(server.requests) == 2 * 3 * 2
+
+
+def test_a_turn_whose_every_call_outlived_its_act_has_no_own_sample(tmp_path, schedulers, tokenizer_dir):
+    """An async agent fires its call as a background task and moves without it: the act
+    returns before any of its calls ended. The call that ended last was the turn's own
+    sample, as if the move came from it; now the turn has no own call fields, and the call
+    is in ``outlived_calls``, marked, its sampled ids trained on once."""
+    import time
+
+    model = TokenModel(tokenizer_dir, lambda call: ACT)
+    batch, server = _lake_batch(tmp_path, schedulers, "BackgroundOnlyAgent",
+                                lambda body: (time.sleep(0.3), model(body))[1])
+    sampled = model.encode(ACT) + [model.end_id]
+    for trajectory in batch:
+        assert trajectory.status == "success" and len(trajectory.turns) == 3, trajectory.record
+        for number, turn in enumerate(trajectory.turns, 1):
+            assert not {"request", "reply", "stop_reason", "token_ids", "prompt_token_ids"} & turn.keys(), turn
+            assert "earlier_calls" not in turn and turn["moved_by"] is None, turn
+            (late,) = turn["outlived_calls"]
+            assert late["request"][-1]["content"].endswith(f"turn {number} b") and late["outlived_act"] is True
+            assert late["reply"] == ACT and late["token_ids"] == sampled and late["prompt_token_ids"] in model.prompts
+        masked = [i for s in trajectory.segments() for i, m in zip(s.input_ids, s.loss_mask) if m]
+        assert masked == sampled * 3
+    assert len(server.requests) == 2 * 3
 
 
 def test_a_call_that_outlives_a_cut_act_is_in_the_cut_turn(tmp_path, schedulers, tokenizer_dir):
@@ -245,7 +277,8 @@ def test_a_call_that_outlives_a_cut_act_is_in_the_cut_turn(tmp_path, schedulers,
     other waits for its turn: the act raises LengthCut and the episode ends truncated. The
     cut turn the worker writes held only the calls answered before the cut: the other call
     was still sent and sampled, and its ids were in no record. The worker waits for the
-    turn's calls: the cut turn holds it too, marked ``outlived_act``."""
+    turn's calls: the cut turn holds it too, marked ``outlived_act``, in ``outlived_calls``
+    (it ran after the cut call, the turn's own)."""
     import time
 
     model = TokenModel(tokenizer_dir, lambda call: ACT)
@@ -261,12 +294,12 @@ def test_a_call_that_outlives_a_cut_act_is_in_the_cut_turn(tmp_path, schedulers,
     for trajectory in batch:
         assert trajectory.status == "truncated" and len(trajectory.turns) == 1, trajectory.record
         (turn,) = trajectory.turns
-        (answered,) = turn.get("earlier_calls", [])  # the "a" call ...
+        # the cut "b" call, the turn's own fields ...
+        assert turn["request"][-1]["content"].endswith("turn 1 b") and turn["stop_reason"] == "length", turn
+        assert turn["token_ids"] == sampled[:2] and "earlier_calls" not in turn and not turn.get("outlived_act")
+        (answered,) = turn["outlived_calls"]  # ... then the "a" call, which ran after it
         assert answered["request"][-1]["content"].endswith("turn 1 a"), turn
         assert answered["reply"] == ACT and answered["token_ids"] == sampled and answered.get("outlived_act")
-        # ... then the cut "b" call, the turn's own fields
-        assert turn["request"][-1]["content"].endswith("turn 1 b") and turn["stop_reason"] == "length", turn
-        assert turn["token_ids"] == sampled[:2]
         masked = [i for s in trajectory.segments() for i, m in zip(s.input_ids, s.loss_mask) if m]
         assert sorted(masked) == sorted(sampled + sampled[:2])  # every sampled id, each once
     assert len(server.requests) == 2 * 2

@@ -124,8 +124,8 @@ class Agent(abc.ABC):
     def turn_record(self) -> dict[str, Any]:
         """What the last ``act`` exchanged with a model (request, reply, token ids, logprobs,
         policy version), added to the turn's trajectory line: the model client's calls since
-        the last turn (the last one's fields, the others in ``earlier_calls``); {} for agents
-        that never called it."""
+        the last turn (the act's last one's fields, the others in ``earlier_calls``, those that
+        outlived the act in ``outlived_calls``); {} for agents that never called it."""
         client = self.__dict__.get("_model_client")
         return client.turn_record() if client is not None else {}
 

@@ -5,16 +5,25 @@ An agent may call the policy more than once a turn (a "plan" call, then an "act"
 call samples tokens a trainer must see, so the turn's record (``ModelClient.turn_record``)
 holds them all::
 
-    turn record = the last call's fields (request, prompt_token_ids, token_ids, logprobs,
-                  policy_version, versions, stop_reason, reply …), as a one-call turn's are
+    turn record = the act's last call's fields (request, prompt_token_ids, token_ids,
+                  logprobs, policy_version, versions, stop_reason, reply …), as a one-call
+                  turn's are: the last call that ended before ``act`` returned
                 + "earlier_calls": [the record of each call before it, oldest first]
                   (only when there was one: a one-call turn's record is as it always was)
+                + "outlived_calls": [each call still under way when ``act`` returned, in the
+                  order they ran, each marked "outlived_act": true] (only when there was one)
 
-Each earlier call has the same fields as the turn's own (its prompt as the server saw it, its
+Each other call has the same fields as the turn's own (its prompt as the server saw it, its
 sampled ids, logprobs, versions, stop reason). ``segments()`` reads a turn as its calls in
-order (``calls_of``). A reader that knows no ``earlier_calls`` still reads the turn's last
-call exactly as before: the format only adds a field. A turn whose ``act`` called no model
-(the worker's ``Agent.begin_turn`` before each ``act``) records no model exchange at all.
+the order they ran (``calls_of``: earlier, own, outlived; calls of one client take turns,
+so a call that outlived the act ran after every call that did not). A reader that knows no
+``earlier_calls`` still reads the turn's own call exactly as before: the format only adds
+fields. A call that outlived its act (the loser of an ``asyncio.wait(FIRST_COMPLETED)``
+race, a background task) is never the turn's own sample, though it ended last: the act's
+move did not come from it. When every call of a turn outlived its act (it returned before
+any ended), the turn has no own call fields, only ``outlived_calls``. A turn whose ``act``
+called no model (the worker's ``Agent.begin_turn`` before each ``act``) records no model
+exchange at all.
 
 **A partial rollout's reply the server re-tokenized.** In chat, a reply continued after a
 weight update (``partial_rollout``) is continued from its text, which the server tokenizes
@@ -43,6 +52,10 @@ EARLIER_CALLS = "earlier_calls"
 #: the field, true, of a call still under way (or waiting for its turn) when its ``act``
 #: returned: the turn's record waited for it (``Turns.record``)
 OUTLIVED_ACT = "outlived_act"
+#: the field of a turn's record that holds those calls, after its own (never its own sample)
+OUTLIVED_CALLS = "outlived_calls"
+#: the fields of a turn's record that hold calls other than its own
+CALL_LISTS = (EARLIER_CALLS, OUTLIVED_CALLS)
 #: the fields of a completion's choice that name the stop a reply ended on: vLLM's
 #: ``stop_reason`` (the ``stop`` string or ``stop_token_ids`` id matched; null at EOS or a
 #: length stop) and SGLang's ``matched_stop`` (the stop string or token id, its EOS id too)
@@ -62,20 +75,29 @@ def matched_stop_of(choice: Any) -> dict[str, Any]:
 
 
 def calls_of(record: dict[str, Any]) -> list[dict[str, Any]]:
-    """The calls a turn's (or a call's) record holds, oldest first: its ``earlier_calls``,
-    then its own fields (without them)."""
-    earlier = record.get(EARLIER_CALLS)
-    own = {key: value for key, value in record.items() if key != EARLIER_CALLS}
-    return [*(call for call in earlier if isinstance(call, dict)), own] if isinstance(earlier, list) else [own]
+    """The calls a turn's (or a call's) record holds, in the order they ran: its
+    ``earlier_calls``, its own fields (without those lists), its ``outlived_calls``."""
+    own = {key: value for key, value in record.items() if key not in CALL_LISTS}
+    earlier, outlived = (record.get(name) for name in CALL_LISTS)
+    return [*_listed(earlier), own, *_listed(outlived)]
 
 
-def turn_of(records: list[dict[str, Any]]) -> dict[str, Any]:
+def _listed(calls: Any) -> list[dict[str, Any]]:
+    return [call for call in calls if isinstance(call, dict)] if isinstance(calls, list) else []
+
+
+def turn_of(records: list[dict[str, Any]], outlived: list[dict[str, Any]] = ()) -> dict[str, Any]:
     """One turn's record of its calls' records (oldest first, each maybe holding earlier
-    calls of its own): the last call's fields, the others in ``earlier_calls``."""
+    calls of its own): the last call's fields, the others in ``earlier_calls``; the records
+    of the calls that ``outlived`` its act (in the order they ran) in ``outlived_calls``,
+    each piece marked ``outlived_act``."""
     flat = [call for record in records for call in calls_of(record)]
     turn = dict(flat[-1]) if flat else {}
     if len(flat) > 1:
         turn[EARLIER_CALLS] = flat[:-1]
+    late = [{**call, OUTLIVED_ACT: True} for record in outlived for call in calls_of(record)]
+    if late:
+        turn[OUTLIVED_CALLS] = late
     return turn
 
 
@@ -135,7 +157,8 @@ class Turns:
     ``act``, waits for the turn's calls still under way or waiting for their turn (an async
     agent's call that lost an ``asyncio.wait(FIRST_COMPLETED)`` race, one fired as a
     background task): their sampled ids are the turn's, each under its own prompt, marked
-    ``outlived_act``; they were filed under the next turn, an earlier call of its order. A call
+    ``outlived_act``, in its ``outlived_calls`` (never its own sample: that is the last call
+    that ended before ``act`` returned); they were filed under the next turn. A call
     made after the turn was recorded begins the next one (``begin``: the worker's before each
     ``act``; calls made in ``reset`` are turn 1's). Thread-safe: calls run in threads."""
 
@@ -196,11 +219,13 @@ class Turns:
                     if call is not ticket.record and "reply" in call]
 
     def record(self) -> dict[str, Any]:
-        """The turn's record, once its calls have ended: its answered calls in the order they
-        ran, and the last one answered or not (``turn_of``); the next call begins a new turn."""
+        """The turn's record, once its calls have ended: the act's answered calls in the order
+        they ran, and its last one answered or not, the turn's own (``turn_of``); those that
+        outlived it, answered, in ``outlived_calls``. The next call begins a new turn."""
         with self._lock:
             made = self._ended_calls(self._turn)
-        return turn_of([call for call in made[:-1] if "reply" in call] + made[-1:])
+        acted, late = _outlived_apart(made)
+        return turn_of([call for call in acted[:-1] if "reply" in call] + acted[-1:], late)
 
     def cut(self, ticket: Ticket, cut: BaseException, own: dict[str, Any]) -> None:
         """The call ``ticket`` raised ``cut`` (an EpisodeCut), its record as the cut holds it
@@ -211,14 +236,16 @@ class Turns:
     def cut_record(self, cut: BaseException) -> dict[str, Any] | None:
         """The cut turn's record, once its other calls have ended (a gathered call that
         outlived the cut act, sampled all the same): its answered calls in the order they ran,
-        the cut call last; None when ``cut`` was not raised by a call of this client."""
+        the cut call last, those that outlived the act in ``outlived_calls``; None when ``cut``
+        was not raised by a call of this client."""
         with self._lock:
             if self._cut is None or self._cut[1] is not cut:
                 return None
             ticket, _, own = self._cut
             self._cut = None
             made = self._ended_calls(ticket.turn)
-        return turn_of([call for call in made if call is not ticket.record and "reply" in call] + ([own] if own else []))
+        acted, late = _outlived_apart([call for call in made if call is not ticket.record])
+        return turn_of([call for call in acted if "reply" in call] + ([own] if own else []), late)
 
     def _ended_calls(self, turn: int) -> list[dict[str, Any]]:
         """``turn``'s calls, once those under way or waiting for their turn have ended (each
@@ -231,6 +258,13 @@ class Turns:
         self._recorded = self._recorded or turn == self._turn  # not a new episode's, started meanwhile
         self._running.pop(turn, None)
         return self._calls.pop(turn, [])
+
+
+def _outlived_apart(made: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """A turn's calls (in the order they ran) as those of its act and those answered that
+    outlived it (one that failed after its act returned sampled nothing)."""
+    acted = [call for call in made if not call.get(OUTLIVED_ACT)]
+    return acted, [call for call in made if call.get(OUTLIVED_ACT) and "reply" in call]
 
 
 def run_made(turns: Turns, ticket: Ticket, call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:

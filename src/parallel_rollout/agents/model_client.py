@@ -193,7 +193,9 @@ class ModelClient(ModelRequests):
         servers) and, when the turn made more calls, theirs in ``earlier_calls`` (``calls.py``).
         The calls since the last ``turn_record()`` make the turn: the next call begins a new one.
         It waits for the turn's calls still under way or waiting for their turn (an async
-        agent's that outlived its act: ``calls.Turns``), each then marked ``outlived_act``."""
+        agent's that outlived its act: ``calls.Turns``), each then marked ``outlived_act`` and
+        kept in ``outlived_calls``, never the turn's own: that is the last call that ended
+        before ``act`` returned (none when every call outlived it)."""
         return self._turns.record()
 
     def cut_turn(self, cut: EpisodeCut) -> dict[str, Any]:

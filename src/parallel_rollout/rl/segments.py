@@ -15,8 +15,9 @@ always so with a tokenizer, where the agent sends the ids itself)::
              versions   =    -1   +  v₁      +  -1  +  v₂
 
 A turn whose agent called the model more than once (a "plan" call, then an "act" call)
-holds its earlier calls in ``earlier_calls`` (``agents/calls.py``): the turn is its calls in
-order, each one a prompt and its sampled ids as above, so every sampled token is in a segment
+holds its earlier calls in ``earlier_calls`` and those that outlived its act in
+``outlived_calls`` (``agents/calls.py``): the turn is its calls in the order they ran
+(``calls_of``), each one a prompt and its sampled ids as above, so every sampled token is in a segment
 with loss_mask 1, in the context the server sampled it in (a plan's reply, seen again in the
 act call's prompt, is the sampled ids already in the sequence, not prompt tokens).
 
