@@ -8,12 +8,18 @@ from __future__ import annotations
 
 import os
 import py_compile
+import shutil
+from stat import S_IWOTH
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 
+from parallel_rollout.guest import agent_grading
 from parallel_rollout.guest.agent_grading import grading_env
+from parallel_rollout.pool.providers import qemu_image
 
 IMPORT_X = "import sys; sys.path.append(sys.argv[1]); import x; print(x.X)"
 
@@ -77,3 +83,37 @@ def test_pytests_cache_of_a_rewritten_test_older_than_it_is_not_read(tmp_path):
                           env={**grading_env(str(tmp_path)), "HOME": str(tmp_path)}, capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 1 and "1 failed" in done.stdout, (done.stdout, done.stderr)
+
+
+def test_a_folder_every_user_may_write_beyond_tmp_is_the_graded_codes(tmp_path):
+    # /run/lock (/var/lock) is writable by every user in a Debian image (the docker guest's): the
+    # answer's package there shadowed a check's module of that name as in the home
+    if not (os.path.isdir("/run/lock") and os.access("/run/lock", os.W_OK)):
+        pytest.skip("needs a writable /run/lock")
+    folder = Path(tempfile.mkdtemp(dir="/run/lock", prefix="graded-"))
+    try:
+        (folder / "test_check").mkdir()
+        (folder / "test_check" / "__init__.py").write_text("import os\nos._exit(0)\n")
+        env = {**grading_env(str(tmp_path)), "HOME": str(tmp_path)}
+        (folder / "test_check.py").write_text("import unittest\nclass T(unittest.TestCase):\n"
+                                              "    def test_a(self):\n        self.fail()\n")
+        done = subprocess.run(["sh", "-c", "python3 -m unittest discover -p test_check.py"], cwd=folder, env=env,
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 1 and "FAILED" in done.stderr, (done.returncode, done.stderr)
+    finally:
+        shutil.rmtree(folder)
+
+
+def test_the_folders_listed_are_those_the_guest_image_leaves_writable(tmp_path):
+    # the cached qemu image's tree, the debootstrap tree the docker image is made of too
+    base = qemu_image.image_dir() / "base.qcow2"
+    if not base.is_file() or not shutil.which("qemu-img") or not shutil.which("debugfs") or os.geteuid() != 0:
+        pytest.skip("needs a built qemu image, qemu-img and debugfs, as root")
+    subprocess.run(["qemu-img", "convert", "-O", "raw", str(base), str(tmp_path / "disk")], check=True, timeout=300)
+    (tmp_path / "tree").mkdir()
+    subprocess.run(["debugfs", "-R", f"rdump / {tmp_path / 'tree'}", str(tmp_path / "disk")], check=True,
+                   capture_output=True, timeout=300)
+    writable = {"/" + str(folder.relative_to(tmp_path / "tree")) for folder in (tmp_path / "tree").rglob("*")
+                if folder.is_dir() and not folder.is_symlink() and folder.stat().st_mode & S_IWOTH}
+    assert "/tmp" in writable  # the tree was read as it is
+    assert writable <= set(agent_grading.WRITABLE_FOLDERS), writable - set(agent_grading.WRITABLE_FOLDERS)

@@ -48,13 +48,13 @@ def test_the_wheel_ships_licence_types_script_and_a_lean_base(wheel):
                                  "pytest", "py.test", "python3", "pytest_no_above.sh",
                                  "valgrind", "make", "gmake", "javac", "prove", "cmake", "cmake_no_registry.cmake", "aspell", "wrap.sh", "wgetrc", "node_no_home.js",
                                  "git_no_programs.py", "module_folder_last.py", "sitecustomize.py", "pytest_judged.py", "pytest_judge",
-                                 "graded_imports.py")}
+                                 "graded_imports.py", "env", "graded_folders")}
     assert "parallel_rollout/py.typed" in names
     assert "parallel_rollout/guest/shim/pyautogui.py" in names  # package data the images copy
     data = ("wrap.sh", "wgetrc", "node_no_home.js", "git_no_programs.py", "magick_no_home.sh", "ssh_no_home.sh",
             "vim_no_home.sh", "npm_no_home.sh", "pytest_no_above.sh",
             "module_folder_last.py", "sitecustomize.py", "pytest_judged.py", "pytest_judge", "graded_imports.py",
-            "cmake_no_registry.cmake")
+            "cmake_no_registry.cmake", "graded_folders")
     assert all(bool(mode & 0o111) is (name not in data) for name, mode in wrappers.items()), wrappers
     assert licence.startswith("MIT License") and metadata["License-Expression"] == "MIT"
     assert "parallel-rollout = parallel_rollout.cli:main" in entry_points

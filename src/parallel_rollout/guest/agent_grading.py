@@ -136,9 +136,17 @@ def _inside(path: str, top: str) -> bool:
 
 # ------------------------------------------------ links to what a check would read of itself
 
+def _listed_folders() -> tuple[str, ...]:
+    """The folders of grading_bin/graded_folders, one a line (/tmp … without the wrappers)."""
+    if not _WRAPPERS:
+        return ("/tmp", "/var/tmp", "/dev/shm")
+    with open(os.path.join(GRADING_BIN, "graded_folders")) as lines:
+        return tuple(line.strip() for line in lines if line.startswith("/"))
+
+
 #: where the graded code leaves files a check reads (the home is added): the folders every
-#: user may write
-WRITABLE_FOLDERS = ("/tmp", "/var/tmp", "/dev/shm")
+#: user may write, as the wrappers list them (grading_bin/graded_folders: /run/lock too)
+WRITABLE_FOLDERS = _listed_folders()
 #: errors of a readlink that say only that a path is not a link (or not there): a plain step
 _PLAIN = {errno.EINVAL, errno.ENOENT, errno.ENOTDIR, errno.EACCES}
 #: seconds before the attempt's start a link may be dated and still count as the attempt's:

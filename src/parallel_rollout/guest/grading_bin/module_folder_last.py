@@ -26,11 +26,11 @@ _RULES = []
 
 def graded(folder):
     """Whether ``folder`` is one the graded code writes: the home (./graded_imports.py's, which
-    a check's own HOME does not move) or below it, /tmp, /var/tmp or /dev/shm themselves."""
+    a check's own HOME does not move) or below it, one of ./graded_folders themselves (/tmp …)."""
     homes = _RULES[0].homes()
     real = os.path.realpath(folder)
     return bool(homes) and (any(real == home or real.startswith(home + "/") for home in homes)
-                            or real in ("/tmp", "/var/tmp", "/dev/shm"))
+                            or real in _RULES[0].writable_folders())
 
 
 def unittest_main():

@@ -17,12 +17,12 @@
 # (126) beside an ini file or a conftest.py in the home, which the graded code writes without
 # guessing a folder's name: its ~/pytest.ini of `addopts = --co` passed `cd ~ && pytest
 # ~/test_check.py` of a check's failing tests. A project's own config in a folder of the home
-# (cd ~/proj && pytest) is read as ever. Tests in the home (or in /tmp, /var/tmp, /dev/shm
-# themselves) run with --import-mode=append (a check's own --import-mode wins): pytest put their
+# (cd ~/proj && pytest) is read as ever. Tests in the home (or in ./graded_folders themselves:
+# /tmp, /var/tmp, /dev/shm, /run/lock …) run with --import-mode=append (a check's own --import-mode wins): pytest put their
 # folder first on sys.path, and the graded code's ~/fractions.py (os._exit(0)) was what the
 # check's tests imported; its own module the tests import is still found, after the system's.
 # Nor is pytest run (126) where the folders of its tests' packages (each up from them with an
-# __init__.py) reach the home, /tmp, /var/tmp or /dev/shm with an __init__.py the check did not
+# __init__.py) reach the home or one of ./graded_folders with an __init__.py the check did not
 # make: pytest imports it as their package, and the graded code's ~/__init__.py (os._exit(0))
 # passed `cd ~ && pytest test_check.py` of a check's failing tests.
 
@@ -117,17 +117,19 @@ pytest_pin() {  # $1: how many of the words after it are not pytest's; sets pin_
     here=${PWD%/}
     if [ -z "$any" ]; then top=$here; fi
     if [ -z "$own_import" ]; then  # tests in a folder the graded code writes: its modules after the system's
-        case $top/ in "$home"/*|"$graded_home"/*|/tmp/|/var/tmp/|/dev/shm/) if [ -n "$home" ]; then pin_import=append; fi ;; esac
+        case $top/ in
+            "$home"/*|"$graded_home"/*) if [ -n "$home" ]; then pin_import=append; fi ;;
+            *) if [ -n "$home" ] && graded_folder "$top"; then pin_import=append; fi ;;
+        esac
     fi
     dir=$top  # the tests' packages: pytest imports the __init__.py of each folder up from them that has one
     while [ -n "$dir" ] && { [ -f "$dir/__init__.py" ] || [ -L "$dir/__init__.py" ]; }; do
-        case $dir in
-            "$home"|"$graded_home"|/tmp|/var/tmp|/dev/shm)
-                if ! made_by_the_check "$dir/__init__.py"; then
-                    echo "pytest: not run: $dir/__init__.py, a file the graded code could have written, would be imported as the package of the tests (write them to a folder of their own, d=\$(mktemp -d), and run pytest there)" >&2
-                    exit 126
-                fi ;;
-        esac
+        if [ "$dir" = "$home" ] || [ "$dir" = "$graded_home" ] || graded_folder "$dir"; then
+            if ! made_by_the_check "$dir/__init__.py"; then
+                echo "pytest: not run: $dir/__init__.py, a file the graded code could have written, would be imported as the package of the tests (write them to a folder of their own, d=\$(mktemp -d), and run pytest there)" >&2
+                exit 126
+            fi
+        fi
         dir=${dir%/*}
     done
     if [ -n "$own_c" ]; then return; fi
