@@ -140,6 +140,12 @@ PYTHON_ROWS["rig_check_unittest_bytecode_chmod"] = (PYTHON_ROWS["rig_check_unitt
 #: env gives what it runs the grading command's own names back, the wrappers first on its PATH
 PYTHON_ROWS["rig_check_unittest_env_cleared"] = (PYTHON_ROWS["rig_check_unittest_home_package"][0],
                                                  UNITTEST_HOME.replace("python3 -m", "env -i PATH=/usr/bin:/bin python3 -m"), False)
+#: a check with a PATH of its own (PATH=/usr/bin:/bin, or python3 by its path) ran python3 unwrapped:
+#: unittest's discover put the home first on sys.path, and the answer's ~/fractions.py shadowed the
+#: module the check's tests import; the wrappers' sitecustomize.py puts it last as ./python3 does
+PYTHON_ROWS["rig_check_unittest_own_path"] = (PYTHON_ROWS["rig_check_unittest_home_module"][0],
+                                              PYTHON_ROWS["rig_check_unittest_home_module"][1].replace(
+                                                  "python3 -m", "PATH=/usr/bin:/bin python3 -m"), False)
 #: row -> the program its check needs (hostile_tasks.NEEDS_PROGRAM)
 PYTHON_PROGRAMS = {"rig_check_pytest_ini": "pytest", "rig_check_pytest_conftest": "pytest",
                    "rig_check_pytest_ini_from_root": "pytest", "rig_check_pytest_versioned_python": "pytest",
@@ -148,7 +154,7 @@ PYTHON_PROGRAMS = {"rig_check_pytest_ini": "pytest", "rig_check_pytest_conftest"
                    "rig_check_pytest_home_module": "pytest", "rig_check_pytest_toml_spelling": "pytest",
                    "rig_check_pytest_toml_inline": "pytest", "rig_check_pytest_main_module": "pytest",
                    "rig_check_unittest_home_module": "python3", "rig_check_doctest_home_module": "python3",
-                   "rig_check_unittest_env_cleared": "python3",
+                   "rig_check_unittest_env_cleared": "python3", "rig_check_unittest_own_path": "python3",
                    "rig_check_unittest_home_package": "python3", "rig_check_pytest_home_extension": "pytest",
                    "rig_check_unittest_home_bytecode": "python3", "rig_check_doctest_home_bytecode": "python3",
                    "rig_check_unittest_isolated_package": "python3", "rig_check_pytest_isolated_package": "pytest",

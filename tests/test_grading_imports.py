@@ -117,3 +117,20 @@ def test_the_folders_listed_are_those_the_guest_image_leaves_writable(tmp_path):
                 if folder.is_dir() and not folder.is_symlink() and folder.stat().st_mode & S_IWOTH}
     assert "/tmp" in writable  # the tree was read as it is
     assert writable <= set(agent_grading.WRITABLE_FOLDERS), writable - set(agent_grading.WRITABLE_FOLDERS)
+
+
+@pytest.mark.parametrize("python", ["PATH=/usr/bin:/bin python3", "/usr/bin/python3"])
+def test_unittest_run_without_the_wrappers_puts_the_home_last(tmp_path, python):
+    # a check's own PATH, or python3 by its path: no ./python3 wrapper, but the wrappers'
+    # sitecustomize.py, which changes unittest's discover as ./module_folder_last.py does
+    if not os.path.exists("/usr/bin/python3"):
+        pytest.skip("needs /usr/bin/python3")
+    (tmp_path / "fractions.py").write_text("import os\nos._exit(0)\n")  # the answer's
+    (tmp_path / "sol.py").write_text("def f():\n    return 2\n")
+    env = {**grading_env(str(tmp_path)), "HOME": str(tmp_path)}
+    (tmp_path / "test_check.py").write_text("import fractions, unittest\nfrom sol import f\nclass T(unittest.TestCase):\n"
+                                            "    def test_a(self):\n        self.assertEqual(f(), 3)\n")
+    done = subprocess.run(["sh", "-c", f"{python} -m unittest discover -p test_check.py"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=60)
+    # the answer's own module the tests import is still found, after the system's
+    assert done.returncode == 1 and "AssertionError: 2 != 3" in done.stderr, (done.returncode, done.stderr)

@@ -33,10 +33,16 @@ def graded(folder):
                             or real in _RULES[0].writable_folders())
 
 
-def unittest_main():
-    import unittest.loader
-
-    discover = unittest.loader.TestLoader.discover
+def discover_last(loader, rules=None):
+    """``unittest.loader`` (the module), its TestLoader's discover putting a top folder the
+    graded code writes last on sys.path (once). ./sitecustomize.py calls it as the module loads,
+    with its ``rules`` (./graded_imports.py): a unittest run otherwise than by ./python3
+    (``PATH=/usr/bin:/bin python3 -m unittest``, ``/usr/bin/python3`` by its path) put it first."""
+    if rules is not None and not _RULES:
+        _RULES.append(rules)
+    discover = loader.TestLoader.discover
+    if getattr(discover, "folder_last", False):
+        return
 
     def folder_last(self, start_dir, pattern="test*.py", top_level_dir=None):
         # discover inserts its top folder first only when it is not on sys.path yet
@@ -45,7 +51,14 @@ def unittest_main():
             sys.path.append(top)
         return discover(self, start_dir, pattern, top_level_dir)
 
-    unittest.loader.TestLoader.discover = folder_last
+    folder_last.folder_last = True
+    loader.TestLoader.discover = folder_last
+
+
+def unittest_main():
+    import unittest.loader
+
+    discover_last(unittest.loader)
     runpy.run_module("unittest", run_name="__main__", alter_sys=True)
 
 

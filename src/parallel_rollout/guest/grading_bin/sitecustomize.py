@@ -28,18 +28,32 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 
 class _PytestJudged:
     """Finds ``_pytest.config`` through ./pytest_judged.py (by its path: a check may have put the
-    graded code's folder on ``sys.path`` by then), which judges its ``main``, and
-    ``_pytest.assertion.rewrite``, whose cache ./graded_imports.py's rule reads."""
+    graded code's folder on ``sys.path`` by then), which judges its ``main``,
+    ``_pytest.assertion.rewrite``, whose cache ./graded_imports.py's rule reads, and
+    ``unittest.loader``, whose discover ./module_folder_last.py's rule changes."""
 
     @staticmethod
     def find_spec(name, path=None, target=None):
-        if name not in ("_pytest.config", "_pytest.assertion.rewrite"):
+        if name not in ("_pytest.config", "_pytest.assertion.rewrite", "unittest.loader"):
             return None
         spec = PathFinder.find_spec("pytest_judged", [_HERE])
         judge = module_from_spec(spec)
         spec.loader.exec_module(judge)
+        if name == "unittest.loader":
+            return judge.changed_spec(name, path, target, _discover_last)
         change = judge.judge_main if name == "_pytest.config" else _RULES[0].fresh_pytest_cache
         return judge.changed_spec(name, path, target, change)
+
+
+def _discover_last(loader):
+    """``unittest.loader``, loaded: its discover puts a top folder the graded code writes last on
+    sys.path, as ./module_folder_last.py has it under ./python3 (by its path, or a PATH of the
+    check's own without the wrappers, unittest put the home first: the graded code's
+    ~/fractions.py was what a check's tests there imported)."""
+    spec = PathFinder.find_spec("module_folder_last", [_HERE])
+    last = module_from_spec(spec)
+    spec.loader.exec_module(last)
+    last.discover_last(loader, _RULES[0])
 
 
 #: ./graded_imports.py, once loaded
