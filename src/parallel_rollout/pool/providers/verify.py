@@ -51,6 +51,7 @@ import logging
 import os
 import re
 import stat
+import time
 from pathlib import Path
 from typing import Iterable
 
@@ -191,6 +192,9 @@ def namespace_processes(init_pid: int, proc: str = "/proc") -> list[tuple[int, s
                 continue
             comm = read_proc(f"{proc}/{pid}/comm").decode(errors="replace").strip()
             cmdline = read_proc(f"{proc}/{pid}/cmdline").replace(b"\0", b" ")
+            if not cmdline:  # in the middle of its exec (its new name, not yet its arguments): once more
+                time.sleep(0.01)
+                cmdline = read_proc(f"{proc}/{pid}/cmdline").replace(b"\0", b" ")
         except OSError:  # exited meanwhile, or not ours to read
             continue
         found.append((pid, comm, cmdline.decode(errors="replace").strip()))
