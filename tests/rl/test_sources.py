@@ -472,10 +472,17 @@ def test_a_restarted_scheduler_runs_again_the_tasks_its_own_source_made_in_pytho
             second.load_state_dict(bad)
         second.load_state_dict(state)
         assert source.made == 4  # it draws on after the tasks it made before
+        # started again first (the lowest group ids); the batch is the first groups to end, and a
+        # new group may end before a restarted one of a longer episode (gen5's 2 turns, gen4's 3):
+        # then the next batch has it
         resumed = second.get_batch(batch_size=4, step=1)
+        if not set(unreturned) <= {(t.task_id, t.seed) for t in resumed}:
+            resumed += second.get_batch(batch_size=4, step=2)
+        started = {(t.task_id, t.seed): t.group_id for t in resumed}
     finally:
         server.stop()
-    assert sorted({(t.task_id, t.seed) for t in resumed}) == sorted(unreturned)
+    assert set(unreturned) <= set(started), started
+    assert sorted(sorted(started, key=started.get)[:2]) == sorted(unreturned), started
     # the same tasks, not only their names: the lake each was made with
     assert all(len(t.turns) == (2 if int(t.task_id[3:]) % 2 else 3) and t.success for t in resumed), \
         [(t.task_id, len(t.turns)) for t in resumed]
