@@ -114,6 +114,19 @@ def signal_after_the_end(signum: int, frame: object) -> None:
     log.warning("signal %d after the run's end: writing its summary, report and gates first", signum)
 
 
+#: why a group of samples (by their records' ``task_fault``) was never graded, and what a
+#: resume does with them
+_UNGRADED = (
+    (None, "each ended on an infrastructure failure after --max-retries {retries} retries",
+     "A resume runs them again (once each) once the cause is fixed: {resume}"),
+    ("file_missing", "a file each task names is not there, not retried",
+     "A resume runs them again (once each) once the file is there: {resume}"),
+    ("task_file", "each ended on its task file's own error, not retried",
+     "A resume does not run them again (it refuses an edited task file): fix the task and run it in a new "
+     "run (another --run-id)"),
+)
+
+
 def ungraded_message(records: list[dict[str, Any]], count: int, max_retries: int, resume_cmd: str) -> str:
     """Why a run whose samples all ended is no result yet: ``count`` of them ended on an
     infrastructure failure after their retries, or on their task file's own error (not
@@ -123,20 +136,9 @@ def ungraded_message(records: list[dict[str, Any]], count: int, max_retries: int
     for key, end in sorted(finals.items()):
         if end.get("infrastructure"):
             groups.setdefault(end.get("task_fault"), []).append(key)
-    said = []
-    if groups.get(None):
-        said.append(f"{len(groups[None])} sample(s) were never graded: each ended on an infrastructure failure "
-                    f"after --max-retries {max_retries} retries ({_named(finals, groups[None])}); the gates were "
-                    f"not applied. A resume runs them again (once each) once the cause is fixed: {resume_cmd}")
-    if groups.get("file_missing"):
-        said.append(f"{len(groups['file_missing'])} sample(s) were never graded: a file each task names is not "
-                    f"there, not retried ({_named(finals, groups['file_missing'])}); the gates were not applied. "
-                    f"A resume runs them again (once each) once the file is there: {resume_cmd}")
-    if groups.get("task_file"):
-        said.append(f"{len(groups['task_file'])} sample(s) were never graded: each ended on its task file's own "
-                    f"error, not retried ({_named(finals, groups['task_file'])}); the gates were not applied. A "
-                    "resume does not run them again (it refuses an edited task file): fix the task and run it in "
-                    "a new run (another --run-id)")
+    said = [f"{len(groups[fault])} sample(s) were never graded: {why.format(retries=max_retries)} "
+            f"({_named(finals, groups[fault])}); the gates were not applied. {then.format(resume=resume_cmd)}"
+            for fault, why, then in _UNGRADED if groups.get(fault)]
     return "\n".join(said) or f"{count} sample(s) were never graded"
 
 
