@@ -267,7 +267,7 @@ def test_a_dry_run_from_python_is_preflight_and_run_says_so(tmp_path):
     assert "(model='x' in preflight())" in found.problems[0] and "--" not in found.problems[0], found.problems
     with pytest.raises(ConfigError) as refused:
         preflight(mode="shell", data=data, output_dir=out, fail_under=80)
-    assert str(refused.value).endswith("(fail_under=80.0 in preflight())") and "run()" not in str(refused.value)
+    assert str(refused.value).endswith("(fail_under=80 in preflight())") and "run()" not in str(refused.value)
     found = preflight(mode="shell", data=data, output_dir=out, check_endpoint=True)
     assert found.problems == ["check_endpoint=True: the oracle agent calls no model endpoint"], found.problems
     assert preflight(mode="shell", data=data, output_dir=out).ok and not out.exists()

@@ -148,6 +148,23 @@ def test_fail_under_is_a_fraction(tmp_path):
     assert not (tmp_path / "out" / "pct").exists()
 
 
+@pytest.mark.parametrize("typed", ["80", "nan"])
+def test_fail_under_off_the_command_line_is_said_as_typed(tmp_path, monkeypatch, typed):
+    """A nightly job's config file or variable gave 80 (a percentage for a fraction): the
+    error said ``fail-under = 80.0`` (JSON's ``NaN`` for nan), a value nobody wrote."""
+    config = tmp_path / "nightly.toml"
+    config.write_text(f"fail-under = {typed}\n")
+    refused = run_cli(tmp_path, [shell_task("a")], "toml", "--config", str(config))
+    assert refused.exit_code == exit_codes.EXIT_USAGE, refused.output
+    assert f"(fail-under = {typed} in {config})" in refused.output, refused.output
+    monkeypatch.setenv("PARALLEL_ROLLOUT_FAIL_UNDER", typed)
+    refused = run_cli(tmp_path, [shell_task("a")], "env")
+    assert refused.exit_code == exit_codes.EXIT_USAGE, refused.output
+    assert f"(fail-under = {typed} from the environment variable PARALLEL_ROLLOUT_FAIL_UNDER)" in refused.output, \
+        refused.output
+    assert not (tmp_path / "out").exists()
+
+
 def test_fail_under_takes_a_percentage_as_coverage_tools_write_it(tmp_path):
     """`--fail-under 80%` was click's "'80%' is not a valid float": a percentage is its fraction,
     on the command line, in a config file and in run(); one that is none is refused by name."""

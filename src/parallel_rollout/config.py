@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .config_checks import RESUME_READS, gate_setting, parse_sampling, unknown_key, validate_ranges
+from .config_checks import (RESUME_READS, gate_setting, parse_sampling, typed_text, unknown_key,
+                            validate_ranges)
 from .errors import ConfigError
 
 try:
@@ -440,10 +441,10 @@ PYTHON_CALL = "in run()"
 
 def said_where(name: str, value: Any, source: str) -> str:
     """Where a setting was set, as its source spells it: ``(num-vms = 0 in run.toml)``, or
-    ``(num_vms=0 in run())`` for a Python call's keyword (``in preflight()`` too)."""
+    ``(num_vms=0 in run())`` for a Python call's keyword (``in preflight()`` too); its value as typed."""
     if source.endswith("()"):
-        return f"({name}={value!r} {source})"
-    return f"({name.replace('_', '-')} = {json.dumps(value, default=str)} {source})"
+        return f"({name}={typed_text(value, python=True)} {source})"
+    return f"({name.replace('_', '-')} = {typed_text(value)} {source})"
 
 
 def _stored_path(values: dict[str, Any]) -> Path:

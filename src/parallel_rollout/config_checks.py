@@ -358,6 +358,15 @@ def gate_setting(name: str, value: Any, said: str = "--fail-under ") -> Any:
     return value
 
 
+def typed_text(value: Any, python: bool = False) -> str:
+    """``value`` as an error quotes it, the way a config file, a variable or a call wrote it:
+    a float setting's whole number as the ``80`` typed (its check made it ``80.0``), ``nan``
+    and ``inf`` as such (JSON says ``NaN``); else as JSON, or as Python (``python``) writes it."""
+    if isinstance(value, float) and (value.is_integer() or not math.isfinite(value)):
+        return str(int(value)) if value.is_integer() else str(value)
+    return repr(value) if python else json.dumps(value, default=str)
+
+
 def closest_setting(name: str, names: Any) -> str | None:
     """The setting (of ``names``, underscored) that ``name`` (underscored) misspells or that
     another tool calls so (``GATE_SYNONYMS``), None when none is close."""
