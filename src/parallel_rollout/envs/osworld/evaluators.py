@@ -13,6 +13,7 @@ from typing import Any
 
 from .getters import GETTERS
 from .metrics import METRICS
+from .option_keys import option_problem
 from .rule_keys import RULE_GETTERS, MalformedRule, rule_problem, task_rules
 from .rule_methods import table_rules_problem, value_rules_problem
 
@@ -104,7 +105,10 @@ def check_evaluator(evaluator: Any) -> None:
         problem = table_rules_problem(func, options)  # a rule compare_table cannot read: every grading's 0
         if problem:
             raise ValueError(f"evaluator metric {func!r}: its {problem}")
-        problem = call_problem(func, bool(expected), options) if func in METRICS else None
+        # a call that cannot bind raised at every grading; a key it binds to **options and never
+        # reads (a typo) was ignored, the check it meant to switch run as if unset
+        problem = call_problem(func, bool(expected), options) or option_problem(func, options, 1 + bool(expected)) \
+            if func in METRICS else None
         if problem:
             raise ValueError(f"evaluator metric {func!r}: {problem}")
     if problems:

@@ -84,17 +84,18 @@ def check_pdf_pages(result: str | None, rules: dict, **options: Any) -> float:
     return float(getattr(operator, rules["relation"])(len(PdfReader(result).pages), rules["ref_value"]))
 
 
-def _file_metric(kind: str):
-    """The metric that scores one pair of archive members of ``file_type`` ``kind`` (named
-    directly, not looked up in the registry this module is part of)."""
-    metrics = {"text": editor.compare_text_file, "pdf": compare_pdfs,
-               "docx": docs.compare_docx_files, "ppt": slides.compare_pptx_files,
-               "image": images.compare_images, "csv": table.compare_csv,
-               "table": table.compare_table, "audio": media.compare_audios,
-               "video": media.compare_videos}
-    if kind not in metrics:
+#: compare_archive's ``file_type`` -> the metric that scores a pair of its members (named
+#: directly, not looked up in the registry this module is part of)
+ARCHIVE_MEMBER_METRICS = {"text": editor.compare_text_file, "pdf": compare_pdfs, "docx": docs.compare_docx_files,
+                          "ppt": slides.compare_pptx_files, "image": images.compare_images, "csv": table.compare_csv,
+                          "table": table.compare_table, "audio": media.compare_audios, "video": media.compare_videos}
+
+
+def archive_member_metric(kind: str):
+    """The metric that scores one pair of archive members of ``file_type`` ``kind``."""
+    if kind not in ARCHIVE_MEMBER_METRICS:
         raise ValueError(f"compare_archive: file type {kind!r} is not supported")
-    return metrics[kind]
+    return ARCHIVE_MEMBER_METRICS[kind]
 
 
 def compare_archive(result: str | None, expected: str, **options: Any) -> float:
@@ -116,7 +117,7 @@ def compare_archive(result: str | None, expected: str, **options: Any) -> float:
     gold = sorted(os.listdir(os.path.join(gold_dir, inner)))
     if mine != gold:
         return 0.0
-    metric = _file_metric(options.pop("file_type", "text"))
+    metric = archive_member_metric(options.pop("file_type", "text"))
     total = sum(metric(os.path.join(mine_dir, inner, a), os.path.join(gold_dir, inner, b), **options)
                 for a, b in zip(mine, gold))
     return total / len(mine)

@@ -21,6 +21,8 @@ _ON = ("number_of_slides", "shape", "text", "indent", "font_name", "font_size", 
        "background_color", "note", "run_count")
 _OFF = ("title_bottom_position", "table_bottom_position", "right_position", "top_position",
         "shape_for_shift_size", "image_size", "modify_height")
+#: the options compare_pptx_files reads: each check's ``examine_<name>`` switch and the tolerance
+OPTIONS = ("approximately_tolerance", *(f"examine_{name}" for name in (*_ON, *_OFF)))
 _A = "{http://schemas.openxmlformats.org/drawingml/2006/main}"
 _PICTURE, _FREEFORM, _TABLE = 13, 5, 19
 
