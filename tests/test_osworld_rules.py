@@ -237,3 +237,26 @@ def test_a_check_json_rule_without_its_key_is_refused_at_load(tmp_path):
         broken_copy(folder, "multi_apps/e2392362-125e-4f76-a2ee-524b183a3412.json",
                     lambda ev: ev["expected"]["rules"]["expect"][1].pop("key")):
             "evaluator expected getter 'rule' of metric 'check_json': its 'rules' ['expect'][1] needs the key 'key'"})
+
+
+def test_an_accessibility_rule_without_exact_and_a_search_rule_without_its_pattern_are_refused_at_load(tmp_path):
+    """check_accessibility_tree reads each rule's ``exact`` when it matches a ``text``, and
+    is_expected_search_query ``rules["expect"]["pattern"]``: a task file without one (or with a
+    rule of neither ``xpath`` nor ``selectors``) loaded and raised only at grading, after the
+    agent's whole episode. Each is refused as the folder loads,
+    naming the file, the metric and the rule's place (exit 2), on copies of real tasks."""
+    from test_osworld_folder_cli import copied
+
+    folder = copied(tmp_path)
+    where = "evaluator expected getter 'rule' of metric"
+    assert_refused(folder, {
+        broken_copy(folder, "thunderbird/7b1e1ff9-bb85-49be-b01d-d6424be18cd0.json",
+                    lambda ev: ev["expected"]["rules"][0].update(text="Password")):
+            f"{where} 'check_accessibility_tree': its 'rules' [0] gives 'text' and needs the key 'exact' "
+            "(true, or false for a fuzzy match)",
+        broken_copy(folder, "thunderbird/15c3b339-88f7-4a86-ab16-e71c58dcb01e.json",
+                    lambda ev: ev["expected"]["rules"].__setitem__(0, {"xpaths": ev["expected"]["rules"][0]["xpath"]})):
+            f"{where} 'check_accessibility_tree': its 'rules' [0] needs the key 'xpath' or 'selectors'",
+        broken_copy(folder, "multi_apps/f8cfa149-d1c1-4215-8dac-4a0932bad3c2.json",
+                    lambda ev: ev["expected"]["rules"].update(expect={"patern": "nereida"})):
+            f"{where} 'is_expected_search_query': its 'rules' ['expect'] needs the key 'pattern'"})

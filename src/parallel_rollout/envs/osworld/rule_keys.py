@@ -8,8 +8,9 @@ metric raising here scores the agent 0 (its output may be what made it raise). S
 
 * at load, :func:`rule_problem` checks a rule against :data:`RULE_SHAPES` (the metric's
   container, the keys it reads without a default, the keys one ``type`` value adds, and the
-  lists that a string would be silently iterated for): the folder is refused, naming the file,
-  the metric and the key;
+  lists that a string would be silently iterated for) and the rules nested in it that a metric
+  reads (check_accessibility_tree's ``exact``, is_expected_search_query's ``expect.pattern``):
+  the folder is refused, naming the file, the metric and the key;
 * at grading, the expected state of a rule getter goes to its metric as :func:`task_rules`,
   whose dicts raise :class:`MalformedRule` (a KeyError) for a key the rule lacks, where the
   metric reads one the load could not know (a nested rule's, a ``type``'s own). The env makes
@@ -20,6 +21,7 @@ metric raising here scores the agent 0 (its output may be what made it raise). S
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -111,7 +113,7 @@ def rule_problem(func: str, rules: Any) -> str | None:
     if not isinstance(rules, shape.container):
         return f"must be {_kind(shape.container())}, not {_kind(rules)}"
     if shape.container is not dict:
-        return None
+        return _nested_problem(func, rules)
     for key in shape.needs:
         if key not in rules:
             return f"needs the key {key!r}"
@@ -128,7 +130,44 @@ def rule_problem(func: str, rules: Any) -> str | None:
     for key in shape.lists:
         if key in rules and not isinstance(rules[key], list):
             return f"key {key!r} must be a list, not {_kind(rules[key])}"
+    return _nested_problem(func, rules)
+
+
+def _a11y_problem(rules: list) -> str | None:
+    """check_accessibility_tree's rules: each picks elements by ``xpath`` or ``selectors`` (a
+    list) and, matching a ``text``, says whether ``exact``ly (it raised at grading without)."""
+    for index, rule in enumerate(rules):
+        if not isinstance(rule, dict):
+            return f"[{index}] must be an object, not {_kind(rule)}"
+        if "xpath" not in rule and "selectors" not in rule:
+            return f"[{index}] needs the key 'xpath' or 'selectors'"
+        if "xpath" not in rule and not isinstance(rule["selectors"], list):
+            return f"[{index}] key 'selectors' must be a list, not {_kind(rule['selectors'])}"
+        if "text" in rule and "exact" not in rule:
+            return f"[{index}] gives 'text' and needs the key 'exact' (true, or false for a fuzzy match)"
     return None
+
+
+def _search_problem(rules: dict) -> str | None:
+    """is_expected_search_query's ``expect``: an object whose ``pattern`` is a regular expression."""
+    expect = rules["expect"]
+    if not isinstance(expect, dict):
+        return f"key 'expect' must be an object, not {_kind(expect)}"
+    if "pattern" not in expect:
+        return "['expect'] needs the key 'pattern'"
+    if not isinstance(expect["pattern"], str):
+        return f"['expect']['pattern'] must be a string, not {_kind(expect['pattern'])}"
+    try:
+        re.compile(expect["pattern"])
+    except re.error as exc:
+        return f"['expect']['pattern'] is no regular expression: {exc}"
+    return None
+
+
+def _nested_problem(func: str, rules: Any) -> str | None:
+    """What ``func`` cannot read in the rules nested in its rule (they raised at grading)."""
+    nested = {"check_accessibility_tree": _a11y_problem, "is_expected_search_query": _search_problem}.get(func)
+    return nested(rules) if nested else None
 
 
 class MalformedRule(KeyError):
