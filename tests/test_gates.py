@@ -205,6 +205,16 @@ def test_fail_under_compares_the_exact_rate_not_the_rounded_one(tmp_path):
     tasks = [shell_task("ok1"), failing_task("bad1"), failing_task("bad2")]
     third = run_cli(tmp_path, tasks, "third", "--fail-under", "0.33333")
     assert third.exit_code == exit_codes.EXIT_OK, third.output
+    # the threshold is said as typed: '{:g}' made 0.6666667 '0.666667', and 2 of 3 (66.6667%)
+    # read as below '--fail-under 0.666667 (66.6667%)'; out of range, 80.00001 was '80'
+    close = run_cli(tmp_path, [shell_task("ok1"), shell_task("ok2"), failing_task("bad")], "close",
+                    "--fail-under", "0.6666667")
+    assert close.exit_code == exit_codes.EXIT_BELOW_THRESHOLD, close.output
+    assert "is below --fail-under 0.6666667 (" in close.output, close.output
+    wide = run_cli(tmp_path, tasks, "wide", "--fail-under", "80.00001")
+    assert wide.exit_code == exit_codes.EXIT_USAGE, wide.output
+    assert "--fail-under 80.00001 must be a fraction between 0 and 1: 0.8000001 or 80.00001% for " in wide.output, \
+        wide.output
 
 
 def test_junit_of_a_run_whose_model_endpoint_was_down_is_no_pass(tmp_path, request, monkeypatch):

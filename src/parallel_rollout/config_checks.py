@@ -272,9 +272,10 @@ def validate_ranges(cfg: Any) -> None:
             f"{wanted} VMs (--num-vms with --use-vm-pool, else --num-rollouts, plus --spare-vms): "
             f"give one {one} per VM, or fewer VMs")
     if cfg.fail_under is not None and not 0.0 <= cfg.fail_under <= 1.0:
-        percent = f": {cfg.fail_under / 100:g} or {cfg.fail_under:g}% for {cfg.fail_under:g}%" \
+        typed = typed_text(cfg.fail_under)  # '{:g}' said 80.00001 as 80
+        percent = f": {typed_text(cfg.fail_under / 100)} or {typed}% for {typed}%" \
             if 1 < cfg.fail_under <= 100 else " (0.8 or 80% means 80%)"
-        raise ConfigError(f"--fail-under {cfg.fail_under:g} must be a fraction between 0 and 1{percent}")
+        raise ConfigError(f"--fail-under {typed} must be a fraction between 0 and 1{percent}")
     if cfg.compare_to is not None:
         if not cfg.compare_to or "/" in cfg.compare_to or cfg.compare_to in (".", ".."):
             raise ConfigError(f"--compare-to {cfg.compare_to!r} must be a run id (a folder of --output-dir)")

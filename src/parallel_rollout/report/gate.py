@@ -25,7 +25,7 @@ from typing import Any
 
 from ..logs import NOT_ON_CONSOLE
 from ..exit_codes import EXIT_ABORTED, EXIT_BELOW_THRESHOLD, EXIT_NO_VERDICT, EXIT_OK, EXIT_REGRESSION
-from ..config_checks import RESUME_READS
+from ..config_checks import RESUME_READS, typed_text
 from ..errors import ConfigError
 from .compare import compare_runs, format_comparison
 from .compare_html import write_compared
@@ -51,7 +51,7 @@ def gate(config: Any, data: RunData) -> tuple[int, str]:
         if rate is None or rate < config.fail_under:
             shown, threshold = _pcts_apart(rate, config.fail_under)
             failed.append((EXIT_BELOW_THRESHOLD,
-                           f"success rate {shown} is below --fail-under {config.fail_under:g} ({threshold})"
+                           f"success rate {shown} is below --fail-under {typed_text(config.fail_under)} ({threshold})"
                            f"{kept_gate(config, 'fail_under')}"))
     if not failed:
         return EXIT_OK, ""
