@@ -165,6 +165,25 @@ def test_fail_under_off_the_command_line_is_said_as_typed(tmp_path, monkeypatch,
     assert not (tmp_path / "out").exists()
 
 
+def test_fail_under_that_is_no_number_says_what_it_takes(tmp_path, monkeypatch):
+    """'off' was click's "'off' is not a valid float." (no word of 'none' or of 80%), and a
+    config file's "0.8", a string as its "80%" is, was "must be a number": it is the fraction."""
+    tasks = [shell_task("ok1"), failing_task("bad1")]
+    said = "'off' is no number: give a fraction (0.8), a percentage (80%) or none (no gate)"
+    refused = run_cli(tmp_path, tasks, "flag", "--fail-under", "off")
+    assert refused.exit_code == exit_codes.EXIT_USAGE and f"Invalid value for '--fail-under': {said}" in refused.output, \
+        refused.output
+    config = tmp_path / "gate.toml"
+    config.write_text('fail-under = "off"\n')
+    refused = run_cli(tmp_path, tasks, "file", "--config", str(config))
+    assert refused.exit_code == exit_codes.EXIT_USAGE and f"{config}: fail-under {said}" in refused.output, refused.output
+    assert not (tmp_path / "out").exists()
+    config.write_text('fail-under = "0.75"\n')
+    below = run_cli(tmp_path, tasks, "string", "--config", str(config))
+    assert below.exit_code == exit_codes.EXIT_BELOW_THRESHOLD, below.output
+    assert "success rate 50.0% is below --fail-under 0.75 (75.0%)" in below.output, below.output
+
+
 def test_fail_under_takes_a_percentage_as_coverage_tools_write_it(tmp_path):
     """`--fail-under 80%` was click's "'80%' is not a valid float": a percentage is its fraction,
     on the command line, in a config file and in run(); one that is none is refused by name."""

@@ -356,6 +356,12 @@ def gate_setting(name: str, value: Any, said: str = "--fail-under ") -> Any:
         if not 0 <= percent <= 100:
             raise ConfigError(f"{said}{value!r} must be a percentage between 0% and 100%")
         return percent / 100
+    if name == "fail_under" and isinstance(value, str):  # a variable's, or a config file's "0.8"
+        try:
+            return float(value)
+        except ValueError:  # click said "'off' is not a valid float.", a config file "must be a number"
+            raise ConfigError(f"{said}{value!r} is no number: give a fraction (0.8), a percentage (80%) "
+                              "or none (no gate)") from None
     return value
 
 
