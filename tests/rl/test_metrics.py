@@ -215,3 +215,29 @@ def test_a_batch_without_a_scored_member_has_no_reward_nor_success_rate_to_log()
                                current_version=0, step=0, stats_now={}, stats_before={})
     assert math.isnan(validation["tag/lake/success_rate"]) and math.isnan(validation["tag/lake/reward_mean"])
     assert validation["tag/sums/success_rate"] == 1.0 and validation["success_rate"] == 1.0, validation
+
+
+def test_the_counters_the_readme_names_are_in_stats_and_metrics_from_the_first_batch(tmp_path, table, schedulers):
+    """A trainer that logs the counters the README names (``stats()["dropped_version_lag"]``,
+    ``dropped_closed`` …) every step reads them at 0 before the first drop: stats() named a
+    counter only once it had counted something, so that read was a KeyError in a healthy run,
+    and the ``dropped/<reason>`` series of metrics() began at the first drop instead of at 0."""
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## For RL trainers", 1)[1].split("\n## ", 1)[0]
+    named = set(re.findall(r'stats\(\)\["(\w+)"\]', section)) | set(re.findall(r"`(dropped_\w+)`", section))
+    assert {"dropped_version_lag", "dropped_abandoned", "dropped_closed", "partial_batches"} <= named, named
+    _, server = table
+    train = schedulers(rl_config(tmp_path, server), EnvManagerConfig(
+        group_size=2, tags=["tiny"], task_sets=lake_set(tmp_path, count=2, name="tiny", desc=TINY, max_steps=3)),
+        max_version_lag=1)
+    train.get_batch(batch_size=4, step=0)
+    stats, metrics = train.stats(), train.metrics()
+    missing = sorted(name for name in named if name not in stats)
+    assert not missing, f"stats() lacks {missing}: {stats}"
+    assert {name: stats[name] for name in named} == dict.fromkeys(named, 0), stats
+    dropped = {f"dropped/{name[len('dropped_'):]}" for name in named if name.startswith("dropped_")}
+    assert {name: metrics.get(name) for name in dropped} == dict.fromkeys(dropped, 0), metrics
+    assert stats["groups_dropped"] == 0 and stats["groups_started"] >= 2

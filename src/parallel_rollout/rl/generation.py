@@ -41,6 +41,13 @@ TAG_SEED_STRIDE = 1_000_000
 #: how often a validation episode starts over at weight updates (``_restart_validation``)
 #: before it runs on across one: updates faster than it lasts would start it over for ever
 VALIDATION_RESTARTS = 3
+#: the counters stats() names from the start, at 0 until one counts (a trainer that logs
+#: ``stats()["dropped_version_lag"]`` every step met a KeyError until the first such drop);
+#: ``failed_<status>`` come as statuses do
+COUNTERS = ("groups_started", "groups_returned", "members_failed", "members_cancelled", "placeholders",
+            "partial_batches", "validation_runs", "validation_versions_mixed", "calls_outlived_failed_act",
+            *(f"dropped_{reason}" for reason in ("stale", "version_lag", "version_changed", "failed", "filtered",
+                                                 "filter_error", "abandoned", "closed", "unreadable")))
 
 log = logging.getLogger("parallel_rollout")
 
@@ -436,5 +443,4 @@ class GroupGeneration:
         for group in [g for g in self._groups.values() if g.purpose == "batch"]:
             if self._stale(group):
                 self._drop(group, "stale")
-        self._stats["dropped_stale"] += 0  # stats() names it from the first get_batch on, at 0
         self._drop_ready(self._stale, "stale")

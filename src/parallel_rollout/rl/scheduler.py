@@ -53,7 +53,7 @@ from .callers import TakingTurns
 from .chosen import ChosenBatches
 from .config import (EnvManagerConfig, check_count, check_run_config, load_tags, resolve_task_set, whole_number,
                      whole_ratio)
-from .generation import GroupGeneration
+from .generation import COUNTERS, GroupGeneration
 from .groups import Group, GroupFilter, Trajectory, check_group_filter
 from .metrics import batch_metrics
 from .run_folder import check_scheduler_name
@@ -193,7 +193,7 @@ class RolloutScheduler(ChosenBatches, GroupGeneration, ReadyBatches, TakingTurns
         self._all: deque | None = None           # get_batch(-1): (tag, task, episode id) still to start
         self._warned_generated = False           # get_batch(-1) said its tags generate rooms
         self._all_done: list[Group] = []
-        self._stats = Counter()
+        self._stats = Counter(dict.fromkeys(COUNTERS, 0))
         #: the last batch returned, with the counters then and at the batch before (metrics())
         self._last_batch: tuple[list[Trajectory], int, int, dict[str, Any], dict[str, Any]] | None = None
         self._stats_at_batch: dict[str, Any] = {}
