@@ -353,7 +353,7 @@ def _run(ctx: click.Context, config_file: str | None, dry_run: bool, print_confi
     say(format_summary(outcome.summary, outcome.run_dir))
     if outcome.message:
         say(outcome.message, err=True)
-    ray_side = sys.modules.get("parallel_rollout.backends.ray_cluster")  # loaded by --backend ray only
+    ray_side = sys.modules.get("parallel_rollout.backends.ray_head")  # loaded by --backend ray only
     if ray_side is not None:
         ray_side.exit_if_stranded(outcome.exit_code)  # a lost head: no interpreter's end, which waits on it
     sys.exit(outcome.exit_code)

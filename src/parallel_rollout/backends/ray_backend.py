@@ -59,8 +59,8 @@ from ..messages import Assignment, Cancel
 from ..trajectories import unpack_files
 from .base import BackendSpec, Clock, CrashWindow, EngineHooks, WorkerTable, died_record, late_failures
 from .ray_actors import TRAJECTORY_FILES, PoolActor, RayPool, WorkerActor, late_progress, mark_folder
-from .ray_cluster import (HeadWatch, check_reachable, connect, disconnect_lost, Sweeps, done_refs, pinned,
-                          sweep_cluster, wait_ready, why)
+from .ray_cluster import check_reachable, connect, Sweeps, done_refs, pinned, sweep_cluster, wait_ready, why
+from .ray_head import HeadWatch, disconnect_lost
 from .ray_nodes import NodeWatch
 from .ray_pools import Node, pools_stats, stop_pools
 

@@ -15,7 +15,8 @@ import time
 from typing import Any
 
 from .base import BackendSpec, EngineHooks
-from .ray_cluster import HEAD_LOST_S, HeadWatch, Sweeps, take_events
+from .ray_cluster import Sweeps, take_events
+from .ray_head import HEAD_LOST_S, HeadWatch
 from .ray_pools import Node, cluster_nodes
 
 log = logging.getLogger("parallel_rollout")

@@ -1,0 +1,134 @@
+"""The Ray cluster's head node as the driver sees it (``HeadWatch``: its GCS asked in a thread
+of its own, waited for ``HEAD_LOST_S`` at most), and the end of a driver that lost it
+(``disconnect_lost``, ``exit_if_stranded``): Ray's own disconnect waits on the head for ever.
+
+Nothing here imports Ray at load: ``--backend local`` never needs it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+import time
+from typing import Any
+
+#: seconds the head node's GCS may leave the driver's questions unanswered before the run
+#: counts the cluster lost and stops: Ray itself ends a driver whose GCS is gone 60 s (its
+#: gcs_rpc_server_reconnect_timeout_s), at once, with no summary; this leaves the stop its time
+HEAD_LOST_S = 15.0
+
+
+class HeadWatch:
+    """The cluster's head node as the driver sees it. Its GCS is asked for the alive nodes in
+    a thread of its own: ``ray.nodes()`` waits for a GCS that is gone until Ray ends the
+    process (60 s, no summary), and for one that is stopped or cut off without a reset, for
+    ever; the engine's thread waits for the answer ``ANSWER_S`` at most."""
+
+    #: seconds the engine's thread waits for the GCS's answer
+    ANSWER_S = 1.0
+
+    def __init__(self) -> None:
+        self.address, self.node_id = "", None  # said once attached
+        self._since: float | None = None  # the head has not answered since
+        self._asked: dict[str, Any] | None = None  # the call under way: "done", "nodes"
+        #: the run counted the head lost (HEAD_LOST_S): no call that waits on it any more
+        self.lost = False
+
+    def attach(self) -> list[str] | None:
+        """Watch the head of the cluster this process is connected to: its address, then the
+        alive nodes (and the head's id) as its GCS says them, waited for HEAD_LOST_S at most;
+        None when it did not answer that long (stopped, cut off: the run's start waited on
+        ``ray.nodes()`` for ever, saying nothing)."""
+        import ray
+
+        try:
+            self.address = ray.get_runtime_context().gcs_address or ""
+        except Exception:  # noqa: BLE001 - a Ray client (ray://): said without its address
+            pass
+        while (nodes := self.alive_nodes()) is None and self.down_for() < HEAD_LOST_S:
+            time.sleep(0.1)  # an error rather than no answer: asked again
+        return nodes
+
+    def alive_nodes(self) -> list[str] | None:
+        """The alive nodes, as the GCS says them within ANSWER_S; None when it did not (a call
+        that does not return is waited for, never made twice)."""
+        if self._asked is None:
+            asked: dict[str, Any] = {"done": threading.Event(), "nodes": None}
+
+            def ask() -> None:
+                import ray
+
+                try:
+                    found = ray.nodes()
+                    self.node_id = self.node_id or next((n["NodeID"] for n in found if "node:__internal_head__"
+                                                         in n.get("Resources", {})), None)
+                    asked["nodes"] = alive_ids(found)
+                except Exception:  # noqa: BLE001 - the GCS did not answer this time
+                    pass
+                asked["done"].set()
+
+            self._asked = asked
+            threading.Thread(target=ask, name="ray-head-watch", daemon=True).start()
+        if not self._asked["done"].wait(self.ANSWER_S):
+            self._since = self._since or time.monotonic()
+            return None
+        nodes, self._asked = self._asked["nodes"], None
+        self._since = None if nodes is not None else self._since or time.monotonic()
+        return nodes
+
+    def down_for(self) -> float:
+        """Seconds since the head last answered in time (0.0: it answers)."""
+        return 0.0 if self._since is None else max(time.monotonic() - self._since, 1e-3)
+
+
+#: the driver's head node was lost: Ray's disconnect and its clean-up at exit wait on it
+_STRANDED = threading.Event()
+
+
+def disconnect_lost() -> None:
+    """What ``ray.shutdown()`` is for a driver whose head node is lost: nothing now. It waits on
+    the GCS (a stopped one for ever), and so does Ray's own at the process's exit; the command
+    ends with ``exit_if_stranded``, a program that ran the engine in its own process (an RL
+    trainer) as it chooses, ``_let_go`` at its exit."""
+    import atexit
+
+    import ray
+
+    _STRANDED.set()
+    atexit.unregister(ray.shutdown)
+    atexit.register(_let_go)
+
+
+def _let_go() -> None:
+    """At the exit of a program whose driver lost the head: tell Ray's core worker that the
+    driver ends, waiting 1 s at most (it waits on the head): the interpreter's end otherwise
+    tore the core worker down under its threads, and the program died of SIGSEGV, its own
+    exit status (a trainer's ``sys.exit(3)`` after get_batch's error) lost."""
+    import ray
+
+    core_worker = getattr(ray._private.worker.global_worker, "core_worker", None)
+    if core_worker is not None:
+        ending = threading.Thread(target=core_worker.shutdown_driver, name="ray-let-go", daemon=True)
+        ending.start()
+        ending.join(1.0)
+
+
+def exit_if_stranded(code: int) -> None:
+    """End the command now with ``code`` when its driver lost the head node (its summary and
+    messages written): the interpreter's own end, Ray's core worker's included, waited on
+    the head or crashed (SIGSEGV) in it."""
+    if not _STRANDED.is_set():
+        return
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
+
+
+def alive_ids(nodes: list[dict[str, Any]]) -> list[str]:
+    return sorted(n["NodeID"] for n in nodes if n.get("Alive"))
