@@ -83,6 +83,29 @@ def test_task_sets_from_the_toml_config(tmp_path):
         load_task_sets(path)
 
 
+
+def test_a_scheduler_of_a_mode_without_data_says_what_to_give(tmp_path):
+    """RolloutScheduler(RunConfig(mode="gym", …)), with no data and no tags (the mode is then
+    the only tag): the error said "define it in EnvManagerConfig.task_sets={'gym':
+    TaskSet('gym', 'tasks.jsonl')}", about a tag the trainer never wrote, in the CLI's --data;
+    it now names RunConfig(data=…) with the mode's datasets and its built-in tags, and either
+    fix it names starts."""
+    from parallel_rollout.rl import RolloutScheduler
+
+    config = dict(mode="gym", agent="openai", base_url="http://127.0.0.1:9/v1", model="m", num_rollouts=1,
+                  output_dir=str(tmp_path / "out"), progress=False)
+    with pytest.raises(ConfigError) as refused:
+        RolloutScheduler(RunConfig(**config))
+    message = str(refused.value)
+    assert "EnvManagerConfig.tags is unset" in message and "RunConfig(data=...)" in message, message
+    datasets = re.search(r"named datasets of gym: ([\w, -]+)\)", message).group(1).split(", ")
+    tags = re.search(r"built-in tags of gym: ([\w, ]+)\)", message).group(1).split(", ")
+    assert "frozenlake" in datasets and "FrozenLake" in tags, message
+    assert not (tmp_path / "out").exists()
+    for fixed in (RunConfig(**config, data=datasets[0]), RunConfig(**config)):  # each fix it names
+        with RolloutScheduler(fixed, EnvManagerConfig(tags=None if fixed.data else tags[:1])) as scheduler:
+            assert scheduler.tags == ([fixed.mode] if fixed.data else tags[:1])
+
 @pytest.mark.parametrize("changes, message", [
     ({"num_rollouts": 0}, "RunConfig: --num-rollouts must be at least 1"),
     ({"task_timeout": -1}, "RunConfig: --task-timeout must be positive"),

@@ -130,7 +130,9 @@ def resolve_task_set(tag: str, config: EnvManagerConfig, run_mode: str, run_data
     if tag in BUILTIN_TASK_SETS:
         return BUILTIN_TASK_SETS[tag]
     if tag in mode_names():
-        if tag != run_mode or run_data is None:
+        if tag == run_mode and run_data is None:
+            raise ConfigError(_no_data(tag, config))
+        if tag != run_mode:
             raise ConfigError(f"tag {tag!r} is a mode, which stands for that mode with the run config's --data, "
                               f"but the run config is --mode {run_mode} with --data {run_data}; define it in "
                               f"EnvManagerConfig.task_sets={{{tag!r}: TaskSet({tag!r}, 'tasks.jsonl')}}")
@@ -138,6 +140,23 @@ def resolve_task_set(tag: str, config: EnvManagerConfig, run_mode: str, run_data
     known = sorted(set(config.task_sets) | set(BUILTIN_TASK_SETS) | set(mode_names()))
     raise ConfigError(f"unknown tag {tag!r}: define it in EnvManagerConfig.task_sets (or a [task_sets.{tag}] "
                       f"table of a TOML file); known: {', '.join(known)}")
+
+
+def _no_data(mode: str, config: EnvManagerConfig) -> str:
+    """The error of a tag that is the run config's mode when the run config has no data: the
+    fixes that start, in the API's names (the mode's named datasets, its built-in tags)."""
+    from ..config import NAMED_DATASET_MODES
+
+    unset = " (EnvManagerConfig.tags is unset: the mode is the only tag)" if config.tags is None else ""
+    datasets = [name for name, of in NAMED_DATASET_MODES.items() if of == mode]
+    tags = [name for name, task_set in BUILTIN_TASK_SETS.items() if task_set.mode == mode]
+    fixes = ["RunConfig(data=...): a task file" + (f" (or one of the named datasets of {mode}: "
+                                                    f"{', '.join(datasets)})" if datasets else "")]
+    if tags:
+        fixes.append(f"EnvManagerConfig(tags=[...]) (the built-in tags of {mode}: {', '.join(tags)})")
+    fixes.append(f"EnvManagerConfig(task_sets={{{mode!r}: TaskSet({mode!r}, 'tasks.jsonl')}})")
+    return (f"tag {mode!r} is the run config's mode, {mode}, with its data{unset}, but RunConfig.data is None: "
+            f"give {', or '.join(fixes)}")
 
 
 def load_tasks_of(tag: str, task_set: TaskSet) -> list[Any]:
