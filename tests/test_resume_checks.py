@@ -104,6 +104,10 @@ def test_a_dry_run_of_a_resume_checks_the_runs_settings(tmp_path, finished_run):
     changed = cli(tmp_path, finished_run, "--resume", "--max-turns", "3", "--dry-run")
     assert changed.exit_code == 2, changed.output
     assert "other settings for max_turns (100 then, 3 now)" in " ".join(changed.output.split())
+    # a float setting as typed: it said task_timeout (600.0 then, 30.0 now) of --task-timeout 30
+    timeout = cli(tmp_path, finished_run, "--resume", "--task-timeout", "30")
+    assert timeout.exit_code == 2, timeout.output
+    assert "other settings for task_timeout (600 then, 30 now)" in " ".join(timeout.output.split()), timeout.output
     same = cli(tmp_path, finished_run, "--resume", "--dry-run")
     assert same.exit_code == 0, same.output
     assert "resumes r: 3 of 3 samples already final" in same.output

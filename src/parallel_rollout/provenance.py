@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import RESULT_FIELDS, RunConfig
+from .config_checks import typed_text
 from .errors import ConfigError, TaskFileError
 
 log = logging.getLogger(__name__)
@@ -259,4 +260,4 @@ def _one(urls: list[str]) -> Any:
 
 
 def _shown(value: Any) -> str:
-    return "unset" if value is None else repr(_normal(value))
+    return "unset" if value is None else typed_text(_normal(value), python=True)  # 30, not 30.0
