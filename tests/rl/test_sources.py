@@ -192,6 +192,48 @@ def test_given_tasks_whose_members_all_failed_are_run_again_under_placeholder_to
         server.stop()
 
 
+
+class _Mistyped(TaskSource):
+    """A curriculum that names its task by an id the tag does not have."""
+
+    def next_task(self, tag):
+        return "frozenlake-4x4-s02"
+
+    def state_dict(self):
+        return {}
+
+    def load_state_dict(self, state):
+        pass
+
+
+def test_a_task_id_the_tags_lack_is_refused_naming_ids_they_have(tmp_path, schedulers):
+    """get_batch(tasks=[…]) and a task_source take the ids of the tags' tasks; one they lack
+    said "no task 'frozenlake-4x4-s02' in the tags ['FrozenLake']" and no more, where the
+    built-in tags' ids are written nowhere a trainer reads: the error now names the closest
+    ids (else the first few), and the one it names runs."""
+    import re
+
+    server = LLMServer(policy=lambda body: RIGHT).start()
+    try:
+        train = schedulers(rl_config(tmp_path, server, num_rollouts=1), EnvManagerConfig(tags=["FrozenLake"]))
+        with pytest.raises(ConfigError, match=r"no task 'frozenlake-4x4-s02' in the tags \['FrozenLake'\]; the "
+                                              r"closest: ") as refused:
+            train.get_batch(batch_size=1, step=0, tasks=["frozenlake-4x4-s02"])
+        closest = re.search(r"the closest: (\S+?)(,|$)", str(refused.value)).group(1)
+        (trajectory,) = train.get_batch(batch_size=1, step=0, tasks=[closest])
+        assert trajectory.task_id == closest and trajectory.tag == "FrozenLake"
+        with pytest.raises(ConfigError, match=r"no task 'lake' .*; its ids are (frozenlake-\S+, ){4}frozenlake-\S+ … "
+                                              r"\(17 in all\)"):
+            train.get_batch(batch_size=1, step=1, tasks=["lake"])
+        train.close()
+        mistyped = schedulers(rl_config(tmp_path, server, num_rollouts=1, run_id="mistyped"),
+                              EnvManagerConfig(tags=["FrozenLake"]), task_source=_Mistyped())
+        with pytest.raises(ConfigError, match=r"returned 'frozenlake-4x4-s02': no task of the scheduler's tags has "
+                                              r"that id; the closest: " + re.escape(closest)):
+            mistyped.get_batch(batch_size=1, step=0, timeout=60)
+    finally:
+        server.stop()
+
 def test_batch_partition_gives_half_and_half_batches(tmp_path, schedulers):
     def policy(body):
         if "FFFFFFG" in json.dumps(body["messages"]):

@@ -20,6 +20,7 @@ from typing import Any
 from ..errors import ConfigError, RolloutError
 from .config import BUILTIN_TASK_SETS
 from .groups import Trajectory
+from .sources import ids_like
 
 log = logging.getLogger("parallel_rollout")
 
@@ -121,7 +122,8 @@ class ChosenBatches:
                 found = next((t for t in self._tasks[tag] if t.id == task), None)
                 if found is not None:
                     return tag, found
-            raise ConfigError(f"get_batch(tasks=...): no task {task!r} in the tags {self.tags}")
+            raise ConfigError(f"get_batch(tasks=...): no task {task!r} in the tags {self.tags}; "
+                              + ids_like(task, [t for tag in self.tags for t in self._tasks[tag]]))
         mode = getattr(task, "mode", None)
         if mode not in self.modes:
             raise ConfigError(f"get_batch(tasks=...): task {getattr(task, 'id', task)!r} has mode {mode!r}; "

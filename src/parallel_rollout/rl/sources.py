@@ -203,6 +203,18 @@ class TaskSourceError(RolloutError):
     kind = "task_source_failed"
 
 
+def ids_like(task_id: str, tasks: list[Any]) -> str:
+    """What to tell of a task id none of ``tasks`` has: the ids closest to it, else the
+    first few, so a trainer learns how the tags' tasks are named (``frozenlake-4x4-s2``)."""
+    import difflib
+
+    ids = list(dict.fromkeys(t.id for t in tasks))
+    close = difflib.get_close_matches(task_id, ids, n=3, cutoff=0.6)
+    if close:
+        return f"the closest: {', '.join(close)}"
+    return f"its ids are {', '.join(ids[:5])}" + (f" … ({len(ids)} in all)" if len(ids) > 5 else "")
+
+
 def next_task_of(source: TaskSource, tag: str, tasks: dict[str, list[Any]], modes: list[str]) -> Any:
     """``source.next_task(tag)``, checked: a Task of a mode the engine runs, or the id of one
     of ``tasks`` (the tag's own first). ``TaskSourceError`` when the source raised,
@@ -217,7 +229,8 @@ def next_task_of(source: TaskSource, tag: str, tasks: dict[str, list[Any]], mode
             found = next((t for t in candidates if t.id == task), None)
             if found is not None:
                 return found
-        raise ConfigError(f"{name} returned {task!r}: no task of the scheduler's tags has that id")
+        raise ConfigError(f"{name} returned {task!r}: no task of the scheduler's tags has that id; "
+                          + ids_like(task, [t for candidates in tasks.values() for t in candidates]))
     if getattr(task, "mode", None) not in modes or not isinstance(getattr(task, "id", None), str):
         raise ConfigError(f"{name} returned {task!r:.200}; it must return a Task or the id of one "
                           f"(of a mode this scheduler's engine runs: {modes})")
