@@ -5,7 +5,9 @@ on a hung mount) for as long as the test keeps a writer open and writes nothing.
 joins mid-run and hangs there, or dies there, is left out and the run goes on at the others
 (the driver waited on the sweep for ever; a node that died there stopped the run, "the engine
 thread failed"); the head node lost while the run's first sweep hangs stops the run as a lost
-head does mid-run (Ray ended the driver 60 s later, without the run's summary).
+head does mid-run (Ray ended the driver 60 s later, without the run's summary); its GCS stopped
+while the sweep is under way (`vms sweep`) or as it ends (a run's start) ends either naming the
+head (they waited on it for ever).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -168,3 +171,82 @@ def test_vms_sweep_on_a_cluster_says_which_node_died_in_its_sweep(cluster, tmp_p
     said = " ".join(stderr.split())
     assert f"Error: sweep failed: node {node.node_id[:8]}:" in said, stderr[-3000:]
     assert "removed on the other nodes: none" in said and "Traceback" not in stderr, stderr[-3000:]
+
+
+@contextlib.contextmanager
+def _stuck_cluster(tmp_path: Path, prefix: str, run_id: str):
+    """A head and a node of their own (``_HEAD_AND_NODE``) whose sweeps of ``run_id`` read a
+    FIFO: what the cluster said (its address, its head's pids), the environment that reaches
+    it and the FIFO; killed after (a stopped GCS too)."""
+    with own_ray_tmp(prefix) as ray_tmp:
+        fifo = _stuck_sweep(tmp_path / "stuck", run_id)
+        env = dict(os.environ, RAY_TMPDIR=str(ray_tmp))
+        cluster_proc = subprocess.Popen([sys.executable, "-c", _HEAD_AND_NODE], stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, text=True, env={**env, _ENV: str(fifo.parents[2])})
+        try:
+            said = json.loads(cluster_proc.stdout.readline() or "{}")
+            assert said, "the cluster did not start"
+            yield said, env, fifo
+        finally:
+            cluster_proc.kill()  # its shutdown waits on the stopped head; the rest: own_ray_tmp's
+            cluster_proc.wait()
+
+
+def _stop_gcs(said: dict) -> None:
+    """The head's GCS stopped (SIGSTOP): it takes connections and answers nothing."""
+    for pid in said["head"]["gcs_server"]:
+        os.kill(pid, signal.SIGSTOP)
+
+
+@pytest.mark.slow
+def test_vms_sweep_whose_head_stops_answering_while_it_sweeps_ends_naming_the_head(tmp_path):
+    """`vms sweep --backend ray` whose head's GCS stops answering while the nodes sweep: exit 1
+    within the lost-head limit, naming the head (HOST:PORT), as a run does; no traceback. It
+    waited out the sweep's 120 s, then for ever on Ray's disconnect from the stopped head."""
+    with _stuck_cluster(tmp_path, "pr-vsh-", "halted") as (said, env, fifo):
+        proc = subprocess.Popen([sys.executable, "-m", "parallel_rollout.cli", "vms", "sweep", "--backend", "ray",
+                                 "--ray-address", said["address"], "--run-id", "halted"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        writer = None
+        try:
+            writer = _hold_sweep(fifo)
+            _stop_gcs(said)
+            stdout, stderr = communicate(proc, 100)
+        finally:
+            if writer is not None:
+                os.close(writer)
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 1, (stdout, stderr[-3000:])
+    said_err = " ".join(stderr.split())
+    lost = re.search(r"Error: sweep failed: the Ray cluster's head node \((\S+)\) has not answered for (\d+)s: "
+                     r"the cluster is lost \(removed on the nodes that answered: none\)", said_err)
+    assert lost and lost[1] == said["address"] and int(lost[2]) >= 15, stderr[-3000:]
+    assert "Traceback" not in stderr, stderr[-3000:]
+
+
+@pytest.mark.slow
+def test_a_head_that_stops_answering_as_the_first_sweep_ends_stops_the_run_naming_it(tmp_path):
+    """The head's GCS stopped while the nodes' first sweep is under way, which then ends: the
+    run stops within the lost-head limit, naming the head, with its summary and the resume
+    line (the start went on to make the pools and workers, and waited on the head for ever)."""
+    with _stuck_cluster(tmp_path, "pr-hse-", "ended") as (said, env, fifo):
+        proc = subprocess.Popen(_cli(tmp_path, said["address"], "ended"), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env=env)
+        writer = None
+        try:
+            writer = _hold_sweep(fifo)
+            _stop_gcs(said)
+            os.close(writer)  # the sweep reads the end of its file and ends
+            writer = None
+            stderr = communicate(proc, 100)[1]
+        finally:
+            if writer is not None:
+                os.close(writer)
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 1, stderr[-3000:]
+    assert f"the Ray cluster's head node ({said['address']}) has not answered" in stderr, stderr[-3000:]
+    assert "resume with:" in stderr, stderr[-3000:]
+    summary = json.loads((tmp_path / "ended" / "summary.json").read_text())
+    assert said["address"] in summary["stopped"]["reason"] and summary["finished"] == 0, summary

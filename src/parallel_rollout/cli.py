@@ -353,10 +353,16 @@ def _run(ctx: click.Context, config_file: str | None, dry_run: bool, print_confi
     say(format_summary(outcome.summary, outcome.run_dir))
     if outcome.message:
         say(outcome.message, err=True)
+    _end(outcome.exit_code)
+
+
+def _end(code: int) -> None:
+    """End the command with ``code``; at once when its Ray driver lost the head node (the
+    interpreter's end waits on it: ``ray_head.exit_if_stranded``)."""
     ray_side = sys.modules.get("parallel_rollout.backends.ray_head")  # loaded by --backend ray only
     if ray_side is not None:
-        ray_side.exit_if_stranded(outcome.exit_code)  # a lost head: no interpreter's end, which waits on it
-    sys.exit(outcome.exit_code)
+        ray_side.exit_if_stranded(code)
+    sys.exit(code)
 
 
 @main.group()
@@ -408,9 +414,9 @@ def sweep(provider_name: str, run_id: str | None, backend: str, ray_address: str
         # no docker CLI or daemon: said as a run says it (2), not a traceback
         say(f"Error: {exc}", err=True)
         sys.exit(EXIT_USAGE)
-    except VMError as exc:  # a docker call that failed or hung: nothing swept for certain
+    except VMError as exc:  # a docker call that failed or hung, a Ray node or head: nothing swept for certain
         say(f"Error: sweep failed: {exc}", err=True)
-        sys.exit(EXIT_ABORTED)
+        _end(EXIT_ABORTED)
     click.echo(f"removed {len(removed)} {provider_name} VM(s)" + (": " + ", ".join(removed) if removed else ""))
 
 

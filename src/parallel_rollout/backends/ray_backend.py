@@ -154,12 +154,12 @@ class RayBackend(WorkerTable, NodeWatch):
 
         spec, cfg = self.spec, self.config
         if (nodes := self._head.attach()) is None:  # its GCS did not answer for HEAD_LOST_S
-            return self._lose_head(self._head.down_for())
+            return self._lose_head()
         if not nodes:
             raise RuntimeError("the Ray cluster has no alive node")
         if spec.provider_cls is not None:  # leftovers of an earlier, killed run, on every node
             if (swept := self._sweeps.first(nodes, self._head)) is None:  # the head lost meanwhile
-                return self._lose_head(self._head.down_for())
+                return self._lose_head()
             (nodes, left_out), _ = swept, self._joined([], swept[1])
             if not nodes:
                 return self.hooks.stop(f"every node of the Ray cluster is left out: {'; '.join(left_out.values())}")

@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterable
 
 from ..errors import STOP_SIGNALS, ClusterUnreachable, InterruptedBeforeStart, VMError
 from .ray_actors import sweep_here
-from .ray_head import HEAD_LOST_S, HeadWatch, alive_ids
+from .ray_head import HEAD_LOST_S, HeadWatch, disconnect_lost
 from .ray_probe import answers_as_grpc
 
 log = logging.getLogger("parallel_rollout")
@@ -179,13 +179,6 @@ def driver_ip(address: str | None) -> str:
         return probe.getsockname()[0]
 
 
-def alive_nodes() -> list[str]:
-    """The ids of the cluster's alive nodes, in a stable order."""
-    import ray
-
-    return alive_ids(ray.nodes())
-
-
 def done_refs(refs: list[Any]) -> set[Any]:
     """The references among ``refs`` that are ready now (no wait)."""
     import ray
@@ -339,7 +332,9 @@ class Sweeps:
             swept, failed = swept + done, {**failed, **left_out}
             if self.pending and head.alive_nodes() is None and head.down_for() >= HEAD_LOST_S:
                 return None
-        return sorted(swept), failed
+        # a head that stopped answering as the sweeps ended: what follows (the pools and
+        # workers made, Ray's disconnect) waited on it for ever
+        return None if head.answer() is None else (sorted(swept), failed)
 
     def cancel(self, node_id: str | None = None) -> None:
         """Stop the sweep under way on ``node_id`` (every node's: None, as the run ends: those
@@ -357,23 +352,28 @@ class Sweeps:
 
 
 def sweep_cluster(provider_name: str, run_id: str | None, address: str | None) -> list[str]:
-    """Run the provider's sweep on every alive node (``Sweeps``); the removed VMs of all of
-    them. VMError (naming each node and what the others removed) when a node's sweep failed
+    """Run the provider's sweep on every alive node (``Sweeps.first``); the removed VMs of all
+    of them. VMError (naming each node and what the others removed) when a node's sweep failed
     (the node died) or did not end within SWEEP_S (a hung mount, daemon …): it waited for
-    ever, or Ray's error escaped as a traceback."""
+    ever, or Ray's error escaped as a traceback; or naming the head when it has not answered
+    for HEAD_LOST_S (asked for the nodes, or while they sweep: the command waited on it for
+    ever), the process then left to ``exit_if_stranded``."""
     owned = connect(address)  # before Ray's import: see connect()
     import ray
 
+    head, sweeps, lost = HeadWatch(), Sweeps(provider_name, run_id), False
     try:
-        sweeps = Sweeps(provider_name, run_id)
-        for node_id in alive_nodes():
-            sweeps.start(node_id)
-        ray.wait(sweeps.refs(), num_returns=len(sweeps.pending), timeout=SWEEP_S)
-        _, failed = sweeps.settle(give_up=True)
-        if failed:
-            raise VMError("; ".join(f"node {node_id[:8]}: {reason}" for node_id, reason in failed.items())
+        nodes = head.attach()
+        swept = None if nodes is None else sweeps.first(nodes, head)
+        if swept is None:
+            lost = True
+            sweeps.pending.clear()  # nothing more is asked of the lost head
+            raise VMError(f"{head.lost_reason()}: the cluster is lost (removed on the nodes that answered: "
+                          f"{', '.join(sweeps.removed) or 'none'})")
+        if swept[1]:
+            raise VMError("; ".join(f"node {node_id[:8]}: {reason}" for node_id, reason in swept[1].items())
                           + f" (removed on the other nodes: {', '.join(sweeps.removed) or 'none'})")
         return sweeps.removed
     finally:
         if owned:
-            ray.shutdown()
+            disconnect_lost() if lost else ray.shutdown()

@@ -47,9 +47,17 @@ class HeadWatch:
             self.address = ray.get_runtime_context().gcs_address or ""
         except Exception:  # noqa: BLE001 - a Ray client (ray://): said without its address
             pass
+        return self.answer()
+
+    def answer(self) -> list[str] | None:
+        """The alive nodes, waited for HEAD_LOST_S at most (None: the head did not answer)."""
         while (nodes := self.alive_nodes()) is None and self.down_for() < HEAD_LOST_S:
             time.sleep(0.1)  # an error rather than no answer: asked again
         return nodes
+
+    def lost_reason(self) -> str:
+        """Why the cluster counts as lost, naming the head (the run's stop, ``vms sweep``'s error)."""
+        return f"the Ray cluster's head node ({self.address}) has not answered for {self.down_for():.0f}s"
 
     def alive_nodes(self) -> list[str] | None:
         """The alive nodes, as the GCS says them within ANSWER_S; None when it did not (a call

@@ -58,7 +58,7 @@ class NodeWatch:
         nodes = None if self._head.lost else self._head.alive_nodes()
         if nodes is None:  # the GCS did not answer in time
             down = self._head.down_for()
-            return self._lose_head(down) if down >= HEAD_LOST_S and not self._head.lost else None
+            return self._lose_head() if down >= HEAD_LOST_S and not self._head.lost else None
         alive = set(nodes)
         for node in list(self._nodes.values()):
             if node.alive and node.node_id not in alive:
@@ -95,11 +95,11 @@ class NodeWatch:
             self.hooks.stop(f"the node of the run's only VM pool is lost ({reason}); every finished "
                              f"result is kept in {self.spec.run_dir / 'results.jsonl'}")
 
-    def _lose_head(self, down: float) -> None:
-        """The head's GCS took no connection for ``down`` s (killed, cut off): Ray ends this
+    def _lose_head(self) -> None:
+        """The head's GCS has not answered for HEAD_LOST_S (killed, cut off): Ray ends this
         driver soon. The run stops with what it has, asking Ray nothing that waits on the head."""
         self._head.lost = True
-        reason = f"the Ray cluster's head node ({self._head.address}) has not answered for {down:.0f}s"
+        reason = self._head.lost_reason()
         self.hooks.event("head_lost", reason=reason)
         self.hooks.stop(f"{reason}: the cluster is lost; every finished result is kept in "
                         f"{self.spec.run_dir / 'results.jsonl'}")
