@@ -104,6 +104,11 @@ def test_runs_list_shows_complete_interrupted_and_partial_runs(tmp_path):
     while not (results.exists() and results.read_text().count("\n") >= 1):
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
         time.sleep(0.05)
+    # still going: its lock is held, which `partial` (killed, aborted) did not tell apart
+    live = CliRunner().invoke(main, ["runs", "list", "--output-dir", str(out), "--json"])
+    assert proc.poll() is None, "the run ended before it was listed"
+    assert [json.loads(line)["status"] for line in live.output.splitlines()] == ["complete", "partial", "running"], \
+        live.output
     proc.send_signal(signal.SIGINT)
     said = proc.communicate(timeout=60)
     assert proc.returncode == exit_codes.EXIT_INTERRUPTED, (results.read_text(), *said)

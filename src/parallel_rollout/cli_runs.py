@@ -99,7 +99,7 @@ def runs() -> None:
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per run instead of a table.")
 def runs_list(output_dir: str, as_json: bool) -> None:
     """Every run with its date, mode, samples, success rate (of the graded samples) and status (complete,
-    ungraded, partial, interrupted, unreadable)."""
+    ungraded, running, partial, interrupted, unreadable)."""
     import json
 
     from .report.runs import format_runs, list_runs

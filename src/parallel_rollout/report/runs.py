@@ -16,7 +16,8 @@ nothing. Its samples are those its last session started with (config.json's
 * ``ungraded``: every sample ended, some never graded (an infrastructure failure after
   ``--max-retries``: the run exited 1, ``--resume`` runs them again);
 * ``interrupted``: stopped by SIGINT/SIGTERM (``--resume`` continues it);
-* ``partial``: anything else short of complete: aborted, killed (a resume too), or still running;
+* ``running``: short of complete, and its folder's lock is held: a run or a resume going on now;
+* ``partial``: anything else short of complete: aborted, or killed (a resume too);
 * ``rl``: an RL scheduler's folder, which has no total (samples are drawn as the trainer asks);
 * ``unreadable``: its results.jsonl has a corrupted line; ``problem`` names it
   (``results.jsonl:6: corrupted record …``, as ``report`` says it), the rest comes from
@@ -27,7 +28,7 @@ from __future__ import annotations
 
 import datetime
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from ..errors import ConfigError
@@ -93,7 +94,14 @@ def _stored_config(run_dir: Path) -> dict:
 
 def run_line(run_dir: Path) -> RunLine:
     """The line of one run folder (NotARunFolder when it is none; a run whose results do
-    not read is listed ``unreadable`` with its problem)."""
+    not read is listed ``unreadable`` with its problem); one going on now is ``running``."""
+    line = _line(run_dir)
+    if line.status in ("interrupted", "partial") and run_folder_locked(run_dir):  # a killed run's is let go
+        return replace(line, status="running")
+    return line
+
+
+def _line(run_dir: Path) -> RunLine:
     light = _light(run_dir)
     if light is not None:
         return light
@@ -148,7 +156,7 @@ def unfinished_twins(output_dir: str | Path, identity_hash: str, besides: str) -
             line = run_line(child)
         except NotARunFolder:
             continue
-        if line.status in ("interrupted", "partial") and line.finished and not run_folder_locked(child):
+        if line.status in ("interrupted", "partial") and line.finished:  # not one still "running"
             found.append(line)
     return found
 
