@@ -146,6 +146,33 @@ PYTHON_ROWS["rig_check_unittest_env_cleared"] = (PYTHON_ROWS["rig_check_unittest
 PYTHON_ROWS["rig_check_unittest_own_path"] = (PYTHON_ROWS["rig_check_unittest_home_module"][0],
                                               PYTHON_ROWS["rig_check_unittest_home_module"][1].replace(
                                                   "python3 -m", "PATH=/usr/bin:/bin python3 -m"), False)
+#: the wrappers work through PATH and PYTHONPATH: a check that runs the system's programs by their
+#: paths (python3 -I or -E, env, pytest with a PYTHONPATH of its own) or with a PATH of its own ran
+#: them unwrapped, and the answer's ~/test_check/ package, ~/fractions.py, usercustomize.py or
+#: /tmp/pytest.ini passed its failing tests. A process VM binds the wrappers' fronts over env and
+#: the system python's sitecustomize.py (pool/providers/sandbox_argv.grading_fronts)
+SYSTEM_PYTHON = shutil.which("python3", path=SYSTEM_PATH) or "/usr/bin/python3"
+SYSTEM_ENV = shutil.which("env", path=SYSTEM_PATH) or "/usr/bin/env"
+PYTHON_ROWS["rig_check_unittest_isolated_by_path"] = (PYTHON_ROWS["rig_check_unittest_home_package"][0],
+                                                      UNITTEST_HOME.replace("python3 -m", f"{SYSTEM_PYTHON} -I -m"), False)
+PYTHON_ROWS["rig_check_unittest_e_by_path"] = (PYTHON_ROWS["rig_check_unittest_home_module"][0],
+                                               PYTHON_ROWS["rig_check_unittest_home_module"][1].replace(
+                                                   "python3 -m", f"{SYSTEM_PYTHON} -E -m"), False)
+PYTHON_ROWS["rig_check_python_e_usercustomize_by_path"] = ([USERCUSTOMIZE], f"{SYSTEM_PYTHON} -E -c 'import sys; sys.exit(3)'",
+                                                           False)
+PYTHON_ROWS["rig_check_python_e_home_module_by_path"] = (PYTHON_ROWS["rig_check_python_e_home_module"][0],
+                                                         f"cd ~ && {SYSTEM_PYTHON} -E -c 'import json, sys; sys.exit(3)'", False)
+PYTHON_ROWS["rig_check_unittest_env_by_path"] = (PYTHON_ROWS["rig_check_unittest_home_package"][0],
+                                                 UNITTEST_HOME.replace("python3 -m", f"{SYSTEM_ENV} -i PATH=/usr/bin:/bin python3 -m"),
+                                                 False)
+PYTHON_ROWS["rig_check_doctest_own_path"] = (PYTHON_ROWS["rig_check_doctest_home_module"][0],
+                                             PYTHON_ROWS["rig_check_doctest_home_module"][1].replace(
+                                                 "python3 -m", "PATH=/usr/bin:/bin python3 -m"), False)
+PYTHON_ROWS["rig_check_doctest_isolated_by_path"] = (PYTHON_ROWS["rig_check_doctest_home_module"][0],
+                                                     PYTHON_ROWS["rig_check_doctest_home_module"][1].replace(
+                                                         "python3 -m", f"{SYSTEM_PYTHON} -I -m"), False)
+PYTHON_ROWS["rig_check_pytest_own_pythonpath_by_path"] = (PYTHON_ROWS["rig_check_pytest_ini"][0],
+                                                          PYTEST_TEST + f"PYTHONPATH=src {PYTEST_BY_PATH} -q", False)
 #: row -> the program its check needs (hostile_tasks.NEEDS_PROGRAM)
 PYTHON_PROGRAMS = {"rig_check_pytest_ini": "pytest", "rig_check_pytest_conftest": "pytest",
                    "rig_check_pytest_ini_from_root": "pytest", "rig_check_pytest_versioned_python": "pytest",
@@ -164,7 +191,11 @@ PYTHON_PROGRAMS = {"rig_check_pytest_ini": "pytest", "rig_check_pytest_conftest"
                    "rig_check_pytest_from_a_program": "pytest", "rig_check_unittest_package_other_home": "python3",
                    "rig_check_pytest_ini_other_home": "pytest", "rig_check_pytest_package_no_home": "pytest",
                    "rig_check_doctest_module_other_home": "python3", "rig_check_unittest_package_chmod": "python3",
-                   "rig_check_unittest_bytecode_chmod": "python3"}
+                   "rig_check_unittest_bytecode_chmod": "python3", "rig_check_unittest_isolated_by_path": "python3",
+                   "rig_check_unittest_e_by_path": "python3", "rig_check_python_e_usercustomize_by_path": "python3",
+                   "rig_check_python_e_home_module_by_path": "python3", "rig_check_unittest_env_by_path": "python3",
+                   "rig_check_doctest_own_path": "python3", "rig_check_doctest_isolated_by_path": "python3",
+                   "rig_check_pytest_own_pythonpath_by_path": "pytest"}
 
 #: program -> an honest check of it through its wrapper (hostile_tasks.HONEST_TOOLS)
 PYTHON_HONEST = {
@@ -175,7 +206,7 @@ PYTHON_HONEST = {
                            "\"/opt/parallel-rollout/grading_bin:\")\\n' > $d/t/check_a.py && (cd $d && pytest -q t)"
                            " && python3 -m pytest -q -c $d/pytest.ini $d/t"
                            # and by its path, by pytest.main(), the project's own config as ever
-                           f" && (cd $d && {PYTEST_BY_PATH} -q t && python3 -c 'import pytest, sys; sys.exit(pytest.main([\"-q\", \"t\"]))')"
+                           f" && (cd $d && {PYTEST_BY_PATH} -q t && PYTHONPATH=t {PYTEST_BY_PATH} -q t && python3 -c 'import pytest, sys; sys.exit(pytest.main([\"-q\", \"t\"]))')"
                            # a pyproject.toml above that only names pytest is no config of pytest's
                            " && e=$(mktemp -d) && mkdir $e/t && printf 'def test_a():\\n    pass\\n' > $e/t/test_a.py"
                            " && printf '[project]\\nname = \"t\"\\ndependencies = [\"pytest\"]\\n' > $e/pyproject.toml"
@@ -205,5 +236,11 @@ PYTHON_HONEST = {
                             # and under a HOME of the check's own
                             " && HOME=/nonexistent python3 -m unittest discover -v 2>&1 | grep -q 'test_f .* ok'"
                             " && HOME=/nonexistent python3 -m doctest ~/ut/sol.py"
+                            # and by their paths, with a PATH of the check's own, under env -i, by a #! line
+                            f" && {SYSTEM_PYTHON} -I -m unittest discover -v 2>&1 | grep -q 'test_f .* ok'"
+                            f" && {SYSTEM_PYTHON} -I -m doctest ~/ut/sol.py && PATH=/usr/bin:/bin python3 -m doctest ~/ut/sol.py"
+                            f" && {SYSTEM_ENV} -i PATH=/usr/bin:/bin python3 -m unittest discover -v 2>&1 | grep -q 'test_f .* ok'"
+                            f" && printf '#!{SYSTEM_ENV} python3\\nimport fractions\\n' > ~/ut/run.py"
+                            " && chmod +x ~/ut/run.py && ~/ut/run.py"
                             # and after a chmod -R of the home
                             " && chmod -R go-w ~ && python3 -m unittest discover -v 2>&1 | grep -q 'test_f .* ok'"}

@@ -34,7 +34,9 @@ extension module beside it, and no bytecode older than its source there (``grade
 prove without ``~/.proverc`` (``--norc``), aspell without ``~/.aspell.conf`` or a personal word list, cmake without its user package registry
 (``~/.cmake/packages``), git running no program that the config of the repo it reads names (the
 answer's repo: ``core.fsmonitor``, filters, diff drivers, hooks …; ``git_no_programs.py``),
-each of which could make a wrong answer pass; a check's own options win.
+each of which could make a wrong answer pass; a check's own options win. In a process VM the real
+paths of env and of the system python's sitecustomize.py lead to the wrappers too (their fronts:
+``pool/providers/sandbox_argv.grading_fronts``), for a check that runs them by their paths.
 The rest of the home is still read: node's ``node_modules`` of the folder it runs in (the
 home: ``node -e "require('x')"`` there loads ``~/node_modules/x``), Debian psql's
 ``~/.postgresqlrc`` (the server and database of a check that names neither), credentials
@@ -54,6 +56,7 @@ SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 #: PATH; next to the agent wherever its files are
 GRADING_BIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "grading_bin")
 _WRAPPERS = [GRADING_BIN] if os.path.isdir(GRADING_BIN) else []
+_AGENT_FOLDER = os.path.dirname(os.path.abspath(__file__))
 #: the names of the agent's environment a grading command gets (all set by whoever started
 #: the agent, none by the graded code): the home it inspects, the locale, who it is, the
 #: desktop it may look at and the ports its Chrome's DevTools are on (desktop_routes.DEVTOOLS_ENV)
@@ -73,7 +76,10 @@ def grading_env(home: str) -> dict[str, str]:
     python_path = list(dict.fromkeys(_WRAPPERS + _system_folders(os.environ.get("PYTHONPATH", ""), home)))
     if python_path:
         env["PYTHONPATH"] = ":".join(python_path)
-    env.update(PYTHONNOUSERSITE="1", PYTHONSAFEPATH="1", PYTHONDONTWRITEBYTECODE="1",
+    # PYTHONUSERBASE too, which site reads under -E as well (that ignores PYTHONNOUSERSITE): the
+    # agent's read-only folder, no user site-packages in it (`/usr/bin/python3 -E` ran the graded
+    # code's ~/.local/lib/python3.*/site-packages/usercustomize.py)
+    env.update(PYTHONNOUSERSITE="1", PYTHONUSERBASE=_AGENT_FOLDER, PYTHONSAFEPATH="1", PYTHONDONTWRITEBYTECODE="1",
                GIT_CONFIG_GLOBAL="/dev/null", PIP_CONFIG_FILE=os.devnull, NPM_CONFIG_USERCONFIG=os.devnull)
     env[GRADING_SINCE] = grading_since()
     env[GRADED_HOME] = home
@@ -119,7 +125,7 @@ def _system_folders(value: str, home: str) -> list[str]:
     """The entries of a PATH-like ``value`` in system folders or the agent's own folder
     (read-only in every guest: a desktop's shims are there), never in the home, ``/tmp`` or
     anything relative."""
-    trusted = ("/usr", "/bin", "/sbin", os.path.dirname(os.path.abspath(__file__)))
+    trusted = ("/usr", "/bin", "/sbin", _AGENT_FOLDER)
     kept = []
     for entry in value.split(":"):
         if not entry.startswith("/"):

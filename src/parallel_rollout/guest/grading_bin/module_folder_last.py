@@ -62,12 +62,19 @@ def unittest_main():
     runpy.run_module("unittest", run_name="__main__", alter_sys=True)
 
 
-def doctest_main():
-    import doctest
+def doctest_import(rules=None):
+    """The ``__import__`` doctest's _test is to call: doctest's _test does ``sys.path.insert(0,
+    folder); m = __import__(name); del sys.path[0]`` for the file it tests; a file in a folder the
+    graded code writes is imported by its path, that folder last on sys.path meanwhile. Put in
+    doctest's globals (./python3) or, for ``-m doctest`` run as ``__main__`` otherwise (a PATH of
+    the check's own, python3 by its path), in ``__main__``'s by ./sitecustomize.py with its
+    ``rules``: there runpy ran doctest out of the import rules' sight."""
     import importlib.util
 
+    if rules is not None and not _RULES:
+        _RULES.append(rules)
+
     def imported(name, *rest):
-        # doctest's _test: sys.path.insert(0, folder); m = __import__(name); del sys.path[0]
         folder = sys.path[0] if sys.path else None  # "" of a file named from its folder: that folder
         path = os.path.join(folder or ".", name + ".py")
         if rest or folder is None or not os.path.isfile(path) or not graded(folder or "."):
@@ -84,7 +91,13 @@ def doctest_main():
         finally:
             sys.path.insert(0, folder)
 
-    doctest.__import__ = imported  # the name doctest's _test calls, found in its globals first
+    return imported
+
+
+def doctest_main():
+    import doctest
+
+    doctest.__import__ = doctest_import()  # the name doctest's _test calls, found in its globals first
     sys.argv[0] = doctest.__file__
     sys.exit(doctest._test())
 

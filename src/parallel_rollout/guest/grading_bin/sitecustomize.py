@@ -83,6 +83,56 @@ def _graded_imports():
     _RULES.append(rules)
 
 
+def _isolated_again():
+    """``python3 -E`` of a grading command (reached by its path, ./system_sitecustomize.py loading
+    this file) started again as ``-I``, as ./python3 runs it: -E ignores PYTHONSAFEPATH, and the
+    current folder (the home) went first on sys.path, after this file ran."""
+    argv = getattr(sys, "orig_argv", None)
+    if sys.flags.ignore_environment and not sys.flags.isolated and argv and sys.executable \
+            and os.environ.get("PARALLEL_ROLLOUT_GRADING_SINCE"):
+        os.execv(sys.executable, [argv[0], "-I", *argv[1:]])
+
+
+def _main_module():
+    """The module ``-m`` runs as ``__main__`` (Python's own options read as it reads them: ``-Im
+    doctest``, ``-mdoctest``), or None."""
+    argv = getattr(sys, "orig_argv", [])[1:]
+    i = 0
+    while i < len(argv):
+        arg, i = argv[i], i + 1
+        if arg == "--check-hash-based-pycs":
+            i += 1
+            continue
+        if arg.startswith("--") or arg == "-" or not arg.startswith("-"):
+            return None  # a script, stdin, --help …: no module
+        for n, flag in enumerate(arg[1:], 1):
+            if flag == "m":
+                return arg[n + 1:] or (argv[i] if i < len(argv) else None)
+            if flag in "XW":
+                i += arg[n + 1:] == ""
+                break
+            if flag == "c":
+                return None
+    return None
+
+
+def _doctest_as_main():
+    """``-m doctest`` run otherwise than by ./python3 (a PATH of the check's own, python3 by its
+    path): runpy ran it as ``__main__``, and its _test imported the file it tests with that file's
+    folder first on sys.path: the graded code's ~/fractions.py was what the check's ~/check_doc.py
+    imported. ./module_folder_last.py's import goes into ``__main__``'s globals, which runpy keeps
+    and doctest's ``__import__`` finds first."""
+    main = sys.modules.get("__main__")
+    if main is None or _main_module() != "doctest":
+        return
+    spec = PathFinder.find_spec("module_folder_last", [_HERE])
+    last = module_from_spec(spec)
+    spec.loader.exec_module(last)
+    main.__dict__["__import__"] = last.doctest_import(_RULES[0])
+
+
+_isolated_again()
 sys.meta_path.insert(0, _PytestJudged)
 _graded_imports()
+_doctest_as_main()
 _system_sitecustomize()
