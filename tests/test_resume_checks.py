@@ -251,3 +251,17 @@ def test_a_stored_setting_this_version_refuses_warns_and_the_resume_finishes(tmp
     toml.write_text('tokenizer = "/models/qwen"\n')
     result = cli(tmp_path, finished_run, "--resume", "--config", str(toml))
     assert result.exit_code == 2 and "the setting tokenizer is not used by this run" in result.output, result.output
+
+
+def test_a_never_graded_attempt_a_resume_ran_again_is_counted_retried(tmp_path):
+    """A sample never graded (its worker killed at every attempt), resumed once: 3 attempts,
+    of which the first two went on to another, yet the console said ``attempts: 3 (1
+    retried)``: the never-graded attempt the resume ran again was counted nowhere."""
+    data = write_tasks(tmp_path / "tasks.jsonl", [shell_task("t0")])
+    for session in range(2):
+        ended = cli(tmp_path, data, "--agent", "chaos_plugins:WorkerKillerAgent", "--max-retries", "1",
+                    *(["--resume"] if session else []))
+        assert ended.exit_code == 1, ended.output
+    summary = json.loads((tmp_path / "out" / "r" / "summary.json").read_text())
+    assert (summary["attempts"], summary["retried_attempts"], summary["attempts_left_to_resume"]) == (3, 2, 0), summary
+    assert "attempts: 3 (2 retried)" in ended.output, ended.output

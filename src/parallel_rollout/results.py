@@ -325,8 +325,9 @@ def summarize(
 
     attempts = len(records)
     # a non-final attempt is retried when its sample went on (a later attempt, or a final
-    # record); the others are left to a resume (a pool exhausted, a run stopped), among them
-    # a never-graded sample's resume attempt that was cut off (after the record that ended it)
+    # record; a never-graded one too, that a resume ran again); the others are left to a resume
+    # (a pool exhausted, a run stopped), among them a never-graded sample's resume attempt that
+    # was cut off (after the record that ended it)
     last_attempt: dict[str, int] = {}
     for r in records:
         last_attempt[r.get("key")] = max(last_attempt.get(r.get("key"), -1), r.get("attempt") or 0)
@@ -337,7 +338,7 @@ def summarize(
             end is None or (bool(end.get("infrastructure")) and attempt > (end.get("attempt") or 0)))
 
     left = sum(1 for r in records if not r.get("final") and not r.get("never_graded") and left_off(r))
-    retried = sum(1 for r in records if not r.get("final") and not r.get("never_graded")) - left
+    retried = sum(1 for r in records if not r.get("final") and finals.get(r.get("key")) is not r) - left
     wall = time.time() - started_at
     timed = [r for r in records if r.get("duration_s") is not None]
     summary = {
