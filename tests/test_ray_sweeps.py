@@ -250,3 +250,53 @@ def test_a_head_that_stops_answering_as_the_first_sweep_ends_stops_the_run_namin
     assert "resume with:" in stderr, stderr[-3000:]
     summary = json.loads((tmp_path / "ended" / "summary.json").read_text())
     assert said["address"] in summary["stopped"]["reason"] and summary["finished"] == 0, summary
+
+
+#: the CLI run (argv: its sweep's cut-off in seconds, then the run's flags) with the nodes'
+#: sweep cut-off (ray_cluster.SWEEP_S, 120 s) shorter, in this process only
+_SWEEP_CUT_OFF = """
+import runpy, sys
+from parallel_rollout.backends import ray_cluster
+ray_cluster.SWEEP_S = float(sys.argv[1])
+sys.argv = ["parallel-rollout", *sys.argv[2:]]
+runpy.run_module("parallel_rollout.cli", run_name="__main__")
+"""
+
+
+@pytest.mark.slow
+def test_a_node_whose_first_sweep_hangs_past_the_cut_off_is_left_out_and_the_run_goes_on(
+        cluster, tmp_path, monkeypatch):
+    """A node whose sweep at the run's start hangs (its read of a leftover's file never ends)
+    past the sweep's cut-off: the sweep is cancelled, the node left out with the warning, the
+    ``node_left_out`` event and the summary's why, and the run finishes at the other nodes
+    (exit 0, every sample once)."""
+    cl, _ = cluster
+    fifo = _stuck_sweep(tmp_path / "hung", "cutoff")
+    monkeypatch.setenv(_ENV, str(tmp_path / "hung"))  # the node's raylet's, and its workers'
+    node = cl.add_node(**_NODE)
+    monkeypatch.delenv(_ENV)
+    cli = _cli(tmp_path, cl.address, "cutoff")
+    proc = subprocess.Popen([sys.executable, "-c", _SWEEP_CUT_OFF, "8", *cli[3:]],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    writer = None
+    try:
+        writer = _hold_sweep(fifo)
+        stdout, stderr = communicate(proc, 150)
+    finally:
+        if writer is not None:
+            os.close(writer)
+        cl.remove_node(node, allow_graceful=False)
+        proc.kill()
+        proc.wait()
+    assert proc.returncode == 0, stderr[-3000:]
+    run_dir = tmp_path / "cutoff"
+    finals = assert_exactly_once(run_dir, {f"{task_id}#0" for task_id in ray_cluster.SHELL_IDS})
+    assert {r["node"] for r in finals.values()} and node.node_id not in {r["node"] for r in finals.values()}
+    why = "its sweep of the run's leftovers did not end within 8s"
+    assert f"node {node.node_id[:8]} is left out of the run: {why}" in stderr, stderr[-3000:]
+    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    assert [e["reason"] for e in events if e["event"] == "node_left_out"] == [
+        f"node {node.node_id[:8]} is left out of the run: {why}"], events
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["ray"]["nodes_left_out"] == {node.node_id: why}, summary["ray"]
+    assert node.node_id not in summary["ray"]["nodes"] and len(summary["ray"]["nodes"]) == 3, summary["ray"]
