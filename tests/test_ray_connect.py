@@ -167,7 +167,8 @@ def test_a_lost_head_node_ends_the_run_with_its_summary_and_it_resumes(tmp_path,
     head and the resume line, and the attempts under way recorded worker_died
     (infrastructure, not final). Killed, it went on until Ray's own end of a driver without
     its GCS (60 s): 'Failed to connect to GCS', exit 1, no summary, no resume line; stopped,
-    it hung for ever. Then --resume on one host finishes every sample once."""
+    it hung for ever. Then --resume on one host finishes every sample once, its summary keeping
+    the nodes the first session lost (``ray_earlier``)."""
     tasks = [shell_task(f"h{i}", reference=["sleep 3", f"touch ~/h{i}.done"]) for i in range(20)]
     keys = {f"h{i}#0" for i in range(len(tasks))}
     with head_and_node("pr-head-") as (said, env):
@@ -202,6 +203,14 @@ def test_a_lost_head_node_ends_the_run_with_its_summary_and_it_resumes(tmp_path,
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     finals = assert_exactly_once(run_dir, keys)
     assert {r["status"] for r in finals.values()} == {"success"}
+    # the resume's own session ran on no cluster; the nodes the first one lost stay on record
+    # (summary.json is rewritten: its "ray": null lost them), and its lines say them
+    again = json.loads((run_dir / "summary.json").read_text())
+    assert again["ray"] is None and again["ray_earlier"] == [summary["ray"]], again["ray_earlier"]
+    lost = [node for node, said in summary["ray"]["nodes"].items() if said["lost"]]
+    assert lost and all("the Ray cluster's head node" in summary["ray"]["nodes"][n]["reason"] for n in lost)
+    assert all(f"Ray node {n[:8]} lost: the Ray cluster's head node" in resumed.stdout for n in lost), resumed.stdout
+    assert "(an earlier session)" in resumed.stdout, resumed.stdout
 
 
 #: the CLI run, its head node's GCS stopped (SIGSTOP: it takes connections and answers

@@ -69,6 +69,9 @@ def finish_run(config: RunConfig, run_dir: Path, run_id: str, *, total: int,
     summary["schema_version"] = SCHEMA_VERSION
     summary["provenance"] = provenance
     summary["ray"] = cluster  # this session's cluster: with VMs or without, which node it lost and why
+    # the earlier sessions' (each rewrites summary.json): a --resume with --backend local, or on
+    # another cluster, kept no record of the nodes the run lost before
+    summary["ray_earlier"] = ray_sessions(earlier)
     # why the run stopped before its end (a pool exhausted, a dead manager, a model outage)
     summary["stopped"] = {"reason": stopped} if stopped and not interrupted else None
     # the results.jsonl this summary counted: `runs list` trusts the summary only while the
@@ -244,9 +247,25 @@ def format_summary(summary: dict[str, Any], run_dir: Any) -> str:
     return "\n".join(lines)
 
 
+def ray_sessions(earlier: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """summary.json's ``ray_earlier``: the ``ray`` sections of the sessions before this one
+    that ran on a Ray cluster, oldest first (from the earlier summary's own and its ``ray``)."""
+    kept = (earlier or {}).get("ray_earlier")
+    sessions = [s for s in kept if isinstance(s, dict)] if isinstance(kept, list) else []
+    return sessions + [earlier["ray"]] if isinstance((earlier or {}).get("ray"), dict) else sessions
+
+
 def _ray_lines(summary: dict[str, Any]) -> list[str]:
-    """--backend ray: each node the run lost, with why, and each it left out (never used);
-    a summary from before the ``ray`` section has only its VM runs' nodes left out."""
+    """--backend ray: each node the run lost, with why, and each it left out (never used),
+    in this session and, marked so, in earlier ones (``ray_earlier``); a summary from before
+    the ``ray`` section has only its VM runs' nodes left out."""
+    earlier = summary.get("ray_earlier") if isinstance(summary.get("ray_earlier"), list) else []
+    return _session_ray_lines(summary) + [
+        f"{line} (an earlier session)" for section in earlier if isinstance(section, dict)
+        for line in _session_ray_lines({"ray": section})]
+
+
+def _session_ray_lines(summary: dict[str, Any]) -> list[str]:
     ray = summary.get("ray") if isinstance(summary.get("ray"), dict) else {}
     nodes = ray.get("nodes") if isinstance(ray.get("nodes"), dict) else {}
     lines = [f"Ray node {str(node_id)[:8]} lost: {_elided(str(said.get('reason') or ''))}"
