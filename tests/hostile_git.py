@@ -3,6 +3,8 @@ names it), and an honest one: rows of tests/test_grading_git.py, and of the host
 (tests/hostile_tasks.py: :data:`GIT_ROWS`).
 """
 
+import shutil
+
 #: a repo with a commit and an uncommitted change to f (g: unchanged, touched by the cheats so
 #: that git reads it again, through a filter, and rewrites its index)
 REPO = ("git init -q ~/repo && cd ~/repo && git config user.email a@b && git config user.name a"
@@ -56,6 +58,11 @@ CHEATS = {
 GIT_ROWS = {f"rig_check_git_{row}": ([REPO, f"{PROGRAM} && {CHEATS[row][0]}"], CHEATS[row][1], False)
             for row in ("fsmonitor", "clean_filter", "textconv", "hooks_path", "pager", "include_path",
                         "xdg_ignore")}
+#: git by its path (`/usr/bin/git status`) was git without the wrapper, and ran the program the
+#: answer's repo config names; a process VM binds the wrappers' front over it (sandbox_argv.grading_fronts)
+SYSTEM_GIT = shutil.which("git", path="/usr/bin:/bin") or "/usr/bin/git"
+GIT_ROWS["rig_check_git_fsmonitor_by_path"] = (GIT_ROWS["rig_check_git_fsmonitor"][0],
+                                               STATUS.replace("git status", f"{SYSTEM_GIT} status"), False)
 #: an honest answer to them: it commits the change (its repo's program is still there, unused)
 HONEST_GIT = ([REPO, f"{PROGRAM} && git commit -qam done && git config core.fsmonitor ~/.x"],
-              f"{STATUS} && test ! -e ~/ran")
+              f"{STATUS} && {STATUS.replace('git status', f'{SYSTEM_GIT} status')} && test ! -e ~/ran")

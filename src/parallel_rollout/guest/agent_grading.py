@@ -35,7 +35,7 @@ prove without ``~/.proverc`` (``--norc``), aspell without ``~/.aspell.conf`` or 
 (``~/.cmake/packages``), git running no program that the config of the repo it reads names (the
 answer's repo: ``core.fsmonitor``, filters, diff drivers, hooks …; ``git_no_programs.py``),
 each of which could make a wrong answer pass; a check's own options win. In a process VM the real
-paths of env and of the system python's sitecustomize.py lead to the wrappers too (their fronts:
+paths of env, git and the system python's sitecustomize.py lead to the wrappers too (their fronts:
 ``pool/providers/sandbox_argv.grading_fronts``), for a check that runs them by their paths.
 The rest of the home is still read: node's ``node_modules`` of the folder it runs in (the
 home: ``node -e "require('x')"`` there loads ``~/node_modules/x``), Debian psql's

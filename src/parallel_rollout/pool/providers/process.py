@@ -20,7 +20,7 @@
 **The boundary** (bwrap's command line: ``sandbox_argv.py``). Own pid, ipc, uts and
 network namespaces (only ``lo`` inside), system
 folders bound read-only, the host's secrets (``/etc/shadow`` and kin) replaced by empty
-files, ``env`` and the guest python's ``sitecustomize.py`` by the grading wrappers' fronts (a
+files, ``env``, ``git`` and the guest python's ``sitecustomize.py`` by the grading wrappers' fronts (a
 grading command's process reaches the wrappers by those paths too: ``sandbox_argv.grading_fronts``), fresh ``/proc`` and ``/dev``, the sandbox's own root and ``/dev`` read-only once
 built, a clean environment, ``setsid``, and:
 

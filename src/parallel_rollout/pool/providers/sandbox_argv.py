@@ -87,27 +87,28 @@ class SandboxSpec:
 
 
 #: where a process VM keeps the system's programs that a grading front takes the place of
-#: (``grading_fronts``; the wrappers' ./system_env and ./system_sitecustomize.py name it)
+#: (``grading_fronts``; the wrappers' ./system_front, ./system_sitecustomize.py and ./wrap.sh name it)
 SYSTEM_ORIGINALS = "/opt/system-originals"
 
 
 def grading_fronts(python: str) -> list[str]:
-    """Binds that make the real paths of env and of the guest python's sitecustomize.py the
-    wrappers' fronts (grading_bin/system_env, system_sitecustomize.py: a grading command's
+    """Binds that make the real paths of env, git and the guest python's sitecustomize.py the
+    wrappers' fronts (grading_bin/system_front, system_sitecustomize.py: a grading command's
     process goes to the wrappers, every other as before), the system's own beside them at
-    :data:`SYSTEM_ORIGINALS`. A grading command's ``/usr/bin/env -i …``, ``/usr/bin/python3 -I``
-    and ``PYTHONPATH=src /usr/bin/pytest`` reached the system's programs past the wrappers, which
+    :data:`SYSTEM_ORIGINALS`. A grading command's ``/usr/bin/env -i …``, ``/usr/bin/git``,
+    ``/usr/bin/python3 -I`` and ``PYTHONPATH=src /usr/bin/pytest`` reached the system's programs past the wrappers, which
     work through PATH and PYTHONPATH: no mount namespace of a grading command's own can do it
     instead (seccomp refuses mount and unshare to every process of the sandbox, the agent too). A
     python with no sitecustomize.py of its own (none in its read-only /usr to bind over) has none."""
     real = os.path.realpath(python)
-    targets = {"env": os.path.realpath(shutil.which("env", path="/usr/bin:/bin") or "/usr/bin/env"),
-               "sitecustomize.py": os.path.realpath(os.path.join(os.path.dirname(os.path.dirname(real)), "lib",
-                                                                 os.path.basename(real), "sitecustomize.py"))}
-    fronts = {"env": "system_env", "sitecustomize.py": "system_sitecustomize.py"}
+    targets = {name: os.path.realpath(shutil.which(name, path="/usr/bin:/bin") or f"/usr/bin/{name}")
+               for name in ("env", "git")}
+    targets["sitecustomize.py"] = os.path.realpath(os.path.join(os.path.dirname(os.path.dirname(real)), "lib",
+                                                                os.path.basename(real), "sitecustomize.py"))
+    fronts = {"env": "system_front", "git": "system_front", "sitecustomize.py": "system_sitecustomize.py"}
     binds = sandbox_fs.open_dirs(SYSTEM_ORIGINALS)
     for name, target in targets.items():
-        # a multi-call binary (busybox) under env's name is not env alone: left as it is
+        # a multi-call binary (busybox) under the name is not that program alone: left as it is
         if os.path.basename(target) == name and os.path.isfile(target):
             binds += ["--ro-bind", target, f"{SYSTEM_ORIGINALS}/{name}",
                       "--ro-bind", str(GRADING_BIN / fronts[name]), target]
