@@ -38,6 +38,32 @@ def test_bad_values_name_the_field(kwargs, message):
         EnvManagerConfig(**kwargs).check()
 
 
+
+def test_numpy_counts_in_the_env_config_are_taken_as_the_whole_numbers_they_are(tmp_path, table, schedulers):
+    """A trainer that computes its counts with numpy (group_size=np.int64(2)) was told
+    "group_size must be a whole number of at least 1, got np.int64(2)", where step, seed,
+    policy_version and batch_size take numpy's integers; they are taken as ints, so what the
+    scheduler reports of them (stats(), state_dict()) is JSON as before."""
+    import json
+
+    import numpy as np
+
+    from rl_support import rl_config
+
+    _, server = table
+    config = EnvManagerConfig(num_env_groups=np.int64(2), group_size=np.int32(2), group_size_redundancy=np.int64(0),
+                              tags=["FrozenLake", "FrozenLakeSlippery"], num_groups_partition=[np.int64(1), np.int64(1)],
+                              max_env_num_per_worker=np.int16(2))
+    train = schedulers(rl_config(tmp_path, server), config)
+    batch = train.get_batch(batch_size=np.int64(4), step=0)
+    assert len(batch) == 4 and len({t.group_id for t in batch}) == 2
+    assert json.loads(json.dumps(train.stats()))["partition"] == {"FrozenLake": 1, "FrozenLakeSlippery": 1}
+    json.dumps(train.state_dict())
+    assert type(config.group_size) is int and all(type(n) is int for n in config.num_groups_partition)
+    for bad in (np.float64(2.0), np.int64(0), np.bool_(True)):
+        with pytest.raises(ConfigError, match="group_size must be a whole number of at least 1"):
+            EnvManagerConfig(group_size=bad).check()
+
 def test_partition_even_split_and_given():
     config = EnvManagerConfig(num_env_groups=8, tags=["a", "b", "c"])
     assert config.partition(["a", "b", "c"], 8) == {"a": 3, "b": 3, "c": 2}

@@ -80,16 +80,20 @@ class EnvManagerConfig:
         return self.group_size + self.group_size_redundancy
 
     def check(self) -> None:
-        """ConfigError naming the field when a value cannot work."""
-        for name in ("num_env_groups", "max_env_num_per_worker"):
+        """ConfigError naming the field when a value cannot work; the counts become ints
+        (numpy's integers are taken, as step and seed are: stats() and state_dict() stay JSON)."""
+        for name in ("num_env_groups", "max_env_num_per_worker", "group_size"):
             value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            if value is None and name != "group_size":
+                continue
+            if (whole := whole_number(value)) is None or whole < 1:
                 raise ConfigError(f"EnvManagerConfig.{name} must be a whole number of at least 1, got {value!r}")
-        if isinstance(self.group_size, bool) or not isinstance(self.group_size, int) or self.group_size < 1:
-            raise ConfigError(f"EnvManagerConfig.group_size must be a whole number of at least 1, got {self.group_size!r}")
-        redundancy = self.group_size_redundancy
-        if isinstance(redundancy, bool) or not isinstance(redundancy, int) or redundancy < 0:
-            raise ConfigError(f"EnvManagerConfig.group_size_redundancy must be 0 or more, got {redundancy!r}")
+            setattr(self, name, whole)
+        redundancy = whole_number(self.group_size_redundancy)
+        if redundancy is None or redundancy < 0:
+            raise ConfigError(f"EnvManagerConfig.group_size_redundancy must be 0 or more, got "
+                              f"{self.group_size_redundancy!r}")
+        self.group_size_redundancy = redundancy
         if self.tags is not None:
             if isinstance(self.tags, str) or not self.tags or not all(isinstance(t, str) and t for t in self.tags):
                 raise ConfigError(f"EnvManagerConfig.tags must be a non-empty list of names, got {self.tags!r}")
@@ -99,12 +103,13 @@ class EnvManagerConfig:
         partition = self.num_groups_partition
         if partition is not None:
             tags = self.tags or ["<the run's mode>"]
-            if not isinstance(partition, (list, tuple)) or not all(
-                    isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in partition):
+            counts = [whole_number(n) for n in partition] if isinstance(partition, (list, tuple)) else [None]
+            if not all(n is not None and n >= 1 for n in counts):
                 # a tag with no group at once never runs a task: a batch that needs one (its
                 # batch_partition share, get_batch(-1)) would wait for ever
                 raise ConfigError(f"EnvManagerConfig.num_groups_partition must be a list of counts >= 1 (one "
                                   f"per tag: groups of that tag at once), got {partition!r}")
+            self.num_groups_partition = partition = counts
             if len(partition) != len(tags):
                 raise ConfigError(f"EnvManagerConfig.num_groups_partition has {len(partition)} entries for "
                                   f"{len(tags)} tags ({', '.join(tags)}); give one count per tag")
