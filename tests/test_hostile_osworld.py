@@ -18,7 +18,7 @@ import pytest
 from conftest import assert_exactly_once, read_results, write_tasks
 from desktop_support import HEIGHT, WIDTH
 from parallel_rollout.config import build_config
-from parallel_rollout.envs.osworld import downloads
+from parallel_rollout.envs.osworld import downloads, rule_keys
 from parallel_rollout.exit_codes import EXIT_ABORTED
 from parallel_rollout.runner import Runner
 
@@ -129,8 +129,10 @@ def prefs_task(task_id: str, line: str, rule: dict) -> dict:
 
 def search_task(task_id: str) -> dict:
     """A task whose is_expected_search_query rule has its ``expect`` without the ``pattern`` the
-    metric reads in it, which the load does not look into (a pref rule without its method, which
-    it does, is refused there): graded on a file the agent writes, the rule read whatever it holds."""
+    metric reads in it: graded on a file the agent writes, the rule read whatever it holds. The
+    load refuses it (``rule_keys``); these tests take that check away in the run's own process
+    (:data:`LOAD_SKIPS_NESTED`), as for a nested rule the load does not know, to see what
+    grading does with a rule it cannot read."""
     write = "open(__import__('os').path.expanduser('~/url.txt'), 'w').write('https://example.com/?q=x')"
     return {"id": task_id, "mode": "osworld", "instruction": "search for x", "config": [], "script": [write],
             "evaluator": {"func": "is_expected_search_query",
@@ -138,11 +140,14 @@ def search_task(task_id: str) -> dict:
                           "expected": {"type": "rule", "rules": {"expect": {"patern": "q=x"}}}}}
 
 
+#: the run's process, loading search_task, does not look into the rules nested in a rule
+LOAD_SKIPS_NESTED = "from parallel_rollout.envs.osworld import rule_keys; rule_keys._nested_problem = lambda func, rules: None"
+
 #: what a run says of search_task's rule
 NO_PATTERN = "evaluator metric 'is_expected_search_query': the task file's rule has no key 'pattern'"
 
 
-def test_a_rule_the_metric_cannot_read_is_the_tasks_error_not_the_agents_garbage(tmp_path):
+def test_a_rule_the_metric_cannot_read_is_the_tasks_error_not_the_agents_garbage(tmp_path, monkeypatch):
     """A rule without a key its metric reads, which only grading finds (search_task's), scored
     the agent 0 with the error in eval.errors; it is the task's error now (setup_failed, no
     score), as OSWorld's run errs on it. The agent's garbage that makes the metric raise (a
@@ -151,6 +156,7 @@ def test_a_rule_the_metric_cannot_read_is_the_tasks_error_not_the_agents_garbage
     tasks = [search_task("rule_without_pattern"),
              prefs_task("garbage_value", 'user_pref("mail.check", nonsense);', good),
              prefs_task("honest_prefs", 'user_pref("mail.check", 1);', good)]
+    monkeypatch.setattr(rule_keys, "_nested_problem", lambda func, rules: None)  # LOAD_SKIPS_NESTED
     outcome = run_tasks(tmp_path, tasks, "rules")  # a never-graded sample has no final record
     records = {r["task_id"]: r for r in read_results(outcome.run_dir)}
     assert records["honest_prefs"]["status"] == "success", records["honest_prefs"]
@@ -185,7 +191,8 @@ def test_a_task_files_own_error_is_run_once_not_retried_nor_resumed(tmp_path):
             "--action-space", "pyautogui", "--max-turns", "3", "--max-retries", "2"]
 
     def run_cli(*more: str) -> tuple[int, str, dict[str, list[dict]]]:
-        done = subprocess.run([sys.executable, "-m", "parallel_rollout", "run", *args, *more], capture_output=True,
+        cli = f"{LOAD_SKIPS_NESTED}; from parallel_rollout.cli import main; main(prog_name='parallel-rollout')"
+        done = subprocess.run([sys.executable, "-c", cli, "run", *args, *more], capture_output=True,
                               text=True, timeout=300, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
         attempts: dict[str, list[dict]] = {}
         for record in read_results(out / "faults"):

@@ -71,7 +71,7 @@ RULE_SHAPES: dict[str, RuleShape] = {
     "check_accessibility_tree": RuleShape(container=list),
     "check_auto_saving_time": _needs("minutes"),
     "check_config_status": _needs("key", "value"),
-    "check_image_file_size": _needs("max_size"),
+    "check_image_file_size": _needs("max_size"), "check_html_background_image": _needs("value"),
     "check_page_number_colors": _needs("color"),
     "check_pdf_pages": _needs("relation", "ref_value"),
     "check_transition": _needs("slide_idx", "transition_type"),
