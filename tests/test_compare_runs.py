@@ -134,6 +134,31 @@ def test_runs_list_shows_complete_interrupted_and_partial_runs(tmp_path):
     assert empty.exit_code == 2 and "no such output folder" in empty.output
 
 
+def test_a_baseline_still_running_is_said_to_be(tmp_path):
+    """Last night's job still going (hung, or slow) when tonight's is gated on it: no verdict,
+    exit 5, as for any unfinished baseline, but it said `partial`, as of a run that died."""
+    out, tasks = tmp_path / "out", [shell_task(f"s{i}", reference=["sleep 0.5", f"touch ~/s{i}.done"]) for i in range(20)]
+    slow = write_tasks(tmp_path / "slow.jsonl", tasks)
+    proc = subprocess.Popen([sys.executable, str(ROOT / "run_parallel_rollout.py"), "--mode", "shell", "--data",
+                             str(slow), "--num-rollouts", "1", "--output-dir", str(out), "--run-id", "night1",
+                             "--no-progress"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not ((out / "night1" / "results.jsonl").exists()
+                   and (out / "night1" / "results.jsonl").read_text().count("\n") >= 1):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.05)
+        tonight = CliRunner().invoke(main, ["run", "--mode", "shell", "--data", str(write_tasks(tmp_path / "t.jsonl",
+                                     tasks[:2])), "--output-dir", str(out), "--run-id", "night2", "--no-progress",
+                                     "--compare-to", "night1"])
+        assert proc.poll() is None, "the baseline ended before tonight's run was gated"
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=60)
+    assert tonight.exit_code == exit_codes.EXIT_NO_VERDICT, tonight.output
+    assert "no verdict: the baseline A is unfinished (running: " in tonight.output, tonight.output
+
+
 @pytest.mark.parametrize("summary", [True, False], ids=["summary", "no-summary"])
 def test_runs_list_names_a_run_by_its_folder(tmp_path, summary):
     """A copied run folder is listed under its own name, which --run-id, report and compare

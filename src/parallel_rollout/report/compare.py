@@ -32,6 +32,7 @@ from typing import Any
 from ..records import ran
 from .clustered import paired_tests, reward, task_of
 from .run_data import RunData
+from .runs import live_status
 from .stats import PairedResult
 
 #: fewer shared samples than this and the comparison warns: McNemar's exact test cannot
@@ -243,7 +244,9 @@ def compare_runs(a: RunData, b: RunData) -> Comparison:
         pass_to_fail=pass_to_fail, fail_to_pass=fail_to_pass,
         new_failure_types={str(t): n for t, n in sorted(failures_b.items(), key=str) if t not in types_a},
         speed_a=_timing(a), speed_b=_timing(b), tasks=len({task_of(ra) for ra, _ in pairs}),
-        status_a=a.status(), status_b=b.status(),
+        # the baseline may be going on now (last night's job still running); B as it is: under
+        # --compare-to it is the run being gated, which holds its own lock
+        status_a=live_status(a.run_dir, a.status()), status_b=b.status(),
         total_a=a.total, total_b=b.total,
         data_a=_data_hashes(a), data_b=_data_hashes(b),
         tasks_only_a=len(tasks_a - tasks_b), tasks_only_b=len(tasks_b - tasks_a),

@@ -96,9 +96,13 @@ def run_line(run_dir: Path) -> RunLine:
     """The line of one run folder (NotARunFolder when it is none; a run whose results do
     not read is listed ``unreadable`` with its problem); one going on now is ``running``."""
     line = _line(run_dir)
-    if line.status in ("interrupted", "partial") and run_folder_locked(run_dir):  # a killed run's is let go
-        return replace(line, status="running")
-    return line
+    return replace(line, status=live_status(run_dir, line.status))
+
+
+def live_status(run_dir: Path, status: str) -> str:
+    """``status`` (``RunData.status``), or ``running`` for a run short of complete whose
+    folder's lock is held: one going on now (a killed run's lock is let go)."""
+    return "running" if status in ("interrupted", "partial") and run_folder_locked(run_dir) else status
 
 
 def _line(run_dir: Path) -> RunLine:
