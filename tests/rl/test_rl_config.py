@@ -42,8 +42,9 @@ def test_bad_values_name_the_field(kwargs, message):
 def test_numpy_counts_in_the_env_config_are_taken_as_the_whole_numbers_they_are(tmp_path, table, schedulers):
     """A trainer that computes its counts with numpy (group_size=np.int64(2)) was told
     "group_size must be a whole number of at least 1, got np.int64(2)", where step, seed,
-    policy_version and batch_size take numpy's integers; they are taken as ints, so what the
-    scheduler reports of them (stats(), state_dict()) is JSON as before."""
+    policy_version and batch_size take numpy's integers; so were the scheduler's own bounds
+    (max_concurrent_rollouts=np.int64(4): "must be a whole number >= 1 or None"). They are taken
+    as ints, so what the scheduler reports of them (stats(), state_dict()) is JSON as before."""
     import json
 
     import numpy as np
@@ -54,8 +55,10 @@ def test_numpy_counts_in_the_env_config_are_taken_as_the_whole_numbers_they_are(
     config = EnvManagerConfig(num_env_groups=np.int64(2), group_size=np.int32(2), group_size_redundancy=np.int64(0),
                               tags=["FrozenLake", "FrozenLakeSlippery"], num_groups_partition=[np.int64(1), np.int64(1)],
                               max_env_num_per_worker=np.int16(2))
-    train = schedulers(rl_config(tmp_path, server), config)
+    train = schedulers(rl_config(tmp_path, server), config, max_concurrent_rollouts=np.int64(4),
+                       max_failed_groups=np.int64(3), max_filtered_groups=np.int64(2), max_version_lag=np.int64(1))
     batch = train.get_batch(batch_size=np.int64(4), step=0)
+    assert type(train.stats()["concurrency"]) is int and train.stats()["concurrency"] == 4
     assert len(batch) == 4 and len({t.group_id for t in batch}) == 2
     assert json.loads(json.dumps(train.stats()))["partition"] == {"FrozenLake": 1, "FrozenLakeSlippery": 1}
     json.dumps(train.state_dict())

@@ -87,8 +87,8 @@ class BatchBudget:
 
     def __init__(self, max_failed_groups: int = 10, max_filtered_groups: int | None = None,
                  filter_fallback: str = "raise", endpoint: str = "") -> None:
-        check_count("max_failed_groups", max_failed_groups, 1)
-        check_count("max_filtered_groups", max_filtered_groups, 0, optional=True)
+        max_failed_groups = check_count("max_failed_groups", max_failed_groups, 1)
+        max_filtered_groups = check_count("max_filtered_groups", max_filtered_groups, 0, optional=True)
         if filter_fallback not in FILTER_FALLBACKS:
             raise ConfigError(f"filter_fallback must be one of {', '.join(FILTER_FALLBACKS)}, got {filter_fallback!r}")
         self.max_failed_groups = max_failed_groups

@@ -222,14 +222,15 @@ def _task_set(table: Mapping[str, Any], where: str) -> TaskSet:
     return TaskSet(table["mode"], data, tuple(tags), limit)
 
 
-def check_count(name: str, value: Any, minimum: int, optional: bool = False) -> None:
-    """ConfigError naming ``name`` unless ``value`` is a whole number >= ``minimum`` (or
-    None, when ``optional``): a scheduler's counts and bounds."""
+def check_count(name: str, value: Any, minimum: int, optional: bool = False) -> int | None:
+    """``value`` as an int (numpy's integers too); ConfigError naming ``name`` unless it is a
+    whole number >= ``minimum`` (or None, when ``optional``): a scheduler's counts and bounds."""
     if optional and value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        return None
+    if (whole := whole_number(value)) is None or whole < minimum:
         raise ConfigError(f"{name} must be a whole number >= {minimum}{' or None' if optional else ''}, "
                           f"got {value!r}")
+    return whole
 
 
 def check_run_config(run_config: Any) -> None:

@@ -110,10 +110,10 @@ class RolloutScheduler(ChosenBatches, GroupGeneration, ReadyBatches, TakingTurns
             raise ConfigError(f"failed_member must be 'drop' or 'placeholder', got {failed_member!r}")
         if cut_reward not in ("zero", "so_far"):
             raise ConfigError(f"cut_reward must be 'zero' or 'so_far', got {cut_reward!r}")
-        check_count("max_concurrent_rollouts", max_concurrent_rollouts, 1, optional=True)
+        max_concurrent_rollouts = check_count("max_concurrent_rollouts", max_concurrent_rollouts, 1, optional=True)
         if _shared is not None and max_concurrent_rollouts is not None:
             raise ConfigError("a sibling shares its engine's max_concurrent_rollouts; give it to the first scheduler")
-        check_lag_options(max_version_lag, stale_versions)
+        max_version_lag = check_lag_options(max_version_lag, stale_versions)
         check_group_filter(group_filter, self.env_config.group_size)
         self.failed_member = failed_member
         #: a cut member's reward (trajectory.cut): 0, or the env's reward of its episode so far

@@ -60,9 +60,10 @@ class VersionLag:
             self.gate.forget(key)
 
 
-def check_lag_options(max_version_lag: int | None, stale_versions: str) -> None:
-    """ConfigError naming the argument unless ``max_version_lag`` is None or a whole number
-    >= 0 and ``stale_versions`` one of ``STALE_VERSIONS``."""
-    check_count("max_version_lag", max_version_lag, 0, optional=True)
+def check_lag_options(max_version_lag: int | None, stale_versions: str) -> int | None:
+    """``max_version_lag`` as an int; ConfigError naming the argument unless it is None or a
+    whole number >= 0 and ``stale_versions`` one of ``STALE_VERSIONS``."""
+    max_version_lag = check_count("max_version_lag", max_version_lag, 0, optional=True)
     if stale_versions not in STALE_VERSIONS:
         raise ConfigError(f"stale_versions must be 'drop' or 'keep', got {stale_versions!r}")
+    return max_version_lag
