@@ -225,3 +225,42 @@ def test_a_task_files_own_error_is_run_once_not_retried_nor_resumed(tmp_path):
     assert [(r["attempt"], r["status"], r.get("final")) for r in again] == [
         (0, "setup_failed", False), (1, "success", True)], text
     assert code == EXIT_ABORTED and "A resume does not run them again" in text, text
+
+
+def table_task(task_id: str, book: Path, rule: dict) -> dict:
+    """A task graded by compare_table's one ``rule`` on ``book`` (the result and the expected
+    workbook both: the host's file, whatever the agent does)."""
+    def state(name: str) -> dict:
+        return {"type": "cloud_file", "path": str(book), "dest": f"{name}.xlsx"}
+    return {"id": task_id, "mode": "osworld", "instruction": "keep the workbook", "config": [], "script": ["pass"],
+            "evaluator": {"func": "compare_table", "result": state("result"), "expected": state("expected"),
+                          "options": {"rules": [rule]}}}
+
+
+def test_a_compare_table_rule_only_grading_reads_is_the_tasks_error_not_the_agents_0(tmp_path, monkeypatch):
+    """compare_table's ``options["rules"]`` are the task file's, as a rule getter's are: a rule
+    without a key the metric reads that the load does not know (taken away here, in the run's
+    own process) raised at grading, and a check_cell rule's error was caught into a 0: the
+    agent scored 0 for the task file's mistake. Each is the task's error now (setup_failed,
+    never graded); the honest rule beside them is graded."""
+    import openpyxl
+
+    from parallel_rollout.envs.osworld import evaluators
+
+    book = tmp_path / "book.xlsx"
+    workbook = openpyxl.Workbook()
+    workbook.active["A1"] = 1
+    workbook.save(book)
+    value = {"value": {"method": "eq", "ref": 1}}
+    tasks = [table_task("cell_without_coordinate", book, {"type": "check_cell", "sheet_idx": 0, "props": value}),
+             table_task("data_without_second_sheet", book, {"type": "sheet_data", "sheet_idx0": 0}),
+             table_task("honest_table", book, {"type": "check_cell", "sheet_idx": 0, "coordinate": "A1", "props": value})]
+    monkeypatch.setattr(evaluators, "table_rules_problem", lambda func, options: None)
+    outcome = run_tasks(tmp_path, tasks, "table")
+    records = {r["task_id"]: r for r in read_results(outcome.run_dir)}
+    assert records["honest_table"]["status"] == "success", records["honest_table"]
+    for task_id, key in (("cell_without_coordinate", "coordinate"), ("data_without_second_sheet", "sheet_idx1")):
+        broken = records[task_id]
+        assert broken["status"] == "setup_failed" and broken["never_graded"], broken
+        assert f"evaluator metric 'compare_table': the task file's rule has no key {key!r}" \
+            in broken["failure"]["message"], broken

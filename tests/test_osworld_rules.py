@@ -265,3 +265,36 @@ def test_an_accessibility_rule_without_exact_and_a_search_rule_without_its_patte
                     lambda ev: ev.update(func="check_html_background_image",
                                          expected={"type": "rule", "rules": {"url": "bg.png"}})):
             f"{where} 'check_html_background_image': its 'rules' needs the key 'value'"})
+
+
+def test_a_compare_table_rule_of_the_wrong_shape_or_a_name_it_does_not_read_is_refused_at_load(tmp_path):
+    """compare_table's ``options["rules"]`` nest more than keys: a check_cell rule's ``props``
+    (an object of value rules) given as a list raised at grading, caught into a 0; a style
+    name cell_style does not know raised (a 0); a chart_props string was read a letter at a
+    time and a chart property the metric does not know compared nothing (a wrong score).
+    Each loaded and was the agent's 0; each is refused as the folder loads (exit 2), naming
+    the file, the metric, the rule and the name, on copies of real Calc tasks."""
+    from test_osworld_folder_cli import copied
+
+    folder = copied(tmp_path)
+
+    def broken(path: str, change) -> Path:
+        return broken_copy(folder, "libreoffice_calc/" + path, change)
+
+    def rule(evaluator, kind: str) -> dict:
+        return next(r for r in evaluator["options"]["rules"] if r["type"] == kind)
+
+    where = "evaluator metric 'compare_table': its options 'rules'"
+    assert_refused(folder, {
+        broken("357ef137-7eeb-4c80-a3bb-0951f26a8aff.json",
+               lambda ev: rule(ev, "check_cell").update(props=[{"method": "eq", "ref": True}])):
+            f"{where}[0] of type 'check_cell' key 'props' must be an object, not a list",
+        broken("1d17d234-e39d-4ed7-b46f-4417922a4e7c.json",
+               lambda ev: rule(ev, "check_cell")["props"].update(value="eq 1")):
+            f"{where}[0] ['props']['value'] must be an object (a value rule: method, ref), not str",
+        broken("8b1ce5f2-59d2-4dcc-b0b0-666a714b9a14.json", lambda ev: rule(ev, "style").update(props=["font_colour"])):
+            f"{where}[1] key 'props' names 'font_colour', which the metric does not read (it reads 'number_format'",
+        broken("12382c62-0cd1-4bf2-bdc8-1d20bf9b2371.json", lambda ev: rule(ev, "chart").update(chart_props="type")):
+            f"{where}[0] of type 'chart' key 'chart_props' must be a list, not a string",
+        broken("3a7c8185-25c1-4941-bd7b-96e823c9f21f.json", lambda ev: rule(ev, "chart").update(chart_props=["titel"])):
+            f"{where}[1] key 'chart_props' names 'titel', which the metric does not read (it reads 'title', "})

@@ -345,7 +345,7 @@ class OSWorldEnv(Env):
         """Postconfig, then each metric on its getters' states. A metric failing on the
         agent's output scores 0; a step or getter that cannot run (SetupError) is the
         attempt's error: after the agent's turns it may be the agent's doing. A key that the
-        task file's rule lacks (``MalformedRule``) is the task's error, no score. A VM that
+        task file's rule or option lacks (``MalformedRule``) is the task's error, no score. A VM that
         broke under a getter (VMError) goes to the lease, which tells a VM killed from
         outside (retried) from one the task broke (sandbox_violation). As OSWorld's
         ``evaluate``, the metrics stop at the first that decides the score (a 0 under "and",
@@ -354,6 +354,7 @@ class OSWorldEnv(Env):
         decides = 0.0 if evaluator.get("conj", "and") == "and" else 1.0
         scores = []
         for func, result_cfg, expected_cfg, options in ev.normalized(evaluator):
+            options = task_rules(options)  # compare_table's rules: a key one lacks raises as a rule's
             try:
                 result = ev.GETTERS[result_cfg["type"]](self, result_cfg)
                 if expected_cfg:  # OSWorld passes the expected state only when there is one

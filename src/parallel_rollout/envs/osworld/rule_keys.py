@@ -25,7 +25,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["RULE_GETTERS", "RULE_SHAPES", "MalformedRule", "RuleShape", "rule_problem", "task_rules"]
+__all__ = ["RULE_GETTERS", "RULE_SHAPES", "MalformedRule", "RuleShape", "rule_problem", "shape_problem", "task_rules"]
 
 #: the expected getters whose state is the task file's ``rules``
 RULE_GETTERS = ("rule", "rule_relativeTime")
@@ -34,14 +34,17 @@ RULE_GETTERS = ("rule", "rule_relativeTime")
 @dataclass(frozen=True)
 class RuleShape:
     """The rule a metric reads: its container, the keys it needs, at least one of ``any_of``
-    (a metric that reads each with a default: a rule of none checks nothing), the keys each
-    ``type`` value needs (other values are refused), and the keys that must be lists."""
+    (a metric that reads each with a default: a rule of none checks nothing), what each
+    ``type`` value adds (the keys it needs, or a shape of its own; other values are refused),
+    the keys that must be lists (a string would be iterated a letter at a time) and those that
+    must be objects."""
 
     needs: tuple[str, ...] = ()
     any_of: tuple[str, ...] = ()
-    by_type: dict[str, tuple[str, ...]] | None = None
+    by_type: dict[str, tuple[str, ...] | RuleShape] | None = None
     lists: tuple[str, ...] = ()
     container: type = dict
+    objects: tuple[str, ...] = ()
 
 
 def _needs(*keys: str, lists: tuple[str, ...] = ()) -> RuleShape:
@@ -110,10 +113,16 @@ def rule_problem(func: str, rules: Any) -> str | None:
     shape = RULE_SHAPES.get(func)
     if shape is None:
         return None
+    return shape_problem(shape, rules) or _nested_problem(func, rules)
+
+
+def shape_problem(shape: RuleShape, rules: Any) -> str | None:
+    """What a metric reading ``shape`` cannot read in ``rules`` (a task file's), or None:
+    the one check of a metric's rule and of a rule nested in its options (compare_table's)."""
     if not isinstance(rules, shape.container):
         return f"must be {_kind(shape.container())}, not {_kind(rules)}"
     if shape.container is not dict:
-        return _nested_problem(func, rules)
+        return None
     for key in shape.needs:
         if key not in rules:
             return f"needs the key {key!r}"
@@ -124,13 +133,15 @@ def rule_problem(func: str, rules: Any) -> str | None:
         if not isinstance(kind, str) or kind not in shape.by_type:
             known = ", ".join(repr(name) for name in shape.by_type)
             return f"has the type {kind!r}, which the metric does not read (it reads {known})"
-        for key in shape.by_type[kind]:
-            if key not in rules:
-                return f"of type {kind!r} needs the key {key!r}"
-    for key in shape.lists:
-        if key in rules and not isinstance(rules[key], list):
-            return f"key {key!r} must be a list, not {_kind(rules[key])}"
-    return _nested_problem(func, rules)
+        typed = shape.by_type[kind]
+        problem = shape_problem(typed if isinstance(typed, RuleShape) else RuleShape(needs=typed), rules)
+        if problem:
+            return f"of type {kind!r} {problem}"
+    for keys, container in ((shape.lists, list), (shape.objects, dict)):
+        for key in keys:
+            if key in rules and not isinstance(rules[key], container):
+                return f"key {key!r} must be {_kind(container())}, not {_kind(rules[key])}"
+    return None
 
 
 def _a11y_problem(rules: list) -> str | None:

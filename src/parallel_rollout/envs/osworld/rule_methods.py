@@ -9,7 +9,10 @@ where the task file was wrong; so was a value rule without its ``method`` (the t
 grading, a 0 in ``compare_table``) and a ``sheet_fuzzy`` check without the ``range`` or a
 ``type`` it reads. :func:`value_rules_problem` and :func:`table_rules_problem`
 name the first such piece (the caller names the file and the metric); a method or key in
-the shapes OSWorld's own 369 tasks use is never refused.
+the shapes OSWorld's own 369 tasks use is never refused. A compare_table rule's shape is
+:data:`TABLE_RULE`, read by ``rule_keys.shape_problem`` as a rule getter's is; at grading the
+env hands the metric its options as ``rule_keys.task_rules``, so a key the load did not know
+to check is the task's error, not the agent's 0.
 """
 
 from __future__ import annotations
@@ -17,7 +20,10 @@ from __future__ import annotations
 import re
 from typing import Any, Iterator
 
-__all__ = ["METHODS", "TABLE_RULE_KEYS", "method_problem", "table_rules_problem", "value_rules_problem"]
+from .metrics import xlsx
+from .rule_keys import RuleShape, shape_problem
+
+__all__ = ["METHODS", "TABLE_RULE", "method_problem", "table_rules_problem", "value_rules_problem"]
 
 #: match_value's methods named in full; ``re[.FLAG…]``, ``approx:<tolerance>`` and
 #: ``range.<l><r>`` are read by their prefix
@@ -25,12 +31,18 @@ METHODS = ("eq", "ne", "lt", "le", "gt", "ge", "spreadsheet_range", "str_list_eq
 _KNOWN = ", ".join((*METHODS[:6], "re[.FLAG…]", "approx:TOLERANCE", "range.XY", *METHODS[6:]))
 
 _PAIR = ("sheet_idx0", "sheet_idx1")
-#: compare_table's rule type -> the keys it reads without a default
-TABLE_RULE_KEYS: dict[str, tuple[str, ...]] = {
-    "sheet_name": (), "sheet_data": _PAIR, "sheet_print": _PAIR, "sheet_fuzzy": (*_PAIR, "rules"),
-    "sparkline": _PAIR, "chart": _PAIR, "style": _PAIR, "freeze": _PAIR, "row_props": _PAIR,
-    "col_props": _PAIR, "filter": _PAIR, "pivot_table": _PAIR, "zoom": ("sheet_idx", "method"),
-    "data_validation": ("sheet_idx", "dv_props"), "check_cell": ("sheet_idx", "coordinate", "props")}
+_PROPS = RuleShape(needs=_PAIR, lists=("props",))
+#: compare_table's rule: its type -> the keys it reads without a default, and the keys that
+#: must be lists or objects (a string's letters were read one by one, or raised for a 0)
+TABLE_RULE = RuleShape(needs=("type",), by_type={
+    "sheet_name": (), "sheet_data": _PAIR, "sheet_print": _PAIR,
+    "sheet_fuzzy": RuleShape(needs=(*_PAIR, "rules"), lists=("rules",)), "sparkline": _PAIR,
+    "chart": RuleShape(needs=_PAIR, lists=("chart_props",)), "style": _PROPS, "freeze": _PAIR, "row_props": _PROPS,
+    "col_props": _PROPS, "filter": _PAIR, "pivot_table": RuleShape(needs=_PAIR, lists=("pivot_props",)),
+    "zoom": ("sheet_idx", "method"), "data_validation": RuleShape(needs=("sheet_idx", "dv_props"), lists=("dv_props",)),
+    "check_cell": RuleShape(needs=("sheet_idx", "coordinate", "props"), objects=("props",))})
+#: a rule's key -> the names the metric reads in it (cell styles, chart and pivot properties)
+_NAMES = {"chart_props": xlsx.CHART_PROPS, "pivot_props": xlsx.PIVOT_PROPS}
 #: a sheet index that is no number: R(esult) or E(xpected), then I(ndex) or N(ame)
 _SHEET_PREFIXES = ("RI", "RN", "EI", "EN")
 
@@ -125,6 +137,28 @@ def _sheet_problem(rule: dict, key: str) -> str | None:
     return f"key {key!r} is {index!r}, no sheet index (a number, or RI0, RNSheet1, EI0, ENSheet1)"
 
 
+def _names_problem(rule: dict) -> str | None:
+    """A cell style, chart or pivot property of a rule that the metric does not read, or a
+    value rule of check_cell's or data_validation's that is no object."""
+    kind = rule["type"]
+    named = {key: names for key, names in _NAMES.items() if key in rule}
+    if kind in ("style", "check_cell"):
+        named["props"] = xlsx.CELL_STYLES if kind == "style" else ("value", *xlsx.CELL_STYLES)
+    for key, names in named.items():
+        bad = next((name for name in rule[key] if name not in names), None)
+        if bad is not None:
+            return f"key {key!r} names {bad!r}, which the metric does not read (it reads {', '.join(map(repr, names))})"
+    groups = [("['props']", rule["props"])] if kind == "check_cell" else \
+        [(f"['dv_props'][{n}]", props) for n, props in enumerate(rule["dv_props"])] if kind == "data_validation" else []
+    for where, group in groups:
+        if not isinstance(group, dict):
+            return f"{where} must be an object, not {type(group).__name__}"
+        bad = next((name for name, value in group.items() if not isinstance(value, dict)), None)
+        if bad is not None:
+            return f"{where}[{bad!r}] must be an object (a value rule: method, ref), not {type(group[bad]).__name__}"
+    return None
+
+
 def table_rules_problem(func: str, options: dict) -> str | None:
     """What ``compare_table`` cannot read in ``options["rules"]``, or None."""
     if func != "compare_table":
@@ -135,13 +169,9 @@ def table_rules_problem(func: str, options: dict) -> str | None:
             "options 'rules' must be a non-empty list"
     for index, rule in enumerate(rules):
         where = f"options 'rules'[{index}]"
-        if not isinstance(rule, dict) or not isinstance(rule.get("type"), str) or rule["type"] not in TABLE_RULE_KEYS:
-            kind = rule.get("type") if isinstance(rule, dict) else None
-            return f"{where} has the type {kind!r}, which the metric does not read (it reads " \
-                   f"{', '.join(map(repr, TABLE_RULE_KEYS))})"
-        for key in TABLE_RULE_KEYS[rule["type"]]:
-            if key not in rule:
-                return f"{where} of type {rule['type']!r} needs the key {key!r}"
+        problem = shape_problem(TABLE_RULE, rule) or _names_problem(rule)
+        if problem:
+            return f"{where} {problem}"
         problem = next((p for key in ("sheet_idx", *_PAIR) if key in rule
                         for p in [_sheet_problem(rule, key)] if p), None)
         if problem is None and rule["type"] == "sheet_fuzzy":

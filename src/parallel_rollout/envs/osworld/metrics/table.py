@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 
+from ..rule_keys import MalformedRule
 from . import xlsx
 from .rules import match_value
 
@@ -253,6 +254,8 @@ def _one_rule(books: _Books, rule: dict) -> bool | None:
     if kind == "check_cell":
         try:
             return _check_cell(books, rule)
+        except MalformedRule:  # the task file's rule lacks a key: its error, not the agent's 0
+            raise
         except Exception:
             return None
     raise NotImplementedError(f"unknown compare_table rule type {kind!r}")

@@ -90,6 +90,15 @@ def read_cell_value(path: str, sheet: str, coordinate: str) -> Any:
     return None
 
 
+#: the names each reader below reads (cell_style raises on another; charts and pivot_tables
+#: compared nothing for one they do not know): a task file's other name is refused at load
+CELL_STYLES = ("number_format", "font_name", "font_family", "font_bold", "font_italic", "font_underline",
+               "font_size", "font_color", "fill_type", "bgcolor", "fgcolor", "hyperlink", "merge")
+CHART_PROPS = ("title", "legend", "anchor", "width", "height", "type", "direction", "xtitle", "ytitle", "ztitle")
+PIVOT_PROPS = ("name", "show_total", "show_empty_row", "show_empty_col", "show_headers", "location", "filter",
+               "selection", "ordered", "col_fields", "row_fields", "data_fields", "data_fields_name")
+
+
 def cell_style(prop: str, cell, differential=None) -> Any:
     """One style property of an openpyxl cell, or the one a conditional format's
     differential style gives it; ``None`` for an empty cell."""
