@@ -298,3 +298,38 @@ def test_a_compare_table_rule_of_the_wrong_shape_or_a_name_it_does_not_read_is_r
             f"{where}[0] of type 'chart' key 'chart_props' must be a list, not a string",
         broken("3a7c8185-25c1-4941-bd7b-96e823c9f21f.json", lambda ev: rule(ev, "chart").update(chart_props=["titel"])):
             f"{where}[1] key 'chart_props' names 'titel', which the metric does not read (it reads 'title', "})
+
+
+def test_a_compare_table_rule_key_its_type_does_not_read_is_refused_at_load(tmp_path):
+    """A compare_table rule's key that its type does not read, a typo of one it reads with a
+    default (``precison``, ``chart_prop``, a fuzzy check's ``ignore_cse``), was ignored: the
+    check it meant to switch ran as if unset and the score was wrong with nothing saying why;
+    a zoom rule without its ``ref`` compared the zoom with None (OSWorld's raised). Each is
+    refused as the folder loads (exit 2), naming the key and the nearest one the type reads,
+    on copies of real Calc tasks (the 369 real ones still load: tests/test_osworld_taskset)."""
+    from test_osworld_folder_cli import copied
+
+    folder = copied(tmp_path)
+
+    def broken(path: str, change) -> Path:
+        return broken_copy(folder, path, change)
+
+    def rule(evaluator, kind: str) -> dict:
+        return next(r for r in evaluator["options"]["rules"] if r["type"] == kind)
+
+    where = "evaluator metric 'compare_table': its options 'rules'"
+    calc = "libreoffice_calc/"
+    assert_refused(folder, {
+        broken(calc + "8b1ce5f2-59d2-4dcc-b0b0-666a714b9a14.json", lambda ev: rule(ev, "sheet_data").update(precison=2)):
+            f"{where}[0] of type 'sheet_data' has the key 'precison', which the metric does not read "
+            "(did you mean 'precision'?)",
+        broken(calc + "12382c62-0cd1-4bf2-bdc8-1d20bf9b2371.json",
+               lambda ev: rule(ev, "chart").update(chart_prop=rule(ev, "chart").pop("chart_props"))):
+            f"{where}[0] of type 'chart' has the key 'chart_prop', which the metric does not read "
+            "(did you mean 'chart_props'?)",
+        broken(calc + "1334ca3e-f9e3-4db8-9ca7-b4c653be7d17.json", lambda ev: rule(ev, "zoom").pop("ref")):
+            f"{where}[0] of type 'zoom' needs the key 'ref'",
+        broken("multi_apps/b5062e3e-641c-4e3a-907b-ac864d2e7652.json",
+               lambda ev: rule(ev, "sheet_fuzzy")["rules"][1].update(ignore_cse=True)):
+            f"{where}[0] ['rules'][1] has the key 'ignore_cse', which the metric does not read "
+            "(did you mean 'ignore_case'?)"})

@@ -21,6 +21,7 @@ metric raising here scores the agent 0 (its output may be what made it raise). S
 
 from __future__ import annotations
 
+import difflib
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -37,7 +38,8 @@ class RuleShape:
     (a metric that reads each with a default: a rule of none checks nothing), what each
     ``type`` value adds (the keys it needs, or a shape of its own; other values are refused),
     the keys that must be lists (a string would be iterated a letter at a time) and those that
-    must be objects."""
+    must be objects; a shape whose ``optional`` keys are given reads no others (a typo of one
+    was ignored, the check it meant to switch run as if unset), else any key is taken."""
 
     needs: tuple[str, ...] = ()
     any_of: tuple[str, ...] = ()
@@ -45,6 +47,7 @@ class RuleShape:
     lists: tuple[str, ...] = ()
     container: type = dict
     objects: tuple[str, ...] = ()
+    optional: tuple[str, ...] | None = None
 
 
 def _needs(*keys: str, lists: tuple[str, ...] = ()) -> RuleShape:
@@ -116,9 +119,10 @@ def rule_problem(func: str, rules: Any) -> str | None:
     return shape_problem(shape, rules) or _nested_problem(func, rules)
 
 
-def shape_problem(shape: RuleShape, rules: Any) -> str | None:
-    """What a metric reading ``shape`` cannot read in ``rules`` (a task file's), or None:
-    the one check of a metric's rule and of a rule nested in its options (compare_table's)."""
+def shape_problem(shape: RuleShape, rules: Any, also: tuple[str, ...] = ()) -> str | None:
+    """What a metric reading ``shape`` (and the keys ``also``) cannot read in ``rules`` (a task
+    file's), or None: the one check of a metric's rule and of a rule nested in its options
+    (compare_table's)."""
     if not isinstance(rules, shape.container):
         return f"must be {_kind(shape.container())}, not {_kind(rules)}"
     if shape.container is not dict:
@@ -134,14 +138,27 @@ def shape_problem(shape: RuleShape, rules: Any) -> str | None:
             known = ", ".join(repr(name) for name in shape.by_type)
             return f"has the type {kind!r}, which the metric does not read (it reads {known})"
         typed = shape.by_type[kind]
-        problem = shape_problem(typed if isinstance(typed, RuleShape) else RuleShape(needs=typed), rules)
+        problem = shape_problem(typed if isinstance(typed, RuleShape) else RuleShape(needs=typed), rules,
+                                (*also, *_named(shape)))
         if problem:
             return f"of type {kind!r} {problem}"
     for keys, container in ((shape.lists, list), (shape.objects, dict)):
         for key in keys:
             if key in rules and not isinstance(rules[key], container):
                 return f"key {key!r} must be {_kind(container())}, not {_kind(rules[key])}"
+    if shape.optional is not None:
+        known = [*also, *_named(shape)]
+        for key in rules:
+            if key not in known:
+                near = difflib.get_close_matches(str(key), known, n=1)
+                hint = f"did you mean {near[0]!r}?" if near else f"it reads {', '.join(map(repr, known))}"
+                return f"has the key {key!r}, which the metric does not read ({hint})"
     return None
+
+
+def _named(shape: RuleShape) -> tuple[str, ...]:
+    """The keys a shape names (its ``type``'s own are the typed shape's)."""
+    return (*shape.needs, *shape.any_of, *shape.lists, *shape.objects, *(shape.optional or ()))
 
 
 def _a11y_problem(rules: list) -> str | None:

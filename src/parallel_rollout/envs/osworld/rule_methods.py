@@ -23,7 +23,7 @@ from typing import Any, Iterator
 from .metrics import xlsx
 from .rule_keys import RuleShape, shape_problem
 
-__all__ = ["METHODS", "TABLE_RULE", "method_problem", "table_rules_problem", "value_rules_problem"]
+__all__ = ["FUZZY_CHECK", "METHODS", "TABLE_RULE", "method_problem", "table_rules_problem", "value_rules_problem"]
 
 #: match_value's methods named in full; ``re[.FLAG…]``, ``approx:<tolerance>`` and
 #: ``range.<l><r>`` are read by their prefix
@@ -31,16 +31,26 @@ METHODS = ("eq", "ne", "lt", "le", "gt", "ge", "spreadsheet_range", "str_list_eq
 _KNOWN = ", ".join((*METHODS[:6], "re[.FLAG…]", "approx:TOLERANCE", "range.XY", *METHODS[6:]))
 
 _PAIR = ("sheet_idx0", "sheet_idx1")
-_PROPS = RuleShape(needs=_PAIR, lists=("props",))
-#: compare_table's rule: its type -> the keys it reads without a default, and the keys that
-#: must be lists or objects (a string's letters were read one by one, or raised for a 0)
+_PAIRED = RuleShape(needs=_PAIR, optional=())
+_PROPS = RuleShape(needs=_PAIR, lists=("props",), optional=())
+#: compare_table's rule: its type -> the keys it reads without a default, those it reads with
+#: one (a key of neither is refused: a typo, ``precison``, was ignored) and those that must
+#: be lists or objects (a string's letters were read one by one, or raised for a 0)
 TABLE_RULE = RuleShape(needs=("type",), by_type={
-    "sheet_name": (), "sheet_data": _PAIR, "sheet_print": _PAIR,
-    "sheet_fuzzy": RuleShape(needs=(*_PAIR, "rules"), lists=("rules",)), "sparkline": _PAIR,
-    "chart": RuleShape(needs=_PAIR, lists=("chart_props",)), "style": _PROPS, "freeze": _PAIR, "row_props": _PROPS,
-    "col_props": _PROPS, "filter": _PAIR, "pivot_table": RuleShape(needs=_PAIR, lists=("pivot_props",)),
-    "zoom": ("sheet_idx", "method"), "data_validation": RuleShape(needs=("sheet_idx", "dv_props"), lists=("dv_props",)),
-    "check_cell": RuleShape(needs=("sheet_idx", "coordinate", "props"), objects=("props",))})
+    "sheet_name": RuleShape(optional=()),
+    # ignore_case: 3a93cae4's sheet_data rules carry it, which neither OSWorld's metric nor this reads
+    "sheet_data": RuleShape(needs=_PAIR, optional=("precision", "ignore_case")),
+    "sheet_print": RuleShape(needs=_PAIR, optional=("ignore_case",)),
+    "sheet_fuzzy": RuleShape(needs=(*_PAIR, "rules"), lists=("rules",), optional=()), "sparkline": _PAIRED,
+    "chart": RuleShape(needs=_PAIR, lists=("chart_props",), optional=()), "style": _PROPS, "freeze": _PAIRED,
+    "row_props": _PROPS, "col_props": _PROPS, "filter": _PAIRED,
+    "pivot_table": RuleShape(needs=_PAIR, lists=("pivot_props",), optional=()),
+    "zoom": RuleShape(needs=("sheet_idx", "method", "ref"), optional=()),  # OSWorld's raised without its ref
+    "data_validation": RuleShape(needs=("sheet_idx", "dv_props"), lists=("dv_props",), optional=()),
+    "check_cell": RuleShape(needs=("sheet_idx", "coordinate", "props"), objects=("props",), optional=())})
+#: a sheet_fuzzy rule's check of a cell range
+FUZZY_CHECK = RuleShape(needs=("range", "type"), lists=("normalization",), optional=(
+    "trim_leadings", "trim_trailings", "ignore_chars", "ignore_case", "threshold"))
 #: a rule's key -> the names the metric reads in it (cell styles, chart and pivot properties)
 _NAMES = {"chart_props": xlsx.CHART_PROPS, "pivot_props": xlsx.PIVOT_PROPS}
 #: a sheet index that is no number: R(esult) or E(xpected), then I(ndex) or N(ame)
@@ -101,11 +111,9 @@ def _fuzzy_problem(checks: Any) -> str | None:
         return "key 'rules' must be a non-empty list"
     for index, check in enumerate(checks):
         where = f"['rules'][{index}]"
-        if not isinstance(check, dict):
-            return f"{where} must be an object"
-        for key in ("range", "type"):
-            if key not in check:
-                return f"{where} needs the key {key!r}"
+        problem = shape_problem(FUZZY_CHECK, check)
+        if problem:
+            return f"{where} {problem}"
         if check["type"] not in FUZZY_TYPES:
             return f"{where} has the type {check['type']!r}, which sheet_fuzzy does not read " \
                    f"(it reads {', '.join(map(repr, FUZZY_TYPES))})"
