@@ -19,6 +19,8 @@ def rl_config(tmp_path: Path, server: LLMServer, **changes) -> RunConfig:
                   num_rollouts=2, envs_per_worker=4, output_dir=str(tmp_path / "out"), progress=False,
                   task_timeout=120.0, max_retries=2, api_timeout_s=30.0)
     values.update(changes)
+    if values["model"] not in server.models:  # it serves the model asked for, as vLLM lists its served name
+        server.models.append(values["model"])  # (the scheduler's endpoint check reads GET /models)
     return RunConfig(**values)
 
 

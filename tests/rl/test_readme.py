@@ -31,6 +31,7 @@ def test_the_readme_trainer_snippet_runs(tmp_path):
     for printed in ('"http://127.0.0.1:8000/v1"', 'output_dir="results"', "    main()\n"):
         assert printed in code
     server = LLMServer(policy=random_moves(seed=0)).start()
+    server.models.append("policy")  # the snippet's model: its first get_batch asks GET /models for it
     code = (code.replace("http://127.0.0.1:8000/v1", server.url)
             .replace('output_dir="results"', f"output_dir={str(tmp_path / 'results')!r}")
             .replace("    main()\n", "    main(steps=1, eval_every=1)\n"))

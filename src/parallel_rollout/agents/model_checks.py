@@ -73,27 +73,31 @@ def check_agent(config: Any, agent_cls: Any) -> None:
         plugin_call(f"agent {config.agent!r}: check_config", own, config)
 
 
-def probe_endpoint(config: Any) -> str:
+def probe_endpoint(config: Any, models_required: bool = False) -> str:
     """``--check-endpoint`` for an agent that may call the model: GET /models of every server
     its model client would call; a note on what answered, or ConfigError naming the one that
     is unusable (unreachable, the key missing or refused, a model list without --model).
 
     A fleet's server that refuses the run's key, path or model, or does not answer, is what
     the run takes out of its rotation and goes on without: a warning naming it, while another
-    server serves; a problem only when none serves, as the run then stops (exit 2)."""
+    server serves; a problem only when none serves, as the run then stops (exit 2): a
+    ``ServerUnreachable`` when none answered. ``models_required``: see ``probe_models``."""
     urls = openai_request.resolve_base_urls(config.base_url)
     notes, refused = [], []
     for url in urls:
         try:
-            notes.append(openai_request.probe_models(url, config.model, agent=config.agent))
+            notes.append(openai_request.probe_models(url, config.model, agent=config.agent,
+                                                      models_required=models_required))
         except openai_request.ServerRefused as exc:
             if len(urls) == 1:
                 raise
             refused.append(exc)
     if refused and not notes:
         fixes = list(dict.fromkeys(exc.fix for exc in refused))
-        raise ConfigError("no server of the fleet serves the run, which would stop at its first request: "
-                          + "; ".join(exc.answer for exc in refused) + "; " + "; ".join(fixes))
+        none_up = all(isinstance(exc, openai_request.ServerUnreachable) for exc in refused)
+        raise (openai_request.ServerUnreachable if none_up else openai_request.ServerRefused)(
+            ", ".join(urls), "no server of the fleet serves the run, which would stop at its first request: "
+            + "; ".join(exc.answer for exc in refused), "; ".join(fixes))
     for exc in refused:
         log.warning("%s; the run takes this server out of its rotation and goes on at the %d other(s) of "
                     "the fleet (to use it too, fix that there, or leave it out of --base-url)",

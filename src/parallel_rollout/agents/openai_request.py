@@ -236,6 +236,11 @@ class ServerRefused(ConfigError):
         self.url, self.answer, self.fix = url, answer, fix
 
 
+class ServerUnreachable(ServerRefused):
+    """``probe_models``: nothing answered (a refused connection, no answer in time), or, when
+    a model list is required, a 5xx: a server not (yet) up, unlike one that answers wrongly."""
+
+
 def _answers(url: str, key: str, timeout: float) -> bool:
     """Whether GET ``url`` answers 200 (with the key)."""
     request = urllib.request.Request(url, headers={"Authorization": f"Bearer {key}"})
@@ -246,10 +251,13 @@ def _answers(url: str, key: str, timeout: float) -> bool:
         return False
 
 
-def probe_models(url: str, model: str, timeout: float = PROBE_TIMEOUT_S, agent: str = "openai") -> str:
+def probe_models(url: str, model: str, timeout: float = PROBE_TIMEOUT_S, agent: str = "openai",
+                 models_required: bool = False) -> str:
     """GET ``{url}/models`` as the client would (with the key): a note on what answered, or
     ConfigError saying why the endpoint is unusable (the key missing; unreachable, no answer in
-    time, the key refused, a model list without ``model``: ``ServerRefused``)."""
+    time: ``ServerUnreachable``; the key refused, a model list without ``model``:
+    ``ServerRefused``). ``models_required``: an answer that is no model list (a 404, an HTML
+    page: no OpenAI-compatible server there) is refused too, and a 5xx is a server not up."""
     if "unix" in urlsplit(url).scheme:
         return f"{url}: a unix socket, not probed"
     key = api_key(url)
@@ -266,18 +274,31 @@ def probe_models(url: str, model: str, timeout: float = PROBE_TIMEOUT_S, agent: 
             # every request of the run would be a 404 (EndpointRefused): the path, not the server
             raise ServerRefused(url, f"{url} has no /models (HTTP 404) but {url.rstrip('/')}/v1 has: the API is under /v1 "
                                 "there", f"give --base-url {url.rstrip('/')}/v1") from None
+        if models_required:
+            refused = ServerUnreachable if exc.code >= 500 else ServerRefused
+            raise refused(url, f"{url}/models answered HTTP {exc.code}: {_gist(exc.read(2000))}",
+                          "check that an OpenAI-compatible server (vLLM, SGLang …) runs there") from None
         # some servers have no /models; one that answers at all is reachable
         return f"{url} answers (GET /models: HTTP {exc.code})"
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
-        raise ServerRefused(url, f"the model endpoint {url} is not reachable (GET /models: {reason})",
-                            "check that it runs there") from None
+        raise ServerUnreachable(url, f"the model endpoint {url} is not reachable (GET /models: {reason})",
+                                "check that it runs there") from None
     try:
         ids = [str(m.get("id")) for m in json.loads(body).get("data", []) if isinstance(m, dict)]
     except (ValueError, AttributeError):
+        if models_required:
+            raise ServerRefused(url, f"{url}/models answered no model list: {_gist(body)}",
+                                "check that an OpenAI-compatible server (vLLM, SGLang …) runs there") from None
         return f"{url} answers (GET /models: not a model list)"
     if ids and model not in ids:  # its requests would be answered 404: EndpointRefused
         listed = ", ".join(ids[:10]) + (f" and {len(ids) - 10} more" if len(ids) > 10 else "")
         raise ServerRefused(url, f"{url} does not list the model {model!r} (--model): it lists {listed}",
                             "give --model one of them")
     return f"{url} answers with {len(ids)} model(s)"
+
+
+def _gist(body: bytes) -> str:
+    """The start of an answer's body, on one line, for an error."""
+    text = " ".join(body.decode("utf-8", "replace").split())
+    return repr(text[:160] + ("…" if len(text) > 160 else "")) if text else "an empty body"

@@ -53,6 +53,7 @@ from .callers import TakingTurns
 from .chosen import ChosenBatches
 from .config import (EnvManagerConfig, check_count, check_run_config, load_tags, resolve_task_set, whole_number,
                      whole_ratio)
+from .endpoint_check import EndpointCheck, endpoints
 from .generation import COUNTERS, GroupGeneration
 from .groups import Group, GroupFilter, Trajectory, check_group_filter
 from .metrics import batch_metrics
@@ -97,7 +98,8 @@ class RolloutScheduler(ChosenBatches, GroupGeneration, ReadyBatches, TakingTurns
                  max_filtered_groups: int | None = None, filter_fallback: str = "raise",
                  max_version_lag: int | None = None, stale_versions: str = "drop",
                  task_source: TaskSource | None = None, batch_partition: list[float] | None = None,
-                 sampling: dict[str, Any] | None = None, _shared: SharedEngine | None = None) -> None:
+                 sampling: dict[str, Any] | None = None, check_endpoint: bool = True,
+                 _shared: SharedEngine | None = None) -> None:
         # Every argument is checked before anything starts or joins an engine: a ConfigError
         # must leave no engine running and no half-made scheduler among its siblings.
         if _shared is None:  # it starts the engine, whose helper processes import the script again
@@ -121,7 +123,7 @@ class RolloutScheduler(ChosenBatches, GroupGeneration, ReadyBatches, TakingTurns
         self.group_filter = group_filter
         #: bounds on a get_batch: its timeout, groups failed in a row, groups filtered (budget)
         self._budget = BatchBudget(max_failed_groups, max_filtered_groups, filter_fallback,
-                                   endpoint=_endpoints(run_config.base_url))
+                                   endpoint=endpoints(run_config.base_url))
         self.name = check_scheduler_name(name)
         self.seed = whole_number_from("seed", seed, 0, "")
         #: this scheduler's sampling overrides (validation at temperature 0 …), sent with
@@ -155,6 +157,9 @@ class RolloutScheduler(ChosenBatches, GroupGeneration, ReadyBatches, TakingTurns
             run_config, self.modes, max_concurrent_rollouts=max_concurrent_rollouts,
             envs_per_worker=self.env_config.max_env_num_per_worker, tasks=self._tasks, task_files=task_files)
         try:
+            self._shared.endpoint_check = self._shared.endpoint_check or EndpointCheck(run_config, check_endpoint)
+            if not check_endpoint:  # the engine's endpoint, whichever scheduler says so
+                self._shared.endpoint_check.skip()
             self._init_state(max_version_lag, stale_versions)
         except BaseException:
             if self._owner:
@@ -238,9 +243,10 @@ class RolloutScheduler(ChosenBatches, GroupGeneration, ReadyBatches, TakingTurns
         next starts afresh. ``step``: a whole number >= 0, never below the last call's
         (ConfigError, and nothing changes); SchedulerSuspended when this thread suspended the
         gate and did not resume it (the call could never end). Calls from several threads
-        take turns (``callers``)."""
+        take turns (``callers``). The engine's first asks the model endpoint first (``endpoint_check``)."""
         self._check_call(step)  # what fails at once fails before waiting for a turn
         with self._turn(timeout):
+            self._shared.endpoint_check.check(timeout, self._shared.gate.replies)
             return self._get_batch(batch_size, step, timeout, tasks)
 
     def _get_batch(self, batch_size: Any, step: Any, timeout: float | None, tasks: list[Any] | None) -> list[Trajectory]:
@@ -489,8 +495,3 @@ class RolloutScheduler(ChosenBatches, GroupGeneration, ReadyBatches, TakingTurns
         if self._closed or self._shared.closed:
             raise SchedulerClosed(f"scheduler {self.name!r} is closed" if self._closed else
                                   f"scheduler {self.name!r}: its engine is closed (its first scheduler's close())")
-
-
-def _endpoints(base_url: str | list[str] | None) -> str:
-    """The model server(s) an error names."""
-    return ", ".join(base_url) if isinstance(base_url, list) else base_url or ""

@@ -51,6 +51,9 @@ class SharedEngine:
         #: each attempt tells its agent to withhold from a program of its own (the command
         #: agent's), as it withholds a run's --data: no file of the run names them
         self.task_files: tuple[str, ...] = ()
+        #: the model endpoint's check before the engine's first get_batch (``endpoint_check``),
+        #: made by the first scheduler
+        self.endpoint_check: Any = None
 
     def cluster(self) -> dict[str, Any]:
         """``{"ray": section}`` on ``--backend ray``: the nodes used so far, the lost ones with

@@ -1,0 +1,150 @@
+"""The model endpoint asked before an engine's first get_batch (rl/endpoint_check.py): a wrong
+URL is said at once, naming it and what came back, while a server that goes down after the
+first batch keeps the failure budget's patience (rl/budget.py)."""
+
+from __future__ import annotations
+
+import re
+import socket
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from llm_server import LLMServer
+from parallel_rollout.errors import ConfigError, RolloutError
+from parallel_rollout.rl import EnvManagerConfig
+from rl_support import TINY, lake_set, rl_config
+
+
+def _config(tmp_path, server, **changes):
+    # short patience, so the old code's path (retries, then the failure budget) ends quickly too
+    return rl_config(tmp_path, server, num_rollouts=1, envs_per_worker=2, max_retries=0, api_timeout_s=1.0, **changes)
+
+
+def _lakes(tmp_path):
+    return EnvManagerConfig(group_size=2, tags=["tiny"],
+                            task_sets=lake_set(tmp_path, count=2, name="tiny", desc=TINY, max_steps=2))
+
+
+class _Answering:
+    """A local HTTP server that answers every GET and POST with one status and body (a web
+    page, another service on the port): ``url`` as a base URL, like ``LLMServer``'s."""
+
+    def __init__(self, status: int, content_type: str, body: str) -> None:
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, format, *args):  # noqa: A002 - the base class's name
+                pass
+
+            def _answer(self):
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                data = body.encode()
+                self.send_response(status)
+                self.send_header("Content-Type", content_type)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            do_GET = do_POST = _answer
+
+        self.models: list[str] = []  # rl_config lists its model here; nothing serves it
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._httpd.daemon_threads = True
+        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self._thread.start()
+        self.url = f"http://127.0.0.1:{self._httpd.server_address[1]}/v1"
+
+    def stop(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join(5)
+
+
+class _Nothing:
+    """A loopback port nothing listens on (connection refused)."""
+
+    def __init__(self) -> None:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.url = f"http://127.0.0.1:{probe.getsockname()[1]}/v1"
+        self.models: list[str] = []
+
+
+PAGE = "<html><head><title>Grafana</title></head><body>Not found</body></html>"
+
+
+@pytest.mark.parametrize("status, content_type, body, says", [
+    (404, "text/html", PAGE, "answered HTTP 404: '<html><head><title>Grafana"),
+    (200, "text/html", PAGE, "answered no model list: '<html><head><title>Grafana"),
+    (401, "application/json", '{"error": "unauthorized"}', "refused the key (HTTP 401)"),
+], ids=["404-html", "html-page", "401-no-key"])
+def test_a_server_that_is_no_model_endpoint_is_named_before_any_group_starts(tmp_path, schedulers, status,
+                                                                               content_type, body, says):
+    """Another service on the port: the old code started groups and raised only after a
+    member failed (404 and 401: 'the run config's settings do not fit', in the CLI's words;
+    an HTML page: after max_failed_groups groups of retries)."""
+    server = _Answering(status, content_type, body)
+    try:
+        train = schedulers(_config(tmp_path, server), _lakes(tmp_path), max_failed_groups=3)
+        with pytest.raises(ConfigError) as caught:
+            train.get_batch(batch_size=2, step=0, timeout=60)
+        message = str(caught.value)
+        assert message.startswith("get_batch: the model endpoint check before the first batch: "), message
+        assert server.url in message and says in message, message
+        assert "check_endpoint=False" in message and "--" not in message, message  # its own words, not the CLI's
+        assert train.stats()["groups_started"] == 0
+    finally:
+        server.stop()
+
+
+def test_a_port_nothing_listens_on_is_named_after_the_calls_timeout_not_the_retries(tmp_path, schedulers):
+    """The old code ran groups against it (each member's retries) and raised 'N groups in a
+    row failed … is the model endpoint up?' only once max_failed_groups were spent: about
+    210 s with the default settings."""
+    nothing = _Nothing()
+    train = schedulers(_config(tmp_path, nothing), _lakes(tmp_path), max_failed_groups=3)
+    with pytest.raises(ConfigError) as caught:
+        train.get_batch(batch_size=2, step=0, timeout=2)  # the wait for a server still starting: 2 s
+    message = str(caught.value)
+    assert re.search(rf"the model endpoint {re.escape(nothing.url)} is not reachable \(GET /models: .*Connection "
+                     r"refused\) for 2 s \(get_batch's timeout, else 20 s", message), message
+    assert train.stats()["groups_started"] == 0
+
+
+def test_a_server_still_starting_within_the_wait_serves_the_first_batch(tmp_path, schedulers):
+    """Listening but not yet serving (a model still loading) when get_batch begins: it asks
+    again until the server answers, and the batch comes."""
+    server = LLMServer(policy=lambda body: {"reply": "<answer>Right</answer>"})  # bound, not serving yet
+    starter = threading.Timer(1.0, server.start)
+    try:
+        train = schedulers(_config(tmp_path, server), _lakes(tmp_path))
+        starter.start()
+        batch = train.get_batch(batch_size=2, step=0, timeout=60)
+        assert len(batch) == 2 and server.model_listings >= 1
+    finally:
+        starter.join()
+        server.stop()
+
+
+def test_a_server_down_after_the_first_batch_meets_the_failure_budget_not_the_check(tmp_path, schedulers):
+    """Once a batch came, the server going away (a restart) is met with the retries and
+    max_failed_groups, as the README describes, not with the check's error at once."""
+    server = LLMServer(policy=lambda body: {"reply": "<answer>Right</answer>"}).start()
+    train = schedulers(_config(tmp_path, server), _lakes(tmp_path), max_failed_groups=2)
+    assert len(train.get_batch(batch_size=2, step=0, timeout=60)) == 2
+    started = train.stats()["groups_started"]
+    server.stop()
+    with pytest.raises(RolloutError, match=r"groups in a row failed \(max_failed_groups=2\).*is the model endpoint "
+                                           rf"{re.escape(server.url)} up\?"):
+        train.get_batch(batch_size=2, step=1, timeout=60)
+    assert train.stats()["groups_started"] >= started + 2  # groups were tried against it
+
+
+def test_check_endpoint_false_leaves_a_lazily_started_server_the_budgets_patience(tmp_path, schedulers):
+    """A trainer that starts its policy server only later skips the check: its first
+    get_batch meets the retries and the failure budget, as before."""
+    nothing = _Nothing()
+    train = schedulers(_config(tmp_path, nothing), _lakes(tmp_path), max_failed_groups=2, check_endpoint=False)
+    with pytest.raises(RolloutError, match=r"groups in a row failed \(max_failed_groups=2\)"):
+        train.get_batch(batch_size=2, step=0, timeout=60)
+    assert train.stats()["groups_started"] >= 2
