@@ -80,7 +80,7 @@ def test_tags_resolve_to_task_sets(tmp_path):
     config = EnvManagerConfig(task_sets={"mine": TaskSet("gym", "frozenlake", tags=("8x8",))})
     assert resolve_task_set("FrozenLake", config, "shell", None).mode == "gym"
     assert resolve_task_set("math", config, "math", "m.jsonl") == TaskSet("math", "m.jsonl")
-    with pytest.raises(ConfigError, match="tag 'math' is a mode.*--mode gym"):
+    with pytest.raises(ConfigError, match="tag 'math' is a mode's name.*RunConfig.mode is 'gym'"):
         resolve_task_set("math", config, "gym", "frozenlake")
     with pytest.raises(ConfigError, match="unknown tag 'nope'.*task_sets"):
         resolve_task_set("nope", config, "gym", None)
@@ -134,6 +134,23 @@ def test_a_scheduler_of_a_mode_without_data_says_what_to_give(tmp_path):
     for fixed in (RunConfig(**config, data=datasets[0]), RunConfig(**config)):  # each fix it names
         with RolloutScheduler(fixed, EnvManagerConfig(tags=None if fixed.data else tags[:1])) as scheduler:
             assert scheduler.tags == ([fixed.mode] if fixed.data else tags[:1])
+
+@pytest.mark.parametrize("tag, builtin", [("math", ""), ("gym", ", or a built-in tag of gym: FrozenLake, ")])
+def test_a_tag_of_another_mode_is_refused_in_the_schedulers_terms(tmp_path, schedulers, tag, builtin):
+    """The error said "the run config is --mode math with --data None": CLI flags a trainer
+    never typed, about a RunConfig it made in Python. It names the field and the tag now."""
+    config = RunConfig(mode="math" if tag == "gym" else "gym", data=None, agent="openai", base_url="http://127.0.0.1:9/v1",
+                       model="m", num_rollouts=1, output_dir=str(tmp_path / "out"), progress=False)
+    with pytest.raises(ConfigError) as refused:
+        schedulers(config, EnvManagerConfig(tags=["FrozenLake", tag]))
+    message = str(refused.value)
+    assert message.startswith(f"EnvManagerConfig.tags: tag {tag!r} is a mode's name, which stands for that mode with "
+                              f"RunConfig.data, but RunConfig.mode is {config.mode!r} (data None); define the tag's "
+                              f"tasks in EnvManagerConfig(task_sets={{{tag!r}: TaskSet({tag!r}, 'tasks.jsonl')}})"
+                              f"{builtin}"), message
+    assert message.endswith(f"or give RunConfig(mode={tag!r}, data=...)") and "--" not in message, message
+    assert not (tmp_path / "out").exists()
+
 
 @pytest.mark.parametrize("changes, message", [
     ({"num_rollouts": 0}, "RunConfig: --num-rollouts must be at least 1"),

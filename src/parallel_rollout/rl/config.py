@@ -138,13 +138,20 @@ def resolve_task_set(tag: str, config: EnvManagerConfig, run_mode: str, run_data
         if tag == run_mode and run_data is None:
             raise ConfigError(_no_data(tag, config))
         if tag != run_mode:
-            raise ConfigError(f"tag {tag!r} is a mode, which stands for that mode with the run config's --data, "
-                              f"but the run config is --mode {run_mode} with --data {run_data}; define it in "
-                              f"EnvManagerConfig.task_sets={{{tag!r}: TaskSet({tag!r}, 'tasks.jsonl')}}")
+            raise ConfigError(f"EnvManagerConfig.tags: tag {tag!r} is a mode's name, which stands for that mode with "
+                              f"RunConfig.data, but RunConfig.mode is {run_mode!r} (data {run_data!r}); define the "
+                              f"tag's tasks in EnvManagerConfig(task_sets={{{tag!r}: TaskSet({tag!r}, 'tasks.jsonl')}})"
+                              f"{_builtin_tags(tag)}, or give RunConfig(mode={tag!r}, data=...)")
         return TaskSet(tag, run_data)
     known = sorted(set(config.task_sets) | set(BUILTIN_TASK_SETS) | set(mode_names()))
     raise ConfigError(f"unknown tag {tag!r}: define it in EnvManagerConfig.task_sets (or a [task_sets.{tag}] "
                       f"table of a TOML file); known: {', '.join(known)}")
+
+
+def _builtin_tags(mode: str) -> str:
+    """``, or a built-in tag of <mode>: …`` when the mode has any."""
+    tags = [name for name, task_set in BUILTIN_TASK_SETS.items() if task_set.mode == mode]
+    return f", or a built-in tag of {mode}: {', '.join(tags)}" if tags else ""
 
 
 def _no_data(mode: str, config: EnvManagerConfig) -> str:
