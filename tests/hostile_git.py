@@ -59,7 +59,7 @@ GIT_ROWS = {f"rig_check_git_{row}": ([REPO, f"{PROGRAM} && {CHEATS[row][0]}"], C
             for row in ("fsmonitor", "clean_filter", "textconv", "hooks_path", "pager", "include_path",
                         "xdg_ignore")}
 #: git by its path (`/usr/bin/git status`) was git without the wrapper, and ran the program the
-#: answer's repo config names; a process VM binds the wrappers' front over it (sandbox_argv.grading_fronts)
+#: answer's repo config names; every guest we make has the wrappers' front there (pool/providers/grading_fronts.py)
 SYSTEM_GIT = shutil.which("git", path="/usr/bin:/bin") or "/usr/bin/git"
 GIT_ROWS["rig_check_git_fsmonitor_by_path"] = (GIT_ROWS["rig_check_git_fsmonitor"][0],
                                                STATUS.replace("git status", f"{SYSTEM_GIT} status"), False)

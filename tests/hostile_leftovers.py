@@ -7,6 +7,7 @@ and py rows (:data:`LEFTOVER_PY_ROWS`).
 import shutil
 import textwrap
 
+from hostile_by_path import BY_PATH_PROGRAMS, BY_PATH_ROWS
 from hostile_python import PYTHON_HONEST, PYTHON_PROGRAMS, PYTHON_ROWS
 from parallel_rollout.guest.agent_grading import SYSTEM_PATH
 
@@ -128,6 +129,7 @@ LEFTOVER_ROWS["rig_check_npm_workspace"] = ([f"{NPM_SHELL} /tmp/.npmrc && echo '
                                              " > /tmp/package.json"], NPM_TEST, False)
 LEFTOVER_ROWS["rig_check_npmrc_from_home"] = ([f"{NPM_SHELL} ~/.npmrc"], "npm exec -c 'exit 3'", False)
 LEFTOVER_ROWS.update(PYTHON_ROWS)
+LEFTOVER_ROWS.update(BY_PATH_ROWS)
 #: npm ran with its wrapper's folder off PATH, so the `node t.js` of a test script was the system's
 #: node, which loads a module of ~/.node_modules (the node wrapper's is hidden): the answer's
 #: pr-hostile.js exited 0 for tests that fail; npm now runs with PATH as it was
@@ -265,6 +267,7 @@ LEFTOVER_PROGRAMS = {"rig_check_mavenrc": "mvn", "rig_check_mvn_config": "mvn", 
                      "rig_check_makefile_dated_ahead": "make", "rig_check_makefile_of_two_names": "make",
                      "rig_check_javac_processor": "javac", "rig_check_proverc": "prove", "rig_check_cmake_registry": "cmake"}
 LEFTOVER_PROGRAMS.update(PYTHON_PROGRAMS)
+LEFTOVER_PROGRAMS.update(BY_PATH_PROGRAMS)
 
 
 def on_system_path(program: str) -> str | None:

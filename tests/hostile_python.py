@@ -150,7 +150,7 @@ PYTHON_ROWS["rig_check_unittest_own_path"] = (PYTHON_ROWS["rig_check_unittest_ho
 #: paths (python3 -I or -E, env, pytest with a PYTHONPATH of its own) or with a PATH of its own ran
 #: them unwrapped, and the answer's ~/test_check/ package, ~/fractions.py, usercustomize.py or
 #: /tmp/pytest.ini passed its failing tests. A process VM binds the wrappers' fronts over env and
-#: the system python's sitecustomize.py (pool/providers/sandbox_argv.grading_fronts)
+#: the system python's sitecustomize.py, as the docker and qemu images have them (pool/providers/grading_fronts.py)
 SYSTEM_PYTHON = shutil.which("python3", path=SYSTEM_PATH) or "/usr/bin/python3"
 SYSTEM_ENV = shutil.which("env", path=SYSTEM_PATH) or "/usr/bin/env"
 PYTHON_ROWS["rig_check_unittest_isolated_by_path"] = (PYTHON_ROWS["rig_check_unittest_home_package"][0],

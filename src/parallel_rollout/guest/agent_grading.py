@@ -34,9 +34,10 @@ extension module beside it, and no bytecode older than its source there (``grade
 prove without ``~/.proverc`` (``--norc``), aspell without ``~/.aspell.conf`` or a personal word list, cmake without its user package registry
 (``~/.cmake/packages``), git running no program that the config of the repo it reads names (the
 answer's repo: ``core.fsmonitor``, filters, diff drivers, hooks …; ``git_no_programs.py``),
-each of which could make a wrong answer pass; a check's own options win. In a process VM the real
-paths of env, git and the system python's sitecustomize.py lead to the wrappers too (their fronts:
-``pool/providers/sandbox_argv.grading_fronts``), for a check that runs them by their paths.
+each of which could make a wrong answer pass; a check's own options win. In the process, docker
+and qemu guests the real paths of the wrapped programs (env, git, jq …) and of the system python's
+sitecustomize.py lead to the wrappers too (their fronts: ``pool/providers/grading_fronts.py``), for
+a check that runs them by their paths.
 The rest of the home is still read: node's ``node_modules`` of the folder it runs in (the
 home: ``node -e "require('x')"`` there loads ``~/node_modules/x``), Debian psql's
 ``~/.postgresqlrc`` (the server and database of a check that names neither), credentials

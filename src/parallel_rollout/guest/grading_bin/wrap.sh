@@ -14,8 +14,9 @@ while :; do
 done
 path=${path#:}
 PATH=${path%:}
-# a process VM binds the wrappers' fronts over some programs' real paths (/usr/bin/env, /usr/bin/git:
-# ./system_front), which would run the wrapper again: their system programs are found here first
+# every guest we make has the wrappers' fronts at their programs' real paths (/usr/bin/env,
+# /usr/bin/git, /usr/bin/jq …: ./system_front), which would run the wrapper again: their system
+# programs are found here first
 if [ -d /opt/system-originals ]; then PATH=/opt/system-originals:$PATH; fi
 unset path
 # made_by_the_check FILE [-L]: FILE is not there, or written since the grading command began,

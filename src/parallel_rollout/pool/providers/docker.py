@@ -88,7 +88,7 @@ from typing import Callable
 import psutil
 
 from ...errors import ConfigError, GuestUnreachable, ProviderUnavailable, VMError
-from . import docker_sweep, host_dirs, host_share, images, seccomp, verify
+from . import docker_sweep, grading_fronts, host_dirs, host_share, images, seccomp, verify
 from .base import Provider, ProviderOptions, VMInfo
 from .common import (LONG_VM_ID, check_name, checked_socket, make_vm_dir, new_pool_key, pool_folder, read_meta,
                      remove_run_dir_if_empty, secure_base_dir, start_ticks)
@@ -129,7 +129,7 @@ def image_tag(desktop: bool = False) -> str:
     """The guest image this version of the agent and recipe builds:
     ``parallel-rollout-guest:<key>``, or ``parallel-rollout-desktop:<key>`` with a desktop."""
     key = images.recipe_key("docker-guest", IMAGE_RECIPE_VERSION, images.guest_recipe(desktop),
-                            import_changes(desktop), images.guest_digest())
+                            import_changes(desktop), images.guest_digest(), grading_fronts.image_key())
     return f"{DESKTOP_IMAGE_REPO if desktop else IMAGE_REPO}:{key}"
 
 
@@ -236,6 +236,7 @@ class DockerProvider(SpareContainers, Provider):
         extra: dict[str, tuple[bytes | None, int]] = dict(images.guest_files())
         extra.update({GUEST_HOME: (None, 0o755), GUEST_SOCK_DIR: (None, 0o755)})
         extra.update(images.guest_user_files(rootfs, SANDBOX_UID))  # a desktop's bus needs it
+        extra.update(grading_fronts.tarball_files(rootfs))  # a check's /usr/bin/env, git … lead to the wrappers
         with tempfile.TemporaryDirectory(prefix="pr-docker-image-",
                                          dir=images.cache_dir()) as work:
             tarball = images.copy_with_extra_files(rootfs, Path(work) / "guest.tar", extra)

@@ -311,9 +311,9 @@ def guest_user_files(tarball: Path, uid: int) -> dict[str, tuple[bytes, int]]:
 
 
 def copy_with_extra_files(tarball: Path, dest: Path,
-                          files: dict[str, tuple[bytes | None, int]]) -> Path:
+                          files: dict[str, tuple[bytes | str | None, int]]) -> Path:
     """Copy ``tarball`` to ``dest`` and append ``files`` (path inside -> (content, mode);
-    content None makes a folder), creating their parent folders; return ``dest``. Used to
+    content None makes a folder, a str a link to it), creating their parent folders; return ``dest``. Used to
     add the guest agent. A file the tarball has already is replaced (``tar --delete`` first:
     ``docker import`` refuses a path twice)."""
     shutil.copyfile(tarball, dest)
@@ -338,8 +338,8 @@ def copy_with_extra_files(tarball: Path, dest: Path,
                     present.add(folder)
             entry = tarfile.TarInfo("./" + "/".join(parts))
             entry.mode, entry.mtime = mode, now
-            if content is None:
-                entry.type = tarfile.DIRTYPE
+            if content is None or isinstance(content, str):
+                entry.type, entry.linkname = (tarfile.DIRTYPE, "") if content is None else (tarfile.SYMTYPE, content)
                 archive.addfile(entry)
             else:
                 entry.size = len(content)

@@ -20,8 +20,8 @@
 **The boundary** (bwrap's command line: ``sandbox_argv.py``). Own pid, ipc, uts and
 network namespaces (only ``lo`` inside), system
 folders bound read-only, the host's secrets (``/etc/shadow`` and kin) replaced by empty
-files, ``env``, ``git`` and the guest python's ``sitecustomize.py`` by the grading wrappers' fronts (a
-grading command's process reaches the wrappers by those paths too: ``sandbox_argv.grading_fronts``), fresh ``/proc`` and ``/dev``, the sandbox's own root and ``/dev`` read-only once
+files, the wrapped programs (``env``, ``git``, ``jq`` …) and the guest python's ``sitecustomize.py`` by the grading wrappers' fronts (a
+grading command's process reaches the wrappers by those paths too: ``grading_fronts.py``), fresh ``/proc`` and ``/dev``, the sandbox's own root and ``/dev`` read-only once
 built, a clean environment, ``setsid``, and:
 
 * *no capabilities.* As root, bwrap keeps for the agent only what it needs to run commands as

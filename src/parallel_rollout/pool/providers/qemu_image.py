@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Callable
 
 from ...errors import ProviderUnavailable, VMError
-from . import images, seccomp
+from . import grading_fronts, images, seccomp
 from .qemu_guest_init import GUEST_INIT, GUEST_INIT_PATH, GUEST_SECCOMP_PATH, SANDBOX_UID
 
 QEMU_IMG = "qemu-img"
@@ -88,7 +88,7 @@ def image_dir(desktop: bool = False) -> Path:
 def image_inputs(desktop: bool = False) -> str:
     """Hash of what we put into an image; a built image with another hash is stale."""
     return images.recipe_key("qemu-image", IMAGE_VERSION, INITRD_INIT, GUEST_INIT,
-                             INITRD_MODULES, images.guest_recipe(desktop), images.guest_digest(),
+                             INITRD_MODULES, images.guest_recipe(desktop), images.guest_digest(), grading_fronts.image_key(),
                              hashlib.sha256(guest_seccomp()).hexdigest())
 
 
@@ -223,6 +223,7 @@ def _install_guest(tree: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(data)
         path.chmod(mode)
+    grading_fronts.install_in_tree(tree)  # a check's /usr/bin/env, git … lead to the wrappers
     if program := guest_seccomp():
         (tree / GUEST_SECCOMP_PATH.lstrip("/")).write_bytes(program)
     init = tree / GUEST_INIT_PATH.lstrip("/")

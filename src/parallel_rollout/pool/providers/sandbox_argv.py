@@ -16,11 +16,10 @@ What each option is for is ``process.py``'s module doc ("The boundary").
 from __future__ import annotations
 
 import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import images, sandbox_fs
+from . import grading_fronts, images, sandbox_fs
 
 #: the namespaces every sandbox (and the standby it boots from) gets of its own
 NAMESPACE_FLAGS = ("--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-net")
@@ -84,35 +83,6 @@ class SandboxSpec:
         if self.memory_mb is None:
             return size_mb
         return max(1, min(size_mb, self.memory_mb // 6))
-
-
-#: where a process VM keeps the system's programs that a grading front takes the place of
-#: (``grading_fronts``; the wrappers' ./system_front, ./system_sitecustomize.py and ./wrap.sh name it)
-SYSTEM_ORIGINALS = "/opt/system-originals"
-
-
-def grading_fronts(python: str) -> list[str]:
-    """Binds that make the real paths of env, git and the guest python's sitecustomize.py the
-    wrappers' fronts (grading_bin/system_front, system_sitecustomize.py: a grading command's
-    process goes to the wrappers, every other as before), the system's own beside them at
-    :data:`SYSTEM_ORIGINALS`. A grading command's ``/usr/bin/env -i …``, ``/usr/bin/git``,
-    ``/usr/bin/python3 -I`` and ``PYTHONPATH=src /usr/bin/pytest`` reached the system's programs past the wrappers, which
-    work through PATH and PYTHONPATH: no mount namespace of a grading command's own can do it
-    instead (seccomp refuses mount and unshare to every process of the sandbox, the agent too). A
-    python with no sitecustomize.py of its own (none in its read-only /usr to bind over) has none."""
-    real = os.path.realpath(python)
-    targets = {name: os.path.realpath(shutil.which(name, path="/usr/bin:/bin") or f"/usr/bin/{name}")
-               for name in ("env", "git")}
-    targets["sitecustomize.py"] = os.path.realpath(os.path.join(os.path.dirname(os.path.dirname(real)), "lib",
-                                                                os.path.basename(real), "sitecustomize.py"))
-    fronts = {"env": "system_front", "git": "system_front", "sitecustomize.py": "system_sitecustomize.py"}
-    binds = sandbox_fs.open_dirs(SYSTEM_ORIGINALS)
-    for name, target in targets.items():
-        # a multi-call binary (busybox) under the name is not that program alone: left as it is
-        if os.path.basename(target) == name and os.path.isfile(target):
-            binds += ["--ro-bind", target, f"{SYSTEM_ORIGINALS}/{name}",
-                      "--ro-bind", str(GRADING_BIN / fronts[name]), target]
-    return binds
 
 
 def agent_binds(spec: SandboxSpec) -> list[str]:
@@ -199,7 +169,7 @@ def folder_argv(spec: SandboxSpec, vm_id: str, vm_dir: Path,
         "--tmpfs", GUEST_HOME,
         # the guest's files (a desktop's shim and python among them) for its user too
         *sandbox_fs.open_dirs(os.path.dirname(images.GUEST_DIR), images.GUEST_DIR),
-        *grading_fronts(spec.python),
+        *grading_fronts.bwrap_binds(spec.python),
         *snapshot,
         # the agent's socket lives outside (its fd is passed in): nothing in here can
         # unlink it and bind its own; /run/guest is the sandbox's own scratch folder

@@ -1,0 +1,245 @@
+"""The grading wrappers' fronts at the real paths of a guest's programs, in the process, docker
+and qemu guests (every guest we build; a ``remote`` machine is the user's, and has none).
+
+The wrappers (``guest/grading_bin``) work through a grading command's PATH and PYTHONPATH, so a
+check that runs a program by its path (``/usr/bin/env -i …``, ``/usr/bin/git status``,
+``/usr/bin/jq``, ``/usr/bin/python3 -I``) or from a PATH of its own reached the system's program
+past them, and a wrong answer scored 1. In those guests the real path of each program that has a
+wrapper (:func:`fronted_programs`) is ``grading_bin/system_front``, and the guest python's own
+``sitecustomize.py`` is ``grading_bin/system_sitecustomize.py``: a grading command's process
+(``PARALLEL_ROLLOUT_GRADING_SINCE`` in its environment) goes to the wrapper, every other process
+to the system's program, kept at :data:`SYSTEM_ORIGINALS` under the name it was run by (the
+other names of a fronted program in the bin folders too: ``gmake`` of make, ``git-upload-pack``
+of git, ``pager`` of less). A mount namespace per grading command cannot do it instead: seccomp
+refuses mount and unshare to every process of a process VM, and a docker guest's agent has no
+CAP_SYS_ADMIN.
+
+One plan (:func:`plan`) from the guest's files as they are, three ways to lay it:
+
+* a process VM binds the fronts over the host's files and the originals beside them
+  (:func:`bwrap_binds`, at each boot);
+* a qemu image's tree gets them moved in place (:func:`install_in_tree`);
+* a docker image's tarball gets them as extra files (:func:`tarball_files`).
+
+Left as it is: a program whose real file is of another name (``vi`` of ``vim.basic``, psql of
+pg_wrapper, ``npm`` of ``npm-cli.js``: a multi-call program, or one an alternative names), one
+whose real file is outside ``/usr/bin`` and ``/bin`` (javac, mvn: they find their homes by their
+paths), one that finds its own files beside it (:data:`FINDS_ITSELF`), a hard link in an image's
+tarball, and python itself (the sitecustomize.py front leads a grading python to the rules; a
+front in python's place would move its ``sys.executable``).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import shutil
+import stat
+import tarfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable
+
+from . import images, sandbox_fs
+
+GRADING_BIN = images.GUEST_SOURCE_DIR / "grading_bin"
+#: where a guest keeps the system's programs that a grading front takes the place of (the
+#: wrappers' ./system_front, ./system_sitecustomize.py and ./wrap.sh name it)
+SYSTEM_ORIGINALS = "/opt/system-originals"
+#: the fronts, in grading_bin
+PROGRAM_FRONT = "system_front"
+SITECUSTOMIZE_FRONT = "system_sitecustomize.py"
+#: programs of grading_bin without a front of their own: python's (see the module doc), the
+#: helper git runs (no system program of that name), the front itself
+NOT_FRONTED = ("python", "python3", "git_external_diff", PROGRAM_FRONT)
+#: programs that find their own files by their path, which a move to SYSTEM_ORIGINALS loses:
+#: left without a front
+FINDS_ITSELF = {"cmake": "its CMAKE_ROOT is found beside its executable (empty when moved)",
+                "valgrind": "Debian's is a script that runs $0.bin"}
+#: where a fronted program is looked for, and the folders whose other names of it are kept
+PROGRAM_FOLDERS = ("/usr/bin", "/bin")
+NAME_FOLDERS = ("/usr/bin", "/bin", "/usr/sbin", "/sbin", "/usr/local/bin")
+
+
+def fronted_programs() -> tuple[str, ...]:
+    """Every program of grading_bin that a guest fronts: each wrapper but python's."""
+    return tuple(sorted(path.name for path in GRADING_BIN.iterdir()
+                        if path.is_file() and os.access(path, os.X_OK) and path.name not in NOT_FRONTED
+                        and not path.name.startswith("python3.")))
+
+
+def _inner(name: str) -> str:
+    """A tarball member's name (``./usr/bin/git``) as the guest's path."""
+    return "/" + name.removeprefix("./").strip("/")
+
+
+class GuestFiles:
+    """A guest's files as the plan reads them: the host's (a process VM's /usr), a tree on disk
+    (``root``), or a tarball's members; links are followed from the guest's root."""
+
+    def __init__(self, root: str = "/", tarball: Path | None = None) -> None:
+        self.root = root
+        self.members: dict[str, tarfile.TarInfo] | None = None
+        self.linked: set[str] = set()
+        if tarball is not None:
+            with tarfile.open(tarball) as archive:
+                self.members = {_inner(m.name): m for m in archive}
+            self.members.pop("/", None)
+            self.linked = {_inner(m.linkname) for m in self.members.values() if m.islnk()}
+
+    def _host(self, path: str) -> str:
+        return os.path.join(self.root, path.lstrip("/"))
+
+    def readlink(self, path: str) -> str | None:
+        if self.members is not None:
+            member = self.members.get(path)
+            return member.linkname if member is not None and member.issym() else None
+        try:
+            return os.readlink(self._host(path))
+        except OSError:
+            return None
+
+    def is_program(self, path: str) -> bool:
+        """A regular file of its own (no hard link of a tarball, whose other names a front
+        in its place would change too)."""
+        if self.members is not None:
+            member = self.members.get(path)
+            return member is not None and member.isfile() and path not in self.linked
+        return os.path.isfile(self._host(path)) and not os.path.islink(self._host(path))
+
+    def listdir(self, folder: str) -> list[str]:
+        if self.members is not None:
+            prefix = folder.rstrip("/") + "/"
+            return [name[len(prefix):] for name in self.members
+                    if name.startswith(prefix) and "/" not in name[len(prefix):]]
+        try:
+            return os.listdir(self._host(folder))
+        except OSError:
+            return []
+
+    def real(self, path: str) -> str:
+        """``path`` with every link on it followed (an absolute link from the guest's root)."""
+        parts, done, hops = [p for p in path.split("/") if p], "/", 0
+        while parts:
+            part = parts.pop(0)
+            if part in (".", ".."):
+                done = done if part == "." else os.path.dirname(done)
+                continue
+            here = os.path.join(done, part)
+            target = self.readlink(here)
+            if target is None or hops > 40:
+                done = here
+                continue
+            hops += 1
+            parts = [p for p in target.split("/") if p] + parts
+            done = "/" if target.startswith("/") else done
+        return done
+
+
+@dataclass
+class Plan:
+    """What goes where: ``fronts`` (a real path -> the front of grading_bin that takes its
+    place) and ``originals`` (a path under :data:`SYSTEM_ORIGINALS` -> the real path whose
+    system program it is)."""
+
+    fronts: dict[str, str] = field(default_factory=dict)
+    originals: dict[str, str] = field(default_factory=dict)
+
+
+def plan(files: GuestFiles, python: str, programs: Iterable[str] | None = None) -> Plan:
+    """The fronts of the guest whose files are ``files`` and whose python is ``python``."""
+    done = Plan()
+    for name in fronted_programs() if programs is None else programs:
+        real = next((r for r in (files.real(f"{folder}/{name}") for folder in PROGRAM_FOLDERS)
+                     if files.is_program(r)), None)
+        if real is not None and os.path.basename(real) == name and real not in done.fronts \
+                and files.real(os.path.dirname(real)) in map(files.real, PROGRAM_FOLDERS) and name not in FINDS_ITSELF:
+            done.fronts[real] = PROGRAM_FRONT
+            done.originals[f"{SYSTEM_ORIGINALS}/{name}"] = real
+    executable = files.real(python)
+    site = files.real(os.path.join(os.path.dirname(os.path.dirname(executable)), "lib",
+                                   os.path.basename(executable), "sitecustomize.py"))
+    if os.path.basename(site) == "sitecustomize.py" and files.is_program(site):
+        done.fronts[site] = SITECUSTOMIZE_FRONT
+        done.originals[f"{SYSTEM_ORIGINALS}/sitecustomize.py"] = site
+    # the other names of a fronted program (the front runs the original of the name it was run by)
+    for folder in dict.fromkeys(files.real(f) for f in NAME_FOLDERS):
+        for name in sorted(files.listdir(folder)):
+            kept = f"{SYSTEM_ORIGINALS}/{name}"
+            if kept not in done.originals and files.readlink(f"{folder}/{name}") is not None:
+                real = files.real(f"{folder}/{name}")
+                if done.fronts.get(real) == PROGRAM_FRONT:
+                    done.originals[kept] = real
+    return done
+
+
+@functools.lru_cache(maxsize=4)
+def host_plan(python: str) -> Plan:
+    """The plan of a process VM, whose /usr is the host's."""
+    return plan(GuestFiles(), python)
+
+
+def bwrap_binds(python: str) -> list[str]:
+    """A process VM's bwrap options that lay :func:`host_plan`: the originals bound beside the
+    fronts, the fronts over the real paths."""
+    laid = host_plan(os.path.abspath(python))
+    binds = sandbox_fs.open_dirs(SYSTEM_ORIGINALS)
+    for kept, real in laid.originals.items():
+        binds += ["--ro-bind", real, kept]
+    for real, front in laid.fronts.items():
+        binds += ["--ro-bind", str(GRADING_BIN / front), real]
+    return binds
+
+
+def _front_file(front: str) -> tuple[bytes, int]:
+    path = GRADING_BIN / front
+    return path.read_bytes(), 0o755 if os.access(path, os.X_OK) else 0o644
+
+
+def install_in_tree(tree: Path, python: str = "/usr/bin/python3") -> Plan:
+    """Lay the plan in a guest image's tree (the qemu image's): each original moved to
+    :data:`SYSTEM_ORIGINALS`, its front written in its place, its other names links to it."""
+    laid = plan(GuestFiles(str(tree)), python)
+    kept_dir = tree / SYSTEM_ORIGINALS.lstrip("/")
+    kept_dir.mkdir(parents=True, exist_ok=True)
+    moved: dict[str, str] = {}
+    for kept, real in laid.originals.items():
+        if real not in moved:
+            shutil.move(str(tree / real.lstrip("/")), str(tree / kept.lstrip("/")))
+            moved[real] = os.path.basename(kept)
+        else:
+            os.symlink(moved[real], tree / kept.lstrip("/"))
+    for real, front in laid.fronts.items():
+        data, mode = _front_file(front)
+        path = tree / real.lstrip("/")
+        path.write_bytes(data)
+        path.chmod(mode)
+    return laid
+
+
+def tarball_files(tarball: Path, python: str = "/usr/bin/python3") -> dict[str, tuple[bytes | str, int]]:
+    """The plan of a guest image's tarball (the docker image's) as extra files for
+    ``images.copy_with_extra_files``: the fronts in the originals' places, each original at
+    :data:`SYSTEM_ORIGINALS` with its mode, its other names links to it (a str content)."""
+    files = GuestFiles(tarball=tarball)
+    laid = plan(files, python)
+    extra: dict[str, tuple[bytes | str, int]] = {real: _front_file(front) for real, front in laid.fronts.items()}
+    first: dict[str, str] = {}
+    with tarfile.open(tarball) as archive:
+        for kept, real in laid.originals.items():
+            if real in first:
+                extra[kept] = (first[real], 0o777)
+                continue
+            member = files.members[real]  # type: ignore[index]
+            handle = archive.extractfile(member)
+            extra[kept] = (handle.read() if handle else b"", stat.S_IMODE(member.mode))
+            first[real] = os.path.basename(kept)
+    return extra
+
+
+def image_key() -> tuple[str, ...]:
+    """What an image's cache key takes of the fronts: the programs given one and this module's
+    code (the fronts' own contents are the guest package's digest): a built image laid out
+    otherwise is rebuilt, never silently stale."""
+    return ("grading-fronts", hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16], *fronted_programs())

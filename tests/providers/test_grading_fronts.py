@@ -1,0 +1,110 @@
+"""The grading wrappers' fronts in the docker and qemu guests' images
+(pool/providers/grading_fronts.py), as in a process VM: a check that runs env, python3 or git by
+its path reached the system's program past the wrappers there, and the answer's
+~/test_check/ package, ~/fractions.py or usercustomize.py passed its failing tests (score 1).
+
+The images are built as a user builds them (cached, rebuilt when their key changes); the qemu
+image's tree is read from its disk (debugfs), the docker image's by a container of it.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tarfile
+
+import pytest
+
+from hostile_tasks import SHELL_ROWS, check_finished, check_row, run_table
+from parallel_rollout.pool.providers import docker, grading_fronts, images, qemu_image
+from test_qemu import image  # noqa: F401 (the qemu guest image, built when missing)
+
+#: the by-path rows the guest images (minbase and python3) can run: env and python3 by their paths
+BY_PATH = ("rig_check_unittest_env_by_path", "rig_check_unittest_isolated_by_path", "rig_check_unittest_e_by_path",
+           "rig_check_python_e_usercustomize_by_path", "rig_check_python_e_home_module_by_path",
+           "rig_check_doctest_isolated_by_path")
+SITECUSTOMIZE = "/etc/python3.11/sitecustomize.py"
+
+
+def _rootfs_file(path: str) -> bytes:
+    """``path`` of the guest's Debian tree as debootstrap made it (before the fronts)."""
+    with tarfile.open(images.rootfs_tarball(**images.guest_recipe(), log=lambda line: None)) as archive:
+        handle = archive.extractfile("." + path)
+        assert handle is not None, path
+        return handle.read()
+
+
+def _expected() -> dict[str, bytes]:
+    """Each fronted path of the guest image and what it must hold: the front, and the system's
+    own at /opt/system-originals."""
+    env = "/usr/bin/env"
+    return {env: (grading_fronts.GRADING_BIN / "system_front").read_bytes(),
+            "/opt/system-originals/env": _rootfs_file(env),
+            SITECUSTOMIZE: (grading_fronts.GRADING_BIN / "system_sitecustomize.py").read_bytes(),
+            "/opt/system-originals/sitecustomize.py": _rootfs_file(SITECUSTOMIZE)}
+
+
+@pytest.mark.slow
+def test_the_qemu_images_tree_has_the_fronts_and_the_originals(image, tmp_path):
+    if shutil.which("debugfs", path="/usr/sbin:/sbin:/usr/bin") is None:
+        pytest.skip("debugfs (e2fsprogs) is not installed")
+    raw = tmp_path / "disk.raw"
+    subprocess.run([qemu_image.QEMU_IMG, "convert", "-q", "-f", "qcow2", "-O", "raw", str(image / "base.qcow2"),
+                    str(raw)], check=True, timeout=300)
+    debugfs = shutil.which("debugfs", path="/usr/sbin:/sbin:/usr/bin")
+    for path, content in _expected().items():
+        out = tmp_path / "out"
+        subprocess.run([debugfs, "-R", f"dump -p {path} {out}", str(raw)], check=True, capture_output=True, timeout=60)
+        assert out.read_bytes() == content, path
+        assert out.stat().st_mode & 0o777 == (0o644 if path.endswith(".py") else 0o755), (path, oct(out.stat().st_mode))
+        out.unlink()
+
+
+@pytest.mark.slow
+def test_the_docker_images_tree_has_the_fronts_and_the_originals(docker_harness):
+    tag = docker.image_tag()
+    for path, content in _expected().items():
+        done = subprocess.run(["docker", "run", "--rm", "--network", "none", "--entrypoint", "python3", tag, "-c", f"import sys; sys.stdout.buffer.write(open({path!r}, 'rb').read())"],
+                              capture_output=True, timeout=120)
+        assert done.returncode == 0 and done.stdout == content, (path, done.stderr[-500:])
+
+
+def test_an_images_key_changes_with_the_fronted_programs(monkeypatch):
+    """A cached image laid out with other fronts is rebuilt, never silently stale."""
+    keys = {qemu_image.image_inputs(), docker.image_tag()}
+    monkeypatch.setattr(grading_fronts, "NOT_FRONTED", (*grading_fronts.NOT_FRONTED, "jq"))
+    assert "jq" not in grading_fronts.fronted_programs()
+    assert not {qemu_image.image_inputs(), docker.image_tag()} & keys
+
+
+def _table(tmp_path_factory, provider_name: str, **flags) -> dict:
+    left_out = {row: "not a by-path row" for row in SHELL_ROWS if row not in BY_PATH}
+    return run_table(tmp_path_factory.mktemp(provider_name), left_out, provider_name=provider_name, **flags)
+
+
+@pytest.fixture(scope="module")
+def qemu_table(image, tmp_path_factory):
+    return _table(tmp_path_factory, "qemu", vm_memory_mb=384, boot_timeout_s=120.0)
+
+
+@pytest.fixture(scope="module")
+def docker_table(docker_harness, tmp_path_factory):
+    return _table(tmp_path_factory, "docker")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", BY_PATH)
+def test_a_by_path_row_scores_0_on_qemu(qemu_table, name):
+    check_row(qemu_table, name)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", BY_PATH)
+def test_a_by_path_row_scores_0_on_docker(docker_table, name):
+    check_row(docker_table, name)
+
+
+@pytest.mark.slow
+def test_the_by_path_runs_finished(qemu_table, docker_table):
+    check_finished(qemu_table)
+    check_finished(docker_table)
