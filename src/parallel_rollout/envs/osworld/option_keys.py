@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import difflib
 import inspect
-from typing import Any
 
 from .metrics import METRICS
 from .metrics.pdfs import ARCHIVE_MEMBER_METRICS
