@@ -7,7 +7,8 @@ joins mid-run and hangs there, or dies there, is left out and the run goes on at
 thread failed"); the head node lost while the run's first sweep hangs stops the run as a lost
 head does mid-run (Ray ended the driver 60 s later, without the run's summary); its GCS stopped
 while the sweep is under way (`vms sweep`) or as it ends (a run's start) ends either naming the
-head (they waited on it for ever).
+head (they waited on it for ever), and while the end of a run stopped by SIGTERM sweeps, lets it
+end as interrupted (Ray's disconnect waited on the head for ever).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import pytest
 import ray_cluster
 from conftest import assert_exactly_once, read_results, shell_task, write_tasks
 from ray_cluster import _NODE, _cli, communicate, own_ray_tmp
-from test_ray_connect import _HEAD_AND_NODE
+from test_ray_connect import _HEAD_AND_NODE, _SLOW
 
 # the module's fixtures: a cluster (made when a test first asks for it) and the leak check
 cluster, no_leaks = ray_cluster.cluster, ray_cluster.no_leaks
@@ -174,12 +175,18 @@ def test_vms_sweep_on_a_cluster_says_which_node_died_in_its_sweep(cluster, tmp_p
 
 
 @contextlib.contextmanager
-def _stuck_cluster(tmp_path: Path, prefix: str, run_id: str):
+def _stuck_cluster(prefix: str, run_id: str, at_start: bool = True):
     """A head and a node of their own (``_HEAD_AND_NODE``) whose sweeps of ``run_id`` read a
     FIFO: what the cluster said (its address, its head's pids), the environment that reaches
-    it and the FIFO; killed after (a stopped GCS too)."""
+    it and the FIFO (not ``at_start``: its path, the test's to make with ``_stuck_sweep``);
+    killed after (a stopped GCS too). The nodes' VMs are made beside it, in the short
+    RAY_TMPDIR (a VM's socket path under ``tmp_path`` is too long)."""
     with own_ray_tmp(prefix) as ray_tmp:
-        fifo = _stuck_sweep(tmp_path / "stuck", run_id)
+        if at_start:
+            fifo = _stuck_sweep(ray_tmp / "stuck", run_id)
+        else:
+            fifo = ray_tmp / "stuck" / run_id / "vm0" / "meta.json"
+            fifo.parents[2].mkdir()
         env = dict(os.environ, RAY_TMPDIR=str(ray_tmp))
         cluster_proc = subprocess.Popen([sys.executable, "-c", _HEAD_AND_NODE], stdin=subprocess.PIPE,
                                         stdout=subprocess.PIPE, text=True, env={**env, _ENV: str(fifo.parents[2])})
@@ -198,25 +205,32 @@ def _stop_gcs(said: dict) -> None:
         os.kill(pid, signal.SIGSTOP)
 
 
+@contextlib.contextmanager
+def _killed_after(proc: subprocess.Popen):
+    """The FIFO writers the block holds (the list it gets), closed as it ends; ``proc`` killed then."""
+    writers: list[int] = []
+    try:
+        yield writers
+    finally:
+        for fd in writers:
+            os.close(fd)
+        proc.kill()
+        proc.wait()
+
+
 @pytest.mark.slow
 def test_vms_sweep_whose_head_stops_answering_while_it_sweeps_ends_naming_the_head(tmp_path):
     """`vms sweep --backend ray` whose head's GCS stops answering while the nodes sweep: exit 1
     within the lost-head limit, naming the head (HOST:PORT), as a run does; no traceback. It
     waited out the sweep's 120 s, then for ever on Ray's disconnect from the stopped head."""
-    with _stuck_cluster(tmp_path, "pr-vsh-", "halted") as (said, env, fifo):
+    with _stuck_cluster("pr-vsh-", "halted") as (said, env, fifo):
         proc = subprocess.Popen([sys.executable, "-m", "parallel_rollout.cli", "vms", "sweep", "--backend", "ray",
                                  "--ray-address", said["address"], "--run-id", "halted"],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-        writer = None
-        try:
-            writer = _hold_sweep(fifo)
+        with _killed_after(proc) as writers:
+            writers.append(_hold_sweep(fifo))
             _stop_gcs(said)
             stdout, stderr = communicate(proc, 100)
-        finally:
-            if writer is not None:
-                os.close(writer)
-            proc.kill()
-            proc.wait()
     assert proc.returncode == 1, (stdout, stderr[-3000:])
     said_err = " ".join(stderr.split())
     lost = re.search(r"Error: sweep failed: the Ray cluster's head node \((\S+)\) has not answered for (\d+)s: "
@@ -230,21 +244,14 @@ def test_a_head_that_stops_answering_as_the_first_sweep_ends_stops_the_run_namin
     """The head's GCS stopped while the nodes' first sweep is under way, which then ends: the
     run stops within the lost-head limit, naming the head, with its summary and the resume
     line (the start went on to make the pools and workers, and waited on the head for ever)."""
-    with _stuck_cluster(tmp_path, "pr-hse-", "ended") as (said, env, fifo):
+    with _stuck_cluster("pr-hse-", "ended") as (said, env, fifo):
         proc = subprocess.Popen(_cli(tmp_path, said["address"], "ended"), stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True, env=env)
-        writer = None
-        try:
-            writer = _hold_sweep(fifo)
+        with _killed_after(proc) as writers:
+            writers.append(_hold_sweep(fifo))
             _stop_gcs(said)
-            os.close(writer)  # the sweep reads the end of its file and ends
-            writer = None
+            os.close(writers.pop())  # the sweep reads the end of its file and ends
             stderr = communicate(proc, 100)[1]
-        finally:
-            if writer is not None:
-                os.close(writer)
-            proc.kill()
-            proc.wait()
     assert proc.returncode == 1, stderr[-3000:]
     assert f"the Ray cluster's head node ({said['address']}) has not answered" in stderr, stderr[-3000:]
     assert "resume with:" in stderr, stderr[-3000:]
@@ -300,3 +307,36 @@ def test_a_node_whose_first_sweep_hangs_past_the_cut_off_is_left_out_and_the_run
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["ray"]["nodes_left_out"] == {node.node_id: why}, summary["ray"]
     assert node.node_id not in summary["ray"]["nodes"] and len(summary["ray"]["nodes"]) == 3, summary["ray"]
+
+
+@pytest.mark.slow
+def test_a_head_that_stops_answering_as_a_stopped_run_sweeps_its_nodes_lets_it_end(tmp_path):
+    """SIGTERM to a run with attempts under way (an unclean end: its end sweeps the nodes),
+    the head's GCS stopped while they sweep: the run ends as interrupted (exit 130, its
+    summary, the resume line), the warning naming the head, a ``head_lost`` event. The sweep
+    gave up on the head after 15 s, then Ray's disconnect waited on it for ever."""
+    with _stuck_cluster("pr-hen-", "ending", at_start=False) as (said, env, fifo):
+        cmd = _cli(tmp_path, said["address"], "ending")
+        cmd[cmd.index("--data") + 1] = str(write_tasks(tmp_path / "tasks.jsonl", _SLOW))
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        events = tmp_path / "ending" / "events.jsonl"
+        with _killed_after(proc) as writers:
+            deadline = time.monotonic() + 120
+            while proc.poll() is None and time.monotonic() < deadline and not (
+                    events.exists() and '"to": "leased"' in events.read_text()):
+                time.sleep(0.1)
+            assert proc.poll() is None, "the run ended before it could be stopped"
+            _stuck_sweep(fifo.parents[2], "ending")  # a leftover the end's sweep reads, and hangs on
+            proc.send_signal(signal.SIGTERM)
+            writers.append(_hold_sweep(fifo))
+            _stop_gcs(said)
+            stderr = communicate(proc, 100)[1]
+    assert proc.returncode == 130, stderr[-3000:]
+    assert "interrupted by signal 15; resume with:" in stderr and "Traceback" not in stderr, stderr[-3000:]
+    said_err = " ".join(stderr.split())
+    assert (f"the run's VMs are not swept on every node (--resume sweeps them): the Ray cluster's head node "
+            f"({said['address']}) has not answered for") in said_err, stderr[-3000:]
+    summary = json.loads((tmp_path / "ending" / "summary.json").read_text())
+    assert summary["interrupted"] is True and summary["finished"] < len(_SLOW), summary
+    lost = [e for e in map(json.loads, events.read_text().splitlines()) if e["event"] == "head_lost"]
+    assert len(lost) == 1 and said["address"] in lost[0]["reason"], lost

@@ -432,9 +432,11 @@ class RayBackend(WorkerTable, NodeWatch):
                     log.warning("the run's VMs on nodes that did not answer are swept by --resume")
                 elif unclean:
                     try:
-                        sweep_cluster(self.config.provider_name, self.spec.run_id, None)
-                    except VMError as exc:  # a node's sweep failed or hung
+                        sweep_cluster(self.config.provider_name, self.spec.run_id, None, self._head)
+                    except VMError as exc:  # a node's sweep failed or hung, or the head did not answer
                         log.warning("the run's VMs are not swept on every node (--resume sweeps them): %s", exc)
+                        if self._head.lost:  # the run's head-loss path: the disconnect below disconnect_lost's
+                            self._lose_head()
         finally:
             if self._owns_ray:
                 self._owns_ray = False

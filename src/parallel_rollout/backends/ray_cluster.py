@@ -351,22 +351,25 @@ class Sweeps:
                 self.left_out[node] = "its sweep of the run's leftovers had not ended when the run ended"
 
 
-def sweep_cluster(provider_name: str, run_id: str | None, address: str | None) -> list[str]:
+def sweep_cluster(provider_name: str, run_id: str | None, address: str | None,
+                  head: HeadWatch | None = None) -> list[str]:
     """Run the provider's sweep on every alive node (``Sweeps.first``); the removed VMs of all
     of them. VMError (naming each node and what the others removed) when a node's sweep failed
     (the node died) or did not end within SWEEP_S (a hung mount, daemon …): it waited for
     ever, or Ray's error escaped as a traceback; or naming the head when it has not answered
     for HEAD_LOST_S (asked for the nodes, or while they sweep: the command waited on it for
-    ever), the process then left to ``exit_if_stranded``."""
+    ever), the process then left to ``exit_if_stranded``. ``head``: the watch of the run
+    whose end sweeps (its own otherwise), marked ``lost`` then: the run's disconnect must
+    not wait on the head (it did, for ever)."""
     owned = connect(address)  # before Ray's import: see connect()
     import ray
 
-    head, sweeps, lost = HeadWatch(), Sweeps(provider_name, run_id), False
+    head, sweeps, lost = head or HeadWatch(), Sweeps(provider_name, run_id), False
     try:
         nodes = head.attach()
         swept = None if nodes is None else sweeps.first(nodes, head)
         if swept is None:
-            lost = True
+            lost = head.lost = True
             sweeps.pending.clear()  # nothing more is asked of the lost head
             raise VMError(f"{head.lost_reason()}: the cluster is lost (removed on the nodes that answered: "
                           f"{', '.join(sweeps.removed) or 'none'})")
