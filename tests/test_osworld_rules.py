@@ -270,8 +270,9 @@ def test_an_accessibility_rule_without_exact_and_a_search_rule_without_its_patte
 def test_a_compare_table_rule_of_the_wrong_shape_or_a_name_it_does_not_read_is_refused_at_load(tmp_path):
     """compare_table's ``options["rules"]`` nest more than keys: a check_cell rule's ``props``
     (an object of value rules) given as a list raised at grading, caught into a 0; a style
-    name cell_style does not know raised (a 0); a chart_props string was read a letter at a
-    time and a chart property the metric does not know compared nothing (a wrong score).
+    name cell_style does not know, or a row dimension's, raised (a 0); a chart_props string
+    was read a letter at a time and a chart property the metric does not know compared
+    nothing (a wrong score).
     Each loaded and was the agent's 0; each is refused as the folder loads (exit 2), naming
     the file, the metric, the rule and the name, on copies of real Calc tasks."""
     from test_osworld_folder_cli import copied
@@ -297,7 +298,9 @@ def test_a_compare_table_rule_of_the_wrong_shape_or_a_name_it_does_not_read_is_r
         broken("12382c62-0cd1-4bf2-bdc8-1d20bf9b2371.json", lambda ev: rule(ev, "chart").update(chart_props="type")):
             f"{where}[0] of type 'chart' key 'chart_props' must be a list, not a string",
         broken("3a7c8185-25c1-4941-bd7b-96e823c9f21f.json", lambda ev: rule(ev, "chart").update(chart_props=["titel"])):
-            f"{where}[1] key 'chart_props' names 'titel', which the metric does not read (it reads 'title', "})
+            f"{where}[1] key 'chart_props' names 'titel', which the metric does not read (it reads 'title', ",
+        broken("6054afcb-5bab-4702-90a0-b259b5d3217c.json", lambda ev: rule(ev, "row_props").update(props=["hiden"])):
+            f"{where}[1] key 'props' names 'hiden', which the metric does not read (it reads 'hidden', "})
 
 
 def test_a_compare_table_rule_key_its_type_does_not_read_is_refused_at_load(tmp_path):

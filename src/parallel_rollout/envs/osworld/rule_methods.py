@@ -152,6 +152,8 @@ def _names_problem(rule: dict) -> str | None:
     named = {key: names for key, names in _NAMES.items() if key in rule}
     if kind in ("style", "check_cell"):
         named["props"] = xlsx.CELL_STYLES if kind == "style" else ("value", *xlsx.CELL_STYLES)
+    elif kind in ("row_props", "col_props") and "props" in rule:  # getattr of another raised: a 0
+        named["props"] = xlsx.DIMENSION_PROPS["row" if kind == "row_props" else "column"]
     for key, names in named.items():
         bad = next((name for name in rule[key] if name not in names), None)
         if bad is not None:

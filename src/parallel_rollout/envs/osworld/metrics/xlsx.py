@@ -95,6 +95,12 @@ def read_cell_value(path: str, sheet: str, coordinate: str) -> Any:
 CELL_STYLES = ("number_format", "font_name", "font_family", "font_bold", "font_italic", "font_underline",
                "font_size", "font_color", "fill_type", "bgcolor", "fgcolor", "hyperlink", "merge")
 CHART_PROPS = ("title", "legend", "anchor", "width", "height", "type", "direction", "xtitle", "ytitle", "ztitle")
+_DIMENSION = ("hidden", "collapsed", "outlineLevel", "outline_level", "style", "style_id", "has_style", "index",
+              "number_format", "font", "fill", "border", "alignment", "protection", "pivotButton", "quotePrefix")
+#: the attributes of openpyxl's row and column dimensions that ``dimensions`` reads by name
+DIMENSION_PROPS = {"row": (*_DIMENSION, "height", "ht", "customHeight", "customFormat", "r", "s", "thickBot",
+                           "thickTop"),
+                   "column": (*_DIMENSION, "width", "customWidth", "bestFit", "auto_size", "min", "max")}
 PIVOT_PROPS = ("name", "show_total", "show_empty_row", "show_empty_col", "show_headers", "location", "filter",
                "selection", "ordered", "col_fields", "row_fields", "data_fields", "data_fields_name")
 
