@@ -36,7 +36,7 @@ def test_the_modes_own_max_turns_is_what_is_recorded_shown_checked_and_used(tmp_
     # a resume with another limit is one run with two limits: refused
     other = invoke(tmp_path, "--run-id", "p", "--resume", "--limit", "2", "--max-turns", "100")
     assert other.exit_code == 2, (other.output, other.exception)
-    assert "other settings for max_turns (1 then, 100 now)" in " ".join(other.output.split())
+    assert "other settings for --max-turns (1 then, 100 now)" in " ".join(other.output.split())
     # the value the run used is accepted, and so is leaving it out
     same = invoke(tmp_path, "--run-id", "p", "--resume", "--limit", "2", "--max-turns", "1")
     assert same.exit_code == 0, (same.output, same.exception)

@@ -411,11 +411,11 @@ def test_resume_accepts_the_same_data_file_spelled_differently(tmp_path, finishe
 
 
 @pytest.mark.parametrize("change, field", [
-    (["--group-size", "2"], "group_size"),
-    (["--max-turns", "5"], "max_turns"),
-    (["--agent", "test_results:PatientOracle"], "agent"),
-    ("other-data", "data"),
-    ("other-mode", "mode"),
+    (["--group-size", "2"], "--group-size"),
+    (["--max-turns", "5"], "--max-turns"),
+    (["--agent", "test_results:PatientOracle"], "--agent"),
+    ("other-data", "--data"),
+    ("other-mode", "--mode"),
 ], ids=["group-size", "max-turns", "agent", "data", "mode"])
 def test_resume_with_changed_identity_names_the_field(tmp_path, finished_run, change, field):
     run_dir = tmp_path / "out" / "r"

@@ -103,16 +103,43 @@ def test_a_lower_limit_refuses_the_resume_and_a_higher_one_runs_the_rest(tmp_pat
 def test_a_dry_run_of_a_resume_checks_the_runs_settings(tmp_path, finished_run):
     changed = cli(tmp_path, finished_run, "--resume", "--max-turns", "3", "--dry-run")
     assert changed.exit_code == 2, changed.output
-    assert "other settings for max_turns (100 then, 3 now)" in " ".join(changed.output.split())
+    assert "other settings for --max-turns (100 then, 3 now)" in " ".join(changed.output.split())
     # a float setting as typed: it said task_timeout (600.0 then, 30.0 now) of --task-timeout 30
     timeout = cli(tmp_path, finished_run, "--resume", "--task-timeout", "30")
     assert timeout.exit_code == 2, timeout.output
-    assert "other settings for task_timeout (600 then, 30 now)" in " ".join(timeout.output.split()), timeout.output
+    assert "other settings for --task-timeout (600 then, 30 now)" in " ".join(timeout.output.split()), timeout.output
     same = cli(tmp_path, finished_run, "--resume", "--dry-run")
     assert same.exit_code == 0, same.output
     assert "resumes r: 3 of 3 samples already final" in same.output
     without = cli(tmp_path, finished_run, "--dry-run")
     assert without.exit_code == 2 and "already holds results; add --resume" in without.output
+
+
+@pytest.mark.parametrize("dry_run", [False, True], ids=["run", "dry-run"])
+def test_a_refused_resume_names_each_setting_the_way_it_was_given(tmp_path, finished_run, dry_run):
+    """A cron job's resume refused for another task timeout named the field (task_timeout),
+    where its owner had typed a config file's key or set a variable: each is said as given."""
+    run_dir = tmp_path / "out" / "r"
+    before = folder_state(run_dir)
+    (tmp_path / "run.toml").write_text("task-timeout = 30\n")
+    args = ["--mode", "shell", "--data", str(finished_run), "--output-dir", str(tmp_path / "out"), "--run-id", "r",
+            "--resume", "--no-progress", "--config", str(tmp_path / "run.toml"), "--max-turns", "3",
+            *(["--dry-run"] if dry_run else [])]
+    refused = CliRunner().invoke(main, args, env={"PARALLEL_ROLLOUT_GROUP_SIZE": "2"})
+    assert refused.exit_code == 2, (refused.output, refused.exception)
+    said = " ".join(refused.output.split())
+    assert ("other settings for the environment variable PARALLEL_ROLLOUT_GROUP_SIZE (1 then, 2 now), "
+            "--max-turns (100 then, 3 now), "
+            f"task-timeout in {tmp_path / 'run.toml'} (600 then, 30 now);") in said, said
+    assert folder_state(run_dir) == before
+
+
+def test_a_refused_resume_from_python_names_the_keyword(tmp_path, finished_run):
+    from parallel_rollout.api import run
+    from parallel_rollout.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"other settings for task_timeout in run\(\) \(600 then, 30 now\)"):
+        run(output_dir=str(tmp_path / "out"), run_id="r", resume=True, task_timeout=30)
 
 
 @pytest.mark.parametrize("dry_run", [False, True], ids=["run", "dry-run"])

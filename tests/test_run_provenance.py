@@ -83,11 +83,11 @@ def test_resume_refuses_another_temperature_naming_it(math_run):
     run_dir, _, cli = math_run
     done = cli("--resume", "--temperature", "0.7")
     assert done.returncode == EXIT_USAGE
-    assert "other settings for temperature (0.2 then, 0.7 now)" in " ".join(done.stderr.split())
+    assert "other settings for --temperature (0.2 then, 0.7 now)" in " ".join(done.stderr.split())
 
 
 @pytest.mark.parametrize("args, environ, says", [
-    (["--max-tokens", "64"], {}, "max_tokens (unset then, 64 now)"),
+    (["--max-tokens", "64"], {}, "--max-tokens (unset then, 64 now)"),
     (["--base-url", "http://127.0.0.1:9/v1"], {}, "'http://127.0.0.1:9/v1' now"),
     # the run was made with OPENAI_BASE_URL: another one in the resume's environment
     ([], {"OPENAI_BASE_URL": "http://127.0.0.1:9/v1"}, "from --base-url else OPENAI_BASE_URL"),
@@ -155,10 +155,10 @@ def osworld_run(tmp_path):
 
 
 @pytest.mark.parametrize("args, says", [
-    (["--observation_type", "a11y_tree"], "observation_type ('screenshot' then, 'a11y_tree' now)"),
-    (["--screen-width", "1280"], "screen_width (1920 then, 1280 now)"),
-    (["--screen_height", "720"], "screen_height (1080 then, 720 now)"),
-    (["--osworld-index", "test_small.json"], "osworld_index ('test_all.json' then, 'test_small.json' now)"),
+    (["--observation_type", "a11y_tree"], "--observation-type ('screenshot' then, 'a11y_tree' now)"),
+    (["--screen-width", "1280"], "--screen-width (1920 then, 1280 now)"),
+    (["--screen_height", "720"], "--screen-height (1080 then, 720 now)"),
+    (["--osworld-index", "test_small.json"], "--osworld-index ('test_all.json' then, 'test_small.json' now)"),
 ])
 def test_osworld_resume_refuses_another_observation_screen_or_index(tmp_path, args, says):
     cli, _ = osworld_run(tmp_path)

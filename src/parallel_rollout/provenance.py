@@ -19,7 +19,8 @@
 ``check_resume(stored, config, provenance)`` is the resume's gate: a run may only be continued
 with the same result-changing settings (``config.RESULT_FIELDS``; the settings that do not
 change results are ``config.RUN_ONLY_FIELDS``) and the same task data. It raises ConfigError
-naming each changed setting and each changed file. Where both runs recorded their endpoints,
+naming each changed setting as it was given (``--task-timeout``, the config file's key, the
+environment variable: ``as_given``) and each changed file. Where both runs recorded their endpoints,
 ``base_url`` is judged by them: a resume that names the same server by the flag instead of
 OPENAI_BASE_URL goes ahead, one whose OPENAI_BASE_URL points elsewhere is refused; a fleet's
 servers listed in another order are the same endpoints. A folder written before this record
@@ -44,7 +45,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from .config import RESULT_FIELDS, RunConfig
+from .config import PYTHON_CALL, RESULT_FIELDS, RunConfig
 from .config_checks import typed_text
 from .errors import ConfigError, TaskFileError
 
@@ -187,7 +188,7 @@ def check_resume(run_id: str, stored: dict[str, Any], cfg: RunConfig, now: dict[
     old_config = stored.get("config") or {}
     old_made = stored.get("provenance") or {}
     by_endpoint = "endpoints" in old_made and "endpoints" in now
-    changed = [f"{name} ({_shown(old_config[name])} then, {_shown(getattr(cfg, name))} now)"
+    changed = [f"{as_given(cfg, name)} ({_shown(old_config[name])} then, {_shown(getattr(cfg, name))} now)"
                for name in RESULT_FIELDS if name in old_config and not (by_endpoint and name == "base_url")
                and _servers(name, old_config[name]) != _servers(name, getattr(cfg, name))]
     if by_endpoint and sorted(old_made["endpoints"]) != sorted(now["endpoints"]):  # a fleet in any order
@@ -213,6 +214,20 @@ def check_resume(run_id: str, stored: dict[str, Any], cfg: RunConfig, now: dict[
                 f"cannot resume {run_id}: the task folder {entry['path']} changed since the run started: "
                 f"{shown}; its finished samples would mix with tasks they were not run on: restore "
                 f"{'them' if len(changed) > 1 else 'it'} or start a new --run-id")
+
+
+def as_given(cfg: RunConfig, name: str) -> str:
+    """A setting as the user gave it: ``--task-timeout`` (the command line, or not given),
+    ``task-timeout in run.toml``, ``the environment variable PARALLEL_ROLLOUT_TASK_TIMEOUT``,
+    ``task_timeout in run()`` (a Python call's keyword)."""
+    source = cfg.sources.get(name)
+    if source is None:
+        return name if PYTHON_CALL in cfg.sources.values() else "--" + name.replace("_", "-")
+    if source.endswith("()"):
+        return f"{name} {source}"
+    if source.startswith("from "):  # from the environment variable …
+        return source[len("from "):]
+    return f"{name.replace('_', '-')} {source}"
 
 
 def _changed_files(before: dict[str, Any], now: dict[str, Any], stored: dict[str, Any]) -> list[str]:
