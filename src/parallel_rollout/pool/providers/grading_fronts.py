@@ -17,7 +17,8 @@ CAP_SYS_ADMIN.
 One plan (:func:`plan`) from the guest's files as they are, three ways to lay it:
 
 * a process VM binds the fronts over the host's files and the originals beside them
-  (:func:`bwrap_binds`, at each boot);
+  (:func:`bwrap_binds`, at each boot): env's, git's and python's only (:data:`AT_BOOT`: a bind
+  costs every boot), so ``/usr/bin/jq`` by its path is jq unwrapped there;
 * a qemu image's tree gets them moved in place (:func:`install_in_tree`);
 * a docker image's tarball gets them as extra files (:func:`tarball_files`).
 
@@ -57,6 +58,13 @@ NOT_FRONTED = ("python", "python3", "git_external_diff", PROGRAM_FRONT)
 #: left without a front
 FINDS_ITSELF = {"cmake": "its CMAKE_ROOT is found beside its executable (empty when moved)",
                 "valgrind": "Debian's is a script that runs $0.bin"}
+#: the programs a process VM fronts (with python's sitecustomize.py): its fronts are binds that
+#: every boot of a sandbox makes, and each costs that boot more than its own mount (bwrap reads
+#: the whole mount table again after each): every wrapper's front, 51 binds more, took a
+#: sandbox's start (``/bin/true``) from 11-17 to 32-43 ms of wall time, these from 11-17 to
+#: 18-22 (benchmarks/perf/binds.py's way, interleaved blocks, a loaded machine). An image
+#: has its fronts laid once, as it is built: every wrapper's.
+AT_BOOT = ("env", "git")
 #: where a fronted program is looked for, and the folders whose other names of it are kept
 PROGRAM_FOLDERS = ("/usr/bin", "/bin")
 NAME_FOLDERS = ("/usr/bin", "/bin", "/usr/sbin", "/sbin", "/usr/local/bin")
@@ -176,8 +184,8 @@ def plan(files: GuestFiles, python: str, programs: Iterable[str] | None = None) 
 
 @functools.lru_cache(maxsize=4)
 def host_plan(python: str) -> Plan:
-    """The plan of a process VM, whose /usr is the host's."""
-    return plan(GuestFiles(), python)
+    """The plan of a process VM, whose /usr is the host's: :data:`AT_BOOT`'s fronts."""
+    return plan(GuestFiles(), python, AT_BOOT)
 
 
 def bwrap_binds(python: str) -> list[str]:
