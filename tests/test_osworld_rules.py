@@ -336,3 +336,27 @@ def test_a_compare_table_rule_key_its_type_does_not_read_is_refused_at_load(tmp_
                lambda ev: rule(ev, "sheet_fuzzy")["rules"][1].update(ignore_cse=True)):
             f"{where}[0] ['rules'][1] has the key 'ignore_cse', which the metric does not read "
             "(did you mean 'ignore_case'?)"})
+
+
+def test_a_value_rule_whose_ref_its_method_cannot_compare_is_refused_at_load(tmp_path):
+    """A compare_table value rule's ``ref`` that its method cannot compare (``approx`` with a
+    string, a string where ``str_set_eq`` reads a list: its letters were the set) raised at
+    grading or compared a letter at a time: the agent's 0 for the task file's mistake. Each
+    is refused as the folder loads (exit 2), naming the rule's place, the method and the ref,
+    on copies of real tasks."""
+    from test_osworld_folder_cli import copied
+
+    folder = copied(tmp_path)
+    where = "evaluator metric 'compare_table': its options 'rules'"
+
+    def rule(evaluator, index: int) -> dict:
+        return evaluator["options"]["rules"][index]
+
+    assert_refused(folder, {
+        broken_copy(folder, "multi_apps/8e116af7-7db7-4e35-a68b-b0939c066c78.json",
+                    lambda ev: rule(ev, 2)["props"]["value"].update(ref="-186.93")):
+            f"{where}[2]['props']['value'] method 'approx:0.1' needs a 'ref' number, not str '-186.93'",
+        broken_copy(folder, "libreoffice_calc/ecb0df7a-4e8d-4a03-b162-053391d3afaf.json",
+                    lambda ev: rule(ev, 1)["dv_props"][0]["formula1"].update(ref="Pass,Fail,Held")):
+            f"{where}[1]['dv_props'][0]['formula1'] method 'str_set_eq' needs a 'ref' list of strings, "
+            "not str 'Pass,Fail,Held'"})

@@ -23,7 +23,7 @@ from typing import Any, Iterator
 from .metrics import xlsx
 from .rule_keys import RuleShape, shape_problem
 
-__all__ = ["FUZZY_CHECK", "METHODS", "TABLE_RULE", "method_problem", "table_rules_problem", "value_rules_problem"]
+__all__ = ["FUZZY_CHECK", "METHODS", "TABLE_RULE", "method_problem", "ref_problem", "table_rules_problem", "value_rules_problem"]
 
 #: match_value's methods named in full; ``re[.FLAG…]``, ``approx:<tolerance>`` and
 #: ``range.<l><r>`` are read by their prefix
@@ -77,26 +77,44 @@ def method_problem(method: Any) -> str | None:
     return f"{method!r} is no method the metric knows ({_KNOWN})"
 
 
-#: a value rule without its ``method``, which match_value reads first
-_NO_METHOD = object()
+def ref_problem(method: str, rule: dict) -> str | None:
+    """What ``match_value`` cannot compare with ``rule``'s ``ref`` under a known ``method``
+    (it raised TypeError, or read a string's letters as a list), or None."""
+    ref = rule.get("ref")
+    if method.startswith("re"):
+        return None if isinstance(ref, str) else f"needs a 'ref' string (a regular expression), not {_kind(ref)}"
+    if method.startswith("approx"):
+        number = isinstance(ref, (int, float)) and not isinstance(ref, bool)
+        return None if number else f"needs a 'ref' number, not {_kind(ref)}"
+    if method.startswith("range.") or method == "spreadsheet_range":
+        return None if isinstance(ref, list) and len(ref) == 2 else f"needs a 'ref' list of two bounds, not {_kind(ref)}"
+    if method in ("str_list_eq", "str_set_eq"):
+        return None if isinstance(ref, list) else f"needs a 'ref' list of strings, not {_kind(ref)}"
+    return None
 
 
-def _methods(rules: Any, where: str) -> Iterator[tuple[str, Any]]:
-    """(where, method) of each value rule in ``rules``: a dict of them by name or a list
-    (``_NO_METHOD`` for a rule without one)."""
+def _kind(value: Any) -> str:
+    return "none" if value is None else f"{type(value).__name__} {value!r}"
+
+
+def _methods(rules: Any, where: str) -> Iterator[tuple[str, dict]]:
+    """(where, rule) of each value rule in ``rules``: a dict of them by name or a list."""
     items = rules.items() if isinstance(rules, dict) else enumerate(rules) if isinstance(rules, list) else ()
     for name, rule in items:
         if isinstance(rule, dict):
-            yield f"{where}[{name!r}]", rule.get("method", _NO_METHOD)
+            yield f"{where}[{name!r}]", rule
 
 
-def _first(found: Iterator[tuple[str, Any]], what: str) -> str | None:
-    for where, method in found:
-        if method is _NO_METHOD:  # grading raised KeyError on it: the task's error, or a 0 in compare_table
+def _first(found: Iterator[tuple[str, dict]], what: str) -> str | None:
+    for where, rule in found:
+        if "method" not in rule:  # grading raised KeyError on it: the task's error, or a 0 in compare_table
             return f"{what}{where} needs the key 'method'"
-        problem = method_problem(method)
+        problem = method_problem(rule["method"])
         if problem:
             return f"{what}{where} method {problem}"
+        problem = ref_problem(rule["method"], rule)
+        if problem:
+            return f"{what}{where} method {rule['method']!r} {problem}"
     return None
 
 
@@ -188,7 +206,7 @@ def table_rules_problem(func: str, options: dict) -> str | None:
             problem = _fuzzy_problem(rule["rules"])
         if problem:
             return f"{where} {problem}"
-        found = {"zoom": lambda: iter([("", rule["method"])]),
+        found = {"zoom": lambda: iter([("", rule)]),
                  "check_cell": lambda: _methods(rule["props"], "['props']"),
                  "data_validation": lambda: (pair for n, props in enumerate(rule["dv_props"])
                                              for pair in _methods(props, f"['dv_props'][{n}]"))}.get(rule["type"])
