@@ -213,33 +213,38 @@ def test_a_lost_head_node_ends_the_run_with_its_summary_and_it_resumes(tmp_path,
     assert "(an earlier session)" in resumed.stdout, resumed.stdout
 
 
-#: the CLI run, its head node's GCS stopped (SIGSTOP: it takes connections and answers
-#: nothing) the moment after the driver connected, before it asks the head anything
-_STOPPED_AFTER_CONNECT = """
+#: the CLI run (argv: a function of ray_backend, the head's GCS pids, the run's flags), its
+#: head node's GCS stopped (SIGSTOP: it takes connections and answers nothing) the moment
+#: after that function returned
+_STOPPED_AFTER = """
 import os, runpy, signal, sys
 from parallel_rollout.backends import ray_backend
-connect, gcs = ray_backend.connect, [int(pid) for pid in sys.argv[1].split(",")]
-def connect_then_stop(address):
-    owned = connect(address)
+name, gcs = sys.argv[1], [int(pid) for pid in sys.argv[2].split(",")]
+real = getattr(ray_backend, name)
+def then_stop(*args):
+    said = real(*args)
     for pid in gcs:
         os.kill(pid, signal.SIGSTOP)
-    return owned
-ray_backend.connect = connect_then_stop
-sys.argv = ["parallel-rollout", *sys.argv[2:]]
+    return said
+setattr(ray_backend, name, then_stop)
+sys.argv = ["parallel-rollout", *sys.argv[3:]]
 runpy.run_module("parallel_rollout.cli", run_name="__main__")
 """
 
 
 @pytest.mark.slow
-def test_a_head_that_stops_answering_as_the_run_starts_ends_it_naming_the_head(tmp_path):
-    """The head's GCS stopped right after the driver connected, as the backend's start asks
-    it for the head node and the alive nodes: the run stops within the lost-head limit with
+@pytest.mark.parametrize("after", ["connect", "mark_folder"])
+def test_a_head_that_stops_answering_as_the_run_starts_ends_it_naming_the_head(tmp_path, after):
+    """The head's GCS stopped right after the driver connected (``connect``), as the
+    backend's start asks it for the head node and the alive nodes, or once the nodes' first
+    sweeps ended and the head answered (``mark_folder``), as the start makes the pools and
+    workers (their classes sent to the GCS): the run stops within the lost-head limit with
     its summary, the message naming the head's address and the resume line (the start asked
     with no time limit: the command hung for ever, saying nothing)."""
     with head_and_node("pr-hst-") as (said, env):
         gcs = ",".join(str(pid) for pid in said["head"]["gcs_server"])
         cli = _cli(tmp_path, said["address"], "stalled")
-        proc = subprocess.Popen([sys.executable, "-c", _STOPPED_AFTER_CONNECT, gcs, *cli[3:]],
+        proc = subprocess.Popen([sys.executable, "-c", _STOPPED_AFTER, after, gcs, *cli[3:]],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
         stderr = communicate(proc, 75)[1]
     assert proc.returncode == 1, stderr[-3000:]

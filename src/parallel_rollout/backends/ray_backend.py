@@ -168,8 +168,10 @@ class RayBackend(WorkerTable, NodeWatch):
             self._shared_home = here if here in nodes else nodes[0]
             nodes.sort(key=lambda n: n != self._shared_home)  # its pool first
         self._folder_token = mark_folder(spec.run_dir)
-        for node_id in nodes:
-            self._add_node(node_id)
+        # the pools and workers made send their classes to the head's GCS: one that stopped
+        # answering after the sweeps' check left the start waiting on it for ever
+        if not self._head.wait_for(lambda: [self._add_node(n) for n in nodes if not self._head.lost]):
+            return self._lose_head()
         log.info("[Ray] %d node(s), %d worker(s)%s", len(nodes), len(self._workers),
                  f", {cfg.pool_size} VM(s) per node" if spec.provider_cls is not None else "")
 

@@ -12,7 +12,7 @@ import os
 import sys
 import threading
 import time
-from typing import Any
+from typing import Any, Callable
 
 #: seconds the head node's GCS may leave the driver's questions unanswered before the run
 #: counts the cluster lost and stops: Ray itself ends a driver whose GCS is gone 60 s (its
@@ -54,6 +54,29 @@ class HeadWatch:
         while (nodes := self.alive_nodes()) is None and self.down_for() < HEAD_LOST_S:
             time.sleep(0.1)  # an error rather than no answer: asked again
         return nodes
+
+    def wait_for(self, call: Callable[[], Any]) -> bool:
+        """Make ``call`` (Ray calls that wait on the head: actors made, their classes sent to
+        its GCS) in a thread of its own, waited for while the head answers; False once it has
+        not answered for HEAD_LOST_S, the call left waiting on it (the run's start waited for
+        ever, saying nothing). An error of ``call`` is raised here."""
+        done, failed = threading.Event(), []
+
+        def make() -> None:
+            try:
+                call()
+            except BaseException as exc:  # noqa: BLE001 - the caller's to raise
+                failed.append(exc)
+            finally:
+                done.set()
+
+        threading.Thread(target=make, name="ray-head-bounded", daemon=True).start()
+        while not done.wait(0.2):
+            if self.alive_nodes() is None and self.down_for() >= HEAD_LOST_S:
+                return False
+        if failed:
+            raise failed[0]
+        return True
 
     def lost_reason(self) -> str:
         """Why the cluster counts as lost, naming the head (the run's stop, ``vms sweep``'s error)."""

@@ -74,7 +74,8 @@ class NodeWatch:
             log.warning("%s (%d node(s) left out)", reason, len(self._sweeps.left_out))
             self.hooks.event("node_left_out", reason=reason)
         for node_id in swept if not self.hooks.closing else ():
-            self._add_node(node_id)
+            if not self._head.wait_for(lambda: self._add_node(node_id)):  # its Ray calls wait on the head
+                return self._lose_head()
             pool = "" if self._shared_home is not None else f"a pool of {self.config.pool_size} and "
             self.hooks.event("node_joined", reason=f"node {node_id[:8]}: {pool}{self.config.num_rollouts} worker(s)")
             log.info("[Ray] node %s joined", node_id[:8])
