@@ -188,7 +188,7 @@ def test_an_aborted_runs_message_says_the_call_that_resumes_it(tmp_path):
                   max_retries=0, progress=False)
     assert outcome.exit_code == 1, outcome
     assert outcome.message.endswith(f"run(output_dir={str(out)!r}, run_id='ab', resume=True)"), outcome.message
-    assert "parallel-rollout" not in outcome.message and "after max_retries=0 retries" in outcome.message
+    assert "parallel-rollout" not in outcome.message and "with no retry (max_retries=0)" in outcome.message
     assert ": --max-retries 5\n" in outcome.message, outcome.message
     gated = write_tasks(tmp_path / "gated.jsonl", [shell_task("b", check="false"), shell_task("c")])
     outcome = run(mode="shell", data=gated, agent="oracle", num_rollouts=1, output_dir=out, run_id="gate",

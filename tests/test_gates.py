@@ -318,6 +318,22 @@ def test_resumed_cron_run_keeps_its_gates_until_one_is_turned_off(tmp_path):
     assert config["fail_under"] is None and config["compare_to"] is None
 
 
+@pytest.mark.parametrize("retries, said", [
+    (0, "each ended on an infrastructure failure with no retry (--max-retries 0)"),
+    (1, "each ended on an infrastructure failure after its one retry (--max-retries 1)"),
+    (2, "each ended on an infrastructure failure after its 2 retries (--max-retries 2)"),
+])
+def test_the_never_graded_message_says_the_retries_as_they_were(tmp_path, retries, said):
+    """It said 'after --max-retries 1 retries' of one retry, and 'after --max-retries 0
+    retries' of none."""
+    tasks = [shell_task("ok"), shell_task("broken", setup=["exit 3"])]
+    done = run_cli(tmp_path, tasks, "tries", "--max-retries", str(retries))
+    assert done.exit_code == exit_codes.EXIT_ABORTED, (done.output, done.exception)
+    assert f"1 sample(s) were never graded: {said} (" in " ".join(done.output.split()), done.output
+    lines = (tmp_path / "out" / "tries" / "results.jsonl").read_text().splitlines()
+    assert sum(json.loads(line)["key"] == "broken#0" for line in lines) == retries + 1  # as said
+
+
 def test_a_run_with_samples_never_graded_exits_1_and_a_resume_runs_them_again(tmp_path, monkeypatch):
     """Infrastructure failures after --max-retries are no score: not exit 0 with a 0% rate."""
     monkeypatch.setenv("PR_CHAOS_DIR", str(tmp_path))

@@ -120,7 +120,7 @@ def signal_after_the_end(signum: int, frame: object) -> None:
 #: why a group of samples (by their records' ``task_fault``) was never graded, and what a
 #: resume does with them
 _UNGRADED = (
-    (None, "each ended on an infrastructure failure after --max-retries {retries} retries",
+    (None, "each ended on an infrastructure failure {retried}",
      "A resume runs them again (once each) once the cause is fixed: {resume}"),
     ("file_missing", "a file each task names is not there, not retried",
      "A resume runs them again (once each) once the file is there: {resume}"),
@@ -139,10 +139,18 @@ def ungraded_message(records: list[dict[str, Any]], count: int, max_retries: int
     for key, end in sorted(finals.items()):
         if end.get("infrastructure"):
             groups.setdefault(end.get("task_fault"), []).append(key)
-    said = [f"{len(groups[fault])} sample(s) were never graded: {why.format(retries=max_retries)} "
+    said = [f"{len(groups[fault])} sample(s) were never graded: {why.format(retried=_retried(max_retries))} "
             f"({_named(finals, groups[fault])}); the gates were not applied. {then.format(resume=resume_cmd)}"
             for fault, why, then in _UNGRADED if groups.get(fault)]
     return "\n".join(said) or f"{count} sample(s) were never graded"
+
+
+def _retried(retries: int) -> str:
+    """How often a sample was tried again, by ``--max-retries``: 'after --max-retries 1
+    retries' read wrong for one, and said retries that were never made for 0."""
+    if retries == 0:
+        return "with no retry (--max-retries 0)"
+    return f"after {'its one retry' if retries == 1 else f'its {retries} retries'} (--max-retries {retries})"
 
 
 def _named(finals: dict[str, dict[str, Any]], keys: list[str]) -> str:
