@@ -372,6 +372,26 @@ def test_a_resume_boots_no_more_vms_than_the_samples_it_has_left(tmp_path):
     assert events.count('"initial boot"') == 3 + 1  # the first session's 3, the resume's 1
 
 
+@pytest.mark.parametrize("given", [[], ["--num-rollouts", "5"]], ids=["default", "given"])
+def test_a_small_resume_warns_of_no_worker_count_it_was_never_given(tmp_path, given):
+    """A nightly resume with 1 sample left, of a run never given --num-rollouts, warned each
+    night '--num-rollouts 5 without --use-vm-pool boots a VM per worker: 1 samples need 1
+    workers, so 1 start': a flag never typed, and nothing to act on (the samples left decide
+    the pool). A count the run was given is still said as the one the resume boots (as
+    test_a_resume_boots_no_more_vms_than_the_samples_it_has_left asks of --num-vms)."""
+    data = write_tasks(tmp_path / "tasks.jsonl", [shell_task(k) for k in "abcd"])
+    flags = ["--mode", "shell", "--data", str(data), "--run-id", "few", *given]
+    assert cli(tmp_path, *flags, "--limit", "3").exit_code == 0
+    said = "--num-rollouts 5 without --use-vm-pool boots a VM per worker: 1 samples need 1 workers, so 1 start"
+    for args in (["--dry-run"], []):
+        done = cli(tmp_path, "--run-id", "few", "--resume", "--limit", "4", *args)
+        assert done.exit_code == 0, (done.output, done.exception)
+        assert (said in done.output) == bool(given), done.output
+        assert "--num-rollouts" not in done.output or given, done.output
+    summary = json.loads((tmp_path / "out" / "few" / "summary.json").read_text())
+    assert summary["finished"] == 4 and summary["vm"]["size"] == 1, summary["vm"]
+
+
 @pytest.mark.parametrize("agent", ["SpawnsAndReturns", "ForkAndExit", "Detaches",
                                    pytest.param("LeavesSession", marks=needs_worker_cgroup),
                                    pytest.param("LeavesSessionAndExits", marks=needs_worker_cgroup)])

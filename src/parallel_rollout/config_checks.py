@@ -138,20 +138,28 @@ def ignored_vm_settings(cfg: Any, provider_cls: Any) -> list[tuple[str, str, str
     return [(name if name == "max_vm_replacements" else "--" + name.replace("_", "-"), why, name) for name in given]
 
 
-def sized_for_samples(cfg: Any, samples: int, provider_cls: Any, say: Callable[..., None]) -> Any:
+def sized_for_samples(cfg: Any, samples: int, provider_cls: Any, say: Callable[..., None],
+                      unasked: Callable[..., None] | None = None) -> Any:
     """``cfg`` for a run of ``samples``: no more VMs than can be used at once, and no more
     workers than the samples keep busy, ceil(samples / K) (idle loops started for nothing: 300
     workers for one sample took 8 s and a process each), each cut ``say``-ed (config.json
-    keeps the ask)."""
+    keeps the ask). Given ``unasked`` (a resume's), the cut of a setting the run was never given
+    (its default, not in ``cfg.explicit``) is said by it instead: the samples left decide the
+    pool, and '--num-rollouts 5 … so 1 start' of a flag never typed, warned at each small
+    resume, was nothing to act on."""
     if samples < 1:
         return cfg
+
+    def tell(name: str) -> Callable[..., None]:
+        return say if unasked is None or name in cfg.explicit else unasked
+
     if provider_cls is not None:
-        cfg = _vms_for_samples(cfg, samples, provider_cls, say)
+        cfg = _vms_for_samples(cfg, samples, provider_cls, tell)
     busy = -(-samples // cfg.envs_per_worker)
     if cfg.num_rollouts > busy and (provider_cls is None or cfg.use_vm_pool):
-        say("--num-rollouts %d: %d samples keep at most %d workers of %d env loops busy, so %d start%s",
-            cfg.num_rollouts, samples, busy, cfg.envs_per_worker, busy,
-            " on each node" if cfg.backend == "ray" else "")
+        tell("num_rollouts")("--num-rollouts %d: %d samples keep at most %d workers of %d env loops busy, so %d start%s",
+                             cfg.num_rollouts, samples, busy, cfg.envs_per_worker, busy,
+                             " on each node" if cfg.backend == "ray" else "")
         # a limit the loops left now meet is no limit of theirs (said as a cut otherwise)
         limit = cfg.max_concurrent_rollouts
         cfg = dataclasses.replace(cfg, num_rollouts=busy, max_concurrent_rollouts=None if (
@@ -159,7 +167,8 @@ def sized_for_samples(cfg: Any, samples: int, provider_cls: Any, say: Callable[.
     return cfg
 
 
-def _vms_for_samples(cfg: Any, samples: int, provider_cls: Any, say: Callable[..., None]) -> Any:
+def _vms_for_samples(cfg: Any, samples: int, provider_cls: Any,
+                     tell: Callable[[str], Callable[..., None]]) -> Any:
     """No more VMs than ``samples`` can use at once. On ray the bound is a node's: each
     node's pool serves its own node's N workers; one pool leased from every node (remote VMs)
     is bounded by the samples and --max-concurrent-rollouts only, the cluster's loops being
@@ -172,13 +181,13 @@ def _vms_for_samples(cfg: Any, samples: int, provider_cls: Any, say: Callable[..
         usable, why = min(cfg.concurrency, samples), f", {cfg.concurrency} env loops"
     a_node, each_node = (" on a node", " on each node") if per_node else ("", "")
     if cfg.use_vm_pool and cfg.num_vms > usable:
-        say("--num-vms %d: at most %d rollouts run at once%s (%d samples%s), so %d VMs are booted%s",
-            cfg.num_vms, usable, a_node, samples, why, usable, each_node)
+        tell("num_vms")("--num-vms %d: at most %d rollouts run at once%s (%d samples%s), so %d VMs are booted%s",
+                        cfg.num_vms, usable, a_node, samples, why, usable, each_node)
         return dataclasses.replace(cfg, num_vms=usable)
     if not cfg.use_vm_pool and cfg.num_rollouts > samples:
-        say("--num-rollouts %d without --use-vm-pool boots a VM per worker: %d samples need %d "
-            "workers, so %d start%s", cfg.num_rollouts, samples, samples, samples,
-            " on each node" if cfg.backend == "ray" else "")
+        tell("num_rollouts")("--num-rollouts %d without --use-vm-pool boots a VM per worker: %d samples need %d "
+                             "workers, so %d start%s", cfg.num_rollouts, samples, samples, samples,
+                             " on each node" if cfg.backend == "ray" else "")
         return dataclasses.replace(cfg, num_rollouts=samples)
     return cfg
 
