@@ -360,3 +360,21 @@ def test_a_value_rule_whose_ref_its_method_cannot_compare_is_refused_at_load(tmp
                     lambda ev: rule(ev, 1)["dv_props"][0]["formula1"].update(ref="Pass,Fail,Held")):
             f"{where}[1]['dv_props'][0]['formula1'] method 'str_set_eq' needs a 'ref' list of strings, "
             "not str 'Pass,Fail,Held'"})
+
+
+def test_a_cell_or_range_openpyxl_cannot_read_is_refused_at_load(tmp_path):
+    """A check_cell rule's ``coordinate`` that is no one cell (a range: the metric read a row
+    of cells and its check raised, caught into a 0) and a sheet_fuzzy check's ``range`` that
+    openpyxl cannot read (``A2:A``: it raised at grading, a 0) loaded and were the agent's 0;
+    each is refused as the folder loads (exit 2), on copies of real tasks."""
+    from test_osworld_folder_cli import copied
+
+    folder = copied(tmp_path)
+    where = "evaluator metric 'compare_table': its options 'rules'"
+    assert_refused(folder, {
+        broken_copy(folder, "libreoffice_calc/357ef137-7eeb-4c80-a3bb-0951f26a8aff.json",
+                    lambda ev: ev["options"]["rules"][0].update(coordinate="A1:B2")):
+            f"{where}[0] key 'coordinate' is 'A1:B2', no cell (A1)",
+        broken_copy(folder, "multi_apps/b5062e3e-641c-4e3a-907b-ac864d2e7652.json",
+                    lambda ev: ev["options"]["rules"][0]["rules"][1].update(range=["A2:A"])):
+            f"{where}[0] ['rules'][1] key 'range' has 'A2:A', no cell range (A1:C5, or a list of them)"})

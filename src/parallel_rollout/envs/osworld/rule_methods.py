@@ -135,7 +135,17 @@ def _fuzzy_problem(checks: Any) -> str | None:
         if check["type"] not in FUZZY_TYPES:
             return f"{where} has the type {check['type']!r}, which sheet_fuzzy does not read " \
                    f"(it reads {', '.join(map(repr, FUZZY_TYPES))})"
+        ranges = check["range"].split() if isinstance(check["range"], str) else check["range"]
+        bad = next((r for r in ranges if not isinstance(r, str) or not _RANGE.match(r)), None) \
+            if isinstance(ranges, list) and ranges else check["range"]
+        if bad is not None:  # openpyxl raised on it at grading: a 0
+            return f"{where} key 'range' has {bad!r}, no cell range (A1:C5, or a list of them)"
     return None
+
+
+#: a cell (``check_cell``'s coordinate) and a cell range (a sheet_fuzzy check's), as openpyxl reads them
+_CELL = re.compile(r"\$?[A-Z]{1,3}\$?[1-9][0-9]*\Z", re.I)
+_RANGE = re.compile(r"\$?[A-Z]{1,3}\$?[1-9][0-9]*(:\$?[A-Z]{1,3}\$?[1-9][0-9]*)?\Z", re.I)
 
 
 def value_rules_problem(func: str, rules: Any) -> str | None:
@@ -204,6 +214,9 @@ def table_rules_problem(func: str, options: dict) -> str | None:
                         for p in [_sheet_problem(rule, key)] if p), None)
         if problem is None and rule["type"] == "sheet_fuzzy":
             problem = _fuzzy_problem(rule["rules"])
+        if problem is None and rule["type"] == "check_cell" and not (
+                isinstance(rule["coordinate"], str) and _CELL.match(rule["coordinate"])):  # the cell read was a 0
+            problem = f"key 'coordinate' is {rule['coordinate']!r}, no cell (A1)"
         if problem:
             return f"{where} {problem}"
         found = {"zoom": lambda: iter([("", rule)]),
