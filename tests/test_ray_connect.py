@@ -247,11 +247,17 @@ def test_a_head_that_stops_answering_as_the_run_starts_ends_it_naming_the_head(t
         proc = subprocess.Popen([sys.executable, "-c", _STOPPED_AFTER, after, gcs, *cli[3:]],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
         stderr = communicate(proc, 75)[1]
+    assert_ended_naming_the_head(proc, stderr, said["address"], tmp_path / "stalled")
+
+
+def assert_ended_naming_the_head(proc, stderr: str, address: str, run_dir: Path) -> None:
+    """The run stopped on its lost head: exit 1, the head named, the resume line, and its
+    summary's stopped reason naming the head, no sample finished."""
     assert proc.returncode == 1, stderr[-3000:]
-    assert f"the Ray cluster's head node ({said['address']}) has not answered" in stderr, stderr[-3000:]
+    assert f"the Ray cluster's head node ({address}) has not answered" in stderr, stderr[-3000:]
     assert "resume with:" in stderr, stderr[-3000:]
-    summary = json.loads((tmp_path / "stalled" / "summary.json").read_text())
-    assert said["address"] in summary["stopped"]["reason"] and summary["finished"] == 0, summary
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert address in summary["stopped"]["reason"] and summary["finished"] == 0, summary
 
 
 #: a trainer whose scheduler runs on the cluster (argv: its address, its head node's pids, a

@@ -28,7 +28,7 @@ import pytest
 import ray_cluster
 from conftest import assert_exactly_once, read_results, shell_task, write_tasks
 from ray_cluster import _NODE, _cli, communicate, own_ray_tmp
-from test_ray_connect import _HEAD_AND_NODE, _SLOW
+from test_ray_connect import _HEAD_AND_NODE, _SLOW, assert_ended_naming_the_head
 
 # the module's fixtures: a cluster (made when a test first asks for it) and the leak check
 cluster, no_leaks = ray_cluster.cluster, ray_cluster.no_leaks
@@ -252,11 +252,7 @@ def test_a_head_that_stops_answering_as_the_first_sweep_ends_stops_the_run_namin
             _stop_gcs(said)
             os.close(writers.pop())  # the sweep reads the end of its file and ends
             stderr = communicate(proc, 100)[1]
-    assert proc.returncode == 1, stderr[-3000:]
-    assert f"the Ray cluster's head node ({said['address']}) has not answered" in stderr, stderr[-3000:]
-    assert "resume with:" in stderr, stderr[-3000:]
-    summary = json.loads((tmp_path / "ended" / "summary.json").read_text())
-    assert said["address"] in summary["stopped"]["reason"] and summary["finished"] == 0, summary
+    assert_ended_naming_the_head(proc, stderr, said["address"], tmp_path / "ended")
 
 
 #: the CLI run (argv: its sweep's cut-off in seconds, then the run's flags) with the nodes'
