@@ -392,6 +392,26 @@ def test_a_small_resume_warns_of_no_worker_count_it_was_never_given(tmp_path, gi
     assert summary["finished"] == 4 and summary["vm"]["size"] == 1, summary["vm"]
 
 
+@pytest.mark.parametrize("given", [[], ["--num-rollouts", "5"], ["--config", "run.toml"]],
+                         ids=["default", "given", "in-a-config-file"])
+def test_a_small_first_run_warns_of_no_worker_count_it_was_never_given(tmp_path, given):
+    """As a resume (above), a first run of a 2-task file never given --num-rollouts warned
+    '--num-rollouts 5 without --use-vm-pool boots a VM per worker: 2 samples need 2 workers, so
+    2 start' of the default 5: a flag never typed, nothing to act on. A count the run was given,
+    by flag or config file, is still warned of as cut."""
+    (tmp_path / "run.toml").write_text("num-rollouts = 5\n")
+    given = [str(tmp_path / arg) if arg == "run.toml" else arg for arg in given]
+    data = write_tasks(tmp_path / "tasks.jsonl", [shell_task(k) for k in "ab"])
+    cut = "boots a VM per worker: 2 samples need 2 workers, so 2 start"
+    for run_id, args in (("dry", ["--dry-run"]), ("real", [])):
+        done = cli(tmp_path, "--mode", "shell", "--data", str(data), "--run-id", run_id, *given, *args)
+        assert done.exit_code == 0, (done.output, done.exception)
+        assert (cut in done.output) == bool(given), done.output
+        assert "num-rollouts" not in done.output or given, done.output
+    summary = json.loads((tmp_path / "out" / "real" / "summary.json").read_text())
+    assert summary["finished"] == 2 and summary["vm"]["size"] == 2, summary["vm"]
+
+
 @pytest.mark.parametrize("agent", ["SpawnsAndReturns", "ForkAndExit", "Detaches",
                                    pytest.param("LeavesSession", marks=needs_worker_cgroup),
                                    pytest.param("LeavesSessionAndExits", marks=needs_worker_cgroup)])

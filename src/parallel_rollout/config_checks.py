@@ -143,10 +143,10 @@ def sized_for_samples(cfg: Any, samples: int, provider_cls: Any, say: Callable[.
     """``cfg`` for a run of ``samples``: no more VMs than can be used at once, and no more
     workers than the samples keep busy, ceil(samples / K) (idle loops started for nothing: 300
     workers for one sample took 8 s and a process each), each cut ``say``-ed (config.json
-    keeps the ask). Given ``unasked`` (a resume's), the cut of a setting the run was never given
-    (its default, not in ``cfg.explicit``) is said by it instead: the samples left decide the
-    pool, and '--num-rollouts 5 … so 1 start' of a flag never typed, warned at each small
-    resume, was nothing to act on."""
+    keeps the ask). Given ``unasked`` (the runner's: a debug log), the cut of a setting the run
+    was never given (its default, not in ``cfg.explicit``) is said by it instead: the samples
+    decide the pool, and '--num-rollouts 5 … so 1 start' of a flag never typed, warned at each
+    small run or resume, was nothing to act on."""
     if samples < 1:
         return cfg
 

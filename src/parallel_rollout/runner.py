@@ -222,10 +222,9 @@ class Runner:
 
     def _vms_used(self, cfg: RunConfig, samples: int, warn: bool = True) -> RunConfig:
         """The engine's config: no more workers and VMs than ``samples`` can use at once
-        (``config_checks.sized_for_samples``: warned, or logged when ``warn`` is False; a
-        resume's cut of a setting never given, its default, is logged only)."""
-        return sized_for_samples(cfg, samples, self.provider_cls, log.warning if warn else log.debug,
-                                 log.debug if cfg.resume else None)
+        (``config_checks.sized_for_samples``: warned, or logged when ``warn`` is False; the
+        cut of a setting never given, its default, is logged only, a first run's as a resume's)."""
+        return sized_for_samples(cfg, samples, self.provider_cls, log.warning if warn else log.debug, log.debug)
 
     def _folder(self) -> RunFolder:
         """The run folder, as this run's settings (after ``prepare``) see it."""
