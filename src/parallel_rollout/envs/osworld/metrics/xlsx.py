@@ -90,51 +90,19 @@ def read_cell_value(path: str, sheet: str, coordinate: str) -> Any:
     return None
 
 
-#: the names each reader below reads (cell_style raises on another; charts and pivot_tables
-#: compared nothing for one they do not know): a task file's other name is refused at load
-CELL_STYLES = ("number_format", "font_name", "font_family", "font_bold", "font_italic", "font_underline",
-               "font_size", "font_color", "fill_type", "bgcolor", "fgcolor", "hyperlink", "merge")
-CHART_PROPS = ("title", "legend", "anchor", "width", "height", "type", "direction", "xtitle", "ytitle", "ztitle")
+#: the attributes of openpyxl's row and column dimensions that ``dimensions`` reads by name: each
+#: public one they have but their worksheet, their methods and a column's range (it raises without
+#: min and max); tests/test_osworld_table_names.py checks the list against real dimensions
 _DIMENSION = ("hidden", "collapsed", "outlineLevel", "outline_level", "style", "style_id", "has_style", "index",
               "number_format", "font", "fill", "border", "alignment", "protection", "pivotButton", "quotePrefix")
-#: the attributes of openpyxl's row and column dimensions that ``dimensions`` reads by name
 DIMENSION_PROPS = {"row": (*_DIMENSION, "height", "ht", "customHeight", "customFormat", "r", "s", "thickBot",
                            "thickTop"),
                    "column": (*_DIMENSION, "width", "customWidth", "bestFit", "auto_size", "min", "max")}
-PIVOT_PROPS = ("name", "show_total", "show_empty_row", "show_empty_col", "show_headers", "location", "filter",
-               "selection", "ordered", "col_fields", "row_fields", "data_fields", "data_fields_name")
-
-
-def cell_style(prop: str, cell, differential=None) -> Any:
-    """One style property of an openpyxl cell, or the one a conditional format's
-    differential style gives it; ``None`` for an empty cell."""
-    from openpyxl.cell.cell import MergedCell
-
-    source = differential or cell
-    empty = cell.value is None
-    if prop == "number_format":
-        if empty or cell.data_type != "n":
-            return None
-        return cell.number_format if differential is None else differential.numFmt.formatCode
-    if prop.startswith("font_") and prop[5:] in ("name", "family", "bold", "italic", "underline", "size"):
-        return None if empty else getattr(source.font, prop[5:])
-    if prop == "font_color":
-        return None if empty else source.font.color.rgb
-    if prop == "fill_type":
-        try:
-            return source.fill.tagname
-        except Exception:
-            return None
-    if prop in ("bgcolor", "fgcolor"):
-        try:
-            return differential.fill.bgColor.rgb if differential is not None else cell.fill.fgColor.rgb
-        except Exception:
-            return None
-    if prop == "hyperlink":
-        return None if empty else (cell.hyperlink or "")
-    if prop == "merge":
-        return isinstance(cell, MergedCell)
-    raise NotImplementedError(f"unsupported cell style {prop!r}")
+#: the pivot properties ``pivot_tables`` reads: these attributes, and the names it tests itself
+_PIVOT_ATTRS = {"name": "name", "show_total": "visualTotals", "show_empty_row": "showEmptyRow",
+                "show_empty_col": "showEmptyCol", "show_headers": "showHeaders", "location": "location"}
+PIVOT_PROPS = (*_PIVOT_ATTRS, "filter", "selection", "ordered", "col_fields", "row_fields", "data_fields",
+               "data_fields_name")
 
 
 def _title(holder) -> Any:
@@ -142,6 +110,75 @@ def _title(holder) -> Any:
         return holder.title.tx.rich.p[0].r[0].t
     except Exception:
         return None
+
+
+def _number_format(cell, source, differential, empty: bool) -> Any:
+    if empty or cell.data_type != "n":
+        return None
+    return cell.number_format if differential is None else differential.numFmt.formatCode
+
+
+def _font(attr: str):
+    return lambda cell, source, differential, empty: None if empty else getattr(source.font, attr)
+
+
+def _fill_type(cell, source, differential, empty: bool) -> Any:
+    try:
+        return source.fill.tagname
+    except Exception:
+        return None
+
+
+def _fill_color(cell, source, differential, empty: bool) -> Any:
+    try:
+        return differential.fill.bgColor.rgb if differential is not None else cell.fill.fgColor.rgb
+    except Exception:
+        return None
+
+
+def _merged(cell, source, differential, empty: bool) -> bool:
+    from openpyxl.cell.cell import MergedCell
+
+    return isinstance(cell, MergedCell)
+
+
+#: cell style name -> its reader (cell, the cell or differential style read, that style, empty?)
+_CELL_STYLE = {
+    "number_format": _number_format,
+    **{f"font_{attr}": _font(attr) for attr in ("name", "family", "bold", "italic", "underline", "size")},
+    "font_color": lambda cell, source, differential, empty: None if empty else source.font.color.rgb,
+    "fill_type": _fill_type, "bgcolor": _fill_color, "fgcolor": _fill_color,
+    "hyperlink": lambda cell, source, differential, empty: None if empty else (cell.hyperlink or ""),
+    "merge": _merged}
+#: the names ``cell_style`` reads (it raises on another): a task file's other name is refused at load
+CELL_STYLES = tuple(_CELL_STYLE)
+
+
+def cell_style(prop: str, cell, differential=None) -> Any:
+    """One style property of an openpyxl cell, or the one a conditional format's
+    differential style gives it; ``None`` for an empty cell."""
+    read = _CELL_STYLE.get(prop)
+    if read is None:
+        raise NotImplementedError(f"unsupported cell style {prop!r}")
+    return read(cell, differential or cell, differential, cell.value is None)
+
+
+def _anchor(chart) -> list:
+    """As OSWorld records it: the start column, then the end row twice."""
+    anchor = chart.anchor
+    return [anchor.editAs, anchor._from.col, anchor.to.row, anchor.to.col, anchor.to.row]
+
+
+def _axis_title(axis: str):
+    return lambda chart: _title(getattr(chart, f"{axis}_axis"))
+
+
+#: chart property -> its reader; a name ``charts`` does not read compared nothing, refused at load
+_CHART = {"title": _title, "legend": lambda chart: chart.legend.position if chart.legend is not None else None,
+          "anchor": _anchor, "width": lambda chart: chart.width, "height": lambda chart: chart.height,
+          "type": lambda chart: chart.tagname, "direction": lambda chart: chart.barDir,
+          **{f"{axis}title": _axis_title(axis) for axis in ("x", "y", "z")}}
+CHART_PROPS = tuple(_CHART)
 
 
 def _ref(data) -> str:
@@ -162,22 +199,7 @@ def charts(book, sheet: str, chart_props=()) -> dict[str, dict]:
     found: dict[str, dict] = {}
     for chart in worksheet._charts:
         key = ";".join(f"{_ref(s.val)},{_ref(s.cat)}" for s in chart.series)
-        info: dict[str, Any] = {}
-        if "title" in props:
-            info["title"] = _title(chart)
-        if "legend" in props:
-            info["legend"] = chart.legend.position if chart.legend is not None else None
-        if "anchor" in props:
-            # as OSWorld records it: the start column, then the end row twice
-            anchor = chart.anchor
-            info["anchor"] = [anchor.editAs, anchor._from.col, anchor.to.row, anchor.to.col, anchor.to.row]
-        for name, attr in (("width", "width"), ("height", "height"), ("type", "tagname"),
-                           ("direction", "barDir")):
-            if name in props:
-                info[name] = getattr(chart, attr)
-        for axis in ("x", "y", "z"):
-            if f"{axis}title" in props:
-                info[f"{axis}title"] = _title(getattr(chart, f"{axis}_axis"))
+        info: dict[str, Any] = {name: read(chart) for name, read in _CHART.items() if name in props}
         found[key] = info
     return found
 
@@ -203,12 +225,7 @@ def pivot_tables(book, sheet: str, pivot_props=()) -> dict[str, dict]:
         start, end = source.worksheetSource.ref.split(":")
         (r1, c1), (r2, c2) = coordinate_to_tuple(start), coordinate_to_tuple(end)
         key = f"{source.type};{(r1, c1 + left)}:{(r2, c2 - right)};{source.worksheetSource.sheet}"
-        info: dict[str, Any] = {}
-        for name, attr in (("name", "name"), ("show_total", "visualTotals"),
-                           ("show_empty_row", "showEmptyRow"), ("show_empty_col", "showEmptyCol"),
-                           ("show_headers", "showHeaders"), ("location", "location")):
-            if name in props:
-                info[name] = getattr(pivot, attr)
+        info: dict[str, Any] = {name: getattr(pivot, attr) for name, attr in _PIVOT_ATTRS.items() if name in props}
         if "filter" in props or "selection" in props:
             info["selection"] = selection if "ordered" in props else [set(s) for s in selection]
         if "filter" in props:
