@@ -362,6 +362,37 @@ def test_a_value_rule_whose_ref_its_method_cannot_compare_is_refused_at_load(tmp
             "not str 'Pass,Fail,Held'"})
 
 
+def test_a_rule_getters_value_rule_whose_ref_its_method_cannot_compare_is_refused_at_load(tmp_path):
+    """A Thunderbird pref's, a check_json or a check_mp3_meta value rule whose ``ref`` its method
+    cannot compare (``approx`` with a string, ``re`` with a pattern Python cannot read,
+    ``str_list_eq`` with a string, ``range.ee`` with one bound) raised at every grading or compared
+    a string's letters: the agent's 0 for the task file's mistake. Each is refused as the folder
+    loads (exit 2), naming the file, the metric, the rule and its ref, on copies of real tasks."""
+    from test_osworld_folder_cli import copied
+
+    folder = copied(tmp_path)
+    getter = "evaluator expected getter 'rule' of metric"
+    assert_refused(folder, {
+        broken_copy(folder, "thunderbird/08c73485-7c6d-4681-999d-919f5c32dcfa.json",
+                    lambda ev: ev["expected"]["rules"]["expect"]["mail.server.default.applyIncomingFilters"].update(
+                        method="approx:0.1", ref="true")):
+            f"{getter} {PREFS!r}: its 'rules' ['expect']['mail.server.default.applyIncomingFilters'] "
+            "method 'approx:0.1' needs a 'ref' number, not str 'true'",
+        broken_copy(folder, "thunderbird/3f49d2cc-f400-4e7d-90cc-9b18e401cc31.json",
+                    lambda ev: ev["expected"]["rules"]["expect"][0].update(ref="(smart")):
+            f"{getter} 'check_json': its 'rules' ['expect'][0] method 're' 'ref' '(smart' is no regular "
+            "expression Python's re reads (missing ), unterminated subpattern at position 0)",
+        broken_copy(folder, "multi_apps/74d5859f-ed66-4d3e-aa0e-93d7a592ce41.json",
+                    lambda ev: ev["expected"][0]["rules"]["expect"][2].update(method="str_list_eq",
+                                                                              ref="background_script.js")):
+            f"{getter} 'check_json': its 'rules' ['expect'][2] method 'str_list_eq' needs a 'ref' list of "
+            "strings, not str 'background_script.js'",
+        broken_copy(folder, "multi_apps/3f05f3b9-29ba-4b6b-95aa-2204697ffc06.json",
+                    lambda ev: ev["expected"][1]["rules"]["title"].update(method="range.ee", ref=[1])):
+            f"{getter} 'check_mp3_meta': its 'rules' ['title'] method 'range.ee' needs a 'ref' list of two "
+            "bounds, not list [1]"})
+
+
 def test_a_cell_or_range_openpyxl_cannot_read_is_refused_at_load(tmp_path):
     """A check_cell rule's ``coordinate`` that is no one cell (a range: the metric read a row
     of cells and its check raised, caught into a 0) and a sheet_fuzzy check's ``range`` that

@@ -21,6 +21,7 @@ import re
 from typing import Any, Iterator
 
 from .metrics import xlsx
+from .metrics.rules import re_flags
 from .rule_keys import RuleShape, shape_problem
 
 __all__ = ["FUZZY_CHECK", "METHODS", "TABLE_RULE", "method_problem", "ref_problem", "table_rules_problem", "value_rules_problem"]
@@ -79,10 +80,16 @@ def method_problem(method: Any) -> str | None:
 
 def ref_problem(method: str, rule: dict) -> str | None:
     """What ``match_value`` cannot compare with ``rule``'s ``ref`` under a known ``method``
-    (it raised TypeError, or read a string's letters as a list), or None."""
+    (it raised TypeError or re.error, or read a string's letters as a list), or None."""
     ref = rule.get("ref")
     if method.startswith("re"):
-        return None if isinstance(ref, str) else f"needs a 'ref' string (a regular expression), not {_kind(ref)}"
+        if not isinstance(ref, str):
+            return f"needs a 'ref' string (a regular expression), not {_kind(ref)}"
+        try:  # with the method's flags, as match_value searches (re.X reads another pattern)
+            re.compile(ref, re_flags(method))
+        except re.error as error:
+            return f"'ref' {ref!r} is no regular expression Python's re reads ({error})"
+        return None
     if method.startswith("approx"):
         number = isinstance(ref, (int, float)) and not isinstance(ref, bool)
         return None if number else f"needs a 'ref' number, not {_kind(ref)}"

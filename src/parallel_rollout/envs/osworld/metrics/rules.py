@@ -18,14 +18,19 @@ _COMPARE = {"eq": operator.eq, "ne": operator.ne, "lt": operator.lt, "le": opera
             "gt": operator.gt, "ge": operator.ge}
 
 
+def re_flags(method: str) -> int:
+    """The flags of Python's re an ``re[.FLAG…]`` method names after its dots."""
+    flags = 0
+    for name in method.split(".")[1:]:
+        flags |= getattr(re, name)
+    return flags
+
+
 def match_value(value: Any, rule: Mapping[str, Any]) -> bool:
     """Whether ``value`` satisfies ``rule``; an unknown method raises NotImplementedError."""
     method, ref = rule["method"], rule.get("ref")
     if method.startswith("re"):
-        flags = 0
-        for name in method.split(".")[1:]:
-            flags |= getattr(re, name)
-        return re.search(ref, value, flags) is not None
+        return re.search(ref, value, re_flags(method)) is not None
     if method in _COMPARE:
         return _COMPARE[method](value, ref)
     if method.startswith("approx"):
