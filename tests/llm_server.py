@@ -49,6 +49,9 @@ A chunk ``{"raw": payload}`` is streamed as that payload, as it is: an error eve
 as vLLM does (``context_refusal``: recorded with its ``refused`` message).
 
 ``GET /v1/models`` lists ``models`` (one, "test-model": what a preflight asks); ``model_listings`` counts those calls.
+``missing_routes`` are answered 404 (``{"detail": "Not Found"}``, FastAPI's), as a server without
+that route would; a POST with neither ``messages`` nor ``prompt`` is answered 400 before any step
+is taken, as vLLM does (``bodiless`` counts them).
 
 Every request is recorded (``requests``: body, arrival time, step, Authorization header, every
 header, the path) for assertions. The
@@ -106,6 +109,10 @@ class LLMServer:
         self.model_listings = 0
         #: the model ids GET /v1/models lists (another: a server restarted with another model)
         self.models = ["test-model"]
+        #: POST routes answered 404 as FastAPI does (a completions-only server: {"/v1/chat/completions"})
+        self.missing_routes: set[str] = set()
+        #: POSTs without messages or prompt, answered 400 before sampling (no step), as vLLM does
+        self.bodiless = 0
         self._lock = threading.Lock()
         # Set at shutdown so a sleeping step ends instead of holding a thread.
         self._closing = threading.Event()
@@ -175,8 +182,14 @@ def _handler(server: LLMServer) -> type[BaseHTTPRequestHandler]:
                 return
             if self.path.rstrip("/") in server.routes:
                 return self._send(200, server.routes[self.path.rstrip("/")](body))
-            if self.path.rstrip("/") not in ("/v1/chat/completions", "/v1/completions"):
-                return self._send(404, {"error": {"message": f"no route {self.path}"}})
+            if (self.path.rstrip("/") not in ("/v1/chat/completions", "/v1/completions")
+                    or self.path.rstrip("/") in server.missing_routes):
+                return self._send(404, {"detail": "Not Found"} if self.path.rstrip("/") in server.missing_routes
+                                  else {"error": {"message": f"no route {self.path}"}})
+            if "messages" not in body and "prompt" not in body:  # refused before sampling, as vLLM does
+                with server._lock:
+                    server.bodiless += 1
+                return self._send(400, {"error": {"message": "1 validation error: messages: Field required"}})
             refusal = context_refusal(body, server.max_model_len)
             if refusal is not None:  # refused before sampling, as vLLM does: no step is taken
                 with server._lock:

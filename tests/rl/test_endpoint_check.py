@@ -148,3 +148,51 @@ def test_check_endpoint_false_leaves_a_lazily_started_server_the_budgets_patienc
     with pytest.raises(RolloutError, match=r"groups in a row failed \(max_failed_groups=2\)"):
         train.get_batch(batch_size=2, step=0, timeout=60)
     assert train.stats()["groups_started"] >= 2
+
+
+def test_a_server_with_models_but_no_chat_route_is_named_in_the_run_configs_words(tmp_path, schedulers):
+    """A completions-only server (or a proxy that forwards /models only) lists the model: the
+    old code passed the check, started groups, and raised 'the run config's settings do not
+    fit' in the CLI's words (--model, --base-url, a new --run-id, resume)."""
+    server = LLMServer(policy=lambda body: {"reply": "<answer>Right</answer>"}).start()
+    server.missing_routes.add("/v1/chat/completions")
+    try:
+        train = schedulers(_config(tmp_path, server), _lakes(tmp_path), max_failed_groups=3)
+        with pytest.raises(ConfigError) as caught:
+            train.get_batch(batch_size=2, step=0, timeout=60)
+        message = str(caught.value)
+        assert message.startswith("get_batch: the model endpoint check before the first batch: "
+                                  f"{server.url}/models lists the model 'table' but POST {server.url}/chat/completions "
+                                  """answered HTTP 404: '{"detail": "Not Found"}'; """), message
+        assert "fix RunConfig.base_url" in message and "give the run config a tokenizer" in message, message
+        assert "--" not in message and "resume" not in message, message  # its own words, not the CLI's
+        assert train.stats()["groups_started"] == 0 and server.requests == []  # no model request was sent
+    finally:
+        server.stop()
+
+
+def test_a_base_url_without_the_api_prefix_is_named_with_the_one_to_give(tmp_path, schedulers):
+    """``http://host:port`` for a server whose API is under /v1: the URL to give, as a field."""
+    server = LLMServer(policy=lambda body: {"reply": "<answer>Right</answer>"}).start()
+    try:
+        root = server.url.removesuffix("/v1")
+        train = schedulers(_config(tmp_path, server, base_url=root + "/"), _lakes(tmp_path), max_failed_groups=3)
+        with pytest.raises(ConfigError, match=rf"{re.escape(root)} has no /models \(HTTP 404\) but {re.escape(server.url)} "
+                                              rf"has: the API is under /v1 there; give RunConfig.base_url "
+                                              rf"{re.escape(server.url)} "):
+            train.get_batch(batch_size=2, step=0, timeout=60)
+        assert train.stats()["groups_started"] == 0
+    finally:
+        server.stop()
+
+
+def test_the_route_check_samples_nothing_and_a_served_route_passes(tmp_path, schedulers):
+    """The route is asked with a body no server samples from (the test server, as vLLM,
+    refuses it 400 before any step): the batch's replies are the policy's, one per turn."""
+    server = LLMServer(policy=lambda body: {"reply": "<answer>Right</answer>"}).start()
+    try:
+        train = schedulers(_config(tmp_path, server), _lakes(tmp_path))
+        assert len(train.get_batch(batch_size=2, step=0, timeout=60)) == 2
+        assert server.bodiless == 1 and all("messages" in r["body"] for r in server.requests)
+    finally:
+        server.stop()

@@ -73,7 +73,7 @@ def check_agent(config: Any, agent_cls: Any) -> None:
         plugin_call(f"agent {config.agent!r}: check_config", own, config)
 
 
-def probe_endpoint(config: Any, models_required: bool = False) -> str:
+def probe_endpoint(config: Any, models_required: bool = False, routes: tuple[str, ...] = ()) -> str:
     """``--check-endpoint`` for an agent that may call the model: GET /models of every server
     its model client would call; a note on what answered, or ConfigError naming the one that
     is unusable (unreachable, the key missing or refused, a model list without --model).
@@ -81,13 +81,15 @@ def probe_endpoint(config: Any, models_required: bool = False) -> str:
     A fleet's server that refuses the run's key, path or model, or does not answer, is what
     the run takes out of its rotation and goes on without: a warning naming it, while another
     server serves; a problem only when none serves, as the run then stops (exit 2): a
-    ``ServerUnreachable`` when none answered. ``models_required``: see ``probe_models``."""
+    ``ServerUnreachable`` when none answered. ``models_required``: see ``probe_models``;
+    ``routes``: the POST routes the run's requests take (any of them will do), asked of each
+    server whose /models passed (``probe_route``: a server with /models and no chat route)."""
     urls = openai_request.resolve_base_urls(config.base_url)
     notes, refused = [], []
     for url in urls:
         try:
-            notes.append(openai_request.probe_models(url, config.model, agent=config.agent,
-                                                      models_required=models_required))
+            note = openai_request.probe_models(url, config.model, agent=config.agent, models_required=models_required)
+            notes.append(openai_request.probe_route(url, config.model, routes) if routes else note)
         except openai_request.ServerRefused as exc:
             if len(urls) == 1:
                 raise

@@ -298,6 +298,44 @@ def probe_models(url: str, model: str, timeout: float = PROBE_TIMEOUT_S, agent: 
     return f"{url} answers with {len(ids)} model(s)"
 
 
+def probe_route(url: str, model: str, paths: tuple[str, ...], timeout: float = PROBE_TIMEOUT_S) -> str:
+    """POST ``{url}{path}`` (the route the run's requests take; ``paths``: any of them will do)
+    a body no server samples from (the model, no messages or prompt), which a server with the
+    route refuses (400, 422) without generating: a note on what answered, or ``ServerRefused``
+    when none of the routes is there (404, 405: a completions-only server, a proxy that
+    forwards only some routes, a base URL without the API's prefix) or the key is refused,
+    ``ServerUnreachable`` when nothing answers or a 502/503/504 (a proxy whose server is not up).
+    Asked after ``probe_models`` (with ``models_required``), which checked the key is set."""
+    if "unix" in urlsplit(url).scheme:
+        return f"{url}: a unix socket, not probed"
+    missing = []
+    for path in paths:
+        request = urllib.request.Request(f"{url}{path}", data=json.dumps({"model": model}).encode(), method="POST",
+                                         headers={"Authorization": f"Bearer {api_key(url)}",
+                                                  "Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as answer:
+                return f"{url}{path} answers (HTTP {answer.status})"
+        except urllib.error.HTTPError as exc:
+            said = f"POST {url}{path} answered HTTP {exc.code}: {_gist(exc.read(2000))}"
+            if exc.code in (401, 403):
+                raise ServerRefused(url, f"{said} (the key refused)", "check OPENAI_API_KEY") from None
+            if exc.code in (502, 503, 504):
+                raise ServerUnreachable(url, said, "check that it runs there") from None
+            if exc.code not in (404, 405):  # the route is there: it refused the body, as it should
+                return f"{url}{path} answers (HTTP {exc.code})"
+            missing.append(said)
+        except (urllib.error.URLError, OSError) as exc:
+            raise ServerUnreachable(url, f"the model endpoint {url} is not reachable (POST {path}: "
+                                    f"{getattr(exc, 'reason', exc)})", "check that it runs there") from None
+    fix = ("the server has no such route there (a server that serves other routes only, a proxy that forwards only "
+           "some, or a --base-url without the prefix its API is under): fix --base-url")
+    if paths == ("/chat/completions",):
+        fix += (", or, for a server that serves only /completions, give the run config a tokenizer (token ids "
+                "then go to /completions)")
+    raise ServerRefused(url, f"{url}/models lists the model {model!r} but {' and '.join(missing)}", fix)
+
+
 def _gist(body: bytes) -> str:
     """The start of an answer's body, on one line, for an error."""
     text = " ".join(body.decode("utf-8", "replace").split())

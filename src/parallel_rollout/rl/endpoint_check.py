@@ -6,10 +6,14 @@ restarts mid-run, minutes of it before a trainer pointed at a wrong port or at s
 that is no model server hears so. So the first ``get_batch`` of an engine (whichever of its
 schedulers calls first, before any group starts) asks the endpoint what ``--check-endpoint``
 asks it (``agents.model_checks.probe_endpoint``: GET ``{base_url}/models`` with the key), and
-more strictly: an answer that is no model list (a 404, an HTML page) is refused too.
+more strictly: an answer that is no model list (a 404, an HTML page) is refused too, and so
+is a server whose /models lists the model but whose route the requests take is not there
+(``routes``; ``probe_route`` POSTs it a body without messages, which a server refuses unsampled).
 
 * **Refused** (a 401/403 for the key, a 404, an HTML page, a model list without
-  ``RunConfig.model``): ``ConfigError`` at once, naming the URL and what came back.
+  ``RunConfig.model``, a 404/405 of the chat route: a completions-only server, a proxy that
+  forwards only some routes, a base URL short of the API's prefix): ``ConfigError`` at once,
+  naming the URL and what came back.
 * **Not up** (a refused connection, no answer in time, a 5xx of a proxy whose server is still
   loading): asked again every ``RETRY_S`` for up to ``ENDPOINT_WAIT_S`` seconds, or the
   call's own ``timeout`` when it gives one (a trainer whose server takes minutes to load
@@ -31,6 +35,7 @@ from typing import Any
 from ..agents import get_agent
 from ..agents.model_checks import calls_model, probe_endpoint
 from ..agents.openai_request import ServerRefused, ServerUnreachable
+from ..agents.wire import Wire
 from ..config import RunConfig
 from ..errors import ConfigError
 
@@ -67,7 +72,7 @@ class EndpointCheck:
         deadline = time.monotonic() + wait_s
         while True:
             try:
-                probe_endpoint(self.run_config, models_required=True)
+                probe_endpoint(self.run_config, models_required=True, routes=routes(self.run_config))
                 return
             except ServerUnreachable as exc:
                 if time.monotonic() >= deadline:
@@ -76,6 +81,14 @@ class EndpointCheck:
                 time.sleep(RETRY_S)
             except ServerRefused as exc:
                 raise ConfigError(_said(exc, "")) from None
+
+
+def routes(run_config: RunConfig) -> tuple[str, ...]:
+    """The POST routes the run's requests take: the openai agent's one (``/chat/completions``,
+    or ``/completions`` with a tokenizer); another agent's may take either (its
+    ``self.model.generate`` sends token ids to ``/completions``), so either will do."""
+    path = Wire(run_config).path
+    return (path,) if run_config.agent == "openai" else tuple(dict.fromkeys((path, "/completions")))
 
 
 def _said(exc: ServerRefused, waited: str) -> str:
