@@ -22,8 +22,9 @@ is a server whose /models lists the model but whose route the requests take is n
 Once the check has passed (or any model request got a reply) it is never asked again: a
 server that restarts later meets the patience above, not this. A call that raised it leaves
 it to the next call. ``RolloutScheduler(check_endpoint=False)`` skips it for the engine (a
-policy server the trainer starts only after its first ``get_batch`` began), as does an agent
-that calls no model (``calls_model``).
+policy server the trainer starts only after its first ``get_batch`` began, or one on
+``--backend ray`` that only the cluster's nodes reach: the check asks from the trainer's
+process), as does an agent that calls no model (``calls_model``).
 """
 
 from __future__ import annotations
@@ -97,7 +98,8 @@ def _said(exc: ServerRefused, waited: str) -> str:
     for flag, name in _FIELDS.items():
         text = text.replace(flag, name)
     return (f"get_batch: the model endpoint check before the first batch: {text} (a policy server started only "
-            "later: RolloutScheduler(check_endpoint=False) skips this check)")
+            "later, or one that only a Ray cluster's nodes reach: RolloutScheduler(check_endpoint=False) skips "
+            "this check)")
 
 
 def endpoints(base_url: Any) -> str:
