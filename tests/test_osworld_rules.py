@@ -393,6 +393,33 @@ def test_a_rule_getters_value_rule_whose_ref_its_method_cannot_compare_is_refuse
             "bounds, not list [1]"})
 
 
+def test_a_sheet_fuzzy_checks_option_of_the_wrong_kind_is_refused_at_load(tmp_path):
+    """A sheet_fuzzy check's optional keys are read with defaults: ``ignore_case: "false"`` was
+    true, a ``threshold`` string raised comparing with the ratio, a ``normalization`` pair of one
+    string and a ``trim_leadings`` list raised at every grading, each the agent's 0 or a wrong
+    score. Each is refused as the folder loads (exit 2), naming the check, the key and the value,
+    on copies of real tasks."""
+    from test_osworld_folder_cli import copied
+
+    folder = copied(tmp_path)
+    where = "evaluator metric 'compare_table': its options 'rules'"
+
+    def check(path: str, rule: int, index: int, **change) -> Path:
+        return broken_copy(folder, "multi_apps/" + path,
+                           lambda ev: ev["options"]["rules"][rule]["rules"][index].update(change))
+
+    assert_refused(folder, {
+        check("8e116af7-7db7-4e35-a68b-b0939c066c78.json", 1, 0, ignore_case="false"):
+            f"{where}[1] ['rules'][0] key 'ignore_case' must be true or false, not a string 'false'",
+        check("deec51c9-3b1e-4b9e-993c-4776f20e8bb2.json", 0, 1, threshold="90"):
+            f"{where}[0] ['rules'][1] key 'threshold' must be a number, not a string '90'",
+        check("d1acdb87-bb67-4f30-84aa-990e56a09c92.json", 0, 1, normalization=[["Rd", "Road"], ["St"]]):
+            f"{where}[0] ['rules'][1] key 'normalization' must be a list of [old, new] string pairs, "
+            "not a list [['Rd', 'Road'], ['St']]",
+        check("b5062e3e-641c-4e3a-907b-ac864d2e7652.json", 0, 1, trim_leadings=[" "]):
+            f"{where}[0] ['rules'][1] key 'trim_leadings' must be a string, not a list [' ']"})
+
+
 def test_a_cell_or_range_openpyxl_cannot_read_is_refused_at_load(tmp_path):
     """A check_cell rule's ``coordinate`` that is no one cell (a range: the metric read a row
     of cells and its check raised, caught into a 0) and a sheet_fuzzy check's ``range`` that

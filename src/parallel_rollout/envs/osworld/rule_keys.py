@@ -26,7 +26,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["RULE_GETTERS", "RULE_SHAPES", "MalformedRule", "RuleShape", "rule_problem", "shape_problem", "task_rules"]
+__all__ = ["KINDS", "RULE_GETTERS", "RULE_SHAPES", "MalformedRule", "RuleShape", "rule_problem", "shape_problem", "task_rules"]
 
 #: the expected getters whose state is the task file's ``rules``
 RULE_GETTERS = ("rule", "rule_relativeTime")
@@ -38,8 +38,10 @@ class RuleShape:
     (a metric that reads each with a default: a rule of none checks nothing), what each
     ``type`` value adds (the keys it needs, or a shape of its own; other values are refused),
     the keys that must be lists (a string would be iterated a letter at a time) and those that
-    must be objects; a shape whose ``optional`` keys are given reads no others (a typo of one
-    was ignored, the check it meant to switch run as if unset), else any key is taken."""
+    must be objects, and ``kinds``: a key the metric reads, with a default, as a value of
+    :data:`KINDS` (a string where it reads a boolean was true); a shape whose ``optional``
+    keys are given reads no others (a typo of one was ignored, the check it meant to switch
+    run as if unset), else any key is taken."""
 
     needs: tuple[str, ...] = ()
     any_of: tuple[str, ...] = ()
@@ -48,6 +50,21 @@ class RuleShape:
     container: type = dict
     objects: tuple[str, ...] = ()
     optional: tuple[str, ...] | None = None
+    kinds: dict[str, str] | None = None
+
+
+def _pairs(value: Any) -> bool:
+    return isinstance(value, list) and all(
+        isinstance(pair, list) and len(pair) == 2 and all(isinstance(text, str) for text in pair) for pair in value)
+
+
+#: a value kind a shape's ``kinds`` asks of a key: its test and how the refusal names it
+KINDS = {"string": (lambda value: isinstance(value, str), "a string"),
+         "number": (lambda value: isinstance(value, (int, float)) and not isinstance(value, bool), "a number"),
+         "boolean": (lambda value: isinstance(value, bool), "true or false"),
+         "characters": (lambda value: isinstance(value, str) or isinstance(value, list) and all(
+             isinstance(text, str) for text in value), "a string (or a list) of characters"),
+         "pairs": (_pairs, "a list of [old, new] string pairs")}
 
 
 def _needs(*keys: str, lists: tuple[str, ...] = ()) -> RuleShape:
@@ -146,6 +163,10 @@ def shape_problem(shape: RuleShape, rules: Any, also: tuple[str, ...] = ()) -> s
         for key in keys:
             if key in rules and not isinstance(rules[key], container):
                 return f"key {key!r} must be {_kind(container())}, not {_kind(rules[key])}"
+    for key, kind in (shape.kinds or {}).items():
+        test, name = KINDS[kind]
+        if key in rules and not test(rules[key]):
+            return f"key {key!r} must be {name}, not {_kind(rules[key])} {rules[key]!r}"
     if shape.optional is not None:
         known = [*also, *_named(shape)]
         for key in rules:
@@ -158,7 +179,7 @@ def shape_problem(shape: RuleShape, rules: Any, also: tuple[str, ...] = ()) -> s
 
 def _named(shape: RuleShape) -> tuple[str, ...]:
     """The keys a shape names (its ``type``'s own are the typed shape's)."""
-    return (*shape.needs, *shape.any_of, *shape.lists, *shape.objects, *(shape.optional or ()))
+    return (*shape.needs, *shape.any_of, *shape.lists, *shape.objects, *(shape.optional or ()), *(shape.kinds or ()))
 
 
 def _a11y_problem(rules: list) -> str | None:

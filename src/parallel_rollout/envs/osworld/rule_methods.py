@@ -50,8 +50,9 @@ TABLE_RULE = RuleShape(needs=("type",), by_type={
     "data_validation": RuleShape(needs=("sheet_idx", "dv_props"), lists=("dv_props",), optional=()),
     "check_cell": RuleShape(needs=("sheet_idx", "coordinate", "props"), objects=("props",), optional=())})
 #: a sheet_fuzzy rule's check of a cell range
-FUZZY_CHECK = RuleShape(needs=("range", "type"), lists=("normalization",), optional=(
-    "trim_leadings", "trim_trailings", "ignore_chars", "ignore_case", "threshold"))
+FUZZY_CHECK = RuleShape(needs=("range", "type"), optional=(), kinds={
+    "normalization": "pairs", "trim_leadings": "string", "trim_trailings": "string", "ignore_chars": "characters",
+    "ignore_case": "boolean", "threshold": "number"})
 #: a rule's key -> the names the metric reads in it (cell styles, chart and pivot properties)
 _NAMES = {"chart_props": xlsx.CHART_PROPS, "pivot_props": xlsx.PIVOT_PROPS}
 #: a sheet index that is no number: R(esult) or E(xpected), then I(ndex) or N(ame)
