@@ -155,9 +155,11 @@ def osworld_run(tmp_path):
 
 
 @pytest.mark.parametrize("args, says", [
-    (["--observation_type", "a11y_tree"], "--observation-type ('screenshot' then, 'a11y_tree' now)"),
+    # each named as typed: OSWorld's spelling, or this CLI's
+    (["--observation_type", "a11y_tree"], "--observation_type ('screenshot' then, 'a11y_tree' now)"),
     (["--screen-width", "1280"], "--screen-width (1920 then, 1280 now)"),
-    (["--screen_height", "720"], "--screen-height (1080 then, 720 now)"),
+    (["--screen_height", "720"], "--screen_height (1080 then, 720 now)"),
+    (["--max_steps", "7"], "--max_steps (15 then, 7 now)"),
     (["--osworld-index", "test_small.json"], "--osworld-index ('test_all.json' then, 'test_small.json' now)"),
 ])
 def test_osworld_resume_refuses_another_observation_screen_or_index(tmp_path, args, says):

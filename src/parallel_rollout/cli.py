@@ -44,7 +44,7 @@ from click.core import ParameterSource
 from .config import RunConfig, build_config
 from .errors import ConfigError, InterruptedBeforeStart, ProviderUnavailable, RunLocked, VMError, raise_interrupted
 from .cli_options import (ENV_PREFIX, Gate, LazyHelpOption, RegistryOption, RunCommand, dataset_help, env_var_name,
-                          help_sections, invoked_as, name_variables_after_flags)
+                          help_sections, invoked_as, name_variables_after_flags, typed_sources)
 from .exit_codes import EXIT_ABORTED, EXIT_INTERRUPTED, EXIT_LOCKED, EXIT_USAGE
 from .logs import console_logging, devnull_for_closed_streams, say
 from .cli_runs import compare_cmd, report_cmd, runs
@@ -314,7 +314,7 @@ def _run(ctx: click.Context, config_file: str | None, dry_run: bool, print_confi
         from_env = {name: f"from the environment variable {env_var_name(ctx, param)}"
                     for param in ctx.command.params if (name := param.name) in explicit
                     and ctx.get_parameter_source(name) is ParameterSource.ENVIRONMENT}
-        config = build_config(explicit, config_file, from_env)
+        config = build_config(explicit, config_file, {**from_env, **typed_sources(ctx, explicit)})
         if check_endpoint and not dry_run:
             raise ConfigError("--check-endpoint is part of the preflight: add --dry-run")
         if not dry_run:  # the mode --data implies, its max_turns: what the run records and uses

@@ -5,7 +5,8 @@ OSWorld users' scripts call ``python run.py --path_to_vm … --observation_type 
 ``run`` accepts those spellings: each flag with an equivalent here is rewritten to it before
 click parses the command line (so help and completion show one name per flag), and each
 flag without one is refused with a message that says what to use instead, rather than
-click's bare "no such option".
+click's bare "no such option". The flags typed in OSWorld's spelling are kept: errors name
+them so (``--observation_type must be …``, not ``--observation-type``, which was never typed).
 
 ``--test_all_meta_path`` is a path from the current folder in OSWorld; here the index is
 ``--osworld-index``, relative to ``--data`` unless absolute, so the path is made absolute,
@@ -57,10 +58,12 @@ OSWORLD_REFUSED = {
 }
 
 
-def translate_osworld_flags(args: list[str]) -> list[str]:
-    """``args`` with OSWorld's flags rewritten to this CLI's; UsageError for one without an
-    equivalent, naming what to use instead."""
+def translate_osworld_flags(args: list[str]) -> tuple[list[str], dict[str, str]]:
+    """``args`` with OSWorld's flags rewritten to this CLI's, and each rewritten flag -> its
+    OSWorld spelling as typed (of a flag given twice, the last, the one click keeps);
+    UsageError for one without an equivalent, naming what to use instead."""
     out: list[str] = []
+    typed: dict[str, str] = {}
     index_path: str | None = None
     data: str | None = None
     one_task: str | None = None
@@ -78,6 +81,8 @@ def translate_osworld_flags(args: list[str]) -> list[str]:
         if flag in OSWORLD_REFUSED:
             raise click.UsageError(f"{flag} (OSWorld's run.py) has no equivalent here: {OSWORLD_REFUSED[flag]}")
         new = OSWORLD_ALIASES.get(flag)
+        if flag.startswith("--"):
+            typed[new or flag] = flag
         if flag in ("--data", "--test_config_base_dir"):  # kept as given, its value noted
             has_data = True
             out.append(f"{new or flag}{eq}{value}")
@@ -104,7 +109,7 @@ def translate_osworld_flags(args: list[str]) -> list[str]:
     if one_task is not None:
         raise click.UsageError(f"--specific_task_id (OSWorld's run.py) has no equivalent here: "
                                f"{_one_task_advice(one_task, data)}")
-    return out
+    return out, {flag: spelled for flag, spelled in typed.items() if spelled != flag}
 
 
 def _one_task_advice(task_id: str, data: str | None) -> str:

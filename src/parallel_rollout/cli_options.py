@@ -8,7 +8,8 @@ flags from ``PARALLEL_ROLLOUT_<FLAG>`` environment variables, and OSWorld's spel
 * ``RunCommand`` is ``run``: its flags come from the environment too
   (``PARALLEL_ROLLOUT_NUM_VMS=4``; the context's ``auto_envvar_prefix``), a bad value in a
   variable is reported with the variable's name, and OSWorld's ``run.py`` spellings
-  (``--path_to_vm`` …) are read as this CLI's flags (``cli_aliases``) before parsing. Its
+  (``--path_to_vm`` …) are read as this CLI's flags (``cli_aliases``) before parsing, and
+  errors name them as typed (``typed_sources``: click's own, and the run's settings'). Its
   help shows the flags in sections (``HELP_SECTIONS``: what to run, the agent, workers and
   VMs, the desktop, the run folder and gates …), not one list of sixty.
 """
@@ -24,7 +25,7 @@ from click.core import ParameterSource
 from click.shell_completion import CompletionItem
 
 from .cli_aliases import translate_osworld_flags
-from .config_checks import GATE_SYNONYMS, check_not_stdout, gate_setting
+from .config_checks import GATE_SYNONYMS, TYPED, check_not_stdout, gate_setting
 from .errors import ConfigError
 from .provenance import program
 
@@ -243,6 +244,15 @@ def name_variables_after_flags(group: click.Group, prefix: str = ENV_PREFIX) -> 
                 param.envvar = [own, by_name]
 
 
+def typed_sources(ctx: click.Context, explicit: dict[str, Any]) -> dict[str, str]:
+    """The settings of ``explicit`` typed on the command line in OSWorld's spelling, as
+    ``RunConfig.sources`` holds them (``config_checks.TYPED``): how their errors name them."""
+    typed = ctx.meta.get(TYPED, {})
+    return {param.name: TYPED + typed[flag] for param in ctx.command.params
+            if param.name in explicit and ctx.get_parameter_source(param.name) is ParameterSource.COMMANDLINE
+            for flag in param.opts if flag in typed}
+
+
 def env_var_name(ctx: click.Context, param: click.Parameter) -> str:
     """The environment variable a parameter is read from."""
     if param.envvar:
@@ -255,10 +265,15 @@ class RunCommand(click.Command):
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         """Translate OSWorld's flags, then parse; an invalid value read from the environment
-        says which variable held it."""
-        args = translate_osworld_flags(args)
+        says which variable held it, one typed in OSWorld's spelling the flag as typed."""
+        args, typed = translate_osworld_flags(args)
+        ctx.meta[TYPED] = typed
         try:
             rest = super().parse_args(ctx, args)
+        except click.BadOptionUsage as exc:  # "Option '--screen-width' requires an argument."
+            if exc.option_name in typed:
+                exc.message = exc.message.replace(repr(exc.option_name), repr(typed[exc.option_name]))
+            raise
         except click.NoSuchOption as exc:
             gate = GATE_SYNONYMS.get(exc.option_name.lstrip("-").replace("-", "_"))
             if gate is not None:  # another tool's name of a gate: click's nearest was another flag
@@ -269,6 +284,8 @@ class RunCommand(click.Command):
             if param is not None and param.name and \
                     ctx.get_parameter_source(param.name) is ParameterSource.ENVIRONMENT:
                 exc.message = f"{exc.message} (from the environment variable {env_var_name(ctx, param)})"
+            elif param is not None and typed.keys() & set(param.opts):
+                exc.param_hint = repr(typed[next(o for o in param.opts if o in typed)])
             raise
         for line in unknown_variables(ctx, self):
             click.echo(f"Warning: {line}", err=True)

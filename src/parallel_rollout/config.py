@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .config_checks import (RESUME_READS, gate_setting, parse_sampling, typed_text, unknown_key,
+from .config_checks import (RESUME_READS, TYPED, gate_setting, parse_sampling, typed_text, unknown_key,
                             validate_ranges)
 from .errors import ConfigError
 
@@ -159,8 +159,8 @@ class RunConfig:
     ray_address: str | None = None
     #: the fields the user set explicitly (flag or config file)
     explicit: frozenset[str] = field(default_factory=frozenset, compare=False)
-    #: where each explicit setting given off the command line was set ("in run.toml", "from
-    #: the environment variable …"): what an error on it says (``where``); not in config.json
+    #: where each explicit setting given off the command line was set ("in run.toml", "from the environment
+    #: variable …"), or how, in OSWorld's spelling (``TYPED``): what its errors say; not in config.json
     sources: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -215,7 +215,7 @@ class RunConfig:
 
     def where(self, name: str) -> str:
         """`` (num-vms = 0 in run.toml)`` for a setting set off the command line, else ""."""
-        if name not in self.sources:
+        if self.sources.get(name, TYPED).startswith(TYPED):  # the command line's
             return ""
         return " " + said_where(name, getattr(self, name), self.sources[name])
 
@@ -410,7 +410,7 @@ def build_config(flags: dict[str, Any], config_file: str | None = None,
         # "--num-vms must be at least 1 (num-vms = 0 in run.toml)"
         found = re.search(r"--([a-z][a-z0-9-]*)", str(exc)) or re.match(r"([a-z][a-z0-9_]*)\b", str(exc))
         name = found.group(1).replace("-", "_") if found else ""
-        if name not in sources:
+        if sources.get(name, TYPED).startswith(TYPED):  # the command line's: the flag says it
             raise
         raise ConfigError(f"{exc} {said_where(name, values[name], sources[name])}") from None
     return cfg

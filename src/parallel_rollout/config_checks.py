@@ -18,6 +18,18 @@ from urllib.parse import urlsplit
 from .errors import ConfigError
 
 
+#: a setting's source (``RunConfig.sources``) when the command line gave it in another
+#: spelling, OSWorld's (cli_aliases): "typed --observation_type", what its errors name
+TYPED = "typed "
+
+
+def flag_name(cfg: Any, name: str) -> str:
+    """The flag of setting ``name`` as the user typed it: ``--observation_type`` where the
+    command line spelled it so (a ``TYPED`` source), else ``--observation-type``."""
+    source = getattr(cfg, "sources", {}).get(name, "")
+    return source[len(TYPED):] if source.startswith(TYPED) else "--" + name.replace("_", "-")
+
+
 #: request fields --sampling and extra_body may not set: the agent sends them itself
 RESERVED_REQUEST_FIELDS = frozenset({"model", "messages", "stream", "n"})
 
@@ -157,8 +169,8 @@ def sized_for_samples(cfg: Any, samples: int, provider_cls: Any, say: Callable[.
         cfg = _vms_for_samples(cfg, samples, provider_cls, tell)
     busy = -(-samples // cfg.envs_per_worker)
     if cfg.num_rollouts > busy and (provider_cls is None or cfg.use_vm_pool):
-        tell("num_rollouts")("--num-rollouts %d: %d samples keep at most %d workers of %d env loops busy, so %d start%s",
-                             cfg.num_rollouts, samples, busy, cfg.envs_per_worker, busy,
+        tell("num_rollouts")("%s %d: %d samples keep at most %d workers of %d env loops busy, so %d start%s",
+                             flag_name(cfg, "num_rollouts"), cfg.num_rollouts, samples, busy, cfg.envs_per_worker, busy,
                              " on each node" if cfg.backend == "ray" else "")
         # a limit the loops left now meet is no limit of theirs (said as a cut otherwise)
         limit = cfg.max_concurrent_rollouts
@@ -185,8 +197,8 @@ def _vms_for_samples(cfg: Any, samples: int, provider_cls: Any,
                         cfg.num_vms, usable, a_node, samples, why, usable, each_node)
         return dataclasses.replace(cfg, num_vms=usable)
     if not cfg.use_vm_pool and cfg.num_rollouts > samples:
-        tell("num_rollouts")("--num-rollouts %d without --use-vm-pool boots a VM per worker: %d samples need %d "
-                             "workers, so %d start%s", cfg.num_rollouts, samples, samples, samples,
+        tell("num_rollouts")("%s %d without --use-vm-pool boots a VM per worker: %d samples need %d "
+                             "workers, so %d start%s", flag_name(cfg, "num_rollouts"), cfg.num_rollouts, samples, samples, samples,
                              " on each node" if cfg.backend == "ray" else "")
         return dataclasses.replace(cfg, num_rollouts=samples)
     return cfg
@@ -207,7 +219,7 @@ def validate_ranges(cfg: Any) -> None:
                 "screen_width", "screen_height")
     for name in positive:
         if getattr(cfg, name) < 1:
-            raise ConfigError(f"--{name.replace('_', '-')} must be at least 1")
+            raise ConfigError(f"{flag_name(cfg, name)} must be at least 1")
     if cfg.max_retries < 0:
         raise ConfigError("--max-retries must be 0 or more")
     if cfg.resume and not cfg.run_id:
@@ -226,11 +238,11 @@ def validate_ranges(cfg: Any) -> None:
     for name in ("limit", "max_tokens", "vm_memory_mb", "vm_max_processes", "max_concurrent_rollouts"):
         value = getattr(cfg, name)
         if value is not None and value < 1:
-            raise ConfigError(f"--{name.replace('_', '-')} must be at least 1")
+            raise ConfigError(f"{flag_name(cfg, name)} must be at least 1")
     if cfg.observation_type not in CHOICES["observation_type"]:
-        raise ConfigError("--observation-type must be screenshot, a11y_tree or screenshot_a11y_tree")
+        raise ConfigError(f"{flag_name(cfg, 'observation_type')} must be screenshot, a11y_tree or screenshot_a11y_tree")
     if cfg.action_space not in CHOICES["action_space"]:  # envs/osworld/actions.ACTION_SPACES
-        raise ConfigError(f"--action-space must be computer_13 or pyautogui, got {cfg.action_space!r}")
+        raise ConfigError(f"{flag_name(cfg, 'action_space')} must be computer_13 or pyautogui, got {cfg.action_space!r}")
     if cfg.backend not in CHOICES["backend"]:
         raise ConfigError("--backend must be local or ray")
     if cfg.ray_address is not None and cfg.backend != "ray":
@@ -244,12 +256,12 @@ def validate_ranges(cfg: Any) -> None:
     if cfg.rag_metric not in CHOICES["rag_metric"]:
         raise ConfigError("--rag-metric must be f1 or em")
     if not cfg.sleep_after_execution >= 0:
-        raise ConfigError("--sleep-after-execution must be 0 or more (seconds)")
+        raise ConfigError(f"{flag_name(cfg, 'sleep_after_execution')} must be 0 or more (seconds)")
     if not cfg.server_cooldown >= 0:
         raise ConfigError("--server-cooldown must be 0 or more (seconds)")
     servers = [cfg.base_url] if isinstance(cfg.base_url, str) else cfg.base_url or ()
     for url in servers:
-        check_base_url(url)
+        check_base_url(url, flag_name(cfg, "base_url"))
     check_distinct_servers(servers)
     check_abort_url(cfg.abort_url, servers)
     if not cfg.session_header.strip() or any(c in cfg.session_header for c in ":\r\n "):

@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import PYTHON_CALL, RESULT_FIELDS, RunConfig
-from .config_checks import typed_text
+from .config_checks import TYPED, flag_name, typed_text
 from .errors import ConfigError, TaskFileError
 
 log = logging.getLogger(__name__)
@@ -217,12 +217,13 @@ def check_resume(run_id: str, stored: dict[str, Any], cfg: RunConfig, now: dict[
 
 
 def as_given(cfg: RunConfig, name: str) -> str:
-    """A setting as the user gave it: ``--task-timeout`` (the command line, or not given),
-    ``task-timeout in run.toml``, ``the environment variable PARALLEL_ROLLOUT_TASK_TIMEOUT``,
-    ``task_timeout in run()`` (a Python call's keyword)."""
+    """A setting as the user gave it: ``--task-timeout`` (the command line, or not given;
+    ``--observation_type`` typed in OSWorld's spelling), ``task-timeout in run.toml``, ``the
+    environment variable PARALLEL_ROLLOUT_TASK_TIMEOUT``, ``task_timeout in run()`` (a Python
+    call's keyword)."""
     source = cfg.sources.get(name)
-    if source is None:
-        return name if PYTHON_CALL in cfg.sources.values() else "--" + name.replace("_", "-")
+    if source is None or source.startswith(TYPED):
+        return name if PYTHON_CALL in cfg.sources.values() else flag_name(cfg, name)
     if source.endswith("()"):
         return f"{name} {source}"
     if source.startswith("from "):  # from the environment variable …

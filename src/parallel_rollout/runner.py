@@ -31,7 +31,7 @@ from .agents.base import MODEL_KEYS, MODEL_OPTIONS
 from .agents.episode import EndpointRefused, ModelUnavailable
 from .agents.model_checks import check_agent
 from .config import RunConfig, data_required, default_run_id
-from .config_checks import RESUME_READS, ignored_vm_settings, sized_for_samples
+from .config_checks import RESUME_READS, flag_name, ignored_vm_settings, sized_for_samples
 from .engine import Engine
 from .envs import get_env, run_task_set, with_mode_defaults
 from .envs.registry import answer_like_warnings
@@ -469,7 +469,7 @@ def check_honoured(cfg: RunConfig, owners: dict[str, tuple[str, frozenset[str]]]
     (a warning when a resume read it from the run's config.json: the run was started with it)."""
     for name, (needed_by, users) in owners.items():
         if name in cfg.explicit and not users:
-            flag = f"the setting {name}" if name in MODEL_KEYS else "--" + name.replace("_", "-")
+            flag = f"the setting {name}" if name in MODEL_KEYS else flag_name(cfg, name)
             # a model's setting with no --agent (a script written for OSWorld's run.py, whose
             # agent is the model's): the agent that ignores it is the default one, not chosen
             default = (f"; this run's agent is {cfg.agent}, the default: --agent openai calls the model"
