@@ -15,6 +15,7 @@ from llm_server import LLMServer
 from parallel_rollout.errors import ConfigError, RolloutError
 from parallel_rollout.rl import EnvManagerConfig
 from rl_support import TINY, lake_set, rl_config
+from token_model import write_tokenizer
 
 
 def _config(tmp_path, server, **changes):
@@ -150,21 +151,26 @@ def test_check_endpoint_false_leaves_a_lazily_started_server_the_budgets_patienc
     assert train.stats()["groups_started"] >= 2
 
 
-def test_a_server_with_models_but_no_chat_route_is_named_in_the_run_configs_words(tmp_path, schedulers):
+@pytest.mark.parametrize("tokens", [False, True], ids=["chat", "token-ids"])
+def test_a_server_with_models_but_not_the_runs_route_is_named_in_the_run_configs_words(tmp_path, schedulers, tokens):
     """A completions-only server (or a proxy that forwards /models only) lists the model: the
     old code passed the check, started groups, and raised 'the run config's settings do not
-    fit' in the CLI's words (--model, --base-url, a new --run-id, resume)."""
+    fit' in the CLI's words (--model, --base-url, a new --run-id, resume). With a tokenizer
+    the requests go to /completions: a chat-only server is refused there."""
     server = LLMServer(policy=lambda body: {"reply": "<answer>Right</answer>"}).start()
-    server.missing_routes.add("/v1/chat/completions")
+    route = "/completions" if tokens else "/chat/completions"
+    server.missing_routes.add("/v1" + route)
+    changes = {"tokenizer": str(write_tokenizer(tmp_path / "tokenizer")), "max_model_len": 8192} if tokens else {}
     try:
-        train = schedulers(_config(tmp_path, server), _lakes(tmp_path), max_failed_groups=3)
+        train = schedulers(_config(tmp_path, server, **changes), _lakes(tmp_path), max_failed_groups=3)
         with pytest.raises(ConfigError) as caught:
             train.get_batch(batch_size=2, step=0, timeout=60)
         message = str(caught.value)
         assert message.startswith("get_batch: the model endpoint check before the first batch: "
-                                  f"{server.url}/models lists the model 'table' but POST {server.url}/chat/completions "
+                                  f"{server.url}/models lists the model 'table' but POST {server.url}{route} "
                                   """answered HTTP 404: '{"detail": "Not Found"}'; """), message
-        assert "fix RunConfig.base_url" in message and "give the run config a tokenizer" in message, message
+        assert "fix RunConfig.base_url" in message, message
+        assert ("give the run config a tokenizer" in message) is not tokens, message  # chat's other way out
         assert "--" not in message and "resume" not in message, message  # its own words, not the CLI's
         assert train.stats()["groups_started"] == 0 and server.requests == []  # no model request was sent
     finally:
