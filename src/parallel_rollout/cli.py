@@ -226,9 +226,9 @@ def main() -> None:
 @click.option("--vm-memory-mb", type=int,
               help="Memory limit per VM, in MB: its memory cgroup (process provider; without one, "
               "an address-space limit per process), --memory (docker), the guest's RAM (qemu). "
-              "Default: min(2048, 80% of the host's memory / the pool's VMs: --num-vms with "
-              "--use-vm-pool, else --num-rollouts), 4096 with a desktop, where a cgroup or "
-              "container bounds the VM (py mode: the same, applied everywhere).")
+              "Default: min(2048 (4096 with a desktop), 80% of the host's memory / the pool's VMs: "
+              "--num-vms with --use-vm-pool, else --num-rollouts, plus --spare-vms), at least 256, "
+              "where a cgroup or container bounds the VM (py mode: the same, applied everywhere).")
 @click.option("--vm-max-processes", type=int,
               help="Process limit per VM (py mode: 256 unless set, where the machine allows).")
 @click.option("--task-timeout", type=float, default=_D.task_timeout, show_default=True,

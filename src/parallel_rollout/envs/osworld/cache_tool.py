@@ -45,16 +45,16 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
                                      "for a machine without internet.")
     sub = parser.add_subparsers(dest="command", required=True)
     where = sub.add_parser("where", help="the path the cache keeps URL at")
-    where.add_argument("url")
+    where.add_argument("url", help="a URL a task downloads (osworld-cache missing lists them)")
     put = sub.add_parser("put", help="copy FILE into the cache as URL's file")
-    put.add_argument("url")
-    put.add_argument("file", type=Path)
+    put.add_argument("url", help="the URL the file is the download of")
+    put.add_argument("file", type=Path, help="the file, fetched on a machine with internet")
     missing = sub.add_parser("missing", help="list the files the run's tasks download that are not cached yet")
     missing.add_argument("data", help="the run's --data: an OSWorld folder, or a task file")
     # also by the run's own name, which the loader's messages say (a task file given an index)
     missing.add_argument("--index", "--osworld-index", dest="index", default=DEFAULT_INDEX,
-                         help="the run's --osworld-index")
-    missing.add_argument("--domain", default="all", help="the run's --domain")
+                         help="the run's --osworld-index (default: %(default)s)")
+    missing.add_argument("--domain", default="all", help="the run's --domain (default: %(default)s)")
     args = parser.parse_args(argv)
     name = f"{parser.prog} {args.command}"
     if args.command == "where":
