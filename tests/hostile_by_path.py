@@ -2,8 +2,8 @@
 check runs a wrapped program by its path (``/usr/bin/jq``), past the wrappers first on its PATH:
 that program read the config the answer wrote in the home, and a wrong answer scored 1. Every
 guest we make has the wrappers' fronts at those paths (pool/providers/grading_fronts.py), which
-lead a grading command to the wrapper (a process VM's: env, git and python only, so these
-rows run in the docker and qemu guests). Env, git and python by their paths are the rows of
+lead a grading command to the wrapper (a process VM's through one folder bound over its
+/usr/bin). Env, git and python by their paths are the rows of
 tests/hostile_python.py and tests/hostile_git.py.
 """
 
@@ -22,9 +22,5 @@ BY_PATH_ROWS = {
     "rig_check_sqliterc_by_path": (["echo '.print 5' > ~/.sqliterc"], f"{by_path('sqlite3')} :memory: 'select 0' | grep -qx 5",
                                    False),
 }
-#: rows left out in a process VM, which fronts env, git and python only (grading_fronts.AT_BOOT)
-NOT_IN_A_PROCESS_VM = {row: "a process VM fronts env, git and python only: each front is a bind every boot "
-                            "makes (grading_fronts.AT_BOOT); the docker and qemu images front every wrapper"
-                       for row in BY_PATH_ROWS}
 #: row -> the program its check needs (hostile_tasks.NEEDS_PROGRAM)
 BY_PATH_PROGRAMS = {"rig_check_jq_by_path": "jq", "rig_check_curlrc_by_path": "curl", "rig_check_sqliterc_by_path": "sqlite3"}

@@ -25,7 +25,6 @@ from pathlib import Path
 import pytest
 
 from conftest import read_results, shell_task
-from hostile_by_path import NOT_IN_A_PROCESS_VM
 from hostile_leftovers import LEFTOVER_NOT_AS_NOBODY
 from hostile_tasks import (GOT_IT, IS_ROOT, NEEDS_ADDRESS_SPACE, PY_ROWS, SHELL_ROWS, _host_marks, check_row,
                            loopback, py_tasks, run_pool, shell_tasks, unbounded_rows)  # noqa: F401 - fixture
@@ -37,7 +36,7 @@ pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bub
 @pytest.fixture(scope="module")
 def shell_table(loopback, tmp_path_factory):
     marks = _host_marks()
-    left_out = {**unbounded_rows(), **NOT_IN_A_PROCESS_VM}
+    left_out = unbounded_rows()
     finals, summary, code = run_pool(tmp_path_factory.mktemp("shell"), "shell",
                                      shell_tasks(loopback.port, left_out))
     return {"finals": finals, "summary": summary, "exit_code": code, "marks_before": marks,
@@ -84,7 +83,7 @@ def test_the_host_is_untouched_and_the_runs_finished(shell_table, py_table, loop
 def test_200_tasks_50_hostile_on_two_vms(tmp_path, loopback):
     """The acceptance run of issue 16: 200 shell tasks of which 50 are hostile (the table's
     rows in turn), M=2: every hostile one 0, every honest one 1, no VM budget spent."""
-    left_out = {**unbounded_rows(), **NOT_IN_A_PROCESS_VM}
+    left_out = unbounded_rows()
     rows = [t for t in shell_tasks(loopback.port, left_out) if not t["id"].startswith("honest")]
     tasks = []
     for index in range(200):
@@ -121,7 +120,7 @@ def nobody_table(loopback):
         pytest.skip(why)
     nobody = pwd.getpwnam("nobody")
     with _delegated_pids_cgroup(nobody.pw_uid, nobody.pw_gid) as join:
-        left_out = {**unbounded_rows(), **NOT_IN_A_PROCESS_VM, **NEEDS_ADDRESS_SPACE, **LEFTOVER_NOT_AS_NOBODY,
+        left_out = {**unbounded_rows(), **NEEDS_ADDRESS_SPACE, **LEFTOVER_NOT_AS_NOBODY,
                     **({} if join else NOT_AS_NOBODY)}
         tasks = shell_tasks(loopback.port, left_out)
         flags = ("--vm-max-processes", "128") if join else ()

@@ -2,6 +2,7 @@
 
     python benchmarks/perf/binds.py                       # 6 interleaved blocks of 40
     python benchmarks/perf/binds.py --blocks 2 --per-block 5
+    python benchmarks/perf/binds.py --fronts              # the grading fronts' binds
 
 bubblewrap reads the sandbox's whole mount table again after each bind it makes (to
 remount what lies below it read-only), so every bind costs more than its own mount. A
@@ -11,6 +12,11 @@ once. This builds both command lines from the provider's own (``sandbox_argv``),
 ``/bin/true`` in each, in interleaved blocks, and prints the median wall time and the
 machine's CPU (``/proc/stat``, so the kernel's work in its threads counts) per sandbox,
 with their ratio.
+
+``--fronts``: the grading wrappers' fronts (``pool/providers/grading_fronts.py``) the same way: a
+sandbox with none, with env's, git's and python's bound file by file (what a process VM bound
+without the fronts' folder), with every wrapper's bound file by file, and with the fronts'
+folder (what it binds now), each's ratio to none.
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 
 from measure import machine_cpu_s  # noqa: E402 - beside this file
-from parallel_rollout.pool.providers import images, sandbox_argv  # noqa: E402
+from parallel_rollout.pool.providers import grading_fronts, images, sandbox_argv, sandbox_fs  # noqa: E402
 from parallel_rollout.pool.providers.base import ProviderOptions  # noqa: E402
 from parallel_rollout.pool.providers.process import ProcessProvider  # noqa: E402
 
@@ -48,29 +54,47 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--blocks", type=int, default=6, help="blocks of each command line")
     parser.add_argument("--per-block", type=int, default=40, help="sandboxes in a block")
+    parser.add_argument("--fronts", action="store_true", help="the grading fronts' binds instead")
     args = parser.parse_args()
     base = Path(tempfile.mkdtemp(prefix="binds-"))
     try:
-        return _compare(base, args.blocks, args.per_block)
+        return (_fronts if args.fronts else _compare)(base, args.blocks, args.per_block)
     finally:
         shutil.rmtree(base, ignore_errors=True)
 
 
-def _compare(base: Path, blocks: int, per_block: int) -> int:
-    provider = ProcessProvider("binds", ProviderOptions(), base_dir=base)
-    spec = provider._spec  # noqa: SLF001 - the provider's own sandbox, as it boots it
-    if spec.agent_dir is None:
-        print("binds.py: the agent's folder could not be made (see the warning)", file=sys.stderr)
-        return 2
+def _sandbox(base: Path, field: str, what: str):
+    """The provider's own sandbox spec and command line, as it boots it; None (and why, printed)
+    when its ``field`` folder (``what``) could not be made."""
+    spec = ProcessProvider("binds", ProviderOptions(), base_dir=base)._spec  # noqa: SLF001
+    if getattr(spec, field) is None:
+        print(f"binds.py: {what} could not be made (see the warning)", file=sys.stderr)
+        return None
     vm_dir = base / "binds" / "vm0"
     vm_dir.mkdir(parents=True)
-    sandbox, _ = sandbox_argv.folder_argv(spec, "vm0", vm_dir, None)
+    return spec, sandbox_argv.folder_argv(spec, "vm0", vm_dir, None)[0]
+
+
+def _compare(base: Path, blocks: int, per_block: int) -> int:
+    made = _sandbox(base, "agent_dir", "the agent's folder")
+    if made is None:
+        return 2
+    spec, sandbox = made
     one = ["--ro-bind", str(spec.agent_dir), images.GUEST_DIR]
     at = next(i for i in range(len(sandbox)) if sandbox[i:i + 3] == one)
     # what a desktop binds (and every sandbox did): each file, the folder's __pycache__
     each = sandbox_argv.agent_binds(dataclasses.replace(spec, desktop=True))
     argvs = {"one by one": [*sandbox[:at], *each, *sandbox[at + 3:], "--", "/bin/true"],
              "one folder": [*sandbox, "--", "/bin/true"]}
+    medians = _medians(argvs, blocks, per_block)
+    (w1, c1), (w2, c2) = medians["one by one"], medians["one folder"]
+    print(f"one folder ÷ one by one: wall {w2 / w1:.3f}, machine CPU {c2 / c1:.3f}   "
+          f"load {os.getloadavg()[0]:.2f}")
+    return 0
+
+
+def _medians(argvs: dict[str, list[str]], blocks: int, per_block: int) -> dict[str, tuple[float, float]]:
+    """Each command line's median (wall, CPU) ms a sandbox over interleaved blocks, printed."""
     mounts = {name: sum(argv.count(flag) for flag in ("--ro-bind", "--bind")) for name, argv in argvs.items()}
     figures: dict[str, list[tuple[float, float]]] = {name: [] for name in argvs}
     for _ in range(blocks):
@@ -80,9 +104,32 @@ def _compare(base: Path, blocks: int, per_block: int) -> int:
                for name, rows in figures.items()}
     for name, (wall, cpu) in medians.items():
         print(f"{name:11s} ({mounts[name]:2d} binds): {wall:6.2f} ms a sandbox, machine CPU {cpu:6.2f} ms")
-    (w1, c1), (w2, c2) = medians["one by one"], medians["one folder"]
-    print(f"one folder ÷ one by one: wall {w2 / w1:.3f}, machine CPU {c2 / c1:.3f}   "
-          f"load {os.getloadavg()[0]:.2f}")
+    return medians
+
+
+def _fronts(base: Path, blocks: int, per_block: int) -> int:
+    made = _sandbox(base, "fronts_dir", "the fronts' folder")
+    if made is None:
+        return 2
+    spec, sandbox = made
+    folder = grading_fronts.bwrap_binds(spec.python, spec.fronts_dir)
+    at = next(i for i in range(len(sandbox)) if sandbox[i:i + len(folder)] == folder)
+    before, after = sandbox[:at], sandbox[at + len(folder):]
+    every = grading_fronts.plan(grading_fronts.GuestFiles(), os.path.abspath(spec.python))
+    every_binds = sandbox_fs.open_dirs(grading_fronts.SYSTEM_ORIGINALS)
+    for kept, real in every.originals.items():
+        every_binds += ["--ro-bind", real, kept]
+    for real, front in every.fronts.items():
+        every_binds += ["--ro-bind", str(grading_fronts.GRADING_BIN / front), real]
+    argvs = {"none": [*before, *after, "--", "/bin/true"],
+             "env+git": [*before, *grading_fronts.bwrap_binds(spec.python), *after, "--", "/bin/true"],
+             "every file": [*before, *every_binds, *after, "--", "/bin/true"],
+             "the folder": [*sandbox, "--", "/bin/true"]}
+    medians = _medians(argvs, blocks, per_block)
+    wall, cpu = medians["none"]
+    print("÷ none: " + ", ".join(f"{name} wall {w / wall:.3f} CPU {c / cpu:.3f}"
+                                  for name, (w, c) in medians.items() if name != "none")
+          + f"   load {os.getloadavg()[0]:.2f}")
     return 0
 
 

@@ -81,13 +81,20 @@ def prepare(files: AgentFiles, base: Path) -> Path | None:
     folder = base / FOLDERS / files.key()
     made = use(folder, files)
     if made is not None:
-        _prune(folder)
+        prune(folder)
     return made
 
 
 def use(folder: Path, files: AgentFiles) -> Path | None:
     """``folder`` marked as used now (its time: what the pruning of other providers reads),
     made again if it is gone; None, and a warning, when it cannot be made."""
+    return made(folder, lambda scratch: _make(scratch, files),
+                "the agent's folder could not be made (%s%s): each sandbox binds its files and compiles them")
+
+
+def made(folder: Path, make, warning: str) -> Path | None:
+    """``folder`` marked as used now, or made by ``make(scratch)`` in a scratch folder beside
+    it and renamed; None, and ``warning`` (its error, its output), when it cannot be made."""
     try:
         os.utime(folder)
         return folder
@@ -99,15 +106,14 @@ def use(folder: Path, files: AgentFiles) -> Path | None:
     try:
         folder.parent.mkdir(parents=True, exist_ok=True)
         scratch = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
-        _make(scratch, files)
+        make(scratch)
         os.rename(scratch, folder)
         scratch = None
     except (OSError, subprocess.SubprocessError) as exc:
         if folder.is_dir():  # another provider made it first
             return folder
         detail = getattr(exc, "stderr", b"") or b""
-        log.warning("the agent's folder could not be made (%s%s): each sandbox binds its files "
-                    "and compiles them", exc, f": {detail.decode(errors='replace').strip()}" if detail else "")
+        log.warning(warning, exc, f": {detail.decode(errors='replace').strip()}" if detail else "")
         return None
     finally:
         if scratch is not None:
@@ -142,7 +148,7 @@ def _copy(source: Path | str, target: Path | str) -> None:
     os.chmod(target, 0o755 if os.stat(source).st_mode & 0o111 else 0o644)
 
 
-def _prune(keep: Path) -> None:
+def prune(keep: Path) -> None:
     """Remove the folders beside ``keep`` that no boot used for KEEP_S (a pool still running
     with one marks it at each boot, and makes it again if it went)."""
     old = time.time() - KEEP_S

@@ -16,9 +16,22 @@ CAP_SYS_ADMIN.
 
 One plan (:func:`plan`) from the guest's files as they are, three ways to lay it:
 
-* a process VM binds the fronts over the host's files and the originals beside them
-  (:func:`bwrap_binds`, at each boot): env's, git's and python's only (:data:`AT_BOOT`: a bind
-  costs every boot), so ``/usr/bin/jq`` by its path is jq unwrapped there;
+* a process VM binds a folder made once per provider (:func:`prepare`) over the host's
+  ``/usr/bin`` and another at :data:`SYSTEM_ORIGINALS`, with the host's ``/usr`` in it
+  (:data:`HOST_USR`), at each boot (:func:`bwrap_binds`): in the first, each front is a link to
+  the wrappers' ``system_front``, each other program a link to its file under :data:`HOST_USR`
+  (its own ``../lib`` and ``../share`` there are the host's), each link of ``/usr/bin`` the same
+  link, and a python's file the host's, bound over it (a link would move its ``sys.prefix``);
+  in the second each original is a link into :data:`HOST_USR` (sitecustomize.py's a copy).
+  Five binds where every wrapper's front file by file was 51 more, and each bind costs every
+  boot (bwrap reads the whole mount table again after each): a sandbox's start costs what one
+  with no front does within the measure's spread (0.88-1.14 of it), where every front file by
+  file doubled it (``benchmarks/perf/binds.py --fronts``). A program of ``/usr/bin`` then has its real path under :data:`HOST_USR`
+  (``readlink -f``, perl's ``$^X``, node's ``process.execPath``), ``/usr/bin`` holds links
+  where the host has files, and what a run hides is hidden there too (:func:`mirrored_masks`).
+  A program the host gets since is in the folder made again at the next boot (:func:`current`);
+  without a folder (it could not be made) a sandbox binds env's, git's and python's fronts file
+  by file (:data:`AT_BOOT`);
 * a qemu image's tree gets them moved in place (:func:`install_in_tree`);
 * a docker image's tarball gets them as extra files (:func:`tarball_files`).
 
@@ -34,7 +47,9 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import os
+import re
 import shutil
 import stat
 import tarfile
@@ -42,7 +57,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
 
-from . import images, sandbox_fs
+from . import agent_folder, images, sandbox_fs
 
 GRADING_BIN = images.GUEST_SOURCE_DIR / "grading_bin"
 #: where a guest keeps the system's programs that a grading front takes the place of (the
@@ -58,13 +73,20 @@ NOT_FRONTED = ("python", "python3", "git_external_diff", PROGRAM_FRONT)
 #: left without a front
 FINDS_ITSELF = {"cmake": "its CMAKE_ROOT is found beside its executable (empty when moved)",
                 "valgrind": "Debian's is a script that runs $0.bin"}
-#: the programs a process VM fronts (with python's sitecustomize.py): its fronts are binds that
-#: every boot of a sandbox makes, and each costs that boot more than its own mount (bwrap reads
-#: the whole mount table again after each): every wrapper's front, 51 binds more, took a
-#: sandbox's start (``/bin/true``) from 11-17 to 32-43 ms of wall time, these from 11-17 to
-#: 18-22 (benchmarks/perf/binds.py's way, interleaved blocks, a loaded machine). An image
-#: has its fronts laid once, as it is built: every wrapper's.
+#: the programs a process VM without its fronts' folder fronts (with python's sitecustomize.py),
+#: file by file: each bind costs every boot of a sandbox more than its own mount (bwrap reads the
+#: whole mount table again after each): every wrapper's front so, 51 binds more, took a sandbox's
+#: start (``/bin/true``) from 11-17 to 32-43 ms of wall time, these from 11-17 to 18-22
 AT_BOOT = ("env", "git")
+#: under a provider's base folder, the fronts' folders (:func:`prepare`): not a run's name
+FOLDERS = ".grading-fronts"
+#: the folder whose fronts a process VM's folder lays: the one every fronted program is in
+FRONTED = "/usr/bin"
+#: where a process VM sees the host's /usr, which its originals and other programs link into
+HOST_USR = f"{SYSTEM_ORIGINALS}/usr"
+#: programs of FRONTED bound over the folder's as they are, not linked: an interpreter that
+#: finds its prefix by its real path (a link would move a python's ``sys.prefix``)
+BOUND_AS_THEY_ARE = re.compile(r"python\d+(\.\d+)*")
 #: where a fronted program is looked for, and the folders whose other names of it are kept
 PROGRAM_FOLDERS = ("/usr/bin", "/bin")
 NAME_FOLDERS = ("/usr/bin", "/bin", "/usr/sbin", "/sbin", "/usr/local/bin")
@@ -165,9 +187,7 @@ def plan(files: GuestFiles, python: str, programs: Iterable[str] | None = None) 
                 and files.real(os.path.dirname(real)) in map(files.real, PROGRAM_FOLDERS) and name not in FINDS_ITSELF:
             done.fronts[real] = PROGRAM_FRONT
             done.originals[f"{SYSTEM_ORIGINALS}/{name}"] = real
-    executable = files.real(python)
-    site = files.real(os.path.join(os.path.dirname(os.path.dirname(executable)), "lib",
-                                   os.path.basename(executable), "sitecustomize.py"))
+    site = _sitecustomize(files, python)
     if os.path.basename(site) == "sitecustomize.py" and files.is_program(site):
         done.fronts[site] = SITECUSTOMIZE_FRONT
         done.originals[f"{SYSTEM_ORIGINALS}/sitecustomize.py"] = site
@@ -182,15 +202,26 @@ def plan(files: GuestFiles, python: str, programs: Iterable[str] | None = None) 
     return done
 
 
+def _sitecustomize(files: GuestFiles, python: str) -> str:
+    """The real path of ``python``'s own sitecustomize.py (where it would be)."""
+    executable = files.real(python)
+    return files.real(os.path.join(os.path.dirname(os.path.dirname(executable)), "lib",
+                                   os.path.basename(executable), "sitecustomize.py"))
+
+
 @functools.lru_cache(maxsize=4)
 def host_plan(python: str) -> Plan:
-    """The plan of a process VM, whose /usr is the host's: :data:`AT_BOOT`'s fronts."""
+    """The plan of a process VM without its fronts' folder: :data:`AT_BOOT`'s fronts."""
     return plan(GuestFiles(), python, AT_BOOT)
 
 
-def bwrap_binds(python: str) -> list[str]:
-    """A process VM's bwrap options that lay :func:`host_plan`: the originals bound beside the
-    fronts, the fronts over the real paths."""
+def bwrap_binds(python: str, folder: Path | None = None) -> list[str]:
+    """A process VM's bwrap options that lay its fronts: ``folder``'s (:func:`prepare`), or
+    without one :func:`host_plan` file by file, the originals bound beside the fronts."""
+    if folder is not None:
+        return [*sandbox_fs.open_dirs(SYSTEM_ORIGINALS), "--ro-bind", str(folder / "bin"), FRONTED,
+                "--ro-bind", str(folder / "originals"), SYSTEM_ORIGINALS, "--ro-bind", "/usr", HOST_USR,
+                *_folder_binds(folder)]
     laid = host_plan(os.path.abspath(python))
     binds = sandbox_fs.open_dirs(SYSTEM_ORIGINALS)
     for kept, real in laid.originals.items():
@@ -198,6 +229,105 @@ def bwrap_binds(python: str) -> list[str]:
     for real, front in laid.fronts.items():
         binds += ["--ro-bind", str(GRADING_BIN / front), real]
     return binds
+
+
+@functools.lru_cache(maxsize=4)
+def _folder_binds(folder: Path) -> tuple[str, ...]:
+    return tuple(json.loads((folder / "binds.json").read_text(encoding="utf-8")))
+
+
+def mirrored_masks(masks: list[str]) -> list[str]:
+    """``sandbox_fs.hidden_masks``' masks of files under /usr again where a process VM's
+    fronts' folder shows the host's /usr (:data:`HOST_USR`): hidden there too."""
+    found = []
+    for at in range(0, len(masks) - 2, 3):
+        flag, source, path = masks[at:at + 3]
+        if flag == "--ro-bind" and path.startswith("/usr/"):
+            found += [flag, source, HOST_USR + path[len("/usr"):]]
+    return found
+
+
+@functools.lru_cache(maxsize=4)
+def _made_with(python: str) -> tuple[str, ...]:
+    return (python, str(GRADING_BIN), hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16],
+            *fronted_programs())
+
+
+def folder_key(python: str) -> str:
+    """What a fronts' folder is made from: the python, the wrappers' place, this code, and
+    when the folders the plan reads last changed (a program installed since: a new folder)."""
+    times = []
+    for path in dict.fromkeys((*map(os.path.realpath, (*PROGRAM_FOLDERS, *NAME_FOLDERS, FRONTED)),
+                               _sitecustomize(GuestFiles(), python))):
+        try:
+            times.append(os.stat(path).st_mtime_ns)
+        except OSError:
+            times.append(0)
+    made_from = (*_made_with(python), *times)
+    return hashlib.sha256(repr(made_from).encode()).hexdigest()[:16]
+
+
+def prepare(python: str, base: Path) -> Path | None:
+    """A process VM's fronts' folder under ``base`` for the guest's ``python``, made now if
+    it is not there (or the host's programs changed since: :func:`folder_key`); None, and a
+    warning, when it cannot be made. Removes the others no provider used for a week."""
+    python = os.path.abspath(python)
+    if os.path.realpath(FRONTED) != FRONTED:
+        return None
+    folder = base / FOLDERS / folder_key(python)
+    made = agent_folder.made(folder, lambda scratch: _make(scratch, python),
+                             "the grading fronts' folder could not be made (%s%s): a process VM "
+                             "fronts env, git and python only")
+    if made is not None:
+        agent_folder.prune(made)
+    return made
+
+
+def current(folder: Path, python: str) -> bool:
+    """Whether ``folder`` (:func:`prepare`'s) is there and made from the host's programs as
+    they are: a boot's check (a few stats)."""
+    return folder.name == folder_key(os.path.abspath(python)) and folder.is_dir()
+
+
+def _make(scratch: Path, python: str) -> None:
+    """The folder's ``bin`` (laid over FRONTED), ``originals`` (at SYSTEM_ORIGINALS) and
+    ``binds.json``: what the boots bind into them as it is."""
+    laid = plan(GuestFiles(), python)
+    bin_dir, originals = scratch / "bin", scratch / "originals"
+    (originals / HOST_USR.rsplit("/", 1)[1]).mkdir(parents=True)
+    bin_dir.mkdir()
+    binds: list[str] = []
+    for entry in os.scandir(FRONTED):
+        path = bin_dir / entry.name
+        if laid.fronts.get(entry.path) == PROGRAM_FRONT:
+            os.symlink(f"{images.GUEST_GRADING_BIN}/{PROGRAM_FRONT}", path)
+        elif entry.is_symlink():
+            os.symlink(os.readlink(entry.path), path)
+        elif entry.is_file() and (BOUND_AS_THEY_ARE.fullmatch(entry.name)
+                                  or entry.path == os.path.realpath(python)):
+            path.touch()  # where it is bound
+            os.chmod(path, 0o644)
+            binds += ["--ro-bind", entry.path, entry.path]
+        else:
+            os.symlink(f"{HOST_USR}{entry.path[len('/usr'):]}", path)
+    for kept, real in laid.originals.items():
+        path = originals / os.path.basename(kept)
+        if real.startswith("/usr/"):
+            os.symlink(HOST_USR.rsplit("/", 1)[1] + real[len("/usr"):], path)
+        elif laid.fronts.get(real) == SITECUSTOMIZE_FRONT:  # read, not run: a copy, a bind the fewer
+            shutil.copyfile(real, path)
+            os.chmod(path, 0o644)
+        else:
+            path.touch()
+            os.chmod(path, 0o644)
+            binds += ["--ro-bind", real, kept]
+    for real, front in laid.fronts.items():
+        if os.path.dirname(real) != FRONTED:
+            binds += ["--ro-bind", str(GRADING_BIN / front), real]
+    (scratch / "binds.json").write_text(json.dumps(binds), encoding="utf-8")
+    for folder in (scratch, bin_dir, originals, originals / HOST_USR.rsplit("/", 1)[1]):
+        os.chmod(folder, 0o755)
+    os.chmod(scratch / "binds.json", 0o644)
 
 
 def _front_file(front: str) -> tuple[bytes, int]:

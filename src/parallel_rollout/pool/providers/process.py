@@ -99,7 +99,7 @@ import time
 from pathlib import Path
 
 from ...errors import ConfigError, ProviderUnavailable, VMError
-from . import agent_folder, cgroups, host_dirs, host_share, images, sandbox_fs, sandbox_launch, seccomp, standby, verify
+from . import agent_folder, cgroups, grading_fronts, host_dirs, host_share, images, sandbox_fs, sandbox_launch, seccomp, standby, verify
 from .sandbox_argv import (AGENT_SOURCES, DESKTOP_SOURCES, GRADING_BIN, GUEST_HOME, NAMESPACE_FLAGS, SHIM_DIR,
                            SandboxSpec, boot_argv, folder_argv)
 from .sandbox_uids import SandboxUids
@@ -190,16 +190,17 @@ class ProcessProvider(Provider):
         #: root runs commands (and a desktop) as a uid of each VM's own (sandbox_uids.py)
         self._uids = SandboxUids(enabled=os.geteuid() == 0)
         python = sandbox_fs.guest_python()
-        self._agent_files = agent_dir = None
+        self._agent_files = agent_dir = fronts_dir = None
         if python is not None:  # without one, check_available says why
             self._agent_files = agent_folder.AgentFiles(python, AGENT_SOURCES, DESKTOP_SOURCES, (GRADING_BIN,))
             agent_dir = agent_folder.prepare(self._agent_files, secure_base_dir(self.base_dir))
+            fronts_dir = grading_fronts.prepare(python, secure_base_dir(self.base_dir))
         self._spec = SandboxSpec(
             bwrap=shutil.which("bwrap") or "bwrap", python=python, agent_dir=agent_dir,
             snapshot=self.snapshot, desktop=bool(self.options.desktop), screen=self.options.screen,
             memory_mb=self._memory_mb,
             limit_as=self._memory_mb * 2**20 if self._limit_as else None,
-            limit_nproc=self._limit_nproc, hidden_files=self.options.hidden_files)
+            limit_nproc=self._limit_nproc, hidden_files=self.options.hidden_files, fronts_dir=fronts_dir)
         #: per VM folder, what its every boot shares, made at its first: its cgroups, and
         #: bwrap's argv but the fds (by VM, folder and uid); forgotten with the folder
         self._groups: dict[str, cgroups.VMCgroup] = {}
@@ -429,6 +430,11 @@ class ProcessProvider(Provider):
         if spec.agent_dir is not None and agent_folder.use(spec.agent_dir, self._agent_files) is None:
             # gone and not made again: the boots bind the package's files, as without it
             self._spec = dataclasses.replace(spec, agent_dir=None)
+            self._argvs.clear()
+        if spec.fronts_dir is not None and not grading_fronts.current(spec.fronts_dir, spec.python):
+            # gone, or the host's programs changed: made again (None: file by file, as without it)
+            self._spec = dataclasses.replace(self._spec, fronts_dir=grading_fronts.prepare(
+                spec.python, secure_base_dir(self.base_dir)))
             self._argvs.clear()
         socket_path = vm_dir / "sock" / SOCKET_NAME
         private = sandbox_launch.launch(

@@ -74,6 +74,9 @@ class SandboxSpec:
     limit_nproc: int | None
     #: files no command may read (``ProviderOptions.hidden_files``: the run's task file)
     hidden_files: tuple[str, ...] = ()
+    #: the grading wrappers' fronts' folder made ahead (``grading_fronts.prepare``), bound over
+    #: /usr/bin; None: env's, git's and python's fronts bound file by file
+    fronts_dir: Path | None = None
 
     def tmpfs_mb(self, size_mb: int) -> int:
         """A tmpfs's size: its pages are charged to the VM's memory cgroup and never freed
@@ -152,13 +155,14 @@ def folder_argv(spec: SandboxSpec, vm_id: str, vm_dir: Path,
                 desktop += ["--setenv", name, os.environ[name]]
         desktop += sandbox_fs.font_cache()
         path = f"{GUEST_BIN}:{images.guest_path(desktop=True)}"  # python, the shims
+    masks = sandbox_fs.hidden_masks(vm_dir / "empty", spec.hidden_files)
     sandbox = [
         spec.bwrap,
         *NAMESPACE_FLAGS, *privileges, "--die-with-parent", "--new-session",
         "--hostname", vm_id,
         *sandbox_fs.system_binds(), *sandbox_fs.system_data(),
         *sandbox_fs.secret_masks(vm_dir / "empty"),
-        *sandbox_fs.hidden_masks(vm_dir / "empty", spec.hidden_files),
+        *masks,
         *(sandbox_fs.user_entries(vm_dir, uid, GUEST_HOME) if uid is not None else ()),
         "--proc", "/proc", "--dev", "/dev",
         # shared memory (Chromium, multiprocessing) for the commands' user too
@@ -169,7 +173,9 @@ def folder_argv(spec: SandboxSpec, vm_id: str, vm_dir: Path,
         "--tmpfs", GUEST_HOME,
         # the guest's files (a desktop's shim and python among them) for its user too
         *sandbox_fs.open_dirs(os.path.dirname(images.GUEST_DIR), images.GUEST_DIR),
-        *grading_fronts.bwrap_binds(spec.python),
+        *grading_fronts.bwrap_binds(spec.python, spec.fronts_dir),
+        # what no command may read, where the fronts' folder shows the host's /usr again
+        *(grading_fronts.mirrored_masks(masks) if spec.fronts_dir is not None else ()),
         *snapshot,
         # the agent's socket lives outside (its fd is passed in): nothing in here can
         # unlink it and bind its own; /run/guest is the sandbox's own scratch folder
