@@ -420,6 +420,32 @@ def test_a_sheet_fuzzy_checks_option_of_the_wrong_kind_is_refused_at_load(tmp_pa
             f"{where}[0] ['rules'][1] key 'trim_leadings' must be a string, not a list [' ']"})
 
 
+def test_a_sheet_data_or_sheet_print_option_of_the_wrong_kind_is_refused_at_load(tmp_path):
+    """compare_table's sheet_data and sheet_print rules read ``precision`` and ``ignore_case``
+    with defaults: a ``precision`` string or 2.0 raised in pandas' round at every grading (the
+    agent's 0), a sheet_print ``ignore_case: "false"`` was true. Each is refused as the folder
+    loads (exit 2), naming the rule's place, the key and the value, on copies of real tasks
+    (3a93cae4's sheet_data ``ignore_case: true`` still loads)."""
+    from test_osworld_folder_cli import copied
+
+    folder = copied(tmp_path)
+    where = "evaluator metric 'compare_table': its options 'rules'"
+
+    def rule(path: str, **change) -> Path:
+        return broken_copy(folder, path, lambda ev: ev["options"]["rules"][0].update(change))
+
+    assert_refused(folder, {
+        rule("libreoffice_calc/4172ea6e-6b77-4edb-a9cc-c0014bd1603b.json", precision="2"):
+            f"{where}[0] of type 'sheet_data' key 'precision' must be a whole number, not a string '2'",
+        rule("libreoffice_calc/01b269ae-2111-4a07-81fd-3fcd711993b0.json", precision=2.0):
+            f"{where}[0] of type 'sheet_data' key 'precision' must be a whole number, not a number 2.0",
+        rule("multi_apps/881deb30-9549-4583-a841-8270c65f2a17.json", ignore_case="false"):
+            f"{where}[0] of type 'sheet_print' key 'ignore_case' must be true or false, not a string 'false'",
+        broken_copy(folder, "multi_apps/3a93cae4-ad3e-403e-8c12-65303b271818.json",
+                    lambda ev: ev["options"][2]["rules"][0].update(ignore_case="no")):
+            f"{where}[0] of type 'sheet_data' key 'ignore_case' must be true or false, not a string 'no'"})
+
+
 def test_a_cell_or_range_openpyxl_cannot_read_is_refused_at_load(tmp_path):
     """A check_cell rule's ``coordinate`` that is no one cell (a range: the metric read a row
     of cells and its check raised, caught into a 0) and a sheet_fuzzy check's ``range`` that

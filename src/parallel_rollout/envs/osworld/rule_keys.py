@@ -61,6 +61,7 @@ def _pairs(value: Any) -> bool:
 #: a value kind a shape's ``kinds`` asks of a key: its test and how the refusal names it
 KINDS = {"string": (lambda value: isinstance(value, str), "a string"),
          "number": (lambda value: isinstance(value, (int, float)) and not isinstance(value, bool), "a number"),
+         "integer": (lambda value: isinstance(value, int) and not isinstance(value, bool), "a whole number"),
          "boolean": (lambda value: isinstance(value, bool), "true or false"),
          "characters": (lambda value: isinstance(value, str) or isinstance(value, list) and all(
              isinstance(text, str) for text in value), "a string (or a list) of characters"),

@@ -39,9 +39,10 @@ _PROPS = RuleShape(needs=_PAIR, lists=("props",), optional=())
 #: be lists or objects (a string's letters were read one by one, or raised for a 0)
 TABLE_RULE = RuleShape(needs=("type",), by_type={
     "sheet_name": RuleShape(optional=()),
-    # ignore_case: 3a93cae4's sheet_data rules carry it, which neither OSWorld's metric nor this reads
-    "sheet_data": RuleShape(needs=_PAIR, optional=("precision", "ignore_case")),
-    "sheet_print": RuleShape(needs=_PAIR, optional=("ignore_case",)),
+    # precision: pandas' round took no other (2.0 and "2" raised at grading); ignore_case: 3a93cae4's
+    # sheet_data rules carry it (true), which neither OSWorld's metric nor this reads; sheet_print's lowers
+    "sheet_data": RuleShape(needs=_PAIR, optional=(), kinds={"precision": "integer", "ignore_case": "boolean"}),
+    "sheet_print": RuleShape(needs=_PAIR, optional=(), kinds={"ignore_case": "boolean"}),
     "sheet_fuzzy": RuleShape(needs=(*_PAIR, "rules"), lists=("rules",), optional=()), "sparkline": _PAIRED,
     "chart": RuleShape(needs=_PAIR, lists=("chart_props",), optional=()), "style": _PROPS, "freeze": _PAIRED,
     "row_props": _PROPS, "col_props": _PROPS, "filter": _PAIRED,
