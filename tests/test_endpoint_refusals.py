@@ -120,3 +120,36 @@ def test_the_dry_run_names_the_v1_a_base_url_lacks(tmp_path, llm_server):
     said = " ".join(dry.stderr.split())
     assert f"{root} has no /models (HTTP 404) but {root}/v1 has" in said and f"--base-url {root}/v1" in said, said
     assert not server.requests  # no completion was asked for
+
+
+def test_the_dry_run_names_a_server_that_lists_the_model_but_has_no_chat_route(tmp_path, llm_server):
+    """A completions-only server (or a proxy that forwards /models only) lists the model:
+    --check-endpoint passed ("answers with 1 model(s)") and the run then failed at its first
+    request. Now the CLI asks the route the openai agent's requests take, as the RL
+    scheduler's check does, and names it in the CLI's words (--base-url, tokenizer=)."""
+    pytest.importorskip("math_verify")
+    server = llm_server()
+    data = tmp_path / "math.jsonl"
+    data.write_text(MATH_TASKS.read_text().splitlines()[0] + "\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI_")}
+
+    def dry_run():
+        return subprocess.run([sys.executable, "-m", "parallel_rollout.cli", "run", "--mode", "math", "--data",
+                               str(data), "--agent", "openai", "--base-url", server.url, "--model", "test-model",
+                               "--output-dir", str(tmp_path / "out"), "--dry-run", "--check-endpoint"],
+                              capture_output=True, text=True, env=env, timeout=120)
+
+    server.missing_routes.add("/v1/chat/completions")
+    dry = dry_run()
+    assert dry.returncode == EXIT_USAGE, dry.stderr
+    said = " ".join(dry.stderr.split())
+    assert (f"endpoint: {server.url}/models lists the model 'test-model' but POST {server.url}/chat/completions "
+            """answered HTTP 404: '{"detail": "Not Found"}'; """) in said, said
+    assert "fix --base-url, or, for a server that serves only /completions, set tokenizer=" in said, said
+    assert "RunConfig" not in said and "run config" not in said, said  # the CLI's words, not the scheduler's
+    assert server.requests == [] and not (tmp_path / "out").exists()  # nothing sampled, no run folder
+    server.missing_routes.clear()  # the route there: the check passes, still sampling nothing
+    served = dry_run()
+    assert served.returncode == 0, served.stderr
+    assert f"{server.url}/chat/completions answers (HTTP 400)" in " ".join(served.stderr.split()), served.stderr
+    assert server.bodiless == 1 and server.requests == []  # the one route POST, refused unsampled

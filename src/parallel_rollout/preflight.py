@@ -9,8 +9,10 @@
       │             math-verify for math), whatever the tasks' check found
       ├─ agent      its settings (check_config) and, when it calls the model, the model
       │             client's (model_checks: the key where the endpoint needs one);
-      │             with --check-endpoint, GET {base_url}/models with a short timeout (an
-      │             agent's own check_endpoint, else its model client's endpoints)
+      │             with --check-endpoint (an agent's own check_endpoint, else its model
+      │             client's endpoints), GET {base_url}/models with a short timeout, then a
+      │             POST without messages to the route the run's requests take (a 404/405:
+      │             no such route there)
       ├─ provider   its prerequisites (check_available: bwrap; the docker CLI and a daemon
       │             that answers; QEMU's binaries), for modes that run in a VM
       ├─ machines   the remote provider's: each agent answers GET /platform with the key,
@@ -41,7 +43,7 @@ import logging
 from dataclasses import dataclass, field
 
 from .agents import get_agent
-from .agents.model_checks import calls_model, check_agent, may_call_model, probe_endpoint
+from .agents.model_checks import calls_model, check_agent, may_call_model, model_routes, probe_endpoint
 from .config import RunConfig, data_required
 from .envs import get_env, run_task_set, with_mode_defaults
 from .errors import ConfigError, ProviderUnavailable
@@ -92,7 +94,9 @@ def preflight(cfg: RunConfig, *, check_endpoint: bool = False) -> Preflight:
     _check("agent", lambda: _agent_settings(cfg, agent_cls), found)
     if check_endpoint:
         # an agent's own probe, else its model client's (the openai agent's, a plugin's self.model)
-        probe = getattr(agent_cls, "check_endpoint", None) or (probe_endpoint if may_call_model(agent_cls) else None)
+        # (the model client's asks /models, then the route the run's requests take: model_routes)
+        probe = getattr(agent_cls, "check_endpoint", None) or (
+            (lambda c: probe_endpoint(c, routes=model_routes(c))) if may_call_model(agent_cls) else None)
         if probe is None:
             found.problems.append(f"--check-endpoint: the {cfg.agent} agent calls no model endpoint")
         else:

@@ -23,7 +23,7 @@ from ..errors import ConfigError
 from ..plugins import plugin_call
 from . import openai_request
 
-__all__ = ["calls_model", "check_agent", "check_model_settings", "may_call_model", "probe_endpoint"]
+__all__ = ["calls_model", "check_agent", "check_model_settings", "may_call_model", "model_routes", "probe_endpoint"]
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +73,16 @@ def check_agent(config: Any, agent_cls: Any) -> None:
         plugin_call(f"agent {config.agent!r}: check_config", own, config)
 
 
+def model_routes(config: Any) -> tuple[str, ...]:
+    """The POST routes the run's requests take: the openai agent's one (``/chat/completions``,
+    or ``/completions`` with a tokenizer); another agent's may take either (its
+    ``self.model.generate`` sends token ids to ``/completions``), so either will do."""
+    from .wire import Wire
+
+    path = Wire(config).path
+    return (path,) if config.agent == "openai" else tuple(dict.fromkeys((path, "/completions")))
+
+
 def probe_endpoint(config: Any, models_required: bool = False, routes: tuple[str, ...] = ()) -> str:
     """``--check-endpoint`` for an agent that may call the model: GET /models of every server
     its model client would call; a note on what answered, or ConfigError naming the one that
@@ -89,7 +99,9 @@ def probe_endpoint(config: Any, models_required: bool = False, routes: tuple[str
     for url in urls:
         try:
             note = openai_request.probe_models(url, config.model, agent=config.agent, models_required=models_required)
-            notes.append(openai_request.probe_route(url, config.model, routes) if routes else note)
+            if routes:  # the note says whether /models listed the model ("answers with 2 model(s)")
+                note += f", and {openai_request.probe_route(url, config.model, routes, listed=note.endswith(' model(s)'))}"
+            notes.append(note)
         except openai_request.ServerRefused as exc:
             if len(urls) == 1:
                 raise

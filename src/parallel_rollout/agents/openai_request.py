@@ -298,14 +298,16 @@ def probe_models(url: str, model: str, timeout: float = PROBE_TIMEOUT_S, agent: 
     return f"{url} answers with {len(ids)} model(s)"
 
 
-def probe_route(url: str, model: str, paths: tuple[str, ...], timeout: float = PROBE_TIMEOUT_S) -> str:
+def probe_route(url: str, model: str, paths: tuple[str, ...], timeout: float = PROBE_TIMEOUT_S,
+                listed: bool = True) -> str:
     """POST ``{url}{path}`` (the route the run's requests take; ``paths``: any of them will do)
     a body no server samples from (the model, no messages or prompt), which a server with the
     route refuses (400, 422) without generating: a note on what answered, or ``ServerRefused``
     when none of the routes is there (404, 405: a completions-only server, a proxy that
     forwards only some routes, a base URL without the API's prefix) or the key is refused,
     ``ServerUnreachable`` when nothing answers or a 502/503/504 (a proxy whose server is not up).
-    Asked after ``probe_models`` (with ``models_required``), which checked the key is set."""
+    Asked after ``probe_models``, which checked the key is set; ``listed``: whether its /models
+    listed the model (a server may have no /models)."""
     if "unix" in urlsplit(url).scheme:
         return f"{url}: a unix socket, not probed"
     missing = []
@@ -331,9 +333,10 @@ def probe_route(url: str, model: str, paths: tuple[str, ...], timeout: float = P
     fix = ("the server has no such route there (a server that serves other routes only, a proxy that forwards only "
            "some, or a --base-url without the prefix its API is under): fix --base-url")
     if paths == ("/chat/completions",):
-        fix += (", or, for a server that serves only /completions, give the run config a tokenizer (token ids "
+        fix += (", or, for a server that serves only /completions, set tokenizer= (token ids "
                 "then go to /completions)")
-    raise ServerRefused(url, f"{url}/models lists the model {model!r} but {' and '.join(missing)}", fix)
+    has = f"{url}/models lists the model {model!r}" if listed else f"{url} answers"
+    raise ServerRefused(url, f"{has} but {' and '.join(missing)}", fix)
 
 
 def _gist(body: bytes) -> str:

@@ -8,7 +8,7 @@ schedulers calls first, before any group starts) asks the endpoint what ``--chec
 asks it (``agents.model_checks.probe_endpoint``: GET ``{base_url}/models`` with the key), and
 more strictly: an answer that is no model list (a 404, an HTML page) is refused too, and so
 is a server whose /models lists the model but whose route the requests take is not there
-(``routes``; ``probe_route`` POSTs it a body without messages, which a server refuses unsampled).
+(``model_routes``; ``probe_route`` POSTs it a body without messages, which a server refuses unsampled).
 
 * **Refused** (a 401/403 for the key, a 404, an HTML page, a model list without
   ``RunConfig.model``, a 404/405 of the chat route: a completions-only server, a proxy that
@@ -34,9 +34,8 @@ import time
 from typing import Any
 
 from ..agents import get_agent
-from ..agents.model_checks import calls_model, probe_endpoint
+from ..agents.model_checks import calls_model, model_routes, probe_endpoint
 from ..agents.openai_request import ServerRefused, ServerUnreachable
-from ..agents.wire import Wire
 from ..config import RunConfig
 from ..errors import ConfigError
 
@@ -45,7 +44,8 @@ ENDPOINT_WAIT_S = 20.0
 #: how often it asks again meanwhile
 RETRY_S = 0.5
 #: the CLI's flags in the probe's words, as a scheduler's RunConfig fields
-_FIELDS = {"--base-url": "RunConfig.base_url", "--model": "RunConfig.model"}
+_FIELDS = {"--base-url": "RunConfig.base_url", "--model": "RunConfig.model",
+           "set tokenizer=": "give the run config a tokenizer"}
 
 
 class EndpointCheck:
@@ -73,7 +73,7 @@ class EndpointCheck:
         deadline = time.monotonic() + wait_s
         while True:
             try:
-                probe_endpoint(self.run_config, models_required=True, routes=routes(self.run_config))
+                probe_endpoint(self.run_config, models_required=True, routes=model_routes(self.run_config))
                 return
             except ServerUnreachable as exc:
                 if time.monotonic() >= deadline:
@@ -82,14 +82,6 @@ class EndpointCheck:
                 time.sleep(RETRY_S)
             except ServerRefused as exc:
                 raise ConfigError(_said(exc, "")) from None
-
-
-def routes(run_config: RunConfig) -> tuple[str, ...]:
-    """The POST routes the run's requests take: the openai agent's one (``/chat/completions``,
-    or ``/completions`` with a tokenizer); another agent's may take either (its
-    ``self.model.generate`` sends token ids to ``/completions``), so either will do."""
-    path = Wire(run_config).path
-    return (path,) if run_config.agent == "openai" else tuple(dict.fromkeys((path, "/completions")))
 
 
 def _said(exc: ServerRefused, waited: str) -> str:
