@@ -398,7 +398,8 @@ def test_a_small_first_run_warns_of_no_worker_count_it_was_never_given(tmp_path,
     """As a resume (above), a first run of a 2-task file never given --num-rollouts warned
     '--num-rollouts 5 without --use-vm-pool boots a VM per worker: 2 samples need 2 workers, so
     2 start' of the default 5: a flag never typed, nothing to act on. A count the run was given,
-    by flag or config file, is still warned of as cut."""
+    by flag or config file, is still warned of as cut, named as it was given (a config file's
+    count was '--num-rollouts 5', a flag never typed: now 'num-rollouts = 5 in run.toml')."""
     (tmp_path / "run.toml").write_text("num-rollouts = 5\n")
     given = [str(tmp_path / arg) if arg == "run.toml" else arg for arg in given]
     data = write_tasks(tmp_path / "tasks.jsonl", [shell_task(k) for k in "ab"])
@@ -408,6 +409,10 @@ def test_a_small_first_run_warns_of_no_worker_count_it_was_never_given(tmp_path,
         assert done.exit_code == 0, (done.output, done.exception)
         assert (cut in done.output) == bool(given), done.output
         assert "num-rollouts" not in done.output or given, done.output
+        if given:  # the count named as it was given: the config file's key, not a flag never typed
+            said = f"num-rollouts = 5 in {tmp_path / 'run.toml'}" if "--config" in given else "--num-rollouts 5"
+            assert f"{said} without --use-vm-pool {cut}" in done.output, done.output
+            assert ("--num-rollouts" in done.output) == ("--config" not in given), done.output
     summary = json.loads((tmp_path / "out" / "real" / "summary.json").read_text())
     assert summary["finished"] == 2 and summary["vm"]["size"] == 2, summary["vm"]
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .config_checks import (RESUME_READS, TYPED, gate_setting, parse_sampling, typed_text, unknown_key,
+from .config_checks import (RESUME_READS, TYPED, gate_setting, parse_sampling, set_where, unknown_key,
                             validate_ranges)
 from .errors import ConfigError
 
@@ -441,10 +441,8 @@ PYTHON_CALL = "in run()"
 
 def said_where(name: str, value: Any, source: str) -> str:
     """Where a setting was set, as its source spells it: ``(num-vms = 0 in run.toml)``, or
-    ``(num_vms=0 in run())`` for a Python call's keyword (``in preflight()`` too); its value as typed."""
-    if source.endswith("()"):
-        return f"({name}={typed_text(value, python=True)} {source})"
-    return f"({name.replace('_', '-')} = {typed_text(value)} {source})"
+    ``(num_vms=0 in run())`` for a Python call's keyword (``config_checks.set_where``)."""
+    return f"({set_where(name, value, source)})"
 
 
 def _stored_path(values: dict[str, Any]) -> Path:

@@ -30,6 +30,24 @@ def flag_name(cfg: Any, name: str) -> str:
     return source[len(TYPED):] if source.startswith(TYPED) else "--" + name.replace("_", "-")
 
 
+def count_as_given(cfg: Any, name: str) -> str:
+    """A count setting with its value, as the user gave it: ``--num-rollouts 5`` (the command
+    line, ``--num_envs 5`` as typed; or a resume's, read from its config.json: that flag
+    changes it), else as its source spells it, ``num-rollouts = 5 in run.toml`` (``set_where``)."""
+    source, value = getattr(cfg, "sources", {}).get(name, TYPED), getattr(cfg, name)
+    if source.startswith(TYPED) or source.endswith(RESUME_READS):
+        return f"{flag_name(cfg, name)} {value}"
+    return set_where(name, value, source)
+
+
+def set_where(name: str, value: Any, source: str) -> str:
+    """A setting set off the command line, as its source spells it: ``num-vms = 0 in run.toml``,
+    or ``num_vms=0 in run()`` for a Python call's keyword (``in preflight()`` too); its value as typed."""
+    if source.endswith("()"):
+        return f"{name}={typed_text(value, python=True)} {source}"
+    return f"{name.replace('_', '-')} = {typed_text(value)} {source}"
+
+
 #: request fields --sampling and extra_body may not set: the agent sends them itself
 RESERVED_REQUEST_FIELDS = frozenset({"model", "messages", "stream", "n"})
 
@@ -169,8 +187,8 @@ def sized_for_samples(cfg: Any, samples: int, provider_cls: Any, say: Callable[.
         cfg = _vms_for_samples(cfg, samples, provider_cls, tell)
     busy = -(-samples // cfg.envs_per_worker)
     if cfg.num_rollouts > busy and (provider_cls is None or cfg.use_vm_pool):
-        tell("num_rollouts")("%s %d: %d samples keep at most %d workers of %d env loops busy, so %d start%s",
-                             flag_name(cfg, "num_rollouts"), cfg.num_rollouts, samples, busy, cfg.envs_per_worker, busy,
+        tell("num_rollouts")("%s: %d samples keep at most %d workers of %d env loops busy, so %d start%s",
+                             count_as_given(cfg, "num_rollouts"), samples, busy, cfg.envs_per_worker, busy,
                              " on each node" if cfg.backend == "ray" else "")
         # a limit the loops left now meet is no limit of theirs (said as a cut otherwise)
         limit = cfg.max_concurrent_rollouts
@@ -193,12 +211,12 @@ def _vms_for_samples(cfg: Any, samples: int, provider_cls: Any,
         usable, why = min(cfg.concurrency, samples), f", {cfg.concurrency} env loops"
     a_node, each_node = (" on a node", " on each node") if per_node else ("", "")
     if cfg.use_vm_pool and cfg.num_vms > usable:
-        tell("num_vms")("--num-vms %d: at most %d rollouts run at once%s (%d samples%s), so %d VMs are booted%s",
-                        cfg.num_vms, usable, a_node, samples, why, usable, each_node)
+        tell("num_vms")("%s: at most %d rollouts run at once%s (%d samples%s), so %d VMs are booted%s",
+                        count_as_given(cfg, "num_vms"), usable, a_node, samples, why, usable, each_node)
         return dataclasses.replace(cfg, num_vms=usable)
     if not cfg.use_vm_pool and cfg.num_rollouts > samples:
-        tell("num_rollouts")("%s %d without --use-vm-pool boots a VM per worker: %d samples need %d "
-                             "workers, so %d start%s", flag_name(cfg, "num_rollouts"), cfg.num_rollouts, samples, samples, samples,
+        tell("num_rollouts")("%s without --use-vm-pool boots a VM per worker: %d samples need %d "
+                             "workers, so %d start%s", count_as_given(cfg, "num_rollouts"), samples, samples, samples,
                              " on each node" if cfg.backend == "ray" else "")
         return dataclasses.replace(cfg, num_rollouts=samples)
     return cfg
