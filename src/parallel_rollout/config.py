@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .config_checks import (RESUME_READS, TYPED, gate_setting, parse_sampling, set_where, unknown_key,
-                            validate_ranges)
+from .config_checks import (RESUME_READS, gate_setting, parse_sampling, set_off_the_command_line, set_where,
+                            unknown_key, validate_ranges)
 from .errors import ConfigError
 
 try:
@@ -215,9 +215,8 @@ class RunConfig:
 
     def where(self, name: str) -> str:
         """`` (num-vms = 0 in run.toml)`` for a setting set off the command line, else ""."""
-        if self.sources.get(name, TYPED).startswith(TYPED):  # the command line's
-            return ""
-        return " " + said_where(name, getattr(self, name), self.sources[name])
+        source = set_off_the_command_line(self.sources, name)
+        return "" if source is None else " " + said_where(name, getattr(self, name), source)
 
     def identity(self) -> dict[str, Any]:
         """The fields that decide what a run computes; a resumed run must keep them."""
@@ -410,9 +409,10 @@ def build_config(flags: dict[str, Any], config_file: str | None = None,
         # "--num-vms must be at least 1 (num-vms = 0 in run.toml)"
         found = re.search(r"--([a-z][a-z0-9-]*)", str(exc)) or re.match(r"([a-z][a-z0-9_]*)\b", str(exc))
         name = found.group(1).replace("-", "_") if found else ""
-        if sources.get(name, TYPED).startswith(TYPED):  # the command line's: the flag says it
+        source = set_off_the_command_line(sources, name)
+        if source is None:  # the command line's: the flag says it
             raise
-        raise ConfigError(f"{exc} {said_where(name, values[name], sources[name])}") from None
+        raise ConfigError(f"{exc} {said_where(name, values[name], source)}") from None
     return cfg
 
 

@@ -23,6 +23,14 @@ from .errors import ConfigError
 TYPED = "typed "
 
 
+def set_off_the_command_line(sources: dict[str, str], name: str) -> str | None:
+    """Where setting ``name`` was set when not on the command line (``RunConfig.sources``: "in
+    run.toml", "from the environment variable …", "in run()"), else None: given as a flag (in
+    either spelling, a ``TYPED`` source) or not at all."""
+    source = sources.get(name)
+    return None if source is None or source.startswith(TYPED) else source
+
+
 def flag_name(cfg: Any, name: str) -> str:
     """The flag of setting ``name`` as the user typed it: ``--observation_type`` where the
     command line spelled it so (a ``TYPED`` source), else ``--observation-type``."""
@@ -34,8 +42,8 @@ def count_as_given(cfg: Any, name: str) -> str:
     """A count setting with its value, as the user gave it: ``--num-rollouts 5`` (the command
     line, ``--num_envs 5`` as typed; or a resume's, read from its config.json: that flag
     changes it), else as its source spells it, ``num-rollouts = 5 in run.toml`` (``set_where``)."""
-    source, value = getattr(cfg, "sources", {}).get(name, TYPED), getattr(cfg, name)
-    if source.startswith(TYPED) or source.endswith(RESUME_READS):
+    source, value = set_off_the_command_line(getattr(cfg, "sources", {}), name), getattr(cfg, name)
+    if source is None or source.endswith(RESUME_READS):
         return f"{flag_name(cfg, name)} {value}"
     return set_where(name, value, source)
 

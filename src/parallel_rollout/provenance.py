@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import PYTHON_CALL, RESULT_FIELDS, RunConfig
-from .config_checks import TYPED, flag_name, typed_text
+from .config_checks import flag_name, set_off_the_command_line, typed_text
 from .errors import ConfigError, TaskFileError
 
 log = logging.getLogger(__name__)
@@ -221,8 +221,8 @@ def as_given(cfg: RunConfig, name: str) -> str:
     ``--observation_type`` typed in OSWorld's spelling), ``task-timeout in run.toml``, ``the
     environment variable PARALLEL_ROLLOUT_TASK_TIMEOUT``, ``task_timeout in run()`` (a Python
     call's keyword)."""
-    source = cfg.sources.get(name)
-    if source is None or source.startswith(TYPED):
+    source = set_off_the_command_line(cfg.sources, name)
+    if source is None:
         return name if PYTHON_CALL in cfg.sources.values() else flag_name(cfg, name)
     if source.endswith("()"):
         return f"{name} {source}"
