@@ -13,12 +13,12 @@ list against each metric's code and the 369 real tasks.
 
 from __future__ import annotations
 
-import difflib
 import inspect
 
 from .metrics import METRICS
 from .metrics.pdfs import ARCHIVE_MEMBER_METRICS
 from .metrics.slides import OPTIONS as PPTX_OPTIONS
+from .rule_keys import unread_hint
 
 __all__ = ["DEAD", "OPTIONS", "option_problem", "reads_option"]
 
@@ -78,9 +78,6 @@ def option_problem(func: str, options: dict, states: int = 2) -> str | None:
         if reads_option(func, key) or (func, key) in DEAD or (member and reads_option(member, key)):
             continue
         known = [*OPTIONS.get(func, ()), *_named(func)[states:], *(OPTIONS.get(member, ()) if member else ())]
-        near = difflib.get_close_matches(str(key), known, n=1)
-        hint = f"did you mean {near[0]!r}?" if near else \
-            f"it reads {', '.join(map(repr, known))}" if known else "it reads no options"
-        return f"it does not read the option {key!r} ({hint})"
+        return f"it does not read the option {key!r} ({unread_hint(key, known, 'it reads no options')})"
     return None
 

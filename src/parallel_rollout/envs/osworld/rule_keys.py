@@ -26,7 +26,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["KINDS", "RULE_GETTERS", "RULE_SHAPES", "MalformedRule", "RuleShape", "rule_problem", "shape_problem", "task_rules"]
+__all__ = ["KINDS", "RULE_GETTERS", "RULE_SHAPES", "MalformedRule", "RuleShape", "rule_problem", "shape_problem", "task_rules", "unread_hint"]
 
 #: the expected getters whose state is the task file's ``rules``
 RULE_GETTERS = ("rule", "rule_relativeTime")
@@ -172,10 +172,15 @@ def shape_problem(shape: RuleShape, rules: Any, also: tuple[str, ...] = ()) -> s
         known = [*also, *_named(shape)]
         for key in rules:
             if key not in known:
-                near = difflib.get_close_matches(str(key), known, n=1)
-                hint = f"did you mean {near[0]!r}?" if near else f"it reads {', '.join(map(repr, known))}"
-                return f"has the key {key!r}, which the metric does not read ({hint})"
+                return f"has the key {key!r}, which the metric does not read ({unread_hint(key, known)})"
     return None
+
+
+def unread_hint(key: Any, known: list[str], none: str = "it reads ") -> str:
+    """What a key a metric does not read is said with: the nearest key it reads, else those it
+    reads (``none`` when it reads none)."""
+    near = difflib.get_close_matches(str(key), known, n=1)
+    return f"did you mean {near[0]!r}?" if near else f"it reads {', '.join(map(repr, known))}" if known else none
 
 
 def _named(shape: RuleShape) -> tuple[str, ...]:
