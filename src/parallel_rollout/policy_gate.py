@@ -165,12 +165,6 @@ class PolicyGate:
         with self._cond:
             return self._oldest.get(key)
 
-    def samples_in_flight(self) -> set[str]:
-        """The sample keys of the requests between "go" and "end" now: they sample under the
-        version they began with (a ``resume`` without ``suspend`` moves it on under them)."""
-        with self._cond:
-            return {sample for _, sample in self._peers.values() if sample}
-
     def forget(self, key: str) -> None:
         """Drop what is kept of sample ``key`` (it is settled), and what a request of it still
         in flight would keep at its "end" (a dropped group's member the cancel has yet to
@@ -200,6 +194,16 @@ class PolicyGate:
                 self.version = self.check_version(version)
             self._open = True
             self._cond.notify_all()
+
+    def advance(self, version: int) -> tuple[int, set[str]]:
+        """Move the version on to ``version`` (``check_version``), the gate left open or
+        suspended as it is: (the version before, the samples of the requests in flight that
+        began under it or an older one). One step under the lock, so every request that begins
+        after it is of ``version``, and those it returns are all that began before."""
+        with self._cond:
+            version, before = self.check_version(version), self.version
+            self.version = version
+            return before, ({sample for _, sample in self._peers.values() if sample} if version > before else set())
 
     def move_on(self, version: int) -> None:
         """Move the version on to ``version`` when it is past the current one, the gate left

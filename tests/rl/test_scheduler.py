@@ -5,6 +5,7 @@ close() — also on Ctrl-C in a trainer process."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import logging
@@ -396,11 +397,31 @@ def test_suspend_stops_model_requests_and_versions_are_recorded(shared, sibling)
     assert train.policy_version == 7
 
 
-def test_a_resume_by_any_scheduler_drops_the_groups_behind_a_siblings_version_lag(shared, sibling):
+@contextlib.contextmanager
+def slow_to_open(gate):
+    """The gate opens a second late: the trainer's thread is slow between what ``resume``
+    started (groups in the place of dropped ones, validations started over) and the gate's
+    opening; what started samples under the new version all the same."""
+    opened = gate.resume
+
+    def late(*args, **kwargs):
+        time.sleep(1.0)
+        opened(*args, **kwargs)
+
+    gate.resume = late
+    try:
+        yield
+    finally:
+        del gate.resume
+
+
+@pytest.mark.parametrize("suspended", [True, False], ids=["suspend-abort", "no-suspend"])
+def test_a_resume_by_any_scheduler_drops_the_groups_behind_a_siblings_version_lag(shared, sibling, suspended):
     """The weight update is the engine's: ``base.resume(v)`` (the scheduler that made the
     engine, without a max_version_lag of its own) drops a sibling's running group holding
     tokens older than the sibling's max_version_lag allows, as the sibling's own resume does;
-    it ran on to its end on the old tokens, only to be dropped then."""
+    it ran on to its end on the old tokens, only to be dropped then. With or without a
+    ``suspend()`` before, the group started in its place samples under the new version only."""
     base, switch, server = shared[0], shared[1], shared[2]
     table, hold = TablePolicy(seed=0), threading.Event()
 
@@ -421,8 +442,10 @@ def test_a_resume_by_any_scheduler_drops_the_groups_behind_a_siblings_version_la
         while len(server.requests) < sent + 3 and time.monotonic() < deadline:
             time.sleep(0.01)  # a second turn asked: the first's tokens are the group's
         version = base.policy_version + 1
-        base.suspend(abort=True)
-        base.resume(version)
+        if suspended:
+            base.suspend(abort=True)
+        with slow_to_open(base._shared.gate):
+            base.resume(version)
         assert lagging.stats().get("dropped_version_lag") == 1
     finally:
         hold.set()
@@ -452,7 +475,8 @@ def test_a_validation_request_under_way_at_a_resume_without_suspend_starts_over(
     try:
         assert held.wait(60)
         version = base.policy_version + 1
-        base.resume(version)  # no suspend(): the request under way was let through under the last version
+        with slow_to_open(base._shared.gate):
+            base.resume(version)  # no suspend(): the request under way was let through under the last version
         assert val.stats().get("dropped_version_changed") == 1
     finally:
         release.set()

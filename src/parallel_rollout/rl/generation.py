@@ -375,19 +375,22 @@ class GroupGeneration:
         it has ``max_version_lag``, or a get_batch(-1) under way (``_restart_validation``)."""
         return self._lag.max_lag is not None or self._all is not None
 
-    def judge_versions(self, current: int) -> None:
-        """A resume to version ``current`` (any scheduler's of the engine calls it on each):
-        drop the groups behind ``max_version_lag`` and start others in their place, and
-        start again a validation's groups that an older policy began."""
+    def judge_versions(self, current: int, before: tuple[int, set[str]]) -> None:
+        """A resume to version ``current`` (any scheduler's of the engine calls it on each,
+        after the gate moved on: what it starts in a dropped group's place samples under
+        ``current``): drop the groups behind ``max_version_lag`` and start others in their
+        place, and start again a validation's groups that an older policy began. ``before``:
+        the version before and the samples with a request under way that began under it
+        (``PolicyGate.advance``)."""
         with self._cond:
             if not self._closed:
                 self._drop_version_stale(current)
-                self._restart_validation(current)
+                self._restart_validation(current, *before)
                 self._fill()  # in the dropped groups' place
                 self._cond.notify_all()
         self._flush()
 
-    def _restart_validation(self, current: int) -> None:
+    def _restart_validation(self, current: int, previous: int, busy: set[str]) -> None:
         """get_batch(-1) validates a policy, not a mix: a running validation group holding
         tokens of a version older than ``current`` (earlier turns, a partial reply that
         ``partial_rollout`` would continue under ``current``, a request under way when the
@@ -398,10 +401,8 @@ class GroupGeneration:
         never waits for ever on updates that come faster than an episode lasts."""
         if self._all is None:
             return
-        gate = self._shared.gate
-        busy = gate.samples_in_flight() if current > gate.version else set()  # a resume without suspend
         for group in [g for g in self._groups.values() if g.purpose == "all"]:
-            began = [self._lag.oldest(group.keys.values()), gate.version if busy & set(group.keys.values()) else None]
+            began = [self._lag.oldest(group.keys.values()), previous if busy & set(group.keys.values()) else None]
             oldest = min((v for v in began if v is not None), default=None)
             place = (group.tag, group.episode_id)
             if oldest is None or oldest >= current or self._all_restarts[place] > VALIDATION_RESTARTS:

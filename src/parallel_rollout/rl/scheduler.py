@@ -410,9 +410,10 @@ class RolloutScheduler(ChosenBatches, GroupGeneration, ReadyBatches, TakingTurns
         judged = [s for s in self._shared.schedulers if s is self or s.judges_versions()]
         if any(s.judges_versions() for s in judged):
             self._shared.gate.wait_aborted(_ABORTED_END_S)
+        before = self._shared.gate.advance(policy_version)  # what begins from here is sampled by it
         for scheduler in judged:
-            scheduler.judge_versions(policy_version)
-        self._shared.gate.resume(policy_version)
+            scheduler.judge_versions(policy_version, before)
+        self._shared.gate.resume()
         self._shared.suspension.resumed()
         self._shared.engine.hold_clocks(False)
 
