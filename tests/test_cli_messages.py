@@ -184,7 +184,7 @@ def test_run_takes_provider_as_image_build_spells_it(tmp_path):
     assert done.exit_code == 0, done.output
     assert json.loads((tmp_path / "out" / "p" / "config.json").read_text())["config"]["provider_name"] == "process"
     wrong = run(tmp_path, "--data", str(data), "--provider", "dokcer", "--dry-run")
-    assert wrong.exit_code == EXIT_USAGE and "unknown provider 'dokcer' (did you mean 'docker'?)" in wrong.output
+    assert wrong.exit_code == EXIT_USAGE and "unknown provider 'dokcer' (--provider; did you mean 'docker'?)" in wrong.output
     assert "--provider-name, --provider" in CliRunner().invoke(main, ["run", "--help"]).output
     assert "--provider-name, --provider" in CliRunner().invoke(main, ["vms", "sweep", "--help"]).output
     assert "--provider, --provider-name" in CliRunner().invoke(main, ["image", "build", "--help"]).output

@@ -372,7 +372,7 @@ def test_a_bad_value_off_the_command_line_says_where_it_was_set(tmp_path, monkey
     (["--provider-name", "nosuch"], ["unknown provider 'nosuch'", "known providers: " + ", ".join(provider_names())]),
     (["--mode", "shel"], ["unknown mode 'shel' (did you mean 'shell'?); known modes"]),
     (["--agent", "orcale"], ["unknown agent 'orcale' (did you mean 'oracle'?)"]),
-    (["--provider-name", "dokcer"], ["unknown provider 'dokcer' (did you mean 'docker'?)"]),
+    (["--provider-name", "dokcer"], ["unknown provider 'dokcer' (--provider-name; did you mean 'docker'?)"]),
 ], ids=["mode", "agent", "agent module", "agent class", "provider", "mode typo", "agent typo", "provider typo"])
 def test_unknown_names_list_the_known_ones(tmp_path, args, parts):
     assert_usage_error(invoke(tmp_path, *args), tmp_path, *parts)

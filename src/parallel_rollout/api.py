@@ -33,8 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from .agents.base import AGENTS
-from .config import NAMED_DATASETS, PYTHON_CALL, RunConfig, build_config, settings
-from .config_checks import CHOICES, GATE_OFF
+from .config import NAMED_DATASETS, RunConfig, build_config, settings
+from .config_checks import CHOICES, GATE_OFF, PYTHON_CALL
 from .envs.registry import MODES
 from .errors import ConfigError, InterruptedBeforeStart, ProviderUnavailable, RunInterrupted, RunLocked
 from .logs import reworded

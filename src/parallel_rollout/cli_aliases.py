@@ -58,10 +58,11 @@ OSWORLD_REFUSED = {
 }
 
 
-def translate_osworld_flags(args: list[str]) -> tuple[list[str], dict[str, str]]:
-    """``args`` with OSWorld's flags rewritten to this CLI's, and each rewritten flag -> its
-    OSWorld spelling as typed (of a flag given twice, the last, the one click keeps);
-    UsageError for one without an equivalent, naming what to use instead."""
+def translate_osworld_flags(args: list[str], aliases: dict[str, str] | None = None) -> tuple[list[str], dict[str, str]]:
+    """``args`` with OSWorld's flags rewritten to this CLI's, and each flag typed in another
+    spelling -> that spelling as typed (of a flag given twice, the last, the one click keeps):
+    OSWorld's, or one of ``aliases`` (a flag's other name -> its own: ``--num-workers`` ->
+    ``--num-rollouts``); UsageError for one without an equivalent, naming what to use instead."""
     out: list[str] = []
     typed: dict[str, str] = {}
     index_path: str | None = None
@@ -82,7 +83,7 @@ def translate_osworld_flags(args: list[str]) -> tuple[list[str], dict[str, str]]
             raise click.UsageError(f"{flag} (OSWorld's run.py) has no equivalent here: {OSWORLD_REFUSED[flag]}")
         new = OSWORLD_ALIASES.get(flag)
         if flag.startswith("--"):
-            typed[new or flag] = flag
+            typed[(aliases or {}).get(new or flag, new or flag)] = flag
         if flag in ("--data", "--test_config_base_dir"):  # kept as given, its value noted
             has_data = True
             out.append(f"{new or flag}{eq}{value}")

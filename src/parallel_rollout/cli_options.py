@@ -244,9 +244,21 @@ def name_variables_after_flags(group: click.Group, prefix: str = ENV_PREFIX) -> 
                 param.envvar = [own, by_name]
 
 
+def flag_aliases(command: click.Command) -> dict[str, str]:
+    """Each other name of a setting's flag -> the flag its errors name by default (the
+    setting's: ``--num-workers`` -> ``--num-rollouts``, ``--provider`` -> ``--provider-name``)."""
+    aliases = {}
+    for param in command.params:
+        own = "--" + (param.name or "").replace("_", "-")
+        if isinstance(param, click.Option) and own in param.opts:
+            aliases.update({opt: own for opt in param.opts if opt.startswith("--") and opt != own})
+    return aliases
+
+
 def typed_sources(ctx: click.Context, explicit: dict[str, Any]) -> dict[str, str]:
-    """The settings of ``explicit`` typed on the command line in OSWorld's spelling, as
-    ``RunConfig.sources`` holds them (``config_checks.TYPED``): how their errors name them."""
+    """The settings of ``explicit`` typed on the command line in another spelling (OSWorld's,
+    or a flag's other name: ``--num-workers``), as ``RunConfig.sources`` holds them
+    (``config_checks.TYPED``): how their errors name them."""
     typed = ctx.meta.get(TYPED, {})
     return {param.name: TYPED + typed[flag] for param in ctx.command.params
             if param.name in explicit and ctx.get_parameter_source(param.name) is ParameterSource.COMMANDLINE
@@ -265,8 +277,9 @@ class RunCommand(click.Command):
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         """Translate OSWorld's flags, then parse; an invalid value read from the environment
-        says which variable held it, one typed in OSWorld's spelling the flag as typed."""
-        args, typed = translate_osworld_flags(args)
+        says which variable held it, one typed in another spelling (OSWorld's, an alias) the
+        flag as typed."""
+        args, typed = translate_osworld_flags(args, flag_aliases(self))
         ctx.meta[TYPED] = typed
         try:
             rest = super().parse_args(ctx, args)

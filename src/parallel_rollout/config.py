@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .config_checks import (RESUME_READS, gate_setting, parse_sampling, set_off_the_command_line, set_where,
-                            unknown_key, validate_ranges)
+from .config_checks import (RESUME_READS, flag_name, gate_setting, parse_sampling,
+                            set_off_the_command_line, set_where, unknown_key, validate_ranges)
 from .errors import ConfigError
 
 try:
@@ -196,7 +196,7 @@ class RunConfig:
         if asked is None or asked <= limit:
             return ""
         return (f", not the {asked} asked for by --max-concurrent-rollouts{self.where('max_concurrent_rollouts')}: "
-                f"the run has {limit} env loops (--num-rollouts {self.num_rollouts} × --envs-per-worker "
+                f"the run has {limit} env loops ({flag_name(self, 'num_rollouts')} {self.num_rollouts} × --envs-per-worker "
                 f"{self.envs_per_worker}{' per node' if self.backend == 'ray' else ''}); raise them for more")
 
     @property
@@ -433,10 +433,6 @@ def _stored_settings(values: dict[str, Any]) -> dict[str, Any]:
         raise ConfigError(f"{path}: unreadable run config ({exc}); resume with every flag the run was "
                           "started with given again (--data, --mode, --agent …)") from None
     return {name: stored[name] for name in names & set(_FIELDS) if name not in ("resume", "run_id")}
-
-
-#: the source of the settings a Python call gave (``api.run``): they are said as Python spells them
-PYTHON_CALL = "in run()"
 
 
 def said_where(name: str, value: Any, source: str) -> str:

@@ -38,14 +38,31 @@ def flag_name(cfg: Any, name: str) -> str:
     return source[len(TYPED):] if source.startswith(TYPED) else "--" + name.replace("_", "-")
 
 
-def count_as_given(cfg: Any, name: str) -> str:
-    """A count setting with its value, as the user gave it: ``--num-rollouts 5`` (the command
-    line, ``--num_envs 5`` as typed; or a resume's, read from its config.json: that flag
-    changes it), else as its source spells it, ``num-rollouts = 5 in run.toml`` (``set_where``)."""
-    source, value = set_off_the_command_line(getattr(cfg, "sources", {}), name), getattr(cfg, name)
-    if source is None or source.endswith(RESUME_READS):
-        return f"{flag_name(cfg, name)} {value}"
-    return set_where(name, value, source)
+#: the source of the settings a Python call gave (``api.run``): they are said as Python spells them
+PYTHON_CALL = "in run()"
+
+
+def as_given(cfg: Any, name: str, with_value: bool = False) -> str:
+    """A setting as the user gave it: ``--task-timeout`` (the command line, as typed:
+    ``--num-workers``, ``--observation_type``; or not given; or a resume's, read from its
+    config.json, which that flag changes), ``task-timeout in run.toml``, ``the environment
+    variable PARALLEL_ROLLOUT_TASK_TIMEOUT``, ``task_timeout in run()`` (a Python call's
+    keyword; one it left out, ``task_timeout``). ``with_value``: with the value it has, as its
+    source spells it: ``--num-workers 5``, ``num-rollouts = 5 in run.toml`` (``set_where``)."""
+    sources = getattr(cfg, "sources", {})
+    source, value = set_off_the_command_line(sources, name), getattr(cfg, name)
+    if source is not None and not source.endswith(RESUME_READS):
+        if with_value:
+            return set_where(name, value, source)
+        if source.endswith("()"):
+            return f"{name} {source}"
+        if source.startswith("from "):  # from the environment variable …
+            return source[len("from "):]
+        return f"{name.replace('_', '-')} {source}"
+    if source is None and PYTHON_CALL in sources.values():
+        return f"{name}={typed_text(value, python=True)}" if with_value else name
+    flag = flag_name(cfg, name)
+    return f"{flag} {value}" if with_value else flag
 
 
 def set_where(name: str, value: Any, source: str) -> str:
@@ -196,7 +213,7 @@ def sized_for_samples(cfg: Any, samples: int, provider_cls: Any, say: Callable[.
     busy = -(-samples // cfg.envs_per_worker)
     if cfg.num_rollouts > busy and (provider_cls is None or cfg.use_vm_pool):
         tell("num_rollouts")("%s: %d samples keep at most %d workers of %d env loops busy, so %d start%s",
-                             count_as_given(cfg, "num_rollouts"), samples, busy, cfg.envs_per_worker, busy,
+                             as_given(cfg, "num_rollouts", with_value=True), samples, busy, cfg.envs_per_worker, busy,
                              " on each node" if cfg.backend == "ray" else "")
         # a limit the loops left now meet is no limit of theirs (said as a cut otherwise)
         limit = cfg.max_concurrent_rollouts
@@ -220,11 +237,11 @@ def _vms_for_samples(cfg: Any, samples: int, provider_cls: Any,
     a_node, each_node = (" on a node", " on each node") if per_node else ("", "")
     if cfg.use_vm_pool and cfg.num_vms > usable:
         tell("num_vms")("%s: at most %d rollouts run at once%s (%d samples%s), so %d VMs are booted%s",
-                        count_as_given(cfg, "num_vms"), usable, a_node, samples, why, usable, each_node)
+                        as_given(cfg, "num_vms", with_value=True), usable, a_node, samples, why, usable, each_node)
         return dataclasses.replace(cfg, num_vms=usable)
     if not cfg.use_vm_pool and cfg.num_rollouts > samples:
         tell("num_rollouts")("%s without --use-vm-pool boots a VM per worker: %d samples need %d "
-                             "workers, so %d start%s", count_as_given(cfg, "num_rollouts"), samples, samples, samples,
+                             "workers, so %d start%s", as_given(cfg, "num_rollouts", with_value=True), samples, samples, samples,
                              " on each node" if cfg.backend == "ray" else "")
         return dataclasses.replace(cfg, num_rollouts=samples)
     return cfg
@@ -305,7 +322,7 @@ def validate_ranges(cfg: Any) -> None:
                               "the same thing; give one")
     if not cfg.use_vm_pool and "num_vms" in cfg.explicit:
         raise ConfigError("--num-vms sizes the shared pool and needs --use-vm-pool; without it each "
-                          "worker owns one VM of its own (--num-rollouts VMs)")
+                          f"worker owns one VM of its own ({flag_name(cfg, 'num_rollouts')} VMs)")
     # one machine per VM: the pool's other VMs would wait for one, fail to boot and spend its budget
     wanted = cfg.pool_size + (cfg.spare_vms or 0)
     vm_files = [p for p in (cfg.path_to_vm or "").split(",") if p.strip()]
@@ -316,7 +333,7 @@ def validate_ranges(cfg: Any) -> None:
     if given and wanted > len(given):
         raise ConfigError(
             f"the {cfg.provider_name} provider has {len(given)} VM {some} ({flag}) but the pool needs "
-            f"{wanted} VMs (--num-vms with --use-vm-pool, else --num-rollouts, plus --spare-vms): "
+            f"{wanted} VMs (--num-vms with --use-vm-pool, else {flag_name(cfg, 'num_rollouts')}, plus --spare-vms): "
             f"give one {one} per VM, or fewer VMs")
     if cfg.fail_under is not None and not 0.0 <= cfg.fail_under <= 1.0:
         typed = typed_text(cfg.fail_under)  # '{:g}' said 80.00001 as 80

@@ -96,19 +96,24 @@ class Registry(Generic[T]):
         # a loaded name first: task files ask once per task
         return isinstance(name, str) and (name in self._loaded or self.target(name) is not None)
 
-    def load(self, name: str) -> type[T]:
-        """The class registered as ``name``; ConfigError naming what is wrong otherwise."""
+    def load(self, name: str, said: str | None = None) -> type[T]:
+        """The class registered as ``name``; ConfigError naming what is wrong otherwise, and
+        the setting that named it as ``said`` (``--provider``, ``provider-name in run.toml``)."""
         cls = self._loaded.get(name)
         if cls is None:
-            cls = self._loaded[name] = self._import(name)
+            cls = self._loaded[name] = self._import(name, said)
         return cls
 
-    def _import(self, name: str) -> type[T]:
+    def _import(self, name: str, said: str | None) -> type[T]:
+        """``name``'s class; its errors say it as ``provider 'x' (--provider)``."""
+        it = f"{self.kind} {name!r}" + (f" ({said})" if said else "")
         target = self.target(name)
         if target is None:
             close = difflib.get_close_matches(name, list(self.names()), n=1, cutoff=0.75)
+            notes = [said] if said else []
+            notes += [f"did you mean {close[0]!r}?"] if close else []
             raise ConfigError(
-                f"unknown {self.kind} {name!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
+                f"unknown {self.kind} {name!r}" + (f" ({'; '.join(notes)})" if notes else "")
                 + f"; known {self.kind}s: {', '.join(self.names())} (or module:Class of your own {self.base.__name__})"
             )
         module_name, _, class_name = target.partition(":")
@@ -116,34 +121,34 @@ class Registry(Generic[T]):
             module = _import_module(module_name, from_cwd=target == name)
         except ModuleNotFoundError as exc:
             if exc.name is None or not (module_name + ".").startswith(exc.name + "."):
-                raise self._failed(name, module_name, exc) from None  # a module it imports
+                raise self._failed(it, module_name, exc) from None  # a module it imports
             raise ConfigError(
-                f"{self.kind} {name!r}: cannot import module {module_name!r}: {exc}; looked in the "
+                f"{it}: cannot import module {module_name!r}: {exc}; looked in the "
                 f"current folder ({os.getcwd()}) and on sys.path: {', '.join(p for p in sys.path if p)} "
                 "(PYTHONPATH adds folders)"
             ) from None
         except Exception as exc:  # noqa: BLE001 - a plugin's import may raise anything
-            raise self._failed(name, module_name, exc) from None
+            raise self._failed(it, module_name, exc) from None
         cls = module
         for part in class_name.split("."):  # entry points may name a nested attribute
             cls = getattr(cls, part, None)
         if cls is None:
-            raise ConfigError(f"{self.kind} {name!r}: module {module_name} has no {class_name!r}")
+            raise ConfigError(f"{it}: module {module_name} has no {class_name!r}")
         if not (isinstance(cls, type) and issubclass(cls, self.base)):
             article = "an" if self.base.__name__[:1] in "AEIOU" else "a"
             raise ConfigError(
-                f"{self.kind} {name!r}: {class_name!r} in {module_name} is not "
+                f"{it}: {class_name!r} in {module_name} is not "
                 f"{article} {self.base.__name__} subclass"
             )
         if inspect.isabstract(cls):
             # it would load, pass --dry-run, and fail every task with "Can't instantiate"
             missing = ", ".join(sorted(getattr(cls, "__abstractmethods__", ())))
-            raise ConfigError(f"{self.kind} {name!r}: {class_name} in {module_name} cannot be "
+            raise ConfigError(f"{it}: {class_name} in {module_name} cannot be "
                               f"made: it does not define {missing} (abstract in {self.base.__name__})")
-        self._check_constructor(name, cls, class_name, module_name)
+        self._check_constructor(it, cls, class_name, module_name)
         return cls
 
-    def _check_constructor(self, name: str, cls: type, class_name: str, module_name: str) -> None:
+    def _check_constructor(self, it: str, cls: type, class_name: str, module_name: str) -> None:
         """ConfigError when the run cannot make ``cls`` as it makes one (``made_with``): an
         ``__init__(self, config, tokenizer)`` loaded, passed --dry-run and failed every task
         with "missing 1 required positional argument", exit 0."""
@@ -157,15 +162,15 @@ class Registry(Generic[T]):
             signature.bind(*self.made_with)
         except TypeError as exc:
             made = f"{class_name}({', '.join(self.made_with)})"
-            raise ConfigError(f"{self.kind} {name!r}: {class_name} in {module_name} cannot be made: the run "
+            raise ConfigError(f"{it}: {class_name} in {module_name} cannot be made: the run "
                               f"makes it as {made}, but its __init__ takes {signature}: {exc} (give its other "
                               "arguments defaults)") from None
 
-    def _failed(self, name: str, module_name: str, exc: BaseException) -> ConfigError:
-        """The error for a module that raised at import: the plugin, its file, the error
-        and where it was raised (the traceback at DEBUG: ``-v``)."""
-        log.debug("%s %r: importing %s failed", self.kind, name, module_name, exc_info=exc)
-        return ConfigError(f"{self.kind} {name!r}: module {module_name} ({_module_file(module_name)}) "
+    def _failed(self, it: str, module_name: str, exc: BaseException) -> ConfigError:
+        """The error for a module that raised at import: the plugin (``it``), its file, the
+        error and where it was raised (the traceback at DEBUG: ``-v``)."""
+        log.debug("%s: importing %s failed", it, module_name, exc_info=exc)
+        return ConfigError(f"{it}: module {module_name} ({_module_file(module_name)}) "
                            f"failed to import: {describe(exc)}")
 
 

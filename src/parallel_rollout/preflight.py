@@ -49,7 +49,7 @@ from .envs import get_env, run_task_set, with_mode_defaults
 from .errors import ConfigError, ProviderUnavailable
 from .output_checks import check_free_disk
 from .plugins import plugin_call
-from .pool.providers import get_provider
+from .pool.providers import get_provider, run_provider
 from .tasks import census_lines
 
 log = logging.getLogger(__name__)
@@ -208,6 +208,6 @@ def _cluster_reachable(cfg: RunConfig) -> str:
 
 
 def _provider_ready(cfg: RunConfig) -> str:
-    provider_cls = get_provider(cfg.provider_name)
+    provider_cls = run_provider(cfg)
     provider_cls.check_available()
     return f"the {provider_cls.name or cfg.provider_name} provider's prerequisites"

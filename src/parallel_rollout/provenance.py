@@ -45,8 +45,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from .config import PYTHON_CALL, RESULT_FIELDS, RunConfig
-from .config_checks import flag_name, set_off_the_command_line, typed_text
+from .config import RESULT_FIELDS, RunConfig
+from .config_checks import as_given, typed_text
 from .errors import ConfigError, TaskFileError
 
 log = logging.getLogger(__name__)
@@ -214,21 +214,6 @@ def check_resume(run_id: str, stored: dict[str, Any], cfg: RunConfig, now: dict[
                 f"cannot resume {run_id}: the task folder {entry['path']} changed since the run started: "
                 f"{shown}; its finished samples would mix with tasks they were not run on: restore "
                 f"{'them' if len(changed) > 1 else 'it'} or start a new --run-id")
-
-
-def as_given(cfg: RunConfig, name: str) -> str:
-    """A setting as the user gave it: ``--task-timeout`` (the command line, or not given;
-    ``--observation_type`` typed in OSWorld's spelling), ``task-timeout in run.toml``, ``the
-    environment variable PARALLEL_ROLLOUT_TASK_TIMEOUT``, ``task_timeout in run()`` (a Python
-    call's keyword)."""
-    source = set_off_the_command_line(cfg.sources, name)
-    if source is None:
-        return name if PYTHON_CALL in cfg.sources.values() else flag_name(cfg, name)
-    if source.endswith("()"):
-        return f"{name} {source}"
-    if source.startswith("from "):  # from the environment variable …
-        return source[len("from "):]
-    return f"{name.replace('_', '-')} {source}"
 
 
 def _changed_files(before: dict[str, Any], now: dict[str, Any], stored: dict[str, Any]) -> list[str]:

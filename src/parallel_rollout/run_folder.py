@@ -23,7 +23,8 @@ from typing import Any, Callable
 
 import filelock
 
-from .config import PYTHON_CALL, RunConfig
+from .config import RunConfig
+from .config_checks import PYTHON_CALL
 from .errors import ConfigError
 from .output_checks import check_run_folder_writable
 from .provenance import SCHEMA_VERSION, check_resume, provenance, recorded_config

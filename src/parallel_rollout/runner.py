@@ -41,7 +41,7 @@ from .logs import PipeSafeStream, close_run_log, run_log_handler
 from .messages import Assignment
 from .output_checks import check_free_disk, check_writable_folder
 from .plugins import plugin_call
-from .pool.providers import get_provider
+from .pool.providers import run_provider
 from .pool.providers.common import check_name
 from .records import unsupported_record
 from .results import ResultStore, ServerNotes, StorageError
@@ -102,7 +102,7 @@ class Runner:
         self.config = cfg = with_mode_defaults(self.config)  # the mode's max_turns, recorded
         self.env_cls = get_env(cfg.mode)
         self.agent_cls = get_agent(cfg.agent)
-        self.provider_cls = get_provider(cfg.provider_name) if self.env_cls.needs_vm() else None
+        self.provider_cls = run_provider(cfg) if self.env_cls.needs_vm() else None
         env_opts, agent_opts = self.env_cls.options, self.agent_cls.options
         check_honoured(cfg, {
             "action_space": ("desktop modes (osworld)", env_opts & {"action_space"}),

@@ -9,13 +9,14 @@ import os
 from typing import Any
 
 from ...config import RunConfig
+from ...config_checks import as_given
 from ...errors import ConfigError, TaskFileError
 from ...plugins import Registry
 from .base import Provider, ProviderOptions, VMInfo, default_memory_mb
 from .host_dirs import outermost
 
 __all__ = ["Provider", "ProviderOptions", "VMInfo", "default_memory_mb", "get_provider",
-           "provider_names", "provider_options"]
+           "provider_names", "provider_options", "run_provider"]
 
 log = logging.getLogger("parallel_rollout")
 
@@ -35,9 +36,18 @@ def provider_names() -> list[str]:
     return PROVIDERS.names()
 
 
-def get_provider(name: str) -> type[Provider]:
-    """The provider class registered under ``name`` (or a ``module:Class`` path)."""
-    return PROVIDERS.load(name)
+def get_provider(name: str, said: str | None = None) -> type[Provider]:
+    """The provider class registered under ``name`` (or a ``module:Class`` path); its errors
+    name the setting that gave it as ``said``."""
+    return PROVIDERS.load(name, said)
+
+
+def run_provider(cfg: RunConfig) -> type[Provider]:
+    """The provider class of a run, its errors (an unknown name, a module:Class that does not
+    import) naming the setting as the user gave it: ``unknown provider 'x' (--provider)``,
+    ``(provider-name in run.toml)``; a default's, none."""
+    said = as_given(cfg, "provider_name") if "provider_name" in cfg.explicit else None
+    return get_provider(cfg.provider_name, said)
 
 
 def provider_options(config: RunConfig, provider_cls: Any, vm_envs: list[Any],

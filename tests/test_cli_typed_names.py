@@ -1,0 +1,111 @@
+"""Errors name a setting as the user gave it: a flag's other name as typed (``--num-workers``,
+``--provider``), a config file's key, an environment variable, a Python call's keyword; and
+a provider that cannot be loaded names the setting that asked for it."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+from click.testing import CliRunner
+
+from conftest import shell_task, write_tasks
+from parallel_rollout.cli import main
+from parallel_rollout.config import build_config
+
+needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
+
+
+def flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+def invoke(tmp_path, *flags: str, env: dict | None = None) -> str:
+    """A shell run of one task's output, its exit status 2 (a usage error) checked."""
+    data = write_tasks(tmp_path / "tasks.jsonl", [shell_task("a")])
+    result = CliRunner().invoke(main, ["--mode", "shell", "--data", str(data), "--no-progress",
+                                       "--output-dir", str(tmp_path / "out"), *flags], env=env)
+    assert result.exit_code == 2, (result.output, result.exception)
+    return flat(result.output)
+
+
+@pytest.mark.parametrize("flags, says, never", [
+    (["--num-workers", "0"], "--num-workers must be at least 1", "--num-rollouts"),
+    (["--num-workers", "x"], "Invalid value for '--num-workers': 'x' is not a valid integer", "--num-rollouts"),
+    # of a flag given twice, click keeps the last: the error names that one, as typed
+    (["--num-rollouts", "2", "--num-workers", "0"], "--num-workers must be at least 1", "--num-rollouts"),
+    (["--num_envs", "2", "--num-workers", "0"], "--num-workers must be at least 1", "--num_envs"),
+    (["--num-workers", "2", "--num-rollouts", "0"], "--num-rollouts must be at least 1", "--num-workers"),
+    (["--num-workers", "3", "--num-vms", "2"], "without it each worker owns one VM of its own (--num-workers VMs)",
+     "--num-rollouts"),
+    (["--provider", "remote", "--vm-address", "127.0.0.1:9", "--num-workers", "3"],
+     "but the pool needs 3 VMs (--num-vms with --use-vm-pool, else --num-workers, plus --spare-vms)",
+     "--num-rollouts"),
+], ids=lambda v: " ".join(v) if isinstance(v, list) else None)
+def test_a_flags_other_name_is_named_as_typed(tmp_path, flags, says, never):
+    """--num-workers is another name of --num-rollouts; an error about the value typed after it
+    named --num-rollouts, a flag the user never typed."""
+    said = invoke(tmp_path, "--dry-run", *flags)
+    assert says in said, said
+    assert never not in said, said
+
+
+@needs_bwrap
+def test_a_worker_count_cut_to_the_samples_is_said_as_typed(tmp_path):
+    """The warning of a count cut to the samples names it with its value, as typed."""
+    data = write_tasks(tmp_path / "tasks.jsonl", [shell_task("a")])
+    result = CliRunner().invoke(main, ["--mode", "shell", "--data", str(data), "--no-progress", "--dry-run",
+                                       "--output-dir", str(tmp_path / "out"), "--num-workers", "3"])
+    said = flat(result.output)
+    assert "--num-workers 3 without --use-vm-pool boots a VM per worker: 1 samples need 1 workers" in said, said
+    assert "--num-rollouts" not in said, said
+
+
+@pytest.mark.parametrize("flag", ["--provider", "--provider-name"])
+@pytest.mark.parametrize("dry_run", [False, True], ids=["run", "dry-run"])
+def test_an_unknown_provider_names_the_flag_as_typed(tmp_path, flag, dry_run):
+    said = invoke(tmp_path, flag, "procss", *(["--dry-run"] if dry_run else []))
+    assert f"unknown provider 'procss' ({flag}; did you mean 'process'?); known providers:" in said, said
+
+
+def test_a_provider_that_does_not_import_names_the_flag(tmp_path):
+    said = invoke(tmp_path, "--provider", "os:path")
+    assert "provider 'os:path' (--provider): 'path' in os is not a Provider subclass" in said, said
+
+
+def test_a_provider_set_off_the_command_line_names_where(tmp_path):
+    (tmp_path / "run.toml").write_text('provider-name = "nosuch"\n')
+    said = invoke(tmp_path, "--config", str(tmp_path / "run.toml"))
+    assert f"unknown provider 'nosuch' (provider-name in {tmp_path / 'run.toml'}); known providers:" in said, said
+    said = invoke(tmp_path, env={"PARALLEL_ROLLOUT_PROVIDER_NAME": "nosuch"})
+    assert "unknown provider 'nosuch' (the environment variable PARALLEL_ROLLOUT_PROVIDER_NAME)" in said, said
+
+
+def test_a_provider_of_a_python_call_names_the_keyword(tmp_path):
+    from parallel_rollout.api import run
+    from parallel_rollout.errors import ConfigError
+
+    data = write_tasks(tmp_path / "tasks.jsonl", [shell_task("a")])
+    with pytest.raises(ConfigError, match=r"unknown provider 'nosuch' \(provider_name in run\(\)\)"):
+        run(mode="shell", data=str(data), output_dir=str(tmp_path / "out"), provider_name="nosuch")
+
+
+def test_as_given_says_a_setting_with_its_value_as_its_source_spells_it(tmp_path):
+    """One function says where a setting came from, with its value or without."""
+    from parallel_rollout.config_checks import as_given
+
+    (tmp_path / "run.toml").write_text("num-rollouts = 5\n")
+    cases = [
+        (build_config({"num_rollouts": 5}, None, {"num_rollouts": "typed --num-workers"}),
+         "--num-workers", "--num-workers 5"),
+        (build_config({}, str(tmp_path / "run.toml")), f"num-rollouts in {tmp_path / 'run.toml'}",
+         f"num-rollouts = 5 in {tmp_path / 'run.toml'}"),
+        (build_config({"num_rollouts": 5}, None, {"num_rollouts": "from the environment variable X"}),
+         "the environment variable X", "num-rollouts = 5 from the environment variable X"),
+        (build_config({"num_rollouts": 5}, None, {"num_rollouts": "in run()"}),
+         "num_rollouts in run()", "num_rollouts=5 in run()"),
+        (build_config({"num_vms": 2, "use_vm_pool": True}, None, {"num_vms": "in run()"}),
+         "num_rollouts", "num_rollouts=5"),  # a keyword the call left out: its default
+    ]
+    for cfg, bare, valued in cases:
+        assert (as_given(cfg, "num_rollouts"), as_given(cfg, "num_rollouts", with_value=True)) == (bare, valued)
