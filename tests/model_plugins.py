@@ -49,3 +49,15 @@ class OwnClientAgent(Agent):
                 return json.loads(answer.read())["choices"][0]["message"]["content"]
         except (urllib.error.URLError, OSError) as exc:
             raise ModelUnavailable(f"my endpoint did not answer: {exc}") from exc
+
+
+class ChatRouteAgent(ModelAgent):
+    """Says it calls ``self.model.chat``: the endpoint check asks for the chat route only."""
+
+    model_calls = frozenset({"chat"})
+
+
+class RouteNamedAgent(ModelAgent):
+    """Names a route where ``model_calls`` wants a call (a typo of the attribute's meaning)."""
+
+    model_calls = frozenset({"/chat/completions"})

@@ -119,6 +119,35 @@ def test_an_agent_with_its_own_client_says_the_endpoint_is_down_with_model_unava
     assert "my endpoint did not answer" in records[0]["failure"]["message"]
 
 
+def test_check_endpoint_asks_the_route_a_plugin_agent_says_it_calls(tmp_path, llm_server):
+    """A completions-only server (vLLM serving a base model without a chat template) lists the
+    model: --check-endpoint passed a plugin agent that calls self.model.chat, since either
+    route would do for an agent that does not say, and every task then failed at its first
+    request. An agent that says ``model_calls = {"chat"}`` has that route asked, and the
+    problem names the route and the agent; one that does not say still passes on either."""
+    server = llm_server()
+    server.missing_routes.add("/v1/chat/completions")
+
+    def dry(agent):
+        result = invoke(tmp_path, "--agent", agent, "--base-url", server.url, "--model", "test-model",
+                        "--dry-run", "--check-endpoint")
+        return result.exit_code, " ".join(result.output.split())
+
+    code, said = dry("model_plugins:ChatRouteAgent")
+    assert code == 2, said
+    assert (f"endpoint: {server.url}/models lists the model 'test-model' but POST {server.url}/chat/completions "
+            """answered HTTP 404: '{"detail": "Not Found"}', the route of the agent model_plugins:ChatRouteAgent's """
+            "self.model.chat (ChatRouteAgent.model_calls = {'chat'}); ") in said, said
+    assert "fix --base-url, or, for a server that serves only /completions, set tokenizer=" in said, said
+    code, said = dry("user_plugins:ModelAgent")  # says nothing: /completions will do
+    assert code == 0 and f"{server.url}/completions answers (HTTP 400)" in said, said
+    assert server.requests == []  # nothing was sampled
+    code, said = dry("model_plugins:RouteNamedAgent")
+    assert code == 2 and ("RouteNamedAgent.model_calls = frozenset({'/chat/completions'}) names '/chat/completions': "
+                          "say which of self.model's calls the agent makes, a set of 'chat' (chat, achat) and "
+                          "'generate'") in said, said
+
+
 @pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
 def test_the_readme_agent_example_runs_as_written(tmp_path, llm_server):
     """The README's agent class ("Your own agent: --agent module:Class"), saved as the file its

@@ -43,7 +43,7 @@ import logging
 from dataclasses import dataclass, field
 
 from .agents import get_agent
-from .agents.model_checks import calls_model, check_agent, may_call_model, model_routes, probe_endpoint
+from .agents.model_checks import calls_model, check_agent, may_call_model, probe_endpoint
 from .config import RunConfig, data_required
 from .envs import get_env, run_task_set, with_mode_defaults
 from .errors import ConfigError, ProviderUnavailable
@@ -96,7 +96,7 @@ def preflight(cfg: RunConfig, *, check_endpoint: bool = False) -> Preflight:
         # an agent's own probe, else its model client's (the openai agent's, a plugin's self.model)
         # (the model client's asks /models, then the route the run's requests take: model_routes)
         probe = getattr(agent_cls, "check_endpoint", None) or (
-            (lambda c: probe_endpoint(c, routes=model_routes(c))) if may_call_model(agent_cls) else None)
+            (lambda c: probe_endpoint(c, agent_cls=agent_cls)) if may_call_model(agent_cls) else None)
         if probe is None:
             found.problems.append(f"--check-endpoint: the {cfg.agent} agent calls no model endpoint")
         else:

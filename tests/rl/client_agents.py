@@ -248,3 +248,15 @@ class FailingRaceAgent(FirstAnswerAgent):
         await self.model.achat(self.prompt(observation, "a"))
         self.critique = asyncio.ensure_future(self.model.achat(self.prompt(observation, "b")))
         raise ValueError("the agent's own bug, after its calls")
+
+
+class ChatRouteAgent(ToolLakeAgent):
+    """ToolLakeAgent, saying that it calls ``self.model.chat`` (``model_calls``)."""
+
+    model_calls = frozenset({"chat"})
+
+
+class GenerateRouteAgent(ToolLakeAgent):
+    """Says it calls ``self.model.generate`` only: its route is /completions."""
+
+    model_calls = frozenset({"generate"})

@@ -202,3 +202,46 @@ def test_the_route_check_samples_nothing_and_a_served_route_passes(tmp_path, sch
         assert server.bodiless == 1 and all("messages" in r["body"] for r in server.requests)
     finally:
         server.stop()
+
+
+@pytest.mark.parametrize("agent, missing", [("ChatRouteAgent", "/chat/completions"),
+                                            ("GenerateRouteAgent", "/completions")])
+def test_the_route_a_plugin_agent_says_it_calls_is_asked_and_named_with_the_agent(tmp_path, schedulers, agent,
+                                                                                  missing):
+    """A plugin agent that does not say which of self.model's calls it makes passes a server
+    with either route; one that says ``model_calls = {"chat"}`` against a completions-only
+    server (vLLM serving a base model without a chat template) passed the check too, and every
+    episode then failed at its first model call. Now its route is asked, and the error names
+    the route and the agent before any group starts (``generate``'s route likewise)."""
+    server = LLMServer(policy=lambda body: {"reply": "<answer>Right</answer>"}).start()
+    server.missing_routes.add("/v1" + missing)
+    try:
+        train = schedulers(_config(tmp_path, server, agent=f"client_agents:{agent}"), _lakes(tmp_path),
+                           max_failed_groups=3)
+        with pytest.raises(ConfigError) as caught:
+            train.get_batch(batch_size=2, step=0, timeout=60)
+        message = str(caught.value)
+        call = "chat" if missing == "/chat/completions" else "generate"
+        assert message.startswith(
+            "get_batch: the model endpoint check before the first batch: "
+            f"{server.url}/models lists the model 'table' but POST {server.url}{missing} answered HTTP 404: "
+            f"""'{{"detail": "Not Found"}}', the route of the agent client_agents:{agent}'s self.model.{call} """
+            f"({agent}.model_calls = {{'{call}'}}); "), message
+        assert "fix RunConfig.base_url" in message and "--" not in message, message  # the scheduler's words
+        assert train.stats()["groups_started"] == 0 and server.requests == []  # no model request was sent
+    finally:
+        server.stop()
+
+
+def test_a_plugin_agent_that_does_not_say_its_calls_passes_a_server_with_either_route(tmp_path, schedulers):
+    """The default (``model_calls = None``): a chat-only server passes the check, as before,
+    and the agent's chat calls are served."""
+    move = {"id": "call0", "type": "function", "function": {"name": "move", "arguments": '{"direction": "Right"}'}}
+    server = LLMServer(policy=lambda body: {"reply": None, "tool_calls": [move]}).start()
+    server.missing_routes.add("/v1/completions")
+    try:
+        train = schedulers(_config(tmp_path, server, agent="client_agents:ToolLakeAgent"), _lakes(tmp_path))
+        assert len(train.get_batch(batch_size=2, step=0, timeout=60)) == 2
+        assert server.bodiless == 1
+    finally:
+        server.stop()

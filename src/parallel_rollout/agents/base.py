@@ -46,6 +46,13 @@ class Agent(abc.ABC):
     #: form, the openai package: ``model_checks.py``): True always (the openai agent), None
     #: when the run gives it --model or --base-url (the default), False never
     uses_model: ClassVar[bool | None] = None
+    #: which of ``self.model``'s calls it makes, so that the endpoint check (``--check-endpoint``,
+    #: the RL scheduler's before its first batch) asks each one's route of the server: ``"chat"``
+    #: (``chat``/``achat``: ``/chat/completions``, or ``/completions`` with a ``tokenizer``),
+    #: ``"generate"`` (``generate``/``agenerate``: ``/completions``). None, the default: not
+    #: said, so a server with either route passes (a completions-only server then fails an
+    #: agent that calls ``chat`` at its first request, not at the check)
+    model_calls: ClassVar[frozenset[str] | None] = None
     #: task fields this agent reads beyond its mode's (a test agent's scripted answer): a task
     #: file may carry them; any other field a built-in mode does not know is refused at load
     task_fields: ClassVar[frozenset[str]] = frozenset()

@@ -4,7 +4,9 @@ agent that calls the model through ``self.model``, then the agent's own ``check_
 Which agents call the model (``calls_model``): one whose ``options`` hold the model settings
 (every agent's default, ``MODEL_OPTIONS``) and whose class says ``uses_model = True`` (the
 ``openai`` agent), or leaves it None (a ``module:Class`` agent's default) and is given
-``--model`` or ``--base-url`` by the run. ``uses_model = False``, or ``options`` without the
+``--model`` or ``--base-url`` by the run (a trainer's own ``RunConfig``: one not the default).
+Which routes its requests take (``model_routes``, asked by ``--check-endpoint`` and the RL
+scheduler's check): those of the calls its class's ``model_calls`` names, else either. ``uses_model = False``, or ``options`` without the
 model settings (the oracle, the command agent), never. What a run checks of them: every
 endpoint URL's form, the key where the endpoint needs one (``OPENAI_API_KEY`` for OpenAI's
 own API), the ``openai`` package, and a ``tokenizer`` folder that loads; each error names the
@@ -15,6 +17,7 @@ model setting) meets the same missing key at its first request, which then stops
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import Any
 
@@ -42,7 +45,16 @@ def calls_model(agent_cls: Any, config: Any) -> bool:
     ``uses_model = True``, or None with ``--model`` or ``--base-url`` given (see above)."""
     if not may_call_model(agent_cls):
         return False
-    return getattr(agent_cls, "uses_model", None) is True or bool(_MODEL_SIGNS & set(config.explicit))
+    return getattr(agent_cls, "uses_model", None) is True or bool(_MODEL_SIGNS & _given(config))
+
+
+def _given(config: Any) -> set[str]:
+    """The settings the run was given: its explicit ones (a flag, a config file, run()'s
+    keyword) and any that is not its field's default: a trainer's ``RunConfig(agent=…,
+    base_url=…)`` has no explicit ones, and its plugin agent's endpoint went unchecked."""
+    defaults = {f.name: f.default for f in dataclasses.fields(config)} if dataclasses.is_dataclass(config) else {}
+    return set(config.explicit) | {name for name in _MODEL_SIGNS
+                                   if name in defaults and getattr(config, name) != defaults[name]}
 
 
 def check_model_settings(config: Any) -> None:
@@ -68,22 +80,63 @@ def check_agent(config: Any, agent_cls: Any) -> None:
     class's own ``check_config`` (a plugin's runs through ``plugin_call``)."""
     if calls_model(agent_cls, config):
         check_model_settings(config)
+    if may_call_model(agent_cls):
+        declared_calls(agent_cls, config.agent)  # a model_calls that names no call, refused before the run
     own = getattr(agent_cls, "check_config", None)
     if own is not None:
         plugin_call(f"agent {config.agent!r}: check_config", own, config)
 
 
-def model_routes(config: Any) -> tuple[str, ...]:
-    """The POST routes the run's requests take: the openai agent's one (``/chat/completions``,
-    or ``/completions`` with a tokenizer); another agent's may take either (its
-    ``self.model.generate`` sends token ids to ``/completions``), so either will do."""
+#: ``Agent.model_calls``'s words: the ModelClient call, and the route it takes (chat's: ``Wire.path``)
+MODEL_CALLS = ("chat", "generate")
+
+
+def declared_calls(agent_cls: Any, agent: str) -> tuple[str, ...] | None:
+    """The agent class's ``model_calls`` (sorted), or None when it does not say; ConfigError
+    naming the agent for a value that is none of ``MODEL_CALLS`` (a route, a typo)."""
+    calls = getattr(agent_cls, "model_calls", None)
+    if calls is None:
+        return None
+    calls = (calls,) if isinstance(calls, str) else calls
+    wrong = [call for call in calls if call not in MODEL_CALLS]
+    if wrong or not calls:
+        raise ConfigError(f"--agent {agent}: {agent_cls.__name__}.model_calls = {agent_cls.model_calls!r} names "
+                          f"{', '.join(map(repr, wrong)) or 'no call'}: say which of self.model's calls the agent "
+                          "makes, a set of 'chat' (chat, achat) and 'generate' (generate, agenerate), or None "
+                          "when either")
+    return tuple(sorted(set(calls)))
+
+
+def model_routes(config: Any, agent_cls: Any) -> tuple[tuple[str, ...], ...]:
+    """The POST routes the run's requests take, each a tuple of routes any one of which will
+    do: the route of each call the agent's ``model_calls`` names (the openai agent's
+    ``chat``: ``/chat/completions``, or ``/completions`` with a tokenizer; ``generate``:
+    ``/completions``); an agent that does not say may take either."""
     from .wire import Wire
 
     path = Wire(config).path
-    return (path,) if config.agent == "openai" else tuple(dict.fromkeys((path, "/completions")))
+    calls = declared_calls(agent_cls, config.agent)
+    if calls is None:
+        return (tuple(dict.fromkeys((path, "/completions"))),)
+    return tuple((route,) for route in dict.fromkeys(path if call == "chat" else "/completions" for call in calls))
 
 
-def probe_endpoint(config: Any, models_required: bool = False, routes: tuple[str, ...] = ()) -> str:
+def _route_caller(config: Any, agent_cls: Any, route: str) -> str:
+    """Who takes ``route`` in a plugin agent's run, for an error: its ``model_calls`` that
+    take it ('' for a built-in agent, whose route is its own)."""
+    from .base import AGENTS
+    from .wire import Wire
+
+    calls = declared_calls(agent_cls, config.agent)
+    if calls is None or config.agent in AGENTS.builtin:
+        return ""
+    taking = [f"self.model.{call}" for call in calls
+              if (Wire(config).path if call == "chat" else "/completions") == route]
+    return (f", the route of the agent {config.agent}'s {' and '.join(taking)} "
+            f"({agent_cls.__name__}.model_calls = {set(calls)!r})")
+
+
+def probe_endpoint(config: Any, models_required: bool = False, agent_cls: Any = None) -> str:
     """``--check-endpoint`` for an agent that may call the model: GET /models of every server
     its model client would call; a note on what answered, or ConfigError naming the one that
     is unusable (unreachable, the key missing or refused, a model list without --model).
@@ -92,15 +145,17 @@ def probe_endpoint(config: Any, models_required: bool = False, routes: tuple[str
     the run takes out of its rotation and goes on without: a warning naming it, while another
     server serves; a problem only when none serves, as the run then stops (exit 2): a
     ``ServerUnreachable`` when none answered. ``models_required``: see ``probe_models``;
-    ``routes``: the POST routes the run's requests take (any of them will do), asked of each
-    server whose /models passed (``probe_route``: a server with /models and no chat route)."""
+    ``agent_cls``: the run's agent, whose requests' POST routes (``model_routes``) are asked
+    of each server whose /models passed (``probe_route``: a server with /models and no chat route)."""
     urls = openai_request.resolve_base_urls(config.base_url)
     notes, refused = [], []
     for url in urls:
         try:
             note = openai_request.probe_models(url, config.model, agent=config.agent, models_required=models_required)
-            if routes:  # the note says whether /models listed the model ("answers with 2 model(s)")
-                note += f", and {openai_request.probe_route(url, config.model, routes, listed=note.endswith(' model(s)'))}"
+            for either in model_routes(config, agent_cls) if agent_cls is not None else ():
+                note += ", and " + openai_request.probe_route(  # the note says whether /models listed the model
+                    url, config.model, either, listed=note.endswith(" model(s)"),
+                    taken_by=_route_caller(config, agent_cls, either[0]))
             notes.append(note)
         except openai_request.ServerRefused as exc:
             if len(urls) == 1:

@@ -36,6 +36,7 @@ class OpenAIAgent(Agent):
     name = "openai"
     options = MODEL_OPTIONS | {"tool_calls"}
     uses_model = True
+    model_calls = frozenset({"chat"})  # the endpoint check asks chat's route only
 
     def __init__(self, config) -> None:
         super().__init__(config)

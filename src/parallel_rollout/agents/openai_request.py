@@ -299,7 +299,7 @@ def probe_models(url: str, model: str, timeout: float = PROBE_TIMEOUT_S, agent: 
 
 
 def probe_route(url: str, model: str, paths: tuple[str, ...], timeout: float = PROBE_TIMEOUT_S,
-                listed: bool = True) -> str:
+                listed: bool = True, taken_by: str = "") -> str:
     """POST ``{url}{path}`` (the route the run's requests take; ``paths``: any of them will do)
     a body no server samples from (the model, no messages or prompt), which a server with the
     route refuses (400, 422) without generating: a note on what answered, or ``ServerRefused``
@@ -307,7 +307,8 @@ def probe_route(url: str, model: str, paths: tuple[str, ...], timeout: float = P
     forwards only some routes, a base URL without the API's prefix) or the key is refused,
     ``ServerUnreachable`` when nothing answers or a 502/503/504 (a proxy whose server is not up).
     Asked after ``probe_models``, which checked the key is set; ``listed``: whether its /models
-    listed the model (a server may have no /models)."""
+    listed the model (a server may have no /models); ``taken_by``: the error's words on who
+    takes the route (a plugin agent's ``model_calls``)."""
     if "unix" in urlsplit(url).scheme:
         return f"{url}: a unix socket, not probed"
     missing = []
@@ -336,7 +337,7 @@ def probe_route(url: str, model: str, paths: tuple[str, ...], timeout: float = P
         fix += (", or, for a server that serves only /completions, set tokenizer= (token ids "
                 "then go to /completions)")
     has = f"{url}/models lists the model {model!r}" if listed else f"{url} answers"
-    raise ServerRefused(url, f"{has} but {' and '.join(missing)}", fix)
+    raise ServerRefused(url, f"{has} but {' and '.join(missing)}{taken_by}", fix)
 
 
 def _gist(body: bytes) -> str:

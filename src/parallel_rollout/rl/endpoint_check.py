@@ -34,7 +34,7 @@ import time
 from typing import Any
 
 from ..agents import get_agent
-from ..agents.model_checks import calls_model, model_routes, probe_endpoint
+from ..agents.model_checks import calls_model, probe_endpoint
 from ..agents.openai_request import ServerRefused, ServerUnreachable
 from ..config import RunConfig
 from ..errors import ConfigError
@@ -73,7 +73,7 @@ class EndpointCheck:
         deadline = time.monotonic() + wait_s
         while True:
             try:
-                probe_endpoint(self.run_config, models_required=True, routes=model_routes(self.run_config))
+                probe_endpoint(self.run_config, models_required=True, agent_cls=get_agent(self.run_config.agent))
                 return
             except ServerUnreachable as exc:
                 if time.monotonic() >= deadline:
