@@ -289,3 +289,17 @@ def test_a_ray_error_is_said_with_what_raised_it():
         assert said.endswith("… FileNotFoundError: bwrap not found: install bubblewrap on this node"), said
         assert "\x1b" not in said and "\n" not in said, said
     assert why(ray_exceptions.ActorDiedError()) == "ActorDiedError: The actor died unexpectedly before finishing this task."
+
+
+@pytest.mark.parametrize("ray_s, lost_after", [(None, 15.0), ("600", 15.0), ("12", 3.0), ("1", 0.5), ("x", 15.0)])
+def test_a_driver_whose_ray_ends_it_sooner_counts_its_head_lost_sooner(monkeypatch, ray_s, lost_after):
+    """The head counts lost after 15 s unanswered, or a quarter of Ray's own time to end a driver
+    without its GCS where the driver's environment sets that shorter (the run stops before Ray
+    ends it: tests/test_ray_connect.py, on a cluster); a longer one leaves the 15 s."""
+    from parallel_rollout.backends.ray_head import RAY_GCS_TIMEOUT_ENV, HeadWatch
+
+    if ray_s is None:
+        monkeypatch.delenv(RAY_GCS_TIMEOUT_ENV, raising=False)
+    else:
+        monkeypatch.setenv(RAY_GCS_TIMEOUT_ENV, ray_s)
+    assert HeadWatch().lost_after == lost_after

@@ -213,6 +213,40 @@ def test_a_lost_head_node_ends_the_run_with_its_summary_and_it_resumes(tmp_path,
     assert "(an earlier session)" in resumed.stdout, resumed.stdout
 
 
+@pytest.mark.slow
+def test_a_driver_given_a_shorter_ray_gcs_timeout_stops_its_run_before_ray_ends_it(tmp_path):
+    """The head node killed under a driver whose environment sets Ray's own time to end a
+    driver without its GCS shorter than the run's 15 s (RAY_gcs_rpc_server_reconnect_timeout_s
+    = 12): the run counts the head lost within a quarter of it, and stops with its summary,
+    the head named and the resume line. It waited its 15 s, and Ray ended it first: 'Failed to
+    connect to GCS within 12 seconds', no summary, no resume line."""
+    tasks = [shell_task(f"g{i}", reference=["sleep 3", f"touch ~/g{i}.done"]) for i in range(20)]
+    with head_and_node("pr-gto-") as (said, env):
+        cmd = _cli(tmp_path, said["address"], "short")
+        cmd[cmd.index("--data") + 1] = str(write_tasks(tmp_path / "tasks.jsonl", tasks))
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env=dict(env, RAY_gcs_rpc_server_reconnect_timeout_s="12"))
+        results = tmp_path / "short" / "results.jsonl"
+        deadline = time.monotonic() + 120
+        while proc.poll() is None and time.monotonic() < deadline and not (results.exists() and results.stat().st_size):
+            time.sleep(0.1)
+        assert proc.poll() is None, "the run ended before its head node could be killed"
+        for pid in [p for pids in said["head"].values() for p in pids]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        stderr = communicate(proc, 90)[1]
+    # the VMs of the nodes that did not answer, as the message says (--resume sweeps them too)
+    swept = subprocess.run([sys.executable, "-m", "parallel_rollout.cli", "vms", "sweep", "--run-id", "short"],
+                           capture_output=True, text=True, timeout=60)
+    assert swept.returncode == 0, swept.stderr[-3000:]
+    assert "Failed to connect to GCS" not in stderr, stderr[-3000:]
+    assert proc.returncode == 1, stderr[-3000:]
+    assert f"the Ray cluster's head node ({said['address']}) has not answered" in stderr, stderr[-3000:]
+    assert "resume with:" in stderr, stderr[-3000:]
+    summary = json.loads((tmp_path / "short" / "summary.json").read_text())
+    assert said["address"] in summary["stopped"]["reason"] and summary["finished"] >= 1, summary
+
+
 #: the CLI run (argv: a function of ray_backend, the head's GCS pids, the run's flags), its
 #: head node's GCS stopped (SIGSTOP: it takes connections and answers nothing) the moment
 #: after that function returned

@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterable
 
 from ..errors import STOP_SIGNALS, ClusterUnreachable, InterruptedBeforeStart, VMError
 from .ray_actors import sweep_here
-from .ray_head import HEAD_LOST_S, HeadWatch, disconnect_lost
+from .ray_head import HeadWatch, disconnect_lost
 from .ray_probe import answers_as_grpc
 
 log = logging.getLogger("parallel_rollout")
@@ -330,7 +330,7 @@ class Sweeps:
             ray.wait(self.refs(), num_returns=len(self.pending), timeout=1.0)
             done, left_out = self.settle()
             swept, failed = swept + done, {**failed, **left_out}
-            if self.pending and head.alive_nodes() is None and head.down_for() >= HEAD_LOST_S:
+            if self.pending and head.alive_nodes() is None and head.gone():
                 return None
         # a head that stopped answering as the sweeps ended: what follows (the pools and
         # workers made, Ray's disconnect) waited on it for ever

@@ -18,6 +18,20 @@ from typing import Any, Callable
 #: counts the cluster lost and stops: Ray itself ends a driver whose GCS is gone 60 s (its
 #: gcs_rpc_server_reconnect_timeout_s), at once, with no summary; this leaves the stop its time
 HEAD_LOST_S = 15.0
+#: Ray's own setting of that time, read from the driver's environment as Ray reads it
+RAY_GCS_TIMEOUT_ENV = "RAY_gcs_rpc_server_reconnect_timeout_s"
+
+
+def head_lost_s() -> float:
+    """HEAD_LOST_S, or a quarter of Ray's own time to end the driver (as 15 s is of its 60)
+    when the driver's environment sets that shorter: the run stopped, naming the head, before
+    Ray ended it. A longer one leaves the run's limit as it is (and a trainer more time after
+    get_batch's error)."""
+    try:
+        ray_s = float(os.environ.get(RAY_GCS_TIMEOUT_ENV, "") or "inf")
+    except ValueError:  # Ray's to refuse
+        return HEAD_LOST_S
+    return min(HEAD_LOST_S, max(ray_s / 4, 0.5))
 
 
 class HeadWatch:
@@ -33,8 +47,10 @@ class HeadWatch:
         self.address, self.node_id = "", None  # said once attached
         self._since: float | None = None  # the head has not answered since
         self._asked: dict[str, Any] | None = None  # the call under way: "done", "nodes"
-        #: the run counted the head lost (HEAD_LOST_S): no call that waits on it any more
+        #: the run counted the head lost (after ``lost_after`` s): no call that waits on it any more
         self.lost = False
+        #: seconds unanswered that count the head lost (``head_lost_s``)
+        self.lost_after = head_lost_s()
 
     def attach(self) -> list[str] | None:
         """Watch the head of the cluster this process is connected to: its address, then the
@@ -51,7 +67,7 @@ class HeadWatch:
 
     def answer(self) -> list[str] | None:
         """The alive nodes, waited for HEAD_LOST_S at most (None: the head did not answer)."""
-        while (nodes := self.alive_nodes()) is None and self.down_for() < HEAD_LOST_S:
+        while (nodes := self.alive_nodes()) is None and not self.gone():
             time.sleep(0.1)  # an error rather than no answer: asked again
         return nodes
 
@@ -72,7 +88,7 @@ class HeadWatch:
 
         threading.Thread(target=make, name="ray-head-bounded", daemon=True).start()
         while not done.wait(0.2):
-            if self.alive_nodes() is None and self.down_for() >= HEAD_LOST_S:
+            if self.alive_nodes() is None and self.gone():
                 return False
         if failed:
             raise failed[0]
@@ -108,6 +124,10 @@ class HeadWatch:
         nodes, self._asked = self._asked["nodes"], None
         self._since = None if nodes is not None else self._since or time.monotonic()
         return nodes
+
+    def gone(self) -> bool:
+        """The head has not answered for ``lost_after`` s: the cluster counts as lost."""
+        return self.down_for() >= self.lost_after
 
     def down_for(self) -> float:
         """Seconds since the head last answered in time (0.0: it answers)."""

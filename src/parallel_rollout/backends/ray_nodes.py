@@ -2,7 +2,8 @@
 of it, as ``base.WorkerTable`` is): a look at the cluster every ``_NODE_POLL_S`` (the pools'
 events.jsonl lines taken, a node gone from the cluster lost, a new one swept of the run's
 leftovers, then joined), a node lost (its pool died, it left the cluster: its workers killed,
-their attempts ``worker_died``) and the cluster's head lost (``HEAD_LOST_S``: the run stops);
+their attempts ``worker_died``) and the cluster's head lost (``HeadWatch.lost_after``:
+``HEAD_LOST_S`` unless Ray ends a driver sooner; the run stops);
 what summary.json's ``ray`` section says of them (``cluster``).
 
 Nothing here imports Ray at load: ``--backend local`` never needs it.
@@ -16,7 +17,7 @@ from typing import Any
 
 from .base import BackendSpec, EngineHooks
 from .ray_cluster import Sweeps, take_events
-from .ray_head import HEAD_LOST_S, HeadWatch
+from .ray_head import HeadWatch
 from .ray_pools import Node, cluster_nodes
 
 log = logging.getLogger("parallel_rollout")
@@ -50,15 +51,14 @@ class NodeWatch:
     def _poll_nodes(self) -> None:
         """Every _NODE_POLL_S: the pools' events taken; nodes gone from the cluster lost, new
         ones swept (then joined), or joined at once when no mode needs VMs; the head lost
-        once its GCS has not answered for HEAD_LOST_S."""
+        once its GCS has not answered for lost_after s."""
         if time.monotonic() - self._last_poll <= _NODE_POLL_S:
             return None
         self._last_poll = time.monotonic()
         take_events(self._nodes.values(), self.spec.run_dir)
         nodes = None if self._head.lost else self._head.alive_nodes()
         if nodes is None:  # the GCS did not answer in time
-            down = self._head.down_for()
-            return self._lose_head() if down >= HEAD_LOST_S and not self._head.lost else None
+            return self._lose_head() if self._head.gone() and not self._head.lost else None
         alive = set(nodes)
         for node in list(self._nodes.values()):
             if node.alive and node.node_id not in alive:
@@ -97,7 +97,7 @@ class NodeWatch:
                              f"result is kept in {self.spec.run_dir / 'results.jsonl'}")
 
     def _lose_head(self) -> None:
-        """The head's GCS has not answered for HEAD_LOST_S (killed, cut off): Ray ends this
+        """The head's GCS has not answered for lost_after s (killed, cut off): Ray ends this
         driver soon. The run stops with what it has, asking Ray nothing that waits on the head."""
         self._head.lost = True
         reason = self._head.lost_reason()
