@@ -109,3 +109,24 @@ def test_as_given_says_a_setting_with_its_value_as_its_source_spells_it(tmp_path
     ]
     for cfg, bare, valued in cases:
         assert (as_given(cfg, "num_rollouts"), as_given(cfg, "num_rollouts", with_value=True)) == (bare, valued)
+
+
+@pytest.mark.parametrize("variable, own", [("PARALLEL_ROLLOUT_NUM_WORKERS", "--num-rollouts"),
+                                           ("PARALLEL_ROLLOUT_PROVIDER", "--provider-name")])
+def test_the_variable_of_a_flags_other_name_says_the_one_read(tmp_path, variable, own):
+    """A flag's variable is named after its first name; the other name's was ignored with a hint
+    at another flag's (PARALLEL_ROLLOUT_NUM_WORKERS: 'did you mean PARALLEL_ROLLOUT_NUM_VMS?')."""
+    data = write_tasks(tmp_path / "tasks.jsonl", [shell_task("a")])
+    result = CliRunner().invoke(main, ["--mode", "shell", "--data", str(data), "--print-config"],
+                                env={variable: "2"})
+    said = flat(result.output)
+    wanted = "PARALLEL_ROLLOUT_" + own[2:].upper().replace("-", "_")
+    assert (f"Warning: {variable} is set but is not read: --{variable[17:].lower().replace('_', '-')} is "
+            f"another name of {own}, whose variable is {wanted}; ignored") in said, said
+    assert "did you mean" not in said, said
+
+
+def test_run_help_says_which_name_a_flags_variable_takes():
+    said = flat(CliRunner().invoke(main, ["run", "--help"]).output)
+    assert "PARALLEL_ROLLOUT_<FLAG> (its first name, upper case, '-' as '_'; PARALLEL_ROLLOUT_NUM_ROLLOUTS for " \
+           "--num-rollouts," in said, said

@@ -212,9 +212,16 @@ def unknown_variables(ctx: click.Context, command: click.Command) -> list[str]:
     known |= {prefix + name for name in SETTINGS_VARIABLES}
     group = ctx.parent.command if ctx.parent is not None else None
     others = tuple(f"{prefix}{name.upper()}_" for name in getattr(group, "commands", {}) if name != ctx.info_name)
+    # a flag's other name (--num-workers): its variable's nearest was another flag's (NUM_VMS)
+    aliases = {prefix + alias[2:].upper().replace("-", "_"): (alias, own)
+               for alias, own in flag_aliases(command).items()}
     lines = []
     for name in sorted(os.environ):
-        if name.startswith(prefix) and name not in known and not name.startswith(others):
+        if name in aliases and name not in known:
+            alias, own = aliases[name]
+            lines.append(f"{name} is set but is not read: {alias} is another name of {own}, whose variable is "
+                         f"{prefix}{own[2:].upper().replace('-', '_')}; ignored")
+        elif name.startswith(prefix) and name not in known and not name.startswith(others):
             gate = GATE_SYNONYMS.get(name[len(prefix):].lower())
             close = [prefix + gate.upper()] if gate else difflib.get_close_matches(name, known, n=1, cutoff=0.75)
             lines.append(f"{name} is set but is no flag of run nor a setting parallel-rollout reads: "
@@ -315,7 +322,8 @@ class RunCommand(click.Command):
         super().format_help(ctx, formatter)
         with formatter.section("Environment"):
             formatter.write_text(
-                f"Every flag can be set as {ENV_PREFIX}_<FLAG> (upper case, '-' as '_'): "
+                f"Every flag can be set as {ENV_PREFIX}_<FLAG> (its first name, upper case, '-' as '_'; "
+                f"{ENV_PREFIX}_NUM_ROLLOUTS for --num-rollouts, --num-workers): "
                 f"{ENV_PREFIX}_NUM_VMS=4, {ENV_PREFIX}_USE_VM_POOL=1, {ENV_PREFIX}_VM_ADDRESS='h1 h2' "
                 "(a list: space-separated). The command line wins over the environment, the "
                 "environment over --config. OSWorld's run.py spellings (--path_to_vm, "
