@@ -298,7 +298,7 @@ def assert_ended_naming_the_head(proc, stderr: str, address: str, run_dir: Path)
 #: folder): a batch, then the head killed while the model holds the next batch's turns; it
 #: says get_batch's error and ends with its own status, 3
 _TRAINER = """
-import os, signal, sys, threading
+import json, os, signal, sys, threading, time
 sys.path[:0] = {paths!r}
 from pathlib import Path
 from llm_server import LLMServer
@@ -319,14 +319,18 @@ def main():
     train = RolloutScheduler(rl_config(tmp, server, backend="ray", ray_address=address, num_rollouts=1),
                              EnvManagerConfig(num_env_groups=1, group_size=2, tags=["tiny"],
                                               task_sets=lake_set(tmp, name="tiny", desc=TINY, max_steps=2)))
-    train.get_batch(batch_size=2, step=0)
+    first = train.get_batch(batch_size=2, step=0)
+    print("first batch:", json.dumps(sorted(t.record["key"] for t in first)), flush=True)
     held.clear()
+    lost = time.monotonic()
     for pid in head:
         os.kill(pid, signal.SIGKILL)
     try:
         train.get_batch(batch_size=2, step=1, timeout=120)
     except RolloutError as exc:
         print("get_batch:", exc, flush=True)
+        print("raised %.1fs after the head was killed" % (time.monotonic() - lost), flush=True)
+    print("run folder:", train.run_dir, flush=True)
     train.close()
     held.set()
     server.stop()
@@ -355,3 +359,9 @@ def test_a_trainer_whose_head_node_is_lost_gets_the_error_and_exits_with_its_own
     assert f"get_batch: the rollout engine stopped: the Ray cluster's head node ({said['address']}) has not " \
            "answered" in stdout, (stdout, stderr[-3000:])
     assert proc.returncode == 3, (proc.returncode, stderr[-3000:])
+    print(next(line for line in stdout.splitlines() if line.startswith("raised ")))  # the measure (-s)
+    # what it had is on disk: the first batch's samples final in the run folder's results.jsonl
+    first = set(json.loads(stdout.split("first batch: ", 1)[1].splitlines()[0]))
+    run_dir = Path(stdout.split("run folder: ", 1)[1].splitlines()[0])
+    finals = {r["key"] for r in read_results(run_dir) if r["final"]}
+    assert len(first) == 2 and first <= finals, (first, finals)
