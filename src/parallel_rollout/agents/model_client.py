@@ -114,6 +114,7 @@ class ModelClient(ModelRequests):
                           info.loop if info else 0)
         self._use_server(self._route.url)
         self._cancelled = False
+        self._cancel_wakes.clear()
         if self._gate is not None and info is not None and info.attempt > 0:
             self._gate.forget(info.key)  # staleness judges the tokens of this attempt, not a failed one's
 
@@ -217,6 +218,7 @@ class ModelClient(ModelRequests):
         server stops decoding it), or end its wait at a suspended gate; this call and every
         later one raise AttemptCancelled."""
         self._cancelled = True
+        self._cancel_wakes.set()  # a call waiting to retry ends now (_retry_wait)
         if self._gate is not None:
             self._gate.abort()  # a request waiting at a suspended gate ends too (reconnects next attempt)
 

@@ -18,6 +18,7 @@ them at each attempt.
 
 from __future__ import annotations
 
+import threading
 from typing import Any, Callable
 
 from ..errors import AttemptCancelled
@@ -68,6 +69,8 @@ class ModelRequests:
         self._told_retry = False
         #: whether the episode was cancelled
         self._cancelled = False
+        #: set by a cancel: ends a wait between two requests of a call's retries (``_retry_wait``)
+        self._cancel_wakes = threading.Event()
         #: the endpoint's failure a call of this attempt raised (ModelUnavailable, EndpointRefused):
         #: the worker records the attempt as it even when the agent caught it and went on
         self.endpoint_failure: AgentError | None = None
@@ -131,7 +134,7 @@ class ModelRequests:
             try:
                 policy = retrying(self.max_retries, self.backoff_base_s, self.backoff_max_s,
                                   lambda: self._route.can_move(failed), self._count_request,
-                                  before_sleep=lambda state: self._tell_retry(True))
+                                  before_sleep=lambda state: self._tell_retry(True), sleep=self._retry_wait)
                 return policy(self._attempt, self._client_or_new(), sent, partial)
             except Retryable as exc:
                 failed.append(self.base_url)
@@ -176,6 +179,13 @@ class ModelRequests:
                                                f"{exc.version} (--max-retries {self.max_retries})") from None
                 kept = exc.partial.text or exc.partial.token_ids
                 partial = exc.partial if kept and getattr(self.config, "partial_rollout", False) else None
+
+    def _retry_wait(self, seconds: float) -> None:
+        """tenacity's sleep before a retry (a backoff, a Retry-After of up to 120 s): a cancel
+        ends it, and the call with it, where it slept the wait out and held the cancelled
+        attempt (its env loop, its record) for up to --max-retries such waits."""
+        if self._cancel_wakes.wait(seconds) and self._cancelled:
+            raise AttemptCancelled("the episode was cancelled while its model call waited to retry")
 
     def _tell_retry(self, failing: bool) -> None:
         """Tell the worker the endpoint failed a request this call will try again (True),

@@ -108,11 +108,12 @@ def failure_of(exc: Exception, endpoint: str, model: str | None, base_url: str,
 def retrying(max_retries: int, backoff_base_s: float, backoff_max_s: float,
              can_move: Callable[[], bool],
              before: Callable[[tenacity.RetryCallState], None],
-             before_sleep: Callable[[tenacity.RetryCallState], None] | None = None) -> tenacity.Retrying:
+             before_sleep: Callable[[tenacity.RetryCallState], None] | None = None,
+             sleep: Callable[[float], None] = time.sleep) -> tenacity.Retrying:
     """The retry policy of one call: ``max_retries`` retries of ``Retryable`` failures; a
     refused or reset connection is not retried here when ``can_move()`` (another server is
     up: the caller moves on at once); ``before`` runs before every attempt, ``before_sleep``
-    before the wait ahead of a retry."""
+    before the wait ahead of a retry, ``sleep`` waits it (a cancel's may end it early)."""
     half = backoff_base_s / 2
     backoff = (tenacity.wait_exponential(multiplier=half, max=backoff_max_s / 2)
                + tenacity.wait_random_exponential(multiplier=half, max=backoff_max_s / 2))
@@ -131,6 +132,7 @@ def retrying(max_retries: int, backoff_base_s: float, backoff_max_s: float,
             exc.server_down and can_move())),
         before=before,
         before_sleep=before_sleep,
+        sleep=sleep,
         reraise=True,
     )
 
