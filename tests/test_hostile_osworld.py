@@ -255,7 +255,13 @@ def test_a_compare_table_rule_only_grading_reads_is_the_tasks_error_not_the_agen
     tasks = [table_task("cell_without_coordinate", book, {"type": "check_cell", "sheet_idx": 0, "props": value}),
              table_task("data_without_second_sheet", book, {"type": "sheet_data", "sheet_idx0": 0}),
              table_task("honest_table", book, {"type": "check_cell", "sheet_idx": 0, "coordinate": "A1", "props": value})]
-    monkeypatch.setattr(evaluators, "table_rules_problem", lambda func, options: None)
+    # a list of metrics: the first passes (so "and" goes on), the second's rule lacks its key
+    second = table_task("second_of_two_tables", book, {"type": "check_cell", "sheet_idx": 0, "props": value})
+    first = tasks[2]["evaluator"]
+    second["evaluator"] = {"func": ["compare_table"] * 2, "conj": "and", **{
+        key: [first[key], second["evaluator"][key]] for key in ("result", "expected", "options")}}
+    tasks.append(second)
+    monkeypatch.setattr(evaluators, "table_rules_problem", lambda func, options, name="options": None)
     outcome = run_tasks(tmp_path, tasks, "table")
     records = {r["task_id"]: r for r in read_results(outcome.run_dir)}
     assert records["honest_table"]["status"] == "success", records["honest_table"]
@@ -264,3 +270,7 @@ def test_a_compare_table_rule_only_grading_reads_is_the_tasks_error_not_the_agen
         assert broken["status"] == "setup_failed" and broken["never_graded"], broken
         assert f"evaluator metric 'compare_table': the task file's rule has no key {key!r}" \
             in broken["failure"]["message"], broken
+    listed = records["second_of_two_tables"]  # named by its place in the list, as the file spells it
+    assert listed["status"] == "setup_failed" and listed["never_graded"], listed
+    assert "evaluator.func[1] (compare_table): the task file's rule has no key 'coordinate'" \
+        in listed["failure"]["message"], listed

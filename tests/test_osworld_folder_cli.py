@@ -129,8 +129,8 @@ def test_a_getter_without_a_field_it_needs_is_refused_naming_the_file_and_field(
     assert "2 bad task records" in text, text
     assert (f"{folder / 'examples' / 'os' / 'no-command.json'}:1: task 'no-command': evaluator result getter "
             "'vm_command_line' of metric 'exact_match' needs the field 'command'") in text, text
-    assert (f"{folder / 'examples' / 'os' / 'no-path.json'}:1: task 'no-path': evaluator result getter 'vm_file' "
-            "of metric 'exact_match' needs the field 'path'") in text, text
+    assert (f"{folder / 'examples' / 'os' / 'no-path.json'}:1: task 'no-path': evaluator.result[1] getter 'vm_file' "
+            "of evaluator.func[1] (exact_match) needs the field 'path'") in text, text
 
 
 def test_a_rule_its_metric_cannot_read_is_refused_naming_the_file_metric_and_key(tmp_path):

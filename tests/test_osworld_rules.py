@@ -150,7 +150,7 @@ def test_a_metric_call_that_cannot_bind_is_refused_at_load(tmp_path):
     assert_refused(folder, {
         given: "evaluator metric 'check_slide_orientation_Portrait': cannot be called with a result and an expected "
                "state: too many positional arguments (it takes result, **options)",
-        missing: "evaluator metric 'compare_line_spacing': cannot be called with a result and no expected state: "
+        missing: "evaluator.func[1] (compare_line_spacing): cannot be called with a result and no expected state: "
                  "missing a required argument: 'expected' (it takes result, expected, **options)"})
 
 
@@ -177,7 +177,9 @@ def test_a_getter_field_both_osworlds_getter_and_ours_read_is_needed_at_load(tmp
         assert config["type"] == getter, config
         del config[field]
         task_file.write_text(json.dumps(task))
-        says[task_file] = f"evaluator {role} getter {getter!r} of metric {metric!r} needs the field {field!r}"
+        says[task_file] = f"evaluator {role} getter {getter!r} of metric {metric!r} needs the field {field!r}" \
+            if index is None else f"evaluator.{role}[{index}] getter {getter!r} of evaluator.func[{index}] ({metric}) " \
+                                  f"needs the field {field!r}"
     assert_refused(folder, says)
 
 
@@ -210,7 +212,8 @@ def test_a_value_rule_without_its_method_and_a_fuzzy_check_it_cannot_read_are_re
             "['expect']['extensions.activeThemeID'] needs the key 'method'",
         broken("multi_apps/3f05f3b9-29ba-4b6b-95aa-2204697ffc06.json",
                lambda ev: ev["expected"][0]["rules"]["title"].pop("method")):
-            "evaluator expected getter 'rule' of metric 'check_mp3_meta': its 'rules' ['title'] needs the key 'method'",
+            "evaluator.expected[0] getter 'rule' of evaluator.func[0] (check_mp3_meta): its 'rules' ['title'] needs "
+            "the key 'method'",
         broken("libreoffice_calc/1d17d234-e39d-4ed7-b46f-4417922a4e7c.json",
                lambda ev: ev["options"]["rules"][0]["props"]["value"].pop("method")):
             f"{where}[0]['props']['value'] needs the key 'method'",
@@ -385,11 +388,13 @@ def test_a_rule_getters_value_rule_whose_ref_its_method_cannot_compare_is_refuse
         broken_copy(folder, "multi_apps/74d5859f-ed66-4d3e-aa0e-93d7a592ce41.json",
                     lambda ev: ev["expected"][0]["rules"]["expect"][2].update(method="str_list_eq",
                                                                               ref="background_script.js")):
-            f"{getter} 'check_json': its 'rules' ['expect'][2] method 'str_list_eq' needs a 'ref' list of "
+            "evaluator.expected[0] getter 'rule' of evaluator.func[0] (check_json): its 'rules' ['expect'][2] "
+            "method 'str_list_eq' needs a 'ref' list of "
             "strings, not str 'background_script.js'",
         broken_copy(folder, "multi_apps/3f05f3b9-29ba-4b6b-95aa-2204697ffc06.json",
                     lambda ev: ev["expected"][1]["rules"]["title"].update(method="range.ee", ref=[1])):
-            f"{getter} 'check_mp3_meta': its 'rules' ['title'] method 'range.ee' needs a 'ref' list of two "
+            "evaluator.expected[1] getter 'rule' of evaluator.func[1] (check_mp3_meta): its 'rules' ['title'] "
+            "method 'range.ee' needs a 'ref' list of two "
             "bounds, not list [1]"})
 
 
@@ -443,7 +448,8 @@ def test_a_sheet_data_or_sheet_print_option_of_the_wrong_kind_is_refused_at_load
             f"{where}[0] of type 'sheet_print' key 'ignore_case' must be true or false, not a string 'false'",
         broken_copy(folder, "multi_apps/3a93cae4-ad3e-403e-8c12-65303b271818.json",
                     lambda ev: ev["options"][2]["rules"][0].update(ignore_case="no")):
-            f"{where}[0] of type 'sheet_data' key 'ignore_case' must be true or false, not a string 'no'"})
+            "evaluator.func[2] (compare_table): evaluator.options[2] 'rules'[0] of type 'sheet_data' key "
+            "'ignore_case' must be true or false, not a string 'no'"})
 
 
 def test_a_cell_or_range_openpyxl_cannot_read_is_refused_at_load(tmp_path):

@@ -353,7 +353,7 @@ class OSWorldEnv(Env):
         steps.run_steps(self, evaluator.get("postconfig", []), "postconfig")
         decides = 0.0 if evaluator.get("conj", "and") == "and" else 1.0
         scores = []
-        for func, result_cfg, expected_cfg, options in ev.normalized(evaluator):
+        for index, (func, result_cfg, expected_cfg, options) in enumerate(ev.normalized(evaluator)):
             options = task_rules(options)  # compare_table's rules: a key one lacks raises as a rule's
             try:
                 result = ev.GETTERS[result_cfg["type"]](self, result_cfg)
@@ -368,7 +368,7 @@ class OSWorldEnv(Env):
             except (steps.SetupError, VMError):  # a VM that broke is the lease's to judge, not a 0
                 raise
             except MalformedRule as exc:  # the task file's mistake, as OSWorld's run raises: no score
-                raise TaskFileFault(f"evaluator metric {func!r}: {exc}, which the metric reads") from exc
+                raise TaskFileFault(f"{ev.metric_named(evaluator, index)}: {exc}, which the metric reads") from exc
             except Exception as exc:  # a metric failing on the agent's output scores 0
                 scores.append(0.0)
                 details.setdefault("errors", []).append(f"{func}: {type(exc).__name__}: {exc}")

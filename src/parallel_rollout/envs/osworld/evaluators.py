@@ -9,15 +9,16 @@ evaluator or one using anything those registries lack, naming every unsupported 
 from __future__ import annotations
 
 import inspect
+from dataclasses import dataclass
 from typing import Any
 
 from .getters import GETTERS
 from .metrics import METRICS
 from .option_keys import option_problem
-from .rule_keys import RULE_GETTERS, MalformedRule, rule_problem, task_rules
+from .rule_keys import RULE_GETTERS, MalformedRule, kind_of, rule_problem, task_rules
 from .rule_methods import table_rules_problem, value_rules_problem
 
-__all__ = ["GETTERS", "METRICS", "normalized", "check_evaluator", "call_problem", "combine"]
+__all__ = ["GETTERS", "METRICS", "normalized", "check_evaluator", "call_problem", "combine", "metric_named"]
 
 #: the fields a getter reads from its config without a default, as OSWorld's own do: one
 #: missing is the task file's error, which failed every attempt's grading (a KeyError taken
@@ -53,24 +54,79 @@ def normalized(evaluator: dict) -> list[tuple[str, Any, Any, dict]]:
     return [(f, r, e, o or {}) for f, r, e, o in zip(funcs, results, expected, options)]
 
 
-def check_evaluator(evaluator: Any) -> None:
-    """ValueError naming the first malformed piece of an evaluator, or every unsupported one."""
-    if not isinstance(evaluator, dict):
-        raise ValueError("field 'evaluator' must be an object")
+@dataclass(frozen=True)
+class _Place:
+    """How an error names one metric of an evaluator, and its getters and options, as the
+    task file spells them: ``metric 'compare_table'`` when ``func`` is one metric, else its
+    index and name, ``evaluator.func[2] (compare_table)``, and ``evaluator.options[2]``."""
+
+    func: str
+    index: int | None  # None: 'func' is one metric, its getters and options are not lists
+
+    @property
+    def metric(self) -> str:
+        return f"metric {self.func!r}" if self.index is None else f"evaluator.func[{self.index}] ({self.func})"
+
+    @property
+    def head(self) -> str:
+        """What an error about the metric's call or options starts with."""
+        return f"evaluator {self.metric}" if self.index is None else self.metric
+
+    def piece(self, key: str) -> str:
+        """The metric's ``result``, ``expected`` or ``options``."""
+        return f"evaluator {key}" if self.index is None else f"evaluator.{key}[{self.index}]"
+
+    @property
+    def options(self) -> str:
+        return "its options" if self.index is None else self.piece("options")
+
+
+def metric_named(evaluator: dict, index: int) -> str:
+    """How an error names the evaluator's metric ``index`` (of :func:`normalized`):
+    ``evaluator metric 'exact_match'``, or in a list ``evaluator.func[2] (compare_table)``."""
+    funcs = evaluator["func"]
+    return _Place(funcs, None).head if isinstance(funcs, str) else _Place(funcs[index], index).head
+
+
+def _lists_problem(evaluator: dict) -> str | None:
+    """Whether ``func`` and the ``result``, ``expected`` and ``options`` that pair with it
+    agree: one metric takes one of each, a list as many, in its order."""
     funcs = evaluator.get("func")
     if isinstance(funcs, list):
         if not funcs or not all(isinstance(f, str) for f in funcs):
-            raise ValueError("evaluator 'func' must be a metric name or a non-empty list of names")
+            return "evaluator 'func' must be a metric name or a non-empty list of names"
         for name in ("result", "expected", "options"):
             value = evaluator.get(name)
-            if value is not None and (not isinstance(value, list) or len(value) != len(funcs)):
-                raise ValueError(f"evaluator '{name}' must be a list as long as 'func' ({len(funcs)})")
-    elif not isinstance(funcs, str):
-        raise ValueError("evaluator 'func' must be a metric name or a list of names")
+            if value is not None and not isinstance(value, list):
+                return f"evaluator {name!r} must be a list as long as 'func' ({len(funcs)} metrics), " \
+                       f"one for each, not {kind_of(value)}"
+            if value is not None and len(value) != len(funcs):
+                return f"evaluator {name!r} must be a list as long as 'func' ({len(funcs)} metrics), " \
+                       f"one for each: it has {len(value)}"
+        return None
+    if not isinstance(funcs, str):
+        return "evaluator 'func' must be a metric name or a list of names"
+    for name in ("result", "expected", "options"):
+        if isinstance(evaluator.get(name), list):
+            return f"evaluator {name!r} is a list, and 'func' is one metric ({funcs!r}): give it one " \
+                   f"{'object' if name == 'options' else 'getter'}, or 'func' a list of as many metrics"
+    return None
+
+
+def check_evaluator(evaluator: Any) -> None:
+    """ValueError naming the first malformed piece of an evaluator (a metric of a list by its
+    index), or every unsupported one."""
+    if not isinstance(evaluator, dict):
+        raise ValueError("field 'evaluator' must be an object")
+    problem = _lists_problem(evaluator)
+    if problem:
+        raise ValueError(problem)
     if evaluator.get("conj", "and") not in ("and", "or"):
         raise ValueError(f"evaluator 'conj' must be 'and' or 'or', got {evaluator.get('conj')!r}")
     problems = []
-    for func, result, expected, options in normalized(evaluator):
+    single = isinstance(evaluator["func"], str)
+    for index, (func, result, expected, options) in enumerate(normalized(evaluator)):
+        place = _Place(func, None if single else index)
         if func not in METRICS:
             problems.append(f"unsupported metric {func!r}")
         if func == "infeasible":
@@ -78,39 +134,41 @@ def check_evaluator(evaluator: Any) -> None:
         for role, getter in (("result", result), ("expected", expected)):
             if getter is None:
                 if role == "result":
-                    raise ValueError(f"metric {func!r} needs a 'result' getter")
+                    raise ValueError(f"{place.head} needs a 'result' getter"
+                                     + ("" if single else f" in {place.piece('result')}"))
                 continue
             if not isinstance(getter, dict) or not isinstance(getter.get("type"), str):
-                raise ValueError(f"evaluator {role} getter must be an object with a 'type'")
+                raise ValueError(f"{place.piece(role)} getter of {place.metric} must be an object with a 'type'")
             if getter["type"] not in GETTERS:
                 problems.append(f"unsupported {role} getter type {getter['type']!r}")
             for name in GETTER_FIELDS.get(getter["type"], ()):
                 if name not in getter:
-                    raise ValueError(f"evaluator {role} getter {getter['type']!r} of metric {func!r} "
+                    raise ValueError(f"{place.piece(role)} getter {getter['type']!r} of {place.metric} "
                                      f"needs the field {name!r}")
             # the rule is the task's: a key its metric reads missing failed every grading, a 0
             problem = rule_problem(func, getter["rules"]) or value_rules_problem(func, getter["rules"]) \
                 if role == "expected" and getter["type"] in RULE_GETTERS else None
             if problem:
-                raise ValueError(f"evaluator {role} getter {getter['type']!r} of metric {func!r}: "
+                raise ValueError(f"{place.piece(role)} getter {getter['type']!r} of {place.metric}: "
                                  f"its 'rules' {problem}")
             if getter["type"] == "rule_relativeTime":  # reads the task's rules alone: run it now
                 try:
                     GETTERS["rule_relativeTime"](None, task_rules(getter))
                 except (MalformedRule, ValueError, TypeError, AttributeError) as exc:
-                    raise ValueError(f"evaluator {role} getter 'rule_relativeTime' of metric {func!r}: "
+                    raise ValueError(f"{place.piece(role)} getter 'rule_relativeTime' of {place.metric}: "
                                      f"{exc}") from exc
         if not isinstance(options, dict):
-            raise ValueError("evaluator 'options' must be objects")
-        problem = table_rules_problem(func, options)  # a rule compare_table cannot read: every grading's 0
+            raise ValueError(f"{place.piece('options')} must be an object (the options of {place.metric}), "
+                             f"not {kind_of(options)}")
+        problem = table_rules_problem(func, options, place.options)  # a rule compare_table cannot read: a 0
         if problem:
-            raise ValueError(f"evaluator metric {func!r}: its {problem}")
+            raise ValueError(f"{place.head}: {problem}")
         # a call that cannot bind raised at every grading; a key it binds to **options and never
         # reads (a typo) was ignored, the check it meant to switch run as if unset
         problem = call_problem(func, bool(expected), options) or option_problem(func, options, 1 + bool(expected)) \
             if func in METRICS else None
         if problem:
-            raise ValueError(f"evaluator metric {func!r}: {problem}")
+            raise ValueError(f"{place.head}: {problem}")
     if problems:
         raise ValueError("; ".join(dict.fromkeys(problems)))
 

@@ -26,7 +26,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["KINDS", "RULE_GETTERS", "RULE_SHAPES", "MalformedRule", "RuleShape", "rule_problem", "shape_problem", "task_rules", "unread_hint"]
+__all__ = ["KINDS", "RULE_GETTERS", "RULE_SHAPES", "MalformedRule", "RuleShape", "kind_of", "rule_problem", "shape_problem",
+           "task_rules", "unread_hint"]
 
 #: the expected getters whose state is the task file's ``rules``
 RULE_GETTERS = ("rule", "rule_relativeTime")
@@ -123,7 +124,8 @@ RULE_SHAPES: dict[str, RuleShape] = {
     "compare_image_text": _typed(text=("text",)),
 }
 
-def _kind(value: Any) -> str:
+def kind_of(value: Any) -> str:
+    """How a refusal names a JSON value's kind: "an object", "a list", "a string" …"""
     return {dict: "an object", list: "a list", str: "a string", bool: "a boolean",
             type(None): "null"}.get(type(value), "a number")
 
@@ -142,7 +144,7 @@ def shape_problem(shape: RuleShape, rules: Any, also: tuple[str, ...] = ()) -> s
     file's), or None: the one check of a metric's rule and of a rule nested in its options
     (compare_table's)."""
     if not isinstance(rules, shape.container):
-        return f"must be {_kind(shape.container())}, not {_kind(rules)}"
+        return f"must be {kind_of(shape.container())}, not {kind_of(rules)}"
     if shape.container is not dict:
         return None
     for key in shape.needs:
@@ -163,11 +165,11 @@ def shape_problem(shape: RuleShape, rules: Any, also: tuple[str, ...] = ()) -> s
     for keys, container in ((shape.lists, list), (shape.objects, dict)):
         for key in keys:
             if key in rules and not isinstance(rules[key], container):
-                return f"key {key!r} must be {_kind(container())}, not {_kind(rules[key])}"
+                return f"key {key!r} must be {kind_of(container())}, not {kind_of(rules[key])}"
     for key, kind in (shape.kinds or {}).items():
         test, name = KINDS[kind]
         if key in rules and not test(rules[key]):
-            return f"key {key!r} must be {name}, not {_kind(rules[key])} {rules[key]!r}"
+            return f"key {key!r} must be {name}, not {kind_of(rules[key])} {rules[key]!r}"
     if shape.optional is not None:
         known = [*also, *_named(shape)]
         for key in rules:
@@ -193,11 +195,11 @@ def _a11y_problem(rules: list) -> str | None:
     list) and, matching a ``text``, says whether ``exact``ly (it raised at grading without)."""
     for index, rule in enumerate(rules):
         if not isinstance(rule, dict):
-            return f"[{index}] must be an object, not {_kind(rule)}"
+            return f"[{index}] must be an object, not {kind_of(rule)}"
         if "xpath" not in rule and "selectors" not in rule:
             return f"[{index}] needs the key 'xpath' or 'selectors'"
         if "xpath" not in rule and not isinstance(rule["selectors"], list):
-            return f"[{index}] key 'selectors' must be a list, not {_kind(rule['selectors'])}"
+            return f"[{index}] key 'selectors' must be a list, not {kind_of(rule['selectors'])}"
         if "text" in rule and "exact" not in rule:
             return f"[{index}] gives 'text' and needs the key 'exact' (true, or false for a fuzzy match)"
     return None
@@ -207,11 +209,11 @@ def _search_problem(rules: dict) -> str | None:
     """is_expected_search_query's ``expect``: an object whose ``pattern`` is a regular expression."""
     expect = rules["expect"]
     if not isinstance(expect, dict):
-        return f"key 'expect' must be an object, not {_kind(expect)}"
+        return f"key 'expect' must be an object, not {kind_of(expect)}"
     if "pattern" not in expect:
         return "['expect'] needs the key 'pattern'"
     if not isinstance(expect["pattern"], str):
-        return f"['expect']['pattern'] must be a string, not {_kind(expect['pattern'])}"
+        return f"['expect']['pattern'] must be a string, not {kind_of(expect['pattern'])}"
     try:
         re.compile(expect["pattern"])
     except re.error as exc:

@@ -206,16 +206,17 @@ def _names_problem(rule: dict) -> str | None:
     return None
 
 
-def table_rules_problem(func: str, options: dict) -> str | None:
-    """What ``compare_table`` cannot read in ``options["rules"]``, or None."""
+def table_rules_problem(func: str, options: dict, name: str = "options") -> str | None:
+    """What ``compare_table`` cannot read in ``options["rules"]``, or None; ``name`` is how
+    the message names the options (``evaluator.options[2]`` of a list)."""
     if func != "compare_table":
         return None
     rules = options.get("rules")
     if not isinstance(rules, list) or not rules:
-        return "options need 'rules', a non-empty list" if rules is None else \
-            "options 'rules' must be a non-empty list"
+        return f"{name} 'rules' is missing (the metric reads a non-empty list of rules)" if rules is None else \
+            f"{name} 'rules' must be a non-empty list"
     for index, rule in enumerate(rules):
-        where = f"options 'rules'[{index}]"
+        where = f"{name} 'rules'[{index}]"
         problem = shape_problem(TABLE_RULE, rule) or _names_problem(rule)
         if problem:
             return f"{where} {problem}"
