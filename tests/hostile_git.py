@@ -63,6 +63,20 @@ GIT_ROWS = {f"rig_check_git_{row}": ([REPO, f"{PROGRAM} && {CHEATS[row][0]}"], C
 SYSTEM_GIT = shutil.which("git", path="/usr/bin:/bin") or "/usr/bin/git"
 GIT_ROWS["rig_check_git_fsmonitor_by_path"] = (GIT_ROWS["rig_check_git_fsmonitor"][0],
                                                STATUS.replace("git status", f"{SYSTEM_GIT} status"), False)
+#: git by its path from a check that runs it with an environment of its own (python's env={},
+#: bash's `exec -c`) lost PARALLEL_ROLLOUT_GRADING_SINCE, so the front ran the system's git; it
+#: finds the grading command by its session now (guest/agent_sessions.py)
+ENV_CLEARED = f"python3 -c 'import subprocess; subprocess.run([\"{SYSTEM_GIT}\", \"status\", \"--porcelain\"], env={{}})'"
+GIT_ROWS["rig_check_git_fsmonitor_env_cleared"] = (GIT_ROWS["rig_check_git_fsmonitor"][0],
+                                                   STATUS.replace("git status --porcelain", ENV_CLEARED), False)
+GIT_ROWS["rig_check_git_fsmonitor_exec_c"] = (GIT_ROWS["rig_check_git_fsmonitor"][0],
+                                              STATUS.replace("git status --porcelain",
+                                                             f"bash -c 'exec -c {SYSTEM_GIT} status --porcelain'"), False)
+#: the honest answer's status, git by its path with an empty environment: its exit code and output
+HONEST_ENV_CLEARED = ("cd ~/repo && python3 -c 'import subprocess, sys; r = subprocess.run("
+                      f"[\"{SYSTEM_GIT}\", \"status\", \"--porcelain\"], env={{}}, capture_output=True);"
+                      " sys.exit(r.returncode or len(r.stdout))'")
 #: an honest answer to them: it commits the change (its repo's program is still there, unused)
 HONEST_GIT = ([REPO, f"{PROGRAM} && git commit -qam done && git config core.fsmonitor ~/.x"],
-              f"{STATUS} && {STATUS.replace('git status', f'{SYSTEM_GIT} status')} && test ! -e ~/ran")
+              f"{STATUS} && {STATUS.replace('git status', f'{SYSTEM_GIT} status')} && {HONEST_ENV_CLEARED}"
+              " && test ! -e ~/ran")

@@ -165,6 +165,14 @@ PYTHON_ROWS["rig_check_python_e_home_module_by_path"] = (PYTHON_ROWS["rig_check_
 PYTHON_ROWS["rig_check_unittest_env_by_path"] = (PYTHON_ROWS["rig_check_unittest_home_package"][0],
                                                  UNITTEST_HOME.replace("python3 -m", f"{SYSTEM_ENV} -i PATH=/usr/bin:/bin python3 -m"),
                                                  False)
+#: env by its path from a check whose environment is cleared outright (bash's `exec -c`: no
+#: PARALLEL_ROLLOUT_GRADING_SINCE, no PATH) was the system's env, which ran the system's python3 with
+#: none of the wrappers' rules; the front finds the grading command by its session
+#: (guest/agent_sessions.py), gives the grading names back and runs the wrappers' env
+PYTHON_ROWS["rig_check_unittest_env_cleared_by_path"] = (
+    PYTHON_ROWS["rig_check_unittest_home_package"][0],
+    UNITTEST_HOME.replace("python3 -m unittest discover -p test_check.py",
+                          f"bash -c 'exec -c {SYSTEM_ENV} python3 -m unittest discover -p test_check.py'"), False)
 PYTHON_ROWS["rig_check_doctest_own_path"] = (PYTHON_ROWS["rig_check_doctest_home_module"][0],
                                              PYTHON_ROWS["rig_check_doctest_home_module"][1].replace(
                                                  "python3 -m", "PATH=/usr/bin:/bin python3 -m"), False)
@@ -194,6 +202,7 @@ PYTHON_PROGRAMS = {"rig_check_pytest_ini": "pytest", "rig_check_pytest_conftest"
                    "rig_check_unittest_bytecode_chmod": "python3", "rig_check_unittest_isolated_by_path": "python3",
                    "rig_check_unittest_e_by_path": "python3", "rig_check_python_e_usercustomize_by_path": "python3",
                    "rig_check_python_e_home_module_by_path": "python3", "rig_check_unittest_env_by_path": "python3",
+                   "rig_check_unittest_env_cleared_by_path": "python3",
                    "rig_check_doctest_own_path": "python3", "rig_check_doctest_isolated_by_path": "python3",
                    "rig_check_pytest_own_pythonpath_by_path": "pytest"}
 

@@ -29,13 +29,21 @@ pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bub
 HIDDEN = "/usr/lib/os-release"
 
 
+#: rows whose check runs a fronted program by its path with an environment of its own (python's
+#: env={}, bash's exec -c): no PARALLEL_ROLLOUT_GRADING_SINCE reached the front, which ran the
+#: system's git (the answer's core.fsmonitor) or env (python3 without the wrappers' rules); it
+#: finds the grading command by its session (guest/agent_sessions.py)
+CLEARED_ROWS = ("rig_check_git_fsmonitor_env_cleared", "rig_check_git_fsmonitor_exec_c",
+                "rig_check_unittest_env_cleared_by_path")
+
+
 @pytest.fixture(scope="module")
 def by_path_table(tmp_path_factory):
-    left_out = {row: "not a by-path row" for row in SHELL_ROWS if row not in BY_PATH_ROWS}
+    left_out = {row: "not a by-path row" for row in SHELL_ROWS if row not in (*BY_PATH_ROWS, *CLEARED_ROWS)}
     return run_table(tmp_path_factory.mktemp("process"), left_out, provider_name="process")
 
 
-@pytest.mark.parametrize("name", BY_PATH_ROWS)
+@pytest.mark.parametrize("name", [*BY_PATH_ROWS, *CLEARED_ROWS])
 def test_a_by_path_row_scores_0_in_a_process_vm(by_path_table, name):
     check_row(by_path_table, name)
 
@@ -82,6 +90,10 @@ def test_the_programs_of_usr_bin_work_as_the_hosts(base_dir, grading):  # noqa: 
         if shutil.which("jq", path="/usr/bin"):
             got = _run(client, "echo 'def length: 100;' > ~/.jq; echo '[1]' | /usr/bin/jq -e 'length > 3'", grading)
             assert got["returncode"] == (1 if grading else 0), got
+        # the grading sessions' folder (guest/agent_sessions.py) is there only while a grading
+        # command is: outside grading a front's look is one stat
+        got = _run(client, "test ! -e /run/guest/grading", False)
+        assert got["returncode"] == 0, got
         # a hidden file is hidden where the fronts' folder shows the host's /usr again too
         again = grading_fronts.HOST_USR + HIDDEN[len("/usr"):]
         got = _run(client, f"test -e {HIDDEN} -a ! -s {HIDDEN} -a -e {again} -a ! -s {again}", grading)

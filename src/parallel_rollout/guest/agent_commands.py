@@ -75,12 +75,13 @@ import sys
 import time
 
 try:
-    from . import agent_grading, agent_output, agent_scripts, agent_spawn
+    from . import agent_grading, agent_output, agent_scripts, agent_sessions, agent_spawn
     from .agent_http import HTTPError, Request, field, timeout_field
 except ImportError:  # a sibling file in the guest, not a package
     import agent_grading  # type: ignore[no-redef]
     import agent_output  # type: ignore[no-redef]
     import agent_scripts  # type: ignore[no-redef]
+    import agent_sessions  # type: ignore[no-redef]
     import agent_spawn  # type: ignore[no-redef]
     from agent_http import HTTPError, Request, field, timeout_field  # type: ignore[no-redef]
 
@@ -157,6 +158,8 @@ def run(argv, *, shell: bool, timeout: float, cwd: str | None = None,
         full_env = dict(os.environ)
         full_env.update(env)
     script = None
+    # a grading command's session noted where the fronts read it (its program's own environment may lose the marker)
+    session = agent_sessions.Session(full_env if isolated else {}, run_as[0] if run_as else None)
     try:
         # setpriv's work done by the fork itself (``direct``); a prlimit then runs as the user
         user = run_as if direct and run_as else None
@@ -174,8 +177,10 @@ def run(argv, *, shell: bool, timeout: float, cwd: str | None = None,
                         "not_found": True, "message": f"command not found: {program}"}
             argv = ["/bin/sh", "-c", argv] if shell else list(argv)
             # in a session of its own, so a timeout kills its children with it
-            proc = _spawn(argv, cwd=cwd, env=full_env, user=user, pass_fds=pass_fds,
-                          merge_stderr=merge_stderr)
+            with session:
+                proc = _spawn(argv, cwd=cwd, env=full_env, user=user, pass_fds=pass_fds,
+                              merge_stderr=merge_stderr)
+                session.started(proc.pid)
         except (FileNotFoundError, PermissionError, NotADirectoryError) as exc:
             code = 126 if isinstance(exc, PermissionError) else 127
             what = "permission denied" if code == 126 else "command not found"
@@ -192,6 +197,7 @@ def run(argv, *, shell: bool, timeout: float, cwd: str | None = None,
         finally:
             running.discard(proc.pid)
     finally:
+        session.end()
         if script is not None:
             script.close()
 

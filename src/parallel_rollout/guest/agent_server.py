@@ -19,7 +19,8 @@ starts it::
 
 **Modules.** ``agent_http`` is the HTTP layer (request parsing, multipart, dispatch, errors),
 ``agent_json`` its JSON, ``agent_commands`` runs commands (``agent_spawn`` starts them,
-``agent_grading``: a grading command's environment, ``agent_scripts``: the scripts an
+``agent_grading``: a grading command's environment, ``agent_sessions``: its session noted for
+the grading fronts, ``agent_scripts``: the scripts an
 interpreter reads; ``agent_reap``: ``/reap``), ``agent_files`` reads and writes files,
 ``agent_setup`` holds OSWorld's rarer setup routes, ``desktop`` starts the X display and
 ``desktop_routes`` serves the desktop. In a guest they are sibling files, not a package: each

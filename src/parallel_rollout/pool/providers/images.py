@@ -80,7 +80,8 @@ GUEST_AGENT_PATH = f"{GUEST_DIR}/server.py"
 #: the agent's files, siblings of server.py (guest/agent_server.py says what each holds)
 GUEST_AGENT_FILES = ("server.py", "agent_server.py", "agent_http.py", "agent_json.py",
                      "agent_commands.py", "agent_spawn.py", "agent_grading.py", "agent_output.py",
-                     "agent_files.py", "agent_setup.py", "agent_scripts.py", "agent_reap.py")
+                     "agent_files.py", "agent_setup.py", "agent_scripts.py", "agent_reap.py",
+                     "agent_sessions.py")
 #: what a desktop guest needs next to them: the desktop's routes and the AT-SPI walker
 GUEST_DESKTOP_FILES = ("desktop.py", "desktop_screen.py", "desktop_windows.py",
                        "desktop_routes.py", "atspi_tree.py")
