@@ -39,6 +39,20 @@ def _read_json(path: Path) -> dict[str, Any] | None:
         return None
 
 
+def _check_config_reads(path: Path) -> None:
+    """ConfigError for a config.json that does not read where it is all of a run (no results
+    yet): a run is listed ``unreadable`` with it, where it was left out, and ``report`` said
+    the folder had no config.json. A run writes it whole (aside, renamed): a copy cut short,
+    an edit."""
+    try:
+        json.loads(path.read_text(encoding="utf-8"))
+    except (FileNotFoundError, IsADirectoryError):
+        return
+    except ValueError as exc:
+        raise ConfigError(f"{path}: unreadable ({exc}), and no results.jsonl beside it: the run's "
+                          "settings are lost; restore the file, or remove the folder and run again") from None
+
+
 def read_events(path: Path) -> list[dict[str, Any]]:
     """Every complete line of an events.jsonl; a broken line is skipped and logged."""
     events: list[dict[str, Any]] = []
@@ -142,15 +156,17 @@ class RunData:
     @classmethod
     def load(cls, run_dir: str | Path, *, with_events: bool = True) -> "RunData":
         """Read a run folder; NotARunFolder when it holds neither results nor a config, a
-        ConfigError naming ``file:line`` when a line of its results.jsonl is corrupted."""
+        ConfigError naming ``file:line`` when a line of its results.jsonl is corrupted, or its
+        config.json when that does not read and there are no results."""
         run_dir = Path(run_dir)
         results = run_dir / "results.jsonl"
-        # a file (its results.jsonl, say) is no folder to read config.json from
-        config_doc = _read_json(run_dir / "config.json") if run_dir.is_dir() else None
         if not run_dir.exists():
             raise NotARunFolder(f"{run_dir}: no such folder")
-        if not run_dir.is_dir():
+        if not run_dir.is_dir():  # a file (its results.jsonl, say) is no folder to read config.json from
             raise NotARunFolder(_a_file(run_dir))
+        if not results.exists():
+            _check_config_reads(run_dir / "config.json")
+        config_doc = _read_json(run_dir / "config.json")
         if config_doc is None and not results.exists():
             raise NotARunFolder(f"{run_dir}: not a run folder (no config.json or results.jsonl)"
                                 f"{_runs_inside(run_dir)}")

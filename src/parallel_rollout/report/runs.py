@@ -21,7 +21,8 @@ nothing. Its samples are those its last session started with (config.json's
 * ``rl``: an RL scheduler's folder, which has no total (samples are drawn as the trainer asks);
 * ``unreadable``: its results.jsonl has a corrupted line; ``problem`` names it
   (``results.jsonl:6: corrupted record …``, as ``report`` says it), the rest comes from
-  config.json.
+  config.json; or it has no results.jsonl and a config.json that does not read (``problem``:
+  ``config.json: unreadable …``).
 """
 
 from __future__ import annotations

@@ -1,0 +1,48 @@
+"""A run folder whose config.json does not read and that has no results yet (a copy cut short,
+an edit; a run writes it whole) is a run all the same: ``runs list`` lists it ``unreadable``
+with its problem, where it left it out, and ``report`` names the file, where it said the
+folder had no config.json."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from click.testing import CliRunner
+
+from conftest import shell_task, write_tasks
+from parallel_rollout.cli import main
+
+needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
+
+
+@needs_bwrap
+def test_a_run_whose_config_does_not_read_is_listed_unreadable(tmp_path):
+    out = tmp_path / "out"
+    data = write_tasks(tmp_path / "tasks.jsonl", [shell_task("a")])
+    done = CliRunner().invoke(main, ["--mode", "shell", "--data", str(data), "--output-dir", str(out),
+                                     "--run-id", "good", "--no-progress"])
+    assert done.exit_code == 0, done.output
+    cut = out / "cut"
+    shutil.copytree(out / "good", cut)
+    text = (cut / "config.json").read_text()
+    for name in ("results.jsonl", "summary.json"):
+        (cut / name).unlink()
+    (cut / "config.json").write_text(text[: len(text) // 2])  # a copy cut short
+
+    as_json = CliRunner().invoke(main, ["runs", "list", "--output-dir", str(out), "--json"])
+    assert as_json.exit_code == 0, as_json.output
+    rows = {r["run_id"]: r for r in map(json.loads, [line for line in as_json.output.splitlines()
+                                                     if line.startswith("{")])}
+    assert set(rows) == {"good", "cut"}, as_json.output
+    assert rows["good"]["status"] == "complete" and rows["good"]["problem"] is None
+    assert rows["cut"]["status"] == "unreadable", rows["cut"]
+    assert rows["cut"]["problem"].startswith("config.json: unreadable ("), rows["cut"]
+    assert "no results.jsonl beside it" in rows["cut"]["problem"]
+
+    report = CliRunner().invoke(main, ["report", str(cut)])
+    said = " ".join(report.output.split())
+    assert report.exit_code == 2, report.output
+    assert f"{cut / 'config.json'}: unreadable (" in said, said
+    assert "no config.json" not in said, said
