@@ -23,7 +23,10 @@ env), ``node`` (the ray backend), ``final``, ``never_graded`` and ``run_id`` (th
 from __future__ import annotations
 
 import math
+import os
+import re
 import reprlib
+import sysconfig
 import time
 import traceback
 from typing import Any, Iterator
@@ -74,6 +77,25 @@ def failure(exc: BaseException, message: str | None = None, with_traceback: bool
     tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)) if with_traceback else ""
     return {"type": type(exc).__name__, "message": message or str(exc)[:2000],
             "traceback": tb[-TRACEBACK_TAIL:]}
+
+
+def raised_in(failed: dict[str, Any]) -> str:
+    """Where a record's ``failure`` was raised in the user's own code (a plugin agent's or
+    mode's file): ``file, line N, in func`` of its traceback's innermost frame outside this
+    package and Python's standard library, one not under site-packages first; '' for none."""
+    frames = _FRAME.findall(failed.get("traceback") or "")
+    own = [frame for frame in frames if not frame[0].startswith(_NOT_OWN)]
+    if not own:
+        return ""
+    file, line, func = ([f for f in own if "-packages" + os.sep not in f[0]] or own)[-1]
+    return f"{file}, line {line}, in {func}"
+
+
+#: a traceback's frame line: file, line, function
+_FRAME = re.compile(r'^  File "(.+?)", line (\d+), in (.+)$', re.M)
+#: the folders whose frames are not the user's: this package's, the standard library's
+_NOT_OWN = tuple(dict.fromkeys([os.path.dirname(os.path.abspath(__file__)) + os.sep,
+                                *(sysconfig.get_paths()[name] + os.sep for name in ("stdlib", "platstdlib"))]))
 
 
 def failed_record(item: Any, exc: BaseException, *, worker: str | None, pid: int | None,

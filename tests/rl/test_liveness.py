@@ -66,6 +66,32 @@ def test_members_that_fail_on_their_own_raise_saying_what_they_failed_with_not_a
         server.stop()
 
 
+@pytest.mark.parametrize("agent, raised", [("BuggyAgent", "ValueError: the agent's own bug"),
+                                           ("UnsendableAgent", "TypeError: the model request cannot be sent")])
+def test_the_error_of_members_that_fail_on_their_own_names_the_agents_file_and_line(tmp_path, schedulers, agent,
+                                                                                    raised):
+    """A plugin agent's own bug (raised in its act, or by self.model.chat for the request it
+    built): get_batch's error said only the message ('Last failure: error: the agent's own
+    bug'), where the record's traceback has the type and the agent's line; now it says
+    which error and where in the agent's file, the innermost frame of its own code."""
+    import client_agents
+
+    server = LLMServer(policy=lambda body: {"reply": "<answer>Right</answer>"}).start()
+    try:
+        train = schedulers(_config(tmp_path, server, agent=f"client_agents:{agent}"), _tiny_lakes(tmp_path),
+                           max_failed_groups=2)
+        with pytest.raises(RolloutError) as caught:
+            train.get_batch(batch_size=4, step=0, timeout=60)
+        message = str(caught.value)
+        assert re.search(rf"Last failure: error: {re.escape(raised)}.* \(at {re.escape(client_agents.__file__)}, "
+                         r"line \d+, in act\)$", message), message
+        line = int(re.search(r"line (\d+), in act\)$", message).group(1))
+        source = open(client_agents.__file__).read().splitlines()[line - 1]
+        assert ("raise ValueError" if agent == "BuggyAgent" else "self.model.chat(") in source, source
+    finally:
+        server.stop()
+
+
 @pytest.mark.parametrize("failed_member", ["drop", "placeholder"])
 def test_a_trainer_that_fixes_its_server_after_the_failure_error_gets_a_batch(tmp_path, schedulers, failed_member):
     """The server answers 500 until the trainer, having caught the RolloutError, restarts it:

@@ -54,6 +54,7 @@ from collections import Counter
 from typing import Any
 
 from ..errors import ConfigError, RolloutError
+from ..records import raised_in
 from .config import check_count
 
 #: filter_fallback's values
@@ -153,7 +154,11 @@ class BatchBudget:
     def member_failed(self, record: dict[str, Any]) -> None:
         """Note a member's failure (what the error names if the budget runs out)."""
         failure = record.get("failure") or {}
-        self.last_failure = f"{record.get('status')}: {failure.get('message', '')}"[:500]
+        said = failure.get("message", "")
+        if record.get("status") == "error":  # the agent's or the mode's own code: which error, and where
+            where = raised_in(failure)
+            said = f"{failure.get('type') or 'error'}: {said[:400]}{f' (at {where})' if where else ''}"
+        self.last_failure = f"{record.get('status')}: {said}"[:700]
         self._statuses[str(record.get("status"))] += 1
 
     def settings_failed(self, record: dict[str, Any]) -> None:
