@@ -1,7 +1,7 @@
 """A run folder whose config.json does not read and that has no results yet (a copy cut short,
 an edit; a run writes it whole) is a run all the same: ``runs list`` lists it ``unreadable``
 with its problem, where it left it out, and ``report`` names the file, where it said the
-folder had no config.json."""
+folder had no config.json. And an output folder given as a file is said to be one."""
 
 from __future__ import annotations
 
@@ -46,3 +46,15 @@ def test_a_run_whose_config_does_not_read_is_listed_unreadable(tmp_path):
     assert report.exit_code == 2, report.output
     assert f"{cut / 'config.json'}: unreadable (" in said, said
     assert "no config.json" not in said, said
+
+
+def test_runs_list_of_a_file_says_it_is_a_file(tmp_path):
+    """`runs list --output-dir results/r1/results.jsonl` said 'no such output folder' of a file
+    that is there."""
+    given = tmp_path / "results.jsonl"
+    given.write_text("")
+    result = CliRunner().invoke(main, ["runs", "list", "--output-dir", str(given)])
+    assert result.exit_code == 2, result.output
+    assert f"{given}: a file, not an output folder" in result.output, result.output
+    missing = CliRunner().invoke(main, ["runs", "list", "--output-dir", str(tmp_path / "none")])
+    assert missing.exit_code == 2 and f"{tmp_path / 'none'}: no such output folder" in missing.output

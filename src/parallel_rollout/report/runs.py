@@ -133,8 +133,9 @@ def _line(run_dir: Path) -> RunLine:
 def list_runs(output_dir: str | Path) -> list[RunLine]:
     """Every run under ``output_dir``, oldest first."""
     root = Path(output_dir)
-    if not root.is_dir():
-        raise NotARunFolder(f"{root}: no such output folder")
+    if not root.is_dir():  # a file: the run's results.jsonl, a task file given in its place
+        raise NotARunFolder(f"{root}: a file, not an output folder (the folder that holds the runs)"
+                            if root.exists() else f"{root}: no such output folder")
     lines = []
     for child in root.iterdir():
         if child.is_dir() and ((child / "config.json").exists() or (child / "results.jsonl").exists()):
