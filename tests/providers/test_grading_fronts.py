@@ -22,7 +22,9 @@ from test_qemu import image  # noqa: F401 (the qemu guest image, built when miss
 #: the by-path rows the guest images (minbase and python3) can run: env and python3 by their paths
 BY_PATH = ("rig_check_unittest_env_by_path", "rig_check_unittest_isolated_by_path", "rig_check_unittest_e_by_path",
            "rig_check_python_e_usercustomize_by_path", "rig_check_python_e_home_module_by_path",
-           "rig_check_doctest_isolated_by_path")
+           "rig_check_doctest_isolated_by_path",
+           # env by its path from a check whose environment is cleared (exec -c): known by its session
+           "rig_check_unittest_env_cleared_by_path")
 SITECUSTOMIZE = "/etc/python3.11/sitecustomize.py"
 
 
