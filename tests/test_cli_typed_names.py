@@ -130,3 +130,15 @@ def test_run_help_says_which_name_a_flags_variable_takes():
     said = flat(CliRunner().invoke(main, ["run", "--help"]).output)
     assert "PARALLEL_ROLLOUT_<FLAG> (its first name, upper case, '-' as '_'; PARALLEL_ROLLOUT_NUM_ROLLOUTS for " \
            "--num-rollouts," in said, said
+
+
+def test_check_endpoints_help_says_what_it_asks():
+    """--check-endpoint asks the route the run's requests take too (a POST without messages);
+    its help said GET /models alone."""
+    from parallel_rollout.agents.openai_request import PROBE_TIMEOUT_S
+
+    said = flat(CliRunner().invoke(main, ["run", "--help"]).output).replace("- ", "-")  # click's wrap at a hyphen
+    check = said.split("--check-endpoint", 1)[1].split("Agent and model:", 1)[0]
+    for asked in ("GET /models", "/chat/completions", "/completions with tokenizer=", "POST without messages",
+                  f"{PROBE_TIMEOUT_S:g} s timeout each", "a route it lacks is a problem"):
+        assert asked in check, (asked, check)

@@ -192,9 +192,11 @@ def main() -> None:
               help="Print the resolved settings as JSON (defaults, then --config, then PARALLEL_ROLLOUT_* "
                    "variables, then flags; with --resume, the run's stored ones) and exit; nothing runs.")
 @click.option("--check-endpoint", is_flag=True,
-              help="With --dry-run: also ask the model endpoint for its models (GET /models, 5 s timeout); "
-                   "a key it refuses or a --model it does not list is a problem (of one server of several, a warning: "
-                   "the run goes on at the others).")
+              help="With --dry-run: also ask the model endpoint for its models (GET /models), then the route the "
+                   "run's requests take (/chat/completions, or /completions with tokenizer=) with a POST without "
+                   "messages, which a server with the route refuses unsampled; 5 s timeout each. A key it refuses, "
+                   "a --model it does not list or a route it lacks is a problem (of one server of several, a "
+                   "warning: the run goes on at the others).")
 @click.option("--record", is_flag=True, help="Keep a recording.mp4 of each osworld attempt.")
 @click.option("--rag-metric", type=click.Choice(["f1", "em"]), default=_D.rag_metric, show_default=True,
               help="The rag mode's reward: token F1 or exact match of the answer (both are recorded).")
