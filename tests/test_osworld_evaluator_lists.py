@@ -11,6 +11,7 @@ import copy
 import json
 from pathlib import Path
 
+import pytest
 from test_osworld_folder_cli import MODEL_AGENT, run_cli, said
 from test_osworld_taskset import EXAMPLES, needs_set, osworld_folder
 
@@ -22,6 +23,8 @@ pytestmark = needs_set
 TABLES = "multi_apps/3a93cae4-ad3e-403e-8c12-65303b271818.json"
 #: OSWorld's task of one metric (exact_match on a command's output against a rule)
 SINGLE = "os/28cc3b7e-b194-4bc9-8353-d04c0f4d56d2.json"
+#: OSWorld's task of one compare_table whose first rule compares the sheets' names
+SHEET_NAMES = "libreoffice_calc/0cecd4f3-74de-457b-ba94-29ad6b5dafb6.json"
 
 
 def _set(evaluator: dict, key: str, value) -> None:
@@ -77,6 +80,15 @@ MISTAKES = {
     "single-options-list": (SINGLE, lambda ev: _set(ev, "options", [{}]),
                             "evaluator 'options' is a list, and 'func' is one metric ('exact_match'): give it one "
                             "object, or 'func' a list of as many metrics"),
+    # a rule that reads the expected workbook, of a compare_table given none: its sheet was None, a 0
+    "second-table-no-expected": (TABLES, lambda ev: ev["expected"].__setitem__(1, None),
+                                 "evaluator.func[1] (compare_table): evaluator.options[1] 'rules'[0] key 'sheet_idx1' "
+                                 "is 'ENSheet1', a sheet of the expected workbook, and the metric is given no "
+                                 "'expected' getter"),
+    "sheet-names-no-expected": (SHEET_NAMES, lambda ev: ev.pop("expected"),
+                                "evaluator metric 'compare_table': its options 'rules'[0] of type 'sheet_name' "
+                                "compares the sheets' names with the expected workbook's, and the metric is given "
+                                "no 'expected' getter"),
     # one metric is named as it was: no list, no index
     "single-rule-key": (SINGLE, lambda ev: ev["expected"]["rules"].pop("expected"),
                         "evaluator expected getter 'rule' of metric 'exact_match': its 'rules' needs the key "
@@ -84,33 +96,39 @@ MISTAKES = {
 }
 
 
-def broken_folder(root: Path) -> Path:
+def broken_folder(root: Path, task_ids: list[str]) -> Path:
     """A folder in OSWorld's layout holding one broken copy of a real task per mistake."""
     tasks = {}
-    for task_id, (source, change, _) in MISTAKES.items():
+    for task_id in task_ids:
+        source, change, _ = MISTAKES[task_id]
         task = copy.deepcopy(json.loads((EXAMPLES / "examples" / source).read_text()))
         change(task["evaluator"])
         tasks[task_id] = {**task, "id": task_id, "domain": source.split("/")[0]}
     return osworld_folder(root, tasks) / "evaluation_examples"
 
 
-def test_each_mistake_of_a_metric_list_is_refused_at_load_naming_the_file_and_the_metric(tmp_path):
-    folder = broken_folder(tmp_path)
+@pytest.mark.parametrize("half", [0, 1])  # the refusal lists the first twenty bad records
+def test_each_mistake_of_a_metric_list_is_refused_at_load_naming_the_file_and_the_metric(tmp_path, half):
+    task_ids = list(MISTAKES)[half::2]
+    folder = broken_folder(tmp_path, task_ids)
     done = run_cli("--data", str(folder), "--dry-run", *MODEL_AGENT)
     text = said(done)
     assert done.returncode == EXIT_USAGE, text
-    assert f"{len(MISTAKES)} bad task records" in text, text
-    for task_id, (source, _, reason) in MISTAKES.items():
+    assert f"{len(task_ids)} bad task records" in text, text
+    for task_id in task_ids:
+        source, _, reason = MISTAKES[task_id]
         path = folder / "examples" / source.split("/")[0] / f"{task_id}.json"
         assert f"{path}:1: task {task_id!r}: {reason}" in text, (task_id, text)
 
 
 def test_the_real_tasks_broken_here_load_as_they_are(tmp_path):
-    """The two real tasks the mistakes are made in load unchanged (so each refusal above is the
+    """The real tasks the mistakes are made in load unchanged (so each refusal above is the
     mistake's)."""
+    sources = {source for source, _, _ in MISTAKES.values()}
     tasks = {Path(source).stem: {**json.loads((EXAMPLES / "examples" / source).read_text()),
-                                 "domain": source.split("/")[0]} for source in (TABLES, SINGLE)}
+                                 "domain": source.split("/")[0]} for source in sources}
     folder = osworld_folder(tmp_path, tasks) / "evaluation_examples"
     done = run_cli("--data", str(folder), "--dry-run", *MODEL_AGENT)
     assert done.returncode == 0, said(done)
-    assert "runnable 2 of 2 tasks" in done.stdout, said(done)
+    assert f"runnable {len(sources)} of {len(sources)} tasks" in done.stdout, said(done)
+

@@ -160,7 +160,8 @@ def check_evaluator(evaluator: Any) -> None:
         if not isinstance(options, dict):
             raise ValueError(f"{place.piece('options')} must be an object (the options of {place.metric}), "
                              f"not {kind_of(options)}")
-        problem = table_rules_problem(func, options, place.options)  # a rule compare_table cannot read: a 0
+        # a rule compare_table cannot read: every grading's 0
+        problem = table_rules_problem(func, options, place.options, bool(expected))
         if problem:
             raise ValueError(f"{place.head}: {problem}")
         # a call that cannot bind raised at every grading; a key it binds to **options and never

@@ -206,9 +206,20 @@ def _names_problem(rule: dict) -> str | None:
     return None
 
 
-def table_rules_problem(func: str, options: dict, name: str = "options") -> str | None:
-    """What ``compare_table`` cannot read in ``options["rules"]``, or None; ``name`` is how
-    the message names the options (``evaluator.options[2]`` of a list)."""
+def _unexpected_problem(rule: dict) -> str | None:
+    """A rule that reads the expected workbook, of a compare_table given none."""
+    if rule["type"] == "sheet_name":
+        return "of type 'sheet_name' compares the sheets' names with the expected workbook's, and the " \
+               "metric is given no 'expected' getter"
+    key = next((key for key in ("sheet_idx", *_PAIR) if str(rule.get(key, ""))[:1] == "E"), None)
+    return None if key is None else f"key {key!r} is {rule[key]!r}, a sheet of the expected workbook, and the " \
+                                    "metric is given no 'expected' getter"
+
+
+def table_rules_problem(func: str, options: dict, name: str = "options", has_expected: bool = True) -> str | None:
+    """What ``compare_table`` cannot read in ``options["rules"]`` (given an expected workbook
+    or not), or None; ``name`` is how the message names the options (``evaluator.options[2]``
+    of a list)."""
     if func != "compare_table":
         return None
     rules = options.get("rules")
@@ -222,6 +233,8 @@ def table_rules_problem(func: str, options: dict, name: str = "options") -> str 
             return f"{where} {problem}"
         problem = next((p for key in ("sheet_idx", *_PAIR) if key in rule
                         for p in [_sheet_problem(rule, key)] if p), None)
+        if problem is None and not has_expected:  # its sheets were None: every grading's 0
+            problem = _unexpected_problem(rule)
         if problem is None and rule["type"] == "sheet_fuzzy":
             problem = _fuzzy_problem(rule["rules"])
         if problem is None and rule["type"] == "check_cell" and not (
