@@ -159,7 +159,7 @@ def run(argv, *, shell: bool, timeout: float, cwd: str | None = None,
         full_env.update(env)
     script = None
     # a grading command's session noted where the fronts read it (its program's own environment may lose the marker)
-    session = agent_sessions.Session(full_env if isolated else {}, run_as[0] if run_as else None)
+    session = agent_sessions.Session(full_env if isolated else {})
     try:
         # setpriv's work done by the fork itself (``direct``); a prlimit then runs as the user
         user = run_as if direct and run_as else None

@@ -23,10 +23,13 @@ the graded code that calls a front in that moment gets the wrapper: it gains not
 
 Trust: :data:`SESSIONS` is the agent's (``/run/guest``: a process VM's own tmpfs, a docker
 guest's bind of the host's socket folder, a qemu guest's made by its init, each the agent's
-user's with mode 0755) and is used only where the commands run as another user
-(``--run-as``), who can neither write nor remove a file in it: where they are the agent's user
-(a process VM of a runner without subordinate uids) the check's code could remove its own
-session's file, so the fronts then read the environment only. A descendant that calls
+user's with mode 0755; where it is not so, nothing is noted and the fronts read the environment
+only). Where the commands run as another user (``--run-as``) they can neither write nor remove
+a file in it. Where they run as the agent's user (a process VM of a runner without subordinate
+uids) the check's own code could remove its session's file, as it could signal the agent itself;
+what the graded code left at that path before is removed when the folder is made anew, and a
+front takes only plain names from a file (no code).
+A descendant that calls
 ``setsid()`` leaves the session and with it the wrappers: only the graded code's own program
 would, and the graded code gains nothing from unwrapped programs; the check's own calls stay in
 the session. A process of the session that outlives the command (``server &``) loses the file
@@ -60,41 +63,40 @@ _open = 0
 _fit: bool | None = None
 
 
-def _folder_fit(commands_uid: int | None) -> bool:
-    """Whether the commands run as another user than the agent's and no one but the agent's user
-    can write the folder SESSIONS is made in; what a former agent left there is removed."""
+def _folder_fit() -> bool:
+    """Whether no one but the agent's user can write the folder SESSIONS is made in."""
     global _fit
-    if commands_uid is None or commands_uid == os.geteuid():
-        return False
     if _fit is None:
-        _fit = False
         try:
             info = os.lstat(os.path.dirname(SESSIONS))
-            if stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid() and not info.st_mode & 0o022:
-                _remove_folder()
-                _fit = True
+            _fit = stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid() and not info.st_mode & 0o022
         except OSError:
-            pass
+            _fit = False
     return _fit
 
 
 def _remove_folder() -> None:
+    """SESSIONS and its files gone, or whatever else is at its path."""
     try:
-        for name in os.listdir(SESSIONS):
-            os.unlink(os.path.join(SESSIONS, name))
-        os.rmdir(SESSIONS)
+        info = os.lstat(SESSIONS)
     except FileNotFoundError:
-        pass
+        return
+    if not stat.S_ISDIR(info.st_mode):
+        os.unlink(SESSIONS)
+        return
+    for name in os.listdir(SESSIONS):
+        os.unlink(os.path.join(SESSIONS, name))
+    os.rmdir(SESSIONS)
 
 
 def _opened() -> None:
-    """One more grading command noted (under :data:`_lock`): SESSIONS made for the first."""
+    """One more grading command noted (under :data:`_lock`): SESSIONS made anew for the first
+    (what a former agent left there, or where the commands run as the agent's user their
+    processes made, removed first)."""
     global _open
     if _open == 0:
-        try:
-            os.mkdir(SESSIONS, 0o755)
-        except FileExistsError:
-            pass
+        _remove_folder()
+        os.mkdir(SESSIONS, 0o755)
     _open += 1
 
 
@@ -131,7 +133,7 @@ def _remove(name: str) -> None:
 class Session:
     """A grading command's session noted for the fronts, where the folder is fit::
 
-        with Session(env, commands_uid) as session:
+        with Session(env) as session:
             proc = spawn(...)        # in a session of its own
             session.started(proc.pid)
         ...                          # the command runs
@@ -140,10 +142,10 @@ class Session:
     Nothing is noted (each call a no-op) where the folder is not fit or the environment holds no
     grading start."""
 
-    def __init__(self, env: dict, commands_uid: int | None) -> None:
+    def __init__(self, env: dict) -> None:
         self.text = "".join(f"{name}={env[name]}\n" for name in GIVEN_BACK
                             if name in env and "\n" not in env[name] and "\0" not in env[name])
-        self.on = "PARALLEL_ROLLOUT_GRADING_SINCE" in env and _folder_fit(commands_uid)
+        self.on = "PARALLEL_ROLLOUT_GRADING_SINCE" in env and _folder_fit()
         self.pid: int | None = None
 
     def __enter__(self) -> "Session":
