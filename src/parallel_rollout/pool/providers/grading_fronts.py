@@ -7,7 +7,9 @@ check that runs a program by its path (``/usr/bin/env -i …``, ``/usr/bin/git s
 past them, and a wrong answer scored 1. In those guests the real path of each program that has a
 wrapper (:func:`fronted_programs`) is ``grading_bin/system_front``, and the guest python's own
 ``sitecustomize.py`` is ``grading_bin/system_sitecustomize.py``: a grading command's process
-(``PARALLEL_ROLLOUT_GRADING_SINCE`` in its environment) goes to the wrapper, every other process
+(``PARALLEL_ROLLOUT_GRADING_SINCE`` in its environment, or a process of a session the agent noted
+as a grading command's, ``guest/agent_sessions.py``, when a check ran it with an environment of
+its own) goes to the wrapper, every other process
 to the system's program, kept at :data:`SYSTEM_ORIGINALS` under the name it was run by (the
 other names of a fronted program in the bin folders too: ``gmake`` of make, ``git-upload-pack``
 of git, ``pager`` of less). A mount namespace per grading command cannot do it instead: seccomp
