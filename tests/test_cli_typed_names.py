@@ -20,10 +20,10 @@ def flat(text: str) -> str:
     return " ".join(text.split())
 
 
-def invoke(tmp_path, *flags: str, env: dict | None = None) -> str:
+def invoke(tmp_path, *flags: str, env: dict | None = None, mode: tuple[str, ...] = ("--mode", "shell")) -> str:
     """A shell run of one task's output, its exit status 2 (a usage error) checked."""
     data = write_tasks(tmp_path / "tasks.jsonl", [shell_task("a")])
-    result = CliRunner().invoke(main, ["--mode", "shell", "--data", str(data), "--no-progress",
+    result = CliRunner().invoke(main, [*mode, "--data", str(data), "--no-progress",
                                        "--output-dir", str(tmp_path / "out"), *flags], env=env)
     assert result.exit_code == 2, (result.output, result.exception)
     return flat(result.output)
@@ -142,3 +142,20 @@ def test_check_endpoints_help_says_what_it_asks():
     for asked in ("GET /models", "/chat/completions", "/completions with tokenizer=", "POST without messages",
                   f"{PROBE_TIMEOUT_S:g} s timeout each", "a route it lacks is a problem"):
         assert asked in check, (asked, check)
+
+
+@pytest.mark.parametrize("setting", ["mode", "agent"])
+def test_an_unknown_mode_or_agent_names_where_it_was_set(tmp_path, setting):
+    """A nightly job's stale PARALLEL_ROLLOUT_AGENT, or a config file's mode, was refused as
+    'unknown agent ...' with no word of where the name came from."""
+    kind = {"mode": "modes", "agent": "agents"}[setting]
+    (tmp_path / "run.toml").write_text(f'{setting} = "nosuch"\n')
+    mode = () if setting == "mode" else ("--mode", "shell")
+    for dry_run in ([], ["--dry-run"]):
+        said = invoke(tmp_path, "--config", str(tmp_path / "run.toml"), *dry_run, mode=mode)
+        assert f"unknown {setting} 'nosuch' ({setting} in {tmp_path / 'run.toml'}); known {kind}:" in said, said
+        variable = f"PARALLEL_ROLLOUT_{setting.upper()}"
+        said = invoke(tmp_path, *dry_run, env={variable: "nosuch"}, mode=mode)
+        assert f"unknown {setting} 'nosuch' (the environment variable {variable}); known {kind}:" in said, said
+        said = invoke(tmp_path, f"--{setting}", "nosuch", *dry_run, mode=mode)
+        assert f"unknown {setting} 'nosuch' (--{setting}); known {kind}:" in said, said

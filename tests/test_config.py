@@ -370,8 +370,8 @@ def test_a_bad_value_off_the_command_line_says_where_it_was_set(tmp_path, monkey
     (["--agent", "no_such_module_xyz:Agent"], ["cannot import module 'no_such_module_xyz'"]),
     (["--agent", "json:JSONDecoder"], ["not an Agent subclass"]),
     (["--provider-name", "nosuch"], ["unknown provider 'nosuch'", "known providers: " + ", ".join(provider_names())]),
-    (["--mode", "shel"], ["unknown mode 'shel' (did you mean 'shell'?); known modes"]),
-    (["--agent", "orcale"], ["unknown agent 'orcale' (did you mean 'oracle'?)"]),
+    (["--mode", "shel"], ["unknown mode 'shel' (--mode; did you mean 'shell'?); known modes"]),
+    (["--agent", "orcale"], ["unknown agent 'orcale' (--agent; did you mean 'oracle'?)"]),
     (["--provider-name", "dokcer"], ["unknown provider 'dokcer' (--provider-name; did you mean 'docker'?)"]),
 ], ids=["mode", "agent", "agent module", "agent class", "provider", "mode typo", "agent typo", "provider typo"])
 def test_unknown_names_list_the_known_ones(tmp_path, args, parts):

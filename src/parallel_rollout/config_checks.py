@@ -65,6 +65,12 @@ def as_given(cfg: Any, name: str, with_value: bool = False) -> str:
     return f"{flag} {value}" if with_value else flag
 
 
+def said_if_given(cfg: Any, name: str) -> str | None:
+    """``as_given`` of a setting the run was given (a flag, a config file, a variable, a
+    call's keyword, a resume's config.json); None for a default, which no one typed."""
+    return as_given(cfg, name) if name in getattr(cfg, "explicit", ()) else None
+
+
 def set_where(name: str, value: Any, source: str) -> str:
     """A setting set off the command line, as its source spells it: ``num-vms = 0 in run.toml``,
     or ``num_vms=0 in run()`` for a Python call's keyword (``in preflight()`` too); its value as typed."""

@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from .agents import get_agent
 from .agents.model_checks import calls_model, check_agent, may_call_model, probe_endpoint
 from .config import RunConfig, data_required
+from .config_checks import said_if_given
 from .envs import get_env, run_task_set, with_mode_defaults
 from .errors import ConfigError, ProviderUnavailable
 from .output_checks import check_free_disk
@@ -82,7 +83,8 @@ def preflight(cfg: RunConfig, *, check_endpoint: bool = False) -> Preflight:
         raise ConfigError(data_required())
     try:
         cfg = with_mode_defaults(cfg)  # the mode --data implies, its max_turns
-        env_cls, agent_cls = get_env(cfg.mode), get_agent(cfg.agent)
+        env_cls = get_env(cfg.mode, said_if_given(cfg, "mode"))
+        agent_cls = get_agent(cfg.agent, said_if_given(cfg, "agent"))
     except ConfigError as exc:  # an unknown mode or agent leaves nothing else to check
         found.problems.append(str(exc))
         return found

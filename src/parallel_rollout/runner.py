@@ -31,7 +31,7 @@ from .agents.base import MODEL_KEYS, MODEL_OPTIONS
 from .agents.episode import EndpointRefused, ModelUnavailable
 from .agents.model_checks import check_agent
 from .config import RunConfig, data_required, default_run_id
-from .config_checks import RESUME_READS, flag_name, ignored_vm_settings, sized_for_samples
+from .config_checks import RESUME_READS, flag_name, ignored_vm_settings, said_if_given, sized_for_samples
 from .engine import Engine
 from .envs import get_env, run_task_set, with_mode_defaults
 from .envs.registry import answer_like_warnings
@@ -100,8 +100,8 @@ class Runner:
         """Check the whole configuration and load every task; raises ConfigError."""
         check_name("run id", self.run_id)  # it names the run folder, and VMs' where there are any
         self.config = cfg = with_mode_defaults(self.config)  # the mode's max_turns, recorded
-        self.env_cls = get_env(cfg.mode)
-        self.agent_cls = get_agent(cfg.agent)
+        self.env_cls = get_env(cfg.mode, said_if_given(cfg, "mode"))
+        self.agent_cls = get_agent(cfg.agent, said_if_given(cfg, "agent"))
         self.provider_cls = run_provider(cfg) if self.env_cls.needs_vm() else None
         env_opts, agent_opts = self.env_cls.options, self.agent_cls.options
         check_honoured(cfg, {

@@ -174,6 +174,7 @@ AGENTS: Registry[Agent] = Registry("agent", {
 }, Agent, made_with=("config",))
 
 
-def get_agent(name: str) -> type[Agent]:
-    """The agent class for a name (built-in or plugin) or a ``module:Class`` import path."""
-    return AGENTS.load(name)
+def get_agent(name: str, said: str | None = None) -> type[Agent]:
+    """The agent class for a name (built-in or plugin) or a ``module:Class`` import path; its
+    errors name the setting that gave it as ``said`` (``--agent``, ``agent in run.toml``)."""
+    return AGENTS.load(name, said)

@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-from ..config_checks import RESUME_READS
+from ..config_checks import RESUME_READS, said_if_given
 from ..errors import ConfigError, TaskFileError
 from ..plugins import Registry
 from ..tasks import CORE_FIELDS
@@ -41,10 +41,11 @@ def mode_names() -> list[str]:
 VM_SCOPES = ("episode", "call", None)
 
 
-def get_env(mode: str) -> type[Env]:
-    """The Env class of ``mode``; ConfigError for an unknown mode, or one whose ``vm_scope``
-    and ``needs_vm()`` disagree."""
-    env = MODES.load(mode)
+def get_env(mode: str, said: str | None = None) -> type[Env]:
+    """The Env class of ``mode``; ConfigError for an unknown mode (naming the setting that gave
+    it as ``said``: ``--mode``, ``mode in run.toml``), or one whose ``vm_scope`` and
+    ``needs_vm()`` disagree."""
+    env = MODES.load(mode, said)
     check_vm_scope(mode, env)
     return env
 
@@ -254,7 +255,7 @@ def with_mode_defaults(cfg: "RunConfig") -> "RunConfig":
     elif cfg.mode in _BUILT_IN and by_flag and cfg.mode != "osworld":
         raise ConfigError(f"{' and '.join(by_flag)} (an OSWorld task set's) and --mode {cfg.mode}"
                           f"{cfg.where('mode')} conflict: leave --mode out, or give --mode osworld")
-    turns = get_env(cfg.mode).turn_limit(cfg)
+    turns = get_env(cfg.mode, said_if_given(cfg, "mode")).turn_limit(cfg)
     return cfg if turns == cfg.max_turns else dataclasses.replace(cfg, max_turns=turns)
 
 

@@ -9,7 +9,7 @@ import os
 from typing import Any
 
 from ...config import RunConfig
-from ...config_checks import as_given
+from ...config_checks import said_if_given
 from ...errors import ConfigError, TaskFileError
 from ...plugins import Registry
 from .base import Provider, ProviderOptions, VMInfo, default_memory_mb
@@ -46,8 +46,7 @@ def run_provider(cfg: RunConfig) -> type[Provider]:
     """The provider class of a run, its errors (an unknown name, a module:Class that does not
     import) naming the setting as the user gave it: ``unknown provider 'x' (--provider)``,
     ``(provider-name in run.toml)``; a default's, none."""
-    said = as_given(cfg, "provider_name") if "provider_name" in cfg.explicit else None
-    return get_provider(cfg.provider_name, said)
+    return get_provider(cfg.provider_name, said_if_given(cfg, "provider_name"))
 
 
 def provider_options(config: RunConfig, provider_cls: Any, vm_envs: list[Any],
