@@ -260,3 +260,9 @@ class GenerateRouteAgent(ToolLakeAgent):
     """Says it calls ``self.model.generate`` only: its route is /completions."""
 
     model_calls = frozenset({"generate"})
+
+
+class RouteNamedAgent(ToolLakeAgent):
+    """Names a route where ``model_calls`` wants one of self.model's calls."""
+
+    model_calls = frozenset({"/chat/completions"})

@@ -245,3 +245,22 @@ def test_a_plugin_agent_that_does_not_say_its_calls_passes_a_server_with_either_
         assert server.bodiless == 1
     finally:
         server.stop()
+
+
+def test_a_model_calls_that_names_no_call_is_refused_before_any_group_in_the_schedulers_words(tmp_path, schedulers):
+    """``model_calls = {"/chat/completions"}`` (a route, where a call of self.model goes): a
+    ConfigError naming the agent and the attribute at the first get_batch, not the CLI's
+    ``--agent``."""
+    server = LLMServer(policy=lambda body: {"reply": "<answer>Right</answer>"}).start()
+    try:
+        train = schedulers(_config(tmp_path, server, agent="client_agents:RouteNamedAgent"), _lakes(tmp_path))
+        with pytest.raises(ConfigError) as caught:
+            train.get_batch(batch_size=2, step=0, timeout=60)
+        message = str(caught.value)
+        assert message.startswith("agent 'client_agents:RouteNamedAgent': RouteNamedAgent.model_calls = "
+                                  "frozenset({'/chat/completions'}) names '/chat/completions': say which of "
+                                  "self.model's calls the agent makes"), message
+        assert "--" not in message, message
+        assert train.stats()["groups_started"] == 0 and server.requests == []
+    finally:
+        server.stop()

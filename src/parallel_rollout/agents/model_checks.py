@@ -100,7 +100,7 @@ def declared_calls(agent_cls: Any, agent: str) -> tuple[str, ...] | None:
     calls = (calls,) if isinstance(calls, str) else calls
     wrong = [call for call in calls if call not in MODEL_CALLS]
     if wrong or not calls:
-        raise ConfigError(f"--agent {agent}: {agent_cls.__name__}.model_calls = {agent_cls.model_calls!r} names "
+        raise ConfigError(f"agent {agent!r}: {agent_cls.__name__}.model_calls = {agent_cls.model_calls!r} names "
                           f"{', '.join(map(repr, wrong)) or 'no call'}: say which of self.model's calls the agent "
                           "makes, a set of 'chat' (chat, achat) and 'generate' (generate, agenerate), or None "
                           "when either")
