@@ -58,3 +58,16 @@ def test_runs_list_of_a_file_says_it_is_a_file(tmp_path):
     assert f"{given}: a file, not an output folder" in result.output, result.output
     missing = CliRunner().invoke(main, ["runs", "list", "--output-dir", str(tmp_path / "none")])
     assert missing.exit_code == 2 and f"{tmp_path / 'none'}: no such output folder" in missing.output
+
+
+def test_runs_list_help_names_every_status_it_lists():
+    """Its help left out ``rl``, the status of an RL scheduler's folder."""
+    import re
+
+    from parallel_rollout.report import runs
+
+    statuses = re.findall(r"^\* ``([a-z]+)``:", runs.__doc__, re.M)
+    assert "rl" in statuses and "unreadable" in statuses, statuses
+    said = " ".join(CliRunner().invoke(main, ["runs", "list", "--help"]).output.split())
+    for status in statuses:
+        assert re.search(rf"[(, ]{status}[,:;)]", said), (status, said)

@@ -99,7 +99,7 @@ def runs() -> None:
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per run instead of a table.")
 def runs_list(output_dir: str, as_json: bool) -> None:
     """Every run with its date, mode, samples, success rate (of the graded samples) and status (complete,
-    ungraded, running, partial, interrupted, unreadable)."""
+    ungraded, running, partial, interrupted, rl: an RL scheduler's folder, which has no total; unreadable)."""
     import json
 
     from .report.runs import format_runs, list_runs
